@@ -1,0 +1,123 @@
+"""Configuration dataclasses: the one place where every engine default lives.
+
+Each field's docstring (the string literal under it) is also its CLI help, so flags,
+config files and documentation share one definition. Names follow vLLM's flags.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Literal
+
+DType = Literal["auto", "bfloat16", "float16", "float32"]
+
+
+@dataclass
+class EngineConfig:
+    """Everything that shapes how a model is loaded and served."""
+
+    model: str | None = None
+    """Checkpoint folder (config.json, *.safetensors, tokenizer). Empty: the built-in default model."""
+
+    tokenizer: str | None = None
+    """Tokenizer folder, when it differs from the model folder."""
+
+    dtype: DType = "auto"
+    """Weight and activation dtype; auto takes torch_dtype from config.json (float32 on CPU if it is float16)."""
+
+    load_format: Literal["auto", "safetensors", "dummy"] = "auto"
+    """How to get weights: from *.safetensors, or random ones built from config.json alone (dummy, for benchmarks)."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Device to run on; auto picks CUDA when torch sees a GPU."""
+
+    max_model_len: int | None = None
+    """Longest prompt plus output, in tokens. Empty: max_position_embeddings from config.json."""
+
+    block_size: int = 16
+    """Tokens per KV-cache block."""
+
+    max_num_seqs: int = 256
+    """Most requests running at once."""
+
+    max_num_batched_tokens: int = 8192
+    """Token budget of one engine step; long prompts are cut into chunks that fit it."""
+
+    enable_chunked_prefill: bool = True
+    """Split prompts longer than the step budget across several steps."""
+
+    enable_prefix_caching: bool = True
+    """Reuse the KV cache of full blocks shared with earlier prompts."""
+
+    gpu_memory_utilization: float = 0.9
+    """Fraction of GPU memory the engine may use (weights, activations and KV cache)."""
+
+    kv_cache_memory: int = 1 << 30
+    """Bytes for the KV cache when running on the CPU."""
+
+    num_kv_blocks: int | None = None
+    """Exact number of KV-cache blocks, overriding the memory-based sizing."""
+
+    kv_cache_dtype: Literal["auto", "fp8"] = "auto"
+    """KV-cache element type: auto is the model dtype; fp8 (e4m3 with scales) halves it on GPUs that support it."""
+
+    enforce_eager: bool = False
+    """Never capture CUDA graphs."""
+
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    """Waiting-queue order: first come first served, or by request priority (lower first), then arrival."""
+
+    seed: int = 0
+    """Seed of the sampler for requests without a seed of their own."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "block_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_memory")
+        if self.max_model_len is not None and self.max_model_len <= 0:
+            raise ValueError(f"max_model_len must be a positive integer, got {self.max_model_len}")
+        if self.num_kv_blocks is not None and self.num_kv_blocks <= 0:
+            raise ValueError(f"num_kv_blocks must be a positive integer, got {self.num_kv_blocks}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        check_choice(self, "dtype", "load_format", "device", "kv_cache_dtype", "scheduling_policy")
+
+
+def check_positive(obj: object, *names: str) -> None:
+    """Raise ValueError naming the first field that is not a positive integer."""
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_choice(obj: object, *names: str) -> None:
+    """Raise ValueError when a Literal-typed field holds a value outside its choices."""
+    for name in names:
+        allowed = field_choices(type(obj), name)
+        value = getattr(obj, name)
+        if allowed and value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+
+
+def field_choices(cls: type, name: str) -> tuple:
+    """The allowed values of a Literal-typed field, or () for free-form fields."""
+    annotation = str(next(f.type for f in fields(cls) if f.name == name))
+    if "Literal[" not in annotation:
+        return ()
+    inner = annotation.split("Literal[", 1)[1].split("]", 1)[0]
+    return tuple(ast.literal_eval(f"({inner},)"))
+
+
+@cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Map each dataclass field to the docstring written under it in the class body."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, following in zip(body, body[1:]):
+        is_doc = isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and is_doc:
+            docs[node.target.id] = " ".join(str(following.value.value).split())
+    return docs

@@ -1,0 +1,61 @@
+"""Pure-torch reference for the paged KV cache: the CPU path and the yardstick for Triton kernels.
+
+Cache layout (one tensor per layer): (2, num_blocks, block_size, num_kv_heads, head_dim),
+index 0 holding keys and 1 values. Token t of a sequence lives in block
+block_table[t // block_size] at offset t % block_size; its flat slot is block_id * block_size + offset.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def store_kv_ref(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Write new keys and values (num_tokens, num_kv_heads, head_dim) into their cache slots."""
+    num_kv_heads, head_dim = key.shape[1:]
+    flat = kv_cache.view(2, -1, num_kv_heads, head_dim)  # (2, num_blocks * block_size, kv_heads, head_dim)
+    flat[0, slot_mapping] = key.to(kv_cache.dtype)
+    flat[1, slot_mapping] = value.to(kv_cache.dtype)
+
+
+def paged_attention_ref(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    scale: float,
+    sliding_window: int | None = None,
+) -> torch.Tensor:
+    """Causal attention of each sequence's new tokens over its whole cached context.
+
+    query: (num_tokens, num_heads, head_dim), the new tokens of all sequences, flattened.
+    query_start_loc: (num_seqs + 1,) offsets of each sequence's tokens in `query`.
+    seq_lens: (num_seqs,) context length after this step (cached tokens plus new ones).
+    block_tables: (num_seqs, max_blocks) block ids of each sequence.
+    A sliding window w lets a query at position p see keys at positions > p - w.
+    Returns (num_tokens, num_heads, head_dim) in the query dtype.
+    """
+    block_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
+    num_heads = query.shape[1]
+    group = num_heads // num_kv_heads
+    out = torch.empty_like(query)
+    starts = query_start_loc.tolist()
+    for i, seq_len in enumerate(seq_lens.tolist()):
+        q = query[starts[i] : starts[i + 1]]  # (q_len, heads, head_dim)
+        q_len = q.shape[0]
+        num_blocks = -(-seq_len // block_size)
+        blocks = block_tables[i, :num_blocks].long()
+        kv = kv_cache[:, blocks].flatten(1, 2)[:, :seq_len]  # (2, seq_len, kv_heads, head_dim)
+        k = kv[0].repeat_interleave(group, dim=1).float()
+        v = kv[1].repeat_interleave(group, dim=1).float()
+        scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale  # (heads, q_len, seq_len)
+        q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)[:, None]
+        k_pos = torch.arange(seq_len, device=query.device)[None, :]
+        visible = k_pos <= q_pos
+        if sliding_window is not None:
+            visible &= k_pos > q_pos - sliding_window
+        scores.masked_fill_(~visible, float("-inf"))
+        probs = scores.softmax(dim=-1)
+        out[starts[i] : starts[i + 1]] = torch.einsum("hqk,khd->qhd", probs, v).to(query.dtype)
+    return out
