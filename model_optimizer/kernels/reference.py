@@ -3,19 +3,56 @@
 Cache layout (one tensor per layer): (2, num_blocks, block_size, num_kv_heads, head_dim),
 index 0 holding keys and 1 values. Token t of a sequence lives in block
 block_table[t // block_size] at offset t % block_size; its flat slot is block_id * block_size + offset.
+A slot of -1 in `slot_mapping` means "no token" (padding of a CUDA-graph batch) and is skipped.
+
+fp8 KV cache (`kv_cache.dtype == torch.float8_e4m3fn`): per-tensor float32 scales `k_scale` and
+`v_scale` (scalar tensors, None meaning 1.0). Storing writes clamp(x / scale, -448, 448) rounded
+to e4m3; attention reads cache * scale. Scales are ignored for caches of any other dtype.
 """
 
 from __future__ import annotations
 
 import torch
 
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = 448.0  # largest finite e4m3fn value
 
-def store_kv_ref(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+
+def quantize_fp8(x: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """x / scale, clamped to the e4m3 range (torch's cast does not saturate), as float8_e4m3fn."""
+    x = x.float()
+    if scale is not None:
+        x = x / scale.float()
+    return x.clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+
+
+def _cache_plane(plane: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """One K or V plane as float32, dequantized when the cache is fp8."""
+    if plane.dtype == FP8_DTYPE and scale is not None:
+        return plane.float() * scale.float()
+    return plane.float()
+
+
+def store_kv_ref(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+) -> None:
     """Write new keys and values (num_tokens, num_kv_heads, head_dim) into their cache slots."""
     num_kv_heads, head_dim = key.shape[1:]
     flat = kv_cache.view(2, -1, num_kv_heads, head_dim)  # (2, num_blocks * block_size, kv_heads, head_dim)
-    flat[0, slot_mapping] = key.to(kv_cache.dtype)
-    flat[1, slot_mapping] = value.to(kv_cache.dtype)
+    keep = slot_mapping >= 0  # -1: padding token, nothing to store
+    slots = slot_mapping[keep].long()
+    key, value = key[keep], value[keep]
+    if kv_cache.dtype == FP8_DTYPE:
+        flat[0, slots] = quantize_fp8(key, k_scale)
+        flat[1, slots] = quantize_fp8(value, v_scale)
+    else:
+        flat[0, slots] = key.to(kv_cache.dtype)
+        flat[1, slots] = value.to(kv_cache.dtype)
 
 
 def paged_attention_ref(
@@ -26,6 +63,8 @@ def paged_attention_ref(
     block_tables: torch.Tensor,
     scale: float,
     sliding_window: int | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new tokens over its whole cached context.
 
@@ -34,6 +73,7 @@ def paged_attention_ref(
     seq_lens: (num_seqs,) context length after this step (cached tokens plus new ones).
     block_tables: (num_seqs, max_blocks) block ids of each sequence.
     A sliding window w lets a query at position p see keys at positions > p - w.
+    k_scale / v_scale dequantize an fp8 cache (see the module docstring).
     Returns (num_tokens, num_heads, head_dim) in the query dtype.
     """
     block_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
@@ -44,11 +84,13 @@ def paged_attention_ref(
     for i, seq_len in enumerate(seq_lens.tolist()):
         q = query[starts[i] : starts[i + 1]]  # (q_len, heads, head_dim)
         q_len = q.shape[0]
+        if q_len == 0:
+            continue  # padded sequence slot
         num_blocks = -(-seq_len // block_size)
         blocks = block_tables[i, :num_blocks].long()
         kv = kv_cache[:, blocks].flatten(1, 2)[:, :seq_len]  # (2, seq_len, kv_heads, head_dim)
-        k = kv[0].repeat_interleave(group, dim=1).float()
-        v = kv[1].repeat_interleave(group, dim=1).float()
+        k = _cache_plane(kv[0], k_scale).repeat_interleave(group, dim=1)
+        v = _cache_plane(kv[1], v_scale).repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale  # (heads, q_len, seq_len)
         q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)[:, None]
         k_pos = torch.arange(seq_len, device=query.device)[None, :]

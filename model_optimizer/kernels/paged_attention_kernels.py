@@ -1,0 +1,161 @@
+"""Triton programs of the paged attention (the launcher lives in `paged_attention.py`).
+
+`_paged_attention_kernel`: grid (query tiles, kv heads, splits). One program loads each K/V
+tile of one sequence and one KV head once and uses it for a tile of BLOCK_Q query tokens times
+all GROUP query heads that share that KV head (rows = token-major, head-minor). Decode tokens
+get one tile each (BLOCK_Q = 1), prefill chunks several. Softmax is online, in fp32, base 2.
+
+Query tiles are numbered without a host-side prefix sum: sequence i owns the tile ids
+[query_start_loc[i] // BLOCK_Q + i, query_start_loc[i + 1] // BLOCK_Q + i + 1), a range at least
+as long as its cdiv(q_len, BLOCK_Q) tiles, so the grid (num_tokens // BLOCK_Q + num_seqs) depends
+on shapes only; a program finds its sequence by binary search and spare programs exit.
+
+With NUM_SPLITS > 1 (flash decoding) each program covers one slice of the key range and writes
+its unnormalised output with its running max and sum; `_reduce_splits_kernel` merges them.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+_LOG2E = tl.constexpr(1.4426950408889634)
+_NEG_BIG = tl.constexpr(-1.0e30)  # finite "minus infinity": keeps exp2(m_old - m_new) free of NaN
+
+
+@triton.jit
+def _find_sequence(tile, qsl_ptr, num_seqs, BLOCK_Q: tl.constexpr):
+    """Largest sequence index i with first_tile(i) <= tile (binary search over query_start_loc)."""
+    lo = tl.zeros([], dtype=tl.int32)
+    hi = tl.zeros([], dtype=tl.int32) + num_seqs
+    while lo < hi:
+        mid = (lo + hi) // 2
+        first = tl.load(qsl_ptr + mid) // BLOCK_Q
+        if BLOCK_Q > 1:
+            first += mid
+        go_right = first <= tile
+        lo = tl.where(go_right, mid + 1, lo)
+        hi = tl.where(go_right, hi, mid)
+    return lo - 1
+
+
+@triton.jit
+def _paged_attention_kernel(
+    out_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr,
+    q_ptr, cache_ptr, qsl_ptr, seq_lens_ptr, block_tables_ptr, k_scale_ptr, v_scale_ptr,
+    scale, sliding_window, num_seqs, num_heads,
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_plane, stride_block, stride_offset, stride_head, stride_bt,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    USE_WINDOW: tl.constexpr, HAS_SCALES: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    seq = _find_sequence(tile, qsl_ptr, num_seqs, BLOCK_Q)
+    first_tile = tl.load(qsl_ptr + seq) // BLOCK_Q
+    if BLOCK_Q > 1:
+        first_tile += seq
+    q_start = tl.load(qsl_ptr + seq)
+    q_len = tl.load(qsl_ptr + seq + 1) - q_start
+    t0 = (tile - first_tile) * BLOCK_Q  # first token of this tile within the sequence's chunk
+    if t0 >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq)
+    num_cached = seq_len - q_len
+
+    BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_PAD
+    rows = tl.arange(0, BLOCK_M)
+    tok = t0 + rows // GROUP_PAD  # (BLOCK_M,) token index within the chunk
+    head_in_group = rows % GROUP_PAD
+    row_ok = (tok < q_len) & (head_in_group < GROUP)
+    head = kv_head * GROUP + head_in_group
+    dims = tl.arange(0, HEAD_DIM_PAD)
+    dim_ok = dims < HEAD_DIM
+    q_rows = (q_start + tok).to(tl.int64)
+    q = tl.load(q_ptr + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
+                mask=row_ok[:, None] & dim_ok[None, :], other=0.0).to(DOT_DTYPE)  # (BLOCK_M, HEAD_DIM_PAD)
+    q_pos = num_cached + tok
+
+    # keys this tile can see: [kv_lo, kv_hi), then this program's split of it
+    kv_hi = num_cached + tl.minimum(t0 + BLOCK_Q, q_len)
+    kv_lo = tl.zeros([], dtype=tl.int32)
+    if USE_WINDOW:
+        kv_lo = tl.maximum(num_cached + t0 - sliding_window + 1, 0)
+        kv_lo = (kv_lo // TILE_N) * TILE_N
+    if NUM_SPLITS > 1:
+        part = tl.cdiv(tl.cdiv(kv_hi - kv_lo, NUM_SPLITS), TILE_N) * TILE_N
+        kv_lo = kv_lo + split * part
+        kv_hi = tl.minimum(kv_lo + part, kv_hi)
+
+    qk_scale = scale * _LOG2E
+    if HAS_SCALES:
+        qk_scale = qk_scale * tl.load(k_scale_ptr)
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + _NEG_BIG
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    cols = tl.arange(0, TILE_N)
+    table = block_tables_ptr + seq.to(tl.int64) * stride_bt
+    head_off = kv_head.to(tl.int64) * stride_head
+    for start in range(kv_lo, kv_hi, TILE_N):
+        pos = start + cols  # (TILE_N,) key positions
+        pos_ok = pos < kv_hi
+        block = tl.load(table + pos // BLOCK_SIZE, mask=pos_ok, other=0).to(tl.int64)
+        slot_off = block * stride_block + (pos % BLOCK_SIZE) * stride_offset + head_off
+        kv_mask = pos_ok[None, :] & dim_ok[:, None]
+        k = tl.load(cache_ptr + slot_off[None, :] + dims[:, None], mask=kv_mask, other=0.0)  # (D, TILE_N)
+        s = tl.dot(q, k.to(DOT_DTYPE)) * qk_scale  # (BLOCK_M, TILE_N), log2 units
+        visible = (pos[None, :] <= q_pos[:, None]) & pos_ok[None, :]
+        if USE_WINDOW:
+            visible = visible & (pos[None, :] > q_pos[:, None] - sliding_window)
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(cache_ptr + stride_plane + slot_off[:, None] + dims[None, :],
+                    mask=pos_ok[:, None] & dim_ok[None, :], other=0.0)  # (TILE_N, D)
+        acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v.to(DOT_DTYPE))
+        m_i = m_new
+    if HAS_SCALES:
+        acc = acc * tl.load(v_scale_ptr)
+
+    out_mask = row_ok[:, None] & dim_ok[None, :]
+    if NUM_SPLITS == 1:
+        l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+        o = acc / l_safe[:, None]
+        tl.store(out_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
+                 o.to(out_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        part_row = (q_rows * num_heads + head) * NUM_SPLITS + split  # partials: (tokens, heads, splits)
+        tl.store(part_max_ptr + part_row, m_i, mask=row_ok)
+        tl.store(part_sum_ptr + part_row, l_i, mask=row_ok)
+        tl.store(part_acc_ptr + part_row[:, None] * HEAD_DIM_PAD + dims[None, :], acc, mask=out_mask)
+
+
+@triton.jit
+def _reduce_splits_kernel(
+    out_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, qsl_ptr,
+    num_seqs, num_heads, stride_ot, stride_oh,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+):
+    """Merge the per-split partial results of one (token, head); tokens past the batch get zeros."""
+    token = tl.program_id(0)
+    head = tl.program_id(1)
+    num_tokens_in_batch = tl.load(qsl_ptr + num_seqs)
+    in_batch = token < num_tokens_in_batch
+    splits = tl.arange(0, SPLITS_PAD)
+    split_ok = (splits < NUM_SPLITS) & ((splits * 0 + token) < num_tokens_in_batch)
+    dims = tl.arange(0, HEAD_DIM_PAD)
+    row = (token.to(tl.int64) * num_heads + head) * NUM_SPLITS + splits
+    m = tl.load(part_max_ptr + row, mask=split_ok, other=_NEG_BIG)
+    s = tl.load(part_sum_ptr + row, mask=split_ok, other=0.0)
+    acc = tl.load(part_acc_ptr + row[:, None] * HEAD_DIM_PAD + dims[None, :], mask=split_ok[:, None], other=0.0)
+    m_all = tl.max(m, axis=0)
+    w = tl.where(split_ok, tl.exp2(m - m_all), 0.0)
+    denom = tl.sum(w * s, axis=0)
+    o = tl.sum(w[:, None] * acc, axis=0) / tl.where(denom > 0.0, denom, 1.0)
+    o = tl.where(in_batch, o, 0.0)
+    tl.store(out_ptr + token.to(tl.int64) * stride_ot + head * stride_oh + dims, o.to(out_ptr.dtype.element_ty),
+             mask=dims < HEAD_DIM)
