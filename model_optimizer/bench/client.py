@@ -1,0 +1,215 @@
+"""The HTTP client: one httpx.AsyncClient on one event loop, timing every streamed chunk.
+
+Each request records when the load generator wanted to send it, when it was sent, when each
+token-carrying chunk arrived, when it ended, how many tokens came back and, if it failed, why.
+Times are seconds from the start of the run (time.perf_counter based).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import httpx
+
+from model_optimizer.bench.workloads import BenchRequest
+from model_optimizer.config import check_choice
+
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "embeddings": "/v1/embeddings"}
+
+
+@dataclass
+class ClientConfig:
+    """Where and how to send requests."""
+
+    base_url: str = "http://127.0.0.1:8000"
+    """Server root (the part before /v1)."""
+
+    endpoint: Literal["completions", "chat", "embeddings"] = "completions"
+    """API to measure: streamed /v1/completions or /v1/chat/completions, or /v1/embeddings."""
+
+    model: str | None = None
+    """Model name sent in each request. Empty: the first model listed by GET /v1/models."""
+
+    api_key: str | None = None
+    """Bearer token sent as Authorization header (default: $OPENAI_API_KEY when set)."""
+
+    ignore_eos: bool = True
+    """Ask the server to keep generating past end-of-sequence so outputs have the requested length (vLLM extension)."""
+
+    temperature: float | None = None
+    """Sampling temperature sent with each request (default: the server's)."""
+
+    request_timeout: float = 600.0
+    """Seconds before a request counts as a timeout error."""
+
+    def __post_init__(self) -> None:
+        check_choice(self, "endpoint")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        self.base_url = self.base_url.rstrip("/").removesuffix("/v1")
+        if self.request_timeout <= 0:
+            raise ValueError(f"request_timeout must be positive, got {self.request_timeout}")
+
+
+@dataclass
+class RequestRecord:
+    """What happened to one request."""
+
+    index: int
+    prompt_len: int
+    output_len_requested: int
+    scheduled: float = 0.0
+    """When the load generator wanted it sent (arrival time, or when a concurrency slot freed)."""
+    send: float = 0.0
+    """When the HTTP call started."""
+    end: float = 0.0
+    chunk_times: list[float] = field(default_factory=list)
+    """Arrival time of each chunk that carried output text."""
+    output_tokens: int = 0
+    prompt_tokens: int | None = None
+    """From the server's `usage`, when it reports it."""
+    usage_reported: bool = False
+    error: str | None = None
+    """None on success; else http_<status>, timeout, connection, malformed_stream, stream_error or other."""
+    error_detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def ttft(self) -> float | None:
+        return self.chunk_times[0] - self.send if self.chunk_times else None
+
+    @property
+    def e2e(self) -> float:
+        return self.end - self.send
+
+
+class StreamError(Exception):
+    """The server's stream broke the SSE/OpenAI format or reported an error."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+class BenchClient:
+    """Send prepared requests and time them; use as `async with BenchClient(cfg, pool, t0) as c`."""
+
+    def __init__(self, cfg: ClientConfig, max_connections: int | None, t0: float) -> None:
+        self.cfg = cfg
+        self.t0 = t0
+        self.url = cfg.base_url + PATHS[cfg.endpoint]
+        self.streaming = cfg.endpoint != "embeddings"
+        headers = {"Content-Type": "application/json"}
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        timeout = httpx.Timeout(cfg.request_timeout, pool=None)
+        self.http = httpx.AsyncClient(http1=True, limits=limits, timeout=timeout, headers=headers)
+
+    async def __aenter__(self) -> "BenchClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.http.aclose()
+
+    def body(self, req: BenchRequest) -> bytes:
+        """The JSON body for `req`, encoded ahead of the run so sending costs no serialization."""
+        cfg = self.cfg
+        payload: dict = {"model": cfg.model}
+        if cfg.endpoint == "embeddings":
+            payload["input"] = req.prompt
+            return json.dumps(payload).encode()
+        if cfg.endpoint == "chat":
+            payload["messages"] = [{"role": "user", "content": req.prompt}]
+        else:
+            payload["prompt"] = req.prompt
+        payload.update(max_tokens=req.output_len, stream=True, stream_options={"include_usage": True})
+        if cfg.ignore_eos:
+            payload["ignore_eos"] = True
+        if cfg.temperature is not None:
+            payload["temperature"] = cfg.temperature
+        return json.dumps(payload).encode()
+
+    async def send(self, index: int, req: BenchRequest, body: bytes, scheduled: float) -> RequestRecord:
+        """Send one request and return its record; never raises for request failures."""
+        rec = RequestRecord(index, req.prompt_len, req.output_len, scheduled=scheduled - self.t0)
+        rec.send = time.perf_counter() - self.t0
+        try:
+            async with self.http.stream("POST", self.url, content=body) as resp:
+                if resp.status_code != 200:
+                    text = (await resp.aread()).decode(errors="replace")
+                    rec.error, rec.error_detail = f"http_{resp.status_code}", text[:300]
+                elif self.streaming:
+                    await self._read_stream(resp, rec)
+                else:
+                    self._read_embedding(await resp.aread(), rec)
+        except httpx.TimeoutException as exc:
+            rec.error, rec.error_detail = "timeout", repr(exc)
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            rec.error, rec.error_detail = "connection", repr(exc)
+        except StreamError as exc:
+            rec.error, rec.error_detail = exc.kind, str(exc)[:300]
+        except httpx.HTTPError as exc:
+            rec.error, rec.error_detail = "other", repr(exc)
+        rec.end = time.perf_counter() - self.t0
+        return rec
+
+    async def _read_stream(self, resp: httpx.Response, rec: RequestRecord) -> None:
+        chat = self.cfg.endpoint == "chat"
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:"):
+                continue  # blank separators, comments and event: lines
+            arrived = time.perf_counter() - self.t0
+            data = line[5:].strip()
+            if data == "[DONE]":
+                if not rec.usage_reported:
+                    rec.output_tokens = len(rec.chunk_times)
+                return
+            chunk = _parse_chunk(data)
+            if _chunk_text(chunk, chat):
+                rec.chunk_times.append(arrived)
+            usage = chunk.get("usage")
+            if isinstance(usage, dict) and "completion_tokens" in usage:
+                rec.output_tokens = int(usage["completion_tokens"])
+                rec.prompt_tokens = usage.get("prompt_tokens")
+                rec.usage_reported = True
+        raise StreamError("malformed_stream", "stream ended without data: [DONE]")
+
+    def _read_embedding(self, raw: bytes, rec: RequestRecord) -> None:
+        try:
+            body = json.loads(raw)
+            usage = body.get("usage") or {}
+            if not isinstance(body.get("data"), list) or not body["data"]:
+                raise StreamError("malformed_stream", "embeddings response without data")
+        except (json.JSONDecodeError, AttributeError):
+            raise StreamError("malformed_stream", f"embeddings response is not a JSON object: {raw[:100]!r}") from None
+        rec.prompt_tokens = usage.get("prompt_tokens")
+        rec.usage_reported = "prompt_tokens" in usage
+
+
+def _parse_chunk(data: str) -> dict:
+    try:
+        chunk = json.loads(data)
+    except json.JSONDecodeError:
+        raise StreamError("malformed_stream", f"chunk is not JSON: {data[:100]}") from None
+    if not isinstance(chunk, dict):
+        raise StreamError("malformed_stream", f"chunk is not a JSON object: {data[:100]}")
+    if "error" in chunk:
+        raise StreamError("stream_error", json.dumps(chunk["error"])[:300])
+    return chunk
+
+
+def _chunk_text(chunk: dict, chat: bool) -> str:
+    choices = chunk.get("choices")
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        return ""
+    if not chat:
+        return choices[0].get("text") or ""
+    delta = choices[0].get("delta") or {}
+    return delta.get("content") or delta.get("reasoning_content") or ""

@@ -1,0 +1,61 @@
+"""Measure the client's own cost, so a slow client is never mistaken for a slow server.
+
+Event-loop lag: a task asks to wake every `interval` seconds and records how late it woke;
+a busy loop also delays every chunk timestamp by about that much. CPU: process CPU seconds
+per wall second (1.0 is one core fully busy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from model_optimizer.bench.client import RequestRecord
+from model_optimizer.bench.metrics import distribution
+
+LAG_WARN_MS = 10.0
+CPU_WARN = 0.9
+
+
+class LoopLagMonitor:
+    """Background task sampling event-loop lag; `start()` then `await stop()`."""
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval = interval
+        self.lags: list[float] = []
+        self._task: asyncio.Task | None = None
+        self._cpu0 = self._wall0 = 0.0
+
+    def start(self) -> None:
+        self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            target = time.perf_counter() + self.interval
+            await asyncio.sleep(self.interval)
+            self.lags.append(max(0.0, time.perf_counter() - target))
+
+    async def stop(self) -> dict:
+        """Cancel the sampler and return the lag distribution and CPU use."""
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        wall = time.perf_counter() - self._wall0
+        cpu = (time.process_time() - self._cpu0) / wall if wall > 0 else 0.0
+        return {"loop_lag_ms": distribution(self.lags), "cpu_per_wall_s": cpu}
+
+
+def overhead_report(records: list[RequestRecord], loop: dict) -> dict:
+    """Client overhead: loop lag, CPU and send lag (actual minus scheduled send), with warnings."""
+    send_lag = distribution([max(0.0, r.send - r.scheduled) for r in records])
+    warnings = []
+    for name, dist in (("event-loop lag", loop["loop_lag_ms"]), ("send lag", send_lag)):
+        if dist["p99"] is not None and dist["p99"] > LAG_WARN_MS:
+            warnings.append(f"{name} p99 is {dist['p99']:.1f} ms: the client may be limiting the measurement")
+    if loop["cpu_per_wall_s"] > CPU_WARN:
+        warnings.append(f"the client used {loop['cpu_per_wall_s']:.2f} CPU cores: it may be the bottleneck")
+    return loop | {"send_lag_ms": send_lag, "warnings": warnings}

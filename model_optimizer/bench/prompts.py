@@ -1,0 +1,76 @@
+"""Build prompts of a chosen token length: random token ids, or text.
+
+Text is built with the user's tokenizer when one is given (random ids decoded, re-encoded and
+trimmed until the length is exact) and otherwise from common English words, which most
+tokenizers encode as about one token each (the server's `usage` then reports the true count).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+WORDS = (
+    "the of and to in is it you that he was for on are with as his they be at one have this from or had by "
+    "word but what some we can out other were all there when up use your how said an each she which do their "
+    "time if will way about many then them write would like so these her long make thing see him two has look "
+    "more day could go come did number sound no most people my over know water than call first who may down "
+    "side been now find any new work part take get place made live where after back little only round man year "
+    "came show every good me give our under name very through just form sentence great think say help low line"
+).split()
+
+TOKEN_ID_OFFSET = 100
+"""Random ids start here, away from the special tokens most vocabularies put first."""
+
+
+class PromptMaker:
+    """Make prompts of `n` tokens, as id lists or as text."""
+
+    def __init__(self, rng: np.random.Generator, vocab_size: int, tokenizer_path: str | None = None) -> None:
+        self.rng = rng
+        self.vocab_size = vocab_size
+        self.tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path else None
+        if self.tokenizer is not None:
+            self.vocab_size = min(vocab_size, self.tokenizer.get_vocab_size())
+
+    def token_ids(self, n: int) -> list[int]:
+        """`n` random token ids."""
+        high = TOKEN_ID_OFFSET + self.vocab_size if self.tokenizer is None else self.vocab_size
+        low = TOKEN_ID_OFFSET if self.tokenizer is None else min(TOKEN_ID_OFFSET, high - 1)
+        return self.rng.integers(low, high, size=n).tolist()
+
+    def text(self, n: int) -> tuple[str, int]:
+        """Text of about `n` tokens, exactly `n` when a tokenizer is loaded; returns (text, token count)."""
+        if self.tokenizer is None:
+            return " ".join(self.rng.choice(WORDS, size=n).tolist()), n
+        ids = self.token_ids(n)
+        for _ in range(4):  # decode/encode is not a bijection; a few rounds settle the length
+            text = self.tokenizer.decode(ids)
+            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+            if len(ids) == n:
+                return text, n
+            ids = ids[:n] if len(ids) > n else ids + self.token_ids(n - len(ids))
+        text = self.tokenizer.decode(ids)
+        return text, len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens in `text` with the loaded tokenizer, else an estimate (4 characters per token)."""
+        if self.tokenizer is None:
+            return max(1, round(len(text) / 4))
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+def load_tokenizer(path: str):
+    """A `tokenizers.Tokenizer` from a folder holding tokenizer.json, or from the file itself."""
+    from tokenizers import Tokenizer
+
+    file = Path(path)
+    if file.is_dir():
+        file = file / "tokenizer.json"
+    if not file.is_file():
+        raise ValueError(f"tokenizer: no tokenizer.json at {path} (give the model or tokenizer folder)")
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as exc:  # the library raises its own exception type on bad files
+        raise ValueError(f"tokenizer: cannot read {file}: {exc}") from None

@@ -1,0 +1,162 @@
+"""Save and show results: one JSON per run (atomic), CSV files, a summary table, report.html."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import platform
+import re
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from model_optimizer.bench.client import RequestRecord
+from model_optimizer.bench.metrics import LATENCIES, STATS
+
+SCHEMA = "mopt-bench-run/1"
+RATE_KEYS = ("request_rate", "output_throughput", "total_throughput", "goodput")
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "run"
+
+
+def atomic_write(path: str | Path, data: str | bytes) -> None:
+    """Write to a temp file in the same folder, then rename over `path`."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_json(path: str | Path, result: dict) -> None:
+    atomic_write(path, json.dumps({k: v for k, v in result.items() if k != "path"}, indent=1))
+
+
+def load_run(path: str) -> dict:
+    """Read a run JSON written by `mopt bench`, with a clear error for anything else."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc.msg})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not a run file written by mopt bench (schema {SCHEMA})")
+    return data
+
+
+def record_to_dict(rec: RequestRecord) -> dict:
+    return {
+        "index": rec.index,
+        "prompt_len": rec.prompt_len,
+        "prompt_tokens": rec.prompt_tokens,
+        "output_len_requested": rec.output_len_requested,
+        "output_tokens": rec.output_tokens,
+        "scheduled": round(rec.scheduled, 6),
+        "send": round(rec.send, 6),
+        "end": round(rec.end, 6),
+        "ttft": None if rec.ttft is None else round(rec.ttft, 6),
+        "error": rec.error,
+        "error_detail": rec.error_detail,
+        "chunk_times": [round(t, 6) for t in rec.chunk_times],
+    }
+
+
+def environment() -> dict:
+    import httpx
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "hostname": socket.gethostname(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "httpx": httpx.__version__,
+        "client_cpus": cpus,
+    }
+
+
+def flat_summary(result: dict) -> dict[str, float | int | str | None]:
+    """One flat row of a run's headline figures (for CSV and compare)."""
+    s = result["summary"]
+    row: dict = {"label": result["label"], "num_requests": s["num_requests"], "num_failed": s["num_failed"],
+                 "duration_s": s["duration_s"]}
+    row |= {k: s[k] for k in RATE_KEYS if k in s}
+    for metric in LATENCIES:
+        for stat in STATS:
+            row[f"{metric}_{stat}_ms"] = s[f"{metric}_ms"][stat]
+    if "slo_attainment" in s:
+        row["slo_attainment"] = s["slo_attainment"]
+    row["client_send_lag_p99_ms"] = result["client_overhead"]["send_lag_ms"]["p99"]
+    row["client_loop_lag_p99_ms"] = result["client_overhead"]["loop_lag_ms"]["p99"]
+    return row
+
+
+def _csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def write_outputs(results: list[dict], output_dir: str) -> None:
+    """summary.csv (a row per run), requests CSV per run, and report.html with plots."""
+    from model_optimizer.bench.html import write_html
+
+    out = Path(output_dir)
+    atomic_write(out / "summary.csv", _csv([flat_summary(r) for r in results]))
+    for result in results:
+        rows = [{k: v for k, v in req.items() if k != "chunk_times"} | {"num_chunks": len(req["chunk_times"])}
+                for req in result["requests"]]
+        if rows:
+            atomic_write(Path(result["path"]).with_suffix(".requests.csv"), _csv(rows))
+    write_html(results, out)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def print_summary(console: Console, result: dict) -> None:
+    """A rich table with a run's throughput, latency percentiles, errors and warnings."""
+    s = result["summary"]
+    title = f"{result['label']}: {s['num_ok']}/{s['num_requests']} ok in {s['duration_s']:.2f} s"
+    table = Table(title=title, title_justify="left")
+    table.add_column("latency (ms)")
+    for stat in STATS:
+        table.add_column(stat, justify="right")
+    for metric in LATENCIES:
+        table.add_row(metric.upper(), *(_ms(s[f"{metric}_ms"][stat]) for stat in STATS))
+    console.print(table)
+    line = (f"requests {s['request_rate']:.2f}/s  output {s['output_throughput']:.1f} tok/s  "
+            f"total {s['total_throughput']:.1f} tok/s")
+    if "goodput" in s:
+        verdict = "[green]met[/]" if s["slo_met"] else "[red]missed[/]"
+        line += f"  goodput {s['goodput']:.2f} req/s ({s['slo_attainment']:.0%} of requests)  SLO {verdict}"
+    console.print(line)
+    if s["errors"]:
+        console.print("[red]errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(s["errors"].items())) + "[/]")
+    overhead = result["client_overhead"]
+    console.print(f"client: loop lag p99 {_ms(overhead['loop_lag_ms']['p99'])} ms, send lag p99 "
+                  f"{_ms(overhead['send_lag_ms']['p99'])} ms, {overhead['cpu_per_wall_s']:.2f} CPU")
+    for warning in overhead["warnings"]:
+        console.print(f"[yellow]warning: {warning}[/]")
+    server = result["server_metrics"]
+    if server.get("available"):
+        parts = [f"{k} {server[k]:.3g}" for k in ("kv_cache_usage_max", "preemptions", "prefix_cache_hit_rate") if k in server]
+        console.print("server: " + (", ".join(parts) or "/metrics has none of the known vLLM-style names"))
+    if "path" in result:
+        console.print(f"saved {result['path']}")

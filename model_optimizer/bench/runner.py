@@ -1,0 +1,170 @@
+"""Run a whole benchmark: prepare requests, run each planned load, watch the server, save results.
+
+`run_benchmark` is what `mopt bench` calls; every run is written to disk as soon as it ends,
+so an interrupted sweep keeps the runs it finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+from rich.console import Console
+
+from model_optimizer.bench import report, sweep
+from model_optimizer.bench.client import BenchClient, ClientConfig, RequestRecord
+from model_optimizer.bench.load import DEFAULT_NUM_REQUESTS, LoadConfig, RunPlan, plan_from_config, run_load
+from model_optimizer.bench.metrics import SloThreshold, parse_slo, summarize
+from model_optimizer.bench.overhead import LoopLagMonitor, overhead_report
+from model_optimizer.bench.progress import RunProgress
+from model_optimizer.bench.scrape import MetricsScraper
+from model_optimizer.bench.telemetry import GpuSampler, is_local
+from model_optimizer.bench.workloads import BenchRequest, WorkloadConfig, build_workload
+
+
+@dataclass
+class OutputConfig:
+    """What to record and where to write it."""
+
+    output_dir: str = "bench-results"
+    """Folder for run JSON files, CSV files, plots and report.html."""
+
+    slo: str | None = None
+    """Service-level objectives for goodput, e.g. ttft_p99=200ms,tpot_p99=30ms (metrics ttft, tpot, itl, e2e)."""
+
+    metrics_interval: float = 1.0
+    """Seconds between scrapes of the server's /metrics during a run (0: only before and after)."""
+
+    gpu_telemetry: bool = True
+    """Sample GPU utilization, memory and power through NVML when the server is on this machine."""
+
+    progress: bool = True
+    """Show a live progress bar."""
+
+    label: str | None = None
+    """Name stored with the results and shown by compare (default: endpoint and load)."""
+
+    def __post_init__(self) -> None:
+        parse_slo(self.slo)
+        if self.metrics_interval < 0:
+            raise ValueError(f"metrics_interval must be >= 0, got {self.metrics_interval}")
+
+
+@dataclass
+class BenchSetup:
+    """Everything one `mopt bench` invocation needs."""
+
+    client: ClientConfig
+    workload: WorkloadConfig
+    load: LoadConfig
+    output: OutputConfig
+
+
+def run_benchmark(setup: BenchSetup, console: Console | None = None) -> list[dict]:
+    """Run every planned load of `setup`, write results, and return the run results."""
+    console = console or Console()
+    Path(setup.output.output_dir).mkdir(parents=True, exist_ok=True)
+    results = asyncio.run(_run_all(setup, console))
+    report.write_outputs(results, setup.output.output_dir)
+    return results
+
+
+async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
+    if setup.client.model is None:
+        setup.client.model = await discover_model(setup.client)
+    load = setup.load
+    num = load.num_requests
+    if num is None and load.duration is None and load.load_mode != "trace":
+        num = DEFAULT_NUM_REQUESTS
+    requests = build_workload(setup.workload, setup.client.endpoint, num)
+    probe = BenchClient(setup.client, 1, 0.0)
+    bodies = [probe.body(r) for r in requests]
+    await probe.http.aclose()
+    runner = _Runner(setup, requests, bodies, console)
+    if load.load_mode != "sweep":
+        return [await runner.run(plan_from_config(load))]
+    low = await runner.run(sweep.baseline_plan(load))
+    high = await runner.run(sweep.saturation_plan(load))
+    rates = sweep.plan_sweep_rates(low["summary"]["request_rate"], high["summary"]["request_rate"], load.sweep_num_rates)
+    if not rates:
+        console.print("[yellow]saturation is no faster than one at a time: no rates to sweep between[/]")
+    for plan in sweep.rate_plans(load, rates):
+        await runner.run(plan)
+    return runner.results
+
+
+async def discover_model(cfg: ClientConfig) -> str:
+    """The first model id listed by GET /v1/models."""
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
+    try:
+        async with httpx.AsyncClient(timeout=10.0, headers=headers) as http:
+            resp = await http.get(cfg.base_url + "/v1/models")
+            resp.raise_for_status()
+            return resp.json()["data"][0]["id"]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ValueError(f"no --model given and GET {cfg.base_url}/v1/models did not list one ({exc!r})") from None
+
+
+class _Runner:
+    """Runs plans one after another, numbering and saving each result."""
+
+    def __init__(self, setup: BenchSetup, requests: list[BenchRequest], bodies: list[bytes], console: Console):
+        self.setup, self.requests, self.bodies, self.console = setup, requests, bodies, console
+        self.slos: list[SloThreshold] = parse_slo(setup.output.slo)
+        self.results: list[dict] = []
+
+    async def run(self, plan: RunPlan) -> dict:
+        out = self.setup.output
+        client_cfg = self.setup.client
+        headers = {"Authorization": f"Bearer {client_cfg.api_key}"} if client_cfg.api_key else None
+        scraper = MetricsScraper(client_cfg.base_url, out.metrics_interval, headers)
+        gpu = GpuSampler()
+        if out.gpu_telemetry and is_local(client_cfg.base_url):
+            gpu.start()
+        else:
+            gpu.reason = "disabled" if not out.gpu_telemetry else "server is not on this machine"
+        await scraper.start()
+        monitor = LoopLagMonitor()
+        started_at = time.time()
+        total = len(self.requests) if plan.mode == "trace" else plan.num_requests
+        progress = RunProgress(plan.label, total, plan.duration, enabled=out.progress, console=self.console)
+        rng = np.random.default_rng(self.setup.workload.seed + len(self.results))
+        async with BenchClient(client_cfg, plan.max_connections(), 0.0) as client:
+            monitor.start()
+            with progress:
+                records = await run_load(client, plan, self.requests, self.bodies, rng, progress.record)
+            loop = await monitor.stop()
+        result = self._result(plan, records, started_at, loop, await scraper.stop(), gpu.stop())
+        self.results.append(result)
+        path = Path(out.output_dir) / f"run-{len(self.results):02d}-{report.slug(plan.label)}.json"
+        report.write_json(path, result)
+        result["path"] = str(path)
+        report.print_summary(self.console, result)
+        return result
+
+    def _result(self, plan, records: list[RequestRecord], started_at, loop, server, gpu) -> dict:
+        client_cfg = dataclasses.asdict(self.setup.client) | {"api_key": "***" if self.setup.client.api_key else None}
+        return {
+            "schema": report.SCHEMA,
+            "label": self.setup.output.label or f"{self.setup.client.endpoint} {plan.label}",
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_at)),
+            "plan": dataclasses.asdict(plan),
+            "config": {
+                "client": client_cfg,
+                "workload": dataclasses.asdict(self.setup.workload),
+                "load": dataclasses.asdict(self.setup.load),
+                "slo": self.setup.output.slo,
+            },
+            "environment": report.environment(),
+            "summary": summarize(records, self.slos),
+            "client_overhead": overhead_report(records, loop),
+            "server_metrics": server,
+            "gpu": gpu,
+            "requests": [report.record_to_dict(r) for r in records],
+        }
+

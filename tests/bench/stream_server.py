@@ -1,0 +1,129 @@
+"""A small real OpenAI-style server for bench tests: streams tokens with known delays.
+
+The model name picks the behaviour: "tiny" answers normally; "fail-500" returns HTTP 500;
+"broken" sends a chunk that is not JSON; "no-done" ends the stream without [DONE];
+"no-usage" never reports usage. Delays come from the app's `settings` (seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+
+def create_app(ttft: float = 0.05, itl: float = 0.02) -> FastAPI:
+    app = FastAPI()
+    app.state.settings = {"ttft": ttft, "itl": itl}
+    app.state.counters = {"requests": 0, "running": 0}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": "tiny", "object": "model"}]}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        c = app.state.counters
+        text = (
+            "# TYPE vllm:num_preemptions counter\n"
+            f'vllm:num_preemptions_total{{model_name="tiny"}} {c["requests"] // 4}\n'
+            "# TYPE vllm:prefix_cache_queries counter\n"
+            f'vllm:prefix_cache_queries_total{{model_name="tiny"}} {c["requests"] * 100}\n'
+            "# TYPE vllm:prefix_cache_hits counter\n"
+            f'vllm:prefix_cache_hits_total{{model_name="tiny"}} {c["requests"] * 25}\n'
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f'vllm:kv_cache_usage_perc{{model_name="tiny"}} {min(1.0, c["running"] / 10)}\n'
+        )
+        return PlainTextResponse(text)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await _generate(app, await request.json(), chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        return await _generate(app, await request.json(), chat=True)
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request):
+        body = await request.json()
+        if body.get("model") == "fail-500":
+            return JSONResponse({"error": {"message": "boom"}}, status_code=500)
+        await asyncio.sleep(app.state.settings["ttft"])
+        n = len(body["input"]) if isinstance(body["input"], list) else len(body["input"].split())
+        return {"object": "list", "data": [{"index": 0, "embedding": [0.1, 0.2]}],
+                "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+    return app
+
+
+async def _generate(app: FastAPI, body: dict, chat: bool):
+    model = body.get("model")
+    if model == "fail-500":
+        return JSONResponse({"error": {"message": "internal error"}}, status_code=500)
+    settings, counters = app.state.settings, app.state.counters
+    counters["requests"] += 1
+    n = int(body.get("max_tokens", 16))
+    prompt = body["messages"][0]["content"] if chat else body["prompt"]
+    prompt_tokens = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage")) and model != "no-usage"
+
+    def chunk(text: str | None, usage: dict | None = None) -> str:
+        if chat:
+            choices = [] if usage else [{"index": 0, "delta": {"content": text} if text else {"role": "assistant"}}]
+        else:
+            choices = [] if usage else [{"index": 0, "text": text}]
+        return "data: " + json.dumps({"id": "x", "choices": choices, "usage": usage}) + "\n\n"
+
+    async def stream():
+        counters["running"] += 1
+        try:
+            if chat:
+                yield chunk(None)  # role-only first chunk, no content: must not count as the first token
+            await asyncio.sleep(settings["ttft"])
+            for i in range(n):
+                if i:
+                    await asyncio.sleep(settings["itl"])
+                if model == "broken" and i == 1:
+                    yield "data: {not json\n\n"
+                    return
+                yield chunk(f" t{i}")
+            if include_usage:
+                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+                yield chunk(None, usage)
+            if model != "no-done":
+                yield "data: [DONE]\n\n"
+        finally:
+            counters["running"] -= 1
+
+    return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+class ServerThread:
+    """Run an app with uvicorn on 127.0.0.1 and an OS-chosen port, in a background thread."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "ServerThread":
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("test server did not start")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
