@@ -1,0 +1,28 @@
+"""Model-Optimizer: from a Hugging Face checkpoint to a fast, correct, monitored service.
+
+Public API: `LLM`, `SamplingParams`, `EngineConfig`. Imports are lazy, so `import model_optimizer`
+(and the torch-free engine core) stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LLM", "SamplingParams", "EngineConfig"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LLM":
+        from model_optimizer.llm import LLM
+
+        return LLM
+    if name == "SamplingParams":
+        from model_optimizer.sampling_params import SamplingParams
+
+        return SamplingParams
+    if name == "EngineConfig":
+        from model_optimizer.config import EngineConfig
+
+        return EngineConfig
+    raise AttributeError(f"module 'model_optimizer' has no attribute {name!r}")

@@ -1,0 +1,59 @@
+"""What the engine returns: one RequestOutput per user request, holding its n completions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from model_optimizer.engine.request import Logprob
+
+
+@dataclass
+class CompletionOutput:
+    """One completion so far (cumulative: text and token ids grow until finish_reason is set)."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[Logprob] | None
+    finish_reason: str | None = None
+    """'stop' (EOS, stop token or stop string), 'length' (max_tokens or context), 'abort', or None while running."""
+    stop_reason: int | str | None = None
+    """The stop string or stop token id that ended it, if any."""
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestMetrics:
+    """Times as seconds since the epoch (time.time())."""
+
+    arrival_time: float
+    first_token_time: float | None = None
+    finished_time: float | None = None
+    num_preemptions: int = 0
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token_time is None else self.first_token_time - self.arrival_time
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    num_cached_tokens: int = 0
+    """Prompt tokens served from the prefix cache instead of being computed."""
+    metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(0.0))
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return sum(len(o.token_ids) for o in self.outputs)

@@ -1,0 +1,277 @@
+"""Token-budget scheduler.
+
+One rule, no prefill or decode phases: every request has `num_computed_tokens` and `num_tokens`,
+and each step hands out at most `max_num_batched_tokens` tokens of work, running requests first,
+then waiting ones in queue order. A prompt longer than what is left of the budget is cut into
+chunks (chunked prefill); a prefix-cache hit just starts a request with tokens already computed.
+When the KV cache runs out of blocks, the lowest-priority, latest-arrived running request is
+preempted: its blocks are freed and it goes back to the waiting queue to be recomputed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from model_optimizer.engine.kv_cache import KVCacheManager
+from model_optimizer.engine.request import Request, RequestStatus
+from model_optimizer.sampling_params import SamplingParams
+
+
+@dataclass
+class NewRequestData:
+    """A request the runner has not seen yet (or is seeing again after preemption)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    """Tokens generated before a preemption; empty for a fresh request."""
+    params: SamplingParams
+    block_ids: list[int]
+    num_computed_tokens: int
+    """Tokens whose KV is already in the cache (prefix hit), so this step starts after them."""
+
+
+@dataclass
+class CachedRequestData:
+    """A request the runner already holds: only what changed since the last step."""
+
+    request_id: str
+    new_block_ids: list[int]
+    num_computed_tokens: int
+
+
+@dataclass
+class SchedulerOutput:
+    """What one engine step computes; the runner needs nothing else."""
+
+    new_requests: list[NewRequestData] = field(default_factory=list)
+    cached_requests: list[CachedRequestData] = field(default_factory=list)
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
+    """Tokens to compute this step, per request id, in batch order."""
+    finished_request_ids: set[str] = field(default_factory=set)
+    """Requests finished, aborted or preempted since the last step: the runner drops their state."""
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return sum(self.num_scheduled_tokens.values())
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.num_scheduled_tokens
+
+
+@dataclass
+class SchedulerConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    enable_chunked_prefill: bool = True
+    policy: str = "fcfs"
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager) -> None:
+        self.config = config
+        self.kv_cache = kv_cache
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+        self.finished_ids: set[str] = set()
+        self.num_preemptions = 0
+        self._arrival_seq = itertools.count()
+        self._order: dict[str, tuple] = {}
+        self._num_sent_blocks: dict[str, int] = {}
+
+    # ----------------------------------------------------------------- admission
+    def add_request(self, request: Request) -> None:
+        self.check_fits(request.num_prompt_tokens, request.max_tokens)
+        seq = next(self._arrival_seq)
+        self._order[request.request_id] = (request.priority, seq) if self.config.policy == "priority" else (seq,)
+        self.requests[request.request_id] = request
+        self._enqueue(request)
+
+    def check_fits(self, num_prompt_tokens: int, max_tokens: int) -> None:
+        """Refuse up front a request that could never run to completion."""
+        limit = self.config.max_model_len
+        if num_prompt_tokens >= limit:
+            raise ValueError(
+                f"prompt has {num_prompt_tokens} tokens, more than max_model_len allows ({limit} including at least one output token)"
+            )
+        if not self.config.enable_chunked_prefill and num_prompt_tokens > self.config.max_num_batched_tokens:
+            raise ValueError(
+                f"prompt has {num_prompt_tokens} tokens and chunked prefill is off: "
+                f"max_num_batched_tokens ({self.config.max_num_batched_tokens}) must cover it"
+            )
+        needed = self.kv_cache.blocks_needed(min(num_prompt_tokens + max_tokens, limit))
+        if needed > self.kv_cache.num_blocks:
+            raise ValueError(
+                f"request needs {needed} KV-cache blocks for {num_prompt_tokens} prompt + {max_tokens} output tokens, "
+                f"but the whole cache has {self.kv_cache.num_blocks}"
+            )
+
+    def abort(self, request_id: str) -> Request | None:
+        """Finish a request now and free its blocks; unknown or finished ids are ignored."""
+        request = self.requests.get(request_id)
+        if request is None or request.finished:
+            return None
+        if request in self.running:
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        request.status = RequestStatus.FINISHED_ABORTED
+        self._finish(request)
+        return request
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ----------------------------------------------------------------- schedule
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput(finished_request_ids=self.finished_ids)
+        self.finished_ids = set()
+        budget = self.config.max_num_batched_tokens
+        preempted = False
+        scheduled_running: list[Request] = []
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            while not self.kv_cache.allocate_slots(request, num_new):
+                victim = self._pick_victim(self.running[i:])
+                self._preempt(victim, out)
+                preempted = True
+                if victim is request:
+                    break
+            else:
+                scheduled_running.append(request)
+                out.num_scheduled_tokens[request.request_id] = num_new
+                budget -= num_new
+                i += 1
+        for request in scheduled_running:
+            out.cached_requests.append(self._cached_data(request))
+        if not preempted:
+            budget = self._schedule_waiting(out, budget)
+        return out
+
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> int:
+        skipped: list[Request] = []
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting[0]
+            if self._waits_for_sibling(request):
+                skipped.append(self.waiting.pop(0))
+                continue
+            computed = self.kv_cache.computed_blocks(request)
+            num_computed = len(computed) * self.kv_cache.block_size
+            num_new = request.num_tokens - num_computed
+            if num_new > budget:
+                if not self.config.enable_chunked_prefill:
+                    break
+                num_new = budget
+            if not self.kv_cache.allocate_slots(request, num_new, computed):
+                break
+            self.waiting.pop(0)
+            request.num_computed_tokens = num_computed
+            if request.num_preemptions == 0 and request.num_output_tokens == 0:
+                request.num_cached_tokens = num_computed
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            out.num_scheduled_tokens[request.request_id] = num_new
+            out.new_requests.append(self._new_data(request))
+            budget -= num_new
+        for request in skipped:
+            self._enqueue(request)
+        return budget
+
+    def _waits_for_sibling(self, request: Request) -> bool:
+        """n > 1 siblings wait until the first has computed the prompt, then share its blocks."""
+        sibling = request.share_prompt_with
+        if sibling is None or sibling.status is not RequestStatus.RUNNING:
+            return False
+        return sibling.num_computed_tokens < request.num_prompt_tokens
+
+    def _pick_victim(self, candidates: list[Request]) -> Request:
+        """Lowest priority, latest arrival among requests not yet scheduled this step."""
+        return max(candidates, key=lambda r: self._order[r.request_id])
+
+    def _preempt(self, request: Request, out: SchedulerOutput) -> None:
+        self.running.remove(request)
+        self.kv_cache.free(request)
+        self._num_sent_blocks.pop(request.request_id, None)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        out.finished_request_ids.add(request.request_id)
+        self._enqueue(request)
+
+    def _enqueue(self, request: Request) -> None:
+        bisect.insort(self.waiting, request, key=lambda r: self._order[r.request_id])
+
+    def _new_data(self, request: Request) -> NewRequestData:
+        block_ids = self.kv_cache.block_ids(request.request_id)
+        self._num_sent_blocks[request.request_id] = len(block_ids)
+        return NewRequestData(
+            request_id=request.request_id,
+            prompt_token_ids=request.prompt_token_ids,
+            output_token_ids=list(request.output_token_ids),
+            params=request.params,
+            block_ids=block_ids,
+            num_computed_tokens=request.num_computed_tokens,
+        )
+
+    def _cached_data(self, request: Request) -> CachedRequestData:
+        block_ids = self.kv_cache.block_ids(request.request_id)
+        sent = self._num_sent_blocks[request.request_id]
+        self._num_sent_blocks[request.request_id] = len(block_ids)
+        return CachedRequestData(request.request_id, block_ids[sent:], request.num_computed_tokens)
+
+    # ----------------------------------------------------------------- update
+    def update_from_output(self, out: SchedulerOutput, sampled: dict[str, tuple[int, object]]) -> list[Request]:
+        """Advance computed counts, append sampled tokens, apply token-level stops.
+
+        `sampled` maps request id to (token id, logprob or None). Returns the requests that got a token.
+        """
+        updated = []
+        for request_id, num_tokens in out.num_scheduled_tokens.items():
+            request = self.requests.get(request_id)
+            if request is None or request.status is not RequestStatus.RUNNING:
+                continue  # aborted while the step ran
+            request.num_computed_tokens += num_tokens
+            if request_id not in sampled:
+                continue
+            token_id, logprob = sampled[request_id]
+            request.append_output_token(token_id, logprob)  # type: ignore[arg-type]
+            updated.append(request)
+            if request.check_stop():
+                self.running.remove(request)
+                self._finish(request)
+        return updated
+
+    def finish(self, request: Request, status: RequestStatus, stop_reason: str | None = None) -> None:
+        """Finish a running request for a reason found outside the core (a stop string)."""
+        if request.finished:
+            return
+        self.running.remove(request)
+        request.status = status
+        request.stop_reason = stop_reason
+        self._finish(request)
+
+    def _finish(self, request: Request) -> None:
+        self.kv_cache.free(request)
+        self._num_sent_blocks.pop(request.request_id, None)
+        self._order.pop(request.request_id, None)
+        self.requests.pop(request.request_id, None)
+        self.finished_ids.add(request.request_id)
+        request.finished_time = request.finished_time or time.time()
+
+    # ----------------------------------------------------------------- stats
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)

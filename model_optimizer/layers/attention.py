@@ -1,0 +1,59 @@
+"""Attention over the paged KV cache, with its metadata passed explicitly by the runner.
+
+Dispatch: Triton kernels on CUDA when available, else the pure-torch reference (CPU path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from model_optimizer.kernels.reference import paged_attention_ref, store_kv_ref
+
+
+@dataclass
+class AttentionMetadata:
+    """Flat description of one batch, shared by all layers of a forward pass."""
+
+    slot_mapping: torch.Tensor
+    """(num_tokens,) int64 cache slot of each new token (block_id * block_size + offset)."""
+    query_start_loc: torch.Tensor
+    """(num_seqs + 1,) int32 offsets of each sequence's new tokens in the flat batch."""
+    seq_lens: torch.Tensor
+    """(num_seqs,) int32 context length of each sequence after this step."""
+    block_tables: torch.Tensor
+    """(num_seqs, max_blocks) int32 block ids of each sequence."""
+    max_query_len: int
+    max_seq_len: int
+    kv_caches: list[torch.Tensor]
+    """One (2, num_blocks, block_size, num_kv_heads, head_dim) tensor per layer."""
+
+
+class Attention(nn.Module):
+    def __init__(self, layer_idx: int, num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.scale = head_dim**-0.5
+        self.sliding_window = sliding_window
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """q (tokens, heads, head_dim), k and v (tokens, kv_heads, head_dim) -> (tokens, heads * head_dim)."""
+        kv_cache = meta.kv_caches[self.layer_idx]
+        store, attend = _backend(q)
+        store(k, v, kv_cache, meta.slot_mapping)
+        out = attend(q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, self.scale, self.sliding_window)
+        return out.flatten(1)
+
+
+def _backend(q: torch.Tensor):
+    if q.is_cuda:
+        try:
+            from model_optimizer.kernels.paged_attention import paged_attention, store_kv
+        except ImportError:
+            pass
+        else:
+            return store_kv, paged_attention
+    return store_kv_ref, paged_attention_ref

@@ -1,0 +1,108 @@
+"""LLM: the offline API, shaped like vLLM's (`LLM(model).generate(prompts, params)`)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from model_optimizer.config import EngineConfig
+from model_optimizer.engine.engine import LLMEngine, ModelInfo
+from model_optimizer.engine.outputs import RequestOutput
+from model_optimizer.sampling_params import SamplingParams
+
+Prompt = str | list[int]
+
+
+def resolve_model_dir(model: str | None) -> Path:
+    """The model folder: the one given, or the built-in default."""
+    if model is None:
+        from model_optimizer.models.tiny import default_model_dir
+
+        return default_model_dir()
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"model folder {path} does not exist (models load from local folders only)")
+    return path
+
+
+def load_tokenizer(path: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as exc:
+        raise FileNotFoundError(f"no usable tokenizer in {path}: {exc}") from exc
+
+
+def eos_token_ids(model_dir: Path, tokenizer: Any) -> frozenset[int]:
+    """EOS ids from generation_config.json, else config.json, else the tokenizer (as transformers does)."""
+    for name in ("generation_config.json", "config.json"):
+        path = model_dir / name
+        if path.is_file():
+            value = json.loads(path.read_text()).get("eos_token_id")
+            if value is not None:
+                return frozenset(value if isinstance(value, list) else [value])
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return frozenset() if eos is None else frozenset([eos])
+
+
+class LLM:
+    def __init__(self, model: str | None = None, **engine_args: Any) -> None:
+        from model_optimizer.runner.model_runner import ModelRunner
+
+        self.config = EngineConfig(model=model, **engine_args)
+        self.model_dir = resolve_model_dir(self.config.model)
+        self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
+        runner = ModelRunner(self.config, self.model_dir)
+        info = ModelInfo(
+            vocab_size=runner.vocab_size,
+            max_model_len=runner.max_model_len,
+            eos_token_ids=eos_token_ids(self.model_dir, self.tokenizer),
+            num_kv_blocks=runner.num_kv_blocks,
+        )
+        self.runner = runner
+        self.engine = LLMEngine(self.config, runner, self.tokenizer, info)
+        self._ids = itertools.count()
+
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        on_progress: Callable[[RequestOutput], None] | None = None,
+    ) -> list[RequestOutput]:
+        """Generate for every prompt (text or token ids); outputs come back in prompt order."""
+        prompts = _as_prompt_list(prompts)
+        params = sampling_params or SamplingParams()
+        params_list = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        if len(params_list) != len(prompts):
+            raise ValueError(f"got {len(params_list)} sampling params for {len(prompts)} prompts")
+        ids = [str(next(self._ids)) for _ in prompts]
+        added = []
+        try:
+            for request_id, prompt, p in zip(ids, prompts, params_list):
+                self.engine.add_request(request_id, prompt, p)
+                added.append(request_id)
+            finished: dict[str, RequestOutput] = {}
+            while self.engine.has_unfinished_requests():
+                for output in self.engine.step():
+                    if output.finished:
+                        finished[output.request_id] = output
+                        if on_progress:
+                            on_progress(output)
+        except BaseException:
+            for request_id in added:
+                self.engine.abort(request_id)
+            raise
+        return [finished[i] for i in ids]
+
+
+def _as_prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
+    if isinstance(prompts, str):
+        return [prompts]
+    prompts = list(prompts)
+    if prompts and all(isinstance(t, int) for t in prompts):
+        return [prompts]  # one prompt given as token ids
+    return prompts

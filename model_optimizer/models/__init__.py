@@ -1,0 +1,1 @@
+"""Model definitions, chosen by the `architectures` field of config.json."""

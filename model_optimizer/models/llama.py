@@ -1,0 +1,121 @@
+"""Llama-family decoder (Llama 2/3/3.1, Mistral); Qwen2 and Qwen3 are small variations of it."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from model_optimizer.layers.activation import SiluAndMul
+from model_optimizer.layers.attention import Attention, AttentionMetadata
+from model_optimizer.layers.embedding import LMHead, VocabEmbedding
+from model_optimizer.layers.linear import Linear, MergedLinear
+from model_optimizer.layers.norm import RMSNorm
+from model_optimizer.layers.rotary import RopeConfig, RotaryEmbedding
+from model_optimizer.models.model_config import DecoderArgs
+
+
+class DecoderAttention(nn.Module):
+    qkv_bias = False
+    qk_norm = False
+
+    def __init__(self, args: DecoderArgs, layer_idx: int, rotary: RotaryEmbedding) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = args.num_heads, args.num_kv_heads, args.head_dim
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        bias = self.qkv_bias or args.attention_bias
+        self.qkv_proj = MergedLinear(args.hidden_size, {"q": q_size, "k": kv_size, "v": kv_size}, bias=bias)
+        self.o_proj = Linear(q_size, args.hidden_size, bias=args.attention_bias)
+        if self.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, args.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, args.rms_norm_eps)
+        self.rotary = rotary
+        self.attn = Attention(layer_idx, self.num_heads, self.num_kv_heads, self.head_dim, args.sliding_window)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)  # (tokens, heads, head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm.norm(q), self.k_norm.norm(k)
+        q, k = self.rotary(positions, q, k)
+        return self.o_proj(self.attn(q, k, v, meta))
+
+
+class DecoderMLP(nn.Module):
+    def __init__(self, args: DecoderArgs) -> None:
+        super().__init__()
+        size = args.intermediate_size
+        self.gate_up_proj = MergedLinear(args.hidden_size, {"gate": size, "up": size})
+        self.down_proj = Linear(size, args.hidden_size)
+        self.act = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_up_proj(x)))
+
+
+class DecoderLayer(nn.Module):
+    attention_cls: type[DecoderAttention] = DecoderAttention
+
+    def __init__(self, args: DecoderArgs, layer_idx: int, rotary: RotaryEmbedding) -> None:
+        super().__init__()
+        self.self_attn = self.attention_cls(args, layer_idx, rotary)
+        self.mlp = DecoderMLP(args)
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+
+    def forward(
+        self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None, meta: AttentionMetadata
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h, residual = self.input_layernorm(x, residual)
+        h = self.self_attn(positions, h, meta)
+        h, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(h), residual
+
+
+class DecoderModel(nn.Module):
+    layer_cls: type[DecoderLayer] = DecoderLayer
+
+    def __init__(self, args: DecoderArgs) -> None:
+        super().__init__()
+        rope = RopeConfig.from_hf(args.hf, args.head_dim, args.max_position_embeddings)
+        rotary = RotaryEmbedding(rope)
+        self.embed_tokens = VocabEmbedding(args.vocab_size, args.hidden_size)
+        self.layers = nn.ModuleList(self.layer_cls(args, i, rotary) for i in range(args.num_layers))
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+
+    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        x = self.embed_tokens(token_ids)
+        residual = None
+        for layer in self.layers:
+            x, residual = layer(positions, x, residual, meta)
+        x, _ = self.norm(x, residual)
+        return x
+
+
+class LlamaForCausalLM(nn.Module):
+    model_cls: type[DecoderModel] = DecoderModel
+    # checkpoint name fragment -> (our parameter fragment, shard id)
+    stacked_params = {
+        ".q_proj.": (".qkv_proj.", "q"),
+        ".k_proj.": (".qkv_proj.", "k"),
+        ".v_proj.": (".qkv_proj.", "v"),
+        ".gate_proj.": (".gate_up_proj.", "gate"),
+        ".up_proj.": (".gate_up_proj.", "up"),
+    }
+
+    def __init__(self, args: DecoderArgs) -> None:
+        super().__init__()
+        self.args = args
+        self.model = self.model_cls(args)
+        self.lm_head = LMHead(args.vocab_size, args.hidden_size)
+        if args.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """Hidden states (tokens, hidden) of the flat batch."""
+        return self.model(token_ids, positions, meta)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)

@@ -1,0 +1,120 @@
+"""Tiny random checkpoints built with transformers' own config classes, with a real BPE tokenizer.
+
+Used by tests, by benchmarks that need no real weights, and as the built-in default model until a
+trained reference model ships. Everything is made locally: no model hub.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+TOKENIZER_VOCAB = 1024
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+EXTRA_TEXT = [
+    "naïve café déjà vu — “quotes” and ‘apostrophes’ … ellipsis",
+    "日本語のテキストと中文文本 한국어 텍스트 emoji 😀🚀✨ Ελληνικά русский текст",
+    "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n",
+]
+
+
+def training_text() -> list[str]:
+    """Offline English and code: docstrings of standard-library modules, plus some Unicode."""
+    import argparse, collections, functools, itertools, json as json_mod, os as os_mod, pathlib, re, string, textwrap  # noqa: E401
+
+    modules = [argparse, collections, functools, itertools, json_mod, os_mod, pathlib, re, string, textwrap]
+    texts = []
+    for module in modules:
+        texts.append(module.__doc__ or "")
+        for name in sorted(dir(module)):
+            doc = getattr(getattr(module, name, None), "__doc__", None)
+            if isinstance(doc, str):
+                texts.append(doc)
+    return texts + EXTRA_TEXT * 20
+
+
+def build_tokenizer(out_dir: str | Path, vocab_size: int = TOKENIZER_VOCAB):
+    """Train a byte-level BPE tokenizer and save it in transformers' format; returns the tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(training_text(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None, unk_token=None
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(str(out_dir))
+    return fast
+
+
+def build_checkpoint(out_dir: str | Path, config, seed: int = 0, with_tokenizer: bool = True, max_shard_size: str | None = None) -> Path:
+    """Save a randomly initialised transformers model for `config` as safetensors in `out_dir`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    _spread_weights(model, seed)
+    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.save_pretrained(str(out_dir), safe_serialization=True, **kwargs)
+    if with_tokenizer:
+        build_tokenizer(out_dir)
+    return out_dir
+
+
+def _spread_weights(model, seed: int) -> None:
+    """transformers initialises with std 0.02, which makes every logit nearly equal (and greedy
+    decoding a coin toss at ties); wider weights give decisive, testable distributions."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.copy_(1.0 + 0.1 * torch.randn(param.shape, generator=generator))
+            else:
+                param.copy_(torch.randn(param.shape, generator=generator) * (1.0 / param.shape[-1] ** 0.5))
+
+
+def tiny_qwen3_config(**overrides):
+    from transformers import Qwen3Config
+
+    values = dict(
+        vocab_size=TOKENIZER_VOCAB + 8, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+        tie_word_embeddings=True, eos_token_id=2, bos_token_id=None, pad_token_id=0,
+    )
+    values.update(overrides)
+    return Qwen3Config(**values)
+
+
+def default_model_dir() -> Path:
+    """The built-in default model: a tiny random Qwen3, generated once into a cache folder."""
+    cache = Path(os.environ.get("MOPT_CACHE", Path.home() / ".cache" / "model_optimizer"))
+    target = cache / "tiny-qwen3-random"
+    if (target / "config.json").is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=cache))  # build aside, then rename: a crash never leaves half a model
+    build_checkpoint(tmp, tiny_qwen3_config(), seed=0)
+    (tmp / "MODEL_CARD.json").write_text(json.dumps({"note": "random weights: text is not meaningful"}))
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process got there first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

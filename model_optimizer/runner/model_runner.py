@@ -1,0 +1,126 @@
+"""ModelRunner: owns the model, the KV-cache tensors and the sampler; executes one SchedulerOutput."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from model_optimizer.config import EngineConfig
+from model_optimizer.engine.request import Logprob
+from model_optimizer.engine.scheduler import SchedulerOutput
+from model_optimizer.layers.attention import AttentionMetadata
+from model_optimizer.layers.sampler import Sampler
+from model_optimizer.models.loader import load_model
+from model_optimizer.runner.input_batch import InputBatch
+
+log = logging.getLogger(__name__)
+
+
+def pick_device(requested: str) -> torch.device:
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda was requested but torch sees no CUDA GPU (run `mopt doctor`)")
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, model_dir: str | Path) -> None:
+        self.config = config
+        self.device = pick_device(config.device)
+        self.model = load_model(model_dir, config.dtype, self.device, config.load_format)
+        args = self.model.args
+        self.args = args
+        self.dtype = next(self.model.parameters()).dtype
+        self.max_model_len = config.max_model_len or args.max_position_embeddings
+        if self.max_model_len > args.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings ({args.max_position_embeddings})"
+            )
+        self.num_kv_blocks = config.num_kv_blocks or self._num_blocks_for_budget()
+        shape = (2, self.num_kv_blocks, config.block_size, args.num_kv_heads, args.head_dim)
+        self.kv_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(args.num_layers)]
+        log.info(
+            "KV cache: %d blocks of %d tokens (%d tokens) on %s",
+            self.num_kv_blocks, config.block_size, self.num_kv_blocks * config.block_size, self.device,
+        )
+        self.batch = InputBatch(config.block_size, self.device)
+        self.sampler = Sampler(self.device, config.seed)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.args.vocab_size
+
+    def bytes_per_block(self) -> int:
+        a = self.args
+        element = torch.tensor([], dtype=self.dtype).element_size()
+        return 2 * a.num_layers * self.config.block_size * a.num_kv_heads * a.head_dim * element
+
+    def _num_blocks_for_budget(self) -> int:
+        if self.device.type == "cuda":
+            budget = self._profile_free_gpu_memory()
+        else:
+            budget = self.config.kv_cache_memory
+        num_blocks = budget // self.bytes_per_block()
+        if num_blocks < 1:
+            raise ValueError(f"KV-cache budget of {budget} bytes holds no block of {self.bytes_per_block()} bytes")
+        return int(num_blocks)
+
+    def _profile_free_gpu_memory(self) -> int:
+        """Run a forward at the full token budget, then give the KV cache what utilization leaves."""
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        num_tokens = min(self.config.max_num_batched_tokens, self.max_model_len)
+        with torch.inference_mode():
+            token_ids = torch.zeros(num_tokens, dtype=torch.int64, device=self.device)
+            positions = torch.arange(num_tokens, device=self.device)
+            self.model.compute_logits(self._profile_forward(token_ids, positions)[-self.config.max_num_seqs :])
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        free, total = torch.cuda.mem_get_info(self.device)
+        used_by_others = total - free - torch.cuda.memory_reserved(self.device)
+        budget = int(total * self.config.gpu_memory_utilization) - peak - used_by_others
+        log.info("GPU memory: total %.1f GiB, peak in forward %.1f GiB, KV budget %.1f GiB", total / 2**30, peak / 2**30, budget / 2**30)
+        return budget
+
+    def _profile_forward(self, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        a, bs = self.args, self.config.block_size
+        num_blocks = -(-len(token_ids) // bs)
+        scratch = [torch.empty((2, num_blocks, bs, a.num_kv_heads, a.head_dim), dtype=self.dtype, device=self.device)] * a.num_layers
+        meta = AttentionMetadata(
+            slot_mapping=torch.arange(len(token_ids), device=self.device),
+            query_start_loc=torch.tensor([0, len(token_ids)], dtype=torch.int32, device=self.device),
+            seq_lens=torch.tensor([len(token_ids)], dtype=torch.int32, device=self.device),
+            block_tables=torch.arange(num_blocks, dtype=torch.int32, device=self.device)[None],
+            max_query_len=len(token_ids),
+            max_seq_len=len(token_ids),
+            kv_caches=scratch,
+        )
+        return self.model(token_ids, positions, meta)
+
+    @torch.inference_mode()
+    def execute_model(self, out: SchedulerOutput) -> dict[str, tuple[int, Logprob | None]]:
+        self.batch.update(out)
+        if out.is_empty:
+            return {}
+        inputs = self.batch.prepare(out)
+        meta = AttentionMetadata(
+            slot_mapping=inputs.slot_mapping,
+            query_start_loc=inputs.query_start_loc,
+            seq_lens=inputs.seq_lens,
+            block_tables=inputs.block_tables,
+            max_query_len=inputs.max_query_len,
+            max_seq_len=inputs.max_seq_len,
+            kv_caches=self.kv_caches,
+        )
+        hidden = self.model(inputs.token_ids, inputs.positions, meta)
+        sampled: dict[str, tuple[int, Logprob | None]] = {}
+        if inputs.sample_rows:
+            rows = torch.tensor(inputs.sample_rows, device=self.device)
+            logits = self.model.compute_logits(hidden[rows])
+            batch = [self.batch.requests[rid].sampling_input() for rid in inputs.sample_request_ids]
+            sampled = dict(zip(inputs.sample_request_ids, self.sampler(logits, batch)))
+        self.batch.advance(out, sampled)
+        return sampled

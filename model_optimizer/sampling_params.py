@@ -1,0 +1,103 @@
+"""SamplingParams: how one request picks its tokens and when it stops.
+
+Validated on construction: a bad value raises ValueError saying what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+MAX_LOGPROBS = 20
+
+
+@dataclass
+class SamplingParams:
+    """Per-request sampling and stopping settings, named as in vLLM and the OpenAI API."""
+
+    n: int = 1
+    """Completions to return for the prompt; they share the prompt's KV-cache blocks."""
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy."""
+    top_p: float = 1.0
+    """Keep the smallest set of tokens whose probability adds up to top_p."""
+    top_k: int = 0
+    """Keep the k most likely tokens; 0 or -1 keeps all."""
+    min_p: float = 0.0
+    """Drop tokens less likely than min_p times the most likely one."""
+    repetition_penalty: float = 1.0
+    """Divide positive logits (multiply negative ones) of tokens seen in prompt or output; 1 is off."""
+    presence_penalty: float = 0.0
+    """Subtract from the logit of every token already generated."""
+    frequency_penalty: float = 0.0
+    """Subtract, times its count, from the logit of every token already generated."""
+    seed: int | None = None
+    """Seed of this request's own random generator: the same seed gives the same output."""
+    max_tokens: int | None = 16
+    """Most tokens to generate; None means up to the model's context length."""
+    min_tokens: int = 0
+    """Tokens to generate before EOS or stop token ids may end the request."""
+    stop: list[str] = field(default_factory=list)
+    """Strings that end the output; they are cut from the text."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """Token ids that end the output (kept in the token ids, not in the text)."""
+    include_stop_str_in_output: bool = False
+    """Keep the matched stop string at the end of the text."""
+    ignore_eos: bool = False
+    """Keep generating past the end-of-sequence token."""
+    logprobs: int | None = None
+    """Return this many most likely tokens' log-probabilities at each step (plus the chosen one)."""
+    prompt_logprobs: int | None = None
+    """Return log-probabilities for the prompt tokens as well (not supported yet: must be None)."""
+    skip_special_tokens: bool = True
+    """Leave special tokens out of the text."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop = list(self.stop)
+        self.stop_token_ids = list(self.stop_token_ids)
+        if self.top_k == -1:
+            self.top_k = 0
+        self._validate()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < 1e-5
+
+    def clone(self, **changes: object) -> SamplingParams:
+        return replace(self, **changes)
+
+    def _validate(self) -> None:
+        _require(isinstance(self.n, int) and self.n >= 1, f"n must be an integer >= 1, got {self.n!r}")
+        _require(0.0 <= self.temperature <= 100.0, f"temperature must be in [0, 100], got {self.temperature}")
+        _require(0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}")
+        _require(isinstance(self.top_k, int) and self.top_k >= 0, f"top_k must be -1, 0 or a positive integer, got {self.top_k!r}")
+        _require(0.0 <= self.min_p <= 1.0, f"min_p must be in [0, 1], got {self.min_p}")
+        _require(0.0 < self.repetition_penalty <= 10.0, f"repetition_penalty must be in (0, 10], got {self.repetition_penalty}")
+        _require(-2.0 <= self.presence_penalty <= 2.0, f"presence_penalty must be in [-2, 2], got {self.presence_penalty}")
+        _require(-2.0 <= self.frequency_penalty <= 2.0, f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}")
+        _require(self.seed is None or isinstance(self.seed, int), f"seed must be an integer or None, got {self.seed!r}")
+        _require(
+            self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 1),
+            f"max_tokens must be an integer >= 1 or None, got {self.max_tokens!r}",
+        )
+        _require(isinstance(self.min_tokens, int) and self.min_tokens >= 0, f"min_tokens must be an integer >= 0, got {self.min_tokens!r}")
+        _require(
+            self.max_tokens is None or self.min_tokens <= self.max_tokens,
+            f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})",
+        )
+        _require(all(isinstance(s, str) and s for s in self.stop), "stop must be a list of non-empty strings")
+        _require(
+            all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
+            "stop_token_ids must be a list of non-negative integers",
+        )
+        _require(
+            self.logprobs is None or (isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_LOGPROBS),
+            f"logprobs must be an integer in [0, {MAX_LOGPROBS}] or None, got {self.logprobs!r}",
+        )
+        _require(self.prompt_logprobs is None, "prompt_logprobs is not supported yet; leave it unset")
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)

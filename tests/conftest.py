@@ -1,0 +1,73 @@
+"""Shared fixtures: tiny random checkpoints saved by transformers itself, built once per session."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from model_optimizer.models import tiny
+
+_TOKENIZER_DIR: Path | None = None
+
+
+def _tokenizer_files(tmp_root: Path) -> Path:
+    global _TOKENIZER_DIR
+    if _TOKENIZER_DIR is None:
+        _TOKENIZER_DIR = tmp_root / "tokenizer"
+        tiny.build_tokenizer(_TOKENIZER_DIR)
+    return _TOKENIZER_DIR
+
+
+def _config(kind: str, **overrides):
+    import transformers
+
+    base = dict(
+        vocab_size=tiny.TOKENIZER_VOCAB + 8, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False,
+        eos_token_id=2, pad_token_id=0,
+    )
+    base.update(overrides)
+    cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
+           "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[kind]
+    return cls(**base)
+
+
+# name -> (kind, overrides): GQA ratios 1, 2, 4; head_dim 32 and 64; tied and untied; odd vocabulary
+TINY_MODELS = {
+    "llama3": ("llama", dict(num_key_value_heads=1, head_dim=16, rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64}, rope_theta=500000.0)),
+    "mistral": ("mistral", dict(num_key_value_heads=2, head_dim=32, sliding_window=4096)),
+    "qwen2": ("qwen2", dict(num_key_value_heads=4, tie_word_embeddings=True, vocab_size=1031)),
+    "qwen3": ("qwen3", dict(num_key_value_heads=2, head_dim=32, tie_word_embeddings=True)),
+    "qwen3_hd64": ("qwen3", dict(num_attention_heads=4, num_key_value_heads=1, head_dim=64, hidden_size=128)),
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """Factory: tiny_model(name) -> folder with config.json, model.safetensors and a tokenizer."""
+    root = tmp_path_factory.mktemp("models")
+    built: dict[str, Path] = {}
+
+    def make(name: str = "qwen3") -> Path:
+        if name not in built:
+            kind, overrides = TINY_MODELS[name]
+            out = root / name
+            tiny.build_checkpoint(out, _config(kind, **overrides), seed=hash(name) % 1000, with_tokenizer=False)
+            for f in _tokenizer_files(root).iterdir():
+                shutil.copy(f, out / f.name)
+            built[name] = out
+        return built[name]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def qwen3_llm(tiny_model):
+    """One engine on the tiny Qwen3, shared by tests that only read its outputs."""
+    from model_optimizer import LLM
+
+    return LLM(str(tiny_model("qwen3")), kv_cache_memory=1 << 24)
