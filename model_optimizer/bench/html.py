@@ -52,7 +52,8 @@ def plot_cdfs(results: list[dict]) -> bytes:
                 ax.plot(values, np.arange(1, values.size + 1) / values.size, label=result["label"])
         ax.set(title=f"{metric.upper()} CDF", xlabel="ms", ylabel="fraction of requests")
         ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=7)
+    if axes.flat[0].get_legend_handles_labels()[0]:
+        axes.flat[0].legend(fontsize=7)
     png = _png(fig)
     plt.close(fig)
     return png
@@ -72,7 +73,8 @@ def plot_ttft_over_time(results: list[dict]) -> bytes:
             ax.scatter(failed, [0] * len(failed), marker="x", color="red", s=12)
     ax.set(title="TTFT over the run (red x: failed request)", xlabel="send time (s from run start)", ylabel="TTFT (ms)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     png = _png(fig)
     plt.close(fig)
     return png

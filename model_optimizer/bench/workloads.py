@@ -145,14 +145,10 @@ def _make_prompt(maker: PromptMaker, fmt: str, n: int) -> tuple[str | list[int],
 
 
 def _from_raw(cfg: WorkloadConfig, endpoint: str, raws: list[RawRequest], maker: PromptMaker) -> list[BenchRequest]:
-    text_source = any(isinstance(r.prompt, str) for r in raws)
-    fmt = resolve_format(cfg, endpoint, text_source)
-    if fmt == "token_ids" and text_source and maker.tokenizer is None:
-        raise ValueError("token-id prompts from a file of text prompts need --tokenizer")
     override = parse_length(cfg.output_len, "output_len").sample(maker.rng, len(raws)) if cfg.output_len else None
     requests = []
     for i, raw in enumerate(raws):
-        prompt, length = _raw_prompt(raw, fmt, maker)
+        prompt, length = _raw_prompt(raw, cfg, endpoint, maker)
         output_len = raw.output_len or maker.count_tokens(raw.reply or "")
         if override is not None:
             output_len = int(override[i])
@@ -160,16 +156,20 @@ def _from_raw(cfg: WorkloadConfig, endpoint: str, raws: list[RawRequest], maker:
     return requests
 
 
-def _raw_prompt(raw: RawRequest, fmt: str, maker: PromptMaker) -> tuple[str | list[int], int]:
+def _raw_prompt(raw: RawRequest, cfg: WorkloadConfig, endpoint: str, maker: PromptMaker) -> tuple[str | list[int], int]:
+    """A file's prompt as the endpoint needs it; auto keeps the file's own form where the API allows it."""
     if raw.prompt is None:
-        return _make_prompt(maker, fmt, raw.prompt_len)  # type: ignore[arg-type]
+        return _make_prompt(maker, resolve_format(cfg, endpoint), raw.prompt_len)  # type: ignore[arg-type]
+    fmt = resolve_format(cfg, endpoint, text_source=isinstance(raw.prompt, str))
     if isinstance(raw.prompt, list):
-        if fmt == "text":
-            if maker.tokenizer is None:
-                raise ValueError("text prompts from a trace of token ids need --tokenizer")
-            return maker.tokenizer.decode(raw.prompt), len(raw.prompt)
-        return raw.prompt, len(raw.prompt)
-    if fmt == "token_ids":
-        ids = maker.tokenizer.encode(raw.prompt, add_special_tokens=False).ids
-        return ids, len(ids)
-    return raw.prompt, maker.count_tokens(raw.prompt)
+        if fmt == "token_ids":
+            return raw.prompt, len(raw.prompt)
+        if maker.tokenizer is None:
+            raise ValueError("text prompts from a trace of token ids need --tokenizer")
+        return maker.tokenizer.decode(raw.prompt), len(raw.prompt)
+    if fmt == "text":
+        return raw.prompt, maker.count_tokens(raw.prompt)
+    if maker.tokenizer is None:
+        raise ValueError("token-id prompts from a file of text prompts need --tokenizer")
+    ids = maker.tokenizer.encode(raw.prompt, add_special_tokens=False).ids
+    return ids, len(ids)
