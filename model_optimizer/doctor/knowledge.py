@@ -13,7 +13,7 @@ from typing import Any
 @cache
 def load(name: str) -> dict[str, Any]:
     """One data file of the package, e.g. load('gpus')."""
-    text = resources.files("model_optimizer.doctor").joinpath("data", f"{name}.json").read_text(encoding="utf-8")
+    text = resources.files("model_optimizer.doctor").joinpath("data").joinpath(f"{name}.json").read_text(encoding="utf-8")
     return json.loads(text)
 
 
@@ -77,10 +77,14 @@ def torch_cuda_builds(torch_version: str | None) -> list[str]:
 
 
 def best_torch_build(torch_version: str | None, driver_cuda: str | None) -> str | None:
-    """Newest published cuXYZ variant of this torch that the driver's CUDA version can run."""
+    """Newest published cuXYZ variant of this torch that the driver can run: one no newer than the
+    driver's CUDA version, else one of the same major version (minor-version compatibility)."""
     limit = version_tuple(driver_cuda)[:2]
-    fitting = [b for b in torch_cuda_builds(torch_version) if _build_cuda(b) <= limit]
-    return fitting[-1] if fitting and limit else None
+    if not limit:
+        return None
+    builds = torch_cuda_builds(torch_version)
+    fitting = [b for b in builds if _build_cuda(b) <= limit] or [b for b in builds if _build_cuda(b)[0] == limit[0]]
+    return fitting[-1] if fitting else None
 
 
 def _build_cuda(build: str) -> tuple[int, ...]:

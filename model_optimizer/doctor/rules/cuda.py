@@ -61,7 +61,9 @@ def rule_cuda_compat(snap: Snapshot) -> list[Finding]:
         driver_cuda and version_tuple(torch_cuda)[:1] > version_tuple(driver_cuda)[:1])
     if too_old:
         fix = {k: [c.format(branch=branch) for c in v] for k, v in UPGRADE_DRIVER.items()}
-        fix["any"] = [f"or keep the driver and install a torch built for CUDA <= {driver_cuda}: {_torch_install(snap.torch.get('version'), build)}"] if build else []
+        if build:  # the alternative comes after the driver upgrade of each OS family
+            alternative = f"Or keep the driver and install the torch build it can run: {_torch_install(snap.torch.get('version'), build)}"
+            fix = {k: v + [alternative] for k, v in fix.items()}
         return [Finding("cuda.driver_too_old", "error",
                         f"torch is built for CUDA {torch_cuda}, which needs driver >= {need_any}; driver {driver} supports CUDA {driver_cuda or '?'}",
                         "CUDA initialisation fails ('CUDA driver version is insufficient'), so nothing runs on the GPU.", fix, details)]

@@ -75,9 +75,9 @@ def rule_secure_boot(snap: Snapshot) -> list[Finding]:
         {"any": ["mokutil --sb-state", "Or disable Secure Boot in the firmware setup"],
          "debian": ["sudo mokutil --import /var/lib/shim-signed/mok/MOK.der   # DKMS's signing key; choose a one-time password",
                     "sudo reboot   # pick 'Enroll MOK' in the MOK manager, enter the password",
-                    "or use Ubuntu's signed modules: sudo apt install linux-modules-nvidia-580-generic"],
+                    "Or use Ubuntu's signed prebuilt modules instead: sudo apt install linux-modules-nvidia-580-generic"],
          "rhel": ["sudo mokutil --import /var/lib/dkms/mok.pub", "sudo reboot   # enroll the key in the MOK manager",
-                  "or NVIDIA's precompiled signed modules: sudo dnf module install nvidia-driver:latest"]},
+                  "Or use NVIDIA's precompiled signed modules instead: sudo dnf module install nvidia-driver:latest"]},
         {"secure_boot": True, "module_file": sb.get("nvidia_module_file"), "module_signer": sb.get("nvidia_module_signer")},
     )]
 
