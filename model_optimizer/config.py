@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import ast
 import inspect
-from dataclasses import dataclass, fields
+import typing
+from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
@@ -103,11 +104,8 @@ def check_choice(obj: object, *names: str) -> None:
 
 def field_choices(cls: type, name: str) -> tuple:
     """The allowed values of a Literal-typed field, or () for free-form fields."""
-    annotation = str(next(f.type for f in fields(cls) if f.name == name))
-    if "Literal[" not in annotation:
-        return ()
-    inner = annotation.split("Literal[", 1)[1].split("]", 1)[0]
-    return tuple(ast.literal_eval(f"({inner},)"))
+    hint = typing.get_type_hints(cls)[name]
+    return typing.get_args(hint) if typing.get_origin(hint) is Literal else ()
 
 
 @cache

@@ -56,4 +56,5 @@ def test_plan_from_config_defaults():
     assert plan_from_config(LoadConfig(duration=3.0)).num_requests is None
     assert plan_from_config(LoadConfig(load_mode="trace")).num_requests is None
     p = plan_from_config(LoadConfig(load_mode="poisson", request_rate=5, burstiness=0.5, max_concurrency=7))
-    assert (p.mode, p.rate, p.burstiness, p.max_connections()) == ("poisson", 5, 0.5, 7)
+    assert (p.mode, p.rate, p.burstiness, p.max_concurrency, p.slots()) == ("poisson", 5, 0.5, 7, None)
+    assert plan_from_config(LoadConfig(concurrency=9)).slots() == 9

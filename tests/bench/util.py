@@ -24,7 +24,7 @@ def run_plan(base_url: str, plan: RunPlan, requests: list[BenchRequest], model: 
     cfg = ClientConfig(base_url=base_url, endpoint=endpoint, model=model, **client_kw)
 
     async def go() -> list[RequestRecord]:
-        async with BenchClient(cfg, plan.max_connections(), 0.0) as client:
+        async with BenchClient(cfg, plan.slots(), 0.0) as client:
             bodies = [client.body(r) for r in requests]
             return await run_load(client, plan, requests, bodies, np.random.default_rng(0))
 

@@ -1,0 +1,143 @@
+"""Triton attention kernels on CUDA at model-sized shapes, against the torch reference.
+
+Tolerances (relative error ||out - ref|| / ||ref||, reference in fp32 on the same cache):
+bf16 1.5e-2, fp16 3e-3. fp8 e4m3 KV cache: kernel vs the reference on the same quantized cache
+1.5e-2, and the whole fp8 path vs an unquantized cache 6e-2 (per-tensor amax scales on Gaussian
+data give about 3.4%).
+"""
+
+import pytest
+import torch
+
+from model_optimizer.kernels.reference import FP8_DTYPE, paged_attention_ref, store_kv_ref
+from model_optimizer.kernels.testing import make_paged_batch, relative_error
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+TOLERANCE = {torch.bfloat16: 1.5e-2, torch.float16: 3e-3}
+FP8_VS_EXACT = 6e-2
+MIXED = [(3000, 1), (0, 512), (1000, 300), (57, 1), (4000, 1), (0, 1), (2047, 65)] + [(700, 1)] * 20
+
+
+def _attention(batch, num_splits=None, sliding_window=None):
+    from model_optimizer.kernels.paged_attention import paged_attention
+
+    out = torch.full_like(batch.query, float("nan"))
+    paged_attention(
+        batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables,
+        batch.query.shape[-1] ** -0.5, sliding_window, max_query_len=batch.max_query_len,
+        max_seq_len=batch.max_seq_len, k_scale=batch.k_scale, v_scale=batch.v_scale,
+        num_splits=num_splits, out=out,
+    )
+    return out
+
+
+def _reference(batch, sliding_window=None):
+    return paged_attention_ref(
+        batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables,
+        batch.query.shape[-1] ** -0.5, sliding_window, k_scale=batch.k_scale, v_scale=batch.v_scale,
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("block_size", "num_heads", "num_kv_heads"), [(16, 16, 8), (32, 32, 8), (128, 16, 16), (256, 28, 4)])
+def test_mixed_batch(dtype, block_size, num_heads, num_kv_heads):
+    batch = make_paged_batch(MIXED, num_heads, num_kv_heads, 128, block_size, dtype, device="cuda")
+    out = _attention(batch)
+    assert relative_error(out, _reference(batch)) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("num_splits", [None, 1, 16])
+@pytest.mark.parametrize("num_seqs", [1, 4, 64])
+def test_decode_split_kv(num_splits, num_seqs):
+    seqs = [(8191 - 97 * i, 1) for i in range(num_seqs)]
+    batch = make_paged_batch(seqs, 16, 8, 128, 16, torch.bfloat16, device="cuda", seed=num_seqs)
+    out = _attention(batch, num_splits=num_splits)
+    assert relative_error(out, _reference(batch)) < TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.parametrize("num_splits", [1, 4])
+def test_sliding_window(num_splits):
+    batch = make_paged_batch(MIXED, 16, 8, 128, 16, torch.bfloat16, device="cuda", seed=3)
+    out = _attention(batch, num_splits=num_splits, sliding_window=1024)
+    assert relative_error(out, _reference(batch, 1024)) < TOLERANCE[torch.bfloat16]
+
+
+def test_head_dim_64_and_256():
+    for head_dim in (64, 256):
+        batch = make_paged_batch(MIXED[:8], 8, 2, head_dim, 16, torch.bfloat16, device="cuda", seed=head_dim)
+        assert relative_error(_attention(batch), _reference(batch)) < TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.parametrize("num_splits", [1, 8])
+def test_fp8_cache(num_splits):
+    exact = make_paged_batch(MIXED, 16, 8, 128, 16, torch.bfloat16, device="cuda", seed=5)
+    fp8 = make_paged_batch(MIXED, 16, 8, 128, 16, torch.bfloat16, device="cuda", kv_dtype=FP8_DTYPE, seed=5)
+    out = _attention(fp8, num_splits=num_splits)
+    assert relative_error(out, _reference(fp8)) < TOLERANCE[torch.bfloat16]
+    assert relative_error(out, _reference(exact)) < FP8_VS_EXACT
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float16, FP8_DTYPE])
+def test_store_kv(cache_dtype):
+    from model_optimizer.kernels.store_kv import store_kv
+
+    dtype = torch.float16 if cache_dtype == torch.float16 else torch.bfloat16
+    cache = torch.randn(2, 64, 16, 8, 128, device="cuda").to(cache_dtype)
+    key = torch.randn(300, 8, 128, device="cuda", dtype=dtype) * 3
+    value = torch.randn(300, 8, 128, device="cuda", dtype=dtype)
+    slots = torch.randperm(64 * 16, device="cuda")[:300]
+    slots[::7] = -1
+    scales = (torch.tensor(0.02, device="cuda"), torch.tensor(0.005, device="cuda")) if cache_dtype == FP8_DTYPE else (None, None)
+    expected, actual = cache.clone(), cache.clone()
+    store_kv_ref(key, value, expected, slots, *scales)
+    store_kv(key, value, actual, slots, *scales)
+    if cache_dtype == FP8_DTYPE:  # both round to nearest even after an IEEE division
+        mismatch = (actual.view(torch.uint8) != expected.view(torch.uint8)).float().mean().item()
+        assert mismatch < 1e-4
+        assert not actual.float().isnan().any()
+    else:
+        assert torch.equal(actual, expected)
+
+
+def test_cuda_graph_replay_follows_new_inputs():
+    """Capture store + attention once for a decode batch, then replay with new tokens and lengths."""
+    from model_optimizer.kernels.paged_attention import paged_attention
+    from model_optimizer.kernels.store_kv import store_kv
+
+    seqs = [(1500, 1), (40, 1), (3000, 1), (700, 1)]
+    batch = make_paged_batch([(c + 8, 1) for c, _ in seqs], 16, 8, 128, 16, torch.bfloat16, device="cuda")
+    static = {name: getattr(batch, name).clone() for name in ("query", "query_start_loc", "seq_lens", "slot_mapping")}
+    key = torch.randn(len(seqs), 8, 128, device="cuda", dtype=torch.bfloat16)
+    value = torch.randn_like(key)
+    out = torch.empty_like(batch.query)
+
+    def step():
+        store_kv(key, value, batch.kv_cache, static["slot_mapping"])
+        paged_attention(static["query"], batch.kv_cache, static["query_start_loc"], static["seq_lens"],
+                        batch.block_tables, 128**-0.5, max_query_len=1, max_seq_len=4096, out=out)
+
+    step()  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for shrink in (8, 3):  # replay at shorter contexts: values change, shapes do not
+        lens = torch.tensor([c + 9 - shrink for c, _ in seqs], dtype=torch.int32, device="cuda")
+        static["seq_lens"].copy_(lens)
+        pos = lens.long() - 1
+        static["slot_mapping"].copy_(batch.block_tables[torch.arange(len(seqs)), (pos // 16)].long() * 16 + pos % 16)
+        static["query"].copy_(torch.randn_like(static["query"]))
+        key.copy_(torch.randn_like(key))
+        value.copy_(torch.randn_like(value))
+        out.fill_(float("nan"))
+        expected_cache = batch.kv_cache.clone()
+        store_kv_ref(key, value, expected_cache, static["slot_mapping"])
+        graph.replay()
+        assert torch.equal(batch.kv_cache, expected_cache)
+        ref = paged_attention_ref(static["query"], batch.kv_cache, static["query_start_loc"], static["seq_lens"],
+                                  batch.block_tables, 128**-0.5)
+        assert relative_error(out, ref) < TOLERANCE[torch.bfloat16]
