@@ -8,6 +8,8 @@ Times are seconds from the start of the run (time.perf_counter based).
 from __future__ import annotations
 
 import json
+import math
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -16,6 +18,11 @@ import httpx
 
 from model_optimizer.bench.workloads import BenchRequest
 from model_optimizer.config import check_choice
+
+SHARD_SIZE = 8
+"""Connections per httpx client in a closed loop."""
+OPEN_LOOP_SHARDS = 8
+"""httpx clients an open loop spreads its requests over."""
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "embeddings": "/v1/embeddings"}
 
@@ -98,9 +105,15 @@ class StreamError(Exception):
 
 
 class BenchClient:
-    """Send prepared requests and time them; use as `async with BenchClient(cfg, pool, t0) as c`."""
+    """Send prepared requests and time them; use as `async with BenchClient(cfg, slots, t0) as c`.
 
-    def __init__(self, cfg: ClientConfig, max_connections: int | None, t0: float) -> None:
+    httpx's connection pool scans all its connections on every request, so one pool of hundreds
+    of connections costs the client milliseconds per request; the connections are spread over
+    several small clients (shards) instead. With `slots` (closed loop), request slot k always
+    uses shard k % num_shards, whose pool is sized to exactly its slots.
+    """
+
+    def __init__(self, cfg: ClientConfig, slots: int | None, t0: float) -> None:
         self.cfg = cfg
         self.t0 = t0
         self.url = cfg.base_url + PATHS[cfg.endpoint]
@@ -108,40 +121,36 @@ class BenchClient:
         headers = {"Content-Type": "application/json"}
         if cfg.api_key:
             headers["Authorization"] = f"Bearer {cfg.api_key}"
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        num_shards = math.ceil(slots / SHARD_SIZE) if slots else OPEN_LOOP_SHARDS
+        per_shard = math.ceil(slots / num_shards) if slots else None
+        limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
         timeout = httpx.Timeout(cfg.request_timeout, pool=None)
-        self.http = httpx.AsyncClient(http1=True, limits=limits, timeout=timeout, headers=headers)
+        verify = _ssl_context() if cfg.base_url.startswith("https://") else False  # one context, built once
+        self.shards = [
+            httpx.AsyncClient(http1=True, limits=limits, timeout=timeout, headers=headers, verify=verify)
+            for _ in range(num_shards)
+        ]
 
     async def __aenter__(self) -> "BenchClient":
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.http.aclose()
+        for shard in self.shards:
+            await shard.aclose()
 
     def body(self, req: BenchRequest) -> bytes:
         """The JSON body for `req`, encoded ahead of the run so sending costs no serialization."""
-        cfg = self.cfg
-        payload: dict = {"model": cfg.model}
-        if cfg.endpoint == "embeddings":
-            payload["input"] = req.prompt
-            return json.dumps(payload).encode()
-        if cfg.endpoint == "chat":
-            payload["messages"] = [{"role": "user", "content": req.prompt}]
-        else:
-            payload["prompt"] = req.prompt
-        payload.update(max_tokens=req.output_len, stream=True, stream_options={"include_usage": True})
-        if cfg.ignore_eos:
-            payload["ignore_eos"] = True
-        if cfg.temperature is not None:
-            payload["temperature"] = cfg.temperature
-        return json.dumps(payload).encode()
+        return request_body(self.cfg, req)
 
-    async def send(self, index: int, req: BenchRequest, body: bytes, scheduled: float) -> RequestRecord:
-        """Send one request and return its record; never raises for request failures."""
+    async def send(
+        self, index: int, req: BenchRequest, body: bytes, scheduled: float, slot: int | None = None
+    ) -> RequestRecord:
+        """Send one request (from `slot` in a closed loop) and return its record; never raises for request failures."""
+        http = self.shards[(index if slot is None else slot) % len(self.shards)]
         rec = RequestRecord(index, req.prompt_len, req.output_len, scheduled=scheduled - self.t0)
         rec.send = time.perf_counter() - self.t0
         try:
-            async with self.http.stream("POST", self.url, content=body) as resp:
+            async with http.stream("POST", self.url, content=body) as resp:
                 if resp.status_code != 200:
                     text = (await resp.aread()).decode(errors="replace")
                     rec.error, rec.error_detail = f"http_{resp.status_code}", text[:300]
@@ -162,15 +171,17 @@ class BenchClient:
 
     async def _read_stream(self, resp: httpx.Response, rec: RequestRecord) -> None:
         chat = self.cfg.endpoint == "chat"
+        finished = False
         async for line in resp.aiter_lines():
-            if not line.startswith("data:"):
-                continue  # blank separators, comments and event: lines
+            # after [DONE], read on to the end of the body: leaving it unread would close the
+            # keep-alive connection and make the next request pay for a new one
+            if finished or not line.startswith("data:"):
+                continue  # also blank separators, comments and event: lines
             arrived = time.perf_counter() - self.t0
             data = line[5:].strip()
             if data == "[DONE]":
-                if not rec.usage_reported:
-                    rec.output_tokens = len(rec.chunk_times)
-                return
+                finished = True
+                continue
             chunk = _parse_chunk(data)
             if _chunk_text(chunk, chat):
                 rec.chunk_times.append(arrived)
@@ -179,7 +190,10 @@ class BenchClient:
                 rec.output_tokens = int(usage["completion_tokens"])
                 rec.prompt_tokens = usage.get("prompt_tokens")
                 rec.usage_reported = True
-        raise StreamError("malformed_stream", "stream ended without data: [DONE]")
+        if not finished:
+            raise StreamError("malformed_stream", "stream ended without data: [DONE]")
+        if not rec.usage_reported:
+            rec.output_tokens = len(rec.chunk_times)
 
     def _read_embedding(self, raw: bytes, rec: RequestRecord) -> None:
         try:
@@ -191,6 +205,30 @@ class BenchClient:
             raise StreamError("malformed_stream", f"embeddings response is not a JSON object: {raw[:100]!r}") from None
         rec.prompt_tokens = usage.get("prompt_tokens")
         rec.usage_reported = "prompt_tokens" in usage
+
+
+def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
+    """The JSON body of `req` for the configured endpoint."""
+    payload: dict = {"model": cfg.model}
+    if cfg.endpoint == "embeddings":
+        payload["input"] = req.prompt
+        return json.dumps(payload).encode()
+    if cfg.endpoint == "chat":
+        payload["messages"] = [{"role": "user", "content": req.prompt}]
+    else:
+        payload["prompt"] = req.prompt
+    payload.update(max_tokens=req.output_len, stream=True, stream_options={"include_usage": True})
+    if cfg.ignore_eos:
+        payload["ignore_eos"] = True
+    if cfg.temperature is not None:
+        payload["temperature"] = cfg.temperature
+    return json.dumps(payload).encode()
+
+
+def _ssl_context() -> ssl.SSLContext:
+    import certifi  # httpx's own source of CA certificates
+
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _parse_chunk(data: str) -> dict:

@@ -101,8 +101,9 @@ class RunPlan:
             return True
         return self.duration is not None and elapsed >= self.duration
 
-    def max_connections(self) -> int | None:
-        return self.concurrency if self.mode == "closed" else self.max_concurrency
+    def slots(self) -> int | None:
+        """Closed-loop workers (each keeps one request in flight); None for open loops."""
+        return self.concurrency if self.mode == "closed" else None
 
 
 def plan_from_config(cfg: LoadConfig) -> RunPlan:
@@ -151,15 +152,15 @@ async def run_load(
 async def _closed_loop(client, plan: RunPlan, requests, bodies, done) -> None:
     counter = itertools.count()
 
-    async def worker() -> None:
+    async def worker(slot: int) -> None:
         while True:
             now = time.perf_counter()
             i = next(counter)
             if plan.stop(i, now - client.t0):
                 return
-            done(await client.send(i, requests[i % len(requests)], bodies[i % len(bodies)], now))
+            done(await client.send(i, requests[i % len(requests)], bodies[i % len(bodies)], now, slot))
 
-    await asyncio.gather(*(worker() for _ in range(plan.concurrency or 1)))
+    await asyncio.gather(*(worker(slot) for slot in range(plan.concurrency or 1)))
 
 
 async def _open_loop(client, plan: RunPlan, requests, bodies, times: Iterator[float], done) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from rich.console import Console
 
 from model_optimizer.bench import report, sweep
-from model_optimizer.bench.client import BenchClient, ClientConfig, RequestRecord
+from model_optimizer.bench.client import BenchClient, ClientConfig, RequestRecord, request_body
 from model_optimizer.bench.load import DEFAULT_NUM_REQUESTS, LoadConfig, RunPlan, plan_from_config, run_load
 from model_optimizer.bench.metrics import SloThreshold, parse_slo, summarize
 from model_optimizer.bench.overhead import LoopLagMonitor, overhead_report
@@ -82,9 +82,7 @@ async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
     if num is None and load.duration is None and load.load_mode != "trace":
         num = DEFAULT_NUM_REQUESTS
     requests = build_workload(setup.workload, setup.client.endpoint, num)
-    probe = BenchClient(setup.client, 1, 0.0)
-    bodies = [probe.body(r) for r in requests]
-    await probe.http.aclose()
+    bodies = [request_body(setup.client, r) for r in requests]
     runner = _Runner(setup, requests, bodies, console)
     if load.load_mode != "sweep":
         return [await runner.run(plan_from_config(load))]
@@ -134,7 +132,7 @@ class _Runner:
         total = len(self.requests) if plan.mode == "trace" else plan.num_requests
         progress = RunProgress(plan.label, total, plan.duration, enabled=out.progress, console=self.console)
         rng = np.random.default_rng(self.setup.workload.seed + len(self.results))
-        async with BenchClient(client_cfg, plan.max_connections(), 0.0) as client:
+        async with BenchClient(client_cfg, plan.slots(), 0.0) as client:
             monitor.start()
             with progress:
                 records = await run_load(client, plan, self.requests, self.bodies, rng, progress.record)

@@ -21,6 +21,7 @@ def create_app(ttft: float = 0.05, itl: float = 0.02) -> FastAPI:
     app = FastAPI()
     app.state.settings = {"ttft": ttft, "itl": itl}
     app.state.counters = {"requests": 0, "running": 0}
+    app.state.client_ports = []  # one entry per request: the client's TCP port tells connections apart
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -43,6 +44,7 @@ def create_app(ttft: float = 0.05, itl: float = 0.02) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request):
+        app.state.client_ports.append(request.client.port)
         return await _generate(app, await request.json(), chat=False)
 
     @app.post("/v1/chat/completions")

@@ -28,6 +28,15 @@ def test_measured_ttft_and_itl_match_server_delays(server):
     assert s["itl_ms"]["count"] == 6 * 5
 
 
+def test_connections_are_kept_alive(server):
+    ports = server.app.state.client_ports
+    start = len(ports)
+    records = run_plan(server.base_url, RunPlan("closed", concurrency=3, num_requests=12), make_requests(12))
+    assert all(r.ok for r in records)
+    assert len(ports) - start == 12
+    assert len(set(ports[start:])) == 3  # one connection per closed-loop slot, reused after [DONE]
+
+
 def test_chat_role_chunk_is_not_the_first_token(server):
     records = run_plan(server.base_url, RunPlan("closed", concurrency=1, num_requests=2),
                        make_requests(2, output_len=3), endpoint="chat")
