@@ -120,7 +120,7 @@ def _result(label: str, unit: str, per_op: float, samples_ms: list[float], refer
     ms = statistics.median(samples_ms)
     value = per_op / (ms / 1000.0)
     pct = round(100.0 * value / reference, 1) if reference else None
-    return {"label": label, "value": round(value, 3), "unit": unit, "median_ms": round(ms, 4),
+    return {"label": label, "value": float(f"{value:.5g}"), "unit": unit, "median_ms": round(ms, 4),
             "samples_ms": [round(s, 4) for s in samples_ms], "reference": reference, "reference_kind": reference_kind,
             "pct_of_reference": pct, "flagged": bool(pct is not None and pct < FLAG_BELOW * 100), "params": params}
 
