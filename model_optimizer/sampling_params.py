@@ -50,6 +50,8 @@ class SamplingParams:
     """Return log-probabilities for the prompt tokens as well (not supported yet: must be None)."""
     skip_special_tokens: bool = True
     """Leave special tokens out of the text."""
+    detokenize: bool = True
+    """Produce text; off, outputs carry token ids only (and stop strings cannot be used)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -95,6 +97,7 @@ class SamplingParams:
             self.logprobs is None or (isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_LOGPROBS),
             f"logprobs must be an integer in [0, {MAX_LOGPROBS}] or None, got {self.logprobs!r}",
         )
+        _require(self.detokenize or not self.stop, "stop strings need detokenize=True")
         _require(self.prompt_logprobs is None, "prompt_logprobs is not supported yet; leave it unset")
 
 

@@ -7,7 +7,7 @@ Pure Python: the model runner is passed in, so the engine runs with any object t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from model_optimizer.config import EngineConfig
@@ -60,6 +60,9 @@ class _Parent:
     prompt_token_ids: list[int]
     children: list[Request]
     detokenizers: list[IncrementalDetokenizer | None]
+    """Incremental text per completion, kept only for streaming or stop strings."""
+    final_texts: dict[int, str] = field(default_factory=dict)
+    """Text of finished completions decoded in one go at the end."""
 
 
 class LLMEngine:
@@ -92,8 +95,13 @@ class LLMEngine:
         params: SamplingParams | None = None,
         priority: int = 0,
         arrival_time: float | None = None,
+        stream: bool = False,
     ) -> None:
-        """Queue a request. Raises ValueError when it is malformed or could never fit."""
+        """Queue a request. Raises ValueError when it is malformed or could never fit.
+
+        With `stream`, text is decoded as tokens arrive; otherwise (and without stop strings)
+        it is decoded once when the completion finishes, which keeps the step loop lean.
+        """
         if request_id in self.parents:
             raise ValueError(f"request id {request_id!r} is already in use")
         params = params or SamplingParams()
@@ -120,7 +128,8 @@ class LLMEngine:
             )
         for child in children:
             self.scheduler.add_request(child)
-        detokenizers = [self._detokenizer(prompt_token_ids, c.params) for c in children]
+        incremental = stream or bool(params.stop)
+        detokenizers = [self._detokenizer(prompt_token_ids, c.params) if incremental else None for c in children]
         self.parents[request_id] = _Parent(prompt if isinstance(prompt, str) else None, prompt_token_ids, children, detokenizers)
 
     def abort(self, request_id: str) -> None:
@@ -174,7 +183,7 @@ class LLMEngine:
     def _make_output(self, parent_id: str) -> RequestOutput:
         parent = self.parents[parent_id]
         finished = all(c.finished for c in parent.children)
-        outputs = [self._completion(c, d) for c, d in zip(parent.children, parent.detokenizers)]
+        outputs = [self._completion(c, self._text(parent, c)) for c in parent.children]
         first = parent.children[0]
         firsts = [c.first_token_time for c in parent.children if c.first_token_time]
         metrics = RequestMetrics(
@@ -195,9 +204,20 @@ class LLMEngine:
             metrics=metrics,
         )
 
+    def _text(self, parent: _Parent, request: Request) -> str:
+        detokenizer = parent.detokenizers[request.index]
+        if detokenizer is not None:
+            return detokenizer.visible_text(request.finished)
+        if not request.finished or self.tokenizer is None or not request.params.detokenize:
+            return ""
+        if request.index not in parent.final_texts:
+            parent.final_texts[request.index] = self.tokenizer.decode(
+                request.output_token_ids, skip_special_tokens=request.params.skip_special_tokens
+            )
+        return parent.final_texts[request.index]
+
     @staticmethod
-    def _completion(request: Request, detokenizer: IncrementalDetokenizer | None) -> CompletionOutput:
-        text = detokenizer.visible_text(request.finished) if detokenizer else ""
+    def _completion(request: Request, text: str) -> CompletionOutput:
         return CompletionOutput(
             index=request.index,
             text=text,
@@ -208,7 +228,7 @@ class LLMEngine:
         )
 
     def _detokenizer(self, prompt_token_ids: list[int], params: SamplingParams) -> IncrementalDetokenizer | None:
-        if self.tokenizer is None:
+        if self.tokenizer is None or not params.detokenize:
             return None
         return IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params)
 

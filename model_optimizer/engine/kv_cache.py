@@ -157,7 +157,8 @@ class KVCacheManager:
         if not self.pool.can_allocate(num_new_blocks + revived):
             return False
         self.pool.touch(computed)
-        table = table + computed + self.pool.allocate(max(num_new_blocks, 0))
+        table.extend(computed)
+        table.extend(self.pool.allocate(max(num_new_blocks, 0)))
         self.block_tables[request.request_id] = table
         self.num_hashed_blocks.setdefault(request.request_id, len(computed))
         if self.enable_prefix_caching:
@@ -170,8 +171,12 @@ class KVCacheManager:
         self.num_hashed_blocks.pop(request.request_id, None)
         self.pool.free(reversed(table))
 
-    def block_ids(self, request_id: str) -> list[int]:
-        return [b.block_id for b in self.block_tables.get(request_id, [])]
+    def block_ids(self, request_id: str, start: int = 0) -> list[int]:
+        """Block ids of a request's table from index `start` on."""
+        return [b.block_id for b in self.block_tables.get(request_id, ())[start:]]
+
+    def num_request_blocks(self, request_id: str) -> int:
+        return len(self.block_tables.get(request_id, ()))
 
     def _cache_full_blocks(self, request: Request, table: list[Block], num_tokens: int) -> None:
         num_full = num_tokens // self.block_size

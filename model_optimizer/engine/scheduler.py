@@ -223,10 +223,10 @@ class Scheduler:
         )
 
     def _cached_data(self, request: Request) -> CachedRequestData:
-        block_ids = self.kv_cache.block_ids(request.request_id)
         sent = self._num_sent_blocks[request.request_id]
-        self._num_sent_blocks[request.request_id] = len(block_ids)
-        return CachedRequestData(request.request_id, block_ids[sent:], request.num_computed_tokens)
+        new_block_ids = self.kv_cache.block_ids(request.request_id, start=sent)
+        self._num_sent_blocks[request.request_id] = sent + len(new_block_ids)
+        return CachedRequestData(request.request_id, new_block_ids, request.num_computed_tokens)
 
     # ----------------------------------------------------------------- update
     def update_from_output(self, out: SchedulerOutput, sampled: dict[str, tuple[int, object]]) -> list[Request]:

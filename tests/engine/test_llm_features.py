@@ -152,3 +152,15 @@ def test_bad_prompts_are_refused(qwen3_llm):
     with pytest.raises(ValueError, match="empty"):
         qwen3_llm.generate([[]], GREEDY)
     assert not qwen3_llm.engine.has_unfinished_requests()
+
+
+def test_streamed_text_equals_final_text(qwen3_llm):
+    prompt = random_prompts(1, seed=9)[0]
+    final = qwen3_llm.generate([prompt], GREEDY.clone(max_tokens=25))[0].outputs[0]
+    assert final.text == qwen3_llm.tokenizer.decode(final.token_ids, skip_special_tokens=True)
+    engine, texts = qwen3_llm.engine, []
+    engine.add_request("stream-test", prompt, GREEDY.clone(max_tokens=25), stream=True)
+    while engine.has_unfinished_requests():
+        texts += [o.outputs[0].text for o in engine.step()]
+    assert texts[-1] == final.text
+    assert all(final.text.startswith(t) and "\ufffd" not in t[-1:] for t in texts[:-1])

@@ -1,0 +1,289 @@
+"""AsyncEngine: the LLMEngine behind an asyncio API, for the server.
+
+The engine is not thread-safe and `step()` blocks while the model runs, so one background
+thread owns it: it drains an inbox of add/abort commands, runs a step when there is work (else
+sleeps on a condition), and hands each output to its request's own asyncio.Queue through
+`loop.call_soon_threadsafe`. The event loop never waits on the model.
+
+If the loop raises, every in-flight request gets the error, `dead` turns True and `on_fatal`
+runs on the event loop (the server uses it to exit non-zero).
+
+Test hook: the environment variable MOPT_FAULT_AFTER_STEPS=N makes the loop raise after N steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from model_optimizer.engine.engine import EngineStats, LLMEngine
+from model_optimizer.engine.outputs import CompletionOutput, RequestOutput
+from model_optimizer.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+FAULT_ENV = "MOPT_FAULT_AFTER_STEPS"
+
+
+class EngineDeadError(RuntimeError):
+    """The engine loop has failed; no request can be served any more."""
+
+
+@dataclass
+class _Stream:
+    """The event-loop side of one request: where its outputs go."""
+
+    queue: asyncio.Queue
+    prompt_token_ids: list[int] = field(default_factory=list)
+    n: int = 1
+    last: RequestOutput | None = None
+
+
+@dataclass
+class _Add:
+    request_id: str
+    prompt: str | list[int]
+    params: SamplingParams
+    priority: int
+    stream: _Stream
+    done: Future
+
+
+@dataclass
+class _Call:
+    fn: Callable[[], Any]
+    done: Future
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine, on_fatal: Callable[[BaseException], None] | None = None) -> None:
+        self.engine = engine
+        self.on_fatal = on_fatal
+        self.stats: EngineStats = engine.stats()
+        """Snapshot taken by the loop thread after every step; safe to read from any thread."""
+        self.error: BaseException | None = None
+        self._inbox: list[_Add | _Call | tuple[str, str]] = []
+        self._cv = threading.Condition()
+        self._streams: dict[str, _Stream] = {}  # touched only by the loop thread
+        self._stopped = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        fault = os.environ.get(FAULT_ENV)
+        self._fault_after_steps = int(fault) if fault else None
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Start the loop thread; outputs are delivered to `loop` (default: the running loop)."""
+        self._loop = loop or asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="mopt-engine-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Abort everything still running and end the loop thread."""
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def dead(self) -> bool:
+        return self.error is not None
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._streams)
+
+    # ----------------------------------------------------------------- requests
+    async def generate(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams, priority: int = 0
+    ) -> AsyncIterator[RequestOutput]:
+        """Yield the request's cumulative outputs until it finishes; stopping early aborts it.
+
+        Raises ValueError (bad or oversized request) before the first output, and
+        EngineDeadError when the engine loop has failed.
+        """
+        stream = await self.add_request(request_id, prompt, params, priority)
+        async for output in stream:
+            yield output
+
+    async def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
+                          priority: int = 0) -> RequestStream:
+        """Queue a request; returns once the engine has accepted it (ValueError if it refused it)."""
+        if self.error is not None:
+            raise EngineDeadError(f"engine loop failed: {self.error}")
+        stream = _Stream(asyncio.Queue(), n=params.n)
+        command = _Add(request_id, prompt, params, priority, stream, Future())
+        self._send(command)
+        try:
+            await asyncio.wrap_future(command.done)
+        except (asyncio.CancelledError, GeneratorExit):
+            self.abort(request_id)  # the add may still go through: the abort follows it in the inbox
+            raise
+        return RequestStream(self, request_id, stream.queue)
+
+    async def call(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` on the engine thread between two steps (for work that uses the model, e.g. embeddings)."""
+        if self.error is not None:
+            raise EngineDeadError(f"engine loop failed: {self.error}")
+        command = _Call(fn, Future())
+        self._send(command)
+        return await asyncio.wrap_future(command.done)
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request from any thread; its blocks are freed before the next step."""
+        self._send(("abort", request_id))
+
+    def abort_all(self) -> None:
+        """Finish every in-flight request with finish_reason 'abort' (used when a drain times out)."""
+        self._send(("abort_all", ""))
+
+    def _send(self, command: _Add | _Call | tuple[str, str]) -> None:
+        with self._cv:
+            self._inbox.append(command)
+            self._cv.notify()
+
+    # ----------------------------------------------------------------- loop thread
+    def _run(self) -> None:
+        try:
+            while True:
+                commands = self._next_commands()
+                if commands is None:
+                    break
+                self._apply(commands)
+                if self.engine.has_unfinished_requests():
+                    self._step()
+                self.stats = self.engine.stats()
+        except BaseException as exc:  # noqa: BLE001 - any failure kills the engine, and every request must hear of it
+            logger.exception("engine loop failed")
+            self._fail(exc)
+            return
+        self._abort_everything()
+
+    def _next_commands(self) -> list | None:
+        """Commands waiting in the inbox; blocks while there is nothing to do. None means stop."""
+        with self._cv:
+            while not self._inbox and not self._stopped and not self.engine.has_unfinished_requests():
+                self._cv.wait()
+            if self._stopped:
+                return None
+            commands, self._inbox = self._inbox, []
+            return commands
+
+    def _apply(self, commands: list) -> None:
+        for command in commands:
+            if isinstance(command, _Add):
+                self._apply_add(command)
+            elif isinstance(command, _Call):
+                self._apply_call(command)
+            elif command[0] == "abort":
+                self.engine.abort(command[1])
+                self._streams.pop(command[1], None)
+            else:
+                self._abort_everything()
+
+    def _apply_add(self, command: _Add) -> None:
+        try:
+            self.engine.add_request(command.request_id, command.prompt, command.params, command.priority)
+        except Exception as exc:  # noqa: BLE001 - handed to the caller, who turns ValueError into a 400
+            command.done.set_exception(exc)
+            return
+        if isinstance(command.prompt, list):
+            command.stream.prompt_token_ids = command.prompt
+        self._streams[command.request_id] = command.stream
+        command.done.set_result(None)
+
+    @staticmethod
+    def _apply_call(command: _Call) -> None:
+        try:
+            command.done.set_result(command.fn())
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            command.done.set_exception(exc)
+
+    def _step(self) -> None:
+        if self._fault_after_steps is not None and self.engine.num_steps >= self._fault_after_steps:
+            raise RuntimeError(f"injected engine fault after {self._fault_after_steps} steps ({FAULT_ENV})")
+        outputs = self.engine.step()
+        deliveries = []
+        for output in outputs:
+            stream = self._streams.get(output.request_id)
+            if stream is None:
+                continue
+            stream.last = output
+            deliveries.append((stream.queue, output))
+            if output.finished:
+                del self._streams[output.request_id]
+        if deliveries:
+            self._deliver(deliveries)
+
+    def _abort_everything(self) -> None:
+        deliveries = []
+        for request_id, stream in list(self._streams.items()):
+            self.engine.abort(request_id)
+            deliveries.append((stream.queue, _aborted(request_id, stream)))
+        self._streams.clear()
+        if deliveries:
+            self._deliver(deliveries)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.error = exc
+        with self._cv:
+            pending, self._inbox = self._inbox, []
+        for command in pending:
+            if isinstance(command, (_Add, _Call)):
+                command.done.set_exception(EngineDeadError(f"engine loop failed: {exc}"))
+        deliveries = [(s.queue, exc) for s in self._streams.values()]
+        self._streams.clear()
+        self._deliver(deliveries)
+        if self.on_fatal is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self.on_fatal, exc)
+
+    def _deliver(self, deliveries: list[tuple[asyncio.Queue, Any]]) -> None:
+        def put_all() -> None:
+            for queue, item in deliveries:
+                queue.put_nowait(item)
+
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(put_all)
+
+
+class RequestStream:
+    """Async iterator over one request's outputs; leaving it early (break, cancel, close) aborts the request."""
+
+    def __init__(self, engine: AsyncEngine, request_id: str, queue: asyncio.Queue) -> None:
+        self.engine = engine
+        self.request_id = request_id
+        self.queue = queue
+        self.finished = False
+
+    async def __aiter__(self) -> AsyncIterator[RequestOutput]:
+        try:
+            while not self.finished:
+                item = await self.queue.get()
+                if isinstance(item, BaseException):
+                    self.finished = True
+                    raise EngineDeadError(f"engine loop failed: {item}") from item
+                self.finished = item.finished
+                yield item
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        """Abort the request unless it has finished; safe to call more than once."""
+        if not self.finished:
+            self.finished = True
+            self.engine.abort(self.request_id)
+
+
+def _aborted(request_id: str, stream: _Stream) -> RequestOutput:
+    """A final output for a request the server aborted: what it had so far, finish_reason 'abort'."""
+    if stream.last is not None:
+        outputs = [o if o.finished else replace(o, finish_reason="abort") for o in stream.last.outputs]
+        return replace(stream.last, outputs=outputs, finished=True)
+    outputs = [CompletionOutput(index=i, text="", token_ids=[], logprobs=None, finish_reason="abort") for i in range(stream.n)]
+    return RequestOutput(request_id, None, stream.prompt_token_ids, outputs, finished=True)
