@@ -158,5 +158,9 @@ def print_summary(console: Console, result: dict) -> None:
     if server.get("available"):
         parts = [f"{k} {server[k]:.3g}" for k in ("kv_cache_usage_max", "preemptions", "prefix_cache_hit_rate") if k in server]
         console.print("server: " + (", ".join(parts) or "/metrics has none of the known vLLM-style names"))
+    for gpu in result["gpu"].get("gpus", []):
+        figures = [f"{key} mean {gpu[key]['mean']:.1f} max {gpu[key]['max']:.1f}" for key in
+                   ("util_pct", "mem_used_gib", "power_w") if key in gpu]
+        console.print(f"gpu {gpu['index']}: " + ", ".join(figures))
     if "path" in result:
         console.print(f"saved {result['path']}")

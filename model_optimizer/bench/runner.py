@@ -47,7 +47,7 @@ class OutputConfig:
     """Show a live progress bar."""
 
     label: str | None = None
-    """Name stored with the results and shown by compare (default: endpoint and load)."""
+    """Name put before each run's load description in results and reports (default: the endpoint)."""
 
     def __post_init__(self) -> None:
         parse_slo(self.slo)
@@ -149,7 +149,7 @@ class _Runner:
         client_cfg = dataclasses.asdict(self.setup.client) | {"api_key": "***" if self.setup.client.api_key else None}
         return {
             "schema": report.SCHEMA,
-            "label": self.setup.output.label or f"{self.setup.client.endpoint} {plan.label}",
+            "label": f"{self.setup.output.label or self.setup.client.endpoint} {plan.label}",
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_at)),
             "plan": dataclasses.asdict(plan),
             "config": {

@@ -74,12 +74,17 @@ class GpuSampler:
             self._nvml.nvmlShutdown()
         except Exception:
             pass
-        gpus = []
-        for index in range(len(self._handles)):
-            per_gpu: dict = {"index": index}
-            for key in ("util_pct", "mem_used_gib", "power_w", "sm_clock_mhz"):
-                seen = [s[index][key] for s in self.samples if key in s[index]]
-                if seen:
-                    per_gpu[key] = {"mean": sum(seen) / len(seen), "max": max(seen)}
-            gpus.append(per_gpu)
-        return {"available": True, "num_samples": len(self.samples), "gpus": gpus}
+        return summarize_gpu_samples(self.samples, len(self._handles))
+
+
+def summarize_gpu_samples(samples: list[list[dict]], num_gpus: int) -> dict:
+    """Per-GPU mean and max of each sampled field (`samples`: one list of per-GPU dicts per tick)."""
+    gpus = []
+    for index in range(num_gpus):
+        per_gpu: dict = {"index": index}
+        for key in ("util_pct", "mem_used_gib", "power_w", "sm_clock_mhz"):
+            seen = [s[index][key] for s in samples if key in s[index]]
+            if seen:
+                per_gpu[key] = {"mean": sum(seen) / len(seen), "max": max(seen)}
+        gpus.append(per_gpu)
+    return {"available": True, "num_samples": len(samples), "gpus": gpus}

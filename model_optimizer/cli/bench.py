@@ -53,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
         load=dataclass_from_args(LoadConfig, args),
         output=dataclass_from_args(OutputConfig, args),
     )
-    results = run_benchmark(setup, console)
+    try:
+        results = run_benchmark(setup, console)
+    except KeyboardInterrupt:
+        console.print(f"interrupted: runs that finished are saved in {setup.output.output_dir}")
+        return 130
     console.print(f"report: {os.path.join(setup.output.output_dir, 'report.html')}")
     return 0 if all(r["summary"]["num_ok"] for r in results) else 1

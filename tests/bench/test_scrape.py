@@ -7,7 +7,7 @@ import pytest
 from model_optimizer.bench.client import RequestRecord
 from model_optimizer.bench.overhead import LoopLagMonitor, overhead_report
 from model_optimizer.bench.scrape import MetricsScraper, parse_metrics, pick, summarize_scrapes
-from model_optimizer.bench.telemetry import GpuSampler, is_local
+from model_optimizer.bench.telemetry import GpuSampler, is_local, summarize_gpu_samples
 
 BEFORE = """# HELP vllm:num_preemptions_total Preemptions.
 # TYPE vllm:num_preemptions_total counter
@@ -61,6 +61,15 @@ def test_gpu_telemetry_skips_without_nvml_or_remote_server():
         assert out["available"] is False and out["reason"].startswith("NVML unavailable")
     else:
         assert out["available"] is True and out["gpus"]
+
+
+def test_gpu_sample_summary():
+    ticks = [[{"util_pct": 50.0, "power_w": 300.0}, {"util_pct": 0.0}],
+             [{"util_pct": 100.0, "power_w": 500.0}, {"util_pct": 10.0}]]
+    out = summarize_gpu_samples(ticks, 2)
+    assert out["gpus"][0]["util_pct"] == {"mean": 75.0, "max": 100.0}
+    assert out["gpus"][0]["power_w"]["mean"] == 400.0 and "power_w" not in out["gpus"][1]
+    assert out["num_samples"] == 2
 
 
 def test_overhead_warns_when_the_client_lags():
