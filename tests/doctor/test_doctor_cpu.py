@@ -133,3 +133,12 @@ def test_report_shows_fixes_for_the_os_family(family, present, absent):
     text = buf.getvalue()
     assert "nouveau" in text and present in text and absent not in text
     assert "exit code 2" in text
+
+
+def test_every_probe_failed_still_gives_a_report():
+    snap = copy.deepcopy(E.load(E.CPU_SNAPSHOT))
+    for name in snap["probes"]:
+        snap["probes"][name] = {"ok": False, "error": "RuntimeError: broken", "error_type": "RuntimeError", "elapsed_s": 0.0}
+    findings = evaluate(snap)
+    assert not [f.title for f in findings if f.id.startswith("doctor.rule_failed")]
+    assert recommended_settings(snap)["device"] == "cpu"

@@ -168,3 +168,24 @@ def test_knowledge_base_explains_the_edited_torch_errors():
     snap = E.module_missing(E.gpu_base())
     assert explain(E.data(snap, "torch")["init_error"])[0].id == "found_no_driver"
     assert explain(E.data(snap, "nvidia_smi")["message"])[0].id == "nvidia_smi_no_driver"
+
+
+def test_gpu_lost_from_the_bus():
+    snap = E.gpu_base()
+    E.data(snap, "nvml")["devices"].append({"index": 1, "error": "NVMLError_GpuIsLost: GPU is lost", "error_type": "NVMLError_GpuIsLost"})
+    found = ids(evaluate(snap))
+    assert found["gpu.unreachable"].severity == "error" and "GPU 1" in found["gpu.unreachable"].title
+    assert not [f for f in found.values() if f.id.startswith("doctor.rule_failed")]
+
+
+EDITS = [E.module_missing, E.secure_boot_unsigned, E.nouveau_loaded, E.uvm_missing, E.driver_too_old, E.torch_cpu_build,
+         E.torch_wrong_arch, E.pcie_x4, E.laptop_x4, E.ecc_errors, E.ecc_remap_pending, E.power_capped, E.memory_in_use]
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=[e.__name__ for e in EDITS])
+def test_no_rule_breaks_on_any_failure_case(edit):
+    snap = edit(E.gpu_base())
+    findings = evaluate(snap)
+    assert not [f.title for f in findings if f.id.startswith("doctor.rule_failed")]
+    assert exit_code(findings) >= 1
+    recommended_settings(snap)  # never raises

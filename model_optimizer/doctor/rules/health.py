@@ -132,3 +132,17 @@ def rule_mig_and_mode(snap: Snapshot) -> list[Finding]:
             findings.append(Finding("gpu.compute_prohibited", "error", f"GPU {i}: compute mode is 'Prohibited'", "No CUDA program may use this GPU.",
                                     {"any": [f"sudo nvidia-smi -i {i} -c DEFAULT"]}, {"gpu": i}))
     return findings
+
+
+def rule_unreachable_gpus(snap: Snapshot) -> list[Finding]:
+    """A GPU NVML lists but cannot open: lost from the bus, or waiting for a reset."""
+    lost = [d for d in snap.devices if d.get("error")]
+    if not lost:
+        return []
+    return [Finding(
+        "gpu.unreachable", "error", "NVML cannot open GPU " + ", ".join(f"{d['index']} ({d['error']})" for d in lost),
+        "A GPU in this state runs nothing, and programs that enumerate all GPUs (torch, NCCL) can fail on the others too.",
+        {"any": ["sudo dmesg -T | grep -iE 'xid|nvrm' | tail   # Xid 79: fallen off the bus; 48/95: memory errors",
+                 "sudo nvidia-smi -r -i <index>   # reset it when nothing uses it; otherwise reboot",
+                 "Meanwhile hide it: export CUDA_VISIBLE_DEVICES=<the healthy indices>"]},
+        {"gpus": lost})]
