@@ -1,0 +1,102 @@
+"""create_app(config): the FastAPI application of `mopt serve`.
+
+The model loads in a background thread once the app starts, so the server answers /health
+(200) and /ready (503, "loading") at once; /ready turns 200 after loading and a warm-up
+generation. Pass `llm=` to serve an LLM that is already built (tests, embedding in Python).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from model_optimizer import __version__
+from model_optimizer.config import EngineConfig
+from model_optimizer.engine.async_engine import AsyncEngine
+from model_optimizer.sampling_params import SamplingParams
+from model_optimizer.server.config import ServerConfig
+from model_optimizer.server.errors import install_error_handlers
+from model_optimizer.server.metrics import ServerMetrics
+from model_optimizer.server.middleware import GuardMiddleware
+from model_optimizer.server.routes import chat, completions, embeddings, system
+from model_optimizer.server.state import ServerState
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(config: ServerConfig, engine_config: EngineConfig | None = None, llm: Any = None) -> FastAPI:
+    engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
+    state = ServerState(config=config, engine_config=engine_config)
+    if config.chat_template:
+        state.chat_template = _read_template(config.chat_template)
+    state.model_name = config.served_model_name or _default_name(engine_config)
+    state.metrics = ServerMetrics(state.model_name, lambda: state.engine.stats if state.engine else None)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        loop = asyncio.get_running_loop()
+        if llm is not None:
+            _engine_ready(state, llm, loop)
+        else:
+            threading.Thread(target=_load, args=(state, loop), name="mopt-load", daemon=True).start()
+        yield
+        if state.engine is not None:
+            state.engine.stop()
+        state.executor.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="Model-Optimizer OpenAI-compatible server", version=__version__, lifespan=lifespan)
+    app.state.server = state
+    install_error_handlers(app)
+    for module in (system, completions, chat, embeddings):
+        app.include_router(module.router)
+    app.add_middleware(GuardMiddleware, state=state)
+    return app
+
+
+def _default_name(engine_config: EngineConfig) -> str:
+    if engine_config.model:
+        return Path(engine_config.model).expanduser().resolve().name or engine_config.model
+    return "tiny-qwen3-random"
+
+
+def _read_template(path: str) -> str:
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"chat template file {file} does not exist")
+    return file.read_text()
+
+
+def _load(state: ServerState, loop: asyncio.AbstractEventLoop) -> None:
+    """Build the LLM and warm it up (loading thread), then start serving (event loop)."""
+    from model_optimizer.llm import LLM
+
+    try:
+        fields = {k: v for k, v in vars(state.engine_config).items() if k != "model"}
+        llm = LLM(state.engine_config.model, **fields)
+        llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, temperature=0.0))  # warm-up
+    except BaseException as exc:  # noqa: BLE001 - reported, then the server exits non-zero
+        logger.exception("loading the model failed")
+        loop.call_soon_threadsafe(_fatal, state, exc)
+        return
+    loop.call_soon_threadsafe(_engine_ready, state, llm, loop)
+
+
+def _engine_ready(state: ServerState, llm: Any, loop: asyncio.AbstractEventLoop) -> None:
+    state.llm = llm
+    state.engine = AsyncEngine(llm.engine, on_fatal=lambda exc: _fatal(state, exc))
+    state.engine.start(loop)
+    state.ready = True
+    logger.info("serving %s (max_model_len %d)", state.model_name, llm.engine.info.max_model_len)
+
+
+def _fatal(state: ServerState, exc: BaseException) -> None:
+    if state.engine is None:
+        state.load_error = exc
+    for hook in state.fatal_hooks:
+        hook(exc)

@@ -1,0 +1,82 @@
+"""ServerConfig: every `mopt serve` setting that is not an engine setting.
+
+Each field's docstring is also its CLI help (see model_optimizer/cli/args.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from model_optimizer.config import check_positive
+
+API_KEY_ENV = "MOPT_API_KEY"
+
+
+@dataclass
+class ServerConfig:
+    """How the OpenAI-compatible server listens, authenticates and protects itself."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on (0.0.0.0 for every interface)."""
+
+    port: int = 8000
+    """TCP port to listen on (0 lets the OS pick a free one)."""
+
+    api_key: str | None = None
+    """Require `Authorization: Bearer KEY` on every route but /health (and /metrics unless --metrics-auth). Also read from MOPT_API_KEY."""
+
+    served_model_name: str | None = None
+    """Model name clients send and /v1/models lists. Empty: the model folder's name."""
+
+    chat_template: str | None = None
+    """Jinja chat template file overriding the tokenizer's own."""
+
+    max_queued_requests: int = 1024
+    """Requests that may wait beyond the max_num_seqs the engine runs at once; past that, 503 with Retry-After."""
+
+    metrics_auth: bool = False
+    """Require the API key on /metrics as well."""
+
+    shutdown_timeout: float = 30.0
+    """Seconds SIGTERM waits for in-flight requests to finish (new ones get 503) before aborting them."""
+
+    max_n: int = 16
+    """Largest n (completions per prompt) a request may ask for."""
+
+    max_logprobs: int = 20
+    """Largest logprobs / top_logprobs a request may ask for (at most 20)."""
+
+    max_stop_strings: int = 16
+    """Most stop strings in one request."""
+
+    max_stop_string_length: int = 256
+    """Longest stop string, in characters."""
+
+    max_prompts: int = 64
+    """Most prompts in one /v1/completions request."""
+
+    max_tokens_limit: int | None = None
+    """Largest max_tokens a request may ask for; also caps the default (remaining context). Empty: no cap."""
+
+    max_body_bytes: int = 8 << 20
+    """Largest request body in bytes; bigger bodies get 413 before they are parsed."""
+
+    max_header_bytes: int = 16 << 10
+    """Largest request line plus headers in bytes; bigger requests are refused."""
+
+    log_level: str = "info"
+    """uvicorn log level: critical, error, warning, info, debug."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "max_queued_requests", "max_n", "max_stop_strings", "max_stop_string_length",
+                       "max_prompts", "max_body_bytes", "max_header_bytes")
+        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port!r}")
+        if not 0 <= self.max_logprobs <= 20:
+            raise ValueError(f"max_logprobs must be in [0, 20], got {self.max_logprobs}")
+        if self.max_tokens_limit is not None and self.max_tokens_limit <= 0:
+            raise ValueError(f"max_tokens_limit must be a positive integer, got {self.max_tokens_limit}")
+        if self.shutdown_timeout < 0:
+            raise ValueError(f"shutdown_timeout must be >= 0 seconds, got {self.shutdown_timeout}")
+        if self.api_key == "":
+            self.api_key = None

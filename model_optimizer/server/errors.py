@@ -1,0 +1,83 @@
+"""Errors in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`, never FastAPI's 422.
+
+Messages are cut to MAX_MESSAGE_CHARS so no error echoes a huge input back.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger(__name__)
+MAX_MESSAGE_CHARS = 1000
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    431: "invalid_request_error",
+    500: "server_error",
+    503: "service_unavailable",
+}
+
+
+class APIError(Exception):
+    """An error the client should see with this status, message and (optionally) offending parameter."""
+
+    def __init__(self, status_code: int, message: str, param: str | None = None, headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.param = param
+        self.headers = headers
+
+
+def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def error_body(status_code: int, message: str, param: str | None = None) -> dict:
+    error_type = ERROR_TYPES.get(status_code, "invalid_request_error" if status_code < 500 else "server_error")
+    return {"error": {"message": clip(message), "type": error_type, "param": param, "code": status_code}}
+
+
+def error_response(status_code: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status_code, message, param), status_code=status_code, headers=headers)
+
+
+def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    """One readable line per pydantic error (location and reason, never the input itself)."""
+    parts, param = [], None
+    for error in exc.errors()[:5]:
+        loc = [str(p) for p in error.get("loc", ()) if p != "body"]
+        if param is None and loc:
+            param = loc[0]
+        where = ".".join(loc) or "body"
+        parts.append(f"{clip(where, 100)}: {clip(str(error.get('msg', 'invalid value')), 200)}")
+    return "; ".join(parts) or "invalid request", param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc.status_code, exc.message, exc.param, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = validation_message(exc)
+        return error_response(400, message, param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unexpected error")
+        return error_response(500, f"internal error: {type(exc).__name__}")

@@ -1,0 +1,73 @@
+"""Run the app under uvicorn: drain on SIGTERM, exit non-zero when the engine dies.
+
+SIGTERM (or Ctrl-C) starts a drain: /ready turns 503, new requests get 503 with Retry-After,
+in-flight ones may finish for `shutdown_timeout` seconds, then whatever is left is aborted
+(finish_reason "abort") and uvicorn stops. A second signal stops at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from types import FrameType
+
+import uvicorn
+
+from model_optimizer.config import EngineConfig
+from model_optimizer.server.app import create_app
+from model_optimizer.server.config import ServerConfig
+from model_optimizer.server.state import ServerState
+
+logger = logging.getLogger(__name__)
+FLUSH_S = 1.0  # after aborting leftovers, time for their last chunks to reach the clients
+
+
+class DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        super().__init__(config)
+        self.state = state
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.state.draining or self.should_exit:
+            self.should_exit = True
+            self.force_exit = sig == signal.SIGINT
+            return
+        logger.info("signal %d: draining %d request(s) for up to %.0f s", sig, self.state.num_admitted,
+                    self.state.config.shutdown_timeout)
+        self.state.draining = True
+        threading.Thread(target=self._drain, name="mopt-drain", daemon=True).start()
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.state.config.shutdown_timeout
+        while self.state.num_admitted > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.state.num_admitted > 0 and self.state.engine is not None:
+            logger.warning("drain timed out: aborting %d request(s)", self.state.num_admitted)
+            self.state.engine.abort_all()
+            time.sleep(FLUSH_S)
+        self.should_exit = True
+
+
+def serve(config: ServerConfig, engine_config: EngineConfig) -> int:
+    """Serve until SIGTERM/SIGINT (exit code 0) or an engine failure (exit code 1)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(config, engine_config)
+    state: ServerState = app.state.server
+    uv_config = uvicorn.Config(
+        app, host=config.host, port=config.port, log_level=config.log_level, http="h11",
+        h11_max_incomplete_event_size=config.max_header_bytes, timeout_graceful_shutdown=5,
+    )
+    server = DrainingServer(uv_config, state)
+
+    def on_fatal(exc: BaseException) -> None:
+        logger.error("engine failed (%s): shutting down so a supervisor can restart the server", exc)
+        server.should_exit = True
+
+    state.fatal_hooks.append(on_fatal)
+    server.run()
+    if state.dead:
+        return 1
+    return 0

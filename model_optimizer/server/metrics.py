@@ -1,0 +1,108 @@
+"""Prometheus metrics named as vLLM's (`vllm:`), so existing Grafana dashboards work, plus `mopt:` extras.
+
+Each app has its own CollectorRegistry (tests run several apps in one process). Engine gauges and
+counters are read from the AsyncEngine's stats snapshot at scrape time; latency histograms and the
+finished-request counter are observed by the server as outputs arrive.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from model_optimizer.engine.engine import EngineStats
+from model_optimizer.engine.outputs import RequestOutput
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0)
+ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0)
+
+
+class _EngineCollector(Collector):
+    """Engine state from the latest stats snapshot (None while the model loads)."""
+
+    def __init__(self, model_name: str, stats: Callable[[], EngineStats | None]) -> None:
+        self.model_name = model_name
+        self.stats = stats
+
+    def collect(self) -> Iterator:
+        s = self.stats()
+        if s is None:
+            return
+        label = [self.model_name]
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(name, doc, labels=["model_name"])
+            g.add_metric(label, value)
+            return g
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(name, doc, labels=["model_name"])
+            c.add_metric(label, value)
+            return c
+
+        yield gauge("vllm:num_requests_running", "Sequences running in the engine.", s.num_running)
+        yield gauge("vllm:num_requests_waiting", "Sequences waiting to run.", s.num_waiting)
+        yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage (1 means full).", s.kv_cache_usage)
+        yield gauge("mopt:kv_cache_free_blocks", "Free KV-cache blocks.", s.num_free_blocks)
+        yield gauge("mopt:kv_cache_total_blocks", "All KV-cache blocks.", s.num_blocks)
+        yield counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries)
+        yield counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", s.prefix_cache_hits)
+        yield counter("vllm:num_preemptions", "Preempted sequences.", s.num_preemptions)
+        yield counter("vllm:prompt_tokens", "Prompt tokens computed.", s.num_prompt_tokens)
+        yield counter("vllm:generation_tokens", "Tokens generated.", s.num_generation_tokens)
+        yield counter("mopt:engine_steps", "Engine steps run.", s.num_steps)
+
+
+class ServerMetrics:
+    def __init__(self, model_name: str, stats: Callable[[], EngineStats | None]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.model_name = model_name
+        self.registry.register(_EngineCollector(model_name, stats))
+        labels = ["model_name"]
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", labels,
+                              buckets=TTFT_BUCKETS, registry=self.registry).labels(model_name)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Time between output tokens.", labels,
+                             buckets=ITL_BUCKETS, registry=self.registry).labels(model_name)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Request latency from arrival to finish.", labels,
+                             buckets=E2E_BUCKETS, registry=self.registry).labels(model_name)
+        self.success = Counter("vllm:request_success", "Finished sequences by finish reason.",
+                               ["model_name", "finished_reason"], registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def tracker(self) -> RequestTracker:
+        return RequestTracker(self)
+
+
+class RequestTracker:
+    """Observes one engine request's outputs as they reach the server."""
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self.metrics = metrics
+        self.num_tokens = 0
+        self.last_time: float | None = None
+
+    def observe(self, output: RequestOutput) -> None:
+        now = time.time()
+        num_tokens = output.num_output_tokens
+        new = num_tokens - self.num_tokens
+        if new > 0:
+            if self.last_time is None:
+                first = output.metrics.first_token_time or now
+                self.metrics.ttft.observe(max(first - output.metrics.arrival_time, 0.0))
+            else:
+                gap = (now - self.last_time) / new
+                for _ in range(new):
+                    self.metrics.itl.observe(gap)
+            self.num_tokens, self.last_time = num_tokens, now
+        if output.finished:
+            end = output.metrics.finished_time or now
+            self.metrics.e2e.observe(max(end - output.metrics.arrival_time, 0.0))
+            for completion in output.outputs:
+                self.metrics.success.labels(self.metrics.model_name, completion.finish_reason or "abort").inc()

@@ -1,0 +1,69 @@
+"""Request fields -> SamplingParams, enforcing the server's caps and the model's context length."""
+
+from __future__ import annotations
+
+from model_optimizer.sampling_params import SamplingParams
+from model_optimizer.server.errors import APIError
+from model_optimizer.server.protocol import _SamplingFields
+from model_optimizer.server.state import ServerState
+
+
+def check_caps(state: ServerState, body: _SamplingFields, logprobs: int | None) -> list[str]:
+    """Raise 400 past any configured cap; return the stop strings as a list."""
+    config = state.config
+    if body.n > config.max_n:
+        raise APIError(400, f"n is {body.n}; this server allows at most {config.max_n}", "n")
+    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    if len(stop) > config.max_stop_strings:
+        raise APIError(400, f"got {len(stop)} stop strings; at most {config.max_stop_strings} are allowed", "stop")
+    if any(len(s) > config.max_stop_string_length for s in stop):
+        raise APIError(400, f"stop strings may be at most {config.max_stop_string_length} characters long", "stop")
+    if any(not s for s in stop):
+        raise APIError(400, "stop strings must not be empty", "stop")
+    if logprobs is not None and logprobs > config.max_logprobs:
+        raise APIError(400, f"logprobs is {logprobs}; this server allows at most {config.max_logprobs}", "logprobs")
+    if body.logit_bias:
+        raise APIError(400, "logit_bias is not supported", "logit_bias")
+    return stop
+
+
+def resolve_max_tokens(state: ServerState, requested: int | None, num_prompt_tokens: int) -> int:
+    """max_tokens for one prompt: the request's, checked against the context, or the remaining context."""
+    max_model_len, limit = state.max_model_len, state.config.max_tokens_limit
+    room = max_model_len - num_prompt_tokens
+    if room < 1:
+        raise APIError(400, f"the prompt has {num_prompt_tokens} tokens, but max_model_len is {max_model_len} "
+                            "(prompt plus at least one output token)", "prompt")
+    if requested is None:
+        return room if limit is None else min(room, limit)
+    if limit is not None and requested > limit:
+        raise APIError(400, f"max_tokens is {requested}; this server allows at most {limit}", "max_tokens")
+    if num_prompt_tokens + requested > max_model_len:
+        raise APIError(400, f"the prompt has {num_prompt_tokens} tokens and max_tokens is {requested}: together "
+                            f"{num_prompt_tokens + requested}, more than max_model_len {max_model_len}", "max_tokens")
+    return requested
+
+
+def sampling_params(body: _SamplingFields, stop: list[str], max_tokens: int, logprobs: int | None) -> SamplingParams:
+    try:
+        return SamplingParams(
+            n=body.n,
+            temperature=1.0 if body.temperature is None else body.temperature,
+            top_p=1.0 if body.top_p is None else body.top_p,
+            top_k=body.top_k or 0,
+            min_p=body.min_p,
+            repetition_penalty=body.repetition_penalty,
+            presence_penalty=body.presence_penalty,
+            frequency_penalty=body.frequency_penalty,
+            seed=body.seed,
+            max_tokens=max_tokens,
+            min_tokens=body.min_tokens,
+            stop=stop,
+            stop_token_ids=list(body.stop_token_ids or []),
+            include_stop_str_in_output=body.include_stop_str_in_output,
+            ignore_eos=body.ignore_eos,
+            logprobs=logprobs,
+            skip_special_tokens=body.skip_special_tokens,
+        )
+    except ValueError as exc:
+        raise APIError(400, str(exc)) from None

@@ -1,0 +1,114 @@
+"""Request inputs to token ids, off the event loop: plain prompts, token-id prompts, chat messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from model_optimizer.server.errors import APIError, clip
+from model_optimizer.server.protocol import ChatMessage
+from model_optimizer.server.state import ServerState
+
+# apply_chat_template's own arguments: chat_template_kwargs may not override them
+RESERVED_TEMPLATE_KWARGS = {
+    "conversation", "tools", "documents", "chat_template", "add_generation_prompt", "continue_final_message",
+    "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
+    "tokenizer_kwargs", "processor_kwargs",
+}
+
+
+@dataclass
+class Prompt:
+    """One prompt ready for the engine."""
+
+    token_ids: list[int]
+    text: str | None = None
+    """The prompt as text when it was given as text (used by echo)."""
+
+
+def prompt_list(prompt: str | list) -> list[str | list[int]]:
+    """OpenAI's four prompt shapes -> a list of prompts, each text or token ids."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if not prompt:
+        raise APIError(400, "prompt is empty: give a string, a list of strings or token ids", "prompt")
+    if all(isinstance(p, int) for p in prompt):
+        return [list(prompt)]
+    return list(prompt)
+
+
+async def tokenize_prompts(state: ServerState, prompts: list[str | list[int]]) -> list[Prompt]:
+    if len(prompts) > state.config.max_prompts:
+        raise APIError(400, f"got {len(prompts)} prompts; at most {state.config.max_prompts} per request", "prompt")
+    out = []
+    for prompt in prompts:
+        if isinstance(prompt, str):
+            out.append(Prompt(await encode(state, prompt, True), prompt))
+        else:
+            out.append(Prompt(check_token_ids(state, prompt)))
+    return out
+
+
+def check_token_ids(state: ServerState, token_ids: list[int]) -> list[int]:
+    if not token_ids:
+        raise APIError(400, "prompt is empty: give at least one token", "prompt")
+    vocab_size = state.llm.engine.info.vocab_size
+    bad = next((t for t in token_ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise APIError(400, f"prompt token id {bad} is outside the vocabulary [0, {vocab_size})", "prompt")
+    return list(token_ids)
+
+
+async def encode(state: ServerState, text: str, add_special_tokens: bool) -> list[int]:
+    _check_utf8(text)
+    token_ids = await state.run_blocking(lambda: list(state.tokenizer.encode(text, add_special_tokens=add_special_tokens)))
+    if not token_ids:
+        raise APIError(400, "prompt is empty: give at least one token", "prompt")
+    return token_ids
+
+
+def _check_utf8(text: str) -> None:
+    """JSON may carry lone surrogates (\\ud800) that are not text; refuse them before the tokenizer does."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise APIError(400, f"input is not valid Unicode text (lone surrogate at position {exc.start})") from None
+
+
+def message_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
+    out = []
+    for message in messages:
+        content = message.content
+        if isinstance(content, list):
+            content = "\n".join(part.text for part in content)
+        item = {"role": message.role, "content": content or ""}
+        if message.name:
+            item["name"] = message.name
+        _check_utf8(item["role"] + item["content"] + item.get("name", ""))
+        out.append(item)
+    return out
+
+
+async def chat_prompt(state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool,
+                      template_kwargs: dict[str, Any] | None) -> Prompt:
+    """Render messages through the chat template (--chat-template or the tokenizer's) and tokenize."""
+    template = state.chat_template or getattr(state.tokenizer, "chat_template", None)
+    if not template:
+        raise APIError(400, "this model's tokenizer has no chat template; use /v1/completions, "
+                            "or start the server with --chat-template FILE", "messages")
+    conversation = message_dicts(messages)
+    extra = {k: v for k, v in (template_kwargs or {}).items()
+             if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool))}
+
+    def render() -> str:
+        return state.tokenizer.apply_chat_template(
+            conversation, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
+        )
+
+    try:
+        text = await state.run_blocking(render)
+    except Exception as exc:  # noqa: BLE001 - a template error is caused by the messages the client sent
+        raise APIError(400, f"the chat template failed on these messages: {clip(str(exc), 300)}", "messages") from None
+    if not isinstance(text, str):
+        raise APIError(400, "the chat template did not produce text", "messages")
+    return Prompt(await encode(state, text, False), text)

@@ -1,0 +1,54 @@
+"""A real server for tests: the app under uvicorn on 127.0.0.1 with an OS-chosen port, in a thread."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+
+from model_optimizer.server.app import create_app
+from model_optimizer.server.config import ServerConfig
+from model_optimizer.server.state import ServerState
+
+
+@dataclass
+class LiveServer:
+    url: str
+    state: ServerState
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def start_server(llm: Any, config: ServerConfig) -> LiveServer:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = create_app(config, llm=llm)
+    uv_config = uvicorn.Config(app, log_level="warning", http="h11", timeout_graceful_shutdown=2,
+                               h11_max_incomplete_event_size=config.max_header_bytes)
+    server = uvicorn.Server(uv_config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("test server did not start")
+        time.sleep(0.01)
+    return LiveServer(f"http://127.0.0.1:{port}", app.state.server, server, thread)
+
+
+def metric(text: str, name: str) -> float:
+    """The value of the first sample named `name` in Prometheus text."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)

@@ -1,0 +1,155 @@
+"""Bad input gets OpenAI-shaped 4xx errors (never 422, never 500), bounded in size."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.server.conftest import API_KEY, CAPS
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+def assert_error(response: httpx.Response, status: int, *fragments: str) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == status
+    for fragment in fragments:
+        assert fragment in error["message"], error["message"]
+    return error
+
+
+def test_validation_error_is_400_in_openai_shape(client):
+    error = assert_error(client.post("/v1/completions", json={"prompt": "x", "temperature": "hot"}), 400, "temperature")
+    assert error["type"] == "invalid_request_error" and error["param"] == "temperature"
+    assert_error(client.post("/v1/completions", json={"max_tokens": 3}), 400, "prompt")
+    assert_error(client.post("/v1/chat/completions", json={"messages": []}), 400, "messages")
+    assert_error(client.post("/v1/completions", json={"prompt": "x", "top_p": 0}), 400, "top_p")
+    assert_error(client.post("/v1/completions", json={"prompt": "x", "min_tokens": 9, "max_tokens": 2}), 400, "min_tokens")
+    assert_error(client.post("/v1/completions", json={"prompt": [5000]}), 400, "vocabulary")
+    assert_error(client.post("/v1/completions", json={"prompt": ""}), 400, "empty")
+    assert_error(client.post("/v1/completions", json=[1, 2]), 400)
+
+
+def test_unknown_model_is_404(client):
+    error = assert_error(client.post("/v1/completions", json={"model": "gpt-5", "prompt": "x"}), 404, "gpt-5")
+    assert error["param"] == "model"
+    assert_error(client.post("/v1/chat/completions", json={"model": "m" * 5000, "messages": [{"role": "user",
+                                                                                           "content": "x"}]}), 400)
+
+
+def test_context_overflow_names_both_numbers(client, server_llm):
+    prompt = "word " * 50
+    num_prompt = len(server_llm.tokenizer.encode(prompt))
+    assert_error(client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 60}), 400,
+                 str(num_prompt), "60", "128")
+    assert_error(client.post("/v1/completions", json={"prompt": [7] * 128}), 400, "128")
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"n": 5}, "n is 5"),
+    ({"logprobs": 21}, "logprobs"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop strings"),
+    ({"stop": ["x" * 33]}, "32 characters"),
+    ({"prompt": ["p"] * 9}, "at most 8"),
+    ({"max_tokens": 65}, "at most 64"),
+    ({"logit_bias": {"1": 5}}, "logit_bias"),
+    ({"suffix": "tail"}, "suffix"),
+])
+def test_caps(client, body, fragment):
+    assert_error(client.post("/v1/completions", json={"prompt": "x", "max_tokens": 2, **body}), 400, fragment)
+
+
+def test_body_too_large_is_413_before_parsing(client):
+    big = b'{"prompt": "' + b"a" * (CAPS["max_body_bytes"] + 10) + b'"}'
+    assert_error(client.post("/v1/completions", content=big, headers={"content-type": "application/json"}), 413)
+
+    def chunks():  # no Content-Length: counted while reading
+        for _ in range(100):
+            yield b"a" * 1024
+
+    r = client.post("/v1/completions", content=chunks(), headers={"content-type": "application/json"})
+    assert_error(r, 413)
+
+
+def test_oversized_headers_refused(server):
+    with httpx.Client(base_url=server.url) as c:
+        try:
+            r = c.get("/v1/models", headers={"x-big": "a" * (CAPS["max_header_bytes"] + 100)})
+        except httpx.HTTPError:
+            return  # connection refused outright: also fine
+        assert r.status_code in (400, 431)
+
+
+def test_malformed_json_content_type_and_utf8(client):
+    json_header = {"content-type": "application/json"}
+    assert_error(client.post("/v1/completions", content=b'{"prompt": "x",', headers=json_header), 400)
+    assert_error(client.post("/v1/completions", content=b"prompt=x", headers={"content-type": "text/plain"}), 415)
+    assert_error(client.post("/v1/completions", content=b'{"prompt": "\xff\xfe"}', headers=json_header), 400, "UTF-8")
+    assert_error(client.post("/v1/completions", content=b'{"prompt": "\\ud800"}', headers=json_header), 400, "surrogate")
+    assert_error(client.post("/v1/completions", content=b'{"prompt": "x", "temperature": NaN}', headers=json_header), 400)
+
+
+def test_errors_do_not_echo_input(client):
+    huge = "Z" * 50_000
+    for body in ({"prompt": "x", "temperature": huge}, {"model": huge, "prompt": "x"},
+                 {"prompt": "x", "stop": [huge]}, {"messages": [{"role": huge, "content": "x"}]}):
+        path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+        r = client.post(path, json=body)
+        assert r.status_code in (400, 431)
+        assert len(r.content) < 2000
+
+
+def test_no_chat_template_is_400(strict_server):
+    r = httpx.post(strict_server.url + "/v1/chat/completions", headers={"Authorization": f"Bearer {API_KEY}"},
+                   json={"messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+    assert_error(r, 400, "chat template")
+
+
+def test_queue_full_is_503_with_retry_after(strict_server):
+    """max_num_seqs 2 + max_queued_requests 1: a fourth concurrent request is refused."""
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    results: list[int] = []
+
+    def long_request() -> None:
+        r = httpx.post(strict_server.url + "/v1/completions", headers=headers, timeout=60,
+                       json={"prompt": "busy", "max_tokens": 64, "ignore_eos": True})
+        results.append(r.status_code)
+
+    threads = [threading.Thread(target=long_request) for _ in range(3)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while strict_server.state.num_admitted < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    r = httpx.post(strict_server.url + "/v1/completions", headers=headers, json={"prompt": "x", "max_tokens": 1})
+    assert_error(r, 503, "capacity")
+    assert r.headers["retry-after"]
+    for t in threads:
+        t.join()
+    assert results == [200, 200, 200]
+
+
+def test_request_that_can_never_fit_is_refused(strict_server):
+    """64 blocks of 16 tokens hold 1024 tokens; max_model_len 128 always fits, so shrink via a huge n."""
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    r = httpx.post(strict_server.url + "/v1/completions", headers=headers, timeout=30,
+                   json={"prompt": "x", "max_tokens": 2, "n": 99})
+    assert_error(r, 400, "n is 99")
+
+
+def test_raw_garbage_request_line(server):
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"\x00\xff GARBAGE\r\n\r\n")
+        reply = sock.recv(1024)
+    assert reply == b"" or reply.startswith(b"HTTP/1.1 4")
