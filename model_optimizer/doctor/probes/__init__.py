@@ -38,10 +38,11 @@ PROBES: dict[str, tuple[Callable[[], Any], float]] = {
     "container_toolkit": (probe_container_toolkit, 40),
     "python_packages": (probe_python_packages, 10),
 }
+LATE_PROBES = ("torch",)
 
 
 def capture_snapshot(names: list[str] | None = None, timeout_scale: float = 1.0) -> dict[str, Any]:
-    """Run the named probes (all by default) concurrently; return the snapshot."""
+    """Run the named probes (all by default) concurrently, torch last; return the snapshot."""
     import threading
 
     selected = names or list(PROBES)
@@ -54,11 +55,15 @@ def capture_snapshot(names: list[str] | None = None, timeout_scale: float = 1.0)
         fn, timeout = PROBES[name]
         results[name] = call_with_timeout(fn, timeout * timeout_scale)
 
-    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in selected]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()  # each run() returns by its own deadline
+    # torch creates a CUDA context (memory, a process on the GPU): read NVML and nvidia-smi first,
+    # so they record the GPU as it was before the doctor touched it
+    first = [n for n in selected if n not in LATE_PROBES]
+    for phase in (first, [n for n in selected if n in LATE_PROBES]):
+        threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in phase]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()  # each run() returns by its own deadline
     return {
         "schema_version": SCHEMA_VERSION,
         "captured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
