@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import doctor_edits as E
+import pytest
 
 from model_optimizer.doctor import evaluate
 from model_optimizer.doctor._util import call_with_timeout, run_cmd
@@ -46,7 +47,7 @@ def test_timed_out_probe_becomes_a_warning():
 
 
 def test_capture_rejects_unknown_probe():
-    import pytest
+
 
     with pytest.raises(ValueError, match="unknown probe"):
         capture_snapshot(["nvml", "gpu_magic"])
@@ -93,3 +94,23 @@ def test_bench_rule_summarises_and_flags():
     assert found["bench.d2d_copy_low"].severity == "warn" and "42%" in found["bench.d2d_copy_low"].title
     assert found["bench.matmul_fp8_failed"].severity == "warn"
     assert "2000 GB/s" in found["bench.summary"].title
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU")
+def test_bench_on_the_gpu():
+    result = run_bench("cuda", sizes=BenchSizes(copy_bytes=64 << 20, transfer_bytes=16 << 20, matmul_n=1024, samples=3, inner=3))
+    by_name = {r["name"]: r for r in result["results"]}
+    for r in by_name.values():
+        assert r.get("error") is None and r["value"] > 0, r
+    cc = result["device"]["compute_capability"]
+    assert ("matmul_fp8" in by_name) == (tuple(map(int, cc.split("."))) >= (8, 9))
