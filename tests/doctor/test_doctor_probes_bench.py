@@ -47,7 +47,6 @@ def test_timed_out_probe_becomes_a_warning():
 
 
 def test_capture_rejects_unknown_probe():
-
     with pytest.raises(ValueError, match="unknown probe"):
         capture_snapshot(["nvml", "gpu_magic"])
 
