@@ -5,6 +5,7 @@ Dispatch: Triton kernels on CUDA when available, else the pure-torch reference (
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -38,22 +39,35 @@ class Attention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.scale = head_dim**-0.5
         self.sliding_window = sliding_window
+        # fp8 KV-cache scales (cache = x / scale); 1.0 keeps bf16-range activations inside e4m3's +-448
+        self.register_buffer("k_scale", torch.ones((), dtype=torch.float32), persistent=False)
+        self.register_buffer("v_scale", torch.ones((), dtype=torch.float32), persistent=False)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """q (tokens, heads, head_dim), k and v (tokens, kv_heads, head_dim) -> (tokens, heads * head_dim)."""
         kv_cache = meta.kv_caches[self.layer_idx]
-        store, attend = _backend(q)
-        store(k, v, kv_cache, meta.slot_mapping)
-        out = attend(q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, self.scale, self.sliding_window)
+        if q.is_cuda and _triton_kernels() is not None:
+            store_kv, paged_attention = _triton_kernels()
+            store_kv(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
+            out = paged_attention(
+                q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, self.scale, self.sliding_window,
+                max_query_len=meta.max_query_len, max_seq_len=meta.max_seq_len, k_scale=self.k_scale, v_scale=self.v_scale,
+            )
+        else:
+            store_kv_ref(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
+            out = paged_attention_ref(
+                q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, self.scale, self.sliding_window,
+                self.k_scale, self.v_scale,
+            )
         return out.flatten(1)
 
 
-def _backend(q: torch.Tensor):
-    if q.is_cuda:
-        try:
-            from model_optimizer.kernels.paged_attention import paged_attention, store_kv
-        except ImportError:
-            pass
-        else:
-            return store_kv, paged_attention
-    return store_kv_ref, paged_attention_ref
+@functools.cache
+def _triton_kernels():
+    """(store_kv, paged_attention) from Triton, or None where Triton cannot run."""
+    try:
+        from model_optimizer.kernels.paged_attention import paged_attention
+        from model_optimizer.kernels.store_kv import store_kv
+    except ImportError:
+        return None
+    return store_kv, paged_attention

@@ -62,41 +62,41 @@ class Sampler:
         sampled_rows = [i for i, b in enumerate(batch) if not b.params.greedy]
         if not sampled_rows:
             return chosen
+        params = [batch[i].params for i in sampled_rows]
         rows = torch.tensor(sampled_rows, device=logits.device)
-        probs = _filtered_probs(logits[rows], [batch[i].params for i in sampled_rows])
-        noise = torch.empty_like(probs)
+        probs = _filtered_probs(logits[rows], params)
+        noise = torch.empty_like(probs).exponential_(generator=self.generator)
         for j, i in enumerate(sampled_rows):
             seed = batch[i].params.seed
-            generator = self.generator
             if seed is not None:
                 position = len(batch[i].output_token_ids)
                 generator = torch.Generator(device=logits.device).manual_seed(hash((seed, position)) & (2**63 - 1))
-            noise[j].exponential_(generator=generator)
+                noise[j].exponential_(generator=generator)
         # argmax(p / E) with E ~ Exp(1) draws from p (the exponential race), without a CPU sync
         chosen[rows] = (probs / noise).argmax(dim=-1)
         return chosen
 
 
 def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-    """Temperature, then top-k, top-p and min-p masks, as probabilities."""
+    """Temperature, then top-k, top-p and min-p masks, as probabilities. Decided on the host: no syncs."""
     device = logits.device
-    temperature = torch.tensor([p.temperature for p in params], device=device)[:, None]
-    logits = logits / temperature
     vocab = logits.shape[-1]
-    top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], device=device)
-    if (top_k < vocab).any():
-        kth = logits.sort(dim=-1, descending=True).values.gather(1, (top_k - 1)[:, None])
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    top_p = torch.tensor([p.top_p for p in params], device=device)[:, None]
-    if (top_p < 1.0).any():
+    logits = logits / torch.tensor([p.temperature for p in params], device=device)[:, None]
+    ks = [p.top_k if 0 < p.top_k < vocab else 0 for p in params]
+    if any(ks):
+        top = logits.topk(max(ks), dim=-1).values  # (rows, largest k)
+        kth = top.gather(1, torch.tensor([max(k, 1) - 1 for k in ks], device=device)[:, None])
+        limited = torch.tensor([k > 0 for k in ks], device=device)[:, None]
+        logits = logits.masked_fill(limited & (logits < kth), float("-inf"))
+    if any(p.top_p < 1.0 for p in params):
+        top_p = torch.tensor([p.top_p for p in params], device=device)[:, None]
         sorted_logits, order = logits.sort(dim=-1, descending=True)
-        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-        drop_sorted = (cumulative - sorted_logits.softmax(dim=-1)) >= top_p  # keep until the mass reaches top_p
-        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
+        sorted_probs = sorted_logits.softmax(dim=-1)
+        drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p  # keep until the mass reaches top_p
+        logits = logits.masked_fill(torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted), float("-inf"))
     probs = logits.softmax(dim=-1)
-    min_p = torch.tensor([p.min_p for p in params], device=device)[:, None]
-    if (min_p > 0).any():
+    if any(p.min_p > 0 for p in params):
+        min_p = torch.tensor([p.min_p for p in params], device=device)[:, None]
         probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
     return probs
 

@@ -13,6 +13,7 @@ from model_optimizer.engine.scheduler import SchedulerOutput
 from model_optimizer.layers.attention import AttentionMetadata
 from model_optimizer.layers.sampler import Sampler
 from model_optimizer.models.loader import load_model
+from model_optimizer.runner.cuda_graph import CudaGraphRunner
 from model_optimizer.runner.input_batch import InputBatch
 
 log = logging.getLogger(__name__)
@@ -39,15 +40,23 @@ class ModelRunner:
             raise ValueError(
                 f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings ({args.max_position_embeddings})"
             )
+        self.kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else self.dtype
         self.num_kv_blocks = config.num_kv_blocks or self._num_blocks_for_budget()
         shape = (2, self.num_kv_blocks, config.block_size, args.num_kv_heads, args.head_dim)
-        self.kv_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(args.num_layers)]
+        self.kv_caches = [torch.zeros(shape, dtype=self.kv_dtype, device=self.device) for _ in range(args.num_layers)]
         log.info(
             "KV cache: %d blocks of %d tokens (%d tokens) on %s",
             self.num_kv_blocks, config.block_size, self.num_kv_blocks * config.block_size, self.device,
         )
-        self.batch = InputBatch(config.block_size, self.device)
+        self.batch = InputBatch(config.max_num_seqs, self.max_model_len, config.block_size, self.device)
         self.sampler = Sampler(self.device, config.seed)
+        self.graph_runner = None
+        if self.device.type == "cuda" and not config.enforce_eager:
+            self.graph_runner = CudaGraphRunner(
+                self.model, self.kv_caches, config.max_num_seqs, self.batch.max_blocks_per_seq,
+                self.max_model_len, args.hidden_size,
+            )
+            self.graph_runner.capture()
 
     @property
     def vocab_size(self) -> int:
@@ -55,7 +64,7 @@ class ModelRunner:
 
     def bytes_per_block(self) -> int:
         a = self.args
-        element = torch.tensor([], dtype=self.dtype).element_size()
+        element = torch.tensor([], dtype=self.kv_dtype).element_size()
         return 2 * a.num_layers * self.config.block_size * a.num_kv_heads * a.head_dim * element
 
     def _num_blocks_for_budget(self) -> int:
@@ -88,7 +97,7 @@ class ModelRunner:
     def _profile_forward(self, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         a, bs = self.args, self.config.block_size
         num_blocks = -(-len(token_ids) // bs)
-        scratch = [torch.empty((2, num_blocks, bs, a.num_kv_heads, a.head_dim), dtype=self.dtype, device=self.device)] * a.num_layers
+        scratch = [torch.zeros((2, num_blocks, bs, a.num_kv_heads, a.head_dim), dtype=self.kv_dtype, device=self.device)] * a.num_layers
         meta = AttentionMetadata(
             slot_mapping=torch.arange(len(token_ids), device=self.device),
             query_start_loc=torch.tensor([0, len(token_ids)], dtype=torch.int32, device=self.device),
@@ -115,11 +124,13 @@ class ModelRunner:
             max_seq_len=inputs.max_seq_len,
             kv_caches=self.kv_caches,
         )
-        hidden = self.model(inputs.token_ids, inputs.positions, meta)
+        if self.graph_runner is not None and self.graph_runner.can_run(inputs):
+            hidden = self.graph_runner.run(inputs)
+        else:
+            hidden = self.model(inputs.token_ids, inputs.positions, meta)
         sampled: dict[str, tuple[int, Logprob | None]] = {}
-        if inputs.sample_rows:
-            rows = torch.tensor(inputs.sample_rows, device=self.device)
-            logits = self.model.compute_logits(hidden[rows])
+        if inputs.sample_request_ids:
+            logits = self.model.compute_logits(hidden[inputs.sample_rows])
             batch = [self.batch.requests[rid].sampling_input() for rid in inputs.sample_request_ids]
             sampled = dict(zip(inputs.sample_request_ids, self.sampler(logits, batch)))
         self.batch.advance(out, sampled)
