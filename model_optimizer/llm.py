@@ -28,9 +28,15 @@ def resolve_model_dir(model: str | None) -> Path:
     return path
 
 
-def load_tokenizer(path: Path) -> Any:
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt", "vocab.json")
+
+
+def load_tokenizer(path: Path, required: bool = True) -> Any:
+    """The folder's tokenizer; None when it has none and none is required (token-id prompts only)."""
     from transformers import AutoTokenizer
 
+    if not required and not any((path / name).is_file() for name in TOKENIZER_FILES):
+        return None
     try:
         return AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError) as exc:
@@ -55,7 +61,10 @@ class LLM:
 
         self.config = EngineConfig(model=model, **engine_args)
         self.model_dir = resolve_model_dir(self.config.model)
-        self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
+        self.tokenizer = load_tokenizer(
+            Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir,
+            required=self.config.load_format != "dummy",
+        )
         runner = ModelRunner(self.config, self.model_dir)
         info = ModelInfo(
             vocab_size=runner.vocab_size,

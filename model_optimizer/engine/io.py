@@ -19,6 +19,8 @@ class Tokenizer(Protocol):
 def encode_prompt(tokenizer: Any, prompt: str | list[int], vocab_size: int) -> list[int]:
     """Token ids of a prompt given as text or ids; ids are checked against the vocabulary."""
     if isinstance(prompt, str):
+        if tokenizer is None:
+            raise ValueError("this model has no tokenizer: give prompts as token ids")
         token_ids = list(tokenizer.encode(prompt))
     else:
         token_ids = list(prompt)

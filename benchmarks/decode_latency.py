@@ -1,0 +1,80 @@
+"""Decode step time against the memory-bandwidth limit (gpt-fast style).
+
+    PYTHONPATH=. python3 benchmarks/decode_latency.py [--output FILE]
+
+For Qwen3-0.6B's and Llama-3.1-8B's configs (dummy bf16 weights), batch 1, 8 and 64 at context
+512: the median wall time of an engine step (scheduling, CUDA-graph replay, sampling: what a user
+waits for), bytes that step must read (weights once, plus each sequence's KV cache), and the
+achieved GB/s against a device-to-device copy measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from common import CONFIGS, RESULTS, copy_bandwidth_gbps, environment, write_json
+
+CONTEXT = 512
+DECODE_STEPS = 64
+
+
+def measure(model: str, batch_sizes: list[int]) -> list[dict]:
+    import torch
+
+    from model_optimizer import LLM, SamplingParams
+
+    llm = LLM(str(CONFIGS / model), load_format="dummy", dtype="bfloat16", max_model_len=CONTEXT + DECODE_STEPS + 8,
+              max_num_seqs=max(batch_sizes), gpu_memory_utilization=0.8)
+    args = llm.runner.args
+    weight_bytes = sum(p.numel() * p.element_size() for p in llm.runner.model.parameters())
+    kv_bytes_per_token = 2 * args.num_layers * args.num_kv_heads * args.head_dim * 2
+    rows = []
+    engine = llm.engine
+    for batch in batch_sizes:
+        params = SamplingParams(temperature=0, ignore_eos=True, max_tokens=DECODE_STEPS, detokenize=False)
+        for i in range(batch):
+            engine.add_request(f"{model}-{batch}-{i}", [(i * 7 + j) % 1000 + 1 for j in range(CONTEXT)], params)
+        times = []
+        while engine.has_unfinished_requests():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            outs = engine.step()
+            torch.cuda.synchronize()
+            if engine.scheduler.num_running == batch and all(len(o.outputs[0].token_ids) > 1 for o in outs) and len(outs) == batch:
+                times.append(time.perf_counter() - t0)
+        step = statistics.median(times[2:]) if len(times) > 4 else float("nan")
+        moved = weight_bytes + batch * (CONTEXT + DECODE_STEPS // 2) * kv_bytes_per_token
+        rows.append({"model": model, "batch": batch, "context": CONTEXT, "ms_per_step": step * 1e3,
+                     "tokens_per_s": batch / step, "bytes_per_step": moved, "achieved_gbps": moved / step / 1e9,
+                     "decode_steps_timed": len(times)})
+        print(f"{model} batch {batch}: {step * 1e3:.3f} ms/step, {moved / step / 1e9:.0f} GB/s", flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=["qwen3-0.6b", "llama-3.1-8b"])
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 64])
+    parser.add_argument("--output", default=str(RESULTS / "decode_latency_h200.json"))
+    args = parser.parse_args()
+    bandwidth = copy_bandwidth_gbps()
+    result = {"benchmark": "decode_latency", "environment": environment(), "copy_bandwidth_gbps": bandwidth,
+              "config": vars(args), "rows": []}
+    for model in args.models:
+        result["rows"] += measure(model, args.batch_sizes)
+        import gc
+
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
+        write_json(args.output, result)
+    for row in result["rows"]:
+        row["fraction_of_copy_bandwidth"] = row["achieved_gbps"] / bandwidth
+    write_json(args.output, result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Offline throughput on nano-vllm's workload, ours against transformers' continuous batching.
+
+    PYTHONPATH=. python3 benchmarks/throughput.py [--num-requests 256] [--hf-requests 32] [--output FILE]
+
+Workload (exactly nano-vllm's bench.py): 256 requests, prompt token ids uniform in [0, 10000),
+prompt and output lengths each uniform in [100, 1024], ignore_eos, temperature 0.6, seed 0,
+max_model_len 4096, Qwen3-0.6B's config with dummy bf16 weights. Transformers runs a prefix of
+the same requests (it is far slower) on the same weights; both report output tokens per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from common import CONFIGS, RESULTS, copy_bandwidth_gbps, environment, write_json
+
+
+def workload(num_requests: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
+    rng = random.Random(seed)
+    prompts = [[rng.randint(0, 10000) for _ in range(rng.randint(100, 1024))] for _ in range(num_requests)]
+    outputs = [rng.randint(100, 1024) for _ in range(num_requests)]
+    return prompts, outputs
+
+
+def run_ours(prompts, output_lens, args) -> dict:
+    from model_optimizer import LLM, SamplingParams
+
+    t0 = time.perf_counter()
+    llm = LLM(str(CONFIGS / "qwen3-0.6b"), load_format="dummy", dtype="bfloat16", max_model_len=4096,
+              max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+              enforce_eager=args.enforce_eager)
+    startup = time.perf_counter() - t0
+    params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=n, detokenize=False) for n in output_lens]
+    llm.generate([[1, 2, 3]], SamplingParams(max_tokens=8, detokenize=False))  # warm-up
+    t0 = time.perf_counter()
+    outputs = llm.generate(prompts, params)
+    elapsed = time.perf_counter() - t0
+    generated = sum(len(o.outputs[0].token_ids) for o in outputs)
+    stats = llm.engine.stats()
+    return {"engine": "model_optimizer", "requests": len(prompts), "output_tokens": generated, "seconds": elapsed,
+            "output_tok_per_s": generated / elapsed, "startup_s": startup, "num_kv_blocks": stats.num_blocks,
+            "preemptions": stats.num_preemptions, "steps": stats.num_steps}
+
+
+def run_transformers(prompts, output_lens) -> dict:
+    """transformers' own continuous batching (generate_batch, sdpa) on dummy weights of the same config."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    config = AutoConfig.from_pretrained(str(CONFIGS / "qwen3-0.6b"))
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(-1e-2, 1e-2)
+    max_new = max(output_lens)
+    gen = GenerationConfig(max_new_tokens=max_new, do_sample=True, temperature=0.6, eos_token_id=-1, pad_token_id=0)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        result = model.generate_batch(inputs=prompts, generation_config=gen)
+    elapsed = time.perf_counter() - t0
+    generated = sum(len(r.generated_tokens) for r in result.values())
+    return {"engine": "transformers.generate_batch (sdpa)", "requests": len(prompts), "output_tokens": generated,
+            "seconds": elapsed, "output_tok_per_s": generated / elapsed,
+            "note": f"one generation config for all: max_new_tokens={max_new}"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-requests", type=int, default=256)
+    parser.add_argument("--hf-requests", type=int, default=32, help="0 skips transformers")
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=16384)
+    parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--output", default=str(RESULTS / "throughput_h200.json"))
+    args = parser.parse_args()
+    prompts, output_lens = workload(args.num_requests)
+    result = {"benchmark": "offline_throughput", "environment": environment(),
+              "workload": {"num_requests": args.num_requests, "prompt_len": [100, 1024], "output_len": [100, 1024],
+                           "token_ids": [0, 10000], "temperature": 0.6, "ignore_eos": True, "seed": 0,
+                           "max_model_len": 4096, "model": "Qwen3-0.6B config, dummy bf16 weights"},
+              "config": vars(args), "copy_bandwidth_gbps": copy_bandwidth_gbps()}
+    result["ours"] = run_ours(prompts, output_lens, args)
+    print(f"ours: {result['ours']['output_tok_per_s']:.0f} output tok/s", flush=True)
+    write_json(args.output, result)
+    if args.hf_requests:
+        n = args.hf_requests
+        try:
+            result["transformers"] = run_transformers(prompts[:n], output_lens[:n])
+            print(f"transformers: {result['transformers']['output_tok_per_s']:.0f} output tok/s", flush=True)
+        except Exception as exc:  # record why, keep our figure
+            result["transformers"] = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"transformers failed: {exc}", flush=True)
+    write_json(args.output, result)
+
+
+if __name__ == "__main__":
+    main()
