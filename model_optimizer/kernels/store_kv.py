@@ -38,8 +38,10 @@ def _store_kv_kernel(
         key = key.to(tl.float32)
         value = value.to(tl.float32)
         if HAS_SCALES:
-            key = key / tl.load(k_scale_ptr)
-            value = value / tl.load(v_scale_ptr)
+            # IEEE division, as torch does: the default GPU division is approximate and could
+            # move a value across an e4m3 rounding boundary
+            key = tl.div_rn(key, tl.load(k_scale_ptr))
+            value = tl.div_rn(value, tl.load(v_scale_ptr))
         key = tl.minimum(tl.maximum(key, -_FP8_MAX), _FP8_MAX)  # e4m3 has no inf: saturate
         value = tl.minimum(tl.maximum(value, -_FP8_MAX), _FP8_MAX)
     block = slot // BLOCK_SIZE

@@ -1,0 +1,219 @@
+"""Benchmark the Triton paged-attention kernels on a GPU against the memory-bandwidth limit.
+
+Decode attention at batch 1/8/64/256 and contexts 512..8192 for Qwen3-0.6B's attention shape
+(16 query heads, 8 KV heads, head_dim 128), block sizes 16 and 128, bf16 and fp8 caches, single
+pass vs split-KV; plus prefill cases and store_kv. Each time is the median of
+triton.testing.do_bench (launched from Python, L2 flushed between runs) and of
+do_bench_cudagraph (launch cost removed, as in a captured decode step). Achieved GB/s counts the
+KV-cache bytes the kernel must read, compared with a device-to-device copy (read + write bytes)
+measured in the same run.
+
+Run on the GPU machine (about 3-5 minutes):
+    PYTHONPATH=. python3 benchmarks/attention_kernels.py --output $OUT/attention_kernels.json
+Default output: $OUT/attention_kernels.json when OUT is set, else benchmarks/results/attention_kernels.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+
+import torch
+
+NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 16, 8, 128  # Qwen3-0.6B attention
+
+
+@dataclass
+class Case:
+    """One attention call: num_seqs sequences of `context` cached tokens, each adding q_len tokens."""
+
+    kind: str  # decode | prefill
+    num_seqs: int
+    context: int
+    q_len: int
+    block_size: int
+    cache_dtype: str  # bf16 | fp8
+    num_splits: int | None  # None: the launcher's heuristic
+
+
+def decode_cases() -> list[Case]:
+    cases = []
+    for block_size in (16, 128):
+        for num_seqs in (1, 8, 64, 256):
+            for context in (512, 2048, 8192):
+                for splits in ((None, 1) if num_seqs <= 8 else (None,)):
+                    cases.append(Case("decode", num_seqs, context, 1, block_size, "bf16", splits))
+    for num_seqs, context in ((1, 8192), (64, 2048), (256, 2048)):
+        cases.append(Case("decode", num_seqs, context, 1, 16, "fp8", None))
+    return cases
+
+
+def prefill_cases() -> list[Case]:
+    return [
+        Case("prefill", 1, 0, 4096, 16, "bf16", 1),  # one fresh 4k prompt
+        Case("prefill", 4, 2048, 512, 16, "bf16", 1),  # chunks over a cached prefix
+        Case("prefill", 16, 0, 512, 128, "bf16", 1),
+    ]
+
+
+def build(case: Case, device: str = "cuda") -> dict:
+    """Random inputs built directly on the GPU (batch 256 x 8k context is 8.6 GB of bf16 cache)."""
+    from model_optimizer.kernels.reference import FP8_DTYPE
+
+    seq_len = case.context + case.q_len
+    blocks_per_seq = -(-seq_len // case.block_size)
+    num_blocks = case.num_seqs * blocks_per_seq
+    cache = torch.randn(2, num_blocks, case.block_size, NUM_KV_HEADS, HEAD_DIM, device=device, dtype=torch.bfloat16)
+    scales = {}
+    if case.cache_dtype == "fp8":
+        cache = (cache * 50).clamp(-448, 448).to(FP8_DTYPE)  # scale 1/50: values use the e4m3 range
+        scales = {"k_scale": torch.tensor(0.02, device=device), "v_scale": torch.tensor(0.02, device=device)}
+    tables = torch.randperm(num_blocks, device=device, dtype=torch.int32).view(case.num_seqs, blocks_per_seq)
+    num_tokens = case.num_seqs * case.q_len
+    return {
+        "query": torch.randn(num_tokens, NUM_HEADS, HEAD_DIM, device=device, dtype=torch.bfloat16),
+        "kv_cache": cache,
+        "query_start_loc": torch.arange(0, num_tokens + 1, case.q_len, device=device, dtype=torch.int32),
+        "seq_lens": torch.full((case.num_seqs,), seq_len, device=device, dtype=torch.int32),
+        "block_tables": tables,
+        "scales": scales,
+    }
+
+
+def kv_bytes(case: Case, inputs: dict) -> int:
+    """Bytes of K and V the attention has to read: every cached and new token once."""
+    return 2 * case.num_seqs * (case.context + case.q_len) * NUM_KV_HEADS * HEAD_DIM * inputs["kv_cache"].element_size()
+
+
+def attention_flops(case: Case) -> float:
+    """QK^T and PV multiply-adds of the causal attention (2 FLOPs each)."""
+    keys_per_query = case.context + (case.q_len + 1) / 2
+    return 4.0 * case.num_seqs * case.q_len * keys_per_query * NUM_HEADS * HEAD_DIM
+
+
+def time_case(case: Case) -> dict:
+    import triton.testing
+
+    from model_optimizer.kernels.paged_attention import _num_sms, choose_num_splits, paged_attention
+
+    inputs = build(case)
+    out = torch.empty_like(inputs["query"])
+
+    def call():
+        paged_attention(
+            inputs["query"], inputs["kv_cache"], inputs["query_start_loc"], inputs["seq_lens"], inputs["block_tables"],
+            HEAD_DIM**-0.5, max_query_len=case.q_len, max_seq_len=case.context + case.q_len,
+            num_splits=case.num_splits, out=out, **inputs["scales"],
+        )
+
+    call()
+    eager_ms = triton.testing.do_bench(call, return_mode="median")
+    graph_ms = triton.testing.do_bench_cudagraph(call, return_mode="median")
+    nbytes = kv_bytes(case, inputs)
+    splits = case.num_splits or choose_num_splits(
+        case.num_seqs, NUM_KV_HEADS, case.q_len, case.context + case.q_len, _num_sms(torch.cuda.current_device())
+    )
+    del inputs
+    return {
+        **asdict(case), "splits_used": splits, "kv_bytes": nbytes,
+        "eager_ms": eager_ms, "graph_ms": graph_ms,
+        "eager_gb_per_s": nbytes / eager_ms / 1e6, "graph_gb_per_s": nbytes / graph_ms / 1e6,
+        "graph_tflop_per_s": attention_flops(case) / graph_ms / 1e9,
+    }
+
+
+def time_store_kv(num_tokens: int) -> dict:
+    import triton.testing
+
+    from model_optimizer.kernels.store_kv import store_kv
+
+    cache = torch.empty(2, 4096, 16, NUM_KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    key = torch.randn(num_tokens, NUM_KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    value = torch.randn_like(key)
+    slots = torch.randperm(4096 * 16, device="cuda")[:num_tokens]
+    ms = triton.testing.do_bench_cudagraph(lambda: store_kv(key, value, cache, slots), return_mode="median")
+    nbytes = 4 * key.numel() * key.element_size()  # read k, v and write them
+    return {"num_tokens": num_tokens, "graph_ms": ms, "gb_per_s": nbytes / ms / 1e6}
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy of 1 GiB, in GB/s counting read plus write bytes."""
+    import triton.testing
+
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median")
+    return 2 * src.numel() / ms / 1e6
+
+
+def environment() -> dict:
+    import triton
+
+    driver = None
+    try:
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        ).stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        pass
+    return {
+        "gpu": torch.cuda.get_device_name(), "driver": driver, "cuda": torch.version.cuda,
+        "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+        "num_sms": torch.cuda.get_device_properties(0).multi_processor_count,
+    }
+
+
+def write_json(path: str, payload: dict) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f, indent=2)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    default = os.path.join(os.environ["OUT"], "attention_kernels.json") if os.environ.get("OUT") else "benchmarks/results/attention_kernels.json"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default=default, help=f"JSON result path (default {default})")
+    parser.add_argument("--quick", action="store_true", help="a few cases only, to check the script")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: this benchmark needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from rich.progress import Progress
+
+    cases = decode_cases() + prefill_cases()
+    if args.quick:
+        cases = cases[:2] + cases[-1:]
+    results = {"environment": environment(), "model_shape": {"num_heads": NUM_HEADS, "num_kv_heads": NUM_KV_HEADS, "head_dim": HEAD_DIM}}
+    results["copy_gb_per_s"] = copy = copy_bandwidth()
+    rows = []
+    with Progress() as progress:
+        task = progress.add_task("attention cases", total=len(cases))
+        for case in cases:
+            row = time_case(case)
+            row["graph_fraction_of_copy"] = row["graph_gb_per_s"] / copy
+            row["eager_fraction_of_copy"] = row["eager_gb_per_s"] / copy
+            rows.append(row)
+            progress.advance(task)
+            torch.cuda.empty_cache()
+    results["attention"] = rows
+    results["store_kv"] = [time_store_kv(n) for n in (1, 64, 256, 8192)]
+    write_json(args.output, results)
+    print(f"copy {copy:.0f} GB/s; wrote {len(rows)} attention cases to {args.output}")
+    for r in rows:
+        print(f"{r['kind']:7s} seqs={r['num_seqs']:3d} ctx={r['context']:5d} q={r['q_len']:4d} bs={r['block_size']:3d} "
+              f"{r['cache_dtype']} splits={r['splits_used']:2d}  eager {r['eager_ms'] * 1e3:8.1f} us  "
+              f"graph {r['graph_ms'] * 1e3:8.1f} us  {r['graph_gb_per_s']:6.0f} GB/s ({r['graph_fraction_of_copy']:.0%} of copy)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
