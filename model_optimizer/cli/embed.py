@@ -1,0 +1,58 @@
+"""`mopt embed --model DIR --input in.jsonl --output out.jsonl`: embed a JSONL file, resumably."""
+
+from __future__ import annotations
+
+import argparse
+
+from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
+from model_optimizer.config import field_docs
+
+TRI_STATE = ("normalize", "append_eos")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    from model_optimizer.embed.config import EmbedConfig
+    from model_optimizer.embed.jsonl_job import JobConfig
+
+    parser = subparsers.add_parser(
+        "embed",
+        help="embed a JSONL file of texts with an embedding model (resumable)",
+        description="Embed every row of a JSONL file. Rows already in the output are skipped, so an "
+        "interrupted run continues where it stopped.",
+    )
+    parser.add_argument("--model", required=True, help="embedding model folder (sentence-transformers or transformers layout)")
+    add_dataclass_args(parser, JobConfig)
+    add_dataclass_args(parser, EmbedConfig, skip=TRI_STATE)
+    docs = field_docs(EmbedConfig)
+    for name in TRI_STATE:  # bool | None: --x / --no-x, absent means "as the model folder says"
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=docs[name])
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from model_optimizer.embed import Embedder
+    from model_optimizer.embed.config import EmbedConfig
+    from model_optimizer.embed.jsonl_job import JobConfig, run_job
+
+    job = dataclass_from_args(JobConfig, args)
+    if not job.input or not job.output:
+        raise ValueError("both --input and --output are required")
+    console = Console(stderr=True)
+    config = dataclass_from_args(EmbedConfig, args)
+    embedder = Embedder(args.model, **vars(config))
+    columns = (TextColumn("[bold]embed"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("embed", total=None)
+
+        def on_start(num_todo: int, num_done: int) -> None:
+            if num_done:
+                console.print(f"resuming: {num_done} rows already in {job.output}")
+            progress.update(task, total=num_todo)
+
+        written = run_job(embedder, job, on_start, lambda n: progress.advance(task, n))
+    console.print(f"wrote {written} rows to {job.output}")
+    return 0

@@ -1,0 +1,148 @@
+"""Load the network under an embedding model: a BertModel-family encoder or a decoder run without a KV cache.
+
+Both backbones answer `forward(token_ids, positions, meta) -> (tokens, hidden)` for a packed batch.
+Decoders reuse the engine's Llama/Qwen2/Qwen3 modules; their paged-cache attention is swapped for
+causal varlen attention, so nothing is cached and nothing is kept after the forward.
+Checkpoints may name decoder weights with or without the `model.` prefix (Qwen3-Embedding ships
+as `Qwen3Model` in some releases, as `Qwen3ForCausalLM` in others); both load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from model_optimizer.embed.varlen_attention import VarlenMeta, varlen_attention
+from model_optimizer.layers.linear import default_weight_loader
+from model_optimizer.models.bert import ENCODER_ARCHITECTURES, BertArgs, BertModel
+from model_optimizer.models.loader import init_dummy_weights, iterate_checkpoint, resolve_dtype
+from model_optimizer.models.model_config import DecoderArgs
+from model_optimizer.models.registry import ARCHITECTURES, resolve_model_class
+
+DECODER_BASE_NAMES = {"LlamaModel": "LlamaForCausalLM", "MistralModel": "MistralForCausalLM",
+                      "Qwen2Model": "Qwen2ForCausalLM", "Qwen3Model": "Qwen3ForCausalLM"}
+
+
+def is_encoder(hf: dict) -> bool:
+    arch = (hf.get("architectures") or [""])[0]
+    if arch in ENCODER_ARCHITECTURES:
+        return True
+    if arch in DECODER_BASE_NAMES or arch in ARCHITECTURES:
+        return False
+    supported = sorted(set(ENCODER_ARCHITECTURES) | set(DECODER_BASE_NAMES) | set(ARCHITECTURES))
+    raise ValueError(f"architecture {arch!r} is not supported for embeddings; supported: {', '.join(supported)}")
+
+
+class EncoderBackbone(nn.Module):
+    causal = False
+
+    def __init__(self, model: BertModel) -> None:
+        super().__init__()
+        self.model = model
+        self.hidden_size = model.args.hidden_size
+        self.max_seq_len = model.args.max_seq_len
+
+    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: VarlenMeta) -> torch.Tensor:
+        return self.model(token_ids, positions, lambda q, k, v: varlen_attention(q, k, v, meta, causal=False))
+
+
+class PackedCausalAttention(nn.Module):
+    """Stands in for the decoder's paged-cache `Attention`: same call, no cache."""
+
+    def __init__(self, sliding_window: int | None) -> None:
+        super().__init__()
+        self.sliding_window = sliding_window
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: VarlenMeta) -> torch.Tensor:
+        return varlen_attention(q, k, v, meta, causal=True, window=self.sliding_window).flatten(1)
+
+
+class DecoderBackbone(nn.Module):
+    causal = True
+
+    def __init__(self, model: nn.Module, args: DecoderArgs) -> None:
+        super().__init__()
+        for layer in model.layers:
+            attn = getattr(getattr(layer, "self_attn", None), "attn", None)
+            if attn is None:
+                raise ValueError(f"{type(model).__name__} layers have no self_attn.attn to run without a KV cache")
+            layer.self_attn.attn = PackedCausalAttention(args.sliding_window)
+        self.model = model
+        self.hidden_size = args.hidden_size
+        self.max_seq_len = args.max_position_embeddings
+
+    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: VarlenMeta) -> torch.Tensor:
+        return self.model(token_ids, positions, meta)
+
+
+def load_backbone(model_dir: Path, hf: dict, dtype: str, device: torch.device, load_format: str) -> nn.Module:
+    """The encoder or decoder backbone of `model_dir`, weights loaded, in eval mode."""
+    if is_encoder(hf):
+        args = BertArgs.from_dict(hf)
+        model = _build(lambda: BertModel(args), resolve_dtype(dtype, args, device), device)  # type: ignore[arg-type]
+        _fill(model, model_dir, load_format, BertModel.checkpoint_name, BertModel.stacked_params)
+        return EncoderBackbone(model).eval()
+    arch = hf["architectures"][0]
+    args = DecoderArgs.from_dict({**hf, "architectures": [DECODER_BASE_NAMES.get(arch, arch)]})
+    causal_lm_cls = resolve_model_class(args.architecture)
+    full = _build(lambda: causal_lm_cls(args), resolve_dtype(dtype, args, device), device)
+    model = full.model  # the lm_head is not needed for embeddings
+    _fill(model, model_dir, load_format, _decoder_checkpoint_name, causal_lm_cls.stacked_params)
+    return DecoderBackbone(model, args).eval()
+
+
+def _decoder_checkpoint_name(name: str) -> str | None:
+    if name.startswith("lm_head.") or name.endswith("rotary_emb.inv_freq"):
+        return None
+    return name[len("model.") :] if name.startswith("model.") else name
+
+
+def _build(factory: Callable[[], nn.Module], dtype: torch.dtype, device: torch.device) -> nn.Module:
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return factory()
+    finally:
+        torch.set_default_dtype(default)
+
+
+def _fill(model: nn.Module, model_dir: Path, load_format: str, rename, stacked: dict) -> None:
+    if load_format == "dummy":
+        init_dummy_weights(model)
+    else:
+        load_checkpoint(model, model_dir, rename, stacked)
+
+
+def load_checkpoint(
+    model: nn.Module, model_dir: Path, rename: Callable[[str], str | None], stacked: dict[str, tuple[str, str]]
+) -> None:
+    """Copy every checkpoint tensor that `rename` maps to a parameter; fail on unknown or missing ones."""
+    params = dict(model.named_parameters())
+    expected = {(n, s) for n in params for s in ([s for _, (rep, s) in stacked.items() if rep in n] or [None])}
+    loaded: set[tuple[str, str | None]] = set()
+    for path, name, tensor in iterate_checkpoint(model_dir):
+        target = rename(name)
+        if target is None:
+            continue
+        shard = None
+        for fragment, (replacement, shard_id) in stacked.items():
+            if fragment in target:
+                target, shard = target.replace(fragment, replacement), shard_id
+                break
+        param = params.get(target)
+        if param is None:
+            raise ValueError(f"{path.name}: tensor {name!r} does not belong to {type(model).__name__}")
+        loader = getattr(param, "weight_loader", default_weight_loader)
+        try:
+            with torch.no_grad():
+                loader(param, tensor.to(param.dtype), shard) if shard else loader(param, tensor.to(param.dtype))
+        except ValueError as exc:
+            raise ValueError(f"{path.name}: tensor {name!r}: {exc}") from None
+        loaded.add((target, shard))
+    missing = sorted(f"{p}[{s}]" if s else p for p, s in expected - loaded)
+    if missing:
+        raise ValueError(f"checkpoint {model_dir} lacks weights for: {', '.join(missing[:10])}")

@@ -1,0 +1,59 @@
+"""EmbedConfig: every knob of the embedder, each field's docstring doubling as its CLI help."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from model_optimizer.config import check_choice, check_positive
+
+DEFAULT_INSTRUCTION_TEMPLATE = "Instruct: {task}\nQuery: {text}"
+
+
+@dataclass
+class EmbedConfig:
+    """How an embedding model is loaded, batched and pooled."""
+
+    tokenizer: str | None = None
+    """Tokenizer folder, when it differs from the model folder."""
+
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """Weight and activation dtype; auto takes torch_dtype from config.json (float32 on CPU if it is float16)."""
+
+    load_format: Literal["auto", "safetensors", "dummy"] = "auto"
+    """Weights from *.safetensors, or random ones from config.json alone (dummy, for benchmarks)."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Device to run on; auto picks CUDA when torch sees a GPU."""
+
+    pooling: Literal["auto", "mean", "cls", "last", "max", "mean_sqrt_len"] = "auto"
+    """How token states become one vector; auto reads 1_Pooling/config.json, else last for decoders and mean for encoders."""
+
+    normalize: bool | None = None
+    """L2-normalize embeddings. Empty: as the folder's modules.json says (Normalize module), else yes."""
+
+    max_seq_length: int | None = None
+    """Longest input in tokens. Empty: sentence_bert_config.json's max_seq_length, else the position table size."""
+
+    max_num_batched_tokens: int = 16384
+    """Token budget of one forward pass; inputs are packed end to end up to it (no padding)."""
+
+    max_num_seqs: int = 512
+    """Most inputs in one forward pass."""
+
+    instruction_template: str = DEFAULT_INSTRUCTION_TEMPLATE
+    """How an instruction is put before a text; must contain {task} and {text}."""
+
+    append_eos: bool | None = None
+    """Append the end token to each text unless it is already last (Qwen3-Embedding style). Empty: yes for decoders."""
+
+    eos_token: str | None = None
+    """The token append_eos adds. Empty: <|endoftext|> when the vocabulary has it, else the tokenizer's eos_token."""
+
+    def __post_init__(self) -> None:
+        check_positive(self, "max_num_batched_tokens", "max_num_seqs")
+        check_choice(self, "dtype", "load_format", "device", "pooling")
+        if self.max_seq_length is not None:
+            check_positive(self, "max_seq_length")
+        if "{task}" not in self.instruction_template or "{text}" not in self.instruction_template:
+            raise ValueError(f"instruction_template must contain {{task}} and {{text}}, got {self.instruction_template!r}")

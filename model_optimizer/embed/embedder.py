@@ -1,0 +1,156 @@
+"""Embedder: texts in, one vector each out, for BertModel-family encoders and decoder embedders.
+
+    emb = Embedder("path/to/all-MiniLM-L6-v2")
+    vectors = emb.embed(["a text", "another"])            # list[list[float]]
+    out = emb.encode(texts, dimensions=256)                 # EmbedOutput: tensor + token counts
+
+One call: tokenize (instruction, end token, length limit), sort by length and pack into
+token-budget batches, run the backbone on each packed batch, pool, then truncate to
+`dimensions` and L2-normalize. Nothing is cached between calls. `encode` takes a lock, so one
+Embedder may be shared by threads (the server runs `aencode` in a worker thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from model_optimizer.embed.backbone import is_encoder, load_backbone
+from model_optimizer.embed.batching import plan_batches
+from model_optimizer.embed.config import EmbedConfig
+from model_optimizer.embed.inputs import EmbedInput, InputRules, as_input_list, check_truncation, prepare_token_ids
+from model_optimizer.embed.pooling import finish, pool
+from model_optimizer.embed.st_folder import read_folder_spec
+from model_optimizer.embed.varlen_attention import VarlenMeta
+from model_optimizer.models.model_config import read_config
+
+
+@dataclass
+class EmbedOutput:
+    embeddings: torch.Tensor
+    """(num_inputs, dimensions) float32 on the CPU, in input order."""
+    num_tokens: list[int]
+    """Tokens the model read for each input (after instruction, end token and truncation): the usage count."""
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(self.num_tokens)
+
+
+def pick_device(requested: str) -> torch.device:
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda was requested but torch sees no CUDA GPU (run `mopt doctor`)")
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+class Embedder:
+    def __init__(self, model_dir: str | Path, **config: Any) -> None:
+        from model_optimizer.llm import load_tokenizer
+
+        self.config = EmbedConfig(**config)
+        self.model_dir = Path(model_dir).expanduser()
+        if not self.model_dir.is_dir():
+            raise FileNotFoundError(f"model folder {self.model_dir} does not exist (models load from local folders only)")
+        hf = read_config(self.model_dir)
+        spec = read_folder_spec(self.model_dir)
+        self.is_encoder = is_encoder(hf)
+        self.device = pick_device(self.config.device)
+        self.backbone = load_backbone(self.model_dir, hf, self.config.dtype, self.device, self.config.load_format)
+        self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
+        self.tokenizer.model_max_length = 1 << 30  # we check lengths ourselves, with a clearer message
+        self.pooling = self._pick_pooling(spec.pooling)
+        self.normalize = self.config.normalize if self.config.normalize is not None else spec.normalize is not False
+        self.rules = InputRules(
+            max_seq_length=self._pick_max_seq_length(spec.max_seq_length),
+            instruction_template=self.config.instruction_template,
+            do_lower_case=spec.do_lower_case,
+            end_token_id=self._end_token_id(),
+        )
+        self._lock = threading.Lock()
+
+    @property
+    def hidden_size(self) -> int:
+        return self.backbone.hidden_size
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.rules.max_seq_length
+
+    def embed(
+        self, inputs: EmbedInput | Sequence[EmbedInput], dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None, instruction: str | None = None,
+    ) -> list[list[float]]:
+        """One embedding per input (text or token ids), as lists of floats, in input order."""
+        return self.encode(inputs, dimensions, truncate_prompt_tokens, instruction).embeddings.tolist()
+
+    async def aencode(self, inputs: EmbedInput | Sequence[EmbedInput], **kwargs: Any) -> EmbedOutput:
+        """`encode` in a worker thread, so an event loop keeps serving while the model runs."""
+        return await asyncio.to_thread(self.encode, inputs, **kwargs)
+
+    def encode(
+        self, inputs: EmbedInput | Sequence[EmbedInput], dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None, instruction: str | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> EmbedOutput:
+        """Embeddings as one float32 tensor plus per-input token counts; `on_progress(n)` after each batch of n."""
+        items = as_input_list(inputs)
+        self._check_dimensions(dimensions)
+        truncate_to = check_truncation(truncate_prompt_tokens, self.max_seq_length)
+        with self._lock:
+            token_ids = prepare_token_ids(items, self.tokenizer, self.rules, truncate_to, instruction)
+            pooled = torch.empty(len(token_ids), self.hidden_size, dtype=torch.float32)
+            lengths = [len(t) for t in token_ids]
+            cfg = self.config
+            for batch in plan_batches(lengths, cfg.max_num_batched_tokens, cfg.max_num_seqs):
+                pooled[batch] = self._run_batch([token_ids[i] for i in batch]).cpu()
+                if on_progress:
+                    on_progress(len(batch))
+        return EmbedOutput(finish(pooled, self.normalize, dimensions), lengths)
+
+    @torch.inference_mode()
+    def _run_batch(self, token_ids: list[list[int]]) -> torch.Tensor:
+        """Pooled (num_seqs, hidden) float32 for one packed batch."""
+        lengths = [len(t) for t in token_ids]
+        flat = torch.tensor([t for seq in token_ids for t in seq], dtype=torch.int64)
+        lens = torch.tensor(lengths)
+        starts = torch.cumsum(lens, 0) - lens
+        positions = torch.arange(len(flat)) - torch.repeat_interleave(starts, lens)  # 0.. in each sequence
+        meta = VarlenMeta.from_lengths(lengths, self.device)
+        hidden = self.backbone(flat.to(self.device, non_blocking=True), positions.to(self.device, non_blocking=True), meta)
+        return pool(hidden, lengths, self.pooling)
+
+    def _check_dimensions(self, dimensions: int | None) -> None:
+        if dimensions is None:
+            return
+        if isinstance(dimensions, bool) or not isinstance(dimensions, int) or not 1 <= dimensions <= self.hidden_size:
+            raise ValueError(f"dimensions must be an integer between 1 and {self.hidden_size}, got {dimensions!r}")
+
+    def _pick_pooling(self, folder_pooling: str | None) -> str:
+        if self.config.pooling != "auto":
+            return self.config.pooling
+        return folder_pooling or ("mean" if self.is_encoder else "last")
+
+    def _pick_max_seq_length(self, folder_max: int | None) -> int:
+        model_max = self.backbone.max_seq_len
+        requested = self.config.max_seq_length or folder_max or model_max
+        if requested > model_max:
+            raise ValueError(f"max_seq_length {requested} exceeds what the model's positions hold ({model_max})")
+        return requested
+
+    def _end_token_id(self) -> int | None:
+        append = self.config.append_eos if self.config.append_eos is not None else not self.is_encoder
+        if not append:
+            return None
+        vocab = self.tokenizer.get_vocab()
+        token = self.config.eos_token or ("<|endoftext|>" if "<|endoftext|>" in vocab else self.tokenizer.eos_token)
+        if token is None or token not in vocab:
+            raise ValueError(f"append_eos needs an end token in the vocabulary; {token!r} is not (set eos_token)")
+        return vocab[token]

@@ -1,0 +1,173 @@
+"""Attention over a packed batch of whole sequences (no KV cache): the encoder's and the decoder embedder's.
+
+A packed batch is the tokens of several sequences laid end to end, described by `cu_seqlens`
+(num_seqs + 1 offsets). Three paths compute the same thing:
+
+- `varlen_attention_ref`: one plain softmax per sequence in float32; the yardstick.
+- flash varlen (`torch.nn.attention.varlen`) on CUDA in fp16/bf16: truly padding-free.
+- padded SDPA: the batch's sequences scattered into (num_seqs, max_len) with a key mask. The
+  embedder sorts inputs by length before batching, so the padding here is small; when every
+  sequence has the same length there is no mask and no padding at all.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VarlenMeta:
+    """Shape of one packed batch, shared by every layer of a forward pass."""
+
+    cu_seqlens: torch.Tensor
+    """(num_seqs + 1,) int32 offsets of each sequence in the flat token dimension, on the model's device."""
+    lengths: list[int]
+    """Length of each sequence (host copy, so no layer needs a device sync to read it)."""
+
+    @property
+    def max_len(self) -> int:
+        return max(self.lengths)
+
+    @classmethod
+    def from_lengths(cls, lengths: list[int], device: torch.device) -> VarlenMeta:
+        offsets = [0]
+        for n in lengths:
+            offsets.append(offsets[-1] + n)
+        return cls(torch.tensor(offsets, dtype=torch.int32, device=device), list(lengths))
+
+
+def varlen_attention_ref(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: VarlenMeta, causal: bool, window: int | None = None
+) -> torch.Tensor:
+    """q (tokens, heads, head_dim), k and v (tokens, kv_heads, head_dim) -> (tokens, heads, head_dim)."""
+    group = q.shape[1] // k.shape[1]
+    out = torch.empty_like(q)
+    start = 0
+    for n in meta.lengths:
+        qs, ks, vs = (t[start : start + n].float() for t in (q, k, v))
+        ks, vs = ks.repeat_interleave(group, dim=1), vs.repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", qs, ks) * q.shape[-1] ** -0.5  # (heads, n, n)
+        visible = _visible(n, causal, window, q.device)
+        if visible is not None:
+            scores = scores.masked_fill(~visible, float("-inf"))
+        out[start : start + n] = torch.einsum("hqk,khd->qhd", scores.softmax(-1), vs).to(q.dtype)
+        start += n
+    return out
+
+
+def varlen_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: VarlenMeta, causal: bool, window: int | None = None
+) -> torch.Tensor:
+    """Same contract as `varlen_attention_ref`, on the fastest path available for these tensors."""
+    if window is not None and window >= meta.max_len:
+        window = None  # the window covers every sequence: plain (causal) attention
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and _flash_varlen_ok():
+        try:
+            return _flash_varlen(q, k, v, meta, causal, window)
+        except torch.OutOfMemoryError:
+            raise
+        except (RuntimeError, TypeError, ValueError) as exc:  # unsupported head size, old torch ...
+            _disable_flash_varlen(exc)
+    if len(meta.lengths) == 1 or min(meta.lengths) == meta.max_len:
+        return _padded_sdpa(q, k, v, meta, causal, window)
+    out = torch.empty_like(q)
+    for start, end, lengths in _similar_length_groups(meta.lengths):
+        sub = VarlenMeta(meta.cu_seqlens, lengths)  # the padded path reads only `lengths`
+        out[start:end] = _padded_sdpa(q[start:end], k[start:end], v[start:end], sub, causal, window)
+    return out
+
+
+def _similar_length_groups(lengths: list[int], slack: float = 1.15) -> list[tuple[int, int, list[int]]]:
+    """Runs of neighbouring sequences whose padding to their longest costs at most `slack` x their tokens.
+
+    The embedder packs sequences longest first, so runs are long and the padding small.
+    Returns (first token, end token, lengths) per run."""
+    groups = []
+    first, token = 0, 0
+    while first < len(lengths):
+        last, longest, num_tokens = first + 1, lengths[first], lengths[first]
+        while last < len(lengths):
+            longer = max(longest, lengths[last])
+            if longer * (last - first + 1) > slack * (num_tokens + lengths[last]):
+                break
+            longest, num_tokens, last = longer, num_tokens + lengths[last], last + 1
+        groups.append((token, token + num_tokens, lengths[first:last]))
+        first, token = last, token + num_tokens
+    return groups
+
+
+def _visible(n: int, causal: bool, window: int | None, device: torch.device) -> torch.Tensor | None:
+    """(n, n) bool: which keys each query may see; None when it sees all of them."""
+    if not causal and window is None:
+        return None
+    pos = torch.arange(n, device=device)
+    visible = torch.ones(n, n, dtype=torch.bool, device=device)
+    if causal:
+        visible &= pos[None, :] <= pos[:, None]
+    if window is not None:
+        visible &= pos[None, :] > pos[:, None] - window
+    return visible
+
+
+def _padded_sdpa(q, k, v, meta: VarlenMeta, causal: bool, window: int | None) -> torch.Tensor:
+    num_seqs, max_len = len(meta.lengths), meta.max_len
+    group = q.shape[1] // k.shape[1]
+    if min(meta.lengths) == max_len and window is None:
+        # equal lengths: a plain reshape, no padding and no mask
+        qp, kp, vp = (t.view(num_seqs, max_len, t.shape[1], t.shape[2]).transpose(1, 2) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(qp, kp, vp, is_causal=causal, enable_gqa=group > 1)
+        return out.transpose(1, 2).reshape(q.shape)
+    lengths = torch.tensor(meta.lengths, device=q.device)
+    valid = torch.arange(max_len, device=q.device)[None, :] < lengths[:, None]  # (num_seqs, max_len)
+    rows = valid.flatten().nonzero().squeeze(1)  # padded row of each token
+    qp, kp, vp = (_pad(t, rows, num_seqs, max_len) for t in (q, k, v))  # (num_seqs, heads, max_len, head_dim)
+    mask = valid[:, None, None, :]  # (num_seqs, 1, 1, max_len): keys that exist
+    visible = _visible(max_len, causal, window, q.device)
+    if visible is not None:
+        mask = mask & visible
+    out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, enable_gqa=group > 1)
+    return out.transpose(1, 2).reshape(num_seqs * max_len, *q.shape[1:]).index_select(0, rows)  # (tokens, heads, head_dim)
+
+
+def _pad(t: torch.Tensor, rows: torch.Tensor, num_seqs: int, max_len: int) -> torch.Tensor:
+    padded = t.new_zeros(num_seqs * max_len, t.shape[1], t.shape[2]).index_copy_(0, rows, t)
+    return padded.view(num_seqs, max_len, t.shape[1], t.shape[2]).transpose(1, 2)
+
+
+_FLASH = {"ok": True}
+
+
+def _flash_varlen_ok() -> bool:
+    return _FLASH["ok"]
+
+
+def _disable_flash_varlen(exc: Exception) -> None:
+    log.warning("flash varlen attention unavailable (%s); using padded SDPA", exc)
+    _FLASH["ok"] = False
+
+
+def _flash_varlen(q, k, v, meta: VarlenMeta, causal: bool, window: int | None) -> torch.Tensor:
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = inspect.signature(varlen_attn).parameters
+    if k.shape[1] != q.shape[1] and "enable_gqa" not in params:
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    kwargs = {}
+    if "enable_gqa" in params and k.shape[1] != q.shape[1]:
+        kwargs["enable_gqa"] = True
+    if "window_size" in params:  # torch >= 2.11
+        kwargs["window_size"] = (window - 1 if window else -1, 0 if causal else -1)
+    elif window is not None:
+        raise ValueError("this torch's varlen_attn has no sliding window")
+    else:  # torch 2.10
+        kwargs["is_causal"] = causal
+    cu = meta.cu_seqlens
+    return varlen_attn(q, k, v, cu, cu, meta.max_len, meta.max_len, **kwargs)
