@@ -228,8 +228,10 @@ class Deduplicator:
 
 def build_split(pages: list[Path], dedup: Deduplicator) -> tuple[list[str], list[dict]]:
     """Turns pages into documents (paragraphs joined by blank lines, deduplicated) and chats."""
+    from rich.progress import track
+
     documents, chats = [], []
-    for path in pages:
+    for path in track(pages, description="reading pages", transient=True):
         parsed = parse_page(path)
         paragraphs = [p for p in parsed.paragraphs if dedup.keep(p)]
         if paragraphs:

@@ -50,6 +50,7 @@ def merge_weights(model_dir: Path, target: Path) -> int:
                 tensors[name] = f.get_tensor(name)
     tmp = target.with_name(target.name + ".tmp")
     save_file(dict(sorted(tensors.items())), str(tmp), metadata={"format": "pt"})
+    os.chmod(tmp, 0o644)
     os.replace(tmp, target)
     return target.stat().st_size
 
@@ -90,11 +91,13 @@ def sweep_table(runs: list[dict]) -> list[str]:
     return lines
 
 
-def render_card(metrics: dict, config: dict, corpus: dict, weights_bytes: int) -> str:
+def render_card(metrics: dict, config: dict, corpus: dict, weights_bytes: int | None) -> str:
     """The model card, from the training metrics, the model config and the corpus stats."""
     cfg = metrics.get("config", {})
     best = metrics.get("best_run", {})
     ratio = metrics.get("perplexity_ratio_to_unigram")
+    on_cpu = metrics.get("device_name") == "cpu"
+    precision = "fp32" if on_cpu else "bf16 autocast with fp32 master weights"
     lines = [
         "# pydoc-qwen3: a small reference model trained on the Python documentation",
         "",
@@ -113,7 +116,7 @@ def render_card(metrics: dict, config: dict, corpus: dict, weights_bytes: int) -
         f"max positions {config.get('max_position_embeddings')} (trained on "
         f"{fmt(cfg.get('seq_len'))}-token windows).",
         f"- Parameters: {fmt(metrics.get('num_parameters'), ',')}; weights in bfloat16, "
-        f"`model.safetensors` is {weights_bytes / 1e6:.1f} MB.",
+        f"`model.safetensors` is {fmt(weights_bytes and weights_bytes / 1e6, '.1f')} MB.",
         f"- Tokenizer: byte-level BPE, vocabulary {config.get('vocab_size')}, special tokens "
         "`<|endoftext|>` (document end, padding), `<|im_start|>`, `<|im_end|>` (end of a chat turn, eos); "
         "ChatML chat template in `tokenizer_config.json`. Generation stops at `<|im_end|>` or `<|endoftext|>`.",
@@ -133,8 +136,7 @@ def render_card(metrics: dict, config: dict, corpus: dict, weights_bytes: int) -
         "",
         f"Plain PyTorch on {metrics.get('device_name', 'TODO')} (torch {metrics.get('torch_version', 'TODO')}, "
         f"transformers {metrics.get('transformers_version', 'TODO')}): AdamW (lr {fmt(cfg.get('lr'))}, "
-        f"betas 0.9/0.95, weight decay {fmt(cfg.get('weight_decay'))}), warmup then cosine decay, bf16 "
-        f"autocast with fp32 master weights, batch {fmt(cfg.get('batch_size'))} x {fmt(cfg.get('seq_len'))} "
+        f"betas 0.9/0.95, weight decay {fmt(cfg.get('weight_decay'))}), warmup then cosine decay, {precision}, batch {fmt(cfg.get('batch_size'))} x {fmt(cfg.get('seq_len'))} "
         "tokens. The corpus is small, so one run trains a fresh model for each step budget and keeps the "
         f"one with the lowest validation perplexity. The kept model ran {fmt(best.get('steps'))} steps in "
         f"{fmt(best.get('seconds'))} s ({fmt(best.get('epochs'))} epochs); the whole run took "

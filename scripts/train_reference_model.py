@@ -172,59 +172,84 @@ def autocast(device):
     return contextlib.nullcontext()
 
 
+def make_optimizer(model, cfg: TrainConfig, device):
+    """AdamW with weight decay on matrices only (not on norms)."""
+    import torch
+
+    params = list(model.parameters())
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
+
+
+def train_step(model, optimizer, inputs, targets, cfg: TrainConfig, device):
+    """One optimizer step on a batch; returns the loss tensor (no host sync)."""
+    import torch
+    import torch.nn.functional as F
+
+    with autocast(device):
+        logits = model(input_ids=inputs).logits  # (batch, seq_len, vocab)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    optimizer.step()
+    return loss
+
+
 def train_one(cfg: TrainConfig, num_steps: int, seconds: float, data: dict, log) -> dict:
     """Trains one fresh model for ``num_steps`` or ``seconds``; returns the model and its record."""
     import torch
-    import torch.nn.functional as F
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     torch.manual_seed(cfg.seed)
     device = data["device"]
     model = build_model(cfg, data["vocab_size"], data["special_ids"]).to(device)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda",
-    )
+    optimizer = make_optimizer(model, cfg, device)
     generator = torch.Generator().manual_seed(cfg.seed)
     history, start, step, progress = [], time.perf_counter(), 0, 0.0
-    while step < num_steps and progress < 1.0:
-        for group in optimizer.param_groups:
-            group["lr"] = lr = lr_at(progress, step, cfg, num_steps)
-        inputs, targets = random_batch(data["train"], cfg, generator, device)
-        with autocast(device):
-            logits = model(input_ids=inputs).logits
-        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        step += 1
-        elapsed = time.perf_counter() - start
-        progress = max(step / num_steps, elapsed / seconds)
-        if step % cfg.log_every == 0 or step == num_steps or progress >= 1.0:
-            record = {"step": step, "seconds": round(elapsed, 2), "lr": lr, "loss": round(loss.item(), 4)}
-            if step % cfg.eval_every == 0 or step == num_steps or progress >= 1.0:
-                record["val_loss"] = round(evaluate_nll(model, data["val"], cfg.seq_len, device), 4)
-            history.append(record)
-            log(json.dumps(record))
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task(f"training ({num_steps} steps)", total=num_steps)
+        while step < num_steps and progress < 1.0:
+            for group in optimizer.param_groups:
+                group["lr"] = lr = lr_at(progress, step, cfg, num_steps)
+            inputs, targets = random_batch(data["train"], cfg, generator, device)
+            loss = train_step(model, optimizer, inputs, targets, cfg, device)
+            step += 1
+            bar.update(task, completed=step)
+            elapsed = time.perf_counter() - start
+            progress = max(step / num_steps, elapsed / seconds)
+            last = step == num_steps or progress >= 1.0
+            if step % cfg.log_every == 0 or last:
+                record = {"step": step, "seconds": round(elapsed, 2), "lr": lr, "loss": round(loss.item(), 4)}
+                if step % cfg.eval_every == 0 or last:
+                    record["val_loss"] = round(evaluate_nll(model, data["val"], cfg.seq_len, device), 4)
+                history.append(record)
+                log(json.dumps(record))
     if device.type == "cuda":
         torch.cuda.synchronize()
-    seconds_used = time.perf_counter() - start
+    return {"model": model, "run": summarize_run(model, cfg, data, num_steps, step, time.perf_counter() - start, history)}
+
+
+def summarize_run(model, cfg: TrainConfig, data: dict, num_steps: int, steps: int, seconds: float, history) -> dict:
+    """The record of one sweep run: steps, time, epochs, validation perplexities."""
+    device = data["device"]
     val_loss = evaluate_nll(model, data["val"], cfg.seq_len, device)
-    chat_loss = evaluate_nll(model, data["val_chat"], cfg.seq_len, device) if data["val_chat"].numel() > 1 else None
-    run = {
+    has_chat = data["val_chat"].numel() > 1
+    chat_loss = evaluate_nll(model, data["val_chat"], cfg.seq_len, device) if has_chat else None
+    tokens_seen = steps * cfg.batch_size * cfg.seq_len
+    return {
         "step_budget": num_steps,
-        "steps": step,
-        "seconds": round(seconds_used, 1),
-        "tokens_seen": step * cfg.batch_size * cfg.seq_len,
-        "epochs": round(step * cfg.batch_size * cfg.seq_len / data["train"].numel(), 2),
+        "steps": steps,
+        "seconds": round(seconds, 1),
+        "tokens_seen": tokens_seen,
+        "epochs": round(tokens_seen / data["train"].numel(), 2),
         "val_loss": round(val_loss, 4),
         "val_perplexity": round(math.exp(val_loss), 3),
         "val_chat_perplexity": None if chat_loss is None else round(math.exp(chat_loss), 3),
         "history": history,
     }
-    return {"model": model, "run": run}
 
 
 PROMPTS = ["The Python language is", "def fibonacci(n):", "The json module", "To open a file for reading,"]
