@@ -1,0 +1,62 @@
+"""`mopt embed`: JSONL in, JSONL out, resumable after an interruption."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from model_optimizer.cli.main import main
+
+
+def _write_input(path, num_rows: int) -> None:
+    lines = []
+    for i in range(num_rows):
+        if i % 3 == 0:
+            lines.append(json.dumps(f"bare string number {i}"))  # id = line number
+        else:
+            lines.append(json.dumps({"id": f"row-{i}", "text": f"text {i} " * (1 + i % 7)}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _read(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_embeds_every_row_then_resumes_after_a_torn_write(qwen3_dir, tmp_path, capsys):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write_input(src, 30)
+    args = ["embed", "--model", str(qwen3_dir), "--input", str(src), "--output", str(out),
+            "--chunk-size", "8", "--dtype", "float32", "--device", "cpu"]
+    assert main(args) == 0
+    full = _read(out)
+    assert [r["id"] for r in full[:3]] == [0, "row-1", "row-2"] and len(full) == 30
+    assert all(len(r["embedding"]) == 64 and r["num_tokens"] > 0 for r in full)
+
+    # interrupted run: 10 rows made it, the 11th was torn mid-write; row 0 marked to prove it is not redone
+    kept = full[:10]
+    kept[0] = {**kept[0], "embedding": [0.0] * 64}
+    torn = json.dumps(full[10])[:25]
+    out.write_text("".join(json.dumps(r) + "\n" for r in kept) + torn)
+    assert main(args) == 0
+    resumed = _read(out)
+    assert "resuming: 10 rows" in capsys.readouterr().err
+    assert sorted(map(json.dumps, (r["id"] for r in resumed))) == sorted(map(json.dumps, (r["id"] for r in full)))
+    assert resumed[0]["embedding"] == [0.0] * 64  # kept, not recomputed
+    by_id = {json.dumps(r["id"]): r["embedding"] for r in resumed}
+    for r in full[1:]:
+        assert torch.allclose(torch.tensor(by_id[json.dumps(r["id"])]), torch.tensor(r["embedding"]), atol=1e-5)
+
+
+def test_dimensions_flag_and_bad_input_are_clear(qwen3_dir, tmp_path, capsys):
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text('{"text": "fine"}\n{"txt": "wrong field"}\n')
+    base = ["embed", "--model", str(qwen3_dir), "--input", str(src), "--output", str(out), "--device", "cpu"]
+    assert main(base) == 2
+    assert "in.jsonl:2: expected a JSON string or an object with a string field 'text'" in capsys.readouterr().err
+    src.write_text('{"id": 1, "text": "a"}\n{"id": 1, "text": "b"}\n')
+    assert main(base) == 2
+    assert "appears twice" in capsys.readouterr().err
+    src.write_text('{"id": 1, "text": "a"}\n')
+    assert main(base + ["--dimensions", "8"]) == 0
+    assert len(_read(out)[0]["embedding"]) == 8
