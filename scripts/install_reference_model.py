@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -55,13 +54,20 @@ def merge_weights(model_dir: Path, target: Path) -> int:
     return target.stat().st_size
 
 
+def write_atomic(path: Path, data: bytes) -> None:
+    """Writes bytes through a temporary file in the same folder and a rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 def copy_files(model_dir: Path, tokenizer_dir: Path, target_dir: Path) -> None:
     """Copies config and tokenizer files, preferring those that came with the model."""
     for name in COPIED_FILES:
         source = model_dir / name if (model_dir / name).is_file() else tokenizer_dir / name
         if not source.is_file():
             raise ValueError(f"{name} is neither in {model_dir} nor in {tokenizer_dir}")
-        shutil.copyfile(source, target_dir / name)
+        write_atomic(target_dir / name, source.read_bytes())
 
 
 def read_json(path: Path) -> dict:
@@ -177,10 +183,10 @@ def install(source: Path, target_dir: Path, tokenizer_dir: Path, corpus_stats: P
     copy_files(model_dir, tokenizer_dir, target_dir)
     metrics = read_json(source / "metrics.json")
     if metrics:
-        shutil.copyfile(source / "metrics.json", target_dir / "training_metrics.json")
+        write_atomic(target_dir / "training_metrics.json", (source / "metrics.json").read_bytes())
     config = read_json(target_dir / "config.json")
     card = render_card(metrics, config, read_json(corpus_stats), weights_bytes)
-    (target_dir / "README.md").write_text(card, encoding="utf-8")
+    write_atomic(target_dir / "README.md", card.encode("utf-8"))
     return {"target": str(target_dir), "weights_bytes": weights_bytes,
             "val_perplexity": metrics.get("val_perplexity"),
             "ratio_to_unigram": metrics.get("perplexity_ratio_to_unigram")}
