@@ -172,24 +172,27 @@ class BenchClient:
     async def _read_stream(self, resp: httpx.Response, rec: RequestRecord) -> None:
         chat = self.cfg.endpoint == "chat"
         finished = False
-        async for line in resp.aiter_lines():
-            # after [DONE], read on to the end of the body: leaving it unread would close the
-            # keep-alive connection and make the next request pay for a new one
-            if finished or not line.startswith("data:"):
-                continue  # also blank separators, comments and event: lines
-            arrived = time.perf_counter() - self.t0
-            data = line[5:].strip()
-            if data == "[DONE]":
-                finished = True
-                continue
-            chunk = _parse_chunk(data)
-            if _chunk_text(chunk, chat):
-                rec.chunk_times.append(arrived)
-            usage = chunk.get("usage")
-            if isinstance(usage, dict) and "completion_tokens" in usage:
-                rec.output_tokens = int(usage["completion_tokens"])
-                rec.prompt_tokens = usage.get("prompt_tokens")
-                rec.usage_reported = True
+        pending = b""
+        # after [DONE], read on to the end of the body: leaving it unread would close the
+        # keep-alive connection and make the next request pay for a new one
+        async for data in resp.aiter_bytes():
+            arrived = time.perf_counter() - self.t0  # every event in one network read arrived together
+            *lines, pending = (pending + data).split(b"\n")
+            for line in lines:
+                if finished or not line.startswith(b"data:"):
+                    continue  # also blank separators, comments and event: lines
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    finished = True
+                    continue
+                chunk = _parse_chunk(payload)
+                if _chunk_text(chunk, chat):
+                    rec.chunk_times.append(arrived)
+                usage = chunk.get("usage")
+                if isinstance(usage, dict) and "completion_tokens" in usage:
+                    rec.output_tokens = int(usage["completion_tokens"])
+                    rec.prompt_tokens = usage.get("prompt_tokens")
+                    rec.usage_reported = True
         if not finished:
             raise StreamError("malformed_stream", "stream ended without data: [DONE]")
         if not rec.usage_reported:
@@ -231,13 +234,13 @@ def _ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certifi.where())
 
 
-def _parse_chunk(data: str) -> dict:
+def _parse_chunk(data: bytes) -> dict:
     try:
         chunk = json.loads(data)
-    except json.JSONDecodeError:
-        raise StreamError("malformed_stream", f"chunk is not JSON: {data[:100]}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise StreamError("malformed_stream", f"chunk is not JSON: {data[:100]!r}") from None
     if not isinstance(chunk, dict):
-        raise StreamError("malformed_stream", f"chunk is not a JSON object: {data[:100]}")
+        raise StreamError("malformed_stream", f"chunk is not a JSON object: {data[:100]!r}")
     if "error" in chunk:
         raise StreamError("stream_error", json.dumps(chunk["error"])[:300])
     return chunk

@@ -11,20 +11,23 @@ from tests.bench.conftest import ITL, TTFT
 from tests.bench.util import make_requests, run_plan
 
 # the server sleeps exactly TTFT / ITL; scheduling on a busy 2-core machine only adds delay
-SLACK = 0.05
+SLACK = 0.15
 
 
 def test_measured_ttft_and_itl_match_server_delays(server):
     records = run_plan(server.base_url, RunPlan("closed", concurrency=2, num_requests=6), make_requests(6, output_len=6))
     assert all(r.ok for r in records)
     for r in records:
-        assert TTFT - 0.005 <= r.ttft <= TTFT + SLACK
+        assert r.ttft >= TTFT - 0.002  # the server never answers sooner than its delay
         assert r.output_tokens == 6 and r.usage_reported and r.prompt_tokens == 8
         assert len(r.chunk_times) == 6
     s = summarize(records)
-    assert ITL - 0.005 <= s["itl_ms"]["p50"] / 1e3 <= ITL + 0.02
-    assert ITL - 0.005 <= s["tpot_ms"]["mean"] / 1e3 <= ITL + 0.02
-    assert TTFT + 5 * ITL - 0.005 <= s["e2e_ms"]["p50"] / 1e3 <= TTFT + 5 * ITL + SLACK
+    # on a quiet machine medians sit within a few ms of the delays; a busy one only adds delay
+    assert s["ttft_ms"]["p50"] / 1e3 <= TTFT + SLACK / 2
+    assert s["ttft_ms"]["max"] / 1e3 <= TTFT + SLACK
+    assert ITL - 0.005 <= s["itl_ms"]["p50"] / 1e3 <= ITL + SLACK / 4
+    assert ITL - 0.005 <= s["tpot_ms"]["mean"] / 1e3 <= ITL + SLACK / 4
+    assert TTFT + 5 * ITL - 0.002 <= s["e2e_ms"]["p50"] / 1e3 <= TTFT + 5 * ITL + SLACK
     assert s["itl_ms"]["count"] == 6 * 5
 
 

@@ -1,12 +1,20 @@
 """Load modes against the real streaming server: who is sent when, and how many at once."""
 
-import pytest
+import numpy as np
 
 from model_optimizer.bench.load import LoadConfig, RunPlan, plan_from_config
 from tests.bench.conftest import ITL, TTFT
 from tests.bench.util import make_requests, max_in_flight, run_plan
 
 ONE_REQUEST = TTFT + 3 * ITL  # output_len 4
+LATE = 0.06  # how late a send may be on a busy 2-core machine; it is never early
+
+
+def assert_sent_on_time(sends, due):
+    lags = np.asarray(sends) - np.asarray(due)
+    assert lags.min() >= -0.002, f"sent early: {lags}"
+    assert lags.max() <= LATE, f"sent late: {lags}"
+    assert np.median(lags) <= LATE / 3, f"sent late: {lags}"
 
 
 def test_closed_loop_keeps_concurrency_in_flight(server):
@@ -17,23 +25,23 @@ def test_closed_loop_keeps_concurrency_in_flight(server):
     span = max(r.end for r in records) - min(r.send for r in records)
     assert 3 * ONE_REQUEST <= span < 5 * ONE_REQUEST
     # each worker sends its next request right after the previous one ends
-    assert max(r.send - r.scheduled for r in records) < 0.02
+    assert max(r.send - r.scheduled for r in records) < LATE
 
 
 def test_trace_replay_sends_at_recorded_times(server):
     stamps = [0.0, 0.05, 0.3, 0.32, 0.6]
     reqs = make_requests(len(stamps), timestamps=stamps)
     records = run_plan(server.base_url, RunPlan("trace"), reqs)
-    assert [r.send for r in records] == pytest.approx(stamps, abs=0.015)
+    assert_sent_on_time([r.send for r in records], stamps)
     fast = run_plan(server.base_url, RunPlan("trace", trace_speedup=2.0), reqs)
-    assert [r.send for r in fast] == pytest.approx([t / 2 for t in stamps], abs=0.015)
+    assert_sent_on_time([r.send for r in fast], [t / 2 for t in stamps])
     assert all(r.ok for r in records + fast)
 
 
 def test_open_loop_constant_rate_does_not_wait_for_answers(server):
     rate = 40.0  # a request every 25 ms while each takes ~140 ms: several overlap
     records = run_plan(server.base_url, RunPlan("constant", rate=rate, num_requests=12), make_requests(12))
-    assert [r.send for r in records] == pytest.approx([i / rate for i in range(12)], abs=0.015)
+    assert_sent_on_time([r.send for r in records], [i / rate for i in range(12)])
     assert max_in_flight(records) >= 4
 
 
