@@ -6,8 +6,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model_optimizer.layers.fusion import fused
+
+
+@fused
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
 
 class SiluAndMul(nn.Module):
     def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
-        gate, up = gate_up.chunk(2, dim=-1)
-        return F.silu(gate) * up
+        return silu_and_mul(gate_up)

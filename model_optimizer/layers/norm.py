@@ -5,6 +5,26 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from model_optimizer.layers.fusion import fused
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype)
+
+
+@fused
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return rms_norm(x, weight, eps)
+
+
+@fused
+def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    x = x + residual  # in the model dtype, as transformers adds
+    return rms_norm(x, weight, eps), x
+
 
 class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
@@ -14,15 +34,6 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Return (norm(x + residual), x + residual); the sum is the next residual."""
-        if residual is not None:
-            x = x + residual  # in the model dtype, as transformers adds
-        return self._norm(x), x
-
-    def norm(self, x: torch.Tensor) -> torch.Tensor:
-        return self._norm(x)
-
-    def _norm(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        if residual is None:
+            return _rms_norm(x, self.weight, self.eps), x
+        return _add_rms_norm(x, residual, self.weight, self.eps)

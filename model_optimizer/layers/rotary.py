@@ -8,6 +8,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from model_optimizer.layers.fusion import fused
+from model_optimizer.layers.norm import rms_norm
+
 
 @dataclass
 class RopeConfig:
@@ -72,15 +75,25 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", freqs.cos(), persistent=False)
         self.register_buffer("sin", freqs.sin(), persistent=False)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate q (tokens, heads, head_dim) and k (tokens, kv_heads, head_dim) by their positions."""
-        cos = self.cos[positions].to(q.dtype)[:, None, :]  # (tokens, 1, head_dim / 2)
-        sin = self.sin[positions].to(q.dtype)[:, None, :]
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+    def forward(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+        q_weight: torch.Tensor | None = None, k_weight: torch.Tensor | None = None, eps: float = 1e-6,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate q (tokens, heads, head_dim) and k (tokens, kv_heads, head_dim) by their positions,
+        after a per-head RMSNorm when weights are given (Qwen3). One fused kernel on the GPU."""
+        return _norm_rotate(q, k, positions, self.cos, self.sin, q_weight, k_weight, eps)
+
+
+@fused
+def _norm_rotate(q, k, positions, cos_table, sin_table, q_weight, k_weight, eps: float):
+    if q_weight is not None:
+        q, k = rms_norm(q, q_weight, eps), rms_norm(k, k_weight, eps)
+    cos = cos_table[positions].to(q.dtype)[:, None, :]  # (tokens, 1, head_dim / 2)
+    sin = sin_table[positions].to(q.dtype)[:, None, :]
+    return _rotate(q, cos, sin), _rotate(k, cos, sin)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # same arithmetic as transformers' x * cos + rotate_half(x) * sin, on halves
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-

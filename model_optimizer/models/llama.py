@@ -38,8 +38,9 @@ class DecoderAttention(nn.Module):
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
-            q, k = self.q_norm.norm(q), self.k_norm.norm(k)
-        q, k = self.rotary(positions, q, k)
+            q, k = self.rotary(positions, q, k, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
+        else:
+            q, k = self.rotary(positions, q, k)
         return self.o_proj(self.attn(q, k, v, meta))
 
 

@@ -51,6 +51,8 @@ class ModelRunner:
         self.batch = InputBatch(config.max_num_seqs, self.max_model_len, config.block_size, self.device)
         self.sampler = Sampler(self.device, config.seed)
         self.graph_runner = None
+        if self.device.type == "cuda":
+            self._warm_up_kernels()
         if self.device.type == "cuda" and not config.enforce_eager:
             self.graph_runner = CudaGraphRunner(
                 self.model, self.kv_caches, config.max_num_seqs, self.batch.max_blocks_per_seq,
@@ -108,6 +110,17 @@ class ModelRunner:
             kv_caches=scratch,
         )
         return self.model(token_ids, positions, meta)
+
+    @torch.inference_mode()
+    def _warm_up_kernels(self) -> None:
+        """Compile the Triton and fused kernels for every prefill tile size before serving,
+        so the first long prompt does not pay seconds of JIT compilation."""
+        length = 2
+        while length <= min(128, self.max_model_len):
+            tokens = torch.ones(length, dtype=torch.int64, device=self.device)
+            self._profile_forward(tokens, torch.arange(length, device=self.device))
+            length *= 2
+        torch.cuda.synchronize(self.device)
 
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput) -> dict[str, tuple[int, Logprob | None]]:
