@@ -20,8 +20,8 @@ from model_optimizer.kernels.reference import FP8_DTYPE
 MIN_ROWS = 16  # tl.dot needs at least 16 rows: small GQA groups are padded with masked heads
 MAX_ROWS = 64  # query rows (tokens x group heads) per prefill program
 MAX_SPLITS = 32
-SPLIT_MIN_KEYS = 256  # a split smaller than this costs more in merging than it gains
-SPLIT_MIN_CONTEXT = 1024  # with a known shorter max_seq_len, one pass per sequence is enough
+SPLIT_MIN_KEYS = 128  # a split smaller than this costs more in merging than it gains
+SPLIT_MIN_CONTEXT = 256  # with a known shorter max_seq_len, one pass per sequence is enough
 
 
 def _dot_dtype(dtype: torch.dtype):
@@ -93,8 +93,9 @@ def paged_attention(
     """Causal attention of a mixed batch (prefill chunks and decode tokens) over the paged cache.
 
     Arguments as in `paged_attention_ref`. Hints (Python ints the runner knows; never read from
-    tensors here): max_query_len sizes the query tiles (None: assume num_tokens, correct but
-    slower for decode) and max_seq_len tunes the split-KV choice. num_splits forces the
+    tensors here): max_query_len, an upper bound of the new tokens of any sequence, sizes the
+    query tiles (None: num_tokens, correct but slower); 1 promises a decode-only batch and
+    selects one program per sequence. max_seq_len tunes the split-KV choice. num_splits forces the
     flash-decoding path (> 1) or the single pass (1); None lets `choose_num_splits` decide.
     out: optional preallocated result (num_tokens, num_heads, head_dim), e.g. a CUDA-graph buffer.
     """
@@ -134,7 +135,11 @@ def paged_attention(
         part_sum = torch.empty_like(part_max)
     else:
         part_acc = part_max = part_sum = dummy
-    num_tiles = num_tokens // block_q + (num_seqs if block_q > 1 else 0)
+    decode_only = max_query_len == 1
+    if decode_only:
+        num_tiles = num_seqs
+    else:
+        num_tiles = num_tokens // block_q + (num_seqs if block_q > 1 else 0)
     _paged_attention_kernel[(num_tiles, num_kv_heads, num_splits)](
         out, part_acc, part_max, part_sum,
         query, kv_cache, query_start_loc, seq_lens, block_tables,
@@ -145,6 +150,7 @@ def paged_attention(
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
         BLOCK_SIZE=block_size, BLOCK_Q=block_q, TILE_N=tile_n, NUM_SPLITS=num_splits,
         USE_WINDOW=sliding_window is not None, HAS_SCALES=has_scales, DOT_DTYPE=_dot_dtype(query.dtype),
+        DECODE_ONLY=decode_only,
         num_warps=4, num_stages=2,
     )
     if num_splits > 1:

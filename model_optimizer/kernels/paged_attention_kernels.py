@@ -9,6 +9,8 @@ Query tiles are numbered without a host-side prefix sum: sequence i owns the til
 [query_start_loc[i] // BLOCK_Q + i, query_start_loc[i + 1] // BLOCK_Q + i + 1), a range at least
 as long as its cdiv(q_len, BLOCK_Q) tiles, so the grid (num_tokens // BLOCK_Q + num_seqs) depends
 on shapes only; a program finds its sequence by binary search and spare programs exit.
+A decode-only batch (DECODE_ONLY, every sequence has at most one new token) skips the search:
+grid num_seqs, program i serves sequence i.
 
 With NUM_SPLITS > 1 (flash decoding) each program covers one slice of the key range and writes
 its unnormalised output with its running max and sum; `_reduce_splits_kernel` merges them.
@@ -48,18 +50,24 @@ def _paged_attention_kernel(
     stride_plane, stride_block, stride_offset, stride_head, stride_bt,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
-    USE_WINDOW: tl.constexpr, HAS_SCALES: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    USE_WINDOW: tl.constexpr, HAS_SCALES: tl.constexpr, DOT_DTYPE: tl.constexpr, DECODE_ONLY: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    seq = _find_sequence(tile, qsl_ptr, num_seqs, BLOCK_Q)
-    first_tile = tl.load(qsl_ptr + seq) // BLOCK_Q
-    if BLOCK_Q > 1:
-        first_tile += seq
-    q_start = tl.load(qsl_ptr + seq)
-    q_len = tl.load(qsl_ptr + seq + 1) - q_start
-    t0 = (tile - first_tile) * BLOCK_Q  # first token of this tile within the sequence's chunk
+    if DECODE_ONLY:  # at most one new token per sequence: program i serves sequence i, no search
+        seq = tile
+        q_start = tl.load(qsl_ptr + seq)
+        q_len = tl.load(qsl_ptr + seq + 1) - q_start
+        t0 = tl.zeros([], dtype=tl.int32)
+    else:
+        seq = _find_sequence(tile, qsl_ptr, num_seqs, BLOCK_Q)
+        first_tile = tl.load(qsl_ptr + seq) // BLOCK_Q
+        if BLOCK_Q > 1:
+            first_tile += seq
+        q_start = tl.load(qsl_ptr + seq)
+        q_len = tl.load(qsl_ptr + seq + 1) - q_start
+        t0 = (tile - first_tile) * BLOCK_Q  # first token of this tile within the sequence's chunk
     if t0 >= q_len:
         return
     seq_len = tl.load(seq_lens_ptr + seq)

@@ -1,0 +1,72 @@
+"""Compile every kernel configuration for an H100/H200 (sm_90) without a GPU: Triton front end plus ptxas.
+
+Run by test_compile_sm90.py in a subprocess without TRITON_INTERPRET (the interpreter replaces
+@triton.jit functions). Catches what the interpreter accepts but the GPU compiler rejects.
+Prints one line per kernel; exit status 3 when this Triton has no usable ahead-of-time API.
+"""
+
+import sys
+
+try:
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+except ImportError as exc:
+    print(f"no ahead-of-time compile API: {exc}")
+    sys.exit(3)
+
+from model_optimizer.kernels.paged_attention_kernels import _paged_attention_kernel, _reduce_splits_kernel
+from model_optimizer.kernels.store_kv import _store_kv_kernel
+
+TARGET = GPUTarget("cuda", 90, 32)
+
+
+def compile_kernel(fn, pointer_types: dict, constexprs: dict) -> None:
+    names = fn.arg_names
+    signature = {n: "constexpr" if n in constexprs else pointer_types.get(n, "i32") for n in names}
+    source = ASTSource(fn, signature, constexprs={(names.index(n),): v for n, v in constexprs.items()})
+    kernel = triton.compile(source, target=TARGET, options={"num_warps": 4, "num_stages": 2})
+    print(fn.__name__, constexprs, "ptx chars", len(kernel.asm["ptx"]))
+
+
+def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, decode: bool, window: bool) -> None:
+    pointers = dict(
+        out_ptr=f"*{q}", part_acc_ptr="*fp32", part_max_ptr="*fp32", part_sum_ptr="*fp32", q_ptr=f"*{q}",
+        cache_ptr=f"*{kv}", qsl_ptr="*i32", seq_lens_ptr="*i32", block_tables_ptr="*i32",
+        k_scale_ptr="*fp32", v_scale_ptr="*fp32", scale="fp32",
+    )
+    constexprs = dict(
+        GROUP=2, GROUP_PAD=group_pad, HEAD_DIM=128, HEAD_DIM_PAD=128, BLOCK_SIZE=16, BLOCK_Q=block_q,
+        TILE_N=64, NUM_SPLITS=splits, USE_WINDOW=window, HAS_SCALES=kv == "fp8e4nv", DOT_DTYPE=dot,
+        DECODE_ONLY=decode,
+    )
+    compile_kernel(_paged_attention_kernel, pointers, constexprs)
+
+
+def main() -> int:
+    # one configuration per feature, each feature in some decode and some prefill shape
+    for q, dot, kv, splits, decode in (
+        ("bf16", tl.bfloat16, "bf16", 1, True),
+        ("fp16", tl.float16, "fp16", 8, False),
+        ("bf16", tl.bfloat16, "fp8e4nv", 8, True),
+        ("bf16", tl.bfloat16, "fp8e4nv", 1, False),
+    ):
+        block_q, group_pad = (1, 16) if decode else (32, 2)
+        attention(q, kv, dot, splits, block_q, group_pad, decode, window=not decode)
+    compile_kernel(
+        _reduce_splits_kernel,
+        dict(out_ptr="*bf16", part_acc_ptr="*fp32", part_max_ptr="*fp32", part_sum_ptr="*fp32", qsl_ptr="*i32"),
+        dict(HEAD_DIM=128, HEAD_DIM_PAD=128, NUM_SPLITS=5, SPLITS_PAD=8),
+    )
+    for kv, quantize in (("bf16", False), ("fp8e4nv", True)):
+        compile_kernel(
+            _store_kv_kernel,
+            dict(key_ptr="*bf16", value_ptr="*bf16", cache_ptr=f"*{kv}", slot_ptr="*i64", k_scale_ptr="*fp32", v_scale_ptr="*fp32"),
+            dict(NUM_KV_HEADS=8, HEADS_PAD=8, HEAD_DIM=128, HEAD_DIM_PAD=128, BLOCK_SIZE=16, QUANTIZE=quantize, HAS_SCALES=quantize),
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
