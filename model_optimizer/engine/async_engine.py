@@ -52,6 +52,8 @@ class _Add:
     priority: int
     stream: _Stream
     done: Future
+    incremental: bool = True
+    """Decode text as tokens arrive (streaming); else once at finish."""
 
 
 @dataclass
@@ -101,31 +103,34 @@ class AsyncEngine:
 
     # ----------------------------------------------------------------- requests
     async def generate(
-        self, request_id: str, prompt: str | list[int], params: SamplingParams, priority: int = 0
+        self, request_id: str, prompt: str | list[int], params: SamplingParams, priority: int = 0, stream: bool = True
     ) -> AsyncIterator[RequestOutput]:
         """Yield the request's cumulative outputs until it finishes; stopping early aborts it.
 
         Raises ValueError (bad or oversized request) before the first output, and
         EngineDeadError when the engine loop has failed.
         """
-        stream = await self.add_request(request_id, prompt, params, priority)
-        async for output in stream:
+        request_stream = await self.add_request(request_id, prompt, params, priority, stream)
+        async for output in request_stream:
             yield output
 
     async def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                          priority: int = 0) -> RequestStream:
-        """Queue a request; returns once the engine has accepted it (ValueError if it refused it)."""
+                          priority: int = 0, stream: bool = True) -> RequestStream:
+        """Queue a request; returns once the engine has accepted it (ValueError if it refused it).
+
+        With `stream` False, outputs before the last carry token ids but no text (decoded once at finish).
+        """
         if self.error is not None:
             raise EngineDeadError(f"engine loop failed: {self.error}")
-        stream = _Stream(asyncio.Queue(), n=params.n)
-        command = _Add(request_id, prompt, params, priority, stream, Future())
+        queue_stream = _Stream(asyncio.Queue(), n=params.n)
+        command = _Add(request_id, prompt, params, priority, queue_stream, Future(), stream)
         self._send(command)
         try:
             await asyncio.wrap_future(command.done)
         except (asyncio.CancelledError, GeneratorExit):
             self.abort(request_id)  # the add may still go through: the abort follows it in the inbox
             raise
-        return RequestStream(self, request_id, stream.queue)
+        return RequestStream(self, request_id, queue_stream.queue)
 
     async def call(self, fn: Callable[[], Any]) -> Any:
         """Run `fn` on the engine thread between two steps (for work that uses the model, e.g. embeddings)."""
@@ -156,9 +161,9 @@ class AsyncEngine:
                 if commands is None:
                     break
                 self._apply(commands)
+                self.stats = self.engine.stats()
                 if self.engine.has_unfinished_requests():
                     self._step()
-                self.stats = self.engine.stats()
         except BaseException as exc:  # noqa: BLE001 - any failure kills the engine, and every request must hear of it
             logger.exception("engine loop failed")
             self._fail(exc)
@@ -189,7 +194,8 @@ class AsyncEngine:
 
     def _apply_add(self, command: _Add) -> None:
         try:
-            self.engine.add_request(command.request_id, command.prompt, command.params, command.priority)
+            self.engine.add_request(command.request_id, command.prompt, command.params, command.priority,
+                                    stream=command.incremental)
         except Exception as exc:  # noqa: BLE001 - handed to the caller, who turns ValueError into a 400
             command.done.set_exception(exc)
             return
@@ -209,6 +215,7 @@ class AsyncEngine:
         if self._fault_after_steps is not None and self.engine.num_steps >= self._fault_after_steps:
             raise RuntimeError(f"injected engine fault after {self._fault_after_steps} steps ({FAULT_ENV})")
         outputs = self.engine.step()
+        self.stats = self.engine.stats()  # before delivering: a client that saw a token sees its blocks
         deliveries = []
         for output in outputs:
             stream = self._streams.get(output.request_id)
@@ -260,13 +267,15 @@ class RequestStream:
         self.request_id = request_id
         self.queue = queue
         self.finished = False
+        """True once the final output has arrived."""
+        self.aborted = False
 
     async def __aiter__(self) -> AsyncIterator[RequestOutput]:
         try:
-            while not self.finished:
+            while not self.finished and not self.aborted:
                 item = await self.queue.get()
                 if isinstance(item, BaseException):
-                    self.finished = True
+                    self.aborted = True  # the engine is gone: nothing left to abort
                     raise EngineDeadError(f"engine loop failed: {item}") from item
                 self.finished = item.finished
                 yield item
@@ -275,8 +284,8 @@ class RequestStream:
 
     def abort(self) -> None:
         """Abort the request unless it has finished; safe to call more than once."""
-        if not self.finished:
-            self.finished = True
+        if not self.finished and not self.aborted:
+            self.aborted = True
             self.engine.abort(self.request_id)
 
 

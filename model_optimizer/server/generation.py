@@ -32,19 +32,22 @@ class RequestGroup:
         self.state = state
         self.request_id = f"{prefix}-{uuid.uuid4().hex}"
         self.streams: list[RequestStream] = []
+        self.num_completions: list[int] = []
         self.admission: Admission | None = None
+        self.closed = False
 
-    async def start(self, token_ids: list[list[int]], params: list[SamplingParams], priority: int) -> None:
+    async def start(self, token_ids: list[list[int]], params: list[SamplingParams], priority: int, stream: bool) -> None:
         """Admit and add one engine request per prompt; 400 if the engine refuses one, 503 if full or dead."""
         self.admission = self.state.admit(len(token_ids))
         for i, (ids, p) in enumerate(zip(token_ids, params)):
             try:
-                stream = await self.state.engine.add_request(f"{self.request_id}-{i}", ids, p, priority)
+                stream = await self.state.engine.add_request(f"{self.request_id}-{i}", ids, p, priority, stream)
             except ValueError as exc:
                 raise APIError(400, str(exc)) from None
             except EngineDeadError as exc:
                 raise APIError(503, str(exc), headers={"Retry-After": "1"}) from None
             self.streams.append(stream)
+            self.num_completions.append(p.n)
 
     async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
         """(prompt index, cumulative output) as they come, from every prompt's request."""
@@ -84,7 +87,14 @@ class RequestGroup:
         return last
 
     def close(self) -> None:
-        for stream in self.streams:
+        """Abort what is unfinished (counted as finished_reason "abort") and release the admission."""
+        if self.closed:
+            return
+        self.closed = True
+        metrics = self.state.metrics
+        for stream, n in zip(self.streams, self.num_completions):
+            if not stream.finished:
+                metrics.success.labels(metrics.model_name, "abort").inc(n)
             stream.abort()
         if self.admission is not None:
             self.admission.release()

@@ -47,10 +47,11 @@ def no_template_model(tiny_model, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def strict_server(no_template_model):
-    """API key, no chat template, room for only 2 running + 1 queued requests."""
+    """API key, no chat template, room for only 2 running + 1 queued requests, the full 512-token context
+    and no max_tokens cap (so a request can run long enough to be interrupted)."""
     from model_optimizer import LLM
 
-    llm = LLM(str(no_template_model), max_model_len=128, num_kv_blocks=64, max_num_seqs=2)
-    live = start_server(llm, ServerConfig(api_key=API_KEY, max_queued_requests=1, **CAPS))
+    llm = LLM(str(no_template_model), max_model_len=512, num_kv_blocks=128, max_num_seqs=2)
+    live = start_server(llm, ServerConfig(api_key=API_KEY, max_queued_requests=1, max_n=4))
     yield live
     live.stop()

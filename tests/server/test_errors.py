@@ -122,7 +122,7 @@ def test_queue_full_is_503_with_retry_after(strict_server):
 
     def long_request() -> None:
         r = httpx.post(strict_server.url + "/v1/completions", headers=headers, timeout=60,
-                       json={"prompt": "busy", "max_tokens": 64, "ignore_eos": True})
+                       json={"prompt": "busy", "max_tokens": 300, "ignore_eos": True})
         results.append(r.status_code)
 
     threads = [threading.Thread(target=long_request) for _ in range(3)]
@@ -140,11 +140,13 @@ def test_queue_full_is_503_with_retry_after(strict_server):
 
 
 def test_request_that_can_never_fit_is_refused(strict_server):
-    """64 blocks of 16 tokens hold 1024 tokens; max_model_len 128 always fits, so shrink via a huge n."""
     headers = {"Authorization": f"Bearer {API_KEY}"}
     r = httpx.post(strict_server.url + "/v1/completions", headers=headers, timeout=30,
                    json={"prompt": "x", "max_tokens": 2, "n": 99})
     assert_error(r, 400, "n is 99")
+    r = httpx.post(strict_server.url + "/v1/completions", headers=headers, timeout=30,
+                   json={"prompt": [5] * 600, "max_tokens": 2})
+    assert_error(r, 400, "600", "512")
 
 
 def test_raw_garbage_request_line(server):

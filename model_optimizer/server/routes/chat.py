@@ -37,7 +37,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     params = sampling_params(body, stop, resolve_max_tokens(state, requested, len(prompt.token_ids)), logprobs)
     group: RequestGroup | None = RequestGroup(state, "chatcmpl")
     try:
-        await group.start([prompt.token_ids], [params], body.priority)
+        await group.start([prompt.token_ids], [params], body.priority, body.stream)
         if body.stream:
             response = GroupStreamingResponse(_stream(state, body, len(prompt.token_ids), group), group)
             group = None  # the response closes it

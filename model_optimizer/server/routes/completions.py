@@ -39,7 +39,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     echo = [await _echo_text(state, p) if body.echo else "" for p in prompts]
     group: RequestGroup | None = RequestGroup(state, "cmpl")
     try:
-        await group.start([p.token_ids for p in prompts], params, body.priority)
+        await group.start([p.token_ids for p in prompts], params, body.priority, body.stream)
         if body.stream:
             response = GroupStreamingResponse(_stream(state, body, prompts, echo, group), group)
             group = None  # the response closes it
