@@ -83,14 +83,18 @@ def plot_ttft_over_time(results: list[dict]) -> bytes:
 def plot_sweep(results: list[dict]) -> bytes:
     import matplotlib.pyplot as plt
 
-    ordered = sorted(results, key=lambda r: r["summary"]["output_throughput"])
-    x = [r["summary"]["output_throughput"] for r in ordered]
+    # embeddings produce no output tokens: their throughput is requests per second
+    key, unit = ("output_throughput", "output tokens/s")
+    if not any(r["summary"]["output_throughput"] for r in results):
+        key, unit = ("request_rate", "requests/s")
+    ordered = sorted(results, key=lambda r: r["summary"][key])
+    x = [r["summary"][key] for r in ordered]
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     for ax, metric in zip(axes, ("ttft", "tpot", "e2e")):
         for stat in ("p50", "p99"):
             ys = [r["summary"][f"{metric}_ms"][stat] for r in ordered]
             ax.plot(x, [np.nan if y is None else y for y in ys], marker="o", label=stat)
-        ax.set(title=f"{metric.upper()} vs throughput", xlabel="output tokens/s", ylabel="ms")
+        ax.set(title=f"{metric.upper()} vs throughput", xlabel=unit, ylabel="ms")
         ax.grid(alpha=0.3)
         ax.legend()
     png = _png(fig)

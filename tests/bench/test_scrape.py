@@ -74,11 +74,14 @@ def test_gpu_sample_summary():
 
 def test_overhead_warns_when_the_client_lags():
     recs = [RequestRecord(i, 1, 1, scheduled=0.0, send=0.002) for i in range(50)]
-    loop = {"loop_lag_ms": {"p99": 1.0}, "cpu_per_wall_s": 0.2}
+    loop = {"loop_lag_ms": {"p99": 1.0}, "cpu_per_wall_s": 0.2, "wall_s": 5.0}
     assert overhead_report(recs, loop)["warnings"] == []
     recs[-1].send = 0.5
     warned = overhead_report(recs, loop | {"cpu_per_wall_s": 0.97})["warnings"]
     assert any("send lag" in w for w in warned) and any("CPU" in w for w in warned)
+    short = overhead_report(recs, loop | {"cpu_per_wall_s": 0.97, "wall_s": 0.1})["warnings"]
+    assert not any("CPU" in w for w in short)  # start-up noise of a tiny run is no warning
+    assert any("event-loop" in w for w in overhead_report(recs, loop | {"loop_lag_ms": {"p99": 25.0}})["warnings"])
 
 
 def test_loop_lag_monitor_sees_a_blocked_loop():
