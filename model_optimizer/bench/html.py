@@ -54,6 +54,7 @@ def plot_cdfs(results: list[dict]) -> bytes:
         ax.grid(alpha=0.3)
     if axes.flat[0].get_legend_handles_labels()[0]:
         axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
     png = _png(fig)
     plt.close(fig)
     return png

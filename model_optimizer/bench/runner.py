@@ -75,6 +75,8 @@ def run_benchmark(setup: BenchSetup, console: Console | None = None) -> list[dic
 
 
 async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
+    if setup.load.load_mode == "trace" and setup.workload.dataset != "trace":
+        raise ValueError("load mode trace replays a trace's timestamps: give --dataset trace --dataset-path FILE")
     if setup.client.model is None:
         setup.client.model = await discover_model(setup.client)
     load = setup.load
