@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -18,7 +19,6 @@ from model_optimizer.kernels.paged_attention_kernels import _paged_attention_ker
 from model_optimizer.kernels.reference import FP8_DTYPE
 
 MIN_ROWS = 16  # tl.dot needs at least 16 rows: small GQA groups are padded with masked heads
-MAX_ROWS = 64  # query rows (tokens x group heads) per prefill program
 MAX_SPLITS = 32
 SPLIT_MIN_KEYS = 128  # a split smaller than this costs more in merging than it gains
 SPLIT_MIN_CONTEXT = 256  # with a known shorter max_seq_len, one pass per sequence is enough
@@ -51,6 +51,18 @@ def choose_num_splits(
     if max_seq_len is not None:
         splits = min(splits, triton.cdiv(max_seq_len, SPLIT_MIN_KEYS))
     return max(1, min(splits, MAX_SPLITS))
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """Launch shape of the attention kernel: what benchmarks/attention_kernels.py sweeps."""
+
+    max_rows: int = 64
+    """Query rows (tokens x heads of a GQA group) per program in prefill tiles (a power of two)."""
+    tile_n: int | None = None
+    """Keys per inner-loop step; None: 64, or 32 for head_dim above 128."""
+    num_warps: int = 4
+    num_stages: int = 2
 
 
 def _check_inputs(query, kv_cache, query_start_loc, seq_lens, block_tables) -> None:
@@ -89,6 +101,7 @@ def paged_attention(
     v_scale: torch.Tensor | None = None,
     num_splits: int | None = None,
     out: torch.Tensor | None = None,
+    tiles: Tiles | None = None,
 ) -> torch.Tensor:
     """Causal attention of a mixed batch (prefill chunks and decode tokens) over the paged cache.
 
@@ -98,66 +111,81 @@ def paged_attention(
     selects one program per sequence. max_seq_len tunes the split-KV choice. num_splits forces the
     flash-decoding path (> 1) or the single pass (1); None lets `choose_num_splits` decide.
     out: optional preallocated result (num_tokens, num_heads, head_dim), e.g. a CUDA-graph buffer.
+    tiles: launch shape override (benchmarks); None takes the defaults of `Tiles`.
     """
     _check_inputs(query, kv_cache, query_start_loc, seq_lens, block_tables)
-    num_tokens, num_heads, head_dim = query.shape
-    block_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
-    num_seqs = seq_lens.shape[0]
+    num_tokens, num_heads = query.shape[:2]
+    num_seqs, num_kv_heads = seq_lens.shape[0], kv_cache.shape[3]
     if out is None:
         out = torch.empty_like(query)
     elif out.shape != query.shape or out.stride(2) != 1:
         raise ValueError(f"out must be {tuple(query.shape)} and contiguous in head_dim, got {tuple(out.shape)}")
-    if num_tokens == 0 or num_seqs == 0:
-        return out
     if sliding_window is not None and sliding_window <= 0:
         raise ValueError(f"sliding_window must be a positive number of tokens, got {sliding_window}")
-
-    group = num_heads // num_kv_heads
-    group_pad = triton.next_power_of_2(group)
+    is_fp8 = kv_cache.dtype == FP8_DTYPE
+    if not is_fp8 and kv_cache.dtype != query.dtype:
+        raise ValueError(f"kv_cache dtype {kv_cache.dtype} must match the query's {query.dtype} (or be fp8)")
+    if num_tokens == 0 or num_seqs == 0:
+        return out
     max_query_len = num_tokens if max_query_len is None else max(1, min(max_query_len, num_tokens))
-    block_q = min(triton.next_power_of_2(max_query_len), max(1, MAX_ROWS // group_pad))
-    group_pad = max(group_pad, MIN_ROWS // block_q)  # decode: pad the head rows up to what tl.dot needs
-    head_dim_pad = max(16, triton.next_power_of_2(head_dim))
-    tile_n = 32 if head_dim_pad > 128 else 64
     if num_splits is None:
         num_splits = choose_num_splits(num_seqs, num_kv_heads, max_query_len, max_seq_len, _num_sms(query.device.index))
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    scales = (k_scale, v_scale) if is_fp8 and k_scale is not None and v_scale is not None else None
+    _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out,
+            _Launch(scale, sliding_window, max_query_len, num_splits, scales, tiles or Tiles()))
+    return out
 
-    is_fp8 = kv_cache.dtype == FP8_DTYPE
-    has_scales = is_fp8 and k_scale is not None and v_scale is not None
-    if not is_fp8 and kv_cache.dtype != query.dtype:
-        raise ValueError(f"kv_cache dtype {kv_cache.dtype} must match the query's {query.dtype} (or be fp8)")
+
+@dataclass
+class _Launch:
+    """Per-call choices handed from `paged_attention` to `_launch`."""
+
+    scale: float
+    sliding_window: int | None
+    max_query_len: int
+    num_splits: int
+    scales: tuple[torch.Tensor, torch.Tensor] | None  # (k_scale, v_scale) of an fp8 cache
+    tiles: Tiles
+
+
+def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: _Launch) -> None:
+    num_tokens, num_heads, head_dim = query.shape
+    num_seqs, num_kv_heads = seq_lens.shape[0], kv_cache.shape[3]
+    group = num_heads // num_kv_heads
+    group_pad = triton.next_power_of_2(group)
+    block_q = min(triton.next_power_of_2(cfg.max_query_len), max(1, cfg.tiles.max_rows // group_pad))
+    group_pad = max(group_pad, MIN_ROWS // block_q)  # decode: pad the head rows up to what tl.dot needs
+    head_dim_pad = max(16, triton.next_power_of_2(head_dim))
+    tile_n = cfg.tiles.tile_n or (32 if head_dim_pad > 128 else 64)
+    decode_only = cfg.max_query_len == 1
+    num_tiles = num_seqs if decode_only else num_tokens // block_q + (num_seqs if block_q > 1 else 0)
     dummy = seq_lens  # stands in for pointers a configuration does not read
-    if num_splits > 1:
-        part_acc = torch.empty(num_tokens, num_heads, num_splits, head_dim_pad, dtype=torch.float32, device=query.device)
-        part_max = torch.empty(num_tokens, num_heads, num_splits, dtype=torch.float32, device=query.device)
+    splits = cfg.num_splits
+    if splits > 1:
+        part_acc = torch.empty(num_tokens, num_heads, splits, head_dim_pad, dtype=torch.float32, device=query.device)
+        part_max = torch.empty(num_tokens, num_heads, splits, dtype=torch.float32, device=query.device)
         part_sum = torch.empty_like(part_max)
     else:
         part_acc = part_max = part_sum = dummy
-    decode_only = max_query_len == 1
-    if decode_only:
-        num_tiles = num_seqs
-    else:
-        num_tiles = num_tokens // block_q + (num_seqs if block_q > 1 else 0)
-    _paged_attention_kernel[(num_tiles, num_kv_heads, num_splits)](
+    k_scale, v_scale = cfg.scales or (dummy, dummy)
+    _paged_attention_kernel[(num_tiles, num_kv_heads, splits)](
         out, part_acc, part_max, part_sum,
-        query, kv_cache, query_start_loc, seq_lens, block_tables,
-        k_scale if has_scales else dummy, v_scale if has_scales else dummy,
-        scale, sliding_window or 0, num_seqs, num_heads,
+        query, kv_cache, query_start_loc, seq_lens, block_tables, k_scale, v_scale,
+        cfg.scale, cfg.sliding_window or 0, num_seqs, num_heads,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3), block_tables.stride(0),
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-        BLOCK_SIZE=block_size, BLOCK_Q=block_q, TILE_N=tile_n, NUM_SPLITS=num_splits,
-        USE_WINDOW=sliding_window is not None, HAS_SCALES=has_scales, DOT_DTYPE=_dot_dtype(query.dtype),
-        DECODE_ONLY=decode_only,
-        num_warps=4, num_stages=2,
+        BLOCK_SIZE=kv_cache.shape[2], BLOCK_Q=block_q, TILE_N=tile_n, NUM_SPLITS=splits,
+        USE_WINDOW=cfg.sliding_window is not None, HAS_SCALES=cfg.scales is not None,
+        DOT_DTYPE=_dot_dtype(query.dtype), DECODE_ONLY=decode_only,
+        num_warps=cfg.tiles.num_warps, num_stages=cfg.tiles.num_stages,
     )
-    if num_splits > 1:
+    if splits > 1:
         _reduce_splits_kernel[(num_tokens, num_heads)](
             out, part_acc, part_max, part_sum, query_start_loc,
             num_seqs, num_heads, out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=num_splits,
-            SPLITS_PAD=triton.next_power_of_2(num_splits),
+            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=splits,
+            SPLITS_PAD=triton.next_power_of_2(splits),
         )
-    return out

@@ -7,7 +7,7 @@ NaN first, so a row the kernel forgets to write fails the comparison.
 import pytest
 import torch
 
-from model_optimizer.kernels.paged_attention import choose_num_splits, paged_attention
+from model_optimizer.kernels.paged_attention import Tiles, choose_num_splits, paged_attention
 from model_optimizer.kernels.reference import FP8_DTYPE, paged_attention_ref
 from model_optimizer.kernels.testing import make_paged_batch, relative_error
 
@@ -15,14 +15,14 @@ TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 MIXED = [(70, 1), (0, 23), (40, 9), (150, 1), (0, 1), (17, 1)]  # (cached tokens, new tokens) per sequence
 
 
-def _run(batch, sliding_window=None, num_splits=None, max_query_len=None):
+def _run(batch, sliding_window=None, num_splits=None, max_query_len=None, tiles=None):
     out = torch.full_like(batch.query, float("nan"))
     paged_attention(
         batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables,
         scale=batch.query.shape[-1] ** -0.5, sliding_window=sliding_window,
         max_query_len=batch.max_query_len if max_query_len is None else max_query_len,
         max_seq_len=batch.max_seq_len, k_scale=batch.k_scale, v_scale=batch.v_scale,
-        num_splits=num_splits, out=out,
+        num_splits=num_splits, out=out, tiles=tiles,
     )
     ref = paged_attention_ref(
         batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables,
@@ -46,6 +46,14 @@ def test_mixed_batch_matches_reference(block_size, num_heads, num_kv_heads, head
     out, ref = _run(batch)
     assert not out.isnan().any()
     assert relative_error(out, ref) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("tiles", [Tiles(max_rows=16, tile_n=16), Tiles(max_rows=128, tile_n=128, num_warps=8)])
+def test_other_launch_shapes(tiles):
+    # the shapes benchmarks/attention_kernels.py sweeps must be correct too
+    batch = make_paged_batch(MIXED, 4, 2, 32, 16, torch.float32, seed=10)
+    out, ref = _run(batch, tiles=tiles, sliding_window=40)
+    assert relative_error(out, ref) < TOLERANCE[torch.float32]
 
 
 @pytest.mark.parametrize("num_splits", [1, 3, 8])
