@@ -129,7 +129,7 @@ def test_cuda_graph_replay_follows_new_inputs():
         lens = torch.tensor([c + 9 - shrink for c, _ in seqs], dtype=torch.int32, device="cuda")
         static["seq_lens"].copy_(lens)
         pos = lens.long() - 1
-        static["slot_mapping"].copy_(batch.block_tables[torch.arange(len(seqs)), (pos // 16)].long() * 16 + pos % 16)
+        static["slot_mapping"].copy_(batch.block_tables[torch.arange(len(seqs), device="cuda"), pos // 16].long() * 16 + pos % 16)
         static["query"].copy_(torch.randn_like(static["query"]))
         key.copy_(torch.randn_like(key))
         value.copy_(torch.randn_like(value))
