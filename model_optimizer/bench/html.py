@@ -50,7 +50,8 @@ def plot_cdfs(results: list[dict]) -> bytes:
             values = np.sort(request_latencies(result)[metric])
             if values.size:
                 ax.plot(values, np.arange(1, values.size + 1) / values.size, label=result["label"])
-        ax.set(title=f"{metric.upper()} CDF", xlabel="ms", ylabel="fraction of gaps" if metric == "itl" else "fraction of requests")
+        share = "fraction of gaps" if metric == "itl" else "fraction of requests"
+        ax.set(title=f"{metric.upper()} CDF", xlabel="ms", ylabel=share)
         ax.grid(alpha=0.3)
     if axes.flat[0].get_legend_handles_labels()[0]:
         axes.flat[0].legend(fontsize=7)
