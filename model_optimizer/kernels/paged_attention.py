@@ -80,6 +80,9 @@ def _check_inputs(query, kv_cache, query_start_loc, seq_lens, block_tables) -> N
             f"need query_start_loc ({num_seqs + 1},) and block_tables ({num_seqs}, max_blocks) for "
             f"{num_seqs} sequences, got {tuple(query_start_loc.shape)} and {tuple(block_tables.shape)}"
         )
+    for name, tensor in (("query_start_loc", query_start_loc), ("seq_lens", seq_lens), ("block_tables", block_tables)):
+        if tensor.dtype != torch.int32:
+            raise ValueError(f"{name} must be int32, got {tensor.dtype}")
     if query.stride(2) != 1 or kv_cache.stride(4) != 1 or block_tables.stride(1) != 1:
         raise ValueError("query, kv_cache and block_tables must be contiguous in their last dimension")
     if query.dtype not in (torch.float16, torch.bfloat16, torch.float32):

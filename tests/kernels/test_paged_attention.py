@@ -150,6 +150,8 @@ def test_bad_inputs_raise_value_error():
         paged_attention(batch.query, batch.kv_cache, *args, sliding_window=0)
     with pytest.raises(ValueError, match="dtype"):
         paged_attention(batch.query.half(), batch.kv_cache, *args)
+    with pytest.raises(ValueError, match="seq_lens must be int32"):
+        paged_attention(batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens.long(), *args[2:])
 
 
 @pytest.mark.parametrize("max_query_len", [1, None])
