@@ -59,8 +59,10 @@ def make_paged_batch(
         pos = torch.arange(cached, cached + q_len)
         slots.append(block_tables[i, pos // block_size].long() * block_size + pos % block_size)
     num_tokens = sum(q_len for _, q_len in seqs)
-    query = torch.randn(num_tokens, num_heads, head_dim, generator=gen)
-    cache = torch.randn(2, num_blocks, block_size, num_kv_heads, head_dim, generator=gen)
+    # values drawn where they live: a GPU case can hold gigabytes of cache
+    data_gen = gen if torch.device(device).type == "cpu" else torch.Generator(device=device).manual_seed(seed)
+    query = torch.randn(num_tokens, num_heads, head_dim, generator=data_gen, device=device)
+    cache = torch.randn(2, num_blocks, block_size, num_kv_heads, head_dim, generator=data_gen, device=device)
     k_scale = v_scale = None
     if kv_dtype == FP8_DTYPE:
         k_scale = (cache[0].abs().amax() / 448.0).reshape(())
