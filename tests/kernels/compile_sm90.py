@@ -22,12 +22,22 @@ from model_optimizer.kernels.store_kv import _store_kv_kernel
 TARGET = GPUTarget("cuda", 90, 32)
 
 
-def compile_kernel(fn, pointer_types: dict, constexprs: dict) -> None:
+def compile_kernel(fn, pointer_types: dict, constexprs: dict) -> str:
+    """PTX of `fn`, with the divisibility-by-16 facts the launcher's JIT derives for pointers and strides."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constexprs else pointer_types.get(n, "i32") for n in names}
-    source = ASTSource(fn, signature, constexprs={(names.index(n),): v for n, v in constexprs.items()})
+    aligned = [n for n in names if n.endswith("_ptr") or n.startswith("stride_")]
+    source = ASTSource(
+        fn, signature,
+        constexprs={(names.index(n),): v for n, v in constexprs.items()},
+        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned},
+    )
     kernel = triton.compile(source, target=TARGET, options={"num_warps": 4, "num_stages": 2})
-    print(fn.__name__, constexprs, "ptx chars", len(kernel.asm["ptx"]))
+    ptx = kernel.asm["ptx"]
+    # K/V must move in 16-byte pieces (cp.async or v4 loads), not element by element
+    vectorized = "cp.async" in ptx or "ld.global.v4" in ptx or "ld.global.nc.v4" in ptx
+    print(fn.__name__, constexprs, "ptx chars", len(ptx), "vectorized" if vectorized else "SCALAR LOADS")
+    return ptx
 
 
 def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, decode: bool, window: bool) -> None:
