@@ -21,7 +21,8 @@ demo: $(STAMP)
 	$(VENV)/bin/mopt generate --prompt "The Python language is" --prompt "def fibonacci(n):" --max-tokens 32
 
 test: $(STAMP)
-	TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:cacheprovider
+	# one intra-op thread: tiny test models are slower with OpenMP threads spinning on 2 cores
+	OMP_NUM_THREADS=1 TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV)

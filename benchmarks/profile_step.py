@@ -17,7 +17,7 @@ from common import CONFIGS, RESULTS, environment, write_json
 from throughput import workload
 
 
-def timed(table: dict, name: str, fn):
+def timed(table: dict, name: str, fn, calls: list | None = None):
     import torch
 
     def wrapper(*args, **kwargs):
@@ -26,6 +26,8 @@ def timed(table: dict, name: str, fn):
         result = fn(*args, **kwargs)
         torch.cuda.synchronize()
         table[name] += time.perf_counter() - t0
+        if calls is not None:
+            calls.append((int(args[0].shape[0]), round((time.perf_counter() - t0) * 1e3, 3)))
         return result
 
     return wrapper
@@ -52,7 +54,8 @@ def main() -> None:
     runner.sampler.__class__.__call__ = timed(phases, "sampler", runner.sampler.__class__.__call__)
     if runner.graph_runner is not None:
         runner.graph_runner.run = timed(phases, "decode_graph_replay", runner.graph_runner.run)
-    runner.model.forward = timed(phases, "eager_forward", runner.model.forward)
+    eager_calls: list = []
+    runner.model.forward = timed(phases, "eager_forward", runner.model.forward, eager_calls)
     params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=n, detokenize=False) for n in output_lens]
     t0 = time.perf_counter()
     outputs = llm.generate(prompts, params)
@@ -72,11 +75,13 @@ def main() -> None:
         engine.step()
     result = {"benchmark": "profile_step", "environment": environment(), "num_requests": args.num_requests,
               "seconds": total, "steps": steps, "output_tokens": generated, "phases_s": dict(phases),
-              "ms_per_step": {k: v / steps * 1e3 for k, v in phases.items()}, "kernel_table": table}
+              "ms_per_step": {k: v / steps * 1e3 for k, v in phases.items()}, "kernel_table": table,
+              "eager_calls_tokens_ms": eager_calls}
     write_json(args.output, result)
     print(f"{generated / total:.0f} tok/s (synchronised), {steps} steps, {total / steps * 1e3:.2f} ms/step")
     for name, value in sorted(phases.items(), key=lambda kv: -kv[1]):
         print(f"  {name:22s} {value / steps * 1e3:7.3f} ms/step")
+    print("eager forward calls (tokens, ms):", eager_calls[:20], "... total", len(eager_calls))
     print(table)
 
 

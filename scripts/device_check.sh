@@ -18,5 +18,7 @@ if [ "$mode" = quick ]; then
   exit 0
 fi
 python3 benchmarks/throughput.py --output "$OUT/throughput_h200.json" 2>&1 | tail -3
+python3 benchmarks/profile_step.py --output "$OUT/profile_step_h200.json" 2>&1 | grep -v Warn | head -12
 python3 benchmarks/decode_latency.py --output "$OUT/decode_latency_h200.json" 2>&1 | tail -8
 python3 benchmarks/prefix_caching.py --output "$OUT/prefix_caching_h200.json" 2>&1 | tail -3
+python3 benchmarks/attention_kernels.py --no-sweep --output "$OUT/attention_kernels.json" 2>&1 | tail -25
