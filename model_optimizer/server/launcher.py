@@ -7,6 +7,7 @@ in-flight ones may finish for `shutdown_timeout` seconds, then whatever is left 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import threading
@@ -22,6 +23,7 @@ from model_optimizer.server.state import ServerState
 
 logger = logging.getLogger(__name__)
 FLUSH_S = 1.0  # after aborting leftovers, time for their last chunks to reach the clients
+FATAL_EXIT_DELAY_S = 1.0  # after an engine failure, /health answers 503 this long before the process exits
 
 
 class DrainingServer(uvicorn.Server):
@@ -63,8 +65,8 @@ def serve(config: ServerConfig, engine_config: EngineConfig) -> int:
     server = DrainingServer(uv_config, state)
 
     def on_fatal(exc: BaseException) -> None:
-        logger.error("engine failed (%s): shutting down so a supervisor can restart the server", exc)
-        server.should_exit = True
+        logger.error("engine failed (%s): exiting so a supervisor can restart the server", exc)
+        asyncio.get_running_loop().call_later(FATAL_EXIT_DELAY_S, setattr, server, "should_exit", True)
 
     state.fatal_hooks.append(on_fatal)
     server.run()

@@ -1,0 +1,147 @@
+"""`mopt serve` as a real process: SIGTERM drains, an engine fault gives 503 and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+KEY = "sk-process-test"
+TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}[assistant] "
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(model: Path, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "model_optimizer.cli.main", "serve", "--model", str(model), "--port", str(port),
+           "--max-model-len", "512", "--num-kv-blocks", "128", "--log-level", "warning", *flags]
+    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early: {proc.stdout.read()}")
+        try:
+            if httpx.get(url + "/ready", headers={"Authorization": f"Bearer {KEY}"}, timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("server did not become ready")
+
+
+def stream_in_thread(url: str, body: dict, headers: dict, out: dict) -> threading.Thread:
+    def run() -> None:
+        events = []
+        with httpx.stream("POST", url + "/v1/completions", json=body, headers=headers, timeout=60) as r:
+            out["status"] = r.status_code
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line[6:])
+                    out["first"] = True
+        out["events"] = events
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def wait_for(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
+    template = tmp_path / "template.jinja"
+    template.write_text(TEMPLATE)
+    proc, url = launch(tiny_model("qwen3"), "--served-model-name", "served", "--chat-template", str(template),
+                       "--shutdown-timeout", "30", env={"MOPT_API_KEY": KEY})
+    auth = {"Authorization": f"Bearer {KEY}"}
+    try:
+        assert httpx.get(url + "/v1/models").status_code == 401  # key from MOPT_API_KEY
+        chat = httpx.post(url + "/v1/chat/completions", headers=auth, timeout=30, json={
+            "model": "served", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).json()
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(tiny_model("qwen3")))
+        assert chat["usage"]["prompt_tokens"] == len(tok.encode("[user] hi\n[assistant] ", add_special_tokens=False))
+
+        out: dict = {}
+        body = {"prompt": "drain me", "max_tokens": 300, "ignore_eos": True, "stream": True}
+        thread = stream_in_thread(url, body, auth, out)
+        wait_for(lambda: out.get("first"))
+        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: httpx.get(url + "/ready", headers=auth).status_code == 503, timeout=10)
+        refused = httpx.post(url + "/v1/completions", headers=auth, json={"prompt": "late", "max_tokens": 2})
+        assert refused.status_code == 503 and refused.headers["retry-after"]
+        assert httpx.get(url + "/health").status_code == 200  # alive while draining
+        thread.join(60)
+        assert out["events"][-1] == "[DONE]"
+        finishes = [c["finish_reason"] for e in out["events"][:-1] for c in json.loads(e)["choices"]]
+        assert finishes[-1] == "length"  # ran to the end, not aborted
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+
+
+def test_drain_timeout_aborts_leftovers(tiny_model):
+    proc, url = launch(tiny_model("qwen3"), "--shutdown-timeout", "0.3", env={"MOPT_API_KEY": KEY})
+    try:
+        out: dict = {}
+        body = {"prompt": "too long to drain", "max_tokens": 480, "ignore_eos": True, "stream": True, "n": 4}
+        thread = stream_in_thread(url, body, {"Authorization": f"Bearer {KEY}"}, out)
+        wait_for(lambda: out.get("first"))
+        proc.send_signal(signal.SIGTERM)
+        thread.join(60)
+        assert out["events"][-1] == "[DONE]"
+        finishes = {c["index"]: c["finish_reason"] for e in out["events"][:-1] for c in json.loads(e)["choices"]
+                    if c["finish_reason"]}
+        assert finishes == {0: "abort", 1: "abort", 2: "abort", 3: "abort"}
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+
+
+def test_engine_fault_fails_requests_then_exits_nonzero(tiny_model):
+    """Both a streaming and a plain request are in flight when the engine loop raises."""
+    proc, url = launch(tiny_model("qwen3"), env={"MOPT_FAULT_AFTER_STEPS": "40", "MOPT_API_KEY": ""})
+    try:
+        plain: dict = {}
+
+        def post() -> None:
+            plain["response"] = httpx.post(url + "/v1/completions", timeout=60,
+                                           json={"prompt": "crash", "max_tokens": 100, "ignore_eos": True})
+
+        thread = threading.Thread(target=post)
+        thread.start()
+        r = httpx.post(url + "/v1/completions", timeout=60,
+                       json={"prompt": "crash too", "max_tokens": 100, "ignore_eos": True, "stream": True})
+        events = [line[6:] for line in r.text.split("\n\n") if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        assert json.loads(events[-2])["error"]["code"] == 500
+        thread.join(60)
+        error = plain["response"]
+        assert error.status_code == 500 and "injected engine fault" in error.json()["error"]["message"]
+        assert httpx.get(url + "/health").status_code == 503
+        assert httpx.post(url + "/v1/completions", json={"prompt": "x"}).status_code == 503
+        assert proc.wait(30) != 0
+    finally:
+        proc.kill()
