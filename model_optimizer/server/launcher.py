@@ -56,6 +56,9 @@ def serve(config: ServerConfig, engine_config: EngineConfig) -> int:
     """Serve until SIGTERM/SIGINT (exit code 0) or an engine failure (exit code 1)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from model_optimizer.llm import resolve_model_dir
+
+    resolve_model_dir(engine_config.model)  # a missing folder is a clear CLI error, not a failed server
     app = create_app(config, engine_config)
     state: ServerState = app.state.server
     uv_config = uvicorn.Config(

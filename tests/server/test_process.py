@@ -16,6 +16,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-process-test"
+LOADING_SEEN: list[str] = []
 TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}[assistant] "
 
 
@@ -37,8 +38,12 @@ def launch(model: Path, *flags: str, env: dict | None = None) -> tuple[subproces
         if proc.poll() is not None:
             raise RuntimeError(f"server exited early: {proc.stdout.read()}")
         try:
-            if httpx.get(url + "/ready", headers={"Authorization": f"Bearer {KEY}"}, timeout=2).status_code == 200:
+            ready = httpx.get(url + "/ready", headers={"Authorization": f"Bearer {KEY}"}, timeout=2)
+            if ready.status_code == 200:
                 return proc, url
+            assert ready.status_code in (401, 503)  # 503 {"status": "loading"} until weights and warm-up are done
+            if ready.status_code == 503:
+                LOADING_SEEN.append(ready.json()["status"])
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
@@ -76,6 +81,7 @@ def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
                        "--shutdown-timeout", "30", env={"MOPT_API_KEY": KEY})
     auth = {"Authorization": f"Bearer {KEY}"}
     try:
+        assert LOADING_SEEN and set(LOADING_SEEN) == {"loading"}  # answered while the model was still loading
         assert httpx.get(url + "/v1/models").status_code == 401  # key from MOPT_API_KEY
         chat = httpx.post(url + "/v1/chat/completions", headers=auth, timeout=30, json={
             "model": "served", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).json()
@@ -100,6 +106,13 @@ def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
         assert proc.wait(30) == 0
     finally:
         proc.kill()
+
+
+def test_missing_model_folder_is_a_clear_error(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "model_optimizer.cli.main", "serve", "--model", str(tmp_path / "nope")],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert "does not exist" in run.stderr and "Traceback" not in run.stderr
 
 
 def test_drain_timeout_aborts_leftovers(tiny_model):
