@@ -43,6 +43,7 @@ class EncoderBackbone(nn.Module):
         super().__init__()
         self.model = model
         self.hidden_size = model.args.hidden_size
+        self.vocab_size = model.args.vocab_size
         self.max_seq_len = model.args.max_seq_len
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: VarlenMeta) -> torch.Tensor:
@@ -72,6 +73,7 @@ class DecoderBackbone(nn.Module):
             layer.self_attn.attn = PackedCausalAttention(args.sliding_window)
         self.model = model
         self.hidden_size = args.hidden_size
+        self.vocab_size = args.vocab_size
         self.max_seq_len = args.max_position_embeddings
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: VarlenMeta) -> torch.Tensor:

@@ -73,6 +73,7 @@ class Embedder:
             instruction_template=self.config.instruction_template,
             do_lower_case=spec.do_lower_case,
             end_token_id=self._end_token_id(),
+            vocab_size=self.backbone.vocab_size,
         )
         self._lock = threading.Lock()
 

@@ -24,6 +24,8 @@ class InputRules:
     do_lower_case: bool = False
     end_token_id: int | None = None
     """Appended to each text unless already last; None: nothing appended."""
+    vocab_size: int | None = None
+    """Token ids given by the caller must be below this."""
 
 
 def as_input_list(inputs: EmbedInput | Sequence[EmbedInput]) -> list[EmbedInput]:
@@ -69,6 +71,8 @@ def prepare_token_ids(
     for i, tokens in enumerate(ids):
         if not tokens:
             raise ValueError(f"input {i} has no tokens")
+        if rules.vocab_size is not None and i not in text_of and not all(0 <= t < rules.vocab_size for t in tokens):
+            raise ValueError(f"input {i} has token ids outside the vocabulary [0, {rules.vocab_size})")
         if len(tokens) <= limit:
             continue
         if truncate_to is None:

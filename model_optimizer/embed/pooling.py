@@ -16,12 +16,10 @@ def pool(hidden: torch.Tensor, lengths: list[int], mode: str) -> torch.Tensor:
         return hidden[starts].float()
     if mode == "last":
         return hidden[ends - 1].float()
-    seq_ids = torch.repeat_interleave(torch.arange(len(lengths), device=device), lens)  # (tokens,)
     h = hidden.float()
     if mode == "max":
-        out = torch.full((len(lengths), h.shape[1]), float("-inf"), device=device)
-        return out.scatter_reduce(0, seq_ids[:, None].expand_as(h), h, reduce="amax")
-    sums = torch.zeros(len(lengths), h.shape[1], device=device).index_add_(0, seq_ids, h)
+        return torch.segment_reduce(h, "max", lengths=lens, axis=0)
+    sums = torch.segment_reduce(h, "sum", lengths=lens, axis=0)  # (num_seqs, hidden); far faster than index_add_ on CPU
     if mode == "mean":
         return sums / lens[:, None].float()
     if mode == "mean_sqrt_len":

@@ -78,3 +78,8 @@ def test_token_ids_and_text_give_the_same_vector(minilm):
     assert len(minilm.embed(ids)) == 1  # a flat id list is one input
     with pytest.raises(ValueError, match="input 1 must be a string or a list of token ids"):
         minilm.encode(["ok", 3.5])
+    with pytest.raises(ValueError, match=r"input 0 has token ids outside the vocabulary \[0, 30522\)"):
+        minilm.encode([[101, 30522, 102]])
+    with pytest.raises(ValueError, match="input 0 has no tokens"):
+        minilm.encode([[]])
+    assert minilm.encode([]).embeddings.shape == (0, 384)

