@@ -58,8 +58,11 @@ def run_transformers(prompts, output_lens) -> dict:
     max_new = max(output_lens)
     gen = GenerationConfig(max_new_tokens=max_new, do_sample=True, temperature=0.6, eos_token_id=-1, pad_token_id=0)
     t0 = time.perf_counter()
-    with torch.inference_mode():
+    with torch.no_grad():
         result = model.generate_batch(inputs=prompts, generation_config=gen)
+    failed = [r.error for r in result.values() if r.error]
+    if failed:
+        raise RuntimeError(f"{len(failed)} requests failed in generate_batch: {failed[0]}")
     elapsed = time.perf_counter() - t0
     generated = sum(len(r.generated_tokens) for r in result.values())
     return {"engine": "transformers.generate_batch (sdpa)", "requests": len(prompts), "output_tokens": generated,

@@ -41,7 +41,9 @@ def _find_sequence(tile, qsl_ptr, num_seqs, BLOCK_Q: tl.constexpr):
     return lo - 1
 
 
-@triton.jit
+# num_seqs and the block-table width change every step: specialising on them (== 1, % 16)
+# recompiled the kernel mid-run, about a second each time (measured on the H200)
+@triton.jit(do_not_specialize=["sliding_window", "num_seqs", "stride_bt"])
 def _paged_attention_kernel(
     out_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr,
     q_ptr, cache_ptr, qsl_ptr, seq_lens_ptr, block_tables_ptr, k_scale_ptr, v_scale_ptr,
@@ -142,7 +144,7 @@ def _paged_attention_kernel(
         tl.store(part_acc_ptr + part_row[:, None] * HEAD_DIM_PAD + dims[None, :], acc, mask=out_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs"])
 def _reduce_splits_kernel(
     out_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, qsl_ptr,
     num_seqs, num_heads, stride_ot, stride_oh,

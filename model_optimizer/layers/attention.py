@@ -30,6 +30,8 @@ class AttentionMetadata:
     max_seq_len: int
     kv_caches: list[torch.Tensor]
     """One (2, num_blocks, block_size, num_kv_heads, head_dim) tensor per layer."""
+    num_splits: int | None = None
+    """Split-KV partitions for decode; fixed per batch-size bucket so eager and graphed steps agree."""
 
 
 class Attention(nn.Module):
@@ -52,6 +54,7 @@ class Attention(nn.Module):
             out = paged_attention(
                 q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, self.scale, self.sliding_window,
                 max_query_len=meta.max_query_len, max_seq_len=meta.max_seq_len, k_scale=self.k_scale, v_scale=self.v_scale,
+                num_splits=meta.num_splits,
             )
         else:
             store_kv_ref(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
@@ -71,3 +74,12 @@ def _triton_kernels():
     except ImportError:
         return None
     return store_kv, paged_attention
+
+
+def decode_num_splits(padded_num_seqs: int, num_kv_heads: int, max_model_len: int, device: torch.device) -> int | None:
+    """Split-KV count for a decode batch, from its padded size alone (None off the GPU)."""
+    if device.type != "cuda" or _triton_kernels() is None:
+        return None
+    from model_optimizer.kernels.paged_attention import _num_sms, choose_num_splits
+
+    return choose_num_splits(padded_num_seqs, num_kv_heads, 1, max_model_len, _num_sms(device.index))

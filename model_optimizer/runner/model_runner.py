@@ -31,6 +31,7 @@ class ModelRunner:
     def __init__(self, config: EngineConfig, model_dir: str | Path) -> None:
         self.config = config
         self.device = pick_device(config.device)
+        self.memory_before_load = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
         self.model = load_model(model_dir, config.dtype, self.device, config.load_format)
         args = self.model.args
         self.args = args
@@ -53,12 +54,12 @@ class ModelRunner:
         self.graph_runner = None
         if self.device.type == "cuda":
             self._warm_up_kernels()
-        if self.device.type == "cuda" and not config.enforce_eager:
             self.graph_runner = CudaGraphRunner(
                 self.model, self.kv_caches, config.max_num_seqs, self.batch.max_blocks_per_seq,
-                self.max_model_len, args.hidden_size,
+                self.max_model_len, use_graphs=not config.enforce_eager,
             )
-            self.graph_runner.capture()
+            if not config.enforce_eager:
+                self.graph_runner.capture()
 
     @property
     def vocab_size(self) -> int:
@@ -80,8 +81,14 @@ class ModelRunner:
         return int(num_blocks)
 
     def _profile_free_gpu_memory(self) -> int:
-        """Run a forward at the full token budget, then give the KV cache what utilization leaves."""
-        torch.cuda.empty_cache()
+        """Run a forward at the full token budget, then give the KV cache what utilization leaves.
+
+        `gpu_memory_utilization` is this engine's share of the whole GPU: its weights, its activation
+        peak and its KV cache. Memory of other engines in this process or other processes is left out
+        of that share, and the cache never takes more than what is actually free.
+        """
+        torch.cuda.synchronize(self.device)
+        others_here = self.memory_before_load
         torch.cuda.reset_peak_memory_stats(self.device)
         num_tokens = min(self.config.max_num_batched_tokens, self.max_model_len)
         with torch.inference_mode():
@@ -89,11 +96,14 @@ class ModelRunner:
             positions = torch.arange(num_tokens, device=self.device)
             self.model.compute_logits(self._profile_forward(token_ids, positions)[-self.config.max_num_seqs :])
         torch.cuda.synchronize(self.device)
-        peak = torch.cuda.max_memory_allocated(self.device)
+        own_peak = torch.cuda.max_memory_allocated(self.device) - others_here
+        torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info(self.device)
-        used_by_others = total - free - torch.cuda.memory_reserved(self.device)
-        budget = int(total * self.config.gpu_memory_utilization) - peak - used_by_others
-        log.info("GPU memory: total %.1f GiB, peak in forward %.1f GiB, KV budget %.1f GiB", total / 2**30, peak / 2**30, budget / 2**30)
+        share = int(total * self.config.gpu_memory_utilization) - own_peak
+        headroom = 256 << 20  # CUDA graphs, sampler temporaries
+        budget = min(share, free - headroom)
+        log.info("GPU memory: total %.1f GiB, this engine's peak %.2f GiB, free %.1f GiB, KV budget %.2f GiB",
+                 total / 2**30, own_peak / 2**30, free / 2**30, budget / 2**30)
         return budget
 
     def _profile_forward(self, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
