@@ -35,7 +35,7 @@ def create_app(config: ServerConfig, engine_config: EngineConfig | None = None, 
     state = ServerState(config=config, engine_config=engine_config)
     if config.chat_template:
         state.chat_template = _read_template(config.chat_template)
-    state.model_name = config.served_model_name or _default_name(engine_config)
+    state.model_name = config.served_model_name or _default_name(engine_config, llm)
     state.metrics = ServerMetrics(state.model_name, lambda: state.engine.stats if state.engine else None)
 
     @asynccontextmanager
@@ -59,10 +59,13 @@ def create_app(config: ServerConfig, engine_config: EngineConfig | None = None, 
     return app
 
 
-def _default_name(engine_config: EngineConfig) -> str:
-    if engine_config.model:
-        return Path(engine_config.model).expanduser().resolve().name or engine_config.model
-    return "tiny-qwen3-random"
+def _default_name(engine_config: EngineConfig, llm: Any) -> str:
+    """The model folder's name (the built-in default's when no --model was given)."""
+    from model_optimizer.llm import resolve_model_dir
+
+    if llm is not None:
+        return Path(llm.model_dir).resolve().name
+    return resolve_model_dir(engine_config.model).resolve().name or str(engine_config.model)
 
 
 def _read_template(path: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import threading
 import time
 
 import httpx
@@ -137,9 +138,25 @@ def test_200_concurrent_streams_with_30_percent_disconnects(server):
         async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as client:
             return await asyncio.gather(*(_one_client(client, i, d) for i, d in enumerate(plan)))
 
+    peak = {"admitted": 0, "running": 0}
+    sampling = True
+
+    def sample() -> None:
+        while sampling:
+            peak["admitted"] = max(peak["admitted"], server.state.num_admitted)
+            peak["running"] = max(peak["running"], server.state.engine.stats.num_running)
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
     start = time.monotonic()
-    results = asyncio.run(main())
+    try:
+        results = asyncio.run(main())
+    finally:
+        sampling = False
+        sampler.join()
     elapsed = time.monotonic() - start
+    assert peak["admitted"] >= 100  # really concurrent, not one after another
     kept = [r for r in results if not r["dropped"]]
     assert len(kept) == plan.count(None)
     assert all(r["done"] and r["finish"] == "length" for r in kept)
@@ -150,4 +167,5 @@ def test_200_concurrent_streams_with_30_percent_disconnects(server):
     print(f"\n200 streams, {200 - len(kept)} dropped ({plan.count('before')} before, {plan.count('after')} after "
           f"the first token): {len(kept)} completed in {elapsed:.1f} s; {finished:.0f} ran to the end; "
           f"aborted {aborted_count(after) - aborted_count(before):.0f}; free blocks back to "
-          f"{metric(after, 'mopt:kv_cache_free_blocks'):.0f}/{metric(after, 'mopt:kv_cache_total_blocks'):.0f}")
+          f"{metric(after, 'mopt:kv_cache_free_blocks'):.0f}/{metric(after, 'mopt:kv_cache_total_blocks'):.0f}; "
+          f"peak {peak['admitted']} admitted, {peak['running']} running in one batch")
