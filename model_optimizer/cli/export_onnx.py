@@ -13,7 +13,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "normalized), the tokenizer files and export_report.json with the max abs difference and cosine "
         "between onnxruntime and the engine.",
     )
-    parser.add_argument("--model", required=True, help="embedding model folder (BertModel family)")
+    parser.add_argument("--model", required=True, help="embedding model folder (BertModel-family encoder or decoder embedder)")
     parser.add_argument("--output", required=True, help="folder to write model.onnx, tokenizer and report into")
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset version (default: 17)")
     parser.add_argument("--pooling", choices=["auto", "mean", "cls", "last", "max", "mean_sqrt_len"], default="auto",

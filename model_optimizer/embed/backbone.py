@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from model_optimizer.embed.varlen_attention import VarlenMeta, varlen_attention
+from model_optimizer.embed.varlen_attention import PaddedMeta, VarlenMeta
 from model_optimizer.layers.linear import default_weight_loader
 from model_optimizer.models.bert import ENCODER_ARCHITECTURES, BertArgs, BertModel
 from model_optimizer.models.loader import init_dummy_weights, iterate_checkpoint, resolve_dtype
@@ -46,8 +46,8 @@ class EncoderBackbone(nn.Module):
         self.vocab_size = model.args.vocab_size
         self.max_seq_len = model.args.max_seq_len
 
-    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: VarlenMeta) -> torch.Tensor:
-        return self.model(token_ids, positions, lambda q, k, v: varlen_attention(q, k, v, meta, causal=False))
+    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: VarlenMeta | PaddedMeta) -> torch.Tensor:
+        return self.model(token_ids, positions, lambda q, k, v: meta.attend(q, k, v, causal=False))
 
 
 class PackedCausalAttention(nn.Module):
@@ -57,8 +57,8 @@ class PackedCausalAttention(nn.Module):
         super().__init__()
         self.sliding_window = sliding_window
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: VarlenMeta) -> torch.Tensor:
-        return varlen_attention(q, k, v, meta, causal=True, window=self.sliding_window).flatten(1)
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: VarlenMeta | PaddedMeta) -> torch.Tensor:
+        return meta.attend(q, k, v, causal=True, window=self.sliding_window).flatten(1)
 
 
 class DecoderBackbone(nn.Module):
@@ -76,7 +76,7 @@ class DecoderBackbone(nn.Module):
         self.vocab_size = args.vocab_size
         self.max_seq_len = args.max_position_embeddings
 
-    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: VarlenMeta) -> torch.Tensor:
+    def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: VarlenMeta | PaddedMeta) -> torch.Tensor:
         return self.model(token_ids, positions, meta)
 
 

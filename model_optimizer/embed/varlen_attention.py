@@ -12,6 +12,7 @@ A packed batch is the tokens of several sequences laid end to end, described by 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from dataclasses import dataclass
@@ -35,12 +36,41 @@ class VarlenMeta:
     def max_len(self) -> int:
         return max(self.lengths)
 
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: int | None = None) -> torch.Tensor:
+        return varlen_attention(q, k, v, self, causal, window)
+
     @classmethod
     def from_lengths(cls, lengths: list[int], device: torch.device) -> VarlenMeta:
         offsets = [0]
         for n in lengths:
             offsets.append(offsets[-1] + n)
         return cls(torch.tensor(offsets, dtype=torch.int32, device=device), list(lengths))
+
+
+@dataclass
+class PaddedMeta:
+    """A right-padded (batch, seq) layout flattened to batch * seq tokens: the exported ONNX graph's,
+    where shapes must stay symbolic. Same `attend` contract as VarlenMeta."""
+
+    batch: int | torch.Tensor
+    seq: int | torch.Tensor
+    attention_mask: torch.Tensor
+    """(batch, seq) 1 for real tokens, 0 for padding."""
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: int | None = None) -> torch.Tensor:
+        if window is not None:
+            raise ValueError("sliding-window attention is not supported in the padded (export) layout")
+        heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[2]
+        qp = q.reshape(self.batch, self.seq, heads, head_dim).transpose(1, 2)
+        kp, vp = (t.reshape(self.batch, self.seq, kv_heads, head_dim).transpose(1, 2) for t in (k, v))
+        if kv_heads != heads:  # spelled out: the exporter has no enable_gqa
+            kp, vp = kp.repeat_interleave(heads // kv_heads, dim=1), vp.repeat_interleave(heads // kv_heads, dim=1)
+        mask = self.attention_mask.bool()[:, None, None, :]  # (batch, 1, 1, seq): keys that exist
+        if causal:
+            pos = torch.arange(self.seq, device=q.device)
+            mask = mask & (pos[None, :] <= pos[:, None])
+        out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask)  # (batch, heads, seq, head_dim)
+        return out.transpose(1, 2).reshape(-1, heads, head_dim)
 
 
 def varlen_attention_ref(
@@ -73,7 +103,7 @@ def varlen_attention(
             return _flash_varlen(q, k, v, meta, causal, window)
         except torch.OutOfMemoryError:
             raise
-        except (RuntimeError, TypeError, ValueError) as exc:  # unsupported head size, old torch ...
+        except (RuntimeError, TypeError, ValueError, ImportError, AttributeError) as exc:  # unsupported head size, old torch ...
             _disable_flash_varlen(exc)
     if len(meta.lengths) == 1 or min(meta.lengths) == meta.max_len:
         return _padded_sdpa(q, k, v, meta, causal, window)
@@ -153,10 +183,16 @@ def _disable_flash_varlen(exc: Exception) -> None:
     _FLASH["ok"] = False
 
 
-def _flash_varlen(q, k, v, meta: VarlenMeta, causal: bool, window: int | None) -> torch.Tensor:
+@functools.cache
+def _varlen_attn():
+    """torch's flash varlen function and the names of its parameters (they changed across releases)."""
     from torch.nn.attention.varlen import varlen_attn
 
-    params = inspect.signature(varlen_attn).parameters
+    return varlen_attn, frozenset(inspect.signature(varlen_attn).parameters)
+
+
+def _flash_varlen(q, k, v, meta: VarlenMeta, causal: bool, window: int | None) -> torch.Tensor:
+    varlen_attn, params = _varlen_attn()
     if k.shape[1] != q.shape[1] and "enable_gqa" not in params:
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -170,4 +206,5 @@ def _flash_varlen(q, k, v, meta: VarlenMeta, causal: bool, window: int | None) -
     else:  # torch 2.10
         kwargs["is_causal"] = causal
     cu = meta.cu_seqlens
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # slices of a fused qkv projection
     return varlen_attn(q, k, v, cu, cu, meta.max_len, meta.max_len, **kwargs)

@@ -3,7 +3,9 @@
 The exported graph is the whole recipe, not just the transformer: `input_ids` and
 `attention_mask` (batch, sequence), right-padded as tokenizers pad by default, in;
 `sentence_embedding` (batch, hidden) out, pooled and normalized as the Embedder does. Users get
-one file that needs only onnxruntime and the tokenizer saved beside it.
+one file that needs only onnxruntime and the tokenizer saved beside it. Encoders and decoder
+embedders both export; for a decoder, feed the ids the Embedder would read (its end token
+appended, which Qwen3-Embedding's own tokenizer already does).
 
     mopt export-onnx --model all-MiniLM-L6-v2 --output minilm-onnx/
 """
@@ -21,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model_optimizer.embed import Embedder
-from model_optimizer.embed.backbone import EncoderBackbone
+from model_optimizer.embed.varlen_attention import PaddedMeta
 
 INPUT_NAMES = ["input_ids", "attention_mask"]
 OUTPUT_NAME = "sentence_embedding"
@@ -42,28 +44,19 @@ class ExportReport:
     """Smallest cosine similarity between the two embeddings of one text."""
 
 
-class PaddedEncoder(nn.Module):
-    """Encoder, pooling and normalization over a right-padded (batch, seq) batch, for export."""
+class PaddedEmbedder(nn.Module):
+    """Backbone, pooling and normalization over a right-padded (batch, seq) batch, for export."""
 
     def __init__(self, embedder: Embedder) -> None:
         super().__init__()
-        if not isinstance(embedder.backbone, EncoderBackbone):
-            raise ValueError("ONNX export supports BertModel-family encoders; decoder embedders are not exported yet")
-        self.model = embedder.backbone.model
+        self.backbone = embedder.backbone
         self.pooling, self.normalize = embedder.pooling, embedder.normalize
-        self.num_heads, self.head_dim = self.model.args.num_heads, self.model.args.head_dim
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         batch, seq = input_ids.shape
         positions = torch.arange(seq, device=input_ids.device).unsqueeze(0).expand(batch, seq)
-        keys = attention_mask.bool()[:, None, None, :]  # (batch, 1, 1, seq): real tokens
-
-        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            q, k, v = (t.reshape(batch, seq, self.num_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=keys)  # (batch, heads, seq, head_dim)
-            return out.transpose(1, 2).reshape(batch * seq, self.num_heads, self.head_dim)
-
-        hidden = self.model(input_ids.reshape(-1), positions.reshape(-1), attend).reshape(batch, seq, -1)
+        meta = PaddedMeta(batch, seq, attention_mask)
+        hidden = self.backbone(input_ids.reshape(-1), positions.reshape(-1), meta).reshape(batch, seq, -1)
         pooled = self._pool(hidden.float(), attention_mask.to(torch.float32))
         return F.normalize(pooled, p=2.0, dim=-1) if self.normalize else pooled
 
@@ -80,11 +73,25 @@ class PaddedEncoder(nn.Module):
         return sums / (lengths.sqrt() if self.pooling == "mean_sqrt_len" else lengths)
 
 
+def padded_batch(embedder: Embedder, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """input_ids and attention_mask, right-padded, from exactly the ids the engine reads
+    (instruction, end token and truncation applied)."""
+    from model_optimizer.embed.inputs import prepare_token_ids
+
+    ids = prepare_token_ids(list(texts), embedder.tokenizer, embedder.rules, embedder.max_seq_length, None)
+    width = max(len(t) for t in ids)
+    input_ids = torch.zeros(len(ids), width, dtype=torch.int64)
+    mask = torch.zeros(len(ids), width, dtype=torch.int64)
+    for row, tokens in enumerate(ids):
+        input_ids[row, : len(tokens)] = torch.tensor(tokens)
+        mask[row, : len(tokens)] = 1
+    return input_ids, mask
+
+
 def export_onnx(embedder: Embedder, onnx_path: Path, opset: int = 17) -> None:
     """Write the padded encoder graph to `onnx_path` (atomically: temp file, then rename)."""
-    wrapper = PaddedEncoder(embedder).eval()
-    example = embedder.tokenizer(["an example input", "a second one"], padding=True, return_tensors="pt")
-    args = (example["input_ids"].to(embedder.device), example["attention_mask"].to(embedder.device))
+    wrapper = PaddedEmbedder(embedder).eval()
+    args = tuple(t.to(embedder.device) for t in padded_batch(embedder, ["an example input", "a second, longer one"]))
     dynamic = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
     dynamic[OUTPUT_NAME] = {0: "batch"}
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,15 +112,13 @@ def export_onnx(embedder: Embedder, onnx_path: Path, opset: int = 17) -> None:
 
 def check_onnx(embedder: Embedder, onnx_path: Path, texts: list[str], opset: int) -> ExportReport:
     """Run the exported file in onnxruntime on `texts` (two batch shapes) and compare with the engine."""
-    import numpy as np
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     halves = [texts[: len(texts) // 2], texts[len(texts) // 2 :]]  # different batch and sequence sizes
     outputs = []
     for part in halves:
-        enc = embedder.tokenizer(part, padding=True, truncation=True, max_length=embedder.max_seq_length, return_tensors="np")
-        feeds = {name: enc[name].astype(np.int64) for name in INPUT_NAMES}
+        feeds = dict(zip(INPUT_NAMES, (t.numpy() for t in padded_batch(embedder, part))))
         outputs.append(torch.from_numpy(session.run([OUTPUT_NAME], feeds)[0]))
     got = torch.cat(outputs).float()
     expected = embedder.encode(texts, truncate_prompt_tokens=-1).embeddings

@@ -32,6 +32,14 @@ def test_export_onnx_cli_writes_a_checked_model(minilm_dir, minilm, tmp_path, ca
     assert np.abs(got - expected).max() < 1e-4
 
 
-def test_decoder_export_is_refused_clearly(qwen3_dir, tmp_path, capsys):
-    assert main(["export-onnx", "--model", str(qwen3_dir), "--output", str(tmp_path / "o")]) == 2
-    assert "decoder embedders are not exported" in capsys.readouterr().err
+def test_decoder_embedder_exports_with_causal_mask_and_last_token(qwen3_dir, qwen3, tmp_path):
+    from model_optimizer.export.onnx import export_folder, padded_batch
+
+    texts = ["short", "a longer text for the decoder embedder", "mid length text"]
+    report = export_folder(qwen3, tmp_path / "q", check_texts=texts)
+    assert report.max_abs_diff < 1e-4 and report.min_cosine > 0.99999
+    session = ort.InferenceSession(str(tmp_path / "q" / "model.onnx"), providers=["CPUExecutionProvider"])
+    more = texts + ["one more", "and the last of five"]
+    input_ids, mask = padded_batch(qwen3, more)
+    got = session.run(["sentence_embedding"], {"input_ids": input_ids.numpy(), "attention_mask": mask.numpy()})[0]
+    assert np.abs(got - qwen3.encode(more).embeddings.numpy()).max() < 1e-4
