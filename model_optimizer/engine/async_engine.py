@@ -56,12 +56,6 @@ class _Add:
     """Decode text as tokens arrive (streaming); else once at finish."""
 
 
-@dataclass
-class _Call:
-    fn: Callable[[], Any]
-    done: Future
-
-
 class AsyncEngine:
     def __init__(self, engine: LLMEngine, on_fatal: Callable[[BaseException], None] | None = None) -> None:
         self.engine = engine
@@ -69,7 +63,7 @@ class AsyncEngine:
         self.stats: EngineStats = engine.stats()
         """Snapshot taken by the loop thread after every step; safe to read from any thread."""
         self.error: BaseException | None = None
-        self._inbox: list[_Add | _Call | tuple[str, str]] = []
+        self._inbox: list[_Add | tuple[str, str]] = []
         self._cv = threading.Condition()
         self._streams: dict[str, _Stream] = {}  # touched only by the loop thread
         self._stopped = False
@@ -132,14 +126,6 @@ class AsyncEngine:
             raise
         return RequestStream(self, request_id, queue_stream.queue)
 
-    async def call(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` on the engine thread between two steps (for work that uses the model, e.g. embeddings)."""
-        if self.error is not None:
-            raise EngineDeadError(f"engine loop failed: {self.error}")
-        command = _Call(fn, Future())
-        self._send(command)
-        return await asyncio.wrap_future(command.done)
-
     def abort(self, request_id: str) -> None:
         """Abort a request from any thread; its blocks are freed before the next step."""
         self._send(("abort", request_id))
@@ -148,7 +134,7 @@ class AsyncEngine:
         """Finish every in-flight request with finish_reason 'abort' (used when a drain times out)."""
         self._send(("abort_all", ""))
 
-    def _send(self, command: _Add | _Call | tuple[str, str]) -> None:
+    def _send(self, command: _Add | tuple[str, str]) -> None:
         with self._cv:
             self._inbox.append(command)
             self._cv.notify()
@@ -184,8 +170,6 @@ class AsyncEngine:
         for command in commands:
             if isinstance(command, _Add):
                 self._apply_add(command)
-            elif isinstance(command, _Call):
-                self._apply_call(command)
             elif command[0] == "abort":
                 self.engine.abort(command[1])
                 self._streams.pop(command[1], None)
@@ -203,13 +187,6 @@ class AsyncEngine:
             command.stream.prompt_token_ids = command.prompt
         self._streams[command.request_id] = command.stream
         command.done.set_result(None)
-
-    @staticmethod
-    def _apply_call(command: _Call) -> None:
-        try:
-            command.done.set_result(command.fn())
-        except Exception as exc:  # noqa: BLE001 - handed to the caller
-            command.done.set_exception(exc)
 
     def _step(self) -> None:
         if self._fault_after_steps is not None and self.engine.num_steps >= self._fault_after_steps:
@@ -242,7 +219,7 @@ class AsyncEngine:
         with self._cv:
             pending, self._inbox = self._inbox, []
         for command in pending:
-            if isinstance(command, (_Add, _Call)):
+            if isinstance(command, _Add):
                 command.done.set_exception(EngineDeadError(f"engine loop failed: {exc}"))
         deliveries = [(s.queue, exc) for s in self._streams.values()]
         self._streams.clear()

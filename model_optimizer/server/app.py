@@ -2,7 +2,9 @@
 
 The model loads in a background thread once the app starts, so the server answers /health
 (200) and /ready (503, "loading") at once; /ready turns 200 after loading and a warm-up
-generation. Pass `llm=` to serve an LLM that is already built (tests, embedding in Python).
+generation. Pass `llm=` (or `embedder=`) to serve a model that is already built (tests,
+embedding the server in Python). An embedding model (a sentence-transformers folder with
+modules.json, or an encoder such as BERT) is served by an Embedder on /v1/embeddings only.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from model_optimizer.server.state import ServerState
 logger = logging.getLogger(__name__)
 
 
-def create_app(config: ServerConfig, engine_config: EngineConfig | None = None, llm: Any = None) -> FastAPI:
+def create_app(config: ServerConfig, engine_config: EngineConfig | None = None, llm: Any = None,
+               embedder: Any = None) -> FastAPI:
     engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
     state = ServerState(config=config, engine_config=engine_config)
     if config.chat_template:
         state.chat_template = _read_template(config.chat_template)
-    state.model_name = config.served_model_name or _default_name(engine_config, llm)
+    state.model_name = config.served_model_name or _default_name(engine_config, llm or embedder)
     state.metrics = ServerMetrics(state.model_name, lambda: state.engine.stats if state.engine else None)
 
     @asynccontextmanager
@@ -43,6 +46,8 @@ def create_app(config: ServerConfig, engine_config: EngineConfig | None = None, 
         loop = asyncio.get_running_loop()
         if llm is not None:
             _engine_ready(state, llm, loop)
+        elif embedder is not None:
+            _embedder_ready(state, embedder)
         else:
             threading.Thread(target=_load, args=(state, loop), name="mopt-load", daemon=True).start()
         yield
@@ -59,12 +64,12 @@ def create_app(config: ServerConfig, engine_config: EngineConfig | None = None, 
     return app
 
 
-def _default_name(engine_config: EngineConfig, llm: Any) -> str:
+def _default_name(engine_config: EngineConfig, model: Any) -> str:
     """The model folder's name (the built-in default's when no --model was given)."""
     from model_optimizer.llm import resolve_model_dir
 
-    if llm is not None:
-        return Path(llm.model_dir).resolve().name
+    if model is not None:
+        return Path(model.model_dir).resolve().name
     return resolve_model_dir(engine_config.model).resolve().name or str(engine_config.model)
 
 
@@ -76,18 +81,45 @@ def _read_template(path: str) -> str:
 
 
 def _load(state: ServerState, loop: asyncio.AbstractEventLoop) -> None:
-    """Build the LLM and warm it up (loading thread), then start serving (event loop)."""
-    from model_optimizer.llm import LLM
+    """Build the model and warm it up (loading thread), then start serving (event loop)."""
+    from model_optimizer.llm import LLM, resolve_model_dir
 
+    config = state.engine_config
     try:
-        fields = {k: v for k, v in vars(state.engine_config).items() if k != "model"}
-        llm = LLM(state.engine_config.model, **fields)
+        model_dir = resolve_model_dir(config.model)
+        if is_embedding_model(model_dir):
+            from model_optimizer.embed import Embedder
+
+            embedder = Embedder(model_dir, tokenizer=config.tokenizer, dtype=config.dtype, device=config.device,
+                                load_format=config.load_format)
+            embedder.embed(["warm-up"])
+            loop.call_soon_threadsafe(_embedder_ready, state, embedder)
+            return
+        fields = {k: v for k, v in vars(config).items() if k != "model"}
+        llm = LLM(config.model, **fields)
         llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, temperature=0.0))  # warm-up
     except BaseException as exc:  # noqa: BLE001 - reported, then the server exits non-zero
         logger.exception("loading the model failed")
         loop.call_soon_threadsafe(_fatal, state, exc)
         return
     loop.call_soon_threadsafe(_engine_ready, state, llm, loop)
+
+
+def is_embedding_model(model_dir: Path) -> bool:
+    """A sentence-transformers folder (modules.json) or an encoder architecture such as BERT."""
+    from model_optimizer.models.bert import ENCODER_ARCHITECTURES
+    from model_optimizer.models.model_config import read_config
+
+    if (model_dir / "modules.json").is_file():
+        return True
+    architecture = (read_config(model_dir).get("architectures") or [""])[0]
+    return architecture in ENCODER_ARCHITECTURES
+
+
+def _embedder_ready(state: ServerState, embedder: Any) -> None:
+    state.embedder = embedder
+    state.ready = True
+    logger.info("serving embeddings of %s", state.model_name)
 
 
 def _engine_ready(state: ServerState, llm: Any, loop: asyncio.AbstractEventLoop) -> None:

@@ -55,6 +55,9 @@ class ServerConfig:
     max_prompts: int = 64
     """Most prompts in one /v1/completions request."""
 
+    max_embedding_inputs: int = 2048
+    """Most inputs in one /v1/embeddings request."""
+
     max_tokens_limit: int | None = None
     """Largest max_tokens a request may ask for; also caps the default (remaining context). Empty: no cap."""
 
@@ -69,7 +72,7 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         check_positive(self, "max_queued_requests", "max_n", "max_stop_strings", "max_stop_string_length",
-                       "max_prompts", "max_body_bytes", "max_header_bytes")
+                       "max_prompts", "max_embedding_inputs", "max_body_bytes", "max_header_bytes")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port!r}")
         if not 0 <= self.max_logprobs <= 20:

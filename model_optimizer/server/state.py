@@ -29,8 +29,8 @@ class ServerState:
     metrics: Any = None
     model_name: str = ""
     chat_template: str | None = None
-    embed: Callable[[list[str | list[int]]], list[list[float]]] | None = None
-    """Embedding function of the model, when it has one; runs on the engine thread."""
+    embedder: Any = None
+    """The Embedder (model_optimizer.embed) when the model is an embedding model; then llm is None."""
     ready: bool = False
     draining: bool = False
     load_error: BaseException | None = None
@@ -60,6 +60,11 @@ class ServerState:
             raise APIError(503, "the server is shutting down", headers={"Retry-After": RETRY_AFTER_S})
         if not self.ready:
             raise APIError(503, "the model is still loading", headers={"Retry-After": RETRY_AFTER_S})
+
+    def check_generates(self) -> None:
+        """400 on generation routes when the served model is an embedding model."""
+        if self.llm is None:
+            raise APIError(400, f"the model `{self.model_name}` is an embedding model: use /v1/embeddings", "model")
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.model_name:

@@ -27,12 +27,12 @@ class LiveServer:
         self.thread.join(30)
 
 
-def start_server(llm: Any, config: ServerConfig) -> LiveServer:
+def start_server(llm: Any, config: ServerConfig, embedder: Any = None) -> LiveServer:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    app = create_app(config, llm=llm)
+    app = create_app(config, llm=llm, embedder=embedder)
     uv_config = uvicorn.Config(app, log_level="warning", http="h11", timeout_graceful_shutdown=2,
                                h11_max_incomplete_event_size=config.max_header_bytes)
     server = uvicorn.Server(uv_config)

@@ -174,28 +174,7 @@ def test_metrics_names(client):
     assert metric(text, "vllm:e2e_request_latency_seconds_count") >= 1
 
 
-def test_embeddings_route_with_an_embedding_function(client, server, monkeypatch):
-    """The route's shapes, formats and dimensions, with a deterministic embedding of token counts."""
-    import base64
-    import struct
-
-    def embed(prompts: list[list[int]]) -> list[list[float]]:
-        return [[float(len(ids)), 1.0, 2.0, 3.0] for ids in prompts]
-
-    monkeypatch.setattr(server.state, "embed", embed)
-    body = client.post("/v1/embeddings", json={"input": ["one", "two words"]}).json()
-    assert [d["index"] for d in body["data"]] == [0, 1]
-    assert body["data"][0]["embedding"][1:] == [1.0, 2.0, 3.0]
-    assert body["usage"]["prompt_tokens"] == sum(d["embedding"][0] for d in body["data"])
-    packed = client.post("/v1/embeddings", json={"input": [5, 6, 7], "encoding_format": "base64"}).json()
-    assert struct.unpack("<4f", base64.b64decode(packed["data"][0]["embedding"])) == (3.0, 1.0, 2.0, 3.0)
-    short = client.post("/v1/embeddings", json={"input": "x", "dimensions": 2}).json()["data"][0]["embedding"]
-    assert len(short) == 2 and abs(sum(v * v for v in short) - 1.0) < 1e-6
-    r = client.post("/v1/embeddings", json={"input": "x", "dimensions": 5})
-    assert r.status_code == 400 and "dimensions" in r.json()["error"]["message"]
-
-
-def test_embeddings_not_supported_yet(client):
+def test_embeddings_on_a_generation_model_is_400(client):
     r = client.post("/v1/embeddings", json={"input": "text"})
     assert r.status_code == 400
     assert "does not support embeddings" in r.json()["error"]["message"]

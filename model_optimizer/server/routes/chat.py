@@ -29,6 +29,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     state = get_state(request)
     state.check_model(body.model)
     state.check_accepting()
+    state.check_generates()
     num_top = body.top_logprobs or 0
     logprobs = num_top if body.logprobs else None
     stop = check_caps(state, body, logprobs if logprobs is not None else body.top_logprobs)

@@ -46,6 +46,9 @@ async def metrics(request: Request) -> Response:
 @router.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
 async def models(request: Request) -> ModelList:
     state = get_state(request)
-    root = str(state.llm.model_dir) if state.llm is not None else None
-    max_len = state.max_model_len if state.llm is not None else None
+    root, max_len = None, None
+    if state.llm is not None:
+        root, max_len = str(state.llm.model_dir), state.max_model_len
+    elif state.embedder is not None:
+        root, max_len = str(state.embedder.model_dir), state.embedder.max_seq_length
     return ModelList(data=[ModelCard(id=state.model_name, root=root, max_model_len=max_len)])
