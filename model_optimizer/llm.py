@@ -65,6 +65,11 @@ class LLM:
 
         self.config = EngineConfig(model=model, **engine_args)
         self.model_dir = resolve_model_dir(self.config.model)
+        self._embedder: Any = None
+        self.engine: LLMEngine | None = None
+        if _is_encoder(self.model_dir):  # BERT-family: embeddings only, no generation engine
+            self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
+            return
         self.tokenizer = load_tokenizer(
             Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir,
             required=self.config.load_format != "dummy",
@@ -87,6 +92,8 @@ class LLM:
         on_progress: Callable[[RequestOutput], None] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt (text or token ids); outputs come back in prompt order."""
+        if self.engine is None:
+            raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not generate")
         prompts = _as_prompt_list(prompts)
         params = sampling_params or SamplingParams()
         params_list = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
@@ -110,6 +117,36 @@ class LLM:
                 self.engine.abort(request_id)
             raise
         return [finished[i] for i in ids]
+
+    def embed(
+        self,
+        texts: str | list[int] | Sequence[str | list[int]],
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+        instruction: str | None = None,
+    ) -> list[list[float]]:
+        """Embeddings of texts (or token-id lists), pooled and normalized as the model folder says.
+
+        For a decoder (Qwen3-Embedding style) the weights are loaded a second time, without a KV cache.
+        """
+        if self._embedder is None:
+            from model_optimizer.embed import Embedder
+
+            self._embedder = Embedder(self.model_dir, dtype=self.config.dtype, device=self.config.device,
+                                      load_format=self.config.load_format, tokenizer=self.config.tokenizer)
+        return self._embedder.embed(
+            texts, dimensions=dimensions, truncate_prompt_tokens=truncate_prompt_tokens, instruction=instruction
+        )
+
+
+def _is_encoder(model_dir: Path) -> bool:
+    from model_optimizer.embed.backbone import is_encoder
+    from model_optimizer.models.model_config import read_config
+
+    try:
+        return is_encoder(read_config(model_dir))
+    except ValueError:
+        return False  # unknown architecture: the decoder path gives the clear error
 
 
 def _as_prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
