@@ -69,16 +69,33 @@ def test_caps(client, body, fragment):
     assert_error(client.post("/v1/completions", json={"prompt": "x", "max_tokens": 2, **body}), 400, fragment)
 
 
-def test_body_too_large_is_413_before_parsing(client):
-    big = b'{"prompt": "' + b"a" * (CAPS["max_body_bytes"] + 10) + b'"}'
-    assert_error(client.post("/v1/completions", content=big, headers={"content-type": "application/json"}), 413)
+def raw_exchange(url: str, head: bytes, body_parts: list[bytes]) -> bytes:
+    """Send a request as written, stop sending if the server has already answered, return the reply."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head)
+        for part in body_parts:
+            try:
+                sock.sendall(part)
+            except OSError:
+                break  # the server answered and closed: the reply is waiting
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    return reply
 
-    def chunks():  # no Content-Length: counted while reading
-        for _ in range(100):
-            yield b"a" * 1024
 
-    r = client.post("/v1/completions", content=chunks(), headers={"content-type": "application/json"})
-    assert_error(r, 413)
+def test_body_too_large_is_413_before_parsing(server):
+    limit = CAPS["max_body_bytes"]
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {limit + 10}\r\n\r\n").encode()
+    assert raw_exchange(server.url, head, []).startswith(b"HTTP/1.1 413")  # refused on the header alone
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    chunk = b"400\r\n" + b"a" * 1024 + b"\r\n"  # no Content-Length: counted while reading
+    assert raw_exchange(server.url, head, [chunk] * 100 + [b"0\r\n\r\n"]).startswith(b"HTTP/1.1 413")
 
 
 def test_oversized_headers_refused(server):
