@@ -23,7 +23,7 @@ def minilm():
 
 @pytest.fixture(scope="module")
 def embed_server(minilm):
-    live = start_server(None, ServerConfig(served_model_name="minilm", max_embedding_inputs=4), embedder=minilm)
+    live = start_server(None, ServerConfig(served_model_name="tiny", max_embedding_inputs=4), embedder=minilm)
     yield live
     live.stop()
 
@@ -31,12 +31,12 @@ def embed_server(minilm):
 def test_vectors_match_the_embedder(embed_server, minilm):
     client = openai.OpenAI(base_url=embed_server.url + "/v1", api_key="unused", max_retries=0)
     texts = ["The cat sat on the mat.", "naïve café 😀"]
-    out = client.embeddings.create(model="minilm", input=texts)
+    out = client.embeddings.create(model="tiny", input=texts)
     expected = minilm.embed(texts)
     for got, want in zip(out.data, expected):
         assert max(abs(a - b) for a, b in zip(got.embedding, want)) < 1e-6
     assert out.usage.prompt_tokens == minilm.encode(texts).num_prompt_tokens
-    assert [m.id for m in client.models.list().data] == ["minilm"]
+    assert [m.id for m in client.models.list().data] == ["tiny"]
 
 
 def test_formats_dimensions_and_token_ids(embed_server, minilm):
@@ -72,3 +72,10 @@ def test_generation_routes_say_use_embeddings(embed_server):
     assert r.status_code == 400 and "/v1/embeddings" in r.json()["error"]["message"]
     assert httpx.get(embed_server.url + "/ready").status_code == 200
     assert httpx.get(embed_server.url + "/metrics").status_code == 200
+
+
+def test_schemathesis_on_embeddings(embed_server, tmp_path):
+    from tests.server.test_schemathesis import run_schemathesis
+
+    summary = run_schemathesis(embed_server.url, tmp_path / "embed.json", "--include-path", "/v1/embeddings")
+    assert summary["test_cases"]["generated"] >= 50
