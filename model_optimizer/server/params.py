@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from model_optimizer.sampling_params import SamplingParams
 from model_optimizer.server.errors import APIError
-from model_optimizer.server.protocol import _SamplingFields
+from model_optimizer.server.protocol import SamplingFields
 from model_optimizer.server.state import ServerState
 
 
-def check_caps(state: ServerState, body: _SamplingFields, logprobs: int | None) -> list[str]:
+def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -> list[str]:
     """Raise 400 past any configured cap; return the stop strings as a list."""
     config = state.config
     if body.n > config.max_n:
@@ -44,7 +44,7 @@ def resolve_max_tokens(state: ServerState, requested: int | None, num_prompt_tok
     return requested
 
 
-def sampling_params(body: _SamplingFields, stop: list[str], max_tokens: int, logprobs: int | None) -> SamplingParams:
+def sampling_params(body: SamplingFields, stop: list[str], max_tokens: int, logprobs: int | None) -> SamplingParams:
     try:
         return SamplingParams(
             n=body.n,

@@ -25,7 +25,7 @@ class StreamOptions(_Request):
     """Send one last chunk with token usage before [DONE]."""
 
 
-class _SamplingFields(_Request):
+class SamplingFields(_Request):
     """Fields shared by completions and chat completions (OpenAI's plus vLLM's extras)."""
 
     model: str | None = Field(default=None, max_length=512)
@@ -53,7 +53,7 @@ class _SamplingFields(_Request):
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
 
 
-class CompletionRequest(_SamplingFields):
+class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[TokenId] | list[list[TokenId]]
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=20)
@@ -72,7 +72,7 @@ class ChatMessage(_Request):
     name: str | None = Field(default=None, max_length=256)
 
 
-class ChatCompletionRequest(_SamplingFields):
+class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
