@@ -16,9 +16,8 @@ import torch
 from torch import nn
 
 from model_optimizer.embed.varlen_attention import PaddedMeta, VarlenMeta
-from model_optimizer.layers.linear import default_weight_loader
 from model_optimizer.models.bert import ENCODER_ARCHITECTURES, BertArgs, BertModel
-from model_optimizer.models.loader import init_dummy_weights, iterate_checkpoint, resolve_dtype
+from model_optimizer.models.loader import build_model, init_dummy_weights, load_weights, resolve_dtype
 from model_optimizer.models.model_config import DecoderArgs
 from model_optimizer.models.registry import ARCHITECTURES, resolve_model_class
 
@@ -84,13 +83,13 @@ def load_backbone(model_dir: Path, hf: dict, dtype: str, device: torch.device, l
     """The encoder or decoder backbone of `model_dir`, weights loaded, in eval mode."""
     if is_encoder(hf):
         args = BertArgs.from_dict(hf)
-        model = _build(lambda: BertModel(args), resolve_dtype(dtype, args, device), device)  # type: ignore[arg-type]
+        model = build_model(lambda: BertModel(args), resolve_dtype(dtype, args, device), device)  # type: ignore[arg-type]
         _fill(model, model_dir, load_format, BertModel.checkpoint_name, BertModel.stacked_params)
         return EncoderBackbone(model).eval()
     arch = hf["architectures"][0]
     args = DecoderArgs.from_dict({**hf, "architectures": [DECODER_BASE_NAMES.get(arch, arch)]})
     causal_lm_cls = resolve_model_class(args.architecture)
-    full = _build(lambda: causal_lm_cls(args), resolve_dtype(dtype, args, device), device)
+    full = build_model(lambda: causal_lm_cls(args), resolve_dtype(dtype, args, device), device)
     model = full.model  # the lm_head is not needed for embeddings
     _fill(model, model_dir, load_format, _decoder_checkpoint_name, causal_lm_cls.stacked_params)
     return DecoderBackbone(model, args).eval()
@@ -100,16 +99,6 @@ def _decoder_checkpoint_name(name: str) -> str | None:
     if name.startswith("lm_head.") or name.endswith("rotary_emb.inv_freq"):
         return None
     return name[len("model.") :] if name.startswith("model.") else name
-
-
-def _build(factory: Callable[[], nn.Module], dtype: torch.dtype, device: torch.device) -> nn.Module:
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            return factory()
-    finally:
-        torch.set_default_dtype(default)
 
 
 def _fill(model: nn.Module, model_dir: Path, load_format: str, rename, stacked: dict) -> None:
@@ -123,28 +112,5 @@ def load_checkpoint(
     model: nn.Module, model_dir: Path, rename: Callable[[str], str | None], stacked: dict[str, tuple[str, str]]
 ) -> None:
     """Copy every checkpoint tensor that `rename` maps to a parameter; fail on unknown or missing ones."""
-    params = dict(model.named_parameters())
-    expected = {(n, s) for n in params for s in ([s for _, (rep, s) in stacked.items() if rep in n] or [None])}
-    loaded: set[tuple[str, str | None]] = set()
-    for path, name, tensor in iterate_checkpoint(model_dir):
-        target = rename(name)
-        if target is None:
-            continue
-        shard = None
-        for fragment, (replacement, shard_id) in stacked.items():
-            if fragment in target:
-                target, shard = target.replace(fragment, replacement), shard_id
-                break
-        param = params.get(target)
-        if param is None:
-            raise ValueError(f"{path.name}: tensor {name!r} does not belong to {type(model).__name__}")
-        loader = getattr(param, "weight_loader", default_weight_loader)
-        try:
-            with torch.no_grad():
-                loader(param, tensor.to(param.dtype), shard) if shard else loader(param, tensor.to(param.dtype))
-        except ValueError as exc:
-            raise ValueError(f"{path.name}: tensor {name!r}: {exc}") from None
-        loaded.add((target, shard))
-    missing = sorted(f"{p}[{s}]" if s else p for p, s in expected - loaded)
-    if missing:
-        raise ValueError(f"checkpoint {model_dir} lacks weights for: {', '.join(missing[:10])}")
+    load_weights(model, model_dir, rename, stacked)
+

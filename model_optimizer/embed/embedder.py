@@ -29,6 +29,7 @@ from model_optimizer.embed.pooling import finish, pool
 from model_optimizer.embed.st_folder import read_folder_spec
 from model_optimizer.embed.varlen_attention import VarlenMeta
 from model_optimizer.models.model_config import read_config
+from model_optimizer.runner.model_runner import pick_device
 
 
 @dataclass
@@ -41,14 +42,6 @@ class EmbedOutput:
     @property
     def num_prompt_tokens(self) -> int:
         return sum(self.num_tokens)
-
-
-def pick_device(requested: str) -> torch.device:
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device cuda was requested but torch sees no CUDA GPU (run `mopt doctor`)")
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(requested)
 
 
 class Embedder:

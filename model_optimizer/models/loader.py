@@ -7,7 +7,7 @@ tensor in place (a slice of a fused projection, say) and checks its shape.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -36,19 +36,23 @@ def load_model(model_dir: str | Path, dtype: str, device: torch.device, load_for
     """Instantiate the model named by config.json and fill its weights."""
     args = DecoderArgs.from_dict(read_config(model_dir))
     model_cls = resolve_model_class(args.architecture)
-    torch_dtype = resolve_dtype(dtype, args, device)
-    with torch.device(device):
-        default = torch.get_default_dtype()
-        torch.set_default_dtype(torch_dtype)
-        try:
-            model = model_cls(args)
-        finally:
-            torch.set_default_dtype(default)
+    model = build_model(lambda: model_cls(args), resolve_dtype(dtype, args, device), device)
     if load_format == "dummy":
         init_dummy_weights(model)
     else:
         load_weights(model, Path(model_dir))
     return model.eval()
+
+
+def build_model(factory: Callable[[], nn.Module], dtype: torch.dtype, device: torch.device) -> nn.Module:
+    """Run `factory` with parameters created directly on `device` in `dtype`."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return factory()
+    finally:
+        torch.set_default_dtype(default)
 
 
 def init_dummy_weights(model: nn.Module, seed: int = 0) -> None:
@@ -85,16 +89,29 @@ def iterate_checkpoint(model_dir: Path) -> Iterator[tuple[Path, str, torch.Tenso
                 yield path, name, f.get_tensor(name)
 
 
-def load_weights(model: nn.Module, model_dir: Path) -> None:
+def load_weights(
+    model: nn.Module,
+    model_dir: Path,
+    rename: Callable[[str], str | None] | None = None,
+    stacked: dict[str, tuple[str, str]] | None = None,
+) -> None:
+    """Copy every checkpoint tensor into its parameter; fail on unknown, misshapen or missing ones.
+
+    `rename` maps a checkpoint name to the model's (None: skip the tensor); by default rotary
+    caches and a tied lm_head are skipped. `stacked` declares fused projections (default: the
+    model's `stacked_params`).
+    """
     params = dict(model.named_parameters(remove_duplicate=False))
-    stacked = getattr(model, "stacked_params", {})
+    stacked = getattr(model, "stacked_params", {}) if stacked is None else stacked
     tied = getattr(getattr(model, "args", None), "tie_word_embeddings", False)
+    rename = rename or (lambda name: None if name.endswith(SKIPPED_SUFFIXES) or (tied and name == "lm_head.weight") else name)
     expected_shards = _expected_shards(params, stacked)
     loaded: set[tuple[str, str | None]] = set()
     for path, name, tensor in iterate_checkpoint(model_dir):
-        if name.endswith(SKIPPED_SUFFIXES) or (tied and name == "lm_head.weight"):
+        renamed = rename(name)
+        if renamed is None:
             continue
-        target, shard = _target_name(name, stacked)
+        target, shard = _target_name(renamed, stacked)
         param = params.get(target)
         if param is None:
             raise ValueError(f"{path.name}: tensor {name!r} does not belong to {type(model).__name__}")
