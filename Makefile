@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/mopt generate --prompt "The Python language is" --prompt "def fibonacci(n):" --max-tokens 32
+	$(VENV)/bin/mopt generate --prompt "The Python language is" --prompt "def fibonacci(n):" --max-tokens 32 --temperature 0.7 --top-p 0.9 --seed 0
 
 test: $(STAMP)
 	# one intra-op thread: tiny test models are slower with OpenMP threads spinning on 2 cores
