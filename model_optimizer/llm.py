@@ -103,7 +103,7 @@ class LLM:
         added = []
         try:
             for request_id, prompt, p in zip(ids, prompts, params_list):
-                self.engine.add_request(request_id, prompt, p)
+                self.engine.add_request(request_id, prompt, p, final_only=True)
                 added.append(request_id)
             finished: dict[str, RequestOutput] = {}
             while self.engine.has_unfinished_requests():

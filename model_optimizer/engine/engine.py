@@ -63,6 +63,8 @@ class _Parent:
     """Incremental text per completion, kept only for streaming or stop strings."""
     final_texts: dict[int, str] = field(default_factory=dict)
     """Text of finished completions decoded in one go at the end."""
+    final_only: bool = False
+    """Report this request only once it has finished (offline generation)."""
 
 
 class LLMEngine:
@@ -96,11 +98,14 @@ class LLMEngine:
         priority: int = 0,
         arrival_time: float | None = None,
         stream: bool = False,
+        final_only: bool = False,
     ) -> None:
         """Queue a request. Raises ValueError when it is malformed or could never fit.
 
         With `stream`, text is decoded as tokens arrive; otherwise (and without stop strings)
-        it is decoded once when the completion finishes, which keeps the step loop lean.
+        it is decoded once when the completion finishes, which keeps the step loop lean. With
+        `final_only`, `step()` reports the request only when it finishes, sparing a copy of its
+        tokens every step.
         """
         if request_id in self.parents:
             raise ValueError(f"request id {request_id!r} is already in use")
@@ -130,7 +135,9 @@ class LLMEngine:
             self.scheduler.add_request(child)
         incremental = stream or bool(params.stop)
         detokenizers = [self._detokenizer(prompt_token_ids, c.params) if incremental else None for c in children]
-        self.parents[request_id] = _Parent(prompt if isinstance(prompt, str) else None, prompt_token_ids, children, detokenizers)
+        self.parents[request_id] = _Parent(
+            prompt if isinstance(prompt, str) else None, prompt_token_ids, children, detokenizers, final_only=final_only
+        )
 
     def abort(self, request_id: str) -> None:
         """Drop a user request (all its completions) and free its blocks now."""
@@ -156,7 +163,11 @@ class LLMEngine:
         for request in updated:
             self._detokenize(request)
             touched[request.parent_id] = None  # type: ignore[index]
-        return [self._make_output(parent_id) for parent_id in touched]
+        return [self._make_output(pid) for pid in touched if self._reports_now(self.parents[pid])]
+
+    @staticmethod
+    def _reports_now(parent: _Parent) -> bool:
+        return not parent.final_only or all(c.finished for c in parent.children)
 
     def _detokenize(self, request: Request) -> None:
         detokenizer = self.parents[request.parent_id].detokenizers[request.index]  # type: ignore[index]

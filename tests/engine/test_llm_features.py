@@ -164,3 +164,11 @@ def test_streamed_text_equals_final_text(qwen3_llm):
         texts += [o.outputs[0].text for o in engine.step()]
     assert texts[-1] == final.text
     assert all(final.text.startswith(t) and "\ufffd" not in t[-1:] for t in texts[:-1])
+
+
+def test_final_only_requests_report_once(qwen3_llm):
+    engine, reports = qwen3_llm.engine, []
+    engine.add_request("final-only", [5, 6, 7], GREEDY.clone(max_tokens=6), final_only=True)
+    while engine.has_unfinished_requests():
+        reports += engine.step()
+    assert len(reports) == 1 and reports[0].finished and len(reports[0].outputs[0].token_ids) == 6

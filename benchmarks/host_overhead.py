@@ -1,0 +1,52 @@
+"""Host-side cost of an engine step (scheduler, runner inputs, bookkeeping), without the model.
+
+    PYTHONPATH=. python3 benchmarks/host_overhead.py [--output FILE]
+
+The runner's forward pass and sampler are replaced by a fixed token, so what is timed is the
+Python work that runs serially with the GPU on every step: 256 requests of nano-vllm-like
+lengths (prompts 100-400 tokens, outputs 100-1000) on the built-in model's config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from common import RESULTS, environment, write_json
+
+
+def main() -> None:
+    from model_optimizer import LLM, SamplingParams
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-requests", type=int, default=256)
+    parser.add_argument("--output", default=str(RESULTS / "host_overhead_cpu.json"))
+    args = parser.parse_args()
+    llm = LLM(kv_cache_memory=1 << 28, max_num_seqs=args.num_requests, max_model_len=2048, device="cpu")
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, 1000) for _ in range(rng.randint(100, 400))] for _ in range(args.num_requests)]
+    params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=rng.randint(100, 1000), detokenize=False)
+              for _ in range(args.num_requests)]
+    runner = llm.runner
+
+    def no_model(out):
+        runner.batch.update(out)
+        inputs = runner.batch.prepare(out)
+        sampled = {rid: (5, None) for rid in inputs.sample_request_ids}
+        runner.batch.advance(out, sampled)
+        return sampled
+
+    runner.execute_model = no_model
+    t0 = time.perf_counter()
+    llm.generate(prompts, params)
+    seconds = time.perf_counter() - t0
+    steps = llm.engine.stats().num_steps
+    result = {"benchmark": "host_overhead", "environment": environment(), "num_requests": args.num_requests,
+              "steps": steps, "seconds": seconds, "ms_per_step": seconds / steps * 1e3}
+    write_json(args.output, result)
+    print(f"{result['ms_per_step']:.3f} ms of host work per step over {steps} steps")
+
+
+if __name__ == "__main__":
+    main()
