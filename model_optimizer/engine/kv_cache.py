@@ -149,8 +149,13 @@ class KVCacheManager:
 
     def allocate_slots(self, request: Request, num_new_tokens: int, computed: list[Block] | None = None) -> bool:
         """Make room for `num_new_tokens` more tokens; False (and no change) when the pool is short."""
-        computed = computed or []
         table = self.block_tables.get(request.request_id, [])
+        num_tokens = request.num_computed_tokens + num_new_tokens
+        if not computed and num_tokens <= len(table) * self.block_size:  # decode inside the last block
+            if self.enable_prefix_caching and num_tokens // self.block_size > self.num_hashed_blocks[request.request_id]:
+                self._cache_full_blocks(request, table, num_tokens)
+            return True
+        computed = computed or []
         num_computed = request.num_computed_tokens + len(computed) * self.block_size
         num_new_blocks = self.blocks_needed(num_computed + num_new_tokens) - len(table) - len(computed)
         revived = sum(1 for b in computed if b.ref_cnt == 0)  # cached-but-free blocks leave the free queue
