@@ -8,6 +8,7 @@ import importlib
 import pkgutil
 import sys
 
+import model_optimizer
 import model_optimizer.cli as cli_package
 
 NOT_COMMANDS = {"main", "args"}
@@ -15,6 +16,7 @@ NOT_COMMANDS = {"main", "args"}
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mopt", description="Model-Optimizer: from checkpoint to fast service.")
+    parser.add_argument("--version", action="version", version=f"mopt {model_optimizer.__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(cli_package.__path__), key=lambda m: m.name):
         if info.name in NOT_COMMANDS or info.name.startswith("_"):

@@ -1,0 +1,38 @@
+"""`mopt` itself: subcommands registered, version, and clear errors with exit code 2 (no tracebacks)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from model_optimizer.cli.main import main
+
+
+def test_version_and_subcommands(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and "mopt 0.1.0" in capsys.readouterr().out
+    assert main([]) == 0
+    help_text = capsys.readouterr().out
+    for command in ("generate", "serve", "bench", "doctor", "embed", "export-onnx"):
+        assert command in help_text
+
+
+def test_bad_input_is_a_clear_error(capsys, tmp_path):
+    assert main(["generate", "--model", str(tmp_path / "missing"), "--prompt", "hi"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "hi", "--temperature", "-1"]) == 2
+    assert "temperature must be in [0, 100]" in capsys.readouterr().err
+
+
+def test_generate_writes_jsonl(tiny_model, tmp_path):
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hello", "max_tokens": 3}) + "\n" + json.dumps({"prompt_token_ids": [5, 6]}) + "\n")
+    out = tmp_path / "out.jsonl"
+    rc = main(["generate", "--model", str(tiny_model("qwen3")), "--prompts-file", str(prompts), "--output", str(out),
+               "--max-tokens", "5", "--temperature", "0", "--ignore-eos", "--kv-cache-memory", str(1 << 22)])
+    assert rc == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [len(r["outputs"][0]["token_ids"]) for r in rows] == [3, 5]
+    assert rows[1]["prompt_token_ids"] == [5, 6]
