@@ -3,7 +3,7 @@ incremental detokenization and stop strings after it. The core itself only sees 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from model_optimizer.sampling_params import SamplingParams
 
@@ -16,7 +16,7 @@ class Tokenizer(Protocol):
     def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
 
 
-def encode_prompt(tokenizer: Any, prompt: str | list[int], vocab_size: int) -> list[int]:
+def encode_prompt(tokenizer: Tokenizer | None, prompt: str | list[int], vocab_size: int) -> list[int]:
     """Token ids of a prompt given as text or ids; ids are checked against the vocabulary."""
     if isinstance(prompt, str):
         if tokenizer is None:
@@ -42,7 +42,7 @@ class IncrementalDetokenizer:
     output, and text that might be the start of a stop string is held back until it is not.
     """
 
-    def __init__(self, tokenizer: Any, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def __init__(self, tokenizer: Tokenizer, prompt_token_ids: list[int], params: SamplingParams) -> None:
         self.tokenizer = tokenizer
         self.params = params
         self.token_ids = list(prompt_token_ids[-DETOKENIZE_WINDOW:])

@@ -180,9 +180,6 @@ class KVCacheManager:
         """Block ids of a request's table from index `start` on."""
         return [b.block_id for b in self.block_tables.get(request_id, ())[start:]]
 
-    def num_request_blocks(self, request_id: str) -> int:
-        return len(self.block_tables.get(request_id, ()))
-
     def _cache_full_blocks(self, request: Request, table: list[Block], num_tokens: int) -> None:
         num_full = num_tokens // self.block_size
         start = self.num_hashed_blocks[request.request_id]

@@ -85,10 +85,6 @@ class Request:
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
 
-    @property
-    def all_token_ids(self) -> list[int]:
-        return self.prompt_token_ids + self.output_token_ids
-
     def token_ids_range(self, start: int, end: int) -> list[int]:
         """Token ids at positions [start, end) of prompt + output, without copying the whole list."""
         num_prompt = len(self.prompt_token_ids)
