@@ -40,12 +40,7 @@ class LoopLagMonitor:
 
     async def stop(self) -> dict:
         """Cancel the sampler and return the lag distribution and CPU use."""
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_task(self._task)
         wall = time.perf_counter() - self._wall0
         cpu = (time.process_time() - self._cpu0) / wall if wall > 0 else 0.0
         return {"loop_lag_ms": distribution(self.lags), "cpu_per_wall_s": cpu, "wall_s": wall}
@@ -65,3 +60,14 @@ def overhead_report(records: list[RequestRecord], loop: dict) -> dict:
     if loop["cpu_per_wall_s"] > CPU_WARN and loop.get("wall_s", MIN_WALL_S) >= MIN_WALL_S:
         warnings.append(f"the client used {loop['cpu_per_wall_s']:.2f} CPU cores: it may be the bottleneck")
     return loop | {"send_lag_ms": send_lag, "warnings": warnings}
+
+
+async def cancel_task(task: asyncio.Task | None) -> None:
+    """Cancel a background sampler task and wait until it has stopped."""
+    if task is None:
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass

@@ -12,6 +12,8 @@ import math
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from model_optimizer.bench.overhead import cancel_task
+
 COUNTERS = ("num_preemptions_total", "prefix_cache_hits_total", "prefix_cache_queries_total",
             "prompt_tokens_total", "generation_tokens_total", "request_success_total")
 GAUGES = ("kv_cache_usage_perc", "gpu_cache_usage_perc", "num_requests_running", "num_requests_waiting")
@@ -74,12 +76,7 @@ class MetricsScraper:
 
     async def stop(self) -> dict:
         """Stop sampling, take the last scrape and summarize counters and gauges."""
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_task(self._task)
         if self.samples:
             await self.scrape()
         await self.http.aclose()
