@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from model_optimizer.bench.report import atomic_write, flat_summary
+from model_optimizer.bench.report import flat_summary
+from model_optimizer.fileio import atomic_write
 
 PLOT_DPI = 110
 

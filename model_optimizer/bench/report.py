@@ -10,7 +10,6 @@ import platform
 import re
 import socket
 import sys
-import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -18,6 +17,7 @@ from rich.table import Table
 
 from model_optimizer.bench.client import RequestRecord
 from model_optimizer.bench.metrics import LATENCIES, STATS
+from model_optimizer.fileio import atomic_write
 
 SCHEMA = "mopt-bench-run/1"
 RATE_KEYS = ("request_rate", "output_throughput", "total_throughput", "goodput")
@@ -25,19 +25,6 @@ RATE_KEYS = ("request_rate", "output_throughput", "total_throughput", "goodput")
 
 def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "run"
-
-
-def atomic_write(path: str | Path, data: str | bytes) -> None:
-    """Write to a temp file in the same folder, then rename over `path`."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def write_json(path: str | Path, result: dict) -> None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 from model_optimizer.config import EngineConfig
+from model_optimizer.fileio import atomic_write
 from model_optimizer.sampling_params import SamplingParams
 
 SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "min_tokens", "seed", "n",
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - start
     results = [_result(o) for o in outputs]
     if args.output:
-        _write_jsonl_atomic(args.output, results)
+        atomic_write(args.output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in results))
     else:
         for result in results:
             for completion in result["outputs"]:
@@ -96,15 +95,6 @@ def _result(output) -> dict:
         "ttft_s": output.metrics.ttft,
         "latency_s": (output.metrics.finished_time or 0) - output.metrics.arrival_time,
     }
-
-
-def _write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
 
 
 def _print_stats(console, llm, outputs, elapsed: float) -> None:

@@ -6,12 +6,11 @@ Rules read through `Snapshot` so that each question ("is the nvidia module loade
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from typing import Any
 
 from model_optimizer.doctor.knowledge import cuda_from_int
+from model_optimizer.fileio import atomic_write
 
 
 class Snapshot:
@@ -131,18 +130,5 @@ def load_snapshot(path: str) -> dict[str, Any]:
 
 def write_json_atomic(path: str, obj: Any) -> None:
     """Write JSON to a temp file beside `path`, then rename it into place."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=False)
-            fh.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, json.dumps(obj, indent=1) + "\n")
+
