@@ -7,7 +7,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -75,11 +74,7 @@ def copy_bandwidth_gbps(num_bytes: int = 2 << 30, repeats: int = 20) -> float:
 
 def write_json(path: str | Path, payload: dict) -> Path:
     """Write atomically: a crash never leaves half a result."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
-    return path
+    from model_optimizer.fileio import atomic_write
+
+    atomic_write(path, json.dumps(payload, indent=2) + "\n")
+    return Path(path)
