@@ -51,7 +51,7 @@ def main() -> None:
     engine.scheduler.schedule = timed(phases, "schedule", engine.scheduler.schedule)
     engine.scheduler.update_from_output = timed(phases, "update_from_output", engine.scheduler.update_from_output)
     runner.batch.prepare = timed(phases, "prepare_inputs", runner.batch.prepare)
-    runner.sampler.__class__.__call__ = timed(phases, "sampler", runner.sampler.__class__.__call__)
+    runner.sampler.sample = timed(phases, "sampler", runner.sampler.sample)
     if runner.graph_runner is not None:
         runner.graph_runner.run = timed(phases, "decode_graph_replay", runner.graph_runner.run)
     eager_calls: list = []

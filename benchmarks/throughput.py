@@ -1,11 +1,12 @@
 """Offline throughput on nano-vllm's workload, ours against transformers' continuous batching.
 
-    PYTHONPATH=. python3 benchmarks/throughput.py [--num-requests 256] [--hf-requests 32] [--output FILE]
+    PYTHONPATH=. python3 benchmarks/throughput.py [--num-requests 256] [--hf-requests 16] [--hf-timeout 240] [--output FILE]
 
 Workload (exactly nano-vllm's bench.py): 256 requests, prompt token ids uniform in [0, 10000),
 prompt and output lengths each uniform in [100, 1024], ignore_eos, temperature 0.6, seed 0,
 max_model_len 4096, Qwen3-0.6B's config with dummy bf16 weights. Transformers runs a prefix of
-the same requests (it is far slower) on the same weights; both report output tokens per second.
+the same requests (it is far slower) on the same weights, in a child process with a time limit so
+that its run cannot cost ours; both report output tokens per second.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def run_ours(prompts, output_lens, args) -> dict:
     startup = time.perf_counter() - t0
     params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=n, detokenize=False) for n in output_lens]
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=8, detokenize=False))  # warm-up
+    steps = record_steps(llm.engine.scheduler)
     t0 = time.perf_counter()
     outputs = llm.generate(prompts, params)
     elapsed = time.perf_counter() - t0
@@ -41,7 +43,34 @@ def run_ours(prompts, output_lens, args) -> dict:
     stats = llm.engine.stats()
     return {"engine": "model_optimizer", "requests": len(prompts), "output_tokens": generated, "seconds": elapsed,
             "output_tok_per_s": generated / elapsed, "startup_s": startup, "num_kv_blocks": stats.num_blocks,
-            "preemptions": stats.num_preemptions, "steps": stats.num_steps}
+            "preemptions": stats.num_preemptions, "steps": stats.num_steps, "step_profile": summarize_steps(steps, t0 + elapsed)}
+
+
+def record_steps(scheduler) -> list[tuple[float, int, int]]:
+    """(time, sequences, tokens) of every scheduled step, appended as the scheduler hands them out."""
+    log: list[tuple[float, int, int]] = []
+    schedule = scheduler.schedule
+
+    def logged():
+        out = schedule()
+        log.append((time.perf_counter(), len(out.num_scheduled_tokens), out.total_num_scheduled_tokens))
+        return out
+
+    scheduler.schedule = logged
+    return log
+
+
+def summarize_steps(log: list[tuple[float, int, int]], end: float) -> dict:
+    """Wall time between consecutive schedules, split into steps with prompt tokens and decode-only steps
+    (by batch size): where the run's time goes."""
+    groups: dict[str, list[float]] = {}
+    for (t, seqs, tokens), (t_next, _, _) in zip(log, [*log[1:], (end, 0, 0)]):
+        if tokens == 0:
+            continue
+        key = "prefill" if tokens > seqs else f"decode {min(256, 64 * -(-seqs // 64))}"  # buckets of 64 sequences
+        groups.setdefault(key, []).append(t_next - t)
+    return {k: {"steps": len(v), "seconds": round(sum(v), 3), "ms_per_step": round(sum(v) / len(v) * 1e3, 3)}
+            for k, v in sorted(groups.items())}
 
 
 def run_transformers(prompts, output_lens) -> dict:
@@ -73,13 +102,19 @@ def run_transformers(prompts, output_lens) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--num-requests", type=int, default=256)
-    parser.add_argument("--hf-requests", type=int, default=32, help="0 skips transformers")
+    parser.add_argument("--hf-requests", type=int, default=16, help="0 skips transformers")
+    parser.add_argument("--hf-timeout", type=float, default=240, help="seconds transformers may take")
+    parser.add_argument("--only-transformers", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--max-num-batched-tokens", type=int, default=16384)
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--output", default=str(RESULTS / "throughput_h200.json"))
     args = parser.parse_args()
     prompts, output_lens = workload(args.num_requests)
+    if args.only_transformers:  # the child process of transformers_in_child
+        n = args.hf_requests
+        write_json(args.output, run_transformers(prompts[:n], output_lens[:n]))
+        return
     result = {"benchmark": "offline_throughput", "environment": environment(),
               "workload": {"num_requests": args.num_requests, "prompt_len": [100, 1024], "output_len": [100, 1024],
                            "token_ids": [0, 10000], "temperature": 0.6, "ignore_eos": True, "seed": 0,
@@ -89,14 +124,29 @@ def main() -> None:
     print(f"ours: {result['ours']['output_tok_per_s']:.0f} output tok/s", flush=True)
     write_json(args.output, result)
     if args.hf_requests:
-        n = args.hf_requests
-        try:
-            result["transformers"] = run_transformers(prompts[:n], output_lens[:n])
-            print(f"transformers: {result['transformers']['output_tok_per_s']:.0f} output tok/s", flush=True)
-        except Exception as exc:  # record why, keep our figure
-            result["transformers"] = {"error": f"{type(exc).__name__}: {exc}"}
-            print(f"transformers failed: {exc}", flush=True)
+        result["transformers"] = transformers_in_child(args)
+        print(f"transformers: {result['transformers']}", flush=True)
     write_json(args.output, result)
+
+
+def transformers_in_child(args) -> dict:
+    """transformers' figure from a child process, or why there is none (error, time limit)."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/hf.json"
+        command = [sys.executable, __file__, "--only-transformers", "--hf-requests", str(args.hf_requests), "--output", path]
+        try:
+            done = subprocess.run(command, timeout=args.hf_timeout, capture_output=True, text=True)
+        except subprocess.TimeoutExpired:
+            return {"error": f"did not finish within {args.hf_timeout} s"}
+        if done.returncode != 0:
+            return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
+        with open(path) as f:
+            return json.load(f)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,9 @@ class EngineConfig:
     enforce_eager: bool = False
     """Never capture CUDA graphs."""
 
+    async_scheduling: bool = True
+    """Schedule and prepare the next step while the device computes this one (outputs trail by one step)."""
+
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     """Waiting-queue order: first come first served, or by request priority (lower first), then arrival."""
 

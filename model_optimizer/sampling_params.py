@@ -66,6 +66,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature < 1e-5
 
+    @property
+    def needs_history(self) -> bool:
+        """Whether sampling reads the tokens generated so far (penalties)."""
+        return self.repetition_penalty != 1.0 or bool(self.presence_penalty) or bool(self.frequency_penalty)
+
     def clone(self, **changes: object) -> SamplingParams:
         return replace(self, **changes)
 

@@ -1,7 +1,10 @@
 """LLMEngine: add requests, step, abort. One step is schedule -> execute -> update.
 
-Pure Python: the model runner is passed in, so the engine runs with any object that has
-`execute_model(SchedulerOutput) -> dict[request_id, (token_id, Logprob | None)]`.
+Pure Python: the model runner is passed in, so the engine runs with any object that can
+`launch(SchedulerOutput)` a step and `collect` its sampled tokens. With asynchronous scheduling
+(the default) each `step()` launches the next batch before it waits for the previous one, so
+the host schedules, prepares inputs and detokenizes while the device computes; outputs then
+trail the launches by one step.
 """
 
 from __future__ import annotations
@@ -20,7 +23,11 @@ from model_optimizer.sampling_params import SamplingParams
 
 
 class ModelRunner(Protocol):
-    def execute_model(self, scheduler_output: SchedulerOutput) -> dict[str, tuple[int, Logprob | None]]: ...
+    def launch(self, scheduler_output: SchedulerOutput) -> Any:
+        """Start computing a step; return a handle to collect it with."""
+
+    def collect(self, handle: Any) -> dict[str, tuple[int, Logprob | None]]:
+        """Wait for a launched step: request id -> (sampled token id, logprob or None)."""
 
 
 @dataclass
@@ -88,6 +95,8 @@ class LLMEngine:
         self.num_prompt_tokens = 0
         self.num_generation_tokens = 0
         self.num_steps = 0
+        self._in_flight: tuple[SchedulerOutput, Any] | None = None
+        """The launched step whose tokens have not been collected yet (asynchronous scheduling)."""
 
     # ----------------------------------------------------------------- requests
     def add_request(
@@ -146,17 +155,23 @@ class LLMEngine:
             self.scheduler.abort(child.request_id)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished()  # a step in flight for unfinished requests keeps them running
 
     # ----------------------------------------------------------------- step
     def step(self) -> list[RequestOutput]:
         """Run one batch; return an output for every user request that changed."""
         scheduler_output = self.scheduler.schedule()
-        if scheduler_output.is_empty:
+        launched = None
+        if not scheduler_output.is_empty:
+            self.num_prompt_tokens += scheduler_output.num_prompt_tokens
+            launched = (scheduler_output, self.runner.launch(scheduler_output))
+        done = launched
+        if self.config.async_scheduling:  # finish the previous step while this one runs
+            done, self._in_flight = self._in_flight, launched
+        if done is None:
             return []
-        self.num_prompt_tokens += self._num_prompt_tokens(scheduler_output)
-        sampled = self.runner.execute_model(scheduler_output)
-        updated = self.scheduler.update_from_output(scheduler_output, sampled)
+        out, handle = done
+        updated = self.scheduler.update_from_output(out, self.runner.collect(handle))
         self.num_steps += 1
         self.num_generation_tokens += len(updated)
         touched: dict[str, None] = {}
@@ -181,15 +196,6 @@ class LLMEngine:
             request.status, request.stop_reason = RequestStatus.FINISHED_STOPPED, stop
         else:
             self.scheduler.finish(request, RequestStatus.FINISHED_STOPPED, stop)
-
-    def _num_prompt_tokens(self, scheduler_output: SchedulerOutput) -> int:
-        """Prompt tokens (recomputed ones after preemption included) computed by this step."""
-        total = 0
-        for request_id, num_new in scheduler_output.num_scheduled_tokens.items():
-            request = self.scheduler.requests[request_id]
-            start = request.num_computed_tokens
-            total += max(min(start + num_new, request.num_prompt_tokens) - start, 0)
-        return total
 
     def _make_output(self, parent_id: str) -> RequestOutput:
         parent = self.parents[parent_id]

@@ -181,7 +181,8 @@ class KVCacheManager:
         return [b.block_id for b in self.block_tables.get(request_id, ())[start:]]
 
     def _cache_full_blocks(self, request: Request, table: list[Block], num_tokens: int) -> None:
-        num_full = num_tokens // self.block_size
+        # a block whose last token is still being sampled is hashed at a later step, once its id is known
+        num_full = min(num_tokens, request.num_tokens) // self.block_size
         start = self.num_hashed_blocks[request.request_id]
         if num_full <= start:
             return

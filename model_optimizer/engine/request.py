@@ -59,6 +59,9 @@ class Request:
     output_token_ids: list[int] = field(default_factory=list)
     logprobs: list[Logprob] = field(default_factory=list)
     num_computed_tokens: int = 0
+    """Tokens whose KV is computed or being computed by a scheduled step."""
+    num_pending: int = 0
+    """Tokens sampled by scheduled steps whose ids have not come back yet (0 or 1)."""
     num_cached_tokens: int = 0
     """Prompt tokens served from the prefix cache (or a sibling) at the first schedule."""
     status: RequestStatus = RequestStatus.WAITING

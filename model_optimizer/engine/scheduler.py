@@ -6,6 +6,11 @@ then waiting ones in queue order. A prompt longer than what is left of the budge
 chunks (chunked prefill); a prefix-cache hit just starts a request with tokens already computed.
 When the KV cache runs out of blocks, the lowest-priority, latest-arrived running request is
 preempted: its blocks are freed and it goes back to the waiting queue to be recomputed.
+
+Scheduling a step counts its tokens as computed at once, and a step that reaches the end of a
+request's known tokens owes it one sampled token (`num_pending`). So the next step can be
+scheduled before this one's tokens are back (asynchronous scheduling): a decode whose input is
+still pending reads it on the device, where the previous step left it.
 """
 
 from __future__ import annotations
@@ -53,6 +58,10 @@ class SchedulerOutput:
     """Tokens to compute this step, per request id, in batch order."""
     finished_request_ids: set[str] = field(default_factory=set)
     """Requests finished, aborted or preempted since the last step: the runner drops their state."""
+    sampling_requests: dict[str, Request] = field(default_factory=dict)
+    """Requests whose last scheduled token yields a new token this step (all but partial prompt chunks)."""
+    num_prompt_tokens: int = 0
+    """Prompt tokens (recomputed ones after preemption included) this step computes."""
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -138,7 +147,10 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
-            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            if request.num_output_tokens + request.num_pending >= request.max_tokens:
+                i += 1  # its last token is on the way: nothing left to compute
+                continue
+            num_new = min(request.num_tokens + request.num_pending - request.num_computed_tokens, budget)
             while not self.kv_cache.allocate_slots(request, num_new):
                 victim = self._pick_victim(self.running[i:])
                 self._preempt(victim, out)
@@ -154,13 +166,25 @@ class Scheduler:
             out.cached_requests.append(self._cached_data(request))
         if not preempted:
             budget = self._schedule_waiting(out, budget)
+        self._commit(out)
         return out
+
+    def _commit(self, out: SchedulerOutput) -> None:
+        """Count the scheduled tokens as computed; a step reaching the end of the known tokens samples one more."""
+        for request_id, num_new in out.num_scheduled_tokens.items():
+            request = self.requests[request_id]
+            start = request.num_computed_tokens
+            out.num_prompt_tokens += max(min(start + num_new, request.num_prompt_tokens) - start, 0)
+            request.num_computed_tokens = start + num_new
+            if request.num_computed_tokens == request.num_tokens + request.num_pending:
+                request.num_pending += 1
+                out.sampling_requests[request_id] = request
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> int:
         skipped: list[Request] = []
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
-            if self._waits_for_sibling(request):
+            if request.num_pending or self._waits_for_sibling(request):  # preempted with a token still on the way
                 skipped.append(self.waiting.pop(0))
                 continue
             computed = self.kv_cache.computed_blocks(request)
@@ -230,23 +254,21 @@ class Scheduler:
 
     # ----------------------------------------------------------------- update
     def update_from_output(self, out: SchedulerOutput, sampled: dict[str, tuple[int, object]]) -> list[Request]:
-        """Advance computed counts, append sampled tokens, apply token-level stops.
+        """Append the tokens `out` sampled and apply token-level stops; returns the requests that got one.
 
-        `sampled` maps request id to (token id, logprob or None). Returns the requests that got a token.
+        `sampled` maps request id to (token id, logprob or None). A request finished or aborted since
+        `out` was scheduled drops its token; one preempted since keeps it (it was computed on a valid cache).
         """
         updated = []
-        for request_id, num_tokens in out.num_scheduled_tokens.items():
-            request = self.requests.get(request_id)
-            if request is None or request.status is not RequestStatus.RUNNING:
-                continue  # aborted while the step ran
-            request.num_computed_tokens += num_tokens
-            if request_id not in sampled:
+        for request_id, request in out.sampling_requests.items():
+            if request.finished or request_id not in sampled:
                 continue
+            request.num_pending -= 1
             token_id, logprob = sampled[request_id]
             request.append_output_token(token_id, logprob)  # type: ignore[arg-type]
             updated.append(request)
             if request.check_stop():
-                self.running.remove(request)
+                self._remove(request)
                 self._finish(request)
         return updated
 
@@ -254,10 +276,17 @@ class Scheduler:
         """Finish a running request for a reason found outside the core (a stop string)."""
         if request.finished:
             return
-        self.running.remove(request)
+        self._remove(request)
         request.status = status
         request.stop_reason = stop_reason
         self._finish(request)
+
+    def _remove(self, request: Request) -> None:
+        """Take a request out of the running list, or out of the waiting queue if it was preempted."""
+        if request.status is RequestStatus.PREEMPTED:
+            self.waiting.remove(request)
+        else:
+            self.running.remove(request)
 
     def _finish(self, request: Request) -> None:
         self.kv_cache.free(request)

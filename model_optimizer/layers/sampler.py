@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from model_optimizer.engine.request import Logprob
@@ -23,6 +24,20 @@ class SamplingInput:
     params: SamplingParams
     prompt_token_ids: list[int]
     output_token_ids: list[int]
+    position: int | None = None
+    """Index among the outputs of the token being sampled; None: len(output_token_ids)."""
+
+    @property
+    def output_index(self) -> int:
+        return len(self.output_token_ids) if self.position is None else self.position
+
+
+def to_device(values: list | np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A small host array on `device` without a stream sync: staged through pinned memory on CUDA."""
+    tensor = torch.as_tensor(np.asarray(values)).to(dtype)
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 class Sampler:
@@ -31,11 +46,23 @@ class Sampler:
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def __call__(self, logits: torch.Tensor, batch: list[SamplingInput]) -> list[tuple[int, Logprob | None]]:
+        """Sample and wait for the result (one host sync)."""
+        token_ids, raw_logprobs = self.sample(logits, batch)
+        return self.results(token_ids.tolist(), raw_logprobs, batch)
+
+    def sample(self, logits: torch.Tensor, batch: list[SamplingInput]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Token ids (num_reqs,) int64 on the logits' device, and raw logprobs when a request asks for them.
+
+        Queues device work only: nothing here waits for the device."""
         logits = logits.float()  # (num_reqs, vocab)
         want_logprobs = any(b.params.logprobs is not None for b in batch)
         raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
         logits = self._apply_penalties(logits, batch)
-        token_ids = self._choose(logits, batch).tolist()  # one host sync per step
+        return self._choose(logits, batch), raw_logprobs
+
+    @staticmethod
+    def results(token_ids: list[int], raw_logprobs: torch.Tensor | None, batch: list[SamplingInput]) -> list[tuple[int, Logprob | None]]:
+        """Pair each sampled id with its logprob entry, once the ids are on the host."""
         results = []
         for i, (token_id, item) in enumerate(zip(token_ids, batch)):
             logprob = None
@@ -48,32 +75,36 @@ class Sampler:
         for i, item in enumerate(batch):
             p = item.params
             if p.repetition_penalty != 1.0:
-                seen = torch.tensor(sorted(set(item.prompt_token_ids) | set(item.output_token_ids)), device=logits.device)
+                seen = to_device(sorted(set(item.prompt_token_ids) | set(item.output_token_ids)), torch.int64, logits.device)
                 row = logits[i, seen]
                 logits[i, seen] = torch.where(row > 0, row / p.repetition_penalty, row * p.repetition_penalty)
             if (p.presence_penalty or p.frequency_penalty) and item.output_token_ids:
-                out = torch.tensor(item.output_token_ids, device=logits.device)
+                out = to_device(item.output_token_ids, torch.int64, logits.device)
                 counts = torch.bincount(out, minlength=logits.shape[-1]).float()
                 logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).float()
         return logits
 
     def _choose(self, logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
-        chosen = logits.argmax(dim=-1)
         sampled_rows = [i for i, b in enumerate(batch) if not b.params.greedy]
         if not sampled_rows:
-            return chosen
+            return logits.argmax(dim=-1)
         params = [batch[i].params for i in sampled_rows]
-        rows = torch.tensor(sampled_rows, device=logits.device)
-        probs = _filtered_probs(logits[rows], params)
+        every_row = len(sampled_rows) == len(batch)
+        rows = None if every_row else to_device(sampled_rows, torch.int64, logits.device)
+        probs = _filtered_probs(logits if every_row else logits[rows], params)
         noise = torch.empty_like(probs).exponential_(generator=self.generator)
         for j, i in enumerate(sampled_rows):
             seed = batch[i].params.seed
             if seed is not None:
-                position = len(batch[i].output_token_ids)
+                position = batch[i].output_index
                 generator = torch.Generator(device=logits.device).manual_seed(hash((seed, position)) & (2**63 - 1))
                 noise[j].exponential_(generator=generator)
         # argmax(p / E) with E ~ Exp(1) draws from p (the exponential race), without a CPU sync
-        chosen[rows] = (probs / noise).argmax(dim=-1)
+        drawn = (probs / noise).argmax(dim=-1)
+        if every_row:
+            return drawn
+        chosen = logits.argmax(dim=-1)
+        chosen[rows] = drawn
         return chosen
 
 
@@ -81,22 +112,26 @@ def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch
     """Temperature, then top-k, top-p and min-p masks, as probabilities. Decided on the host: no syncs."""
     device = logits.device
     vocab = logits.shape[-1]
-    logits = logits / torch.tensor([p.temperature for p in params], device=device)[:, None]
+    temperatures = [p.temperature for p in params]
+    if len(set(temperatures)) == 1:
+        logits = logits / temperatures[0]
+    else:
+        logits = logits / to_device(temperatures, torch.float32, device)[:, None]
     ks = [p.top_k if 0 < p.top_k < vocab else 0 for p in params]
     if any(ks):
         top = logits.topk(max(ks), dim=-1).values  # (rows, largest k)
-        kth = top.gather(1, torch.tensor([max(k, 1) - 1 for k in ks], device=device)[:, None])
-        limited = torch.tensor([k > 0 for k in ks], device=device)[:, None]
+        kth = top.gather(1, to_device([max(k, 1) - 1 for k in ks], torch.int64, device)[:, None])
+        limited = to_device([k > 0 for k in ks], torch.bool, device)[:, None]
         logits = logits.masked_fill(limited & (logits < kth), float("-inf"))
     if any(p.top_p < 1.0 for p in params):
-        top_p = torch.tensor([p.top_p for p in params], device=device)[:, None]
+        top_p = to_device([p.top_p for p in params], torch.float32, device)[:, None]
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         sorted_probs = sorted_logits.softmax(dim=-1)
         drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p  # keep until the mass reaches top_p
         logits = logits.masked_fill(torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted), float("-inf"))
     probs = logits.softmax(dim=-1)
     if any(p.min_p > 0 for p in params):
-        min_p = torch.tensor([p.min_p for p in params], device=device)[:, None]
+        min_p = to_device([p.min_p for p in params], torch.float32, device)[:, None]
         probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
     return probs
 

@@ -36,14 +36,14 @@ class CachedRequestState:
             return self.output_token_ids[start - num_prompt : end - num_prompt]
         return self.prompt_token_ids[start:end] + self.output_token_ids[: max(end - num_prompt, 0)]
 
-    def sampling_input(self) -> SamplingInput:
-        return SamplingInput(self.params, self.prompt_token_ids, self.output_token_ids)
+    def sampling_input(self, position: int) -> SamplingInput:
+        return SamplingInput(self.params, self.prompt_token_ids, self.output_token_ids, position)
 
 
 @dataclass
 class StepInputs:
     token_ids: torch.Tensor
-    """(num_tokens,) int64."""
+    """(num_tokens,) int64. Tokens still pending on the device are filled in by the runner."""
     positions: torch.Tensor
     """(num_tokens,) int64."""
     slot_mapping: torch.Tensor
@@ -58,11 +58,21 @@ class StepInputs:
     max_seq_len: int
     sample_rows: torch.Tensor
     """Rows of the flat batch whose last token samples this step (one per sampling request)."""
-    sample_request_ids: list[str]
+    sample_states: list[CachedRequestState]
+    sample_positions: list[int]
+    """Index among its outputs of the token each sampling request draws."""
+    pending_dst: torch.Tensor
+    """Rows of token_ids whose id is still on the device, sampled by the previous step ..."""
+    pending_src: torch.Tensor
+    """... and where in that step's sampled ids each one is."""
 
     @property
     def num_seqs(self) -> int:
         return self.seq_lens.shape[0]
+
+
+PendingTokens = dict[str, tuple[CachedRequestState, int]]
+"""Request id -> (its state, row in the previous step's sampled ids) for tokens not yet on the host."""
 
 
 class InputBatch:
@@ -99,15 +109,28 @@ class InputBatch:
         self.block_table[row, start : start + len(block_ids)] = block_ids
         self.num_row_blocks[row] = start + len(block_ids)
 
-    def prepare(self, out: SchedulerOutput) -> StepInputs:
+    def prepare(self, out: SchedulerOutput, pending: PendingTokens) -> StepInputs:
+        """Flat inputs of one step, copied to the device in two transfers from pinned memory."""
         states = [self.requests[rid] for rid in out.num_scheduled_tokens]
         nums = np.fromiter(out.num_scheduled_tokens.values(), dtype=np.int64, count=len(states))
         starts = np.fromiter((s.num_computed_tokens for s in states), dtype=np.int64, count=len(states))
         rows = np.fromiter((s.row for s in states), dtype=np.int64, count=len(states))
         ends = starts + nums
         token_ids: list[int] = []
+        pending_dst: list[int] = []
+        pending_src: list[int] = []
         for state, start, end in zip(states, starts.tolist(), ends.tolist()):
-            token_ids += state.token_ids(start, end)
+            known = state.num_tokens
+            if end <= known:
+                token_ids += state.token_ids(start, end)
+                continue
+            entry = pending.get(state.request_id)
+            if entry is None or entry[0] is not state or end != known + 1:
+                raise RuntimeError(f"token {known} of request {state.request_id} is neither on the host nor pending")
+            token_ids += state.token_ids(start, known)
+            pending_dst.append(len(token_ids))
+            pending_src.append(entry[1])
+            token_ids.append(0)
         if nums.max() == 1:  # decode-only batch: one token per sequence
             positions, token_rows = starts, rows
         else:
@@ -117,27 +140,33 @@ class InputBatch:
         slots = self.block_table[token_rows, positions // bs].astype(np.int64) * bs + positions % bs
         query_start_loc = np.concatenate(([0], nums.cumsum()))
         max_blocks = int(-(-ends.max() // bs))
-        samples = ends == np.fromiter((s.num_tokens for s in states), dtype=np.int64, count=len(states))
-        sample_ids = [s.request_id for s, sample in zip(states, samples.tolist()) if sample]
-
-        def to_device(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(array)).to(device=self.device, dtype=dtype, non_blocking=True)
-
+        samples = np.fromiter((rid in out.sampling_requests for rid in out.num_scheduled_tokens), dtype=bool, count=len(states))
+        sample_states = [s for s, sample in zip(states, samples.tolist()) if sample]
+        sample_positions = [int(e) - len(s.prompt_token_ids) for s, e in zip(sample_states, ends[samples].tolist())]
+        i64 = self._upload(np.concatenate((np.asarray(token_ids, dtype=np.int64), positions, slots,
+                                           query_start_loc[1:][samples] - 1, pending_dst, pending_src)).astype(np.int64))
+        num_seqs, num_tokens, num_pending = len(states), len(token_ids), len(pending_dst)
+        i32 = self._upload(np.concatenate((query_start_loc, ends, self.block_table[rows, :max_blocks].ravel())).astype(np.int32))
+        cuts64 = np.cumsum([num_tokens, num_tokens, num_tokens, len(sample_states), num_pending, num_pending])
+        tok, pos, slot, sample_rows, dst, src = (i64[a:b] for a, b in zip([0, *cuts64[:-1]], cuts64))
         return StepInputs(
-            token_ids=to_device(np.asarray(token_ids), torch.int64),
-            positions=to_device(positions, torch.int64),
-            slot_mapping=to_device(slots, torch.int64),
-            query_start_loc=to_device(query_start_loc, torch.int32),
-            seq_lens=to_device(ends, torch.int32),
-            block_tables=to_device(self.block_table[rows, :max_blocks], torch.int32),
+            token_ids=tok,
+            positions=pos,
+            slot_mapping=slot,
+            query_start_loc=i32[: num_seqs + 1],
+            seq_lens=i32[num_seqs + 1 : 2 * num_seqs + 1],
+            block_tables=i32[2 * num_seqs + 1 :].view(num_seqs, max_blocks),
             max_query_len=int(nums.max()),
             max_seq_len=int(ends.max()),
-            sample_rows=to_device(query_start_loc[1:][samples] - 1, torch.int64),
-            sample_request_ids=sample_ids,
+            sample_rows=sample_rows,
+            sample_states=sample_states,
+            sample_positions=sample_positions,
+            pending_dst=dst,
+            pending_src=src,
         )
 
-    def advance(self, out: SchedulerOutput, sampled: dict[str, tuple[int, object]]) -> None:
-        for request_id, num_new in out.num_scheduled_tokens.items():
-            self.requests[request_id].num_computed_tokens += num_new
-        for request_id, (token_id, _) in sampled.items():
-            self.requests[request_id].output_token_ids.append(token_id)
+    def _upload(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+        if self.device.type != "cuda":
+            return tensor.to(self.device)
+        return tensor.pin_memory().to(self.device, non_blocking=True)

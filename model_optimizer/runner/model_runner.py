@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -11,10 +12,10 @@ from model_optimizer.config import EngineConfig
 from model_optimizer.engine.request import Logprob
 from model_optimizer.engine.scheduler import SchedulerOutput
 from model_optimizer.layers.attention import AttentionMetadata
-from model_optimizer.layers.sampler import Sampler
+from model_optimizer.layers.sampler import Sampler, SamplingInput
 from model_optimizer.models.loader import load_model
 from model_optimizer.runner.cuda_graph import CudaGraphRunner
-from model_optimizer.runner.input_batch import InputBatch
+from model_optimizer.runner.input_batch import CachedRequestState, InputBatch, PendingTokens
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ class ModelRunner:
         )
         self.batch = InputBatch(config.max_num_seqs, self.max_model_len, config.block_size, self.device)
         self.sampler = Sampler(self.device, config.seed)
+        self._last: StepHandle | None = None
+        """The most recently launched step: the next one may read its sampled ids on the device."""
         self.graph_runner = None
         if self.device.type == "cuda":
             self._warm_up_kernels()
@@ -133,11 +136,20 @@ class ModelRunner:
         torch.cuda.synchronize(self.device)
 
     @torch.inference_mode()
-    def execute_model(self, out: SchedulerOutput) -> dict[str, tuple[int, Logprob | None]]:
+    def launch(self, out: SchedulerOutput) -> StepHandle:
+        """Queue one step on the device: forward, logits, sampling, and the copy of the ids back.
+
+        Inputs whose token is still pending come from the previous step's ids on the device, so
+        nothing here waits for the device, unless a request needs its full history (penalties).
+        """
         self.batch.update(out)
-        if out.is_empty:
-            return {}
-        inputs = self.batch.prepare(out)
+        previous = self._last
+        if previous is not None and previous.result is None and self._needs_history(out):
+            self.collect(previous)
+        pending = previous.pending_for_next() if previous is not None and previous.result is None else {}
+        inputs = self.batch.prepare(out, pending)
+        if len(inputs.pending_dst):
+            inputs.token_ids[inputs.pending_dst] = previous.token_ids[inputs.pending_src]  # type: ignore[union-attr]
         meta = AttentionMetadata(
             slot_mapping=inputs.slot_mapping,
             query_start_loc=inputs.query_start_loc,
@@ -151,10 +163,60 @@ class ModelRunner:
             hidden = self.graph_runner.run(inputs)
         else:
             hidden = self.model(inputs.token_ids, inputs.positions, meta)
-        sampled: dict[str, tuple[int, Logprob | None]] = {}
-        if inputs.sample_request_ids:
+        handle = StepHandle(inputs.sample_states, [], None)
+        if inputs.sample_states:
             logits = self.model.compute_logits(hidden[inputs.sample_rows])
-            batch = [self.batch.requests[rid].sampling_input() for rid in inputs.sample_request_ids]
-            sampled = dict(zip(inputs.sample_request_ids, self.sampler(logits, batch)))
-        self.batch.advance(out, sampled)
-        return sampled
+            handle.batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
+            handle.token_ids, handle.raw_logprobs = self.sampler.sample(logits, handle.batch)
+            handle.start_copy()
+        self._last = handle
+        return handle
+
+    def collect(self, handle: StepHandle) -> dict[str, tuple[int, Logprob | None]]:
+        """Wait for a launched step's sampled ids; record them in the runner's request states."""
+        if handle.result is None:
+            token_ids = handle.wait()
+            results = Sampler.results(token_ids, handle.raw_logprobs, handle.batch)
+            for state, token_id in zip(handle.states, token_ids):
+                state.output_token_ids.append(token_id)
+            handle.result = {s.request_id: r for s, r in zip(handle.states, results)}
+            handle.raw_logprobs = None
+        return handle.result
+
+    @staticmethod
+    def _needs_history(out: SchedulerOutput) -> bool:
+        return any(r.params.needs_history for r in out.sampling_requests.values())
+
+
+@dataclass
+class StepHandle:
+    """A launched step: its sampling requests and, on the device, what they drew."""
+
+    states: list[CachedRequestState]
+    batch: list[SamplingInput]
+    token_ids: torch.Tensor | None
+    """(num_samples,) int64 on the device."""
+    raw_logprobs: torch.Tensor | None = None
+    host: torch.Tensor | None = None
+    done: torch.cuda.Event | None = None
+    result: dict[str, tuple[int, Logprob | None]] | None = None
+
+    def start_copy(self) -> None:
+        if self.token_ids is None or not self.token_ids.is_cuda:
+            return
+        self.host = torch.empty(self.token_ids.shape, dtype=self.token_ids.dtype, pin_memory=True)
+        self.host.copy_(self.token_ids, non_blocking=True)
+        self.done = torch.cuda.Event()
+        self.done.record()
+
+    def wait(self) -> list[int]:
+        if self.token_ids is None:
+            return []
+        if self.done is None:
+            return self.token_ids.tolist()
+        self.done.synchronize()
+        return self.host.tolist()  # type: ignore[union-attr]
+
+    def pending_for_next(self) -> PendingTokens:
+        """Where the next step finds each of this step's tokens while they are not on the host."""
+        return {s.request_id: (s, i) for i, s in enumerate(self.states)}

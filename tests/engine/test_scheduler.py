@@ -24,12 +24,7 @@ def request(rid: str, num_prompt: int, max_tokens: int = 4, priority: int = 0) -
 
 def run_step(s: Scheduler):
     out = s.schedule()
-    sampled = {}
-    for rid, n in out.num_scheduled_tokens.items():
-        r = s.requests[rid]
-        if r.num_computed_tokens + n == r.num_tokens:
-            sampled[rid] = (7, None)
-    s.update_from_output(out, sampled)
+    s.update_from_output(out, {rid: (7, None) for rid in out.sampling_requests})
     return out
 
 
