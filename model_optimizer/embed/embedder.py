@@ -25,9 +25,9 @@ from model_optimizer.embed.backbone import is_encoder, load_backbone
 from model_optimizer.embed.batching import plan_batches
 from model_optimizer.embed.config import EmbedConfig
 from model_optimizer.embed.inputs import EmbedInput, InputRules, as_input_list, check_truncation, prepare_token_ids
+from model_optimizer.embed.packing import pack_batch
 from model_optimizer.embed.pooling import finish, pool
 from model_optimizer.embed.st_folder import read_folder_spec
-from model_optimizer.embed.varlen_attention import VarlenMeta
 from model_optimizer.models.model_config import read_config
 from model_optimizer.runner.model_runner import pick_device
 
@@ -94,32 +94,30 @@ class Embedder:
         truncate_prompt_tokens: int | None = None, instruction: str | None = None,
         on_progress: Callable[[int], None] | None = None,
     ) -> EmbedOutput:
-        """Embeddings as one float32 tensor plus per-input token counts; `on_progress(n)` after each batch of n."""
+        """Embeddings as one float32 tensor plus per-input token counts; `on_progress(n)` after each batch of n
+        (on CUDA: once the batch is queued; the GPU may still be running it)."""
         items = as_input_list(inputs)
         self._check_dimensions(dimensions)
         truncate_to = check_truncation(truncate_prompt_tokens, self.max_seq_length)
         with self._lock:
             token_ids = prepare_token_ids(items, self.tokenizer, self.rules, truncate_to, instruction)
-            pooled = torch.empty(len(token_ids), self.hidden_size, dtype=torch.float32)
             lengths = [len(t) for t in token_ids]
+            # results stay on the device until the end: one device -> host copy per call, not per batch
+            pooled = torch.empty(len(token_ids), self.hidden_size, dtype=torch.float32, device=self.device)
             cfg = self.config
             for batch in plan_batches(lengths, cfg.max_num_batched_tokens, cfg.max_num_seqs):
-                pooled[batch] = self._run_batch([token_ids[i] for i in batch]).cpu()
+                self._run_batch([token_ids[i] for i in batch], batch, pooled)
                 if on_progress:
                     on_progress(len(batch))
-        return EmbedOutput(finish(pooled, self.normalize, dimensions), lengths)
+            embeddings = finish(pooled, self.normalize, dimensions).cpu()
+        return EmbedOutput(embeddings, lengths)
 
     @torch.inference_mode()
-    def _run_batch(self, token_ids: list[list[int]]) -> torch.Tensor:
-        """Pooled (num_seqs, hidden) float32 for one packed batch."""
-        lengths = [len(t) for t in token_ids]
-        flat = torch.tensor([t for seq in token_ids for t in seq], dtype=torch.int64)
-        lens = torch.tensor(lengths)
-        starts = torch.cumsum(lens, 0) - lens
-        positions = torch.arange(len(flat)) - torch.repeat_interleave(starts, lens)  # 0.. in each sequence
-        meta = VarlenMeta.from_lengths(lengths, self.device)
-        hidden = self.backbone(flat.to(self.device, non_blocking=True), positions.to(self.device, non_blocking=True), meta)
-        return pool(hidden, lengths, self.pooling)
+    def _run_batch(self, token_ids: list[list[int]], rows: list[int], out: torch.Tensor) -> None:
+        """Pool one packed batch into out[rows] (float32). On CUDA nothing here waits for the GPU."""
+        packed = pack_batch(token_ids, rows, self.device)
+        hidden = self.backbone(packed.token_ids, packed.positions, packed.meta)
+        out.index_copy_(0, packed.rows, pool(hidden, packed.meta.lengths, self.pooling, packed.cu_seqlens))
 
     def _check_dimensions(self, dimensions: int | None) -> None:
         if dimensions is None:

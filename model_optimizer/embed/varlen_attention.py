@@ -15,8 +15,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -31,6 +32,8 @@ class VarlenMeta:
     """(num_seqs + 1,) int32 offsets of each sequence in the flat token dimension, on the model's device."""
     lengths: list[int]
     """Length of each sequence (host copy, so no layer needs a device sync to read it)."""
+    _padding: dict = field(default_factory=dict, repr=False, compare=False)
+    """Padded-layout indices per run of sequences, built by the first layer and reused by the others."""
 
     @property
     def max_len(self) -> int:
@@ -107,9 +110,11 @@ def varlen_attention(
             _disable_flash_varlen(exc)
     if len(meta.lengths) == 1 or min(meta.lengths) == meta.max_len:
         return _padded_sdpa(q, k, v, meta, causal, window)
+    if "groups" not in meta._padding:
+        meta._padding["groups"] = _similar_length_groups(meta.lengths)
     out = torch.empty_like(q)
-    for start, end, lengths in _similar_length_groups(meta.lengths):
-        sub = VarlenMeta(meta.cu_seqlens, lengths)  # the padded path reads only `lengths`
+    for start, end, lengths in meta._padding["groups"]:
+        sub = VarlenMeta(meta.cu_seqlens, lengths, meta._padding.setdefault(start, {}))  # reads `lengths` only
         out[start:end] = _padded_sdpa(q[start:end], k[start:end], v[start:end], sub, causal, window)
     return out
 
@@ -154,9 +159,9 @@ def _padded_sdpa(q, k, v, meta: VarlenMeta, causal: bool, window: int | None) ->
         qp, kp, vp = (t.view(num_seqs, max_len, t.shape[1], t.shape[2]).transpose(1, 2) for t in (q, k, v))
         out = F.scaled_dot_product_attention(qp, kp, vp, is_causal=causal, enable_gqa=group > 1)
         return out.transpose(1, 2).reshape(q.shape)
-    lengths = torch.tensor(meta.lengths, device=q.device)
-    valid = torch.arange(max_len, device=q.device)[None, :] < lengths[:, None]  # (num_seqs, max_len)
-    rows = valid.flatten().nonzero().squeeze(1)  # padded row of each token
+    if "valid" not in meta._padding:
+        meta._padding["valid"], meta._padding["rows"] = _padding_index(meta.lengths, q.device)
+    valid, rows = meta._padding["valid"], meta._padding["rows"]
     qp, kp, vp = (_pad(t, rows, num_seqs, max_len) for t in (q, k, v))  # (num_seqs, heads, max_len, head_dim)
     mask = valid[:, None, None, :]  # (num_seqs, 1, 1, max_len): keys that exist
     visible = _visible(max_len, causal, window, q.device)
@@ -164,6 +169,22 @@ def _padded_sdpa(q, k, v, meta: VarlenMeta, causal: bool, window: int | None) ->
         mask = mask & visible
     out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, enable_gqa=group > 1)
     return out.transpose(1, 2).reshape(num_seqs * max_len, *q.shape[1:]).index_select(0, rows)  # (tokens, heads, head_dim)
+
+
+def _padding_index(lengths: list[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """valid (num_seqs, max_len) bool, True where a token exists, and rows (tokens,) int64, the padded
+    row of each token. Built on the host and copied without a stream sync (a `nonzero` on the GPU would sync)."""
+    lens = np.asarray(lengths, dtype=np.int64)
+    valid = np.arange(int(lens.max()), dtype=np.int64)[None, :] < lens[:, None]
+    rows = np.flatnonzero(valid).astype(np.int64)
+    return upload(torch.from_numpy(valid), device), upload(torch.from_numpy(rows), device)
+
+
+def upload(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor on `device`; on CUDA pinned and copied asynchronously, so the host does not wait for the GPU."""
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def _pad(t: torch.Tensor, rows: torch.Tensor, num_seqs: int, max_len: int) -> torch.Tensor:
