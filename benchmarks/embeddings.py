@@ -219,7 +219,7 @@ def compiled_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, progress, task) -> list[dict]:
+def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, progress, task, on_row) -> None:
     import torch
     import torch.nn.functional as F
 
@@ -231,7 +231,6 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
     flops_per_token = 2 * non_embedding_params(ours)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     min_seconds = args.min_seconds if args.min_seconds is not None else (0.5 if device == "cuda" else 0.0)
-    rows = []
     batches, lengths = grid
     for length in lengths:
         for batch in batches:
@@ -254,10 +253,9 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
                 row["speedup"] = round(row["ours"]["texts_per_s"] / row["sentence_transformers"]["texts_per_s"], 3)
                 row["speedup_median"] = round(row["ours"]["texts_per_s_median"] / row["sentence_transformers"]["texts_per_s_median"], 3)
                 row["min_cosine"] = float(F.cosine_similarity(out.embeddings, ref.float().cpu(), dim=-1).min())
-            rows.append(row)
+            on_row(row)
             progress.console.print(_line(row))
             progress.advance(task)
-    return rows
 
 
 def synced(fn, sync):
@@ -300,6 +298,33 @@ def _line(row: dict) -> str:
     return text
 
 
+def parse_grids(args) -> dict:
+    grids = {}
+    for m in [m.strip() for m in args.models.split(",") if m.strip()]:
+        if m not in QUICK:
+            raise SystemExit(f"unknown model {m!r}; choose from {', '.join(QUICK)}")
+        batches, lengths = QUICK[m] if args.quick else (FULL_BATCHES, FULL_LENGTHS)
+        batches = [int(x) for x in args.batch_sizes.split(",")] if args.batch_sizes else batches
+        lengths = [x if x == "mixed" else int(x) for x in args.lengths.split(",")] if args.lengths else lengths
+        grids[m] = (batches, lengths)
+    return grids
+
+
+def run_environment(device: str) -> dict:
+    import torch
+
+    env = environment()
+    try:
+        import sentence_transformers
+
+        env["sentence_transformers"] = sentence_transformers.__version__
+    except ImportError:
+        env["sentence_transformers"] = None
+    env["torch_threads"] = torch.get_num_threads()
+    env["load_average_before"] = list(os.getloadavg())  # other jobs on the machine
+    return env
+
+
 def main() -> int:
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -312,21 +337,24 @@ def main() -> int:
         print(f"wrote MiniLM's config/tokenizer files to {target} (weights not copied)")
         return 0
     device = "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device)
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    grids = {}
-    for m in models:
-        if m not in QUICK:
-            raise SystemExit(f"unknown model {m!r}; choose from {', '.join(QUICK)}")
-        batches, lengths = QUICK[m] if args.quick else (FULL_BATCHES, FULL_LENGTHS)
-        batches = [int(x) for x in args.batch_sizes.split(",")] if args.batch_sizes else batches
-        lengths = [x if x == "mixed" else int(x) for x in args.lengths.split(",")] if args.lengths else lengths
-        grids[m] = (batches, lengths)
-    results = []
-    load_before = os.getloadavg()
+    grids = parse_grids(args)
+    slug = "cpu" if device == "cpu" else torch.cuda.get_device_name(0).lower().replace("nvidia", "").strip().replace(" ", "_")
+    default_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS
+    path = Path(args.output or default_dir / f"embeddings_{slug}.json")
+    payload = {"benchmark": "embeddings", "device": device, "complete": False, "environment": run_environment(device),
+               "workload": {"quick": args.quick, "grids": grids, "mixed_length_range": list(MIXED),
+                            "minilm_weights": "random (seed 0)" if args.minilm_random else "checkpoint",
+                            "max_num_batched_tokens": args.max_num_batched_tokens, "min_seconds": args.min_seconds},
+               "results": []}
+
+    def on_row(row: dict) -> None:  # rewritten after every point, so a run cut short keeps what it measured
+        payload["results"].append(row)
+        write_json(path, payload)
+
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with tempfile.TemporaryDirectory() as tmp, Progress(*columns) as progress:
         task = progress.add_task("embeddings", total=sum(len(b) * len(l) for b, l in grids.values()))
-        for m in models:
+        for m in grids:
             if m == "qwen3":
                 folder = build_qwen3_folder(Path(tmp))
             elif args.minilm_random:
@@ -334,24 +362,10 @@ def main() -> int:
             else:
                 folder = minilm_folder(args.minilm_dir)
             dtype = args.minilm_dtype if m == "minilm" else "bfloat16"
-            results += bench_model(m, folder, dtype, grids[m], args, device, progress, task)
-    slug = "cpu" if device == "cpu" else torch.cuda.get_device_name(0).lower().replace("nvidia", "").strip().replace(" ", "_")
-    env = environment()
-    try:
-        import sentence_transformers
-
-        env["sentence_transformers"] = sentence_transformers.__version__
-    except ImportError:
-        env["sentence_transformers"] = None
-    env["torch_threads"] = torch.get_num_threads()
-    env["load_average_before_after"] = [list(load_before), list(os.getloadavg())]  # other jobs on the machine
-    payload = {"benchmark": "embeddings", "device": device, "environment": env,
-               "workload": {"quick": args.quick, "grids": grids, "mixed_length_range": list(MIXED),
-                            "minilm_weights": "random (seed 0)" if args.minilm_random else "checkpoint", "max_num_batched_tokens": args.max_num_batched_tokens,
-                            "min_seconds": args.min_seconds}, "results": results}
-    default_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS
-    path = write_json(args.output or default_dir / f"embeddings_{slug}.json", payload)
-    print(f"wrote {path}")
+            bench_model(m, folder, dtype, grids[m], args, device, progress, task, on_row)
+    payload["complete"] = True
+    payload["environment"]["load_average_after"] = list(os.getloadavg())
+    print(f"wrote {write_json(path, payload)}")
     return 0
 
 

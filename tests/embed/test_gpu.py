@@ -53,3 +53,72 @@ def test_qwen3_on_gpu_matches_cpu(tiny_model):
     for dtype, floor in (("float32", 0.99999), ("bfloat16", 0.99)):
         gpu = Embedder(folder, device="cuda", dtype=dtype).encode(texts).embeddings
         assert F.cosine_similarity(gpu, cpu, dim=-1).min() >= floor, dtype
+
+
+def test_pack_batch_on_gpu_matches_cpu():
+    from model_optimizer.embed.packing import pack_batch
+
+    seqs, rows = [[7, 8, 9], [4], [5, 6]], [2, 0, 1]
+    cpu, gpu = pack_batch(seqs, rows, torch.device("cpu")), pack_batch(seqs, rows, torch.device("cuda"))
+    for name in ("token_ids", "positions", "cu_seqlens", "rows"):
+        assert getattr(gpu, name).is_cuda and torch.equal(getattr(gpu, name).cpu(), getattr(cpu, name)), name
+    assert gpu.meta.cu_seqlens.dtype == torch.int32 and gpu.meta.cu_seqlens.tolist() == [0, 3, 4, 6]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tiny_model, tmp_path_factory):
+    """A tiny random BertModel with the tiny BPE tokenizer: an encoder that needs no downloaded files."""
+    import shutil
+
+    import transformers
+
+    out = tmp_path_factory.mktemp("tiny_bert")
+    config = transformers.BertConfig(vocab_size=1032, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, max_position_embeddings=512)
+    torch.manual_seed(0)
+    transformers.BertModel(config).save_pretrained(str(out), safe_serialization=True)
+    for f in tiny_model("qwen3").iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(f, out / f.name)
+    return out
+
+
+@pytest.mark.parametrize("dtype,floor", [("float32", 0.99999), ("bfloat16", 0.99)])
+def test_encoder_on_gpu_matches_cpu(tiny_bert, dtype, floor):
+    from model_optimizer.embed import Embedder
+
+    texts = [t for t in varied_texts(80, seed=9) if t]  # the tiny tokenizer adds no [CLS]/[SEP]: "" has no tokens
+    cpu = Embedder(tiny_bert, device="cpu").encode(texts).embeddings
+    gpu = Embedder(tiny_bert, device="cuda", dtype=dtype, max_num_batched_tokens=300).encode(texts).embeddings
+    assert F.cosine_similarity(gpu, cpu, dim=-1).min() >= floor
+
+
+@pytest.mark.parametrize("model,dtype,pooling", [
+    ("qwen3", "bfloat16", "last"),   # flash varlen, causal
+    ("qwen3", "float32", "last"),    # padded SDPA fallback with cached indices
+    ("bert", "bfloat16", "mean"),    # flash varlen, non-causal; segment_reduce pooling
+    ("bert", "float32", "cls"),
+])
+def test_batches_are_queued_without_a_host_sync(tiny_model, tiny_bert, model, dtype, pooling):
+    """Packing, forward and pooling of every batch only queue GPU work: the one sync of an encode is
+    its final device -> host copy. torch's sync debug mode turns any synchronizing call into an error."""
+    from model_optimizer.embed import Embedder
+    from model_optimizer.embed.batching import plan_batches
+    from model_optimizer.embed.inputs import prepare_token_ids
+
+    folder = tiny_model("qwen3") if model == "qwen3" else tiny_bert
+    emb = Embedder(folder, device="cuda", dtype=dtype, pooling=pooling, normalize=False, max_num_batched_tokens=256)
+    texts = [t for t in varied_texts(64, seed=7) if t]
+    expected = emb.encode(texts).embeddings  # also the warm-up: compiles, allocator, pinned host blocks
+    ids = prepare_token_ids(texts, emb.tokenizer, emb.rules, None, None)
+    batches = plan_batches([len(t) for t in ids], 256, emb.config.max_num_seqs)
+    assert len(batches) > 1
+    out = torch.empty(len(ids), emb.hidden_size, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for batch in batches:
+            emb._run_batch([ids[i] for i in batch], batch, out)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-6)
