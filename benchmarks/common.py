@@ -78,3 +78,21 @@ def write_json(path: str | Path, payload: dict) -> Path:
 
     atomic_write(path, json.dumps(payload, indent=2) + "\n")
     return Path(path)
+
+
+def log_triton_compiles() -> list[tuple[float, str]]:
+    """(time, kernel and specialization) of every Triton JIT compile from now on: compiles in a timed
+    region are what makes a step slow once. Empty where this Triton has no compile hook."""
+    import time
+
+    compiles: list[tuple[float, str]] = []
+    try:
+        from triton import knobs
+    except ImportError:
+        return compiles
+
+    def hook(*args, **kwargs) -> None:
+        compiles.append((time.perf_counter(), str(kwargs.get("repr", ""))[:300]))
+
+    knobs.runtime.jit_post_compile_hook = hook
+    return compiles

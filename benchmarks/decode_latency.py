@@ -23,7 +23,7 @@ CONTEXT = 512
 DECODE_STEPS = 64
 
 
-def measure(model: str, batch_sizes: list[int]) -> list[dict]:
+def measure(model: str, batch_sizes: list[int], profile: bool = False, kernels: dict | None = None) -> list[dict]:
     from model_optimizer import LLM, SamplingParams
 
     llm = LLM(str(CONFIGS / model), load_format="dummy", dtype="bfloat16", max_model_len=CONTEXT + DECODE_STEPS + 8,
@@ -46,6 +46,8 @@ def measure(model: str, batch_sizes: list[int]) -> list[dict]:
         step = statistics.median(times[2:]) if len(times) > 4 else float("nan")
         moved = weight_bytes + batch * (CONTEXT + DECODE_STEPS // 2) * kv_bytes_per_token
         graph_ms = replay_ms(llm.runner, batch)
+        if profile:
+            kernels[f"{model} batch {batch}"] = replay_kernels(llm.runner, batch)
         rows.append({"model": model, "batch": batch, "context": CONTEXT, "ms_per_step": step * 1e3, "graph_ms": graph_ms,
                      "tokens_per_s": batch / step, "bytes_per_step": moved, "achieved_gbps": moved / step / 1e9,
                      "decode_steps_timed": len(times)})
@@ -75,17 +77,34 @@ def replay_ms(runner, batch: int, replays: int = 50) -> float:
     return statistics.median(times)
 
 
+def replay_kernels(runner, batch: int, replays: int = 10) -> list[dict]:
+    """GPU kernels of the decode graph for `batch` sequences: name, calls per replay, us per call."""
+    import torch
+
+    from model_optimizer.runner.cuda_graph import bucket_for
+
+    graph = runner.graph_runner.graphs[bucket_for(batch, runner.graph_runner.sizes)]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    rows = [{"kernel": e.key[:90], "calls_per_replay": e.count / replays, "us_per_call": e.device_time / 1.0,
+             "us_per_replay": e.device_time_total / replays} for e in prof.key_averages() if e.device_time_total > 0]
+    return sorted(rows, key=lambda r: -r["us_per_replay"])[:20]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["qwen3-0.6b", "llama-3.1-8b"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 64])
+    parser.add_argument("--profile", action="store_true", help="add the GPU kernels of each decode graph")
     parser.add_argument("--output", default=str(RESULTS / "decode_latency_h200.json"))
     args = parser.parse_args()
     bandwidth = copy_bandwidth_gbps()
     result = {"benchmark": "decode_latency", "environment": environment(), "copy_bandwidth_gbps": bandwidth,
               "config": vars(args), "rows": []}
     for model in args.models:
-        result["rows"] += measure(model, args.batch_sizes)
+        result["rows"] += measure(model, args.batch_sizes, args.profile, result.setdefault("kernels", {}))
         import gc
 
         import torch

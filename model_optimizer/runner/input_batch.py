@@ -143,19 +143,18 @@ class InputBatch:
         samples = np.fromiter((rid in out.sampling_requests for rid in out.num_scheduled_tokens), dtype=bool, count=len(states))
         sample_states = [s for s, sample in zip(states, samples.tolist()) if sample]
         sample_positions = [int(e) - len(s.prompt_token_ids) for s, e in zip(sample_states, ends[samples].tolist())]
-        i64 = self._upload(np.concatenate((np.asarray(token_ids, dtype=np.int64), positions, slots,
-                                           query_start_loc[1:][samples] - 1, pending_dst, pending_src)).astype(np.int64))
-        num_seqs, num_tokens, num_pending = len(states), len(token_ids), len(pending_dst)
-        i32 = self._upload(np.concatenate((query_start_loc, ends, self.block_table[rows, :max_blocks].ravel())).astype(np.int32))
-        cuts64 = np.cumsum([num_tokens, num_tokens, num_tokens, len(sample_states), num_pending, num_pending])
-        tok, pos, slot, sample_rows, dst, src = (i64[a:b] for a, b in zip([0, *cuts64[:-1]], cuts64))
+        num_seqs = len(states)
+        tok, pos, slot, sample_rows, dst, src = self._upload(
+            [np.asarray(token_ids, dtype=np.int64), positions, slots, query_start_loc[1:][samples] - 1,
+             np.asarray(pending_dst, dtype=np.int64), np.asarray(pending_src, dtype=np.int64)], np.int64)
+        qsl, seq_lens, tables = self._upload([query_start_loc, ends, self.block_table[rows, :max_blocks]], np.int32)
         return StepInputs(
             token_ids=tok,
             positions=pos,
             slot_mapping=slot,
-            query_start_loc=i32[: num_seqs + 1],
-            seq_lens=i32[num_seqs + 1 : 2 * num_seqs + 1],
-            block_tables=i32[2 * num_seqs + 1 :].view(num_seqs, max_blocks),
+            query_start_loc=qsl,
+            seq_lens=seq_lens,
+            block_tables=tables.view(num_seqs, max_blocks),
             max_query_len=int(nums.max()),
             max_seq_len=int(ends.max()),
             sample_rows=sample_rows,
@@ -165,8 +164,19 @@ class InputBatch:
             pending_src=src,
         )
 
-    def _upload(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(np.ascontiguousarray(array))
-        if self.device.type != "cuda":
-            return tensor.to(self.device)
-        return tensor.pin_memory().to(self.device, non_blocking=True)
+    def _upload(self, arrays: list[np.ndarray], dtype: type) -> list[torch.Tensor]:
+        """The arrays on the device, flattened, from one pinned buffer in one copy.
+
+        Each starts on a 16-byte boundary: Triton and inductor specialise kernels on pointer
+        alignment, so an unaligned slice would compile a new kernel variant mid-run.
+        """
+        per_16_bytes = 16 // np.dtype(dtype).itemsize
+        sizes = [a.size for a in arrays]
+        starts = np.cumsum([0] + [-(-n // per_16_bytes) * per_16_bytes for n in sizes])
+        packed = np.zeros(int(starts[-1]), dtype=dtype)
+        for array, start, size in zip(arrays, starts.tolist(), sizes):
+            packed[start : start + size] = array.ravel()
+        tensor = torch.from_numpy(packed)
+        if self.device.type == "cuda":
+            tensor = tensor.pin_memory().to(self.device, non_blocking=True)
+        return [tensor[start : start + size] for start, size in zip(starts.tolist(), sizes)]
