@@ -71,7 +71,7 @@ def prepare_token_ids(
     for i, tokens in enumerate(ids):
         if not tokens:
             raise ValueError(f"input {i} has no tokens")
-        if rules.vocab_size is not None and i not in text_of and not all(0 <= t < rules.vocab_size for t in tokens):
+        if rules.vocab_size is not None and i not in text_of and not (min(tokens) >= 0 and max(tokens) < rules.vocab_size):
             raise ValueError(f"input {i} has token ids outside the vocabulary [0, {rules.vocab_size})")
         if len(tokens) <= limit:
             continue

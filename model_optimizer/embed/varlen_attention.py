@@ -35,9 +35,9 @@ class VarlenMeta:
     _padding: dict = field(default_factory=dict, repr=False, compare=False)
     """Padded-layout indices per run of sequences, built by the first layer and reused by the others."""
 
-    @property
+    @functools.cached_property
     def max_len(self) -> int:
-        return max(self.lengths)
+        return max(self.lengths)  # read by every layer: computed once per forward
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: int | None = None) -> torch.Tensor:
         return varlen_attention(q, k, v, self, causal, window)
