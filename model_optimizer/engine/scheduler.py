@@ -167,6 +167,8 @@ class Scheduler:
         if not preempted:
             budget = self._schedule_waiting(out, budget)
         self._commit(out)
+        if out.is_empty:  # no step runs: the runner hears of these with the next one
+            self.finished_ids = out.finished_request_ids
         return out
 
     def _commit(self, out: SchedulerOutput) -> None:

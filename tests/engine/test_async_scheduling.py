@@ -99,6 +99,17 @@ def test_stops_found_late_still_cut_exactly(model_dir):
     assert llm.engine.stats().num_free_blocks == llm.engine.stats().num_blocks
 
 
+def test_runner_rows_are_freed_when_the_last_step_schedules_nothing(model_dir):
+    """The finish of the last requests reaches the runner with the next batch, however many generate calls."""
+    llm = LLM(model_dir, kv_cache_memory=1 << 24, max_num_seqs=2)
+    prompts = random_prompts(2, seed=15)
+    params = [GREEDY.clone(max_tokens=5), GREEDY.clone(max_tokens=6)]  # the first finishes while the other's last token is pending
+    first = token_ids(llm.generate(prompts, params))
+    for _ in range(3):
+        assert token_ids(llm.generate(prompts, params)) == first
+    assert len(llm.runner.batch.requests) <= 2
+
+
 def test_reused_id_after_abort_ignores_the_old_in_flight_token(model_dir):
     llm = LLM(model_dir, kv_cache_memory=1 << 24)
     engine = llm.engine

@@ -103,5 +103,9 @@ def test_finished_requests_are_reported_to_the_runner_once():
     s = make_scheduler()
     s.add_request(request("a", 3, max_tokens=1))
     run_step(s)
+    assert s.schedule().finished_request_ids == {"a"}  # an empty step: the runner does not see it ...
+    s.add_request(request("b", 3, max_tokens=1))
     out = s.schedule()
-    assert out.finished_request_ids == {"a"} and s.schedule().finished_request_ids == set()
+    assert out.finished_request_ids == {"a"} and not out.is_empty  # ... so the next step carries it
+    s.update_from_output(out, {"b": (7, None)})
+    assert s.schedule().finished_request_ids == {"b"}
