@@ -83,6 +83,8 @@ def parse_args() -> argparse.Namespace:
                    help="MiniLM with random seeded fp32 weights built from its config/tokenizer files (no checkpoint needed)")
     p.add_argument("--minilm-files", help="folder of MiniLM's config/tokenizer/module files for --minilm-random")
     p.add_argument("--save-minilm-files", metavar="DIR", help="copy those files (from --minilm-dir or the package) to DIR and exit")
+    p.add_argument("--profile", default="", metavar="BxL,...",
+                   help="points to profile once with torch.profiler after timing, e.g. 64x16,512xmixed; tables go beside --output")
     p.add_argument("--output", help="result JSON (default benchmarks/results/embeddings_<device>.json)")
     return p.parse_args()
 
@@ -253,9 +255,27 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
                 row["speedup"] = round(row["ours"]["texts_per_s"] / row["sentence_transformers"]["texts_per_s"], 3)
                 row["speedup_median"] = round(row["ours"]["texts_per_s_median"] / row["sentence_transformers"]["texts_per_s_median"], 3)
                 row["min_cosine"] = float(F.cosine_similarity(out.embeddings, ref.float().cpu(), dim=-1).min())
+            if f"{batch}x{length}" in args.profile.split(","):
+                row["profile"] = profile_call(lambda: ours.encode(texts), device, Path(args.output_path).parent / f"profile_{name}_b{batch}_L{length}.txt")
             on_row(row)
             progress.console.print(_line(row))
             progress.advance(task)
+
+
+def profile_call(fn, device: str, path: Path) -> str:
+    """One call of fn under torch.profiler; the top ops by self CPU time and by self device time go to `path`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        fn()
+    table = prof.key_averages()
+    text = table.table(sort_by="self_cpu_time_total", row_limit=30)
+    if device == "cuda":
+        text += "\n" + table.table(sort_by="self_cuda_time_total", row_limit=20)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path.name
 
 
 def synced(fn, sync):
@@ -341,6 +361,7 @@ def main() -> int:
     slug = "cpu" if device == "cpu" else torch.cuda.get_device_name(0).lower().replace("nvidia", "").strip().replace(" ", "_")
     default_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS
     path = Path(args.output or default_dir / f"embeddings_{slug}.json")
+    args.output_path = str(path)
     payload = {"benchmark": "embeddings", "device": device, "complete": False, "environment": run_environment(device),
                "workload": {"quick": args.quick, "grids": grids, "mixed_length_range": list(MIXED),
                             "minilm_weights": "random (seed 0)" if args.minilm_random else "checkpoint",
