@@ -4,10 +4,15 @@ Order as in transformers' logits processors: penalties, temperature, top-k, top-
 Logprobs are those of the raw model distribution, as vLLM and the OpenAI API report them.
 A seeded request draws its noise from a generator seeded by (seed, output position), so its
 tokens do not depend on what else is in the batch or on preemption.
+
+On CUDA, batches of greedy and temperature-only requests (no penalties, top-k, top-p or min-p)
+take one Triton kernel (kernels/sampling.py) that reads the logits once; the same distribution,
+from a different random stream than the CPU path.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,11 +59,25 @@ class Sampler:
         """Token ids (num_reqs,) int64 on the logits' device, and raw logprobs when a request asks for them.
 
         Queues device work only: nothing here waits for the device."""
-        logits = logits.float()  # (num_reqs, vocab)
         want_logprobs = any(b.params.logprobs is not None for b in batch)
-        raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
-        logits = self._apply_penalties(logits, batch)
+        raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if want_logprobs else None
+        if _fused_kernel(logits) is not None and all(_plain(b.params) for b in batch):
+            return self._choose_fused(logits, batch), raw_logprobs
+        logits = self._apply_penalties(logits.float(), batch)  # (num_reqs, vocab)
         return self._choose(logits, batch), raw_logprobs
+
+    def _choose_fused(self, logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
+        """Temperature and sampling in one pass over the logits (kernels/sampling.py)."""
+        device = logits.device
+        inv_temperatures = to_device([0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch],
+                                     torch.float32, device)
+        seeds = torch.randint(0, 2**62, (len(batch),), generator=self.generator, device=device)
+        seeded = [i for i, b in enumerate(batch) if b.params.seed is not None and not b.params.greedy]
+        if seeded:
+            rows = to_device(seeded, torch.int64, device)
+            own = [_row_seed(batch[i].params.seed, batch[i].output_index) for i in seeded]  # type: ignore[arg-type]
+            seeds[rows] = to_device(own, torch.int64, device)
+        return _fused_kernel(logits)(logits, inv_temperatures, seeds)  # type: ignore[misc]
 
     @staticmethod
     def results(token_ids: list[int], raw_logprobs: torch.Tensor | None, batch: list[SamplingInput]) -> list[tuple[int, Logprob | None]]:
@@ -96,8 +115,7 @@ class Sampler:
         for j, i in enumerate(sampled_rows):
             seed = batch[i].params.seed
             if seed is not None:
-                position = batch[i].output_index
-                generator = torch.Generator(device=logits.device).manual_seed(hash((seed, position)) & (2**63 - 1))
+                generator = torch.Generator(device=logits.device).manual_seed(_row_seed(seed, batch[i].output_index))
                 noise[j].exponential_(generator=generator)
         # argmax(p / E) with E ~ Exp(1) draws from p (the exponential race), without a CPU sync
         drawn = (probs / noise).argmax(dim=-1)
@@ -106,6 +124,27 @@ class Sampler:
         chosen = logits.argmax(dim=-1)
         chosen[rows] = drawn
         return chosen
+
+
+def _row_seed(seed: int, position: int) -> int:
+    """The noise seed of a seeded request's token at one output position: independent of the batch."""
+    return hash((seed, position)) & (2**63 - 1)
+
+
+def _plain(params: SamplingParams) -> bool:
+    """Greedy or temperature-only sampling: what the fused kernel does."""
+    return not params.needs_history and params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0
+
+
+def _fused_kernel(logits: torch.Tensor):
+    """kernels.sampling.gumbel_sample where it can run on these logits (Triton on CUDA), else None."""
+    if not logits.is_cuda or os.environ.get("MOPT_UNFUSED_SAMPLER") == "1":
+        return None
+    try:
+        from model_optimizer.kernels.sampling import gumbel_sample
+    except ImportError:
+        return None
+    return gumbel_sample
 
 
 def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
