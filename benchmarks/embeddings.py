@@ -365,7 +365,8 @@ def main() -> int:
     payload = {"benchmark": "embeddings", "device": device, "complete": False, "environment": run_environment(device),
                "workload": {"quick": args.quick, "grids": grids, "mixed_length_range": list(MIXED),
                             "minilm_weights": "random (seed 0)" if args.minilm_random else "checkpoint",
-                            "max_num_batched_tokens": args.max_num_batched_tokens, "min_seconds": args.min_seconds},
+                            "max_num_batched_tokens": args.max_num_batched_tokens, "min_seconds": args.min_seconds,
+                            "min_rounds": args.min_rounds},
                "results": []}
 
     def on_row(row: dict) -> None:  # rewritten after every point, so a run cut short keeps what it measured
