@@ -16,7 +16,8 @@
 #   $OUT/embed_gpu_tests.txt         pytest output of tests/embed/test_gpu.py
 #   $OUT/embeddings_h200_qwen3.json  batch 1, 64, 512 x length 16, 128, 512, mixed (16..512)
 #   $OUT/embeddings_h200_minilm.json the same grid, MiniLM random fp32
-#   $OUT/profile_qwen3_b{1,64,512}_L16.txt  torch.profiler tables of one call (top ops by host and by GPU time)
+#   $OUT/profile_qwen3_b{1,64,512}_L16.txt, profile_qwen3_b512_L512.txt  torch.profiler tables of one call
+#                                    (top ops by host time and by GPU time)
 #   $OUT/embed_gpu.log               everything the benchmarks printed
 # Each JSON is rewritten after every point ("complete": false until the end), so a timeout keeps what was measured.
 set -uo pipefail
@@ -30,16 +31,16 @@ GRID=(--device cuda --batch-sizes 1,64,512 --lengths 16,128,mixed,512 --min-seco
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
 
 timeout 90 "$PYTHON" -m pytest -q -p no:cacheprovider tests/embed/test_gpu.py > "$OUT/embed_gpu_tests.txt" 2>&1
-echo "tests rc=$?: $(tail -1 "$OUT/embed_gpu_tests.txt")" | tee "$OUT/embed_gpu.log"
+echo "tests rc=$? at ${SECONDS}s: $(tail -1 "$OUT/embed_gpu_tests.txt")" | tee "$OUT/embed_gpu.log"
 
-timeout 100 "$PYTHON" benchmarks/embeddings.py --models qwen3 "${GRID[@]}" --profile 1x16,64x16,512x16 \
+timeout 100 "$PYTHON" benchmarks/embeddings.py --models qwen3 "${GRID[@]}" --profile 1x16,64x16,512x16,512x512 \
     --output "$OUT/embeddings_h200_qwen3.json" >> "$OUT/embed_gpu.log" 2>&1
-echo "qwen3 rc=$?" | tee -a "$OUT/embed_gpu.log"
+echo "qwen3 rc=$? at ${SECONDS}s" | tee -a "$OUT/embed_gpu.log"
 
 if [[ -f "$MINILM_FILES/config.json" ]]; then
     timeout 40 "$PYTHON" benchmarks/embeddings.py --models minilm --minilm-random --minilm-files "$MINILM_FILES" "${GRID[@]}" \
         --output "$OUT/embeddings_h200_minilm.json" >> "$OUT/embed_gpu.log" 2>&1
-    echo "minilm rc=$?" | tee -a "$OUT/embed_gpu.log"
+    echo "minilm rc=$? at ${SECONDS}s" | tee -a "$OUT/embed_gpu.log"
 else
     echo "minilm skipped: $MINILM_FILES/config.json missing (carry build/minilm-files)" | tee -a "$OUT/embed_gpu.log"
 fi
