@@ -255,14 +255,14 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
                 row["speedup"] = round(row["ours"]["texts_per_s"] / row["sentence_transformers"]["texts_per_s"], 3)
                 row["speedup_median"] = round(row["ours"]["texts_per_s_median"] / row["sentence_transformers"]["texts_per_s_median"], 3)
                 row["min_cosine"] = float(F.cosine_similarity(out.embeddings, ref.float().cpu(), dim=-1).min())
-            if f"{batch}x{length}" in args.profile.split(","):
-                row["profile"] = profile_call(lambda: ours.encode(texts), device, Path(args.output_path).parent / f"profile_{name}_b{batch}_L{length}.txt")
             on_row(row)
             progress.console.print(_line(row))
+            if f"{batch}x{length}" in args.profile.split(","):  # after the row is saved: a timeout here loses nothing measured
+                profile_call(lambda: ours.encode(texts), device, Path(args.output_path).parent / f"profile_{name}_b{batch}_L{length}.txt")
             progress.advance(task)
 
 
-def profile_call(fn, device: str, path: Path) -> str:
+def profile_call(fn, device: str, path: Path) -> None:
     """One call of fn under torch.profiler; the top ops by self CPU time and by self device time go to `path`."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -275,7 +275,6 @@ def profile_call(fn, device: str, path: Path) -> str:
         text += "\n" + table.table(sort_by="self_cuda_time_total", row_limit=20)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    return path.name
 
 
 def synced(fn, sync):
