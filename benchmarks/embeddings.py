@@ -83,6 +83,8 @@ def parse_args() -> argparse.Namespace:
                    help="MiniLM with random seeded fp32 weights built from its config/tokenizer files (no checkpoint needed)")
     p.add_argument("--minilm-files", help="folder of MiniLM's config/tokenizer/module files for --minilm-random")
     p.add_argument("--save-minilm-files", metavar="DIR", help="copy those files (from --minilm-dir or the package) to DIR and exit")
+    p.add_argument("--cuda-graph-max-tokens", type=int, default=0,
+                   help="also time our Embedder with CUDA graphs for batches up to this many tokens (CUDA only; 0: no)")
     p.add_argument("--profile", default="", metavar="BxL,...",
                    help="points to profile once with torch.profiler after timing, e.g. 64x16,512xmixed; tables go beside --output")
     p.add_argument("--output", help="result JSON (default benchmarks/results/embeddings_<device>.json)")
@@ -229,6 +231,10 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
 
     ours = Embedder(folder, device=device, dtype=dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens)
     st = load_sentence_transformer(folder, device, getattr(torch, dtype))
+    graphed = None
+    if args.cuda_graph_max_tokens and device == "cuda":
+        graphed = Embedder(folder, device=device, dtype=dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens,
+                           cuda_graph_max_tokens=args.cuda_graph_max_tokens)
     words = single_token_words(ours.tokenizer)
     flops_per_token = 2 * non_embedding_params(ours)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -256,10 +262,30 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
                 row["speedup_median"] = round(row["ours"]["texts_per_s_median"] / row["sentence_transformers"]["texts_per_s_median"], 3)
                 row["min_cosine"] = float(F.cosine_similarity(out.embeddings, ref.float().cpu(), dim=-1).min())
             on_row(row)
+            if graphed is not None and num_tokens <= args.cuda_graph_max_tokens:
+                try:
+                    time_cuda_graphs(row, graphed, texts, out, sync, min_seconds, args.min_rounds, flops_per_token)
+                except Exception as exc:  # noqa: BLE001 - report it and go on with the eager side
+                    row["cuda_graphs_error"] = repr(exc)
+                    graphed = None
+                on_row(row)
             progress.console.print(_line(row))
             if f"{batch}x{length}" in args.profile.split(","):  # after the row is saved: a timeout here loses nothing measured
                 profile_call(lambda: ours.encode(texts), device, Path(args.output_path).parent / f"profile_{name}_b{batch}_L{length}.txt")
             progress.advance(task)
+
+
+def time_cuda_graphs(row: dict, graphed, texts: list[str], eager_out, sync, min_seconds: float, min_rounds: int,
+                     flops_per_token: int) -> None:
+    """Add our Embedder with CUDA graphs to `row`: rates, speedup over ST, lowest cosine to the eager vectors."""
+    import torch.nn.functional as F
+
+    graphed.encode(texts)  # captures this point's graphs
+    (out, times), _ = timed_pair(synced(lambda: graphed.encode(texts), sync), None, min_seconds, min_rounds)
+    row["ours_cuda_graphs"] = _rate(row["batch_size"], row["num_tokens_per_call"], times, flops_per_token)
+    row["cuda_graphs_min_cosine_vs_ours"] = float(F.cosine_similarity(out.embeddings, eager_out.embeddings, dim=-1).min())
+    if "sentence_transformers" in row:
+        row["speedup_cuda_graphs"] = round(row["ours_cuda_graphs"]["texts_per_s"] / row["sentence_transformers"]["texts_per_s"], 3)
 
 
 def profile_call(fn, device: str, path: Path) -> None:
@@ -314,6 +340,8 @@ def _line(row: dict) -> str:
     if "speedup" in row:
         text += (f"  st {row['sentence_transformers']['texts_per_s']:>9.1f} texts/s  x{row['speedup']:.2f}"
                  f"  cos>={row['min_cosine']:.5f}")
+    if "speedup_cuda_graphs" in row:
+        text += f"  graphs x{row['speedup_cuda_graphs']:.2f}"
     return text
 
 
@@ -365,11 +393,12 @@ def main() -> int:
                "workload": {"quick": args.quick, "grids": grids, "mixed_length_range": list(MIXED),
                             "minilm_weights": "random (seed 0)" if args.minilm_random else "checkpoint",
                             "max_num_batched_tokens": args.max_num_batched_tokens, "min_seconds": args.min_seconds,
-                            "min_rounds": args.min_rounds},
+                            "min_rounds": args.min_rounds, "cuda_graph_max_tokens": args.cuda_graph_max_tokens},
                "results": []}
 
     def on_row(row: dict) -> None:  # rewritten after every point, so a run cut short keeps what it measured
-        payload["results"].append(row)
+        if not payload["results"] or payload["results"][-1] is not row:
+            payload["results"].append(row)
         write_json(path, payload)
 
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -41,6 +41,10 @@ class EmbedConfig:
     max_num_seqs: int = 512
     """Most inputs in one forward pass."""
 
+    cuda_graph_max_tokens: int = 0
+    """Run packed batches of up to this many tokens as CUDA graph replays (fp16/bf16 on CUDA; one graph per
+    power-of-two bucket of tokens, inputs and longest input, at most 32). 0: off."""
+
     instruction_template: str = DEFAULT_INSTRUCTION_TEMPLATE
     """How an instruction is put before a text; must contain {task} and {text}."""
 
@@ -53,6 +57,8 @@ class EmbedConfig:
     def __post_init__(self) -> None:
         check_positive(self, "max_num_batched_tokens", "max_num_seqs")
         check_choice(self, "dtype", "load_format", "device", "pooling")
+        if isinstance(self.cuda_graph_max_tokens, bool) or not isinstance(self.cuda_graph_max_tokens, int) or self.cuda_graph_max_tokens < 0:
+            raise ValueError(f"cuda_graph_max_tokens must be an integer >= 0 (0: off), got {self.cuda_graph_max_tokens!r}")
         if self.max_seq_length is not None:
             check_positive(self, "max_seq_length")
         if "{task}" not in self.instruction_template or "{text}" not in self.instruction_template:

@@ -68,6 +68,7 @@ class Embedder:
             end_token_id=self._end_token_id(),
             vocab_size=self.backbone.vocab_size,
         )
+        self.graphs = self._graph_runner()
         self._lock = threading.Lock()
 
     @property
@@ -116,8 +117,19 @@ class Embedder:
     def _run_batch(self, token_ids: list[list[int]], rows: list[int], out: torch.Tensor) -> None:
         """Pool one packed batch into out[rows] (float32). On CUDA nothing here waits for the GPU."""
         packed = pack_batch(token_ids, rows, self.device)
-        hidden = self.backbone(packed.token_ids, packed.positions, packed.meta)
+        hidden = self.graphs.run(packed) if self.graphs is not None else None
+        if hidden is None:
+            hidden = self.backbone(packed.token_ids, packed.positions, packed.meta)
         out.index_copy_(0, packed.rows, pool(hidden, packed.meta.lengths, self.pooling, packed.cu_seqlens))
+
+    def _graph_runner(self):
+        """CUDA graphs for small batches when asked for and possible (flash varlen needs fp16 / bf16)."""
+        dtype = next(self.backbone.parameters()).dtype
+        if not self.config.cuda_graph_max_tokens or self.device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
+            return None
+        from model_optimizer.embed.cuda_graphs import GraphRunner
+
+        return GraphRunner(self.backbone, self.device, self.config.cuda_graph_max_tokens)
 
     def _check_dimensions(self, dimensions: int | None) -> None:
         if dimensions is None:

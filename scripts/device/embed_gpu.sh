@@ -10,11 +10,12 @@
 #   command: bash scripts/device/embed_gpu.sh
 # Without build/minilm-files the MiniLM part is skipped (and says so).
 #
-# Expected: about 3.5 minutes (tests <= 90 s, qwen3 <= 100 s, MiniLM <= 40 s, each under its own timeout).
+# Expected: about 3.5 minutes (tests <= 80 s, qwen3 <= 115 s, MiniLM <= 35 s, each under its own timeout).
 # Writes:
 #   $OUT/gpu.txt                     GPU name, driver, memory
 #   $OUT/embed_gpu_tests.txt         pytest output of tests/embed/test_gpu.py
-#   $OUT/embeddings_h200_qwen3.json  batch 1, 64, 512 x length 16, 128, 512, mixed (16..512)
+#   $OUT/embeddings_h200_qwen3.json  batch 1, 64, 512 x length 16, 128, 512, mixed (16..512); points of <= 8192
+#                                    tokens also timed with CUDA graphs (ours_cuda_graphs, speedup_cuda_graphs)
 #   $OUT/embeddings_h200_minilm.json the same grid, MiniLM random fp32
 #   $OUT/profile_qwen3_b{1,64,512}_L16.txt, profile_qwen3_b512_L512.txt  torch.profiler tables of one call
 #                                    (top ops by host time and by GPU time)
@@ -30,15 +31,16 @@ GRID=(--device cuda --batch-sizes 1,64,512 --lengths 16,128,mixed,512 --min-seco
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
 
-timeout 90 "$PYTHON" -m pytest -q -p no:cacheprovider tests/embed/test_gpu.py > "$OUT/embed_gpu_tests.txt" 2>&1
+timeout 80 "$PYTHON" -m pytest -q -p no:cacheprovider tests/embed/test_gpu.py > "$OUT/embed_gpu_tests.txt" 2>&1
 echo "tests rc=$? at ${SECONDS}s: $(tail -1 "$OUT/embed_gpu_tests.txt")" | tee "$OUT/embed_gpu.log"
 
-timeout 100 "$PYTHON" benchmarks/embeddings.py --models qwen3 "${GRID[@]}" --profile 1x16,64x16,512x16,512x512 \
+timeout 115 "$PYTHON" benchmarks/embeddings.py --models qwen3 "${GRID[@]}" --cuda-graph-max-tokens 8192 \
+    --profile 1x16,64x16,512x16,512x512 \
     --output "$OUT/embeddings_h200_qwen3.json" >> "$OUT/embed_gpu.log" 2>&1
 echo "qwen3 rc=$? at ${SECONDS}s" | tee -a "$OUT/embed_gpu.log"
 
 if [[ -f "$MINILM_FILES/config.json" ]]; then
-    timeout 40 "$PYTHON" benchmarks/embeddings.py --models minilm --minilm-random --minilm-files "$MINILM_FILES" "${GRID[@]}" \
+    timeout 35 "$PYTHON" benchmarks/embeddings.py --models minilm --minilm-random --minilm-files "$MINILM_FILES" "${GRID[@]}" \
         --output "$OUT/embeddings_h200_minilm.json" >> "$OUT/embed_gpu.log" 2>&1
     echo "minilm rc=$? at ${SECONDS}s" | tee -a "$OUT/embed_gpu.log"
 else

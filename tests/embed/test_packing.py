@@ -36,3 +36,28 @@ def test_padded_attention_builds_its_indices_once_per_forward():
     assert all(meta._padding[key]["rows"] is cached[key]["rows"] for key in cached)
     expected = va.varlen_attention_ref(q, k, v, meta, causal=True)
     assert (first - expected).abs().max() < 1e-5
+
+
+def test_graph_buckets_cover_the_batch():
+    from model_optimizer.embed.cuda_graphs import bucket, graph_key
+
+    assert [bucket(n) for n in (1, 2, 3, 16, 17)] == [1, 2, 4, 16, 32]
+    assert bucket(3, 16) == 16
+    key = graph_key([16] * 64, 4096)
+    assert (key.num_tokens, key.num_seqs, key.max_len) == (1024, 64, 16)
+    key = graph_key([300, 5, 1], 4096)
+    assert (key.num_tokens, key.num_seqs, key.max_len) == (512, 4, 512)
+    assert graph_key([1], 4096).num_tokens == 16
+    assert graph_key([3000, 2000], 4096) is None
+
+
+def test_cuda_graph_setting_is_checked_and_off_on_the_cpu(qwen3_dir):
+    import pytest
+
+    from model_optimizer.embed import EmbedConfig, Embedder
+
+    with pytest.raises(ValueError, match="cuda_graph_max_tokens"):
+        EmbedConfig(cuda_graph_max_tokens=-1)
+    emb = Embedder(qwen3_dir, device="cpu", dtype="float32", cuda_graph_max_tokens=4096)
+    assert emb.graphs is None
+    assert emb.encode(["a text", "another one"]).embeddings.shape == (2, emb.hidden_size)
