@@ -10,7 +10,7 @@
 #   command: bash scripts/device/embed_gpu.sh
 # Without build/minilm-files the MiniLM part is skipped (and says so).
 #
-# Expected: about 3.5 minutes (tests <= 80 s, qwen3 <= 115 s, MiniLM <= 35 s, each under its own timeout).
+# Expected: about 3.5 minutes (tests <= 85 s, qwen3 <= 115 s, MiniLM <= 35 s, each under its own timeout).
 # Writes:
 #   $OUT/gpu.txt                     GPU name, driver, memory
 #   $OUT/embed_gpu_tests.txt         pytest output of tests/embed/test_gpu.py
@@ -31,8 +31,8 @@ GRID=(--device cuda --batch-sizes 1,64,512 --lengths 16,128,mixed,512 --min-seco
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
 
-timeout 80 "$PYTHON" -m pytest -q -p no:cacheprovider tests/embed/test_gpu.py > "$OUT/embed_gpu_tests.txt" 2>&1
-echo "tests rc=$? at ${SECONDS}s: $(tail -1 "$OUT/embed_gpu_tests.txt")" | tee "$OUT/embed_gpu.log"
+timeout 85 "$PYTHON" -m pytest -q -p no:cacheprovider --durations=8 tests/embed/test_gpu.py > "$OUT/embed_gpu_tests.txt" 2>&1
+echo "tests rc=$? at ${SECONDS}s: $(grep -E "passed|failed|error" "$OUT/embed_gpu_tests.txt" | tail -1)" | tee "$OUT/embed_gpu.log"
 
 timeout 115 "$PYTHON" benchmarks/embeddings.py --models qwen3 "${GRID[@]}" --cuda-graph-max-tokens 8192 \
     --profile 1x16,64x16,512x16,512x512 \
