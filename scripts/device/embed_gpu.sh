@@ -32,7 +32,7 @@ GRID=(--device cuda --batch-sizes 1,64,512 --lengths 16,128,mixed,512 --min-seco
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
 
 timeout 85 "$PYTHON" -m pytest -q -p no:cacheprovider --durations=8 tests/embed/test_gpu.py > "$OUT/embed_gpu_tests.txt" 2>&1
-echo "tests rc=$? at ${SECONDS}s: $(grep -E "passed|failed|error" "$OUT/embed_gpu_tests.txt" | tail -1)" | tee "$OUT/embed_gpu.log"
+echo "tests rc=$? at ${SECONDS}s: $(grep -E "passed|failed|error|skipped" "$OUT/embed_gpu_tests.txt" | tail -1)" | tee "$OUT/embed_gpu.log"
 
 timeout 115 "$PYTHON" benchmarks/embeddings.py --models qwen3 "${GRID[@]}" --cuda-graph-max-tokens 8192 \
     --profile 1x16,64x16,512x16,512x512 \
