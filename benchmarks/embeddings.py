@@ -225,7 +225,6 @@ def compiled_graphs() -> int:
 
 def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, progress, task, on_row) -> None:
     import torch
-    import torch.nn.functional as F
 
     from model_optimizer.embed import Embedder
 
@@ -257,10 +256,7 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
                    "tokenize_seconds": round(tokenize_seconds(ours, texts), 5),
                    "ours": _rate(batch, num_tokens, ours_times, flops_per_token)}
             if st is not None:
-                row["sentence_transformers"] = _rate(batch, num_tokens, st_times, flops_per_token)
-                row["speedup"] = round(row["ours"]["texts_per_s"] / row["sentence_transformers"]["texts_per_s"], 3)
-                row["speedup_median"] = round(row["ours"]["texts_per_s_median"] / row["sentence_transformers"]["texts_per_s_median"], 3)
-                row["min_cosine"] = float(F.cosine_similarity(out.embeddings, ref.float().cpu(), dim=-1).min())
+                add_sentence_transformers(row, st_times, out.embeddings, ref, flops_per_token)
             on_row(row)
             if graphed is not None and num_tokens <= args.cuda_graph_max_tokens:
                 try:
@@ -273,6 +269,16 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
             if f"{batch}x{length}" in args.profile.split(","):  # after the row is saved: a timeout here loses nothing measured
                 profile_call(lambda: ours.encode(texts), device, Path(args.output_path).parent / f"profile_{name}_b{batch}_L{length}.txt")
             progress.advance(task)
+
+
+def add_sentence_transformers(row: dict, times: list[float], ours, theirs, flops_per_token: int) -> None:
+    """ST's rates in `row`, our speedup over them, and the lowest cosine between the two sides' vectors."""
+    import torch.nn.functional as F
+
+    row["sentence_transformers"] = _rate(row["batch_size"], row["num_tokens_per_call"], times, flops_per_token)
+    row["speedup"] = round(row["ours"]["texts_per_s"] / row["sentence_transformers"]["texts_per_s"], 3)
+    row["speedup_median"] = round(row["ours"]["texts_per_s_median"] / row["sentence_transformers"]["texts_per_s_median"], 3)
+    row["min_cosine"] = float(F.cosine_similarity(ours, theirs.float().cpu(), dim=-1).min())
 
 
 def time_cuda_graphs(row: dict, graphed, texts: list[str], eager_out, sync, min_seconds: float, min_rounds: int,
