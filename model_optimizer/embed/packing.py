@@ -36,24 +36,32 @@ def pack_batch(token_ids: list[list[int]], rows: list[int], device: torch.device
     """One packed batch of `token_ids` (non-empty lists), destined for output `rows`."""
     lengths = [len(t) for t in token_ids]
     num_tokens, num_seqs = sum(lengths), len(token_ids)
-    host = torch.empty(2 * num_tokens + 2 * num_seqs + 1, dtype=torch.int64, pin_memory=device.type == "cuda")
+    # segment starts in int64 elements, each 16-byte aligned: Triton specializes kernels on pointer
+    # alignment, so a misaligned positions slice (odd num_tokens) would compile new kernel variants
+    pos_at = _aligned(num_tokens)
+    cu_at = pos_at + _aligned(num_tokens)
+    rows_at = cu_at + _aligned(num_seqs + 1)
+    host = torch.zeros(rows_at + num_seqs, dtype=torch.int64, pin_memory=device.type == "cuda")
     buf = host.numpy()  # shares memory with `host`
-    ids, positions = buf[:num_tokens], buf[num_tokens : 2 * num_tokens]
-    cu = buf[2 * num_tokens : 2 * num_tokens + num_seqs + 1]
-    ids[:] = np.fromiter(itertools.chain.from_iterable(token_ids), dtype=np.int64, count=num_tokens)
     lens = np.asarray(lengths, dtype=np.int64)
-    cu[0] = 0
+    cu = buf[cu_at : cu_at + num_seqs + 1]
     np.cumsum(lens, out=cu[1:])
-    positions[:] = np.arange(num_tokens, dtype=np.int64) - np.repeat(cu[:-1], lens)
-    buf[2 * num_tokens + num_seqs + 1 :] = rows
+    buf[:num_tokens] = np.fromiter(itertools.chain.from_iterable(token_ids), dtype=np.int64, count=num_tokens)
+    buf[pos_at : pos_at + num_tokens] = np.arange(num_tokens, dtype=np.int64) - np.repeat(cu[:-1], lens)
+    buf[rows_at:] = rows
     # one host -> device copy; on CUDA non-blocking from pinned memory (the caching host allocator
     # keeps the pinned block alive until the copy has run)
     dev = host.to(device, non_blocking=True) if device.type == "cuda" else host
-    dev_cu = dev[2 * num_tokens : 2 * num_tokens + num_seqs + 1]
+    dev_cu = dev[cu_at : cu_at + num_seqs + 1]
     return PackedBatch(
         token_ids=dev[:num_tokens],
-        positions=dev[num_tokens : 2 * num_tokens],
+        positions=dev[pos_at : pos_at + num_tokens],
         cu_seqlens=dev_cu,
-        rows=dev[2 * num_tokens + num_seqs + 1 :],
+        rows=dev[rows_at:],
         meta=VarlenMeta(dev_cu.to(torch.int32), lengths),
     )
+
+
+def _aligned(num: int) -> int:
+    """`num` int64 elements rounded up to a multiple of 16 bytes."""
+    return (num + 1) // 2 * 2

@@ -61,3 +61,10 @@ def test_cuda_graph_setting_is_checked_and_off_on_the_cpu(qwen3_dir):
     emb = Embedder(qwen3_dir, device="cpu", dtype="float32", cuda_graph_max_tokens=4096)
     assert emb.graphs is None
     assert emb.encode(["a text", "another one"]).embeddings.shape == (2, emb.hidden_size)
+
+
+def test_every_segment_starts_16_byte_aligned():
+    packed = pack_batch([[1, 2, 3], [4, 5]], [1, 0], torch.device("cpu"))  # 5 tokens, 2 sequences: odd sizes
+    for t in (packed.token_ids, packed.positions, packed.cu_seqlens, packed.rows):
+        assert (t.storage_offset() * t.element_size()) % 16 == 0
+    assert packed.positions.tolist() == [0, 1, 2, 0, 1] and packed.cu_seqlens.tolist() == [0, 3, 5]
