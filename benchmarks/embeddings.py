@@ -20,8 +20,8 @@ with the speedup and the lowest cosine between the two sides' vectors (a numeric
 Achieved TFLOP/s per row counts 2 * (non-embedding parameters) * tokens / s: the linear layers
 only, not attention's QK^T and PV (about 4 * layers * hidden * L more per token, a few percent at
 L <= 512), so it is a lower bound to set against the GPU's dense peak (~740 bf16 TFLOP/s measured on the H200).
-`compiled_graphs` counts torch.compile graphs built while a point was timed (0 expected: a
-recompile inside the timing would show up as a slow best call); `tokenize_seconds` is our
+`compiled_graphs` and `triton_jit_compiles` count torch.compile graphs and Triton JIT compiles
+while a point was timed, both sides (0 expected: a compile inside the timing shows up as a slow call); `tokenize_seconds` is our
 tokenizer's share of one call.
 
 CPU (quick grid, a few minutes):  python benchmarks/embeddings.py --quick
@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from common import RESULTS, environment, write_json  # noqa: E402
+from common import RESULTS, environment, log_triton_compiles, write_json  # noqa: E402
 
 FULL_BATCHES, FULL_LENGTHS = [1, 8, 32, 64, 128, 256, 512], [16, 64, 128, 256, 512, "mixed"]
 QUICK = {"minilm": ([1, 8, 32], [16, 128, "mixed"]), "qwen3": ([1, 8], [16, 64])}
@@ -238,6 +238,7 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
     flops_per_token = 2 * non_embedding_params(ours)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     min_seconds = args.min_seconds if args.min_seconds is not None else (0.5 if device == "cuda" else 0.0)
+    triton_compiles = log_triton_compiles()
     batches, lengths = grid
     for length in lengths:
         for batch in batches:
@@ -247,12 +248,13 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
             if st is not None:
                 st.encode(texts, batch_size=batch)
                 theirs = synced(lambda: st.encode(texts, batch_size=batch, convert_to_tensor=True), sync)
-            graphs_before = compiled_graphs()
+            graphs_before, triton_before = compiled_graphs(), len(triton_compiles)
             (out, ours_times), (ref, st_times) = timed_pair(synced(lambda: ours.encode(texts), sync), theirs,
                                                             min_seconds, args.min_rounds)
             num_tokens = out.num_prompt_tokens
             row = {"model": name, "dtype": dtype, "batch_size": batch, "seq_len": length,
                    "num_tokens_per_call": num_tokens, "compiled_graphs": compiled_graphs() - graphs_before,
+                   "triton_jit_compiles": len(triton_compiles) - triton_before,
                    "tokenize_seconds": round(tokenize_seconds(ours, texts), 5),
                    "ours": _rate(batch, num_tokens, ours_times, flops_per_token)}
             if st is not None:
