@@ -1,14 +1,29 @@
 #!/usr/bin/env bash
-# The last full device run of a session: GPU tests, engine benchmarks and the embedding benchmark,
-# each under its own time limit so one slow part cannot starve the others. Results under $OUT.
+# The last full device run of a session, most important first, each part under its own time limit
+# so one slow part cannot starve the others: engine throughput (with transformers' baseline), decode
+# latency, GPU tests, embeddings, prefix caching. Everything lands in $OUT/results.tgz, re-packed
+# after every part, so a run cut short still returns what it measured.
+#   carry: .whl build/minilm-files        command: bash scripts/device_final.sh
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
+RESULTS=$(mktemp -d)
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
 export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt"
-timeout 170 python3 -m pytest -q -p no:cacheprovider tests/gpu tests/embed/test_gpu.py > "$OUT/gpu_tests.txt" 2>&1
-tail -4 "$OUT/gpu_tests.txt"
-timeout 140 python3 benchmarks/throughput.py --output "$OUT/throughput_h200.json" 2>&1 | grep -E "tok/s|failed"
-timeout 120 python3 benchmarks/decode_latency.py --output "$OUT/decode_latency_h200.json" 2>&1 | grep ms/step
-timeout 70 python3 benchmarks/prefix_caching.py --output "$OUT/prefix_caching_h200.json" 2>&1 | grep -o "'ttft_mean_ms': [0-9.]*"
-timeout 90 python3 benchmarks/embeddings.py --models qwen3 --device cuda --batch-sizes 1,64,512 --lengths 16,128,512 \
-    --output "$OUT/embeddings_h200.json" 2>&1 | tail -12
+pack() { tar czf "$OUT/results.tgz" -C "$RESULTS" . ; echo "[$SECONDS s] $1"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RESULTS/gpu.txt"
+timeout 230 python3 benchmarks/throughput.py --hf-requests 8 --hf-timeout 110 \
+    --output "$RESULTS/throughput_h200.json" > "$RESULTS/throughput.log" 2>&1
+pack "throughput: $(grep -E '^(ours|transformers)' "$RESULTS/throughput.log" | tr '\n' ' ')"
+timeout 150 python3 benchmarks/decode_latency.py --profile --output "$RESULTS/decode_latency_h200.json" \
+    > "$RESULTS/decode_latency.log" 2>&1
+pack "decode: $(grep -c ms/step "$RESULTS/decode_latency.log") rows"
+timeout 170 python3 -m pytest -q -p no:cacheprovider tests/gpu > "$RESULTS/gpu_tests.txt" 2>&1
+pack "gpu tests: $(tail -1 "$RESULTS/gpu_tests.txt")"
+OUT="$RESULTS/embed" timeout 240 bash scripts/device/embed_gpu.sh > /dev/null 2>&1
+pack "embeddings: $(head -1 "$RESULTS/embed/embed_gpu.log" 2>/dev/null)"
+timeout 70 python3 benchmarks/prefix_caching.py --output "$RESULTS/prefix_caching_h200.json" > "$RESULTS/prefix.log" 2>&1
+pack "prefix caching done"
