@@ -2,8 +2,9 @@
 # The last full device run of a session, most important first, each part under its own time limit
 # so one slow part cannot starve the others: engine throughput (with transformers' baseline), decode
 # latency, GPU tests, embeddings, prefix caching. Everything lands in $OUT/results.tgz, re-packed
-# after every part, so a run cut short still returns what it measured.
-#   carry: .whl build/minilm-files        command: bash scripts/device_final.sh
+# after every part, so a run cut short still returns what it measured. One device command may run
+# 10 minutes, so the work comes in two halves: `engine` (about 6 minutes) and `embed` (about 5).
+#   carry: .whl build/minilm-files        command: bash scripts/device_final.sh engine|embed
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 RESULTS=$(mktemp -d)
@@ -15,6 +16,7 @@ export PYTHONPATH=.:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 pack() { tar czf "$OUT/results.tgz" -C "$RESULTS" . ; echo "[$SECONDS s] $1"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RESULTS/gpu.txt"
+if [ "${1:-engine}" = engine ]; then
 timeout 230 python3 benchmarks/throughput.py --hf-requests 8 --hf-timeout 110 \
     --output "$RESULTS/throughput_h200.json" > "$RESULTS/throughput.log" 2>&1
 pack "throughput: $(grep -E '^(ours|transformers)' "$RESULTS/throughput.log" | tr '\n' ' ')"
@@ -23,7 +25,9 @@ timeout 150 python3 benchmarks/decode_latency.py --profile --output "$RESULTS/de
 pack "decode: $(grep -c ms/step "$RESULTS/decode_latency.log") rows"
 timeout 170 python3 -m pytest -q -p no:cacheprovider tests/gpu > "$RESULTS/gpu_tests.txt" 2>&1
 pack "gpu tests: $(tail -1 "$RESULTS/gpu_tests.txt")"
+else
 OUT="$RESULTS/embed" timeout 240 bash scripts/device/embed_gpu.sh > /dev/null 2>&1
 pack "embeddings: $(head -1 "$RESULTS/embed/embed_gpu.log" 2>/dev/null)"
 timeout 70 python3 benchmarks/prefix_caching.py --output "$RESULTS/prefix_caching_h200.json" > "$RESULTS/prefix.log" 2>&1
 pack "prefix caching done"
+fi
