@@ -228,7 +228,8 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
 
     from model_optimizer.embed import Embedder
 
-    ours = Embedder(folder, device=device, dtype=dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens)
+    ours = Embedder(folder, device=device, dtype=dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens,
+                    cuda_graph_max_tokens=0)  # "ours" is the eager path; graphs have their own column
     st = load_sentence_transformer(folder, device, getattr(torch, dtype))
     graphed = None
     if args.cuda_graph_max_tokens and device == "cuda":

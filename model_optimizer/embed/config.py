@@ -41,9 +41,10 @@ class EmbedConfig:
     max_num_seqs: int = 512
     """Most inputs in one forward pass."""
 
-    cuda_graph_max_tokens: int = 0
+    cuda_graph_max_tokens: int = 2048
     """Run packed batches of up to this many tokens as CUDA graph replays (fp16/bf16 on CUDA; one graph per
-    power-of-two bucket of tokens, inputs and longest input, at most 32). 0: off."""
+    power-of-two bucket of tokens, inputs and longest input, at most 32). 0: off. On the H200 a replay
+    beat eager 12x at one short text and 4.5x at 960 tokens, and lost at 7,680."""
 
     instruction_template: str = DEFAULT_INSTRUCTION_TEMPLATE
     """How an instruction is put before a text; must contain {task} and {text}."""
