@@ -61,13 +61,15 @@ class Sampler:
         Queues device work only: nothing here waits for the device."""
         want_logprobs = any(b.params.logprobs is not None for b in batch)
         raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if want_logprobs else None
-        if _fused_kernel(logits) is not None and all(_plain(b.params) for b in batch):
+        if _can_fuse(logits) and all(_plain(b.params) for b in batch):
             return self._choose_fused(logits, batch), raw_logprobs
         logits = self._apply_penalties(logits.float(), batch)  # (num_reqs, vocab)
         return self._choose(logits, batch), raw_logprobs
 
     def _choose_fused(self, logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
         """Temperature and sampling in one pass over the logits (kernels/sampling.py)."""
+        from model_optimizer.kernels.sampling import gumbel_sample
+
         device = logits.device
         inv_temperatures = to_device([0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch],
                                      torch.float32, device)
@@ -77,7 +79,7 @@ class Sampler:
             rows = to_device(seeded, torch.int64, device)
             own = [_row_seed(batch[i].params.seed, batch[i].output_index) for i in seeded]  # type: ignore[arg-type]
             seeds[rows] = to_device(own, torch.int64, device)
-        return _fused_kernel(logits)(logits, inv_temperatures, seeds)  # type: ignore[misc]
+        return gumbel_sample(logits, inv_temperatures, seeds)
 
     @staticmethod
     def results(token_ids: list[int], raw_logprobs: torch.Tensor | None, batch: list[SamplingInput]) -> list[tuple[int, Logprob | None]]:
@@ -136,15 +138,15 @@ def _plain(params: SamplingParams) -> bool:
     return not params.needs_history and params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0
 
 
-def _fused_kernel(logits: torch.Tensor):
-    """kernels.sampling.gumbel_sample where it can run on these logits (Triton on CUDA), else None."""
+def _can_fuse(logits: torch.Tensor) -> bool:
+    """Whether kernels.sampling can run on these logits: Triton on CUDA (MOPT_UNFUSED_SAMPLER=1 says no)."""
     if not logits.is_cuda or os.environ.get("MOPT_UNFUSED_SAMPLER") == "1":
-        return None
+        return False
     try:
-        from model_optimizer.kernels.sampling import gumbel_sample
+        import model_optimizer.kernels.sampling  # noqa: F401
     except ImportError:
-        return None
-    return gumbel_sample
+        return False
+    return True
 
 
 def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:

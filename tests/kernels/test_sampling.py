@@ -43,3 +43,21 @@ def test_bf16_logits_are_read_in_place():
     logits = torch.randn(2, 1000).to(torch.bfloat16)
     got = gumbel_sample(logits, torch.zeros(2), torch.zeros(2, dtype=torch.int64))
     assert got.tolist() == logits.float().argmax(dim=1).tolist()
+
+
+def test_sampler_fused_path_greedy_rows_and_batch_independent_seeds():
+    """The Sampler's use of the kernel (it runs on CUDA only in the engine; here the interpreter runs it)."""
+    from model_optimizer.layers.sampler import Sampler, SamplingInput
+    from model_optimizer.sampling_params import SamplingParams
+
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    logits = torch.randn(3, 500)
+    greedy = SamplingInput(SamplingParams(temperature=0), [1], [])
+    seeded = SamplingInput(SamplingParams(temperature=0.9, seed=42), [1], [], position=3)
+    free = SamplingInput(SamplingParams(temperature=0.9), [1], [])
+    together = sampler._choose_fused(logits, [greedy, seeded, free])
+    assert together[0] == logits[0].argmax()
+    alone = sampler._choose_fused(logits[1:2], [seeded])
+    assert alone[0] == together[1]  # a seeded row draws the same noise in any batch
+    later = [sampler._choose_fused(logits[1:2], [SamplingInput(seeded.params, [1], [], position=p)])[0] for p in range(4, 24)]
+    assert len(set(later)) > 5  # ... and fresh noise at every output position
