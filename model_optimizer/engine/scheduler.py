@@ -263,8 +263,10 @@ class Scheduler:
         """
         updated = []
         for request_id, request in out.sampling_requests.items():
-            if request.finished or request_id not in sampled:
+            if request.finished:
                 continue
+            if request_id not in sampled:
+                raise RuntimeError(f"the runner returned no token for request {request_id!r}, which sampled this step")
             request.num_pending -= 1
             token_id, logprob = sampled[request_id]
             request.append_output_token(token_id, logprob)  # type: ignore[arg-type]
@@ -285,10 +287,10 @@ class Scheduler:
 
     def _remove(self, request: Request) -> None:
         """Take a request out of the running list, or out of the waiting queue if it was preempted."""
-        if request.status is RequestStatus.PREEMPTED:
-            self.waiting.remove(request)
-        else:
+        if request in self.running:
             self.running.remove(request)
+        else:
+            self.waiting.remove(request)
 
     def _finish(self, request: Request) -> None:
         self.kv_cache.free(request)

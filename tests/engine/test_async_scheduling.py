@@ -142,3 +142,17 @@ def test_scheduler_schedules_decodes_on_pending_tokens():
         scheduler.update_from_output(out, {"a": (token, None)})
     assert request.output_token_ids == [7, 8, 9] and request.finish_reason == "length"
     assert scheduler.kv_cache.pool.num_free_blocks == 32
+
+
+def test_a_preempted_request_finished_by_its_in_flight_token_leaves_the_waiting_queue():
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64)
+    scheduler = Scheduler(config, KVCacheManager(32, 4))
+    request = Request("a", [1, 2, 3, 4, 5], GREEDY.clone(max_tokens=1), max_tokens=1)
+    scheduler.add_request(request)
+    first = scheduler.schedule()
+    second = scheduler.schedule()
+    scheduler._preempt(request, second)  # the cache ran short while the first step's token was in flight
+    assert request in scheduler.waiting and scheduler.schedule().is_empty  # it waits for that token
+    scheduler.update_from_output(first, {"a": (7, None)})
+    assert request.output_token_ids == [7] and request.finish_reason == "length"
+    assert not scheduler.has_unfinished() and scheduler.kv_cache.pool.num_free_blocks == 32
