@@ -156,3 +156,25 @@ def test_a_preempted_request_finished_by_its_in_flight_token_leaves_the_waiting_
     scheduler.update_from_output(first, {"a": (7, None)})
     assert request.output_token_ids == [7] and request.finish_reason == "length"
     assert not scheduler.has_unfinished() and scheduler.kv_cache.pool.num_free_blocks == 32
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_random_mixes_of_stops_lengths_and_preemption_match_sync(model_dir, seed):
+    """Random prompts, lengths, stop tokens, n and a small cache with short chunks: async gives sync's outputs."""
+    import random
+
+    rng = random.Random(seed)
+    prompts = random_prompts(12, seed=seed, lo=2, hi=50)
+    params = []
+    for _ in prompts:
+        p = SamplingParams(temperature=rng.choice([0, 0.8]), seed=rng.randrange(100), max_tokens=rng.randint(1, 12),
+                           stop_token_ids=rng.sample(range(3, 1000), 40), n=rng.choice([1, 1, 2]))
+        params.append(p)
+    config = {"num_kv_blocks": 30, "block_size": 4, "max_num_batched_tokens": 24, "max_num_seqs": 8}
+    expected = LLM(model_dir, async_scheduling=False, **config).generate(prompts, params)
+    llm = LLM(model_dir, **config)
+    got = llm.generate(prompts, params)
+    assert [[(c.token_ids, c.finish_reason) for c in o.outputs] for o in got] == \
+        [[(c.token_ids, c.finish_reason) for c in o.outputs] for o in expected]
+    stats = llm.engine.stats()
+    assert stats.num_free_blocks == 30 and not llm.engine.has_unfinished_requests() and stats.num_preemptions > 0
