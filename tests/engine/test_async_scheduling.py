@@ -126,11 +126,17 @@ def test_reused_id_after_abort_ignores_the_old_in_flight_token(model_dir):
     assert outputs[-1].outputs[0].token_ids == expected
 
 
-def test_scheduler_schedules_decodes_on_pending_tokens():
+def scheduler_with_one_request(max_tokens: int) -> tuple[Scheduler, Request]:
+    """A scheduler of 32 blocks of 4 tokens holding request "a": 5 prompt tokens, `max_tokens` outputs."""
     config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64)
     scheduler = Scheduler(config, KVCacheManager(32, 4))
-    request = Request("a", [1, 2, 3, 4, 5], GREEDY.clone(max_tokens=3), max_tokens=3)
+    request = Request("a", [1, 2, 3, 4, 5], GREEDY.clone(max_tokens=max_tokens), max_tokens=max_tokens)
     scheduler.add_request(request)
+    return scheduler, request
+
+
+def test_scheduler_schedules_decodes_on_pending_tokens():
+    scheduler, request = scheduler_with_one_request(max_tokens=3)
     first = scheduler.schedule()
     second = scheduler.schedule()  # before the first step's token is back
     assert first.num_scheduled_tokens == {"a": 5} and second.num_scheduled_tokens == {"a": 1}
@@ -145,10 +151,7 @@ def test_scheduler_schedules_decodes_on_pending_tokens():
 
 
 def test_a_preempted_request_finished_by_its_in_flight_token_leaves_the_waiting_queue():
-    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64)
-    scheduler = Scheduler(config, KVCacheManager(32, 4))
-    request = Request("a", [1, 2, 3, 4, 5], GREEDY.clone(max_tokens=1), max_tokens=1)
-    scheduler.add_request(request)
+    scheduler, request = scheduler_with_one_request(max_tokens=1)
     first = scheduler.schedule()
     second = scheduler.schedule()
     scheduler._preempt(request, second)  # the cache ran short while the first step's token was in flight
