@@ -176,13 +176,12 @@ class LLMEngine:
         self.num_generation_tokens += len(updated)
         touched: dict[str, None] = {}
         for request in updated:
-            self._detokenize(request)
-            touched[request.parent_id] = None  # type: ignore[index]
-        return [self._make_output(pid) for pid in touched if self._reports_now(self.parents[pid])]
-
-    @staticmethod
-    def _reports_now(parent: _Parent) -> bool:
-        return not parent.final_only or all(c.finished for c in parent.children)
+            parent = self.parents[request.parent_id]  # type: ignore[index]
+            if parent.detokenizers[request.index] is not None:
+                self._detokenize(request)
+            if not parent.final_only or (request.finished and all(c.finished for c in parent.children)):
+                touched[request.parent_id] = None  # type: ignore[index]
+        return [self._make_output(pid) for pid in touched]
 
     def _detokenize(self, request: Request) -> None:
         detokenizer = self.parents[request.parent_id].detokenizers[request.index]  # type: ignore[index]

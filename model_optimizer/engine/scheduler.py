@@ -250,7 +250,8 @@ class Scheduler:
 
     def _cached_data(self, request: Request) -> CachedRequestData:
         sent = self._num_sent_blocks[request.request_id]
-        new_block_ids = self.kv_cache.block_ids(request.request_id, start=sent)
+        has_new = len(self.kv_cache.block_tables[request.request_id]) > sent
+        new_block_ids = self.kv_cache.block_ids(request.request_id, start=sent) if has_new else []
         self._num_sent_blocks[request.request_id] = sent + len(new_block_ids)
         return CachedRequestData(request.request_id, new_block_ids, request.num_computed_tokens)
 

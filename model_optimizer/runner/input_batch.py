@@ -101,7 +101,8 @@ class InputBatch:
             )
         for cached in out.cached_requests:
             state = self.requests[cached.request_id]
-            self._append_blocks(state.row, cached.new_block_ids)
+            if cached.new_block_ids:
+                self._append_blocks(state.row, cached.new_block_ids)
             state.num_computed_tokens = cached.num_computed_tokens
 
     def _append_blocks(self, row: int, block_ids: list[int]) -> None:
