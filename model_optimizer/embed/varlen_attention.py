@@ -21,6 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from model_optimizer.transfer import to_device
+
 log = logging.getLogger(__name__)
 
 
@@ -177,14 +179,7 @@ def _padding_index(lengths: list[int], device: torch.device) -> tuple[torch.Tens
     lens = np.asarray(lengths, dtype=np.int64)
     valid = np.arange(int(lens.max()), dtype=np.int64)[None, :] < lens[:, None]
     rows = np.flatnonzero(valid).astype(np.int64)
-    return upload(torch.from_numpy(valid), device), upload(torch.from_numpy(rows), device)
-
-
-def upload(host: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A CPU tensor on `device`; on CUDA pinned and copied asynchronously, so the host does not wait for the GPU."""
-    if device.type != "cuda":
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
+    return to_device(torch.from_numpy(valid), device), to_device(torch.from_numpy(rows), device)
 
 
 def _pad(t: torch.Tensor, rows: torch.Tensor, num_seqs: int, max_len: int) -> torch.Tensor:

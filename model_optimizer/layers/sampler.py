@@ -12,14 +12,15 @@ from a different random stream than the CPU path.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from model_optimizer.engine.request import Logprob
 from model_optimizer.sampling_params import SamplingParams
+from model_optimizer.transfer import to_device
 
 
 @dataclass
@@ -35,14 +36,6 @@ class SamplingInput:
     @property
     def output_index(self) -> int:
         return len(self.output_token_ids) if self.position is None else self.position
-
-
-def to_device(values: list | np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A small host array on `device` without a stream sync: staged through pinned memory on CUDA."""
-    tensor = torch.as_tensor(np.asarray(values)).to(dtype)
-    if device.type != "cuda":
-        return tensor.to(device)
-    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 class Sampler:
@@ -72,13 +65,13 @@ class Sampler:
 
         device = logits.device
         inv_temperatures = to_device([0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch],
-                                     torch.float32, device)
+                                     device, torch.float32)
         seeds = torch.randint(0, 2**62, (len(batch),), generator=self.generator, device=device)
         seeded = [i for i, b in enumerate(batch) if b.params.seed is not None and not b.params.greedy]
         if seeded:
-            rows = to_device(seeded, torch.int64, device)
+            rows = to_device(seeded, device, torch.int64)
             own = [_row_seed(batch[i].params.seed, batch[i].output_index) for i in seeded]  # type: ignore[arg-type]
-            seeds[rows] = to_device(own, torch.int64, device)
+            seeds[rows] = to_device(own, device, torch.int64)
         return gumbel_sample(logits, inv_temperatures, seeds)
 
     @staticmethod
@@ -96,11 +89,11 @@ class Sampler:
         for i, item in enumerate(batch):
             p = item.params
             if p.repetition_penalty != 1.0:
-                seen = to_device(sorted(set(item.prompt_token_ids) | set(item.output_token_ids)), torch.int64, logits.device)
+                seen = to_device(sorted(set(item.prompt_token_ids) | set(item.output_token_ids)), logits.device, torch.int64)
                 row = logits[i, seen]
                 logits[i, seen] = torch.where(row > 0, row / p.repetition_penalty, row * p.repetition_penalty)
             if (p.presence_penalty or p.frequency_penalty) and item.output_token_ids:
-                out = to_device(item.output_token_ids, torch.int64, logits.device)
+                out = to_device(item.output_token_ids, logits.device, torch.int64)
                 counts = torch.bincount(out, minlength=logits.shape[-1]).float()
                 logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).float()
         return logits
@@ -111,7 +104,7 @@ class Sampler:
             return logits.argmax(dim=-1)
         params = [batch[i].params for i in sampled_rows]
         every_row = len(sampled_rows) == len(batch)
-        rows = None if every_row else to_device(sampled_rows, torch.int64, logits.device)
+        rows = None if every_row else to_device(sampled_rows, logits.device, torch.int64)
         probs = _filtered_probs(logits if every_row else logits[rows], params)
         noise = torch.empty_like(probs).exponential_(generator=self.generator)
         for j, i in enumerate(sampled_rows):
@@ -140,8 +133,12 @@ def _plain(params: SamplingParams) -> bool:
 
 def _can_fuse(logits: torch.Tensor) -> bool:
     """Whether kernels.sampling can run on these logits: Triton on CUDA (MOPT_UNFUSED_SAMPLER=1 says no)."""
-    if not logits.is_cuda or os.environ.get("MOPT_UNFUSED_SAMPLER") == "1":
-        return False
+    return logits.is_cuda and os.environ.get("MOPT_UNFUSED_SAMPLER") != "1" and _triton_importable()
+
+
+@functools.cache
+def _triton_importable() -> bool:
+    """Asked every step, answered once."""
     try:
         import model_optimizer.kernels.sampling  # noqa: F401
     except ImportError:
@@ -157,22 +154,22 @@ def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch
     if len(set(temperatures)) == 1:
         logits = logits / temperatures[0]
     else:
-        logits = logits / to_device(temperatures, torch.float32, device)[:, None]
+        logits = logits / to_device(temperatures, device, torch.float32)[:, None]
     ks = [p.top_k if 0 < p.top_k < vocab else 0 for p in params]
     if any(ks):
         top = logits.topk(max(ks), dim=-1).values  # (rows, largest k)
-        kth = top.gather(1, to_device([max(k, 1) - 1 for k in ks], torch.int64, device)[:, None])
-        limited = to_device([k > 0 for k in ks], torch.bool, device)[:, None]
+        kth = top.gather(1, to_device([max(k, 1) - 1 for k in ks], device, torch.int64)[:, None])
+        limited = to_device([k > 0 for k in ks], device, torch.bool)[:, None]
         logits = logits.masked_fill(limited & (logits < kth), float("-inf"))
     if any(p.top_p < 1.0 for p in params):
-        top_p = to_device([p.top_p for p in params], torch.float32, device)[:, None]
+        top_p = to_device([p.top_p for p in params], device, torch.float32)[:, None]
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         sorted_probs = sorted_logits.softmax(dim=-1)
         drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p  # keep until the mass reaches top_p
         logits = logits.masked_fill(torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted), float("-inf"))
     probs = logits.softmax(dim=-1)
     if any(p.min_p > 0 for p in params):
-        min_p = to_device([p.min_p for p in params], torch.float32, device)[:, None]
+        min_p = to_device([p.min_p for p in params], device, torch.float32)[:, None]
         probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
     return probs
 

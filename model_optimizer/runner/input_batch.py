@@ -14,6 +14,7 @@ import torch
 from model_optimizer.engine.scheduler import SchedulerOutput
 from model_optimizer.layers.sampler import SamplingInput
 from model_optimizer.sampling_params import SamplingParams
+from model_optimizer.transfer import to_device_packed
 
 
 @dataclass
@@ -111,7 +112,7 @@ class InputBatch:
         self.num_row_blocks[row] = start + len(block_ids)
 
     def prepare(self, out: SchedulerOutput, pending: PendingTokens) -> StepInputs:
-        """Flat inputs of one step, copied to the device in two transfers from pinned memory."""
+        """Flat inputs of one step, copied to the device in two transfers (model_optimizer/transfer.py)."""
         states = [self.requests[rid] for rid in out.num_scheduled_tokens]
         nums = np.fromiter(out.num_scheduled_tokens.values(), dtype=np.int64, count=len(states))
         starts = np.fromiter((s.num_computed_tokens for s in states), dtype=np.int64, count=len(states))
@@ -145,10 +146,9 @@ class InputBatch:
         sample_states = [s for s, sample in zip(states, samples.tolist()) if sample]
         sample_positions = [int(e) - len(s.prompt_token_ids) for s, e in zip(sample_states, ends[samples].tolist())]
         num_seqs = len(states)
-        tok, pos, slot, sample_rows, dst, src = self._upload(
-            [np.asarray(token_ids, dtype=np.int64), positions, slots, query_start_loc[1:][samples] - 1,
-             np.asarray(pending_dst, dtype=np.int64), np.asarray(pending_src, dtype=np.int64)], np.int64)
-        qsl, seq_lens, tables = self._upload([query_start_loc, ends, self.block_table[rows, :max_blocks]], np.int32)
+        tok, pos, slot, sample_rows, dst, src = to_device_packed(
+            [token_ids, positions, slots, query_start_loc[1:][samples] - 1, pending_dst, pending_src], np.int64, self.device)
+        qsl, seq_lens, tables = to_device_packed([query_start_loc, ends, self.block_table[rows, :max_blocks]], np.int32, self.device)
         return StepInputs(
             token_ids=tok,
             positions=pos,
@@ -164,20 +164,3 @@ class InputBatch:
             pending_dst=dst,
             pending_src=src,
         )
-
-    def _upload(self, arrays: list[np.ndarray], dtype: type) -> list[torch.Tensor]:
-        """The arrays on the device, flattened, from one pinned buffer in one copy.
-
-        Each starts on a 16-byte boundary: Triton and inductor specialise kernels on pointer
-        alignment, so an unaligned slice would compile a new kernel variant mid-run.
-        """
-        per_16_bytes = 16 // np.dtype(dtype).itemsize
-        sizes = [a.size for a in arrays]
-        starts = np.cumsum([0] + [-(-n // per_16_bytes) * per_16_bytes for n in sizes])
-        packed = np.zeros(int(starts[-1]), dtype=dtype)
-        for array, start, size in zip(arrays, starts.tolist(), sizes):
-            packed[start : start + size] = array.ravel()
-        tensor = torch.from_numpy(packed)
-        if self.device.type == "cuda":
-            tensor = tensor.pin_memory().to(self.device, non_blocking=True)
-        return [tensor[start : start + size] for start, size in zip(starts.tolist(), sizes)]
