@@ -27,13 +27,14 @@ def to_device(values: torch.Tensor | np.ndarray | Sequence, device: torch.device
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
-def to_device_packed(arrays: Sequence[np.ndarray], dtype: type, device: torch.device) -> list[torch.Tensor]:
+def to_device_packed(arrays: Sequence[np.ndarray | Sequence[int]], dtype: type, device: torch.device) -> list[torch.Tensor]:
     """Each array flattened to `dtype` on `device`, all in one copy, each starting 16-byte aligned."""
     per_16_bytes = 16 // np.dtype(dtype).itemsize
-    sizes = [np.size(a) for a in arrays]
+    arrays = [np.asarray(a, dtype=dtype) for a in arrays]  # lists are converted once
+    sizes = [a.size for a in arrays]
     starts = np.cumsum([0] + [-(-n // per_16_bytes) * per_16_bytes for n in sizes]).tolist()
     packed = np.zeros(starts[-1], dtype=dtype)
     for array, start, size in zip(arrays, starts, sizes):
-        packed[start : start + size] = np.ravel(array)
+        packed[start : start + size] = array.ravel()
     tensor = to_device(torch.from_numpy(packed), device)
     return [tensor[start : start + size] for start, size in zip(starts, sizes)]
