@@ -120,7 +120,7 @@ class Embedder:
         hidden = self.graphs.run(packed) if self.graphs is not None else None
         if hidden is None:
             hidden = self.backbone(packed.token_ids, packed.positions, packed.meta)
-        out.index_copy_(0, packed.rows, pool(hidden, packed.meta.lengths, self.pooling, packed.cu_seqlens))
+        out.index_copy_(0, packed.rows, pool(hidden, packed.cu_seqlens, self.pooling))
 
     def _graph_runner(self):
         """CUDA graphs for small batches when asked for and possible (flash varlen needs fp16 / bf16)."""

@@ -6,18 +6,13 @@ import torch
 import torch.nn.functional as F
 
 
-def pool(hidden: torch.Tensor, lengths: list[int], mode: str, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, mode: str) -> torch.Tensor:
     """hidden (tokens, hidden) of sequences laid end to end -> (num_seqs, hidden) in float32.
 
-    `cu_seqlens` (num_seqs + 1,) int64 offsets already on hidden's device spare a host -> device copy
-    (which on CUDA would wait for the forward pass); without them they are built from `lengths`."""
-    if cu_seqlens is None:
-        lens = torch.tensor(lengths, device=hidden.device)
-        ends = torch.cumsum(lens, 0)
-        starts = ends - lens
-    else:
-        starts, ends = cu_seqlens[:-1], cu_seqlens[1:]
-        lens = ends - starts
+    `cu_seqlens` (num_seqs + 1,) int64 offsets of the sequences, on hidden's device (a host list
+    would need a host -> device copy, which on CUDA waits for the forward pass)."""
+    starts, ends = cu_seqlens[:-1], cu_seqlens[1:]
+    lens = ends - starts
     if mode == "cls":
         return hidden[starts].float()
     if mode == "last":
