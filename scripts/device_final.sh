@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The last full device run of a session, most important first, each part under its own time limit
 # so one slow part cannot starve the others: engine throughput (with transformers' baseline), decode
-# latency, GPU tests, embeddings, prefix caching. Everything lands in $OUT/results.tgz, re-packed
+# latency, GPU tests; embeddings; prefix caching. Everything lands in $OUT/results.tgz, re-packed
 # after every part, so a run cut short still returns what it measured. One device command may run
-# 10 minutes, so the work comes in two halves: `engine` (about 6 minutes) and `embed` (about 5).
-#   carry: .whl build/minilm-files        command: bash scripts/device_final.sh engine|embed
+# 10 minutes, so the work comes in parts: `engine` (about 6 minutes), `embed` (about 9: scripts/device/embed_gpu.sh)
+# and `prefix` (about 1).
+#   carry: .whl build/minilm-files        command: bash scripts/device_final.sh engine|embed|prefix
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 RESULTS=$(mktemp -d)
@@ -25,9 +26,9 @@ timeout 150 python3 benchmarks/decode_latency.py --profile --output "$RESULTS/de
 pack "decode: $(grep -c ms/step "$RESULTS/decode_latency.log") rows"
 timeout 170 python3 -m pytest -q -p no:cacheprovider tests/gpu > "$RESULTS/gpu_tests.txt" 2>&1
 pack "gpu tests: $(tail -1 "$RESULTS/gpu_tests.txt")"
-else
-OUT="$RESULTS/embed" timeout 240 bash scripts/device/embed_gpu.sh > /dev/null 2>&1
-pack "embeddings: $(head -1 "$RESULTS/embed/embed_gpu.log" 2>/dev/null)"
+elif [ "$1" = prefix ]; then
 timeout 70 python3 benchmarks/prefix_caching.py --output "$RESULTS/prefix_caching_h200.json" > "$RESULTS/prefix.log" 2>&1
 pack "prefix caching done"
+else
+exec bash scripts/device/embed_gpu.sh  # packs its own $OUT/results.tgz
 fi

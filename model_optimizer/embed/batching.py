@@ -1,25 +1,45 @@
-"""Group inputs into forward passes by a token budget: sorted by length, packed end to end."""
+"""Group inputs into forward passes by a token budget, as their token ids arrive chunk by chunk."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 
-def plan_batches(lengths: list[int], max_num_batched_tokens: int, max_num_seqs: int) -> list[list[int]]:
-    """Input indices grouped into batches, longest inputs first.
 
-    Each batch holds at most `max_num_seqs` inputs and `max_num_batched_tokens` tokens, except that
-    an input longer than the budget still gets a batch of its own. Sorting by length keeps the
-    sequences of one batch alike, which is what the attention's padded fallback pays for.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
-    batches: list[list[int]] = []
-    current: list[int] = []
-    num_tokens = 0
-    for i in order:
-        if current and (num_tokens + lengths[i] > max_num_batched_tokens or len(current) == max_num_seqs):
-            batches.append(current)
-            current, num_tokens = [], 0
-        current.append(i)
-        num_tokens += lengths[i]
-    if current:
-        batches.append(current)
-    return batches
+@dataclass
+class Batch:
+    rows: list[int] = field(default_factory=list)
+    """Input positions in the call: where each sequence's vector goes."""
+    token_ids: list[list[int]] = field(default_factory=list)
+    num_tokens: int = 0
+
+
+class Batcher:
+    """Packs sequences end to end into batches of at most `max_num_seqs` sequences and
+    `max_num_batched_tokens` tokens; a sequence longer than the budget gets a batch of its own.
+
+    Each chunk's sequences go in longest first, so a batch holds alike lengths, which is what the
+    attention's padded fallback pays for (chunks themselves arrive longest first)."""
+
+    def __init__(self, max_num_batched_tokens: int, max_num_seqs: int) -> None:
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self._open = Batch()
+
+    def add(self, rows: list[int], token_ids: list[list[int]]) -> list[Batch]:
+        """Take a chunk of sequences; return the batches it filled (the last one stays open)."""
+        full = []
+        for k in sorted(range(len(rows)), key=lambda k: len(token_ids[k]), reverse=True):
+            n = len(token_ids[k])
+            batch = self._open
+            if batch.rows and (batch.num_tokens + n > self.max_num_batched_tokens or len(batch.rows) == self.max_num_seqs):
+                full.append(batch)
+                batch = self._open = Batch()
+            batch.rows.append(rows[k])
+            batch.token_ids.append(token_ids[k])
+            batch.num_tokens += n
+        return full
+
+    def flush(self) -> list[Batch]:
+        """The open batch, if it holds anything."""
+        batch, self._open = self._open, Batch()
+        return [batch] if batch.rows else []

@@ -4,9 +4,10 @@
     vectors = emb.embed(["a text", "another"])            # list[list[float]]
     out = emb.encode(texts, dimensions=256)                 # EmbedOutput: tensor + token counts
 
-One call: tokenize (instruction, end token, length limit), sort by length and pack into
-token-budget batches, run the backbone on each packed batch, pool, then truncate to
-`dimensions` and L2-normalize. Nothing is cached between calls. `encode` takes a lock, so one
+One call: tokenize (instruction, end token, length limit) on worker threads, chunk by chunk, and
+pack each chunk's sequences into token-budget batches as it arrives, so the GPU runs the first
+batches while later chunks are tokenized; run the backbone on each packed batch, pool, then
+truncate to `dimensions` and L2-normalize. Nothing is cached between calls. `encode` takes a lock, so one
 Embedder may be shared by threads (the server runs `aencode` in a worker thread).
 """
 
@@ -22,12 +23,13 @@ from typing import Any
 import torch
 
 from model_optimizer.embed.backbone import is_encoder, load_backbone
-from model_optimizer.embed.batching import plan_batches
+from model_optimizer.embed.batching import Batch, Batcher
 from model_optimizer.embed.config import EmbedConfig
-from model_optimizer.embed.inputs import EmbedInput, InputRules, as_input_list, check_truncation, prepare_token_ids
+from model_optimizer.embed.inputs import EmbedInput, InputRules, InputTokenizer, as_input_list, check_truncation
 from model_optimizer.embed.packing import pack_batch
 from model_optimizer.embed.pooling import finish, pool
 from model_optimizer.embed.st_folder import read_folder_spec
+from model_optimizer.embed.tokenizer_pool import TokenizerPool, default_num_threads
 from model_optimizer.models.model_config import read_config
 from model_optimizer.runner.model_runner import pick_device
 
@@ -68,6 +70,9 @@ class Embedder:
             end_token_id=self._end_token_id(),
             vocab_size=self.backbone.vocab_size,
         )
+        self.inputs = InputTokenizer(self.tokenizer, self.rules)
+        threads = self.config.tokenizer_threads
+        self.tokenizer_pool = TokenizerPool(default_num_threads() if threads is None else threads)
         self.graphs = self._graph_runner()
         self._lock = threading.Lock()
 
@@ -100,27 +105,36 @@ class Embedder:
         items = as_input_list(inputs)
         self._check_dimensions(dimensions)
         truncate_to = check_truncation(truncate_prompt_tokens, self.max_seq_length)
+        cfg = self.config
+
+        def prepare(part: list[EmbedInput], numbers: list[int]) -> list[list[int]]:
+            return self.inputs.token_ids(part, truncate_to, instruction, numbers)
+
         with self._lock:
-            token_ids = prepare_token_ids(items, self.tokenizer, self.rules, truncate_to, instruction)
-            lengths = [len(t) for t in token_ids]
+            lengths = [0] * len(items)
             # results stay on the device until the end: one device -> host copy per call, not per batch
-            pooled = torch.empty(len(token_ids), self.hidden_size, dtype=torch.float32, device=self.device)
-            cfg = self.config
-            for batch in plan_batches(lengths, cfg.max_num_batched_tokens, cfg.max_num_seqs):
-                self._run_batch([token_ids[i] for i in batch], batch, pooled)
-                if on_progress:
-                    on_progress(len(batch))
+            pooled = torch.empty(len(items), self.hidden_size, dtype=torch.float32, device=self.device)
+            batcher = Batcher(cfg.max_num_batched_tokens, cfg.max_num_seqs)
+            for rows, token_ids in self.tokenizer_pool.chunks(items, prepare):
+                for row, ids in zip(rows, token_ids):
+                    lengths[row] = len(ids)
+                for batch in batcher.add(rows, token_ids):
+                    self._run_batch(batch, pooled, on_progress)
+            for batch in batcher.flush():
+                self._run_batch(batch, pooled, on_progress)
             embeddings = finish(pooled, self.normalize, dimensions).cpu()
         return EmbedOutput(embeddings, lengths)
 
     @torch.inference_mode()
-    def _run_batch(self, token_ids: list[list[int]], rows: list[int], out: torch.Tensor) -> None:
-        """Pool one packed batch into out[rows] (float32). On CUDA nothing here waits for the GPU."""
-        packed = pack_batch(token_ids, rows, self.device)
+    def _run_batch(self, batch: Batch, out: torch.Tensor, on_progress: Callable[[int], None] | None = None) -> None:
+        """Pool one packed batch into out[batch.rows] (float32). On CUDA nothing here waits for the GPU."""
+        packed = pack_batch(batch.token_ids, batch.rows, self.device)
         hidden = self.graphs.run(packed) if self.graphs is not None else None
         if hidden is None:
             hidden = self.backbone(packed.token_ids, packed.positions, packed.meta)
         out.index_copy_(0, packed.rows, pool(hidden, packed.cu_seqlens, self.pooling))
+        if on_progress:
+            on_progress(len(batch.rows))
 
     def _graph_runner(self):
         """CUDA graphs for small batches when asked for and possible (flash varlen needs fp16 / bf16)."""

@@ -76,9 +76,7 @@ class PaddedEmbedder(nn.Module):
 def padded_batch(embedder: Embedder, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """input_ids and attention_mask, right-padded, from exactly the ids the engine reads
     (instruction, end token and truncation applied)."""
-    from model_optimizer.embed.inputs import prepare_token_ids
-
-    ids = prepare_token_ids(list(texts), embedder.tokenizer, embedder.rules, embedder.max_seq_length, None)
+    ids = embedder.inputs.token_ids(list(texts), embedder.max_seq_length, None)
     width = max(len(t) for t in ids)
     input_ids = torch.zeros(len(ids), width, dtype=torch.int64)
     mask = torch.zeros(len(ids), width, dtype=torch.int64)

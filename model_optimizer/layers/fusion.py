@@ -19,17 +19,26 @@ import torch
 F = TypeVar("F", bound=Callable)
 
 
-def fused(fn: F) -> F:
-    """Run `fn` compiled (dynamic shapes, one graph) on CUDA tensors and eagerly elsewhere."""
+def fused(fn: F | None = None, *, token_args: int = 1):
+    """Run `fn` compiled on CUDA tensors and eagerly elsewhere. Use as `@fused` or `@fused(token_args=n)`.
+
+    The first `token_args` positional arguments are tensors whose first dimension counts tokens: that
+    dimension alone is compiled as dynamic, so one kernel serves every batch. The others (hidden size,
+    heads, head size) stay fixed numbers in the kernel, which lets Triton prove rows contiguous and
+    load 16 bytes at a time; with them symbolic (dynamic=True) a silu-and-mul ran at 1.6 TB/s."""
+    if fn is None:
+        return functools.partial(fused, token_args=token_args)
     compiled: Callable | None = None
 
     @functools.wraps(fn)
-    def run(first: torch.Tensor, *args, **kwargs):
+    def run(*args, **kwargs):
         nonlocal compiled
-        if not first.is_cuda or os.environ.get("MOPT_NO_COMPILE") == "1":
-            return fn(first, *args, **kwargs)
+        if not args[0].is_cuda or os.environ.get("MOPT_NO_COMPILE") == "1":
+            return fn(*args, **kwargs)
         if compiled is None:
-            compiled = torch.compile(fn, dynamic=True, fullgraph=True)
-        return compiled(first, *args, **kwargs)
+            compiled = torch.compile(fn, fullgraph=True)
+        for tensor in args[:token_args]:
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        return compiled(*args, **kwargs)
 
-    return run  # type: ignore[return-value]
+    return run

@@ -84,7 +84,7 @@ class RotaryEmbedding(nn.Module):
         return _norm_rotate(q, k, positions, self.cos, self.sin, q_weight, k_weight, eps)
 
 
-@fused
+@fused(token_args=3)
 def _norm_rotate(q, k, positions, cos_table, sin_table, q_weight, k_weight, eps: float):
     if q_weight is not None:
         q, k = rms_norm(q, q_weight, eps), rms_norm(k, k_weight, eps)

@@ -1,49 +1,56 @@
 #!/usr/bin/env bash
-# Embeddings on one GPU (issue 5): the GPU embed tests, then benchmarks/embeddings.py for the
-# Qwen3-Embedding-0.6B shape (random bf16) and all-MiniLM-L6-v2 (random fp32), each against
-# sentence-transformers on the same weights. Results under $OUT. Bounded: under 4 minutes in all.
+# Embeddings on one GPU (issue 5), most important first, each part under its own time limit:
+#   1. benchmarks/fused_ops.py: the compiled element-wise ops, token-dim-only vs all-dynamic compile
+#   2. tests/embed/test_gpu.py
+#   3. benchmarks/embeddings.py, Qwen3-Embedding-0.6B's shape (random bf16), CUDA graphs up to the
+#      default 2048 tokens, a profile of the 512 x 512 point
+#   4. the same for all-MiniLM-L6-v2 (random weights from its config): ours in float16 (what `auto`
+#      picks on CUDA for its float32 checkpoint) against sentence-transformers in float32, then both float32
+#   5. tests/gpu (the engine's GPU tests; the compiled ops are shared with it)
+# Everything lands in $OUT/results.tgz, re-packed after each part, so a run cut short keeps what it measured.
+# tokenizers runs with its default parallelism on both sides (TOKENIZERS_PARALLELISM unset).
 #
-# Here, once (MiniLM's config/tokenizer files, 0.7 MB; the 90 MB checkpoint is not needed):
+# Here, once (MiniLM's config/tokenizer files, 0.7 MB; the 90 MB checkpoint does not fit the transfer):
 #   .venv/bin/python benchmarks/embeddings.py --save-minilm-files build/minilm-files
-# On the GPU machine, from the repository root:
-#   carry: build/minilm-files
-#   command: bash scripts/device/embed_gpu.sh
-# Without build/minilm-files the MiniLM part is skipped (and says so).
-#
-# Expected: about 3.5 minutes (tests <= 85 s, qwen3 <= 115 s, MiniLM <= 35 s, each under its own timeout).
-# Writes:
-#   $OUT/gpu.txt                     GPU name, driver, memory
-#   $OUT/embed_gpu_tests.txt         pytest output of tests/embed/test_gpu.py
-#   $OUT/embeddings_h200_qwen3.json  batch 1, 64, 512 x length 16, 128, 512, mixed (16..512); points of <= 8192
-#                                    tokens also timed with CUDA graphs (ours_cuda_graphs, speedup_cuda_graphs)
-#   $OUT/embeddings_h200_minilm.json the same grid, MiniLM random fp32
-#   $OUT/profile_qwen3_b{1,64,512}_L16.txt, profile_qwen3_b512_L512.txt  torch.profiler tables of one call
-#                                    (top ops by host time and by GPU time)
-#   $OUT/embed_gpu.log               everything the benchmarks printed
-# Each JSON is rewritten after every point ("complete": false until the end), so a timeout keeps what was measured.
+# On the GPU machine, from the repository root:   carry: .whl build/minilm-files
+#   command: bash scripts/device/embed_gpu.sh                       (about 9 minutes)
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
-mkdir -p "$OUT"
-export COLUMNS=200 PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+RESULTS=$(mktemp -d)
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export COLUMNS=200 PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 PYTHON="${PYTHON:-python3}"
 MINILM_FILES="${MINILM_FILES:-build/minilm-files}"
 GRID=(--device cuda --batch-sizes 1,64,512 --lengths 16,128,mixed,512 --min-seconds 0.3 --min-rounds 3)
+pack() { tar czf "$OUT/results.tgz" -C "$RESULTS" . ; echo "[$SECONDS s] $1" | tee -a "$RESULTS/embed_gpu.log"; }
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RESULTS/gpu.txt" 2>&1 || true
 
-timeout 85 "$PYTHON" -m pytest -q -p no:cacheprovider --durations=8 tests/embed/test_gpu.py > "$OUT/embed_gpu_tests.txt" 2>&1
-echo "tests rc=$? at ${SECONDS}s: $(grep -E "passed|failed|error|skipped" "$OUT/embed_gpu_tests.txt" | tail -1)" | tee "$OUT/embed_gpu.log"
+timeout 100 "$PYTHON" benchmarks/fused_ops.py --output "$RESULTS/fused_ops_h200.json" > "$RESULTS/fused_ops.log" 2>&1
+pack "fused ops rc=$?"
 
-timeout 115 "$PYTHON" benchmarks/embeddings.py --models qwen3 "${GRID[@]}" --cuda-graph-max-tokens 8192 \
-    --profile 1x16,64x16,512x16,512x512 \
-    --output "$OUT/embeddings_h200_qwen3.json" >> "$OUT/embed_gpu.log" 2>&1
-echo "qwen3 rc=$? at ${SECONDS}s" | tee -a "$OUT/embed_gpu.log"
+timeout 90 "$PYTHON" -m pytest -q -p no:cacheprovider --durations=5 tests/embed/test_gpu.py > "$RESULTS/embed_gpu_tests.txt" 2>&1
+pack "embed tests rc=$?: $(tail -1 "$RESULTS/embed_gpu_tests.txt")"
+
+timeout 150 "$PYTHON" benchmarks/embeddings.py --models qwen3 "${GRID[@]}" --cuda-graph-max-tokens 2048 \
+    --profile 512x512 --output "$RESULTS/embeddings_h200_qwen3.json" >> "$RESULTS/embed_gpu.log" 2>&1
+pack "qwen3 rc=$?"
 
 if [[ -f "$MINILM_FILES/config.json" ]]; then
-    timeout 35 "$PYTHON" benchmarks/embeddings.py --models minilm --minilm-random --minilm-files "$MINILM_FILES" "${GRID[@]}" \
-        --output "$OUT/embeddings_h200_minilm.json" >> "$OUT/embed_gpu.log" 2>&1
-    echo "minilm rc=$? at ${SECONDS}s" | tee -a "$OUT/embed_gpu.log"
+  MINILM=(--models minilm --minilm-random --minilm-files "$MINILM_FILES" "${GRID[@]}")
+  timeout 60 "$PYTHON" benchmarks/embeddings.py "${MINILM[@]}" --ours-dtype float16 --cuda-graph-max-tokens 2048 \
+      --output "$RESULTS/embeddings_h200_minilm_fp16.json" >> "$RESULTS/embed_gpu.log" 2>&1
+  pack "minilm fp16 rc=$?"
+  timeout 50 "$PYTHON" benchmarks/embeddings.py "${MINILM[@]}" \
+      --output "$RESULTS/embeddings_h200_minilm_fp32.json" >> "$RESULTS/embed_gpu.log" 2>&1
+  pack "minilm fp32 rc=$?"
 else
-    echo "minilm skipped: $MINILM_FILES/config.json missing (carry build/minilm-files)" | tee -a "$OUT/embed_gpu.log"
+  pack "minilm skipped: $MINILM_FILES/config.json missing (carry build/minilm-files)"
 fi
-grep -E "texts/s|x[0-9]" "$OUT/embed_gpu.log" | tail -30
+
+timeout $(( SECONDS < 560 ? 590 - SECONDS : 30 )) "$PYTHON" -m pytest -q -p no:cacheprovider tests/gpu > "$RESULTS/gpu_tests.txt" 2>&1
+pack "gpu tests rc=$?: $(tail -1 "$RESULTS/gpu_tests.txt")"
+grep -E "texts/s|GB/s" "$RESULTS"/*.log | tail -60

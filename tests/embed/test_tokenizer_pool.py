@@ -1,0 +1,76 @@
+"""Tokenizing on worker threads, chunk by chunk: the same ids and vectors as one pass on the caller's thread."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from model_optimizer.embed.inputs import batch_encoder
+from model_optimizer.embed.tokenizer_pool import TokenizerPool, plan_chunks
+from tests.embed.texts import varied_texts
+
+
+def _long_texts() -> list[str]:
+    """Texts past all-MiniLM-L6-v2's tokenizer.json truncation (128 tokens) and padding settings."""
+    return [" ".join(["embedding"] * n) + " naïve 日本語 😀" for n in (1, 127, 200, 400)]
+
+
+@pytest.mark.parametrize("which", ["minilm", "qwen3"])
+def test_fast_encoder_gives_the_wrappers_ids(which, minilm, qwen3):
+    """The direct Rust call equals transformers' tokenizer(texts), special tokens included, nothing cut or padded."""
+    tokenizer = (minilm if which == "minilm" else qwen3).tokenizer
+    texts = varied_texts(120, seed=3) + _long_texts()
+    assert batch_encoder(tokenizer)(texts) == tokenizer(texts, add_special_tokens=True)["input_ids"]
+    assert len(batch_encoder(tokenizer)(_long_texts())[-1]) > 400
+
+
+def test_chunks_cover_every_input_longest_first():
+    items = ["x" * n for n in (5, 300, 40, 0, 120, 7)] + [[1, 2, 3] * 30]
+    chunks = plan_chunks(items, chunk_chars=150)
+    flat = [i for c in chunks for i in c]
+    assert sorted(flat) == list(range(len(items)))
+    assert flat[:3] == [6, 1, 4]  # 90 ids count as 360 characters, then 300 and 120 characters
+    assert all(len(c) >= 1 for c in chunks) and len(chunks) > 2
+
+
+def test_threaded_chunks_give_the_same_vectors_and_counts(minilm):
+    texts = varied_texts(150, seed=5) + [[101, 7592, 102]]
+    whole = minilm.encode(texts, truncate_prompt_tokens=-1)
+    saved = minilm.tokenizer_pool
+    minilm.tokenizer_pool = TokenizerPool(2, chunk_chars=300)
+    try:
+        assert len(plan_chunks(texts, 300)) > 5
+        seen: list[int] = []
+        chunked = minilm.encode(texts, truncate_prompt_tokens=-1, on_progress=seen.append)
+    finally:
+        minilm.tokenizer_pool = saved
+    assert chunked.num_tokens == whole.num_tokens
+    assert torch.allclose(chunked.embeddings, whole.embeddings, atol=1e-5)
+    assert sum(seen) == len(texts)
+
+
+def test_an_error_in_a_later_chunk_names_its_input_and_leaves_the_embedder_usable(minilm):
+    texts = varied_texts(60, seed=6)
+    bad = 41
+    texts[bad] = "word " * 600  # over the 256-token limit (longest, so in the first chunk) ...
+    texts[7] = [999_999]  # ... and an id outside the vocabulary (short, in a later chunk)
+    saved = minilm.tokenizer_pool
+    minilm.tokenizer_pool = TokenizerPool(2, chunk_chars=200)
+    try:
+        with pytest.raises(ValueError, match=rf"input {bad} has \d+ tokens, more than the model's limit"):
+            minilm.encode(texts)
+        texts[bad] = "fine now"
+        with pytest.raises(ValueError, match=r"input 7 has token ids outside the vocabulary"):
+            minilm.encode(texts)
+        texts[7] = "fine too"
+        assert minilm.encode(texts).embeddings.shape == (60, 384)
+    finally:
+        minilm.tokenizer_pool = saved
+
+
+def test_tokenizer_threads_is_checked(minilm_dir):
+    from model_optimizer.embed import Embedder
+
+    with pytest.raises(ValueError, match="tokenizer_threads must be an integer >= 0"):
+        Embedder(minilm_dir, device="cpu", tokenizer_threads=-1)
+    assert Embedder(minilm_dir, device="cpu", tokenizer_threads=0).tokenizer_pool.num_threads == 0
