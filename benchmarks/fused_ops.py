@@ -1,9 +1,12 @@
-"""Bandwidth of the compiled element-wise ops (layers/fusion.py) at prefill sizes, GPU only.
+"""Bandwidth of the element-wise ops between the matmuls at prefill sizes, GPU only.
 
-Each op runs three ways on the same tensors: eager torch, compiled as the library compiles it (only
-the token dimension dynamic), and compiled with every dimension dynamic (`dynamic=True`, what the
-library did before). Shapes are Qwen3-0.6B's (hidden 1024, 16 query / 8 KV heads of 128,
-intermediate 3072), bf16. GB/s counts the bytes an op must read and write once.
+Each op runs on the same tensors as eager torch, compiled with only the token dimension dynamic
+(layers/fusion.py's way), compiled with every dimension dynamic (`dynamic=True`, the library's way
+before), and, for the qk-norm + rotary, as the Triton kernel the model runs (kernels/rotary.py).
+Token counts run in the order given and each compile happens at the first: the default starts at
+16 tokens, where the compiled qk-norm + rotary picks a kernel that is slow on large inputs.
+Shapes are Qwen3-0.6B's (hidden 1024, 16 query / 8 KV heads of 128, intermediate 3072), bf16.
+GB/s counts the bytes an op must read and write once.
 
     PYTHONPATH=. python3 benchmarks/fused_ops.py --output $OUT/fused_ops_h200.json
 """
@@ -24,12 +27,13 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 1024, 16, 8, 128, 3072
 
 
 def cases(num_tokens: int):
-    """(name, library function, its arguments, bytes read + written) for one token count."""
+    """(name, eager function, token-major arguments, the model's own function or None, arguments, bytes moved)."""
     import torch
 
+    from model_optimizer.kernels.rotary import norm_rotate
     from model_optimizer.layers.activation import silu_and_mul
     from model_optimizer.layers.norm import _add_rms_norm
-    from model_optimizer.layers.rotary import RopeConfig, RotaryEmbedding, _norm_rotate
+    from model_optimizer.layers.rotary import RopeConfig, RotaryEmbedding, norm_rotate_ref
 
     bf16 = dict(dtype=torch.bfloat16, device="cuda")
     x, res = torch.randn(num_tokens, HIDDEN, **bf16), torch.randn(num_tokens, HIDDEN, **bf16)
@@ -42,11 +46,17 @@ def cases(num_tokens: int):
     w = torch.ones(HEAD_DIM, **bf16)
     two = 2  # bytes per bf16 element
     return [
-        ("silu_and_mul", silu_and_mul, (gate_up,), two * num_tokens * 3 * INTERMEDIATE),
-        ("add_rms_norm", _add_rms_norm, (x, res, torch.ones(HIDDEN, **bf16), 1e-6), two * num_tokens * 4 * HIDDEN),
-        ("qk_norm_rotate", _norm_rotate, (q, k, positions, rotary.cos, rotary.sin, w, w, 1e-6),
+        ("silu_and_mul", silu_and_mul.__wrapped__, 1, None, (gate_up,), two * num_tokens * 3 * INTERMEDIATE),
+        ("add_rms_norm", _add_rms_norm.__wrapped__, 2, None, (x, res, torch.ones(HIDDEN, **bf16), 1e-6), two * num_tokens * 4 * HIDDEN),
+        ("qk_norm_rotate", norm_rotate_ref, 3, norm_rotate, (q, k, positions, rotary.cos, rotary.sin, w, w, 1e-6),
          two * num_tokens * 2 * (HEADS + KV_HEADS) * HEAD_DIM),
     ]
+
+
+def copy_of(eager, suffix: str):
+    """`eager` with its own code object, so that each compile of it keeps its own cache."""
+    code = eager.__code__.replace(co_name=f"{eager.__code__.co_name}_{suffix}")
+    return types.FunctionType(code, eager.__globals__, code.co_name, eager.__defaults__, eager.__closure__)
 
 
 def time_us(fn, args, repeats: int = 50) -> float:
@@ -68,27 +78,30 @@ def main() -> int:
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tokens", default="1024,8192,32768", help="comma list of token counts")
+    p.add_argument("--tokens", default="16,1024,8192,32768", help="comma list of token counts, compiled at the first")
     p.add_argument("--output", default=str(RESULTS / "fused_ops_h200.json"))
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("fused_ops needs a CUDA GPU")
-    all_dynamic = {}
+    from model_optimizer.layers.fusion import fused
+
+    ways: dict[str, dict] = {}
     rows = []
     for num_tokens in [int(t) for t in args.tokens.split(",")]:
-        for name, fn, fn_args, num_bytes in cases(num_tokens):
-            eager = fn.__wrapped__
-            if name not in all_dynamic:  # a copy with its own code object, so the two compiles keep separate caches
-                code = eager.__code__.replace(co_name=eager.__code__.co_name + "_all_dynamic")
-                copy = types.FunctionType(code, eager.__globals__, code.co_name, eager.__defaults__, eager.__closure__)
-                all_dynamic[name] = torch.compile(copy, dynamic=True, fullgraph=True)
+        for name, eager, token_args, own, fn_args, num_bytes in cases(num_tokens):
+            if name not in ways:
+                ways[name] = {"eager": eager,
+                              "compiled_token_dim": fused(copy_of(eager, "token_dim"), token_args=token_args),
+                              "compiled_all_dynamic": torch.compile(copy_of(eager, "all_dynamic"), dynamic=True, fullgraph=True)}
+                if own is not None:
+                    ways[name]["triton_kernel"] = own
             row = {"op": name, "num_tokens": num_tokens, "bytes": num_bytes}
-            for way, f in (("eager", eager), ("compiled_token_dim", fn), ("compiled_all_dynamic", all_dynamic[name])):
-                us = time_us(f, fn_args)
+            for way, fn in ways[name].items():
+                us = time_us(fn, fn_args)
                 row[way] = {"us": round(us, 2), "gb_per_s": round(num_bytes / us / 1e3, 1)}
             rows.append(row)
             print(f"{name:15s} T={num_tokens:<6d} " + "  ".join(f"{w} {row[w]['us']:8.1f} us {row[w]['gb_per_s']:7.1f} GB/s"
-                                                              for w in ("eager", "compiled_token_dim", "compiled_all_dynamic")), flush=True)
+                                                              for w in ways[name]), flush=True)
     write_json(Path(args.output), {"benchmark": "fused_ops", "environment": environment(), "results": rows})
     return 0
 

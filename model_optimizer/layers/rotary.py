@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from model_optimizer.layers.fusion import fused
 from model_optimizer.layers.norm import rms_norm
 
 
@@ -80,12 +80,24 @@ class RotaryEmbedding(nn.Module):
         q_weight: torch.Tensor | None = None, k_weight: torch.Tensor | None = None, eps: float = 1e-6,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q (tokens, heads, head_dim) and k (tokens, kv_heads, head_dim) by their positions,
-        after a per-head RMSNorm when weights are given (Qwen3). One fused kernel on the GPU."""
-        return _norm_rotate(q, k, positions, self.cos, self.sin, q_weight, k_weight, eps)
+        after a per-head RMSNorm when weights are given (Qwen3). One Triton kernel on the GPU."""
+        kernel = _triton_norm_rotate() if q.is_cuda else None
+        rotate = kernel or norm_rotate_ref
+        return rotate(q, k, positions, self.cos, self.sin, q_weight, k_weight, eps)
 
 
-@fused(token_args=3)
-def _norm_rotate(q, k, positions, cos_table, sin_table, q_weight, k_weight, eps: float):
+@functools.cache
+def _triton_norm_rotate():
+    """kernels.rotary.norm_rotate, or None where Triton cannot be imported."""
+    try:
+        from model_optimizer.kernels.rotary import norm_rotate
+    except ImportError:
+        return None
+    return norm_rotate
+
+
+def norm_rotate_ref(q, k, positions, cos_table, sin_table, q_weight=None, k_weight=None, eps: float = 1e-6):
+    """The CPU path and the kernel's yardstick: transformers' arithmetic, op by op."""
     if q_weight is not None:
         q, k = rms_norm(q, q_weight, eps), rms_norm(k, k_weight, eps)
     cos = cos_table[positions].to(q.dtype)[:, None, :]  # (tokens, 1, head_dim / 2)

@@ -29,6 +29,13 @@ pack() { tar czf "$OUT/results.tgz" -C "$RESULTS" . ; echo "[$SECONDS s] $1" | t
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RESULTS/gpu.txt" 2>&1 || true
 
+if [[ "${FP8_PROBE:-0}" == 1 ]]; then  # diagnosis of tests/gpu/test_fp8_kv_cache_stays_close
+  for way in current eager; do
+    timeout 100 "$PYTHON" scripts/device/fp8_probe.py $way >> "$RESULTS/fp8_probe.log" 2>&1
+  done
+  pack "fp8 probe: $(grep -c seed "$RESULTS/fp8_probe.log") lines"
+fi
+
 timeout 100 "$PYTHON" benchmarks/fused_ops.py --output "$RESULTS/fused_ops_h200.json" > "$RESULTS/fused_ops.log" 2>&1
 pack "fused ops rc=$?"
 

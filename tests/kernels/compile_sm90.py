@@ -17,6 +17,7 @@ except ImportError as exc:
     sys.exit(3)
 
 from model_optimizer.kernels.paged_attention_kernels import _paged_attention_kernel, _reduce_splits_kernel
+from model_optimizer.kernels.rotary import _norm_rotate_kernel
 from model_optimizer.kernels.store_kv import _store_kv_kernel
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -75,6 +76,12 @@ def main() -> int:
             dict(key_ptr="*bf16", value_ptr="*bf16", cache_ptr=f"*{kv}", slot_ptr="*i64", k_scale_ptr="*fp32", v_scale_ptr="*fp32"),
             dict(NUM_KV_HEADS=8, HEADS_PAD=8, HEAD_DIM=128, HEAD_DIM_PAD=128, BLOCK_SIZE=16, QUANTIZE=quantize, HAS_SCALES=quantize),
         )
+    compile_kernel(
+        _norm_rotate_kernel,
+        dict(q_ptr="*bf16", k_ptr="*bf16", q_out_ptr="*bf16", k_out_ptr="*bf16", positions_ptr="*i64", cos_ptr="*fp32",
+             sin_ptr="*fp32", q_weight_ptr="*bf16", k_weight_ptr="*bf16", eps="fp32"),
+        dict(NUM_Q_HEADS=16, Q_HEADS_PAD=16, NUM_K_HEADS=8, K_HEADS_PAD=8, HALF=64, HALF_PAD=64, HAS_NORM=True),
+    )
     return 0
 
 
