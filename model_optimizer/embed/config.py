@@ -48,8 +48,9 @@ class EmbedConfig:
     beat eager 12x at one short text and 4.5x at 960 tokens, and lost at 7,680."""
 
     tokenizer_threads: int | None = None
-    """Threads that tokenize a call's texts chunk by chunk while the model runs the chunks before. Empty: the
-    CPU count, at most 8. 0: tokenize on the calling thread, all before the first forward pass."""
+    """Threads that tokenize a call's texts chunk by chunk while the model runs the chunks before. Empty: the CPU
+    count, at most 8, on CUDA; 0 on the CPU, where the model needs the cores. 0: tokenize on the calling thread,
+    all before the first forward pass."""
 
     instruction_template: str = DEFAULT_INSTRUCTION_TEMPLATE
     """How an instruction is put before a text; must contain {task} and {text}."""

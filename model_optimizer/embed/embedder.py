@@ -72,7 +72,9 @@ class Embedder:
         )
         self.inputs = InputTokenizer(self.tokenizer, self.rules)
         threads = self.config.tokenizer_threads
-        self.tokenizer_pool = TokenizerPool(default_num_threads() if threads is None else threads)
+        if threads is None:
+            threads = default_num_threads() if self.device.type == "cuda" else 0
+        self.tokenizer_pool = TokenizerPool(threads)
         self.graphs = self._graph_runner()
         self._lock = threading.Lock()
 

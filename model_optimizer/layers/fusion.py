@@ -25,7 +25,8 @@ def fused(fn: F | None = None, *, token_args: int = 1):
     The first `token_args` positional arguments are tensors whose first dimension counts tokens: that
     dimension alone is compiled as dynamic, so one kernel serves every batch. The others (hidden size,
     heads, head size) stay fixed numbers in the kernel, which lets Triton prove rows contiguous and
-    load 16 bytes at a time; with them symbolic (dynamic=True) a silu-and-mul ran at 1.6 TB/s."""
+    load 16 bytes at a time. H200, 32k tokens (benchmarks/fused_ops.py): SiLU-and-mul 149 us against
+    341 us with every dimension dynamic (dynamic=True), add + RMSNorm 70 against 98 us."""
     if fn is None:
         return functools.partial(fused, token_args=token_args)
     compiled: Callable | None = None

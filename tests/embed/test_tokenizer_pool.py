@@ -73,4 +73,5 @@ def test_tokenizer_threads_is_checked(minilm_dir):
 
     with pytest.raises(ValueError, match="tokenizer_threads must be an integer >= 0"):
         Embedder(minilm_dir, device="cpu", tokenizer_threads=-1)
-    assert Embedder(minilm_dir, device="cpu", tokenizer_threads=0).tokenizer_pool.num_threads == 0
+    assert Embedder(minilm_dir, device="cpu", tokenizer_threads=3).tokenizer_pool.num_threads == 3
+    assert Embedder(minilm_dir, device="cpu").tokenizer_pool.num_threads == 0  # the CPU model needs the cores
