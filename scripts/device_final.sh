@@ -29,6 +29,8 @@ pack "gpu tests: $(tail -1 "$RESULTS/gpu_tests.txt")"
 elif [ "$1" = prefix ]; then
 timeout 70 python3 benchmarks/prefix_caching.py --output "$RESULTS/prefix_caching_h200.json" > "$RESULTS/prefix.log" 2>&1
 pack "prefix caching done"
-else
+elif [ "$1" = embed ]; then
 exec bash scripts/device/embed_gpu.sh  # packs its own $OUT/results.tgz
+else
+echo "usage: $0 engine|embed|prefix" >&2; exit 2
 fi

@@ -9,6 +9,7 @@ as `Qwen3Model` in some releases, as `Qwen3ForCausalLM` in others); both load.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from model_optimizer.models.bert import ENCODER_ARCHITECTURES, BertArgs, BertMod
 from model_optimizer.models.loader import build_model, init_dummy_weights, load_weights, resolve_dtype
 from model_optimizer.models.model_config import DecoderArgs
 from model_optimizer.models.registry import ARCHITECTURES, resolve_model_class
+
+log = logging.getLogger(__name__)
 
 DECODER_BASE_NAMES = {"LlamaModel": "LlamaForCausalLM", "MistralModel": "MistralForCausalLM",
                       "Qwen2Model": "Qwen2ForCausalLM", "Qwen3Model": "Qwen3ForCausalLM"}
@@ -97,13 +100,16 @@ def load_backbone(model_dir: Path, hf: dict, dtype: str, device: torch.device, l
 
 def embed_dtype(requested: str, args: BertArgs | DecoderArgs, device: torch.device) -> torch.dtype:
     """The loader's rule (`auto`: the checkpoint's dtype), except that `auto` runs a float32 checkpoint in
-    float16 on CUDA, as vLLM's `auto` does: float16 takes the tensor cores, flash attention and CUDA
-    graphs. all-MiniLM-L6-v2 in float16 keeps a cosine >= 0.999998 to sentence-transformers' float32 vectors
-    (400 varied texts, measured on the CPU)."""
+    half precision on CUDA, as vLLM's `auto` does, where tensor cores, flash attention and CUDA graphs
+    apply: float16 for encoders (all-MiniLM-L6-v2 in float16 keeps a cosine >= 0.999998 to
+    sentence-transformers' float32 vectors, 400 varied texts, measured on the CPU) and bfloat16 for
+    decoders, whose activations can overflow float16 (Qwen2-family models are known to)."""
     dtype = resolve_dtype(requested, args, device)  # type: ignore[arg-type]
-    if requested == "auto" and device.type == "cuda" and dtype == torch.float32:
-        return torch.float16
-    return dtype
+    if requested != "auto" or device.type != "cuda" or dtype != torch.float32:
+        return dtype
+    half = torch.float16 if isinstance(args, BertArgs) or not torch.cuda.is_bf16_supported() else torch.bfloat16
+    log.info("dtype auto: the float32 checkpoint runs in %s on CUDA (dtype=float32 keeps float32)", half)
+    return half
 
 
 def _decoder_checkpoint_name(name: str) -> str | None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Batch:
+    """Sequences for one forward pass, laid end to end in this order."""
+
     rows: list[int] = field(default_factory=list)
     """Input positions in the call: where each sequence's vector goes."""
     token_ids: list[list[int]] = field(default_factory=list)

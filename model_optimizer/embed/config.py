@@ -18,8 +18,8 @@ class EmbedConfig:
     """Tokenizer folder, when it differs from the model folder."""
 
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
-    """Weight and activation dtype; auto takes torch_dtype from config.json, except float32 runs as float16 on CUDA
-    (as in vLLM) and float16 as float32 on the CPU."""
+    """Weight and activation dtype; auto takes torch_dtype from config.json, except float32 runs in half precision on
+    CUDA (as in vLLM: float16 for encoders, bfloat16 for decoders) and float16 as float32 on the CPU."""
 
     load_format: Literal["auto", "safetensors", "dummy"] = "auto"
     """Weights from *.safetensors, or random ones from config.json alone (dummy, for benchmarks)."""
@@ -49,8 +49,8 @@ class EmbedConfig:
 
     tokenizer_threads: int | None = None
     """Threads that tokenize a call's texts chunk by chunk while the model runs the chunks before. Empty: the CPU
-    count, at most 8, on CUDA; 0 on the CPU, where the model needs the cores. 0: tokenize on the calling thread,
-    all before the first forward pass."""
+    count, at most 8, on CUDA; 0 on the CPU, where the model needs the cores. 0: tokenize every chunk on the
+    calling thread before the first forward pass."""
 
     instruction_template: str = DEFAULT_INSTRUCTION_TEMPLATE
     """How an instruction is put before a text; must contain {task} and {text}."""

@@ -107,6 +107,7 @@ class Embedder:
         items = as_input_list(inputs)
         self._check_dimensions(dimensions)
         truncate_to = check_truncation(truncate_prompt_tokens, self.max_seq_length)
+        self.inputs.check(items, instruction)  # what needs no tokenizing fails before any batch runs
         cfg = self.config
 
         def prepare(part: list[EmbedInput], numbers: list[int]) -> list[list[int]]:

@@ -29,7 +29,9 @@ Prepare = Callable[[list[EmbedInput], list[int]], list[list[int]]]
 
 
 def default_num_threads() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
+    """The CPUs this process may run on, at most 8 (the tokenizer's own Rust threads come on top)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, usable))
 
 
 def plan_chunks(items: Sequence[EmbedInput], chunk_chars: int) -> list[list[int]]:
@@ -60,11 +62,12 @@ class TokenizerPool:
 
     def chunks(self, items: Sequence[EmbedInput], prepare: Prepare) -> Iterator[tuple[list[int], list[list[int]]]]:
         """(input positions, their token ids) per chunk, in chunk order, each as soon as it is ready.
-        An error in a chunk is raised when that chunk is reached; chunks not yet started are dropped."""
+        With worker threads an error in a chunk is raised when that chunk is reached (over-long texts
+        come first: chunks go longest first) and chunks not yet started are dropped; on the caller's
+        thread every chunk is tokenized before the first is handed out, so errors come before any batch."""
         plan = plan_chunks(items, self.chunk_chars)
         if self._executor is None or len(plan) == 1:
-            for rows in plan:
-                yield rows, prepare([items[i] for i in rows], rows)
+            yield from [(rows, prepare([items[i] for i in rows], rows)) for rows in plan]
             return
         futures: list[Future] = [self._executor.submit(prepare, [items[i] for i in rows], rows) for rows in plan]
         try:
@@ -73,7 +76,3 @@ class TokenizerPool:
         finally:  # an error here or in the caller's loop: do not tokenize what nobody will read
             for future in futures:
                 future.cancel()
-
-    def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)

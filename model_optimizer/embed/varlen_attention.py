@@ -7,8 +7,9 @@ A packed batch is the tokens of several sequences laid end to end, described by 
 - flash varlen (FlashAttention-2 through `torch.ops.aten._flash_attention_forward`) on CUDA in
   fp16/bf16: truly padding-free, GQA without copies.
 - padded SDPA: the batch's sequences scattered into (num_seqs, max_len) with a key mask. The
-  embedder sorts inputs by length before batching, so the padding here is small; when every
-  sequence has the same length there is no mask and no padding at all.
+  embedder packs each chunk of inputs longest first, and runs of similar lengths are padded
+  separately, so the padding here is small; when every sequence has the same length there is no
+  mask and no padding at all.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def _norm_rotate_kernel(
     NUM_Q_HEADS: tl.constexpr, Q_HEADS_PAD: tl.constexpr, NUM_K_HEADS: tl.constexpr, K_HEADS_PAD: tl.constexpr,
     HALF: tl.constexpr, HALF_PAD: tl.constexpr, HAS_NORM: tl.constexpr,
 ):
-    token = tl.program_id(0)
+    token = tl.program_id(0).to(tl.int64)  # token * row stride passes 2**31 at a few hundred thousand tokens
     position = tl.load(positions_ptr + token).to(tl.int64)
     dims = tl.arange(0, HALF_PAD)
     dtype = q_out_ptr.dtype.element_ty
@@ -77,7 +77,10 @@ def norm_rotate(
         raise ValueError("q, k and the cos/sin tables must be contiguous in their last dimension")
     if cos.shape[-1] * 2 != head_dim or positions.shape != (q.shape[0],):
         raise ValueError(f"cos/sin must be (positions, {head_dim // 2}) and positions ({q.shape[0]},)")
-    has_norm = q_weight is not None and k_weight is not None
+    if (q_weight is None) != (k_weight is None):
+        raise ValueError("q_weight and k_weight come together (Qwen3's q_norm and k_norm) or not at all")
+    has_norm = q_weight is not None
+    positions = positions.contiguous()  # read as one index per token; positions past the table are the caller's to prevent
     q_out, k_out = torch.empty(q.shape, dtype=q.dtype, device=q.device), torch.empty(k.shape, dtype=k.dtype, device=k.device)
     if q.shape[0] == 0:
         return q_out, k_out

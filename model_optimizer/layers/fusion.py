@@ -19,7 +19,7 @@ import torch
 F = TypeVar("F", bound=Callable)
 
 
-def fused(fn: F | None = None, *, token_args: int = 1):
+def fused(fn: F | None = None, *, token_args: int = 1) -> F | Callable[[F], F]:
     """Run `fn` compiled on CUDA tensors and eagerly elsewhere. Use as `@fused` or `@fused(token_args=n)`.
 
     The first `token_args` positional arguments are tensors whose first dimension counts tokens: that
@@ -36,8 +36,8 @@ def fused(fn: F | None = None, *, token_args: int = 1):
         nonlocal compiled
         if not args[0].is_cuda or os.environ.get("MOPT_NO_COMPILE") == "1":
             return fn(*args, **kwargs)
-        if compiled is None:
-            compiled = torch.compile(fn, fullgraph=True)
+        if compiled is None:  # dynamic=False: other sizes stay fixed even after a second model's differ
+            compiled = torch.compile(fn, fullgraph=True, dynamic=False)
         for tensor in args[:token_args]:
             torch._dynamo.maybe_mark_dynamic(tensor, 0)
         return compiled(*args, **kwargs)

@@ -70,8 +70,11 @@ def test_qwen3_on_gpu_matches_cpu(tiny_model):
     folder = tiny_model("qwen3")
     texts = varied_texts(64, seed=5)
     cpu = Embedder(folder, device="cpu", dtype="float32").encode(texts).embeddings
-    for dtype, floor in (("float32", 0.99999), ("bfloat16", 0.99)):
-        gpu = Embedder(folder, device="cuda", dtype=dtype).encode(texts).embeddings
+    for dtype, floor in (("float32", 0.99999), ("bfloat16", 0.99), ("auto", 0.99)):
+        emb = Embedder(folder, device="cuda", dtype=dtype)
+        if dtype == "auto":  # a float32 decoder checkpoint runs in bfloat16 on CUDA
+            assert next(emb.backbone.parameters()).dtype == torch.bfloat16
+        gpu = emb.encode(texts).embeddings
         assert F.cosine_similarity(gpu, cpu, dim=-1).min() >= floor, dtype
 
 

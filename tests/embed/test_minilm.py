@@ -93,6 +93,6 @@ def test_auto_dtype_is_float16_on_cuda_for_a_float32_checkpoint(minilm_dir):
 
     args = BertArgs.from_dict(read_config(minilm_dir))
     assert args.torch_dtype == "float32"
-    assert embed_dtype("auto", args, torch.device("cuda")) == torch.float16
+    assert embed_dtype("auto", args, torch.device("cuda")) == torch.float16  # an encoder
     assert embed_dtype("auto", args, torch.device("cpu")) == torch.float32
     assert embed_dtype("float32", args, torch.device("cuda")) == torch.float32

@@ -22,6 +22,7 @@ def _inputs(num_tokens, heads, kv_heads, head_dim, dtype, seed=0):
     (torch.bfloat16, 4, 2, 64, True),    # Qwen3: per-head RMSNorm first
     (torch.bfloat16, 3, 1, 32, False),   # Llama: rotation only; head counts not powers of two
     (torch.float16, 2, 2, 80, True),     # half a head (40) not a power of two
+    (torch.bfloat16, 3, 3, 32, True),    # norm with head counts that are not powers of two
 ])
 def test_norm_rotate_matches_reference(dtype, heads, kv_heads, head_dim, norm):
     rotary = RotaryEmbedding(RopeConfig(head_dim, 256, theta=10000.0))
@@ -46,3 +47,15 @@ def test_norm_rotate_no_tokens_and_bad_shapes():
         norm_rotate(q, k, positions, rotary.cos[:, :16], rotary.sin[:, :16])
     with pytest.raises(ValueError, match="one even head_dim"):
         norm_rotate(q, k[..., :32], positions, rotary.cos, rotary.sin)
+
+
+def test_norm_rotate_reads_strided_positions_and_wants_both_weights():
+    rotary = RotaryEmbedding(RopeConfig(32, 256))
+    q, k, _, (qw, kw) = _inputs(5, 2, 1, 32, torch.float32)
+    positions = (torch.arange(10) * 7)[::2]  # not contiguous
+    want = norm_rotate_ref(q, k, positions, rotary.cos, rotary.sin, qw, kw)
+    got = norm_rotate(q, k, positions, rotary.cos, rotary.sin, qw, kw)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="come together"):
+        norm_rotate(q, k, positions, rotary.cos, rotary.sin, qw, None)
