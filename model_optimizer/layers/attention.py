@@ -5,12 +5,12 @@ Dispatch: Triton kernels on CUDA when available, else the pure-torch reference (
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from model_optimizer.kernels import triton_kernel
 from model_optimizer.kernels.reference import paged_attention_ref, store_kv_ref
 
 
@@ -48,8 +48,9 @@ class Attention(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """q (tokens, heads, head_dim), k and v (tokens, kv_heads, head_dim) -> (tokens, heads * head_dim)."""
         kv_cache = meta.kv_caches[self.layer_idx]
-        if q.is_cuda and _triton_kernels() is not None:
-            store_kv, paged_attention = _triton_kernels()
+        store_kv = triton_kernel("store_kv", "store_kv") if q.is_cuda else None
+        if store_kv is not None:
+            paged_attention = triton_kernel("paged_attention", "paged_attention")
             store_kv(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
             out = paged_attention(
                 q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, self.scale, self.sliding_window,
@@ -65,21 +66,10 @@ class Attention(nn.Module):
         return out.flatten(1)
 
 
-@functools.cache
-def _triton_kernels():
-    """(store_kv, paged_attention) from Triton, or None where Triton cannot run."""
-    try:
-        from model_optimizer.kernels.paged_attention import paged_attention
-        from model_optimizer.kernels.store_kv import store_kv
-    except ImportError:
-        return None
-    return store_kv, paged_attention
-
-
 def decode_num_splits(padded_num_seqs: int, num_kv_heads: int, max_model_len: int, device: torch.device) -> int | None:
     """Split-KV count for a decode batch, from its padded size alone (None off the GPU)."""
-    if device.type != "cuda" or _triton_kernels() is None:
+    choose_num_splits = triton_kernel("paged_attention", "choose_num_splits") if device.type == "cuda" else None
+    if choose_num_splits is None:
         return None
-    from model_optimizer.kernels.paged_attention import _num_sms, choose_num_splits
-
-    return choose_num_splits(padded_num_seqs, num_kv_heads, 1, max_model_len, _num_sms(device.index))
+    num_sms = triton_kernel("paged_attention", "_num_sms")
+    return choose_num_splits(padded_num_seqs, num_kv_heads, 1, max_model_len, num_sms(device.index))

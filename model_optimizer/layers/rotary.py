@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from model_optimizer.kernels import triton_kernel
 from model_optimizer.layers.norm import rms_norm
 
 
@@ -81,19 +81,9 @@ class RotaryEmbedding(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q (tokens, heads, head_dim) and k (tokens, kv_heads, head_dim) by their positions,
         after a per-head RMSNorm when weights are given (Qwen3). One Triton kernel on the GPU."""
-        kernel = _triton_norm_rotate() if q.is_cuda else None
+        kernel = triton_kernel("rotary", "norm_rotate") if q.is_cuda else None
         rotate = kernel or norm_rotate_ref
         return rotate(q, k, positions, self.cos, self.sin, q_weight, k_weight, eps)
-
-
-@functools.cache
-def _triton_norm_rotate():
-    """kernels.rotary.norm_rotate, or None where Triton cannot be imported."""
-    try:
-        from model_optimizer.kernels.rotary import norm_rotate
-    except ImportError:
-        return None
-    return norm_rotate
 
 
 def norm_rotate_ref(q, k, positions, cos_table, sin_table, q_weight=None, k_weight=None, eps: float = 1e-6):

@@ -12,13 +12,13 @@ from a different random stream than the CPU path.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 
 import torch
 
 from model_optimizer.engine.request import Logprob
+from model_optimizer.kernels import triton_kernel
 from model_optimizer.sampling_params import SamplingParams
 from model_optimizer.transfer import to_device
 
@@ -61,8 +61,7 @@ class Sampler:
 
     def _choose_fused(self, logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
         """Temperature and sampling in one pass over the logits (kernels/sampling.py)."""
-        from model_optimizer.kernels.sampling import gumbel_sample
-
+        gumbel_sample = triton_kernel("sampling", "gumbel_sample")
         device = logits.device
         inv_temperatures = to_device([0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch],
                                      device, torch.float32)
@@ -133,17 +132,7 @@ def _plain(params: SamplingParams) -> bool:
 
 def _can_fuse(logits: torch.Tensor) -> bool:
     """Whether kernels.sampling can run on these logits: Triton on CUDA (MOPT_UNFUSED_SAMPLER=1 says no)."""
-    return logits.is_cuda and os.environ.get("MOPT_UNFUSED_SAMPLER") != "1" and _triton_importable()
-
-
-@functools.cache
-def _triton_importable() -> bool:
-    """Asked every step, answered once."""
-    try:
-        import model_optimizer.kernels.sampling  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return logits.is_cuda and os.environ.get("MOPT_UNFUSED_SAMPLER") != "1" and triton_kernel("sampling", "gumbel_sample") is not None
 
 
 def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:

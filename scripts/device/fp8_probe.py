@@ -21,7 +21,7 @@ way = sys.argv[1]
 if way == "eager":
     import model_optimizer.layers.rotary as rotary
 
-    rotary._triton_norm_rotate = lambda: None
+    rotary.triton_kernel = lambda module, name: None
 from model_optimizer import LLM, SamplingParams  # noqa: E402
 
 

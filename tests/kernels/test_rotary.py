@@ -59,3 +59,9 @@ def test_norm_rotate_reads_strided_positions_and_wants_both_weights():
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="come together"):
         norm_rotate(q, k, positions, rotary.cos, rotary.sin, qw, None)
+
+
+def test_layers_find_this_kernel_through_triton_kernel():
+    from model_optimizer.kernels import triton_kernel
+
+    assert triton_kernel("rotary", "norm_rotate") is norm_rotate
