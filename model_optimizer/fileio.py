@@ -1,11 +1,15 @@
-"""Files written atomically: a temp file beside the target, then a rename, so a crash never
-leaves half a result where a finished one is expected."""
+"""Files: written atomically (a temp file beside the target, then a rename, so a crash never
+leaves half a result where a finished one is expected), and JSON read with errors that name the
+file and line."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 
 def atomic_write(path: str | Path, data: str | bytes) -> None:
@@ -24,3 +28,24 @@ def atomic_write(path: str | Path, data: str | bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def read_json(path: Path) -> Any:
+    """The parsed contents of a JSON file that exists; ValueError naming the file if it is not JSON."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def jsonl_values(lines: Iterable[str], source: str | Path) -> Iterator[tuple[int, Any]]:
+    """(line number from 1, parsed value) of each non-blank line of a JSONL file; ValueError naming
+    `source:line` for a line that is not JSON."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{source}:{number}: not JSON ({exc})") from None
+        yield number, value

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from model_optimizer.fileio import jsonl_values
+
 
 @dataclass
 class RawRequest:
@@ -28,13 +30,7 @@ def load_trace(path: str, time_unit: str = "s") -> list[RawRequest]:
     """Parse a JSONL trace; timestamps become seconds from the first request, in file order."""
     scale = {"s": 1.0, "ms": 1e-3}[time_unit]
     rows: list[RawRequest] = []
-    for number, line in enumerate(_open(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from None
+    for number, item in jsonl_values(_open(path).splitlines(), path):
         if not isinstance(item, dict):
             raise ValueError(f"{path}:{number}: each line must be a JSON object")
         rows.append(_trace_row(item, f"{path}:{number}", scale))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 from model_optimizer.config import EngineConfig
-from model_optimizer.fileio import atomic_write
+from model_optimizer.fileio import atomic_write, jsonl_values
 from model_optimizer.sampling_params import SamplingParams
 
 SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "min_tokens", "seed", "n",
@@ -67,13 +67,7 @@ def run(args: argparse.Namespace) -> int:
 def _read_prompts(args: argparse.Namespace) -> list[dict]:
     rows = [{"prompt": p} for p in args.prompt]
     if args.prompts_file:
-        for number, line in enumerate(args.prompts_file.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{args.prompts_file}:{number}: not valid JSON ({exc})") from None
+        for number, row in jsonl_values(args.prompts_file.read_text().splitlines(), args.prompts_file):
             if not isinstance(row, dict) or not ("prompt" in row or "prompt_token_ids" in row):
                 raise ValueError(f"{args.prompts_file}:{number}: expected an object with 'prompt' or 'prompt_token_ids'")
             rows.append(row)

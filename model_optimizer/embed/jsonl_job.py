@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from model_optimizer.fileio import jsonl_values
+
 
 @dataclass
 class JobConfig:
@@ -50,28 +52,23 @@ def read_rows(path: Path, text_field: str, id_field: str) -> list[tuple[Any, str
     rows: list[tuple[Any, str]] = []
     seen: set[str] = set()
     with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f):
-            if not line.strip():
-                continue
-            row_id, text = _parse_row(line, line_no, text_field, id_field, path)
+        for number, row in jsonl_values(f, path):
+            row_id, text = _parse_row(row, number, text_field, id_field, path)
             key = json.dumps(row_id)
             if key in seen:
-                raise ValueError(f"{path}:{line_no + 1}: id {row_id!r} appears twice; ids must be unique to resume")
+                raise ValueError(f"{path}:{number}: id {row_id!r} appears twice; ids must be unique to resume")
             seen.add(key)
             rows.append((row_id, text))
     return rows
 
 
-def _parse_row(line: str, line_no: int, text_field: str, id_field: str, path: Path) -> tuple[Any, str]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}:{line_no + 1}: not valid JSON: {exc}") from None
+def _parse_row(row: Any, number: int, text_field: str, id_field: str, path: Path) -> tuple[Any, str]:
+    """(id, text) of one parsed line; the id defaults to the line's index from 0."""
     if isinstance(row, str):
-        return line_no, row
+        return number - 1, row
     if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
-        raise ValueError(f"{path}:{line_no + 1}: expected a JSON string or an object with a string field {text_field!r}")
-    return row.get(id_field, line_no), row[text_field]
+        raise ValueError(f"{path}:{number}: expected a JSON string or an object with a string field {text_field!r}")
+    return row.get(id_field, number - 1), row[text_field]
 
 
 def recover_output(path: Path) -> set[str]:

@@ -8,9 +8,10 @@ Files read (all optional; a plain transformers folder gives an empty `FolderSpec
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from model_optimizer.fileio import read_json
 
 POOLING_MODES = ("mean", "cls", "last", "max", "mean_sqrt_len")
 # sentence-transformers' names -> ours
@@ -86,7 +87,4 @@ def _read_pooling(path: Path, spec: FolderSpec) -> None:
 def _load_json(path: Path):
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found (named by the sentence-transformers modules.json)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from exc
+    return read_json(path)
