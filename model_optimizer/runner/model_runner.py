@@ -150,18 +150,18 @@ class ModelRunner:
         inputs = self.batch.prepare(out, pending)
         if len(inputs.pending_dst):
             inputs.token_ids[inputs.pending_dst] = previous.token_ids[inputs.pending_src]  # type: ignore[union-attr]
-        meta = AttentionMetadata(
-            slot_mapping=inputs.slot_mapping,
-            query_start_loc=inputs.query_start_loc,
-            seq_lens=inputs.seq_lens,
-            block_tables=inputs.block_tables,
-            max_query_len=inputs.max_query_len,
-            max_seq_len=inputs.max_seq_len,
-            kv_caches=self.kv_caches,
-        )
         if self.graph_runner is not None and self.graph_runner.can_run(inputs):
-            hidden = self.graph_runner.run(inputs)
+            hidden = self.graph_runner.run(inputs)  # its graphs hold their own metadata
         else:
+            meta = AttentionMetadata(
+                slot_mapping=inputs.slot_mapping,
+                query_start_loc=inputs.query_start_loc,
+                seq_lens=inputs.seq_lens,
+                block_tables=inputs.block_tables,
+                max_query_len=inputs.max_query_len,
+                max_seq_len=inputs.max_seq_len,
+                kv_caches=self.kv_caches,
+            )
             hidden = self.model(inputs.token_ids, inputs.positions, meta)
         handle = StepHandle(inputs.sample_states, [], None)
         if inputs.sample_states:
