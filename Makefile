@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv clean
+.PHONY: demo test lint format venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,15 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/mopt generate --prompt "The Python language is" --prompt "def fibonacci(n):" --max-tokens 32 --temperature 0.7 --top-p 0.9 --seed 0
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: $(STAMP) lint
 	# one intra-op thread: tiny test models are slower with OpenMP threads spinning on 2 cores
 	OMP_NUM_THREADS=1 TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:cacheprovider
 

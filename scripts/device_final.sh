@@ -5,7 +5,9 @@
 # after every part, so a run cut short still returns what it measured. One device command may run
 # 10 minutes, so the work comes in parts: `engine` (about 6 minutes), `embed` (about 9: scripts/device/embed_gpu.sh)
 # and `prefix` (about 1).
-#   carry: .whl build/minilm-files        command: bash scripts/device_final.sh engine|embed|prefix
+# Usage, from the repository root on the GPU machine: bash scripts/device_final.sh engine|embed|prefix
+# Needs there: wheels of fastapi/uvicorn/pydantic/optuna in .whl/ when the machine lacks them (they are
+# installed into /tmp/site), and for `embed` MiniLM's config files in build/minilm-files (see embed_gpu.sh).
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 RESULTS=$(mktemp -d)

@@ -1,7 +1,7 @@
 """Files shipped inside the package: the small trained reference model.
 
 ``pydoc-qwen3/`` is a Qwen3-architecture model trained on the Python 3.11 docs (see its
-README.md and docs/refmodel.md). It is the built-in default model for demos and tests.
+README.md and the project README's section "The reference model"). It is the built-in default model for demos and tests.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Embeddings on one GPU (issue 5), most important first, each part under its own time limit:
+# Embeddings on one GPU against sentence-transformers, most important first, each part under its own time limit:
 #   1. benchmarks/fused_ops.py: the compiled element-wise ops, token-dim-only vs all-dynamic compile
 #   2. tests/embed/test_gpu.py
 #   3. benchmarks/embeddings.py, Qwen3-Embedding-0.6B's shape (random bf16), CUDA graphs up to the
@@ -12,8 +12,9 @@
 #
 # Here, once (MiniLM's config/tokenizer files, 0.7 MB; the 90 MB checkpoint does not fit the transfer):
 #   .venv/bin/python benchmarks/embeddings.py --save-minilm-files build/minilm-files
-# On the GPU machine, from the repository root:   carry: .whl build/minilm-files
-#   command: bash scripts/device/embed_gpu.sh                       (about 9 minutes)
+# Then on the GPU machine, from the repository root, with build/minilm-files and (when the machine lacks
+# fastapi/uvicorn/pydantic) their wheels in .whl/ copied along:
+#   bash scripts/device/embed_gpu.sh                       (about 9 minutes)
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 RESULTS=$(mktemp -d)
@@ -55,7 +56,7 @@ if [[ -f "$MINILM_FILES/config.json" ]]; then
       --output "$RESULTS/embeddings_h200_minilm_fp32.json" >> "$RESULTS/embed_gpu.log" 2>&1
   pack "minilm fp32 rc=$?"
 else
-  pack "minilm skipped: $MINILM_FILES/config.json missing (carry build/minilm-files)"
+  pack "minilm skipped: $MINILM_FILES/config.json missing (copy build/minilm-files to the GPU machine)"
 fi
 
 timeout $(( SECONDS < 560 ? 590 - SECONDS : 30 )) "$PYTHON" -m pytest -q -p no:cacheprovider tests/gpu > "$RESULTS/gpu_tests.txt" 2>&1

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Train the reference model (issue 8) on one GPU and put the results under $OUT.
+# Train the built-in reference model (pydoc-qwen3) on one GPU and put the results under $OUT.
 #
-# Run from the repository root on the GPU machine, carrying the pre-tokenized corpus
-# and the tokenizer (built here by scripts/build_corpus.py and scripts/train_tokenizer.py):
+# Run from the repository root on the GPU machine, with the pre-tokenized corpus and the tokenizer
+# (built on any machine by scripts/build_corpus.py and scripts/train_tokenizer.py; about 6 MB
+# together) copied to .data/tokens and .data/tokenizer:
 #
-#   carry: .data/tokens .data/tokenizer          (about 6 MB together)
-#   command: bash scripts/device/train_refmodel.sh
+#   bash scripts/device/train_refmodel.sh
 #
 # Extra arguments go to scripts/train_reference_model.py (e.g. --max-seconds 200).
 # Expected: about 4 to 5 minutes (240 s of training plus start, evaluation and samples).
@@ -21,7 +21,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="${PYTHONPATH:-.}"
 PYTHON="${PYTHON:-python3}"
 
 for path in .data/tokens/train.bin .data/tokens/val.bin .data/tokens/meta.json .data/tokenizer/tokenizer.json; do
-    [[ -f "$path" ]] || { echo "missing $path: carry .data/tokens and .data/tokenizer" >&2; exit 2; }
+    [[ -f "$path" ]] || { echo "missing $path: copy .data/tokens and .data/tokenizer to this machine" >&2; exit 2; }
 done
 work="$(mktemp -d)"
 "$PYTHON" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.cuda.is_available())' | tee "$OUT/train.log"
