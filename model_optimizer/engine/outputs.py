@@ -33,6 +33,8 @@ class RequestMetrics:
     first_token_time: float | None = None
     finished_time: float | None = None
     num_preemptions: int = 0
+    first_scheduled_time: float | None = None
+    """When the first completion first left the waiting queue."""
 
     @property
     def ttft(self) -> float | None:

@@ -71,6 +71,8 @@ class Request:
     stop_reason: int | str | None = None
     first_token_time: float | None = None
     finished_time: float | None = None
+    first_scheduled_time: float | None = None
+    """When the request first left the waiting queue (the end of its queue time)."""
     num_preemptions: int = 0
     block_hashes: list[int] = field(default_factory=list)
     """Chained hashes of this request's full blocks, filled as blocks fill up."""

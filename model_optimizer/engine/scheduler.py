@@ -203,6 +203,7 @@ class Scheduler:
             if request.num_preemptions == 0 and request.num_output_tokens == 0:
                 request.num_cached_tokens = num_computed
             request.status = RequestStatus.RUNNING
+            request.first_scheduled_time = request.first_scheduled_time or time.time()
             self.running.append(request)
             out.num_scheduled_tokens[request.request_id] = num_new
             out.new_requests.append(self._new_data(request))

@@ -24,7 +24,7 @@ from model_optimizer.engine.async_engine import AsyncEngine
 from model_optimizer.sampling_params import SamplingParams
 from model_optimizer.server.config import ServerConfig
 from model_optimizer.server.errors import install_error_handlers
-from model_optimizer.server.metrics import ServerMetrics
+from model_optimizer.server.metrics import HTTPMetricsMiddleware, ServerMetrics
 from model_optimizer.server.middleware import GuardMiddleware
 from model_optimizer.server.routes import chat, completions, embeddings, system
 from model_optimizer.server.state import ServerState
@@ -61,6 +61,7 @@ def create_app(config: ServerConfig, engine_config: EngineConfig | None = None, 
     for module in (system, completions, chat, embeddings):
         app.include_router(module.router)
     app.add_middleware(GuardMiddleware, state=state)
+    app.add_middleware(HTTPMetricsMiddleware, metrics=state.metrics)  # outermost: counts the guard's refusals
     return app
 
 

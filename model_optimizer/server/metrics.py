@@ -2,7 +2,10 @@
 
 Each app has its own CollectorRegistry (tests run several apps in one process). Engine gauges and
 counters are read from the AsyncEngine's stats snapshot at scrape time; latency histograms and the
-finished-request counter are observed by the server as outputs arrive.
+finished-request counter are observed by the server as outputs arrive. Names, types and the
+`model_name` label follow vLLM's v1 logger (tests/server/test_metrics_names.py holds the list);
+vLLM's second label, `engine`, is left out: one server runs one engine. `http_requests_total`
+(handler, method, status) is the counter vLLM's HTTP instrumentation exports, with exact status codes.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -20,6 +24,14 @@ from model_optimizer.engine.outputs import RequestOutput
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0)
 ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0)
+PHASE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25) + E2E_BUCKETS
+"""Queue, prefill, decode and inference time: E2E's buckets plus finer ones for short phases."""
+TOKEN_BUCKETS = tuple(m * 10**e for e in range(7) for m in (1, 2, 5))
+"""Prompt and output lengths: 1, 2, 5, 10 ... 5,000,000 tokens."""
+HANDLERS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/models", "/health",
+                      "/ready", "/version", "/metrics"})
+"""Paths counted under their own handler label; any other path is "other" (no label per random 404 path)."""
 
 
 class _EngineCollector(Collector):
@@ -48,6 +60,8 @@ class _EngineCollector(Collector):
         yield gauge("vllm:num_requests_running", "Sequences running in the engine.", s.num_running)
         yield gauge("vllm:num_requests_waiting", "Sequences waiting to run.", s.num_waiting)
         yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage (1 means full).", s.kv_cache_usage)
+        yield gauge("vllm:gpu_cache_usage_perc", "KV-cache usage (1 means full); vLLM's older name, kept for "
+                    "dashboards that still read it.", s.kv_cache_usage)
         yield gauge("mopt:kv_cache_free_blocks", "Free KV-cache blocks.", s.num_free_blocks)
         yield gauge("mopt:kv_cache_total_blocks", "All KV-cache blocks.", s.num_blocks)
         yield counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries)
@@ -72,6 +86,26 @@ class ServerMetrics:
                              buckets=E2E_BUCKETS, registry=self.registry).labels(model_name)
         self.success = Counter("vllm:request_success", "Finished sequences by finish reason.",
                                ["model_name", "finished_reason"], registry=self.registry)
+
+        def histogram(name: str, doc: str, buckets: tuple) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=self.registry).labels(model_name)
+
+        self.tpot = histogram("vllm:time_per_output_token_seconds", "Mean time per output token after the first, "
+                              "per request.", TPOT_BUCKETS)
+        self.queue_time = histogram("vllm:request_queue_time_seconds", "Time from arrival to first schedule.",
+                                    PHASE_BUCKETS)
+        self.prefill_time = histogram("vllm:request_prefill_time_seconds", "Time from first schedule to first "
+                                      "token.", PHASE_BUCKETS)
+        self.decode_time = histogram("vllm:request_decode_time_seconds", "Time from first token to finish.",
+                                     PHASE_BUCKETS)
+        self.inference_time = histogram("vllm:request_inference_time_seconds", "Time from first schedule to "
+                                        "finish.", PHASE_BUCKETS)
+        self.prompt_len = histogram("vllm:request_prompt_tokens", "Prompt tokens per finished request.",
+                                    TOKEN_BUCKETS)
+        self.output_len = histogram("vllm:request_generation_tokens", "Output tokens per finished request.",
+                                    TOKEN_BUCKETS)
+        self.http_requests = Counter("http_requests", "HTTP requests by handler, method and status code.",
+                                     ["handler", "method", "status"], registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -102,7 +136,51 @@ class RequestTracker:
                     self.metrics.itl.observe(gap)
             self.num_tokens, self.last_time = num_tokens, now
         if output.finished:
-            end = output.metrics.finished_time or now
-            self.metrics.e2e.observe(max(end - output.metrics.arrival_time, 0.0))
-            for completion in output.outputs:
-                self.metrics.success.labels(self.metrics.model_name, completion.finish_reason or "abort").inc()
+            self._finished(output, now)
+
+    def _finished(self, output: RequestOutput, now: float) -> None:
+        m, times = self.metrics, output.metrics
+        end = times.finished_time or now
+        m.e2e.observe(max(end - times.arrival_time, 0.0))
+        for completion in output.outputs:
+            m.success.labels(m.model_name, completion.finish_reason or "abort").inc()
+        m.prompt_len.observe(output.num_prompt_tokens)
+        m.output_len.observe(output.num_output_tokens)
+        first_token, scheduled = times.first_token_time, times.first_scheduled_time
+        if first_token is not None:
+            m.decode_time.observe(max(end - first_token, 0.0))
+            per_completion = output.num_output_tokens / max(len(output.outputs), 1)
+            if per_completion > 1:
+                m.tpot.observe(max(end - first_token, 0.0) / (per_completion - 1))
+        if scheduled is not None:
+            m.queue_time.observe(max(scheduled - times.arrival_time, 0.0))
+            m.inference_time.observe(max(end - scheduled, 0.0))
+            if first_token is not None:
+                m.prefill_time.observe(max(first_token - scheduled, 0.0))
+
+
+class HTTPMetricsMiddleware:
+    """Counts every HTTP response by handler, method and status, outside every other middleware, so the
+    401s, 413s and 431s the guard sends count too."""
+
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # an exception before any response start is a 500 to the client
+
+        async def send_and_record(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_record)
+        finally:
+            handler = scope["path"] if scope["path"] in HANDLERS else "other"
+            self.metrics.http_requests.labels(handler, scope["method"], str(status)).inc()
