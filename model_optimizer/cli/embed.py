@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 from model_optimizer.config import field_docs
@@ -20,7 +21,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Embed every row of a JSONL file. Rows already in the output are skipped, so an "
         "interrupted run continues where it stopped.",
     )
-    parser.add_argument("--model", required=True, help="embedding model folder (sentence-transformers or transformers layout)")
+    parser.add_argument(
+        "--model", required=True, help="embedding model folder (sentence-transformers or transformers layout)"
+    )
     add_dataclass_args(parser, JobConfig)
     add_dataclass_args(parser, EmbedConfig, skip=TRI_STATE)
     docs = field_docs(EmbedConfig)
@@ -32,27 +35,50 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from model_optimizer.embed import Embedder
     from model_optimizer.embed.config import EmbedConfig
-    from model_optimizer.embed.jsonl_job import JobConfig, run_job
+    from model_optimizer.embed.jsonl_job import EmbedJob, JobConfig
 
     job = dataclass_from_args(JobConfig, args)
     if not job.input or not job.output:
         raise ValueError("both --input and --output are required")
     console = Console(stderr=True)
     config = dataclass_from_args(EmbedConfig, args)
-    embedder = Embedder(args.model, **vars(config))
-    columns = (TextColumn("[bold]embed"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console) as progress:
-        task = progress.add_task("embed", total=None)
-
-        def on_start(num_todo: int, num_done: int) -> None:
-            if num_done:
-                console.print(f"resuming: {num_done} rows already in {job.output}")
-            progress.update(task, total=num_todo)
-
-        written = run_job(embedder, job, on_start, lambda n: progress.advance(task, n))
-    console.print(f"wrote {written} rows to {job.output}")
+    work: EmbedJob | None = None
+    try:
+        embedder = Embedder(args.model, **vars(config))
+        work = EmbedJob(
+            embedder, job, on_warning=lambda text: console.print(f"warning: {text}", highlight=False, soft_wrap=True)
+        )
+        num_todo, num_done = work.prepare()
+        if num_done:
+            console.print(f"resuming: {num_done} rows already in {job.output}", highlight=False, soft_wrap=True)
+        columns = (
+            TextColumn("[bold]embed"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+        )
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task("embed", total=num_todo)
+            written = work.run(lambda *_: None, lambda n: progress.advance(task, n))
+    except KeyboardInterrupt:  # every finished row is already in the file: say so, no traceback
+        num_written = work.num_written if work is not None else 0
+        print(
+            f"mopt embed: interrupted; {num_written} new rows are in {job.output}, "
+            "run the same command again to continue after them",
+            file=sys.stderr,
+        )
+        return 130
+    console.print(f"wrote {written} rows to {job.output}", highlight=False, soft_wrap=True)
     return 0

@@ -33,6 +33,9 @@ from model_optimizer.embed.tokenizer_pool import TokenizerPool, default_num_thre
 from model_optimizer.models.model_config import read_config
 from model_optimizer.runner.model_runner import pick_device
 
+OnBatch = Callable[[list[int], torch.Tensor, list[int]], None]
+"""(positions of the batch's inputs in the call, their (n, dimensions) float32 CPU vectors, their token counts)."""
+
 
 @dataclass
 class EmbedOutput:
@@ -53,13 +56,16 @@ class Embedder:
         self.config = EmbedConfig(**config)
         self.model_dir = Path(model_dir).expanduser()
         if not self.model_dir.is_dir():
-            raise FileNotFoundError(f"model folder {self.model_dir} does not exist (models load from local folders only)")
+            raise FileNotFoundError(
+                f"model folder {self.model_dir} does not exist (models load from local folders only)"
+            )
         hf = read_config(self.model_dir)
         spec = read_folder_spec(self.model_dir)
         self.is_encoder = is_encoder(hf)
         self.device = pick_device(self.config.device)
         self.backbone = load_backbone(self.model_dir, hf, self.config.dtype, self.device, self.config.load_format)
-        self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
+        self.tokenizer_dir = Path(self.config.tokenizer).expanduser() if self.config.tokenizer else self.model_dir
+        self.tokenizer = load_tokenizer(self.tokenizer_dir)
         self.tokenizer.model_max_length = 1 << 30  # we check lengths ourselves, with a clearer message
         self.pooling = self._pick_pooling(spec.pooling)
         self.normalize = self.config.normalize if self.config.normalize is not None else spec.normalize is not False
@@ -87,8 +93,11 @@ class Embedder:
         return self.rules.max_seq_length
 
     def embed(
-        self, inputs: EmbedInput | Sequence[EmbedInput], dimensions: int | None = None,
-        truncate_prompt_tokens: int | None = None, instruction: str | None = None,
+        self,
+        inputs: EmbedInput | Sequence[EmbedInput],
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+        instruction: str | None = None,
     ) -> list[list[float]]:
         """One embedding per input (text or token ids), as lists of floats, in input order."""
         return self.encode(inputs, dimensions, truncate_prompt_tokens, instruction).embeddings.tolist()
@@ -98,12 +107,21 @@ class Embedder:
         return await asyncio.to_thread(self.encode, inputs, **kwargs)
 
     def encode(
-        self, inputs: EmbedInput | Sequence[EmbedInput], dimensions: int | None = None,
-        truncate_prompt_tokens: int | None = None, instruction: str | None = None,
+        self,
+        inputs: EmbedInput | Sequence[EmbedInput],
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+        instruction: str | None = None,
         on_progress: Callable[[int], None] | None = None,
+        on_batch: OnBatch | None = None,
     ) -> EmbedOutput:
         """Embeddings as one float32 tensor plus per-input token counts; `on_progress(n)` after each batch of n
-        (on CUDA: once the batch is queued; the GPU may still be running it)."""
+        (on CUDA: once the batch is queued; the GPU may still be running it).
+
+        `on_batch(rows, embeddings, num_tokens)` gets each batch's finished vectors (truncated, normalized,
+        float32 on the CPU) as soon as the batch has run, so a caller can save them before the call ends
+        (`mopt embed` does, so an interruption loses no finished row). On CUDA that is one device -> host
+        copy per batch, which waits for the GPU; without `on_batch` nothing waits until the end."""
         items = as_input_list(inputs)
         self._check_dimensions(dimensions)
         truncate_to = check_truncation(truncate_prompt_tokens, self.max_seq_length)
@@ -123,8 +141,10 @@ class Embedder:
                     lengths[row] = len(ids)
                 for batch in batcher.add(rows, token_ids):
                     self._run_batch(batch, pooled, on_progress)
+                    self._hand_out(batch, pooled, dimensions, on_batch)
             for batch in batcher.flush():
                 self._run_batch(batch, pooled, on_progress)
+                self._hand_out(batch, pooled, dimensions, on_batch)
             embeddings = finish(pooled, self.normalize, dimensions).cpu()
         return EmbedOutput(embeddings, lengths)
 
@@ -139,10 +159,22 @@ class Embedder:
         if on_progress:
             on_progress(len(batch.rows))
 
+    def _hand_out(self, batch: Batch, pooled: torch.Tensor, dimensions: int | None, on_batch: OnBatch | None) -> None:
+        """Pass a finished batch's vectors to `on_batch`, in the batch's row order."""
+        if on_batch is None:
+            return
+        rows = torch.tensor(batch.rows, device=pooled.device)
+        vectors = finish(pooled.index_select(0, rows), self.normalize, dimensions).cpu()
+        on_batch(batch.rows, vectors, [len(ids) for ids in batch.token_ids])
+
     def _graph_runner(self):
         """CUDA graphs for small batches when asked for and possible (flash varlen needs fp16 / bf16)."""
         dtype = next(self.backbone.parameters()).dtype
-        if not self.config.cuda_graph_max_tokens or self.device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
+        if (
+            not self.config.cuda_graph_max_tokens
+            or self.device.type != "cuda"
+            or dtype not in (torch.float16, torch.bfloat16)
+        ):
             return None
         from model_optimizer.embed.cuda_graphs import GraphRunner
 
