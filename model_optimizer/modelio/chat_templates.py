@@ -1,0 +1,33 @@
+"""The chat templates we ship (assets/chat_templates/*.jinja) and which model family uses which."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+FAMILY_TEMPLATES = {"llama": "llama3", "qwen2": "chatml", "qwen3": "chatml", "mistral": "mistral"}
+"""config.json model_type -> the template its instruct models use."""
+
+
+def shipped_templates() -> list[str]:
+    folder = resources.files("model_optimizer.assets").joinpath("chat_templates")
+    return sorted(p.name.removesuffix(".jinja") for p in folder.iterdir() if p.name.endswith(".jinja"))
+
+
+def family_template(config: dict) -> str | None:
+    """The shipped template for this config's model family, or None when we ship none."""
+    return FAMILY_TEMPLATES.get(str(config.get("model_type", "")).lower())
+
+
+def load_template(name_or_file: str) -> str:
+    """A shipped template by name (chatml, llama3, mistral) or the text of a .jinja file."""
+    if name_or_file in shipped_templates():
+        folder = resources.files("model_optimizer.assets").joinpath("chat_templates")
+        return folder.joinpath(f"{name_or_file}.jinja").read_text(encoding="utf-8")
+    path = Path(name_or_file).expanduser()
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            raise ValueError(f"chat template file {path} is empty")
+        return text
+    raise ValueError(f"--chat-template {name_or_file!r} is neither a shipped template ({', '.join(shipped_templates())}) nor a file")

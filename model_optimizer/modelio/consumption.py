@@ -1,0 +1,90 @@
+"""Which checkpoint keys the engine's model will consume, which it lacks, which have the wrong shape.
+
+The model is built from config.json by the engine's own registry, on torch's meta device (no
+memory, no weights), and each header key goes through the engine loader's renaming, fused-shard
+mapping and the parameter's own `weight_loader` with a meta tensor of the header's shape. So
+what inspect predicts is what `load_weights` will do, without reading a byte of tensor data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LoadCheck:
+    """The engine loader's verdict on a set of (name, shape) pairs."""
+
+    architecture: str | None = None
+    model_class: str | None = None
+    error: str | None = None
+    """Why the model cannot be built at all (unsupported architecture, rope type, config key)."""
+    consumed: int = 0
+    unexpected: list[str] = field(default_factory=list)
+    """Checkpoint keys the model has no parameter for: the loader fails on the first."""
+    missing: list[str] = field(default_factory=list)
+    """Parameters (or shards of fused ones, as `name[q]`) no key fills: the loader fails on them."""
+    misshapen: list[str] = field(default_factory=list)
+    """'key: reason' for keys whose shape the parameter's weight_loader rejects."""
+    skipped: list[str] = field(default_factory=list)
+    """Keys the loader skips on purpose (rotary caches, a tied lm_head)."""
+
+    @property
+    def loads(self) -> bool:
+        return self.error is None and not (self.unexpected or self.missing or self.misshapen)
+
+
+def build_meta_model(config: dict):
+    """The engine's model class for this config.json, with parameters on the meta device."""
+    import torch
+
+    from model_optimizer.models.loader import build_model
+    from model_optimizer.models.model_config import DecoderArgs
+    from model_optimizer.models.registry import resolve_model_class
+
+    args = DecoderArgs.from_dict(config)
+    model_cls = resolve_model_class(args.architecture)
+    return build_model(lambda: model_cls(args), torch.bfloat16, torch.device("meta"))
+
+
+def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) -> LoadCheck:
+    """Run the loader's rules over (name, shape) pairs, collecting every problem instead of the first."""
+    import torch
+
+    from model_optimizer.layers.linear import default_weight_loader
+    from model_optimizer.models.loader import SKIPPED_SUFFIXES, _expected_shards, _target_name
+
+    archs = config.get("architectures") or []
+    check = LoadCheck(architecture=archs[0] if archs else None)
+    try:
+        model = build_meta_model(config)
+    except (ValueError, KeyError, TypeError) as exc:
+        check.error = f"missing config key {exc}" if isinstance(exc, KeyError) else str(exc)
+        return check
+    check.model_class = type(model).__name__
+    params = dict(model.named_parameters(remove_duplicate=False))
+    stacked = getattr(model, "stacked_params", {})
+    tied = bool(getattr(model.args, "tie_word_embeddings", False))
+    loaded: set[tuple[str, str | None]] = set()
+    for name, shape in tensors:
+        if name.endswith(SKIPPED_SUFFIXES) or (tied and name == "lm_head.weight"):
+            check.skipped.append(name)
+            continue
+        target, shard = _target_name(name, stacked)
+        param = params.get(target)
+        if param is None:
+            check.unexpected.append(name)
+            continue
+        loader = getattr(param, "weight_loader", default_weight_loader)
+        probe = torch.empty(shape, dtype=param.dtype, device="meta")
+        try:
+            loader(param, probe, shard) if shard else loader(param, probe)
+        except (ValueError, RuntimeError) as exc:
+            check.misshapen.append(f"{name}: {exc}")
+            continue
+        loaded.add((target, shard))
+        check.consumed += 1
+    expected = _expected_shards(params, stacked)
+    check.missing = sorted(f"{p}[{s}]" if s else p for p, s in expected - loaded if not (tied and p == "lm_head.weight"))
+    return check

@@ -1,0 +1,96 @@
+"""Render an inspect report for people: a census table, the findings with their fixes, the memory plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+STYLE = {"ok": ("[green]ok[/]", "green"), "warn": ("[yellow]warn[/]", "yellow"), "error": ("[bold red]error[/]", "red")}
+GIB = 1 << 30
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def print_report(console: Console, doc: dict[str, Any]) -> None:
+    m, census = doc["model"], doc["census"]
+    total = census["total"]
+    console.print(f"[bold]mopt inspect[/] {doc['folder']} - {m['architecture']} ({m['model_type']}), {m['num_layers']} layers, "
+                  f"hidden {m['hidden_size']}, {total['params'] / 1e9:.3f} B params, {human_bytes(total['bytes'])} in "
+                  f"{census['num_files']} file(s)", highlight=False)
+    _print_census(console, census)
+    _print_findings(console, doc["findings"])
+    if doc.get("memory_plan"):
+        print_memory_plan(console, doc["memory_plan"])
+    verdict = "[bold red]Errors: the engine would fail or misbehave on this checkpoint.[/]" if doc["exit_code"] else (
+        "[yellow]Loads, with warnings.[/]" if doc["status"] == "warn" else "[green]All checks passed.[/]")
+    console.print(f"{verdict} (exit code {doc['exit_code']})")
+
+
+def _print_census(console: Console, census: dict[str, Any]) -> None:
+    dtypes = list(census["by_dtype"])
+    table = Table(title="parameters by module kind and dtype", title_justify="left")
+    table.add_column("kind")
+    for d in dtypes:
+        table.add_column(d, justify="right")
+    table.add_column("bytes", justify="right")
+    for kind, tally in census["by_kind"].items():
+        per = census["dtypes_by_kind"].get(kind, {})
+        table.add_row(kind, *[f"{per.get(d, 0):,}" if per.get(d) else "" for d in dtypes], human_bytes(tally["bytes"]))
+    table.add_row("[bold]total[/]", *[f"{census['by_dtype'][d]['params']:,}" for d in dtypes], human_bytes(census["total"]["bytes"]))
+    console.print(table)
+    notes = [f"tied embeddings: {'yes' if census['tied_embeddings'] else 'no'}"]
+    if census["tied_embeddings"] and census["lm_head_in_checkpoint"]:
+        notes.append("an lm_head tensor is present but ignored (tied)")
+    if census["quantization_config"]:
+        notes.append(f"quantization_config: {census['quantization_config']}")
+    console.print("; ".join(notes), highlight=False)
+
+
+def _print_findings(console: Console, findings: list[dict[str, Any]]) -> None:
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("finding")
+    table.add_column("id", style="dim", no_wrap=True)
+    for f in findings:
+        table.add_row(STYLE[f["severity"]][0], f["title"], f["id"])
+    console.print(table)
+    for f in findings:
+        if f["severity"] == "ok":
+            continue
+        console.print(f"\n[{STYLE[f['severity']][1]}]■[/] [bold]{f['title']}[/]", highlight=False)
+        if f.get("why"):
+            console.print(f"  why: {f['why']}", highlight=False)
+        for line in f.get("fix", {}).get("any", []):
+            prompt = "[cyan]$[/]" if line.startswith("mopt ") else "-"
+            console.print(f"  {prompt} {line}", highlight=False, soft_wrap=True)
+
+
+def print_memory_plan(console: Console, plan: dict[str, Any]) -> None:
+    table = Table(title="weights by format", title_justify="left")
+    table.add_column("format")
+    table.add_column("weight bytes", justify="right")
+    for fmt, size in plan["weight_bytes_by_format"].items():
+        table.add_row(fmt, human_bytes(size))
+    console.print(table)
+    kv = ", ".join(f"{k}: {human_bytes(v)}" for k, v in plan["kv_bytes_per_token"].items())
+    console.print(f"KV cache per token: {kv}", highlight=False)
+    if plan.get("gpu"):
+        gpu = plan["gpu"]
+        table = Table(title=f"fits on {gpu['name']} ({human_bytes(gpu['total_bytes'])}, {gpu['source']}) at gpu_memory_utilization "
+                            f"{plan['gpu_memory_utilization']}", title_justify="left")
+        for col in ("weights", "kv_cache_dtype", "activation peak", "KV budget", "KV blocks", "tokens", f"sequences of {plan['seq_len']}"):
+            table.add_column(col, justify="right")
+        for row in plan["fits"]:
+            table.add_row(row["weight_format"], row["kv_cache_dtype"], human_bytes(row["activation_bytes"]),
+                          human_bytes(max(row["kv_budget_bytes"], 0)), f"{row['num_kv_blocks']:,}", f"{row['num_tokens']:,}",
+                          f"{row['num_sequences']:,}" + (" (max_num_seqs caps)" if row["capped_by_max_num_seqs"] else ""))
+        console.print(table)
+        for note in plan.get("notes", []):
+            console.print(f"[dim]- {note}[/]", highlight=False)
