@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, Literal, TypeVar
 
 from model_optimizer.config import field_choices, field_docs
 
@@ -31,11 +32,70 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[s
         group.add_argument(flag, dest=f.name, type=_scalar_type(hint), choices=choices, default=None, help=help_text)
 
 
+def add_config_file_arg(parser: argparse.ArgumentParser, *classes: type) -> None:
+    """Add `--config FILE`: a YAML or JSON mapping of `classes`' field names (the flags' names with
+    underscores) to values. Flags given on the command line override the file."""
+    names = ", ".join(c.__name__ for c in classes)
+    parser.add_argument("--config", dest="config_file", metavar="FILE", default=None,
+                        help=f"YAML or JSON file of settings ({names} fields, e.g. max_num_seqs: 128); "
+                        "flags on the command line override it")
+    parser.set_defaults(config_classes=classes)
+
+
+def read_config_file(path: str | Path, classes: tuple[type, ...]) -> dict[str, Any]:
+    """The settings in a YAML or JSON file, each checked against the field of `classes` it names:
+    an unknown key or a value of the wrong type is a ValueError naming it."""
+    import yaml
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"config file {file} does not exist")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config file {file} is not valid YAML or JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {file} must hold a mapping of setting names to values, got {type(data).__name__}")
+    hints = {name: hint for cls in classes for name, hint in typing.get_type_hints(cls).items()
+             if name in {f.name for f in dataclasses.fields(cls)}}
+    values = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in hints:
+            raise ValueError(f"config file {file}: unknown setting {key!r}; allowed: {', '.join(sorted(hints))}")
+        values[name] = _checked(file, name, hints[name], value)
+    return values
+
+
 def dataclass_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any) -> T:
-    """Build `cls` from parsed flags: only flags the user gave override the dataclass defaults."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if getattr(args, f.name, None) is not None}
+    """Build `cls` from parsed flags: the --config file's settings (when the parser has one), then the
+    flags the user gave, then `overrides`, each over the dataclass defaults."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    if getattr(args, "config_file", None):
+        file_values = read_config_file(args.config_file, getattr(args, "config_classes", (cls,)))
+        values.update({k: v for k, v in file_values.items() if k in names})
+    values.update({name: getattr(args, name) for name in names if getattr(args, name, None) is not None})
     values.update(overrides)
     return cls(**values)
+
+
+def _checked(file: Path, name: str, hint: Any, value: Any) -> Any:
+    """`value` if it fits the field's type (an int where a float is expected becomes a float)."""
+    allowed = typing.get_args(hint) if typing.get_args(hint) else (hint,)
+    if value is None:
+        if type(None) in allowed:
+            return None
+        raise ValueError(f"config file {file}: {name} may not be empty")
+    kind = _scalar_type(hint)
+    if typing.get_origin(hint) is Literal or str in allowed:
+        kind = str
+    ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not ok:
+        raise ValueError(f"config file {file}: {name} must be a {kind.__name__}, got {value!r}")
+    return value
 
 
 def _scalar_type(hint: Any) -> type:

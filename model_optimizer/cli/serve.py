@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
+from model_optimizer.cli.args import add_config_file_arg, add_dataclass_args, dataclass_from_args
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -14,9 +14,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "serve",
         help="serve a model over an OpenAI-compatible HTTP API",
-        description="Serve a model (the built-in default when --model is not given) over an OpenAI-compatible "
-        "API: /v1/completions, /v1/chat/completions, /v1/models, /health, /ready, /version, /metrics.",
+        description="Serve a model (the built-in default when none is given) over an OpenAI-compatible "
+        "API: /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models, /tokenize, /detokenize, "
+        "/health, /ready, /version, /metrics. As with `vllm serve`, the model folder may come first: "
+        "`mopt serve ./model`.",
     )
+    parser.add_argument("model_tag", nargs="?", metavar="MODEL", default=None,
+                        help="model folder (the same as --model)")
+    add_config_file_arg(parser, EngineConfig, ServerConfig)
     add_dataclass_args(parser, EngineConfig)
     add_dataclass_args(parser, ServerConfig)
     return parser
@@ -29,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from model_optimizer.server.config import API_KEY_ENV, ServerConfig
     from model_optimizer.server.launcher import serve
 
+    if args.model_tag is not None:
+        if args.model is not None and args.model != args.model_tag:
+            raise ValueError(f"two models given: {args.model_tag} (positional) and --model {args.model}; give one")
+        args.model = args.model_tag
     engine_config = dataclass_from_args(EngineConfig, args)
     server_config = dataclass_from_args(ServerConfig, args)
     if server_config.api_key is None and os.environ.get(API_KEY_ENV):

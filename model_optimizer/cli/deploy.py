@@ -1,0 +1,44 @@
+"""`mopt deploy`: Docker, Compose (Prometheus, Grafana) or Kubernetes files for the settings `mopt serve` reads."""
+
+from __future__ import annotations
+
+import argparse
+
+from model_optimizer.cli.args import add_config_file_arg, add_dataclass_args, dataclass_from_args
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    from model_optimizer.config import EngineConfig
+    from model_optimizer.deploy.config import DeployConfig
+    from model_optimizer.server.config import ServerConfig
+
+    parser = subparsers.add_parser(
+        "deploy",
+        help="write Dockerfile, Compose or Kubernetes files that serve a model with given settings",
+        description="Render deployment files from the settings `mopt serve` reads (--config FILE and/or serve flags): "
+        "a Dockerfile (CUDA base for the host driver, non-root, model mounted read-only, health check), "
+        "docker-compose.yml with Prometheus, Grafana and a GPU exporter, or Kubernetes manifests. "
+        "--engine vllm runs `vllm serve` with the settings translated.",
+    )
+    add_config_file_arg(parser, EngineConfig, ServerConfig)
+    add_dataclass_args(parser, DeployConfig)
+    add_dataclass_args(parser, EngineConfig)
+    add_dataclass_args(parser, ServerConfig)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from model_optimizer.config import EngineConfig
+    from model_optimizer.deploy.config import DeployConfig
+    from model_optimizer.deploy.render import render, write
+    from model_optimizer.deploy.settings import ServeSettings
+    from model_optimizer.server.config import ServerConfig
+
+    deploy = dataclass_from_args(DeployConfig, args)
+    settings = ServeSettings(dataclass_from_args(EngineConfig, args), dataclass_from_args(ServerConfig, args))
+    files = render(settings, deploy)
+    written = write(files, deploy.output, with_source=deploy.engine == "mopt")
+    print(f"wrote {len(written)} files for {deploy.target} ({deploy.engine}) under {deploy.output}:")
+    for path in written:
+        print(f"  {path}")
+    return 0

@@ -1,0 +1,88 @@
+"""Our serve settings as `vllm serve` flags, and the ones vLLM has no equivalent for.
+
+One table, setting name -> vLLM flag (or the reason it does not translate), so a tuned configuration
+can run on vLLM unchanged where vLLM can express it. Only settings that differ from our defaults are
+translated: vLLM's own defaults apply to the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from model_optimizer.deploy.settings import ServeSettings, non_defaults
+
+TRANSLATED = {
+    "tokenizer": "--tokenizer",
+    "dtype": "--dtype",
+    "load_format": "--load-format",
+    "max_model_len": "--max-model-len",
+    "block_size": "--block-size",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "enable_chunked_prefill": "--enable-chunked-prefill",
+    "enable_prefix_caching": "--enable-prefix-caching",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "num_kv_blocks": "--num-gpu-blocks-override",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "enforce_eager": "--enforce-eager",
+    "async_scheduling": "--async-scheduling",
+    "scheduling_policy": "--scheduling-policy",
+    "seed": "--seed",
+    "host": "--host",
+    "port": "--port",
+    "served_model_name": "--served-model-name",
+    "chat_template": "--chat-template",
+    "max_logprobs": "--max-logprobs",
+    "log_level": "--uvicorn-log-level",
+}
+"""Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
+
+ENV_ONLY = {"api_key": "VLLM_API_KEY"}
+"""Settings vLLM reads from the environment: the container gets them from the same secret as ours."""
+
+ONLY_TRUE = {"enforce_eager", "async_scheduling"}
+"""vLLM flags that can only switch a feature on: our False is vLLM's default and needs no flag."""
+
+UNTRANSLATED = {
+    "device": "vLLM picks its platform itself",
+    "kv_cache_memory": "CPU-only setting of ours",
+    "max_queued_requests": "vLLM queues without a limit (no 503 when full)",
+    "metrics_auth": "vLLM never puts /metrics behind the API key",
+    "shutdown_timeout": "vLLM has no drain timeout flag; the container's stop grace period still applies",
+    "max_n": "no per-request cap on n in vLLM",
+    "max_stop_strings": "no cap on stop strings in vLLM",
+    "max_stop_string_length": "no cap on stop-string length in vLLM",
+    "max_prompts": "no cap on prompts per request in vLLM",
+    "max_embedding_inputs": "no cap on embedding inputs per request in vLLM",
+    "max_tokens_limit": "no server-side max_tokens cap in vLLM",
+    "max_body_bytes": "no request-body limit in vLLM",
+    "max_header_bytes": "no header-size limit in vLLM",
+}
+"""Settings vLLM cannot express, with why; listed in the README written beside the files."""
+
+
+@dataclass
+class VllmCommand:
+    argv: list[str]
+    untranslated: dict[str, tuple[object, str]]
+    """Setting -> (our value, why vLLM has no equivalent), for settings that differ from our defaults."""
+
+
+def vllm_command(settings: ServeSettings) -> VllmCommand:
+    """`vllm serve /model ...` for `settings` as they run in the container."""
+    inside = settings.in_container()
+    values = {**non_defaults(inside.engine), **non_defaults(inside.server)}
+    model = values.pop("model")
+    argv = ["vllm", "serve", model]
+    untranslated: dict[str, tuple[object, str]] = {}
+    for name, value in values.items():
+        if name in UNTRANSLATED:
+            untranslated[name] = (value, UNTRANSLATED[name])
+            continue
+        flag = TRANSLATED[name]
+        if isinstance(value, bool):
+            if value or name not in ONLY_TRUE:
+                argv.append(flag if value else "--no-" + flag[2:])
+        elif value is not None:
+            argv += [flag, str(value)]
+    return VllmCommand(argv, untranslated)
