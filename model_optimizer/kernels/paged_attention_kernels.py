@@ -41,6 +41,20 @@ def _find_sequence(tile, qsl_ptr, num_seqs, BLOCK_Q: tl.constexpr):
     return lo - 1
 
 
+@triton.jit
+def _drop_nonfinite_values(v, s, visible):
+    """Zero NaN/inf values of a (TILE_N, D) tile and give NaN scores to the rows that see them.
+
+    A masked score becomes a weight of exactly 0, but in p @ v, 0 * NaN is NaN: a poisoned later
+    token of a prompt chunk would reach every earlier row of the tile (and through the prefix cache
+    a later clean request). Rows that do see a non-finite value still end up NaN, as in the reference.
+    """
+    v_ok = tl.abs(v.to(tl.float32)) < float("inf")  # False for NaN too
+    key_bad = tl.max(tl.where(v_ok, 0, 1), axis=1)  # (TILE_N,)
+    s = tl.where(visible & (key_bad[None, :] > 0), float("nan"), s)
+    return tl.where(v_ok, v, tl.zeros_like(v)), s
+
+
 # num_seqs and the block-table width change every step: specialising on them (== 1, % 16)
 # recompiled the kernel mid-run, about a second each time (measured on the H200)
 @triton.jit(do_not_specialize=["sliding_window", "num_seqs", "stride_bt"])
@@ -120,12 +134,17 @@ def _paged_attention_kernel(
         if USE_WINDOW:
             visible = visible & (pos[None, :] > q_pos[:, None] - sliding_window)
         s = tl.where(visible, s, float("-inf"))
+        if BLOCK_Q > 1:  # rows of several tokens load keys that lie past some rows' positions
+            v = tl.load(cache_ptr + stride_plane + slot_off[:, None] + dims[None, :],
+                        mask=pos_ok[:, None] & dim_ok[None, :], other=0.0)  # (TILE_N, D)
+            v, s = _drop_nonfinite_values(v.to(DOT_DTYPE), s, visible)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         p = tl.exp2(s - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(cache_ptr + stride_plane + slot_off[:, None] + dims[None, :],
-                    mask=pos_ok[:, None] & dim_ok[None, :], other=0.0)  # (TILE_N, D)
+        if BLOCK_Q == 1:  # one token per tile: every key loaded is visible to all its rows
+            v = tl.load(cache_ptr + stride_plane + slot_off[:, None] + dims[None, :],
+                        mask=pos_ok[:, None] & dim_ok[None, :], other=0.0)  # (TILE_N, D)
         acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v.to(DOT_DTYPE))
         m_i = m_new
     if HAS_SCALES:

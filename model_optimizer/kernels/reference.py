@@ -99,5 +99,22 @@ def paged_attention_ref(
             visible &= k_pos > q_pos - sliding_window
         scores.masked_fill_(~visible, float("-inf"))
         probs = scores.softmax(dim=-1)
-        out[starts[i] : starts[i + 1]] = torch.einsum("hqk,khd->qhd", probs, v).to(query.dtype)
+        out[starts[i] : starts[i + 1]] = _weighted_values(probs, v, visible).to(query.dtype)
     return out
+
+
+def _weighted_values(probs: torch.Tensor, v: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """probs (heads, q_len, seq_len) @ v (seq_len, heads, head_dim) -> (q_len, heads, head_dim), where a
+    key a query cannot see cannot change its result.
+
+    A masked weight is an exact 0, but 0 * NaN is NaN: one NaN or inf value of a later token (a
+    poisoned prompt chunk) would reach every earlier query of the chunk, and through the prefix
+    cache a later clean request. So non-finite values are selected away (zeroed), and only the
+    queries that do see one get NaN back.
+    """
+    finite = torch.isfinite(v)  # (seq_len, heads, head_dim)
+    if bool(finite.all()):
+        return torch.einsum("hqk,khd->qhd", probs, v)
+    sees_bad = torch.einsum("qk,khd->qhd", visible.float(), (~finite).float()) > 0
+    out = torch.einsum("hqk,khd->qhd", probs, v.masked_fill(~finite, 0.0))
+    return out.masked_fill(sees_bad, float("nan"))

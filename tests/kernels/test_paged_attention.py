@@ -161,3 +161,29 @@ def test_decode_batch_with_idle_sequence_in_the_middle(max_query_len):
     assert batch.query.shape[0] == 2
     out, ref = _run(batch, max_query_len=max_query_len or batch.query.shape[0])
     assert relative_error(out, ref) < TOLERANCE[torch.float32]
+
+
+def _poison_position(batch, seq: int, position: int, plane: int = 1) -> None:
+    """Put NaN and inf into the cached values (plane 1) or keys (plane 0) of one token."""
+    block_size = batch.kv_cache.shape[2]
+    block = int(batch.block_tables[seq, position // block_size])
+    batch.kv_cache[plane, block, position % block_size, :, 0] = float("nan")
+    batch.kv_cache[plane, block, position % block_size, :, 1] = float("inf")
+
+
+@pytest.mark.parametrize("plane", [0, 1], ids=["keys", "values"])
+@pytest.mark.parametrize("path", ["reference", "triton"])
+def test_nan_at_a_later_position_never_reaches_earlier_queries(path, plane):
+    """A NaN/inf key or value of token p is masked for the queries before p: a masked weight is selected
+    away, not multiplied by zero (0 * NaN is NaN). Earlier tokens keep exactly their clean result."""
+    batch = make_paged_batch([(5, 30), (0, 12)], 4, 2, 32, 16, torch.float32, seed=11)
+    clean, ref = _run(batch)
+    poison_at = 5 + 20  # sequence 0: new tokens 0..19 come before it
+    _poison_position(batch, 0, poison_at, plane)
+    out, poisoned_ref = _run(batch)
+    got = poisoned_ref if path == "reference" else out
+    expected = ref if path == "reference" else clean
+    assert torch.isfinite(got[:20]).all()
+    assert relative_error(got[:20], expected[:20]) < TOLERANCE[torch.float32]
+    assert relative_error(got[30:], expected[30:]) < TOLERANCE[torch.float32]  # the other sequence
+    assert not torch.isfinite(got[20:30].flatten(1)).all(dim=1).any()  # tokens that see it are not clean
