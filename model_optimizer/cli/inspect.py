@@ -3,8 +3,11 @@
     mopt inspect ./my-checkpoint                     # census, findings with fixes (rich tables)
     mopt inspect ./my-checkpoint --json              # the same as one JSON document
     mopt inspect ./my-checkpoint --max-model-len 32768
+    mopt inspect ./my-checkpoint --fix ./clean --dtype bfloat16 --chat-template chatml
 
 Only config files, tokenizer files and the safetensors headers are read, never the tensor data.
+--fix writes a cleaned copy (the input is never touched) and inspects it; the exit code is then
+the cleaned folder's.
 Exit codes: 0 loads (perhaps with warnings), 1 an error-severity finding, 2 bad arguments."""
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("folder", help="checkpoint folder (config.json, *.safetensors, tokenizer files)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     parser.add_argument("--max-model-len", type=int, default=None, help="the context you mean to serve, checked against the model")
+    fix = parser.add_argument_group("--fix: write a cleaned copy")
+    fix.add_argument("--fix", metavar="OUT", help="write a cleaned checkpoint to the new folder OUT, then inspect it")
+    fix.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None,
+                     help="one dtype for every floating tensor (default: the dtype most linear weights have)")
+    fix.add_argument("--chat-template", metavar="NAME|FILE", default=None,
+                     help="add a chat template: chatml (Qwen2/3), llama3, mistral, or a .jinja file")
     return parser
 
 
@@ -34,8 +43,36 @@ def run(args: argparse.Namespace) -> int:
     with Console(stderr=True).status("reading headers and checking keys against the engine's loader..."):
         report = inspect_checkpoint(args.folder, max_model_len=args.max_model_len)
     doc = report.to_dict()
+    if args.fix is None:
+        if args.dtype or args.chat_template:
+            raise ValueError("--dtype and --chat-template choose what --fix writes; add --fix OUT")
+        print(json.dumps(doc, indent=1)) if args.json else print_report(Console(), doc)
+        return report.exit_code
+    return _fix(args, doc)
+
+
+def _fix(args: argparse.Namespace, before: dict[str, Any]) -> int:
+    from dataclasses import asdict
+
+    from rich.console import Console
+
+    from model_optimizer.modelio.fix import FixOptions, fix_checkpoint
+    from model_optimizer.modelio.inspector import inspect_checkpoint
+    from model_optimizer.modelio.report import print_report
+
+    console = Console()
+    with Console(stderr=True).status(f"writing the cleaned checkpoint to {args.fix}..."):
+        result = fix_checkpoint(args.folder, args.fix, FixOptions(dtype=args.dtype, chat_template=args.chat_template))
+    after = inspect_checkpoint(result.out, max_model_len=args.max_model_len)
+    fixed = {k: str(v) if k == "out" else v for k, v in asdict(result).items()}
     if args.json:
-        print(json.dumps(doc, indent=1))
-    else:
-        print_report(Console(), doc)
-    return report.exit_code
+        print(json.dumps({"input": before, "fix": fixed, "output": after.to_dict()}, indent=1))
+        return after.exit_code
+    print_report(console, before)
+    console.print(f"\n[bold]wrote {result.out}[/]: {result.num_tensors} tensors in {result.dtype}, dropped {len(result.dropped)}, "
+                  f"merged LoRA into {len(result.merged_lora)}", highlight=False)
+    for note in result.notes:
+        console.print(f"  - {note}", highlight=False)
+    console.print("\n[bold]the cleaned checkpoint:[/]")
+    print_report(console, after.to_dict())
+    return after.exit_code
