@@ -87,6 +87,10 @@ def _checked(file: Path, name: str, hint: Any, value: Any) -> Any:
         if type(None) in allowed:
             return None
         raise ValueError(f"config file {file}: {name} may not be empty")
+    if any(typing.get_origin(a) is list for a in allowed):
+        if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            return value
+        raise ValueError(f"config file {file}: {name} must be a list of strings, got {value!r}")
     kind = _scalar_type(hint)
     if typing.get_origin(hint) is Literal or str in allowed:
         kind = str

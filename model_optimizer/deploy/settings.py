@@ -69,6 +69,8 @@ def flags(values: dict) -> list[str]:
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
             argv.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, list):
+            argv += [flag, ",".join(map(str, value))]  # the flags' comma-separated form
         elif value is not None:
             argv += [flag, str(value)]
     return argv

@@ -7,6 +7,7 @@ translated: vLLM's own defaults apply to the rest.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from model_optimizer.deploy.settings import ServeSettings, non_defaults
@@ -34,6 +35,7 @@ TRANSLATED = {
     "chat_template": "--chat-template",
     "max_logprobs": "--max-logprobs",
     "log_level": "--uvicorn-log-level",
+    "allowed_origins": "--allowed-origins",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
 
@@ -57,6 +59,7 @@ UNTRANSLATED = {
     "max_tokens_limit": "no server-side max_tokens cap in vLLM",
     "max_body_bytes": "no request-body limit in vLLM",
     "max_header_bytes": "no header-size limit in vLLM",
+    "log_interval": "vLLM logs its stats line at a fixed interval",
 }
 """Settings vLLM cannot express, with why; listed in the README written beside the files."""
 
@@ -76,11 +79,13 @@ def vllm_command(settings: ServeSettings) -> VllmCommand:
     argv = ["vllm", "serve", model]
     untranslated: dict[str, tuple[object, str]] = {}
     for name, value in values.items():
-        if name in UNTRANSLATED:
-            untranslated[name] = (value, UNTRANSLATED[name])
+        if name not in TRANSLATED:
+            untranslated[name] = (value, UNTRANSLATED.get(name, "no vLLM equivalent known"))
             continue
         flag = TRANSLATED[name]
-        if isinstance(value, bool):
+        if name == "allowed_origins":
+            argv += [flag, json.dumps(value)]  # vLLM parses this flag as a JSON list
+        elif isinstance(value, bool):
             if value or name not in ONLY_TRUE:
                 argv.append(flag if value else "--no-" + flag[2:])
         elif value is not None:
