@@ -56,9 +56,17 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        _require(
+            isinstance(self.stop, (list, tuple)),
+            f"stop must be a string or a list of non-empty strings, got {self.stop!r}",
+        )
+        _require(
+            isinstance(self.stop_token_ids, (list, tuple)),
+            f"stop_token_ids must be a list of non-negative integers, got {self.stop_token_ids!r}",
+        )
         self.stop = list(self.stop)
         self.stop_token_ids = list(self.stop_token_ids)
-        if self.top_k == -1:
+        if _is_int(self.top_k) and self.top_k == -1:
             self.top_k = 0
         self._validate()
 
@@ -75,35 +83,63 @@ class SamplingParams:
         return replace(self, **changes)
 
     def _validate(self) -> None:
-        _require(isinstance(self.n, int) and self.n >= 1, f"n must be an integer >= 1, got {self.n!r}")
-        _require(0.0 <= self.temperature <= 100.0, f"temperature must be in [0, 100], got {self.temperature}")
-        _require(0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}")
-        _require(isinstance(self.top_k, int) and self.top_k >= 0, f"top_k must be -1, 0 or a positive integer, got {self.top_k!r}")
-        _require(0.0 <= self.min_p <= 1.0, f"min_p must be in [0, 1], got {self.min_p}")
-        _require(0.0 < self.repetition_penalty <= 10.0, f"repetition_penalty must be in (0, 10], got {self.repetition_penalty}")
-        _require(-2.0 <= self.presence_penalty <= 2.0, f"presence_penalty must be in [-2, 2], got {self.presence_penalty}")
-        _require(-2.0 <= self.frequency_penalty <= 2.0, f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}")
-        _require(self.seed is None or isinstance(self.seed, int), f"seed must be an integer or None, got {self.seed!r}")
+        # type checks come first and in the same condition as the range, so that a wrong type
+        # (a JSON "hot" or true) is a ValueError with the allowed range, never a TypeError
+        _require(_is_int(self.n) and self.n >= 1, f"n must be an integer >= 1, got {self.n!r}")
+        _require(_in(self.temperature, 0.0, 100.0), f"temperature must be in [0, 100], got {self.temperature!r}")
+        _require(_in(self.top_p, 0.0, 1.0) and self.top_p > 0, f"top_p must be in (0, 1], got {self.top_p!r}")
         _require(
-            self.max_tokens is None or (isinstance(self.max_tokens, int) and self.max_tokens >= 1),
+            _is_int(self.top_k) and self.top_k >= 0, f"top_k must be -1, 0 or a positive integer, got {self.top_k!r}"
+        )
+        _require(_in(self.min_p, 0.0, 1.0), f"min_p must be in [0, 1], got {self.min_p!r}")
+        _require(
+            _in(self.repetition_penalty, 0.0, 10.0) and self.repetition_penalty > 0,
+            f"repetition_penalty must be in (0, 10], got {self.repetition_penalty!r}",
+        )
+        _require(
+            _in(self.presence_penalty, -2.0, 2.0), f"presence_penalty must be in [-2, 2], got {self.presence_penalty!r}"
+        )
+        _require(
+            _in(self.frequency_penalty, -2.0, 2.0),
+            f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty!r}",
+        )
+        _require(self.seed is None or _is_int(self.seed), f"seed must be an integer or None, got {self.seed!r}")
+        _require(
+            self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1),
             f"max_tokens must be an integer >= 1 or None, got {self.max_tokens!r}",
         )
-        _require(isinstance(self.min_tokens, int) and self.min_tokens >= 0, f"min_tokens must be an integer >= 0, got {self.min_tokens!r}")
+        _require(
+            _is_int(self.min_tokens) and self.min_tokens >= 0,
+            f"min_tokens must be an integer >= 0, got {self.min_tokens!r}",
+        )
+        for name in ("include_stop_str_in_output", "ignore_eos", "skip_special_tokens", "detokenize"):
+            _require(
+                isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}"
+            )
         _require(
             self.max_tokens is None or self.min_tokens <= self.max_tokens,
             f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})",
         )
         _require(all(isinstance(s, str) and s for s in self.stop), "stop must be a list of non-empty strings")
         _require(
-            all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
+            all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
             "stop_token_ids must be a list of non-negative integers",
         )
         _require(
-            self.logprobs is None or (isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_LOGPROBS),
+            self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS),
             f"logprobs must be an integer in [0, {MAX_LOGPROBS}] or None, got {self.logprobs!r}",
         )
         _require(self.detokenize or not self.stop, "stop strings need detokenize=True")
         _require(self.prompt_logprobs is None, "prompt_logprobs is not supported yet; leave it unset")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not 1 here
+
+
+def _in(value: object, low: float, high: float) -> bool:
+    """A real number (int or float, not bool) in [low, high]; NaN is not."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
 
 
 def _require(condition: bool, message: str) -> None:

@@ -35,8 +35,37 @@ def test_defaults_and_normalisation():
     assert p.stop == ["END"] and p.top_k == 0 and p.greedy
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [({"block_size": 0}, "block_size"), ({"dtype": "int3"}, "dtype"),
-                                                 ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization")])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"block_size": 0}, "block_size"),
+        ({"dtype": "int3"}, "dtype"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+    ],
+)
 def test_engine_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
         EngineConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": "hot"}, "temperature must be in [0, 100], got 'hot'"),
+        ({"top_p": None}, "top_p"),
+        ({"n": True}, "n must be an integer"),
+        ({"max_tokens": 2.5}, "max_tokens"),
+        ({"stop": 5}, "stop must be"),
+        ({"stop_token_ids": "12"}, "stop_token_ids must be"),
+        ({"ignore_eos": "yes"}, "ignore_eos must be true or false"),
+        ({"logprobs": True}, "logprobs"),
+    ],
+)
+def test_wrong_types_raise_valueerror_not_typeerror(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        SamplingParams(**kwargs)
+    assert message in str(info.value)
+
+
+def test_whole_numbers_are_accepted_for_float_fields():
+    assert SamplingParams(temperature=0, top_p=1, repetition_penalty=2).greedy
