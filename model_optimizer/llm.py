@@ -59,6 +59,39 @@ def eos_token_ids(model_dir: Path, tokenizer: Any) -> frozenset[int]:
     return frozenset() if eos is None else frozenset([eos])
 
 
+# generation_config.json key -> SamplingParams field: the sampling defaults a model's authors chose
+# (vLLM applies the same ones); other keys (do_sample, max_length, token ids) are not sampling defaults
+GENERATION_DEFAULT_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "max_new_tokens": "max_tokens",
+}
+
+
+def generation_defaults(model_dir: Path) -> dict[str, Any]:
+    """SamplingParams fields set by the folder's generation_config.json (empty without one).
+
+    Raises ValueError naming the file when it is not JSON or a value is not allowed.
+    """
+    path = model_dir / "generation_config.json"
+    if not path.is_file():
+        return {}
+    from model_optimizer.fileio import read_json
+
+    config = read_json(path)
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    values = {field: config[key] for key, field in GENERATION_DEFAULT_FIELDS.items() if config.get(key) is not None}
+    try:
+        SamplingParams(**values)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return values
+
+
 class LLM:
     def __init__(self, model: str | None = None, **engine_args: Any) -> None:
         from model_optimizer.runner.model_runner import ModelRunner
@@ -66,6 +99,7 @@ class LLM:
         self.config = EngineConfig(model=model, **engine_args)
         self.model_dir = resolve_model_dir(self.config.model)
         self._embedder: Any = None
+        self._generation_defaults: dict[str, Any] | None = None
         self.engine: LLMEngine | None = None
         if _is_encoder(self.model_dir):  # BERT-family: embeddings only, no generation engine
             self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
@@ -85,21 +119,35 @@ class LLM:
         self.engine = LLMEngine(self.config, runner, self.tokenizer, info)
         self._ids = itertools.count()
 
+    def default_sampling_params(self) -> SamplingParams:
+        """SamplingParams with the model's own defaults from generation_config.json (temperature,
+        top_p, top_k, min_p, repetition_penalty, and max_new_tokens as max_tokens); every other
+        field keeps SamplingParams' default. A fresh object each call: callers may change it."""
+        if self._generation_defaults is None:
+            self._generation_defaults = generation_defaults(self.model_dir)
+        return SamplingParams(**self._generation_defaults)
+
     def generate(
         self,
         prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-        on_progress: Callable[[RequestOutput], None] | None = None,
+        on_progress: Callable[[int, RequestOutput], None] | None = None,
     ) -> list[RequestOutput]:
-        """Generate for every prompt (text or token ids); outputs come back in prompt order."""
+        """Generate for every prompt (text or token ids); outputs come back in prompt order.
+
+        `on_progress(index, output)` is called as each prompt finishes, with its position in `prompts`.
+
+        Without sampling params, the model's defaults apply (`default_sampling_params()`), as in vLLM.
+        """
         if self.engine is None:
             raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not generate")
         prompts = _as_prompt_list(prompts)
-        params = sampling_params or SamplingParams()
+        params = sampling_params or self.default_sampling_params()
         params_list = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(params_list)} sampling params for {len(prompts)} prompts")
         ids = [str(next(self._ids)) for _ in prompts]
+        index_of = {request_id: index for index, request_id in enumerate(ids)}
         added = []
         try:
             for request_id, prompt, p in zip(ids, prompts, params_list):
@@ -111,7 +159,7 @@ class LLM:
                     if output.finished:
                         finished[output.request_id] = output
                         if on_progress:
-                            on_progress(output)
+                            on_progress(index_of[output.request_id], output)
         except BaseException:
             for request_id in added:
                 self.engine.abort(request_id)
@@ -132,8 +180,13 @@ class LLM:
         if self._embedder is None:
             from model_optimizer.embed import Embedder
 
-            self._embedder = Embedder(self.model_dir, dtype=self.config.dtype, device=self.config.device,
-                                      load_format=self.config.load_format, tokenizer=self.config.tokenizer)
+            self._embedder = Embedder(
+                self.model_dir,
+                dtype=self.config.dtype,
+                device=self.config.device,
+                load_format=self.config.load_format,
+                tokenizer=self.config.tokenizer,
+            )
         return self._embedder.embed(
             texts, dimensions=dimensions, truncate_prompt_tokens=truncate_prompt_tokens, instruction=instruction
         )
@@ -143,8 +196,9 @@ def _is_encoder(model_dir: Path) -> bool:
     from model_optimizer.embed.backbone import is_encoder
     from model_optimizer.models.model_config import read_config
 
+    hf = read_config(model_dir)  # a broken config.json is reported as itself, not as "no usable tokenizer"
     try:
-        return is_encoder(read_config(model_dir))
+        return is_encoder(hf)
     except ValueError:
         return False  # unknown architecture: the decoder path gives the clear error
 

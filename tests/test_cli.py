@@ -28,11 +28,44 @@ def test_bad_input_is_a_clear_error(capsys, tmp_path):
 
 def test_generate_writes_jsonl(tiny_model, tmp_path):
     prompts = tmp_path / "in.jsonl"
-    prompts.write_text(json.dumps({"prompt": "hello", "max_tokens": 3}) + "\n" + json.dumps({"prompt_token_ids": [5, 6]}) + "\n")
+    prompts.write_text(
+        json.dumps({"prompt": "hello", "max_tokens": 3}) + "\n" + json.dumps({"prompt_token_ids": [5, 6]}) + "\n"
+    )
     out = tmp_path / "out.jsonl"
-    rc = main(["generate", "--model", str(tiny_model("qwen3")), "--prompts-file", str(prompts), "--output", str(out),
-               "--max-tokens", "5", "--temperature", "0", "--ignore-eos", "--kv-cache-memory", str(1 << 22)])
+    rc = main(
+        [
+            "generate",
+            "--model",
+            str(tiny_model("qwen3")),
+            "--prompts-file",
+            str(prompts),
+            "--output",
+            str(out),
+            "--max-tokens",
+            "5",
+            "--temperature",
+            "0",
+            "--ignore-eos",
+            "--kv-cache-memory",
+            str(1 << 22),
+        ]
+    )
     assert rc == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [len(r["outputs"][0]["token_ids"]) for r in rows] == [3, 5]
     assert rows[1]["prompt_token_ids"] == [5, 6]
+
+
+def test_debug_flag_or_env_shows_the_traceback(capsys, tmp_path, monkeypatch):
+    missing = str(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError):
+        main(["--debug", "generate", "--model", missing, "--prompt", "hi"])
+    with pytest.raises(FileNotFoundError):
+        main(["generate", "--debug", "--model", missing, "--prompt", "hi"])
+    monkeypatch.setenv("MOPT_DEBUG", "1")
+    with pytest.raises(FileNotFoundError):
+        main(["generate", "--model", missing, "--prompt", "hi"])
+    monkeypatch.setenv("MOPT_DEBUG", "0")
+    assert main(["generate", "--model", missing, "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mopt generate: error: model folder") and len(err.splitlines()) == 1

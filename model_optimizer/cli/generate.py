@@ -1,89 +1,331 @@
-"""`mopt generate`: offline generation from the command line, with a progress bar and engine statistics.
+"""`mopt generate`: offline generation from the command line.
 
     mopt generate --prompt "def fibonacci(n):" --max-tokens 32
     mopt generate --model DIR --prompts-file in.jsonl --output out.jsonl
-In the JSONL input each line is {"prompt": "..."} (or {"prompt_token_ids": [...]}), optionally with
-sampling fields ("max_tokens", "temperature", ...) that override the flags for that line.
+
+Results go to stdout (text, or JSONL with --output -) or to the --output file; progress, logs and
+the statistics table go to stderr, so `mopt generate ... > out.txt` holds only the results.
+
+Each JSONL input line is an object with exactly one of
+  "prompt": "text"    "prompt_token_ids": [1, 2, 3]    "messages": [{"role": "user", "content": "..."}]
+("messages" goes through the tokenizer's chat template, with the assistant turn opened), plus any
+SamplingParams field ("max_tokens", "temperature", "stop", ...) for that line alone.
+
+Sampling values come from, last one winning: SamplingParams' defaults, the model's
+generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens),
+the command line, the JSONL line. --stop understands \\n, \\t, \\r and \\\\.
+
+Ctrl-C stops with exit code 130; the prompts that had finished are written (atomically) or printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import math
+import re
+import sys
 import time
-from dataclasses import asdict, fields
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
-from model_optimizer.config import EngineConfig
+from model_optimizer.config import EngineConfig, field_docs
 from model_optimizer.fileio import atomic_write, jsonl_values
 from model_optimizer.sampling_params import SamplingParams
 
-SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "min_tokens", "seed", "n",
-                  "repetition_penalty", "presence_penalty", "frequency_penalty", "ignore_eos", "logprobs")
+SAMPLING_FLAGS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "max_tokens",
+    "min_tokens",
+    "seed",
+    "n",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "ignore_eos",
+    "logprobs",
+)
+PROMPT_KEYS = ("prompt", "prompt_token_ids", "messages")
+LINE_KEYS = PROMPT_KEYS + tuple(f.name for f in fields(SamplingParams))
+UNLIMITED = "None"
+"""--max-tokens None: generate until EOS or the end of the context."""
+ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+@dataclass
+class PromptLine:
+    """One prompt as the user gave it, where it came from (for errors) and its own sampling fields."""
+
+    source: str
+    """'FILE:LINE' or '--prompt #k'."""
+    prompt: str | list[int] | None = None
+    messages: list[dict] | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("generate", help="generate text offline with the engine", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "generate",
+        help="generate text offline with the engine",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
-    parser.add_argument("--prompts-file", type=Path, help="JSONL file of prompts")
-    parser.add_argument("--output", type=Path, help="write results as JSONL here (written atomically)")
-    parser.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
-    add_dataclass_args(parser, SamplingParams, skip=tuple(f.name for f in fields(SamplingParams) if f.name not in SAMPLING_FLAGS))
+    parser.add_argument("--prompts-file", type=Path, help="JSONL file of prompts (see above)")
+    parser.add_argument("--output", help="write results as JSONL to this file (atomically), or to stdout with '-'")
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        type=unescape,
+        help=r"a stop string (repeatable); \n, \t, \r and \\ are escapes",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=_max_tokens_arg,
+        default=None,
+        help=f"{field_docs(SamplingParams)['max_tokens']} Give None to run until EOS or the end of "
+        "the context. (default: the model's max_new_tokens, else 16)",
+    )
+    add_dataclass_args(
+        parser,
+        SamplingParams,
+        skip=tuple(f.name for f in fields(SamplingParams) if f.name not in SAMPLING_FLAGS or f.name == "max_tokens"),
+    )
     add_dataclass_args(parser, EngineConfig, skip=("seed",))  # --seed is the sampling seed here
     return parser
 
 
+def unescape(text: str) -> str:
+    r"""A --stop value with \n, \t, \r and \\ turned into their characters (shells pass them literally);
+    any other backslash stays as it is."""
+    return re.sub(r"\\(.)", lambda m: ESCAPES.get(m.group(1), m.group(0)), text)
+
+
+def _max_tokens_arg(text: str) -> int | str:
+    if text.strip().lower() == "none":
+        return UNLIMITED
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer >= 1 or None (until EOS or the end of the context), got {text!r}"
+        )
+    return value
+
+
+def sampling_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The SamplingParams fields set on the command line (and only those)."""
+    values = {name: getattr(args, name) for name in SAMPLING_FLAGS if getattr(args, name, None) is not None}
+    if values.get("max_tokens") == UNLIMITED:
+        values["max_tokens"] = None
+    if args.stop:
+        values["stop"] = list(args.stop)
+    return values
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from model_optimizer.llm import LLM
+    from model_optimizer.llm import LLM, generation_defaults, resolve_model_dir
 
     console = Console(stderr=True)
-    rows = _read_prompts(args)
-    base = dataclass_from_args(SamplingParams, args, stop=args.stop)
-    params = [SamplingParams(**{**asdict(base), **{k: v for k, v in row.items() if k in SAMPLING_FLAGS or k == "stop"}}) for row in rows]
-    prompts = [row.get("prompt_token_ids") or row["prompt"] for row in rows]
+    lines = read_prompt_lines(args.prompt, args.prompts_file)
+    engine_config = dataclass_from_args(EngineConfig, args, seed=args.seed or 0)
+    # the model's defaults are read before it loads, so that a bad line fails in a second, not after the load
+    defaults = generation_defaults(resolve_model_dir(engine_config.model))
+    cli = sampling_overrides(args)
+    params = [_line_params(line, {**defaults, **cli}) for line in lines]
+    _log(f"loading model {engine_config.model or '(built-in)'}")
     with console.status("loading model"):
-        llm = LLM(**asdict(dataclass_from_args(EngineConfig, args, seed=args.seed or 0)))
+        llm = LLM(**asdict(engine_config))
+    prompt_ids, prompt_texts = zip(*(_prompt_ids(llm, line) for line in lines))
+    finished: dict[int, Any] = {}
+    _log(f"generating for {len(lines)} prompt{'s' if len(lines) > 1 else ''}")
     start = time.perf_counter()
-    with Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
-        task = bar.add_task("generate", total=len(prompts))
-        outputs = llm.generate(prompts, params, on_progress=lambda _: bar.advance(task))
+    try:
+        with _progress(console, len(lines)) as advance:
+            llm.generate(list(prompt_ids), params, on_progress=lambda i, out: (finished.__setitem__(i, out), advance()))
+    except KeyboardInterrupt:
+        where = _emit(args.output, llm, prompt_texts, params, finished)
+        _log(f"interrupted; {len(finished)} of {len(lines)} prompts had finished, {where}")
+        return 130
     elapsed = time.perf_counter() - start
-    results = [_result(o) for o in outputs]
-    if args.output:
-        atomic_write(args.output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in results))
-    else:
-        for result in results:
-            for completion in result["outputs"]:
-                console.print(f"[bold]{result['prompt']!r}[/bold] -> {completion['text']!r} ({completion['finish_reason']})", soft_wrap=True)
-    _print_stats(console, llm, outputs, elapsed)
+    _emit(args.output, llm, prompt_texts, params, finished)
+    _print_stats(console, llm, list(finished.values()), elapsed)
     return 0
 
 
-def _read_prompts(args: argparse.Namespace) -> list[dict]:
-    rows = [{"prompt": p} for p in args.prompt]
-    if args.prompts_file:
-        for number, row in jsonl_values(args.prompts_file.read_text().splitlines(), args.prompts_file):
-            if not isinstance(row, dict) or not ("prompt" in row or "prompt_token_ids" in row):
-                raise ValueError(f"{args.prompts_file}:{number}: expected an object with 'prompt' or 'prompt_token_ids'")
-            rows.append(row)
-    if not rows:
+def read_prompt_lines(prompts: list[str], prompts_file: Path | None) -> list[PromptLine]:
+    """--prompt values and JSONL lines, each checked for its shape (ValueError naming FILE:LINE)."""
+    lines = [PromptLine(f"--prompt #{k}", _text(p, "--prompt")) for k, p in enumerate(prompts, start=1)]
+    if prompts_file:
+        for number, row in jsonl_values(prompts_file.read_text().splitlines(), prompts_file):
+            source = f"{prompts_file}:{number}"
+            try:
+                lines.append(_parse_line(row, source))
+            except ValueError as exc:
+                raise ValueError(f"{source}: {exc}") from None
+    if not lines:
         raise ValueError("no prompts: give --prompt TEXT or --prompts-file FILE")
-    return rows
+    return lines
 
 
-def _result(output) -> dict:
+def _parse_line(row: Any, source: str) -> PromptLine:
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object with one of {_names(PROMPT_KEYS)}, got {type(row).__name__}")
+    for key in row:
+        if key not in LINE_KEYS:
+            close = difflib.get_close_matches(key, LINE_KEYS, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(LINE_KEYS)}"
+            raise ValueError(f"unknown key {key!r} ({hint})")
+    given = [k for k in PROMPT_KEYS if k in row]
+    if len(given) != 1:
+        what = "give only one of" if given else "give one of"
+        raise ValueError(f"{what} {_names(PROMPT_KEYS)}")
+    sampling = {k: v for k, v in row.items() if k not in PROMPT_KEYS}
+    if "prompt" in row:
+        return PromptLine(source, prompt=_text(row["prompt"], "prompt"), sampling=sampling)
+    if "prompt_token_ids" in row:
+        ids = row["prompt_token_ids"]
+        if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise ValueError(f"prompt_token_ids must be a non-empty list of integers, got {_clip(ids)}")
+        return PromptLine(source, prompt=ids, sampling=sampling)
+    return PromptLine(source, messages=_messages(row["messages"]), sampling=sampling)
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty string, got {_clip(value)}")
+    return value
+
+
+def _messages(messages: Any) -> list[dict]:
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(
+            f'messages must be a non-empty list of {{"role": ..., "content": ...}} objects, got {_clip(messages)}'
+        )
+    for k, message in enumerate(messages):
+        if not (
+            isinstance(message, dict)
+            and isinstance(message.get("role"), str)
+            and isinstance(message.get("content"), str)
+        ):
+            raise ValueError(f"messages[{k}] must be an object with string 'role' and 'content', got {_clip(message)}")
+    return messages
+
+
+def _line_params(line: PromptLine, base: dict[str, Any]) -> SamplingParams:
+    try:
+        return SamplingParams(**{**base, **line.sampling})
+    except ValueError as exc:
+        raise ValueError(f"{line.source}: {exc}") from None
+
+
+def _prompt_ids(llm: Any, line: PromptLine) -> tuple[list[int], str | None]:
+    """(token ids, prompt text or None) of one line, with the engine's own checks; errors name the line."""
+    from model_optimizer.engine.io import encode_prompt
+
+    info = llm.engine.info
+    try:
+        text = _chat_text(llm, line.messages) if line.messages is not None else line.prompt
+        if line.messages is not None:
+            ids = list(llm.tokenizer.encode(text, add_special_tokens=False))  # the template has the special tokens
+        else:
+            ids = encode_prompt(llm.tokenizer, line.prompt, info.vocab_size)
+        if len(ids) >= info.max_model_len:
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens; max_model_len is {info.max_model_len}, "
+                "which leaves no room to generate"
+            )
+    except ValueError as exc:
+        raise ValueError(f"{line.source}: {exc}") from None
+    return ids, text if isinstance(text, str) else None
+
+
+def _chat_text(llm: Any, messages: list[dict]) -> str:
+    tokenizer = llm.tokenizer
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            f"'messages' needs a chat template and the tokenizer of {llm.model_dir} has no chat template; "
+            "give the conversation as 'prompt' text instead"
+        )
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001 - a template error comes from the messages the user wrote
+        raise ValueError(f"the chat template failed on these messages: {str(exc)[:300]}") from None
+    if not isinstance(text, str) or not text:
+        raise ValueError("the chat template produced no text for these messages")
+    return text
+
+
+@contextmanager
+def _progress(console: Any, total: int) -> Iterator[Callable[[], None]]:
+    """A progress bar on a terminal; elsewhere (a log, a pipe) a plain line at the first prompt, every
+    tenth of the batch and the last."""
+    if console.is_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(
+            TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        ) as bar:
+            task = bar.add_task("generate", total=total)
+            yield lambda: bar.advance(task)
+        return
+    every = max(1, total // 10)
+    done = 0
+
+    def advance() -> None:
+        nonlocal done
+        done += 1
+        if done == 1 or done % every == 0 or done == total:
+            _log(f"{done}/{total} prompts done")
+
+    yield advance
+
+
+def _emit(output: str | None, llm: Any, prompt_texts: tuple, params: list[SamplingParams], finished: dict) -> str:
+    """Write the finished results (in prompt order) where --output says; returns where they went."""
+    results = [_result(i, prompt_texts[i], finished[i], params[i], llm.tokenizer) for i in sorted(finished)]
+    if output and output != "-":
+        if not results:
+            return f"{output} was not written"
+        atomic_write(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results))
+        return f"their results are in {output}"
+    for result in results:
+        if output == "-":
+            print(json.dumps(result, ensure_ascii=False))
+        else:
+            _print_text(result)
+    sys.stdout.flush()
+    return "their results were printed"
+
+
+def _result(index: int, prompt: str | None, output: Any, params: SamplingParams, tokenizer: Any) -> dict:
     return {
-        "prompt": output.prompt,
+        "prompt_index": index,
+        "prompt": prompt,
         "prompt_token_ids": output.prompt_token_ids,
         "num_cached_tokens": output.num_cached_tokens,
         "outputs": [
-            {"index": c.index, "text": c.text, "token_ids": c.token_ids, "finish_reason": c.finish_reason,
-             "stop_reason": c.stop_reason}
+            {
+                "index": c.index,
+                "text": c.text,
+                "token_ids": c.token_ids,
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
+                **({"logprobs": _logprobs(c.logprobs, params.logprobs, tokenizer)} if c.logprobs is not None else {}),
+            }
             for c in output.outputs
         ],
         "ttft_s": output.metrics.ttft,
@@ -91,7 +333,42 @@ def _result(output) -> dict:
     }
 
 
-def _print_stats(console, llm, outputs, elapsed: float) -> None:
+def _logprobs(logprobs: list, num_top: int | None, tokenizer: Any) -> list[dict]:
+    """Each generated token with its logprob and rank, and the num_top most likely tokens at that step."""
+    texts: dict[int, str | None] = {}
+
+    def text(token_id: int) -> str | None:
+        if token_id not in texts:
+            texts[token_id] = tokenizer.decode([token_id]) if tokenizer is not None else None
+        return texts[token_id]
+
+    rows = []
+    for lp in logprobs:
+        top = sorted(lp.top.items(), key=lambda kv: -kv[1])[: num_top or 0]
+        rows.append(
+            {
+                "token_id": lp.token_id,
+                "token": text(lp.token_id),
+                "logprob": _finite(lp.logprob),
+                "rank": lp.rank,
+                "top": [{"token_id": t, "token": text(t), "logprob": _finite(v)} for t, v in top],
+            }
+        )
+    return rows
+
+
+def _print_text(result: dict) -> None:
+    prompt = result["prompt"] if result["prompt"] is not None else result["prompt_token_ids"]
+    shown = _clip(prompt, 80)
+    for c in result["outputs"]:
+        tag = f"[{c['index']}] " if len(result["outputs"]) > 1 else ""
+        print(f"{shown} -> {tag}{c['text']!r} ({c['finish_reason']})")
+        for lp in c.get("logprobs", []):
+            top = "  ".join(f"{t['token']!r} {_fmt(t['logprob'])}" for t in lp["top"])
+            print(f"    {lp['token']!r:>14} {_fmt(lp['logprob'])}  rank {lp['rank']}  top: {top}")
+
+
+def _print_stats(console: Any, llm: Any, outputs: list, elapsed: float) -> None:
     from rich.table import Table
 
     stats = llm.engine.stats()
@@ -107,3 +384,25 @@ def _print_stats(console, llm, outputs, elapsed: float) -> None:
     table.add_row("engine steps", str(stats.num_steps))
     table.add_row("KV-cache blocks", f"{stats.num_blocks} x {llm.config.block_size} tokens")
     console.print(table)
+
+
+def _log(message: str) -> None:
+    print(f"mopt generate: {message}", file=sys.stderr, flush=True)
+
+
+def _names(keys: tuple[str, ...]) -> str:
+    return ", ".join(repr(k) for k in keys[:-1]) + f" or {keys[-1]!r}"
+
+
+def _clip(value: Any, limit: int = 60) -> str:
+    """repr(value), shortened to `limit` characters for messages and the text view."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None  # JSON has no -Infinity
+
+
+def _fmt(value: float | None) -> str:
+    return "-inf" if value is None else f"{value:.3f}"

@@ -1,0 +1,180 @@
+"""`mopt generate` on a tiny real checkpoint: results on stdout (logs on stderr), logprobs shown,
+escapes in --stop, --max-tokens None, chat-style lines, and a FILE:LINE error for every bad line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from model_optimizer.cli.main import build_parser, main
+from model_optimizer.models.tiny import CHAT_TEMPLATE
+
+SMALL = ["--temperature", "0", "--ignore-eos", "--kv-cache-memory", str(1 << 22)]
+
+
+def _generate(model, *args):
+    return main(["generate", "--model", str(model), *SMALL, *args])
+
+
+def _rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_results_go_to_stdout_and_logs_to_stderr(tiny_model, capsys):
+    assert _generate(tiny_model("qwen3"), "--prompt", "hello", "--prompt", "world", "--max-tokens", "3") == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("'hello' -> ") and "\n'world' -> " in captured.out
+    assert "(length)" in captured.out
+    assert "engine statistics" in captured.err and "engine statistics" not in captured.out
+    assert "'hello' ->" not in captured.err
+
+
+def test_output_dash_writes_jsonl_to_stdout(tiny_model, capsys):
+    assert _generate(tiny_model("qwen3"), "--prompt", "hello", "--max-tokens", "2", "--output", "-") == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 1 and len(rows[0]["outputs"][0]["token_ids"]) == 2 and rows[0]["prompt_index"] == 0
+
+
+def test_logprobs_in_text_and_jsonl(tiny_model, capsys, tmp_path):
+    model = tiny_model("qwen3")
+    assert _generate(model, "--prompt", "hello", "--max-tokens", "3", "--logprobs", "2") == 0
+    out = capsys.readouterr().out
+    token_lines = [line for line in out.splitlines() if line.startswith("    ")]
+    assert len(token_lines) == 3  # one line per generated token
+    assert all("top:" in line and line.count("-") >= 2 for line in token_lines)
+
+    path = tmp_path / "out.jsonl"
+    assert _generate(model, "--prompt", "hello", "--max-tokens", "3", "--logprobs", "2", "--output", str(path)) == 0
+    completion = _rows(path)[0]["outputs"][0]
+    assert [lp["token_id"] for lp in completion["logprobs"]] == completion["token_ids"]
+    for lp in completion["logprobs"]:
+        assert lp["logprob"] <= 0 and isinstance(lp["token"], str) and lp["rank"] >= 1
+        assert len(lp["top"]) == 2 and lp["top"][0]["logprob"] >= lp["top"][1]["logprob"]
+    # greedy: the chosen token is the most likely one
+    assert all(lp["rank"] == 1 and lp["top"][0]["token_id"] == lp["token_id"] for lp in completion["logprobs"])
+
+    assert _generate(model, "--prompt", "hello", "--max-tokens", "2", "--output", str(path)) == 0
+    assert "logprobs" not in _rows(path)[0]["outputs"][0]  # only when asked for
+
+
+def test_stop_interprets_backslash_escapes():
+    from model_optimizer.cli.generate import sampling_overrides
+
+    args = build_parser().parse_args(
+        ["generate", "--stop", r"\n\n", "--stop", r"a\tb", "--stop", r"x\\ny", "--stop", r"\d"]
+    )
+    assert sampling_overrides(args)["stop"] == ["\n\n", "a\tb", "x\\ny", "\\d"]
+
+
+def test_max_tokens_none_runs_to_the_context_end(tiny_model, tmp_path):
+    path = tmp_path / "out.jsonl"
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text(
+        json.dumps({"prompt_token_ids": [5, 6, 7]})
+        + "\n"
+        + json.dumps({"prompt_token_ids": [5], "max_tokens": None})
+        + "\n"
+    )
+    rc = _generate(
+        tiny_model("qwen3"),
+        "--prompts-file",
+        str(prompts),
+        "--max-tokens",
+        "None",
+        "--max-model-len",
+        "40",
+        "--output",
+        str(path),
+    )
+    assert rc == 0
+    rows = _rows(path)
+    assert [len(r["outputs"][0]["token_ids"]) for r in rows] == [37, 39]
+    assert {r["outputs"][0]["finish_reason"] for r in rows} == {"length"}
+
+
+def test_max_tokens_rejects_other_words(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "--prompt", "hi", "--max-tokens", "lots"])
+    assert exit_info.value.code == 2 and "integer >= 1 or None" in capsys.readouterr().err
+
+
+def test_chat_messages_line_uses_the_chat_template(tiny_model, tmp_path):
+    model = tiny_model("qwen3")
+    prompts = tmp_path / "in.jsonl"
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
+    prompts.write_text(json.dumps({"messages": messages, "max_tokens": 2}) + "\n")
+    path = tmp_path / "out.jsonl"
+    assert _generate(model, "--prompts-file", str(prompts), "--output", str(path)) == 0
+    row = _rows(path)[0]
+    expected = "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+    assert row["prompt"] == expected
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    assert row["prompt_token_ids"] == tokenizer.encode(expected, add_special_tokens=False)
+    assert len(row["outputs"][0]["token_ids"]) == 2
+
+
+def test_chat_messages_without_a_chat_template_is_a_clear_error(tiny_model, tmp_path, capsys):
+    model = tmp_path / "no-template"
+    shutil.copytree(tiny_model("qwen3"), model)
+    for path in model.iterdir():  # transformers keeps the template in chat_template.jinja or tokenizer_config.json
+        if path.name == "chat_template.jinja":
+            path.unlink()
+        elif path.name == "tokenizer_config.json":
+            config = json.loads(path.read_text())
+            config.pop("chat_template", None)
+            path.write_text(json.dumps(config))
+    assert CHAT_TEMPLATE not in "".join(
+        p.read_text(errors="ignore") for p in model.iterdir() if p.suffix != ".safetensors"
+    )
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text(
+        json.dumps({"prompt": "fine"}) + "\n" + json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n"
+    )
+    assert _generate(model, "--prompts-file", str(prompts)) == 2
+    err = capsys.readouterr().err
+    assert f"{prompts}:2:" in err and "no chat template" in err and "Traceback" not in err
+
+
+BAD_LINES = [
+    ({"prompt_token_ids": []}, "prompt_token_ids must be a non-empty list of integers"),
+    ({"prompt_token_ids": [1, "x"]}, "prompt_token_ids must be a non-empty list of integers"),
+    ({"prompt_token_ids": [5, 100000]}, "outside the vocabulary"),
+    ({"prompt": "hi", "temperature": "hot"}, "temperature must be in [0, 100], got 'hot'"),
+    ({"prompt": "hi", "max_token": 5}, "unknown key 'max_token' (did you mean 'max_tokens'?)"),
+    ({"prompt": "hi", "min_tokens": 9, "max_tokens": 2}, "min_tokens (9) must not exceed max_tokens (2)"),
+    ({"prompt": "hi", "stop": 5}, "stop must be"),
+    ({"prompt": "hi", "n": True}, "n must be an integer"),
+    ({"temperature": 0.5}, "give one of 'prompt', 'prompt_token_ids' or 'messages'"),
+    ({"prompt": "hi", "prompt_token_ids": [1]}, "give only one of"),
+    ({"prompt": 5}, "prompt must be a non-empty string"),
+    ({"prompt": ""}, "prompt must be a non-empty string"),
+    (["hi"], "expected a JSON object"),
+    ({"messages": "hi"}, "messages must be a non-empty list"),
+    ({"messages": [{"role": "user"}]}, "messages[0] must be an object with string 'role' and 'content'"),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), BAD_LINES, ids=[m for _, m in BAD_LINES])
+def test_every_bad_line_names_file_and_line(tiny_model, tmp_path, capsys, line, message):
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text(json.dumps({"prompt": "fine"}) + "\n\n" + json.dumps(line) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert _generate(tiny_model("qwen3"), "--prompts-file", str(prompts), "--output", str(out)) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # ids outside the vocabulary are found once the model is loaded
+    assert last.startswith(f"mopt generate: error: {prompts}:3: ") and message in last, err
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_stop_and_sampling_fields_in_a_line_override_the_flags(tiny_model, tmp_path):
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hello", "max_tokens": 2, "stop_token_ids": [], "seed": 3}) + "\n")
+    path = tmp_path / "out.jsonl"
+    assert (
+        _generate(tiny_model("qwen3"), "--prompts-file", str(prompts), "--max-tokens", "6", "--output", str(path)) == 0
+    )
+    assert len(_rows(path)[0]["outputs"][0]["token_ids"]) == 2
