@@ -1,0 +1,57 @@
+"""`mopt top`: a live terminal dashboard of a server's /metrics (ours or vLLM's), or one JSON snapshot."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "top", help="live terminal dashboard of a running server's /metrics (mopt or vLLM)",
+        description="Poll a server's /metrics and show requests running / waiting, request and token rates, "
+        "TTFT / TPOT / ITL / E2E p50 and p99 over the last interval, KV-cache usage, prefix-cache hit rate, "
+        "preemptions, errors by status and (on this machine) GPU state. A server that goes away shows as "
+        "unreachable; polling goes on.")
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default: %(default)s)")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between scrapes (default: %(default)s)")
+    parser.add_argument("--api-key", default=None, help="API key for /metrics when the server has --metrics-auth "
+                        "(default: MOPT_API_KEY)")
+    parser.add_argument("--once", action="store_true", help="scrape twice, --interval apart, print one snapshot, exit")
+    parser.add_argument("--json", action="store_true", help="with --once: print the snapshot as JSON")
+    parser.add_argument("--no-gpu", dest="gpu", action="store_false", help="do not read local GPUs through NVML")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import os
+    import time
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from model_optimizer.top.render import render
+    from model_optimizer.top.view import Monitor
+
+    if args.interval <= 0:
+        raise ValueError(f"--interval must be > 0 seconds, got {args.interval}")
+    if args.json and not args.once:
+        raise ValueError("--json prints one snapshot: use it with --once")
+    monitor = Monitor(args.url, args.api_key or os.environ.get("MOPT_API_KEY"), gpu=args.gpu)
+    if args.once:
+        view = monitor.poll()
+        if view.reachable:
+            time.sleep(args.interval)
+            view = monitor.poll()
+        if args.json:
+            print(json.dumps(view.to_json(), indent=2))
+        else:
+            Console().print(render(view))
+        return 0 if view.reachable else 1
+    try:
+        with Live(render(monitor.poll()), auto_refresh=False) as live:
+            while True:
+                time.sleep(args.interval)
+                live.update(render(monitor.poll()), refresh=True)
+    except KeyboardInterrupt:
+        return 0
