@@ -8,6 +8,9 @@ sleeps on a condition), and hands each output to its request's own asyncio.Queue
 If the loop raises, every in-flight request gets the error, `dead` turns True and `on_fatal`
 runs on the event loop (the server uses it to exit non-zero).
 
+`AsyncEngine.gate` (a StepGate) can hold the loop between steps while it keeps applying adds
+and aborts: tests use it for an engine that is provably mid-request on any machine.
+
 Test hook: the environment variable MOPT_FAULT_AFTER_STEPS=N makes the loop raise after N steps.
 """
 
@@ -17,8 +20,10 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,6 +37,140 @@ FAULT_ENV = "MOPT_FAULT_AFTER_STEPS"
 
 class EngineDeadError(RuntimeError):
     """The engine loop has failed; no request can be served any more."""
+
+
+class StepGate:
+    """A gate in front of every engine step: hold it and the loop runs no step until it is released.
+
+    Why it exists: a test of disconnects, aborts or drains needs an engine that is provably in
+    the middle of a request. Betting on the model being slow does not give that (a fast machine
+    finishes the request first, a slow one times out), so the test holds the gate instead and
+    lets steps through one by one. The same switch is meant for pausing generation later (say,
+    while weights are swapped) without dropping requests.
+
+    While held, the loop still applies what arrives in its inbox: new requests are queued, aborts
+    free their blocks, `abort_all` and `stop` work as always, so a held gate never blocks shutdown
+    or a drain. A step already past the gate when `hold()` is called finishes.
+
+    Every method is thread-safe. `wait_parked`, `step` and `run_until` block the calling thread:
+    call them from a test thread or an executor, never from the event loop the engine delivers
+    to. Open (the default), the gate costs the loop one attribute read per step.
+    """
+
+    def __init__(self, lock: threading.Lock, loop_wakeup: threading.Condition) -> None:
+        self._lock = lock
+        self._loop_wakeup = loop_wakeup
+        """The condition the engine loop waits on (it shares `lock`)."""
+        self._changed = threading.Condition(lock)
+        """Observers (wait_parked) wait on this; the loop notifies it every time round."""
+        self._held = False
+        self._credit = 0
+        """Steps that may still pass while held."""
+        self._parked = False
+        """The loop is waiting with nothing it may do (no command, no step allowed or no work)."""
+        self._ended = False
+        self._num_steps = 0
+
+    # ----------------------------------------------------------------- controls
+    @property
+    def is_held(self) -> bool:
+        return self._held
+
+    @property
+    def num_steps(self) -> int:
+        """Steps the loop has run (all of them, held or not), as of its last time round."""
+        return self._num_steps
+
+    def hold(self) -> None:
+        """Stop the loop before its next step; steps granted earlier by `allow` are withdrawn."""
+        with self._lock:
+            self._held, self._credit = True, 0
+
+    def release(self) -> None:
+        """Let the loop step freely again."""
+        with self._lock:
+            self._held, self._credit = False, 0
+            self._wake_loop()
+
+    @contextmanager
+    def held(self) -> Iterator[StepGate]:
+        """`with gate.held():` holds the gate for the block and releases it however the block ends."""
+        self.hold()
+        try:
+            yield self
+        finally:
+            self.release()
+
+    def allow(self, num_steps: int = 1) -> None:
+        """Let `num_steps` more steps through a held gate (they run once there is work)."""
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+            raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
+        with self._lock:
+            if not self._held:
+                raise ValueError("allow() applies to a held gate; call hold() first")
+            self._credit += num_steps
+            self._wake_loop()
+
+    def wait_parked(self, timeout: float | None = None) -> bool:
+        """Block until the loop waits with nothing it may do: every command sent before this call is
+        applied (requests added, aborts done, their blocks freed) and no step runs. With the gate
+        open that means idle. False on timeout or when the loop has ended."""
+        with self._lock:
+            return self._changed.wait_for(lambda: self._parked or self._ended, timeout) and not self._ended
+
+    def step(self, num_steps: int = 1, timeout: float | None = None) -> int:
+        """On a held gate, run up to `num_steps` steps and wait until the loop parks again; returns how
+        many ran (fewer when the engine ran out of work; the rest of the grant is withdrawn)."""
+        before = self._num_steps
+        self.allow(num_steps)
+        self.wait_parked(timeout)
+        with self._lock:
+            self._credit = 0
+            return self._num_steps - before
+
+    def run_until(self, condition: Callable[[], bool], timeout: float | None = None) -> bool:
+        """On a held gate, run one step at a time until `condition()` holds (checked while parked).
+
+        False when the engine runs out of work (or the loop ends) first, or `timeout` passes.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not condition():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if (remaining is not None and remaining <= 0) or self.step(1, remaining) == 0:
+                return condition()
+        return True
+
+    # ----------------------------------------------------------------- loop side (lock held unless said)
+    def _wake_loop(self) -> None:
+        """Something changed for the loop (a command, a grant, stop): it is no longer parked."""
+        self._parked = False
+        self._loop_wakeup.notify()
+
+    def _may_step(self) -> bool:
+        return not self._held or self._credit > 0
+
+    def _round(self, num_steps: int, parking: bool) -> None:
+        """The loop's report each time round: steps run so far, and whether it is about to wait."""
+        self._num_steps = num_steps
+        self._parked = parking
+        self._changed.notify_all()
+
+    def _pass(self) -> bool:
+        """Called by the loop (lock not held) before a step: may it run one now?"""
+        if not self._held:
+            return True  # open: no lock on the hot path
+        with self._lock:
+            if not self._held:
+                return True
+            if self._credit:
+                self._credit -= 1
+                return True
+            return False
+
+    def _end(self) -> None:
+        with self._lock:
+            self._ended = True
+            self._changed.notify_all()
 
 
 @dataclass
@@ -64,7 +203,12 @@ class AsyncEngine:
         """Snapshot taken by the loop thread after every step; safe to read from any thread."""
         self.error: BaseException | None = None
         self._inbox: list[_Add | tuple[str, str]] = []
-        self._cv = threading.Condition()
+        lock = threading.Lock()
+        self._cv = threading.Condition(lock)
+        """The loop waits on it for a command, stop, or a step it may take."""
+        self.gate = StepGate(lock, self._cv)
+        """Hold it to stop the loop between steps (tests; pausing); open by default."""
+        self._num_steps = 0  # steps run by the loop thread; published to the gate each time round
         self._streams: dict[str, _Stream] = {}  # touched only by the loop thread
         self._stopped = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -83,7 +227,7 @@ class AsyncEngine:
         """Abort everything still running and end the loop thread."""
         with self._cv:
             self._stopped = True
-            self._cv.notify()
+            self.gate._wake_loop()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -108,8 +252,9 @@ class AsyncEngine:
         async for output in request_stream:
             yield output
 
-    async def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                          priority: int = 0, stream: bool = True) -> RequestStream:
+    async def add_request(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams, priority: int = 0, stream: bool = True
+    ) -> RequestStream:
         """Queue a request; returns once the engine has accepted it (ValueError if it refused it).
 
         With `stream` False, outputs before the last carry token ids but no text (decoded once at finish).
@@ -137,7 +282,7 @@ class AsyncEngine:
     def _send(self, command: _Add | tuple[str, str]) -> None:
         with self._cv:
             self._inbox.append(command)
-            self._cv.notify()
+            self.gate._wake_loop()
 
     # ----------------------------------------------------------------- loop thread
     def _run(self) -> None:
@@ -148,19 +293,26 @@ class AsyncEngine:
                     break
                 self._apply(commands)
                 self.stats = self.engine.stats()
-                if self.engine.has_unfinished_requests():
+                if self.engine.has_unfinished_requests() and self.gate._pass():
                     self._step()
+                    self._num_steps += 1
         except BaseException as exc:  # noqa: BLE001 - any failure kills the engine, and every request must hear of it
             logger.exception("engine loop failed")
             self._fail(exc)
-            return
-        self._abort_everything()
+        else:
+            self._abort_everything()
+        finally:
+            self.gate._end()
 
     def _next_commands(self) -> list | None:
         """Commands waiting in the inbox; blocks while there is nothing to do. None means stop."""
         with self._cv:
-            while not self._inbox and not self._stopped and not self.engine.has_unfinished_requests():
+            while not (
+                self._inbox or self._stopped or (self.engine.has_unfinished_requests() and self.gate._may_step())
+            ):
+                self.gate._round(self._num_steps, parking=True)
                 self._cv.wait()
+            self.gate._round(self._num_steps, parking=False)
             if self._stopped:
                 return None
             commands, self._inbox = self._inbox, []
@@ -178,8 +330,9 @@ class AsyncEngine:
 
     def _apply_add(self, command: _Add) -> None:
         try:
-            self.engine.add_request(command.request_id, command.prompt, command.params, command.priority,
-                                    stream=command.incremental)
+            self.engine.add_request(
+                command.request_id, command.prompt, command.params, command.priority, stream=command.incremental
+            )
         except Exception as exc:  # noqa: BLE001 - handed to the caller, who turns ValueError into a 400
             command.done.set_exception(exc)
             return
@@ -271,5 +424,7 @@ def _aborted(request_id: str, stream: _Stream) -> RequestOutput:
     if stream.last is not None:
         outputs = [o if o.finished else replace(o, finish_reason="abort") for o in stream.last.outputs]
         return replace(stream.last, outputs=outputs, finished=True)
-    outputs = [CompletionOutput(index=i, text="", token_ids=[], logprobs=None, finish_reason="abort") for i in range(stream.n)]
+    outputs = [
+        CompletionOutput(index=i, text="", token_ids=[], logprobs=None, finish_reason="abort") for i in range(stream.n)
+    ]
     return RequestOutput(request_id, None, stream.prompt_token_ids, outputs, finished=True)
