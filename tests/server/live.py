@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +34,13 @@ def start_server(llm: Any, config: ServerConfig, embedder: Any = None) -> LiveSe
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     app = create_app(config, llm=llm, embedder=embedder)
-    uv_config = uvicorn.Config(app, log_level="warning", http="h11", timeout_graceful_shutdown=2,
-                               h11_max_incomplete_event_size=config.max_header_bytes)
+    uv_config = uvicorn.Config(
+        app,
+        log_level="warning",
+        http="h11",
+        timeout_graceful_shutdown=2,
+        h11_max_incomplete_event_size=config.max_header_bytes,
+    )
     server = uvicorn.Server(uv_config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -44,6 +50,16 @@ def start_server(llm: Any, config: ServerConfig, embedder: Any = None) -> LiveSe
             raise RuntimeError("test server did not start")
         time.sleep(0.01)
     return LiveServer(f"http://127.0.0.1:{port}", app.state.server, server, thread)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Poll until `condition()` holds; fail naming `what` after `timeout` seconds (a bound on a hang,
+    never a measurement: a test waits for a state, then asserts on state)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting until {what}")
+        time.sleep(0.005)
 
 
 def metric(text: str, name: str) -> float:

@@ -1,9 +1,14 @@
-"""A huge prompt is tokenized off the event loop: other clients keep being answered meanwhile."""
+"""Prompts are tokenized off the event loop: other clients keep being answered meanwhile.
+
+The proof does not time anything: the server's tokenizer threads are replaced by ones whose jobs
+wait at a gate the test opens, so /health is asked while a tokenization is provably unfinished.
+Were the prompt tokenized on the event loop, /health would not be answered until the gate opens.
+"""
 
 from __future__ import annotations
 
 import threading
-import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import httpx
 
@@ -11,34 +16,58 @@ from model_optimizer.server.config import ServerConfig
 from tests.server.conftest import CAPS
 from tests.server.live import start_server
 
+WAIT = 30.0  # seconds; only a bound on a hang
 
-def test_health_stays_responsive_while_a_huge_prompt_is_tokenized(server_llm):
-    caps = {**CAPS, "max_body_bytes": 8 << 20}
-    live = start_server(server_llm, ServerConfig(served_model_name="tiny", **caps))
+
+class HeldExecutor(ThreadPoolExecutor):
+    """Tokenizer threads whose every job waits for `proceed` once it has started (`entered`)."""
+
+    def __init__(self) -> None:
+        super().__init__(2, thread_name_prefix="mopt-tokenize")
+        self.entered = threading.Event()
+        self.proceed = threading.Event()
+        self.results: list = []
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        def held():
+            self.entered.set()
+            if not self.proceed.wait(WAIT):
+                raise TimeoutError("the test never let the tokenizer job proceed")
+            result = fn(*args, **kwargs)
+            self.results.append(result)
+            return result
+
+        return super().submit(held)
+
+
+def test_health_stays_responsive_while_a_prompt_is_tokenized(server_llm):
+    live = start_server(server_llm, ServerConfig(served_model_name="tiny", **CAPS))
+    held = HeldExecutor()
+    live.state.executor.shutdown()
+    live.state.executor = held
+    prompt = "naïve café 😀 the json module encodes objects " * 3  # fits max_model_len (128)
+    result: dict = {}
+
+    def send() -> None:
+        r = httpx.post(
+            f"{live.url}/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": 1}, timeout=WAIT * 2
+        )
+        result["status"], result["body"] = r.status_code, r.json()
+
+    thread = threading.Thread(target=send)
     try:
-        prompt = "naïve café 😀 the json module encodes objects " * 60_000  # ~3 MB of text
-        t0 = time.perf_counter()
-        tokenize_alone = len(server_llm.tokenizer.encode(prompt))
-        tokenize_seconds = time.perf_counter() - t0
-        assert tokenize_alone > 128 and tokenize_seconds > 0.3  # long enough to matter
-        result = {}
-
-        def send_huge():
-            r = httpx.post(f"{live.url}/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": 1},
-                           timeout=120)
-            result["status"], result["body"] = r.status_code, r.json()
-
-        thread = threading.Thread(target=send_huge)
         thread.start()
-        gaps = []
-        with httpx.Client(timeout=30) as client:
-            while thread.is_alive():
-                t = time.perf_counter()
+        assert held.entered.wait(WAIT), "the prompt never reached the tokenizer threads"
+        with httpx.Client(timeout=WAIT) as client:
+            for _ in range(5):  # each answered while the tokenizer job is still unfinished
                 assert client.get(f"{live.url}/health").status_code == 200
-                gaps.append(time.perf_counter() - t)
-                time.sleep(0.02)
-        thread.join()
-        assert result["status"] == 400 and "max_model_len" in result["body"]["error"]["message"]
-        assert len(gaps) >= 5 and max(gaps) < max(0.25, tokenize_seconds / 3)
+                assert not held.results and thread.is_alive()
+        held.proceed.set()
+        thread.join(WAIT * 2)
+        assert result["status"] == 200, result
+        assert result["body"]["usage"]["prompt_tokens"] == len(held.results[0]) > 20
     finally:
+        held.proceed.set()
+        thread.join(WAIT * 2)
         live.stop()
+        held.shutdown()
