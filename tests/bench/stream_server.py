@@ -3,6 +3,10 @@
 The model name picks the behaviour: "tiny" answers normally; "fail-500" returns HTTP 500;
 "broken" sends a chunk that is not JSON; "no-done" ends the stream without [DONE];
 "no-usage" never reports usage. Delays come from the app's `settings` (seconds).
+
+`app.state.valve` (a Valve) records every generation request's arrival and can hold their
+responses until the test lets them through, so load tests assert on arrivals and in-flight
+counts that the test itself controls, not on how fast this machine happens to be.
 """
 
 from __future__ import annotations
@@ -11,16 +15,116 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 
+class Valve:
+    """Arrivals of generation requests, and a hold on their responses; thread-safe.
+
+    A held request has arrived (it is counted in `arrivals` and `in_flight`) but sends no chunk
+    (its headers only) until `release` or `open` lets it go, oldest first. A request is in
+    flight from its arrival until just before its last chunk (`[DONE]`) is sent, so a client can
+    never start its next request before the server counted the previous one out.
+    """
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._held = False
+        self._credit = 0
+        self._waiting: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self.arrivals: list[float] = []
+        """perf_counter() at each arrival (the test's process shares the clock)."""
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.num_finished = 0
+
+    # ----------------------------------------------------------------- test side
+    def hold(self) -> None:
+        """Hold the responses of requests that arrive from now on."""
+        with self._cv:
+            self._held, self._credit = True, 0
+
+    def release(self, count: int = 1) -> None:
+        """Let the `count` oldest held responses go (those arriving later use what is left over)."""
+        with self._cv:
+            self._credit += count
+            self._let_go()
+
+    def open(self) -> None:
+        """Stop holding; every held response goes now."""
+        with self._cv:
+            self._held = False
+            self._credit += len(self._waiting)
+            self._let_go()
+
+    @contextmanager
+    def held(self) -> Iterator[Valve]:
+        self.hold()
+        try:
+            yield self
+        finally:
+            self.open()
+
+    def reset(self) -> None:
+        """Forget arrivals and maxima (between tests; the server must be idle)."""
+        with self._cv:
+            self.arrivals.clear()
+            self.max_in_flight = self.in_flight
+            self.num_finished = 0
+
+    def wait_arrivals(self, count: int, timeout: float = 30.0) -> None:
+        """Block until `count` requests have arrived in all; fail after `timeout` s (a bound on a hang)."""
+        with self._cv:
+            if not self._cv.wait_for(lambda: len(self.arrivals) >= count, timeout):
+                raise AssertionError(f"{len(self.arrivals)} request(s) arrived, waited for {count}")
+
+    @property
+    def num_held(self) -> int:
+        with self._cv:
+            return len(self._waiting)
+
+    # ----------------------------------------------------------------- server side
+    async def arrive(self) -> None:
+        """Count an arrival; return once the response may proceed."""
+        loop = asyncio.get_running_loop()
+        with self._cv:
+            self.arrivals.append(time.perf_counter())
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self._cv.notify_all()
+            if not self._held:
+                return
+            if self._credit:
+                self._credit -= 1
+                return
+            go = loop.create_future()
+            self._waiting.append((loop, go))
+        await go
+
+    def done(self) -> None:
+        """The request's response is about to send its last chunk (or it failed)."""
+        with self._cv:
+            self.in_flight -= 1
+            self.num_finished += 1
+            self._cv.notify_all()
+
+    def _let_go(self) -> None:
+        while self._credit and self._waiting:
+            self._credit -= 1
+            loop, go = self._waiting.pop(0)
+            loop.call_soon_threadsafe(lambda f=go: f.done() or f.set_result(None))
+
+
 def create_app(ttft: float = 0.05, itl: float = 0.02) -> FastAPI:
     app = FastAPI()
     app.state.settings = {"ttft": ttft, "itl": itl}
     app.state.counters = {"requests": 0, "running": 0}
+    app.state.valve = Valve()
     app.state.client_ports = []  # one entry per request: the client's TCP port tells connections apart
 
     @app.get("/v1/models")
@@ -58,8 +162,11 @@ def create_app(ttft: float = 0.05, itl: float = 0.02) -> FastAPI:
             return JSONResponse({"error": {"message": "boom"}}, status_code=500)
         await asyncio.sleep(app.state.settings["ttft"])
         n = len(body["input"]) if isinstance(body["input"], list) else len(body["input"].split())
-        return {"object": "list", "data": [{"index": 0, "embedding": [0.1, 0.2]}],
-                "usage": {"prompt_tokens": n, "total_tokens": n}}
+        return {
+            "object": "list",
+            "data": [{"index": 0, "embedding": [0.1, 0.2]}],
+            "usage": {"prompt_tokens": n, "total_tokens": n},
+        }
 
     return app
 
@@ -82,9 +189,13 @@ async def _generate(app: FastAPI, body: dict, chat: bool):
             choices = [] if usage else [{"index": 0, "text": text}]
         return "data: " + json.dumps({"id": "x", "choices": choices, "usage": usage}) + "\n\n"
 
+    valve: Valve = app.state.valve
+
     async def stream():
         counters["running"] += 1
+        counted_out = False
         try:
+            await valve.arrive()
             if chat:
                 yield chunk(None)  # role-only first chunk, no content: must not count as the first token
             await asyncio.sleep(settings["ttft"])
@@ -92,16 +203,22 @@ async def _generate(app: FastAPI, body: dict, chat: bool):
                 if i:
                     await asyncio.sleep(settings["itl"])
                 if model == "broken" and i == 1:
+                    counted_out = True
+                    valve.done()
                     yield "data: {not json\n\n"
                     return
                 yield chunk(f" t{i}")
             if include_usage:
                 usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
                 yield chunk(None, usage)
+            counted_out = True
+            valve.done()  # before the last chunk: the client cannot react to it before this count
             if model != "no-done":
                 yield "data: [DONE]\n\n"
         finally:
             counters["running"] -= 1
+            if not counted_out:
+                valve.done()
 
     return StreamingResponse(stream(), media_type="text/event-stream")
 
@@ -115,7 +232,7 @@ class ServerThread:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         self.thread.start()
         deadline = time.monotonic() + 10
         while not self.server.started:

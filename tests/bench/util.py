@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 
@@ -13,14 +14,21 @@ from model_optimizer.bench.workloads import BenchRequest
 
 def make_requests(n: int, output_len: int = 4, prompt_len: int = 8, timestamps=None) -> list[BenchRequest]:
     return [
-        BenchRequest(list(range(100, 100 + prompt_len)), prompt_len, output_len,
-                     None if timestamps is None else timestamps[i])
+        BenchRequest(
+            list(range(100, 100 + prompt_len)), prompt_len, output_len, None if timestamps is None else timestamps[i]
+        )
         for i in range(n)
     ]
 
 
-def run_plan(base_url: str, plan: RunPlan, requests: list[BenchRequest], model: str = "tiny",
-             endpoint: str = "completions", **client_kw) -> list[RequestRecord]:
+def run_plan(
+    base_url: str,
+    plan: RunPlan,
+    requests: list[BenchRequest],
+    model: str = "tiny",
+    endpoint: str = "completions",
+    **client_kw,
+) -> list[RequestRecord]:
     cfg = ClientConfig(base_url=base_url, endpoint=endpoint, model=model, **client_kw)
 
     async def go() -> list[RequestRecord]:
@@ -39,3 +47,28 @@ def max_in_flight(records: list[RequestRecord]) -> int:
         now += step
         peak = max(peak, now)
     return peak
+
+
+class InBackground:
+    """`run_plan(...)` in a thread, so the test can steer the server (its valve) meanwhile."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.records: list[RequestRecord] | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=args, kwargs=kwargs, daemon=True)
+        self.thread.start()
+
+    def _run(self, *args, **kwargs) -> None:
+        try:
+            self.records = run_plan(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread by join()
+            self.error = exc
+
+    def join(self, timeout: float = 60.0) -> list[RequestRecord]:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise AssertionError(f"the load run did not end within {timeout:.0f} s")
+        if self.error is not None:
+            raise self.error
+        assert self.records is not None
+        return self.records
