@@ -69,3 +69,22 @@ def test_debug_flag_or_env_shows_the_traceback(capsys, tmp_path, monkeypatch):
     assert main(["generate", "--model", missing, "--prompt", "hi"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mopt generate: error: model folder") and len(err.splitlines()) == 1
+
+
+def test_errors_in_a_real_process_are_one_line_unless_debug(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "model_optimizer.cli.main", "generate", "--model", str(tmp_path / "missing")]
+    env = {k: v for k, v in os.environ.items() if k != "MOPT_DEBUG"}
+    plain = subprocess.run(command + ["--prompt", "hi"], capture_output=True, text=True, env=env, timeout=600)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert plain.stderr.strip().splitlines() == [
+        f"mopt generate: error: model folder {tmp_path / 'missing'} does not "
+        "exist (models load from local folders only)"
+    ]
+    debug = subprocess.run(
+        command + ["--prompt", "hi"], capture_output=True, text=True, env={**env, "MOPT_DEBUG": "1"}, timeout=600
+    )
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "FileNotFoundError" in debug.stderr

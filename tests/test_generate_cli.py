@@ -178,3 +178,16 @@ def test_stop_and_sampling_fields_in_a_line_override_the_flags(tiny_model, tmp_p
         _generate(tiny_model("qwen3"), "--prompts-file", str(prompts), "--max-tokens", "6", "--output", str(path)) == 0
     )
     assert len(_rows(path)[0]["outputs"][0]["token_ids"]) == 2
+
+
+def test_a_line_that_is_not_utf8_or_not_json_is_named(tmp_path, capsys):
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_bytes(b'{"prompt": "fine"}\n{"prompt": "caf\xe9"}\n')
+    assert main(["generate", "--prompts-file", str(prompts)]) == 2
+    assert capsys.readouterr().err.startswith(f"mopt generate: error: {prompts}:2: not UTF-8 text")
+    prompts.write_text('{"prompt": "fine"}\n{"prompt": \n')
+    assert main(["generate", "--prompts-file", str(prompts)]) == 2
+    assert capsys.readouterr().err.startswith(f"mopt generate: error: {prompts}:2: not JSON")
+    prompts.write_text(json.dumps({"prompt": "a\u2028b"}, ensure_ascii=False) + "\n")  # U+2028 is not a line break
+    assert main(["generate", "--prompts-file", str(prompts), "--model", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -170,7 +170,7 @@ def read_prompt_lines(prompts: list[str], prompts_file: Path | None) -> list[Pro
     """--prompt values and JSONL lines, each checked for its shape (ValueError naming FILE:LINE)."""
     lines = [PromptLine(f"--prompt #{k}", _text(p, "--prompt")) for k, p in enumerate(prompts, start=1)]
     if prompts_file:
-        for number, row in jsonl_values(prompts_file.read_text().splitlines(), prompts_file):
+        for number, row in jsonl_values(_utf8_lines(prompts_file), prompts_file):
             source = f"{prompts_file}:{number}"
             try:
                 lines.append(_parse_line(row, source))
@@ -179,6 +179,16 @@ def read_prompt_lines(prompts: list[str], prompts_file: Path | None) -> list[Pro
     if not lines:
         raise ValueError("no prompts: give --prompt TEXT or --prompts-file FILE")
     return lines
+
+
+def _utf8_lines(path: Path) -> Iterator[str]:
+    """The file's lines as text; a line that is not UTF-8 is an error naming it. (Split as bytes: a
+    U+2028 inside a JSON string is not a line break.)"""
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _parse_line(row: Any, source: str) -> PromptLine:
