@@ -24,8 +24,12 @@ from model_optimizer.models.registry import ARCHITECTURES, resolve_model_class
 
 log = logging.getLogger(__name__)
 
-DECODER_BASE_NAMES = {"LlamaModel": "LlamaForCausalLM", "MistralModel": "MistralForCausalLM",
-                      "Qwen2Model": "Qwen2ForCausalLM", "Qwen3Model": "Qwen3ForCausalLM"}
+DECODER_BASE_NAMES = {
+    "LlamaModel": "LlamaForCausalLM",
+    "MistralModel": "MistralForCausalLM",
+    "Qwen2Model": "Qwen2ForCausalLM",
+    "Qwen3Model": "Qwen3ForCausalLM",
+}
 
 
 def is_encoder(hf: dict) -> bool:
@@ -84,13 +88,17 @@ class DecoderBackbone(nn.Module):
 
 def load_backbone(model_dir: Path, hf: dict, dtype: str, device: torch.device, load_format: str) -> nn.Module:
     """The encoder or decoder backbone of `model_dir`, weights loaded, in eval mode."""
+    source = model_dir / "config.json"
     if is_encoder(hf):
-        args = BertArgs.from_dict(hf)
+        try:
+            args = BertArgs.from_dict(hf)
+        except KeyError as exc:
+            raise ValueError(f"{source} lacks {exc.args[0]!r}, which a {hf['architectures'][0]} needs") from None
         model = build_model(lambda: BertModel(args), embed_dtype(dtype, args, device), device)  # type: ignore[arg-type]
         _fill(model, model_dir, load_format, BertModel.checkpoint_name, BertModel.stacked_params)
         return EncoderBackbone(model).eval()
     arch = hf["architectures"][0]
-    args = DecoderArgs.from_dict({**hf, "architectures": [DECODER_BASE_NAMES.get(arch, arch)]})
+    args = DecoderArgs.from_dict({**hf, "architectures": [DECODER_BASE_NAMES.get(arch, arch)]}, source=str(source))
     causal_lm_cls = resolve_model_class(args.architecture)
     full = build_model(lambda: causal_lm_cls(args), embed_dtype(dtype, args, device), device)
     model = full.model  # the lm_head is not needed for embeddings
@@ -130,4 +138,3 @@ def load_checkpoint(
 ) -> None:
     """Copy every checkpoint tensor that `rename` maps to a parameter; fail on unknown or missing ones."""
     load_weights(model, model_dir, rename, stacked)
-

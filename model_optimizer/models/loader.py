@@ -11,9 +11,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
+from model_optimizer.fileio import read_json
 from model_optimizer.layers.linear import default_weight_loader
 from model_optimizer.models.model_config import DecoderArgs, read_config
 from model_optimizer.models.registry import resolve_model_class
@@ -34,7 +35,7 @@ def resolve_dtype(requested: str, args: DecoderArgs, device: torch.device) -> to
 
 def load_model(model_dir: str | Path, dtype: str, device: torch.device, load_format: str = "auto") -> nn.Module:
     """Instantiate the model named by config.json and fill its weights."""
-    args = DecoderArgs.from_dict(read_config(model_dir))
+    args = DecoderArgs.from_dict(read_config(model_dir), source=str(Path(model_dir) / "config.json"))
     model_cls = resolve_model_class(args.architecture)
     model = build_model(lambda: model_cls(args), resolve_dtype(dtype, args, device), device)
     if load_format == "dummy":
@@ -70,7 +71,10 @@ def init_dummy_weights(model: nn.Module, seed: int = 0) -> None:
 def safetensors_files(model_dir: Path) -> list[Path]:
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
+        content = read_json(index)
+        weight_map = content.get("weight_map") if isinstance(content, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ValueError(f"{index} has no 'weight_map' object of tensor name -> shard file name")
         files = sorted({model_dir / name for name in weight_map.values()})
         missing = [str(f) for f in files if not f.is_file()]
         if missing:
@@ -83,10 +87,58 @@ def safetensors_files(model_dir: Path) -> list[Path]:
 
 
 def iterate_checkpoint(model_dir: Path) -> Iterator[tuple[Path, str, torch.Tensor]]:
+    """(file, tensor name, tensor) of every checkpoint tensor; ValueError naming the file when it is
+    not a readable safetensors file (truncated by an interrupted download, say)."""
     for path in safetensors_files(model_dir):
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
-                yield path, name, f.get_tensor(name)
+        check_safetensors_header(path)
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():
+                    yield path, name, f.get_tensor(name)
+        except SafetensorError as exc:
+            raise ValueError(f"{path} is not a readable safetensors file ({exc}); download or save it again") from None
+
+
+def check_safetensors_header(path: Path) -> None:
+    """ValueError saying what is wrong with the file's framing: an 8-byte little-endian header length,
+    that many bytes of JSON header, then the tensor data the header's offsets cover exactly. Checked
+    here, in plain words, because the safetensors library's own message names neither the file nor a fix."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError(
+                f"{path} is not a safetensors file: {size} bytes, too short for a header; "
+                "it is empty or truncated, download or save it again"
+            )
+        header_len = int.from_bytes(head, "little")
+        if header_len > size - 8:
+            raise ValueError(
+                f"{path} is not a valid safetensors file: its header claims {header_len} bytes but the "
+                f"file has {size}; it is truncated or not a safetensors file, download or save it again"
+            )
+        try:
+            header = json.loads(f.read(header_len))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(
+                f"{path} is not a valid safetensors file: its header is not JSON ({exc}); "
+                "the file is corrupt, download or save it again"
+            ) from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path} is not a valid safetensors file: its header is not a JSON object")
+    ends = [
+        e["data_offsets"][1]
+        for k, e in header.items()
+        if k != "__metadata__"
+        and isinstance(e, dict)
+        and isinstance(e.get("data_offsets"), list)
+        and len(e["data_offsets"]) == 2
+    ]
+    expected = 8 + header_len + max(ends, default=0)
+    if size < expected:
+        raise ValueError(
+            f"{path} is truncated: its tensors need {expected} bytes, the file has {size}; download or save it again"
+        )
 
 
 def load_weights(
@@ -104,7 +156,9 @@ def load_weights(
     params = dict(model.named_parameters(remove_duplicate=False))
     stacked = getattr(model, "stacked_params", {}) if stacked is None else stacked
     tied = getattr(getattr(model, "args", None), "tie_word_embeddings", False)
-    rename = rename or (lambda name: None if name.endswith(SKIPPED_SUFFIXES) or (tied and name == "lm_head.weight") else name)
+    rename = rename or (
+        lambda name: None if name.endswith(SKIPPED_SUFFIXES) or (tied and name == "lm_head.weight") else name
+    )
     expected_shards = _expected_shards(params, stacked)
     loaded: set[tuple[str, str | None]] = set()
     for path, name, tensor in iterate_checkpoint(model_dir):
@@ -122,7 +176,9 @@ def load_weights(
         except ValueError as exc:
             raise ValueError(f"{path.name}: tensor {name!r}: {exc}") from None
         loaded.add((target, shard))
-    missing = sorted(f"{p}[{s}]" if s else p for p, s in expected_shards - loaded if not (tied and p == "lm_head.weight"))
+    missing = sorted(
+        f"{p}[{s}]" if s else p for p, s in expected_shards - loaded if not (tied and p == "lm_head.weight")
+    )
     if missing:
         raise ValueError(f"checkpoint {model_dir} lacks weights for: {', '.join(missing[:10])}")
 
@@ -134,7 +190,9 @@ def _target_name(name: str, stacked: dict[str, tuple[str, str]]) -> tuple[str, s
     return name, None
 
 
-def _expected_shards(params: dict[str, nn.Parameter], stacked: dict[str, tuple[str, str]]) -> set[tuple[str, str | None]]:
+def _expected_shards(
+    params: dict[str, nn.Parameter], stacked: dict[str, tuple[str, str]]
+) -> set[tuple[str, str | None]]:
     expected: set[tuple[str, str | None]] = set()
     for name in params:
         shards = [s for frag, (rep, s) in stacked.items() if rep in name]

@@ -28,10 +28,17 @@ class DecoderArgs:
     """The raw config.json, for model-specific keys (rope parameters and the like)."""
 
     @classmethod
-    def from_dict(cls, hf: dict) -> DecoderArgs:
+    def from_dict(cls, hf: dict, source: str = "config.json") -> DecoderArgs:
+        """ValueError naming `source` (the config file) when a setting is missing or not a number."""
         archs = hf.get("architectures") or []
         if not archs:
-            raise ValueError("config.json has no 'architectures' list; cannot tell which model this is")
+            raise ValueError(f"{source} has no 'architectures' list; cannot tell which model this is")
+        for key in REQUIRED_INTS:
+            value = hf.get(key)
+            if value is None:
+                raise ValueError(f"{source} lacks {key!r}, which a {archs[0]} needs")
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{source}: {key!r} must be a positive integer, got {value!r}")
         num_heads = hf["num_attention_heads"]
         hidden = hf["hidden_size"]
         use_window = hf.get("use_sliding_window", True) and hf.get("sliding_window")
@@ -54,8 +61,35 @@ class DecoderArgs:
         )
 
 
+REQUIRED_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
 def read_config(model_dir: str | Path) -> dict:
+    """config.json as a dict with an `architectures` list (taken from `model_type` when absent, as in
+    older BERT checkpoints); ValueError naming the file when it is not JSON or names no model, so a
+    broken config is reported as itself and not as whatever fails next (the tokenizer, say)."""
+    from model_optimizer.models.registry import MODEL_TYPES, supported_architectures
+
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: a model folder needs config.json (and *.safetensors)")
-    return read_json(path)
+    hf = read_json(path)
+    if not isinstance(hf, dict):
+        raise ValueError(f"{path} holds a JSON {type(hf).__name__}, not an object of model settings")
+    for key in REQUIRED_INTS:  # both encoders and decoders have these; transformers would fail on them later
+        value = hf.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ValueError(f"{path}: {key!r} must be a positive integer, got {value!r}")
+    archs = hf.get("architectures")
+    if archs is None:
+        model_type = hf.get("model_type")
+        if model_type not in MODEL_TYPES:
+            said = f"model_type {model_type!r} is not one we know" if model_type else "no 'model_type' either"
+            raise ValueError(
+                f"{path} has no 'architectures' list and {said}, so the model class is unknown; "
+                f'add e.g. "architectures": ["Qwen3ForCausalLM"] (supported: {", ".join(supported_architectures())})'
+            )
+        return {**hf, "architectures": [MODEL_TYPES[model_type]]}
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        raise ValueError(f"{path}: 'architectures' must be a non-empty list of class names, got {archs!r}")
+    return hf
