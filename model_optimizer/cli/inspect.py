@@ -4,6 +4,7 @@
     mopt inspect ./my-checkpoint --json              # the same as one JSON document
     mopt inspect ./my-checkpoint --max-model-len 32768
     mopt inspect ./my-checkpoint --fix ./clean --dtype bfloat16 --chat-template chatml
+    mopt inspect ./my-checkpoint --gpu H200 --gpu-memory-utilization 0.9 --seq-len 8192
 
 Only config files, tokenizer files and the safetensors headers are read, never the tensor data.
 --fix writes a cleaned copy (the input is never touched) and inspects it; the exit code is then
@@ -16,6 +17,8 @@ import argparse
 import json
 from typing import Any
 
+from model_optimizer.config import EngineConfig, field_docs
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("inspect", help="read a checkpoint without loading it: census, problems and their fixes",
@@ -23,6 +26,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("folder", help="checkpoint folder (config.json, *.safetensors, tokenizer files)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     parser.add_argument("--max-model-len", type=int, default=None, help="the context you mean to serve, checked against the model")
+    plan = parser.add_argument_group("memory plan (the engine's KV-cache sizing rules)")
+    plan.add_argument("--gpu", metavar="NAME|live", default=None,
+                      help="plan for this GPU: a datasheet name (H200, A100 80GB, L4, ...) or 'live' for the one here")
+    plan.add_argument("--seq-len", type=int, default=None, help="sequence length for 'how many sequences fit' (default: max model len)")
+    for name in ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+        field_help = field_docs(EngineConfig)[name]  # the dtype is config.json's, as `mopt serve --dtype auto` runs it
+        plan.add_argument("--" + name.replace("_", "-"), type=float if name == "gpu_memory_utilization" else int,
+                          default=getattr(EngineConfig, name), help=f"{field_help} (default: {getattr(EngineConfig, name)})")
     fix = parser.add_argument_group("--fix: write a cleaned copy")
     fix.add_argument("--fix", metavar="OUT", help="write a cleaned checkpoint to the new folder OUT, then inspect it")
     fix.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None,
@@ -42,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-model-len must be a positive integer, got {args.max_model_len}")
     with Console(stderr=True).status("reading headers and checking keys against the engine's loader..."):
         report = inspect_checkpoint(args.folder, max_model_len=args.max_model_len)
+        _attach_plan(args, report)
     doc = report.to_dict()
     if args.fix is None:
         if args.dtype or args.chat_template:
@@ -49,6 +61,19 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=1)) if args.json else print_report(Console(), doc)
         return report.exit_code
     return _fix(args, doc)
+
+
+def _attach_plan(args: argparse.Namespace, report: Any) -> None:
+    """The memory plan when the engine can build the model; a bad --gpu or setting is the user's error."""
+    from model_optimizer.modelio.memory_plan import gpu_memory, plan_memory
+
+    engine = EngineConfig(max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
+                          max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                          block_size=args.block_size)
+    gpu = gpu_memory(args.gpu) if args.gpu else None
+    if report.raw_check.error is not None or any(f.id == "context.too_long" for f in report.findings):
+        return  # the findings say why the engine would not start; no plan to make
+    report.memory_plan = plan_memory(report.checkpoint.config, gpu, engine, args.seq_len)
 
 
 def _fix(args: argparse.Namespace, before: dict[str, Any]) -> int:

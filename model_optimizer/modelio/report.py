@@ -85,12 +85,16 @@ def print_memory_plan(console: Console, plan: dict[str, Any]) -> None:
         gpu = plan["gpu"]
         table = Table(title=f"fits on {gpu['name']} ({human_bytes(gpu['total_bytes'])}, {gpu['source']}) at gpu_memory_utilization "
                             f"{plan['gpu_memory_utilization']}", title_justify="left")
-        for col in ("weights", "kv_cache_dtype", "activation peak", "KV budget", "KV blocks", "tokens", f"sequences of {plan['seq_len']}"):
+        for col in ("weights", "KV dtype", "activations", "KV budget", "blocks", "tokens", f"seqs of {plan['seq_len']}"):
             table.add_column(col, justify="right")
+        capped = False
         for row in plan["fits"]:
+            capped |= row["capped_by_max_num_seqs"]
             table.add_row(row["weight_format"], row["kv_cache_dtype"], human_bytes(row["activation_bytes"]),
                           human_bytes(max(row["kv_budget_bytes"], 0)), f"{row['num_kv_blocks']:,}", f"{row['num_tokens']:,}",
-                          f"{row['num_sequences']:,}" + (" (max_num_seqs caps)" if row["capped_by_max_num_seqs"] else ""))
+                          f"{row['num_sequences']:,}" + ("*" if row["capped_by_max_num_seqs"] else ""))
+        if capped:
+            table.caption = "* more than max_num_seqs: the scheduler runs at most max_num_seqs at once"
         console.print(table)
         for note in plan.get("notes", []):
             console.print(f"[dim]- {note}[/]", highlight=False)
