@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from rich.console import Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -19,7 +20,7 @@ def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
 
 
 def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:,.1f} ms" if value < 10 else f"{value:,.1f} s"
+    return "-" if value is None else f"{value * 1000:,.1f} ms" if value < 1 else f"{value:,.2f} s"
 
 
 def _pct(value: float | None) -> str:
@@ -30,7 +31,7 @@ def render(view: View) -> Panel:
     stamp = time.strftime("%H:%M:%S", time.localtime(view.taken_at))
     if not view.reachable:
         body = Text.assemble(("unreachable", "bold red"), f"  {view.error}\nretrying every interval ...")
-        return Panel(body, title=f"mopt top  {view.url}", subtitle=stamp, border_style="red")
+        return Panel(body, title=escape(f"mopt top  {view.url}"), subtitle=stamp, border_style="red")
     state = Table.grid(padding=(0, 2))
     for _ in range(4):
         state.add_column()
@@ -56,5 +57,5 @@ def render(view: View) -> Panel:
                           f"{gpu['memory_total'] / 2**30:.1f} GiB  {gpu['power_w']:.0f} W  {gpu['temperature_c']} C"))
     models = ", ".join(view.models) or "?"
     window = f"window {view.window_s:.1f} s" if view.window_s else "first scrape"
-    return Panel(Group(*parts), title=f"mopt top  {view.url}  [{models}]", subtitle=f"{stamp}  {window}",
+    return Panel(Group(*parts), title=escape(f"mopt top  {view.url}  [{models}]"), subtitle=f"{stamp}  {window}",
                  border_style="green")

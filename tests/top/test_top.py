@@ -143,7 +143,8 @@ def test_dashboard_text_shows_the_numbers():
     text = _text(render(build_view("http://x", cur, prev, gpus=[
         {"index": 0, "utilization": 87, "memory_used": 70 * 2**30, "memory_total": 141 * 2**30, "power_w": 512.0,
          "temperature_c": 61}])))
-    for expected in ("running", "14", "waiting", "4.80", "TTFT", "window", "4xx: 8", "GPU 0  util 87%", "512 W"):
+    for expected in ("[meta-llama/Llama-3.1-8B-Instruct]", "running", "14", "waiting", "4.80", "TTFT", "window",
+                     "4xx: 8", "GPU 0  util 87%", "512 W"):
         assert expected in text, expected
 
 
