@@ -20,6 +20,7 @@ def main() -> None:
     import torch
 
     from model_optimizer import LLM, SamplingParams
+    from model_optimizer.layers.sampler import SampledTokens
     from model_optimizer.runner.model_runner import StepHandle
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -38,7 +39,8 @@ def main() -> None:
         last = runner._last
         inputs = runner.batch.prepare(out, last.pending_for_next() if last and last.result is None else {})
         batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
-        runner._last = StepHandle(inputs.sample_states, batch, torch.full((len(batch),), 5))
+        sampled = SampledTokens(torch.full((len(batch),), 5), torch.ones(len(batch), dtype=torch.bool))
+        runner._last = StepHandle(inputs.sample_states, batch, sampled)
         return runner._last
 
     runner.launch = no_model

@@ -33,3 +33,25 @@ def test_sampling_follows_the_distribution_and_penalties_apply():
     presence = SamplingParams(temperature=0, presence_penalty=2.0)
     [(token, _)] = sampler(LOGITS[:1].clone(), [SamplingInput(presence, [], [0])])
     assert token == 1
+
+
+def test_rows_with_nan_or_inf_logits_come_back_as_nonfinite_token():
+    """The torch path flags each row on the device; the ids it keeps for the device stay in the
+    vocabulary (the next step may read them) and only the checked ids carry the flag."""
+    from model_optimizer.engine.request import NONFINITE_TOKEN
+
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    logits = torch.randn(4, 50)
+    logits[1] = float("nan")
+    logits[2, 7] = float("inf")
+    batch = [SamplingInput(SamplingParams(temperature=0, logprobs=2), [1], []),
+             SamplingInput(SamplingParams(temperature=0.7, top_k=5, logprobs=2), [1], []),
+             SamplingInput(SamplingParams(temperature=0, presence_penalty=1.0), [1], [3]),
+             SamplingInput(SamplingParams(temperature=1.0, top_p=0.9), [1], [])]
+    sampled = sampler.sample(logits.clone(), batch)
+    assert sampled.finite.tolist() == [True, False, False, True]
+    assert ((sampled.token_ids >= 0) & (sampled.token_ids < 50)).all()
+    results = sampler(logits.clone(), batch)
+    assert [token for token, _ in results][1:3] == [NONFINITE_TOKEN, NONFINITE_TOKEN]
+    assert results[0][0] == logits[0].argmax() and results[0][1] is not None
+    assert results[1][1] is None  # no logprobs of a failed row

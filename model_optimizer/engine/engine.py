@@ -173,12 +173,16 @@ class LLMEngine:
         out, handle = done
         updated = self.scheduler.update_from_output(out, self.runner.collect(handle))
         self.num_steps += 1
-        self.num_generation_tokens += len(updated)
         touched: dict[str, None] = {}
         for request in updated:
             parent = self.parents[request.parent_id]  # type: ignore[index]
-            if parent.detokenizers[request.index] is not None:
-                self._detokenize(request)
+            if request.error is not None:  # failed alone: so do its n - 1 siblings, which share its prompt
+                for sibling in parent.children:
+                    self.scheduler.fail(sibling, request.error)
+            else:
+                self.num_generation_tokens += 1
+                if parent.detokenizers[request.index] is not None:
+                    self._detokenize(request)
             if not parent.final_only or (request.finished and all(c.finished for c in parent.children)):
                 touched[request.parent_id] = None  # type: ignore[index]
         return [self._make_output(pid) for pid in touched]
@@ -220,6 +224,7 @@ class LLMEngine:
             finished=finished,
             num_cached_tokens=first.num_cached_tokens,
             metrics=metrics,
+            error=next((c.error for c in parent.children if c.error is not None), None),
         )
 
     def _text(self, parent: _Parent, request: Request) -> str:

@@ -86,6 +86,13 @@ class BlockPool:
     def lookup(self, block_hash: int) -> Block | None:
         return self.cached.get(block_hash)
 
+    def forget(self, block_hashes: Iterable[int]) -> None:
+        """Drop these hashes from the prefix cache; blocks still in use stay with their requests."""
+        for block_hash in block_hashes:
+            block = self.cached.get(block_hash)
+            if block is not None:
+                self._uncache(block)
+
     def cache(self, block: Block, block_hash: int) -> None:
         """Register a full block under its hash; a twin computed concurrently stays uncached."""
         if block.block_hash is None and block_hash not in self.cached:
@@ -175,6 +182,11 @@ class KVCacheManager:
         table = self.block_tables.pop(request.request_id, [])
         self.num_hashed_blocks.pop(request.request_id, None)
         self.pool.free(reversed(table))
+
+    def forget(self, request: Request) -> None:
+        """Take every full block of this request's tokens out of the prefix cache (its KV is not to be
+        trusted), whether the request still holds the block, freed it at a preemption or found it cached."""
+        self.pool.forget(request.block_hashes)
 
     def block_ids(self, request_id: str, start: int = 0) -> list[int]:
         """Block ids of a request's table from index `start` on."""

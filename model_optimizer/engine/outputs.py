@@ -16,7 +16,8 @@ class CompletionOutput:
     token_ids: list[int]
     logprobs: list[Logprob] | None
     finish_reason: str | None = None
-    """'stop' (EOS, stop token or stop string), 'length' (max_tokens or context), 'abort', or None while running."""
+    """'stop' (EOS, stop token or stop string), 'length' (max_tokens or context), 'abort', 'error' (the
+    request failed: see RequestOutput.error), or None while running."""
     stop_reason: int | str | None = None
     """The stop string or stop token id that ended it, if any."""
 
@@ -51,6 +52,9 @@ class RequestOutput:
     num_cached_tokens: int = 0
     """Prompt tokens served from the prefix cache instead of being computed."""
     metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(0.0))
+    error: str | None = None
+    """Why the request failed (its completions end with finish_reason 'error'), e.g. NaN/inf logits:
+    a fault of the model or its weights, not of the request. None when it did not fail."""
 
     @property
     def num_prompt_tokens(self) -> int:

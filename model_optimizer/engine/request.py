@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 
 from model_optimizer.sampling_params import SamplingParams
 
+NONFINITE_TOKEN = -1
+"""The token id a runner reports for a request whose logits were NaN or inf: the request fails."""
+
+NONFINITE_ERROR = "the model produced NaN/inf logits for this request"
+
 
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
@@ -16,13 +21,16 @@ class RequestStatus(enum.Enum):
     FINISHED_STOPPED = "stop"
     FINISHED_LENGTH = "length"
     FINISHED_ABORTED = "abort"
+    FINISHED_ERROR = "error"
+    """The request failed alone (its `error` says why); the others in its batch go on."""
 
     @property
     def finished(self) -> bool:
         return self in _FINISHED  # read every step for every request: one set lookup
 
 
-_FINISHED = frozenset({RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED})
+_FINISHED = frozenset({RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED,
+                       RequestStatus.FINISHED_ERROR})
 
 
 @dataclass
@@ -74,6 +82,8 @@ class Request:
     first_scheduled_time: float | None = None
     """When the request first left the waiting queue (the end of its queue time)."""
     num_preemptions: int = 0
+    error: str | None = None
+    """Why the request failed (status FINISHED_ERROR)."""
     block_hashes: list[int] = field(default_factory=list)
     """Chained hashes of this request's full blocks, filled as blocks fill up."""
 

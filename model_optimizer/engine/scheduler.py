@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from model_optimizer.engine.kv_cache import KVCacheManager
-from model_optimizer.engine.request import Request, RequestStatus
+from model_optimizer.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN, Request, RequestStatus
 from model_optimizer.sampling_params import SamplingParams
 
 
@@ -258,10 +258,12 @@ class Scheduler:
 
     # ----------------------------------------------------------------- update
     def update_from_output(self, out: SchedulerOutput, sampled: dict[str, tuple[int, object]]) -> list[Request]:
-        """Append the tokens `out` sampled and apply token-level stops; returns the requests that got one.
+        """Append the tokens `out` sampled and apply token-level stops; returns the requests that got one,
+        or failed.
 
-        `sampled` maps request id to (token id, logprob or None). A request finished or aborted since
-        `out` was scheduled drops its token; one preempted since keeps it (it was computed on a valid cache).
+        `sampled` maps request id to (token id, logprob or None); NONFINITE_TOKEN fails that request
+        alone (see `fail`). A request finished or aborted since `out` was scheduled drops its token;
+        one preempted since keeps it (it was computed on a valid cache).
         """
         updated = []
         for request_id, request in out.sampling_requests.items():
@@ -271,6 +273,10 @@ class Scheduler:
                 raise RuntimeError(f"the runner returned no token for request {request_id!r}, which sampled this step")
             request.num_pending -= 1
             token_id, logprob = sampled[request_id]
+            if token_id == NONFINITE_TOKEN:
+                self.fail(request, NONFINITE_ERROR)
+                updated.append(request)
+                continue
             request.append_output_token(token_id, logprob)  # type: ignore[arg-type]
             updated.append(request)
             if request.check_stop():
@@ -285,6 +291,20 @@ class Scheduler:
         self._remove(request)
         request.status = status
         request.stop_reason = stop_reason
+        self._finish(request)
+
+    def fail(self, request: Request, error: str) -> None:
+        """Finish a request that cannot go on (its logits were NaN/inf) with status FINISHED_ERROR.
+
+        Its blocks are freed and every prefix-cache entry of its tokens is dropped: the NaN may sit in
+        any of them, and a later request sharing the prefix must compute its own.
+        """
+        if request.finished:
+            return
+        self._remove(request)
+        request.status = RequestStatus.FINISHED_ERROR
+        request.error = error
+        self.kv_cache.forget(request)
         self._finish(request)
 
     def _remove(self, request: Request) -> None:

@@ -7,7 +7,8 @@ leaves one (best score, index) per chunk of the row; a tiny argmax over the chun
 The unfused path (float copy, temperature, softmax, exponential noise, divide, argmax) reads and
 writes the float32 logits about eight times over: at 256 rows of a 151,936-token vocabulary that
 is about 1.9 GB per step. Greedy rows (inverse temperature 0) take the plain argmax, ties to the
-lowest index like torch.argmax.
+lowest index like torch.argmax. Each program also checks its chunk for NaN/inf (a NaN best score
+marks the chunk), so the sampler learns which rows' logits were not finite without another pass.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ def _gumbel_argmax_kernel(
     noisy = tl.where(inv_temp > 0, x * inv_temp + gumbel, x)
     score = tl.where(valid, noisy, float("-inf"))
     best = tl.max(score, axis=0)
-    index = tl.min(tl.where(score == best, cols, vocab_size), axis=0)  # lowest index among ties
-    tl.store(best_ptr + row * num_chunks + chunk, best)
+    # lowest index among ties; a NaN best matches nothing and leaves a valid id all the same
+    index = tl.min(tl.where(score == best, cols, vocab_size - 1), axis=0)
+    num_bad = tl.sum(tl.where(tl.abs(x) < float("inf"), 0, 1), axis=0)  # NaN and inf logits
+    tl.store(best_ptr + row * num_chunks + chunk, tl.where(num_bad > 0, float("nan"), best))
     tl.store(index_ptr + row * num_chunks + chunk, index)
 
 
@@ -49,6 +52,16 @@ def gumbel_sample(logits: torch.Tensor, inv_temperatures: torch.Tensor, seeds: t
 
     logits (rows, vocab) float32, bfloat16 or float16, contiguous rows; inv_temperatures (rows,)
     float32 and seeds (rows,) int64 on the same device. No host synchronisation.
+    """
+    return gumbel_sample_checked(logits, inv_temperatures, seeds)[0]
+
+
+def gumbel_sample_checked(
+    logits: torch.Tensor, inv_temperatures: torch.Tensor, seeds: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`gumbel_sample`, plus (rows,) bool: False where the row's logits hold a NaN or an inf.
+
+    Such a row still gets a valid vocabulary id (meaningless), so a next step may read it safely.
     """
     if logits.dim() != 2 or logits.stride(1) != 1:
         raise ValueError(f"logits must be (rows, vocab) and contiguous along vocab, got {tuple(logits.shape)}")
@@ -63,4 +76,5 @@ def gumbel_sample(logits: torch.Tensor, inv_temperatures: torch.Tensor, seeds: t
         _gumbel_argmax_kernel[(rows, num_chunks)](
             logits, inv_temperatures, seeds, best, index, vocab, logits.stride(0), num_chunks, CHUNK=CHUNK,
         )
-    return index.gather(1, best.argmax(dim=1, keepdim=True)).squeeze(1)
+    values, chunk = best.max(dim=1, keepdim=True)  # a NaN chunk wins and stays NaN
+    return index.gather(1, chunk).squeeze(1), values.squeeze(1).isfinite()

@@ -8,6 +8,10 @@ tokens do not depend on what else is in the batch or on preemption.
 On CUDA, batches of greedy and temperature-only requests (no penalties, top-k, top-p or min-p)
 take one Triton kernel (kernels/sampling.py) that reads the logits once; the same distribution,
 from a different random stream than the CPU path.
+
+Each row is also checked for NaN/inf logits on the device (inside that kernel, or by one sum on
+the torch path); the flag travels to the host with the ids (`SampledTokens.checked_ids`), so the
+engine can fail that request alone without a host sync of its own.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from model_optimizer.engine.request import Logprob
+from model_optimizer.engine.request import NONFINITE_TOKEN, Logprob
 from model_optimizer.kernels import triton_kernel
 from model_optimizer.sampling_params import SamplingParams
 from model_optimizer.transfer import to_device
@@ -38,30 +42,50 @@ class SamplingInput:
         return len(self.output_token_ids) if self.position is None else self.position
 
 
+@dataclass
+class SampledTokens:
+    """What one sampling call drew, still on the device."""
+
+    token_ids: torch.Tensor
+    """(rows,) int64: always vocabulary ids (meaningless ones for a non-finite row), so the next
+    step may read them as its inputs."""
+    finite: torch.Tensor
+    """(rows,) bool: False where the row's logits held a NaN or an inf."""
+    raw_logprobs: torch.Tensor | None = None
+    """(rows, vocab) float32 log-softmax of the raw logits, when a request asks for logprobs."""
+
+    def checked_ids(self) -> torch.Tensor:
+        """The ids with NONFINITE_TOKEN in rows whose logits were not finite: what the host reads."""
+        return torch.where(self.finite, self.token_ids, NONFINITE_TOKEN)
+
+
 class Sampler:
     def __init__(self, device: torch.device, seed: int = 0) -> None:
         self.device = device
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def __call__(self, logits: torch.Tensor, batch: list[SamplingInput]) -> list[tuple[int, Logprob | None]]:
-        """Sample and wait for the result (one host sync)."""
-        token_ids, raw_logprobs = self.sample(logits, batch)
-        return self.results(token_ids.tolist(), raw_logprobs, batch)
+        """Sample and wait for the result (one host sync); a non-finite row gives NONFINITE_TOKEN."""
+        sampled = self.sample(logits, batch)
+        return self.results(sampled.checked_ids().tolist(), sampled.raw_logprobs, batch)
 
-    def sample(self, logits: torch.Tensor, batch: list[SamplingInput]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Token ids (num_reqs,) int64 on the logits' device, and raw logprobs when a request asks for them.
+    def sample(self, logits: torch.Tensor, batch: list[SamplingInput]) -> SampledTokens:
+        """Token ids (num_reqs,) int64 on the logits' device, their finite flags, and raw logprobs when a
+        request asks for them.
 
         Queues device work only: nothing here waits for the device."""
         want_logprobs = any(b.params.logprobs is not None for b in batch)
         raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if want_logprobs else None
         if _can_fuse(logits) and all(_plain(b.params) for b in batch):
-            return self._choose_fused(logits, batch), raw_logprobs
-        logits = self._apply_penalties(logits.float(), batch)  # (num_reqs, vocab)
-        return self._choose(logits, batch), raw_logprobs
+            return SampledTokens(*self._choose_fused(logits, batch), raw_logprobs)
+        logits = logits.float()  # (num_reqs, vocab)
+        finite = logits.sum(dim=-1).isfinite()  # any NaN or inf makes the sum NaN or inf
+        logits = self._apply_penalties(logits, batch)
+        return SampledTokens(self._choose(logits, batch), finite, raw_logprobs)
 
-    def _choose_fused(self, logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
-        """Temperature and sampling in one pass over the logits (kernels/sampling.py)."""
-        gumbel_sample = triton_kernel("sampling", "gumbel_sample")
+    def _choose_fused(self, logits: torch.Tensor, batch: list[SamplingInput]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Temperature and sampling in one pass over the logits (kernels/sampling.py): ids and finite flags."""
+        gumbel_sample = triton_kernel("sampling", "gumbel_sample_checked")
         device = logits.device
         inv_temperatures = to_device([0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch],
                                      device, torch.float32)
@@ -79,7 +103,7 @@ class Sampler:
         results = []
         for i, (token_id, item) in enumerate(zip(token_ids, batch)):
             logprob = None
-            if raw_logprobs is not None and item.params.logprobs is not None:
+            if raw_logprobs is not None and item.params.logprobs is not None and token_id != NONFINITE_TOKEN:
                 logprob = _logprob(raw_logprobs[i], token_id, item.params.logprobs)
             results.append((token_id, logprob))
         return results

@@ -12,7 +12,7 @@ from model_optimizer.config import EngineConfig
 from model_optimizer.engine.request import Logprob
 from model_optimizer.engine.scheduler import SchedulerOutput
 from model_optimizer.layers.attention import AttentionMetadata
-from model_optimizer.layers.sampler import Sampler, SamplingInput
+from model_optimizer.layers.sampler import SampledTokens, Sampler, SamplingInput
 from model_optimizer.models.loader import load_model
 from model_optimizer.runner.cuda_graph import CudaGraphRunner
 from model_optimizer.runner.input_batch import CachedRequestState, InputBatch, PendingTokens
@@ -149,7 +149,7 @@ class ModelRunner:
         pending = previous.pending_for_next() if previous is not None and previous.result is None else {}
         inputs = self.batch.prepare(out, pending)
         if len(inputs.pending_dst):
-            inputs.token_ids[inputs.pending_dst] = previous.token_ids[inputs.pending_src]  # type: ignore[union-attr]
+            inputs.token_ids[inputs.pending_dst] = previous.sampled.token_ids[inputs.pending_src]  # type: ignore[union-attr]
         if self.graph_runner is not None and self.graph_runner.can_run(inputs):
             hidden = self.graph_runner.run(inputs)  # its graphs hold their own metadata
         else:
@@ -167,20 +167,24 @@ class ModelRunner:
         if inputs.sample_states:
             logits = self.model.compute_logits(hidden[inputs.sample_rows])
             handle.batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
-            handle.token_ids, handle.raw_logprobs = self.sampler.sample(logits, handle.batch)
+            handle.sampled = self.sampler.sample(logits, handle.batch)
             handle.start_copy()
         self._last = handle
         return handle
 
     def collect(self, handle: StepHandle) -> dict[str, tuple[int, Logprob | None]]:
-        """Wait for a launched step's sampled ids; record them in the runner's request states."""
+        """Wait for a launched step's sampled ids; record them in the runner's request states.
+
+        A request whose logits were NaN/inf gets NONFINITE_TOKEN; its state keeps a valid placeholder
+        id (the engine finishes it, and a step already launched may still read its history)."""
         if handle.result is None:
             token_ids = handle.wait()
-            results = Sampler.results(token_ids, handle.raw_logprobs, handle.batch)
+            results = Sampler.results(token_ids, handle.sampled.raw_logprobs if handle.sampled else None, handle.batch)
             for state, token_id in zip(handle.states, token_ids):
-                state.output_token_ids.append(token_id)
+                state.output_token_ids.append(max(token_id, 0))
             handle.result = {s.request_id: r for s, r in zip(handle.states, results)}
-            handle.raw_logprobs = None
+            if handle.sampled is not None:
+                handle.sampled.raw_logprobs = None
         return handle.result
 
     @staticmethod
@@ -194,26 +198,27 @@ class StepHandle:
 
     states: list[CachedRequestState]
     batch: list[SamplingInput]
-    token_ids: torch.Tensor | None
-    """(num_samples,) int64 on the device."""
-    raw_logprobs: torch.Tensor | None = None
+    sampled: SampledTokens | None
+    """Ids (num_samples,) on the device, their finite flags and raw logprobs."""
     host: torch.Tensor | None = None
     done: torch.cuda.Event | None = None
     result: dict[str, tuple[int, Logprob | None]] | None = None
 
     def start_copy(self) -> None:
-        if self.token_ids is None or not self.token_ids.is_cuda:
+        """Copy the checked ids (NONFINITE_TOKEN where the logits were not finite) to pinned memory."""
+        if self.sampled is None or not self.sampled.token_ids.is_cuda:
             return
-        self.host = torch.empty(self.token_ids.shape, dtype=self.token_ids.dtype, pin_memory=True)
-        self.host.copy_(self.token_ids, non_blocking=True)
+        checked = self.sampled.checked_ids()  # the flag rides with the ids: one copy, no extra sync
+        self.host = torch.empty(checked.shape, dtype=checked.dtype, pin_memory=True)
+        self.host.copy_(checked, non_blocking=True)
         self.done = torch.cuda.Event()
         self.done.record()
 
     def wait(self) -> list[int]:
-        if self.token_ids is None:
+        if self.sampled is None:
             return []
         if self.done is None:
-            return self.token_ids.tolist()
+            return self.sampled.checked_ids().tolist()
         self.done.synchronize()
         return self.host.tolist()  # type: ignore[union-attr]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tests/gpu/" in str(item.fspath):

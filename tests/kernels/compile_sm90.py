@@ -18,6 +18,7 @@ except ImportError as exc:
 
 from model_optimizer.kernels.paged_attention_kernels import _paged_attention_kernel, _reduce_splits_kernel
 from model_optimizer.kernels.rotary import _norm_rotate_kernel
+from model_optimizer.kernels.sampling import CHUNK, _gumbel_argmax_kernel
 from model_optimizer.kernels.store_kv import _store_kv_kernel
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -81,6 +82,11 @@ def main() -> int:
         dict(q_ptr="*bf16", k_ptr="*bf16", q_out_ptr="*bf16", k_out_ptr="*bf16", positions_ptr="*i64", cos_ptr="*fp32",
              sin_ptr="*fp32", q_weight_ptr="*bf16", k_weight_ptr="*bf16", eps="fp32"),
         dict(NUM_Q_HEADS=16, Q_HEADS_PAD=16, NUM_K_HEADS=8, K_HEADS_PAD=8, HALF=64, HALF_PAD=64, HAS_NORM=True),
+    )
+    compile_kernel(
+        _gumbel_argmax_kernel,
+        dict(logits_ptr="*bf16", inv_temp_ptr="*fp32", seed_ptr="*i64", best_ptr="*fp32", index_ptr="*i64"),
+        dict(CHUNK=CHUNK),
     )
     return 0
 

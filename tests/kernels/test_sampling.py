@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from model_optimizer.kernels.sampling import CHUNK, gumbel_sample
+from model_optimizer.kernels.sampling import CHUNK, gumbel_sample, gumbel_sample_checked
 
 
 def test_greedy_rows_take_the_argmax_with_lowest_index_ties():
@@ -55,9 +55,25 @@ def test_sampler_fused_path_greedy_rows_and_batch_independent_seeds():
     greedy = SamplingInput(SamplingParams(temperature=0), [1], [])
     seeded = SamplingInput(SamplingParams(temperature=0.9, seed=42), [1], [], position=3)
     free = SamplingInput(SamplingParams(temperature=0.9), [1], [])
-    together = sampler._choose_fused(logits, [greedy, seeded, free])
-    assert together[0] == logits[0].argmax()
-    alone = sampler._choose_fused(logits[1:2], [seeded])
+    together, finite = sampler._choose_fused(logits, [greedy, seeded, free])
+    assert together[0] == logits[0].argmax() and finite.all()
+    alone, _ = sampler._choose_fused(logits[1:2], [seeded])
     assert alone[0] == together[1]  # a seeded row draws the same noise in any batch
-    later = [sampler._choose_fused(logits[1:2], [SamplingInput(seeded.params, [1], [], position=p)])[0] for p in range(4, 24)]
+    later = [sampler._choose_fused(logits[1:2], [SamplingInput(seeded.params, [1], [], position=p)])[0][0]
+             for p in range(4, 24)]
     assert len(set(later)) > 5  # ... and fresh noise at every output position
+
+
+def test_rows_with_nan_or_inf_logits_are_flagged_and_still_get_a_vocabulary_id():
+    vocab = 2 * CHUNK + 50
+    logits = torch.randn(6, vocab)
+    logits[1, :] = float("nan")  # a whole row, as a NaN hidden state gives
+    logits[2, CHUNK + 7] = float("nan")  # one entry in the second chunk
+    logits[3, vocab - 1] = float("inf")  # in the last, partial chunk
+    logits[4, 0] = float("-inf")
+    inv = torch.tensor([0.0, 0.0, 1.0, 0.0, 1.0, 1.0])
+    ids, finite = gumbel_sample_checked(logits, inv, torch.arange(6, dtype=torch.int64))
+    assert finite.tolist() == [True, False, False, False, False, True]
+    assert ((ids >= 0) & (ids < vocab)).all()  # the next step may read any of them
+    assert ids[0] == logits[0].argmax()
+    assert torch.equal(gumbel_sample(logits, inv, torch.arange(6, dtype=torch.int64)), ids)

@@ -1,0 +1,66 @@
+"""NaN/inf logits on the GPU: the fused sampling kernel and the torch path flag the row without a host
+sync of their own, and the engine (Triton attention, CUDA graphs, async steps) fails that request alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from model_optimizer import LLM
+from model_optimizer.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN
+from model_optimizer.kernels.sampling import gumbel_sample_checked
+from model_optimizer.layers.sampler import Sampler, SamplingInput
+from model_optimizer.sampling_params import SamplingParams
+from tests.engine.test_nonfinite import CLEAN, GREEDY, OTHER, POISONED, ids, nan_model  # noqa: F401
+
+VOCAB = 151936
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_fused_kernel_flags_nonfinite_rows_at_full_vocabulary(dtype):
+    logits = torch.randn(64, VOCAB, device="cuda").to(dtype)
+    logits[3] = float("nan")
+    logits[10, 150000] = float("nan")  # in the last chunk
+    logits[20, 5] = float("inf")
+    logits[30, 77777] = float("-inf")
+    inv = torch.where(torch.arange(64, device="cuda") % 2 == 0, 0.0, 1.3).float()
+    token_ids, finite = gumbel_sample_checked(logits, inv, torch.arange(64, device="cuda", dtype=torch.int64))
+    bad = {3, 10, 20, 30}
+    assert finite.tolist() == [i not in bad for i in range(64)]
+    assert ((token_ids >= 0) & (token_ids < VOCAB)).all()  # a next step may read every one
+    greedy_rows = [i for i in range(0, 64, 2) if i not in bad]
+    assert token_ids[greedy_rows].tolist() == logits[greedy_rows].float().argmax(dim=1).tolist()
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "torch"])
+def test_sampler_flags_rows_on_the_device(fused, monkeypatch):
+    if not fused:
+        monkeypatch.setenv("MOPT_UNFUSED_SAMPLER", "1")
+    sampler = Sampler(torch.device("cuda"), seed=0)
+    logits = torch.randn(8, VOCAB, device="cuda", dtype=torch.bfloat16)
+    logits[2] = float("nan")
+    logits[5, 9] = float("inf")
+    params = SamplingParams(temperature=0.8) if fused else SamplingParams(temperature=0.8, top_k=50)
+    batch = [SamplingInput(params, [1], []) for _ in range(8)]
+    sampled = sampler.sample(logits, batch)
+    assert sampled.token_ids.is_cuda and sampled.finite.is_cuda
+    checked = sampled.checked_ids().tolist()
+    assert [i for i, t in enumerate(checked) if t == NONFINITE_TOKEN] == [2, 5]
+    assert all(0 <= t < VOCAB for t in sampled.token_ids.tolist())
+
+
+@pytest.mark.parametrize("settings", [
+    {"async_scheduling": True},
+    {"async_scheduling": False, "enforce_eager": True},
+], ids=["async-graphs", "sync-eager"])
+def test_engine_fails_the_nan_request_alone_on_the_gpu(nan_model, settings):  # noqa: F811
+    common = dict(dtype="float32", gpu_memory_utilization=0.2, max_num_seqs=16, **settings)
+    expected = LLM(nan_model, **common).generate([CLEAN, OTHER], GREEDY)
+    llm = LLM(nan_model, **common)
+    poisoned, other = llm.generate([POISONED, OTHER], GREEDY)
+    assert poisoned.error == NONFINITE_ERROR and [c.finish_reason for c in poisoned.outputs] == ["error"]
+    assert ids(other) == ids(expected[1])
+    assert llm.generate([POISONED], GREEDY)[0].num_cached_tokens == 0
+    assert ids(llm.generate([CLEAN], GREEDY)[0]) == ids(expected[0])
+    stats = llm.engine.stats()
+    assert stats.num_free_blocks == stats.num_blocks
