@@ -147,8 +147,12 @@ def run(args: argparse.Namespace) -> int:
     cli = sampling_overrides(args)
     params = [_line_params(line, {**defaults, **cli}) for line in lines]
     _log(f"loading model {engine_config.model or '(built-in)'}")
-    with console.status("loading model"):
-        llm = LLM(**asdict(engine_config))
+    try:
+        with console.status("loading model"):
+            llm = LLM(**asdict(engine_config))
+    except KeyboardInterrupt:
+        _log("interrupted while loading the model; nothing was generated or written")
+        return 130
     prompt_ids, prompt_texts = zip(*(_prompt_ids(llm, line) for line in lines))
     finished: dict[int, Any] = {}
     _log(f"generating for {len(lines)} prompt{'s' if len(lines) > 1 else ''}")
