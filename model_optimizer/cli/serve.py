@@ -19,8 +19,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "/health, /ready, /version, /metrics. As with `vllm serve`, the model folder may come first: "
         "`mopt serve ./model`.",
     )
-    parser.add_argument("model_tag", nargs="?", metavar="MODEL", default=None,
-                        help="model folder (the same as --model)")
+    parser.add_argument(
+        "model_tag", nargs="?", metavar="MODEL", default=None, help="model folder (the same as --model)"
+    )
     add_config_file_arg(parser, EngineConfig, ServerConfig)
     add_dataclass_args(parser, EngineConfig)
     add_dataclass_args(parser, ServerConfig)

@@ -1,22 +1,25 @@
 """create_app(config): the FastAPI application of `mopt serve`.
 
-The model loads in a background thread once the app starts, so the server answers /health
-(200) and /ready (503, "loading") at once; /ready turns 200 after loading and a warm-up
-generation. Pass `llm=` (or `embedder=`) to serve a model that is already built (tests,
-embedding the server in Python). An embedding model (a sentence-transformers folder with
-modules.json, or an encoder such as BERT) is served by an Embedder on /v1/embeddings only.
+The model is loaded (and warmed up) before the app exists: `mopt serve` binds its port only once
+the model can answer, so /health never says healthy about a model that is not there, and a
+configuration error (unsupported architecture, KV cache too small, a chat template that does not
+render) is a clear message and exit code 2 before anything listens. Pass `llm=` (or `embedder=`)
+to serve a model that is already built (tests, embedding the server in Python). An embedding model
+(a sentence-transformers folder with modules.json, or an encoder such as BERT) is served by an
+Embedder on /v1/embeddings only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from model_optimizer import __version__
 from model_optimizer.config import EngineConfig
@@ -24,20 +27,27 @@ from model_optimizer.engine.async_engine import AsyncEngine
 from model_optimizer.sampling_params import SamplingParams
 from model_optimizer.server.config import ServerConfig
 from model_optimizer.server.errors import install_error_handlers
+from model_optimizer.server.limits import max_chars_per_token
 from model_optimizer.server.metrics import HTTPMetricsMiddleware, ServerMetrics
 from model_optimizer.server.middleware import GuardMiddleware
-from model_optimizer.server.routes import chat, completions, embeddings, system
+from model_optimizer.server.routes import chat, completions, embeddings, system, tokenize
 from model_optimizer.server.state import ServerState
+from model_optimizer.server.stats_log import start_stats_logging
 
 logger = logging.getLogger(__name__)
 
 
-def create_app(config: ServerConfig, engine_config: EngineConfig | None = None, llm: Any = None,
-               embedder: Any = None) -> FastAPI:
+def create_app(
+    config: ServerConfig, engine_config: EngineConfig | None = None, llm: Any = None, embedder: Any = None
+) -> FastAPI:
     engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
     state = ServerState(config=config, engine_config=engine_config)
     if config.chat_template:
-        state.chat_template = _read_template(config.chat_template)
+        state.chat_template = _read_template(config.chat_template)  # before loading: a typo fails in a second
+    if llm is None and embedder is None:
+        llm, embedder = load_model(engine_config)
+    if state.chat_template:
+        check_template(state.chat_template, config.chat_template, llm.tokenizer if llm is not None else None)
     state.model_name = config.served_model_name or _default_name(engine_config, llm or embedder)
     state.metrics = ServerMetrics(state.model_name, lambda: state.engine.stats if state.engine else None)
 
@@ -46,11 +56,12 @@ def create_app(config: ServerConfig, engine_config: EngineConfig | None = None, 
         loop = asyncio.get_running_loop()
         if llm is not None:
             _engine_ready(state, llm, loop)
-        elif embedder is not None:
-            _embedder_ready(state, embedder)
         else:
-            threading.Thread(target=_load, args=(state, loop), name="mopt-load", daemon=True).start()
+            _embedder_ready(state, embedder)
+        stats_task = start_stats_logging(state, config.log_interval)
         yield
+        if stats_task is not None:
+            stats_task.cancel()
         if state.engine is not None:
             state.engine.stop()
         state.executor.shutdown(wait=False, cancel_futures=True)
@@ -58,9 +69,17 @@ def create_app(config: ServerConfig, engine_config: EngineConfig | None = None, 
     app = FastAPI(title="Model-Optimizer OpenAI-compatible server", version=__version__, lifespan=lifespan)
     app.state.server = state
     install_error_handlers(app)
-    for module in (system, completions, chat, embeddings):
+    for module in (system, completions, chat, embeddings, tokenize):
         app.include_router(module.router)
     app.add_middleware(GuardMiddleware, state=state)
+    if config.allowed_origins:  # outside the guard: preflights are answered before the API-key check
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=config.allowed_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+            max_age=600,
+        )
     app.add_middleware(HTTPMetricsMiddleware, metrics=state.metrics)  # outermost: counts the guard's refusals
     return app
 
@@ -81,29 +100,71 @@ def _read_template(path: str) -> str:
     return file.read_text()
 
 
-def _load(state: ServerState, loop: asyncio.AbstractEventLoop) -> None:
-    """Build the model and warm it up (loading thread), then start serving (event loop)."""
+def load_model(config: EngineConfig) -> tuple[Any, Any]:
+    """(LLM, None) or (None, Embedder), loaded and warmed up; logs what was loaded and how long it took."""
     from model_optimizer.llm import LLM, resolve_model_dir
 
-    config = state.engine_config
-    try:
-        model_dir = resolve_model_dir(config.model)
-        if is_embedding_model(model_dir):
-            from model_optimizer.embed import Embedder
+    start = time.perf_counter()
+    model_dir = resolve_model_dir(config.model)
+    if is_embedding_model(model_dir):
+        from model_optimizer.embed import Embedder
 
-            embedder = Embedder(model_dir, tokenizer=config.tokenizer, dtype=config.dtype, device=config.device,
-                                load_format=config.load_format)
-            embedder.embed(["warm-up"])
-            loop.call_soon_threadsafe(_embedder_ready, state, embedder)
-            return
-        fields = {k: v for k, v in vars(config).items() if k != "model"}
-        llm = LLM(config.model, **fields)
-        llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, temperature=0.0))  # warm-up
-    except BaseException as exc:  # noqa: BLE001 - reported, then the server exits non-zero
-        logger.exception("loading the model failed")
-        loop.call_soon_threadsafe(_fatal, state, exc)
-        return
-    loop.call_soon_threadsafe(_engine_ready, state, llm, loop)
+        embedder = Embedder(
+            model_dir,
+            tokenizer=config.tokenizer,
+            dtype=config.dtype,
+            device=config.device,
+            load_format=config.load_format,
+        )
+        embedder.embed(["warm-up"])
+        _log_loaded(model_dir, embedder.backbone.model, time.perf_counter() - start)
+        return None, embedder
+    fields = {k: v for k, v in vars(config).items() if k != "model"}
+    llm = LLM(config.model, **fields)
+    llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, temperature=0.0))  # warm-up
+    _log_loaded(model_dir, llm.runner.model, time.perf_counter() - start)
+    return llm, None
+
+
+def _log_loaded(model_dir: Path, model: Any, seconds: float) -> None:
+    params = list(model.parameters())
+    num_params = sum(p.numel() for p in params)
+    dtype = str(params[0].dtype).removeprefix("torch.") if params else "?"
+    logger.info(
+        "loaded model %s: %s, %s parameters (%.2f B), in %.1f s",
+        model_dir.resolve(),
+        dtype,
+        f"{num_params:,}",
+        num_params / 1e9,
+        seconds,
+    )
+
+
+SAMPLE_CONVERSATION = [{"role": "user", "content": "Hello"}]
+"""One user turn: every template must take it (some refuse a system turn, or turns out of order)."""
+
+
+def check_template(template: str, path: str | None, tokenizer: Any) -> None:
+    """Render the chat template once on a sample conversation, so a broken one stops the start-up."""
+    try:
+        if tokenizer is not None:
+            text = tokenizer.apply_chat_template(
+                SAMPLE_CONVERSATION, chat_template=template, tokenize=False, add_generation_prompt=True
+            )
+        else:
+            import jinja2
+
+            text = (
+                jinja2.Environment()
+                .from_string(template)
+                .render(messages=SAMPLE_CONVERSATION, add_generation_prompt=True)
+            )
+    except Exception as exc:  # noqa: BLE001 - any failure of the template is the template's fault
+        raise ValueError(
+            f"chat template {path} does not render a sample conversation: {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"chat template {path} renders a sample conversation as empty text")
 
 
 def is_embedding_model(model_dir: Path) -> bool:
@@ -125,6 +186,8 @@ def _embedder_ready(state: ServerState, embedder: Any) -> None:
 
 def _engine_ready(state: ServerState, llm: Any, loop: asyncio.AbstractEventLoop) -> None:
     state.llm = llm
+    if llm.tokenizer is not None:
+        state.chars_per_token = max_chars_per_token(llm.tokenizer)
     state.engine = AsyncEngine(llm.engine, on_fatal=lambda exc: _fatal(state, exc))
     state.engine.start(loop)
     state.ready = True

@@ -5,6 +5,7 @@ Each field's docstring is also its CLI help (see model_optimizer/cli/args.py).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from model_optimizer.config import check_positive
@@ -23,7 +24,7 @@ class ServerConfig:
     """TCP port to listen on (0 lets the OS pick a free one)."""
 
     api_key: str | None = None
-    """Require `Authorization: Bearer KEY` on every route but /health (and /metrics unless --metrics-auth). Also read from MOPT_API_KEY."""
+    """Require `Authorization: Bearer KEY` on every route but /health, /ready (and /metrics unless --metrics-auth). Also read from MOPT_API_KEY."""
 
     served_model_name: str | None = None
     """Model name clients send and /v1/models lists. Empty: the model folder's name."""
@@ -68,11 +69,26 @@ class ServerConfig:
     """Largest request line plus headers in bytes; bigger requests are refused."""
 
     log_level: str = "info"
-    """uvicorn log level: critical, error, warning, info, debug."""
+    """Log level of the server and uvicorn (one format for both): critical, error, warning, info, debug."""
+
+    log_interval: float = 10.0
+    """Seconds between engine stats lines (throughput, running/waiting, KV cache, prefix cache), logged only when busy; 0 turns them off."""
+
+    allowed_origins: list[str] | None = None
+    """Browser origins allowed to call the API (CORS), e.g. https://app.example,https://b.example or '["*"]'. Empty: no CORS headers."""
 
     def __post_init__(self) -> None:
-        check_positive(self, "max_queued_requests", "max_n", "max_stop_strings", "max_stop_string_length",
-                       "max_prompts", "max_embedding_inputs", "max_body_bytes", "max_header_bytes")
+        check_positive(
+            self,
+            "max_queued_requests",
+            "max_n",
+            "max_stop_strings",
+            "max_stop_string_length",
+            "max_prompts",
+            "max_embedding_inputs",
+            "max_body_bytes",
+            "max_header_bytes",
+        )
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port!r}")
         if not 0 <= self.max_logprobs <= 20:
@@ -83,3 +99,19 @@ class ServerConfig:
             raise ValueError(f"shutdown_timeout must be >= 0 seconds, got {self.shutdown_timeout}")
         if self.api_key == "":
             self.api_key = None
+        if self.log_interval < 0:
+            raise ValueError(f"log_interval must be >= 0 seconds (0 turns the stats line off), got {self.log_interval}")
+        self.allowed_origins = _origins(self.allowed_origins)
+
+
+def _origins(value: str | list[str] | None) -> list[str] | None:
+    """A list, a JSON list or a comma-separated string (the CLI flag) -> a list of origins, or None."""
+    if isinstance(value, str):
+        text = value.strip()
+        value = json.loads(text) if text.startswith("[") else [o.strip() for o in text.split(",") if o.strip()]
+    if not value:
+        return None
+    for origin in value:
+        if not isinstance(origin, str) or not (origin == "*" or origin.startswith(("http://", "https://"))):
+            raise ValueError(f"allowed_origins must be '*' or origins such as https://app.example, got {origin!r}")
+    return [origin.rstrip("/") for origin in value]

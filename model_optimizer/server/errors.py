@@ -47,7 +47,9 @@ def error_body(status_code: int, message: str, param: str | None = None) -> dict
     return {"error": {"message": clip(message), "type": error_type, "param": param, "code": status_code}}
 
 
-def error_response(status_code: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
+def error_response(
+    status_code: int, message: str, param: str | None = None, headers: dict | None = None
+) -> JSONResponse:
     return JSONResponse(error_body(status_code, message, param), status_code=status_code, headers=headers)
 
 
@@ -55,6 +57,9 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     """One readable line per pydantic error (location and reason, never the input itself)."""
     parts, param = [], None
     for error in exc.errors()[:5]:
+        if error.get("type") == "json_invalid":  # its loc holds a byte offset, not a field
+            reason = str((error.get("ctx") or {}).get("error", "")) or "malformed"
+            return f"the body is not valid JSON: {clip(reason, 200)}", None
         loc = [str(p) for p in error.get("loc", ()) if p != "body"]
         if param is None and loc:
             param = loc[0]

@@ -23,6 +23,14 @@ from model_optimizer.server.errors import APIError
 from model_optimizer.server.state import Admission, ServerState
 
 
+def failure(output: RequestOutput | None) -> str | None:
+    """The engine's message when it failed this request alone (NaN/inf logits), else None.
+
+    getattr: RequestOutput.error is new in the engine; an older engine never fails one request alone.
+    """
+    return getattr(output, "error", None) if output is not None else None
+
+
 class ClientDisconnected(Exception):
     """The client went away before its response was ready."""
 
@@ -36,7 +44,9 @@ class RequestGroup:
         self.admission: Admission | None = None
         self.closed = False
 
-    async def start(self, token_ids: list[list[int]], params: list[SamplingParams], priority: int, stream: bool) -> None:
+    async def start(
+        self, token_ids: list[list[int]], params: list[SamplingParams], priority: int, stream: bool
+    ) -> None:
         """Admit and add one engine request per prompt; 400 if the engine refuses one, 503 if full or dead."""
         self.admission = self.state.admit(len(token_ids))
         for i, (ids, p) in enumerate(zip(token_ids, params)):

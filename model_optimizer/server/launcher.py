@@ -1,4 +1,10 @@
-"""Run the app under uvicorn: drain on SIGTERM, exit non-zero when the engine dies.
+"""Run the app under uvicorn: load first, drain on SIGTERM, exit non-zero when the engine dies.
+
+The model loads before uvicorn binds the port ("Uvicorn running" comes after "loaded model"): a
+load balancer or probe never reaches a server without a model, and a configuration error (ValueError:
+unsupported architecture, KV cache too small, bad chat template) ends the command with a clear
+message and exit code 2 (`mopt` prints it) instead of a running server that refuses everything.
+uvicorn's loggers write through the same handler and format as ours (LOG_FORMAT).
 
 SIGTERM (or Ctrl-C) starts a drain: /ready turns 503, new requests get 503 with Retry-After,
 in-flight ones may finish for `shutdown_timeout` seconds, then whatever is left is aborted
@@ -9,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import logging.config
 import signal
 import threading
 import time
@@ -36,8 +43,12 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = True
             self.force_exit = sig == signal.SIGINT
             return
-        logger.info("signal %d: draining %d request(s) for up to %.0f s", sig, self.state.num_admitted,
-                    self.state.config.shutdown_timeout)
+        logger.info(
+            "signal %d: draining %d request(s) for up to %.0f s",
+            sig,
+            self.state.num_admitted,
+            self.state.config.shutdown_timeout,
+        )
         self.state.draining = True
         threading.Thread(target=self._drain, name="mopt-drain", daemon=True).start()
 
@@ -52,18 +63,47 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def log_config(level: str) -> dict:
+    """One stderr handler and format for our loggers and uvicorn's (error and access logs)."""
+    level = level.upper()
+    handler = {"handlers": ["stderr"], "level": level, "propagate": False}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"mopt": {"format": LOG_FORMAT}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "mopt", "stream": "ext://sys.stderr"}},
+        "root": {"handlers": ["stderr"], "level": level},
+        "loggers": {"uvicorn": handler, "uvicorn.error": {"level": level}, "uvicorn.access": dict(handler)},
+    }
+
+
 def serve(config: ServerConfig, engine_config: EngineConfig) -> int:
-    """Serve until SIGTERM/SIGINT (exit code 0) or an engine failure (exit code 1)."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """Load the model, then serve until SIGTERM/SIGINT (exit code 0) or an engine failure (exit code 1).
+
+    Raises ValueError (or FileNotFoundError) for a configuration the server cannot start with.
+    """
+    logging.config.dictConfig(log_config(config.log_level))
     from model_optimizer.llm import resolve_model_dir
 
-    resolve_model_dir(engine_config.model)  # a missing folder is a clear CLI error, not a failed server
-    app = create_app(config, engine_config)
+    model_dir = resolve_model_dir(engine_config.model)  # a missing folder is a clear CLI error, not a failed server
+    logger.info("loading model %s", model_dir.resolve())
+    try:
+        app = create_app(config, engine_config)
+    except ValueError as exc:
+        raise ValueError(f"cannot serve {model_dir}: {exc}") from None
     state: ServerState = app.state.server
     uv_config = uvicorn.Config(
-        app, host=config.host, port=config.port, log_level=config.log_level, http="h11",
-        h11_max_incomplete_event_size=config.max_header_bytes, timeout_graceful_shutdown=5,
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=config.log_level,
+        http="h11",
+        log_config=None,
+        h11_max_incomplete_event_size=config.max_header_bytes,
+        timeout_graceful_shutdown=5,
     )
     server = DrainingServer(uv_config, state)
 

@@ -30,13 +30,17 @@ class GuardMiddleware:
         header_bytes = len(scope.get("raw_path") or b"") + len(scope.get("query_string", b""))
         header_bytes += sum(len(k) + len(v) + 4 for k, v in headers)
         if header_bytes > config.max_header_bytes:
-            response = error_response(431, f"request line and headers exceed {config.max_header_bytes} bytes",
-                                      headers={"Connection": "close"})
+            response = error_response(
+                431, f"request line and headers exceed {config.max_header_bytes} bytes", headers={"Connection": "close"}
+            )
             await response(scope, receive, send)
             return
         if config.api_key and not is_public(scope["path"], config) and not authorized(headers, config.api_key):
-            response = error_response(401, "missing or invalid API key (send Authorization: Bearer KEY)",
-                                      headers={"WWW-Authenticate": "Bearer"})
+            response = error_response(
+                401,
+                "missing or invalid API key (send Authorization: Bearer KEY)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
             await response(scope, receive, send)
             return
         if scope["method"] not in BODY_METHODS:

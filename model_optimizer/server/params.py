@@ -27,20 +27,33 @@ def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -
     return stop
 
 
-def resolve_max_tokens(state: ServerState, requested: int | None, num_prompt_tokens: int) -> int:
-    """max_tokens for one prompt: the request's, checked against the context, or the remaining context."""
+def resolve_max_tokens(
+    state: ServerState, requested: int | None, num_prompt_tokens: int, field: str = "max_tokens"
+) -> int:
+    """max_tokens for one prompt: the request's, checked against the context, or the remaining context.
+
+    `field` is the name the client used (chat's max_completion_tokens), so errors name what was sent.
+    """
     max_model_len, limit = state.max_model_len, state.config.max_tokens_limit
     room = max_model_len - num_prompt_tokens
     if room < 1:
-        raise APIError(400, f"the prompt has {num_prompt_tokens} tokens, but max_model_len is {max_model_len} "
-                            "(prompt plus at least one output token)", "prompt")
+        raise APIError(
+            400,
+            f"the prompt has {num_prompt_tokens} tokens, but max_model_len is {max_model_len} "
+            "(prompt plus at least one output token)",
+            "prompt",
+        )
     if requested is None:
         return room if limit is None else min(room, limit)
     if limit is not None and requested > limit:
-        raise APIError(400, f"max_tokens is {requested}; this server allows at most {limit}", "max_tokens")
+        raise APIError(400, f"{field} is {requested}; this server allows at most {limit}", field)
     if num_prompt_tokens + requested > max_model_len:
-        raise APIError(400, f"the prompt has {num_prompt_tokens} tokens and max_tokens is {requested}: together "
-                            f"{num_prompt_tokens + requested}, more than max_model_len {max_model_len}", "max_tokens")
+        raise APIError(
+            400,
+            f"the prompt has {num_prompt_tokens} tokens and {field} is {requested}: together "
+            f"{num_prompt_tokens + requested}, more than max_model_len {max_model_len}",
+            field,
+        )
     return requested
 
 

@@ -6,14 +6,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from model_optimizer.server.errors import APIError, clip
+from model_optimizer.server.limits import min_tokens
 from model_optimizer.server.protocol import ChatMessage
 from model_optimizer.server.state import ServerState
 
 # apply_chat_template's own arguments: chat_template_kwargs may not override them
 RESERVED_TEMPLATE_KWARGS = {
-    "conversation", "tools", "documents", "chat_template", "add_generation_prompt", "continue_final_message",
-    "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
-    "tokenizer_kwargs", "processor_kwargs",
+    "conversation",
+    "tools",
+    "documents",
+    "chat_template",
+    "add_generation_prompt",
+    "continue_final_message",
+    "tokenize",
+    "padding",
+    "truncation",
+    "max_length",
+    "return_tensors",
+    "return_dict",
+    "return_assistant_tokens_mask",
+    "tokenizer_kwargs",
+    "processor_kwargs",
 }
 
 
@@ -59,12 +72,37 @@ def check_token_ids(state: ServerState, token_ids: list[int]) -> list[int]:
     return list(token_ids)
 
 
-async def encode(state: ServerState, text: str, add_special_tokens: bool) -> list[int]:
+NO_TOKENIZER = "this model has no tokenizer: send the prompt as token ids (a list of integers)"
+
+
+async def encode(
+    state: ServerState, text: str, add_special_tokens: bool, param: str = "prompt", allow_empty: bool = False
+) -> list[int]:
+    if state.tokenizer is None:
+        raise APIError(400, NO_TOKENIZER, param)
     _check_utf8(text)
-    token_ids = await state.run_blocking(lambda: list(state.tokenizer.encode(text, add_special_tokens=add_special_tokens)))
-    if not token_ids:
+    check_text_fits(state, text, param)
+    token_ids = await state.run_blocking(
+        lambda: list(state.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+    )
+    if not token_ids and not allow_empty:
         raise APIError(400, "prompt is empty: give at least one token", "prompt")
     return token_ids
+
+
+def check_text_fits(state: ServerState, text: str, param: str) -> None:
+    """Refuse a text that cannot fit max_model_len by its length alone, before tokenizing it (seconds for MBs)."""
+    if state.chars_per_token is None:
+        return
+    fewest, max_model_len = min_tokens(len(text), state.chars_per_token), state.max_model_len
+    if fewest >= max_model_len:
+        raise APIError(
+            400,
+            f"the prompt has {len(text)} characters, so at least {fewest} tokens (this tokenizer's "
+            f"tokens are at most {state.chars_per_token} characters long), but max_model_len is "
+            f"{max_model_len} (prompt plus at least one output token)",
+            param,
+        )
 
 
 def _check_utf8(text: str) -> None:
@@ -89,16 +127,34 @@ def message_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
     return out
 
 
-async def chat_prompt(state: ServerState, messages: list[ChatMessage], add_generation_prompt: bool,
-                      template_kwargs: dict[str, Any] | None) -> Prompt:
+async def chat_prompt(
+    state: ServerState,
+    messages: list[ChatMessage],
+    add_generation_prompt: bool,
+    template_kwargs: dict[str, Any] | None,
+    add_special_tokens: bool = False,
+) -> Prompt:
     """Render messages through the chat template (--chat-template or the tokenizer's) and tokenize."""
+    if state.tokenizer is None:
+        raise APIError(
+            400,
+            "this model has no tokenizer, so chat messages cannot be rendered: use /v1/completions with token ids",
+            "messages",
+        )
     template = state.chat_template or getattr(state.tokenizer, "chat_template", None)
     if not template:
-        raise APIError(400, "this model's tokenizer has no chat template; use /v1/completions, "
-                            "or start the server with --chat-template FILE", "messages")
+        raise APIError(
+            400,
+            "this model's tokenizer has no chat template; use /v1/completions, "
+            "or start the server with --chat-template FILE",
+            "messages",
+        )
     conversation = message_dicts(messages)
-    extra = {k: v for k, v in (template_kwargs or {}).items()
-             if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool))}
+    extra = {
+        k: v
+        for k, v in (template_kwargs or {}).items()
+        if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool))
+    }
 
     def render() -> str:
         return state.tokenizer.apply_chat_template(
@@ -111,4 +167,4 @@ async def chat_prompt(state: ServerState, messages: list[ChatMessage], add_gener
         raise APIError(400, f"the chat template failed on these messages: {clip(str(exc), 300)}", "messages") from None
     if not isinstance(text, str):
         raise APIError(400, "the chat template did not produce text", "messages")
-    return Prompt(await encode(state, text, False), text)
+    return Prompt(await encode(state, text, add_special_tokens, "messages"), text)

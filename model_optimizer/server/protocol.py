@@ -2,7 +2,9 @@
 
 Static bounds live here (they also shape /openapi.json); caps that depend on the server's
 configuration (n, logprobs, stop strings, prompts) are checked in `server.params`.
-Unknown fields are ignored, as OpenAI clients send newer fields than any server knows.
+Unknown fields are ignored, as OpenAI clients send newer fields than any server knows. Known
+fields are strict: `"max_tokens": "5"`, `"n": true` or `"stream": "yes"` are 400s naming the field,
+not guesses (pydantic's lax mode would turn true into 1 and "5" into 5).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
 
 
 class StreamOptions(_Request):
@@ -79,6 +81,55 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(default=None, ge=1, le=INT64_MAX)
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
+    # accepted only in their "do nothing" form until supported (see UNSUPPORTED_CHAT_FIELDS)
+    response_format: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    functions: list[Any] | None = None
+    function_call: str | dict[str, Any] | None = None
+
+    def unsupported_field(self) -> str | None:
+        """The first field asking for something this server does not do (tools, structured output)."""
+        if self.response_format is not None and self.response_format.get("type", "text") != "text":
+            return "response_format"
+        if self.tools:
+            return "tools"
+        if self.tool_choice not in (None, "none", "auto"):
+            return "tool_choice"
+        if self.functions:
+            return "functions"
+        if self.function_call not in (None, "none", "auto"):
+            return "function_call"
+        return None
+
+
+class TokenizeRequest(_Request):
+    """vLLM's /tokenize: a prompt, or chat messages rendered through the chat template."""
+
+    model: str | None = Field(default=None, max_length=512)
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1)
+    add_special_tokens: bool | None = None
+    """Default: true for a prompt, false for messages (the template already writes them)."""
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool = False
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeRequest(_Request):
+    model: str | None = Field(default=None, max_length=512)
+    tokens: list[TokenId] = Field(max_length=1 << 20)
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
 
 
 class EmbeddingRequest(_Request):
@@ -97,7 +148,8 @@ class UsageInfo(BaseModel):
 
 
 class CompletionLogprobs(BaseModel):
-    tokens: list[str] = []
+    tokens: list[str | None] = []
+    """Token texts; null when the model has no tokenizer (top_logprobs then keys by "token_id:N")."""
     token_logprobs: list[float | None] = []
     top_logprobs: list[dict[str, float] | None] = []
     text_offset: list[int] = []

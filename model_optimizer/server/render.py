@@ -27,39 +27,53 @@ def finite(value: float) -> float:
 
 
 class TokenTexts:
-    """Text of single tokens, cached (logprobs name each token by its text)."""
+    """Text of single tokens, cached (logprobs name each token by its text); None without a tokenizer."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.cache: dict[int, str] = {}
 
-    def __call__(self, token_id: int) -> str:
+    def __call__(self, token_id: int) -> str | None:
+        if self.tokenizer is None:
+            return None
         text = self.cache.get(token_id)
         if text is None:
             text = self.cache[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
         return text
 
 
-def completion_logprobs(texts: TokenTexts, logprobs: list[Logprob], text_offset: int, num_top: int) -> CompletionLogprobs:
+def completion_logprobs(
+    texts: TokenTexts, logprobs: list[Logprob], text_offset: int, num_top: int
+) -> CompletionLogprobs:
     out = CompletionLogprobs()
     for lp in logprobs:
         token = texts(lp.token_id)
         out.tokens.append(token)
         out.token_logprobs.append(finite(lp.logprob))
-        top = {texts(t): finite(v) for t, v in _top(lp, num_top)}
-        top.setdefault(token, finite(lp.logprob))
+        top = {_key(texts, t): finite(v) for t, v in _top(lp, num_top)}
+        top.setdefault(_key(texts, lp.token_id), finite(lp.logprob))
         out.top_logprobs.append(top)
         out.text_offset.append(text_offset)
-        text_offset += len(token)
+        text_offset += len(token or "")
     return out
+
+
+def _key(texts: TokenTexts, token_id: int) -> str:
+    """A top_logprobs key: the token's text, or "token_id:N" (vLLM's spelling) when there is no tokenizer."""
+    text = texts(token_id)
+    return f"token_id:{token_id}" if text is None else text
 
 
 def chat_logprobs(texts: TokenTexts, logprobs: list[Logprob], num_top: int) -> ChatLogprobs:
     content = []
     for lp in logprobs:
         token = texts(lp.token_id)
-        top = [TopLogprob(token=texts(t), logprob=finite(v), bytes=list(texts(t).encode())) for t, v in _top(lp, num_top)]
-        content.append(ChatTokenLogprob(token=token, logprob=finite(lp.logprob), bytes=list(token.encode()), top_logprobs=top))
+        top = [
+            TopLogprob(token=texts(t), logprob=finite(v), bytes=list(texts(t).encode())) for t, v in _top(lp, num_top)
+        ]
+        content.append(
+            ChatTokenLogprob(token=token, logprob=finite(lp.logprob), bytes=list(token.encode()), top_logprobs=top)
+        )
     return ChatLogprobs(content=content)
 
 
@@ -70,8 +84,9 @@ def _top(lp: Logprob, num_top: int) -> list[tuple[int, float]]:
 def usage(prompt_token_counts: list[int], outputs: list[RequestOutput | None]) -> UsageInfo:
     prompt_tokens = sum(prompt_token_counts)
     completion_tokens = sum(o.num_output_tokens for o in outputs if o is not None)
-    return UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                     total_tokens=prompt_tokens + completion_tokens)
+    return UsageInfo(
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
+    )
 
 
 @dataclass

@@ -29,6 +29,8 @@ class ServerState:
     metrics: Any = None
     model_name: str = ""
     chat_template: str | None = None
+    chars_per_token: int | None = None
+    """Most characters one token stands for (server.limits); None: no early length check."""
     embedder: Any = None
     """The Embedder (model_optimizer.embed) when the model is an embedding model; then llm is None."""
     ready: bool = False
@@ -37,7 +39,9 @@ class ServerState:
     num_admitted: int = 0
     fatal_hooks: list[Callable[[BaseException], None]] = field(default_factory=list)
     """Called on the event loop when the engine dies (the launcher stops uvicorn and exits non-zero)."""
-    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="mopt-tokenize"))
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="mopt-tokenize")
+    )
 
     # ----------------------------------------------------------------- life cycle
     @property
@@ -46,6 +50,7 @@ class ServerState:
 
     @property
     def tokenizer(self) -> Any:
+        """The model's tokenizer; None for a model served without one (token-id prompts only)."""
         return self.llm.tokenizer
 
     @property
@@ -55,7 +60,9 @@ class ServerState:
     def check_accepting(self) -> None:
         """Raise 503 (with Retry-After) unless new requests can be served now."""
         if self.dead:
-            raise APIError(503, "the engine has failed; the server is shutting down", headers={"Retry-After": RETRY_AFTER_S})
+            raise APIError(
+                503, "the engine has failed; the server is shutting down", headers={"Retry-After": RETRY_AFTER_S}
+            )
         if self.draining:
             raise APIError(503, "the server is shutting down", headers={"Retry-After": RETRY_AFTER_S})
         if not self.ready:
@@ -68,15 +75,20 @@ class ServerState:
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.model_name:
-            raise APIError(404, f"The model `{clip(name, 100)}` does not exist; this server serves `{self.model_name}`.", "model")
+            raise APIError(
+                404, f"The model `{clip(name, 100)}` does not exist; this server serves `{self.model_name}`.", "model"
+            )
 
     # ----------------------------------------------------------------- admission
     def admit(self, num_requests: int) -> Admission:
         """Reserve room for engine requests, or refuse with 503 when the queue is full."""
         limit = self.engine_config.max_num_seqs + self.config.max_queued_requests
         if self.num_admitted + num_requests > limit:
-            raise APIError(503, f"the server is at capacity ({limit} requests running or queued); retry later",
-                           headers={"Retry-After": RETRY_AFTER_S})
+            raise APIError(
+                503,
+                f"the server is at capacity ({limit} requests running or queued); retry later",
+                headers={"Retry-After": RETRY_AFTER_S},
+            )
         self.num_admitted += num_requests
         return Admission(self, num_requests)
 

@@ -8,8 +8,15 @@ from model_optimizer.server.config import ServerConfig
 from tests.server.live import start_server
 
 ENGINE_ARGS = dict(max_model_len=128, num_kv_blocks=512, max_num_seqs=256)
-CAPS = dict(max_n=4, max_stop_strings=4, max_stop_string_length=32, max_prompts=8, max_tokens_limit=64,
-            max_body_bytes=64 * 1024, max_header_bytes=8 * 1024)
+CAPS = dict(
+    max_n=4,
+    max_stop_strings=4,
+    max_stop_string_length=32,
+    max_prompts=8,
+    max_tokens_limit=64,
+    max_body_bytes=64 * 1024,
+    max_header_bytes=8 * 1024,
+)
 
 
 @pytest.fixture(scope="session")

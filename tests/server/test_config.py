@@ -9,10 +9,16 @@ from model_optimizer.server.auth import authorized, is_public
 from model_optimizer.server.config import ServerConfig
 
 
-@pytest.mark.parametrize("changes, fragment", [
-    ({"port": 70000}, "port"), ({"max_n": 0}, "max_n"), ({"max_logprobs": 21}, "max_logprobs"),
-    ({"shutdown_timeout": -1}, "shutdown_timeout"), ({"max_tokens_limit": 0}, "max_tokens_limit"),
-])
+@pytest.mark.parametrize(
+    "changes, fragment",
+    [
+        ({"port": 70000}, "port"),
+        ({"max_n": 0}, "max_n"),
+        ({"max_logprobs": 21}, "max_logprobs"),
+        ({"shutdown_timeout": -1}, "shutdown_timeout"),
+        ({"max_tokens_limit": 0}, "max_tokens_limit"),
+    ],
+)
 def test_bad_values_are_clear_errors(changes, fragment):
     with pytest.raises(ValueError, match=fragment):
         ServerConfig(**changes)

@@ -52,15 +52,18 @@ def test_formats_dimensions_and_token_ids(embed_server, minilm):
     assert len(by_ids) == 2 and max(abs(a - b) for a, b in zip(by_ids[0]["embedding"], plain)) < 1e-5
 
 
-@pytest.mark.parametrize("body, status", [
-    ({"input": "x", "dimensions": 100000}, 400),
-    ({"input": ["a"] * 5}, 400),
-    ({"input": [10**6]}, 400),
-    ({"input": []}, 400),
-    ({"input": "word " * 2000}, 400),
-    ({"input": "x", "model": "other"}, 404),
-    ({"input": "x", "encoding_format": "hex"}, 400),
-])
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        ({"input": "x", "dimensions": 100000}, 400),
+        ({"input": ["a"] * 5}, 400),
+        ({"input": [10**6]}, 400),
+        ({"input": []}, 400),
+        ({"input": "word " * 2000}, 400),
+        ({"input": "x", "model": "other"}, 404),
+        ({"input": "x", "encoding_format": "hex"}, 400),
+    ],
+)
 def test_bad_input(embed_server, body, status):
     r = httpx.post(embed_server.url + "/v1/embeddings", json=body, timeout=30)
     assert r.status_code == status, r.text

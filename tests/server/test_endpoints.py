@@ -26,7 +26,7 @@ def oai(server):
 
 def sse_events(response: httpx.Response) -> list:
     """Parsed `data:` payloads of an SSE body; the last one must be [DONE]."""
-    events = [line[len("data: "):] for line in response.text.split("\n\n") if line.startswith("data: ")]
+    events = [line[len("data: ") :] for line in response.text.split("\n\n") if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     return [json.loads(e) for e in events[:-1]]
 
@@ -42,15 +42,24 @@ def test_models_health_ready_version(client, server):
 
 def test_openapi_lists_every_route(client):
     paths = client.get("/openapi.json").json()["paths"]
-    for path in ("/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/health", "/ready",
-                 "/version", "/metrics"):
+    for path in (
+        "/v1/models",
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/embeddings",
+        "/health",
+        "/ready",
+        "/version",
+        "/metrics",
+    ):
         assert path in paths
 
 
 @pytest.mark.parametrize("prompt", ["The quick brown fox", MULTIBYTE_PROMPT])
 def test_completion_stream_equals_full_text(oai, prompt):
-    kwargs = dict(model="tiny", prompt=prompt, max_tokens=24, temperature=0.8, seed=1234, n=2,
-                  extra_body={"ignore_eos": True})
+    kwargs = dict(
+        model="tiny", prompt=prompt, max_tokens=24, temperature=0.8, seed=1234, n=2, extra_body={"ignore_eos": True}
+    )
     full = oai.completions.create(**kwargs)
     parts = {0: "", 1: ""}
     finish = {}
@@ -66,11 +75,18 @@ def test_completion_stream_equals_full_text(oai, prompt):
 
 def test_multibyte_text_survives_streaming(oai, server_llm):
     """Concatenated deltas equal the full text, even where tokens split multibyte characters."""
-    kwargs = dict(model="tiny", messages=[{"role": "user", "content": MULTIBYTE_PROMPT}], max_tokens=40,
-                  temperature=1.0, seed=7, extra_body={"ignore_eos": True})
+    kwargs = dict(
+        model="tiny",
+        messages=[{"role": "user", "content": MULTIBYTE_PROMPT}],
+        max_tokens=40,
+        temperature=1.0,
+        seed=7,
+        extra_body={"ignore_eos": True},
+    )
     full = oai.chat.completions.create(**kwargs).choices[0].message.content
-    streamed = "".join(c.choices[0].delta.content or "" for c in oai.chat.completions.create(stream=True, **kwargs)
-                       if c.choices)
+    streamed = "".join(
+        c.choices[0].delta.content or "" for c in oai.chat.completions.create(stream=True, **kwargs) if c.choices
+    )
     assert streamed == full
     assert "\ufffd" not in streamed or "\ufffd" in full
 
@@ -79,8 +95,11 @@ def test_usage_matches_tokenizer(client, server_llm):
     tok = server_llm.tokenizer
     prompt = "Count these tokens, please."
     body = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 5, "ignore_eos": True}).json()
-    assert body["usage"] == {"prompt_tokens": len(tok.encode(prompt)), "completion_tokens": 5, "total_tokens":
-                             len(tok.encode(prompt)) + 5}
+    assert body["usage"] == {
+        "prompt_tokens": len(tok.encode(prompt)),
+        "completion_tokens": 5,
+        "total_tokens": len(tok.encode(prompt)) + 5,
+    }
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": prompt}]
     chat = client.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 3, "ignore_eos": True}).json()
     rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -94,7 +113,9 @@ def test_usage_matches_tokenizer(client, server_llm):
 def test_prompt_shapes_and_choice_indices(client, server_llm):
     ids = server_llm.tokenizer.encode("hello there")
     for prompt, num_prompts in (("hello there", 1), (["hello", "there"], 2), (ids, 1), ([ids, ids[:2]], 2)):
-        body = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 2, "n": 2, "ignore_eos": True}).json()
+        body = client.post(
+            "/v1/completions", json={"prompt": prompt, "max_tokens": 2, "n": 2, "ignore_eos": True}
+        ).json()
         assert sorted(c["index"] for c in body["choices"]) == list(range(2 * num_prompts))
         assert body["usage"]["completion_tokens"] == 4 * num_prompts
 
@@ -109,20 +130,42 @@ def test_token_id_prompt_equals_text_prompt(client, server_llm):
 
 
 def test_echo_and_logprobs(client):
-    body = client.post("/v1/completions", json={"prompt": "echo me", "max_tokens": 3, "echo": True, "temperature": 0,
-                                                 "ignore_eos": True}).json()
+    body = client.post(
+        "/v1/completions",
+        json={"prompt": "echo me", "max_tokens": 3, "echo": True, "temperature": 0, "ignore_eos": True},
+    ).json()
     assert body["choices"][0]["text"].startswith("echo me")
-    events = sse_events(client.post("/v1/completions", json={"prompt": "echo me", "max_tokens": 3, "echo": True, "temperature": 0,
-                                                              "stream": True, "ignore_eos": True}))
+    events = sse_events(
+        client.post(
+            "/v1/completions",
+            json={
+                "prompt": "echo me",
+                "max_tokens": 3,
+                "echo": True,
+                "temperature": 0,
+                "stream": True,
+                "ignore_eos": True,
+            },
+        )
+    )
     assert "".join(e["choices"][0]["text"] for e in events) == body["choices"][0]["text"]
-    body = client.post("/v1/completions", json={"prompt": "logprobs", "max_tokens": 4, "logprobs": 3,
-                                                 "ignore_eos": True}).json()
+    body = client.post(
+        "/v1/completions", json={"prompt": "logprobs", "max_tokens": 4, "logprobs": 3, "ignore_eos": True}
+    ).json()
     lp = body["choices"][0]["logprobs"]
     assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 4
     assert all(v <= 0 for v in lp["token_logprobs"])
     assert all(len(top) >= 3 for top in lp["top_logprobs"])
-    chat = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 2,
-                                                      "logprobs": True, "top_logprobs": 2, "ignore_eos": True}).json()
+    chat = client.post(
+        "/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 2,
+            "logprobs": True,
+            "top_logprobs": 2,
+            "ignore_eos": True,
+        },
+    ).json()
     content = chat["choices"][0]["logprobs"]["content"]
     assert len(content) == 2 and all(len(c["top_logprobs"]) == 2 for c in content)
 
@@ -145,9 +188,18 @@ def test_default_max_tokens_is_capped(client):
 
 
 def test_chat_stream_role_first_then_finish_and_usage(client):
-    events = sse_events(client.post("/v1/chat/completions", json={
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "max_tokens": 4, "stream": True,
-        "ignore_eos": True, "stream_options": {"include_usage": True}}))
+    events = sse_events(
+        client.post(
+            "/v1/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                "max_tokens": 4,
+                "stream": True,
+                "ignore_eos": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
+    )
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert all("role" not in e["choices"][0]["delta"] for e in events[1:-1])
     assert events[-2]["choices"][0]["finish_reason"] == "length"
@@ -163,11 +215,21 @@ def test_openai_client_chat(oai):
 def test_metrics_names(client):
     client.post("/v1/completions", json={"prompt": "metrics", "max_tokens": 2})
     text = client.get("/metrics").text
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                 "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
-                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket",
-                 "vllm:inter_token_latency_seconds_bucket", "vllm:e2e_request_latency_seconds_bucket",
-                 "vllm:request_success_total", "mopt:kv_cache_free_blocks"):
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:num_preemptions_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket",
+        "vllm:request_success_total",
+        "mopt:kv_cache_free_blocks",
+    ):
         assert name + "{" in text, name
     assert 'model_name="tiny"' in text
     assert metric(text, "vllm:generation_tokens_total") >= 2

@@ -27,9 +27,16 @@ async def create_embedding(body: EmbeddingRequest, request: Request) -> dict:
     state.check_accepting()
     if state.embedder is None:
         raise APIError(400, f"the model `{state.model_name}` does not support embeddings", "model")
+    if isinstance(body.input, list) and not body.input:
+        raise APIError(400, "input is empty: give a string, a list of strings or token ids", "input")
     inputs = prompt_list(body.input)
+    empty = next((i for i, item in enumerate(inputs) if len(item) == 0), None)
+    if empty is not None:
+        raise APIError(400, f"input {empty} is empty: every input needs at least one character or token", "input")
     if len(inputs) > state.config.max_embedding_inputs:
-        raise APIError(400, f"got {len(inputs)} inputs; at most {state.config.max_embedding_inputs} per request", "input")
+        raise APIError(
+            400, f"got {len(inputs)} inputs; at most {state.config.max_embedding_inputs} per request", "input"
+        )
     if any(isinstance(i, str) and _has_surrogate(i) for i in inputs):
         raise APIError(400, "input is not valid Unicode text (lone surrogate)", "input")
     try:
@@ -37,10 +44,17 @@ async def create_embedding(body: EmbeddingRequest, request: Request) -> dict:
     except ValueError as exc:
         raise APIError(400, str(exc), "input") from None
     vectors = out.embeddings.float().contiguous()
-    data = [{"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)} for i, v in enumerate(vectors)]
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
+        for i, v in enumerate(vectors)
+    ]
     num_tokens = out.num_prompt_tokens
-    return {"object": "list", "model": state.model_name, "data": data,
-            "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens}}
+    return {
+        "object": "list",
+        "model": state.model_name,
+        "data": data,
+        "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
+    }
 
 
 def _has_surrogate(text: str) -> bool:

@@ -1,20 +1,27 @@
-"""GET /health, /ready, /version, /metrics and /v1/models."""
+"""GET /health, /ready, /version, /metrics, /v1/models and /v1/models/{model_id}."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from model_optimizer import __version__
-from model_optimizer.server.errors import error_response
-from model_optimizer.server.protocol import ModelCard, ModelList
+from model_optimizer.server.errors import APIError, clip, error_response
+from model_optimizer.server.protocol import ErrorResponse, ModelCard, ModelList
 from model_optimizer.server.routes import ERROR_RESPONSES
-from model_optimizer.server.state import get_state
+from model_optimizer.server.state import ServerState, get_state
 
 router = APIRouter()
 
 
-@router.get("/health")
+@router.get(
+    "/health",
+    response_class=Response,
+    responses={
+        200: {"description": "The engine is alive: an empty body."},
+        503: {"model": ErrorResponse, "description": "The engine has failed; the server is exiting."},
+    },
+)
 async def health(request: Request) -> Response:
     """200 while the engine loop lives (loading included), 503 once it has failed."""
     state = get_state(request)
@@ -38,17 +45,40 @@ async def version() -> dict:
     return {"version": __version__}
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={
+        200: {
+            "description": "Prometheus text exposition format 0.0.4.",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+    },
+)
 async def metrics(request: Request) -> Response:
     return Response(get_state(request).metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 @router.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
 async def models(request: Request) -> ModelList:
+    return ModelList(data=[_card(get_state(request))])
+
+
+@router.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES)
+async def model(model_id: str, request: Request) -> ModelCard:
+    """The served model's card; 404 for any other id (a served name may hold slashes, hence :path)."""
     state = get_state(request)
+    if model_id != state.model_name:
+        raise APIError(
+            404, f"The model `{clip(model_id, 100)}` does not exist; this server serves `{state.model_name}`.", "model"
+        )
+    return _card(state)
+
+
+def _card(state: ServerState) -> ModelCard:
     root, max_len = None, None
     if state.llm is not None:
         root, max_len = str(state.llm.model_dir), state.max_model_len
     elif state.embedder is not None:
         root, max_len = str(state.embedder.model_dir), state.embedder.max_seq_length
-    return ModelList(data=[ModelCard(id=state.model_name, root=root, max_model_len=max_len)])
+    return ModelCard(id=state.model_name, root=root, max_model_len=max_len)
