@@ -131,7 +131,7 @@ class BenchClient:
             for _ in range(num_shards)
         ]
 
-    async def __aenter__(self) -> "BenchClient":
+    async def __aenter__(self) -> BenchClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -153,7 +153,7 @@ class BenchClient:
             async with http.stream("POST", self.url, content=body) as resp:
                 if resp.status_code != 200:
                     text = (await resp.aread()).decode(errors="replace")
-                    rec.error, rec.error_detail = f"http_{resp.status_code}", text[:300]
+                    rec.error, rec.error_detail = f"http_{resp.status_code}", error_message(text)[:300]
                 elif self.streaming:
                     await self._read_stream(resp, rec)
                 else:
@@ -208,6 +208,20 @@ class BenchClient:
             raise StreamError("malformed_stream", f"embeddings response is not a JSON object: {raw[:100]!r}") from None
         rec.prompt_tokens = usage.get("prompt_tokens")
         rec.usage_reported = "prompt_tokens" in usage
+
+
+def error_message(body: str) -> str:
+    """The `error.message` of an OpenAI-style error body (or `detail`, or `message`), else the body itself."""
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError:
+        return body.strip()
+    if isinstance(data, dict):
+        error = data.get("error")
+        for candidate in (error.get("message") if isinstance(error, dict) else error, data.get("detail"), data.get("message")):
+            if isinstance(candidate, str) and candidate:
+                return candidate
+    return body.strip()
 
 
 def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:

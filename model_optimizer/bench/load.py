@@ -29,11 +29,11 @@ DEFAULT_NUM_REQUESTS = 100
 class LoadConfig:
     """When to send requests and when to stop."""
 
-    load_mode: Literal["closed", "constant", "poisson", "trace", "sweep"] = "closed"
-    """closed: fixed concurrency; constant or poisson: open loop at --request-rate; trace: the trace's timestamps; sweep: one-at-a-time, saturation, then rates in between."""
+    load_mode: Literal["auto", "closed", "constant", "poisson", "trace", "sweep"] = "auto"
+    """closed: fixed concurrency; constant or poisson: open loop at --request-rate; trace: the trace's timestamps; sweep: one-at-a-time, saturation, then rates in between; auto: poisson when --request-rate is given (as in vLLM), else closed."""
 
-    concurrency: int = 1
-    """Requests kept in flight in closed-loop mode."""
+    concurrency: int | None = None
+    """Requests kept in flight in closed-loop mode (default: --max-concurrency when given, else 1)."""
 
     request_rate: float | None = None
     """Requests per second for constant and poisson modes (inf sends everything at once)."""
@@ -42,7 +42,7 @@ class LoadConfig:
     """Gamma shape of Poisson gaps: 1 is Poisson, below 1 burstier, above 1 more regular."""
 
     max_concurrency: int | None = None
-    """Cap on requests in flight in open-loop modes (default: no cap)."""
+    """Cap on requests in flight in open-loop and trace modes (default: no cap); in closed mode, vLLM's name for --concurrency."""
 
     num_requests: int | None = None
     """Stop after sending this many requests (default 100 when no duration is given; a trace: all of it)."""
@@ -64,20 +64,40 @@ class LoadConfig:
 
     def __post_init__(self) -> None:
         check_choice(self, "load_mode", "sweep_arrival")
+        if self.load_mode == "auto":
+            self.load_mode = "poisson" if self.request_rate is not None else "closed"
         if self.load_mode in ("constant", "poisson") and self.request_rate is None:
             raise ValueError(f"load mode {self.load_mode} needs --request-rate")
         if self.request_rate is not None and not self.request_rate > 0:
             raise ValueError(f"request_rate must be positive, got {self.request_rate}")
-        for name in ("concurrency", "sweep_num_rates", "sweep_max_concurrency"):
+        for name in ("sweep_num_rates", "sweep_max_concurrency"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("max_concurrency", "num_requests"):
+        for name in ("concurrency", "max_concurrency", "num_requests"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        self._check_mode_flags()
         for name in ("burstiness", "trace_speedup", "duration"):
             value = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive number, got {value}")
+
+
+    def _check_mode_flags(self) -> None:
+        """Refuse flags the chosen load mode would ignore, instead of ignoring them without a word."""
+        mode = self.load_mode
+        if self.request_rate is not None and mode not in ("constant", "poisson"):
+            raise ValueError(f"--request-rate sets the arrival rate of load modes constant and poisson; load mode "
+                             f"{mode} does not use it (leave --load-mode out to get poisson at that rate)")
+        if mode == "closed":
+            if self.concurrency is not None and self.max_concurrency is not None and self.concurrency != self.max_concurrency:
+                raise ValueError(f"in closed mode --max-concurrency (vLLM's name) is the number of requests in flight, "
+                                 f"like --concurrency: give one of them, not {self.concurrency} and {self.max_concurrency}")
+            self.concurrency = self.concurrency or self.max_concurrency or 1
+            self.max_concurrency = None
+        elif self.concurrency is not None:
+            raise ValueError(f"--concurrency sets closed-loop mode's requests in flight; load mode {mode} does not use "
+                             "it (--max-concurrency caps requests in flight of open-loop and trace runs)")
 
 
 @dataclass
@@ -119,6 +139,8 @@ def plan_from_config(cfg: LoadConfig) -> RunPlan:
     else:
         plan.rate, plan.burstiness, plan.max_concurrency = cfg.request_rate, cfg.burstiness, cfg.max_concurrency
         plan.label = f"{cfg.load_mode} {cfg.request_rate:g} req/s"
+    if plan.max_concurrency:
+        plan.label += f" max {plan.max_concurrency} in flight"
     return plan
 
 

@@ -7,6 +7,7 @@ Definitions (all latencies over successful requests; failures stay in every coun
   E2E   end minus send time
   duration  first send to last end; rates are counts divided by it
   goodput   requests meeting every SLO threshold, per second; failed requests never meet it
+  error_examples  the message of the first failed request of each error kind
 """
 
 from __future__ import annotations
@@ -109,15 +110,18 @@ def summarize(records: list[RequestRecord], slos: list[SloThreshold] | None = No
     out_tokens = sum(r.output_tokens for r in ok)
     in_tokens = sum(r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len for r in ok)
     errors: dict[str, int] = {}
+    error_examples: dict[str, str] = {}
     for r in records:
         if r.error:
             errors[r.error] = errors.get(r.error, 0) + 1
+            error_examples.setdefault(r.error, r.error_detail)
     summary = {
         "num_requests": len(records),
         "num_ok": len(ok),
         "num_failed": len(records) - len(ok),
         "success_rate": len(ok) / len(records) if records else 0.0,
         "errors": errors,
+        "error_examples": error_examples,
         "duration_s": duration,
         "request_rate": per_s(len(ok)),
         "attempted_rate": per_s(len(records)),

@@ -28,7 +28,7 @@ class RunProgress:
                 get_time=time.perf_counter,
             )
 
-    def __enter__(self) -> "RunProgress":
+    def __enter__(self) -> RunProgress:
         self._t0 = time.perf_counter()
         if self._progress:
             self._progress.start()

@@ -23,21 +23,42 @@ WORDS = (
 TOKEN_ID_OFFSET = 100
 """Random ids start here, away from the special tokens most vocabularies put first."""
 
+SAFE_VOCAB_SIZE = 1000
+"""Ids below this exist in every vocabulary a served model plausibly has (32,000 and up for
+common LLMs, 8,192 for the built-in model, 1,032 for the test models), so prompts drawn from
+[100, 1000) are accepted when nothing tells the vocabulary. What the ids are does not change
+the cost of a dense forward pass, and two random 16-token blocks still never collide."""
+
 
 class PromptMaker:
-    """Make prompts of `n` tokens, as id lists or as text."""
+    """Make prompts of `n` tokens, as id lists or as text.
 
-    def __init__(self, rng: np.random.Generator, vocab_size: int, tokenizer_path: str | None = None) -> None:
+    Token ids are drawn from [low, high): `vocab_size` when given (capped by the tokenizer's),
+    else the tokenizer's vocabulary without its added special tokens, else `SAFE_VOCAB_SIZE`.
+    """
+
+    def __init__(self, rng: np.random.Generator, vocab_size: int | None, tokenizer_path: str | None = None) -> None:
         self.rng = rng
-        self.vocab_size = vocab_size
         self.tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path else None
         if self.tokenizer is not None:
-            self.vocab_size = min(vocab_size, self.tokenizer.get_vocab_size())
+            base = self.tokenizer.get_vocab_size(with_added_tokens=False)
+            self.vocab_size = base if vocab_size is None else min(vocab_size, base)
+            self.vocab_source = f"the tokenizer at {tokenizer_path}"
+        elif vocab_size is not None:
+            self.vocab_size, self.vocab_source = vocab_size, "--random-vocab-size"
+        else:
+            self.vocab_size = SAFE_VOCAB_SIZE
+            self.vocab_source = "unknown vocabulary: ids every vocabulary has (give --tokenizer for the full range)"
+
+    @property
+    def id_range(self) -> tuple[int, int]:
+        """[low, high) of random token ids; low skips the first ids when the vocabulary has room."""
+        low = TOKEN_ID_OFFSET if self.vocab_size > 2 * TOKEN_ID_OFFSET else 0
+        return low, self.vocab_size
 
     def token_ids(self, n: int) -> list[int]:
         """`n` random token ids."""
-        high = TOKEN_ID_OFFSET + self.vocab_size if self.tokenizer is None else self.vocab_size
-        low = TOKEN_ID_OFFSET if self.tokenizer is None else min(TOKEN_ID_OFFSET, high - 1)
+        low, high = self.id_range
         return self.rng.integers(low, high, size=n).tolist()
 
     def text(self, n: int) -> tuple[str, int]:

@@ -27,16 +27,57 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "run"
 
 
+RUN_FILE = re.compile(r"^run-(\d+)-.*\.json$")
+
+
+def run_files(folder: str | Path) -> list[Path]:
+    """The run JSON files of a folder, in run-number order."""
+    found = [(int(m.group(1)), p) for p in Path(folder).glob("run-*.json") if (m := RUN_FILE.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def reserve_run_path(folder: str | Path, label: str) -> Path:
+    """Claim the next free run-NN-<label>.json of `folder` (created empty), so no earlier run is overwritten.
+
+    Numbers continue after the highest one in the folder; the exclusive create makes two
+    benchmarks writing into one folder take different numbers."""
+    existing = [int(m.group(1)) for p in Path(folder).glob("run-*") if (m := re.match(r"^run-(\d+)-", p.name))]
+    number = max(existing, default=0) + 1
+    while True:
+        path = Path(folder) / f"run-{number:02d}-{slug(label)}.json"
+        try:
+            with open(path, "x"):
+                return path
+        except FileExistsError:
+            number += 1
+
+
+def load_runs(folder: str | Path) -> list[dict]:
+    """Every readable run of a folder (each with its `path`), in run-number order."""
+    runs = []
+    for path in run_files(folder):
+        try:
+            run = load_run(str(path))
+        except ValueError:
+            continue  # a run being written, or a file someone else left there
+        runs.append(run | {"path": str(path)})
+    return runs
+
+
 def write_json(path: str | Path, result: dict) -> None:
     atomic_write(path, json.dumps({k: v for k, v in result.items() if k != "path"}, indent=1))
 
 
 def load_run(path: str) -> dict:
     """Read a run JSON written by `mopt bench`, with a clear error for anything else."""
+    if Path(path).is_dir():
+        raise ValueError(f"{path} is a folder; give one of its run-NN-*.json files")
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read it ({exc})") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not JSON ({exc.msg})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
@@ -136,6 +177,8 @@ def print_summary(console: Console, result: dict) -> None:
     console.print(line)
     if s["errors"]:
         console.print("[red]errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(s["errors"].items())) + "[/]")
+        for kind, message in sorted(s.get("error_examples", {}).items()):
+            console.print(f"  first {kind}: {message}", style="red", markup=False, highlight=False)
     overhead = result["client_overhead"]
     console.print(f"client: loop lag p99 {_ms(overhead['loop_lag_ms']['p99'])} ms, send lag p99 "
                   f"{_ms(overhead['send_lag_ms']['p99'])} ms, {overhead['cpu_per_wall_s']:.2f} CPU")

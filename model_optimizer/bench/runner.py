@@ -12,19 +12,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import numpy as np
 from rich.console import Console
 
 from model_optimizer.bench import report, sweep
 from model_optimizer.bench.client import BenchClient, ClientConfig, RequestRecord, request_body
+from model_optimizer.bench.discover import ServerModel, discover_model, local_tokenizer
 from model_optimizer.bench.load import DEFAULT_NUM_REQUESTS, LoadConfig, RunPlan, plan_from_config, run_load
 from model_optimizer.bench.metrics import SloThreshold, parse_slo, summarize
 from model_optimizer.bench.overhead import LoopLagMonitor, overhead_report
 from model_optimizer.bench.progress import RunProgress
+from model_optimizer.bench.prompts import PromptMaker
 from model_optimizer.bench.scrape import MetricsScraper
 from model_optimizer.bench.telemetry import GpuSampler, is_local
-from model_optimizer.bench.workloads import BenchRequest, WorkloadConfig, build_workload
+from model_optimizer.bench.workloads import BenchRequest, WorkloadConfig, build_workload, prompt_maker, resolve_format
 
 
 @dataclass
@@ -66,28 +67,36 @@ class BenchSetup:
 
 
 def run_benchmark(setup: BenchSetup, console: Console | None = None) -> list[dict]:
-    """Run every planned load of `setup`, write results, and return the run results."""
+    """Run every planned load of `setup`, write results, and return this invocation's run results.
+
+    Runs already in the output folder are kept: new runs take the next numbers, and summary.csv
+    and report.html cover every run in the folder."""
     console = console or Console()
     Path(setup.output.output_dir).mkdir(parents=True, exist_ok=True)
     results = asyncio.run(_run_all(setup, console))
-    report.write_outputs(results, setup.output.output_dir)
+    report.write_outputs(report.load_runs(setup.output.output_dir), setup.output.output_dir)
     return results
 
 
 async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
     if setup.load.load_mode == "trace" and setup.workload.dataset != "trace":
         raise ValueError("load mode trace replays a trace's timestamps: give --dataset trace --dataset-path FILE")
+    card = await discover_model(setup.client)
     if setup.client.model is None:
-        setup.client.model = await discover_model(setup.client)
+        setup.client.model = card.id  # type: ignore[union-attr]  # discover_model raised when none
     load = setup.load
     num = load.num_requests
     if num is None and load.duration is None and load.load_mode != "trace":
         num = DEFAULT_NUM_REQUESTS
-    requests = build_workload(setup.workload, setup.client.endpoint, num)
+    maker, prompts = _prompt_maker(setup, card)
+    requests = build_workload(setup.workload, setup.client.endpoint, num, maker)
+    _check_context(requests, card, console)
+    console.print(f"prompts: {prompts['description']}")
     bodies = [request_body(setup.client, r) for r in requests]
-    runner = _Runner(setup, requests, bodies, console)
+    runner = _Runner(setup, requests, bodies, console, prompts)
     if load.load_mode != "sweep":
-        return [await runner.run(plan_from_config(load))]
+        await runner.run(plan_from_config(load))
+        return runner.results
     low = await runner.run(sweep.baseline_plan(load))
     high = await runner.run(sweep.saturation_plan(load))
     rates = sweep.plan_sweep_rates(low["summary"]["request_rate"], high["summary"]["request_rate"], load.sweep_num_rates)
@@ -98,23 +107,52 @@ async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
     return runner.results
 
 
-async def discover_model(cfg: ClientConfig) -> str:
-    """The first model id listed by GET /v1/models."""
-    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
-    try:
-        async with httpx.AsyncClient(timeout=10.0, headers=headers) as http:
-            resp = await http.get(cfg.base_url + "/v1/models")
-            resp.raise_for_status()
-            return resp.json()["data"][0]["id"]
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-        raise ValueError(f"no --model given and GET {cfg.base_url}/v1/models did not list one ({exc!r})") from None
+def _prompt_maker(setup: BenchSetup, card: ServerModel | None) -> tuple[PromptMaker, dict]:
+    """The prompt builder, with a tokenizer found locally when none was given, and what it will send.
+
+    Without --tokenizer the tokenizer is looked for where vLLM's bench looks (the --model folder)
+    and in the folder the server names as the model's root, so token ids match the served vocabulary."""
+    workload = setup.workload
+    if workload.tokenizer is None:
+        found = local_tokenizer(setup.client.model, card.root if card else None)
+        if found:
+            workload = dataclasses.replace(workload, tokenizer=found)
+    maker = prompt_maker(workload)
+    low, high = maker.id_range
+    fmt = resolve_format(workload, setup.client.endpoint)
+    info = {"vocab_size": maker.vocab_size, "vocab_source": maker.vocab_source, "tokenizer": workload.tokenizer,
+            "token_id_range": [low, high]}
+    if fmt == "token_ids":
+        made = f"random token ids in [{low}, {high}) ({maker.vocab_source})"
+    elif maker.tokenizer is not None:
+        made = f"text of exact token length (the tokenizer at {workload.tokenizer})"
+    else:
+        made = "text of common English words, about one token each"
+    if workload.dataset != "synthetic":
+        made = f"{workload.dataset} file {workload.dataset_path}; prompts given only as a length: {made}"
+    info["description"] = made
+    return maker, info
+
+
+def _check_context(requests: list[BenchRequest], card: ServerModel | None, console: Console) -> None:
+    """Warn before the run when some requests cannot fit the server's context (they would fail with 400)."""
+    if card is None or card.max_model_len is None or not requests:
+        return
+    too_long = sum(r.prompt_len + r.output_len > card.max_model_len for r in requests)
+    if too_long:
+        longest = max(r.prompt_len + r.output_len for r in requests)
+        console.print(f"[yellow]warning: {too_long} of {len(requests)} requests need up to {longest} tokens "
+                      f"(prompt + output), more than the server's max_model_len {card.max_model_len}: "
+                      "they will fail[/]")
 
 
 class _Runner:
     """Runs plans one after another, numbering and saving each result."""
 
-    def __init__(self, setup: BenchSetup, requests: list[BenchRequest], bodies: list[bytes], console: Console):
+    def __init__(self, setup: BenchSetup, requests: list[BenchRequest], bodies: list[bytes], console: Console,
+                 prompts: dict) -> None:
         self.setup, self.requests, self.bodies, self.console = setup, requests, bodies, console
+        self.prompts = {k: v for k, v in prompts.items() if k != "description"}
         self.slos: list[SloThreshold] = parse_slo(setup.output.slo)
         self.results: list[dict] = []
 
@@ -141,7 +179,7 @@ class _Runner:
             loop = await monitor.stop()
         result = self._result(plan, records, started_at, loop, await scraper.stop(), gpu.stop())
         self.results.append(result)
-        path = Path(out.output_dir) / f"run-{len(self.results):02d}-{report.slug(plan.label)}.json"
+        path = report.reserve_run_path(out.output_dir, plan.label)
         report.write_json(path, result)
         result["path"] = str(path)
         report.print_summary(self.console, result)
@@ -160,6 +198,7 @@ class _Runner:
                 "load": dataclasses.asdict(self.setup.load),
                 "slo": self.setup.output.slo,
             },
+            "prompts": self.prompts,
             "environment": report.environment(),
             "summary": summarize(records, self.slos),
             "client_overhead": overhead_report(records, loop),

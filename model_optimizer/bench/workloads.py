@@ -41,8 +41,8 @@ class WorkloadConfig:
     tokenizer: str | None = None
     """Tokenizer folder (tokenizer.json): builds text prompts of exact token length and counts ShareGPT tokens."""
 
-    random_vocab_size: int = 10000
-    """Random token ids are drawn from this many ids (starting at 100 when no tokenizer is given)."""
+    random_vocab_size: int | None = None
+    """Random prompt token ids are drawn from [100, N). Empty: the tokenizer's vocabulary (--tokenizer, a local --model folder, or the folder the server's /v1/models names as root), else [100, 1000), ids every vocabulary has."""
 
     num_prefix_groups: int = 0
     """Shared-prefix groups: requests in a group start with the same prefix (0: no shared prefixes)."""
@@ -69,9 +69,10 @@ class WorkloadConfig:
             parse_length(self.output_len, "output_len")
         if self.dataset != "synthetic" and not self.dataset_path:
             raise ValueError(f"dataset {self.dataset} needs --dataset-path")
-        for name in ("random_vocab_size", "pool_size"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.pool_size <= 0:
+            raise ValueError(f"pool_size must be a positive integer, got {self.pool_size}")
+        if self.random_vocab_size is not None and self.random_vocab_size < 2:
+            raise ValueError(f"random_vocab_size must be an integer >= 2, got {self.random_vocab_size}")
         if self.num_prefix_groups < 0 or self.prefix_len < 0:
             raise ValueError("num_prefix_groups and prefix_len must be >= 0")
         if self.num_prefix_groups > 0 and self.prefix_len == 0:
@@ -94,10 +95,19 @@ class BenchRequest:
     prefix_group: int | None = None
 
 
-def build_workload(cfg: WorkloadConfig, endpoint: str, num_requests: int | None) -> list[BenchRequest]:
-    """Prepare `num_requests` requests (or `pool_size` when None; a trace keeps its own length)."""
-    rng = np.random.default_rng(cfg.seed)
-    maker = PromptMaker(rng, cfg.random_vocab_size, cfg.tokenizer)
+def prompt_maker(cfg: WorkloadConfig) -> PromptMaker:
+    """The prompt builder of `cfg`: its seeded generator, tokenizer and token-id range."""
+    return PromptMaker(np.random.default_rng(cfg.seed), cfg.random_vocab_size, cfg.tokenizer)
+
+
+def build_workload(
+    cfg: WorkloadConfig, endpoint: str, num_requests: int | None, maker: PromptMaker | None = None
+) -> list[BenchRequest]:
+    """Prepare `num_requests` requests (or `pool_size` when None; a trace keeps its own length).
+
+    `maker` (from `prompt_maker(cfg)`) lets the caller read the token-id range it used."""
+    maker = maker or prompt_maker(cfg)
+    rng = maker.rng
     if cfg.dataset == "synthetic":
         return _synthetic(cfg, endpoint, num_requests or cfg.pool_size, maker)
     if cfg.dataset == "trace":

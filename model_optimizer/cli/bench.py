@@ -1,10 +1,27 @@
-"""`mopt bench`: load-test an OpenAI-compatible server; `mopt bench compare a.json b.json`."""
+"""`mopt bench`: load-test an OpenAI-compatible server; `mopt bench compare A B` compares two runs.
+
+`compare` is read as a plain positional word, not an argparse sub-command: with a sub-command,
+any flag argparse does not know (a typo, a vLLM name) let its value be read as the sub-command
+("invalid choice: '10' (choose from 'compare')"). Now an unknown flag is reported by name.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
+
+VLLM_ALIASES = {
+    # vLLM's `vllm bench serve` flag -> ours (same meaning)
+    "--num-prompts": "num_requests",
+    "--dataset-name": "dataset",
+    "--random-input-len": "prompt_len",
+    "--random-output-len": "output_len",
+    "--result-dir": "output_dir",
+}
+VLLM_DATASETS = {"random": "synthetic"}
+ENDPOINT_PATHS = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/v1/embeddings": "embeddings"}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -17,15 +34,34 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "bench",
         help="measure an OpenAI-compatible server (TTFT, TPOT, ITL, throughput, goodput)",
         description="Measure an OpenAI-compatible server the way its users experience it. "
-        "`mopt bench compare A.json B.json` shows two runs side by side.",
+        "`mopt bench compare A B` shows two runs side by side (run JSON files, or folders of runs).",
     )
+    parser.add_argument("compare_args", nargs="*", metavar="compare A B",
+                        help="`compare A B`: print run A (a run-NN-*.json file or a folder of runs) and run B "
+                        "side by side with B/A ratios")
     for cls in (ClientConfig, WorkloadConfig, LoadConfig, OutputConfig):
         add_dataclass_args(parser, cls)
-    actions = parser.add_subparsers(dest="bench_action", metavar="{compare}")
-    compare = actions.add_parser("compare", help="print two run JSON files side by side with ratios")
-    compare.add_argument("run_a", help="run JSON of the baseline (A)")
-    compare.add_argument("run_b", help="run JSON to compare against it (B)")
+    actions = {a.dest: a for a in parser._actions}
+    actions["dataset"].type = _dataset_name
+    actions["endpoint"].type = _endpoint_name
+    vllm = parser.add_argument_group("vLLM's names (`vllm bench serve`), accepted with the same meaning")
+    for flag, dest in VLLM_ALIASES.items():
+        target = actions[dest]
+        vllm.add_argument(flag, dest=dest, type=target.type, choices=target.choices, default=None,
+                          help=f"same as {target.option_strings[0]}")
+    vllm.add_argument("--save-result", action="store_true", default=None,
+                      help="accepted for vLLM compatibility: every run is always saved to --output-dir")
     return parser
+
+
+def _dataset_name(value: str) -> str:
+    """Our dataset names plus vLLM's `random` (our synthetic)."""
+    return VLLM_DATASETS.get(value, value)
+
+
+def _endpoint_name(value: str) -> str:
+    """Our endpoint names plus vLLM's endpoint paths (/v1/completions, ...)."""
+    return ENDPOINT_PATHS.get(value.rstrip("/"), value)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,10 +75,12 @@ def run(args: argparse.Namespace) -> int:
     from model_optimizer.bench.workloads import WorkloadConfig
 
     console = Console()
-    if getattr(args, "bench_action", None) == "compare":
+    configs = (ClientConfig, WorkloadConfig, LoadConfig, OutputConfig)
+    if args.compare_args:
         from model_optimizer.bench.compare import print_comparison
 
-        print_comparison(args.run_a, args.run_b, console)
+        a, b = _compare_paths(args, configs)
+        print_comparison(a, b, console)
         return 0
     client = dataclass_from_args(ClientConfig, args)
     if client.api_key is None and os.environ.get("OPENAI_API_KEY"):
@@ -60,3 +98,18 @@ def run(args: argparse.Namespace) -> int:
         return 130
     console.print(f"report: {os.path.join(setup.output.output_dir, 'report.html')}")
     return 0 if all(r["summary"]["num_ok"] for r in results) else 1
+
+
+def _compare_paths(args: argparse.Namespace, configs: tuple[type, ...]) -> tuple[str, str]:
+    """The two paths of `compare A B`; anything else on the command line is refused, never ignored."""
+    words = args.compare_args
+    if words[0] != "compare":
+        raise ValueError(f"unexpected argument {words[0]!r}: `mopt bench` takes flags only (see mopt bench --help), "
+                         "or `mopt bench compare A B`")
+    if len(words) != 3:
+        raise ValueError(f"compare takes two runs (files or folders): mopt bench compare A B; got {len(words) - 1}")
+    given = [f.name for cls in configs for f in dataclasses.fields(cls) if getattr(args, f.name, None) is not None]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ValueError(f"compare reads saved runs and takes no run flags; drop {flags}")
+    return words[1], words[2]

@@ -75,3 +75,13 @@ def test_load_config_rejects_bad_values():
         LoadConfig(concurrency=0)
     with pytest.raises(ValueError, match="duration"):
         LoadConfig(duration=-1.0)
+
+
+def test_load_mode_follows_the_flags_given():
+    assert (LoadConfig().load_mode, LoadConfig().concurrency) == ("closed", 1)
+    assert LoadConfig(request_rate=4.0).load_mode == "poisson"  # vLLM: a rate means an open loop
+    capped = LoadConfig(max_concurrency=8)  # vLLM's name for requests in flight; ignored before
+    assert (capped.load_mode, capped.concurrency, capped.max_concurrency) == ("closed", 8, None)
+    assert LoadConfig(request_rate=4.0, max_concurrency=8).max_concurrency == 8
+    with pytest.raises(ValueError, match="load mode trace does not use it"):
+        LoadConfig(load_mode="trace", concurrency=2)

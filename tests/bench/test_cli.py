@@ -66,7 +66,9 @@ def test_failing_server_is_reported_not_hidden(server, tmp_path, capsys):
     assert rc == 1
     result = load_run(str(next(tmp_path.glob("run-*.json"))))
     assert result["summary"]["errors"] == {"http_500": 5} and result["summary"]["num_requests"] == 5
-    assert "http_500 x5" in capsys.readouterr().out
+    assert result["summary"]["error_examples"] == {"http_500": "internal error"}  # the body's error.message
+    out = capsys.readouterr().out
+    assert "http_500 x5" in out and "first http_500: internal error" in out
 
 
 def test_trace_mode_from_file(server, tmp_path):
@@ -103,6 +105,12 @@ def test_compare_prints_ratios(server, tmp_path, capsys):
         (["--dataset", "trace"], "needs --dataset-path"),
         (["--load-mode", "trace"], "give --dataset trace"),
         (["--dataset", "sharegpt", "--dataset-path", "/nonexistent.json"], "dataset file not found"),
+        # flags the chosen load mode would ignore are refused, not ignored
+        (["--load-mode", "closed", "--request-rate", "5"], "load mode closed does not use it"),
+        (["--load-mode", "sweep", "--request-rate", "5"], "load mode sweep does not use it"),
+        (["--request-rate", "5", "--concurrency", "4"], "load mode poisson does not use it"),
+        (["--concurrency", "2", "--max-concurrency", "4"], "give one of them"),
+        (["7"], "unexpected argument '7'"),
     ],
 )
 def test_bad_input_gives_a_clear_error(server, tmp_path, capsys, flags, message):
@@ -116,3 +124,83 @@ def test_compare_rejects_other_files(tmp_path, capsys):
     other.write_text("{}")
     assert main(["bench", "compare", str(other), str(other)]) == 2
     assert "not a run file written by mopt bench" in capsys.readouterr().err
+
+
+def test_runs_in_one_folder_are_numbered_on_never_overwritten(server, tmp_path):
+    assert bench(server, tmp_path, "--num-requests", "2", "--concurrency", "2") == 0
+    first = (tmp_path / "run-01-concurrency-2.json").read_text()
+    assert bench(server, tmp_path, "--num-requests", "3", "--concurrency", "2") == 0
+    assert bench(server, tmp_path, "--num-requests", "1") == 0
+    names = sorted(p.name for p in tmp_path.glob("run-*.json"))
+    assert names == ["run-01-concurrency-2.json", "run-02-concurrency-2.json", "run-03-concurrency-1.json"]
+    assert (tmp_path / "run-01-concurrency-2.json").read_text() == first  # untouched
+    assert [load_run(str(tmp_path / n))["summary"]["num_requests"] for n in names] == [2, 3, 1]
+    # the folder's summary and report cover every run in it, not only the last invocation's
+    assert len((tmp_path / "summary.csv").read_text().splitlines()) == 1 + 3
+    assert len(list(tmp_path.glob("run-*.requests.csv"))) == 3
+
+
+def test_vllm_flag_names_are_accepted(server, tmp_path):
+    out = tmp_path / "vllm"
+    rc = main(["bench", "--base-url", server.base_url, "--no-progress", "--dataset-name", "random",
+               "--num-prompts", "4", "--random-input-len", "6", "--random-output-len", "3", "--max-concurrency", "2",
+               "--save-result", "--result-dir", str(out), "--endpoint", "/v1/completions"])
+    assert rc == 0
+    result = load_run(str(next(out.glob("run-*.json"))))
+    # --max-concurrency alone means requests in flight, as in vLLM (its rate defaults to inf)
+    assert result["plan"]["mode"] == "closed" and result["plan"]["concurrency"] == 2
+    assert result["config"]["workload"]["dataset"] == "synthetic" and result["config"]["client"]["endpoint"] == "completions"
+    assert [(r["prompt_len"], r["output_tokens"]) for r in result["requests"]] == [(6, 3)] * 4
+    # --request-rate without --load-mode is an open loop at that rate (vLLM's meaning), capped by --max-concurrency
+    rc = main(["bench", "--base-url", server.base_url, "--no-progress", "--num-prompts", "3", "--random-input-len", "6",
+               "--random-output-len", "2", "--request-rate", "50", "--max-concurrency", "2", "--result-dir", str(out)])
+    assert rc == 0
+    plan = load_run(str(out / "run-02-poisson-50-req-s-max-2-in-flight.json"))["plan"]
+    assert (plan["mode"], plan["rate"], plan["max_concurrency"]) == ("poisson", 50, 2)
+
+
+def test_an_unknown_flag_is_named(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--num-promts", "10"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --num-promts" in err and "invalid choice" not in err
+    with pytest.raises(SystemExit):
+        main(["bench", "--dataset-name", "sonnet"])  # a vLLM dataset we do not have
+    assert "invalid choice: 'sonnet' (choose from 'synthetic', 'trace', 'sharegpt')" in capsys.readouterr().err
+
+
+def test_compare_folders_pairs_runs_and_warns_about_different_workloads(server, tmp_path, capsys):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    assert bench(server, a, "--num-requests", "4", "--concurrency", "2") == 0
+    assert bench(server, a, "--num-requests", "4", "--concurrency", "1") == 0
+    assert bench(server, b, "--num-requests", "4", "--concurrency", "1") == 0
+    assert bench(server, b, "--num-requests", "4", "--concurrency", "2") == 0
+    assert bench(server, c, "--num-requests", "4", "--concurrency", "2", "--prompt-len", "16") == 0
+    capsys.readouterr()
+    assert main(["bench", "compare", str(a), str(b)]) == 0  # folders: a traceback before
+    out = capsys.readouterr().out
+    assert out.count("B/A") == 2  # one table per load both folders measured
+    assert "run-01-concurrency-2.json" in out and "run-02-concurrency-2.json" in out
+    assert "different requests" not in out
+    assert main(["bench", "compare", str(next(a.glob("run-01-*.json"))), str(c)]) == 0  # a one-run folder is that run
+    out = " ".join(capsys.readouterr().out.split())
+    assert "warning: the runs sent different requests: prompt_len: A '8', B '16'" in out
+    assert "mean prompt tokens per request: A 8.00, B 16.0" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["compare", "A"], "compare takes two runs"),
+        (["compare", "A", "B", "--concurrency", "3"], "takes no run flags; drop --concurrency"),
+        (["compare", "{empty}", "{empty}"], "holds no run-NN-*.json file"),
+        (["compare", "{missing}", "{missing}"], "no such file"),
+    ],
+)
+def test_compare_bad_input_gives_a_clear_error(tmp_path, capsys, args, message):
+    (tmp_path / "empty").mkdir()
+    args = [a.format(empty=tmp_path / "empty", missing=tmp_path / "missing.json") for a in args]
+    assert main(["bench", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -8,13 +8,13 @@ import pytest
 from model_optimizer.bench.datasets import load_sharegpt, load_trace
 from model_optimizer.bench.lengths import parse_length
 from model_optimizer.bench.prompts import WORDS
-from model_optimizer.bench.workloads import WorkloadConfig, build_workload
+from model_optimizer.bench.workloads import WorkloadConfig, build_workload, prompt_maker
 
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     """A real BPE tokenizer trained here on English words, saved as tokenizer.json."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -44,11 +44,12 @@ def test_length_specs():
 
 
 def test_synthetic_token_id_prompts_have_exact_lengths():
-    cfg = WorkloadConfig(prompt_len="uniform:5:50", output_len="hist:7=1,9=1", random_vocab_size=500)
+    cfg = WorkloadConfig(prompt_len="uniform:5:50", output_len="hist:7=1,9=1", random_vocab_size=600)
     reqs = build_workload(cfg, "completions", 200)
     assert len(reqs) == 200
     assert all(isinstance(r.prompt, list) and len(r.prompt) == r.prompt_len for r in reqs)
-    assert all(100 <= t < 600 for r in reqs for t in r.prompt)
+    assert all(100 <= t < 600 for r in reqs for t in r.prompt)  # [100, vocab size)
+    assert max(t for r in reqs for t in r.prompt) == 599
     assert {r.output_len for r in reqs} == {7, 9}
     again = build_workload(cfg, "completions", 200)
     assert [r.prompt for r in again] == [r.prompt for r in reqs]  # same seed, same requests
@@ -139,3 +140,16 @@ def test_sharegpt_loading(tmp_path, tokenizer_dir):
     path.write_text(json.dumps({"not": "a list"}))
     with pytest.raises(ValueError, match="JSON list"):
         load_sharegpt(str(path))
+
+
+def test_token_ids_without_a_known_vocabulary_stay_below_1000(tokenizer_dir):
+    # the old default drew ids up to 10,100: above the built-in model's 8,192 tokens
+    reqs = build_workload(WorkloadConfig(prompt_len="200"), "completions", 50)
+    ids = [t for r in reqs for t in r.prompt]
+    assert min(ids) >= 100 and max(ids) < 1000 and len(set(ids)) > 800
+    # with a tokenizer: its vocabulary without added special tokens ([UNK] here is part of the base vocab)
+    maker = prompt_maker(WorkloadConfig(tokenizer=str(tokenizer_dir)))
+    assert maker.id_range == (100, 400) and "tokenizer" in maker.vocab_source
+    assert prompt_maker(WorkloadConfig(tokenizer=str(tokenizer_dir), random_vocab_size=150)).id_range == (0, 150)
+    with pytest.raises(ValueError, match="random_vocab_size must be an integer >= 2"):
+        WorkloadConfig(random_vocab_size=0)

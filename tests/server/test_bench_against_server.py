@@ -26,3 +26,36 @@ def test_bench_measures_our_server(server, tmp_path):
     assert result["config"]["client"]["model"] == "tiny"
     free = metric(httpx.get(f"{server.url}/metrics").text, "mopt:kv_cache_free_blocks")
     assert free == metric(httpx.get(f"{server.url}/metrics").text, "mopt:kv_cache_total_blocks")
+
+
+def test_default_prompt_ids_fit_the_served_vocabulary(server, tmp_path, capsys):
+    # no --random-vocab-size: the ids must stay inside the tiny model's 1,032-token vocabulary
+    # (before, the default drew up to 10,100 and every request failed with HTTP 400)
+    rc = main(["bench", "--base-url", server.url, "--output-dir", str(tmp_path), "--no-progress",
+               "--prompt-len", "16", "--output-len", "2", "--num-requests", "6", "--concurrency", "3"])
+    assert rc == 0
+    [run] = sorted(tmp_path.glob("run-*.json"))
+    result = json.loads(run.read_text())
+    assert result["summary"]["num_ok"] == 6 and result["summary"]["errors"] == {}
+    prompts = result["prompts"]
+    # found through GET /v1/models: the server names the model folder as `root`, which holds tokenizer.json
+    assert prompts["tokenizer"] == str(server.state.llm.model_dir)
+    assert "tokenizer" in prompts["vocab_source"]
+    low, high = prompts["token_id_range"]
+    assert high <= server.state.llm.engine.info.vocab_size
+    assert f"random token ids in [{low}, {high})" in " ".join(capsys.readouterr().out.split())
+
+
+def test_first_error_message_of_each_kind_is_shown_and_saved(server, tmp_path, capsys):
+    # prompts longer than the server's max_model_len (128): every request gets HTTP 400
+    rc = main(["bench", "--base-url", server.url, "--output-dir", str(tmp_path), "--no-progress",
+               "--prompt-len", "200", "--output-len", "2", "--num-requests", "3"])
+    assert rc == 1
+    out = " ".join(capsys.readouterr().out.split())  # undo the console's line wrapping
+    assert "more than the server's max_model_len 128" in out  # warned before the run
+    assert "http_400 x3" in out
+    [run] = sorted(tmp_path.glob("run-*.json"))
+    examples = json.loads(run.read_text())["summary"]["error_examples"]
+    assert list(examples) == ["http_400"]
+    assert "max_model_len" in examples["http_400"] and not examples["http_400"].startswith("{")  # the message, not the body
+    assert "first http_400: " + " ".join(examples["http_400"].split()) in out
