@@ -108,7 +108,7 @@ class BlockPool:
 @dataclass
 class PrefixCacheStats:
     queries: int = 0
-    """Prompt tokens looked up in the prefix cache."""
+    """Prompt tokens looked up in the prefix cache, once per request (when it is first admitted)."""
     hits: int = 0
     """Of those, tokens found cached."""
 
@@ -135,12 +135,13 @@ class KVCacheManager:
         """Blocks that already hold a prefix of this (waiting) request's tokens.
 
         Comes from the sibling it shares a prompt with, else from the prefix cache. The last token is
-        always left to compute, since its logits are needed to sample.
+        always left to compute, since its logits are needed to sample. Counts nothing: a request
+        waiting for blocks looks up again every step (see `count_lookup`).
         """
         max_blocks = (request.num_tokens - 1) // self.block_size
-        sibling = request.share_prompt_with
-        if sibling is not None and sibling.request_id in self.block_tables:
-            return self.block_tables[sibling.request_id][:max_blocks]
+        shared = self._sibling_blocks(request)
+        if shared is not None:
+            return shared[:max_blocks]
         if not self.enable_prefix_caching:
             return []
         self._extend_hashes(request, max_blocks * self.block_size)
@@ -150,9 +151,18 @@ class KVCacheManager:
             if block is None:
                 break
             hits.append(block)
-        self.stats.queries += request.num_tokens
-        self.stats.hits += len(hits) * self.block_size
         return hits
+
+    def count_lookup(self, request: Request, computed: list[Block]) -> None:
+        """Count the prefix-cache lookup that admitted `request` (the scheduler calls it once per request)."""
+        if self.enable_prefix_caching and self._sibling_blocks(request) is None:
+            self.stats.queries += request.num_tokens
+            self.stats.hits += len(computed) * self.block_size
+
+    def _sibling_blocks(self, request: Request) -> list[Block] | None:
+        """The blocks of the running sibling whose prompt this request shares, if any."""
+        sibling = request.share_prompt_with
+        return None if sibling is None else self.block_tables.get(sibling.request_id)
 
     def allocate_slots(self, request: Request, num_new_tokens: int, computed: list[Block] | None = None) -> bool:
         """Make room for `num_new_tokens` more tokens; False (and no change) when the pool is short."""

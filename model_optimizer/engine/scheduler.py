@@ -200,8 +200,9 @@ class Scheduler:
                 break
             self.waiting.pop(0)
             request.num_computed_tokens = num_computed
-            if request.num_preemptions == 0 and request.num_output_tokens == 0:
+            if request.num_preemptions == 0 and request.num_output_tokens == 0:  # counted once, not per retry
                 request.num_cached_tokens = num_computed
+                self.kv_cache.count_lookup(request, computed)
             request.status = RequestStatus.RUNNING
             request.first_scheduled_time = request.first_scheduled_time or time.time()
             self.running.append(request)

@@ -109,3 +109,18 @@ def test_finished_requests_are_reported_to_the_runner_once():
     assert out.finished_request_ids == {"a"} and not out.is_empty  # ... so the next step carries it
     s.update_from_output(out, {"b": (7, None)})
     assert s.schedule().finished_request_ids == {"b"}
+
+
+def test_a_waiting_request_counts_its_prefix_lookup_once():
+    """B waits for blocks while A runs: its lookups on every retry must not inflate the hit rate."""
+    s = make_scheduler(num_blocks=8, block_size=4, budget=64)
+    a, b = request("a", 28, max_tokens=4), request("b", 12, max_tokens=4)
+    s.add_request(a)
+    s.add_request(b)
+    steps = 0
+    while s.has_unfinished():
+        run_step(s)
+        steps += 1
+    assert steps > 4 and b.num_preemptions == 0  # b waited behind a for several steps
+    assert s.kv_cache.stats.queries == a.num_prompt_tokens + b.num_prompt_tokens
+    assert s.kv_cache.stats.hits == 0
