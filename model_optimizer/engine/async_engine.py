@@ -11,7 +11,9 @@ runs on the event loop (the server uses it to exit non-zero).
 `AsyncEngine.gate` (a StepGate) can hold the loop between steps while it keeps applying adds
 and aborts: tests use it for an engine that is provably mid-request on any machine.
 
-Test hook: the environment variable MOPT_FAULT_AFTER_STEPS=N makes the loop raise after N steps.
+Test hooks: the environment variable MOPT_FAULT_AFTER_STEPS=N makes the loop raise after N steps;
+MOPT_HOLD_AFTER_STEPS=N starts the gate held with N steps allowed, so a test driving `mopt serve`
+as a process gets an engine that provably stops mid-request (a drain that must time out).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from model_optimizer.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 FAULT_ENV = "MOPT_FAULT_AFTER_STEPS"
+HOLD_ENV = "MOPT_HOLD_AFTER_STEPS"
 
 
 class EngineDeadError(RuntimeError):
@@ -215,6 +218,11 @@ class AsyncEngine:
         self._thread: threading.Thread | None = None
         fault = os.environ.get(FAULT_ENV)
         self._fault_after_steps = int(fault) if fault else None
+        hold = os.environ.get(HOLD_ENV)
+        if hold:
+            self.gate.hold()
+            if int(hold) > 0:
+                self.gate.allow(int(hold))
 
     # ----------------------------------------------------------------- lifecycle
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:

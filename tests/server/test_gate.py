@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from model_optimizer import LLM, SamplingParams
-from model_optimizer.engine.async_engine import FAULT_ENV, AsyncEngine, EngineDeadError
+from model_optimizer.engine.async_engine import FAULT_ENV, HOLD_ENV, AsyncEngine, EngineDeadError
 
 LONG = SamplingParams(max_tokens=100, ignore_eos=True, temperature=0.0)
 WAIT = 30.0  # seconds; only a bound on a hang, never reached when things work
@@ -115,7 +115,8 @@ def test_abort_all_and_stop_work_while_held(llm):
     run(llm, body)
 
 
-def test_engine_failure_wakes_gate_waiters(llm, monkeypatch):
+def test_engine_failure_wakes_gate_waiters(tiny_model, monkeypatch):
+    llm = LLM(str(tiny_model("qwen3")), max_model_len=128, num_kv_blocks=16, max_num_seqs=2)  # left dead after
     monkeypatch.setenv(FAULT_ENV, str(llm.engine.num_steps + 2))
 
     async def body(engine: AsyncEngine):
@@ -128,6 +129,23 @@ def test_engine_failure_wakes_gate_waiters(llm, monkeypatch):
             [o async for o in stream]
         assert await waiter in (True, False)  # returned, whether it saw the loop park or end
         assert await blocking(gate.wait_parked, WAIT) is False and engine.dead
+
+    run(llm, body)
+
+
+def test_hold_after_steps_env_hook(llm, monkeypatch):
+    """For tests that run `mopt serve` as a process: the gate starts held with N steps allowed."""
+    monkeypatch.setenv(HOLD_ENV, "4")
+
+    async def body(engine: AsyncEngine):
+        gate = engine.gate
+        assert gate.is_held
+        stream = await engine.add_request("r", [5, 6, 7], LONG)
+        assert await blocking(gate.wait_parked, WAIT)
+        assert gate.num_steps == 4 and engine.stats.num_running == 1  # stopped mid-request
+        engine.abort_all()
+        final = [o async for o in stream][-1]
+        assert final.outputs[0].finish_reason == "abort" and 1 <= len(final.outputs[0].token_ids) <= 4
 
     run(llm, body)
 
