@@ -211,8 +211,9 @@ class LLMEngine:
             first_token_time=min(firsts) if firsts else None,
             finished_time=max((c.finished_time or 0.0) for c in parent.children) if finished else None,
             num_preemptions=sum(c.num_preemptions for c in parent.children),
-            first_scheduled_time=min((c.first_scheduled_time for c in parent.children if c.first_scheduled_time),
-                                     default=None),
+            first_scheduled_time=min(
+                (c.first_scheduled_time for c in parent.children if c.first_scheduled_time), default=None
+            ),
         )
         if finished:
             del self.parents[parent_id]
