@@ -36,9 +36,14 @@ def add_config_file_arg(parser: argparse.ArgumentParser, *classes: type) -> None
     """Add `--config FILE`: a YAML or JSON mapping of `classes`' field names (the flags' names with
     underscores) to values. Flags given on the command line override the file."""
     names = ", ".join(c.__name__ for c in classes)
-    parser.add_argument("--config", dest="config_file", metavar="FILE", default=None,
-                        help=f"YAML or JSON file of settings ({names} fields, e.g. max_num_seqs: 128); "
-                        "flags on the command line override it")
+    parser.add_argument(
+        "--config",
+        dest="config_file",
+        metavar="FILE",
+        default=None,
+        help=f"YAML or JSON file of settings ({names} fields, e.g. max_num_seqs: 128); "
+        "flags on the command line override it",
+    )
     parser.set_defaults(config_classes=classes)
 
 
@@ -55,9 +60,15 @@ def read_config_file(path: str | Path, classes: tuple[type, ...]) -> dict[str, A
     except yaml.YAMLError as exc:
         raise ValueError(f"config file {file} is not valid YAML or JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"config file {file} must hold a mapping of setting names to values, got {type(data).__name__}")
-    hints = {name: hint for cls in classes for name, hint in typing.get_type_hints(cls).items()
-             if name in {f.name for f in dataclasses.fields(cls)}}
+        raise ValueError(
+            f"config file {file} must hold a mapping of setting names to values, got {type(data).__name__}"
+        )
+    hints = {
+        name: hint
+        for cls in classes
+        for name, hint in typing.get_type_hints(cls).items()
+        if name in {f.name for f in dataclasses.fields(cls)}
+    }
     values = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")

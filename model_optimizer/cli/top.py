@@ -7,15 +7,20 @@ import argparse
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "top", help="live terminal dashboard of a running server's /metrics (mopt or vLLM)",
+        "top",
+        help="live terminal dashboard of a running server's /metrics (mopt or vLLM)",
         description="Poll a server's /metrics and show requests running / waiting, request and token rates, "
         "TTFT / TPOT / ITL / E2E p50 and p99 over the last interval, KV-cache usage, prefix-cache hit rate, "
         "preemptions, errors by status and (on this machine) GPU state. A server that goes away shows as "
-        "unreachable; polling goes on.")
+        "unreachable; polling goes on.",
+    )
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default: %(default)s)")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between scrapes (default: %(default)s)")
-    parser.add_argument("--api-key", default=None, help="API key for /metrics when the server has --metrics-auth "
-                        "(default: MOPT_API_KEY)")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help="API key for /metrics when the server has --metrics-auth (default: MOPT_API_KEY)",
+    )
     parser.add_argument("--once", action="store_true", help="scrape twice, --interval apart, print one snapshot, exit")
     parser.add_argument("--json", action="store_true", help="with --once: print the snapshot as JSON")
     parser.add_argument("--no-gpu", dest="gpu", action="store_false", help="do not read local GPUs through NVML")

@@ -20,8 +20,7 @@ def grace_seconds(settings: ServeSettings) -> int:
 
 
 def _gpu(count: int | str) -> dict:
-    return {"resources": {"reservations": {"devices": [{"driver": "nvidia", "count": count,
-                                                        "capabilities": ["gpu"]}]}}}
+    return {"resources": {"reservations": {"devices": [{"driver": "nvidia", "count": count, "capabilities": ["gpu"]}]}}}
 
 
 def _mount(source: str, target: str) -> dict:
@@ -33,28 +32,52 @@ def compose_file(settings: ServeSettings, deploy: DeployConfig) -> dict:
     volumes = [_mount(f"${{MOPT_MODEL_DIR:-{settings.host_model_dir}}}", MODEL_DIR)]
     if settings.engine.tokenizer:
         volumes.append(_mount(str(settings.engine.tokenizer), TOKENIZER_DIR))
-    server: dict = {"build": {"context": ".", "dockerfile": "Dockerfile"}, "image": deploy.image,
-                    "ports": [f"{port}:{port}"], "volumes": volumes, "deploy": _gpu(1),
-                    "stop_grace_period": f"{grace_seconds(settings)}s", "restart": "unless-stopped"}
+    server: dict = {
+        "build": {"context": ".", "dockerfile": "Dockerfile"},
+        "image": deploy.image,
+        "ports": [f"{port}:{port}"],
+        "volumes": volumes,
+        "deploy": _gpu(1),
+        "stop_grace_period": f"{grace_seconds(settings)}s",
+        "restart": "unless-stopped",
+    }
     if settings.needs_api_key:
         server["environment"] = {API_KEY_ENV[deploy.engine]: "${MOPT_API_KEY:?set MOPT_API_KEY to the API key}"}
     if deploy.engine == "vllm":
         server["ipc"] = "host"  # vLLM's worker processes share tensors through /dev/shm
     prometheus: dict = {
-        "image": PROMETHEUS_IMAGE, "ports": ["9090:9090"], "depends_on": ["server"], "restart": "unless-stopped",
+        "image": PROMETHEUS_IMAGE,
+        "ports": ["9090:9090"],
+        "depends_on": ["server"],
+        "restart": "unless-stopped",
         "command": ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.retention.time=15d"],
-        "volumes": ["./prometheus:/etc/prometheus:ro", "prometheus-data:/prometheus"]}
-    compose: dict = {"services": {
-        "server": server,
-        "dcgm-exporter": {"image": DCGM_IMAGE, "cap_add": ["SYS_ADMIN"], "deploy": _gpu("all"),
-                          "restart": "unless-stopped"},
-        "prometheus": prometheus,
-        "grafana": {"image": GRAFANA_IMAGE, "ports": ["3000:3000"], "depends_on": ["prometheus"],
-                    "restart": "unless-stopped",
-                    "environment": {"GF_SECURITY_ADMIN_PASSWORD": "${GRAFANA_ADMIN_PASSWORD:-admin}"},
-                    "volumes": ["./grafana/provisioning:/etc/grafana/provisioning:ro",
-                                "./grafana/dashboards:/var/lib/grafana/dashboards:ro", "grafana-data:/var/lib/grafana"]},
-    }, "volumes": {"prometheus-data": {}, "grafana-data": {}}}
+        "volumes": ["./prometheus:/etc/prometheus:ro", "prometheus-data:/prometheus"],
+    }
+    compose: dict = {
+        "services": {
+            "server": server,
+            "dcgm-exporter": {
+                "image": DCGM_IMAGE,
+                "cap_add": ["SYS_ADMIN"],
+                "deploy": _gpu("all"),
+                "restart": "unless-stopped",
+            },
+            "prometheus": prometheus,
+            "grafana": {
+                "image": GRAFANA_IMAGE,
+                "ports": ["3000:3000"],
+                "depends_on": ["prometheus"],
+                "restart": "unless-stopped",
+                "environment": {"GF_SECURITY_ADMIN_PASSWORD": "${GRAFANA_ADMIN_PASSWORD:-admin}"},
+                "volumes": [
+                    "./grafana/provisioning:/etc/grafana/provisioning:ro",
+                    "./grafana/dashboards:/var/lib/grafana/dashboards:ro",
+                    "grafana-data:/var/lib/grafana",
+                ],
+            },
+        },
+        "volumes": {"prometheus-data": {}, "grafana-data": {}},
+    }
     if settings.server.metrics_auth:
         prometheus["secrets"] = ["mopt_api_key"]
         compose["secrets"] = {"mopt_api_key": {"environment": "MOPT_API_KEY"}}

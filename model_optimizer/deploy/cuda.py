@@ -75,8 +75,10 @@ def choose_cuda(driver: str | None = None, cuda: str | None = None) -> CudaChoic
         if not runnable:
             oldest = min(variants, key=_key)
             branch = matrix["recommended_driver_branch"].get(oldest.split(".")[0], "a newer")
-            raise ValueError(f"driver {driver} is older than {min_driver(oldest)}, which CUDA {oldest} (the oldest "
-                             f"torch {torch} build) needs; install driver branch {branch} or newer")
+            raise ValueError(
+                f"driver {driver} is older than {min_driver(oldest)}, which CUDA {oldest} (the oldest "
+                f"torch {torch} build) needs; install driver branch {branch} or newer"
+            )
         chosen = max(runnable, key=_key)
     else:
         chosen = builds[torch][len(builds[torch]) // 2]

@@ -11,16 +11,20 @@ from model_optimizer.deploy.cuda import VLLM_IMAGE, VLLM_IMAGE_CUDA, CudaChoice,
 from model_optimizer.deploy.settings import CHAT_TEMPLATE, MODEL_DIR, ServeSettings
 
 UID = 10001
-HEALTH_PROBE = ("import sys, urllib.request; "
-                "sys.exit(urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=4).status != 200)")
+HEALTH_PROBE = (
+    "import sys, urllib.request; "
+    "sys.exit(urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=4).status != 200)"
+)
 
 
 def driver_note(deploy: DeployConfig, cuda: CudaChoice) -> str:
     """One sentence on the driver the image needs."""
     if deploy.engine == "vllm":
         return f"{VLLM_IMAGE} is built with CUDA {VLLM_IMAGE_CUDA}: it needs NVIDIA driver >= {min_driver(VLLM_IMAGE_CUDA)}."
-    return (f"CUDA {cuda.cuda} (torch {cuda.torch}+{cuda.torch_variant}): needs NVIDIA driver >= {cuda.min_driver} "
-            f"(>= {cuda.compat_driver} runs it through CUDA minor-version compatibility, without newer PTX).")
+    return (
+        f"CUDA {cuda.cuda} (torch {cuda.torch}+{cuda.torch_variant}): needs NVIDIA driver >= {cuda.min_driver} "
+        f"(>= {cuda.compat_driver} runs it through CUDA minor-version compatibility, without newer PTX)."
+    )
 
 
 def render_dockerfile(settings: ServeSettings, deploy: DeployConfig, cuda: CudaChoice, command: list[str]) -> str:

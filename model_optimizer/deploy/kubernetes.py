@@ -25,8 +25,12 @@ def _meta(name: str) -> dict:
 
 
 def _probe(path: str, period: int, failures: int) -> dict:
-    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "timeoutSeconds": 5,
-            "failureThreshold": failures}
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
 
 
 def deployment(settings: ServeSettings, deploy: DeployConfig, command: list[str]) -> dict:
@@ -37,16 +41,26 @@ def deployment(settings: ServeSettings, deploy: DeployConfig, command: list[str]
     volumes: list[dict] = [{"name": "model", "persistentVolumeClaim": {"claimName": f"{APP}-model", "readOnly": True}}]
     if settings.engine.tokenizer:
         mounts.append({"name": "tokenizer", "mountPath": TOKENIZER_DIR, "readOnly": True})
-        volumes.append({"name": "tokenizer", "persistentVolumeClaim": {"claimName": f"{APP}-tokenizer",
-                                                                       "readOnly": True}})
+        volumes.append(
+            {"name": "tokenizer", "persistentVolumeClaim": {"claimName": f"{APP}-tokenizer", "readOnly": True}}
+        )
     if vllm:
         mounts.append({"name": "shm", "mountPath": "/dev/shm"})
         volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}})
     container = {
-        "name": "server", "image": deploy.image, "imagePullPolicy": "IfNotPresent", "command": command,
+        "name": "server",
+        "image": deploy.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
         "ports": [{"name": "http", "containerPort": settings.port, "protocol": "TCP"}],
-        "env": [{"name": API_KEY_ENV[deploy.engine], "valueFrom": {"secretKeyRef": {
-            "name": f"{APP}-api-key", "key": "api-key", "optional": not settings.needs_api_key}}}],
+        "env": [
+            {
+                "name": API_KEY_ENV[deploy.engine],
+                "valueFrom": {
+                    "secretKeyRef": {"name": f"{APP}-api-key", "key": "api-key", "optional": not settings.needs_api_key}
+                },
+            }
+        ],
         "resources": {"limits": {"nvidia.com/gpu": 1}},
         "startupProbe": _probe(ready_path, STARTUP_PERIOD, startup_failures),
         "readinessProbe": _probe(ready_path, 5, 2),
@@ -55,41 +69,86 @@ def deployment(settings: ServeSettings, deploy: DeployConfig, command: list[str]
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "volumeMounts": mounts,
     }
-    annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(settings.port),
-                   "prometheus.io/path": "/metrics"}
-    pod = {"metadata": {"labels": _labels(), "annotations": annotations},
-           "spec": {"terminationGracePeriodSeconds": grace_seconds(settings) + 5,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID},
-                    "containers": [container], "volumes": volumes}}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(APP),
-            "spec": {"replicas": deploy.min_replicas, "selector": {"matchLabels": _labels()}, "template": pod}}
+    annotations = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(settings.port),
+        "prometheus.io/path": "/metrics",
+    }
+    pod = {
+        "metadata": {"labels": _labels(), "annotations": annotations},
+        "spec": {
+            "terminationGracePeriodSeconds": grace_seconds(settings) + 5,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID},
+            "containers": [container],
+            "volumes": volumes,
+        },
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(APP),
+        "spec": {"replicas": deploy.min_replicas, "selector": {"matchLabels": _labels()}, "template": pod},
+    }
 
 
 def service(settings: ServeSettings) -> dict:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(APP),
-            "spec": {"type": "ClusterIP", "selector": _labels(),
-                     "ports": [{"name": "http", "port": settings.port, "targetPort": "http", "protocol": "TCP"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(APP),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": _labels(),
+            "ports": [{"name": "http", "port": settings.port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
 
 
 def model_claim(name: str, size_bytes: int) -> dict:
     gib = max(1, math.ceil(size_bytes * 1.2 / 2**30))  # 20% room for a re-copy
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(name),
-            "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": f"{gib}Gi"}}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(name),
+        "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": f"{gib}Gi"}}},
+    }
 
 
 def autoscaler(deploy: DeployConfig) -> dict:
-    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": _meta(APP),
-            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": APP},
-                     "minReplicas": deploy.min_replicas, "maxReplicas": deploy.max_replicas,
-                     "metrics": [{"type": "Pods", "pods": {"metric": {"name": QUEUE_METRIC}, "target": {
-                         "type": "AverageValue", "averageValue": str(deploy.queue_target)}}}],
-                     "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}}}}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _meta(APP),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": APP},
+            "minReplicas": deploy.min_replicas,
+            "maxReplicas": deploy.max_replicas,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": QUEUE_METRIC},
+                        "target": {"type": "AverageValue", "averageValue": str(deploy.queue_target)},
+                    },
+                }
+            ],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
+        },
+    }
 
 
 def adapter_values() -> dict:
     """Helm values for prometheus-adapter exposing the queue depth per pod to the HPA."""
-    return {"rules": {"default": False, "custom": [{
-        "seriesQuery": 'vllm:num_requests_waiting{namespace!="",pod!=""}',
-        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
-        "name": {"matches": "^vllm:num_requests_waiting$", "as": QUEUE_METRIC},
-        "metricsQuery": "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)"}]}}
+    return {
+        "rules": {
+            "default": False,
+            "custom": [
+                {
+                    "seriesQuery": 'vllm:num_requests_waiting{namespace!="",pod!=""}',
+                    "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+                    "name": {"matches": "^vllm:num_requests_waiting$", "as": QUEUE_METRIC},
+                    "metricsQuery": "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)",
+                }
+            ],
+        }
+    }

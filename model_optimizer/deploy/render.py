@@ -11,7 +11,7 @@ import yaml
 
 from model_optimizer.deploy import compose, kubernetes, monitoring
 from model_optimizer.deploy.config import DeployConfig
-from model_optimizer.deploy.cuda import CudaChoice, choose_cuda, local_driver
+from model_optimizer.deploy.cuda import choose_cuda, local_driver
 from model_optimizer.deploy.dockerfile import render_dockerfile
 from model_optimizer.deploy.readme import render_readme
 from model_optimizer.deploy.settings import ServeSettings, mopt_command, non_defaults
@@ -35,10 +35,12 @@ def render(settings: ServeSettings, deploy: DeployConfig) -> dict[str, str]:
         command, untranslated = mopt_command(settings), {}
     saved = {**non_defaults(settings.engine), **non_defaults(settings.server)}
     saved.pop("api_key", None)
-    files = {"Dockerfile": render_dockerfile(settings, deploy, cuda, command),
-             ".dockerignore": "*\n!src/\n!chat_template.jinja\n",
-             "settings.yaml": "# The settings these files run (mopt serve --config settings.yaml reads them).\n"
-                              + (_yaml(saved) if saved else "{}\n")}
+    files = {
+        "Dockerfile": render_dockerfile(settings, deploy, cuda, command),
+        ".dockerignore": "*\n!src/\n!chat_template.jinja\n",
+        "settings.yaml": "# The settings these files run (mopt serve --config settings.yaml reads them).\n"
+        + (_yaml(saved) if saved else "{}\n"),
+    }
     if settings.server.chat_template:
         files["chat_template.jinja"] = Path(settings.server.chat_template).expanduser().read_text()
     if deploy.target == "compose":
@@ -53,10 +55,16 @@ def _compose_files(settings: ServeSettings, deploy: DeployConfig) -> dict[str, s
     gpu_target = f"dcgm-exporter:{compose.DCGM_PORT}"
     return {
         "docker-compose.yml": _yaml(compose.compose_file(settings, deploy)),
-        "prometheus/prometheus.yml": _yaml(monitoring.prometheus_config(settings, f"server:{settings.port}", gpu_target)),
+        "prometheus/prometheus.yml": _yaml(
+            monitoring.prometheus_config(settings, f"server:{settings.port}", gpu_target)
+        ),
         "prometheus/alerts.yml": _yaml(monitoring.alert_rules()),
-        "grafana/provisioning/datasources/prometheus.yml": _yaml(monitoring.grafana_datasource("http://prometheus:9090")),
-        "grafana/provisioning/dashboards/mopt.yml": _yaml(monitoring.grafana_dashboard_provider("/var/lib/grafana/dashboards")),
+        "grafana/provisioning/datasources/prometheus.yml": _yaml(
+            monitoring.grafana_datasource("http://prometheus:9090")
+        ),
+        "grafana/provisioning/dashboards/mopt.yml": _yaml(
+            monitoring.grafana_dashboard_provider("/var/lib/grafana/dashboards")
+        ),
         "grafana/dashboards/mopt-serving.json": monitoring.dashboard_json(),
     }
 
@@ -86,8 +94,10 @@ def project_root() -> Path:
     """The source checkout the image installs our package from."""
     root = Path(__file__).resolve().parents[2]
     if not (root / "pyproject.toml").is_file():
-        raise ValueError(f"mopt deploy builds the image from the project source, and {root} has no pyproject.toml; "
-                         "run it from a source checkout of model-optimizer")
+        raise ValueError(
+            f"mopt deploy builds the image from the project source, and {root} has no pyproject.toml; "
+            "run it from a source checkout of model-optimizer"
+        )
     return root
 
 

@@ -48,18 +48,23 @@ class ServeSettings:
 
     def in_container(self) -> ServeSettings:
         """These settings with the container's paths, every interface, and no API key in the command."""
-        engine = dataclasses.replace(self.engine, model=MODEL_DIR,
-                                     tokenizer=TOKENIZER_DIR if self.engine.tokenizer else None)
-        server = dataclasses.replace(self.server, host="0.0.0.0", port=self.port, api_key=None,  # noqa: S104
-                                     served_model_name=self.model_name,
-                                     chat_template=CHAT_TEMPLATE if self.server.chat_template else None)
+        engine = dataclasses.replace(
+            self.engine, model=MODEL_DIR, tokenizer=TOKENIZER_DIR if self.engine.tokenizer else None
+        )
+        server = dataclasses.replace(
+            self.server,
+            host="0.0.0.0",
+            port=self.port,
+            api_key=None,  # noqa: S104
+            served_model_name=self.model_name,
+            chat_template=CHAT_TEMPLATE if self.server.chat_template else None,
+        )
         return ServeSettings(engine, server)
 
 
 def non_defaults(config: object) -> dict:
     """The fields of a config dataclass that differ from their defaults, in declaration order."""
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-            if getattr(config, f.name) != f.default}
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if getattr(config, f.name) != f.default}
 
 
 def flags(values: dict) -> list[str]:

@@ -1,12 +1,14 @@
 """Our serve settings as `vllm serve` flags, and the ones vLLM has no equivalent for.
 
 One table, setting name -> vLLM flag (or the reason it does not translate), so a tuned configuration
-can run on vLLM unchanged where vLLM can express it. Only settings that differ from our defaults are
-translated: vLLM's own defaults apply to the rest.
+can run on vLLM unchanged where vLLM can express it. Every setting with a vLLM flag is passed, defaults
+included, because vLLM's defaults differ from ours (asynchronous scheduling, for one); settings without
+one are listed when they differ from our defaults.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -74,20 +76,23 @@ class VllmCommand:
 def vllm_command(settings: ServeSettings) -> VllmCommand:
     """`vllm serve /model ...` for `settings` as they run in the container."""
     inside = settings.in_container()
-    values = {**non_defaults(inside.engine), **non_defaults(inside.server)}
-    model = values.pop("model")
-    argv = ["vllm", "serve", model]
+    changed = {**non_defaults(inside.engine), **non_defaults(inside.server)}
+    values = {f.name: getattr(c, f.name) for c in (inside.engine, inside.server) for f in dataclasses.fields(c)}
+    argv = ["vllm", "serve", values.pop("model")]
     untranslated: dict[str, tuple[object, str]] = {}
     for name, value in values.items():
         if name not in TRANSLATED:
-            untranslated[name] = (value, UNTRANSLATED.get(name, "no vLLM equivalent known"))
+            if name in changed:
+                untranslated[name] = (value, UNTRANSLATED.get(name, "no vLLM equivalent known"))
             continue
         flag = TRANSLATED[name]
+        if value is None:
+            continue
         if name == "allowed_origins":
             argv += [flag, json.dumps(value)]  # vLLM parses this flag as a JSON list
         elif isinstance(value, bool):
             if value or name not in ONLY_TRUE:
                 argv.append(flag if value else "--no-" + flag[2:])
-        elif value is not None:
+        else:
             argv += [flag, str(value)]
     return VllmCommand(argv, untranslated)

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from model_optimizer.engine.engine import EngineStats
 from model_optimizer.engine.outputs import RequestOutput
@@ -29,8 +29,18 @@ PHASE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25) + E2E_BUCKETS
 """Queue, prefill, decode and inference time: E2E's buckets plus finer ones for short phases."""
 TOKEN_BUCKETS = tuple(m * 10**e for e in range(7) for m in (1, 2, 5))
 """Prompt and output lengths: 1, 2, 5, 10 ... 5,000,000 tokens."""
-HANDLERS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/models", "/health",
-                      "/ready", "/version", "/metrics"})
+HANDLERS = frozenset(
+    {
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/embeddings",
+        "/v1/models",
+        "/health",
+        "/ready",
+        "/version",
+        "/metrics",
+    }
+)
 """Paths counted under their own handler label; any other path is "other" (no label per random 404 path)."""
 
 
@@ -60,11 +70,16 @@ class _EngineCollector(Collector):
         yield gauge("vllm:num_requests_running", "Sequences running in the engine.", s.num_running)
         yield gauge("vllm:num_requests_waiting", "Sequences waiting to run.", s.num_waiting)
         yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage (1 means full).", s.kv_cache_usage)
-        yield gauge("vllm:gpu_cache_usage_perc", "KV-cache usage (1 means full); vLLM's older name, kept for "
-                    "dashboards that still read it.", s.kv_cache_usage)
+        yield gauge(
+            "vllm:gpu_cache_usage_perc",
+            "KV-cache usage (1 means full); vLLM's older name, kept for dashboards that still read it.",
+            s.kv_cache_usage,
+        )
         yield gauge("mopt:kv_cache_free_blocks", "Free KV-cache blocks.", s.num_free_blocks)
         yield gauge("mopt:kv_cache_total_blocks", "All KV-cache blocks.", s.num_blocks)
-        yield counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries)
+        yield counter(
+            "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries
+        )
         yield counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", s.prefix_cache_hits)
         yield counter("vllm:num_preemptions", "Preempted sequences.", s.num_preemptions)
         yield counter("vllm:prompt_tokens", "Prompt tokens computed.", s.num_prompt_tokens)
@@ -78,34 +93,64 @@ class ServerMetrics:
         self.model_name = model_name
         self.registry.register(_EngineCollector(model_name, stats))
         labels = ["model_name"]
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", labels,
-                              buckets=TTFT_BUCKETS, registry=self.registry).labels(model_name)
-        self.itl = Histogram("vllm:inter_token_latency_seconds", "Time between output tokens.", labels,
-                             buckets=ITL_BUCKETS, registry=self.registry).labels(model_name)
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Request latency from arrival to finish.", labels,
-                             buckets=E2E_BUCKETS, registry=self.registry).labels(model_name)
-        self.success = Counter("vllm:request_success", "Finished sequences by finish reason.",
-                               ["model_name", "finished_reason"], registry=self.registry)
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Time to first token.",
+            labels,
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        ).labels(model_name)
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Time between output tokens.",
+            labels,
+            buckets=ITL_BUCKETS,
+            registry=self.registry,
+        ).labels(model_name)
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Request latency from arrival to finish.",
+            labels,
+            buckets=E2E_BUCKETS,
+            registry=self.registry,
+        ).labels(model_name)
+        self.success = Counter(
+            "vllm:request_success",
+            "Finished sequences by finish reason.",
+            ["model_name", "finished_reason"],
+            registry=self.registry,
+        )
 
         def histogram(name: str, doc: str, buckets: tuple) -> Histogram:
             return Histogram(name, doc, labels, buckets=buckets, registry=self.registry).labels(model_name)
 
-        self.tpot = histogram("vllm:time_per_output_token_seconds", "Mean time per output token after the first, "
-                              "per request.", TPOT_BUCKETS)
-        self.queue_time = histogram("vllm:request_queue_time_seconds", "Time from arrival to first schedule.",
-                                    PHASE_BUCKETS)
-        self.prefill_time = histogram("vllm:request_prefill_time_seconds", "Time from first schedule to first "
-                                      "token.", PHASE_BUCKETS)
-        self.decode_time = histogram("vllm:request_decode_time_seconds", "Time from first token to finish.",
-                                     PHASE_BUCKETS)
-        self.inference_time = histogram("vllm:request_inference_time_seconds", "Time from first schedule to "
-                                        "finish.", PHASE_BUCKETS)
-        self.prompt_len = histogram("vllm:request_prompt_tokens", "Prompt tokens per finished request.",
-                                    TOKEN_BUCKETS)
-        self.output_len = histogram("vllm:request_generation_tokens", "Output tokens per finished request.",
-                                    TOKEN_BUCKETS)
-        self.http_requests = Counter("http_requests", "HTTP requests by handler, method and status code.",
-                                     ["handler", "method", "status"], registry=self.registry)
+        self.tpot = histogram(
+            "vllm:time_per_output_token_seconds",
+            "Mean time per output token after the first, per request.",
+            TPOT_BUCKETS,
+        )
+        self.queue_time = histogram(
+            "vllm:request_queue_time_seconds", "Time from arrival to first schedule.", PHASE_BUCKETS
+        )
+        self.prefill_time = histogram(
+            "vllm:request_prefill_time_seconds", "Time from first schedule to first token.", PHASE_BUCKETS
+        )
+        self.decode_time = histogram(
+            "vllm:request_decode_time_seconds", "Time from first token to finish.", PHASE_BUCKETS
+        )
+        self.inference_time = histogram(
+            "vllm:request_inference_time_seconds", "Time from first schedule to finish.", PHASE_BUCKETS
+        )
+        self.prompt_len = histogram("vllm:request_prompt_tokens", "Prompt tokens per finished request.", TOKEN_BUCKETS)
+        self.output_len = histogram(
+            "vllm:request_generation_tokens", "Output tokens per finished request.", TOKEN_BUCKETS
+        )
+        self.http_requests = Counter(
+            "http_requests",
+            "HTTP requests by handler, method and status code.",
+            ["handler", "method", "status"],
+            registry=self.registry,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

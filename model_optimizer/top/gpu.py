@@ -16,10 +16,16 @@ def read_gpus() -> list[dict]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            gpus.append({"index": i, "utilization": pynvml.nvmlDeviceGetUtilizationRates(handle).gpu,
-                         "memory_used": memory.used, "memory_total": memory.total,
-                         "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
-                         "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)})
+            gpus.append(
+                {
+                    "index": i,
+                    "utilization": pynvml.nvmlDeviceGetUtilizationRates(handle).gpu,
+                    "memory_used": memory.used,
+                    "memory_total": memory.total,
+                    "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+                    "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+                }
+            )
         return gpus
     except Exception:  # noqa: BLE001 - a GPU that cannot be read shows as none
         return []

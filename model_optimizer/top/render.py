@@ -37,10 +37,18 @@ def render(view: View) -> Panel:
         state.add_column()
     state.add_row("running", _num(view.running), "waiting", _num(view.waiting))
     state.add_row("requests/s", _num(view.request_rate, "{:,.2f}"), "KV cache", _pct(view.kv_cache_usage))
-    state.add_row("prompt tok/s", _num(view.prompt_tokens_per_s, "{:,.1f}"),
-                  "gen tok/s", _num(view.generation_tokens_per_s, "{:,.1f}"))
-    state.add_row("prefix hits", _pct(view.prefix_hit_rate), "preemptions",
-                  f"{_num(view.preemptions)} (+{_num(view.preemptions_in_window)})")
+    state.add_row(
+        "prompt tok/s",
+        _num(view.prompt_tokens_per_s, "{:,.1f}"),
+        "gen tok/s",
+        _num(view.generation_tokens_per_s, "{:,.1f}"),
+    )
+    state.add_row(
+        "prefix hits",
+        _pct(view.prefix_hit_rate),
+        "preemptions",
+        f"{_num(view.preemptions)} (+{_num(view.preemptions_in_window)})",
+    )
     latency = Table(title="latency", title_justify="left", box=None, padding=(0, 2))
     for column in ("", "p50", "p99", "over"):
         latency.add_column(column, justify="right" if column else "left")
@@ -53,9 +61,17 @@ def render(view: View) -> Panel:
         errors = ", ".join(f"{status}: {count:,.0f}" for status, count in sorted(view.errors_by_status.items()))
         parts += [Text(""), Text.assemble(("errors ", "bold"), errors)]
     for gpu in view.gpus:
-        parts.append(Text(f"GPU {gpu['index']}  util {gpu['utilization']}%  mem {gpu['memory_used'] / 2**30:.1f}/"
-                          f"{gpu['memory_total'] / 2**30:.1f} GiB  {gpu['power_w']:.0f} W  {gpu['temperature_c']} C"))
+        parts.append(
+            Text(
+                f"GPU {gpu['index']}  util {gpu['utilization']}%  mem {gpu['memory_used'] / 2**30:.1f}/"
+                f"{gpu['memory_total'] / 2**30:.1f} GiB  {gpu['power_w']:.0f} W  {gpu['temperature_c']} C"
+            )
+        )
     models = ", ".join(view.models) or "?"
     window = f"window {view.window_s:.1f} s" if view.window_s else "first scrape"
-    return Panel(Group(*parts), title=escape(f"mopt top  {view.url}  [{models}]"), subtitle=f"{stamp}  {window}",
-                 border_style="green")
+    return Panel(
+        Group(*parts),
+        title=escape(f"mopt top  {view.url}  [{models}]"),
+        subtitle=f"{stamp}  {window}",
+        border_style="green",
+    )

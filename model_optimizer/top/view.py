@@ -9,9 +9,13 @@ import httpx
 
 from model_optimizer.top.metrics import Scrape, delta, quantile, window_buckets
 
-LATENCIES = {"ttft": "vllm:time_to_first_token_seconds", "tpot": "vllm:time_per_output_token_seconds",
-             "itl": "vllm:inter_token_latency_seconds", "e2e": "vllm:e2e_request_latency_seconds",
-             "queue": "vllm:request_queue_time_seconds"}
+LATENCIES = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "tpot": "vllm:time_per_output_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+    "e2e": "vllm:e2e_request_latency_seconds",
+    "queue": "vllm:request_queue_time_seconds",
+}
 
 
 @dataclass
@@ -52,17 +56,26 @@ def build_view(url: str, cur: Scrape, prev: Scrape | None, gpus: list[dict]) -> 
         d = delta(cur, prev, name)
         return d / window if d is not None and window else None
 
-    view = View(url=url, reachable=True, window_s=window, gpus=gpus,
-                models=cur.labels("vllm:num_requests_running", "model_name"),
-                running=cur.total("vllm:num_requests_running"), waiting=cur.total("vllm:num_requests_waiting"),
-                kv_cache_usage=cur.total("vllm:kv_cache_usage_perc"),
-                requests_finished=delta(cur, prev, "vllm:request_success_total"),
-                request_rate=rate("vllm:request_success_total"),
-                prompt_tokens_per_s=rate("vllm:prompt_tokens_total"),
-                generation_tokens_per_s=rate("vllm:generation_tokens_total"),
-                preemptions=cur.total("vllm:num_preemptions_total"),
-                preemptions_in_window=delta(cur, prev, "vllm:num_preemptions_total"))
-    hits, queries = delta(cur, prev, "vllm:prefix_cache_hits_total"), delta(cur, prev, "vllm:prefix_cache_queries_total")
+    view = View(
+        url=url,
+        reachable=True,
+        window_s=window,
+        gpus=gpus,
+        models=cur.labels("vllm:num_requests_running", "model_name"),
+        running=cur.total("vllm:num_requests_running"),
+        waiting=cur.total("vllm:num_requests_waiting"),
+        kv_cache_usage=cur.total("vllm:kv_cache_usage_perc"),
+        requests_finished=delta(cur, prev, "vllm:request_success_total"),
+        request_rate=rate("vllm:request_success_total"),
+        prompt_tokens_per_s=rate("vllm:prompt_tokens_total"),
+        generation_tokens_per_s=rate("vllm:generation_tokens_total"),
+        preemptions=cur.total("vllm:num_preemptions_total"),
+        preemptions_in_window=delta(cur, prev, "vllm:num_preemptions_total"),
+    )
+    hits, queries = (
+        delta(cur, prev, "vllm:prefix_cache_hits_total"),
+        delta(cur, prev, "vllm:prefix_cache_queries_total"),
+    )
     if not queries:
         hits, queries = cur.total("vllm:prefix_cache_hits_total"), cur.total("vllm:prefix_cache_queries_total")
     view.prefix_hit_rate = hits / queries if hits is not None and queries else None

@@ -13,13 +13,27 @@ from model_optimizer.deploy.settings import ServeSettings
 from model_optimizer.server.config import ServerConfig
 from tests.server.live import start_server
 
-TUNED = {"max_num_seqs": 96, "max_num_batched_tokens": 4096, "enable_prefix_caching": False, "kv_cache_dtype": "fp8",
-         "gpu_memory_utilization": 0.85, "block_size": 32, "max_n": 4, "max_queued_requests": 64,
-         "metrics_auth": True, "api_key": "sk-never-in-a-file", "shutdown_timeout": 90.0}
+TUNED = {
+    "max_num_seqs": 96,
+    "max_num_batched_tokens": 4096,
+    "enable_prefix_caching": False,
+    "kv_cache_dtype": "fp8",
+    "gpu_memory_utilization": 0.85,
+    "block_size": 32,
+    "max_n": 4,
+    "max_queued_requests": 64,
+    "metrics_auth": True,
+    "api_key": "sk-never-in-a-file",
+    "shutdown_timeout": 90.0,
+}
 """A configuration as a tuner might write it: engine and server settings, metrics behind the key."""
 
-CASES = [(target, engine, tuned) for target in ("docker", "compose", "k8s") for engine in ("mopt", "vllm")
-         for tuned in (False, True)]
+CASES = [
+    (target, engine, tuned)
+    for target in ("docker", "compose", "k8s")
+    for engine in ("mopt", "vllm")
+    for tuned in (False, True)
+]
 
 
 def settings_for(tuned: bool, model: str | None = None) -> ServeSettings:
@@ -50,8 +64,9 @@ def live_metrics(tiny_model):
     llm = LLM(str(tiny_model("qwen3")), max_model_len=128, num_kv_blocks=64, max_num_seqs=8)
     live = start_server(llm, ServerConfig(served_model_name="tiny"))
     try:
-        r = httpx.post(f"{live.url}/v1/completions", json={"prompt": "deploy", "max_tokens": 3, "ignore_eos": True},
-                       timeout=60)
+        r = httpx.post(
+            f"{live.url}/v1/completions", json={"prompt": "deploy", "max_tokens": 3, "ignore_eos": True}, timeout=60
+        )
         assert r.status_code == 200
         yield httpx.get(f"{live.url}/metrics").text
     finally:

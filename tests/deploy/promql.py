@@ -7,8 +7,21 @@ from __future__ import annotations
 
 import re
 
-KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool",
-            "inf", "nan"}
+KEYWORDS = {
+    "and",
+    "or",
+    "unless",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "offset",
+    "bool",
+    "inf",
+    "nan",
+}
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _RANGE = re.compile(r"\[[^\]]*\]")
 _LABELS = re.compile(r"\{[^}]*\}")
@@ -59,11 +72,11 @@ def metric_names(expr: str) -> set[str]:
     text = _OFFSET.sub(" ", _GROUPING.sub(" ", _LABELS.sub(" ", _RANGE.sub(" ", _STRING.sub(" ", expr)))))
     names = set()
     for match in _IDENT.finditer(text):
-        rest = text[match.end():].lstrip()
+        rest = text[match.end() :].lstrip()
         word = match.group(0)
         if rest.startswith("(") or word.lower() in KEYWORDS:
             continue
-        if text[:match.start()].rstrip().endswith("$"):
+        if text[: match.start()].rstrip().endswith("$"):
             continue
         names.add(word)
     return names

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from model_optimizer.cli.args import dataclass_from_args
 from model_optimizer.cli.main import build_parser, main
 from model_optimizer.config import EngineConfig
 from model_optimizer.deploy.cuda import choose_cuda
 from model_optimizer.deploy.settings import mopt_command
-from model_optimizer.deploy.vllm_flags import TRANSLATED, UNTRANSLATED, ENV_ONLY, vllm_command
+from model_optimizer.deploy.vllm_flags import ENV_ONLY, TRANSLATED, UNTRANSLATED, vllm_command
 from model_optimizer.server.config import ServerConfig
 from tests.deploy.conftest import TUNED, settings_for
-from model_optimizer.cli.args import dataclass_from_args
 
 
 def _configs(argv: list[str]) -> tuple[EngineConfig, ServerConfig]:
@@ -30,8 +30,16 @@ def _write(tmp_path: Path, data: dict, name: str = "best.yaml") -> Path:
 
 
 def test_serve_reads_a_config_file_and_flags_override_it(tmp_path):
-    path = _write(tmp_path, {"max_num_seqs": 96, "enable-prefix-caching": False, "gpu_memory_utilization": 1,
-                             "max_n": 4, "metrics_auth": True})
+    path = _write(
+        tmp_path,
+        {
+            "max_num_seqs": 96,
+            "enable-prefix-caching": False,
+            "gpu_memory_utilization": 1,
+            "max_n": 4,
+            "metrics_auth": True,
+        },
+    )
     engine, server = _configs(["serve", "--config", str(path), "--max-num-seqs", "32"])
     assert engine.max_num_seqs == 32  # the flag wins
     assert engine.enable_prefix_caching is False and engine.gpu_memory_utilization == 1.0
@@ -45,14 +53,17 @@ def test_json_config_files_work_too(tmp_path):
     assert engine.max_num_seqs == 7 and server.port == 9000
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"max_num_sequences": 4}, "unknown setting 'max_num_sequences'"),
-    ({"max_num_seqs": "many"}, "max_num_seqs must be a int"),
-    ({"enforce_eager": "yes"}, "enforce_eager must be a bool"),
-    ({"max_num_seqs": True}, "max_num_seqs must be a int"),
-    ({"block_size": None}, "block_size may not be empty"),
-    ([1, 2], "must hold a mapping"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"max_num_sequences": 4}, "unknown setting 'max_num_sequences'"),
+        ({"max_num_seqs": "many"}, "max_num_seqs must be a int"),
+        ({"enforce_eager": "yes"}, "enforce_eager must be a bool"),
+        ({"max_num_seqs": True}, "max_num_seqs must be a int"),
+        ({"block_size": None}, "block_size may not be empty"),
+        ([1, 2], "must hold a mapping"),
+    ],
+)
 def test_bad_config_files_are_clear_errors(tmp_path, capsys, data, message):
     path = _write(tmp_path, data)
     assert main(["deploy", "--config", str(path), "--output", str(tmp_path / "out")]) == 2
@@ -81,8 +92,19 @@ def test_rendered_mopt_command_runs_exactly_the_settings_serve_reads(tmp_path):
 def test_deploy_accepts_plain_serve_flags_like_a_file(tmp_path):
     path = _write(tmp_path, {"max_num_seqs": 12, "kv_cache_dtype": "fp8"})
     main(["deploy", "--target", "docker", "--config", str(path), "--output", str(tmp_path / "a")])
-    main(["deploy", "--target", "docker", "--max-num-seqs", "12", "--kv-cache-dtype", "fp8",
-          "--output", str(tmp_path / "b")])
+    main(
+        [
+            "deploy",
+            "--target",
+            "docker",
+            "--max-num-seqs",
+            "12",
+            "--kv-cache-dtype",
+            "fp8",
+            "--output",
+            str(tmp_path / "b"),
+        ]
+    )
     assert (tmp_path / "a/Dockerfile").read_text() == (tmp_path / "b/Dockerfile").read_text()
     assert '"--max-num-seqs", "12"' in (tmp_path / "a/Dockerfile").read_text()
 
@@ -100,6 +122,8 @@ def test_vllm_command_translates_and_lists_the_rest():
     assert argv[argv.index("--max-num-seqs") + 1] == "96"
     assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8"
     assert "--no-enable-prefix-caching" in argv
+    assert "--async-scheduling" in argv and "--enforce-eager" not in argv  # ours on by default, vLLM's off
+    assert argv[argv.index("--block-size") + 1] == "32" and argv[argv.index("--seed") + 1] == "0"
     assert set(result.untranslated) == {"max_n", "max_queued_requests", "metrics_auth", "shutdown_timeout"}
     assert "sk-never-in-a-file" not in " ".join(argv)
 

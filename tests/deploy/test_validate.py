@@ -85,15 +85,23 @@ def _manifests(folder: Path) -> list[dict]:
 @pytest.mark.parametrize("case", [c for c in CASES if c[0] == "k8s"], ids=_ids)
 def test_kubernetes_manifests_match_the_openapi_schemas(deployments, case):
     manifests = _manifests(deployments[case])
-    assert {m["kind"] for m in manifests} == {"Deployment", "Service", "PersistentVolumeClaim",
-                                              "HorizontalPodAutoscaler"}
+    assert {m["kind"] for m in manifests} == {
+        "Deployment",
+        "Service",
+        "PersistentVolumeClaim",
+        "HorizontalPodAutoscaler",
+    }
     for manifest in manifests:
         kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
 
 
 def test_kubernetes_validation_rejects_a_bad_manifest():
-    bad = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
-           "spec": {"replicas": "two", "selector": {}, "template": {}}}
+    bad = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "x"},
+        "spec": {"replicas": "two", "selector": {}, "template": {}},
+    }
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad, KUBERNETES_VERSION, strict=True)
 
@@ -120,11 +128,16 @@ def test_kubernetes_probes_and_grace_follow_the_settings(deployments):
 def _monitoring(folder: Path) -> tuple[dict | None, dict, dict]:
     """(prometheus.yml or None, alert rules, dashboard) of a compose or k8s folder."""
     if (folder / "prometheus").is_dir():
-        return (yaml.safe_load((folder / "prometheus/prometheus.yml").read_text()),
-                yaml.safe_load((folder / "prometheus/alerts.yml").read_text()),
-                json.loads((folder / "grafana/dashboards/mopt-serving.json").read_text()))
-    return (None, yaml.safe_load((folder / "monitoring/alerts.yml").read_text()),
-            json.loads((folder / "monitoring/mopt-serving.json").read_text()))
+        return (
+            yaml.safe_load((folder / "prometheus/prometheus.yml").read_text()),
+            yaml.safe_load((folder / "prometheus/alerts.yml").read_text()),
+            json.loads((folder / "grafana/dashboards/mopt-serving.json").read_text()),
+        )
+    return (
+        None,
+        yaml.safe_load((folder / "monitoring/alerts.yml").read_text()),
+        json.loads((folder / "monitoring/mopt-serving.json").read_text()),
+    )
 
 
 MONITORED = [c for c in CASES if c[0] != "docker"]
@@ -146,10 +159,16 @@ def test_prometheus_config_and_rules_match_their_formats(deployments, case):
 
 
 def test_prometheus_schemas_reject_bad_files():
-    assert list(_schema("prometheus-config.schema.json").iter_errors(
-        {"global": {"scrape_interval": "15 seconds"}, "scrape_configs": [{"static_configs": [{"targets": ["x"]}]}]}))
-    assert list(_schema("prometheus-rules.schema.json").iter_errors(
-        {"groups": [{"name": "g", "rules": [{"alert": "A", "record": "b", "expr": "up"}]}]}))
+    assert list(
+        _schema("prometheus-config.schema.json").iter_errors(
+            {"global": {"scrape_interval": "15 seconds"}, "scrape_configs": [{"static_configs": [{"targets": ["x"]}]}]}
+        )
+    )
+    assert list(
+        _schema("prometheus-rules.schema.json").iter_errors(
+            {"groups": [{"name": "g", "rules": [{"alert": "A", "record": "b", "expr": "up"}]}]}
+        )
+    )
 
 
 @pytest.mark.parametrize("case", MONITORED, ids=_ids)
@@ -184,9 +203,20 @@ def test_grafana_files_match_their_formats(deployments, case):
 
 
 def test_grafana_schema_rejects_a_bad_dashboard():
-    bad = {"uid": "x", "title": "t", "schemaVersion": 39,
-           "panels": [{"id": 1, "type": "timeseries", "title": "p", "gridPos": {"h": 8, "w": 30, "x": 0, "y": 0},
-                       "targets": [{"refId": "A"}]}]}
+    bad = {
+        "uid": "x",
+        "title": "t",
+        "schemaVersion": 39,
+        "panels": [
+            {
+                "id": 1,
+                "type": "timeseries",
+                "title": "p",
+                "gridPos": {"h": 8, "w": 30, "x": 0, "y": 0},
+                "targets": [{"refId": "A"}],
+            }
+        ],
+    }
     assert len(list(_schema("grafana-dashboard.schema.json").iter_errors(bad))) >= 2
 
 
@@ -227,8 +257,9 @@ def _used_metrics_of_render() -> set[str]:
 
 
 def test_metric_name_check_would_catch_a_typo(live_metrics):
-    assert metric_names('sum(rate(vllm:generation_token_total{model_name=~"$model_name"}[5m]))') - \
-        _exported(live_metrics) == {"vllm:generation_token_total"}
+    assert metric_names('sum(rate(vllm:generation_token_total{model_name=~"$model_name"}[5m]))') - _exported(
+        live_metrics
+    ) == {"vllm:generation_token_total"}
 
 
 def test_hpa_metric_comes_from_an_exported_series(deployments, live_metrics):

@@ -41,8 +41,11 @@ def _families(url: str) -> dict:
 
 
 def test_every_vllm_metric_is_exported_with_the_model_name_label(server):
-    r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "metrics names", "max_tokens": 4,
-                                                          "ignore_eos": True}, timeout=60)
+    r = httpx.post(
+        f"{server.url}/v1/completions",
+        json={"prompt": "metrics names", "max_tokens": 4, "ignore_eos": True},
+        timeout=60,
+    )
     assert r.status_code == 200
     families = _families(server.url)
     for name, kind in VLLM_METRICS.items():
@@ -55,16 +58,24 @@ def test_every_vllm_metric_is_exported_with_the_model_name_label(server):
 
 def test_request_phase_histograms_count_finished_requests(server):
     before = httpx.get(f"{server.url}/metrics").text
-    r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "phases", "max_tokens": 3, "ignore_eos": True},
-                   timeout=60)
+    r = httpx.post(
+        f"{server.url}/v1/completions", json={"prompt": "phases", "max_tokens": 3, "ignore_eos": True}, timeout=60
+    )
     assert r.status_code == 200
     after = httpx.get(f"{server.url}/metrics").text
-    for name in ("vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds",
-                 "vllm:request_decode_time_seconds", "vllm:request_inference_time_seconds",
-                 "vllm:time_per_output_token_seconds", "vllm:request_prompt_tokens",
-                 "vllm:request_generation_tokens"):
+    for name in (
+        "vllm:request_queue_time_seconds",
+        "vllm:request_prefill_time_seconds",
+        "vllm:request_decode_time_seconds",
+        "vllm:request_inference_time_seconds",
+        "vllm:time_per_output_token_seconds",
+        "vllm:request_prompt_tokens",
+        "vllm:request_generation_tokens",
+    ):
         assert metric(after, name + "_count") - metric(before, name + "_count") >= 1, name
-    generated = metric(after, "vllm:request_generation_tokens_sum") - metric(before, "vllm:request_generation_tokens_sum")
+    generated = metric(after, "vllm:request_generation_tokens_sum") - metric(
+        before, "vllm:request_generation_tokens_sum"
+    )
     assert generated >= 3
 
 

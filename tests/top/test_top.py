@@ -86,8 +86,9 @@ def test_live_server_of_ours(tiny_model, capsys):
     live = start_server(llm, ServerConfig(served_model_name="tiny"))
     try:
         for _ in range(2):
-            r = httpx.post(f"{live.url}/v1/completions", json={"prompt": "top", "max_tokens": 3, "ignore_eos": True},
-                           timeout=60)
+            r = httpx.post(
+                f"{live.url}/v1/completions", json={"prompt": "top", "max_tokens": 3, "ignore_eos": True}, timeout=60
+            )
             assert r.status_code == 200
         httpx.post(f"{live.url}/v1/completions", json={"prompt": "x", "max_tokens": -1})
         code, view = _once(capsys, live.url)
@@ -98,8 +99,9 @@ def test_live_server_of_ours(tiny_model, capsys):
         assert view["errors_by_status"].get("400", 0) >= 1
         monitor = Monitor(live.url, gpu=False)
         monitor.poll()
-        httpx.post(f"{live.url}/v1/completions", json={"prompt": "again", "max_tokens": 2, "ignore_eos": True},
-                   timeout=60)
+        httpx.post(
+            f"{live.url}/v1/completions", json={"prompt": "again", "max_tokens": 2, "ignore_eos": True}, timeout=60
+        )
         view = monitor.poll()
         assert view.requests_finished == 1 and view.latency["ttft"]["window"] is True
         assert render(view) is not None
@@ -140,11 +142,37 @@ def test_a_server_that_goes_away_shows_unreachable_and_polling_goes_on(capsys):
 
 def test_dashboard_text_shows_the_numbers():
     cur, prev = Scrape.parse(VLLM[1], 10.0), Scrape.parse(VLLM[0], 0.0)
-    text = _text(render(build_view("http://x", cur, prev, gpus=[
-        {"index": 0, "utilization": 87, "memory_used": 70 * 2**30, "memory_total": 141 * 2**30, "power_w": 512.0,
-         "temperature_c": 61}])))
-    for expected in ("[meta-llama/Llama-3.1-8B-Instruct]", "running", "14", "waiting", "4.80", "TTFT", "window",
-                     "4xx: 8", "GPU 0  util 87%", "512 W"):
+    text = _text(
+        render(
+            build_view(
+                "http://x",
+                cur,
+                prev,
+                gpus=[
+                    {
+                        "index": 0,
+                        "utilization": 87,
+                        "memory_used": 70 * 2**30,
+                        "memory_total": 141 * 2**30,
+                        "power_w": 512.0,
+                        "temperature_c": 61,
+                    }
+                ],
+            )
+        )
+    )
+    for expected in (
+        "[meta-llama/Llama-3.1-8B-Instruct]",
+        "running",
+        "14",
+        "waiting",
+        "4.80",
+        "TTFT",
+        "window",
+        "4xx: 8",
+        "GPU 0  util 87%",
+        "512 W",
+    ):
         assert expected in text, expected
 
 
