@@ -33,7 +33,9 @@ def atomic_write(path: str | Path, data: str | bytes) -> None:
 def read_json(path: Path) -> Any:
     """The parsed contents of a JSON file that exists; ValueError naming the file if it is not JSON."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not valid JSON: {exc}") from exc
 

@@ -19,3 +19,10 @@ def test_read_json_names_the_file(tmp_path):
     assert read_json(good) == {"x": [1]}
     with pytest.raises(ValueError, match=r"bad.json is not valid JSON"):
         read_json(bad)
+
+
+def test_read_json_names_a_file_that_is_not_text(tmp_path):
+    binary = tmp_path / "config.json"
+    binary.write_bytes(b"\x00\xff\xfe garbage \x80")
+    with pytest.raises(ValueError, match=r"config.json is not valid JSON: not UTF-8 text"):
+        read_json(binary)
