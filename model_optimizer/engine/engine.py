@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from model_optimizer.config import EngineConfig
 from model_optimizer.engine.io import IncrementalDetokenizer, encode_prompt
-from model_optimizer.engine.kv_cache import KVCacheManager
+from model_optimizer.engine.kv_cache import KVCacheManager, check_kv_capacity
 from model_optimizer.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from model_optimizer.engine.request import Logprob, Request, RequestStatus
 from model_optimizer.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
@@ -80,6 +80,7 @@ class LLMEngine:
         self.runner = runner
         self.tokenizer = tokenizer
         self.info = info
+        check_kv_capacity(info.num_kv_blocks, config.block_size, info.max_model_len)
         self.kv_cache = KVCacheManager(info.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(
             SchedulerConfig(

@@ -24,6 +24,23 @@ def hash_block(parent_hash: int | None, token_ids: Iterable[int]) -> int:
     return hash((NO_PARENT_HASH if parent_hash is None else parent_hash, tuple(token_ids)))
 
 
+def check_kv_capacity(num_blocks: int, block_size: int, max_model_len: int) -> None:
+    """Refuse to start with a KV cache that cannot hold one request of max_model_len tokens.
+
+    Such an engine would start and then refuse every request without max_tokens (they may run to the
+    end of the context), which is a configuration error better reported once, at start-up.
+    """
+    capacity = num_blocks * block_size
+    if capacity < max_model_len:
+        needed = -(-max_model_len // block_size)
+        raise ValueError(
+            f"the KV cache holds {capacity} tokens ({num_blocks} blocks of {block_size}), fewer than "
+            f"max_model_len ({max_model_len}), so a request of full length could never run. Lower "
+            f"--max-model-len to {capacity} or less, or make the cache larger: raise --gpu-memory-utilization "
+            f"(--kv-cache-memory on the CPU) or set --num-kv-blocks {needed} or more"
+        )
+
+
 @dataclass(eq=False)
 class Block:
     block_id: int

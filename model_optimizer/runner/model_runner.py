@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from model_optimizer.config import EngineConfig
+from model_optimizer.engine.kv_cache import check_kv_capacity
 from model_optimizer.engine.request import Logprob
 from model_optimizer.engine.scheduler import SchedulerOutput
 from model_optimizer.layers.attention import AttentionMetadata
@@ -44,6 +45,7 @@ class ModelRunner:
             )
         self.kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else self.dtype
         self.num_kv_blocks = config.num_kv_blocks or self._num_blocks_for_budget()
+        check_kv_capacity(self.num_kv_blocks, config.block_size, self.max_model_len)  # before allocating it
         shape = (2, self.num_kv_blocks, config.block_size, args.num_kv_heads, args.head_dim)
         self.kv_caches = [torch.zeros(shape, dtype=self.kv_dtype, device=self.device) for _ in range(args.num_layers)]
         log.info(

@@ -42,7 +42,7 @@ def assert_same_logprobs(got, expected) -> None:
 @pytest.mark.parametrize("config", [
     {"kv_cache_memory": 1 << 24},
     {"kv_cache_memory": 1 << 24, "max_num_batched_tokens": 7},
-    {"num_kv_blocks": 40, "block_size": 4, "enable_prefix_caching": False},
+    {"num_kv_blocks": 40, "block_size": 4, "max_model_len": 160, "enable_prefix_caching": False},
     {"kv_cache_memory": 1 << 24, "max_num_seqs": 3},
 ], ids=["roomy", "tiny-chunks", "preemption", "few-seqs"])
 def test_async_outputs_equal_sync_outputs(model_dir, config):
@@ -173,7 +173,7 @@ def test_random_mixes_of_stops_lengths_and_preemption_match_sync(model_dir, seed
         p = SamplingParams(temperature=rng.choice([0, 0.8]), seed=rng.randrange(100), max_tokens=rng.randint(1, 12),
                            stop_token_ids=rng.sample(range(3, 1000), 40), n=rng.choice([1, 1, 2]))
         params.append(p)
-    config = {"num_kv_blocks": 30, "block_size": 4, "max_num_batched_tokens": 24, "max_num_seqs": 8}
+    config = {"num_kv_blocks": 30, "block_size": 4, "max_model_len": 120, "max_num_batched_tokens": 24, "max_num_seqs": 8}
     expected = LLM(model_dir, async_scheduling=False, **config).generate(prompts, params)
     llm = LLM(model_dir, **config)
     got = llm.generate(prompts, params)

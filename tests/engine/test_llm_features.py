@@ -53,7 +53,7 @@ def test_tiny_chunks_give_identical_outputs(model_dir, reference):
 
 def test_preemption_under_tiny_cache_gives_identical_outputs(model_dir, reference):
     prompts, expected = reference
-    llm = LLM(model_dir, num_kv_blocks=32, block_size=4, enable_prefix_caching=False)
+    llm = LLM(model_dir, num_kv_blocks=32, block_size=4, max_model_len=128, enable_prefix_caching=False)
     assert token_ids(llm.generate(prompts, GREEDY)) == expected
     assert llm.engine.stats().num_preemptions > 0
     assert llm.engine.stats().num_free_blocks == 32
@@ -172,3 +172,24 @@ def test_final_only_requests_report_once(qwen3_llm):
     while engine.has_unfinished_requests():
         reports += engine.step()
     assert len(reports) == 1 and reports[0].finished and len(reports[0].outputs[0].token_ids) == 6
+
+
+def test_a_kv_cache_smaller_than_max_model_len_refuses_to_start(model_dir):
+    """Otherwise the engine starts and then refuses every request without max_tokens (as vLLM, refuse early)."""
+    with pytest.raises(ValueError) as info:
+        LLM(model_dir, num_kv_blocks=32, block_size=4)  # 128 tokens for max_model_len 512
+    message = str(info.value)
+    assert "128 tokens" in message and "max_model_len (512)" in message
+    assert all(flag in message for flag in ("--max-model-len", "--gpu-memory-utilization", "--num-kv-blocks"))
+    assert LLM(model_dir, num_kv_blocks=32, block_size=4, max_model_len=128).engine.info.max_model_len == 128
+
+
+def test_engine_checks_kv_capacity_whatever_its_runner():
+    from model_optimizer.config import EngineConfig
+    from model_optimizer.engine.engine import LLMEngine, ModelInfo
+
+    info = ModelInfo(vocab_size=100, max_model_len=100, eos_token_ids=frozenset(), num_kv_blocks=6)
+    with pytest.raises(ValueError, match=r"holds 96 tokens .*max_model_len \(100\).*--num-kv-blocks 7"):
+        LLMEngine(EngineConfig(block_size=16), runner=None, tokenizer=None, info=info)  # type: ignore[arg-type]
+    info.num_kv_blocks = 7
+    assert LLMEngine(EngineConfig(block_size=16), runner=None, tokenizer=None, info=info).kv_cache.num_blocks == 7  # type: ignore[arg-type]
