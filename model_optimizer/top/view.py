@@ -89,6 +89,14 @@ def build_view(url: str, cur: Scrape, prev: Scrape | None, gpus: list[dict]) -> 
     return view
 
 
+def is_local(url: str) -> bool:
+    """Whether `url` points at this machine, whose GPUs NVML can read (a remote server's it cannot)."""
+    import socket
+
+    host = (httpx.URL(url).host or "").lower()
+    return host in {"localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname().lower()}  # noqa: S104
+
+
 class Monitor:
     """Polls one server's /metrics; each poll gives a View, an unreachable one when the scrape fails."""
 
@@ -96,7 +104,7 @@ class Monitor:
         self.url = url.rstrip("/")
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout = timeout
-        self.gpu = gpu
+        self.gpu = gpu and is_local(self.url)
         self.previous: Scrape | None = None
 
     def poll(self) -> View:

@@ -176,6 +176,12 @@ def test_dashboard_text_shows_the_numbers():
         assert expected in text, expected
 
 
+def test_gpus_are_read_only_for_a_server_on_this_machine():
+    assert Monitor("http://127.0.0.1:8000").gpu and Monitor("http://localhost:8000/").gpu
+    assert not Monitor("http://10.1.2.3:8000").gpu and not Monitor("http://gpu-node.example:8000").gpu
+    assert not Monitor("http://127.0.0.1:8000", gpu=False).gpu
+
+
 def test_quantile_interpolates_inside_the_bucket():
     assert quantile(0.5, {0.1: 0.0, 0.2: 10.0, float("inf"): 10.0}) == pytest.approx(0.15)
     assert quantile(0.99, {1.0: 0.0, float("inf"): 5.0}) == 1.0  # beyond the last finite bound
