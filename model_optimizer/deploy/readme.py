@@ -50,6 +50,7 @@ def render_readme(
             "```",
             "",
         ]
+    ready = "" if deploy.engine == "vllm" else "readiness at /ready, "  # vLLM has no /ready
     if deploy.target == "compose":
         lines += [
             "## Run",
@@ -58,7 +59,7 @@ def render_readme(
             "docker compose up -d --build",
             "```",
             "",
-            f"- server: http://localhost:{port} (health at /health, readiness at /ready, metrics at /metrics)",
+            f"- server: http://localhost:{port} (health at /health, {ready}metrics at /metrics)",
             "- Prometheus: http://localhost:9090 (alerts in `prometheus/alerts.yml`)",
             '- Grafana: http://localhost:3000, dashboard "Model-Optimizer serving" (admin password: '
             "`GRAFANA_ADMIN_PASSWORD`, default admin)",

@@ -132,6 +132,7 @@ def test_untranslated_settings_are_listed_in_the_readme(deployments):
     readme = (deployments[("compose", "vllm", True)] / "README.md").read_text()
     assert "| max_queued_requests | 64 |" in readme
     assert "None: every setting" in (deployments[("compose", "vllm", False)] / "README.md").read_text()
+    assert "/ready" not in readme and "/ready" in (deployments[("compose", "mopt", True)] / "README.md").read_text()
 
 
 def test_the_api_key_is_never_written(deployments):
