@@ -29,6 +29,7 @@ PHASE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25) + E2E_BUCKETS
 """Queue, prefill, decode and inference time: E2E's buckets plus finer ones for short phases."""
 TOKEN_BUCKETS = tuple(m * 10**e for e in range(7) for m in (1, 2, 5))
 """Prompt and output lengths: 1, 2, 5, 10 ... 5,000,000 tokens."""
+N_BUCKETS = (1, 2, 5, 10, 20)
 HANDLERS = frozenset(
     {
         "/v1/completions",
@@ -145,6 +146,7 @@ class ServerMetrics:
         self.output_len = histogram(
             "vllm:request_generation_tokens", "Output tokens per finished request.", TOKEN_BUCKETS
         )
+        self.params_n = histogram("vllm:request_params_n", "Completions (n) per finished request.", N_BUCKETS)
         self.http_requests = Counter(
             "http_requests",
             "HTTP requests by handler, method and status code.",
@@ -191,6 +193,7 @@ class RequestTracker:
             m.success.labels(m.model_name, completion.finish_reason or "abort").inc()
         m.prompt_len.observe(output.num_prompt_tokens)
         m.output_len.observe(output.num_output_tokens)
+        m.params_n.observe(len(output.outputs))
         first_token, scheduled = times.first_token_time, times.first_scheduled_time
         if first_token is not None:
             m.decode_time.observe(max(end - first_token, 0.0))

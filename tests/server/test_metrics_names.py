@@ -33,6 +33,7 @@ VLLM_METRICS = {
     "vllm:request_decode_time_seconds": "histogram",
     "vllm:request_prompt_tokens": "histogram",
     "vllm:request_generation_tokens": "histogram",
+    "vllm:request_params_n": "histogram",
 }
 
 
@@ -93,3 +94,12 @@ def test_unknown_paths_share_one_handler_label(server):
         assert httpx.get(f"{server.url}{path}").status_code == 404
     handlers = {s.labels["handler"] for s in _families(server.url)["http_requests"].samples}
     assert "other" in handlers and not any(h.startswith("/no/such") for h in handlers)
+
+
+def test_request_params_n_counts_completions_per_request(server):
+    before = httpx.get(f"{server.url}/metrics").text
+    r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "n", "max_tokens": 2, "n": 3}, timeout=60)
+    assert r.status_code == 200
+    after = httpx.get(f"{server.url}/metrics").text
+    assert metric(after, "vllm:request_params_n_count") - metric(before, "vllm:request_params_n_count") == 1
+    assert metric(after, "vllm:request_params_n_sum") - metric(before, "vllm:request_params_n_sum") == 3
