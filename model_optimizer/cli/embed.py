@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         )
         with Progress(*columns, console=console) as progress:
             task = progress.add_task("embed", total=num_todo)
-            written = work.run(lambda *_: None, lambda n: progress.advance(task, n))
+            written = work.run(lambda n: progress.advance(task, n))
     except KeyboardInterrupt:  # every finished row is already in the file: say so, no traceback
         num_written = work.num_written if work is not None else 0
         print(

@@ -161,12 +161,11 @@ class EmbedJob:
         self._todo = [r for r in rows if json.dumps(r[0]) not in state.done]
         return len(self._todo), len(rows) - len(self._todo)
 
-    def run(self, on_start: Callable[[int, int], None], on_progress: Callable[[int], None]) -> int:
-        """Embed every input row not yet in the output; returns how many rows were written.
-
-        on_start(num_todo, num_done) is called once, on_progress(n) after every n inputs embedded."""
+    def run(self, on_progress: Callable[[int], None] = lambda n: None) -> int:
+        """Embed every input row not yet in the output (preparing first if `prepare` was not called);
+        returns how many rows were written. on_progress(n) after every n inputs embedded."""
         if self._todo is None:
-            on_start(*self.prepare())
+            self.prepare()
         writer = RowWriter(Path(self.job.output))
         try:
             for chunk in chunks(self._todo or [], self.job.chunk_size):
@@ -216,8 +215,3 @@ class EmbedJob:
                 f"length ({length}) could be checked. Recording this run's settings."
             )
         write_meta(out, current)
-
-
-def run_job(embedder, job: JobConfig, on_start: Callable[[int, int], None], on_progress: Callable[[int], None]) -> int:
-    """`EmbedJob(embedder, job).run(on_start, on_progress)`."""
-    return EmbedJob(embedder, job).run(on_start, on_progress)

@@ -80,14 +80,12 @@ def test_rows_of_finished_batches_are_on_disk_when_a_chunk_is_interrupted(qwen3_
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        job.run(lambda todo, done: None, interrupt_at_fourth_batch)
+        job.run(interrupt_at_fourth_batch)
     kept = _rows(out)
     assert len(kept) == job.num_written == 6  # three whole batches of two, though the chunk held all ten
     assert {r["id"] for r in kept} < set(ids)
 
-    assert (
-        EmbedJob(embedder, JobConfig(input=str(src), output=str(out))).run(lambda todo, done: None, lambda n: None) == 4
-    )
+    assert EmbedJob(embedder, JobConfig(input=str(src), output=str(out))).run() == 4
     final = _rows(out)
     assert sorted(r["id"] for r in final) == sorted(ids)  # each id exactly once
     fresh = embedder.encode([f"text number {i} " * (1 + i % 5) for i in range(10)]).embeddings.tolist()
