@@ -8,8 +8,11 @@ what inspect predicts is what `load_weights` will do, without reading a byte of 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 
 @dataclass
@@ -35,17 +38,50 @@ class LoadCheck:
         return self.error is None and not (self.unexpected or self.missing or self.misshapen)
 
 
-def build_meta_model(config: dict):
-    """The engine's model class for this config.json, with parameters on the meta device."""
+def build_meta_model(config: dict, dtype_name: str = "bfloat16"):
+    """The engine's model class for this config.json, its parameters on the meta device (no memory).
+
+    Parameters move to meta as each module registers them; buffers (rotary tables, a few MB) stay
+    on the CPU. Building under `torch.device("meta")` instead would run the rotary arithmetic
+    through torch's Python reference ops, whose first use imports torch._dynamo: 2-3 s. The model
+    is cached per config: the checks and the memory plan of one inspection share it (nothing
+    writes to it: a weight_loader's copy into a meta parameter is a no-op)."""
+    return _cached_meta_model(json.dumps(config, sort_keys=True), dtype_name)
+
+
+@lru_cache(maxsize=4)
+def _cached_meta_model(config_json: str, dtype_name: str):
     import torch
 
     from model_optimizer.models.loader import build_model
     from model_optimizer.models.model_config import DecoderArgs
     from model_optimizer.models.registry import resolve_model_class
 
-    args = DecoderArgs.from_dict(config)
+    args = DecoderArgs.from_dict(json.loads(config_json))
     model_cls = resolve_model_class(args.architecture)
-    return build_model(lambda: model_cls(args), torch.bfloat16, torch.device("meta"))
+    with parameters_on_meta():
+        return build_model(lambda: model_cls(args), getattr(torch, dtype_name), torch.device("cpu"))
+
+
+@contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Every nn.Parameter registered inside moves to the meta device (CPU storage is allocated by
+    torch.empty without touching its pages, then dropped); a parameter already on meta is shared
+    as is, so tied weights stay tied."""
+    from torch import nn
+
+    original = nn.Module.register_parameter
+
+    def register(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        if param is not None and param.device.type != "meta":
+            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        original(module, name, param)
+
+    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
 def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) -> LoadCheck:

@@ -117,15 +117,11 @@ class MemoryPlan:
 
 def model_shape(config: dict, dtype_name: str = "bfloat16") -> ModelShape:
     """Parameter and buffer sizes of the engine's model for `config`, built on the meta device."""
-    import torch
-
     from model_optimizer.layers.linear import Linear
-    from model_optimizer.models.loader import build_model
-    from model_optimizer.models.model_config import DecoderArgs
-    from model_optimizer.models.registry import resolve_model_class
+    from model_optimizer.modelio.consumption import build_meta_model
 
-    args = DecoderArgs.from_dict(config)
-    model = build_model(lambda: resolve_model_class(args.architecture)(args), getattr(torch, dtype_name), torch.device("meta"))
+    model = build_meta_model(config, dtype_name)
+    args = model.args
     linears = [m for m in model.modules() if isinstance(m, Linear)]
     return ModelShape(
         name=args.architecture, num_layers=args.num_layers, hidden_size=args.hidden_size,
