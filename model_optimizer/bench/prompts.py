@@ -48,7 +48,7 @@ class PromptMaker:
             self.vocab_size, self.vocab_source = vocab_size, "--random-vocab-size"
         else:
             self.vocab_size = SAFE_VOCAB_SIZE
-            self.vocab_source = "unknown vocabulary: ids every vocabulary has (give --tokenizer for the full range)"
+            self.vocab_source = "vocabulary unknown: ids every vocabulary has; --tokenizer gives the full range"
 
     @property
     def id_range(self) -> tuple[int, int]:
