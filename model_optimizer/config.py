@@ -50,6 +50,17 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     """Split prompts longer than the step budget across several steps."""
 
+    max_num_partial_prefills: int = 1
+    """Long prefills (see long_prefill_token_threshold) that take a first chunk of each step ahead of
+    shorter requests; further long prompts keep their queue place while shorter ones behind them get
+    into the batch, then all long prefills share what the step leaves (the budget is filled as before).
+    Raise it to favour long prompts' time to first token over short ones'."""
+
+    long_prefill_token_threshold: int = 0
+    """A prefill with more tokens than this left to compute is long: it takes at most this many tokens of a
+    step before shorter requests are served, and the rest from what they leave. 0: 4% of max_model_len;
+    max_model_len or more: strict first-come first-served."""
+
     enable_prefix_caching: bool = True
     """Reuse the KV cache of full blocks shared with earlier prompts."""
 
@@ -78,7 +89,11 @@ class EngineConfig:
     """Seed of the sampler for requests without a seed of their own."""
 
     def __post_init__(self) -> None:
-        check_positive(self, "block_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_memory")
+        check_positive(self, "block_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_memory",
+                       "max_num_partial_prefills")
+        value = self.long_prefill_token_threshold
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"long_prefill_token_threshold must be an integer >= 0 (0: 4% of max_model_len), got {value!r}")
         if self.max_model_len is not None and self.max_model_len <= 0:
             raise ValueError(f"max_model_len must be a positive integer, got {self.max_model_len}")
         if self.num_kv_blocks is not None and self.num_kv_blocks <= 0:

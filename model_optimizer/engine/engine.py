@@ -89,6 +89,8 @@ class LLMEngine:
                 max_model_len=info.max_model_len,
                 enable_chunked_prefill=config.enable_chunked_prefill,
                 policy=config.scheduling_policy,
+                max_num_partial_prefills=config.max_num_partial_prefills,
+                long_prefill_token_threshold=config.long_prefill_token_threshold,
             ),
             self.kv_cache,
         )

@@ -7,6 +7,13 @@ chunks (chunked prefill); a prefix-cache hit just starts a request with tokens a
 When the KV cache runs out of blocks, the lowest-priority, latest-arrived running request is
 preempted: its blocks are freed and it goes back to the waiting queue to be recomputed.
 
+Long prefills (more than `long_prefill_token_threshold` tokens left to compute; a waiting prompt
+counts by its length) take their tokens last. In the usual order, the first
+`max_num_partial_prefills` of them take a chunk of at most that many tokens, the others keep their
+place while the shorter requests behind them are served; then the long prefills, in the usual
+order, share what the step has left. A short prompt so never waits behind a queue of long ones,
+long ones always progress, and the step's budget is filled as before (only the order changes).
+
 Scheduling a step counts its tokens as computed at once, and a step that reaches the end of a
 request's known tokens owes it one sampled token (`num_pending`). So the next step can be
 scheduled before this one's tokens are back (asynchronous scheduling): a decode whose input is
@@ -79,6 +86,39 @@ class SchedulerConfig:
     max_model_len: int
     enable_chunked_prefill: bool = True
     policy: str = "fcfs"
+    max_num_partial_prefills: int = 1
+    """Long prefills that take a first chunk ahead of shorter requests each step (see the module docstring)."""
+    long_prefill_token_threshold: int = 0
+    """Tokens left to compute above which a prefill is long; 0: 4% of max_model_len."""
+
+    def __post_init__(self) -> None:
+        if self.max_num_partial_prefills < 1:
+            raise ValueError(f"max_num_partial_prefills must be at least 1, got {self.max_num_partial_prefills}")
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError(f"long_prefill_token_threshold must be >= 0 (0: 4% of max_model_len), "
+                             f"got {self.long_prefill_token_threshold}")
+
+    @property
+    def long_prefill_threshold(self) -> int:
+        """The threshold in tokens; no prefill is long without chunked prefill (it could not be split)."""
+        if not self.enable_chunked_prefill:
+            return self.max_model_len
+        return self.long_prefill_token_threshold or max(1, self.max_model_len * 4 // 100)
+
+
+@dataclass
+class _StepBudget:
+    """What one `schedule()` call has handed out so far."""
+
+    budget: int
+    num_long: int = 0
+    """Long prefills given a first chunk (at most max_num_partial_prefills)."""
+    to_grow: list[Request] = field(default_factory=list)
+    """Running long prefills, in the usual order, that may take more of what the step leaves."""
+    admitted: set[str] = field(default_factory=set)
+    """Ids of the requests admitted from the waiting queue this step."""
+    stalled: bool = False
+    """A waiting request found no blocks: no later one is admitted this step (queue order)."""
 
 
 class Scheduler:
@@ -93,6 +133,9 @@ class Scheduler:
         self._arrival_seq = itertools.count()
         self._order: dict[str, tuple] = {}
         self._num_sent_blocks: dict[str, int] = {}
+        self._long_threshold = config.long_prefill_threshold
+        self._short_waiting: set[str] = set()
+        """Ids of waiting requests that are not long prefills: the waiting pass looks for these."""
 
     # ----------------------------------------------------------------- admission
     def add_request(self, request: Request) -> None:
@@ -126,10 +169,7 @@ class Scheduler:
         request = self.requests.get(request_id)
         if request is None or request.finished:
             return None
-        if request in self.running:
-            self.running.remove(request)
-        else:
-            self.waiting.remove(request)
+        self._remove(request)
         request.status = RequestStatus.FINISHED_ABORTED
         self._finish(request)
         return request
@@ -141,16 +181,37 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput(finished_request_ids=self.finished_ids)
         self.finished_ids = set()
-        budget = self.config.max_num_batched_tokens
+        step = _StepBudget(self.config.max_num_batched_tokens)
+        preempted = self._schedule_running(out, step)
+        if not preempted:  # after a preemption, no waiting request is admitted
+            self._schedule_waiting(out, step, long_ones=False)
+        self._grow_long_prefills(out, step)
+        if not preempted:
+            self._schedule_waiting(out, step, long_ones=True)
+        for request_id in out.num_scheduled_tokens:  # block ids once every pass has allocated
+            request = self.requests[request_id]
+            if request_id in step.admitted:
+                out.new_requests.append(self._new_data(request))
+            else:
+                out.cached_requests.append(self._cached_data(request))
+        self._commit(out)
+        if out.is_empty:  # no step runs: the runner hears of these with the next one
+            self.finished_ids = out.finished_request_ids
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, step: _StepBudget) -> bool:
+        """Running requests in order, preempting the latest arrivals for blocks; True if any was preempted."""
         preempted = False
-        scheduled_running: list[Request] = []
         i = 0
-        while i < len(self.running) and budget > 0:
+        while i < len(self.running) and step.budget > 0:
             request = self.running[i]
             if request.num_output_tokens + request.num_pending >= request.max_tokens:
                 i += 1  # its last token is on the way: nothing left to compute
                 continue
-            num_new = min(request.num_tokens + request.num_pending - request.num_computed_tokens, budget)
+            num_new = self._first_share(request, request.num_tokens + request.num_pending - request.num_computed_tokens, step)
+            if num_new == 0:  # a long prefill past the bound: it waits for what the others leave
+                i += 1
+                continue
             while not self.kv_cache.allocate_slots(request, num_new):
                 victim = self._pick_victim(self.running[i:])
                 self._preempt(victim, out)
@@ -158,18 +219,21 @@ class Scheduler:
                 if victim is request:
                     break
             else:
-                scheduled_running.append(request)
                 out.num_scheduled_tokens[request.request_id] = num_new
-                budget -= num_new
+                step.budget -= num_new
                 i += 1
-        for request in scheduled_running:
-            out.cached_requests.append(self._cached_data(request))
-        if not preempted:
-            budget = self._schedule_waiting(out, budget)
-        self._commit(out)
-        if out.is_empty:  # no step runs: the runner hears of these with the next one
-            self.finished_ids = out.finished_request_ids
-        return out
+        return preempted
+
+    def _first_share(self, request: Request, num_left: int, step: _StepBudget) -> int:
+        """Tokens a request takes in the first pass: all it can, or a first chunk (or none) if it is long."""
+        num_new = min(num_left, step.budget)
+        if num_left <= self._long_threshold:
+            return num_new
+        step.to_grow.append(request)
+        if step.num_long >= self.config.max_num_partial_prefills:
+            return 0
+        step.num_long += 1
+        return min(num_new, self._long_threshold)
 
     def _commit(self, out: SchedulerOutput) -> None:
         """Count the scheduled tokens as computed; a step reaching the end of the known tokens samples one more."""
@@ -182,36 +246,62 @@ class Scheduler:
                 request.num_pending += 1
                 out.sampling_requests[request_id] = request
 
-    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> int:
-        skipped: list[Request] = []
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            request = self.waiting[0]
+    def _schedule_waiting(self, out: SchedulerOutput, step: _StepBudget, long_ones: bool) -> None:
+        """Admit waiting requests in queue order. The first pass (`long_ones` False) passes over long
+        prompts once the long-prefill bound is reached; the second admits them with what is left."""
+        i = 0
+        num_short_ahead = len(self._short_waiting)
+        while i < len(self.waiting) and step.budget > 0 and len(self.running) < self.config.max_num_seqs:
+            if step.stalled or (not long_ones and not num_short_ahead and step.num_long >= self.config.max_num_partial_prefills):
+                return  # stalled on blocks, or nothing but long prompts left for the first pass
+            request = self.waiting[i]
+            is_short = request.request_id in self._short_waiting
+            num_short_ahead -= is_short
             if request.num_pending or self._waits_for_sibling(request):  # preempted with a token still on the way
-                skipped.append(self.waiting.pop(0))
+                i += 1
+                continue
+            if not long_ones and not is_short and step.num_long >= self.config.max_num_partial_prefills:
+                i += 1  # a long prompt past the bound keeps its place; shorter ones behind it go first
                 continue
             computed = self.kv_cache.computed_blocks(request)
-            num_computed = len(computed) * self.kv_cache.block_size
-            num_new = request.num_tokens - num_computed
-            if num_new > budget:
-                if not self.config.enable_chunked_prefill:
-                    break
-                num_new = budget
-            if not self.kv_cache.allocate_slots(request, num_new, computed):
-                break
-            self.waiting.pop(0)
-            request.num_computed_tokens = num_computed
-            if request.num_preemptions == 0 and request.num_output_tokens == 0:  # counted once, not per retry
-                request.num_cached_tokens = num_computed
-                self.kv_cache.count_lookup(request, computed)
-            request.status = RequestStatus.RUNNING
-            request.first_scheduled_time = request.first_scheduled_time or time.time()
-            self.running.append(request)
-            out.num_scheduled_tokens[request.request_id] = num_new
-            out.new_requests.append(self._new_data(request))
-            budget -= num_new
-        for request in skipped:
-            self._enqueue(request)
-        return budget
+            num_left = request.num_tokens - len(computed) * self.kv_cache.block_size
+            if num_left > step.budget and not self.config.enable_chunked_prefill:
+                step.stalled = True
+                return
+            num_new = min(num_left, step.budget) if long_ones else self._first_share(request, num_left, step)
+            if num_new == 0 or not self._admit(request, computed, num_new, out, step):
+                step.stalled = True
+                return
+
+    def _admit(self, request: Request, computed: list, num_new: int, out: SchedulerOutput, step: _StepBudget) -> bool:
+        """Move a waiting request to running with `num_new` tokens this step; False if blocks are short."""
+        if not self.kv_cache.allocate_slots(request, num_new, computed):
+            return False
+        self._dequeue(request)
+        request.num_computed_tokens = len(computed) * self.kv_cache.block_size
+        if request.num_preemptions == 0 and request.num_output_tokens == 0:  # counted once, not per retry
+            request.num_cached_tokens = request.num_computed_tokens
+            self.kv_cache.count_lookup(request, computed)
+        request.status = RequestStatus.RUNNING
+        request.first_scheduled_time = request.first_scheduled_time or time.time()  # end of its queue time
+        self.running.append(request)
+        out.num_scheduled_tokens[request.request_id] = num_new
+        step.admitted.add(request.request_id)
+        step.budget -= num_new
+        return True
+
+    def _grow_long_prefills(self, out: SchedulerOutput, step: _StepBudget) -> None:
+        """Running long prefills, in order, take more of what the step has left."""
+        for request in step.to_grow:
+            if step.budget <= 0:
+                return
+            if request.status is not RequestStatus.RUNNING:  # preempted in the running pass
+                continue
+            scheduled = out.num_scheduled_tokens.get(request.request_id, 0)
+            num_more = min(request.num_tokens + request.num_pending - request.num_computed_tokens - scheduled, step.budget)
+            if num_more > 0 and self.kv_cache.allocate_slots(request, scheduled + num_more):
+                out.num_scheduled_tokens[request.request_id] = scheduled + num_more
+                step.budget -= num_more
 
     def _waits_for_sibling(self, request: Request) -> bool:
         """n > 1 siblings wait until the first has computed the prompt, then share its blocks."""
@@ -237,6 +327,12 @@ class Scheduler:
 
     def _enqueue(self, request: Request) -> None:
         bisect.insort(self.waiting, request, key=lambda r: self._order[r.request_id])
+        if request.num_tokens <= self._long_threshold:  # while it waits, nothing of it is computed
+            self._short_waiting.add(request.request_id)
+
+    def _dequeue(self, request: Request) -> None:
+        self.waiting.remove(request)
+        self._short_waiting.discard(request.request_id)
 
     def _new_data(self, request: Request) -> NewRequestData:
         block_ids = self.kv_cache.block_ids(request.request_id)
@@ -313,7 +409,7 @@ class Scheduler:
         if request in self.running:
             self.running.remove(request)
         else:
-            self.waiting.remove(request)
+            self._dequeue(request)
 
     def _finish(self, request: Request) -> None:
         self.kv_cache.free(request)

@@ -193,3 +193,23 @@ def test_engine_checks_kv_capacity_whatever_its_runner():
         LLMEngine(EngineConfig(block_size=16), runner=None, tokenizer=None, info=info)  # type: ignore[arg-type]
     info.num_kv_blocks = 7
     assert LLMEngine(EngineConfig(block_size=16), runner=None, tokenizer=None, info=info).kv_cache.num_blocks == 7  # type: ignore[arg-type]
+
+
+def test_long_prefills_served_after_short_ones_give_identical_outputs(model_dir, reference):
+    prompts, expected = reference
+    shorts = random_prompts(4, seed=5, lo=2, hi=6)
+    mixed = [p for pair in zip(prompts, shorts + [None] * len(prompts)) for p in pair if p is not None]
+    llm = LLM(model_dir, kv_cache_memory=1 << 24, max_num_batched_tokens=32, long_prefill_token_threshold=8,
+              max_num_partial_prefills=2, enable_prefix_caching=False)
+    outputs = token_ids(llm.generate(mixed, GREEDY))
+    assert [o for o, p in zip(outputs, mixed) if p in prompts] == expected
+    assert llm.engine.stats().num_free_blocks == llm.engine.stats().num_blocks
+
+
+def test_long_prefill_settings_are_validated():
+    from model_optimizer.config import EngineConfig
+
+    with pytest.raises(ValueError, match="max_num_partial_prefills must be a positive integer"):
+        EngineConfig(max_num_partial_prefills=0)
+    with pytest.raises(ValueError, match="long_prefill_token_threshold must be an integer >= 0"):
+        EngineConfig(long_prefill_token_threshold=-1)

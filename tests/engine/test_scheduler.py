@@ -10,9 +10,9 @@ from model_optimizer.engine.scheduler import Scheduler, SchedulerConfig
 from model_optimizer.sampling_params import SamplingParams
 
 
-def make_scheduler(num_blocks=64, block_size=4, budget=32, max_seqs=8, policy="fcfs", chunked=True) -> Scheduler:
+def make_scheduler(num_blocks=64, block_size=4, budget=32, max_seqs=8, policy="fcfs", chunked=True, **long) -> Scheduler:
     cfg = SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=256,
-                          enable_chunked_prefill=chunked, policy=policy)
+                          enable_chunked_prefill=chunked, policy=policy, **long)
     return Scheduler(cfg, KVCacheManager(num_blocks, block_size))
 
 
@@ -124,3 +124,63 @@ def test_a_waiting_request_counts_its_prefix_lookup_once():
     assert steps > 4 and b.num_preemptions == 0  # b waited behind a for several steps
     assert s.kv_cache.stats.queries == a.num_prompt_tokens + b.num_prompt_tokens
     assert s.kv_cache.stats.hits == 0
+
+
+# long prefills: max_model_len 256 makes the default long_prefill_token_threshold 10 tokens (4%)
+
+
+def test_a_short_prompt_behind_a_queue_of_long_ones_gets_into_the_first_batch():
+    s = make_scheduler(num_blocks=128, budget=64)
+    for i in range(6):
+        s.add_request(request(f"long{i}", 40))
+    s.add_request(request("short", 5))
+    out = s.schedule()
+    assert out.num_scheduled_tokens["short"] == 5
+    # the first long prompt still gets its whole prompt, the next one the rest: nothing of the budget is lost
+    assert out.num_scheduled_tokens == {"long0": 40, "short": 5, "long1": 19}
+    assert {r.request_id for r in out.new_requests} == {"long0", "short", "long1"}
+
+
+def test_long_prompts_alone_fill_the_budget_in_queue_order():
+    s = make_scheduler(num_blocks=128, budget=64)
+    for i in range(3):
+        s.add_request(request(f"long{i}", 40))
+    assert run_step(s).num_scheduled_tokens == {"long0": 40, "long1": 24}
+    assert run_step(s).num_scheduled_tokens == {"long0": 1, "long1": 16, "long2": 40}
+
+
+def test_a_prompt_longer_than_the_budget_leaves_room_for_a_short_one():
+    s = make_scheduler(num_blocks=128, budget=32)
+    s.add_request(request("huge", 200))
+    assert run_step(s).num_scheduled_tokens == {"huge": 32}
+    s.add_request(request("short", 5))
+    out = run_step(s)
+    assert out.num_scheduled_tokens == {"huge": 27, "short": 5}  # huge took its first chunk, then the rest
+    assert "short" in out.sampling_requests
+
+
+def test_long_prefills_always_progress_and_the_bound_is_configurable():
+    s = make_scheduler(num_blocks=256, budget=20, max_seqs=16)
+    s.add_request(request("long", 40))
+    for i in range(6):
+        s.add_request(request(f"s{i}", 5))
+    assert run_step(s).num_scheduled_tokens == {"long": 10, "s0": 5, "s1": 5}  # shorts never starve a long prompt
+    two = make_scheduler(num_blocks=256, budget=30, max_num_partial_prefills=2)
+    for rid in ("a", "b", "c"):
+        two.add_request(request(rid, 40))
+    two.add_request(request("short", 5))
+    assert two.schedule().num_scheduled_tokens == {"a": 15, "b": 10, "short": 5}
+
+
+def test_threshold_and_off_switches():
+    strict = make_scheduler(num_blocks=128, budget=64, long_prefill_token_threshold=256)  # nothing is long
+    for i in range(2):
+        strict.add_request(request(f"long{i}", 40))
+    strict.add_request(request("short", 5))
+    assert strict.schedule().num_scheduled_tokens == {"long0": 40, "long1": 24}  # first come, first served
+    no_chunks = make_scheduler(num_blocks=128, budget=64, chunked=False)
+    no_chunks.add_request(request("long", 40))
+    no_chunks.add_request(request("short", 5))
+    assert no_chunks.schedule().num_scheduled_tokens == {"long": 40, "short": 5}
+    with pytest.raises(ValueError, match="max_num_partial_prefills"):
+        make_scheduler(max_num_partial_prefills=0)
