@@ -48,6 +48,10 @@ def create_app(
         llm, embedder = load_model(engine_config)
     if state.chat_template:
         check_template(state.chat_template, config.chat_template, llm.tokenizer if llm is not None else None)
+    if llm is not None:
+        from model_optimizer.llm import generation_defaults
+
+        state.sampling_defaults = generation_defaults(llm.model_dir)  # ValueError for a broken file: exit 2
     state.model_name = config.served_model_name or _default_name(engine_config, llm or embedder)
     state.metrics = ServerMetrics(state.model_name, lambda: state.engine.stats if state.engine else None)
 

@@ -24,11 +24,8 @@ from model_optimizer.server.state import Admission, ServerState
 
 
 def failure(output: RequestOutput | None) -> str | None:
-    """The engine's message when it failed this request alone (NaN/inf logits), else None.
-
-    getattr: RequestOutput.error is new in the engine; an older engine never fails one request alone.
-    """
-    return getattr(output, "error", None) if output is not None else None
+    """The engine's message when it failed this request alone (NaN/inf logits), else None."""
+    return output.error if output is not None else None
 
 
 class ClientDisconnected(Exception):

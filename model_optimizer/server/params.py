@@ -1,6 +1,13 @@
-"""Request fields -> SamplingParams, enforcing the server's caps and the model's context length."""
+"""Request fields -> SamplingParams, enforcing the server's caps and the model's context length.
+
+Fields a request leaves out take the model's generation_config.json values (temperature, top_p,
+top_k, min_p, repetition_penalty, max_new_tokens as the default max_tokens), as vLLM's
+`--generation-config auto` does; without those, OpenAI's defaults.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from model_optimizer.sampling_params import SamplingParams
 from model_optimizer.server.errors import APIError
@@ -44,7 +51,8 @@ def resolve_max_tokens(
             "prompt",
         )
     if requested is None:
-        return room if limit is None else min(room, limit)
+        default = state.sampling_defaults.get("max_tokens")
+        return min(n for n in (room, limit, default) if n is not None)
     if limit is not None and requested > limit:
         raise APIError(400, f"{field} is {requested}; this server allows at most {limit}", field)
     if num_prompt_tokens + requested > max_model_len:
@@ -57,15 +65,27 @@ def resolve_max_tokens(
     return requested
 
 
-def sampling_params(body: SamplingFields, stop: list[str], max_tokens: int, logprobs: int | None) -> SamplingParams:
+MODEL_DEFAULT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+OPENAI_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+
+
+def sampling_params(
+    body: SamplingFields, stop: list[str], max_tokens: int, logprobs: int | None, defaults: dict[str, Any] | None = None
+) -> SamplingParams:
+    """The request's SamplingParams; a field it did not send takes `defaults` (the model's), else OpenAI's."""
+    chosen = {**OPENAI_DEFAULTS, **{k: v for k, v in (defaults or {}).items() if k in MODEL_DEFAULT_FIELDS}}
+    for name in MODEL_DEFAULT_FIELDS:
+        value = getattr(body, name)
+        if name in body.model_fields_set and value is not None:
+            chosen[name] = value
     try:
         return SamplingParams(
             n=body.n,
-            temperature=1.0 if body.temperature is None else body.temperature,
-            top_p=1.0 if body.top_p is None else body.top_p,
-            top_k=body.top_k or 0,
-            min_p=body.min_p,
-            repetition_penalty=body.repetition_penalty,
+            temperature=chosen["temperature"],
+            top_p=chosen["top_p"],
+            top_k=chosen["top_k"],
+            min_p=chosen["min_p"],
+            repetition_penalty=chosen["repetition_penalty"],
             presence_penalty=body.presence_penalty,
             frequency_penalty=body.frequency_penalty,
             seed=body.seed,

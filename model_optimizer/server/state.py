@@ -29,6 +29,8 @@ class ServerState:
     metrics: Any = None
     model_name: str = ""
     chat_template: str | None = None
+    sampling_defaults: dict[str, Any] = field(default_factory=dict)
+    """The model's generation_config.json sampling values, for fields a request leaves out."""
     chars_per_token: int | None = None
     """Most characters one token stands for (server.limits); None: no early length check."""
     embedder: Any = None

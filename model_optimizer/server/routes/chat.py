@@ -54,7 +54,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     prompt = await chat_prompt(state, body.messages, body.add_generation_prompt, body.chat_template_kwargs)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     requested = getattr(body, field)
-    params = sampling_params(body, stop, resolve_max_tokens(state, requested, len(prompt.token_ids), field), logprobs)
+    max_tokens = resolve_max_tokens(state, requested, len(prompt.token_ids), field)
+    params = sampling_params(body, stop, max_tokens, logprobs, state.sampling_defaults)
     group: RequestGroup | None = RequestGroup(state, "chatcmpl")
     try:
         await group.start([prompt.token_ids], [params], body.priority, body.stream)

@@ -46,7 +46,13 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     stop = check_caps(state, body, body.logprobs)
     prompts = await tokenize_prompts(state, prompt_list(body.prompt))
     params = [
-        sampling_params(body, stop, resolve_max_tokens(state, body.max_tokens, len(p.token_ids)), body.logprobs)
+        sampling_params(
+            body,
+            stop,
+            resolve_max_tokens(state, body.max_tokens, len(p.token_ids)),
+            body.logprobs,
+            state.sampling_defaults,
+        )
         for p in prompts
     ]
     echo = [await _echo_text(state, p) if body.echo else "" for p in prompts]
