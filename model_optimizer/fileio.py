@@ -51,3 +51,27 @@ def jsonl_values(lines: Iterable[str], source: str | Path) -> Iterator[tuple[int
         except json.JSONDecodeError as exc:
             raise ValueError(f"{source}:{number}: not JSON ({exc})") from None
         yield number, value
+
+
+def text_lines(path: Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file, read lazily; ValueError naming `path:line` for a line that is not
+    UTF-8 (a reader in text mode would name neither the file nor the line)."""
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(
+                    f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start} of the line)"
+                ) from None
+
+
+def check_writable_file_path(path: Path, flag: str) -> None:
+    """ValueError when `path` cannot become a file: it is a folder, or one of its parents is a file."""
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; give a file path")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{flag} {path} is inside {parent}, which is a file")
+            return

@@ -46,11 +46,10 @@ def run(args: argparse.Namespace) -> int:
 
     from model_optimizer.embed import Embedder
     from model_optimizer.embed.config import EmbedConfig
-    from model_optimizer.embed.jsonl_job import EmbedJob, JobConfig
+    from model_optimizer.embed.jsonl_job import EmbedJob, JobConfig, check_paths
 
     job = dataclass_from_args(JobConfig, args)
-    if not job.input or not job.output:
-        raise ValueError("both --input and --output are required")
+    check_paths(job)  # before the model loads
     console = Console(stderr=True)
     config = dataclass_from_args(EmbedConfig, args)
     work: EmbedJob | None = None

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from model_optimizer.config import check_positive
 from model_optimizer.embed.output_meta import check_same, describe, meta_path, read_meta, write_meta
-from model_optimizer.fileio import jsonl_values
+from model_optimizer.fileio import check_writable_file_path, jsonl_values, text_lines
 
 
 @dataclass
@@ -49,21 +50,35 @@ class JobConfig:
     instruction: str | None = None
     """Task description put before every text with the instruction template (decoder embedders)."""
 
+    def __post_init__(self) -> None:
+        check_positive(self, "chunk_size")  # checked here, before the model loads
+        if self.dimensions is not None:
+            check_positive(self, "dimensions")
+
+
+def check_paths(job: JobConfig) -> None:
+    """The input is a file and the output can be one: cheap checks, made before the model loads."""
+    if not job.input or not job.output:
+        raise ValueError("both --input and --output are required")
+    source = Path(job.input)
+    if source.is_dir():
+        raise ValueError(f"--input {source} is a folder, not a JSONL file")
+    if not source.is_file():
+        raise FileNotFoundError(f"input file {source} does not exist")
+    check_writable_file_path(Path(job.output), "--output")
+
 
 def read_rows(path: Path, text_field: str, id_field: str) -> list[tuple[Any, str]]:
     """(id, text) of every input row; ValueError naming the line of any bad row or repeated id."""
-    if not path.is_file():
-        raise FileNotFoundError(f"input file {path} does not exist")
     rows: list[tuple[Any, str]] = []
     seen: set[str] = set()
-    with path.open(encoding="utf-8") as f:
-        for number, row in jsonl_values(f, path):
-            row_id, text = _parse_row(row, number, text_field, id_field, path)
-            key = json.dumps(row_id)
-            if key in seen:
-                raise ValueError(f"{path}:{number}: id {row_id!r} appears twice; ids must be unique to resume")
-            seen.add(key)
-            rows.append((row_id, text))
+    for number, row in jsonl_values(text_lines(path), path):
+        row_id, text = _parse_row(row, number, text_field, id_field, path)
+        key = json.dumps(row_id)
+        if key in seen:
+            raise ValueError(f"{path}:{number}: id {row_id!r} appears twice; ids must be unique to resume")
+        seen.add(key)
+        rows.append((row_id, text))
     return rows
 
 
@@ -145,8 +160,6 @@ class EmbedJob:
     interruption."""
 
     def __init__(self, embedder, job: JobConfig, on_warning: Callable[[str], None] = lambda _: None) -> None:
-        if job.chunk_size <= 0:
-            raise ValueError(f"chunk_size must be a positive integer, got {job.chunk_size}")
         self.embedder, self.job, self.on_warning = embedder, job, on_warning
         self.num_written = 0
         self._todo: list[tuple[Any, str]] | None = None
@@ -154,6 +167,7 @@ class EmbedJob:
     def prepare(self) -> tuple[int, int]:
         """(rows to embed, rows already in the output); ValueError when the output is not this run's to extend."""
         job, out = self.job, Path(self.job.output)
+        check_paths(job)
         rows = read_rows(Path(job.input), job.text_field, job.id_field)
         out.parent.mkdir(parents=True, exist_ok=True)
         state = recover_output(out)

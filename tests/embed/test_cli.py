@@ -74,3 +74,31 @@ def test_dimensions_flag_and_bad_input_are_clear(qwen3_dir, tmp_path, capsys):
     src.write_text('{"id": 1, "text": "a"}\n')
     assert main(base + ["--dimensions", "8"]) == 0
     assert len(_read(out)[0]["embedding"]) == 8
+
+
+def test_bad_paths_and_bytes_are_clear_errors(qwen3_dir, tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "fine"}\n')
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    base = ["embed", "--model", str(qwen3_dir), "--device", "cpu"]
+    cases = [
+        (["--input", str(src), "--output", str(tmp_path)], f"--output {tmp_path} is a folder"),
+        (["--input", str(src), "--output", str(a_file / "out.jsonl")], f"is inside {a_file}, which is a file"),
+        (["--input", str(tmp_path), "--output", str(tmp_path / "o.jsonl")], f"--input {tmp_path} is a folder"),
+        (
+            ["--input", str(src), "--output", str(tmp_path / "o.jsonl"), "--chunk-size", "0"],
+            "chunk_size must be a positive",
+        ),
+        (
+            ["--input", str(src), "--output", str(tmp_path / "o.jsonl"), "--dimensions", "0"],
+            "dimensions must be a positive",
+        ),
+    ]
+    for extra, message in cases:
+        assert main(base + extra) == 2, extra
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+    src.write_bytes(b'{"text": "fine"}\n{"text": "\xff\xfe"}\n')
+    assert main(base + ["--input", str(src), "--output", str(tmp_path / "o.jsonl")]) == 2
+    assert f"{src}:2: not UTF-8 text" in capsys.readouterr().err
