@@ -30,14 +30,15 @@ CUDA_CONTEXT_BYTES = 600 * MIB
 """Memory the CUDA context takes outside torch's allocator; only bounds the plan when
 gpu_memory_utilization is near 1 and free memory, not the share, limits the cache."""
 
-WEIGHT_FORMATS: dict[str, tuple[float, str]] = {
-    "bf16": (2.0, "none"),
+QUANT_FORMATS: dict[str, tuple[float, str]] = {
     "fp8": (1.0, "row"),
     "int8": (1.0, "row"),
     "int4": (0.5, "group128"),
 }
 """Bytes per linear-layer weight and the scales beside them (one float32 per output row, or one
 bf16 per 128 inputs per row). Embedding, lm_head and norms stay in the model dtype."""
+SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+"""The unquantized row of the plan is named for the dtype the engine runs (bf16 for most models)."""
 KV_DTYPE_BYTES = {"fp8": 1}
 
 
@@ -136,9 +137,10 @@ def model_shape(config: dict, dtype_name: str = "bfloat16") -> ModelShape:
 
 
 def weight_bytes(shape: ModelShape, fmt: str, dtype_bytes: int) -> int:
-    per_weight, scales = WEIGHT_FORMATS[fmt]
-    if fmt == "bf16":
+    """Bytes of all weights in `fmt`: a quantized format, or anything else for the model dtype."""
+    if fmt not in QUANT_FORMATS:
         return shape.num_params * dtype_bytes
+    per_weight, scales = QUANT_FORMATS[fmt]
     other = (shape.num_params - shape.linear_params) * dtype_bytes
     scale_bytes = shape.linear_out_rows * 4 if scales == "row" else shape.linear_params // 128 * 2
     return other + int(shape.linear_params * per_weight) + scale_bytes
@@ -188,7 +190,7 @@ def plan_memory(config: dict, gpu: GpuMemory | None = None, engine: EngineConfig
     graph_tokens = min(engine.max_num_seqs, max_model_len)
     plan = MemoryPlan(
         model=shape.name, dtype=dtype_name, num_params=shape.num_params,
-        weight_bytes_by_format={f: weight_bytes(shape, f, dtype_bytes) for f in WEIGHT_FORMATS},
+        weight_bytes_by_format={f: weight_bytes(shape, f, dtype_bytes) for f in (SHORT_DTYPES[dtype_name], *QUANT_FORMATS)},
         kv_bytes_per_token=per_token, bytes_per_block={k: v * engine.block_size for k, v in per_token.items()},
         activation_bytes=activation,
         cuda_graph_bytes=profile_activation_bytes(shape, graph_tokens, graph_tokens, dtype_bytes, 0, engine.block_size) - RUNTIME_BYTES,
@@ -196,7 +198,7 @@ def plan_memory(config: dict, gpu: GpuMemory | None = None, engine: EngineConfig
         profile_tokens=profile_tokens, gpu=gpu,
     )
     if gpu is not None:
-        plan.fits = [_fit(plan, shape, gpu, engine, fmt, kv) for fmt in WEIGHT_FORMATS for kv in kv_elem]
+        plan.fits = [_fit(plan, shape, gpu, engine, fmt, kv) for fmt in plan.weight_bytes_by_format for kv in kv_elem]
         plan.notes.append("weights in fp8/int8/int4 quantize the linear layers only; embedding, lm_head and norms stay "
                           f"in {dtype_name}")
         if gpu.source == "datasheet":

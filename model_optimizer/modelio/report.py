@@ -18,11 +18,18 @@ def human_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
+def human_count(n: float) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return str(int(n))
+
+
 def print_report(console: Console, doc: dict[str, Any]) -> None:
     m, census = doc["model"], doc["census"]
     total = census["total"]
     console.print(f"[bold]mopt inspect[/] {doc['folder']} - {m['architecture']} ({m['model_type']}), {m['num_layers']} layers, "
-                  f"hidden {m['hidden_size']}, {total['params'] / 1e9:.3f} B params, {human_bytes(total['bytes'])} in "
+                  f"hidden {m['hidden_size']}, {human_count(total['params'])} params, {human_bytes(total['bytes'])} in "
                   f"{census['num_files']} file(s)", highlight=False)
     _print_census(console, census)
     _print_findings(console, doc["findings"])
