@@ -88,6 +88,9 @@ def print_memory_plan(console: Console, plan: dict[str, Any]) -> None:
     console.print(table)
     kv = ", ".join(f"{k}: {human_bytes(v)}" for k, v in plan["kv_bytes_per_token"].items())
     console.print(f"KV cache per token: {kv}", highlight=False)
+    console.print(f"engine profile: {plan['profile_tokens']:,} tokens (min of max_num_batched_tokens and max_model_len "
+                  f"{plan['max_model_len']:,}); CUDA graphs about {human_bytes(plan['cuda_graph_bytes'])}, taken after the KV "
+                  "cache from the engine's 256 MiB headroom", highlight=False)
     if plan.get("gpu"):
         gpu = plan["gpu"]
         table = Table(title=f"fits on {gpu['name']} ({human_bytes(gpu['total_bytes'])}, {gpu['source']}) at gpu_memory_utilization "
