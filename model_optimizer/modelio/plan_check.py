@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,9 @@ def compare_with_engine(config_dir: str | Path, utilization: float, max_model_le
     """`measure` in a fresh Python process; the result dict, or ValueError with the child's stderr tail."""
     cmd = [sys.executable, "-m", "model_optimizer.modelio.plan_check", str(config_dir), "--utilization", str(utilization),
            "--max-model-len", str(max_model_len), "--max-num-batched-tokens", str(max_num_batched_tokens)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    root = str(Path(__file__).resolve().parents[2])  # the child imports this source tree, installed or not
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise ValueError(f"plan check of {config_dir} failed (rc {proc.returncode}): {proc.stderr[-2000:]}")
