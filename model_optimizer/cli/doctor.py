@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 OS_CHOICES = ("auto", "debian", "rhel", "wsl", "all")
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from model_optimizer.doctor import evaluate, recommended_settings
     from model_optimizer.doctor.report import print_report, report_document
     from model_optimizer.doctor.snapshot import Snapshot, load_snapshot, write_json_atomic
+    from model_optimizer.fileio import check_writable_file_path
 
     if args.explain is not None:
         return _explain(args)
@@ -50,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--bench measures this machine; it cannot be combined with --snapshot")
     if args.bench_device < 0:
         raise ValueError(f"--bench-device must be a GPU index >= 0, got {args.bench_device}")
+    if args.save_snapshot:
+        check_writable_file_path(Path(args.save_snapshot), "--save-snapshot")  # before minutes of probing
     progress = Console(stderr=True)
     if args.snapshot:
         snapshot = load_snapshot(args.snapshot)

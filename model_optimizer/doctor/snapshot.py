@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from model_optimizer.doctor.knowledge import cuda_from_int
-from model_optimizer.fileio import atomic_write
+from model_optimizer.fileio import atomic_write, read_json
 
 
 class Snapshot:
@@ -116,15 +117,17 @@ class Snapshot:
 
 
 def load_snapshot(path: str) -> dict[str, Any]:
-    """Read a snapshot JSON file, with clear errors for a wrong path or a wrong file."""
+    """Read a snapshot JSON file, with clear errors naming it for a wrong path or a wrong file."""
+    file = Path(path)
+    if file.is_dir():
+        raise ValueError(f"--snapshot {path} is a folder; give the JSON file --save-snapshot wrote")
+    if not file.is_file():
+        raise FileNotFoundError(f"snapshot file {path} does not exist")
+    raw = read_json(file)  # its errors name the file
     try:
-        with open(path, encoding="utf-8") as fh:
-            raw = json.load(fh)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"snapshot file {path} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"snapshot file {path} is not valid JSON: {exc}") from None
-    Snapshot(raw)  # validates the shape
+        Snapshot(raw)  # validates the shape
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     return raw
 
 

@@ -1,0 +1,34 @@
+"""Snapshot files given to `mopt doctor`: a wrong path or a wrong file is one clear line, exit code 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from model_optimizer.cli.doctor import main
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"{", "is not valid JSON"),
+    (b"\xff\xfe", "is not valid JSON: not UTF-8 text"),
+    (b"[1, 2]", "not a doctor snapshot"),
+])  # fmt: skip
+def test_a_snapshot_that_is_not_one_is_named(tmp_path, capsys, content, message):
+    path = tmp_path / "snap.json"
+    path.write_bytes(content)
+    assert main(["--snapshot", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and message in err and "Traceback" not in err
+
+
+def test_a_snapshot_path_that_is_a_folder_is_named(tmp_path, capsys):
+    assert main(["--snapshot", str(tmp_path)]) == 2
+    assert f"--snapshot {tmp_path} is a folder" in capsys.readouterr().err
+
+
+def test_save_snapshot_to_an_impossible_path_fails_before_probing(tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert main(["--save-snapshot", str(a_file / "snap.json")]) == 2
+    assert f"is inside {a_file}, which is a file" in capsys.readouterr().err
+    assert main(["--save-snapshot", str(tmp_path)]) == 2
+    assert f"--save-snapshot {tmp_path} is a folder" in capsys.readouterr().err
