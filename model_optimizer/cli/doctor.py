@@ -20,8 +20,12 @@ OS_CHOICES = ("auto", "debian", "rhel", "wsl", "all")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("doctor", help="diagnose the GPU stack and say exactly what to fix",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "doctor",
+        help="diagnose the GPU stack and say exactly what to fix",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     return parser
 
@@ -32,10 +36,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bench-device", type=int, default=0, help="GPU index for --bench (default: 0)")
     parser.add_argument("--require-gpu", action="store_true", help="treat 'no usable GPU' as an error (exit code 2)")
     parser.add_argument("--explain", metavar="TEXT", help="explain an error message ('-' reads it from stdin)")
-    parser.add_argument("--snapshot", metavar="FILE", help="evaluate a recorded snapshot instead of probing this machine")
+    parser.add_argument(
+        "--snapshot", metavar="FILE", help="evaluate a recorded snapshot instead of probing this machine"
+    )
     parser.add_argument("--save-snapshot", metavar="FILE", help="also write the probe snapshot (JSON) to FILE")
-    parser.add_argument("--os", dest="os_family", choices=OS_CHOICES, default="auto",
-                        help="whose fix commands to show: debian (Ubuntu/Debian), rhel (RHEL/Rocky), wsl, all (default: detected)")
+    parser.add_argument(
+        "--os",
+        dest="os_family",
+        choices=OS_CHOICES,
+        default="auto",
+        help="whose fix commands to show: debian (Ubuntu/Debian), rhel (RHEL/Rocky), wsl, all (default: detected)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,7 +124,9 @@ def _explain(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run `mopt doctor` without the `mopt` entry point (scripts, `python -m`)."""
-    parser = argparse.ArgumentParser(prog="mopt doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="mopt doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

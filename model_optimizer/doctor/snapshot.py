@@ -66,7 +66,9 @@ class Snapshot:
         smi = (self.data("nvidia_smi").get("parsed") or {}).get("driver_version")
         if smi:
             return smi
-        match = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", self.data("driver_proc").get("version") or "")
+        match = re.search(
+            r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", self.data("driver_proc").get("version") or ""
+        )
         return match.group(1) if match else self.data("driver_proc").get("sys_module_version")
 
     @property
@@ -100,8 +102,12 @@ class Snapshot:
         """Any sign of an NVIDIA GPU, working or not."""
         lspci = (self.data("pci").get("lspci") or {}).get("stdout") or ""
         return bool(
-            self.pci_gpus or self.devices or "NVIDIA" in lspci or self.dev_node("/dev/nvidia0")
-            or self.data("driver_proc").get("version") or self.data("torch").get("cuda_available")
+            self.pci_gpus
+            or self.devices
+            or "NVIDIA" in lspci
+            or self.dev_node("/dev/nvidia0")
+            or self.data("driver_proc").get("version")
+            or self.data("torch").get("cuda_available")
             or (self.is_wsl and self.dev_node("/dev/dxg"))
         )
 
@@ -134,4 +140,3 @@ def load_snapshot(path: str) -> dict[str, Any]:
 def write_json_atomic(path: str, obj: Any) -> None:
     """Write JSON to a temp file beside `path`, then rename it into place."""
     atomic_write(path, json.dumps(obj, indent=1) + "\n")
-
