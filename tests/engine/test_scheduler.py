@@ -184,3 +184,26 @@ def test_threshold_and_off_switches():
     assert no_chunks.schedule().num_scheduled_tokens == {"long": 40, "short": 5}
     with pytest.raises(ValueError, match="max_num_partial_prefills"):
         make_scheduler(max_num_partial_prefills=0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_mixes_of_long_and_short_prompts_all_finish_within_budget(seed):
+    import random
+
+    rng = random.Random(seed)
+    s = make_scheduler(num_blocks=rng.choice([24, 40, 128]), budget=rng.choice([16, 32, 64]), max_seqs=rng.choice([3, 8]),
+                       max_num_partial_prefills=rng.choice([1, 2]))
+    requests = []
+    for _ in range(400):
+        if len(requests) < 30 and rng.random() < 0.3:
+            r = request(f"r{len(requests)}", rng.choice([2, 5, 9, 30, 60]), max_tokens=rng.randint(1, 8))
+            s.add_request(r)
+            requests.append(r)
+        out = run_step(s)
+        assert out.total_num_scheduled_tokens <= s.config.max_num_batched_tokens
+        if not out.is_empty:
+            assert out.total_num_scheduled_tokens > 0
+    while s.has_unfinished():
+        run_step(s)
+    assert all(r.finished and r.num_output_tokens == r.max_tokens for r in requests)
+    assert s.kv_cache.pool.num_free_blocks == s.kv_cache.num_blocks and not s._short_waiting
