@@ -7,6 +7,7 @@ tokenizers encode as about one token each (the server's `usage` then reports the
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -82,8 +83,10 @@ class PromptMaker:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
 
+@lru_cache(maxsize=4)
 def load_tokenizer(path: str):
-    """A `tokenizers.Tokenizer` from a folder holding tokenizer.json, or from the file itself."""
+    """A `tokenizers.Tokenizer` from a folder holding tokenizer.json, or from the file itself (cached:
+    each run of a sweep builds its own prompts with it, and it is only read)."""
     from tokenizers import Tokenizer
 
     file = Path(path)

@@ -20,6 +20,8 @@ from model_optimizer.bench.metrics import LATENCIES, STATS
 from model_optimizer.fileio import atomic_write
 
 SCHEMA = "mopt-bench-run/1"
+CACHED_WARN = 0.5
+"""Prefix-cache hit rate above which prompts without shared prefixes were evidently sent before."""
 RATE_KEYS = ("request_rate", "output_throughput", "total_throughput", "goodput")
 
 
@@ -154,8 +156,10 @@ def write_outputs(results: list[dict], output_dir: str) -> None:
     write_html(results, out)
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+def _num(value: float | None) -> str:
+    from model_optimizer.bench.fmt import number
+
+    return number(value)
 
 
 def print_summary(console: Console, result: dict) -> None:
@@ -167,27 +171,35 @@ def print_summary(console: Console, result: dict) -> None:
     for stat in STATS:
         table.add_column(stat, justify="right")
     for metric in LATENCIES:
-        table.add_row(metric.upper(), *(_ms(s[f"{metric}_ms"][stat]) for stat in STATS))
+        table.add_row(metric.upper(), *(_num(s[f"{metric}_ms"][stat]) for stat in STATS))
     console.print(table)
-    line = (f"requests {s['request_rate']:.2f}/s  output {s['output_throughput']:.1f} tok/s  "
-            f"total {s['total_throughput']:.1f} tok/s")
+    line = (f"requests {_num(s['request_rate'])}/s  output {_num(s['output_throughput'])} tok/s  "
+            f"total {_num(s['total_throughput'])} tok/s")
     if "goodput" in s:
         verdict = "[green]met[/]" if s["slo_met"] else "[red]missed[/]"
-        line += f"  goodput {s['goodput']:.2f} req/s ({s['slo_attainment']:.0%} of requests)  SLO {verdict}"
+        line += f"  goodput {_num(s['goodput'])} req/s ({s['slo_attainment']:.0%} of requests)  SLO {verdict}"
+        failed = [key for key, check in s["slo_checks"].items() if not check["met"]]
+        if failed:
+            line += f" ({', '.join(failed)})"
     console.print(line)
     if s["errors"]:
         console.print("[red]errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(s["errors"].items())) + "[/]")
         for kind, message in sorted(s.get("error_examples", {}).items()):
             console.print(f"  first {kind}: {message}", style="red", markup=False, highlight=False)
     overhead = result["client_overhead"]
-    console.print(f"client: loop lag p99 {_ms(overhead['loop_lag_ms']['p99'])} ms, send lag p99 "
-                  f"{_ms(overhead['send_lag_ms']['p99'])} ms, {overhead['cpu_per_wall_s']:.2f} CPU")
+    console.print(f"client: loop lag p99 {_num(overhead['loop_lag_ms']['p99'])} ms, send lag p99 "
+                  f"{_num(overhead['send_lag_ms']['p99'])} ms, {overhead['cpu_per_wall_s']:.2f} CPU")
     for warning in overhead["warnings"]:
         console.print(f"[yellow]warning: {warning}[/]")
     server = result["server_metrics"]
     if server.get("available"):
         parts = [f"{k} {server[k]:.3g}" for k in ("kv_cache_usage_max", "preemptions", "prefix_cache_hit_rate") if k in server]
         console.print("server: " + (", ".join(parts) or "/metrics has none of the known vLLM-style names"))
+        hit_rate = server.get("prefix_cache_hit_rate") or 0.0
+        if hit_rate > CACHED_WARN and not result["config"]["workload"].get("num_prefix_groups"):
+            console.print(f"[yellow]warning: the server found {hit_rate:.0%} of prompt tokens in its prefix cache "
+                          "though the prompts share no prefix: they were probably sent before (same --seed); "
+                          "give another --seed to measure uncached prompts[/]")
     for gpu in result["gpu"].get("gpus", []):
         figures = [f"{key} mean {gpu[key]['mean']:.1f} max {gpu[key]['max']:.1f}" for key in
                    ("util_pct", "mem_used_gib", "power_w") if key in gpu]

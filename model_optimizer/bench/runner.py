@@ -88,12 +88,11 @@ async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
     num = load.num_requests
     if num is None and load.duration is None and load.load_mode != "trace":
         num = DEFAULT_NUM_REQUESTS
-    maker, prompts = _prompt_maker(setup, card)
-    requests = build_workload(setup.workload, setup.client.endpoint, num, maker)
+    workload, maker, prompts = _prompt_maker(setup, card)
+    requests = build_workload(workload, setup.client.endpoint, num, maker)
     _check_context(requests, card, console)
     console.print(f"prompts: {prompts['description']}")
-    bodies = [request_body(setup.client, r) for r in requests]
-    runner = _Runner(setup, requests, bodies, console, prompts)
+    runner = _Runner(setup, workload, requests, num, console, prompts)
     if load.load_mode != "sweep":
         await runner.run(plan_from_config(load))
         return runner.results
@@ -107,7 +106,7 @@ async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
     return runner.results
 
 
-def _prompt_maker(setup: BenchSetup, card: ServerModel | None) -> tuple[PromptMaker, dict]:
+def _prompt_maker(setup: BenchSetup, card: ServerModel | None) -> tuple[WorkloadConfig, PromptMaker, dict]:
     """The prompt builder, with a tokenizer found locally when none was given, and what it will send.
 
     Without --tokenizer the tokenizer is looked for where vLLM's bench looks (the --model folder)
@@ -131,7 +130,7 @@ def _prompt_maker(setup: BenchSetup, card: ServerModel | None) -> tuple[PromptMa
     if workload.dataset != "synthetic":
         made = f"{workload.dataset} file {workload.dataset_path}; prompts given only as a length: {made}"
     info["description"] = made
-    return maker, info
+    return workload, maker, info
 
 
 def _check_context(requests: list[BenchRequest], card: ServerModel | None, console: Console) -> None:
@@ -149,14 +148,25 @@ def _check_context(requests: list[BenchRequest], card: ServerModel | None, conso
 class _Runner:
     """Runs plans one after another, numbering and saving each result."""
 
-    def __init__(self, setup: BenchSetup, requests: list[BenchRequest], bodies: list[bytes], console: Console,
-                 prompts: dict) -> None:
-        self.setup, self.requests, self.bodies, self.console = setup, requests, bodies, console
+    def __init__(self, setup: BenchSetup, workload: WorkloadConfig, requests: list[BenchRequest], num: int | None,
+                 console: Console, prompts: dict) -> None:
+        self.setup, self.workload, self.num, self.console = setup, workload, num, console
+        self.requests, self.bodies = requests, [request_body(setup.client, r) for r in requests]
         self.prompts = {k: v for k, v in prompts.items() if k != "description"}
         self.slos: list[SloThreshold] = parse_slo(setup.output.slo)
         self.results: list[dict] = []
 
+    def _fresh_prompts(self) -> None:
+        """New synthetic prompts for each later run of a sweep (seed + run index): the same prompts
+        again would be found in the server's prefix cache and make later runs look faster."""
+        if not self.results or self.workload.dataset != "synthetic":
+            return
+        self.workload = dataclasses.replace(self.workload, seed=self.setup.workload.seed + len(self.results))
+        self.requests = build_workload(self.workload, self.setup.client.endpoint, self.num)
+        self.bodies = [request_body(self.setup.client, r) for r in self.requests]
+
     async def run(self, plan: RunPlan) -> dict:
+        self._fresh_prompts()
         out = self.setup.output
         client_cfg = self.setup.client
         headers = {"Authorization": f"Bearer {client_cfg.api_key}"} if client_cfg.api_key else None
@@ -194,7 +204,7 @@ class _Runner:
             "plan": dataclasses.asdict(plan),
             "config": {
                 "client": client_cfg,
-                "workload": dataclasses.asdict(self.setup.workload),
+                "workload": dataclasses.asdict(self.workload),
                 "load": dataclasses.asdict(self.setup.load),
                 "slo": self.setup.output.slo,
             },

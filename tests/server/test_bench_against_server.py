@@ -59,3 +59,22 @@ def test_first_error_message_of_each_kind_is_shown_and_saved(server, tmp_path, c
     assert list(examples) == ["http_400"]
     assert "max_model_len" in examples["http_400"] and not examples["http_400"].startswith("{")  # the message, not the body
     assert "first http_400: " + " ".join(examples["http_400"].split()) in out
+
+
+def test_sweep_runs_send_fresh_prompts_and_a_repeat_is_flagged(server, tmp_path, capsys):
+    flags = ["--base-url", server.url, "--no-progress", "--prompt-len", "48", "--output-len", "2", "--seed", "7"]
+    sweep = tmp_path / "sweep"
+    rc = main(["bench", *flags, "--output-dir", str(sweep), "--load-mode", "sweep", "--num-requests", "4",
+               "--sweep-num-rates", "1", "--sweep-max-concurrency", "4", "--sweep-arrival", "constant"])
+    assert rc == 0
+    runs = [json.loads(p.read_text()) for p in sorted(sweep.glob("run-*.json"))]
+    assert len(runs) in (2, 3)  # the rate run only when saturation was faster than one at a time
+    assert [r["config"]["workload"]["seed"] for r in runs] == [7, 8, 9][: len(runs)]
+    # each run's prompts are new to the server: a later run does not find an earlier run's prompts cached
+    assert all(r["server_metrics"].get("prefix_cache_hit_rate", 0.0) < 0.5 for r in runs)
+    assert "prefix cache though the prompts share no prefix" not in " ".join(capsys.readouterr().out.split())
+    # the same prompts again (same seed) are served from the cache, and the console says why
+    assert main(["bench", *flags, "--output-dir", str(tmp_path / "again"), "--num-requests", "4"]) == 0
+    [again] = [json.loads(p.read_text()) for p in (tmp_path / "again").glob("run-*.json")]
+    assert again["server_metrics"]["prefix_cache_hit_rate"] > 0.5
+    assert "prefix cache though the prompts share no prefix" in " ".join(capsys.readouterr().out.split())
