@@ -52,6 +52,8 @@ def create_app(
         from model_optimizer.llm import generation_defaults
 
         state.sampling_defaults = generation_defaults(llm.model_dir)  # ValueError for a broken file: exit 2
+        if llm.tokenizer is not None:
+            state.chars_per_token = max_chars_per_token(llm.tokenizer)
     state.model_name = config.served_model_name or _default_name(engine_config, llm or embedder)
     state.metrics = ServerMetrics(state.model_name, lambda: state.engine.stats if state.engine else None)
 
@@ -190,12 +192,17 @@ def _embedder_ready(state: ServerState, embedder: Any) -> None:
 
 def _engine_ready(state: ServerState, llm: Any, loop: asyncio.AbstractEventLoop) -> None:
     state.llm = llm
-    if llm.tokenizer is not None:
-        state.chars_per_token = max_chars_per_token(llm.tokenizer)
     state.engine = AsyncEngine(llm.engine, on_fatal=lambda exc: _fatal(state, exc))
     state.engine.start(loop)
     state.ready = True
-    logger.info("serving %s (max_model_len %d)", state.model_name, llm.engine.info.max_model_len)
+    max_model_len = llm.engine.info.max_model_len
+    logger.info("serving %s (max_model_len %d)", state.model_name, max_model_len)
+    if state.chars_per_token is not None:
+        logger.info(
+            "text prompts over %d characters are refused before tokenizing (tokens hold at most %d)",
+            (max_model_len - 1) * state.chars_per_token,
+            state.chars_per_token,
+        )
 
 
 def _fatal(state: ServerState, exc: BaseException) -> None:
