@@ -196,3 +196,16 @@ def test_stats_line_only_when_something_happened():
     )
     waiting_only = SimpleNamespace(**{**vars(idle), "num_waiting": 1})
     assert stats_line(idle, waiting_only, 10.0) is not None  # a stuck queue is worth a line
+
+
+def test_help_lists_the_positional_model_and_server_flags():
+    run = subprocess.run(
+        [sys.executable, "-m", "model_optimizer.cli.main", "serve", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert run.returncode == 0, run.stderr
+    for fragment in ("MODEL", "--allowed-origins", "--log-interval", "--chat-template"):
+        assert fragment in run.stdout
