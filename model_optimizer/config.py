@@ -89,11 +89,14 @@ class EngineConfig:
     """Seed of the sampler for requests without a seed of their own."""
 
     def __post_init__(self) -> None:
-        check_positive(self, "block_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_memory",
-                       "max_num_partial_prefills")
+        check_positive(
+            self, "block_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_memory", "max_num_partial_prefills"
+        )
         value = self.long_prefill_token_threshold
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"long_prefill_token_threshold must be an integer >= 0 (0: 4% of max_model_len), got {value!r}")
+            raise ValueError(
+                f"long_prefill_token_threshold must be an integer >= 0 (0: 4% of max_model_len), got {value!r}"
+            )
         if self.max_model_len is not None and self.max_model_len <= 0:
             raise ValueError(f"max_model_len must be a positive integer, got {self.max_model_len}")
         if self.num_kv_blocks is not None and self.num_kv_blocks <= 0:

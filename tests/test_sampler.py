@@ -44,10 +44,12 @@ def test_rows_with_nan_or_inf_logits_come_back_as_nonfinite_token():
     logits = torch.randn(4, 50)
     logits[1] = float("nan")
     logits[2, 7] = float("inf")
-    batch = [SamplingInput(SamplingParams(temperature=0, logprobs=2), [1], []),
-             SamplingInput(SamplingParams(temperature=0.7, top_k=5, logprobs=2), [1], []),
-             SamplingInput(SamplingParams(temperature=0, presence_penalty=1.0), [1], [3]),
-             SamplingInput(SamplingParams(temperature=1.0, top_p=0.9), [1], [])]
+    batch = [
+        SamplingInput(SamplingParams(temperature=0, logprobs=2), [1], []),
+        SamplingInput(SamplingParams(temperature=0.7, top_k=5, logprobs=2), [1], []),
+        SamplingInput(SamplingParams(temperature=0, presence_penalty=1.0), [1], [3]),
+        SamplingInput(SamplingParams(temperature=1.0, top_p=0.9), [1], []),
+    ]
     sampled = sampler.sample(logits.clone(), batch)
     assert sampled.finite.tolist() == [True, False, False, True]
     assert ((sampled.token_ids >= 0) & (sampled.token_ids < 50)).all()

@@ -24,7 +24,9 @@ def encode_prompt(tokenizer: Tokenizer | None, prompt: str | list[int], vocab_si
         token_ids = list(tokenizer.encode(prompt))
     else:
         token_ids = list(prompt)
-        bad = next((t for t in token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size), None)
+        bad = next(
+            (t for t in token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size), None
+        )
         if bad is not None:
             raise ValueError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab_size})")
     if not token_ids:
@@ -77,7 +79,9 @@ class IncrementalDetokenizer:
         """At finish, add whatever is still held back as an incomplete character."""
         if self.read_offset < len(self.token_ids):
             skip = self.params.skip_special_tokens
-            prefix = self.tokenizer.decode(self.token_ids[self.prefix_offset : self.read_offset], skip_special_tokens=skip)
+            prefix = self.tokenizer.decode(
+                self.token_ids[self.prefix_offset : self.read_offset], skip_special_tokens=skip
+            )
             full = self.tokenizer.decode(self.token_ids[self.prefix_offset :], skip_special_tokens=skip)
             self.text += full[len(prefix) :]
             self.read_offset = len(self.token_ids)

@@ -186,7 +186,10 @@ class KVCacheManager:
         table = self.block_tables.get(request.request_id, [])
         num_tokens = request.num_computed_tokens + num_new_tokens
         if not computed and num_tokens <= len(table) * self.block_size:  # decode inside the last block
-            if self.enable_prefix_caching and num_tokens // self.block_size > self.num_hashed_blocks[request.request_id]:
+            if (
+                self.enable_prefix_caching
+                and num_tokens // self.block_size > self.num_hashed_blocks[request.request_id]
+            ):
                 self._cache_full_blocks(request, table, num_tokens)
             return True
         computed = computed or []

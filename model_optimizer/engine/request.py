@@ -29,8 +29,14 @@ class RequestStatus(enum.Enum):
         return self in _FINISHED  # read every step for every request: one set lookup
 
 
-_FINISHED = frozenset({RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED,
-                       RequestStatus.FINISHED_ERROR})
+_FINISHED = frozenset(
+    {
+        RequestStatus.FINISHED_STOPPED,
+        RequestStatus.FINISHED_LENGTH,
+        RequestStatus.FINISHED_ABORTED,
+        RequestStatus.FINISHED_ERROR,
+    }
+)
 
 
 @dataclass

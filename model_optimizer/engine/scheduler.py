@@ -95,8 +95,10 @@ class SchedulerConfig:
         if self.max_num_partial_prefills < 1:
             raise ValueError(f"max_num_partial_prefills must be at least 1, got {self.max_num_partial_prefills}")
         if self.long_prefill_token_threshold < 0:
-            raise ValueError(f"long_prefill_token_threshold must be >= 0 (0: 4% of max_model_len), "
-                             f"got {self.long_prefill_token_threshold}")
+            raise ValueError(
+                f"long_prefill_token_threshold must be >= 0 (0: 4% of max_model_len), "
+                f"got {self.long_prefill_token_threshold}"
+            )
 
     @property
     def long_prefill_threshold(self) -> int:
@@ -208,7 +210,9 @@ class Scheduler:
             if request.num_output_tokens + request.num_pending >= request.max_tokens:
                 i += 1  # its last token is on the way: nothing left to compute
                 continue
-            num_new = self._first_share(request, request.num_tokens + request.num_pending - request.num_computed_tokens, step)
+            num_new = self._first_share(
+                request, request.num_tokens + request.num_pending - request.num_computed_tokens, step
+            )
             if num_new == 0:  # a long prefill past the bound: it waits for what the others leave
                 i += 1
                 continue
@@ -252,7 +256,9 @@ class Scheduler:
         i = 0
         num_short_ahead = len(self._short_waiting)
         while i < len(self.waiting) and step.budget > 0 and len(self.running) < self.config.max_num_seqs:
-            if step.stalled or (not long_ones and not num_short_ahead and step.num_long >= self.config.max_num_partial_prefills):
+            if step.stalled or (
+                not long_ones and not num_short_ahead and step.num_long >= self.config.max_num_partial_prefills
+            ):
                 return  # stalled on blocks, or nothing but long prompts left for the first pass
             request = self.waiting[i]
             is_short = request.request_id in self._short_waiting
@@ -298,7 +304,9 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING:  # preempted in the running pass
                 continue
             scheduled = out.num_scheduled_tokens.get(request.request_id, 0)
-            num_more = min(request.num_tokens + request.num_pending - request.num_computed_tokens - scheduled, step.budget)
+            num_more = min(
+                request.num_tokens + request.num_pending - request.num_computed_tokens - scheduled, step.budget
+            )
             if num_more > 0 and self.kv_cache.allocate_slots(request, scheduled + num_more):
                 out.num_scheduled_tokens[request.request_id] = scheduled + num_more
                 step.budget -= num_more

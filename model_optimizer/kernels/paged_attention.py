@@ -69,7 +69,9 @@ def _check_inputs(query, kv_cache, query_start_loc, seq_lens, block_tables) -> N
     if query.dim() != 3:
         raise ValueError(f"query must be (num_tokens, num_heads, head_dim), got {tuple(query.shape)}")
     if kv_cache.dim() != 5 or kv_cache.shape[0] != 2:
-        raise ValueError(f"kv_cache must be (2, num_blocks, block_size, kv_heads, head_dim), got {tuple(kv_cache.shape)}")
+        raise ValueError(
+            f"kv_cache must be (2, num_blocks, block_size, kv_heads, head_dim), got {tuple(kv_cache.shape)}"
+        )
     if query.shape[2] != kv_cache.shape[4]:
         raise ValueError(f"query head_dim {query.shape[2]} differs from the cache's {kv_cache.shape[4]}")
     if query.shape[1] % kv_cache.shape[3]:
@@ -136,8 +138,15 @@ def paged_attention(
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
     scales = (k_scale, v_scale) if is_fp8 and k_scale is not None and v_scale is not None else None
-    _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out,
-            _Launch(scale, sliding_window, max_query_len, num_splits, scales, tiles or Tiles()))
+    _launch(
+        query,
+        kv_cache,
+        query_start_loc,
+        seq_lens,
+        block_tables,
+        out,
+        _Launch(scale, sliding_window, max_query_len, num_splits, scales, tiles or Tiles()),
+    )
     return out
 
 
@@ -174,21 +183,58 @@ def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: 
         part_acc = part_max = part_sum = dummy
     k_scale, v_scale = cfg.scales or (dummy, dummy)
     _paged_attention_kernel[(num_tiles, num_kv_heads, splits)](
-        out, part_acc, part_max, part_sum,
-        query, kv_cache, query_start_loc, seq_lens, block_tables, k_scale, v_scale,
-        cfg.scale, cfg.sliding_window or 0, num_seqs, num_heads,
-        query.stride(0), query.stride(1), out.stride(0), out.stride(1),
-        kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3), block_tables.stride(0),
-        GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-        BLOCK_SIZE=kv_cache.shape[2], BLOCK_Q=block_q, TILE_N=tile_n, NUM_SPLITS=splits,
-        USE_WINDOW=cfg.sliding_window is not None, HAS_SCALES=cfg.scales is not None,
-        DOT_DTYPE=_dot_dtype(query.dtype), DECODE_ONLY=decode_only,
-        num_warps=cfg.tiles.num_warps, num_stages=cfg.tiles.num_stages,
+        out,
+        part_acc,
+        part_max,
+        part_sum,
+        query,
+        kv_cache,
+        query_start_loc,
+        seq_lens,
+        block_tables,
+        k_scale,
+        v_scale,
+        cfg.scale,
+        cfg.sliding_window or 0,
+        num_seqs,
+        num_heads,
+        query.stride(0),
+        query.stride(1),
+        out.stride(0),
+        out.stride(1),
+        kv_cache.stride(0),
+        kv_cache.stride(1),
+        kv_cache.stride(2),
+        kv_cache.stride(3),
+        block_tables.stride(0),
+        GROUP=group,
+        GROUP_PAD=group_pad,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PAD=head_dim_pad,
+        BLOCK_SIZE=kv_cache.shape[2],
+        BLOCK_Q=block_q,
+        TILE_N=tile_n,
+        NUM_SPLITS=splits,
+        USE_WINDOW=cfg.sliding_window is not None,
+        HAS_SCALES=cfg.scales is not None,
+        DOT_DTYPE=_dot_dtype(query.dtype),
+        DECODE_ONLY=decode_only,
+        num_warps=cfg.tiles.num_warps,
+        num_stages=cfg.tiles.num_stages,
     )
     if splits > 1:
         _reduce_splits_kernel[(num_tokens, num_heads)](
-            out, part_acc, part_max, part_sum, query_start_loc,
-            num_seqs, num_heads, out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=splits,
+            out,
+            part_acc,
+            part_max,
+            part_sum,
+            query_start_loc,
+            num_seqs,
+            num_heads,
+            out.stride(0),
+            out.stride(1),
+            HEAD_DIM=head_dim,
+            HEAD_DIM_PAD=head_dim_pad,
+            NUM_SPLITS=splits,
             SPLITS_PAD=triton.next_power_of_2(splits),
         )

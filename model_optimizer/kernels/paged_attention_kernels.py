@@ -59,14 +59,42 @@ def _drop_nonfinite_values(v, s, visible):
 # recompiled the kernel mid-run, about a second each time (measured on the H200)
 @triton.jit(do_not_specialize=["sliding_window", "num_seqs", "stride_bt"])
 def _paged_attention_kernel(
-    out_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr,
-    q_ptr, cache_ptr, qsl_ptr, seq_lens_ptr, block_tables_ptr, k_scale_ptr, v_scale_ptr,
-    scale, sliding_window, num_seqs, num_heads,
-    stride_qt, stride_qh, stride_ot, stride_oh,
-    stride_plane, stride_block, stride_offset, stride_head, stride_bt,
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
-    USE_WINDOW: tl.constexpr, HAS_SCALES: tl.constexpr, DOT_DTYPE: tl.constexpr, DECODE_ONLY: tl.constexpr,
+    out_ptr,
+    part_acc_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    q_ptr,
+    cache_ptr,
+    qsl_ptr,
+    seq_lens_ptr,
+    block_tables_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
+    scale,
+    sliding_window,
+    num_seqs,
+    num_heads,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_plane,
+    stride_block,
+    stride_offset,
+    stride_head,
+    stride_bt,
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    TILE_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    USE_WINDOW: tl.constexpr,
+    HAS_SCALES: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    DECODE_ONLY: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -98,8 +126,11 @@ def _paged_attention_kernel(
     dims = tl.arange(0, HEAD_DIM_PAD)
     dim_ok = dims < HEAD_DIM
     q_rows = (q_start + tok).to(tl.int64)
-    q = tl.load(q_ptr + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
-                mask=row_ok[:, None] & dim_ok[None, :], other=0.0).to(DOT_DTYPE)  # (BLOCK_M, HEAD_DIM_PAD)
+    q = tl.load(
+        q_ptr + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
+        mask=row_ok[:, None] & dim_ok[None, :],
+        other=0.0,
+    ).to(DOT_DTYPE)  # (BLOCK_M, HEAD_DIM_PAD)
     q_pos = num_cached + tok
 
     # keys this tile can see: [kv_lo, kv_hi), then this program's split of it
@@ -135,16 +166,22 @@ def _paged_attention_kernel(
             visible = visible & (pos[None, :] > q_pos[:, None] - sliding_window)
         s = tl.where(visible, s, float("-inf"))
         if BLOCK_Q > 1:  # rows of several tokens load keys that lie past some rows' positions
-            v = tl.load(cache_ptr + stride_plane + slot_off[:, None] + dims[None, :],
-                        mask=pos_ok[:, None] & dim_ok[None, :], other=0.0)  # (TILE_N, D)
+            v = tl.load(
+                cache_ptr + stride_plane + slot_off[:, None] + dims[None, :],
+                mask=pos_ok[:, None] & dim_ok[None, :],
+                other=0.0,
+            )  # (TILE_N, D)
             v, s = _drop_nonfinite_values(v.to(DOT_DTYPE), s, visible)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         p = tl.exp2(s - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         if BLOCK_Q == 1:  # one token per tile: every key loaded is visible to all its rows
-            v = tl.load(cache_ptr + stride_plane + slot_off[:, None] + dims[None, :],
-                        mask=pos_ok[:, None] & dim_ok[None, :], other=0.0)  # (TILE_N, D)
+            v = tl.load(
+                cache_ptr + stride_plane + slot_off[:, None] + dims[None, :],
+                mask=pos_ok[:, None] & dim_ok[None, :],
+                other=0.0,
+            )  # (TILE_N, D)
         acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v.to(DOT_DTYPE))
         m_i = m_new
     if HAS_SCALES:
@@ -154,8 +191,11 @@ def _paged_attention_kernel(
     if NUM_SPLITS == 1:
         l_safe = tl.where(l_i > 0.0, l_i, 1.0)
         o = acc / l_safe[:, None]
-        tl.store(out_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
-                 o.to(out_ptr.dtype.element_ty), mask=out_mask)
+        tl.store(
+            out_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
+            o.to(out_ptr.dtype.element_ty),
+            mask=out_mask,
+        )
     else:
         part_row = (q_rows * num_heads + head) * NUM_SPLITS + split  # partials: (tokens, heads, splits)
         tl.store(part_max_ptr + part_row, m_i, mask=row_ok)
@@ -165,9 +205,19 @@ def _paged_attention_kernel(
 
 @triton.jit(do_not_specialize=["num_seqs"])
 def _reduce_splits_kernel(
-    out_ptr, part_acc_ptr, part_max_ptr, part_sum_ptr, qsl_ptr,
-    num_seqs, num_heads, stride_ot, stride_oh,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    out_ptr,
+    part_acc_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    qsl_ptr,
+    num_seqs,
+    num_heads,
+    stride_ot,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
 ):
     """Merge the per-split partial results of one (token, head); tokens past the batch get zeros."""
     token = tl.program_id(0)
@@ -186,5 +236,8 @@ def _reduce_splits_kernel(
     denom = tl.sum(w * s, axis=0)
     o = tl.sum(w[:, None] * acc, axis=0) / tl.where(denom > 0.0, denom, 1.0)
     o = tl.where(in_batch, o, 0.0)
-    tl.store(out_ptr + token.to(tl.int64) * stride_ot + head * stride_oh + dims, o.to(out_ptr.dtype.element_ty),
-             mask=dims < HEAD_DIM)
+    tl.store(
+        out_ptr + token.to(tl.int64) * stride_ot + head * stride_oh + dims,
+        o.to(out_ptr.dtype.element_ty),
+        mask=dims < HEAD_DIM,
+    )

@@ -87,8 +87,9 @@ class Sampler:
         """Temperature and sampling in one pass over the logits (kernels/sampling.py): ids and finite flags."""
         gumbel_sample = triton_kernel("sampling", "gumbel_sample_checked")
         device = logits.device
-        inv_temperatures = to_device([0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch],
-                                     device, torch.float32)
+        inv_temperatures = to_device(
+            [0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch], device, torch.float32
+        )
         seeds = torch.randint(0, 2**62, (len(batch),), generator=self.generator, device=device)
         seeded = [i for i, b in enumerate(batch) if b.params.seed is not None and not b.params.greedy]
         if seeded:
@@ -98,7 +99,9 @@ class Sampler:
         return gumbel_sample(logits, inv_temperatures, seeds)
 
     @staticmethod
-    def results(token_ids: list[int], raw_logprobs: torch.Tensor | None, batch: list[SamplingInput]) -> list[tuple[int, Logprob | None]]:
+    def results(
+        token_ids: list[int], raw_logprobs: torch.Tensor | None, batch: list[SamplingInput]
+    ) -> list[tuple[int, Logprob | None]]:
         """Pair each sampled id with its logprob entry, once the ids are on the host."""
         results = []
         for i, (token_id, item) in enumerate(zip(token_ids, batch)):
@@ -112,7 +115,9 @@ class Sampler:
         for i, item in enumerate(batch):
             p = item.params
             if p.repetition_penalty != 1.0:
-                seen = to_device(sorted(set(item.prompt_token_ids) | set(item.output_token_ids)), logits.device, torch.int64)
+                seen = to_device(
+                    sorted(set(item.prompt_token_ids) | set(item.output_token_ids)), logits.device, torch.int64
+                )
                 row = logits[i, seen]
                 logits[i, seen] = torch.where(row > 0, row / p.repetition_penalty, row * p.repetition_penalty)
             if (p.presence_penalty or p.frequency_penalty) and item.output_token_ids:
@@ -156,7 +161,11 @@ def _plain(params: SamplingParams) -> bool:
 
 def _can_fuse(logits: torch.Tensor) -> bool:
     """Whether kernels.sampling can run on these logits: Triton on CUDA (MOPT_UNFUSED_SAMPLER=1 says no)."""
-    return logits.is_cuda and os.environ.get("MOPT_UNFUSED_SAMPLER") != "1" and triton_kernel("sampling", "gumbel_sample") is not None
+    return (
+        logits.is_cuda
+        and os.environ.get("MOPT_UNFUSED_SAMPLER") != "1"
+        and triton_kernel("sampling", "gumbel_sample") is not None
+    )
 
 
 def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:

@@ -32,8 +32,15 @@ def bucket_for(num_seqs: int, sizes: list[int]) -> int:
 
 
 class CudaGraphRunner:
-    def __init__(self, model: nn.Module, kv_caches: list[torch.Tensor], max_num_seqs: int,
-                 max_blocks_per_seq: int, max_model_len: int, use_graphs: bool = True) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        kv_caches: list[torch.Tensor],
+        max_num_seqs: int,
+        max_blocks_per_seq: int,
+        max_model_len: int,
+        use_graphs: bool = True,
+    ) -> None:
         self.model = model
         self.use_graphs = use_graphs
         self.kv_caches = kv_caches
@@ -59,7 +66,9 @@ class CudaGraphRunner:
             max_query_len=1,
             max_seq_len=self.max_model_len,
             kv_caches=self.kv_caches,
-            num_splits=decode_num_splits(size, self.kv_caches[0].shape[3], self.max_model_len, self.kv_caches[0].device),
+            num_splits=decode_num_splits(
+                size, self.kv_caches[0].shape[3], self.max_model_len, self.kv_caches[0].device
+            ),
         )
 
     @torch.inference_mode()

@@ -98,7 +98,12 @@ class InputBatch:
             self.num_row_blocks[row] = 0
             self._append_blocks(row, new.block_ids)
             self.requests[new.request_id] = CachedRequestState(
-                new.request_id, new.prompt_token_ids, list(new.output_token_ids), new.params, row, new.num_computed_tokens
+                new.request_id,
+                new.prompt_token_ids,
+                list(new.output_token_ids),
+                new.params,
+                row,
+                new.num_computed_tokens,
             )
         for cached in out.cached_requests:
             state = self.requests[cached.request_id]
@@ -142,13 +147,20 @@ class InputBatch:
         slots = self.block_table[token_rows, positions // bs].astype(np.int64) * bs + positions % bs
         query_start_loc = np.concatenate(([0], nums.cumsum()))
         max_blocks = int(-(-ends.max() // bs))
-        samples = np.fromiter((rid in out.sampling_requests for rid in out.num_scheduled_tokens), dtype=bool, count=len(states))
+        samples = np.fromiter(
+            (rid in out.sampling_requests for rid in out.num_scheduled_tokens), dtype=bool, count=len(states)
+        )
         sample_states = [s for s, sample in zip(states, samples.tolist()) if sample]
         sample_positions = [int(e) - len(s.prompt_token_ids) for s, e in zip(sample_states, ends[samples].tolist())]
         num_seqs = len(states)
         tok, pos, slot, sample_rows, dst, src = to_device_packed(
-            [token_ids, positions, slots, query_start_loc[1:][samples] - 1, pending_dst, pending_src], np.int64, self.device)
-        qsl, seq_lens, tables = to_device_packed([query_start_loc, ends, self.block_table[rows, :max_blocks]], np.int32, self.device)
+            [token_ids, positions, slots, query_start_loc[1:][samples] - 1, pending_dst, pending_src],
+            np.int64,
+            self.device,
+        )
+        qsl, seq_lens, tables = to_device_packed(
+            [query_start_loc, ends, self.block_table[rows, :max_blocks]], np.int32, self.device
+        )
         return StepInputs(
             token_ids=tok,
             positions=pos,

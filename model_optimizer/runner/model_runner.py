@@ -50,7 +50,10 @@ class ModelRunner:
         self.kv_caches = [torch.zeros(shape, dtype=self.kv_dtype, device=self.device) for _ in range(args.num_layers)]
         log.info(
             "KV cache: %d blocks of %d tokens (%d tokens) on %s",
-            self.num_kv_blocks, config.block_size, self.num_kv_blocks * config.block_size, self.device,
+            self.num_kv_blocks,
+            config.block_size,
+            self.num_kv_blocks * config.block_size,
+            self.device,
         )
         self.batch = InputBatch(config.max_num_seqs, self.max_model_len, config.block_size, self.device)
         self.sampler = Sampler(self.device, config.seed)
@@ -60,8 +63,12 @@ class ModelRunner:
         if self.device.type == "cuda":
             self._warm_up_kernels()
             self.graph_runner = CudaGraphRunner(
-                self.model, self.kv_caches, config.max_num_seqs, self.batch.max_blocks_per_seq,
-                self.max_model_len, use_graphs=not config.enforce_eager,
+                self.model,
+                self.kv_caches,
+                config.max_num_seqs,
+                self.batch.max_blocks_per_seq,
+                self.max_model_len,
+                use_graphs=not config.enforce_eager,
             )
             if not config.enforce_eager:
                 self.graph_runner.capture()
@@ -107,14 +114,21 @@ class ModelRunner:
         share = int(total * self.config.gpu_memory_utilization) - own_peak
         headroom = 256 << 20  # CUDA graphs, sampler temporaries
         budget = min(share, free - headroom)
-        log.info("GPU memory: total %.1f GiB, this engine's peak %.2f GiB, free %.1f GiB, KV budget %.2f GiB",
-                 total / 2**30, own_peak / 2**30, free / 2**30, budget / 2**30)
+        log.info(
+            "GPU memory: total %.1f GiB, this engine's peak %.2f GiB, free %.1f GiB, KV budget %.2f GiB",
+            total / 2**30,
+            own_peak / 2**30,
+            free / 2**30,
+            budget / 2**30,
+        )
         return budget
 
     def _profile_forward(self, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         a, bs = self.args, self.config.block_size
         num_blocks = -(-len(token_ids) // bs)
-        scratch = [torch.zeros((2, num_blocks, bs, a.num_kv_heads, a.head_dim), dtype=self.kv_dtype, device=self.device)] * a.num_layers
+        scratch = [
+            torch.zeros((2, num_blocks, bs, a.num_kv_heads, a.head_dim), dtype=self.kv_dtype, device=self.device)
+        ] * a.num_layers
         meta = AttentionMetadata(
             slot_mapping=torch.arange(len(token_ids), device=self.device),
             query_start_loc=torch.tensor([0, len(token_ids)], dtype=torch.int32, device=self.device),

@@ -23,14 +23,26 @@ def model_dir(tiny_model):
 
 def mixed_params(count: int) -> list[SamplingParams]:
     """Greedy, seeded, penalised (forces a collect before launch) and logprob requests, in turn."""
-    kinds = [GREEDY, SEEDED, GREEDY.clone(repetition_penalty=1.3, max_tokens=9), GREEDY.clone(logprobs=2, max_tokens=11)]
-    return [kinds[i % len(kinds)].clone(seed=SEEDED.seed + i) if i % len(kinds) == 1 else kinds[i % len(kinds)]
-            for i in range(count)]
+    kinds = [
+        GREEDY,
+        SEEDED,
+        GREEDY.clone(repetition_penalty=1.3, max_tokens=9),
+        GREEDY.clone(logprobs=2, max_tokens=11),
+    ]
+    return [
+        kinds[i % len(kinds)].clone(seed=SEEDED.seed + i) if i % len(kinds) == 1 else kinds[i % len(kinds)]
+        for i in range(count)
+    ]
 
 
 def logprob_rows(outputs) -> list[tuple]:
     """(token, rank, logprob, top ids) of every reported logprob entry, in order."""
-    return [(lp.token_id, lp.rank, lp.logprob, sorted(lp.top)) for o in outputs for c in o.outputs for lp in c.logprobs or []]
+    return [
+        (lp.token_id, lp.rank, lp.logprob, sorted(lp.top))
+        for o in outputs
+        for c in o.outputs
+        for lp in c.logprobs or []
+    ]
 
 
 def assert_same_logprobs(got, expected) -> None:
@@ -39,12 +51,16 @@ def assert_same_logprobs(got, expected) -> None:
     assert [v for _, _, v, _ in got] == pytest.approx([v for _, _, v, _ in expected], abs=1e-4)
 
 
-@pytest.mark.parametrize("config", [
-    {"kv_cache_memory": 1 << 24},
-    {"kv_cache_memory": 1 << 24, "max_num_batched_tokens": 7},
-    {"num_kv_blocks": 40, "block_size": 4, "max_model_len": 160, "enable_prefix_caching": False},
-    {"kv_cache_memory": 1 << 24, "max_num_seqs": 3},
-], ids=["roomy", "tiny-chunks", "preemption", "few-seqs"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"kv_cache_memory": 1 << 24},
+        {"kv_cache_memory": 1 << 24, "max_num_batched_tokens": 7},
+        {"num_kv_blocks": 40, "block_size": 4, "max_model_len": 160, "enable_prefix_caching": False},
+        {"kv_cache_memory": 1 << 24, "max_num_seqs": 3},
+    ],
+    ids=["roomy", "tiny-chunks", "preemption", "few-seqs"],
+)
 def test_async_outputs_equal_sync_outputs(model_dir, config):
     prefix = random_prompts(1, seed=11, lo=33, hi=34)[0]
     prompts = random_prompts(10, seed=12, lo=5, hi=40, shared_prefix=prefix)
@@ -80,8 +96,16 @@ def test_next_step_is_launched_before_the_previous_is_collected(model_dir):
     runner.launch, runner.collect = spy_launch, spy_collect
     llm.generate([[5, 6, 7, 8]], GREEDY.clone(max_tokens=4))
     # prefill, then three decodes; each collect comes after the next launch, the last one alone
-    assert calls == [("launch", 1), ("launch", 2), ("collect", 1), ("launch", 3), ("collect", 2),
-                     ("launch", 4), ("collect", 3), ("collect", 4)]
+    assert calls == [
+        ("launch", 1),
+        ("launch", 2),
+        ("collect", 1),
+        ("launch", 3),
+        ("collect", 2),
+        ("launch", 4),
+        ("collect", 3),
+        ("collect", 4),
+    ]
 
 
 def test_stops_found_late_still_cut_exactly(model_dir):
@@ -92,7 +116,10 @@ def test_stops_found_late_still_cut_exactly(model_dir):
     stop_id = full.token_ids[3]
     stop_text = full.text[4:8]
     llm = LLM(model_dir, kv_cache_memory=1 << 24)
-    for params in (GREEDY.clone(max_tokens=30, stop_token_ids=[stop_id]), GREEDY.clone(max_tokens=30, stop=[stop_text])):
+    for params in (
+        GREEDY.clone(max_tokens=30, stop_token_ids=[stop_id]),
+        GREEDY.clone(max_tokens=30, stop=[stop_text]),
+    ):
         expected = sync.generate([prompt], params)[0].outputs[0]
         got = llm.generate([prompt], params)[0].outputs[0]
         assert (got.token_ids, got.text, got.finish_reason) == (expected.token_ids, expected.text, "stop")
@@ -103,7 +130,10 @@ def test_runner_rows_are_freed_when_the_last_step_schedules_nothing(model_dir):
     """The finish of the last requests reaches the runner with the next batch, however many generate calls."""
     llm = LLM(model_dir, kv_cache_memory=1 << 24, max_num_seqs=2)
     prompts = random_prompts(2, seed=15)
-    params = [GREEDY.clone(max_tokens=5), GREEDY.clone(max_tokens=6)]  # the first finishes while the other's last token is pending
+    params = [
+        GREEDY.clone(max_tokens=5),
+        GREEDY.clone(max_tokens=6),
+    ]  # the first finishes while the other's last token is pending
     first = token_ids(llm.generate(prompts, params))
     for _ in range(3):
         assert token_ids(llm.generate(prompts, params)) == first
@@ -170,14 +200,26 @@ def test_random_mixes_of_stops_lengths_and_preemption_match_sync(model_dir, seed
     prompts = random_prompts(12, seed=seed, lo=2, hi=50)
     params = []
     for _ in prompts:
-        p = SamplingParams(temperature=rng.choice([0, 0.8]), seed=rng.randrange(100), max_tokens=rng.randint(1, 12),
-                           stop_token_ids=rng.sample(range(3, 1000), 40), n=rng.choice([1, 1, 2]))
+        p = SamplingParams(
+            temperature=rng.choice([0, 0.8]),
+            seed=rng.randrange(100),
+            max_tokens=rng.randint(1, 12),
+            stop_token_ids=rng.sample(range(3, 1000), 40),
+            n=rng.choice([1, 1, 2]),
+        )
         params.append(p)
-    config = {"num_kv_blocks": 26, "block_size": 4, "max_model_len": 104, "max_num_batched_tokens": 24, "max_num_seqs": 8}
+    config = {
+        "num_kv_blocks": 26,
+        "block_size": 4,
+        "max_model_len": 104,
+        "max_num_batched_tokens": 24,
+        "max_num_seqs": 8,
+    }
     expected = LLM(model_dir, async_scheduling=False, **config).generate(prompts, params)
     llm = LLM(model_dir, **config)
     got = llm.generate(prompts, params)
-    assert [[(c.token_ids, c.finish_reason) for c in o.outputs] for o in got] == \
-        [[(c.token_ids, c.finish_reason) for c in o.outputs] for o in expected]
+    assert [[(c.token_ids, c.finish_reason) for c in o.outputs] for o in got] == [
+        [(c.token_ids, c.finish_reason) for c in o.outputs] for o in expected
+    ]
     stats = llm.engine.stats()
     assert stats.num_free_blocks == 26 and not llm.engine.has_unfinished_requests() and stats.num_preemptions > 0

@@ -199,8 +199,14 @@ def test_long_prefills_served_after_short_ones_give_identical_outputs(model_dir,
     prompts, expected = reference
     shorts = random_prompts(4, seed=5, lo=2, hi=6)
     mixed = [p for pair in zip(prompts, shorts + [None] * len(prompts)) for p in pair if p is not None]
-    llm = LLM(model_dir, kv_cache_memory=1 << 24, max_num_batched_tokens=32, long_prefill_token_threshold=8,
-              max_num_partial_prefills=2, enable_prefix_caching=False)
+    llm = LLM(
+        model_dir,
+        kv_cache_memory=1 << 24,
+        max_num_batched_tokens=32,
+        long_prefill_token_threshold=8,
+        max_num_partial_prefills=2,
+        enable_prefix_caching=False,
+    )
     outputs = token_ids(llm.generate(mixed, GREEDY))
     assert [o for o, p in zip(outputs, mixed) if p in prompts] == expected
     assert llm.engine.stats().num_free_blocks == llm.engine.stats().num_blocks

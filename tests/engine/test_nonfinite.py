@@ -42,7 +42,9 @@ def ids(output) -> list[list[int]]:
 
 @pytest.mark.parametrize("async_scheduling", [True, False], ids=["async", "sync"])
 def test_nan_request_fails_alone_and_never_poisons_the_prefix_cache(nan_model, async_scheduling):
-    expected = LLM(nan_model, kv_cache_memory=1 << 24, async_scheduling=async_scheduling).generate([CLEAN, OTHER], GREEDY)
+    expected = LLM(nan_model, kv_cache_memory=1 << 24, async_scheduling=async_scheduling).generate(
+        [CLEAN, OTHER], GREEDY
+    )
     llm = LLM(nan_model, kv_cache_memory=1 << 24, async_scheduling=async_scheduling)
     poisoned, other = llm.generate([POISONED, OTHER], GREEDY)
     assert [c.finish_reason for c in poisoned.outputs] == ["error"]

@@ -10,16 +10,29 @@ from model_optimizer.engine.scheduler import Scheduler, SchedulerConfig
 from model_optimizer.sampling_params import SamplingParams
 
 
-def make_scheduler(num_blocks=64, block_size=4, budget=32, max_seqs=8, policy="fcfs", chunked=True, **long) -> Scheduler:
-    cfg = SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=256,
-                          enable_chunked_prefill=chunked, policy=policy, **long)
+def make_scheduler(
+    num_blocks=64, block_size=4, budget=32, max_seqs=8, policy="fcfs", chunked=True, **long
+) -> Scheduler:
+    cfg = SchedulerConfig(
+        max_num_seqs=max_seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=256,
+        enable_chunked_prefill=chunked,
+        policy=policy,
+        **long,
+    )
     return Scheduler(cfg, KVCacheManager(num_blocks, block_size))
 
 
 def request(rid: str, num_prompt: int, max_tokens: int = 4, priority: int = 0) -> Request:
     first = sum(map(ord, rid))  # distinct prompts per id, so no accidental prefix hits
-    return Request(rid, [first + i for i in range(num_prompt)], SamplingParams(max_tokens=max_tokens),
-                   max_tokens=max_tokens, priority=priority)
+    return Request(
+        rid,
+        [first + i for i in range(num_prompt)],
+        SamplingParams(max_tokens=max_tokens),
+        max_tokens=max_tokens,
+        priority=priority,
+    )
 
 
 def run_step(s: Scheduler):
@@ -191,8 +204,12 @@ def test_random_mixes_of_long_and_short_prompts_all_finish_within_budget(seed):
     import random
 
     rng = random.Random(seed)
-    s = make_scheduler(num_blocks=rng.choice([24, 40, 128]), budget=rng.choice([16, 32, 64]), max_seqs=rng.choice([3, 8]),
-                       max_num_partial_prefills=rng.choice([1, 2]))
+    s = make_scheduler(
+        num_blocks=rng.choice([24, 40, 128]),
+        budget=rng.choice([16, 32, 64]),
+        max_seqs=rng.choice([3, 8]),
+        max_num_partial_prefills=rng.choice([1, 2]),
+    )
     requests = []
     for _ in range(400):
         if len(requests) < 30 and rng.random() < 0.3:

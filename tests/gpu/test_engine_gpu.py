@@ -50,9 +50,15 @@ def test_bf16_agrees_with_transformers(model_dir):
     ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
     llm = LLM(model_dir, dtype="bfloat16", gpu_memory_utilization=0.2, max_num_seqs=32)
     for prompt, out in zip(prompts(2, 6), llm.generate(prompts(2, 6), GREEDY)):
-        hf = ref.generate(torch.tensor([prompt], device="cuda"), max_new_tokens=24, do_sample=False,
-                          output_logits=True, return_dict_in_generate=True, pad_token_id=0)
-        hf_tokens = hf.sequences[0, len(prompt):].tolist()
+        hf = ref.generate(
+            torch.tensor([prompt], device="cuda"),
+            max_new_tokens=24,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=0,
+        )
+        hf_tokens = hf.sequences[0, len(prompt) :].tolist()
         ours = out.outputs[0]
         for step, (a, b) in enumerate(zip(ours.token_ids, hf_tokens)):
             if a != b:  # a bf16 near-tie: each side's choice must be in the other's top-k

@@ -27,23 +27,41 @@ def _attention(batch, num_splits=None, sliding_window=None):
 
     out = torch.full_like(batch.query, float("nan"))
     paged_attention(
-        batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables,
-        batch.query.shape[-1] ** -0.5, sliding_window, max_query_len=batch.max_query_len,
-        max_seq_len=batch.max_seq_len, k_scale=batch.k_scale, v_scale=batch.v_scale,
-        num_splits=num_splits, out=out,
+        batch.query,
+        batch.kv_cache,
+        batch.query_start_loc,
+        batch.seq_lens,
+        batch.block_tables,
+        batch.query.shape[-1] ** -0.5,
+        sliding_window,
+        max_query_len=batch.max_query_len,
+        max_seq_len=batch.max_seq_len,
+        k_scale=batch.k_scale,
+        v_scale=batch.v_scale,
+        num_splits=num_splits,
+        out=out,
     )
     return out
 
 
 def _reference(batch, sliding_window=None):
     return paged_attention_ref(
-        batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables,
-        batch.query.shape[-1] ** -0.5, sliding_window, k_scale=batch.k_scale, v_scale=batch.v_scale,
+        batch.query,
+        batch.kv_cache,
+        batch.query_start_loc,
+        batch.seq_lens,
+        batch.block_tables,
+        batch.query.shape[-1] ** -0.5,
+        sliding_window,
+        k_scale=batch.k_scale,
+        v_scale=batch.v_scale,
     )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize(("block_size", "num_heads", "num_kv_heads"), [(16, 16, 8), (32, 32, 8), (128, 16, 16), (256, 28, 4)])
+@pytest.mark.parametrize(
+    ("block_size", "num_heads", "num_kv_heads"), [(16, 16, 8), (32, 32, 8), (128, 16, 16), (256, 28, 4)]
+)
 def test_mixed_batch(dtype, block_size, num_heads, num_kv_heads):
     batch = make_paged_batch(MIXED, num_heads, num_kv_heads, 128, block_size, dtype, device="cuda")
     out = _attention(batch)
@@ -91,7 +109,11 @@ def test_store_kv(cache_dtype):
     value = torch.randn(300, 8, 128, device="cuda", dtype=dtype)
     slots = torch.randperm(64 * 16, device="cuda")[:300]
     slots[::7] = -1
-    scales = (torch.tensor(0.02, device="cuda"), torch.tensor(0.005, device="cuda")) if cache_dtype == FP8_DTYPE else (None, None)
+    scales = (
+        (torch.tensor(0.02, device="cuda"), torch.tensor(0.005, device="cuda"))
+        if cache_dtype == FP8_DTYPE
+        else (None, None)
+    )
     expected, actual = cache.clone(), cache.clone()
     store_kv_ref(key, value, expected, slots, *scales)
     store_kv(key, value, actual, slots, *scales)
@@ -117,8 +139,17 @@ def test_cuda_graph_replay_follows_new_inputs():
 
     def step():
         store_kv(key, value, batch.kv_cache, static["slot_mapping"])
-        paged_attention(static["query"], batch.kv_cache, static["query_start_loc"], static["seq_lens"],
-                        batch.block_tables, 128**-0.5, max_query_len=1, max_seq_len=4096, out=out)
+        paged_attention(
+            static["query"],
+            batch.kv_cache,
+            static["query_start_loc"],
+            static["seq_lens"],
+            batch.block_tables,
+            128**-0.5,
+            max_query_len=1,
+            max_seq_len=4096,
+            out=out,
+        )
 
     step()  # compile outside the capture
     torch.cuda.synchronize()
@@ -129,7 +160,9 @@ def test_cuda_graph_replay_follows_new_inputs():
         lens = torch.tensor([c + 9 - shrink for c, _ in seqs], dtype=torch.int32, device="cuda")
         static["seq_lens"].copy_(lens)
         pos = lens.long() - 1
-        static["slot_mapping"].copy_(batch.block_tables[torch.arange(len(seqs), device="cuda"), pos // 16].long() * 16 + pos % 16)
+        static["slot_mapping"].copy_(
+            batch.block_tables[torch.arange(len(seqs), device="cuda"), pos // 16].long() * 16 + pos % 16
+        )
         static["query"].copy_(torch.randn_like(static["query"]))
         key.copy_(torch.randn_like(key))
         value.copy_(torch.randn_like(value))
@@ -138,6 +171,12 @@ def test_cuda_graph_replay_follows_new_inputs():
         store_kv_ref(key, value, expected_cache, static["slot_mapping"])
         graph.replay()
         assert torch.equal(batch.kv_cache, expected_cache)
-        ref = paged_attention_ref(static["query"], batch.kv_cache, static["query_start_loc"], static["seq_lens"],
-                                  batch.block_tables, 128**-0.5)
+        ref = paged_attention_ref(
+            static["query"],
+            batch.kv_cache,
+            static["query_start_loc"],
+            static["seq_lens"],
+            batch.block_tables,
+            128**-0.5,
+        )
         assert relative_error(out, ref) < TOLERANCE[torch.bfloat16]

@@ -49,10 +49,14 @@ def test_sampler_flags_rows_on_the_device(fused, monkeypatch):
     assert all(0 <= t < VOCAB for t in sampled.token_ids.tolist())
 
 
-@pytest.mark.parametrize("settings", [
-    {"async_scheduling": True},
-    {"async_scheduling": False, "enforce_eager": True},
-], ids=["async-graphs", "sync-eager"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"async_scheduling": True},
+        {"async_scheduling": False, "enforce_eager": True},
+    ],
+    ids=["async-graphs", "sync-eager"],
+)
 def test_engine_fails_the_nan_request_alone_on_the_gpu(nan_model, settings):  # noqa: F811
     common = dict(dtype="float32", gpu_memory_utilization=0.2, max_num_seqs=16, **settings)
     expected = LLM(nan_model, **common).generate([CLEAN, OTHER], GREEDY)

@@ -40,8 +40,12 @@ def prompts(seed: int, count: int) -> list[list[int]]:
 def test_seeded_sampling_is_batch_independent_and_async_changes_nothing(model_dir):
     """float32, so that batch shapes move logits by ~1e-6, far below any gap the noise leaves."""
     batch = prompts(3, 16)
-    params = [SamplingParams(temperature=0.8, seed=100 + i, max_tokens=20, ignore_eos=True) if i % 2 else
-              SamplingParams(temperature=0, max_tokens=20, ignore_eos=True) for i in range(len(batch))]
+    params = [
+        SamplingParams(temperature=0.8, seed=100 + i, max_tokens=20, ignore_eos=True)
+        if i % 2
+        else SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+        for i in range(len(batch))
+    ]
     llm = LLM(model_dir, dtype="float32", gpu_memory_utilization=0.2, max_num_seqs=32)
     together = [o.outputs[0].token_ids for o in llm.generate(batch, params)]
     alone = llm.generate([batch[1]], params[1])[0].outputs[0].token_ids

@@ -30,7 +30,8 @@ def compile_kernel(fn, pointer_types: dict, constexprs: dict) -> str:
     signature = {n: "constexpr" if n in constexprs else pointer_types.get(n, "i32") for n in names}
     aligned = [n for n in names if n.endswith("_ptr") or n.startswith("stride_")]
     source = ASTSource(
-        fn, signature,
+        fn,
+        signature,
         constexprs={(names.index(n),): v for n, v in constexprs.items()},
         attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned},
     )
@@ -44,13 +45,31 @@ def compile_kernel(fn, pointer_types: dict, constexprs: dict) -> str:
 
 def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, decode: bool, window: bool) -> None:
     pointers = dict(
-        out_ptr=f"*{q}", part_acc_ptr="*fp32", part_max_ptr="*fp32", part_sum_ptr="*fp32", q_ptr=f"*{q}",
-        cache_ptr=f"*{kv}", qsl_ptr="*i32", seq_lens_ptr="*i32", block_tables_ptr="*i32",
-        k_scale_ptr="*fp32", v_scale_ptr="*fp32", scale="fp32",
+        out_ptr=f"*{q}",
+        part_acc_ptr="*fp32",
+        part_max_ptr="*fp32",
+        part_sum_ptr="*fp32",
+        q_ptr=f"*{q}",
+        cache_ptr=f"*{kv}",
+        qsl_ptr="*i32",
+        seq_lens_ptr="*i32",
+        block_tables_ptr="*i32",
+        k_scale_ptr="*fp32",
+        v_scale_ptr="*fp32",
+        scale="fp32",
     )
     constexprs = dict(
-        GROUP=2, GROUP_PAD=group_pad, HEAD_DIM=128, HEAD_DIM_PAD=128, BLOCK_SIZE=16, BLOCK_Q=block_q,
-        TILE_N=64, NUM_SPLITS=splits, USE_WINDOW=window, HAS_SCALES=kv == "fp8e4nv", DOT_DTYPE=dot,
+        GROUP=2,
+        GROUP_PAD=group_pad,
+        HEAD_DIM=128,
+        HEAD_DIM_PAD=128,
+        BLOCK_SIZE=16,
+        BLOCK_Q=block_q,
+        TILE_N=64,
+        NUM_SPLITS=splits,
+        USE_WINDOW=window,
+        HAS_SCALES=kv == "fp8e4nv",
+        DOT_DTYPE=dot,
         DECODE_ONLY=decode,
     )
     compile_kernel(_paged_attention_kernel, pointers, constexprs)
@@ -74,13 +93,38 @@ def main() -> int:
     for kv, quantize in (("bf16", False), ("fp8e4nv", True)):
         compile_kernel(
             _store_kv_kernel,
-            dict(key_ptr="*bf16", value_ptr="*bf16", cache_ptr=f"*{kv}", slot_ptr="*i64", k_scale_ptr="*fp32", v_scale_ptr="*fp32"),
-            dict(NUM_KV_HEADS=8, HEADS_PAD=8, HEAD_DIM=128, HEAD_DIM_PAD=128, BLOCK_SIZE=16, QUANTIZE=quantize, HAS_SCALES=quantize),
+            dict(
+                key_ptr="*bf16",
+                value_ptr="*bf16",
+                cache_ptr=f"*{kv}",
+                slot_ptr="*i64",
+                k_scale_ptr="*fp32",
+                v_scale_ptr="*fp32",
+            ),
+            dict(
+                NUM_KV_HEADS=8,
+                HEADS_PAD=8,
+                HEAD_DIM=128,
+                HEAD_DIM_PAD=128,
+                BLOCK_SIZE=16,
+                QUANTIZE=quantize,
+                HAS_SCALES=quantize,
+            ),
         )
     compile_kernel(
         _norm_rotate_kernel,
-        dict(q_ptr="*bf16", k_ptr="*bf16", q_out_ptr="*bf16", k_out_ptr="*bf16", positions_ptr="*i64", cos_ptr="*fp32",
-             sin_ptr="*fp32", q_weight_ptr="*bf16", k_weight_ptr="*bf16", eps="fp32"),
+        dict(
+            q_ptr="*bf16",
+            k_ptr="*bf16",
+            q_out_ptr="*bf16",
+            k_out_ptr="*bf16",
+            positions_ptr="*i64",
+            cos_ptr="*fp32",
+            sin_ptr="*fp32",
+            q_weight_ptr="*bf16",
+            k_weight_ptr="*bf16",
+            eps="fp32",
+        ),
         dict(NUM_Q_HEADS=16, Q_HEADS_PAD=16, NUM_K_HEADS=8, K_HEADS_PAD=8, HALF=64, HALF_PAD=64, HAS_NORM=True),
     )
     compile_kernel(

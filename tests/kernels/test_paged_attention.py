@@ -18,15 +18,31 @@ MIXED = [(70, 1), (0, 23), (40, 9), (150, 1), (0, 1), (17, 1)]  # (cached tokens
 def _run(batch, sliding_window=None, num_splits=None, max_query_len=None, tiles=None):
     out = torch.full_like(batch.query, float("nan"))
     paged_attention(
-        batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables,
-        scale=batch.query.shape[-1] ** -0.5, sliding_window=sliding_window,
+        batch.query,
+        batch.kv_cache,
+        batch.query_start_loc,
+        batch.seq_lens,
+        batch.block_tables,
+        scale=batch.query.shape[-1] ** -0.5,
+        sliding_window=sliding_window,
         max_query_len=batch.max_query_len if max_query_len is None else max_query_len,
-        max_seq_len=batch.max_seq_len, k_scale=batch.k_scale, v_scale=batch.v_scale,
-        num_splits=num_splits, out=out, tiles=tiles,
+        max_seq_len=batch.max_seq_len,
+        k_scale=batch.k_scale,
+        v_scale=batch.v_scale,
+        num_splits=num_splits,
+        out=out,
+        tiles=tiles,
     )
     ref = paged_attention_ref(
-        batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables,
-        batch.query.shape[-1] ** -0.5, sliding_window, k_scale=batch.k_scale, v_scale=batch.v_scale,
+        batch.query,
+        batch.kv_cache,
+        batch.query_start_loc,
+        batch.seq_lens,
+        batch.block_tables,
+        batch.query.shape[-1] ** -0.5,
+        sliding_window,
+        k_scale=batch.k_scale,
+        v_scale=batch.v_scale,
     )
     return out, ref
 
@@ -88,8 +104,9 @@ def test_small_max_query_len_hint_still_correct_and_default_hint():
     batch = make_paged_batch(MIXED, 4, 2, 32, 32, torch.bfloat16, seed=5)
     out, ref = _run(batch, max_query_len=2)  # tiles of 2 tokens: many tiles per prefill chunk
     assert relative_error(out, ref) < TOLERANCE[torch.bfloat16]
-    out = paged_attention(batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens,
-                          batch.block_tables, 32**-0.5)
+    out = paged_attention(
+        batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables, 32**-0.5
+    )
     assert relative_error(out, ref) < TOLERANCE[torch.bfloat16]
 
 
@@ -103,10 +120,12 @@ def test_padded_cuda_graph_batch(num_splits):
     seq_lens = torch.cat([batch.seq_lens, torch.zeros(pad_seqs, dtype=torch.int32)])
     tables = torch.cat([batch.block_tables, torch.zeros(pad_seqs, batch.block_tables.shape[1], dtype=torch.int32)])
     out = torch.full_like(query, float("nan"))
-    paged_attention(query, batch.kv_cache, qsl, seq_lens, tables, 32**-0.5, max_query_len=1,
-                    num_splits=num_splits, out=out)
-    ref = paged_attention_ref(batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens,
-                              batch.block_tables, 32**-0.5)
+    paged_attention(
+        query, batch.kv_cache, qsl, seq_lens, tables, 32**-0.5, max_query_len=1, num_splits=num_splits, out=out
+    )
+    ref = paged_attention_ref(
+        batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables, 32**-0.5
+    )
     assert relative_error(out[:2], ref) < TOLERANCE[torch.float32]
     if num_splits > 1:  # the merge kernel writes zeros for tokens outside the batch
         assert torch.equal(out[2:], torch.zeros_like(out[2:]))

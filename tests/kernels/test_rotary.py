@@ -17,13 +17,16 @@ def _inputs(num_tokens, heads, kv_heads, head_dim, dtype, seed=0):
     return q.view(num_tokens, heads, head_dim), k.view(num_tokens, kv_heads, head_dim), positions, weights
 
 
-@pytest.mark.parametrize(("dtype", "heads", "kv_heads", "head_dim", "norm"), [
-    (torch.float32, 4, 2, 64, True),
-    (torch.bfloat16, 4, 2, 64, True),    # Qwen3: per-head RMSNorm first
-    (torch.bfloat16, 3, 1, 32, False),   # Llama: rotation only; head counts not powers of two
-    (torch.float16, 2, 2, 80, True),     # half a head (40) not a power of two
-    (torch.bfloat16, 3, 3, 32, True),    # norm with head counts that are not powers of two
-])
+@pytest.mark.parametrize(
+    ("dtype", "heads", "kv_heads", "head_dim", "norm"),
+    [
+        (torch.float32, 4, 2, 64, True),
+        (torch.bfloat16, 4, 2, 64, True),  # Qwen3: per-head RMSNorm first
+        (torch.bfloat16, 3, 1, 32, False),  # Llama: rotation only; head counts not powers of two
+        (torch.float16, 2, 2, 80, True),  # half a head (40) not a power of two
+        (torch.bfloat16, 3, 3, 32, True),  # norm with head counts that are not powers of two
+    ],
+)
 def test_norm_rotate_matches_reference(dtype, heads, kv_heads, head_dim, norm):
     rotary = RotaryEmbedding(RopeConfig(head_dim, 256, theta=10000.0))
     q, k, positions, (qw, kw) = _inputs(7, heads, kv_heads, head_dim, dtype)

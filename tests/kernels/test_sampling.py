@@ -31,7 +31,9 @@ def test_draws_follow_softmax_of_scaled_logits():
     base = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -30.0])
     rows = 1500
     temperature = 0.7
-    got = gumbel_sample(base.repeat(rows, 1), torch.full((rows,), 1 / temperature), torch.arange(rows, dtype=torch.int64) * 7919)
+    got = gumbel_sample(
+        base.repeat(rows, 1), torch.full((rows,), 1 / temperature), torch.arange(rows, dtype=torch.int64) * 7919
+    )
     counts = torch.bincount(got, minlength=6).double()
     probs = torch.softmax(base.double() / temperature, dim=0)
     std = (rows * probs * (1 - probs)).sqrt()
@@ -59,8 +61,10 @@ def test_sampler_fused_path_greedy_rows_and_batch_independent_seeds():
     assert together[0] == logits[0].argmax() and finite.all()
     alone, _ = sampler._choose_fused(logits[1:2], [seeded])
     assert alone[0] == together[1]  # a seeded row draws the same noise in any batch
-    later = [sampler._choose_fused(logits[1:2], [SamplingInput(seeded.params, [1], [], position=p)])[0][0]
-             for p in range(4, 24)]
+    later = [
+        sampler._choose_fused(logits[1:2], [SamplingInput(seeded.params, [1], [], position=p)])[0][0]
+        for p in range(4, 24)
+    ]
     assert len(set(later)) > 5  # ... and fresh noise at every output position
 
 

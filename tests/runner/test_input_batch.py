@@ -26,8 +26,12 @@ def step(new_requests, cached, scheduled: dict[str, int], sampling: set[str]) ->
 def test_mixed_batch_values_and_aligned_segments():
     batch = InputBatch(max_num_seqs=4, max_model_len=64, block_size=4, device=torch.device("cpu"))
     # "a": 7 prompt tokens, all computed now; "b": first 3 of its 9 prompt tokens (a chunk, no sample)
-    out = step([new("a", [10, 11, 12, 13, 14, 15, 16], [5, 2]), new("b", list(range(20, 29)), [7])], [],
-               {"a": 7, "b": 3}, {"a"})
+    out = step(
+        [new("a", [10, 11, 12, 13, 14, 15, 16], [5, 2]), new("b", list(range(20, 29)), [7])],
+        [],
+        {"a": 7, "b": 3},
+        {"a"},
+    )
     batch.update(out)
     inputs = batch.prepare(out, {})
     assert inputs.token_ids.tolist() == [10, 11, 12, 13, 14, 15, 16, 20, 21, 22]
@@ -37,8 +41,15 @@ def test_mixed_batch_values_and_aligned_segments():
     assert inputs.block_tables.tolist() == [[5, 2], [7, 0]]
     assert inputs.sample_rows.tolist() == [6] and [s.request_id for s in inputs.sample_states] == ["a"]
     assert inputs.sample_positions == [0]
-    for tensor in (inputs.token_ids, inputs.positions, inputs.slot_mapping, inputs.sample_rows,
-                   inputs.query_start_loc, inputs.seq_lens, inputs.block_tables):
+    for tensor in (
+        inputs.token_ids,
+        inputs.positions,
+        inputs.slot_mapping,
+        inputs.sample_rows,
+        inputs.query_start_loc,
+        inputs.seq_lens,
+        inputs.block_tables,
+    ):
         assert tensor.data_ptr() % 16 == 0  # Triton specialises kernels on pointer alignment
 
 
