@@ -7,7 +7,8 @@ import os
 import subprocess
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MAX_OUTPUT_CHARS = 200_000
 
@@ -47,7 +48,14 @@ def run_cmd(argv: list[str], timeout_s: float = 20.0, env: dict[str, str] | None
     except FileNotFoundError:
         return {"argv": argv, "found": False}
     except subprocess.TimeoutExpired as exc:
-        return {"argv": argv, "found": True, "rc": None, "timed_out": True, "stdout": _clip(exc.stdout), "stderr": _clip(exc.stderr)}
+        return {
+            "argv": argv,
+            "found": True,
+            "rc": None,
+            "timed_out": True,
+            "stdout": _clip(exc.stdout),
+            "stderr": _clip(exc.stderr),
+        }
     except OSError as exc:
         return {"argv": argv, "found": True, "rc": None, "error": f"{type(exc).__name__}: {exc}"}
     return {

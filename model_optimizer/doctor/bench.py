@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 from model_optimizer.doctor.knowledge import cc_at_least, gpu_spec, pcie_gbps
 
@@ -37,8 +38,13 @@ class BenchSizes:
     """Operations per timed sample."""
 
 
-def run_bench(device: str = "cuda", index: int = 0, sizes: BenchSizes | None = None, fp8: bool | None = None,
-              on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_bench(
+    device: str = "cuda",
+    index: int = 0,
+    sizes: BenchSizes | None = None,
+    fp8: bool | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Run every microbenchmark on one device; never raises for a failing benchmark."""
     import torch
 
@@ -73,17 +79,31 @@ def run_bench(device: str = "cuda", index: int = 0, sizes: BenchSizes | None = N
         finally:
             if device == "cuda":
                 torch.cuda.empty_cache()
-    return {"ok": True, "device_index": index, "device": info, "datasheet": spec.get("name"), "flag_below": FLAG_BELOW,
-            "sizes": asdict(sizes), "fp8_skipped": None if use_fp8 else "compute capability below 8.9",
-            "results": results, "elapsed_s": round(time.monotonic() - start, 2)}
+    return {
+        "ok": True,
+        "device_index": index,
+        "device": info,
+        "datasheet": spec.get("name"),
+        "flag_below": FLAG_BELOW,
+        "sizes": asdict(sizes),
+        "fp8_skipped": None if use_fp8 else "compute capability below 8.9",
+        "results": results,
+        "elapsed_s": round(time.monotonic() - start, 2),
+    }
 
 
 def _device_info(torch: Any, dev: Any) -> dict[str, Any]:
     if dev.type != "cuda":
         return {"name": "cpu", "compute_capability": None, "torch": torch.__version__}
     p = torch.cuda.get_device_properties(dev)
-    return {"name": p.name, "compute_capability": f"{p.major}.{p.minor}", "multi_processor_count": p.multi_processor_count,
-            "total_memory": p.total_memory, "torch": torch.__version__, "cuda": torch.version.cuda}
+    return {
+        "name": p.name,
+        "compute_capability": f"{p.major}.{p.minor}",
+        "multi_processor_count": p.multi_processor_count,
+        "total_memory": p.total_memory,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
 
 
 def _timed_ms(torch: Any, dev: Any, op: Callable[[], Any], sizes: BenchSizes) -> list[float]:
@@ -114,15 +134,31 @@ def _sync(torch: Any, dev: Any) -> None:
         torch.cuda.synchronize(dev)
 
 
-def _result(label: str, unit: str, per_op: float, samples_ms: list[float], reference: float | None, reference_kind: str,
-            params: dict[str, Any]) -> dict[str, Any]:
+def _result(
+    label: str,
+    unit: str,
+    per_op: float,
+    samples_ms: list[float],
+    reference: float | None,
+    reference_kind: str,
+    params: dict[str, Any],
+) -> dict[str, Any]:
     """`per_op` is the work of one operation (bytes or FLOP) scaled to the unit per second."""
     ms = statistics.median(samples_ms)
     value = per_op / (ms / 1000.0)
     pct = round(100.0 * value / reference, 1) if reference else None
-    return {"label": label, "value": float(f"{value:.5g}"), "unit": unit, "median_ms": round(ms, 4),
-            "samples_ms": [round(s, 4) for s in samples_ms], "reference": reference, "reference_kind": reference_kind,
-            "pct_of_reference": pct, "flagged": bool(pct is not None and pct < FLAG_BELOW * 100), "params": params}
+    return {
+        "label": label,
+        "value": float(f"{value:.5g}"),
+        "unit": unit,
+        "median_ms": round(ms, 4),
+        "samples_ms": [round(s, 4) for s in samples_ms],
+        "reference": reference,
+        "reference_kind": reference_kind,
+        "pct_of_reference": pct,
+        "flagged": bool(pct is not None and pct < FLAG_BELOW * 100),
+        "params": params,
+    }
 
 
 def _copy_d2d(torch: Any, dev: Any, sizes: BenchSizes, spec: dict[str, Any]) -> dict[str, Any]:
@@ -131,8 +167,15 @@ def _copy_d2d(torch: Any, dev: Any, sizes: BenchSizes, spec: dict[str, Any]) -> 
     dst = torch.empty_like(src)
     samples = _timed_ms(torch, dev, lambda: dst.copy_(src), sizes)
     # a copy reads n bytes and writes n bytes
-    return _result("device-to-device copy", "GB/s", 2 * n / 1e9, samples, spec.get("memory_bandwidth_gbps"),
-                   "datasheet memory bandwidth", {"bytes": n, "counted": "read + write"})
+    return _result(
+        "device-to-device copy",
+        "GB/s",
+        2 * n / 1e9,
+        samples,
+        spec.get("memory_bandwidth_gbps"),
+        "datasheet memory bandwidth",
+        {"bytes": n, "counted": "read + write"},
+    )
 
 
 def _transfer(torch: Any, dev: Any, sizes: BenchSizes, spec: dict[str, Any], to_device: bool) -> dict[str, Any]:
@@ -155,7 +198,9 @@ def _matmul(torch: Any, dev: Any, sizes: BenchSizes, spec: dict[str, Any], kind:
     gen = torch.Generator(device=dev).manual_seed(0)
     if kind == "fp8":
         a = torch.randn(n, n, device=dev, generator=gen).to(torch.float8_e4m3fn)
-        b = torch.randn(n, n, device=dev, generator=gen).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+        b = (
+            torch.randn(n, n, device=dev, generator=gen).to(torch.float8_e4m3fn).t()
+        )  # column-major, as _scaled_mm wants
         scale = torch.tensor(1.0, device=dev)
         op = lambda: torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)  # noqa: E731
         label = "fp8 e4m3 matmul (_scaled_mm)"
@@ -168,5 +213,12 @@ def _matmul(torch: Any, dev: Any, sizes: BenchSizes, spec: dict[str, Any], kind:
         label = f"{kind} matmul"
     samples = _timed_ms(torch, dev, op, sizes)
     reference = (spec.get("tflops") or {}).get(kind)
-    return _result(label, "TFLOP/s", 2 * n**3 / 1e12, samples, reference, "datasheet dense" if reference else "no datasheet",
-                   {"m": n, "n": n, "k": n, "data": "random normal"})
+    return _result(
+        label,
+        "TFLOP/s",
+        2 * n**3 / 1e12,
+        samples,
+        reference,
+        "datasheet dense" if reference else "no datasheet",
+        {"m": n, "n": n, "k": n, "data": "random normal"},
+    )

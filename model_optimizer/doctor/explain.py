@@ -36,7 +36,7 @@ def entries() -> list[dict[str, Any]]:
 def explain(text: str) -> list[Match]:
     """Entries whose patterns occur in `text`, best first: more patterns matched, then file order."""
     if not isinstance(text, str) or not text.strip():
-        raise ValueError("--explain needs the error text, e.g. mopt doctor --explain \"CUDA out of memory\"")
+        raise ValueError('--explain needs the error text, e.g. mopt doctor --explain "CUDA out of memory"')
     scored = []
     for order, (entry, patterns) in enumerate(_compiled()):
         hits = [m.group(0) for p in patterns if (m := p.search(text))]

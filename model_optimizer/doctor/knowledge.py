@@ -13,7 +13,9 @@ from typing import Any
 @cache
 def load(name: str) -> dict[str, Any]:
     """One data file of the package, e.g. load('gpus')."""
-    text = resources.files("model_optimizer.doctor").joinpath("data").joinpath(f"{name}.json").read_text(encoding="utf-8")
+    text = (
+        resources.files("model_optimizer.doctor").joinpath("data").joinpath(f"{name}.json").read_text(encoding="utf-8")
+    )
     return json.loads(text)
 
 

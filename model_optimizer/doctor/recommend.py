@@ -24,21 +24,43 @@ def recommended_settings(snapshot: dict[str, Any] | Snapshot) -> dict[str, Any]:
     """dtype, fp8 availability and a gpu_memory_utilization that fits the memory free now."""
     snap = snapshot if isinstance(snapshot, Snapshot) else Snapshot(snapshot)
     if not snap.gpu_usable:
-        return {"device": "cpu", "dtype": "float32", "kv_cache_dtype": "auto", "fp8_available": False, "bf16_available": False,
-                "gpu_memory_utilization": None, "num_gpus": 0,
-                "notes": ["No usable GPU: run on the CPU in float32 (fp16 matmuls are slow or unsupported on CPUs)."]}
+        return {
+            "device": "cpu",
+            "dtype": "float32",
+            "kv_cache_dtype": "auto",
+            "fp8_available": False,
+            "bf16_available": False,
+            "gpu_memory_utilization": None,
+            "num_gpus": 0,
+            "notes": ["No usable GPU: run on the CPU in float32 (fp16 matmuls are slow or unsupported on CPUs)."],
+        }
     gpus = _gpus(snap)
     ccs = [g["compute_capability"] for g in gpus if g["compute_capability"]]
     lowest_cc = min(ccs, key=version_tuple) if ccs else None
-    bf16 = bool(snap.torch.get("bf16_supported")) if snap.torch.get("bf16_supported") is not None else cc_at_least(lowest_cc, "8.0")
-    fp8 = cc_at_least(lowest_cc, "8.9") and bool(snap.torch.get("has_fp8_dtypes")) and bool(snap.torch.get("has_scaled_mm"))
-    notes = ["bf16: same range as fp32, no overflow in long contexts" if bf16 else
-             f"float16: this GPU (compute capability {lowest_cc}) has no bf16; watch for overflow in models trained in bf16"]
+    bf16 = (
+        bool(snap.torch.get("bf16_supported"))
+        if snap.torch.get("bf16_supported") is not None
+        else cc_at_least(lowest_cc, "8.0")
+    )
+    fp8 = (
+        cc_at_least(lowest_cc, "8.9")
+        and bool(snap.torch.get("has_fp8_dtypes"))
+        and bool(snap.torch.get("has_scaled_mm"))
+    )
+    notes = [
+        "bf16: same range as fp32, no overflow in long contexts"
+        if bf16
+        else f"float16: this GPU (compute capability {lowest_cc}) has no bf16; watch for overflow in models trained in bf16"
+    ]
     if fp8:
-        notes.append("fp8 (e4m3) available: --kv-cache-dtype fp8 halves KV-cache memory; fp8 weights double matmul throughput")
+        notes.append(
+            "fp8 (e4m3) available: --kv-cache-dtype fp8 halves KV-cache memory; fp8 weights double matmul throughput"
+        )
     utilization, free_gib, total_gib = _utilization(gpus)
     if utilization is not None and utilization < DEFAULT_UTILIZATION:
-        notes.append(f"gpu_memory_utilization lowered to {utilization} because other processes hold memory ({free_gib:.1f} of {total_gib:.1f} GiB free)")
+        notes.append(
+            f"gpu_memory_utilization lowered to {utilization} because other processes hold memory ({free_gib:.1f} of {total_gib:.1f} GiB free)"
+        )
     return {
         "device": "cuda",
         "dtype": "bfloat16" if bf16 else "float16",
@@ -58,15 +80,31 @@ def recommended_settings(snapshot: dict[str, Any] | Snapshot) -> dict[str, Any]:
 def _gpus(snap: Snapshot) -> list[dict[str, Any]]:
     """Per GPU: name, compute capability, free and total bytes; NVML first, torch as fallback."""
     if snap.devices:
-        return [{"name": d.get("name"), "compute_capability": d.get("compute_capability"),
-                 "free": (d.get("memory") or {}).get("free"), "total": (d.get("memory") or {}).get("total")} for d in snap.devices]
-    return [{"name": d.get("name"), "compute_capability": d.get("compute_capability"), "free": d.get("free_memory"),
-             "total": d.get("total_memory")} for d in snap.torch.get("devices") or []]
+        return [
+            {
+                "name": d.get("name"),
+                "compute_capability": d.get("compute_capability"),
+                "free": (d.get("memory") or {}).get("free"),
+                "total": (d.get("memory") or {}).get("total"),
+            }
+            for d in snap.devices
+        ]
+    return [
+        {
+            "name": d.get("name"),
+            "compute_capability": d.get("compute_capability"),
+            "free": d.get("free_memory"),
+            "total": d.get("total_memory"),
+        }
+        for d in snap.torch.get("devices") or []
+    ]
 
 
 def _utilization(gpus: list[dict[str, Any]]) -> tuple[float | None, float | None, float | None]:
     """The largest fraction (in steps of 0.01, at most the default) free on every GPU, less headroom."""
-    fractions = [(g["free"] / g["total"], g["free"], g["total"]) for g in gpus if g.get("free") is not None and g.get("total")]
+    fractions = [
+        (g["free"] / g["total"], g["free"], g["total"]) for g in gpus if g.get("free") is not None and g.get("total")
+    ]
     if not fractions:
         return DEFAULT_UTILIZATION, None, None
     fraction, free, total = min(fractions)

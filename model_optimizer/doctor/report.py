@@ -39,16 +39,25 @@ def report_document(snapshot: dict[str, Any], findings: list[Finding], settings:
     """What `mopt doctor --json` prints."""
     snap = Snapshot(snapshot)
     code = exit_code(findings)
-    return {"schema_version": 1, "status": STATUS[code], "exit_code": code, "machine": machine_summary(snap),
-            "findings": [f.to_dict() for f in findings], "recommended_settings": settings, "bench": snapshot.get("bench")}
+    return {
+        "schema_version": 1,
+        "status": STATUS[code],
+        "exit_code": code,
+        "machine": machine_summary(snap),
+        "findings": [f.to_dict() for f in findings],
+        "recommended_settings": settings,
+        "bench": snapshot.get("bench"),
+    }
 
 
 def print_report(console: Console, doc: dict[str, Any], os_family: str) -> None:
     """Findings table, fixes for the OS family, recommended settings, benchmark table."""
     m = doc["machine"]
     gpus = ", ".join(filter(None, m["gpus"])) or "no NVIDIA GPU"
-    console.print(f"[bold]mopt doctor[/] - {gpus} | driver {m['driver_version'] or '-'} (CUDA {m['driver_cuda'] or '-'}) | "
-                  f"torch {m['torch'] or '-'} (CUDA {m['torch_cuda'] or '-'}) | {m['os'] or '?'}")
+    console.print(
+        f"[bold]mopt doctor[/] - {gpus} | driver {m['driver_version'] or '-'} (CUDA {m['driver_cuda'] or '-'}) | "
+        f"torch {m['torch'] or '-'} (CUDA {m['torch_cuda'] or '-'}) | {m['os'] or '?'}"
+    )
     table = Table(show_header=True, header_style="bold", expand=False)
     table.add_column("status", no_wrap=True)
     table.add_column("finding")
@@ -60,7 +69,11 @@ def print_report(console: Console, doc: dict[str, Any], os_family: str) -> None:
     _print_settings(console, doc["recommended_settings"])
     if doc.get("bench"):
         _print_bench(console, doc["bench"])
-    verdict = {0: "[green]All checks passed.[/]", 1: "[yellow]Works, with warnings.[/]", 2: "[bold red]Errors: GPU inference will fail until they are fixed.[/]"}
+    verdict = {
+        0: "[green]All checks passed.[/]",
+        1: "[yellow]Works, with warnings.[/]",
+        2: "[bold red]Errors: GPU inference will fail until they are fixed.[/]",
+    }
     console.print(f"{verdict[doc['exit_code']]} (exit code {doc['exit_code']})")
 
 
@@ -84,7 +97,15 @@ def _print_fixes(console: Console, findings: list[dict[str, Any]], os_family: st
 
 def _print_settings(console: Console, settings: dict[str, Any]) -> None:
     table = Table(title="recommended settings", show_header=False, title_justify="left")
-    for key in ("device", "dtype", "kv_cache_dtype", "fp8_available", "gpu_memory_utilization", "gpu_memory_free_gib", "compute_capability"):
+    for key in (
+        "device",
+        "dtype",
+        "kv_cache_dtype",
+        "fp8_available",
+        "gpu_memory_utilization",
+        "gpu_memory_free_gib",
+        "compute_capability",
+    ):
         if key in settings:
             table.add_row(key, str(settings[key]))
     for note in settings.get("notes", []):
@@ -96,7 +117,10 @@ def _print_bench(console: Console, bench: dict[str, Any]) -> None:
     if not bench.get("ok"):
         console.print(f"[dim]bench: {bench.get('reason')}[/]")
         return
-    table = Table(title=f"microbenchmarks on {bench['device'].get('name')} (datasheet: {bench.get('datasheet') or 'unknown'})", title_justify="left")
+    table = Table(
+        title=f"microbenchmarks on {bench['device'].get('name')} (datasheet: {bench.get('datasheet') or 'unknown'})",
+        title_justify="left",
+    )
     for col in ("benchmark", "measured", "reference", "% of reference"):
         table.add_column(col, justify="right" if col != "benchmark" else "left")
     for r in bench["results"]:
@@ -116,7 +140,10 @@ def print_explain(console: Console, text: str, matches: list[Match], os_family: 
         console.print("No knowledge-base entry matches this text. Run `mopt doctor` to check the machine itself.")
         return
     for i, m in enumerate(matches):
-        console.print(f"\n[bold]{'Most likely' if i == 0 else 'Also matches'}: {m.title}[/] [dim]({m.id}; matched: {', '.join(repr(x) for x in m.matched)})[/]", highlight=False)
+        console.print(
+            f"\n[bold]{'Most likely' if i == 0 else 'Also matches'}: {m.title}[/] [dim]({m.id}; matched: {', '.join(repr(x) for x in m.matched)})[/]",
+            highlight=False,
+        )
         console.print("  causes:")
         for c in m.causes:
             console.print(f"   - {c}", highlight=False)

@@ -33,7 +33,9 @@ class Batcher:
         for k in sorted(range(len(rows)), key=lambda k: len(token_ids[k]), reverse=True):
             n = len(token_ids[k])
             batch = self._open
-            if batch.rows and (batch.num_tokens + n > self.max_num_batched_tokens or len(batch.rows) == self.max_num_seqs):
+            if batch.rows and (
+                batch.num_tokens + n > self.max_num_batched_tokens or len(batch.rows) == self.max_num_seqs
+            ):
                 full.append(batch)
                 batch = self._open = Batch()
             batch.rows.append(rows[k])

@@ -68,4 +68,6 @@ class EmbedConfig:
         if self.max_seq_length is not None:
             check_positive(self, "max_seq_length")
         if "{task}" not in self.instruction_template or "{text}" not in self.instruction_template:
-            raise ValueError(f"instruction_template must contain {{task}} and {{text}}, got {self.instruction_template!r}")
+            raise ValueError(
+                f"instruction_template must contain {{task}} and {{text}}, got {self.instruction_template!r}"
+            )

@@ -49,11 +49,15 @@ def check_truncation(truncate_prompt_tokens: int | None, max_seq_length: int) ->
     if truncate_prompt_tokens is None:
         return None
     if isinstance(truncate_prompt_tokens, bool) or not isinstance(truncate_prompt_tokens, int):
-        raise ValueError(f"truncate_prompt_tokens must be an integer (-1 or 1..{max_seq_length}), got {truncate_prompt_tokens!r}")
+        raise ValueError(
+            f"truncate_prompt_tokens must be an integer (-1 or 1..{max_seq_length}), got {truncate_prompt_tokens!r}"
+        )
     if truncate_prompt_tokens == -1:
         return max_seq_length
     if not 1 <= truncate_prompt_tokens <= max_seq_length:
-        raise ValueError(f"truncate_prompt_tokens must be -1 or between 1 and the model's limit {max_seq_length}, got {truncate_prompt_tokens}")
+        raise ValueError(
+            f"truncate_prompt_tokens must be -1 or between 1 and the model's limit {max_seq_length}, got {truncate_prompt_tokens}"
+        )
     return truncate_prompt_tokens
 
 
@@ -77,7 +81,10 @@ class InputTokenizer:
                 self._check_ids(x, i)
 
     def token_ids(
-        self, inputs: Sequence[EmbedInput], truncate_to: int | None, instruction: str | None,
+        self,
+        inputs: Sequence[EmbedInput],
+        truncate_to: int | None,
+        instruction: str | None,
         numbers: Sequence[int] | None = None,
     ) -> list[list[int]]:
         """Token ids of every input, within the length limit (or an error naming an input over it).
@@ -155,10 +162,14 @@ class TextEncoder:
         """The text's ids cut to `max_length` with its special tokens ([CLS] ... [SEP]) kept."""
         if self._own is None:
             with self._lock:
-                return list(self.tokenizer(text, add_special_tokens=True, truncation=True, max_length=max_length)["input_ids"])
+                return list(
+                    self.tokenizer(text, add_special_tokens=True, truncation=True, max_length=max_length)["input_ids"]
+                )
         num_special = self._own.num_special_tokens_to_add(False)
         if max_length < num_special:
-            raise ValueError(f"cannot truncate to {max_length} tokens: the tokenizer's special tokens alone take {num_special}")
+            raise ValueError(
+                f"cannot truncate to {max_length} tokens: the tokenizer's special tokens alone take {num_special}"
+            )
         encoding = self._own.encode(text, add_special_tokens=False)
         encoding.truncate(max_length - num_special, direction=getattr(self.tokenizer, "truncation_side", "right"))
         return self._own.post_process(encoding).ids

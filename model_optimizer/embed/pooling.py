@@ -20,7 +20,9 @@ def pool(hidden: torch.Tensor, cu_seqlens: torch.Tensor, mode: str) -> torch.Ten
     h = hidden.float()
     if mode == "max":
         return torch.segment_reduce(h, "max", lengths=lens, axis=0, unsafe=True)
-    sums = torch.segment_reduce(h, "sum", lengths=lens, axis=0, unsafe=True)  # unsafe: no checks that read lengths back (a sync); (num_seqs, hidden); far faster than index_add_ on CPU
+    sums = torch.segment_reduce(
+        h, "sum", lengths=lens, axis=0, unsafe=True
+    )  # unsafe: no checks that read lengths back (a sync); (num_seqs, hidden); far faster than index_add_ on CPU
     if mode == "mean":
         return sums / lens[:, None].float()
     if mode == "mean_sqrt_len":

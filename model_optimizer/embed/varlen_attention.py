@@ -42,7 +42,9 @@ class VarlenMeta:
     def max_len(self) -> int:
         return max(self.lengths)  # read by every layer: computed once per forward
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: int | None = None) -> torch.Tensor:
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: int | None = None
+    ) -> torch.Tensor:
         return varlen_attention(q, k, v, self, causal, window)
 
     @classmethod
@@ -63,7 +65,9 @@ class PaddedMeta:
     attention_mask: torch.Tensor
     """(batch, seq) 1 for real tokens, 0 for padding."""
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: int | None = None) -> torch.Tensor:
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: int | None = None
+    ) -> torch.Tensor:
         if window is not None:
             raise ValueError("sliding-window attention is not supported in the padded (export) layout")
         heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[2]
@@ -109,7 +113,13 @@ def varlen_attention(
             return _flash_varlen(q, k, v, meta, causal, window)
         except torch.OutOfMemoryError:
             raise
-        except (RuntimeError, TypeError, ValueError, ImportError, AttributeError) as exc:  # unsupported head size, old torch ...
+        except (
+            RuntimeError,
+            TypeError,
+            ValueError,
+            ImportError,
+            AttributeError,
+        ) as exc:  # unsupported head size, old torch ...
             _disable_flash_varlen(exc)
     if len(meta.lengths) == 1 or min(meta.lengths) == meta.max_len:
         return _padded_sdpa(q, k, v, meta, causal, window)
@@ -171,7 +181,9 @@ def _padded_sdpa(q, k, v, meta: VarlenMeta, causal: bool, window: int | None) ->
     if visible is not None:
         mask = mask & visible
     out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, enable_gqa=group > 1)
-    return out.transpose(1, 2).reshape(num_seqs * max_len, *q.shape[1:]).index_select(0, rows)  # (tokens, heads, head_dim)
+    return (
+        out.transpose(1, 2).reshape(num_seqs * max_len, *q.shape[1:]).index_select(0, rows)
+    )  # (tokens, heads, head_dim)
 
 
 def _padding_index(lengths: list[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -212,9 +224,17 @@ def _flash_varlen(q, k, v, meta: VarlenMeta, causal: bool, window: int | None) -
     left, right = (window - 1 if window else -1), (0 if causal else -1)
     cu = meta.cu_seqlens
     out = torch.ops.aten._flash_attention_forward(
-        q, k, v, cu, cu, meta.max_len, meta.max_len, 0.0,
+        q,
+        k,
+        v,
+        cu,
+        cu,
+        meta.max_len,
+        meta.max_len,
+        0.0,
         left == -1 and right == 0,  # is_causal: plain causal; a causal window is told by right == 0
         False,  # return_debug_mask
-        window_size_left=left, window_size_right=right,
+        window_size_left=left,
+        window_size_right=right,
     )
     return out[0]

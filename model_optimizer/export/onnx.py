@@ -28,7 +28,11 @@ from model_optimizer.embed.varlen_attention import PaddedMeta
 INPUT_NAMES = ["input_ids", "attention_mask"]
 OUTPUT_NAME = "sentence_embedding"
 CHECK_TEXTS = [
-    "a", "Hello, world!", "naïve café — déjà vu", "日本語のテキスト", "!!! ??? ...",
+    "a",
+    "Hello, world!",
+    "naïve café — déjà vu",
+    "日本語のテキスト",
+    "!!! ??? ...",
     "ONNX export with dynamic batch and sequence axes, checked against the engine. " * 4,
 ]
 
@@ -98,8 +102,14 @@ def export_onnx(embedder: Embedder, onnx_path: Path, opset: int = 17) -> None:
     try:
         with torch.no_grad():
             torch.onnx.export(
-                wrapper, args, tmp, input_names=INPUT_NAMES, output_names=[OUTPUT_NAME],
-                dynamic_axes=dynamic, opset_version=opset, dynamo=False,
+                wrapper,
+                args,
+                tmp,
+                input_names=INPUT_NAMES,
+                output_names=[OUTPUT_NAME],
+                dynamic_axes=dynamic,
+                opset_version=opset,
+                dynamo=False,
             )
         os.chmod(tmp, 0o644)  # mkstemp makes it private; the result is an ordinary file
         os.replace(tmp, onnx_path)
@@ -121,13 +131,17 @@ def check_onnx(embedder: Embedder, onnx_path: Path, texts: list[str], opset: int
     got = torch.cat(outputs).float()
     expected = embedder.encode(texts, truncate_prompt_tokens=-1).embeddings
     return ExportReport(
-        onnx_path=str(onnx_path), opset=opset, num_texts=len(texts),
+        onnx_path=str(onnx_path),
+        opset=opset,
+        num_texts=len(texts),
         max_abs_diff=float((got - expected).abs().max()),
         min_cosine=float(F.cosine_similarity(got, expected, dim=-1).min()),
     )
 
 
-def export_folder(embedder: Embedder, out_dir: Path, opset: int = 17, check_texts: list[str] | None = None) -> ExportReport:
+def export_folder(
+    embedder: Embedder, out_dir: Path, opset: int = 17, check_texts: list[str] | None = None
+) -> ExportReport:
     """out_dir/model.onnx, the tokenizer files beside it, and export_report.json with the check."""
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / "model.onnx"

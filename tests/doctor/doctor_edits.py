@@ -28,7 +28,9 @@ def load(path: str) -> dict[str, Any]:
 def gpu_base() -> dict[str, Any]:
     """A deep copy of the recorded GPU snapshot, or skip the test when it is not committed yet."""
     if not os.path.exists(GPU_SNAPSHOT):
-        pytest.skip(f"no recorded GPU snapshot at {GPU_SNAPSHOT}: run scripts/device/doctor_capture.py on the GPU machine")
+        pytest.skip(
+            f"no recorded GPU snapshot at {GPU_SNAPSHOT}: run scripts/device/doctor_capture.py on the GPU machine"
+        )
     snap = copy.deepcopy(load(GPU_SNAPSHOT))
     snap.pop("bench", None)
     return snap
@@ -46,9 +48,17 @@ def set_modules(snap: dict[str, Any], **loaded: bool) -> None:
     """Make /proc/modules readable and list exactly the given modules."""
     state = {name: bool(loaded.get(name, False)) for name in MODULES}
     text = "".join(f"{name} 1 0 - Live 0x0000000000000000\n" for name, on in state.items() if on)
-    snap["probes"]["modules"] = {"ok": True, "elapsed_s": 0.0, "data": {
-        "proc_modules_readable": True, "proc_modules": "ext4 1 0 - Live 0x0\n" + text, "loaded": state,
-        "sys_module": dict(state), "tainted": 0}}
+    snap["probes"]["modules"] = {
+        "ok": True,
+        "elapsed_s": 0.0,
+        "data": {
+            "proc_modules_readable": True,
+            "proc_modules": "ext4 1 0 - Live 0x0\n" + text,
+            "loaded": state,
+            "sys_module": dict(state),
+            "tainted": 0,
+        },
+    }
 
 
 def ensure_pci_gpu(snap: dict[str, Any], driver: str | None) -> None:
@@ -56,8 +66,17 @@ def ensure_pci_gpu(snap: dict[str, Any], driver: str | None) -> None:
     pci = data(snap, "pci")
     gpus = [d for d in pci.get("sysfs_devices", []) if str(d.get("class", "")).startswith("0x03")]
     if not gpus:
-        gpus = [{"address": "0000:00:06.0", "device_id": "0x2335", "class": "0x030200", "current_link_speed": None,
-                 "current_link_width": None, "max_link_speed": None, "max_link_width": None}]
+        gpus = [
+            {
+                "address": "0000:00:06.0",
+                "device_id": "0x2335",
+                "class": "0x030200",
+                "current_link_speed": None,
+                "current_link_width": None,
+                "max_link_speed": None,
+                "max_link_width": None,
+            }
+        ]
         pci["sysfs_devices"] = gpus
     for d in gpus:
         d["driver"] = driver
@@ -71,7 +90,12 @@ def torch_without_gpu(snap: dict[str, Any], init_error: str, warnings: list[str]
 
 
 def nvml_fails(snap: dict[str, Any], error_type: str, message: str) -> None:
-    snap["probes"]["nvml"] = {"ok": False, "error_type": error_type, "error": f"{error_type}: {message}", "elapsed_s": 0.01}
+    snap["probes"]["nvml"] = {
+        "ok": False,
+        "error_type": error_type,
+        "error": f"{error_type}: {message}",
+        "elapsed_s": 0.01,
+    }
 
 
 def module_missing(snap: dict[str, Any]) -> dict[str, Any]:
@@ -82,11 +106,23 @@ def module_missing(snap: dict[str, Any]) -> dict[str, Any]:
     data(snap, "dev_nodes")["nodes"] = {}
     data(snap, "driver_proc").update({"version": None, "gpus": {}, "sys_module_version": None})
     data(snap, "libcuda").update({"loaded": "libcuda.so.1", "cuDriverGetVersion_rc": 0})
-    data(snap, "secure_boot").update({"secure_boot": False, "nvidia_module_file": "/lib/modules/6.8.0-49-generic/updates/dkms/nvidia.ko.zst",
-                                      "nvidia_module_signer": None})
+    data(snap, "secure_boot").update(
+        {
+            "secure_boot": False,
+            "nvidia_module_file": "/lib/modules/6.8.0-49-generic/updates/dkms/nvidia.ko.zst",
+            "nvidia_module_signer": None,
+        }
+    )
     smi = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
-    snap["probes"]["nvidia_smi"] = {"ok": True, "elapsed_s": 0.1, "data": {"found": True, "rc": 9, "xml": smi, "stderr": "", "message": smi}}
-    torch_without_gpu(snap, "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx")
+    snap["probes"]["nvidia_smi"] = {
+        "ok": True,
+        "elapsed_s": 0.1,
+        "data": {"found": True, "rc": 9, "xml": smi, "stderr": "", "message": smi},
+    }
+    torch_without_gpu(
+        snap,
+        "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx",
+    )
     return snap
 
 
@@ -108,7 +144,13 @@ def uvm_missing(snap: dict[str, Any]) -> dict[str, Any]:
     set_modules(snap, nvidia=True, nvidia_modeset=True)
     data(snap, "dev_nodes")["nodes"].pop("/dev/nvidia-uvm", None)
     data(snap, "dev_nodes")["nodes"].pop("/dev/nvidia-uvm-tools", None)
-    torch_without_gpu(snap, "", ["CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be zero."])
+    torch_without_gpu(
+        snap,
+        "",
+        [
+            "CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be zero."
+        ],
+    )
     return snap
 
 
@@ -118,7 +160,13 @@ def driver_too_old(snap: dict[str, Any]) -> dict[str, Any]:
     nvml.update({"driver_version": "525.147.05", "cuda_driver_version": 12000})
     data(snap, "libcuda")["cuda_driver_version"] = 12000
     data(snap, "torch").update({"version": "2.11.0+cu130", "cuda": "13.0"})
-    torch_without_gpu(snap, "", ["CUDA initialization: The NVIDIA driver on your system is too old (found version 12000). Please update your GPU driver by downloading and installing a new version from the URL: http://www.nvidia.com/Download/index.aspx Alternatively, go to: https://pytorch.org to install a PyTorch version that has been compiled with your version of the CUDA driver."])
+    torch_without_gpu(
+        snap,
+        "",
+        [
+            "CUDA initialization: The NVIDIA driver on your system is too old (found version 12000). Please update your GPU driver by downloading and installing a new version from the URL: http://www.nvidia.com/Download/index.aspx Alternatively, go to: https://pytorch.org to install a PyTorch version that has been compiled with your version of the CUDA driver."
+        ],
+    )
     return snap
 
 
@@ -148,30 +196,69 @@ def laptop_x4(snap: dict[str, Any]) -> dict[str, Any]:
     dev = device(snap)
     dev.update({"name": "NVIDIA GeForce RTX 4060 Laptop GPU", "compute_capability": "8.9"})
     dev["pcie"].update({"current_gen": 4, "max_gen": 4, "gpu_max_gen": 4, "current_width": 4, "max_width": 8})
-    snap["bench"] = {"ok": True, "device_index": 0, "device": {"name": dev["name"]}, "datasheet": "GeForce RTX 4060 Laptop GPU", "results": [
-        {"name": "h2d_pinned", "label": "host-to-device (pinned)", "value": 6.1, "unit": "GB/s", "reference": 15.75,
-         "reference_kind": "PCIe gen4 x8 one-way", "pct_of_reference": 38.7, "flagged": True},
-        {"name": "matmul_bf16", "label": "bf16 matmul", "value": 24.0, "unit": "TFLOP/s", "reference": 29.1,
-         "reference_kind": "datasheet dense", "pct_of_reference": 82.5, "flagged": False}]}
+    snap["bench"] = {
+        "ok": True,
+        "device_index": 0,
+        "device": {"name": dev["name"]},
+        "datasheet": "GeForce RTX 4060 Laptop GPU",
+        "results": [
+            {
+                "name": "h2d_pinned",
+                "label": "host-to-device (pinned)",
+                "value": 6.1,
+                "unit": "GB/s",
+                "reference": 15.75,
+                "reference_kind": "PCIe gen4 x8 one-way",
+                "pct_of_reference": 38.7,
+                "flagged": True,
+            },
+            {
+                "name": "matmul_bf16",
+                "label": "bf16 matmul",
+                "value": 24.0,
+                "unit": "TFLOP/s",
+                "reference": 29.1,
+                "reference_kind": "datasheet dense",
+                "pct_of_reference": 82.5,
+                "flagged": False,
+            },
+        ],
+    }
     return snap
 
 
 def ecc_errors(snap: dict[str, Any]) -> dict[str, Any]:
-    device(snap)["ecc"].update({"current": True, "pending": True, "volatile_uncorrected": 3, "aggregate_uncorrected": 3,
-                                "remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": True, "failure": False}})
+    device(snap)["ecc"].update(
+        {
+            "current": True,
+            "pending": True,
+            "volatile_uncorrected": 3,
+            "aggregate_uncorrected": 3,
+            "remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": True, "failure": False},
+        }
+    )
     return snap
 
 
 def ecc_remap_pending(snap: dict[str, Any]) -> dict[str, Any]:
-    device(snap)["ecc"].update({"current": True, "pending": True, "volatile_uncorrected": 0, "aggregate_uncorrected": 0,
-                                "remapped_rows": {"correctable": 1, "uncorrectable": 0, "pending": True, "failure": False}})
+    device(snap)["ecc"].update(
+        {
+            "current": True,
+            "pending": True,
+            "volatile_uncorrected": 0,
+            "aggregate_uncorrected": 0,
+            "remapped_rows": {"correctable": 1, "uncorrectable": 0, "pending": True, "failure": False},
+        }
+    )
     return snap
 
 
 def power_capped(snap: dict[str, Any]) -> dict[str, Any]:
     power = device(snap)["power"]
     default = power.get("default_limit_w") or 700.0
-    power.update({"default_limit_w": default, "limit_w": round(default * 0.5, 1), "enforced_limit_w": round(default * 0.5, 1)})
+    power.update(
+        {"default_limit_w": default, "limit_w": round(default * 0.5, 1), "enforced_limit_w": round(default * 0.5, 1)}
+    )
     device(snap)["clock_event_reasons"] = ["sw_power_cap", "hw_slowdown"]
     return snap
 

@@ -43,7 +43,9 @@ def test_cpu_recommended_settings():
 def test_gpu_on_the_bus_without_driver_is_an_error():
     """Same machine, but with an NVIDIA card on the PCI bus: NVML's LibraryNotFound now means 'install the driver'."""
     snap = copy.deepcopy(E.load(E.CPU_SNAPSHOT))
-    E.data(snap, "pci")["sysfs_devices"] = [{"address": "0000:01:00.0", "device_id": "0x2684", "class": "0x030000", "driver": None}]
+    E.data(snap, "pci")["sysfs_devices"] = [
+        {"address": "0000:01:00.0", "device_id": "0x2684", "class": "0x030000", "driver": None}
+    ]
     E.data(snap, "container_toolkit")["in_container"] = False
     found = ids(evaluate(snap))
     f = found["driver.not_installed"]
@@ -116,7 +118,9 @@ def test_cli_registered_in_mopt(capsys):
     assert json.loads(capsys.readouterr().out)["status"] == "ok"
 
 
-@pytest.mark.parametrize("family,present,absent", [("debian", "update-initramfs", "dracut"), ("rhel", "dracut", "update-initramfs")])
+@pytest.mark.parametrize(
+    "family,present,absent", [("debian", "update-initramfs", "dracut"), ("rhel", "dracut", "update-initramfs")]
+)
 def test_report_shows_fixes_for_the_os_family(family, present, absent):
     """Rendering: the nouveau fix differs per family; only the chosen family's commands print."""
     import io
@@ -138,7 +142,12 @@ def test_report_shows_fixes_for_the_os_family(family, present, absent):
 def test_every_probe_failed_still_gives_a_report():
     snap = copy.deepcopy(E.load(E.CPU_SNAPSHOT))
     for name in snap["probes"]:
-        snap["probes"][name] = {"ok": False, "error": "RuntimeError: broken", "error_type": "RuntimeError", "elapsed_s": 0.0}
+        snap["probes"][name] = {
+            "ok": False,
+            "error": "RuntimeError: broken",
+            "error_type": "RuntimeError",
+            "elapsed_s": 0.0,
+        }
     findings = evaluate(snap)
     assert not [f.title for f in findings if f.id.startswith("doctor.rule_failed")]
     assert recommended_settings(snap)["device"] == "cpu"

@@ -18,7 +18,9 @@ def test_recorded_gpu_snapshot_is_healthy():
     snap = E.gpu_base()
     found = ids(evaluate(snap))
     assert "gpu.usable" in found and "driver.ok" in found and "cuda.compat_ok" in found
-    assert not [f for f in found.values() if f.severity == "error"], [f.title for f in found.values() if f.severity == "error"]
+    assert not [f for f in found.values() if f.severity == "error"], [
+        f.title for f in found.values() if f.severity == "error"
+    ]
     assert exit_code(list(found.values())) in (0, 1)
     assert exit_code(evaluate(snap, require_gpu=True)) == exit_code(list(found.values()))
 
@@ -154,8 +156,14 @@ def test_memory_held_by_others_lowers_utilization():
     assert any("lowered" in n for n in settings["notes"])
 
 
-@pytest.mark.parametrize("cc,name,dtype,fp8", [("7.5", "Tesla T4", "float16", False), ("8.0", "NVIDIA A100-SXM4-80GB", "bfloat16", False),
-                                                ("8.9", "NVIDIA L4", "bfloat16", True)])
+@pytest.mark.parametrize(
+    "cc,name,dtype,fp8",
+    [
+        ("7.5", "Tesla T4", "float16", False),
+        ("8.0", "NVIDIA A100-SXM4-80GB", "bfloat16", False),
+        ("8.9", "NVIDIA L4", "bfloat16", True),
+    ],
+)
 def test_recommended_dtype_by_compute_capability(cc, name, dtype, fp8):
     snap = E.old_gpu(E.gpu_base(), cc, name)
     settings = recommended_settings(snap)
@@ -172,14 +180,29 @@ def test_knowledge_base_explains_the_edited_torch_errors():
 
 def test_gpu_lost_from_the_bus():
     snap = E.gpu_base()
-    E.data(snap, "nvml")["devices"].append({"index": 1, "error": "NVMLError_GpuIsLost: GPU is lost", "error_type": "NVMLError_GpuIsLost"})
+    E.data(snap, "nvml")["devices"].append(
+        {"index": 1, "error": "NVMLError_GpuIsLost: GPU is lost", "error_type": "NVMLError_GpuIsLost"}
+    )
     found = ids(evaluate(snap))
     assert found["gpu.unreachable"].severity == "error" and "GPU 1" in found["gpu.unreachable"].title
     assert not [f for f in found.values() if f.id.startswith("doctor.rule_failed")]
 
 
-EDITS = [E.module_missing, E.secure_boot_unsigned, E.nouveau_loaded, E.uvm_missing, E.driver_too_old, E.torch_cpu_build,
-         E.torch_wrong_arch, E.pcie_x4, E.laptop_x4, E.ecc_errors, E.ecc_remap_pending, E.power_capped, E.memory_in_use]
+EDITS = [
+    E.module_missing,
+    E.secure_boot_unsigned,
+    E.nouveau_loaded,
+    E.uvm_missing,
+    E.driver_too_old,
+    E.torch_cpu_build,
+    E.torch_wrong_arch,
+    E.pcie_x4,
+    E.laptop_x4,
+    E.ecc_errors,
+    E.ecc_remap_pending,
+    E.power_capped,
+    E.memory_in_use,
+]
 
 
 @pytest.mark.parametrize("edit", EDITS, ids=[e.__name__ for e in EDITS])

@@ -16,9 +16,22 @@ ENTRIES = entries()
 
 def test_knowledge_base_has_the_common_errors():
     have = {e["id"] for e in ENTRIES}
-    required = {"nvidia_smi_no_driver", "driver_insufficient", "no_kernel_image", "no_device", "cuda_oom", "nccl_error",
-                "libcuda_missing", "cudnn_mismatch", "found_no_driver", "nvidia_container_cli", "container_no_gpu_runtime",
-                "xid", "cublas_not_initialized", "bf16_unsupported"}
+    required = {
+        "nvidia_smi_no_driver",
+        "driver_insufficient",
+        "no_kernel_image",
+        "no_device",
+        "cuda_oom",
+        "nccl_error",
+        "libcuda_missing",
+        "cudnn_mismatch",
+        "found_no_driver",
+        "nvidia_container_cli",
+        "container_no_gpu_runtime",
+        "xid",
+        "cublas_not_initialized",
+        "bf16_unsupported",
+    }
     assert required <= have
     assert len(have) == len(ENTRIES) >= 12  # ids are unique
 
@@ -32,21 +45,27 @@ def test_entry_is_complete(entry):
         re.compile(pattern)
 
 
-@pytest.mark.parametrize("entry,example", [(e, x) for e in ENTRIES for x in e["examples"]],
-                         ids=[f"{e['id']}-{i}" for e in ENTRIES for i in range(len(e["examples"]))])
+@pytest.mark.parametrize(
+    "entry,example",
+    [(e, x) for e in ENTRIES for x in e["examples"]],
+    ids=[f"{e['id']}-{i}" for e in ENTRIES for i in range(len(e["examples"]))],
+)
 def test_every_entry_is_found_first_by_its_message(entry, example):
     matches = explain(example)
     assert matches and matches[0].id == entry["id"], [m.id for m in matches]
     assert matches[0].matched
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "nvidia_smi_no_driver"),
-    ("CUDA driver version is insufficient for CUDA runtime version", "driver_insufficient"),
-    ("no kernel image is available for execution on the device", "no_kernel_image"),
-    ("cuInit: CUDA_ERROR_NO_DEVICE", "no_device"),
-    ("CUDA out of memory. Tried to allocate 20.00 MiB", "cuda_oom"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "nvidia_smi_no_driver"),
+        ("CUDA driver version is insufficient for CUDA runtime version", "driver_insufficient"),
+        ("no kernel image is available for execution on the device", "no_kernel_image"),
+        ("cuInit: CUDA_ERROR_NO_DEVICE", "no_device"),
+        ("CUDA out of memory. Tried to allocate 20.00 MiB", "cuda_oom"),
+    ],
+)
 def test_the_issue_examples(text, expected):
     assert explain(text)[0].id == expected
 
@@ -61,7 +80,17 @@ def test_empty_text_is_a_clear_error():
 
 
 def test_cli_explain(capsys):
-    assert main(["--explain", "RuntimeError: CUDA error: no kernel image is available for execution on the device", "--os", "all"]) == 0
+    assert (
+        main(
+            [
+                "--explain",
+                "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+                "--os",
+                "all",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "Most likely" in out and "TORCH_CUDA_ARCH_LIST" in out
     assert main(["--explain", "CUBLAS_STATUS_NOT_INITIALIZED", "--json"]) == 0
@@ -97,12 +126,22 @@ def test_compute_capability_features():
     assert K.cc_at_least("10.0", "8.9") and not K.cc_at_least(None, "7.0")
 
 
-@pytest.mark.parametrize("name,spec", [
-    ("NVIDIA H200", "H200 SXM"), ("NVIDIA H200 NVL", "H200 NVL"), ("NVIDIA H100 80GB HBM3", "H100 SXM"),
-    ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"), ("NVIDIA A100-PCIE-40GB", "A100 PCIe 40GB"),
-    ("NVIDIA L40S", "L40S"), ("NVIDIA L4", "L4"), ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),
-    ("NVIDIA GeForce RTX 4060 Laptop GPU", "GeForce RTX 4060 Laptop GPU"), ("Tesla T4", "T4"),
-])
+@pytest.mark.parametrize(
+    "name,spec",
+    [
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA H200 NVL", "H200 NVL"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"),
+        ("NVIDIA A100-PCIE-40GB", "A100 PCIe 40GB"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),
+        ("NVIDIA GeForce RTX 4060 Laptop GPU", "GeForce RTX 4060 Laptop GPU"),
+        ("Tesla T4", "T4"),
+    ],
+)
 def test_datasheet_lookup(name, spec):
     entry = K.gpu_spec(name)
     assert entry and entry["name"] == spec

@@ -28,7 +28,12 @@ def test_failing_probe_is_recorded():
         raise RuntimeError("driver said no")
 
     result = call_with_timeout(broken, 5)
-    assert result == {"ok": False, "error": "RuntimeError: driver said no", "error_type": "RuntimeError", "elapsed_s": result["elapsed_s"]}
+    assert result == {
+        "ok": False,
+        "error": "RuntimeError: driver said no",
+        "error_type": "RuntimeError",
+        "elapsed_s": result["elapsed_s"],
+    }
 
 
 def test_run_cmd_missing_and_timeout():
@@ -85,9 +90,16 @@ def test_bench_figures_against_reference():
 
 def test_bench_rule_summarises_and_flags():
     snap = E.load(E.CPU_SNAPSHOT)
-    snap["bench"] = {"ok": True, "device_index": 0, "device": {"name": "NVIDIA H200"}, "results": [
-        _result("device-to-device copy", "GB/s", 2.0, [1.0], 4800, "datasheet memory bandwidth", {}) | {"name": "d2d_copy"},
-        {"name": "matmul_fp8", "label": "fp8", "error": "RuntimeError: boom"}]}
+    snap["bench"] = {
+        "ok": True,
+        "device_index": 0,
+        "device": {"name": "NVIDIA H200"},
+        "results": [
+            _result("device-to-device copy", "GB/s", 2.0, [1.0], 4800, "datasheet memory bandwidth", {})
+            | {"name": "d2d_copy"},
+            {"name": "matmul_fp8", "label": "fp8", "error": "RuntimeError: boom"},
+        ],
+    }
     found = {f.id: f for f in evaluate(snap)}
     assert found["bench.d2d_copy_low"].severity == "warn" and "42%" in found["bench.d2d_copy_low"].title
     assert found["bench.matmul_fp8_failed"].severity == "warn"
@@ -106,7 +118,9 @@ def _cuda_available() -> bool:
 @pytest.mark.gpu
 @pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU")
 def test_bench_on_the_gpu():
-    result = run_bench("cuda", sizes=BenchSizes(copy_bytes=64 << 20, transfer_bytes=16 << 20, matmul_n=1024, samples=3, inner=3))
+    result = run_bench(
+        "cuda", sizes=BenchSizes(copy_bytes=64 << 20, transfer_bytes=16 << 20, matmul_n=1024, samples=3, inner=3)
+    )
     by_name = {r["name"]: r for r in result["results"]}
     for r in by_name.values():
         assert r.get("error") is None and r["value"] > 0, r

@@ -11,7 +11,6 @@ from safetensors.torch import load_file, save_file
 
 from model_optimizer import LLM, SamplingParams
 from model_optimizer.models.loader import load_model
-from model_optimizer.models.tiny import build_checkpoint
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
@@ -68,7 +67,9 @@ def test_shape_mismatch_names_file_tensor_and_shapes(tiny_model, tmp_path):
     name = "model.layers.0.self_attn.k_proj.weight"
     tensors[name] = tensors[name][:-1]
     save_file(tensors, str(folder / "model.safetensors"))
-    with pytest.raises(ValueError, match=r"model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight'.*expected shape"):
+    with pytest.raises(
+        ValueError, match=r"model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight'.*expected shape"
+    ):
         load_model(folder, "auto", torch.device("cpu"))
 
 

@@ -8,15 +8,23 @@ a crash. The snapshot is plain JSON, so rules can be tested on snapshots recorde
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from model_optimizer.doctor._util import call_with_timeout
 from model_optimizer.doctor.probes.kernel import (
-    probe_dev_nodes, probe_driver_proc, probe_modules, probe_pci, probe_secure_boot,
+    probe_dev_nodes,
+    probe_driver_proc,
+    probe_modules,
+    probe_pci,
+    probe_secure_boot,
 )
 from model_optimizer.doctor.probes.nvml import probe_nvml
 from model_optimizer.doctor.probes.software import (
-    probe_container_toolkit, probe_libcuda, probe_nvidia_smi, probe_python_packages,
+    probe_container_toolkit,
+    probe_libcuda,
+    probe_nvidia_smi,
+    probe_python_packages,
 )
 from model_optimizer.doctor.probes.system import probe_system
 from model_optimizer.doctor.probes.torch_env import probe_torch

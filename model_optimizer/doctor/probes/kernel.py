@@ -57,16 +57,18 @@ def probe_pci() -> dict[str, Any]:
         if (read_text(f"{path}/vendor") or "").strip() != NVIDIA_PCI_VENDOR:
             continue
         driver = os.path.realpath(f"{path}/driver") if os.path.exists(f"{path}/driver") else None
-        devices.append({
-            "address": os.path.basename(path),
-            "device_id": (read_text(f"{path}/device") or "").strip(),
-            "class": (read_text(f"{path}/class") or "").strip(),
-            "driver": os.path.basename(driver) if driver else None,
-            "current_link_speed": (read_text(f"{path}/current_link_speed") or "").strip() or None,
-            "current_link_width": _int((read_text(f"{path}/current_link_width") or "").strip()),
-            "max_link_speed": (read_text(f"{path}/max_link_speed") or "").strip() or None,
-            "max_link_width": _int((read_text(f"{path}/max_link_width") or "").strip()),
-        })
+        devices.append(
+            {
+                "address": os.path.basename(path),
+                "device_id": (read_text(f"{path}/device") or "").strip(),
+                "class": (read_text(f"{path}/class") or "").strip(),
+                "driver": os.path.basename(driver) if driver else None,
+                "current_link_speed": (read_text(f"{path}/current_link_speed") or "").strip() or None,
+                "current_link_width": _int((read_text(f"{path}/current_link_width") or "").strip()),
+                "max_link_speed": (read_text(f"{path}/max_link_speed") or "").strip() or None,
+                "max_link_width": _int((read_text(f"{path}/max_link_width") or "").strip()),
+            }
+        )
     lspci = run_cmd(["lspci", "-nn", "-d", "10de:"], timeout_s=10) if which("lspci") else {"found": False}
     return {"sysfs_devices": devices, "lspci": lspci}
 

@@ -7,7 +7,8 @@ reason (NotSupported, NoPermission, AttributeError...), and the rest is still re
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # Clock-event ("throttle") reason bits, as NVML defines them.
 CLOCK_EVENT_REASONS = {
@@ -87,7 +88,8 @@ def _device(nv: Any, h: Any, index: int) -> dict[str, Any]:
     dev["clock_event_reasons"] = [name for bit, name in CLOCK_EVENT_REASONS.items() if reasons and reasons & bit]
     dev["temperature_c"] = get("temperature", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
     dev["temperature_slowdown_c"] = get(
-        "temperature_slowdown", lambda: nv.nvmlDeviceGetTemperatureThreshold(h, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
+        "temperature_slowdown", lambda: nv.nvmlDeviceGetTemperatureThreshold(h, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+    )
     util = get("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
     dev["utilization_pct"] = {"gpu": util.gpu, "memory": util.memory} if util else None
     dev["processes"] = _processes(nv, h, get)
@@ -117,11 +119,20 @@ def _ecc(nv: Any, h: Any, get: Callable[..., Any]) -> dict[str, Any]:
     if ecc["current"]:
         for counter in ("volatile", "aggregate"):
             for kind in ("corrected", "uncorrected"):
-                ecc[f"{counter}_{kind}"] = get(f"ecc.{counter}_{kind}", lambda c=counter, k=kind: nv.nvmlDeviceGetTotalEccErrors(
-                    h, getattr(nv, f"NVML_MEMORY_ERROR_TYPE_{k.upper()}"), getattr(nv, f"NVML_{c.upper()}_ECC")))
+                ecc[f"{counter}_{kind}"] = get(
+                    f"ecc.{counter}_{kind}",
+                    lambda c=counter, k=kind: nv.nvmlDeviceGetTotalEccErrors(
+                        h, getattr(nv, f"NVML_MEMORY_ERROR_TYPE_{k.upper()}"), getattr(nv, f"NVML_{c.upper()}_ECC")
+                    ),
+                )
     rows = get("ecc.remapped_rows", lambda: nv.nvmlDeviceGetRemappedRows(h))
     if rows:
-        ecc["remapped_rows"] = {"correctable": rows[0], "uncorrectable": rows[1], "pending": bool(rows[2]), "failure": bool(rows[3])}
+        ecc["remapped_rows"] = {
+            "correctable": rows[0],
+            "uncorrectable": rows[1],
+            "pending": bool(rows[2]),
+            "failure": bool(rows[3]),
+        }
     pending = get("ecc.retired_pages_pending", lambda: nv.nvmlDeviceGetRetiredPagesPendingStatus(h))
     ecc["retired_pages_pending"] = _flag(pending)
     return ecc
@@ -144,11 +155,20 @@ def _power(nv: Any, h: Any, get: Callable[..., Any]) -> dict[str, Any]:
 
 def _processes(nv: Any, h: Any, get: Callable[..., Any]) -> list[dict[str, Any]]:
     procs = []
-    calls = {"compute": lambda: nv.nvmlDeviceGetComputeRunningProcesses(h),
-             "graphics": lambda: nv.nvmlDeviceGetGraphicsRunningProcesses(h)}
+    calls = {
+        "compute": lambda: nv.nvmlDeviceGetComputeRunningProcesses(h),
+        "graphics": lambda: nv.nvmlDeviceGetGraphicsRunningProcesses(h),
+    }
     for kind, call in calls.items():
         for p in get(f"processes.{kind}", call) or []:
-            procs.append({"pid": p.pid, "kind": kind, "used_bytes": getattr(p, "usedGpuMemory", None), "name": _process_name(p.pid)})
+            procs.append(
+                {
+                    "pid": p.pid,
+                    "kind": kind,
+                    "used_bytes": getattr(p, "usedGpuMemory", None),
+                    "name": _process_name(p.pid),
+                }
+            )
     return procs
 
 

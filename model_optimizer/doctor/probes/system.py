@@ -11,8 +11,16 @@ from typing import Any
 from model_optimizer.doctor._util import read_text
 
 CPU_FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-ENV_OF_INTEREST = ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "LD_LIBRARY_PATH", "PYTORCH_CUDA_ALLOC_CONF", "HF_HOME",
-                   "NCCL_P2P_DISABLE", "CUDA_LAUNCH_BLOCKING", "TRITON_INTERPRET")
+ENV_OF_INTEREST = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_HOME",
+    "LD_LIBRARY_PATH",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "HF_HOME",
+    "NCCL_P2P_DISABLE",
+    "CUDA_LAUNCH_BLOCKING",
+    "TRITON_INTERPRET",
+)
 
 
 def probe_system() -> dict[str, Any]:
@@ -67,8 +75,12 @@ def _cpu() -> dict[str, Any]:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = os.cpu_count()
-    return {"model": model, "logical_cores": os.cpu_count(), "usable_cores": usable,
-            "flags": {f: f in flags for f in CPU_FLAGS_OF_INTEREST}}
+    return {
+        "model": model,
+        "logical_cores": os.cpu_count(),
+        "usable_cores": usable,
+        "flags": {f: f in flags for f in CPU_FLAGS_OF_INTEREST},
+    }
 
 
 def _memory() -> dict[str, Any]:
@@ -78,8 +90,11 @@ def _memory() -> dict[str, Any]:
         if key in ("MemTotal", "MemAvailable"):
             info[key] = int(value.split()[0]) * 1024
     limit = (read_text("/sys/fs/cgroup/memory.max") or "").strip()
-    return {"total_bytes": info.get("MemTotal"), "available_bytes": info.get("MemAvailable"),
-            "cgroup_limit_bytes": int(limit) if limit.isdigit() else None}
+    return {
+        "total_bytes": info.get("MemTotal"),
+        "available_bytes": info.get("MemAvailable"),
+        "cgroup_limit_bytes": int(limit) if limit.isdigit() else None,
+    }
 
 
 def _disk() -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from model_optimizer.doctor.findings import SEVERITY_RANK, Finding
 from model_optimizer.doctor.rules import bench, cuda, driver, health, host
@@ -46,9 +47,22 @@ def evaluate(snapshot: dict[str, Any], require_gpu: bool = False) -> list[Findin
         try:
             findings.extend(rule(snap))
         except Exception as exc:  # a rule bug must not hide the other findings
-            findings.append(Finding(f"doctor.rule_failed.{rule.__name__}", "warn", f"Rule {rule.__name__} failed: {type(exc).__name__}: {exc}",
-                                    "This is a bug in mopt doctor; the other findings still hold."))
+            findings.append(
+                Finding(
+                    f"doctor.rule_failed.{rule.__name__}",
+                    "warn",
+                    f"Rule {rule.__name__} failed: {type(exc).__name__}: {exc}",
+                    "This is a bug in mopt doctor; the other findings still hold.",
+                )
+            )
     if require_gpu and not snap.gpu_usable:
-        findings.append(Finding("gpu.required", "error", "--require-gpu: no GPU usable by torch",
-                                "The command that follows needs a CUDA GPU.", {"any": ["mopt doctor   # without --require-gpu, to see why"]}))
+        findings.append(
+            Finding(
+                "gpu.required",
+                "error",
+                "--require-gpu: no GPU usable by torch",
+                "The command that follows needs a CUDA GPU.",
+                {"any": ["mopt doctor   # without --require-gpu, to see why"]},
+            )
+        )
     return sorted(findings, key=lambda f: -SEVERITY_RANK[f.severity])

@@ -6,12 +6,20 @@ from __future__ import annotations
 from model_optimizer.doctor.explain import explain
 from model_optimizer.doctor.findings import Finding
 from model_optimizer.doctor.knowledge import (
-    best_torch_build, cc_at_least, load, min_driver_for_cuda, min_driver_minor_compat, version_tuple,
+    best_torch_build,
+    cc_at_least,
+    load,
+    min_driver_for_cuda,
+    min_driver_minor_compat,
+    version_tuple,
 )
 from model_optimizer.doctor.snapshot import Snapshot
 
 UPGRADE_DRIVER = {
-    "debian": ["sudo apt update && sudo apt install -y nvidia-driver-{branch}   # or: sudo ubuntu-drivers install", "sudo reboot"],
+    "debian": [
+        "sudo apt update && sudo apt install -y nvidia-driver-{branch}   # or: sudo ubuntu-drivers install",
+        "sudo reboot",
+    ],
     "rhel": ["sudo dnf module install -y nvidia-driver:{branch}-dkms", "sudo reboot"],
     "wsl": ["Update the NVIDIA driver on Windows, then `wsl --shutdown`."],
 }
@@ -19,30 +27,65 @@ UPGRADE_DRIVER = {
 
 def _torch_install(torch_version: str | None, build: str | None) -> str:
     build = build or "cu126"
-    return f"pip install --force-reinstall 'torch=={torch_version.split('+')[0]}' --index-url https://download.pytorch.org/whl/{build}" if torch_version else \
-        f"pip install torch --index-url https://download.pytorch.org/whl/{build}"
+    return (
+        f"pip install --force-reinstall 'torch=={torch_version.split('+')[0]}' --index-url https://download.pytorch.org/whl/{build}"
+        if torch_version
+        else f"pip install torch --index-url https://download.pytorch.org/whl/{build}"
+    )
 
 
 def rule_torch_build(snap: Snapshot) -> list[Finding]:
     """torch installed, built with CUDA (not CPU-only or ROCm) when an NVIDIA GPU is here."""
     torch = snap.torch
     if snap.error("torch")[0]:
-        return [Finding("torch.probe_failed", "warn", f"Could not inspect torch: {snap.error('torch')[1]}", "mopt needs torch to run models.",
-                        {"any": ["python -c 'import torch; print(torch.__version__)'"]})]
+        return [
+            Finding(
+                "torch.probe_failed",
+                "warn",
+                f"Could not inspect torch: {snap.error('torch')[1]}",
+                "mopt needs torch to run models.",
+                {"any": ["python -c 'import torch; print(torch.__version__)'"]},
+            )
+        ]
     if not torch.get("installed"):
-        return [Finding("torch.missing", "error", "torch is not installed in this Python", "mopt runs every model through torch.",
-                        {"any": ["pip install torch   # with a GPU: add --index-url https://download.pytorch.org/whl/cu128 (mopt doctor picks the variant)"]},
-                        {"error": torch.get("error")})]
+        return [
+            Finding(
+                "torch.missing",
+                "error",
+                "torch is not installed in this Python",
+                "mopt runs every model through torch.",
+                {
+                    "any": [
+                        "pip install torch   # with a GPU: add --index-url https://download.pytorch.org/whl/cu128 (mopt doctor picks the variant)"
+                    ]
+                },
+                {"error": torch.get("error")},
+            )
+        ]
     if not (snap.gpu_hardware_seen and snap.nvml_ok):
         return []
     build = best_torch_build(torch.get("version"), snap.driver_cuda)
     if torch.get("hip"):
-        return [Finding("torch.rocm_build", "error", f"torch {torch['version']} is a ROCm (AMD) build, but the GPU is NVIDIA",
-                        "A ROCm build cannot drive an NVIDIA GPU; everything runs on the CPU.", {"any": [_torch_install(torch.get("version"), build)]})]
+        return [
+            Finding(
+                "torch.rocm_build",
+                "error",
+                f"torch {torch['version']} is a ROCm (AMD) build, but the GPU is NVIDIA",
+                "A ROCm build cannot drive an NVIDIA GPU; everything runs on the CPU.",
+                {"any": [_torch_install(torch.get("version"), build)]},
+            )
+        ]
     if not torch.get("cuda"):
-        return [Finding("torch.cpu_build", "error", f"torch {torch.get('version')} is a CPU-only build, but an NVIDIA GPU is present",
-                        "mopt would run on the CPU, 10-100x slower, with the GPU idle.",
-                        {"any": [_torch_install(torch.get("version"), build)]}, {"best_build_for_driver": build})]
+        return [
+            Finding(
+                "torch.cpu_build",
+                "error",
+                f"torch {torch.get('version')} is a CPU-only build, but an NVIDIA GPU is present",
+                "mopt would run on the CPU, 10-100x slower, with the GPU idle.",
+                {"any": [_torch_install(torch.get("version"), build)]},
+                {"best_build_for_driver": build},
+            )
+        ]
     return []
 
 
@@ -55,24 +98,51 @@ def rule_cuda_compat(snap: Snapshot) -> list[Finding]:
     need_full, need_any = min_driver_for_cuda(torch_cuda), min_driver_minor_compat(torch_cuda)
     branch = load("version_matrix")["recommended_driver_branch"].get(str(version_tuple(torch_cuda)[0]), "580")
     build = best_torch_build(snap.torch.get("version"), driver_cuda)
-    details = {"torch_cuda": torch_cuda, "driver_version": driver, "driver_cuda": driver_cuda,
-               "min_driver_full": need_full, "min_driver_minor_compat": need_any, "torch_build_for_this_driver": build}
+    details = {
+        "torch_cuda": torch_cuda,
+        "driver_version": driver,
+        "driver_cuda": driver_cuda,
+        "min_driver_full": need_full,
+        "min_driver_minor_compat": need_any,
+        "torch_build_for_this_driver": build,
+    }
     too_old = (need_any and version_tuple(driver) < version_tuple(need_any)) or (
-        driver_cuda and version_tuple(torch_cuda)[:1] > version_tuple(driver_cuda)[:1])
+        driver_cuda and version_tuple(torch_cuda)[:1] > version_tuple(driver_cuda)[:1]
+    )
     if too_old:
         fix = {k: [c.format(branch=branch) for c in v] for k, v in UPGRADE_DRIVER.items()}
         if build:  # the alternative comes after the driver upgrade of each OS family
             alternative = f"Or keep the driver and install the torch build it can run: {_torch_install(snap.torch.get('version'), build)}"
             fix = {k: v + [alternative] for k, v in fix.items()}
-        return [Finding("cuda.driver_too_old", "error",
-                        f"torch is built for CUDA {torch_cuda}, which needs driver >= {need_any}; driver {driver} supports CUDA {driver_cuda or '?'}",
-                        "CUDA initialisation fails ('CUDA driver version is insufficient'), so nothing runs on the GPU.", fix, details)]
+        return [
+            Finding(
+                "cuda.driver_too_old",
+                "error",
+                f"torch is built for CUDA {torch_cuda}, which needs driver >= {need_any}; driver {driver} supports CUDA {driver_cuda or '?'}",
+                "CUDA initialisation fails ('CUDA driver version is insufficient'), so nothing runs on the GPU.",
+                fix,
+                details,
+            )
+        ]
     if driver_cuda and version_tuple(torch_cuda)[:2] > version_tuple(driver_cuda)[:2]:
-        return [Finding("cuda.minor_version_compat", "warn",
-                        f"torch's CUDA {torch_cuda} is newer than the driver's CUDA {driver_cuda}: runs under minor-version compatibility",
-                        "Precompiled kernels run, but code JIT-compiled from PTX built by the newer toolkit (Triton kernels, some extensions) can fail with CUDA_ERROR_UNSUPPORTED_PTX_VERSION.",
-                        {k: [c.format(branch=branch) for c in v] for k, v in UPGRADE_DRIVER.items()}, details)]
-    return [Finding("cuda.compat_ok", "ok", f"torch's CUDA {torch_cuda} runs on driver {driver} (CUDA {driver_cuda})", details=details)]
+        return [
+            Finding(
+                "cuda.minor_version_compat",
+                "warn",
+                f"torch's CUDA {torch_cuda} is newer than the driver's CUDA {driver_cuda}: runs under minor-version compatibility",
+                "Precompiled kernels run, but code JIT-compiled from PTX built by the newer toolkit (Triton kernels, some extensions) can fail with CUDA_ERROR_UNSUPPORTED_PTX_VERSION.",
+                {k: [c.format(branch=branch) for c in v] for k, v in UPGRADE_DRIVER.items()},
+                details,
+            )
+        ]
+    return [
+        Finding(
+            "cuda.compat_ok",
+            "ok",
+            f"torch's CUDA {torch_cuda} runs on driver {driver} (CUDA {driver_cuda})",
+            details=details,
+        )
+    ]
 
 
 def rule_torch_sees_gpu(snap: Snapshot) -> list[Finding]:
@@ -83,8 +153,17 @@ def rule_torch_sees_gpu(snap: Snapshot) -> list[Finding]:
     text = "\n".join(filter(None, [torch.get("init_error"), *torch.get("warnings", [])]))
     matches = explain(text) if text.strip() else []
     fix = matches[0].fix if matches else {"any": ["python -c 'import torch; torch.cuda.init()'   # shows the error"]}
-    return [Finding("torch.cuda_unavailable", "error", f"NVML sees {len(snap.devices)} GPU(s) but torch cannot use them" + (f": {matches[0].title}" if matches else ""),
-                    "Every model would run on the CPU.", fix, {"torch_error": text, "knowledge_base": [m.id for m in matches]})]
+    return [
+        Finding(
+            "torch.cuda_unavailable",
+            "error",
+            f"NVML sees {len(snap.devices)} GPU(s) but torch cannot use them"
+            + (f": {matches[0].title}" if matches else ""),
+            "Every model would run on the CPU.",
+            fix,
+            {"torch_error": text, "knowledge_base": [m.id for m in matches]},
+        )
+    ]
 
 
 def rule_arch_support(snap: Snapshot) -> list[Finding]:
@@ -105,14 +184,32 @@ def rule_arch_support(snap: Snapshot) -> list[Finding]:
         if cubin:
             continue
         if ptx:
-            findings.append(Finding("torch.ptx_only", "warn", f"GPU {dev.get('index')} (sm_{major}{minor}) has no prebuilt torch kernels; they are JIT-compiled from PTX",
-                                    "The first run compiles for minutes and some kernels run slower.", {"any": ["pip install --upgrade torch   # a release built for this GPU"]},
-                                    {"arch_list": arch_list, "compute_capability": cc}))
+            findings.append(
+                Finding(
+                    "torch.ptx_only",
+                    "warn",
+                    f"GPU {dev.get('index')} (sm_{major}{minor}) has no prebuilt torch kernels; they are JIT-compiled from PTX",
+                    "The first run compiles for minutes and some kernels run slower.",
+                    {"any": ["pip install --upgrade torch   # a release built for this GPU"]},
+                    {"arch_list": arch_list, "compute_capability": cc},
+                )
+            )
         else:
-            findings.append(Finding("torch.no_kernel_image", "error", f"This torch has no kernels for GPU {dev.get('index')} (compute capability {cc}, sm_{major}{minor})",
-                                    "Every CUDA op fails with 'no kernel image is available for execution on the device'.",
-                                    {"any": ["pip install --upgrade torch --index-url https://download.pytorch.org/whl/cu128   # wheels with sm_" + f"{major}{minor}"]},
-                                    {"arch_list": arch_list, "compute_capability": cc}))
+            findings.append(
+                Finding(
+                    "torch.no_kernel_image",
+                    "error",
+                    f"This torch has no kernels for GPU {dev.get('index')} (compute capability {cc}, sm_{major}{minor})",
+                    "Every CUDA op fails with 'no kernel image is available for execution on the device'.",
+                    {
+                        "any": [
+                            "pip install --upgrade torch --index-url https://download.pytorch.org/whl/cu128   # wheels with sm_"
+                            + f"{major}{minor}"
+                        ]
+                    },
+                    {"arch_list": arch_list, "compute_capability": cc},
+                )
+            )
     return findings
 
 
@@ -130,12 +227,24 @@ def rule_libcuda(snap: Snapshot) -> list[Finding]:
     lib = snap.data("libcuda")
     if not (snap.nvml_ok and lib) or lib.get("loaded"):
         return []
-    return [Finding("cuda.libcuda_missing", "error", "NVML works but libcuda.so.1 cannot be loaded",
-                    "torch, Triton and every CUDA program load libcuda.so.1; in containers this means the 'compute' capability was not passed.",
-                    {"any": ["ldconfig -p | grep libcuda", "docker run --gpus all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility ...   # containers"],
-                     "debian": ["sudo apt install libnvidia-compute-$(cut -d. -f1 /sys/module/nvidia/version)"], "rhel": ["sudo dnf install nvidia-driver-cuda-libs"],
-                     "wsl": ["export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH && sudo ldconfig"]},
-                    {"load_errors": lib.get("load_errors")})]
+    return [
+        Finding(
+            "cuda.libcuda_missing",
+            "error",
+            "NVML works but libcuda.so.1 cannot be loaded",
+            "torch, Triton and every CUDA program load libcuda.so.1; in containers this means the 'compute' capability was not passed.",
+            {
+                "any": [
+                    "ldconfig -p | grep libcuda",
+                    "docker run --gpus all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility ...   # containers",
+                ],
+                "debian": ["sudo apt install libnvidia-compute-$(cut -d. -f1 /sys/module/nvidia/version)"],
+                "rhel": ["sudo dnf install nvidia-driver-cuda-libs"],
+                "wsl": ["export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH && sudo ldconfig"],
+            },
+            {"load_errors": lib.get("load_errors")},
+        )
+    ]
 
 
 def rule_triton_cc(snap: Snapshot) -> list[Finding]:
@@ -144,6 +253,13 @@ def rule_triton_cc(snap: Snapshot) -> list[Finding]:
     old = [d for d in snap.devices if d.get("compute_capability") and not cc_at_least(d["compute_capability"], minimum)]
     if not old:
         return []
-    return [Finding("gpu.below_triton_minimum", "warn", f"GPU {', '.join(str(d['index']) for d in old)} has compute capability below {minimum}",
-                    "Triton (mopt's attention and fused kernels) supports compute capability 8.0+; older GPUs fall back to slower torch paths and lack bf16.",
-                    {"any": ["Use --dtype float16; expect the reference (torch) attention path"]}, {"gpus": [(d["index"], d["compute_capability"]) for d in old]})]
+    return [
+        Finding(
+            "gpu.below_triton_minimum",
+            "warn",
+            f"GPU {', '.join(str(d['index']) for d in old)} has compute capability below {minimum}",
+            "Triton (mopt's attention and fused kernels) supports compute capability 8.0+; older GPUs fall back to slower torch paths and lack bf16.",
+            {"any": ["Use --dtype float16; expect the reference (torch) attention path"]},
+            {"gpus": [(d["index"], d["compute_capability"]) for d in old]},
+        )
+    ]
