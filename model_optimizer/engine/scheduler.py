@@ -254,30 +254,31 @@ class Scheduler:
         """Admit waiting requests in queue order. The first pass (`long_ones` False) passes over long
         prompts once the long-prefill bound is reached; the second admits them with what is left."""
         i = 0
-        num_short_ahead = len(self._short_waiting)
-        while i < len(self.waiting) and step.budget > 0 and len(self.running) < self.config.max_num_seqs:
-            if step.stalled or (
-                not long_ones and not num_short_ahead and step.num_long >= self.config.max_num_partial_prefills
-            ):
-                return  # stalled on blocks, or nothing but long prompts left for the first pass
+        num_short_ahead = len(self._short_waiting)  # short requests at index i or later
+        while (
+            not step.stalled
+            and i < len(self.waiting)
+            and step.budget > 0
+            and len(self.running) < self.config.max_num_seqs
+        ):
             request = self.waiting[i]
             is_short = request.request_id in self._short_waiting
+            if not long_ones and not is_short and step.num_long >= self.config.max_num_partial_prefills:
+                if not num_short_ahead:
+                    return  # nothing but long prompts left: the second pass takes them
+                i += 1  # a long prompt past the bound keeps its place; shorter ones behind it go first
+                continue
             num_short_ahead -= is_short
             if request.num_pending or self._waits_for_sibling(request):  # preempted with a token still on the way
                 i += 1
-                continue
-            if not long_ones and not is_short and step.num_long >= self.config.max_num_partial_prefills:
-                i += 1  # a long prompt past the bound keeps its place; shorter ones behind it go first
                 continue
             computed = self.kv_cache.computed_blocks(request)
             num_left = request.num_tokens - len(computed) * self.kv_cache.block_size
             if num_left > step.budget and not self.config.enable_chunked_prefill:
                 step.stalled = True
-                return
-            num_new = min(num_left, step.budget) if long_ones else self._first_share(request, num_left, step)
-            if num_new == 0 or not self._admit(request, computed, num_new, out, step):
-                step.stalled = True
-                return
+            else:
+                num_new = min(num_left, step.budget) if long_ones else self._first_share(request, num_left, step)
+                step.stalled = not self._admit(request, computed, num_new, out, step)  # else it left the queue
 
     def _admit(self, request: Request, computed: list, num_new: int, out: SchedulerOutput, step: _StepBudget) -> bool:
         """Move a waiting request to running with `num_new` tokens this step; False if blocks are short."""
