@@ -57,7 +57,8 @@ class StepGate:
 
     Every method is thread-safe. `wait_parked`, `step` and `run_until` block the calling thread:
     call them from a test thread or an executor, never from the event loop the engine delivers
-    to. Open (the default), the gate costs the loop one attribute read per step.
+    to. Open (the default), the gate costs the loop one attribute read per step and, each time
+    round, a notify that nobody waits for.
     """
 
     def __init__(self, lock: threading.Lock, loop_wakeup: threading.Condition) -> None:
@@ -85,7 +86,10 @@ class StepGate:
         return self._num_steps
 
     def hold(self) -> None:
-        """Stop the loop before its next step; steps granted earlier by `allow` are withdrawn."""
+        """Stop the loop before its next step; steps granted earlier by `allow` are withdrawn.
+
+        Returns at once: a step already past the gate finishes; `wait_parked()` says when none runs.
+        """
         with self._lock:
             self._held, self._credit = True, 0
 
