@@ -89,7 +89,7 @@ def test_serve_reports_a_corrupt_checkpoint_without_a_traceback(model_copy):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "model_optimizer.cli.main", "serve", "--model", str(folder), "--port", "0"],
-        env=env, capture_output=True, text=True, timeout=600,
+        env=env, capture_output=True, text=True, timeout=500,
     )  # fmt: skip
     assert done.returncode != 0
     assert f"{folder / 'model.safetensors'} is not a valid safetensors file" in done.stderr
