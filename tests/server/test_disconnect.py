@@ -59,7 +59,8 @@ WAIT = 30.0  # seconds; only a bound on a hang
 def test_streaming_client_dropped_after_first_token_frees_blocks(strict_server, n):
     """The engine is held, so the request is provably mid-generation when the client leaves."""
     server, engine = strict_server, strict_server.state.engine
-    body = {"prompt": "a long story", "max_tokens": LONG, "ignore_eos": True, "stream": True, "n": n}
+    # logprobs: every token makes a chunk, even one whose text is still empty (a partial character)
+    body = {"prompt": "a long story", "max_tokens": LONG, "ignore_eos": True, "stream": True, "n": n, "logprobs": 1}
     before = wait_idle(server)
     with engine.gate.held() as gate:
         with httpx.stream("POST", server.url + "/v1/completions", json=body, headers=AUTH, timeout=WAIT) as r:
