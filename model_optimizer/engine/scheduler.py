@@ -204,14 +204,16 @@ class Scheduler:
     def _schedule_running(self, out: SchedulerOutput, step: _StepBudget) -> bool:
         """Running requests in order, preempting the latest arrivals for blocks; True if any was preempted."""
         preempted = False
+        threshold = self._long_threshold
         i = 0
         while i < len(self.running) and step.budget > 0:
             request = self.running[i]
             if request.num_output_tokens + request.num_pending >= request.max_tokens:
                 i += 1  # its last token is on the way: nothing left to compute
                 continue
-            num_new = self._first_share(
-                request, request.num_tokens + request.num_pending - request.num_computed_tokens, step
+            num_left = request.num_tokens + request.num_pending - request.num_computed_tokens
+            num_new = (
+                min(num_left, step.budget) if num_left <= threshold else self._first_share(request, num_left, step)
             )
             if num_new == 0:  # a long prefill past the bound: it waits for what the others leave
                 i += 1
