@@ -27,7 +27,7 @@ from model_optimizer.engine.async_engine import AsyncEngine
 from model_optimizer.sampling_params import SamplingParams
 from model_optimizer.server.config import ServerConfig
 from model_optimizer.server.errors import install_error_handlers
-from model_optimizer.server.limits import max_chars_per_token
+from model_optimizer.server.limits import token_bound
 from model_optimizer.server.metrics import HTTPMetricsMiddleware, ServerMetrics
 from model_optimizer.server.middleware import GuardMiddleware
 from model_optimizer.server.routes import chat, completions, embeddings, system, tokenize
@@ -53,7 +53,7 @@ def create_app(
 
         state.sampling_defaults = generation_defaults(llm.model_dir)  # ValueError for a broken file: exit 2
         if llm.tokenizer is not None:
-            state.chars_per_token = max_chars_per_token(llm.tokenizer)
+            state.token_bound = token_bound(llm.tokenizer)
     state.model_name = config.served_model_name or _default_name(engine_config, llm or embedder)
     state.metrics = ServerMetrics(state.model_name, lambda: state.engine.stats if state.engine else None)
 
@@ -197,11 +197,15 @@ def _engine_ready(state: ServerState, llm: Any, loop: asyncio.AbstractEventLoop)
     state.ready = True
     max_model_len = llm.engine.info.max_model_len
     logger.info("serving %s (max_model_len %d)", state.model_name, max_model_len)
-    if state.chars_per_token is not None:
+    bound = state.token_bound
+    if bound is not None:
+        worse = (
+            f" ({bound.max_chars_per_token} in text not in {bound.normal_form})" if bound.normalizer_factor > 1 else ""
+        )
         logger.info(
-            "text prompts over %d characters are refused before tokenizing (tokens hold at most %d)",
-            (max_model_len - 1) * state.chars_per_token,
-            state.chars_per_token,
+            "text prompts that cannot fit are refused before tokenizing: a token stands for at most %d characters%s",
+            bound.longest_token,
+            worse,
         )
 
 

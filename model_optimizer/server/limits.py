@@ -4,7 +4,8 @@ The bound: every character of the text ends up inside some token, and no token c
 than its own vocabulary string is long (byte-level BPE writes one character per byte; SentencePiece
 writes a space as "▁" and a fallback byte as "<0xNN>"). So a text of C characters makes at least
 C / longest-token tokens. Unicode composition (NFC/NFKC normalizers) can merge up to
-MAX_COMPOSED_CHARS code points into one (U+1F82 is 4 under NFD), which divides the bound once more.
+MAX_COMPOSED_CHARS code points into one (U+1F82 is 4 under NFD), which divides the bound once more,
+unless the text is already in that normal form (most text is NFC; checking takes microseconds per MB).
 
 It holds only for tokenizers that drop no character: a normalizer that strips or a pre-tokenizer that
 removes whitespace (BERT's), a fused unknown token, or added tokens that swallow neighbouring spaces
@@ -17,6 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import unicodedata
+from dataclasses import dataclass
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -28,17 +31,41 @@ KEEPING_NORMALIZERS = {"NFC", "NFKC", "NFD", "NFKD", "Lowercase", "Prepend", "Se
 KEEPING_PRE_TOKENIZERS = {"ByteLevel", "Metaspace", "Split", "Digits", "Punctuation", "UnicodeScripts", "Sequence"}
 
 
-def max_chars_per_token(tokenizer: Any) -> int | None:
-    """Most characters of input text one token can stand for, or None when no such bound is known."""
+@dataclass(frozen=True)
+class TokenBound:
+    """The fewest tokens a text can make with one tokenizer, known without running it."""
+
+    longest_token: int
+    """Characters in the longest vocabulary string (added tokens included)."""
+    normalizer_factor: int
+    """How many times shorter the tokenizer's normalizer can make a text (1 without composition)."""
+    normal_form: str | None = None
+    """When the normalizer is only this composition (NFC or NFKC), a text already in it keeps its length."""
+
+    @property
+    def max_chars_per_token(self) -> int:
+        """Most characters of input one token can stand for, whatever the text."""
+        return self.longest_token * self.normalizer_factor
+
+    def min_tokens(self, text: str) -> int:
+        factor = self.normalizer_factor
+        if self.normal_form is not None and unicodedata.is_normalized(self.normal_form, text):
+            factor = 1
+        return math.ceil(len(text) / (self.longest_token * factor))
+
+
+def token_bound(tokenizer: Any) -> TokenBound | None:
+    """The tokenizer's TokenBound, or None when it may drop characters (or its rules cannot be read)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return None
     try:
         spec = json.loads(backend.to_str())
-        composes = _normalizer_factor(spec.get("normalizer"))
+        normalizer = spec.get("normalizer")
+        factor = _normalizer_factor(normalizer)
         pre_tokenizer = spec.get("pre_tokenizer")
         if (
-            composes is None
+            factor is None
             or not _keeps_pre_tokens(pre_tokenizer)
             or not _keeps_model(spec.get("model"), _byte_level(pre_tokenizer))
         ):
@@ -49,12 +76,10 @@ def max_chars_per_token(tokenizer: Any) -> int | None:
     except Exception as exc:  # noqa: BLE001 - an odd tokenizer only loses the early check
         logger.info("no characters-per-token bound for this tokenizer (%s): prompts are always tokenized", exc)
         return None
-    return longest * composes if longest > 0 else None
-
-
-def min_tokens(num_chars: int, chars_per_token: int) -> int:
-    """The fewest tokens a text of num_chars characters can make."""
-    return math.ceil(num_chars / chars_per_token)
+    if longest <= 0:
+        return None
+    only = normalizer.get("type") if normalizer and normalizer.get("type") in COMPOSING else None
+    return TokenBound(longest, factor, only)
 
 
 def _normalizer_factor(spec: dict | None) -> int | None:

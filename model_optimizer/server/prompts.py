@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from model_optimizer.server.errors import APIError, clip
-from model_optimizer.server.limits import min_tokens
 from model_optimizer.server.protocol import ChatMessage
 from model_optimizer.server.state import ServerState
 
@@ -92,15 +91,16 @@ async def encode(
 
 def check_text_fits(state: ServerState, text: str, param: str) -> None:
     """Refuse a text that cannot fit max_model_len by its length alone, before tokenizing it (seconds for MBs)."""
-    if state.chars_per_token is None:
+    bound = state.token_bound
+    if bound is None:
         return
-    fewest, max_model_len = min_tokens(len(text), state.chars_per_token), state.max_model_len
+    fewest, max_model_len = bound.min_tokens(text), state.max_model_len
     if fewest >= max_model_len:
         raise APIError(
             400,
-            f"the prompt has {len(text)} characters, so at least {fewest} tokens (this tokenizer's "
-            f"tokens are at most {state.chars_per_token} characters long), but max_model_len is "
-            f"{max_model_len} (prompt plus at least one output token)",
+            f"the prompt has {len(text)} characters, so at least {fewest} tokens (no token of this tokenizer "
+            f"stands for more than {bound.longest_token} characters), but max_model_len is {max_model_len} "
+            "(prompt plus at least one output token)",
             param,
         )
 

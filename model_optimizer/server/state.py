@@ -31,8 +31,8 @@ class ServerState:
     chat_template: str | None = None
     sampling_defaults: dict[str, Any] = field(default_factory=dict)
     """The model's generation_config.json sampling values, for fields a request leaves out."""
-    chars_per_token: int | None = None
-    """Most characters one token stands for (server.limits); None: no early length check."""
+    token_bound: Any = None
+    """The fewest tokens a text can make (server.limits.TokenBound); None: no early length check."""
     embedder: Any = None
     """The Embedder (model_optimizer.embed) when the model is an embedding model; then llm is None."""
     ready: bool = False
