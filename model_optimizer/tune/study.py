@@ -1,0 +1,268 @@
+"""The search: an optuna multi-objective study in a SQLite file, one measured server per trial.
+
+Each candidate is first predicted (predictor.py); one that cannot fit or would miss an SLO by a wide
+margin is recorded as PRUNED with the reason and never started. The others are measured
+(trial.py) and told to optuna as five objectives (goodput up; p99 TTFT, p99 TPOT, memory and cold
+start down) with the SLOs as constraints (measured - limit <= 0 is feasible), so NSGA-II keeps
+infeasible settings off the front. A trial that fails is recorded as FAIL with its error and the
+search goes on. Every trial is committed to `study.db` as it ends, so Ctrl-C or a crash loses at most
+the trial in progress, and `--resume` continues the same study.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from model_optimizer.bench.lengths import parse_length
+from model_optimizer.bench.metrics import parse_slo
+from model_optimizer.config import EngineConfig
+from model_optimizer.fileio import atomic_write
+from model_optimizer.tune.predictor import Prediction, Predictor, Workload
+from model_optimizer.tune.space import SearchSpace, sample
+from model_optimizer.tune.trial import TrialResult, TrialSetup, run_trial
+
+STUDY_NAME = "mopt-tune"
+OBJECTIVES = (("goodput", "maximize"), ("ttft_p99_ms", "minimize"), ("tpot_p99_ms", "minimize"),
+              ("memory_gib", "minimize"), ("cold_start_s", "minimize"))
+MAX_SKIPS_IN_A_ROW = 50
+"""Candidates predicted out in a row before the study stops: the space holds nothing worth measuring."""
+
+
+@dataclass
+class Budget:
+    trials: int | None = None
+    """Measured trials the study should hold in all (a resumed study counts the ones it has)."""
+    time_s: float | None = None
+    """Seconds this invocation may search."""
+
+    def __post_init__(self) -> None:
+        if self.trials is None and self.time_s is None:
+            raise ValueError("give a budget: --trials N and/or --time 30m")
+        if self.trials is not None and self.trials <= 0:
+            raise ValueError(f"--trials must be a positive integer, got {self.trials}")
+        if self.time_s is not None and not self.time_s > 0:
+            raise ValueError(f"--time must be positive, got {self.time_s}")
+
+
+def parse_duration(text: str) -> float:
+    """`90`, `90s`, `30m`, `1.5h` -> seconds."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    raw = text.strip().lower()
+    scale = units.get(raw[-1:], None)
+    number = raw[:-1] if scale else raw
+    try:
+        value = float(number) * (scale or 1.0)
+    except ValueError:
+        raise ValueError(f"--time takes seconds or a number with s, m or h (e.g. 30m), got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"--time must be positive, got {text!r}")
+    return value
+
+
+def open_study(output_dir: Path, seed: int, resume: bool):
+    """The study in `output_dir/study.db`: new, or (with `resume`) the one already there."""
+    import optuna
+
+    db = output_dir / "study.db"
+    storage = f"sqlite:///{db}"
+    exists = db.is_file() and STUDY_NAME in {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    if resume and not exists:
+        raise ValueError(f"--resume: no study in {db}; run without --resume to start one")
+    if exists and not resume:
+        raise ValueError(f"{db} already holds a study: continue it with --resume, or give another --output-dir")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # constraints reach the sampler through trial.set_constraint (see Tuner._record)
+    sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
+    study = optuna.create_study(storage=storage, study_name=STUDY_NAME, sampler=sampler,
+                                directions=[d for _, d in OBJECTIVES], load_if_exists=resume)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([n for n, _ in OBJECTIVES])
+    _fail_stale(study)
+    return study
+
+
+def _fail_stale(study) -> None:
+    """Trials left RUNNING by a crash become FAIL, so a resumed study does not wait on them."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, "error", "interrupted: the tuner stopped during this trial")
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+
+def workload_figures(setup: TrialSetup) -> Workload | None:
+    """Mean prompt and output lengths and the load's concurrency or rate; None for files (measured later)."""
+    w, load = setup.workload, setup.load
+    if w.dataset != "synthetic":
+        return None
+    rng = np.random.default_rng(w.seed)
+    prompt = float(parse_length(w.prompt_len).sample(rng, 2000).mean())
+    output = float(parse_length(w.output_len or "128").sample(rng, 2000).mean())
+    if w.num_prefix_groups:
+        prompt += w.prefix_len * w.prefix_share_ratio
+    if load.load_mode == "closed":
+        return Workload(prompt, output, concurrency=float(load.concurrency or 1))
+    if load.load_mode == "sweep":
+        return Workload(prompt, output, concurrency=float(load.sweep_max_concurrency))
+    return Workload(prompt, output, request_rate=load.request_rate or math.inf)
+
+
+@dataclass
+class Tuner:
+    """Runs trials into a study until the budget is spent."""
+
+    study: object
+    space: SearchSpace
+    setup: TrialSetup
+    output_dir: Path
+    predictor: Predictor | None = None
+    on_trial: Callable[[dict], None] = lambda row: None
+
+    def __post_init__(self) -> None:
+        slos = parse_slo(self.setup.slo)
+        self.slos = slos
+        self.slo_ms = {s.metric: s.limit * 1e3 for s in slos if s.stat == "p99"}
+        self.load = workload_figures(self.setup)
+        self._refit()
+
+    def enqueue_defaults(self) -> bool:
+        """Measure the engine's default settings first: the baseline every other trial is compared with.
+        False (nothing queued) when a default lies outside the searched space."""
+        if self.study.trials:
+            return False
+        defaults = EngineConfig()
+        params = {}
+        for knob in self.space.knobs:
+            value = getattr(defaults, knob.name)
+            inside = value in knob.choices if knob.choices is not None else knob.low <= value <= knob.high
+            if not inside:
+                return False
+            params[knob.name] = value
+        self.study.enqueue_trial(params, user_attrs={"baseline": True})
+        return True
+
+    def run(self, budget: Budget) -> None:
+        from optuna.trial import TrialState
+
+        started = time.monotonic()
+        skips = 0
+        while self._measured() < (budget.trials or math.inf):
+            if budget.time_s is not None and time.monotonic() - started >= budget.time_s:
+                break
+            trial = self.study.ask()
+            row = self._one(trial)
+            state = {"COMPLETE": TrialState.COMPLETE, "FAIL": TrialState.FAIL, "PRUNED": TrialState.PRUNED}[row["state"]]
+            self.study.tell(trial, row.get("values") if state == TrialState.COMPLETE else None, state=state)
+            self.on_trial(row)
+            skips = skips + 1 if state == TrialState.PRUNED else 0
+            if skips >= MAX_SKIPS_IN_A_ROW:
+                break
+            self._refit()
+
+    def _one(self, trial) -> dict:
+        """Sample, predict, measure one trial; record everything on it; return its row."""
+        row: dict = {"number": trial.number}
+        try:
+            settings = self.space.settings(sample(self.space.knobs, trial))
+        except ValueError as exc:  # a combination the engine refuses (each value alone was checked)
+            return self._record(trial, row | {"state": "FAIL", "error": f"impossible setting: {exc}"})
+        row["settings"] = settings
+        load = self.load or self._measured_load()
+        if self.predictor is not None and load is not None:
+            ideal = self.predictor.ideal(settings, load)
+            pred = self.predictor.predict(settings, load)
+            row["ideal"], row["predicted"] = ideal.to_dict(), pred.to_dict()
+            reason = self.predictor.skip_reason(pred, self.slo_ms)
+            if reason:
+                return self._record(trial, row | {"state": "PRUNED", "skip_reason": reason})
+        try:
+            result = run_trial(self.setup, settings, self.output_dir / "trials" / f"{trial.number:04d}")
+        except KeyboardInterrupt:
+            self._record(trial, row | {"state": "FAIL", "error": "interrupted (Ctrl-C)"})
+            from optuna.trial import TrialState
+
+            self.study.tell(trial, state=TrialState.FAIL)
+            raise
+        row["measured"] = result.to_dict()
+        if not result.ok:
+            return self._record(trial, row | {"state": "FAIL", "error": result.error})
+        row["values"] = objective_values(result)
+        row["constraints"] = self._constraints(result)
+        return self._record(trial, row | {"state": "COMPLETE"})
+
+    def _record(self, trial, row: dict) -> dict:
+        for key in ("settings", "ideal", "predicted", "measured", "error", "skip_reason", "constraints", "state"):
+            if key in row:
+                trial.set_user_attr(key, row[key])
+        for slo, value in zip(self.slos, row.get("constraints", [])):
+            trial.set_constraint(slo.key, value)  # measured - limit: <= 0 is feasible for NSGA-II
+        return row
+
+    def _constraints(self, result: TrialResult) -> list[float]:
+        out = []
+        for slo in self.slos:
+            check = result.slo_checks.get(slo.key, {})
+            measured, limit = check.get("measured_ms"), slo.limit * 1e3
+            if measured is None:
+                out.append(1e6)  # nothing measured: as far from feasible as it gets
+            elif not check.get("met", False):
+                out.append(max(measured - limit, 1.0))  # missed, if only through failed requests
+            else:
+                out.append(measured - limit)
+        return out
+
+    def _measured(self) -> int:
+        from optuna.trial import TrialState
+
+        return sum(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in self.study.get_trials(deepcopy=False))
+
+    def _measured_load(self) -> Workload | None:
+        """Lengths from the first measured trial, for workloads read from files."""
+        for t in self.study.get_trials(deepcopy=False):
+            m = t.user_attrs.get("measured") or {}
+            if m.get("ok"):
+                return workload_figures_from_lengths(self.setup, m)
+        return None
+
+    def _refit(self) -> None:
+        if self.predictor is None:
+            return
+        pairs = []
+        for t in self.study.get_trials(deepcopy=False):
+            m, ideal = t.user_attrs.get("measured") or {}, t.user_attrs.get("ideal")
+            if m.get("ok") and ideal:
+                pairs.append((Prediction(**ideal), m))
+        self.predictor.refit(pairs)
+
+
+def workload_figures_from_lengths(setup: TrialSetup, measured: dict) -> Workload:
+    load = setup.load
+    prompt, output = measured["mean_prompt_len"], measured["mean_output_len"]
+    if load.load_mode == "closed":
+        return Workload(prompt, output, concurrency=float(load.concurrency or 1))
+    if load.load_mode == "sweep":
+        return Workload(prompt, output, concurrency=float(load.sweep_max_concurrency))
+    return Workload(prompt, output, request_rate=load.request_rate or math.inf)
+
+
+def objective_values(result: TrialResult) -> list[float]:
+    """The five objectives in OBJECTIVES order; a figure the trial could not measure counts as worst."""
+    worst = {"goodput": 0.0}
+    values = []
+    for name, _ in OBJECTIVES:
+        value = getattr(result, name)
+        values.append(float(value) if value is not None else worst.get(name, 1e9))
+    return values
+
+
+def save_setup(output_dir: Path, data: dict) -> None:
+    atomic_write(output_dir / "tune.json", json.dumps(data, indent=2, default=str) + "\n")
