@@ -68,3 +68,47 @@ def test_engine_fails_the_nan_request_alone_on_the_gpu(nan_model, settings):  # 
     assert ids(llm.generate([CLEAN], GREEDY)[0]) == ids(expected[0])
     stats = llm.engine.stats()
     assert stats.num_free_blocks == stats.num_blocks
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("plane", [0, 1], ids=["keys", "values"])
+def test_triton_attention_keeps_a_later_nan_from_earlier_queries(kv_dtype, plane):
+    """The prefill tiles select a masked key's value away (0 * NaN is NaN), compiled for the GPU."""
+    from model_optimizer.kernels.paged_attention import paged_attention
+    from model_optimizer.kernels.testing import make_paged_batch, relative_error
+
+    batch = make_paged_batch(
+        [(100, 300), (0, 64), (500, 1)],
+        16,
+        8,
+        128,
+        16,
+        torch.bfloat16,
+        device="cuda",
+        kv_dtype=kv_dtype if kv_dtype != torch.bfloat16 else None,
+        seed=3,
+    )
+
+    def attend():
+        return paged_attention(
+            batch.query,
+            batch.kv_cache,
+            batch.query_start_loc,
+            batch.seq_lens,
+            batch.block_tables,
+            128**-0.5,
+            max_query_len=batch.max_query_len,
+            max_seq_len=batch.max_seq_len,
+            k_scale=batch.k_scale,
+            v_scale=batch.v_scale,
+        )
+
+    clean = attend().clone()
+    poison_at = 100 + 200  # sequence 0: its new tokens 0..199 come before it
+    block = int(batch.block_tables[0, poison_at // 16])
+    batch.kv_cache[plane, block, poison_at % 16, :, :2] = float("nan")
+    out = attend()
+    assert torch.isfinite(out[:200]).all()
+    assert relative_error(out[:200], clean[:200]) < 1e-6
+    assert relative_error(out[300:], clean[300:]) < 1e-6  # the other sequences
+    assert not torch.isfinite(out[200:300].flatten(1)).all(dim=1).any()  # tokens that see it are not clean
