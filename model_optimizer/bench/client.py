@@ -218,7 +218,11 @@ def error_message(body: str) -> str:
         return body.strip()
     if isinstance(data, dict):
         error = data.get("error")
-        for candidate in (error.get("message") if isinstance(error, dict) else error, data.get("detail"), data.get("message")):
+        for candidate in (
+            error.get("message") if isinstance(error, dict) else error,
+            data.get("detail"),
+            data.get("message"),
+        ):
             if isinstance(candidate, str) and candidate:
                 return candidate
     return body.strip()

@@ -18,8 +18,17 @@ from model_optimizer.bench.report import RATE_KEYS, flat_summary, load_run, load
 
 HIGHER_IS_BETTER = set(RATE_KEYS) | {"slo_attainment"}
 NEUTRAL = {"num_requests", "duration_s"}
-WORKLOAD_KEYS = ("dataset", "dataset_path", "prompt_len", "output_len", "prompt_format", "num_prefix_groups",
-                 "prefix_len", "prefix_share_ratio", "trace_time_unit")
+WORKLOAD_KEYS = (
+    "dataset",
+    "dataset_path",
+    "prompt_len",
+    "output_len",
+    "prompt_format",
+    "num_prefix_groups",
+    "prefix_len",
+    "prefix_share_ratio",
+    "trace_time_unit",
+)
 CLIENT_KEYS = ("endpoint", "ignore_eos", "temperature")
 MEAN_TOLERANCE = 0.01
 """Relative gap between mean requested lengths that counts as a different workload."""
@@ -84,8 +93,10 @@ def pair_runs(runs_a: list[dict], runs_b: list[dict]) -> list[tuple[dict, dict]]
     if not pairs:
         loads_a = ", ".join(sorted({r["plan"]["label"] for r in runs_a}))
         loads_b = ", ".join(sorted(by_load))
-        raise ValueError(f"no run of A has the load of a run of B (A: {loads_a}; B: {loads_b}); "
-                         "give two run files to compare runs of different loads")
+        raise ValueError(
+            f"no run of A has the load of a run of B (A: {loads_a}; B: {loads_b}); "
+            "give two run files to compare runs of different loads"
+        )
     return pairs
 
 

@@ -53,8 +53,11 @@ async def discover_model(cfg: ClientConfig) -> ServerModel | None:
         return None
     max_len = card.get("max_model_len")
     root = card.get("root")
-    return ServerModel(card["id"], root if isinstance(root, str) else None,
-                       max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None)
+    return ServerModel(
+        card["id"],
+        root if isinstance(root, str) else None,
+        max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None,
+    )
 
 
 def local_tokenizer(*candidates: str | None) -> str | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from model_optimizer.bench import fmt
 from model_optimizer.bench.metrics import STATS
 from model_optimizer.bench.plots import METRIC_NAMES, render_plots, run_name
+from model_optimizer.bench.settings import run_settings
 from model_optimizer.fileio import atomic_write
 
 PLOT_TITLES = {
@@ -88,6 +89,7 @@ def _e(text: object) -> str:
 
 def _table(header: list[str], rows: list[list[str]], left: int = 1, wrap: tuple[int, ...] = ()) -> str:
     """A table of already formatted, already escaped cells; the first `left` columns align left."""
+
     def cls(i: int) -> str:
         return " class='wrap'" if i in wrap else " class='l'" if i < left else ""
 
@@ -98,85 +100,24 @@ def _table(header: list[str], rows: list[list[str]], left: int = 1, wrap: tuple[
 
 # ---- settings -----------------------------------------------------------------------------------
 
-def _load_text(r: dict) -> str:
-    plan = r["plan"]
-    if plan["mode"] == "closed":
-        text = f"closed loop, {plan['concurrency']} in flight"
-    elif plan["mode"] == "trace":
-        text = f"trace replay x{plan.get('trace_speedup', 1):g}"
-    else:
-        text = f"{plan['mode']} arrivals at {fmt.with_unit(plan['rate'], 'req/s')}"
-        if plan.get("burstiness", 1.0) != 1.0:
-            text += f", burstiness {plan['burstiness']:g}"
-    if plan.get("max_concurrency"):
-        text += f", at most {plan['max_concurrency']} in flight"
-    return text
-
-
-def _stop_text(r: dict) -> str:
-    plan = r["plan"]
-    parts = []
-    if plan.get("num_requests") is not None:
-        parts.append(f"{fmt.number(plan['num_requests'])} requests")
-    if plan.get("duration") is not None:
-        parts.append(f"{plan['duration']:g} s")
-    return " or ".join(parts) or "the whole trace"
-
-
-def _prompts_text(r: dict) -> str:
-    w = r["config"]["workload"]
-    p = r.get("prompts") or {}
-    source = w["dataset"] if w["dataset"] == "synthetic" else f"{w['dataset']} file {w.get('dataset_path')}"
-    text = f"{source}, prompt length {w['prompt_len']}" if w["dataset"] == "synthetic" else source
-    if "token_id_range" in p:
-        low, high = p["token_id_range"]
-        text += f"; token ids from [{low}, {high}) ({p.get('vocab_source', '')})"
-    return text
-
-
-def _embeddings(r: dict) -> bool:
-    return r["config"]["client"]["endpoint"] == "embeddings"
-
-
-SETTINGS: list[tuple[str, Callable[[dict], object]]] = [
-    ("server", lambda r: r["config"]["client"]["base_url"]),
-    ("endpoint", lambda r: r["config"]["client"]["endpoint"]),
-    ("model", lambda r: r["config"]["client"]["model"]),
-    ("prompts", _prompts_text),
-    ("output length", lambda r: None if _embeddings(r) else r["config"]["workload"]["output_len"] or "128 (default)"),
-    ("shared prefixes", lambda r: (
-        "none" if not r["config"]["workload"]["num_prefix_groups"] else
-        f"{r['config']['workload']['num_prefix_groups']} groups of {r['config']['workload']['prefix_len']} tokens, "
-        f"{fmt.percent(r['config']['workload']['prefix_share_ratio'])} of requests")),
-    ("ignore_eos / temperature", lambda r: None if _embeddings(r) else (
-        f"{r['config']['client']['ignore_eos']} / {r['config']['client']['temperature'] or 'server default'}")),
-    ("seed", lambda r: r["config"]["workload"]["seed"]),
-    ("load", _load_text),
-    ("stop after", _stop_text),
-    ("SLO", lambda r: r["config"].get("slo") or "none"),
-    ("client machine", lambda r: f"{r['environment']['hostname']}, {r['environment']['client_cpus']} CPUs, "
-                                  f"Python {r['environment']['python']}, httpx {r['environment']['httpx']}"),
-    ("started", lambda r: r["started_at"]),
-]
-
 
 def settings_table(results: list[dict]) -> str:
     """Each setting once: its value when every run shares it, else each run's value."""
+    per_run = []
+    for r in results:
+        try:
+            per_run.append(run_settings(r))
+        except (KeyError, TypeError):
+            per_run.append({})  # a run file from an older version without some field
+    names = list(dict.fromkeys(name for settings in per_run for name in settings))
     rows = []
-    for name, get in SETTINGS:
-        values = []
-        for r in results:
-            try:
-                value = get(r)
-            except (KeyError, TypeError):
-                value = "-"  # a run file from an older version without this field
-            values.append(None if value is None else str(value))
+    for name in names:
+        values = [settings.get(name, "-") for settings in per_run]
         if all(v is None for v in values):
             continue  # does not apply to these runs (output length of embeddings)
         values = ["-" if v is None else v for v in values]
-        distinct = list(dict.fromkeys(values))
-        if len(distinct) == 1:
-            cell = _e(distinct[0])
+        if len(set(values)) == 1:
+            cell = _e(values[0])
         elif name == "started":
             cell = _e(f"{values[0]} to {values[-1]}")
         else:
@@ -186,6 +127,7 @@ def settings_table(results: list[dict]) -> str:
 
 
 # ---- summary ------------------------------------------------------------------------------------
+
 
 def _p50_p99(metric: str) -> Callable[[dict], tuple | None]:
     def get(s: dict) -> tuple | None:
@@ -214,8 +156,10 @@ def summary_table(results: list[dict]) -> str:
     keep = [i for i in range(len(SUMMARY_COLUMNS)) if any(row[i] is not None for row in values)]
     header = ["run"] + [_e(SUMMARY_COLUMNS[i][0]) for i in keep]
     rows = [[_e(run_name(r))] + [_e(SUMMARY_COLUMNS[i][2](row[i])) for i in keep] for r, row in zip(results, values)]
-    note = "<p class='note'>Latencies over successful requests; rates per second of the run's duration " \
-           "(first send to last answer); failed requests stay in every count.</p>"
+    note = (
+        "<p class='note'>Latencies over successful requests; rates per second of the run's duration "
+        "(first send to last answer); failed requests stay in every count.</p>"
+    )
     return _scroll(_table(header, rows)) + note
 
 
@@ -225,12 +169,15 @@ def _scroll(table: str) -> str:
 
 # ---- SLOs, errors, latency details ---------------------------------------------------------------
 
+
 def slo_section(results: list[dict]) -> str:
     """A row per run: each objective's measured value with PASS or FAIL, all of them, goodput, attainment."""
     judged = [r for r in results if "goodput" in r["summary"]]
     if not judged:
         return ""
-    objectives = list(dict.fromkeys((key, c["limit_ms"]) for r in judged for key, c in r["summary"]["slo_checks"].items()))
+    objectives = list(
+        dict.fromkeys((key, c["limit_ms"]) for r in judged for key, c in r["summary"]["slo_checks"].items())
+    )
     header = ["run"] + [_e(_objective(key, limit)) for key, limit in objectives]
     header += ["all objectives", "goodput", "attainment"]
     rows = []
@@ -243,9 +190,11 @@ def slo_section(results: list[dict]) -> str:
             cells.append(f"{_e(fmt.ms(check['measured_ms']))} {_badge(check['met'])}" if same else "-")
         cells += [_badge(s["slo_met"]), _e(fmt.with_unit(s["goodput"], "req/s")), _e(fmt.percent(s["slo_attainment"]))]
         rows.append(cells)
-    note = ("<p class='note'>Each objective is checked on the run, counting failed requests as infinitely slow (a p99 "
-            "check tolerates 1 % failures). Goodput: requests meeting every objective, per second; attainment: their "
-            "share of all requests.</p>")
+    note = (
+        "<p class='note'>Each objective is checked on the run, counting failed requests as infinitely slow (a p99 "
+        "check tolerates 1 % failures). Goodput: requests meeting every objective, per second; attainment: their "
+        "share of all requests.</p>"
+    )
     return _scroll(_table(header, rows)) + note
 
 
@@ -276,8 +225,12 @@ def latency_tables(results: list[dict]) -> str:
         metrics = [m for m in METRIC_NAMES if s[f"{m}_ms"]["count"]]
         if not metrics:
             continue
-        rows = [[_e(METRIC_NAMES[m])] + [_e(fmt.number(s[f"{m}_ms"][stat])) for stat in STATS]
-                + [_e(fmt.number(s[f"{m}_ms"]["count"]))] for m in metrics]
+        rows = [
+            [_e(METRIC_NAMES[m])]
+            + [_e(fmt.number(s[f"{m}_ms"][stat])) for stat in STATS]
+            + [_e(fmt.number(s[f"{m}_ms"]["count"]))]
+            for m in metrics
+        ]
         table = _table(["ms"] + list(STATS) + ["samples"], rows)
         opened = " open" if len(results) <= 2 else ""
         parts.append(f"<details{opened}><summary>{_e(run_name(r))}</summary>{table}</details>")
@@ -315,15 +268,20 @@ def _whole(value: float) -> float | int:
 def server_table(results: list[dict]) -> str:
     """The server's own counters over each run (deltas) and gauges (peaks), as a table."""
     available = [r for r in results if r["server_metrics"].get("available")]
-    missing = [f"{_e(run_name(r))}: {_e(r['server_metrics'].get('reason', 'not available'))}"
-               for r in results if not r["server_metrics"].get("available")]
+    missing = [
+        f"{_e(run_name(r))}: {_e(r['server_metrics'].get('reason', 'not available'))}"
+        for r in results
+        if not r["server_metrics"].get("available")
+    ]
     out = ""
     if available:
         values = [[get(r["server_metrics"]) for _, get, _ in SERVER_COLUMNS] for r in available]
         keep = [i for i in range(len(SERVER_COLUMNS)) if any(row[i] is not None for row in values)]
         if keep:
-            rows = [[_e(run_name(r))] + [_e(SERVER_COLUMNS[i][2](row[i])) for i in keep]
-                    for r, row in zip(available, values)]
+            rows = [
+                [_e(run_name(r))] + [_e(SERVER_COLUMNS[i][2](row[i])) for i in keep]
+                for r, row in zip(available, values)
+            ]
             out += _table(["run"] + [_e(SERVER_COLUMNS[i][0]) for i in keep], rows)
             out += "<p class='note'>Counters are the change over the run; running and waiting the peak seen.</p>"
         else:
@@ -340,12 +298,16 @@ def gpu_table(results: list[dict]) -> str:
             cells = [_e(run_name(r)), _e(gpu["index"])]
             for key, unit in (("util_pct", "%"), ("mem_used_gib", "GiB"), ("power_w", "W"), ("sm_clock_mhz", "MHz")):
                 figure = gpu.get(key)
-                cells.append(_e(f"{fmt.number(figure['mean'])} / {fmt.number(figure['max'])} {unit}") if figure else "-")
+                cells.append(
+                    _e(f"{fmt.number(figure['mean'])} / {fmt.number(figure['max'])} {unit}") if figure else "-"
+                )
             rows.append(cells)
     if not rows:
         return ""
-    return _table(["run", "GPU", "utilization", "memory used", "power", "SM clock"], rows, left=2) + \
-        "<p class='note'>mean / max over the run.</p>"
+    return (
+        _table(["run", "GPU", "utilization", "memory used", "power", "SM clock"], rows, left=2)
+        + "<p class='note'>mean / max over the run.</p>"
+    )
 
 
 def client_table(results: list[dict]) -> str:
@@ -353,10 +315,19 @@ def client_table(results: list[dict]) -> str:
     for r in results:
         o = r["client_overhead"]
         warnings = "<br>".join(f"<span class='warn'>{_e(w)}</span>" for w in o["warnings"]) or "none"
-        rows.append([_e(run_name(r)), _e(fmt.ms(o["loop_lag_ms"]["p99"])), _e(fmt.ms(o["send_lag_ms"]["p99"])),
-                     _e(fmt.number(o["cpu_per_wall_s"])), warnings])
-    note = ("<p class='note'>Loop lag: how late a 10 ms timer fired in the client's event loop (chunk timestamps are "
-            "late by about as much); send lag: actual minus scheduled send time; CPU in cores.</p>")
+        rows.append(
+            [
+                _e(run_name(r)),
+                _e(fmt.ms(o["loop_lag_ms"]["p99"])),
+                _e(fmt.ms(o["send_lag_ms"]["p99"])),
+                _e(fmt.number(o["cpu_per_wall_s"])),
+                warnings,
+            ]
+        )
+    note = (
+        "<p class='note'>Loop lag: how late a 10 ms timer fired in the client's event loop (chunk timestamps are "
+        "late by about as much); send lag: actual minus scheduled send time; CPU in cores.</p>"
+    )
     return _table(["run", "loop lag p99", "send lag p99", "client CPU", "warnings"], rows, wrap=(4,)) + note
 
 

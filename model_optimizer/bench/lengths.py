@@ -1,9 +1,9 @@
 """Token-length distributions written as short strings, so one flag can describe them.
 
-    "256"                   fixed
-    "uniform:64:512"        uniform integers in [64, 512]
-    "normal:512:128"        normal with mean 512 and standard deviation 128, rounded, at least 1
-    "hist:64=0.5,512=0.5"   a histogram: each length with its weight
+"256"                   fixed
+"uniform:64:512"        uniform integers in [64, 512]
+"normal:512:128"        normal with mean 512 and standard deviation 128, rounded, at least 1
+"hist:64=0.5,512=0.5"   a histogram: each length with its weight
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ def _checked(dist: LengthDist, help_text: str) -> LengthDist:
     if dist.kind == "normal":
         ok = dist.values[0] > 0 and dist.values[1] >= 0
     if dist.kind == "hist":
-        ok = ok and len(dist.weights) == len(dist.values) and all(w >= 0 for w in dist.weights) and sum(dist.weights) > 0
+        ok = (
+            ok and len(dist.weights) == len(dist.values) and all(w >= 0 for w in dist.weights) and sum(dist.weights) > 0
+        )
     if not ok:
         raise ValueError(help_text)
     return dist

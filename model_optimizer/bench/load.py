@@ -82,22 +82,31 @@ class LoadConfig:
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive number, got {value}")
 
-
     def _check_mode_flags(self) -> None:
         """Refuse flags the chosen load mode would ignore, instead of ignoring them without a word."""
         mode = self.load_mode
         if self.request_rate is not None and mode not in ("constant", "poisson"):
-            raise ValueError(f"--request-rate sets the arrival rate of load modes constant and poisson; load mode "
-                             f"{mode} does not use it (leave --load-mode out to get poisson at that rate)")
+            raise ValueError(
+                f"--request-rate sets the arrival rate of load modes constant and poisson; load mode "
+                f"{mode} does not use it (leave --load-mode out to get poisson at that rate)"
+            )
         if mode == "closed":
-            if self.concurrency is not None and self.max_concurrency is not None and self.concurrency != self.max_concurrency:
-                raise ValueError(f"in closed mode --max-concurrency (vLLM's name) is the number of requests in flight, "
-                                 f"like --concurrency: give one of them, not {self.concurrency} and {self.max_concurrency}")
+            if (
+                self.concurrency is not None
+                and self.max_concurrency is not None
+                and self.concurrency != self.max_concurrency
+            ):
+                raise ValueError(
+                    f"in closed mode --max-concurrency (vLLM's name) is the number of requests in flight, "
+                    f"like --concurrency: give one of them, not {self.concurrency} and {self.max_concurrency}"
+                )
             self.concurrency = self.concurrency or self.max_concurrency or 1
             self.max_concurrency = None
         elif self.concurrency is not None:
-            raise ValueError(f"--concurrency sets closed-loop mode's requests in flight; load mode {mode} does not use "
-                             "it (--max-concurrency caps requests in flight of open-loop and trace runs)")
+            raise ValueError(
+                f"--concurrency sets closed-loop mode's requests in flight; load mode {mode} does not use "
+                "it (--max-concurrency caps requests in flight of open-loop and trace runs)"
+            )
 
 
 @dataclass

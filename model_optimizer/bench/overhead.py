@@ -52,11 +52,15 @@ def overhead_report(records: list[RequestRecord], loop: dict) -> dict:
     warnings = []
     lag, late = loop["loop_lag_ms"]["p99"], send_lag["p99"]
     if lag is not None and lag > LAG_WARN_MS:
-        warnings.append(f"event-loop lag p99 is {lag:.1f} ms: chunk timestamps may be that late "
-                        "(a busy client or a CPU shared with the server)")
+        warnings.append(
+            f"event-loop lag p99 is {lag:.1f} ms: chunk timestamps may be that late "
+            "(a busy client or a CPU shared with the server)"
+        )
     if late is not None and late > LAG_WARN_MS:
-        warnings.append(f"send lag p99 is {late:.1f} ms: requests left later than scheduled, "
-                        "the client could not keep the arrival schedule")
+        warnings.append(
+            f"send lag p99 is {late:.1f} ms: requests left later than scheduled, "
+            "the client could not keep the arrival schedule"
+        )
     if loop["cpu_per_wall_s"] > CPU_WARN and loop.get("wall_s", MIN_WALL_S) >= MIN_WALL_S:
         warnings.append(f"the client used {loop['cpu_per_wall_s']:.2f} CPU cores: it may be the bottleneck")
     return loop | {"send_lag_ms": send_lag, "warnings": warnings}

@@ -52,7 +52,7 @@ def run_name(result: dict) -> str:
     label = result["label"]
     endpoint = result.get("config", {}).get("client", {}).get("endpoint", "")
     if endpoint and label.startswith(endpoint + " "):
-        label = label[len(endpoint) + 1:]
+        label = label[len(endpoint) + 1 :]
     return f"#{number} {label}" if number else label
 
 
@@ -74,7 +74,7 @@ def cdf_figure(results: list[dict]):
         share = "fraction of gaps" if metric == "itl" else "fraction of requests"
         ax.set(title=f"{METRIC_NAMES[metric]} CDF", xlabel="ms", ylabel=share)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(metrics):]:
+    for ax in list(axes.flat)[len(metrics) :]:
         ax.remove()
     if len(results) <= 12:
         axes.flat[0].legend(fontsize=7)
@@ -124,8 +124,15 @@ def sweep_figure(results: list[dict]):
         for xi, result in zip(x, ordered):
             y = result["summary"][f"{metric}_ms"]["p99"]
             if y is not None:
-                ax.annotate(load_label(result), (xi, y), textcoords="offset points", xytext=(0, 7),
-                            ha="center", fontsize=7, color="#444")
+                ax.annotate(
+                    load_label(result),
+                    (xi, y),
+                    textcoords="offset points",
+                    xytext=(0, 7),
+                    ha="center",
+                    fontsize=7,
+                    color="#444",
+                )
         ax.set(title=f"{METRIC_NAMES[metric]} vs throughput", xlabel=unit, ylabel="ms")
         ax.margins(y=0.15)
         ax.grid(alpha=0.3)

@@ -23,8 +23,12 @@ class RunProgress:
         self._progress = None
         if enabled:
             self._progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[stats]}"),
-                TimeElapsedColumn(), console=console, refresh_per_second=REFRESH_PER_SECOND,
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[stats]}"),
+                TimeElapsedColumn(),
+                console=console,
+                refresh_per_second=REFRESH_PER_SECOND,
                 get_time=time.perf_counter,
             )
 
@@ -67,7 +71,9 @@ class _LiveStats:
     def __str__(self) -> str:
         elapsed = max(time.perf_counter() - self.p._t0, 1e-9)
         done = self.p.num_ok + self.p.num_failed
-        return f"{done} done, {self.p.num_failed} failed, {done / elapsed:.1f} req/s, {self.p.tokens / elapsed:.0f} tok/s"
+        return (
+            f"{done} done, {self.p.num_failed} failed, {done / elapsed:.1f} req/s, {self.p.tokens / elapsed:.0f} tok/s"
+        )
 
     def __format__(self, spec: str) -> str:  # rich fills columns with str.format
         return str(self)

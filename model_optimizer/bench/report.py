@@ -120,8 +120,12 @@ def environment() -> dict:
 def flat_summary(result: dict) -> dict[str, float | int | str | None]:
     """One flat row of a run's headline figures (for CSV and compare)."""
     s = result["summary"]
-    row: dict = {"label": result["label"], "num_requests": s["num_requests"], "num_failed": s["num_failed"],
-                 "duration_s": s["duration_s"]}
+    row: dict = {
+        "label": result["label"],
+        "num_requests": s["num_requests"],
+        "num_failed": s["num_failed"],
+        "duration_s": s["duration_s"],
+    }
     row |= {k: s[k] for k in RATE_KEYS if k in s}
     for metric in LATENCIES:
         for stat in STATS:
@@ -149,8 +153,10 @@ def write_outputs(results: list[dict], output_dir: str) -> None:
     out = Path(output_dir)
     atomic_write(out / "summary.csv", _csv([flat_summary(r) for r in results]))
     for result in results:
-        rows = [{k: v for k, v in req.items() if k != "chunk_times"} | {"num_chunks": len(req["chunk_times"])}
-                for req in result["requests"]]
+        rows = [
+            {k: v for k, v in req.items() if k != "chunk_times"} | {"num_chunks": len(req["chunk_times"])}
+            for req in result["requests"]
+        ]
         if rows:
             atomic_write(Path(result["path"]).with_suffix(".requests.csv"), _csv(rows))
     write_html(results, out)
@@ -173,8 +179,10 @@ def print_summary(console: Console, result: dict) -> None:
     for metric in LATENCIES:
         table.add_row(metric.upper(), *(_num(s[f"{metric}_ms"][stat]) for stat in STATS))
     console.print(table)
-    line = (f"requests {_num(s['request_rate'])}/s  output {_num(s['output_throughput'])} tok/s  "
-            f"total {_num(s['total_throughput'])} tok/s")
+    line = (
+        f"requests {_num(s['request_rate'])}/s  output {_num(s['output_throughput'])} tok/s  "
+        f"total {_num(s['total_throughput'])} tok/s"
+    )
     if "goodput" in s:
         verdict = "[green]met[/]" if s["slo_met"] else "[red]missed[/]"
         line += f"  goodput {_num(s['goodput'])} req/s ({s['slo_attainment']:.0%} of requests)  SLO {verdict}"
@@ -187,22 +195,33 @@ def print_summary(console: Console, result: dict) -> None:
         for kind, message in sorted(s.get("error_examples", {}).items()):
             console.print(f"  first {kind}: {message}", style="red", markup=False, highlight=False)
     overhead = result["client_overhead"]
-    console.print(f"client: loop lag p99 {_num(overhead['loop_lag_ms']['p99'])} ms, send lag p99 "
-                  f"{_num(overhead['send_lag_ms']['p99'])} ms, {overhead['cpu_per_wall_s']:.2f} CPU")
+    console.print(
+        f"client: loop lag p99 {_num(overhead['loop_lag_ms']['p99'])} ms, send lag p99 "
+        f"{_num(overhead['send_lag_ms']['p99'])} ms, {overhead['cpu_per_wall_s']:.2f} CPU"
+    )
     for warning in overhead["warnings"]:
         console.print(f"[yellow]warning: {warning}[/]")
     server = result["server_metrics"]
     if server.get("available"):
-        parts = [f"{k} {server[k]:.3g}" for k in ("kv_cache_usage_max", "preemptions", "prefix_cache_hit_rate") if k in server]
+        parts = [
+            f"{k} {server[k]:.3g}"
+            for k in ("kv_cache_usage_max", "preemptions", "prefix_cache_hit_rate")
+            if k in server
+        ]
         console.print("server: " + (", ".join(parts) or "/metrics has none of the known vLLM-style names"))
         hit_rate = server.get("prefix_cache_hit_rate") or 0.0
         if hit_rate > CACHED_WARN and not result["config"]["workload"].get("num_prefix_groups"):
-            console.print(f"[yellow]warning: the server found {hit_rate:.0%} of prompt tokens in its prefix cache "
-                          "though the prompts share no prefix: they were probably sent before (same --seed); "
-                          "give another --seed to measure uncached prompts[/]")
+            console.print(
+                f"[yellow]warning: the server found {hit_rate:.0%} of prompt tokens in its prefix cache "
+                "though the prompts share no prefix: they were probably sent before (same --seed); "
+                "give another --seed to measure uncached prompts[/]"
+            )
     for gpu in result["gpu"].get("gpus", []):
-        figures = [f"{key} mean {gpu[key]['mean']:.1f} max {gpu[key]['max']:.1f}" for key in
-                   ("util_pct", "mem_used_gib", "power_w") if key in gpu]
+        figures = [
+            f"{key} mean {gpu[key]['mean']:.1f} max {gpu[key]['max']:.1f}"
+            for key in ("util_pct", "mem_used_gib", "power_w")
+            if key in gpu
+        ]
         console.print(f"gpu {gpu['index']}: " + ", ".join(figures))
     if "path" in result:
         console.print(f"saved {result['path']}")

@@ -98,7 +98,9 @@ async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
         return runner.results
     low = await runner.run(sweep.baseline_plan(load))
     high = await runner.run(sweep.saturation_plan(load))
-    rates = sweep.plan_sweep_rates(low["summary"]["request_rate"], high["summary"]["request_rate"], load.sweep_num_rates)
+    rates = sweep.plan_sweep_rates(
+        low["summary"]["request_rate"], high["summary"]["request_rate"], load.sweep_num_rates
+    )
     if not rates:
         console.print("[yellow]saturation is no faster than one at a time: no rates to sweep between[/]")
     for plan in sweep.rate_plans(load, rates):
@@ -119,8 +121,12 @@ def _prompt_maker(setup: BenchSetup, card: ServerModel | None) -> tuple[Workload
     maker = prompt_maker(workload)
     low, high = maker.id_range
     fmt = resolve_format(workload, setup.client.endpoint)
-    info = {"vocab_size": maker.vocab_size, "vocab_source": maker.vocab_source, "tokenizer": workload.tokenizer,
-            "token_id_range": [low, high]}
+    info = {
+        "vocab_size": maker.vocab_size,
+        "vocab_source": maker.vocab_source,
+        "tokenizer": workload.tokenizer,
+        "token_id_range": [low, high],
+    }
     if fmt == "token_ids":
         made = f"random token ids in [{low}, {high}) ({maker.vocab_source})"
     elif maker.tokenizer is not None:
@@ -140,16 +146,25 @@ def _check_context(requests: list[BenchRequest], card: ServerModel | None, conso
     too_long = sum(r.prompt_len + r.output_len > card.max_model_len for r in requests)
     if too_long:
         longest = max(r.prompt_len + r.output_len for r in requests)
-        console.print(f"[yellow]warning: {too_long} of {len(requests)} requests need up to {longest} tokens "
-                      f"(prompt + output), more than the server's max_model_len {card.max_model_len}: "
-                      "they will fail[/]")
+        console.print(
+            f"[yellow]warning: {too_long} of {len(requests)} requests need up to {longest} tokens "
+            f"(prompt + output), more than the server's max_model_len {card.max_model_len}: "
+            "they will fail[/]"
+        )
 
 
 class _Runner:
     """Runs plans one after another, numbering and saving each result."""
 
-    def __init__(self, setup: BenchSetup, workload: WorkloadConfig, requests: list[BenchRequest], num: int | None,
-                 console: Console, prompts: dict) -> None:
+    def __init__(
+        self,
+        setup: BenchSetup,
+        workload: WorkloadConfig,
+        requests: list[BenchRequest],
+        num: int | None,
+        console: Console,
+        prompts: dict,
+    ) -> None:
         self.setup, self.workload, self.num, self.console = setup, workload, num, console
         self.requests, self.bodies = requests, [request_body(setup.client, r) for r in requests]
         self.prompts = {k: v for k, v in prompts.items() if k != "description"}
@@ -216,4 +231,3 @@ class _Runner:
             "gpu": gpu,
             "requests": [report.record_to_dict(r) for r in records],
         }
-

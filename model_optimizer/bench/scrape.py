@@ -14,8 +14,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from model_optimizer.bench.overhead import cancel_task
 
-COUNTERS = ("num_preemptions_total", "prefix_cache_hits_total", "prefix_cache_queries_total",
-            "prompt_tokens_total", "generation_tokens_total", "request_success_total")
+COUNTERS = (
+    "num_preemptions_total",
+    "prefix_cache_hits_total",
+    "prefix_cache_queries_total",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "request_success_total",
+)
 GAUGES = ("kv_cache_usage_perc", "gpu_cache_usage_perc", "num_requests_running", "num_requests_waiting")
 
 

@@ -45,8 +45,8 @@ def rate_plans(cfg: LoadConfig, rates: list[float]) -> list[RunPlan]:
             rate=rate,
             burstiness=cfg.burstiness,
             max_concurrency=cfg.max_concurrency,
-            label=f"sweep: {cfg.sweep_arrival} {rate:.3g} req/s" + (
-                f" max {cfg.max_concurrency} in flight" if cfg.max_concurrency else ""),
+            label=f"sweep: {cfg.sweep_arrival} {rate:.3g} req/s"
+            + (f" max {cfg.max_concurrency} in flight" if cfg.max_concurrency else ""),
             **_stop(cfg),
         )
         for rate in rates

@@ -36,9 +36,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Measure an OpenAI-compatible server the way its users experience it. "
         "`mopt bench compare A B` shows two runs side by side (run JSON files, or folders of runs).",
     )
-    parser.add_argument("compare_args", nargs="*", metavar="compare A B",
-                        help="`compare A B`: print run A (a run-NN-*.json file or a folder of runs) and run B "
-                        "side by side with B/A ratios")
+    parser.add_argument(
+        "compare_args",
+        nargs="*",
+        metavar="compare A B",
+        help="`compare A B`: print run A (a run-NN-*.json file or a folder of runs) and run B "
+        "side by side with B/A ratios",
+    )
     for cls in (ClientConfig, WorkloadConfig, LoadConfig, OutputConfig):
         add_dataclass_args(parser, cls)
     actions = {a.dest: a for a in parser._actions}
@@ -47,10 +51,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     vllm = parser.add_argument_group("vLLM's names (`vllm bench serve`), accepted with the same meaning")
     for flag, dest in VLLM_ALIASES.items():
         target = actions[dest]
-        vllm.add_argument(flag, dest=dest, type=target.type, choices=target.choices, default=None,
-                          help=f"same as {target.option_strings[0]}")
-    vllm.add_argument("--save-result", action="store_true", default=None,
-                      help="accepted for vLLM compatibility: every run is always saved to --output-dir")
+        vllm.add_argument(
+            flag,
+            dest=dest,
+            type=target.type,
+            choices=target.choices,
+            default=None,
+            help=f"same as {target.option_strings[0]}",
+        )
+    vllm.add_argument(
+        "--save-result",
+        action="store_true",
+        default=None,
+        help="accepted for vLLM compatibility: every run is always saved to --output-dir",
+    )
     return parser
 
 
@@ -104,8 +118,10 @@ def _compare_paths(args: argparse.Namespace, configs: tuple[type, ...]) -> tuple
     """The two paths of `compare A B`; anything else on the command line is refused, never ignored."""
     words = args.compare_args
     if words[0] != "compare":
-        raise ValueError(f"unexpected argument {words[0]!r}: `mopt bench` takes flags only (see mopt bench --help), "
-                         "or `mopt bench compare A B`")
+        raise ValueError(
+            f"unexpected argument {words[0]!r}: `mopt bench` takes flags only (see mopt bench --help), "
+            "or `mopt bench compare A B`"
+        )
     if len(words) != 3:
         raise ValueError(f"compare takes two runs (files or folders): mopt bench compare A B; got {len(words) - 1}")
     given = [f.name for cls in configs for f in dataclasses.fields(cls) if getattr(args, f.name, None) is not None]

@@ -62,7 +62,9 @@ def test_sweep_plans_carry_the_stop_condition():
     assert saturation_plan(cfg).concurrency == 64
     plans = rate_plans(cfg, [1.5, 3.0])
     assert [(p.mode, p.rate, p.duration, p.num_requests) for p in plans] == [
-        ("constant", 1.5, 2.0, None), ("constant", 3.0, 2.0, None)]
+        ("constant", 1.5, 2.0, None),
+        ("constant", 3.0, 2.0, None),
+    ]
     assert baseline_plan(LoadConfig(load_mode="sweep")).num_requests == 100
 
 

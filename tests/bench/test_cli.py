@@ -12,8 +12,21 @@ from tests.bench.stream_server import ServerThread, create_app
 
 
 def bench(server, tmp_path, *flags):
-    return main(["bench", "--base-url", server.base_url, "--output-dir", str(tmp_path), "--no-progress",
-                 "--prompt-len", "8", "--output-len", "4", *flags])
+    return main(
+        [
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--output-dir",
+            str(tmp_path),
+            "--no-progress",
+            "--prompt-len",
+            "8",
+            "--output-len",
+            "4",
+            *flags,
+        ]
+    )
 
 
 def test_run_writes_json_csv_html(server, tmp_path, capsys):
@@ -46,8 +59,20 @@ def test_run_writes_json_csv_html(server, tmp_path, capsys):
 def test_sweep_runs_baseline_saturation_and_rates_between(tmp_path):
     # slow answers, so that serving 5 at once is clearly faster than one at a time even on a busy machine
     with ServerThread(create_app(ttft=0.25, itl=0.01)) as slow:
-        rc = bench(slow, tmp_path, "--load-mode", "sweep", "--num-requests", "5", "--sweep-num-rates", "2",
-                   "--sweep-max-concurrency", "5", "--sweep-arrival", "constant")
+        rc = bench(
+            slow,
+            tmp_path,
+            "--load-mode",
+            "sweep",
+            "--num-requests",
+            "5",
+            "--sweep-num-rates",
+            "2",
+            "--sweep-max-concurrency",
+            "5",
+            "--sweep-arrival",
+            "constant",
+        )
     assert rc == 0
     runs = [load_run(str(p)) for p in sorted(tmp_path.glob("run-*.json"))]
     assert [r["plan"]["mode"] for r in runs] == ["closed", "closed", "constant", "constant"]
@@ -73,7 +98,9 @@ def test_failing_server_is_reported_not_hidden(server, tmp_path, capsys):
 
 def test_trace_mode_from_file(server, tmp_path):
     trace = tmp_path / "trace.jsonl"
-    trace.write_text("".join(json.dumps({"timestamp": t, "prompt_len": 4, "output_len": 2}) + "\n" for t in (0, 0.1, 0.2)))
+    trace.write_text(
+        "".join(json.dumps({"timestamp": t, "prompt_len": 4, "output_len": 2}) + "\n" for t in (0, 0.1, 0.2))
+    )
     rc = bench(server, tmp_path, "--dataset", "trace", "--dataset-path", str(trace), "--load-mode", "trace")
     assert rc == 0
     result = load_run(str(next(tmp_path.glob("run-*.json"))))
@@ -91,7 +118,10 @@ def test_compare_prints_ratios(server, tmp_path, capsys):
     assert main(["bench", "compare", str(path_a), str(path_b)]) == 0
     out = capsys.readouterr().out
     assert "request_rate" in out and "B/A" in out
-    rows = {key: (ratio, verdict) for key, _, _, ratio, verdict in compare_rows(load_run(str(path_a)), load_run(str(path_b)))}
+    rows = {
+        key: (ratio, verdict)
+        for key, _, _, ratio, verdict in compare_rows(load_run(str(path_a)), load_run(str(path_b)))
+    }
     assert rows["num_requests"][0] == pytest.approx(2.0)
     assert rows["request_rate"][1] == "better"  # four at a time beats one at a time on this server
 
@@ -142,18 +172,59 @@ def test_runs_in_one_folder_are_numbered_on_never_overwritten(server, tmp_path):
 
 def test_vllm_flag_names_are_accepted(server, tmp_path):
     out = tmp_path / "vllm"
-    rc = main(["bench", "--base-url", server.base_url, "--no-progress", "--dataset-name", "random",
-               "--num-prompts", "4", "--random-input-len", "6", "--random-output-len", "3", "--max-concurrency", "2",
-               "--save-result", "--result-dir", str(out), "--endpoint", "/v1/completions"])
+    rc = main(
+        [
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--no-progress",
+            "--dataset-name",
+            "random",
+            "--num-prompts",
+            "4",
+            "--random-input-len",
+            "6",
+            "--random-output-len",
+            "3",
+            "--max-concurrency",
+            "2",
+            "--save-result",
+            "--result-dir",
+            str(out),
+            "--endpoint",
+            "/v1/completions",
+        ]
+    )
     assert rc == 0
     result = load_run(str(next(out.glob("run-*.json"))))
     # --max-concurrency alone means requests in flight, as in vLLM (its rate defaults to inf)
     assert result["plan"]["mode"] == "closed" and result["plan"]["concurrency"] == 2
-    assert result["config"]["workload"]["dataset"] == "synthetic" and result["config"]["client"]["endpoint"] == "completions"
+    assert (
+        result["config"]["workload"]["dataset"] == "synthetic"
+        and result["config"]["client"]["endpoint"] == "completions"
+    )
     assert [(r["prompt_len"], r["output_tokens"]) for r in result["requests"]] == [(6, 3)] * 4
     # --request-rate without --load-mode is an open loop at that rate (vLLM's meaning), capped by --max-concurrency
-    rc = main(["bench", "--base-url", server.base_url, "--no-progress", "--num-prompts", "3", "--random-input-len", "6",
-               "--random-output-len", "2", "--request-rate", "50", "--max-concurrency", "2", "--result-dir", str(out)])
+    rc = main(
+        [
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--no-progress",
+            "--num-prompts",
+            "3",
+            "--random-input-len",
+            "6",
+            "--random-output-len",
+            "2",
+            "--request-rate",
+            "50",
+            "--max-concurrency",
+            "2",
+            "--result-dir",
+            str(out),
+        ]
+    )
     assert rc == 0
     plan = load_run(str(out / "run-02-poisson-50-req-s-max-2-in-flight.json"))["plan"]
     assert (plan["mode"], plan["rate"], plan["max_concurrency"]) == ("poisson", 50, 2)

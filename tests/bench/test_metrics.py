@@ -68,7 +68,7 @@ def test_goodput_counts_requests_meeting_every_threshold():
         record(0, 0.0, [0.05, 0.06, 0.07], 0.08),  # ttft 50 ms, tpot 15 ms: good
         record(1, 0.0, [0.30, 0.31, 0.32], 0.33),  # ttft 300 ms: bad
         record(2, 0.0, [0.05, 0.15, 0.25], 0.35),  # tpot 150 ms: bad
-        record(3, 0.0, [0.05], 1.0),               # one token: TPOT undefined, TTFT fine: good
+        record(3, 0.0, [0.05], 1.0),  # one token: TPOT undefined, TTFT fine: good
         record(4, 0.0, [], 0.5, error="connection"),  # failed: never good
     ]
     slos = parse_slo("ttft_p99=200ms,tpot_p99=30ms")
@@ -92,7 +92,11 @@ def test_slo_check_treats_failures_as_slow():
 def test_parse_slo_units_and_errors():
     terms = parse_slo("ttft_p99=0.2s, tpot=30, itl_p90=500us,e2e_max=2s")
     assert [(t.metric, t.stat, t.limit) for t in terms] == [
-        ("ttft", "p99", 0.2), ("tpot", "p99", 0.030), ("itl", "p90", 0.0005), ("e2e", "max", 2.0)]
+        ("ttft", "p99", 0.2),
+        ("tpot", "p99", 0.030),
+        ("itl", "p90", 0.0005),
+        ("e2e", "max", 2.0),
+    ]
     for bad in ("ttft_p98=1ms", "latency=3ms", "ttft_p99=fast", "ttft_p99=3h"):
         with pytest.raises(ValueError, match="slo term"):
             parse_slo(bad)

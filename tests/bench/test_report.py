@@ -44,8 +44,21 @@ class _Page(HTMLParser):
 
 
 def bench(server, out, *flags):
-    return main(["bench", "--base-url", server.base_url, "--output-dir", str(out), "--no-progress",
-                 "--prompt-len", "8", "--output-len", "4", *flags])
+    return main(
+        [
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--output-dir",
+            str(out),
+            "--no-progress",
+            "--prompt-len",
+            "8",
+            "--output-len",
+            "4",
+            *flags,
+        ]
+    )
 
 
 def test_number_formatting_follows_magnitude():
@@ -58,7 +71,9 @@ def test_number_formatting_follows_magnitude():
 
 
 def test_report_has_settings_summary_slo_and_server_tables(server, tmp_path):
-    assert bench(server, tmp_path, "--num-requests", "8", "--concurrency", "4", "--slo", "ttft_p99=1ms,e2e_p99=60s") == 0
+    assert (
+        bench(server, tmp_path, "--num-requests", "8", "--concurrency", "4", "--slo", "ttft_p99=1ms,e2e_p99=60s") == 0
+    )
     page = _Page((tmp_path / "report.html").read_text())
     # no errors and no GPU here: those sections are left out
     assert page.sections == ["settings", "summary", "slo", "latency", "server", "client", "plots"]

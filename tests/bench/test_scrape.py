@@ -37,7 +37,9 @@ def test_summary_of_scrapes():
     assert out["kv_cache_usage_max"] == pytest.approx(0.9)
     assert out["gauges"]["kv_cache_usage_perc"]["after"] == pytest.approx(0.2)
     assert summarize_scrapes([], "GET /metrics returned HTTP 404") == {
-        "available": False, "reason": "GET /metrics returned HTTP 404"}
+        "available": False,
+        "reason": "GET /metrics returned HTTP 404",
+    }
 
 
 def test_missing_metrics_endpoint_is_tolerated(server):
@@ -64,8 +66,10 @@ def test_gpu_telemetry_skips_without_nvml_or_remote_server():
 
 
 def test_gpu_sample_summary():
-    ticks = [[{"util_pct": 50.0, "power_w": 300.0}, {"util_pct": 0.0}],
-             [{"util_pct": 100.0, "power_w": 500.0}, {"util_pct": 10.0}]]
+    ticks = [
+        [{"util_pct": 50.0, "power_w": 300.0}, {"util_pct": 0.0}],
+        [{"util_pct": 100.0, "power_w": 500.0}, {"util_pct": 10.0}],
+    ]
     out = summarize_gpu_samples(ticks, 2)
     assert out["gpus"][0]["util_pct"] == {"mean": 75.0, "max": 100.0}
     assert out["gpus"][0]["power_w"]["mean"] == 400.0 and "power_w" not in out["gpus"][1]

@@ -21,8 +21,12 @@ def tokenizer_dir(tmp_path_factory):
     tok.decoder = decoders.ByteLevel()
     rng = np.random.default_rng(0)
     corpus = [" ".join(rng.choice(WORDS, size=30)) for _ in range(300)]
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=["[UNK]"],
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=["[UNK]"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     folder = tmp_path_factory.mktemp("tok")
     tok.save(str(folder / "tokenizer.json"))
     return folder
@@ -91,14 +95,17 @@ def test_shared_prefix_groups():
 
 def test_trace_loading(tmp_path):
     path = tmp_path / "trace.jsonl"
-    lines = [{"timestamp": 1000, "input_length": 5, "output_length": 3},
-             {"timestamp": 1250, "prompt": "hello there", "output_len": 4},
-             {"timestamp": 1500, "prompt": [5, 6, 7], "output_len": 2}]
+    lines = [
+        {"timestamp": 1000, "input_length": 5, "output_length": 3},
+        {"timestamp": 1250, "prompt": "hello there", "output_len": 4},
+        {"timestamp": 1500, "prompt": [5, 6, 7], "output_len": 2},
+    ]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
     rows = load_trace(str(path), "ms")
     assert [r.timestamp for r in rows] == pytest.approx([0.0, 0.25, 0.5])
-    reqs = build_workload(WorkloadConfig(dataset="trace", dataset_path=str(path), trace_time_unit="ms"),
-                          "completions", None)
+    reqs = build_workload(
+        WorkloadConfig(dataset="trace", dataset_path=str(path), trace_time_unit="ms"), "completions", None
+    )
     assert [r.output_len for r in reqs] == [3, 4, 2]
     assert reqs[0].prompt_len == 5 and len(reqs[0].prompt) == 5  # lengths only: random ids
     assert reqs[1].prompt == "hello there"  # each line keeps its own form for completions
@@ -120,8 +127,13 @@ def test_sharegpt_loading(tmp_path, tokenizer_dir):
     data = [
         {"conversations": [{"from": "human", "value": "say the word"}, {"from": "gpt", "value": "the word was said"}]},
         {"conversations": [{"from": "gpt", "value": "no question"}]},
-        {"conversations": [{"from": "system", "value": "x"}, {"from": "human", "value": "one two"},
-                           {"from": "gpt", "value": "three"}]},
+        {
+            "conversations": [
+                {"from": "system", "value": "x"},
+                {"from": "human", "value": "one two"},
+                {"from": "gpt", "value": "three"},
+            ]
+        },
     ]
     path = tmp_path / "sharegpt.json"
     path.write_text(json.dumps(data))

@@ -12,9 +12,26 @@ from tests.server.live import metric
 
 def test_bench_measures_our_server(server, tmp_path):
     before = metric(httpx.get(f"{server.url}/metrics").text, "vllm:generation_tokens_total")
-    rc = main(["bench", "--base-url", server.url, "--output-dir", str(tmp_path), "--no-progress",
-               "--prompt-len", "16", "--output-len", "8", "--num-requests", "12", "--concurrency", "4",
-               "--random-vocab-size", "900"])  # the tiny model has about 1,000 tokens
+    rc = main(
+        [
+            "bench",
+            "--base-url",
+            server.url,
+            "--output-dir",
+            str(tmp_path),
+            "--no-progress",
+            "--prompt-len",
+            "16",
+            "--output-len",
+            "8",
+            "--num-requests",
+            "12",
+            "--concurrency",
+            "4",
+            "--random-vocab-size",
+            "900",
+        ]
+    )  # the tiny model has about 1,000 tokens
     assert rc == 0
     [run] = sorted(tmp_path.glob("run-*.json"))
     result = json.loads(run.read_text())
@@ -31,8 +48,24 @@ def test_bench_measures_our_server(server, tmp_path):
 def test_default_prompt_ids_fit_the_served_vocabulary(server, tmp_path, capsys):
     # no --random-vocab-size: the ids must stay inside the tiny model's 1,032-token vocabulary
     # (before, the default drew up to 10,100 and every request failed with HTTP 400)
-    rc = main(["bench", "--base-url", server.url, "--output-dir", str(tmp_path), "--no-progress",
-               "--prompt-len", "16", "--output-len", "2", "--num-requests", "6", "--concurrency", "3"])
+    rc = main(
+        [
+            "bench",
+            "--base-url",
+            server.url,
+            "--output-dir",
+            str(tmp_path),
+            "--no-progress",
+            "--prompt-len",
+            "16",
+            "--output-len",
+            "2",
+            "--num-requests",
+            "6",
+            "--concurrency",
+            "3",
+        ]
+    )
     assert rc == 0
     [run] = sorted(tmp_path.glob("run-*.json"))
     result = json.loads(run.read_text())
@@ -48,8 +81,22 @@ def test_default_prompt_ids_fit_the_served_vocabulary(server, tmp_path, capsys):
 
 def test_first_error_message_of_each_kind_is_shown_and_saved(server, tmp_path, capsys):
     # prompts longer than the server's max_model_len (128): every request gets HTTP 400
-    rc = main(["bench", "--base-url", server.url, "--output-dir", str(tmp_path), "--no-progress",
-               "--prompt-len", "200", "--output-len", "2", "--num-requests", "3"])
+    rc = main(
+        [
+            "bench",
+            "--base-url",
+            server.url,
+            "--output-dir",
+            str(tmp_path),
+            "--no-progress",
+            "--prompt-len",
+            "200",
+            "--output-len",
+            "2",
+            "--num-requests",
+            "3",
+        ]
+    )
     assert rc == 1
     out = " ".join(capsys.readouterr().out.split())  # undo the console's line wrapping
     assert "more than the server's max_model_len 128" in out  # warned before the run
@@ -57,15 +104,33 @@ def test_first_error_message_of_each_kind_is_shown_and_saved(server, tmp_path, c
     [run] = sorted(tmp_path.glob("run-*.json"))
     examples = json.loads(run.read_text())["summary"]["error_examples"]
     assert list(examples) == ["http_400"]
-    assert "max_model_len" in examples["http_400"] and not examples["http_400"].startswith("{")  # the message, not the body
+    assert "max_model_len" in examples["http_400"] and not examples["http_400"].startswith(
+        "{"
+    )  # the message, not the body
     assert "first http_400: " + " ".join(examples["http_400"].split()) in out
 
 
 def test_sweep_runs_send_fresh_prompts_and_a_repeat_is_flagged(server, tmp_path, capsys):
     flags = ["--base-url", server.url, "--no-progress", "--prompt-len", "48", "--output-len", "2", "--seed", "7"]
     sweep = tmp_path / "sweep"
-    rc = main(["bench", *flags, "--output-dir", str(sweep), "--load-mode", "sweep", "--num-requests", "4",
-               "--sweep-num-rates", "1", "--sweep-max-concurrency", "4", "--sweep-arrival", "constant"])
+    rc = main(
+        [
+            "bench",
+            *flags,
+            "--output-dir",
+            str(sweep),
+            "--load-mode",
+            "sweep",
+            "--num-requests",
+            "4",
+            "--sweep-num-rates",
+            "1",
+            "--sweep-max-concurrency",
+            "4",
+            "--sweep-arrival",
+            "constant",
+        ]
+    )
     assert rc == 0
     runs = [json.loads(p.read_text()) for p in sorted(sweep.glob("run-*.json"))]
     assert len(runs) in (2, 3)  # the rate run only when saturation was faster than one at a time
