@@ -100,3 +100,18 @@ def test_prefix_caching_off_never_hits():
     kv.allocate_slots(a, 5)
     kv.free(a)
     assert kv.computed_blocks(make_request("b", [1, 2, 3, 4, 5])) == []
+
+
+def test_forget_drops_a_requests_cache_entries_held_or_freed():
+    kv = KVCacheManager(num_blocks=8, block_size=4)
+    bad = make_request("bad", list(range(10)))
+    assert kv.allocate_slots(bad, 10)
+    kv.free(bad)  # preempted: its two full blocks stay cached while free
+    reader = make_request("reader", list(range(9)))
+    held = kv.computed_blocks(reader)
+    assert len(held) == 2 and kv.allocate_slots(reader, 1, held)  # another request holds them now
+    kv.forget(bad)
+    assert kv.computed_blocks(make_request("later", list(range(10)))) == []  # gone from the cache ...
+    assert kv.block_tables["reader"][:2] == held  # ... but still the reader's
+    kv.free(reader)
+    assert kv.pool.num_free_blocks == 8 and not kv.pool.cached
