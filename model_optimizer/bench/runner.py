@@ -73,9 +73,12 @@ def run_benchmark(setup: BenchSetup, console: Console | None = None) -> list[dic
     and report.html cover every run in the folder."""
     console = console or Console()
     Path(setup.output.output_dir).mkdir(parents=True, exist_ok=True)
-    results = asyncio.run(_run_all(setup, console))
-    report.write_outputs(report.load_runs(setup.output.output_dir), setup.output.output_dir)
-    return results
+    try:
+        return asyncio.run(_run_all(setup, console))
+    finally:  # also after Ctrl-C: the report covers the runs that finished
+        runs = report.load_runs(setup.output.output_dir)
+        if runs:
+            report.write_outputs(runs, setup.output.output_dir)
 
 
 async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
