@@ -155,12 +155,19 @@ def summary_table(results: list[dict]) -> str:
     values = [[get(r["summary"]) for _, get, _ in SUMMARY_COLUMNS] for r in results]
     keep = [i for i in range(len(SUMMARY_COLUMNS)) if any(row[i] is not None for row in values)]
     header = ["run"] + [_e(SUMMARY_COLUMNS[i][0]) for i in keep]
-    rows = [[_e(run_name(r))] + [_e(SUMMARY_COLUMNS[i][2](row[i])) for i in keep] for r, row in zip(results, values)]
+    rows = [
+        [_e(run_name(r))] + [_e(_cell(SUMMARY_COLUMNS[i][2], row[i])) for i in keep] for r, row in zip(results, values)
+    ]
     note = (
         "<p class='note'>Latencies over successful requests; rates per second of the run's duration "
         "(first send to last answer); failed requests stay in every count.</p>"
     )
     return _scroll(_table(header, rows)) + note
+
+
+def _cell(format_value: Callable[[object], str], value: object) -> str:
+    """A formatted figure, or a dash for a run without it (all its requests failed, an older run file)."""
+    return fmt.MISSING if value is None else format_value(value)
 
 
 def _scroll(table: str) -> str:
@@ -279,7 +286,7 @@ def server_table(results: list[dict]) -> str:
         keep = [i for i in range(len(SERVER_COLUMNS)) if any(row[i] is not None for row in values)]
         if keep:
             rows = [
-                [_e(run_name(r))] + [_e(SERVER_COLUMNS[i][2](row[i])) for i in keep]
+                [_e(run_name(r))] + [_e(_cell(SERVER_COLUMNS[i][2], row[i])) for i in keep]
                 for r, row in zip(available, values)
             ]
             out += _table(["run"] + [_e(SERVER_COLUMNS[i][0]) for i in keep], rows)

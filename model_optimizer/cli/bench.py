@@ -57,7 +57,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             type=target.type,
             choices=target.choices,
             default=None,
-            help=f"same as {target.option_strings[0]}",
+            help=f"same as {target.option_strings[0]}" + (" (vLLM's random is synthetic)" if dest == "dataset" else ""),
         )
     vllm.add_argument(
         "--save-result",

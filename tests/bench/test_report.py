@@ -127,8 +127,12 @@ def test_embedding_runs_draw_no_empty_panels(server, tmp_path):
 
 
 def test_failed_runs_show_their_errors(server, tmp_path):
-    assert bench(server, tmp_path, "--model", "fail-500", "--num-requests", "3") == 1
-    page = _Page((tmp_path / "report.html").read_text())
+    assert bench(server, tmp_path / "failed", "--model", "fail-500", "--num-requests", "3") == 1
+    page = _Page((tmp_path / "failed" / "report.html").read_text())
     assert "errors" in page.sections and "first message" in page.headers
     assert "http_500 3 internal error" in page.text
     assert page.figures == [] and "No successful request: nothing to plot." in page.text
+    # beside a run with figures, the failed run's missing ones are dashes (a TypeError before)
+    assert bench(server, tmp_path / "failed", "--num-requests", "2") == 0
+    text = _Page((tmp_path / "failed" / "report.html").read_text()).text
+    assert re.search(r"#01 concurrency 1 0 / 3 [\d.]+ s 0( -){6} #02 concurrency 1 2 / 2 ", text), text
