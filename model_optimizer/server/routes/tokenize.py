@@ -6,8 +6,6 @@ ids, their count and max_model_len; /detokenize turns token ids back into text.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 
 from model_optimizer.server.errors import APIError
@@ -23,7 +21,7 @@ router = APIRouter()
 async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
     state = _tokenizing_state(request, body.model)
     if (body.prompt is None) == (body.messages is None):
-        raise APIError(400, "give either prompt (text) or messages (a chat), not both", "prompt")
+        raise APIError(400, "give exactly one of prompt (text) or messages (a chat)", "prompt")
     if body.messages is not None:
         prompt = await chat_prompt(
             state,
@@ -47,8 +45,7 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeRes
     bad = next((t for t in body.tokens if t >= vocab_size), None)
     if bad is not None:
         raise APIError(400, f"token id {bad} is outside the vocabulary [0, {vocab_size})", "tokens")
-    text: Any = await state.run_blocking(state.tokenizer.decode, body.tokens)
-    return DetokenizeResponse(prompt=text)
+    return DetokenizeResponse(prompt=await state.run_blocking(state.tokenizer.decode, body.tokens))
 
 
 def _tokenizing_state(request: Request, model: str | None) -> ServerState:
