@@ -51,6 +51,7 @@ class ServerProcess:
         except OSError as exc:
             self._log.close()
             raise ServerFailed(f"cannot start {self.argv[0]!r}: {exc}") from None
+        (self.log_path.parent / "server.pid").write_text(f"{self.proc.pid}\n")  # to check it was reaped
         return self
 
     def __exit__(self, *exc) -> None:

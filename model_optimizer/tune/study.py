@@ -159,7 +159,13 @@ class Tuner:
             if budget.time_s is not None and time.monotonic() - started >= budget.time_s:
                 break
             trial = self.study.ask()
-            row = self._one(trial)
+            try:
+                row = self._one(trial)
+            except KeyboardInterrupt:  # wherever Ctrl-C lands, the trial is closed in the file, not left RUNNING
+                trial.set_user_attr("error", "interrupted (Ctrl-C)")
+                trial.set_user_attr("state", "FAIL")
+                self.study.tell(trial, state=TrialState.FAIL)
+                raise
             state = {"COMPLETE": TrialState.COMPLETE, "FAIL": TrialState.FAIL, "PRUNED": TrialState.PRUNED}[row["state"]]
             self.study.tell(trial, row.get("values") if state == TrialState.COMPLETE else None, state=state)
             self.on_trial(row)
@@ -184,14 +190,8 @@ class Tuner:
             reason = self.predictor.skip_reason(pred, self.slo_ms)
             if reason:
                 return self._record(trial, row | {"state": "PRUNED", "skip_reason": reason})
-        try:
-            result = run_trial(self.setup, settings, self.output_dir / "trials" / f"{trial.number:04d}")
-        except KeyboardInterrupt:
-            self._record(trial, row | {"state": "FAIL", "error": "interrupted (Ctrl-C)"})
-            from optuna.trial import TrialState
-
-            self.study.tell(trial, state=TrialState.FAIL)
-            raise
+        trial.set_user_attr("settings", settings)
+        result = run_trial(self.setup, settings, self.output_dir / "trials" / f"{trial.number:04d}")
         row["measured"] = result.to_dict()
         if not result.ok:
             return self._record(trial, row | {"state": "FAIL", "error": result.error})
