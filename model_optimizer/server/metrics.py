@@ -40,9 +40,20 @@ HANDLERS = frozenset(
         "/ready",
         "/version",
         "/metrics",
+        "/tokenize",
+        "/detokenize",
     }
 )
 """Paths counted under their own handler label; any other path is "other" (no label per random 404 path)."""
+
+
+def _handler_label(path: str) -> str:
+    """The `handler` label of a request path: the route's template, never the raw path."""
+    if path in HANDLERS:
+        return path
+    if path.startswith("/v1/models/"):
+        return "/v1/models/{id}"
+    return "other"
 
 
 class _EngineCollector(Collector):
@@ -230,5 +241,5 @@ class HTTPMetricsMiddleware:
         try:
             await self.app(scope, receive, send_and_record)
         finally:
-            handler = scope["path"] if scope["path"] in HANDLERS else "other"
+            handler = _handler_label(scope["path"])
             self.metrics.http_requests.labels(handler, scope["method"], str(status)).inc()

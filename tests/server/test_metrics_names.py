@@ -103,3 +103,12 @@ def test_request_params_n_counts_completions_per_request(server):
     after = httpx.get(f"{server.url}/metrics").text
     assert metric(after, "vllm:request_params_n_count") - metric(before, "vllm:request_params_n_count") == 1
     assert metric(after, "vllm:request_params_n_sum") - metric(before, "vllm:request_params_n_sum") == 3
+
+
+def test_tokenize_and_model_routes_have_their_own_handler_labels(server):
+    httpx.post(f"{server.url}/tokenize", json={"prompt": "hello"})
+    for model_id in ("tiny", "no-such-model"):
+        httpx.get(f"{server.url}/v1/models/{model_id}")
+    handlers = {s.labels["handler"] for s in _families(server.url)["http_requests"].samples}
+    assert {"/tokenize", "/v1/models/{id}"} <= handlers
+    assert not any(h.startswith("/v1/models/") and h != "/v1/models/{id}" for h in handlers)
