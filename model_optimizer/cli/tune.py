@@ -22,6 +22,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     from model_optimizer.bench.load import LoadConfig
     from model_optimizer.bench.workloads import WorkloadConfig
     from model_optimizer.tune.pareto import PREFER_CHOICES
+    from model_optimizer.tune.study import SAMPLERS
 
     parser = subparsers.add_parser(
         "tune",
@@ -41,6 +42,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--time", default=None, help="time budget of this run: seconds, or 30m, 1.5h")
     parser.add_argument("--seed", type=int, default=None, help="seed of the sampler and the workload (default 0)")
     parser.add_argument("--resume", action="store_true", default=None, help="continue the study in --output-dir")
+    parser.add_argument("--sampler", choices=SAMPLERS, default=None,
+                        help="nsga2 (default), tpe (multi-objective TPE), or grid: every combination of the knobs' "
+                        "choices (vLLM auto_tune's method; the budget defaults to the grid's size)")
     parser.add_argument("--prefer", choices=PREFER_CHOICES, default=None,
                         help="which Pareto trade-off best.yaml holds (default goodput)")
     parser.add_argument("--slo", default=None, help="SLOs as in mopt bench, e.g. ttft_p99=500ms,tpot_p99=40ms")
@@ -89,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         stored = runner.load_stored(output_dir)
     else:
         stored = _fresh(args)
-    budget = runner.budget_of(args.trials, args.time)
+    budget = runner.budget_of(args.trials, args.time, stored.get("sampler", "nsga2"))
     return runner.tune(stored, output_dir, budget, args.prefer or "goodput", bool(args.resume), console)
 
 
@@ -112,7 +116,7 @@ def _fresh(args: argparse.Namespace) -> dict:
         "server_cmd": args.server_cmd,
         "ready_path": args.ready_path or ("/v1/models" if args.server_cmd else "/ready"),
         "ready_timeout": args.ready_timeout or 600.0, "trial_timeout": args.trial_timeout or 1800.0,
-        "gpu": args.gpu, "hardware": args.hardware, "predict": not args.no_predict, "baseline": not args.no_baseline,
+        "sampler": args.sampler or "nsga2", "gpu": args.gpu, "hardware": args.hardware, "predict": not args.no_predict, "baseline": not args.no_baseline,
     }
 
 

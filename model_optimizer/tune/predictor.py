@@ -125,6 +125,8 @@ class Predictor:
         default_factory=lambda: {"tpot": (1.0, 0.0), "ttft": (1.0, 0.0), "throughput": (1.0, 0.0)})
     memory_offset_gib: float = 0.0
     num_fitted: int = 0
+    config: dict | None = None
+    """config.json: on a GPU the KV cache is sized by modelio's memory plan, the engine's own rule."""
 
     def ideal(self, settings: dict, load: Workload) -> Prediction:
         """The roofline figures for `settings` under `load`, before any efficiency factor."""
@@ -207,6 +209,9 @@ class Predictor:
         if settings.get("num_kv_blocks"):
             kv_bytes = settings["num_kv_blocks"] * block * k_bytes
         elif self.hardware.is_gpu:
+            planned = self._planned_blocks(settings)
+            if planned is not None:
+                return planned * block, self._budget_bytes(settings)
             kv_bytes = max(self._budget_bytes(settings) - self.cost.weight_bytes, 0)
         else:
             kv_bytes = int(settings.get("kv_cache_memory", 1 << 30))
@@ -214,6 +219,28 @@ class Predictor:
         if self.hardware.is_gpu:
             return tokens, self._budget_bytes(settings)  # the engine takes its whole share
         return tokens, self.cost.weight_bytes + kv_bytes + CPU_RUNTIME_GIB * GIB
+
+    def _planned_blocks(self, settings: dict) -> int | None:
+        """KV blocks by the memory plan (weights, the profile forward's activation peak, headroom), or None
+        when the plan cannot be made (no config, or a model the engine's registry does not know)."""
+        if self.config is None:
+            return None
+        from model_optimizer.config import EngineConfig
+
+        names = ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "block_size", "kv_cache_dtype",
+                 "max_model_len", "dtype")
+        key = tuple(settings.get(n) for n in names)
+        cache = self.__dict__.setdefault("_plans", {})
+        if key not in cache:
+            try:
+                from model_optimizer.modelio.memory_plan import GpuMemory, plan_memory
+
+                engine = EngineConfig(**{n: v for n, v in zip(names, key) if v is not None})
+                gpu = GpuMemory(self.hardware.name, int(self.hardware.memory_gib * GIB))
+                cache[key] = plan_memory(self.config, gpu, engine).row("bf16", engine.kv_cache_dtype).num_kv_blocks
+            except Exception:  # no plan: fall back to the share minus the weights
+                cache[key] = None
+        return cache[key]
 
     def _budget_bytes(self, settings: dict) -> float:
         if not self.hardware.is_gpu:

@@ -19,11 +19,13 @@ from model_optimizer.tune import report
 from model_optimizer.tune.commands import template_argv, template_uses
 from model_optimizer.tune.predictor import Predictor, model_cost
 from model_optimizer.tune.space import SearchSpace
-from model_optimizer.tune.study import Budget, Tuner, open_study, parse_duration, save_setup
+from model_optimizer.tune.study import Budget, Tuner, grid_size, open_study, parse_duration, save_setup
 from model_optimizer.tune.trial import TrialSetup
 
 
-def budget_of(trials: int | None, time: str | None) -> Budget:
+def budget_of(trials: int | None, time: str | None, sampler: str = "nsga2") -> Budget:
+    if sampler == "grid" and trials is None and time is None:
+        return Budget(None, float("inf"))  # every grid point: the study stops when the grid is done
     return Budget(trials, parse_duration(time) if time is not None else None)
 
 
@@ -74,9 +76,10 @@ def make_predictor(stored: dict, space: SearchSpace) -> tuple[Predictor | None, 
     if not config_path.is_file():
         return None, f"no predictor: {config_path} not found (a model name, not a folder)"
     dtype = space.fixed.get("dtype")
-    cost = model_cost(read_json(config_path), None if dtype in (None, "auto") else str(dtype))
+    config = read_json(config_path)
+    cost = model_cost(config, None if dtype in (None, "auto") else str(dtype))
     hardware = detect_hardware(stored.get("gpu"), stored.get("hardware"))
-    return Predictor(cost, hardware), f"predictor: {hardware.name} ({hardware.source})"
+    return Predictor(cost, hardware, config=config), f"predictor: {hardware.name} ({hardware.source})"
 
 
 def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bool, console: Console) -> int:
@@ -85,13 +88,17 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
     check_template(stored, space)
     predictor, note = make_predictor(stored, space)
     output_dir.mkdir(parents=True, exist_ok=True)
-    study = open_study(output_dir, stored["seed"], resume)
+    sampler = stored.get("sampler", "nsga2")
+    study = open_study(output_dir, stored["seed"], resume, sampler, space)
+    if sampler == "grid" and budget.trials is None:
+        budget.trials = grid_size(space)
     save_setup(output_dir, stored)
     console.print(f"study {output_dir / 'study.db'}: {len(study.trials)} trials so far; {note}")
     console.print("knobs: " + ", ".join(f"{k.name} {k.describe()}" for k in space.knobs)
                   + (f"; fixed: {json.dumps(space.fixed)}" if space.fixed else ""))
-    tuner = Tuner(study, space, setup, output_dir, predictor, on_trial=lambda row: _print_trial(console, row))
-    if stored.get("baseline", True) and not study.trials and not tuner.enqueue_defaults():
+    tuner = Tuner(study, space, setup, output_dir, predictor, on_trial=lambda row: _print_trial(console, row),
+                  skip=sampler != "grid")
+    if sampler != "grid" and stored.get("baseline", True) and not study.trials and not tuner.enqueue_defaults():
         console.print("no baseline trial: a default setting lies outside the searched space")
     interrupted = False
     try:

@@ -67,7 +67,30 @@ def parse_duration(text: str) -> float:
     return value
 
 
-def open_study(output_dir: Path, seed: int, resume: bool):
+SAMPLERS = ("nsga2", "tpe", "grid")
+
+
+def make_sampler(name: str, seed: int, space: SearchSpace | None = None):
+    """NSGA-II (default) or multi-objective TPE, both reading the SLO constraints set on each trial;
+    or a grid over every combination of the knobs' choices (vLLM auto_tune's method, for comparison)."""
+    import optuna
+
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=4)
+    if name == "grid":
+        if space is None or any(k.choices is None for k in space.knobs):
+            raise ValueError("--sampler grid needs a list of choices for every knob (no low/high ranges)")
+        return optuna.samplers.GridSampler({k.name: list(k.choices) for k in space.knobs}, seed=seed)
+    raise ValueError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
+
+
+def grid_size(space: SearchSpace) -> int:
+    return math.prod(len(k.choices or ()) for k in space.knobs)
+
+
+def open_study(output_dir: Path, seed: int, resume: bool, sampler: str = "nsga2", space: SearchSpace | None = None):
     """The study in `output_dir/study.db`: new, or (with `resume`) the one already there."""
     import optuna
 
@@ -80,8 +103,7 @@ def open_study(output_dir: Path, seed: int, resume: bool):
         raise ValueError(f"{db} already holds a study: continue it with --resume, or give another --output-dir")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # constraints reach the sampler through trial.set_constraint (see Tuner._record)
-    sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
-    study = optuna.create_study(storage=storage, study_name=STUDY_NAME, sampler=sampler,
+    study = optuna.create_study(storage=storage, study_name=STUDY_NAME, sampler=make_sampler(sampler, seed, space),
                                 directions=[d for _, d in OBJECTIVES], load_if_exists=resume)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -126,6 +148,8 @@ class Tuner:
     output_dir: Path
     predictor: Predictor | None = None
     on_trial: Callable[[dict], None] = lambda row: None
+    skip: bool = True
+    """Skip candidates the predictor rules out (off for a grid, which measures every point)."""
 
     def __post_init__(self) -> None:
         slos = parse_slo(self.setup.slo)
@@ -187,7 +211,7 @@ class Tuner:
             ideal = self.predictor.ideal(settings, load)
             pred = self.predictor.predict(settings, load)
             row["ideal"], row["predicted"] = ideal.to_dict(), pred.to_dict()
-            reason = self.predictor.skip_reason(pred, self.slo_ms)
+            reason = self.predictor.skip_reason(pred, self.slo_ms) if self.skip else None
             if reason:
                 return self._record(trial, row | {"state": "PRUNED", "skip_reason": reason})
         trial.set_user_attr("settings", settings)

@@ -97,3 +97,17 @@ def test_hardware_from_datasheet_and_doctor(tmp_path):
         hardware_from_doctor(file)
     with pytest.raises(ValueError, match="matches no datasheet"):
         hardware_from_datasheet("Voodoo 2")
+
+
+def test_gpu_kv_capacity_comes_from_the_memory_plan():
+    """On a GPU the predictor sizes the KV cache as modelio's memory plan does (the engine's rule)."""
+    from model_optimizer.config import EngineConfig
+    from model_optimizer.modelio.memory_plan import GpuMemory, plan_memory
+
+    config = CONFIG | {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "rms_norm_eps": 1e-6}
+    h200 = hardware_from_datasheet("H200")
+    settings = {"gpu_memory_utilization": 0.5, "max_num_seqs": 8, "max_num_batched_tokens": 1024}
+    pred = Predictor(model_cost(config), h200, config=config).ideal(settings, LOAD)
+    plan = plan_memory(config, GpuMemory(h200.name, int(h200.memory_gib * 2**30)), EngineConfig(**settings))
+    assert pred.kv_capacity_tokens == plan.row("bf16", "auto").num_kv_blocks * 16 > 0
+    assert pred.memory_gib == pytest.approx(0.5 * 141)

@@ -162,3 +162,39 @@ def test_seed_makes_the_sampled_candidates_reproducible(tmp_path):
             study.tell(trial, [1.0, 1.0, 1.0, 1.0, 1.0])
         runs.append(picks)
     assert runs[0] == runs[1]
+
+
+def test_predicted_misfit_is_skipped_without_starting_a_server(tmp_path):
+    """A KV cache too small for one request is PRUNED with the reason; no server is started for it."""
+    from model_optimizer.bench.client import ClientConfig
+    from model_optimizer.bench.load import LoadConfig
+    from model_optimizer.bench.workloads import WorkloadConfig
+    from model_optimizer.tune.hardware import Hardware
+    from model_optimizer.tune.predictor import Predictor, model_cost
+    from model_optimizer.tune.trial import TrialSetup
+
+    config = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=128, vocab_size=100, max_position_embeddings=512)
+    predictor = Predictor(model_cost(config), Hardware("cpu", 20.0, 0.2, 16.0, False, "test"))
+    setup = TrialSetup(None, ClientConfig(), WorkloadConfig(prompt_len="64", output_len="16"),
+                       LoadConfig(num_requests=2, concurrency=1), server_cmd="false")
+    study = open_study(tmp_path, seed=0, resume=False)
+    tuner = Tuner(study, SearchSpace([Knob("num_kv_blocks", choices=[1])]), setup, tmp_path, predictor,
+                  on_trial=lambda row: None)
+    study.enqueue_trial({"num_kv_blocks": 1})
+    tuner.run(Budget(trials=1))
+    # the one candidate is always ruled out: the study stops after MAX_SKIPS_IN_A_ROW, having run nothing
+    assert {t.state.name for t in study.trials} == {"PRUNED"}
+    assert study.trials[0].user_attrs["skip_reason"].startswith("KV cache holds 16 tokens, fewer than one request's 80")
+    assert not (tmp_path / "trials").exists()
+
+
+def test_grid_sampler_needs_choices():
+    from model_optimizer.tune.study import grid_size, make_sampler
+
+    space = SearchSpace([Knob("max_num_seqs", choices=[64, 128, 256]), Knob("max_num_batched_tokens",
+                                                                            choices=[2048, 8192])])
+    assert grid_size(space) == 6
+    make_sampler("grid", 0, space)
+    with pytest.raises(ValueError, match="needs a list of choices"):
+        make_sampler("grid", 0, SearchSpace([Knob("gpu_memory_utilization", low=0.8, high=0.9)]))
