@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from model_optimizer.engine.outputs import RequestOutputKind
+
 MAX_LOGPROBS = 20
 
 
@@ -52,6 +54,9 @@ class SamplingParams:
     """Leave special tokens out of the text."""
     detokenize: bool = True
     """Produce text; off, outputs carry token ids only (and stop strings cannot be used)."""
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    """What each output holds: all so far (CUMULATIVE), only what is new (DELTA, for streaming), or one
+    output when the request has finished (FINAL_ONLY)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -128,6 +133,10 @@ class SamplingParams:
         _require(
             self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS),
             f"logprobs must be an integer in [0, {MAX_LOGPROBS}] or None, got {self.logprobs!r}",
+        )
+        _require(
+            isinstance(self.output_kind, RequestOutputKind),
+            f"output_kind must be a RequestOutputKind (cumulative, delta, final_only), got {self.output_kind!r}",
         )
         _require(self.detokenize or not self.stop, "stop strings need detokenize=True")
         _require(self.prompt_logprobs is None, "prompt_logprobs is not supported yet; leave it unset")

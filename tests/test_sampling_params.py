@@ -69,3 +69,12 @@ def test_wrong_types_raise_valueerror_not_typeerror(kwargs, message):
 
 def test_whole_numbers_are_accepted_for_float_fields():
     assert SamplingParams(temperature=0, top_p=1, repetition_penalty=2).greedy
+
+
+def test_output_kind_defaults_to_cumulative_and_rejects_strings():
+    from model_optimizer.engine.outputs import RequestOutputKind
+
+    assert SamplingParams().output_kind is RequestOutputKind.CUMULATIVE
+    assert SamplingParams(output_kind=RequestOutputKind.DELTA).output_kind is RequestOutputKind.DELTA
+    with pytest.raises(ValueError, match="output_kind must be a RequestOutputKind"):
+        SamplingParams(output_kind="delta")  # type: ignore[arg-type]

@@ -1,15 +1,40 @@
-"""What the engine returns: one RequestOutput per user request, holding its n completions."""
+"""What the engine returns: one RequestOutput per user request, holding its n completions.
+
+Imports nothing of the package, so SamplingParams can name RequestOutputKind without a cycle."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
-from model_optimizer.engine.request import Logprob
+
+@dataclass
+class Logprob:
+    """The chosen token's log-probability and the top-k alternatives at one step."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top: dict[int, float]
+
+
+class RequestOutputKind(enum.Enum):
+    """What each RequestOutput of a request holds (SamplingParams.output_kind).
+
+    CUMULATIVE: everything so far (text, token ids, logprobs grow until finish_reason is set).
+    DELTA: only what is new since the request's previous output; finish_reason on the last one.
+    Streaming servers use it: nothing is copied or sliced twice, whatever the output length.
+    FINAL_ONLY: one output when the request (all n completions) has finished, cumulative.
+    """
+
+    CUMULATIVE = "cumulative"
+    DELTA = "delta"
+    FINAL_ONLY = "final_only"
 
 
 @dataclass
 class CompletionOutput:
-    """One completion so far (cumulative: text and token ids grow until finish_reason is set)."""
+    """One completion: so far (CUMULATIVE), new since the last output (DELTA), or all of it (FINAL_ONLY)."""
 
     index: int
     text: str

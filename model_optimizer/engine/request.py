@@ -6,7 +6,10 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from model_optimizer.engine.outputs import Logprob
 from model_optimizer.sampling_params import SamplingParams
+
+__all__ = ["Logprob", "Request", "RequestStatus", "NONFINITE_TOKEN", "NONFINITE_ERROR"]
 
 NONFINITE_TOKEN = -1
 """The token id a runner reports for a request whose logits were NaN or inf: the request fails."""
@@ -37,16 +40,6 @@ _FINISHED = frozenset(
         RequestStatus.FINISHED_ERROR,
     }
 )
-
-
-@dataclass
-class Logprob:
-    """The chosen token's log-probability and the top-k alternatives at one step."""
-
-    token_id: int
-    logprob: float
-    rank: int
-    top: dict[int, float]
 
 
 @dataclass(eq=False)
