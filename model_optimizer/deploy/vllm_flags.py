@@ -38,8 +38,13 @@ TRANSLATED = {
     "max_logprobs": "--max-logprobs",
     "log_level": "--uvicorn-log-level",
     "allowed_origins": "--allowed-origins",
+    "quantization": "--quantization",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
+
+VLLM_QUANTIZATION = {"fp8"}
+"""Our --quantization values vLLM applies on the fly; quantized folders need no flag (vLLM reads
+config.json), and our int8 / rtn-int4 on-the-fly rounding has no vLLM equivalent."""
 
 ENV_ONLY = {"api_key": "VLLM_API_KEY"}
 """Settings vLLM reads from the environment: the container gets them from the same secret as ours."""
@@ -89,6 +94,10 @@ def vllm_command(settings: ServeSettings) -> VllmCommand:
             continue
         flag = TRANSLATED[name]
         if value is None:
+            continue
+        if name == "quantization" and value not in VLLM_QUANTIZATION:
+            if value != "none":
+                untranslated[name] = (value, "vLLM quantizes only fp8 on the fly; write a folder with mopt quantize")
             continue
         if name == "allowed_origins":
             argv += [flag, json.dumps(value)]  # vLLM parses this flag as a JSON list

@@ -27,8 +27,12 @@ class Linear(nn.Module):
         if bias:
             self.bias = nn.Parameter(torch.empty(out_features))
             self.bias.weight_loader = default_weight_loader  # type: ignore[attr-defined]
+        self.quant_method = None
+        """Set by model_optimizer.quant before weights load: it owns the weights and the matmul."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.quant_method is not None:
+            return self.quant_method.apply(self, x)
         return F.linear(x, self.weight, self.bias)
 
 

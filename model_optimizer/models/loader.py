@@ -33,15 +33,23 @@ def resolve_dtype(requested: str, args: DecoderArgs, device: torch.device) -> to
     return dtype
 
 
-def load_model(model_dir: str | Path, dtype: str, device: torch.device, load_format: str = "auto") -> nn.Module:
-    """Instantiate the model named by config.json and fill its weights."""
+def load_model(
+    model_dir: str | Path, dtype: str, device: torch.device, load_format: str = "auto", quantization: str | None = None
+) -> nn.Module:
+    """Instantiate the model named by config.json and fill its weights (quantized as config.json's
+    quantization_config or `quantization` says)."""
+    from model_optimizer.quant.attach import attach_quantization, process_quantized_weights, spec_for_folder
+
     args = DecoderArgs.from_dict(read_config(model_dir), source=str(Path(model_dir) / "config.json"))
     model_cls = resolve_model_class(args.architecture)
     model = build_model(lambda: model_cls(args), resolve_dtype(dtype, args, device), device)
+    spec = spec_for_folder(model_dir, quantization)
+    attach_quantization(model, spec, resolve_dtype(dtype, args, device), dummy=load_format == "dummy")
     if load_format == "dummy":
         init_dummy_weights(model)
     else:
         load_weights(model, Path(model_dir))
+    process_quantized_weights(model)
     return model.eval()
 
 

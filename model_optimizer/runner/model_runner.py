@@ -34,7 +34,7 @@ class ModelRunner:
         self.config = config
         self.device = pick_device(config.device)
         self.memory_before_load = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
-        self.model = load_model(model_dir, config.dtype, self.device, config.load_format)
+        self.model = load_model(model_dir, config.dtype, self.device, config.load_format, config.quantization)
         args = self.model.args
         self.args = args
         self.dtype = next(self.model.parameters()).dtype

@@ -1,0 +1,1 @@
+"""Weight quantization: methods (QuantMethod), checkpoint layouts, AWQ calibration, accuracy evaluation."""
