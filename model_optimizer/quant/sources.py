@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from model_optimizer.kernels import quant_reference as ref
-from model_optimizer.quant.quantizers import QuantizedWeight, quantize_fp8
+from model_optimizer.quant.quantizers import QuantizedWeight, quantize_fp8, quantize_int8
 
 if TYPE_CHECKING:
     from model_optimizer.layers.linear import Linear
@@ -172,8 +172,8 @@ class CompressedInt4Source(StagedSource):
 
 
 class CompressedInt8Source(StagedSource):
-    """compressed-tensors int8 per channel: pack-quantized (q + 128 in the bytes of int32 words along K)
-    or int-quantized (plain int8); symmetric."""
+    """compressed-tensors int8, symmetric: pack-quantized (q + 128 in the bytes of int32 words along K)
+    or int-quantized (plain int8); per-channel scales, or per-group ones re-rounded per channel."""
 
     def __init__(self, packed: bool) -> None:
         self.packed = packed
@@ -190,7 +190,12 @@ class CompressedInt8Source(StagedSource):
             q = (words.contiguous().view(torch.uint8).reshape(n, -1)[:, :k].to(torch.int16) - 128).to(torch.int8)
         else:
             q = expect_shape("weight", tensors["weight"], (n, k))
-        return QuantizedWeight(q.contiguous(), channel_scales(tensors["weight_scale"], n))
+        scale = tensors["weight_scale"]
+        if scale.numel() != n and scale.dim() == 2 and scale.shape[0] == n and k % scale.shape[1] == 0:
+            # groups along K (llm-compressor's W8A16): dequantized, then re-rounded per channel
+            w = q.float().reshape(n, scale.shape[1], -1) * scale.float()[..., None]
+            return quantize_int8(w.reshape(n, k))
+        return QuantizedWeight(q.contiguous(), channel_scales(scale, n))
 
 
 class CompressedFp8Source(StagedSource):

@@ -121,7 +121,7 @@ def _compressed_tensors_spec(qc: dict) -> QuantSpec:
         group = int(w.get("group_size") or DEFAULT_GROUP_SIZE)
         symmetric = bool(w.get("symmetric", True))
         return QuantSpec("rtn-int4", "compressed-tensors", group_size=group, symmetric=symmetric, ignore=ignore)
-    if kind == "int" and bits == 8 and strategy == "channel" and w.get("symmetric", True):
+    if kind == "int" and bits == 8 and strategy in ("channel", "group") and w.get("symmetric", True):
         if fmt not in ("pack-quantized", "int-quantized"):
             raise ValueError(f"config.json: compressed-tensors int8 in format {fmt!r} is not supported")
         return QuantSpec("int8", "compressed-tensors", packed=fmt == "pack-quantized", ignore=ignore)
