@@ -7,6 +7,7 @@ so `--resume` continues exactly the study that was started.
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 from rich.console import Console
@@ -19,7 +20,7 @@ from model_optimizer.tune import report
 from model_optimizer.tune.commands import template_argv, template_uses
 from model_optimizer.tune.predictor import Predictor, model_cost
 from model_optimizer.tune.space import SearchSpace
-from model_optimizer.tune.study import Budget, Tuner, grid_size, open_study, parse_duration, save_setup
+from model_optimizer.tune.study import Budget, Tuner, enqueue_grid, grid_size, open_study, parse_duration, save_setup
 from model_optimizer.tune.trial import TrialSetup
 
 
@@ -90,8 +91,10 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
     output_dir.mkdir(parents=True, exist_ok=True)
     sampler = stored.get("sampler", "nsga2")
     study = open_study(output_dir, stored["seed"], resume, sampler, space)
-    if sampler == "grid" and budget.trials is None:
-        budget.trials = grid_size(space)
+    if sampler == "grid":
+        if not study.trials:
+            enqueue_grid(study, space)
+        budget.trials = min(budget.trials or grid_size(space), grid_size(space))
     save_setup(output_dir, stored)
     console.print(f"study {output_dir / 'study.db'}: {len(study.trials)} trials so far; {note}")
     console.print("knobs: " + ", ".join(f"{k.name} {k.describe()}" for k in space.knobs)
@@ -101,10 +104,13 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
     if sampler != "grid" and stored.get("baseline", True) and not study.trials and not tuner.enqueue_defaults():
         console.print("no baseline trial: a default setting lies outside the searched space")
     interrupted = False
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `timeout`, `kill`: reap the server as Ctrl-C does
     try:
         tuner.run(budget)
     except KeyboardInterrupt:
         interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     summary = report.build_summary(report.study_rows(study), prefer, stored["model"], stored)
     report.write_outputs(output_dir, summary, study)
     if summary["best"]:
@@ -117,6 +123,10 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
         console.print(f"interrupted: the study is saved; continue it with mopt tune --resume --output-dir {output_dir}")
         return 130
     return 0 if summary["best"] else 1
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _print_trial(console: Console, row: dict) -> None:

@@ -11,6 +11,7 @@ the trial in progress, and `--resume` continues the same study.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -79,15 +80,21 @@ def make_sampler(name: str, seed: int, space: SearchSpace | None = None):
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=4)
-    if name == "grid":
+    if name == "grid":  # the points are queued up front (enqueue_grid); the sampler only fills none
         if space is None or any(k.choices is None for k in space.knobs):
             raise ValueError("--sampler grid needs a list of choices for every knob (no low/high ranges)")
-        return optuna.samplers.GridSampler({k.name: list(k.choices) for k in space.knobs}, seed=seed)
+        return optuna.samplers.RandomSampler(seed=seed)
     raise ValueError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
 
 
 def grid_size(space: SearchSpace) -> int:
     return math.prod(len(k.choices or ()) for k in space.knobs)
+
+
+def enqueue_grid(study, space: SearchSpace) -> None:
+    """Queue every combination of the knobs' choices, in order (the first knob varies slowest)."""
+    for values in itertools.product(*(k.choices or () for k in space.knobs)):
+        study.enqueue_trial(dict(zip((k.name for k in space.knobs), values)))
 
 
 def open_study(output_dir: Path, seed: int, resume: bool, sampler: str = "nsga2", space: SearchSpace | None = None):

@@ -107,16 +107,16 @@ def test_failing_trial_is_recorded_and_the_study_goes_on_through_a_server_cmd(ti
     assert_servers_reaped(out)
 
 
-def test_interrupted_study_resumes(tiny_model, tmp_path, space_file, capsys):
-    out = tmp_path / "study"
-    argv = tune_argv(tiny_model("qwen3"), out, space_file, "--trials", "3")
+def interrupt_after_first_trial(argv: list[str], sig: int) -> str:
+    """Run `mopt tune` as a process, send `sig` once a trial is committed to study.db; its output."""
+    out = Path(argv[argv.index("--output-dir") + 1])
     proc = subprocess.Popen([sys.executable, "-m", "model_optimizer.cli.main", *argv], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         while _count_complete(out / "study.db") < 1:  # the event: one trial committed to the file
             assert proc.poll() is None, proc.stdout.read()
             time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         output = proc.communicate(timeout=120)[0]
     finally:
         if proc.poll() is None:
@@ -124,6 +124,18 @@ def test_interrupted_study_resumes(tiny_model, tmp_path, space_file, capsys):
     assert proc.returncode == 130, output
     assert "mopt tune --resume" in output
     assert_servers_reaped(out)
+    return output
+
+
+def test_sigterm_reaps_the_server_like_ctrl_c(tiny_model, tmp_path, space_file):
+    out = tmp_path / "study"
+    interrupt_after_first_trial(tune_argv(tiny_model("qwen3"), out, space_file, "--trials", "4"), signal.SIGTERM)
+    assert (out / "results.json").is_file() and "RUNNING" not in states(out)
+
+
+def test_interrupted_study_resumes(tiny_model, tmp_path, space_file, capsys):
+    out = tmp_path / "study"
+    interrupt_after_first_trial(tune_argv(tiny_model("qwen3"), out, space_file, "--trials", "3"), signal.SIGINT)
     before = states(out)
     assert before[0] == "COMPLETE" and set(before) <= {"COMPLETE", "FAIL"}
     # only the budget may change on resume
@@ -189,12 +201,18 @@ def test_predicted_misfit_is_skipped_without_starting_a_server(tmp_path):
     assert not (tmp_path / "trials").exists()
 
 
-def test_grid_sampler_needs_choices():
-    from model_optimizer.tune.study import grid_size, make_sampler
+def test_grid_queues_every_combination_in_order(tmp_path):
+    from model_optimizer.tune.space import sample
+    from model_optimizer.tune.study import enqueue_grid, grid_size, make_sampler
 
     space = SearchSpace([Knob("max_num_seqs", choices=[64, 128, 256]), Knob("max_num_batched_tokens",
                                                                             choices=[2048, 8192])])
     assert grid_size(space) == 6
     make_sampler("grid", 0, space)
+    study = open_study(tmp_path, seed=0, resume=False, sampler="grid", space=space)
+    enqueue_grid(study, space)
+    queued = [sample(space.knobs, study.ask()) for _ in range(6)]
+    assert [(p["max_num_seqs"], p["max_num_batched_tokens"]) for p in queued] == [
+        (64, 2048), (64, 8192), (128, 2048), (128, 8192), (256, 2048), (256, 8192)]
     with pytest.raises(ValueError, match="needs a list of choices"):
         make_sampler("grid", 0, SearchSpace([Knob("gpu_memory_utilization", low=0.8, high=0.9)]))
