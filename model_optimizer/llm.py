@@ -10,7 +10,7 @@ from typing import Any
 
 from model_optimizer.config import EngineConfig
 from model_optimizer.engine.engine import LLMEngine, ModelInfo
-from model_optimizer.engine.outputs import RequestOutput
+from model_optimizer.engine.outputs import RequestOutput, RequestOutputKind
 from model_optimizer.sampling_params import SamplingParams
 
 Prompt = str | list[int]
@@ -151,7 +151,7 @@ class LLM:
         added = []
         try:
             for request_id, prompt, p in zip(ids, prompts, params_list):
-                self.engine.add_request(request_id, prompt, p, final_only=True)
+                self.engine.add_request(request_id, prompt, p.clone(output_kind=RequestOutputKind.FINAL_ONLY))
                 added.append(request_id)
             finished: dict[str, RequestOutput] = {}
             while self.engine.has_unfinished_requests():

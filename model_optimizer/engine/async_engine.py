@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from model_optimizer.engine.engine import EngineStats, LLMEngine
@@ -187,7 +187,6 @@ class _Stream:
     queue: asyncio.Queue
     prompt_token_ids: list[int] = field(default_factory=list)
     n: int = 1
-    last: RequestOutput | None = None
 
 
 @dataclass
@@ -363,7 +362,6 @@ class AsyncEngine:
             stream = self._streams.get(output.request_id)
             if stream is None:
                 continue
-            stream.last = output
             deliveries.append((stream.queue, output))
             if output.finished:
                 del self._streams[output.request_id]
@@ -373,8 +371,8 @@ class AsyncEngine:
     def _abort_everything(self) -> None:
         deliveries = []
         for request_id, stream in list(self._streams.items()):
-            self.engine.abort(request_id)
-            deliveries.append((stream.queue, _aborted(request_id, stream)))
+            output = self.engine.abort(request_id)
+            deliveries.append((stream.queue, output or _aborted(request_id, stream)))
         self._streams.clear()
         if deliveries:
             self._deliver(deliveries)
@@ -432,10 +430,7 @@ class RequestStream:
 
 
 def _aborted(request_id: str, stream: _Stream) -> RequestOutput:
-    """A final output for a request the server aborted: what it had so far, finish_reason 'abort'."""
-    if stream.last is not None:
-        outputs = [o if o.finished else replace(o, finish_reason="abort") for o in stream.last.outputs]
-        return replace(stream.last, outputs=outputs, finished=True)
+    """A final 'abort' output for a stream the engine no longer knows (it never is, unless a bug says so)."""
     outputs = [
         CompletionOutput(index=i, text="", token_ids=[], logprobs=None, finish_reason="abort") for i in range(stream.n)
     ]

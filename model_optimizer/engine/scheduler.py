@@ -27,6 +27,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
+from model_optimizer.engine.input_processor import check_prompt_fits
 from model_optimizer.engine.kv_cache import KVCacheManager
 from model_optimizer.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN, Request, RequestStatus
 from model_optimizer.sampling_params import SamplingParams
@@ -150,10 +151,7 @@ class Scheduler:
     def check_fits(self, num_prompt_tokens: int, max_tokens: int) -> None:
         """Refuse up front a request that could never run to completion."""
         limit = self.config.max_model_len
-        if num_prompt_tokens >= limit:
-            raise ValueError(
-                f"prompt has {num_prompt_tokens} tokens, more than max_model_len allows ({limit} including at least one output token)"
-            )
+        check_prompt_fits(num_prompt_tokens, limit)
         if not self.config.enable_chunked_prefill and num_prompt_tokens > self.config.max_num_batched_tokens:
             raise ValueError(
                 f"prompt has {num_prompt_tokens} tokens and chunked prefill is off: "

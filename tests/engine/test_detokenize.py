@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from model_optimizer.engine.io import IncrementalDetokenizer, encode_prompt
+from model_optimizer.engine.detokenizer import IncrementalDetokenizer
+from model_optimizer.engine.input_processor import encode_prompt
 from model_optimizer.sampling_params import SamplingParams
 
 TEXTS = [

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from model_optimizer import LLM, SamplingParams
+from model_optimizer.engine.outputs import RequestOutputKind
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 
@@ -168,7 +169,7 @@ def test_streamed_text_equals_final_text(qwen3_llm):
 
 def test_final_only_requests_report_once(qwen3_llm):
     engine, reports = qwen3_llm.engine, []
-    engine.add_request("final-only", [5, 6, 7], GREEDY.clone(max_tokens=6), final_only=True)
+    engine.add_request("final-only", [5, 6, 7], GREEDY.clone(max_tokens=6, output_kind=RequestOutputKind.FINAL_ONLY))
     while engine.has_unfinished_requests():
         reports += engine.step()
     assert len(reports) == 1 and reports[0].finished and len(reports[0].outputs[0].token_ids) == 6
@@ -219,3 +220,50 @@ def test_long_prefill_settings_are_validated():
         EngineConfig(max_num_partial_prefills=0)
     with pytest.raises(ValueError, match="long_prefill_token_threshold must be an integer >= 0"):
         EngineConfig(long_prefill_token_threshold=-1)
+
+
+def _run(engine, request_id, prompt, params):
+    engine.add_request(request_id, prompt, params)
+    reports = []
+    while engine.has_unfinished_requests():
+        reports += [o for o in engine.step() if o.request_id == request_id]
+    return reports
+
+
+def test_delta_outputs_add_up_to_the_cumulative_one(qwen3_llm):
+    prompt = random_prompts(1, seed=11)[0]
+    params = SamplingParams(n=2, temperature=0.8, seed=3, max_tokens=12, logprobs=2, ignore_eos=True)
+    final = qwen3_llm.generate([prompt], params)[0]
+    deltas = _run(qwen3_llm.engine, "delta", prompt, params.clone(output_kind=RequestOutputKind.DELTA))
+    assert len(deltas) > 2 and deltas[-1].finished and not any(d.finished for d in deltas[:-1])
+    for expected in final.outputs:
+        parts = [c for d in deltas for c in d.outputs if c.index == expected.index]
+        assert sum((c.token_ids for c in parts), []) == expected.token_ids
+        assert "".join(c.text for c in parts) == expected.text
+        assert sum((c.logprobs for c in parts), []) == expected.logprobs
+        assert [c.finish_reason for c in parts] == [None] * (len(parts) - 1) + ["length"]
+        assert all(c.token_ids for c in parts)  # a completion appears only when it has something new
+
+
+def test_delta_outputs_hold_back_a_possible_stop_string(qwen3_llm):
+    prompt = random_prompts(1, seed=12)[0]
+    full = qwen3_llm.generate([prompt], GREEDY.clone(max_tokens=20))[0].outputs[0].text
+    stop = full[8:11]
+    params = GREEDY.clone(max_tokens=20, stop=[stop], output_kind=RequestOutputKind.DELTA)
+    deltas = _run(qwen3_llm.engine, "delta-stop", prompt, params)
+    assert "".join(d.outputs[0].text for d in deltas) == full[: full.index(stop)]
+    assert deltas[-1].outputs[0].finish_reason == "stop" and deltas[-1].outputs[0].stop_reason == stop
+
+
+def test_abort_returns_what_the_request_had(qwen3_llm):
+    engine = qwen3_llm.engine
+    engine.add_request("to-abort", [5, 6, 7], GREEDY.clone(max_tokens=30, ignore_eos=True), stream=True)
+    seen = []
+    while len(seen) < 3:
+        seen += engine.step()
+    last = engine.abort("to-abort")
+    assert last is not None and last.finished and last.outputs[0].finish_reason == "abort"
+    assert last.outputs[0].token_ids[: len(seen[-1].outputs[0].token_ids)] == seen[-1].outputs[0].token_ids
+    assert engine.abort("to-abort") is None
+    while engine.has_unfinished_requests():
+        assert engine.step() == []

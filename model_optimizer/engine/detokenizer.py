@@ -1,37 +1,14 @@
-"""Strings in and out of the core loop: prompt encoding and validation before it,
-incremental detokenization and stop strings after it. The core itself only sees token ids."""
+"""IncrementalDetokenizer: one completion's token ids to text as they arrive, stop strings found in it.
+
+Used by the output processor, after the core loop; the core itself only sees token ids."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
+from model_optimizer.engine.input_processor import Tokenizer
 from model_optimizer.sampling_params import SamplingParams
 
 REPLACEMENT_CHAR = "\ufffd"
 DETOKENIZE_WINDOW = 6
-
-
-class Tokenizer(Protocol):
-    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
-    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
-
-
-def encode_prompt(tokenizer: Tokenizer | None, prompt: str | list[int], vocab_size: int) -> list[int]:
-    """Token ids of a prompt given as text or ids; ids are checked against the vocabulary."""
-    if isinstance(prompt, str):
-        if tokenizer is None:
-            raise ValueError("this model has no tokenizer: give prompts as token ids")
-        token_ids = list(tokenizer.encode(prompt))
-    else:
-        token_ids = list(prompt)
-        bad = next(
-            (t for t in token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size), None
-        )
-        if bad is not None:
-            raise ValueError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab_size})")
-    if not token_ids:
-        raise ValueError("prompt is empty: give at least one token")
-    return token_ids
 
 
 class IncrementalDetokenizer:
