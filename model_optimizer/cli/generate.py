@@ -248,7 +248,7 @@ def _line_params(line: PromptLine, base: dict[str, Any]) -> SamplingParams:
 
 def _prompt_ids(llm: Any, line: PromptLine) -> tuple[list[int], str | None]:
     """(token ids, prompt text or None) of one line, with the engine's own checks; errors name the line."""
-    from model_optimizer.engine.io import encode_prompt
+    from model_optimizer.engine.input_processor import encode_prompt
 
     info = llm.engine.info
     try:
