@@ -16,7 +16,7 @@ import logging
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
@@ -28,42 +28,50 @@ from model_optimizer.sampling_params import SamplingParams
 from model_optimizer.server.config import ServerConfig
 from model_optimizer.server.errors import install_error_handlers
 from model_optimizer.server.limits import token_bound
-from model_optimizer.server.metrics import HTTPMetricsMiddleware, ServerMetrics
+from model_optimizer.server.metrics import HTTPMetricsMiddleware
 from model_optimizer.server.middleware import GuardMiddleware
 from model_optimizer.server.routes import chat, completions, embeddings, system, tokenize
-from model_optimizer.server.state import ServerState
+from model_optimizer.server.state import ServedModel, ServerState
 from model_optimizer.server.stats_log import start_stats_logging
+
+if TYPE_CHECKING:
+    from model_optimizer.llm import LLM
 
 logger = logging.getLogger(__name__)
 
 
 def create_app(
-    config: ServerConfig, engine_config: EngineConfig | None = None, llm: Any = None, embedder: Any = None
+    config: ServerConfig, engine_config: EngineConfig | None = None, llm: LLM | None = None, embedder: Any = None
 ) -> FastAPI:
     engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
-    state = ServerState(config=config, engine_config=engine_config)
-    if config.chat_template:
-        state.chat_template = _read_template(config.chat_template)  # before loading: a typo fails in a second
+    chat_template = _read_template(config.chat_template) if config.chat_template else None  # a typo fails at once
     if llm is None and embedder is None:
         llm, embedder = load_model(engine_config)
-    if state.chat_template:
-        check_template(state.chat_template, config.chat_template, llm.tokenizer if llm is not None else None)
+    if chat_template:
+        check_template(chat_template, config.chat_template, llm.tokenizer if llm is not None else None)
+    model = served_model(config.served_model_name or _default_name(engine_config, llm or embedder), llm, embedder)
+    state = ServerState(
+        config=config,
+        engine_config=engine_config,
+        model=model,
+        llm=llm,
+        embedder=embedder,
+        chat_template=chat_template,
+    )
     if llm is not None:
         from model_optimizer.llm import generation_defaults
 
         state.sampling_defaults = generation_defaults(llm.model_dir)  # ValueError for a broken file: exit 2
         if llm.tokenizer is not None:
             state.token_bound = token_bound(llm.tokenizer)
-    state.model_name = config.served_model_name or _default_name(engine_config, llm or embedder)
-    state.metrics = ServerMetrics(state.model_name, lambda: state.engine.stats if state.engine else None)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         loop = asyncio.get_running_loop()
-        if llm is not None:
-            _engine_ready(state, llm, loop)
+        if state.llm is not None:
+            _engine_ready(state, state.llm, loop)
         else:
-            _embedder_ready(state, embedder)
+            _embedder_ready(state)
         stats_task = start_stats_logging(state, config.log_interval)
         yield
         if stats_task is not None:
@@ -184,19 +192,33 @@ def is_embedding_model(model_dir: Path) -> bool:
     return architecture in ENCODER_ARCHITECTURES
 
 
-def _embedder_ready(state: ServerState, embedder: Any) -> None:
-    state.embedder = embedder
+def served_model(name: str, llm: LLM | None, embedder: Any) -> ServedModel:
+    """What routes need to know about the model, read once (no chains into the engine at request time)."""
+    if llm is not None:
+        info = llm.engine.info
+        return ServedModel(
+            name=name,
+            model_dir=Path(llm.model_dir),
+            max_model_len=info.max_model_len,
+            generates=True,
+            vocab_size=info.vocab_size,
+            tokenizer=llm.tokenizer,
+        )
+    return ServedModel(
+        name=name, model_dir=Path(embedder.model_dir), max_model_len=embedder.max_seq_length, generates=False
+    )
+
+
+def _embedder_ready(state: ServerState) -> None:
     state.ready = True
-    logger.info("serving embeddings of %s", state.model_name)
+    logger.info("serving embeddings of %s", state.model.name)
 
 
-def _engine_ready(state: ServerState, llm: Any, loop: asyncio.AbstractEventLoop) -> None:
-    state.llm = llm
+def _engine_ready(state: ServerState, llm: LLM, loop: asyncio.AbstractEventLoop) -> None:
     state.engine = AsyncEngine(llm.engine, on_fatal=lambda exc: _fatal(state, exc))
     state.engine.start(loop)
     state.ready = True
-    max_model_len = llm.engine.info.max_model_len
-    logger.info("serving %s (max_model_len %d)", state.model_name, max_model_len)
+    logger.info("serving %s (max_model_len %d)", state.model.name, state.model.max_model_len)
     bound = state.token_bound
     if bound is not None:
         worse = (

@@ -41,7 +41,7 @@ def resolve_max_tokens(
 
     `field` is the name the client used (chat's max_completion_tokens), so errors name what was sent.
     """
-    max_model_len, limit = state.max_model_len, state.config.max_tokens_limit
+    max_model_len, limit = state.model.max_model_len, state.config.max_tokens_limit
     room = max_model_len - num_prompt_tokens
     if room < 1:
         raise APIError(

@@ -64,7 +64,7 @@ async def tokenize_prompts(state: ServerState, prompts: list[str | list[int]]) -
 def check_token_ids(state: ServerState, token_ids: list[int]) -> list[int]:
     if not token_ids:
         raise APIError(400, "prompt is empty: give at least one token", "prompt")
-    vocab_size = state.llm.engine.info.vocab_size
+    vocab_size = state.model.vocab_size
     bad = next((t for t in token_ids if not 0 <= t < vocab_size), None)
     if bad is not None:
         raise APIError(400, f"prompt token id {bad} is outside the vocabulary [0, {vocab_size})", "prompt")
@@ -77,13 +77,12 @@ NO_TOKENIZER = "this model has no tokenizer: send the prompt as token ids (a lis
 async def encode(
     state: ServerState, text: str, add_special_tokens: bool, param: str = "prompt", allow_empty: bool = False
 ) -> list[int]:
-    if state.tokenizer is None:
+    tokenizer = state.model.tokenizer
+    if tokenizer is None:
         raise APIError(400, NO_TOKENIZER, param)
     _check_utf8(text)
     check_text_fits(state, text, param)
-    token_ids = await state.run_blocking(
-        lambda: list(state.tokenizer.encode(text, add_special_tokens=add_special_tokens))
-    )
+    token_ids = await state.run_blocking(lambda: list(tokenizer.encode(text, add_special_tokens=add_special_tokens)))
     if not token_ids and not allow_empty:
         raise APIError(400, "prompt is empty: give at least one token", "prompt")
     return token_ids
@@ -94,7 +93,7 @@ def check_text_fits(state: ServerState, text: str, param: str) -> None:
     bound = state.token_bound
     if bound is None:
         return
-    fewest, max_model_len = bound.min_tokens(text), state.max_model_len
+    fewest, max_model_len = bound.min_tokens(text), state.model.max_model_len
     if fewest >= max_model_len:
         raise APIError(
             400,
@@ -135,13 +134,14 @@ async def chat_prompt(
     add_special_tokens: bool = False,
 ) -> Prompt:
     """Render messages through the chat template (--chat-template or the tokenizer's) and tokenize."""
-    if state.tokenizer is None:
+    tokenizer = state.model.tokenizer
+    if tokenizer is None:
         raise APIError(
             400,
             "this model has no tokenizer, so chat messages cannot be rendered: use /v1/completions with token ids",
             "messages",
         )
-    template = state.chat_template or getattr(state.tokenizer, "chat_template", None)
+    template = state.chat_template or getattr(tokenizer, "chat_template", None)
     if not template:
         raise APIError(
             400,
@@ -157,7 +157,7 @@ async def chat_prompt(
     }
 
     def render() -> str:
-        return state.tokenizer.apply_chat_template(
+        return tokenizer.apply_chat_template(
             conversation, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
         )
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from model_optimizer.server.state import ServerState
 
 logger = logging.getLogger("model_optimizer.server.stats")
 
@@ -33,7 +36,7 @@ def stats_line(before: Any, after: Any, seconds: float) -> str | None:
     )
 
 
-async def log_stats(state: Any, interval: float) -> None:
+async def log_stats(state: ServerState, interval: float) -> None:
     """Log stats_line every `interval` seconds for as long as the server runs (cancelled at shutdown)."""
     before, then = state.engine.stats, time.monotonic()
     while True:
@@ -45,7 +48,7 @@ async def log_stats(state: Any, interval: float) -> None:
         before, then = after, now
 
 
-def start_stats_logging(state: Any, interval: float) -> asyncio.Task | None:
+def start_stats_logging(state: ServerState, interval: float) -> asyncio.Task | None:
     """Start the periodic line for a generation engine (not for embeddings); interval 0 turns it off."""
     if interval <= 0 or state.engine is None:
         return None

@@ -72,10 +72,10 @@ def test_default_prompt_ids_fit_the_served_vocabulary(server, tmp_path, capsys):
     assert result["summary"]["num_ok"] == 6 and result["summary"]["errors"] == {}
     prompts = result["prompts"]
     # found through GET /v1/models: the server names the model folder as `root`, which holds tokenizer.json
-    assert prompts["tokenizer"] == str(server.state.llm.model_dir)
+    assert prompts["tokenizer"] == str(server.state.model.model_dir)
     assert "tokenizer" in prompts["vocab_source"]
     low, high = prompts["token_id_range"]
-    assert high <= server.state.llm.engine.info.vocab_size
+    assert high <= server.state.model.vocab_size
     assert f"random token ids in [{low}, {high})" in " ".join(capsys.readouterr().out.split())
 
 

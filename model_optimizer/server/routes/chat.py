@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator
-
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
+from pydantic import BaseModel
 
-from model_optimizer.engine.async_engine import EngineDeadError
 from model_optimizer.engine.outputs import RequestOutput
-from model_optimizer.server.errors import APIError, error_body, error_response
-from model_optimizer.server.generation import (
-    ClientDisconnected,
-    GroupStreamingResponse,
-    RequestGroup,
-    failure,
-    until_disconnect,
-)
+from model_optimizer.server.errors import APIError
+from model_optimizer.server.logprobs import TokenTexts, chat_logprobs
 from model_optimizer.server.params import check_caps, resolve_max_tokens, sampling_params
 from model_optimizer.server.prompts import chat_prompt
 from model_optimizer.server.protocol import (
@@ -28,13 +19,14 @@ from model_optimizer.server.protocol import (
     ChatResponseMessage,
     ChatStreamChoice,
     DeltaMessage,
+    UsageInfo,
 )
-from model_optimizer.server.render import DONE, DeltaTracker, TokenTexts, chat_logprobs, sse, usage
+from model_optimizer.server.request_group import Generation, new_request_id, respond
 from model_optimizer.server.routes import ERROR_RESPONSES
-from model_optimizer.server.state import ServerState, get_state
+from model_optimizer.server.state import get_state
+from model_optimizer.server.streaming import ChoiceDelta
 
 router = APIRouter()
-logger = logging.getLogger(__name__)
 
 
 @router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=ERROR_RESPONSES)
@@ -53,91 +45,66 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     stop = check_caps(state, body, logprobs if logprobs is not None else body.top_logprobs)
     prompt = await chat_prompt(state, body.messages, body.add_generation_prompt, body.chat_template_kwargs)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    requested = getattr(body, field)
-    max_tokens = resolve_max_tokens(state, requested, len(prompt.token_ids), field)
+    max_tokens = resolve_max_tokens(state, getattr(body, field), len(prompt.token_ids), field)
     params = sampling_params(body, stop, max_tokens, logprobs, state.sampling_defaults)
-    group: RequestGroup | None = RequestGroup(state, "chatcmpl")
-    try:
-        await group.start([prompt.token_ids], [params], body.priority, body.stream)
-        if body.stream:
-            response = GroupStreamingResponse(_stream(state, body, len(prompt.token_ids), group), group)
-            group = None  # the response closes it
-            return response
-        [final] = await until_disconnect(request, group.final_outputs())
-        if failure(final):
-            return error_response(500, failure(final))
-        return JSONResponse(_response(state, body, len(prompt.token_ids), group.request_id, final).model_dump())
-    except ClientDisconnected:
-        return Response(status_code=499)
-    except EngineDeadError as exc:
-        return error_response(500, str(exc))
-    finally:
-        if group is not None:
-            group.close()
-
-
-def _response(
-    state: ServerState, body: ChatCompletionRequest, num_prompt_tokens: int, request_id: str, final: RequestOutput
-) -> ChatCompletionResponse:
-    texts = TokenTexts(state.tokenizer)
-    choices = []
-    for c in final.outputs:
-        logprobs = chat_logprobs(texts, c.logprobs, body.top_logprobs or 0) if c.logprobs is not None else None
-        choices.append(
-            ChatChoice(
-                index=c.index,
-                message=ChatResponseMessage(content=c.text),
-                logprobs=logprobs,
-                finish_reason=c.finish_reason,
-                stop_reason=c.stop_reason,
-            )
-        )
-    return ChatCompletionResponse(
-        id=request_id, model=state.model_name, choices=choices, usage=usage([num_prompt_tokens], [final])
+    generation = Generation(
+        new_request_id("chatcmpl"),
+        [prompt.token_ids],
+        [params],
+        body.priority,
+        body.stream,
+        include_usage=bool(body.stream_options and body.stream_options.include_usage),
     )
+    fmt = ChatFormat(body, generation.request_id, state.model.name, TokenTexts(state.model.tokenizer))
+    return await respond(request, state, generation, fmt)
 
 
-async def _stream(
-    state: ServerState, body: ChatCompletionRequest, num_prompt_tokens: int, group: RequestGroup
-) -> AsyncIterator[str]:
-    texts = TokenTexts(state.tokenizer)
-    tracker = DeltaTracker()
-    last: RequestOutput | None = None
-    base = ChatCompletionChunk(id=group.request_id, model=state.model_name, choices=[])
-    role = [ChatStreamChoice(index=i, delta=DeltaMessage(role="assistant", content="")) for i in range(body.n)]
-    yield sse(base.model_copy(update={"choices": role}))
-    try:
-        async for _, output in group.outputs():
-            last = output
-            if failure(output):
-                yield sse(error_body(500, failure(output)))
-                break
-            choices = []
-            for c in output.outputs:
-                delta = tracker.delta(c.index, c)
-                if delta is None:
-                    continue
-                logprobs = None
-                if delta.logprobs is not None:
-                    logprobs = chat_logprobs(texts, delta.logprobs, body.top_logprobs or 0)
-                content = DeltaMessage(content=delta.text) if delta.text or not c.finished else DeltaMessage()
-                choices.append(
-                    ChatStreamChoice(
-                        index=c.index,
-                        delta=content,
-                        logprobs=logprobs,
-                        finish_reason=c.finish_reason,
-                        stop_reason=c.stop_reason,
-                    )
+class ChatFormat:
+    """Chat's response and stream chunks (a ResponseFormat)."""
+
+    def __init__(self, body: ChatCompletionRequest, request_id: str, model_name: str, texts: TokenTexts) -> None:
+        self.body = body
+        self.texts = texts
+        self.num_top = body.top_logprobs or 0
+        self.base = ChatCompletionChunk(id=request_id, model=model_name, choices=[])
+
+    def response(self, finals: list[RequestOutput], usage: UsageInfo) -> BaseModel:
+        [final] = finals
+        choices = []
+        for c in final.outputs:
+            logprobs = chat_logprobs(self.texts, c.logprobs, self.num_top) if c.logprobs is not None else None
+            choices.append(
+                ChatChoice(
+                    index=c.index,
+                    message=ChatResponseMessage(content=c.text),
+                    logprobs=logprobs,
+                    finish_reason=c.finish_reason,
+                    stop_reason=c.stop_reason,
                 )
-            if choices:
-                yield sse(base.model_copy(update={"choices": choices}))
-        else:
-            if body.stream_options and body.stream_options.include_usage:
-                yield sse(base.model_copy(update={"usage": usage([num_prompt_tokens], [last])}))
-    except EngineDeadError as exc:
-        yield sse(error_body(500, str(exc)))
-    except Exception as exc:  # noqa: BLE001 - headers are sent: the client learns of it in-band, then [DONE]
-        logger.exception("chat stream %s failed", group.request_id)
-        yield sse(error_body(500, f"internal error: {type(exc).__name__}"))
-    yield DONE
+            )
+        return ChatCompletionResponse(id=self.base.id, model=self.base.model, choices=choices, usage=usage)
+
+    def head(self) -> list[BaseModel]:
+        """The role first, for every choice (as OpenAI sends it)."""
+        role = [ChatStreamChoice(index=i, delta=DeltaMessage(role="assistant", content="")) for i in range(self.body.n)]
+        return [self.base.model_copy(update={"choices": role})]
+
+    def chunk(self, deltas: list[ChoiceDelta]) -> BaseModel:
+        choices = []
+        for d in deltas:
+            c = d.completion
+            logprobs = chat_logprobs(self.texts, d.logprobs, self.num_top) if d.logprobs is not None else None
+            content = DeltaMessage(content=d.text) if d.text or not c.finished else DeltaMessage()
+            choices.append(
+                ChatStreamChoice(
+                    index=c.index,
+                    delta=content,
+                    logprobs=logprobs,
+                    finish_reason=c.finish_reason,
+                    stop_reason=c.stop_reason,
+                )
+            )
+        return self.base.model_copy(update={"choices": choices})
+
+    def usage_chunk(self, usage: UsageInfo) -> BaseModel:
+        return self.base.model_copy(update={"usage": usage})

@@ -26,7 +26,7 @@ async def create_embedding(body: EmbeddingRequest, request: Request) -> dict:
     state.check_model(body.model)
     state.check_accepting()
     if state.embedder is None:
-        raise APIError(400, f"the model `{state.model_name}` does not support embeddings", "model")
+        raise APIError(400, f"the model `{state.model.name}` does not support embeddings", "model")
     if isinstance(body.input, list) and not body.input:
         raise APIError(400, "input is empty: give a string, a list of strings or token ids", "input")
     inputs = prompt_list(body.input)
@@ -51,7 +51,7 @@ async def create_embedding(body: EmbeddingRequest, request: Request) -> dict:
     num_tokens = out.num_prompt_tokens
     return {
         "object": "list",
-        "model": state.model_name,
+        "model": state.model.name,
         "data": data,
         "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
     }

@@ -68,17 +68,13 @@ async def models(request: Request) -> ModelList:
 async def model(model_id: str, request: Request) -> ModelCard:
     """The served model's card; 404 for any other id (a served name may hold slashes, hence :path)."""
     state = get_state(request)
-    if model_id != state.model_name:
+    if model_id != state.model.name:
         raise APIError(
-            404, f"The model `{clip(model_id, 100)}` does not exist; this server serves `{state.model_name}`.", "model"
+            404, f"The model `{clip(model_id, 100)}` does not exist; this server serves `{state.model.name}`.", "model"
         )
     return _card(state)
 
 
 def _card(state: ServerState) -> ModelCard:
-    root, max_len = None, None
-    if state.llm is not None:
-        root, max_len = str(state.llm.model_dir), state.max_model_len
-    elif state.embedder is not None:
-        root, max_len = str(state.embedder.model_dir), state.embedder.max_seq_length
-    return ModelCard(id=state.model_name, root=root, max_model_len=max_len)
+    model = state.model
+    return ModelCard(id=model.name, root=str(model.model_dir), max_model_len=model.max_model_len)

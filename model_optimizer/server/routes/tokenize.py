@@ -34,18 +34,20 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
     else:
         add_special = True if body.add_special_tokens is None else body.add_special_tokens
         token_ids = await encode(state, body.prompt, add_special, allow_empty=True)
-    strs = state.tokenizer.convert_ids_to_tokens(token_ids) if body.return_token_strs else None
-    return TokenizeResponse(count=len(token_ids), max_model_len=state.max_model_len, tokens=token_ids, token_strs=strs)
+    strs = state.model.tokenizer.convert_ids_to_tokens(token_ids) if body.return_token_strs else None
+    return TokenizeResponse(
+        count=len(token_ids), max_model_len=state.model.max_model_len, tokens=token_ids, token_strs=strs
+    )
 
 
 @router.post("/detokenize", response_model=DetokenizeResponse, responses=ERROR_RESPONSES)
 async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
     state = _tokenizing_state(request, body.model)
-    vocab_size = state.llm.engine.info.vocab_size
+    vocab_size = state.model.vocab_size
     bad = next((t for t in body.tokens if t >= vocab_size), None)
     if bad is not None:
         raise APIError(400, f"token id {bad} is outside the vocabulary [0, {vocab_size})", "tokens")
-    return DetokenizeResponse(prompt=await state.run_blocking(state.tokenizer.decode, body.tokens))
+    return DetokenizeResponse(prompt=await state.run_blocking(state.model.tokenizer.decode, body.tokens))
 
 
 def _tokenizing_state(request: Request, model: str | None) -> ServerState:
@@ -53,6 +55,6 @@ def _tokenizing_state(request: Request, model: str | None) -> ServerState:
     state.check_model(model)
     state.check_accepting()
     state.check_generates()
-    if state.tokenizer is None:
+    if state.model.tokenizer is None:
         raise APIError(400, "this model has no tokenizer, so the server cannot tokenize or detokenize", "model")
     return state

@@ -1,25 +1,14 @@
-"""Engine outputs -> OpenAI response pieces: stream deltas, logprobs, usage, SSE lines."""
+"""Engine logprobs -> OpenAI logprobs objects (completions' and chat's shapes), tokens named by their text."""
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
-
-from model_optimizer.engine.outputs import CompletionOutput, RequestOutput
 from model_optimizer.engine.request import Logprob
-from model_optimizer.server.protocol import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob, UsageInfo
+from model_optimizer.server.protocol import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
 
-DONE = "data: [DONE]\n\n"
 MIN_LOGPROB = -9999.0  # JSON has no -inf
-
-
-def sse(payload: BaseModel | dict) -> str:
-    data = payload.model_dump_json() if isinstance(payload, BaseModel) else json.dumps(payload)
-    return f"data: {data}\n\n"
 
 
 def finite(value: float) -> float:
@@ -79,42 +68,3 @@ def chat_logprobs(texts: TokenTexts, logprobs: list[Logprob], num_top: int) -> C
 
 def _top(lp: Logprob, num_top: int) -> list[tuple[int, float]]:
     return sorted(lp.top.items(), key=lambda kv: -kv[1])[:num_top]
-
-
-def usage(prompt_token_counts: list[int], outputs: list[RequestOutput | None]) -> UsageInfo:
-    prompt_tokens = sum(prompt_token_counts)
-    completion_tokens = sum(o.num_output_tokens for o in outputs if o is not None)
-    return UsageInfo(
-        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
-    )
-
-
-@dataclass
-class Delta:
-    text: str
-    logprobs: list[Logprob] | None
-    text_offset: int
-    first: bool
-
-
-class DeltaTracker:
-    """Cumulative completions -> what is new since the last chunk, per choice."""
-
-    def __init__(self) -> None:
-        self.sent: dict[int, tuple[int, int]] = {}
-        self.done: set[int] = set()
-
-    def delta(self, choice_index: int, completion: CompletionOutput) -> Delta | None:
-        """What to send for this choice now, or None when nothing new (or it already finished)."""
-        if choice_index in self.done:
-            return None
-        first = choice_index not in self.sent
-        num_chars, num_tokens = self.sent.get(choice_index, (0, 0))
-        text = completion.text[num_chars:]
-        logprobs = completion.logprobs[num_tokens:] if completion.logprobs is not None else None
-        if not text and not logprobs and not completion.finished:
-            return None
-        self.sent[choice_index] = (max(len(completion.text), num_chars), len(completion.token_ids))
-        if completion.finished:
-            self.done.add(choice_index)
-        return Delta(text, logprobs, num_chars, first)

@@ -1,0 +1,139 @@
+"""Server-sent events for a generation: one chunk per step with news, an in-band error then [DONE]
+on failure, the usage chunk when asked for.
+
+The API-specific part (what a chunk looks like for chat or completions) is a `StreamFormat`;
+everything else, including the order of events and what happens when the engine fails after
+the headers are sent, is written once here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import BaseModel
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from model_optimizer.engine.async_engine import EngineDeadError
+from model_optimizer.engine.outputs import CompletionOutput, RequestOutput
+from model_optimizer.engine.request import Logprob
+from model_optimizer.server.errors import error_body
+from model_optimizer.server.protocol import UsageInfo
+
+logger = logging.getLogger(__name__)
+DONE = "data: [DONE]\n\n"
+
+
+def sse(payload: BaseModel | dict) -> str:
+    data = payload.model_dump_json() if isinstance(payload, BaseModel) else json.dumps(payload)
+    return f"data: {data}\n\n"
+
+
+@dataclass
+class ChoiceDelta:
+    """What is new in one choice since its last chunk."""
+
+    prompt_index: int
+    completion: CompletionOutput
+    """The choice as the engine reported it (index, finish_reason, stop_reason)."""
+    text: str
+    logprobs: list[Logprob] | None
+    text_offset: int
+    """Characters of this choice sent before `text`."""
+    first: bool
+    """This is the choice's first chunk."""
+
+
+class DeltaTracker:
+    """Cumulative completions -> what is new since the last chunk, per (prompt, choice)."""
+
+    def __init__(self) -> None:
+        self.sent: dict[tuple[int, int], tuple[int, int]] = {}
+        """(prompt index, choice index) -> (characters, tokens) sent."""
+        self.done: set[tuple[int, int]] = set()
+
+    def deltas(self, prompt_index: int, output: RequestOutput) -> list[ChoiceDelta]:
+        """The choices of `output` with something to send (new text, logprobs, or their finish)."""
+        out = []
+        for completion in output.outputs:
+            key = (prompt_index, completion.index)
+            if key in self.done:
+                continue
+            first = key not in self.sent
+            num_chars, num_tokens = self.sent.get(key, (0, 0))
+            text = completion.text[num_chars:]
+            logprobs = completion.logprobs[num_tokens:] if completion.logprobs is not None else None
+            if not text and not logprobs and not completion.finished:
+                continue
+            self.sent[key] = (max(len(completion.text), num_chars), len(completion.token_ids))
+            if completion.finished:
+                self.done.add(key)
+            out.append(ChoiceDelta(prompt_index, completion, text, logprobs, num_chars, first))
+        return out
+
+
+class StreamFormat(Protocol):
+    """How one API shapes its stream's chunks (chat and completions differ only here)."""
+
+    def head(self) -> list[BaseModel]:
+        """Chunks sent before any output (chat's role chunk); may be empty."""
+
+    def chunk(self, deltas: list[ChoiceDelta]) -> BaseModel:
+        """One chunk carrying these choices' news."""
+
+    def usage_chunk(self, usage: UsageInfo) -> BaseModel:
+        """The last chunk, with no choices, when the client asked for stream_options.include_usage."""
+
+
+async def sse_events(
+    outputs: AsyncIterator[tuple[int, RequestOutput]],
+    fmt: StreamFormat,
+    usage: Callable[[], UsageInfo] | None,
+    request_id: str,
+) -> AsyncIterator[str]:
+    """The SSE lines of a generation: head, chunks, then usage (when `usage` is given) and [DONE].
+
+    The headers are already sent when anything fails, so a failure becomes an error event
+    (an OpenAI error body) followed by [DONE]: clients see why the stream ended early.
+    """
+    for chunk in fmt.head():
+        yield sse(chunk)
+    tracker = DeltaTracker()
+    try:
+        async for prompt_index, output in outputs:
+            if output.error:
+                yield sse(error_body(500, output.error))
+                break
+            deltas = tracker.deltas(prompt_index, output)
+            if deltas:
+                yield sse(fmt.chunk(deltas))
+        else:
+            if usage is not None:
+                yield sse(fmt.usage_chunk(usage()))
+    except EngineDeadError as exc:
+        yield sse(error_body(500, str(exc)))
+    except Exception as exc:  # noqa: BLE001 - headers are sent: the client learns of it in-band, then [DONE]
+        logger.exception("stream %s failed", request_id)
+        yield sse(error_body(500, f"internal error: {type(exc).__name__}"))
+    yield DONE
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """An SSE response that runs `on_close` however the stream ends, even when it never started
+    (the client left before the first byte): the request group it streams is released exactly once."""
+
+    def __init__(self, content: AsyncIterator[str], on_close: AsyncExitStack) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self.on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[union-attr]
+            await self.on_close.aclose()
