@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 import httpx
 import pytest
 
 from tests.server.conftest import API_KEY, CAPS
+from tests.server.live import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +155,10 @@ def test_no_chat_template_is_400(strict_server):
 
 
 def test_queue_full_is_503_with_retry_after(strict_server):
-    """max_num_seqs 2 + max_queued_requests 1: a fourth concurrent request is refused."""
+    """max_num_seqs 2 + max_queued_requests 1: a fourth concurrent request is refused.
+
+    The engine's step gate is held, so the three admitted requests cannot finish before the
+    fourth arrives, however fast the machine; released, they run to their end."""
     headers = {"Authorization": f"Bearer {API_KEY}"}
     results: list[int] = []
 
@@ -169,17 +172,18 @@ def test_queue_full_is_503_with_retry_after(strict_server):
         results.append(r.status_code)
 
     threads = [threading.Thread(target=long_request) for _ in range(3)]
+    with strict_server.state.engine.gate.held():
+        for t in threads:
+            t.start()
+        wait_for(lambda: strict_server.state.num_admitted == 3, "three requests are admitted")
+        r = httpx.post(strict_server.url + "/v1/completions", headers=headers, json={"prompt": "x", "max_tokens": 1})
+        assert_error(r, 503, "capacity")
+        assert r.headers["retry-after"]
+        assert strict_server.state.num_admitted == 3  # nothing finished, nothing leaked by the refusal
     for t in threads:
-        t.start()
-    deadline = time.monotonic() + 10
-    while strict_server.state.num_admitted < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    r = httpx.post(strict_server.url + "/v1/completions", headers=headers, json={"prompt": "x", "max_tokens": 1})
-    assert_error(r, 503, "capacity")
-    assert r.headers["retry-after"]
-    for t in threads:
-        t.join()
+        t.join(60)
     assert results == [200, 200, 200]
+    assert strict_server.state.num_admitted == 0
 
 
 def test_request_that_can_never_fit_is_refused(strict_server):
