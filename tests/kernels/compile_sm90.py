@@ -17,6 +17,7 @@ except ImportError as exc:
     sys.exit(3)
 
 from model_optimizer.kernels.paged_attention_kernels import _paged_attention_kernel, _reduce_splits_kernel
+from model_optimizer.kernels.quant_kernels import KINDS, _quant_matmul_kernel, _quantize_rows_fp8_kernel
 from model_optimizer.kernels.rotary import _norm_rotate_kernel
 from model_optimizer.kernels.sampling import CHUNK, _gumbel_argmax_kernel
 from model_optimizer.kernels.store_kv import _store_kv_kernel
@@ -24,11 +25,12 @@ from model_optimizer.kernels.store_kv import _store_kv_kernel
 TARGET = GPUTarget("cuda", 90, 32)
 
 
-def compile_kernel(fn, pointer_types: dict, constexprs: dict) -> str:
-    """PTX of `fn`, with the divisibility-by-16 facts the launcher's JIT derives for pointers and strides."""
+def compile_kernel(fn, pointer_types: dict, constexprs: dict, aligned_ints: tuple[str, ...] = ()) -> str:
+    """PTX of `fn`, with the divisibility-by-16 facts the launcher's JIT derives for pointers and strides
+    (and for the integer arguments named in `aligned_ints`, as it does for any multiple of 16)."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constexprs else pointer_types.get(n, "i32") for n in names}
-    aligned = [n for n in names if n.endswith("_ptr") or n.startswith("stride_")]
+    aligned = [n for n in names if n.endswith("_ptr") or n.startswith("stride_") or n in aligned_ints]
     source = ASTSource(
         fn,
         signature,
@@ -73,6 +75,34 @@ def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, d
         DECODE_ONLY=decode,
     )
     compile_kernel(_paged_attention_kernel, pointers, constexprs)
+
+
+def quant_matmul(kind: str, block_m: int, block_n: int, block_k: int, split_k: int) -> None:
+    """One launch shape of the quantized matmul (GEMV, 16-row split-K, prefill tile) per weight format."""
+    # packed int4, and int8/fp8 rows read as int32 words by the one-row GEMV
+    weight = "*i32" if kind == "int4" or block_m == 1 else {"int8": "*i8", "fp8": "*fp8e4nv"}[kind]
+    pointers = dict(
+        x_ptr="*bf16",
+        w_ptr=weight,
+        scales_ptr="*bf16" if kind == "int4" else "*fp32",
+        zeros_ptr="*u8",
+        bias_ptr="*bf16",
+        out_ptr="*bf16",
+        part_ptr="*fp32",
+        count_ptr="*i32",
+    )
+    constexprs = dict(
+        KIND=KINDS[kind],
+        GROUP=128 if kind == "int4" else 1,
+        HAS_BIAS=False,
+        DOT_DTYPE=tl.bfloat16,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        SPLIT_K=split_k,
+        GROUP_M=8,
+    )
+    compile_kernel(_quant_matmul_kernel, pointers, constexprs, aligned_ints=("N", "K", "k_per_split"))
 
 
 def main() -> int:
@@ -132,6 +162,18 @@ def main() -> int:
         dict(logits_ptr="*bf16", inv_temp_ptr="*fp32", seed_ptr="*i64", best_ptr="*fp32", index_ptr="*i64"),
         dict(CHUNK=CHUNK),
     )
+    for kind, block_m, block_n, block_k, split_k in (
+        ("int4", 1, 64, 128, 4),
+        ("int8", 1, 32, 128, 2),
+        ("fp8", 16, 32, 128, 4),
+        ("int4", 16, 32, 128, 1),
+        ("int8", 128, 128, 64, 1),
+        ("fp8", 64, 128, 64, 1),
+        ("int4", 128, 128, 64, 1),
+    ):
+        quant_matmul(kind, block_m, block_n, block_k, split_k)
+    compile_kernel(_quantize_rows_fp8_kernel, dict(x_ptr="*bf16", q_ptr="*fp8e4nv", scale_ptr="*fp32"),
+                   dict(BLOCK_K=4096))
     return 0
 
 

@@ -16,6 +16,10 @@ def test_kernels_compile_for_sm90():
     if result.returncode == 3:
         pytest.skip(result.stdout.strip())
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("ptx chars") == 9
+    assert result.stdout.count("ptx chars") == 9 + 8  # attention, cache, rotary, sampling; quantized matmul
+    quant = [line for line in result.stdout.splitlines() if line.startswith("_quant_matmul_kernel")]
+    assert len(quant) == 7, result.stdout
+    # the int4 one-row GEMV loads 8-byte pieces of words (ld.global.v2), which the check reads as scalar
+    assert all(line.endswith(" vectorized") for line in quant if "'BLOCK_M': 1," not in line), result.stdout
     attention = [line for line in result.stdout.splitlines() if line.startswith("_paged_attention_kernel")]
     assert len(attention) == 4 and all(line.endswith(" vectorized") for line in attention), result.stdout

@@ -65,6 +65,24 @@ def test_split_k_sums_partials_and_resets_its_counters(kind, block_m):
     assert not quant_kernels._counters[x.device].any()
 
 
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+def test_gemv_decodes_every_byte_code(kind):
+    """The one-row GEMV turns bytes into floats with bit operations: every int8 value and every finite
+    e4m3 value (subnormals, both zeros) must come out as torch's conversion says."""
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    codes = torch.stack([codes, codes.flip(0)])  # (2, 256): each code in two positions within a word
+    if kind == "int8":
+        q = codes.view(torch.int8)
+    else:
+        codes[(codes & 0x7F) == 0x7F] = 0  # 0x7F and 0xFF are NaN, never a weight
+        q = codes.view(ref.FP8_DTYPE)
+    scales = torch.tensor([0.5, 3.0])
+    x = torch.randn(1, 256, generator=torch.Generator().manual_seed(13))
+    out = quant_matmul(x, q, scales, None, kind, tiles=QuantTiles(block_m=1, block_n=16, block_k=64))
+    want = x.double() @ (q.double() * scales.double()[:, None]).T
+    assert relative_error(out, want) < 1e-6
+
+
 def test_prefill_tiles_in_grouped_order_cover_every_output():
     """Several row tiles and column tiles with GROUP_M = 2 (a ragged last group): each output once.
     The output is compared whole, so a tile visited twice or never shows up."""
@@ -83,7 +101,7 @@ def test_int4_group_not_a_power_of_two():
 
 def test_choose_tiles_regimes():
     gemv = choose_tiles(1, 4096, 4096, "int8", 0, 132)
-    assert (gemv.block_m, gemv.split_k) == (1, 2)  # 256 tiles of 16 rows: two splits make two waves
+    assert (gemv.block_m, gemv.split_k) == (1, 3)  # 128 tiles of 32 rows: three splits fill two waves
     small = choose_tiles(8, 1024, 3072, "int4", 128, 132)
     assert small.block_m == 16 and small.block_k == 128 and 1 < small.split_k <= MAX_SPLIT_K
     prefill = choose_tiles(512, 4096, 4096, "fp8", 0, 132)
