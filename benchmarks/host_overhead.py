@@ -34,14 +34,12 @@ def main() -> None:
               for _ in range(args.num_requests)]
     runner = llm.runner
 
-    def no_model(out):  # the runner's launch without the device work: every sampled token is 5
+    def no_model(out, pending=None):  # the runner's launch without the device work: every sampled token is 5
         runner.batch.update(out)
-        last = runner._last
-        inputs = runner.batch.prepare(out, last.pending_for_next() if last and last.result is None else {})
+        inputs = runner.batch.prepare(out, pending.pending_for_next() if pending is not None else {})
         batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
         sampled = SampledTokens(torch.full((len(batch),), 5), torch.ones(len(batch), dtype=torch.bool))
-        runner._last = StepHandle(inputs.sample_states, batch, sampled)
-        return runner._last
+        return StepHandle(inputs.sample_states, batch, sampled)
 
     runner.launch = no_model
     t0 = time.perf_counter()

@@ -1,10 +1,18 @@
-"""LLMEngine: add requests, step, abort. One step is schedule -> execute -> update.
+"""LLMEngine: add requests, step, abort. One step is schedule -> execute -> update -> outputs.
 
-Pure Python: the model runner is passed in, so the engine runs with any object that can
-`launch(SchedulerOutput)` a step and `collect` its sampled tokens. With asynchronous scheduling
-(the default) each `step()` launches the next batch before it waits for the previous one, so
-the host schedules, prepares inputs and detokenizes while the device computes; outputs then
-trail the launches by one step.
+Pure Python: the model runner is passed in (any StepRunner), so the engine runs on CPU with a
+fake one. The core moves token ids only; text, stop strings and output shapes are the output
+processor's (output_processor.py), prompt checks the input processor's (input_processor.py).
+
+Asynchronous scheduling (the default), written down once here: at most one step is in flight,
+launched on the device but not yet collected. The engine alone holds it (`_in_flight`) and hands
+it to `runner.launch` for the next step, whose inputs read its sampled ids on the device where it
+left them; the scheduler counts those owed tokens as `Request.num_pending`. So each `step()`
+launches batch k + 1 before it waits for batch k, the host schedules, prepares inputs and
+detokenizes while the device computes, and outputs trail the launches by one step. When a
+sampling request of the new step reads its generated tokens on the host (penalties,
+`SchedulerOutput.needs_history`), the step in flight is collected first and nothing is pending.
+Every handle is collected exactly once, in launch order.
 """
 
 from __future__ import annotations
@@ -23,12 +31,24 @@ from model_optimizer.engine.scheduler import Scheduler, SchedulerConfig, Schedul
 from model_optimizer.sampling_params import SamplingParams
 
 
-class ModelRunner(Protocol):
-    def launch(self, scheduler_output: SchedulerOutput) -> Any:
-        """Start computing a step; return a handle to collect it with."""
+class StepRunner(Protocol):
+    """What the engine needs of a model runner (runner/model_runner.py's ModelRunner is the real one)."""
+
+    def launch(self, scheduler_output: SchedulerOutput, pending: Any | None) -> Any:
+        """Start computing a step; return a handle to collect it with. `pending` is the handle of the
+        step still in flight (None if there is none): tokens this step needs but the host has not got
+        yet are read from it on the device."""
 
     def collect(self, handle: Any) -> dict[str, tuple[int, Logprob | None]]:
-        """Wait for a launched step: request id -> (sampled token id, logprob or None)."""
+        """Wait for a launched step: request id -> (sampled token id, logprob or None). Once per handle."""
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """A launched step: what was scheduled and the runner's handle to collect it with."""
+
+    scheduler_output: SchedulerOutput
+    handle: Any
 
 
 @dataclass
@@ -61,7 +81,7 @@ class EngineStats:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, runner: ModelRunner, tokenizer: Any, info: ModelInfo) -> None:
+    def __init__(self, config: EngineConfig, runner: StepRunner, tokenizer: Any, info: ModelInfo) -> None:
         self.config = config
         self.runner = runner
         self.tokenizer = tokenizer
@@ -86,8 +106,8 @@ class LLMEngine:
         self.num_prompt_tokens = 0
         self.num_generation_tokens = 0
         self.num_steps = 0
-        self._in_flight: tuple[SchedulerOutput, Any] | None = None
-        """The launched step whose tokens have not been collected yet (asynchronous scheduling)."""
+        self._in_flight: _InFlight | None = None
+        """The launched step whose tokens have not been collected yet (see the module docstring)."""
 
     # ----------------------------------------------------------------- requests
     def add_request(
@@ -150,17 +170,23 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Run one batch; return an output for every user request with something to report."""
         scheduler_output = self.scheduler.schedule()
+        previous, self._in_flight = self._in_flight, None
+        outputs = []
+        if previous is not None and scheduler_output.needs_history:  # its tokens must be on the host first
+            outputs, previous = self._finish(previous), None
         launched = None
         if not scheduler_output.is_empty:
             self.num_prompt_tokens += scheduler_output.num_prompt_tokens
-            launched = (scheduler_output, self.runner.launch(scheduler_output))
+            handle = self.runner.launch(scheduler_output, previous.handle if previous is not None else None)
+            launched = _InFlight(scheduler_output, handle)
         done = launched
         if self.config.async_scheduling:  # finish the previous step while this one runs
-            done, self._in_flight = self._in_flight, launched
-        if done is None:
-            return []
-        out, handle = done
-        updated = self.scheduler.update_from_output(out, self.runner.collect(handle))
+            done, self._in_flight = previous, launched
+        return outputs + self._finish(done) if done is not None else outputs
+
+    def _finish(self, step: _InFlight) -> list[RequestOutput]:
+        """Collect a launched step's tokens, apply them, and build the outputs they change."""
+        updated = self.scheduler.update_from_output(step.scheduler_output, self.runner.collect(step.handle))
         self.num_steps += 1
         for request in updated:
             if request.error is not None:  # failed alone: so do its n - 1 siblings, which share its prompt

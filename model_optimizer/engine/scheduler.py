@@ -38,11 +38,15 @@ class NewRequestData:
     """A request the runner has not seen yet (or is seeing again after preemption)."""
 
     request_id: str
+    """The completion's id (n > 1 completions have one each)."""
     prompt_token_ids: list[int]
+    """The whole prompt (shared, not copied: neither side changes it)."""
     output_token_ids: list[int]
-    """Tokens generated before a preemption; empty for a fresh request."""
+    """Tokens generated before a preemption (a copy); empty for a fresh request."""
     params: SamplingParams
+    """How it samples: the runner keeps them with its own copy of the request."""
     block_ids: list[int]
+    """Its KV-cache blocks so far, in order: row of the runner's block table."""
     num_computed_tokens: int
     """Tokens whose KV is already in the cache (prefix hit), so this step starts after them."""
 
@@ -53,21 +57,32 @@ class CachedRequestData:
 
     request_id: str
     new_block_ids: list[int]
+    """Blocks allocated since the runner last heard of it, appended to its block-table row."""
     num_computed_tokens: int
+    """Tokens computed before this step; this step computes the next num_scheduled_tokens[request_id]."""
 
 
 @dataclass
 class SchedulerOutput:
-    """What one engine step computes; the runner needs nothing else."""
+    """What one engine step computes, as plain data: ids, token ids, block ids and sampling params.
 
+    The runner needs nothing else and cannot reach back into the scheduler's live Requests, so a
+    test builds one by hand and tensor-parallel workers can receive it as it is.
+    """
+
+    step_id: int = 0
+    """The step's number; update_from_output finds by it the requests that sampled."""
     new_requests: list[NewRequestData] = field(default_factory=list)
     cached_requests: list[CachedRequestData] = field(default_factory=list)
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
     """Tokens to compute this step, per request id, in batch order."""
     finished_request_ids: set[str] = field(default_factory=set)
     """Requests finished, aborted or preempted since the last step: the runner drops their state."""
-    sampling_requests: dict[str, Request] = field(default_factory=dict)
+    sampling_request_ids: set[str] = field(default_factory=set)
     """Requests whose last scheduled token yields a new token this step (all but partial prompt chunks)."""
+    needs_history: bool = False
+    """Some sampling request reads its generated tokens on the host (penalties): the previous step's
+    tokens must be collected before this step is launched (see engine.py)."""
     num_prompt_tokens: int = 0
     """Prompt tokens (recomputed ones after preemption included) this step computes."""
 
@@ -139,6 +154,11 @@ class Scheduler:
         self._long_threshold = config.long_prefill_threshold
         self._short_waiting: set[str] = set()
         """Ids of waiting requests that are not long prefills: the waiting pass looks for these."""
+        self._step_ids = itertools.count(1)
+        self._sampling: dict[int, list[Request]] = {}
+        """Step id -> the requests that step samples for, until update_from_output hands them their tokens.
+        Kept here, not in the SchedulerOutput, so the output stays plain data; held by object, not id, so a
+        request that finished meanwhile is never confused with a new one under the same id."""
 
     # ----------------------------------------------------------------- admission
     def add_request(self, request: Request) -> None:
@@ -179,7 +199,7 @@ class Scheduler:
 
     # ----------------------------------------------------------------- schedule
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput(finished_request_ids=self.finished_ids)
+        out = SchedulerOutput(step_id=next(self._step_ids), finished_request_ids=self.finished_ids)
         self.finished_ids = set()
         step = _StepBudget(self.config.max_num_batched_tokens)
         preempted = self._schedule_running(out, step)
@@ -248,7 +268,9 @@ class Scheduler:
             request.num_computed_tokens = start + num_new
             if request.num_computed_tokens == request.num_tokens + request.num_pending:
                 request.num_pending += 1
-                out.sampling_requests[request_id] = request
+                out.sampling_request_ids.add(request_id)
+                out.needs_history = out.needs_history or request.params.needs_history
+                self._sampling.setdefault(out.step_id, []).append(request)
 
     def _schedule_waiting(self, out: SchedulerOutput, step: _StepBudget, long_ones: bool) -> None:
         """Admit waiting requests in queue order. The first pass (`long_ones` False) passes over long
@@ -372,7 +394,8 @@ class Scheduler:
         one preempted since keeps it (it was computed on a valid cache).
         """
         updated = []
-        for request_id, request in out.sampling_requests.items():
+        for request in self._sampling.pop(out.step_id, ()):
+            request_id = request.request_id
             if request.finished:
                 continue
             if request_id not in sampled:

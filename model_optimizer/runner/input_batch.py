@@ -148,7 +148,7 @@ class InputBatch:
         query_start_loc = np.concatenate(([0], nums.cumsum()))
         max_blocks = int(-(-ends.max() // bs))
         samples = np.fromiter(
-            (rid in out.sampling_requests for rid in out.num_scheduled_tokens), dtype=bool, count=len(states)
+            (rid in out.sampling_request_ids for rid in out.num_scheduled_tokens), dtype=bool, count=len(states)
         )
         sample_states = [s for s, sample in zip(states, samples.tolist()) if sample]
         sample_positions = [int(e) - len(s.prompt_token_ids) for s, e in zip(sample_states, ends[samples].tolist())]

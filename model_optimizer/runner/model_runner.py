@@ -57,8 +57,6 @@ class ModelRunner:
         )
         self.batch = InputBatch(config.max_num_seqs, self.max_model_len, config.block_size, self.device)
         self.sampler = Sampler(self.device, config.seed)
-        self._last: StepHandle | None = None
-        """The most recently launched step: the next one may read its sampled ids on the device."""
         self.graph_runner = None
         if self.device.type == "cuda":
             self._warm_up_kernels()
@@ -152,20 +150,17 @@ class ModelRunner:
         torch.cuda.synchronize(self.device)
 
     @torch.inference_mode()
-    def launch(self, out: SchedulerOutput) -> StepHandle:
+    def launch(self, out: SchedulerOutput, pending: StepHandle | None = None) -> StepHandle:
         """Queue one step on the device: forward, logits, sampling, and the copy of the ids back.
 
-        Inputs whose token is still pending come from the previous step's ids on the device, so
-        nothing here waits for the device, unless a request needs its full history (penalties).
+        `pending` is the step still in flight (not collected): inputs whose token it sampled read that
+        token from its ids on the device, so nothing here waits for the device. The engine collects it
+        first when a sampling request needs its full history on the host (penalties); see engine.py.
         """
         self.batch.update(out)
-        previous = self._last
-        if previous is not None and previous.result is None and self._needs_history(out):
-            self.collect(previous)
-        pending = previous.pending_for_next() if previous is not None and previous.result is None else {}
-        inputs = self.batch.prepare(out, pending)
+        inputs = self.batch.prepare(out, pending.pending_for_next() if pending is not None else {})
         if len(inputs.pending_dst):
-            inputs.token_ids[inputs.pending_dst] = previous.sampled.token_ids[inputs.pending_src]  # type: ignore[union-attr]
+            inputs.token_ids[inputs.pending_dst] = pending.sampled.token_ids[inputs.pending_src]  # type: ignore[union-attr]
         if self.graph_runner is not None and self.graph_runner.can_run(inputs):
             hidden = self.graph_runner.run(inputs)  # its graphs hold their own metadata
         else:
@@ -179,56 +174,50 @@ class ModelRunner:
                 kv_caches=self.kv_caches,
             )
             hidden = self.model(inputs.token_ids, inputs.positions, meta)
-        handle = StepHandle(inputs.sample_states, [], None)
-        if inputs.sample_states:
-            logits = self.model.compute_logits(hidden[inputs.sample_rows])
-            handle.batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
-            handle.sampled = self.sampler.sample(logits, handle.batch)
-            handle.start_copy()
-        self._last = handle
-        return handle
+        if not inputs.sample_states:
+            return StepHandle(inputs.sample_states, [], None)
+        logits = self.model.compute_logits(hidden[inputs.sample_rows])
+        batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
+        sampled = self.sampler.sample(logits, batch)
+        return StepHandle(inputs.sample_states, batch, sampled, *_start_copy(sampled))
 
     def collect(self, handle: StepHandle) -> dict[str, tuple[int, Logprob | None]]:
-        """Wait for a launched step's sampled ids; record them in the runner's request states.
+        """Wait for a launched step's sampled ids; record them in the runner's request states. Once per handle.
 
         A request whose logits were NaN/inf gets NONFINITE_TOKEN; its state keeps a valid placeholder
         id (the engine finishes it, and a step already launched may still read its history)."""
-        if handle.result is None:
-            token_ids = handle.wait()
-            results = Sampler.results(token_ids, handle.sampled.raw_logprobs if handle.sampled else None, handle.batch)
-            for state, token_id in zip(handle.states, token_ids):
-                state.output_token_ids.append(max(token_id, 0))
-            handle.result = {s.request_id: r for s, r in zip(handle.states, results)}
-            if handle.sampled is not None:
-                handle.sampled.raw_logprobs = None
-        return handle.result
-
-    @staticmethod
-    def _needs_history(out: SchedulerOutput) -> bool:
-        return any(r.params.needs_history for r in out.sampling_requests.values())
+        token_ids = handle.wait()
+        results = Sampler.results(token_ids, handle.sampled.raw_logprobs if handle.sampled else None, handle.batch)
+        for state, token_id in zip(handle.states, token_ids):
+            state.output_token_ids.append(max(token_id, 0))
+        if handle.sampled is not None:
+            handle.sampled.raw_logprobs = None  # read once: free it
+        return {s.request_id: r for s, r in zip(handle.states, results)}
 
 
-@dataclass
+def _start_copy(sampled: SampledTokens) -> tuple[torch.Tensor | None, torch.cuda.Event | None]:
+    """Start copying the checked ids (NONFINITE_TOKEN where the logits were not finite) to pinned memory."""
+    if not sampled.token_ids.is_cuda:
+        return None, None
+    checked = sampled.checked_ids()  # the flag rides with the ids: one copy, no extra sync
+    host = torch.empty(checked.shape, dtype=checked.dtype, pin_memory=True)
+    host.copy_(checked, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    return host, done
+
+
+@dataclass(frozen=True)
 class StepHandle:
-    """A launched step: its sampling requests and, on the device, what they drew."""
+    """A launched step, fixed once launched: its sampling requests and, on the device, what they drew."""
 
     states: list[CachedRequestState]
     batch: list[SamplingInput]
     sampled: SampledTokens | None
     """Ids (num_samples,) on the device, their finite flags and raw logprobs."""
     host: torch.Tensor | None = None
+    """Pinned host copy of the checked ids (CUDA only), complete once `done` has fired."""
     done: torch.cuda.Event | None = None
-    result: dict[str, tuple[int, Logprob | None]] | None = None
-
-    def start_copy(self) -> None:
-        """Copy the checked ids (NONFINITE_TOKEN where the logits were not finite) to pinned memory."""
-        if self.sampled is None or not self.sampled.token_ids.is_cuda:
-            return
-        checked = self.sampled.checked_ids()  # the flag rides with the ids: one copy, no extra sync
-        self.host = torch.empty(checked.shape, dtype=checked.dtype, pin_memory=True)
-        self.host.copy_(checked, non_blocking=True)
-        self.done = torch.cuda.Event()
-        self.done.record()
 
     def wait(self) -> list[int]:
         if self.sampled is None:

@@ -78,34 +78,51 @@ def test_async_outputs_equal_sync_outputs(model_dir, config):
         assert stats.num_preemptions > 0
 
 
-def test_next_step_is_launched_before_the_previous_is_collected(model_dir):
-    llm = LLM(model_dir, kv_cache_memory=1 << 24)
-    runner, calls = llm.runner, []
+def _spy(runner) -> list:
+    """Record launches (with which step they were told is pending) and collects, by launch number."""
     launch, collect = runner.launch, runner.collect
+    calls: list = []
     handles: list = []
 
-    def spy_launch(out):
-        handles.append(launch(out))
-        calls.append(("launch", len(handles)))
+    def number(handle) -> int | None:
+        return None if handle is None else next(i + 1 for i, h in enumerate(handles) if h is handle)
+
+    def spy_launch(out, pending):
+        handles.append(launch(out, pending))
+        calls.append(("launch", len(handles), number(pending)))
         return handles[-1]
 
     def spy_collect(handle):
-        calls.append(("collect", next(i + 1 for i, h in enumerate(handles) if h is handle)))
+        calls.append(("collect", number(handle)))
         return collect(handle)
 
     runner.launch, runner.collect = spy_launch, spy_collect
+    return calls
+
+
+def test_next_step_is_launched_before_the_previous_is_collected(model_dir):
+    llm = LLM(model_dir, kv_cache_memory=1 << 24)
+    calls = _spy(llm.runner)
     llm.generate([[5, 6, 7, 8]], GREEDY.clone(max_tokens=4))
     # prefill, then three decodes; each collect comes after the next launch, the last one alone
     assert calls == [
-        ("launch", 1),
-        ("launch", 2),
+        ("launch", 1, None),
+        ("launch", 2, 1),
         ("collect", 1),
-        ("launch", 3),
+        ("launch", 3, 2),
         ("collect", 2),
-        ("launch", 4),
+        ("launch", 4, 3),
         ("collect", 3),
         ("collect", 4),
     ]
+
+
+def test_penalties_collect_the_step_in_flight_before_the_next_launch(model_dir):
+    """A penalised request reads its history on the host: the engine collects first, nothing is pending."""
+    llm = LLM(model_dir, kv_cache_memory=1 << 24)
+    calls = _spy(llm.runner)
+    llm.generate([[5, 6, 7, 8]], GREEDY.clone(max_tokens=3, repetition_penalty=1.3))
+    assert calls == [("launch", 1, None), ("collect", 1), ("launch", 2, None), ("collect", 2), ("launch", 3, None), ("collect", 3)]
 
 
 def test_stops_found_late_still_cut_exactly(model_dir):

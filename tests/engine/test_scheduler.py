@@ -37,7 +37,7 @@ def request(rid: str, num_prompt: int, max_tokens: int = 4, priority: int = 0) -
 
 def run_step(s: Scheduler):
     out = s.schedule()
-    s.update_from_output(out, {rid: (7, None) for rid in out.sampling_requests})
+    s.update_from_output(out, {rid: (7, None) for rid in out.sampling_request_ids})
     return out
 
 
@@ -169,7 +169,7 @@ def test_a_prompt_longer_than_the_budget_leaves_room_for_a_short_one():
     s.add_request(request("short", 5))
     out = run_step(s)
     assert out.num_scheduled_tokens == {"huge": 27, "short": 5}  # huge took its first chunk, then the rest
-    assert "short" in out.sampling_requests
+    assert "short" in out.sampling_request_ids
 
 
 def test_long_prefills_always_progress_and_the_bound_is_configurable():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model_optimizer.engine.request import Request
 from model_optimizer.engine.scheduler import CachedRequestData, NewRequestData, SchedulerOutput
 from model_optimizer.runner.input_batch import InputBatch
 from model_optimizer.sampling_params import SamplingParams
@@ -18,9 +17,9 @@ def new(rid: str, prompt: list[int], blocks: list[int]) -> NewRequestData:
 
 
 def step(new_requests, cached, scheduled: dict[str, int], sampling: set[str]) -> SchedulerOutput:
-    out = SchedulerOutput(new_requests=new_requests, cached_requests=cached, num_scheduled_tokens=scheduled)
-    out.sampling_requests = {rid: Request(rid, [1], PARAMS) for rid in sampling}
-    return out
+    return SchedulerOutput(
+        new_requests=new_requests, cached_requests=cached, num_scheduled_tokens=scheduled, sampling_request_ids=sampling
+    )
 
 
 def test_mixed_batch_values_and_aligned_segments():
