@@ -20,7 +20,16 @@ from model_optimizer.tune import report
 from model_optimizer.tune.commands import template_argv, template_uses
 from model_optimizer.tune.predictor import Predictor, model_cost
 from model_optimizer.tune.space import SearchSpace
-from model_optimizer.tune.study import Budget, Tuner, enqueue_grid, grid_size, open_study, parse_duration, save_setup
+from model_optimizer.tune.study import (
+    Budget,
+    Tuner,
+    enqueue_grid,
+    fail_running,
+    grid_size,
+    open_study,
+    parse_duration,
+    save_setup,
+)
 from model_optimizer.tune.trial import TrialSetup
 
 
@@ -109,6 +118,7 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
         tuner.run(budget)
     except KeyboardInterrupt:
         interrupted = True
+        fail_running(study, "interrupted (Ctrl-C or SIGTERM)")
     finally:
         signal.signal(signal.SIGTERM, previous)
     summary = report.build_summary(report.study_rows(study), prefer, stored["model"], stored)

@@ -101,6 +101,7 @@ def open_study(output_dir: Path, seed: int, resume: bool, sampler: str = "nsga2"
     """The study in `output_dir/study.db`: new, or (with `resume`) the one already there."""
     import optuna
 
+    chosen = make_sampler(sampler, seed, space)  # a bad choice is refused before the file is touched
     db = output_dir / "study.db"
     storage = f"sqlite:///{db}"
     exists = db.is_file() and STUDY_NAME in {s.study_name for s in optuna.get_all_study_summaries(storage)}
@@ -110,21 +111,23 @@ def open_study(output_dir: Path, seed: int, resume: bool, sampler: str = "nsga2"
         raise ValueError(f"{db} already holds a study: continue it with --resume, or give another --output-dir")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # constraints reach the sampler through trial.set_constraint (see Tuner._record)
-    study = optuna.create_study(storage=storage, study_name=STUDY_NAME, sampler=make_sampler(sampler, seed, space),
+    study = optuna.create_study(storage=storage, study_name=STUDY_NAME, sampler=chosen,
                                 directions=[d for _, d in OBJECTIVES], load_if_exists=resume)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([n for n, _ in OBJECTIVES])
-    _fail_stale(study)
+    fail_running(study, "interrupted: the tuner stopped during this trial")
     return study
 
 
-def _fail_stale(study) -> None:
-    """Trials left RUNNING by a crash become FAIL, so a resumed study does not wait on them."""
+def fail_running(study, reason: str) -> None:
+    """Trials left RUNNING (a crash, or Ctrl-C inside optuna's own ask) become FAIL with `reason`, so the
+    file never holds a trial that will not end; only one tuner runs a study at a time."""
     from optuna.trial import TrialState
 
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        study._storage.set_trial_user_attr(t._trial_id, "error", "interrupted: the tuner stopped during this trial")
+        study._storage.set_trial_user_attr(t._trial_id, "error", reason)
+        study._storage.set_trial_user_attr(t._trial_id, "state", "FAIL")
         study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
 
 
