@@ -122,7 +122,14 @@ def test_penalties_collect_the_step_in_flight_before_the_next_launch(model_dir):
     llm = LLM(model_dir, kv_cache_memory=1 << 24)
     calls = _spy(llm.runner)
     llm.generate([[5, 6, 7, 8]], GREEDY.clone(max_tokens=3, repetition_penalty=1.3))
-    assert calls == [("launch", 1, None), ("collect", 1), ("launch", 2, None), ("collect", 2), ("launch", 3, None), ("collect", 3)]
+    assert calls == [
+        ("launch", 1, None),
+        ("collect", 1),
+        ("launch", 2, None),
+        ("collect", 2),
+        ("launch", 3, None),
+        ("collect", 3),
+    ]
 
 
 def test_stops_found_late_still_cut_exactly(model_dir):
