@@ -239,8 +239,7 @@ def _quant_matmul_kernel(
     x_ptr, w_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr, part_ptr, count_ptr,
     M, N, K, stride_xm, stride_wn, stride_sn, stride_zn, stride_om, k_per_split,
     KIND: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
+    num_splits, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -266,14 +265,14 @@ def _quant_matmul_kernel(
         acc = acc * tl.load(scales_ptr + offs_n, mask=n_mask, other=0).to(tl.float32)[None, :]
     mask = (offs_m[:, None] < M) & n_mask[None, :]
     out_offs = offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :]
-    if SPLIT_K > 1:
+    if num_splits > 1:  # a runtime value: one compiled kernel serves every split count
         part_offs = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
         tl.store(part_ptr + pid_k * M * N + part_offs, acc, mask=mask)
         tl.debug_barrier()  # every thread's partial is stored before this program reports in
         counter = count_ptr + pid_m * num_n + pid_n
-        if tl.atomic_add(counter, 1, sem="acq_rel") == SPLIT_K - 1:  # the last split of this tile sums them
+        if tl.atomic_add(counter, 1, sem="acq_rel") == num_splits - 1:  # the last split of this tile sums them
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for s in range(SPLIT_K):  # fixed order: the same sum on every run
+            for s in range(num_splits):  # fixed order: the same sum on every run
                 acc += tl.load(part_ptr + s * M * N + part_offs, mask=mask, other=0, cache_modifier=".cg")
             if HAS_BIAS:
                 acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0).to(tl.float32)[None, :]
@@ -345,8 +344,8 @@ def quant_matmul(
         counters if counters is not None else scales,
         m, n, k, x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0), k_per_split,
         KIND=KINDS[kind], GROUP=group_size if kind == "int4" else 1, HAS_BIAS=bias is not None,
-        DOT_DTYPE=_dot_dtype(x.dtype), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-        SPLIT_K=split, GROUP_M=tiles.group_m, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        DOT_DTYPE=_dot_dtype(x.dtype), num_splits=split, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        BLOCK_K=tiles.block_k, GROUP_M=tiles.group_m, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return out
 
