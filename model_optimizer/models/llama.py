@@ -15,14 +15,12 @@ from model_optimizer.models.model_config import DecoderArgs
 
 
 class DecoderAttention(nn.Module):
-    qkv_bias = False
-    qk_norm = False
-
     def __init__(self, args: DecoderArgs, layer_idx: int, rotary: RotaryEmbedding) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = args.num_heads, args.num_kv_heads, args.head_dim
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        bias = self.qkv_bias or args.attention_bias
+        self.qk_norm = args.qk_norm
+        bias = args.qkv_bias or args.attention_bias
         self.qkv_proj = MergedLinear(args.hidden_size, {"q": q_size, "k": kv_size, "v": kv_size}, bias=bias)
         self.o_proj = Linear(q_size, args.hidden_size, bias=args.attention_bias)
         if self.qk_norm:
@@ -57,11 +55,9 @@ class DecoderMLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    attention_cls: type[DecoderAttention] = DecoderAttention
-
     def __init__(self, args: DecoderArgs, layer_idx: int, rotary: RotaryEmbedding) -> None:
         super().__init__()
-        self.self_attn = self.attention_cls(args, layer_idx, rotary)
+        self.self_attn = DecoderAttention(args, layer_idx, rotary)
         self.mlp = DecoderMLP(args)
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
@@ -76,14 +72,12 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    layer_cls: type[DecoderLayer] = DecoderLayer
-
     def __init__(self, args: DecoderArgs) -> None:
         super().__init__()
         rope = RopeConfig.from_hf(args.hf, args.head_dim, args.max_position_embeddings)
         rotary = RotaryEmbedding(rope)
         self.embed_tokens = VocabEmbedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleList(self.layer_cls(args, i, rotary) for i in range(args.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(args, i, rotary) for i in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
@@ -96,7 +90,6 @@ class DecoderModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    model_cls: type[DecoderModel] = DecoderModel
     # checkpoint name fragment -> (our parameter fragment, shard id)
     stacked_params = {
         ".q_proj.": (".qkv_proj.", "q"),
@@ -109,7 +102,7 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, args: DecoderArgs) -> None:
         super().__init__()
         self.args = args
-        self.model = self.model_cls(args)
+        self.model = DecoderModel(args)
         self.lm_head = LMHead(args.vocab_size, args.hidden_size)
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight

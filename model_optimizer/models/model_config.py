@@ -26,6 +26,10 @@ class DecoderArgs:
     torch_dtype: str
     hf: dict
     """The raw config.json, for model-specific keys (rope parameters and the like)."""
+    qkv_bias: bool = False
+    """A bias on the q, k and v projections even without attention_bias (Qwen2)."""
+    qk_norm: bool = False
+    """RMSNorm on each head's queries and keys before rotary (Qwen3)."""
 
     @classmethod
     def from_dict(cls, hf: dict, source: str = "config.json") -> DecoderArgs:

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from model_optimizer.models.llama import DecoderAttention, DecoderLayer, DecoderModel, LlamaForCausalLM
+from dataclasses import replace
 
-
-class Qwen2Attention(DecoderAttention):
-    qkv_bias = True
-
-
-class Qwen2Layer(DecoderLayer):
-    attention_cls = Qwen2Attention
-
-
-class Qwen2Model(DecoderModel):
-    layer_cls = Qwen2Layer
+from model_optimizer.models.llama import LlamaForCausalLM
+from model_optimizer.models.model_config import DecoderArgs
 
 
 class Qwen2ForCausalLM(LlamaForCausalLM):
-    model_cls = Qwen2Model
+    def __init__(self, args: DecoderArgs) -> None:
+        super().__init__(replace(args, qkv_bias=True))

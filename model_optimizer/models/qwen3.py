@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from model_optimizer.models.llama import DecoderAttention, DecoderLayer, DecoderModel, LlamaForCausalLM
+from dataclasses import replace
 
-
-class Qwen3Attention(DecoderAttention):
-    qk_norm = True
-
-
-class Qwen3Layer(DecoderLayer):
-    attention_cls = Qwen3Attention
-
-
-class Qwen3Model(DecoderModel):
-    layer_cls = Qwen3Layer
+from model_optimizer.models.llama import LlamaForCausalLM
+from model_optimizer.models.model_config import DecoderArgs
 
 
 class Qwen3ForCausalLM(LlamaForCausalLM):
-    model_cls = Qwen3Model
+    def __init__(self, args: DecoderArgs) -> None:
+        super().__init__(replace(args, qk_norm=True))
