@@ -10,6 +10,10 @@ plus each sequence's KV cache), and the achieved GB/s against a device-to-device
 the same run. `graph_ms` is the forward pass alone (CUDA-graph replays timed with CUDA events in
 the middle of the decode, while the graph's buffers hold the full batch), so `ms_per_step - graph_ms`
 is what logits, sampling and host work still add.
+
+`--quantization fp8 int8 rtn-int4` repeats the measurement per method, the dummy weights quantized
+at load time (rtn-int4 runs the same W4A16 kernels as awq); `none` is the bf16 baseline. Weight
+bytes then count the quantized tensors (qweight, scales, zeros) as stored.
 """
 
 from __future__ import annotations
@@ -24,20 +28,23 @@ CONTEXT = 512
 DECODE_STEPS = 64
 
 
-def measure(model: str, batch_sizes: list[int], profile: bool = False, kernels: dict | None = None) -> list[dict]:
+def measure(model: str, batch_sizes: list[int], profile: bool = False, kernels: dict | None = None,
+            quantization: str | None = None) -> list[dict]:
     from model_optimizer import LLM, SamplingParams
 
+    extra = {} if quantization in (None, "none") else {"quantization": quantization}
     llm = LLM(str(CONFIGS / model), load_format="dummy", dtype="bfloat16", max_model_len=CONTEXT + DECODE_STEPS + 8,
-              max_num_seqs=max(batch_sizes), gpu_memory_utilization=0.8)
+              max_num_seqs=max(batch_sizes), gpu_memory_utilization=0.8, **extra)
     args = llm.runner.args
-    weight_bytes = sum(p.numel() * p.element_size() for p in llm.runner.model.parameters())
+    weight_bytes = model_weight_bytes(llm.runner.model)
+    method = quantization or "none"
     kv_bytes_per_token = 2 * args.num_layers * args.num_kv_heads * args.head_dim * 2
     rows = []
     engine = llm.engine
     for batch in batch_sizes:
         params = SamplingParams(temperature=0, ignore_eos=True, max_tokens=DECODE_STEPS, detokenize=False)
         for i in range(batch):
-            engine.add_request(f"{model}-{batch}-{i}", [(i * 7 + j) % 1000 + 1 for j in range(CONTEXT)], params)
+            engine.add_request(f"{model}-{method}-{batch}-{i}", [(i * 7 + j) % 1000 + 1 for j in range(CONTEXT)], params)
         marks: list[float] = []
         graph_ms, graph_kernels, measured = float("nan"), None, False
         while engine.has_unfinished_requests():
@@ -53,13 +60,20 @@ def measure(model: str, batch_sizes: list[int], profile: bool = False, kernels: 
         step = statistics.median(times[2:]) if len(times) > 4 else float("nan")
         moved = weight_bytes + batch * (CONTEXT + DECODE_STEPS // 2) * kv_bytes_per_token
         if graph_kernels is not None:
-            kernels[f"{model} batch {batch}"] = graph_kernels
-        rows.append({"model": model, "batch": batch, "context": CONTEXT, "ms_per_step": step * 1e3, "graph_ms": graph_ms,
+            kernels[f"{model} {method} batch {batch}" if extra else f"{model} batch {batch}"] = graph_kernels
+        rows.append({"model": model, "quantization": method, "batch": batch, "context": CONTEXT, "ms_per_step": step * 1e3, "graph_ms": graph_ms,
                      "tokens_per_s": batch / step, "bytes_per_step": moved, "achieved_gbps": moved / step / 1e9,
                      "decode_steps_timed": len(times)})
-        print(f"{model} batch {batch}: {step * 1e3:.3f} ms/step (forward {graph_ms:.3f} ms), "
+        print(f"{model} {method} batch {batch}: {step * 1e3:.3f} ms/step (forward {graph_ms:.3f} ms), "
               f"{moved / step / 1e9:.0f} GB/s", flush=True)
     return rows
+
+
+def model_weight_bytes(model) -> int:
+    """Bytes of the parameters plus the quantized tensors that replace them (buffers, not parameters)."""
+    quantized = sum(b.numel() * b.element_size() for name, b in model.named_buffers()
+                    if name.rsplit(".", 1)[-1] in ("qweight", "scales", "zeros"))
+    return sum(p.numel() * p.element_size() for p in model.parameters()) + quantized
 
 
 def replay_ms(runner, batch: int, replays: int = 50) -> float:
@@ -104,20 +118,24 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["qwen3-0.6b", "llama-3.1-8b"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 64])
     parser.add_argument("--profile", action="store_true", help="add the GPU kernels of each decode graph")
+    parser.add_argument("--quantization", nargs="+", default=["none"],
+                        help="weight quantization per run, quantized at load time: none, fp8, int8, rtn-int4")
     parser.add_argument("--output", default=str(RESULTS / "decode_latency_h200.json"))
     args = parser.parse_args()
     bandwidth = copy_bandwidth_gbps()
     result = {"benchmark": "decode_latency", "environment": environment(), "copy_bandwidth_gbps": bandwidth,
               "config": vars(args), "rows": []}
     for model in args.models:
-        result["rows"] += measure(model, args.batch_sizes, args.profile, result.setdefault("kernels", {}))
-        import gc
+        for quantization in args.quantization:
+            result["rows"] += measure(model, args.batch_sizes, args.profile, result.setdefault("kernels", {}),
+                                      quantization)
+            import gc
 
-        import torch
+            import torch
 
-        gc.collect()
-        torch.cuda.empty_cache()
-        write_json(args.output, result)
+            gc.collect()
+            torch.cuda.empty_cache()
+            write_json(args.output, result)
     for row in result["rows"]:
         row["fraction_of_copy_bandwidth"] = row["achieved_gbps"] / bandwidth
     write_json(args.output, result)
