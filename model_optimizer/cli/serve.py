@@ -16,7 +16,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="serve a model over an OpenAI-compatible HTTP API",
         description="Serve a model (the built-in default when none is given) over an OpenAI-compatible "
         "API: /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models, /tokenize, /detokenize, "
-        "/health, /ready, /version, /metrics. As with `vllm serve`, the model folder may come first: "
+        "/health, /ready, /version, /metrics (and /pause, /resume, /is_paused with --enable-pause). As with `vllm serve`, the model folder may come first: "
         "`mopt serve ./model`.",
     )
     parser.add_argument(

@@ -30,7 +30,7 @@ from model_optimizer.server.errors import install_error_handlers
 from model_optimizer.server.limits import token_bound
 from model_optimizer.server.metrics import HTTPMetricsMiddleware
 from model_optimizer.server.middleware import GuardMiddleware
-from model_optimizer.server.routes import chat, completions, embeddings, system, tokenize
+from model_optimizer.server.routes import chat, completions, embeddings, pause, system, tokenize
 from model_optimizer.server.state import ServedModel, ServerState
 from model_optimizer.server.stats_log import start_stats_logging
 
@@ -85,6 +85,8 @@ def create_app(
     install_error_handlers(app)
     for module in (system, completions, chat, embeddings, tokenize):
         app.include_router(module.router)
+    if config.enable_pause:
+        app.include_router(pause.router)
     app.add_middleware(GuardMiddleware, state=state)
     if config.allowed_origins:  # outside the guard: preflights are answered before the API-key check
         app.add_middleware(

@@ -74,6 +74,9 @@ class ServerConfig:
     log_interval: float = 10.0
     """Seconds between engine stats lines (throughput, running/waiting, KV cache, prefix cache), logged only when busy; 0 turns them off."""
 
+    enable_pause: bool = False
+    """Serve POST /pause, POST /resume and GET /is_paused: hold the engine between steps (running requests stay, new ones queue) and let it go on, e.g. around a weight update. They need the API key when one is set; off by default, as whoever reaches them can stop generation."""
+
     allowed_origins: list[str] | None = None
     """Browser origins allowed to call the API (CORS), e.g. https://app.example,https://b.example or '["*"]'. Empty: no CORS headers."""
 

@@ -42,6 +42,9 @@ HANDLERS = frozenset(
         "/metrics",
         "/tokenize",
         "/detokenize",
+        "/pause",
+        "/resume",
+        "/is_paused",
     }
 )
 """Paths counted under their own handler label; any other path is "other" (no label per random 404 path)."""

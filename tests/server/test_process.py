@@ -1,5 +1,9 @@
 """`mopt serve` as a real process: SIGTERM drains, an engine fault gives 503 and a non-zero exit.
-Start-up (configuration errors, load before bind, logs) is in test_startup.py."""
+Start-up (configuration errors, load before bind, logs) is in test_startup.py.
+
+The servers run with --enable-pause: a test pauses the engine (POST /pause) before sending its
+requests, waits until /metrics shows them queued, and resumes it when it wants them to run, so a
+request is provably in flight when SIGTERM or the injected fault arrives, on a fast or slow machine."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from tests.server.live import metric
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-process-test"
@@ -73,7 +79,6 @@ def stream_in_thread(url: str, body: dict, headers: dict, out: dict) -> threadin
             for line in r.iter_lines():
                 if line.startswith("data: "):
                     events.append(line[6:])
-                    out["first"] = True
         out["events"] = events
 
     thread = threading.Thread(target=run)
@@ -88,6 +93,16 @@ def wait_for(condition, timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+def num_queued(url: str) -> float:
+    """Sequences waiting in the engine, from /metrics (public: no key)."""
+    return metric(httpx.get(url + "/metrics", timeout=10).text, "vllm:num_requests_waiting")
+
+
+def paused(url: str, headers: dict, value: bool) -> None:
+    r = httpx.post(url + ("/pause" if value else "/resume"), headers=headers, timeout=60)
+    assert r.status_code == 200 and r.json() == {"is_paused": value}, r.text
+
+
 def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
     template = tmp_path / "template.jinja"
     template.write_text(TEMPLATE)
@@ -98,7 +113,8 @@ def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
         "--chat-template",
         str(template),
         "--shutdown-timeout",
-        "30",
+        "60",
+        "--enable-pause",
         env={"MOPT_API_KEY": KEY},
     )
     auth = {"Authorization": f"Bearer {KEY}"}
@@ -117,13 +133,16 @@ def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
 
         out: dict = {}
         body = {"prompt": "drain me", "max_tokens": 300, "ignore_eos": True, "stream": True}
+        paused(url, auth, True)  # the request stays in flight until the test resumes the engine
         thread = stream_in_thread(url, body, auth, out)
-        wait_for(lambda: out.get("first"))
+        wait_for(lambda: num_queued(url) == 1)
         proc.send_signal(signal.SIGTERM)
         wait_for(lambda: httpx.get(url + "/ready", headers=auth).status_code == 503, timeout=10)
         refused = httpx.post(url + "/v1/completions", headers=auth, json={"prompt": "late", "max_tokens": 2})
         assert refused.status_code == 503 and refused.headers["retry-after"]
         assert httpx.get(url + "/health").status_code == 200  # alive while draining
+        assert "events" not in out and proc.poll() is None  # the drain waits for the request
+        paused(url, auth, False)
         thread.join(60)
         assert out["events"][-1] == "[DONE]"
         finishes = [c["finish_reason"] for e in out["events"][:-1] for c in json.loads(e)["choices"]]
@@ -146,12 +165,15 @@ def test_missing_model_folder_is_a_clear_error(tmp_path):
 
 
 def test_drain_timeout_aborts_leftovers(tiny_model):
-    proc, url = launch(tiny_model("qwen3"), "--shutdown-timeout", "0.3", env={"MOPT_API_KEY": KEY})
+    """The engine stays paused, so the request cannot finish within the drain: it is aborted."""
+    proc, url = launch(tiny_model("qwen3"), "--shutdown-timeout", "0.3", "--enable-pause", env={"MOPT_API_KEY": KEY})
+    auth = {"Authorization": f"Bearer {KEY}"}
     try:
         out: dict = {}
         body = {"prompt": "too long to drain", "max_tokens": 480, "ignore_eos": True, "stream": True, "n": 4}
-        thread = stream_in_thread(url, body, {"Authorization": f"Bearer {KEY}"}, out)
-        wait_for(lambda: out.get("first"))
+        paused(url, auth, True)
+        thread = stream_in_thread(url, body, auth, out)
+        wait_for(lambda: num_queued(url) >= 1)
         proc.send_signal(signal.SIGTERM)
         thread.join(60)
         assert out["events"][-1] == "[DONE]"
@@ -168,27 +190,34 @@ def test_drain_timeout_aborts_leftovers(tiny_model):
 
 
 def test_engine_fault_fails_requests_then_exits_nonzero(tiny_model):
-    """Both a streaming and a plain request are in flight when the engine loop raises."""
-    proc, url = launch(tiny_model("qwen3"), env={"MOPT_FAULT_AFTER_STEPS": "40", "MOPT_API_KEY": ""})
+    """Both a streaming and a plain request are in flight when the engine loop raises: the engine is
+    paused until both are queued, and each needs far more than the 40 steps before the fault."""
+    proc, url = launch(tiny_model("qwen3"), "--enable-pause", env={"MOPT_FAULT_AFTER_STEPS": "40", "MOPT_API_KEY": ""})
     try:
         plain: dict = {}
+        streamed: dict = {}
 
-        def post() -> None:
-            plain["response"] = httpx.post(
-                url + "/v1/completions", timeout=60, json={"prompt": "crash", "max_tokens": 100, "ignore_eos": True}
-            )
+        def post(body: dict, out: dict) -> None:
+            out["response"] = httpx.post(url + "/v1/completions", timeout=60, json=body)
 
-        thread = threading.Thread(target=post)
-        thread.start()
-        r = httpx.post(
-            url + "/v1/completions",
-            timeout=60,
-            json={"prompt": "crash too", "max_tokens": 100, "ignore_eos": True, "stream": True},
-        )
+        paused(url, {}, True)
+        threads = [
+            threading.Thread(target=post, args=({"prompt": "crash", "max_tokens": 100, "ignore_eos": True}, plain)),
+            threading.Thread(
+                target=post,
+                args=({"prompt": "crash too", "max_tokens": 100, "ignore_eos": True, "stream": True}, streamed),
+            ),
+        ]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: num_queued(url) == 2)
+        paused(url, {}, False)
+        for thread in threads:
+            thread.join(60)
+        r = streamed["response"]
         events = [line[6:] for line in r.text.split("\n\n") if line.startswith("data: ")]
         assert events[-1] == "[DONE]"
         assert json.loads(events[-2])["error"]["code"] == 500
-        thread.join(60)
         error = plain["response"]
         assert error.status_code == 500 and "injected engine fault" in error.json()["error"]["message"]
         assert httpx.get(url + "/health").status_code == 503
