@@ -112,7 +112,8 @@ class ServerProcess:
         return self.proc.returncode
 
     def log_tail(self, num_chars: int = 2000) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         try:
             text = self.log_path.read_bytes()[-num_chars:].decode(errors="replace")
         except OSError:

@@ -160,6 +160,7 @@ class Tuner:
     on_trial: Callable[[dict], None] = lambda row: None
     skip: bool = True
     """Skip candidates the predictor rules out (off for a grid, which measures every point)."""
+    max_skips_in_a_row: int = MAX_SKIPS_IN_A_ROW
 
     def __post_init__(self) -> None:
         slos = parse_slo(self.setup.slo)
@@ -204,7 +205,7 @@ class Tuner:
             self.study.tell(trial, row.get("values") if state == TrialState.COMPLETE else None, state=state)
             self.on_trial(row)
             skips = skips + 1 if state == TrialState.PRUNED else 0
-            if skips >= MAX_SKIPS_IN_A_ROW:
+            if skips >= self.max_skips_in_a_row:
                 break
             self._refit()
 
