@@ -15,7 +15,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from model_optimizer.bench import fmt
 from model_optimizer.bench.client import RequestRecord
+from model_optimizer.bench.html import write_html
 from model_optimizer.bench.metrics import LATENCIES, STATS
 from model_optimizer.fileio import atomic_write
 
@@ -148,8 +150,6 @@ def _csv(rows: list[dict]) -> str:
 
 def write_outputs(results: list[dict], output_dir: str) -> None:
     """summary.csv (a row per run), requests CSV per run, and report.html with plots."""
-    from model_optimizer.bench.html import write_html
-
     out = Path(output_dir)
     atomic_write(out / "summary.csv", _csv([flat_summary(r) for r in results]))
     for result in results:
@@ -163,9 +163,7 @@ def write_outputs(results: list[dict], output_dir: str) -> None:
 
 
 def _num(value: float | None) -> str:
-    from model_optimizer.bench.fmt import number
-
-    return number(value)
+    return fmt.number(value)
 
 
 def print_summary(console: Console, result: dict) -> None:
