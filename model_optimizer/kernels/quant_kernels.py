@@ -129,6 +129,16 @@ def _group_scale(scales_ptr, offs_n, k0, N, stride_sn, GROUP: tl.constexpr):
 
 
 @triton.jit
+def _group_zero_scale(zeros_ptr, scales_ptr, offs_n, k0, k_end, N, stride_zn, stride_sn, GROUP: tl.constexpr):
+    """(BLOCK_N,) float32 int4 zeros and scales of the group holding column k0 (zeros past k_end)."""
+    mask = (offs_n < N) & (offs_n * 0 + k0 < k_end)  # as a vector: the interpreter rejects a scalar mask term
+    rows = offs_n.to(tl.int64)
+    zero = tl.load(zeros_ptr + rows * stride_zn + k0 // GROUP, mask=mask, other=0).to(tl.float32)
+    scale = tl.load(scales_ptr + rows * stride_sn + k0 // GROUP, mask=mask, other=0).to(tl.float32)
+    return zero, scale
+
+
+@triton.jit
 def _split4(x, R: tl.constexpr):
     """(R * 4,) -> the four (R,) vectors x[4 i + j], j = 0..3 (j = 2 a + v)."""
     v0, v1 = tl.split(tl.reshape(x, (R, 2, 2)))
@@ -182,7 +192,10 @@ def _gemv_words(x_ptr, w_ptr, scales_ptr, zeros_ptr, row, offs_n, k_start, k_end
     n_mask = offs_n < N
     rows = offs_n.to(tl.int64)[:, None] * stride_wn
     acc = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
-    for k0 in range(k_start, k_end, BLOCK_K):
+    if KIND == 2:  # loaded one tile ahead: too small for the pipeliner's async copies, they would stall each step
+        zero, scale = _group_zero_scale(zeros_ptr, scales_ptr, offs_n, k_start, k_end, N, stride_zn, stride_sn, GROUP)
+    # num_stages: the loads of later tiles are in flight (async copies) while this one is multiplied
+    for k0 in tl.range(k_start, k_end, BLOCK_K, num_stages=3):
         k0 = tl.multiple_of(k0, BLOCK_K)  # splits start at multiples of BLOCK_K
         offs_w = k0 // PER_WORD + tl.arange(0, WORDS)
         w_mask = n_mask[:, None] & (offs_w[None, :] < K // PER_WORD)
@@ -191,13 +204,15 @@ def _gemv_words(x_ptr, w_ptr, scales_ptr, zeros_ptr, row, offs_n, k_start, k_end
         x = tl.load(x_ptr + row + offs_k, mask=offs_k < K, other=0).to(tl.float32)
         if KIND == 2:
             x0, x1, x2, x3, x4, x5, x6, x7 = _split8(x, WORDS)
-            zero = tl.load(zeros_ptr + offs_n.to(tl.int64) * stride_zn + k0 // GROUP, mask=n_mask, other=0)
-            magic_zero = zero.to(tl.float32) + 8388608.0
+            magic_zero = zero + 8388608.0
+            group_scale = scale
+            zero, scale = _group_zero_scale(zeros_ptr, scales_ptr, offs_n, k0 + BLOCK_K, k_end, N, stride_zn, stride_sn,
+                                            GROUP)
             part = _nibble_times(words, 0, magic_zero, x0) + _nibble_times(words, 1, magic_zero, x1)
             part += _nibble_times(words, 2, magic_zero, x2) + _nibble_times(words, 3, magic_zero, x3)
             part += _nibble_times(words, 4, magic_zero, x4) + _nibble_times(words, 5, magic_zero, x5)
             part += _nibble_times(words, 6, magic_zero, x6) + _nibble_times(words, 7, magic_zero, x7)
-            acc += part * _group_scale(scales_ptr, offs_n, k0, N, stride_sn, GROUP)[:, None]
+            acc += part * group_scale[:, None]
         else:
             x0, x1, x2, x3 = _split4(x, WORDS)
             acc += _byte_times(words, 0, KIND, x0) + _byte_times(words, 1, KIND, x1)
