@@ -11,7 +11,7 @@ import torch
 from model_optimizer.kernels import quant_reference as ref
 from model_optimizer.kernels.quant_kernels import MAX_SPLIT_K, QuantTiles, choose_tiles, quant_matmul, quantize_rows_fp8
 from model_optimizer.kernels.quant_linear import fp8_linear, w4a16_linear, w8a16_linear
-from model_optimizer.kernels.testing import relative_error
+from tests.kernels.paged_batches import relative_error
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1.5e-3, torch.bfloat16: 1e-2}
 
@@ -97,6 +97,15 @@ def test_int4_group_not_a_power_of_two():
     assert choose_tiles(2, 24, 96, "int4", 48, 132).block_k == 16  # the largest power of two dividing 48
     out = quant_matmul(x, q, s, z, "int4", 48)
     assert relative_error(out, want) < TOLERANCE[torch.float16]
+
+
+def test_one_row_with_k_not_a_multiple_of_4_takes_the_dot_path():
+    """int8/fp8 rows are read as int32 words only when K allows it; otherwise 16-row tiles serve M = 1."""
+    assert choose_tiles(1, 24, 98, "fp8", 0, 132).block_m == 16
+    x, q, s, z, _, want = _case("fp8", 1, 24, 98, torch.float16, seed=8)
+    assert relative_error(quant_matmul(x, q, s, z, "fp8"), want) < TOLERANCE[torch.float16]
+    with pytest.raises(ValueError, match="multiple of 4"):
+        quant_matmul(x, q, s, z, "fp8", tiles=QuantTiles(block_m=1, block_n=16, block_k=32))
 
 
 def test_choose_tiles_regimes():
