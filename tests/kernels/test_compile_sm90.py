@@ -18,8 +18,7 @@ def test_kernels_compile_for_sm90():
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("ptx chars") == 9 + 8  # attention, cache, rotary, sampling; quantized matmul
     quant = [line for line in result.stdout.splitlines() if line.startswith("_quant_matmul_kernel")]
-    assert len(quant) == 7, result.stdout
-    # the int4 one-row GEMV loads 8-byte pieces of words (ld.global.v2), which the check reads as scalar
-    assert all(line.endswith(" vectorized") for line in quant if "'BLOCK_M': 1," not in line), result.stdout
+    # weights move in 16-byte pieces or async copies (the one-row GEMV's pipelined loop) in every shape
+    assert len(quant) == 7 and all(line.endswith(" vectorized") for line in quant), result.stdout
     attention = [line for line in result.stdout.splitlines() if line.startswith("_paged_attention_kernel")]
     assert len(attention) == 4 and all(line.endswith(" vectorized") for line in attention), result.stdout
