@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from model_optimizer.kernels.reference import FP8_DTYPE, paged_attention_ref, store_kv_ref
-from model_optimizer.kernels.testing import make_paged_batch, relative_error
+from tests.kernels.paged_batches import make_paged_batch, relative_error
 
 pytestmark = [
     pytest.mark.gpu,

@@ -75,7 +75,7 @@ def test_engine_fails_the_nan_request_alone_on_the_gpu(nan_model, settings):  # 
 def test_triton_attention_keeps_a_later_nan_from_earlier_queries(kv_dtype, plane):
     """The prefill tiles select a masked key's value away (0 * NaN is NaN), compiled for the GPU."""
     from model_optimizer.kernels.paged_attention import paged_attention
-    from model_optimizer.kernels.testing import make_paged_batch, relative_error
+    from tests.kernels.paged_batches import make_paged_batch, relative_error
 
     batch = make_paged_batch(
         [(100, 300), (0, 64), (500, 1)],

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from model_optimizer.kernels import quant_reference as ref
-from model_optimizer.kernels.testing import relative_error
+from tests.kernels.paged_batches import relative_error
 
 pytestmark = [
     pytest.mark.gpu,
@@ -87,7 +87,9 @@ def test_split_k_is_deterministic_and_leaves_counters_zero(kind, m):
     if kind == "fp8" and not _has_fp8():
         pytest.skip("fp8 kernels need sm_89+")
     q, s, z, w = _weight(kind, 1024, 3072)
-    tiles = quant_kernels.choose_tiles(m, 1024, 3072, kind, 128, torch.cuda.get_device_properties(0).multi_processor_count)
+    tiles = quant_kernels.choose_tiles(
+        m, 1024, 3072, kind, 128, torch.cuda.get_device_properties(0).multi_processor_count
+    )
     assert tiles.split_k > 1
     x = torch.randn(m, 3072, device="cuda").bfloat16()
     bias = torch.randn(1024, device="cuda").bfloat16()

@@ -9,7 +9,7 @@ import torch
 
 from model_optimizer.kernels.paged_attention import Tiles, choose_num_splits, paged_attention
 from model_optimizer.kernels.reference import FP8_DTYPE, paged_attention_ref
-from model_optimizer.kernels.testing import make_paged_batch, relative_error
+from tests.kernels.paged_batches import make_paged_batch, relative_error
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 MIXED = [(70, 1), (0, 23), (40, 9), (150, 1), (0, 1), (17, 1)]  # (cached tokens, new tokens) per sequence

@@ -1,4 +1,4 @@
-"""Random paged-attention batches for the kernel tests and benchmarks (shared by CPU and GPU suites).
+"""Random paged-attention batches for the kernel tests (shared by the CPU and GPU suites).
 
 A batch is described per sequence by (num_cached, q_len): tokens already in the cache and new
 tokens of this step; a decode token is (context, 1), a fresh prompt chunk (0, n).
