@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from model_optimizer.models import tiny
+from tests import tiny_checkpoints as tiny
 
 QUANT_MODELS = {
     "qwen3": ("qwen3", dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32)),

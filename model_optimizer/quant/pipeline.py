@@ -1,0 +1,194 @@
+"""`mopt quantize`: calibrate, round, write compressed-tensors, evaluate with our engine, gate, publish.
+
+The folder is built under a temporary name beside the output and renamed only when the accuracy
+gate passes, so an interrupted or refused run leaves nothing at the output path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from model_optimizer.quant.calibration import read_documents, token_windows
+from model_optimizer.quant.evaluate import Accuracy, compare, gate_failures, load_for_eval
+
+REPORT_NAME = "quantization_report.json"
+
+
+@dataclass
+class QuantizeOptions:
+    model: Path
+    method: str
+    output: Path
+    calib: str | None = None
+    num_calib_samples: int = 128
+    calib_seq_len: int = 512
+    eval_text: str | None = None
+    num_eval_samples: int = 32
+    eval_seq_len: int = 512
+    group_size: int = 128
+    max_ppl_increase: float | None = None
+    min_top1: float | None = None
+    device: str = "auto"
+    eval_dtype: str = "auto"
+
+
+@dataclass
+class Progress:
+    """Callbacks for a progress display: start(task, total) then advance(task) per unit."""
+
+    start: Callable[[str, int], None] = lambda task, total: None
+    advance: Callable[[str], None] = lambda task: None
+
+
+class GateFailed(Exception):
+    def __init__(self, failures: list[str], report: dict) -> None:
+        super().__init__("; ".join(failures))
+        self.failures, self.report = failures, report
+
+
+def pick_device(requested: str) -> torch.device:
+    from model_optimizer.runner.model_runner import pick_device as runner_pick
+
+    return runner_pick(requested)
+
+
+def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
+    """Write the quantized folder at opts.output; returns the report. GateFailed when a limit is broken."""
+    from model_optimizer.llm import load_tokenizer
+
+    progress = progress or Progress()
+    check_output(opts.output)
+    started = time.time()
+    tokenizer = load_tokenizer(opts.model)
+    eval_windows = token_windows(
+        tokenizer, read_documents(opts.eval_text, "evaluation"), opts.num_eval_samples, opts.eval_seq_len
+    )
+    calib_windows = []
+    if opts.method == "awq":
+        calib_windows = token_windows(
+            tokenizer, read_documents(opts.calib, "calibration"), opts.num_calib_samples, opts.calib_seq_len
+        )
+    opts.output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=opts.output.parent, prefix=f".{opts.output.name}.tmp-"))
+    try:
+        model = quantized_model(opts, calib_windows, progress)
+        from model_optimizer.quant.writer import save_compressed_tensors
+
+        save_compressed_tensors(model, opts.method, opts.group_size, opts.model, tmp)
+        del model
+        accuracy = evaluate(opts.model, tmp, eval_windows, opts, progress)
+        report = build_report(opts, accuracy, calib_windows, eval_windows, time.time() - started, tmp)
+        failures = gate_failures(accuracy, opts.max_ppl_increase, opts.min_top1)
+        report["gate"] = {"max_ppl_increase": opts.max_ppl_increase, "min_top1": opts.min_top1,
+                          "passed": not failures, "failures": failures}
+        if failures:
+            raise GateFailed(failures, report)
+        write_json(tmp / REPORT_NAME, report)
+        os.replace(tmp, opts.output)
+        return report
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_output(output: Path) -> None:
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise ValueError(f"output {output} already exists and is not an empty folder; pick a new path")
+
+
+def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progress: Progress) -> torch.nn.Module:
+    """The original loaded in float32, AWQ-adjusted if asked, rounded in the checkpoint's dtype."""
+    from model_optimizer.models.loader import DTYPES, load_model
+    from model_optimizer.models.model_config import read_config
+    from model_optimizer.quant.attach import attach_quantization
+    from model_optimizer.quant.spec import QuantSpec
+
+    config = read_config(opts.model)
+    if config.get("quantization_config"):
+        raise ValueError(f"{opts.model} is already quantized; quantize the original float checkpoint")
+    device = pick_device(opts.device)
+    model = load_model(opts.model, "float32", device)
+    target = DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or "float32").replace("torch.", ""), torch.float32)
+    if opts.method == "awq":
+        progress.start("AWQ search", len(model.model.layers))
+        from model_optimizer.quant.awq import apply_awq
+
+        apply_awq(model, calib_windows, opts.group_size, target, on_layer=lambda i: progress.advance("AWQ search"))
+    layers = attach_quantization(model, QuantSpec(opts.method, group_size=opts.group_size), target, dummy=True)
+    progress.start("rounding", len(layers))
+    for _, layer in layers:
+        layer.quant_method.process_weights_after_loading(layer)
+        progress.advance("rounding")
+    with torch.no_grad():
+        for param in model.parameters():
+            param.data = param.data.to(target)
+    return model
+
+
+def evaluate(reference: Path, folder: Path, windows: list[list[int]], opts: QuantizeOptions, progress: Progress) -> Accuracy:
+    max_len = max(len(w) for w in windows)
+    ref_llm = load_for_eval(reference, opts.device, opts.eval_dtype, max_len)
+    q_llm = load_for_eval(folder, opts.device, opts.eval_dtype, max_len)
+    progress.start("evaluation", len(windows))
+    return compare(ref_llm, q_llm, windows, on_window=lambda i: progress.advance("evaluation"))
+
+
+def eval_only(folder: Path, reference: Path, opts: QuantizeOptions, progress: Progress | None = None) -> dict:
+    """Re-evaluate any quantized folder (ours or another tool's) against its original; writes the report."""
+    from model_optimizer.llm import load_tokenizer
+
+    progress = progress or Progress()
+    started = time.time()
+    windows = token_windows(
+        load_tokenizer(reference), read_documents(opts.eval_text, "evaluation"), opts.num_eval_samples, opts.eval_seq_len
+    )
+    accuracy = evaluate(reference, folder, windows, opts, progress)
+    report = build_report(opts, accuracy, [], windows, time.time() - started, folder)
+    failures = gate_failures(accuracy, opts.max_ppl_increase, opts.min_top1)
+    report["gate"] = {"max_ppl_increase": opts.max_ppl_increase, "min_top1": opts.min_top1,
+                      "passed": not failures, "failures": failures}
+    write_json(folder / REPORT_NAME, report)
+    if failures:
+        raise GateFailed(failures, report)
+    return report
+
+
+def build_report(
+    opts: QuantizeOptions, acc: Accuracy, calib: list[list[int]], evals: list[list[int]], seconds: float, folder: Path
+) -> dict:
+    config = json.loads((folder / "config.json").read_text())
+    qc = config.get("quantization_config") or {}
+    return {
+        "model": str(opts.model),
+        "method": opts.method,
+        "format": qc.get("quant_method"),
+        "group_size": opts.group_size if opts.method in ("awq", "rtn-int4") else None,
+        "calibration": {
+            "text": opts.calib or "built-in (Python standard-library docs)",
+            "num_samples": len(calib),
+            "num_tokens": sum(map(len, calib)),
+        } if calib else None,
+        "evaluation": {
+            "text": opts.eval_text or "built-in held-out (Python standard-library docs, modules not in calibration)",
+            "num_samples": len(evals),
+            "num_tokens": sum(map(len, evals)),
+        },
+        "accuracy": acc.to_dict(),
+        "weights_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors")),
+        "seconds": round(seconds, 1),
+        "versions": {"torch": torch.__version__},
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
