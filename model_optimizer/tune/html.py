@@ -113,6 +113,17 @@ def render_page(summary: dict, plots: dict[str, bytes]) -> str:
                  f"predictor. SLO: {e(str(summary['setup'].get('slo') or 'none'))}. Chosen for "
                  f"<b>{e(summary['prefer'])}</b>.</p>")
     best = summary.get("best")
+    baseline = summary.get("baseline")
+    if best and baseline:
+        gain = best["measured"]["goodput"] / baseline["goodput"] if baseline["goodput"] else None
+        parts.append(f"<p>Default settings (trial {baseline['number']}): goodput {baseline['goodput']:.4g} req/s; "
+                     f"chosen (trial {best['number']}): {best['measured']['goodput']:.4g} req/s"
+                     + (f" ({gain:.2f}x)" if gain else "") + ".</p>")
+    if summary.get("predictor"):
+        fit = summary["predictor"]["fit"]
+        parts.append("<p>Predictor (measured = a x ideal + b): " + ", ".join(
+            f"{e(k)} a={v[0]:.3g} b={v[1]:.3g}" for k, v in fit.items()) + f"; hardware "
+            f"{e(summary['predictor']['hardware']['source'])}.</p>")
     if best:
         import shlex
 

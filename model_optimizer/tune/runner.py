@@ -6,6 +6,7 @@ so `--resume` continues exactly the study that was started.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 from pathlib import Path
@@ -122,6 +123,10 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
     finally:
         signal.signal(signal.SIGTERM, previous)
     summary = report.build_summary(report.study_rows(study), prefer, stored["model"], stored)
+    if predictor is not None:
+        tuner._refit()  # with every trial the study now holds
+        summary["predictor"] = {"hardware": dataclasses.asdict(predictor.hardware), "fit": predictor.fit,
+                                "memory_offset_gib": predictor.memory_offset_gib, "num_fitted": predictor.num_fitted}
     report.write_outputs(output_dir, summary, study)
     if summary["best"]:
         console.print(report.pareto_table(summary))

@@ -67,13 +67,14 @@ def test_three_trial_study_writes_every_output(tiny_model, tmp_path, space_file,
         assert trial["predicted"]["tpot_ms"] > 0  # predicted before it was measured
     assert results["best"]["number"] in results["pareto_front"]
     assert results["prediction_error"]["tpot"]["num_trials"] == 3
+    assert results["predictor"]["num_fitted"] == 3 and results["predictor"]["hardware"]["is_gpu"] is False
     best = read_config_file(out / "best.yaml", (EngineConfig, ServerConfig))  # what mopt serve/deploy --config read
     assert best["model"] == str(tiny_model("qwen3")) and best["max_num_seqs"] in (1, 2, 4)
     assert best["num_kv_blocks"] == 32
     commands = (out / "commands.txt").read_text()
     assert "mopt serve --model" in commands and "vllm serve" in commands and "--num-gpu-blocks-override 32" in commands
     html = (out / "report.html").read_text()
-    assert "goodput vs latency" in html and "data:image/png;base64," in html
+    assert "goodput vs latency" in html and "data:image/png;base64," in html and "Predictor (measured" in html
     assert "Pareto front (measured)" in capsys.readouterr().out
     # the same folder again without --resume is refused, not overwritten
     assert main(tune_argv(tiny_model("qwen3"), out, space_file, "--trials", "1")) == 2
