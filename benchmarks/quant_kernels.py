@@ -11,7 +11,7 @@ exceed L2), the weight bytes read per second and TFLOP/s. `per_step` sums one la
 times the number of layers: the linear work of one decode step at batch M, the first indicator for
 the issue's targets (Llama-3.1-8B at batch 1: fp8 <= 2.5 ms, int4 <= 1.5 ms per step; bf16 4.76 ms).
 `--sweep` also times a few tile shapes per format at M = 1 and 8 on Llama's shapes, to tune
-`quant_kernels.choose_tiles`.
+`quant_matmul.choose_tiles`.
 """
 
 from __future__ import annotations
@@ -35,8 +35,12 @@ def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
     hidden, heads, kv_heads = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     head_dim = cfg.get("head_dim") or hidden // heads
     inter = cfg["intermediate_size"]
-    return {"qkv_proj": ((heads + 2 * kv_heads) * head_dim, hidden), "o_proj": (hidden, heads * head_dim),
-            "gate_up_proj": (2 * inter, hidden), "down_proj": (hidden, inter)}
+    return {
+        "qkv_proj": ((heads + 2 * kv_heads) * head_dim, hidden),
+        "o_proj": (hidden, heads * head_dim),
+        "gate_up_proj": (2 * inter, hidden),
+        "down_proj": (hidden, inter),
+    }
 
 
 def make_weights(method: str, n: int, k: int, copies: int) -> list[tuple]:
@@ -104,8 +108,18 @@ def bench_case(method: str, n: int, k: int, m_values: list[int]) -> list[dict]:
             continue  # no fp8 tensor cores
         x = torch.randn(m, k, device="cuda").bfloat16()
         ms = time_ms(fn, x, sets)
-        rows.append({"method": method, "n": n, "k": k, "m": m, "ms": ms, "weight_bytes": weight_bytes,
-                     "weight_gbps": weight_bytes / ms / 1e6, "tflops": 2 * m * n * k / ms / 1e9})
+        rows.append(
+            {
+                "method": method,
+                "n": n,
+                "k": k,
+                "m": m,
+                "ms": ms,
+                "weight_bytes": weight_bytes,
+                "weight_gbps": weight_bytes / ms / 1e6,
+                "tflops": 2 * m * n * k / ms / 1e9,
+            }
+        )
     del sets
     torch.cuda.empty_cache()
     return rows
@@ -116,7 +130,9 @@ def per_step(rows: list[dict], shapes: dict, num_layers: int) -> list[dict]:
     out = []
     for method in METHODS:
         for m in M_VALUES:
-            times = [r["ms"] for r in rows if r["method"] == method and r["m"] == m and (r["n"], r["k"]) in shapes.values()]
+            times = [
+                r["ms"] for r in rows if r["method"] == method and r["m"] == m and (r["n"], r["k"]) in shapes.values()
+            ]
             if len(times) == len(shapes):
                 out.append({"method": method, "m": m, "ms_per_step": sum(times) * num_layers})
     return out
@@ -126,7 +142,7 @@ def sweep(model: str) -> list[dict]:
     """A few launch shapes per format at decode sizes; the default `choose_tiles` pick marked."""
     import torch
 
-    from model_optimizer.kernels import quant_kernels as qk
+    from model_optimizer.kernels import quant_matmul as qk
 
     rows = []
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -139,9 +155,18 @@ def sweep(model: str) -> list[dict]:
                 for block_n in (16, 32, 64, 128):
                     for split in sorted({1, default.split_k, 2 * default.split_k}):
                         tiles = qk.QuantTiles(default.block_m, block_n, default.block_k, split)
-                        fn = lambda x, q, s, z, t=tiles, kind=kind: qk.quant_matmul(x, q, s, z, kind, GROUP_SIZE, None, t)  # noqa: E731
-                        row = {"kind": kind, "linear": name, "n": n, "k": k, "m": m, "tiles": vars(tiles),
-                               "default": tiles == default}
+                        fn = lambda x, q, s, z, t=tiles, kind=kind: qk.quant_matmul(
+                            x, q, s, z, kind, GROUP_SIZE, None, t
+                        )  # noqa: E731
+                        row = {
+                            "kind": kind,
+                            "linear": name,
+                            "n": n,
+                            "k": k,
+                            "m": m,
+                            "tiles": vars(tiles),
+                            "default": tiles == default,
+                        }
                         try:
                             row["ms"] = time_ms(fn, x, sets)
                         except Exception as exc:  # a launch shape the compiler rejects is a result too
@@ -160,8 +185,13 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="also time a few tile shapes at M = 1 and 8 (Llama)")
     parser.add_argument("--output", default=str(RESULTS / "quant_kernels_h200.json"))
     args = parser.parse_args()
-    result = {"benchmark": "quant_kernels", "environment": environment(), "config": vars(args), "rows": [],
-              "per_step": {}}
+    result = {
+        "benchmark": "quant_kernels",
+        "environment": environment(),
+        "config": vars(args),
+        "rows": [],
+        "per_step": {},
+    }
     started = time.time()
     for model in args.models:
         cfg = json.loads((CONFIGS / model / "config.json").read_text())
@@ -171,11 +201,15 @@ def main() -> None:
                 rows = bench_case(method, n, k, args.m)
                 for row in rows:
                     row.update(model=model, linear=name)
-                    print(f"{model} {name:12s} {method:13s} M={row['m']:4d} {row['ms'] * 1e3:8.1f} us "
-                          f"{row['weight_gbps']:7.0f} GB/s {row['tflops']:6.1f} TFLOP/s", flush=True)
+                    print(
+                        f"{model} {name:12s} {method:13s} M={row['m']:4d} {row['ms'] * 1e3:8.1f} us "
+                        f"{row['weight_gbps']:7.0f} GB/s {row['tflops']:6.1f} TFLOP/s",
+                        flush=True,
+                    )
                 result["rows"] += rows
-            result["per_step"][model] = per_step([r for r in result["rows"] if r["model"] == model], shapes,
-                                                 cfg["num_hidden_layers"])
+            result["per_step"][model] = per_step(
+                [r for r in result["rows"] if r["model"] == model], shapes, cfg["num_hidden_layers"]
+            )
             write_json(args.output, result)  # results so far survive a timeout
     for model, steps in result["per_step"].items():
         print(f"== {model}: linear ms per decode step (layers x one layer's linears)")

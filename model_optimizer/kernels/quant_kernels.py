@@ -1,4 +1,4 @@
-"""Triton kernels for weight-quantized linear layers: x (M, K) @ dequantize(W (N, K)).T, dequantized in-kernel.
+"""Triton programs for weight-quantized linear layers: x (M, K) @ dequantize(W (N, K)).T, dequantized in-kernel.
 
 Same result as `quant_reference.w8a16_linear_ref` / `w4a16_linear_ref` / `fp8_linear_ref`: the weight
 bytes (int8, fp8 e4m3 or packed int4) are read once, widened in registers and never written back,
@@ -6,7 +6,7 @@ which is the point: decode is bound by weight bytes, so a 4-bit weight is read i
 time of a bf16 one.
 
 One program computes a (BLOCK_M, BLOCK_N) tile of the output over a slice of K. Three launch shapes
-of the same kernel (`choose_tiles`):
+of the same kernel (`quant_matmul.choose_tiles` picks one, `quant_matmul.quant_matmul` launches):
 - M == 1 (decode at batch 1): BLOCK_M = 1, a multiply-add GEMV without tensor cores that reads the
   weights as int32 words and widens them with bit operations (`_gemv_words`): at batch 1 the H200 has
   to widen about 9.6 billion int4 values per ms to keep up with its memory (4.8 TB/s), twice what its
@@ -15,8 +15,8 @@ of the same kernel (`choose_tiles`):
 - M > 16 (prefill): 64 x 128 or 128 x 128 tiles in grouped order, so neighbouring programs share
   weight tiles in L2.
 The decode shapes split K when the output tiles alone cannot fill the GPU (Llama's o_proj at
-N = 4096 gives 128 tiles of 32 rows for 132 SMs; Qwen3-0.6B's at N = 1024 only 32). Splits write float32
-partials; the last program of a tile to finish (counted with an atomic) adds them in split order
+N = 4096 gives 128 tiles of 32 rows for 132 SMs; Qwen3-0.6B's at N = 1024 only 32). Splits write
+float32 partials; the last program of a tile to finish (counted with an atomic) adds them in split order
 and writes the output, then resets its counter for the next launch. One launch per linear, no
 memset and no reduction kernel: at batch 1 each extra launch would cost about as much as the
 matmul of a small layer, and the result stays deterministic.
@@ -25,76 +25,31 @@ Scales: int8 and fp8 are per output channel, applied once to the accumulator; an
 (G a multiple of BLOCK_K) is constant over a tile, so the dot takes the nibbles exactly (as
 offset + q, made by bit operations), x @ (q - zero) = x @ (offset + q) - rowsum(x) (offset + zero),
 and the group's scale multiplies the tile's partial product.
-Nothing here reads tensor values on the host: every call can be captured in a CUDA graph.
+`_quantize_rows_fp8_kernel` is the per-token activation quantization in front of the fp8 W8A8 path.
 """
 
 from __future__ import annotations
 
-import functools
-import os
-from dataclasses import dataclass
-
-import torch
 import triton
 import triton.language as tl
 
 KINDS = {"int8": 0, "fp8": 1, "int4": 2}
 """Weight formats, as the KIND constexpr of the kernel."""
-MAX_SPLIT_K = 16
-MAX_COUNTERS = 16384  # output tiles that may split K at once (Llama's gate_up at BLOCK_N 16: 1,792)
-FP8_MAX = 448.0
-
-_counters: dict[torch.device, torch.Tensor] = {}
-
-
-@dataclass(frozen=True)
-class QuantTiles:
-    """Launch shape of `_quant_matmul_kernel`: what benchmarks/quant_kernels.py can sweep."""
-
-    block_m: int
-    block_n: int
-    block_k: int
-    split_k: int = 1
-    num_warps: int = 4
-    num_stages: int = 3
-    group_m: int = 8
-
-
-@functools.lru_cache(maxsize=8)
-def _num_sms(device_index: int | None) -> int:
-    if not torch.cuda.is_available():
-        return 132  # interpreter: any plausible figure
-    return torch.cuda.get_device_properties(device_index or 0).multi_processor_count
-
-
-def _block_k_for(kind: str, group_size: int, want: int) -> int:
-    """BLOCK_K for int4 must divide the group (one scale per tile row); others take `want`."""
-    if kind != "int4":
-        return want
-    block_k = want
-    while group_size % block_k:
-        block_k //= 2
-    return block_k
-
-
-def choose_tiles(m: int, n: int, k: int, kind: str, group_size: int, num_sms: int) -> QuantTiles:
-    """Tile sizes and split-K for one call; see the module docstring for the three regimes."""
-    if m > 16:
-        block_m = 64 if m <= 64 else 128
-        return QuantTiles(block_m, 128, _block_k_for(kind, group_size, 64), 1, 4 if block_m == 64 else 8, 3)
-    if m == 1 and (kind == "int4" or k % 4 == 0):  # the word-wise GEMV reads int8/fp8 rows as int32
-        block_m, block_n, want_k = 1, 64 if kind == "int4" else 32, 128
-    else:
-        block_m, block_n, want_k = 16, 32, 128
-    block_k = _block_k_for(kind, group_size, want_k)
-    tiles = triton.cdiv(n, block_n)
-    split = min(triton.cdiv(2 * num_sms, tiles), triton.cdiv(k, 2 * block_k), MAX_SPLIT_K)
-    return QuantTiles(block_m, block_n, block_k, max(1, split), 4, 3)
 
 
 @triton.jit
-def _weight_tile(w_ptr, offs_n, k0, N, K, stride_wn,
-                 KIND: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_DTYPE: tl.constexpr):
+def _weight_tile(
+    w_ptr,
+    offs_n,
+    k0,
+    N,
+    K,
+    stride_wn,
+    KIND: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):
     """(BLOCK_N, BLOCK_K) weight tile at columns k0.. in DOT_DTYPE, exact: int8 and fp8 values; for int4
     offset + q (zero and scale applied by the caller), where the offset makes q a float by bit operations:
     0x4300 | q is the bf16 128 + q, 0x6400 | q the fp16 1024 + q, 0x4B000000 | q the float32 2**23 + q."""
@@ -180,9 +135,25 @@ def _byte_times(words, J: tl.constexpr, KIND: tl.constexpr, x):
 
 
 @triton.jit
-def _gemv_words(x_ptr, w_ptr, scales_ptr, zeros_ptr, row, offs_n, k_start, k_end, N, K,
-                stride_wn, stride_sn, stride_zn,
-                KIND: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _gemv_words(
+    x_ptr,
+    w_ptr,
+    scales_ptr,
+    zeros_ptr,
+    row,
+    offs_n,
+    k_start,
+    k_end,
+    N,
+    K,
+    stride_wn,
+    stride_sn,
+    stride_zn,
+    KIND: tl.constexpr,
+    GROUP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     """(1, BLOCK_N) partial product of one input row (M == 1). The weights are read as int32 words
     (8 nibbles or 4 bytes, along K); value j of every word meets x[PER_WORD * i + j], so the tile
     stays in the layout it was loaded in: no reshape, one zero and scale per row and tile. Multiply-adds
@@ -206,8 +177,9 @@ def _gemv_words(x_ptr, w_ptr, scales_ptr, zeros_ptr, row, offs_n, k_start, k_end
             x0, x1, x2, x3, x4, x5, x6, x7 = _split8(x, WORDS)
             magic_zero = zero + 8388608.0
             group_scale = scale
-            zero, scale = _group_zero_scale(zeros_ptr, scales_ptr, offs_n, k0 + BLOCK_K, k_end, N, stride_zn, stride_sn,
-                                            GROUP)
+            zero, scale = _group_zero_scale(
+                zeros_ptr, scales_ptr, offs_n, k0 + BLOCK_K, k_end, N, stride_zn, stride_sn, GROUP
+            )
             part = _nibble_times(words, 0, magic_zero, x0) + _nibble_times(words, 1, magic_zero, x1)
             part += _nibble_times(words, 2, magic_zero, x2) + _nibble_times(words, 3, magic_zero, x3)
             part += _nibble_times(words, 4, magic_zero, x4) + _nibble_times(words, 5, magic_zero, x5)
@@ -221,10 +193,29 @@ def _gemv_words(x_ptr, w_ptr, scales_ptr, zeros_ptr, row, offs_n, k_start, k_end
 
 
 @triton.jit
-def _gemm_dot(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_m, offs_n, k_start, k_end, M, N, K,
-              stride_xm, stride_wn, stride_sn, stride_zn,
-              KIND: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_K: tl.constexpr, DOT_DTYPE: tl.constexpr):
+def _gemm_dot(
+    x_ptr,
+    w_ptr,
+    scales_ptr,
+    zeros_ptr,
+    offs_m,
+    offs_n,
+    k_start,
+    k_end,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_sn,
+    stride_zn,
+    KIND: tl.constexpr,
+    GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):
     """(BLOCK_M, BLOCK_N) partial product through tl.dot; int4 tiles scaled per group after the dot."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     rows = offs_m.to(tl.int64)[:, None] * stride_xm
@@ -251,10 +242,32 @@ def _gemm_dot(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_m, offs_n, k_start, k_en
 
 @triton.jit
 def _quant_matmul_kernel(
-    x_ptr, w_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr, part_ptr, count_ptr,
-    M, N, K, stride_xm, stride_wn, stride_sn, stride_zn, stride_om, k_per_split,
-    KIND: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, DOT_DTYPE: tl.constexpr,
-    num_splits, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    scales_ptr,
+    zeros_ptr,
+    bias_ptr,
+    out_ptr,
+    part_ptr,
+    count_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_sn,
+    stride_zn,
+    stride_om,
+    k_per_split,
+    KIND: tl.constexpr,
+    GROUP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    num_splits,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -270,11 +283,49 @@ def _quant_matmul_kernel(
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
     if BLOCK_M == 1:
-        acc = _gemv_words(x_ptr, w_ptr, scales_ptr, zeros_ptr, pid_m.to(tl.int64) * stride_xm, offs_n, k_start, k_end,
-                          N, K, stride_wn, stride_sn, stride_zn, KIND, GROUP, BLOCK_N, BLOCK_K)
+        acc = _gemv_words(
+            x_ptr,
+            w_ptr,
+            scales_ptr,
+            zeros_ptr,
+            pid_m.to(tl.int64) * stride_xm,
+            offs_n,
+            k_start,
+            k_end,
+            N,
+            K,
+            stride_wn,
+            stride_sn,
+            stride_zn,
+            KIND,
+            GROUP,
+            BLOCK_N,
+            BLOCK_K,
+        )
     else:
-        acc = _gemm_dot(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_m, offs_n, k_start, k_end, M, N, K,
-                        stride_xm, stride_wn, stride_sn, stride_zn, KIND, GROUP, BLOCK_M, BLOCK_N, BLOCK_K, DOT_DTYPE)
+        acc = _gemm_dot(
+            x_ptr,
+            w_ptr,
+            scales_ptr,
+            zeros_ptr,
+            offs_m,
+            offs_n,
+            k_start,
+            k_end,
+            M,
+            N,
+            K,
+            stride_xm,
+            stride_wn,
+            stride_sn,
+            stride_zn,
+            KIND,
+            GROUP,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_K,
+            DOT_DTYPE,
+        )
     n_mask = offs_n < N
     if KIND != 2:  # per-channel scale, once per tile
         acc = acc * tl.load(scales_ptr + offs_n, mask=n_mask, other=0).to(tl.float32)[None, :]
@@ -299,72 +350,6 @@ def _quant_matmul_kernel(
         tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def _dot_dtype(dtype: torch.dtype):
-    """Operand type of tl.dot: the input's, except bf16 under the interpreter, whose bf16 dot is wrong."""
-    if dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1":
-        return tl.float32
-    return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
-
-
-def _split_counters(device: torch.device) -> torch.Tensor | None:
-    """Zeroed per-tile counters of this device; None while a CUDA graph is being captured and none
-    exist yet (zeroing them inside the capture would only happen at replay): one split then."""
-    counters = _counters.get(device)
-    if counters is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        counters = _counters[device] = torch.zeros(MAX_COUNTERS, dtype=torch.int32, device=device)
-    return counters
-
-
-def quant_matmul(
-    x: torch.Tensor,
-    qweight: torch.Tensor,
-    scales: torch.Tensor,
-    zeros: torch.Tensor | None,
-    kind: str,
-    group_size: int = 0,
-    bias: torch.Tensor | None = None,
-    tiles: QuantTiles | None = None,
-) -> torch.Tensor:
-    """x (M, K) @ dequantized weight (N, K).T (+ bias) -> (M, N) in x.dtype; layouts in quant_reference.
-
-    Inputs are trusted (quant_linear checks them); `tiles` overrides `choose_tiles` (benchmarks, tests).
-    """
-    m, k = x.shape
-    n = scales.shape[0]
-    x = x if x.stride(-1) == 1 else x.contiguous()
-    qweight, scales = qweight.contiguous(), scales.contiguous()
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    if m == 0 or n == 0:
-        return out
-    tiles = tiles or choose_tiles(m, n, k, kind, group_size, _num_sms(x.device.index))
-    if kind == "int4" and group_size % tiles.block_k:
-        raise ValueError(f"BLOCK_K {tiles.block_k} must divide the int4 group size {group_size}")
-    if tiles.block_m == 1 and kind != "int4":
-        if k % 4:
-            raise ValueError(f"the one-row GEMV reads int8/fp8 weights as int32 words: K {k} must be a multiple of 4")
-        qweight = qweight.view(torch.int32)  # (N, K // 4): four values per word, k = 4 * word + byte
-    num_tiles = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
-    split = tiles.split_k
-    counters = _split_counters(x.device) if split > 1 and num_tiles <= MAX_COUNTERS else None
-    if counters is None:
-        split = 1
-    k_per_split = triton.cdiv(triton.cdiv(k, split), tiles.block_k) * tiles.block_k
-    split = triton.cdiv(k, k_per_split)  # no empty splits
-    partials = torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else out
-    zeros = zeros.contiguous() if zeros is not None else qweight
-    _quant_matmul_kernel[(num_tiles, split)](
-        x, qweight, scales, zeros, bias if bias is not None else scales, out, partials,
-        counters if counters is not None else scales,
-        m, n, k, x.stride(0), qweight.stride(0), scales.stride(0), zeros.stride(0), out.stride(0), k_per_split,
-        KIND=KINDS[kind], GROUP=group_size if kind == "int4" else 1, HAS_BIAS=bias is not None,
-        DOT_DTYPE=_dot_dtype(x.dtype), num_splits=split, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
-        BLOCK_K=tiles.block_k, GROUP_M=tiles.group_m, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
-    )
-    return out
-
-
 @triton.jit
 def _quantize_rows_fp8_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, BLOCK_K: tl.constexpr):
     """One row per program: amax pass, then x / (amax / 448) clamped and rounded to e4m3 (row read twice, from L2)."""
@@ -381,16 +366,3 @@ def _quantize_rows_fp8_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, 
         x = tl.load(x_ptr + row * stride_xm + offs, mask=offs < K, other=0).to(tl.float32)
         q = tl.minimum(tl.maximum(x / scale, -448.0), 448.0)  # the e4m3 cast does not saturate
         tl.store(q_ptr + row * stride_qm + offs, q.to(q_ptr.dtype.element_ty), mask=offs < K)
-
-
-def quantize_rows_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dynamic per-token fp8 quantization in one launch: (x_q e4m3 (M, K), scales float32 (M, 1)),
-    as `quant_reference.quantize_rows_fp8_ref` (torch needs five kernels for it)."""
-    m, k = x.shape
-    x = x if x.stride(-1) == 1 else x.contiguous()
-    q = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=x.device)
-    scales = torch.empty(m, 1, dtype=torch.float32, device=x.device)
-    if m:
-        _quantize_rows_fp8_kernel[(m,)](x, q, scales, k, x.stride(0), q.stride(0),
-                                        BLOCK_K=min(4096, triton.next_power_of_2(max(k, 16))))
-    return q, scales

@@ -5,7 +5,7 @@
     fp8_linear(x, qweight, scales, bias=None)                          e4m3 per-channel
 
 x is (..., K) and the result (..., N) in x.dtype; layouts in `quant_reference`. On CUDA with Triton
-and a bf16/fp16 input the Triton kernels run (`quant_kernels`: a GEMV / split-K launch for
+and a bf16/fp16 input the Triton kernels run (`quant_matmul`: a GEMV / split-K launch for
 M <= 16 rows, tiles above); everywhere else the dequantizing torch reference. fp8 at M > 16 on a GPU
 with fp8 tensor cores (sm_89+) quantizes the activations per token (one Triton pass) and multiplies
 in fp8 through `torch._scaled_mm` (W8A8): measured on the H200 at Llama-3.1-8B's shapes, `_scaled_mm`
@@ -27,16 +27,24 @@ GEMV_MAX_ROWS = 16
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def _check(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None,
-           weight_dtype: torch.dtype, packed_k: int) -> None:
+def _check(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    bias: torch.Tensor | None,
+    weight_dtype: torch.dtype,
+    packed_k: int,
+) -> None:
     """Shapes and dtypes shared by the three formats (packed_k: in_features per stored column)."""
     if not x.is_floating_point() or x.dim() == 0:
         raise ValueError(f"x must be a floating-point (..., in_features) tensor, got {x.dtype} {tuple(x.shape)}")
     if qweight.dtype != weight_dtype or qweight.dim() != 2:
         raise ValueError(f"qweight must be 2-D {weight_dtype}, got {qweight.dtype} {tuple(qweight.shape)}")
     if qweight.shape[1] * packed_k != x.shape[-1]:
-        raise ValueError(f"x has {x.shape[-1]} features but qweight {tuple(qweight.shape)} holds "
-                         f"{qweight.shape[1] * packed_k} per row")
+        raise ValueError(
+            f"x has {x.shape[-1]} features but qweight {tuple(qweight.shape)} holds "
+            f"{qweight.shape[1] * packed_k} per row"
+        )
     if scales.shape[0] != qweight.shape[0]:
         raise ValueError(f"scales {tuple(scales.shape)} must have one row per output feature ({qweight.shape[0]})")
     if bias is not None and bias.shape != (qweight.shape[0],):
@@ -44,10 +52,10 @@ def _check(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: t
 
 
 def _kernels(x: torch.Tensor):
-    """quant_kernels' launcher where it runs: CUDA, Triton importable, half-precision input."""
+    """quant_matmul's launcher where it runs: CUDA, Triton importable, half-precision input."""
     if not x.is_cuda or x.dtype not in _KERNEL_DTYPES:
         return None
-    return triton_kernel("quant_kernels", "quant_matmul")
+    return triton_kernel("quant_matmul", "quant_matmul")
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -83,8 +91,10 @@ def w4a16_linear(
     if group_size <= 0 or k % group_size:
         raise ValueError(f"group_size must be a positive divisor of in_features {k}, got {group_size}")
     if scales.shape != (qweight.shape[0], k // group_size) or zeros.shape != scales.shape:
-        raise ValueError(f"scales and zeros must be {(qweight.shape[0], k // group_size)}, "
-                         f"got {tuple(scales.shape)} and {tuple(zeros.shape)}")
+        raise ValueError(
+            f"scales and zeros must be {(qweight.shape[0], k // group_size)}, "
+            f"got {tuple(scales.shape)} and {tuple(zeros.shape)}"
+        )
     matmul = _kernels(x) if group_size % 16 == 0 else None  # a kernel tile needs 16 columns in one group
     if matmul is None:
         return w4a16_linear_ref(x, qweight, scales, zeros, group_size, bias)
@@ -123,9 +133,10 @@ def fp8_linear(
 
 def _scaled_mm_w8a8(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None):
     """(M, K) bf16 -> per-token fp8 (one Triton pass) -> `_scaled_mm` with row-wise scales -> bf16 (M, N)."""
-    quantize_rows = triton_kernel("quant_kernels", "quantize_rows_fp8")
+    quantize_rows = triton_kernel("quant_matmul", "quantize_rows_fp8")
     x_q, x_scales = quantize_rows(x)
     # _scaled_mm wants the second operand column-major: the (N, K) row-major weight transposed is
-    out = torch._scaled_mm(x_q, qweight.t(), scale_a=x_scales, scale_b=scales.float().view(1, -1),
-                           out_dtype=torch.bfloat16)
+    out = torch._scaled_mm(
+        x_q, qweight.t(), scale_a=x_scales, scale_b=scales.float().view(1, -1), out_dtype=torch.bfloat16
+    )
     return out if bias is None else out.add_(bias)

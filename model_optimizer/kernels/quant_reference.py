@@ -56,7 +56,12 @@ def dequantize_int4(
     """(N, K) weight, computed in float32: (q - zeros[group]) * scales[group]; `dtype` defaults to scales'."""
     q = unpack_int4(qweight).float()
     num_groups = q.shape[1] // group_size
-    if group_size <= 0 or q.shape[1] % group_size or scales.shape != (q.shape[0], num_groups) or zeros.shape != scales.shape:
+    if (
+        group_size <= 0
+        or q.shape[1] % group_size
+        or scales.shape != (q.shape[0], num_groups)
+        or zeros.shape != scales.shape
+    ):
         raise ValueError(
             f"int4 weight of {tuple(q.shape)} in groups of {group_size} needs scales and zeros of "
             f"{(q.shape[0], num_groups)}, got {tuple(scales.shape)} and {tuple(zeros.shape)}"

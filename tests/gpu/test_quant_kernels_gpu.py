@@ -82,14 +82,12 @@ def test_real_shapes_match_dequantized_weight(kind, model, n, k):
 @pytest.mark.parametrize("m", [1, 3, 16])
 def test_split_k_is_deterministic_and_leaves_counters_zero(kind, m):
     """Qwen3-0.6B's down_proj at decode shapes splits K; repeated launches give the same bits."""
-    from model_optimizer.kernels import quant_kernels
+    from model_optimizer.kernels import quant_matmul as launcher
 
     if kind == "fp8" and not _has_fp8():
         pytest.skip("fp8 kernels need sm_89+")
     q, s, z, w = _weight(kind, 1024, 3072)
-    tiles = quant_kernels.choose_tiles(
-        m, 1024, 3072, kind, 128, torch.cuda.get_device_properties(0).multi_processor_count
-    )
+    tiles = launcher.choose_tiles(m, 1024, 3072, kind, 128, torch.cuda.get_device_properties(0).multi_processor_count)
     assert tiles.split_k > 1
     x = torch.randn(m, 3072, device="cuda").bfloat16()
     bias = torch.randn(1024, device="cuda").bfloat16()
@@ -97,7 +95,7 @@ def test_split_k_is_deterministic_and_leaves_counters_zero(kind, m):
     assert all(torch.equal(outs[0], o) for o in outs[1:])
     assert relative_error(outs[0], x.float() @ w.T + bias.float()) < TOLERANCE
     torch.cuda.synchronize()
-    assert not quant_kernels._counters[x.device].any()
+    assert not launcher._counters[x.device].any()
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4", "fp8"])
@@ -126,7 +124,7 @@ def test_cuda_graph_replays_match_eager(kind, m):
 
 
 def test_quantize_rows_fp8_matches_reference():
-    from model_optimizer.kernels.quant_kernels import quantize_rows_fp8
+    from model_optimizer.kernels.quant_matmul import quantize_rows_fp8
 
     x = (torch.randn(300, 4096, device="cuda") * torch.logspace(-3, 3, 300, device="cuda")[:, None]).bfloat16()
     x[7] = 0

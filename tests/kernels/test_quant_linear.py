@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from model_optimizer.kernels import quant_reference as ref
-from model_optimizer.kernels.quant_kernels import MAX_SPLIT_K, QuantTiles, choose_tiles, quant_matmul, quantize_rows_fp8
 from model_optimizer.kernels.quant_linear import fp8_linear, w4a16_linear, w8a16_linear
+from model_optimizer.kernels.quant_matmul import MAX_SPLIT_K, QuantTiles, choose_tiles, quant_matmul, quantize_rows_fp8
 from tests.kernels.paged_batches import relative_error
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1.5e-3, torch.bfloat16: 1e-2}
@@ -54,7 +54,7 @@ def test_quant_matmul_matches_dequantized_weight(kind, dtype, m):
 def test_split_k_sums_partials_and_resets_its_counters(kind, block_m):
     """Three splits of K per tile plus a bias: the last split adds the partials; a second launch
     (a CUDA-graph replay) starts from zeroed counters and gives the same bits."""
-    from model_optimizer.kernels import quant_kernels
+    from model_optimizer.kernels import quant_matmul as launcher
 
     x, q, s, z, b, want = _case(kind, 3 if block_m == 16 else 1, 45, 192, torch.bfloat16, 64, seed=11, bias=True)
     tiles = QuantTiles(block_m=block_m, block_n=16, block_k=32, split_k=3)
@@ -62,7 +62,7 @@ def test_split_k_sums_partials_and_resets_its_counters(kind, block_m):
     second = quant_matmul(x, q, s, z, kind, 64 if kind == "int4" else 0, b, tiles=tiles)
     assert relative_error(first, want) < TOLERANCE[torch.bfloat16]
     assert torch.equal(first, second)
-    assert not quant_kernels._counters[x.device].any()
+    assert not launcher._counters[x.device].any()
 
 
 @pytest.mark.parametrize("kind", ["int8", "fp8"])
@@ -196,5 +196,5 @@ def test_linear_functions_reject_bad_layouts():
 def test_linear_functions_find_these_kernels_through_triton_kernel():
     from model_optimizer.kernels import triton_kernel
 
-    assert triton_kernel("quant_kernels", "quant_matmul") is quant_matmul
-    assert triton_kernel("quant_kernels", "quantize_rows_fp8") is quantize_rows_fp8
+    assert triton_kernel("quant_matmul", "quant_matmul") is quant_matmul
+    assert triton_kernel("quant_matmul", "quantize_rows_fp8") is quantize_rows_fp8
