@@ -130,7 +130,7 @@ def build_qwen3_folder(root: Path) -> Path:
     import torch
     from transformers import AutoModel, Qwen3Config
 
-    from model_optimizer.models.tiny import build_tokenizer
+    from tests.tiny_checkpoints import build_tokenizer
 
     out = root / "qwen3-embedding-0.6b-dummy"
     config = Qwen3Config(**QWEN3_EMBEDDING_0_6B)

@@ -19,13 +19,9 @@ Prompt = str | list[int]
 def resolve_model_dir(model: str | None) -> Path:
     """The model folder: the one given, or the built-in default (the shipped reference model)."""
     if model is None:
-        from model_optimizer.assets import REFERENCE_MODEL_DIR, reference_model_path
+        from model_optimizer.assets import reference_model_path
 
-        if (REFERENCE_MODEL_DIR / "model.safetensors").is_file():
-            return reference_model_path()
-        from model_optimizer.models.tiny import default_model_dir
-
-        return default_model_dir()  # a checkout without the trained weights: tiny random Qwen3
+        return reference_model_path()  # a clear error, with how to install it, when it is missing
     path = Path(model).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"model folder {path} does not exist (models load from local folders only)")

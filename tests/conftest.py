@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from model_optimizer.models import tiny
+from tests import tiny_checkpoints as tiny
 
 _TOKENIZER_DIR: Path | None = None
 

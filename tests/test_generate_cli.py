@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from model_optimizer.cli.main import build_parser, main
-from model_optimizer.models.tiny import CHAT_TEMPLATE
+from tests.tiny_checkpoints import CHAT_TEMPLATE
 
 SMALL = ["--temperature", "0", "--ignore-eos", "--kv-cache-memory", str(1 << 22)]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from model_optimizer.models import tiny  # noqa: E402
+from tests import tiny_checkpoints as tiny  # noqa: E402
 from tests.conftest import TINY_MODELS, _config  # noqa: E402
 
 way = sys.argv[1]

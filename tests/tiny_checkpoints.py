@@ -1,15 +1,12 @@
 """Tiny random checkpoints built with transformers' own config classes, with a real BPE tokenizer.
 
-Used by tests, by benchmarks that need no real weights, and as the built-in default model until a
-trained reference model ships. Everything is made locally: no model hub.
+Used by the tests' fixtures (tests/conftest.py), by benchmarks and device scripts that need no real
+weights; not part of the package (the default model is the shipped reference model). Everything is
+made locally: no model hub.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 TOKENIZER_VOCAB = 1024
@@ -27,7 +24,7 @@ EXTRA_TEXT = [
 
 def training_text() -> list[str]:
     """Offline English and code: docstrings of standard-library modules, plus some Unicode."""
-    import argparse, collections, functools, itertools, json as json_mod, os as os_mod, pathlib, re, string, textwrap  # noqa: E401
+    import argparse, collections, functools, itertools, json as json_mod, os as os_mod, pathlib, re, string, textwrap  # noqa: E401, I001
 
     modules = [argparse, collections, functools, itertools, json_mod, os_mod, pathlib, re, string, textwrap]
     texts = []
@@ -101,20 +98,3 @@ def tiny_qwen3_config(**overrides):
     )
     values.update(overrides)
     return Qwen3Config(**values)
-
-
-def default_model_dir() -> Path:
-    """The built-in default model: a tiny random Qwen3, generated once into a cache folder."""
-    cache = Path(os.environ.get("MOPT_CACHE", Path.home() / ".cache" / "model_optimizer"))
-    target = cache / "tiny-qwen3-random"
-    if (target / "config.json").is_file():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=cache))  # build aside, then rename: a crash never leaves half a model
-    build_checkpoint(tmp, tiny_qwen3_config(), seed=0)
-    (tmp / "MODEL_CARD.json").write_text(json.dumps({"note": "random weights: text is not meaningful"}))
-    try:
-        os.replace(tmp, target)
-    except OSError:  # another process got there first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
