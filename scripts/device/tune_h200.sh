@@ -21,14 +21,37 @@ fi
 export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 COLUMNS=200
 MISSING=$(python3 - <<'EOF'
 import importlib.util
-mods = ["optuna", "fastapi", "uvicorn", "httpx", "rich", "yaml", "matplotlib", "prometheus_client", "pynvml"]
+mods = ["optuna", "fastapi", "uvicorn", "httpx", "rich", "yaml", "matplotlib", "prometheus_client", "pynvml",
+        "tokenizers", "transformers"]
 print(" ".join(m for m in mods if importlib.util.find_spec(m) is None))
 EOF
 )
 if [ -n "$MISSING" ]; then echo "missing python packages: $MISSING (put their wheels in .whl/)" >&2; exit 2; fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
 
-MODEL=benchmarks/configs/qwen3-0.6b
+# The Qwen3-0.6B config with dummy weights, plus a word-per-id tokenizer of the model's vocabulary: without a
+# tokenizer the server streams no text, and mopt bench counts tokens (TTFT, TPOT) by the chunks that carry text.
+MODEL="$OUT/qwen3-0.6b"
+if [ ! -f "$MODEL/tokenizer.json" ]; then
+  python3 - benchmarks/configs/qwen3-0.6b "$MODEL" <<'PY'
+import json, shutil, sys
+from pathlib import Path
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+src, out = Path(sys.argv[1]), Path(sys.argv[2])
+out.mkdir(parents=True, exist_ok=True)
+config = json.loads((src / "config.json").read_text())
+shutil.copy(src / "config.json", out / "config.json")
+vocab = {f"w{i}": i for i in range(config["vocab_size"])}
+tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+eos = config.get("eos_token_id")
+eos = eos[0] if isinstance(eos, list) else eos
+PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=None if eos is None else f"w{eos}").save_pretrained(str(out))
+print(f"{out}: config.json and a {len(vocab)}-word tokenizer")
+PY
+fi
 SLO="ttft_p99=300ms,tpot_p99=20ms"
 HARDWARE=()
 [ -f benchmarks/results/doctor_h200.json ] && HARDWARE=(--hardware benchmarks/results/doctor_h200.json)
