@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from model_optimizer.engine.request import Logprob
+from model_optimizer.engine.outputs import Logprob
 from model_optimizer.server.protocol import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
 
 MIN_LOGPROB = -9999.0  # JSON has no -inf

@@ -171,31 +171,50 @@ class ServerMetrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
-    def tracker(self) -> RequestTracker:
-        return RequestTracker(self)
+    def tracker(self, num_completions: int) -> RequestTracker:
+        return RequestTracker(self, num_completions)
 
 
 class RequestTracker:
-    """Observes one engine request's outputs as they reach the server."""
+    """Observes one engine request's outputs as they reach the server.
 
-    def __init__(self, metrics: ServerMetrics) -> None:
+    The server asks for DELTA outputs (streams) or one FINAL_ONLY output, so every output's tokens
+    are new. Inter-token latency is per completion: each token after a completion's first one, timed
+    from the previous output (or, for tokens that arrive together with the first, from the first
+    token's time, their mean over the decode: count and sum as if observed one by one).
+    """
+
+    def __init__(self, metrics: ServerMetrics, num_completions: int) -> None:
         self.metrics = metrics
+        self.num_completions = num_completions
         self.num_tokens = 0
         self.last_time: float | None = None
+        self.started: set[int] = set()
+        """Indices of the completions whose first token has arrived."""
+        self.finish_reasons: dict[int, str] = {}
+        """Completion index -> its finish_reason, as the deltas report them."""
 
     def observe(self, output: RequestOutput) -> None:
         now = time.time()
-        num_tokens = output.num_output_tokens
-        new = num_tokens - self.num_tokens
+        first_token = output.metrics.first_token_time or now
+        since = self.last_time if self.last_time is not None else first_token
+        for completion in output.outputs:
+            num_later = len(completion.token_ids)
+            if num_later and completion.index not in self.started:
+                self.started.add(completion.index)
+                num_later -= 1
+            if num_later:
+                gap = max(now - since, 0.0) / num_later
+                for _ in range(num_later):
+                    self.metrics.itl.observe(gap)
+            if completion.finish_reason is not None:
+                self.finish_reasons[completion.index] = completion.finish_reason
+        new = output.num_output_tokens
         if new > 0:
             if self.last_time is None:
-                first = output.metrics.first_token_time or now
-                self.metrics.ttft.observe(max(first - output.metrics.arrival_time, 0.0))
-            else:
-                gap = (now - self.last_time) / new
-                for _ in range(new):
-                    self.metrics.itl.observe(gap)
-            self.num_tokens, self.last_time = num_tokens, now
+                self.metrics.ttft.observe(max(first_token - output.metrics.arrival_time, 0.0))
+            self.num_tokens += new
+            self.last_time = now
         if output.finished:
             self._finished(output, now)
 
@@ -203,15 +222,15 @@ class RequestTracker:
         m, times = self.metrics, output.metrics
         end = times.finished_time or now
         m.e2e.observe(max(end - times.arrival_time, 0.0))
-        for completion in output.outputs:
-            m.success.labels(m.model_name, completion.finish_reason or "abort").inc()
+        for index in range(self.num_completions):
+            m.success.labels(m.model_name, self.finish_reasons.get(index, "abort")).inc()
         m.prompt_len.observe(output.num_prompt_tokens)
-        m.output_len.observe(output.num_output_tokens)
-        m.params_n.observe(len(output.outputs))
+        m.output_len.observe(self.num_tokens)
+        m.params_n.observe(self.num_completions)
         first_token, scheduled = times.first_token_time, times.first_scheduled_time
         if first_token is not None:
             m.decode_time.observe(max(end - first_token, 0.0))
-            per_completion = output.num_output_tokens / max(len(output.outputs), 1)
+            per_completion = self.num_tokens / max(self.num_completions, 1)
             if per_completion > 1:
                 m.tpot.observe(max(end - first_token, 0.0) / (per_completion - 1))
         if scheduled is not None:

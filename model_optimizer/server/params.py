@@ -3,12 +3,17 @@
 Fields a request leaves out take the model's generation_config.json values (temperature, top_p,
 top_k, min_p, repetition_penalty, max_new_tokens as the default max_tokens), as vLLM's
 `--generation-config auto` does; without those, OpenAI's defaults.
+
+A streamed request asks the engine for DELTA outputs (each holds only what is new, so a stream of
+any length costs each token once and nothing is sliced here); a plain one for FINAL_ONLY (one
+output, when all n completions have finished).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from model_optimizer.engine.outputs import RequestOutputKind
 from model_optimizer.sampling_params import SamplingParams
 from model_optimizer.server.errors import APIError
 from model_optimizer.server.protocol import SamplingFields
@@ -97,6 +102,7 @@ def sampling_params(
             ignore_eos=body.ignore_eos,
             logprobs=logprobs,
             skip_special_tokens=body.skip_special_tokens,
+            output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
         )
     except ValueError as exc:
         raise APIError(400, str(exc)) from None

@@ -93,11 +93,12 @@ class RequestGroup:
             self.num_output_tokens.append(0)
 
     async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
-        """(prompt index, output) as they come, from every prompt's request."""
-        trackers = [self.state.metrics.tracker() for _ in self.streams]
+        """(prompt index, output) as they come, from every prompt's request: DELTA outputs when
+        streaming, else each request's one FINAL_ONLY output (see params.sampling_params)."""
+        trackers = [self.state.metrics.tracker(n) for n in self.num_completions]
         async for i, output in self._merged():
             trackers[i].observe(output)
-            self.num_output_tokens[i] = output.num_output_tokens  # outputs are cumulative
+            self.num_output_tokens[i] += output.num_output_tokens  # each output's tokens are new
             yield i, output
 
     async def _merged(self) -> AsyncIterator[tuple[int, RequestOutput]]:

@@ -20,8 +20,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from model_optimizer.engine.async_engine import EngineDeadError
-from model_optimizer.engine.outputs import CompletionOutput, RequestOutput
-from model_optimizer.engine.request import Logprob
+from model_optimizer.engine.outputs import CompletionOutput, Logprob, RequestOutput
 from model_optimizer.server.errors import error_body
 from model_optimizer.server.protocol import UsageInfo
 
@@ -36,44 +35,43 @@ def sse(payload: BaseModel | dict) -> str:
 
 @dataclass
 class ChoiceDelta:
-    """What is new in one choice since its last chunk."""
+    """What is new in one choice since its last chunk (a DELTA completion, with its place in the text)."""
 
     prompt_index: int
     completion: CompletionOutput
-    """The choice as the engine reported it (index, finish_reason, stop_reason)."""
-    text: str
-    logprobs: list[Logprob] | None
+    """The engine's delta: new text, token ids and logprobs; finish_reason on its last one."""
     text_offset: int
     """Characters of this choice sent before `text`."""
     first: bool
     """This is the choice's first chunk."""
 
+    @property
+    def text(self) -> str:
+        return self.completion.text
 
-class DeltaTracker:
-    """Cumulative completions -> what is new since the last chunk, per (prompt, choice)."""
+    @property
+    def logprobs(self) -> list[Logprob] | None:
+        return self.completion.logprobs
+
+
+class ChoiceOffsets:
+    """Characters sent so far per (prompt, choice), for logprobs' text_offset and echo's first chunk."""
 
     def __init__(self) -> None:
-        self.sent: dict[tuple[int, int], tuple[int, int]] = {}
-        """(prompt index, choice index) -> (characters, tokens) sent."""
-        self.done: set[tuple[int, int]] = set()
+        self.sent: dict[tuple[int, int], int] = {}
 
     def deltas(self, prompt_index: int, output: RequestOutput) -> list[ChoiceDelta]:
-        """The choices of `output` with something to send (new text, logprobs, or their finish)."""
+        """The choices of a DELTA output with something to send: text, logprobs, or their finish (a token
+        whose text is held back, as half of a multibyte character, makes no chunk of its own)."""
         out = []
         for completion in output.outputs:
+            if not completion.text and not completion.logprobs and not completion.finished:
+                continue
             key = (prompt_index, completion.index)
-            if key in self.done:
-                continue
             first = key not in self.sent
-            num_chars, num_tokens = self.sent.get(key, (0, 0))
-            text = completion.text[num_chars:]
-            logprobs = completion.logprobs[num_tokens:] if completion.logprobs is not None else None
-            if not text and not logprobs and not completion.finished:
-                continue
-            self.sent[key] = (max(len(completion.text), num_chars), len(completion.token_ids))
-            if completion.finished:
-                self.done.add(key)
-            out.append(ChoiceDelta(prompt_index, completion, text, logprobs, num_chars, first))
+            offset = self.sent.get(key, 0)
+            self.sent[key] = offset + len(completion.text)
+            out.append(ChoiceDelta(prompt_index, completion, offset, first))
         return out
 
 
@@ -96,20 +94,21 @@ async def sse_events(
     usage: Callable[[], UsageInfo] | None,
     request_id: str,
 ) -> AsyncIterator[str]:
-    """The SSE lines of a generation: head, chunks, then usage (when `usage` is given) and [DONE].
+    """The SSE lines of a generation from its DELTA outputs: head, chunks, then usage (when `usage` is
+    given) and [DONE].
 
     The headers are already sent when anything fails, so a failure becomes an error event
     (an OpenAI error body) followed by [DONE]: clients see why the stream ended early.
     """
     for chunk in fmt.head():
         yield sse(chunk)
-    tracker = DeltaTracker()
+    offsets = ChoiceOffsets()
     try:
         async for prompt_index, output in outputs:
             if output.error:
                 yield sse(error_body(500, output.error))
                 break
-            deltas = tracker.deltas(prompt_index, output)
+            deltas = offsets.deltas(prompt_index, output)
             if deltas:
                 yield sse(fmt.chunk(deltas))
         else:
