@@ -11,9 +11,13 @@ from typing import Any
 from model_optimizer.config import EngineConfig
 from model_optimizer.engine.engine import LLMEngine, ModelInfo
 from model_optimizer.engine.outputs import RequestOutput, RequestOutputKind
+from model_optimizer.models.registry import is_encoder_folder
+from model_optimizer.models.tokenizer import TOKENIZER_FILES, load_tokenizer
 from model_optimizer.sampling_params import SamplingParams
 
 Prompt = str | list[int]
+
+__all__ = ["LLM", "TOKENIZER_FILES", "generation_defaults", "load_tokenizer", "resolve_model_dir"]
 
 
 def resolve_model_dir(model: str | None) -> Path:
@@ -26,21 +30,6 @@ def resolve_model_dir(model: str | None) -> Path:
     if not path.is_dir():
         raise FileNotFoundError(f"model folder {path} does not exist (models load from local folders only)")
     return path
-
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt", "vocab.json")
-
-
-def load_tokenizer(path: Path, required: bool = True) -> Any:
-    """The folder's tokenizer; None when it has none and none is required (token-id prompts only)."""
-    from transformers import AutoTokenizer
-
-    if not required and not any((path / name).is_file() for name in TOKENIZER_FILES):
-        return None
-    try:
-        return AutoTokenizer.from_pretrained(str(path))
-    except (OSError, ValueError) as exc:
-        raise FileNotFoundError(f"no usable tokenizer in {path}: {exc}") from exc
 
 
 def eos_token_ids(model_dir: Path, tokenizer: Any) -> frozenset[int]:
@@ -97,7 +86,7 @@ class LLM:
         self._embedder: Any = None
         self._generation_defaults: dict[str, Any] | None = None
         self.engine: LLMEngine | None = None
-        if _is_encoder(self.model_dir):  # BERT-family: embeddings only, no generation engine
+        if is_encoder_folder(self.model_dir):  # BERT-family: embeddings only, no generation engine
             self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
             return
         self.tokenizer = load_tokenizer(
@@ -186,17 +175,6 @@ class LLM:
         return self._embedder.embed(
             texts, dimensions=dimensions, truncate_prompt_tokens=truncate_prompt_tokens, instruction=instruction
         )
-
-
-def _is_encoder(model_dir: Path) -> bool:
-    from model_optimizer.embed.backbone import is_encoder
-    from model_optimizer.models.model_config import read_config
-
-    hf = read_config(model_dir)  # a broken config.json is reported as itself, not as "no usable tokenizer"
-    try:
-        return is_encoder(hf)
-    except ValueError:
-        return False  # unknown architecture: the decoder path gives the clear error
 
 
 def _as_prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:

@@ -17,29 +17,15 @@ import torch
 from torch import nn
 
 from model_optimizer.embed.varlen_attention import PaddedMeta, VarlenMeta
-from model_optimizer.models.bert import ENCODER_ARCHITECTURES, BertArgs, BertModel
+from model_optimizer.models.bert import BertArgs, BertModel
 from model_optimizer.models.loader import build_model, init_dummy_weights, load_weights, resolve_dtype
 from model_optimizer.models.model_config import DecoderArgs
-from model_optimizer.models.registry import ARCHITECTURES, resolve_model_class
+from model_optimizer.models.registry import DECODER_BASE_NAMES, is_encoder, resolve_model_class
+
+__all__ = ["DECODER_BASE_NAMES", "DecoderBackbone", "EncoderBackbone", "is_encoder", "load_backbone"]
 
 log = logging.getLogger(__name__)
 
-DECODER_BASE_NAMES = {
-    "LlamaModel": "LlamaForCausalLM",
-    "MistralModel": "MistralForCausalLM",
-    "Qwen2Model": "Qwen2ForCausalLM",
-    "Qwen3Model": "Qwen3ForCausalLM",
-}
-
-
-def is_encoder(hf: dict) -> bool:
-    arch = (hf.get("architectures") or [""])[0]
-    if arch in ENCODER_ARCHITECTURES:
-        return True
-    if arch in DECODER_BASE_NAMES or arch in ARCHITECTURES:
-        return False
-    supported = sorted(set(ENCODER_ARCHITECTURES) | set(DECODER_BASE_NAMES) | set(ARCHITECTURES))
-    raise ValueError(f"architecture {arch!r} is not supported for embeddings; supported: {', '.join(supported)}")
 
 
 class EncoderBackbone(nn.Module):

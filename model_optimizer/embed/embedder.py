@@ -51,7 +51,7 @@ class EmbedOutput:
 
 class Embedder:
     def __init__(self, model_dir: str | Path, **config: Any) -> None:
-        from model_optimizer.llm import load_tokenizer
+        from model_optimizer.models.tokenizer import load_tokenizer
 
         self.config = EmbedConfig(**config)
         self.model_dir = Path(model_dir).expanduser()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from torch import nn
 
@@ -24,6 +25,40 @@ MODEL_TYPES: dict[str, str] = {
     "xlm-roberta": "XLMRobertaModel",
 }
 """config.json `model_type` -> the architecture assumed when a config has no `architectures` list."""
+
+DECODER_BASE_NAMES = {
+    "LlamaModel": "LlamaForCausalLM",
+    "MistralModel": "MistralForCausalLM",
+    "Qwen2Model": "Qwen2ForCausalLM",
+    "Qwen3Model": "Qwen3ForCausalLM",
+}
+"""Decoders saved without their LM head (embedding checkpoints) -> the class whose body they load into."""
+
+
+def is_encoder(hf: dict) -> bool:
+    """The one place that tells an encoder (BERT family: embeddings only) from a decoder.
+
+    Raises ValueError naming the supported architectures when it is neither."""
+    from model_optimizer.models.bert import ENCODER_ARCHITECTURES
+
+    arch = (hf.get("architectures") or [""])[0]
+    if arch in ENCODER_ARCHITECTURES:
+        return True
+    if arch in DECODER_BASE_NAMES or arch in ARCHITECTURES:
+        return False
+    supported = sorted(set(ENCODER_ARCHITECTURES) | set(DECODER_BASE_NAMES) | set(ARCHITECTURES))
+    raise ValueError(f"architecture {arch!r} is not supported for embeddings; supported: {', '.join(supported)}")
+
+
+def is_encoder_folder(model_dir: Path) -> bool:
+    """is_encoder for a model folder; an unknown architecture counts as a decoder, whose loader names it."""
+    from model_optimizer.models.model_config import read_config
+
+    hf = read_config(model_dir)  # a broken config.json is reported as itself
+    try:
+        return is_encoder(hf)
+    except ValueError:
+        return False
 
 
 def supported_architectures() -> list[str]:
