@@ -52,8 +52,8 @@ def main() -> None:
     engine.scheduler.update_from_output = timed(phases, "update_from_output", engine.scheduler.update_from_output)
     runner.batch.prepare = timed(phases, "prepare_inputs", runner.batch.prepare)
     runner.sampler.sample = timed(phases, "sampler", runner.sampler.sample)
-    if runner.graph_runner is not None:
-        runner.graph_runner.run = timed(phases, "decode_graph_replay", runner.graph_runner.run)
+    if runner.decode_runner is not None:
+        runner.decode_runner.run = timed(phases, "decode_graph_replay", runner.decode_runner.run)
     eager_calls: list = []
     runner.model.forward = timed(phases, "eager_forward", runner.model.forward, eager_calls)
     params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=n, detokenize=False) for n in output_lens]

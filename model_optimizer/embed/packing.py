@@ -2,7 +2,7 @@
 
 Everything the forward pass and the pooling need about a batch (token ids, positions, sequence
 offsets, the output rows) is built on the host with numpy and goes over in one copy that does not
-wait for the GPU (model_optimizer/transfer.py): a copy from pageable memory, or a
+wait for the GPU (model_optimizer/host_to_device.py): a copy from pageable memory, or a
 `torch.tensor(..., device="cuda")`, waits for every kernel already queued, which would stall the
 host between batches and between layers.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from model_optimizer.embed.varlen_attention import VarlenMeta
-from model_optimizer.transfer import to_device_packed
+from model_optimizer.host_to_device import to_device_packed
 
 
 @dataclass

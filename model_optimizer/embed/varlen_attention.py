@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model_optimizer.transfer import to_device
+from model_optimizer.host_to_device import to_device
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,10 @@ import torch
 
 F = TypeVar("F", bound=Callable)
 
+COMPILE = os.environ.get("MOPT_NO_COMPILE") != "1"
+"""MOPT_NO_COMPILE=1 runs every fused chain eagerly on the GPU too: a switch for device probes that
+compare against the uncompiled ops (scripts/device/), read once when this module loads."""
+
 
 def fused(fn: F | None = None, *, token_args: int = 1) -> F | Callable[[F], F]:
     """Run `fn` compiled on CUDA tensors and eagerly elsewhere. Use as `@fused` or `@fused(token_args=n)`.
@@ -34,7 +38,7 @@ def fused(fn: F | None = None, *, token_args: int = 1) -> F | Callable[[F], F]:
     @functools.wraps(fn)
     def run(*args, **kwargs):
         nonlocal compiled
-        if not args[0].is_cuda or os.environ.get("MOPT_NO_COMPILE") == "1":
+        if not args[0].is_cuda or not COMPILE:
             return fn(*args, **kwargs)
         if compiled is None:  # dynamic=False: other sizes stay fixed even after a second model's differ
             compiled = torch.compile(fn, fullgraph=True, dynamic=False)

@@ -16,15 +16,14 @@ engine can fail that request alone without a host sync of its own.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
 from model_optimizer.engine.request import NONFINITE_TOKEN, Logprob
+from model_optimizer.host_to_device import to_device
 from model_optimizer.kernels import triton_kernel
 from model_optimizer.sampling_params import SamplingParams
-from model_optimizer.transfer import to_device
 
 
 @dataclass
@@ -60,8 +59,10 @@ class SampledTokens:
 
 
 class Sampler:
-    def __init__(self, device: torch.device, seed: int = 0) -> None:
+    def __init__(self, device: torch.device, seed: int = 0, fused: bool = True) -> None:
+        """`fused` False samples every batch with torch, never with the Triton kernel (tests compare the two)."""
         self.device = device
+        self.fused = fused
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def __call__(self, logits: torch.Tensor, batch: list[SamplingInput]) -> list[tuple[int, Logprob | None]]:
@@ -76,7 +77,7 @@ class Sampler:
         Queues device work only: nothing here waits for the device."""
         want_logprobs = any(b.params.logprobs is not None for b in batch)
         raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if want_logprobs else None
-        if _can_fuse(logits) and all(_plain(b.params) for b in batch):
+        if self.fused and _can_fuse(logits) and all(_plain(b.params) for b in batch):
             return SampledTokens(*self._choose_fused(logits, batch), raw_logprobs)
         logits = logits.float()  # (num_reqs, vocab)
         finite = logits.sum(dim=-1).isfinite()  # any NaN or inf makes the sum NaN or inf
@@ -160,12 +161,8 @@ def _plain(params: SamplingParams) -> bool:
 
 
 def _can_fuse(logits: torch.Tensor) -> bool:
-    """Whether kernels.sampling can run on these logits: Triton on CUDA (MOPT_UNFUSED_SAMPLER=1 says no)."""
-    return (
-        logits.is_cuda
-        and os.environ.get("MOPT_UNFUSED_SAMPLER") != "1"
-        and triton_kernel("sampling", "gumbel_sample") is not None
-    )
+    """Whether kernels.sampling can run on these logits: Triton on CUDA."""
+    return logits.is_cuda and triton_kernel("sampling", "gumbel_sample") is not None
 
 
 def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:

@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from model_optimizer.engine.scheduler import SchedulerOutput
+from model_optimizer.host_to_device import to_device_packed
 from model_optimizer.layers.sampler import SamplingInput
 from model_optimizer.sampling_params import SamplingParams
-from model_optimizer.transfer import to_device_packed
 
 
 @dataclass
@@ -117,7 +117,7 @@ class InputBatch:
         self.num_row_blocks[row] = start + len(block_ids)
 
     def prepare(self, out: SchedulerOutput, pending: PendingTokens) -> StepInputs:
-        """Flat inputs of one step, copied to the device in two transfers (model_optimizer/transfer.py)."""
+        """Flat inputs of one step, copied to the device in two transfers (model_optimizer/host_to_device.py)."""
         states = [self.requests[rid] for rid in out.num_scheduled_tokens]
         nums = np.fromiter(out.num_scheduled_tokens.values(), dtype=np.int64, count=len(states))
         starts = np.fromiter((s.num_computed_tokens for s in states), dtype=np.int64, count=len(states))

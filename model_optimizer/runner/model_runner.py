@@ -15,7 +15,7 @@ from model_optimizer.engine.scheduler import SchedulerOutput
 from model_optimizer.layers.attention import AttentionMetadata
 from model_optimizer.layers.sampler import SampledTokens, Sampler, SamplingInput
 from model_optimizer.models.loader import load_model
-from model_optimizer.runner.cuda_graph import CudaGraphRunner
+from model_optimizer.runner.decode_runner import DecodeRunner
 from model_optimizer.runner.input_batch import CachedRequestState, InputBatch, PendingTokens
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,10 @@ class ModelRunner:
         )
         self.batch = InputBatch(config.max_num_seqs, self.max_model_len, config.block_size, self.device)
         self.sampler = Sampler(self.device, config.seed)
-        self.graph_runner = None
+        self.decode_runner = None
         if self.device.type == "cuda":
             self._warm_up_kernels()
-            self.graph_runner = CudaGraphRunner(
+            self.decode_runner = DecodeRunner(
                 self.model,
                 self.kv_caches,
                 config.max_num_seqs,
@@ -69,7 +69,7 @@ class ModelRunner:
                 use_graphs=not config.enforce_eager,
             )
             if not config.enforce_eager:
-                self.graph_runner.capture()
+                self.decode_runner.capture()
 
     @property
     def vocab_size(self) -> int:
@@ -161,8 +161,8 @@ class ModelRunner:
         inputs = self.batch.prepare(out, pending.pending_for_next() if pending is not None else {})
         if len(inputs.pending_dst):
             inputs.token_ids[inputs.pending_dst] = pending.sampled.token_ids[inputs.pending_src]  # type: ignore[union-attr]
-        if self.graph_runner is not None and self.graph_runner.can_run(inputs):
-            hidden = self.graph_runner.run(inputs)  # its graphs hold their own metadata
+        if self.decode_runner is not None and self.decode_runner.can_run(inputs):
+            hidden = self.decode_runner.run(inputs)  # padded to a bucket; its graphs hold their own metadata
         else:
             meta = AttentionMetadata(
                 slot_mapping=inputs.slot_mapping,

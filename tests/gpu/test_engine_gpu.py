@@ -31,7 +31,7 @@ def test_cuda_graphs_give_the_same_tokens_as_eager(model_dir):
     batch = prompts(0)
     eager = LLM(model_dir, dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.2, max_num_seqs=32)
     graphed = LLM(model_dir, dtype="bfloat16", gpu_memory_utilization=0.2, max_num_seqs=32)
-    assert graphed.runner.graph_runner is not None
+    assert graphed.runner.decode_runner is not None
     assert tokens(eager.generate(batch, GREEDY)) == tokens(graphed.generate(batch, GREEDY))
 
 

@@ -33,10 +33,8 @@ def test_fused_kernel_flags_nonfinite_rows_at_full_vocabulary(dtype):
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "torch"])
-def test_sampler_flags_rows_on_the_device(fused, monkeypatch):
-    if not fused:
-        monkeypatch.setenv("MOPT_UNFUSED_SAMPLER", "1")
-    sampler = Sampler(torch.device("cuda"), seed=0)
+def test_sampler_flags_rows_on_the_device(fused):
+    sampler = Sampler(torch.device("cuda"), seed=0, fused=fused)
     logits = torch.randn(8, VOCAB, device="cuda", dtype=torch.bfloat16)
     logits[2] = float("nan")
     logits[5, 9] = float("inf")

@@ -31,7 +31,9 @@ def bucket_for(num_seqs: int, sizes: list[int]) -> int:
     return next(s for s in sizes if s >= num_seqs)
 
 
-class CudaGraphRunner:
+class DecodeRunner:
+    """Runs decode-only batches padded to a bucket size: replayed from CUDA graphs, or eagerly (enforce_eager)."""
+
     def __init__(
         self,
         model: nn.Module,
