@@ -27,12 +27,12 @@ from model_optimizer.engine.async_engine import AsyncEngine
 from model_optimizer.sampling_params import SamplingParams
 from model_optimizer.server.config import ServerConfig
 from model_optimizer.server.errors import install_error_handlers
-from model_optimizer.server.limits import token_bound
+from model_optimizer.server.guard import GuardMiddleware
 from model_optimizer.server.metrics import HTTPMetricsMiddleware
-from model_optimizer.server.middleware import GuardMiddleware
 from model_optimizer.server.routes import chat, completions, embeddings, pause, system, tokenize
 from model_optimizer.server.state import ServedModel, ServerState
 from model_optimizer.server.stats_log import start_stats_logging
+from model_optimizer.server.token_bound import token_bound
 
 if TYPE_CHECKING:
     from model_optimizer.llm import LLM

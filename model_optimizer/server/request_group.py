@@ -94,7 +94,7 @@ class RequestGroup:
 
     async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
         """(prompt index, output) as they come, from every prompt's request: DELTA outputs when
-        streaming, else each request's one FINAL_ONLY output (see params.sampling_params)."""
+        streaming, else each request's one FINAL_ONLY output (see sampling.sampling_params)."""
         trackers = [self.state.metrics.tracker(n) for n in self.num_completions]
         async for i, output in self._merged():
             trackers[i].observe(output)

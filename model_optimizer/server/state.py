@@ -20,8 +20,8 @@ from fastapi import Request
 from model_optimizer.config import EngineConfig
 from model_optimizer.server.config import ServerConfig
 from model_optimizer.server.errors import APIError, clip
-from model_optimizer.server.limits import TokenBound
 from model_optimizer.server.metrics import ServerMetrics
+from model_optimizer.server.token_bound import TokenBound
 
 if TYPE_CHECKING:  # the server imports these at start-up anyway; here only for the annotations
     from model_optimizer.embed import Embedder

@@ -219,7 +219,7 @@ class CountingTokenizer:
 
 
 def test_prompt_too_long_to_fit_is_refused_without_tokenizing(own_llm, swapped_tokenizer):
-    from model_optimizer.server.limits import token_bound
+    from model_optimizer.server.token_bound import token_bound
 
     counting = swapped_tokenizer(CountingTokenizer)
     live = start_server(own_llm, ServerConfig(max_body_bytes=8 << 20))
@@ -254,7 +254,7 @@ def test_prompt_too_long_to_fit_is_refused_without_tokenizing(own_llm, swapped_t
 
 def test_bound_is_never_below_the_real_count(server_llm):
     """Texts that pack the most characters into each token still fit the bound."""
-    from model_optimizer.server.limits import token_bound
+    from model_optimizer.server.token_bound import token_bound
 
     tokenizer = server_llm.tokenizer
     bound = token_bound(tokenizer)
@@ -284,7 +284,7 @@ def test_bound_under_unicode_composition():
 
     from tokenizers import normalizers, pre_tokenizers
 
-    from model_optimizer.server.limits import token_bound
+    from model_optimizer.server.token_bound import token_bound
 
     tokenizer = nfc_tokenizer(normalizers.NFC(), pre_tokenizers.ByteLevel(add_prefix_space=False))
     bound = token_bound(tokenizer)
@@ -300,7 +300,7 @@ def test_bound_under_unicode_composition():
 def test_no_bound_when_the_tokenizer_can_drop_characters():
     from tokenizers import normalizers, pre_tokenizers
 
-    from model_optimizer.server.limits import token_bound
+    from model_optimizer.server.token_bound import token_bound
 
     whitespace = nfc_tokenizer(None, pre_tokenizers.Whitespace())  # drops every space
     assert len(whitespace.encode("a" + " " * 5000 + "b", add_special_tokens=False)) < 5

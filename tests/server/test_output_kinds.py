@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from model_optimizer.engine.outputs import RequestOutputKind
-from model_optimizer.server.params import sampling_params
 from model_optimizer.server.protocol import CompletionRequest
+from model_optimizer.server.sampling import sampling_params
 from tests.server.live import metric
 
 

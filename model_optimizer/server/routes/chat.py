@@ -9,7 +9,6 @@ from pydantic import BaseModel
 from model_optimizer.engine.outputs import RequestOutput
 from model_optimizer.server.errors import APIError
 from model_optimizer.server.logprobs import TokenTexts, chat_logprobs
-from model_optimizer.server.params import check_caps, resolve_max_tokens, sampling_params
 from model_optimizer.server.prompts import chat_prompt
 from model_optimizer.server.protocol import (
     ChatChoice,
@@ -23,6 +22,7 @@ from model_optimizer.server.protocol import (
 )
 from model_optimizer.server.request_group import Generation, new_request_id, respond
 from model_optimizer.server.routes import ERROR_RESPONSES
+from model_optimizer.server.sampling import check_caps, resolve_max_tokens, sampling_params
 from model_optimizer.server.state import get_state
 from model_optimizer.server.streaming import ChoiceDelta
 

@@ -9,11 +9,11 @@ from pydantic import BaseModel
 from model_optimizer.engine.outputs import RequestOutput
 from model_optimizer.server.errors import APIError
 from model_optimizer.server.logprobs import TokenTexts, completion_logprobs
-from model_optimizer.server.params import check_caps, resolve_max_tokens, sampling_params
 from model_optimizer.server.prompts import Prompt, prompt_list, tokenize_prompts
 from model_optimizer.server.protocol import CompletionChoice, CompletionRequest, CompletionResponse, UsageInfo
 from model_optimizer.server.request_group import Generation, new_request_id, respond
 from model_optimizer.server.routes import ERROR_RESPONSES
+from model_optimizer.server.sampling import check_caps, resolve_max_tokens, sampling_params
 from model_optimizer.server.state import ServerState, get_state
 from model_optimizer.server.streaming import ChoiceDelta
 
