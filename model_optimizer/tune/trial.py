@@ -22,6 +22,7 @@ from model_optimizer.tune.commands import mopt_serve_argv, template_argv
 from model_optimizer.tune.server_process import ServerFailed, ServerProcess, free_port
 
 GIB = float(1 << 30)
+PORT_ATTEMPTS = 2
 
 
 @dataclass
@@ -71,8 +72,20 @@ class TrialResult:
 
 
 def run_trial(setup: TrialSetup, settings: dict, trial_dir: Path) -> TrialResult:
-    """Measure one candidate; never raises for a failing candidate (KeyboardInterrupt still propagates)."""
+    """Measure one candidate; never raises for a failing candidate (KeyboardInterrupt still propagates).
+
+    The port is free when chosen but is bound only once the model is loaded; if another process took it
+    meanwhile, the trial starts once more on a new port."""
     started = time.monotonic()
+    for _ in range(PORT_ATTEMPTS):
+        result = _attempt(setup, settings, trial_dir)
+        if result.ok or "address already in use" not in (result.error or "").lower():
+            break
+    result.duration_s = time.monotonic() - started
+    return result
+
+
+def _attempt(setup: TrialSetup, settings: dict, trial_dir: Path) -> TrialResult:
     result = TrialResult(settings=dict(settings), bench_dir=str(trial_dir / "bench"))
     port = free_port()
     try:
@@ -93,7 +106,6 @@ def run_trial(setup: TrialSetup, settings: dict, trial_dir: Path) -> TrialResult
         result.error = str(exc)
     except Exception as exc:  # noqa: BLE001  # whatever broke, this candidate failed; the study goes on
         result.error = f"{type(exc).__name__}: {exc}"
-    result.duration_s = time.monotonic() - started
     return result
 
 
