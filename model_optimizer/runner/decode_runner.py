@@ -90,19 +90,20 @@ class DecodeRunner:
         log.info("captured CUDA graphs for decode batch sizes %s", self.sizes)
 
     def can_run(self, inputs: StepInputs) -> bool:
-        return inputs.max_query_len == 1 and inputs.num_seqs <= self.sizes[-1]
+        return inputs.attn.max_query_len == 1 and inputs.num_seqs <= self.sizes[-1]
 
     def run(self, inputs: StepInputs) -> torch.Tensor:
-        n = inputs.num_seqs
+        """Copy a decode batch into the static buffers, pad it to its bucket, and run (or replay) it."""
+        meta, n = inputs.attn, inputs.num_seqs
         size = bucket_for(n, self.sizes)
-        width = inputs.block_tables.shape[1]
+        width = meta.block_tables.shape[1]
         self.token_ids[:n].copy_(inputs.token_ids, non_blocking=True)
         self.positions[:n].copy_(inputs.positions, non_blocking=True)
-        self.slot_mapping[:n].copy_(inputs.slot_mapping, non_blocking=True)
+        self.slot_mapping[:n].copy_(meta.slot_mapping, non_blocking=True)
         self.slot_mapping[n:size].fill_(-1)
-        self.seq_lens[:n].copy_(inputs.seq_lens, non_blocking=True)
+        self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
         self.seq_lens[n:size].fill_(1)
-        self.block_tables[:n, :width].copy_(inputs.block_tables, non_blocking=True)
+        self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
         if not self.use_graphs:
             return self.model(self.token_ids[:size], self.positions[:size], self._meta(size))[:n]
         self.graphs[size].replay()

@@ -13,6 +13,7 @@ import torch
 
 from model_optimizer.engine.scheduler import SchedulerOutput
 from model_optimizer.host_to_device import to_device_packed
+from model_optimizer.layers.attention import AttentionMetadata
 from model_optimizer.layers.sampler import SamplingInput
 from model_optimizer.sampling_params import SamplingParams
 
@@ -43,20 +44,14 @@ class CachedRequestState:
 
 @dataclass
 class StepInputs:
+    """One step's flat inputs on the device: what the model reads, and which rows sample."""
+
     token_ids: torch.Tensor
     """(num_tokens,) int64. Tokens still pending on the device are filled in by the runner."""
     positions: torch.Tensor
     """(num_tokens,) int64."""
-    slot_mapping: torch.Tensor
-    """(num_tokens,) int64."""
-    query_start_loc: torch.Tensor
-    """(num_seqs + 1,) int32."""
-    seq_lens: torch.Tensor
-    """(num_seqs,) int32."""
-    block_tables: torch.Tensor
-    """(num_seqs, max_blocks) int32."""
-    max_query_len: int
-    max_seq_len: int
+    attn: AttentionMetadata
+    """The batch's one description for attention (slots, offsets, lengths, block tables, the caches)."""
     sample_rows: torch.Tensor
     """Rows of the flat batch whose last token samples this step (one per sampling request)."""
     sample_states: list[CachedRequestState]
@@ -69,7 +64,7 @@ class StepInputs:
 
     @property
     def num_seqs(self) -> int:
-        return self.seq_lens.shape[0]
+        return self.attn.seq_lens.shape[0]
 
 
 PendingTokens = dict[str, tuple[CachedRequestState, int]]
@@ -79,9 +74,18 @@ PendingTokens = dict[str, tuple[CachedRequestState, int]]
 class InputBatch:
     """Requests the runner holds, updated incrementally from each SchedulerOutput."""
 
-    def __init__(self, max_num_seqs: int, max_model_len: int, block_size: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        max_num_seqs: int,
+        max_model_len: int,
+        block_size: int,
+        device: torch.device,
+        kv_caches: list[torch.Tensor] | None = None,
+    ) -> None:
         self.block_size = block_size
         self.device = device
+        self.kv_caches = kv_caches if kv_caches is not None else []
+        """The KV-cache tensors (one per layer): the same every step, passed along in each step's metadata."""
         self.requests: dict[str, CachedRequestState] = {}
         self.max_blocks_per_seq = -(-max_model_len // block_size)
         self.block_table = np.zeros((max_num_seqs, self.max_blocks_per_seq), dtype=np.int32)
@@ -164,12 +168,15 @@ class InputBatch:
         return StepInputs(
             token_ids=tok,
             positions=pos,
-            slot_mapping=slot,
-            query_start_loc=qsl,
-            seq_lens=seq_lens,
-            block_tables=tables.view(num_seqs, max_blocks),
-            max_query_len=int(nums.max()),
-            max_seq_len=int(ends.max()),
+            attn=AttentionMetadata(
+                slot_mapping=slot,
+                query_start_loc=qsl,
+                seq_lens=seq_lens,
+                block_tables=tables.view(num_seqs, max_blocks),
+                max_query_len=int(nums.max()),
+                max_seq_len=int(ends.max()),
+                kv_caches=self.kv_caches,
+            ),
             sample_rows=sample_rows,
             sample_states=sample_states,
             sample_positions=sample_positions,

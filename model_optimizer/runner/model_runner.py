@@ -55,7 +55,9 @@ class ModelRunner:
             self.num_kv_blocks * config.block_size,
             self.device,
         )
-        self.batch = InputBatch(config.max_num_seqs, self.max_model_len, config.block_size, self.device)
+        self.batch = InputBatch(
+            config.max_num_seqs, self.max_model_len, config.block_size, self.device, kv_caches=self.kv_caches
+        )
         self.sampler = Sampler(self.device, config.seed)
         self.decode_runner = None
         if self.device.type == "cuda":
@@ -164,16 +166,7 @@ class ModelRunner:
         if self.decode_runner is not None and self.decode_runner.can_run(inputs):
             hidden = self.decode_runner.run(inputs)  # padded to a bucket; its graphs hold their own metadata
         else:
-            meta = AttentionMetadata(
-                slot_mapping=inputs.slot_mapping,
-                query_start_loc=inputs.query_start_loc,
-                seq_lens=inputs.seq_lens,
-                block_tables=inputs.block_tables,
-                max_query_len=inputs.max_query_len,
-                max_seq_len=inputs.max_seq_len,
-                kv_caches=self.kv_caches,
-            )
-            hidden = self.model(inputs.token_ids, inputs.positions, meta)
+            hidden = self.model(inputs.token_ids, inputs.positions, inputs.attn)
         if not inputs.sample_states:
             return StepHandle(inputs.sample_states, [], None)
         logits = self.model.compute_logits(hidden[inputs.sample_rows])

@@ -35,19 +35,19 @@ def test_mixed_batch_values_and_aligned_segments():
     inputs = batch.prepare(out, {})
     assert inputs.token_ids.tolist() == [10, 11, 12, 13, 14, 15, 16, 20, 21, 22]
     assert inputs.positions.tolist() == [0, 1, 2, 3, 4, 5, 6, 0, 1, 2]
-    assert inputs.slot_mapping.tolist() == [20, 21, 22, 23, 8, 9, 10, 28, 29, 30]
-    assert inputs.query_start_loc.tolist() == [0, 7, 10] and inputs.seq_lens.tolist() == [7, 3]
-    assert inputs.block_tables.tolist() == [[5, 2], [7, 0]]
+    assert inputs.attn.slot_mapping.tolist() == [20, 21, 22, 23, 8, 9, 10, 28, 29, 30]
+    assert inputs.attn.query_start_loc.tolist() == [0, 7, 10] and inputs.attn.seq_lens.tolist() == [7, 3]
+    assert inputs.attn.block_tables.tolist() == [[5, 2], [7, 0]]
     assert inputs.sample_rows.tolist() == [6] and [s.request_id for s in inputs.sample_states] == ["a"]
     assert inputs.sample_positions == [0]
     for tensor in (
         inputs.token_ids,
         inputs.positions,
-        inputs.slot_mapping,
+        inputs.attn.slot_mapping,
         inputs.sample_rows,
-        inputs.query_start_loc,
-        inputs.seq_lens,
-        inputs.block_tables,
+        inputs.attn.query_start_loc,
+        inputs.attn.seq_lens,
+        inputs.attn.block_tables,
     ):
         assert tensor.data_ptr() % 16 == 0  # Triton specialises kernels on pointer alignment
 
