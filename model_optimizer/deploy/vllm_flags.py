@@ -67,6 +67,7 @@ UNTRANSLATED = {
     "max_body_bytes": "no request-body limit in vLLM",
     "max_header_bytes": "no header-size limit in vLLM",
     "log_interval": "vLLM logs its stats line at a fixed interval",
+    "enable_pause": "vLLM serves /pause and /resume only in dev mode (VLLM_SERVER_DEV_MODE=1, with other dev routes)",
     "max_num_partial_prefills": "vLLM's flag bounds all partial prefills and its V1 engine does not support it",
     "long_prefill_token_threshold": "vLLM V1 caps every chunk at it; ours only serves shorter requests first",
 }
