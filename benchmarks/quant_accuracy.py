@@ -34,7 +34,7 @@ PEERS = {
     "awq": ("AWQModifier", "W4A16_ASYM"),
 }
 
-PEER_CHILD = r'''
+PEER_CHILD = r"""
 import json, sys, torch
 torch.Tensor.pin_memory = lambda self, *a, **k: self  # no accelerator: llm-compressor's cache pins anyway
 from datasets import Dataset
@@ -57,13 +57,17 @@ else:
 model = model.to(torch.bfloat16)
 model.save_pretrained(spec["output"], save_compressed=True)
 tok.save_pretrained(spec["output"])
-'''
+"""
 
 
 def run_peer(name: str, model: Path, windows: list[list[int]], seq_len: int, out: Path, site: Path) -> float:
     modifier, scheme = PEERS[name]
     spec = dict(model=str(model), windows=windows, seq_len=seq_len, output=str(out), modifier=modifier, scheme=scheme)
-    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "CUDA_VISIBLE_DEVICES": ""}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", PEER_CHILD, json.dumps(spec)], env=env, check=True)
     return time.perf_counter() - t0
@@ -92,8 +96,13 @@ def main() -> None:
     calib = token_windows(tok, read_documents(None, "calibration"), args.num_calib_samples, args.calib_seq_len)
     rows = []
     work = Path(tempfile.mkdtemp(prefix="quant_accuracy_"))
-    common_opts = dict(num_calib_samples=args.num_calib_samples, calib_seq_len=args.calib_seq_len,
-                       num_eval_samples=args.num_eval_samples, eval_seq_len=args.eval_seq_len, device="cpu")
+    common_opts = dict(
+        num_calib_samples=args.num_calib_samples,
+        calib_seq_len=args.calib_seq_len,
+        num_eval_samples=args.num_eval_samples,
+        eval_seq_len=args.eval_seq_len,
+        device="cpu",
+    )
     for name in args.methods.split(","):
         t0 = time.perf_counter()
         ours = quantize(QuantizeOptions(model=model, method=name, output=work / f"ours-{name}", **common_opts))
@@ -103,9 +112,14 @@ def main() -> None:
             peer_dir = work / f"llmcompressor-{name}"
             seconds = run_peer(name, model, calib, args.calib_seq_len, peer_dir, args.peer_site)
             method = "awq" if name == "awq" else name
-            peer = eval_only(peer_dir, model, QuantizeOptions(model=model, method=method, output=peer_dir, **common_opts))
-            row.update(llmcompressor=peer["accuracy"], llmcompressor_seconds=round(seconds, 1),
-                       llmcompressor_scheme=f"{PEERS[name][0]} {PEERS[name][1]}")
+            peer = eval_only(
+                peer_dir, model, QuantizeOptions(model=model, method=method, output=peer_dir, **common_opts)
+            )
+            row.update(
+                llmcompressor=peer["accuracy"],
+                llmcompressor_seconds=round(seconds, 1),
+                llmcompressor_scheme=f"{PEERS[name][0]} {PEERS[name][1]}",
+            )
         except (subprocess.CalledProcessError, ValueError) as exc:
             row["llmcompressor_error"] = str(exc)
         rows.append(row)

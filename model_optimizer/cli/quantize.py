@@ -23,24 +23,32 @@ GATE_EXIT = 3
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "quantize", help="quantize a model (fp8, int8, awq, rtn-int4) and check its accuracy",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "quantize",
+        help="quantize a model (fp8, int8, awq, rtn-int4) and check its accuracy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", nargs="?", help="float checkpoint folder (default: the built-in reference model)")
     p.add_argument("--method", choices=METHODS, help="fp8 / int8: per-channel weights; awq / rtn-int4: int4 in groups")
     p.add_argument("--output", type=Path, help="folder to create (must not exist, or be empty)")
-    p.add_argument("--calib", help="calibration text for awq: .txt or .jsonl with a \"text\" field (default: built-in)")
+    p.add_argument("--calib", help='calibration text for awq: .txt or .jsonl with a "text" field (default: built-in)')
     p.add_argument("--num-calib-samples", type=int, default=128, help="calibration windows (default 128)")
     p.add_argument("--calib-seq-len", type=int, default=512, help="tokens per calibration window (default 512)")
-    p.add_argument("--eval-text", help="held-out evaluation text, .txt or .jsonl (default: built-in, unseen by calibration)")
+    p.add_argument(
+        "--eval-text", help="held-out evaluation text, .txt or .jsonl (default: built-in, unseen by calibration)"
+    )
     p.add_argument("--num-eval-samples", type=int, default=32, help="evaluation windows (default 32)")
     p.add_argument("--eval-seq-len", type=int, default=512, help="tokens per evaluation window (default 512)")
     p.add_argument("--group-size", type=int, default=128, help="int4 group size along the input (default 128)")
     p.add_argument("--max-ppl-increase", type=float, help="refuse the result if perplexity rises more (0.05 = 5%%)")
     p.add_argument("--min-top1", type=float, help="refuse the result if top-1 agreement is lower (0..1)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where to calibrate and evaluate")
-    p.add_argument("--eval-dtype", choices=("auto", "bfloat16", "float16", "float32"), default="auto",
-                   help="dtype both models are evaluated in (auto: each checkpoint's)")
+    p.add_argument(
+        "--eval-dtype",
+        choices=("auto", "bfloat16", "float16", "float32"),
+        default="auto",
+        help="dtype both models are evaluated in (auto: each checkpoint's)",
+    )
     p.add_argument("--eval-only", type=Path, metavar="DIR", help="only evaluate this quantized folder (any tool's)")
     p.add_argument("--reference", type=Path, help="with --eval-only: the original float folder")
     p.set_defaults(handler=run)
@@ -48,7 +56,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from model_optimizer.quant.pipeline import GateFailed, QuantizeOptions, eval_only, quantize
+    from model_optimizer.quant.pipeline import GateFailed, eval_only, quantize
 
     opts = options(args)
     with _progress() as progress:
@@ -91,10 +99,20 @@ def options(args: argparse.Namespace):
             raise ValueError("mopt quantize needs --method (fp8, int8, awq, rtn-int4) and --output DIR")
         model, method, output = resolve_model_dir(args.model), args.method, args.output
     return QuantizeOptions(
-        model=model, method=method, output=output, calib=args.calib, num_calib_samples=args.num_calib_samples,
-        calib_seq_len=args.calib_seq_len, eval_text=args.eval_text, num_eval_samples=args.num_eval_samples,
-        eval_seq_len=args.eval_seq_len, group_size=args.group_size, max_ppl_increase=args.max_ppl_increase,
-        min_top1=args.min_top1, device=args.device, eval_dtype=args.eval_dtype,
+        model=model,
+        method=method,
+        output=output,
+        calib=args.calib,
+        num_calib_samples=args.num_calib_samples,
+        calib_seq_len=args.calib_seq_len,
+        eval_text=args.eval_text,
+        num_eval_samples=args.num_eval_samples,
+        eval_seq_len=args.eval_seq_len,
+        group_size=args.group_size,
+        max_ppl_increase=args.max_ppl_increase,
+        min_top1=args.min_top1,
+        device=args.device,
+        eval_dtype=args.eval_dtype,
     )
 
 
@@ -117,8 +135,12 @@ class _progress:
         from model_optimizer.quant.pipeline import Progress as Callbacks
 
         self.bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=Console(stderr=True), transient=False,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=False,
         )
         self.bar.start()
         self.tasks: dict[str, int] = {}

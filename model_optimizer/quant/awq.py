@@ -118,7 +118,11 @@ def apply_awq(
         layer(positions, x, residual, meta)
         capture.close()
         inputs = capture.inputs
-        _fold(layer.input_layernorm.weight, attn.qkv_proj.weight, search_scales(inputs["qkv"], attn.qkv_proj.weight, group_size, scale_dtype))
+        _fold(
+            layer.input_layernorm.weight,
+            attn.qkv_proj.weight,
+            search_scales(inputs["qkv"], attn.qkv_proj.weight, group_size, scale_dtype),
+        )
         s = _mlp_scales(mlp, inputs["gate_up"], group_size, scale_dtype)
         _fold(layer.post_attention_layernorm.weight, mlp.gate_up_proj.weight, s)
         x_gate_up = inputs["gate_up"] / s

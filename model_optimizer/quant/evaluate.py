@@ -41,7 +41,12 @@ def load_for_eval(folder: str | Path, device: str, dtype: str, max_len: int):
 
     blocks = -(-max_len // 16) + 1
     llm = LLM(
-        str(folder), device=device, dtype=dtype, num_kv_blocks=blocks, max_model_len=max_len, max_num_seqs=1,
+        str(folder),
+        device=device,
+        dtype=dtype,
+        num_kv_blocks=blocks,
+        max_model_len=max_len,
+        max_num_seqs=1,
         enforce_eager=True,
     )
     return llm

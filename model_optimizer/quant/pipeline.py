@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -88,8 +88,12 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
         accuracy = evaluate(opts.model, tmp, eval_windows, opts, progress)
         report = build_report(opts, accuracy, calib_windows, eval_windows, time.time() - started, tmp)
         failures = gate_failures(accuracy, opts.max_ppl_increase, opts.min_top1)
-        report["gate"] = {"max_ppl_increase": opts.max_ppl_increase, "min_top1": opts.min_top1,
-                          "passed": not failures, "failures": failures}
+        report["gate"] = {
+            "max_ppl_increase": opts.max_ppl_increase,
+            "min_top1": opts.min_top1,
+            "passed": not failures,
+            "failures": failures,
+        }
         if failures:
             raise GateFailed(failures, report)
         write_json(tmp / REPORT_NAME, report)
@@ -116,7 +120,9 @@ def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progr
         raise ValueError(f"{opts.model} is already quantized; quantize the original float checkpoint")
     device = pick_device(opts.device)
     model = load_model(opts.model, "float32", device)
-    target = DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or "float32").replace("torch.", ""), torch.float32)
+    target = DTYPES.get(
+        str(config.get("torch_dtype") or config.get("dtype") or "float32").replace("torch.", ""), torch.float32
+    )
     if opts.method == "awq":
         progress.start("AWQ search", len(model.model.layers))
         from model_optimizer.quant.awq import apply_awq
@@ -133,7 +139,9 @@ def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progr
     return model
 
 
-def evaluate(reference: Path, folder: Path, windows: list[list[int]], opts: QuantizeOptions, progress: Progress) -> Accuracy:
+def evaluate(
+    reference: Path, folder: Path, windows: list[list[int]], opts: QuantizeOptions, progress: Progress
+) -> Accuracy:
     max_len = max(len(w) for w in windows)
     ref_llm = load_for_eval(reference, opts.device, opts.eval_dtype, max_len)
     q_llm = load_for_eval(folder, opts.device, opts.eval_dtype, max_len)
@@ -148,13 +156,20 @@ def eval_only(folder: Path, reference: Path, opts: QuantizeOptions, progress: Pr
     progress = progress or Progress()
     started = time.time()
     windows = token_windows(
-        load_tokenizer(reference), read_documents(opts.eval_text, "evaluation"), opts.num_eval_samples, opts.eval_seq_len
+        load_tokenizer(reference),
+        read_documents(opts.eval_text, "evaluation"),
+        opts.num_eval_samples,
+        opts.eval_seq_len,
     )
     accuracy = evaluate(reference, folder, windows, opts, progress)
     report = build_report(opts, accuracy, [], windows, time.time() - started, folder)
     failures = gate_failures(accuracy, opts.max_ppl_increase, opts.min_top1)
-    report["gate"] = {"max_ppl_increase": opts.max_ppl_increase, "min_top1": opts.min_top1,
-                      "passed": not failures, "failures": failures}
+    report["gate"] = {
+        "max_ppl_increase": opts.max_ppl_increase,
+        "min_top1": opts.min_top1,
+        "passed": not failures,
+        "failures": failures,
+    }
     write_json(folder / REPORT_NAME, report)
     if failures:
         raise GateFailed(failures, report)
@@ -175,7 +190,9 @@ def build_report(
             "text": opts.calib or "built-in (Python standard-library docs)",
             "num_samples": len(calib),
             "num_tokens": sum(map(len, calib)),
-        } if calib else None,
+        }
+        if calib
+        else None,
         "evaluation": {
             "text": opts.eval_text or "built-in held-out (Python standard-library docs, modules not in calibration)",
             "num_samples": len(evals),

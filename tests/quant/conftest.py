@@ -10,7 +10,10 @@ import pytest
 from tests import tiny_checkpoints as tiny
 
 QUANT_MODELS = {
-    "qwen3": ("qwen3", dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32)),
+    "qwen3": (
+        "qwen3",
+        dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32),
+    ),
     # qkv biases exercise bias slicing of fused shards
     "qwen2": ("qwen2", dict(hidden_size=128, intermediate_size=256, num_attention_heads=8, num_key_value_heads=2)),
 }
@@ -29,8 +32,13 @@ def quant_model(tmp_path_factory):
             kind, overrides = QUANT_MODELS[name]
             cls = {"qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[kind]
             config = cls(
-                vocab_size=tiny.TOKENIZER_VOCAB + 8, num_hidden_layers=2, max_position_embeddings=512,
-                tie_word_embeddings=True, eos_token_id=2, pad_token_id=0, **overrides,
+                vocab_size=tiny.TOKENIZER_VOCAB + 8,
+                num_hidden_layers=2,
+                max_position_embeddings=512,
+                tie_word_embeddings=True,
+                eos_token_id=2,
+                pad_token_id=0,
+                **overrides,
             )
             out = root / name
             tiny.build_checkpoint(out, config, seed=3, with_tokenizer=False)

@@ -35,8 +35,19 @@ def test_quantize_writes_folder_and_report_that_the_engine_serves(quant_model, t
 
 def test_broken_limit_exits_non_zero_and_writes_nothing(quant_model, tmp_path, capsys):
     out = tmp_path / "q"
-    code = main(["quantize", str(quant_model("qwen3")), "--method", "rtn-int4", "--output", str(out),
-                 "--min-top1", "1.0", *SMALL])
+    code = main(
+        [
+            "quantize",
+            str(quant_model("qwen3")),
+            "--method",
+            "rtn-int4",
+            "--output",
+            str(out),
+            "--min-top1",
+            "1.0",
+            *SMALL,
+        ]
+    )
     assert code == 3
     assert not out.exists() and _leftovers(tmp_path) == []
     assert "top-1 agreement" in capsys.readouterr().err
@@ -81,8 +92,21 @@ def test_awq_end_to_end_records_calibration(quant_model, tmp_path):
     calib = tmp_path / "calib.jsonl"
     calib.write_text("\n".join(json.dumps({"text": d}) for d in read_documents(None)[:3]) + "\n")
     out = tmp_path / "awq"
-    args = ["quantize", str(quant_model("qwen2")), "--method", "awq", "--output", str(out), "--calib", str(calib),
-            "--num-calib-samples", "4", "--calib-seq-len", "64", *SMALL]
+    args = [
+        "quantize",
+        str(quant_model("qwen2")),
+        "--method",
+        "awq",
+        "--output",
+        str(out),
+        "--calib",
+        str(calib),
+        "--num-calib-samples",
+        "4",
+        "--calib-seq-len",
+        "64",
+        *SMALL,
+    ]
     assert main(args) == 0
     report = json.loads((out / "quantization_report.json").read_text())
     assert report["calibration"]["num_samples"] == 4 and report["calibration"]["num_tokens"] == 256

@@ -17,8 +17,24 @@ def test_server_completes_with_quantized_weights(quant_model, tmp_path, source):
     model = quant_model("qwen3")
     if source == "folder":
         out = tmp_path / "awq"
-        args = ["quantize", str(model), "--method", "awq", "--output", str(out), "--num-calib-samples", "2",
-                "--calib-seq-len", "64", "--num-eval-samples", "1", "--eval-seq-len", "32", "--device", "cpu"]
+        args = [
+            "quantize",
+            str(model),
+            "--method",
+            "awq",
+            "--output",
+            str(out),
+            "--num-calib-samples",
+            "2",
+            "--calib-seq-len",
+            "64",
+            "--num-eval-samples",
+            "1",
+            "--eval-seq-len",
+            "32",
+            "--device",
+            "cpu",
+        ]
         assert main(args) == 0
         llm = LLM(str(out), kv_cache_memory=1 << 22)
     else:
