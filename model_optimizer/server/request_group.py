@@ -172,9 +172,9 @@ async def respond(request: Request, state: ServerState, generation: Generation, 
     """Run a generation to its HTTP response.
 
     Streaming, the group's cleanup moves to the response (it outlives this function); otherwise
-    the whole response is awaited while watching for the client to leave (499 then, unlogged by
-    clients, and the engine requests are aborted at once). A request the engine failed (NaN
-    logits) or a dead engine is a 500 with the engine's message.
+    the whole response is awaited while watching for the client to leave (then the engine requests
+    are aborted at once, and the access log shows 499, as nginx writes a client that hung up). A
+    request the engine failed (NaN logits) or a dead engine is a 500 with the engine's message.
     """
     async with AsyncExitStack() as cleanup:
         group = await cleanup.enter_async_context(open_group(state, generation))
