@@ -58,13 +58,20 @@ def render_plots(summary: dict, study=None) -> dict[str, bytes]:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for ax, ours, theirs, label in ((axes[0], "tpot_ms", "tpot_p99_ms", "TPOT (ms)"),
                                         (axes[1], "output_throughput", "output_throughput", "throughput (tok/s)")):
-            xs = [r["measured"][theirs] or 0 for r in predicted]
-            ys = [r["predicted"][ours] for r in predicted]
+            pairs = [(r["measured"][theirs], r["predicted"][ours], r["number"]) for r in predicted
+                     if r["measured"][theirs] and r["predicted"][ours] and r["predicted"][ours] > 0]
+            if not pairs:
+                continue
+            xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
             ax.scatter(xs, ys)
-            top = max(xs + ys) * 1.1 or 1.0
-            ax.plot([0, top], [0, top], "k--", linewidth=0.8)
+            for x, y, number in pairs:
+                ax.annotate(str(number), (x, y), fontsize=7)
+            low, high = min(xs + ys) / 1.2, max(xs + ys) * 1.2
+            ax.plot([low, high], [low, high], "k--", linewidth=0.8)  # predicted = measured
+            ax.set_xscale("log")  # early, unfitted predictions may be off by orders of magnitude
+            ax.set_yscale("log")
             ax.set_xlabel(f"measured {label}")
-            ax.set_ylabel(f"predicted {label}")
+            ax.set_ylabel(f"predicted {label} (before the trial ran)")
         plots["predicted_vs_measured"] = _png(fig, plt)
     importance = knob_importance(study)
     if importance:

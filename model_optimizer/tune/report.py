@@ -112,7 +112,7 @@ def pareto_table(summary: dict):
     rows = [r for r in summary["trials"] if r["number"] in front]
     knobs = sorted({k for r in rows for k in r.get("settings", {}) if _varies(summary["trials"], k)})
     for col in ["trial", *knobs, "goodput req/s", "TTFT p99 ms", "TPOT p99 ms", "memory GiB", "cold start s", "SLO"]:
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", overflow="fold")  # fold long knob names, never cut them
     best = (summary.get("best") or {}).get("number")
     for r in rows:
         m = r["measured"]

@@ -217,6 +217,9 @@ class Tuner:
         except ValueError as exc:  # a combination the engine refuses (each value alone was checked)
             return self._record(trial, row | {"state": "FAIL", "error": f"impossible setting: {exc}"})
         row["settings"] = settings
+        twin = self._measured_twin(settings)
+        if twin is not None:  # a small space runs out of new points: a budget is better spent elsewhere
+            return self._record(trial, row | {"state": "PRUNED", "skip_reason": f"same settings as trial {twin}"})
         load = self.load or self._measured_load()
         if self.predictor is not None and load is not None:
             ideal = self.predictor.ideal(settings, load)
@@ -254,6 +257,14 @@ class Tuner:
             else:
                 out.append(measured - limit)
         return out
+
+    def _measured_twin(self, settings: dict) -> int | None:
+        """The number of an earlier measured trial (COMPLETE, or FAIL but not interrupted) with these settings."""
+        for t in self.study.get_trials(deepcopy=False):
+            interrupted = str(t.user_attrs.get("error", "")).startswith("interrupted")
+            if t.user_attrs.get("settings") == settings and t.state.name in ("COMPLETE", "FAIL") and not interrupted:
+                return t.number
+        return None
 
     def _measured(self) -> int:
         from optuna.trial import TrialState

@@ -216,3 +216,22 @@ def test_grid_queues_every_combination_in_order(tmp_path):
         (64, 2048), (64, 8192), (128, 2048), (128, 8192), (256, 2048), (256, 8192)]
     with pytest.raises(ValueError, match="needs a list of choices"):
         make_sampler("grid", 0, SearchSpace([Knob("gpu_memory_utilization", low=0.8, high=0.9)]))
+
+
+def test_settings_already_measured_are_not_measured_again(tmp_path):
+    """A repeat of a measured candidate is PRUNED naming the trial; no server starts for it."""
+    from model_optimizer.bench.client import ClientConfig
+    from model_optimizer.bench.load import LoadConfig
+    from model_optimizer.bench.workloads import WorkloadConfig
+    from model_optimizer.tune.trial import TrialSetup
+
+    setup = TrialSetup(None, ClientConfig(), WorkloadConfig(), LoadConfig(num_requests=1), server_cmd="false")
+    study = open_study(tmp_path, seed=0, resume=False)
+    study.enqueue_trial({"max_num_seqs": 4})
+    study.enqueue_trial({"max_num_seqs": 4})
+    tuner = Tuner(study, SearchSpace([Knob("max_num_seqs", choices=[4])]), setup, tmp_path, max_skips_in_a_row=1)
+    tuner.run(Budget(trials=2))
+    first, second = study.trials
+    assert first.state.name == "FAIL" and "exited with code 1" in first.user_attrs["error"]  # `false` is no server
+    assert second.state.name == "PRUNED" and second.user_attrs["skip_reason"] == "same settings as trial 0"
+    assert not (tmp_path / "trials" / "0001").exists()
