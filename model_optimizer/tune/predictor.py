@@ -7,13 +7,16 @@ A decode step of `b` running sequences reads the weights once and each sequence'
     t_prefill   = chunks * W / bandwidth  +  P * F(P / 2) / peak     (chunks = ceil(P / max_num_batched_tokens))
     TPOT        = t_decode(b) + (b / O) * t_prefill                  (b / O prompts join per step)
     TTFT        = t_prefill + t_decode(b)                            (wait for the step in progress)
-    throughput  = b / TPOT output tokens per second
+                  + (C / b - 1) * E2E                                (a closed loop of C > b waits for slots)
+    E2E         = TTFT (without the wait) + (O - 1) * TPOT
+    throughput  = b * O / E2E output tokens per second (capped by the request rate's O * rate)
 
 with W weight bytes, K KV bytes per token, F FLOPs per token, P and O the mean prompt and output
-lengths, ctx = P + O / 2, and b the sequences running at once (the load's concurrency, capped by
-max_num_seqs and by the KV cache). These are the ideal, roofline figures. Every measured trial
-refits one efficiency factor per figure (the median ratio measured / ideal), so the prediction for
-the next candidate carries what this machine and engine really achieve.
+lengths, ctx = P + O / 2, b the sequences running at once (the load's concurrency, capped by
+max_num_seqs and by the KV cache) and C the closed loop's concurrency. These are the ideal, roofline
+figures. Every measured trial refits the correction (measured = a * ideal + b for TPOT and TTFT, a
+ratio for throughput), so the prediction for the next candidate carries what this machine and
+engine really achieve.
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ class Prediction:
     output_len: float = 1.0
     rate_cap: float | None = None
     """Output tokens per second the load's request rate allows (None: closed loop)."""
+    service_ttft_ms: float | None = None
+    """TTFT without waiting for a free slot (ttft_ms adds the wait of a closed loop over max_num_seqs)."""
     fits: bool = True
     reason: str | None = None
 
@@ -151,9 +156,14 @@ class Predictor:
         cap = min(float(settings.get("max_num_seqs", 256)), max_seqs)
         running = self._running(load, cap, t_prefill, tpot)
         t = tpot(running)
-        throughput = _throughput(running, o, (t_prefill + t) * 1e3, t * 1e3, None)
+        service_ttft = t_prefill + t
+        throughput = _throughput(running, o, service_ttft * 1e3, t * 1e3, None)
         rate_cap = load.request_rate * o if load.request_rate is not None and math.isfinite(load.request_rate) else None
-        pred = Prediction(t * 1e3, (t_prefill + t) * 1e3, throughput, memory / GIB, running, int(capacity), o, rate_cap)
+        # a closed loop keeping more requests in flight than run at once: each waits for (C / running - 1) others
+        queued = max(load.concurrency / running - 1.0, 0.0) if load.concurrency is not None else 0.0
+        ttft = service_ttft + queued * (service_ttft + (o - 1) * t)
+        pred = Prediction(t * 1e3, ttft * 1e3, throughput, memory / GIB, running, int(capacity), o, rate_cap,
+                          service_ttft_ms=service_ttft * 1e3)
         if capacity < seq_tokens:
             pred.fits, pred.reason = False, (f"KV cache holds {int(capacity)} tokens, fewer than one request's "
                                              f"{int(seq_tokens)} (prompt + output)")
@@ -169,8 +179,10 @@ class Predictor:
         pred = Prediction(**ideal.to_dict())
         (at, bt), (af, bf) = self.fit["tpot"], self.fit["ttft"]
         pred.tpot_ms, pred.ttft_ms = at * ideal.tpot_ms + bt, af * ideal.ttft_ms + bf
+        service = af * (ideal.service_ttft_ms if ideal.service_ttft_ms is not None else ideal.ttft_ms) + bf
+        pred.service_ttft_ms = service
         pred.output_throughput = self.fit["throughput"][0] * _throughput(
-            pred.running, pred.output_len, pred.ttft_ms, pred.tpot_ms, pred.rate_cap)
+            pred.running, pred.output_len, service, pred.tpot_ms, pred.rate_cap)
         pred.memory_gib += self.memory_offset_gib
         return pred
 

@@ -111,3 +111,16 @@ def test_gpu_kv_capacity_comes_from_the_memory_plan():
     plan = plan_memory(config, GpuMemory(h200.name, int(h200.memory_gib * 2**30)), EngineConfig(**settings))
     assert pred.kv_capacity_tokens == plan.row("bf16", "auto").num_kv_blocks * 16 > 0
     assert pred.memory_gib == pytest.approx(0.5 * 141)
+
+
+def test_closed_loop_beyond_max_num_seqs_waits_for_slots():
+    """8 in flight, 2 run at once: each request first waits for 8 / 2 - 1 = 3 others to finish."""
+    predictor = Predictor(model_cost(CONFIG), SLOW)
+    settings = SETTINGS | {"max_num_seqs": 2}
+    busy = predictor.ideal(settings, Workload(16, 8, concurrency=8))
+    alone = predictor.ideal(settings, Workload(16, 8, concurrency=2))
+    e2e = alone.ttft_ms + 7 * alone.tpot_ms
+    assert busy.running == 2 and busy.tpot_ms == pytest.approx(alone.tpot_ms)
+    assert busy.ttft_ms == pytest.approx(alone.ttft_ms + 3 * e2e)
+    assert busy.output_throughput == pytest.approx(alone.output_throughput)  # the server's pace is the same
+    assert "predicted ttft" in predictor.skip_reason(busy, {"ttft": alone.ttft_ms})
