@@ -6,12 +6,13 @@ The vLLM translation reads the one table `mopt deploy` uses (deploy/vllm_flags.p
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import sys
 from dataclasses import dataclass
 
-from model_optimizer.deploy.vllm_flags import ONLY_TRUE, TRANSLATED, UNTRANSLATED
+from model_optimizer.deploy.vllm_flags import ONLY_TRUE, TRANSLATED, UNTRANSLATED, VLLM_QUANTIZATION
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -62,8 +63,14 @@ def vllm_serve(model: str | None, settings: dict) -> VllmTranslation:
             untranslated[name] = UNTRANSLATED.get(name, "no vLLM equivalent known")
             continue
         flag = TRANSLATED[name]
+        if name == "quantization" and value not in VLLM_QUANTIZATION:
+            if value != "none":  # "none" (never quantize) is what vLLM does without the flag
+                untranslated[name] = "vLLM quantizes only fp8 on the fly; write a folder with mopt quantize"
+            continue
         translated[name] = flag
-        if isinstance(value, bool):
+        if name == "allowed_origins":
+            argv += [flag, json.dumps(value)]  # vLLM parses this flag as a JSON list
+        elif isinstance(value, bool):
             if value or name not in ONLY_TRUE:
                 argv.append(flag if value else "--no-" + flag[2:])
         else:

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from model_optimizer.config import EngineConfig, field_choices
+from model_optimizer.config import EngineConfig
 from model_optimizer.server.config import ServerConfig
 
-Value = bool | int | float | str
+Value = bool | int | float | str | None
 
 
 @dataclass
@@ -148,6 +148,8 @@ def coerce(name: str, value: Any) -> Value:
     """`value` as the type of setting `name`; an unknown name or a wrong type is a ValueError."""
     kind = _scalar(name)
     allowed = _choices(name)
+    if value is None and _optional(name):
+        return None  # the field's "empty" (e.g. quantization: as config.json says)
     if kind is bool and not isinstance(value, bool):
         raise ValueError(f"{name} must be true or false, got {value!r}")
     if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
@@ -219,8 +221,16 @@ def _scalar(name: str) -> type:
 
 
 def _choices(name: str) -> tuple:
-    cls = EngineConfig if name in {f.name for f in dataclasses.fields(EngineConfig)} else ServerConfig
-    return field_choices(cls, name)
+    """The allowed values of a Literal field, optional ones (`Literal[...] | None`) included."""
+    hint = _hints()[name]
+    for part in (hint, *typing.get_args(hint)):
+        if typing.get_origin(part) is Literal:
+            return typing.get_args(part)
+    return ()
+
+
+def _optional(name: str) -> bool:
+    return type(None) in typing.get_args(_hints()[name])
 
 
 def _from_text(name: str, raw: str) -> Value:

@@ -26,6 +26,13 @@ def test_vllm_translation_lists_what_translates_and_what_does_not():
     assert set(vllm.untranslated) == {"max_queued_requests", "kv_cache_memory"}
 
 
+def test_vllm_quantization_only_where_vllm_rounds_on_the_fly():
+    assert vllm_serve("/m", {"quantization": "fp8"}).argv == ["vllm", "serve", "/m", "--quantization", "fp8"]
+    int8 = vllm_serve("/m", {"quantization": "int8"})
+    assert int8.argv == ["vllm", "serve", "/m"] and "only fp8" in int8.untranslated["quantization"]
+    assert vllm_serve("/m", {"quantization": "none"}).untranslated == {}
+
+
 def test_template_fills_settings_and_quotes_paths():
     argv = template_argv("{python} -m x --model {model} --port {port} --max-num-seqs {max_num_seqs} {flags}",
                          "/my models/a", {"max_num_seqs": 8, "enforce_eager": True}, 1234)
