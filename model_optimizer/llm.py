@@ -160,15 +160,23 @@ class LLM:
     ) -> list[list[float]]:
         """Embeddings of texts (or token-id lists), pooled and normalized as the model folder says.
 
-        For a decoder (Qwen3-Embedding style) the weights are loaded a second time, without a KV cache.
+        A decoder (Qwen3-Embedding style) embeds with the generation engine's own weights, in the
+        engine's dtype: they are loaded once, and embedding reads no KV cache.
         """
         if self._embedder is None:
             from model_optimizer.embed import Embedder
 
+            backbone, device = None, self.config.device
+            if self.engine is not None:
+                from model_optimizer.embed.backbone import DecoderBackbone
+
+                backbone = DecoderBackbone(self.runner.model.model, self.runner.model.args).eval()
+                device = self.runner.device.type
             self._embedder = Embedder(
                 self.model_dir,
+                backbone=backbone,
                 dtype=self.config.dtype,
-                device=self.config.device,
+                device=device,
                 load_format=self.config.load_format,
                 tokenizer=self.config.tokenizer,
             )

@@ -1,8 +1,8 @@
 """Load the network under an embedding model: a BertModel-family encoder or a decoder run without a KV cache.
 
 Both backbones answer `forward(token_ids, positions, meta) -> (tokens, hidden)` for a packed batch.
-Decoders reuse the engine's Llama/Qwen2/Qwen3 modules; their paged-cache attention is swapped for
-causal varlen attention, so nothing is cached and nothing is kept after the forward.
+Decoders reuse the engine's Llama/Qwen2/Qwen3 modules (and, through LLM.embed, the engine's loaded
+weights); given packed metadata their attention runs causal varlen attention, so nothing is cached.
 Checkpoints may name decoder weights with or without the `model.` prefix (Qwen3-Embedding ships
 as `Qwen3Model` in some releases, as `Qwen3ForCausalLM` in others); both load.
 """
@@ -42,27 +42,13 @@ class EncoderBackbone(nn.Module):
         return self.model(token_ids, positions, lambda q, k, v: meta.attend(q, k, v, causal=False))
 
 
-class PackedCausalAttention(nn.Module):
-    """Stands in for the decoder's paged-cache `Attention`: same call, no cache."""
-
-    def __init__(self, sliding_window: int | None) -> None:
-        super().__init__()
-        self.sliding_window = sliding_window
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: VarlenMeta | PaddedMeta) -> torch.Tensor:
-        return meta.attend(q, k, v, causal=True, window=self.sliding_window).flatten(1)
-
-
 class DecoderBackbone(nn.Module):
     causal = True
 
     def __init__(self, model: nn.Module, args: DecoderArgs) -> None:
+        """`model` is a decoder body (DecoderModel): the generation engine's own, when it has one. Its
+        attention layers see the packed metadata and attend without a KV cache (layers/attention.py)."""
         super().__init__()
-        for layer in model.layers:
-            attn = getattr(getattr(layer, "self_attn", None), "attn", None)
-            if attn is None:
-                raise ValueError(f"{type(model).__name__} layers have no self_attn.attn to run without a KV cache")
-            layer.self_attn.attn = PackedCausalAttention(args.sliding_window)
         self.model = model
         self.hidden_size = args.hidden_size
         self.vocab_size = args.vocab_size

@@ -50,7 +50,9 @@ class EmbedOutput:
 
 
 class Embedder:
-    def __init__(self, model_dir: str | Path, **config: Any) -> None:
+    def __init__(self, model_dir: str | Path, backbone: torch.nn.Module | None = None, **config: Any) -> None:
+        """`backbone`: one already loaded (LLM.embed passes the generation engine's decoder, so its weights
+        are loaded once); otherwise it is loaded from `model_dir` with the config's dtype and load_format."""
         from model_optimizer.models.tokenizer import load_tokenizer
 
         self.config = EmbedConfig(**config)
@@ -63,7 +65,9 @@ class Embedder:
         spec = read_folder_spec(self.model_dir)
         self.is_encoder = is_encoder(hf)
         self.device = pick_device(self.config.device)
-        self.backbone = load_backbone(self.model_dir, hf, self.config.dtype, self.device, self.config.load_format)
+        if backbone is None:
+            backbone = load_backbone(self.model_dir, hf, self.config.dtype, self.device, self.config.load_format)
+        self.backbone = backbone
         self.tokenizer_dir = Path(self.config.tokenizer).expanduser() if self.config.tokenizer else self.model_dir
         self.tokenizer = load_tokenizer(self.tokenizer_dir)
         self.tokenizer.model_max_length = 1 << 30  # we check lengths ourselves, with a clearer message

@@ -46,7 +46,12 @@ class Attention(nn.Module):
         self.register_buffer("v_scale", torch.ones((), dtype=torch.float32), persistent=False)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """q (tokens, heads, head_dim), k and v (tokens, kv_heads, head_dim) -> (tokens, heads * head_dim)."""
+        """q (tokens, heads, head_dim), k and v (tokens, kv_heads, head_dim) -> (tokens, heads * head_dim).
+
+        Any other `meta` is a packed batch without a KV cache (embeddings, embed/varlen_attention.py): it
+        attends causally itself and nothing is stored, so one decoder serves generation and embeddings."""
+        if not isinstance(meta, AttentionMetadata):
+            return meta.attend(q, k, v, causal=True, window=self.sliding_window).flatten(1)
         kv_cache = meta.kv_caches[self.layer_idx]
         store_kv = triton_kernel("store_kv", "store_kv") if q.is_cuda else None
         if store_kv is not None:

@@ -23,3 +23,19 @@ def test_llm_embed_on_a_decoder(tiny_model):
     llm = LLM(str(tiny_model("qwen3")), kv_cache_memory=1 << 22)
     [vector] = llm.embed(["hello world"])
     assert abs(sum(v * v for v in vector) - 1.0) < 1e-4  # L2-normalised last-token embedding
+
+
+def test_a_decoder_embeds_with_the_engine_weights_and_still_generates(tiny_model):
+    from model_optimizer import SamplingParams
+    from model_optimizer.embed import Embedder
+
+    folder = str(tiny_model("qwen3"))
+    llm = LLM(folder, kv_cache_memory=1 << 22)
+    greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    before = llm.generate([[5, 6, 7, 8]], greedy)[0].outputs[0].token_ids
+    texts = ["hello world", "Paged attention keeps the KV cache in blocks.", "x"]
+    ours = torch.tensor(llm.embed(texts))
+    assert llm._embedder.backbone.model is llm.runner.model.model  # loaded once, not a second copy
+    separate = torch.tensor(Embedder(folder, device="cpu").embed(texts))
+    assert torch.nn.functional.cosine_similarity(ours, separate).min() > 0.99999
+    assert llm.generate([[5, 6, 7, 8]], greedy)[0].outputs[0].token_ids == before  # its attention still pages
