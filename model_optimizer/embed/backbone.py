@@ -27,7 +27,6 @@ __all__ = ["DECODER_BASE_NAMES", "DecoderBackbone", "EncoderBackbone", "is_encod
 log = logging.getLogger(__name__)
 
 
-
 class EncoderBackbone(nn.Module):
     causal = False
 

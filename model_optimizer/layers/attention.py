@@ -33,6 +33,29 @@ class AttentionMetadata:
     num_splits: int | None = None
     """Split-KV partitions for decode; fixed per batch-size bucket so eager and graphed steps agree."""
 
+    @classmethod
+    def for_prefill(
+        cls, lengths: list[int], block_size: int, kv_caches: list[torch.Tensor], device: torch.device
+    ) -> AttentionMetadata:
+        """Fresh prompts of `lengths` tokens side by side, in consecutive blocks from block 0 of `kv_caches`
+        (scratch caches for profiling or scoring, not the engine's)."""
+        blocks = [-(-n // block_size) for n in lengths]
+        starts = [sum(blocks[:i]) for i in range(len(blocks))]
+        table = torch.zeros(len(lengths), max(blocks), dtype=torch.int32)
+        for row, (start, num_blocks) in enumerate(zip(starts, blocks)):
+            table[row, :num_blocks] = torch.arange(start, start + num_blocks, dtype=torch.int32)
+        slots = torch.cat([torch.arange(n) + start * block_size for n, start in zip(lengths, starts)])
+        ends = torch.tensor(lengths).cumsum(0).tolist()
+        return cls(
+            slot_mapping=slots.to(device),
+            query_start_loc=torch.tensor([0, *ends], dtype=torch.int32, device=device),
+            seq_lens=torch.tensor(lengths, dtype=torch.int32, device=device),
+            block_tables=table.to(device),
+            max_query_len=max(lengths),
+            max_seq_len=max(lengths),
+            kv_caches=kv_caches,
+        )
+
 
 class Attention(nn.Module):
     def __init__(self, layer_idx: int, num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None) -> None:

@@ -129,15 +129,7 @@ class ModelRunner:
         scratch = [
             torch.zeros((2, num_blocks, bs, a.num_kv_heads, a.head_dim), dtype=self.kv_dtype, device=self.device)
         ] * a.num_layers
-        meta = AttentionMetadata(
-            slot_mapping=torch.arange(len(token_ids), device=self.device),
-            query_start_loc=torch.tensor([0, len(token_ids)], dtype=torch.int32, device=self.device),
-            seq_lens=torch.tensor([len(token_ids)], dtype=torch.int32, device=self.device),
-            block_tables=torch.arange(num_blocks, dtype=torch.int32, device=self.device)[None],
-            max_query_len=len(token_ids),
-            max_seq_len=len(token_ids),
-            kv_caches=scratch,
-        )
+        meta = AttentionMetadata.for_prefill([len(token_ids)], bs, scratch, self.device)
         return self.model(token_ids, positions, meta)
 
     @torch.inference_mode()

@@ -65,3 +65,13 @@ def test_pending_token_is_marked_for_the_device_and_unknown_ones_are_refused():
     assert inputs.positions.tolist() == [3] and inputs.sample_positions == [1]
     with pytest.raises(RuntimeError, match="neither on the host nor pending"):
         batch.prepare(second, {})
+
+
+def test_prefill_metadata_puts_prompts_in_consecutive_blocks():
+    from model_optimizer.layers.attention import AttentionMetadata
+
+    meta = AttentionMetadata.for_prefill([3, 6], block_size=4, kv_caches=[], device=torch.device("cpu"))
+    assert meta.block_tables.tolist() == [[0, 0], [1, 2]]  # 1 block, then 2 blocks
+    assert meta.slot_mapping.tolist() == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    assert meta.query_start_loc.tolist() == [0, 3, 9] and meta.seq_lens.tolist() == [3, 6]
+    assert (meta.max_query_len, meta.max_seq_len) == (6, 6)
