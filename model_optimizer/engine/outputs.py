@@ -22,8 +22,10 @@ class RequestOutputKind(enum.Enum):
     """What each RequestOutput of a request holds (SamplingParams.output_kind).
 
     CUMULATIVE: everything so far (text, token ids, logprobs grow until finish_reason is set).
-    DELTA: only what is new since the request's previous output; finish_reason on the last one.
-    Streaming servers use it: nothing is copied or sliced twice, whatever the output length.
+    DELTA: only what is new since the request's previous output; finish_reason on each completion's
+    last delta. `outputs` then holds only the completions with something new (tokens or their finish),
+    so with n > 1 a completion's index says which it is. Streaming servers use it: nothing is copied
+    or sliced twice, whatever the output length.
     FINAL_ONLY: one output when the request (all n completions) has finished, cumulative.
     """
 
