@@ -30,69 +30,9 @@ from dataclasses import dataclass, field
 from model_optimizer.engine.input_processor import check_prompt_fits
 from model_optimizer.engine.kv_cache import KVCacheManager
 from model_optimizer.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN, Request, RequestStatus
-from model_optimizer.sampling_params import SamplingParams
+from model_optimizer.engine.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
 
-
-@dataclass
-class NewRequestData:
-    """A request the runner has not seen yet (or is seeing again after preemption)."""
-
-    request_id: str
-    """The completion's id (n > 1 completions have one each)."""
-    prompt_token_ids: list[int]
-    """The whole prompt (shared, not copied: neither side changes it)."""
-    output_token_ids: list[int]
-    """Tokens generated before a preemption (a copy); empty for a fresh request."""
-    params: SamplingParams
-    """How it samples: the runner keeps them with its own copy of the request."""
-    block_ids: list[int]
-    """Its KV-cache blocks so far, in order: row of the runner's block table."""
-    num_computed_tokens: int
-    """Tokens whose KV is already in the cache (prefix hit), so this step starts after them."""
-
-
-@dataclass
-class CachedRequestData:
-    """A request the runner already holds: only what changed since the last step."""
-
-    request_id: str
-    new_block_ids: list[int]
-    """Blocks allocated since the runner last heard of it, appended to its block-table row."""
-    num_computed_tokens: int
-    """Tokens computed before this step; this step computes the next num_scheduled_tokens[request_id]."""
-
-
-@dataclass
-class SchedulerOutput:
-    """What one engine step computes, as plain data: ids, token ids, block ids and sampling params.
-
-    The runner needs nothing else and cannot reach back into the scheduler's live Requests, so a
-    test builds one by hand and tensor-parallel workers can receive it as it is.
-    """
-
-    step_id: int = 0
-    """The step's number; update_from_output finds by it the requests that sampled."""
-    new_requests: list[NewRequestData] = field(default_factory=list)
-    cached_requests: list[CachedRequestData] = field(default_factory=list)
-    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
-    """Tokens to compute this step, per request id, in batch order."""
-    finished_request_ids: set[str] = field(default_factory=set)
-    """Requests finished, aborted or preempted since the last step: the runner drops their state."""
-    sampling_request_ids: set[str] = field(default_factory=set)
-    """Requests whose last scheduled token yields a new token this step (all but partial prompt chunks)."""
-    needs_history: bool = False
-    """Some sampling request reads its generated tokens on the host (penalties): the previous step's
-    tokens must be collected before this step is launched (see engine.py)."""
-    num_prompt_tokens: int = 0
-    """Prompt tokens (recomputed ones after preemption included) this step computes."""
-
-    @property
-    def total_num_scheduled_tokens(self) -> int:
-        return sum(self.num_scheduled_tokens.values())
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.num_scheduled_tokens
+__all__ = ["CachedRequestData", "NewRequestData", "Scheduler", "SchedulerConfig", "SchedulerOutput"]
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from model_optimizer.engine.scheduler import SchedulerOutput
+from model_optimizer.engine.scheduler_output import SchedulerOutput
 from model_optimizer.host_to_device import to_device_packed
 from model_optimizer.layers.attention import AttentionMetadata
 from model_optimizer.layers.sampler import SamplingInput

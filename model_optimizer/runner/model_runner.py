@@ -11,7 +11,7 @@ import torch
 from model_optimizer.config import EngineConfig
 from model_optimizer.engine.kv_cache import check_kv_capacity
 from model_optimizer.engine.request import Logprob
-from model_optimizer.engine.scheduler import SchedulerOutput
+from model_optimizer.engine.scheduler_output import SchedulerOutput
 from model_optimizer.layers.attention import AttentionMetadata
 from model_optimizer.layers.sampler import SampledTokens, Sampler, SamplingInput
 from model_optimizer.models.loader import load_model

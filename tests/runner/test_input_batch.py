@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model_optimizer.engine.scheduler import CachedRequestData, NewRequestData, SchedulerOutput
+from model_optimizer.engine.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
 from model_optimizer.runner.input_batch import InputBatch
 from model_optimizer.sampling_params import SamplingParams
 
