@@ -11,7 +11,7 @@ import pytest
 from model_optimizer.engine.request import NONFINITE_ERROR
 from model_optimizer.server.config import ServerConfig
 from tests.engine.test_nonfinite import BAD_TOKEN, nan_model  # noqa: F401 - the fixture
-from tests.server.live import start_server
+from tests.server.live import start_server, wait_for
 from tests.server.test_errors import assert_error
 
 
@@ -42,4 +42,5 @@ def test_nan_stream_ends_with_error_event_then_done(nan_server):
     error = json.loads(events[-2])["error"]
     assert error["code"] == 500 and NONFINITE_ERROR in error["message"]
     assert all("error" not in json.loads(e) for e in events[:-2])
-    assert nan_server.state.num_admitted == 0  # the group was closed and its room released
+    # the response closes its group after the last byte is sent: the client may read [DONE] first
+    wait_for(lambda: nan_server.state.num_admitted == 0, "the group was closed and its room released")
