@@ -153,18 +153,27 @@ def _trials_table(summary: dict) -> str:
     e = html.escape
     front, best = set(summary["pareto_front"]), (summary.get("best") or {}).get("number")
     head = ["trial", "state", "settings", "goodput", "TTFT p99", "TPOT p99", "memory GiB", "cold start s",
-            "pred. TPOT", "pred. tok/s", "meas. tok/s", "note"]
+            "pred. TPOT", "pred. tok/s", "meas. tok/s", "preemptions", "KV max %", "note"]
     rows = []
     for r in summary["trials"]:
         m, p = r.get("measured") or {}, r.get("predicted") or {}
         note = r.get("error") or r.get("skip_reason") or ("Pareto front" if r["number"] in front else "")
         cells = [r["number"], r["state"], json.dumps(r.get("settings", {})), m.get("goodput"), m.get("ttft_p99_ms"),
                  m.get("tpot_p99_ms"), m.get("memory_gib"), m.get("cold_start_s"), p.get("tpot_ms"),
-                 p.get("output_throughput"), m.get("output_throughput"), note]
+                 p.get("output_throughput"), m.get("output_throughput"), *_server_figures(m), note]
         cls = " class=best" if r["number"] == best else ""
         rows.append(f"<tr{cls}>" + "".join(f"<td class=l>{e(_fmt(c))}</td>" for c in cells) + "</tr>")
     return ("<h2>All trials</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows)
             + "</table>")
+
+
+def _server_figures(measured: dict) -> tuple:
+    """Preemptions and the KV cache's peak use during the load, from the server's own /metrics."""
+    server = measured.get("server_metrics") or {}
+    preempted = (server.get("counters") or {}).get("num_preemptions_total", {}).get("delta")
+    gauges = server.get("gauges") or {}
+    usage = (gauges.get("kv_cache_usage_perc") or gauges.get("gpu_cache_usage_perc") or {}).get("max")
+    return preempted, None if usage is None else 100.0 * usage
 
 
 def _fmt(value) -> str:
