@@ -85,3 +85,19 @@ def _assert_close_or_tied(x, y):
         if a != b:
             assert b in x.logprobs[step].top and a in y.logprobs[step].top
             return
+
+
+def test_llm_embed_shares_the_engine_decoder_and_generation_is_unchanged(model_dir):
+    """LLM.embed runs the engine's own (graph-captured) decoder with packed metadata: same vectors as a
+    separately loaded Embedder in the same dtype, and the engine's tokens do not change after it."""
+    from model_optimizer.embed import Embedder
+
+    llm = LLM(model_dir, dtype="bfloat16", gpu_memory_utilization=0.2, max_num_seqs=32)
+    batch = prompts(5, count=4)
+    before = tokens(llm.generate(batch, GREEDY))
+    texts = ["hello world", "Paged attention keeps the KV cache in blocks.", "x" * 40]
+    ours = torch.tensor(llm.embed(texts))
+    assert llm._embedder.backbone.model is llm.runner.model.model
+    separate = torch.tensor(Embedder(model_dir, dtype="bfloat16", device="cuda").embed(texts))
+    assert torch.nn.functional.cosine_similarity(ours, separate).min() > 0.999
+    assert tokens(llm.generate(batch, GREEDY)) == before
