@@ -33,8 +33,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "study.db, results.json, report.html, best.yaml and the mopt/vllm commands to --output-dir. "
         "`mopt tune translate best.yaml --to vllm` prints the vllm serve command for a best.yaml.",
     )
-    parser.add_argument("words", nargs="*", metavar="translate FILE",
-                        help="`translate best.yaml --to vllm`: print the command for a tuned configuration")
+    parser.add_argument(
+        "words",
+        nargs="*",
+        metavar="translate FILE",
+        help="`translate best.yaml --to vllm`: print the command for a tuned configuration",
+    )
     parser.add_argument("--to", choices=("vllm", "mopt"), default=None, help="translate: the server to translate to")
     parser.add_argument("--model", default=None, help="model folder (default: the built-in model)")
     parser.add_argument("--output-dir", default="tune-results", help="folder of the study and its reports")
@@ -42,28 +46,51 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--time", default=None, help="time budget of this run: seconds, or 30m, 1.5h")
     parser.add_argument("--seed", type=int, default=None, help="seed of the sampler and the workload (default 0)")
     parser.add_argument("--resume", action="store_true", default=None, help="continue the study in --output-dir")
-    parser.add_argument("--sampler", choices=SAMPLERS, default=None,
-                        help="nsga2 (default), tpe (multi-objective TPE), or grid: every combination of the knobs' "
-                        "choices (vLLM auto_tune's method; the budget defaults to the grid's size)")
-    parser.add_argument("--prefer", choices=PREFER_CHOICES, default=None,
-                        help="which Pareto trade-off best.yaml holds (default goodput)")
+    parser.add_argument(
+        "--sampler",
+        choices=SAMPLERS,
+        default=None,
+        help="nsga2 (default), tpe (multi-objective TPE), or grid: every combination of the knobs' "
+        "choices (vLLM auto_tune's method; the budget defaults to the grid's size)",
+    )
+    parser.add_argument(
+        "--prefer",
+        choices=PREFER_CHOICES,
+        default=None,
+        help="which Pareto trade-off best.yaml holds (default goodput)",
+    )
     parser.add_argument("--slo", default=None, help="SLOs as in mopt bench, e.g. ttft_p99=500ms,tpot_p99=40ms")
     parser.add_argument("--space", default=None, help="YAML file of knobs: name: [values] or name: {low, high, log}")
-    parser.add_argument("--fix", action="append", default=None, metavar="NAME=VALUE",
-                        help="hold a setting (any mopt serve flag name) at a value; repeatable")
-    parser.add_argument("--server-cmd", default=None, metavar="TEMPLATE",
-                        help="tune an external OpenAI-compatible server: a command with {model}, {port}, {host}, "
-                        "{flags}, {vllm_flags}, {python} and {SETTING} placeholders")
-    parser.add_argument("--ready-path", default=None,
-                        help="path polled until 200 (default /ready; /v1/models with --server-cmd)")
+    parser.add_argument(
+        "--fix",
+        action="append",
+        default=None,
+        metavar="NAME=VALUE",
+        help="hold a setting (any mopt serve flag name) at a value; repeatable",
+    )
+    parser.add_argument(
+        "--server-cmd",
+        default=None,
+        metavar="TEMPLATE",
+        help="tune an external OpenAI-compatible server: a command with {model}, {port}, {host}, "
+        "{flags}, {vllm_flags}, {python} and {SETTING} placeholders",
+    )
+    parser.add_argument(
+        "--ready-path", default=None, help="path polled until 200 (default /ready; /v1/models with --server-cmd)"
+    )
     parser.add_argument("--ready-timeout", type=float, default=None, help="seconds to ready before a trial fails (600)")
     parser.add_argument("--trial-timeout", type=float, default=None, help="seconds of load before a trial fails (1800)")
     parser.add_argument("--gpu", default=None, help="datasheet of the GPU for the predictor (default: the visible one)")
-    parser.add_argument("--hardware", default=None, metavar="FILE",
-                        help="`mopt doctor --bench --json` output: measured bandwidth and matmul peak for the predictor")
+    parser.add_argument(
+        "--hardware",
+        default=None,
+        metavar="FILE",
+        help="`mopt doctor --bench --json` output: measured bandwidth and matmul peak for the predictor",
+    )
     parser.add_argument("--no-predict", action="store_true", default=None, help="measure every candidate")
-    parser.add_argument("--no-baseline", action="store_true", default=None,
-                        help="do not measure the default settings first")
+    parser.add_argument(
+        "--no-baseline", action="store_true", default=None, help="do not measure the default settings first"
+    )
     add_dataclass_args(parser, ClientConfig, skip=CLIENT_SKIP)
     add_dataclass_args(parser, WorkloadConfig, skip=("seed",))
     add_dataclass_args(parser, LoadConfig)
@@ -84,12 +111,18 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     output_dir = Path(args.output_dir)
     if args.resume:
-        given = sorted(k for k, v in vars(args).items() if v is not None and k not in RESUMABLE
-                       and k not in ("handler", "command", "debug", "config_classes"))
+        given = sorted(
+            k
+            for k, v in vars(args).items()
+            if v is not None and k not in RESUMABLE and k not in ("handler", "command", "debug", "config_classes")
+        )
         if given:
-            raise ValueError("--resume continues the stored study with its own settings; drop "
-                             + ", ".join("--" + g.replace("_", "-") for g in given) + " (only --trials, --time and "
-                             "--prefer may change)")
+            raise ValueError(
+                "--resume continues the stored study with its own settings; drop "
+                + ", ".join("--" + g.replace("_", "-") for g in given)
+                + " (only --trials, --time and "
+                "--prefer may change)"
+            )
         stored = runner.load_stored(output_dir)
     else:
         stored = _fresh(args)
@@ -109,14 +142,22 @@ def _fresh(args: argparse.Namespace) -> dict:
     parse_slo(args.slo)
     space = build_space(args.space, args.fix)
     return {
-        "model": args.model, "space": space.to_dict(), "slo": args.slo, "seed": seed,
+        "model": args.model,
+        "space": space.to_dict(),
+        "slo": args.slo,
+        "seed": seed,
         "client": dataclasses.asdict(dataclass_from_args(ClientConfig, args, model=None)),  # --model is the folder
         "workload": dataclasses.asdict(dataclass_from_args(WorkloadConfig, args, seed=seed)),
         "load": dataclasses.asdict(dataclass_from_args(LoadConfig, args)),
         "server_cmd": args.server_cmd,
         "ready_path": args.ready_path or ("/v1/models" if args.server_cmd else "/ready"),
-        "ready_timeout": args.ready_timeout or 600.0, "trial_timeout": args.trial_timeout or 1800.0,
-        "sampler": args.sampler or "nsga2", "gpu": args.gpu, "hardware": args.hardware, "predict": not args.no_predict, "baseline": not args.no_baseline,
+        "ready_timeout": args.ready_timeout or 600.0,
+        "trial_timeout": args.trial_timeout or 1800.0,
+        "sampler": args.sampler or "nsga2",
+        "gpu": args.gpu,
+        "hardware": args.hardware,
+        "predict": not args.no_predict,
+        "baseline": not args.no_baseline,
     }
 
 
@@ -133,8 +174,9 @@ def _translate(args: argparse.Namespace) -> int:
 
     words = args.words
     if words[0] != "translate" or len(words) != 2:
-        raise ValueError("`mopt tune` takes flags only, or `mopt tune translate best.yaml --to vllm`; got "
-                         + " ".join(words))
+        raise ValueError(
+            "`mopt tune` takes flags only, or `mopt tune translate best.yaml --to vllm`; got " + " ".join(words)
+        )
     values = read_config_file(words[1], (EngineConfig, ServerConfig))
     model = values.pop("model", None)
     console = Console()

@@ -84,14 +84,19 @@ def template_argv(template: str, model: str | None, settings: dict, port: int) -
     (booleans as true/false). An unknown placeholder is a ValueError listing the known ones."""
     values = {name: _text(value) for name, value in settings.items()}
     values |= {
-        "model": model or "", "host": "127.0.0.1", "port": str(port), "python": sys.executable,
+        "model": model or "",
+        "host": "127.0.0.1",
+        "port": str(port),
+        "python": sys.executable,
         "flags": " ".join(map(shlex.quote, flag_args(settings))),
         "vllm_flags": " ".join(map(shlex.quote, vllm_serve(model, settings).argv[3:])),
     }
     unknown = sorted(set(PLACEHOLDER.findall(template)) - set(values))
     if unknown:
-        raise ValueError(f"--server-cmd names {', '.join('{' + u + '}' for u in unknown)}, which is not set; known: "
-                         f"{', '.join('{' + k + '}' for k in sorted(values))} (fix a setting with --fix NAME=VALUE)")
+        raise ValueError(
+            f"--server-cmd names {', '.join('{' + u + '}' for u in unknown)}, which is not set; known: "
+            f"{', '.join('{' + k + '}' for k in sorted(values))} (fix a setting with --fix NAME=VALUE)"
+        )
     raw = {"flags", "vllm_flags"}  # already quoted word by word
     filled = PLACEHOLDER.sub(lambda m: values[m[1]] if m[1] in raw else shlex.quote(values[m[1]]), template)
     return shlex.split(filled)

@@ -40,15 +40,23 @@ def hardware_from_doctor(path: str | Path) -> Hardware:
     bench = data.get("bench", data) if isinstance(data, dict) else {}
     results = {r.get("name"): r for r in bench.get("results", []) if isinstance(r, dict) and "value" in r}
     if "d2d_copy" not in results or "matmul_bf16" not in results:
-        raise ValueError(f"hardware file {file} has no d2d_copy and matmul_bf16 results: write it with "
-                         "`mopt doctor --bench --json > FILE`")
+        raise ValueError(
+            f"hardware file {file} has no d2d_copy and matmul_bf16 results: write it with "
+            "`mopt doctor --bench --json > FILE`"
+        )
     device = bench.get("device") or {}
     name = device.get("name", "measured")
     spec = _spec(name)
     memory = device.get("total_memory", 0) / (1 << 30) or (spec or {}).get("memory_gib", CPU_MEMORY_GIB)
     # a copy moves its bytes twice (read + write): that is what a decode step's weight read pays too
-    return Hardware(name, float(results["d2d_copy"]["value"]), float(results["matmul_bf16"]["value"]), float(memory),
-                    name != "cpu", f"mopt doctor --bench ({file.name})")
+    return Hardware(
+        name,
+        float(results["d2d_copy"]["value"]),
+        float(results["matmul_bf16"]["value"]),
+        float(memory),
+        name != "cpu",
+        f"mopt doctor --bench ({file.name})",
+    )
 
 
 def hardware_from_datasheet(name: str) -> Hardware:
@@ -58,8 +66,14 @@ def hardware_from_datasheet(name: str) -> Hardware:
 
         names = ", ".join(g["name"] for g in load("gpus")["gpus"])
         raise ValueError(f"--gpu {name!r} matches no datasheet; one of: {names}")
-    return Hardware(spec["name"], float(spec["memory_bandwidth_gbps"]), float(spec["tflops"]["bf16"]),
-                    float(spec["memory_gib"]), True, f"datasheet ({spec['name']})")
+    return Hardware(
+        spec["name"],
+        float(spec["memory_bandwidth_gbps"]),
+        float(spec["tflops"]["bf16"]),
+        float(spec["memory_gib"]),
+        True,
+        f"datasheet ({spec['name']})",
+    )
 
 
 def detect_hardware(gpu: str | None = None, doctor_json: str | None = None) -> Hardware:

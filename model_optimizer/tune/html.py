@@ -15,10 +15,12 @@ from pathlib import Path
 
 from model_optimizer.fileio import atomic_write
 
-STYLE = ("body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1.5em;color:#222}"
-         "table{border-collapse:collapse;font-size:13px}th,td{padding:3px 9px;border-bottom:1px solid #e3e6ea;"
-         "text-align:right}th{background:#f4f6f8}td.l{text-align:left}img{max-width:100%}"
-         ".best td{background:#e6f4ea}pre{background:#f6f8fa;padding:.8em;overflow-x:auto}")
+STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1.5em;color:#222}"
+    "table{border-collapse:collapse;font-size:13px}th,td{padding:3px 9px;border-bottom:1px solid #e3e6ea;"
+    "text-align:right}th{background:#f4f6f8}td.l{text-align:left}img{max-width:100%}"
+    ".best td{background:#e6f4ea}pre{background:#f6f8fa;padding:.8em;overflow-x:auto}"
+)
 
 
 def write_html(output_dir: Path, summary: dict, study=None) -> Path:
@@ -56,10 +58,15 @@ def render_plots(summary: dict, study=None) -> dict[str, bytes]:
     predicted = [r for r in done if r.get("predicted")]
     if predicted:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        for ax, ours, theirs, label in ((axes[0], "tpot_ms", "tpot_p99_ms", "TPOT (ms)"),
-                                        (axes[1], "output_throughput", "output_throughput", "throughput (tok/s)")):
-            pairs = [(r["measured"][theirs], r["predicted"][ours], r["number"]) for r in predicted
-                     if r["measured"][theirs] and r["predicted"][ours] and r["predicted"][ours] > 0]
+        for ax, ours, theirs, label in (
+            (axes[0], "tpot_ms", "tpot_p99_ms", "TPOT (ms)"),
+            (axes[1], "output_throughput", "output_throughput", "throughput (tok/s)"),
+        ):
+            pairs = [
+                (r["measured"][theirs], r["predicted"][ours], r["number"])
+                for r in predicted
+                if r["measured"][theirs] and r["predicted"][ours] and r["predicted"][ours] > 0
+            ]
             if not pairs:
                 continue
             xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
@@ -113,38 +120,61 @@ def _png(fig, plt) -> bytes:
 
 def render_page(summary: dict, plots: dict[str, bytes]) -> str:
     e = html.escape
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>mopt tune</title><style>{STYLE}</style>"
-             "</head><body><h1>mopt tune</h1>"]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>mopt tune</title><style>{STYLE}</style>"
+        "</head><body><h1>mopt tune</h1>"
+    ]
     counts = summary["counts"]
-    parts.append(f"<p>{counts['COMPLETE']} trials measured, {counts['FAIL']} failed, {counts['PRUNED']} skipped by the "
-                 f"predictor. SLO: {e(str(summary['setup'].get('slo') or 'none'))}. Chosen for "
-                 f"<b>{e(summary['prefer'])}</b>.</p>")
+    parts.append(
+        f"<p>{counts['COMPLETE']} trials measured, {counts['FAIL']} failed, {counts['PRUNED']} skipped by the "
+        f"predictor. SLO: {e(str(summary['setup'].get('slo') or 'none'))}. Chosen for "
+        f"<b>{e(summary['prefer'])}</b>.</p>"
+    )
     best = summary.get("best")
     baseline = summary.get("baseline")
     if best and baseline:
         gain = best["measured"]["goodput"] / baseline["goodput"] if baseline["goodput"] else None
-        parts.append(f"<p>Default settings (trial {baseline['number']}): goodput {baseline['goodput']:.4g} req/s; "
-                     f"chosen (trial {best['number']}): {best['measured']['goodput']:.4g} req/s"
-                     + (f" ({gain:.2f}x)" if gain else "") + ".</p>")
+        parts.append(
+            f"<p>Default settings (trial {baseline['number']}): goodput {baseline['goodput']:.4g} req/s; "
+            f"chosen (trial {best['number']}): {best['measured']['goodput']:.4g} req/s"
+            + (f" ({gain:.2f}x)" if gain else "")
+            + ".</p>"
+        )
     if summary.get("predictor"):
         fit = summary["predictor"]["fit"]
-        parts.append("<p>Predictor (measured = a x ideal + b): " + ", ".join(
-            f"{e(k)} a={v[0]:.3g} b={v[1]:.3g}" for k, v in fit.items()) + f"; hardware "
-            f"{e(summary['predictor']['hardware']['source'])}.</p>")
+        parts.append(
+            "<p>Predictor (measured = a x ideal + b): "
+            + ", ".join(f"{e(k)} a={v[0]:.3g} b={v[1]:.3g}" for k, v in fit.items())
+            + f"; hardware "
+            f"{e(summary['predictor']['hardware']['source'])}.</p>"
+        )
     if best:
         import shlex
 
-        parts.append("<h2>Recommendation</h2><pre>" + e(shlex.join(best["mopt_serve"])) + "\n\n"
-                     + e(shlex.join(best["vllm_serve"])) + "</pre>")
-        parts.append("<table><tr><th>setting</th><th>vLLM flag</th></tr>"
-                     + "".join(f"<tr><td class=l>{e(k)}</td><td class=l>{e(v)}</td></tr>"
-                               for k, v in best["vllm_translated"].items())
-                     + "".join(f"<tr><td class=l>{e(k)}</td><td class=l>not in vLLM: {e(v)}</td></tr>"
-                               for k, v in best["vllm_untranslated"].items()) + "</table>")
+        parts.append(
+            "<h2>Recommendation</h2><pre>"
+            + e(shlex.join(best["mopt_serve"]))
+            + "\n\n"
+            + e(shlex.join(best["vllm_serve"]))
+            + "</pre>"
+        )
+        parts.append(
+            "<table><tr><th>setting</th><th>vLLM flag</th></tr>"
+            + "".join(
+                f"<tr><td class=l>{e(k)}</td><td class=l>{e(v)}</td></tr>" for k, v in best["vllm_translated"].items()
+            )
+            + "".join(
+                f"<tr><td class=l>{e(k)}</td><td class=l>not in vLLM: {e(v)}</td></tr>"
+                for k, v in best["vllm_untranslated"].items()
+            )
+            + "</table>"
+        )
     for name, png in plots.items():
         data = base64.b64encode(png).decode()
         parts.append(f"<h2>{e(name.replace('_', ' '))}</h2><img alt='{e(name)}' src='data:image/png;base64,{data}'>")
-    parts.append("<h2>Prediction error (MAPE)</h2><pre>" + e(json.dumps(summary["prediction_error"], indent=1)) + "</pre>")
+    parts.append(
+        "<h2>Prediction error (MAPE)</h2><pre>" + e(json.dumps(summary["prediction_error"], indent=1)) + "</pre>"
+    )
     parts.append(_trials_table(summary))
     return "".join(parts) + "</body></html>"
 
@@ -152,19 +182,46 @@ def render_page(summary: dict, plots: dict[str, bytes]) -> str:
 def _trials_table(summary: dict) -> str:
     e = html.escape
     front, best = set(summary["pareto_front"]), (summary.get("best") or {}).get("number")
-    head = ["trial", "state", "settings", "goodput", "TTFT p99", "TPOT p99", "memory GiB", "cold start s",
-            "pred. TPOT", "pred. tok/s", "meas. tok/s", "preemptions", "KV max %", "note"]
+    head = [
+        "trial",
+        "state",
+        "settings",
+        "goodput",
+        "TTFT p99",
+        "TPOT p99",
+        "memory GiB",
+        "cold start s",
+        "pred. TPOT",
+        "pred. tok/s",
+        "meas. tok/s",
+        "preemptions",
+        "KV max %",
+        "note",
+    ]
     rows = []
     for r in summary["trials"]:
         m, p = r.get("measured") or {}, r.get("predicted") or {}
         note = r.get("error") or r.get("skip_reason") or ("Pareto front" if r["number"] in front else "")
-        cells = [r["number"], r["state"], json.dumps(r.get("settings", {})), m.get("goodput"), m.get("ttft_p99_ms"),
-                 m.get("tpot_p99_ms"), m.get("memory_gib"), m.get("cold_start_s"), p.get("tpot_ms"),
-                 p.get("output_throughput"), m.get("output_throughput"), *_server_figures(m), note]
+        cells = [
+            r["number"],
+            r["state"],
+            json.dumps(r.get("settings", {})),
+            m.get("goodput"),
+            m.get("ttft_p99_ms"),
+            m.get("tpot_p99_ms"),
+            m.get("memory_gib"),
+            m.get("cold_start_s"),
+            p.get("tpot_ms"),
+            p.get("output_throughput"),
+            m.get("output_throughput"),
+            *_server_figures(m),
+            note,
+        ]
         cls = " class=best" if r["number"] == best else ""
         rows.append(f"<tr{cls}>" + "".join(f"<td class=l>{e(_fmt(c))}</td>" for c in cells) + "</tr>")
-    return ("<h2>All trials</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows)
-            + "</table>")
+    return (
+        "<h2>All trials</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
+    )
 
 
 def _server_figures(measured: dict) -> tuple:

@@ -68,8 +68,14 @@ def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype {dtype!r} of the model is not one of {', '.join(DTYPE_BYTES)}")
     elem = DTYPE_BYTES[dtype]
-    return ModelCost(params, linear, params * elem, {"auto": 2 * layers * kv * elem, "fp8": 2 * layers * kv},
-                     4 * layers * q, int(config.get("max_position_embeddings", 0)))
+    return ModelCost(
+        params,
+        linear,
+        params * elem,
+        {"auto": 2 * layers * kv * elem, "fp8": 2 * layers * kv},
+        4 * layers * q,
+        int(config.get("max_position_embeddings", 0)),
+    )
 
 
 @dataclass
@@ -127,7 +133,8 @@ class Predictor:
     cost: ModelCost
     hardware: Hardware
     fit: dict[str, tuple[float, float]] = field(
-        default_factory=lambda: {"tpot": (1.0, 0.0), "ttft": (1.0, 0.0), "throughput": (1.0, 0.0)})
+        default_factory=lambda: {"tpot": (1.0, 0.0), "ttft": (1.0, 0.0), "throughput": (1.0, 0.0)}
+    )
     memory_offset_gib: float = 0.0
     num_fitted: int = 0
     config: dict | None = None
@@ -162,11 +169,25 @@ class Predictor:
         # a closed loop keeping more requests in flight than run at once: each waits for (C / running - 1) others
         queued = max(load.concurrency / running - 1.0, 0.0) if load.concurrency is not None else 0.0
         ttft = service_ttft + queued * (service_ttft + (o - 1) * t)
-        pred = Prediction(t * 1e3, ttft * 1e3, throughput, memory / GIB, running, int(capacity), o, rate_cap,
-                          service_ttft_ms=service_ttft * 1e3)
+        pred = Prediction(
+            t * 1e3,
+            ttft * 1e3,
+            throughput,
+            memory / GIB,
+            running,
+            int(capacity),
+            o,
+            rate_cap,
+            service_ttft_ms=service_ttft * 1e3,
+        )
         if capacity < seq_tokens:
-            pred.fits, pred.reason = False, (f"KV cache holds {int(capacity)} tokens, fewer than one request's "
-                                             f"{int(seq_tokens)} (prompt + output)")
+            pred.fits, pred.reason = (
+                False,
+                (
+                    f"KV cache holds {int(capacity)} tokens, fewer than one request's "
+                    f"{int(seq_tokens)} (prompt + output)"
+                ),
+            )
         elif self.cost.weight_bytes > self._budget_bytes(settings):
             pred.fits, pred.reason = False, "the weights alone exceed the memory budget"
         return pred
@@ -182,7 +203,8 @@ class Predictor:
         service = af * (ideal.service_ttft_ms if ideal.service_ttft_ms is not None else ideal.ttft_ms) + bf
         pred.service_ttft_ms = service
         pred.output_throughput = self.fit["throughput"][0] * _throughput(
-            pred.running, pred.output_len, service, pred.tpot_ms, pred.rate_cap)
+            pred.running, pred.output_len, service, pred.tpot_ms, pred.rate_cap
+        )
         pred.memory_gib += self.memory_offset_gib
         return pred
 
@@ -193,8 +215,11 @@ class Predictor:
             if used:
                 self.fit[key] = line_fit([x for x, _ in used], [y for _, y in used])
         self.fit["throughput"] = (1.0, 0.0)
-        ratios = [m["output_throughput"] / c.output_throughput for c, m in
-                  ((self.correct(p), m) for p, m in measured) if m.get("output_throughput") and c.output_throughput > 0]
+        ratios = [
+            m["output_throughput"] / c.output_throughput
+            for c, m in ((self.correct(p), m) for p, m in measured)
+            if m.get("output_throughput") and c.output_throughput > 0
+        ]
         if ratios:
             self.fit["throughput"] = (statistics.median(ratios), 0.0)
         offsets = [m["memory_gib"] - p.memory_gib for p, m in measured if m.get("memory_gib") is not None]
@@ -239,8 +264,15 @@ class Predictor:
             return None
         from model_optimizer.config import EngineConfig
 
-        names = ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs", "block_size", "kv_cache_dtype",
-                 "max_model_len", "dtype")
+        names = (
+            "gpu_memory_utilization",
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "block_size",
+            "kv_cache_dtype",
+            "max_model_len",
+            "dtype",
+        )
         key = tuple(settings.get(n) for n in names)
         cache = self.__dict__.setdefault("_plans", {})
         if key not in cache:

@@ -31,13 +31,16 @@ def study_rows(study) -> list[dict]:
 
 def prediction_errors(rows: list[dict]) -> dict:
     """MAPE of the prediction made before each measured trial (corrected by the trials before it)."""
-    pairs = {"tpot": ("tpot_ms", "tpot_p99_ms"), "ttft": ("ttft_ms", "ttft_p99_ms"),
-             "throughput": ("output_throughput", "output_throughput")}
+    pairs = {
+        "tpot": ("tpot_ms", "tpot_p99_ms"),
+        "ttft": ("ttft_ms", "ttft_p99_ms"),
+        "throughput": ("output_throughput", "output_throughput"),
+    }
     measured = [r for r in rows if r["state"] == "COMPLETE" and r.get("predicted")]
     out = {}
     for key, (ours, theirs) in pairs.items():
         all_pairs = [(r["predicted"][ours], r["measured"][theirs]) for r in measured]
-        half = all_pairs[len(all_pairs) // 2:]  # after the refit has seen some trials
+        half = all_pairs[len(all_pairs) // 2 :]  # after the refit has seen some trials
         out[key] = {"mape_pct": mape(all_pairs), "mape_last_half_pct": mape(half), "num_trials": len(all_pairs)}
     return out
 
@@ -46,18 +49,29 @@ def build_summary(rows: list[dict], prefer: str, model: str | None, setup: dict)
     front = pareto_front(rows)
     best = choose(front, prefer)
     counts = {s: sum(r["state"] == s for r in rows) for s in ("COMPLETE", "FAIL", "PRUNED")}
-    summary = {"schema": SCHEMA, "setup": setup, "counts": counts, "prefer": prefer,
-               "pareto_front": [r["number"] for r in front], "best": None, "prediction_error": prediction_errors(rows),
-               "trials": rows}
+    summary = {
+        "schema": SCHEMA,
+        "setup": setup,
+        "counts": counts,
+        "prefer": prefer,
+        "pareto_front": [r["number"] for r in front],
+        "best": None,
+        "prediction_error": prediction_errors(rows),
+        "trials": rows,
+    }
     baseline = next((r for r in rows if r.get("baseline") and r["state"] == "COMPLETE"), None)
     if baseline:
         summary["baseline"] = {"number": baseline["number"], "goodput": baseline["measured"]["goodput"]}
     if best:
         vllm = vllm_serve(model, best["settings"])
         summary["best"] = {
-            "number": best["number"], "settings": best["settings"], "measured": best["measured"],
+            "number": best["number"],
+            "settings": best["settings"],
+            "measured": best["measured"],
             "mopt_serve": mopt_serve_argv(model, best["settings"]),
-            "vllm_serve": vllm.argv, "vllm_translated": vllm.translated, "vllm_untranslated": vllm.untranslated,
+            "vllm_serve": vllm.argv,
+            "vllm_translated": vllm.translated,
+            "vllm_untranslated": vllm.untranslated,
         }
     return summary
 
@@ -80,10 +94,12 @@ def best_yaml(summary: dict) -> str:
 
     best = summary["best"]
     m = best["measured"]
-    header = (f"# mopt tune: trial {best['number']}, chosen for {summary['prefer']} from the Pareto front\n"
-              f"# measured: goodput {_n(m['goodput'])} req/s, p99 TTFT {_n(m['ttft_p99_ms'])} ms, "
-              f"p99 TPOT {_n(m['tpot_p99_ms'])} ms, memory {_n(m['memory_gib'])} GiB, cold start "
-              f"{_n(m['cold_start_s'])} s\n# run it: mopt serve --config best.yaml\n")
+    header = (
+        f"# mopt tune: trial {best['number']}, chosen for {summary['prefer']} from the Pareto front\n"
+        f"# measured: goodput {_n(m['goodput'])} req/s, p99 TTFT {_n(m['ttft_p99_ms'])} ms, "
+        f"p99 TPOT {_n(m['tpot_p99_ms'])} ms, memory {_n(m['memory_gib'])} GiB, cold start "
+        f"{_n(m['cold_start_s'])} s\n# run it: mopt serve --config best.yaml\n"
+    )
     settings = {k: v for k, v in best["settings"].items() if v is not None}
     model = summary["setup"].get("model")
     if model:
@@ -94,8 +110,15 @@ def best_yaml(summary: dict) -> str:
 def commands_text(best: dict) -> str:
     import shlex
 
-    lines = ["# mopt serve", shlex.join(best["mopt_serve"]), "", "# vllm serve (equivalent where vLLM has the flag)",
-             shlex.join(best["vllm_serve"]), "", "# setting -> vLLM flag"]
+    lines = [
+        "# mopt serve",
+        shlex.join(best["mopt_serve"]),
+        "",
+        "# vllm serve (equivalent where vLLM has the flag)",
+        shlex.join(best["vllm_serve"]),
+        "",
+        "# setting -> vLLM flag",
+    ]
     lines += [f"{k:<28} {v}" for k, v in best["vllm_translated"].items()]
     if best["vllm_untranslated"]:
         lines += ["", "# not expressible in vLLM"]
@@ -118,8 +141,16 @@ def pareto_table(summary: dict):
         m = r["measured"]
         slo = "" if m.get("slo_met") is None else ("met" if m["slo_met"] else "missed")
         mark = "*" if r["number"] == best else ""
-        table.add_row(f"{r['number']}{mark}", *[str(r["settings"].get(k)) for k in knobs], _n(m["goodput"]),
-                      _n(m["ttft_p99_ms"]), _n(m["tpot_p99_ms"]), _n(m["memory_gib"]), _n(m["cold_start_s"]), slo)
+        table.add_row(
+            f"{r['number']}{mark}",
+            *[str(r["settings"].get(k)) for k in knobs],
+            _n(m["goodput"]),
+            _n(m["ttft_p99_ms"]),
+            _n(m["tpot_p99_ms"]),
+            _n(m["memory_gib"]),
+            _n(m["cold_start_s"]),
+            slo,
+        )
     return table
 
 

@@ -49,9 +49,15 @@ def load_stored(output_dir: Path) -> dict:
 
 def trial_setup(stored: dict) -> TrialSetup:
     return TrialSetup(
-        model=stored["model"], client=ClientConfig(**stored["client"]), workload=WorkloadConfig(**stored["workload"]),
-        load=LoadConfig(**stored["load"]), slo=stored["slo"], server_cmd=stored["server_cmd"],
-        ready_path=stored["ready_path"], ready_timeout=stored["ready_timeout"], trial_timeout=stored["trial_timeout"],
+        model=stored["model"],
+        client=ClientConfig(**stored["client"]),
+        workload=WorkloadConfig(**stored["workload"]),
+        load=LoadConfig(**stored["load"]),
+        slo=stored["slo"],
+        server_cmd=stored["server_cmd"],
+        ready_path=stored["ready_path"],
+        ready_timeout=stored["ready_timeout"],
+        trial_timeout=stored["trial_timeout"],
     )
 
 
@@ -67,8 +73,10 @@ def check_template(stored: dict, space: SearchSpace) -> None:
         return
     unused = [k.name for k in space.knobs if k.name not in used]
     if unused:
-        raise ValueError(f"--server-cmd does not pass on searched knob(s) {', '.join(unused)}: add {{NAME}} "
-                         "placeholders or {flags}, narrow the space with --space, or hold them with --fix NAME=VALUE")
+        raise ValueError(
+            f"--server-cmd does not pass on searched knob(s) {', '.join(unused)}: add {{NAME}} "
+            "placeholders or {flags}, narrow the space with --space, or hold them with --fix NAME=VALUE"
+        )
 
 
 def make_predictor(stored: dict, space: SearchSpace) -> tuple[Predictor | None, str]:
@@ -107,10 +115,20 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
         budget.trials = min(budget.trials or grid_size(space), grid_size(space))
     save_setup(output_dir, stored)
     console.print(f"study {output_dir / 'study.db'}: {len(study.trials)} trials so far; {note}")
-    console.print("knobs: " + ", ".join(f"{k.name} {k.describe()}" for k in space.knobs)
-                  + (f"; fixed: {json.dumps(space.fixed)}" if space.fixed else ""))
-    tuner = Tuner(study, space, setup, output_dir, predictor, on_trial=lambda row: _print_trial(console, row),
-                  skip=sampler != "grid")
+    console.print(
+        "knobs: "
+        + ", ".join(f"{k.name} {k.describe()}" for k in space.knobs)
+        + (f"; fixed: {json.dumps(space.fixed)}" if space.fixed else "")
+    )
+    tuner = Tuner(
+        study,
+        space,
+        setup,
+        output_dir,
+        predictor,
+        on_trial=lambda row: _print_trial(console, row),
+        skip=sampler != "grid",
+    )
     if sampler != "grid" and stored.get("baseline", True) and not study.trials and not tuner.enqueue_defaults():
         console.print("no baseline trial: a default setting lies outside the searched space")
     interrupted = False
@@ -125,8 +143,12 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
     summary = report.build_summary(report.study_rows(study), prefer, stored["model"], stored)
     if predictor is not None:
         tuner._refit()  # with every trial the study now holds
-        summary["predictor"] = {"hardware": dataclasses.asdict(predictor.hardware), "fit": predictor.fit,
-                                "memory_offset_gib": predictor.memory_offset_gib, "num_fitted": predictor.num_fitted}
+        summary["predictor"] = {
+            "hardware": dataclasses.asdict(predictor.hardware),
+            "fit": predictor.fit,
+            "memory_offset_gib": predictor.memory_offset_gib,
+            "num_fitted": predictor.num_fitted,
+        }
     report.write_outputs(output_dir, summary, study)
     if summary["best"]:
         console.print(report.pareto_table(summary))
@@ -148,8 +170,10 @@ def _print_trial(console: Console, row: dict) -> None:
     state = row["state"]
     m = row.get("measured") or {}
     if state == "COMPLETE":
-        text = (f"goodput {m['goodput']:.3g} req/s, p99 TTFT {m['ttft_p99_ms'] or 0:.1f} ms, p99 TPOT "
-                f"{m['tpot_p99_ms'] or 0:.1f} ms, cold start {m['cold_start_s']:.1f} s")
+        text = (
+            f"goodput {m['goodput']:.3g} req/s, p99 TTFT {m['ttft_p99_ms'] or 0:.1f} ms, p99 TPOT "
+            f"{m['tpot_p99_ms'] or 0:.1f} ms, cold start {m['cold_start_s']:.1f} s"
+        )
     else:
         text = row.get("error") or row.get("skip_reason") or ""
     settings = " ".join(f"{k}={v}" for k, v in (row.get("settings") or {}).items())

@@ -46,8 +46,14 @@ class ServerProcess:
         self._log = open(self.log_path, "wb")  # noqa: SIM115  # closed in stop()
         self.started_at = time.monotonic()
         try:
-            self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                start_new_session=True,
+            )
         except OSError as exc:
             self._log.close()
             raise ServerFailed(f"cannot start {self.argv[0]!r}: {exc}") from None
@@ -64,7 +70,9 @@ class ServerProcess:
         with httpx.Client(timeout=5.0) as client:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    raise ServerFailed(f"server exited with code {self.proc.returncode} before ready: {self.log_tail()}")
+                    raise ServerFailed(
+                        f"server exited with code {self.proc.returncode} before ready: {self.log_tail()}"
+                    )
                 try:
                     if client.get(url).status_code == 200:
                         return time.monotonic() - self.started_at

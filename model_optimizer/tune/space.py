@@ -136,11 +136,14 @@ def read_space_file(path: str | Path) -> list[Knob]:
         if isinstance(spec, list):
             knobs.append(Knob(name, choices=spec))
         elif isinstance(spec, dict) and {"low", "high"} <= set(spec) and set(spec) <= {"low", "high", "log", "step"}:
-            knobs.append(Knob(name, low=spec["low"], high=spec["high"], log=bool(spec.get("log", False)),
-                              step=spec.get("step")))
+            knobs.append(
+                Knob(name, low=spec["low"], high=spec["high"], log=bool(spec.get("log", False)), step=spec.get("step"))
+            )
         else:
-            raise ValueError(f"space file {file}: {key} must be a list of values or a mapping with low and high "
-                             f"(optional log, step), got {spec!r}")
+            raise ValueError(
+                f"space file {file}: {key} must be a list of values or a mapping with low and high "
+                f"(optional log, step), got {spec!r}"
+            )
     return knobs
 
 
@@ -171,8 +174,9 @@ def coerce(name: str, value: Any) -> Value:
 def _check_knob(knob: Knob) -> None:
     if knob.name in NOT_KNOBS or knob.name not in {f.name for f in dataclasses.fields(EngineConfig)}:
         searchable = sorted({f.name for f in dataclasses.fields(EngineConfig)} - NOT_KNOBS)
-        raise ValueError(f"{knob.name!r} is not a searchable setting; knobs are EngineConfig fields: "
-                         f"{', '.join(searchable)}")
+        raise ValueError(
+            f"{knob.name!r} is not a searchable setting; knobs are EngineConfig fields: {', '.join(searchable)}"
+        )
     if knob.choices is not None:
         if not knob.choices:
             raise ValueError(f"knob {knob.name} has an empty list of choices")
@@ -208,8 +212,10 @@ def _hints() -> dict[str, Any]:
 def _scalar(name: str) -> type:
     hints = _hints()
     if name not in hints:
-        raise ValueError(f"unknown setting {name!r}; settings are `mopt serve` flag names "
-                         f"(EngineConfig / ServerConfig fields): {', '.join(sorted(hints))}")
+        raise ValueError(
+            f"unknown setting {name!r}; settings are `mopt serve` flag names "
+            f"(EngineConfig / ServerConfig fields): {', '.join(sorted(hints))}"
+        )
     hint = hints[name]
     if typing.get_origin(hint) is Literal:
         return str
@@ -263,9 +269,11 @@ def sample(knobs: list[Knob], trial: Any) -> dict[str, Value]:
         if knob.choices is not None:
             values[knob.name] = trial.suggest_categorical(knob.name, knob.choices)
         elif knob.is_int:
-            values[knob.name] = trial.suggest_int(knob.name, int(knob.low), int(knob.high), log=knob.log,
-                                                  step=int(knob.step or 1))
+            values[knob.name] = trial.suggest_int(
+                knob.name, int(knob.low), int(knob.high), log=knob.log, step=int(knob.step or 1)
+            )
         else:
-            values[knob.name] = trial.suggest_float(knob.name, float(knob.low), float(knob.high), log=knob.log,
-                                                    step=knob.step)
+            values[knob.name] = trial.suggest_float(
+                knob.name, float(knob.low), float(knob.high), log=knob.log, step=knob.step
+            )
     return values

@@ -31,8 +31,13 @@ from model_optimizer.tune.space import SearchSpace, sample
 from model_optimizer.tune.trial import TrialResult, TrialSetup, run_trial
 
 STUDY_NAME = "mopt-tune"
-OBJECTIVES = (("goodput", "maximize"), ("ttft_p99_ms", "minimize"), ("tpot_p99_ms", "minimize"),
-              ("memory_gib", "minimize"), ("cold_start_s", "minimize"))
+OBJECTIVES = (
+    ("goodput", "maximize"),
+    ("ttft_p99_ms", "minimize"),
+    ("tpot_p99_ms", "minimize"),
+    ("memory_gib", "minimize"),
+    ("cold_start_s", "minimize"),
+)
 MAX_SKIPS_IN_A_ROW = 50
 """Candidates predicted out in a row before the study stops: the space holds nothing worth measuring."""
 
@@ -111,8 +116,13 @@ def open_study(output_dir: Path, seed: int, resume: bool, sampler: str = "nsga2"
         raise ValueError(f"{db} already holds a study: continue it with --resume, or give another --output-dir")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # constraints reach the sampler through trial.set_constraint (see Tuner._record)
-    study = optuna.create_study(storage=storage, study_name=STUDY_NAME, sampler=chosen,
-                                directions=[d for _, d in OBJECTIVES], load_if_exists=resume)
+    study = optuna.create_study(
+        storage=storage,
+        study_name=STUDY_NAME,
+        sampler=chosen,
+        directions=[d for _, d in OBJECTIVES],
+        load_if_exists=resume,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([n for n, _ in OBJECTIVES])
@@ -201,7 +211,9 @@ class Tuner:
                 trial.set_user_attr("state", "FAIL")
                 self.study.tell(trial, state=TrialState.FAIL)
                 raise
-            state = {"COMPLETE": TrialState.COMPLETE, "FAIL": TrialState.FAIL, "PRUNED": TrialState.PRUNED}[row["state"]]
+            state = {"COMPLETE": TrialState.COMPLETE, "FAIL": TrialState.FAIL, "PRUNED": TrialState.PRUNED}[
+                row["state"]
+            ]
             self.study.tell(trial, row.get("values") if state == TrialState.COMPLETE else None, state=state)
             self.on_trial(row)
             skips = skips + 1 if state == TrialState.PRUNED else 0

@@ -122,8 +122,12 @@ def _bench(setup: TrialSetup, base_url: str, out_dir: Path, server: ServerProces
     from model_optimizer.bench.runner import BenchSetup, OutputConfig, run_benchmark
 
     client = dataclasses.replace(setup.client, base_url=base_url)
-    bench = BenchSetup(client=client, workload=setup.workload, load=dataclasses.replace(setup.load),
-                       output=OutputConfig(output_dir=str(out_dir), slo=setup.slo, progress=False))
+    bench = BenchSetup(
+        client=client,
+        workload=setup.workload,
+        load=dataclasses.replace(setup.load),
+        output=OutputConfig(output_dir=str(out_dir), slo=setup.slo, progress=False),
+    )
     box: dict = {}
 
     def work() -> None:

@@ -7,9 +7,18 @@ import pytest
 from model_optimizer.tune.hardware import Hardware, hardware_from_datasheet, hardware_from_doctor
 from model_optimizer.tune.predictor import Predictor, Workload, line_fit, mape, model_cost
 
-CONFIG = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-              intermediate_size=128, vocab_size=100, tie_word_embeddings=False, torch_dtype="bfloat16",
-              max_position_embeddings=512)
+CONFIG = dict(
+    num_hidden_layers=2,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=128,
+    vocab_size=100,
+    tie_word_embeddings=False,
+    torch_dtype="bfloat16",
+    max_position_embeddings=512,
+)
 # 1 GB/s and 1 GFLOP/s: every second below is bytes / 1e9 or FLOPs / 1e9
 SLOW = Hardware("test", bandwidth_gbps=1.0, tflops=1e-3, memory_gib=16.0, is_gpu=False, source="test")
 SETTINGS = dict(max_num_seqs=4, max_num_batched_tokens=8, num_kv_blocks=10, block_size=16)
@@ -55,8 +64,15 @@ def test_fp8_cache_and_one_chunk():
 def test_refit_recovers_efficiency_and_overhead():
     predictor = Predictor(model_cost(CONFIG), SLOW)
     ideals = [predictor.ideal(SETTINGS | {"max_num_seqs": n}, Workload(16, 8, concurrency=n)) for n in (1, 4)]
-    measured = [{"tpot_p99_ms": 3 * p.tpot_ms + 2, "ttft_p99_ms": 2 * p.ttft_ms, "output_throughput": None,
-                 "memory_gib": p.memory_gib + 1.0} for p in ideals]
+    measured = [
+        {
+            "tpot_p99_ms": 3 * p.tpot_ms + 2,
+            "ttft_p99_ms": 2 * p.ttft_ms,
+            "output_throughput": None,
+            "memory_gib": p.memory_gib + 1.0,
+        }
+        for p in ideals
+    ]
     predictor.refit(list(zip(ideals, measured)))
     assert predictor.fit["tpot"] == pytest.approx((3.0, 2.0))
     assert predictor.fit["ttft"] == pytest.approx((2.0, 0.0))
@@ -88,8 +104,10 @@ def test_hardware_from_datasheet_and_doctor(tmp_path):
     h200 = hardware_from_datasheet("NVIDIA H200")
     assert (h200.bandwidth_gbps, h200.tflops, h200.memory_gib, h200.is_gpu) == (4800, 989, 141, True)
     file = tmp_path / "doctor.json"
-    file.write_text('{"bench": {"device": {"name": "NVIDIA H200", "total_memory": 150323855360}, "results": ['
-                    '{"name": "d2d_copy", "value": 4100.0}, {"name": "matmul_bf16", "value": 700.0}]}}')
+    file.write_text(
+        '{"bench": {"device": {"name": "NVIDIA H200", "total_memory": 150323855360}, "results": ['
+        '{"name": "d2d_copy", "value": 4100.0}, {"name": "matmul_bf16", "value": 700.0}]}}'
+    )
     measured = hardware_from_doctor(file)
     assert (measured.bandwidth_gbps, measured.tflops, measured.memory_gib) == (4100.0, 700.0, 140.0)
     file.write_text('{"bench": {"results": []}}')

@@ -52,8 +52,10 @@ def test_a_missing_program_is_a_server_failure(tmp_path):
 
 def test_ready_server_reports_cold_start(tmp_path):
     port = free_port()
-    code = ("import http.server, sys; http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), "
-            "http.server.SimpleHTTPRequestHandler).serve_forever()")
+    code = (
+        "import http.server, sys; http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), "
+        "http.server.SimpleHTTPRequestHandler).serve_forever()"
+    )
     with ServerProcess([sys.executable, "-c", code, str(port)], tmp_path / "server.log") as server:
         cold = server.wait_ready(f"http://127.0.0.1:{port}/", timeout=120)
         assert cold > 0 and server.alive()

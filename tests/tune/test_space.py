@@ -15,13 +15,16 @@ def test_fix_values_take_the_type_of_their_setting():
     assert parse_fix("max_queued_requests=10") == ("max_queued_requests", 10)  # a ServerConfig field
 
 
-@pytest.mark.parametrize("text, message", [
-    ("max_num_seqs", "NAME=VALUE"),
-    ("max_num_seq=4", "unknown setting 'max_num_seq'"),
-    ("max_num_seqs=many", "max_num_seqs must be a int"),
-    ("kv_cache_dtype=int3", "kv_cache_dtype must be one of auto, fp8"),
-    ("enforce_eager=maybe", "enforce_eager must be a bool"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("max_num_seqs", "NAME=VALUE"),
+        ("max_num_seq=4", "unknown setting 'max_num_seq'"),
+        ("max_num_seqs=many", "max_num_seqs must be a int"),
+        ("kv_cache_dtype=int3", "kv_cache_dtype must be one of auto, fp8"),
+        ("enforce_eager=maybe", "enforce_eager must be a bool"),
+    ],
+)
 def test_bad_fix_is_a_clear_error(text, message):
     with pytest.raises(ValueError, match=message):
         parse_fix(text)
@@ -41,18 +44,23 @@ def test_space_file_lists_and_ranges(tmp_path):
     file.write_text("max_num_seqs: [4, 8]\ngpu-memory-utilization: {low: 0.8, high: 0.95}\n")
     space = build_space(str(file), [])
     assert [(k.name, k.choices, k.low, k.high) for k in space.knobs] == [
-        ("max_num_seqs", [4, 8], None, None), ("gpu_memory_utilization", None, 0.8, 0.95)]
+        ("max_num_seqs", [4, 8], None, None),
+        ("gpu_memory_utilization", None, 0.8, 0.95),
+    ]
 
 
-@pytest.mark.parametrize("body, message", [
-    ("max_num_seqs: [4, 0]\n", "value 0 is impossible: max_num_seqs must be a positive integer"),
-    ("block_size: {low: 8, high: 4}\n", "low must be a number below high"),
-    ("enforce_eager: {low: 0, high: 1}\n", "give a list of choices"),
-    ("model: [a, b]\n", "'model' is not a searchable setting"),
-    ("warp_speed: [1]\n", "'warp_speed' is not a searchable setting"),
-    ("max_num_seqs: 4\n", "must be a list of values or a mapping"),
-    ("gpu_memory_utilization: {low: 0.5, high: 1.5}\n", "range end 1.5 is impossible"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("max_num_seqs: [4, 0]\n", "value 0 is impossible: max_num_seqs must be a positive integer"),
+        ("block_size: {low: 8, high: 4}\n", "low must be a number below high"),
+        ("enforce_eager: {low: 0, high: 1}\n", "give a list of choices"),
+        ("model: [a, b]\n", "'model' is not a searchable setting"),
+        ("warp_speed: [1]\n", "'warp_speed' is not a searchable setting"),
+        ("max_num_seqs: 4\n", "must be a list of values or a mapping"),
+        ("gpu_memory_utilization: {low: 0.5, high: 1.5}\n", "range end 1.5 is impossible"),
+    ],
+)
 def test_bad_space_file_is_a_clear_error(tmp_path, body, message):
     file = tmp_path / "space.yaml"
     file.write_text(body)

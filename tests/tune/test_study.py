@@ -24,8 +24,20 @@ from model_optimizer.tune.study import STUDY_NAME, Budget, Tuner, open_study
 
 REPO = Path(__file__).resolve().parents[2]
 FIXED = ["--fix", "max_model_len=256", "--fix", "num_kv_blocks=32", "--fix", "log_level=warning"]
-LOAD = ["--num-requests", "3", "--concurrency", "2", "--prompt-len", "8", "--output-len", "4",
-        "--ready-timeout", "180", "--trial-timeout", "180"]
+LOAD = [
+    "--num-requests",
+    "3",
+    "--concurrency",
+    "2",
+    "--prompt-len",
+    "8",
+    "--output-len",
+    "4",
+    "--ready-timeout",
+    "180",
+    "--trial-timeout",
+    "180",
+]
 
 
 @pytest.fixture
@@ -36,8 +48,22 @@ def space_file(tmp_path):
 
 
 def tune_argv(model: Path, out: Path, space: Path, *extra: str) -> list[str]:
-    return ["tune", "--model", str(model), "--output-dir", str(out), "--space", str(space), "--seed", "0",
-            "--slo", "ttft_p99=60s,tpot_p99=60s", *FIXED, *LOAD, *extra]
+    return [
+        "tune",
+        "--model",
+        str(model),
+        "--output-dir",
+        str(out),
+        "--space",
+        str(space),
+        "--seed",
+        "0",
+        "--slo",
+        "ttft_p99=60s,tpot_p99=60s",
+        *FIXED,
+        *LOAD,
+        *extra,
+    ]
 
 
 def states(out: Path) -> list[str]:
@@ -89,11 +115,20 @@ def test_failing_trial_is_recorded_and_the_study_goes_on_through_a_server_cmd(ti
     from model_optimizer.bench.workloads import WorkloadConfig
     from model_optimizer.tune.trial import TrialSetup
 
-    template = ("{python} -m model_optimizer.cli.main serve --model {model} --host {host} --port {port} "
-                "--num-kv-blocks {num_kv_blocks} --max-model-len 256 --log-level warning")
-    setup = TrialSetup(str(tiny_model("qwen3")), ClientConfig(), WorkloadConfig(prompt_len="8", output_len="4"),
-                       LoadConfig(num_requests=2, concurrency=1), server_cmd=template, ready_path="/v1/models",
-                       ready_timeout=180, trial_timeout=180)
+    template = (
+        "{python} -m model_optimizer.cli.main serve --model {model} --host {host} --port {port} "
+        "--num-kv-blocks {num_kv_blocks} --max-model-len 256 --log-level warning"
+    )
+    setup = TrialSetup(
+        str(tiny_model("qwen3")),
+        ClientConfig(),
+        WorkloadConfig(prompt_len="8", output_len="4"),
+        LoadConfig(num_requests=2, concurrency=1),
+        server_cmd=template,
+        ready_path="/v1/models",
+        ready_timeout=180,
+        trial_timeout=180,
+    )
     out = tmp_path / "study"
     out.mkdir()
     study = open_study(out, seed=0, resume=False)
@@ -111,8 +146,13 @@ def test_failing_trial_is_recorded_and_the_study_goes_on_through_a_server_cmd(ti
 def interrupt_after_first_trial(argv: list[str], sig: int) -> str:
     """Run `mopt tune` as a process, send `sig` once a trial is committed to study.db; its output."""
     out = Path(argv[argv.index("--output-dir") + 1])
-    proc = subprocess.Popen([sys.executable, "-m", "model_optimizer.cli.main", *argv], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "model_optimizer.cli.main", *argv],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         while _count_complete(out / "study.db") < 1:  # the event: one trial committed to the file
             assert proc.poll() is None, proc.stdout.read()
@@ -144,7 +184,7 @@ def test_interrupted_study_resumes(tiny_model, tmp_path, space_file, capsys):
     assert "drop --slo" in capsys.readouterr().err
     assert main(["tune", "--resume", "--output-dir", str(out), "--trials", "3"]) == 0
     after = optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{out / 'study.db'}").trials
-    assert [t.state.name for t in after[:len(before)]] == before  # the stored trials are kept as they were
+    assert [t.state.name for t in after[: len(before)]] == before  # the stored trials are kept as they were
     assert sum(t.state.name in ("COMPLETE", "FAIL") for t in after) == 3
     assert all("interrupted" in t.user_attrs["error"] for t in after if t.state.name == "FAIL")
     assert json.loads((out / "results.json").read_text())["counts"]["COMPLETE"] >= 2
@@ -186,14 +226,27 @@ def test_predicted_misfit_is_skipped_without_starting_a_server(tmp_path):
     from model_optimizer.tune.predictor import Predictor, model_cost
     from model_optimizer.tune.trial import TrialSetup
 
-    config = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=128, vocab_size=100, max_position_embeddings=512)
+    config = dict(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=100,
+        max_position_embeddings=512,
+    )
     predictor = Predictor(model_cost(config), Hardware("cpu", 20.0, 0.2, 16.0, False, "test"))
-    setup = TrialSetup(None, ClientConfig(), WorkloadConfig(prompt_len="64", output_len="16"),
-                       LoadConfig(num_requests=2, concurrency=1), server_cmd="false")
+    setup = TrialSetup(
+        None,
+        ClientConfig(),
+        WorkloadConfig(prompt_len="64", output_len="16"),
+        LoadConfig(num_requests=2, concurrency=1),
+        server_cmd="false",
+    )
     study = open_study(tmp_path, seed=0, resume=False)
-    tuner = Tuner(study, SearchSpace([Knob("num_kv_blocks", choices=[1])]), setup, tmp_path, predictor,
-                  max_skips_in_a_row=3)
+    tuner = Tuner(
+        study, SearchSpace([Knob("num_kv_blocks", choices=[1])]), setup, tmp_path, predictor, max_skips_in_a_row=3
+    )
     tuner.run(Budget(trials=1))
     # the one candidate is always ruled out: the study stops after 3 skips in a row, having run nothing
     assert [t.state.name for t in study.trials] == ["PRUNED"] * 3
@@ -205,15 +258,22 @@ def test_grid_queues_every_combination_in_order(tmp_path):
     from model_optimizer.tune.space import sample
     from model_optimizer.tune.study import enqueue_grid, grid_size, make_sampler
 
-    space = SearchSpace([Knob("max_num_seqs", choices=[64, 128, 256]), Knob("max_num_batched_tokens",
-                                                                            choices=[2048, 8192])])
+    space = SearchSpace(
+        [Knob("max_num_seqs", choices=[64, 128, 256]), Knob("max_num_batched_tokens", choices=[2048, 8192])]
+    )
     assert grid_size(space) == 6
     make_sampler("grid", 0, space)
     study = open_study(tmp_path, seed=0, resume=False, sampler="grid", space=space)
     enqueue_grid(study, space)
     queued = [sample(space.knobs, study.ask()) for _ in range(6)]
     assert [(p["max_num_seqs"], p["max_num_batched_tokens"]) for p in queued] == [
-        (64, 2048), (64, 8192), (128, 2048), (128, 8192), (256, 2048), (256, 8192)]
+        (64, 2048),
+        (64, 8192),
+        (128, 2048),
+        (128, 8192),
+        (256, 2048),
+        (256, 8192),
+    ]
     with pytest.raises(ValueError, match="needs a list of choices"):
         make_sampler("grid", 0, SearchSpace([Knob("gpu_memory_utilization", low=0.8, high=0.9)]))
 
