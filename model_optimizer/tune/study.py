@@ -81,15 +81,22 @@ def make_sampler(name: str, seed: int, space: SearchSpace | None = None):
     or a grid over every combination of the knobs' choices (vLLM auto_tune's method, for comparison)."""
     import optuna
 
+    # optuna 5 reads constraints set on the trial (Trial.set_constraint); optuna 4 asks a function for them
+    legacy = {} if hasattr(optuna.trial.Trial, "set_constraint") else {"constraints_func": constraints_of}
     if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=8, **legacy)
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=4)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=4, **legacy)
     if name == "grid":  # the points are queued up front (enqueue_grid); the sampler only fills none
         if space is None or any(k.choices is None for k in space.knobs):
             raise ValueError("--sampler grid needs a list of choices for every knob (no low/high ranges)")
         return optuna.samplers.RandomSampler(seed=seed)
     raise ValueError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
+
+
+def constraints_of(trial) -> list[float]:
+    """optuna 4's view of a trial's SLO constraints: measured - limit per SLO (<= 0: met)."""
+    return list(trial.user_attrs.get("constraints", []))
 
 
 def grid_size(space: SearchSpace) -> int:
@@ -253,8 +260,9 @@ class Tuner:
         for key in ("settings", "ideal", "predicted", "measured", "error", "skip_reason", "constraints", "state"):
             if key in row:
                 trial.set_user_attr(key, row[key])
-        for slo, value in zip(self.slos, row.get("constraints", [])):
-            trial.set_constraint(slo.key, value)  # measured - limit: <= 0 is feasible for NSGA-II
+        if hasattr(trial, "set_constraint"):  # optuna 5; optuna 4 reads the "constraints" attribute instead
+            for slo, value in zip(self.slos, row.get("constraints", [])):
+                trial.set_constraint(slo.key, value)  # measured - limit: <= 0 is feasible for NSGA-II
         return row
 
     def _constraints(self, result: TrialResult) -> list[float]:
