@@ -248,7 +248,7 @@ def _line_params(line: PromptLine, base: dict[str, Any]) -> SamplingParams:
 
 def _prompt_ids(llm: Any, line: PromptLine) -> tuple[list[int], str | None]:
     """(token ids, prompt text or None) of one line, with the engine's own checks; errors name the line."""
-    from model_optimizer.engine.input_processor import encode_prompt
+    from model_optimizer.engine.input_processor import check_prompt_fits, encode_prompt
 
     info = llm.engine.info
     try:
@@ -257,11 +257,7 @@ def _prompt_ids(llm: Any, line: PromptLine) -> tuple[list[int], str | None]:
             ids = list(llm.tokenizer.encode(text, add_special_tokens=False))  # the template has the special tokens
         else:
             ids = encode_prompt(llm.tokenizer, line.prompt, info.vocab_size)
-        if len(ids) >= info.max_model_len:
-            raise ValueError(
-                f"the prompt has {len(ids)} tokens; max_model_len is {info.max_model_len}, "
-                "which leaves no room to generate"
-            )
+        check_prompt_fits(len(ids), info.max_model_len)
     except ValueError as exc:
         raise ValueError(f"{line.source}: {exc}") from None
     return ids, text if isinstance(text, str) else None
