@@ -206,13 +206,13 @@ class Tuner:
         from optuna.trial import TrialState
 
         started = time.monotonic()
-        skips = 0
+        skips, explore = 0, False
         while self._measured() < (budget.trials or math.inf):
             if budget.time_s is not None and time.monotonic() - started >= budget.time_s:
                 break
             trial = self.study.ask()
             try:
-                row = self._one(trial)
+                row = self._one(trial, explore)
             except KeyboardInterrupt:  # wherever Ctrl-C lands, the trial is closed in the file, not left RUNNING
                 trial.set_user_attr("error", "interrupted (Ctrl-C)")
                 trial.set_user_attr("state", "FAIL")
@@ -223,13 +223,18 @@ class Tuner:
             ]
             self.study.tell(trial, row.get("values") if state == TrialState.COMPLETE else None, state=state)
             self.on_trial(row)
-            skips = skips + 1 if state == TrialState.PRUNED else 0
+            skips, explore = (skips + 1 if state == TrialState.PRUNED else 0), False
             if skips >= self.max_skips_in_a_row:
-                break
+                if row.get("skip_kind") != "slo":  # nothing left that fits, or only repeats: the space is spent
+                    break
+                # Every recent candidate is predicted to miss an SLO. The prediction is a model, not a
+                # measurement: measure the next candidate anyway rather than let the model end the study.
+                skips, explore = 0, True
             self._refit()
 
-    def _one(self, trial) -> dict:
-        """Sample, predict, measure one trial; record everything on it; return its row."""
+    def _one(self, trial, explore: bool = False) -> dict:
+        """Sample, predict, measure one trial; record everything on it; return its row. With `explore`, a
+        candidate predicted to miss an SLO is measured all the same (one that cannot fit is still skipped)."""
         row: dict = {"number": trial.number}
         try:
             settings = self.space.settings(sample(self.space.knobs, trial))
@@ -238,15 +243,17 @@ class Tuner:
         row["settings"] = settings
         twin = self._measured_twin(settings)
         if twin is not None:  # a small space runs out of new points: a budget is better spent elsewhere
-            return self._record(trial, row | {"state": "PRUNED", "skip_reason": f"same settings as trial {twin}"})
+            row |= {"state": "PRUNED", "skip_reason": f"same settings as trial {twin}", "skip_kind": "repeat"}
+            return self._record(trial, row)
         load = self.load or self._measured_load()
         if self.predictor is not None and load is not None:
             ideal = self.predictor.ideal(settings, load)
             pred = self.predictor.predict(settings, load)
             row["ideal"], row["predicted"] = ideal.to_dict(), pred.to_dict()
             reason = self.predictor.skip_reason(pred, self.slo_ms) if self.skip else None
-            if reason:
-                return self._record(trial, row | {"state": "PRUNED", "skip_reason": reason})
+            if reason and not (explore and pred.fits):
+                kind = "slo" if pred.fits else "fit"
+                return self._record(trial, row | {"state": "PRUNED", "skip_reason": reason, "skip_kind": kind})
         trial.set_user_attr("settings", settings)
         result = run_trial(self.setup, settings, self.output_dir / "trials" / f"{trial.number:04d}")
         row["measured"] = result.to_dict()
