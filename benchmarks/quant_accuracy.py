@@ -37,7 +37,7 @@ PEERS = {
 PEER_CHILD = r"""
 import json, sys, torch
 torch.Tensor.pin_memory = lambda self, *a, **k: self  # no accelerator: llm-compressor's cache pins anyway
-from datasets import Dataset
+from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from llmcompressor import oneshot
 from llmcompressor.modifiers.quantization import QuantizationModifier
@@ -46,7 +46,8 @@ spec = json.loads(sys.argv[1])
 model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
 tok = AutoTokenizer.from_pretrained(spec["model"])
 windows = spec["windows"]
-ds = Dataset.from_dict({"input_ids": windows, "attention_mask": [[1] * len(w) for w in windows]})
+# a ready DataLoader: the datasets library's fingerprinting cannot pickle pyarrow 26's types here
+ds = DataLoader([{"input_ids": torch.tensor(w), "attention_mask": torch.ones(len(w), dtype=torch.long)} for w in windows], batch_size=1)
 cls = {"QuantizationModifier": QuantizationModifier, "AWQModifier": AWQModifier}[spec["modifier"]]
 recipe = [cls(targets=["Linear"], scheme=spec["scheme"], ignore=["lm_head"])]
 if spec["modifier"] == "AWQModifier":
@@ -69,7 +70,11 @@ def run_peer(name: str, model: Path, windows: list[list[int]], seq_len: int, out
         "CUDA_VISIBLE_DEVICES": "",
     }
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", PEER_CHILD, json.dumps(spec)], env=env, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", PEER_CHILD, json.dumps(spec)], env=env, stderr=subprocess.PIPE, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"llm-compressor failed: {done.stderr.strip().splitlines()[-1:]}")
     return time.perf_counter() - t0
 
 
@@ -120,18 +125,22 @@ def main() -> None:
                 llmcompressor_seconds=round(seconds, 1),
                 llmcompressor_scheme=f"{PEERS[name][0]} {PEERS[name][1]}",
             )
-        except (subprocess.CalledProcessError, ValueError) as exc:
+        except (RuntimeError, ValueError) as exc:
             row["llmcompressor_error"] = str(exc)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    result = {
-        "model": "pydoc-qwen3 (built-in reference model, bf16)",
-        "calibration": {"text": "built-in", "num_samples": len(calib), "seq_len": args.calib_seq_len},
-        "evaluation": {"text": "built-in held-out", "num_samples": args.num_eval_samples, "seq_len": args.eval_seq_len},
-        "environment": environment(),
-        "rows": rows,
-    }
-    write_json(args.output, result)
+        result = {
+            "model": "pydoc-qwen3 (built-in reference model, bf16)",
+            "calibration": {"text": "built-in", "num_samples": len(calib), "seq_len": args.calib_seq_len},
+            "evaluation": {
+                "text": "built-in held-out",
+                "num_samples": args.num_eval_samples,
+                "seq_len": args.eval_seq_len,
+            },
+            "environment": environment(),
+            "rows": rows,
+        }
+        write_json(args.output, result)  # after every row: a long run that stops early keeps what it measured
 
 
 if __name__ == "__main__":
