@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 
 from model_optimizer.kernels import quant_reference as ref
-from model_optimizer.layers.linear import Linear
 from model_optimizer.models.loader import load_model
 from model_optimizer.quant.attach import quantized_layers
 from model_optimizer.quant.quantizers import quantize_fp8, quantize_int4, quantize_int8
@@ -84,7 +83,7 @@ def test_engine_generates_with_quantized_weights(quant_model, method):
     from model_optimizer import LLM, SamplingParams
 
     llm = LLM(str(quant_model("qwen3")), quantization=method, dtype="float32", kv_cache_memory=1 << 22)
-    assert all(isinstance(m, Linear) for _, m in quantized_layers(llm.runner.model))
+    assert len(quantized_layers(llm.runner.model)) == 8
     out = llm.generate(["def main():"], SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))
     assert len(out[0].outputs[0].token_ids) == 6
 
