@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,3 +101,31 @@ def test_ctrl_c_during_generation_keeps_completed_results(tiny_model, tmp_path):
     assert all(r["outputs"][0]["finish_reason"] == "length" for r in results)
     assert [r["prompt_index"] for r in results] == sorted(r["prompt_index"] for r in results)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_ctrl_c_before_any_prompt_finished_says_nothing_was_written(tiny_model, tmp_path):
+    """One long prompt, interrupted while it runs: nothing was printed, and the message must say so."""
+    model = tmp_path / "qwen3"
+    shutil.copytree(tiny_model("qwen3"), model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 32768}))
+    # 32k tokens (32 MB of KV cache): far more than the moment the signal takes to arrive
+    proc = _mopt(
+        "generate",
+        "--model",
+        str(model),
+        "--prompt",
+        "hello",
+        "--max-tokens",
+        "None",
+        "--ignore-eos",
+        "--max-model-len",
+        "32768",
+    )
+    lines = _wait_for_stderr_line(proc, "generating for 1 prompt")
+    proc.send_signal(signal.SIGINT)
+    out, err = _finish(proc, lines)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and out == ""
+    last = err.strip().splitlines()[-1]
+    assert last == "mopt generate: interrupted; none had finished; nothing was written", last

@@ -155,12 +155,15 @@ def run(args: argparse.Namespace) -> int:
         return 130
     prompt_ids, prompt_texts = zip(*(_prompt_ids(llm, line) for line in lines))
     finished: dict[int, Any] = {}
-    _log(f"generating for {len(lines)} prompt{'s' if len(lines) > 1 else ''}")
     start = time.perf_counter()
-    try:
+    try:  # the line inside the try: a Ctrl-C right after it is still answered below
+        _log(f"generating for {len(lines)} prompt{'s' if len(lines) > 1 else ''}")
         with _progress(console, len(lines)) as advance:
             llm.generate(list(prompt_ids), params, on_progress=lambda i, out: (finished.__setitem__(i, out), advance()))
     except KeyboardInterrupt:
+        if not finished:
+            _log("interrupted; none had finished; nothing was written")
+            return 130
         where = _emit(args.output, llm, prompt_texts, params, finished)
         _log(f"interrupted; {len(finished)} of {len(lines)} prompts had finished, {where}")
         return 130
