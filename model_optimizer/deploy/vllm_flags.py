@@ -38,9 +38,14 @@ TRANSLATED = {
     "max_logprobs": "--max-logprobs",
     "log_level": "--uvicorn-log-level",
     "allowed_origins": "--allowed-origins",
+    "allowed_headers": "--allowed-headers",
+    "allowed_methods": "--allowed-methods",
     "quantization": "--quantization",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
+
+JSON_LIST_FLAGS = {"allowed_origins", "allowed_headers", "allowed_methods"}
+"""vLLM parses these flags as JSON lists."""
 
 VLLM_QUANTIZATION = {"fp8"}
 """Our --quantization values vLLM applies on the fly; quantized folders need no flag (vLLM reads
@@ -100,8 +105,8 @@ def vllm_command(settings: ServeSettings) -> VllmCommand:
             if value != "none":
                 untranslated[name] = (value, "vLLM quantizes only fp8 on the fly; write a folder with mopt quantize")
             continue
-        if name == "allowed_origins":
-            argv += [flag, json.dumps(value)]  # vLLM parses this flag as a JSON list
+        if name in JSON_LIST_FLAGS:
+            argv += [flag, json.dumps(value)]
         elif isinstance(value, bool):
             if value or name not in ONLY_TRUE:
                 argv.append(flag if value else "--no-" + flag[2:])

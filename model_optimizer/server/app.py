@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 def create_app(
     config: ServerConfig, engine_config: EngineConfig | None = None, llm: LLM | None = None, embedder: Any = None
 ) -> FastAPI:
+    quiet_transformers()
     engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
     chat_template = _read_template(config.chat_template) if config.chat_template else None  # a typo fails at once
     if llm is None and embedder is None:
@@ -92,12 +93,20 @@ def create_app(
         app.add_middleware(
             CORSMiddleware,
             allow_origins=config.allowed_origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type"],
+            allow_methods=config.allowed_methods or ["*"],
+            allow_headers=config.allowed_headers or ["*"],  # any by default: SDKs add their own (x-stainless-*)
             max_age=600,
         )
     app.add_middleware(HTTPMetricsMiddleware, metrics=state.metrics)  # outermost: counts the guard's refusals
     return app
+
+
+def quiet_transformers() -> None:
+    """Errors only from transformers: its warnings (a text longer than the tokenizer's model_max_length,
+    which the server refuses itself with a 400) would reach stderr outside our log format."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
 
 
 def _default_name(engine_config: EngineConfig, model: Any) -> str:

@@ -6,6 +6,8 @@ Each field's docstring is also its CLI help (see model_optimizer/cli/args.py).
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from model_optimizer.config import check_positive
@@ -80,6 +82,12 @@ class ServerConfig:
     allowed_origins: list[str] | None = None
     """Browser origins allowed to call the API (CORS), e.g. https://app.example,https://b.example or '["*"]'. Empty: no CORS headers."""
 
+    allowed_headers: list[str] | None = None
+    """Request headers a browser may send cross-origin (with --allowed-origins), e.g. Authorization,Content-Type. Empty: any header, as vLLM (the OpenAI JS SDK sends x-stainless-* headers)."""
+
+    allowed_methods: list[str] | None = None
+    """HTTP methods a browser may use cross-origin (with --allowed-origins), e.g. GET,POST. Empty: any method, as vLLM."""
+
     def __post_init__(self) -> None:
         check_positive(
             self,
@@ -105,13 +113,41 @@ class ServerConfig:
         if self.log_interval < 0:
             raise ValueError(f"log_interval must be >= 0 seconds (0 turns the stats line off), got {self.log_interval}")
         self.allowed_origins = _origins(self.allowed_origins)
+        self.allowed_headers = _names(self.allowed_headers, "allowed_headers", _is_header_name)
+        self.allowed_methods = _names(self.allowed_methods, "allowed_methods", lambda m: m.upper() in HTTP_METHODS)
+        if self.allowed_methods:
+            self.allowed_methods = [m.upper() for m in self.allowed_methods]
 
 
-def _origins(value: str | list[str] | None) -> list[str] | None:
-    """A list, a JSON list or a comma-separated string (the CLI flag) -> a list of origins, or None."""
+HTTP_METHODS = {"*", "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _is_header_name(name: str) -> bool:
+    return bool(_HEADER_NAME.fullmatch(name))
+
+
+def _str_list(value: str | list[str] | None) -> list[str] | None:
+    """A list, a JSON list or a comma-separated string (the CLI flag) -> a list, or None when empty."""
     if isinstance(value, str):
         text = value.strip()
         value = json.loads(text) if text.startswith("[") else [o.strip() for o in text.split(",") if o.strip()]
+    return value or None
+
+
+def _names(value: str | list[str] | None, field: str, valid: Callable[[str], bool]) -> list[str] | None:
+    """Header names or methods for CORS, each checked; None (CORS allows any) when empty."""
+    value = _str_list(value)
+    for item in value or []:
+        if not isinstance(item, str) or not valid(item):
+            what = "'*' or header names such as Content-Type" if field == "allowed_headers" else "'*' or GET, POST, ..."
+            raise ValueError(f"{field} must be {what}, got {item!r}")
+    return value
+
+
+def _origins(value: str | list[str] | None) -> list[str] | None:
+    """Origins from a list or the CLI flag's string, or None."""
+    value = _str_list(value)
     if not value:
         return None
     for origin in value:

@@ -53,6 +53,23 @@ class SamplingFields(_Request):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
+    # vLLM's structured output: refused until supported (see unsupported_field)
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    structured_outputs: Any = None
+
+    def unsupported_field(self) -> str | None:
+        """The first field asking for something this server does not do (structured output): named in a
+        400, as ignoring it would hand back unconstrained text the client takes for constrained."""
+        for name in STRUCTURED_OUTPUT_FIELDS:
+            if getattr(self, name) is not None:
+                return name
+        return None
+
+
+STRUCTURED_OUTPUT_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
 
 
 class CompletionRequest(SamplingFields):
@@ -61,6 +78,11 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = Field(default=None, ge=0, le=20)
     suffix: str | None = None
     best_of: int | None = Field(default=None, ge=1, le=1024)
+    response_format: Any = None
+    """Not an OpenAI completions field at all: refused in any form (a chat-only habit the client should hear about)."""
+
+    def unsupported_field(self) -> str | None:
+        return "response_format" if self.response_format is not None else super().unsupported_field()
 
 
 class TextPart(_Request):
@@ -90,6 +112,9 @@ class ChatCompletionRequest(SamplingFields):
 
     def unsupported_field(self) -> str | None:
         """The first field asking for something this server does not do (tools, structured output)."""
+        structured = super().unsupported_field()
+        if structured:
+            return structured
         if self.response_format is not None and self.response_format.get("type", "text") != "text":
             return "response_format"
         if self.tools:
@@ -233,6 +258,10 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[ChatStreamChoice]
     usage: UsageInfo | None = None
+
+
+class ReadyStatus(BaseModel):
+    status: Literal["ready", "loading", "draining", "failed"]
 
 
 class ModelCard(BaseModel):

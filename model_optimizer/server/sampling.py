@@ -32,6 +32,10 @@ def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -
         raise APIError(400, f"stop strings may be at most {config.max_stop_string_length} characters long", "stop")
     if any(not s for s in stop):
         raise APIError(400, "stop strings must not be empty", "stop")
+    if stop and state.model.tokenizer is None:  # the output has no text to match them against
+        raise APIError(
+            400, "stop strings need the output as text, and this model has no tokenizer; use stop_token_ids", "stop"
+        )
     if logprobs is not None and logprobs > config.max_logprobs:
         raise APIError(400, f"logprobs is {logprobs}; this server allows at most {config.max_logprobs}", "logprobs")
     if body.logit_bias:

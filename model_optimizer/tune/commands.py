@@ -12,7 +12,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-from model_optimizer.deploy.vllm_flags import ONLY_TRUE, TRANSLATED, UNTRANSLATED, VLLM_QUANTIZATION
+from model_optimizer.deploy.vllm_flags import JSON_LIST_FLAGS, ONLY_TRUE, TRANSLATED, UNTRANSLATED, VLLM_QUANTIZATION
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -68,7 +68,7 @@ def vllm_serve(model: str | None, settings: dict) -> VllmTranslation:
                 untranslated[name] = "vLLM quantizes only fp8 on the fly; write a folder with mopt quantize"
             continue
         translated[name] = flag
-        if name == "allowed_origins":
+        if name in JSON_LIST_FLAGS:
             argv += [flag, json.dumps(value)]  # vLLM parses this flag as a JSON list
         elif isinstance(value, bool):
             if value or name not in ONLY_TRUE:

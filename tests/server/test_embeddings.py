@@ -45,8 +45,8 @@ def test_formats_dimensions_and_token_ids(embed_server, minilm):
     packed = httpx.post(url, json={"input": "hello", "encoding_format": "base64"}).json()["data"][0]["embedding"]
     unpacked = struct.unpack(f"<{len(plain)}f", base64.b64decode(packed))
     assert max(abs(a - b) for a, b in zip(unpacked, plain)) < 1e-6
-    short = httpx.post(url, json={"input": "hello", "dimensions": 64}).json()["data"][0]["embedding"]
-    assert len(short) == 64 and abs(sum(v * v for v in short) - 1.0) < 1e-5
+    # dimensions: MiniLM is not trained for truncation, so 400 (test_hardening covers a decoder embedder)
+    assert httpx.post(url, json={"input": "hello", "dimensions": 64}).status_code == 400
     ids = minilm.tokenizer.encode("hello")
     by_ids = httpx.post(url, json={"input": [ids, ids]}).json()["data"]
     assert len(by_ids) == 2 and max(abs(a - b) for a, b in zip(by_ids[0]["embedding"], plain)) < 1e-5

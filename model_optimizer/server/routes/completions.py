@@ -26,6 +26,9 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     state.check_model(body.model)
     state.check_accepting()
     state.check_generates()
+    unsupported = body.unsupported_field()
+    if unsupported:
+        raise APIError(400, f"{unsupported} is not supported by this server (no structured output yet)", unsupported)
     if body.suffix:
         raise APIError(400, "suffix is not supported", "suffix")
     if body.best_of is not None and body.best_of != body.n:

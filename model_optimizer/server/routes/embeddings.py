@@ -2,12 +2,18 @@
 
 Served when the model is an embedding model (`ServerState.embedder`, a model_optimizer.embed
 Embedder); otherwise a clear 400. The Embedder tokenizes, applies `dimensions` (Matryoshka
-truncation, then renormalization) and counts tokens itself; it runs in a worker thread.
+truncation, then renormalization) and counts tokens itself; it runs in a worker thread. `dimensions`
+is taken only from models trained for it: decoder embedders (Qwen3-Embedding family) and models whose
+config declares Matryoshka training.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
+import json
+from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, Request
 
@@ -39,6 +45,8 @@ async def create_embedding(body: EmbeddingRequest, request: Request) -> dict:
         )
     if any(isinstance(i, str) and _has_surrogate(i) for i in inputs):
         raise APIError(400, "input is not valid Unicode text (lone surrogate)", "input")
+    if body.dimensions is not None:
+        check_dimensions(state.embedder, body.dimensions)
     try:
         out = await state.embedder.aencode(inputs, dimensions=body.dimensions)
     except ValueError as exc:
@@ -55,6 +63,51 @@ async def create_embedding(body: EmbeddingRequest, request: Request) -> dict:
         "data": data,
         "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
     }
+
+
+MATRYOSHKA_KEYS = ("matryoshka_dimensions", "matryoshka_dims", "is_matryoshka")
+"""Keys by which config.json or config_sentence_transformers.json declare training for truncation."""
+
+
+def check_dimensions(embedder: Any, dimensions: int) -> None:
+    """400 naming `dimensions` when it is out of range or the model was not trained to be cut short
+    (truncating such a model's vectors silently loses quality)."""
+    if dimensions > embedder.hidden_size:
+        raise APIError(400, f"dimensions must be between 1 and {embedder.hidden_size}, got {dimensions}", "dimensions")
+    if not supports_dimensions(embedder.model_dir, embedder.is_encoder):
+        raise APIError(
+            400,
+            "dimensions is not supported by this model: its config declares no Matryoshka training "
+            f"({' / '.join(MATRYOSHKA_KEYS)}), so shortened vectors would lose quality",
+            "dimensions",
+        )
+    allowed = _declared(Path(embedder.model_dir)).get("matryoshka_dimensions")
+    if isinstance(allowed, list) and allowed and dimensions not in allowed:
+        raise APIError(400, f"dimensions must be one of {allowed} for this model, got {dimensions}", "dimensions")
+
+
+def supports_dimensions(model_dir: str | Path, is_encoder: bool) -> bool:
+    """A decoder embedder (Qwen3-Embedding family, trained for truncation) or a model whose config
+    declares Matryoshka training."""
+    return not is_encoder or bool(_declared(Path(model_dir)))
+
+
+@functools.lru_cache(maxsize=8)
+def _declared(model_dir: Path) -> dict[str, Any]:
+    """{"matryoshka_dimensions": list or True} when the folder declares Matryoshka training, else {}."""
+    for name in ("config.json", "config_sentence_transformers.json"):
+        try:
+            config = json.loads((model_dir / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(config, dict):
+            continue
+        dims = config.get("matryoshka_dimensions", config.get("matryoshka_dims"))
+        if isinstance(dims, list) and dims:
+            return {"matryoshka_dimensions": dims}
+        if config.get("is_matryoshka") is True:
+            return {"matryoshka_dimensions": True}
+    return {}
 
 
 def _has_surrogate(text: str) -> bool:

@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from model_optimizer import __version__
 from model_optimizer.server.errors import APIError, clip, error_response
-from model_optimizer.server.protocol import ErrorResponse, ModelCard, ModelList
+from model_optimizer.server.protocol import ErrorResponse, ModelCard, ModelList, ReadyStatus
 from model_optimizer.server.routes import ERROR_RESPONSES
 from model_optimizer.server.state import ServerState, get_state
 
@@ -30,7 +30,14 @@ async def health(request: Request) -> Response:
     return Response(status_code=200)
 
 
-@router.get("/ready")
+@router.get(
+    "/ready",
+    response_model=ReadyStatus,
+    responses={
+        200: {"description": 'Ready: {"status": "ready"}.'},
+        503: {"model": ReadyStatus, "description": "Not ready: the status says loading, draining or failed."},
+    },
+)
 async def ready(request: Request) -> Response:
     """200 once weights are loaded and warm-up is done, until shutdown starts."""
     state = get_state(request)
