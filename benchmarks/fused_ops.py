@@ -47,9 +47,22 @@ def cases(num_tokens: int):
     two = 2  # bytes per bf16 element
     return [
         ("silu_and_mul", silu_and_mul.__wrapped__, 1, None, (gate_up,), two * num_tokens * 3 * INTERMEDIATE),
-        ("add_rms_norm", _add_rms_norm.__wrapped__, 2, None, (x, res, torch.ones(HIDDEN, **bf16), 1e-6), two * num_tokens * 4 * HIDDEN),
-        ("qk_norm_rotate", norm_rotate_ref, 3, norm_rotate, (q, k, positions, rotary.cos, rotary.sin, w, w, 1e-6),
-         two * num_tokens * 2 * (HEADS + KV_HEADS) * HEAD_DIM),
+        (
+            "add_rms_norm",
+            _add_rms_norm.__wrapped__,
+            2,
+            None,
+            (x, res, torch.ones(HIDDEN, **bf16), 1e-6),
+            two * num_tokens * 4 * HIDDEN,
+        ),
+        (
+            "qk_norm_rotate",
+            norm_rotate_ref,
+            3,
+            norm_rotate,
+            (q, k, positions, rotary.cos, rotary.sin, w, w, 1e-6),
+            two * num_tokens * 2 * (HEADS + KV_HEADS) * HEAD_DIM,
+        ),
     ]
 
 
@@ -90,9 +103,11 @@ def main() -> int:
     for num_tokens in [int(t) for t in args.tokens.split(",")]:
         for name, eager, token_args, own, fn_args, num_bytes in cases(num_tokens):
             if name not in ways:
-                ways[name] = {"eager": eager,
-                              "compiled_token_dim": fused(copy_of(eager, "token_dim"), token_args=token_args),
-                              "compiled_all_dynamic": torch.compile(copy_of(eager, "all_dynamic"), dynamic=True, fullgraph=True)}
+                ways[name] = {
+                    "eager": eager,
+                    "compiled_token_dim": fused(copy_of(eager, "token_dim"), token_args=token_args),
+                    "compiled_all_dynamic": torch.compile(copy_of(eager, "all_dynamic"), dynamic=True, fullgraph=True),
+                }
                 if own is not None:
                     ways[name]["triton_kernel"] = own
             row = {"op": name, "num_tokens": num_tokens, "bytes": num_bytes}
@@ -100,8 +115,11 @@ def main() -> int:
                 us = time_us(fn, fn_args)
                 row[way] = {"us": round(us, 2), "gb_per_s": round(num_bytes / us / 1e3, 1)}
             rows.append(row)
-            print(f"{name:15s} T={num_tokens:<6d} " + "  ".join(f"{w} {row[w]['us']:8.1f} us {row[w]['gb_per_s']:7.1f} GB/s"
-                                                              for w in ways[name]), flush=True)
+            print(
+                f"{name:15s} T={num_tokens:<6d} "
+                + "  ".join(f"{w} {row[w]['us']:8.1f} us {row[w]['gb_per_s']:7.1f} GB/s" for w in ways[name]),
+                flush=True,
+            )
     write_json(Path(args.output), {"benchmark": "fused_ops", "environment": environment(), "results": rows})
     return 0
 

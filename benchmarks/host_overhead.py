@@ -30,8 +30,10 @@ def main() -> None:
     llm = LLM(kv_cache_memory=1 << 28, max_num_seqs=args.num_requests, max_model_len=2048, device="cpu")
     rng = random.Random(0)
     prompts = [[rng.randrange(3, 1000) for _ in range(rng.randint(100, 400))] for _ in range(args.num_requests)]
-    params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=rng.randint(100, 1000), detokenize=False)
-              for _ in range(args.num_requests)]
+    params = [
+        SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=rng.randint(100, 1000), detokenize=False)
+        for _ in range(args.num_requests)
+    ]
     runner = llm.runner
 
     def no_model(out, pending=None):  # the runner's launch without the device work: every sampled token is 5
@@ -46,8 +48,14 @@ def main() -> None:
     llm.generate(prompts, params)
     seconds = time.perf_counter() - t0
     steps = llm.engine.stats().num_steps
-    result = {"benchmark": "host_overhead", "environment": environment(), "num_requests": args.num_requests,
-              "steps": steps, "seconds": seconds, "ms_per_step": seconds / steps * 1e3}
+    result = {
+        "benchmark": "host_overhead",
+        "environment": environment(),
+        "num_requests": args.num_requests,
+        "steps": steps,
+        "seconds": seconds,
+        "ms_per_step": seconds / steps * 1e3,
+    }
     write_json(args.output, result)
     print(f"{result['ms_per_step']:.3f} ms of host work per step over {steps} steps")
 

@@ -42,7 +42,10 @@ def transformers_layout(config_dir: Path) -> list[tuple[str, str, list[int], int
     config = AutoConfig.from_pretrained(str(config_dir))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    return [(name, DTYPE_CODES[str(t.dtype)], list(t.shape), t.numel() * t.element_size()) for name, t in model.state_dict().items()]
+    return [
+        (name, DTYPE_CODES[str(t.dtype)], list(t.shape), t.numel() * t.element_size())
+        for name, t in model.state_dict().items()
+    ]
 
 
 def write_sparse_checkpoint(config_dir: Path, out: Path) -> dict:
@@ -70,11 +73,18 @@ def write_sparse_checkpoint(config_dir: Path, out: Path) -> dict:
             f.write(struct.pack("<Q", len(raw)) + raw)
             f.truncate(8 + len(raw) + offset)  # a hole: the declared data costs no disk
         total += offset
-    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+    (out / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+    )
     shutil.copy(config_dir / "config.json", out / "config.json")
     files = list(out.glob("*.safetensors"))
-    return {"num_shards": len(shards), "num_tensors": len(layout), "declared_bytes": total,
-            "apparent_bytes": sum(f.stat().st_size for f in files), "disk_bytes": sum(f.stat().st_blocks * 512 for f in files)}
+    return {
+        "num_shards": len(shards),
+        "num_tensors": len(layout),
+        "declared_bytes": total,
+        "apparent_bytes": sum(f.stat().st_size for f in files),
+        "disk_bytes": sum(f.stat().st_blocks * 512 for f in files),
+    }
 
 
 def rss_mib() -> float:
@@ -108,11 +118,16 @@ def time_in_process(folder: Path, repeats: int) -> dict:
         start = time.perf_counter()
         inspect_checkpoint(folder)
         cached.append(time.perf_counter() - start)
-    return {"first_call_s": round(first, 4), "fresh_model_s_median": round(statistics.median(fresh), 4),
-            "cached_model_s_median": round(statistics.median(cached), 4), "read_headers_s": report.timings_s["read_headers"],
-            "rss_mib_after_import_torch": round(before, 1), "rss_mib_added_by_first_call": round(after_first - before, 1),
-            "findings": sorted(f"{f.severity}:{f.id}" for f in report.findings if f.severity != "ok"),
-            "census_params": report.census.total.params}
+    return {
+        "first_call_s": round(first, 4),
+        "fresh_model_s_median": round(statistics.median(fresh), 4),
+        "cached_model_s_median": round(statistics.median(cached), 4),
+        "read_headers_s": report.timings_s["read_headers"],
+        "rss_mib_after_import_torch": round(before, 1),
+        "rss_mib_added_by_first_call": round(after_first - before, 1),
+        "findings": sorted(f"{f.severity}:{f.id}" for f in report.findings if f.severity != "ok"),
+        "census_params": report.census.total.params,
+    }
 
 
 HWM_WRAPPER = """
@@ -140,8 +155,13 @@ def time_subprocess(code: str, repeats: int) -> dict:
         walls.append(time.perf_counter() - start)
         rc = proc.returncode
         peaks += [int(line.split()[1]) / 1024 for line in proc.stderr.splitlines() if line.startswith("VmHWM")]
-    return {"code": code, "wall_s_median": round(statistics.median(walls), 3), "wall_s_min": round(min(walls), 3),
-            "peak_rss_mib": round(max(peaks), 1) if peaks else None, "exit_code": rc}
+    return {
+        "code": code,
+        "wall_s_median": round(statistics.median(walls), 3),
+        "wall_s_min": round(min(walls), 3),
+        "peak_rss_mib": round(max(peaks), 1) if peaks else None,
+        "exit_code": rc,
+    }
 
 
 def run_speed(args: argparse.Namespace) -> dict:
@@ -149,38 +169,64 @@ def run_speed(args: argparse.Namespace) -> dict:
         folder = Path(tmp)
         checkpoint = write_sparse_checkpoint(CONFIGS / "llama-3.1-8b", folder)
         in_process = time_in_process(folder, args.repeats)
-        cli = time_subprocess(f"from model_optimizer.cli.main import main; sys.exit(main(['inspect', {str(folder)!r}, '--json']))", args.repeats)
-        direct = time_subprocess(f"from model_optimizer.modelio.inspector import inspect_checkpoint; inspect_checkpoint({str(folder)!r})",
-                                 args.repeats)
+        cli = time_subprocess(
+            f"from model_optimizer.cli.main import main; sys.exit(main(['inspect', {str(folder)!r}, '--json']))",
+            args.repeats,
+        )
+        direct = time_subprocess(
+            f"from model_optimizer.modelio.inspector import inspect_checkpoint; inspect_checkpoint({str(folder)!r})",
+            args.repeats,
+        )
         bare = time_subprocess("import torch", args.repeats)
-    return {"benchmark": "inspect_checkpoint", "environment": environment(),
-            "workload": {"model": "Llama-3.1-8B config, sparse sharded safetensors (headers only)", **checkpoint},
-            "in_process": in_process, "subprocess_mopt_inspect": cli, "subprocess_inspect_checkpoint": direct,
-            "subprocess_import_torch_only": bare,
-            "note": "subprocess times are mostly the interpreter and `import torch` (subprocess_import_torch_only); "
-                    "`mopt` itself also imports every subcommand's parser (mopt embed's imports torch); "
-                    "the inspection proper is in_process.fresh_model_s_median"}
+    return {
+        "benchmark": "inspect_checkpoint",
+        "environment": environment(),
+        "workload": {"model": "Llama-3.1-8B config, sparse sharded safetensors (headers only)", **checkpoint},
+        "in_process": in_process,
+        "subprocess_mopt_inspect": cli,
+        "subprocess_inspect_checkpoint": direct,
+        "subprocess_import_torch_only": bare,
+        "note": "subprocess times are mostly the interpreter and `import torch` (subprocess_import_torch_only); "
+        "`mopt` itself also imports every subcommand's parser (mopt embed's imports torch); "
+        "the inspection proper is in_process.fresh_model_s_median",
+    }
 
 
 def run_memory_plan(args: argparse.Namespace) -> dict:
     from model_optimizer.modelio.plan_check import compare_with_engine
 
-    cases = [("qwen3-0.6b", 0.5, 4096), ("qwen3-0.6b", 0.9, 4096), ("llama-3.1-8b", 0.3, 8192), ("llama-3.1-8b", 0.9, 8192)]
+    cases = [
+        ("qwen3-0.6b", 0.5, 4096),
+        ("qwen3-0.6b", 0.9, 4096),
+        ("llama-3.1-8b", 0.3, 8192),
+        ("llama-3.1-8b", 0.9, 8192),
+    ]
     results = []
     for name, utilization, max_model_len in cases:
         print(f"{name} at gpu_memory_utilization {utilization}...", file=sys.stderr, flush=True)
         result = compare_with_engine(CONFIGS / name, utilization, max_model_len)
-        print(f"  planned {result['planned_blocks']}, measured {result['measured_blocks']} ({100 * result['relative_error']:+.3f}%)",
-              file=sys.stderr, flush=True)
+        print(
+            f"  planned {result['planned_blocks']}, measured {result['measured_blocks']} ({100 * result['relative_error']:+.3f}%)",
+            file=sys.stderr,
+            flush=True,
+        )
         results.append(result)
     worst = max(abs(r["relative_error"]) for r in results)
-    return {"benchmark": "inspect_memory_plan", "environment": environment(), "cases": results,
-            "max_abs_relative_error": worst, "goal": 0.03, "within_goal": worst < 0.03}
+    return {
+        "benchmark": "inspect_memory_plan",
+        "environment": environment(),
+        "cases": results,
+        "max_abs_relative_error": worst,
+        "goal": 0.03,
+        "within_goal": worst < 0.03,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--memory-plan", action="store_true", help="compare the memory plan with the engine on this GPU")
+    parser.add_argument(
+        "--memory-plan", action="store_true", help="compare the memory plan with the engine on this GPU"
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--output", default=None)
     args = parser.parse_args()

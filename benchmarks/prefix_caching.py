@@ -23,17 +23,28 @@ NUM_REQUESTS = 64
 def measure(enable_prefix_caching: bool, prompts: list[list[int]], warm: list[int]) -> dict:
     from model_optimizer import LLM, SamplingParams
 
-    llm = LLM(str(CONFIGS / "qwen3-0.6b"), load_format="dummy", dtype="bfloat16", max_model_len=4096,
-              enable_prefix_caching=enable_prefix_caching, gpu_memory_utilization=0.5)
+    llm = LLM(
+        str(CONFIGS / "qwen3-0.6b"),
+        load_format="dummy",
+        dtype="bfloat16",
+        max_model_len=4096,
+        enable_prefix_caching=enable_prefix_caching,
+        gpu_memory_utilization=0.5,
+    )
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, detokenize=False)
     llm.generate([warm], params)  # compile kernels; with caching on, also caches the prefix
     outputs = llm.generate(prompts, params)
     ttfts = [o.metrics.ttft for o in outputs]
     stats = llm.engine.stats()
     del llm
-    return {"enable_prefix_caching": enable_prefix_caching, "ttft_mean_ms": statistics.mean(ttfts) * 1e3,
-            "ttft_p50_ms": statistics.median(ttfts) * 1e3, "ttft_max_ms": max(ttfts) * 1e3,
-            "prefix_cache_hit_rate": stats.prefix_cache_hit_rate, "cached_tokens_mean": statistics.mean(o.num_cached_tokens for o in outputs)}
+    return {
+        "enable_prefix_caching": enable_prefix_caching,
+        "ttft_mean_ms": statistics.mean(ttfts) * 1e3,
+        "ttft_p50_ms": statistics.median(ttfts) * 1e3,
+        "ttft_max_ms": max(ttfts) * 1e3,
+        "prefix_cache_hit_rate": stats.prefix_cache_hit_rate,
+        "cached_tokens_mean": statistics.mean(o.num_cached_tokens for o in outputs),
+    }
 
 
 def main() -> None:
@@ -44,8 +55,11 @@ def main() -> None:
     prefix = [rng.randrange(1, 10000) for _ in range(PREFIX_LEN)]
     prompts = [prefix + [rng.randrange(1, 10000) for _ in range(SUFFIX_LEN)] for _ in range(NUM_REQUESTS)]
     warm = prefix + [rng.randrange(1, 10000) for _ in range(SUFFIX_LEN)]
-    result = {"benchmark": "prefix_caching_ttft", "environment": environment(),
-              "workload": {"num_requests": NUM_REQUESTS, "prefix_len": PREFIX_LEN, "suffix_len": SUFFIX_LEN}}
+    result = {
+        "benchmark": "prefix_caching_ttft",
+        "environment": environment(),
+        "workload": {"num_requests": NUM_REQUESTS, "prefix_len": PREFIX_LEN, "suffix_len": SUFFIX_LEN},
+    }
     import gc
 
     import torch

@@ -43,8 +43,13 @@ def main() -> None:
     parser.add_argument("--output", default=str(RESULTS / "profile_step_h200.json"))
     args = parser.parse_args()
     prompts, output_lens = workload(args.num_requests)
-    llm = LLM(str(CONFIGS / "qwen3-0.6b"), load_format="dummy", dtype="bfloat16", max_model_len=4096,
-              max_num_batched_tokens=16384)
+    llm = LLM(
+        str(CONFIGS / "qwen3-0.6b"),
+        load_format="dummy",
+        dtype="bfloat16",
+        max_model_len=4096,
+        max_num_batched_tokens=16384,
+    )
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4, detokenize=False))
     phases: dict[str, float] = collections.defaultdict(float)
     engine, runner = llm.engine, llm.runner
@@ -67,16 +72,26 @@ def main() -> None:
         engine.add_request(f"prof-{i}", p, SamplingParams(max_tokens=40, ignore_eos=True, detokenize=False))
     for _ in range(5):
         engine.step()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    ) as prof:
         for _ in range(10):
             engine.step()
     table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
     while engine.has_unfinished_requests():
         engine.step()
-    result = {"benchmark": "profile_step", "environment": environment(), "num_requests": args.num_requests,
-              "seconds": total, "steps": steps, "output_tokens": generated, "phases_s": dict(phases),
-              "ms_per_step": {k: v / steps * 1e3 for k, v in phases.items()}, "kernel_table": table,
-              "eager_calls_tokens_ms": eager_calls}
+    result = {
+        "benchmark": "profile_step",
+        "environment": environment(),
+        "num_requests": args.num_requests,
+        "seconds": total,
+        "steps": steps,
+        "output_tokens": generated,
+        "phases_s": dict(phases),
+        "ms_per_step": {k: v / steps * 1e3 for k, v in phases.items()},
+        "kernel_table": table,
+        "eager_calls_tokens_ms": eager_calls,
+    }
     write_json(args.output, result)
     print(f"{generated / total:.0f} tok/s (synchronised), {steps} steps, {total / steps * 1e3:.2f} ms/step")
     for name, value in sorted(phases.items(), key=lambda kv: -kv[1]):

@@ -29,9 +29,15 @@ def run_ours(prompts, output_lens, args) -> dict:
     from model_optimizer import LLM, SamplingParams
 
     t0 = time.perf_counter()
-    llm = LLM(str(CONFIGS / "qwen3-0.6b"), load_format="dummy", dtype="bfloat16", max_model_len=4096,
-              max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-              enforce_eager=args.enforce_eager)
+    llm = LLM(
+        str(CONFIGS / "qwen3-0.6b"),
+        load_format="dummy",
+        dtype="bfloat16",
+        max_model_len=4096,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        enforce_eager=args.enforce_eager,
+    )
     startup = time.perf_counter() - t0
     params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=n, detokenize=False) for n in output_lens]
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=8, detokenize=False))  # warm-up
@@ -43,16 +49,30 @@ def run_ours(prompts, output_lens, args) -> dict:
         t0 = time.perf_counter()
         outputs = llm.generate(prompts, params)
         elapsed = time.perf_counter() - t0
-        runs.append({"seconds": elapsed, "step_profile": summarize_steps(steps, t0 + elapsed),
-                     "triton_compiles": [(round(t - t0, 3), name) for t, name in compiles if t >= t0]})
+        runs.append(
+            {
+                "seconds": elapsed,
+                "step_profile": summarize_steps(steps, t0 + elapsed),
+                "triton_compiles": [(round(t - t0, 3), name) for t, name in compiles if t >= t0],
+            }
+        )
     generated = sum(len(o.outputs[0].token_ids) for o in outputs)
     for run in runs:
         run["output_tok_per_s"] = generated / run["seconds"]
     stats = llm.engine.stats()
-    return {"engine": "model_optimizer", "requests": len(prompts), "output_tokens": generated, "seconds": runs[0]["seconds"],
-            "output_tok_per_s": runs[0]["output_tok_per_s"], "startup_s": startup, "num_kv_blocks": stats.num_blocks,
-            "preemptions": stats.num_preemptions, "steps": stats.num_steps // args.repeat, "runs": runs,
-            "step_profile": runs[0]["step_profile"]}
+    return {
+        "engine": "model_optimizer",
+        "requests": len(prompts),
+        "output_tokens": generated,
+        "seconds": runs[0]["seconds"],
+        "output_tok_per_s": runs[0]["output_tok_per_s"],
+        "startup_s": startup,
+        "num_kv_blocks": stats.num_blocks,
+        "preemptions": stats.num_preemptions,
+        "steps": stats.num_steps // args.repeat,
+        "runs": runs,
+        "step_profile": runs[0]["step_profile"],
+    }
 
 
 def record_steps(scheduler) -> list[tuple[float, int, int]]:
@@ -78,8 +98,10 @@ def summarize_steps(log: list[tuple[float, int, int]], end: float) -> dict:
             continue
         key = "prefill" if tokens > seqs else f"decode {min(256, 64 * -(-seqs // 64))}"  # buckets of 64 sequences
         groups.setdefault(key, []).append(t_next - t)
-    summary = {k: {"steps": len(v), "seconds": round(sum(v), 3), "ms_per_step": round(sum(v) / len(v) * 1e3, 3)}
-               for k, v in sorted(groups.items())}
+    summary = {
+        k: {"steps": len(v), "seconds": round(sum(v), 3), "ms_per_step": round(sum(v) / len(v) * 1e3, 3)}
+        for k, v in sorted(groups.items())
+    }
     summary.get("prefill", {})["each_ms"] = [round(x * 1e3, 1) for x in groups.get("prefill", [])]
     return summary
 
@@ -105,9 +127,14 @@ def run_transformers(prompts, output_lens) -> dict:
         raise RuntimeError(f"{len(failed)} requests failed in generate_batch: {failed[0]}")
     elapsed = time.perf_counter() - t0
     generated = sum(len(r.generated_tokens) for r in result.values())
-    return {"engine": "transformers.generate_batch (sdpa)", "requests": len(prompts), "output_tokens": generated,
-            "seconds": elapsed, "output_tok_per_s": generated / elapsed,
-            "note": f"one generation config for all: max_new_tokens={max_new}"}
+    return {
+        "engine": "transformers.generate_batch (sdpa)",
+        "requests": len(prompts),
+        "output_tokens": generated,
+        "seconds": elapsed,
+        "output_tok_per_s": generated / elapsed,
+        "note": f"one generation config for all: max_new_tokens={max_new}",
+    }
 
 
 def main() -> None:
@@ -119,7 +146,9 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--max-num-batched-tokens", type=int, default=16384)
     parser.add_argument("--enforce-eager", action="store_true")
-    parser.add_argument("--repeat", type=int, default=1, help="generate this many times on one engine; the first is reported")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="generate this many times on one engine; the first is reported"
+    )
     parser.add_argument("--output", default=str(RESULTS / "throughput_h200.json"))
     args = parser.parse_args()
     prompts, output_lens = workload(args.num_requests)
@@ -127,11 +156,23 @@ def main() -> None:
         n = args.hf_requests
         write_json(args.output, run_transformers(prompts[:n], output_lens[:n]))
         return
-    result = {"benchmark": "offline_throughput", "environment": environment(),
-              "workload": {"num_requests": args.num_requests, "prompt_len": [100, 1024], "output_len": [100, 1024],
-                           "token_ids": [0, 10000], "temperature": 0.6, "ignore_eos": True, "seed": 0,
-                           "max_model_len": 4096, "model": "Qwen3-0.6B config, dummy bf16 weights"},
-              "config": vars(args), "copy_bandwidth_gbps": copy_bandwidth_gbps()}
+    result = {
+        "benchmark": "offline_throughput",
+        "environment": environment(),
+        "workload": {
+            "num_requests": args.num_requests,
+            "prompt_len": [100, 1024],
+            "output_len": [100, 1024],
+            "token_ids": [0, 10000],
+            "temperature": 0.6,
+            "ignore_eos": True,
+            "seed": 0,
+            "max_model_len": 4096,
+            "model": "Qwen3-0.6B config, dummy bf16 weights",
+        },
+        "config": vars(args),
+        "copy_bandwidth_gbps": copy_bandwidth_gbps(),
+    }
     result["ours"] = run_ours(prompts, output_lens, args)
     print(f"ours: {result['ours']['output_tok_per_s']:.0f} output tok/s", flush=True)
     write_json(args.output, result)
@@ -150,7 +191,15 @@ def transformers_in_child(args) -> dict:
 
     with tempfile.TemporaryDirectory() as folder:
         path = f"{folder}/hf.json"
-        command = [sys.executable, __file__, "--only-transformers", "--hf-requests", str(args.hf_requests), "--output", path]
+        command = [
+            sys.executable,
+            __file__,
+            "--only-transformers",
+            "--hf-requests",
+            str(args.hf_requests),
+            "--output",
+            path,
+        ]
         try:
             done = subprocess.run(command, timeout=args.hf_timeout, capture_output=True, text=True)
         except subprocess.TimeoutExpired:

@@ -17,7 +17,9 @@ import numpy as np
 import torch
 
 
-def to_device(values: torch.Tensor | np.ndarray | Sequence, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+def to_device(
+    values: torch.Tensor | np.ndarray | Sequence, device: torch.device, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """`values` (a CPU tensor, array or list) on `device`, converted to `dtype`; on CUDA without a stream sync."""
     tensor = values if isinstance(values, torch.Tensor) else torch.as_tensor(np.asarray(values))
     if dtype is not None:
@@ -27,7 +29,9 @@ def to_device(values: torch.Tensor | np.ndarray | Sequence, device: torch.device
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
-def to_device_packed(arrays: Sequence[np.ndarray | Sequence[int]], dtype: type, device: torch.device) -> list[torch.Tensor]:
+def to_device_packed(
+    arrays: Sequence[np.ndarray | Sequence[int]], dtype: type, device: torch.device
+) -> list[torch.Tensor]:
     """Each array flattened to `dtype` on `device`, all in one copy, each starting 16-byte aligned."""
     per_16_bytes = 16 // np.dtype(dtype).itemsize
     arrays = [np.asarray(a, dtype=dtype) for a in arrays]  # lists are converted once

@@ -83,17 +83,27 @@ def sample_section(samples: list[dict]) -> list[str]:
     lines = []
     for s in samples:
         prompt = s["prompt"].replace("\n", "\\n")
-        lines += [f"**{s['kind']}, {s['mode']}**, prompt `{prompt}`", "", "```text",
-                  s["prompt"] + s["completion"] if s["kind"] == "text" else s["completion"], "```", ""]
+        lines += [
+            f"**{s['kind']}, {s['mode']}**, prompt `{prompt}`",
+            "",
+            "```text",
+            s["prompt"] + s["completion"] if s["kind"] == "text" else s["completion"],
+            "```",
+            "",
+        ]
     return lines or ["TODO: sample generations from the GPU run.", ""]
 
 
 def sweep_table(runs: list[dict]) -> list[str]:
-    lines = ["| step budget | steps run | seconds | epochs | val perplexity | val chat perplexity |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| step budget | steps run | seconds | epochs | val perplexity | val chat perplexity |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in runs:
-        lines.append(f"| {r['step_budget']} | {r['steps']} | {r['seconds']} | {r['epochs']} | "
-                     f"{r['val_perplexity']} | {fmt(r.get('val_chat_perplexity'))} |")
+        lines.append(
+            f"| {r['step_budget']} | {r['steps']} | {r['seconds']} | {r['epochs']} | "
+            f"{r['val_perplexity']} | {fmt(r.get('val_chat_perplexity'))} |"
+        )
     return lines
 
 
@@ -135,7 +145,7 @@ def render_card(metrics: dict, config: dict, corpus: dict, weights_bytes: int | 
         f"({fmt(corpus.get('val_fraction'))}, seeded) held out for validation. Training text: "
         f"{fmt(corpus.get('train_chars'), ',')} characters, {fmt(metrics.get('num_train_tokens'), ',')} tokens, "
         f"including {fmt(corpus.get('num_train_chats'), ',')} one-turn ChatML question/answer pairs made "
-        "from the documented API entries (\"What does json.dumps() do?\" answered by the signature "
+        'from the documented API entries ("What does json.dumps() do?" answered by the signature '
         f"and first paragraph). Validation: {fmt(metrics.get('num_val_tokens'), ',')} tokens of held-out pages.",
         "",
         "## Training",
@@ -165,7 +175,7 @@ def render_card(metrics: dict, config: dict, corpus: dict, weights_bytes: int | 
         *sample_section(metrics.get("samples", [])),
         "## Reproduce",
         "",
-        "See the project README, section \"The reference model\": `scripts/build_corpus.py`,",
+        'See the project README, section "The reference model": `scripts/build_corpus.py`,',
         "`scripts/train_tokenizer.py`, then",
         "`scripts/device/train_refmodel.sh` on one GPU and `scripts/install_reference_model.py`.",
         "Full numbers: `training_metrics.json`.",
@@ -188,15 +198,23 @@ def install(source: Path, target_dir: Path, tokenizer_dir: Path, corpus_stats: P
     config = read_json(target_dir / "config.json")
     card = render_card(metrics, config, read_json(corpus_stats), weights_bytes)
     write_atomic(target_dir / "README.md", card.encode("utf-8"))
-    return {"target": str(target_dir), "weights_bytes": weights_bytes,
-            "val_perplexity": metrics.get("val_perplexity"),
-            "ratio_to_unigram": metrics.get("perplexity_ratio_to_unigram")}
+    return {
+        "target": str(target_dir),
+        "weights_bytes": weights_bytes,
+        "val_perplexity": metrics.get("val_perplexity"),
+        "ratio_to_unigram": metrics.get("perplexity_ratio_to_unigram"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--from", dest="source", type=Path, required=True,
-                        help="folder with model/ (or the model files) and metrics.json")
+    parser.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        required=True,
+        help="folder with model/ (or the model files) and metrics.json",
+    )
     parser.add_argument("--to", dest="target", type=Path, default=Path("model_optimizer/assets/pydoc-qwen3"))
     parser.add_argument("--tokenizer-dir", type=Path, default=Path(".data/tokenizer"))
     parser.add_argument("--corpus-stats", type=Path, default=Path(".data/corpus/stats.json"))

@@ -177,8 +177,10 @@ def make_optimizer(model, cfg: TrainConfig, device):
     import torch
 
     params = list(model.parameters())
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
 
 
@@ -229,7 +231,10 @@ def train_one(cfg: TrainConfig, num_steps: int, seconds: float, data: dict, log)
                 log(json.dumps(record))
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return {"model": model, "run": summarize_run(model, cfg, data, num_steps, step, time.perf_counter() - start, history)}
+    return {
+        "model": model,
+        "run": summarize_run(model, cfg, data, num_steps, step, time.perf_counter() - start, history),
+    }
 
 
 def summarize_run(model, cfg: TrainConfig, data: dict, num_steps: int, steps: int, seconds: float, history) -> dict:
@@ -261,15 +266,19 @@ def sample_generations(model, tokenizer, device, max_new_tokens: int = 48) -> li
     import torch
 
     samples = []
-    chats = [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
-                                           add_generation_prompt=True) for q in CHAT_QUESTIONS]
+    chats = [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in CHAT_QUESTIONS
+    ]
     for kind, prompt in [("text", p) for p in PROMPTS] + [("chat", c) for c in chats]:
         ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
-        for mode, kwargs in (("greedy", {"do_sample": False}),
-                             ("sampled", {"do_sample": True, "temperature": 0.8, "top_p": 0.95})):
+        for mode, kwargs in (
+            ("greedy", {"do_sample": False}),
+            ("sampled", {"do_sample": True, "temperature": 0.8, "top_p": 0.95}),
+        ):
             torch.manual_seed(0)
             out = model.generate(ids, max_new_tokens=max_new_tokens, **kwargs)
-            text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=False)
+            text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=False)
             samples.append({"kind": kind, "mode": mode, "prompt": prompt, "completion": text})
     return samples
 
@@ -398,8 +407,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    summary = {k: metrics[k] for k in ("val_perplexity", "unigram_val_perplexity",
-                                       "perplexity_ratio_to_unigram", "weights_bytes", "total_seconds")}
+    summary = {
+        k: metrics[k]
+        for k in (
+            "val_perplexity",
+            "unigram_val_perplexity",
+            "perplexity_ratio_to_unigram",
+            "weights_bytes",
+            "total_seconds",
+        )
+    }
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -25,21 +25,44 @@ def _config(kind: str, **overrides):
     import transformers
 
     base = dict(
-        vocab_size=tiny.TOKENIZER_VOCAB + 8, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False,
-        eos_token_id=2, pad_token_id=0,
+        vocab_size=tiny.TOKENIZER_VOCAB + 8,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        eos_token_id=2,
+        pad_token_id=0,
     )
     base.update(overrides)
-    cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
-           "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[kind]
+    cls = {
+        "llama": transformers.LlamaConfig,
+        "mistral": transformers.MistralConfig,
+        "qwen2": transformers.Qwen2Config,
+        "qwen3": transformers.Qwen3Config,
+    }[kind]
     return cls(**base)
 
 
 # name -> (kind, overrides): GQA ratios 1, 2, 4; head_dim 32 and 64; tied and untied; odd vocabulary
 TINY_MODELS = {
-    "llama3": ("llama", dict(num_key_value_heads=1, head_dim=16, rope_scaling={
-        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 64}, rope_theta=500000.0)),
+    "llama3": (
+        "llama",
+        dict(
+            num_key_value_heads=1,
+            head_dim=16,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+            rope_theta=500000.0,
+        ),
+    ),
     "mistral": ("mistral", dict(num_key_value_heads=2, head_dim=32, sliding_window=4096)),
     "qwen2": ("qwen2", dict(num_key_value_heads=4, tie_word_embeddings=True, vocab_size=1031)),
     "qwen3": ("qwen3", dict(num_key_value_heads=2, head_dim=32, tie_word_embeddings=True)),
@@ -58,7 +81,9 @@ def tiny_model(tmp_path_factory):
             kind, overrides = TINY_MODELS[name]
             out = root / name
             # crc32, not hash(): str hashes change with every process, and so would the weights
-            tiny.build_checkpoint(out, _config(kind, **overrides), seed=zlib.crc32(name.encode()) % 1000, with_tokenizer=False)
+            tiny.build_checkpoint(
+                out, _config(kind, **overrides), seed=zlib.crc32(name.encode()) % 1000, with_tokenizer=False
+            )
             for f in _tokenizer_files(root).iterdir():
                 shutil.copy(f, out / f.name)
             built[name] = out

@@ -57,7 +57,9 @@ def build_tokenizer(out_dir: str | Path, vocab_size: int = TOKENIZER_VOCAB):
     return fast
 
 
-def build_checkpoint(out_dir: str | Path, config, seed: int = 0, with_tokenizer: bool = True, max_shard_size: str | None = None) -> Path:
+def build_checkpoint(
+    out_dir: str | Path, config, seed: int = 0, with_tokenizer: bool = True, max_shard_size: str | None = None
+) -> Path:
     """Save a randomly initialised transformers model for `config` as safetensors in `out_dir`."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -92,9 +94,18 @@ def tiny_qwen3_config(**overrides):
     from transformers import Qwen3Config
 
     values = dict(
-        vocab_size=TOKENIZER_VOCAB + 8, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
-        tie_word_embeddings=True, eos_token_id=2, bos_token_id=None, pad_token_id=0,
+        vocab_size=TOKENIZER_VOCAB + 8,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        eos_token_id=2,
+        bos_token_id=None,
+        pad_token_id=0,
     )
     values.update(overrides)
     return Qwen3Config(**values)

@@ -21,25 +21,52 @@ from model_optimizer.config import EngineConfig, field_docs
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("inspect", help="read a checkpoint without loading it: census, problems and their fixes",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "inspect",
+        help="read a checkpoint without loading it: census, problems and their fixes",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("folder", help="checkpoint folder (config.json, *.safetensors, tokenizer files)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    parser.add_argument("--max-model-len", type=int, default=None, help="the context you mean to serve, checked against the model")
+    parser.add_argument(
+        "--max-model-len", type=int, default=None, help="the context you mean to serve, checked against the model"
+    )
     plan = parser.add_argument_group("memory plan (the engine's KV-cache sizing rules)")
-    plan.add_argument("--gpu", metavar="NAME|live", default=None,
-                      help="plan for this GPU: a datasheet name (H200, A100 80GB, L4, ...) or 'live' for the one here")
-    plan.add_argument("--seq-len", type=int, default=None, help="sequence length for 'how many sequences fit' (default: max model len)")
+    plan.add_argument(
+        "--gpu",
+        metavar="NAME|live",
+        default=None,
+        help="plan for this GPU: a datasheet name (H200, A100 80GB, L4, ...) or 'live' for the one here",
+    )
+    plan.add_argument(
+        "--seq-len",
+        type=int,
+        default=None,
+        help="sequence length for 'how many sequences fit' (default: max model len)",
+    )
     for name in ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size"):
         field_help = field_docs(EngineConfig)[name]  # the dtype is config.json's, as `mopt serve --dtype auto` runs it
-        plan.add_argument("--" + name.replace("_", "-"), type=float if name == "gpu_memory_utilization" else int,
-                          default=getattr(EngineConfig, name), help=f"{field_help} (default: {getattr(EngineConfig, name)})")
+        plan.add_argument(
+            "--" + name.replace("_", "-"),
+            type=float if name == "gpu_memory_utilization" else int,
+            default=getattr(EngineConfig, name),
+            help=f"{field_help} (default: {getattr(EngineConfig, name)})",
+        )
     fix = parser.add_argument_group("--fix: write a cleaned copy")
     fix.add_argument("--fix", metavar="OUT", help="write a cleaned checkpoint to the new folder OUT, then inspect it")
-    fix.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None,
-                     help="one dtype for every floating tensor (default: the dtype most linear weights have)")
-    fix.add_argument("--chat-template", metavar="NAME|FILE", default=None,
-                     help="add a chat template: chatml (Qwen2/3), llama3, mistral, or a .jinja file")
+    fix.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float16", "float32"),
+        default=None,
+        help="one dtype for every floating tensor (default: the dtype most linear weights have)",
+    )
+    fix.add_argument(
+        "--chat-template",
+        metavar="NAME|FILE",
+        default=None,
+        help="add a chat template: chatml (Qwen2/3), llama3, mistral, or a .jinja file",
+    )
     return parser
 
 
@@ -67,9 +94,13 @@ def _attach_plan(args: argparse.Namespace, report: Any) -> None:
     """The memory plan when the engine can build the model; a bad --gpu or setting is the user's error."""
     from model_optimizer.modelio.memory_plan import gpu_memory, plan_memory
 
-    engine = EngineConfig(max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
-                          max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                          block_size=args.block_size)
+    engine = EngineConfig(
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+    )
     gpu = gpu_memory(args.gpu) if args.gpu else None
     if report.raw_check.error is not None or any(f.id == "context.too_long" for f in report.findings):
         return  # the findings say why the engine would not start; no plan to make
@@ -94,8 +125,11 @@ def _fix(args: argparse.Namespace, before: dict[str, Any]) -> int:
         print(json.dumps({"input": before, "fix": fixed, "output": after.to_dict()}, indent=1))
         return after.exit_code
     print_report(console, before)
-    console.print(f"\n[bold]wrote {result.out}[/]: {result.num_tensors} tensors in {result.dtype}, dropped {len(result.dropped)}, "
-                  f"merged LoRA into {len(result.merged_lora)}", highlight=False)
+    console.print(
+        f"\n[bold]wrote {result.out}[/]: {result.num_tensors} tensors in {result.dtype}, dropped {len(result.dropped)}, "
+        f"merged LoRA into {len(result.merged_lora)}",
+        highlight=False,
+    )
     for note in result.notes:
         console.print(f"  - {note}", highlight=False)
     console.print("\n[bold]the cleaned checkpoint:[/]")

@@ -23,8 +23,14 @@ CHUNK = 4096
 
 @triton.jit
 def _gumbel_argmax_kernel(
-    logits_ptr, inv_temp_ptr, seed_ptr, best_ptr, index_ptr,
-    vocab_size, stride_row, num_chunks,
+    logits_ptr,
+    inv_temp_ptr,
+    seed_ptr,
+    best_ptr,
+    index_ptr,
+    vocab_size,
+    stride_row,
+    num_chunks,
     CHUNK: tl.constexpr,
 ):
     row = tl.program_id(0)
@@ -67,14 +73,24 @@ def gumbel_sample_checked(
         raise ValueError(f"logits must be (rows, vocab) and contiguous along vocab, got {tuple(logits.shape)}")
     rows, vocab = logits.shape
     if inv_temperatures.shape != (rows,) or seeds.shape != (rows,):
-        raise ValueError(f"need one inverse temperature and one seed per row ({rows}), "
-                         f"got {tuple(inv_temperatures.shape)} and {tuple(seeds.shape)}")
+        raise ValueError(
+            f"need one inverse temperature and one seed per row ({rows}), "
+            f"got {tuple(inv_temperatures.shape)} and {tuple(seeds.shape)}"
+        )
     num_chunks = triton.cdiv(vocab, CHUNK)
     best = torch.empty(rows, num_chunks, dtype=torch.float32, device=logits.device)
     index = torch.empty(rows, num_chunks, dtype=torch.int64, device=logits.device)
     if rows:
         _gumbel_argmax_kernel[(rows, num_chunks)](
-            logits, inv_temperatures, seeds, best, index, vocab, logits.stride(0), num_chunks, CHUNK=CHUNK,
+            logits,
+            inv_temperatures,
+            seeds,
+            best,
+            index,
+            vocab,
+            logits.stride(0),
+            num_chunks,
+            CHUNK=CHUNK,
         )
     values, chunk = best.max(dim=1, keepdim=True)  # a NaN chunk wins and stays NaN
     return index.gather(1, chunk).squeeze(1), values.squeeze(1).isfinite()

@@ -19,12 +19,27 @@ _FP8_MAX = tl.constexpr(FP8_MAX)  # jit functions may only read constexpr global
 
 @triton.jit
 def _store_kv_kernel(
-    key_ptr, value_ptr, cache_ptr, slot_ptr, k_scale_ptr, v_scale_ptr,
-    stride_kt, stride_kh, stride_vt, stride_vh,
-    stride_plane, stride_block, stride_offset, stride_head,
-    NUM_KV_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, QUANTIZE: tl.constexpr, HAS_SCALES: tl.constexpr,
+    key_ptr,
+    value_ptr,
+    cache_ptr,
+    slot_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_plane,
+    stride_block,
+    stride_offset,
+    stride_head,
+    NUM_KV_HEADS: tl.constexpr,
+    HEADS_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    QUANTIZE: tl.constexpr,
+    HAS_SCALES: tl.constexpr,
 ):
     token = tl.program_id(0)
     slot = tl.load(slot_ptr + token).to(tl.int64)
@@ -61,7 +76,9 @@ def store_kv(
 ) -> None:
     """Write key/value (num_tokens, num_kv_heads, head_dim) into kv_cache at slot_mapping (-1: skip)."""
     if kv_cache.dim() != 5 or kv_cache.shape[0] != 2:
-        raise ValueError(f"kv_cache must be (2, num_blocks, block_size, kv_heads, head_dim), got {tuple(kv_cache.shape)}")
+        raise ValueError(
+            f"kv_cache must be (2, num_blocks, block_size, kv_heads, head_dim), got {tuple(kv_cache.shape)}"
+        )
     if key.shape != value.shape or key.shape[1:] != kv_cache.shape[3:]:
         raise ValueError(
             f"key {tuple(key.shape)} and value {tuple(value.shape)} must both be "
@@ -80,10 +97,25 @@ def store_kv(
     v_scale = v_scale if has_scales else slot_mapping
     num_kv_heads, head_dim = kv_cache.shape[3], kv_cache.shape[4]
     _store_kv_kernel[(num_tokens,)](
-        key, value, kv_cache, slot_mapping, k_scale, v_scale,
-        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3),
-        NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads),
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=triton.next_power_of_2(head_dim),
-        BLOCK_SIZE=kv_cache.shape[2], QUANTIZE=quantize, HAS_SCALES=has_scales,
+        key,
+        value,
+        kv_cache,
+        slot_mapping,
+        k_scale,
+        v_scale,
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        kv_cache.stride(0),
+        kv_cache.stride(1),
+        kv_cache.stride(2),
+        kv_cache.stride(3),
+        NUM_KV_HEADS=num_kv_heads,
+        HEADS_PAD=triton.next_power_of_2(num_kv_heads),
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PAD=triton.next_power_of_2(head_dim),
+        BLOCK_SIZE=kv_cache.shape[2],
+        QUANTIZE=quantize,
+        HAS_SCALES=has_scales,
     )

@@ -58,7 +58,9 @@ class AttentionMetadata:
 
 
 class Attention(nn.Module):
-    def __init__(self, layer_idx: int, num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None) -> None:
+    def __init__(
+        self, layer_idx: int, num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None
+    ) -> None:
         super().__init__()
         self.layer_idx = layer_idx
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
@@ -81,15 +83,31 @@ class Attention(nn.Module):
             paged_attention = triton_kernel("paged_attention", "paged_attention")
             store_kv(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
             out = paged_attention(
-                q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, self.scale, self.sliding_window,
-                max_query_len=meta.max_query_len, max_seq_len=meta.max_seq_len, k_scale=self.k_scale, v_scale=self.v_scale,
+                q,
+                kv_cache,
+                meta.query_start_loc,
+                meta.seq_lens,
+                meta.block_tables,
+                self.scale,
+                self.sliding_window,
+                max_query_len=meta.max_query_len,
+                max_seq_len=meta.max_seq_len,
+                k_scale=self.k_scale,
+                v_scale=self.v_scale,
                 num_splits=meta.num_splits,
             )
         else:
             store_kv_ref(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
             out = paged_attention_ref(
-                q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, self.scale, self.sliding_window,
-                self.k_scale, self.v_scale,
+                q,
+                kv_cache,
+                meta.query_start_loc,
+                meta.seq_lens,
+                meta.block_tables,
+                self.scale,
+                self.sliding_window,
+                self.k_scale,
+                self.v_scale,
             )
         return out.flatten(1)
 

@@ -76,8 +76,13 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin", freqs.sin(), persistent=False)
 
     def forward(
-        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
-        q_weight: torch.Tensor | None = None, k_weight: torch.Tensor | None = None, eps: float = 1e-6,
+        self,
+        positions: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_weight: torch.Tensor | None = None,
+        k_weight: torch.Tensor | None = None,
+        eps: float = 1e-6,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q (tokens, heads, head_dim) and k (tokens, kv_heads, head_dim) by their positions,
         after a per-head RMSNorm when weights are given (Qwen3). One Triton kernel on the GPU."""

@@ -20,7 +20,10 @@ def module_kind(name: str) -> str:
         return "norm"
     if any(p in ("embed_tokens", "wte", "word_embeddings", "embeddings", "tok_embeddings") for p in parts):
         return "embedding"
-    if any(p in ("self_attn", "attn", "attention") or p in ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj") for p in parts):
+    if any(
+        p in ("self_attn", "attn", "attention") or p in ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj")
+        for p in parts
+    ):
         return "attention"
     if any(p in ("mlp", "feed_forward", "ffn") or p in ("gate_proj", "up_proj", "down_proj") for p in parts):
         return "mlp"

@@ -30,4 +30,6 @@ def load_template(name_or_file: str) -> str:
         if not text.strip():
             raise ValueError(f"chat template file {path} is empty")
         return text
-    raise ValueError(f"--chat-template {name_or_file!r} is neither a shipped template ({', '.join(shipped_templates())}) nor a file")
+    raise ValueError(
+        f"--chat-template {name_or_file!r} is neither a shipped template ({', '.join(shipped_templates())}) nor a file"
+    )

@@ -18,7 +18,9 @@ def kept_tensors(checkpoint: Checkpoint) -> dict[str, TensorInfo]:
         if key.kind != "weight" or key.clean is None:
             continue
         if key.clean in kept:
-            raise ValueError(f"tensors {kept[key.clean].name!r} and {info.name!r} both become {key.clean!r} once cleaned")
+            raise ValueError(
+                f"tensors {kept[key.clean].name!r} and {info.name!r} both become {key.clean!r} once cleaned"
+            )
         kept[key.clean] = info
     return kept
 
@@ -38,12 +40,21 @@ def check_lora(checkpoint: Checkpoint) -> None:
     kept = kept_tensors(checkpoint)
     for name, (a, b) in lora_pairs(checkpoint).items():
         if a is None or b is None:
-            raise ValueError(f"LoRA for {name!r} has only {'lora_B' if a is None else 'lora_A'}: cannot merge half an adapter")
+            raise ValueError(
+                f"LoRA for {name!r} has only {'lora_B' if a is None else 'lora_A'}: cannot merge half an adapter"
+            )
         base = kept.get(name)
         if base is None:
             raise ValueError(f"LoRA adapts {name!r}, which the checkpoint does not hold")
-        if len(base.shape) != 2 or b.shape[0] != base.shape[0] or a.shape[1] != base.shape[1] or a.shape[0] != b.shape[1]:
-            raise ValueError(f"LoRA for {name!r}: B {b.shape} @ A {a.shape} does not give the weight's shape {base.shape}")
+        if (
+            len(base.shape) != 2
+            or b.shape[0] != base.shape[0]
+            or a.shape[1] != base.shape[1]
+            or a.shape[0] != b.shape[1]
+        ):
+            raise ValueError(
+                f"LoRA for {name!r}: B {b.shape} @ A {a.shape} does not give the weight's shape {base.shape}"
+            )
 
 
 def clean_config(checkpoint: Checkpoint) -> dict:

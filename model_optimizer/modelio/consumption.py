@@ -122,5 +122,7 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
         loaded.add((target, shard))
         check.consumed += 1
     expected = _expected_shards(params, stacked)
-    check.missing = sorted(f"{p}[{s}]" if s else p for p, s in expected - loaded if not (tied and p == "lm_head.weight"))
+    check.missing = sorted(
+        f"{p}[{s}]" if s else p for p, s in expected - loaded if not (tied and p == "lm_head.weight")
+    )
     return check

@@ -85,7 +85,9 @@ def fix_checkpoint(src: str | Path, out: str | Path, options: FixOptions) -> Fix
 
 def _check_target(src: Path, out: Path) -> None:
     if out == src or src in out.parents:
-        raise ValueError(f"--fix {out}: the output must be outside the input folder {src} (the input is never modified)")
+        raise ValueError(
+            f"--fix {out}: the output must be outside the input folder {src} (the input is never modified)"
+        )
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--fix {out} already exists and is not empty; choose a new folder")
     if out.exists():
@@ -127,7 +129,9 @@ def _write_weights(checkpoint: Checkpoint, tmp: Path, dtype: str, result: FixRes
         result.num_tensors += len(state)
     if len(shards) > 1:
         total = sum(_bytes_at(kept[n], dtype) for n in weight_map)
-        (tmp / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+        (tmp / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1)
+        )
 
 
 def _is_lora(info: TensorInfo, loras: dict) -> bool:
@@ -135,7 +139,11 @@ def _is_lora(info: TensorInfo, loras: dict) -> bool:
 
 
 def _bytes_at(info: TensorInfo, dtype: str) -> int:
-    return info.numel * {"bfloat16": 2, "float16": 2, "float32": 4}[dtype] if info.dtype.startswith(("F", "BF")) else info.nbytes
+    return (
+        info.numel * {"bfloat16": 2, "float16": 2, "float32": 4}[dtype]
+        if info.dtype.startswith(("F", "BF"))
+        else info.nbytes
+    )
 
 
 def _plan_shards(items: list[tuple[str, TensorInfo]], dtype: str) -> list[list[str]]:
@@ -154,7 +162,9 @@ def _plan_shards(items: list[tuple[str, TensorInfo]], dtype: str) -> list[list[s
 def _write_configs(checkpoint: Checkpoint, tmp: Path, dtype: str, result: FixResult) -> None:
     config = cleaning.clean_config(checkpoint)
     if config.get("vocab_size") != checkpoint.config.get("vocab_size"):
-        result.notes.append(f"vocab_size {checkpoint.config.get('vocab_size')} -> {config['vocab_size']} (the embedding's rows)")
+        result.notes.append(
+            f"vocab_size {checkpoint.config.get('vocab_size')} -> {config['vocab_size']} (the embedding's rows)"
+        )
     config["torch_dtype"] = dtype
     if "dtype" in config:
         config["dtype"] = dtype
@@ -174,7 +184,9 @@ def _copy_tokenizer_and_rest(checkpoint: Checkpoint, tmp: Path, template: str | 
     for path in sorted(checkpoint.folder.iterdir()):
         if not path.is_file() or path.name in WEIGHT_FILES or path.suffix in WEIGHT_SUFFIXES:
             continue
-        if path.name in ("config.json", "generation_config.json") or path.name.startswith(("optimizer", "scheduler", "rng_state")):
+        if path.name in ("config.json", "generation_config.json") or path.name.startswith(
+            ("optimizer", "scheduler", "rng_state")
+        ):
             continue
         shutil.copy2(path, tmp / path.name)
     tok_config = tmp / "tokenizer_config.json"

@@ -44,10 +44,16 @@ class InspectReport:
             "folder": str(self.checkpoint.folder),
             "status": status,
             "exit_code": self.exit_code,
-            "model": {"architecture": (cfg.get("architectures") or [None])[0], "model_type": cfg.get("model_type"),
-                      "model_class": self.raw_check.model_class, "num_layers": cfg.get("num_hidden_layers"),
-                      "hidden_size": cfg.get("hidden_size"), "vocab_size": cfg.get("vocab_size"),
-                      "max_position_embeddings": cfg.get("max_position_embeddings"), "torch_dtype": cfg.get("torch_dtype") or cfg.get("dtype")},
+            "model": {
+                "architecture": (cfg.get("architectures") or [None])[0],
+                "model_type": cfg.get("model_type"),
+                "model_class": self.raw_check.model_class,
+                "num_layers": cfg.get("num_hidden_layers"),
+                "hidden_size": cfg.get("hidden_size"),
+                "vocab_size": cfg.get("vocab_size"),
+                "max_position_embeddings": cfg.get("max_position_embeddings"),
+                "torch_dtype": cfg.get("torch_dtype") or cfg.get("dtype"),
+            },
             "census": self.census.to_dict(),
             "load_check": {"as_is": _check_dict(self.raw_check), "after_fix": _check_dict(self.clean_check)},
             "findings": [f.to_dict() for f in self.findings],
@@ -57,8 +63,15 @@ class InspectReport:
 
 
 def _check_dict(check: LoadCheck) -> dict[str, Any]:
-    return {"loads": check.loads, "error": check.error, "consumed": check.consumed, "unexpected": check.unexpected,
-            "missing": check.missing, "misshapen": check.misshapen, "skipped": check.skipped}
+    return {
+        "loads": check.loads,
+        "error": check.error,
+        "consumed": check.consumed,
+        "unexpected": check.unexpected,
+        "missing": check.missing,
+        "misshapen": check.misshapen,
+        "skipped": check.skipped,
+    }
 
 
 def inspect_checkpoint(folder: str | Path, max_model_len: int | None = None) -> InspectReport:
@@ -77,8 +90,20 @@ def inspect_checkpoint(folder: str | Path, max_model_len: int | None = None) -> 
     ctx = InspectContext(checkpoint, census, raw_check, clean_check, max_model_len)
     findings = [finding for rule in RULES for finding in rule(ctx)]
     if clean_check.error and clean_check.error != raw_check.error:
-        findings.append(Finding("fix.impossible", "error", f"--fix cannot clean this checkpoint: {clean_check.error}",
-                                "Two keys clean to one name, or a LoRA adapter does not match its weight."))
+        findings.append(
+            Finding(
+                "fix.impossible",
+                "error",
+                f"--fix cannot clean this checkpoint: {clean_check.error}",
+                "Two keys clean to one name, or a LoRA adapter does not match its weight.",
+            )
+        )
     findings.sort(key=lambda f: -SEVERITY_RANK[f.severity])
-    return InspectReport(checkpoint, census, raw_check, clean_check, findings,
-                         timings_s={"read_headers": round(read_s, 4), "total": round(time.perf_counter() - start, 4)})
+    return InspectReport(
+        checkpoint,
+        census,
+        raw_check,
+        clean_check,
+        findings,
+        timings_s={"read_headers": round(read_s, 4), "total": round(time.perf_counter() - start, 4)},
+    )

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 
 WRAPPER_PREFIXES = ("_orig_mod.", "module.", "base_model.model.")
 """torch.compile, DistributedDataParallel / DataParallel, and PEFT's wrapper, at the front of a name."""
-OPTIMIZER_PARTS = {"optimizer", "optimizer_state", "optim_state", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"}
+OPTIMIZER_PARTS = {
+    "optimizer",
+    "optimizer_state",
+    "optim_state",
+    "exp_avg",
+    "exp_avg_sq",
+    "max_exp_avg_sq",
+    "momentum_buffer",
+}
 EMA_FIRST_PARTS = {"ema", "ema_model", "model_ema", "ema_state", "shadow_params"}
 LORA = re.compile(r"^(?P<base>.+)\.lora_(?P<which>A|B)(?:\.[A-Za-z0-9_]+)?\.weight$")
 """`<module>.lora_A.weight` or PEFT's `<module>.lora_A.<adapter>.weight`."""
@@ -37,13 +45,13 @@ def strip_wrappers(name: str) -> tuple[str, tuple[str, ...]]:
         changed = False
         for prefix in WRAPPER_PREFIXES:
             if name.startswith(prefix):
-                name, changed = name[len(prefix):], True
+                name, changed = name[len(prefix) :], True
                 removed.append(prefix)
         if "._orig_mod." in name:  # a compiled submodule
             name, changed = name.replace("._orig_mod.", "."), True
             removed.append("._orig_mod.")
         if name.startswith("model.model."):  # a causal-LM wrapper saved around another
-            name, changed = name[len("model."):], True
+            name, changed = name[len("model.") :], True
             removed.append("model.model.")
     if ".base_layer." in name:  # PEFT keeps the frozen weight under base_layer
         name = name.replace(".base_layer.", ".")

@@ -125,9 +125,13 @@ def model_shape(config: dict, dtype_name: str = "bfloat16") -> ModelShape:
     args = model.args
     linears = [m for m in model.modules() if isinstance(m, Linear)]
     return ModelShape(
-        name=args.architecture, num_layers=args.num_layers, hidden_size=args.hidden_size,
-        intermediate_size=args.intermediate_size, q_size=args.num_heads * args.head_dim,
-        kv_size=args.num_kv_heads * args.head_dim, vocab_size=args.vocab_size,
+        name=args.architecture,
+        num_layers=args.num_layers,
+        hidden_size=args.hidden_size,
+        intermediate_size=args.intermediate_size,
+        q_size=args.num_heads * args.head_dim,
+        kv_size=args.num_kv_heads * args.head_dim,
+        vocab_size=args.vocab_size,
         max_position_embeddings=args.max_position_embeddings,
         num_params=sum(p.numel() for p in model.parameters()),
         linear_params=sum(m.weight.numel() for m in linears),
@@ -146,8 +150,9 @@ def weight_bytes(shape: ModelShape, fmt: str, dtype_bytes: int) -> int:
     return other + int(shape.linear_params * per_weight) + scale_bytes
 
 
-def profile_activation_bytes(shape: ModelShape, num_tokens: int, num_logit_rows: int, dtype_bytes: int,
-                             kv_bytes: int, block_size: int) -> int:
+def profile_activation_bytes(
+    shape: ModelShape, num_tokens: int, num_logit_rows: int, dtype_bytes: int, kv_bytes: int, block_size: int
+) -> int:
     """The peak the engine's profile forward adds to the weights, from the tensors alive at once.
 
     In a decoder layer four (tokens, hidden) tensors live throughout (the layer's input, the residual
@@ -163,8 +168,9 @@ def profile_activation_bytes(shape: ModelShape, num_tokens: int, num_logit_rows:
     return max(mlp, attention, logits) * dtype_bytes + scratch_kv + index_tensors + RUNTIME_BYTES
 
 
-def plan_memory(config: dict, gpu: GpuMemory | None = None, engine: EngineConfig | None = None,
-                seq_len: int | None = None) -> MemoryPlan:
+def plan_memory(
+    config: dict, gpu: GpuMemory | None = None, engine: EngineConfig | None = None, seq_len: int | None = None
+) -> MemoryPlan:
     """The memory plan of the model of `config.json` under `engine`'s settings, on `gpu` if given."""
     import torch
 
@@ -178,29 +184,46 @@ def plan_memory(config: dict, gpu: GpuMemory | None = None, engine: EngineConfig
     shape = model_shape(config, dtype_name)
     max_model_len = engine.max_model_len or shape.max_position_embeddings
     if max_model_len > shape.max_position_embeddings:
-        raise ValueError(f"max_model_len {max_model_len} exceeds the model's max_position_embeddings ({shape.max_position_embeddings})")
+        raise ValueError(
+            f"max_model_len {max_model_len} exceeds the model's max_position_embeddings ({shape.max_position_embeddings})"
+        )
     seq_len = seq_len or max_model_len
     if seq_len <= 0 or seq_len > max_model_len:
         raise ValueError(f"seq_len must be in 1..max_model_len ({max_model_len}), got {seq_len}")
     profile_tokens = min(engine.max_num_batched_tokens, max_model_len)
     kv_elem = {"auto": dtype_bytes, "fp8": KV_DTYPE_BYTES["fp8"]}
     per_token = {k: 2 * shape.num_layers * shape.kv_size * e for k, e in kv_elem.items()}
-    activation = {k: profile_activation_bytes(shape, profile_tokens, min(engine.max_num_seqs, profile_tokens), dtype_bytes, e,
-                                              engine.block_size) for k, e in kv_elem.items()}
+    activation = {
+        k: profile_activation_bytes(
+            shape, profile_tokens, min(engine.max_num_seqs, profile_tokens), dtype_bytes, e, engine.block_size
+        )
+        for k, e in kv_elem.items()
+    }
     graph_tokens = min(engine.max_num_seqs, max_model_len)
     plan = MemoryPlan(
-        model=shape.name, dtype=dtype_name, num_params=shape.num_params,
-        weight_bytes_by_format={f: weight_bytes(shape, f, dtype_bytes) for f in (SHORT_DTYPES[dtype_name], *QUANT_FORMATS)},
-        kv_bytes_per_token=per_token, bytes_per_block={k: v * engine.block_size for k, v in per_token.items()},
+        model=shape.name,
+        dtype=dtype_name,
+        num_params=shape.num_params,
+        weight_bytes_by_format={
+            f: weight_bytes(shape, f, dtype_bytes) for f in (SHORT_DTYPES[dtype_name], *QUANT_FORMATS)
+        },
+        kv_bytes_per_token=per_token,
+        bytes_per_block={k: v * engine.block_size for k, v in per_token.items()},
         activation_bytes=activation,
-        cuda_graph_bytes=profile_activation_bytes(shape, graph_tokens, graph_tokens, dtype_bytes, 0, engine.block_size) - RUNTIME_BYTES,
-        gpu_memory_utilization=engine.gpu_memory_utilization, seq_len=seq_len, max_model_len=max_model_len,
-        profile_tokens=profile_tokens, gpu=gpu,
+        cuda_graph_bytes=profile_activation_bytes(shape, graph_tokens, graph_tokens, dtype_bytes, 0, engine.block_size)
+        - RUNTIME_BYTES,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        seq_len=seq_len,
+        max_model_len=max_model_len,
+        profile_tokens=profile_tokens,
+        gpu=gpu,
     )
     if gpu is not None:
         plan.fits = [_fit(plan, shape, gpu, engine, fmt, kv) for fmt in plan.weight_bytes_by_format for kv in kv_elem]
-        plan.notes.append("weights in fp8/int8/int4 quantize the linear layers only; embedding, lm_head and norms stay "
-                          f"in {dtype_name}")
+        plan.notes.append(
+            "weights in fp8/int8/int4 quantize the linear layers only; embedding, lm_head and norms stay "
+            f"in {dtype_name}"
+        )
         if gpu.source == "datasheet":
             plan.notes.append("datasheet capacity: the driver reports a little less; --gpu live measures it")
     return plan
@@ -211,12 +234,16 @@ def _fit(plan: MemoryPlan, shape: ModelShape, gpu: GpuMemory, engine: EngineConf
     own_peak = weights + shape.buffer_bytes + plan.activation_bytes[kv]
     free = gpu.free_bytes if gpu.free_bytes is not None else gpu.total_bytes - CUDA_CONTEXT_BYTES
     free_after_load = free - weights - shape.buffer_bytes
-    budget = min(int(gpu.total_bytes * engine.gpu_memory_utilization) - own_peak, free_after_load - ENGINE_HEADROOM_BYTES)
+    budget = min(
+        int(gpu.total_bytes * engine.gpu_memory_utilization) - own_peak, free_after_load - ENGINE_HEADROOM_BYTES
+    )
     blocks = max(budget // plan.bytes_per_block[kv], 0)
     tokens = blocks * engine.block_size
     per_seq = -(-plan.seq_len // engine.block_size)
     sequences = blocks // per_seq
-    return FitRow(fmt, kv, weights, plan.activation_bytes[kv], budget, blocks, tokens, sequences, sequences > engine.max_num_seqs)
+    return FitRow(
+        fmt, kv, weights, plan.activation_bytes[kv], budget, blocks, tokens, sequences, sequences > engine.max_num_seqs
+    )
 
 
 def gpu_memory(spec: str, index: int = 0) -> GpuMemory:
@@ -237,7 +264,9 @@ def _live_gpu(index: int) -> GpuMemory:
 
     if torch.cuda.is_available():
         free, total = torch.cuda.mem_get_info(index)
-        return GpuMemory(torch.cuda.get_device_name(index), int(total), int(free), "torch (live)")  # free already net of our context
+        return GpuMemory(
+            torch.cuda.get_device_name(index), int(total), int(free), "torch (live)"
+        )  # free already net of our context
     try:
         import pynvml
 
@@ -245,6 +274,13 @@ def _live_gpu(index: int) -> GpuMemory:
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
         name = pynvml.nvmlDeviceGetName(handle)
-        return GpuMemory(name.decode() if isinstance(name, bytes) else name, int(mem.total), int(mem.free) - CUDA_CONTEXT_BYTES, "NVML (live)")
+        return GpuMemory(
+            name.decode() if isinstance(name, bytes) else name,
+            int(mem.total),
+            int(mem.free) - CUDA_CONTEXT_BYTES,
+            "NVML (live)",
+        )
     except Exception as exc:  # no driver, no library: say so in words
-        raise ValueError(f"--gpu live: no GPU visible to torch or NVML ({type(exc).__name__}: {exc}); name one, e.g. --gpu H200") from None
+        raise ValueError(
+            f"--gpu live: no GPU visible to torch or NVML ({type(exc).__name__}: {exc}); name one, e.g. --gpu H200"
+        ) from None

@@ -16,15 +16,22 @@ from pathlib import Path
 from typing import Any
 
 
-def measure(config_dir: str, utilization: float, max_model_len: int, max_num_batched_tokens: int = 8192) -> dict[str, Any]:
+def measure(
+    config_dir: str, utilization: float, max_model_len: int, max_num_batched_tokens: int = 8192
+) -> dict[str, Any]:
     """In this process: plan with the live GPU, then build the engine and compare (needs CUDA)."""
     from model_optimizer import LLM
     from model_optimizer.config import EngineConfig
     from model_optimizer.fileio import read_json
     from model_optimizer.modelio.memory_plan import gpu_memory, model_shape, plan_memory
 
-    settings = dict(dtype="bfloat16", gpu_memory_utilization=utilization, max_model_len=max_model_len,
-                    max_num_batched_tokens=max_num_batched_tokens, enforce_eager=True)
+    settings = dict(
+        dtype="bfloat16",
+        gpu_memory_utilization=utilization,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enforce_eager=True,
+    )
     config = read_json(Path(config_dir) / "config.json")
     gpu = gpu_memory("live")  # before the engine takes any memory, as the engine's own profile starts
     plan = plan_memory(config, gpu, EngineConfig(**settings))
@@ -35,22 +42,45 @@ def measure(config_dir: str, utilization: float, max_model_len: int, max_num_bat
     implied_peak = int(gpu.total_bytes * utilization) - measured * block  # within one block of the engine's peak
     shape = model_shape(config)
     return {
-        "config": config_dir, "gpu": gpu.name, "total_bytes": gpu.total_bytes, "free_bytes": gpu.free_bytes,
-        "gpu_memory_utilization": utilization, "max_model_len": max_model_len, "max_num_batched_tokens": max_num_batched_tokens,
-        "planned_blocks": row.num_kv_blocks, "measured_blocks": measured,
-        "relative_error": row.num_kv_blocks / measured - 1, "bytes_per_block": block,
+        "config": config_dir,
+        "gpu": gpu.name,
+        "total_bytes": gpu.total_bytes,
+        "free_bytes": gpu.free_bytes,
+        "gpu_memory_utilization": utilization,
+        "max_model_len": max_model_len,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "planned_blocks": row.num_kv_blocks,
+        "measured_blocks": measured,
+        "relative_error": row.num_kv_blocks / measured - 1,
+        "bytes_per_block": block,
         "planned_bytes_per_block": plan.bytes_per_block["auto"],
         "planned_activation_bytes": row.activation_bytes,
         "measured_activation_bytes": implied_peak - row.weight_bytes - shape.buffer_bytes,
-        "weight_bytes": row.weight_bytes, "buffer_bytes": shape.buffer_bytes,
+        "weight_bytes": row.weight_bytes,
+        "buffer_bytes": shape.buffer_bytes,
     }
 
 
-def compare_with_engine(config_dir: str | Path, utilization: float, max_model_len: int, max_num_batched_tokens: int = 8192,
-                        timeout_s: float = 600) -> dict[str, Any]:
+def compare_with_engine(
+    config_dir: str | Path,
+    utilization: float,
+    max_model_len: int,
+    max_num_batched_tokens: int = 8192,
+    timeout_s: float = 600,
+) -> dict[str, Any]:
     """`measure` in a fresh Python process; the result dict, or ValueError with the child's stderr tail."""
-    cmd = [sys.executable, "-m", "model_optimizer.modelio.plan_check", str(config_dir), "--utilization", str(utilization),
-           "--max-model-len", str(max_model_len), "--max-num-batched-tokens", str(max_num_batched_tokens)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "model_optimizer.modelio.plan_check",
+        str(config_dir),
+        "--utilization",
+        str(utilization),
+        "--max-model-len",
+        str(max_model_len),
+        "--max-num-batched-tokens",
+        str(max_num_batched_tokens),
+    ]
     root = str(Path(__file__).resolve().parents[2])  # the child imports this source tree, installed or not
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
@@ -61,8 +91,11 @@ def compare_with_engine(config_dir: str | Path, utilization: float, max_model_le
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m model_optimizer.modelio.plan_check", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m model_optimizer.modelio.plan_check",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("config_dir")
     parser.add_argument("--utilization", type=float, default=0.9)
     parser.add_argument("--max-model-len", type=int, default=4096)

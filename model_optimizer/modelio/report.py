@@ -28,15 +28,21 @@ def human_count(n: float) -> str:
 def print_report(console: Console, doc: dict[str, Any]) -> None:
     m, census = doc["model"], doc["census"]
     total = census["total"]
-    console.print(f"[bold]mopt inspect[/] {doc['folder']} - {m['architecture']} ({m['model_type']}), {m['num_layers']} layers, "
-                  f"hidden {m['hidden_size']}, {human_count(total['params'])} params, {human_bytes(total['bytes'])} in "
-                  f"{census['num_files']} file(s)", highlight=False)
+    console.print(
+        f"[bold]mopt inspect[/] {doc['folder']} - {m['architecture']} ({m['model_type']}), {m['num_layers']} layers, "
+        f"hidden {m['hidden_size']}, {human_count(total['params'])} params, {human_bytes(total['bytes'])} in "
+        f"{census['num_files']} file(s)",
+        highlight=False,
+    )
     _print_census(console, census)
     _print_findings(console, doc["findings"])
     if doc.get("memory_plan"):
         print_memory_plan(console, doc["memory_plan"])
-    verdict = "[bold red]Errors: the engine would fail or misbehave on this checkpoint.[/]" if doc["exit_code"] else (
-        "[yellow]Loads, with warnings.[/]" if doc["status"] == "warn" else "[green]All checks passed.[/]")
+    verdict = (
+        "[bold red]Errors: the engine would fail or misbehave on this checkpoint.[/]"
+        if doc["exit_code"]
+        else ("[yellow]Loads, with warnings.[/]" if doc["status"] == "warn" else "[green]All checks passed.[/]")
+    )
     console.print(f"{verdict} (exit code {doc['exit_code']})")
 
 
@@ -50,7 +56,11 @@ def _print_census(console: Console, census: dict[str, Any]) -> None:
     for kind, tally in census["by_kind"].items():
         per = census["dtypes_by_kind"].get(kind, {})
         table.add_row(kind, *[f"{per.get(d, 0):,}" if per.get(d) else "" for d in dtypes], human_bytes(tally["bytes"]))
-    table.add_row("[bold]total[/]", *[f"{census['by_dtype'][d]['params']:,}" for d in dtypes], human_bytes(census["total"]["bytes"]))
+    table.add_row(
+        "[bold]total[/]",
+        *[f"{census['by_dtype'][d]['params']:,}" for d in dtypes],
+        human_bytes(census["total"]["bytes"]),
+    )
     console.print(table)
     notes = [f"tied embeddings: {'yes' if census['tied_embeddings'] else 'no'}"]
     if census["tied_embeddings"] and census["lm_head_in_checkpoint"]:
@@ -88,21 +98,41 @@ def print_memory_plan(console: Console, plan: dict[str, Any]) -> None:
     console.print(table)
     kv = ", ".join(f"{k}: {human_bytes(v)}" for k, v in plan["kv_bytes_per_token"].items())
     console.print(f"KV cache per token: {kv}", highlight=False)
-    console.print(f"engine profile: {plan['profile_tokens']:,} tokens (min of max_num_batched_tokens and max_model_len "
-                  f"{plan['max_model_len']:,}); CUDA graphs about {human_bytes(plan['cuda_graph_bytes'])}, taken after the KV "
-                  "cache from the engine's 256 MiB headroom", highlight=False)
+    console.print(
+        f"engine profile: {plan['profile_tokens']:,} tokens (min of max_num_batched_tokens and max_model_len "
+        f"{plan['max_model_len']:,}); CUDA graphs about {human_bytes(plan['cuda_graph_bytes'])}, taken after the KV "
+        "cache from the engine's 256 MiB headroom",
+        highlight=False,
+    )
     if plan.get("gpu"):
         gpu = plan["gpu"]
-        table = Table(title=f"fits on {gpu['name']} ({human_bytes(gpu['total_bytes'])}, {gpu['source']}) at gpu_memory_utilization "
-                            f"{plan['gpu_memory_utilization']}", title_justify="left")
-        for col in ("weights", "KV dtype", "activations", "KV budget", "blocks", "tokens", f"seqs of {plan['seq_len']}"):
+        table = Table(
+            title=f"fits on {gpu['name']} ({human_bytes(gpu['total_bytes'])}, {gpu['source']}) at gpu_memory_utilization "
+            f"{plan['gpu_memory_utilization']}",
+            title_justify="left",
+        )
+        for col in (
+            "weights",
+            "KV dtype",
+            "activations",
+            "KV budget",
+            "blocks",
+            "tokens",
+            f"seqs of {plan['seq_len']}",
+        ):
             table.add_column(col, justify="right")
         capped = False
         for row in plan["fits"]:
             capped |= row["capped_by_max_num_seqs"]
-            table.add_row(row["weight_format"], row["kv_cache_dtype"], human_bytes(row["activation_bytes"]),
-                          human_bytes(max(row["kv_budget_bytes"], 0)), f"{row['num_kv_blocks']:,}", f"{row['num_tokens']:,}",
-                          f"{row['num_sequences']:,}" + ("*" if row["capped_by_max_num_seqs"] else ""))
+            table.add_row(
+                row["weight_format"],
+                row["kv_cache_dtype"],
+                human_bytes(row["activation_bytes"]),
+                human_bytes(max(row["kv_budget_bytes"], 0)),
+                f"{row['num_kv_blocks']:,}",
+                f"{row['num_tokens']:,}",
+                f"{row['num_sequences']:,}" + ("*" if row["capped_by_max_num_seqs"] else ""),
+            )
         if capped:
             table.caption = "* more than max_num_seqs: the scheduler runs at most max_num_seqs at once"
         console.print(table)

@@ -62,7 +62,9 @@ def read_tokenizer(folder: Path) -> TokenizerFacts:
         value = config.get(key, special_map.get(key))
         facts.special_tokens[role] = _token_text(value)
     extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
-    facts.extra_special_tokens = [t for t in (_token_text(x) for x in (extra.values() if isinstance(extra, dict) else extra)) if t]
+    facts.extra_special_tokens = [
+        t for t in (_token_text(x) for x in (extra.values() if isinstance(extra, dict) else extra)) if t
+    ]
     facts.chat_template, facts.chat_template_source = _chat_template(folder, config, facts)
     return facts
 

@@ -22,9 +22,13 @@ Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """attend(q, k, v) with (tokens, heads, head_dim) tensors -> (tokens, heads, head_dim)."""
 
 ENCODER_ARCHITECTURES = {
-    "BertModel": "bert", "BertForMaskedLM": "bert", "BertForPreTraining": "bert",
-    "RobertaModel": "roberta", "RobertaForMaskedLM": "roberta",
-    "XLMRobertaModel": "roberta", "XLMRobertaForMaskedLM": "roberta",
+    "BertModel": "bert",
+    "BertForMaskedLM": "bert",
+    "BertForPreTraining": "bert",
+    "RobertaModel": "roberta",
+    "RobertaForMaskedLM": "roberta",
+    "XLMRobertaModel": "roberta",
+    "XLMRobertaForMaskedLM": "roberta",
 }
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
@@ -64,9 +68,13 @@ class BertArgs:
         arch = (hf.get("architectures") or ["BertModel"])[0]
         family = ENCODER_ARCHITECTURES.get(arch)
         if family is None:
-            raise ValueError(f"architecture {arch!r} is not a supported encoder; supported: {', '.join(sorted(ENCODER_ARCHITECTURES))}")
+            raise ValueError(
+                f"architecture {arch!r} is not a supported encoder; supported: {', '.join(sorted(ENCODER_ARCHITECTURES))}"
+            )
         if hf.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError(f"position_embedding_type {hf['position_embedding_type']!r} is not supported; only absolute")
+            raise ValueError(
+                f"position_embedding_type {hf['position_embedding_type']!r} is not supported; only absolute"
+            )
         act = hf.get("hidden_act", "gelu")
         if act not in ACTIVATIONS:
             raise ValueError(f"hidden_act {act!r} is not supported; supported: {', '.join(ACTIVATIONS)}")
@@ -163,7 +171,11 @@ class BertModel(nn.Module):
         self.encoder = BertEncoder(args)
 
     def forward(
-        self, token_ids: torch.Tensor, positions: torch.Tensor, attend: Attend, token_type_ids: torch.Tensor | None = None
+        self,
+        token_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attend: Attend,
+        token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Last hidden states of the flat batch: token_ids and positions (tokens,) -> (tokens, hidden).
 

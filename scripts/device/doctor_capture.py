@@ -49,8 +49,10 @@ def main() -> int:
     snapshot = capture_snapshot()
     snap_path = os.path.join(out, "h200_snapshot.json")
     write_json_atomic(snap_path, snapshot)
-    log.append(f"snapshot: {time.monotonic() - t0:.1f} s, probes ok: "
-               + ", ".join(f"{k}={v['ok']}" for k, v in snapshot["probes"].items()))
+    log.append(
+        f"snapshot: {time.monotonic() - t0:.1f} s, probes ok: "
+        + ", ".join(f"{k}={v['ok']}" for k, v in snapshot["probes"].items())
+    )
 
     t1 = time.monotonic()
     code, text = _run_doctor(["--snapshot", snap_path, "--os", "all"])
@@ -67,7 +69,9 @@ def main() -> int:
     write_json_atomic(os.path.join(out, "doctor_h200.json"), doc)
     log.append(f"mopt doctor --bench --json: exit code {code}, {time.monotonic() - t2:.1f} s")
     for r in (doc.get("bench") or {}).get("results", []):
-        log.append(f"  {r.get('label')}: {r.get('value')} {r.get('unit')} ({r.get('pct_of_reference')}% of {r.get('reference')}) {r.get('error') or ''}")
+        log.append(
+            f"  {r.get('label')}: {r.get('value')} {r.get('unit')} ({r.get('pct_of_reference')}% of {r.get('reference')}) {r.get('error') or ''}"
+        )
     with open(os.path.join(out, "capture_log.txt"), "w", encoding="utf-8") as fh:
         fh.write("\n".join(log) + "\n")
     print("\n".join(log))

@@ -42,7 +42,14 @@ for seed in range(int(os.environ.get("SEEDS", "4"))):
         (out / f.name).write_bytes(f.read_bytes())
     runs = []
     for kv in ("auto", "fp8"):
-        llm = LLM(str(out), dtype="bfloat16", kv_cache_dtype=kv, gpu_memory_utilization=0.1, max_num_seqs=32, enforce_eager=True)
+        llm = LLM(
+            str(out),
+            dtype="bfloat16",
+            kv_cache_dtype=kv,
+            gpu_memory_utilization=0.1,
+            max_num_seqs=32,
+            enforce_eager=True,
+        )
         runs.append(llm.generate(prompts(3, 8), first))
         del llm
         torch.cuda.empty_cache()

@@ -53,8 +53,14 @@ PAGE = """<!DOCTYPE html>
 </body></html>
 """
 
-TOPICS = [("json", "JSON data"), ("csv", "comma separated files"), ("math", "numbers"),
-          ("os", "the operating system"), ("re", "regular expressions"), ("time", "clocks")]
+TOPICS = [
+    ("json", "JSON data"),
+    ("csv", "comma separated files"),
+    ("math", "numbers"),
+    ("os", "the operating system"),
+    ("re", "regular expressions"),
+    ("time", "clocks"),
+]
 
 
 @pytest.fixture(scope="session")
@@ -73,8 +79,9 @@ def html_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def corpus_dir(html_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("corpus")
-    rc = load_script("build_corpus").main(["--html-dir", str(html_dir), "--out-dir", str(out),
-                                           "--val-fraction", "0.2", "--seed", "0"])
+    rc = load_script("build_corpus").main(
+        ["--html-dir", str(html_dir), "--out-dir", str(out), "--val-fraction", "0.2", "--seed", "0"]
+    )
     assert rc == 0
     return out
 
@@ -84,8 +91,16 @@ def tokenized(corpus_dir, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tok")
     paths = {"tokenizer": root / "tokenizer", "tokens": root / "tokens"}
     rc = load_script("train_tokenizer").main(
-        ["--corpus-dir", str(corpus_dir), "--tokenizer-dir", str(paths["tokenizer"]),
-         "--tokens-dir", str(paths["tokens"]), "--vocab-size", "320"]
+        [
+            "--corpus-dir",
+            str(corpus_dir),
+            "--tokenizer-dir",
+            str(paths["tokenizer"]),
+            "--tokens-dir",
+            str(paths["tokens"]),
+            "--vocab-size",
+            "320",
+        ]
     )
     assert rc == 0
     return paths

@@ -15,8 +15,15 @@ def read(corpus_dir, name):
 def test_keeps_main_body_text_only(corpus_dir):
     text = read(corpus_dir, "train.txt") + read(corpus_dir, "val.txt")
     assert "module provides functions for working with" in text
-    for unwanted in ("var navigation", "color: red", "sidebar text", "Copyright footer",
-                     "next | previous", "\u00b6", "Table of Contents"):
+    for unwanted in (
+        "var navigation",
+        "color: red",
+        "sidebar text",
+        "Copyright footer",
+        "next | previous",
+        "\u00b6",
+        "Table of Contents",
+    ):
         assert unwanted not in text
 
 
@@ -53,8 +60,9 @@ def test_api_entries_become_chats(corpus_dir):
 
 
 def test_output_is_reproducible(html_dir, corpus_dir, tmp_path):
-    rc = load_script("build_corpus").main(["--html-dir", str(html_dir), "--out-dir", str(tmp_path),
-                                           "--val-fraction", "0.2", "--seed", "0"])
+    rc = load_script("build_corpus").main(
+        ["--html-dir", str(html_dir), "--out-dir", str(tmp_path), "--val-fraction", "0.2", "--seed", "0"]
+    )
     assert rc == 0
     for name in ("train.txt", "val.txt", "chat_train.jsonl"):
         assert (tmp_path / name).read_bytes() == (corpus_dir / name).read_bytes()

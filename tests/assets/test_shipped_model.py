@@ -10,11 +10,11 @@ import re
 
 import pytest
 import torch
-
 from conftest import ASSET_DIR
 
-pytestmark = pytest.mark.skipif(not (ASSET_DIR / "model.safetensors").is_file(),
-                                reason="reference model not installed yet")
+pytestmark = pytest.mark.skipif(
+    not (ASSET_DIR / "model.safetensors").is_file(), reason="reference model not installed yet"
+)
 
 # A passage in the style of the Python docs (written for this test, not copied from them).
 DOC_TEXT = (
@@ -57,8 +57,9 @@ def test_tokenizer_round_trips_documentation_text(tokenizer):
 def test_chat_template_renders_chatml(tokenizer):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is a list?"}]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert text == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is a list?<|im_end|>\n"
-                    "<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is a list?<|im_end|>\n<|im_start|>assistant\n"
+    )
     im_start, im_end = tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
     ids = tokenizer(text).input_ids
     assert ids.count(im_start) == 3 and ids.count(im_end) == 2
@@ -80,7 +81,7 @@ def test_reported_perplexity_beats_unigram_tenfold():
 def test_greedy_generation_is_readable_english(model, tokenizer):
     ids = tokenizer("The json module", return_tensors="pt").input_ids
     out = model.generate(ids, max_new_tokens=32, do_sample=False)
-    text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    text = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
     words = re.findall(r"[A-Za-z]+", text)
     assert len(words) >= 8, text
     assert len({w.lower() for w in words}) >= 6, text  # not one word repeated

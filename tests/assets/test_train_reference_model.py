@@ -7,22 +7,57 @@ import json
 
 import pytest
 import torch
+from conftest import load_script
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conftest import load_script
-
-TINY = ["--device", "cpu", "--sweep-steps", "2,3", "--batch-size", "2", "--seq-len", "32",
-        "--num-layers", "1", "--hidden-size", "32", "--intermediate-size", "64", "--num-heads", "2",
-        "--num-kv-heads", "1", "--head-dim", "16", "--warmup-steps", "1", "--log-every", "1",
-        "--eval-every", "2", "--sample-tokens", "3", "--max-shard-size", "8KB"]
+TINY = [
+    "--device",
+    "cpu",
+    "--sweep-steps",
+    "2,3",
+    "--batch-size",
+    "2",
+    "--seq-len",
+    "32",
+    "--num-layers",
+    "1",
+    "--hidden-size",
+    "32",
+    "--intermediate-size",
+    "64",
+    "--num-heads",
+    "2",
+    "--num-kv-heads",
+    "1",
+    "--head-dim",
+    "16",
+    "--warmup-steps",
+    "1",
+    "--log-every",
+    "1",
+    "--eval-every",
+    "2",
+    "--sample-tokens",
+    "3",
+    "--max-shard-size",
+    "8KB",
+]
 
 
 @pytest.fixture(scope="module")
 def run_dir(tokenized, tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     rc = load_script("train_reference_model").main(
-        ["--tokens-dir", str(tokenized["tokens"]), "--tokenizer-dir", str(tokenized["tokenizer"]),
-         "--output-dir", str(out), *TINY])
+        [
+            "--tokens-dir",
+            str(tokenized["tokens"]),
+            "--tokenizer-dir",
+            str(tokenized["tokenizer"]),
+            "--output-dir",
+            str(out),
+            *TINY,
+        ]
+    )
     assert rc == 0
     return out
 
@@ -35,7 +70,11 @@ def test_metrics_report_sweep_perplexities_and_samples(run_dir):
     ratio = metrics["val_perplexity"] / metrics["unigram_val_perplexity"]
     assert metrics["perplexity_ratio_to_unigram"] == pytest.approx(ratio, rel=1e-3)
     assert {(s["kind"], s["mode"]) for s in metrics["samples"]} == {
-        ("text", "greedy"), ("text", "sampled"), ("chat", "greedy"), ("chat", "sampled")}
+        ("text", "greedy"),
+        ("text", "sampled"),
+        ("chat", "greedy"),
+        ("chat", "sampled"),
+    }
     chat_prompt = next(s["prompt"] for s in metrics["samples"] if s["kind"] == "chat")
     assert chat_prompt.startswith("<|im_start|>user\n") and chat_prompt.endswith("<|im_start|>assistant\n")
 
@@ -53,12 +92,29 @@ def test_model_folder_is_sharded_bf16_qwen3(run_dir):
 def test_install_merges_shards_and_writes_card(run_dir, tokenized, tmp_path):
     target = tmp_path / "asset"
     rc = load_script("install_reference_model").main(
-        ["--from", str(run_dir), "--to", str(target), "--tokenizer-dir", str(tokenized["tokenizer"]),
-         "--corpus-stats", str(tmp_path / "missing.json")])
+        [
+            "--from",
+            str(run_dir),
+            "--to",
+            str(target),
+            "--tokenizer-dir",
+            str(tokenized["tokenizer"]),
+            "--corpus-stats",
+            str(tmp_path / "missing.json"),
+        ]
+    )
     assert rc == 0
     assert sorted(p.name for p in target.iterdir()) == sorted(
-        ["README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-         "tokenizer_config.json", "training_metrics.json"])
+        [
+            "README.md",
+            "config.json",
+            "generation_config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "training_metrics.json",
+        ]
+    )
     metrics = json.loads((run_dir / "metrics.json").read_text())
     card = (target / "README.md").read_text()
     assert f"| this model | {metrics['val_perplexity']} |" in card
@@ -78,7 +134,9 @@ def test_install_rejects_a_folder_without_a_model(tmp_path, capsys):
 
 
 def test_missing_tokens_is_a_clear_error(tmp_path, capsys):
-    rc = load_script("train_reference_model").main(["--tokens-dir", str(tmp_path), "--output-dir", str(tmp_path), *TINY])
+    rc = load_script("train_reference_model").main(
+        ["--tokens-dir", str(tmp_path), "--output-dir", str(tmp_path), *TINY]
+    )
     assert rc == 2
     assert "train_tokenizer.py" in capsys.readouterr().err
 

@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from transformers import AutoTokenizer
-
 from conftest import load_script
+from transformers import AutoTokenizer
 
 
 def test_tokenizer_loads_with_chat_template(tokenized):
     tok = AutoTokenizer.from_pretrained(str(tokenized["tokenizer"]))
     assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
-    rendered = tok.apply_chat_template([{"role": "user", "content": "Hi?"}], tokenize=False,
-                                       add_generation_prompt=True)
+    rendered = tok.apply_chat_template([{"role": "user", "content": "Hi?"}], tokenize=False, add_generation_prompt=True)
     assert rendered == "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\n"
     ids = tok(rendered).input_ids
     assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>")
@@ -25,7 +23,7 @@ def test_tokenizer_loads_with_chat_template(tokenized):
 
 def test_round_trips_text_it_never_saw(tokenized):
     tok = AutoTokenizer.from_pretrained(str(tokenized["tokenizer"]))
-    text = "    def f(x):\n\treturn x ** 2  # zoë, 日本, 3.14e-5 \U0001F600\n"
+    text = "    def f(x):\n\treturn x ** 2  # zoë, 日本, 3.14e-5 \U0001f600\n"
     assert tok.decode(tok(text).input_ids) == text
 
 

@@ -18,10 +18,14 @@ def test_batches_respect_both_budgets_and_cover_every_input():
     assert sorted(i for b in batches for i in b.rows) == list(range(len(lengths)))
     assert batches[0].rows == [3]  # longer than the budget: alone
     for batch in batches[1:]:
-        assert len(batch.rows) <= 3 and batch.num_tokens <= 64 and batch.num_tokens == sum(lengths[i] for i in batch.rows)
+        assert (
+            len(batch.rows) <= 3 and batch.num_tokens <= 64 and batch.num_tokens == sum(lengths[i] for i in batch.rows)
+        )
         assert [len(t) for t in batch.token_ids] == [lengths[i] for i in batch.rows]
     first_chunk = [lengths[i] for b in batches for i in b.rows if i < 4]
-    assert first_chunk == sorted(first_chunk, reverse=True)  # longest first within a chunk, so a batch holds alike lengths
+    assert first_chunk == sorted(
+        first_chunk, reverse=True
+    )  # longest first within a chunk, so a batch holds alike lengths
     assert batcher.flush() == []
 
 
@@ -40,8 +44,12 @@ NORMALIZE = {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_tra
 
 
 def test_legacy_and_new_pooling_formats(tmp_path):
-    _write(tmp_path, [TRANSFORMER, POOLING, NORMALIZE], {"pooling_mode_lasttoken": True, "pooling_mode_mean_tokens": False},
-           {"max_seq_length": 8192, "do_lower_case": False})
+    _write(
+        tmp_path,
+        [TRANSFORMER, POOLING, NORMALIZE],
+        {"pooling_mode_lasttoken": True, "pooling_mode_mean_tokens": False},
+        {"max_seq_length": 8192, "do_lower_case": False},
+    )
     spec = read_folder_spec(tmp_path)
     assert (spec.pooling, spec.normalize, spec.max_seq_length) == ("last", True, 8192)
     _write(tmp_path, [TRANSFORMER, POOLING], {"embedding_dimension": 8, "pooling_mode": "cls", "include_prompt": True})
@@ -54,11 +62,18 @@ def test_plain_folder_declares_nothing(tmp_path):
     assert spec.pooling is None and spec.normalize is None and spec.max_seq_length is None
 
 
-@pytest.mark.parametrize(("modules", "pooling", "message"), [
-    ([TRANSFORMER, {"type": "sentence_transformers.models.Dense", "path": "2_Dense"}], None, "Dense.*not supported"),
-    ([TRANSFORMER, POOLING], {"pooling_mode": ["cls", "mean"]}, "exactly one pooling mode"),
-    ([TRANSFORMER, POOLING], {"pooling_mode": "weightedmean"}, "weightedmean.*not supported"),
-])
+@pytest.mark.parametrize(
+    ("modules", "pooling", "message"),
+    [
+        (
+            [TRANSFORMER, {"type": "sentence_transformers.models.Dense", "path": "2_Dense"}],
+            None,
+            "Dense.*not supported",
+        ),
+        ([TRANSFORMER, POOLING], {"pooling_mode": ["cls", "mean"]}, "exactly one pooling mode"),
+        ([TRANSFORMER, POOLING], {"pooling_mode": "weightedmean"}, "weightedmean.*not supported"),
+    ],
+)
 def test_unsupported_folders_are_clear_errors(tmp_path, modules, pooling, message):
     _write(tmp_path, modules, pooling)
     with pytest.raises(ValueError, match=message):

@@ -14,8 +14,14 @@ import torch.nn.functional as F
 def _build(kind: str, root, minilm_dir):
     import transformers
 
-    common = dict(vocab_size=30522, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
-                  max_position_embeddings=80)
+    common = dict(
+        vocab_size=30522,
+        hidden_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
+        max_position_embeddings=80,
+    )
     if kind == "bert":
         config = transformers.BertConfig(**common, hidden_act="gelu_new", type_vocab_size=2)
         model = transformers.BertModel(config)
@@ -40,7 +46,9 @@ def test_random_encoder_matches_transformers(kind, tmp_path, minilm_dir):
     folder, hf = _build(kind, tmp_path, minilm_dir)
     emb = Embedder(folder, device="cpu", pooling="mean", normalize=False)
     gen = torch.Generator().manual_seed(1)
-    inputs = [torch.randint(3, 30000, (n,), generator=gen).tolist() for n in (1, 5, 17, 60, 60 if kind == "bert" else 78)]
+    inputs = [
+        torch.randint(3, 30000, (n,), generator=gen).tolist() for n in (1, 5, 17, 60, 60 if kind == "bert" else 78)
+    ]
     ours = emb.encode(inputs).embeddings
     with torch.no_grad():
         ref = torch.stack([hf(input_ids=torch.tensor([ids])).last_hidden_state[0].mean(0) for ids in inputs])

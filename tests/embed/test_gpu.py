@@ -96,8 +96,14 @@ def tiny_bert(tiny_model, tmp_path_factory):
     import transformers
 
     out = tmp_path_factory.mktemp("tiny_bert")
-    config = transformers.BertConfig(vocab_size=1032, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=128, max_position_embeddings=512)
+    config = transformers.BertConfig(
+        vocab_size=1032,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=512,
+    )
     torch.manual_seed(0)
     transformers.BertModel(config).save_pretrained(str(out), safe_serialization=True)
     for f in tiny_model("qwen3").iterdir():
@@ -119,12 +125,15 @@ def test_encoder_on_gpu_matches_cpu(tiny_bert, dtype, floor):
     assert F.cosine_similarity(gpu, cpu, dim=-1).min() >= floor
 
 
-@pytest.mark.parametrize("model,dtype,pooling", [
-    ("qwen3", "bfloat16", "last"),   # flash varlen, causal
-    ("qwen3", "float32", "last"),    # padded SDPA fallback with cached indices
-    ("bert", "bfloat16", "mean"),    # flash varlen, non-causal; segment_reduce pooling
-    ("bert", "float32", "cls"),
-])
+@pytest.mark.parametrize(
+    "model,dtype,pooling",
+    [
+        ("qwen3", "bfloat16", "last"),  # flash varlen, causal
+        ("qwen3", "float32", "last"),  # padded SDPA fallback with cached indices
+        ("bert", "bfloat16", "mean"),  # flash varlen, non-causal; segment_reduce pooling
+        ("bert", "float32", "cls"),
+    ],
+)
 def test_batches_are_queued_without_a_host_sync(tiny_model, tiny_bert, model, dtype, pooling):
     """Packing, forward and pooling of every batch only queue GPU work: the one sync of an encode is
     its final device -> host copy. torch's sync debug mode turns any synchronizing call into an error."""
@@ -132,8 +141,15 @@ def test_batches_are_queued_without_a_host_sync(tiny_model, tiny_bert, model, dt
     from model_optimizer.embed.batching import Batcher
 
     folder = tiny_model("qwen3") if model == "qwen3" else tiny_bert
-    emb = Embedder(folder, device="cuda", dtype=dtype, pooling=pooling, normalize=False, max_num_batched_tokens=256,
-                   cuda_graph_max_tokens=0)  # the eager path; capturing a graph synchronises by design
+    emb = Embedder(
+        folder,
+        device="cuda",
+        dtype=dtype,
+        pooling=pooling,
+        normalize=False,
+        max_num_batched_tokens=256,
+        cuda_graph_max_tokens=0,
+    )  # the eager path; capturing a graph synchronises by design
     texts = [t for t in varied_texts(64, seed=7) if t]
     expected = emb.encode(texts).embeddings  # also the warm-up: compiles, allocator, pinned host blocks
     ids = emb.inputs.token_ids(texts, None, None)

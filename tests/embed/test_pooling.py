@@ -11,8 +11,11 @@ import torch.nn.functional as F
 from model_optimizer.embed.pooling import finish, pool
 
 PER_SEQUENCE = {
-    "mean": lambda p: p.mean(0), "max": lambda p: p.max(0).values, "cls": lambda p: p[0],
-    "last": lambda p: p[-1], "mean_sqrt_len": lambda p: p.sum(0) / len(p) ** 0.5,
+    "mean": lambda p: p.mean(0),
+    "max": lambda p: p.max(0).values,
+    "cls": lambda p: p[0],
+    "last": lambda p: p[-1],
+    "mean_sqrt_len": lambda p: p.sum(0) / len(p) ** 0.5,
 }
 
 

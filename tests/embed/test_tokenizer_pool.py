@@ -25,7 +25,10 @@ def test_fast_encoder_gives_the_wrappers_ids(which, minilm, qwen3):
     assert len(encoder.batch(_long_texts())[-1]) > 400
     for text in texts[::7] + _long_texts():  # truncation keeps the special tokens, as the wrapper's does
         for n in (3, 10, 128):
-            assert encoder.truncated(text, n) == tokenizer(text, add_special_tokens=True, truncation=True, max_length=n)["input_ids"]
+            assert (
+                encoder.truncated(text, n)
+                == tokenizer(text, add_special_tokens=True, truncation=True, max_length=n)["input_ids"]
+            )
 
 
 def test_chunks_cover_every_input_longest_first():
@@ -112,7 +115,10 @@ def test_bad_inputs_fail_before_any_batch_runs(minilm):
     """A bad token-id input at the end of a long call is found before the model runs at all."""
     texts = varied_texts(300, seed=9)
     done: list[int] = []
-    for bad, message in (([], "input 300 has no tokens"), ([5, 10**7], "input 300 has token ids outside the vocabulary")):
+    for bad, message in (
+        ([], "input 300 has no tokens"),
+        ([5, 10**7], "input 300 has token ids outside the vocabulary"),
+    ):
         with pytest.raises(ValueError, match=message):
             minilm.encode(texts + [bad], on_progress=done.append)
     with pytest.raises(ValueError, match="input 1: cannot truncate to 1 tokens"):

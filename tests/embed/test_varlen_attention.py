@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model_optimizer.embed.varlen_attention import VarlenMeta, _similar_length_groups, varlen_attention, varlen_attention_ref
+from model_optimizer.embed.varlen_attention import (
+    VarlenMeta,
+    _similar_length_groups,
+    varlen_attention,
+    varlen_attention_ref,
+)
 
 
 @pytest.mark.parametrize("lengths", [[5, 5, 5], [9, 7, 3, 1], [1], [40, 2, 39, 17, 17, 16]])

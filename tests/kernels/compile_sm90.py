@@ -173,8 +173,9 @@ def main() -> int:
         ("int4", 128, 128, 64, 1),
     ):
         quant_matmul(kind, block_m, block_n, block_k, split_k)
-    compile_kernel(_quantize_rows_fp8_kernel, dict(x_ptr="*bf16", q_ptr="*fp8e4nv", scale_ptr="*fp32"),
-                   dict(BLOCK_K=4096))
+    compile_kernel(
+        _quantize_rows_fp8_kernel, dict(x_ptr="*bf16", q_ptr="*fp8e4nv", scale_ptr="*fp32"), dict(BLOCK_K=4096)
+    )
     return 0
 
 

@@ -38,7 +38,9 @@ def add_prefix(prefix: str) -> Callable[[dict], dict]:
 
 
 def add_optimizer_state(sd: dict) -> dict:
-    extra = {f"optimizer.state.{i}.exp_avg": torch.zeros_like(v) for i, (k, v) in enumerate(sd.items()) if "q_proj" in k}
+    extra = {
+        f"optimizer.state.{i}.exp_avg": torch.zeros_like(v) for i, (k, v) in enumerate(sd.items()) if "q_proj" in k
+    }
     return {**sd, **extra, "optimizer.step": torch.tensor([10.0])}
 
 

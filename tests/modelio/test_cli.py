@@ -38,8 +38,12 @@ def test_warnings_alone_exit_0(fresh, capsys):
 
 def test_bad_input_is_a_message_not_a_traceback(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
-    proc = subprocess.run([sys.executable, "-m", "model_optimizer.cli.main", "inspect", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "model_optimizer.cli.main", "inspect", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert "config.json is not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
 

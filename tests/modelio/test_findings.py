@@ -19,8 +19,17 @@ def _by_id(report):
 
 def _tokenizer_json_add(folder, content, token_id):
     data = json.loads((folder / "tokenizer.json").read_text())
-    data["added_tokens"].append({"id": token_id, "content": content, "single_word": False, "lstrip": False,
-                                 "rstrip": False, "normalized": False, "special": True})
+    data["added_tokens"].append(
+        {
+            "id": token_id,
+            "content": content,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+    )
     (folder / "tokenizer.json").write_text(json.dumps(data))
 
 
@@ -32,18 +41,58 @@ CASES = {
     "optimizer": ("qwen3", lambda f: b.edit_tensors(f, b.add_optimizer_state), "leftovers.optimizer_state", "error"),
     "ema": ("qwen3", lambda f: b.edit_tensors(f, b.add_ema), "leftovers.ema", "error"),
     "lora": ("qwen3", lambda f: b.edit_tensors(f, lambda sd: {**sd, **b.lora_factors(sd)}), "leftovers.lora", "error"),
-    "fp32_linear": ("qwen3", lambda f: b.edit_tensors(f, b.to_dtype(torch.bfloat16, "self_attn")), "dtype.mixed", "warn"),
+    "fp32_linear": (
+        "qwen3",
+        lambda f: b.edit_tensors(f, b.to_dtype(torch.bfloat16, "self_attn")),
+        "dtype.mixed",
+        "warn",
+    ),
     "no_chat_template": ("qwen3", lambda f: (f / "chat_template.jinja").unlink(), "chat_template.missing", "warn"),
-    "eos_disagree": ("qwen3", lambda f: b.edit_json(f / "generation_config.json", eos_token_id=5), "tokens.eos_disagree", "error"),
+    "eos_disagree": (
+        "qwen3",
+        lambda f: b.edit_json(f / "generation_config.json", eos_token_id=5),
+        "tokens.eos_disagree",
+        "error",
+    ),
     "pad_is_eos": ("qwen3", lambda f: b.edit_json(f / "config.json", pad_token_id=2), "tokens.pad_is_eos", "warn"),
     "pad_disagree": ("qwen3", lambda f: b.edit_json(f / "config.json", pad_token_id=7), "tokens.pad_disagree", "warn"),
-    "tokenizer_larger": ("qwen3", lambda f: _tokenizer_json_add(f, "<|extra|>", 1100), "vocab.tokenizer_larger", "error"),
+    "tokenizer_larger": (
+        "qwen3",
+        lambda f: _tokenizer_json_add(f, "<|extra|>", 1100),
+        "vocab.tokenizer_larger",
+        "error",
+    ),
     "config_vocab": ("qwen3", lambda f: b.edit_json(f / "config.json", vocab_size=2000), "vocab.config_rows", "error"),
-    "special_absent": ("qwen3", lambda f: b.edit_json(f / "tokenizer_config.json", eos_token="<|nope|>"), "tokens.special_absent", "error"),
-    "rope_yarn": ("qwen3", lambda f: b.edit_json(f / "config.json", rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope.unsupported", "error"),
-    "architecture": ("qwen3", lambda f: b.edit_json(f / "config.json", architectures=["GPT2LMHeadModel"]), "model.architecture_unsupported", "error"),
-    "missing_weight": ("qwen3", lambda f: b.edit_tensors(f, lambda sd: {k: v for k, v in sd.items() if "layers.1.mlp.down" not in k}), "weights.missing", "error"),
-    "quantized": ("qwen3", lambda f: b.edit_json(f / "config.json", quantization_config={"quant_method": "awq", "bits": 4}), "quant.config", "warn"),
+    "special_absent": (
+        "qwen3",
+        lambda f: b.edit_json(f / "tokenizer_config.json", eos_token="<|nope|>"),
+        "tokens.special_absent",
+        "error",
+    ),
+    "rope_yarn": (
+        "qwen3",
+        lambda f: b.edit_json(f / "config.json", rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+        "rope.unsupported",
+        "error",
+    ),
+    "architecture": (
+        "qwen3",
+        lambda f: b.edit_json(f / "config.json", architectures=["GPT2LMHeadModel"]),
+        "model.architecture_unsupported",
+        "error",
+    ),
+    "missing_weight": (
+        "qwen3",
+        lambda f: b.edit_tensors(f, lambda sd: {k: v for k, v in sd.items() if "layers.1.mlp.down" not in k}),
+        "weights.missing",
+        "error",
+    ),
+    "quantized": (
+        "qwen3",
+        lambda f: b.edit_json(f / "config.json", quantization_config={"quant_method": "awq", "bits": 4}),
+        "quant.config",
+        "warn",
+    ),
 }
 
 
@@ -61,8 +110,22 @@ def test_broken_checkpoint_is_reported_with_a_fix(fresh, case):
     assert report.to_dict()["exit_code"] == report.exit_code
 
 
-@pytest.mark.parametrize("case", ["orig_mod", "ddp_module", "model_model", "optimizer", "ema", "lora", "config_vocab",
-                                  "rope_yarn", "architecture", "missing_weight", "fp32_linear"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "orig_mod",
+        "ddp_module",
+        "model_model",
+        "optimizer",
+        "ema",
+        "lora",
+        "config_vocab",
+        "rope_yarn",
+        "architecture",
+        "missing_weight",
+        "fp32_linear",
+    ],
+)
 def test_inspect_and_the_engine_loader_agree(fresh, case):
     model, breaker, _, _ = CASES[case]
     folder = fresh(model)

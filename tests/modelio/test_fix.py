@@ -88,7 +88,9 @@ def test_mixed_dtype_and_ddp_prefix_fixed_matches_transformers(tiny_model, fresh
     fix_checkpoint(folder, out, FixOptions(dtype="float32"))
     assert {t.dtype for t in inspect_checkpoint(out).checkpoint.tensors} == {"F32"}
     batch = prompts(2)
-    ref = reference(pristine, lambda sd: {k: v.to(torch.bfloat16).float() if "self_attn" in k else v for k, v in sd.items()})
+    ref = reference(
+        pristine, lambda sd: {k: v.to(torch.bfloat16).float() if "self_attn" in k else v for k, v in sd.items()}
+    )
     assert engine_greedy(out, batch) == [hf_greedy(ref, p) for p in batch]
 
 
@@ -102,7 +104,9 @@ def test_cli_fix_aligns_tokens_vocab_and_adds_the_chat_template(tiny_model, fres
     assert main(["inspect", str(folder), "--json"]) == 1
     capsys.readouterr()
     out = tmp_path / "clean"
-    code = main(["inspect", str(folder), "--fix", str(out), "--chat-template", "chatml", "--dtype", "float32", "--json"])
+    code = main(
+        ["inspect", str(folder), "--fix", str(out), "--chat-template", "chatml", "--dtype", "float32", "--json"]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert code == 0, [f["title"] for f in doc["output"]["findings"] if f["severity"] != "ok"]
     assert {f["severity"] for f in doc["output"]["findings"]} == {"ok"}
@@ -112,8 +116,9 @@ def test_cli_fix_aligns_tokens_vocab_and_adds_the_chat_template(tiny_model, fres
     assert config["pad_token_id"] == generation["pad_token_id"] == 0
     from transformers import AutoTokenizer
 
-    text = AutoTokenizer.from_pretrained(str(out)).apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                                                      add_generation_prompt=True)
+    text = AutoTokenizer.from_pretrained(str(out)).apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     batch = prompts(3)
     assert engine_greedy(out, batch) == [hf_greedy(reference(pristine, lambda sd: sd), p) for p in batch]

@@ -11,22 +11,25 @@ from tests.modelio import broken as b
 W = "model.layers.0.self_attn.q_proj.weight"
 
 
-@pytest.mark.parametrize(("name", "kind", "clean"), [
-    (W, "weight", W),
-    ("_orig_mod." + W, "weight", W),
-    ("module._orig_mod." + W, "weight", W),
-    ("model._orig_mod.layers.0.self_attn.q_proj.weight", "weight", W),
-    ("model." + W, "weight", W),
-    ("base_model.model." + W, "weight", W),
-    ("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight", "weight", W),
-    ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight", "lora_A", W),
-    ("model.layers.0.self_attn.q_proj.lora_B.weight", "lora_B", W),
-    ("optimizer.state.3.exp_avg_sq", "optimizer", None),
-    ("model.layers.0.mlp.up_proj.weight.exp_avg", "optimizer", None),
-    ("ema.model.layers.0.mlp.up_proj.weight", "ema", None),
-    ("model_ema." + W, "ema", None),
-    ("lm_head.weight", "weight", "lm_head.weight"),
-])
+@pytest.mark.parametrize(
+    ("name", "kind", "clean"),
+    [
+        (W, "weight", W),
+        ("_orig_mod." + W, "weight", W),
+        ("module._orig_mod." + W, "weight", W),
+        ("model._orig_mod.layers.0.self_attn.q_proj.weight", "weight", W),
+        ("model." + W, "weight", W),
+        ("base_model.model." + W, "weight", W),
+        ("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight", "weight", W),
+        ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight", "lora_A", W),
+        ("model.layers.0.self_attn.q_proj.lora_B.weight", "lora_B", W),
+        ("optimizer.state.3.exp_avg_sq", "optimizer", None),
+        ("model.layers.0.mlp.up_proj.weight.exp_avg", "optimizer", None),
+        ("ema.model.layers.0.mlp.up_proj.weight", "ema", None),
+        ("model_ema." + W, "ema", None),
+        ("lm_head.weight", "weight", "lm_head.weight"),
+    ],
+)
 def test_classify(name, kind, clean):
     key = classify(name)
     assert (key.kind, key.clean) == (kind, clean)

@@ -30,7 +30,9 @@ def test_block_and_weight_bytes_are_the_engines(tiny_model, name):
     model = llm.runner.model
     assert plan.bytes_per_block["auto"] == llm.runner.bytes_per_block()
     assert plan.weight_bytes_by_format["fp32"] == sum(p.numel() * p.element_size() for p in model.parameters())
-    assert model_shape(_config(folder), "float32").buffer_bytes == sum(b.numel() * b.element_size() for b in model.buffers())
+    assert model_shape(_config(folder), "float32").buffer_bytes == sum(
+        b.numel() * b.element_size() for b in model.buffers()
+    )
 
 
 def test_reproduces_the_recorded_h200_allocation():
@@ -38,16 +40,24 @@ def test_reproduces_the_recorded_h200_allocation():
     run = json.loads((ROOT / "benchmarks" / "results" / "throughput_h200.json").read_text())
     doctor = json.loads((ROOT / "benchmarks" / "results" / "doctor_h200.json").read_text())
     total = doctor["bench"]["device"]["total_memory"]
-    engine = EngineConfig(dtype="bfloat16", max_model_len=run["workload"]["max_model_len"],
-                          max_num_batched_tokens=run["config"]["max_num_batched_tokens"], max_num_seqs=run["config"]["max_num_seqs"])
+    engine = EngineConfig(
+        dtype="bfloat16",
+        max_model_len=run["workload"]["max_model_len"],
+        max_num_batched_tokens=run["config"]["max_num_batched_tokens"],
+        max_num_seqs=run["config"]["max_num_seqs"],
+    )
     plan = plan_memory(_config(CONFIGS / "qwen3-0.6b"), GpuMemory("H200", total, None, "measured"), engine)
     assert abs(plan.row("bf16", "auto").num_kv_blocks - run["ours"]["num_kv_blocks"]) <= 1
 
 
 def test_formats_kv_dtypes_and_utilization_move_the_plan_the_right_way():
     config = _config(CONFIGS / "llama-3.1-8b")
-    low, high = (plan_memory(config, gpu_memory("H200"), EngineConfig(gpu_memory_utilization=u, max_model_len=8192), seq_len=4096)
-                 for u in (0.5, 0.9))
+    low, high = (
+        plan_memory(
+            config, gpu_memory("H200"), EngineConfig(gpu_memory_utilization=u, max_model_len=8192), seq_len=4096
+        )
+        for u in (0.5, 0.9)
+    )
     weights = high.weight_bytes_by_format
     assert weights["int4"] < weights["int8"] == weights["fp8"] < weights["bf16"]
     assert 15.9e9 < weights["bf16"] < 16.2e9  # 8.03 B parameters in bf16
@@ -60,7 +70,11 @@ def test_formats_kv_dtypes_and_utilization_move_the_plan_the_right_way():
 
 
 def test_a_model_that_does_not_fit_plans_zero_blocks():
-    plan = plan_memory(_config(CONFIGS / "llama-3.1-8b"), gpu_memory("L4"), EngineConfig(gpu_memory_utilization=0.5, max_model_len=8192))
+    plan = plan_memory(
+        _config(CONFIGS / "llama-3.1-8b"),
+        gpu_memory("L4"),
+        EngineConfig(gpu_memory_utilization=0.5, max_model_len=8192),
+    )
     assert plan.row().num_kv_blocks == 0 and plan.row().kv_budget_bytes < 0
     assert plan.row("int4", "fp8").num_kv_blocks > 0
 

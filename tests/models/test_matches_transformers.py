@@ -22,10 +22,14 @@ def hf_model(model_dir, dtype: torch.dtype):
 
 def hf_generate(model, prompt: list[int]):
     out = model.generate(
-        torch.tensor([prompt]), max_new_tokens=NUM_NEW, do_sample=False, output_logits=True,
-        return_dict_in_generate=True, pad_token_id=0,
+        torch.tensor([prompt]),
+        max_new_tokens=NUM_NEW,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=0,
     )
-    tokens = out.sequences[0, len(prompt):].tolist()
+    tokens = out.sequences[0, len(prompt) :].tolist()
     logprobs = [torch.log_softmax(step[0].float(), dim=-1) for step in out.logits]
     return tokens, logprobs
 

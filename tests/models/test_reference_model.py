@@ -8,7 +8,9 @@ import torch
 from model_optimizer import LLM, SamplingParams
 from model_optimizer.assets import REFERENCE_MODEL_DIR
 
-pytestmark = pytest.mark.skipif(not (REFERENCE_MODEL_DIR / "model.safetensors").is_file(), reason="reference model not installed")
+pytestmark = pytest.mark.skipif(
+    not (REFERENCE_MODEL_DIR / "model.safetensors").is_file(), reason="reference model not installed"
+)
 
 PROMPTS = ["The Python language is", "def fibonacci(n):", "The json module", "Exceptions are raised when"]
 
@@ -27,7 +29,7 @@ def test_greedy_text_equals_transformers():
     outputs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=32))
     for prompt, out in zip(PROMPTS, outputs):
         ids = tokenizer(prompt, return_tensors="pt").input_ids
-        expected = ref.generate(ids, max_new_tokens=32, do_sample=False)[0, ids.shape[1]:].tolist()
+        expected = ref.generate(ids, max_new_tokens=32, do_sample=False)[0, ids.shape[1] :].tolist()
         assert out.outputs[0].token_ids == expected
         assert out.outputs[0].text == tokenizer.decode(expected, skip_special_tokens=True)
     assert any(" the " in o.outputs[0].text for o in outputs)  # readable English, not noise

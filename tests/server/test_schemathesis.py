@@ -20,13 +20,38 @@ MIN_CASES = 300
 def run_schemathesis(url: str, report: Path, *extra: str) -> dict:
     """`st run` (positive and negative cases, no 5xx allowed) against a live server; returns its JSON report."""
     st = Path(sys.executable).with_name("st")
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.server.st_hooks",
-           "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {
+        **os.environ,
+        "SCHEMATHESIS_HOOKS": "tests.server.st_hooks",
+        "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
     # the coverage phase builds boundary and negative cases per field; one worker (hypothesis'
     # lambda introspection is not thread-safe on Python 3.11)
-    cmd = [str(st), "run", url + "/openapi.json", "--checks", "not_a_server_error", "--mode", "all",
-           "--max-examples", "5", "--seed", "20261129", "--phases", "examples,coverage,fuzzing", "--no-shrink",
-           "--workers", "1", "--request-timeout", "60", "--report", "json", "--report-json-path", str(report), *extra]
+    cmd = [
+        str(st),
+        "run",
+        url + "/openapi.json",
+        "--checks",
+        "not_a_server_error",
+        "--mode",
+        "all",
+        "--max-examples",
+        "5",
+        "--seed",
+        "20261129",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--no-shrink",
+        "--workers",
+        "1",
+        "--request-timeout",
+        "60",
+        "--report",
+        "json",
+        "--report-json-path",
+        str(report),
+        *extra,
+    ]
     run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     summary = json.loads(report.read_text())
     assert summary["failures"] == [], run.stdout[-4000:]
