@@ -219,30 +219,7 @@ def test_seed_makes_the_sampled_candidates_reproducible(tmp_path):
 
 def test_predicted_misfit_is_skipped_without_starting_a_server(tmp_path):
     """A KV cache too small for one request is PRUNED with the reason; no server is started for it."""
-    from model_optimizer.bench.client import ClientConfig
-    from model_optimizer.bench.load import LoadConfig
-    from model_optimizer.bench.workloads import WorkloadConfig
-    from model_optimizer.tune.hardware import Hardware
-    from model_optimizer.tune.predictor import Predictor, model_cost
-    from model_optimizer.tune.trial import TrialSetup
-
-    config = dict(
-        num_hidden_layers=2,
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        vocab_size=100,
-        max_position_embeddings=512,
-    )
-    predictor = Predictor(model_cost(config), Hardware("cpu", 20.0, 0.2, 16.0, False, "test"))
-    setup = TrialSetup(
-        None,
-        ClientConfig(),
-        WorkloadConfig(prompt_len="64", output_len="16"),
-        LoadConfig(num_requests=2, concurrency=1),
-        server_cmd="false",
-    )
+    predictor, setup = _small_model_predictor_and_setup(slo=None)
     study = open_study(tmp_path, seed=0, resume=False)
     tuner = Tuner(
         study, SearchSpace([Knob("num_kv_blocks", choices=[1])]), setup, tmp_path, predictor, max_skips_in_a_row=3
@@ -300,6 +277,18 @@ def test_settings_already_measured_are_not_measured_again(tmp_path):
 def test_a_candidate_predicted_to_miss_is_measured_after_a_run_of_slo_skips(tmp_path):
     """The predictor rules candidates out; it must not end the study. After `max_skips_in_a_row` SLO-based
     skips the next candidate is measured anyway (here it fails: `false` is no server)."""
+    predictor, setup = _small_model_predictor_and_setup(slo="tpot_p99=0.001ms")  # no candidate can meet it
+    study = open_study(tmp_path, seed=0, resume=False)
+    space = SearchSpace([Knob("max_num_seqs", choices=[1, 2, 4, 8, 16, 32])])
+    tuner = Tuner(study, space, setup, tmp_path, predictor, max_skips_in_a_row=2)
+    tuner.run(Budget(trials=1))
+    states = [t.state.name for t in study.trials]
+    assert states[:2] == ["PRUNED", "PRUNED"] and "predicted tpot" in study.trials[0].user_attrs["skip_reason"]
+    assert states[2] == "FAIL" and "exited with code 1" in study.trials[2].user_attrs["error"]
+
+
+def _small_model_predictor_and_setup(slo: str | None):
+    """A predictor for a 2-layer model on a slow CPU, and trials whose server command is `false` (none starts)."""
     from model_optimizer.bench.client import ClientConfig
     from model_optimizer.bench.load import LoadConfig
     from model_optimizer.bench.workloads import WorkloadConfig
@@ -317,18 +306,8 @@ def test_a_candidate_predicted_to_miss_is_measured_after_a_run_of_slo_skips(tmp_
         max_position_embeddings=512,
     )
     predictor = Predictor(model_cost(config), Hardware("cpu", 20.0, 0.2, 16.0, False, "test"))
+    workload = WorkloadConfig(prompt_len="64", output_len="16")
     setup = TrialSetup(
-        None,
-        ClientConfig(),
-        WorkloadConfig(prompt_len="64", output_len="16"),
-        LoadConfig(num_requests=2, concurrency=1),
-        slo="tpot_p99=0.001ms",  # no candidate can be predicted to meet it
-        server_cmd="false",
+        None, ClientConfig(), workload, LoadConfig(num_requests=2, concurrency=1), slo=slo, server_cmd="false"
     )
-    study = open_study(tmp_path, seed=0, resume=False)
-    space = SearchSpace([Knob("max_num_seqs", choices=[1, 2, 4, 8, 16, 32])])
-    tuner = Tuner(study, space, setup, tmp_path, predictor, max_skips_in_a_row=2)
-    tuner.run(Budget(trials=1))
-    states = [t.state.name for t in study.trials]
-    assert states[:2] == ["PRUNED", "PRUNED"] and "predicted tpot" in study.trials[0].user_attrs["skip_reason"]
-    assert states[2] == "FAIL" and "exited with code 1" in study.trials[2].user_attrs["error"]
+    return predictor, setup
