@@ -11,7 +11,7 @@ from typing import Any
 from model_optimizer.config import EngineConfig
 from model_optimizer.engine.engine import LLMEngine, ModelInfo
 from model_optimizer.engine.outputs import RequestOutput, RequestOutputKind
-from model_optimizer.models.registry import is_encoder_folder
+from model_optimizer.models.model_config import is_encoder_folder
 from model_optimizer.models.tokenizer import TOKENIZER_FILES, load_tokenizer
 from model_optimizer.sampling_params import SamplingParams
 

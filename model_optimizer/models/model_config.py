@@ -97,3 +97,15 @@ def read_config(model_dir: str | Path) -> dict:
     if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
         raise ValueError(f"{path}: 'architectures' must be a non-empty list of class names, got {archs!r}")
     return hf
+
+
+def is_encoder_folder(model_dir: Path) -> bool:
+    """registry.is_encoder for a model folder; an unknown architecture counts as a decoder, whose loader
+    names it. It lives here, beside the config reader, so that the registry reads no files."""
+    from model_optimizer.models.registry import is_encoder
+
+    hf = read_config(model_dir)  # a broken config.json is reported as itself
+    try:
+        return is_encoder(hf)
+    except ValueError:
+        return False

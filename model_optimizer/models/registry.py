@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 from torch import nn
 
@@ -48,17 +47,6 @@ def is_encoder(hf: dict) -> bool:
         return False
     supported = sorted(set(ENCODER_ARCHITECTURES) | set(DECODER_BASE_NAMES) | set(ARCHITECTURES))
     raise ValueError(f"architecture {arch!r} is not supported for embeddings; supported: {', '.join(supported)}")
-
-
-def is_encoder_folder(model_dir: Path) -> bool:
-    """is_encoder for a model folder; an unknown architecture counts as a decoder, whose loader names it."""
-    from model_optimizer.models.model_config import read_config
-
-    hf = read_config(model_dir)  # a broken config.json is reported as itself
-    try:
-        return is_encoder(hf)
-    except ValueError:
-        return False
 
 
 def supported_architectures() -> list[str]:
