@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,17 @@ from model_optimizer.sampling_params import SamplingParams
 Prompt = str | list[int]
 
 __all__ = ["LLM", "TOKENIZER_FILES", "generation_defaults", "load_tokenizer", "resolve_model_dir"]
+
+startup_log = logging.getLogger("model_optimizer.startup")
+"""One INFO line per start-up phase with its time (here and in runner/model_runner.py), so a user of
+`mopt serve` / `mopt generate` sees where the seconds before the first request go."""
+
+
+def log_phase(name: str, since: float) -> float:
+    """Log phase `name` as lasting from `since` (a perf_counter reading) to now; return now."""
+    now = time.perf_counter()
+    startup_log.info("start-up: %s %.2f s", name, now - since)
+    return now
 
 
 def resolve_model_dir(model: str | None) -> Path:
@@ -79,8 +92,10 @@ def generation_defaults(model_dir: Path) -> dict[str, Any]:
 
 class LLM:
     def __init__(self, model: str | None = None, **engine_args: Any) -> None:
-        from model_optimizer.runner.model_runner import ModelRunner
+        start = time.perf_counter()
+        from model_optimizer.runner.model_runner import ModelRunner  # torch: the first import pays seconds
 
+        phase = log_phase("imports", start)
         self.config = EngineConfig(model=model, **engine_args)
         self.model_dir = resolve_model_dir(self.config.model)
         self._embedder: Any = None
@@ -89,11 +104,14 @@ class LLM:
         if is_encoder_folder(self.model_dir):  # BERT-family: embeddings only, no generation engine
             self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
             return
+        phase = log_phase("config", phase)
         self.tokenizer = load_tokenizer(
             Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir,
             required=self.config.load_format != "dummy",
         )
-        runner = ModelRunner(self.config, self.model_dir)
+        log_phase("tokenizer", phase)
+        runner = ModelRunner(self.config, self.model_dir)  # logs weights, KV cache, warm-up, graph capture
+        phase = time.perf_counter()
         info = ModelInfo(
             vocab_size=runner.vocab_size,
             max_model_len=runner.max_model_len,
@@ -103,6 +121,8 @@ class LLM:
         self.runner = runner
         self.engine = LLMEngine(self.config, runner, self.tokenizer, info)
         self._ids = itertools.count()
+        log_phase("engine", phase)
+        log_phase("total", start)
 
     def default_sampling_params(self) -> SamplingParams:
         """SamplingParams with the model's own defaults from generation_config.json (temperature,

@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     params = [_line_params(line, {**defaults, **cli}) for line in lines]
     _log(f"loading model {engine_config.model or '(built-in)'}")
     try:
-        with console.status("loading model"):
+        with console.status("loading model"), _startup_phases_shown(console):
             llm = LLM(**asdict(engine_config))
     except KeyboardInterrupt:
         _log("interrupted while loading the model; nothing was generated or written")
@@ -397,6 +397,29 @@ def _print_stats(console: Any, llm: Any, outputs: list, elapsed: float) -> None:
     table.add_row("engine steps", str(stats.num_steps))
     table.add_row("KV-cache blocks", f"{stats.num_blocks} x {llm.config.block_size} tokens")
     console.print(table)
+
+
+@contextmanager
+def _startup_phases_shown(console: Any) -> Iterator[None]:
+    """Print the engine's start-up phase lines (model_optimizer.startup, INFO) while the model loads.
+
+    Through the rich console, so that on a terminal each line lands above the "loading model" spinner.
+    """
+    import logging
+
+    class ConsoleHandler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            console.print(f"mopt generate: {record.getMessage()}", highlight=False, markup=False)
+
+    logger = logging.getLogger("model_optimizer.startup")
+    handler, level = ConsoleHandler(logging.INFO), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _log(message: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,13 @@ from model_optimizer.runner.decode_runner import DecodeRunner
 from model_optimizer.runner.input_batch import CachedRequestState, InputBatch, PendingTokens
 
 log = logging.getLogger(__name__)
+startup_log = logging.getLogger("model_optimizer.startup")  # the phase lines llm.py starts and ends
+
+
+def _log_phase(name: str, since: float) -> float:
+    now = time.perf_counter()
+    startup_log.info("start-up: %s %.2f s", name, now - since)
+    return now
 
 
 def pick_device(requested: str) -> torch.device:
@@ -32,6 +40,7 @@ def pick_device(requested: str) -> torch.device:
 class ModelRunner:
     def __init__(self, config: EngineConfig, model_dir: str | Path) -> None:
         self.config = config
+        phase = time.perf_counter()
         self.device = pick_device(config.device)
         self.memory_before_load = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
         self.model = load_model(model_dir, config.dtype, self.device, config.load_format, config.quantization)
@@ -43,9 +52,11 @@ class ModelRunner:
             raise ValueError(
                 f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings ({args.max_position_embeddings})"
             )
+        phase = _log_phase("weights", phase)
         self.kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else self.dtype
         self.num_kv_blocks = config.num_kv_blocks or self._num_blocks_for_budget()
         check_kv_capacity(self.num_kv_blocks, config.block_size, self.max_model_len)  # before allocating it
+        phase = _log_phase("kv sizing", phase)  # on CUDA a profiling forward at the full token budget
         shape = (2, self.num_kv_blocks, config.block_size, args.num_kv_heads, args.head_dim)
         self.kv_caches = [torch.zeros(shape, dtype=self.kv_dtype, device=self.device) for _ in range(args.num_layers)]
         log.info(
@@ -55,6 +66,7 @@ class ModelRunner:
             self.num_kv_blocks * config.block_size,
             self.device,
         )
+        phase = _log_phase("kv allocation", phase)
         self.batch = InputBatch(
             config.max_num_seqs, self.max_model_len, config.block_size, self.device, kv_caches=self.kv_caches
         )
@@ -62,6 +74,7 @@ class ModelRunner:
         self.decode_runner = None
         if self.device.type == "cuda":
             self._warm_up_kernels()
+            phase = _log_phase("warm-up", phase)  # Triton / torch.compile kernels for each prefill tile
             self.decode_runner = DecodeRunner(
                 self.model,
                 self.kv_caches,
@@ -72,6 +85,7 @@ class ModelRunner:
             )
             if not config.enforce_eager:
                 self.decode_runner.capture()
+                _log_phase("graph capture", phase)
 
     @property
     def vocab_size(self) -> int:
