@@ -1,0 +1,215 @@
+"""Cold and warm start-up times, each start a separate process: `mopt serve` to /ready and `LLM(...)`.
+
+    PYTHONPATH=. python3 benchmarks/cold_start.py [--model DIR] [--runs N] [--cache-dir DIR]
+        [--output FILE] [--no-llm] [-- ENGINE FLAGS, e.g. --load-format dummy --enforce-eager]
+
+What a user waits for is process start to a server that answers, so this script times exactly that
+from outside: it starts `python -m model_optimizer.cli.main serve ...` and polls /ready; and, for the
+offline API, a fresh `python -c` that builds `LLM(...)` and prints a marker when it returns. Each
+process's own start-up phase lines (the model_optimizer.startup logger: imports, config, tokenizer,
+weights, kv sizing, kv allocation, warm-up, graph capture, engine, total) are parsed from its stderr.
+
+Compiled kernels are cached on disk by Triton and torch inductor; the script points both at folders
+under --cache-dir (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR) so the runs never touch the user's own
+caches. "cold": every run gets a new, empty cache folder. "warm": one unmeasured start fills a folder,
+then every measured run reuses it. The OS page cache (the weights file, site-packages) is not
+dropped: that needs root; a first start on a fresh machine is slower than "cold" here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from common import RESULTS, environment, write_json
+
+REPO = Path(__file__).resolve().parents[1]
+PHASE = re.compile(r"start-up: ([a-z -]+?) (\d+\.\d+) s")
+READY_MARKER = "COLD_START_LLM_READY"
+LLM_CHILD = f"""
+import logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+from model_optimizer.cli.main import build_parser
+args = build_parser().parse_args(["generate", "--prompt", "x", *sys.argv[1:]])
+from dataclasses import asdict
+from model_optimizer.cli.args import dataclass_from_args
+from model_optimizer.config import EngineConfig
+from model_optimizer.llm import LLM
+LLM(**asdict(dataclass_from_args(EngineConfig, args)))
+print("{READY_MARKER}", flush=True)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cache_env(folder: Path) -> dict[str, str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return {
+        **os.environ,
+        "TRITON_CACHE_DIR": str(folder / "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+
+
+def parse_phases(lines: list[str]) -> dict[str, float]:
+    return {m.group(1): float(m.group(2)) for line in lines if (m := PHASE.search(line))}
+
+
+def _drain(stream, lines: list[str]) -> None:
+    for line in stream:
+        lines.append(line.rstrip("\n"))
+
+
+def start_server(engine_flags: list[str], env: dict[str, str], timeout: float) -> dict:
+    """Process start -> first 200 from /ready, and the server's phase lines."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "model_optimizer.cli.main", "serve", *engine_flags, "--port", str(port)]
+    lines: list[str] = []
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    reader = threading.Thread(target=_drain, args=(proc.stdout, lines), daemon=True)
+    reader.start()
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"mopt serve exited with {proc.returncode}:\n" + "\n".join(lines[-30:]))
+            if time.perf_counter() - t0 > timeout:
+                raise RuntimeError(f"/ready not reached in {timeout} s:\n" + "\n".join(lines[-30:]))
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1.0).status_code == 200:
+                    ready_s = time.perf_counter() - t0
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.02)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        reader.join(5)
+    return {"ready_s": round(ready_s, 3), "phases": parse_phases(lines)}
+
+
+def start_llm(engine_flags: list[str], env: dict[str, str], timeout: float) -> dict:
+    """Process start -> `LLM(...)` returned (a marker on stdout), and its phase lines."""
+    cmd = [sys.executable, "-c", LLM_CHILD, *engine_flags]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err: list[str] = []
+    reader = threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True)
+    reader.start()
+    ready_s = None
+    try:
+        for line in proc.stdout:
+            if READY_MARKER in line:
+                ready_s = time.perf_counter() - t0
+                break
+        proc.wait(timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(5)
+    if ready_s is None or proc.returncode != 0:
+        raise RuntimeError(f"LLM(...) process failed ({proc.returncode}):\n" + "\n".join(err[-30:]))
+    return {"ready_s": round(ready_s, 3), "phases": parse_phases(err)}
+
+
+def summarize(runs: list[dict]) -> dict:
+    ready = [r["ready_s"] for r in runs]
+    phases = {name: round(statistics.median(r["phases"].get(name, 0.0) for r in runs), 3) for name in runs[0]["phases"]}
+    outside = [r["ready_s"] - r["phases"].get("total", 0.0) for r in runs]
+    return {
+        "median_ready_s": round(statistics.median(ready), 3),
+        # interpreter start, imports before the engine (server: fastapi, torch, transformers), the server's
+        # own set-up and /ready's first answer: what the engine's "total" line does not cover
+        "median_outside_engine_s": round(statistics.median(outside), 3),
+        "min_ready_s": min(ready),
+        "max_ready_s": max(ready),
+        "median_phases_s": phases,
+    }
+
+
+def measure(kind: str, start, engine_flags: list[str], cache_root: Path, runs: int, timeout: float) -> dict:
+    result: dict = {}
+    cold = []
+    for i in range(runs):
+        folder = cache_root / f"{kind}-cold-{i}"
+        shutil.rmtree(folder, ignore_errors=True)  # cold: an empty cache folder
+        cold.append(start(engine_flags, cache_env(folder), timeout))
+        print(f"{kind} cold {i}: {cold[-1]['ready_s']:.2f} s", file=sys.stderr)
+    warm_folder = cache_root / f"{kind}-warm"
+    shutil.rmtree(warm_folder, ignore_errors=True)
+    start(engine_flags, cache_env(warm_folder), timeout)  # fills the cache; not measured
+    warm = []
+    for i in range(runs):
+        warm.append(start(engine_flags, cache_env(warm_folder), timeout))
+        print(f"{kind} warm {i}: {warm[-1]['ready_s']:.2f} s", file=sys.stderr)
+    for name, values in (("cold", cold), ("warm", warm)):
+        result[name] = {"runs": values, **summarize(values)}
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="model folder (default: the built-in model)")
+    parser.add_argument("--runs", type=int, default=3, help="measured starts per kind and cache state")
+    parser.add_argument("--cache-dir", default=None, help="folder for the kernel caches (default: a temp folder)")
+    parser.add_argument("--output", default=str(RESULTS / "cold_start_cpu.json"))
+    parser.add_argument("--no-llm", action="store_true", help="time `mopt serve` only")
+    parser.add_argument("--no-serve", action="store_true", help="time `LLM(...)` only")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds one start may take")
+    parser.add_argument("engine_flags", nargs="*", help="after `--`: engine flags as `mopt serve` takes them")
+    args = parser.parse_args()
+    if args.runs < 1:
+        raise SystemExit(f"--runs must be >= 1, got {args.runs}")
+    engine_flags = ([] if args.model is None else ["--model", args.model]) + args.engine_flags
+    own_temp = args.cache_dir is None
+    cache_root = Path(args.cache_dir or tempfile.mkdtemp(prefix="mopt-cold-start-"))
+    try:
+        results = {}
+        if not args.no_serve:
+            results["serve"] = measure("serve", start_server, engine_flags, cache_root, args.runs, args.timeout)
+        if not args.no_llm:
+            results["llm"] = measure("llm", start_llm, engine_flags, cache_root, args.runs, args.timeout)
+    finally:
+        if own_temp:
+            shutil.rmtree(cache_root, ignore_errors=True)
+    payload = {
+        "benchmark": "cold_start",
+        "what": "process start -> /ready (serve) or LLM(...) returned (llm); cold = empty Triton/inductor "
+        "cache folders, warm = folders filled by one unmeasured start; OS page cache not dropped",
+        "model": args.model or "(built-in)",
+        "engine_flags": args.engine_flags,
+        "runs": args.runs,
+        "environment": environment(),
+        **results,
+    }
+    path = write_json(args.output, payload)
+    for kind, states in results.items():
+        for state, summary in states.items():
+            print(f"{kind:5} {state}: median {summary['median_ready_s']:.2f} s  {summary['median_phases_s']}")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
