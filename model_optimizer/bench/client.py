@@ -52,6 +52,9 @@ class ClientConfig:
     request_timeout: float = 600.0
     """Seconds before a request counts as a timeout error."""
 
+    return_token_ids: bool = False
+    """Send return_token_ids (vLLM): chunks with ids but no text then count as tokens. Off: OpenAI refuses it."""
+
     def __post_init__(self) -> None:
         check_choice(self, "endpoint")
         if not self.base_url.startswith(("http://", "https://")):
@@ -74,7 +77,7 @@ class RequestRecord:
     """When the HTTP call started."""
     end: float = 0.0
     chunk_times: list[float] = field(default_factory=list)
-    """Arrival time of each chunk that carried output text."""
+    """Arrival time of each chunk that carried output tokens (non-empty text or non-empty token_ids)."""
     output_tokens: int = 0
     prompt_tokens: int | None = None
     """From the server's `usage`, when it reports it."""
@@ -173,6 +176,7 @@ class BenchClient:
         chat = self.cfg.endpoint == "chat"
         finished = False
         pending = b""
+        num_ids = None  # tokens counted from token_ids, when the server sends them
         # after [DONE], read on to the end of the body: leaving it unread would close the
         # keep-alive connection and make the next request pay for a new one
         async for data in resp.aiter_bytes():
@@ -186,8 +190,11 @@ class BenchClient:
                     finished = True
                     continue
                 chunk = _parse_chunk(payload)
-                if _chunk_text(chunk, chat):
+                text, ids = _chunk_tokens(chunk, chat)
+                if text or ids:
                     rec.chunk_times.append(arrived)
+                if ids is not None:
+                    num_ids = (num_ids or 0) + len(ids)
                 usage = chunk.get("usage")
                 if isinstance(usage, dict) and "completion_tokens" in usage:
                     rec.output_tokens = int(usage["completion_tokens"])
@@ -195,8 +202,8 @@ class BenchClient:
                     rec.usage_reported = True
         if not finished:
             raise StreamError("malformed_stream", "stream ended without data: [DONE]")
-        if not rec.usage_reported:
-            rec.output_tokens = len(rec.chunk_times)
+        if not rec.usage_reported:  # the server's usage wins; else its ids; else one token per chunk
+            rec.output_tokens = len(rec.chunk_times) if num_ids is None else num_ids
 
     def _read_embedding(self, raw: bytes, rec: RequestRecord) -> None:
         try:
@@ -243,6 +250,8 @@ def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
         payload["ignore_eos"] = True
     if cfg.temperature is not None:
         payload["temperature"] = cfg.temperature
+    if cfg.return_token_ids:
+        payload["return_token_ids"] = True
     return json.dumps(payload).encode()
 
 
@@ -264,11 +273,19 @@ def _parse_chunk(data: bytes) -> dict:
     return chunk
 
 
-def _chunk_text(chunk: dict, chat: bool) -> str:
+def _chunk_tokens(chunk: dict, chat: bool) -> tuple[str, list | None]:
+    """The first choice's new text and new token ids (None when the chunk has no `token_ids`).
+
+    A chunk carries tokens when either is non-empty: a server streaming a model without a tokenizer
+    (or holding back half of a multibyte character) sends ids with empty text, and those are tokens
+    to time all the same."""
     choices = chunk.get("choices")
     if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
-        return ""
+        return "", None
+    choice = choices[0]
+    ids = choice.get("token_ids")
+    ids = ids if isinstance(ids, list) else None
     if not chat:
-        return choices[0].get("text") or ""
-    delta = choices[0].get("delta") or {}
-    return delta.get("content") or delta.get("reasoning_content") or ""
+        return choice.get("text") or "", ids
+    delta = choice.get("delta") or {}
+    return delta.get("content") or delta.get("reasoning_content") or "", ids

@@ -53,6 +53,11 @@ class SamplingFields(_Request):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
+    return_token_ids: bool = Field(
+        default=False, description="Put the generated token ids on each choice as token_ids (vLLM's field)."
+    )
+    """Put each choice's generated token ids on it as `token_ids` (vLLM's field); streamed, each chunk
+    carries the ids new in it. Always on for a model served without a tokenizer (its text is empty)."""
     # vLLM's structured output: refused until supported (see unsupported_field)
     guided_json: Any = None
     guided_regex: Any = None
@@ -180,12 +185,26 @@ class CompletionLogprobs(BaseModel):
     text_offset: list[int] = []
 
 
+def _token_ids_field() -> Any:
+    """`token_ids` of a choice: left out of the JSON unless set (no `"token_ids": null` on every chunk)."""
+    return Field(
+        default=None,
+        exclude_if=lambda ids: ids is None,
+        description="Generated token ids (those new in this chunk when streamed); present when the request "
+        "set return_token_ids, and always for a model served without a tokenizer.",
+    )
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = _token_ids_field()
+    """Generated token ids: all of them in a response, those new in this chunk when streamed. Present when
+    the request set return_token_ids, and always for a model served without a tokenizer (its text is
+    empty): a stream then has one chunk per engine step that made tokens, so clients can time each."""
 
 
 class CompletionResponse(BaseModel):
@@ -222,6 +241,8 @@ class ChatChoice(BaseModel):
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = _token_ids_field()
+    """As CompletionChoice.token_ids."""
 
 
 class ChatCompletionResponse(BaseModel):
@@ -249,6 +270,8 @@ class ChatStreamChoice(BaseModel):
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    token_ids: list[int] | None = _token_ids_field()
+    """As CompletionChoice.token_ids: the ids new in this chunk."""
 
 
 class ChatCompletionChunk(BaseModel):

@@ -1,4 +1,4 @@
-"""Server-sent events for a generation: one chunk per step with news, an in-band error then [DONE]
+"""Server-sent events for a generation: one chunk per step with new tokens, an in-band error then [DONE]
 on failure, the usage chunk when asked for.
 
 The API-specific part (what a chunk looks like for chat or completions) is a `StreamFormat`;
@@ -61,11 +61,12 @@ class ChoiceOffsets:
         self.sent: dict[tuple[int, int], int] = {}
 
     def deltas(self, prompt_index: int, output: RequestOutput) -> list[ChoiceDelta]:
-        """The choices of a DELTA output with something to send: text, logprobs, or their finish (a token
-        whose text is held back, as half of a multibyte character, makes no chunk of its own)."""
+        """The choices of a DELTA output with something to send: new tokens, or their finish. A token whose
+        text is empty (no tokenizer, or text held back as half of a multibyte character) still makes a
+        chunk: one chunk per engine step is what lets a client time TTFT and ITL on any model."""
         out = []
         for completion in output.outputs:
-            if not completion.text and not completion.logprobs and not completion.finished:
+            if not completion.token_ids and not completion.text and not completion.finished:
                 continue
             key = (prompt_index, completion.index)
             first = key not in self.sent

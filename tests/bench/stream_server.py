@@ -2,7 +2,9 @@
 
 The model name picks the behaviour: "tiny" answers normally; "fail-500" returns HTTP 500;
 "broken" sends a chunk that is not JSON; "no-done" ends the stream without [DONE];
-"no-usage" never reports usage. Delays come from the app's `settings` (seconds).
+"no-usage" never reports usage; "ids-only" sends no text and no usage, only `token_ids`, two per
+chunk (as a server streaming a model without a tokenizer). Delays come from the app's `settings`
+(seconds).
 
 `app.state.valve` (a Valve) records every generation request's arrival and can hold their
 responses until the test lets them through, so load tests assert on arrivals and in-flight
@@ -180,7 +182,8 @@ async def _generate(app: FastAPI, body: dict, chat: bool):
     n = int(body.get("max_tokens", 16))
     prompt = body["messages"][0]["content"] if chat else body["prompt"]
     prompt_tokens = len(prompt) if isinstance(prompt, list) else len(prompt.split())
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage")) and model != "no-usage"
+    wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    include_usage = wants_usage and model not in ("no-usage", "ids-only")
 
     def chunk(text: str | None, usage: dict | None = None) -> str:
         if chat:
@@ -207,6 +210,10 @@ async def _generate(app: FastAPI, body: dict, chat: bool):
                     valve.done()
                     yield "data: {not json\n\n"
                     return
+                if model == "ids-only":
+                    if i % 2:
+                        yield _ids_chunk([1000 + i - 1, 1000 + i], chat)
+                    continue
                 yield chunk(f" t{i}")
             if include_usage:
                 usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
@@ -221,6 +228,12 @@ async def _generate(app: FastAPI, body: dict, chat: bool):
                 valve.done()
 
     return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+def _ids_chunk(token_ids: list[int], chat: bool) -> str:
+    """A chunk with token ids and empty text."""
+    choice = {"index": 0, "delta": {"content": ""}} if chat else {"index": 0, "text": ""}
+    return "data: " + json.dumps({"id": "x", "choices": [choice | {"token_ids": token_ids}]}) + "\n\n"
 
 
 class ServerThread:

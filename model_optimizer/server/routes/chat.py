@@ -66,6 +66,8 @@ class ChatFormat:
         self.body = body
         self.texts = texts
         self.num_top = body.top_logprobs or 0
+        self.with_token_ids = body.return_token_ids or texts.tokenizer is None
+        """Put token_ids on choices (chat needs a tokenizer for its template, so in practice: asked for)."""
         self.base = ChatCompletionChunk(id=request_id, model=model_name, choices=[])
 
     def response(self, finals: list[RequestOutput], usage: UsageInfo) -> BaseModel:
@@ -80,6 +82,7 @@ class ChatFormat:
                     logprobs=logprobs,
                     finish_reason=c.finish_reason,
                     stop_reason=c.stop_reason,
+                    token_ids=list(c.token_ids) if self.with_token_ids else None,
                 )
             )
         return ChatCompletionResponse(id=self.base.id, model=self.base.model, choices=choices, usage=usage)
@@ -102,6 +105,7 @@ class ChatFormat:
                     logprobs=logprobs,
                     finish_reason=c.finish_reason,
                     stop_reason=c.stop_reason,
+                    token_ids=list(c.token_ids) if self.with_token_ids else None,
                 )
             )
         return self.base.model_copy(update={"choices": choices})

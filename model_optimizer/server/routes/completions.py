@@ -58,7 +58,8 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         body.stream,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
     )
-    fmt = CompletionFormat(body, echo, generation.request_id, state.model.name, TokenTexts(state.model.tokenizer))
+    texts = TokenTexts(state.model.tokenizer)
+    fmt = CompletionFormat(body, echo, generation.request_id, state.model.name, texts)
     return await respond(request, state, generation, fmt)
 
 
@@ -79,6 +80,8 @@ class CompletionFormat:
         self.num_top = body.logprobs or 0
         self.echo = echo
         self.texts = texts
+        self.with_token_ids = body.return_token_ids or texts.tokenizer is None
+        """Put token_ids on choices: asked for, or the only output a model without a tokenizer has."""
         self.base = CompletionResponse(id=request_id, model=model_name, choices=[])
 
     def response(self, finals: list[RequestOutput], usage: UsageInfo) -> BaseModel:
@@ -95,6 +98,7 @@ class CompletionFormat:
                         logprobs=logprobs,
                         finish_reason=c.finish_reason,
                         stop_reason=c.stop_reason,
+                        token_ids=list(c.token_ids) if self.with_token_ids else None,
                     )
                 )
         return self.base.model_copy(update={"choices": choices, "usage": usage})
@@ -116,6 +120,7 @@ class CompletionFormat:
                     logprobs=logprobs,
                     finish_reason=c.finish_reason,
                     stop_reason=c.stop_reason,
+                    token_ids=list(c.token_ids) if self.with_token_ids else None,
                 )
             )
         return self.base.model_copy(update={"choices": choices})
