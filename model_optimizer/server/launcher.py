@@ -63,6 +63,19 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
+def _process_age_s() -> float | None:
+    """Seconds since this process started (Linux /proc; None elsewhere): the start-up a user waits for."""
+    import os
+    from pathlib import Path
+
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -112,6 +125,9 @@ def serve(config: ServerConfig, engine_config: EngineConfig) -> int:
         asyncio.get_running_loop().call_later(FATAL_EXIT_DELAY_S, setattr, server, "should_exit", True)
 
     state.fatal_hooks.append(on_fatal)
+    age = _process_age_s()
+    if age is not None:  # the engine's phases plus interpreter start, imports and the app's own set-up
+        logging.getLogger("model_optimizer.startup").info("start-up: process before listening %.2f s", age)
     server.run()
     if state.dead:
         return 1
