@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from model_optimizer.kernels import quant_linear
 from model_optimizer.kernels import quant_reference as ref
 from model_optimizer.quant.quantizers import (
     DEFAULT_GROUP_SIZE,
@@ -27,15 +28,6 @@ if TYPE_CHECKING:
     from model_optimizer.quant.sources import WeightSource
 
 METHODS = ("fp8", "int8", "awq", "rtn-int4")
-
-
-def _kernels():
-    """Q2's dispatching kernels (Triton on CUDA, the reference elsewhere), or None before they exist."""
-    try:
-        from model_optimizer.kernels import quant_linear
-    except ImportError:
-        return None
-    return quant_linear
 
 
 class QuantMethod:
@@ -80,9 +72,7 @@ class Fp8Method(QuantMethod):
         return ref.dequantize_fp8(layer.qweight, layer.scales)
 
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
-        kernels = _kernels()
-        fn = kernels.fp8_linear if kernels else ref.fp8_linear_ref
-        return fn(x, layer.qweight, layer.scales, layer.bias)
+        return quant_linear.fp8_linear(x, layer.qweight, layer.scales, layer.bias)
 
 
 class Int8Method(QuantMethod):
@@ -95,9 +85,7 @@ class Int8Method(QuantMethod):
         return ref.dequantize_int8(layer.qweight, layer.scales)
 
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
-        kernels = _kernels()
-        fn = kernels.w8a16_linear if kernels else ref.w8a16_linear_ref
-        return fn(x, layer.qweight, layer.scales, layer.bias)
+        return quant_linear.w8a16_linear(x, layer.qweight, layer.scales, layer.bias)
 
 
 class Int4Method(QuantMethod):
@@ -137,9 +125,7 @@ class Int4Method(QuantMethod):
         return ref.dequantize_int4(layer.qweight, layer.scales, layer.zeros, self.group_size, torch.float32)
 
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
-        kernels = _kernels()
-        fn = kernels.w4a16_linear if kernels else ref.w4a16_linear_ref
-        return fn(x, layer.qweight, layer.scales, layer.zeros, self.group_size, layer.bias)
+        return quant_linear.w4a16_linear(x, layer.qweight, layer.scales, layer.zeros, self.group_size, layer.bias)
 
 
 def make_method(
