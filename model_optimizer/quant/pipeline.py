@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from model_optimizer.fileio import atomic_write
 from model_optimizer.quant.calibration import read_documents, token_windows
 from model_optimizer.quant.evaluate import Accuracy, compare, gate_failures, load_for_eval
 
@@ -87,13 +88,7 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
         del model
         accuracy = evaluate(opts.model, tmp, eval_windows, opts, progress)
         report = build_report(opts, accuracy, calib_windows, eval_windows, time.time() - started, tmp)
-        failures = gate_failures(accuracy, opts.max_ppl_increase, opts.min_top1)
-        report["gate"] = {
-            "max_ppl_increase": opts.max_ppl_increase,
-            "min_top1": opts.min_top1,
-            "passed": not failures,
-            "failures": failures,
-        }
+        failures = report["gate"]["failures"]
         if failures:
             raise GateFailed(failures, report)
         write_json(tmp / REPORT_NAME, report)
@@ -163,13 +158,7 @@ def eval_only(folder: Path, reference: Path, opts: QuantizeOptions, progress: Pr
     )
     accuracy = evaluate(reference, folder, windows, opts, progress)
     report = build_report(opts, accuracy, [], windows, time.time() - started, folder)
-    failures = gate_failures(accuracy, opts.max_ppl_increase, opts.min_top1)
-    report["gate"] = {
-        "max_ppl_increase": opts.max_ppl_increase,
-        "min_top1": opts.min_top1,
-        "passed": not failures,
-        "failures": failures,
-    }
+    failures = report["gate"]["failures"]
     write_json(folder / REPORT_NAME, report)
     if failures:
         raise GateFailed(failures, report)
@@ -181,6 +170,7 @@ def build_report(
 ) -> dict:
     config = json.loads((folder / "config.json").read_text())
     qc = config.get("quantization_config") or {}
+    failures = gate_failures(acc, opts.max_ppl_increase, opts.min_top1)
     return {
         "model": str(opts.model),
         "method": opts.method,
@@ -202,10 +192,14 @@ def build_report(
         "weights_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors")),
         "seconds": round(seconds, 1),
         "versions": {"torch": torch.__version__},
+        "gate": {
+            "max_ppl_increase": opts.max_ppl_increase,
+            "min_top1": opts.min_top1,
+            "passed": not failures,
+            "failures": failures,
+        },
     }
 
 
 def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=2) + "\n")
