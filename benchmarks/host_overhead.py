@@ -21,7 +21,7 @@ def main() -> None:
 
     from model_optimizer import LLM, SamplingParams
     from model_optimizer.layers.sampler import SampledTokens
-    from model_optimizer.runner.model_runner import StepHandle
+    from model_optimizer.runner.step_handle import StepHandle
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--num-requests", type=int, default=256)

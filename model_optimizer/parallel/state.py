@@ -25,6 +25,17 @@ class TensorParallel:
         length = total // self.size
         return self.rank * length, length
 
+    def kv_heads(self, num_kv_heads: int) -> tuple[int, int]:
+        """(first KV head, count) this rank holds: an equal share, or, with fewer KV heads than ranks,
+        the one head its group of ranks shares (replicated, as each rank's query heads need it)."""
+        if num_kv_heads >= self.size:
+            return self.shard(num_kv_heads, "num_key_value_heads")
+        if self.size % num_kv_heads:
+            raise ValueError(
+                f"tensor_parallel_size {self.size} is neither a divisor nor a multiple of num_key_value_heads {num_kv_heads}"
+            )
+        return self.rank * num_kv_heads // self.size, 1
+
 
 _current = TensorParallel()
 

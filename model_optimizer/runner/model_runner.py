@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -14,10 +13,11 @@ from model_optimizer.engine.kv_cache import check_kv_capacity
 from model_optimizer.engine.request import Logprob
 from model_optimizer.engine.scheduler_output import SchedulerOutput
 from model_optimizer.layers.attention import AttentionMetadata
-from model_optimizer.layers.sampler import SampledTokens, Sampler, SamplingInput
+from model_optimizer.layers.sampler import Sampler
 from model_optimizer.models.loader import load_model
 from model_optimizer.runner.decode_runner import DecodeRunner
-from model_optimizer.runner.input_batch import CachedRequestState, InputBatch, PendingTokens
+from model_optimizer.runner.input_batch import InputBatch
+from model_optimizer.runner.step_handle import StepHandle
 
 log = logging.getLogger(__name__)
 startup_log = logging.getLogger("model_optimizer.startup")  # the phase lines llm.py starts and ends
@@ -178,7 +178,7 @@ class ModelRunner:
         logits = self.model.compute_logits(hidden[inputs.sample_rows])
         batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
         sampled = self.sampler.sample(logits, batch)
-        return StepHandle(inputs.sample_states, batch, sampled, *_start_copy(sampled))
+        return StepHandle.start(inputs.sample_states, batch, sampled)
 
     def collect(self, handle: StepHandle) -> dict[str, tuple[int, Logprob | None]]:
         """Wait for a launched step's sampled ids; record them in the runner's request states. Once per handle.
@@ -192,40 +192,3 @@ class ModelRunner:
         if handle.sampled is not None:
             handle.sampled.raw_logprobs = None  # read once: free it
         return {s.request_id: r for s, r in zip(handle.states, results)}
-
-
-def _start_copy(sampled: SampledTokens) -> tuple[torch.Tensor | None, torch.cuda.Event | None]:
-    """Start copying the checked ids (NONFINITE_TOKEN where the logits were not finite) to pinned memory."""
-    if not sampled.token_ids.is_cuda:
-        return None, None
-    checked = sampled.checked_ids()  # the flag rides with the ids: one copy, no extra sync
-    host = torch.empty(checked.shape, dtype=checked.dtype, pin_memory=True)
-    host.copy_(checked, non_blocking=True)
-    done = torch.cuda.Event()
-    done.record()
-    return host, done
-
-
-@dataclass(frozen=True)
-class StepHandle:
-    """A launched step, fixed once launched: its sampling requests and, on the device, what they drew."""
-
-    states: list[CachedRequestState]
-    batch: list[SamplingInput]
-    sampled: SampledTokens | None
-    """Ids (num_samples,) on the device, their finite flags and raw logprobs."""
-    host: torch.Tensor | None = None
-    """Pinned host copy of the checked ids (CUDA only), complete once `done` has fired."""
-    done: torch.cuda.Event | None = None
-
-    def wait(self) -> list[int]:
-        if self.sampled is None:
-            return []
-        if self.done is None:
-            return self.sampled.checked_ids().tolist()
-        self.done.synchronize()
-        return self.host.tolist()  # type: ignore[union-attr]
-
-    def pending_for_next(self) -> PendingTokens:
-        """Where the next step finds each of this step's tokens while they are not on the host."""
-        return {s.request_id: (s, i) for i, s in enumerate(self.states)}
