@@ -12,6 +12,12 @@ from a different random stream than the CPU path.
 Each row is also checked for NaN/inf logits on the device (inside that kernel, or by one sum on
 the torch path); the flag travels to the host with the ids (`SampledTokens.checked_ids`), so the
 engine can fail that request alone without a host sync of its own.
+
+Logprobs are reduced on the device too, inside `sample`: the sampled token's logprob, its rank and
+the top-k (k the largest any request of the batch asked for) are small tensors that the step handle
+copies to pinned host memory together with the ids. Reading them from the (rows, vocab) log-softmax
+after the ids arrived cost one `.item()` per request while the next step was already queued, and
+each of those waited for the whole queue: a request with logprobs serialized the async pipeline.
 """
 
 from __future__ import annotations
@@ -50,12 +56,57 @@ class SampledTokens:
     step may read them as its inputs."""
     finite: torch.Tensor
     """(rows,) bool: False where the row's logits held a NaN or an inf."""
-    raw_logprobs: torch.Tensor | None = None
-    """(rows, vocab) float32 log-softmax of the raw logits, when a request asks for logprobs."""
+    logprobs: SampledLogprobs | None = None
+    """The sampled tokens' logprobs, ranks and top-k, when a request asks for logprobs."""
 
     def checked_ids(self) -> torch.Tensor:
         """The ids with NONFINITE_TOKEN in rows whose logits were not finite: what the host reads."""
         return torch.where(self.finite, self.token_ids, NONFINITE_TOKEN)
+
+    @property
+    def raw_logprobs(self) -> SampledLogprobs | None:
+        """The name runner/model_runner.py reads (it hands this to `Sampler.results` and drops it)."""
+        return self.logprobs
+
+    @raw_logprobs.setter
+    def raw_logprobs(self, value: SampledLogprobs | None) -> None:
+        self.logprobs = value
+
+
+@dataclass
+class SampledLogprobs:
+    """Per row: the sampled token's logprob and rank, and the batch's top-k, reduced on the device.
+
+    `host` holds pinned copies once the step handle has started them (CUDA); `Sampler.results`
+    reads those after the ids' copy event fired, so building Logprob objects waits for nothing."""
+
+    chosen: torch.Tensor
+    """(rows,) float32: log-softmax of the raw logits at the sampled id."""
+    rank: torch.Tensor
+    """(rows,) int64: 1 + how many tokens have a strictly larger logprob."""
+    top_values: torch.Tensor
+    """(rows, k) float32, largest first; k is the most any request of the batch asked for (may be 0)."""
+    top_ids: torch.Tensor
+    """(rows, k) int64: the ids of `top_values`."""
+    host: tuple[torch.Tensor, ...] | None = None
+    """Pinned host copies of (chosen, rank, top_values, top_ids), complete with the ids' copy."""
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.chosen, self.rank, self.top_values, self.top_ids
+
+    def start_copy(self) -> None:
+        """Queue the copies to pinned host memory on the current stream (the caller records the event)."""
+        copies = []
+        for tensor in self.tensors():
+            host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            host.copy_(tensor, non_blocking=True)
+            copies.append(host)
+        self.host = tuple(copies)
+
+    def to_lists(self) -> tuple[list, list, list, list]:
+        """Host lists; from the pinned copies when started, else straight from the tensors (CPU: no wait)."""
+        chosen, rank, top_values, top_ids = self.host if self.host is not None else self.tensors()
+        return chosen.tolist(), rank.tolist(), top_values.tolist(), top_ids.tolist()
 
 
 class Sampler:
@@ -75,14 +126,17 @@ class Sampler:
         request asks for them.
 
         Queues device work only: nothing here waits for the device."""
-        want_logprobs = any(b.params.logprobs is not None for b in batch)
-        raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if want_logprobs else None
+        wanted = [b.params.logprobs for b in batch if b.params.logprobs is not None]
+        raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if wanted else None
         if self.fused and _can_fuse(logits) and all(_plain(b.params) for b in batch):
-            return SampledTokens(*self._choose_fused(logits, batch), raw_logprobs)
-        logits = logits.float()  # (num_reqs, vocab)
-        finite = logits.sum(dim=-1).isfinite()  # any NaN or inf makes the sum NaN or inf
-        logits = self._apply_penalties(logits, batch)
-        return SampledTokens(self._choose(logits, batch), finite, raw_logprobs)
+            token_ids, finite = self._choose_fused(logits, batch)
+        else:
+            logits = logits.float()  # (num_reqs, vocab)
+            finite = logits.sum(dim=-1).isfinite()  # any NaN or inf makes the sum NaN or inf
+            logits = self._apply_penalties(logits, batch)
+            token_ids = self._choose(logits, batch)
+        logprobs = None if raw_logprobs is None else reduce_logprobs(raw_logprobs, token_ids, max(wanted))
+        return SampledTokens(token_ids, finite, logprobs)
 
     def _choose_fused(self, logits: torch.Tensor, batch: list[SamplingInput]) -> tuple[torch.Tensor, torch.Tensor]:
         """Temperature and sampling in one pass over the logits (kernels/sampling.py): ids and finite flags."""
@@ -101,14 +155,19 @@ class Sampler:
 
     @staticmethod
     def results(
-        token_ids: list[int], raw_logprobs: torch.Tensor | None, batch: list[SamplingInput]
+        token_ids: list[int], logprobs: SampledLogprobs | None, batch: list[SamplingInput]
     ) -> list[tuple[int, Logprob | None]]:
-        """Pair each sampled id with its logprob entry, once the ids are on the host."""
+        """Pair each sampled id with its logprob entry, once the ids (and so the logprobs) are on the host."""
+        if logprobs is None:
+            return [(token_id, None) for token_id in token_ids]
+        chosen, ranks, top_values, top_ids = logprobs.to_lists()
         results = []
         for i, (token_id, item) in enumerate(zip(token_ids, batch)):
             logprob = None
-            if raw_logprobs is not None and item.params.logprobs is not None and token_id != NONFINITE_TOKEN:
-                logprob = _logprob(raw_logprobs[i], token_id, item.params.logprobs)
+            k = item.params.logprobs
+            if k is not None and token_id != NONFINITE_TOKEN:
+                top = dict(zip(top_ids[i][:k], top_values[i][:k]))
+                logprob = Logprob(token_id=token_id, logprob=chosen[i], rank=ranks[i], top=top)
             results.append((token_id, logprob))
         return results
 
@@ -193,11 +252,11 @@ def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch
     return probs
 
 
-def _logprob(row: torch.Tensor, token_id: int, k: int) -> Logprob:
-    chosen = row[token_id].item()
-    rank = int((row > chosen).sum().item()) + 1
-    top = {}
-    if k:
-        values, ids = row.topk(k)
-        top = dict(zip(ids.tolist(), values.tolist()))
-    return Logprob(token_id=token_id, logprob=chosen, rank=rank, top=top)
+def reduce_logprobs(raw_logprobs: torch.Tensor, token_ids: torch.Tensor, k: int) -> SampledLogprobs:
+    """The sampled ids' logprobs and ranks and the top-k of each row, all on the device (no sync).
+
+    `raw_logprobs` (rows, vocab) float32; `token_ids` (rows,) int64, always vocabulary ids."""
+    chosen = raw_logprobs.gather(1, token_ids[:, None])  # (rows, 1)
+    rank = (raw_logprobs > chosen).sum(dim=-1) + 1  # ties share the better rank
+    top_values, top_ids = raw_logprobs.topk(k, dim=-1)  # (rows, k), largest first
+    return SampledLogprobs(chosen[:, 0], rank, top_values, top_ids)

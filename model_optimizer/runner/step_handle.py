@@ -1,4 +1,4 @@
-"""StepHandle: a launched step, and the copy of its sampled ids that brings them to the host."""
+"""StepHandle: a launched step, and the copy of its sampled ids (and logprobs) that brings them to the host."""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ from model_optimizer.runner.input_batch import CachedRequestState, PendingTokens
 
 
 def start_copy(sampled: SampledTokens) -> tuple[torch.Tensor | None, torch.cuda.Event | None]:
-    """Start copying the checked ids (NONFINITE_TOKEN where the logits were not finite) to pinned memory."""
+    """Start copying the checked ids (NONFINITE_TOKEN where the logits were not finite) and, when a
+    request asked for them, the reduced logprobs to pinned memory; one event covers them all."""
     if not sampled.token_ids.is_cuda:
         return None, None
     checked = sampled.checked_ids()  # the flag rides with the ids: one copy, no extra sync
     host = torch.empty(checked.shape, dtype=checked.dtype, pin_memory=True)
     host.copy_(checked, non_blocking=True)
+    if sampled.logprobs is not None:
+        sampled.logprobs.start_copy()  # read in collect after `done`: no .item() on a busy queue
     done = torch.cuda.Event()
     done.record()
     return host, done
