@@ -1,4 +1,10 @@
-"""Llama-family decoder (Llama 2/3/3.1, Mistral); Qwen2 and Qwen3 are small variations of it."""
+"""Llama-family decoder (Llama 2/3/3.1, Mistral); Qwen2 and Qwen3 are small variations of it.
+
+Tensor parallel as built (parallel/state.py's `get_tp()`): each rank keeps num_heads / tp query
+heads and their KV heads (shared by several ranks when there are fewer KV heads than ranks), and
+intermediate_size / tp MLP channels; o_proj and down_proj end in one all_reduce each. On one
+device every count is the model's own.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +14,33 @@ from torch import nn
 from model_optimizer.layers.activation import SiluAndMul
 from model_optimizer.layers.attention import Attention, AttentionMetadata
 from model_optimizer.layers.embedding import LMHead, VocabEmbedding
-from model_optimizer.layers.linear import Linear, MergedLinear
+from model_optimizer.layers.linear import MergedLinear, RowParallelLinear
 from model_optimizer.layers.norm import RMSNorm
 from model_optimizer.layers.rotary import RopeConfig, RotaryEmbedding
 from model_optimizer.models.model_config import DecoderArgs
+from model_optimizer.parallel.state import get_tp
 
 
 class DecoderAttention(nn.Module):
     def __init__(self, args: DecoderArgs, layer_idx: int, rotary: RotaryEmbedding) -> None:
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = args.num_heads, args.num_kv_heads, args.head_dim
-        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        tp = get_tp()
+        first_head, self.num_heads = tp.shard(args.num_heads, "num_attention_heads")
+        first_kv_head, self.num_kv_heads = tp.kv_heads(args.num_kv_heads)
+        self.head_dim = args.head_dim
+        """num_heads and num_kv_heads are this rank's: what its attention and its KV cache hold."""
+        hd = self.head_dim
+        rows = {
+            "q": (first_head * hd, self.num_heads * hd),
+            "k": (first_kv_head * hd, self.num_kv_heads * hd),
+            "v": (first_kv_head * hd, self.num_kv_heads * hd),
+        }
+        full = {"q": args.num_heads * hd, "k": args.num_kv_heads * hd, "v": args.num_kv_heads * hd}
         self.qk_norm = args.qk_norm
         bias = args.qkv_bias or args.attention_bias
-        self.qkv_proj = MergedLinear(args.hidden_size, {"q": q_size, "k": kv_size, "v": kv_size}, bias=bias)
-        self.o_proj = Linear(q_size, args.hidden_size, bias=args.attention_bias)
-        if self.qk_norm:
+        self.qkv_proj = MergedLinear(args.hidden_size, full, bias=bias, rows=rows)
+        self.o_proj = RowParallelLinear(full["q"], args.hidden_size, bias=args.attention_bias)
+        if self.qk_norm:  # per head_dim, so every rank holds the whole (small) weight
             self.q_norm = RMSNorm(self.head_dim, args.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, args.rms_norm_eps)
         self.rotary = rotary
@@ -47,7 +64,7 @@ class DecoderMLP(nn.Module):
         super().__init__()
         size = args.intermediate_size
         self.gate_up_proj = MergedLinear(args.hidden_size, {"gate": size, "up": size})
-        self.down_proj = Linear(size, args.hidden_size)
+        self.down_proj = RowParallelLinear(size, args.hidden_size)
         self.act = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -102,6 +119,12 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, args: DecoderArgs) -> None:
         super().__init__()
         self.args = args
+        tp = get_tp()
+        tp.shard(args.num_heads, "num_attention_heads")  # before any layer is built: a plain message
+        self.local_num_kv_heads = tp.kv_heads(args.num_kv_heads)[1]
+        """KV heads each attention layer of this rank stores: the model's num_key_value_heads on one
+        device, its share under tensor parallelism (one when ranks share a head). The KV cache is
+        sized from it (runner/model_runner.py)."""
         self.model = DecoderModel(args)
         self.lm_head = LMHead(args.vocab_size, args.hidden_size)
         if args.tie_word_embeddings:

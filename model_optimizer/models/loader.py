@@ -1,13 +1,15 @@
 """Build a model from a checkpoint folder: safetensors (single or sharded) or dummy weights.
 
 The loader only maps checkpoint names to parameters; each parameter's `weight_loader` puts the
-tensor in place (a slice of a fused projection, say) and checks its shape.
+tensor in place (a slice of a fused projection, say) and checks its shape. It hands each loader a
+LazyTensor (models/lazy_tensor.py): under tensor parallelism a rank reads only the slice it keeps.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -16,8 +18,10 @@ from torch import nn
 
 from model_optimizer.fileio import read_json
 from model_optimizer.layers.linear import default_weight_loader
+from model_optimizer.models.lazy_tensor import LazyTensor
 from model_optimizer.models.model_config import DecoderArgs, read_config
 from model_optimizer.models.registry import resolve_model_class
+from model_optimizer.parallel.state import get_tp
 
 SKIPPED_SUFFIXES = ("rotary_emb.inv_freq",)
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -42,8 +46,9 @@ def load_model(
 
     args = DecoderArgs.from_dict(read_config(model_dir), source=str(Path(model_dir) / "config.json"))
     model_cls = resolve_model_class(args.architecture)
-    model = build_model(lambda: model_cls(args), resolve_dtype(dtype, args, device), device)
     spec = spec_for_folder(model_dir, quantization)
+    check_tensor_parallel_quantization(spec, load_format)
+    model = build_model(lambda: model_cls(args), resolve_dtype(dtype, args, device), device)
     attach_quantization(model, spec, resolve_dtype(dtype, args, device), dummy=load_format == "dummy")
     if load_format == "dummy":
         init_dummy_weights(model)
@@ -51,6 +56,20 @@ def load_model(
         load_weights(model, Path(model_dir))
     process_quantized_weights(model)
     return model.eval()
+
+
+def check_tensor_parallel_quantization(spec: object | None, load_format: str) -> None:
+    """Pre-quantized checkpoints (AutoAWQ, compressed-tensors, block FP8) are staged whole and
+    converted per layer (quant/sources.py), which knows nothing of shards: refuse them under tensor
+    parallelism rather than load a wrong model. Quantizing a float checkpoint on the fly works, as
+    each rank rounds its own shard."""
+    tp = get_tp()
+    source = getattr(spec, "source", "dense")
+    if tp.size > 1 and source != "dense" and load_format != "dummy":
+        raise ValueError(
+            f"tensor_parallel_size {tp.size} does not support pre-quantized checkpoints ({source} layout) yet; "
+            "use tensor_parallel_size 1, or a float checkpoint with --quantization fp8, int8 or rtn-int4"
+        )
 
 
 def build_model(factory: Callable[[], nn.Module], dtype: torch.dtype, device: torch.device) -> nn.Module:
@@ -95,16 +114,34 @@ def safetensors_files(model_dir: Path) -> list[Path]:
 
 
 def iterate_checkpoint(model_dir: Path) -> Iterator[tuple[Path, str, torch.Tensor]]:
-    """(file, tensor name, tensor) of every checkpoint tensor; ValueError naming the file when it is
-    not a readable safetensors file (truncated by an interrupted download, say)."""
+    """(file, tensor name, tensor) of every checkpoint tensor, read whole; ValueError naming the file
+    when it is not a readable safetensors file (truncated by an interrupted download, say)."""
+    for path, name, lazy in iterate_lazy_checkpoint(model_dir):
+        yield path, name, read_lazy(path, lazy)
+
+
+def iterate_lazy_checkpoint(model_dir: Path) -> Iterator[tuple[Path, str, LazyTensor]]:
+    """(file, tensor name, unread tensor) of every checkpoint tensor: nothing is read until the
+    consumer loads (a slice of) it, which it must do before asking for the next tensor."""
     for path in safetensors_files(model_dir):
         check_safetensors_header(path)
         try:
             with safe_open(str(path), framework="pt") as f:
                 for name in f.keys():
-                    yield path, name, f.get_tensor(name)
+                    yield path, name, LazyTensor(f.get_slice(name), partial(f.get_tensor, name))
         except SafetensorError as exc:
-            raise ValueError(f"{path} is not a readable safetensors file ({exc}); download or save it again") from None
+            raise _unreadable(path, exc) from None
+
+
+def read_lazy(path: Path, lazy: LazyTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    try:
+        return lazy.load(dtype)
+    except SafetensorError as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: Path, exc: Exception) -> ValueError:
+    return ValueError(f"{path} is not a readable safetensors file ({exc}); download or save it again")
 
 
 def check_safetensors_header(path: Path) -> None:
@@ -169,7 +206,7 @@ def load_weights(
     )
     expected_shards = _expected_shards(params, stacked)
     loaded: set[tuple[str, str | None]] = set()
-    for path, name, tensor in iterate_checkpoint(model_dir):
+    for path, name, tensor in iterate_lazy_checkpoint(model_dir):
         renamed = rename(name)
         if renamed is None:
             continue
@@ -178,9 +215,13 @@ def load_weights(
         if param is None:
             raise ValueError(f"{path.name}: tensor {name!r} does not belong to {type(model).__name__}")
         loader = getattr(param, "weight_loader", default_weight_loader)
+        # a loader that slices for itself gets the unread tensor; any other the whole one, in its dtype
+        value = tensor if getattr(loader, "reads_lazily", False) else read_lazy(path, tensor, param.dtype)
         try:
             with torch.no_grad():
-                loader(param, tensor.to(param.dtype), shard) if shard else loader(param, tensor.to(param.dtype))
+                loader(param, value, shard) if shard else loader(param, value)
+        except SafetensorError as exc:
+            raise _unreadable(path, exc) from None
         except ValueError as exc:
             raise ValueError(f"{path.name}: tensor {name!r}: {exc}") from None
         loaded.add((target, shard))
