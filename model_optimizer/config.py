@@ -92,9 +92,20 @@ class EngineConfig:
     seed: int = 0
     """Seed of the sampler for requests without a seed of their own."""
 
+    tensor_parallel_size: int = 1
+    """GPUs to split every layer across (one worker process each; gloo processes on the CPU). 1: this
+    process runs the model itself. Heads, KV heads and the MLP width must divide by it (KV heads may
+    instead be fewer, then each is replicated)."""
+
     def __post_init__(self) -> None:
         check_positive(
-            self, "block_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_memory", "max_num_partial_prefills"
+            self,
+            "block_size",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "kv_cache_memory",
+            "max_num_partial_prefills",
+            "tensor_parallel_size",
         )
         value = self.long_prefill_token_threshold
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:

@@ -110,7 +110,12 @@ class LLM:
             required=self.config.load_format != "dummy",
         )
         log_phase("tokenizer", phase)
-        runner = ModelRunner(self.config, self.model_dir)  # logs weights, KV cache, warm-up, graph capture
+        if self.config.tensor_parallel_size > 1:  # worker processes hold the model; this one drives them
+            from model_optimizer.parallel.executor import TensorParallelExecutor
+
+            runner = TensorParallelExecutor(self.config, self.model_dir)
+        else:
+            runner = ModelRunner(self.config, self.model_dir)  # logs weights, KV cache, warm-up, graph capture
         phase = time.perf_counter()
         info = ModelInfo(
             vocab_size=runner.vocab_size,
@@ -123,6 +128,13 @@ class LLM:
         self._ids = itertools.count()
         log_phase("engine", phase)
         log_phase("total", start)
+
+    def close(self) -> None:
+        """Stop the tensor-parallel worker processes now (they also stop when this process exits);
+        a no-op on one device. The LLM cannot generate afterwards."""
+        close = getattr(self.engine.runner if self.engine is not None else None, "close", None)
+        if close is not None:
+            close()
 
     def default_sampling_params(self) -> SamplingParams:
         """SamplingParams with the model's own defaults from generation_config.json (temperature,
@@ -184,6 +196,11 @@ class LLM:
         engine's dtype: they are loaded once, and embedding reads no KV cache.
         """
         if self._embedder is None:
+            if self.config.tensor_parallel_size > 1 and self.engine is not None:
+                raise ValueError(
+                    "embed is not supported with tensor_parallel_size > 1 (the weights live in worker processes); "
+                    "embed with tensor_parallel_size 1"
+                )
             from model_optimizer.embed import Embedder
 
             backbone, device = None, self.config.device

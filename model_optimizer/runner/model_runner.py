@@ -12,9 +12,10 @@ from model_optimizer.config import EngineConfig
 from model_optimizer.engine.kv_cache import check_kv_capacity
 from model_optimizer.engine.request import Logprob
 from model_optimizer.engine.scheduler_output import SchedulerOutput
-from model_optimizer.layers.attention import AttentionMetadata
-from model_optimizer.layers.sampler import Sampler
+from model_optimizer.layers.attention import Attention, AttentionMetadata
+from model_optimizer.layers.sampler import SampledTokens, Sampler
 from model_optimizer.models.loader import load_model
+from model_optimizer.parallel.state import broadcast, get_tp, min_over_ranks
 from model_optimizer.runner.decode_runner import DecodeRunner
 from model_optimizer.runner.input_batch import InputBatch
 from model_optimizer.runner.step_handle import StepHandle
@@ -54,10 +55,13 @@ class ModelRunner:
             )
         phase = _log_phase("weights", phase)
         self.kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else self.dtype
-        self.num_kv_blocks = config.num_kv_blocks or self._num_blocks_for_budget()
+        self.tp = get_tp()
+        self.num_kv_heads = _local_kv_heads(self.model, args.num_kv_heads)
+        # every rank must hold every block the driver's one block pool hands out
+        self.num_kv_blocks = min_over_ranks(config.num_kv_blocks or self._num_blocks_for_budget())
         check_kv_capacity(self.num_kv_blocks, config.block_size, self.max_model_len)  # before allocating it
         phase = _log_phase("kv sizing", phase)  # on CUDA a profiling forward at the full token budget
-        shape = (2, self.num_kv_blocks, config.block_size, args.num_kv_heads, args.head_dim)
+        shape = (2, self.num_kv_blocks, config.block_size, self.num_kv_heads, args.head_dim)
         self.kv_caches = [torch.zeros(shape, dtype=self.kv_dtype, device=self.device) for _ in range(args.num_layers)]
         log.info(
             "KV cache: %d blocks of %d tokens (%d tokens) on %s",
@@ -94,7 +98,7 @@ class ModelRunner:
     def bytes_per_block(self) -> int:
         a = self.args
         element = torch.tensor([], dtype=self.kv_dtype).element_size()
-        return 2 * a.num_layers * self.config.block_size * a.num_kv_heads * a.head_dim * element
+        return 2 * a.num_layers * self.config.block_size * self.num_kv_heads * a.head_dim * element
 
     def _num_blocks_for_budget(self) -> int:
         if self.device.type == "cuda":
@@ -141,7 +145,7 @@ class ModelRunner:
         a, bs = self.args, self.config.block_size
         num_blocks = -(-len(token_ids) // bs)
         scratch = [
-            torch.zeros((2, num_blocks, bs, a.num_kv_heads, a.head_dim), dtype=self.kv_dtype, device=self.device)
+            torch.zeros((2, num_blocks, bs, self.num_kv_heads, a.head_dim), dtype=self.kv_dtype, device=self.device)
         ] * a.num_layers
         meta = AttentionMetadata.for_prefill([len(token_ids)], bs, scratch, self.device)
         return self.model(token_ids, positions, meta)
@@ -177,8 +181,19 @@ class ModelRunner:
             return StepHandle(inputs.sample_states, [], None)
         logits = self.model.compute_logits(hidden[inputs.sample_rows])
         batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
-        sampled = self.sampler.sample(logits, batch)
+        sampled = self.sampler.sample(logits, batch) if self.tp.rank == 0 else None
+        if self.tp.size > 1:  # the other ranks' next step reads these ids as its pending tokens
+            sampled = self._share_sampled(sampled, len(batch))
         return StepHandle.start(inputs.sample_states, batch, sampled)
+
+    def _share_sampled(self, sampled: SampledTokens | None, num_rows: int) -> SampledTokens:
+        """Rank 0's sampled ids on every rank (a broadcast on the device, no host sync); rank 0 alone samples,
+        so seeded and greedy sampling are those of one device, and its sampler state is the only one."""
+        if sampled is not None:
+            broadcast(sampled.token_ids, src=0)
+            return sampled
+        token_ids = broadcast(torch.empty(num_rows, dtype=torch.int64, device=self.device), src=0)
+        return SampledTokens(token_ids, torch.ones(num_rows, dtype=torch.bool, device=self.device))
 
     def collect(self, handle: StepHandle) -> dict[str, tuple[int, Logprob | None]]:
         """Wait for a launched step's sampled ids; record them in the runner's request states. Once per handle.
@@ -186,9 +201,22 @@ class ModelRunner:
         A request whose logits were NaN/inf gets NONFINITE_TOKEN; its state keeps a valid placeholder
         id (the engine finishes it, and a step already launched may still read its history)."""
         token_ids = handle.wait()
+        if self.tp.rank != 0:  # only rank 0 reports; the others keep their request states in step
+            for state, token_id in zip(handle.states, token_ids):
+                state.output_token_ids.append(token_id)
+            return {}
         results = Sampler.results(token_ids, handle.sampled.raw_logprobs if handle.sampled else None, handle.batch)
         for state, token_id in zip(handle.states, token_ids):
             state.output_token_ids.append(max(token_id, 0))
         if handle.sampled is not None:
             handle.sampled.raw_logprobs = None  # read once: free it
         return {s.request_id: r for s, r in zip(handle.states, results)}
+
+
+def _local_kv_heads(model: torch.nn.Module, num_kv_heads: int) -> int:
+    """KV heads this rank's attention layers store: their own count (a shard under tensor parallelism),
+    or the model's when no layer says."""
+    for module in model.modules():
+        if isinstance(module, Attention):
+            return module.num_kv_heads
+    return num_kv_heads

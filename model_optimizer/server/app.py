@@ -147,7 +147,15 @@ def load_model(config: EngineConfig) -> tuple[Any, Any]:
     fields = {k: v for k, v in vars(config).items() if k != "model"}
     llm = LLM(config.model, **fields)
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, temperature=0.0))  # warm-up
-    _log_loaded(model_dir, llm.runner.model, time.perf_counter() - start)
+    if llm.config.tensor_parallel_size > 1:  # the weights live in the worker processes
+        logger.info(
+            "loaded model %s on %d tensor-parallel workers in %.1f s",
+            model_dir.resolve(),
+            llm.config.tensor_parallel_size,
+            time.perf_counter() - start,
+        )
+    else:
+        _log_loaded(model_dir, llm.runner.model, time.perf_counter() - start)
     return llm, None
 
 
