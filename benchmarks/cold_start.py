@@ -1,7 +1,7 @@
 """Cold and warm start-up times, each start a separate process: `mopt serve` to /ready and `LLM(...)`.
 
     PYTHONPATH=. python3 benchmarks/cold_start.py [--model DIR] [--runs N] [--cache-dir DIR]
-        [--output FILE] [--no-llm] [-- ENGINE FLAGS, e.g. --load-format dummy --enforce-eager]
+        [--output FILE] [--no-llm] [--no-tokenizer] [-- ENGINE FLAGS, e.g. --load-format dummy --enforce-eager]
 
 What a user waits for is process start to a server that answers, so this script times exactly that
 from outside: it starts `python -m model_optimizer.cli.main serve ...` and polls /ready; and, for the
@@ -14,11 +14,16 @@ under --cache-dir (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR) so the runs never 
 caches. "cold": every run gets a new, empty cache folder. "warm": one unmeasured start fills a folder,
 then every measured run reuses it. The OS page cache (the weights file, site-packages) is not
 dropped: that needs root; a first start on a fresh machine is slower than "cold" here.
+
+"tokenizer" times import + load of the model's tokenizer alone in fresh processes, both ways:
+the `tokenizers` library (models/fast_tokenizer.py, what the engine uses) and transformers'
+AutoTokenizer (MOPT_TOKENIZER=transformers); skipped for a folder without tokenizer files.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -48,6 +53,19 @@ from model_optimizer.config import EngineConfig
 from model_optimizer.llm import LLM
 LLM(**asdict(dataclass_from_args(EngineConfig, args)))
 print("{READY_MARKER}", flush=True)
+"""
+
+
+TOKENIZER_CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+from model_optimizer.models.tokenizer import load_tokenizer
+t1 = time.perf_counter()
+tok = load_tokenizer(sys.argv[1])
+t2 = time.perf_counter()
+tok.encode("warm")
+print(json.dumps({"class": type(tok).__name__, "import_s": round(t1 - t0, 3), "load_s": round(t2 - t1, 3),
+                  "total_s": round(t2 - t0, 3), "imported_transformers": "transformers" in sys.modules}))
 """
 
 
@@ -134,6 +152,36 @@ def start_llm(engine_flags: list[str], env: dict[str, str], timeout: float) -> d
     return {"ready_s": round(ready_s, 3), "phases": parse_phases(err)}
 
 
+def tokenizer_load(model_dir: Path, runs: int, timeout: float) -> dict:
+    """Import + load of the tokenizer in fresh processes, through tokenizers and through transformers."""
+    result = {}
+    for backend in ("auto", "transformers"):
+        env = {**os.environ, "MOPT_TOKENIZER": backend, "PYTHONPATH": str(REPO)}
+        samples = []
+        for _ in range(runs):
+            out = subprocess.run(
+                [sys.executable, "-c", TOKENIZER_CHILD, str(model_dir)],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=True,
+            )
+            samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        totals = [s["total_s"] for s in samples]
+        result["tokenizers" if backend == "auto" else "transformers"] = {
+            "class": samples[0]["class"],
+            "imported_transformers": samples[0]["imported_transformers"],
+            "median_total_s": round(statistics.median(totals), 3),
+            "median_import_s": round(statistics.median(s["import_s"] for s in samples), 3),
+            "median_load_s": round(statistics.median(s["load_s"] for s in samples), 3),
+            "runs": samples,
+        }
+        print(f"tokenizer via {backend}: median {statistics.median(totals):.3f} s", file=sys.stderr)
+    return result
+
+
 def summarize(runs: list[dict]) -> dict:
     ready = [r["ready_s"] for r in runs]
     phases = {name: round(statistics.median(r["phases"].get(name, 0.0) for r in runs), 3) for name in runs[0]["phases"]}
@@ -177,6 +225,7 @@ def main() -> None:
     parser.add_argument("--output", default=str(RESULTS / "cold_start_cpu.json"))
     parser.add_argument("--no-llm", action="store_true", help="time `mopt serve` only")
     parser.add_argument("--no-serve", action="store_true", help="time `LLM(...)` only")
+    parser.add_argument("--no-tokenizer", action="store_true", help="skip the tokenizer import+load timing")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one start may take")
     parser.add_argument("engine_flags", nargs="*", help="after `--`: engine flags as `mopt serve` takes them")
     args = parser.parse_args()
@@ -187,6 +236,9 @@ def main() -> None:
     cache_root = Path(args.cache_dir or tempfile.mkdtemp(prefix="mopt-cold-start-"))
     try:
         results = {}
+        model_dir = _model_dir(args.model)
+        if not args.no_tokenizer and (model_dir / "tokenizer.json").is_file():
+            results["tokenizer"] = tokenizer_load(model_dir, args.runs, args.timeout)
         if not args.no_serve:
             results["serve"] = measure("serve", start_server, engine_flags, cache_root, args.runs, args.timeout)
         if not args.no_llm:
@@ -206,9 +258,21 @@ def main() -> None:
     }
     path = write_json(args.output, payload)
     for kind, states in results.items():
+        if kind == "tokenizer":
+            print("tokenizer " + "  ".join(f"{k}: {v['median_total_s']:.3f} s" for k, v in states.items()))
+            continue
         for state, summary in states.items():
             print(f"{kind:5} {state}: median {summary['median_ready_s']:.2f} s  {summary['median_phases_s']}")
     print(f"wrote {path}")
+
+
+def _model_dir(model: str | None) -> Path:
+    """The folder the engine would load (the built-in model's when none is given), without importing torch."""
+    if model is not None:
+        return Path(model).expanduser()
+    from model_optimizer.assets import reference_model_path
+
+    return reference_model_path()
 
 
 if __name__ == "__main__":

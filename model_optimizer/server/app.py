@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -103,7 +105,11 @@ def create_app(
 
 def quiet_transformers() -> None:
     """Errors only from transformers: its warnings (a text longer than the tokenizer's model_max_length,
-    which the server refuses itself with a 400) would reach stderr outside our log format."""
+    which the server refuses itself with a 400) would reach stderr outside our log format. Not imported
+    for this: a model with a tokenizer.json never needs it, and the import costs seconds of start-up."""
+    if "transformers" not in sys.modules:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read by transformers when it is imported
+        return
     import transformers
 
     transformers.logging.set_verbosity_error()
