@@ -28,8 +28,11 @@ class AttentionMetadata:
     """(num_seqs, max_blocks) int32 block ids of each sequence."""
     max_query_len: int
     max_seq_len: int
-    kv_caches: list[torch.Tensor]
-    """One (2, num_blocks, block_size, num_kv_heads, head_dim) tensor per layer."""
+    kv_caches: list[torch.Tensor] | None = None
+    """Scratch caches, one (2, num_blocks, block_size, num_kv_heads, head_dim) tensor per layer, for a
+    forward outside the engine (memory profiling, calibration, scoring). None, as in every engine step:
+    each layer uses the cache bound to it once at start-up (`bind_kv_caches`): the caches never change,
+    so they are not part of what a step describes."""
     num_splits: int | None = None
     """Split-KV partitions for decode; fixed per batch-size bucket so eager and graphed steps agree."""
 
@@ -69,6 +72,9 @@ class Attention(nn.Module):
         # fp8 KV-cache scales (cache = x / scale); 1.0 keeps bf16-range activations inside e4m3's +-448
         self.register_buffer("k_scale", torch.ones((), dtype=torch.float32), persistent=False)
         self.register_buffer("v_scale", torch.ones((), dtype=torch.float32), persistent=False)
+        self.kv_cache: torch.Tensor | None = None
+        """This layer's slice of the engine's paged cache, set by `bind_kv_caches` (a plain attribute, not a
+        buffer: it is no weight, and `.to()` or a state dict must not copy it)."""
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """q (tokens, heads, head_dim), k and v (tokens, kv_heads, head_dim) -> (tokens, heads * head_dim).
@@ -77,7 +83,9 @@ class Attention(nn.Module):
         attends causally itself and nothing is stored, so one decoder serves generation and embeddings."""
         if not isinstance(meta, AttentionMetadata):
             return meta.attend(q, k, v, causal=True, window=self.sliding_window).flatten(1)
-        kv_cache = meta.kv_caches[self.layer_idx]
+        kv_cache = self.kv_cache if meta.kv_caches is None else meta.kv_caches[self.layer_idx]
+        if kv_cache is None:
+            raise RuntimeError(f"attention layer {self.layer_idx} has no KV cache: bind_kv_caches was not called")
         store_kv = triton_kernel("store_kv", "store_kv") if q.is_cuda else None
         if store_kv is not None:
             paged_attention = triton_kernel("paged_attention", "paged_attention")
@@ -110,6 +118,15 @@ class Attention(nn.Module):
                 self.v_scale,
             )
         return out.flatten(1)
+
+
+def bind_kv_caches(model: nn.Module, kv_caches: list[torch.Tensor]) -> None:
+    """Give each attention layer of `model` its cache, `kv_caches[layer_idx]`, once for the engine's life."""
+    layers = [m for m in model.modules() if isinstance(m, Attention)]
+    if len(layers) != len(kv_caches):
+        raise ValueError(f"{len(kv_caches)} KV caches for a model with {len(layers)} attention layers")
+    for layer in layers:
+        layer.kv_cache = kv_caches[layer.layer_idx]
 
 
 def decode_num_splits(padded_num_seqs: int, num_kv_heads: int, max_model_len: int, device: torch.device) -> int | None:

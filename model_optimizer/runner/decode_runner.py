@@ -1,29 +1,42 @@
 """Decode-only batches on the GPU: padded to a batch-size bucket, replayed from CUDA graphs.
 
 A decode step of a small model is hundreds of tiny kernels; launched from Python each costs
-about 8 us, replayed from a graph under 1 us. Inputs are copied into static buffers, the
-batch is padded up to its bucket (padded tokens write to slot -1, which the store skips),
-and the graph of that bucket replays the whole forward pass. With `enforce_eager` the same
-padded buffers run without graphs, so both modes compute exactly the same thing.
+about 8 us, replayed from a graph under 1 us. The input batch pads a decode batch to its bucket
+itself (padded tokens write to slot -1, which the store skips) and writes it straight into the
+step buffer at the addresses the bucket's graph was captured on (runner/input_batch.py), so a
+step is one copy in and one replay. With `enforce_eager` the same padded views run without
+graphs, so both modes compute exactly the same thing.
+
+Buckets: 1, 2, 4, 8, then every 16 up to 64, then every 32 (14 graphs for 256 sequences, not 20).
+Padding costs rows, not kernels: up to 64 sequences the step is bound by reading the weights and
+the buckets stay fine-grained; above it the matrix products run in tiles of 64-128 rows, so a
+bucket 32 wide adds little work (rows padded past n only reach an attention context of one slot).
+Capture: largest bucket first, so smaller graphs reuse its memory pool. The first capture gets two
+warm-up forwards (they compile the Triton and fused kernels and create the library handles); every
+later bucket one, which still compiles whatever kernel variant its shape needs (split-KV count)
+before capture. Before: 20 buckets x (2 warm-ups + 1 capture) = 60 forwards (7.9 s cold, 2.9 s warm
+on the H200, benchmarks/results/cold_start_h200.json); now 14 x 2 + 1 = 29. `capture_seconds` and
+the log line give the time. Lazy capture on first use was not chosen: a cold bucket would stall a
+live decode step by a kernel compilation (seconds) in the middle of serving.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import torch
 from torch import nn
 
 from model_optimizer.layers.attention import AttentionMetadata, decode_num_splits
-from model_optimizer.runner.input_batch import StepInputs
+from model_optimizer.runner.input_batch import InputBatch, StepInputs
 
 log = logging.getLogger(__name__)
 
 
 def bucket_sizes(max_num_seqs: int) -> list[int]:
-    sizes = [1, 2, 4, 8] + list(range(16, max_num_seqs + 1, 16))
-    sizes = sorted({s for s in sizes if s <= max_num_seqs} | {max_num_seqs})
-    return sizes
+    sizes = [1, 2, 4, 8, 16, 32, 48, 64] + list(range(96, max_num_seqs + 1, 32))
+    return sorted({s for s in sizes if s <= max_num_seqs} | {max_num_seqs})
 
 
 def bucket_for(num_seqs: int, sizes: list[int]) -> int:
@@ -35,76 +48,48 @@ class DecodeRunner:
     """Runs decode-only batches padded to a bucket size: replayed from CUDA graphs, or eagerly (enforce_eager)."""
 
     def __init__(
-        self,
-        model: nn.Module,
-        kv_caches: list[torch.Tensor],
-        max_num_seqs: int,
-        max_blocks_per_seq: int,
-        max_model_len: int,
-        use_graphs: bool = True,
+        self, model: nn.Module, batch: InputBatch, max_num_seqs: int, num_kv_heads: int, use_graphs: bool = True
     ) -> None:
         self.model = model
         self.use_graphs = use_graphs
-        self.kv_caches = kv_caches
-        self.max_model_len = max_model_len
         self.sizes = bucket_sizes(max_num_seqs)
-        device = kv_caches[0].device
-        n = self.sizes[-1]
-        self.token_ids = torch.zeros(n, dtype=torch.int64, device=device)
-        self.positions = torch.zeros(n, dtype=torch.int64, device=device)
-        self.slot_mapping = torch.full((n,), -1, dtype=torch.int64, device=device)
-        self.seq_lens = torch.ones(n, dtype=torch.int32, device=device)
-        self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=device)
-        self.block_tables = torch.zeros((n, max_blocks_per_seq), dtype=torch.int32, device=device)
+        batch.pad_sizes = self.sizes  # from now on the input batch pads decode batches to these
+        self.inputs: dict[int, tuple[torch.Tensor, torch.Tensor, AttentionMetadata]] = {}
+        for size in self.sizes:
+            token_ids, positions, meta = batch.decode_views(size)
+            meta.num_splits = decode_num_splits(size, num_kv_heads, batch.max_model_len, batch.device)
+            self.inputs[size] = token_ids, positions, meta
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
-
-    def _meta(self, size: int) -> AttentionMetadata:
-        return AttentionMetadata(
-            slot_mapping=self.slot_mapping[:size],
-            query_start_loc=self.query_start_loc[: size + 1],
-            seq_lens=self.seq_lens[:size],
-            block_tables=self.block_tables[:size],
-            max_query_len=1,
-            max_seq_len=self.max_model_len,
-            kv_caches=self.kv_caches,
-            num_splits=decode_num_splits(
-                size, self.kv_caches[0].shape[3], self.max_model_len, self.kv_caches[0].device
-            ),
-        )
+        self.capture_seconds = 0.0
 
     @torch.inference_mode()
     def capture(self) -> None:
+        start = time.perf_counter()
         pool = None
         for size in reversed(self.sizes):  # largest first, so smaller graphs reuse its memory
-            meta = self._meta(size)
-            for _ in range(2):  # compile the Triton kernels and settle the allocator outside capture
-                self.model(self.token_ids[:size], self.positions[:size], meta)
+            token_ids, positions, meta = self.inputs[size]
+            for _ in range(1 if pool is not None else 2):  # compile kernels and settle the allocator outside capture
+                self.model(token_ids, positions, meta)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self.outputs[size] = self.model(self.token_ids[:size], self.positions[:size], meta)
+                self.outputs[size] = self.model(token_ids, positions, meta)
             pool = graph.pool()
             self.graphs[size] = graph
         torch.cuda.synchronize()
-        log.info("captured CUDA graphs for decode batch sizes %s", self.sizes)
+        self.capture_seconds = time.perf_counter() - start
+        log.info("captured CUDA graphs for decode batch sizes %s in %.2f s", self.sizes, self.capture_seconds)
 
     def can_run(self, inputs: StepInputs) -> bool:
-        return inputs.attn.max_query_len == 1 and inputs.num_seqs <= self.sizes[-1]
+        """A decode batch the input batch padded to one of these buckets."""
+        return inputs.attn.max_query_len == 1 and inputs.num_padded_seqs in self.inputs
 
     def run(self, inputs: StepInputs) -> torch.Tensor:
-        """Copy a decode batch into the static buffers, pad it to its bucket, and run (or replay) it."""
-        meta, n = inputs.attn, inputs.num_seqs
-        size = bucket_for(n, self.sizes)
-        width = meta.block_tables.shape[1]
-        self.token_ids[:n].copy_(inputs.token_ids, non_blocking=True)
-        self.positions[:n].copy_(inputs.positions, non_blocking=True)
-        self.slot_mapping[:n].copy_(meta.slot_mapping, non_blocking=True)
-        self.slot_mapping[n:size].fill_(-1)
-        self.seq_lens[:n].copy_(meta.seq_lens, non_blocking=True)
-        self.seq_lens[n:size].fill_(1)
-        self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
+        """Replay (or run) the bucket of a padded decode batch; its inputs are already where the graph reads."""
+        size = inputs.num_padded_seqs
         if not self.use_graphs:
-            return self.model(self.token_ids[:size], self.positions[:size], self._meta(size))[:n]
+            token_ids, positions, meta = self.inputs[size]
+            return self.model(token_ids, positions, meta)[: inputs.num_seqs]
         self.graphs[size].replay()
-        return self.outputs[size][:n]
+        return self.outputs[size][: inputs.num_seqs]

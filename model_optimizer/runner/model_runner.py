@@ -12,7 +12,7 @@ from model_optimizer.config import EngineConfig
 from model_optimizer.engine.kv_cache import check_kv_capacity
 from model_optimizer.engine.request import Logprob
 from model_optimizer.engine.scheduler_output import SchedulerOutput
-from model_optimizer.layers.attention import Attention, AttentionMetadata
+from model_optimizer.layers.attention import Attention, AttentionMetadata, bind_kv_caches
 from model_optimizer.layers.sampler import SampledTokens, Sampler
 from model_optimizer.models.loader import load_model
 from model_optimizer.parallel.state import broadcast, get_tp, min_over_ranks
@@ -71,8 +71,9 @@ class ModelRunner:
             self.device,
         )
         phase = _log_phase("kv allocation", phase)
+        bind_kv_caches(self.model, self.kv_caches)  # once: the caches are no part of any step's metadata
         self.batch = InputBatch(
-            config.max_num_seqs, self.max_model_len, config.block_size, self.device, kv_caches=self.kv_caches
+            config.max_num_seqs, self.max_model_len, config.block_size, self.device, config.max_num_batched_tokens
         )
         self.sampler = Sampler(self.device, config.seed)
         self.decode_runner = None
@@ -81,10 +82,9 @@ class ModelRunner:
             phase = _log_phase("warm-up", phase)  # Triton / torch.compile kernels for each prefill tile
             self.decode_runner = DecodeRunner(
                 self.model,
-                self.kv_caches,
+                self.batch,
                 config.max_num_seqs,
-                self.batch.max_blocks_per_seq,
-                self.max_model_len,
+                self.kv_caches[0].shape[3],
                 use_graphs=not config.enforce_eager,
             )
             if not config.enforce_eager:
@@ -174,7 +174,7 @@ class ModelRunner:
         if len(inputs.pending_dst):
             inputs.token_ids[inputs.pending_dst] = pending.sampled.token_ids[inputs.pending_src]  # type: ignore[union-attr]
         if self.decode_runner is not None and self.decode_runner.can_run(inputs):
-            hidden = self.decode_runner.run(inputs)  # padded to a bucket; its graphs hold their own metadata
+            hidden = self.decode_runner.run(inputs)  # padded to a bucket, already where its graph reads
         else:
             hidden = self.model(inputs.token_ids, inputs.positions, inputs.attn)
         if not inputs.sample_states:

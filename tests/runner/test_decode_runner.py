@@ -20,17 +20,15 @@ def test_padded_decode_gives_the_tokens_of_the_plain_forward(tiny_model):
     llm = LLM(model_dir, kv_cache_memory=1 << 24)
     runner = llm.runner
     assert runner.decode_runner is None  # the CPU runs every batch unpadded ...
-    decode = DecodeRunner(
-        runner.model, runner.kv_caches, 4, runner.batch.max_blocks_per_seq, runner.max_model_len, use_graphs=False
-    )
+    decode = DecodeRunner(runner.model, runner.batch, 4, runner.kv_caches[0].shape[3], use_graphs=False)
     run, sizes = decode.run, []
 
     def counting_run(inputs):
-        sizes.append(inputs.num_seqs)
+        sizes.append((inputs.num_seqs, inputs.num_padded_seqs))
         return run(inputs)
 
     decode.run = counting_run
     runner.decode_runner = decode  # ... so put the GPU's padded decode path in by hand
     got = [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY)]
-    assert 3 in sizes  # decode steps of all three went through it, padded to 4
+    assert (3, 4) in sizes  # decode steps of all three went through it, padded to 4
     assert got == expected
