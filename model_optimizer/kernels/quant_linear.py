@@ -5,12 +5,13 @@
     fp8_linear(x, qweight, scales, bias=None)                          e4m3 per-channel
 
 x is (..., K) and the result (..., N) in x.dtype; layouts in `quant_reference`. On CUDA with Triton
-and a bf16/fp16 input the Triton kernels run (`quant_matmul`: a GEMV / split-K launch for
-M <= 16 rows, tiles above); everywhere else the dequantizing torch reference. fp8 at M > 16 on a GPU
-with fp8 tensor cores (sm_89+) quantizes the activations per token (one Triton pass) and multiplies
-in fp8 through `torch._scaled_mm` (W8A8): measured on the H200 at Llama-3.1-8B's shapes, `_scaled_mm`
-overtakes the bf16 matmul from M ~ 64 but reads weights at only 1.3-2.4 TB/s at M = 1-8, hence the
-GEMV below 17 rows. No path reads tensor values on the host, so all of them run in CUDA graphs.
+and a bf16/fp16 input the Triton program runs (`quant_matmul`, launch shape per GPU and shape from
+`quant_tiles`: split-K tiles for decode, larger tiles for prefill); everywhere else the dequantizing
+torch reference. fp8 above 16 rows on a GPU with fp8 tensor cores (sm_89+) may instead quantize the
+activations per token (one Triton pass) and multiply in fp8 through `torch._scaled_mm` (W8A8):
+measured on the H200 at Llama-3.1-8B's shapes, `_scaled_mm` matches the bf16 matmul from M ~ 64 but
+reads weights at only 1.3-2.4 TB/s at M = 1-8; the tile table says which of the two runs per shape.
+No path reads tensor values on the host, so all of them run in CUDA graphs.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from model_optimizer.kernels import triton_kernel
 from model_optimizer.kernels.quant_reference import FP8_DTYPE, fp8_linear_ref, w4a16_linear_ref, w8a16_linear_ref
 
 GEMV_MAX_ROWS = 16
-"""Rows (tokens) up to which the decode-shaped launch runs; the fp8 GEMV also stops here."""
+"""Rows (tokens) up to which fp8 stays weight-only (exact activations) whatever the table says."""
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -95,7 +96,7 @@ def w4a16_linear(
             f"scales and zeros must be {(qweight.shape[0], k // group_size)}, "
             f"got {tuple(scales.shape)} and {tuple(zeros.shape)}"
         )
-    matmul = _kernels(x) if group_size % 16 == 0 else None  # a kernel tile needs 16 columns in one group
+    matmul = _kernels(x) if group_size % 128 == 0 else None  # a kernel tile is 128 columns of one group
     if matmul is None:
         return w4a16_linear_ref(x, qweight, scales, zeros, group_size, bias)
     out = matmul(_rows(x), qweight, scales, zeros, "int4", group_size, bias)
@@ -112,9 +113,9 @@ def fp8_linear(
 ) -> torch.Tensor:
     """x @ (qweight * scales[:, None]).T (+ bias): float8_e4m3fn (N, K) weights, float32 (N,) scales.
 
-    Up to 16 rows the weights are dequantized inside a GEMV (the activations stay exact); above, on
-    sm_89+ with a bf16 input, activations are quantized per token and `torch._scaled_mm` multiplies
-    in fp8 (W8A8: one more rounding of x, about 2% relative error on Gaussian data).
+    Up to 16 rows the weights are dequantized inside the Triton program (the activations stay exact);
+    above, on sm_89+ with a bf16 input, the tile table may pick W8A8: activations quantized per token
+    and `torch._scaled_mm` (one more rounding of x, about 2% relative error on Gaussian data).
     """
     _check(x, qweight, scales, bias, FP8_DTYPE, 1)
     if scales.dim() != 1:
@@ -124,10 +125,12 @@ def fp8_linear(
         return fp8_linear_ref(x, qweight, scales, bias)
     rows = _rows(x)
     n, k = qweight.shape
-    if rows.shape[0] <= GEMV_MAX_ROWS or x.dtype != torch.bfloat16 or n % 16 or k % 16:
-        out = matmul(rows, qweight, scales, None, "fp8", 0, bias)
-    else:
+    scaled_mm_ok = rows.shape[0] > GEMV_MAX_ROWS and x.dtype == torch.bfloat16 and n % 16 == 0 and k % 16 == 0
+    tiles = triton_kernel("quant_matmul", "device_tiles")(rows, n, "fp8", 0, scaled_mm_ok)
+    if tiles.backend == "scaled_mm":
         out = _scaled_mm_w8a8(rows, qweight, scales, bias)
+    else:
+        out = matmul(rows, qweight, scales, None, "fp8", 0, bias, tiles)
     return out.view(*x.shape[:-1], n)
 
 

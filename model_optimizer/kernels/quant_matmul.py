@@ -1,7 +1,7 @@
-"""Launches of the quantized-matmul Triton programs (`quant_kernels`): tile sizes, split-K, counters.
+"""Launches of the quantized-matmul Triton program (`quant_kernels`): launch shape, split-K, counters.
 
-`quant_matmul` is what `quant_linear` calls on CUDA; `choose_tiles` picks one of the three launch
-shapes described in `quant_kernels` from M, N, K and the SM count, and `QuantTiles` lets tests and
+`quant_matmul` is what `quant_linear` calls on CUDA; `choose_tiles` picks the launch shape from the
+measured table of this GPU (`quant_tiles`) or the default rule, and `tiles=` lets tests and
 benchmarks/quant_kernels.py force another. Everything here is computed from shapes and Python ints,
 never from tensor values, so a call can be captured in a CUDA graph.
 """
@@ -10,63 +10,45 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from model_optimizer.kernels.quant_kernels import KINDS, _quant_matmul_kernel, _quantize_rows_fp8_kernel
+from model_optimizer.kernels.quant_kernels import INT4_BLOCK_K, KINDS, _quant_matmul_kernel, _quantize_rows_fp8_kernel
+from model_optimizer.kernels.quant_tiles import MAX_SPLIT_K, QuantTiles, default_tiles, lookup
 
-MAX_SPLIT_K = 16
-MAX_COUNTERS = 16384  # output tiles that may split K at once (Llama's gate_up at BLOCK_N 16: 1,792)
+__all__ = ["MAX_SPLIT_K", "QuantTiles", "choose_tiles", "quant_matmul", "quantize_rows_fp8"]
+
+MAX_COUNTERS = 16384  # output tiles that may split K at once (Llama's gate_up at BLOCK_N 32: 896)
 
 _counters: dict[torch.device, torch.Tensor] = {}
 
 
-@dataclass(frozen=True)
-class QuantTiles:
-    """Launch shape of `_quant_matmul_kernel`: what benchmarks/quant_kernels.py can sweep."""
-
-    block_m: int
-    block_n: int
-    block_k: int
-    split_k: int = 1
-    num_warps: int = 4
-    num_stages: int = 3
-    group_m: int = 8
-
-
 @functools.lru_cache(maxsize=8)
-def _num_sms(device_index: int | None) -> int:
+def _device_facts(device_index: int | None) -> tuple[str, int]:
+    """(name, SM count) of the GPU; under the interpreter a plausible H200."""
     if not torch.cuda.is_available():
-        return 132  # interpreter: any plausible figure
-    return torch.cuda.get_device_properties(device_index or 0).multi_processor_count
+        return "interpreter", 132
+    props = torch.cuda.get_device_properties(device_index or 0)
+    return props.name, props.multi_processor_count
 
 
-def _block_k_for(kind: str, group_size: int, want: int) -> int:
-    """BLOCK_K for int4 must divide the group (one scale per tile row); others take `want`."""
-    if kind != "int4":
-        return want
-    block_k = want
-    while group_size % block_k:
-        block_k //= 2
-    return block_k
+def choose_tiles(
+    m: int, n: int, k: int, kind: str, group_size: int, num_sms: int, gpu: str = "", fp8_scaled_mm: bool = False
+) -> QuantTiles:
+    """The table's measured tiles for this GPU and shape, else `quant_tiles.default_tiles`.
+    `fp8_scaled_mm`: the caller may run fp8 above 16 rows through `torch._scaled_mm` instead."""
+    tiles = lookup(gpu, kind, m, n, k) if gpu else None
+    if tiles is None or (tiles.backend == "scaled_mm" and not fp8_scaled_mm) or (tiles.block_m == 1 and m != 1):
+        tiles = default_tiles(kind, m, n, k, num_sms, fp8_scaled_mm)
+    return tiles
 
 
-def choose_tiles(m: int, n: int, k: int, kind: str, group_size: int, num_sms: int) -> QuantTiles:
-    """Tile sizes and split-K for one call; the three regimes are described in `quant_kernels`."""
-    if m > 16:
-        block_m = 64 if m <= 64 else 128
-        return QuantTiles(block_m, 128, _block_k_for(kind, group_size, 64), 1, 4 if block_m == 64 else 8, 3)
-    if m == 1 and (kind == "int4" or k % 4 == 0):  # the word-wise GEMV reads int8/fp8 rows as int32
-        block_m, block_n, want_k = 1, 64 if kind == "int4" else 32, 128
-    else:
-        block_m, block_n, want_k = 16, 32, 128
-    block_k = _block_k_for(kind, group_size, want_k)
-    tiles = triton.cdiv(n, block_n)
-    split = min(triton.cdiv(2 * num_sms, tiles), triton.cdiv(k, 2 * block_k), MAX_SPLIT_K)
-    return QuantTiles(block_m, block_n, block_k, max(1, split), 4, 3)
+def device_tiles(x: torch.Tensor, n: int, kind: str, group_size: int = 0, fp8_scaled_mm: bool = False) -> QuantTiles:
+    """`choose_tiles` for the rows of x on x's GPU."""
+    gpu, num_sms = _device_facts(x.device.index if x.is_cuda else None)
+    return choose_tiles(x.shape[0], n, x.shape[1], kind, group_size, num_sms, gpu, fp8_scaled_mm)
 
 
 def _dot_dtype(dtype: torch.dtype):
@@ -85,6 +67,18 @@ def _split_counters(device: torch.device) -> torch.Tensor | None:
             return None
         counters = _counters[device] = torch.zeros(MAX_COUNTERS, dtype=torch.int32, device=device)
     return counters
+
+
+def _check_tiles(tiles: QuantTiles, kind: str, group_size: int) -> None:
+    if tiles.backend != "triton":
+        raise ValueError(f"quant_matmul runs the Triton program only, got backend {tiles.backend!r}")
+    if tiles.block_m != 1 and (tiles.block_m < 16 or tiles.block_n < 16):
+        raise ValueError(f"tensor-core tiles need block_m and block_n >= 16 (or block_m 1), got {tiles}")
+    if kind == "int4" and (tiles.block_k != INT4_BLOCK_K or group_size % INT4_BLOCK_K):
+        raise ValueError(
+            f"int4 tiles are {INT4_BLOCK_K} columns, one group slice: block_k must be {INT4_BLOCK_K} and the "
+            f"group size a multiple of it, got block_k {tiles.block_k} and group size {group_size}"
+        )
 
 
 def quant_matmul(
@@ -108,14 +102,9 @@ def quant_matmul(
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
-    tiles = tiles or choose_tiles(m, n, k, kind, group_size, _num_sms(x.device.index))
-    if kind == "int4" and group_size % tiles.block_k:
-        raise ValueError(f"BLOCK_K {tiles.block_k} must divide the int4 group size {group_size}")
-    if tiles.block_m == 1 and kind != "int4":
-        if k % 4:
-            raise ValueError(f"the one-row GEMV reads int8/fp8 weights as int32 words: K {k} must be a multiple of 4")
-        qweight = qweight.view(torch.int32)  # (N, K // 4): four values per word, k = 4 * word + byte
-    num_tiles = triton.cdiv(m, tiles.block_m) * triton.cdiv(n, tiles.block_n)
+    tiles = tiles or device_tiles(x, n, kind, group_size)
+    _check_tiles(tiles, kind, group_size)
+    num_tiles = (m if tiles.block_m == 1 else triton.cdiv(m, tiles.block_m)) * triton.cdiv(n, tiles.block_n)
     split = tiles.split_k
     counters = _split_counters(x.device) if split > 1 and num_tiles <= MAX_COUNTERS else None
     if counters is None:
@@ -142,15 +131,15 @@ def quant_matmul(
         zeros.stride(0),
         out.stride(0),
         k_per_split,
+        split,
         KIND=KINDS[kind],
         GROUP=group_size if kind == "int4" else 1,
         HAS_BIAS=bias is not None,
+        EVEN_K=k % tiles.block_k == 0,
         DOT_DTYPE=_dot_dtype(x.dtype),
-        num_splits=split,
         BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k,
-        GROUP_M=tiles.group_m,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

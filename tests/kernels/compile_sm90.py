@@ -25,7 +25,9 @@ from model_optimizer.kernels.store_kv import _store_kv_kernel
 TARGET = GPUTarget("cuda", 90, 32)
 
 
-def compile_kernel(fn, pointer_types: dict, constexprs: dict, aligned_ints: tuple[str, ...] = ()) -> str:
+def compile_kernel(
+    fn, pointer_types: dict, constexprs: dict, aligned_ints: tuple[str, ...] = (), num_stages: int = 2
+) -> str:
     """PTX of `fn`, with the divisibility-by-16 facts the launcher's JIT derives for pointers and strides
     (and for the integer arguments named in `aligned_ints`, as it does for any multiple of 16)."""
     names = fn.arg_names
@@ -37,7 +39,7 @@ def compile_kernel(fn, pointer_types: dict, constexprs: dict, aligned_ints: tupl
         constexprs={(names.index(n),): v for n, v in constexprs.items()},
         attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned},
     )
-    kernel = triton.compile(source, target=TARGET, options={"num_warps": 4, "num_stages": 2})
+    kernel = triton.compile(source, target=TARGET, options={"num_warps": 4, "num_stages": num_stages})
     ptx = kernel.asm["ptx"]
     # K/V must move in 16-byte pieces (cp.async or v4 loads), not element by element
     vectorized = "cp.async" in ptx or "ld.global.v4" in ptx or "ld.global.nc.v4" in ptx
@@ -77,10 +79,9 @@ def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, d
     compile_kernel(_paged_attention_kernel, pointers, constexprs)
 
 
-def quant_matmul(kind: str, block_m: int, block_n: int, block_k: int, split_k: int) -> None:
-    """One launch shape of the quantized matmul (GEMV, 16-row split-K, prefill tile) per weight format."""
-    # packed int4, and int8/fp8 rows read as int32 words by the one-row GEMV
-    weight = "*i32" if kind == "int4" or block_m == 1 else {"int8": "*i8", "fp8": "*fp8e4nv"}[kind]
+def quant_matmul(kind: str, block_m: int, block_n: int, block_k: int, split_k: int, num_stages: int = 3) -> None:
+    """One launch shape of the quantized matmul (CUDA-core GEMV, split-K dot, prefill tile) per weight format."""
+    weight = {"int4": "*i32", "int8": "*i8", "fp8": "*fp8e4nv"}[kind]
     pointers = dict(
         x_ptr="*bf16",
         w_ptr=weight,
@@ -95,15 +96,17 @@ def quant_matmul(kind: str, block_m: int, block_n: int, block_k: int, split_k: i
         KIND=KINDS[kind],
         GROUP=128 if kind == "int4" else 1,
         HAS_BIAS=False,
+        EVEN_K=True,
         DOT_DTYPE=tl.bfloat16,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
-        GROUP_M=8,
     )
     if split_k == 1:  # the launcher's JIT specializes an integer argument equal to 1
         constexprs["num_splits"] = 1
-    compile_kernel(_quant_matmul_kernel, pointers, constexprs, aligned_ints=("N", "K", "k_per_split"))
+    compile_kernel(
+        _quant_matmul_kernel, pointers, constexprs, aligned_ints=("N", "K", "k_per_split"), num_stages=num_stages
+    )
 
 
 def main() -> int:
@@ -165,12 +168,12 @@ def main() -> int:
     )
     for kind, block_m, block_n, block_k, split_k in (
         ("int4", 1, 64, 128, 4),
-        ("int8", 1, 32, 128, 2),
-        ("fp8", 16, 32, 128, 4),
-        ("int4", 16, 32, 128, 1),
-        ("int8", 128, 128, 64, 1),
-        ("fp8", 64, 128, 64, 1),
-        ("int4", 128, 128, 64, 1),
+        ("int8", 1, 32, 256, 2),
+        ("fp8", 16, 64, 256, 4),
+        ("int4", 16, 64, 128, 4),
+        ("int8", 64, 128, 128, 2),
+        ("fp8", 128, 128, 64, 1),
+        ("int4", 128, 128, 128, 1),
     ):
         quant_matmul(kind, block_m, block_n, block_k, split_k)
     compile_kernel(

@@ -5,6 +5,8 @@ Small odd shapes (rows and columns that fill no tile exactly), fresh random inpu
 on ||out - ref|| / ||ref||: the kernels accumulate in float32 and round once to the output dtype.
 """
 
+import json
+
 import pytest
 import torch
 
@@ -40,11 +42,11 @@ def _case(kind, m, n, k, dtype, group_size=32, seed=0, bias=False):
 
 @pytest.mark.parametrize("kind", ["int8", "fp8", "int4"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("m", [1, 5, 37])  # GEMV, 16-row dot tiles, prefill tiles
+@pytest.mark.parametrize("m", [1, 5, 37])  # one row, a 16-row decode tile, prefill tiles
 def test_quant_matmul_matches_dequantized_weight(kind, dtype, m):
-    k = 96 if kind == "int4" else 100  # int4: whole groups of 32; others: a ragged last K tile
-    x, q, s, z, _, want = _case(kind, m, 37, k, dtype, seed=m)
-    out = quant_matmul(x, q, s, z, kind, 32 if kind == "int4" else 0)
+    k = 256 if kind == "int4" else 100  # int4: two groups of 128; others: a ragged last K tile
+    x, q, s, z, _, want = _case(kind, m, 37, k, dtype, group_size=128, seed=m)
+    out = quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0)
     assert out.shape == (m, 37) and out.dtype == dtype
     assert relative_error(out, want) < TOLERANCE[dtype]
 
@@ -56,21 +58,23 @@ def test_split_k_sums_partials_and_resets_its_counters(kind, block_m):
     (a CUDA-graph replay) starts from zeroed counters and gives the same bits."""
     from model_optimizer.kernels import quant_matmul as launcher
 
-    x, q, s, z, b, want = _case(kind, 3 if block_m == 16 else 1, 45, 192, torch.bfloat16, 64, seed=11, bias=True)
-    tiles = QuantTiles(block_m=block_m, block_n=16, block_k=32, split_k=3)
-    first = quant_matmul(x, q, s, z, kind, 64 if kind == "int4" else 0, b, tiles=tiles)
-    second = quant_matmul(x, q, s, z, kind, 64 if kind == "int4" else 0, b, tiles=tiles)
+    k, block_k = (384, 128) if kind == "int4" else (192, 32)
+    x, q, s, z, b, want = _case(kind, 3 if block_m == 16 else 1, 45, k, torch.bfloat16, 128, seed=11, bias=True)
+    tiles = QuantTiles(block_m=block_m, block_n=16, block_k=block_k, split_k=3)
+    first = quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, b, tiles=tiles)
+    second = quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, b, tiles=tiles)
     assert relative_error(first, want) < TOLERANCE[torch.bfloat16]
     assert torch.equal(first, second)
     assert not launcher._counters[x.device].any()
 
 
 @pytest.mark.parametrize("kind", ["int8", "fp8"])
-def test_gemv_decodes_every_byte_code(kind):
-    """The one-row GEMV turns bytes into floats with bit operations: every int8 value and every finite
-    e4m3 value (subnormals, both zeros) must come out as torch's conversion says."""
+@pytest.mark.parametrize("block_m", [1, 16])
+def test_kernel_decodes_every_byte_code(kind, block_m):
+    """Every int8 value and every finite e4m3 value (subnormals, both zeros) must come out of the
+    CUDA-core GEMV and the tensor-core tiles as torch's conversion says."""
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
-    codes = torch.stack([codes, codes.flip(0)])  # (2, 256): each code in two positions within a word
+    codes = torch.stack([codes, codes.flip(0)])  # (2, 256): each code in two positions
     if kind == "int8":
         q = codes.view(torch.int8)
     else:
@@ -78,45 +82,90 @@ def test_gemv_decodes_every_byte_code(kind):
         q = codes.view(ref.FP8_DTYPE)
     scales = torch.tensor([0.5, 3.0])
     x = torch.randn(1, 256, generator=torch.Generator().manual_seed(13))
-    out = quant_matmul(x, q, scales, None, kind, tiles=QuantTiles(block_m=1, block_n=16, block_k=64))
+    out = quant_matmul(x, q, scales, None, kind, tiles=QuantTiles(block_m=block_m, block_n=16, block_k=64))
     want = x.double() @ (q.double() * scales.double()[:, None]).T
     assert relative_error(out, want) < 1e-6
 
 
-def test_prefill_tiles_in_grouped_order_cover_every_output():
-    """Several row tiles and column tiles with GROUP_M = 2 (a ragged last group): each output once.
+def test_row_tiles_of_one_weight_tile_cover_every_output():
+    """Five row tiles (a ragged last one) per weight tile, four weight tiles: each output once.
     The output is compared whole, so a tile visited twice or never shows up."""
-    x, q, s, z, b, want = _case("int4", 70, 50, 128, torch.float32, group_size=64, seed=3, bias=True)
-    tiles = QuantTiles(block_m=16, block_n=16, block_k=32, group_m=2)
-    out = quant_matmul(x, q, s, z, "int4", 64, b, tiles=tiles)
+    x, q, s, z, b, want = _case("int4", 70, 50, 256, torch.float32, group_size=128, seed=3, bias=True)
+    out = quant_matmul(x, q, s, z, "int4", 128, b, tiles=QuantTiles(block_m=16, block_n=16, block_k=128))
     assert relative_error(out, want) < TOLERANCE[torch.float32]
 
 
-def test_int4_group_not_a_power_of_two():
-    x, q, s, z, _, want = _case("int4", 2, 24, 96, torch.float16, group_size=48, seed=5)
-    assert choose_tiles(2, 24, 96, "int4", 48, 132).block_k == 16  # the largest power of two dividing 48
-    out = quant_matmul(x, q, s, z, "int4", 48)
-    assert relative_error(out, want) < TOLERANCE[torch.float16]
+def test_int4_groups_of_several_tiles():
+    """A group of 384 columns (not a power of two) spans three 128-column tiles that share its scale."""
+    x, q, s, z, _, want = _case("int4", 2, 24, 768, torch.float16, group_size=384, seed=5)
+    assert relative_error(quant_matmul(x, q, s, z, "int4", 384), want) < TOLERANCE[torch.float16]
 
 
-def test_one_row_with_k_not_a_multiple_of_4_takes_the_dot_path():
-    """int8/fp8 rows are read as int32 words only when K allows it; otherwise 16-row tiles serve M = 1."""
-    assert choose_tiles(1, 24, 98, "fp8", 0, 132).block_m == 16
-    x, q, s, z, _, want = _case("fp8", 1, 24, 98, torch.float16, seed=8)
-    assert relative_error(quant_matmul(x, q, s, z, "fp8"), want) < TOLERANCE[torch.float16]
-    with pytest.raises(ValueError, match="multiple of 4"):
-        quant_matmul(x, q, s, z, "fp8", tiles=QuantTiles(block_m=1, block_n=16, block_k=32))
+def test_int4_tiles_must_be_one_group_slice():
+    x, q, s, z, _, _ = _case("int4", 2, 24, 96, torch.float16, group_size=48, seed=5)
+    with pytest.raises(ValueError, match="group size a multiple of it"):
+        quant_matmul(x, q, s, z, "int4", 48)
+    x, q, s, z, _, _ = _case("int4", 2, 24, 256, torch.float16, group_size=128, seed=5)
+    with pytest.raises(ValueError, match="block_k must be 128"):
+        quant_matmul(x, q, s, z, "int4", 128, tiles=QuantTiles(block_m=16, block_n=16, block_k=64))
+    with pytest.raises(ValueError, match="block_m and block_n >= 16"):
+        quant_matmul(x, q, s, z, "int4", 128, tiles=QuantTiles(block_m=8, block_n=16, block_k=128))
 
 
-def test_choose_tiles_regimes():
-    gemv = choose_tiles(1, 4096, 4096, "int8", 0, 132)
-    assert (gemv.block_m, gemv.split_k) == (1, 3)  # 128 tiles of 32 rows: three splits fill two waves
+@pytest.mark.parametrize("kind", ["int8", "fp8", "int4"])
+@pytest.mark.parametrize("m", [1, 16, 64, 100])
+def test_every_sweep_candidate_is_correct(kind, m):
+    """Whatever the sweep picks for a shape must compute the same product (each candidate, real tile sizes)."""
+    from model_optimizer.kernels.quant_tiles import candidates
+
+    k = 512
+    x, q, s, z, _, want = _case(kind, m, 40, k, torch.float16, group_size=128, seed=m)
+    for tiles in candidates(kind, m, 40, k, 132, fp8_scaled_mm=False):
+        out = quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, tiles=tiles)
+        assert relative_error(out, want) < TOLERANCE[torch.float16], tiles
+
+
+def test_default_tiles_per_regime():
+    decode = choose_tiles(1, 4096, 4096, "int8", 0, 132)
+    assert decode.block_m == 16 and decode.split_k > 1  # 64 tiles of 64 rows: splits fill two waves
     small = choose_tiles(8, 1024, 3072, "int4", 128, 132)
     assert small.block_m == 16 and small.block_k == 128 and 1 < small.split_k <= MAX_SPLIT_K
-    prefill = choose_tiles(512, 4096, 4096, "fp8", 0, 132)
+    batch64 = choose_tiles(64, 4096, 4096, "int4", 128, 132)
+    assert batch64.block_m == 64 and batch64.split_k > 1  # 64 weight tiles alone leave half the GPU idle
+    prefill = choose_tiles(512, 4096, 4096, "int8", 0, 132)
     assert (prefill.block_m, prefill.split_k) == (128, 1)
-    tiny_k = choose_tiles(1, 64, 32, "int8", 0, 132)
-    assert tiny_k.split_k == 1  # never a split without columns to read
+    assert choose_tiles(512, 4096, 4096, "fp8", 0, 132, fp8_scaled_mm=True).backend == "scaled_mm"
+    assert choose_tiles(1, 64, 32, "int8", 0, 132).split_k == 1  # never a split without columns to read
+
+
+def test_tile_table_applies_to_its_gpu_only(tmp_path, monkeypatch):
+    """A sweep table is read from $MOPT_QUANT_TILES for the GPU it names; entries that do not fit
+    the call (a one-row GEMV for 8 rows, _scaled_mm where the caller cannot take it) are skipped."""
+    from model_optimizer.kernels import quant_tiles
+
+    gemv = QuantTiles(block_m=1, block_n=32, block_k=256, split_k=4)
+    entries = {
+        quant_tiles.table_key("fp8", 1, 4096, 4096): gemv,
+        quant_tiles.table_key("fp8", 8, 4096, 4096): gemv,  # wrong for 8 rows: never used there
+        quant_tiles.table_key("fp8", 64, 4096, 4096): QuantTiles(0, 0, 0, backend="scaled_mm"),
+    }
+    path = tmp_path / "tiles.json"
+    path.write_text(json.dumps(quant_tiles.table_json("NVIDIA H200", entries)))
+    monkeypatch.setenv(quant_tiles.TABLE_ENV, str(path))
+    quant_tiles._table_for.cache_clear()
+    try:
+        assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H200") == gemv
+        assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA A100") != gemv
+        assert choose_tiles(8, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H200").block_m == 16
+        assert choose_tiles(64, 4096, 4096, "fp8", 0, 132, "NVIDIA H200", fp8_scaled_mm=True).backend == "scaled_mm"
+        assert choose_tiles(64, 4096, 4096, "fp8", 0, 132, "NVIDIA H200").backend == "triton"
+        assert choose_tiles(1, 4096, 1024, "fp8", 0, 132, gpu="NVIDIA H200") != gemv  # another shape
+        path.write_text(json.dumps({"entries": {}}))
+        quant_tiles._table_for.cache_clear()
+        with pytest.raises(ValueError, match="needs 'gpu' and 'entries'"):
+            choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H200")
+    finally:
+        quant_tiles._table_for.cache_clear()
 
 
 def test_quantize_rows_fp8_matches_reference():
