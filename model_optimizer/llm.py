@@ -201,7 +201,7 @@ class LLM:
                     "embed is not supported with tensor_parallel_size > 1 (the weights live in worker processes); "
                     "embed with tensor_parallel_size 1"
                 )
-            from model_optimizer.embed import Embedder
+            from model_optimizer.embed import EmbedConfig, Embedder
 
             backbone, device = None, self.config.device
             if self.engine is not None:
@@ -209,14 +209,8 @@ class LLM:
 
                 backbone = DecoderBackbone(self.runner.model.model, self.runner.model.args).eval()
                 device = self.runner.device.type
-            self._embedder = Embedder(
-                self.model_dir,
-                backbone=backbone,
-                dtype=self.config.dtype,
-                device=device,
-                load_format=self.config.load_format,
-                tokenizer=self.config.tokenizer,
-            )
+            config = EmbedConfig.from_engine(self.config, device=device)
+            self._embedder = Embedder(self.model_dir, backbone=backbone, **vars(config))
         return self._embedder.embed(
             texts, dimensions=dimensions, truncate_prompt_tokens=truncate_prompt_tokens, instruction=instruction
         )

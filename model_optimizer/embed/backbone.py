@@ -78,11 +78,11 @@ def load_backbone(model_dir: Path, hf: dict, dtype: str, device: torch.device, l
 
 
 def embed_dtype(requested: str, args: BertArgs | DecoderArgs, device: torch.device) -> torch.dtype:
-    """The loader's rule (`auto`: the checkpoint's dtype), except that `auto` runs a float32 checkpoint in
-    half precision on CUDA, as vLLM's `auto` does, where tensor cores, flash attention and CUDA graphs
-    apply: float16 for encoders (all-MiniLM-L6-v2 in float16 keeps a cosine >= 0.999998 to
-    sentence-transformers' float32 vectors, 400 varied texts, measured on the CPU) and bfloat16 for
-    decoders, whose activations can overflow float16 (Qwen2-family models are known to)."""
+    """EmbedConfig.dtype's rule (the rule and why it differs from the engine's: embed/config.py): the
+    loader's, except that `auto` runs a float32 checkpoint in half precision on CUDA, where tensor cores,
+    flash attention and CUDA graphs apply. float16 for encoders (all-MiniLM-L6-v2 in float16 keeps a
+    cosine >= 0.999998 to sentence-transformers' float32 vectors, 400 varied texts, measured on the CPU),
+    bfloat16 for decoders, whose activations can overflow float16 (Qwen2-family models are known to)."""
     dtype = resolve_dtype(requested, args, device)  # type: ignore[arg-type]
     if requested != "auto" or device.type != "cuda" or dtype != torch.float32:
         return dtype

@@ -1,13 +1,37 @@
-"""EmbedConfig: every knob of the embedder, each field's docstring doubling as its CLI help."""
+"""EmbedConfig: every knob of the embedder, each field's docstring doubling as its CLI help.
+
+What it shares with EngineConfig, and why it is a config of its own:
+- `SHARED_FIELDS` (tokenizer, dtype, load_format, device) mean the same as in EngineConfig, with the
+  same choices and defaults (tests/embed/test_config.py holds them equal), and `from_engine` is the
+  one place that carries them over: `mopt serve` of an embedding folder and `LLM.embed` use it.
+- It is not merged into EngineConfig: an encoder has no KV cache, scheduler or sampler, so two
+  thirds of EngineConfig's fields would be flags of `mopt embed` that do nothing, and pooling,
+  normalisation, instructions and packing would be flags of `mopt serve` for generation that do
+  nothing. A shared base class would have to live in config.py and reorder EngineConfig's fields
+  (its flags and help) for four fields.
+- `dtype`'s `auto` differs in one case, on purpose, and the rule is stated once, in the field below
+  (implemented by embed/backbone.py `embed_dtype`, on top of the loader's rule): a float32 checkpoint
+  runs in half precision on CUDA, as vLLM's `auto` does for every model. Pooled vectors keep their
+  direction in half precision (MiniLM: cosine >= 0.999998 to float32), while the engine keeps float32
+  so that generation stays token-for-token equal to transformers in the checkpoint's dtype; changing
+  the engine's rule would change generation, which [arch] (issue 14) must not. `LLM.embed` on a
+  decoder embeds with the engine's weights, hence in the engine's dtype.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from model_optimizer.config import check_choice, check_non_negative, check_positive
+from model_optimizer.config import DType, check_choice, check_non_negative, check_positive
+
+if TYPE_CHECKING:
+    from model_optimizer.config import EngineConfig
 
 DEFAULT_INSTRUCTION_TEMPLATE = "Instruct: {task}\nQuery: {text}"
+
+SHARED_FIELDS = ("tokenizer", "dtype", "load_format", "device")
+"""EmbedConfig fields that mean the same as EngineConfig's: `from_engine` copies them."""
 
 
 @dataclass
@@ -17,9 +41,10 @@ class EmbedConfig:
     tokenizer: str | None = None
     """Tokenizer folder, when it differs from the model folder."""
 
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
-    """Weight and activation dtype; auto takes torch_dtype from config.json, except float32 runs in half precision on
-    CUDA (as in vLLM: float16 for encoders, bfloat16 for decoders) and float16 as float32 on the CPU."""
+    dtype: DType = "auto"
+    """Weight and activation dtype; auto is the engine's rule (torch_dtype from config.json, float16 as float32
+    on the CPU) except that a float32 checkpoint runs in half precision on CUDA, as in vLLM: float16 for
+    encoders, bfloat16 for decoders."""
 
     load_format: Literal["auto", "safetensors", "dummy"] = "auto"
     """Weights from *.safetensors, or random ones from config.json alone (dummy, for benchmarks)."""
@@ -60,6 +85,11 @@ class EmbedConfig:
 
     eos_token: str | None = None
     """The token append_eos adds. Empty: <|endoftext|> when the vocabulary has it, else the tokenizer's eos_token."""
+
+    @classmethod
+    def from_engine(cls, engine: EngineConfig, **fields: Any) -> EmbedConfig:
+        """The embedder config of an engine config's model: SHARED_FIELDS as the engine has them, then `fields`."""
+        return cls(**{name: getattr(engine, name) for name in SHARED_FIELDS} | fields)
 
     def __post_init__(self) -> None:
         check_positive(self, "max_num_batched_tokens", "max_num_seqs")

@@ -138,15 +138,9 @@ def load_model(config: EngineConfig) -> tuple[Any, Any]:
     start = time.perf_counter()
     model_dir = resolve_model_dir(config.model)
     if is_embedding_model(model_dir):
-        from model_optimizer.embed import Embedder
+        from model_optimizer.embed import EmbedConfig, Embedder
 
-        embedder = Embedder(
-            model_dir,
-            tokenizer=config.tokenizer,
-            dtype=config.dtype,
-            device=config.device,
-            load_format=config.load_format,
-        )
+        embedder = Embedder(model_dir, **vars(EmbedConfig.from_engine(config)))
         embedder.embed(["warm-up"])
         _log_loaded(model_dir, embedder.backbone.model, time.perf_counter() - start)
         return None, embedder
