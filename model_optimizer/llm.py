@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from model_optimizer.compile_cache import configure_compile
 from model_optimizer.config import EngineConfig
 from model_optimizer.engine.engine import LLMEngine, ModelInfo
 from model_optimizer.engine.outputs import RequestOutput, RequestOutputKind
@@ -97,6 +98,7 @@ class LLM:
 
         phase = log_phase("imports", start)
         self.config = EngineConfig(model=model, **engine_args)
+        configure_compile(self.config)  # compile caches in our folder; enforce_eager: no torch.compile
         self.model_dir = resolve_model_dir(self.config.model)
         self._embedder: Any = None
         self._generation_defaults: dict[str, Any] | None = None

@@ -18,9 +18,16 @@ import torch
 
 F = TypeVar("F", bound=Callable)
 
-COMPILE = os.environ.get("MOPT_NO_COMPILE") != "1"
-"""MOPT_NO_COMPILE=1 runs every fused chain eagerly on the GPU too: a switch for device probes that
-compare against the uncompiled ops (scripts/device/), read once when this module loads."""
+NO_COMPILE_ENV = "MOPT_NO_COMPILE"
+"""MOPT_NO_COMPILE=1 runs every fused chain eagerly on the GPU too: set by the engine under
+enforce_eager (compile_cache.py), so torch._inductor is never imported, and by device probes that
+compare against the uncompiled ops (scripts/device/). Read on each call: the engine sets it after
+this module was imported."""
+
+
+def compiling() -> bool:
+    """Whether fused chains on CUDA tensors run through torch.compile now."""
+    return os.environ.get(NO_COMPILE_ENV) != "1"
 
 
 def fused(fn: F | None = None, *, token_args: int = 1) -> F | Callable[[F], F]:
@@ -38,7 +45,7 @@ def fused(fn: F | None = None, *, token_args: int = 1) -> F | Callable[[F], F]:
     @functools.wraps(fn)
     def run(*args, **kwargs):
         nonlocal compiled
-        if not args[0].is_cuda or not COMPILE:
+        if not args[0].is_cuda or not compiling():
             return fn(*args, **kwargs)
         if compiled is None:  # dynamic=False: other sizes stay fixed even after a second model's differ
             compiled = torch.compile(fn, fullgraph=True, dynamic=False)
