@@ -6,16 +6,17 @@ fresh temporary folder (no TCP port to collide with other test runs), calls `fn(
 `get_tp()` set to its rank, and sends its result back. The list comes back in rank order.
 
 `fn` must be importable by name from a module (a top-level function in a test module or in
-tests/parallel/*), and its arguments and result picklable: tensors travel as plain pickled
-copies, never as shared memory, so a result outlives the process that made it. A rank that raises
+tests/parallel/*), and its arguments and result picklable: results travel as `torch.save` bytes
+(plain pickle cannot rebuild float8 tensors), never as shared memory, so a result outlives the
+process that made it. A rank that raises
 makes `run_ranks` raise RuntimeError with that rank's traceback; a rank that dies without a word
 (killed, segfault) is reported by its exit code rather than left to hang the test.
 """
 
 from __future__ import annotations
 
+import io
 import multiprocessing as mp
-import pickle
 import queue
 import tempfile
 import time
@@ -42,7 +43,13 @@ def _rank_main(rank: int, size: int, init_file: str, fn: Callable[..., Any], arg
             destroy_tensor_parallel()
     except BaseException:  # noqa: BLE001 - any failure goes back to the parent, with its traceback
         payload = ("error", traceback.format_exc())
-    results.put((rank, pickle.dumps(payload)))
+    buffer = io.BytesIO()
+    try:
+        torch.save(payload, buffer)
+    except Exception:  # noqa: BLE001 - an unpicklable result is the test's bug: say so
+        buffer = io.BytesIO()
+        torch.save(("error", "the result cannot be pickled:\n" + traceback.format_exc()), buffer)
+    results.put((rank, buffer.getvalue()))
 
 
 def run_ranks(fn: Callable[..., Any], size: int, *args: Any, timeout_s: float = HANG_TIMEOUT_S) -> list[Any]:
@@ -79,7 +86,7 @@ def _gather(procs: list, results: Any, timeout_s: float) -> dict[int, tuple[str,
     while len(payloads) < len(procs):
         try:
             rank, data = results.get(timeout=1.0)
-            payloads[rank] = pickle.loads(data)
+            payloads[rank] = _loads(data)
             if payloads[rank][0] == "error":
                 return payloads  # the others may wait forever in a collective: run_ranks kills them
             continue
@@ -91,7 +98,7 @@ def _gather(procs: list, results: Any, timeout_s: float) -> dict[int, tuple[str,
             try:
                 while True:
                     rank, data = results.get(timeout=1.0)
-                    payloads[rank] = pickle.loads(data)
+                    payloads[rank] = _loads(data)
             except queue.Empty:
                 pass
             dead = [r for r in dead if r not in payloads]
@@ -102,3 +109,9 @@ def _gather(procs: list, results: Any, timeout_s: float) -> dict[int, tuple[str,
             missing = [r for r in range(len(procs)) if r not in payloads]
             raise RuntimeError(f"tensor-parallel ranks {missing} gave no result within {timeout_s:.0f} s (deadlock?)")
     return payloads
+
+
+def _loads(data: bytes) -> tuple[str, Any]:
+    import torch
+
+    return torch.load(io.BytesIO(data), weights_only=False)  # our own children's bytes: trusted
