@@ -91,6 +91,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-baseline", action="store_true", default=None, help="do not measure the default settings first"
     )
+    parser.add_argument(
+        "--no-guide",
+        action="store_true",
+        default=None,
+        help="let the sampler draw every trial (default: after the baseline, measure the predictor's best "
+        "untried candidate; every 4th trial is still the sampler's)",
+    )
     add_dataclass_args(parser, ClientConfig, skip=CLIENT_SKIP)
     add_dataclass_args(parser, WorkloadConfig, skip=("seed",))
     add_dataclass_args(parser, LoadConfig)
@@ -158,6 +165,7 @@ def _fresh(args: argparse.Namespace) -> dict:
         "hardware": args.hardware,
         "predict": not args.no_predict,
         "baseline": not args.no_baseline,
+        "guided": not args.no_guide,
     }
 
 

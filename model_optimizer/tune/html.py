@@ -143,8 +143,9 @@ def render_page(summary: dict, plots: dict[str, bytes]) -> str:
     if summary.get("predictor"):
         fit = summary["predictor"]["fit"]
         parts.append(
-            "<p>Predictor (measured = a x ideal + b): "
-            + ", ".join(f"{e(k)} a={v[0]:.3g} b={v[1]:.3g}" for k, v in fit.items())
+            "<p>Predictor (measured step ms = o_step + o_eager x g + e x roofline + flags; "
+            "TTFT = a x model + b): "
+            + "; ".join(f"{e(k)}: {e(_coefficients(v))}" for k, v in fit.items())
             + f"; hardware "
             f"{e(summary['predictor']['hardware']['source'])}.</p>"
         )
@@ -237,3 +238,10 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "" if value is None else str(value)
+
+
+def _coefficients(value) -> str:
+    """A fit's coefficients as text: name=value pairs (step models) or a=, b= (a line)."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v:.3g}" for k, v in value.items())
+    return f"a={value[0]:.3g} b={value[1]:.3g}"

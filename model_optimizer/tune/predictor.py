@@ -1,22 +1,32 @@
 """Predict a candidate's speed and memory from bytes and FLOPs, and correct the prediction by measurement.
 
-A decode step of `b` running sequences reads the weights once and each sequence's KV cache, and does
-2 FLOPs per weight per token plus attention over the context:
+One engine step runs `b` decoding sequences plus the prefill tokens the budget lets in. Its ideal
+(roofline) time reads the weights once and each sequence's KV cache, and does 2 FLOPs per weight per
+token plus attention over the context:
 
-    t_decode(b) = (W + b * ctx * K) / bandwidth  +  b * F(ctx) / peak
-    t_prefill   = chunks * W / bandwidth  +  P * F(P / 2) / peak     (chunks = ceil(P / max_num_batched_tokens))
-    TPOT        = t_decode(b) + (b / O) * t_prefill                  (b / O prompts join per step)
-    TTFT        = t_prefill + t_decode(b)                            (wait for the step in progress)
-                  + (C / b - 1) * E2E                                (a closed loop of C > b waits for slots)
-    E2E         = TTFT (without the wait) + (O - 1) * TPOT
-    throughput  = b * O / E2E output tokens per second (capped by the request rate's O * rate)
+    roof(b, n) = (W + b * ctx * K) / bandwidth + ((b + n) * 2 * L + attention) / peak
 
-with W weight bytes, K KV bytes per token, F FLOPs per token, P and O the mean prompt and output
-lengths, ctx = P + O / 2, b the sequences running at once (the load's concurrency, capped by
-max_num_seqs and by the KV cache) and C the closed loop's concurrency. These are the ideal, roofline
-figures. Every measured trial refits the correction (measured = a * ideal + b for TPOT and TTFT, a
-ratio for throughput), so the prediction for the next candidate carries what this machine and
-engine really achieve.
+Its real time adds a fixed cost per step that no bandwidth figure shows (Python, scheduling, launches):
+small when a decode-only step replays a CUDA graph, large when a step runs eagerly (every step under
+enforce_eager; with graphs, the steps that carry a prefill chunk). So the fitted step time is
+
+    t_step = o_step + o_eager * g + e * roof_mean + sum_k c_k * [setting k departs from the default]
+
+with o_step the cost of any step (a graph replay's), o_eager what an eager step costs beyond it, g the
+share of eager steps and e = 1 / efficiency. Under a closed loop of C clients (b = min(C,
+max_num_seqs, KV room) run at once) b / O requests finish per step and each brings a prompt of P tokens,
+split into ceil(P / (budget - b)) chunks: that sets how many steps carry a prefill (prefill interference
+on TPOT). Then
+
+    throughput = b / t_step                         (tokens per second; capped by a request rate)
+    TPOT p99   = t_step fitted on p99 TPOT          (the same features, their own coefficients)
+    TTFT p99   = the start-up burst: C prompts at once take ceil(C * P / budget) eager steps, or in steady
+                 state the step in progress and the prompt's own chunks; plus, when C > b, the wait for a
+                 free slot (Little's law: C / b - 1 requests ahead, each an end-to-end time)
+
+The coefficients (o_step, o_eager, e, c_k) are refitted from every measured trial by least squares on
+relative error, with a weak pull towards the prior so a direction no trial has explored keeps its prior.
+TTFT is then corrected by the median of measured / modelled (robust to one odd trial).
 """
 
 from __future__ import annotations
@@ -25,17 +35,30 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from model_optimizer.tune.hardware import Hardware
 
 GIB = float(1 << 30)
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 SKIP_MARGIN = {0: 3.0, 1: 3.0}
 """How far over an SLO a prediction must be before the candidate is skipped, by measurements so far
-(an unfitted model is trusted less, and a fit to one measurement scales every candidate by that one
-trial's ratio: on the H200 it pruned 50 candidates in a row); from two measurements on, SKIP_MARGIN_FITTED."""
-SKIP_MARGIN_FITTED = 1.3
+(an unfitted model is trusted less); from two measurements on, SKIP_MARGIN_FITTED."""
+SKIP_MARGIN_FITTED = 1.5
 CPU_RUNTIME_GIB = 0.5
 """A CPU server's resident memory beyond weights and KV cache (Python, torch): the refit corrects it."""
+FLAG_DEFAULTS = {
+    "block_size": 16,
+    "kv_cache_dtype": "auto",
+    "enable_prefix_caching": True,
+    "async_scheduling": True,
+    "enable_chunked_prefill": True,
+    "scheduling_policy": "fcfs",
+    "quantization": None,
+}
+"""Categorical settings whose cost the roofline cannot know: each value other than the default adds a
+fitted cost per step (0 until a trial with that value is measured)."""
+BASE_TERMS = ("o_step", "o_eager", "e")
 
 
 @dataclass
@@ -88,6 +111,8 @@ class Workload:
     concurrency: float | None = None
     """Requests in flight (closed loop); None with a rate."""
     request_rate: float | None = None
+    num_requests: int | None = None
+    """Requests in the run: decides whether the start-up burst reaches the p99 (None: assume it does)."""
 
 
 @dataclass
@@ -106,6 +131,10 @@ class Prediction:
     """TTFT without waiting for a free slot (ttft_ms adds the wait of a closed loop over max_num_seqs)."""
     fits: bool = True
     reason: str | None = None
+    features: dict[str, float] = field(default_factory=dict)
+    """The step model's inputs: eager share `g`, roofline ms of the mean step `roof_ms`, flags (1.0 when a
+    setting departs from its default), and the TTFT structure (burst_steps, burst_roof_ms, chunks,
+    queued, burst_counts)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -123,64 +152,90 @@ def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return statistics.median(y / x for x, y in zip(xs, ys)), 0.0
 
 
+def prior_coefficients(hardware: Hardware) -> dict[str, float]:
+    """Before any measurement: a graph replay costs little per step, an eager step a few ms of Python and
+    launches (on a CPU every step is eager), and the kernels reach half the roofline."""
+    if hardware.is_gpu:
+        return {"o_step": 1.0, "o_eager": 4.0, "e": 2.0}
+    return {"o_step": 1.0, "o_eager": 0.0, "e": 2.0}
+
+
+PRIOR_SCALE = {"o_step": 1000.0, "o_eager": 1000.0, "e": 100.0}
+"""How far (ms, or times the roofline) a coefficient may move from its prior before the pull matters:
+far, so measurements decide; the pull only settles what no trial distinguishes. Flags: FLAG_SCALE ms."""
+FLAG_SCALE = 100.0
+PULL = 1e-4
+
+
+def fit_steps(rows: list[tuple[dict[str, float], float]], prior: dict[str, float]) -> dict[str, float]:
+    """Coefficients of t_step = sum(coef * feature) minimising the relative squared error over
+    (features, measured ms) rows plus a weak pull to `prior` (flags pulled to 0)."""
+    names = list(BASE_TERMS) + sorted({k for f, _ in rows for k in f if k.startswith("flag:")})
+    if not rows:
+        return dict(prior)
+    x = np.array([[_term(f, n) for n in names] for f, _ in rows], dtype=float)
+    y = np.array([t for _, t in rows], dtype=float)
+    x, y = x / y[:, None], np.ones_like(y)  # relative error: every trial counts alike whatever its size
+    scale = np.array([PRIOR_SCALE.get(n, FLAG_SCALE) for n in names])
+    theta0 = np.array([prior.get(n, 0.0) for n in names])
+    # solve for d = (theta - theta0) / scale, pulled towards 0 with weight PULL
+    a = np.vstack([x * scale, math.sqrt(PULL) * np.eye(len(names))])
+    b = np.concatenate([y - x @ theta0, np.zeros(len(names))])
+    d, *_ = np.linalg.lstsq(a, b, rcond=None)
+    return dict(zip(names, (theta0 + d * scale).tolist()))
+
+
+def _term(features: dict[str, float], name: str) -> float:
+    g = features.get("g", 1.0)
+    if name == "o_step":
+        return 1.0
+    if name == "o_eager":
+        return g
+    if name == "e":
+        return features.get("roof_ms", 0.0)
+    return features.get(name, 0.0)
+
+
+def step_ms(coef: dict[str, float], features: dict[str, float]) -> float:
+    """The fitted step time (ms), never below a tenth of the roofline (a fit can extrapolate badly)."""
+    value = sum(c * _term(features, n) for n, c in coef.items())
+    return max(value, 0.1 * features.get("roof_ms", 0.0), 1e-3)
+
+
 @dataclass
 class Predictor:
-    """The analytic model plus the efficiency factors refitted from measured trials.
-
-    TPOT and TTFT are corrected as measured = a * ideal + b: `a` is 1 / efficiency against the roofline,
-    `b` a fixed cost per step (scheduling, launches, Python) that no bandwidth figure shows. Throughput
-    follows from the corrected latencies (running * O / (TTFT + (O - 1) * TPOT)), times its own factor."""
+    """The analytic model plus the coefficients refitted from measured trials (see the module docstring)."""
 
     cost: ModelCost
     hardware: Hardware
-    fit: dict[str, tuple[float, float]] = field(
-        default_factory=lambda: {"tpot": (1.0, 0.0), "ttft": (1.0, 0.0), "throughput": (1.0, 0.0)}
-    )
+    fit: dict = field(default_factory=dict)
+    """"tpot" and "throughput": step coefficients (name -> value); "ttft": (a, b) of measured = a * x + b."""
     memory_offset_gib: float = 0.0
     num_fitted: int = 0
     config: dict | None = None
     """config.json: on a GPU the KV cache is sized by modelio's memory plan, the engine's own rule."""
 
+    def __post_init__(self) -> None:
+        prior = prior_coefficients(self.hardware)
+        self.fit = {"tpot": dict(prior), "throughput": dict(prior), "ttft": (1.0, 0.0)} | self.fit
+
     def ideal(self, settings: dict, load: Workload) -> Prediction:
-        """The roofline figures for `settings` under `load`, before any efficiency factor."""
+        """The step model's features for `settings` under `load`, with the prior coefficients applied."""
         kv_dtype = settings.get("kv_cache_dtype", "auto")
         k_bytes = self.cost.kv_bytes_per_token[kv_dtype]
         capacity, memory = self._kv_capacity(settings, k_bytes)
         p, o = load.prompt_len, max(load.output_len, 1.0)
         seq_tokens = p + o
         max_seqs = capacity / seq_tokens if seq_tokens else math.inf
-        bw, peak = self.hardware.bandwidth_gbps * 1e9, self.hardware.tflops * 1e12
-        flops = lambda ctx: 2 * self.cost.linear_params + self.cost.attn_flops_per_ctx_token * ctx  # noqa: E731
         budget = int(settings.get("max_num_batched_tokens", 8192))
         chunked = settings.get("enable_chunked_prefill", True)
-        chunks = math.ceil(p / budget) if chunked else 1
-        t_prefill = chunks * self.cost.weight_bytes / bw + p * flops(p / 2) / peak
-        ctx = p + o / 2
-
-        def tpot(b: float) -> float:
-            t_decode = (self.cost.weight_bytes + b * ctx * k_bytes) / bw + b * flops(ctx) / peak
-            return t_decode + (b / o) * t_prefill
-
         cap = min(float(settings.get("max_num_seqs", 256)), max_seqs)
-        running = self._running(load, cap, t_prefill, tpot)
-        t = tpot(running)
-        service_ttft = t_prefill + t
-        throughput = _throughput(running, o, service_ttft * 1e3, t * 1e3, None)
-        rate_cap = load.request_rate * o if load.request_rate is not None and math.isfinite(load.request_rate) else None
-        # a closed loop keeping more requests in flight than run at once: each waits for (C / running - 1) others
-        queued = max(load.concurrency / running - 1.0, 0.0) if load.concurrency is not None else 0.0
-        ttft = service_ttft + queued * (service_ttft + (o - 1) * t)
+        running = self._running(load, cap)
+        features = self._features(settings, load, running, budget, chunked, k_bytes)
         pred = Prediction(
-            t * 1e3,
-            ttft * 1e3,
-            throughput,
-            memory / GIB,
-            running,
-            int(capacity),
-            o,
-            rate_cap,
-            service_ttft_ms=service_ttft * 1e3,
+            0.0, 0.0, 0.0, memory / GIB, running, int(capacity), o, self._rate_cap(load), features=features
         )
+        pred = self._apply(pred, self.fit_prior())
         if capacity < seq_tokens:
             pred.fits, pred.reason = (
                 False,
@@ -193,36 +248,31 @@ class Predictor:
             pred.fits, pred.reason = False, "the weights alone exceed the memory budget"
         return pred
 
+    def fit_prior(self) -> dict:
+        prior = prior_coefficients(self.hardware)
+        return {"tpot": prior, "throughput": prior, "ttft": (1.0, 0.0)}
+
     def predict(self, settings: dict, load: Workload) -> Prediction:
-        """The ideal figures corrected by the efficiency factors measured so far."""
+        """The figures with the coefficients measured so far."""
         return self.correct(self.ideal(settings, load))
 
     def correct(self, ideal: Prediction) -> Prediction:
-        pred = Prediction(**ideal.to_dict())
-        (at, bt), (af, bf) = self.fit["tpot"], self.fit["ttft"]
-        pred.tpot_ms, pred.ttft_ms = at * ideal.tpot_ms + bt, af * ideal.ttft_ms + bf
-        service = af * (ideal.service_ttft_ms if ideal.service_ttft_ms is not None else ideal.ttft_ms) + bf
-        pred.service_ttft_ms = service
-        pred.output_throughput = self.fit["throughput"][0] * _throughput(
-            pred.running, pred.output_len, service, pred.tpot_ms, pred.rate_cap
-        )
+        pred = self._apply(Prediction(**ideal.to_dict()), self.fit)
         pred.memory_gib += self.memory_offset_gib
         return pred
 
     def refit(self, measured: list[tuple[Prediction, dict]]) -> None:
-        """Efficiency factors from (ideal prediction, measured figures) pairs."""
-        for key, ours, theirs in (("tpot", "tpot_ms", "tpot_p99_ms"), ("ttft", "ttft_ms", "ttft_p99_ms")):
-            used = [(getattr(p, ours), m[theirs]) for p, m in measured if m.get(theirs) and getattr(p, ours) > 0]
-            if used:
-                self.fit[key] = line_fit([x for x, _ in used], [y for _, y in used])
-        self.fit["throughput"] = (1.0, 0.0)
-        ratios = [
-            m["output_throughput"] / c.output_throughput
-            for c, m in ((self.correct(p), m) for p, m in measured)
-            if m.get("output_throughput") and c.output_throughput > 0
-        ]
-        if ratios:
-            self.fit["throughput"] = (statistics.median(ratios), 0.0)
+        """Coefficients from (ideal prediction, measured figures) pairs: least squares on TPOT p99 and on
+        the step time the throughput implies (running / throughput), then TTFT's line."""
+        prior = prior_coefficients(self.hardware)
+        usable = [(p, m) for p, m in measured if p.features]
+        tpot = [(p.features, m["tpot_p99_ms"]) for p, m in usable if m.get("tpot_p99_ms")]
+        thr = [(p.features, 1e3 * p.running / m["output_throughput"]) for p, m in usable if m.get("output_throughput")]
+        self.fit = {"tpot": fit_steps(tpot, prior), "throughput": fit_steps(thr, prior), "ttft": (1.0, 0.0)}
+        pairs = [(self._ttft_model(p, self.fit), m["ttft_p99_ms"]) for p, m in usable if m.get("ttft_p99_ms")]
+        pairs = [(x, y) for x, y in pairs if x > 0]
+        if pairs:
+            self.fit["ttft"] = (statistics.median(y / x for x, y in pairs), 0.0)
         offsets = [m["memory_gib"] - p.memory_gib for p, m in measured if m.get("memory_gib") is not None]
         if offsets:
             self.memory_offset_gib = statistics.median(offsets)
@@ -239,6 +289,71 @@ class Predictor:
             limit = slos.get(metric)
             if limit is not None and value > margin * limit:
                 return f"predicted {metric} {value:.1f} ms is over {margin:g} x the SLO's {limit:g} ms"
+        return None
+
+    def _features(self, settings: dict, load: Workload, b: float, budget: int, chunked: bool, k_bytes: int) -> dict:
+        p, o = load.prompt_len, max(load.output_len, 1.0)
+        room = max(budget - b, 1.0)  # prefill tokens a step can take beside the decodes
+        chunks = math.ceil(p / room) if chunked else 1
+        arrivals = b / o  # closed loop or steady rate: requests finishing (and starting) per step
+        mixed = 1.0 - math.exp(-arrivals * chunks)  # steps that carry a prefill chunk (Poisson arrivals)
+        prefill_per_mixed = min(arrivals * p / mixed, budget) if mixed > 0 else 0.0
+        roof_mixed = self._roof(b, prefill_per_mixed, p + o / 2, k_bytes, p)
+        roof_decode = self._roof(b, 0.0, p + o / 2, k_bytes, p)
+        eager = bool(settings.get("enforce_eager", False)) or not self.hardware.is_gpu
+        first = min(load.concurrency, b) if load.concurrency is not None else 0.0  # prompts sent at once
+        burst_tokens = first * p
+        burst_steps = (math.ceil(burst_tokens / budget) if chunked else math.ceil(first / max(budget // p, 1))) or 0
+        counts = load.num_requests is None or (first > 0 and first / load.num_requests >= 0.01)
+        queued = max(load.concurrency / b - 1.0, 0.0) if load.concurrency is not None else 0.0
+        features = {
+            "g": 1.0 if eager else mixed,
+            "roof_ms": 1e3 * (mixed * roof_mixed + (1 - mixed) * roof_decode),
+            "burst_steps": float(burst_steps),
+            "burst_roof_ms": 1e3 * self._roof(0.0, min(budget, burst_tokens), p / 2, k_bytes, p),
+            "burst_counts": 1.0 if counts else 0.0,
+            "chunks": float(chunks),
+            "chunk_roof_ms": 1e3 * roof_mixed,
+            "queued": queued,
+        }
+        for name, default in FLAG_DEFAULTS.items():
+            value = settings.get(name, default)
+            if value != default:
+                features[f"flag:{name}={value}"] = 1.0
+        return features
+
+    def _roof(self, decodes: float, prefill: float, ctx: float, k_bytes: int, prompt: float) -> float:
+        """Roofline seconds of one step: the weights and the decodes' KV read once, all tokens' FLOPs
+        (a decode attends to `ctx` tokens, a prompt's token to half its prompt on average)."""
+        bw, peak = self.hardware.bandwidth_gbps * 1e9, self.hardware.tflops * 1e12
+        linear = 2 * self.cost.linear_params * (decodes + prefill)
+        attention = self.cost.attn_flops_per_ctx_token * (decodes * ctx + prefill * prompt / 2)
+        return (self.cost.weight_bytes + decodes * ctx * k_bytes) / bw + (linear + attention) / peak
+
+    def _ttft_model(self, pred: Prediction, fit: dict) -> float:
+        """TTFT p99 (ms) before its own correction: the burst or the steady path, then the slot wait."""
+        f = pred.features
+        eager_step = {**f, "g": 1.0}
+        step = step_ms(fit["tpot"], f)
+        burst = f["burst_steps"] * step_ms(fit["tpot"], eager_step | {"roof_ms": f["burst_roof_ms"]})
+        steady = step + f["chunks"] * step_ms(fit["tpot"], eager_step | {"roof_ms": f["chunk_roof_ms"]})
+        service = max(burst if f["burst_counts"] else 0.0, steady)
+        return service + f["queued"] * (service + (pred.output_len - 1) * step)
+
+    def _apply(self, pred: Prediction, fit: dict) -> Prediction:
+        f = pred.features
+        pred.tpot_ms = step_ms(fit["tpot"], f)
+        service = self._ttft_model(pred, fit | {"tpot": fit["tpot"]})
+        a, b = fit["ttft"]
+        pred.ttft_ms = a * service + b
+        pred.service_ttft_ms = pred.ttft_ms / (1.0 + f["queued"]) if f["queued"] else pred.ttft_ms
+        throughput = 1e3 * pred.running / step_ms(fit["throughput"], f)
+        pred.output_throughput = min(throughput, pred.rate_cap) if pred.rate_cap is not None else throughput
+        return pred
+
+    def _rate_cap(self, load: Workload) -> float | None:
+        if load.request_rate is not None and math.isfinite(load.request_rate):
+            return load.request_rate * max(load.output_len, 1.0)
         return None
 
     def _kv_capacity(self, settings: dict, k_bytes: int) -> tuple[float, float]:
@@ -292,23 +407,12 @@ class Predictor:
             return self.hardware.memory_gib * GIB
         return float(settings.get("gpu_memory_utilization", 0.9)) * self.hardware.memory_gib * GIB
 
-    def _running(self, load: Workload, cap: float, t_prefill: float, tpot) -> float:
-        """Sequences running at once: the closed loop's concurrency, or rate x latency (Little's law) for a rate."""
+    def _running(self, load: Workload, cap: float) -> float:
+        """Sequences running at once: the closed loop's concurrency, or for a rate every slot the engine
+        allows (a rate below capacity keeps fewer busy, and the rate cap bounds the throughput)."""
         if load.concurrency is not None:
             return max(min(load.concurrency, cap), 1.0)
-        if load.request_rate is None or not math.isfinite(load.request_rate):
-            return max(cap, 1.0)
-        running = 1.0
-        for _ in range(20):  # fixed point of running = rate * (TTFT + O * TPOT(running))
-            running = max(min(load.request_rate * (t_prefill + load.output_len * tpot(running)), cap), 1.0)
-        return running
-
-
-def _throughput(running: float, output_len: float, ttft_ms: float, tpot_ms: float, rate_cap: float | None) -> float:
-    """Output tokens per second of `running` requests each taking TTFT + (O - 1) x TPOT, capped by the rate."""
-    e2e_s = (ttft_ms + max(output_len - 1, 0.0) * tpot_ms) / 1e3
-    value = running * output_len / e2e_s if e2e_s > 0 else 0.0
-    return min(value, rate_cap) if rate_cap is not None else value
+        return max(cap, 1.0)
 
 
 def mape(pairs: list[tuple[float, float]]) -> float | None:

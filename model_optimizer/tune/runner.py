@@ -128,6 +128,7 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
         predictor,
         on_trial=lambda row: _print_trial(console, row),
         skip=sampler != "grid",
+        guided=sampler != "grid" and stored.get("guided", True),
     )
     if sampler != "grid" and stored.get("baseline", True) and not study.trials and not tuner.enqueue_defaults():
         console.print("no baseline trial: a default setting lies outside the searched space")

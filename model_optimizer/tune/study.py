@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import signal
 import time
 import warnings
 from collections.abc import Callable
@@ -38,8 +39,11 @@ OBJECTIVES = (
     ("memory_gib", "minimize"),
     ("cold_start_s", "minimize"),
 )
-MAX_SKIPS_IN_A_ROW = 50
-"""Candidates predicted out in a row before the study stops: the space holds nothing worth measuring."""
+MAX_SKIPS_IN_A_ROW = 20
+"""Candidates predicted out in a row before the study measures one anyway (or, when none fits, stops)."""
+EXPLORE_EVERY = 4
+"""With guidance, every EXPLORE_EVERY-th measured trial is the sampler's draw, so a wrong model cannot
+keep the study away from a region it misjudges."""
 
 
 @dataclass
@@ -159,10 +163,10 @@ def workload_figures(setup: TrialSetup) -> Workload | None:
     if w.num_prefix_groups:
         prompt += w.prefix_len * w.prefix_share_ratio
     if load.load_mode == "closed":
-        return Workload(prompt, output, concurrency=float(load.concurrency or 1))
+        return Workload(prompt, output, concurrency=float(load.concurrency or 1), num_requests=load.num_requests)
     if load.load_mode == "sweep":
         return Workload(prompt, output, concurrency=float(load.sweep_max_concurrency))
-    return Workload(prompt, output, request_rate=load.request_rate or math.inf)
+    return Workload(prompt, output, request_rate=load.request_rate or math.inf, num_requests=load.num_requests)
 
 
 @dataclass
@@ -178,6 +182,8 @@ class Tuner:
     skip: bool = True
     """Skip candidates the predictor rules out (off for a grid, which measures every point)."""
     max_skips_in_a_row: int = MAX_SKIPS_IN_A_ROW
+    guided: bool = False
+    """Measure the predictor's best untried candidate next (guide.py) instead of the sampler's draw."""
 
     def __post_init__(self) -> None:
         slos = parse_slo(self.setup.slo)
@@ -210,7 +216,7 @@ class Tuner:
         while self._measured() < (budget.trials or math.inf):
             if budget.time_s is not None and time.monotonic() - started >= budget.time_s:
                 break
-            trial = self.study.ask()
+            trial = self._ask()
             try:
                 row = self._one(trial, explore)
             except KeyboardInterrupt:  # wherever Ctrl-C lands, the trial is closed in the file, not left RUNNING
@@ -251,7 +257,8 @@ class Tuner:
             pred = self.predictor.predict(settings, load)
             row["ideal"], row["predicted"] = ideal.to_dict(), pred.to_dict()
             reason = self.predictor.skip_reason(pred, self.slo_ms) if self.skip else None
-            if reason and not (explore and pred.fits):
+            chosen = trial.user_attrs.get("baseline") or trial.user_attrs.get("picked_by")
+            if reason and not ((explore or chosen) and pred.fits):  # a chosen trial is measured unless it cannot fit
                 kind = "slo" if pred.fits else "fit"
                 return self._record(trial, row | {"state": "PRUNED", "skip_reason": reason, "skip_kind": kind})
         trial.set_user_attr("settings", settings)
@@ -284,6 +291,45 @@ class Tuner:
             else:
                 out.append(measured - limit)
         return out
+
+    def _ask(self):
+        """The next trial: the predictor's pick (queued first) or the sampler's. Ctrl-C and SIGTERM wait
+        until the queued pick is taken, so none is left WAITING in the file (it would run on --resume
+        ahead of the baseline's successors, outside the budget the user saw)."""
+        if not self.guided:
+            return self.study.ask()
+        guess = self._guess()  # the slow part (a prediction per candidate) stays interruptible
+        blocked = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        try:
+            if guess is not None:
+                self.study.enqueue_trial(guess, user_attrs={"picked_by": "predictor"})
+            return self.study.ask()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+
+    def _guess(self) -> dict | None:
+        """The predictor's best untried candidate's knob values; None when a trial is already queued (the
+        baseline), nothing is measured yet to calibrate the model, or it is the sampler's turn (EXPLORE_EVERY)."""
+        from optuna.trial import TrialState
+
+        from model_optimizer.tune.guide import rank
+
+        trials = self.study.get_trials(deepcopy=False)
+        if self.predictor is None or any(t.state == TrialState.WAITING for t in trials):
+            return None
+        done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL)]
+        if not done or len(done) % EXPLORE_EVERY == EXPLORE_EVERY - 1:
+            return None
+        load = self.load or self._measured_load()
+        if load is None:
+            return None
+        tried = [t.user_attrs["settings"] for t in trials if t.user_attrs.get("settings")]
+        measured = [
+            self.predictor.predict(t.user_attrs["settings"], load) for t in done if t.user_attrs.get("settings")
+        ]
+        ranked = rank(self.space, self.predictor, load, self.slo_ms, tried, measured)
+        return ranked[0].params if ranked else None
 
     def _measured_twin(self, settings: dict) -> int | None:
         """The number of an earlier measured trial (COMPLETE, or FAIL but not interrupted) with these settings."""
@@ -321,10 +367,10 @@ def workload_figures_from_lengths(setup: TrialSetup, measured: dict) -> Workload
     load = setup.load
     prompt, output = measured["mean_prompt_len"], measured["mean_output_len"]
     if load.load_mode == "closed":
-        return Workload(prompt, output, concurrency=float(load.concurrency or 1))
+        return Workload(prompt, output, concurrency=float(load.concurrency or 1), num_requests=load.num_requests)
     if load.load_mode == "sweep":
         return Workload(prompt, output, concurrency=float(load.sweep_max_concurrency))
-    return Workload(prompt, output, request_rate=load.request_rate or math.inf)
+    return Workload(prompt, output, request_rate=load.request_rate or math.inf, num_requests=load.num_requests)
 
 
 def objective_values(result: TrialResult) -> list[float]:
