@@ -189,3 +189,19 @@ def test_loading_the_shipped_tokenizer_never_imports_transformers():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.split() == ["FastTokenizer", "False"]
+
+
+def test_serving_a_model_with_tokenizer_json_never_imports_transformers(tiny_model):
+    """create_app is what `mopt serve` runs: model, tokenizer, chat template check, warm-up."""
+    from tests.server.test_process import REPO
+
+    probe = (
+        "import sys\nfrom model_optimizer.server.app import create_app\n"
+        "from model_optimizer.server.config import ServerConfig\nfrom model_optimizer.config import EngineConfig\n"
+        f"config = EngineConfig(model={str(tiny_model('qwen3'))!r}, device='cpu', max_model_len=128, num_kv_blocks=16)\n"
+        "app = create_app(ServerConfig(), config)\n"
+        "print(type(app.state.server.llm.tokenizer).__name__, 'transformers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ["FastTokenizer", "False"]
