@@ -10,8 +10,14 @@ before each call; on top of that every call takes the next of several weight cop
 exceed L2), the weight bytes read per second and TFLOP/s. `per_step` sums one layer's four linears
 times the number of layers: the linear work of one decode step at batch M, the first indicator for
 the issue's targets (Llama-3.1-8B at batch 1: fp8 <= 2.5 ms, int4 <= 1.5 ms per step; bf16 4.76 ms).
-`--sweep` also times a few tile shapes per format at M = 1 and 8 on Llama's shapes, to tune
-`quant_matmul.choose_tiles`.
+`--sweep` first times every launch candidate of `quant_tiles.candidates` per format, shape and row
+bucket (M = 1, 8, 64, 512; fp8 above 16 rows also `_scaled_mm`) and writes the fastest per case as a
+tile table (`--tiles-output`, default beside --output): run with MOPT_QUANT_TILES pointing at it, the
+kernels take those shapes, here (the method timings that follow) and in the engine; committed as
+model_optimizer/kernels/quant_tiles.json it becomes the default on that GPU. The Triton compiles of
+the candidates run first in parallel processes (`--compile-workers`), which fill Triton's disk cache.
+
+    PYTHONPATH=. python3 benchmarks/quant_kernels.py --sweep --tiles-output quant_tiles.json
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
+from pathlib import Path
 
 from common import CONFIGS, RESULTS, environment, write_json
 
@@ -81,7 +89,7 @@ def call(method: str):
     return lambda x, q, s, z: quant_linear.w4a16_linear(x, q, s, z, GROUP_SIZE)
 
 
-def time_ms(fn, x, sets: list[tuple]) -> float:
+def time_ms(fn, x, sets: list[tuple], warmup: int = 10, rep: int = 40) -> float:
     """Median ms of one call; each call takes the next weight set."""
     from triton.testing import do_bench
 
@@ -91,7 +99,7 @@ def time_ms(fn, x, sets: list[tuple]) -> float:
         state["i"] = (state["i"] + 1) % len(sets)
         fn(x, *sets[state["i"]])
 
-    return do_bench(step, warmup=10, rep=40, return_mode="median")
+    return do_bench(step, warmup=warmup, rep=rep, return_mode="median")
 
 
 def bench_case(method: str, n: int, k: int, m_values: list[int]) -> list[dict]:
@@ -138,43 +146,157 @@ def per_step(rows: list[dict], shapes: dict, num_layers: int) -> list[dict]:
     return out
 
 
-def sweep(model: str) -> list[dict]:
-    """A few launch shapes per format at decode sizes; the default `choose_tiles` pick marked."""
+SWEEP_ROWS = {1: 1, 16: 8, 64: 64, 512: 512}
+"""Row bucket of the tile table -> rows timed for it (the decode batches 1, 8, 64 and a prefill chunk)."""
+SWEEP_KINDS = ("int4", "fp8", "int8")
+
+
+def sweep_cases(models: list[str], num_sms: int) -> list[tuple[str, str, str, int, int, int, list]]:
+    """(model, linear, kind, bucket, N, K, candidates) for every case the table holds."""
+    from model_optimizer.kernels.quant_tiles import candidates
+
+    cases = []
+    for model in models:
+        for name, (n, k) in layer_shapes(model).items():
+            for kind in SWEEP_KINDS:
+                for bucket, m in SWEEP_ROWS.items():
+                    found = candidates(kind, m, n, k, num_sms, fp8_scaled_mm=True)
+                    cases.append((model, name, kind, bucket, n, k, found))
+    return cases
+
+
+def _compile_worker(jobs: list[tuple]) -> list[str]:
+    """Launch each (kind, m, n, k, tiles) once on uninitialised tensors: the compile lands in Triton's
+    disk cache with the specializations of the real call (strides, M == 1, one split)."""
     import torch
 
     from model_optimizer.kernels import quant_matmul as qk
 
-    rows = []
-    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for kind in ("int4", "int8", "fp8"):
-        for name, (n, k) in layer_shapes(model).items():
-            sets = [(w[0], w[1], w[2] if kind == "int4" else None) for w in make_weights(kind, n, k, 4)]
-            for m in (1, 8):
-                default = qk.choose_tiles(m, n, k, kind, GROUP_SIZE, num_sms)
-                x = torch.randn(m, k, device="cuda").bfloat16()
-                for block_n in (16, 32, 64, 128):
-                    for split in sorted({1, default.split_k, 2 * default.split_k}):
-                        tiles = qk.QuantTiles(default.block_m, block_n, default.block_k, split)
-                        fn = lambda x, q, s, z, t=tiles, kind=kind: qk.quant_matmul(
-                            x, q, s, z, kind, GROUP_SIZE, None, t
-                        )  # noqa: E731
-                        row = {
-                            "kind": kind,
-                            "linear": name,
-                            "n": n,
-                            "k": k,
-                            "m": m,
-                            "tiles": vars(tiles),
-                            "default": tiles == default,
-                        }
-                        try:
-                            row["ms"] = time_ms(fn, x, sets)
-                        except Exception as exc:  # a launch shape the compiler rejects is a result too
-                            row["error"] = str(exc)[:200]
-                        rows.append(row)
-            del sets
-            torch.cuda.empty_cache()
-    return rows
+    errors = []
+    for kind, m, n, k, tiles in jobs:
+        try:
+            weight = (
+                torch.empty(n, k // 8, dtype=torch.int32, device="cuda")
+                if kind == "int4"
+                else torch.empty(n, k, dtype=torch.int8, device="cuda")
+            )
+            if kind == "fp8":
+                weight = weight.view(torch.float8_e4m3fn)
+            scales = torch.ones(n, k // GROUP_SIZE if kind == "int4" else 1, device="cuda", dtype=torch.bfloat16)
+            scales = scales if kind == "int4" else scales[:, 0].float().contiguous()
+            zeros = torch.zeros(n, k // GROUP_SIZE, dtype=torch.uint8, device="cuda") if kind == "int4" else None
+            x = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
+            qk.quant_matmul(x, weight, scales, zeros, kind, GROUP_SIZE, None, tiles)
+        except Exception as exc:  # reported; the timing pass records the failure per candidate
+            errors.append(f"{kind} {m}x{n}x{k} {tiles}: {str(exc)[:160]}")
+    torch.cuda.synchronize()
+    return errors
+
+
+def compile_in_parallel(cases: list, workers: int) -> list[str]:
+    """Every Triton candidate of `cases` compiled once, spread over `workers` spawned processes."""
+    import concurrent.futures
+    import multiprocessing
+
+    jobs = {}
+    for _model, _name, kind, bucket, n, k, found in cases:
+        m = SWEEP_ROWS[bucket]
+        for tiles in found:
+            if tiles.backend != "triton":
+                continue
+            # what Triton specializes on: integers equal to 1 or divisible by 16 (M, N, K, strides)
+            ints = (m, n, k, k // 8, k // GROUP_SIZE) if kind == "int4" else (m, n, k)
+            key = (kind, tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages)
+            key += (tiles.split_k == 1, *((i == 1, i % 16 == 0) for i in ints))
+            jobs.setdefault(key, (kind, m, n, k, tiles))
+    jobs = list(jobs.values())
+    print(f"sweep: {len(jobs)} distinct compiles on {workers} processes", flush=True)
+    if workers <= 1 or not jobs:
+        return _compile_worker(jobs)
+    chunks = [jobs[i::workers] for i in range(workers)]
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        return [e for errors in pool.map(_compile_worker, chunks) for e in errors]
+
+
+def _runner(kind: str, tiles):
+    from model_optimizer.kernels import quant_linear
+    from model_optimizer.kernels import quant_matmul as qk
+
+    if tiles.backend == "scaled_mm":
+        return lambda x, q, s, z: quant_linear._scaled_mm_w8a8(x, q, s, None)
+    return lambda x, q, s, z: qk.quant_matmul(x, q, s, z, kind, GROUP_SIZE, None, tiles)
+
+
+def _dequantized(kind: str, weight_set: tuple):
+    """float32 (N, K) weight of one set, the yardstick of every candidate's output."""
+    import torch
+
+    from model_optimizer.kernels import quant_reference as ref
+
+    if kind == "int4":
+        return ref.dequantize_int4(weight_set[0], weight_set[1], weight_set[2], GROUP_SIZE, torch.float32)
+    if kind == "int8":
+        return ref.dequantize_int8(weight_set[0], weight_set[1])
+    return ref.dequantize_fp8(weight_set[0], weight_set[1])
+
+
+def sweep(models: list[str], workers: int) -> tuple[list[dict], dict, list[str]]:
+    """Time every candidate per case: (rows, {table_key: best QuantTiles}, compile errors)."""
+    import torch
+
+    from model_optimizer.kernels import quant_tiles
+    from model_optimizer.kernels.quant_matmul import _device_facts
+
+    gpu, num_sms = _device_facts(0)
+    cases = sweep_cases(models, num_sms)
+    t0 = time.time()
+    errors = compile_in_parallel(cases, workers)
+    print(f"sweep: compiled the candidates in {time.time() - t0:.0f} s ({len(errors)} failed)", flush=True)
+    rows, best = [], {}
+    by_weights: dict[tuple, list] = {}
+    for case in cases:
+        by_weights.setdefault((case[2], case[4], case[5]), []).append(case)
+    for (kind, n, k), group in by_weights.items():
+        one = make_weights(kind, n, k, 1)
+        weight_bytes = sum(t.numel() * t.element_size() for t in one[0])
+        copies = max(2, min(16, math.ceil((128 << 20) / weight_bytes)))
+        sets = [(w[0], w[1], w[2] if kind == "int4" else None) for w in one + make_weights(kind, n, k, copies - 1)]
+        dequantized = _dequantized(kind, sets[0])
+        for model, name, _kind, bucket, _n, _k, found in group:
+            m = SWEEP_ROWS[bucket]
+            x = torch.randn(m, k, device="cuda").bfloat16()
+            want = x.float() @ dequantized.T
+            default = quant_tiles.default_tiles(kind, m, n, k, num_sms, fp8_scaled_mm=True)
+            timed = []
+            for tiles in found:
+                row = {"model": model, "linear": name, "kind": kind, "n": n, "k": k, "m": m, "bucket": bucket}
+                row.update(tiles=vars(tiles), default=tiles == default)
+                try:
+                    out = _runner(kind, tiles)(x, *sets[0]).float()
+                    row["rel_err"] = ((out - want).norm() / want.norm()).item()
+                    # weight-only: one bf16 rounding (~4e-3); W8A8 also rounds x to e4m3 (~3%)
+                    if not row["rel_err"] < (6e-2 if tiles.backend == "scaled_mm" else 1e-2):
+                        raise ValueError(f"wrong result: relative error {row['rel_err']:.3g}")
+                    row["ms"] = time_ms(_runner(kind, tiles), x, sets, warmup=5, rep=15)
+                    row["weight_gbps"] = weight_bytes / row["ms"] / 1e6
+                    timed.append((row["ms"], tiles))
+                except Exception as exc:  # a launch shape the compiler rejects is a result too
+                    row["error"] = str(exc)[:200]
+                rows.append(row)
+            if timed:
+                ms, tiles = min(timed, key=lambda t: t[0])
+                best[quant_tiles.table_key(kind, m, n, k)] = tiles
+                default_ms = next((r["ms"] for r in rows[-len(found) :] if r["default"] and "ms" in r), None)
+                print(
+                    f"sweep {model} {name:12s} {kind} M={m:3d}: best {ms * 1e3:6.1f} us "
+                    f"{weight_bytes / ms / 1e6:5.0f} GB/s {tiles}; default "
+                    + (f"{default_ms * 1e3:.1f} us" if default_ms else "-"),
+                    flush=True,
+                )
+        del sets, dequantized
+        torch.cuda.empty_cache()
+    return rows, quant_tiles.table_json(gpu, best), errors
 
 
 def main() -> None:
@@ -182,7 +304,9 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["llama-3.1-8b", "qwen3-0.6b"])
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS)
     parser.add_argument("--m", nargs="+", type=int, default=M_VALUES)
-    parser.add_argument("--sweep", action="store_true", help="also time a few tile shapes at M = 1 and 8 (Llama)")
+    parser.add_argument("--sweep", action="store_true", help="time every launch candidate first; write the table")
+    parser.add_argument("--tiles-output", default=None, help="tile table of the sweep (default: beside --output)")
+    parser.add_argument("--compile-workers", type=int, default=min(12, os.cpu_count() or 1))
     parser.add_argument("--output", default=str(RESULTS / "quant_kernels_h200.json"))
     args = parser.parse_args()
     result = {
@@ -193,6 +317,18 @@ def main() -> None:
         "per_step": {},
     }
     started = time.time()
+    if args.sweep:
+        from model_optimizer.fileio import atomic_write
+        from model_optimizer.kernels import quant_tiles
+
+        rows, table, errors = sweep(args.models, args.compile_workers)
+        result.update(sweep=rows, compile_errors=errors, sweep_s=time.time() - started)
+        tiles_path = Path(args.tiles_output or Path(args.output).with_name("quant_tiles.json"))
+        atomic_write(tiles_path, json.dumps(table, indent=1) + "\n")
+        os.environ[quant_tiles.TABLE_ENV] = str(tiles_path)  # the timings below run the tuned shapes
+        quant_tiles._table_for.cache_clear()
+        write_json(args.output, result)
+        print(f"sweep: {len(table['entries'])} table entries in {tiles_path} after {time.time() - started:.0f} s")
     for model in args.models:
         cfg = json.loads((CONFIGS / model / "config.json").read_text())
         shapes = layer_shapes(model)
@@ -215,9 +351,6 @@ def main() -> None:
         print(f"== {model}: linear ms per decode step (layers x one layer's linears)")
         for row in steps:
             print(f"  {row['method']:13s} M={row['m']:4d} {row['ms_per_step']:8.3f} ms")
-    if args.sweep:
-        result["sweep"] = sweep("llama-3.1-8b")
-        write_json(args.output, result)
     result["elapsed_s"] = time.time() - started
     write_json(args.output, result)
 

@@ -37,6 +37,8 @@ def run_ours(prompts, output_lens, args) -> dict:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         enforce_eager=args.enforce_eager,
+        kv_cache_dtype=args.kv_cache_dtype,
+        **({"quantization": args.quantization} if args.quantization else {}),
     )
     startup = time.perf_counter() - t0
     params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=n, detokenize=False) for n in output_lens]
@@ -146,6 +148,8 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--max-num-batched-tokens", type=int, default=16384)
     parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--quantization", default=None, help="weights quantized at load time: fp8, int8, rtn-int4")
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"])
     parser.add_argument(
         "--repeat", type=int, default=1, help="generate this many times on one engine; the first is reported"
     )
