@@ -89,7 +89,7 @@ def rank(
         tied = r.score >= best * (1 - SCORE_TIE)
         novelty = min((_distance(r.prediction, m) for m in measured), default=0.0)
         departures = sum(getattr(defaults, k, None) != v for k, v in r.params.items())
-        return (not tied, -r.score if not tied else 0.0, -round(novelty, 3), departures)
+        return (not tied, -r.score if not tied else 0.0, -novelty if novelty > 1e-9 else 0.0, departures)
 
     return sorted(found, key=key)
 

@@ -173,8 +173,27 @@ def _fill(result: TrialResult, bench: dict, rss_bytes: int | None) -> None:
     result.slo_checks = s.get("slo_checks", {})
     result.server_metrics = {k: v for k, v in (bench.get("server_metrics") or {}).items() if not isinstance(v, list)}
     gpu = bench.get("gpu") or {}
-    peaks = [g["mem_used_gib"]["max"] for g in gpu.get("gpus", []) if "mem_used_gib" in g]
+    mine = visible_gpu_indices()
+    peaks = [
+        g["mem_used_gib"]["max"]
+        for g in gpu.get("gpus", [])
+        if "mem_used_gib" in g and (mine is None or g.get("index") in mine)
+    ]
     if gpu.get("available") and peaks:
         result.memory_gib, result.memory_source = max(peaks), "nvml"
     elif rss_bytes:
         result.memory_gib, result.memory_source = rss_bytes / GIB, "rss"
+
+
+def visible_gpu_indices() -> set[int] | None:
+    """The GPUs CUDA_VISIBLE_DEVICES gives this tuner (NVML numbers every GPU of the host, so a study
+    sharing the machine with another must count only its own); None when unset or not plain indices."""
+    import os
+
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if not raw:
+        return None
+    try:
+        return {int(part) for part in raw.split(",")}
+    except ValueError:
+        return None
