@@ -51,6 +51,7 @@ class DecodeRunner:
         self, model: nn.Module, batch: InputBatch, max_num_seqs: int, num_kv_heads: int, use_graphs: bool = True
     ) -> None:
         self.model = model
+        self.batch = batch
         self.use_graphs = use_graphs
         self.sizes = bucket_sizes(max_num_seqs)
         batch.pad_sizes = self.sizes  # from now on the input batch pads decode batches to these
@@ -69,6 +70,7 @@ class DecodeRunner:
         pool = None
         for size in reversed(self.sizes):  # largest first, so smaller graphs reuse its memory
             token_ids, positions, meta = self.inputs[size]
+            self.batch.decode_views(size)  # valid padding again: other buckets' views overlap these addresses
             for _ in range(1 if pool is not None else 2):  # compile kernels and settle the allocator outside capture
                 self.model(token_ids, positions, meta)
             torch.cuda.synchronize()

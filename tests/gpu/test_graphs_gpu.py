@@ -47,6 +47,7 @@ def test_replay_gives_the_logits_of_the_eager_forward(llm, num_seqs):
         cache.copy_(torch.randn(cache.shape, generator=torch.Generator().manual_seed(0)).to(cache.dtype))
     size = bucket_for(num_seqs, decode.sizes)
     token_ids, positions, meta = decode.inputs[size]
+    runner.batch.decode_views(size)  # all rows padding (query offsets too), then the real rows below
     lengths = [rng.randrange(1, 200) for _ in range(num_seqs)]
     blocks_per_seq = -(-max(lengths) // bs)
     assert num_seqs * blocks_per_seq < runner.num_kv_blocks
