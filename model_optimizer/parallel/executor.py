@@ -30,7 +30,16 @@ from model_optimizer.config import EngineConfig
 from model_optimizer.engine.request import Logprob
 from model_optimizer.engine.scheduler_output import SchedulerOutput
 from model_optimizer.parallel.state import TensorParallel
-from model_optimizer.parallel.worker import CLOSE, COLLECT, LAUNCH, LAUNCH_PENDING, MULTICAST_OFF, worker_main
+from model_optimizer.parallel.worker import (
+    CLOSE,
+    COLLECT,
+    LAUNCH,
+    LAUNCH_PENDING,
+    MULTICAST_OFF,
+    PROFILE_START,
+    PROFILE_STOP,
+    worker_main,
+)
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +179,18 @@ class TensorParallelExecutor:
             raise RuntimeError(f"step {handle} is not the oldest launched one; steps are collected in launch order")
         self._launched.popleft()
         self._send(COLLECT)
+        return self._reply()
+
+    def start_profile(self) -> None:
+        """Benchmarks: rank 0 starts recording device kernels of the steps collected from now on."""
+        self._check_open()
+        self._send(PROFILE_START)
+
+    def stop_profile(self, trace_path: str | None = None) -> dict:
+        """Stop rank 0's profile; its per-step kernel summary (parallel/step_profile.py), and a Chrome
+        trace written by rank 0 at `trace_path` when given."""
+        self._check_open()
+        self._send(PROFILE_STOP + (trace_path or "").encode())
         return self._reply()
 
     def _send(self, message: bytes) -> None:

@@ -30,6 +30,8 @@ from model_optimizer.config import EngineConfig
 
 LAUNCH, LAUNCH_PENDING, COLLECT, CLOSE = b"L", b"P", b"C", b"X"
 """First byte of each driver message: launch (nothing pending / newest step pending), collect, close."""
+PROFILE_START, PROFILE_STOP = b"S", b"E"
+"""Benchmarks only: rank 0 profiles the device kernels of the steps in between (parallel/step_profile.py)."""
 
 PARENT_POLL_S = 0.5
 
@@ -105,6 +107,7 @@ def _serve(runner: Any, conn: Connection, rank: int) -> None:
     import torch
 
     handles: deque = deque()  # launched, not yet collected, oldest first (as the engine's own)
+    profile, profiled_steps = None, 0
     with torch.inference_mode():
         while True:
             message = conn.recv_bytes()
@@ -114,8 +117,21 @@ def _serve(runner: Any, conn: Connection, rank: int) -> None:
                 handles.append(runner.launch(pickle.loads(message[1:]), pending))
             elif kind == COLLECT:
                 results = runner.collect(handles.popleft())
+                profiled_steps += 1
                 if rank == 0:
                     conn.send(("ok", results))
+            elif kind == PROFILE_START and rank == 0:
+                from model_optimizer.parallel.step_profile import start_profile
+
+                profile, profiled_steps = start_profile(), 0
+            elif kind == PROFILE_STOP and rank == 0:
+                from model_optimizer.parallel.step_profile import stop_profile
+
+                trace = message[1:].decode() or None
+                conn.send(("ok", stop_profile(profile, profiled_steps, trace) if profile else {}))
+                profile = None
+            elif kind in (PROFILE_START, PROFILE_STOP):
+                pass  # rank 0's alone
             elif kind == CLOSE:
                 return
             else:

@@ -76,6 +76,11 @@ def test_tp2_runs_in_order_without_async_scheduling(tiny_model):
         assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
         with pytest.raises(ValueError, match="tensor_parallel_size"):
             llm.embed(["no weights in this process"])
+        steps = llm.engine.num_steps
+        llm.runner.start_profile()  # what benchmarks/tp.py does: rank 0 profiles the steps in between
+        llm.generate([[5] * 10], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True))
+        assert llm.runner.stop_profile()["steps"] == llm.engine.num_steps - steps == 3
+        assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected  # still in step
     finally:
         llm.close()
     assert not alive(pids)
