@@ -23,7 +23,7 @@ BATCH_SIZES = (1, 3, 8, 20, 33, 64, 80)  # buckets 1, 4, 8, 32, 48, 64, 80: padd
 
 @pytest.fixture(scope="module")
 def llm(tiny_model):
-    return LLM(str(tiny_model("qwen3")), dtype="bfloat16", gpu_memory_utilization=0.2, max_num_seqs=MAX_NUM_SEQS)
+    return LLM(str(tiny_model("qwen3")), dtype="bfloat16", num_kv_blocks=2048, max_num_seqs=MAX_NUM_SEQS)
 
 
 def test_capture_covers_every_bucket_and_logs_its_time(llm, record_property):
@@ -43,14 +43,15 @@ def test_replay_gives_the_logits_of_the_eager_forward(llm, num_seqs):
     runner, decode = llm.runner, llm.runner.decode_runner
     bs = runner.config.block_size
     rng = random.Random(num_seqs)
-    for cache in runner.kv_caches:  # a context of random keys and values to attend to
-        cache.copy_(torch.randn(cache.shape, generator=torch.Generator().manual_seed(0)).to(cache.dtype))
     size = bucket_for(num_seqs, decode.sizes)
     token_ids, positions, meta = decode.inputs[size]
     runner.batch.decode_views(size)  # all rows padding (query offsets too), then the real rows below
     lengths = [rng.randrange(1, 200) for _ in range(num_seqs)]
     blocks_per_seq = -(-max(lengths) // bs)
     assert num_seqs * blocks_per_seq < runner.num_kv_blocks
+    torch.manual_seed(num_seqs)
+    for cache in runner.kv_caches:  # a context of random keys and values to attend to
+        cache[:, : num_seqs * blocks_per_seq].normal_()
     table = torch.zeros(size, meta.block_tables.shape[1], dtype=torch.int32)
     slots = [-1] * size
     for i, length in enumerate(lengths):
@@ -66,5 +67,4 @@ def test_replay_gives_the_logits_of_the_eager_forward(llm, num_seqs):
     decode.graphs[size].replay()
     graphed = runner.model.compute_logits(decode.outputs[size][:num_seqs]).float()
     assert torch.isfinite(eager).all()
-    assert torch.equal(graphed.argmax(-1), eager.argmax(-1))
-    torch.testing.assert_close(graphed, eager, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(graphed, eager, atol=2e-2, rtol=2e-2)  # the same kernels: equal but for rounding
