@@ -11,24 +11,33 @@ PROMPTS = [[5, 17, 300, 1023, 2, 64, 900], [1, 1030, 7, 8, 1000]]
 BLOCK_SIZE = 4
 
 
-def prefill_logits(model_dir: str, quantization: str | None = None, prompts: list[list[int]] = PROMPTS):
-    """Logits (tokens, vocab) of a float32 prefill of `prompts` through the reference attention on the
-    CPU, with scratch KV caches sized from the model's local KV head count (as the runner sizes them)."""
+def prefill_logits(
+    model_dir: str,
+    quantization: str | None = None,
+    prompts: list[list[int]] = PROMPTS,
+    device_type: str = "cpu",
+    dtype: str = "float32",
+):
+    """Logits (tokens, vocab) of a prefill of `prompts` (on the CPU through the reference attention;
+    with device_type "cuda" on this rank's GPU), with scratch KV caches sized from the model's local KV
+    head count, as the runner sizes them. Returned on the CPU."""
     import torch
 
     from model_optimizer.layers.attention import AttentionMetadata
     from model_optimizer.models.loader import load_model
+    from model_optimizer.parallel.state import get_tp
 
-    device = torch.device("cpu")
-    model = load_model(model_dir, "float32", device, quantization=quantization)
+    device = torch.device("cuda", get_tp().rank) if device_type == "cuda" else torch.device("cpu")
+    model = load_model(model_dir, dtype, device, quantization=quantization)
     args = model.args
     lengths = [len(p) for p in prompts]
     vocab = args.vocab_size
-    token_ids = torch.tensor([t % vocab for p in prompts for t in p], dtype=torch.int64)
-    positions = torch.cat([torch.arange(n) for n in lengths])
+    token_ids = torch.tensor([t % vocab for p in prompts for t in p], dtype=torch.int64, device=device)
+    positions = torch.cat([torch.arange(n) for n in lengths]).to(device)
     num_blocks = sum(-(-n // BLOCK_SIZE) for n in lengths)
     shape = (2, num_blocks, BLOCK_SIZE, model.local_num_kv_heads, args.head_dim)
-    caches = [torch.zeros(shape) for _ in range(args.num_layers)]
+    dtype = next(model.parameters()).dtype
+    caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(args.num_layers)]
     meta = AttentionMetadata.for_prefill(lengths, BLOCK_SIZE, caches, device)
     with torch.inference_mode():
-        return model.compute_logits(model(token_ids, positions, meta))
+        return model.compute_logits(model(token_ids, positions, meta)).float().cpu()

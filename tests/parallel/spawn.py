@@ -29,14 +29,19 @@ HANG_TIMEOUT_S = 300.0
 """Only a safety net for a deadlocked collective: no test relies on anything finishing within it."""
 
 
-def _rank_main(rank: int, size: int, init_file: str, fn: Callable[..., Any], args: tuple, results: Any) -> None:
+def _rank_main(
+    rank: int, size: int, init_file: str, device_type: str, fn: Callable[..., Any], args: tuple, results: Any
+) -> None:
     import torch
 
     from model_optimizer.parallel.state import destroy_tensor_parallel, init_tensor_parallel
 
     torch.set_num_threads(1)  # the test machine's cores are shared; N ranks each wanting all of them thrash
     try:
-        init_tensor_parallel(rank, size, f"file://{init_file}", torch.device("cpu"))
+        device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        init_tensor_parallel(rank, size, f"file://{init_file}", device)
         try:
             payload = ("ok", fn(*args))
         finally:
@@ -52,16 +57,21 @@ def _rank_main(rank: int, size: int, init_file: str, fn: Callable[..., Any], arg
     results.put((rank, buffer.getvalue()))
 
 
-def run_ranks(fn: Callable[..., Any], size: int, *args: Any, timeout_s: float = HANG_TIMEOUT_S) -> list[Any]:
-    """`fn(*args)` on ranks 0..size-1 of a gloo group (CPU, one process each); results in rank order."""
+def run_ranks(
+    fn: Callable[..., Any], size: int, *args: Any, device: str = "cpu", timeout_s: float = HANG_TIMEOUT_S
+) -> list[Any]:
+    """`fn(*args)` on ranks 0..size-1, one process each: a gloo group on the CPU, or with
+    `device="cuda"` an NCCL group where rank r runs on GPU r (tests/gpu); results in rank order."""
     if size < 1:
         raise ValueError(f"size must be at least 1, got {size}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="tp-") as tmp:
         init_file = str(Path(tmp) / "rendezvous")
         procs = [
-            ctx.Process(target=_rank_main, args=(r, size, init_file, fn, args, results), daemon=True)
+            ctx.Process(target=_rank_main, args=(r, size, init_file, device, fn, args, results), daemon=True)
             for r in range(size)
         ]
         for p in procs:
