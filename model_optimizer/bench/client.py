@@ -55,6 +55,9 @@ class ClientConfig:
     return_token_ids: bool = False
     """Send return_token_ids (vLLM): chunks with ids but no text then count as tokens. Off: OpenAI refuses it."""
 
+    logprobs: int | None = None
+    """Ask for this many top logprobs per token on every request (measures their cost). Empty: none."""
+
     def __post_init__(self) -> None:
         check_choice(self, "endpoint")
         if not self.base_url.startswith(("http://", "https://")):
@@ -252,6 +255,10 @@ def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
         payload["temperature"] = cfg.temperature
     if cfg.return_token_ids:
         payload["return_token_ids"] = True
+    if cfg.logprobs is not None:  # chat asks with a flag plus top_logprobs; completions with the count
+        payload.update(
+            {"logprobs": True, "top_logprobs": cfg.logprobs} if cfg.endpoint == "chat" else {"logprobs": cfg.logprobs}
+        )
     return json.dumps(payload).encode()
 
 

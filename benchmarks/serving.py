@@ -1,0 +1,177 @@
+"""Serving throughput and latency: `mopt serve` in a subprocess, loaded by `mopt bench`.
+
+    PYTHONPATH=. python3 benchmarks/serving.py [--model DIR] [--num-requests 1000] [--prompt-len 512]
+        [--output-len 128] [--sweep-num-rates 0] [--logprobs 5] [--with-and-without-logprobs]
+        [--output FILE] [-- ENGINE FLAGS, e.g. --load-format dummy]
+
+The server is started exactly as a user starts it (`python -m model_optimizer.cli.main serve`, the
+engine flags passed through) and `mopt bench` runs through its own command entry point, so the
+figures are what the two commands give. First a run at request rate inf (every request sent at
+once: the throughput ceiling), then, with --sweep-num-rates N > 0, `mopt bench`'s rate sweep
+(a baseline, a saturation run and N rates between). With --logprobs K every request also asks for
+K top logprobs; --with-and-without-logprobs measures both and reports the throughput ratio
+(the [perf] goal: within 10%).
+
+The JSON holds, per run: output tok/s, request rate, and TTFT / TPOT / ITL percentiles, plus the
+server's start-up time and the machine. A model served without a tokenizer (dummy weights) streams
+token ids (`return_token_ids`), so TTFT and ITL are measured there too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from common import RESULTS, environment, write_json
+
+REPO = Path(__file__).resolve().parents[1]
+KEPT = ("output_throughput", "total_throughput", "request_rate", "num_ok", "num_failed", "duration_s", "output_tokens")
+LATENCIES = ("ttft", "tpot", "itl")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`mopt serve` in a subprocess; its output kept (the last lines go into an error)."""
+
+    def __init__(self, engine_flags: list[str], timeout: float) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "model_optimizer.cli.main", "serve", *engine_flags, "--port", str(self.port)]
+        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self.lines: list[str] = []
+        start = time.perf_counter()
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        threading.Thread(target=self._drain, daemon=True).start()
+        self.ready_s = self._wait_ready(start, timeout)
+
+    def _drain(self) -> None:
+        for line in self.proc.stdout:  # type: ignore[union-attr]
+            self.lines.append(line.rstrip("\n"))
+
+    def _wait_ready(self, start: float, timeout: float) -> float:
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mopt serve exited with {self.proc.returncode}:\n" + "\n".join(self.lines[-30:]))
+            if time.perf_counter() - start > timeout:
+                self.stop()
+                raise RuntimeError(f"/ready not reached in {timeout} s:\n" + "\n".join(self.lines[-30:]))
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/ready", timeout=1.0).status_code == 200:
+                    return round(time.perf_counter() - start, 3)
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def bench(url: str, args: argparse.Namespace, out_dir: Path, extra: list[str]) -> list[dict]:
+    """`mopt bench` through its command entry point; the run JSON files it wrote, in order."""
+    from model_optimizer.cli.main import main as mopt
+
+    argv = ["bench", "--base-url", url, "--prompt-len", str(args.prompt_len), "--output-len", str(args.output_len)]
+    argv += ["--num-requests", str(args.num_requests), "--output-dir", str(out_dir), "--no-progress"]
+    argv += ["--seed", str(args.seed), *extra]
+    before = set(out_dir.glob("run-*.json")) if out_dir.exists() else set()
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        code = mopt(argv)
+    runs = sorted(set(out_dir.glob("run-*.json")) - before)
+    if code not in (0, None) or not runs:
+        raise RuntimeError(f"mopt bench {' '.join(argv)} exited with {code}:\n{printed.getvalue()[-3000:]}")
+    return [json.loads(p.read_text()) for p in runs]
+
+
+def digest(run: dict) -> dict:
+    """What the [perf] issue asks for from one run: throughput and latency percentiles (ms)."""
+    summary = run["summary"]
+    out = {key: summary.get(key) for key in KEPT if key in summary}
+    out["load"] = run.get("load", {}).get("description") or run.get("label")
+    for name in LATENCIES:
+        stats = summary.get(f"{name}_ms")
+        if isinstance(stats, dict):
+            out[f"{name}_ms"] = {k: stats[k] for k in ("mean", "p50", "p90", "p99") if k in stats}
+    return out
+
+
+def measure(url: str, args: argparse.Namespace, out_dir: Path, logprobs: int | None) -> dict:
+    extra = [] if logprobs is None else ["--logprobs", str(logprobs)]
+    result = {"logprobs": logprobs}
+    result["rate_inf"] = [digest(r) for r in bench(url, args, out_dir, ["--request-rate", "inf", *extra])]
+    print(f"rate inf, logprobs={logprobs}: {result['rate_inf'][0].get('output_throughput')} tok/s", file=sys.stderr)
+    if args.sweep_num_rates > 0:
+        sweep = ["--load-mode", "sweep", "--sweep-num-rates", str(args.sweep_num_rates), *extra]
+        result["sweep"] = [digest(r) for r in bench(url, args, out_dir, sweep)]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="model folder (default: the built-in model)")
+    parser.add_argument("--num-requests", type=int, default=1000)
+    parser.add_argument("--prompt-len", type=int, default=512)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--sweep-num-rates", type=int, default=0, help="rates of the sweep after rate inf (0: none)")
+    parser.add_argument("--logprobs", type=int, default=None, help="top logprobs asked on every request")
+    parser.add_argument(
+        "--with-and-without-logprobs", action="store_true", help="measure without, then with --logprobs (default 5)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds the server may take to start")
+    parser.add_argument("--output", default=str(RESULTS / "serving_cpu.json"))
+    parser.add_argument("engine_flags", nargs="*", help="after `--`: engine flags as `mopt serve` takes them")
+    args = parser.parse_args()
+    for name in ("num_requests", "prompt_len", "output_len"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    settings = [None, args.logprobs or 5] if args.with_and_without_logprobs else [args.logprobs]
+    engine_flags = ([] if args.model is None else ["--model", args.model]) + args.engine_flags
+    server = Server(engine_flags, args.timeout)
+    try:
+        with tempfile.TemporaryDirectory(prefix="mopt-serving-") as tmp:
+            runs = [measure(server.url, args, Path(tmp) / f"lp{k}", k) for k in settings]
+    finally:
+        server.stop()
+    payload = {
+        "benchmark": "serving",
+        "what": "mopt serve (subprocess) + mopt bench: rate inf then an optional rate sweep; latencies in ms",
+        "model": args.model or "(built-in)",
+        "engine_flags": args.engine_flags,
+        "workload": {"num_requests": args.num_requests, "prompt_len": args.prompt_len, "output_len": args.output_len},
+        "server_ready_s": server.ready_s,
+        "environment": environment(),
+        "runs": runs,
+    }
+    if len(runs) == 2:
+        without, with_lp = (r["rate_inf"][0].get("output_throughput") for r in runs)
+        payload["logprobs_throughput_ratio"] = round(with_lp / without, 3) if without and with_lp else None
+    path = write_json(args.output, payload)
+    for run in runs:
+        print(f"logprobs={run['logprobs']}: {json.dumps(run['rate_inf'][0])}")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
