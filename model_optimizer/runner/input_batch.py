@@ -125,7 +125,9 @@ class InputBatch:
         self._new_block_index: list[int] = []
         self._new_block_ids: list[int] = []
         """Blocks added since the last step, as flat indices into the block table, for its device copy."""
-        self._on_cuda = device.type == "cuda"
+        self._pinned = device.type == "cuda"
+        self._staged = device.type != "cpu"
+        """Whether each step is filled in host memory and copied over (on the CPU it is written in place)."""
         self._mirrored = device.type != "cpu"
         """Whether device_block_table is a copy to keep current (on the CPU it is the host table's memory)."""
         if self._mirrored:
@@ -140,7 +142,7 @@ class InputBatch:
         )[-1]
         self.buffer = torch.zeros(capacity, dtype=torch.uint8, device=device)
         """The step buffer: each step's arrays, at offsets fixed by its padded shape (`_offsets`)."""
-        self._host = self.buffer.numpy() if not self._on_cuda else None
+        self._host = self.buffer.numpy() if not self._staged else None
         self._views: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
 
     def update(self, out: SchedulerOutput) -> None:
@@ -265,8 +267,8 @@ class InputBatch:
         ]
         offsets = _offsets(sizes)
         end = offsets[-1]
-        if self._on_cuda:
-            staging = torch.empty(end, dtype=torch.uint8, pin_memory=True)
+        if self._staged:
+            staging = torch.empty(end, dtype=torch.uint8, pin_memory=self._pinned)
             host = staging.numpy()
         else:
             host = self._host[:end]
@@ -290,8 +292,8 @@ class InputBatch:
         h64[o[8] : o[8] + num_pending] = pending_src
         h64[o[9] : o[9] + len(new_index)] = new_index
         h32[o[10] : o[10] + len(new_ids)] = new_ids
-        if self._on_cuda:
-            self.buffer[:end].copy_(staging, non_blocking=True)  # the pinned block stays alive until it has run
+        if self._staged:
+            self.buffer[:end].copy_(staging, non_blocking=self._pinned)  # the pinned block stays alive until it has run
         tok, pos, slot, seq_lens, qsl, row_ids, tables = self.views(tokens_padded, padded)
         buf = self.buffer
         sample_dev, dst, src, index = (

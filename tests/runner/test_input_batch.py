@@ -106,9 +106,10 @@ def test_decode_batch_is_padded_onto_the_views_its_graph_reads():
 
 def test_device_copy_of_the_block_table_follows_added_blocks_and_reused_rows():
     batch = InputBatch(max_num_seqs=2, max_model_len=64, block_size=4, device=torch.device("cpu"))
-    # what runs on the GPU: a separate device table, kept current by the blocks each step adds
+    # what runs on the GPU: each step filled in a staging buffer and copied over, and a separate device
+    # table kept current by the blocks each step adds (which travel in that copy)
     batch.device_block_table = torch.zeros_like(batch.device_block_table)
-    batch._mirrored = True
+    batch._mirrored = batch._staged = True
     first = step([new("a", [1, 2, 3, 4, 5], [9, 4]), new("b", [6], [7])], [], {"a": 5, "b": 1}, {"a", "b"})
     batch.update(first)
     inputs = batch.prepare(first, {})
@@ -125,4 +126,7 @@ def test_device_copy_of_the_block_table_follows_added_blocks_and_reused_rows():
     batch.update(second)  # "c" takes the row "a" left, "b" gains a block
     inputs = batch.prepare(second, {})
     assert inputs.attn.block_tables[:, :3].tolist() == [[7, 3, 0], [11, 4, 0]]
+    assert inputs.token_ids.tolist() == [1, 8, 8] and inputs.positions.tolist() == [1, 0, 1]
+    assert inputs.attn.slot_mapping.tolist() == [29, 44, 45] and inputs.attn.seq_lens.tolist() == [2, 2]
+    assert inputs.sample_rows.tolist() == [0, 2]
     assert batch.device_block_table.tolist() == torch.from_numpy(batch.block_table).tolist()
