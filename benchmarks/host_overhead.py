@@ -7,6 +7,11 @@ Python work of every step (with asynchronous scheduling it overlaps the GPU's wo
 lengths (prompts 100-400 tokens, outputs 100-1000) on the built-in model's config.
 `cpu_ms_per_step` counts this process's CPU time only: on a machine shared with other work it moves
 far less from run to run than the wall-clock `ms_per_step`, so compare that one between versions.
+
+`decode_inputs_us` times the runner's input building alone (InputBatch.update + prepare, best of 5
+rounds of 200 steps, CPU time) for steady decode batches of 1, 32 and 256 requests, the part of a
+small-batch decode step that the [arch] refactor moved. `--device cuda` times it on a GPU, where it
+includes the staging copy and the block-table gather (the whole engine run stays on the CPU).
 """
 
 from __future__ import annotations
@@ -16,6 +21,50 @@ import random
 import time
 
 from common import RESULTS, environment, write_json
+
+
+def decode_inputs_us(device_name: str, batch_sizes: tuple[int, ...] = (1, 32, 256)) -> dict[str, float]:
+    """Microseconds of CPU time per steady decode step spent in InputBatch.update + prepare."""
+    import torch
+
+    from model_optimizer.engine.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
+    from model_optimizer.runner.input_batch import InputBatch
+    from model_optimizer.sampling_params import SamplingParams
+
+    params, prompt_len, block_size = SamplingParams(max_tokens=4096), 200, 16
+    result = {}
+    for n in batch_sizes:
+        batch = InputBatch(256, 4096, block_size, torch.device(device_name), max_num_batched_tokens=n * prompt_len)
+        ids = [f"r{i}" for i in range(n)]
+        blocks = -(-(prompt_len + 1100) // block_size)  # room for every token decoded below
+        new = [
+            NewRequestData(r, list(range(3, 3 + prompt_len)), [], params, list(range(i * blocks, (i + 1) * blocks)), 0)
+            for i, r in enumerate(ids)
+        ]
+        first = SchedulerOutput(
+            new_requests=new, num_scheduled_tokens=dict.fromkeys(ids, prompt_len), sampling_request_ids=set(ids)
+        )
+        batch.update(first)
+        batch.prepare(first, {})
+        computed, rounds = prompt_len, []
+        for _ in range(5):
+            start = time.process_time()
+            for _ in range(200):
+                for state in batch.requests.values():
+                    state.output_token_ids.append(7)
+                out = SchedulerOutput(
+                    cached_requests=[CachedRequestData(r, [], computed) for r in ids],
+                    num_scheduled_tokens=dict.fromkeys(ids, 1),
+                    sampling_request_ids=set(ids),
+                )
+                batch.update(out)
+                batch.prepare(out, {})
+                computed += 1
+            rounds.append((time.process_time() - start) / 200 * 1e6)
+        if device_name == "cuda":
+            torch.cuda.synchronize()
+        result[str(n)] = round(min(rounds), 2)
+    return result
 
 
 def main() -> None:
@@ -28,6 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--num-requests", type=int, default=256)
     parser.add_argument("--output", default=str(RESULTS / "host_overhead_cpu.json"))
+    parser.add_argument("--device", default="cpu", help="where decode_inputs_us builds its inputs (cpu or cuda)")
     args = parser.parse_args()
     llm = LLM(kv_cache_memory=1 << 28, max_num_seqs=args.num_requests, max_model_len=2048, device="cpu")
     rng = random.Random(0)
@@ -59,11 +109,13 @@ def main() -> None:
         "ms_per_step": seconds / steps * 1e3,
         "cpu_seconds": cpu_seconds,
         "cpu_ms_per_step": cpu_seconds / steps * 1e3,
+        "decode_inputs_device": args.device,
+        "decode_inputs_us": decode_inputs_us(args.device),
     }
     write_json(args.output, result)
     print(
         f"{result['ms_per_step']:.3f} ms of host work per step ({result['cpu_ms_per_step']:.3f} ms of CPU time) "
-        f"over {steps} steps"
+        f"over {steps} steps; decode inputs (us per step by batch size): {result['decode_inputs_us']}"
     )
 
 
