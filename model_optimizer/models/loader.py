@@ -21,7 +21,7 @@ from model_optimizer.layers.linear import default_weight_loader
 from model_optimizer.models.lazy_tensor import LazyTensor
 from model_optimizer.models.model_config import DecoderArgs, read_config
 from model_optimizer.models.registry import resolve_model_class
-from model_optimizer.parallel.state import get_tp
+from model_optimizer.parallel.state import TensorParallel, get_tp
 
 SKIPPED_SUFFIXES = ("rotary_emb.inv_freq",)
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -47,7 +47,7 @@ def load_model(
     args = DecoderArgs.from_dict(read_config(model_dir), source=str(Path(model_dir) / "config.json"))
     model_cls = resolve_model_class(args.architecture)
     spec = spec_for_folder(model_dir, quantization)
-    check_tensor_parallel_quantization(spec, load_format)
+    refuse_pre_quantized(spec, load_format, get_tp().size)
     model = build_model(lambda: model_cls(args), resolve_dtype(dtype, args, device), device)
     attach_quantization(model, spec, resolve_dtype(dtype, args, device), dummy=load_format == "dummy")
     if load_format == "dummy":
@@ -58,16 +58,35 @@ def load_model(
     return model.eval()
 
 
-def check_tensor_parallel_quantization(spec: object | None, load_format: str) -> None:
+def check_tensor_parallel(
+    model_dir: str | Path, size: int, quantization: str | None = None, load_format: str = "auto"
+) -> None:
+    """ValueError when the checkpoint cannot be split over `size` ranks, from config.json alone: for the
+    driver, before any worker process starts (each rank's model checks the same again as it builds)."""
+    from model_optimizer.quant.attach import spec_for_folder
+
+    if size < 1:
+        raise ValueError(f"tensor_parallel_size must be at least 1, got {size}")
+    if size == 1:
+        return
+    args = DecoderArgs.from_dict(read_config(model_dir), source=str(Path(model_dir) / "config.json"))
+    resolve_model_class(args.architecture)
+    tp = TensorParallel(0, size)
+    tp.shard(args.num_heads, "num_attention_heads")
+    tp.kv_heads(args.num_kv_heads)
+    tp.shard(args.intermediate_size, "intermediate_size")
+    refuse_pre_quantized(spec_for_folder(model_dir, quantization), load_format, size)
+
+
+def refuse_pre_quantized(spec: object | None, load_format: str, size: int) -> None:
     """Pre-quantized checkpoints (AutoAWQ, compressed-tensors, block FP8) are staged whole and
     converted per layer (quant/sources.py), which knows nothing of shards: refuse them under tensor
     parallelism rather than load a wrong model. Quantizing a float checkpoint on the fly works, as
     each rank rounds its own shard."""
-    tp = get_tp()
     source = getattr(spec, "source", "dense")
-    if tp.size > 1 and source != "dense" and load_format != "dummy":
+    if size > 1 and source != "dense" and load_format != "dummy":
         raise ValueError(
-            f"tensor_parallel_size {tp.size} does not support pre-quantized checkpoints ({source} layout) yet; "
+            f"tensor_parallel_size {size} does not support pre-quantized checkpoints ({source} layout) yet; "
             "use tensor_parallel_size 1, or a float checkpoint with --quantization fp8, int8 or rtn-int4"
         )
 

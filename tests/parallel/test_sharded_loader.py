@@ -126,3 +126,33 @@ def test_a_model_that_does_not_split_is_refused(tiny_model, monkeypatch, size, o
     monkeypatch.setattr(state, "_current", TensorParallel(0, size))
     with pytest.raises(ValueError, match=re.escape(message)):
         LlamaForCausalLM(DecoderArgs.from_dict(config, source="config.json"))
+
+
+@pytest.mark.parametrize(
+    ("size", "overrides", "message"),
+    [
+        (0, {}, "tensor_parallel_size must be at least 1, got 0"),
+        (3, {}, "num_attention_heads of 4 does not divide by tensor_parallel_size 3"),
+        (4, {"num_attention_heads": 8, "num_key_value_heads": 3, "head_dim": 16}, "neither a divisor nor a multiple"),
+        (2, {"intermediate_size": 129}, "intermediate_size of 129 does not divide by tensor_parallel_size 2"),
+        (2, {"architectures": ["BertModel"]}, "not supported for generation"),
+    ],
+)
+def test_the_driver_learns_from_config_json_that_a_model_does_not_split(tiny_model, tmp_path, size, overrides, message):
+    """check_tensor_parallel runs in a process that never joins a group: before any worker starts."""
+    import json
+    import re
+
+    from model_optimizer.models.loader import check_tensor_parallel
+
+    config = {**json.loads((tiny_model("mistral") / "config.json").read_text()), **overrides}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_tensor_parallel(tmp_path, size)
+
+
+def test_the_driver_check_passes_what_splits(tiny_model):
+    from model_optimizer.models.loader import check_tensor_parallel
+
+    for name, size in [("mistral", 2), ("llama3", 4), ("qwen2", 4), ("qwen3", 1)]:
+        check_tensor_parallel(tiny_model(name), size)  # no error

@@ -67,6 +67,11 @@ def test_a_pre_quantized_checkpoint_is_refused_under_tensor_parallelism(tiny_mod
     config = json.loads((folder / "config.json").read_text())
     config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 32, "version": "gemm"}
     (folder / "config.json").write_text(json.dumps(config))
+    from model_optimizer.models.loader import check_tensor_parallel
+
+    refused = "tensor_parallel_size 2 does not support pre-quantized checkpoints"
+    with pytest.raises(ValueError, match=refused):
+        check_tensor_parallel(folder, 2)  # in the driver
     monkeypatch.setattr(state, "_current", TensorParallel(0, 2))
-    with pytest.raises(ValueError, match="tensor_parallel_size 2 does not support pre-quantized checkpoints"):
-        load_model(folder, "float32", torch.device("cpu"))
+    with pytest.raises(ValueError, match=refused):
+        load_model(folder, "float32", torch.device("cpu"))  # in a worker
