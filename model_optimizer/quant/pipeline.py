@@ -68,6 +68,7 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
 
     progress = progress or Progress()
     check_output(opts.output)
+    check_not_embedding_model(opts.model, opts.method)
     started = time.time()
     tokenizer = load_tokenizer(opts.model)
     eval_windows = token_windows(
@@ -101,6 +102,21 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
 def check_output(output: Path) -> None:
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise ValueError(f"output {output} already exists and is not an empty folder; pick a new path")
+
+
+def check_not_embedding_model(model: Path, method: str) -> None:
+    """Embedding checkpoints (encoders, decoders saved without an LM head) have no writer and no
+    perplexity: say so before any work, and point at the cosine gate that does apply to them."""
+    from model_optimizer.models.model_config import read_config
+    from model_optimizer.models.registry import DECODER_BASE_NAMES, is_encoder
+
+    config = read_config(model)
+    if is_encoder(config) or config["architectures"][0] in DECODER_BASE_NAMES:
+        raise ValueError(
+            f"{model} is an embedding model ({config['architectures'][0]}): mopt quantize writes decoder LMs "
+            "only; measure what a method costs its embeddings with "
+            f"model_optimizer.quant.embed_accuracy.evaluate_embedding_model({str(model)!r}, {method!r}, texts)"
+        )
 
 
 def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progress: Progress) -> torch.nn.Module:
