@@ -156,3 +156,23 @@ def test_the_driver_check_passes_what_splits(tiny_model):
 
     for name, size in [("mistral", 2), ("llama3", 4), ("qwen2", 4), ("qwen3", 1)]:
         check_tensor_parallel(tiny_model(name), size)  # no error
+
+
+def _dummy_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
+    import torch
+
+    from model_optimizer.models.loader import load_model
+
+    model = load_model(model_dir, "float32", torch.device("cpu"), load_format="dummy")
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    return {name: tuple(p.shape) for name, p in model.named_parameters()}
+
+
+def test_dummy_weights_fill_each_rank_shard(tiny_model):
+    """No checkpoint read: each rank draws its own shard, in the sharded shapes."""
+    model_dir = str(tiny_model("llama3"))  # 4 heads of 16, one KV head (replicated), vocabulary 1032
+    for shapes in run_ranks(_dummy_shapes, 2, model_dir):
+        assert shapes["model.layers.0.self_attn.qkv_proj.weight"] == ((2 + 1 + 1) * 16, 64)
+        assert shapes["model.layers.0.self_attn.o_proj.weight"] == (64, 32)
+        assert shapes["model.layers.0.mlp.down_proj.weight"] == (64, 64)
+        assert shapes["lm_head.weight"] == (516, 64)
