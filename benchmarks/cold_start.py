@@ -1,7 +1,7 @@
 """Cold and warm start-up times, each start a separate process: `mopt serve` to /ready and `LLM(...)`.
 
     PYTHONPATH=. python3 benchmarks/cold_start.py [--model DIR] [--runs N] [--cache-dir DIR]
-        [--output FILE] [--no-llm] [--no-tokenizer] [-- ENGINE FLAGS, e.g. --load-format dummy --enforce-eager]
+        [--output FILE] [--no-llm] [--no-tokenizer] [--warm-only] [-- ENGINE FLAGS, e.g. --load-format dummy --enforce-eager]
 
 What a user waits for is process start to a server that answers, so this script times exactly that
 from outside: it starts `python -m model_optimizer.cli.main serve ...` and polls /ready; and, for the
@@ -197,10 +197,12 @@ def summarize(runs: list[dict]) -> dict:
     }
 
 
-def measure(kind: str, start, engine_flags: list[str], cache_root: Path, runs: int, timeout: float) -> dict:
+def measure(
+    kind: str, start, engine_flags: list[str], cache_root: Path, runs: int, timeout: float, warm_only: bool = False
+) -> dict:
     result: dict = {}
     cold = []
-    for i in range(runs):
+    for i in range(0 if warm_only else runs):
         folder = cache_root / f"{kind}-cold-{i}"
         shutil.rmtree(folder, ignore_errors=True)  # cold: an empty cache folder
         cold.append(start(engine_flags, cache_env(folder), timeout))
@@ -213,7 +215,8 @@ def measure(kind: str, start, engine_flags: list[str], cache_root: Path, runs: i
         warm.append(start(engine_flags, cache_env(warm_folder), timeout))
         print(f"{kind} warm {i}: {warm[-1]['ready_s']:.2f} s", file=sys.stderr)
     for name, values in (("cold", cold), ("warm", warm)):
-        result[name] = {"runs": values, **summarize(values)}
+        if values:
+            result[name] = {"runs": values, **summarize(values)}
     return result
 
 
@@ -225,6 +228,7 @@ def main() -> None:
     parser.add_argument("--output", default=str(RESULTS / "cold_start_cpu.json"))
     parser.add_argument("--no-llm", action="store_true", help="time `mopt serve` only")
     parser.add_argument("--no-serve", action="store_true", help="time `LLM(...)` only")
+    parser.add_argument("--warm-only", action="store_true", help="skip the cold starts (one filling start, then warm)")
     parser.add_argument("--no-tokenizer", action="store_true", help="skip the tokenizer import+load timing")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one start may take")
     parser.add_argument("engine_flags", nargs="*", help="after `--`: engine flags as `mopt serve` takes them")
@@ -240,9 +244,13 @@ def main() -> None:
         if not args.no_tokenizer and (model_dir / "tokenizer.json").is_file():
             results["tokenizer"] = tokenizer_load(model_dir, args.runs, args.timeout)
         if not args.no_serve:
-            results["serve"] = measure("serve", start_server, engine_flags, cache_root, args.runs, args.timeout)
+            results["serve"] = measure(
+                "serve", start_server, engine_flags, cache_root, args.runs, args.timeout, args.warm_only
+            )
         if not args.no_llm:
-            results["llm"] = measure("llm", start_llm, engine_flags, cache_root, args.runs, args.timeout)
+            results["llm"] = measure(
+                "llm", start_llm, engine_flags, cache_root, args.runs, args.timeout, args.warm_only
+            )
     finally:
         if own_temp:
             shutil.rmtree(cache_root, ignore_errors=True)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# [perf] figures on one H200, each part under its own time limit, continuing when one fails (~6 min):
+#   1. cold start, Qwen3-0.6B dummy bf16: `mopt serve` to /ready, one cold and one warm start, plus
+#      tokenizer import+load both ways (benchmarks/cold_start.py)                          <= 150 s
+#   2. serving, Qwen3-0.6B dummy: 1000 requests 512/128 at rate inf, without and with logprobs=5
+#      (benchmarks/serving.py)                                                              <= 150 s
+#   3. tests/gpu/test_perf_gpu.py (logprobs without a sync, compile caches, eager without inductor)
+#                                                                                           <= 90 s
+#   4. cold start, Llama-3.1-8B dummy bf16, warm only (when time is left)                  <= 100 s
+# Results: $OUT/cold_start_h200.json, serving_h200.json, cold_start_llama8b_h200.json, logs, and
+# summary.txt. From the repository root on the GPU machine, with wheels of fastapi/uvicorn/pydantic
+# in .whl/ when the machine lacks them (see scripts/device/regression.sh):
+#   bash scripts/device/perf_h200.sh
+set -uo pipefail
+: "${OUT:?set OUT to the folder that receives the results}"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1
+export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+QWEN=(--model benchmarks/configs/qwen3-0.6b --load-format dummy --dtype bfloat16)
+LLAMA=(--model benchmarks/configs/llama-3.1-8b --load-format dummy --dtype bfloat16)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
+
+part() {  # part NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log, never stop the script
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "[$SECONDS s] $name: exit $rc" | tee -a "$OUT/summary.txt"
+  tail -4 "$OUT/$name.log" >> "$OUT/summary.txt"
+}
+
+cd benchmarks || exit 2
+part cold_start_qwen 150 python3 cold_start.py --runs 1 --no-llm --output "$OUT/cold_start_h200.json" -- "${QWEN[@]}"
+part serving_qwen 150 python3 serving.py --num-requests 1000 --prompt-len 512 --output-len 128 \
+  --with-and-without-logprobs --logprobs 5 --output "$OUT/serving_h200.json" -- "${QWEN[@]}"
+cd .. || exit 2
+part gpu_tests 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_perf_gpu.py tests/gpu/test_startup_log_gpu.py
+if [ "$SECONDS" -lt 250 ]; then
+  cd benchmarks || exit 2
+  part cold_start_llama8b 100 python3 cold_start.py --runs 1 --no-llm --warm-only --no-tokenizer \
+    --output "$OUT/cold_start_llama8b_h200.json" -- "${LLAMA[@]}"
+  cd .. || exit 2
+else
+  echo "[$SECONDS s] cold_start_llama8b: skipped (time)" | tee -a "$OUT/summary.txt"
+fi
+cat "$OUT/summary.txt"

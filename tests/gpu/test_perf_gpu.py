@@ -1,0 +1,77 @@
+"""[perf] checks that need CUDA: logprobs copied with the ids (no sync to read them), compile caches
+filled in our folder, enforce_eager without torch._inductor, serving without transformers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import torch
+
+from model_optimizer import compile_cache
+from model_optimizer.layers.sampler import Sampler, SamplingInput
+from model_optimizer.runner.step_handle import StepHandle
+from model_optimizer.sampling_params import SamplingParams
+from tests.server.test_process import REPO
+
+
+def test_logprobs_arrive_with_the_ids_and_match_the_cpu_values():
+    """After the ids' event fired, building the Logprob objects reads only pinned host memory:
+    sync debug mode "error" raises on any synchronizing CUDA call."""
+    torch.manual_seed(0)
+    logits = torch.randn(5, 1000) * 2
+    batch = [SamplingInput(SamplingParams(temperature=0, logprobs=k), [1], []) for k in (0, 1, 5, None, 3)]
+    sampled = Sampler(torch.device("cuda"), fused=True).sample(logits.cuda(), batch)
+    handle = StepHandle.start([], batch, sampled)
+    assert sampled.logprobs.host is not None and all(t.is_pinned() for t in sampled.logprobs.host)
+    token_ids = handle.wait()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        results = Sampler.results(token_ids, sampled.logprobs, batch)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    expected = Sampler(torch.device("cpu"), fused=False)(logits.clone(), batch)
+    for (token, got), (want_token, want) in zip(results, expected):
+        assert token == want_token
+        if want is None:
+            assert got is None
+            continue
+        assert got.rank == want.rank == 1 and abs(got.logprob - want.logprob) < 1e-4
+        assert list(got.top) == list(want.top)
+        assert all(abs(got.top[t] - want.top[t]) < 1e-4 for t in want.top)
+
+
+def _probe(code: str, env: dict[str, str]) -> dict:
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _env(tmp_path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (*compile_cache.CACHE_VARIABLES, "MOPT_NO_COMPILE")}
+    env.update(
+        {compile_cache.CACHE_DIR_ENV: str(tmp_path), "PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", "")}
+    )
+    return env
+
+
+def test_compile_caches_fill_our_folder_and_eager_never_loads_inductor(tiny_model, tmp_path):
+    model = str(tiny_model("qwen3"))
+    code = (
+        "import json, os, sys\nfrom model_optimizer.llm import LLM\n"
+        f"llm = LLM({model!r}, max_model_len=128, gpu_memory_utilization=0.3, enforce_eager=%s)\n"
+        "llm.generate([[1, 2, 3]])\n"
+        "print(json.dumps({'inductor': 'torch._inductor' in sys.modules, 'transformers': 'transformers' in sys.modules,"
+        " 'triton_dir': os.environ['TRITON_CACHE_DIR'], 'inductor_dir': os.environ['TORCHINDUCTOR_CACHE_DIR']}))"
+    )
+    eager = _probe(code % "True", _env(tmp_path / "eager"))
+    assert eager["inductor"] is False and eager["transformers"] is False
+    compiled = _probe(code % "False", _env(tmp_path / "compiled"))
+    assert compiled["inductor_dir"].startswith(str(tmp_path / "compiled"))
+    gpu = re.sub(r"[^A-Za-z0-9._-]+", "-", torch.cuda.get_device_name())
+    assert gpu in compiled["triton_dir"]  # the GPU is in the key
+    for folder in (compiled["triton_dir"], compiled["inductor_dir"]):
+        assert os.path.isdir(folder) and any(os.scandir(folder)), folder
