@@ -146,6 +146,11 @@ class AsyncEngine:
         """Finish every in-flight request with finish_reason 'abort' (used when a drain times out)."""
         self._send(("abort_all", ""))
 
+    def fail(self, exc: BaseException) -> None:
+        """Fail the engine from any thread (a tensor-parallel worker died while no step ran): the loop
+        raises `exc` as a failed step would, so requests, /health and the server's exit follow."""
+        self._send(("fail", exc))  # type: ignore[arg-type]
+
     def _send(self, command: _Add | tuple[str, str]) -> None:
         with self._cv:
             self._inbox.append(command)
@@ -192,6 +197,8 @@ class AsyncEngine:
             elif command[0] == "abort":
                 self.engine.abort(command[1])
                 self._streams.pop(command[1], None)
+            elif command[0] == "fail":
+                raise command[1]
             else:
                 self._abort_everything()
 

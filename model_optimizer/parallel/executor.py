@@ -21,7 +21,9 @@ import os
 import pickle
 import shutil
 import tempfile
+import threading
 from collections import deque
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -180,6 +182,18 @@ class TensorParallelExecutor:
         self._launched.popleft()
         self._send(COLLECT)
         return self._reply()
+
+    def on_worker_death(self, callback: Callable[[BaseException], None]) -> None:
+        """Call `callback` from a watcher thread when a worker dies before close(), also while no step
+        runs: an idle server reports unhealthy at once rather than at its next request."""
+        threading.Thread(target=self._watch, args=(callback,), name="mopt-tp-watch", daemon=True).start()
+
+    def _watch(self, callback: Callable[[BaseException], None]) -> None:
+        ready = wait([p.sentinel for p in self._procs])
+        if self._closed:
+            return
+        rank = self._rank_of(ready[0])
+        callback(WorkerError(f"tensor-parallel worker rank {rank} died (exit code {self._procs[rank].exitcode})"))
 
     def start_profile(self) -> None:
         """Benchmarks: rank 0 starts recording device kernels of the steps collected from now on."""

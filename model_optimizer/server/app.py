@@ -236,6 +236,9 @@ def _embedder_ready(state: ServerState) -> None:
 def _engine_ready(state: ServerState, llm: LLM, loop: asyncio.AbstractEventLoop) -> None:
     state.engine = AsyncEngine(llm.engine, on_fatal=lambda exc: _fatal(state, exc))
     state.engine.start(loop)
+    watch = getattr(llm.runner, "on_worker_death", None)
+    if watch is not None:  # tensor parallel: a worker that dies while the engine idles fails it at once
+        watch(state.engine.fail)
     state.ready = True
     logger.info("serving %s (max_model_len %d)", state.model.name, state.model.max_model_len)
     bound = state.token_bound
