@@ -160,7 +160,7 @@ def tokenizer_load(model_dir: Path, runs: int, timeout: float) -> dict:
         samples = []
         for _ in range(runs):
             out = subprocess.run(
-                [sys.executable, "-c", TOKENIZER_CHILD, str(model_dir)],
+                [sys.executable, "-c", TOKENIZER_CHILD, str(model_dir.resolve())],
                 cwd=REPO,
                 env=env,
                 capture_output=True,
@@ -277,7 +277,7 @@ def main() -> None:
 def _model_dir(model: str | None) -> Path:
     """The folder the engine would load (the built-in model's when none is given), without importing torch."""
     if model is not None:
-        return Path(model).expanduser()
+        return REPO / Path(model).expanduser()  # relative to the repository, where the children run
     from model_optimizer.assets import reference_model_path
 
     return reference_model_path()
