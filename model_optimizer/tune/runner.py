@@ -19,6 +19,7 @@ from model_optimizer.bench.workloads import WorkloadConfig
 from model_optimizer.fileio import read_json
 from model_optimizer.tune import report
 from model_optimizer.tune.commands import template_argv, template_uses
+from model_optimizer.tune.compare import refitted_errors
 from model_optimizer.tune.predictor import Predictor, model_cost
 from model_optimizer.tune.space import SearchSpace
 from model_optimizer.tune.study import (
@@ -149,6 +150,7 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
             "fit": predictor.fit,
             "memory_offset_gib": predictor.memory_offset_gib,
             "num_fitted": predictor.num_fitted,
+            "refitted_error": refitted_errors(predictor, tuner.measured_pairs()),
         }
     report.write_outputs(output_dir, summary, study)
     if summary["best"]:

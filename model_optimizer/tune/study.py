@@ -352,15 +352,18 @@ class Tuner:
                 return workload_figures_from_lengths(self.setup, m)
         return None
 
-    def _refit(self) -> None:
-        if self.predictor is None:
-            return
+    def measured_pairs(self) -> list[tuple[Prediction, dict]]:
+        """(ideal prediction, measured figures) of every trial that measured something."""
         pairs = []
         for t in self.study.get_trials(deepcopy=False):
             m, ideal = t.user_attrs.get("measured") or {}, t.user_attrs.get("ideal")
             if m.get("ok") and ideal:
                 pairs.append((Prediction(**ideal), m))
-        self.predictor.refit(pairs)
+        return pairs
+
+    def _refit(self) -> None:
+        if self.predictor is not None:
+            self.predictor.refit(self.measured_pairs())
 
 
 def workload_figures_from_lengths(setup: TrialSetup, measured: dict) -> Workload:

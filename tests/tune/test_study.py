@@ -94,6 +94,12 @@ def test_three_trial_study_writes_every_output(tiny_model, tmp_path, space_file,
     assert results["best"]["number"] in results["pareto_front"]
     assert results["prediction_error"]["tpot"]["num_trials"] == 3
     assert results["predictor"]["num_fitted"] == 3 and results["predictor"]["hardware"]["is_gpu"] is False
+    # the end-of-study model on its own trials, and each trial from the other two
+    refitted = results["predictor"]["refitted_error"]
+    assert refitted["in_sample"]["num_trials"] == 3 and refitted["leave_one_out"]["tpot_mape_pct"] is not None
+    # the defaults (max_num_seqs 256) lie outside this space: the sampler draws trial 0, then the predictor picks
+    assert [t.get("picked_by") for t in results["trials"]] == [None, "predictor", "predictor"]
+    assert len({json.dumps(t["settings"], sort_keys=True) for t in results["trials"]}) == 3
     best = read_config_file(out / "best.yaml", (EngineConfig, ServerConfig))  # what mopt serve/deploy --config read
     assert best["model"] == str(tiny_model("qwen3")) and best["max_num_seqs"] in (1, 2, 4)
     assert best["num_kv_blocks"] == 32
