@@ -31,7 +31,6 @@ from typing import Any
 from model_optimizer.config import EngineConfig
 from model_optimizer.engine.request import Logprob
 from model_optimizer.engine.scheduler_output import SchedulerOutput
-from model_optimizer.parallel.state import TensorParallel
 from model_optimizer.parallel.worker import (
     CLOSE,
     COLLECT,
@@ -54,21 +53,18 @@ class WorkerError(RuntimeError):
 
 
 def check_tensor_parallel(config: EngineConfig, model_dir: Path) -> None:
-    """ValueError before any process starts: more ranks than GPUs, or heads and widths that do not split."""
+    """ValueError before any process starts: a checkpoint that does not split (models/loader.py says
+    why), or more ranks than visible GPUs."""
     size = config.tensor_parallel_size
     if size == 1:
         return
-    from model_optimizer.models.model_config import DecoderArgs, read_config
+    from model_optimizer.models.loader import check_tensor_parallel as check_checkpoint
 
-    args = DecoderArgs.from_dict(read_config(model_dir), str(model_dir / "config.json"))
-    tp = TensorParallel(0, size)
-    tp.shard(args.num_heads, "num_attention_heads")
-    tp.shard(args.intermediate_size, "intermediate_size")
-    tp.kv_heads(args.num_kv_heads)
+    check_checkpoint(model_dir, size, config.quantization, config.load_format)
     import torch
 
     if config.device != "cpu" and torch.cuda.is_available():
-        visible = torch.cuda.device_count()  # counts devices without creating a CUDA context here
+        visible = torch.cuda.device_count()
         if size > visible:
             raise ValueError(f"tensor_parallel_size {size} needs {size} GPUs; this process sees {visible}")
 

@@ -190,7 +190,7 @@ class ModelRunner:
         """Rank 0's sampled ids on every rank (a broadcast on the device, no host sync); rank 0 alone samples,
         so seeded and greedy sampling are those of one device, and its sampler state is the only one."""
         if sampled is not None:
-            broadcast(sampled.token_ids, src=0)
+            broadcast(sampled.token_ids.contiguous(), src=0)  # the source is only read: a copy is fine
             return sampled
         token_ids = broadcast(torch.empty(num_rows, dtype=torch.int64, device=self.device), src=0)
         return SampledTokens(token_ids, torch.ones(num_rows, dtype=torch.bool, device=self.device))
