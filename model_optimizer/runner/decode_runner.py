@@ -4,13 +4,14 @@ A decode step of a small model is hundreds of tiny kernels; launched from Python
 about 8 us, replayed from a graph under 1 us. The input batch pads a decode batch to its bucket
 itself (padded tokens write to slot -1, which the store skips) and writes it straight into the
 step buffer at the addresses the bucket's graph was captured on (runner/input_batch.py), so a
-step is one copy in and one replay. With `enforce_eager` the same padded views run without
+step is one copy in, one gather of its block-table rows and one replay. With `enforce_eager` the same padded views run without
 graphs, so both modes compute exactly the same thing.
 
 Buckets: 1, 2, 4, 8, then every 16 up to 64, then every 32 (14 graphs for 256 sequences, not 20).
-Padding costs rows, not kernels: up to 64 sequences the step is bound by reading the weights and
-the buckets stay fine-grained; above it the matrix products run in tiles of 64-128 rows, so a
-bucket 32 wide adds little work (rows padded past n only reach an attention context of one slot).
+Padding costs rows, not kernels. Small batches keep fine buckets; above 64 the matrix products
+already run in tiles of 64-128 rows, so a bucket 32 wide should add little work, and padded rows
+only attend to one slot. (Reasoning, not yet a measurement: decode_latency.py at a batch just
+past a bucket, e.g. 65 or 97, against the old buckets would confirm it on the H200.)
 Capture: largest bucket first, so smaller graphs reuse its memory pool. The first capture gets two
 warm-up forwards (they compile the Triton and fused kernels and create the library handles); every
 later bucket one, which still compiles whatever kernel variant its shape needs (split-KV count)
