@@ -19,6 +19,7 @@ bytes then count the quantized tensors (qweight, scales, zeros) as stored.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -171,6 +172,8 @@ def main() -> None:
         "environment": environment(),
         "copy_bandwidth_gbps": bandwidth,
         "config": vars(args),
+        # the quantized kernels' launch-shape table in force (kernels/quant_tiles.py); None: the packaged one
+        "quant_tiles": os.environ.get("MOPT_QUANT_TILES"),
         "rows": [],
     }
     for model in args.models:
