@@ -33,7 +33,7 @@ part() {  # part NAME SECONDS COMMAND...: run with a time limit (SIGTERM, then S
 
 part gpu_tests 100 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_tp_gpu.py
 tail -5 "$OUT/gpu_tests.log" >> "$OUT/summary.txt"
-part allreduce 45 python3 benchmarks/tp.py allreduce --timeout 35 --output "$OUT/allreduce.json"
+part allreduce 50 python3 benchmarks/tp.py allreduce --timeout 30 --output "$OUT/allreduce.json"
 part llama8b_tp1 110 python3 benchmarks/tp.py engine --model llama-3.1-8b --tp 1 --throughput --output "$OUT/llama8b_tp1.json"
 part llama8b_tp2 120 python3 benchmarks/tp.py engine --model llama-3.1-8b --tp 2 --throughput --output "$OUT/llama8b_tp2.json"
 part llama70b_tp2 130 python3 benchmarks/tp.py engine --model llama-3.1-70b --tp 2 --output "$OUT/llama70b_tp2.json"
