@@ -183,6 +183,11 @@ class FastTokenizer:
             return self.backend_tokenizer.token_to_id(tokens)
         return [self.backend_tokenizer.token_to_id(t) for t in tokens]
 
+    def convert_tokens_to_string(self, tokens: list[str]) -> str:
+        """Token strings back to text through the tokenizer's decoder (byte-level, WordPiece ##, ...)."""
+        decoder = self.backend_tokenizer.decoder
+        return decoder.decode(tokens) if decoder is not None else " ".join(tokens)
+
     # -- encode / decode --------------------------------------------------------------------------
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:

@@ -85,6 +85,8 @@ def test_encode_decode_and_token_strings_match_transformers(folder):
             for skip in (True, False):
                 assert fast.decode(ids, skip_special_tokens=skip) == ref.decode(ids, skip_special_tokens=skip)
             assert fast.convert_ids_to_tokens(ids) == ref.convert_ids_to_tokens(ids)
+            tokens = ref.convert_ids_to_tokens(ids)
+            assert fast.convert_tokens_to_string(tokens) == ref.convert_tokens_to_string(tokens)
     assert fast.decode(5) == ref.decode(5)
 
 
