@@ -18,7 +18,8 @@ Decode is bound by weight bytes, so the program is built around streaming them:
   reshaping the unpacked nibbles into K order (a shuffle through shared memory), the program does
   eight dots, nibble plane j against the activations at k = 8 i + j. Each plane becomes a float by
   bit operations (0x4300 | q is the bf16 128 + q, 0x6400 | q the fp16 1024 + q, 0x4B000000 | q the
-  float32 2**23 + q): no int-to-float conversion. A tile is one group (BLOCK_K = 128 divides G), so
+  float32 2**23 + q): no int-to-float conversion (PLANES=False, the other candidate, unpacks into K
+  order and runs one 128-deep dot). A tile is one group (BLOCK_K = 128 divides G), so
   x @ (q - zero) = x @ (offset + q) - rowsum(x) (offset + zero), then times the group's scale.
 - BLOCK_M == 1 is a CUDA-core GEMV for one row (M == 1): multiply-adds into a (BLOCK_N, columns)
   float32 accumulator reduced once at the end, no tensor cores and no layout change of the weights.
@@ -97,20 +98,30 @@ def _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_
 @triton.jit
 def _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m, k_start, k_end, M, K,
               stride_xm, stride_sn, stride_zn, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr):  # fmt: skip
-    """(BLOCK_N, BLOCK_M) int4 partial product: eight nibble-plane dots per 128-column group tile."""
+              BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr, PLANES: tl.constexpr):  # fmt: skip
+    """(BLOCK_N, BLOCK_M) int4 partial product over 128-column group tiles: eight nibble-plane dots
+    (PLANES), or the nibbles unpacked into K order and one 128-deep dot (which of the two the
+    compiler lays out better is measured by the sweep)."""
     WORDS: tl.constexpr = 16
     OFFSET: tl.constexpr = 128.0 if DOT_DTYPE == tl.bfloat16 else (1024.0 if DOT_DTYPE == tl.float16 else 0.0)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for k0 in range(k_start, k_end, 128):
         k0 = tl.multiple_of(k0, 128)
         words = tl.load(w_ptr + rows + (k0 // 8 + tl.arange(0, WORDS))[None, :], mask=n_mask[:, None], other=0)
-        part = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        x_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        for j in tl.static_range(8):
-            x = _x_cols(x_ptr, offs_m, k0 + 8 * tl.arange(0, WORDS) + j, M, K, stride_xm, True)  # (16, BLOCK_M)
-            x_sum += tl.sum(x.to(tl.float32), axis=0)
-            part = _dot(_nibble_plane(words, j, DOT_DTYPE), x.to(DOT_DTYPE), part, DOT_DTYPE)
+        if PLANES:
+            part = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            x_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            for j in tl.static_range(8):
+                x = _x_cols(x_ptr, offs_m, k0 + 8 * tl.arange(0, WORDS) + j, M, K, stride_xm, True)  # (16, BLOCK_M)
+                x_sum += tl.sum(x.to(tl.float32), axis=0)
+                part = _dot(_nibble_plane(words, j, DOT_DTYPE), x.to(DOT_DTYPE), part, DOT_DTYPE)
+        else:
+            shifts = tl.arange(0, 8) * 4
+            q = tl.reshape((words[:, :, None] >> shifts[None, None, :]) & 0xF, (BLOCK_N, 128))  # k = 8 word + j
+            x = _x_cols(x_ptr, offs_m, k0 + tl.arange(0, 128), M, K, stride_xm, True)  # (128, BLOCK_M)
+            x_sum = tl.sum(x.to(tl.float32), axis=0)
+            part = _dot(_nibble_plane(q, 0, DOT_DTYPE), x.to(DOT_DTYPE), tl.zeros((BLOCK_N, BLOCK_M), tl.float32),
+                        DOT_DTYPE)  # fmt: skip
         group = k0 // GROUP
         zero = tl.load(zeros_ptr + offs_n.to(tl.int64) * stride_zn + group, mask=n_mask, other=0).to(tl.float32)
         scale = tl.load(scales_ptr + offs_n.to(tl.int64) * stride_sn + group, mask=n_mask, other=0).to(tl.float32)
@@ -158,7 +169,7 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr,
                          stride_xm, stride_wn, stride_sn, stride_zn, stride_om, k_per_split, num_splits,
                          KIND: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                          DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr):  # fmt: skip
+                         BLOCK_K: tl.constexpr, PLANES: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_m = tl.cdiv(M, BLOCK_M)
@@ -175,7 +186,7 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr,
                         k_start, k_end, K, stride_sn, stride_zn, KIND, GROUP, EVEN_K, BLOCK_N, BLOCK_K)  # fmt: skip
     elif KIND == 2:
         acc = _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m, k_start, k_end, M, K,
-                        stride_xm, stride_sn, stride_zn, GROUP, BLOCK_M, BLOCK_N, DOT_DTYPE)  # fmt: skip
+                        stride_xm, stride_sn, stride_zn, GROUP, BLOCK_M, BLOCK_N, DOT_DTYPE, PLANES)  # fmt: skip
     else:
         acc = _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_xm, KIND, EVEN_K,
                          BLOCK_M, BLOCK_N, BLOCK_K, DOT_DTYPE)  # fmt: skip

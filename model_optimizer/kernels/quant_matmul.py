@@ -140,6 +140,7 @@ def quant_matmul(
         BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k,
+        PLANES=tiles.planes or kind != "int4" or tiles.block_m == 1,  # one compiled variant where unused
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

@@ -11,6 +11,7 @@ autotuning, no host sync).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -38,6 +39,8 @@ class QuantTiles:
     num_warps: int = 4
     num_stages: int = 3
     backend: str = "triton"
+    planes: bool = True
+    """int4 tensor-core tiles: eight nibble-plane dots (True) or nibbles unpacked into K order, one dot."""
 
 
 def row_bucket(m: int) -> int:
@@ -97,6 +100,8 @@ def candidates(kind: str, m: int, n: int, k: int, num_sms: int, fp8_scaled_mm: b
     """Distinct launch shapes worth timing for this call (the sweep's search space)."""
     specs = _CANDIDATES[row_bucket(m)]
     found = [_make(kind, m, n, k, s, num_sms) for s in specs if s[0] != 1 or m == 1]
+    if kind == "int4":  # both ways of feeding nibbles to tl.dot
+        found += [dataclasses.replace(t, planes=False) for t in found if t.block_m != 1]
     if fp8_scaled_mm and kind == "fp8" and m > 16:
         found.append(QuantTiles(0, 0, 0, backend="scaled_mm"))
     return list(dict.fromkeys(found))

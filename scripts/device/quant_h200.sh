@@ -86,7 +86,8 @@ if kernels.exists():
             default = next((r for r in group if r["default"]), None)
             t = best["tiles"]
             shape = "scaled_mm" if t["backend"] == "scaled_mm" else (
-                f"m{t['block_m']} n{t['block_n']} k{t['block_k']} s{t['split_k']} w{t['num_warps']} st{t['num_stages']}")
+                f"m{t['block_m']} n{t['block_n']} k{t['block_k']} s{t['split_k']} w{t['num_warps']} st{t['num_stages']}"
+                + ("" if t.get("planes", True) else " unpacked"))
             print(f"  {key[0]:13s} {key[1]:12s} {key[2]:4s} M={key[3]:<4d} best {best['ms'] * 1e3:7.1f} us "
                   f"{best['weight_gbps']:5.0f} GB/s [{shape}]; default "
                   + (f"{default['ms'] * 1e3:.1f} us" if default else "-"))

@@ -101,6 +101,7 @@ def quant_matmul(kind: str, block_m: int, block_n: int, block_k: int, split_k: i
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
+        PLANES=True,
     )
     if split_k == 1:  # the launcher's JIT specializes an integer argument equal to 1
         constexprs["num_splits"] = 1

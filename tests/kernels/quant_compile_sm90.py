@@ -49,6 +49,7 @@ def compile_tiles(kind: str, tiles, one_split: bool) -> dict:
         BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k,
+        PLANES=tiles.planes or kind != "int4" or tiles.block_m == 1,
     )
     if one_split:
         constexprs["num_splits"] = 1
@@ -76,7 +77,7 @@ def main() -> int:
                     found += candidates(kind, m, n, k, 132)
                 for tiles in found:
                     key = (kind, tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages)
-                    key += (tiles.split_k == 1,)
+                    key += (tiles.split_k == 1, tiles.planes)
                     if key in seen:
                         continue
                     seen.add(key)
