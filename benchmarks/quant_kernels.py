@@ -260,7 +260,7 @@ def sweep(models: list[str], workers: int) -> tuple[list[dict], dict, list[str]]
     for (kind, n, k), group in by_weights.items():
         one = make_weights(kind, n, k, 1)
         weight_bytes = sum(t.numel() * t.element_size() for t in one[0])
-        copies = max(2, min(16, math.ceil((128 << 20) / weight_bytes)))
+        copies = max(2, min(64, math.ceil((128 << 20) / weight_bytes)))  # together beyond L2 (60 MB)
         sets = [(w[0], w[1], w[2] if kind == "int4" else None) for w in one + make_weights(kind, n, k, copies - 1)]
         dequantized = _dequantized(kind, sets[0])
         for model, name, _kind, bucket, _n, _k, found in group:
