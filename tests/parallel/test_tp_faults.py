@@ -15,12 +15,11 @@ import sys
 import textwrap
 
 import httpx
-import psutil
 import pytest
 
 from model_optimizer import LLM, SamplingParams
 from model_optimizer.config import EngineConfig
-from tests.parallel.processes import alive, wait_gone
+from tests.parallel.processes import alive, spawned_children, wait_gone
 from tests.server.test_process import REPO, launch, wait_for
 
 SMALL = dict(dtype="float32", max_model_len=128, num_kv_blocks=16)
@@ -97,17 +96,11 @@ def test_workers_leave_when_their_driver_dies(tiny_model, tmp_path, sig):
         driver.wait()
 
 
-def worker_pids_of(proc: subprocess.Popen) -> list[int]:
-    """The server's tensor-parallel workers: its spawned children (not the multiprocessing resource tracker)."""
-    children = psutil.Process(proc.pid).children()
-    return [c.pid for c in children if "spawn_main" in " ".join(c.cmdline())]
-
-
 def test_serve_tp2_answers_then_a_dead_worker_makes_it_unhealthy_and_exit(tiny_model):
     """The worker dies while the server is idle: no request has to fail before /health says so."""
     proc, url = launch(tiny_model("qwen3"), "--tensor-parallel-size", "2", "--dtype", "float32")
     try:
-        pids = worker_pids_of(proc)
+        pids = spawned_children(proc.pid)  # the server's tensor-parallel workers
         assert len(pids) == 2
         body = {"prompt": "def fibonacci(n):", "max_tokens": 8, "temperature": 0.0, "ignore_eos": True}
         r = httpx.post(url + "/v1/completions", json=body, timeout=60)
