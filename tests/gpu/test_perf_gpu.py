@@ -75,3 +75,28 @@ def test_compile_caches_fill_our_folder_and_eager_never_loads_inductor(tiny_mode
     assert gpu in compiled["triton_dir"]  # the GPU is in the key
     for folder in (compiled["triton_dir"], compiled["inductor_dir"]):
         assert os.path.isdir(folder) and any(os.scandir(folder)), folder
+
+
+def _synchronizing_calls(llm, params: SamplingParams) -> int:
+    """CUDA calls that synchronize implicitly (.item(), .tolist() of a device tensor ...) during a generate."""
+    import warnings
+
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            llm.generate([[1, 2, 3, 4]] * 4, params)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def test_a_request_with_logprobs_adds_no_synchronizing_call(tiny_model):
+    """The same generation with and without logprobs=5 makes the same number of implicit syncs."""
+    from model_optimizer.llm import LLM
+
+    llm = LLM(str(tiny_model("qwen3")), max_model_len=128, gpu_memory_utilization=0.3)
+    plain = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    with_logprobs = plain.clone(logprobs=5)
+    llm.generate([[1, 2, 3, 4]] * 4, with_logprobs)  # warm-up: compiles and captures outside the count
+    assert _synchronizing_calls(llm, with_logprobs) == _synchronizing_calls(llm, plain)
