@@ -67,14 +67,13 @@ def rank(
     slo_ms: dict[str, float],
     tried: list[dict],
     measured: list[Prediction],
+    limit: int | None = None,
 ) -> list[Ranked]:
-    """Untried candidates that fit, best first (see the module docstring); [] when the space cannot be listed."""
+    """Untried candidates that fit, best first (see the module docstring), at most `limit` of them; [] when
+    the space cannot be listed."""
     found = []
     for params in candidates(space) or []:
-        try:
-            settings = space.settings(params)
-        except ValueError:
-            continue  # a combination the engine refuses: the sampler may still draw it and record why
+        settings = {**space.fixed, **params}  # checked by the configs only when it comes up (below): slow
         if settings in tried:
             continue
         pred = predictor.predict(settings, load)
@@ -91,7 +90,22 @@ def rank(
         departures = sum(getattr(defaults, k, None) != v for k, v in r.params.items())
         return (not tied, -r.score if not tied else 0.0, -novelty if novelty > 1e-9 else 0.0, departures)
 
-    return sorted(found, key=key)
+    out = []
+    for r in sorted(found, key=key):
+        if limit is not None and len(out) >= limit:
+            break
+        if _allowed(space, r):
+            out.append(r)
+    return out
+
+
+def _allowed(space: SearchSpace, ranked: Ranked) -> bool:
+    """Whether the engine accepts the combination (each value alone was checked with the space)."""
+    try:
+        ranked.settings = space.settings(ranked.params)
+    except ValueError:
+        return False  # the sampler may still draw it, and the trial records why it is impossible
+    return True
 
 
 def _distance(a: Prediction, b: Prediction) -> float:

@@ -328,7 +328,7 @@ class Tuner:
         measured = [
             self.predictor.predict(t.user_attrs["settings"], load) for t in done if t.user_attrs.get("settings")
         ]
-        ranked = rank(self.space, self.predictor, load, self.slo_ms, tried, measured)
+        ranked = rank(self.space, self.predictor, load, self.slo_ms, tried, measured, limit=1)
         return ranked[0].params if ranked else None
 
     def _measured_twin(self, settings: dict) -> int | None:
