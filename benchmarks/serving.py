@@ -149,11 +149,6 @@ def main() -> None:
     settings = [None, args.logprobs or 5] if args.with_and_without_logprobs else [args.logprobs]
     engine_flags = ([] if args.model is None else ["--model", args.model]) + args.engine_flags
     server = Server(engine_flags, args.timeout)
-    try:
-        with tempfile.TemporaryDirectory(prefix="mopt-serving-") as tmp:
-            runs = [measure(server.url, args, Path(tmp) / f"lp{k}", k) for k in settings]
-    finally:
-        server.stop()
     payload = {
         "benchmark": "serving",
         "what": "mopt serve (subprocess) + mopt bench: rate inf then an optional rate sweep; latencies in ms",
@@ -162,12 +157,20 @@ def main() -> None:
         "workload": {"num_requests": args.num_requests, "prompt_len": args.prompt_len, "output_len": args.output_len},
         "server_ready_s": server.ready_s,
         "environment": environment(),
-        "runs": runs,
+        "runs": [],
     }
+    runs = payload["runs"]
+    try:
+        with tempfile.TemporaryDirectory(prefix="mopt-serving-") as tmp:
+            for k in settings:
+                runs.append(measure(server.url, args, Path(tmp) / f"lp{k}", k))
+                path = write_json(args.output, payload)  # after each setting: a run cut short keeps what it measured
+    finally:
+        server.stop()
     if len(runs) == 2:
         without, with_lp = (r["rate_inf"][0].get("output_throughput") for r in runs)
         payload["logprobs_throughput_ratio"] = round(with_lp / without, 3) if without and with_lp else None
-    path = write_json(args.output, payload)
+        path = write_json(args.output, payload)
     for run in runs:
         print(f"logprobs={run['logprobs']}: {json.dumps(run['rate_inf'][0])}")
     print(f"wrote {path}")

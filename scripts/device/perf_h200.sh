@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # [perf] figures on one H200, each part under its own time limit, continuing when one fails (~6 min):
-#   1. cold start, Qwen3-0.6B dummy bf16: `mopt serve` to /ready, one cold and one warm start, plus
-#      tokenizer import+load both ways (benchmarks/cold_start.py)                          <= 150 s
+#   1. cold start, Qwen3-0.6B dummy bf16: `mopt serve` to /ready, one cold and one warm start
+#      (benchmarks/cold_start.py)                                                           <= 120 s
 #   2. serving, Qwen3-0.6B dummy: 1000 requests 512/128 at rate inf, without and with logprobs=5
-#      (benchmarks/serving.py)                                                              <= 150 s
+#      (benchmarks/serving.py)                                                              <= 120 s
 #   3. tests/gpu/test_perf_gpu.py (logprobs without a sync, compile caches, eager without inductor)
-#                                                                                           <= 90 s
-#   4. cold start, Llama-3.1-8B dummy bf16, warm only (when time is left)                  <= 100 s
+#      and tests/gpu/test_startup_log_gpu.py                                                <= 110 s
+#   4. cold start, Llama-3.1-8B dummy bf16, warm only, in what is left of 360 s (skipped under 60 s)
 # Results: $OUT/cold_start_h200.json, serving_h200.json, cold_start_llama8b_h200.json, logs, and
 # summary.txt. From the repository root on the GPU machine, with wheels of fastapi/uvicorn/pydantic
 # in .whl/ when the machine lacks them (see scripts/device/regression.sh):
@@ -33,14 +33,15 @@ part() {  # part NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
 }
 
 cd benchmarks || exit 2
-part cold_start_qwen 150 python3 cold_start.py --runs 1 --no-llm --output "$OUT/cold_start_h200.json" -- "${QWEN[@]}"
-part serving_qwen 150 python3 serving.py --num-requests 1000 --prompt-len 512 --output-len 128 \
+part cold_start_qwen 120 python3 cold_start.py --runs 1 --no-llm --output "$OUT/cold_start_h200.json" -- "${QWEN[@]}"
+part serving_qwen 120 python3 serving.py --num-requests 1000 --prompt-len 512 --output-len 128 \
   --with-and-without-logprobs --logprobs 5 --output "$OUT/serving_h200.json" -- "${QWEN[@]}"
 cd .. || exit 2
-part gpu_tests 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_perf_gpu.py tests/gpu/test_startup_log_gpu.py
-if [ "$SECONDS" -lt 250 ]; then
+part gpu_tests 110 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_perf_gpu.py tests/gpu/test_startup_log_gpu.py
+LEFT=$((360 - SECONDS))
+if [ "$LEFT" -ge 60 ]; then
   cd benchmarks || exit 2
-  part cold_start_llama8b 100 python3 cold_start.py --runs 1 --no-llm --warm-only --no-tokenizer \
+  part cold_start_llama8b "$LEFT" python3 cold_start.py --runs 1 --no-llm --warm-only --no-tokenizer \
     --output "$OUT/cold_start_llama8b_h200.json" -- "${LLAMA[@]}"
   cd .. || exit 2
 else
