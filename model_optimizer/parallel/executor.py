@@ -22,6 +22,7 @@ import pickle
 import shutil
 import tempfile
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
@@ -39,10 +40,14 @@ from model_optimizer.parallel.worker import (
     MULTICAST_OFF,
     PROFILE_START,
     PROFILE_STOP,
+    WorkerSpec,
     worker_main,
 )
 
 log = logging.getLogger(__name__)
+
+LOGGERS = ("model_optimizer", "model_optimizer.startup")
+"""Loggers whose level the workers take from the driver."""
 
 REAP_TIMEOUT_S = 10.0
 """How long a worker may take to leave after close (or terminate) before it is killed."""
@@ -83,18 +88,24 @@ class TensorParallelExecutor:
         self._tmp = tempfile.mkdtemp(prefix="mopt-tp-")  # the group meets through a file: no TCP port to pick
         init_method = f"file://{Path(self._tmp) / 'rendezvous'}"
         ctx = mp.get_context("spawn")
+        log_levels = tuple((n, logging.getLogger(n).getEffectiveLevel()) for n in LOGGERS)
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
         self._closed = False
+        self._stopping = threading.Event()
+        """Set by close(): the death watcher (on_worker_death) stays silent from then on."""
         self._launched: deque[int] = deque()
         self._next_step = 0
-        atexit.register(self.close)
+        # reaps the workers at close(), when this object is collected, or at interpreter exit; registered
+        # here, after multiprocessing's own exit hook, so it runs first (that hook joins live children)
+        self._reaper = weakref.finalize(self, _reap, self._procs, self._conns, self._tmp)
+        atexit.register(self._reaper)  # calling a finalizer twice is a no-op
         try:
             for rank in range(self.size):
                 mine, theirs = ctx.Pipe()
                 proc = ctx.Process(
                     target=worker_main,
-                    args=(rank, config, model_dir, init_method, theirs, os.getpid()),
+                    args=(WorkerSpec(rank, config, model_dir, init_method, os.getpid(), log_levels), theirs),
                     name=f"mopt-tp-rank{rank}",
                 )
                 proc.start()
@@ -182,14 +193,8 @@ class TensorParallelExecutor:
     def on_worker_death(self, callback: Callable[[BaseException], None]) -> None:
         """Call `callback` from a watcher thread when a worker dies before close(), also while no step
         runs: an idle server reports unhealthy at once rather than at its next request."""
-        threading.Thread(target=self._watch, args=(callback,), name="mopt-tp-watch", daemon=True).start()
-
-    def _watch(self, callback: Callable[[BaseException], None]) -> None:
-        ready = wait([p.sentinel for p in self._procs])
-        if self._closed:
-            return
-        rank = self._rank_of(ready[0])
-        callback(WorkerError(f"tensor-parallel worker rank {rank} died (exit code {self._procs[rank].exitcode})"))
+        args = (self._procs, self._stopping, callback)  # not self: the thread must not keep it alive
+        threading.Thread(target=_watch, args=args, name="mopt-tp-watch", daemon=True).start()
 
     def start_profile(self) -> None:
         """Benchmarks: rank 0 starts recording device kernels of the steps collected from now on."""
@@ -235,31 +240,45 @@ class TensorParallelExecutor:
     # ----------------------------------------------------------------- shutdown
     def close(self, graceful: bool = True) -> None:
         """Stop every worker and remove the rendezvous folder: a close message first when `graceful`
-        (each leaves the group cleanly), then SIGTERM, then SIGKILL for one that does not leave."""
+        (each leaves the group cleanly), else SIGTERM at once (a dead peer may hold the others in a
+        collective forever); SIGKILL for one that does not leave in time."""
         if self._closed:
             return
         self._closed = True
-        atexit.unregister(self.close)
-        for conn in self._conns if graceful else []:
-            try:
-                conn.send_bytes(CLOSE)
-            except OSError:
-                pass
-        for proc in self._procs:
-            proc.join(REAP_TIMEOUT_S if graceful else 0)
-            if proc.is_alive():  # stuck in a collective with a dead peer, say
+        self._stopping.set()
+        if not graceful:
+            for proc in self._procs:
                 proc.terminate()
-                proc.join(REAP_TIMEOUT_S)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        for conn in self._conns:
-            conn.close()
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._reaper()
 
-    def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
-            self.close()
+
+def _reap(procs: list[Any], conns: list[Connection], tmp: str) -> None:
+    for conn in conns:
+        try:
+            conn.send_bytes(CLOSE)
+        except OSError:
+            pass  # that worker is gone already
+    for proc in procs:
+        proc.join(REAP_TIMEOUT_S)
+        if proc.is_alive():  # stuck in a collective with a dead peer, say
+            proc.terminate()
+            proc.join(REAP_TIMEOUT_S)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    for conn in conns:
+        conn.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _watch(procs: list[Any], stopping: threading.Event, callback: Callable[[BaseException], None]) -> None:
+    """Wait for any worker to exit; unless close() began, report it through `callback`."""
+    ready = wait([p.sentinel for p in procs])
+    if stopping.is_set():
+        return
+    rank = next(r for r, p in enumerate(procs) if p.sentinel in ready)
+    procs[rank].join(1.0)
+    callback(WorkerError(f"tensor-parallel worker rank {rank} died (exit code {procs[rank].exitcode})"))
 
 
 def _startup_error(rank: int, name: str, message: str, text: str) -> BaseException:

@@ -14,6 +14,7 @@ once its parent is gone, so a `kill -9` of the driver leaves no GPU memory held.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import signal
@@ -22,6 +23,7 @@ import threading
 import time
 import traceback
 from collections import deque
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,33 @@ PARENT_POLL_S = 0.5
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 """NVLink multicast stays off: the lent GPU machines do not support it (set unless the user chose)."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs to start (pickled into the spawned process)."""
+
+    rank: int
+    config: EngineConfig
+    model_dir: Path
+    init_method: str
+    """Where the ranks meet (a file:// URL in a folder the driver owns)."""
+    parent_pid: int
+    """The driver's pid: the worker exits once its parent is another process."""
+    log_levels: tuple[tuple[str, int], ...] = ()
+    """(logger name, level) as the driver has them (model_optimizer, its start-up phases); ranks other
+    than 0 log warnings and worse only, so each start-up line appears once."""
+
+
+def _configure_logging(rank: int, levels: tuple[tuple[str, int], ...]) -> None:
+    """Spawned processes start without the driver's logging set-up: lines to stderr, tagged with the rank."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s tp-rank{rank} %(name)s: %(message)s"))
+    top = logging.getLogger("model_optimizer")
+    top.addHandler(handler)
+    top.propagate = False
+    for name, level in levels:
+        logging.getLogger(name).setLevel(level if rank == 0 else max(level, logging.WARNING))
 
 
 def _exit_when_orphaned(parent_pid: int) -> None:
@@ -59,20 +88,20 @@ def _device(config: EngineConfig, rank: int) -> Any:
     return torch.device("cuda", rank)
 
 
-def worker_main(
-    rank: int, config: EngineConfig, model_dir: Path, init_method: str, conn: Connection, parent_pid: int
-) -> None:
+def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     """Entry point of a spawned worker; returns (exit code 0) after a close message or the driver's EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the driver decides
-    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True, name="orphan-watch").start()
+    threading.Thread(target=_exit_when_orphaned, args=(spec.parent_pid,), daemon=True, name="orphan-watch").start()
+    _configure_logging(spec.rank, spec.log_levels)
+    rank, config = spec.rank, spec.config
     for key, value in MULTICAST_OFF.items():
         os.environ.setdefault(key, value)
     try:
         from model_optimizer.parallel.state import init_tensor_parallel
         from model_optimizer.runner.model_runner import ModelRunner
 
-        init_tensor_parallel(rank, config.tensor_parallel_size, init_method, _device(config, rank))
-        runner = ModelRunner(config, model_dir)
+        init_tensor_parallel(rank, config.tensor_parallel_size, spec.init_method, _device(config, rank))
+        runner = ModelRunner(config, spec.model_dir)
         num_params = sum(p.numel() for p in runner.model.parameters())
         conn.send(
             (
