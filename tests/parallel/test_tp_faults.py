@@ -116,3 +116,18 @@ def test_serve_tp2_answers_then_a_dead_worker_makes_it_unhealthy_and_exit(tiny_m
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_serve_tp2_sigterm_exits_cleanly_and_stops_its_workers(tiny_model):
+    """SIGTERM drains the server and exits normally: the exit code is 0 (no hang joining the live
+    workers at interpreter exit) and the workers are gone."""
+    proc, url = launch(tiny_model("qwen3"), "--tensor-parallel-size", "2", "--dtype", "float32")
+    try:
+        pids = spawned_children(proc.pid)
+        assert len(pids) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert not wait_gone(pids)
+    finally:
+        proc.kill()
+        proc.wait()
