@@ -257,7 +257,10 @@ class Predictor:
         return self.correct(self.ideal(settings, load))
 
     def correct(self, ideal: Prediction) -> Prediction:
-        pred = self._apply(Prediction(**ideal.to_dict()), self.fit)
+        pred = Prediction(**ideal.to_dict())
+        if not pred.features:  # stored by an earlier predictor (a resumed study): nothing to apply the fit to
+            return pred
+        pred = self._apply(pred, self.fit)
         pred.memory_gib += self.memory_offset_gib
         return pred
 

@@ -357,7 +357,7 @@ class Tuner:
         pairs = []
         for t in self.study.get_trials(deepcopy=False):
             m, ideal = t.user_attrs.get("measured") or {}, t.user_attrs.get("ideal")
-            if m.get("ok") and ideal:
+            if m.get("ok") and ideal and ideal.get("features"):  # an earlier predictor's record has none
                 pairs.append((Prediction(**ideal), m))
         return pairs
 

@@ -239,3 +239,13 @@ def test_closed_loop_beyond_max_num_seqs_waits_for_slots():
     assert busy.ttft_ms == pytest.approx(alone.ttft_ms + 3 * e2e)
     assert busy.output_throughput == pytest.approx(alone.output_throughput)  # the server's pace is the same
     assert "predicted ttft" in predictor.skip_reason(busy, {"ttft": alone.ttft_ms})
+
+
+def test_a_prediction_stored_by_the_earlier_predictor_is_left_as_it_was():
+    """A resumed study may hold ideals without the step features: they are neither fitted nor corrected."""
+    predictor = Predictor(model_cost(CONFIG), SLOW)
+    old = predictor.ideal(SETTINGS, LOAD)
+    old.features = {}
+    assert predictor.correct(old).tpot_ms == old.tpot_ms
+    predictor.refit([(old, {"tpot_p99_ms": 99.0, "output_throughput": 1.0})])
+    assert predictor.fit["tpot"] == predictor.fit_prior()["tpot"]
