@@ -207,3 +207,21 @@ def test_serving_a_model_with_tokenizer_json_never_imports_transformers(tiny_mod
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ["FastTokenizer", "False"]
+
+
+def test_random_texts_and_random_ids_round_trip_as_in_transformers(folder):
+    """Seeded fuzz: mixed scripts, whitespace, zero-width and special-token fragments; any id sequence."""
+    import random
+
+    rng = random.Random(0)
+    alphabet = "ab XY \n\t.,!?'\"<>|_-éüß日本中文😀\u200b\u00a0[]{}09" + "<|im_start|><|im_end|>[CLS][SEP]"
+    fast, ref = both(folder)
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        for special in (True, False):
+            ids = fast.encode(text, add_special_tokens=special)
+            assert ids == ref.encode(text, add_special_tokens=special), repr(text)
+            assert fast.decode(ids, skip_special_tokens=special) == ref.decode(ids, skip_special_tokens=special)
+        ids = [rng.randrange(len(fast)) for _ in range(rng.randint(1, 10))]
+        for skip in (True, False):
+            assert fast.decode(ids, skip_special_tokens=skip) == ref.decode(ids, skip_special_tokens=skip), ids
