@@ -41,6 +41,7 @@ TRANSLATED = {
     "allowed_headers": "--allowed-headers",
     "allowed_methods": "--allowed-methods",
     "quantization": "--quantization",
+    "tensor_parallel_size": "--tensor-parallel-size",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
 
