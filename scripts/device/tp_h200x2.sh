@@ -31,7 +31,7 @@ part() {  # part NAME SECONDS COMMAND...: run with a time limit (SIGTERM, then S
   sleep 2
 }
 
-part gpu_tests 100 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_tp_gpu.py
+part gpu_tests 140 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_tp_gpu.py tests/gpu/test_sharded_gpu.py
 tail -5 "$OUT/gpu_tests.log" >> "$OUT/summary.txt"
 part allreduce 50 python3 benchmarks/tp.py allreduce --timeout 30 --output "$OUT/allreduce.json"
 part llama8b_tp1 110 python3 benchmarks/tp.py engine --model llama-3.1-8b --tp 1 --throughput --output "$OUT/llama8b_tp1.json"
