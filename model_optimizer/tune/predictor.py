@@ -232,6 +232,11 @@ class Predictor:
         cap = min(float(settings.get("max_num_seqs", 256)), max_seqs)
         running = self._running(load, cap)
         features = self._features(settings, load, running, budget, chunked, k_bytes)
+        if load.concurrency is None and self._rate_cap(load) is not None:
+            for _ in range(20):  # Little's law: running = rate x (O steps of the step time at that running)
+                step_s = step_ms(self.fit["throughput"], features) / 1e3
+                running = min(max(load.request_rate * o * step_s, 1.0), max(cap, 1.0))
+                features = self._features(settings, load, running, budget, chunked, k_bytes)
         pred = Prediction(
             0.0, 0.0, 0.0, memory / GIB, running, int(capacity), o, self._rate_cap(load), features=features
         )
@@ -412,7 +417,7 @@ class Predictor:
 
     def _running(self, load: Workload, cap: float) -> float:
         """Sequences running at once: the closed loop's concurrency, or for a rate every slot the engine
-        allows (a rate below capacity keeps fewer busy, and the rate cap bounds the throughput)."""
+        allows (ideal() then lowers it by Little's law; an unbounded rate keeps them all busy)."""
         if load.concurrency is not None:
             return max(min(load.concurrency, cap), 1.0)
         return max(cap, 1.0)

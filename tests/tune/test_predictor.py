@@ -249,3 +249,17 @@ def test_a_prediction_stored_by_the_earlier_predictor_is_left_as_it_was():
     assert predictor.correct(old).tpot_ms == old.tpot_ms
     predictor.refit([(old, {"tpot_p99_ms": 99.0, "output_throughput": 1.0})])
     assert predictor.fit["tpot"] == predictor.fit_prior()["tpot"]
+
+
+def test_a_request_rate_keeps_as_many_running_as_littles_law_says():
+    """At a rate, running = rate x time in the engine (O steps): well under max_num_seqs for a slow rate,
+    and the throughput is the rate's output tokens."""
+    predictor = Predictor(model_cost(CONFIG), SLOW)
+    settings = SETTINGS | {"max_num_seqs": 64, "num_kv_blocks": 200}
+    slow = predictor.ideal(settings, Workload(16, 8, request_rate=200.0))
+    step_s = slow.tpot_ms / 1e3
+    assert 1.0 < slow.running < 64
+    assert slow.running == pytest.approx(200.0 * 8 * step_s, rel=1e-3)  # the fixed point
+    assert slow.output_throughput == pytest.approx(200.0 * 8, rel=1e-3)  # the rate's tokens, not the peak
+    flooded = predictor.ideal(settings, Workload(16, 8, request_rate=1e6))
+    assert flooded.running == 64
