@@ -63,15 +63,6 @@ class SampledTokens:
         """The ids with NONFINITE_TOKEN in rows whose logits were not finite: what the host reads."""
         return torch.where(self.finite, self.token_ids, NONFINITE_TOKEN)
 
-    @property
-    def raw_logprobs(self) -> SampledLogprobs | None:
-        """The name runner/model_runner.py reads (it hands this to `Sampler.results` and drops it)."""
-        return self.logprobs
-
-    @raw_logprobs.setter
-    def raw_logprobs(self, value: SampledLogprobs | None) -> None:
-        self.logprobs = value
-
 
 @dataclass
 class SampledLogprobs:
@@ -119,7 +110,7 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, batch: list[SamplingInput]) -> list[tuple[int, Logprob | None]]:
         """Sample and wait for the result (one host sync); a non-finite row gives NONFINITE_TOKEN."""
         sampled = self.sample(logits, batch)
-        return self.results(sampled.checked_ids().tolist(), sampled.raw_logprobs, batch)
+        return self.results(sampled.checked_ids().tolist(), sampled.logprobs, batch)
 
     def sample(self, logits: torch.Tensor, batch: list[SamplingInput]) -> SampledTokens:
         """Token ids (num_reqs,) int64 on the logits' device, their finite flags, and raw logprobs when a

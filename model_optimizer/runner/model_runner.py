@@ -205,11 +205,11 @@ class ModelRunner:
             for state, token_id in zip(handle.states, token_ids):
                 state.output_token_ids.append(token_id)
             return {}
-        results = Sampler.results(token_ids, handle.sampled.raw_logprobs if handle.sampled else None, handle.batch)
+        results = Sampler.results(token_ids, handle.sampled.logprobs if handle.sampled else None, handle.batch)
         for state, token_id in zip(handle.states, token_ids):
             state.output_token_ids.append(max(token_id, 0))
         if handle.sampled is not None:
-            handle.sampled.raw_logprobs = None  # read once: free it
+            handle.sampled.logprobs = None  # read once: free it
         return {s.request_id: r for s, r in zip(handle.states, results)}
 
 

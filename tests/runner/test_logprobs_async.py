@@ -49,7 +49,7 @@ def test_no_request_with_logprobs_means_no_reduction_and_no_vocab_sized_tensor_k
     sampler = Sampler(torch.device("cpu"))
     batch = [SamplingInput(SamplingParams(temperature=0), [1], [])]
     sampled = sampler.sample(torch.randn(1, 50), batch)
-    assert sampled.logprobs is None and sampled.raw_logprobs is None
+    assert sampled.logprobs is None
     sampled = sampler.sample(torch.randn(1, 50), [SamplingInput(SamplingParams(temperature=0, logprobs=2), [1], [])])
     assert all(t.shape[-1] != 50 for t in sampled.logprobs.tensors())  # the (rows, vocab) array is not held
 
