@@ -98,6 +98,10 @@ class EngineConfig:
     process runs the model itself. Heads, KV heads and the MLP width must divide by it (KV heads may
     instead be fewer, then each is replicated)."""
 
+    disable_custom_all_reduce: bool = False
+    """Sum every tensor-parallel message with NCCL; by default decode-sized ones take a one-shot
+    all-reduce over NVLink peer memory, about twice as fast on H200s (vLLM's flag of the same name)."""
+
     def __post_init__(self) -> None:
         check_positive(
             self,

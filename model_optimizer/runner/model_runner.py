@@ -15,7 +15,7 @@ from model_optimizer.engine.scheduler_output import SchedulerOutput
 from model_optimizer.layers.attention import Attention, AttentionMetadata, bind_kv_caches
 from model_optimizer.layers.sampler import SampledTokens, Sampler
 from model_optimizer.models.loader import load_model
-from model_optimizer.parallel.state import broadcast, get_tp, min_over_ranks
+from model_optimizer.parallel.state import broadcast, enable_one_shot_all_reduce, get_tp, min_over_ranks
 from model_optimizer.runner.decode_runner import DecodeRunner
 from model_optimizer.runner.input_batch import InputBatch
 from model_optimizer.runner.step_handle import StepHandle
@@ -56,6 +56,8 @@ class ModelRunner:
         phase = _log_phase("weights", phase)
         self.kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else self.dtype
         self.tp = get_tp()
+        if self.tp.size > 1 and not config.disable_custom_all_reduce:  # decode-sized messages; prefill keeps NCCL
+            enable_one_shot_all_reduce(config.max_num_seqs * args.hidden_size, self.dtype, self.device)
         self.num_kv_heads = _local_kv_heads(self.model, args.num_kv_heads)
         # every rank must hold every block the driver's one block pool hands out
         self.num_kv_blocks = min_over_ranks(config.num_kv_blocks or self._num_blocks_for_budget())
