@@ -5,6 +5,7 @@
     mopt inspect ./my-checkpoint --max-model-len 32768
     mopt inspect ./my-checkpoint --fix ./clean --dtype bfloat16 --chat-template chatml
     mopt inspect ./my-checkpoint --gpu H200 --gpu-memory-utilization 0.9 --seq-len 8192
+    mopt inspect ./llama-70b --gpu H200 --tensor-parallel-size 2   # the plan per GPU of 2
 
 Only config files, tokenizer files and the safetensors headers are read, never the tensor data.
 --fix writes a cleaned copy (the input is never touched) and inspects it; the exit code is then
@@ -45,7 +46,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="sequence length for 'how many sequences fit' (default: max model len)",
     )
-    for name in ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+    for name in (
+        "gpu_memory_utilization",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "block_size",
+        "tensor_parallel_size",
+    ):
         field_help = field_docs(EngineConfig)[name]  # the dtype is config.json's, as `mopt serve --dtype auto` runs it
         plan.add_argument(
             "--" + name.replace("_", "-"),
@@ -100,6 +107,7 @@ def _attach_plan(args: argparse.Namespace, report: Any) -> None:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
     gpu = gpu_memory(args.gpu) if args.gpu else None
     if report.raw_check.error is not None or any(f.id == "context.too_long" for f in report.findings):

@@ -38,19 +38,24 @@ class LoadCheck:
         return self.error is None and not (self.unexpected or self.missing or self.misshapen)
 
 
-def build_meta_model(config: dict, dtype_name: str = "bfloat16"):
+def build_meta_model(config: dict, dtype_name: str = "bfloat16", tensor_parallel_size: int = 1):
     """The engine's model class for this config.json, its parameters on the meta device (no memory).
 
     Parameters move to meta as each module registers them; buffers (rotary tables, a few MB) stay
     on the CPU. Building under `torch.device("meta")` instead would run the rotary arithmetic
     through torch's Python reference ops, whose first use imports torch._dynamo: 2-3 s. The model
     is cached per config: the checks and the memory plan of one inspection share it (nothing
-    writes to it: a weight_loader's copy into a meta parameter is a no-op)."""
-    return _cached_meta_model(json.dumps(config, sort_keys=True), dtype_name)
+    writes to it: a weight_loader's copy into a meta parameter is a no-op).
+
+    With `tensor_parallel_size` N > 1 it is rank 0's shard as a worker of N builds it (every rank's
+    shapes are the same): the layers size themselves from `get_tp()`, so the engine's own rules
+    (KV heads replicated when fewer than N, vocabulary padded to a multiple of N) apply unchanged,
+    and a size the model cannot split raises the engine's ValueError."""
+    return _cached_meta_model(json.dumps(config, sort_keys=True), dtype_name, tensor_parallel_size)
 
 
-@lru_cache(maxsize=4)
-def _cached_meta_model(config_json: str, dtype_name: str):
+@lru_cache(maxsize=8)
+def _cached_meta_model(config_json: str, dtype_name: str, tensor_parallel_size: int = 1):
     import torch
 
     from model_optimizer.models.loader import build_model
@@ -59,8 +64,24 @@ def _cached_meta_model(config_json: str, dtype_name: str):
 
     args = DecoderArgs.from_dict(json.loads(config_json))
     model_cls = resolve_model_class(args.architecture)
-    with parameters_on_meta():
+    with parameters_on_meta(), as_tensor_parallel_rank0(tensor_parallel_size):
         return build_model(lambda: model_cls(args), getattr(torch, dtype_name), torch.device("cpu"))
+
+
+@contextmanager
+def as_tensor_parallel_rank0(size: int) -> Iterator[None]:
+    """Layers built inside see themselves as rank 0 of `size` (parallel/state.py's `get_tp()`), with no
+    process group: building only reads the rank and size, collectives run in forward, never here."""
+    if size < 1:
+        raise ValueError(f"tensor_parallel_size must be at least 1, got {size}")
+    from model_optimizer.parallel import state
+
+    saved = state._current
+    state._current = state.TensorParallel(0, size)
+    try:
+        yield
+    finally:
+        state._current = saved
 
 
 @contextmanager

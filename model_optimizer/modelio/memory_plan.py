@@ -8,6 +8,12 @@ blocks of 2 * layers * block_size * kv_heads * head_dim elements. This module co
 numbers without a GPU: the weights and buffers from the engine's model built on the meta device,
 the activation peak from the tensors alive at the widest point of that forward.
 
+Under tensor parallelism (`engine.tensor_parallel_size` N) every figure is per GPU: the meta model
+is rank 0's shard as a worker builds it, so the engine's own rules decide the sizes (heads, MLP
+width and KV heads split N ways, KV heads replicated when fewer than N, vocabulary padded to a
+multiple of N, norms whole on every GPU). Each rank sizes its cache the same way and the engine
+keeps the smallest, which on identical GPUs is every rank's.
+
 `plan_memory(config, gpu, engine)` is what the tuner calls to skip settings that cannot fit.
 """
 
@@ -40,6 +46,8 @@ bf16 per 128 inputs per row). Embedding, lm_head and norms stay in the model dty
 SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 """The unquantized row of the plan is named for the dtype the engine runs (bf16 for most models)."""
 KV_DTYPE_BYTES = {"fp8": 1}
+MAX_TENSOR_PARALLEL_SIZE = 8
+"""The most GPUs one host holds (an 8-GPU server); beyond it users go to a multi-node engine."""
 
 
 @dataclass
@@ -53,7 +61,9 @@ class GpuMemory:
 
 @dataclass
 class ModelShape:
-    """What the plan needs of a model, read from the engine's own model class on the meta device."""
+    """What the plan needs of a model, read from the engine's own model class on the meta device.
+    Under tensor parallelism the sizes are one rank's: q_size, kv_size, intermediate_size, the
+    vocabulary rows and the parameter counts are its shard."""
 
     name: str
     num_layers: int
@@ -69,6 +79,9 @@ class ModelShape:
     """Sum of output rows of the quantizable (Linear) layers: one scale each for row-wise formats."""
     buffer_bytes: int
     """Non-parameter tensors the model keeps (rotary cos/sin tables), in their own dtypes."""
+    tensor_parallel_size: int = 1
+    full_vocab_size: int = 0
+    """The model's vocabulary: the gathered logits have this many columns on every rank."""
 
 
 @dataclass
@@ -105,6 +118,12 @@ class MemoryPlan:
     gpu: GpuMemory | None = None
     fits: list[FitRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    tensor_parallel_size: int = 1
+    """GPUs the model is split across; every byte figure above is one GPU's."""
+    min_tensor_parallel_size: dict[str, int | None] = field(default_factory=dict)
+    """Weight format -> the smallest tensor_parallel_size (up to MAX_TENSOR_PARALLEL_SIZE) at which one
+    sequence of seq_len fits each GPU with the model-dtype KV cache; None when none does. Only with
+    a GPU, for the formats that do not fit at this plan's size."""
 
     def row(self, weight_format: str = "bf16", kv_cache_dtype: str = "auto") -> FitRow:
         for r in self.fits:
@@ -116,27 +135,33 @@ class MemoryPlan:
         return asdict(self)
 
 
-def model_shape(config: dict, dtype_name: str = "bfloat16") -> ModelShape:
-    """Parameter and buffer sizes of the engine's model for `config`, built on the meta device."""
+def model_shape(config: dict, dtype_name: str = "bfloat16", tensor_parallel_size: int = 1) -> ModelShape:
+    """Parameter and buffer sizes of the engine's model for `config`, built on the meta device; one
+    GPU's shard of it under tensor parallelism (ValueError when the model cannot be split so)."""
     from model_optimizer.layers.linear import Linear
     from model_optimizer.modelio.consumption import build_meta_model
+    from model_optimizer.parallel.state import TensorParallel
 
-    model = build_meta_model(config, dtype_name)
+    model = build_meta_model(config, dtype_name, tensor_parallel_size)
     args = model.args
+    tp = TensorParallel(0, tensor_parallel_size)
     linears = [m for m in model.modules() if isinstance(m, Linear)]
+    num_kv_heads = getattr(model, "local_num_kv_heads", tp.kv_heads(args.num_kv_heads)[1])
     return ModelShape(
         name=args.architecture,
         num_layers=args.num_layers,
         hidden_size=args.hidden_size,
-        intermediate_size=args.intermediate_size,
-        q_size=args.num_heads * args.head_dim,
-        kv_size=args.num_kv_heads * args.head_dim,
-        vocab_size=args.vocab_size,
+        intermediate_size=tp.shard(args.intermediate_size, "intermediate_size")[1],
+        q_size=tp.shard(args.num_heads, "num_attention_heads")[1] * args.head_dim,
+        kv_size=num_kv_heads * args.head_dim,
+        vocab_size=model.lm_head.weight.shape[0],
         max_position_embeddings=args.max_position_embeddings,
         num_params=sum(p.numel() for p in model.parameters()),
         linear_params=sum(m.weight.numel() for m in linears),
         linear_out_rows=sum(m.weight.shape[0] for m in linears),
         buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
+        tensor_parallel_size=tensor_parallel_size,
+        full_vocab_size=args.vocab_size,
     )
 
 
@@ -163,6 +188,8 @@ def profile_activation_bytes(
     mlp = 4 * t * h + 3 * t * shape.intermediate_size
     attention = 5 * t * h + t * (shape.q_size + 2 * shape.kv_size) + t * (2 * shape.q_size + shape.kv_size)
     logits = 2 * t * h + num_logit_rows * shape.vocab_size
+    if shape.tensor_parallel_size > 1:  # this rank's block, the gathered blocks and their concatenation
+        logits = 2 * t * h + num_logit_rows * (shape.vocab_size * (2 * shape.tensor_parallel_size + 1))
     scratch_kv = 2 * -(-t // block_size) * block_size * shape.kv_size * kv_bytes
     index_tensors = 4 * t * 8
     return max(mlp, attention, logits) * dtype_bytes + scratch_kv + index_tensors + RUNTIME_BYTES
@@ -181,7 +208,16 @@ def plan_memory(
     args = DecoderArgs.from_dict(config)
     dtype = resolve_dtype(engine.dtype, args, torch.device("cuda"))
     dtype_name, dtype_bytes = str(dtype).removeprefix("torch."), torch.tensor([], dtype=dtype).element_size()
-    shape = model_shape(config, dtype_name)
+    tp_size = engine.tensor_parallel_size
+    try:
+        shape = model_shape(config, dtype_name, tp_size)
+    except ValueError as exc:
+        if tp_size == 1:
+            raise
+        sizes = ", ".join(map(str, valid_tensor_parallel_sizes(config)))
+        raise ValueError(
+            f"tensor_parallel_size {tp_size} cannot split this model: {exc}; valid sizes: {sizes}"
+        ) from None
     max_model_len = engine.max_model_len or shape.max_position_embeddings
     if max_model_len > shape.max_position_embeddings:
         raise ValueError(
@@ -217,9 +253,30 @@ def plan_memory(
         max_model_len=max_model_len,
         profile_tokens=profile_tokens,
         gpu=gpu,
+        tensor_parallel_size=tp_size,
     )
+    if tp_size > 1:
+        plan.notes.append(
+            f"per GPU of {tp_size}: layers split {tp_size} ways, {shape.kv_size // args.head_dim} KV head(s) per GPU"
+            + (" (replicated: fewer KV heads than GPUs)" if args.num_kv_heads < tp_size else "")
+            + f", vocabulary padded to {shape.vocab_size * tp_size:,}, norms whole on each GPU"
+        )
     if gpu is not None:
         plan.fits = [_fit(plan, shape, gpu, engine, fmt, kv) for fmt in plan.weight_bytes_by_format for kv in kv_elem]
+        plan.min_tensor_parallel_size = {
+            fmt: smallest_fitting_tensor_parallel_size(config, gpu, engine, seq_len, fmt)
+            for fmt in plan.weight_bytes_by_format
+            if plan.row(fmt).num_sequences < 1
+        }
+        for fmt, size in plan.min_tensor_parallel_size.items():
+            plan.notes.append(
+                f"{fmt} weights: no sequence of {seq_len:,} tokens fits one GPU at tensor_parallel_size {tp_size}; "
+                + (
+                    f"the smallest that fits is --tensor-parallel-size {size}"
+                    if size
+                    else f"none up to {MAX_TENSOR_PARALLEL_SIZE} GPUs does"
+                )
+            )
         plan.notes.append(
             "weights in fp8/int8/int4 quantize the linear layers only; embedding, lm_head and norms stay "
             f"in {dtype_name}"
@@ -227,6 +284,42 @@ def plan_memory(
         if gpu.source == "datasheet":
             plan.notes.append("datasheet capacity: the driver reports a little less; --gpu live measures it")
     return plan
+
+
+def valid_tensor_parallel_sizes(config: dict, limit: int = MAX_TENSOR_PARALLEL_SIZE) -> list[int]:
+    """The sizes in 1..limit the engine can split this model over (heads, KV heads and MLP width)."""
+    from model_optimizer.models.model_config import DecoderArgs
+    from model_optimizer.parallel.state import TensorParallel
+
+    args = DecoderArgs.from_dict(config)
+    sizes = []
+    for n in range(1, limit + 1):
+        tp = TensorParallel(0, n)
+        try:
+            tp.shard(args.num_heads, "num_attention_heads")
+            tp.kv_heads(args.num_kv_heads)
+            tp.shard(args.intermediate_size, "intermediate_size")
+        except ValueError:
+            continue
+        sizes.append(n)
+    return sizes
+
+
+def smallest_fitting_tensor_parallel_size(
+    config: dict, gpu: GpuMemory, engine: EngineConfig, seq_len: int, weight_format: str
+) -> int | None:
+    """The smallest valid tensor_parallel_size above `engine`'s at which one sequence of seq_len
+    tokens fits each GPU, with weights in `weight_format` and the model-dtype KV cache."""
+    from dataclasses import replace
+
+    for n in valid_tensor_parallel_sizes(config):
+        if n <= engine.tensor_parallel_size:
+            continue
+        plan = plan_memory(config, None, replace(engine, tensor_parallel_size=n), seq_len)
+        shape = model_shape(config, plan.dtype, n)
+        if _fit(plan, shape, gpu, engine, weight_format, "auto").num_sequences >= 1:
+            return n
+    return None
 
 
 def _fit(plan: MemoryPlan, shape: ModelShape, gpu: GpuMemory, engine: EngineConfig, fmt: str, kv: str) -> FitRow:

@@ -90,14 +90,16 @@ def _print_findings(console: Console, findings: list[dict[str, Any]]) -> None:
 
 
 def print_memory_plan(console: Console, plan: dict[str, Any]) -> None:
-    table = Table(title="weights by format", title_justify="left")
+    tp = plan.get("tensor_parallel_size", 1)
+    per_gpu = f" (per GPU of {tp}, tensor parallel)" if tp > 1 else ""
+    table = Table(title=f"weights by format{per_gpu}", title_justify="left")
     table.add_column("format")
     table.add_column("weight bytes", justify="right")
     for fmt, size in plan["weight_bytes_by_format"].items():
         table.add_row(fmt, human_bytes(size))
     console.print(table)
     kv = ", ".join(f"{k}: {human_bytes(v)}" for k, v in plan["kv_bytes_per_token"].items())
-    console.print(f"KV cache per token: {kv}", highlight=False)
+    console.print(f"KV cache per token{per_gpu}: {kv}", highlight=False)
     console.print(
         f"engine profile: {plan['profile_tokens']:,} tokens (min of max_num_batched_tokens and max_model_len "
         f"{plan['max_model_len']:,}); CUDA graphs about {human_bytes(plan['cuda_graph_bytes'])}, taken after the KV "
@@ -107,7 +109,7 @@ def print_memory_plan(console: Console, plan: dict[str, Any]) -> None:
     if plan.get("gpu"):
         gpu = plan["gpu"]
         table = Table(
-            title=f"fits on {gpu['name']} ({human_bytes(gpu['total_bytes'])}, {gpu['source']}) at gpu_memory_utilization "
+            title=f"fits on {'each of ' + str(tp) + ' x ' if tp > 1 else ''}{gpu['name']} ({human_bytes(gpu['total_bytes'])}, {gpu['source']}) at gpu_memory_utilization "
             f"{plan['gpu_memory_utilization']}",
             title_justify="left",
         )
