@@ -27,6 +27,12 @@ on TPOT). Then
 The coefficients (o_step, o_eager, e, c_k) are refitted from every measured trial by least squares on
 relative error, with a weak pull towards the prior so a direction no trial has explored keeps its prior.
 TTFT is then corrected by the median of measured / modelled (robust to one odd trial).
+
+With tensor_parallel_size N (tune/collectives.py) the roofline is one GPU's: W / N, its share of the
+KV heads (one replicated head when fewer than N) and 1/N of the FLOPs; the step adds its collectives
+(2 all-reduces per layer, about 7 us each with the one-shot kernel on H200 NVLink, 13-17 us with NCCL)
+under a coefficient `ar` of prior 1. Memory figures are per GPU. A size needing more GPUs than are
+visible, or one the model's heads do not divide by, does not fit (the candidate is skipped with why).
 """
 
 from __future__ import annotations
@@ -37,6 +43,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from model_optimizer.tune.collectives import (
+    local_kv_heads,
+    step_collectives_ms,
+    tensor_parallel_problem,
+    visible_gpu_count,
+)
 from model_optimizer.tune.hardware import Hardware
 
 GIB = float(1 << 30)
@@ -58,7 +70,7 @@ FLAG_DEFAULTS = {
 }
 """Categorical settings whose cost the roofline cannot know: each value other than the default adds a
 fitted cost per step (0 until a trial with that value is measured)."""
-BASE_TERMS = ("o_step", "o_eager", "e")
+BASE_TERMS = ("o_step", "o_eager", "e", "ar")
 
 
 @dataclass
@@ -74,6 +86,19 @@ class ModelCost:
     attn_flops_per_ctx_token: int
     """Attention FLOPs per new token per token of context (QK^T and PV)."""
     max_position_embeddings: int
+    num_layers: int = 0
+    hidden_size: int = 0
+    num_heads: int = 0
+    num_kv_heads: int = 0
+    intermediate_size: int = 0
+    """The shape tensor parallelism splits (0: unknown, no check)."""
+
+    def kv_bytes_per_gpu(self, kv_cache_dtype: str, tensor_parallel_size: int) -> int:
+        """KV bytes per token one GPU stores: its KV heads' share of the whole."""
+        whole = self.kv_bytes_per_token[kv_cache_dtype]
+        if tensor_parallel_size <= 1 or not self.num_kv_heads:
+            return whole
+        return whole // self.num_kv_heads * local_kv_heads(self.num_kv_heads, tensor_parallel_size)
 
 
 def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
@@ -99,6 +124,11 @@ def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
         {"auto": 2 * layers * kv * elem, "fp8": 2 * layers * kv},
         4 * layers * q,
         int(config.get("max_position_embeddings", 0)),
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        inter,
     )
 
 
@@ -156,11 +186,11 @@ def prior_coefficients(hardware: Hardware) -> dict[str, float]:
     """Before any measurement: a graph replay costs little per step, an eager step a few ms of Python and
     launches (on a CPU every step is eager), and the kernels reach half the roofline."""
     if hardware.is_gpu:
-        return {"o_step": 1.0, "o_eager": 4.0, "e": 2.0}
-    return {"o_step": 1.0, "o_eager": 0.0, "e": 2.0}
+        return {"o_step": 1.0, "o_eager": 4.0, "e": 2.0, "ar": 1.0}
+    return {"o_step": 1.0, "o_eager": 0.0, "e": 2.0, "ar": 1.0}
 
 
-PRIOR_SCALE = {"o_step": 1000.0, "o_eager": 1000.0, "e": 100.0}
+PRIOR_SCALE = {"o_step": 1000.0, "o_eager": 1000.0, "e": 100.0, "ar": 10.0}
 """How far (ms, or times the roofline) a coefficient may move from its prior before the pull matters:
 far, so measurements decide; the pull only settles what no trial distinguishes. Flags: FLAG_SCALE ms."""
 FLAG_SCALE = 100.0
@@ -193,6 +223,8 @@ def _term(features: dict[str, float], name: str) -> float:
         return g
     if name == "e":
         return features.get("roof_ms", 0.0)
+    if name == "ar":
+        return features.get("allreduce_ms", 0.0)
     return features.get(name, 0.0)
 
 
@@ -214,15 +246,26 @@ class Predictor:
     num_fitted: int = 0
     config: dict | None = None
     """config.json: on a GPU the KV cache is sized by modelio's memory plan, the engine's own rule."""
+    num_gpus: int | None = None
+    """GPUs the trials may use (tensor_parallel_size above it is skipped); None: those visible here, if known."""
 
     def __post_init__(self) -> None:
+        if self.num_gpus is None and self.hardware.is_gpu:
+            self.num_gpus = visible_gpu_count()
         prior = prior_coefficients(self.hardware)
         self.fit = {"tpot": dict(prior), "throughput": dict(prior), "ttft": (1.0, 0.0)} | self.fit
 
     def ideal(self, settings: dict, load: Workload) -> Prediction:
         """The step model's features for `settings` under `load`, with the prior coefficients applied."""
         kv_dtype = settings.get("kv_cache_dtype", "auto")
-        k_bytes = self.cost.kv_bytes_per_token[kv_dtype]
+        tp = int(settings.get("tensor_parallel_size", 1))
+        shape = {
+            "num_heads": self.cost.num_heads,
+            "num_kv_heads": self.cost.num_kv_heads,
+            "intermediate_size": self.cost.intermediate_size,
+        }
+        problem = tensor_parallel_problem(tp, shape, self.num_gpus if self.hardware.is_gpu else None)
+        k_bytes = self.cost.kv_bytes_per_gpu(kv_dtype, 1 if problem else tp)
         capacity, memory = self._kv_capacity(settings, k_bytes)
         p, o = load.prompt_len, max(load.output_len, 1.0)
         seq_tokens = p + o
@@ -241,7 +284,9 @@ class Predictor:
             0.0, 0.0, 0.0, memory / GIB, running, int(capacity), o, self._rate_cap(load), features=features
         )
         pred = self._apply(pred, self.fit_prior())
-        if capacity < seq_tokens:
+        if problem:
+            pred.fits, pred.reason = False, problem
+        elif capacity < seq_tokens:
             pred.fits, pred.reason = (
                 False,
                 (
@@ -249,7 +294,7 @@ class Predictor:
                     f"{int(seq_tokens)} (prompt + output)"
                 ),
             )
-        elif self.cost.weight_bytes > self._budget_bytes(settings):
+        elif self.cost.weight_bytes / tp > self._budget_bytes(settings):
             pred.fits, pred.reason = False, "the weights alone exceed the memory budget"
         return pred
 
@@ -306,8 +351,9 @@ class Predictor:
         arrivals = b / o  # closed loop or steady rate: requests finishing (and starting) per step
         mixed = 1.0 - math.exp(-arrivals * chunks)  # steps that carry a prefill chunk (Poisson arrivals)
         prefill_per_mixed = min(arrivals * p / mixed, budget) if mixed > 0 else 0.0
-        roof_mixed = self._roof(b, prefill_per_mixed, p + o / 2, k_bytes, p)
-        roof_decode = self._roof(b, 0.0, p + o / 2, k_bytes, p)
+        tp = int(settings.get("tensor_parallel_size", 1))
+        roof_mixed = self._roof(b, prefill_per_mixed, p + o / 2, k_bytes, p, tp)
+        roof_decode = self._roof(b, 0.0, p + o / 2, k_bytes, p, tp)
         eager = bool(settings.get("enforce_eager", False)) or not self.hardware.is_gpu
         first = min(load.concurrency, b) if load.concurrency is not None else 0.0  # prompts sent at once
         burst_tokens = first * p
@@ -318,25 +364,31 @@ class Predictor:
             "g": 1.0 if eager else mixed,
             "roof_ms": 1e3 * (mixed * roof_mixed + (1 - mixed) * roof_decode),
             "burst_steps": float(burst_steps),
-            "burst_roof_ms": 1e3 * self._roof(0.0, min(budget, burst_tokens), p / 2, k_bytes, p),
+            "burst_roof_ms": 1e3 * self._roof(0.0, min(budget, burst_tokens), p / 2, k_bytes, p, tp),
             "burst_counts": 1.0 if counts else 0.0,
             "chunks": float(chunks),
             "chunk_roof_ms": 1e3 * roof_mixed,
             "queued": queued,
         }
+        if tp > 1:
+            ar = (self.cost.hidden_size, self.cost.num_layers, self.hardware.is_gpu)
+            features["allreduce_ms"] = mixed * step_collectives_ms(settings, b + prefill_per_mixed, *ar) + (
+                1 - mixed
+            ) * step_collectives_ms(settings, b, *ar)
         for name, default in FLAG_DEFAULTS.items():
             value = settings.get(name, default)
             if value != default:
                 features[f"flag:{name}={value}"] = 1.0
         return features
 
-    def _roof(self, decodes: float, prefill: float, ctx: float, k_bytes: int, prompt: float) -> float:
-        """Roofline seconds of one step: the weights and the decodes' KV read once, all tokens' FLOPs
-        (a decode attends to `ctx` tokens, a prompt's token to half its prompt on average)."""
+    def _roof(self, decodes: float, prefill: float, ctx: float, k_bytes: int, prompt: float, tp: int = 1) -> float:
+        """Roofline seconds of one step on one GPU of `tp`: its share of the weights and the decodes' KV
+        (`k_bytes` is per GPU) read once, its share of all tokens' FLOPs (a decode attends to `ctx` tokens,
+        a prompt's token to half its prompt on average)."""
         bw, peak = self.hardware.bandwidth_gbps * 1e9, self.hardware.tflops * 1e12
         linear = 2 * self.cost.linear_params * (decodes + prefill)
         attention = self.cost.attn_flops_per_ctx_token * (decodes * ctx + prefill * prompt / 2)
-        return (self.cost.weight_bytes + decodes * ctx * k_bytes) / bw + (linear + attention) / peak
+        return (self.cost.weight_bytes / tp + decodes * ctx * k_bytes) / bw + (linear + attention) / (peak * tp)
 
     def _ttft_model(self, pred: Prediction, fit: dict) -> float:
         """TTFT p99 (ms) before its own correction: the burst or the steady path, then the slot wait."""
@@ -373,7 +425,8 @@ class Predictor:
             planned = self._planned_blocks(settings)
             if planned is not None:
                 return planned * block, self._budget_bytes(settings)
-            kv_bytes = max(self._budget_bytes(settings) - self.cost.weight_bytes, 0)
+            tp = int(settings.get("tensor_parallel_size", 1))
+            kv_bytes = max(self._budget_bytes(settings) - self.cost.weight_bytes / tp, 0)
         else:
             kv_bytes = int(settings.get("kv_cache_memory", 1 << 30))
         tokens = kv_bytes // (block * k_bytes) * block
@@ -396,6 +449,7 @@ class Predictor:
             "kv_cache_dtype",
             "max_model_len",
             "dtype",
+            "tensor_parallel_size",
         )
         key = tuple(settings.get(n) for n in names)
         cache = self.__dict__.setdefault("_plans", {})

@@ -6,6 +6,11 @@ of `mopt serve` (and, where vLLM has the same flag, of `vllm serve`). The user n
 `--fix name=value`; fixed settings may be any EngineConfig or ServerConfig field. Everything is
 checked up front: an unknown name, a value of the wrong type or one EngineConfig refuses is a
 ValueError naming it, before any server starts.
+
+tensor_parallel_size is not searched by default (every trial runs on one GPU, as `mopt serve` does):
+fix it (`--fix tensor_parallel_size=2`) or list it in the space file (`tensor_parallel_size: [1, 2]`).
+The predictor skips a size that needs more GPUs than are visible, or that the model's heads do not
+divide by, saying why (tune/collectives.py).
 """
 
 from __future__ import annotations
