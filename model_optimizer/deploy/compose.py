@@ -1,4 +1,5 @@
-"""docker-compose.yml: the server with a GPU reserved, a DCGM GPU exporter, Prometheus and Grafana."""
+"""docker-compose.yml: the server with its GPUs reserved (one per tensor-parallel rank), a DCGM GPU
+exporter, Prometheus and Grafana."""
 
 from __future__ import annotations
 
@@ -37,14 +38,14 @@ def compose_file(settings: ServeSettings, deploy: DeployConfig) -> dict:
         "image": deploy.image,
         "ports": [f"{port}:{port}"],
         "volumes": volumes,
-        "deploy": _gpu(1),
+        "deploy": _gpu(settings.num_gpus),
         "stop_grace_period": f"{grace_seconds(settings)}s",
         "restart": "unless-stopped",
     }
     if settings.needs_api_key:
         server["environment"] = {API_KEY_ENV[deploy.engine]: "${MOPT_API_KEY:?set MOPT_API_KEY to the API key}"}
-    if deploy.engine == "vllm":
-        server["ipc"] = "host"  # vLLM's worker processes share tensors through /dev/shm
+    if deploy.engine == "vllm" or settings.shares_memory:
+        server["ipc"] = "host"  # worker processes (vLLM's, or tensor-parallel ranks) share tensors through /dev/shm
     prometheus: dict = {
         "image": PROMETHEUS_IMAGE,
         "ports": ["9090:9090"],

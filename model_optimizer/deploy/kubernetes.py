@@ -1,4 +1,4 @@
-"""Kubernetes manifests: a Deployment with a GPU and probes sized from the cold start, a Service, the
+"""Kubernetes manifests: a Deployment with its GPUs (one per tensor-parallel rank) and probes sized from the cold start, a Service, the
 model volume claim, and an HPA on queue depth (through prometheus-adapter, whose rule is written too)."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def deployment(settings: ServeSettings, deploy: DeployConfig, command: list[str]
         volumes.append(
             {"name": "tokenizer", "persistentVolumeClaim": {"claimName": f"{APP}-tokenizer", "readOnly": True}}
         )
-    if vllm:
+    if vllm or settings.shares_memory:  # worker processes share tensors through /dev/shm
         mounts.append({"name": "shm", "mountPath": "/dev/shm"})
         volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}})
     container = {
@@ -61,7 +61,7 @@ def deployment(settings: ServeSettings, deploy: DeployConfig, command: list[str]
                 },
             }
         ],
-        "resources": {"limits": {"nvidia.com/gpu": 1}},
+        "resources": {"limits": {"nvidia.com/gpu": settings.num_gpus}},
         "startupProbe": _probe(ready_path, STARTUP_PERIOD, startup_failures),
         "readinessProbe": _probe(ready_path, 5, 2),
         "livenessProbe": _probe("/health", 10, 3),

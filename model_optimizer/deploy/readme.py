@@ -25,7 +25,7 @@ def render_readme(
         "",
         "Rendered by `mopt deploy` from `settings.yaml`; render again rather than editing these files.",
         "",
-        f"- Host: an NVIDIA GPU and driver. {driver_note(deploy, cuda)}",
+        f"- Host: {_gpus_wanted(settings.num_gpus)} and driver. {driver_note(deploy, cuda)}",
         f"- Model: `{settings.host_model_dir}` on the host, mounted read-only at `{MODEL_DIR}`.",
         f"- Command: `{shlex.join(command)}`",
         f"- API key: {'required; ' if settings.needs_api_key else 'optional; '}"
@@ -41,11 +41,12 @@ def render_readme(
     if deploy.target == "docker":
         key = " -e MOPT_API_KEY" if settings.needs_api_key else ""
         env = 'VLLM_API_KEY="$MOPT_API_KEY"' if deploy.engine == "vllm" and settings.needs_api_key else ""
+        shm = " --ipc host" if settings.shares_memory else ""  # tensor-parallel ranks talk through /dev/shm
         lines += [
             "## Run",
             "",
             "```bash",
-            f"docker run --rm --gpus 1 -p {port}:{port}{key}{' -e ' + env if env else ''} \\",
+            f"docker run --rm --gpus {settings.num_gpus}{shm} -p {port}:{port}{key}{' -e ' + env if env else ''} \\",
             f"  --mount type=bind,source={settings.host_model_dir},target={MODEL_DIR},readonly {image}",
             "```",
             "",
@@ -95,3 +96,9 @@ def render_readme(
             lines.append("None: every setting that differs from our defaults has a vLLM flag.")
         lines.append("")
     return "\n".join(lines)
+
+
+def _gpus_wanted(count: int) -> str:
+    if count == 1:
+        return "an NVIDIA GPU"
+    return f"{count} NVIDIA GPUs in one host (tensor_parallel_size {count}; NVLink keeps the all-reduces short)"

@@ -43,6 +43,17 @@ class ServeSettings:
         return self.server.served_model_name or self.host_model_dir.name
 
     @property
+    def num_gpus(self) -> int:
+        """GPUs one server needs: one per tensor-parallel rank, all on one host (one pod, one container)."""
+        return self.engine.tensor_parallel_size
+
+    @property
+    def shares_memory(self) -> bool:
+        """Whether the server's processes talk through /dev/shm, which containers keep small (64 MB by
+        default): vLLM's workers always, ours when tensor-parallel ranks run NCCL between processes."""
+        return self.num_gpus > 1
+
+    @property
     def needs_api_key(self) -> bool:
         return self.server.api_key is not None or self.server.metrics_auth
 
