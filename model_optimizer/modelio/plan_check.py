@@ -3,6 +3,10 @@ dummy weights and read the KV blocks it allocated (the number `mopt serve` logs 
 blocks"). Each measurement runs in its own process so no engine's memory leaks into the next.
 
     python -m model_optimizer.modelio.plan_check benchmarks/configs/qwen3-0.6b --utilization 0.5
+    python -m model_optimizer.modelio.plan_check benchmarks/configs/llama-3.1-8b --tensor-parallel-size 2
+
+Under tensor parallelism the plan is per GPU and the engine keeps the smallest of its ranks' block
+counts; the live GPU read is GPU 0, before any worker starts.
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ from typing import Any
 
 
 def measure(
-    config_dir: str, utilization: float, max_model_len: int, max_num_batched_tokens: int = 8192
+    config_dir: str,
+    utilization: float,
+    max_model_len: int,
+    max_num_batched_tokens: int = 8192,
+    tensor_parallel_size: int = 1,
 ) -> dict[str, Any]:
     """In this process: plan with the live GPU, then build the engine and compare (needs CUDA)."""
     from model_optimizer import LLM
@@ -31,6 +39,7 @@ def measure(
         max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens,
         enforce_eager=True,
+        tensor_parallel_size=tensor_parallel_size,
     )
     config = read_json(Path(config_dir) / "config.json")
     gpu = gpu_memory("live")  # before the engine takes any memory, as the engine's own profile starts
@@ -38,9 +47,11 @@ def measure(
     row = plan.row("bf16", "auto")
     llm = LLM(config_dir, load_format="dummy", **settings)
     measured = llm.runner.num_kv_blocks
-    block = llm.runner.bytes_per_block()
+    # the workers' runners live in their processes; the executor reports rank 0's blocks only
+    block = llm.runner.bytes_per_block() if tensor_parallel_size == 1 else plan.bytes_per_block["auto"]
+    llm.close()
     implied_peak = int(gpu.total_bytes * utilization) - measured * block  # within one block of the engine's peak
-    shape = model_shape(config)
+    shape = model_shape(config, "bfloat16", tensor_parallel_size)
     return {
         "config": config_dir,
         "gpu": gpu.name,
@@ -49,6 +60,7 @@ def measure(
         "gpu_memory_utilization": utilization,
         "max_model_len": max_model_len,
         "max_num_batched_tokens": max_num_batched_tokens,
+        "tensor_parallel_size": tensor_parallel_size,
         "planned_blocks": row.num_kv_blocks,
         "measured_blocks": measured,
         "relative_error": row.num_kv_blocks / measured - 1,
@@ -67,6 +79,7 @@ def compare_with_engine(
     max_model_len: int,
     max_num_batched_tokens: int = 8192,
     timeout_s: float = 600,
+    tensor_parallel_size: int = 1,
 ) -> dict[str, Any]:
     """`measure` in a fresh Python process; the result dict, or ValueError with the child's stderr tail."""
     cmd = [
@@ -80,6 +93,8 @@ def compare_with_engine(
         str(max_model_len),
         "--max-num-batched-tokens",
         str(max_num_batched_tokens),
+        "--tensor-parallel-size",
+        str(tensor_parallel_size),
     ]
     root = str(Path(__file__).resolve().parents[2])  # the child imports this source tree, installed or not
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
@@ -100,8 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--utilization", type=float, default=0.9)
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
     args = parser.parse_args(argv)
-    print(json.dumps(measure(args.config_dir, args.utilization, args.max_model_len, args.max_num_batched_tokens)))
+    result = measure(
+        args.config_dir, args.utilization, args.max_model_len, args.max_num_batched_tokens, args.tensor_parallel_size
+    )
+    print(json.dumps(result))
     return 0
 
 
