@@ -119,7 +119,7 @@ class MemoryPlan:
     fits: list[FitRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tensor_parallel_size: int = 1
-    """GPUs the model is split across; every byte figure above is one GPU's."""
+    """GPUs the model is split across; every figure above (num_params and the bytes) is one GPU's."""
     min_tensor_parallel_size: dict[str, int | None] = field(default_factory=dict)
     """Weight format -> the smallest tensor_parallel_size (up to MAX_TENSOR_PARALLEL_SIZE) at which one
     sequence of seq_len fits each GPU with the model-dtype KV cache; None when none does. Only with
