@@ -98,9 +98,11 @@ class EngineConfig:
     process runs the model itself. Heads, KV heads and the MLP width must divide by it (KV heads may
     instead be fewer, then each is replicated)."""
 
-    disable_custom_all_reduce: bool = False
-    """Sum every tensor-parallel message with NCCL; by default decode-sized ones take a one-shot
-    all-reduce over NVLink peer memory, about twice as fast on H200s (vLLM's flag of the same name)."""
+    one_shot_all_reduce: bool = False
+    """Sum decode-sized tensor-parallel messages with torch's symmetric-memory one-shot kernel instead of
+    NCCL. On two H200s the kernel alone is about twice as fast (6-13 us against 13-27 us, inside CUDA
+    graphs), but whole decode steps did not follow: Llama-3.1-8B at batch 1 3.67 against 3.59 ms,
+    Llama-3.1-70B 21.68 against 21.78 ms (benchmarks/results/tp_h200x2/), so NCCL stays the default."""
 
     def __post_init__(self) -> None:
         check_positive(

@@ -42,7 +42,6 @@ TRANSLATED = {
     "allowed_methods": "--allowed-methods",
     "quantization": "--quantization",
     "tensor_parallel_size": "--tensor-parallel-size",
-    "disable_custom_all_reduce": "--disable-custom-all-reduce",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
 
@@ -56,7 +55,7 @@ config.json), and our int8 / rtn-int4 on-the-fly rounding has no vLLM equivalent
 ENV_ONLY = {"api_key": "VLLM_API_KEY"}
 """Settings vLLM reads from the environment: the container gets them from the same secret as ours."""
 
-ONLY_TRUE = {"enforce_eager", "async_scheduling", "disable_custom_all_reduce"}
+ONLY_TRUE = {"enforce_eager", "async_scheduling"}
 """vLLM flags that can only switch a feature on: our False is vLLM's default and needs no flag."""
 
 UNTRANSLATED = {
@@ -77,6 +76,7 @@ UNTRANSLATED = {
     "enable_pause": "vLLM serves /pause and /resume only in dev mode (VLLM_SERVER_DEV_MODE=1, with other dev routes)",
     "max_num_partial_prefills": "vLLM's flag bounds all partial prefills and its V1 engine does not support it",
     "long_prefill_token_threshold": "vLLM V1 caps every chunk at it; ours only serves shorter requests first",
+    "one_shot_all_reduce": "vLLM picks its custom all-reduce itself (--disable-custom-all-reduce turns it off)",
 }
 """Settings vLLM cannot express, with why; listed in the README written beside the files."""
 

@@ -56,7 +56,7 @@ class ModelRunner:
         phase = _log_phase("weights", phase)
         self.kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else self.dtype
         self.tp = get_tp()
-        if self.tp.size > 1 and not config.disable_custom_all_reduce:  # decode-sized messages; prefill keeps NCCL
+        if self.tp.size > 1 and config.one_shot_all_reduce:  # decode-sized messages; prefill keeps NCCL
             enable_one_shot_all_reduce(config.max_num_seqs * args.hidden_size, self.dtype, self.device)
         self.num_kv_heads = _local_kv_heads(self.model, args.num_kv_heads)
         # every rank must hold every block the driver's one block pool hands out

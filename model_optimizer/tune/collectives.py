@@ -10,8 +10,8 @@ inside CUDA graphs (benchmarks/results/tp_h200x2/, benchmarks/tp.py allreduce):
     one-shot (symmetric mem)   6.3 us at 8 KB .. 13.1 us at 1 MB
 
 and in whole steps: Llama-3.1-8B at batch 1 spent 0.465 ms of a 3.59 ms TP=2 step in all-reduce
-(TP=1: 4.80 ms), Llama-3.1-70B at TP=2 2.01 ms of 21.78 ms. The engine takes the one-shot kernel for
-messages of up to max_num_seqs rows unless disable_custom_all_reduce, NCCL for larger (prefill) ones.
+(TP=1: 4.80 ms), Llama-3.1-70B at TP=2 2.01 ms of 21.78 ms. The engine sums with NCCL unless
+one_shot_all_reduce is set; then messages of up to max_num_seqs rows take the one-shot kernel.
 The lines below are those two measurements (latency + bytes / slope); the study's refit scales them.
 """
 
@@ -44,9 +44,7 @@ def step_collectives_ms(settings: dict, tokens: float, hidden_size: int, num_lay
     if size <= 1 or tokens <= 0:
         return 0.0
     one_shot = (
-        is_gpu
-        and not settings.get("disable_custom_all_reduce", False)
-        and tokens <= int(settings.get("max_num_seqs", 256))
+        is_gpu and settings.get("one_shot_all_reduce", False) and tokens <= int(settings.get("max_num_seqs", 256))
     )
     num_bytes = tokens * hidden_size * 2  # bf16 activations
     return collectives_per_step(num_layers) * all_reduce_us(num_bytes, one_shot, is_gpu) / 1e3

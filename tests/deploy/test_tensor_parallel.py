@@ -28,12 +28,12 @@ def _files(settings: ServeSettings, target: str, engine: str, tmp_path) -> dict[
 
 
 def test_both_commands_carry_the_size():
-    settings = _settings(2, disable_custom_all_reduce=True)
+    settings = _settings(2, one_shot_all_reduce=True)
     argv = mopt_command(settings)
-    assert argv[argv.index("--tensor-parallel-size") + 1] == "2" and "--disable-custom-all-reduce" in argv
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2" and "--one-shot-all-reduce" in argv
     vllm = vllm_command(settings)
     assert vllm.argv[vllm.argv.index("--tensor-parallel-size") + 1] == "2"
-    assert "--disable-custom-all-reduce" in vllm.argv and "tensor_parallel_size" not in vllm.untranslated
+    assert "one_shot_all_reduce" in vllm.untranslated and "tensor_parallel_size" not in vllm.untranslated
     one = vllm_command(_settings(1)).argv
     assert one[one.index("--tensor-parallel-size") + 1] == "1"
     assert "--tensor-parallel-size" not in mopt_command(_settings(1))  # our default needs no flag
