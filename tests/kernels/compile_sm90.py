@@ -26,10 +26,16 @@ TARGET = GPUTarget("cuda", 90, 32)
 
 
 def compile_kernel(
-    fn, pointer_types: dict, constexprs: dict, aligned_ints: tuple[str, ...] = (), num_stages: int = 2
-) -> str:
-    """PTX of `fn`, with the divisibility-by-16 facts the launcher's JIT derives for pointers and strides
-    (and for the integer arguments named in `aligned_ints`, as it does for any multiple of 16)."""
+    fn,
+    pointer_types: dict,
+    constexprs: dict,
+    aligned_ints: tuple[str, ...] = (),
+    num_stages: int = 2,
+    num_warps: int = 4,
+    quiet: bool = False,
+):
+    """`fn` compiled for sm_90, with the divisibility-by-16 facts the launcher's JIT derives for pointers
+    and strides (and for the integer arguments named in `aligned_ints`, as it does for any multiple of 16)."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constexprs else pointer_types.get(n, "i32") for n in names}
     aligned = [n for n in names if n.endswith("_ptr") or n.startswith("stride_") or n in aligned_ints]
@@ -39,12 +45,14 @@ def compile_kernel(
         constexprs={(names.index(n),): v for n, v in constexprs.items()},
         attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned},
     )
-    kernel = triton.compile(source, target=TARGET, options={"num_warps": 4, "num_stages": num_stages})
+    kernel = triton.compile(source, target=TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
+    if quiet:
+        return kernel
     ptx = kernel.asm["ptx"]
     # K/V must move in 16-byte pieces (cp.async or v4 loads), not element by element
     vectorized = "cp.async" in ptx or "ld.global.v4" in ptx or "ld.global.nc.v4" in ptx
     print(fn.__name__, constexprs, "ptx chars", len(ptx), "vectorized" if vectorized else "SCALAR LOADS")
-    return ptx
+    return kernel
 
 
 def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, decode: bool, window: bool) -> None:
@@ -79,12 +87,22 @@ def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, d
     compile_kernel(_paged_attention_kernel, pointers, constexprs)
 
 
-def quant_matmul(kind: str, block_m: int, block_n: int, block_k: int, split_k: int, num_stages: int = 3) -> None:
-    """One launch shape of the quantized matmul (CUDA-core GEMV, split-K dot, prefill tile) per weight format."""
-    weight = {"int4": "*i32", "int8": "*i8", "fp8": "*fp8e4nv"}[kind]
+def quant_matmul(
+    kind: str,
+    block_m: int,
+    block_n: int,
+    block_k: int,
+    split_k: int,
+    num_stages: int = 3,
+    num_warps: int = 4,
+    planes: bool = True,
+    quiet: bool = False,
+):
+    """One launch shape of the quantized matmul (CUDA-core GEMV, split-K dot, prefill tile) per weight
+    format; the compiled kernel (tests/kernels/quant_compile_sm90.py reads its shared memory)."""
     pointers = dict(
         x_ptr="*bf16",
-        w_ptr=weight,
+        w_ptr={"int4": "*i32", "int8": "*i8", "fp8": "*fp8e4nv"}[kind],
         scales_ptr="*bf16" if kind == "int4" else "*fp32",
         zeros_ptr="*u8",
         bias_ptr="*bf16",
@@ -101,12 +119,18 @@ def quant_matmul(kind: str, block_m: int, block_n: int, block_k: int, split_k: i
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
-        PLANES=True,
+        PLANES=planes,
     )
     if split_k == 1:  # the launcher's JIT specializes an integer argument equal to 1
         constexprs["num_splits"] = 1
-    compile_kernel(
-        _quant_matmul_kernel, pointers, constexprs, aligned_ints=("N", "K", "k_per_split"), num_stages=num_stages
+    return compile_kernel(
+        _quant_matmul_kernel,
+        pointers,
+        constexprs,
+        aligned_ints=("N", "K", "k_per_split"),
+        num_stages=num_stages,
+        num_warps=num_warps,
+        quiet=quiet,
     )
 
 
