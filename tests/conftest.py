@@ -21,31 +21,6 @@ def _tokenizer_files(tmp_root: Path) -> Path:
     return _TOKENIZER_DIR
 
 
-def _config(kind: str, **overrides):
-    import transformers
-
-    base = dict(
-        vocab_size=tiny.TOKENIZER_VOCAB + 8,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        tie_word_embeddings=False,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    base.update(overrides)
-    cls = {
-        "llama": transformers.LlamaConfig,
-        "mistral": transformers.MistralConfig,
-        "qwen2": transformers.Qwen2Config,
-        "qwen3": transformers.Qwen3Config,
-    }[kind]
-    return cls(**base)
-
-
 # name -> (kind, overrides): GQA ratios 1, 2, 4; head_dim 32 and 64; tied and untied; odd vocabulary
 TINY_MODELS = {
     "llama3": (
@@ -82,7 +57,7 @@ def tiny_model(tmp_path_factory):
             out = root / name
             # crc32, not hash(): str hashes change with every process, and so would the weights
             tiny.build_checkpoint(
-                out, _config(kind, **overrides), seed=zlib.crc32(name.encode()) % 1000, with_tokenizer=False
+                out, tiny.tiny_config(kind, **overrides), seed=zlib.crc32(name.encode()) % 1000, with_tokenizer=False
             )
             for f in _tokenizer_files(root).iterdir():
                 shutil.copy(f, out / f.name)

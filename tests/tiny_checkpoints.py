@@ -90,8 +90,10 @@ def _spread_weights(model, seed: int) -> None:
                 param.copy_(torch.randn(param.shape, generator=generator) * (1.0 / param.shape[-1] ** 0.5))
 
 
-def tiny_qwen3_config(**overrides):
-    from transformers import Qwen3Config
+def tiny_config(kind: str, **overrides):
+    """A transformers config of a tiny decoder: `kind` llama, mistral, qwen2 or qwen3, 2 layers of width
+    64, 4 query heads and 2 KV heads unless `overrides` say otherwise."""
+    import transformers
 
     values = dict(
         vocab_size=TOKENIZER_VOCAB + 8,
@@ -100,12 +102,16 @@ def tiny_qwen3_config(**overrides):
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=32,
         max_position_embeddings=512,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,
         eos_token_id=2,
-        bos_token_id=None,
         pad_token_id=0,
     )
     values.update(overrides)
-    return Qwen3Config(**values)
+    cls = {
+        "llama": transformers.LlamaConfig,
+        "mistral": transformers.MistralConfig,
+        "qwen2": transformers.Qwen2Config,
+        "qwen3": transformers.Qwen3Config,
+    }[kind]
+    return cls(**values)

@@ -36,19 +36,7 @@ def test_two_ranks_give_the_logits_of_one(tiny_model, name):
 @pytest.fixture(scope="module")
 def llama_with_o_proj_bias(tmp_path_factory):
     """Llama with attention_bias: biases on q, k, v and on the row-parallel o_proj."""
-    from transformers import LlamaConfig
-
-    config = LlamaConfig(
-        vocab_size=tiny.TOKENIZER_VOCAB + 8,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        attention_bias=True,
-        tie_word_embeddings=False,
-    )
+    config = tiny.tiny_config("llama", attention_bias=True)
     return str(tiny.build_checkpoint(tmp_path_factory.mktemp("bias") / "llama", config, seed=5, with_tokenizer=False))
 
 
