@@ -62,6 +62,9 @@ class LoadConfig:
     sweep_arrival: Literal["poisson", "constant"] = "poisson"
     """Arrival pattern of the sweep's rate runs."""
 
+    num_warmups: int = 0
+    """Requests of the workload's shape sent before the first measured run and not counted (vLLM's --num-warmups): compile, first-use and allocator costs land there."""
+
     def __post_init__(self) -> None:
         check_choice(self, "load_mode", "sweep_arrival")
         if self.load_mode == "auto":
@@ -76,6 +79,8 @@ class LoadConfig:
         for name in ("concurrency", "max_concurrency", "num_requests"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.num_warmups < 0:
+            raise ValueError(f"num_warmups must be >= 0 (0: no warm-up), got {self.num_warmups}")
         self._check_mode_flags()
         for name in ("burstiness", "trace_speedup", "duration"):
             value = getattr(self, name)

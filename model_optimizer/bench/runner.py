@@ -27,6 +27,9 @@ from model_optimizer.bench.scrape import MetricsScraper
 from model_optimizer.bench.telemetry import GpuSampler, is_local
 from model_optimizer.bench.workloads import BenchRequest, WorkloadConfig, build_workload, prompt_maker, resolve_format
 
+WARMUP_SEED_OFFSET = 1_000_003
+"""Added to the workload's seed for the warm-up's prompts (the measured runs use seed + run index)."""
+
 
 @dataclass
 class OutputConfig:
@@ -96,6 +99,7 @@ async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
     _check_context(requests, card, console)
     console.print(f"prompts: {prompts['description']}")
     runner = _Runner(setup, workload, requests, num, console, prompts)
+    await runner.warm_up(load)
     if load.load_mode != "sweep":
         await runner.run(plan_from_config(load))
         return runner.results
@@ -173,6 +177,26 @@ class _Runner:
         self.prompts = {k: v for k, v in prompts.items() if k != "description"}
         self.slos: list[SloThreshold] = parse_slo(setup.output.slo)
         self.results: list[dict] = []
+        self.warmup: dict | None = None
+
+    async def warm_up(self, load: LoadConfig) -> None:
+        """Send `load.num_warmups` requests of the workload's shape, in a closed loop at the load's
+        concurrency, before the first measured run; only their count and errors are kept. Their prompts
+        come from another seed, so the measured prompts find nothing of theirs in the prefix cache."""
+        count = load.num_warmups
+        if count <= 0:
+            return
+        slots = min(count, load.concurrency or load.max_concurrency or load.sweep_max_concurrency)
+        workload = dataclasses.replace(self.workload, seed=self.workload.seed + WARMUP_SEED_OFFSET)
+        requests = build_workload(workload, self.setup.client.endpoint, count)
+        bodies = [request_body(self.setup.client, r) for r in requests]
+        plan = RunPlan("closed", concurrency=slots, num_requests=count)
+        async with BenchClient(self.setup.client, slots, 0.0) as client:
+            records = await run_load(client, plan, requests, bodies, np.random.default_rng(workload.seed))
+        errors = [r.error for r in records if r.error]
+        self.warmup = {"num_requests": len(records), "num_ok": len(records) - len(errors), "concurrency": slots}
+        self.warmup["errors"] = {e: errors.count(e) for e in set(errors)}
+        self.console.print(f"warm-up: {len(records)} requests at concurrency {slots}, {len(errors)} failed")
 
     def _fresh_prompts(self) -> None:
         """New synthetic prompts for each later run of a sweep (seed + run index): the same prompts
@@ -227,6 +251,7 @@ class _Runner:
                 "slo": self.setup.output.slo,
             },
             "prompts": self.prompts,
+            "warmup": self.warmup,
             "environment": report.environment(),
             "summary": summarize(records, self.slos),
             "client_overhead": overhead_report(records, loop),

@@ -98,6 +98,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="let the sampler draw every trial (default: after the baseline, measure the predictor's best "
         "untried candidate; every 4th trial is still the sampler's)",
     )
+    parser.add_argument(
+        "--repeat-baseline",
+        action="store_true",
+        default=None,
+        help="measure the default settings again as the budget's last trial and report the spread of the two: "
+        "a best trial closer to the defaults than that is reported as within noise",
+    )
+    parser.add_argument(
+        "--count-first-wave",
+        action="store_true",
+        default=None,
+        help="closed loop: count every measured request (default: leave out the first CONCURRENCY, the "
+        "start-up burst where all clients send at once; the warm-up, --num-warmups, default "
+        "max(2 x concurrency, 32), is never counted)",
+    )
     add_dataclass_args(parser, ClientConfig, skip=CLIENT_SKIP)
     add_dataclass_args(parser, WorkloadConfig, skip=("seed",))
     add_dataclass_args(parser, LoadConfig)
@@ -144,10 +159,14 @@ def _fresh(args: argparse.Namespace) -> dict:
     from model_optimizer.bench.metrics import parse_slo
     from model_optimizer.bench.workloads import WorkloadConfig
     from model_optimizer.tune.space import build_space
+    from model_optimizer.tune.steady import default_warmups
 
     seed = 0 if args.seed is None else args.seed
     parse_slo(args.slo)
     space = build_space(args.space, args.fix)
+    load = dataclass_from_args(LoadConfig, args)
+    if args.num_warmups is None:  # the bench's default is none; a trial's first requests are never representative
+        load.num_warmups = default_warmups(load)
     return {
         "model": args.model,
         "space": space.to_dict(),
@@ -155,7 +174,7 @@ def _fresh(args: argparse.Namespace) -> dict:
         "seed": seed,
         "client": dataclasses.asdict(dataclass_from_args(ClientConfig, args, model=None)),  # --model is the folder
         "workload": dataclasses.asdict(dataclass_from_args(WorkloadConfig, args, seed=seed)),
-        "load": dataclasses.asdict(dataclass_from_args(LoadConfig, args)),
+        "load": dataclasses.asdict(load),
         "server_cmd": args.server_cmd,
         "ready_path": args.ready_path or ("/v1/models" if args.server_cmd else "/ready"),
         "ready_timeout": args.ready_timeout or 600.0,
@@ -166,6 +185,8 @@ def _fresh(args: argparse.Namespace) -> dict:
         "predict": not args.no_predict,
         "baseline": not args.no_baseline,
         "guided": not args.no_guide,
+        "skip_first_wave": not args.count_first_wave,
+        "repeat_baseline": bool(args.repeat_baseline),
     }
 
 

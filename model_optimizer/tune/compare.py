@@ -1,5 +1,6 @@
 """A study against a grid on the same workload: best goodput of each, the defaults', the trials each
-needed, and how well the predictor refitted on the study's trials predicts the grid's (trials it never saw).
+needed, the spread of the defaults' repeated measurements (noise.py), and how well the predictor refitted on
+the study's trials predicts the grid's (trials it never saw).
 
     python -m model_optimizer.tune.compare --study OUT/study --grid OUT/grid --config config.json \
         [--hardware doctor.json] --output summary.json
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 from model_optimizer.fileio import atomic_write
+from model_optimizer.tune.noise import noise_summary
 from model_optimizer.tune.predictor import Predictor, Workload, mape, model_cost
 
 METRICS = (("tpot", "tpot_ms", "tpot_p99_ms"), ("throughput", "output_throughput", "output_throughput"))
@@ -39,11 +41,14 @@ def measured(trials: list[dict]) -> list[dict]:
     return [t for t in trials if t.get("state") in ("COMPLETE", "FAIL")]
 
 
-def is_default(settings: dict) -> bool:
+def is_default(settings: dict, fixed: dict | None = None) -> bool:
+    """Whether the searched knobs hold the engine's defaults; settings `fixed` for every trial (the
+    study's --fix) are the same at every point and are not compared."""
     from model_optimizer.config import EngineConfig
 
     defaults = EngineConfig()
-    return all(getattr(defaults, k) == v for k, v in settings.items() if hasattr(defaults, k) and k != "load_format")
+    held = set(fixed or ()) | {"load_format"}
+    return all(getattr(defaults, k) == v for k, v in settings.items() if hasattr(defaults, k) and k not in held)
 
 
 def errors(fitted: Predictor | None, rows: list, make, loo: bool = False) -> dict:
@@ -119,7 +124,8 @@ def compare(study_dir: Path, grid_dir: Path, make=None) -> dict:
     grid_best = max(map(goodput, grid), default=None)
     study_best = max(map(goodput, study), default=None)
     baseline = next((goodput(t) for t in study if t.get("baseline")), None)
-    grid_defaults = next((goodput(t) for t in grid if is_default(t.get("settings") or {})), None)
+    grid_fixed = (grid_setup.get("space") or {}).get("fixed")
+    grid_defaults = next((goodput(t) for t in grid if is_default(t.get("settings") or {}, grid_fixed)), None)
     reach = None
     if grid_best:
         reach = next((i + 1 for i, t in enumerate(measured(study)) if goodput(t) >= 0.95 * grid_best), None)
@@ -139,6 +145,7 @@ def compare(study_dir: Path, grid_dir: Path, make=None) -> dict:
         "study_trials_to_95pct_of_grid_best": reach,
         "study_vs_grid": study_best / grid_best if study_best is not None and grid_best else None,
         "study_vs_defaults": study_best / baseline if study_best is not None and baseline else None,
+        "defaults_noise": noise_summary(study, best if best is not None and goodput(best) > 0 else None),
         "study_trials": [_row(t) for t in study if t.get("state") != "PRUNED"],
         "grid": [_row(t) for t in grid],
     }
@@ -153,12 +160,18 @@ def _row(t: dict) -> dict:
     return {
         "number": t.get("number"),
         "state": t.get("state"),
-        "picked_by": "baseline" if t.get("baseline") else t.get("picked_by", "sampler"),
+        "picked_by": _picked_by(t),
         "settings": {k: v for k, v in (t.get("settings") or {}).items() if k not in ("load_format", "log_level")},
         "measured": {k: m.get(k) for k in keys},
         "predicted": {k: (t.get("predicted") or {}).get(k) for k in ("tpot_ms", "ttft_ms", "output_throughput")},
         "error": t.get("error"),
     }
+
+
+def _picked_by(t: dict) -> str:
+    if t.get("baseline"):
+        return "baseline"
+    return "baseline repeat" if t.get("baseline_repeat") else t.get("picked_by", "sampler")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -140,6 +140,8 @@ def render_page(summary: dict, plots: dict[str, bytes]) -> str:
             + (f" ({gain:.2f}x)" if gain else "")
             + ".</p>"
         )
+    if (summary.get("noise") or {}).get("note"):
+        parts.append(f"<p>Noise: {e(summary['noise']['note'])}.</p>")
     if summary.get("predictor"):
         fit = summary["predictor"]["fit"]
         parts.append(

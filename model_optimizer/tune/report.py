@@ -12,6 +12,7 @@ from pathlib import Path
 
 from model_optimizer.fileio import atomic_write
 from model_optimizer.tune.commands import mopt_serve_argv, vllm_serve
+from model_optimizer.tune.noise import noise_summary
 from model_optimizer.tune.pareto import choose, pareto_front
 from model_optimizer.tune.predictor import mape
 
@@ -62,6 +63,7 @@ def build_summary(rows: list[dict], prefer: str, model: str | None, setup: dict)
     baseline = next((r for r in rows if r.get("baseline") and r["state"] == "COMPLETE"), None)
     if baseline:
         summary["baseline"] = {"number": baseline["number"], "goodput": baseline["measured"]["goodput"]}
+    summary["noise"] = noise_summary(rows, best)
     if best:
         vllm = vllm_serve(model, best["settings"])
         summary["best"] = {

@@ -59,6 +59,7 @@ def trial_setup(stored: dict) -> TrialSetup:
         ready_path=stored["ready_path"],
         ready_timeout=stored["ready_timeout"],
         trial_timeout=stored["trial_timeout"],
+        skip_first_wave=stored.get("skip_first_wave", False),  # a study stored before it measures as it did
     )
 
 
@@ -130,6 +131,7 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
         on_trial=lambda row: _print_trial(console, row),
         skip=sampler != "grid",
         guided=sampler != "grid" and stored.get("guided", True),
+        repeat_baseline=stored.get("repeat_baseline", False),
     )
     if sampler != "grid" and stored.get("baseline", True) and not study.trials and not tuner.enqueue_defaults():
         console.print("no baseline trial: a default setting lies outside the searched space")
@@ -158,6 +160,7 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
         console.print(f"best ({prefer}): trial {summary['best']['number']} -> {output_dir / 'best.yaml'}")
     else:
         console.print("[yellow]no trial completed: nothing to recommend[/]")
+    console.print(f"noise: {summary['noise']['note']}")
     console.print(f"report: {output_dir / 'report.html'}")
     if interrupted:
         console.print(f"interrupted: the study is saved; continue it with mopt tune --resume --output-dir {output_dir}")

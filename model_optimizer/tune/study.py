@@ -184,6 +184,8 @@ class Tuner:
     max_skips_in_a_row: int = MAX_SKIPS_IN_A_ROW
     guided: bool = False
     """Measure the predictor's best untried candidate next (guide.py) instead of the sampler's draw."""
+    repeat_baseline: bool = False
+    """Measure the default settings once more as the budget's last trial: the noise estimate (noise.py)."""
 
     def __post_init__(self) -> None:
         slos = parse_slo(self.setup.slo)
@@ -208,6 +210,34 @@ class Tuner:
         self.study.enqueue_trial(params, user_attrs={"baseline": True})
         return True
 
+    def _baseline_trial(self):
+        return next((t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")), None)
+
+    def _repeat_due(self, budget: Budget, elapsed_s: float) -> bool:
+        """Time for the baseline's repeat: asked for, not done yet, the baseline measured, and this the
+        budget's last trial (--trials) or the last one the time left allows (--time: under two baseline
+        trials' time remain). It is a trial of the budget, so the study spends no more than it was given."""
+        if not self.repeat_baseline:
+            return False
+        from optuna.trial import TrialState
+
+        trials = self.study.get_trials(deepcopy=False)
+        if any(t.user_attrs.get("baseline_repeat") for t in trials):
+            return False
+        base = self._baseline_trial()
+        if base is None or base.state != TrialState.COMPLETE:
+            return False
+        if any(t.state == TrialState.WAITING for t in trials):
+            return False
+        if budget.trials is not None and self._measured() >= budget.trials - 1:
+            return True
+        took = (base.user_attrs.get("measured") or {}).get("duration_s") or 0.0
+        return budget.time_s is not None and budget.time_s - elapsed_s < 2 * took
+
+    def _enqueue_repeat(self) -> None:
+        base = self._baseline_trial()
+        self.study.enqueue_trial(dict(base.params), user_attrs={"baseline_repeat": True}, skip_if_exists=False)
+
     def run(self, budget: Budget) -> None:
         from optuna.trial import TrialState
 
@@ -216,6 +246,8 @@ class Tuner:
         while self._measured() < (budget.trials or math.inf):
             if budget.time_s is not None and time.monotonic() - started >= budget.time_s:
                 break
+            if self._repeat_due(budget, time.monotonic() - started):
+                self._enqueue_repeat()
             trial = self._ask()
             try:
                 row = self._one(trial, explore)
@@ -247,7 +279,7 @@ class Tuner:
         except ValueError as exc:  # a combination the engine refuses (each value alone was checked)
             return self._record(trial, row | {"state": "FAIL", "error": f"impossible setting: {exc}"})
         row["settings"] = settings
-        twin = self._measured_twin(settings)
+        twin = None if trial.user_attrs.get("baseline_repeat") else self._measured_twin(settings)
         if twin is not None:  # a small space runs out of new points: a budget is better spent elsewhere
             row |= {"state": "PRUNED", "skip_reason": f"same settings as trial {twin}", "skip_kind": "repeat"}
             return self._record(trial, row)
@@ -257,7 +289,7 @@ class Tuner:
             pred = self.predictor.predict(settings, load)
             row["ideal"], row["predicted"] = ideal.to_dict(), pred.to_dict()
             reason = self.predictor.skip_reason(pred, self.slo_ms) if self.skip else None
-            chosen = trial.user_attrs.get("baseline") or trial.user_attrs.get("picked_by")
+            chosen = any(trial.user_attrs.get(k) for k in ("baseline", "baseline_repeat", "picked_by"))
             if reason and not ((explore or chosen) and pred.fits):  # a chosen trial is measured unless it cannot fit
                 kind = "slo" if pred.fits else "fit"
                 return self._record(trial, row | {"state": "PRUNED", "skip_reason": reason, "skip_kind": kind})

@@ -1,7 +1,7 @@
 """One trial: start a server with the candidate's settings, time it to ready, load it as `mopt bench` does.
 
-The load is `bench.runner.run_benchmark` itself (same workload, load plan, SLO goodput and /metrics
-scrape as the command), run in a worker thread so a trial that overruns its time limit can be ended:
+The load is `bench.runner.run_benchmark` itself (same workload, load plan, warm-up, SLO goodput and
+/metrics scrape as the command; the figures kept leave out the closed loop's first wave, see steady.py), run in a worker thread so a trial that overruns its time limit can be ended:
 the server is killed, its requests fail at once, and the thread returns. Whatever happens (a crash,
 a timeout, Ctrl-C) the server's process group is reaped on the way out.
 """
@@ -20,6 +20,7 @@ from model_optimizer.bench.load import LoadConfig
 from model_optimizer.bench.workloads import WorkloadConfig
 from model_optimizer.tune.commands import mopt_serve_argv, template_argv
 from model_optimizer.tune.server_process import ServerFailed, ServerProcess, free_port
+from model_optimizer.tune.steady import steady_summary
 
 GIB = float(1 << 30)
 PORT_ATTEMPTS = 2
@@ -41,6 +42,8 @@ class TrialSetup:
     """Seconds from process start to ready before the trial fails."""
     trial_timeout: float = 1800.0
     """Seconds the load may run before the trial fails."""
+    skip_first_wave: bool = False
+    """Count only the closed loop's requests sent after the first `concurrency` (steady.py says why)."""
 
 
 @dataclass
@@ -66,6 +69,12 @@ class TrialResult:
     server_metrics: dict = field(default_factory=dict)
     bench_dir: str | None = None
     duration_s: float | None = None
+    warmup_requests: int = 0
+    """Requests sent before the measured load and not counted."""
+    counted_requests: int | None = None
+    """Requests the figures above are computed over."""
+    first_wave_skipped: int = 0
+    """Requests of the closed loop's start-up burst left out of the figures."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -148,7 +157,9 @@ def _bench(setup: TrialSetup, base_url: str, out_dir: Path, server: ServerProces
     results = box["results"]
     if not results:
         raise ServerFailed("the bench produced no run")
-    return max(results, key=lambda r: _goodput(r["summary"]))
+    for run in results:
+        run["steady_summary"], run["first_wave_skipped"] = steady_summary(run, setup.slo, setup.skip_first_wave)
+    return max(results, key=lambda r: _goodput(r["steady_summary"]))
 
 
 def _goodput(summary: dict) -> float:
@@ -156,7 +167,10 @@ def _goodput(summary: dict) -> float:
 
 
 def _fill(result: TrialResult, bench: dict, rss_bytes: int | None) -> None:
-    s = bench["summary"]
+    s = bench.get("steady_summary") or bench["summary"]  # the figures without the first wave (see _bench)
+    result.warmup_requests = (bench.get("warmup") or {}).get("num_requests", 0)
+    result.counted_requests = s.get("num_requests")
+    result.first_wave_skipped = bench.get("first_wave_skipped", 0)
     if not s["num_ok"]:
         example = next(iter(s.get("error_examples", {}).values()), "")
         result.error = f"no request succeeded ({s['errors']}) {example}".strip()

@@ -73,3 +73,30 @@ def test_predictor_error_on_the_recorded_h200_trials(tmp_path):
     loo = json.loads(out.read_text())["predictor"]["leave_one_out"]
     assert loo["num_trials"] == 5
     assert loo["tpot_mape_pct"] < 15 and loo["throughput_mape_pct"] < 15
+
+
+def test_defaults_in_a_grid_with_fixed_settings_and_the_defaults_noise(tmp_path):
+    """The grid's point at the default knob values is found although every point also holds --fix settings
+    (max_model_len 2048 is no engine default); the study's repeated baseline gives the noise verdict."""
+    fixed = {"load_format": "dummy", "max_model_len": 2048}
+    study = _write(
+        tmp_path / "study",
+        [
+            _trial(0, 4.0, baseline=True, settings=DEFAULTS | fixed),
+            _trial(1, 6.0, picked_by="predictor"),
+            _trial(2, 7.0, baseline_repeat=True, settings=DEFAULTS | fixed),
+        ],
+    )
+    grid_dir = tmp_path / "grid"
+    grid_dir.mkdir()
+    grid = [_trial(0, 9.0, settings={"max_num_seqs": 64, "max_num_batched_tokens": 8192} | fixed)]
+    grid.append(_trial(1, 24.0, settings=DEFAULTS | fixed))
+    setup = SETUP | {"space": {"knobs": [], "fixed": fixed}}
+    (grid_dir / "results.json").write_text(json.dumps({"setup": setup, "trials": grid}))
+    s = compare(study, grid_dir)
+    assert s["defaults_goodput_in_grid"] == 24.0
+    noise = s["defaults_noise"]
+    assert noise["baseline_trials"] == [0, 2] and noise["figures"]["goodput"]["spread"] == 3.0
+    # the best study trial is the defaults' own repeat: no gain to judge
+    assert "within_noise" not in noise and noise["note"] == "baseline goodput 4 and 7 req/s over 2 measurements"
+    assert [r["picked_by"] for r in s["study_trials"]] == ["baseline", "predictor", "baseline repeat"]

@@ -1,0 +1,69 @@
+"""How far apart two measurements of the same settings land: the yardstick for "better than the defaults".
+
+A trial is one cold server and one short load, so its goodput carries run-to-run noise (clock boost, the
+host's other work, which requests happen to meet the p99). With `--repeat-baseline` the study measures the
+default settings a second time as its last trial; the spread between the two baseline measurements is the
+noise estimate. A best trial that beats the baseline by less than that spread is reported as within noise
+rather than as a win.
+"""
+
+from __future__ import annotations
+
+
+def baseline_measurements(rows: list[dict]) -> list[dict]:
+    """The completed trials of the default settings (the baseline and its repeats), in trial order."""
+    return [
+        r
+        for r in rows
+        if (r.get("baseline") or r.get("baseline_repeat")) and r["state"] == "COMPLETE" and r.get("measured")
+    ]
+
+
+def noise_summary(rows: list[dict], best: dict | None) -> dict:
+    """Spread of the baseline's goodput and p99 latencies over its measurements, and whether `best` (a row
+    of the study) beats the baseline by more than that spread. With one measurement there is no estimate."""
+    base = baseline_measurements(rows)
+    out: dict = {"baseline_trials": [r["number"] for r in base]}
+    if len(base) < 2:
+        out["note"] = (
+            "the defaults were measured once: no noise estimate (give --repeat-baseline to measure them again "
+            "at the end of the study)"
+            if base
+            else "no completed baseline trial: no noise estimate"
+        )
+        return out
+    figures = {}
+    for key in ("goodput", "ttft_p99_ms", "tpot_p99_ms"):
+        values = [r["measured"].get(key) for r in base]
+        if any(v is None for v in values):
+            continue
+        mean = sum(values) / len(values)
+        spread = max(values) - min(values)
+        figures[key] = {
+            "values": values,
+            "mean": mean,
+            "spread": spread,
+            "relative_spread": spread / mean if mean else None,
+        }
+    out["figures"] = figures
+    goodput = figures.get("goodput")
+    if best is None or goodput is None or best.get("number") in out["baseline_trials"]:
+        out["note"] = (
+            f"baseline goodput {_fmt(goodput['values'])} req/s over {len(base)} measurements"
+            if goodput
+            else "no goodput measured"
+        )
+        return out
+    gain = best["measured"]["goodput"] - goodput["mean"]
+    within = abs(gain) <= goodput["spread"]
+    out |= {"best_trial": best["number"], "best_minus_baseline": gain, "within_noise": within}
+    verdict = "within the noise: not a measured win" if within else "more than the noise"
+    out["note"] = (
+        f"best trial {best['number']} differs from the defaults' mean goodput by {gain:+.4g} req/s; the "
+        f"defaults measured {_fmt(goodput['values'])} req/s (spread {goodput['spread']:.4g}): {verdict}"
+    )
+    return out
+
+
+def _fmt(values: list[float]) -> str:
+    return " and ".join(f"{v:.4g}" for v in values)
