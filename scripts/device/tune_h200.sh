@@ -5,7 +5,7 @@
 #
 # On the GPU machine, from the repository root (when the machine lacks optuna, fastapi, uvicorn ...,
 # put their wheels in .whl/ as for regression.sh):
-#   bash scripts/device/tune_h200.sh study     baseline + 2 predictor-picked trials (~2-3 min)
+#   bash scripts/device/tune_h200.sh study     baseline + 2 predictor-picked trials + the baseline again (~3-4 min)
 #   bash scripts/device/tune_h200.sh grid      3 x 3 grid, 9 trials (~5-6 min: cold start + load each)
 #   bash scripts/device/tune_h200.sh summary   compare the two, and the predictor on the grid (seconds)
 # study and grid may run at once on two GPUs of one machine, each on its own:
@@ -13,13 +13,17 @@
 # (servers take OS-chosen ports; each step has its own folders, logs and model copy). `all` runs the three in turn.
 # Results land in $OUT: study/ and grid/ (study.db, results.json, report.html, best.yaml, commands.txt, one
 # folder per trial with its server log and bench run), study.log, grid.log, tune_h200_summary.json.
-# Knobs: CONCURRENCY (64), NUM_REQUESTS (256), STUDY_TRIALS (3), GRID_SEQS ("64, 128, 256"),
+# Knobs: CONCURRENCY (64), NUM_REQUESTS (256), NUM_WARMUPS (tune's default, max(2 x CONCURRENCY, 32)),
+# STUDY_TRIALS (4: the last is the baseline's repeat, --repeat-baseline), GRID_SEQS ("64, 128, 256"),
 # GRID_TOKENS ("4096, 8192, 16384"), STEP_TIMEOUT (seconds a step may take, 570; on expiry the tuner is
 # interrupted, reaps its server and still writes results.json for the trials done).
 # Why 64 in flight: at 256 every setting misses ttft_p99=300ms on the start-up burst alone (256 prompts of
 # ~512 tokens queue behind each other; measured p99 TTFT 2.1 s with the defaults), so goodput is ~0 for all.
-# Why 256 requests: a trial is a cold start (15-40 s) plus the load; 256 requests at ~29 req/s take ~9 s and
-# still hold 4 waves of the 64 clients; the p99 is over 256 samples.
+# Why 256 requests: a trial is a cold start (15-40 s), the warm-up (128 uncounted requests: compilation,
+# graph capture and allocator growth land there) and the load; 256 requests at ~29 req/s take ~9 s and hold
+# 4 waves of the 64 clients, of which the first (the start-up burst, all 64 sent at once) is not counted:
+# the p99 is over 192 samples of the steady closed loop. The repeated baseline's spread says how far apart
+# two measurements of the same settings land; a best trial closer to the defaults is reported as noise.
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 STEP="${1:-all}"
@@ -75,6 +79,7 @@ common() {  # the flags both steps share: same model, workload, load, SLO
           --prompt-len normal:512:128 --output-len normal:128:32 --slo "$SLO"
           --concurrency "${CONCURRENCY:-64}" --num-requests "${NUM_REQUESTS:-256}"
           --ready-timeout 150 --trial-timeout 120 --seed 0 "${HARDWARE[@]}")
+  if [ -n "${NUM_WARMUPS:-}" ]; then COMMON+=(--num-warmups "$NUM_WARMUPS"); fi
 }
 
 study() {
@@ -84,7 +89,7 @@ study() {
   # The grid's two knobs over the same values, plus the knobs that change a step's fixed cost (CUDA graphs,
   # async scheduling); not the fp8 cache: at 64 x ~600 tokens the KV read is ~half of a ~2 ms roofline
   # step against ~20 ms of measured step, and the recorded fp8 trial was slower. The study measures the
-  # defaults, then the predictor's best untried candidates (mopt tune's guide).
+  # defaults, then the predictor's best untried candidates (mopt tune's guide), then the defaults again.
   cat > "$OUT/study_space.yaml" <<YAML
 max_num_batched_tokens: [${GRID_TOKENS:-4096, 8192, 16384}]
 max_num_seqs: [${GRID_SEQS:-64, 128, 256}]
@@ -93,7 +98,8 @@ enforce_eager: [false, true]
 YAML
   rm -rf "$OUT/study"
   timeout -s INT -k 30 "${STEP_TIMEOUT:-570}" python3 -m model_optimizer.cli.main tune "${COMMON[@]}" \
-      --space "$OUT/study_space.yaml" --trials "${STUDY_TRIALS:-3}" --output-dir "$OUT/study" > "$OUT/study.log" 2>&1
+      --space "$OUT/study_space.yaml" --trials "${STUDY_TRIALS:-4}" --repeat-baseline --output-dir "$OUT/study" \
+      > "$OUT/study.log" 2>&1
   echo "[$SECONDS s] study exit $?"; tail -25 "$OUT/study.log"
 }
 

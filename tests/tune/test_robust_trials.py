@@ -139,3 +139,41 @@ def test_noise_verdict_compares_the_gain_with_the_baselines_spread():
     assert beyond["within_noise"] is False and beyond["best_minus_baseline"] == 8.0
     once = noise_summary(rows[:2], rows[1])
     assert "figures" not in once and "--repeat-baseline" in once["note"]
+
+
+def test_the_repeat_is_the_last_trial_of_either_budget(tmp_path):
+    """--trials: the repeat takes the last slot; --time: it runs once under two baseline trials' time is
+    left. It is measured although its settings were (no twin skip); `false` is no server, so it fails."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from model_optimizer.bench.client import ClientConfig
+    from model_optimizer.bench.workloads import WorkloadConfig
+    from model_optimizer.tune.space import Knob, SearchSpace
+    from model_optimizer.tune.study import Budget, Tuner, open_study
+    from model_optimizer.tune.trial import TrialSetup
+
+    setup = TrialSetup(None, ClientConfig(), WorkloadConfig(), LoadConfig(num_requests=1), server_cmd="false")
+    study = open_study(tmp_path, seed=0, resume=False)
+    settings = {"max_num_seqs": 256}
+    study.add_trial(
+        create_trial(
+            params=settings,
+            distributions={"max_num_seqs": CategoricalDistribution([4, 256])},
+            values=[1.0] * 5,
+            user_attrs={"baseline": True, "settings": settings, "measured": {"duration_s": 100.0}},
+            state=TrialState.COMPLETE,
+        )
+    )
+    space = SearchSpace([Knob("max_num_seqs", choices=[4, 256])])
+    tuner = Tuner(study, space, setup, tmp_path, repeat_baseline=True)
+    assert tuner._repeat_due(Budget(time_s=1000.0), elapsed_s=0.0) is False
+    assert tuner._repeat_due(Budget(time_s=1000.0), elapsed_s=850.0) is True
+    assert tuner._repeat_due(Budget(trials=3), elapsed_s=0.0) is False  # two slots left: not yet
+    assert tuner._repeat_due(Budget(trials=2), elapsed_s=0.0) is True
+    assert Tuner(study, space, setup, tmp_path)._repeat_due(Budget(trials=2), 0.0) is False  # not asked for
+    tuner.run(Budget(trials=2))
+    repeat = study.trials[1]
+    assert repeat.user_attrs.get("baseline_repeat") is True and repeat.params == settings
+    assert repeat.state.name == "FAIL" and "exited with code 1" in repeat.user_attrs["error"]
+    assert tuner._repeat_due(Budget(trials=5), elapsed_s=0.0) is False  # once per study
