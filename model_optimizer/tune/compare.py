@@ -96,6 +96,7 @@ def predictor_check(study: list[dict], grid: list[dict], setup: dict, make) -> d
                 m["mean_output_len"],
                 concurrency=float(load.get("concurrency") or 1),
                 num_requests=load.get("num_requests"),
+                burst_measured=not setup.get("skip_first_wave", False),
             )
             out.append((make().ideal(t["settings"], work), m))
         return out

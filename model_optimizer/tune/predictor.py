@@ -143,6 +143,9 @@ class Workload:
     request_rate: float | None = None
     num_requests: int | None = None
     """Requests in the run: decides whether the start-up burst reaches the p99 (None: assume it does)."""
+    burst_measured: bool = True
+    """False when the trials leave the closed loop's first wave out of their figures (tune/steady.py):
+    the burst then never reaches the measured p99 TTFT."""
 
 
 @dataclass
@@ -358,7 +361,9 @@ class Predictor:
         first = min(load.concurrency, b) if load.concurrency is not None else 0.0  # prompts sent at once
         burst_tokens = first * p
         burst_steps = (math.ceil(burst_tokens / budget) if chunked else math.ceil(first / max(budget // p, 1))) or 0
-        counts = load.num_requests is None or (first > 0 and first / load.num_requests >= 0.01)
+        counts = load.burst_measured and (
+            load.num_requests is None or (first > 0 and first / load.num_requests >= 0.01)
+        )
         queued = max(load.concurrency / b - 1.0, 0.0) if load.concurrency is not None else 0.0
         features = {
             "g": 1.0 if eager else mixed,

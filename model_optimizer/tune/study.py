@@ -163,7 +163,13 @@ def workload_figures(setup: TrialSetup) -> Workload | None:
     if w.num_prefix_groups:
         prompt += w.prefix_len * w.prefix_share_ratio
     if load.load_mode == "closed":
-        return Workload(prompt, output, concurrency=float(load.concurrency or 1), num_requests=load.num_requests)
+        return Workload(
+            prompt,
+            output,
+            concurrency=float(load.concurrency or 1),
+            num_requests=load.num_requests,
+            burst_measured=not setup.skip_first_wave,
+        )
     if load.load_mode == "sweep":
         return Workload(prompt, output, concurrency=float(load.sweep_max_concurrency))
     return Workload(prompt, output, request_rate=load.request_rate or math.inf, num_requests=load.num_requests)
@@ -402,7 +408,13 @@ def workload_figures_from_lengths(setup: TrialSetup, measured: dict) -> Workload
     load = setup.load
     prompt, output = measured["mean_prompt_len"], measured["mean_output_len"]
     if load.load_mode == "closed":
-        return Workload(prompt, output, concurrency=float(load.concurrency or 1), num_requests=load.num_requests)
+        return Workload(
+            prompt,
+            output,
+            concurrency=float(load.concurrency or 1),
+            num_requests=load.num_requests,
+            burst_measured=not setup.skip_first_wave,
+        )
     if load.load_mode == "sweep":
         return Workload(prompt, output, concurrency=float(load.sweep_max_concurrency))
     return Workload(prompt, output, request_rate=load.request_rate or math.inf, num_requests=load.num_requests)

@@ -263,3 +263,23 @@ def test_a_request_rate_keeps_as_many_running_as_littles_law_says():
     assert slow.output_throughput == pytest.approx(200.0 * 8, rel=1e-3)  # the rate's tokens, not the peak
     flooded = predictor.ideal(settings, Workload(16, 8, request_rate=1e6))
     assert flooded.running == 64
+
+
+def test_a_burst_the_trial_leaves_out_is_left_out_of_the_ttft():
+    """Trials that count only requests after the closed loop's first wave never see the start-up burst in
+    their p99 TTFT: the prediction drops it too (the steady path remains), and the study says so."""
+    from model_optimizer.bench.client import ClientConfig
+    from model_optimizer.bench.load import LoadConfig
+    from model_optimizer.bench.workloads import WorkloadConfig
+    from model_optimizer.tune.study import workload_figures
+    from model_optimizer.tune.trial import TrialSetup
+
+    predictor = Predictor(model_cost(CONFIG), SLOW)
+    burst = predictor.ideal(SETTINGS, Workload(16, 8, concurrency=4, num_requests=100))
+    steady = predictor.ideal(SETTINGS, Workload(16, 8, concurrency=4, num_requests=100, burst_measured=False))
+    assert burst.features["burst_counts"] == 1.0 and steady.features["burst_counts"] == 0.0
+    assert steady.ttft_ms < burst.ttft_ms
+    setup = TrialSetup(None, ClientConfig(), WorkloadConfig(prompt_len="16"), LoadConfig(concurrency=4))
+    assert workload_figures(setup).burst_measured is True  # a study stored before the option
+    setup.skip_first_wave = True
+    assert workload_figures(setup).burst_measured is False
