@@ -176,7 +176,25 @@ def _top(profile, pstats, io, n: int = 25) -> list[dict]:
         )
     rows.sort(key=lambda r: -r["own_s"])
     total = sum(r["own_s"] for r in rows)
-    return [{"total_own_s": round(total, 4)}] + rows[:n]
+    by_package: dict[str, float] = {}
+    for (file, _, name), (_, _, own, _, _) in stats.stats.items():
+        package = _package(file, name)
+        by_package[package] = by_package.get(package, 0.0) + own
+    whole = sum(by_package.values()) or 1.0
+    shares = {k: round(v / whole, 3) for k, v in sorted(by_package.items(), key=lambda kv: -kv[1]) if v / whole >= 0.01}
+    return [{"total_own_s": round(total, 4), "share_by_package": shares}] + rows[:n]
+
+
+def _package(file: str, name: str) -> str:
+    """Where a profiled function lives: model_optimizer's module, a library's top package, or a builtin."""
+    if file == "~":
+        return "builtin " + (name.split("'")[1] if "'" in name else name.split(" ")[-1].rstrip(">"))
+    parts = Path(file).parts
+    if "model_optimizer" in parts:
+        return "/".join(parts[parts.index("model_optimizer") :])
+    if "site-packages" in parts:
+        return parts[parts.index("site-packages") + 1]
+    return Path(file).parent.name + "/" + Path(file).name
 
 
 # ----------------------------------------------------------------- client process

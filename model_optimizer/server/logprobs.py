@@ -34,17 +34,22 @@ class TokenTexts:
 def completion_logprobs(
     texts: TokenTexts, logprobs: list[Logprob], text_offset: int, num_top: int
 ) -> CompletionLogprobs:
-    out = CompletionLogprobs()
+    return CompletionLogprobs(**completion_logprobs_dict(texts, logprobs, text_offset, num_top))
+
+
+def completion_logprobs_dict(texts: TokenTexts, logprobs: list[Logprob], text_offset: int, num_top: int) -> dict:
+    """CompletionLogprobs as the plain dict a stream chunk serializes (no model per chunk: see streaming.py)."""
+    tokens, token_logprobs, top_logprobs, offsets = [], [], [], []
     for lp in logprobs:
         token = texts(lp.token_id)
-        out.tokens.append(token)
-        out.token_logprobs.append(finite(lp.logprob))
+        tokens.append(token)
+        token_logprobs.append(finite(lp.logprob))
         top = {_key(texts, t): finite(v) for t, v in _top(lp, num_top)}
         top.setdefault(_key(texts, lp.token_id), finite(lp.logprob))
-        out.top_logprobs.append(top)
-        out.text_offset.append(text_offset)
+        top_logprobs.append(top)
+        offsets.append(text_offset)
         text_offset += len(token or "")
-    return out
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs, "text_offset": offsets}
 
 
 def _key(texts: TokenTexts, token_id: int) -> str:
@@ -64,6 +69,23 @@ def chat_logprobs(texts: TokenTexts, logprobs: list[Logprob], num_top: int) -> C
             ChatTokenLogprob(token=token, logprob=finite(lp.logprob), bytes=list(token.encode()), top_logprobs=top)
         )
     return ChatLogprobs(content=content)
+
+
+def chat_logprobs_dict(texts: TokenTexts, logprobs: list[Logprob], num_top: int) -> dict:
+    """ChatLogprobs as the plain dict a stream chunk serializes; the same fields, in the same order."""
+    content = []
+    for lp in logprobs:
+        token = texts(lp.token_id)
+        if token is None:  # as the model would refuse it: chat has a tokenizer (its template needs one)
+            raise ValueError("chat logprobs need token texts, and this model has no tokenizer")
+        top = []
+        for t, v in _top(lp, num_top):
+            text = texts(t)
+            top.append({"token": text, "logprob": finite(v), "bytes": list(text.encode())})
+        content.append(
+            {"token": token, "logprob": finite(lp.logprob), "bytes": list(token.encode()), "top_logprobs": top}
+        )
+    return {"content": content}
 
 
 def _top(lp: Logprob, num_top: int) -> list[tuple[int, float]]:

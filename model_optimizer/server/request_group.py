@@ -96,16 +96,18 @@ class RequestGroup:
         """(prompt index, output) as they come, from every prompt's request: DELTA outputs when
         streaming, else each request's one FINAL_ONLY output (see sampling.sampling_params)."""
         trackers = [self.state.metrics.tracker(n) for n in self.num_completions]
+        if len(self.streams) == 1:  # the usual case, one chunk per engine step: one generator fewer
+            tracker = trackers[0]
+            async for output in self.streams[0]:
+                self.num_output_tokens[0] += tracker.observe(output)  # each output's tokens are new
+                yield 0, output
+            return
         async for i, output in self._merged():
-            trackers[i].observe(output)
-            self.num_output_tokens[i] += output.num_output_tokens  # each output's tokens are new
+            self.num_output_tokens[i] += trackers[i].observe(output)
             yield i, output
 
     async def _merged(self) -> AsyncIterator[tuple[int, RequestOutput]]:
-        if len(self.streams) == 1:
-            async for output in self.streams[0]:
-                yield 0, output
-            return
+        """Outputs of several prompts' requests as they come."""
         queue: asyncio.Queue = asyncio.Queue()
 
         async def pump(i: int, stream: RequestStream) -> None:

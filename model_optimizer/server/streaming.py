@@ -4,6 +4,12 @@ on failure, the usage chunk when asked for.
 The API-specific part (what a chunk looks like for chat or completions) is a `StreamFormat`;
 everything else, including the order of events and what happens when the engine fails after
 the headers are sent, is written once here.
+
+A stream sends one chunk per engine step, and a server streams to every running request at once, so
+a chunk's cost is paid (batch size) times per step on the event loop, which the engine thread also
+needs (the GIL). Chunks are therefore not pydantic models: `ChunkTemplate` serializes the fields
+every chunk of a stream shares (id, object, created, model) once, and each chunk adds only its
+choices, plain dicts through pydantic's own serializer: the same bytes, several times cheaper.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import BaseModel
+from pydantic_core import to_json
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -31,6 +38,26 @@ DONE = "data: [DONE]\n\n"
 def sse(payload: BaseModel | dict) -> str:
     data = payload.model_dump_json() if isinstance(payload, BaseModel) else json.dumps(payload)
     return f"data: {data}\n\n"
+
+
+class ChunkTemplate:
+    """The SSE event of a stream chunk from its choices (plain dicts), around a base chunk serialized once.
+
+    `base` is the stream's chunk model with no choices (CompletionResponse, ChatCompletionChunk); its
+    other fields are the same in every chunk. The choices go through pydantic_core.to_json, the
+    serializer pydantic models use (same spelling of strings and floats), without building a model per
+    choice: the event is byte for byte what `sse(base with these choices)` gives, several times faster."""
+
+    MARKER = b'"choices":[]'  # a key: inside a JSON string its quotes would be escaped
+
+    def __init__(self, base: BaseModel) -> None:
+        text = base.model_dump_json().encode()
+        at = text.index(self.MARKER)
+        self.head = b"data: " + text[: at + len(self.MARKER) - 2]
+        self.tail = text[at + len(self.MARKER) :] + b"\n\n"
+
+    def event(self, choices: list[dict]) -> bytes:
+        return self.head + to_json(choices, inf_nan_mode="null") + self.tail
 
 
 @dataclass
@@ -82,8 +109,8 @@ class StreamFormat(Protocol):
     def head(self) -> list[BaseModel]:
         """Chunks sent before any output (chat's role chunk); may be empty."""
 
-    def chunk(self, deltas: list[ChoiceDelta]) -> BaseModel:
-        """One chunk carrying these choices' news."""
+    def chunk(self, deltas: list[ChoiceDelta]) -> bytes:
+        """The SSE event of one chunk carrying these choices' news (see ChunkTemplate)."""
 
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
         """The last chunk, with no choices, when the client asked for stream_options.include_usage."""
@@ -94,7 +121,7 @@ async def sse_events(
     fmt: StreamFormat,
     usage: Callable[[], UsageInfo] | None,
     request_id: str,
-) -> AsyncIterator[str]:
+) -> AsyncIterator[str | bytes]:
     """The SSE lines of a generation from its DELTA outputs: head, chunks, then usage (when `usage` is
     given) and [DONE].
 
@@ -111,7 +138,7 @@ async def sse_events(
                 break
             deltas = offsets.deltas(prompt_index, output)
             if deltas:
-                yield sse(fmt.chunk(deltas))
+                yield fmt.chunk(deltas)
         else:
             if usage is not None:
                 yield sse(fmt.usage_chunk(usage()))
@@ -127,7 +154,7 @@ class ClosingStreamingResponse(StreamingResponse):
     """An SSE response that runs `on_close` however the stream ends, even when it never started
     (the client left before the first byte): the request group it streams is released exactly once."""
 
-    def __init__(self, content: AsyncIterator[str], on_close: AsyncExitStack) -> None:
+    def __init__(self, content: AsyncIterator[str | bytes], on_close: AsyncExitStack) -> None:
         super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         self.on_close = on_close
 

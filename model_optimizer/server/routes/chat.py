@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from model_optimizer.engine.outputs import RequestOutput
 from model_optimizer.server.errors import APIError
-from model_optimizer.server.logprobs import TokenTexts, chat_logprobs
+from model_optimizer.server.logprobs import TokenTexts, chat_logprobs, chat_logprobs_dict
 from model_optimizer.server.prompts import chat_prompt
 from model_optimizer.server.protocol import (
     ChatChoice,
@@ -24,7 +24,7 @@ from model_optimizer.server.request_group import Generation, new_request_id, res
 from model_optimizer.server.routes import ERROR_RESPONSES
 from model_optimizer.server.sampling import check_caps, resolve_max_tokens, sampling_params
 from model_optimizer.server.state import get_state
-from model_optimizer.server.streaming import ChoiceDelta
+from model_optimizer.server.streaming import ChoiceDelta, ChunkTemplate
 
 router = APIRouter()
 
@@ -69,6 +69,7 @@ class ChatFormat:
         self.with_token_ids = body.return_token_ids or texts.tokenizer is None
         """Put token_ids on choices (chat needs a tokenizer for its template, so in practice: asked for)."""
         self.base = ChatCompletionChunk(id=request_id, model=model_name, choices=[])
+        self.template = ChunkTemplate(self.base)
 
     def response(self, finals: list[RequestOutput], usage: UsageInfo) -> BaseModel:
         [final] = finals
@@ -92,23 +93,23 @@ class ChatFormat:
         role = [ChatStreamChoice(index=i, delta=DeltaMessage(role="assistant", content="")) for i in range(self.body.n)]
         return [self.base.model_copy(update={"choices": role})]
 
-    def chunk(self, deltas: list[ChoiceDelta]) -> BaseModel:
+    def chunk(self, deltas: list[ChoiceDelta]) -> bytes:
+        """ChatStreamChoice's fields, in its order, as plain dicts (token_ids left out when not sent)."""
         choices = []
         for d in deltas:
             c = d.completion
-            logprobs = chat_logprobs(self.texts, d.logprobs, self.num_top) if d.logprobs is not None else None
-            content = DeltaMessage(content=d.text) if d.text or not c.finished else DeltaMessage()
-            choices.append(
-                ChatStreamChoice(
-                    index=c.index,
-                    delta=content,
-                    logprobs=logprobs,
-                    finish_reason=c.finish_reason,
-                    stop_reason=c.stop_reason,
-                    token_ids=list(c.token_ids) if self.with_token_ids else None,
-                )
-            )
-        return self.base.model_copy(update={"choices": choices})
+            logprobs = chat_logprobs_dict(self.texts, c.logprobs, self.num_top) if c.logprobs is not None else None
+            choice = {
+                "index": c.index,
+                "delta": {"content": c.text} if c.text or not c.finished else {},
+                "logprobs": logprobs,
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
+            }
+            if self.with_token_ids:
+                choice["token_ids"] = c.token_ids
+            choices.append(choice)
+        return self.template.event(choices)
 
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
         return self.base.model_copy(update={"usage": usage})

@@ -8,14 +8,14 @@ from pydantic import BaseModel
 
 from model_optimizer.engine.outputs import RequestOutput
 from model_optimizer.server.errors import APIError
-from model_optimizer.server.logprobs import TokenTexts, completion_logprobs
+from model_optimizer.server.logprobs import TokenTexts, completion_logprobs, completion_logprobs_dict
 from model_optimizer.server.prompts import Prompt, prompt_list, tokenize_prompts
 from model_optimizer.server.protocol import CompletionChoice, CompletionRequest, CompletionResponse, UsageInfo
 from model_optimizer.server.request_group import Generation, new_request_id, respond
 from model_optimizer.server.routes import ERROR_RESPONSES
 from model_optimizer.server.sampling import check_caps, resolve_max_tokens, sampling_params
 from model_optimizer.server.state import ServerState, get_state
-from model_optimizer.server.streaming import ChoiceDelta
+from model_optimizer.server.streaming import ChoiceDelta, ChunkTemplate
 
 router = APIRouter()
 
@@ -83,6 +83,7 @@ class CompletionFormat:
         self.with_token_ids = body.return_token_ids or texts.tokenizer is None
         """Put token_ids on choices: asked for, or the only output a model without a tokenizer has."""
         self.base = CompletionResponse(id=request_id, model=model_name, choices=[])
+        self.template = ChunkTemplate(self.base)
 
     def response(self, finals: list[RequestOutput], usage: UsageInfo) -> BaseModel:
         choices = []
@@ -106,24 +107,25 @@ class CompletionFormat:
     def head(self) -> list[BaseModel]:
         return []
 
-    def chunk(self, deltas: list[ChoiceDelta]) -> BaseModel:
+    def chunk(self, deltas: list[ChoiceDelta]) -> bytes:
+        """CompletionChoice's fields, in its order, as plain dicts (token_ids left out when not sent)."""
         choices = []
         for d in deltas:
             c, echo = d.completion, self.echo[d.prompt_index]
             logprobs = None
-            if d.logprobs is not None:
-                logprobs = completion_logprobs(self.texts, d.logprobs, len(echo) + d.text_offset, self.num_top)
-            choices.append(
-                CompletionChoice(
-                    index=d.prompt_index * self.n + c.index,
-                    text=(echo if d.first else "") + d.text,
-                    logprobs=logprobs,
-                    finish_reason=c.finish_reason,
-                    stop_reason=c.stop_reason,
-                    token_ids=list(c.token_ids) if self.with_token_ids else None,
-                )
-            )
-        return self.base.model_copy(update={"choices": choices})
+            if c.logprobs is not None:
+                logprobs = completion_logprobs_dict(self.texts, c.logprobs, len(echo) + d.text_offset, self.num_top)
+            choice = {
+                "index": d.prompt_index * self.n + c.index,
+                "text": echo + c.text if d.first else c.text,
+                "logprobs": logprobs,
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
+            }
+            if self.with_token_ids:
+                choice["token_ids"] = c.token_ids
+            choices.append(choice)
+        return self.template.event(choices)
 
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
         return self.base.model_copy(update={"usage": usage})
