@@ -2,8 +2,8 @@
 
 The engine is not thread-safe and `step()` blocks while the model runs, so one background
 thread owns it: it drains an inbox of add/abort commands, runs a step when there is work (else
-sleeps on a condition), and hands each output to its request's own asyncio.Queue through
-`loop.call_soon_threadsafe`. The event loop never waits on the model.
+sleeps on a condition), and hands each step's outputs to their requests' mailboxes with one
+`loop.call_soon_threadsafe` per step. The event loop never waits on the model.
 
 If the loop raises, every in-flight request gets the error, `dead` turns True and `on_fatal`
 runs on the event loop (the server uses it to exit non-zero).
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -37,11 +38,42 @@ class EngineDeadError(RuntimeError):
     """The engine loop has failed; no request can be served any more."""
 
 
+class Mailbox:
+    """One request's outputs on their way to its reader, on the event loop; one reader, never full.
+
+    An asyncio.Queue does more than this needs (bounds, task accounting, a deque of getters) on every
+    put and get, and a server puts one output per running request per engine step: this is a deque
+    and the one reader's future."""
+
+    __slots__ = ("items", "waiter")
+
+    def __init__(self) -> None:
+        self.items: deque = deque()
+        self.waiter: asyncio.Future | None = None
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def get(self) -> Any:
+        while not self.items:
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        return self.items.popleft()
+
+
 @dataclass
 class _Stream:
     """The event-loop side of one request: where its outputs go."""
 
-    queue: asyncio.Queue
+    queue: Mailbox
     prompt_token_ids: list[int] = field(default_factory=list)
     n: int = 1
 
@@ -128,7 +160,7 @@ class AsyncEngine:
         """
         if self.error is not None:
             raise EngineDeadError(f"engine loop failed: {self.error}")
-        queue_stream = _Stream(asyncio.Queue(), n=params.n)
+        queue_stream = _Stream(Mailbox(), n=params.n)
         command = _Add(request_id, prompt, params, priority, queue_stream, Future(), stream)
         self._send(command)
         try:
@@ -253,10 +285,10 @@ class AsyncEngine:
         if self.on_fatal is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(self.on_fatal, exc)
 
-    def _deliver(self, deliveries: list[tuple[asyncio.Queue, Any]]) -> None:
+    def _deliver(self, deliveries: list[tuple[Mailbox, Any]]) -> None:
         def put_all() -> None:
-            for queue, item in deliveries:
-                queue.put_nowait(item)
+            for mailbox, item in deliveries:
+                mailbox.put(item)
 
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(put_all)
@@ -265,7 +297,7 @@ class AsyncEngine:
 class RequestStream:
     """Async iterator over one request's outputs; leaving it early (break, cancel, close) aborts the request."""
 
-    def __init__(self, engine: AsyncEngine, request_id: str, queue: asyncio.Queue) -> None:
+    def __init__(self, engine: AsyncEngine, request_id: str, queue: Mailbox) -> None:
         self.engine = engine
         self.request_id = request_id
         self.queue = queue

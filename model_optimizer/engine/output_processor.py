@@ -99,23 +99,40 @@ class OutputProcessor:
 
     # ----------------------------------------------------------------- building
     def _output(self, request_id: str, group: _Group) -> RequestOutput:
-        finished = group.finished
+        # built once per request per step while streaming: the one-completion case skips the merging
+        completions = group.completions
         if group.kind is RequestOutputKind.DELTA:
-            outputs = [o for o in map(self._delta, group.completions) if o is not None]
+            outputs = [o for o in map(self._delta, completions) if o is not None]
         else:
-            outputs = [self._cumulative(c) for c in group.completions]
+            outputs = [self._cumulative(c) for c in completions]
+        if len(completions) == 1:
+            request = completions[0].request
+            finished = request.finished
+            metrics = RequestMetrics(
+                arrival_time=request.arrival_time,
+                first_token_time=request.first_token_time or None,
+                finished_time=(request.finished_time or 0.0) if finished else None,
+                num_preemptions=request.num_preemptions,
+                first_scheduled_time=request.first_scheduled_time or None,
+            )
+            num_cached, error = request.num_cached_tokens, request.error
+        else:
+            finished = group.finished
+            children = [c.request for c in completions]
+            metrics = _metrics(children, finished)
+            num_cached = children[0].num_cached_tokens
+            error = next((c.error for c in children if c.error is not None), None)
         if finished:
             del self._groups[request_id]
-        children = [c.request for c in group.completions]
         return RequestOutput(
             request_id=request_id,
             prompt=group.prompt,
             prompt_token_ids=group.prompt_token_ids,
             outputs=outputs,
             finished=finished,
-            num_cached_tokens=children[0].num_cached_tokens,
-            metrics=_metrics(children, finished),
-            error=next((c.error for c in children if c.error is not None), None),
+            num_cached_tokens=num_cached,
+            metrics=metrics,
+            error=error,
         )
 
     def _cumulative(self, completion: _Completion) -> CompletionOutput:
@@ -133,27 +150,31 @@ class OutputProcessor:
         """What is new in a completion since its last output; None when nothing is."""
         request = completion.request
         num_sent, num_tokens = completion.num_sent_tokens, len(request.output_token_ids)
-        newly_finished = request.finished and not completion.sent_finished
+        finish_reason = request.finish_reason  # read once: each read is a few property calls
+        finished = finish_reason is not None
+        newly_finished = finished and not completion.sent_finished
         if num_tokens == num_sent and not newly_finished:
             return None
-        text = self._text(completion)
+        text = self._text(completion, finished)
         delta_text = text[completion.num_sent_chars :]
         completion.num_sent_tokens, completion.num_sent_chars = num_tokens, len(text)
-        completion.sent_finished = request.finished
+        completion.sent_finished = finished
         return CompletionOutput(
             index=request.index,
             text=delta_text,
             token_ids=request.output_token_ids[num_sent:],
             logprobs=request.logprobs[num_sent:] if request.params.logprobs is not None else None,
-            finish_reason=request.finish_reason,
+            finish_reason=finish_reason,
             stop_reason=request.stop_reason,
         )
 
-    def _text(self, completion: _Completion) -> str:
+    def _text(self, completion: _Completion, finished: bool | None = None) -> str:
         request = completion.request
+        if finished is None:
+            finished = request.finished
         if completion.detokenizer is not None:
-            return completion.detokenizer.visible_text(request.finished)
-        if not request.finished or self.tokenizer is None or not request.params.detokenize:
+            return completion.detokenizer.visible_text(finished)
+        if not finished or self.tokenizer is None or not request.params.detokenize:
             return ""
         if completion.final_text is None:
             completion.final_text = self.tokenizer.decode(
