@@ -38,7 +38,7 @@ PROMPT_LEN = 32
 
 
 # ----------------------------------------------------------------- server process
-def serve(model_dir: str, max_num_seqs: int, profile: bool, tokenizer: bool, device_ms: float) -> None:
+def serve(model_dir: str, max_num_seqs: int, profile: bool, tokenizer: bool, device_ms: float, http: str) -> None:
     """Run the app on an OS-chosen port; answer 'start'/'stop' lines on stdin with CPU snapshots on stdout."""
     import cProfile
     import io
@@ -62,7 +62,7 @@ def serve(model_dir: str, max_num_seqs: int, profile: bool, tokenizer: bool, dev
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     app = create_app(ServerConfig(served_model_name="tiny", log_level="warning"), llm=llm)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", http="h11", access_log=False))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", http=http, access_log=False))
     loop_profile = cProfile.Profile(time.thread_time)  # CPU time: no GIL waits counted as work
     engine_profile = cProfile.Profile(time.thread_time)
     profiling = {"engine": False, "want": False}
@@ -198,8 +198,12 @@ def _package(file: str, name: str) -> str:
 
 
 # ----------------------------------------------------------------- client process
-def client(url: str, concurrency: int, num_requests: int, output_len: int, logprobs: int | None) -> None:
+def client(url: str, concurrency: int, num_requests: int, output_len: int, logprobs: int | None, profile: bool) -> None:
     """Closed loop of streaming completions through mopt bench's client; prints its CPU time and counts."""
+    import cProfile
+    import io
+    import pstats
+
     from model_optimizer.bench.client import BenchClient, ClientConfig
     from model_optimizer.bench.workloads import BenchRequest
 
@@ -214,6 +218,9 @@ def client(url: str, concurrency: int, num_requests: int, output_len: int, logpr
             await bench.send(0, req, body, t0, 0)  # connections and first-request costs outside the timing
             print("ready", flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+            profiler = cProfile.Profile(time.thread_time) if profile else None
+            if profiler is not None:
+                profiler.enable()
             start_cpu, start = time.process_time(), time.perf_counter()
             counter = iter(range(num_requests))
             records = []
@@ -224,6 +231,8 @@ def client(url: str, concurrency: int, num_requests: int, output_len: int, logpr
 
             await asyncio.gather(*(slot(k) for k in range(concurrency)))
             cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start
+            if profiler is not None:
+                profiler.disable()
         errors = [r.error_detail or r.error for r in records if not r.ok]
         return {
             "client_cpu_s": cpu,
@@ -232,6 +241,7 @@ def client(url: str, concurrency: int, num_requests: int, output_len: int, logpr
             "output_tokens": sum(r.output_tokens for r in records),
             "errors": errors[:3],
             "num_errors": len(errors),
+            **({"profile": _top(profiler, pstats, io)} if profiler is not None else {}),
         }
 
     print(json.dumps(asyncio.run(run())), flush=True)
@@ -295,13 +305,13 @@ def one_run(
         ["--serve", str(model_dir), "--max-num-seqs", str(max(concurrency, 16))]
         + (["--profile"] if profile else [])
         + ([] if args.tokenizer else ["--no-tokenizer"])
-        + ["--device-ms", str(args.device_ms)]
+        + ["--device-ms", str(args.device_ms), "--http", args.http]
     )
     hello = json.loads(server.stdout.readline())
     url = f"http://127.0.0.1:{hello['port']}"
     num_requests = concurrency * args.rounds
     client_args = ["--client", url, "--concurrency", str(concurrency), "--num-requests", str(num_requests)]
-    client_args += ["--output-len", str(args.output_len)]
+    client_args += ["--output-len", str(args.output_len)] + (["--profile"] if profile else [])
     if args.logprobs is not None:
         client_args += ["--logprobs", str(args.logprobs)]
     bench = _spawn(client_args)
@@ -363,7 +373,7 @@ def one_run(
     if seen["errors"]:
         result["error_samples"] = seen["errors"]
     if profile:
-        result["profile"] = after["profile"]
+        result["profile"] = {**after["profile"], "client": seen["profile"]}
     if py_spy is not None and py_spy.is_file():
         result["py_spy"] = py_spy_summary(py_spy)
     return result
@@ -386,6 +396,9 @@ def main() -> None:
     parser.add_argument("--no-tokenizer", dest="tokenizer", action="store_false", help="serve token ids only")
     parser.add_argument("--profile", action="store_true", help="one more run per concurrency under cProfile")
     parser.add_argument(
+        "--http", default="h11", help="uvicorn's HTTP implementation (mopt serve uses h11; httptools if installed)"
+    )
+    parser.add_argument(
         "--py-spy", action="store_true", help="one more run per concurrency sampled by py-spy (GIL holders)"
     )
     parser.add_argument("--label", default="", help="suffix of the output file name")
@@ -393,10 +406,10 @@ def main() -> None:
     parser.add_argument("--client"), parser.add_argument("--num-requests", type=int, default=0)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.max_num_seqs, args.profile, args.tokenizer, args.device_ms)
+        serve(args.serve, args.max_num_seqs, args.profile, args.tokenizer, args.device_ms, args.http)
         return
     if args.client:
-        client(args.client, args.concurrency[0], args.num_requests, args.output_len, args.logprobs)
+        client(args.client, args.concurrency[0], args.num_requests, args.output_len, args.logprobs, args.profile)
         return
     model_dir = model_folder(args.tokenizer)
     runs = {}
@@ -426,6 +439,7 @@ def main() -> None:
             "rounds": args.rounds,
             "logprobs": args.logprobs,
             "device_ms": args.device_ms,
+            "http": args.http,
             "tokenizer": args.tokenizer,
             "return_token_ids": True,
             "model": "tiny random Qwen3 (tests/tiny_checkpoints.py)",
