@@ -7,16 +7,19 @@ byte for byte."""
 from __future__ import annotations
 
 import json
+import math
+import random
 
 import pytest
 
 from model_optimizer.engine.outputs import CompletionOutput, Logprob
-from model_optimizer.server.logprobs import TokenTexts, chat_logprobs, completion_logprobs
+from model_optimizer.server.logprobs import TokenTexts, chat_logprobs, completion_logprobs, finite
 from model_optimizer.server.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatStreamChoice,
     CompletionChoice,
+    CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
     DeltaMessage,
@@ -56,6 +59,45 @@ def as_deltas(outputs: list[CompletionOutput]) -> list[list[ChoiceDelta]]:
     return singles + [[ChoiceDelta(i % 2, c, i, i < 2) for i, c in enumerate(outputs)]]
 
 
+def reference_completion_logprobs(
+    texts: TokenTexts, logprobs: list[Logprob], text_offset: int, num_top: int
+) -> CompletionLogprobs:
+    """Completions' logprobs as they were built before chunks became plain dicts: the reference."""
+    out = CompletionLogprobs()
+    for lp in logprobs:
+        token = texts(lp.token_id)
+        out.tokens.append(token)
+        out.token_logprobs.append(finite(lp.logprob))
+        top = {}
+        for t, v in sorted(lp.top.items(), key=lambda kv: -kv[1])[:num_top]:
+            text = texts(t)
+            top[f"token_id:{t}" if text is None else text] = finite(v)
+        text = texts(lp.token_id)
+        top.setdefault(f"token_id:{lp.token_id}" if text is None else text, finite(lp.logprob))
+        out.top_logprobs.append(top)
+        out.text_offset.append(text_offset)
+        text_offset += len(token or "")
+    return out
+
+
+def test_completion_logprobs_match_the_reference():
+    texts, rng = TokenTexts(Tokenizer()), random.Random(0)
+    for _ in range(200):
+        ids = [rng.randrange(8) for _ in range(rng.randint(0, 4))]
+        lps = [
+            Logprob(t, rng.choice([-0.5, -math.inf]), 1, {rng.randrange(8): rng.choice([-0.5, -1.0, -math.inf])})
+            for t in ids
+        ]
+        for lp in lps:
+            lp.top.update({rng.randrange(8): rng.choice([-0.5, -2.0]) for _ in range(3)})
+        num_top, offset = rng.randint(0, 5), rng.randint(0, 9)
+        want = reference_completion_logprobs(texts, lps, offset, num_top)
+        assert completion_logprobs(texts, lps, offset, num_top) == want
+        assert completion_logprobs(TokenTexts(None), lps, offset, num_top) == reference_completion_logprobs(
+            TokenTexts(None), lps, offset, num_top
+        )
+
+
 def expected_completion(fmt: CompletionFormat, deltas: list[ChoiceDelta]) -> str:
     """What the chunk was when each was a pydantic model."""
     choices = []
@@ -63,7 +105,7 @@ def expected_completion(fmt: CompletionFormat, deltas: list[ChoiceDelta]) -> str
         c, echo = d.completion, fmt.echo[d.prompt_index]
         lp = None
         if c.logprobs is not None:
-            lp = completion_logprobs(fmt.texts, c.logprobs, len(echo) + d.text_offset, fmt.num_top)
+            lp = reference_completion_logprobs(fmt.texts, c.logprobs, len(echo) + d.text_offset, fmt.num_top)
         choices.append(
             CompletionChoice(
                 index=d.prompt_index * fmt.n + c.index,
