@@ -65,17 +65,18 @@ def serve(model_dir: str, max_num_seqs: int, profile: bool, tokenizer: bool, dev
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", http=http, access_log=False))
     loop_profile = cProfile.Profile(time.thread_time)  # CPU time: no GIL waits counted as work
     engine_profile = cProfile.Profile(time.thread_time)
-    profiling = {"engine": False, "want": False}
+    profiling = {"want": False}
     original_step = AsyncEngine._step
 
-    def profiled_step(self: AsyncEngine) -> None:
-        if profiling["want"] and not profiling["engine"]:
-            engine_profile.enable()
-            profiling["engine"] = True
-        elif not profiling["want"] and profiling["engine"]:
+    def profiled_step(self: AsyncEngine) -> None:  # the engine thread's own profile, one step at a time
+        if not profiling["want"]:
+            original_step(self)
+            return
+        engine_profile.enable()
+        try:
+            original_step(self)
+        finally:
             engine_profile.disable()
-            profiling["engine"] = False
-        original_step(self)
 
     if profile:
         AsyncEngine._step = profiled_step  # type: ignore[method-assign]
