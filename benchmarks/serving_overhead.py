@@ -3,17 +3,22 @@
     .venv/bin/python benchmarks/serving_overhead.py [--concurrency 16 64] [--repeats 3] [--profile]
 
 Three processes: this one (the driver), the server (the real app under uvicorn on 127.0.0.1, an
-OS-chosen port, a tiny random Qwen3 checkpoint whose forward costs little on a CPU) and the
-client (`mopt bench`'s BenchClient, closed loop at N concurrent streaming completions with
-return_token_ids, every request ignore_eos so each streams `--output-len` chunks). CPU time, not
-wall time, is what is reported: on a shared, loaded machine it moves far less between runs.
-The server's CPU is split by thread: the event loop (HTTP, routes, SSE chunks, metrics), the
-engine loop thread (scheduler, model, output processing) and the rest (tokenizer pool, torch).
+OS-chosen port, a tiny random Qwen3 checkpoint) and the client (`mopt bench`'s BenchClient, closed
+loop at N concurrent streaming completions with return_token_ids, every request ignore_eos so each
+streams `--output-len` chunks). By default no model runs: each engine step's "device" work is a
+`--device-ms` wait with the GIL released, after the step before it, as a GPU's (fake_device), so
+the engine thread's CPU is host work only and the event loop competes with it for the GIL as on a
+GPU machine. CPU time, not wall time, is what is compared: on a shared, loaded machine it moves
+far less between runs. The server's CPU is split by thread: the event loop (HTTP, routes, SSE
+chunks, metrics), the engine loop thread (scheduler, runner inputs, output processing) and the
+whole process.
 
-`--profile` adds one more run per concurrency with cProfile on the event-loop thread and on the
-engine thread, and writes their top functions (by own time) into the JSON.
+`--profile` adds one more run per concurrency with cProfile (thread CPU time) on the event-loop
+thread, the engine thread's steps and the client, with shares per package; `--py-spy` one sampled
+by py-spy (which thread holds the GIL, doing what). On a GPU machine, `--model DIR --device-ms 0
+--engine-args '{"load_format": "dummy"}'` measures the real model's serving path the same way.
 
-Writes benchmarks/results/serving_overhead_cpu[_LABEL].json.
+Writes benchmarks/results/serving_overhead_{cpu,gpu}[_LABEL].json.
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ PROMPT_LEN = 32
 
 
 # ----------------------------------------------------------------- server process
-def serve(model_dir: str, max_num_seqs: int, profile: bool, tokenizer: bool, device_ms: float, http: str) -> None:
+def serve(
+    model_dir: str, max_num_seqs: int, profile: bool, tokenizer: bool, device_ms: float, http: str, engine_args: str
+) -> None:
     """Run the app on an OS-chosen port; answer 'start'/'stop' lines on stdin with CPU snapshots on stdout."""
     import cProfile
     import io
@@ -53,7 +60,9 @@ def serve(model_dir: str, max_num_seqs: int, profile: bool, tokenizer: bool, dev
     from model_optimizer.server.app import create_app
     from model_optimizer.server.config import ServerConfig
 
-    llm = LLM(model_dir, max_model_len=PROMPT_LEN + 1024, num_kv_blocks=4096, max_num_seqs=max_num_seqs)
+    kwargs = {"max_model_len": PROMPT_LEN + 1024, "max_num_seqs": max_num_seqs}
+    kwargs.update(json.loads(engine_args) if engine_args else {"num_kv_blocks": 4096})
+    llm = LLM(model_dir, **kwargs)
     if not tokenizer:
         llm.tokenizer = None
         llm.engine.output_processor.tokenizer = None
@@ -306,7 +315,7 @@ def one_run(
         ["--serve", str(model_dir), "--max-num-seqs", str(max(concurrency, 16))]
         + (["--profile"] if profile else [])
         + ([] if args.tokenizer else ["--no-tokenizer"])
-        + ["--device-ms", str(args.device_ms), "--http", args.http]
+        + ["--device-ms", str(args.device_ms), "--http", args.http, "--engine-args", args.engine_args]
     )
     hello = json.loads(server.stdout.readline())
     url = f"http://127.0.0.1:{hello['port']}"
@@ -397,6 +406,14 @@ def main() -> None:
     parser.add_argument("--no-tokenizer", dest="tokenizer", action="store_false", help="serve token ids only")
     parser.add_argument("--profile", action="store_true", help="one more run per concurrency under cProfile")
     parser.add_argument(
+        "--model", help="serve this model folder instead of the tiny Qwen3 (e.g. on a GPU with --device-ms 0)"
+    )
+    parser.add_argument(
+        "--engine-args",
+        default="",
+        help='JSON of LLM keyword arguments, e.g. \'{"load_format": "dummy"}\' (default: a 4096-block KV cache)',
+    )
+    parser.add_argument(
         "--http", default="h11", help="uvicorn's HTTP implementation (mopt serve uses h11; httptools if installed)"
     )
     parser.add_argument(
@@ -407,12 +424,12 @@ def main() -> None:
     parser.add_argument("--client"), parser.add_argument("--num-requests", type=int, default=0)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.max_num_seqs, args.profile, args.tokenizer, args.device_ms, args.http)
+        serve(args.serve, args.max_num_seqs, args.profile, args.tokenizer, args.device_ms, args.http, args.engine_args)
         return
     if args.client:
         client(args.client, args.concurrency[0], args.num_requests, args.output_len, args.logprobs, args.profile)
         return
-    model_dir = model_folder(args.tokenizer)
+    model_dir = Path(args.model) if args.model else model_folder(args.tokenizer)
     runs = {}
     for concurrency in args.concurrency:
         repeats = [one_run(model_dir, args, concurrency, profile=False) for _ in range(args.repeats)]
@@ -443,11 +460,13 @@ def main() -> None:
             "http": args.http,
             "tokenizer": args.tokenizer,
             "return_token_ids": True,
-            "model": "tiny random Qwen3 (tests/tiny_checkpoints.py)",
+            "model": args.model or "tiny random Qwen3 (tests/tiny_checkpoints.py)",
+            "engine_args": args.engine_args,
         },
         "results": runs,
     }
-    name = "serving_overhead_cpu" + (f"_{args.label}" if args.label else "") + ".json"
+    kind = "gpu" if out["environment"].get("gpu") else "cpu"
+    name = f"serving_overhead_{kind}" + (f"_{args.label}" if args.label else "") + ".json"
     write_json(RESULTS / name, out)
     print(f"wrote {RESULTS / name}")
 
