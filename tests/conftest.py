@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import zlib
 from pathlib import Path
 
@@ -11,6 +12,11 @@ import pytest
 from tests import tiny_checkpoints as tiny
 
 _TOKENIZER_DIR: Path | None = None
+
+# A run started in the background (`pytest &` in a script) inherits SIGINT ignored, and so would every
+# process a test starts (an ignored signal survives exec): the Ctrl-C tests need interruptible children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _tokenizer_files(tmp_root: Path) -> Path:
