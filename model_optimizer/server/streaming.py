@@ -40,6 +40,14 @@ def sse(payload: BaseModel | dict) -> str:
     return f"data: {data}\n\n"
 
 
+try:  # as pydantic writes a non-finite float (null); an older pydantic_core lacks the option (and the
+    # values reaching a chunk are finite anyway: logprobs go through logprobs.finite)
+    to_json([], inf_nan_mode="null")
+    _TO_JSON = {"inf_nan_mode": "null"}
+except TypeError:
+    _TO_JSON = {}
+
+
 class ChunkTemplate:
     """The SSE event of a stream chunk from its choices (plain dicts), around a base chunk serialized once.
 
@@ -57,7 +65,7 @@ class ChunkTemplate:
         self.tail = text[at + len(self.MARKER) :] + b"\n\n"
 
     def event(self, choices: list[dict]) -> bytes:
-        return self.head + to_json(choices, inf_nan_mode="null") + self.tail
+        return self.head + to_json(choices, **_TO_JSON) + self.tail
 
 
 @dataclass
