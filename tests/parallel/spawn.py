@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+ERROR_GRACE_S = 10.0
+"""After one rank failed, how long the others may take to report their own failure (see _with_other_errors)."""
 HANG_TIMEOUT_S = 300.0
 """Only a safety net for a deadlocked collective: no test relies on anything finishing within it."""
 
@@ -98,7 +100,7 @@ def _gather(procs: list, results: Any, timeout_s: float) -> dict[int, tuple[str,
             rank, data = results.get(timeout=1.0)
             payloads[rank] = _loads(data)
             if payloads[rank][0] == "error":
-                return payloads  # the others may wait forever in a collective: run_ranks kills them
+                return _with_other_errors(procs, results, payloads)
             continue
         except queue.Empty:
             pass
@@ -118,6 +120,28 @@ def _gather(procs: list, results: Any, timeout_s: float) -> dict[int, tuple[str,
         if time.monotonic() > deadline:
             missing = [r for r in range(len(procs)) if r not in payloads]
             raise RuntimeError(f"tensor-parallel ranks {missing} gave no result within {timeout_s:.0f} s (deadlock?)")
+    return payloads
+
+
+def _with_other_errors(procs: list, results: Any, payloads: dict, grace_s: float = ERROR_GRACE_S) -> dict:
+    """After a first error, the other ranks' reports too: the first to arrive may be a consequence (a
+    peer's connection reset in a collective) of the cause another rank is still sending. Waits until
+    each rank has reported or exited (an exited rank's queued report is flushed), at most `grace_s` for
+    ranks stuck in a collective, which run_ranks then kills."""
+    grace = time.monotonic() + grace_s
+    while len(payloads) < len(procs) and time.monotonic() < grace:
+        try:
+            rank, data = results.get(timeout=0.2)
+            payloads[rank] = _loads(data)
+        except queue.Empty:
+            if all(r in payloads or p.exitcode is not None for r, p in enumerate(procs)):
+                break
+    try:
+        while True:
+            rank, data = results.get_nowait()
+            payloads[rank] = _loads(data)
+    except queue.Empty:
+        pass
     return payloads
 
 
