@@ -262,23 +262,9 @@ def model_folder(tokenizer: bool) -> Path:
     """A tiny random Qwen3 checkpoint (built once, kept in the temp folder)."""
     folder = Path(tempfile.gettempdir()) / "mopt_serving_overhead_qwen3"
     if not (folder / "model.safetensors").is_file():
-        from transformers import Qwen3Config
+        from tests.tiny_checkpoints import build_checkpoint, tiny_config
 
-        from tests.tiny_checkpoints import TOKENIZER_VOCAB, build_checkpoint
-
-        config = Qwen3Config(
-            vocab_size=TOKENIZER_VOCAB + 8,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=32,
-            max_position_embeddings=2048,
-            tie_word_embeddings=True,
-            eos_token_id=2,
-            pad_token_id=0,
-        )
+        config = tiny_config("qwen3", head_dim=32, max_position_embeddings=2048, tie_word_embeddings=True)
         build_checkpoint(folder, config)
     return folder
 
