@@ -12,7 +12,7 @@ from model_optimizer.config import EngineConfig
 from model_optimizer.engine.kv_cache import check_kv_capacity
 from model_optimizer.engine.request import Logprob
 from model_optimizer.engine.scheduler_output import SchedulerOutput
-from model_optimizer.layers.attention import Attention, AttentionMetadata, bind_kv_caches
+from model_optimizer.layers.attention import AttentionMetadata, bind_kv_caches
 from model_optimizer.layers.sampler import SampledTokens, Sampler
 from model_optimizer.models.loader import load_model
 from model_optimizer.parallel.state import broadcast, enable_one_shot_all_reduce, get_tp, min_over_ranks
@@ -58,7 +58,7 @@ class ModelRunner:
         self.tp = get_tp()
         if self.tp.size > 1 and config.one_shot_all_reduce:  # decode-sized messages; prefill keeps NCCL
             enable_one_shot_all_reduce(config.max_num_seqs * args.hidden_size, self.dtype, self.device)
-        self.num_kv_heads = _local_kv_heads(self.model, args.num_kv_heads)
+        self.num_kv_heads = self.model.local_num_kv_heads  # this rank's share under tensor parallelism
         # every rank must hold every block the driver's one block pool hands out
         self.num_kv_blocks = min_over_ranks(config.num_kv_blocks or self._num_blocks_for_budget())
         check_kv_capacity(self.num_kv_blocks, config.block_size, self.max_model_len)  # before allocating it
@@ -213,12 +213,3 @@ class ModelRunner:
         if handle.sampled is not None:
             handle.sampled.logprobs = None  # read once: free it
         return {s.request_id: r for s, r in zip(handle.states, results)}
-
-
-def _local_kv_heads(model: torch.nn.Module, num_kv_heads: int) -> int:
-    """KV heads this rank's attention layers store: their own count (a shard under tensor parallelism),
-    or the model's when no layer says."""
-    for module in model.modules():
-        if isinstance(module, Attention):
-            return module.num_kv_heads
-    return num_kv_heads
