@@ -24,68 +24,17 @@ import contextlib
 import io
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
-import httpx
 from common import RESULTS, environment, write_json
+
+from model_optimizer.tune.server_process import ServerProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 KEPT = ("output_throughput", "total_throughput", "request_rate", "num_ok", "num_failed", "duration_s", "output_tokens")
 LATENCIES = ("ttft", "tpot", "itl")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """`mopt serve` in a subprocess; its output kept (the last lines go into an error)."""
-
-    def __init__(self, engine_flags: list[str], timeout: float) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "model_optimizer.cli.main", "serve", *engine_flags, "--port", str(self.port)]
-        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        self.lines: list[str] = []
-        start = time.perf_counter()
-        self.proc = subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        threading.Thread(target=self._drain, daemon=True).start()
-        self.ready_s = self._wait_ready(start, timeout)
-
-    def _drain(self) -> None:
-        for line in self.proc.stdout:  # type: ignore[union-attr]
-            self.lines.append(line.rstrip("\n"))
-
-    def _wait_ready(self, start: float, timeout: float) -> float:
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mopt serve exited with {self.proc.returncode}:\n" + "\n".join(self.lines[-30:]))
-            if time.perf_counter() - start > timeout:
-                self.stop()
-                raise RuntimeError(f"/ready not reached in {timeout} s:\n" + "\n".join(self.lines[-30:]))
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/ready", timeout=1.0).status_code == 200:
-                    return round(time.perf_counter() - start, 3)
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def bench(url: str, args: argparse.Namespace, out_dir: Path, extra: list[str]) -> list[dict]:
@@ -148,25 +97,28 @@ def main() -> None:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     settings = [None, args.logprobs or 5] if args.with_and_without_logprobs else [args.logprobs]
     engine_flags = ([] if args.model is None else ["--model", args.model]) + args.engine_flags
-    server = Server(engine_flags, args.timeout)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "model_optimizer.cli.main", "serve", *engine_flags, "--port", str(port)]
+    env = {"PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     payload = {
         "benchmark": "serving",
         "what": "mopt serve (subprocess) + mopt bench: rate inf then an optional rate sweep; latencies in ms",
         "model": args.model or "(built-in)",
         "engine_flags": args.engine_flags,
         "workload": {"num_requests": args.num_requests, "prompt_len": args.prompt_len, "output_len": args.output_len},
-        "server_ready_s": server.ready_s,
         "environment": environment(),
         "runs": [],
     }
     runs = payload["runs"]
-    try:
-        with tempfile.TemporaryDirectory(prefix="mopt-serving-") as tmp:
-            for k in settings:
-                runs.append(measure(server.url, args, Path(tmp) / f"lp{k}", k))
-                path = write_json(args.output, payload)  # after each setting: a run cut short keeps what it measured
-    finally:
-        server.stop()
+    with (
+        tempfile.TemporaryDirectory(prefix="mopt-serving-") as tmp,
+        ServerProcess(argv, Path(tmp) / "server.log", env, cwd=REPO) as server,  # stopped, its group reaped
+    ):
+        payload["server_ready_s"] = round(server.wait_ready(f"{url}/ready", args.timeout), 3)
+        for k in settings:
+            runs.append(measure(url, args, Path(tmp) / f"lp{k}", k))
+            path = write_json(args.output, payload)  # after each setting: a run cut short keeps what it measured
     if len(runs) == 2:
         without, with_lp = (r["rate_inf"][0].get("output_throughput") for r in runs)
         payload["logprobs_throughput_ratio"] = round(with_lp / without, 3) if without and with_lp else None

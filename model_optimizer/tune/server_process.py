@@ -35,8 +35,10 @@ def free_port() -> int:
 class ServerProcess:
     """A server command run until `stop`, its output in `log_path`."""
 
-    def __init__(self, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
-        self.argv, self.log_path = argv, Path(log_path)
+    def __init__(
+        self, argv: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
+        self.argv, self.log_path, self.cwd = argv, Path(log_path), cwd
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
         self.started_at = 0.0
@@ -52,6 +54,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=self.env,
+                cwd=self.cwd,
                 start_new_session=True,
             )
         except OSError as exc:
