@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -276,6 +277,12 @@ def _spawn(args: list[str]) -> subprocess.Popen:
     )
 
 
+def py_spy_binary() -> str:
+    """py-spy beside this interpreter (a venv) or on PATH (a --target install puts it in its bin/)."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.is_file() else (shutil.which("py-spy") or str(beside))
+
+
 def py_spy_summary(collapsed: Path, n: int = 25) -> dict:
     """Per thread: its samples and the functions seen most at the top of its stack (own samples), from
     py-spy's collapsed stacks (`--threads --gil`: only samples of the thread that held the GIL)."""
@@ -317,7 +324,7 @@ def one_run(
         spy = None
         if py_spy is not None:
             spy = subprocess.Popen(
-                [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(server.pid), "-r", "500"]
+                [py_spy_binary(), "record", "-p", str(server.pid), "-r", "500"]
                 + ["--threads", "--gil", "--nonblocking", "-f", "raw", "-o", str(py_spy)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

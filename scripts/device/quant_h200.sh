@@ -40,7 +40,7 @@ case "${1:-all}" in
     if [ -s "$OUT/quant_tiles.json" ]; then export MOPT_QUANT_TILES="$OUT/quant_tiles.json"; fi
     # the targets first (int4 and fp8 against bf16): a timeout cuts int8 first
     part decode_llama 105 python3 benchmarks/decode_latency.py --models llama-3.1-8b \
-      --quantization rtn-int4 fp8 none int8 --output "$OUT/decode_llama.json"
+      --quantization rtn-int4 fp8 none int8 --profile --output "$OUT/decode_llama.json"
     part decode_qwen 40 python3 benchmarks/decode_latency.py --models qwen3-0.6b \
       --quantization rtn-int4 fp8 none int8 --output "$OUT/decode_qwen.json"
     part throughput_bf16 45 python3 benchmarks/throughput.py --hf-requests 0 \
