@@ -40,23 +40,23 @@ tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(config["vocab_size"]
 tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
 PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(str(out))
 PY
-  part serving_overhead 200 python3 benchmarks/serving_overhead.py --model "$model" --device-ms 0 \
+  part serving_overhead 170 python3 benchmarks/serving_overhead.py --model "$model" --device-ms 0 \
     --engine-args '{"load_format": "dummy", "dtype": "bfloat16"}' --max-num-seqs 256 --concurrency 64 256 \
     --repeats 1 --output-len 128 --py-spy --label h200
   local caches=/tmp/coldcache
   rm -rf $caches; mkdir -p $caches
-  part llm_cold_cprofile 90 env MOPT_COMPILE_CACHE_DIR=$caches \
+  part llm_cold_cprofile 75 env MOPT_COMPILE_CACHE_DIR=$caches \
     python3 -m cProfile -o "$W/perf/llm_cold.prof" -c \
     "from model_optimizer import LLM; LLM('benchmarks/configs/qwen3-0.6b', load_format='dummy', dtype='bfloat16')"
-  part llm_warm_cprofile 60 env MOPT_COMPILE_CACHE_DIR=$caches \
+  part llm_warm_cprofile 45 env MOPT_COMPILE_CACHE_DIR=$caches \
     python3 -m cProfile -o "$W/perf/llm_warm.prof" -c \
     "from model_optimizer import LLM; LLM('benchmarks/configs/qwen3-0.6b', load_format='dummy', dtype='bfloat16')"
   cd benchmarks || return
-  part cold_start 120 python3 cold_start.py --runs 1 --no-llm --output "$W/perf/cold_start_h200.json" -- \
+  part cold_start 100 python3 cold_start.py --runs 1 --no-llm --output "$W/perf/cold_start_h200.json" -- \
     --model benchmarks/configs/qwen3-0.6b --load-format dummy --dtype bfloat16
-  part decode_qwen_profile 60 python3 decode_latency.py --models qwen3-0.6b llama-3.1-8b --batch-sizes 1 64 --profile \
+  part decode_qwen_profile 55 python3 decode_latency.py --models qwen3-0.6b llama-3.1-8b --batch-sizes 1 64 --profile \
     --output "$W/perf/decode_profile_h200.json"
-  part profile_step 60 python3 profile_step.py --output "$W/perf/profile_step_h200.json"
+  part profile_step 50 python3 profile_step.py --output "$W/perf/profile_step_h200.json"
   cd ..
 }
 gpu1
