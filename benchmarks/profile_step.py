@@ -41,7 +41,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--num-requests", type=int, default=64)
     parser.add_argument("--output", default=str(RESULTS / "profile_step_h200.json"))
+    parser.add_argument("--quantization", default=None, help="weights quantized at load time: fp8, int8, rtn-int4")
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"])
+    parser.add_argument("--profile-batch", type=int, default=32, help="sequences decoding in the profiled steps")
     args = parser.parse_args()
+    extra = {"quantization": args.quantization} if args.quantization else {}
     prompts, output_lens = workload(args.num_requests)
     llm = LLM(
         str(CONFIGS / "qwen3-0.6b"),
@@ -49,6 +53,8 @@ def main() -> None:
         dtype="bfloat16",
         max_model_len=4096,
         max_num_batched_tokens=16384,
+        kv_cache_dtype=args.kv_cache_dtype,
+        **extra,
     )
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4, detokenize=False))
     phases: dict[str, float] = collections.defaultdict(float)
@@ -68,7 +74,7 @@ def main() -> None:
     generated = sum(len(o.outputs[0].token_ids) for o in outputs)
     steps = engine.stats().num_steps
     # GPU kernels of a few decode steps at full batch
-    for i, p in enumerate(prompts[:32]):
+    for i, p in enumerate((prompts * (1 + args.profile_batch // len(prompts)))[: args.profile_batch]):
         engine.add_request(f"prof-{i}", p, SamplingParams(max_tokens=40, ignore_eos=True, detokenize=False))
     for _ in range(5):
         engine.step()
@@ -84,6 +90,9 @@ def main() -> None:
         "benchmark": "profile_step",
         "environment": environment(),
         "num_requests": args.num_requests,
+        "quantization": args.quantization,
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "profile_batch": args.profile_batch,
         "seconds": total,
         "steps": steps,
         "output_tokens": generated,
