@@ -5,12 +5,13 @@
 For each linear of one decoder layer of Qwen3-0.6B and Llama-3.1-8B (fused qkv, o, fused gate_up,
 down) and M = 1, 8, 64, 512 rows, per method (bf16 `F.linear`; `fp8_linear`; `w8a16_linear`;
 `w4a16_linear` at group 128; and `fp8_scaled_mm`, the W8A8 `torch._scaled_mm` path forced at every M,
-to show where the GEMV wins): the median time of one call (triton.testing.do_bench, which flushes L2
-before each call; on top of that every call takes the next of several weight copies that together
-exceed L2), the weight bytes read per second and TFLOP/s. `per_step` sums one layer's four linears
+to show where the GEMV wins): the GPU time of one call (`gpu_time.gpu_time_ms`: 20-64 back-to-back
+calls captured in a CUDA graph and replayed, so a 5 us kernel measures 5 us and not its Python
+launch; every call takes the next of several weight copies that together exceed the L2, so each
+reads its weights from HBM), the weight bytes read per second and TFLOP/s. `per_step` sums one layer's four linears
 times the number of layers: the linear work of one decode step at batch M, the first indicator for
 the issue's targets (Llama-3.1-8B at batch 1: fp8 <= 2.5 ms, int4 <= 1.5 ms per step; bf16 4.76 ms).
-`--sweep` first times every launch candidate of `quant_tiles.candidates` per format, shape and row
+`--sweep` first times every launch candidate (same GPU timing, after a check of its result) of `quant_tiles.candidates` per format, shape and row
 bucket (M = 1, 8, 64, 512; fp8 above 16 rows also `_scaled_mm`) and writes the fastest per case as a
 tile table (`--tiles-output`, default beside --output): run with MOPT_QUANT_TILES pointing at it, the
 kernels take those shapes, here (the method timings that follow) and in the engine; committed as
@@ -24,16 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 from pathlib import Path
 
 from common import CONFIGS, RESULTS, environment, write_json
+from gpu_time import sets_for
 
 M_VALUES = [1, 8, 64, 512]
 METHODS = ["bf16", "fp8", "int8", "int4", "fp8_scaled_mm"]
-ROTATE_BYTES = 256 << 20  # weight copies per case: together larger than any L2 (H200: 60 MB)
 GROUP_SIZE = 128
 
 
@@ -89,17 +89,11 @@ def call(method: str):
     return lambda x, q, s, z: quant_linear.w4a16_linear(x, q, s, z, GROUP_SIZE)
 
 
-def time_ms(fn, x, sets: list[tuple], warmup: int = 10, rep: int = 40) -> float:
-    """Median ms of one call; each call takes the next weight set."""
-    from triton.testing import do_bench
+def time_ms(fn, x, sets: list[tuple]) -> float:
+    """GPU ms of one call fn(x, *set), each call on the next weight set (gpu_time.gpu_time_ms)."""
+    from gpu_time import gpu_time_ms
 
-    state = {"i": 0}
-
-    def step():
-        state["i"] = (state["i"] + 1) % len(sets)
-        fn(x, *sets[state["i"]])
-
-    return do_bench(step, warmup=warmup, rep=rep, return_mode="median")
+    return gpu_time_ms(lambda weights: fn(x, *weights), sets)
 
 
 def bench_case(method: str, n: int, k: int, m_values: list[int]) -> list[dict]:
@@ -107,8 +101,7 @@ def bench_case(method: str, n: int, k: int, m_values: list[int]) -> list[dict]:
 
     one = make_weights(method, n, k, 1)
     weight_bytes = sum(t.numel() * t.element_size() for t in one[0])
-    copies = max(2, min(64, math.ceil(ROTATE_BYTES / weight_bytes)))
-    sets = one + make_weights(method, n, k, copies - 1)
+    sets = one + make_weights(method, n, k, sets_for(weight_bytes) - 1)
     fn = call(method)
     rows = []
     for m in m_values:
@@ -260,8 +253,8 @@ def sweep(models: list[str], workers: int) -> tuple[list[dict], dict, list[str]]
     for (kind, n, k), group in by_weights.items():
         one = make_weights(kind, n, k, 1)
         weight_bytes = sum(t.numel() * t.element_size() for t in one[0])
-        copies = max(2, min(64, math.ceil((128 << 20) / weight_bytes)))  # together beyond L2 (60 MB)
-        sets = [(w[0], w[1], w[2] if kind == "int4" else None) for w in one + make_weights(kind, n, k, copies - 1)]
+        more = make_weights(kind, n, k, sets_for(weight_bytes) - 1)  # together beyond the L2
+        sets = [(w[0], w[1], w[2] if kind == "int4" else None) for w in one + more]
         dequantized = _dequantized(kind, sets[0])
         for model, name, _kind, bucket, _n, _k, found in group:
             m = SWEEP_ROWS[bucket]
@@ -278,7 +271,7 @@ def sweep(models: list[str], workers: int) -> tuple[list[dict], dict, list[str]]
                     # weight-only: one bf16 rounding (~4e-3); W8A8 also rounds x to e4m3 (~3%)
                     if not row["rel_err"] < (6e-2 if tiles.backend == "scaled_mm" else 1e-2):
                         raise ValueError(f"wrong result: relative error {row['rel_err']:.3g}")
-                    row["ms"] = time_ms(_runner(kind, tiles), x, sets, warmup=5, rep=15)
+                    row["ms"] = time_ms(_runner(kind, tiles), x, sets)
                     row["weight_gbps"] = weight_bytes / row["ms"] / 1e6
                     timed.append((row["ms"], tiles))
                 except Exception as exc:  # a launch shape the compiler rejects is a result too

@@ -151,3 +151,34 @@ def test_group_size_without_a_kernel_falls_back_to_the_reference():
     q, s, z = ref.quantize_int4(w, 8)  # 8 columns per group: less than one kernel tile
     x = torch.randn(4, 512, device="cuda").bfloat16()
     assert torch.equal(w4a16_linear(x, q, s, z, 8), ref.w4a16_linear_ref(x, q, s, z, 8))
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4", "fp8"])
+@pytest.mark.parametrize("m", [1, 8])
+def test_sweep_timing_captures_the_decode_call_in_a_graph(kind, m, monkeypatch):
+    """benchmarks/gpu_time.py times a candidate from CUDA-graph replays; a decode launch that could
+    not be captured (host sync, new allocation) would fall back to stream timing: forbidden here."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import gpu_time
+
+    from model_optimizer.kernels import quant_matmul as launcher
+    from model_optimizer.kernels.quant_tiles import candidates
+
+    if kind == "fp8" and not _has_fp8():
+        pytest.skip("fp8 kernels need sm_89+")
+
+    def no_fallback(*args, **kwargs):
+        raise AssertionError("the call could not be captured in a CUDA graph")
+
+    monkeypatch.setattr(gpu_time, "stream_time_ms", no_fallback)
+    q, s, z, w = _weight(kind, 1024, 3072)
+    x = torch.randn(m, 3072, device="cuda").bfloat16()
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for tiles in candidates(kind, m, 1024, 3072, num_sms)[:4]:
+        ms = gpu_time.gpu_time_ms(lambda ws: launcher.quant_matmul(x, *ws, kind, 128, None, tiles), [(q, s, z)] * 2)
+        assert ms > 0, tiles
+    torch.cuda.synchronize()
+    assert not launcher._counters[x.device].any()
