@@ -178,7 +178,9 @@ def test_sweep_timing_captures_the_decode_call_in_a_graph(kind, m, monkeypatch):
     x = torch.randn(m, 3072, device="cuda").bfloat16()
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     for tiles in candidates(kind, m, 1024, 3072, num_sms)[:4]:
-        ms = gpu_time.gpu_time_ms(lambda ws: launcher.quant_matmul(x, *ws, kind, 128, None, tiles), [(q, s, z)] * 2)
+        ms = gpu_time.gpu_time_ms(
+            lambda ws, t=tiles: launcher.quant_matmul(x, *ws, kind, 128, None, t), [(q, s, z)] * 2
+        )
         assert ms > 0, tiles
     torch.cuda.synchronize()
     assert not launcher._counters[x.device].any()
