@@ -5,6 +5,11 @@ thread owns it: it drains an inbox of add/abort commands, runs a step when there
 sleeps on a condition), and hands each step's outputs to their requests' mailboxes with one
 `loop.call_soon_threadsafe` per step. The event loop never waits on the model.
 
+A reader that falls behind (the event loop is busy: the server streams to hundreds of requests)
+finds several outputs waiting in its mailbox; RequestStream hands them over as one (merge_outputs),
+so the server sends one chunk for them, not one per step. Only what already waits is merged: a
+reader that keeps up still gets one output per step.
+
 If the loop raises, every in-flight request gets the error, `dead` turns True and `on_fatal`
 runs on the event loop (the server uses it to exit non-zero).
 
@@ -26,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from model_optimizer.engine.engine import EngineStats, LLMEngine
-from model_optimizer.engine.outputs import CompletionOutput, RequestOutput
+from model_optimizer.engine.outputs import CompletionOutput, RequestOutput, RequestOutputKind, merge_outputs
 from model_optimizer.engine.step_gate import FAULT_ENV, HOLD_ENV, StepGate, TestHooks
 from model_optimizer.sampling_params import SamplingParams
 
@@ -67,6 +72,13 @@ class Mailbox:
             finally:
                 self.waiter = None
         return self.items.popleft()
+
+    def take_outputs(self) -> list[Any]:
+        """The outputs already waiting, oldest first, up to the first exception (which stays queued)."""
+        items, taken = self.items, []
+        while items and not isinstance(items[0], BaseException):
+            taken.append(items.popleft())
+        return taken
 
 
 @dataclass
@@ -168,7 +180,7 @@ class AsyncEngine:
         except (asyncio.CancelledError, GeneratorExit):
             self.abort(request_id)  # the add may still go through: the abort follows it in the inbox
             raise
-        return RequestStream(self, request_id, queue_stream.queue)
+        return RequestStream(self, request_id, queue_stream.queue, params.output_kind)
 
     def abort(self, request_id: str) -> None:
         """Abort a request from any thread; its blocks are freed before the next step."""
@@ -295,12 +307,24 @@ class AsyncEngine:
 
 
 class RequestStream:
-    """Async iterator over one request's outputs; leaving it early (break, cancel, close) aborts the request."""
+    """Async iterator over one request's outputs; leaving it early (break, cancel, close) aborts the request.
 
-    def __init__(self, engine: AsyncEngine, request_id: str, queue: Mailbox) -> None:
+    Outputs that are already waiting when the reader takes one are merged into it (merge_outputs,
+    by the request's output kind): a slow reader gets fewer, larger outputs, each token exactly once.
+    An engine failure queued behind them is raised after they are delivered."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        request_id: str,
+        queue: Mailbox,
+        kind: RequestOutputKind = RequestOutputKind.CUMULATIVE,
+    ) -> None:
         self.engine = engine
         self.request_id = request_id
         self.queue = queue
+        self.kind = kind
+        """What each output holds (SamplingParams.output_kind): how waiting outputs are merged."""
         self.finished = False
         """True once the final output has arrived."""
         self.aborted = False
@@ -312,6 +336,8 @@ class RequestStream:
                 if isinstance(item, BaseException):
                     self.aborted = True  # the engine is gone: nothing left to abort
                     raise EngineDeadError(f"engine loop failed: {item}") from item
+                if self.queue.items:  # the reader fell behind the engine: what waits goes out with it
+                    item = merge_outputs([item, *self.queue.take_outputs()], self.kind)
                 self.finished = item.finished
                 yield item
         finally:

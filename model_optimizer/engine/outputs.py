@@ -90,3 +90,72 @@ class RequestOutput:
     @property
     def num_output_tokens(self) -> int:
         return sum(len(o.token_ids) for o in self.outputs)
+
+
+def merge_outputs(outputs: list[RequestOutput], kind: RequestOutputKind) -> RequestOutput:
+    """One output saying what `outputs` (consecutive outputs of one request, oldest first) said together.
+
+    A streaming reader that falls behind the engine finds several outputs waiting; handing them over as
+    one makes one SSE chunk instead of one per engine step, and a chunk costs the event loop far more
+    than a token does. CUMULATIVE and FINAL_ONLY outputs each hold everything so far, so the newest
+    stands for all. DELTA outputs are concatenated per completion index (with n > 1 an output holds only
+    the completions with something new): see `_merge_deltas` for every field.
+    """
+    if not outputs:
+        raise ValueError("merge_outputs needs at least one output, got none")
+    request_id = outputs[0].request_id
+    for output in outputs:
+        if output.request_id != request_id:
+            raise ValueError(
+                f"merge_outputs merges outputs of one request, got {request_id!r} and {output.request_id!r}"
+            )
+    if len(outputs) == 1 or kind is not RequestOutputKind.DELTA:
+        return outputs[-1]
+    return _merge_deltas(outputs)
+
+
+def _merge_deltas(outputs: list[RequestOutput]) -> RequestOutput:
+    """DELTA outputs as one delta. Per completion: token ids, text and logprobs concatenated (logprobs
+    stay one per token), the newest finish_reason and stop_reason set. Per request: prompt fields from
+    the first (they never change), finished, num_cached_tokens and metrics from the newest (the
+    newest state), error from the newest that has one (a failed request's last output carries it)."""
+    parts: dict[int, list[CompletionOutput]] = {}
+    for output in outputs:
+        for completion in output.outputs:
+            parts.setdefault(completion.index, []).append(completion)
+    last = outputs[-1]
+    return RequestOutput(
+        request_id=last.request_id,
+        prompt=outputs[0].prompt,
+        prompt_token_ids=outputs[0].prompt_token_ids,
+        outputs=[_join(parts[index]) for index in sorted(parts)],
+        finished=last.finished,
+        num_cached_tokens=last.num_cached_tokens,
+        metrics=last.metrics,
+        error=next((o.error for o in reversed(outputs) if o.error is not None), None),
+    )
+
+
+def _join(parts: list[CompletionOutput]) -> CompletionOutput:
+    """One completion's consecutive deltas as one (new lists: the deltas themselves are left as they were)."""
+    if len(parts) == 1:
+        return parts[0]
+    token_ids: list[int] = []
+    logprobs: list[Logprob] | None = None
+    finish_reason = stop_reason = None
+    for part in parts:
+        token_ids += part.token_ids
+        if part.logprobs is not None:  # a request asks for logprobs or not, for all of its outputs
+            if logprobs is None:
+                logprobs = []
+            logprobs += part.logprobs
+        if part.finish_reason is not None:
+            finish_reason, stop_reason = part.finish_reason, part.stop_reason
+    return CompletionOutput(
+        index=parts[0].index,
+        text="".join(part.text for part in parts),
+        token_ids=token_ids,
+        logprobs=logprobs,
+        finish_reason=finish_reason,
+        stop_reason=stop_reason,
+    )

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from model_optimizer.engine.async_engine import EngineDeadError, RequestStream
-from model_optimizer.engine.outputs import RequestOutput
+from model_optimizer.engine.outputs import RequestOutput, merge_outputs
 from model_optimizer.sampling_params import SamplingParams
 from model_optimizer.server.errors import APIError, error_response
 from model_optimizer.server.protocol import UsageInfo
@@ -94,9 +94,11 @@ class RequestGroup:
 
     async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
         """(prompt index, output) as they come, from every prompt's request: DELTA outputs when
-        streaming, else each request's one FINAL_ONLY output (see sampling.sampling_params)."""
+        streaming, else each request's one FINAL_ONLY output (see sampling.sampling_params). A reader
+        slower than the engine gets the outputs that waited for it merged into one (RequestStream), so
+        an output, and the chunk made of it, may carry several tokens per completion."""
         trackers = [self.state.metrics.tracker(n) for n in self.num_completions]
-        if len(self.streams) == 1:  # the usual case, one chunk per engine step: one generator fewer
+        if len(self.streams) == 1:  # the usual case: one generator fewer
             tracker = trackers[0]
             async for output in self.streams[0]:
                 self.num_output_tokens[0] += tracker.observe(output)  # each output's tokens are new
@@ -107,7 +109,8 @@ class RequestGroup:
             yield i, output
 
     async def _merged(self) -> AsyncIterator[tuple[int, RequestOutput]]:
-        """Outputs of several prompts' requests as they come."""
+        """Outputs of several prompts' requests as they come; those that waited for the reader are
+        merged per prompt (as RequestStream does for one), an engine failure raised after them."""
         queue: asyncio.Queue = asyncio.Queue()
 
         async def pump(i: int, stream: RequestStream) -> None:
@@ -121,14 +124,33 @@ class RequestGroup:
         try:
             remaining = len(tasks)
             while remaining:
-                i, item = await queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                remaining -= item.finished
-                yield i, item
+                waiting = [await queue.get()]
+                while not queue.empty():
+                    waiting.append(queue.get_nowait())
+                merged, error = self._merge_waiting(waiting)
+                for i, output in merged:
+                    remaining -= output.finished
+                    yield i, output
+                if error is not None:
+                    raise error
         finally:
             for task in tasks:
                 task.cancel()
+
+    def _merge_waiting(
+        self, waiting: list[tuple[int, Any]]
+    ) -> tuple[list[tuple[int, RequestOutput]], BaseException | None]:
+        """Waiting (prompt index, output) items as one output per prompt, in the order prompts first
+        appear, up to the first exception (returned beside them; what follows it is dropped)."""
+        by_prompt: dict[int, list[RequestOutput]] = {}
+        error = None
+        for i, item in waiting:
+            if isinstance(item, BaseException):
+                error = item
+                break
+            by_prompt.setdefault(i, []).append(item)
+        merged = [(i, merge_outputs(outputs, self.streams[i].kind)) for i, outputs in by_prompt.items()]
+        return merged, error
 
     async def final_outputs(self) -> list[RequestOutput]:
         """Each prompt's last output, once all have finished."""

@@ -1,12 +1,16 @@
-"""Server-sent events for a generation: one chunk per step with new tokens, an in-band error then [DONE]
+"""Server-sent events for a generation: one chunk per output with new tokens, an in-band error then [DONE]
 on failure, the usage chunk when asked for.
+
+An output is one engine step's news while the reader keeps up; when it falls behind, the outputs
+that waited are merged into one (RequestStream), so a chunk may carry several tokens per choice
+(text, token_ids and logprobs entries alike), as vLLM's do.
 
 The API-specific part (what a chunk looks like for chat or completions) is a `StreamFormat`;
 everything else, including the order of events and what happens when the engine fails after
 the headers are sent, is written once here.
 
-A stream sends one chunk per engine step, and a server streams to every running request at once, so
-a chunk's cost is paid (batch size) times per step on the event loop, which the engine thread also
+A stream sends up to one chunk per engine step, and a server streams to every running request at once,
+so a chunk's cost is paid up to (batch size) times per step on the event loop, which the engine thread also
 needs (the GIL). Chunks are therefore not pydantic models: `ChunkTemplate` serializes the fields
 every chunk of a stream shares (id, object, created, model) once, and each chunk adds only its
 choices, plain dicts through pydantic's own serializer: the same bytes, several times cheaper.
@@ -98,7 +102,7 @@ class ChoiceOffsets:
     def deltas(self, prompt_index: int, output: RequestOutput) -> list[ChoiceDelta]:
         """The choices of a DELTA output with something to send: new tokens, or their finish. A token whose
         text is empty (no tokenizer, or text held back as half of a multibyte character) still makes a
-        chunk: one chunk per engine step is what lets a client time TTFT and ITL on any model."""
+        chunk: a chunk per output is what lets a client time TTFT and ITL on any model."""
         out = []
         for completion in output.outputs:
             if not completion.token_ids and not completion.text and not completion.finished:
