@@ -8,6 +8,10 @@ quantization_report.json: perplexity, top-1 agreement and KL against the origina
 engine on held-out text. With --max-ppl-increase / --min-top1 a result that breaks a limit is
 refused: exit code 3 and no folder. Built in a temporary folder and renamed when done, so an
 interrupted run leaves nothing behind.
+
+Embedding models (BERT-family encoders such as all-MiniLM-L6-v2; fp8, int8, rtn-int4) are gated on
+their vectors instead: both folders embed held-out texts through our embedding engine and the mean
+cosine per text must reach --min-cosine (default 0.99).
 """
 
 from __future__ import annotations
@@ -37,11 +41,26 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--eval-text", help="held-out evaluation text, .txt or .jsonl (default: built-in, unseen by calibration)"
     )
-    p.add_argument("--num-eval-samples", type=int, default=32, help="evaluation windows (default 32)")
-    p.add_argument("--eval-seq-len", type=int, default=512, help="tokens per evaluation window (default 512)")
+    p.add_argument(
+        "--num-eval-samples",
+        type=int,
+        help="evaluation windows (default 32); for embedding models, evaluation texts (default 256)",
+    )
+    p.add_argument(
+        "--eval-seq-len",
+        type=int,
+        default=512,
+        help="tokens per evaluation window (default 512); embedding texts are cut to it or the model's limit",
+    )
     p.add_argument("--group-size", type=int, default=128, help="int4 group size along the input (default 128)")
     p.add_argument("--max-ppl-increase", type=float, help="refuse the result if perplexity rises more (0.05 = 5%%)")
     p.add_argument("--min-top1", type=float, help="refuse the result if top-1 agreement is lower (0..1)")
+    p.add_argument(
+        "--min-cosine",
+        type=float,
+        help="embedding models: refuse the result if the mean cosine to the original vectors is lower "
+        "(-1..1, default 0.99)",
+    )
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where to calibrate and evaluate")
     p.add_argument(
         "--eval-dtype",
@@ -80,13 +99,16 @@ def run(args: argparse.Namespace) -> int:
 
 def options(args: argparse.Namespace):
     from model_optimizer.llm import resolve_model_dir
+    from model_optimizer.quant.embed_pipeline import DEFAULT_NUM_TEXTS, is_embedding_model
     from model_optimizer.quant.pipeline import QuantizeOptions
 
     for name in ("num_calib_samples", "calib_seq_len", "num_eval_samples", "eval_seq_len", "group_size"):
-        if getattr(args, name) <= 0:
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
     if args.min_top1 is not None and not 0 <= args.min_top1 <= 1:
         raise ValueError(f"--min-top1 must be between 0 and 1, got {args.min_top1}")
+    if args.min_cosine is not None and not -1 <= args.min_cosine <= 1:
+        raise ValueError(f"--min-cosine must be between -1 and 1 (a cosine), got {args.min_cosine}")
     if args.eval_only is not None:
         if args.reference is None:
             raise ValueError("--eval-only DIR needs --reference ORIG, the float folder it was made from")
@@ -98,6 +120,9 @@ def options(args: argparse.Namespace):
         if args.method is None or args.output is None:
             raise ValueError("mopt quantize needs --method (fp8, int8, awq, rtn-int4) and --output DIR")
         model, method, output = resolve_model_dir(args.model), args.method, args.output
+    num_eval = args.num_eval_samples
+    if num_eval is None:
+        num_eval = DEFAULT_NUM_TEXTS if is_embedding_model(model) else 32
     return QuantizeOptions(
         model=model,
         method=method,
@@ -106,11 +131,12 @@ def options(args: argparse.Namespace):
         num_calib_samples=args.num_calib_samples,
         calib_seq_len=args.calib_seq_len,
         eval_text=args.eval_text,
-        num_eval_samples=args.num_eval_samples,
+        num_eval_samples=num_eval,
         eval_seq_len=args.eval_seq_len,
         group_size=args.group_size,
         max_ppl_increase=args.max_ppl_increase,
         min_top1=args.min_top1,
+        min_cosine=args.min_cosine,
         device=args.device,
         eval_dtype=args.eval_dtype,
     )

@@ -1,24 +1,28 @@
 """Accuracy gate for embedding models: cosine of each quantized embedding to the original's.
 
-Perplexity and next-token agreement mean nothing for an encoder (MiniLM, BGE) or a decoder embedder
-(Qwen3-Embedding): what a user keeps is the vector. Both models embed the same held-out texts
-through our own `Embedder` (tokenizing, packing, pooling and normalization as served); per text the
-cosine of the two vectors, and, because a search index only cares about order, how often each
-text's nearest neighbour among the others stays the same.
+Perplexity and next-token agreement mean nothing for an encoder (MiniLM, BGE): what a user keeps
+is the vector. Both models embed the same held-out texts through our own `Embedder` (tokenizing,
+packing, pooling and normalization as served); per text the cosine of the two vectors, and,
+because a search index only cares about order, how often each text's nearest neighbour among the
+others stays the same.
 
-The quantized side is the original backbone with every `Linear` rounded in place by the method's
-own `QuantMethod` (the rounding `mopt quantize` writes), so the figures hold for the weights the
-method produces; AWQ's calibration walks decoder LM layers and is not offered here.
+`mopt quantize` compares the original folder with the quantized folder it wrote, loaded back from
+disk (`load_quantized_backbone`), so the figures hold for the weights a user gets; `round_backbone`
+rounds a loaded backbone in place, for measuring a method without writing anything. AWQ's
+calibration walks decoder LM layers and is not offered for embedding models.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 EMBED_METHODS = ("fp8", "int8", "rtn-int4")
+MIN_TEXT_CHARS = 40
+"""Built-in evaluation paragraphs shorter than this (headings, one-line signatures) are skipped."""
 
 
 @dataclass
@@ -59,20 +63,76 @@ def compare_embeddings(reference: torch.Tensor, quantized: torch.Tensor) -> Embe
     )
 
 
+def evaluation_texts(docs: list[str], num_texts: int, split_paragraphs: bool = True) -> list[str]:
+    """Up to `num_texts` texts spread evenly over the documents: their paragraphs (blank-line
+    separated, at least MIN_TEXT_CHARS long) or, with split_paragraphs False, the documents as given."""
+    if num_texts <= 0:
+        raise ValueError(f"need at least one evaluation text, got {num_texts}")
+    if split_paragraphs:
+        texts = [p.strip() for d in docs for p in d.split("\n\n") if len(p.strip()) >= MIN_TEXT_CHARS]
+    else:
+        texts = [d for d in docs if d.strip()]
+    if not texts:
+        raise ValueError(f"the evaluation text holds no paragraph of at least {MIN_TEXT_CHARS} characters")
+    step = max(len(texts) / num_texts, 1.0)
+    return [texts[int(i * step)] for i in range(min(num_texts, len(texts)))]
+
+
 def round_backbone(backbone: torch.nn.Module, method: str, group_size: int = 128) -> int:
     """Round every Linear of a loaded backbone in place as `method` does; returns how many."""
     from model_optimizer.quant.attach import attach_quantization, process_quantized_weights
     from model_optimizer.quant.spec import QuantSpec
 
-    if method not in EMBED_METHODS:
-        raise ValueError(
-            f"embedding models can be evaluated with {', '.join(EMBED_METHODS)}, got {method!r} "
-            "(AWQ calibrates decoder LM layers)"
-        )
+    check_embed_method(method)
     dtype = next(backbone.parameters()).dtype
     layers = attach_quantization(backbone, QuantSpec(method, group_size=group_size), dtype, dummy=True)
     process_quantized_weights(backbone)
     return len(layers)
+
+
+def check_embed_method(method: str) -> None:
+    if method not in EMBED_METHODS:
+        raise ValueError(
+            f"embedding models can be quantized with {', '.join(EMBED_METHODS)}, got {method!r} "
+            "(AWQ calibrates decoder LM layers)"
+        )
+
+
+def load_quantized_backbone(folder: str | Path, dtype: str = "auto", device: str = "auto") -> torch.nn.Module:
+    """The encoder of a quantized folder (compressed-tensors, as `mopt quantize` or llm-compressor write
+    it), its linears holding the checkpoint's rounded weights, ready for `Embedder(backbone=...)`."""
+    from model_optimizer.embed.backbone import EncoderBackbone, load_backbone, load_checkpoint
+    from model_optimizer.models.bert import BertModel
+    from model_optimizer.models.model_config import read_config
+    from model_optimizer.quant.attach import attach_quantization, process_quantized_weights, spec_for_folder
+    from model_optimizer.runner.model_runner import pick_device
+
+    folder = Path(folder)
+    spec = spec_for_folder(folder, None)
+    if spec is None:
+        raise ValueError(f"{folder} has no quantization_config in config.json: it is not a quantized folder")
+    hf = {k: v for k, v in read_config(folder).items() if k != "quantization_config"}
+    # the structure in the evaluation dtype; dummy weights, replaced below by the checkpoint's
+    backbone = load_backbone(folder, hf, dtype, pick_device(device), "dummy")
+    if not isinstance(backbone, EncoderBackbone):
+        raise ValueError(f"{folder}: quantized decoder embedders are not supported yet; encoders (BERT family) are")
+    attach_quantization(backbone.model, spec, next(backbone.parameters()).dtype)
+    load_checkpoint(backbone.model, folder, BertModel.checkpoint_name, BertModel.stacked_params)
+    process_quantized_weights(backbone.model)
+    return backbone.eval()
+
+
+def compare_embedders(
+    reference, quantized, texts: list[str], max_tokens: int, on_progress: Callable[[int], None] | None = None
+) -> tuple[EmbeddingAccuracy, int]:
+    """Embed `texts` with two `Embedder`s, each text cut to `max_tokens` (or the model's limit);
+    returns the metrics and the number of tokens each model read."""
+    if not texts:
+        raise ValueError("embedding evaluation needs at least one text")
+    cut = min(max_tokens, reference.max_seq_length, quantized.max_seq_length)
+    want = reference.encode(texts, truncate_prompt_tokens=cut, on_progress=on_progress)
+    got = quantized.encode(texts, truncate_prompt_tokens=cut, on_progress=on_progress)
+    return compare_embeddings(want.embeddings, got.embeddings), want.num_prompt_tokens
 
 
 def evaluate_embedding_model(
@@ -83,23 +143,20 @@ def evaluate_embedding_model(
     device: str = "auto",
     dtype: str = "auto",
 ) -> EmbeddingAccuracy:
-    """Embed `texts` with the original model and with its linears rounded by `method`; compare."""
+    """Embed `texts` with the original model and with its linears rounded by `method`; compare.
+    Nothing is written: a quick measure of a method before `mopt quantize`."""
     from model_optimizer.embed import Embedder
     from model_optimizer.embed.backbone import load_backbone
     from model_optimizer.models.model_config import read_config
     from model_optimizer.runner.model_runner import pick_device
 
-    if not texts:
-        raise ValueError("embedding evaluation needs at least one text")
     model_dir = Path(model_dir)
     reference = Embedder(model_dir, device=device, dtype=dtype)
-    want = reference.encode(texts).embeddings
-    del reference
     backbone = load_backbone(model_dir, read_config(model_dir), dtype, pick_device(device), "auto")
     if round_backbone(backbone, method, group_size) == 0:
         raise ValueError(f"{model_dir}: no linear layer to quantize")
     quantized = Embedder(model_dir, backbone=backbone, device=device, dtype=dtype)
-    return compare_embeddings(want, quantized.encode(texts).embeddings)
+    return compare_embedders(reference, quantized, texts, reference.max_seq_length)[0]
 
 
 def embedding_gate_failures(acc: EmbeddingAccuracy, min_cosine: float | None) -> list[str]:
@@ -107,6 +164,6 @@ def embedding_gate_failures(acc: EmbeddingAccuracy, min_cosine: float | None) ->
     if min_cosine is not None and acc.mean_cosine < min_cosine:
         return [
             f"mean cosine to the original embeddings {acc.mean_cosine:.5f} (worst text {acc.min_cosine:.5f}) "
-            f"is below --min-cosine {min_cosine:g}"
+            f"is below --min-cosine {min_cosine}"
         ]
     return []

@@ -1,7 +1,8 @@
 """`mopt quantize`: calibrate, round, write compressed-tensors, evaluate with our engine, gate, publish.
 
 The folder is built under a temporary name beside the output and renamed only when the accuracy
-gate passes, so an interrupted or refused run leaves nothing at the output path.
+gate passes, so an interrupted or refused run leaves nothing at the output path. Embedding models
+take the same path with a cosine gate instead of perplexity (embed_pipeline.py).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class QuantizeOptions:
     group_size: int = 128
     max_ppl_increase: float | None = None
     min_top1: float | None = None
+    min_cosine: float | None = None
+    """Embedding models: refuse a mean cosine to the original vectors below this (None: the default)."""
     device: str = "auto"
     eval_dtype: str = "auto"
 
@@ -68,7 +71,10 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
 
     progress = progress or Progress()
     check_output(opts.output)
-    check_not_embedding_model(opts.model, opts.method)
+    from model_optimizer.quant import embed_pipeline  # imports this module: not at the top
+
+    if embed_pipeline.is_embedding_model(opts.model):
+        return embed_pipeline.quantize_embedding(opts, progress)
     started = time.time()
     tokenizer = load_tokenizer(opts.model)
     eval_windows = token_windows(
@@ -102,21 +108,6 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
 def check_output(output: Path) -> None:
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise ValueError(f"output {output} already exists and is not an empty folder; pick a new path")
-
-
-def check_not_embedding_model(model: Path, method: str) -> None:
-    """Embedding checkpoints (encoders, decoders saved without an LM head) have no writer and no
-    perplexity: say so before any work, and point at the cosine gate that does apply to them."""
-    from model_optimizer.models.model_config import read_config
-    from model_optimizer.models.registry import DECODER_BASE_NAMES, is_encoder
-
-    config = read_config(model)
-    if is_encoder(config) or config["architectures"][0] in DECODER_BASE_NAMES:
-        raise ValueError(
-            f"{model} is an embedding model ({config['architectures'][0]}): mopt quantize writes decoder LMs "
-            "only; measure what a method costs its embeddings with "
-            f"model_optimizer.quant.embed_accuracy.evaluate_embedding_model({str(model)!r}, {method!r}, texts)"
-        )
 
 
 def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progress: Progress) -> torch.nn.Module:
@@ -165,6 +156,10 @@ def eval_only(folder: Path, reference: Path, opts: QuantizeOptions, progress: Pr
     from model_optimizer.llm import load_tokenizer
 
     progress = progress or Progress()
+    from model_optimizer.quant import embed_pipeline
+
+    if embed_pipeline.is_embedding_model(reference):
+        return embed_pipeline.eval_only_embedding(folder, reference, opts, progress)
     started = time.time()
     windows = token_windows(
         load_tokenizer(reference),

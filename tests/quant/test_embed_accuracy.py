@@ -76,13 +76,13 @@ def test_round_backbone_rounds_every_linear_and_refuses_awq(minilm_dir):
     assert all(m.quant_method is not None for m in linears)
 
 
-def test_mopt_quantize_names_the_gate_for_embedding_models(minilm_dir, tmp_path, capsys):
-    """An embedding checkpoint is refused before any work (exit 2, nothing written), with the way to
-    measure its cosine instead of a traceback from the decoder loader."""
+def test_mopt_quantize_refuses_awq_for_embedding_models(minilm_dir, tmp_path, capsys):
+    """A method that cannot apply to an encoder is refused before any work (exit 2, nothing written),
+    naming the ones that do; the cosine gate itself is tested in test_embed_gate.py."""
     from model_optimizer.cli.main import main
 
     out = tmp_path / "q"
-    assert main(["quantize", str(minilm_dir), "--method", "int8", "--output", str(out), "--device", "cpu"]) == 2
+    assert main(["quantize", str(minilm_dir), "--method", "awq", "--output", str(out), "--device", "cpu"]) == 2
     err = capsys.readouterr().err
-    assert "is an embedding model (BertModel)" in err and "evaluate_embedding_model" in err
+    assert "embedding models can be quantized with fp8, int8, rtn-int4" in err
     assert not out.exists() and not list(tmp_path.iterdir())
