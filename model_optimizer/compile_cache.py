@@ -1,21 +1,19 @@
-"""Compiled-kernel caches in a folder we own, and no torch.compile at all under enforce_eager.
+"""Triton's compiled-kernel cache in a folder we own, keyed by versions and GPU.
 
-Triton (our kernels) and torch inductor (layers/fusion.py) compile kernels at start-up: seconds on
-an H200 (kv sizing 7.9 s of a 34.5 s cold start, mostly compilation). Both cache their output on
-disk, but in folders they name themselves (/tmp/torchinductor_<user> is wiped by many machines'
-reboots, and one folder serves every torch and Triton version). We point both at
+Our kernels (attention, rotary, the fused element-wise ops, sampling) are Triton kernels compiled
+at start-up: seconds on an H200. Triton caches its output on disk, but in a folder it names itself
+(~/.triton/cache, one folder for every Triton version and GPU). We point it at
 
-    <root>/<key>      root: $MOPT_COMPILE_CACHE_DIR, else $XDG_CACHE_HOME/model-optimizer/compile,
-                      else ~/.cache/model-optimizer/compile
-                      key: torch, Triton and model_optimizer versions and the GPU's name
+    <root>/<key>/triton   root: $MOPT_COMPILE_CACHE_DIR, else $XDG_CACHE_HOME/model-optimizer/compile,
+                          else ~/.cache/model-optimizer/compile
+                          key: torch, Triton and model_optimizer versions and the GPU's name
 
 so a second start reads what the first compiled, and a new version (or another GPU model) never
-reads a stale entry. A user's own TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR always win: we set
-only the variables that are unset, at engine start, before anything compiles. Worker processes
-(tensor parallelism) inherit them.
+reads a stale entry. A user's own TRITON_CACHE_DIR always wins: we set it only where it is unset, at
+engine start, before anything compiles. Worker processes (tensor parallelism) inherit it.
 
-enforce_eager promises no graph capture and no compilation: the engine then sets MOPT_NO_COMPILE=1,
-which layers/fusion.py reads on each call, so torch._inductor (seconds of import) is never loaded.
+Nothing in the engine uses torch.compile (layers/fusion.py runs our own kernels), so there is no
+inductor cache to place and enforce_eager changes nothing here: it only turns CUDA graphs off.
 """
 
 from __future__ import annotations
@@ -28,11 +26,10 @@ from typing import Any
 
 CACHE_DIR_ENV = "MOPT_COMPILE_CACHE_DIR"
 """Root folder for the compile caches; one sub-folder per key is made beneath it."""
-CACHE_VARIABLES = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
-NO_COMPILE_ENV = "MOPT_NO_COMPILE"
-
-_set_no_compile = False
-"""Whether this process set MOPT_NO_COMPILE itself (so a later engine without enforce_eager unsets it)."""
+TRITON_CACHE_ENV = "TRITON_CACHE_DIR"
+"""Triton's own variable for its cache folder: we set it where the user has not."""
+CACHE_VARIABLES = (TRITON_CACHE_ENV,)
+"""Every cache variable configure_compile may set (tests clear them to start clean)."""
 
 
 def cache_root() -> Path:
@@ -54,27 +51,15 @@ def cache_key(gpu_name: str | None) -> str:
 
 
 def configure_compile(config: Any) -> dict[str, str]:
-    """At engine start: point unset cache variables at our folder, and honour enforce_eager.
+    """At engine start: point an unset TRITON_CACHE_DIR at our folder.
 
-    Returns the variables this call set (empty when the user set both). On the CPU the key says
-    "cpu": nothing compiles there unless Triton's interpreter runs, but the folders are the same."""
-    _configure_no_compile(bool(getattr(config, "enforce_eager", False)))
-    folder = cache_root() / cache_key(_gpu_name(getattr(config, "device", "auto")))
-    chosen = {}
-    for variable, sub in zip(CACHE_VARIABLES, ("triton", "inductor")):
-        if not os.environ.get(variable):
-            chosen[variable] = os.environ[variable] = str(folder / sub)
-    return chosen
-
-
-def _configure_no_compile(enforce_eager: bool) -> None:
-    global _set_no_compile
-    if enforce_eager and os.environ.get(NO_COMPILE_ENV) != "1":
-        os.environ[NO_COMPILE_ENV] = "1"
-        _set_no_compile = True
-    elif not enforce_eager and _set_no_compile:
-        os.environ.pop(NO_COMPILE_ENV, None)  # only what we set ourselves: a user's MOPT_NO_COMPILE stays
-        _set_no_compile = False
+    Returns the variables this call set (empty when the user set them). On the CPU the key says
+    "cpu": nothing compiles there unless Triton's interpreter runs, but the folder is the same."""
+    if os.environ.get(TRITON_CACHE_ENV):
+        return {}
+    folder = cache_root() / cache_key(_gpu_name(getattr(config, "device", "auto"))) / "triton"
+    os.environ[TRITON_CACHE_ENV] = str(folder)
+    return {TRITON_CACHE_ENV: str(folder)}
 
 
 def _gpu_name(device: str) -> str | None:

@@ -1,8 +1,8 @@
-"""Compile caches in a folder we own, keyed by versions and GPU; enforce_eager compiles nothing.
+"""Triton's cache in a folder we own, keyed by versions and GPU; no torch.compile on the way to a running engine.
 
-Checked on the CPU through the environment an engine leaves behind: the variables Triton and torch
-inductor read, set only where the user had not set them, and MOPT_NO_COMPILE under enforce_eager
-(tests/gpu/test_perf_gpu.py checks on CUDA that the caches fill and torch._inductor stays unloaded)."""
+Checked on the CPU through the environment an engine leaves behind: the variable Triton reads, set
+only where the user had not set it, and which modules an engine start loaded (tests/gpu/test_perf_gpu.py
+checks on CUDA that the cache fills and torch._inductor stays unloaded)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,14 @@ import pytest
 
 from model_optimizer import compile_cache
 from model_optimizer.compile_cache import cache_key, cache_root, configure_compile
-from model_optimizer.layers.fusion import compiling
 from tests.server.test_process import REPO
 
 
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
-    for name in (*compile_cache.CACHE_VARIABLES, compile_cache.NO_COMPILE_ENV, "XDG_CACHE_HOME"):
+    for name in (*compile_cache.CACHE_VARIABLES, "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(compile_cache.CACHE_DIR_ENV, str(tmp_path / "root"))
-    monkeypatch.setattr(compile_cache, "_set_no_compile", False)
     return tmp_path / "root"
 
 
@@ -48,41 +46,39 @@ def test_root_follows_env_then_xdg_then_home(monkeypatch, tmp_path):
     assert cache_root() == compile_cache.Path.home() / ".cache" / "model-optimizer" / "compile"
 
 
-def test_unset_variables_point_into_our_folder_and_the_users_win(clean_env, monkeypatch):
+def test_unset_variable_points_into_our_folder_and_the_users_wins(clean_env, monkeypatch):
     chosen = configure_compile(SimpleNamespace(device="cpu", enforce_eager=False))
-    assert set(chosen) == {"TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"}
-    assert os.environ["TRITON_CACHE_DIR"].startswith(str(clean_env / cache_key(None)))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/users/own/inductor")
-    monkeypatch.delenv("TRITON_CACHE_DIR")
-    assert set(configure_compile(SimpleNamespace(device="cpu", enforce_eager=False))) == {"TRITON_CACHE_DIR"}
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/users/own/inductor"
+    assert chosen == {"TRITON_CACHE_DIR": str(clean_env / cache_key(None) / "triton")}
+    assert os.environ["TRITON_CACHE_DIR"] == chosen["TRITON_CACHE_DIR"]
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ  # nothing compiles through inductor any more
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/users/own/triton")
+    assert configure_compile(SimpleNamespace(device="cpu", enforce_eager=True)) == {}
+    assert os.environ["TRITON_CACHE_DIR"] == "/users/own/triton"
 
 
-def test_enforce_eager_switches_fusion_off_and_a_later_engine_back_on(clean_env, monkeypatch):
-    assert compiling()
-    configure_compile(SimpleNamespace(device="cpu", enforce_eager=True))
-    assert not compiling()
-    configure_compile(SimpleNamespace(device="cpu", enforce_eager=False))
-    assert compiling()
-    monkeypatch.setenv(compile_cache.NO_COMPILE_ENV, "1")  # the user's own switch is never undone
-    configure_compile(SimpleNamespace(device="cpu", enforce_eager=False))
-    assert not compiling()
-
-
-def test_engine_start_sets_the_caches_and_never_loads_inductor_or_transformers(tiny_model, tmp_path):
+def _engine_start(model, cache, enforce_eager: bool) -> dict:
+    """Start an engine on the tiny checkpoint in a fresh process; its cache variable and the heavy
+    modules it loaded."""
     probe = (
         "import json, os, sys\nfrom model_optimizer.llm import LLM\n"
-        f"LLM({str(tiny_model('qwen3'))!r}, max_model_len=128, num_kv_blocks=16, enforce_eager=True)\n"
-        "print(json.dumps({k: os.environ.get(k) for k in ('TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR',"
-        " 'MOPT_NO_COMPILE')} | {'loaded': sorted(m for m in ('torch._inductor', 'transformers') if m in sys.modules)}))"
+        f"llm = LLM({str(model)!r}, max_model_len=128, num_kv_blocks=16, enforce_eager={enforce_eager})\n"
+        "llm.generate([[1, 2, 3]])\n"
+        "print(json.dumps({'TRITON_CACHE_DIR': os.environ.get('TRITON_CACHE_DIR'),"
+        " 'loaded': sorted(m for m in ('torch._inductor', 'torch._dynamo', 'transformers') if m in sys.modules)}))"
     )
     env = {k: v for k, v in os.environ.items() if k not in compile_cache.CACHE_VARIABLES}
-    env.update({compile_cache.CACHE_DIR_ENV: str(tmp_path), "PYTHONPATH": str(REPO)})
+    env.update({compile_cache.CACHE_DIR_ENV: str(cache), "PYTHONPATH": str(REPO)})
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen["TRITON_CACHE_DIR"].startswith(str(tmp_path)) and seen["TORCHINDUCTOR_CACHE_DIR"].startswith(
-        str(tmp_path)
-    )
-    assert seen["MOPT_NO_COMPILE"] == "1"
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("enforce_eager", [False, True])
+def test_engine_start_sets_the_cache_and_never_loads_inductor_dynamo_or_transformers(
+    tiny_model, tmp_path, enforce_eager
+):
+    """With or without enforce_eager, building an engine and generating imports neither torch's
+    compiler stack (seconds of import, and dynamo retraces in every process) nor transformers."""
+    seen = _engine_start(tiny_model("qwen3"), tmp_path, enforce_eager)
+    assert seen["TRITON_CACHE_DIR"].startswith(str(tmp_path))
     assert seen["loaded"] == []

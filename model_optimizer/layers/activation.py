@@ -1,4 +1,5 @@
-"""Gated activation of the MLP: silu(gate) * up on a fused [gate | up] projection."""
+"""Gated activation of the MLP: silu(gate) * up on a fused [gate | up] projection (one Triton
+kernel on CUDA tensors, kernels/fused_ops.py; the eager function below elsewhere)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from torch import nn
 from model_optimizer.layers.fusion import fused
 
 
-@fused
+@fused("silu_and_mul")
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up

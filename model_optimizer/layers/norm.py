@@ -1,4 +1,7 @@
-"""RMSNorm, computed in float32 like transformers, with the residual add folded in."""
+"""RMSNorm, computed in float32 like transformers, with the residual add folded in.
+
+On CUDA tensors one Triton kernel each (kernels/fused_ops.py); these eager functions are the CPU
+path and the kernels' yardstick."""
 
 from __future__ import annotations
 
@@ -15,12 +18,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * h.to(dtype)
 
 
-@fused
+@fused("rms_norm")
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return rms_norm(x, weight, eps)
 
 
-@fused(token_args=2)
+@fused("add_rms_norm")
 def _add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
