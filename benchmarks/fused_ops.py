@@ -1,10 +1,9 @@
 """Bandwidth of the element-wise ops between the matmuls at prefill sizes, GPU only.
 
-Each op runs on the same tensors as eager torch, compiled with only the token dimension dynamic
-(layers/fusion.py's way), compiled with every dimension dynamic (`dynamic=True`, the library's way
-before), and, for the qk-norm + rotary, as the Triton kernel the model runs (kernels/rotary.py).
-Token counts run in the order given and each compile happens at the first: the default starts at
-16 tokens, where the compiled qk-norm + rotary picks a kernel that is slow on large inputs.
+Each op runs on the same tensors as eager torch and as the Triton kernel the model runs on the GPU
+(kernels/fused_ops.py for SiLU-and-mul, add + RMSNorm and RMSNorm; kernels/rotary.py for the qk-norm
++ rotary). Nothing here uses torch.compile: the engine no longer does. Each kernel compiles at the
+first token count; the token count only sizes the grid, so later counts reuse it.
 Shapes are Qwen3-0.6B's (hidden 1024, 16 query / 8 KV heads of 128, intermediate 3072), bf16.
 GB/s counts the bytes an op must read and write once.
 
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -27,12 +25,13 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 1024, 16, 8, 128, 3072
 
 
 def cases(num_tokens: int):
-    """(name, eager function, token-major arguments, the model's own function or None, arguments, bytes moved)."""
+    """(name, eager function, the model's Triton kernel, arguments, bytes moved)."""
     import torch
 
+    from model_optimizer.kernels import fused_ops
     from model_optimizer.kernels.rotary import norm_rotate
     from model_optimizer.layers.activation import silu_and_mul
-    from model_optimizer.layers.norm import _add_rms_norm
+    from model_optimizer.layers.norm import _add_rms_norm, _rms_norm
     from model_optimizer.layers.rotary import RopeConfig, RotaryEmbedding, norm_rotate_ref
 
     bf16 = dict(dtype=torch.bfloat16, device="cuda")
@@ -46,30 +45,35 @@ def cases(num_tokens: int):
     w = torch.ones(HEAD_DIM, **bf16)
     two = 2  # bytes per bf16 element
     return [
-        ("silu_and_mul", silu_and_mul.__wrapped__, 1, None, (gate_up,), two * num_tokens * 3 * INTERMEDIATE),
+        (
+            "silu_and_mul",
+            silu_and_mul.__wrapped__,
+            fused_ops.silu_and_mul,
+            (gate_up,),
+            two * num_tokens * 3 * INTERMEDIATE,
+        ),
         (
             "add_rms_norm",
             _add_rms_norm.__wrapped__,
-            2,
-            None,
+            fused_ops.add_rms_norm,
             (x, res, torch.ones(HIDDEN, **bf16), 1e-6),
-            two * num_tokens * 4 * HIDDEN,
+            two * (num_tokens * 4 * HIDDEN + HIDDEN),
+        ),
+        (
+            "rms_norm",
+            _rms_norm.__wrapped__,
+            fused_ops.rms_norm,
+            (x, torch.ones(HIDDEN, **bf16), 1e-6),
+            two * (num_tokens * 2 * HIDDEN + HIDDEN),
         ),
         (
             "qk_norm_rotate",
             norm_rotate_ref,
-            3,
             norm_rotate,
             (q, k, positions, rotary.cos, rotary.sin, w, w, 1e-6),
             two * num_tokens * 2 * (HEADS + KV_HEADS) * HEAD_DIM,
         ),
     ]
-
-
-def copy_of(eager, suffix: str):
-    """`eager` with its own code object, so that each compile of it keeps its own cache."""
-    code = eager.__code__.replace(co_name=f"{eager.__code__.co_name}_{suffix}")
-    return types.FunctionType(code, eager.__globals__, code.co_name, eager.__defaults__, eager.__closure__)
 
 
 def time_us(fn, args, repeats: int = 50) -> float:
@@ -91,33 +95,26 @@ def main() -> int:
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tokens", default="16,1024,8192,32768", help="comma list of token counts, compiled at the first")
+    p.add_argument("--tokens", default="1,16,1024,8192,32768", help="comma list of token counts")
     p.add_argument("--output", default=str(RESULTS / "fused_ops_h200.json"))
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("fused_ops needs a CUDA GPU")
-    from model_optimizer.layers.fusion import fused
-
-    ways: dict[str, dict] = {}
     rows = []
     for num_tokens in [int(t) for t in args.tokens.split(",")]:
-        for name, eager, token_args, own, fn_args, num_bytes in cases(num_tokens):
-            if name not in ways:
-                ways[name] = {
-                    "eager": eager,
-                    "compiled_token_dim": fused(copy_of(eager, "token_dim"), token_args=token_args),
-                    "compiled_all_dynamic": torch.compile(copy_of(eager, "all_dynamic"), dynamic=True, fullgraph=True),
-                }
-                if own is not None:
-                    ways[name]["triton_kernel"] = own
+        for name, eager, kernel, fn_args, num_bytes in cases(num_tokens):
             row = {"op": name, "num_tokens": num_tokens, "bytes": num_bytes}
-            for way, fn in ways[name].items():
+            for way, fn in (("eager", eager), ("triton_kernel", kernel)):
                 us = time_us(fn, fn_args)
                 row[way] = {"us": round(us, 2), "gb_per_s": round(num_bytes / us / 1e3, 1)}
+            row["speedup"] = round(row["eager"]["us"] / row["triton_kernel"]["us"], 2)
             rows.append(row)
             print(
                 f"{name:15s} T={num_tokens:<6d} "
-                + "  ".join(f"{w} {row[w]['us']:8.1f} us {row[w]['gb_per_s']:7.1f} GB/s" for w in ways[name]),
+                + "  ".join(
+                    f"{w} {row[w]['us']:8.1f} us {row[w]['gb_per_s']:7.1f} GB/s" for w in ("eager", "triton_kernel")
+                )
+                + f"  x{row['speedup']}",
                 flush=True,
             )
     write_json(Path(args.output), {"benchmark": "fused_ops", "environment": environment(), "results": rows})
