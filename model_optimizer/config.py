@@ -81,8 +81,7 @@ class EngineConfig:
     """KV-cache element type: auto is the model dtype; fp8 (e4m3 with scales) halves it on GPUs that support it."""
 
     enforce_eager: bool = False
-    """Run eagerly: no CUDA graphs and no torch.compile of the fused element-wise ops (as vLLM's flag);
-    starts fastest, decodes slowest."""
+    """Run eagerly: no CUDA graphs (as vLLM's flag); starts fastest, decodes slowest."""
 
     async_scheduling: bool = True
     """Schedule and prepare the next step while the device computes this one (outputs trail by one step)."""

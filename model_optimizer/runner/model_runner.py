@@ -81,7 +81,7 @@ class ModelRunner:
         self.decode_runner = None
         if self.device.type == "cuda":
             self._warm_up_kernels()
-            phase = _log_phase("warm-up", phase)  # Triton / torch.compile kernels for each prefill tile
+            phase = _log_phase("warm-up", phase)  # Triton kernels for each prefill tile
             self.decode_runner = DecodeRunner(
                 self.model,
                 self.batch,
