@@ -2,7 +2,7 @@
 16-byte pieces: the hidden sizes of Qwen3-0.6B (1024) and Llama-8B (4096), the intermediate sizes
 3072 and 14336, in bfloat16 (and float16 / float32 once each for the rounding branches).
 
-Run by test_fused_ops_sm90.py in a subprocess without TRITON_INTERPRET; one line per kernel.
+Run by test_fused_ops_compile_sm90.py in a subprocess without TRITON_INTERPRET; one line per kernel.
 Exit status 3 when this Triton has no usable ahead-of-time API.
 """
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 
-def test_fused_ops_compile_for_sm90_with_vector_loads():
+def test_fused_ops_compile_sm90_with_vector_loads():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    script = Path(__file__).with_name("fused_ops_sm90.py")
+    script = Path(__file__).with_name("fused_ops_compile_sm90.py")
     result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     if result.returncode == 3:
         pytest.skip(result.stdout.strip())
