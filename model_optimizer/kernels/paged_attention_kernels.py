@@ -71,6 +71,7 @@ def _paged_attention_kernel(
     k_scale_ptr,
     v_scale_ptr,
     scale,
+    q_scale,
     sliding_window,
     num_seqs,
     num_heads,
@@ -95,6 +96,7 @@ def _paged_attention_kernel(
     HAS_SCALES: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     DECODE_ONLY: tl.constexpr,
+    PRESCALE_Q: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -130,7 +132,10 @@ def _paged_attention_kernel(
         q_ptr + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
         mask=row_ok[:, None] & dim_ok[None, :],
         other=0.0,
-    ).to(DOT_DTYPE)  # (BLOCK_M, HEAD_DIM_PAD)
+    )  # (BLOCK_M, HEAD_DIM_PAD)
+    if PRESCALE_Q:  # fp16 operands (fp8 cache): scaled first, so a large q stays inside fp16's range
+        q = q.to(tl.float32) * q_scale
+    q = q.to(DOT_DTYPE)
     q_pos = num_cached + tok
 
     # keys this tile can see: [kv_lo, kv_hi), then this program's split of it

@@ -143,24 +143,36 @@ class ModelRunner:
         )
         return budget
 
-    def _profile_forward(self, token_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def _profile_forward(
+        self, token_ids: torch.Tensor, positions: torch.Tensor, caches: list[torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """One prefill of `token_ids` into `caches` (default: a scratch cache just big enough)."""
         a, bs = self.args, self.config.block_size
-        num_blocks = -(-len(token_ids) // bs)
-        scratch = [
-            torch.zeros((2, num_blocks, bs, self.num_kv_heads, a.head_dim), dtype=self.kv_dtype, device=self.device)
-        ] * a.num_layers
-        meta = AttentionMetadata.for_prefill([len(token_ids)], bs, scratch, self.device)
+        if caches is None:
+            num_blocks = -(-len(token_ids) // bs)
+            shape = (2, num_blocks, bs, self.num_kv_heads, a.head_dim)
+            caches = [torch.zeros(shape, dtype=self.kv_dtype, device=self.device)] * a.num_layers
+        meta = AttentionMetadata.for_prefill([len(token_ids)], bs, caches, self.device)
         return self.model(token_ids, positions, meta)
 
     @torch.inference_mode()
     def _warm_up_kernels(self) -> None:
         """Compile the Triton and fused kernels for every prefill tile size before serving,
-        so the first long prompt does not pay seconds of JIT compilation."""
-        length = 2
+        so the first long prompt does not pay seconds of JIT compilation.
+
+        The prefills write into the first blocks of the real caches (zeroed again after): Triton
+        specialises a kernel on its integer arguments' type, and a real fp8 cache's plane stride
+        passes 2**31 where a small scratch cache's does not, so warming on a scratch cache left two
+        ~1 s compilations inside the first requests (H200, Qwen3-0.6B, fp8 cache: profile_step.py)."""
+        length, bs = 2, self.config.block_size
         while length <= min(128, self.max_model_len):
+            num_blocks = -(-length // bs)
+            caches = [cache[:, :num_blocks] for cache in self.kv_caches]  # the real strides
             tokens = torch.ones(length, dtype=torch.int64, device=self.device)
-            self._profile_forward(tokens, torch.arange(length, device=self.device))
+            self._profile_forward(tokens, torch.arange(length, device=self.device), caches)
             length *= 2
+        for cache in self.kv_caches:
+            cache[:, : -(-min(128, self.max_model_len) // bs)].zero_()
         torch.cuda.synchronize(self.device)
 
     @torch.inference_mode()

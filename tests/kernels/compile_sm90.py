@@ -69,6 +69,7 @@ def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, d
         k_scale_ptr="*fp32",
         v_scale_ptr="*fp32",
         scale="fp32",
+        q_scale="fp32",
     )
     constexprs = dict(
         GROUP=2,
@@ -83,6 +84,7 @@ def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, d
         HAS_SCALES=kv == "fp8e4nv",
         DOT_DTYPE=dot,
         DECODE_ONLY=decode,
+        PRESCALE_Q=kv == "fp8e4nv",
     )
     compile_kernel(_paged_attention_kernel, pointers, constexprs)
 
@@ -139,8 +141,8 @@ def main() -> int:
     for q, dot, kv, splits, decode in (
         ("bf16", tl.bfloat16, "bf16", 1, True),
         ("fp16", tl.float16, "fp16", 8, False),
-        ("bf16", tl.bfloat16, "fp8e4nv", 8, True),
-        ("bf16", tl.bfloat16, "fp8e4nv", 1, False),
+        ("bf16", tl.float16, "fp8e4nv", 8, True),  # fp8 caches: fp16 dots (paged_attention._dot_dtype)
+        ("bf16", tl.float16, "fp8e4nv", 1, False),
     ):
         block_q, group_pad = (1, 16) if decode else (32, 2)
         attention(q, kv, dot, splits, block_q, group_pad, decode, window=not decode)
