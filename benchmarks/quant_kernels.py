@@ -11,8 +11,9 @@ launch; every call takes the next of several weight copies that together exceed 
 reads its weights from HBM), the weight bytes read per second and TFLOP/s. `per_step` sums one layer's four linears
 times the number of layers: the linear work of one decode step at batch M, the first indicator for
 the issue's targets (Llama-3.1-8B at batch 1: fp8 <= 2.5 ms, int4 <= 1.5 ms per step; bf16 4.76 ms).
-`--sweep` first times every launch candidate (same GPU timing, after a check of its result) of `quant_tiles.candidates` per format, shape and row
-bucket (M = 1, 8, 64, 512; fp8 above 16 rows also `_scaled_mm`) and writes the fastest per case as a
+`--sweep` first times every launch candidate (same GPU timing, after a check of its result) of
+`quant_tiles.candidates` per format, shape and the row buckets of --m (M = 1, 8, 64, 512 for the
+buckets 1, 2-16, 17-64, 65+; fp8 above 16 rows also `_scaled_mm`) and writes the fastest per case as a
 tile table (`--tiles-output`, default beside --output): run with MOPT_QUANT_TILES pointing at it, the
 kernels take those shapes, here (the method timings that follow) and in the engine; committed as
 model_optimizer/kernels/quant_tiles.json it becomes the default on that GPU. The Triton compiles of
@@ -144,15 +145,24 @@ SWEEP_ROWS = {1: 1, 16: 8, 64: 64, 512: 512}
 SWEEP_KINDS = ("int4", "fp8", "int8")
 
 
-def sweep_cases(models: list[str], num_sms: int) -> list[tuple[str, str, str, int, int, int, list]]:
-    """(model, linear, kind, bucket, N, K, candidates) for every case the table holds."""
+def sweep_rows(m_values: list[int]) -> dict[int, int]:
+    """The row buckets that `m_values` fall in -> rows timed for each (SWEEP_ROWS)."""
+    from model_optimizer.kernels.quant_tiles import row_bucket
+
+    buckets = {row_bucket(m) for m in m_values}
+    return {bucket: m for bucket, m in SWEEP_ROWS.items() if bucket in buckets}
+
+
+def sweep_cases(models: list[str], num_sms: int, m_values: list[int]) -> list[tuple]:
+    """(model, linear, kind, bucket, N, K, candidates) for every case the table holds: the row
+    buckets of `m_values` (--m), each timed at its SWEEP_ROWS row count."""
     from model_optimizer.kernels.quant_tiles import candidates
 
     cases = []
     for model in models:
         for name, (n, k) in layer_shapes(model).items():
             for kind in SWEEP_KINDS:
-                for bucket, m in SWEEP_ROWS.items():
+                for bucket, m in sweep_rows(m_values).items():
                     found = candidates(kind, m, n, k, num_sms, fp8_scaled_mm=True)
                     cases.append((model, name, kind, bucket, n, k, found))
     return cases
@@ -234,7 +244,7 @@ def _dequantized(kind: str, weight_set: tuple):
     return ref.dequantize_fp8(weight_set[0], weight_set[1])
 
 
-def sweep(models: list[str], workers: int) -> tuple[list[dict], dict, list[str]]:
+def sweep(models: list[str], workers: int, m_values: list[int]) -> tuple[list[dict], dict, list[str]]:
     """Time every candidate per case: (rows, {table_key: best QuantTiles}, compile errors)."""
     import torch
 
@@ -242,7 +252,7 @@ def sweep(models: list[str], workers: int) -> tuple[list[dict], dict, list[str]]
     from model_optimizer.kernels.quant_matmul import _device_facts
 
     gpu, num_sms = _device_facts(0)
-    cases = sweep_cases(models, num_sms)
+    cases = sweep_cases(models, num_sms, m_values)
     t0 = time.time()
     errors = compile_in_parallel(cases, workers)
     print(f"sweep: compiled the candidates in {time.time() - t0:.0f} s ({len(errors)} failed)", flush=True)
@@ -314,7 +324,7 @@ def main() -> None:
         from model_optimizer.fileio import atomic_write
         from model_optimizer.kernels import quant_tiles
 
-        rows, table, errors = sweep(args.models, args.compile_workers)
+        rows, table, errors = sweep(args.models, args.compile_workers, args.m)
         result.update(sweep=rows, compile_errors=errors, sweep_s=time.time() - started)
         tiles_path = Path(args.tiles_output or Path(args.output).with_name("quant_tiles.json"))
         atomic_write(tiles_path, json.dumps(table, indent=1) + "\n")

@@ -37,7 +37,7 @@ import triton.language as tl
 KINDS = {"int8": 0, "fp8": 1, "int4": 2}
 """Weight formats, as the KIND constexpr of the kernel."""
 INT4_BLOCK_K = 128
-"""int4 tiles are one group wide: 16 words of 8 nibbles per row, a 16-deep dot per nibble plane."""
+"""int4 K tiles are made of 128-column group slices: 16 words of 8 nibbles per row, a 16-deep dot per plane."""
 
 
 @triton.jit
@@ -97,36 +97,91 @@ def _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_
 
 @triton.jit
 def _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m, k_start, k_end, M, K,
-              stride_xm, stride_sn, stride_zn, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, DOT_DTYPE: tl.constexpr, PLANES: tl.constexpr):  # fmt: skip
-    """(BLOCK_N, BLOCK_M) int4 partial product over 128-column group tiles: eight nibble-plane dots
-    (PLANES), or the nibbles unpacked into K order and one 128-deep dot (which of the two the
-    compiler lays out better is measured by the sweep)."""
+              stride_xm, stride_sn, stride_zn, GROUP: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_DTYPE: tl.constexpr,
+              PLANES: tl.constexpr):  # fmt: skip
+    """(BLOCK_N, BLOCK_M) int4 partial product over K tiles of BLOCK_K // 128 group slices: per slice
+    eight nibble-plane dots (PLANES), or the nibbles unpacked into K order and one 128-deep dot (which
+    of the two the compiler lays out better is measured by the sweep)."""
     WORDS: tl.constexpr = 16
     OFFSET: tl.constexpr = 128.0 if DOT_DTYPE == tl.bfloat16 else (1024.0 if DOT_DTYPE == tl.float16 else 0.0)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for k0 in range(k_start, k_end, 128):
-        k0 = tl.multiple_of(k0, 128)
-        words = tl.load(w_ptr + rows + (k0 // 8 + tl.arange(0, WORDS))[None, :], mask=n_mask[:, None], other=0)
-        if PLANES:
-            part = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-            x_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
-            for j in tl.static_range(8):
-                x = _x_cols(x_ptr, offs_m, k0 + 8 * tl.arange(0, WORDS) + j, M, K, stride_xm, True)  # (16, BLOCK_M)
-                x_sum += tl.sum(x.to(tl.float32), axis=0)
-                part = _dot(_nibble_plane(words, j, DOT_DTYPE), x.to(DOT_DTYPE), part, DOT_DTYPE)
-        else:
-            shifts = tl.arange(0, 8) * 4
-            q = tl.reshape((words[:, :, None] >> shifts[None, None, :]) & 0xF, (BLOCK_N, 128))  # k = 8 word + j
-            x = _x_cols(x_ptr, offs_m, k0 + tl.arange(0, 128), M, K, stride_xm, True)  # (128, BLOCK_M)
-            x_sum = tl.sum(x.to(tl.float32), axis=0)
-            part = _dot(_nibble_plane(q, 0, DOT_DTYPE), x.to(DOT_DTYPE), tl.zeros((BLOCK_N, BLOCK_M), tl.float32),
-                        DOT_DTYPE)  # fmt: skip
-        group = k0 // GROUP
-        zero = tl.load(zeros_ptr + offs_n.to(tl.int64) * stride_zn + group, mask=n_mask, other=0).to(tl.float32)
-        scale = tl.load(scales_ptr + offs_n.to(tl.int64) * stride_sn + group, mask=n_mask, other=0).to(tl.float32)
-        acc += (part - (zero + OFFSET)[:, None] * x_sum[None, :]) * scale[:, None]
+    for k0 in range(k_start, k_end, BLOCK_K):
+        for c in tl.static_range(BLOCK_K // 128):  # group slices of this K tile: each load pipelined
+            kc = tl.multiple_of(k0 + 128 * c, 128)
+            g_mask = n_mask
+            if not EVEN_K:  # a slice past K (K a multiple of the group size, not of BLOCK_K) reads 0
+                g_mask = g_mask & (tl.zeros((BLOCK_N,), tl.int32) + kc < K)
+            offs_w = tl.max_contiguous(tl.multiple_of(kc // 8 + tl.arange(0, WORDS), WORDS), WORDS)
+            words = tl.load(w_ptr + rows + offs_w[None, :], mask=g_mask[:, None], other=0)
+            if PLANES:
+                part = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+                x_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+                for j in tl.static_range(8):
+                    x = _x_cols(
+                        x_ptr, offs_m, kc + 8 * tl.arange(0, WORDS) + j, M, K, stride_xm, EVEN_K
+                    )  # (16, BLOCK_M)
+                    x_sum += tl.sum(x.to(tl.float32), axis=0)
+                    part = _dot(_nibble_plane(words, j, DOT_DTYPE), x.to(DOT_DTYPE), part, DOT_DTYPE)
+            else:
+                shifts = tl.arange(0, 8) * 4
+                q = tl.reshape((words[:, :, None] >> shifts[None, None, :]) & 0xF, (BLOCK_N, 128))  # k = 8 word + j
+                x = _x_cols(x_ptr, offs_m, kc + tl.arange(0, 128), M, K, stride_xm, EVEN_K)  # (128, BLOCK_M)
+                x_sum = tl.sum(x.to(tl.float32), axis=0)
+                part = _dot(_nibble_plane(q, 0, DOT_DTYPE), x.to(DOT_DTYPE), tl.zeros((BLOCK_N, BLOCK_M), tl.float32),
+                            DOT_DTYPE)  # fmt: skip
+            group = kc // GROUP
+            zero = tl.load(zeros_ptr + offs_n.to(tl.int64) * stride_zn + group, mask=g_mask, other=0).to(tl.float32)
+            scale = tl.load(scales_ptr + offs_n.to(tl.int64) * stride_sn + group, mask=g_mask, other=0).to(tl.float32)
+            acc += (part - (zero + OFFSET)[:, None] * x_sum[None, :]) * scale[:, None]
     return acc
+
+
+@triton.jit
+def _int8_as_f32(w):
+    """int8 -> float32 exactly without I2F (a quarter-rate instruction on Hopper that caps the GEMV near
+    4 bytes per I2F slot): 0x4B000080 + b is the float 2**23 + 128 + b, one subtraction leaves b."""
+    return (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
+
+
+@triton.jit
+def _gemv_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_start, k_end, K, stride_sn,
+               stride_zn, GROUP: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr):  # fmt: skip
+    """(BLOCK_N,) int4 partial product of one row on CUDA cores. A K tile is CHUNKS 128-column group
+    slices read by one (BLOCK_N, CHUNKS, 16)-word load (16-byte vectors): at 4 bits a weight, one
+    128-column slice is only 64 bytes a row, too little in flight per program to cover HBM latency."""
+    CHUNKS: tl.constexpr = BLOCK_K // 128
+    WORDS: tl.constexpr = 16
+    chunk = tl.arange(0, CHUNKS)
+    word = tl.arange(0, WORDS)
+    offs_n64 = offs_n.to(tl.int64)
+    acc = tl.zeros((BLOCK_N, CHUNKS, WORDS), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        k0 = tl.multiple_of(k0, BLOCK_K)
+        kc = k0 + 128 * chunk  # (CHUNKS,) first column of each group slice
+        offs_w = tl.max_contiguous(tl.multiple_of(k0 // 8 + 16 * chunk[:, None] + word[None, :], [16, 16]), [1, 16])
+        w_mask = n_mask[:, None, None]
+        g_mask = n_mask[:, None]
+        if not EVEN_K:  # slices past K (K a multiple of the group size, not of BLOCK_K) read 0
+            w_mask = w_mask & (kc < K)[None, :, None]
+            g_mask = g_mask & (kc < K)[None, :]
+        words = tl.load(w_ptr + rows[:, :, None] + offs_w[None, :, :], mask=w_mask, other=0)
+        group = (kc // GROUP)[None, :]
+        zero = tl.load(zeros_ptr + offs_n64[:, None] * stride_zn + group, mask=g_mask, other=0)  # (BLOCK_N, CHUNKS)
+        scale = tl.load(scales_ptr + offs_n64[:, None] * stride_sn + group, mask=g_mask, other=0)
+        magic_zero = (zero.to(tl.float32) + 8388608.0)[:, :, None]  # 2**23 + zero: q - zero in one subtraction
+        part = tl.zeros((BLOCK_N, CHUNKS, WORDS), dtype=tl.float32)
+        for j in tl.static_range(8):  # nibble j of word i is column 8 i + j of its slice
+            offs_x = kc[:, None] + 8 * word[None, :] + j  # (CHUNKS, WORDS)
+            if EVEN_K:
+                x = tl.load(x_ptr + row + offs_x).to(tl.float32)
+            else:
+                x = tl.load(x_ptr + row + offs_x, mask=offs_x < K, other=0).to(tl.float32)
+            q = (((words >> (4 * j)) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True)
+            part += (q - magic_zero) * x[None, :, :]
+        acc += part * scale.to(tl.float32)[:, :, None]
+    return tl.sum(tl.sum(acc, axis=2), axis=1)
 
 
 @triton.jit
@@ -135,22 +190,8 @@ def _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_
               BLOCK_K: tl.constexpr):  # fmt: skip
     """(BLOCK_N, 1) partial product of one input row on CUDA cores (BLOCK_M == 1)."""
     if KIND == 2:
-        WORDS: tl.constexpr = 16
-        acc2 = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
-        for k0 in range(k_start, k_end, 128):
-            k0 = tl.multiple_of(k0, 128)
-            offs_w = tl.max_contiguous(tl.multiple_of(k0 // 8 + tl.arange(0, WORDS), WORDS), WORDS)
-            words = tl.load(w_ptr + rows + offs_w[None, :], mask=n_mask[:, None], other=0)  # 16-byte loads
-            group = k0 // GROUP
-            zero = tl.load(zeros_ptr + offs_n.to(tl.int64) * stride_zn + group, mask=n_mask, other=0)
-            scale = tl.load(scales_ptr + offs_n.to(tl.int64) * stride_sn + group, mask=n_mask, other=0)
-            magic_zero = zero.to(tl.float32) + 8388608.0  # 2**23 + zero: one subtraction gives q - zero exactly
-            part = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
-            for j in tl.static_range(8):
-                x = tl.load(x_ptr + row + k0 + 8 * tl.arange(0, WORDS) + j).to(tl.float32)
-                q = (((words >> (4 * j)) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True)
-                part += (q - magic_zero[:, None]) * x[None, :]
-            acc2 += part * scale.to(tl.float32)[:, None]
+        acc = _gemv_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_start, k_end, K,
+                         stride_sn, stride_zn, GROUP, EVEN_K, BLOCK_N, BLOCK_K)  # fmt: skip
     else:
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         for k0 in range(k_start, k_end, BLOCK_K):
@@ -160,15 +201,17 @@ def _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_
                 x = tl.load(x_ptr + row + offs_k)
             else:
                 x = tl.load(x_ptr + row + offs_k, mask=offs_k < K, other=0)
-            acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
-    return tl.sum(acc2, axis=1)[:, None]
+            w = _int8_as_f32(w) if KIND == 0 else w.to(tl.float32)
+            acc2 += w * x.to(tl.float32)[None, :]
+        acc = tl.sum(acc2, axis=1)
+    return acc[:, None]
 
 
 @triton.jit
 def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr, part_ptr, count_ptr, M, N, K,
                          stride_xm, stride_wn, stride_sn, stride_zn, stride_om, k_per_split, num_splits,
                          KIND: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-                         DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         EVEN_N: tl.constexpr, DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_K: tl.constexpr, PLANES: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -177,7 +220,10 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr,
     pid_n = pid // num_m
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
+    if EVEN_N:  # every real model shape: an all-true mask, which the compiler folds away
+        n_mask = tl.full((BLOCK_N,), 1, tl.int1)
+    else:
+        n_mask = offs_n < N
     rows = offs_n.to(tl.int64)[:, None] * stride_wn
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
@@ -186,7 +232,8 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr,
                         k_start, k_end, K, stride_sn, stride_zn, KIND, GROUP, EVEN_K, BLOCK_N, BLOCK_K)  # fmt: skip
     elif KIND == 2:
         acc = _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m, k_start, k_end, M, K,
-                        stride_xm, stride_sn, stride_zn, GROUP, BLOCK_M, BLOCK_N, DOT_DTYPE, PLANES)  # fmt: skip
+                        stride_xm, stride_sn, stride_zn, GROUP, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT_DTYPE,
+                        PLANES)  # fmt: skip
     else:
         acc = _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_xm, KIND, EVEN_K,
                          BLOCK_M, BLOCK_N, BLOCK_K, DOT_DTYPE)  # fmt: skip

@@ -74,10 +74,11 @@ def _check_tiles(tiles: QuantTiles, kind: str, group_size: int) -> None:
         raise ValueError(f"quant_matmul runs the Triton program only, got backend {tiles.backend!r}")
     if tiles.block_m != 1 and (tiles.block_m < 16 or tiles.block_n < 16):
         raise ValueError(f"tensor-core tiles need block_m and block_n >= 16 (or block_m 1), got {tiles}")
-    if kind == "int4" and (tiles.block_k != INT4_BLOCK_K or group_size % INT4_BLOCK_K):
+    if kind == "int4" and (tiles.block_k % INT4_BLOCK_K or group_size % INT4_BLOCK_K):
         raise ValueError(
-            f"int4 tiles are {INT4_BLOCK_K} columns, one group slice: block_k must be {INT4_BLOCK_K} and the "
-            f"group size a multiple of it, got block_k {tiles.block_k} and group size {group_size}"
+            f"int4 tiles are made of {INT4_BLOCK_K}-column group slices: block_k must be a multiple of "
+            f"{INT4_BLOCK_K} and the group size a multiple of {INT4_BLOCK_K}, got block_k {tiles.block_k} "
+            f"and group size {group_size}"
         )
 
 
@@ -136,6 +137,7 @@ def quant_matmul(
         GROUP=group_size if kind == "int4" else 1,
         HAS_BIAS=bias is not None,
         EVEN_K=k % tiles.block_k == 0,
+        EVEN_N=n % tiles.block_n == 0,
         DOT_DTYPE=_dot_dtype(x.dtype),
         BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n,

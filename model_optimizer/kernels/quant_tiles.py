@@ -57,21 +57,49 @@ def split_for(n: int, k: int, block_n: int, block_k: int, tiles_m: int, waves: f
     return max(1, min(want, k // (2 * block_k), MAX_SPLIT_K))
 
 
-# (block_m, block_n, block_k, waves, num_warps, num_stages) per row bucket; int4 tiles are 128 wide
-_DECODE_DOTS = [
+# (block_m, block_n, block_k, waves, num_warps, num_stages). waves x SMs is the number of programs
+# split-K aims at (0: no split). int4's block_k counts columns, 128 per group slice, so its tiles
+# carry a quarter of the bytes of the same block_k in int8/fp8; its lists reach further along K.
+_DECODE_DOTS = [  # tensor cores, the activation rows padded to 16
     (16, 64, 256, 2, 4, 3),
     (16, 128, 128, 2, 4, 3),
     (16, 32, 256, 4, 4, 4),
     (16, 64, 128, 4, 4, 4),
+    (16, 64, 256, 4, 4, 4),
+    (16, 128, 256, 1, 8, 3),
+    (16, 64, 512, 2, 4, 3),
+    (16, 256, 128, 1, 8, 3),
 ]
+_GEMVS = {  # one row on CUDA cores: no pipelining, so the tile of one iteration is what is in flight
+    "bytes": [
+        (1, 32, 256, 4, 4, 3),
+        (1, 64, 256, 4, 8, 3),
+        (1, 64, 512, 2, 8, 3),
+        (1, 128, 256, 2, 8, 3),
+        (1, 32, 512, 8, 4, 3),
+        (1, 16, 256, 8, 4, 3),
+    ],
+    "int4": [
+        (1, 32, 256, 4, 4, 3),
+        (1, 64, 256, 4, 8, 3),
+        (1, 64, 512, 2, 8, 3),
+        (1, 32, 512, 4, 4, 3),
+        (1, 128, 256, 2, 8, 3),
+        (1, 16, 512, 8, 4, 3),
+        (1, 32, 1024, 4, 8, 3),
+    ],
+}
 _CANDIDATES = {
-    1: _DECODE_DOTS + [(1, 32, 256, 2, 4, 3), (1, 64, 128, 4, 8, 3)],  # plus the CUDA-core GEMV
+    1: _DECODE_DOTS[:5],  # plus the CUDA-core GEMVs of the format
     16: _DECODE_DOTS,
     64: [
         (64, 64, 128, 2, 4, 3),
         (64, 128, 128, 1, 8, 3),
         (64, 128, 64, 2, 4, 4),
         (32, 128, 128, 2, 4, 3),
+        (64, 128, 256, 1, 8, 3),
+        (64, 256, 128, 1, 8, 3),
+        (32, 64, 256, 2, 4, 4),
     ],
     512: [
         (128, 128, 64, 0, 8, 3),
@@ -84,7 +112,7 @@ _CANDIDATES = {
 def _make(kind: str, m: int, n: int, k: int, spec: tuple, num_sms: int) -> QuantTiles:
     block_m, block_n, block_k, waves, num_warps, num_stages = spec
     if kind == "int4":
-        block_k = 128  # one group per tile (quant_kernels.INT4_BLOCK_K)
+        block_k = max(128, block_k)  # whole group slices (quant_kernels.INT4_BLOCK_K)
     tiles_m = 1 if block_m == 1 else -(-m // block_m)
     split = split_for(n, k, block_n, block_k, tiles_m, waves, num_sms)
     return QuantTiles(block_m, block_n, block_k, split, num_warps, num_stages)
@@ -93,7 +121,9 @@ def _make(kind: str, m: int, n: int, k: int, spec: tuple, num_sms: int) -> Quant
 def candidates(kind: str, m: int, n: int, k: int, num_sms: int, fp8_scaled_mm: bool = False) -> list[QuantTiles]:
     """Distinct launch shapes worth timing for this call (the sweep's search space)."""
     specs = _CANDIDATES[row_bucket(m)]
-    found = [_make(kind, m, n, k, s, num_sms) for s in specs if s[0] != 1 or m == 1]
+    if m == 1:
+        specs = specs + _GEMVS["int4" if kind == "int4" else "bytes"]
+    found = [_make(kind, m, n, k, s, num_sms) for s in specs if (k >= s[2] or s[0] != 1)]
     if kind == "int4":  # both ways of feeding nibbles to tl.dot
         found += [dataclasses.replace(t, planes=False) for t in found if t.block_m != 1]
     if fp8_scaled_mm and kind == "fp8" and m > 16:

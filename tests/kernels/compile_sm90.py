@@ -117,6 +117,7 @@ def quant_matmul(
         GROUP=128 if kind == "int4" else 1,
         HAS_BIAS=False,
         EVEN_K=True,
+        EVEN_N=True,
         DOT_DTYPE=tl.bfloat16,
         BLOCK_M=block_m,
         BLOCK_N=block_n,

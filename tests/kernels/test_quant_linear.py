@@ -101,12 +101,41 @@ def test_int4_groups_of_several_tiles():
     assert relative_error(quant_matmul(x, q, s, z, "int4", 384), want) < TOLERANCE[torch.float16]
 
 
+@pytest.mark.parametrize("block_m", [1, 16])
+@pytest.mark.parametrize("m", [1, 3, 8, 16])
+@pytest.mark.parametrize(("block_k", "k", "group_size"), [(256, 384, 128), (512, 1024, 256), (256, 768, 384)])
+def test_int4_tiles_of_several_group_slices(block_m, m, block_k, k, group_size):
+    """K tiles of 2-4 group slices: a ragged last tile (384 = 256 + 128), groups wider than a slice
+    (256, 384 columns), odd N (no even-N fast path), two splits; each row once for the GEMV."""
+    if block_m == 1 and m != 1:
+        pytest.skip("the CUDA-core GEMV is one row")
+    x, q, s, z, b, want = _case("int4", m, 45, k, torch.bfloat16, group_size=group_size, seed=m + k, bias=True)
+    for split_k in (1, 2):
+        tiles = QuantTiles(block_m=block_m, block_n=16, block_k=block_k, split_k=split_k)
+        out = quant_matmul(x, q, s, z, "int4", group_size, b, tiles=tiles)
+        assert relative_error(out, want) < TOLERANCE[torch.bfloat16], tiles
+    planes = QuantTiles(block_m=16, block_n=16, block_k=block_k, split_k=2, planes=False)
+    assert relative_error(quant_matmul(x, q, s, z, "int4", group_size, b, tiles=planes), want) < 1e-2
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8", "int4"])
+@pytest.mark.parametrize("m", [1, 3, 8, 16])
+def test_even_shapes_take_the_unmasked_path(kind, m):
+    """N and K multiples of the tile (EVEN_N, EVEN_K: no masks) at the decode row counts, split K."""
+    k = 512
+    x, q, s, z, b, want = _case(kind, m, 64, k, torch.float16, group_size=128, seed=40 + m, bias=True)
+    for block_m in (1, 16) if m == 1 else (16,):
+        tiles = QuantTiles(block_m=block_m, block_n=32, block_k=256, split_k=2)
+        out = quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, b, tiles=tiles)
+        assert relative_error(out, want) < TOLERANCE[torch.float16], tiles
+
+
 def test_int4_tiles_must_be_one_group_slice():
     x, q, s, z, _, _ = _case("int4", 2, 24, 96, torch.float16, group_size=48, seed=5)
-    with pytest.raises(ValueError, match="group size a multiple of it"):
+    with pytest.raises(ValueError, match="group size a multiple of 128"):
         quant_matmul(x, q, s, z, "int4", 48)
     x, q, s, z, _, _ = _case("int4", 2, 24, 256, torch.float16, group_size=128, seed=5)
-    with pytest.raises(ValueError, match="block_k must be 128"):
+    with pytest.raises(ValueError, match="block_k must be a multiple of 128"):
         quant_matmul(x, q, s, z, "int4", 128, tiles=QuantTiles(block_m=16, block_n=16, block_k=64))
     with pytest.raises(ValueError, match="block_m and block_n >= 16"):
         quant_matmul(x, q, s, z, "int4", 128, tiles=QuantTiles(block_m=8, block_n=16, block_k=128))
@@ -129,7 +158,7 @@ def test_default_tiles_per_regime():
     decode = choose_tiles(1, 4096, 4096, "int8", 0, 132)
     assert decode.block_m == 16 and decode.split_k > 1  # 64 tiles of 64 rows: splits fill two waves
     small = choose_tiles(8, 1024, 3072, "int4", 128, 132)
-    assert small.block_m == 16 and small.block_k == 128 and 1 < small.split_k <= MAX_SPLIT_K
+    assert small.block_m == 16 and small.block_k % 128 == 0 and 1 < small.split_k <= MAX_SPLIT_K  # group slices
     batch64 = choose_tiles(64, 4096, 4096, "int4", 128, 132)
     assert batch64.block_m == 64 and batch64.split_k > 1  # 64 weight tiles alone leave half the GPU idle
     prefill = choose_tiles(512, 4096, 4096, "int8", 0, 132)
