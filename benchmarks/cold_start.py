@@ -9,9 +9,9 @@ offline API, a fresh `python -c` that builds `LLM(...)` and prints a marker when
 process's own start-up phase lines (the model_optimizer.startup logger: imports, config, tokenizer,
 weights, kv sizing, kv allocation, warm-up, graph capture, engine, total) are parsed from its stderr.
 
-Compiled kernels are cached on disk by Triton and torch inductor; the script points both at folders
-under --cache-dir (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR) so the runs never touch the user's own
-caches. "cold": every run gets a new, empty cache folder. "warm": one unmeasured start fills a folder,
+Compiled kernels are cached on disk by Triton; the script points its cache (and inductor's, should
+anything compile) at folders under --cache-dir (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR) so the
+runs never touch the user's own caches. "cold": every run gets a new, empty cache folder. "warm": one unmeasured start fills a folder,
 then every measured run reuses it. The OS page cache (the weights file, site-packages) is not
 dropped: that needs root; a first start on a fresh machine is slower than "cold" here.
 

@@ -1,7 +1,7 @@
 """Diagnose tests/gpu/test_fp8_kv_cache_stays_close: how far fp8-KV first-token top-5 logprobs move
 from the bf16-KV ones, per tiny-Qwen3 seed, under one element-wise path (argv[1]):
-  current  the model as it runs (Triton qk-norm + rotary, compiled element-wise ops)
-  eager    MOPT_NO_COMPILE=1 and the torch rotary reference (nothing compiled, no Triton rotary)
+  current  the model as it runs (Triton qk-norm + rotary, Triton fused element-wise kernels)
+  eager    the torch references of the rotary and the fused element-wise ops (no Triton there)
 Prints one line per seed: the largest |difference| per prompt. Run with PYTHONPATH=.
 """
 
@@ -19,9 +19,11 @@ from tests.conftest import TINY_MODELS, _config  # noqa: E402
 
 way = sys.argv[1]
 if way == "eager":
+    import model_optimizer.layers.fusion as fusion
     import model_optimizer.layers.rotary as rotary
 
     rotary.triton_kernel = lambda module, name: None
+    fusion.use_kernel = lambda *args, **kwargs: False
 from model_optimizer import LLM, SamplingParams  # noqa: E402
 
 
