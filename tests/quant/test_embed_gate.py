@@ -72,6 +72,27 @@ def test_written_folder_embeds_as_the_in_place_rounding(int8_dir, minilm_dir):
     assert same.min_cosine > 1 - 1e-6
 
 
+@pytest.mark.filterwarnings("ignore:You passed `quantization_config`:UserWarning")
+def test_sentence_transformers_reads_the_folder_as_we_do(int8_dir):
+    """The folder is a sentence-transformers model too (compressed-tensors decompressed at load; the
+    unused BERT pooler is absent): its vectors match our Embedder's on the same folder."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import CompressedTensorsConfig
+
+    from model_optimizer.embed import Embedder
+    from model_optimizer.quant.embed_accuracy import compare_embeddings, load_quantized_backbone
+
+    texts = ["a cat sat on the mat", "packed batches of tokens", "naïve café déjà vu", "the river flows to the sea"]
+    theirs = SentenceTransformer(
+        str(int8_dir),
+        device="cpu",
+        model_kwargs={"quantization_config": CompressedTensorsConfig(run_compressed=False)},
+    )
+    ours = Embedder(int8_dir, backbone=load_quantized_backbone(int8_dir, "float32", "cpu"), device="cpu")
+    agree = compare_embeddings(torch.tensor(theirs.encode(texts)), ours.encode(texts).embeddings)
+    assert agree.min_cosine > 0.99999
+
+
 def test_impossible_min_cosine_exits_non_zero_and_writes_nothing(minilm_dir, tmp_path, capsys):
     out = tmp_path / "q"
     args = ["quantize", str(minilm_dir), "--method", "int8", "--output", str(out), "--min-cosine", "0.99999999"]
@@ -105,6 +126,18 @@ def test_eval_only_reevaluates_the_folder(int8_dir, minilm_dir, tmp_path, capsys
     refused = _report(folder)  # the folder stays; its report records the refusal
     assert refused["gate"]["passed"] is False and refused["gate"]["min_cosine"] == 0.99999999
     assert (folder / "model.safetensors").is_file()
+
+
+def test_jsonl_eval_text_gives_one_text_per_record(int8_dir, minilm_dir, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(int8_dir, folder)
+    records = ["short one", "a second text\n\nwith a blank line inside, kept whole", "third"]
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text("".join(json.dumps({"text": t}) + "\n" for t in records))
+    args = ["quantize", "--eval-only", str(folder), "--reference", str(minilm_dir), "--eval-text", str(texts)]
+    assert main([*args, "--device", "cpu"]) == 0
+    report = _report(folder)
+    assert report["accuracy"]["num_texts"] == 3 and report["evaluation"]["text"] == str(texts)
 
 
 def test_methods_that_do_not_apply_to_encoders_are_clear_errors(minilm_dir, tmp_path, capsys):
