@@ -27,7 +27,15 @@ from model_optimizer.quant.embed_accuracy import (
     evaluation_texts,
     load_quantized_backbone,
 )
-from model_optimizer.quant.pipeline import REPORT_NAME, GateFailed, check_output, pick_device, write_json
+from model_optimizer.quant.pipeline import (
+    REPORT_NAME,
+    GateFailed,
+    Progress,
+    QuantizeOptions,
+    check_output,
+    pick_device,
+    write_json,
+)
 
 DEFAULT_MIN_COSINE = 0.99
 """all-MiniLM-L6-v2 on 256 built-in held-out paragraphs, CPU float32: int8 keeps a mean cosine of
@@ -62,7 +70,7 @@ def check_encoder(model: Path, method: str) -> None:
     check_embed_method(method)
 
 
-def quantize_embedding(opts, progress) -> dict:
+def quantize_embedding(opts: QuantizeOptions, progress: Progress) -> dict:
     """Write the quantized encoder at opts.output; returns the report. GateFailed when below --min-cosine."""
     check_output(opts.output)
     check_encoder(opts.model, opts.method)
@@ -83,7 +91,7 @@ def quantize_embedding(opts, progress) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def eval_only_embedding(folder: Path, reference: Path, opts, progress) -> dict:
+def eval_only_embedding(folder: Path, reference: Path, opts: QuantizeOptions, progress: Progress) -> dict:
     """Re-evaluate a quantized encoder folder against its original; writes the report, even when refused."""
     started = time.time()
     texts = read_texts(opts)
@@ -95,13 +103,13 @@ def eval_only_embedding(folder: Path, reference: Path, opts, progress) -> dict:
     return report
 
 
-def read_texts(opts) -> list[str]:
+def read_texts(opts: QuantizeOptions) -> list[str]:
     docs = read_documents(opts.eval_text, "evaluation")
     # a .jsonl holds one text per record, as given; .txt files (and the built-in text) are split into paragraphs
     return evaluation_texts(docs, opts.num_eval_samples, split_paragraphs=not str(opts.eval_text).endswith(".jsonl"))
 
 
-def write_quantized_encoder(opts, out: Path, progress) -> None:
+def write_quantized_encoder(opts: QuantizeOptions, out: Path, progress: Progress) -> None:
     """Round the float encoder's linears with the method and save it as compressed-tensors, with the
     sentence-transformers module folders (pooling, normalization) that the embedding recipe needs."""
     from model_optimizer.embed.backbone import load_backbone
@@ -139,7 +147,9 @@ def module_folders(model: Path) -> list[str]:
     return sorted(n for n in names if n and (model / n).is_dir())
 
 
-def evaluate(reference: Path, folder: Path, texts: list[str], opts, progress) -> tuple[EmbeddingAccuracy, dict]:
+def evaluate(
+    reference: Path, folder: Path, texts: list[str], opts: QuantizeOptions, progress: Progress
+) -> tuple[EmbeddingAccuracy, dict]:
     """The metrics, and how they were measured (texts, tokens, the cut per text, device and dtype)."""
     from model_optimizer.embed import Embedder
 
@@ -163,7 +173,7 @@ def evaluate(reference: Path, folder: Path, texts: list[str], opts, progress) ->
     }
 
 
-def build_report(opts, acc: EmbeddingAccuracy, measured: dict, seconds: float, folder: Path) -> dict:
+def build_report(opts: QuantizeOptions, acc: EmbeddingAccuracy, measured: dict, seconds: float, folder: Path) -> dict:
     config = json.loads((folder / "config.json").read_text())
     qc = config.get("quantization_config") or {}
     min_cosine = effective_min_cosine(opts)
@@ -187,5 +197,5 @@ def build_report(opts, acc: EmbeddingAccuracy, measured: dict, seconds: float, f
     }
 
 
-def effective_min_cosine(opts) -> float:
+def effective_min_cosine(opts: QuantizeOptions) -> float:
     return DEFAULT_MIN_COSINE if opts.min_cosine is None else opts.min_cosine
