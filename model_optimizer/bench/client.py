@@ -82,6 +82,10 @@ class RequestRecord:
     end: float = 0.0
     chunk_times: list[float] = field(default_factory=list)
     """Arrival time of each chunk that carried output tokens (non-empty text or non-empty token_ids)."""
+    chunk_tokens: list[int] = field(default_factory=list)
+    """Output tokens in each of those chunks (a server merges what a slow reader left waiting, as vLLM
+    and `mopt serve` do): from token_ids or logprobs when sent, else the server's usage spread over the
+    chunks by text length (chunk_token_counts). Empty means one token per chunk."""
     output_tokens: int = 0
     prompt_tokens: int | None = None
     """From the server's `usage`, when it reports it."""
@@ -180,7 +184,8 @@ class BenchClient:
         chat = self.cfg.endpoint == "chat"
         finished = False
         pending = b""
-        num_ids = None  # tokens counted from token_ids, when the server sends them
+        counted: list[int | None] = []  # per token chunk: its tokens, when its ids or logprobs say
+        chars: list[int] = []  # per token chunk: its text's length
         # after [DONE], read on to the end of the body: leaving it unread would close the
         # keep-alive connection and make the next request pay for a new one
         async for data in resp.aiter_bytes():
@@ -197,8 +202,8 @@ class BenchClient:
                 text, ids = _chunk_tokens(chunk, chat)
                 if text or ids:
                     rec.chunk_times.append(arrived)
-                if ids is not None:
-                    num_ids = (num_ids or 0) + len(ids)
+                    counted.append(len(ids) if ids is not None else _num_logprobs(chunk, chat))
+                    chars.append(len(text))
                 usage = chunk.get("usage")
                 if isinstance(usage, dict) and "completion_tokens" in usage:
                     rec.output_tokens = int(usage["completion_tokens"])
@@ -206,8 +211,9 @@ class BenchClient:
                     rec.usage_reported = True
         if not finished:
             raise StreamError("malformed_stream", "stream ended without data: [DONE]")
-        if not rec.usage_reported:  # the server's usage wins; else its ids; else one token per chunk
-            rec.output_tokens = len(rec.chunk_times) if num_ids is None else num_ids
+        rec.chunk_tokens = chunk_token_counts(counted, chars, rec.output_tokens if rec.usage_reported else None)
+        if not rec.usage_reported:  # the server's usage wins; else the chunks' counts
+            rec.output_tokens = sum(rec.chunk_tokens)
 
     def _read_embedding(self, raw: bytes, rec: RequestRecord) -> None:
         try:
@@ -219,6 +225,36 @@ class BenchClient:
             raise StreamError("malformed_stream", f"embeddings response is not a JSON object: {raw[:100]!r}") from None
         rec.prompt_tokens = usage.get("prompt_tokens")
         rec.usage_reported = "prompt_tokens" in usage
+
+
+def chunk_token_counts(counted: list[int | None], chars: list[int], total: int | None) -> list[int]:
+    """Output tokens per token-carrying chunk: `counted` where known (token_ids or logprobs sent).
+
+    The unknown chunks hold at least one token each and, when the server's usage `total` says they
+    held more, its tokens in proportion to their text length (a merged chunk carries more text),
+    rounded by largest remainder to sum to it: ITL is then timed per token, and TPOT (from usage)
+    is unchanged."""
+    unknown = [i for i, c in enumerate(counted) if c is None]
+    counts = [1 if c is None else c for c in counted]
+    num_left = 0 if total is None else total - sum(c for c in counted if c is not None)
+    if not unknown or num_left <= len(unknown):
+        return counts
+    weights = [chars[i] for i in unknown]
+    if sum(weights) == 0:
+        weights = [1] * len(unknown)
+    shares = [num_left * w / sum(weights) for w in weights]
+    for i, share in zip(unknown, shares):
+        counts[i] = max(1, int(share))
+    order = sorted(range(len(unknown)), key=lambda k: shares[k] - int(shares[k]), reverse=True)
+    surplus = num_left - sum(counts[i] for i in unknown)
+    for k in order[: max(surplus, 0)]:  # short: the largest remainders get one more
+        counts[unknown[k]] += 1
+    while surplus < 0:  # over (chunks raised to one): the others give back, smallest remainders first
+        for k in reversed(order):
+            if surplus < 0 and counts[unknown[k]] > 1:
+                counts[unknown[k]] -= 1
+                surplus += 1
+    return counts
 
 
 def error_message(body: str) -> str:
@@ -261,6 +297,15 @@ def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
             {"logprobs": True, "top_logprobs": cfg.logprobs} if cfg.endpoint == "chat" else {"logprobs": cfg.logprobs}
         )
     return json.dumps(payload).encode()
+
+
+def _num_logprobs(chunk: dict, chat: bool) -> int | None:
+    """Logprob entries of the first choice (one per token), or None when the chunk has none."""
+    logprobs = chunk["choices"][0].get("logprobs")
+    if not isinstance(logprobs, dict):
+        return None
+    entries = logprobs.get("content" if chat else "tokens")
+    return len(entries) if isinstance(entries, list) else None
 
 
 def _ssl_context() -> ssl.SSLContext:

@@ -3,7 +3,8 @@
 Definitions (all latencies over successful requests; failures stay in every count and rate):
   TTFT  first token-carrying chunk minus send time
   TPOT  (E2E - TTFT) / (output_tokens - 1), for requests with more than one output token
-  ITL   gaps between consecutive token-carrying chunks, pooled over all requests
+  ITL   gaps between consecutive token-carrying chunks, pooled over all requests; a chunk carrying k
+        tokens (a server merges what a slow reader left waiting) counts as k gaps of gap/k
   E2E   end minus send time
   duration  first send to last end; rates are counts divided by it
   goodput   requests meeting every SLO threshold, per second; failed requests never meet it
@@ -43,9 +44,18 @@ def tpot(rec: RequestRecord) -> float | None:
 
 
 def itls(rec: RequestRecord) -> list[float]:
-    """Gaps between consecutive token-carrying chunks of one request."""
+    """Inter-token gaps of one request: each chunk after the first splits its gap from the previous
+    token-carrying chunk evenly over its tokens (tokens that came with the first one are not timed)."""
     t = rec.chunk_times
-    return [b - a for a, b in zip(t, t[1:])]
+    if not rec.chunk_tokens:  # one token per chunk
+        return [b - a for a, b in zip(t, t[1:])]
+    gaps: list[float] = []
+    last = t[0] if t else 0.0
+    for arrived, num_tokens in zip(t[1:], rec.chunk_tokens[1:]):
+        if num_tokens > 0:
+            gaps += [(arrived - last) / num_tokens] * num_tokens
+            last = arrived
+    return gaps
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,7 @@ def record_to_dict(rec: RequestRecord) -> dict:
         "error": rec.error,
         "error_detail": rec.error_detail,
         "chunk_times": [round(t, 6) for t in rec.chunk_times],
+        "chunk_tokens": rec.chunk_tokens,
     }
 
 
@@ -154,7 +155,8 @@ def write_outputs(results: list[dict], output_dir: str) -> None:
     atomic_write(out / "summary.csv", _csv([flat_summary(r) for r in results]))
     for result in results:
         rows = [
-            {k: v for k, v in req.items() if k != "chunk_times"} | {"num_chunks": len(req["chunk_times"])}
+            {k: v for k, v in req.items() if k not in ("chunk_times", "chunk_tokens")}
+            | {"num_chunks": len(req["chunk_times"])}
             for req in result["requests"]
         ]
         if rows:

@@ -118,21 +118,30 @@ def _merge_deltas(outputs: list[RequestOutput]) -> RequestOutput:
     """DELTA outputs as one delta. Per completion: token ids, text and logprobs concatenated (logprobs
     stay one per token), the newest finish_reason and stop_reason set. Per request: prompt fields from
     the first (they never change), finished, num_cached_tokens and metrics from the newest (the
-    newest state), error from the newest that has one (a failed request's last output carries it)."""
+    newest state), error from the newest that has one (a failed request's last output carries it).
+
+    Runs on the server's event loop for a reader that is already behind, so it is kept lean."""
     parts: dict[int, list[CompletionOutput]] = {}
+    error = None
     for output in outputs:
+        if output.error is not None:
+            error = output.error
         for completion in output.outputs:
-            parts.setdefault(completion.index, []).append(completion)
-    last = outputs[-1]
+            same = parts.get(completion.index)
+            if same is None:
+                parts[completion.index] = [completion]
+            else:
+                same.append(completion)
+    first, last = outputs[0], outputs[-1]
     return RequestOutput(
-        request_id=last.request_id,
-        prompt=outputs[0].prompt,
-        prompt_token_ids=outputs[0].prompt_token_ids,
-        outputs=[_join(parts[index]) for index in sorted(parts)],
-        finished=last.finished,
-        num_cached_tokens=last.num_cached_tokens,
-        metrics=last.metrics,
-        error=next((o.error for o in reversed(outputs) if o.error is not None), None),
+        last.request_id,
+        first.prompt,
+        first.prompt_token_ids,
+        [_join(parts[index]) for index in sorted(parts)] if len(parts) > 1 else [_join(p) for p in parts.values()],
+        last.finished,
+        last.num_cached_tokens,
+        last.metrics,
+        error,
     )
 
 
@@ -151,11 +160,5 @@ def _join(parts: list[CompletionOutput]) -> CompletionOutput:
             logprobs += part.logprobs
         if part.finish_reason is not None:
             finish_reason, stop_reason = part.finish_reason, part.stop_reason
-    return CompletionOutput(
-        index=parts[0].index,
-        text="".join(part.text for part in parts),
-        token_ids=token_ids,
-        logprobs=logprobs,
-        finish_reason=finish_reason,
-        stop_reason=stop_reason,
-    )
+    text = "".join([part.text for part in parts])
+    return CompletionOutput(parts[0].index, text, token_ids, logprobs, finish_reason, stop_reason)

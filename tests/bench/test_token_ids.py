@@ -20,11 +20,11 @@ def test_id_only_chunks_are_timed_and_counted(server, valve, endpoint):
     assert all(r.ok for r in records), [r.error_detail for r in records]
     for r in records:
         assert not r.usage_reported
-        assert len(r.chunk_times) == 3  # three chunks of two ids, none with text
+        assert len(r.chunk_times) == 3 and r.chunk_tokens == [2, 2, 2]  # three chunks of two ids, no text
         assert r.output_tokens == 6  # counted from token_ids, not one per chunk
         assert r.ttft is not None and r.send <= r.chunk_times[0]
     s = summarize(records)
-    assert s["output_tokens"] == 24 and s["itl_ms"]["count"] == 4 * 2
+    assert s["output_tokens"] == 24 and s["itl_ms"]["count"] == 4 * 4  # one per token after the first chunk's
 
 
 def test_return_token_ids_is_sent_only_when_asked():

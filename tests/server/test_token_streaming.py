@@ -60,10 +60,10 @@ def test_no_tokenizer_streams_one_chunk_per_token_with_its_id(bare_server):
     *token_chunks, usage_chunk = chunks
     assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 6
     ids = [c["choices"][0]["token_ids"] for c in token_chunks]
-    assert [len(i) for i in ids] == [1] * 6  # one engine step, one token, one chunk
+    assert all(ids)  # a token or more per chunk (more when the reader fell behind: merged)
     assert [t for i in ids for t in i] == full  # greedy: the same ids as the whole response
     assert all(c["choices"][0]["text"] == "" for c in token_chunks)
-    assert [c["choices"][0]["finish_reason"] for c in token_chunks] == [None] * 5 + ["length"]
+    assert [c["choices"][0]["finish_reason"] for c in token_chunks] == [None] * (len(ids) - 1) + ["length"]
 
 
 def test_no_tokenizer_n_choices_each_get_their_ids(bare_server):
@@ -126,10 +126,10 @@ def test_bench_times_a_model_without_tokenizer(bare_server):
     assert all(r.ok for r in records), [r.error_detail for r in records]
     assert all(r.usage_reported for r in records)
     assert [r.output_tokens for r in records] == [6] * 4
-    assert [len(r.chunk_times) for r in records] == [6] * 4
+    assert [sum(r.chunk_tokens) for r in records] == [6] * 4  # a chunk may carry several (merged)
     assert all(r.ttft is not None and r.ttft > 0 for r in records)
     s = summarize(records)
-    assert s["output_tokens"] == 24 and s["itl_ms"]["count"] == 4 * 5
+    assert s["output_tokens"] == 24 and s["itl_ms"]["count"] == sum(6 - r.chunk_tokens[0] for r in records)
     assert s["ttft_ms"]["p50"] is not None and s["tpot_ms"]["mean"] is not None
 
 
@@ -140,5 +140,5 @@ def test_bench_sends_return_token_ids_when_asked(server):
         make_requests(2, output_len=4),
         return_token_ids=True,
     )
-    assert all(r.ok and r.output_tokens == 4 and len(r.chunk_times) == 4 for r in records)
+    assert all(r.ok and r.output_tokens == 4 and sum(r.chunk_tokens) == 4 for r in records)
     assert ClientConfig().return_token_ids is False  # off by default: OpenAI's API refuses unknown fields
