@@ -170,16 +170,26 @@ def _gemv_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k
         group = (kc // GROUP)[None, :]
         zero = tl.load(zeros_ptr + offs_n64[:, None] * stride_zn + group, mask=g_mask, other=0)  # (BLOCK_N, CHUNKS)
         scale = tl.load(scales_ptr + offs_n64[:, None] * stride_sn + group, mask=g_mask, other=0)
-        magic_zero = (zero.to(tl.float32) + 8388608.0)[:, :, None]  # 2**23 + zero: q - zero in one subtraction
+        zero = zero.to(tl.float32)[:, :, None]
+        high = words >> 12  # nibbles 5..7 at bits 8..19
         part = tl.zeros((BLOCK_N, CHUNKS, WORDS), dtype=tl.float32)
+        offs_x = kc[:, None] + 8 * word[None, :]  # (CHUNKS, WORDS): column of nibble 0 of each word
+        x_ptrs = x_ptr + row + offs_x  # once per tile: the eight planes below add a constant
         for j in tl.static_range(8):  # nibble j of word i is column 8 i + j of its slice
-            offs_x = kc[:, None] + 8 * word[None, :] + j  # (CHUNKS, WORDS)
             if EVEN_K:
-                x = tl.load(x_ptr + row + offs_x).to(tl.float32)
+                x = tl.load(x_ptrs + j).to(tl.float32)
             else:
-                x = tl.load(x_ptr + row + offs_x, mask=offs_x < K, other=0).to(tl.float32)
-            q = (((words >> (4 * j)) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True)
-            part += (q - magic_zero) * x[None, :, :]
+                x = tl.load(x_ptrs + j, mask=offs_x + j < K, other=0).to(tl.float32)
+            # nibble in place, no shift: (bits & mask) | 2**23's exponent is the float 2**23 + q * 16**s
+            # (exact below bit 23: s <= 4), minus 2**23 + zero * 16**s is (q - zero) * 16**s; x / 16**s
+            # is exact too, so the product is the one of the plain q - zero. Three operations a nibble
+            # (one LOP3, a subtraction, an FMA) instead of four: the GEMV is near the ALU's limit.
+            if j < 5:
+                q = ((words & (0xF << (4 * j))) | 0x4B000000).to(tl.float32, bitcast=True)
+                part += (q - (zero * (1 << (4 * j)) + 8388608.0)) * (x * (1.0 / (1 << (4 * j))))[None, :, :]
+            else:
+                q = ((high & (0xF << (4 * j - 12))) | 0x4B000000).to(tl.float32, bitcast=True)
+                part += (q - (zero * (1 << (4 * j - 12)) + 8388608.0)) * (x * (1.0 / (1 << (4 * j - 12))))[None, :, :]
         acc += part * scale.to(tl.float32)[:, :, None]
     return tl.sum(tl.sum(acc, axis=2), axis=1)
 
@@ -193,16 +203,20 @@ def _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_
         acc = _gemv_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_start, k_end, K,
                          stride_sn, stride_zn, GROUP, EVEN_K, BLOCK_N, BLOCK_K)  # fmt: skip
     else:
-        acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        # the accumulator is at most 256 columns wide (registers); a wider K tile is 256-column pieces
+        # loaded in one straight-line block, so their loads are in flight together
+        SUB_K: tl.constexpr = BLOCK_K if BLOCK_K < 256 else 256
+        acc2 = tl.zeros((BLOCK_N, SUB_K), dtype=tl.float32)
         for k0 in range(k_start, k_end, BLOCK_K):
-            offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-            w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
-            if EVEN_K:
-                x = tl.load(x_ptr + row + offs_k)
-            else:
-                x = tl.load(x_ptr + row + offs_k, mask=offs_k < K, other=0)
-            w = _int8_as_f32(w) if KIND == 0 else w.to(tl.float32)
-            acc2 += w * x.to(tl.float32)[None, :]
+            for c in tl.static_range(BLOCK_K // SUB_K):
+                offs_k = tl.multiple_of(k0 + c * SUB_K, SUB_K) + tl.arange(0, SUB_K)
+                w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
+                if EVEN_K:
+                    x = tl.load(x_ptr + row + offs_k)
+                else:
+                    x = tl.load(x_ptr + row + offs_k, mask=offs_k < K, other=0)
+                w = _int8_as_f32(w) if KIND == 0 else w.to(tl.float32)
+                acc2 += w * x.to(tl.float32)[None, :]
         acc = tl.sum(acc2, axis=1)
     return acc[:, None]
 

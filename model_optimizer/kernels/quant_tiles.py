@@ -79,12 +79,13 @@ _GEMVS = {  # one row on CUDA cores: no pipelining, so the tile of one iteration
         (1, 32, 512, 8, 4, 3),
         (1, 16, 256, 8, 4, 3),
     ],
-    "int4": [
+    "int4": [  # more rows a thread (larger block_n a warp) reuse each activation load more often
         (1, 32, 256, 4, 4, 3),
-        (1, 64, 256, 4, 8, 3),
+        (1, 64, 256, 4, 4, 3),
+        (1, 128, 256, 2, 4, 3),
         (1, 64, 512, 2, 8, 3),
+        (1, 128, 512, 2, 8, 3),
         (1, 32, 512, 4, 4, 3),
-        (1, 128, 256, 2, 8, 3),
         (1, 16, 512, 8, 4, 3),
         (1, 32, 1024, 4, 8, 3),
     ],

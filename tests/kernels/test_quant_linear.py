@@ -87,6 +87,25 @@ def test_kernel_decodes_every_byte_code(kind, block_m):
     assert relative_error(out, want) < 1e-6
 
 
+@pytest.mark.parametrize("block_m", [1, 16])
+def test_kernel_decodes_every_int4_code_and_zero_point(block_m):
+    """Each nibble position j of a word (the GEMV reads 0..4 in place and 5..7 from a shifted copy)
+    holds all 16 values against all 16 zero points, float32 throughout: the product must be the
+    dequantized weight's to float32 rounding."""
+    n, k = 16, 256
+    rows = torch.arange(n)[:, None]
+    cols = torch.arange(k)[None, :]
+    q = (cols // 8 + rows * 3 + cols % 8) % 16  # word i, nibble j, row r: every value at every j
+    packed = ref.pack_int4(q)
+    zeros = ((torch.arange(n)[:, None] + torch.arange(2)[None, :] * 7) % 16).to(torch.uint8)  # (16, 2 groups)
+    scales = torch.linspace(0.25, 2.0, n * 2).view(n, 2)
+    x = torch.randn(1, k, generator=torch.Generator().manual_seed(17))
+    tiles = QuantTiles(block_m=block_m, block_n=16, block_k=256)
+    out = quant_matmul(x, packed, scales, zeros, "int4", 128, tiles=tiles)
+    want = x.double() @ ref.dequantize_int4(packed, scales, zeros, 128, torch.float64).T
+    assert relative_error(out, want) < 1e-6
+
+
 def test_row_tiles_of_one_weight_tile_cover_every_output():
     """Five row tiles (a ragged last one) per weight tile, four weight tiles: each output once.
     The output is compared whole, so a tile visited twice or never shows up."""
