@@ -5,6 +5,11 @@ Decoders reuse the engine's Llama/Qwen2/Qwen3 modules (and, through LLM.embed, t
 weights); given packed metadata their attention runs causal varlen attention, so nothing is cached.
 Checkpoints may name decoder weights with or without the `model.` prefix (Qwen3-Embedding ships
 as `Qwen3Model` in some releases, as `Qwen3ForCausalLM` in others); both load.
+
+A quantized encoder folder (config.json's quantization_config: compressed-tensors as `mopt quantize`
+or llm-compressor write it) loads here too, the way the engine's loader does a decoder: each linear
+gets its QuantMethod before the weights load, takes the packed tensors, and is finished after, so
+`Embedder`, `mopt embed`, `mopt serve` and the quantize gate all run one loading path.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -21,6 +27,9 @@ from model_optimizer.models.bert import BertArgs, BertModel
 from model_optimizer.models.loader import build_model, init_dummy_weights, load_weights, resolve_dtype
 from model_optimizer.models.model_config import DecoderArgs
 from model_optimizer.models.registry import DECODER_BASE_NAMES, is_encoder, resolve_model_class
+
+if TYPE_CHECKING:
+    from model_optimizer.quant.spec import QuantSpec
 
 __all__ = ["DECODER_BASE_NAMES", "DecoderBackbone", "EncoderBackbone", "is_encoder", "load_backbone"]
 
@@ -58,16 +67,25 @@ class DecoderBackbone(nn.Module):
 
 
 def load_backbone(model_dir: Path, hf: dict, dtype: str, device: torch.device, load_format: str) -> nn.Module:
-    """The encoder or decoder backbone of `model_dir`, weights loaded, in eval mode."""
+    """The encoder or decoder backbone of `model_dir`, weights loaded, in eval mode. `hf` is the folder's
+    config.json; its quantization_config, if any, is applied (encoders only, for now)."""
+    from model_optimizer.quant.spec import resolve_spec
+
     source = model_dir / "config.json"
+    spec = resolve_spec(hf, None)
     if is_encoder(hf):
         try:
             args = BertArgs.from_dict(hf)
         except KeyError as exc:
             raise ValueError(f"{source} lacks {exc.args[0]!r}, which a {hf['architectures'][0]} needs") from None
         model = build_model(lambda: BertModel(args), embed_dtype(dtype, args, device), device)  # type: ignore[arg-type]
-        _fill(model, model_dir, load_format, BertModel.checkpoint_name, BertModel.stacked_params)
+        _fill(model, model_dir, load_format, BertModel.checkpoint_name, BertModel.stacked_params, spec)
         return EncoderBackbone(model).eval()
+    if spec is not None:
+        raise ValueError(
+            f"{source}: quantized decoder embedders ({spec.method}, {spec.source} layout) are not supported yet; "
+            "quantized encoders (BERT family) are, and a float decoder embedder loads as it is"
+        )
     arch = hf["architectures"][0]
     args = DecoderArgs.from_dict({**hf, "architectures": [DECODER_BASE_NAMES.get(arch, arch)]}, source=str(source))
     causal_lm_cls = resolve_model_class(args.architecture)
@@ -97,11 +115,21 @@ def _decoder_checkpoint_name(name: str) -> str | None:
     return name[len("model.") :] if name.startswith("model.") else name
 
 
-def _fill(model: nn.Module, model_dir: Path, load_format: str, rename, stacked: dict) -> None:
+def _fill(
+    model: nn.Module, model_dir: Path, load_format: str, rename, stacked: dict, spec: QuantSpec | None = None
+) -> None:
+    """Weights into `model`; with a QuantSpec its linears are quantized first (dummy weights are filled
+    dense and rounded after, as the engine's loader does) and finished once everything has loaded."""
+    from model_optimizer.quant.attach import attach_quantization, process_quantized_weights
+
+    dtype = next(model.parameters()).dtype
+    attach_quantization(model, spec, dtype, dummy=load_format == "dummy")
     if load_format == "dummy":
         init_dummy_weights(model)
     else:
         load_checkpoint(model, model_dir, rename, stacked)
+    if spec is not None:
+        process_quantized_weights(model)
 
 
 def load_checkpoint(

@@ -100,26 +100,18 @@ def check_embed_method(method: str) -> None:
 
 def load_quantized_backbone(folder: str | Path, dtype: str = "auto", device: str = "auto") -> torch.nn.Module:
     """The encoder of a quantized folder (compressed-tensors, as `mopt quantize` or llm-compressor write
-    it), its linears holding the checkpoint's rounded weights, ready for `Embedder(backbone=...)`."""
-    from model_optimizer.embed.backbone import EncoderBackbone, load_backbone, load_checkpoint
-    from model_optimizer.models.bert import BertModel
+    it), its linears holding the checkpoint's rounded weights, ready for `Embedder(backbone=...)`. The
+    loading is the embedding engine's own (embed/backbone.py `load_backbone`); this only refuses a folder
+    that is not quantized, so the gate never scores the original against itself."""
+    from model_optimizer.embed.backbone import load_backbone
     from model_optimizer.models.model_config import read_config
-    from model_optimizer.quant.attach import attach_quantization, process_quantized_weights, spec_for_folder
     from model_optimizer.runner.model_runner import pick_device
 
     folder = Path(folder)
-    spec = spec_for_folder(folder, None)
-    if spec is None:
+    hf = read_config(folder)
+    if not hf.get("quantization_config"):
         raise ValueError(f"{folder} has no quantization_config in config.json: it is not a quantized folder")
-    hf = {k: v for k, v in read_config(folder).items() if k != "quantization_config"}
-    # the structure in the evaluation dtype; dummy weights, replaced below by the checkpoint's
-    backbone = load_backbone(folder, hf, dtype, pick_device(device), "dummy")
-    if not isinstance(backbone, EncoderBackbone):
-        raise ValueError(f"{folder}: quantized decoder embedders are not supported yet; encoders (BERT family) are")
-    attach_quantization(backbone.model, spec, next(backbone.parameters()).dtype)
-    load_checkpoint(backbone.model, folder, BertModel.checkpoint_name, BertModel.stacked_params)
-    process_quantized_weights(backbone.model)
-    return backbone.eval()
+    return load_backbone(folder, hf, dtype, pick_device(device), "auto")
 
 
 def compare_embedders(
