@@ -210,7 +210,8 @@ def compile_in_parallel(cases: list, workers: int) -> list[str]:
             # what Triton specializes on: integers equal to 1 or divisible by 16 (M, N, K, strides)
             ints = (m, n, k, k // 8, k // GROUP_SIZE) if kind == "int4" else (m, n, k)
             key = (kind, tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages, tiles.planes)
-            key += (tiles.split_k == 1, *((i == 1, i % 16 == 0) for i in ints))
+            key += (tiles.split_k == 1, n % tiles.block_n == 0, k % tiles.block_k == 0)  # EVEN_N, EVEN_K
+            key += tuple((i == 1, i % 16 == 0) for i in ints)
             jobs.setdefault(key, (kind, m, n, k, tiles))
     jobs = list(jobs.values())
     print(f"sweep: {len(jobs)} distinct compiles on {workers} processes", flush=True)

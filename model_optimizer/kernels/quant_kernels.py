@@ -19,11 +19,16 @@ Decode is bound by weight bytes, so the program is built around streaming them:
   eight dots, nibble plane j against the activations at k = 8 i + j. Each plane becomes a float by
   bit operations (0x4300 | q is the bf16 128 + q, 0x6400 | q the fp16 1024 + q, 0x4B000000 | q the
   float32 2**23 + q): no int-to-float conversion (PLANES=False, the other candidate, unpacks into K
-  order and runs one 128-deep dot). A tile is one group (BLOCK_K = 128 divides G), so
-  x @ (q - zero) = x @ (offset + q) - rowsum(x) (offset + zero), then times the group's scale.
+  order and runs one 128-deep dot). A K tile is BLOCK_K // 128 slices of one group each (128
+  divides G), so per slice x @ (q - zero) = x @ (offset + q) - rowsum(x) (offset + zero), then times
+  the group's scale; several slices a tile keep more bytes in flight (a slice is 64 bytes a row).
 - BLOCK_M == 1 is a CUDA-core GEMV for one row (M == 1): multiply-adds into a (BLOCK_N, columns)
   float32 accumulator reduced once at the end, no tensor cores and no layout change of the weights.
-  Which of the two wins at M == 1 depends on the shape; `quant_tiles` holds the measured choice.
+  It is bound by ALU issue as much as by bytes, so widening is bit tricks: int8 through the float
+  2**23 + 128 + b (no quarter-rate I2F), int4 nibbles masked in place into a float's mantissa (no
+  shift). Which of GEMV and dot wins at M == 1 depends on the shape; `quant_tiles` holds the
+  measured choice.
+- EVEN_K / EVEN_N (K and N multiples of the tile, as in every real model) drop the masks.
 
 Scales: int8 and fp8 are per output channel, applied once to the accumulator.
 `_quantize_rows_fp8_kernel` is the per-token activation quantization in front of the fp8 W8A8 path.
