@@ -150,31 +150,57 @@ def _int8_as_f32(w):
 
 
 @triton.jit
+def _int4_tile(w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, k0, k_limit, stride_sn, stride_zn,
+               GROUP: tl.constexpr, MASK_K: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
+    """Words (BLOCK_N, CHUNKS, 16), zero points and scales (BLOCK_N, CHUNKS) of the K tile at k0;
+    slices at or past k_limit read 0 and no memory when MASK_K (a mask per slice keeps the 16-byte
+    vectors)."""
+    CHUNKS: tl.constexpr = BLOCK_K // 128
+    chunk = tl.arange(0, CHUNKS)
+    kc = k0 + 128 * chunk  # (CHUNKS,) first column of each group slice
+    offs_w = tl.max_contiguous(tl.multiple_of(k0 // 8 + 16 * chunk[:, None] + tl.arange(0, 16)[None, :], [16, 16]),
+                               [1, 16])  # fmt: skip
+    w_mask = n_mask[:, None, None]
+    g_mask = n_mask[:, None]
+    if MASK_K:
+        w_mask = w_mask & (kc < k_limit)[None, :, None]
+        g_mask = g_mask & (kc < k_limit)[None, :]
+    words = tl.load(w_ptr + rows[:, :, None] + offs_w[None, :, :], mask=w_mask, other=0, eviction_policy="evict_first")
+    group = (kc // GROUP)[None, :]
+    offs_n64 = offs_n.to(tl.int64)[:, None]
+    zero = tl.load(zeros_ptr + offs_n64 * stride_zn + group, mask=g_mask, other=0)
+    scale = tl.load(scales_ptr + offs_n64 * stride_sn + group, mask=g_mask, other=0)
+    return words, zero, scale
+
+
+@triton.jit
 def _gemv_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_start, k_end, K, stride_sn,
                stride_zn, GROUP: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr):  # fmt: skip
+               BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr):  # fmt: skip
     """(BLOCK_N,) int4 partial product of one row on CUDA cores. A K tile is CHUNKS 128-column group
     slices read by one (BLOCK_N, CHUNKS, 16)-word load (16-byte vectors): at 4 bits a weight, one
-    128-column slice is only 64 bytes a row, too little in flight per program to cover HBM latency."""
+    128-column slice is only 64 bytes a row, too little in flight per program to cover HBM latency.
+    PREFETCH loads the next tile into registers before working on this one (Triton pipelines only
+    loads that feed tl.dot), so a program's loads and arithmetic overlap."""
     CHUNKS: tl.constexpr = BLOCK_K // 128
     WORDS: tl.constexpr = 16
     chunk = tl.arange(0, CHUNKS)
     word = tl.arange(0, WORDS)
-    offs_n64 = offs_n.to(tl.int64)
     acc = tl.zeros((BLOCK_N, CHUNKS, WORDS), dtype=tl.float32)
+    if PREFETCH:
+        next_words, next_zero, next_scale = _int4_tile(w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, k_start,
+                                                       k_end, stride_sn, stride_zn, GROUP, True, BLOCK_K)  # fmt: skip
     for k0 in range(k_start, k_end, BLOCK_K):
         k0 = tl.multiple_of(k0, BLOCK_K)
-        kc = k0 + 128 * chunk  # (CHUNKS,) first column of each group slice
-        offs_w = tl.max_contiguous(tl.multiple_of(k0 // 8 + 16 * chunk[:, None] + word[None, :], [16, 16]), [1, 16])
-        w_mask = n_mask[:, None, None]
-        g_mask = n_mask[:, None]
-        if not EVEN_K:  # slices past K (K a multiple of the group size, not of BLOCK_K) read 0
-            w_mask = w_mask & (kc < K)[None, :, None]
-            g_mask = g_mask & (kc < K)[None, :]
-        words = tl.load(w_ptr + rows[:, :, None] + offs_w[None, :, :], mask=w_mask, other=0)
-        group = (kc // GROUP)[None, :]
-        zero = tl.load(zeros_ptr + offs_n64[:, None] * stride_zn + group, mask=g_mask, other=0)  # (BLOCK_N, CHUNKS)
-        scale = tl.load(scales_ptr + offs_n64[:, None] * stride_sn + group, mask=g_mask, other=0)
+        if PREFETCH:  # this tile came with the last iteration; the next one (none past k_end) goes out now
+            words, zero, scale = next_words, next_zero, next_scale
+            next_words, next_zero, next_scale = _int4_tile(w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask,
+                                                           k0 + BLOCK_K, k_end, stride_sn, stride_zn, GROUP, True,
+                                                           BLOCK_K)  # fmt: skip
+        else:  # slices past K (K a multiple of the group size, not of BLOCK_K) read 0
+            words, zero, scale = _int4_tile(w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, k0, K, stride_sn,
+                                            stride_zn, GROUP, not EVEN_K, BLOCK_K)  # fmt: skip
+        kc = k0 + 128 * chunk
         zero = zero.to(tl.float32)[:, :, None]
         high = words >> 12  # nibbles 5..7 at bits 8..19
         part = tl.zeros((BLOCK_N, CHUNKS, WORDS), dtype=tl.float32)
@@ -202,11 +228,11 @@ def _gemv_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k
 @triton.jit
 def _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_start, k_end, K, stride_sn,
               stride_zn, KIND: tl.constexpr, GROUP: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_K: tl.constexpr):  # fmt: skip
+              BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr):  # fmt: skip
     """(BLOCK_N, 1) partial product of one input row on CUDA cores (BLOCK_M == 1)."""
     if KIND == 2:
         acc = _gemv_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_start, k_end, K,
-                         stride_sn, stride_zn, GROUP, EVEN_K, BLOCK_N, BLOCK_K)  # fmt: skip
+                         stride_sn, stride_zn, GROUP, EVEN_K, BLOCK_N, BLOCK_K, PREFETCH)  # fmt: skip
     else:
         # the accumulator is at most 256 columns wide (registers); a wider K tile is 256-column pieces
         # loaded in one straight-line block, so their loads are in flight together
@@ -231,7 +257,7 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr,
                          stride_xm, stride_wn, stride_sn, stride_zn, stride_om, k_per_split, num_splits,
                          KIND: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                          EVEN_N: tl.constexpr, DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr, PLANES: tl.constexpr):  # fmt: skip
+                         BLOCK_K: tl.constexpr, PLANES: tl.constexpr, PREFETCH: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_m = tl.cdiv(M, BLOCK_M)
@@ -248,7 +274,8 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr,
     k_end = tl.minimum(k_start + k_per_split, K)
     if BLOCK_M == 1:
         acc = _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, pid_m.to(tl.int64) * stride_xm,
-                        k_start, k_end, K, stride_sn, stride_zn, KIND, GROUP, EVEN_K, BLOCK_N, BLOCK_K)  # fmt: skip
+                        k_start, k_end, K, stride_sn, stride_zn, KIND, GROUP, EVEN_K, BLOCK_N, BLOCK_K,
+                        PREFETCH)  # fmt: skip
     elif KIND == 2:
         acc = _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m, k_start, k_end, M, K,
                         stride_xm, stride_sn, stride_zn, GROUP, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT_DTYPE,

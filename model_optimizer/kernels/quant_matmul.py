@@ -82,6 +82,12 @@ def _check_tiles(tiles: QuantTiles, kind: str, group_size: int) -> None:
         )
 
 
+def prefetches(kind: str, tiles: QuantTiles) -> bool:
+    """The int4 GEMV's register prefetch of the next tile: its num_stages >= 2 (Triton's own pipelining
+    covers only the loads of tl.dot programs, so for the GEMV the field says this instead)."""
+    return kind == "int4" and tiles.block_m == 1 and tiles.num_stages >= 2
+
+
 def quant_matmul(
     x: torch.Tensor,
     qweight: torch.Tensor,
@@ -143,6 +149,7 @@ def quant_matmul(
         BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k,
         PLANES=tiles.planes or kind != "int4" or tiles.block_m == 1,  # one compiled variant where unused
+        PREFETCH=prefetches(kind, tiles),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

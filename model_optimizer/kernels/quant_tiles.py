@@ -30,7 +30,8 @@ class QuantTiles:
     """Launch shape of `quant_kernels._quant_matmul_kernel` (or, for fp8, `backend="scaled_mm"`).
 
     block_m 1 selects the CUDA-core GEMV (one row), 16 or more the tensor-core program; split_k is
-    the number of K slices (output tiles x split_k programs)."""
+    the number of K slices (output tiles x split_k programs). num_stages is Triton's pipeline depth
+    for the tensor-core program; for the int4 GEMV, >= 2 prefetches the next tile into registers."""
 
     block_m: int
     block_n: int
@@ -79,15 +80,18 @@ _GEMVS = {  # one row on CUDA cores: no pipelining, so the tile of one iteration
         (1, 32, 512, 8, 4, 3),
         (1, 16, 256, 8, 4, 3),
     ],
-    "int4": [  # more rows a thread (larger block_n a warp) reuse each activation load more often
-        (1, 32, 256, 4, 4, 3),
-        (1, 64, 256, 4, 4, 3),
-        (1, 128, 256, 2, 4, 3),
-        (1, 64, 512, 2, 8, 3),
-        (1, 128, 512, 2, 8, 3),
-        (1, 32, 512, 4, 4, 3),
-        (1, 16, 512, 8, 4, 3),
-        (1, 32, 1024, 4, 8, 3),
+    "int4": [  # more rows a thread (larger block_n a warp) reuse each activation load more often;
+        # stages 2: the next tile prefetched into registers (quant_matmul.prefetches), 1: not
+        (1, 32, 256, 4, 4, 1),
+        (1, 64, 256, 4, 4, 1),
+        (1, 64, 256, 4, 4, 2),
+        (1, 128, 256, 2, 4, 2),
+        (1, 64, 512, 2, 8, 1),
+        (1, 64, 512, 2, 8, 2),
+        (1, 128, 512, 2, 8, 1),
+        (1, 32, 512, 4, 4, 2),
+        (1, 16, 512, 8, 4, 1),
+        (1, 32, 1024, 4, 8, 1),
     ],
 }
 _CANDIDATES = {

@@ -125,14 +125,16 @@ def test_int4_groups_of_several_tiles():
 @pytest.mark.parametrize(("block_k", "k", "group_size"), [(256, 384, 128), (512, 1024, 256), (256, 768, 384)])
 def test_int4_tiles_of_several_group_slices(block_m, m, block_k, k, group_size):
     """K tiles of 2-4 group slices: a ragged last tile (384 = 256 + 128), groups wider than a slice
-    (256, 384 columns), odd N (no even-N fast path), two splits; each row once for the GEMV."""
+    (256, 384 columns), odd N (no even-N fast path), one to three splits (a split of one tile: the
+    prefetch past its end must read nothing); the GEMV with and without prefetch."""
     if block_m == 1 and m != 1:
         pytest.skip("the CUDA-core GEMV is one row")
     x, q, s, z, b, want = _case("int4", m, 45, k, torch.bfloat16, group_size=group_size, seed=m + k, bias=True)
-    for split_k in (1, 2):
-        tiles = QuantTiles(block_m=block_m, block_n=16, block_k=block_k, split_k=split_k)
-        out = quant_matmul(x, q, s, z, "int4", group_size, b, tiles=tiles)
-        assert relative_error(out, want) < TOLERANCE[torch.bfloat16], tiles
+    for split_k in (1, 2, 3):
+        for num_stages in (1, 2):  # the GEMV without and with the register prefetch of the next tile
+            tiles = QuantTiles(block_m, 16, block_k, split_k, num_stages=num_stages)
+            out = quant_matmul(x, q, s, z, "int4", group_size, b, tiles=tiles)
+            assert relative_error(out, want) < TOLERANCE[torch.bfloat16], tiles
     planes = QuantTiles(block_m=16, block_n=16, block_k=block_k, split_k=2, planes=False)
     assert relative_error(quant_matmul(x, q, s, z, "int4", group_size, b, tiles=planes), want) < 1e-2
 
