@@ -59,6 +59,20 @@ def _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND: tl.constexpr, EVEN_K: tl.c
 
 
 @triton.jit
+def _bytes_next(w_ptr, rows, n_mask, k0, k_end, KIND: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The GEMV's prefetch: the (BLOCK_N, BLOCK_K) tile at k0, or nothing read (zeros) once k0 reaches
+    k_end; one condition a tile (not a column) keeps the 16-byte vectors."""
+    more = (tl.zeros((BLOCK_K,), tl.int32) + k0) < k_end
+    mask = n_mask[:, None] & more[None, :]
+    offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+    if KIND == 1:
+        w = tl.load(w_ptr + rows + offs_k[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
+    else:
+        w = tl.load(w_ptr + rows + offs_k[None, :], mask=mask, other=0, eviction_policy="evict_first")
+    return w
+
+
+@triton.jit
 def _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K: tl.constexpr):
     """x.T tile (len(offs_k), BLOCK_M); rows past M and columns past K read 0."""
     mask = offs_m[None, :] < M
@@ -238,8 +252,17 @@ def _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_
         # loaded in one straight-line block, so their loads are in flight together
         SUB_K: tl.constexpr = BLOCK_K if BLOCK_K < 256 else 256
         acc2 = tl.zeros((BLOCK_N, SUB_K), dtype=tl.float32)
+        if PREFETCH:  # one piece a tile, K a multiple of it (quant_matmul.prefetches): next tile in flight
+            w_next = _bytes_next(w_ptr, rows, n_mask, k_start, k_end, KIND, BLOCK_N, BLOCK_K)
         for k0 in range(k_start, k_end, BLOCK_K):
-            for c in tl.static_range(BLOCK_K // SUB_K):
+            if PREFETCH:
+                offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+                w = w_next
+                w_next = _bytes_next(w_ptr, rows, n_mask, k0 + BLOCK_K, k_end, KIND, BLOCK_N, BLOCK_K)
+                x = tl.load(x_ptr + row + offs_k)
+                w = _int8_as_f32(w) if KIND == 0 else w.to(tl.float32)
+                acc2 += w * x.to(tl.float32)[None, :]
+            for c in tl.static_range(0 if PREFETCH else BLOCK_K // SUB_K):
                 offs_k = tl.multiple_of(k0 + c * SUB_K, SUB_K) + tl.arange(0, SUB_K)
                 w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
                 if EVEN_K:

@@ -82,10 +82,13 @@ def _check_tiles(tiles: QuantTiles, kind: str, group_size: int) -> None:
         )
 
 
-def prefetches(kind: str, tiles: QuantTiles) -> bool:
-    """The int4 GEMV's register prefetch of the next tile: its num_stages >= 2 (Triton's own pipelining
-    covers only the loads of tl.dot programs, so for the GEMV the field says this instead)."""
-    return kind == "int4" and tiles.block_m == 1 and tiles.num_stages >= 2
+def prefetches(kind: str, tiles: QuantTiles, k: int) -> bool:
+    """The GEMV's register prefetch of the next tile: num_stages >= 2 (Triton's own pipelining covers
+    only the loads of tl.dot programs, so for the GEMV the field says this instead); int8/fp8 also
+    need a K tile of one piece (<= 256 columns) that divides K."""
+    if tiles.block_m != 1 or tiles.num_stages < 2:
+        return False
+    return kind == "int4" or (tiles.block_k <= 256 and k % tiles.block_k == 0)
 
 
 def quant_matmul(
@@ -149,7 +152,7 @@ def quant_matmul(
         BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k,
         PLANES=tiles.planes or kind != "int4" or tiles.block_m == 1,  # one compiled variant where unused
-        PREFETCH=prefetches(kind, tiles),
+        PREFETCH=prefetches(kind, tiles, k),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

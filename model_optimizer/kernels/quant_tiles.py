@@ -72,13 +72,15 @@ _DECODE_DOTS = [  # tensor cores, the activation rows padded to 16
     (16, 256, 128, 1, 8, 3),
 ]
 _GEMVS = {  # one row on CUDA cores: no pipelining, so the tile of one iteration is what is in flight
-    "bytes": [
-        (1, 32, 256, 4, 4, 3),
-        (1, 64, 256, 4, 8, 3),
-        (1, 64, 512, 2, 8, 3),
-        (1, 128, 256, 2, 8, 3),
-        (1, 32, 512, 8, 4, 3),
-        (1, 16, 256, 8, 4, 3),
+    "bytes": [  # stages 2: the next tile prefetched into registers (quant_matmul.prefetches), 1: not
+        (1, 32, 256, 4, 4, 1),
+        (1, 32, 256, 4, 4, 2),
+        (1, 64, 256, 4, 8, 1),
+        (1, 64, 256, 4, 8, 2),
+        (1, 64, 512, 2, 8, 1),
+        (1, 128, 256, 2, 8, 2),
+        (1, 32, 512, 8, 4, 1),
+        (1, 16, 256, 8, 4, 2),
     ],
     "int4": [  # more rows a thread (larger block_n a warp) reuse each activation load more often;
         # stages 2: the next tile prefetched into registers (quant_matmul.prefetches), 1: not

@@ -123,7 +123,7 @@ def quant_matmul(
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         PLANES=planes,
-        PREFETCH=kind == "int4" and block_m == 1 and num_stages >= 2,  # as quant_matmul.prefetches
+        PREFETCH=block_m == 1 and num_stages >= 2 and (kind == "int4" or block_k <= 256),  # quant_matmul.prefetches
     )
     if split_k == 1:  # the launcher's JIT specializes an integer argument equal to 1
         constexprs["num_splits"] = 1

@@ -140,6 +140,20 @@ def test_int4_tiles_of_several_group_slices(block_m, m, block_k, k, group_size):
 
 
 @pytest.mark.parametrize("kind", ["int8", "fp8", "int4"])
+@pytest.mark.parametrize("num_stages", [1, 2])
+@pytest.mark.parametrize("split_k", [1, 3, 6])
+def test_gemv_prefetch_stops_at_its_split(kind, num_stages, split_k):
+    """The GEMV's register prefetch (num_stages 2) runs one tile ahead: with 1, 2 or 6 tiles a split
+    it must read the tiles of its own split once and nothing after (the next split's tiles would
+    be counted twice)."""
+    k = 768
+    x, q, s, z, b, want = _case(kind, 1, 48, k, torch.float32, group_size=128, seed=50 + split_k, bias=True)
+    tiles = QuantTiles(1, 16, 128, split_k, num_stages=num_stages)
+    out = quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, b, tiles=tiles)
+    assert relative_error(out, want) < TOLERANCE[torch.float32], tiles
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8", "int4"])
 @pytest.mark.parametrize("m", [1, 3, 8, 16])
 def test_even_shapes_take_the_unmasked_path(kind, m):
     """N and K multiples of the tile (EVEN_N, EVEN_K: no masks) at the decode row counts, split K."""
