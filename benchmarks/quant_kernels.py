@@ -245,10 +245,13 @@ def _dequantized(kind: str, weight_set: tuple):
     return ref.dequantize_fp8(weight_set[0], weight_set[1])
 
 
-def sweep(models: list[str], workers: int, m_values: list[int]) -> tuple[list[dict], dict, list[str]]:
-    """Time every candidate per case: (rows, {table_key: best QuantTiles}, compile errors)."""
+def sweep(models: list[str], workers: int, m_values: list[int], tiles_path: Path) -> tuple[list[dict], dict, list[str]]:
+    """Time every candidate per case: (rows, {table_key: best QuantTiles}, compile errors). The table
+    so far is rewritten at `tiles_path` after each weight shape, so a run cut by its time limit
+    still leaves the shapes it finished."""
     import torch
 
+    from model_optimizer.fileio import atomic_write
     from model_optimizer.kernels import quant_tiles
     from model_optimizer.kernels.quant_matmul import _device_facts
 
@@ -300,6 +303,7 @@ def sweep(models: list[str], workers: int, m_values: list[int]) -> tuple[list[di
                 )
         del sets, dequantized
         torch.cuda.empty_cache()
+        atomic_write(tiles_path, json.dumps(quant_tiles.table_json(gpu, best), indent=1) + "\n")
     return rows, quant_tiles.table_json(gpu, best), errors
 
 
@@ -325,9 +329,9 @@ def main() -> None:
         from model_optimizer.fileio import atomic_write
         from model_optimizer.kernels import quant_tiles
 
-        rows, table, errors = sweep(args.models, args.compile_workers, args.m)
-        result.update(sweep=rows, compile_errors=errors, sweep_s=time.time() - started)
         tiles_path = Path(args.tiles_output or Path(args.output).with_name("quant_tiles.json"))
+        rows, table, errors = sweep(args.models, args.compile_workers, args.m, tiles_path)
+        result.update(sweep=rows, compile_errors=errors, sweep_s=time.time() - started)
         atomic_write(tiles_path, json.dumps(table, indent=1) + "\n")
         os.environ[quant_tiles.TABLE_ENV] = str(tiles_path)  # the timings below run the tuned shapes
         quant_tiles._table_for.cache_clear()
