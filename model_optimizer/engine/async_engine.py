@@ -74,9 +74,10 @@ class Mailbox:
         return self.items.popleft()
 
     def take_outputs(self) -> list[Any]:
-        """The outputs already waiting, oldest first, up to the first exception (which stays queued)."""
+        """The outputs already waiting, oldest first, up to the first exception or failed request's
+        output (`error` set), which stays queued: the reader gets the tokens before it, then it."""
         items, taken = self.items, []
-        while items and not isinstance(items[0], BaseException):
+        while items and not isinstance(items[0], BaseException) and items[0].error is None:
             taken.append(items.popleft())
         return taken
 
@@ -311,7 +312,8 @@ class RequestStream:
 
     Outputs that are already waiting when the reader takes one are merged into it (merge_outputs,
     by the request's output kind): a slow reader gets fewer, larger outputs, each token exactly once.
-    An engine failure queued behind them is raised after they are delivered."""
+    An engine failure queued behind them is raised after they are delivered, and a failed request's
+    last output (`error` set) comes on its own after them, as it would have unmerged."""
 
     def __init__(
         self,
@@ -336,7 +338,7 @@ class RequestStream:
                 if isinstance(item, BaseException):
                     self.aborted = True  # the engine is gone: nothing left to abort
                     raise EngineDeadError(f"engine loop failed: {item}") from item
-                if self.queue.items:  # the reader fell behind the engine: what waits goes out with it
+                if self.queue.items and item.error is None:  # the reader fell behind: what waits goes with it
                     item = merge_outputs([item, *self.queue.take_outputs()], self.kind)
                 self.finished = item.finished
                 yield item

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from model_optimizer.engine.async_engine import EngineDeadError, RequestStream
-from model_optimizer.engine.outputs import RequestOutput, merge_outputs
+from model_optimizer.engine.outputs import RequestOutput, RequestOutputKind, merge_outputs
 from model_optimizer.sampling_params import SamplingParams
 from model_optimizer.server.errors import APIError, error_response
 from model_optimizer.server.protocol import UsageInfo
@@ -127,7 +127,7 @@ class RequestGroup:
                 waiting = [await queue.get()]
                 while not queue.empty():
                     waiting.append(queue.get_nowait())
-                merged, error = self._merge_waiting(waiting)
+                merged, error = merge_waiting(waiting, [s.kind for s in self.streams])
                 for i, output in merged:
                     remaining -= output.finished
                     yield i, output
@@ -136,21 +136,6 @@ class RequestGroup:
         finally:
             for task in tasks:
                 task.cancel()
-
-    def _merge_waiting(
-        self, waiting: list[tuple[int, Any]]
-    ) -> tuple[list[tuple[int, RequestOutput]], BaseException | None]:
-        """Waiting (prompt index, output) items as one output per prompt, in the order prompts first
-        appear, up to the first exception (returned beside them; what follows it is dropped)."""
-        by_prompt: dict[int, list[RequestOutput]] = {}
-        error = None
-        for i, item in waiting:
-            if isinstance(item, BaseException):
-                error = item
-                break
-            by_prompt.setdefault(i, []).append(item)
-        merged = [(i, merge_outputs(outputs, self.streams[i].kind)) for i, outputs in by_prompt.items()]
-        return merged, error
 
     async def final_outputs(self) -> list[RequestOutput]:
         """Each prompt's last output, once all have finished."""
@@ -179,6 +164,33 @@ class RequestGroup:
             stream.abort()
         if self.admission is not None:
             self.admission.release()
+
+
+def merge_waiting(
+    waiting: list[tuple[int, Any]], kinds: list[RequestOutputKind]
+) -> tuple[list[tuple[int, RequestOutput]], BaseException | None]:
+    """(prompt index, output) items that waited for a group's reader as one output per prompt for each
+    run of them (prompt i's outputs merged by kinds[i]), up to the first exception (returned beside
+    them; what follows it is dropped). A failed request's output (`error` set) ends a run and goes on
+    its own, as RequestStream hands it over."""
+    merged: list[tuple[int, RequestOutput]] = []
+    run: dict[int, list[RequestOutput]] = {}
+
+    def flush() -> None:
+        merged.extend((i, merge_outputs(outputs, kinds[i])) for i, outputs in run.items())
+        run.clear()
+
+    for i, item in waiting:
+        if isinstance(item, BaseException):
+            flush()
+            return merged, item
+        if item.error is not None:
+            flush()
+            merged.append((i, item))
+        else:
+            run.setdefault(i, []).append(item)
+    flush()
+    return merged, None
 
 
 @asynccontextmanager

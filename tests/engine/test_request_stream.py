@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from model_optimizer import LLM, SamplingParams
-from model_optimizer.engine.async_engine import AsyncEngine, EngineDeadError
-from model_optimizer.engine.outputs import RequestOutputKind
+from model_optimizer.engine.async_engine import AsyncEngine, EngineDeadError, Mailbox, RequestStream
+from model_optimizer.engine.outputs import CompletionOutput, RequestOutput, RequestOutputKind
 
 WAIT = 30.0  # seconds; only a bound on a hang
 PROMPT = [5, 6, 7, 8]
@@ -136,3 +136,23 @@ def test_engine_failure_is_raised_after_the_outputs_before_it(tiny_model):
         assert engine.dead
 
     run(llm, body)
+
+
+def test_a_failed_requests_output_comes_on_its_own_after_the_tokens_before_it(llm):
+    """The server answers an output with `error` set by an error event alone: the tokens that waited
+    before it must not ride in it (they are sent first, as they were unmerged)."""
+
+    def output(ids, finish=None, error=None):
+        completion = CompletionOutput(0, "x" * len(ids), ids, None, finish)
+        return RequestOutput("r", None, PROMPT, [completion], finish is not None, error=error)
+
+    async def body():
+        mailbox = Mailbox()
+        for item in (output([1]), output([2, 3]), output([], "error", "non-finite logits")):
+            mailbox.put(item)
+        stream = RequestStream(AsyncEngine(llm.engine), "r", mailbox, RequestOutputKind.DELTA)  # never started
+        got = [o async for o in stream]
+        assert [o.outputs[0].token_ids for o in got] == [[1, 2, 3], []]
+        assert got[0].error is None and got[1].error == "non-finite logits" and got[1].finished
+
+    asyncio.run(body())
