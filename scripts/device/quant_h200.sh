@@ -17,10 +17,10 @@
 # $OUT/quant_tiles.json as model_optimizer/kernels/quant_tiles.json.
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
-if ls .whl/*.whl >/dev/null 2>&1; then
+if [ -z "${MOPT_SITE_READY:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then  # a caller that installed sets it
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 export PYTHONUNBUFFERED=1 COLUMNS=200 PYTHONPATH=".:${PYTHONPATH:-}" TRITON_DEFAULT_FP_FUSION=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
 

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# One 2-GPU call (~9.5 min) measuring this session's changes and running their GPU tests.
+#   GPU 0: scripts/device/quant_h200.sh (tile sweep timed as GPU time, engine decode per method with
+#          kernels, offline throughput bf16 / fp8 weights + fp8 KV), then fp8-KV-only throughput, the
+#          attention kernels (bf16 vs fp8 cache), the fused element-wise kernels, and the GPU tests of
+#          quantization, warm-up and fused ops.
+#   GPU 1: cold and warm start (benchmarks/cold_start.py), the serving path with py-spy at 64 and 256
+#          streams (benchmarks/serving_overhead.py), the serving benchmark at rate inf with and without
+#          logprobs (benchmarks/serving.py), decode ms/step and offline throughput, the engine GPU tests.
+# Usage on the device, from the repository root: W=/tmp/w bash scripts/device/verify_h200.sh
+set -uo pipefail
+W=${W:-/tmp/w}
+BUDGET=${BUDGET:-560}
+mkdir -p "$W/quant" "$W/perf" "$W/tests"
+if ls .whl/*.whl >/dev/null 2>&1; then  # once, before anything imports from it
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
+fi
+export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1 PATH=/tmp/site/bin:$PATH PYTHONPATH="$PWD:/tmp/site"
+export TRITON_DEFAULT_FP_FUSION=1
+log() { echo "[$SECONDS s] $*" | tee -a "$W/parts.txt"; }
+left() { echo $(( BUDGET - SECONDS )); }
+part() {  # part DIR NAME SECONDS COMMAND...: skipped when under 20 s are left
+  local dir=$1 name=$2 limit=$3; shift 3
+  local room; room=$(left)
+  if [ "$room" -lt 20 ]; then log "$name skipped (time)"; return; fi
+  [ "$limit" -gt "$room" ] && limit=$room
+  timeout "$limit" "$@" > "$W/$dir/$name.log" 2>&1; log "$name exit $? ($limit s allowed)"
+}
+tests() {  # tests NAME SECONDS FILES...
+  local name=$1 limit=$2; shift 2
+  part tests "$name" "$limit" python3 -m pytest -q -p no:cacheprovider --timeout 120 --junitxml="$W/tests/$name.xml" "$@"
+}
+
+gpu0() {
+  export CUDA_VISIBLE_DEVICES=0
+  OUT="$W/quant" MOPT_SITE_READY=1 timeout 330 bash scripts/device/quant_h200.sh all > "$W/quant/run.log" 2>&1
+  log "quant_h200 exit $?"
+  part quant throughput_kv_fp8 50 python3 benchmarks/throughput.py --hf-requests 0 --kv-cache-dtype fp8 \
+    --output "$W/quant/throughput_kv_fp8.json"
+  part quant attention_kernels 60 python3 benchmarks/attention_kernels.py --no-sweep --output "$W/quant/attention_kernels.json"
+  part quant fused_ops 30 python3 benchmarks/fused_ops.py --output "$W/quant/fused_ops_h200.json"
+  tests gpu0_tests 200 tests/gpu/test_warmup_gpu.py tests/gpu/test_fused_ops_gpu.py tests/gpu/test_quant_kernels_gpu.py \
+    tests/gpu/test_quant_engine_gpu.py tests/embed/test_quantized_encoder_gpu.py tests/gpu/test_quant_embed_gate_gpu.py
+}
+
+gpu1() {
+  export CUDA_VISIBLE_DEVICES=1
+  local model=/tmp/qwen3-word
+  python3 - benchmarks/configs/qwen3-0.6b "$model" <<'PY'
+import json, shutil, sys
+from pathlib import Path
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+src, out = Path(sys.argv[1]), Path(sys.argv[2])
+out.mkdir(parents=True, exist_ok=True)
+config = json.loads((src / "config.json").read_text())
+shutil.copy(src / "config.json", out / "config.json")
+tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(config["vocab_size"])}, unk_token="w0"))
+tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(str(out))
+PY
+  cd benchmarks || return
+  part perf cold_start 100 python3 cold_start.py --runs 1 --no-llm --no-tokenizer --output "$W/perf/cold_start_h200.json" -- \
+    --model benchmarks/configs/qwen3-0.6b --load-format dummy --dtype bfloat16
+  cd ..
+  part perf serving_overhead 150 python3 benchmarks/serving_overhead.py --model "$model" --device-ms 0 \
+    --engine-args '{"load_format": "dummy", "dtype": "bfloat16"}' --max-num-seqs 256 --concurrency 64 256 \
+    --repeats 1 --output-len 128 --py-spy --label h200
+  cd benchmarks || return
+  part perf serving 110 python3 serving.py --num-requests 1000 --prompt-len 512 --output-len 128 \
+    --with-and-without-logprobs --logprobs 5 --output "$W/perf/serving_h200.json" -- \
+    --model benchmarks/configs/qwen3-0.6b --load-format dummy --dtype bfloat16
+  part perf decode 60 python3 decode_latency.py --output "$W/perf/decode_latency_h200.json"
+  part perf throughput 40 python3 throughput.py --hf-requests 0 --output "$W/perf/throughput_h200.json"
+  cd ..
+  tests gpu1_tests 150 tests/gpu/test_perf_gpu.py tests/gpu/test_startup_log_gpu.py tests/gpu/test_engine_gpu.py \
+    tests/gpu/test_graphs_gpu.py
+}
+
+gpu0 &
+gpu1
+wait
+cp benchmarks/results/serving_overhead_gpu_h200* benchmarks/results/*pyspy* "$W/perf/" 2>/dev/null
+python3 - "$W" <<'PY' > "$W/tests/summary.txt" 2>&1
+import sys, xml.etree.ElementTree as ET
+from pathlib import Path
+for xml in sorted(Path(sys.argv[1], "tests").glob("*.xml")):
+    root = ET.parse(xml).getroot()
+    suite = root if root.tag == "testsuite" else root[0]
+    print(xml.stem, {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped", "time")})
+    for case in suite.iter("testcase"):
+        for bad in list(case.findall("failure")) + list(case.findall("error")):
+            print("  FAILED", case.get("classname"), case.get("name"), (bad.get("message") or "")[:400])
+PY
+cat "$W/parts.txt" "$W/tests/summary.txt"
