@@ -1,0 +1,13 @@
+"""`mopt serve --quantization` on an embedding folder says what to do instead of being ignored."""
+
+from __future__ import annotations
+
+import pytest
+
+from model_optimizer.config import EngineConfig
+from model_optimizer.server.app import load_model
+
+
+def test_on_the_fly_quantization_of_an_embedding_model_is_a_clear_error(minilm_dir):
+    with pytest.raises(ValueError, match="quantize it ahead of time"):
+        load_model(EngineConfig(model=str(minilm_dir), quantization="int8", device="cpu"))
