@@ -139,6 +139,19 @@ def test_int4_tiles_of_several_group_slices(block_m, m, block_k, k, group_size):
     assert relative_error(quant_matmul(x, q, s, z, "int4", group_size, b, tiles=planes), want) < 1e-2
 
 
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+@pytest.mark.parametrize("m", [1, 3, 8, 16])
+def test_decode_rows_with_odd_n_and_k(kind, m):
+    """N = 37 and K = 300 fill no tile (masks on both), at the decode row counts; the GEMV (one row)
+    with and without its prefetch (which odd K turns off), the dot with two and three splits."""
+    x, q, s, z, b, want = _case(kind, m, 37, 300, torch.bfloat16, seed=60 + m, bias=True)
+    tiles = [QuantTiles(16, 16, 64, 2), QuantTiles(16, 32, 32, 3)]
+    if m == 1:
+        tiles += [QuantTiles(1, 16, 64, 2, num_stages=1), QuantTiles(1, 16, 64, 2, num_stages=2)]
+    for t in tiles:
+        assert relative_error(quant_matmul(x, q, s, z, kind, 0, b, tiles=t), want) < TOLERANCE[torch.bfloat16], t
+
+
 @pytest.mark.parametrize("kind", ["int8", "fp8", "int4"])
 @pytest.mark.parametrize("num_stages", [1, 2])
 @pytest.mark.parametrize("split_k", [1, 3, 6])
