@@ -177,7 +177,9 @@ def test_sweep_timing_captures_the_decode_call_in_a_graph(kind, m, monkeypatch):
     q, s, z, w = _weight(kind, 1024, 3072)
     x = torch.randn(m, 3072, device="cuda").bfloat16()
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for tiles in candidates(kind, m, 1024, 3072, num_sms)[:4]:
+    found = candidates(kind, m, 1024, 3072, num_sms)
+    gemvs = [t for t in found if t.block_m == 1]  # with and without the register prefetch
+    for tiles in [t for t in found if t.block_m != 1][:2] + gemvs[:2] + gemvs[-1:]:
         ms = gpu_time.gpu_time_ms(
             lambda ws, t=tiles: launcher.quant_matmul(x, *ws, kind, 128, None, t), [(q, s, z)] * 2
         )
