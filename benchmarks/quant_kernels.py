@@ -143,6 +143,7 @@ def per_step(rows: list[dict], shapes: dict, num_layers: int) -> list[dict]:
 SWEEP_ROWS = {1: 1, 16: 8, 64: 64, 512: 512}
 """Row bucket of the tile table -> rows timed for it (the decode batches 1, 8, 64 and a prefill chunk)."""
 SWEEP_KINDS = ("int4", "fp8", "int8")
+HBM_PEAK_GBPS = 4800  # H200; a candidate measured faster read (part of) its weights from L2
 
 
 def sweep_rows(m_values: list[int]) -> dict[int, int]:
@@ -287,6 +288,8 @@ def sweep(models: list[str], workers: int, m_values: list[int], tiles_path: Path
                         raise ValueError(f"wrong result: relative error {row['rel_err']:.3g}")
                     row["ms"] = time_ms(_runner(kind, tiles), x, sets)
                     row["weight_gbps"] = weight_bytes / row["ms"] / 1e6
+                    if row["weight_gbps"] > HBM_PEAK_GBPS:  # faster than HBM: the weights came from L2
+                        row["suspect"] = "above HBM peak"
                     timed.append((row["ms"], tiles))
                 except Exception as exc:  # a launch shape the compiler rejects is a result too
                     row["error"] = str(exc)[:200]
