@@ -2,8 +2,10 @@
 # Quantized inference on one H200: tile sweep, kernel timings, engine decode per method, fp8 throughput.
 # From the repository root on the GPU machine (with .whl/ holding wheels the machine lacks, as in
 # regression.sh):
-#   bash scripts/device/quant_h200.sh          sweep + kernels, decode, throughput (~6 min)
+#   bash scripts/device/quant_h200.sh          sweep + kernels, decode, throughput (~10 min: the sweep takes
+#                                              up to SWEEP_LIMIT=400 s and keeps the shapes done when cut)
 #   bash scripts/device/quant_h200.sh tests    tests/gpu for the quantized kernels and engine (~3 min)
+#   bash scripts/device/quant_h200.sh summary  the summary table of what $OUT holds
 # Order of `all`:
 #   1. benchmarks/quant_kernels.py --sweep: every launch candidate per format, shape and row bucket
 #      (compiled in parallel first, each checked against the dequantized product), the fastest per
@@ -35,7 +37,7 @@ part() {  # part NAME SECONDS COMMAND...: run one part under a timeout, log to $
 
 case "${1:-all}" in
   all)
-    part kernels 120 python3 benchmarks/quant_kernels.py --sweep --tiles-output "$OUT/quant_tiles.json" \
+    part kernels "${SWEEP_LIMIT:-400}" python3 benchmarks/quant_kernels.py --sweep --tiles-output "$OUT/quant_tiles.json" \
       --m 1 8 64 --output "$OUT/quant_kernels.json"
     if [ -s "$OUT/quant_tiles.json" ]; then export MOPT_QUANT_TILES="$OUT/quant_tiles.json"; fi
     # the issue's targets first (int4 and fp8 against bf16): a timeout cuts int8 first
@@ -52,7 +54,8 @@ case "${1:-all}" in
     part gpu_tests 240 python3 -m pytest -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" \
       tests/gpu/test_quant_kernels_gpu.py tests/gpu/test_quant_engine_gpu.py
     ;;
-  *) echo "usage: $0 [all|tests]" >&2; exit 2 ;;
+  summary) ;;  # only the table below, of what $OUT holds
+  *) echo "usage: $0 [all|tests|summary]" >&2; exit 2 ;;
 esac
 
 python3 - "$OUT" <<'EOF' | tee "$OUT/summary.txt"

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# One 2-GPU call (~9.5 min) measuring this session's changes and running their GPU tests.
-#   GPU 0: scripts/device/quant_h200.sh (tile sweep timed as GPU time, engine decode per method with
-#          kernels, offline throughput bf16 / fp8 weights + fp8 KV), then fp8-KV-only throughput, the
-#          attention kernels (bf16 vs fp8 cache), the fused element-wise kernels, and the GPU tests of
-#          quantization, warm-up and fused ops.
-#   GPU 1: cold and warm start (benchmarks/cold_start.py), the serving path with py-spy at 64 and 256
-#          streams (benchmarks/serving_overhead.py), the serving benchmark at rate inf with and without
-#          logprobs (benchmarks/serving.py), decode ms/step and offline throughput, the engine GPU tests.
-# Usage on the device, from the repository root: W=/tmp/w bash scripts/device/verify_h200.sh
+# Two device calls measuring this session's changes and running their GPU tests.
+#   a (2 GPUs, ~9.5 min): GPU 0: the quantized-matmul tile sweep timed as GPU time (its table in
+#     $W/quant/quant_tiles.json), Llama-3.1-8B decode per method with that table and each graph's
+#     kernels, the quantized-kernel GPU tests. GPU 1: cold and warm start (benchmarks/cold_start.py), the
+#     serving path with py-spy at 64 and 256 streams (benchmarks/serving_overhead.py), the serving
+#     benchmark at rate inf with and without logprobs (benchmarks/serving.py), decode ms/step and offline
+#     throughput, the engine GPU tests.
+#   b (1 GPU, ~5 min, after committing the table as model_optimizer/kernels/quant_tiles.json): Qwen3-0.6B
+#     decode per method, offline throughput bf16 / fp8 KV / fp8 weights + fp8 KV, the attention kernels
+#     (bf16 vs fp8 cache), the fused element-wise kernels, the remaining GPU tests.
+# Usage on the device, from the repository root: W=/tmp/w bash scripts/device/verify_h200.sh a|b
 set -uo pipefail
 W=${W:-/tmp/w}
 BUDGET=${BUDGET:-560}
@@ -31,19 +33,17 @@ tests() {  # tests NAME SECONDS FILES...
   part tests "$name" "$limit" python3 -m pytest -q -p no:cacheprovider --timeout 120 --junitxml="$W/tests/$name.xml" "$@"
 }
 
-gpu0() {
+sweep_gpu0() {  # call a, GPU 0: the tile sweep (GPU time), then Llama decode per method with its table
   export CUDA_VISIBLE_DEVICES=0
-  OUT="$W/quant" MOPT_SITE_READY=1 timeout 330 bash scripts/device/quant_h200.sh all > "$W/quant/run.log" 2>&1
-  log "quant_h200 exit $?"
-  part quant throughput_kv_fp8 50 python3 benchmarks/throughput.py --hf-requests 0 --kv-cache-dtype fp8 \
-    --output "$W/quant/throughput_kv_fp8.json"
-  part quant attention_kernels 60 python3 benchmarks/attention_kernels.py --no-sweep --output "$W/quant/attention_kernels.json"
-  part quant fused_ops 30 python3 benchmarks/fused_ops.py --output "$W/quant/fused_ops_h200.json"
-  tests gpu0_tests 200 tests/gpu/test_warmup_gpu.py tests/gpu/test_fused_ops_gpu.py tests/gpu/test_quant_kernels_gpu.py \
-    tests/gpu/test_quant_engine_gpu.py tests/embed/test_quantized_encoder_gpu.py tests/gpu/test_quant_embed_gate_gpu.py
+  part quant kernels 400 python3 benchmarks/quant_kernels.py --sweep --tiles-output "$W/quant/quant_tiles.json" \
+    --m 1 8 64 --output "$W/quant/quant_kernels.json"
+  [ -s "$W/quant/quant_tiles.json" ] && export MOPT_QUANT_TILES="$W/quant/quant_tiles.json"
+  part quant decode_llama 110 python3 benchmarks/decode_latency.py --models llama-3.1-8b \
+    --quantization rtn-int4 fp8 none int8 --profile --output "$W/quant/decode_llama.json"
+  tests quant_kernel_tests 120 tests/gpu/test_quant_kernels_gpu.py
 }
 
-gpu1() {
+perf_gpu1() {  # call a, GPU 1: start-up, serving, decode and offline speed, engine tests
   export CUDA_VISIBLE_DEVICES=1
   local model=/tmp/qwen3-word
   python3 - benchmarks/configs/qwen3-0.6b "$model" <<'PY'
@@ -73,13 +73,31 @@ PY
   part perf decode 60 python3 decode_latency.py --output "$W/perf/decode_latency_h200.json"
   part perf throughput 40 python3 throughput.py --hf-requests 0 --output "$W/perf/throughput_h200.json"
   cd ..
-  tests gpu1_tests 150 tests/gpu/test_perf_gpu.py tests/gpu/test_startup_log_gpu.py tests/gpu/test_engine_gpu.py \
+  tests engine_tests 150 tests/gpu/test_perf_gpu.py tests/gpu/test_startup_log_gpu.py tests/gpu/test_engine_gpu.py \
     tests/gpu/test_graphs_gpu.py
 }
 
-gpu0 &
-gpu1
-wait
+rest_gpu() {  # call b, one GPU: Qwen decode per method, fp8 throughput, attention and fused kernels, tests
+  [ -f "$TILES" ] && export MOPT_QUANT_TILES="$TILES"
+  part quant decode_qwen 45 python3 benchmarks/decode_latency.py --models qwen3-0.6b \
+    --quantization rtn-int4 fp8 none int8 --output "$W/quant/decode_qwen.json"
+  for run in "bf16" "kv_fp8 --kv-cache-dtype fp8" "fp8 --quantization fp8 --kv-cache-dtype fp8"; do
+    set -- $run
+    local name=$1; shift
+    part quant "throughput_$name" 45 python3 benchmarks/throughput.py --hf-requests 0 "$@" \
+      --output "$W/quant/throughput_$name.json"
+  done
+  part quant attention_kernels 60 python3 benchmarks/attention_kernels.py --no-sweep --output "$W/quant/attention_kernels.json"
+  part quant fused_ops 30 python3 benchmarks/fused_ops.py --output "$W/quant/fused_ops_h200.json"
+  tests rest_tests 200 tests/gpu/test_warmup_gpu.py tests/gpu/test_fused_ops_gpu.py tests/gpu/test_quant_engine_gpu.py \
+    tests/embed/test_quantized_encoder_gpu.py tests/gpu/test_quant_embed_gate_gpu.py
+}
+
+case "${1:-a}" in
+  a) sweep_gpu0 & perf_gpu1; wait ;;
+  b) TILES=${TILES:-model_optimizer/kernels/quant_tiles.json} rest_gpu ;;
+  *) echo "usage: $0 a|b" >&2; exit 2 ;;
+esac
 cp benchmarks/results/serving_overhead_gpu_h200* benchmarks/results/*pyspy* "$W/perf/" 2>/dev/null
 python3 - "$W" <<'PY' > "$W/tests/summary.txt" 2>&1
 import sys, xml.etree.ElementTree as ET
