@@ -45,6 +45,7 @@ def record_from_dict(d: dict) -> RequestRecord:
         send=d["send"],
         end=d["end"],
         chunk_times=list(d.get("chunk_times") or []),
+        chunk_tokens=list(d.get("chunk_tokens") or []),  # absent in runs saved before merged chunks
         output_tokens=d.get("output_tokens", 0),
         prompt_tokens=d.get("prompt_tokens"),
         error=d.get("error"),

@@ -177,3 +177,17 @@ def test_the_repeat_is_the_last_trial_of_either_budget(tmp_path):
     assert repeat.user_attrs.get("baseline_repeat") is True and repeat.params == settings
     assert repeat.state.name == "FAIL" and "exited with code 1" in repeat.user_attrs["error"]
     assert tuner._repeat_due(Budget(trials=5), elapsed_s=0.0) is False  # once per study
+
+
+def test_saved_records_keep_tokens_per_chunk():
+    """A merged chunk's token count survives the trip through a saved run, so the tuner's ITL matches bench's."""
+    from model_optimizer.bench.client import RequestRecord
+    from model_optimizer.bench.metrics import itls
+    from model_optimizer.bench.report import record_to_dict
+    from model_optimizer.tune.steady import record_from_dict
+
+    rec = RequestRecord(index=0, prompt_len=4, output_len_requested=5, send=0.0, end=1.0)
+    rec.chunk_times, rec.chunk_tokens, rec.output_tokens = [0.1, 0.4, 0.5], [1, 3, 1], 5
+    back = record_from_dict(record_to_dict(rec))
+    assert back.chunk_tokens == [1, 3, 1]
+    assert itls(back) == itls(rec) and len(itls(rec)) == 4
