@@ -79,7 +79,7 @@ PY
 
 rest_gpu() {  # call b, one GPU: Qwen decode per method, fp8 throughput, attention and fused kernels, tests
   [ -f "$TILES" ] && export MOPT_QUANT_TILES="$TILES"
-  part quant decode_qwen 45 python3 benchmarks/decode_latency.py --models qwen3-0.6b \
+  part quant decode_qwen 60 python3 benchmarks/decode_latency.py --models qwen3-0.6b --profile \
     --quantization rtn-int4 fp8 none int8 --output "$W/quant/decode_qwen.json"
   for run in "bf16" "kv_fp8 --kv-cache-dtype fp8" "fp8 --quantization fp8 --kv-cache-dtype fp8"; do
     set -- $run
