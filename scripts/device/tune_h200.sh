@@ -50,24 +50,7 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used --form
 make_model() {
   local model="$OUT/qwen3-0.6b-$1"
   if [ ! -f "$model/tokenizer.json" ]; then
-    python3 - benchmarks/configs/qwen3-0.6b "$model" <<'PY' >&2 || return 1
-import json, shutil, sys
-from pathlib import Path
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-
-src, out = Path(sys.argv[1]), Path(sys.argv[2])
-out.mkdir(parents=True, exist_ok=True)
-config = json.loads((src / "config.json").read_text())
-shutil.copy(src / "config.json", out / "config.json")
-vocab = {f"w{i}": i for i in range(config["vocab_size"])}
-tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
-tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-eos = config.get("eos_token_id")
-eos = eos[0] if isinstance(eos, list) else eos
-PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=None if eos is None else f"w{eos}").save_pretrained(str(out))
-print(f"{out}: config.json and a {len(vocab)}-word tokenizer")
-PY
+    python3 benchmarks/word_tokenizer_model.py benchmarks/configs/qwen3-0.6b "$model" || return 1
   fi
   echo "$model"
 }

@@ -46,19 +46,7 @@ sweep_gpu0() {  # call a, GPU 0: the tile sweep (GPU time), then Llama decode pe
 perf_gpu1() {  # call a, GPU 1: start-up, serving, decode and offline speed, engine tests
   export CUDA_VISIBLE_DEVICES=1
   local model=/tmp/qwen3-word
-  python3 - benchmarks/configs/qwen3-0.6b "$model" <<'PY'
-import json, shutil, sys
-from pathlib import Path
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-src, out = Path(sys.argv[1]), Path(sys.argv[2])
-out.mkdir(parents=True, exist_ok=True)
-config = json.loads((src / "config.json").read_text())
-shutil.copy(src / "config.json", out / "config.json")
-tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(config["vocab_size"])}, unk_token="w0"))
-tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(str(out))
-PY
+  python3 benchmarks/word_tokenizer_model.py benchmarks/configs/qwen3-0.6b "$model"
   cd benchmarks || return
   part perf cold_start 100 python3 cold_start.py --runs 1 --no-llm --no-tokenizer --output "$W/perf/cold_start_h200.json" -- \
     --model benchmarks/configs/qwen3-0.6b --load-format dummy --dtype bfloat16

@@ -10,6 +10,7 @@ import pytest
 from model_optimizer import LLM, SamplingParams
 from model_optimizer.engine.async_engine import AsyncEngine, EngineDeadError, Mailbox, RequestStream
 from model_optimizer.engine.outputs import CompletionOutput, RequestOutput, RequestOutputKind
+from tests.async_run import blocking, run
 
 WAIT = 30.0  # seconds; only a bound on a hang
 PROMPT = [5, 6, 7, 8]
@@ -23,22 +24,6 @@ def params(**kw) -> SamplingParams:
 @pytest.fixture(scope="module")
 def llm(tiny_model):
     return LLM(str(tiny_model("qwen3")), max_model_len=128, num_kv_blocks=64, max_num_seqs=4)
-
-
-def run(llm: LLM, body) -> object:
-    async def main():
-        engine = AsyncEngine(llm.engine)
-        engine.start()
-        try:
-            return await body(engine)
-        finally:
-            await asyncio.to_thread(engine.stop)
-
-    return asyncio.run(main())
-
-
-async def blocking(fn, *args):
-    return await asyncio.to_thread(fn, *args)
 
 
 async def queue_tokens(engine: AsyncEngine, stream, num_tokens: int) -> None:

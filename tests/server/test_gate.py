@@ -9,6 +9,7 @@ import pytest
 
 from model_optimizer import LLM, SamplingParams
 from model_optimizer.engine.async_engine import FAULT_ENV, HOLD_ENV, AsyncEngine, EngineDeadError
+from tests.async_run import blocking, run
 
 LONG = SamplingParams(max_tokens=100, ignore_eos=True, temperature=0.0)
 WAIT = 30.0  # seconds; only a bound on a hang, never reached when things work
@@ -17,25 +18,6 @@ WAIT = 30.0  # seconds; only a bound on a hang, never reached when things work
 @pytest.fixture(scope="module")
 def llm(tiny_model):
     return LLM(str(tiny_model("qwen3")), max_model_len=128, num_kv_blocks=64, max_num_seqs=4)
-
-
-def run(llm: LLM, body) -> object:
-    """Run `body(engine)` with a started AsyncEngine on a fresh event loop; stop the engine after."""
-
-    async def main():
-        engine = AsyncEngine(llm.engine)
-        engine.start()
-        try:
-            return await body(engine)
-        finally:
-            await asyncio.to_thread(engine.stop)
-
-    return asyncio.run(main())
-
-
-async def blocking(fn, *args):
-    """Gate calls block: run them off the event loop that receives the engine's outputs."""
-    return await asyncio.to_thread(fn, *args)
 
 
 def test_open_gate_changes_nothing(llm):
