@@ -78,7 +78,7 @@ rest_gpu() {  # call b, one GPU: Qwen decode per method, fp8 throughput, attenti
   part quant attention_kernels 60 python3 benchmarks/attention_kernels.py --no-sweep --output "$W/quant/attention_kernels.json"
   part quant fused_ops 30 python3 benchmarks/fused_ops.py --output "$W/quant/fused_ops_h200.json"
   tests rest_tests 200 tests/gpu/test_warmup_gpu.py tests/gpu/test_fused_ops_gpu.py tests/gpu/test_quant_engine_gpu.py \
-    tests/embed/test_quantized_encoder_gpu.py tests/gpu/test_quant_embed_gate_gpu.py
+    tests/gpu/test_quantized_encoder_gpu.py tests/gpu/test_quant_embed_gate_gpu.py
 }
 
 case "${1:-a}" in
