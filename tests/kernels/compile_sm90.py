@@ -5,6 +5,7 @@ Run by test_compile_sm90.py in a subprocess without TRITON_INTERPRET (the interp
 Prints one line per kernel; exit status 3 when this Triton has no usable ahead-of-time API.
 """
 
+import re
 import sys
 
 try:
@@ -50,7 +51,7 @@ def compile_kernel(
         return kernel
     ptx = kernel.asm["ptx"]
     # K/V must move in 16-byte pieces (cp.async or v4 loads), not element by element
-    vectorized = "cp.async" in ptx or "ld.global.v4" in ptx or "ld.global.nc.v4" in ptx
+    vectorized = "cp.async" in ptx or re.search(r"ld\.global\.\S*v4\.", ptx) is not None  # any cache hints
     print(fn.__name__, constexprs, "ptx chars", len(ptx), "vectorized" if vectorized else "SCALAR LOADS")
     return kernel
 
