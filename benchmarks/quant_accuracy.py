@@ -94,7 +94,8 @@ def main() -> None:
     from model_optimizer.assets import reference_model_path
     from model_optimizer.llm import load_tokenizer
     from model_optimizer.quant.calibration import read_documents, token_windows
-    from model_optimizer.quant.pipeline import QuantizeOptions, eval_only, quantize
+    from model_optimizer.quant.job import QuantizeOptions
+    from model_optimizer.quant.pipeline import eval_only, quantize
 
     model = reference_model_path()
     tok = load_tokenizer(model)

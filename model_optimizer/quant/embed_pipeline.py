@@ -27,7 +27,7 @@ from model_optimizer.quant.embed_accuracy import (
     evaluation_texts,
     load_quantized_backbone,
 )
-from model_optimizer.quant.pipeline import (
+from model_optimizer.quant.job import (
     REPORT_NAME,
     GateFailed,
     Progress,

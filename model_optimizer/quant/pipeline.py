@@ -12,57 +12,21 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from model_optimizer.fileio import atomic_write
 from model_optimizer.quant.calibration import read_documents, token_windows
 from model_optimizer.quant.evaluate import Accuracy, compare, gate_failures, load_for_eval
-
-REPORT_NAME = "quantization_report.json"
-
-
-@dataclass
-class QuantizeOptions:
-    model: Path
-    method: str
-    output: Path
-    calib: str | None = None
-    num_calib_samples: int = 128
-    calib_seq_len: int = 512
-    eval_text: str | None = None
-    num_eval_samples: int = 32
-    eval_seq_len: int = 512
-    group_size: int = 128
-    max_ppl_increase: float | None = None
-    min_top1: float | None = None
-    min_cosine: float | None = None
-    """Embedding models: refuse a mean cosine to the original vectors below this (None: the default)."""
-    device: str = "auto"
-    eval_dtype: str = "auto"
-
-
-@dataclass
-class Progress:
-    """Callbacks for a progress display: start(task, total) then advance(task) per unit."""
-
-    start: Callable[[str, int], None] = lambda task, total: None
-    advance: Callable[[str], None] = lambda task: None
-
-
-class GateFailed(Exception):
-    def __init__(self, failures: list[str], report: dict) -> None:
-        super().__init__("; ".join(failures))
-        self.failures, self.report = failures, report
-
-
-def pick_device(requested: str) -> torch.device:
-    from model_optimizer.runner.model_runner import pick_device as runner_pick
-
-    return runner_pick(requested)
+from model_optimizer.quant.job import (
+    REPORT_NAME,
+    GateFailed,
+    Progress,
+    QuantizeOptions,
+    check_output,
+    pick_device,
+    write_json,
+)
 
 
 def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
@@ -103,11 +67,6 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
         return report
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def check_output(output: Path) -> None:
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise ValueError(f"output {output} already exists and is not an empty folder; pick a new path")
 
 
 def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progress: Progress) -> torch.nn.Module:
@@ -210,7 +169,3 @@ def build_report(
             "failures": failures,
         },
     }
-
-
-def write_json(path: Path, data: dict) -> None:
-    atomic_write(path, json.dumps(data, indent=2) + "\n")
