@@ -72,7 +72,13 @@ def serve(
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     app = create_app(ServerConfig(served_model_name="tiny", log_level="warning"), llm=llm)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", http=http, access_log=False))
+    if http == "serve":  # what mopt serve runs: httptools with its head bound, else h11
+        from model_optimizer.server.http_layer import uvicorn_http_options
+
+        options = uvicorn_http_options(16 << 10)
+    else:
+        options = {"http": http}
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, **options))
     loop_profile = cProfile.Profile(time.thread_time)  # CPU time: no GIL waits counted as work
     engine_profile = cProfile.Profile(time.thread_time)
     profiling = {"want": False}
@@ -408,7 +414,10 @@ def main() -> None:
         help='JSON of LLM keyword arguments, e.g. \'{"load_format": "dummy"}\' (default: a 4096-block KV cache)',
     )
     parser.add_argument(
-        "--http", default="h11", help="uvicorn's HTTP implementation (mopt serve uses h11; httptools if installed)"
+        "--http",
+        default="serve",
+        choices=["serve", "h11", "httptools"],
+        help="uvicorn's HTTP implementation; serve: mopt serve's (httptools with a head bound, h11 without httptools)",
     )
     parser.add_argument(
         "--py-spy", action="store_true", help="one more run per concurrency sampled by py-spy (GIL holders)"

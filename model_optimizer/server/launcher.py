@@ -26,6 +26,7 @@ import uvicorn
 from model_optimizer.config import EngineConfig
 from model_optimizer.server.app import create_app
 from model_optimizer.server.config import ServerConfig
+from model_optimizer.server.http_layer import uvicorn_http_options
 from model_optimizer.server.state import ServerState
 
 logger = logging.getLogger(__name__)
@@ -113,10 +114,9 @@ def serve(config: ServerConfig, engine_config: EngineConfig) -> int:
         host=config.host,
         port=config.port,
         log_level=config.log_level,
-        http="h11",
         log_config=None,
-        h11_max_incomplete_event_size=config.max_header_bytes,
         timeout_graceful_shutdown=5,
+        **uvicorn_http_options(config.max_header_bytes),
     )
     server = DrainingServer(uv_config, state)
 

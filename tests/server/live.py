@@ -13,6 +13,7 @@ import uvicorn
 
 from model_optimizer.server.app import create_app
 from model_optimizer.server.config import ServerConfig
+from model_optimizer.server.http_layer import uvicorn_http_options
 from model_optimizer.server.state import ServerState
 
 
@@ -37,9 +38,8 @@ def start_server(llm: Any, config: ServerConfig, embedder: Any = None) -> LiveSe
     uv_config = uvicorn.Config(
         app,
         log_level="warning",
-        http="h11",
         timeout_graceful_shutdown=2,
-        h11_max_incomplete_event_size=config.max_header_bytes,
+        **uvicorn_http_options(config.max_header_bytes),  # as mopt serve does
     )
     server = uvicorn.Server(uv_config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
