@@ -104,6 +104,9 @@ class LLM:
         self._generation_defaults: dict[str, Any] | None = None
         self.engine: LLMEngine | None = None
         if is_encoder_folder(self.model_dir):  # BERT-family: embeddings only, no generation engine
+            from model_optimizer.embed.config import refuse_load_time_quantization
+
+            refuse_load_time_quantization(self.config.quantization, self.model_dir)
             self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
             return
         phase = log_phase("config", phase)

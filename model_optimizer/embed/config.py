@@ -101,3 +101,13 @@ class EmbedConfig:
             raise ValueError(
                 f"instruction_template must contain {{task}} and {{text}}, got {self.instruction_template!r}"
             )
+
+
+def refuse_load_time_quantization(quantization: str | None, model_dir: Any) -> None:
+    """An embedding model loaded from its folder takes the folder's own quantization only: a
+    `--quantization` / `quantization=` asked of it is an error saying what to do, never ignored."""
+    if quantization not in (None, "none"):
+        raise ValueError(
+            f"quantization {quantization!r} does not apply to the embedding model in {model_dir}: quantize it "
+            f"ahead of time (mopt quantize {model_dir} --method {quantization} --output DIR) and load DIR"
+        )

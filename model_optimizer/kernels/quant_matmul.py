@@ -74,6 +74,10 @@ def _check_tiles(tiles: QuantTiles, kind: str, group_size: int) -> None:
         raise ValueError(f"quant_matmul runs the Triton program only, got backend {tiles.backend!r}")
     if tiles.block_m != 1 and (tiles.block_m < 16 or tiles.block_n < 16):
         raise ValueError(f"tensor-core tiles need block_m and block_n >= 16 (or block_m 1), got {tiles}")
+    for name in ("block_m", "block_n", "block_k"):  # tl.arange sizes; the GEMV walks K in pieces that divide it
+        value = getattr(tiles, name)
+        if value < 1 or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two, got {value} in {tiles}")
     if kind == "int4" and (tiles.block_k % INT4_BLOCK_K or group_size % INT4_BLOCK_K):
         raise ValueError(
             f"int4 tiles are made of {INT4_BLOCK_K}-column group slices: block_k must be a multiple of "

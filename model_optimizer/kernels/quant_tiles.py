@@ -31,7 +31,9 @@ class QuantTiles:
 
     block_m 1 selects the CUDA-core GEMV (one row), 16 or more the tensor-core program; split_k is
     the number of K slices (output tiles x split_k programs). num_stages is Triton's pipeline depth
-    for the tensor-core program; for the int4 GEMV, >= 2 prefetches the next tile into registers."""
+    for the tensor-core program; for the GEMV, >= 2 prefetches the next tile into registers (int4
+    always, int8/fp8 when block_k <= 256 divides K: quant_matmul.prefetches). Every block size is a
+    power of two (quant_matmul._check_tiles)."""
 
     block_m: int
     block_n: int

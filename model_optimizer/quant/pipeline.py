@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from model_optimizer.quant import embed_pipeline
 from model_optimizer.quant.calibration import read_documents, token_windows
 from model_optimizer.quant.evaluate import Accuracy, compare, gate_failures, load_for_eval
 from model_optimizer.quant.job import (
@@ -35,8 +36,6 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
 
     progress = progress or Progress()
     check_output(opts.output)
-    from model_optimizer.quant import embed_pipeline  # imports this module: not at the top
-
     if embed_pipeline.is_embedding_model(opts.model):
         return embed_pipeline.quantize_embedding(opts, progress)
     started = time.time()
@@ -115,8 +114,6 @@ def eval_only(folder: Path, reference: Path, opts: QuantizeOptions, progress: Pr
     from model_optimizer.llm import load_tokenizer
 
     progress = progress or Progress()
-    from model_optimizer.quant import embed_pipeline
-
     if embed_pipeline.is_embedding_model(reference):
         return embed_pipeline.eval_only_embedding(folder, reference, opts, progress)
     started = time.time()

@@ -139,13 +139,9 @@ def load_model(config: EngineConfig) -> tuple[Any, Any]:
     model_dir = resolve_model_dir(config.model)
     if is_embedding_model(model_dir):
         from model_optimizer.embed import EmbedConfig, Embedder
+        from model_optimizer.embed.config import refuse_load_time_quantization
 
-        if config.quantization not in (None, "none"):  # the embedder reads a folder's own quantization only
-            raise ValueError(
-                f"--quantization {config.quantization} does not apply to the embedding model in {model_dir}: "
-                f"quantize it ahead of time (mopt quantize {model_dir} --method {config.quantization} --output DIR) "
-                "and serve DIR"
-            )
+        refuse_load_time_quantization(config.quantization, model_dir)
         embedder = Embedder(model_dir, **vars(EmbedConfig.from_engine(config)))
         embedder.embed(["warm-up"])
         _log_loaded(model_dir, embedder.backbone.model, time.perf_counter() - start)

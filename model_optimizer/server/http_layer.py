@@ -66,6 +66,11 @@ def bounded_httptools(max_head_bytes: int) -> type:
             self._in_head, self._head_bytes, self._head_tail = True, 0, b""
 
         def _refuse_head(self) -> None:
+            if self.cycle is not None and not self.cycle.response_complete:
+                # a head pipelined behind a response still being sent: a 431 would land inside that
+                # response's bytes, so the connection is dropped instead
+                self.transport.close()
+                return
             body = json.dumps(error_body(431, f"request line and headers exceed {self.max_head} bytes")).encode()
             self.logger.warning("refused a request whose head exceeds %d bytes", self.max_head)
             self.transport.write(

@@ -178,7 +178,7 @@ def test_even_shapes_take_the_unmasked_path(kind, m):
         assert relative_error(out, want) < TOLERANCE[torch.float16], tiles
 
 
-def test_int4_tiles_must_be_one_group_slice():
+def test_int4_tiles_are_made_of_group_slices():
     x, q, s, z, _, _ = _case("int4", 2, 24, 96, torch.float16, group_size=48, seed=5)
     with pytest.raises(ValueError, match="group size a multiple of 128"):
         quant_matmul(x, q, s, z, "int4", 48)
@@ -187,6 +187,16 @@ def test_int4_tiles_must_be_one_group_slice():
         quant_matmul(x, q, s, z, "int4", 128, tiles=QuantTiles(block_m=16, block_n=16, block_k=64))
     with pytest.raises(ValueError, match="block_m and block_n >= 16"):
         quant_matmul(x, q, s, z, "int4", 128, tiles=QuantTiles(block_m=8, block_n=16, block_k=128))
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8", "int4"])
+def test_tiles_that_are_not_powers_of_two_are_refused(kind):
+    """A 384-column K tile once ran the GEMV over 256 of every 384 columns: a silent wrong product."""
+    x, q, s, z, _, _ = _case(kind, 1, 16, 768, torch.float16, group_size=128, seed=5)
+    group = 128 if kind == "int4" else 0
+    for tiles in (QuantTiles(block_m=1, block_n=16, block_k=384), QuantTiles(block_m=1, block_n=24, block_k=256)):
+        with pytest.raises(ValueError, match="must be a power of two"):
+            quant_matmul(x, q, s, z, kind, group, tiles=tiles)
 
 
 @pytest.mark.parametrize("kind", ["int8", "fp8", "int4"])
