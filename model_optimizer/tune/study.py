@@ -154,7 +154,7 @@ def fail_running(study, reason: str) -> None:
 
 def workload_figures(setup: TrialSetup) -> Workload | None:
     """Mean prompt and output lengths and the load's concurrency or rate; None for files (measured later)."""
-    w, load = setup.workload, setup.load
+    w = setup.workload
     if w.dataset != "synthetic":
         return None
     rng = np.random.default_rng(w.seed)
@@ -162,6 +162,13 @@ def workload_figures(setup: TrialSetup) -> Workload | None:
     output = float(parse_length(w.output_len or "128").sample(rng, 2000).mean())
     if w.num_prefix_groups:
         prompt += w.prefix_len * w.prefix_share_ratio
+    return workload_of(setup, prompt, output)
+
+
+def workload_of(setup: TrialSetup, prompt: float, output: float) -> Workload:
+    """The predictor's workload: mean prompt and output lengths under the setup's load (closed loop,
+    sweep or rate)."""
+    load = setup.load
     if load.load_mode == "closed":
         return Workload(
             prompt,
@@ -387,7 +394,7 @@ class Tuner:
         for t in self.study.get_trials(deepcopy=False):
             m = t.user_attrs.get("measured") or {}
             if m.get("ok"):
-                return workload_figures_from_lengths(self.setup, m)
+                return workload_of(self.setup, m["mean_prompt_len"], m["mean_output_len"])
         return None
 
     def measured_pairs(self) -> list[tuple[Prediction, dict]]:
@@ -402,22 +409,6 @@ class Tuner:
     def _refit(self) -> None:
         if self.predictor is not None:
             self.predictor.refit(self.measured_pairs())
-
-
-def workload_figures_from_lengths(setup: TrialSetup, measured: dict) -> Workload:
-    load = setup.load
-    prompt, output = measured["mean_prompt_len"], measured["mean_output_len"]
-    if load.load_mode == "closed":
-        return Workload(
-            prompt,
-            output,
-            concurrency=float(load.concurrency or 1),
-            num_requests=load.num_requests,
-            burst_measured=not setup.skip_first_wave,
-        )
-    if load.load_mode == "sweep":
-        return Workload(prompt, output, concurrency=float(load.sweep_max_concurrency))
-    return Workload(prompt, output, request_rate=load.request_rate or math.inf, num_requests=load.num_requests)
 
 
 def objective_values(result: TrialResult) -> list[float]:
