@@ -10,9 +10,7 @@ folder embed held-out texts through our `Embedder` and the mean cosine per text 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,8 +30,10 @@ from model_optimizer.quant.job import (
     GateFailed,
     Progress,
     QuantizeOptions,
-    check_output,
+    checkpoint_dtype,
     pick_device,
+    publish,
+    round_in_place,
     write_json,
 )
 
@@ -72,23 +72,16 @@ def check_encoder(model: Path, method: str) -> None:
 
 def quantize_embedding(opts: QuantizeOptions, progress: Progress) -> dict:
     """Write the quantized encoder at opts.output; returns the report. GateFailed when below --min-cosine."""
-    check_output(opts.output)
     check_encoder(opts.model, opts.method)
     started = time.time()
     texts = read_texts(opts)
-    opts.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=opts.output.parent, prefix=f".{opts.output.name}.tmp-"))
-    try:
+
+    def build(tmp: Path) -> dict:
         write_quantized_encoder(opts, tmp, progress)
         accuracy, measured = evaluate(opts.model, tmp, texts, opts, progress)
-        report = build_report(opts, accuracy, measured, time.time() - started, tmp)
-        if report["gate"]["failures"]:
-            raise GateFailed(report["gate"]["failures"], report)
-        write_json(tmp / REPORT_NAME, report)
-        os.replace(tmp, opts.output)
-        return report
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return build_report(opts, accuracy, measured, time.time() - started, tmp)
+
+    return publish(opts.output, build)
 
 
 def eval_only_embedding(folder: Path, reference: Path, opts: QuantizeOptions, progress: Progress) -> dict:
@@ -113,25 +106,12 @@ def write_quantized_encoder(opts: QuantizeOptions, out: Path, progress: Progress
     """Round the float encoder's linears with the method and save it as compressed-tensors, with the
     sentence-transformers module folders (pooling, normalization) that the embedding recipe needs."""
     from model_optimizer.embed.backbone import load_backbone
-    from model_optimizer.models.loader import DTYPES
     from model_optimizer.models.model_config import read_config
-    from model_optimizer.quant.attach import attach_quantization
-    from model_optimizer.quant.spec import QuantSpec
     from model_optimizer.quant.writer import save_compressed_tensors
 
     config = read_config(opts.model)
-    target = DTYPES.get(
-        str(config.get("torch_dtype") or config.get("dtype") or "float32").replace("torch.", ""), torch.float32
-    )
     encoder = load_backbone(opts.model, config, "float32", pick_device(opts.device), "auto").model
-    layers = attach_quantization(encoder, QuantSpec(opts.method, group_size=opts.group_size), target, dummy=True)
-    progress.start("rounding", len(layers))
-    with torch.no_grad():
-        for _, layer in layers:
-            layer.quant_method.process_weights_after_loading(layer)
-            progress.advance("rounding")
-        for param in encoder.parameters():
-            param.data = param.data.to(target)
+    round_in_place(encoder, opts, checkpoint_dtype(config), progress)
     save_compressed_tensors(encoder, opts.method, opts.group_size, opts.model, out)
     for sub in module_folders(opts.model):
         shutil.copytree(opts.model / sub, out / sub)

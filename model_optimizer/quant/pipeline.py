@@ -8,9 +8,6 @@ take the same path with a cosine gate instead of perplexity (embed_pipeline.py).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +22,10 @@ from model_optimizer.quant.job import (
     Progress,
     QuantizeOptions,
     check_output,
+    checkpoint_dtype,
     pick_device,
+    publish,
+    round_in_place,
     write_json,
 )
 
@@ -48,54 +48,35 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
         calib_windows = token_windows(
             tokenizer, read_documents(opts.calib, "calibration"), opts.num_calib_samples, opts.calib_seq_len
         )
-    opts.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=opts.output.parent, prefix=f".{opts.output.name}.tmp-"))
-    try:
+
+    def build(tmp: Path) -> dict:
         model = quantized_model(opts, calib_windows, progress)
         from model_optimizer.quant.writer import save_compressed_tensors
 
         save_compressed_tensors(model, opts.method, opts.group_size, opts.model, tmp)
         del model
         accuracy = evaluate(opts.model, tmp, eval_windows, opts, progress)
-        report = build_report(opts, accuracy, calib_windows, eval_windows, time.time() - started, tmp)
-        failures = report["gate"]["failures"]
-        if failures:
-            raise GateFailed(failures, report)
-        write_json(tmp / REPORT_NAME, report)
-        os.replace(tmp, opts.output)
-        return report
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return build_report(opts, accuracy, calib_windows, eval_windows, time.time() - started, tmp)
+
+    return publish(opts.output, build)
 
 
 def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progress: Progress) -> torch.nn.Module:
     """The original loaded in float32, AWQ-adjusted if asked, rounded in the checkpoint's dtype."""
-    from model_optimizer.models.loader import DTYPES, load_model
+    from model_optimizer.models.loader import load_model
     from model_optimizer.models.model_config import read_config
-    from model_optimizer.quant.attach import attach_quantization
-    from model_optimizer.quant.spec import QuantSpec
 
     config = read_config(opts.model)
     if config.get("quantization_config"):
         raise ValueError(f"{opts.model} is already quantized; quantize the original float checkpoint")
-    device = pick_device(opts.device)
-    model = load_model(opts.model, "float32", device)
-    target = DTYPES.get(
-        str(config.get("torch_dtype") or config.get("dtype") or "float32").replace("torch.", ""), torch.float32
-    )
+    model = load_model(opts.model, "float32", pick_device(opts.device))
+    target = checkpoint_dtype(config)
     if opts.method == "awq":
         progress.start("AWQ search", len(model.model.layers))
         from model_optimizer.quant.awq import apply_awq
 
         apply_awq(model, calib_windows, opts.group_size, target, on_layer=lambda i: progress.advance("AWQ search"))
-    layers = attach_quantization(model, QuantSpec(opts.method, group_size=opts.group_size), target, dummy=True)
-    progress.start("rounding", len(layers))
-    for _, layer in layers:
-        layer.quant_method.process_weights_after_loading(layer)
-        progress.advance("rounding")
-    with torch.no_grad():
-        for param in model.parameters():
-            param.data = param.data.to(target)
+    round_in_place(model, opts, target, progress)
     return model
 
 
