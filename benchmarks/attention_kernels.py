@@ -8,7 +8,7 @@ do_bench_cudagraph (launch cost removed, as in a captured decode step). Achieved
 KV-cache bytes the kernel must read, compared with a device-to-device copy (read + write bytes)
 measured in the same run. Graph timings replay without flushing L2 (50 MB on the H200), so cases
 whose KV fits in L2 can beat the copy figure. A final sweep times launch shapes (Tiles) for a few
-cases, to pick the defaults in model_optimizer/kernels/paged_attention.py.
+cases, to pick the defaults in model_optimizer/runtime/kernels/paged_attention.py.
 
 Run on the GPU machine (about 3-5 minutes):
     PYTHONPATH=. python3 benchmarks/attention_kernels.py --output $OUT/attention_kernels.json
@@ -66,7 +66,7 @@ def prefill_cases() -> list[Case]:
 
 def build(case: Case, device: str = "cuda") -> dict:
     """Random inputs built directly on the GPU (batch 256 x 8k context is 8.6 GB of bf16 cache)."""
-    from model_optimizer.kernels.reference import FP8_DTYPE
+    from model_optimizer.runtime.kernels.reference import FP8_DTYPE
 
     seq_len = case.context + case.q_len
     blocks_per_seq = -(-seq_len // case.block_size)
@@ -101,7 +101,7 @@ def attention_flops(case: Case) -> float:
 
 def attention_call(case: Case, inputs: dict, out: torch.Tensor, tiles=None):
     """A no-argument closure running the kernel once on `inputs` into `out`."""
-    from model_optimizer.kernels.paged_attention import paged_attention
+    from model_optimizer.runtime.kernels.paged_attention import paged_attention
 
     def call():
         paged_attention(
@@ -125,7 +125,7 @@ def attention_call(case: Case, inputs: dict, out: torch.Tensor, tiles=None):
 def time_case(case: Case) -> dict:
     import triton.testing
 
-    from model_optimizer.kernels.paged_attention import _num_sms, choose_num_splits
+    from model_optimizer.runtime.kernels.paged_attention import _num_sms, choose_num_splits
 
     inputs = build(case)
     out = torch.empty_like(inputs["query"])
@@ -156,7 +156,7 @@ def sweep_tiles(case: Case) -> dict:
 
     import triton.testing
 
-    from model_optimizer.kernels.paged_attention import Tiles
+    from model_optimizer.runtime.kernels.paged_attention import Tiles
 
     inputs = build(case)
     expected = torch.empty_like(inputs["query"])
@@ -197,7 +197,7 @@ def sweep_cases() -> list[Case]:
 def time_store_kv(num_tokens: int) -> dict:
     import triton.testing
 
-    from model_optimizer.kernels.store_kv import store_kv
+    from model_optimizer.runtime.kernels.store_kv import store_kv
 
     cache = torch.empty(2, 4096, 16, NUM_KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     key = torch.randn(num_tokens, NUM_KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)

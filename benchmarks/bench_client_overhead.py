@@ -66,11 +66,11 @@ def pin(cpu: int) -> None:
 async def measure(base_url: str, plan, seconds: float) -> dict:
     import numpy as np
 
-    from model_optimizer.bench.client import BenchClient, ClientConfig
-    from model_optimizer.bench.load import run_load
-    from model_optimizer.bench.metrics import summarize
-    from model_optimizer.bench.overhead import LoopLagMonitor, overhead_report
-    from model_optimizer.bench.workloads import BenchRequest
+    from model_optimizer.optimizer.bench.client import BenchClient, ClientConfig
+    from model_optimizer.optimizer.bench.load import run_load
+    from model_optimizer.optimizer.bench.metrics import summarize
+    from model_optimizer.optimizer.bench.overhead import LoopLagMonitor, overhead_report
+    from model_optimizer.optimizer.bench.workloads import BenchRequest
 
     requests = [BenchRequest(list(range(100, 108)), 8, CHUNKS)]
     async with BenchClient(ClientConfig(base_url=base_url, model="m"), plan.slots(), 0.0) as client:
@@ -114,8 +114,8 @@ def main() -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from model_optimizer.bench.load import RunPlan
-    from model_optimizer.bench.report import atomic_write
+    from model_optimizer.optimizer.bench.load import RunPlan
+    from model_optimizer.optimizer.bench.report import atomic_write
 
     pin(0)
     load_before = os.getloadavg()

@@ -49,8 +49,8 @@ from model_optimizer.cli.main import build_parser
 args = build_parser().parse_args(["generate", "--prompt", "x", *sys.argv[1:]])
 from dataclasses import asdict
 from model_optimizer.cli.args import dataclass_from_args
-from model_optimizer.config import EngineConfig
-from model_optimizer.llm import LLM
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.llm import LLM
 LLM(**asdict(dataclass_from_args(EngineConfig, args)))
 print("{READY_MARKER}", flush=True)
 """
@@ -59,7 +59,7 @@ print("{READY_MARKER}", flush=True)
 TOKENIZER_CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
-from model_optimizer.models.tokenizer import load_tokenizer
+from model_optimizer.runtime.models.tokenizer import load_tokenizer
 t1 = time.perf_counter()
 tok = load_tokenizer(sys.argv[1])
 t2 = time.perf_counter()

@@ -83,7 +83,7 @@ def copy_bandwidth_gbps(num_bytes: int = 2 << 30, repeats: int = 20) -> float:
 
 def write_json(path: str | Path, payload: dict) -> Path:
     """Write atomically: a crash never leaves half a result."""
-    from model_optimizer.fileio import atomic_write
+    from model_optimizer.common.fileio import atomic_write
 
     atomic_write(path, json.dumps(payload, indent=2) + "\n")
     return Path(path)

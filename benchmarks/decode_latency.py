@@ -112,7 +112,7 @@ def replay_ms(runner, batch: int, replays: int = 50) -> float:
     """Median time of one replay of the decode graph holding `batch` sequences (the buffers hold the last step)."""
     import torch
 
-    from model_optimizer.runner.decode_runner import bucket_for
+    from model_optimizer.runtime.runner.decode_runner import bucket_for
 
     graphs = runner.decode_runner
     if graphs is None or not graphs.graphs:
@@ -133,7 +133,7 @@ def replay_kernels(runner, batch: int, replays: int = 10) -> list[dict]:
     """GPU kernels of the decode graph for `batch` sequences: name, calls per replay, us per call."""
     import torch
 
-    from model_optimizer.runner.decode_runner import bucket_for
+    from model_optimizer.runtime.runner.decode_runner import bucket_for
 
     graph = runner.decode_runner.graphs[bucket_for(batch, runner.decode_runner.sizes)]
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:

@@ -262,7 +262,7 @@ def load_sentence_transformer(folder: Path, device: str, dtype):
 
 def non_embedding_params(embedder) -> int:
     """Parameters outside the token / position / type embedding tables: the ones each token multiplies."""
-    from model_optimizer.layers.embedding import VocabEmbedding
+    from model_optimizer.runtime.layers.embedding import VocabEmbedding
 
     tables = {id(p) for m in embedder.backbone.modules() if isinstance(m, VocabEmbedding) for p in m.parameters()}
     return sum(p.numel() for p in embedder.backbone.parameters() if id(p) not in tables)
@@ -280,7 +280,7 @@ def compiled_graphs() -> int:
 def bench_model(name: str, folder: Path, dtype: str, grid, args, device: str, progress, task, on_row) -> None:
     import torch
 
-    from model_optimizer.embed import Embedder
+    from model_optimizer.runtime.embed import Embedder
 
     ours_dtype = args.ours_dtype or dtype
     ours = Embedder(

@@ -28,11 +28,11 @@ def cases(num_tokens: int):
     """(name, eager function, the model's Triton kernel, arguments, bytes moved)."""
     import torch
 
-    from model_optimizer.kernels import fused_ops
-    from model_optimizer.kernels.rotary import norm_rotate
-    from model_optimizer.layers.activation import silu_and_mul
-    from model_optimizer.layers.norm import _add_rms_norm, _rms_norm
-    from model_optimizer.layers.rotary import RopeConfig, RotaryEmbedding, norm_rotate_ref
+    from model_optimizer.runtime.kernels import fused_ops
+    from model_optimizer.runtime.kernels.rotary import norm_rotate
+    from model_optimizer.runtime.layers.activation import silu_and_mul
+    from model_optimizer.runtime.layers.norm import _add_rms_norm, _rms_norm
+    from model_optimizer.runtime.layers.rotary import RopeConfig, RotaryEmbedding, norm_rotate_ref
 
     bf16 = dict(dtype=torch.bfloat16, device="cuda")
     x, res = torch.randn(num_tokens, HIDDEN, **bf16), torch.randn(num_tokens, HIDDEN, **bf16)

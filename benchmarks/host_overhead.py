@@ -28,9 +28,9 @@ def decode_inputs_us(device_name: str, batch_sizes: tuple[int, ...] = (1, 32, 25
     """Microseconds of CPU time per steady decode step spent in InputBatch.update + prepare."""
     import torch
 
-    from model_optimizer.engine.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
-    from model_optimizer.runner.input_batch import InputBatch
-    from model_optimizer.sampling_params import SamplingParams
+    from model_optimizer.runtime.engine.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
+    from model_optimizer.runtime.runner.input_batch import InputBatch
+    from model_optimizer.runtime.sampling_params import SamplingParams
 
     params, prompt_len, block_size = SamplingParams(max_tokens=4096), 200, 16
     accepted = inspect.signature(InputBatch).parameters  # trees before the step buffer lack the budget: this
@@ -75,8 +75,8 @@ def main() -> None:
     import torch
 
     from model_optimizer import LLM, SamplingParams
-    from model_optimizer.layers.sampler import SampledTokens
-    from model_optimizer.runner.step_handle import StepHandle
+    from model_optimizer.runtime.layers.sampler import SampledTokens
+    from model_optimizer.runtime.runner.step_handle import StepHandle
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--num-requests", type=int, default=256)

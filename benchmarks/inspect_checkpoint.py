@@ -102,8 +102,8 @@ def time_in_process(folder: Path, repeats: int) -> dict:
 
     before = rss_mib()
     start = time.perf_counter()
-    from model_optimizer.modelio.consumption import _cached_meta_model
-    from model_optimizer.modelio.inspector import inspect_checkpoint
+    from model_optimizer.model.inspect.consumption import _cached_meta_model
+    from model_optimizer.model.inspect.inspector import inspect_checkpoint
 
     report = inspect_checkpoint(folder)
     first = time.perf_counter() - start
@@ -174,7 +174,7 @@ def run_speed(args: argparse.Namespace) -> dict:
             args.repeats,
         )
         direct = time_subprocess(
-            f"from model_optimizer.modelio.inspector import inspect_checkpoint; inspect_checkpoint({str(folder)!r})",
+            f"from model_optimizer.model.inspect.inspector import inspect_checkpoint; inspect_checkpoint({str(folder)!r})",
             args.repeats,
         )
         bare = time_subprocess("import torch", args.repeats)
@@ -193,7 +193,7 @@ def run_speed(args: argparse.Namespace) -> dict:
 
 
 def run_memory_plan(args: argparse.Namespace) -> dict:
-    from model_optimizer.modelio.plan_check import compare_with_engine
+    from model_optimizer.model.inspect.plan_check import compare_with_engine
 
     cases = [
         ("qwen3-0.6b", 0.5, 4096),

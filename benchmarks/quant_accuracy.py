@@ -92,10 +92,10 @@ def main() -> None:
     from common import environment, write_json
 
     from model_optimizer.assets import reference_model_path
-    from model_optimizer.llm import load_tokenizer
-    from model_optimizer.quant.calibration import read_documents, token_windows
-    from model_optimizer.quant.job import QuantizeOptions
-    from model_optimizer.quant.pipeline import eval_only, quantize
+    from model_optimizer.model.quantize.calibration import read_documents, token_windows
+    from model_optimizer.model.quantize.job import QuantizeOptions
+    from model_optimizer.model.quantize.pipeline import eval_only, quantize
+    from model_optimizer.runtime.llm import load_tokenizer
 
     model = reference_model_path()
     tok = load_tokenizer(model)

@@ -16,7 +16,7 @@ the issue's targets (Llama-3.1-8B at batch 1: fp8 <= 2.5 ms, int4 <= 1.5 ms per 
 buckets 1, 2-16, 17-64, 65+; fp8 above 16 rows also `_scaled_mm`) and writes the fastest per case as a
 tile table (`--tiles-output`, default beside --output): run with MOPT_QUANT_TILES pointing at it, the
 kernels take those shapes, here (the method timings that follow) and in the engine; committed as
-model_optimizer/kernels/quant_tiles.json it becomes the default on that GPU. The Triton compiles of
+model_optimizer/runtime/kernels/quant_tiles.json it becomes the default on that GPU. The Triton compiles of
 the candidates run first in parallel processes (`--compile-workers`), which fill Triton's disk cache.
 
     PYTHONPATH=. python3 benchmarks/quant_kernels.py --sweep --tiles-output quant_tiles.json
@@ -56,7 +56,7 @@ def make_weights(method: str, n: int, k: int, copies: int) -> list[tuple]:
     """`copies` independent weight sets of the method's layout (random, quantized on the GPU)."""
     import torch
 
-    from model_optimizer.kernels import quant_reference as ref
+    from model_optimizer.runtime.layers.quantization.quantizers import quantize_fp8, quantize_int4, quantize_int8
 
     sets = []
     for i in range(copies):
@@ -64,11 +64,11 @@ def make_weights(method: str, n: int, k: int, copies: int) -> list[tuple]:
         if method == "bf16":
             sets.append((w,))
         elif method in ("fp8", "fp8_scaled_mm"):
-            sets.append(ref.quantize_fp8_weight(w))
+            sets.append(quantize_fp8(w).astuple())
         elif method == "int8":
-            sets.append(ref.quantize_int8(w))
+            sets.append(quantize_int8(w).astuple())
         else:
-            sets.append(ref.quantize_int4(w, GROUP_SIZE))
+            sets.append(quantize_int4(w, GROUP_SIZE).astuple())
         del w
     return sets
 
@@ -77,7 +77,7 @@ def call(method: str):
     """The function that runs `method` on (x, *weight_set)."""
     import torch.nn.functional as F
 
-    from model_optimizer.kernels import quant_linear
+    from model_optimizer.runtime.kernels import quant_linear
 
     if method == "bf16":
         return lambda x, w: F.linear(x, w)
@@ -148,7 +148,7 @@ HBM_PEAK_GBPS = 4800  # H200; a candidate measured faster read (part of) its wei
 
 def sweep_rows(m_values: list[int]) -> dict[int, int]:
     """The row buckets that `m_values` fall in -> rows timed for each (SWEEP_ROWS)."""
-    from model_optimizer.kernels.quant_tiles import row_bucket
+    from model_optimizer.runtime.kernels.quant_tiles import row_bucket
 
     buckets = {row_bucket(m) for m in m_values}
     return {bucket: m for bucket, m in SWEEP_ROWS.items() if bucket in buckets}
@@ -157,7 +157,7 @@ def sweep_rows(m_values: list[int]) -> dict[int, int]:
 def sweep_cases(models: list[str], num_sms: int, m_values: list[int]) -> list[tuple]:
     """(model, linear, kind, bucket, N, K, candidates) for every case the table holds: the row
     buckets of `m_values` (--m), each timed at its SWEEP_ROWS row count."""
-    from model_optimizer.kernels.quant_tiles import candidates
+    from model_optimizer.runtime.kernels.quant_tiles import candidates
 
     cases = []
     for model in models:
@@ -174,7 +174,7 @@ def _compile_worker(jobs: list[tuple]) -> list[str]:
     disk cache with the specializations of the real call (strides, M == 1, one split)."""
     import torch
 
-    from model_optimizer.kernels import quant_matmul as qk
+    from model_optimizer.runtime.kernels import quant_matmul as qk
 
     errors = []
     for kind, m, n, k, tiles in jobs:
@@ -225,8 +225,8 @@ def compile_in_parallel(cases: list, workers: int) -> list[str]:
 
 
 def _runner(kind: str, tiles):
-    from model_optimizer.kernels import quant_linear
-    from model_optimizer.kernels import quant_matmul as qk
+    from model_optimizer.runtime.kernels import quant_linear
+    from model_optimizer.runtime.kernels import quant_matmul as qk
 
     if tiles.backend == "scaled_mm":
         return lambda x, q, s, z: quant_linear._scaled_mm_w8a8(x, q, s, None)
@@ -237,7 +237,7 @@ def _dequantized(kind: str, weight_set: tuple):
     """float32 (N, K) weight of one set, the yardstick of every candidate's output."""
     import torch
 
-    from model_optimizer.kernels import quant_reference as ref
+    from model_optimizer.runtime.kernels import quant_reference as ref
 
     if kind == "int4":
         return ref.dequantize_int4(weight_set[0], weight_set[1], weight_set[2], GROUP_SIZE, torch.float32)
@@ -252,9 +252,9 @@ def sweep(models: list[str], workers: int, m_values: list[int], tiles_path: Path
     still leaves the shapes it finished."""
     import torch
 
-    from model_optimizer.fileio import atomic_write
-    from model_optimizer.kernels import quant_tiles
-    from model_optimizer.kernels.quant_matmul import _device_facts
+    from model_optimizer.common.fileio import atomic_write
+    from model_optimizer.runtime.kernels import quant_tiles
+    from model_optimizer.runtime.kernels.quant_matmul import _device_facts
 
     gpu, num_sms = _device_facts(0)
     cases = sweep_cases(models, num_sms, m_values)
@@ -329,8 +329,8 @@ def main() -> None:
     }
     started = time.time()
     if args.sweep:
-        from model_optimizer.fileio import atomic_write
-        from model_optimizer.kernels import quant_tiles
+        from model_optimizer.common.fileio import atomic_write
+        from model_optimizer.runtime.kernels import quant_tiles
 
         tiles_path = Path(args.tiles_output or Path(args.output).with_name("quant_tiles.json"))
         rows, table, errors = sweep(args.models, args.compile_workers, args.m, tiles_path)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from common import RESULTS, environment, write_json
 
-from model_optimizer.tune.server_process import ServerProcess, free_port
+from model_optimizer.optimizer.tune.server_process import ServerProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 KEPT = ("output_throughput", "total_throughput", "request_rate", "num_ok", "num_failed", "duration_s", "output_tokens")

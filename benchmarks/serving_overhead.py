@@ -57,9 +57,9 @@ def serve(
     import uvicorn
 
     from model_optimizer import LLM
-    from model_optimizer.engine.async_engine import AsyncEngine
-    from model_optimizer.server.app import create_app
-    from model_optimizer.server.config import ServerConfig
+    from model_optimizer.runtime.engine.async_engine import AsyncEngine
+    from model_optimizer.runtime.server.app import create_app
+    from model_optimizer.runtime.server.config import ServerConfig
 
     kwargs = {"max_model_len": PROMPT_LEN + 1024, "max_num_seqs": max_num_seqs}
     kwargs.update(json.loads(engine_args) if engine_args else {"num_kv_blocks": 4096})
@@ -73,7 +73,7 @@ def serve(
     sock.bind(("127.0.0.1", 0))
     app = create_app(ServerConfig(served_model_name="tiny", log_level="warning"), llm=llm)
     if http == "serve":  # what mopt serve runs: httptools with its head bound, else h11
-        from model_optimizer.server.http_layer import uvicorn_http_options
+        from model_optimizer.runtime.server.http_layer import uvicorn_http_options
 
         options = uvicorn_http_options(16 << 10)
     else:
@@ -153,8 +153,8 @@ def fake_device(runner, seconds: float) -> None:
     as it does on a GPU machine. Every sampled token is 5."""
     import torch
 
-    from model_optimizer.layers.sampler import SampledTokens
-    from model_optimizer.runner.step_handle import StepHandle
+    from model_optimizer.runtime.layers.sampler import SampledTokens
+    from model_optimizer.runtime.runner.step_handle import StepHandle
 
     done_at: dict[int, float] = {}
     busy_until = [0.0]
@@ -221,8 +221,8 @@ def client(url: str, concurrency: int, num_requests: int, output_len: int, logpr
     import io
     import pstats
 
-    from model_optimizer.bench.client import BenchClient, ClientConfig
-    from model_optimizer.bench.workloads import BenchRequest
+    from model_optimizer.optimizer.bench.client import BenchClient, ClientConfig
+    from model_optimizer.optimizer.bench.workloads import BenchRequest
 
     cfg = ClientConfig(base_url=url, model="tiny", return_token_ids=True, logprobs=logprobs)
     prompt = list(range(10, 10 + PROMPT_LEN))

@@ -14,15 +14,15 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     if name == "LLM":
-        from model_optimizer.llm import LLM
+        from model_optimizer.runtime.llm import LLM
 
         return LLM
     if name == "SamplingParams":
-        from model_optimizer.sampling_params import SamplingParams
+        from model_optimizer.runtime.sampling_params import SamplingParams
 
         return SamplingParams
     if name == "EngineConfig":
-        from model_optimizer.config import EngineConfig
+        from model_optimizer.runtime.config import EngineConfig
 
         return EngineConfig
     raise AttributeError(f"module 'model_optimizer' has no attribute {name!r}")

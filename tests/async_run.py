@@ -7,7 +7,7 @@ import asyncio
 
 def run(llm, body) -> object:
     """Run `body(engine)` with a started AsyncEngine on a fresh event loop; stop the engine after."""
-    from model_optimizer.engine.async_engine import AsyncEngine
+    from model_optimizer.runtime.engine.async_engine import AsyncEngine
 
     async def main():
         engine = AsyncEngine(llm.engine)

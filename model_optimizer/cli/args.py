@@ -8,7 +8,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from model_optimizer.config import field_choices, field_docs
+from model_optimizer.runtime.config import field_choices, field_docs
 
 T = TypeVar("T")
 

@@ -25,10 +25,10 @@ ENDPOINT_PATHS = {"/v1/completions": "completions", "/v1/chat/completions": "cha
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from model_optimizer.bench.client import ClientConfig
-    from model_optimizer.bench.load import LoadConfig
-    from model_optimizer.bench.runner import OutputConfig
-    from model_optimizer.bench.workloads import WorkloadConfig
+    from model_optimizer.optimizer.bench.client import ClientConfig
+    from model_optimizer.optimizer.bench.load import LoadConfig
+    from model_optimizer.optimizer.bench.runner import OutputConfig
+    from model_optimizer.optimizer.bench.workloads import WorkloadConfig
 
     parser = subparsers.add_parser(
         "bench",
@@ -83,15 +83,15 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from model_optimizer.bench.client import ClientConfig
-    from model_optimizer.bench.load import LoadConfig
-    from model_optimizer.bench.runner import BenchSetup, OutputConfig, run_benchmark
-    from model_optimizer.bench.workloads import WorkloadConfig
+    from model_optimizer.optimizer.bench.client import ClientConfig
+    from model_optimizer.optimizer.bench.load import LoadConfig
+    from model_optimizer.optimizer.bench.runner import BenchSetup, OutputConfig, run_benchmark
+    from model_optimizer.optimizer.bench.workloads import WorkloadConfig
 
     console = Console()
     configs = (ClientConfig, WorkloadConfig, LoadConfig, OutputConfig)
     if args.compare_args:
-        from model_optimizer.bench.compare import print_comparison
+        from model_optimizer.optimizer.bench.compare import print_comparison
 
         a, b = _compare_paths(args, configs)
         print_comparison(a, b, console)

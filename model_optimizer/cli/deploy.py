@@ -8,9 +8,9 @@ from model_optimizer.cli.args import add_config_file_arg, add_dataclass_args, da
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from model_optimizer.config import EngineConfig
-    from model_optimizer.deploy.config import DeployConfig
-    from model_optimizer.server.config import ServerConfig
+    from model_optimizer.optimizer.deploy.config import DeployConfig
+    from model_optimizer.runtime.config import EngineConfig
+    from model_optimizer.runtime.server.config import ServerConfig
 
     parser = subparsers.add_parser(
         "deploy",
@@ -28,11 +28,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from model_optimizer.config import EngineConfig
-    from model_optimizer.deploy.config import DeployConfig
-    from model_optimizer.deploy.render import render, write
-    from model_optimizer.deploy.settings import ServeSettings
-    from model_optimizer.server.config import ServerConfig
+    from model_optimizer.optimizer.deploy.config import DeployConfig
+    from model_optimizer.optimizer.deploy.render import render, write
+    from model_optimizer.optimizer.deploy.settings import ServeSettings
+    from model_optimizer.runtime.config import EngineConfig
+    from model_optimizer.runtime.server.config import ServerConfig
 
     deploy = dataclass_from_args(DeployConfig, args)
     settings = ServeSettings(dataclass_from_args(EngineConfig, args), dataclass_from_args(ServerConfig, args))

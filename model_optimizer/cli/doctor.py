@@ -52,10 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from model_optimizer.doctor import evaluate, recommended_settings
-    from model_optimizer.doctor.report import print_report, report_document
-    from model_optimizer.doctor.snapshot import Snapshot, load_snapshot, write_json_atomic
-    from model_optimizer.fileio import check_writable_file_path
+    from model_optimizer.common.fileio import check_writable_file_path
+    from model_optimizer.environment import evaluate, recommended_settings
+    from model_optimizer.environment.report import print_report, report_document
+    from model_optimizer.environment.snapshot import Snapshot, load_snapshot, write_json_atomic
 
     if args.explain is not None:
         return _explain(args)
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if args.snapshot:
         snapshot = load_snapshot(args.snapshot)
     else:
-        from model_optimizer.doctor import capture_snapshot
+        from model_optimizer.environment import capture_snapshot
 
         with progress.status("probing driver, CUDA, torch and the system..."):
             snapshot = capture_snapshot()
@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
 def _bench(snapshot: dict[str, Any], index: int, console: Any) -> dict[str, Any]:
     from rich.progress import Progress
 
-    from model_optimizer.doctor.bench import run_bench
-    from model_optimizer.doctor.snapshot import Snapshot
+    from model_optimizer.environment.bench import run_bench
+    from model_optimizer.environment.snapshot import Snapshot
 
     snap = Snapshot(snapshot)
     if not snap.gpu_usable:
@@ -108,9 +108,9 @@ def _explain(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from model_optimizer.doctor.explain import explain
-    from model_optimizer.doctor.probes.system import probe_system
-    from model_optimizer.doctor.report import print_explain
+    from model_optimizer.environment.explain import explain
+    from model_optimizer.environment.probes.system import probe_system
+    from model_optimizer.environment.report import print_explain
 
     text = sys.stdin.read() if args.explain == "-" else args.explain
     matches = explain(text)

@@ -6,14 +6,14 @@ import argparse
 import sys
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
-from model_optimizer.config import field_docs
+from model_optimizer.runtime.config import field_docs
 
 TRI_STATE = ("normalize", "append_eos")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from model_optimizer.embed.config import EmbedConfig
-    from model_optimizer.embed.jsonl_job import JobConfig
+    from model_optimizer.runtime.embed.config import EmbedConfig
+    from model_optimizer.runtime.embed.jsonl_job import JobConfig
 
     parser = subparsers.add_parser(
         "embed",
@@ -44,9 +44,9 @@ def run(args: argparse.Namespace) -> int:
         TimeRemainingColumn,
     )
 
-    from model_optimizer.embed import Embedder
-    from model_optimizer.embed.config import EmbedConfig
-    from model_optimizer.embed.jsonl_job import EmbedJob, JobConfig, check_paths
+    from model_optimizer.runtime.embed import Embedder
+    from model_optimizer.runtime.embed.config import EmbedConfig
+    from model_optimizer.runtime.embed.jsonl_job import EmbedJob, JobConfig, check_paths
 
     job = dataclass_from_args(JobConfig, args)
     check_paths(job)  # before the model loads

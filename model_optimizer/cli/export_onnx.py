@@ -37,8 +37,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from model_optimizer.embed import Embedder
-    from model_optimizer.export.onnx import export_folder
+    from model_optimizer.model.export.onnx import export_folder
+    from model_optimizer.runtime.embed import Embedder
 
     if not 11 <= args.opset <= 21:
         raise ValueError(f"--opset must be between 11 and 21, got {args.opset}")

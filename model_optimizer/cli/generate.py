@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
-from model_optimizer.config import EngineConfig, field_docs
-from model_optimizer.fileio import atomic_write, jsonl_values
-from model_optimizer.sampling_params import SamplingParams
+from model_optimizer.common.fileio import atomic_write, jsonl_values
+from model_optimizer.runtime.config import EngineConfig, field_docs
+from model_optimizer.runtime.sampling_params import SamplingParams
 
 SAMPLING_FLAGS = (
     "temperature",
@@ -137,7 +137,7 @@ def sampling_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from model_optimizer.llm import LLM, generation_defaults, resolve_model_dir
+    from model_optimizer.runtime.llm import LLM, generation_defaults, resolve_model_dir
 
     console = Console(stderr=True)
     lines = read_prompt_lines(args.prompt, args.prompts_file)
@@ -251,7 +251,7 @@ def _line_params(line: PromptLine, base: dict[str, Any]) -> SamplingParams:
 
 def _prompt_ids(llm: Any, line: PromptLine) -> tuple[list[int], str | None]:
     """(token ids, prompt text or None) of one line, with the engine's own checks; errors name the line."""
-    from model_optimizer.engine.input_processor import check_prompt_fits, encode_prompt
+    from model_optimizer.runtime.engine.input_processor import check_prompt_fits, encode_prompt
 
     info = llm.engine.info
     try:

@@ -18,7 +18,7 @@ import argparse
 import json
 from typing import Any
 
-from model_optimizer.config import EngineConfig, field_docs
+from model_optimizer.runtime.config import EngineConfig, field_docs
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -80,8 +80,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from model_optimizer.modelio.inspector import inspect_checkpoint
-    from model_optimizer.modelio.report import print_report
+    from model_optimizer.model.inspect.inspector import inspect_checkpoint
+    from model_optimizer.model.inspect.report import print_report
 
     if args.max_model_len is not None and args.max_model_len <= 0:
         raise ValueError(f"--max-model-len must be a positive integer, got {args.max_model_len}")
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _attach_plan(args: argparse.Namespace, report: Any) -> None:
     """The memory plan when the engine can build the model; a bad --gpu or setting is the user's error."""
-    from model_optimizer.modelio.memory_plan import gpu_memory, plan_memory
+    from model_optimizer.model.inspect.memory_plan import gpu_memory, plan_memory
 
     engine = EngineConfig(
         max_model_len=args.max_model_len,
@@ -120,9 +120,9 @@ def _fix(args: argparse.Namespace, before: dict[str, Any]) -> int:
 
     from rich.console import Console
 
-    from model_optimizer.modelio.fix import FixOptions, fix_checkpoint
-    from model_optimizer.modelio.inspector import inspect_checkpoint
-    from model_optimizer.modelio.report import print_report
+    from model_optimizer.model.inspect.fix import FixOptions, fix_checkpoint
+    from model_optimizer.model.inspect.inspector import inspect_checkpoint
+    from model_optimizer.model.inspect.report import print_report
 
     console = Console()
     with Console(stderr=True).status(f"writing the cleaned checkpoint to {args.fix}..."):

@@ -75,8 +75,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from model_optimizer.quant.job import GateFailed
-    from model_optimizer.quant.pipeline import eval_only, quantize
+    from model_optimizer.model.quantize.job import GateFailed
+    from model_optimizer.model.quantize.pipeline import eval_only, quantize
 
     opts = options(args)
     with _progress() as progress:
@@ -99,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def options(args: argparse.Namespace):
-    from model_optimizer.llm import resolve_model_dir
-    from model_optimizer.quant.embed_pipeline import DEFAULT_NUM_TEXTS, is_embedding_model
-    from model_optimizer.quant.job import QuantizeOptions
+    from model_optimizer.model.quantize.embed_pipeline import DEFAULT_NUM_TEXTS, is_embedding_model
+    from model_optimizer.model.quantize.job import QuantizeOptions
+    from model_optimizer.runtime.llm import resolve_model_dir
 
     for name in ("num_calib_samples", "calib_seq_len", "num_eval_samples", "eval_seq_len", "group_size"):
         if getattr(args, name) is not None and getattr(args, name) <= 0:
@@ -144,7 +144,7 @@ def options(args: argparse.Namespace):
 
 
 def _method_of(folder: Path) -> str:
-    from model_optimizer.quant.attach import spec_for_folder
+    from model_optimizer.runtime.layers.quantization.attach import spec_for_folder
 
     spec = spec_for_folder(folder, None)
     if spec is None:
@@ -159,7 +159,7 @@ class _progress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from model_optimizer.quant.job import Progress as Callbacks
+        from model_optimizer.model.quantize.job import Progress as Callbacks
 
         self.bar = Progress(
             TextColumn("{task.description}"),

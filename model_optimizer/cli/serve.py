@@ -8,8 +8,8 @@ from model_optimizer.cli.args import add_config_file_arg, add_dataclass_args, da
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from model_optimizer.config import EngineConfig
-    from model_optimizer.server.config import ServerConfig
+    from model_optimizer.runtime.config import EngineConfig
+    from model_optimizer.runtime.server.config import ServerConfig
 
     parser = subparsers.add_parser(
         "serve",
@@ -31,9 +31,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from model_optimizer.config import EngineConfig
-    from model_optimizer.server.config import API_KEY_ENV, ServerConfig
-    from model_optimizer.server.launcher import serve
+    from model_optimizer.runtime.config import EngineConfig
+    from model_optimizer.runtime.server.config import API_KEY_ENV, ServerConfig
+    from model_optimizer.runtime.server.launcher import serve
 
     if args.model_tag is not None:
         if args.model is not None and args.model != args.model_tag:

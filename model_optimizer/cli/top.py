@@ -35,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from model_optimizer.top.render import render
-    from model_optimizer.top.view import Monitor
+    from model_optimizer.optimizer.top.render import render
+    from model_optimizer.optimizer.top.view import Monitor
 
     if args.interval <= 0:
         raise ValueError(f"--interval must be > 0 seconds, got {args.interval}")

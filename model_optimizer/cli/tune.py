@@ -18,11 +18,11 @@ RESUMABLE = {"trials", "time", "prefer", "resume", "output_dir", "words", "to"}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from model_optimizer.bench.client import ClientConfig
-    from model_optimizer.bench.load import LoadConfig
-    from model_optimizer.bench.workloads import WorkloadConfig
-    from model_optimizer.tune.pareto import PREFER_CHOICES
-    from model_optimizer.tune.study import SAMPLERS
+    from model_optimizer.optimizer.bench.client import ClientConfig
+    from model_optimizer.optimizer.bench.load import LoadConfig
+    from model_optimizer.optimizer.bench.workloads import WorkloadConfig
+    from model_optimizer.optimizer.tune.pareto import PREFER_CHOICES
+    from model_optimizer.optimizer.tune.study import SAMPLERS
 
     parser = subparsers.add_parser(
         "tune",
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from model_optimizer.tune import runner
+    from model_optimizer.optimizer.tune import runner
 
     console = Console()
     output_dir = Path(args.output_dir)
@@ -154,12 +154,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _fresh(args: argparse.Namespace) -> dict:
     """The study's stored form, built and checked from the flags."""
-    from model_optimizer.bench.client import ClientConfig
-    from model_optimizer.bench.load import LoadConfig
-    from model_optimizer.bench.metrics import parse_slo
-    from model_optimizer.bench.workloads import WorkloadConfig
-    from model_optimizer.tune.space import build_space
-    from model_optimizer.tune.steady import default_warmups
+    from model_optimizer.optimizer.bench.client import ClientConfig
+    from model_optimizer.optimizer.bench.load import LoadConfig
+    from model_optimizer.optimizer.bench.metrics import parse_slo
+    from model_optimizer.optimizer.bench.workloads import WorkloadConfig
+    from model_optimizer.optimizer.tune.space import build_space
+    from model_optimizer.optimizer.tune.steady import default_warmups
 
     seed = 0 if args.seed is None else args.seed
     parse_slo(args.slo)
@@ -197,9 +197,9 @@ def _translate(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from model_optimizer.cli.args import read_config_file
-    from model_optimizer.config import EngineConfig
-    from model_optimizer.server.config import ServerConfig
-    from model_optimizer.tune.commands import mopt_serve_argv, vllm_serve
+    from model_optimizer.optimizer.tune.commands import mopt_serve_argv, vllm_serve
+    from model_optimizer.runtime.config import EngineConfig
+    from model_optimizer.runtime.server.config import ServerConfig
 
     words = args.words
     if words[0] != "translate" or len(words) != 2:

@@ -9,7 +9,7 @@ Needs torch with CUDA, nvidia-ml-py (pynvml) and rich, all in the H200 image. Ta
 
     h200_snapshot.json   every probe's raw result, taken with the GPU idle: NVML dump,
                          `nvidia-smi -q -x` XML, /proc/driver/nvidia/*, /proc/modules, /dev/nvidia*,
-                         PCI sysfs, torch, packages  -> commit as tests/doctor/fixtures/h200_snapshot.json
+                         PCI sysfs, torch, packages  -> commit as tests/environment/fixtures/h200_snapshot.json
     doctor_h200.json     the JSON that `mopt doctor --bench --json` prints (findings, recommended
                          settings, benchmark figures)  -> commit as benchmarks/results/doctor_h200.json
     doctor_h200.txt      the human-readable report of the same snapshot, for reading
@@ -29,8 +29,8 @@ import time
 sys.path.insert(0, os.getcwd())
 
 from model_optimizer.cli.doctor import main as doctor_main  # noqa: E402
-from model_optimizer.doctor import capture_snapshot  # noqa: E402
-from model_optimizer.doctor.snapshot import write_json_atomic  # noqa: E402
+from model_optimizer.environment import capture_snapshot  # noqa: E402
+from model_optimizer.environment.snapshot import write_json_atomic  # noqa: E402
 
 
 def _run_doctor(argv: list[str]) -> tuple[int, str]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Embeddings on one GPU against sentence-transformers, most important first, each part under its own time limit:
 #   1. benchmarks/fused_ops.py: the compiled element-wise ops, token-dim-only vs all-dynamic compile
-#   2. tests/embed/test_gpu.py
+#   2. tests/runtime/embed/test_gpu.py
 #   3. benchmarks/embeddings.py, Qwen3-Embedding-0.6B's shape (random bf16), CUDA graphs up to the
 #      default 2048 tokens, a profile of the 512 x 512 point
 #   4. the same for all-MiniLM-L6-v2 (random weights from its config): ours in float16 (what `auto`
@@ -40,7 +40,7 @@ fi
 timeout 100 "$PYTHON" benchmarks/fused_ops.py --output "$RESULTS/fused_ops_h200.json" > "$RESULTS/fused_ops.log" 2>&1
 pack "fused ops rc=$?"
 
-timeout 90 "$PYTHON" -m pytest -q -p no:cacheprovider --durations=5 tests/embed/test_gpu.py > "$RESULTS/embed_gpu_tests.txt" 2>&1
+timeout 90 "$PYTHON" -m pytest -q -p no:cacheprovider --durations=5 tests/runtime/embed/test_gpu.py > "$RESULTS/embed_gpu_tests.txt" 2>&1
 pack "embed tests rc=$?: $(tail -1 "$RESULTS/embed_gpu_tests.txt")"
 
 timeout 150 "$PYTHON" benchmarks/embeddings.py --models qwen3 "${GRID[@]}" --cuda-graph-max-tokens 2048 \

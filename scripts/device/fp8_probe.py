@@ -19,8 +19,8 @@ from tests.conftest import TINY_MODELS, _config  # noqa: E402
 
 way = sys.argv[1]
 if way == "eager":
-    import model_optimizer.layers.fusion as fusion
-    import model_optimizer.layers.rotary as rotary
+    import model_optimizer.runtime.layers.fusion as fusion
+    import model_optimizer.runtime.layers.rotary as rotary
 
     rotary.triton_kernel = lambda module, name: None
     fusion.use_kernel = lambda *args, **kwargs: False

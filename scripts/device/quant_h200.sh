@@ -16,7 +16,7 @@
 # Each part runs under its own timeout and writes into $OUT as soon as it finishes (the benchmarks
 # rewrite their JSON after every case), so a part that fails or runs out of time costs only itself.
 # A summary table comes last (also in $OUT/summary.txt). To keep the tuned tiles, commit
-# $OUT/quant_tiles.json as model_optimizer/kernels/quant_tiles.json.
+# $OUT/quant_tiles.json as model_optimizer/runtime/kernels/quant_tiles.json.
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 if [ -z "${MOPT_SITE_READY:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then  # a caller that installed sets it

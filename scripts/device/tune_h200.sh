@@ -101,7 +101,7 @@ YAML
 }
 
 summary() {
-  python3 -m model_optimizer.tune.compare --study "$OUT/study" --grid "$OUT/grid" \
+  python3 -m model_optimizer.optimizer.tune.compare --study "$OUT/study" --grid "$OUT/grid" \
       --config benchmarks/configs/qwen3-0.6b/config.json "${HARDWARE[@]}" --output "$OUT/tune_h200_summary.json"
   echo "summary exit $?"
 }

@@ -6,7 +6,7 @@
 #     serving path with py-spy at 64 and 256 streams (benchmarks/serving_overhead.py), the serving
 #     benchmark at rate inf with and without logprobs (benchmarks/serving.py), decode ms/step and offline
 #     throughput, the engine GPU tests.
-#   b (1 GPU, ~5 min, after committing the table as model_optimizer/kernels/quant_tiles.json): Qwen3-0.6B
+#   b (1 GPU, ~5 min, after committing the table as model_optimizer/runtime/kernels/quant_tiles.json): Qwen3-0.6B
 #     decode per method, offline throughput bf16 / fp8 KV / fp8 weights + fp8 KV, the attention kernels
 #     (bf16 vs fp8 cache), the fused element-wise kernels, the remaining GPU tests.
 # Usage on the device, from the repository root: W=/tmp/w bash scripts/device/verify_h200.sh a|b
@@ -83,7 +83,7 @@ rest_gpu() {  # call b, one GPU: Qwen decode per method, fp8 throughput, attenti
 
 case "${1:-a}" in
   a) sweep_gpu0 & perf_gpu1; wait ;;
-  b) TILES=${TILES:-model_optimizer/kernels/quant_tiles.json} rest_gpu ;;
+  b) TILES=${TILES:-model_optimizer/runtime/kernels/quant_tiles.json} rest_gpu ;;
   *) echo "usage: $0 a|b" >&2; exit 2 ;;
 esac
 cp benchmarks/results/serving_overhead_gpu_h200* benchmarks/results/*pyspy* "$W/perf/" 2>/dev/null

@@ -3,8 +3,8 @@ this machine's driver."""
 
 from __future__ import annotations
 
-from model_optimizer.deploy.cuda import _key, choose_cuda, local_driver
-from model_optimizer.top.gpu import read_gpus
+from model_optimizer.optimizer.deploy.cuda import _key, choose_cuda, local_driver
+from model_optimizer.optimizer.top.gpu import read_gpus
 
 
 def test_nvml_readings_of_every_gpu():

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from model_optimizer.embed import Embedder
-from model_optimizer.embed.jsonl_job import EmbedJob, JobConfig
+from model_optimizer.runtime.embed import Embedder
+from model_optimizer.runtime.embed.jsonl_job import EmbedJob, JobConfig
 
 TEXTS = [f"text {i} " * (1 + i % 9) for i in range(40)]
 

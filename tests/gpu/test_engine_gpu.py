@@ -90,7 +90,7 @@ def _assert_close_or_tied(x, y):
 def test_llm_embed_shares_the_engine_decoder_and_generation_is_unchanged(model_dir):
     """LLM.embed runs the engine's own (graph-captured) decoder with packed metadata: same vectors as a
     separately loaded Embedder in the same dtype, and the engine's tokens do not change after it."""
-    from model_optimizer.embed import Embedder
+    from model_optimizer.runtime.embed import Embedder
 
     llm = LLM(model_dir, dtype="bfloat16", gpu_memory_utilization=0.2, max_num_seqs=32)
     batch = prompts(5, count=4)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.server.test_process import REPO
+from tests.runtime.server.test_process import REPO
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -39,8 +39,8 @@ def _near(got: torch.Tensor, want: torch.Tensor) -> None:
 @pytest.mark.parametrize("hidden", [1024, 4096])
 @pytest.mark.parametrize("num_tokens", TOKENS)
 def test_add_rms_norm_and_rms_norm_match_eager(hidden, num_tokens):
-    from model_optimizer.kernels import fused_ops
-    from model_optimizer.layers.norm import _add_rms_norm, _rms_norm
+    from model_optimizer.runtime.kernels import fused_ops
+    from model_optimizer.runtime.layers.norm import _add_rms_norm, _rms_norm
 
     gen = torch.Generator(device="cuda").manual_seed(hidden + num_tokens)
     x, residual = (torch.randn(2, num_tokens, hidden, device="cuda", generator=gen) * 3).bfloat16()
@@ -57,8 +57,8 @@ def test_add_rms_norm_and_rms_norm_match_eager(hidden, num_tokens):
 @pytest.mark.parametrize("intermediate", [3072, 14336])
 @pytest.mark.parametrize("num_tokens", TOKENS)
 def test_silu_and_mul_matches_eager(intermediate, num_tokens):
-    from model_optimizer.kernels import fused_ops
-    from model_optimizer.layers.activation import silu_and_mul
+    from model_optimizer.runtime.kernels import fused_ops
+    from model_optimizer.runtime.layers.activation import silu_and_mul
 
     gen = torch.Generator(device="cuda").manual_seed(intermediate + num_tokens)
     gate_up = (torch.randn(num_tokens, 2 * intermediate, device="cuda", generator=gen) * 3).bfloat16()
@@ -69,8 +69,8 @@ def test_silu_and_mul_matches_eager(intermediate, num_tokens):
 
 def test_strided_rows_match_eager_on_cuda():
     """Row views of one wider buffer, as split projections hand them over."""
-    from model_optimizer.kernels import fused_ops
-    from model_optimizer.layers.norm import _add_rms_norm
+    from model_optimizer.runtime.kernels import fused_ops
+    from model_optimizer.runtime.layers.norm import _add_rms_norm
 
     both = (torch.randn(64, 2 * 1024, device="cuda") * 3).bfloat16()
     x, residual = both[:, :1024], both[:, 1024:]

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from model_optimizer import LLM
-from model_optimizer.runner.decode_runner import bucket_for
+from model_optimizer.runtime.runner.decode_runner import bucket_for
 
 log = logging.getLogger(__name__)
 

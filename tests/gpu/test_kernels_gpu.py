@@ -9,8 +9,8 @@ data give about 3.4%).
 import pytest
 import torch
 
-from model_optimizer.kernels.reference import FP8_DTYPE, paged_attention_ref, store_kv_ref
-from tests.kernels.paged_batches import make_paged_batch, relative_error
+from model_optimizer.runtime.kernels.reference import FP8_DTYPE, paged_attention_ref, store_kv_ref
+from tests.runtime.kernels.paged_batches import make_paged_batch, relative_error
 
 pytestmark = [
     pytest.mark.gpu,
@@ -23,7 +23,7 @@ MIXED = [(3000, 1), (0, 512), (1000, 300), (57, 1), (4000, 1), (0, 1), (2047, 65
 
 
 def _attention(batch, num_splits=None, sliding_window=None):
-    from model_optimizer.kernels.paged_attention import paged_attention
+    from model_optimizer.runtime.kernels.paged_attention import paged_attention
 
     out = torch.full_like(batch.query, float("nan"))
     paged_attention(
@@ -101,7 +101,7 @@ def test_fp8_cache(num_splits):
 
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float16, FP8_DTYPE])
 def test_store_kv(cache_dtype):
-    from model_optimizer.kernels.store_kv import store_kv
+    from model_optimizer.runtime.kernels.store_kv import store_kv
 
     dtype = torch.float16 if cache_dtype == torch.float16 else torch.bfloat16
     cache = torch.randn(2, 64, 16, 8, 128, device="cuda").to(cache_dtype)
@@ -127,8 +127,8 @@ def test_store_kv(cache_dtype):
 
 def test_cuda_graph_replay_follows_new_inputs():
     """Capture store + attention once for a decode batch, then replay with new tokens and lengths."""
-    from model_optimizer.kernels.paged_attention import paged_attention
-    from model_optimizer.kernels.store_kv import store_kv
+    from model_optimizer.runtime.kernels.paged_attention import paged_attention
+    from model_optimizer.runtime.kernels.store_kv import store_kv
 
     seqs = [(1500, 1), (40, 1), (3000, 1), (700, 1)]
     batch = make_paged_batch([(c + 8, 1) for c, _ in seqs], 16, 8, 128, 16, torch.bfloat16, device="cuda")

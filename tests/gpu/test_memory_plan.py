@@ -1,7 +1,7 @@
 """The memory plan against the engine's measured KV allocation on a real GPU (dummy weights):
 Qwen3-0.6B and Llama-3.1-8B configs at two utilizations, within 3% of the blocks allocated.
 
-Each case starts its own process (see model_optimizer/modelio/plan_check.py), about 20-60 s each."""
+Each case starts its own process (see model_optimizer/model/inspect/plan_check.py), about 20-60 s each."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from model_optimizer.modelio.plan_check import compare_with_engine
+from model_optimizer.model.inspect.plan_check import compare_with_engine
 
 CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks" / "configs"
 CASES = [("qwen3-0.6b", 0.5, 4096), ("qwen3-0.6b", 0.9, 4096), ("llama-3.1-8b", 0.3, 8192), ("llama-3.1-8b", 0.9, 8192)]

@@ -1,7 +1,7 @@
 """The per-GPU memory plan against the KV blocks a two-GPU tensor-parallel engine allocates (dummy
 weights, Llama-3.1-8B's config): within 3%, as on one GPU. Skipped unless 2 GPUs are visible.
 
-Each case starts its own process (model_optimizer/modelio/plan_check.py), about 1-2 minutes each."""
+Each case starts its own process (model_optimizer/model/inspect/plan_check.py), about 1-2 minutes each."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from model_optimizer.modelio.plan_check import compare_with_engine
+from model_optimizer.model.inspect.plan_check import compare_with_engine
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
 

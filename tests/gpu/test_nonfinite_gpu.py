@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from model_optimizer import LLM
-from model_optimizer.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN
-from model_optimizer.kernels.sampling import gumbel_sample_checked
-from model_optimizer.layers.sampler import Sampler, SamplingInput
-from model_optimizer.sampling_params import SamplingParams
-from tests.engine.test_nonfinite import CLEAN, GREEDY, OTHER, POISONED, ids, nan_model  # noqa: F401
+from model_optimizer.runtime.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN
+from model_optimizer.runtime.kernels.sampling import gumbel_sample_checked
+from model_optimizer.runtime.layers.sampler import Sampler, SamplingInput
+from model_optimizer.runtime.sampling_params import SamplingParams
+from tests.runtime.engine.test_nonfinite import CLEAN, GREEDY, OTHER, POISONED, ids, nan_model  # noqa: F401
 
 VOCAB = 151936
 
@@ -72,8 +72,8 @@ def test_engine_fails_the_nan_request_alone_on_the_gpu(nan_model, settings):  # 
 @pytest.mark.parametrize("plane", [0, 1], ids=["keys", "values"])
 def test_triton_attention_keeps_a_later_nan_from_earlier_queries(kv_dtype, plane):
     """The prefill tiles select a masked key's value away (0 * NaN is NaN), compiled for the GPU."""
-    from model_optimizer.kernels.paged_attention import paged_attention
-    from tests.kernels.paged_batches import make_paged_batch, relative_error
+    from model_optimizer.runtime.kernels.paged_attention import paged_attention
+    from tests.runtime.kernels.paged_batches import make_paged_batch, relative_error
 
     batch = make_paged_batch(
         [(100, 300), (0, 64), (500, 1)],

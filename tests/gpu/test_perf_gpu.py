@@ -11,11 +11,11 @@ import sys
 
 import torch
 
-from model_optimizer import compile_cache
-from model_optimizer.layers.sampler import Sampler, SamplingInput
-from model_optimizer.runner.step_handle import StepHandle
-from model_optimizer.sampling_params import SamplingParams
-from tests.server.test_process import REPO
+from model_optimizer.runtime.kernels import compile_cache
+from model_optimizer.runtime.layers.sampler import Sampler, SamplingInput
+from model_optimizer.runtime.runner.step_handle import StepHandle
+from model_optimizer.runtime.sampling_params import SamplingParams
+from tests.runtime.server.test_process import REPO
 
 
 def test_logprobs_arrive_with_the_ids_and_match_the_cpu_values():
@@ -63,7 +63,7 @@ def test_triton_cache_fills_our_folder_and_inductor_never_loads(tiny_model, tmp_
     own Triton kernels), so torch._inductor is never imported; Triton's cache fills our folder."""
     model = str(tiny_model("qwen3"))
     code = (
-        "import json, os, sys\nfrom model_optimizer.llm import LLM\n"
+        "import json, os, sys\nfrom model_optimizer.runtime.llm import LLM\n"
         f"llm = LLM({model!r}, max_model_len=128, gpu_memory_utilization=0.3, enforce_eager=%s)\n"
         "llm.generate([[1, 2, 3]])\n"
         "print(json.dumps({'inductor': 'torch._inductor' in sys.modules, 'transformers': 'transformers' in sys.modules,"
@@ -94,7 +94,7 @@ def _synchronizing_calls(llm, params: SamplingParams) -> int:
 
 def test_a_request_with_logprobs_adds_no_synchronizing_call(tiny_model):
     """The same generation with and without logprobs=5 makes the same number of implicit syncs."""
-    from model_optimizer.llm import LLM
+    from model_optimizer.runtime.llm import LLM
 
     llm = LLM(str(tiny_model("qwen3")), max_model_len=128, gpu_memory_utilization=0.3)
     plain = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)

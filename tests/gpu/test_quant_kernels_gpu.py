@@ -10,8 +10,9 @@ way, 6e-2 against the weight-only product (e4m3's 3 mantissa bits on Gaussian ac
 import pytest
 import torch
 
-from model_optimizer.kernels import quant_reference as ref
-from tests.kernels.paged_batches import relative_error
+from model_optimizer.runtime.kernels import quant_reference as ref
+from model_optimizer.runtime.layers.quantization.quantizers import quantize_fp8, quantize_int4, quantize_int8
+from tests.runtime.kernels.paged_batches import relative_error
 
 pytestmark = [
     pytest.mark.gpu,
@@ -39,19 +40,19 @@ def _weight(kind: str, n: int, k: int):
         _weights.clear()  # one at a time: Llama's gate_up in float32 alone is 470 MB
         w = torch.randn(n, k, device="cuda", generator=torch.Generator("cuda").manual_seed(n * 7 + k))
         if kind == "int8":
-            q, s = ref.quantize_int8(w)
+            q, s = quantize_int8(w).astuple()
             _weights[key] = (q, s, None, ref.dequantize_int8(q, s))
         elif kind == "fp8":
-            q, s = ref.quantize_fp8_weight(w)
+            q, s = quantize_fp8(w).astuple()
             _weights[key] = (q, s, None, ref.dequantize_fp8(q, s))
         else:
-            q, s, z = ref.quantize_int4(w.bfloat16(), 128)
+            q, s, z = quantize_int4(w.bfloat16(), 128).astuple()
             _weights[key] = (q, s, z, ref.dequantize_int4(q, s, z, 128, torch.float32))
     return _weights[key]
 
 
 def _linear(kind, x, q, s, z, bias=None):
-    from model_optimizer.kernels.quant_linear import fp8_linear, w4a16_linear, w8a16_linear
+    from model_optimizer.runtime.kernels.quant_linear import fp8_linear, w4a16_linear, w8a16_linear
 
     if kind == "int8":
         return w8a16_linear(x, q, s, bias)
@@ -62,7 +63,7 @@ def _linear(kind, x, q, s, z, bias=None):
 
 def _fp8_backend(x, n: int) -> str:
     """Which fp8 path runs above 16 rows: W8A8 `_scaled_mm` or the weight-only Triton program (tile table)."""
-    from model_optimizer.kernels.quant_matmul import device_tiles
+    from model_optimizer.runtime.kernels.quant_matmul import device_tiles
 
     return device_tiles(x, n, "fp8", 0, fp8_scaled_mm=True).backend
 
@@ -89,7 +90,7 @@ def test_real_shapes_match_dequantized_weight(kind, model, n, k):
 @pytest.mark.parametrize("m", [1, 3, 16])
 def test_split_k_is_deterministic_and_leaves_counters_zero(kind, m):
     """Qwen3-0.6B's down_proj at decode shapes splits K; repeated launches give the same bits."""
-    from model_optimizer.kernels import quant_matmul as launcher
+    from model_optimizer.runtime.kernels import quant_matmul as launcher
 
     if kind == "fp8" and not _has_fp8():
         pytest.skip("fp8 kernels need sm_89+")
@@ -131,7 +132,7 @@ def test_cuda_graph_replays_match_eager(kind, m):
 
 
 def test_quantize_rows_fp8_matches_reference():
-    from model_optimizer.kernels.quant_matmul import quantize_rows_fp8
+    from model_optimizer.runtime.kernels.quant_matmul import quantize_rows_fp8
 
     x = (torch.randn(300, 4096, device="cuda") * torch.logspace(-3, 3, 300, device="cuda")[:, None]).bfloat16()
     x[7] = 0
@@ -145,10 +146,10 @@ def test_quantize_rows_fp8_matches_reference():
 
 
 def test_group_size_without_a_kernel_falls_back_to_the_reference():
-    from model_optimizer.kernels.quant_linear import w4a16_linear
+    from model_optimizer.runtime.kernels.quant_linear import w4a16_linear
 
     w = torch.randn(256, 512, device="cuda").bfloat16()
-    q, s, z = ref.quantize_int4(w, 8)  # 8 columns per group: less than one kernel tile
+    q, s, z = quantize_int4(w, 8).astuple()  # 8 columns per group: less than one kernel tile
     x = torch.randn(4, 512, device="cuda").bfloat16()
     assert torch.equal(w4a16_linear(x, q, s, z, 8), ref.w4a16_linear_ref(x, q, s, z, 8))
 
@@ -164,8 +165,8 @@ def test_sweep_timing_captures_the_decode_call_in_a_graph(kind, m, monkeypatch):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import gpu_time
 
-    from model_optimizer.kernels import quant_matmul as launcher
-    from model_optimizer.kernels.quant_tiles import candidates
+    from model_optimizer.runtime.kernels import quant_matmul as launcher
+    from model_optimizer.runtime.kernels.quant_tiles import candidates
 
     if kind == "fp8" and not _has_fp8():
         pytest.skip("fp8 kernels need sm_89+")

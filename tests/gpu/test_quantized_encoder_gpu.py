@@ -17,7 +17,7 @@ import torch
 
 from model_optimizer.cli.main import main
 from tests import tiny_checkpoints as tiny
-from tests.embed.texts import varied_texts
+from tests.runtime.embed.texts import varied_texts
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -38,8 +38,8 @@ def _quantize(encoder_dir: Path, method: str, out: Path) -> Path:
 @pytest.mark.parametrize("dtype", ["auto", "bfloat16"])
 @pytest.mark.parametrize("method", ["int8", "fp8", "rtn-int4"])
 def test_gpu_kernels_match_the_cpu_reference_on_the_folder(method, dtype, encoder_dir, tmp_path):
-    from model_optimizer.embed import Embedder
-    from model_optimizer.quant.attach import quantized_layers
+    from model_optimizer.runtime.embed import Embedder
+    from model_optimizer.runtime.layers.quantization.attach import quantized_layers
 
     folder = _quantize(encoder_dir, method, tmp_path / method)
     num_layers = json.loads((folder / "config.json").read_text())["num_hidden_layers"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from model_optimizer import LLM, SamplingParams
-from model_optimizer.kernels.sampling import gumbel_sample
+from model_optimizer.runtime.kernels.sampling import gumbel_sample
 
 
 def test_fused_kernel_follows_softmax_over_a_full_vocabulary():

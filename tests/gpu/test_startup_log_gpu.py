@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from model_optimizer.llm import LLM
-from tests.test_startup_log import PHASE
+from model_optimizer.runtime.llm import LLM
+from tests.runtime.test_startup_log import PHASE
 
 COMMON = ["imports", "config", "tokenizer", "weights", "kv sizing", "kv allocation", "warm-up"]
 

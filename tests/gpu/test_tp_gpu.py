@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from model_optimizer import LLM, SamplingParams
-from tests.parallel.processes import alive, wait_gone
+from tests.runtime.executor.processes import alive, wait_gone
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
 

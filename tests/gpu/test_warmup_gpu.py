@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from model_optimizer import LLM, SamplingParams
-from model_optimizer.kernels.paged_attention_kernels import _paged_attention_kernel
-from model_optimizer.kernels.store_kv import _store_kv_kernel
-from tests.server.test_process import REPO
+from model_optimizer.runtime.kernels.paged_attention_kernels import _paged_attention_kernel
+from model_optimizer.runtime.kernels.store_kv import _store_kv_kernel
+from tests.runtime.server.test_process import REPO
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

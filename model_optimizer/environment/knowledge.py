@@ -1,0 +1,97 @@
+"""The doctor's reference data (data/*.json) and the lookups rules make in it: driver needed
+for a CUDA version, features of a compute capability, a GPU's datasheet by name."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from importlib import resources
+from typing import Any
+
+
+@cache
+def load(name: str) -> dict[str, Any]:
+    """One data file of the package, e.g. load('gpus')."""
+    text = (
+        resources.files("model_optimizer.environment")
+        .joinpath("data")
+        .joinpath(f"{name}.json")
+        .read_text(encoding="utf-8")
+    )
+    return json.loads(text)
+
+
+def version_tuple(text: str | None) -> tuple[int, ...]:
+    """'570.86.15' -> (570, 86, 15); '12.8' -> (12, 8); unparsable -> ()."""
+    if not text:
+        return ()
+    parts = re.findall(r"\d+", str(text).split("+")[0])
+    return tuple(int(p) for p in parts)
+
+
+def cuda_from_int(value: int | None) -> str | None:
+    """NVML/CUDA encode versions as 1000*major + 10*minor: 12040 -> '12.4'."""
+    if not value:
+        return None
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+def min_driver_for_cuda(cuda: str) -> str | None:
+    """Driver that ships with this CUDA toolkit (full support, PTX included)."""
+    want = version_tuple(cuda)[:2]
+    rows = [r for r in load("version_matrix")["cuda_toolkits"] if version_tuple(r["cuda"])[:2] <= want]
+    return rows[-1]["min_driver"] if rows else None
+
+
+def min_driver_minor_compat(cuda: str) -> str | None:
+    """Oldest driver that runs programs of this CUDA major version at all (minor-version compatibility)."""
+    major = str(version_tuple(cuda)[0]) if version_tuple(cuda) else ""
+    return load("version_matrix")["minor_version_compat"].get(major)
+
+
+def cc_at_least(cc: str | None, minimum: str) -> bool:
+    return bool(cc) and version_tuple(cc) >= version_tuple(minimum)
+
+
+def cc_features(cc: str | None) -> list[str]:
+    """Feature names a compute capability has: bf16 from 8.0, fp8 from 8.9, ..."""
+    return [f["feature"] for f in load("version_matrix")["compute_capability_features"] if cc_at_least(cc, f["min_cc"])]
+
+
+def gpu_spec(name: str | None) -> dict[str, Any] | None:
+    """The datasheet entry whose `match` regex fits the device name (first match wins)."""
+    if not name:
+        return None
+    for entry in load("gpus")["gpus"]:
+        if re.search(entry["match"], name, re.IGNORECASE):
+            return entry
+    return None
+
+
+def pcie_gbps(gen: int | None, width: int | None) -> float | None:
+    """Usable one-direction PCIe bandwidth in GB/s for a link generation and width."""
+    per_lane = load("gpus")["pcie_gbps_per_lane"].get(str(gen)) if gen else None
+    return round(per_lane * width, 2) if per_lane and width else None
+
+
+def torch_cuda_builds(torch_version: str | None) -> list[str]:
+    """CUDA variants published for this torch release, e.g. ['cu126', 'cu128', 'cu130']."""
+    key = ".".join(map(str, version_tuple(torch_version)[:2]))
+    return list(load("version_matrix")["torch_cuda_builds"].get(key, []))
+
+
+def best_torch_build(torch_version: str | None, driver_cuda: str | None) -> str | None:
+    """Newest published cuXYZ variant of this torch that the driver can run: one no newer than the
+    driver's CUDA version, else one of the same major version (minor-version compatibility)."""
+    limit = version_tuple(driver_cuda)[:2]
+    if not limit:
+        return None
+    builds = torch_cuda_builds(torch_version)
+    fitting = [b for b in builds if _build_cuda(b) <= limit] or [b for b in builds if _build_cuda(b)[0] == limit[0]]
+    return fitting[-1] if fitting else None
+
+
+def _build_cuda(build: str) -> tuple[int, ...]:
+    digits = build[2:]
+    return (int(digits[:-1]), int(digits[-1]))

@@ -1,0 +1,265 @@
+"""Rules about the CUDA user-space stack: torch build vs driver, torch seeing the GPU,
+kernels for this GPU's architecture, libcuda, Triton's minimum compute capability."""
+
+from __future__ import annotations
+
+from model_optimizer.environment.explain import explain
+from model_optimizer.environment.findings import Finding
+from model_optimizer.environment.knowledge import (
+    best_torch_build,
+    cc_at_least,
+    load,
+    min_driver_for_cuda,
+    min_driver_minor_compat,
+    version_tuple,
+)
+from model_optimizer.environment.snapshot import Snapshot
+
+UPGRADE_DRIVER = {
+    "debian": [
+        "sudo apt update && sudo apt install -y nvidia-driver-{branch}   # or: sudo ubuntu-drivers install",
+        "sudo reboot",
+    ],
+    "rhel": ["sudo dnf module install -y nvidia-driver:{branch}-dkms", "sudo reboot"],
+    "wsl": ["Update the NVIDIA driver on Windows, then `wsl --shutdown`."],
+}
+
+
+def _torch_install(torch_version: str | None, build: str | None) -> str:
+    build = build or "cu126"
+    return (
+        f"pip install --force-reinstall 'torch=={torch_version.split('+')[0]}' --index-url https://download.pytorch.org/whl/{build}"
+        if torch_version
+        else f"pip install torch --index-url https://download.pytorch.org/whl/{build}"
+    )
+
+
+def rule_torch_build(snap: Snapshot) -> list[Finding]:
+    """torch installed, built with CUDA (not CPU-only or ROCm) when an NVIDIA GPU is here."""
+    torch = snap.torch
+    if snap.error("torch")[0]:
+        return [
+            Finding(
+                "torch.probe_failed",
+                "warn",
+                f"Could not inspect torch: {snap.error('torch')[1]}",
+                "mopt needs torch to run models.",
+                {"any": ["python -c 'import torch; print(torch.__version__)'"]},
+            )
+        ]
+    if not torch.get("installed"):
+        return [
+            Finding(
+                "torch.missing",
+                "error",
+                "torch is not installed in this Python",
+                "mopt runs every model through torch.",
+                {
+                    "any": [
+                        "pip install torch   # with a GPU: add --index-url https://download.pytorch.org/whl/cu128 (mopt doctor picks the variant)"
+                    ]
+                },
+                {"error": torch.get("error")},
+            )
+        ]
+    if not (snap.gpu_hardware_seen and snap.nvml_ok):
+        return []
+    build = best_torch_build(torch.get("version"), snap.driver_cuda)
+    if torch.get("hip"):
+        return [
+            Finding(
+                "torch.rocm_build",
+                "error",
+                f"torch {torch['version']} is a ROCm (AMD) build, but the GPU is NVIDIA",
+                "A ROCm build cannot drive an NVIDIA GPU; everything runs on the CPU.",
+                {"any": [_torch_install(torch.get("version"), build)]},
+            )
+        ]
+    if not torch.get("cuda"):
+        return [
+            Finding(
+                "torch.cpu_build",
+                "error",
+                f"torch {torch.get('version')} is a CPU-only build, but an NVIDIA GPU is present",
+                "mopt would run on the CPU, 10-100x slower, with the GPU idle.",
+                {"any": [_torch_install(torch.get("version"), build)]},
+                {"best_build_for_driver": build},
+            )
+        ]
+    return []
+
+
+def rule_cuda_compat(snap: Snapshot) -> list[Finding]:
+    """The CUDA torch was built for must be runnable by the driver."""
+    torch_cuda, driver = snap.torch.get("cuda"), snap.driver_version
+    if not (torch_cuda and driver and snap.gpu_hardware_seen):
+        return []
+    driver_cuda = snap.driver_cuda
+    need_full, need_any = min_driver_for_cuda(torch_cuda), min_driver_minor_compat(torch_cuda)
+    branch = load("version_matrix")["recommended_driver_branch"].get(str(version_tuple(torch_cuda)[0]), "580")
+    build = best_torch_build(snap.torch.get("version"), driver_cuda)
+    details = {
+        "torch_cuda": torch_cuda,
+        "driver_version": driver,
+        "driver_cuda": driver_cuda,
+        "min_driver_full": need_full,
+        "min_driver_minor_compat": need_any,
+        "torch_build_for_this_driver": build,
+    }
+    too_old = (need_any and version_tuple(driver) < version_tuple(need_any)) or (
+        driver_cuda and version_tuple(torch_cuda)[:1] > version_tuple(driver_cuda)[:1]
+    )
+    if too_old:
+        fix = {k: [c.format(branch=branch) for c in v] for k, v in UPGRADE_DRIVER.items()}
+        if build:  # the alternative comes after the driver upgrade of each OS family
+            alternative = f"Or keep the driver and install the torch build it can run: {_torch_install(snap.torch.get('version'), build)}"
+            fix = {k: v + [alternative] for k, v in fix.items()}
+        return [
+            Finding(
+                "cuda.driver_too_old",
+                "error",
+                f"torch is built for CUDA {torch_cuda}, which needs driver >= {need_any}; driver {driver} supports CUDA {driver_cuda or '?'}",
+                "CUDA initialisation fails ('CUDA driver version is insufficient'), so nothing runs on the GPU.",
+                fix,
+                details,
+            )
+        ]
+    if driver_cuda and version_tuple(torch_cuda)[:2] > version_tuple(driver_cuda)[:2]:
+        return [
+            Finding(
+                "cuda.minor_version_compat",
+                "warn",
+                f"torch's CUDA {torch_cuda} is newer than the driver's CUDA {driver_cuda}: runs under minor-version compatibility",
+                "Precompiled kernels run, but code JIT-compiled from PTX built by the newer toolkit (Triton kernels, some extensions) can fail with CUDA_ERROR_UNSUPPORTED_PTX_VERSION.",
+                {k: [c.format(branch=branch) for c in v] for k, v in UPGRADE_DRIVER.items()},
+                details,
+            )
+        ]
+    return [
+        Finding(
+            "cuda.compat_ok",
+            "ok",
+            f"torch's CUDA {torch_cuda} runs on driver {driver} (CUDA {driver_cuda})",
+            details=details,
+        )
+    ]
+
+
+def rule_torch_sees_gpu(snap: Snapshot) -> list[Finding]:
+    """NVML sees GPUs but torch does not: explain torch's own error through the knowledge base."""
+    torch = snap.torch
+    if not (snap.nvml_ok and snap.devices and torch.get("installed") and torch.get("cuda")) or snap.gpu_usable:
+        return []
+    text = "\n".join(filter(None, [torch.get("init_error"), *torch.get("warnings", [])]))
+    matches = explain(text) if text.strip() else []
+    fix = matches[0].fix if matches else {"any": ["python -c 'import torch; torch.cuda.init()'   # shows the error"]}
+    return [
+        Finding(
+            "torch.cuda_unavailable",
+            "error",
+            f"NVML sees {len(snap.devices)} GPU(s) but torch cannot use them"
+            + (f": {matches[0].title}" if matches else ""),
+            "Every model would run on the CPU.",
+            fix,
+            {"torch_error": text, "knowledge_base": [m.id for m in matches]},
+        )
+    ]
+
+
+def rule_arch_support(snap: Snapshot) -> list[Finding]:
+    """torch's compiled architectures must cover each GPU's compute capability."""
+    arch_list = snap.torch.get("arch_list") or []
+    if not (arch_list and snap.torch.get("cuda")):
+        return []
+    findings = []
+    for dev in snap.devices or snap.torch.get("devices") or []:
+        cc = dev.get("compute_capability")
+        if not cc:
+            continue
+        major, minor = version_tuple(cc)[:2]
+        parsed = [_parse_arch(a) for a in arch_list]
+        # a cubin runs on its own major version at an equal or higher minor; PTX on anything newer
+        cubin = any(kind == "sm" and m == major and n <= minor for kind, m, n in parsed)
+        ptx = any(kind == "compute" and (m, n) <= (major, minor) for kind, m, n in parsed)
+        if cubin:
+            continue
+        if ptx:
+            findings.append(
+                Finding(
+                    "torch.ptx_only",
+                    "warn",
+                    f"GPU {dev.get('index')} (sm_{major}{minor}) has no prebuilt torch kernels; they are JIT-compiled from PTX",
+                    "The first run compiles for minutes and some kernels run slower.",
+                    {"any": ["pip install --upgrade torch   # a release built for this GPU"]},
+                    {"arch_list": arch_list, "compute_capability": cc},
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "torch.no_kernel_image",
+                    "error",
+                    f"This torch has no kernels for GPU {dev.get('index')} (compute capability {cc}, sm_{major}{minor})",
+                    "Every CUDA op fails with 'no kernel image is available for execution on the device'.",
+                    {
+                        "any": [
+                            "pip install --upgrade torch --index-url https://download.pytorch.org/whl/cu128   # wheels with sm_"
+                            + f"{major}{minor}"
+                        ]
+                    },
+                    {"arch_list": arch_list, "compute_capability": cc},
+                )
+            )
+    return findings
+
+
+def _parse_arch(arch: str) -> tuple[str, int, int]:
+    """'sm_90a' -> ('sm', 9, 0); 'compute_120' -> ('compute', 12, 0)."""
+    kind, _, digits = arch.partition("_")
+    digits = digits.rstrip("af")
+    if not digits.isdigit() or len(digits) < 2:
+        return kind, -1, -1
+    return kind, int(digits[:-1]), int(digits[-1])
+
+
+def rule_libcuda(snap: Snapshot) -> list[Finding]:
+    """The driver's user-space CUDA library must be loadable."""
+    lib = snap.data("libcuda")
+    if not (snap.nvml_ok and lib) or lib.get("loaded"):
+        return []
+    return [
+        Finding(
+            "cuda.libcuda_missing",
+            "error",
+            "NVML works but libcuda.so.1 cannot be loaded",
+            "torch, Triton and every CUDA program load libcuda.so.1; in containers this means the 'compute' capability was not passed.",
+            {
+                "any": [
+                    "ldconfig -p | grep libcuda",
+                    "docker run --gpus all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility ...   # containers",
+                ],
+                "debian": ["sudo apt install libnvidia-compute-$(cut -d. -f1 /sys/module/nvidia/version)"],
+                "rhel": ["sudo dnf install nvidia-driver-cuda-libs"],
+                "wsl": ["export LD_LIBRARY_PATH=/usr/lib/wsl/lib:$LD_LIBRARY_PATH && sudo ldconfig"],
+            },
+            {"load_errors": lib.get("load_errors")},
+        )
+    ]
+
+
+def rule_triton_cc(snap: Snapshot) -> list[Finding]:
+    """mopt's GPU kernels are Triton kernels: they need compute capability 8.0+."""
+    minimum = load("version_matrix")["software_min_cc"]["triton"]
+    old = [d for d in snap.devices if d.get("compute_capability") and not cc_at_least(d["compute_capability"], minimum)]
+    if not old:
+        return []
+    return [
+        Finding(
+            "gpu.below_triton_minimum",
+            "warn",
+            f"GPU {', '.join(str(d['index']) for d in old)} has compute capability below {minimum}",
+            "Triton (mopt's attention and fused kernels) supports compute capability 8.0+; older GPUs fall back to slower torch paths and lack bf16.",
+            {"any": ["Use --dtype float16; expect the reference (torch) attention path"]},
+            {"gpus": [(d["index"], d["compute_capability"]) for d in old]},
+        )
+    ]

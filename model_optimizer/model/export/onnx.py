@@ -1,0 +1,154 @@
+"""Export an embedding model to ONNX (dynamic batch and sequence axes) and check it against our engine.
+
+The exported graph is the whole recipe, not just the transformer: `input_ids` and
+`attention_mask` (batch, sequence), right-padded as tokenizers pad by default, in;
+`sentence_embedding` (batch, hidden) out, pooled and normalized as the Embedder does. Users get
+one file that needs only onnxruntime and the tokenizer saved beside it. Encoders and decoder
+embedders both export; for a decoder, feed the ids the Embedder would read (its end token
+appended, which Qwen3-Embedding's own tokenizer already does).
+
+    mopt export-onnx --model all-MiniLM-L6-v2 --output minilm-onnx/
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model_optimizer.runtime.embed import Embedder
+from model_optimizer.runtime.embed.varlen_attention import PaddedMeta
+
+INPUT_NAMES = ["input_ids", "attention_mask"]
+OUTPUT_NAME = "sentence_embedding"
+CHECK_TEXTS = [
+    "a",
+    "Hello, world!",
+    "naïve café — déjà vu",
+    "日本語のテキスト",
+    "!!! ??? ...",
+    "ONNX export with dynamic batch and sequence axes, checked against the engine. " * 4,
+]
+
+
+@dataclass
+class ExportReport:
+    onnx_path: str
+    opset: int
+    num_texts: int
+    max_abs_diff: float
+    """Largest |onnxruntime - engine| over every embedding element."""
+    min_cosine: float
+    """Smallest cosine similarity between the two embeddings of one text."""
+
+
+class PaddedEmbedder(nn.Module):
+    """Backbone, pooling and normalization over a right-padded (batch, seq) batch, for export."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        super().__init__()
+        self.backbone = embedder.backbone
+        self.pooling, self.normalize = embedder.pooling, embedder.normalize
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        batch, seq = input_ids.shape
+        positions = torch.arange(seq, device=input_ids.device).unsqueeze(0).expand(batch, seq)
+        meta = PaddedMeta(batch, seq, attention_mask)
+        hidden = self.backbone(input_ids.reshape(-1), positions.reshape(-1), meta).reshape(batch, seq, -1)
+        pooled = self._pool(hidden.float(), attention_mask.to(torch.float32))
+        return F.normalize(pooled, p=2.0, dim=-1) if self.normalize else pooled
+
+    def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        lengths = mask.sum(dim=1, keepdim=True)  # (batch, 1)
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        if self.pooling == "last":
+            index = (lengths.long() - 1)[:, :, None].expand(-1, 1, hidden.shape[-1])
+            return hidden.gather(1, index).squeeze(1)
+        if self.pooling == "max":
+            return hidden.masked_fill(mask[:, :, None] == 0, float("-inf")).amax(dim=1)
+        sums = (hidden * mask[:, :, None]).sum(dim=1)
+        return sums / (lengths.sqrt() if self.pooling == "mean_sqrt_len" else lengths)
+
+
+def padded_batch(embedder: Embedder, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """input_ids and attention_mask, right-padded, from exactly the ids the engine reads
+    (instruction, end token and truncation applied)."""
+    ids = embedder.inputs.token_ids(list(texts), embedder.max_seq_length, None)
+    width = max(len(t) for t in ids)
+    input_ids = torch.zeros(len(ids), width, dtype=torch.int64)
+    mask = torch.zeros(len(ids), width, dtype=torch.int64)
+    for row, tokens in enumerate(ids):
+        input_ids[row, : len(tokens)] = torch.tensor(tokens)
+        mask[row, : len(tokens)] = 1
+    return input_ids, mask
+
+
+def export_onnx(embedder: Embedder, onnx_path: Path, opset: int = 17) -> None:
+    """Write the padded encoder graph to `onnx_path` (atomically: temp file, then rename)."""
+    wrapper = PaddedEmbedder(embedder).eval()
+    args = tuple(t.to(embedder.device) for t in padded_batch(embedder, ["an example input", "a second, longer one"]))
+    dynamic = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
+    dynamic[OUTPUT_NAME] = {0: "batch"}
+    onnx_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=onnx_path.parent, suffix=".onnx.tmp")
+    os.close(fd)
+    try:
+        with torch.no_grad():
+            torch.onnx.export(
+                wrapper,
+                args,
+                tmp,
+                input_names=INPUT_NAMES,
+                output_names=[OUTPUT_NAME],
+                dynamic_axes=dynamic,
+                opset_version=opset,
+                dynamo=False,
+            )
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the result is an ordinary file
+        os.replace(tmp, onnx_path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def check_onnx(embedder: Embedder, onnx_path: Path, texts: list[str], opset: int) -> ExportReport:
+    """Run the exported file in onnxruntime on `texts` (two batch shapes) and compare with the engine."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    halves = [texts[: len(texts) // 2], texts[len(texts) // 2 :]]  # different batch and sequence sizes
+    outputs = []
+    for part in halves:
+        feeds = dict(zip(INPUT_NAMES, (t.numpy() for t in padded_batch(embedder, part))))
+        outputs.append(torch.from_numpy(session.run([OUTPUT_NAME], feeds)[0]))
+    got = torch.cat(outputs).float()
+    expected = embedder.encode(texts, truncate_prompt_tokens=-1).embeddings
+    return ExportReport(
+        onnx_path=str(onnx_path),
+        opset=opset,
+        num_texts=len(texts),
+        max_abs_diff=float((got - expected).abs().max()),
+        min_cosine=float(F.cosine_similarity(got, expected, dim=-1).min()),
+    )
+
+
+def export_folder(
+    embedder: Embedder, out_dir: Path, opset: int = 17, check_texts: list[str] | None = None
+) -> ExportReport:
+    """out_dir/model.onnx, the tokenizer files beside it, and export_report.json with the check."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    onnx_path = out_dir / "model.onnx"
+    export_onnx(embedder, onnx_path, opset)
+    embedder.tokenizer.save_pretrained(str(out_dir))
+    report = check_onnx(embedder, onnx_path, check_texts or CHECK_TEXTS, opset)
+    tmp = out_dir / "export_report.json.tmp"
+    tmp.write_text(json.dumps(asdict(report), indent=2) + "\n")
+    os.replace(tmp, out_dir / "export_report.json")
+    return report

@@ -1,0 +1,149 @@
+"""Which checkpoint keys the engine's model will consume, which it lacks, which have the wrong shape.
+
+The model is built from config.json by the engine's own registry, on torch's meta device (no
+memory, no weights), and each header key goes through the engine loader's renaming, fused-shard
+mapping and the parameter's own `weight_loader` with a meta tensor of the header's shape. So
+what inspect predicts is what `load_weights` will do, without reading a byte of tensor data.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+
+@dataclass
+class LoadCheck:
+    """The engine loader's verdict on a set of (name, shape) pairs."""
+
+    architecture: str | None = None
+    model_class: str | None = None
+    error: str | None = None
+    """Why the model cannot be built at all (unsupported architecture, rope type, config key)."""
+    consumed: int = 0
+    unexpected: list[str] = field(default_factory=list)
+    """Checkpoint keys the model has no parameter for: the loader fails on the first."""
+    missing: list[str] = field(default_factory=list)
+    """Parameters (or shards of fused ones, as `name[q]`) no key fills: the loader fails on them."""
+    misshapen: list[str] = field(default_factory=list)
+    """'key: reason' for keys whose shape the parameter's weight_loader rejects."""
+    skipped: list[str] = field(default_factory=list)
+    """Keys the loader skips on purpose (rotary caches, a tied lm_head)."""
+
+    @property
+    def loads(self) -> bool:
+        return self.error is None and not (self.unexpected or self.missing or self.misshapen)
+
+
+def build_meta_model(config: dict, dtype_name: str = "bfloat16", tensor_parallel_size: int = 1):
+    """The engine's model class for this config.json, its parameters on the meta device (no memory).
+
+    Parameters move to meta as each module registers them; buffers (rotary tables, a few MB) stay
+    on the CPU. Building under `torch.device("meta")` instead would run the rotary arithmetic
+    through torch's Python reference ops, whose first use imports torch._dynamo: 2-3 s. The model
+    is cached per config: the checks and the memory plan of one inspection share it (nothing
+    writes to it: a weight_loader's copy into a meta parameter is a no-op).
+
+    With `tensor_parallel_size` N > 1 it is rank 0's shard as a worker of N builds it (every rank's
+    shapes are the same): the layers size themselves from `get_tp()`, so the engine's own rules
+    (KV heads replicated when fewer than N, vocabulary padded to a multiple of N) apply unchanged,
+    and a size the model cannot split raises the engine's ValueError."""
+    return _cached_meta_model(json.dumps(config, sort_keys=True), dtype_name, tensor_parallel_size)
+
+
+@lru_cache(maxsize=8)
+def _cached_meta_model(config_json: str, dtype_name: str, tensor_parallel_size: int = 1):
+    import torch
+
+    from model_optimizer.runtime.models.loader import build_model
+    from model_optimizer.runtime.models.model_config import DecoderArgs
+    from model_optimizer.runtime.models.registry import resolve_model_class
+
+    args = DecoderArgs.from_dict(json.loads(config_json))
+    model_cls = resolve_model_class(args.architecture)
+    with parameters_on_meta(), as_tensor_parallel_rank0(tensor_parallel_size):
+        return build_model(lambda: model_cls(args), getattr(torch, dtype_name), torch.device("cpu"))
+
+
+@contextmanager
+def as_tensor_parallel_rank0(size: int) -> Iterator[None]:
+    """Layers built inside see themselves as rank 0 of `size` (parallel/state.py's `get_tp()`), with no
+    process group: building only reads the rank and size, collectives run in forward, never here."""
+    if size < 1:
+        raise ValueError(f"tensor_parallel_size must be at least 1, got {size}")
+    from model_optimizer.runtime import distributed as state
+
+    saved = state._current
+    state._current = state.TensorParallel(0, size)
+    try:
+        yield
+    finally:
+        state._current = saved
+
+
+@contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Every nn.Parameter registered inside moves to the meta device (CPU storage is allocated by
+    torch.empty without touching its pages, then dropped); a parameter already on meta is shared
+    as is, so tied weights stay tied."""
+    from torch import nn
+
+    original = nn.Module.register_parameter
+
+    def register(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        if param is not None and param.device.type != "meta":
+            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        original(module, name, param)
+
+    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) -> LoadCheck:
+    """Run the loader's rules over (name, shape) pairs, collecting every problem instead of the first."""
+    import torch
+
+    from model_optimizer.runtime.layers.linear import default_weight_loader
+    from model_optimizer.runtime.models.loader import SKIPPED_SUFFIXES, _expected_shards, _target_name
+
+    archs = config.get("architectures") or []
+    check = LoadCheck(architecture=archs[0] if archs else None)
+    try:
+        model = build_meta_model(config)
+    except (ValueError, KeyError, TypeError) as exc:
+        check.error = f"missing config key {exc}" if isinstance(exc, KeyError) else str(exc)
+        return check
+    check.model_class = type(model).__name__
+    params = dict(model.named_parameters(remove_duplicate=False))
+    stacked = getattr(model, "stacked_params", {})
+    tied = bool(getattr(model.args, "tie_word_embeddings", False))
+    loaded: set[tuple[str, str | None]] = set()
+    for name, shape in tensors:
+        if name.endswith(SKIPPED_SUFFIXES) or (tied and name == "lm_head.weight"):
+            check.skipped.append(name)
+            continue
+        target, shard = _target_name(name, stacked)
+        param = params.get(target)
+        if param is None:
+            check.unexpected.append(name)
+            continue
+        loader = getattr(param, "weight_loader", default_weight_loader)
+        probe = torch.empty(shape, dtype=param.dtype, device="meta")
+        try:
+            loader(param, probe, shard) if shard else loader(param, probe)
+        except (ValueError, RuntimeError) as exc:
+            check.misshapen.append(f"{name}: {exc}")
+            continue
+        loaded.add((target, shard))
+        check.consumed += 1
+    expected = _expected_shards(params, stacked)
+    check.missing = sorted(
+        f"{p}[{s}]" if s else p for p, s in expected - loaded if not (tied and p == "lm_head.weight")
+    )
+    return check

@@ -1,0 +1,379 @@
+"""Memory plan: weight bytes per format, KV bytes per token, and what fits on a GPU, by the engine's rules.
+
+The engine (runner/model_runner.py) sizes its KV cache by profiling: it runs one forward of
+min(max_num_batched_tokens, max_model_len) tokens plus the logits of max_num_seqs rows, takes the
+allocator's peak (weights, buffers, activations) as its own, and gives the KV cache
+`int(total * gpu_memory_utilization) - peak`, never more than free memory minus 256 MiB, in whole
+blocks of 2 * layers * block_size * kv_heads * head_dim elements. This module computes the same
+numbers without a GPU: the weights and buffers from the engine's model built on the meta device,
+the activation peak from the tensors alive at the widest point of that forward.
+
+Under tensor parallelism (`engine.tensor_parallel_size` N) every figure is per GPU: the meta model
+is rank 0's shard as a worker builds it, so the engine's own rules decide the sizes (heads, MLP
+width and KV heads split N ways, KV heads replicated when fewer than N, vocabulary padded to a
+multiple of N, norms whole on every GPU). Each rank sizes its cache the same way and the engine
+keeps the smallest, which on identical GPUs is every rank's.
+
+`plan_memory(config, gpu, engine)` is what the tuner calls to skip settings that cannot fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from model_optimizer.runtime.config import EngineConfig
+
+MIB = 1 << 20
+ENGINE_HEADROOM_BYTES = 256 * MIB
+"""The engine keeps this much free for CUDA graphs and sampler temporaries (model_runner.py)."""
+RUNTIME_BYTES = 32 * MIB
+"""Allocations the forward makes besides tensors: the cuBLAS workspace (32 MiB on Hopper). Checked
+against the engine's measured peak on an H200 (benchmarks/results/throughput_h200.json: Qwen3-0.6B
+config, 4096-token profile, 72,870 blocks at utilization 0.9 leave a peak of 1.3800e9 to 1.3819e9
+bytes, of which weights, rotary tables and the tensors below account for all but 32.6 to 34.4 MB)."""
+CUDA_CONTEXT_BYTES = 600 * MIB
+"""Memory the CUDA context takes outside torch's allocator; only bounds the plan when
+gpu_memory_utilization is near 1 and free memory, not the share, limits the cache."""
+
+QUANT_FORMATS: dict[str, tuple[float, str]] = {
+    "fp8": (1.0, "row"),
+    "int8": (1.0, "row"),
+    "int4": (0.5, "group128"),
+}
+"""Bytes per linear-layer weight and the scales beside them (one float32 per output row, or one
+bf16 per 128 inputs per row). Embedding, lm_head and norms stay in the model dtype."""
+SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+"""The unquantized row of the plan is named for the dtype the engine runs (bf16 for most models)."""
+KV_DTYPE_BYTES = {"fp8": 1}
+MAX_TENSOR_PARALLEL_SIZE = 8
+"""The most GPUs one host holds (an 8-GPU server); beyond it users go to a multi-node engine."""
+
+
+@dataclass
+class GpuMemory:
+    name: str
+    total_bytes: int
+    free_bytes: int | None = None
+    """Free memory now (live GPUs); None: total minus the CUDA context is assumed."""
+    source: str = "datasheet"
+
+
+@dataclass
+class ModelShape:
+    """What the plan needs of a model, read from the engine's own model class on the meta device.
+    Under tensor parallelism the sizes are one rank's: q_size, kv_size, intermediate_size, the
+    vocabulary rows and the parameter counts are its shard."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+    q_size: int
+    kv_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    num_params: int
+    linear_params: int
+    linear_out_rows: int
+    """Sum of output rows of the quantizable (Linear) layers: one scale each for row-wise formats."""
+    buffer_bytes: int
+    """Non-parameter tensors the model keeps (rotary cos/sin tables), in their own dtypes."""
+    tensor_parallel_size: int = 1
+    full_vocab_size: int = 0
+    """The model's vocabulary: the gathered logits have this many columns on every rank."""
+
+
+@dataclass
+class FitRow:
+    weight_format: str
+    kv_cache_dtype: str
+    weight_bytes: int
+    activation_bytes: int
+    kv_budget_bytes: int
+    num_kv_blocks: int
+    num_tokens: int
+    num_sequences: int
+    """Sequences of seq_len tokens whose KV fits at once (before the max_num_seqs cap)."""
+    capped_by_max_num_seqs: bool
+
+
+@dataclass
+class MemoryPlan:
+    model: str
+    dtype: str
+    num_params: int
+    weight_bytes_by_format: dict[str, int]
+    kv_bytes_per_token: dict[str, int]
+    """kv_cache_dtype -> bytes per token over all layers (K and V)."""
+    bytes_per_block: dict[str, int]
+    activation_bytes: dict[str, int]
+    """kv_cache_dtype -> the profile forward's peak beyond weights and buffers."""
+    cuda_graph_bytes: int
+    """Estimated memory of captured decode graphs (allocated after the KV cache, inside the headroom)."""
+    gpu_memory_utilization: float
+    seq_len: int
+    max_model_len: int
+    profile_tokens: int
+    gpu: GpuMemory | None = None
+    fits: list[FitRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    tensor_parallel_size: int = 1
+    """GPUs the model is split across; every figure above (num_params and the bytes) is one GPU's."""
+    min_tensor_parallel_size: dict[str, int | None] = field(default_factory=dict)
+    """Weight format -> the smallest tensor_parallel_size (up to MAX_TENSOR_PARALLEL_SIZE) at which one
+    sequence of seq_len fits each GPU with the model-dtype KV cache; None when none does. Only with
+    a GPU, for the formats that do not fit at this plan's size."""
+
+    def row(self, weight_format: str = "bf16", kv_cache_dtype: str = "auto") -> FitRow:
+        for r in self.fits:
+            if r.weight_format == weight_format and r.kv_cache_dtype == kv_cache_dtype:
+                return r
+        raise ValueError(f"no plan row for weights {weight_format!r} with kv_cache_dtype {kv_cache_dtype!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def model_shape(config: dict, dtype_name: str = "bfloat16", tensor_parallel_size: int = 1) -> ModelShape:
+    """Parameter and buffer sizes of the engine's model for `config`, built on the meta device; one
+    GPU's shard of it under tensor parallelism (ValueError when the model cannot be split so)."""
+    from model_optimizer.model.inspect.consumption import build_meta_model
+    from model_optimizer.runtime.distributed import TensorParallel
+    from model_optimizer.runtime.layers.linear import Linear
+
+    model = build_meta_model(config, dtype_name, tensor_parallel_size)
+    args = model.args
+    tp = TensorParallel(0, tensor_parallel_size)
+    linears = [m for m in model.modules() if isinstance(m, Linear)]
+    num_kv_heads = getattr(model, "local_num_kv_heads", tp.kv_heads(args.num_kv_heads)[1])
+    return ModelShape(
+        name=args.architecture,
+        num_layers=args.num_layers,
+        hidden_size=args.hidden_size,
+        intermediate_size=tp.shard(args.intermediate_size, "intermediate_size")[1],
+        q_size=tp.shard(args.num_heads, "num_attention_heads")[1] * args.head_dim,
+        kv_size=num_kv_heads * args.head_dim,
+        vocab_size=model.lm_head.weight.shape[0],
+        max_position_embeddings=args.max_position_embeddings,
+        num_params=sum(p.numel() for p in model.parameters()),
+        linear_params=sum(m.weight.numel() for m in linears),
+        linear_out_rows=sum(m.weight.shape[0] for m in linears),
+        buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
+        tensor_parallel_size=tensor_parallel_size,
+        full_vocab_size=args.vocab_size,
+    )
+
+
+def weight_bytes(shape: ModelShape, fmt: str, dtype_bytes: int) -> int:
+    """Bytes of all weights in `fmt`: a quantized format, or anything else for the model dtype."""
+    if fmt not in QUANT_FORMATS:
+        return shape.num_params * dtype_bytes
+    per_weight, scales = QUANT_FORMATS[fmt]
+    other = (shape.num_params - shape.linear_params) * dtype_bytes
+    scale_bytes = shape.linear_out_rows * 4 if scales == "row" else shape.linear_params // 128 * 2
+    return other + int(shape.linear_params * per_weight) + scale_bytes
+
+
+def profile_activation_bytes(
+    shape: ModelShape, num_tokens: int, num_logit_rows: int, dtype_bytes: int, kv_bytes: int, block_size: int
+) -> int:
+    """The peak the engine's profile forward adds to the weights, from the tensors alive at once.
+
+    In a decoder layer four (tokens, hidden) tensors live throughout (the layer's input, the residual
+    it came with, the new residual, the normed input); the MLP adds [gate | up] and its activation,
+    attention adds q/k/v, the rotated q and k and the output. After the last layer the logits of
+    `num_logit_rows` rows join the final hidden states. One scratch KV block table spans the tokens."""
+    t, h = num_tokens, shape.hidden_size
+    mlp = 4 * t * h + 3 * t * shape.intermediate_size
+    attention = 5 * t * h + t * (shape.q_size + 2 * shape.kv_size) + t * (2 * shape.q_size + shape.kv_size)
+    logits = 2 * t * h + num_logit_rows * shape.vocab_size
+    if shape.tensor_parallel_size > 1:  # this rank's block, the gathered blocks and their concatenation
+        logits = 2 * t * h + num_logit_rows * (shape.vocab_size * (2 * shape.tensor_parallel_size + 1))
+    scratch_kv = 2 * -(-t // block_size) * block_size * shape.kv_size * kv_bytes
+    index_tensors = 4 * t * 8
+    return max(mlp, attention, logits) * dtype_bytes + scratch_kv + index_tensors + RUNTIME_BYTES
+
+
+def plan_memory(
+    config: dict, gpu: GpuMemory | None = None, engine: EngineConfig | None = None, seq_len: int | None = None
+) -> MemoryPlan:
+    """The memory plan of the model of `config.json` under `engine`'s settings, on `gpu` if given."""
+    import torch
+
+    from model_optimizer.runtime.models.loader import resolve_dtype
+    from model_optimizer.runtime.models.model_config import DecoderArgs
+
+    engine = engine or EngineConfig()
+    args = DecoderArgs.from_dict(config)
+    dtype = resolve_dtype(engine.dtype, args, torch.device("cuda"))
+    dtype_name, dtype_bytes = str(dtype).removeprefix("torch."), torch.tensor([], dtype=dtype).element_size()
+    tp_size = engine.tensor_parallel_size
+    try:
+        shape = model_shape(config, dtype_name, tp_size)
+    except ValueError as exc:
+        if tp_size == 1:
+            raise
+        sizes = ", ".join(map(str, valid_tensor_parallel_sizes(config)))
+        raise ValueError(
+            f"tensor_parallel_size {tp_size} cannot split this model: {exc}; valid sizes: {sizes}"
+        ) from None
+    max_model_len = engine.max_model_len or shape.max_position_embeddings
+    if max_model_len > shape.max_position_embeddings:
+        raise ValueError(
+            f"max_model_len {max_model_len} exceeds the model's max_position_embeddings ({shape.max_position_embeddings})"
+        )
+    seq_len = seq_len or max_model_len
+    if seq_len <= 0 or seq_len > max_model_len:
+        raise ValueError(f"seq_len must be in 1..max_model_len ({max_model_len}), got {seq_len}")
+    profile_tokens = min(engine.max_num_batched_tokens, max_model_len)
+    kv_elem = {"auto": dtype_bytes, "fp8": KV_DTYPE_BYTES["fp8"]}
+    per_token = {k: 2 * shape.num_layers * shape.kv_size * e for k, e in kv_elem.items()}
+    activation = {
+        k: profile_activation_bytes(
+            shape, profile_tokens, min(engine.max_num_seqs, profile_tokens), dtype_bytes, e, engine.block_size
+        )
+        for k, e in kv_elem.items()
+    }
+    graph_tokens = min(engine.max_num_seqs, max_model_len)
+    plan = MemoryPlan(
+        model=shape.name,
+        dtype=dtype_name,
+        num_params=shape.num_params,
+        weight_bytes_by_format={
+            f: weight_bytes(shape, f, dtype_bytes) for f in (SHORT_DTYPES[dtype_name], *QUANT_FORMATS)
+        },
+        kv_bytes_per_token=per_token,
+        bytes_per_block={k: v * engine.block_size for k, v in per_token.items()},
+        activation_bytes=activation,
+        cuda_graph_bytes=profile_activation_bytes(shape, graph_tokens, graph_tokens, dtype_bytes, 0, engine.block_size)
+        - RUNTIME_BYTES,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        seq_len=seq_len,
+        max_model_len=max_model_len,
+        profile_tokens=profile_tokens,
+        gpu=gpu,
+        tensor_parallel_size=tp_size,
+    )
+    if tp_size > 1:
+        plan.notes.append(
+            f"per GPU of {tp_size}: layers split {tp_size} ways, {shape.kv_size // args.head_dim} KV head(s) per GPU"
+            + (" (replicated: fewer KV heads than GPUs)" if args.num_kv_heads < tp_size else "")
+            + f", vocabulary padded to {shape.vocab_size * tp_size:,}, norms whole on each GPU"
+        )
+    if gpu is not None:
+        plan.fits = [_fit(plan, shape, gpu, engine, fmt, kv) for fmt in plan.weight_bytes_by_format for kv in kv_elem]
+        plan.min_tensor_parallel_size = {
+            fmt: smallest_fitting_tensor_parallel_size(config, gpu, engine, seq_len, fmt)
+            for fmt in plan.weight_bytes_by_format
+            if plan.row(fmt).num_sequences < 1
+        }
+        for fmt, size in plan.min_tensor_parallel_size.items():
+            plan.notes.append(
+                f"{fmt} weights: no sequence of {seq_len:,} tokens fits one GPU at tensor_parallel_size {tp_size}; "
+                + (
+                    f"the smallest that fits is --tensor-parallel-size {size}"
+                    if size
+                    else f"none up to {MAX_TENSOR_PARALLEL_SIZE} GPUs does"
+                )
+            )
+        plan.notes.append(
+            "weights in fp8/int8/int4 quantize the linear layers only; embedding, lm_head and norms stay "
+            f"in {dtype_name}"
+        )
+        if gpu.source == "datasheet":
+            plan.notes.append("datasheet capacity: the driver reports a little less; --gpu live measures it")
+    return plan
+
+
+def valid_tensor_parallel_sizes(config: dict, limit: int = MAX_TENSOR_PARALLEL_SIZE) -> list[int]:
+    """The sizes in 1..limit the engine can split this model over (heads, KV heads and MLP width)."""
+    from model_optimizer.runtime.distributed import TensorParallel
+    from model_optimizer.runtime.models.model_config import DecoderArgs
+
+    args = DecoderArgs.from_dict(config)
+    sizes = []
+    for n in range(1, limit + 1):
+        tp = TensorParallel(0, n)
+        try:
+            tp.shard(args.num_heads, "num_attention_heads")
+            tp.kv_heads(args.num_kv_heads)
+            tp.shard(args.intermediate_size, "intermediate_size")
+        except ValueError:
+            continue
+        sizes.append(n)
+    return sizes
+
+
+def smallest_fitting_tensor_parallel_size(
+    config: dict, gpu: GpuMemory, engine: EngineConfig, seq_len: int, weight_format: str
+) -> int | None:
+    """The smallest valid tensor_parallel_size above `engine`'s at which one sequence of seq_len
+    tokens fits each GPU, with weights in `weight_format` and the model-dtype KV cache."""
+    from dataclasses import replace
+
+    for n in valid_tensor_parallel_sizes(config):
+        if n <= engine.tensor_parallel_size:
+            continue
+        plan = plan_memory(config, None, replace(engine, tensor_parallel_size=n), seq_len)
+        shape = model_shape(config, plan.dtype, n)
+        if _fit(plan, shape, gpu, engine, weight_format, "auto").num_sequences >= 1:
+            return n
+    return None
+
+
+def _fit(plan: MemoryPlan, shape: ModelShape, gpu: GpuMemory, engine: EngineConfig, fmt: str, kv: str) -> FitRow:
+    weights = plan.weight_bytes_by_format[fmt]
+    own_peak = weights + shape.buffer_bytes + plan.activation_bytes[kv]
+    free = gpu.free_bytes if gpu.free_bytes is not None else gpu.total_bytes - CUDA_CONTEXT_BYTES
+    free_after_load = free - weights - shape.buffer_bytes
+    budget = min(
+        int(gpu.total_bytes * engine.gpu_memory_utilization) - own_peak, free_after_load - ENGINE_HEADROOM_BYTES
+    )
+    blocks = max(budget // plan.bytes_per_block[kv], 0)
+    tokens = blocks * engine.block_size
+    per_seq = -(-plan.seq_len // engine.block_size)
+    sequences = blocks // per_seq
+    return FitRow(
+        fmt, kv, weights, plan.activation_bytes[kv], budget, blocks, tokens, sequences, sequences > engine.max_num_seqs
+    )
+
+
+def gpu_memory(spec: str, index: int = 0) -> GpuMemory:
+    """`live`: the GPU this process sees (torch, else NVML); otherwise a datasheet name (`H200`, `A100 80GB`)."""
+    if spec == "live":
+        return _live_gpu(index)
+    from model_optimizer.environment.knowledge import gpu_spec, load
+
+    entry = gpu_spec(spec)
+    if entry is None:
+        names = ", ".join(g["name"] for g in load("gpus")["gpus"])
+        raise ValueError(f"--gpu {spec!r} matches no datasheet; use 'live' or one of: {names}")
+    return GpuMemory(entry["name"], int(entry["memory_gib"] * (1 << 30)), None, "datasheet")
+
+
+def _live_gpu(index: int) -> GpuMemory:
+    import torch
+
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info(index)
+        return GpuMemory(
+            torch.cuda.get_device_name(index), int(total), int(free), "torch (live)"
+        )  # free already net of our context
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        name = pynvml.nvmlDeviceGetName(handle)
+        return GpuMemory(
+            name.decode() if isinstance(name, bytes) else name,
+            int(mem.total),
+            int(mem.free) - CUDA_CONTEXT_BYTES,
+            "NVML (live)",
+        )
+    except Exception as exc:  # no driver, no library: say so in words
+        raise ValueError(
+            f"--gpu live: no GPU visible to torch or NVML ({type(exc).__name__}: {exc}); name one, e.g. --gpu H200"
+        ) from None

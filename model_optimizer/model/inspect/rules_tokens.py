@@ -1,0 +1,282 @@
+"""Findings about tokens: tokenizer, chat template, eos/bos/pad agreement, vocabulary vs embedding,
+special tokens, and the context length."""
+
+from __future__ import annotations
+
+from model_optimizer.environment.findings import Finding
+from model_optimizer.model.inspect.chat_templates import family_template, shipped_templates
+from model_optimizer.model.inspect.context import InspectContext
+from model_optimizer.model.inspect.leftovers import classify
+
+PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|finetune_right_pad_id|>", "<|endoftext|>", "<unk>")
+"""Tokens --fix may make the pad token when pad equals eos, first present wins."""
+
+
+def id_set(value: object) -> set[int]:
+    if value is None:
+        return set()
+    values = value if isinstance(value, list) else [value]
+    return {int(v) for v in values if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def sources(ctx: InspectContext, role: str) -> dict[str, set[int]]:
+    """The ids each file gives a role; files that do not set it are left out."""
+    ckpt, key = ctx.checkpoint, f"{role}_token_id"
+    found = {}
+    if ckpt.config.get(key) is not None:
+        found["config.json"] = id_set(ckpt.config.get(key))
+    if ckpt.generation_config and ckpt.generation_config.get(key) is not None:
+        found["generation_config.json"] = id_set(ckpt.generation_config.get(key))
+    token_id = ckpt.tokenizer.token_id(role)
+    if token_id is not None:
+        found["tokenizer"] = {token_id}
+    return found
+
+
+def engine_eos(ctx: InspectContext) -> set[int]:
+    """The engine's rule (llm.eos_token_ids): generation_config.json, else config.json, else the tokenizer."""
+    found = sources(ctx, "eos")
+    for name in ("generation_config.json", "config.json", "tokenizer"):
+        if name in found:
+            return found[name]
+    return set()
+
+
+def _describe(found: dict[str, set[int]]) -> str:
+    return "; ".join(f"{name}: {sorted(ids)}" for name, ids in found.items())
+
+
+def tokenizer(ctx: InspectContext) -> list[Finding]:
+    tok = ctx.checkpoint.tokenizer
+    if not tok.present:
+        return [
+            Finding(
+                "tokenizer.missing",
+                "warn",
+                "no tokenizer files in the folder",
+                "Only token-id prompts work; text prompts and the chat endpoint need a tokenizer.",
+                {
+                    "any": [
+                        "Copy tokenizer.json and tokenizer_config.json from the base model",
+                        "or serve with --tokenizer DIR",
+                    ]
+                },
+            )
+        ]
+    return [Finding("tokenizer.present", "ok", f"tokenizer: {len(tok.vocab):,} tokens ({', '.join(tok.files)})")]
+
+
+def chat_template(ctx: InspectContext) -> list[Finding]:
+    tok = ctx.checkpoint.tokenizer
+    if not tok.present:
+        return []
+    if tok.chat_template and tok.chat_template.strip():
+        return [Finding("chat_template.present", "ok", f"chat template from {tok.chat_template_source}")]
+    family = family_template(ctx.checkpoint.config)
+    fix = ctx.fix_command("--chat-template", family or "FILE.jinja")
+    named = (
+        f"; the {ctx.checkpoint.config.get('model_type')} family uses our shipped '{family}' template" if family else ""
+    )
+    return [
+        Finding(
+            "chat_template.missing",
+            "warn",
+            "no chat template" + (" (empty)" if tok.chat_template is not None else "") + named,
+            "/v1/chat/completions needs one to turn messages into a prompt; completions still work. "
+            f"Shipped templates: {', '.join(shipped_templates())}.",
+            {"any": [fix]},
+            {"family_template": family},
+        )
+    ]
+
+
+def eos(ctx: InspectContext) -> list[Finding]:
+    found, engine = sources(ctx, "eos"), engine_eos(ctx)
+    if not engine:
+        return [
+            Finding(
+                "tokens.eos_missing",
+                "error",
+                "no eos token id in config.json, generation_config.json or the tokenizer",
+                "Generation would only stop at max_tokens.",
+                {"any": ["Set eos_token_id in generation_config.json"]},
+            )
+        ]
+    tokenizer_eos = found.get("tokenizer", set())
+    if tokenizer_eos - engine:
+        return [
+            Finding(
+                "tokens.eos_disagree",
+                "error",
+                f"the tokenizer's eos {sorted(tokenizer_eos)} is not an eos id of the engine ({_describe(found)})",
+                "Chat templates end each turn with the tokenizer's eos; the engine stops on generation_config.json's ids, "
+                "so replies would run on to max_tokens.",
+                {"any": [ctx.fix_command()]},
+                {"sources": {k: sorted(v) for k, v in found.items()}},
+            )
+        ]
+    file_sets = [v for k, v in found.items() if k != "tokenizer"]
+    if len(file_sets) == 2 and file_sets[0] != file_sets[1]:
+        return [
+            Finding(
+                "tokens.eos_disagree",
+                "warn",
+                f"eos ids differ between files ({_describe(found)})",
+                "The engine uses generation_config.json's; other tools may read config.json's.",
+                {"any": [ctx.fix_command()]},
+                {"sources": {k: sorted(v) for k, v in found.items()}},
+            )
+        ]
+    return [Finding("tokens.eos", "ok", f"eos ids {sorted(engine)} agree ({_describe(found)})")]
+
+
+def bos_pad(ctx: InspectContext) -> list[Finding]:
+    findings = []
+    for role in ("bos", "pad"):
+        found = sources(ctx, role)
+        if len({frozenset(v) for v in found.values()}) > 1:
+            findings.append(
+                Finding(
+                    f"tokens.{role}_disagree",
+                    "warn",
+                    f"{role} ids differ ({_describe(found)})",
+                    "Tools disagree on which token " + ("starts a prompt." if role == "bos" else "pads a batch."),
+                    {"any": [ctx.fix_command()]},
+                    {"sources": {k: sorted(v) for k, v in found.items()}},
+                )
+            )
+    pad = set().union(*sources(ctx, "pad").values()) if sources(ctx, "pad") else set()
+    if pad & engine_eos(ctx):
+        findings.append(
+            Finding(
+                "tokens.pad_is_eos",
+                "warn",
+                f"the pad token {sorted(pad & engine_eos(ctx))} is also an eos token",
+                "A training-style setting: with pad = eos the eos positions are masked out of the loss, so a model "
+                "fine-tuned this way may never learn to stop, and batch padding cannot be told from an end.",
+                {"any": [ctx.fix_command()]},
+                {"pad": sorted(pad), "eos": sorted(engine_eos(ctx))},
+            )
+        )
+    return findings
+
+
+def embedding_rows(ctx: InspectContext) -> int | None:
+    for info in ctx.checkpoint.tensors:
+        key = classify(info.name)
+        if key.kind == "weight" and key.clean in ("model.embed_tokens.weight",) and info.shape:
+            return info.shape[0]
+    return None
+
+
+def vocab(ctx: InspectContext) -> list[Finding]:
+    rows, config_vocab = embedding_rows(ctx), ctx.checkpoint.config.get("vocab_size")
+    tok_len = ctx.checkpoint.tokenizer.vocab_len if ctx.checkpoint.tokenizer.vocab else None
+    findings = []
+    details = {"embedding_rows": rows, "config_vocab_size": config_vocab, "tokenizer_ids": tok_len}
+    if rows is not None and config_vocab is not None and rows != config_vocab:
+        findings.append(
+            Finding(
+                "vocab.config_rows",
+                "error",
+                f"config.json vocab_size {config_vocab} but the embedding has {rows} rows",
+                "The engine builds its embedding from vocab_size, so the weights do not fit.",
+                {"any": [ctx.fix_command()]},
+                details,
+            )
+        )
+    if rows is not None and tok_len is not None and tok_len > rows:
+        findings.append(
+            Finding(
+                "vocab.tokenizer_larger",
+                "error",
+                f"the tokenizer has ids up to {tok_len - 1} but the embedding only {rows} rows",
+                "A prompt with one of the extra tokens indexes past the embedding: a crash (device-side assert on a GPU).",
+                {
+                    "any": [
+                        "Resize the embedding and lm_head to the tokenizer (transformers: model.resize_token_embeddings(len(tokenizer))) and fine-tune the new rows"
+                    ]
+                },
+                details,
+            )
+        )
+    ids = set().union(
+        *(set().union(*sources(ctx, role).values()) for role in ("bos", "eos", "pad") if sources(ctx, role))
+    )
+    beyond = sorted(i for i in ids if rows is not None and i >= rows)
+    if beyond:
+        findings.append(
+            Finding(
+                "vocab.special_id_range",
+                "error",
+                f"special token ids {beyond} are beyond the embedding's {rows} rows",
+                "Those ids cannot be embedded or sampled.",
+                {"any": ["Correct the ids in config.json / generation_config.json"]},
+                details,
+            )
+        )
+    if not findings and rows is not None:
+        spare = f", {rows - tok_len} spare rows" if tok_len is not None and rows > tok_len else ""
+        findings.append(
+            Finding("vocab.fits", "ok", f"vocabulary fits the embedding ({rows:,} rows{spare})", details=details)
+        )
+    return findings
+
+
+def special_tokens(ctx: InspectContext) -> list[Finding]:
+    tok = ctx.checkpoint.tokenizer
+    if not tok.vocab:
+        return []
+    absent = {role: text for role, text in tok.special_tokens.items() if text is not None and text not in tok.vocab}
+    absent.update({f"extra {text}": text for text in tok.extra_special_tokens if text not in tok.vocab})
+    if not absent:
+        return []
+    severity = "error" if "eos" in absent else "warn"
+    listed = ", ".join(f"{role} {text!r}" for role, text in absent.items())
+    return [
+        Finding(
+            "tokens.special_absent",
+            severity,
+            f"special tokens absent from the vocabulary: {listed}",
+            "The tokenizer would split them into pieces or fail; an absent eos is never generated, so generation never stops.",
+            {
+                "any": [
+                    "Add them to tokenizer.json's added_tokens, or correct tokenizer_config.json to tokens the vocabulary has"
+                ]
+            },
+            {"absent": absent},
+        )
+    ]
+
+
+def context_length(ctx: InspectContext) -> list[Finding]:
+    max_pos = ctx.checkpoint.config.get("max_position_embeddings")
+    if not isinstance(max_pos, int):
+        return []
+    if ctx.max_model_len is not None and ctx.max_model_len > max_pos:
+        return [
+            Finding(
+                "context.too_long",
+                "error",
+                f"requested context {ctx.max_model_len:,} exceeds max_position_embeddings {max_pos:,}",
+                "Positions past the trained range have no rotary table: the engine refuses this max_model_len.",
+                {
+                    "any": [
+                        f"Serve with --max-model-len {max_pos}",
+                        "or use a checkpoint trained (or rope-scaled) for the longer context",
+                    ]
+                },
+                {"max_model_len": ctx.max_model_len, "max_position_embeddings": max_pos},
+            )
+        ]
+    return [
+        Finding(
+            "context.fits",
+            "ok",
+            f"max_position_embeddings {max_pos:,}"
+            + (f" covers the requested {ctx.max_model_len:,}" if ctx.max_model_len else ""),
+        )
+    ]
+
+
+RULES = (tokenizer, chat_template, eos, bos_pad, vocab, special_tokens, context_length)

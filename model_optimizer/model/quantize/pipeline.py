@@ -1,0 +1,149 @@
+"""`mopt quantize`: calibrate, round, write compressed-tensors, evaluate with our engine, gate, publish.
+
+The folder is built under a temporary name beside the output and renamed only when the accuracy
+gate passes, so an interrupted or refused run leaves nothing at the output path. Embedding models
+take the same path with a cosine gate instead of perplexity (embed_pipeline.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from model_optimizer.model.quantize import embed_pipeline
+from model_optimizer.model.quantize.calibration import read_documents, token_windows
+from model_optimizer.model.quantize.evaluate import Accuracy, compare, gate_failures, load_for_eval
+from model_optimizer.model.quantize.job import (
+    REPORT_NAME,
+    GateFailed,
+    Progress,
+    QuantizeOptions,
+    check_output,
+    checkpoint_dtype,
+    publish,
+    round_in_place,
+    write_json,
+)
+from model_optimizer.runtime.device import pick_device
+
+
+def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
+    """Write the quantized folder at opts.output; returns the report. GateFailed when a limit is broken."""
+    from model_optimizer.runtime.llm import load_tokenizer
+
+    progress = progress or Progress()
+    check_output(opts.output)
+    if embed_pipeline.is_embedding_model(opts.model):
+        return embed_pipeline.quantize_embedding(opts, progress)
+    started = time.time()
+    tokenizer = load_tokenizer(opts.model)
+    eval_windows = token_windows(
+        tokenizer, read_documents(opts.eval_text, "evaluation"), opts.num_eval_samples, opts.eval_seq_len
+    )
+    calib_windows = []
+    if opts.method == "awq":
+        calib_windows = token_windows(
+            tokenizer, read_documents(opts.calib, "calibration"), opts.num_calib_samples, opts.calib_seq_len
+        )
+
+    def build(tmp: Path) -> dict:
+        model = quantized_model(opts, calib_windows, progress)
+        from model_optimizer.model.quantize.writer import save_compressed_tensors
+
+        save_compressed_tensors(model, opts.method, opts.group_size, opts.model, tmp)
+        del model
+        accuracy = evaluate(opts.model, tmp, eval_windows, opts, progress)
+        return build_report(opts, accuracy, calib_windows, eval_windows, time.time() - started, tmp)
+
+    return publish(opts.output, build)
+
+
+def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progress: Progress) -> torch.nn.Module:
+    """The original loaded in float32, AWQ-adjusted if asked, rounded in the checkpoint's dtype."""
+    from model_optimizer.runtime.models.loader import load_model
+    from model_optimizer.runtime.models.model_config import read_config
+
+    config = read_config(opts.model)
+    if config.get("quantization_config"):
+        raise ValueError(f"{opts.model} is already quantized; quantize the original float checkpoint")
+    model = load_model(opts.model, "float32", pick_device(opts.device))
+    target = checkpoint_dtype(config)
+    if opts.method == "awq":
+        progress.start("AWQ search", len(model.model.layers))
+        from model_optimizer.model.quantize.awq import apply_awq
+
+        apply_awq(model, calib_windows, opts.group_size, target, on_layer=lambda i: progress.advance("AWQ search"))
+    round_in_place(model, opts, target, progress)
+    return model
+
+
+def evaluate(
+    reference: Path, folder: Path, windows: list[list[int]], opts: QuantizeOptions, progress: Progress
+) -> Accuracy:
+    max_len = max(len(w) for w in windows)
+    ref_llm = load_for_eval(reference, opts.device, opts.eval_dtype, max_len)
+    q_llm = load_for_eval(folder, opts.device, opts.eval_dtype, max_len)
+    progress.start("evaluation", len(windows))
+    return compare(ref_llm, q_llm, windows, on_window=lambda i: progress.advance("evaluation"))
+
+
+def eval_only(folder: Path, reference: Path, opts: QuantizeOptions, progress: Progress | None = None) -> dict:
+    """Re-evaluate any quantized folder (ours or another tool's) against its original; writes the report."""
+    from model_optimizer.runtime.llm import load_tokenizer
+
+    progress = progress or Progress()
+    if embed_pipeline.is_embedding_model(reference):
+        return embed_pipeline.eval_only_embedding(folder, reference, opts, progress)
+    started = time.time()
+    windows = token_windows(
+        load_tokenizer(reference),
+        read_documents(opts.eval_text, "evaluation"),
+        opts.num_eval_samples,
+        opts.eval_seq_len,
+    )
+    accuracy = evaluate(reference, folder, windows, opts, progress)
+    report = build_report(opts, accuracy, [], windows, time.time() - started, folder)
+    failures = report["gate"]["failures"]
+    write_json(folder / REPORT_NAME, report)
+    if failures:
+        raise GateFailed(failures, report)
+    return report
+
+
+def build_report(
+    opts: QuantizeOptions, acc: Accuracy, calib: list[list[int]], evals: list[list[int]], seconds: float, folder: Path
+) -> dict:
+    config = json.loads((folder / "config.json").read_text())
+    qc = config.get("quantization_config") or {}
+    failures = gate_failures(acc, opts.max_ppl_increase, opts.min_top1)
+    return {
+        "model": str(opts.model),
+        "method": opts.method,
+        "format": qc.get("quant_method"),
+        "group_size": opts.group_size if opts.method in ("awq", "rtn-int4") else None,
+        "calibration": {
+            "text": opts.calib or "built-in (Python standard-library docs)",
+            "num_samples": len(calib),
+            "num_tokens": sum(map(len, calib)),
+        }
+        if calib
+        else None,
+        "evaluation": {
+            "text": opts.eval_text or "built-in held-out (Python standard-library docs, modules not in calibration)",
+            "num_samples": len(evals),
+            "num_tokens": sum(map(len, evals)),
+        },
+        "accuracy": acc.to_dict(),
+        "weights_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors")),
+        "seconds": round(seconds, 1),
+        "versions": {"torch": torch.__version__},
+        "gate": {
+            "max_ppl_increase": opts.max_ppl_increase,
+            "min_top1": opts.min_top1,
+            "passed": not failures,
+            "failures": failures,
+        },
+    }

@@ -1,0 +1,135 @@
+"""Write a quantized model as a compressed-tensors checkpoint (llm-compressor's layout, which vLLM and
+transformers read): int4 and int8 `pack-quantized`, fp8 `float-quantized` with dynamic per-token
+activations (FP8_DYNAMIC).
+
+Fused layers are split back into the checkpoint's q/k/v and gate/up tensors, so the folder has the
+original architecture's names.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from model_optimizer.runtime.kernels import quant_reference as ref
+from model_optimizer.runtime.layers.linear import Linear
+
+FORMATS = {"fp8": "float-quantized", "int8": "pack-quantized", "awq": "pack-quantized", "rtn-int4": "pack-quantized"}
+COPIED_SUFFIXES = (".json", ".txt", ".model", ".jinja")  # not README.md: it describes the original
+SKIPPED_FILES = {"config.json", "model.safetensors.index.json", "quantization_report.json"}
+
+
+def compressed_tensors_config(method: str, group_size: int) -> dict:
+    """The quantization_config block llm-compressor writes for the same scheme."""
+    if method == "fp8":
+        weights = dict(num_bits=8, type="float", symmetric=True, strategy="channel", group_size=None)
+        inputs = dict(num_bits=8, type="float", symmetric=True, strategy="token", dynamic=True, observer=None)
+    elif method == "int8":
+        weights, inputs = dict(num_bits=8, type="int", symmetric=True, strategy="channel", group_size=None), None
+    else:
+        weights = dict(num_bits=4, type="int", symmetric=False, strategy="group", group_size=group_size)
+        inputs = None
+    weights.update(dynamic=False, observer="minmax", actorder=None, block_structure=None)
+    fmt = FORMATS[method]
+    group = dict(targets=["Linear"], weights=weights, input_activations=inputs, output_activations=None, format=fmt)
+    return {
+        "quant_method": "compressed-tensors",
+        "format": fmt,
+        "quantization_status": "compressed",
+        "global_compression_ratio": None,
+        "config_groups": {"group_0": group},
+        "ignore": ["lm_head"],
+        "kv_cache_scheme": None,
+        "sparsity_config": {},
+        "transform_config": {},
+        "version": _ct_version(),
+    }
+
+
+def _ct_version() -> str:
+    try:
+        from compressed_tensors import __version__
+
+        return str(__version__)
+    except ImportError:
+        return "0.20.1"
+
+
+def compressed_layer_tensors(layer: Linear, method: str) -> dict[str, torch.Tensor]:
+    """One unfused slice of a quantized layer (qweight etc. already cut to its rows) in the CT layout."""
+    n = layer.qweight.shape[0]
+    k = layer.in_features
+    if method == "fp8":
+        return {"weight": layer.qweight, "weight_scale": layer.scales.reshape(n, 1)}
+    shape = torch.tensor([n, k], dtype=torch.int64)
+    if method == "int8":
+        # little-endian bytes q + 128, four per int32 along K
+        packed = (layer.qweight.to(torch.int16) + 128).to(torch.uint8).contiguous().view(torch.int32)
+        return {"weight_packed": packed, "weight_scale": layer.scales.reshape(n, 1), "weight_shape": shape}
+    zeros = layer.zeros.T  # (K // G, N): packed along N, padded with zeros as compressed-tensors does
+    pad = -n % 8
+    if pad:
+        zeros = torch.cat([zeros, torch.zeros(zeros.shape[0], pad, dtype=zeros.dtype)], dim=1)
+    return {
+        "weight_packed": layer.qweight,
+        "weight_scale": layer.scales,
+        "weight_zero_point": ref.pack_int4(zeros).T.contiguous(),
+        "weight_shape": shape,
+    }
+
+
+class _Slice:
+    """Rows [start, start + size) of a quantized layer, shaped like a layer for compressed_layer_tensors."""
+
+    def __init__(self, layer: Linear, start: int, size: int) -> None:
+        self.in_features = layer.in_features
+        self.qweight = layer.qweight[start : start + size]
+        self.scales = layer.scales[start : start + size]
+        self.zeros = layer.zeros[start : start + size] if getattr(layer, "zeros", None) is not None else None
+
+
+def model_state(model: nn.Module, method: str) -> dict[str, torch.Tensor]:
+    """Checkpoint tensors of the whole model, names as in the original checkpoint."""
+    stacked = getattr(model, "stacked_params", {})
+    unstack = {(ours, shard): theirs for theirs, (ours, shard) in stacked.items()}
+    state: dict[str, torch.Tensor] = {}
+    handled: set[str] = set()
+    for name, module in model.named_modules():
+        if not isinstance(module, Linear):
+            continue
+        offsets = getattr(module, "shard_offsets", {None: (0, module.out_features)})
+        for shard, (start, size) in offsets.items():
+            prefix = name
+            if shard is not None:
+                ours = next(o for (o, s) in unstack if s == shard and o in name + ".")
+                prefix = (name + ".").replace(ours, unstack[(ours, shard)])[:-1]
+            if module.quant_method is not None:
+                for key, t in compressed_layer_tensors(_Slice(module, start, size), method).items():  # type: ignore[arg-type]
+                    state[f"{prefix}.{key}"] = t
+            else:
+                state[f"{prefix}.weight"] = module.weight.data[start : start + size]
+            if module.bias is not None:
+                state[f"{prefix}.bias"] = module.bias.data[start : start + size]
+        handled.update(f"{name}.{p}" for p, _ in module.named_parameters(recurse=False))
+    tied = getattr(getattr(model, "args", None), "tie_word_embeddings", False)
+    for name, param in model.named_parameters():
+        if name not in handled and not (tied and name == "lm_head.weight"):
+            state[name] = param.data
+    return {k: v.detach().cpu().contiguous() for k, v in state.items()}
+
+
+def save_compressed_tensors(model: nn.Module, method: str, group_size: int, src_dir: Path, out_dir: Path) -> None:
+    """model.safetensors, config.json with quantization_config, and the source folder's other files."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file(model_state(model, method), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((src_dir / "config.json").read_text())
+    config["quantization_config"] = compressed_tensors_config(method, group_size)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    for path in src_dir.iterdir():
+        if path.is_file() and path.suffix in COPIED_SUFFIXES and path.name not in SKIPPED_FILES:
+            shutil.copy2(path, out_dir / path.name)

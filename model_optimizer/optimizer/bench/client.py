@@ -1,0 +1,346 @@
+"""The HTTP client: one httpx.AsyncClient on one event loop, timing every streamed chunk.
+
+Each request records when the load generator wanted to send it, when it was sent, when each
+token-carrying chunk arrived, when it ended, how many tokens came back and, if it failed, why.
+Times are seconds from the start of the run (time.perf_counter based).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import httpx
+from pydantic_core import from_json
+
+from model_optimizer.optimizer.bench.workloads import BenchRequest
+from model_optimizer.runtime.config import check_choice
+
+SHARD_SIZE = 8
+"""Connections per httpx client in a closed loop."""
+OPEN_LOOP_SHARDS = 8
+"""httpx clients an open loop spreads its requests over."""
+
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "embeddings": "/v1/embeddings"}
+
+
+@dataclass
+class ClientConfig:
+    """Where and how to send requests."""
+
+    base_url: str = "http://127.0.0.1:8000"
+    """Server root (the part before /v1)."""
+
+    endpoint: Literal["completions", "chat", "embeddings"] = "completions"
+    """API to measure: streamed /v1/completions or /v1/chat/completions, or /v1/embeddings."""
+
+    model: str | None = None
+    """Model name sent in each request. Empty: the first model listed by GET /v1/models."""
+
+    api_key: str | None = None
+    """Bearer token sent as Authorization header (default: $OPENAI_API_KEY when set)."""
+
+    ignore_eos: bool = True
+    """Ask the server to keep generating past end-of-sequence so outputs have the requested length (vLLM extension)."""
+
+    temperature: float | None = None
+    """Sampling temperature sent with each request (default: the server's)."""
+
+    request_timeout: float = 600.0
+    """Seconds before a request counts as a timeout error."""
+
+    return_token_ids: bool = False
+    """Send return_token_ids (vLLM): chunks with ids but no text then count as tokens. Off: OpenAI refuses it."""
+
+    logprobs: int | None = None
+    """Ask for this many top logprobs per token on every request (measures their cost). Empty: none."""
+
+    def __post_init__(self) -> None:
+        check_choice(self, "endpoint")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        self.base_url = self.base_url.rstrip("/").removesuffix("/v1")
+        if self.request_timeout <= 0:
+            raise ValueError(f"request_timeout must be positive, got {self.request_timeout}")
+
+
+@dataclass
+class RequestRecord:
+    """What happened to one request."""
+
+    index: int
+    prompt_len: int
+    output_len_requested: int
+    scheduled: float = 0.0
+    """When the load generator wanted it sent (arrival time, or when a concurrency slot freed)."""
+    send: float = 0.0
+    """When the HTTP call started."""
+    end: float = 0.0
+    chunk_times: list[float] = field(default_factory=list)
+    """Arrival time of each chunk that carried output tokens (non-empty text or non-empty token_ids)."""
+    chunk_tokens: list[int] = field(default_factory=list)
+    """Output tokens in each of those chunks (a server merges what a slow reader left waiting, as vLLM
+    and `mopt serve` do): from token_ids or logprobs when sent, else the server's usage spread over the
+    chunks by text length (chunk_token_counts). Empty means one token per chunk."""
+    output_tokens: int = 0
+    prompt_tokens: int | None = None
+    """From the server's `usage`, when it reports it."""
+    usage_reported: bool = False
+    error: str | None = None
+    """None on success; else http_<status>, timeout, connection, malformed_stream, stream_error or other."""
+    error_detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def ttft(self) -> float | None:
+        return self.chunk_times[0] - self.send if self.chunk_times else None
+
+    @property
+    def e2e(self) -> float:
+        return self.end - self.send
+
+
+class StreamError(Exception):
+    """The server's stream broke the SSE/OpenAI format or reported an error."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+class BenchClient:
+    """Send prepared requests and time them; use as `async with BenchClient(cfg, slots, t0) as c`.
+
+    httpx's connection pool scans all its connections on every request, so one pool of hundreds
+    of connections costs the client milliseconds per request; the connections are spread over
+    several small clients (shards) instead. With `slots` (closed loop), request slot k always
+    uses shard k % num_shards, whose pool is sized to exactly its slots.
+    """
+
+    def __init__(self, cfg: ClientConfig, slots: int | None, t0: float) -> None:
+        self.cfg = cfg
+        self.t0 = t0
+        self.url = cfg.base_url + PATHS[cfg.endpoint]
+        self.streaming = cfg.endpoint != "embeddings"
+        headers = {"Content-Type": "application/json"}
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        num_shards = math.ceil(slots / SHARD_SIZE) if slots else OPEN_LOOP_SHARDS
+        per_shard = math.ceil(slots / num_shards) if slots else None
+        limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
+        timeout = httpx.Timeout(cfg.request_timeout, pool=None)
+        verify = _ssl_context() if cfg.base_url.startswith("https://") else False  # one context, built once
+        self.shards = [
+            httpx.AsyncClient(http1=True, limits=limits, timeout=timeout, headers=headers, verify=verify)
+            for _ in range(num_shards)
+        ]
+
+    async def __aenter__(self) -> BenchClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for shard in self.shards:
+            await shard.aclose()
+
+    def body(self, req: BenchRequest) -> bytes:
+        """The JSON body for `req`, encoded ahead of the run so sending costs no serialization."""
+        return request_body(self.cfg, req)
+
+    async def send(
+        self, index: int, req: BenchRequest, body: bytes, scheduled: float, slot: int | None = None
+    ) -> RequestRecord:
+        """Send one request (from `slot` in a closed loop) and return its record; never raises for request failures."""
+        http = self.shards[(index if slot is None else slot) % len(self.shards)]
+        rec = RequestRecord(index, req.prompt_len, req.output_len, scheduled=scheduled - self.t0)
+        rec.send = time.perf_counter() - self.t0
+        try:
+            async with http.stream("POST", self.url, content=body) as resp:
+                if resp.status_code != 200:
+                    text = (await resp.aread()).decode(errors="replace")
+                    rec.error, rec.error_detail = f"http_{resp.status_code}", error_message(text)[:300]
+                elif self.streaming:
+                    await self._read_stream(resp, rec)
+                else:
+                    self._read_embedding(await resp.aread(), rec)
+        except httpx.TimeoutException as exc:
+            rec.error, rec.error_detail = "timeout", repr(exc)
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            rec.error, rec.error_detail = "connection", repr(exc)
+        except StreamError as exc:
+            rec.error, rec.error_detail = exc.kind, str(exc)[:300]
+        except httpx.HTTPError as exc:
+            rec.error, rec.error_detail = "other", repr(exc)
+        rec.end = time.perf_counter() - self.t0
+        return rec
+
+    async def _read_stream(self, resp: httpx.Response, rec: RequestRecord) -> None:
+        chat = self.cfg.endpoint == "chat"
+        finished = False
+        pending = b""
+        counted: list[int | None] = []  # per token chunk: its tokens, when its ids or logprobs say
+        chars: list[int] = []  # per token chunk: its text's length
+        # after [DONE], read on to the end of the body: leaving it unread would close the
+        # keep-alive connection and make the next request pay for a new one
+        async for data in resp.aiter_bytes():
+            arrived = time.perf_counter() - self.t0  # every event in one network read arrived together
+            *lines, pending = (pending + data).split(b"\n")
+            for line in lines:
+                if finished or not line.startswith(b"data:"):
+                    continue  # also blank separators, comments and event: lines
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    finished = True
+                    continue
+                chunk = _parse_chunk(payload)
+                text, ids = _chunk_tokens(chunk, chat)
+                if text or ids:
+                    rec.chunk_times.append(arrived)
+                    counted.append(len(ids) if ids is not None else _num_logprobs(chunk, chat))
+                    chars.append(len(text))
+                usage = chunk.get("usage")
+                if isinstance(usage, dict) and "completion_tokens" in usage:
+                    rec.output_tokens = int(usage["completion_tokens"])
+                    rec.prompt_tokens = usage.get("prompt_tokens")
+                    rec.usage_reported = True
+        if not finished:
+            raise StreamError("malformed_stream", "stream ended without data: [DONE]")
+        rec.chunk_tokens = chunk_token_counts(counted, chars, rec.output_tokens if rec.usage_reported else None)
+        if not rec.usage_reported:  # the server's usage wins; else the chunks' counts
+            rec.output_tokens = sum(rec.chunk_tokens)
+
+    def _read_embedding(self, raw: bytes, rec: RequestRecord) -> None:
+        try:
+            body = json.loads(raw)
+            usage = body.get("usage") or {}
+            if not isinstance(body.get("data"), list) or not body["data"]:
+                raise StreamError("malformed_stream", "embeddings response without data")
+        except (json.JSONDecodeError, AttributeError):
+            raise StreamError("malformed_stream", f"embeddings response is not a JSON object: {raw[:100]!r}") from None
+        rec.prompt_tokens = usage.get("prompt_tokens")
+        rec.usage_reported = "prompt_tokens" in usage
+
+
+def chunk_token_counts(counted: list[int | None], chars: list[int], total: int | None) -> list[int]:
+    """Output tokens per token-carrying chunk: `counted` where known (token_ids or logprobs sent).
+
+    The unknown chunks hold at least one token each and, when the server's usage `total` says they
+    held more, its tokens in proportion to their text length (a merged chunk carries more text),
+    rounded by largest remainder to sum to it: ITL is then timed per token, and TPOT (from usage)
+    is unchanged."""
+    unknown = [i for i, c in enumerate(counted) if c is None]
+    counts = [1 if c is None else c for c in counted]
+    num_left = 0 if total is None else total - sum(c for c in counted if c is not None)
+    if not unknown or num_left <= len(unknown):
+        return counts
+    weights = [chars[i] for i in unknown]
+    if sum(weights) == 0:
+        weights = [1] * len(unknown)
+    shares = [num_left * w / sum(weights) for w in weights]
+    for i, share in zip(unknown, shares):
+        counts[i] = max(1, int(share))
+    order = sorted(range(len(unknown)), key=lambda k: shares[k] - int(shares[k]), reverse=True)
+    surplus = num_left - sum(counts[i] for i in unknown)
+    for k in order[: max(surplus, 0)]:  # short: the largest remainders get one more
+        counts[unknown[k]] += 1
+    while surplus < 0:  # over (chunks raised to one): the others give back, smallest remainders first
+        for k in reversed(order):
+            if surplus < 0 and counts[unknown[k]] > 1:
+                counts[unknown[k]] -= 1
+                surplus += 1
+    return counts
+
+
+def error_message(body: str) -> str:
+    """The `error.message` of an OpenAI-style error body (or `detail`, or `message`), else the body itself."""
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError:
+        return body.strip()
+    if isinstance(data, dict):
+        error = data.get("error")
+        for candidate in (
+            error.get("message") if isinstance(error, dict) else error,
+            data.get("detail"),
+            data.get("message"),
+        ):
+            if isinstance(candidate, str) and candidate:
+                return candidate
+    return body.strip()
+
+
+def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
+    """The JSON body of `req` for the configured endpoint."""
+    payload: dict = {"model": cfg.model}
+    if cfg.endpoint == "embeddings":
+        payload["input"] = req.prompt
+        return json.dumps(payload).encode()
+    if cfg.endpoint == "chat":
+        payload["messages"] = [{"role": "user", "content": req.prompt}]
+    else:
+        payload["prompt"] = req.prompt
+    payload.update(max_tokens=req.output_len, stream=True, stream_options={"include_usage": True})
+    if cfg.ignore_eos:
+        payload["ignore_eos"] = True
+    if cfg.temperature is not None:
+        payload["temperature"] = cfg.temperature
+    if cfg.return_token_ids:
+        payload["return_token_ids"] = True
+    if cfg.logprobs is not None:  # chat asks with a flag plus top_logprobs; completions with the count
+        payload.update(
+            {"logprobs": True, "top_logprobs": cfg.logprobs} if cfg.endpoint == "chat" else {"logprobs": cfg.logprobs}
+        )
+    return json.dumps(payload).encode()
+
+
+def _num_logprobs(chunk: dict, chat: bool) -> int | None:
+    """Logprob entries of the first choice (one per token), or None when the chunk has none."""
+    logprobs = chunk["choices"][0].get("logprobs")
+    if not isinstance(logprobs, dict):
+        return None
+    entries = logprobs.get("content" if chat else "tokens")
+    return len(entries) if isinstance(entries, list) else None
+
+
+def _ssl_context() -> ssl.SSLContext:
+    import certifi  # httpx's own source of CA certificates
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def _parse_chunk(data: bytes) -> dict:
+    """One chunk's JSON. pydantic_core's parser: a third of json.loads' time on a chunk, and a client
+    parses one chunk per token of every stream (its own CPU per chunk is in benchmarks/serving_overhead.py)."""
+    try:
+        chunk = from_json(data)
+    except ValueError:  # invalid JSON or UTF-8
+        raise StreamError("malformed_stream", f"chunk is not JSON: {data[:100]!r}") from None
+    if not isinstance(chunk, dict):
+        raise StreamError("malformed_stream", f"chunk is not a JSON object: {data[:100]!r}")
+    if "error" in chunk:
+        raise StreamError("stream_error", json.dumps(chunk["error"])[:300])
+    return chunk
+
+
+def _chunk_tokens(chunk: dict, chat: bool) -> tuple[str, list | None]:
+    """The first choice's new text and new token ids (None when the chunk has no `token_ids`).
+
+    A chunk carries tokens when either is non-empty: a server streaming a model without a tokenizer
+    (or holding back half of a multibyte character) sends ids with empty text, and those are tokens
+    to time all the same."""
+    choices = chunk.get("choices")
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        return "", None
+    choice = choices[0]
+    ids = choice.get("token_ids")
+    ids = ids if isinstance(ids, list) else None
+    if not chat:
+        return choice.get("text") or "", ids
+    delta = choice.get("delta") or {}
+    return delta.get("content") or delta.get("reasoning_content") or "", ids

@@ -1,0 +1,68 @@
+"""What the bench learns from the server before a run: the model name, its folder, its context.
+
+GET /v1/models lists model cards. vLLM and `mopt serve` both put the model's folder (or hub id)
+in `root` and its context length in `max_model_len`; when that folder is on this machine its
+tokenizer.json tells the vocabulary, so random token-id prompts stay inside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from model_optimizer.optimizer.bench.client import ClientConfig
+
+
+@dataclass
+class ServerModel:
+    """The model card the bench uses, as far as the server described it."""
+
+    id: str
+    root: str | None = None
+    max_model_len: int | None = None
+
+
+async def list_models(cfg: ClientConfig) -> list[dict]:
+    """The cards of GET /v1/models; raises httpx.HTTPError or ValueError when there are none."""
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
+    async with httpx.AsyncClient(timeout=10.0, headers=headers) as http:
+        resp = await http.get(cfg.base_url + "/v1/models")
+        resp.raise_for_status()
+        data = resp.json().get("data")
+    cards = [c for c in data if isinstance(c, dict) and isinstance(c.get("id"), str)] if isinstance(data, list) else []
+    if not cards:
+        raise ValueError("the list is empty")
+    return cards
+
+
+async def discover_model(cfg: ClientConfig) -> ServerModel | None:
+    """The card of `cfg.model` (the first card when no model is given).
+
+    Without --model a server that lists nothing is an error; with it, a server without
+    /v1/models is fine (not every OpenAI-compatible server has one) and gives None."""
+    try:
+        cards = await list_models(cfg)
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        if cfg.model is not None:
+            return None
+        raise ValueError(f"no --model given and GET {cfg.base_url}/v1/models did not list one ({exc})") from None
+    card = cards[0] if cfg.model is None else next((c for c in cards if c["id"] == cfg.model), None)
+    if card is None:
+        return None
+    max_len = card.get("max_model_len")
+    root = card.get("root")
+    return ServerModel(
+        card["id"],
+        root if isinstance(root, str) else None,
+        max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None,
+    )
+
+
+def local_tokenizer(*candidates: str | None) -> str | None:
+    """The first candidate that is a folder on this machine holding tokenizer.json."""
+    for path in candidates:
+        if path and (Path(path) / "tokenizer.json").is_file():
+            return path
+    return None

@@ -1,0 +1,224 @@
+"""How hard to push: closed loop at a fixed concurrency, open loop at a rate, trace replay, sweep.
+
+A closed loop keeps `concurrency` requests in flight, sending the next as soon as one ends.
+An open loop sends at arrival times that do not wait for answers (optionally capped at
+`max_concurrency` in flight), so queueing at the server shows up in the latencies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from model_optimizer.optimizer.bench.arrivals import arrival_times, trace_times
+from model_optimizer.optimizer.bench.client import BenchClient, RequestRecord
+from model_optimizer.optimizer.bench.workloads import BenchRequest
+from model_optimizer.runtime.config import check_choice
+
+DEFAULT_NUM_REQUESTS = 100
+
+
+@dataclass
+class LoadConfig:
+    """When to send requests and when to stop."""
+
+    load_mode: Literal["auto", "closed", "constant", "poisson", "trace", "sweep"] = "auto"
+    """closed: fixed concurrency; constant or poisson: open loop at --request-rate; trace: the trace's timestamps; sweep: one-at-a-time, saturation, then rates in between; auto: poisson when --request-rate is given (as in vLLM), else closed."""
+
+    concurrency: int | None = None
+    """Requests kept in flight in closed-loop mode (default: --max-concurrency when given, else 1)."""
+
+    request_rate: float | None = None
+    """Requests per second for constant and poisson modes (inf sends everything at once)."""
+
+    burstiness: float = 1.0
+    """Gamma shape of Poisson gaps: 1 is Poisson, below 1 burstier, above 1 more regular."""
+
+    max_concurrency: int | None = None
+    """Cap on requests in flight in open-loop and trace modes (default: no cap); in closed mode, vLLM's name for --concurrency."""
+
+    num_requests: int | None = None
+    """Stop after sending this many requests (default 100 when no duration is given; a trace: all of it)."""
+
+    duration: float | None = None
+    """Stop sending after this many seconds; requests in flight are awaited."""
+
+    trace_speedup: float = 1.0
+    """Replay a trace this many times faster than recorded."""
+
+    sweep_num_rates: int = 5
+    """Evenly spaced request rates a sweep measures between one-at-a-time and saturation."""
+
+    sweep_max_concurrency: int = 256
+    """Concurrency of the sweep's saturation run."""
+
+    sweep_arrival: Literal["poisson", "constant"] = "poisson"
+    """Arrival pattern of the sweep's rate runs."""
+
+    num_warmups: int = 0
+    """Requests of the workload's shape sent before the first measured run and not counted (vLLM's --num-warmups): compile, first-use and allocator costs land there."""
+
+    def __post_init__(self) -> None:
+        check_choice(self, "load_mode", "sweep_arrival")
+        if self.load_mode == "auto":
+            self.load_mode = "poisson" if self.request_rate is not None else "closed"
+        if self.load_mode in ("constant", "poisson") and self.request_rate is None:
+            raise ValueError(f"load mode {self.load_mode} needs --request-rate")
+        if self.request_rate is not None and not self.request_rate > 0:
+            raise ValueError(f"request_rate must be positive, got {self.request_rate}")
+        for name in ("sweep_num_rates", "sweep_max_concurrency"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        for name in ("concurrency", "max_concurrency", "num_requests"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.num_warmups < 0:
+            raise ValueError(f"num_warmups must be >= 0 (0: no warm-up), got {self.num_warmups}")
+        self._check_mode_flags()
+        for name in ("burstiness", "trace_speedup", "duration"):
+            value = getattr(self, name)
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a positive number, got {value}")
+
+    def _check_mode_flags(self) -> None:
+        """Refuse flags the chosen load mode would ignore, instead of ignoring them without a word."""
+        mode = self.load_mode
+        if self.request_rate is not None and mode not in ("constant", "poisson"):
+            raise ValueError(
+                f"--request-rate sets the arrival rate of load modes constant and poisson; load mode "
+                f"{mode} does not use it (leave --load-mode out to get poisson at that rate)"
+            )
+        if mode == "closed":
+            if (
+                self.concurrency is not None
+                and self.max_concurrency is not None
+                and self.concurrency != self.max_concurrency
+            ):
+                raise ValueError(
+                    f"in closed mode --max-concurrency (vLLM's name) is the number of requests in flight, "
+                    f"like --concurrency: give one of them, not {self.concurrency} and {self.max_concurrency}"
+                )
+            self.concurrency = self.concurrency or self.max_concurrency or 1
+            self.max_concurrency = None
+        elif self.concurrency is not None:
+            raise ValueError(
+                f"--concurrency sets closed-loop mode's requests in flight; load mode {mode} does not use "
+                "it (--max-concurrency caps requests in flight of open-loop and trace runs)"
+            )
+
+
+@dataclass
+class RunPlan:
+    """One measured run: a load pattern and its stop condition."""
+
+    mode: str
+    """closed, constant, poisson or trace."""
+    concurrency: int | None = None
+    rate: float | None = None
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    num_requests: int | None = None
+    duration: float | None = None
+    trace_speedup: float = 1.0
+    label: str = ""
+
+    def stop(self, index: int, elapsed: float) -> bool:
+        """True once request `index`, due `elapsed` seconds into the run, should not be sent."""
+        if self.num_requests is not None and index >= self.num_requests:
+            return True
+        return self.duration is not None and elapsed >= self.duration
+
+    def slots(self) -> int | None:
+        """Closed-loop workers (each keeps one request in flight); None for open loops."""
+        return self.concurrency if self.mode == "closed" else None
+
+
+def plan_from_config(cfg: LoadConfig) -> RunPlan:
+    """The single run of a non-sweep load config."""
+    num = cfg.num_requests
+    if num is None and cfg.duration is None and cfg.load_mode != "trace":
+        num = DEFAULT_NUM_REQUESTS
+    plan = RunPlan(cfg.load_mode, num_requests=num, duration=cfg.duration, trace_speedup=cfg.trace_speedup)
+    if cfg.load_mode == "closed":
+        plan.concurrency, plan.label = cfg.concurrency, f"concurrency {cfg.concurrency}"
+    elif cfg.load_mode == "trace":
+        plan.max_concurrency, plan.label = cfg.max_concurrency, f"trace x{cfg.trace_speedup:g}"
+    else:
+        plan.rate, plan.burstiness, plan.max_concurrency = cfg.request_rate, cfg.burstiness, cfg.max_concurrency
+        plan.label = f"{cfg.load_mode} {cfg.request_rate:g} req/s"
+    if plan.max_concurrency:
+        plan.label += f" max {plan.max_concurrency} in flight"
+    return plan
+
+
+async def run_load(
+    client: BenchClient,
+    plan: RunPlan,
+    requests: list[BenchRequest],
+    bodies: list[bytes],
+    rng: np.random.Generator,
+    on_record: Callable[[RequestRecord], None] = lambda r: None,
+) -> list[RequestRecord]:
+    """Run `plan` with `client` and return every record, in request order."""
+    records: list[RequestRecord] = []
+
+    def done(rec: RequestRecord) -> None:
+        records.append(rec)
+        on_record(rec)
+
+    client.t0 = time.perf_counter()
+    if plan.mode == "closed":
+        await _closed_loop(client, plan, requests, bodies, done)
+    else:
+        if plan.mode == "trace":
+            times = trace_times([r.timestamp or 0.0 for r in requests], plan.trace_speedup)
+        else:
+            times = arrival_times(rng, plan.rate, plan.mode, plan.burstiness)  # type: ignore[arg-type]
+        await _open_loop(client, plan, requests, bodies, times, done)
+    return sorted(records, key=lambda r: r.index)
+
+
+async def _closed_loop(client, plan: RunPlan, requests, bodies, done) -> None:
+    counter = itertools.count()
+
+    async def worker(slot: int) -> None:
+        while True:
+            now = time.perf_counter()
+            i = next(counter)
+            if plan.stop(i, now - client.t0):
+                return
+            done(await client.send(i, requests[i % len(requests)], bodies[i % len(bodies)], now, slot))
+
+    await asyncio.gather(*(worker(slot) for slot in range(plan.concurrency or 1)))
+
+
+async def _open_loop(client, plan: RunPlan, requests, bodies, times: Iterator[float], done) -> None:
+    slots = asyncio.Semaphore(plan.max_concurrency) if plan.max_concurrency else None
+    tasks: set[asyncio.Task] = set()
+
+    async def one(i: int, due: float) -> None:
+        req, body = requests[i % len(requests)], bodies[i % len(bodies)]
+        if slots is None:
+            done(await client.send(i, req, body, due))
+            return
+        async with slots:
+            done(await client.send(i, req, body, max(due, time.perf_counter())))
+
+    for i, offset in enumerate(times):
+        if plan.stop(i, offset) or (plan.mode == "trace" and i >= len(requests)):
+            break
+        due = client.t0 + offset
+        # sleep(0) still yields when behind schedule, so started requests make progress
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        task = asyncio.create_task(one(i, due))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.gather(*tasks)

@@ -1,0 +1,267 @@
+"""Run a whole benchmark: prepare requests, run each planned load, watch the server, save results.
+
+`run_benchmark` is what `mopt bench` calls; every run is written to disk as soon as it ends,
+so an interrupted sweep keeps the runs it finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from model_optimizer.optimizer.bench import report, sweep
+from model_optimizer.optimizer.bench.client import BenchClient, ClientConfig, RequestRecord, request_body
+from model_optimizer.optimizer.bench.discover import ServerModel, discover_model, local_tokenizer
+from model_optimizer.optimizer.bench.load import DEFAULT_NUM_REQUESTS, LoadConfig, RunPlan, plan_from_config, run_load
+from model_optimizer.optimizer.bench.metrics import SloThreshold, parse_slo, summarize
+from model_optimizer.optimizer.bench.overhead import LoopLagMonitor, overhead_report
+from model_optimizer.optimizer.bench.progress import RunProgress
+from model_optimizer.optimizer.bench.prompts import PromptMaker
+from model_optimizer.optimizer.bench.scrape import MetricsScraper
+from model_optimizer.optimizer.bench.telemetry import GpuSampler, is_local
+from model_optimizer.optimizer.bench.workloads import (
+    BenchRequest,
+    WorkloadConfig,
+    build_workload,
+    prompt_maker,
+    resolve_format,
+)
+
+WARMUP_SEED_OFFSET = 1_000_003
+"""Added to the workload's seed for the warm-up's prompts (the measured runs use seed + run index)."""
+
+
+@dataclass
+class OutputConfig:
+    """What to record and where to write it."""
+
+    output_dir: str = "bench-results"
+    """Folder for run JSON files, CSV files, plots and report.html."""
+
+    slo: str | None = None
+    """Service-level objectives for goodput, e.g. ttft_p99=200ms,tpot_p99=30ms (metrics ttft, tpot, itl, e2e)."""
+
+    metrics_interval: float = 1.0
+    """Seconds between scrapes of the server's /metrics during a run (0: only before and after)."""
+
+    gpu_telemetry: bool = True
+    """Sample GPU utilization, memory and power through NVML when the server is on this machine."""
+
+    progress: bool = True
+    """Show a live progress bar."""
+
+    label: str | None = None
+    """Name put before each run's load description in results and reports (default: the endpoint)."""
+
+    def __post_init__(self) -> None:
+        parse_slo(self.slo)
+        if self.metrics_interval < 0:
+            raise ValueError(f"metrics_interval must be >= 0, got {self.metrics_interval}")
+
+
+@dataclass
+class BenchSetup:
+    """Everything one `mopt bench` invocation needs."""
+
+    client: ClientConfig
+    workload: WorkloadConfig
+    load: LoadConfig
+    output: OutputConfig
+
+
+def run_benchmark(setup: BenchSetup, console: Console | None = None) -> list[dict]:
+    """Run every planned load of `setup`, write results, and return this invocation's run results.
+
+    Runs already in the output folder are kept: new runs take the next numbers, and summary.csv
+    and report.html cover every run in the folder."""
+    console = console or Console()
+    Path(setup.output.output_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        return asyncio.run(_run_all(setup, console))
+    finally:  # also after Ctrl-C: the report covers the runs that finished
+        runs = report.load_runs(setup.output.output_dir)
+        if runs:
+            report.write_outputs(runs, setup.output.output_dir)
+
+
+async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
+    if setup.load.load_mode == "trace" and setup.workload.dataset != "trace":
+        raise ValueError("load mode trace replays a trace's timestamps: give --dataset trace --dataset-path FILE")
+    card = await discover_model(setup.client)
+    if setup.client.model is None:
+        setup.client.model = card.id  # type: ignore[union-attr]  # discover_model raised when none
+    load = setup.load
+    num = load.num_requests
+    if num is None and load.duration is None and load.load_mode != "trace":
+        num = DEFAULT_NUM_REQUESTS
+    workload, maker, prompts = _prompt_maker(setup, card)
+    requests = build_workload(workload, setup.client.endpoint, num, maker)
+    _check_context(requests, card, console)
+    console.print(f"prompts: {prompts['description']}")
+    runner = _Runner(setup, workload, requests, num, console, prompts)
+    await runner.warm_up(load)
+    if load.load_mode != "sweep":
+        await runner.run(plan_from_config(load))
+        return runner.results
+    low = await runner.run(sweep.baseline_plan(load))
+    high = await runner.run(sweep.saturation_plan(load))
+    rates = sweep.plan_sweep_rates(
+        low["summary"]["request_rate"], high["summary"]["request_rate"], load.sweep_num_rates
+    )
+    if not rates:
+        console.print("[yellow]saturation is no faster than one at a time: no rates to sweep between[/]")
+    for plan in sweep.rate_plans(load, rates):
+        await runner.run(plan)
+    return runner.results
+
+
+def _prompt_maker(setup: BenchSetup, card: ServerModel | None) -> tuple[WorkloadConfig, PromptMaker, dict]:
+    """The prompt builder, with a tokenizer found locally when none was given, and what it will send.
+
+    Without --tokenizer the tokenizer is looked for where vLLM's bench looks (the --model folder)
+    and in the folder the server names as the model's root, so token ids match the served vocabulary."""
+    workload = setup.workload
+    if workload.tokenizer is None:
+        found = local_tokenizer(setup.client.model, card.root if card else None)
+        if found:
+            workload = dataclasses.replace(workload, tokenizer=found)
+    maker = prompt_maker(workload)
+    low, high = maker.id_range
+    fmt = resolve_format(workload, setup.client.endpoint)
+    info = {
+        "vocab_size": maker.vocab_size,
+        "vocab_source": maker.vocab_source,
+        "tokenizer": workload.tokenizer,
+        "token_id_range": [low, high],
+    }
+    if fmt == "token_ids":
+        made = f"random token ids in [{low}, {high}) ({maker.vocab_source})"
+    elif maker.tokenizer is not None:
+        made = f"text of exact token length (the tokenizer at {workload.tokenizer})"
+    else:
+        made = "text of common English words, about one token each"
+    if workload.dataset != "synthetic":
+        made = f"{workload.dataset} file {workload.dataset_path}; prompts given only as a length: {made}"
+    info["description"] = made
+    return workload, maker, info
+
+
+def _check_context(requests: list[BenchRequest], card: ServerModel | None, console: Console) -> None:
+    """Warn before the run when some requests cannot fit the server's context (they would fail with 400)."""
+    if card is None or card.max_model_len is None or not requests:
+        return
+    too_long = sum(r.prompt_len + r.output_len > card.max_model_len for r in requests)
+    if too_long:
+        longest = max(r.prompt_len + r.output_len for r in requests)
+        console.print(
+            f"[yellow]warning: {too_long} of {len(requests)} requests need up to {longest} tokens "
+            f"(prompt + output), more than the server's max_model_len {card.max_model_len}: "
+            "they will fail[/]"
+        )
+
+
+class _Runner:
+    """Runs plans one after another, numbering and saving each result."""
+
+    def __init__(
+        self,
+        setup: BenchSetup,
+        workload: WorkloadConfig,
+        requests: list[BenchRequest],
+        num: int | None,
+        console: Console,
+        prompts: dict,
+    ) -> None:
+        self.setup, self.workload, self.num, self.console = setup, workload, num, console
+        self.requests, self.bodies = requests, [request_body(setup.client, r) for r in requests]
+        self.prompts = {k: v for k, v in prompts.items() if k != "description"}
+        self.slos: list[SloThreshold] = parse_slo(setup.output.slo)
+        self.results: list[dict] = []
+        self.warmup: dict | None = None
+
+    async def warm_up(self, load: LoadConfig) -> None:
+        """Send `load.num_warmups` requests of the workload's shape, in a closed loop at the load's
+        concurrency, before the first measured run; only their count and errors are kept. Their prompts
+        come from another seed, so the measured prompts find nothing of theirs in the prefix cache."""
+        count = load.num_warmups
+        if count <= 0:
+            return
+        slots = min(count, load.concurrency or load.max_concurrency or load.sweep_max_concurrency)
+        workload = dataclasses.replace(self.workload, seed=self.workload.seed + WARMUP_SEED_OFFSET)
+        requests = build_workload(workload, self.setup.client.endpoint, count)
+        bodies = [request_body(self.setup.client, r) for r in requests]
+        plan = RunPlan("closed", concurrency=slots, num_requests=count)
+        async with BenchClient(self.setup.client, slots, 0.0) as client:
+            records = await run_load(client, plan, requests, bodies, np.random.default_rng(workload.seed))
+        errors = [r.error for r in records if r.error]
+        self.warmup = {"num_requests": len(records), "num_ok": len(records) - len(errors), "concurrency": slots}
+        self.warmup["errors"] = {e: errors.count(e) for e in set(errors)}
+        self.console.print(f"warm-up: {len(records)} requests at concurrency {slots}, {len(errors)} failed")
+
+    def _fresh_prompts(self) -> None:
+        """New synthetic prompts for each later run of a sweep (seed + run index): the same prompts
+        again would be found in the server's prefix cache and make later runs look faster."""
+        if not self.results or self.workload.dataset != "synthetic":
+            return
+        self.workload = dataclasses.replace(self.workload, seed=self.setup.workload.seed + len(self.results))
+        self.requests = build_workload(self.workload, self.setup.client.endpoint, self.num)
+        self.bodies = [request_body(self.setup.client, r) for r in self.requests]
+
+    async def run(self, plan: RunPlan) -> dict:
+        self._fresh_prompts()
+        out = self.setup.output
+        client_cfg = self.setup.client
+        headers = {"Authorization": f"Bearer {client_cfg.api_key}"} if client_cfg.api_key else None
+        scraper = MetricsScraper(client_cfg.base_url, out.metrics_interval, headers)
+        gpu = GpuSampler()
+        if out.gpu_telemetry and is_local(client_cfg.base_url):
+            gpu.start()
+        else:
+            gpu.reason = "disabled" if not out.gpu_telemetry else "server is not on this machine"
+        await scraper.start()
+        monitor = LoopLagMonitor()
+        started_at = time.time()
+        total = len(self.requests) if plan.mode == "trace" else plan.num_requests
+        progress = RunProgress(plan.label, total, plan.duration, enabled=out.progress, console=self.console)
+        rng = np.random.default_rng(self.setup.workload.seed + len(self.results))
+        async with BenchClient(client_cfg, plan.slots(), 0.0) as client:
+            monitor.start()
+            with progress:
+                records = await run_load(client, plan, self.requests, self.bodies, rng, progress.record)
+            loop = await monitor.stop()
+        result = self._result(plan, records, started_at, loop, await scraper.stop(), gpu.stop())
+        self.results.append(result)
+        path = report.reserve_run_path(out.output_dir, plan.label)
+        report.write_json(path, result)
+        result["path"] = str(path)
+        report.print_summary(self.console, result)
+        return result
+
+    def _result(self, plan, records: list[RequestRecord], started_at, loop, server, gpu) -> dict:
+        client_cfg = dataclasses.asdict(self.setup.client) | {"api_key": "***" if self.setup.client.api_key else None}
+        return {
+            "schema": report.SCHEMA,
+            "label": f"{self.setup.output.label or self.setup.client.endpoint} {plan.label}",
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_at)),
+            "plan": dataclasses.asdict(plan),
+            "config": {
+                "client": client_cfg,
+                "workload": dataclasses.asdict(self.workload),
+                "load": dataclasses.asdict(self.setup.load),
+                "slo": self.setup.output.slo,
+            },
+            "prompts": self.prompts,
+            "warmup": self.warmup,
+            "environment": report.environment(),
+            "summary": summarize(records, self.slos),
+            "client_overhead": overhead_report(records, loop),
+            "server_metrics": server,
+            "gpu": gpu,
+            "requests": [report.record_to_dict(r) for r in records],
+        }

@@ -1,0 +1,85 @@
+"""docker-compose.yml: the server with its GPUs reserved (one per tensor-parallel rank), a DCGM GPU
+exporter, Prometheus and Grafana."""
+
+from __future__ import annotations
+
+import math
+
+from model_optimizer.optimizer.deploy.config import DeployConfig
+from model_optimizer.optimizer.deploy.settings import MODEL_DIR, TOKENIZER_DIR, ServeSettings
+
+PROMETHEUS_IMAGE = "prom/prometheus:v3.5.0"
+GRAFANA_IMAGE = "grafana/grafana:12.1.0"
+DCGM_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04"
+DCGM_PORT = 9400
+API_KEY_ENV = {"mopt": "MOPT_API_KEY", "vllm": "VLLM_API_KEY"}
+
+
+def grace_seconds(settings: ServeSettings) -> int:
+    """Stop grace: the server's drain timeout plus room for the last responses and the exit."""
+    return math.ceil(settings.server.shutdown_timeout) + 15
+
+
+def _gpu(count: int | str) -> dict:
+    return {"resources": {"reservations": {"devices": [{"driver": "nvidia", "count": count, "capabilities": ["gpu"]}]}}}
+
+
+def _mount(source: str, target: str) -> dict:
+    return {"type": "bind", "source": source, "target": target, "read_only": True}
+
+
+def compose_file(settings: ServeSettings, deploy: DeployConfig) -> dict:
+    port = settings.port
+    volumes = [_mount(f"${{MOPT_MODEL_DIR:-{settings.host_model_dir}}}", MODEL_DIR)]
+    if settings.engine.tokenizer:
+        volumes.append(_mount(str(settings.engine.tokenizer), TOKENIZER_DIR))
+    server: dict = {
+        "build": {"context": ".", "dockerfile": "Dockerfile"},
+        "image": deploy.image,
+        "ports": [f"{port}:{port}"],
+        "volumes": volumes,
+        "deploy": _gpu(settings.num_gpus),
+        "stop_grace_period": f"{grace_seconds(settings)}s",
+        "restart": "unless-stopped",
+    }
+    if settings.needs_api_key:
+        server["environment"] = {API_KEY_ENV[deploy.engine]: "${MOPT_API_KEY:?set MOPT_API_KEY to the API key}"}
+    if deploy.engine == "vllm" or settings.shares_memory:
+        server["ipc"] = "host"  # worker processes (vLLM's, or tensor-parallel ranks) share tensors through /dev/shm
+    prometheus: dict = {
+        "image": PROMETHEUS_IMAGE,
+        "ports": ["9090:9090"],
+        "depends_on": ["server"],
+        "restart": "unless-stopped",
+        "command": ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.retention.time=15d"],
+        "volumes": ["./prometheus:/etc/prometheus:ro", "prometheus-data:/prometheus"],
+    }
+    compose: dict = {
+        "services": {
+            "server": server,
+            "dcgm-exporter": {
+                "image": DCGM_IMAGE,
+                "cap_add": ["SYS_ADMIN"],
+                "deploy": _gpu("all"),
+                "restart": "unless-stopped",
+            },
+            "prometheus": prometheus,
+            "grafana": {
+                "image": GRAFANA_IMAGE,
+                "ports": ["3000:3000"],
+                "depends_on": ["prometheus"],
+                "restart": "unless-stopped",
+                "environment": {"GF_SECURITY_ADMIN_PASSWORD": "${GRAFANA_ADMIN_PASSWORD:-admin}"},
+                "volumes": [
+                    "./grafana/provisioning:/etc/grafana/provisioning:ro",
+                    "./grafana/dashboards:/var/lib/grafana/dashboards:ro",
+                    "grafana-data:/var/lib/grafana",
+                ],
+            },
+        },
+        "volumes": {"prometheus-data": {}, "grafana-data": {}},
+    }
+    if settings.server.metrics_auth:
+        prometheus["secrets"] = ["mopt_api_key"]
+        compose["secrets"] = {"mopt_api_key": {"environment": "MOPT_API_KEY"}}
+    return compose

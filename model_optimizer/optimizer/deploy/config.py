@@ -1,0 +1,57 @@
+"""DeployConfig: what `mopt deploy` renders, beside the serve settings it renders them for.
+
+Each field's docstring is also its CLI help (see model_optimizer/cli/args.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from model_optimizer.runtime.config import check_choice, check_positive
+
+Target = Literal["docker", "compose", "k8s"]
+Engine = Literal["mopt", "vllm"]
+
+
+@dataclass
+class DeployConfig:
+    """Where the files go and what they run."""
+
+    target: Target = "compose"
+    """docker: a Dockerfile; compose: plus docker-compose.yml with Prometheus, Grafana and a GPU exporter; k8s: plus Kubernetes manifests."""
+
+    output: str = "deploy"
+    """Folder to write the files into (created if missing; files already there are replaced)."""
+
+    engine: Engine = "mopt"
+    """Server the container runs: mopt serve, or vllm serve with the settings translated to vLLM's flags."""
+
+    image: str = "mopt-serve:latest"
+    """Name of the image the Dockerfile builds and Compose / Kubernetes run."""
+
+    driver: str | None = None
+    """Host NVIDIA driver version to build for (e.g. 570.133.20). Empty: this machine's (NVML), else torch's default CUDA build."""
+
+    cuda: str | None = None
+    """CUDA release of the image (12.6, 12.8, 13.0 ...), overriding the choice from the driver."""
+
+    cold_start: int = 600
+    """Seconds from container start to /ready, measured or estimated; sizes the start-up health-check grace and the startupProbe."""
+
+    min_replicas: int = 1
+    """Kubernetes: fewest replicas the autoscaler keeps."""
+
+    max_replicas: int = 4
+    """Kubernetes: most replicas the autoscaler starts."""
+
+    queue_target: int = 8
+    """Kubernetes: waiting requests per replica (vllm:num_requests_waiting) the autoscaler aims for."""
+
+    def __post_init__(self) -> None:
+        check_choice(self, "target", "engine")
+        check_positive(self, "cold_start", "min_replicas", "max_replicas", "queue_target")
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas ({self.max_replicas}) must be >= min_replicas ({self.min_replicas})")
+        if not self.image or any(c.isspace() for c in self.image):
+            raise ValueError(f"image must be a non-empty image name without spaces, got {self.image!r}")

@@ -1,0 +1,102 @@
+"""The CUDA runtime base image for the container, chosen from doctor's version matrix.
+
+torch wheels carry their own CUDA libraries, so what the host must provide is a driver new enough for
+the CUDA release the wheel was built with. We take the newest torch release in the matrix, and of its
+CUDA builds the newest one the host driver runs (the default PyPI build when the driver is unknown).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+
+BASE_IMAGE_TAGS = {"12.6": "12.6.3", "12.8": "12.8.1", "12.9": "12.9.1", "13.0": "13.0.0"}
+"""CUDA release -> the patch release of its nvidia/cuda runtime image on Ubuntu 24.04."""
+
+VLLM_IMAGE = "vllm/vllm-openai:v0.10.2"
+VLLM_IMAGE_CUDA = "12.8"
+"""The vLLM image `--engine vllm` runs, and the CUDA release it is built with."""
+
+
+@dataclass(frozen=True)
+class CudaChoice:
+    cuda: str
+    """CUDA release, e.g. "12.8"."""
+    torch: str
+    """torch release whose wheels the image installs, e.g. "2.11"."""
+    min_driver: str
+    """Oldest NVIDIA driver that runs this CUDA release with every feature."""
+    compat_driver: str
+    """Oldest driver of the same major family (minor-version compatibility: no PTX newer than the driver)."""
+
+    @property
+    def torch_variant(self) -> str:
+        return "cu" + self.cuda.replace(".", "")
+
+    @property
+    def base_image(self) -> str:
+        return f"nvidia/cuda:{BASE_IMAGE_TAGS[self.cuda]}-runtime-ubuntu24.04"
+
+    @property
+    def torch_index(self) -> str:
+        return f"https://download.pytorch.org/whl/{self.torch_variant}"
+
+
+def version_matrix() -> dict:
+    return json.loads(resources.files("model_optimizer.environment").joinpath("data/version_matrix.json").read_text())
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
+
+
+def min_driver(cuda: str) -> str:
+    """The oldest driver for `cuda` from the matrix's CUDA toolkit table."""
+    for row in version_matrix()["cuda_toolkits"]:
+        if row["cuda"] == cuda:
+            return row["min_driver"]
+    raise ValueError(f"CUDA {cuda} is not in doctor's version matrix")
+
+
+def choose_cuda(driver: str | None = None, cuda: str | None = None) -> CudaChoice:
+    """The CUDA build to install: `cuda` if given, else the newest one `driver` runs, else torch's default."""
+    matrix = version_matrix()
+    builds = {k: v for k, v in matrix["torch_cuda_builds"].items() if not k.startswith("_")}
+    torch = max(builds, key=_key)
+    variants = [f"{v[2:-1]}.{v[-1]}" for v in builds[torch]]  # "cu128" -> "12.8"
+    variants = [v for v in variants if v in BASE_IMAGE_TAGS]
+    if cuda is not None:
+        if cuda not in variants:
+            raise ValueError(f"cuda must be one of {', '.join(variants)} (torch {torch} builds), got {cuda!r}")
+        chosen = cuda
+    elif driver is not None:
+        runnable = [v for v in variants if _key(min_driver(v)) <= _key(driver)]
+        if not runnable:
+            oldest = min(variants, key=_key)
+            branch = matrix["recommended_driver_branch"].get(oldest.split(".")[0], "a newer")
+            raise ValueError(
+                f"driver {driver} is older than {min_driver(oldest)}, which CUDA {oldest} (the oldest "
+                f"torch {torch} build) needs; install driver branch {branch} or newer"
+            )
+        chosen = max(runnable, key=_key)
+    else:
+        chosen = builds[torch][len(builds[torch]) // 2]
+        chosen = f"{chosen[2:-1]}.{chosen[-1]}"
+    major = chosen.split(".")[0]
+    return CudaChoice(chosen, torch, min_driver(chosen), matrix["minor_version_compat"][major])
+
+
+def local_driver() -> str | None:
+    """This machine's NVIDIA driver version through NVML, or None without a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no library, no driver, no GPU: unknown
+        return None
+    return version.decode() if isinstance(version, bytes) else str(version)

@@ -1,0 +1,87 @@
+"""The Dockerfile: a CUDA runtime base chosen for the host driver, our package, a non-root user, the model
+mounted (never copied) at /model, a health check on /health and the exact serve command."""
+
+from __future__ import annotations
+
+import json
+
+from model_optimizer import __version__
+from model_optimizer.optimizer.deploy.config import DeployConfig
+from model_optimizer.optimizer.deploy.cuda import VLLM_IMAGE, VLLM_IMAGE_CUDA, CudaChoice, min_driver
+from model_optimizer.optimizer.deploy.settings import CHAT_TEMPLATE, MODEL_DIR, ServeSettings
+
+UID = 10001
+HEALTH_PROBE = (
+    "import sys, urllib.request; "
+    "sys.exit(urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=4).status != 200)"
+)
+
+
+def driver_note(deploy: DeployConfig, cuda: CudaChoice) -> str:
+    """One sentence on the driver the image needs."""
+    if deploy.engine == "vllm":
+        return f"{VLLM_IMAGE} is built with CUDA {VLLM_IMAGE_CUDA}: it needs NVIDIA driver >= {min_driver(VLLM_IMAGE_CUDA)}."
+    return (
+        f"CUDA {cuda.cuda} (torch {cuda.torch}+{cuda.torch_variant}): needs NVIDIA driver >= {cuda.min_driver} "
+        f"(>= {cuda.compat_driver} runs it through CUDA minor-version compatibility, without newer PTX)."
+    )
+
+
+def render_dockerfile(settings: ServeSettings, deploy: DeployConfig, cuda: CudaChoice, command: list[str]) -> str:
+    lines = [
+        "# syntax=docker/dockerfile:1",
+        f"# Rendered by `mopt deploy` (model-optimizer {__version__}); edit the settings and render again.",
+        f"# {driver_note(deploy, cuda)}",
+        f"# The model is mounted read-only at {MODEL_DIR}; it is never part of the image.",
+    ]
+    if deploy.engine == "vllm":
+        lines += _vllm_body(settings, deploy)
+    else:
+        lines += _mopt_body(settings, cuda)
+    probe = json.dumps(["python3", "-c", HEALTH_PROBE.format(port=settings.port)])
+    lines += [
+        f"EXPOSE {settings.port}",
+        f"HEALTHCHECK --interval=15s --timeout=5s --start-period={deploy.cold_start}s --retries=3 CMD {probe}",
+        "STOPSIGNAL SIGTERM",
+        "ENTRYPOINT []",
+        f"CMD {json.dumps(command)}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _mopt_body(settings: ServeSettings, cuda: CudaChoice) -> list[str]:
+    lines = [
+        f"FROM {cuda.base_image}",
+        f'LABEL org.opencontainers.image.title="mopt-serve" org.opencontainers.image.version="{__version__}" \\',
+        f'      ai.mopt.cuda="{cuda.cuda}" ai.mopt.min-driver="{cuda.min_driver}"',
+        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]',
+        "ENV DEBIAN_FRONTEND=noninteractive PYTHONUNBUFFERED=1 VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH",
+        "# Ubuntu's archive drops superseded patch versions, so exact apt pins would break rebuilds;",
+        "# the base image tag pins the release.",
+        "# hadolint ignore=DL3008",
+        "RUN apt-get update \\",
+        " && apt-get install -y --no-install-recommends python3 python3-venv \\",
+        " && rm -rf /var/lib/apt/lists/* \\",
+        " && python3 -m venv /opt/venv",
+        f"RUN pip install --no-cache-dir 'torch=={cuda.torch}.*' --index-url {cuda.torch_index}",
+        "COPY src/ /opt/mopt-src/",
+        "RUN pip install --no-cache-dir /opt/mopt-src && rm -rf /opt/mopt-src \\",
+        f" && useradd --system --uid {UID} --create-home mopt",
+    ]
+    if settings.server.chat_template:
+        lines.append(f"COPY chat_template.jinja {CHAT_TEMPLATE}")
+    lines += [f"USER {UID}", "WORKDIR /home/mopt"]
+    return lines
+
+
+def _vllm_body(settings: ServeSettings, deploy: DeployConfig) -> list[str]:
+    lines = [
+        f"FROM {VLLM_IMAGE}",
+        f'LABEL org.opencontainers.image.title="vllm-serve" ai.mopt.min-driver="{min_driver(VLLM_IMAGE_CUDA)}"',
+        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]',
+        f"RUN useradd --system --uid {UID} --create-home vllm",
+    ]
+    if settings.server.chat_template:
+        lines.append(f"COPY chat_template.jinja {CHAT_TEMPLATE}")
+    lines += [f"USER {UID}", "WORKDIR /home/vllm", "ENV HOME=/home/vllm"]
+    return lines

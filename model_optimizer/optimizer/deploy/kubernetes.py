@@ -1,0 +1,154 @@
+"""Kubernetes manifests: a Deployment with its GPUs (one per tensor-parallel rank) and probes sized from the cold start, a Service, the
+model volume claim, and an HPA on queue depth (through prometheus-adapter, whose rule is written too)."""
+
+from __future__ import annotations
+
+import math
+
+from model_optimizer.optimizer.deploy.compose import API_KEY_ENV, grace_seconds
+from model_optimizer.optimizer.deploy.config import DeployConfig
+from model_optimizer.optimizer.deploy.dockerfile import UID
+from model_optimizer.optimizer.deploy.settings import MODEL_DIR, TOKENIZER_DIR, ServeSettings
+
+APP = "mopt-serve"
+QUEUE_METRIC = "vllm_num_requests_waiting"
+"""The HPA's per-pod metric: vllm:num_requests_waiting as prometheus-adapter names it (no colon)."""
+STARTUP_PERIOD = 10
+
+
+def _labels() -> dict:
+    return {"app.kubernetes.io/name": APP, "app.kubernetes.io/part-of": "model-optimizer"}
+
+
+def _meta(name: str) -> dict:
+    return {"name": name, "labels": _labels()}
+
+
+def _probe(path: str, period: int, failures: int) -> dict:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def deployment(settings: ServeSettings, deploy: DeployConfig, command: list[str]) -> dict:
+    vllm = deploy.engine == "vllm"
+    ready_path = "/health" if vllm else "/ready"  # vLLM has no /ready: /health answers once it serves
+    startup_failures = math.ceil(deploy.cold_start * 1.5 / STARTUP_PERIOD)  # 50% headroom over the cold start
+    mounts = [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True}]
+    volumes: list[dict] = [{"name": "model", "persistentVolumeClaim": {"claimName": f"{APP}-model", "readOnly": True}}]
+    if settings.engine.tokenizer:
+        mounts.append({"name": "tokenizer", "mountPath": TOKENIZER_DIR, "readOnly": True})
+        volumes.append(
+            {"name": "tokenizer", "persistentVolumeClaim": {"claimName": f"{APP}-tokenizer", "readOnly": True}}
+        )
+    if vllm or settings.shares_memory:  # worker processes share tensors through /dev/shm
+        mounts.append({"name": "shm", "mountPath": "/dev/shm"})
+        volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}})
+    container = {
+        "name": "server",
+        "image": deploy.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "ports": [{"name": "http", "containerPort": settings.port, "protocol": "TCP"}],
+        "env": [
+            {
+                "name": API_KEY_ENV[deploy.engine],
+                "valueFrom": {
+                    "secretKeyRef": {"name": f"{APP}-api-key", "key": "api-key", "optional": not settings.needs_api_key}
+                },
+            }
+        ],
+        "resources": {"limits": {"nvidia.com/gpu": settings.num_gpus}},
+        "startupProbe": _probe(ready_path, STARTUP_PERIOD, startup_failures),
+        "readinessProbe": _probe(ready_path, 5, 2),
+        "livenessProbe": _probe("/health", 10, 3),
+        "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},  # let endpoints drop the pod before SIGTERM
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": mounts,
+    }
+    annotations = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(settings.port),
+        "prometheus.io/path": "/metrics",
+    }
+    pod = {
+        "metadata": {"labels": _labels(), "annotations": annotations},
+        "spec": {
+            "terminationGracePeriodSeconds": grace_seconds(settings) + 5,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID},
+            "containers": [container],
+            "volumes": volumes,
+        },
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(APP),
+        "spec": {"replicas": deploy.min_replicas, "selector": {"matchLabels": _labels()}, "template": pod},
+    }
+
+
+def service(settings: ServeSettings) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(APP),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": _labels(),
+            "ports": [{"name": "http", "port": settings.port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def model_claim(name: str, size_bytes: int) -> dict:
+    gib = max(1, math.ceil(size_bytes * 1.2 / 2**30))  # 20% room for a re-copy
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(name),
+        "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": f"{gib}Gi"}}},
+    }
+
+
+def autoscaler(deploy: DeployConfig) -> dict:
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _meta(APP),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": APP},
+            "minReplicas": deploy.min_replicas,
+            "maxReplicas": deploy.max_replicas,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": QUEUE_METRIC},
+                        "target": {"type": "AverageValue", "averageValue": str(deploy.queue_target)},
+                    },
+                }
+            ],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
+        },
+    }
+
+
+def adapter_values() -> dict:
+    """Helm values for prometheus-adapter exposing the queue depth per pod to the HPA."""
+    return {
+        "rules": {
+            "default": False,
+            "custom": [
+                {
+                    "seriesQuery": 'vllm:num_requests_waiting{namespace!="",pod!=""}',
+                    "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+                    "name": {"matches": "^vllm:num_requests_waiting$", "as": QUEUE_METRIC},
+                    "metricsQuery": "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)",
+                }
+            ],
+        }
+    }

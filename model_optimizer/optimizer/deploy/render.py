@@ -1,0 +1,140 @@
+"""Render every file of a deployment into memory, then write them atomically into the output folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from model_optimizer.optimizer.deploy import compose, kubernetes, monitoring
+from model_optimizer.optimizer.deploy.config import DeployConfig
+from model_optimizer.optimizer.deploy.cuda import choose_cuda, local_driver
+from model_optimizer.optimizer.deploy.dockerfile import render_dockerfile
+from model_optimizer.optimizer.deploy.readme import render_readme
+from model_optimizer.optimizer.deploy.settings import ServeSettings, mopt_command, non_defaults
+from model_optimizer.optimizer.deploy.vllm_flags import vllm_command
+
+SOURCE_SKIP = ("__pycache__", "*.pyc", "*.safetensors", "*.egg-info")
+"""Left out of the source copied into the image: caches and weights (models are mounted, never baked in)."""
+
+
+def _yaml(data: dict) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120)
+
+
+def render(settings: ServeSettings, deploy: DeployConfig) -> dict[str, str]:
+    """Relative path -> text of every file the target needs (the package source is copied by `write`)."""
+    cuda = choose_cuda(deploy.driver or local_driver(), deploy.cuda)
+    if deploy.engine == "vllm":
+        translated = vllm_command(settings)
+        command, untranslated = translated.argv, translated.untranslated
+    else:
+        command, untranslated = mopt_command(settings), {}
+    saved = {**non_defaults(settings.engine), **non_defaults(settings.server)}
+    saved.pop("api_key", None)
+    files = {
+        "Dockerfile": render_dockerfile(settings, deploy, cuda, command),
+        ".dockerignore": "*\n!src/\n!chat_template.jinja\n",
+        "settings.yaml": "# The settings these files run (mopt serve --config settings.yaml reads them).\n"
+        + (_yaml(saved) if saved else "{}\n"),
+    }
+    if settings.server.chat_template:
+        files["chat_template.jinja"] = Path(settings.server.chat_template).expanduser().read_text()
+    if deploy.target == "compose":
+        files.update(_compose_files(settings, deploy))
+    if deploy.target == "k8s":
+        files.update(_k8s_files(settings, deploy, command))
+    files["README.md"] = render_readme(settings, deploy, cuda, command, untranslated)
+    return files
+
+
+def _compose_files(settings: ServeSettings, deploy: DeployConfig) -> dict[str, str]:
+    gpu_target = f"dcgm-exporter:{compose.DCGM_PORT}"
+    return {
+        "docker-compose.yml": _yaml(compose.compose_file(settings, deploy)),
+        "prometheus/prometheus.yml": _yaml(
+            monitoring.prometheus_config(settings, f"server:{settings.port}", gpu_target)
+        ),
+        "prometheus/alerts.yml": _yaml(monitoring.alert_rules()),
+        "grafana/provisioning/datasources/prometheus.yml": _yaml(
+            monitoring.grafana_datasource("http://prometheus:9090")
+        ),
+        "grafana/provisioning/dashboards/mopt.yml": _yaml(
+            monitoring.grafana_dashboard_provider("/var/lib/grafana/dashboards")
+        ),
+        "grafana/dashboards/mopt-serving.json": monitoring.dashboard_json(),
+    }
+
+
+def _k8s_files(settings: ServeSettings, deploy: DeployConfig, command: list[str]) -> dict[str, str]:
+    files = {
+        "k8s/deployment.yaml": _yaml(kubernetes.deployment(settings, deploy, command)),
+        "k8s/service.yaml": _yaml(kubernetes.service(settings)),
+        "k8s/model-pvc.yaml": _yaml(kubernetes.model_claim(f"{kubernetes.APP}-model", _size(settings.host_model_dir))),
+        "k8s/hpa.yaml": _yaml(kubernetes.autoscaler(deploy)),
+        "monitoring/prometheus-adapter-values.yaml": _yaml(kubernetes.adapter_values()),
+        "monitoring/alerts.yml": _yaml(monitoring.alert_rules()),
+        "monitoring/mopt-serving.json": monitoring.dashboard_json(),
+    }
+    if settings.engine.tokenizer:
+        size = _size(Path(settings.engine.tokenizer).expanduser())
+        files["k8s/tokenizer-pvc.yaml"] = _yaml(kubernetes.model_claim(f"{kubernetes.APP}-tokenizer", size))
+    return files
+
+
+def _size(folder: Path) -> int:
+    """Bytes under `folder` (0 when it is not on this machine)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
+
+
+def project_root() -> Path:
+    """The source checkout the image installs our package from."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / "pyproject.toml").is_file():
+        raise ValueError(
+            f"mopt deploy builds the image from the project source, and {root} has no pyproject.toml; "
+            "run it from a source checkout of model-optimizer"
+        )
+    return root
+
+
+def write(files: dict[str, str], output: str | Path, with_source: bool) -> list[Path]:
+    """Write each file atomically (a temporary file in its folder, then os.replace), plus the package
+    source under src/ when the image installs our server. Returns the paths written."""
+    out = Path(output).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for rel, text in files.items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        written.append(path)
+    if with_source:
+        written.append(_copy_source(out))
+    return written
+
+
+def _copy_source(out: Path) -> Path:
+    """src/: pyproject.toml, README.md and the package, swapped in whole for any older copy."""
+    root = project_root()
+    staging = Path(tempfile.mkdtemp(dir=out, prefix=".src."))
+    shutil.copy2(root / "pyproject.toml", staging / "pyproject.toml")
+    shutil.copy2(root / "README.md", staging / "README.md")
+    shutil.copytree(root / "model_optimizer", staging / "model_optimizer", ignore=shutil.ignore_patterns(*SOURCE_SKIP))
+    os.chmod(staging, 0o755)
+    target = out / "src"
+    if target.exists():
+        old = out / f".src.old.{os.getpid()}"
+        os.replace(target, old)
+        os.replace(staging, target)
+        shutil.rmtree(old)
+    else:
+        os.replace(staging, target)
+    return target

@@ -1,0 +1,98 @@
+"""The serve settings as they run inside the container, and the exact `mopt serve` command for them.
+
+The model is never baked into the image: it is mounted read-only at /model, so the command always says
+`--model /model`. The API key never appears in a file: it reaches the server as MOPT_API_KEY.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.server.config import ServerConfig
+
+MODEL_DIR = "/model"
+TOKENIZER_DIR = "/tokenizer"
+CHAT_TEMPLATE = "/etc/mopt/chat_template.jinja"
+DEFAULT_PORT = 8000
+
+
+@dataclass
+class ServeSettings:
+    engine: EngineConfig
+    server: ServerConfig
+
+    @property
+    def host_model_dir(self) -> Path:
+        """The model folder on the host (the built-in model's when none is set)."""
+        if self.engine.model:
+            return Path(self.engine.model).expanduser().resolve()
+        from model_optimizer.assets import REFERENCE_MODEL_DIR
+
+        return REFERENCE_MODEL_DIR
+
+    @property
+    def port(self) -> int:
+        return self.server.port or DEFAULT_PORT
+
+    @property
+    def model_name(self) -> str:
+        """The name clients use: as `mopt serve` would call the host folder, not the mount point."""
+        return self.server.served_model_name or self.host_model_dir.name
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs one server needs: one per tensor-parallel rank, all on one host (one pod, one container)."""
+        return self.engine.tensor_parallel_size
+
+    @property
+    def shares_memory(self) -> bool:
+        """Whether the server's processes talk through /dev/shm, which containers keep small (64 MB by
+        default): vLLM's workers always, ours when tensor-parallel ranks run NCCL between processes."""
+        return self.num_gpus > 1
+
+    @property
+    def needs_api_key(self) -> bool:
+        return self.server.api_key is not None or self.server.metrics_auth
+
+    def in_container(self) -> ServeSettings:
+        """These settings with the container's paths, every interface, and no API key in the command."""
+        engine = dataclasses.replace(
+            self.engine, model=MODEL_DIR, tokenizer=TOKENIZER_DIR if self.engine.tokenizer else None
+        )
+        server = dataclasses.replace(
+            self.server,
+            host="0.0.0.0",
+            port=self.port,
+            api_key=None,  # noqa: S104
+            served_model_name=self.model_name,
+            chat_template=CHAT_TEMPLATE if self.server.chat_template else None,
+        )
+        return ServeSettings(engine, server)
+
+
+def non_defaults(config: object) -> dict:
+    """The fields of a config dataclass that differ from their defaults, in declaration order."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if getattr(config, f.name) != f.default}
+
+
+def flags(values: dict) -> list[str]:
+    """`--name value` pairs for `mopt serve` (booleans as --name / --no-name)."""
+    argv: list[str] = []
+    for name, value in values.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, list):
+            argv += [flag, ",".join(map(str, value))]  # the flags' comma-separated form
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+def mopt_command(settings: ServeSettings) -> list[str]:
+    """The exact `mopt serve` argv that runs `settings` in the container."""
+    inside = settings.in_container()
+    return ["mopt", "serve", *flags(non_defaults(inside.engine)), *flags(non_defaults(inside.server))]

@@ -1,0 +1,103 @@
+"""The figures the predictor divides by: memory bandwidth, matmul peak and memory size of the device.
+
+From `mopt doctor --bench --json` output when given (measured), else the GPU's datasheet
+(doctor/data/gpus.json, by name or the GPU torch sees), else rough CPU figures whose error the
+study's refit absorbs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+CPU_BANDWIDTH_GBPS = 20.0
+CPU_TFLOPS = 0.2
+CPU_MEMORY_GIB = 16.0
+
+
+@dataclass
+class Hardware:
+    name: str
+    bandwidth_gbps: float
+    """Memory bandwidth, GB/s (1e9 bytes)."""
+    tflops: float
+    """Dense matmul peak in the model's dtype, TFLOP/s."""
+    memory_gib: float
+    is_gpu: bool
+    source: str
+
+
+def hardware_from_doctor(path: str | Path) -> Hardware:
+    """Measured figures from a `mopt doctor --bench --json` file (the whole snapshot or its `bench` part)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"hardware file {file} does not exist")
+    try:
+        data = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"hardware file {file} is not JSON: {exc}") from None
+    bench = data.get("bench", data) if isinstance(data, dict) else {}
+    results = {r.get("name"): r for r in bench.get("results", []) if isinstance(r, dict) and "value" in r}
+    if "d2d_copy" not in results or "matmul_bf16" not in results:
+        raise ValueError(
+            f"hardware file {file} has no d2d_copy and matmul_bf16 results: write it with "
+            "`mopt doctor --bench --json > FILE`"
+        )
+    device = bench.get("device") or {}
+    name = device.get("name", "measured")
+    spec = _spec(name)
+    memory = device.get("total_memory", 0) / (1 << 30) or (spec or {}).get("memory_gib", CPU_MEMORY_GIB)
+    # a copy moves its bytes twice (read + write): that is what a decode step's weight read pays too
+    return Hardware(
+        name,
+        float(results["d2d_copy"]["value"]),
+        float(results["matmul_bf16"]["value"]),
+        float(memory),
+        name != "cpu",
+        f"mopt doctor --bench ({file.name})",
+    )
+
+
+def hardware_from_datasheet(name: str) -> Hardware:
+    spec = _spec(name)
+    if spec is None:
+        from model_optimizer.environment.knowledge import load
+
+        names = ", ".join(g["name"] for g in load("gpus")["gpus"])
+        raise ValueError(f"--gpu {name!r} matches no datasheet; one of: {names}")
+    return Hardware(
+        spec["name"],
+        float(spec["memory_bandwidth_gbps"]),
+        float(spec["tflops"]["bf16"]),
+        float(spec["memory_gib"]),
+        True,
+        f"datasheet ({spec['name']})",
+    )
+
+
+def detect_hardware(gpu: str | None = None, doctor_json: str | None = None) -> Hardware:
+    """Measured figures if a doctor file is given, else the named or visible GPU's datasheet, else the CPU."""
+    if doctor_json:
+        return hardware_from_doctor(doctor_json)
+    if gpu:
+        return hardware_from_datasheet(gpu)
+    name = _visible_gpu()
+    if name and _spec(name):
+        return hardware_from_datasheet(name)
+    return Hardware("cpu", CPU_BANDWIDTH_GBPS, CPU_TFLOPS, CPU_MEMORY_GIB, False, "assumed CPU figures (refitted)")
+
+
+def _spec(name: str | None) -> dict | None:
+    from model_optimizer.environment.knowledge import gpu_spec
+
+    return gpu_spec(name) if name else None
+
+
+def _visible_gpu() -> str | None:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # no torch, no driver: no GPU
+        return None

@@ -1,0 +1,249 @@
+"""report.html of a study: the trade-offs as plots (PNG embedded), the front, every trial, the prediction error.
+
+Plots: goodput against p99 TTFT and p99 TPOT coloured by memory; cold start against throughput;
+predicted against measured TPOT and throughput; knob importance (optuna's fANOVA on goodput) once
+enough trials completed.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+from model_optimizer.common.fileio import atomic_write
+
+STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1.5em;color:#222}"
+    "table{border-collapse:collapse;font-size:13px}th,td{padding:3px 9px;border-bottom:1px solid #e3e6ea;"
+    "text-align:right}th{background:#f4f6f8}td.l{text-align:left}img{max-width:100%}"
+    ".best td{background:#e6f4ea}pre{background:#f6f8fa;padding:.8em;overflow-x:auto}"
+)
+
+
+def write_html(output_dir: Path, summary: dict, study=None) -> Path:
+    plots = render_plots(summary, study)
+    page = output_dir / "report.html"
+    atomic_write(page, render_page(summary, plots))
+    return page
+
+
+def render_plots(summary: dict, study=None) -> dict[str, bytes]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in summary["trials"] if r["state"] == "COMPLETE"]
+    plots: dict[str, bytes] = {}
+    if done:
+        m = [r["measured"] for r in done]
+        mem = [x["memory_gib"] or 0.0 for x in m]
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for ax, key, label in ((axes[0], "ttft_p99_ms", "p99 TTFT (ms)"), (axes[1], "tpot_p99_ms", "p99 TPOT (ms)")):
+            points = ax.scatter([x[key] or 0 for x in m], [x["goodput"] for x in m], c=mem, cmap="viridis")
+            for r, x in zip(done, m):
+                ax.annotate(str(r["number"]), (x[key] or 0, x["goodput"]), fontsize=7)
+            ax.set_xlabel(label)
+            ax.set_ylabel("goodput (req/s)")
+        fig.colorbar(points, ax=axes, label="memory (GiB)")
+        plots["goodput_vs_latency"] = _png(fig, plt)
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        ax.scatter([x["cold_start_s"] for x in m], [x["output_throughput"] for x in m])
+        ax.set_xlabel("cold start (s, process start to ready)")
+        ax.set_ylabel("output throughput (tok/s)")
+        plots["cold_start_vs_throughput"] = _png(fig, plt)
+    predicted = [r for r in done if r.get("predicted")]
+    if predicted:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for ax, ours, theirs, label in (
+            (axes[0], "tpot_ms", "tpot_p99_ms", "TPOT (ms)"),
+            (axes[1], "output_throughput", "output_throughput", "throughput (tok/s)"),
+        ):
+            pairs = [
+                (r["measured"][theirs], r["predicted"][ours], r["number"])
+                for r in predicted
+                if r["measured"][theirs] and r["predicted"][ours] and r["predicted"][ours] > 0
+            ]
+            if not pairs:
+                continue
+            xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
+            ax.scatter(xs, ys)
+            for x, y, number in pairs:
+                ax.annotate(str(number), (x, y), fontsize=7)
+            low, high = min(xs + ys) / 1.2, max(xs + ys) * 1.2
+            ax.plot([low, high], [low, high], "k--", linewidth=0.8)  # predicted = measured
+            ax.set_xscale("log")  # early, unfitted predictions may be off by orders of magnitude
+            ax.set_yscale("log")
+            ax.set_xlabel(f"measured {label}")
+            ax.set_ylabel(f"predicted {label} (before the trial ran)")
+        plots["predicted_vs_measured"] = _png(fig, plt)
+    importance = knob_importance(study)
+    if importance:
+        fig, ax = plt.subplots(figsize=(6, 0.4 * len(importance) + 1))
+        names = list(importance)[::-1]
+        ax.barh(names, [importance[n] for n in names])
+        ax.set_xlabel("importance for goodput")
+        plots["knob_importance"] = _png(fig, plt)
+    return plots
+
+
+def knob_importance(study) -> dict[str, float]:
+    """Each searched knob's share of goodput's variance (optuna), or {} when it cannot be computed."""
+    if study is None:
+        return {}
+    from optuna.trial import TrialState
+
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(done) < 4 or len({json.dumps(t.params, sort_keys=True) for t in done}) < 2:
+        return {}  # fewer trials than optuna needs to tell knobs apart
+    try:
+        import warnings
+
+        import optuna
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return dict(optuna.importance.get_param_importances(study, target=lambda t: t.values[0]))
+    except Exception:  # too few trials, or one value per knob: nothing to attribute
+        return {}
+
+
+def _png(fig, plt) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def render_page(summary: dict, plots: dict[str, bytes]) -> str:
+    e = html.escape
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>mopt tune</title><style>{STYLE}</style>"
+        "</head><body><h1>mopt tune</h1>"
+    ]
+    counts = summary["counts"]
+    parts.append(
+        f"<p>{counts['COMPLETE']} trials measured, {counts['FAIL']} failed, {counts['PRUNED']} skipped by the "
+        f"predictor. SLO: {e(str(summary['setup'].get('slo') or 'none'))}. Chosen for "
+        f"<b>{e(summary['prefer'])}</b>.</p>"
+    )
+    best = summary.get("best")
+    baseline = summary.get("baseline")
+    if best and baseline:
+        gain = best["measured"]["goodput"] / baseline["goodput"] if baseline["goodput"] else None
+        parts.append(
+            f"<p>Default settings (trial {baseline['number']}): goodput {baseline['goodput']:.4g} req/s; "
+            f"chosen (trial {best['number']}): {best['measured']['goodput']:.4g} req/s"
+            + (f" ({gain:.2f}x)" if gain else "")
+            + ".</p>"
+        )
+    if (summary.get("noise") or {}).get("note"):
+        parts.append(f"<p>Noise: {e(summary['noise']['note'])}.</p>")
+    if summary.get("predictor"):
+        fit = summary["predictor"]["fit"]
+        parts.append(
+            "<p>Predictor (measured step ms = o_step + o_eager x g + e x roofline + flags; "
+            "TTFT = a x model + b): "
+            + "; ".join(f"{e(k)}: {e(_coefficients(v))}" for k, v in fit.items())
+            + f"; hardware "
+            f"{e(summary['predictor']['hardware']['source'])}.</p>"
+        )
+    if best:
+        import shlex
+
+        parts.append(
+            "<h2>Recommendation</h2><pre>"
+            + e(shlex.join(best["mopt_serve"]))
+            + "\n\n"
+            + e(shlex.join(best["vllm_serve"]))
+            + "</pre>"
+        )
+        parts.append(
+            "<table><tr><th>setting</th><th>vLLM flag</th></tr>"
+            + "".join(
+                f"<tr><td class=l>{e(k)}</td><td class=l>{e(v)}</td></tr>" for k, v in best["vllm_translated"].items()
+            )
+            + "".join(
+                f"<tr><td class=l>{e(k)}</td><td class=l>not in vLLM: {e(v)}</td></tr>"
+                for k, v in best["vllm_untranslated"].items()
+            )
+            + "</table>"
+        )
+    for name, png in plots.items():
+        data = base64.b64encode(png).decode()
+        parts.append(f"<h2>{e(name.replace('_', ' '))}</h2><img alt='{e(name)}' src='data:image/png;base64,{data}'>")
+    parts.append(
+        "<h2>Prediction error (MAPE)</h2><pre>" + e(json.dumps(summary["prediction_error"], indent=1)) + "</pre>"
+    )
+    parts.append(_trials_table(summary))
+    return "".join(parts) + "</body></html>"
+
+
+def _trials_table(summary: dict) -> str:
+    e = html.escape
+    front, best = set(summary["pareto_front"]), (summary.get("best") or {}).get("number")
+    head = [
+        "trial",
+        "state",
+        "settings",
+        "goodput",
+        "TTFT p99",
+        "TPOT p99",
+        "memory GiB",
+        "cold start s",
+        "pred. TPOT",
+        "pred. tok/s",
+        "meas. tok/s",
+        "preemptions",
+        "KV max %",
+        "note",
+    ]
+    rows = []
+    for r in summary["trials"]:
+        m, p = r.get("measured") or {}, r.get("predicted") or {}
+        note = r.get("error") or r.get("skip_reason") or ("Pareto front" if r["number"] in front else "")
+        cells = [
+            r["number"],
+            r["state"],
+            json.dumps(r.get("settings", {})),
+            m.get("goodput"),
+            m.get("ttft_p99_ms"),
+            m.get("tpot_p99_ms"),
+            m.get("memory_gib"),
+            m.get("cold_start_s"),
+            p.get("tpot_ms"),
+            p.get("output_throughput"),
+            m.get("output_throughput"),
+            *_server_figures(m),
+            note,
+        ]
+        cls = " class=best" if r["number"] == best else ""
+        rows.append(f"<tr{cls}>" + "".join(f"<td class=l>{e(_fmt(c))}</td>" for c in cells) + "</tr>")
+    return (
+        "<h2>All trials</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
+    )
+
+
+def _server_figures(measured: dict) -> tuple:
+    """Preemptions and the KV cache's peak use during the load, from the server's own /metrics."""
+    server = measured.get("server_metrics") or {}
+    preempted = (server.get("counters") or {}).get("num_preemptions_total", {}).get("delta")
+    gauges = server.get("gauges") or {}
+    usage = (gauges.get("kv_cache_usage_perc") or gauges.get("gpu_cache_usage_perc") or {}).get("max")
+    return preempted, None if usage is None else 100.0 * usage
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def _coefficients(value) -> str:
+    """A fit's coefficients as text: name=value pairs (step models) or a=, b= (a line)."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v:.3g}" for k, v in value.items())
+    return f"a={value[0]:.3g} b={value[1]:.3g}"

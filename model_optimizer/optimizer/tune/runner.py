@@ -1,0 +1,186 @@
+"""`mopt tune` from start to report: open the study, build the predictor, run the trials, write the outputs.
+
+The study's settings (space, workload, load, SLO, server command) are stored beside it as tune.json,
+so `--resume` continues exactly the study that was started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+from pathlib import Path
+
+from rich.console import Console
+
+from model_optimizer.common.fileio import read_json
+from model_optimizer.optimizer.bench.client import ClientConfig
+from model_optimizer.optimizer.bench.load import LoadConfig
+from model_optimizer.optimizer.bench.workloads import WorkloadConfig
+from model_optimizer.optimizer.tune import report
+from model_optimizer.optimizer.tune.commands import template_argv, template_uses
+from model_optimizer.optimizer.tune.compare import refitted_errors
+from model_optimizer.optimizer.tune.predictor import Predictor, model_cost
+from model_optimizer.optimizer.tune.space import SearchSpace
+from model_optimizer.optimizer.tune.study import (
+    Budget,
+    Tuner,
+    enqueue_grid,
+    fail_running,
+    grid_size,
+    open_study,
+    parse_duration,
+    save_setup,
+)
+from model_optimizer.optimizer.tune.trial import TrialSetup
+
+
+def budget_of(trials: int | None, time: str | None, sampler: str = "nsga2") -> Budget:
+    if sampler == "grid" and trials is None and time is None:
+        return Budget(None, float("inf"))  # every grid point: the study stops when the grid is done
+    return Budget(trials, parse_duration(time) if time is not None else None)
+
+
+def load_stored(output_dir: Path) -> dict:
+    path = output_dir / "tune.json"
+    if not path.is_file():
+        raise ValueError(f"--resume: {path} does not exist; run without --resume to start a study there")
+    return read_json(path)
+
+
+def trial_setup(stored: dict) -> TrialSetup:
+    return TrialSetup(
+        model=stored["model"],
+        client=ClientConfig(**stored["client"]),
+        workload=WorkloadConfig(**stored["workload"]),
+        load=LoadConfig(**stored["load"]),
+        slo=stored["slo"],
+        server_cmd=stored["server_cmd"],
+        ready_path=stored["ready_path"],
+        ready_timeout=stored["ready_timeout"],
+        trial_timeout=stored["trial_timeout"],
+        skip_first_wave=stored.get("skip_first_wave", False),  # a study stored before it measures as it did
+    )
+
+
+def check_template(stored: dict, space: SearchSpace) -> None:
+    """A --server-cmd must fill in, and must pass every searched knob on (else the knob changes nothing)."""
+    template = stored["server_cmd"]
+    if not template:
+        return
+    first = space.settings({k.name: k.choices[0] if k.choices else k.low for k in space.knobs})
+    template_argv(template, stored["model"], first, 8000)
+    used = template_uses(template)
+    if {"flags", "vllm_flags"} & used:
+        return
+    unused = [k.name for k in space.knobs if k.name not in used]
+    if unused:
+        raise ValueError(
+            f"--server-cmd does not pass on searched knob(s) {', '.join(unused)}: add {{NAME}} "
+            "placeholders or {flags}, narrow the space with --space, or hold them with --fix NAME=VALUE"
+        )
+
+
+def make_predictor(stored: dict, space: SearchSpace) -> tuple[Predictor | None, str]:
+    """The analytic model for the study's model and hardware, or None with the reason."""
+    if not stored.get("predict", True):
+        return None, "prediction off (--no-predict)"
+    from model_optimizer.optimizer.tune.hardware import detect_hardware
+
+    model = stored["model"]
+    if model:
+        config_path = Path(model).expanduser() / "config.json"
+    else:
+        from model_optimizer.assets import REFERENCE_MODEL_DIR
+
+        config_path = Path(REFERENCE_MODEL_DIR) / "config.json"
+    if not config_path.is_file():
+        return None, f"no predictor: {config_path} not found (a model name, not a folder)"
+    dtype = space.fixed.get("dtype")
+    config = read_json(config_path)
+    cost = model_cost(config, None if dtype in (None, "auto") else str(dtype))
+    hardware = detect_hardware(stored.get("gpu"), stored.get("hardware"))
+    return Predictor(cost, hardware, config=config), f"predictor: {hardware.name} ({hardware.source})"
+
+
+def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bool, console: Console) -> int:
+    space = SearchSpace.from_dict(stored["space"])
+    setup = trial_setup(stored)
+    check_template(stored, space)
+    predictor, note = make_predictor(stored, space)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    sampler = stored.get("sampler", "nsga2")
+    study = open_study(output_dir, stored["seed"], resume, sampler, space)
+    if sampler == "grid":
+        if not study.trials:
+            enqueue_grid(study, space)
+        budget.trials = min(budget.trials or grid_size(space), grid_size(space))
+    save_setup(output_dir, stored)
+    console.print(f"study {output_dir / 'study.db'}: {len(study.trials)} trials so far; {note}")
+    console.print(
+        "knobs: "
+        + ", ".join(f"{k.name} {k.describe()}" for k in space.knobs)
+        + (f"; fixed: {json.dumps(space.fixed)}" if space.fixed else "")
+    )
+    tuner = Tuner(
+        study,
+        space,
+        setup,
+        output_dir,
+        predictor,
+        on_trial=lambda row: _print_trial(console, row),
+        skip=sampler != "grid",
+        guided=sampler != "grid" and stored.get("guided", True),
+        repeat_baseline=stored.get("repeat_baseline", False),
+    )
+    if sampler != "grid" and stored.get("baseline", True) and not study.trials and not tuner.enqueue_defaults():
+        console.print("no baseline trial: a default setting lies outside the searched space")
+    interrupted = False
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `timeout`, `kill`: reap the server as Ctrl-C does
+    try:
+        tuner.run(budget)
+    except KeyboardInterrupt:
+        interrupted = True
+        fail_running(study, "interrupted (Ctrl-C or SIGTERM)")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    summary = report.build_summary(report.study_rows(study), prefer, stored["model"], stored)
+    if predictor is not None:
+        tuner._refit()  # with every trial the study now holds
+        summary["predictor"] = {
+            "hardware": dataclasses.asdict(predictor.hardware),
+            "fit": predictor.fit,
+            "memory_offset_gib": predictor.memory_offset_gib,
+            "num_fitted": predictor.num_fitted,
+            "refitted_error": refitted_errors(predictor, tuner.measured_pairs()),
+        }
+    report.write_outputs(output_dir, summary, study)
+    if summary["best"]:
+        console.print(report.pareto_table(summary))
+        console.print(f"best ({prefer}): trial {summary['best']['number']} -> {output_dir / 'best.yaml'}")
+    else:
+        console.print("[yellow]no trial completed: nothing to recommend[/]")
+    console.print(f"noise: {summary['noise']['note']}")
+    console.print(f"report: {output_dir / 'report.html'}")
+    if interrupted:
+        console.print(f"interrupted: the study is saved; continue it with mopt tune --resume --output-dir {output_dir}")
+        return 130
+    return 0 if summary["best"] else 1
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _print_trial(console: Console, row: dict) -> None:
+    state = row["state"]
+    m = row.get("measured") or {}
+    if state == "COMPLETE":
+        text = (
+            f"goodput {m['goodput']:.3g} req/s, p99 TTFT {m['ttft_p99_ms'] or 0:.1f} ms, p99 TPOT "
+            f"{m['tpot_p99_ms'] or 0:.1f} ms, cold start {m['cold_start_s']:.1f} s"
+        )
+    else:
+        text = row.get("error") or row.get("skip_reason") or ""
+    settings = " ".join(f"{k}={v}" for k, v in (row.get("settings") or {}).items())
+    console.print(f"trial {row['number']} {state}: {settings}: {text}", markup=False, highlight=False)

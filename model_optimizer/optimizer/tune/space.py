@@ -1,0 +1,288 @@
+"""The search space: which serve settings a study varies, over which values, and which it holds fixed.
+
+Every knob is an EngineConfig field under its vLLM name, so a trial's settings are exactly the flags
+of `mopt serve` (and, where vLLM has the same flag, of `vllm serve`). The user narrows the space with
+`--space space.yaml` (knob -> list of choices, or {low, high, log}) and fixes settings with
+`--fix name=value`; fixed settings may be any EngineConfig or ServerConfig field. Everything is
+checked up front: an unknown name, a value of the wrong type or one EngineConfig refuses is a
+ValueError naming it, before any server starts.
+
+tensor_parallel_size is not searched by default (every trial runs on one GPU, as `mopt serve` does):
+fix it (`--fix tensor_parallel_size=2`) or list it in the space file (`tensor_parallel_size: [1, 2]`).
+The predictor skips a size that needs more GPUs than are visible, or that the model's heads do not
+divide by, saying why (tune/collectives.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.server.config import ServerConfig
+
+Value = bool | int | float | str | None
+
+
+@dataclass
+class Knob:
+    """One searched setting: a list of choices, or a numeric range."""
+
+    name: str
+    choices: list[Value] | None = None
+    """Values to pick from (categorical); None: a range."""
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    """Sample the range on a log scale (sizes and counts)."""
+    step: float | None = None
+    """Grid of the range (None: continuous for floats, 1 for integers)."""
+
+    @property
+    def is_int(self) -> bool:
+        return _scalar(self.name) is int
+
+    def describe(self) -> str:
+        if self.choices is not None:
+            return "{" + ", ".join(map(str, self.choices)) + "}"
+        return f"[{self.low:g}, {self.high:g}]" + (" log" if self.log else "")
+
+
+DEFAULT_KNOBS: tuple[Knob, ...] = (
+    Knob("max_num_seqs", choices=[16, 32, 64, 128, 256, 512]),
+    Knob("max_num_batched_tokens", choices=[2048, 4096, 8192, 16384]),
+    Knob("block_size", choices=[16, 32]),
+    Knob("gpu_memory_utilization", choices=[0.8, 0.9, 0.95]),
+    Knob("kv_cache_dtype", choices=["auto", "fp8"]),
+    Knob("enable_prefix_caching", choices=[True, False]),
+    Knob("enable_chunked_prefill", choices=[True, False]),
+    Knob("enforce_eager", choices=[False, True]),
+    Knob("async_scheduling", choices=[True, False]),
+    Knob("scheduling_policy", choices=["fcfs"]),
+)
+"""The space searched when the user gives none: every engine knob that changes speed or memory. No budget
+under 2048: a step that carries a prefill chunk runs eagerly (CUDA graphs replay decode-only steps), so a
+small budget spreads each prompt over more slow steps and the start-up burst over many (on the H200,
+64 prompts of ~512 tokens in budgets of 1024 took 32 eager steps: p99 TTFT 886 ms). max_num_seqs above the clients in flight is moot;
+the guided search (guide.py) measures such a value last among equals."""
+
+NOT_KNOBS = {"model", "tokenizer", "device", "load_format", "seed"}
+"""Settings that pick what runs, not how fast: they may be fixed but never searched."""
+
+
+@dataclass
+class SearchSpace:
+    """The knobs a study searches and the settings it holds fixed (field name -> value)."""
+
+    knobs: list[Knob] = field(default_factory=lambda: [dataclasses.replace(k) for k in DEFAULT_KNOBS])
+    fixed: dict[str, Value] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for knob in self.knobs:
+            _check_knob(knob)
+        for name, value in self.fixed.items():
+            self.fixed[name] = coerce(name, value)
+        self.knobs = [k for k in self.knobs if k.name not in self.fixed]
+        self.settings({k.name: k.choices[0] if k.choices else k.low for k in self.knobs})  # fixed values together
+
+    def settings(self, sampled: dict[str, Value]) -> dict[str, Value]:
+        """The full settings of one candidate (sampled knobs over fixed values), checked by the configs."""
+        values = {**self.fixed, **sampled}
+        engine_names = {f.name for f in dataclasses.fields(EngineConfig)}
+        EngineConfig(**{k: v for k, v in values.items() if k in engine_names})
+        ServerConfig(**{k: v for k, v in values.items() if k not in engine_names and k != "port"})
+        return values
+
+    def to_dict(self) -> dict:
+        return {"knobs": [dataclasses.asdict(k) for k in self.knobs], "fixed": dict(self.fixed)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SearchSpace:
+        return cls([Knob(**k) for k in data["knobs"]], dict(data["fixed"]))
+
+
+def build_space(space_file: str | None = None, fixes: list[str] | None = None) -> SearchSpace:
+    """The default space, narrowed by `space_file` (its knobs replace the defaults) and `fixes`."""
+    knobs = [dataclasses.replace(k) for k in DEFAULT_KNOBS]
+    if space_file:
+        knobs = read_space_file(space_file)
+    fixed: dict[str, Value] = {}
+    for text in fixes or []:
+        name, value = parse_fix(text)
+        fixed[name] = value
+    return SearchSpace(knobs, fixed)
+
+
+def parse_fix(text: str) -> tuple[str, Value]:
+    """`max_num_seqs=256` (dashes allowed in the name) -> ("max_num_seqs", 256), typed by the field."""
+    if "=" not in text:
+        raise ValueError(f"--fix takes NAME=VALUE (e.g. max_num_seqs=256), got {text!r}")
+    name, raw = text.split("=", 1)
+    name = name.strip().replace("-", "_")
+    return name, coerce(name, _from_text(name, raw.strip()))
+
+
+def read_space_file(path: str | Path) -> list[Knob]:
+    """Knobs from a YAML mapping: `max_num_seqs: [64, 128, 256]` or `gpu_memory_utilization: {low: 0.8, high: 0.95}`."""
+    import yaml
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"space file {file} does not exist")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"space file {file} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"space file {file} must map knob names to a list of values or {{low, high}}")
+    knobs = []
+    for key, spec in data.items():
+        name = str(key).replace("-", "_")
+        if isinstance(spec, list):
+            knobs.append(Knob(name, choices=spec))
+        elif isinstance(spec, dict) and {"low", "high"} <= set(spec) and set(spec) <= {"low", "high", "log", "step"}:
+            knobs.append(
+                Knob(name, low=spec["low"], high=spec["high"], log=bool(spec.get("log", False)), step=spec.get("step"))
+            )
+        else:
+            raise ValueError(
+                f"space file {file}: {key} must be a list of values or a mapping with low and high "
+                f"(optional log, step), got {spec!r}"
+            )
+    return knobs
+
+
+def coerce(name: str, value: Any) -> Value:
+    """`value` as the type of setting `name`; an unknown name or a wrong type is a ValueError."""
+    kind = _scalar(name)
+    allowed = _choices(name)
+    if value is None and _optional(name):
+        return None  # the field's "empty" (e.g. quantization: as config.json says)
+    if kind is bool and not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        value = float(value)
+    if kind is str and not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {value!r}")
+    if allowed and value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+    return value
+
+
+def _check_knob(knob: Knob) -> None:
+    if knob.name in NOT_KNOBS or knob.name not in {f.name for f in dataclasses.fields(EngineConfig)}:
+        searchable = sorted({f.name for f in dataclasses.fields(EngineConfig)} - NOT_KNOBS)
+        raise ValueError(
+            f"{knob.name!r} is not a searchable setting; knobs are EngineConfig fields: {', '.join(searchable)}"
+        )
+    if knob.choices is not None:
+        if not knob.choices:
+            raise ValueError(f"knob {knob.name} has an empty list of choices")
+        knob.choices = [coerce(knob.name, v) for v in knob.choices]
+        for value in knob.choices:  # each value alone must be one the engine accepts
+            try:
+                EngineConfig(**{knob.name: value})
+            except ValueError as exc:
+                raise ValueError(f"knob {knob.name}: value {value!r} is impossible: {exc}") from None
+        return
+    kind = _scalar(knob.name)
+    if kind not in (int, float):
+        raise ValueError(f"knob {knob.name} is {kind.__name__}: give a list of choices, not a range")
+    if not (isinstance(knob.low, (int, float)) and isinstance(knob.high, (int, float)) and knob.low < knob.high):
+        raise ValueError(f"knob {knob.name}: low must be a number below high, got low={knob.low!r} high={knob.high!r}")
+    if knob.log and knob.low <= 0:
+        raise ValueError(f"knob {knob.name}: a log range needs low > 0, got {knob.low}")
+    for value in (knob.low, knob.high):
+        try:
+            EngineConfig(**{knob.name: int(value) if kind is int else float(value)})
+        except ValueError as exc:
+            raise ValueError(f"knob {knob.name}: range end {value!r} is impossible: {exc}") from None
+
+
+def _hints() -> dict[str, Any]:
+    hints = {}
+    for cls in (EngineConfig, ServerConfig):
+        names = {f.name for f in dataclasses.fields(cls)}
+        hints.update({k: v for k, v in typing.get_type_hints(cls).items() if k in names})
+    return hints
+
+
+def _scalar(name: str) -> type:
+    hints = _hints()
+    if name not in hints:
+        raise ValueError(
+            f"unknown setting {name!r}; settings are `mopt serve` flag names "
+            f"(EngineConfig / ServerConfig fields): {', '.join(sorted(hints))}"
+        )
+    hint = hints[name]
+    if typing.get_origin(hint) is Literal:
+        return str
+    args = typing.get_args(hint) or (hint,)
+    for kind in (bool, int, float, str):
+        if kind in args:
+            return kind
+    return str
+
+
+def _choices(name: str) -> tuple:
+    """The allowed values of a Literal field, optional ones (`Literal[...] | None`) included."""
+    hint = _hints()[name]
+    for part in (hint, *typing.get_args(hint)):
+        if typing.get_origin(part) is Literal:
+            return typing.get_args(part)
+    return ()
+
+
+def _optional(name: str) -> bool:
+    return type(None) in typing.get_args(_hints()[name])
+
+
+def _from_text(name: str, raw: str) -> Value:
+    """A --fix value typed by its field: true/false, integers, numbers, or the text."""
+    kind = _scalar(name)
+    try:
+        if kind is bool:
+            lowered = raw.lower()
+            if lowered in ("true", "1", "yes", "on"):
+                return True
+            if lowered in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            number = float(raw)
+            if not math.isfinite(number):
+                raise ValueError
+            return number
+    except ValueError:
+        raise ValueError(f"--fix {name}={raw}: {name} must be a {kind.__name__}") from None
+    return raw
+
+
+def sample(knobs: list[Knob], trial: Any) -> dict[str, Value]:
+    """One candidate's knob values drawn through an optuna trial."""
+    values: dict[str, Value] = {}
+    for knob in knobs:
+        if knob.choices is not None:
+            values[knob.name] = trial.suggest_categorical(knob.name, knob.choices)
+        elif knob.is_int:
+            values[knob.name] = trial.suggest_int(
+                knob.name, int(knob.low), int(knob.high), log=knob.log, step=int(knob.step or 1)
+            )
+        else:
+            values[knob.name] = trial.suggest_float(
+                knob.name, float(knob.low), float(knob.high), log=knob.log, step=knob.step
+            )
+    return values

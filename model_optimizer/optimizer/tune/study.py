@@ -1,0 +1,425 @@
+"""The search: an optuna multi-objective study in a SQLite file, one measured server per trial.
+
+Each candidate is first predicted (predictor.py); one that cannot fit or would miss an SLO by a wide
+margin is recorded as PRUNED with the reason and never started. The others are measured
+(trial.py) and told to optuna as five objectives (goodput up; p99 TTFT, p99 TPOT, memory and cold
+start down) with the SLOs as constraints (measured - limit <= 0 is feasible), so NSGA-II keeps
+infeasible settings off the front. A trial that fails is recorded as FAIL with its error and the
+search goes on. Every trial is committed to `study.db` as it ends, so Ctrl-C or a crash loses at most
+the trial in progress, and `--resume` continues the same study.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import signal
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from model_optimizer.common.fileio import atomic_write
+from model_optimizer.optimizer.bench.lengths import parse_length
+from model_optimizer.optimizer.bench.metrics import parse_slo
+from model_optimizer.optimizer.tune.predictor import Prediction, Predictor, Workload
+from model_optimizer.optimizer.tune.space import SearchSpace, sample
+from model_optimizer.optimizer.tune.trial import TrialResult, TrialSetup, run_trial
+from model_optimizer.runtime.config import EngineConfig
+
+STUDY_NAME = "mopt-tune"
+OBJECTIVES = (
+    ("goodput", "maximize"),
+    ("ttft_p99_ms", "minimize"),
+    ("tpot_p99_ms", "minimize"),
+    ("memory_gib", "minimize"),
+    ("cold_start_s", "minimize"),
+)
+MAX_SKIPS_IN_A_ROW = 20
+"""Candidates predicted out in a row before the study measures one anyway (or, when none fits, stops)."""
+EXPLORE_EVERY = 4
+"""With guidance, every EXPLORE_EVERY-th measured trial is the sampler's draw, so a wrong model cannot
+keep the study away from a region it misjudges."""
+
+
+@dataclass
+class Budget:
+    trials: int | None = None
+    """Measured trials the study should hold in all (a resumed study counts the ones it has)."""
+    time_s: float | None = None
+    """Seconds this invocation may search."""
+
+    def __post_init__(self) -> None:
+        if self.trials is None and self.time_s is None:
+            raise ValueError("give a budget: --trials N and/or --time 30m")
+        if self.trials is not None and self.trials <= 0:
+            raise ValueError(f"--trials must be a positive integer, got {self.trials}")
+        if self.time_s is not None and not self.time_s > 0:
+            raise ValueError(f"--time must be positive, got {self.time_s}")
+
+
+def parse_duration(text: str) -> float:
+    """`90`, `90s`, `30m`, `1.5h` -> seconds."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    raw = text.strip().lower()
+    scale = units.get(raw[-1:], None)
+    number = raw[:-1] if scale else raw
+    try:
+        value = float(number) * (scale or 1.0)
+    except ValueError:
+        raise ValueError(f"--time takes seconds or a number with s, m or h (e.g. 30m), got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"--time must be positive, got {text!r}")
+    return value
+
+
+SAMPLERS = ("nsga2", "tpe", "grid")
+
+
+def make_sampler(name: str, seed: int, space: SearchSpace | None = None):
+    """NSGA-II (default) or multi-objective TPE, both reading the SLO constraints set on each trial;
+    or a grid over every combination of the knobs' choices (vLLM auto_tune's method, for comparison)."""
+    import optuna
+
+    # optuna 5 reads constraints set on the trial (Trial.set_constraint); optuna 4 asks a function for them
+    legacy = {} if hasattr(optuna.trial.Trial, "set_constraint") else {"constraints_func": constraints_of}
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=8, **legacy)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=4, **legacy)
+    if name == "grid":  # the points are queued up front (enqueue_grid); the sampler only fills none
+        if space is None or any(k.choices is None for k in space.knobs):
+            raise ValueError("--sampler grid needs a list of choices for every knob (no low/high ranges)")
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise ValueError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
+
+
+def constraints_of(trial) -> list[float]:
+    """optuna 4's view of a trial's SLO constraints: measured - limit per SLO (<= 0: met)."""
+    return list(trial.user_attrs.get("constraints", []))
+
+
+def grid_size(space: SearchSpace) -> int:
+    return math.prod(len(k.choices or ()) for k in space.knobs)
+
+
+def enqueue_grid(study, space: SearchSpace) -> None:
+    """Queue every combination of the knobs' choices, in order (the first knob varies slowest)."""
+    for values in itertools.product(*(k.choices or () for k in space.knobs)):
+        study.enqueue_trial(dict(zip((k.name for k in space.knobs), values)))
+
+
+def open_study(output_dir: Path, seed: int, resume: bool, sampler: str = "nsga2", space: SearchSpace | None = None):
+    """The study in `output_dir/study.db`: new, or (with `resume`) the one already there."""
+    import optuna
+
+    chosen = make_sampler(sampler, seed, space)  # a bad choice is refused before the file is touched
+    db = output_dir / "study.db"
+    storage = f"sqlite:///{db}"
+    exists = db.is_file() and STUDY_NAME in {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    if resume and not exists:
+        raise ValueError(f"--resume: no study in {db}; run without --resume to start one")
+    if exists and not resume:
+        raise ValueError(f"{db} already holds a study: continue it with --resume, or give another --output-dir")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # constraints reach the sampler through trial.set_constraint (see Tuner._record)
+    study = optuna.create_study(
+        storage=storage,
+        study_name=STUDY_NAME,
+        sampler=chosen,
+        directions=[d for _, d in OBJECTIVES],
+        load_if_exists=resume,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([n for n, _ in OBJECTIVES])
+    fail_running(study, "interrupted: the tuner stopped during this trial")
+    return study
+
+
+def fail_running(study, reason: str) -> None:
+    """Trials left RUNNING (a crash, or Ctrl-C inside optuna's own ask) become FAIL with `reason`, so the
+    file never holds a trial that will not end; only one tuner runs a study at a time."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study._storage.set_trial_user_attr(t._trial_id, "error", reason)
+        study._storage.set_trial_user_attr(t._trial_id, "state", "FAIL")
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+
+def workload_figures(setup: TrialSetup) -> Workload | None:
+    """Mean prompt and output lengths and the load's concurrency or rate; None for files (measured later)."""
+    w = setup.workload
+    if w.dataset != "synthetic":
+        return None
+    rng = np.random.default_rng(w.seed)
+    prompt = float(parse_length(w.prompt_len).sample(rng, 2000).mean())
+    output = float(parse_length(w.output_len or "128").sample(rng, 2000).mean())
+    if w.num_prefix_groups:
+        prompt += w.prefix_len * w.prefix_share_ratio
+    return workload_of(setup, prompt, output)
+
+
+def workload_of(setup: TrialSetup, prompt: float, output: float) -> Workload:
+    """The predictor's workload: mean prompt and output lengths under the setup's load (closed loop,
+    sweep or rate)."""
+    load = setup.load
+    if load.load_mode == "closed":
+        return Workload(
+            prompt,
+            output,
+            concurrency=float(load.concurrency or 1),
+            num_requests=load.num_requests,
+            burst_measured=not setup.skip_first_wave,
+        )
+    if load.load_mode == "sweep":
+        return Workload(prompt, output, concurrency=float(load.sweep_max_concurrency))
+    return Workload(prompt, output, request_rate=load.request_rate or math.inf, num_requests=load.num_requests)
+
+
+@dataclass
+class Tuner:
+    """Runs trials into a study until the budget is spent."""
+
+    study: object
+    space: SearchSpace
+    setup: TrialSetup
+    output_dir: Path
+    predictor: Predictor | None = None
+    on_trial: Callable[[dict], None] = lambda row: None
+    skip: bool = True
+    """Skip candidates the predictor rules out (off for a grid, which measures every point)."""
+    max_skips_in_a_row: int = MAX_SKIPS_IN_A_ROW
+    guided: bool = False
+    """Measure the predictor's best untried candidate next (guide.py) instead of the sampler's draw."""
+    repeat_baseline: bool = False
+    """Measure the default settings once more as the budget's last trial: the noise estimate (noise.py)."""
+
+    def __post_init__(self) -> None:
+        slos = parse_slo(self.setup.slo)
+        self.slos = slos
+        self.slo_ms = {s.metric: s.limit * 1e3 for s in slos if s.stat == "p99"}
+        self.load = workload_figures(self.setup)
+        self._refit()
+
+    def enqueue_defaults(self) -> bool:
+        """Measure the engine's default settings first: the baseline every other trial is compared with.
+        False (nothing queued) when a default lies outside the searched space."""
+        if self.study.trials:
+            return False
+        defaults = EngineConfig()
+        params = {}
+        for knob in self.space.knobs:
+            value = getattr(defaults, knob.name)
+            inside = value in knob.choices if knob.choices is not None else knob.low <= value <= knob.high
+            if not inside:
+                return False
+            params[knob.name] = value
+        self.study.enqueue_trial(params, user_attrs={"baseline": True})
+        return True
+
+    def _baseline_trial(self):
+        return next((t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")), None)
+
+    def _repeat_due(self, budget: Budget, elapsed_s: float) -> bool:
+        """Time for the baseline's repeat: asked for, not done yet, the baseline measured, and this the
+        budget's last trial (--trials) or the last one the time left allows (--time: under two baseline
+        trials' time remain). It is a trial of the budget, so the study spends no more than it was given."""
+        if not self.repeat_baseline:
+            return False
+        from optuna.trial import TrialState
+
+        trials = self.study.get_trials(deepcopy=False)
+        if any(t.user_attrs.get("baseline_repeat") for t in trials):
+            return False
+        base = self._baseline_trial()
+        if base is None or base.state != TrialState.COMPLETE:
+            return False
+        if any(t.state == TrialState.WAITING for t in trials):
+            return False
+        if budget.trials is not None and self._measured() >= budget.trials - 1:
+            return True
+        took = (base.user_attrs.get("measured") or {}).get("duration_s") or 0.0
+        return budget.time_s is not None and budget.time_s - elapsed_s < 2 * took
+
+    def _enqueue_repeat(self) -> None:
+        base = self._baseline_trial()
+        self.study.enqueue_trial(dict(base.params), user_attrs={"baseline_repeat": True}, skip_if_exists=False)
+
+    def run(self, budget: Budget) -> None:
+        from optuna.trial import TrialState
+
+        started = time.monotonic()
+        skips, explore = 0, False
+        while self._measured() < (budget.trials or math.inf):
+            if budget.time_s is not None and time.monotonic() - started >= budget.time_s:
+                break
+            if self._repeat_due(budget, time.monotonic() - started):
+                self._enqueue_repeat()
+            trial = self._ask()
+            try:
+                row = self._one(trial, explore)
+            except KeyboardInterrupt:  # wherever Ctrl-C lands, the trial is closed in the file, not left RUNNING
+                trial.set_user_attr("error", "interrupted (Ctrl-C)")
+                trial.set_user_attr("state", "FAIL")
+                self.study.tell(trial, state=TrialState.FAIL)
+                raise
+            state = {"COMPLETE": TrialState.COMPLETE, "FAIL": TrialState.FAIL, "PRUNED": TrialState.PRUNED}[
+                row["state"]
+            ]
+            self.study.tell(trial, row.get("values") if state == TrialState.COMPLETE else None, state=state)
+            self.on_trial(row)
+            skips, explore = (skips + 1 if state == TrialState.PRUNED else 0), False
+            if skips >= self.max_skips_in_a_row:
+                if row.get("skip_kind") != "slo":  # nothing left that fits, or only repeats: the space is spent
+                    break
+                # Every recent candidate is predicted to miss an SLO. The prediction is a model, not a
+                # measurement: measure the next candidate anyway rather than let the model end the study.
+                skips, explore = 0, True
+            self._refit()
+
+    def _one(self, trial, explore: bool = False) -> dict:
+        """Sample, predict, measure one trial; record everything on it; return its row. With `explore`, a
+        candidate predicted to miss an SLO is measured all the same (one that cannot fit is still skipped)."""
+        row: dict = {"number": trial.number}
+        try:
+            settings = self.space.settings(sample(self.space.knobs, trial))
+        except ValueError as exc:  # a combination the engine refuses (each value alone was checked)
+            return self._record(trial, row | {"state": "FAIL", "error": f"impossible setting: {exc}"})
+        row["settings"] = settings
+        twin = None if trial.user_attrs.get("baseline_repeat") else self._measured_twin(settings)
+        if twin is not None:  # a small space runs out of new points: a budget is better spent elsewhere
+            row |= {"state": "PRUNED", "skip_reason": f"same settings as trial {twin}", "skip_kind": "repeat"}
+            return self._record(trial, row)
+        load = self.load or self._measured_load()
+        if self.predictor is not None and load is not None:
+            ideal = self.predictor.ideal(settings, load)
+            pred = self.predictor.predict(settings, load)
+            row["ideal"], row["predicted"] = ideal.to_dict(), pred.to_dict()
+            reason = self.predictor.skip_reason(pred, self.slo_ms) if self.skip else None
+            chosen = any(trial.user_attrs.get(k) for k in ("baseline", "baseline_repeat", "picked_by"))
+            if reason and not ((explore or chosen) and pred.fits):  # a chosen trial is measured unless it cannot fit
+                kind = "slo" if pred.fits else "fit"
+                return self._record(trial, row | {"state": "PRUNED", "skip_reason": reason, "skip_kind": kind})
+        trial.set_user_attr("settings", settings)
+        result = run_trial(self.setup, settings, self.output_dir / "trials" / f"{trial.number:04d}")
+        row["measured"] = result.to_dict()
+        if not result.ok:
+            return self._record(trial, row | {"state": "FAIL", "error": result.error})
+        row["values"] = objective_values(result)
+        row["constraints"] = self._constraints(result)
+        return self._record(trial, row | {"state": "COMPLETE"})
+
+    def _record(self, trial, row: dict) -> dict:
+        for key in ("settings", "ideal", "predicted", "measured", "error", "skip_reason", "constraints", "state"):
+            if key in row:
+                trial.set_user_attr(key, row[key])
+        if hasattr(trial, "set_constraint"):  # optuna 5; optuna 4 reads the "constraints" attribute instead
+            for slo, value in zip(self.slos, row.get("constraints", [])):
+                trial.set_constraint(slo.key, value)  # measured - limit: <= 0 is feasible for NSGA-II
+        return row
+
+    def _constraints(self, result: TrialResult) -> list[float]:
+        out = []
+        for slo in self.slos:
+            check = result.slo_checks.get(slo.key, {})
+            measured, limit = check.get("measured_ms"), slo.limit * 1e3
+            if measured is None:
+                out.append(1e6)  # nothing measured: as far from feasible as it gets
+            elif not check.get("met", False):
+                out.append(max(measured - limit, 1.0))  # missed, if only through failed requests
+            else:
+                out.append(measured - limit)
+        return out
+
+    def _ask(self):
+        """The next trial: the predictor's pick (queued first) or the sampler's. Ctrl-C and SIGTERM wait
+        until the queued pick is taken, so none is left WAITING in the file (it would run on --resume
+        ahead of the baseline's successors, outside the budget the user saw)."""
+        if not self.guided:
+            return self.study.ask()
+        guess = self._guess()  # the slow part (a prediction per candidate) stays interruptible
+        blocked = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        try:
+            if guess is not None:
+                self.study.enqueue_trial(guess, user_attrs={"picked_by": "predictor"})
+            return self.study.ask()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+
+    def _guess(self) -> dict | None:
+        """The predictor's best untried candidate's knob values; None when a trial is already queued (the
+        baseline), nothing is measured yet to calibrate the model, or it is the sampler's turn (EXPLORE_EVERY)."""
+        from optuna.trial import TrialState
+
+        from model_optimizer.optimizer.tune.guide import rank
+
+        trials = self.study.get_trials(deepcopy=False)
+        if self.predictor is None or any(t.state == TrialState.WAITING for t in trials):
+            return None
+        done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL)]
+        if not done or len(done) % EXPLORE_EVERY == EXPLORE_EVERY - 1:
+            return None
+        load = self.load or self._measured_load()
+        if load is None:
+            return None
+        tried = [t.user_attrs["settings"] for t in trials if t.user_attrs.get("settings")]
+        measured = [
+            self.predictor.predict(t.user_attrs["settings"], load) for t in done if t.user_attrs.get("settings")
+        ]
+        ranked = rank(self.space, self.predictor, load, self.slo_ms, tried, measured, limit=1)
+        return ranked[0].params if ranked else None
+
+    def _measured_twin(self, settings: dict) -> int | None:
+        """The number of an earlier measured trial (COMPLETE, or FAIL but not interrupted) with these settings."""
+        for t in self.study.get_trials(deepcopy=False):
+            interrupted = str(t.user_attrs.get("error", "")).startswith("interrupted")
+            if t.user_attrs.get("settings") == settings and t.state.name in ("COMPLETE", "FAIL") and not interrupted:
+                return t.number
+        return None
+
+    def _measured(self) -> int:
+        from optuna.trial import TrialState
+
+        return sum(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in self.study.get_trials(deepcopy=False))
+
+    def _measured_load(self) -> Workload | None:
+        """Lengths from the first measured trial, for workloads read from files."""
+        for t in self.study.get_trials(deepcopy=False):
+            m = t.user_attrs.get("measured") or {}
+            if m.get("ok"):
+                return workload_of(self.setup, m["mean_prompt_len"], m["mean_output_len"])
+        return None
+
+    def measured_pairs(self) -> list[tuple[Prediction, dict]]:
+        """(ideal prediction, measured figures) of every trial that measured something."""
+        pairs = []
+        for t in self.study.get_trials(deepcopy=False):
+            m, ideal = t.user_attrs.get("measured") or {}, t.user_attrs.get("ideal")
+            if m.get("ok") and ideal and ideal.get("features"):  # an earlier predictor's record has none
+                pairs.append((Prediction(**ideal), m))
+        return pairs
+
+    def _refit(self) -> None:
+        if self.predictor is not None:
+            self.predictor.refit(self.measured_pairs())
+
+
+def objective_values(result: TrialResult) -> list[float]:
+    """The five objectives in OBJECTIVES order; a figure the trial could not measure counts as worst."""
+    worst = {"goodput": 0.0}
+    values = []
+    for name, _ in OBJECTIVES:
+        value = getattr(result, name)
+        values.append(float(value) if value is not None else worst.get(name, 1e9))
+    return values
+
+
+def save_setup(output_dir: Path, data: dict) -> None:
+    atomic_write(output_dir / "tune.json", json.dumps(data, indent=2, default=str) + "\n")

@@ -1,0 +1,213 @@
+"""Embedder: texts in, one vector each out, for BertModel-family encoders and decoder embedders.
+
+    emb = Embedder("path/to/all-MiniLM-L6-v2")
+    vectors = emb.embed(["a text", "another"])            # list[list[float]]
+    out = emb.encode(texts, dimensions=256)                 # EmbedOutput: tensor + token counts
+
+One call: tokenize (instruction, end token, length limit) on worker threads, chunk by chunk, and
+pack each chunk's sequences into token-budget batches as it arrives, so the GPU runs the first
+batches while later chunks are tokenized; run the backbone on each packed batch, pool, then
+truncate to `dimensions` and L2-normalize. Nothing is cached between calls. `encode` takes a lock, so one
+Embedder may be shared by threads (the server runs `aencode` in a worker thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from model_optimizer.runtime.device import pick_device
+from model_optimizer.runtime.embed.backbone import is_encoder, load_backbone
+from model_optimizer.runtime.embed.batching import Batch, Batcher
+from model_optimizer.runtime.embed.config import EmbedConfig
+from model_optimizer.runtime.embed.inputs import EmbedInput, InputRules, InputTokenizer, as_input_list, check_truncation
+from model_optimizer.runtime.embed.packing import pack_batch
+from model_optimizer.runtime.embed.pooling import finish, pool
+from model_optimizer.runtime.embed.st_folder import read_folder_spec
+from model_optimizer.runtime.embed.tokenizer_pool import TokenizerPool, default_num_threads
+from model_optimizer.runtime.models.model_config import read_config
+
+OnBatch = Callable[[list[int], torch.Tensor, list[int]], None]
+"""(positions of the batch's inputs in the call, their (n, dimensions) float32 CPU vectors, their token counts)."""
+
+
+@dataclass
+class EmbedOutput:
+    embeddings: torch.Tensor
+    """(num_inputs, dimensions) float32 on the CPU, in input order."""
+    num_tokens: list[int]
+    """Tokens the model read for each input (after instruction, end token and truncation): the usage count."""
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(self.num_tokens)
+
+
+class Embedder:
+    def __init__(self, model_dir: str | Path, backbone: torch.nn.Module | None = None, **config: Any) -> None:
+        """`backbone`: one already loaded (LLM.embed passes the generation engine's decoder, so its weights
+        are loaded once); otherwise it is loaded from `model_dir` with the config's dtype and load_format."""
+        from model_optimizer.runtime.models.tokenizer import load_tokenizer
+
+        self.config = EmbedConfig(**config)
+        self.model_dir = Path(model_dir).expanduser()
+        if not self.model_dir.is_dir():
+            raise FileNotFoundError(
+                f"model folder {self.model_dir} does not exist (models load from local folders only)"
+            )
+        hf = read_config(self.model_dir)
+        spec = read_folder_spec(self.model_dir)
+        self.is_encoder = is_encoder(hf)
+        self.device = pick_device(self.config.device)
+        if backbone is None:
+            backbone = load_backbone(self.model_dir, hf, self.config.dtype, self.device, self.config.load_format)
+        self.backbone = backbone
+        self.tokenizer_dir = Path(self.config.tokenizer).expanduser() if self.config.tokenizer else self.model_dir
+        self.tokenizer = load_tokenizer(self.tokenizer_dir)
+        self.tokenizer.model_max_length = 1 << 30  # we check lengths ourselves, with a clearer message
+        self.pooling = self._pick_pooling(spec.pooling)
+        self.normalize = self.config.normalize if self.config.normalize is not None else spec.normalize is not False
+        self.rules = InputRules(
+            max_seq_length=self._pick_max_seq_length(spec.max_seq_length),
+            instruction_template=self.config.instruction_template,
+            do_lower_case=spec.do_lower_case,
+            end_token_id=self._end_token_id(),
+            vocab_size=self.backbone.vocab_size,
+        )
+        self.inputs = InputTokenizer(self.tokenizer, self.rules)
+        threads = self.config.tokenizer_threads
+        if threads is None:
+            threads = default_num_threads() if self.device.type == "cuda" else 0
+        self.tokenizer_pool = TokenizerPool(threads)
+        self.graphs = self._graph_runner()
+        self._lock = threading.Lock()
+
+    @property
+    def hidden_size(self) -> int:
+        return self.backbone.hidden_size
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.rules.max_seq_length
+
+    def embed(
+        self,
+        inputs: EmbedInput | Sequence[EmbedInput],
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+        instruction: str | None = None,
+    ) -> list[list[float]]:
+        """One embedding per input (text or token ids), as lists of floats, in input order."""
+        return self.encode(inputs, dimensions, truncate_prompt_tokens, instruction).embeddings.tolist()
+
+    async def aencode(self, inputs: EmbedInput | Sequence[EmbedInput], **kwargs: Any) -> EmbedOutput:
+        """`encode` in a worker thread, so an event loop keeps serving while the model runs."""
+        return await asyncio.to_thread(self.encode, inputs, **kwargs)
+
+    def encode(
+        self,
+        inputs: EmbedInput | Sequence[EmbedInput],
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+        instruction: str | None = None,
+        on_progress: Callable[[int], None] | None = None,
+        on_batch: OnBatch | None = None,
+    ) -> EmbedOutput:
+        """Embeddings as one float32 tensor plus per-input token counts; `on_progress(n)` after each batch of n
+        (on CUDA: once the batch is queued; the GPU may still be running it).
+
+        `on_batch(rows, embeddings, num_tokens)` gets each batch's finished vectors (truncated, normalized,
+        float32 on the CPU) as soon as the batch has run, so a caller can save them before the call ends
+        (`mopt embed` does, so an interruption loses no finished row). On CUDA that is one device -> host
+        copy per batch, which waits for the GPU; without `on_batch` nothing waits until the end."""
+        items = as_input_list(inputs)
+        self._check_dimensions(dimensions)
+        truncate_to = check_truncation(truncate_prompt_tokens, self.max_seq_length)
+        self.inputs.check(items, instruction)  # what needs no tokenizing fails before any batch runs
+        cfg = self.config
+
+        def prepare(part: list[EmbedInput], numbers: list[int]) -> list[list[int]]:
+            return self.inputs.token_ids(part, truncate_to, instruction, numbers)
+
+        with self._lock:
+            lengths = [0] * len(items)
+            # results stay on the device until the end: one device -> host copy per call, not per batch
+            pooled = torch.empty(len(items), self.hidden_size, dtype=torch.float32, device=self.device)
+            batcher = Batcher(cfg.max_num_batched_tokens, cfg.max_num_seqs)
+            for rows, token_ids in self.tokenizer_pool.chunks(items, prepare):
+                for row, ids in zip(rows, token_ids):
+                    lengths[row] = len(ids)
+                for batch in batcher.add(rows, token_ids):
+                    self._run_batch(batch, pooled, on_progress)
+                    self._hand_out(batch, pooled, dimensions, on_batch)
+            for batch in batcher.flush():
+                self._run_batch(batch, pooled, on_progress)
+                self._hand_out(batch, pooled, dimensions, on_batch)
+            embeddings = finish(pooled, self.normalize, dimensions).cpu()
+        return EmbedOutput(embeddings, lengths)
+
+    @torch.inference_mode()
+    def _run_batch(self, batch: Batch, out: torch.Tensor, on_progress: Callable[[int], None] | None = None) -> None:
+        """Pool one packed batch into out[batch.rows] (float32). On CUDA nothing here waits for the GPU."""
+        packed = pack_batch(batch.token_ids, batch.rows, self.device)
+        hidden = self.graphs.run(packed) if self.graphs is not None else None
+        if hidden is None:
+            hidden = self.backbone(packed.token_ids, packed.positions, packed.meta)
+        out.index_copy_(0, packed.rows, pool(hidden, packed.cu_seqlens, self.pooling))
+        if on_progress:
+            on_progress(len(batch.rows))
+
+    def _hand_out(self, batch: Batch, pooled: torch.Tensor, dimensions: int | None, on_batch: OnBatch | None) -> None:
+        """Pass a finished batch's vectors to `on_batch`, in the batch's row order."""
+        if on_batch is None:
+            return
+        rows = torch.tensor(batch.rows, device=pooled.device)
+        vectors = finish(pooled.index_select(0, rows), self.normalize, dimensions).cpu()
+        on_batch(batch.rows, vectors, [len(ids) for ids in batch.token_ids])
+
+    def _graph_runner(self):
+        """CUDA graphs for small batches when asked for and possible (flash varlen needs fp16 / bf16)."""
+        dtype = next(self.backbone.parameters()).dtype
+        if (
+            not self.config.cuda_graph_max_tokens
+            or self.device.type != "cuda"
+            or dtype not in (torch.float16, torch.bfloat16)
+        ):
+            return None
+        from model_optimizer.runtime.embed.cuda_graphs import GraphRunner
+
+        return GraphRunner(self.backbone, self.device, self.config.cuda_graph_max_tokens)
+
+    def _check_dimensions(self, dimensions: int | None) -> None:
+        if dimensions is None:
+            return
+        if isinstance(dimensions, bool) or not isinstance(dimensions, int) or not 1 <= dimensions <= self.hidden_size:
+            raise ValueError(f"dimensions must be an integer between 1 and {self.hidden_size}, got {dimensions!r}")
+
+    def _pick_pooling(self, folder_pooling: str | None) -> str:
+        if self.config.pooling != "auto":
+            return self.config.pooling
+        return folder_pooling or ("mean" if self.is_encoder else "last")
+
+    def _pick_max_seq_length(self, folder_max: int | None) -> int:
+        model_max = self.backbone.max_seq_len
+        requested = self.config.max_seq_length or folder_max or model_max
+        if requested > model_max:
+            raise ValueError(f"max_seq_length {requested} exceeds what the model's positions hold ({model_max})")
+        return requested
+
+    def _end_token_id(self) -> int | None:
+        append = self.config.append_eos if self.config.append_eos is not None else not self.is_encoder
+        if not append:
+            return None
+        vocab = self.tokenizer.get_vocab()
+        token = self.config.eos_token or ("<|endoftext|>" if "<|endoftext|>" in vocab else self.tokenizer.eos_token)
+        if token is None or token not in vocab:
+            raise ValueError(f"append_eos needs an end token in the vocabulary; {token!r} is not (set eos_token)")
+        return vocab[token]

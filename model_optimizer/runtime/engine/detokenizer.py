@@ -1,0 +1,88 @@
+"""IncrementalDetokenizer: one completion's token ids to text as they arrive, stop strings found in it.
+
+Used by the output processor, after the core loop; the core itself only sees token ids."""
+
+from __future__ import annotations
+
+from model_optimizer.runtime.engine.input_processor import Tokenizer
+from model_optimizer.runtime.sampling_params import SamplingParams
+
+REPLACEMENT_CHAR = "\ufffd"
+DETOKENIZE_WINDOW = 6
+
+
+class IncrementalDetokenizer:
+    """Turns one completion's token ids into text as they arrive.
+
+    Decodes a short window of tokens before the new ones and keeps only the text past that
+    window, so each step costs the same however long the sequence; text ending in a partial
+    UTF-8 character is held back until the character completes. Stop strings are searched
+    in the new text (plus an overlap, since a stop string can span tokens), cut from the
+    output, and text that might be the start of a stop string is held back until it is not.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        self.tokenizer = tokenizer
+        self.params = params
+        self.token_ids = list(prompt_token_ids[-DETOKENIZE_WINDOW:])
+        self.prefix_offset = 0
+        self.read_offset = len(self.token_ids)
+        self.text = ""
+        self.num_tokens = 0
+        self.stop_search_from = 0
+        self.max_stop_len = max((len(s) for s in params.stop), default=0)
+
+    def add_token(self, token_id: int) -> str | None:
+        """Append one token; return the matched stop string if it ends the completion."""
+        self.token_ids.append(token_id)
+        self.num_tokens += 1
+        skip = self.params.skip_special_tokens
+        prefix = self.tokenizer.decode(self.token_ids[self.prefix_offset : self.read_offset], skip_special_tokens=skip)
+        full = self.tokenizer.decode(self.token_ids[self.prefix_offset :], skip_special_tokens=skip)
+        if len(full) > len(prefix) and not full.endswith(REPLACEMENT_CHAR):
+            self.text += full[len(prefix) :]
+            self.prefix_offset = self.read_offset
+            self.read_offset = len(self.token_ids)
+            self._trim_window()
+        return self._find_stop()
+
+    def visible_text(self, finished: bool) -> str:
+        """Text safe to show: all of it once finished, else without a possible stop-string start."""
+        if finished or not self.max_stop_len:
+            return self.text
+        return self.text[: max(len(self.text) - self.max_stop_len + 1, 0)]
+
+    def flush(self) -> None:
+        """At finish, add whatever is still held back as an incomplete character."""
+        if self.read_offset < len(self.token_ids):
+            skip = self.params.skip_special_tokens
+            prefix = self.tokenizer.decode(
+                self.token_ids[self.prefix_offset : self.read_offset], skip_special_tokens=skip
+            )
+            full = self.tokenizer.decode(self.token_ids[self.prefix_offset :], skip_special_tokens=skip)
+            self.text += full[len(prefix) :]
+            self.read_offset = len(self.token_ids)
+
+    def _find_stop(self) -> str | None:
+        if not self.params.stop or self.num_tokens <= self.params.min_tokens:
+            self.stop_search_from = max(len(self.text) - self.max_stop_len + 1, 0)
+            return None
+        best: tuple[int, str] | None = None
+        for stop in self.params.stop:
+            at = self.text.find(stop, self.stop_search_from)
+            if at != -1 and (best is None or at < best[0]):
+                best = (at, stop)
+        if best is None:
+            self.stop_search_from = max(len(self.text) - self.max_stop_len + 1, 0)
+            return None
+        at, stop = best
+        self.text = self.text[: at + len(stop)] if self.params.include_stop_str_in_output else self.text[:at]
+        return stop
+
+    def _trim_window(self) -> None:
+        """Keep only the tokens the next decode needs, so memory stays flat."""
+        drop = max(self.prefix_offset - DETOKENIZE_WINDOW, 0)
+        if drop:
+            del self.token_ids[:drop]
+            self.prefix_offset -= drop
+            self.read_offset -= drop

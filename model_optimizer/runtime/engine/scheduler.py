@@ -1,0 +1,401 @@
+"""Token-budget scheduler.
+
+One rule, no prefill or decode phases: every request has `num_computed_tokens` and `num_tokens`,
+and each step hands out at most `max_num_batched_tokens` tokens of work, running requests first,
+then waiting ones in queue order. A prompt longer than what is left of the budget is cut into
+chunks (chunked prefill); a prefix-cache hit just starts a request with tokens already computed.
+When the KV cache runs out of blocks, the lowest-priority, latest-arrived running request is
+preempted: its blocks are freed and it goes back to the waiting queue to be recomputed.
+
+Long prefills (more than `long_prefill_token_threshold` tokens left to compute; a waiting prompt
+counts by its length) take their tokens last. In the usual order, the first
+`max_num_partial_prefills` of them take a chunk of at most that many tokens, the others keep their
+place while the shorter requests behind them are served; then the long prefills, in the usual
+order, share what the step has left. A short prompt so never waits behind a queue of long ones,
+long ones always progress, and the step's budget is filled as before (only the order changes).
+
+Scheduling a step counts its tokens as computed at once, and a step that reaches the end of a
+request's known tokens owes it one sampled token (`num_pending`). So the next step can be
+scheduled before this one's tokens are back (asynchronous scheduling): a decode whose input is
+still pending reads it on the device, where the previous step left it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from model_optimizer.runtime.engine.input_processor import check_prompt_fits
+from model_optimizer.runtime.engine.kv_cache import KVCacheManager
+from model_optimizer.runtime.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN, Request, RequestStatus
+from model_optimizer.runtime.engine.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
+
+__all__ = ["CachedRequestData", "NewRequestData", "Scheduler", "SchedulerConfig", "SchedulerOutput"]
+
+
+@dataclass
+class SchedulerConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    enable_chunked_prefill: bool = True
+    policy: str = "fcfs"
+    max_num_partial_prefills: int = 1
+    """Long prefills that take a first chunk ahead of shorter requests each step (see the module docstring)."""
+    long_prefill_token_threshold: int = 0
+    """Tokens left to compute above which a prefill is long; 0: 4% of max_model_len."""
+
+    def __post_init__(self) -> None:
+        if self.max_num_partial_prefills < 1:
+            raise ValueError(f"max_num_partial_prefills must be at least 1, got {self.max_num_partial_prefills}")
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError(
+                f"long_prefill_token_threshold must be >= 0 (0: 4% of max_model_len), "
+                f"got {self.long_prefill_token_threshold}"
+            )
+
+    @property
+    def long_prefill_threshold(self) -> int:
+        """The threshold in tokens; no prefill is long without chunked prefill (it could not be split)."""
+        if not self.enable_chunked_prefill:
+            return self.max_model_len
+        return self.long_prefill_token_threshold or max(1, self.max_model_len * 4 // 100)
+
+
+@dataclass
+class _StepBudget:
+    """What one `schedule()` call has handed out so far."""
+
+    budget: int
+    num_long: int = 0
+    """Long prefills given a first chunk (at most max_num_partial_prefills)."""
+    to_grow: list[Request] = field(default_factory=list)
+    """Running long prefills, in the usual order, that may take more of what the step leaves."""
+    admitted: set[str] = field(default_factory=set)
+    """Ids of the requests admitted from the waiting queue this step."""
+    stalled: bool = False
+    """A waiting request found no blocks: no later one is admitted this step (queue order)."""
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager) -> None:
+        self.config = config
+        self.kv_cache = kv_cache
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+        self.finished_ids: set[str] = set()
+        self.num_preemptions = 0
+        self._arrival_seq = itertools.count()
+        self._order: dict[str, tuple] = {}
+        self._num_sent_blocks: dict[str, int] = {}
+        self._long_threshold = config.long_prefill_threshold
+        self._short_waiting: set[str] = set()
+        """Ids of waiting requests that are not long prefills: the waiting pass looks for these."""
+        self._step_ids = itertools.count(1)
+        self._sampling: dict[int, list[Request]] = {}
+        """Step id -> the requests that step samples for, until update_from_output hands them their tokens.
+        Kept here, not in the SchedulerOutput, so the output stays plain data; held by object, not id, so a
+        request that finished meanwhile is never confused with a new one under the same id."""
+
+    # ----------------------------------------------------------------- admission
+    def add_request(self, request: Request) -> None:
+        self.check_fits(request.num_prompt_tokens, request.max_tokens)
+        seq = next(self._arrival_seq)
+        self._order[request.request_id] = (request.priority, seq) if self.config.policy == "priority" else (seq,)
+        self.requests[request.request_id] = request
+        self._enqueue(request)
+
+    def check_fits(self, num_prompt_tokens: int, max_tokens: int) -> None:
+        """Refuse up front a request that could never run to completion."""
+        limit = self.config.max_model_len
+        check_prompt_fits(num_prompt_tokens, limit)
+        if not self.config.enable_chunked_prefill and num_prompt_tokens > self.config.max_num_batched_tokens:
+            raise ValueError(
+                f"prompt has {num_prompt_tokens} tokens and chunked prefill is off: "
+                f"max_num_batched_tokens ({self.config.max_num_batched_tokens}) must cover it"
+            )
+        needed = self.kv_cache.blocks_needed(min(num_prompt_tokens + max_tokens, limit))
+        if needed > self.kv_cache.num_blocks:
+            raise ValueError(
+                f"request needs {needed} KV-cache blocks for {num_prompt_tokens} prompt + {max_tokens} output tokens, "
+                f"but the whole cache has {self.kv_cache.num_blocks}"
+            )
+
+    def abort(self, request_id: str) -> Request | None:
+        """Finish a request now and free its blocks; unknown or finished ids are ignored."""
+        request = self.requests.get(request_id)
+        if request is None or request.finished:
+            return None
+        self._remove(request)
+        request.status = RequestStatus.FINISHED_ABORTED
+        self._finish(request)
+        return request
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ----------------------------------------------------------------- schedule
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput(step_id=next(self._step_ids), finished_request_ids=self.finished_ids)
+        self.finished_ids = set()
+        step = _StepBudget(self.config.max_num_batched_tokens)
+        preempted = self._schedule_running(out, step)
+        if not preempted:  # after a preemption, no waiting request is admitted
+            self._schedule_waiting(out, step, long_ones=False)
+        self._grow_long_prefills(out, step)
+        if not preempted:
+            self._schedule_waiting(out, step, long_ones=True)
+        for request_id in out.num_scheduled_tokens:  # block ids once every pass has allocated
+            request = self.requests[request_id]
+            if request_id in step.admitted:
+                out.new_requests.append(self._new_data(request))
+            else:
+                out.cached_requests.append(self._cached_data(request))
+        self._commit(out)
+        if out.is_empty:  # no step runs: the runner hears of these with the next one
+            self.finished_ids = out.finished_request_ids
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, step: _StepBudget) -> bool:
+        """Running requests in order, preempting the latest arrivals for blocks; True if any was preempted."""
+        preempted = False
+        threshold = self._long_threshold
+        i = 0
+        while i < len(self.running) and step.budget > 0:
+            request = self.running[i]
+            if request.num_output_tokens + request.num_pending >= request.max_tokens:
+                i += 1  # its last token is on the way: nothing left to compute
+                continue
+            num_left = request.num_tokens + request.num_pending - request.num_computed_tokens
+            num_new = (
+                min(num_left, step.budget) if num_left <= threshold else self._first_share(request, num_left, step)
+            )
+            if num_new == 0:  # a long prefill past the bound: it waits for what the others leave
+                i += 1
+                continue
+            while not self.kv_cache.allocate_slots(request, num_new):
+                victim = self._pick_victim(self.running[i:])
+                self._preempt(victim, out)
+                preempted = True
+                if victim is request:
+                    break
+            else:
+                out.num_scheduled_tokens[request.request_id] = num_new
+                step.budget -= num_new
+                i += 1
+        return preempted
+
+    def _first_share(self, request: Request, num_left: int, step: _StepBudget) -> int:
+        """Tokens a request takes in the first pass: all it can, or a first chunk (or none) if it is long."""
+        num_new = min(num_left, step.budget)
+        if num_left <= self._long_threshold:
+            return num_new
+        step.to_grow.append(request)
+        if step.num_long >= self.config.max_num_partial_prefills:
+            return 0
+        step.num_long += 1
+        return min(num_new, self._long_threshold)
+
+    def _commit(self, out: SchedulerOutput) -> None:
+        """Count the scheduled tokens as computed; a step reaching the end of the known tokens samples one more."""
+        for request_id, num_new in out.num_scheduled_tokens.items():
+            request = self.requests[request_id]
+            start = request.num_computed_tokens
+            out.num_prompt_tokens += max(min(start + num_new, request.num_prompt_tokens) - start, 0)
+            request.num_computed_tokens = start + num_new
+            if request.num_computed_tokens == request.num_tokens + request.num_pending:
+                request.num_pending += 1
+                out.sampling_request_ids.add(request_id)
+                out.needs_history = out.needs_history or request.params.needs_history
+                self._sampling.setdefault(out.step_id, []).append(request)
+
+    def _schedule_waiting(self, out: SchedulerOutput, step: _StepBudget, long_ones: bool) -> None:
+        """Admit waiting requests in queue order. The first pass (`long_ones` False) passes over long
+        prompts once the long-prefill bound is reached; the second admits them with what is left."""
+        i = 0
+        num_short_ahead = len(self._short_waiting)  # short requests at index i or later
+        while (
+            not step.stalled
+            and i < len(self.waiting)
+            and step.budget > 0
+            and len(self.running) < self.config.max_num_seqs
+        ):
+            request = self.waiting[i]
+            is_short = request.request_id in self._short_waiting
+            if not long_ones and not is_short and step.num_long >= self.config.max_num_partial_prefills:
+                if not num_short_ahead:
+                    return  # nothing but long prompts left: the second pass takes them
+                i += 1  # a long prompt past the bound keeps its place; shorter ones behind it go first
+                continue
+            num_short_ahead -= is_short
+            if request.num_pending or self._waits_for_sibling(request):  # preempted with a token still on the way
+                i += 1
+                continue
+            computed = self.kv_cache.computed_blocks(request)
+            num_left = request.num_tokens - len(computed) * self.kv_cache.block_size
+            if num_left > step.budget and not self.config.enable_chunked_prefill:
+                step.stalled = True
+            else:
+                num_new = min(num_left, step.budget) if long_ones else self._first_share(request, num_left, step)
+                step.stalled = not self._admit(request, computed, num_new, out, step)  # else it left the queue
+
+    def _admit(self, request: Request, computed: list, num_new: int, out: SchedulerOutput, step: _StepBudget) -> bool:
+        """Move a waiting request to running with `num_new` tokens this step; False if blocks are short."""
+        if not self.kv_cache.allocate_slots(request, num_new, computed):
+            return False
+        self._dequeue(request)
+        request.num_computed_tokens = len(computed) * self.kv_cache.block_size
+        if request.num_preemptions == 0 and request.num_output_tokens == 0:  # counted once, not per retry
+            request.num_cached_tokens = request.num_computed_tokens
+            self.kv_cache.count_lookup(request, computed)
+        request.status = RequestStatus.RUNNING
+        request.first_scheduled_time = request.first_scheduled_time or time.time()  # end of its queue time
+        self.running.append(request)
+        out.num_scheduled_tokens[request.request_id] = num_new
+        step.admitted.add(request.request_id)
+        step.budget -= num_new
+        return True
+
+    def _grow_long_prefills(self, out: SchedulerOutput, step: _StepBudget) -> None:
+        """Running long prefills, in order, take more of what the step has left."""
+        for request in step.to_grow:
+            if step.budget <= 0:
+                return
+            if request.status is not RequestStatus.RUNNING:  # preempted in the running pass
+                continue
+            scheduled = out.num_scheduled_tokens.get(request.request_id, 0)
+            num_more = min(
+                request.num_tokens + request.num_pending - request.num_computed_tokens - scheduled, step.budget
+            )
+            if num_more > 0 and self.kv_cache.allocate_slots(request, scheduled + num_more):
+                out.num_scheduled_tokens[request.request_id] = scheduled + num_more
+                step.budget -= num_more
+
+    def _waits_for_sibling(self, request: Request) -> bool:
+        """n > 1 siblings wait until the first has computed the prompt, then share its blocks."""
+        sibling = request.share_prompt_with
+        if sibling is None or sibling.status is not RequestStatus.RUNNING:
+            return False
+        return sibling.num_computed_tokens < request.num_prompt_tokens
+
+    def _pick_victim(self, candidates: list[Request]) -> Request:
+        """Lowest priority, latest arrival among requests not yet scheduled this step."""
+        return max(candidates, key=lambda r: self._order[r.request_id])
+
+    def _preempt(self, request: Request, out: SchedulerOutput) -> None:
+        self.running.remove(request)
+        self.kv_cache.free(request)
+        self._num_sent_blocks.pop(request.request_id, None)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        out.finished_request_ids.add(request.request_id)
+        self._enqueue(request)
+
+    def _enqueue(self, request: Request) -> None:
+        bisect.insort(self.waiting, request, key=lambda r: self._order[r.request_id])
+        if request.num_tokens <= self._long_threshold:  # while it waits, nothing of it is computed
+            self._short_waiting.add(request.request_id)
+
+    def _dequeue(self, request: Request) -> None:
+        self.waiting.remove(request)
+        self._short_waiting.discard(request.request_id)
+
+    def _new_data(self, request: Request) -> NewRequestData:
+        block_ids = self.kv_cache.block_ids(request.request_id)
+        self._num_sent_blocks[request.request_id] = len(block_ids)
+        return NewRequestData(
+            request_id=request.request_id,
+            prompt_token_ids=request.prompt_token_ids,
+            output_token_ids=list(request.output_token_ids),
+            params=request.params,
+            block_ids=block_ids,
+            num_computed_tokens=request.num_computed_tokens,
+        )
+
+    def _cached_data(self, request: Request) -> CachedRequestData:
+        sent = self._num_sent_blocks[request.request_id]
+        has_new = len(self.kv_cache.block_tables[request.request_id]) > sent
+        new_block_ids = self.kv_cache.block_ids(request.request_id, start=sent) if has_new else []
+        self._num_sent_blocks[request.request_id] = sent + len(new_block_ids)
+        return CachedRequestData(request.request_id, new_block_ids, request.num_computed_tokens)
+
+    # ----------------------------------------------------------------- update
+    def update_from_output(self, out: SchedulerOutput, sampled: dict[str, tuple[int, object]]) -> list[Request]:
+        """Append the tokens `out` sampled and apply token-level stops; returns the requests that got one,
+        or failed.
+
+        `sampled` maps request id to (token id, logprob or None); NONFINITE_TOKEN fails that request
+        alone (see `fail`). A request finished or aborted since `out` was scheduled drops its token;
+        one preempted since keeps it (it was computed on a valid cache).
+        """
+        updated = []
+        for request in self._sampling.pop(out.step_id, ()):
+            request_id = request.request_id
+            if request.finished:
+                continue
+            if request_id not in sampled:
+                raise RuntimeError(f"the runner returned no token for request {request_id!r}, which sampled this step")
+            request.num_pending -= 1
+            token_id, logprob = sampled[request_id]
+            if token_id == NONFINITE_TOKEN:
+                self.fail(request, NONFINITE_ERROR)
+                updated.append(request)
+                continue
+            request.append_output_token(token_id, logprob)  # type: ignore[arg-type]
+            updated.append(request)
+            if request.check_stop():
+                self._remove(request)
+                self._finish(request)
+        return updated
+
+    def finish(self, request: Request, status: RequestStatus, stop_reason: str | None = None) -> None:
+        """Finish a running request for a reason found outside the core (a stop string)."""
+        if request.finished:
+            return
+        self._remove(request)
+        request.status = status
+        request.stop_reason = stop_reason
+        self._finish(request)
+
+    def fail(self, request: Request, error: str) -> None:
+        """Finish a request that cannot go on (its logits were NaN/inf) with status FINISHED_ERROR.
+
+        Its blocks are freed and every prefix-cache entry of its tokens is dropped: the NaN may sit in
+        any of them, and a later request sharing the prefix must compute its own.
+        """
+        if request.finished:
+            return
+        self._remove(request)
+        request.status = RequestStatus.FINISHED_ERROR
+        request.error = error
+        self.kv_cache.forget(request)
+        self._finish(request)
+
+    def _remove(self, request: Request) -> None:
+        """Take a request out of the running list, or out of the waiting queue if it was preempted."""
+        if request in self.running:
+            self.running.remove(request)
+        else:
+            self._dequeue(request)
+
+    def _finish(self, request: Request) -> None:
+        self.kv_cache.free(request)
+        self._num_sent_blocks.pop(request.request_id, None)
+        self._order.pop(request.request_id, None)
+        self.requests.pop(request.request_id, None)
+        self.finished_ids.add(request.request_id)
+        request.finished_time = request.finished_time or time.time()
+
+    # ----------------------------------------------------------------- stats
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)

@@ -1,0 +1,351 @@
+"""Triton program for weight-quantized linear layers: x (M, K) @ dequantize(W (N, K)).T, dequantized in-kernel.
+
+Same result as `quant_reference.w8a16_linear_ref` / `w4a16_linear_ref` / `fp8_linear_ref`: the weight
+bytes (int8, fp8 e4m3 or packed int4) are read once, widened in registers and never written back.
+Decode is bound by weight bytes, so the program is built around streaming them:
+
+- Weight-stationary, "swap AB": a program owns a (BLOCK_N, K-slice) strip of the weight and computes
+  out.T[n-tile, m-tile] = W_tile @ x.T. The weight is the big operand of `tl.dot` (BLOCK_N rows, 64+
+  on Hopper's warp-group MMA), the few activation rows are the small one (BLOCK_M = 16 serves any
+  decode batch up to 16 at the cost of one). Row tiles of the same weight tile are neighbouring
+  programs, so a weight tile is read from HBM once per launch and from L2 by the others (prefill).
+- Split-K: when the output tiles cannot fill the GPU (Llama's o_proj at BLOCK_N 64: 64 tiles for 132
+  SMs; Qwen3-0.6B's at N = 1024: 16), K is cut into `num_splits` slices. Splits write float32
+  partials; the last program of a tile to finish (counted with an atomic) adds them in split order
+  and writes the output, then resets its counter for the next launch (CUDA-graph replays included).
+  One launch per linear, no memset and no reduction kernel, and the sum is deterministic.
+- int4 without an interleave: nibble j of the words of a row holds k = 8 i + j, so instead of
+  reshaping the unpacked nibbles into K order (a shuffle through shared memory), the program does
+  eight dots, nibble plane j against the activations at k = 8 i + j. Each plane becomes a float by
+  bit operations (0x4300 | q is the bf16 128 + q, 0x6400 | q the fp16 1024 + q, 0x4B000000 | q the
+  float32 2**23 + q): no int-to-float conversion (PLANES=False, the other candidate, unpacks into K
+  order and runs one 128-deep dot). A K tile is BLOCK_K // 128 slices of one group each (128
+  divides G), so per slice x @ (q - zero) = x @ (offset + q) - rowsum(x) (offset + zero), then times
+  the group's scale; several slices a tile keep more bytes in flight (a slice is 64 bytes a row).
+- BLOCK_M == 1 is a CUDA-core GEMV for one row (M == 1): multiply-adds into a (BLOCK_N, columns)
+  float32 accumulator reduced once at the end, no tensor cores and no layout change of the weights.
+  It is bound by ALU issue as much as by bytes, so widening is bit tricks: int8 through the float
+  2**23 + 128 + b (no quarter-rate I2F), int4 nibbles masked in place into a float's mantissa (no
+  shift). Which of GEMV and dot wins at M == 1 depends on the shape; `quant_tiles` holds the
+  measured choice.
+- EVEN_K / EVEN_N (K and N multiples of the tile, as in every real model) drop the masks.
+
+Scales: int8 and fp8 are per output channel, applied once to the accumulator.
+`_quantize_rows_fp8_kernel` is the per-token activation quantization in front of the fp8 W8A8 path.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from model_optimizer.runtime.kernels.formats import FP8_MAX
+
+_FP8_MAX = tl.constexpr(FP8_MAX)  # jit functions may only read constexpr globals
+
+KINDS = {"int8": 0, "fp8": 1, "int4": 2}
+"""Weight formats, as the KIND constexpr of the kernel."""
+INT4_BLOCK_K = 128
+"""int4 K tiles are made of 128-column group slices: 16 words of 8 nibbles per row, a 16-deep dot per plane."""
+
+
+@triton.jit
+def _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND: tl.constexpr, EVEN_K: tl.constexpr):
+    """(BLOCK_N, BLOCK_K) int8 or fp8 weights; masked lanes read 0 (an undefined fp8 byte could be NaN)."""
+    mask = n_mask[:, None]
+    if not EVEN_K:
+        mask = mask & (offs_k[None, :] < K)
+    if KIND == 1:
+        w = tl.load(w_ptr + rows + offs_k[None, :], mask=mask, other=0.0)
+    else:
+        w = tl.load(w_ptr + rows + offs_k[None, :], mask=mask, other=0)
+    return w
+
+
+@triton.jit
+def _bytes_next(w_ptr, rows, n_mask, k0, k_end, KIND: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The GEMV's prefetch: the (BLOCK_N, BLOCK_K) tile at k0, or nothing read (zeros) once k0 reaches
+    k_end; one condition a tile (not a column) keeps the 16-byte vectors."""
+    more = (tl.zeros((BLOCK_K,), tl.int32) + k0) < k_end
+    mask = n_mask[:, None] & more[None, :]
+    offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+    if KIND == 1:
+        w = tl.load(w_ptr + rows + offs_k[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
+    else:
+        w = tl.load(w_ptr + rows + offs_k[None, :], mask=mask, other=0, eviction_policy="evict_first")
+    return w
+
+
+@triton.jit
+def _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K: tl.constexpr):
+    """x.T tile (len(offs_k), BLOCK_M); rows past M and columns past K read 0."""
+    mask = offs_m[None, :] < M
+    if not EVEN_K:
+        mask = mask & (offs_k[:, None] < K)
+    return tl.load(x_ptr + offs_m.to(tl.int64)[None, :] * stride_xm + offs_k[:, None], mask=mask, other=0)
+
+
+@triton.jit
+def _nibble_plane(words, J: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """offset + q for nibble J of every word, exact in DOT_DTYPE, by bit operations only."""
+    q = (words >> (4 * J)) & 0xF
+    if DOT_DTYPE == tl.bfloat16:
+        return (q | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True)
+    elif DOT_DTYPE == tl.float16:
+        return (q | 0x6400).to(tl.int16).to(tl.float16, bitcast=True)
+    else:
+        return (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+
+
+@triton.jit
+def _dot(a, b, acc, DOT_DTYPE: tl.constexpr):
+    if DOT_DTYPE == tl.float32:
+        return tl.dot(a, b, acc, input_precision="ieee")
+    return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_xm,
+               KIND: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr, DOT_DTYPE: tl.constexpr):  # fmt: skip
+    """(BLOCK_N, BLOCK_M) = W[n-tile, k_start:k_end] @ x[m-tile, k_start:k_end].T for int8 / fp8."""
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+        w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K).to(DOT_DTYPE)
+        x = _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K).to(DOT_DTYPE)
+        acc = _dot(w, x, acc, DOT_DTYPE)
+    return acc
+
+
+@triton.jit
+def _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m, k_start, k_end, M, K,
+              stride_xm, stride_sn, stride_zn, GROUP: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_DTYPE: tl.constexpr,
+              PLANES: tl.constexpr):  # fmt: skip
+    """(BLOCK_N, BLOCK_M) int4 partial product over K tiles of BLOCK_K // 128 group slices: per slice
+    eight nibble-plane dots (PLANES), or the nibbles unpacked into K order and one 128-deep dot (which
+    of the two the compiler lays out better is measured by the sweep)."""
+    WORDS: tl.constexpr = 16
+    OFFSET: tl.constexpr = 128.0 if DOT_DTYPE == tl.bfloat16 else (1024.0 if DOT_DTYPE == tl.float16 else 0.0)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        for c in tl.static_range(BLOCK_K // 128):  # group slices of this K tile: each load pipelined
+            kc = tl.multiple_of(k0 + 128 * c, 128)
+            g_mask = n_mask
+            if not EVEN_K:  # a slice past K (K a multiple of the group size, not of BLOCK_K) reads 0
+                g_mask = g_mask & (tl.zeros((BLOCK_N,), tl.int32) + kc < K)
+            offs_w = tl.max_contiguous(tl.multiple_of(kc // 8 + tl.arange(0, WORDS), WORDS), WORDS)
+            words = tl.load(w_ptr + rows + offs_w[None, :], mask=g_mask[:, None], other=0)
+            if PLANES:
+                part = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+                x_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+                for j in tl.static_range(8):
+                    x = _x_cols(
+                        x_ptr, offs_m, kc + 8 * tl.arange(0, WORDS) + j, M, K, stride_xm, EVEN_K
+                    )  # (16, BLOCK_M)
+                    x_sum += tl.sum(x.to(tl.float32), axis=0)
+                    part = _dot(_nibble_plane(words, j, DOT_DTYPE), x.to(DOT_DTYPE), part, DOT_DTYPE)
+            else:
+                shifts = tl.arange(0, 8) * 4
+                q = tl.reshape((words[:, :, None] >> shifts[None, None, :]) & 0xF, (BLOCK_N, 128))  # k = 8 word + j
+                x = _x_cols(x_ptr, offs_m, kc + tl.arange(0, 128), M, K, stride_xm, EVEN_K)  # (128, BLOCK_M)
+                x_sum = tl.sum(x.to(tl.float32), axis=0)
+                part = _dot(_nibble_plane(q, 0, DOT_DTYPE), x.to(DOT_DTYPE), tl.zeros((BLOCK_N, BLOCK_M), tl.float32),
+                            DOT_DTYPE)  # fmt: skip
+            group = kc // GROUP
+            zero = tl.load(zeros_ptr + offs_n.to(tl.int64) * stride_zn + group, mask=g_mask, other=0).to(tl.float32)
+            scale = tl.load(scales_ptr + offs_n.to(tl.int64) * stride_sn + group, mask=g_mask, other=0).to(tl.float32)
+            acc += (part - (zero + OFFSET)[:, None] * x_sum[None, :]) * scale[:, None]
+    return acc
+
+
+@triton.jit
+def _int8_as_f32(w):
+    """int8 -> float32 exactly without I2F (a quarter-rate instruction on Hopper that caps the GEMV near
+    4 bytes per I2F slot): 0x4B000080 + b is the float 2**23 + 128 + b, one subtraction leaves b."""
+    return (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
+
+
+@triton.jit
+def _int4_tile(w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, k0, k_limit, stride_sn, stride_zn,
+               GROUP: tl.constexpr, MASK_K: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
+    """Words (BLOCK_N, CHUNKS, 16), zero points and scales (BLOCK_N, CHUNKS) of the K tile at k0;
+    slices at or past k_limit read 0 and no memory when MASK_K (a mask per slice keeps the 16-byte
+    vectors)."""
+    CHUNKS: tl.constexpr = BLOCK_K // 128
+    chunk = tl.arange(0, CHUNKS)
+    kc = k0 + 128 * chunk  # (CHUNKS,) first column of each group slice
+    offs_w = tl.max_contiguous(tl.multiple_of(k0 // 8 + 16 * chunk[:, None] + tl.arange(0, 16)[None, :], [16, 16]),
+                               [1, 16])  # fmt: skip
+    w_mask = n_mask[:, None, None]
+    g_mask = n_mask[:, None]
+    if MASK_K:
+        w_mask = w_mask & (kc < k_limit)[None, :, None]
+        g_mask = g_mask & (kc < k_limit)[None, :]
+    words = tl.load(w_ptr + rows[:, :, None] + offs_w[None, :, :], mask=w_mask, other=0, eviction_policy="evict_first")
+    group = (kc // GROUP)[None, :]
+    offs_n64 = offs_n.to(tl.int64)[:, None]
+    zero = tl.load(zeros_ptr + offs_n64 * stride_zn + group, mask=g_mask, other=0)
+    scale = tl.load(scales_ptr + offs_n64 * stride_sn + group, mask=g_mask, other=0)
+    return words, zero, scale
+
+
+@triton.jit
+def _gemv_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_start, k_end, K, stride_sn,
+               stride_zn, GROUP: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr):  # fmt: skip
+    """(BLOCK_N,) int4 partial product of one row on CUDA cores. A K tile is CHUNKS 128-column group
+    slices read by one (BLOCK_N, CHUNKS, 16)-word load (16-byte vectors): at 4 bits a weight, one
+    128-column slice is only 64 bytes a row, too little in flight per program to cover HBM latency.
+    PREFETCH loads the next tile into registers before working on this one (Triton pipelines only
+    loads that feed tl.dot), so a program's loads and arithmetic overlap."""
+    CHUNKS: tl.constexpr = BLOCK_K // 128
+    WORDS: tl.constexpr = 16
+    chunk = tl.arange(0, CHUNKS)
+    word = tl.arange(0, WORDS)
+    acc = tl.zeros((BLOCK_N, CHUNKS, WORDS), dtype=tl.float32)
+    if PREFETCH:
+        next_words, next_zero, next_scale = _int4_tile(w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, k_start,
+                                                       k_end, stride_sn, stride_zn, GROUP, True, BLOCK_K)  # fmt: skip
+    for k0 in range(k_start, k_end, BLOCK_K):
+        k0 = tl.multiple_of(k0, BLOCK_K)
+        if PREFETCH:  # this tile came with the last iteration; the next one (none past k_end) goes out now
+            words, zero, scale = next_words, next_zero, next_scale
+            next_words, next_zero, next_scale = _int4_tile(w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask,
+                                                           k0 + BLOCK_K, k_end, stride_sn, stride_zn, GROUP, True,
+                                                           BLOCK_K)  # fmt: skip
+        else:  # slices past K (K a multiple of the group size, not of BLOCK_K) read 0
+            words, zero, scale = _int4_tile(w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, k0, K, stride_sn,
+                                            stride_zn, GROUP, not EVEN_K, BLOCK_K)  # fmt: skip
+        kc = k0 + 128 * chunk
+        zero = zero.to(tl.float32)[:, :, None]
+        high = words >> 12  # nibbles 5..7 at bits 8..19
+        part = tl.zeros((BLOCK_N, CHUNKS, WORDS), dtype=tl.float32)
+        offs_x = kc[:, None] + 8 * word[None, :]  # (CHUNKS, WORDS): column of nibble 0 of each word
+        x_ptrs = x_ptr + row + offs_x  # once per tile: the eight planes below add a constant
+        for j in tl.static_range(8):  # nibble j of word i is column 8 i + j of its slice
+            if EVEN_K:
+                x = tl.load(x_ptrs + j).to(tl.float32)
+            else:
+                x = tl.load(x_ptrs + j, mask=offs_x + j < K, other=0).to(tl.float32)
+            # nibble in place, no shift: (bits & mask) | 2**23's exponent is the float 2**23 + q * 16**s
+            # (exact below bit 23: s <= 4), minus 2**23 + zero * 16**s is (q - zero) * 16**s; x / 16**s
+            # is exact too, so the product is the one of the plain q - zero. Three operations a nibble
+            # (one LOP3, a subtraction, an FMA) instead of four: the GEMV is near the ALU's limit.
+            if j < 5:
+                q = ((words & (0xF << (4 * j))) | 0x4B000000).to(tl.float32, bitcast=True)
+                part += (q - (zero * (1 << (4 * j)) + 8388608.0)) * (x * (1.0 / (1 << (4 * j))))[None, :, :]
+            else:
+                q = ((high & (0xF << (4 * j - 12))) | 0x4B000000).to(tl.float32, bitcast=True)
+                part += (q - (zero * (1 << (4 * j - 12)) + 8388608.0)) * (x * (1.0 / (1 << (4 * j - 12))))[None, :, :]
+        acc += part * scale.to(tl.float32)[:, :, None]
+    return tl.sum(tl.sum(acc, axis=2), axis=1)
+
+
+@triton.jit
+def _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_start, k_end, K, stride_sn,
+              stride_zn, KIND: tl.constexpr, GROUP: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr):  # fmt: skip
+    """(BLOCK_N, 1) partial product of one input row on CUDA cores (BLOCK_M == 1)."""
+    if KIND == 2:
+        acc = _gemv_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_start, k_end, K,
+                         stride_sn, stride_zn, GROUP, EVEN_K, BLOCK_N, BLOCK_K, PREFETCH)  # fmt: skip
+    else:
+        # the accumulator is at most 256 columns wide (registers); a wider K tile is 256-column pieces
+        # loaded in one straight-line block, so their loads are in flight together
+        SUB_K: tl.constexpr = BLOCK_K if BLOCK_K < 256 else 256
+        acc2 = tl.zeros((BLOCK_N, SUB_K), dtype=tl.float32)
+        if PREFETCH:  # one piece a tile, K a multiple of it (quant_matmul.prefetches): next tile in flight
+            w_next = _bytes_next(w_ptr, rows, n_mask, k_start, k_end, KIND, BLOCK_N, BLOCK_K)
+        for k0 in range(k_start, k_end, BLOCK_K):
+            if PREFETCH:
+                offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+                w = w_next
+                w_next = _bytes_next(w_ptr, rows, n_mask, k0 + BLOCK_K, k_end, KIND, BLOCK_N, BLOCK_K)
+                x = tl.load(x_ptr + row + offs_k)
+                w = _int8_as_f32(w) if KIND == 0 else w.to(tl.float32)
+                acc2 += w * x.to(tl.float32)[None, :]
+            for c in tl.static_range(0 if PREFETCH else BLOCK_K // SUB_K):
+                offs_k = tl.multiple_of(k0 + c * SUB_K, SUB_K) + tl.arange(0, SUB_K)
+                w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
+                if EVEN_K:
+                    x = tl.load(x_ptr + row + offs_k)
+                else:
+                    x = tl.load(x_ptr + row + offs_k, mask=offs_k < K, other=0)
+                w = _int8_as_f32(w) if KIND == 0 else w.to(tl.float32)
+                acc2 += w * x.to(tl.float32)[None, :]
+        acc = tl.sum(acc2, axis=1)
+    return acc[:, None]
+
+
+@triton.jit
+def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr, part_ptr, count_ptr, M, N, K,
+                         stride_xm, stride_wn, stride_sn, stride_zn, stride_om, k_per_split, num_splits,
+                         KIND: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
+                         EVEN_N: tl.constexpr, DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         BLOCK_K: tl.constexpr, PLANES: tl.constexpr, PREFETCH: tl.constexpr):  # fmt: skip
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_m = tl.cdiv(M, BLOCK_M)
+    pid_m = pid % num_m  # the row tiles of one weight tile run side by side: HBM once, L2 for the rest
+    pid_n = pid // num_m
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if EVEN_N:  # every real model shape: an all-true mask, which the compiler folds away
+        n_mask = tl.full((BLOCK_N,), 1, tl.int1)
+    else:
+        n_mask = offs_n < N
+    rows = offs_n.to(tl.int64)[:, None] * stride_wn
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    if BLOCK_M == 1:
+        acc = _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, pid_m.to(tl.int64) * stride_xm,
+                        k_start, k_end, K, stride_sn, stride_zn, KIND, GROUP, EVEN_K, BLOCK_N, BLOCK_K,
+                        PREFETCH)  # fmt: skip
+    elif KIND == 2:
+        acc = _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m, k_start, k_end, M, K,
+                        stride_xm, stride_sn, stride_zn, GROUP, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT_DTYPE,
+                        PLANES)  # fmt: skip
+    else:
+        acc = _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_xm, KIND, EVEN_K,
+                         BLOCK_M, BLOCK_N, BLOCK_K, DOT_DTYPE)  # fmt: skip
+    if KIND != 2:  # per-channel scale, once per tile
+        acc = acc * tl.load(scales_ptr + offs_n, mask=n_mask, other=0).to(tl.float32)[:, None]
+    mask = n_mask[:, None] & (offs_m[None, :] < M)
+    out_offs = offs_m.to(tl.int64)[None, :] * stride_om + offs_n[:, None]  # acc is out.T: (BLOCK_N, BLOCK_M)
+    if num_splits > 1:  # a runtime value: one compiled kernel serves every split count
+        part_offs = offs_m.to(tl.int64)[None, :] * N + offs_n[:, None]
+        tl.store(part_ptr + pid_k * M * N + part_offs, acc, mask=mask)
+        tl.debug_barrier()  # every thread's partial is stored before this program reports in
+        counter = count_ptr + pid
+        if tl.atomic_add(counter, 1, sem="acq_rel") == num_splits - 1:  # the last split of this tile sums them
+            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            for s in range(num_splits):  # fixed order: the same sum on every run
+                acc += tl.load(part_ptr + s * M * N + part_offs, mask=mask, other=0, cache_modifier=".cg")
+            if HAS_BIAS:
+                acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0).to(tl.float32)[:, None]
+            tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(counter, 0)  # ready for the next launch (CUDA-graph replays included)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0).to(tl.float32)[:, None]
+        tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _quantize_rows_fp8_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, BLOCK_K: tl.constexpr):
+    """One row per program: amax pass, then x / (amax / 448) clamped and rounded to e4m3 (row read twice, from L2)."""
+    row = tl.program_id(0).to(tl.int64)
+    amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs = k0 + tl.arange(0, BLOCK_K)
+        amax = tl.maximum(amax, tl.abs(tl.load(x_ptr + row * stride_xm + offs, mask=offs < K, other=0).to(tl.float32)))
+    row_max = tl.max(amax, axis=0)
+    scale = tl.where(row_max > 0, row_max / _FP8_MAX, 1.0)
+    tl.store(scale_ptr + row, scale)
+    for k0 in range(0, K, BLOCK_K):
+        offs = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + row * stride_xm + offs, mask=offs < K, other=0).to(tl.float32)
+        q = tl.minimum(tl.maximum(x / scale, -_FP8_MAX), _FP8_MAX)  # the e4m3 cast does not saturate
+        tl.store(q_ptr + row * stride_qm + offs, q.to(q_ptr.dtype.element_ty), mask=offs < K)

@@ -1,0 +1,182 @@
+"""Launches of the quantized-matmul Triton program (`quant_kernels`): launch shape, split-K, counters.
+
+`quant_matmul` is what `quant_linear` calls on CUDA; `choose_tiles` picks the launch shape from the
+measured table of this GPU (`quant_tiles`) or the default rule, and `tiles=` lets tests and
+benchmarks/quant_kernels.py force another. Everything here is computed from shapes and Python ints,
+never from tensor values, so a call can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from model_optimizer.runtime.kernels.quant_kernels import (
+    INT4_BLOCK_K,
+    KINDS,
+    _quant_matmul_kernel,
+    _quantize_rows_fp8_kernel,
+)
+from model_optimizer.runtime.kernels.quant_tiles import MAX_SPLIT_K, QuantTiles, default_tiles, lookup
+
+__all__ = ["MAX_SPLIT_K", "QuantTiles", "choose_tiles", "quant_matmul", "quantize_rows_fp8"]
+
+MAX_COUNTERS = 16384  # output tiles that may split K at once (Llama's gate_up at BLOCK_N 32: 896)
+
+_counters: dict[torch.device, torch.Tensor] = {}
+
+
+@functools.lru_cache(maxsize=8)
+def _device_facts(device_index: int | None) -> tuple[str, int]:
+    """(name, SM count) of the GPU; under the interpreter a plausible H200."""
+    if not torch.cuda.is_available():
+        return "interpreter", 132
+    props = torch.cuda.get_device_properties(device_index or 0)
+    return props.name, props.multi_processor_count
+
+
+def choose_tiles(
+    m: int, n: int, k: int, kind: str, group_size: int, num_sms: int, gpu: str = "", fp8_scaled_mm: bool = False
+) -> QuantTiles:
+    """The table's measured tiles for this GPU and shape, else `quant_tiles.default_tiles`.
+    `fp8_scaled_mm`: the caller may run fp8 above 16 rows through `torch._scaled_mm` instead."""
+    tiles = lookup(gpu, kind, m, n, k) if gpu else None
+    if tiles is None or (tiles.backend == "scaled_mm" and not fp8_scaled_mm) or (tiles.block_m == 1 and m != 1):
+        tiles = default_tiles(kind, m, n, k, num_sms, fp8_scaled_mm)
+    return tiles
+
+
+def device_tiles(x: torch.Tensor, n: int, kind: str, group_size: int = 0, fp8_scaled_mm: bool = False) -> QuantTiles:
+    """`choose_tiles` for the rows of x on x's GPU."""
+    gpu, num_sms = _device_facts(x.device.index if x.is_cuda else None)
+    return choose_tiles(x.shape[0], n, x.shape[1], kind, group_size, num_sms, gpu, fp8_scaled_mm)
+
+
+def _dot_dtype(dtype: torch.dtype):
+    """Operand type of tl.dot: the input's, except bf16 under the interpreter, whose bf16 dot is wrong."""
+    if dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1":
+        return tl.float32
+    return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
+
+
+def _split_counters(device: torch.device) -> torch.Tensor | None:
+    """Zeroed per-tile counters of this device; None while a CUDA graph is being captured and none
+    exist yet (zeroing them inside the capture would only happen at replay): one split then."""
+    counters = _counters.get(device)
+    if counters is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        counters = _counters[device] = torch.zeros(MAX_COUNTERS, dtype=torch.int32, device=device)
+    return counters
+
+
+def _check_tiles(tiles: QuantTiles, kind: str, group_size: int) -> None:
+    if tiles.backend != "triton":
+        raise ValueError(f"quant_matmul runs the Triton program only, got backend {tiles.backend!r}")
+    if tiles.block_m != 1 and (tiles.block_m < 16 or tiles.block_n < 16):
+        raise ValueError(f"tensor-core tiles need block_m and block_n >= 16 (or block_m 1), got {tiles}")
+    for name in ("block_m", "block_n", "block_k"):  # tl.arange sizes; the GEMV walks K in pieces that divide it
+        value = getattr(tiles, name)
+        if value < 1 or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two, got {value} in {tiles}")
+    if kind == "int4" and (tiles.block_k % INT4_BLOCK_K or group_size % INT4_BLOCK_K):
+        raise ValueError(
+            f"int4 tiles are made of {INT4_BLOCK_K}-column group slices: block_k must be a multiple of "
+            f"{INT4_BLOCK_K} and the group size a multiple of {INT4_BLOCK_K}, got block_k {tiles.block_k} "
+            f"and group size {group_size}"
+        )
+
+
+def prefetches(kind: str, tiles: QuantTiles, k: int) -> bool:
+    """The GEMV's register prefetch of the next tile: num_stages >= 2 (Triton's own pipelining covers
+    only the loads of tl.dot programs, so for the GEMV the field says this instead); int8/fp8 also
+    need a K tile of one piece (<= 256 columns) that divides K."""
+    if tiles.block_m != 1 or tiles.num_stages < 2:
+        return False
+    return kind == "int4" or (tiles.block_k <= 256 and k % tiles.block_k == 0)
+
+
+def quant_matmul(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    kind: str,
+    group_size: int = 0,
+    bias: torch.Tensor | None = None,
+    tiles: QuantTiles | None = None,
+) -> torch.Tensor:
+    """x (M, K) @ dequantized weight (N, K).T (+ bias) -> (M, N) in x.dtype; layouts in quant_reference.
+
+    Inputs are trusted (quant_linear checks them); `tiles` overrides `choose_tiles` (benchmarks, tests).
+    """
+    m, k = x.shape
+    n = scales.shape[0]
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    qweight, scales = qweight.contiguous(), scales.contiguous()
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return out
+    tiles = tiles or device_tiles(x, n, kind, group_size)
+    _check_tiles(tiles, kind, group_size)
+    num_tiles = (m if tiles.block_m == 1 else triton.cdiv(m, tiles.block_m)) * triton.cdiv(n, tiles.block_n)
+    split = tiles.split_k
+    counters = _split_counters(x.device) if split > 1 and num_tiles <= MAX_COUNTERS else None
+    if counters is None:
+        split = 1
+    k_per_split = triton.cdiv(triton.cdiv(k, split), tiles.block_k) * tiles.block_k
+    split = triton.cdiv(k, k_per_split)  # no empty splits
+    partials = torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else out
+    zeros = zeros.contiguous() if zeros is not None else qweight
+    _quant_matmul_kernel[(num_tiles, split)](
+        x,
+        qweight,
+        scales,
+        zeros,
+        bias if bias is not None else scales,
+        out,
+        partials,
+        counters if counters is not None else scales,
+        m,
+        n,
+        k,
+        x.stride(0),
+        qweight.stride(0),
+        scales.stride(0),
+        zeros.stride(0),
+        out.stride(0),
+        k_per_split,
+        split,
+        KIND=KINDS[kind],
+        GROUP=group_size if kind == "int4" else 1,
+        HAS_BIAS=bias is not None,
+        EVEN_K=k % tiles.block_k == 0,
+        EVEN_N=n % tiles.block_n == 0,
+        DOT_DTYPE=_dot_dtype(x.dtype),
+        BLOCK_M=tiles.block_m,
+        BLOCK_N=tiles.block_n,
+        BLOCK_K=tiles.block_k,
+        PLANES=tiles.planes or kind != "int4" or tiles.block_m == 1,  # one compiled variant where unused
+        PREFETCH=prefetches(kind, tiles, k),
+        num_warps=tiles.num_warps,
+        num_stages=tiles.num_stages,
+    )
+    return out
+
+
+def quantize_rows_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic per-token fp8 quantization in one launch: (x_q e4m3 (M, K), scales float32 (M, 1)),
+    as `quant_reference.quantize_rows_fp8_ref` (torch needs five kernels for it)."""
+    m, k = x.shape
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    q = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=x.device)
+    scales = torch.empty(m, 1, dtype=torch.float32, device=x.device)
+    if m:
+        _quantize_rows_fp8_kernel[(m,)](
+            x, q, scales, k, x.stride(0), q.stride(0), BLOCK_K=min(4096, triton.next_power_of_2(max(k, 16)))
+        )
+    return q, scales

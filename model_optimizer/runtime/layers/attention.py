@@ -1,0 +1,138 @@
+"""Attention over the paged KV cache, with its metadata passed explicitly by the runner.
+
+Dispatch: Triton kernels on CUDA when available, else the pure-torch reference (CPU path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.kernels.reference import paged_attention_ref, store_kv_ref
+
+
+@dataclass
+class AttentionMetadata:
+    """Flat description of one batch, shared by all layers of a forward pass."""
+
+    slot_mapping: torch.Tensor
+    """(num_tokens,) int64 cache slot of each new token (block_id * block_size + offset)."""
+    query_start_loc: torch.Tensor
+    """(num_seqs + 1,) int32 offsets of each sequence's new tokens in the flat batch."""
+    seq_lens: torch.Tensor
+    """(num_seqs,) int32 context length of each sequence after this step."""
+    block_tables: torch.Tensor
+    """(num_seqs, max_blocks) int32 block ids of each sequence."""
+    max_query_len: int
+    max_seq_len: int
+    kv_caches: list[torch.Tensor] | None = None
+    """Scratch caches, one (2, num_blocks, block_size, num_kv_heads, head_dim) tensor per layer, for a
+    forward outside the engine (memory profiling, calibration, scoring). None, as in every engine step:
+    each layer uses the cache bound to it once at start-up (`bind_kv_caches`): the caches never change,
+    so they are not part of what a step describes."""
+    num_splits: int | None = None
+    """Split-KV partitions for decode; fixed per batch-size bucket so eager and graphed steps agree."""
+
+    @classmethod
+    def for_prefill(
+        cls, lengths: list[int], block_size: int, kv_caches: list[torch.Tensor], device: torch.device
+    ) -> AttentionMetadata:
+        """Fresh prompts of `lengths` tokens side by side, in consecutive blocks from block 0 of `kv_caches`
+        (scratch caches for profiling or scoring, not the engine's)."""
+        blocks = [-(-n // block_size) for n in lengths]
+        starts = [sum(blocks[:i]) for i in range(len(blocks))]
+        table = torch.zeros(len(lengths), max(blocks), dtype=torch.int32)
+        for row, (start, num_blocks) in enumerate(zip(starts, blocks)):
+            table[row, :num_blocks] = torch.arange(start, start + num_blocks, dtype=torch.int32)
+        slots = torch.cat([torch.arange(n) + start * block_size for n, start in zip(lengths, starts)])
+        ends = torch.tensor(lengths).cumsum(0).tolist()
+        return cls(
+            slot_mapping=slots.to(device),
+            query_start_loc=torch.tensor([0, *ends], dtype=torch.int32, device=device),
+            seq_lens=torch.tensor(lengths, dtype=torch.int32, device=device),
+            block_tables=table.to(device),
+            max_query_len=max(lengths),
+            max_seq_len=max(lengths),
+            kv_caches=kv_caches,
+        )
+
+
+class Attention(nn.Module):
+    def __init__(
+        self, layer_idx: int, num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None
+    ) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.scale = head_dim**-0.5
+        self.sliding_window = sliding_window
+        # fp8 KV-cache scales (cache = x / scale); 1.0 keeps bf16-range activations inside e4m3's +-448
+        self.register_buffer("k_scale", torch.ones((), dtype=torch.float32), persistent=False)
+        self.register_buffer("v_scale", torch.ones((), dtype=torch.float32), persistent=False)
+        self.kv_cache: torch.Tensor | None = None
+        """This layer's slice of the engine's paged cache, set by `bind_kv_caches` (a plain attribute, not a
+        buffer: it is no weight, and `.to()` or a state dict must not copy it)."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """q (tokens, heads, head_dim), k and v (tokens, kv_heads, head_dim) -> (tokens, heads * head_dim).
+
+        Any other `meta` is a packed batch without a KV cache (embeddings, embed/varlen_attention.py): it
+        attends causally itself and nothing is stored, so one decoder serves generation and embeddings."""
+        if not isinstance(meta, AttentionMetadata):
+            return meta.attend(q, k, v, causal=True, window=self.sliding_window).flatten(1)
+        kv_cache = self.kv_cache if meta.kv_caches is None else meta.kv_caches[self.layer_idx]
+        if kv_cache is None:
+            raise RuntimeError(f"attention layer {self.layer_idx} has no KV cache: bind_kv_caches was not called")
+        store_kv = triton_kernel("store_kv", "store_kv") if q.is_cuda else None
+        if store_kv is not None:
+            paged_attention = triton_kernel("paged_attention", "paged_attention")
+            store_kv(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
+            out = paged_attention(
+                q,
+                kv_cache,
+                meta.query_start_loc,
+                meta.seq_lens,
+                meta.block_tables,
+                self.scale,
+                self.sliding_window,
+                max_query_len=meta.max_query_len,
+                max_seq_len=meta.max_seq_len,
+                k_scale=self.k_scale,
+                v_scale=self.v_scale,
+                num_splits=meta.num_splits,
+            )
+        else:
+            store_kv_ref(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
+            out = paged_attention_ref(
+                q,
+                kv_cache,
+                meta.query_start_loc,
+                meta.seq_lens,
+                meta.block_tables,
+                self.scale,
+                self.sliding_window,
+                self.k_scale,
+                self.v_scale,
+            )
+        return out.flatten(1)
+
+
+def bind_kv_caches(model: nn.Module, kv_caches: list[torch.Tensor]) -> None:
+    """Give each attention layer of `model` its cache, `kv_caches[layer_idx]`, once for the engine's life."""
+    layers = [m for m in model.modules() if isinstance(m, Attention)]
+    if len(layers) != len(kv_caches):
+        raise ValueError(f"{len(kv_caches)} KV caches for a model with {len(layers)} attention layers")
+    for layer in layers:
+        layer.kv_cache = kv_caches[layer.layer_idx]
+
+
+def decode_num_splits(padded_num_seqs: int, num_kv_heads: int, max_model_len: int, device: torch.device) -> int | None:
+    """Split-KV count for a decode batch, from its padded size alone (None off the GPU)."""
+    choose_num_splits = triton_kernel("paged_attention", "choose_num_splits") if device.type == "cuda" else None
+    if choose_num_splits is None:
+        return None
+    num_sms = triton_kernel("paged_attention", "_num_sms")
+    return choose_num_splits(padded_num_seqs, num_kv_heads, 1, max_model_len, num_sms(device.index))

@@ -1,0 +1,106 @@
+"""Rotary position embedding with a precomputed cos/sin table, including Llama 3 frequency scaling."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.layers.norm import rms_norm
+
+
+@dataclass
+class RopeConfig:
+    head_dim: int
+    max_position: int
+    theta: float = 10000.0
+    rope_type: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+
+    @classmethod
+    def from_hf(cls, hf: dict, head_dim: int, max_position: int) -> RopeConfig:
+        """Read both the transformers 4 keys (rope_theta, rope_scaling) and 5 (rope_parameters)."""
+        params = dict(hf.get("rope_parameters") or {})
+        params.update(hf.get("rope_scaling") or {})
+        theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type not in ("default", "linear", "llama3"):
+            raise ValueError(f"rope_type {rope_type!r} is not supported; supported: default, linear, llama3")
+        return cls(
+            head_dim=head_dim,
+            max_position=max_position,
+            theta=float(theta),
+            rope_type=rope_type,
+            factor=float(params.get("factor", 1.0)),
+            low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+            high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+            original_max_position=int(params.get("original_max_position_embeddings", 8192)),
+        )
+
+
+def inverse_frequencies(cfg: RopeConfig) -> torch.Tensor:
+    exponents = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim
+    inv_freq = 1.0 / (cfg.theta**exponents)
+    if cfg.rope_type == "linear":
+        return inv_freq / cfg.factor
+    if cfg.rope_type == "llama3":
+        return _llama3_scale(inv_freq, cfg)
+    return inv_freq
+
+
+def _llama3_scale(inv_freq: torch.Tensor, cfg: RopeConfig) -> torch.Tensor:
+    """Long wavelengths are slowed by `factor`, short ones kept, the band between interpolated."""
+    wavelen = 2 * math.pi / inv_freq
+    low_freq_wavelen = cfg.original_max_position / cfg.low_freq_factor
+    high_freq_wavelen = cfg.original_max_position / cfg.high_freq_factor
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / cfg.factor, inv_freq)
+    smooth = (cfg.original_max_position / wavelen - cfg.low_freq_factor) / (cfg.high_freq_factor - cfg.low_freq_factor)
+    between = (1 - smooth) * scaled / cfg.factor + smooth * scaled
+    in_band = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return torch.where(in_band, between, scaled)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, cfg: RopeConfig) -> None:
+        super().__init__()
+        inv_freq = inverse_frequencies(cfg)
+        positions = torch.arange(cfg.max_position, dtype=torch.float32)
+        freqs = positions[:, None] * inv_freq[None, :]  # (max_position, head_dim / 2)
+        self.register_buffer("cos", freqs.cos(), persistent=False)
+        self.register_buffer("sin", freqs.sin(), persistent=False)
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_weight: torch.Tensor | None = None,
+        k_weight: torch.Tensor | None = None,
+        eps: float = 1e-6,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate q (tokens, heads, head_dim) and k (tokens, kv_heads, head_dim) by their positions,
+        after a per-head RMSNorm when weights are given (Qwen3). One Triton kernel on the GPU."""
+        kernel = triton_kernel("rotary", "norm_rotate") if q.is_cuda else None
+        rotate = kernel or norm_rotate_ref
+        return rotate(q, k, positions, self.cos, self.sin, q_weight, k_weight, eps)
+
+
+def norm_rotate_ref(q, k, positions, cos_table, sin_table, q_weight=None, k_weight=None, eps: float = 1e-6):
+    """The CPU path and the kernel's yardstick: transformers' arithmetic, op by op."""
+    if q_weight is not None:
+        q, k = rms_norm(q, q_weight, eps), rms_norm(k, k_weight, eps)
+    cos = cos_table[positions].to(q.dtype)[:, None, :]  # (tokens, 1, head_dim / 2)
+    sin = sin_table[positions].to(q.dtype)[:, None, :]
+    return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # same arithmetic as transformers' x * cos + rotate_half(x) * sin, on halves
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

@@ -1,0 +1,253 @@
+"""Sampler: logits of the last position of each request -> next token (and logprobs).
+
+Order as in transformers' logits processors: penalties, temperature, top-k, top-p, min-p.
+Logprobs are those of the raw model distribution, as vLLM and the OpenAI API report them.
+A seeded request draws its noise from a generator seeded by (seed, output position), so its
+tokens do not depend on what else is in the batch or on preemption.
+
+On CUDA, batches of greedy and temperature-only requests (no penalties, top-k, top-p or min-p)
+take one Triton kernel (kernels/sampling.py) that reads the logits once; the same distribution,
+from a different random stream than the CPU path.
+
+Each row is also checked for NaN/inf logits on the device (inside that kernel, or by one sum on
+the torch path); the flag travels to the host with the ids (`SampledTokens.checked_ids`), so the
+engine can fail that request alone without a host sync of its own.
+
+Logprobs are reduced on the device too, inside `sample`: the sampled token's logprob, its rank and
+the top-k (k the largest any request of the batch asked for) are small tensors that the step handle
+copies to pinned host memory together with the ids. Reading them from the (rows, vocab) log-softmax
+after the ids arrived cost one `.item()` per request while the next step was already queued, and
+each of those waited for the whole queue: a request with logprobs serialized the async pipeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from model_optimizer.runtime.device import to_device
+from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.sampler_output import NONFINITE_TOKEN, Logprob
+from model_optimizer.runtime.sampling_params import SamplingParams
+
+
+@dataclass
+class SamplingInput:
+    """One request's view for sampling: its settings and token history."""
+
+    params: SamplingParams
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    position: int | None = None
+    """Index among the outputs of the token being sampled; None: len(output_token_ids)."""
+
+    @property
+    def output_index(self) -> int:
+        return len(self.output_token_ids) if self.position is None else self.position
+
+
+@dataclass
+class SampledTokens:
+    """What one sampling call drew, still on the device."""
+
+    token_ids: torch.Tensor
+    """(rows,) int64: always vocabulary ids (meaningless ones for a non-finite row), so the next
+    step may read them as its inputs."""
+    finite: torch.Tensor
+    """(rows,) bool: False where the row's logits held a NaN or an inf."""
+    logprobs: SampledLogprobs | None = None
+    """The sampled tokens' logprobs, ranks and top-k, when a request asks for logprobs."""
+
+    def checked_ids(self) -> torch.Tensor:
+        """The ids with NONFINITE_TOKEN in rows whose logits were not finite: what the host reads."""
+        return torch.where(self.finite, self.token_ids, NONFINITE_TOKEN)
+
+
+@dataclass
+class SampledLogprobs:
+    """Per row: the sampled token's logprob and rank, and the batch's top-k, reduced on the device.
+
+    `host` holds pinned copies once the step handle has started them (CUDA); `Sampler.results`
+    reads those after the ids' copy event fired, so building Logprob objects waits for nothing."""
+
+    chosen: torch.Tensor
+    """(rows,) float32: log-softmax of the raw logits at the sampled id."""
+    rank: torch.Tensor
+    """(rows,) int64: 1 + how many tokens have a strictly larger logprob."""
+    top_values: torch.Tensor
+    """(rows, k) float32, largest first; k is the most any request of the batch asked for (may be 0)."""
+    top_ids: torch.Tensor
+    """(rows, k) int64: the ids of `top_values`."""
+    host: tuple[torch.Tensor, ...] | None = None
+    """Pinned host copies of (chosen, rank, top_values, top_ids), complete with the ids' copy."""
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.chosen, self.rank, self.top_values, self.top_ids
+
+    def start_copy(self) -> None:
+        """Queue the copies to pinned host memory on the current stream (the caller records the event)."""
+        copies = []
+        for tensor in self.tensors():
+            host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            host.copy_(tensor, non_blocking=True)
+            copies.append(host)
+        self.host = tuple(copies)
+
+    def to_lists(self) -> tuple[list, list, list, list]:
+        """Host lists; from the pinned copies when started, else straight from the tensors (CPU: no wait)."""
+        chosen, rank, top_values, top_ids = self.host if self.host is not None else self.tensors()
+        return chosen.tolist(), rank.tolist(), top_values.tolist(), top_ids.tolist()
+
+
+class Sampler:
+    def __init__(self, device: torch.device, seed: int = 0, fused: bool = True) -> None:
+        """`fused` False samples every batch with torch, never with the Triton kernel (tests compare the two)."""
+        self.device = device
+        self.fused = fused
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+
+    def __call__(self, logits: torch.Tensor, batch: list[SamplingInput]) -> list[tuple[int, Logprob | None]]:
+        """Sample and wait for the result (one host sync); a non-finite row gives NONFINITE_TOKEN."""
+        sampled = self.sample(logits, batch)
+        return self.results(sampled.checked_ids().tolist(), sampled.logprobs, batch)
+
+    def sample(self, logits: torch.Tensor, batch: list[SamplingInput]) -> SampledTokens:
+        """Token ids (num_reqs,) int64 on the logits' device, their finite flags, and raw logprobs when a
+        request asks for them.
+
+        Queues device work only: nothing here waits for the device."""
+        wanted = [b.params.logprobs for b in batch if b.params.logprobs is not None]
+        raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if wanted else None
+        if self.fused and _can_fuse(logits) and all(_plain(b.params) for b in batch):
+            token_ids, finite = self._choose_fused(logits, batch)
+        else:
+            logits = logits.float()  # (num_reqs, vocab)
+            finite = logits.sum(dim=-1).isfinite()  # any NaN or inf makes the sum NaN or inf
+            logits = self._apply_penalties(logits, batch)
+            token_ids = self._choose(logits, batch)
+        logprobs = None if raw_logprobs is None else reduce_logprobs(raw_logprobs, token_ids, max(wanted))
+        return SampledTokens(token_ids, finite, logprobs)
+
+    def _choose_fused(self, logits: torch.Tensor, batch: list[SamplingInput]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Temperature and sampling in one pass over the logits (kernels/sampling.py): ids and finite flags."""
+        gumbel_sample = triton_kernel("sampling", "gumbel_sample_checked")
+        device = logits.device
+        inv_temperatures = to_device(
+            [0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch], device, torch.float32
+        )
+        seeds = torch.randint(0, 2**62, (len(batch),), generator=self.generator, device=device)
+        seeded = [i for i, b in enumerate(batch) if b.params.seed is not None and not b.params.greedy]
+        if seeded:
+            rows = to_device(seeded, device, torch.int64)
+            own = [_row_seed(batch[i].params.seed, batch[i].output_index) for i in seeded]  # type: ignore[arg-type]
+            seeds[rows] = to_device(own, device, torch.int64)
+        return gumbel_sample(logits, inv_temperatures, seeds)
+
+    @staticmethod
+    def results(
+        token_ids: list[int], logprobs: SampledLogprobs | None, batch: list[SamplingInput]
+    ) -> list[tuple[int, Logprob | None]]:
+        """Pair each sampled id with its logprob entry, once the ids (and so the logprobs) are on the host."""
+        if logprobs is None:
+            return [(token_id, None) for token_id in token_ids]
+        chosen, ranks, top_values, top_ids = logprobs.to_lists()
+        results = []
+        for i, (token_id, item) in enumerate(zip(token_ids, batch)):
+            logprob = None
+            k = item.params.logprobs
+            if k is not None and token_id != NONFINITE_TOKEN:
+                top = dict(zip(top_ids[i][:k], top_values[i][:k]))
+                logprob = Logprob(token_id=token_id, logprob=chosen[i], rank=ranks[i], top=top)
+            results.append((token_id, logprob))
+        return results
+
+    def _apply_penalties(self, logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
+        for i, item in enumerate(batch):
+            p = item.params
+            if p.repetition_penalty != 1.0:
+                seen = to_device(
+                    sorted(set(item.prompt_token_ids) | set(item.output_token_ids)), logits.device, torch.int64
+                )
+                row = logits[i, seen]
+                logits[i, seen] = torch.where(row > 0, row / p.repetition_penalty, row * p.repetition_penalty)
+            if (p.presence_penalty or p.frequency_penalty) and item.output_token_ids:
+                out = to_device(item.output_token_ids, logits.device, torch.int64)
+                counts = torch.bincount(out, minlength=logits.shape[-1]).float()
+                logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).float()
+        return logits
+
+    def _choose(self, logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
+        sampled_rows = [i for i, b in enumerate(batch) if not b.params.greedy]
+        if not sampled_rows:
+            return logits.argmax(dim=-1)
+        params = [batch[i].params for i in sampled_rows]
+        every_row = len(sampled_rows) == len(batch)
+        rows = None if every_row else to_device(sampled_rows, logits.device, torch.int64)
+        probs = _filtered_probs(logits if every_row else logits[rows], params)
+        noise = torch.empty_like(probs).exponential_(generator=self.generator)
+        for j, i in enumerate(sampled_rows):
+            seed = batch[i].params.seed
+            if seed is not None:
+                generator = torch.Generator(device=logits.device).manual_seed(_row_seed(seed, batch[i].output_index))
+                noise[j].exponential_(generator=generator)
+        # argmax(p / E) with E ~ Exp(1) draws from p (the exponential race), without a CPU sync
+        drawn = (probs / noise).argmax(dim=-1)
+        if every_row:
+            return drawn
+        chosen = logits.argmax(dim=-1)
+        chosen[rows] = drawn
+        return chosen
+
+
+def _row_seed(seed: int, position: int) -> int:
+    """The noise seed of a seeded request's token at one output position: independent of the batch."""
+    return hash((seed, position)) & (2**63 - 1)
+
+
+def _plain(params: SamplingParams) -> bool:
+    """Greedy or temperature-only sampling: what the fused kernel does."""
+    return not params.needs_history and params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0
+
+
+def _can_fuse(logits: torch.Tensor) -> bool:
+    """Whether kernels.sampling can run on these logits: Triton on CUDA."""
+    return logits.is_cuda and triton_kernel("sampling", "gumbel_sample") is not None
+
+
+def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """Temperature, then top-k, top-p and min-p masks, as probabilities. Decided on the host: no syncs."""
+    device = logits.device
+    vocab = logits.shape[-1]
+    temperatures = [p.temperature for p in params]
+    if len(set(temperatures)) == 1:
+        logits = logits / temperatures[0]
+    else:
+        logits = logits / to_device(temperatures, device, torch.float32)[:, None]
+    ks = [p.top_k if 0 < p.top_k < vocab else 0 for p in params]
+    if any(ks):
+        top = logits.topk(max(ks), dim=-1).values  # (rows, largest k)
+        kth = top.gather(1, to_device([max(k, 1) - 1 for k in ks], device, torch.int64)[:, None])
+        limited = to_device([k > 0 for k in ks], device, torch.bool)[:, None]
+        logits = logits.masked_fill(limited & (logits < kth), float("-inf"))
+    if any(p.top_p < 1.0 for p in params):
+        top_p = to_device([p.top_p for p in params], device, torch.float32)[:, None]
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(dim=-1)
+        drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p  # keep until the mass reaches top_p
+        logits = logits.masked_fill(torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted), float("-inf"))
+    probs = logits.softmax(dim=-1)
+    if any(p.min_p > 0 for p in params):
+        min_p = to_device([p.min_p for p in params], device, torch.float32)[:, None]
+        probs = probs.masked_fill(probs < min_p * probs.max(dim=-1, keepdim=True).values, 0.0)
+    return probs
+
+
+def reduce_logprobs(raw_logprobs: torch.Tensor, token_ids: torch.Tensor, k: int) -> SampledLogprobs:
+    """The sampled ids' logprobs and ranks and the top-k of each row, all on the device (no sync).
+
+    `raw_logprobs` (rows, vocab) float32; `token_ids` (rows,) int64, always vocabulary ids."""
+    chosen = raw_logprobs.gather(1, token_ids[:, None])  # (rows, 1)
+    rank = (raw_logprobs > chosen).sum(dim=-1) + 1  # ties share the better rank
+    top_values, top_ids = raw_logprobs.topk(k, dim=-1)  # (rows, k), largest first
+    return SampledLogprobs(chosen[:, 0], rank, top_values, top_ids)

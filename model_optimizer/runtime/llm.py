@@ -1,0 +1,230 @@
+"""LLM: the offline API, shaped like vLLM's (`LLM(model).generate(prompts, params)`)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.engine.engine import LLMEngine, ModelInfo
+from model_optimizer.runtime.engine.outputs import RequestOutput
+from model_optimizer.runtime.kernels.compile_cache import configure_compile
+from model_optimizer.runtime.models.model_config import is_encoder_folder
+from model_optimizer.runtime.models.tokenizer import TOKENIZER_FILES, load_tokenizer
+from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
+
+Prompt = str | list[int]
+
+__all__ = ["LLM", "TOKENIZER_FILES", "generation_defaults", "load_tokenizer", "resolve_model_dir"]
+
+startup_log = logging.getLogger("model_optimizer.startup")
+"""One INFO line per start-up phase with its time (here and in runner/model_runner.py), so a user of
+`mopt serve` / `mopt generate` sees where the seconds before the first request go."""
+
+
+def log_phase(name: str, since: float) -> float:
+    """Log phase `name` as lasting from `since` (a perf_counter reading) to now; return now."""
+    now = time.perf_counter()
+    startup_log.info("start-up: %s %.2f s", name, now - since)
+    return now
+
+
+def resolve_model_dir(model: str | None) -> Path:
+    """The model folder: the one given, or the built-in default (the shipped reference model)."""
+    if model is None:
+        from model_optimizer.assets import reference_model_path
+
+        return reference_model_path()  # a clear error, with how to install it, when it is missing
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"model folder {path} does not exist (models load from local folders only)")
+    return path
+
+
+def eos_token_ids(model_dir: Path, tokenizer: Any) -> frozenset[int]:
+    """EOS ids from generation_config.json, else config.json, else the tokenizer (as transformers does)."""
+    for name in ("generation_config.json", "config.json"):
+        path = model_dir / name
+        if path.is_file():
+            value = json.loads(path.read_text()).get("eos_token_id")
+            if value is not None:
+                return frozenset(value if isinstance(value, list) else [value])
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return frozenset() if eos is None else frozenset([eos])
+
+
+# generation_config.json key -> SamplingParams field: the sampling defaults a model's authors chose
+# (vLLM applies the same ones); other keys (do_sample, max_length, token ids) are not sampling defaults
+GENERATION_DEFAULT_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "max_new_tokens": "max_tokens",
+}
+
+
+def generation_defaults(model_dir: Path) -> dict[str, Any]:
+    """SamplingParams fields set by the folder's generation_config.json (empty without one).
+
+    Raises ValueError naming the file when it is not JSON or a value is not allowed.
+    """
+    path = model_dir / "generation_config.json"
+    if not path.is_file():
+        return {}
+    from model_optimizer.common.fileio import read_json
+
+    config = read_json(path)
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    values = {field: config[key] for key, field in GENERATION_DEFAULT_FIELDS.items() if config.get(key) is not None}
+    try:
+        SamplingParams(**values)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return values
+
+
+class LLM:
+    def __init__(self, model: str | None = None, **engine_args: Any) -> None:
+        start = time.perf_counter()
+        from model_optimizer.runtime.runner.model_runner import ModelRunner  # torch: the first import pays seconds
+
+        phase = log_phase("imports", start)
+        self.config = EngineConfig(model=model, **engine_args)
+        configure_compile(self.config)  # Triton's kernel cache in our folder, keyed by versions and GPU
+        self.model_dir = resolve_model_dir(self.config.model)
+        self._embedder: Any = None
+        self._generation_defaults: dict[str, Any] | None = None
+        self.engine: LLMEngine | None = None
+        if is_encoder_folder(self.model_dir):  # BERT-family: embeddings only, no generation engine
+            from model_optimizer.runtime.embed.config import refuse_load_time_quantization
+
+            refuse_load_time_quantization(self.config.quantization, self.model_dir)
+            self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
+            return
+        phase = log_phase("config", phase)
+        self.tokenizer = load_tokenizer(
+            Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir,
+            required=self.config.load_format != "dummy",
+        )
+        log_phase("tokenizer", phase)
+        if self.config.tensor_parallel_size > 1:  # worker processes hold the model; this one drives them
+            from model_optimizer.runtime.executor.executor import TensorParallelExecutor
+
+            runner = TensorParallelExecutor(self.config, self.model_dir)
+        else:
+            runner = ModelRunner(self.config, self.model_dir)  # logs weights, KV cache, warm-up, graph capture
+        phase = time.perf_counter()
+        info = ModelInfo(
+            vocab_size=runner.vocab_size,
+            max_model_len=runner.max_model_len,
+            eos_token_ids=eos_token_ids(self.model_dir, self.tokenizer),
+            num_kv_blocks=runner.num_kv_blocks,
+        )
+        self.runner = runner
+        self.engine = LLMEngine(self.config, runner, self.tokenizer, info)
+        self._ids = itertools.count()
+        log_phase("engine", phase)
+        log_phase("total", start)
+
+    def close(self) -> None:
+        """Stop the tensor-parallel worker processes now (they also stop when this process exits);
+        a no-op on one device. The LLM cannot generate afterwards."""
+        close = getattr(self.engine.runner if self.engine is not None else None, "close", None)
+        if close is not None:
+            close()
+
+    def default_sampling_params(self) -> SamplingParams:
+        """SamplingParams with the model's own defaults from generation_config.json (temperature,
+        top_p, top_k, min_p, repetition_penalty, and max_new_tokens as max_tokens); every other
+        field keeps SamplingParams' default. A fresh object each call: callers may change it."""
+        if self._generation_defaults is None:
+            self._generation_defaults = generation_defaults(self.model_dir)
+        return SamplingParams(**self._generation_defaults)
+
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        on_progress: Callable[[int, RequestOutput], None] | None = None,
+    ) -> list[RequestOutput]:
+        """Generate for every prompt (text or token ids); outputs come back in prompt order.
+
+        `on_progress(index, output)` is called as each prompt finishes, with its position in `prompts`.
+
+        Without sampling params, the model's defaults apply (`default_sampling_params()`), as in vLLM.
+        """
+        if self.engine is None:
+            raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not generate")
+        prompts = _as_prompt_list(prompts)
+        params = sampling_params or self.default_sampling_params()
+        params_list = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        if len(params_list) != len(prompts):
+            raise ValueError(f"got {len(params_list)} sampling params for {len(prompts)} prompts")
+        ids = [str(next(self._ids)) for _ in prompts]
+        index_of = {request_id: index for index, request_id in enumerate(ids)}
+        added = []
+        try:
+            for request_id, prompt, p in zip(ids, prompts, params_list):
+                self.engine.add_request(request_id, prompt, p.clone(output_kind=RequestOutputKind.FINAL_ONLY))
+                added.append(request_id)
+            finished: dict[str, RequestOutput] = {}
+            while self.engine.has_unfinished_requests():
+                for output in self.engine.step():
+                    if output.finished:
+                        finished[output.request_id] = output
+                        if on_progress:
+                            on_progress(index_of[output.request_id], output)
+        except BaseException:
+            for request_id in added:
+                self.engine.abort(request_id)
+            raise
+        return [finished[i] for i in ids]
+
+    def embed(
+        self,
+        texts: str | list[int] | Sequence[str | list[int]],
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+        instruction: str | None = None,
+    ) -> list[list[float]]:
+        """Embeddings of texts (or token-id lists), pooled and normalized as the model folder says.
+
+        A decoder (Qwen3-Embedding style) embeds with the generation engine's own weights, in the
+        engine's dtype: they are loaded once, and embedding reads no KV cache.
+        """
+        if self._embedder is None:
+            if self.config.tensor_parallel_size > 1 and self.engine is not None:
+                raise ValueError(
+                    "embed is not supported with tensor_parallel_size > 1 (the weights live in worker processes); "
+                    "embed with tensor_parallel_size 1"
+                )
+            from model_optimizer.runtime.embed import EmbedConfig, Embedder
+
+            backbone, device = None, self.config.device
+            if self.engine is not None:
+                from model_optimizer.runtime.embed.backbone import DecoderBackbone
+
+                backbone = DecoderBackbone(self.runner.model.model, self.runner.model.args).eval()
+                device = self.runner.device.type
+            config = EmbedConfig.from_engine(self.config, device=device)
+            self._embedder = Embedder(self.model_dir, backbone=backbone, **vars(config))
+        return self._embedder.embed(
+            texts, dimensions=dimensions, truncate_prompt_tokens=truncate_prompt_tokens, instruction=instruction
+        )
+
+
+def _as_prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
+    if isinstance(prompts, str):
+        return [prompts]
+    prompts = list(prompts)
+    if prompts and all(isinstance(t, int) for t in prompts):
+        return [prompts]  # one prompt given as token ids
+    return prompts

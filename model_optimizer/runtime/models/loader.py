@@ -1,0 +1,272 @@
+"""Build a model from a checkpoint folder: safetensors (single or sharded) or dummy weights.
+
+The loader only maps checkpoint names to parameters; each parameter's `weight_loader` puts the
+tensor in place (a slice of a fused projection, say) and checks its shape. It hands each loader a
+LazyTensor (models/lazy_tensor.py): under tensor parallelism a rank reads only the slice it keeps.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from torch import nn
+
+from model_optimizer.common.fileio import read_json
+from model_optimizer.runtime.distributed import TensorParallel, get_tp
+from model_optimizer.runtime.layers.lazy_tensor import LazyTensor
+from model_optimizer.runtime.layers.linear import default_weight_loader
+from model_optimizer.runtime.models.model_config import DecoderArgs, read_config
+from model_optimizer.runtime.models.registry import resolve_model_class
+
+SKIPPED_SUFFIXES = ("rotary_emb.inv_freq",)
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def resolve_dtype(requested: str, args: DecoderArgs, device: torch.device) -> torch.dtype:
+    """`auto` takes the checkpoint's dtype, except float16 on the CPU, which becomes float32."""
+    if requested != "auto":
+        return DTYPES[requested]
+    dtype = DTYPES.get(args.torch_dtype.replace("torch.", ""), torch.float32)
+    if device.type == "cpu" and dtype == torch.float16:
+        return torch.float32
+    return dtype
+
+
+def load_model(
+    model_dir: str | Path, dtype: str, device: torch.device, load_format: str = "auto", quantization: str | None = None
+) -> nn.Module:
+    """Instantiate the model named by config.json and fill its weights (quantized as config.json's
+    quantization_config or `quantization` says)."""
+    from model_optimizer.runtime.layers.quantization.attach import (
+        attach_quantization,
+        process_quantized_weights,
+        spec_for_folder,
+    )
+
+    args = DecoderArgs.from_dict(read_config(model_dir), source=str(Path(model_dir) / "config.json"))
+    model_cls = resolve_model_class(args.architecture)
+    spec = spec_for_folder(model_dir, quantization)
+    refuse_pre_quantized(spec, load_format, get_tp().size)
+    model = build_model(lambda: model_cls(args), resolve_dtype(dtype, args, device), device)
+    attach_quantization(model, spec, resolve_dtype(dtype, args, device), dummy=load_format == "dummy")
+    if load_format == "dummy":
+        init_dummy_weights(model)
+    else:
+        load_weights(model, Path(model_dir))
+    process_quantized_weights(model)
+    return model.eval()
+
+
+def check_tensor_parallel(
+    model_dir: str | Path, size: int, quantization: str | None = None, load_format: str = "auto"
+) -> None:
+    """ValueError when the checkpoint cannot be split over `size` ranks, from config.json alone: for the
+    driver, before any worker process starts (each rank's model checks the same again as it builds)."""
+    from model_optimizer.runtime.layers.quantization.attach import spec_for_folder
+
+    if size < 1:
+        raise ValueError(f"tensor_parallel_size must be at least 1, got {size}")
+    if size == 1:
+        return
+    args = DecoderArgs.from_dict(read_config(model_dir), source=str(Path(model_dir) / "config.json"))
+    resolve_model_class(args.architecture)
+    tp = TensorParallel(0, size)
+    tp.shard(args.num_heads, "num_attention_heads")
+    tp.kv_heads(args.num_kv_heads)
+    tp.shard(args.intermediate_size, "intermediate_size")
+    refuse_pre_quantized(spec_for_folder(model_dir, quantization), load_format, size)
+
+
+def refuse_pre_quantized(spec: object | None, load_format: str, size: int) -> None:
+    """Pre-quantized checkpoints (AutoAWQ, compressed-tensors, block FP8) are staged whole and
+    converted per layer (quant/sources.py), which knows nothing of shards: refuse them under tensor
+    parallelism rather than load a wrong model. Quantizing a float checkpoint on the fly works, as
+    each rank rounds its own shard."""
+    source = getattr(spec, "source", "dense")
+    if size > 1 and source != "dense" and load_format != "dummy":
+        raise ValueError(
+            f"tensor_parallel_size {size} does not support pre-quantized checkpoints ({source} layout) yet; "
+            "use tensor_parallel_size 1, or a float checkpoint with --quantization fp8, int8 or rtn-int4"
+        )
+
+
+def build_model(factory: Callable[[], nn.Module], dtype: torch.dtype, device: torch.device) -> nn.Module:
+    """Run `factory` with parameters created directly on `device` in `dtype`."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return factory()
+    finally:
+        torch.set_default_dtype(default)
+
+
+def init_dummy_weights(model: nn.Module, seed: int = 0) -> None:
+    """Random weights from the config alone (for benchmarks): small uniform values, norms at one.
+    Drawn on the parameter's own device, so an 8B model fills in seconds on a GPU."""
+    with torch.no_grad():
+        for i, (name, param) in enumerate(model.named_parameters()):
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+                continue
+            generator = torch.Generator(device=param.device).manual_seed(seed + i)
+            param.uniform_(-1e-2, 1e-2, generator=generator)
+
+
+def safetensors_files(model_dir: Path) -> list[Path]:
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        content = read_json(index)
+        weight_map = content.get("weight_map") if isinstance(content, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ValueError(f"{index} has no 'weight_map' object of tensor name -> shard file name")
+        files = sorted({model_dir / name for name in weight_map.values()})
+        missing = [str(f) for f in files if not f.is_file()]
+        if missing:
+            raise FileNotFoundError(f"{index} lists shards that are missing: {', '.join(missing)}")
+        return files
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors file in {model_dir}")
+    return files
+
+
+def iterate_checkpoint(model_dir: Path) -> Iterator[tuple[Path, str, torch.Tensor]]:
+    """(file, tensor name, tensor) of every checkpoint tensor, read whole; ValueError naming the file
+    when it is not a readable safetensors file (truncated by an interrupted download, say)."""
+    for path, name, lazy in iterate_lazy_checkpoint(model_dir):
+        yield path, name, read_lazy(path, lazy)
+
+
+def iterate_lazy_checkpoint(model_dir: Path) -> Iterator[tuple[Path, str, LazyTensor]]:
+    """(file, tensor name, unread tensor) of every checkpoint tensor: nothing is read until the
+    consumer loads (a slice of) it, which it must do before asking for the next tensor."""
+    for path in safetensors_files(model_dir):
+        check_safetensors_header(path)
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():
+                    yield path, name, LazyTensor(f.get_slice(name), partial(f.get_tensor, name))
+        except SafetensorError as exc:
+            raise _unreadable(path, exc) from None
+
+
+def read_lazy(path: Path, lazy: LazyTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    try:
+        return lazy.load(dtype)
+    except SafetensorError as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: Path, exc: Exception) -> ValueError:
+    return ValueError(f"{path} is not a readable safetensors file ({exc}); download or save it again")
+
+
+def check_safetensors_header(path: Path) -> None:
+    """ValueError saying what is wrong with the file's framing: an 8-byte little-endian header length,
+    that many bytes of JSON header, then the tensor data the header's offsets cover exactly. Checked
+    here, in plain words, because the safetensors library's own message names neither the file nor a fix."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError(
+                f"{path} is not a safetensors file: {size} bytes, too short for a header; "
+                "it is empty or truncated, download or save it again"
+            )
+        header_len = int.from_bytes(head, "little")
+        if header_len > size - 8:
+            raise ValueError(
+                f"{path} is not a valid safetensors file: its header claims {header_len} bytes but the "
+                f"file has {size}; it is truncated or not a safetensors file, download or save it again"
+            )
+        try:
+            header = json.loads(f.read(header_len))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(
+                f"{path} is not a valid safetensors file: its header is not JSON ({exc}); "
+                "the file is corrupt, download or save it again"
+            ) from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path} is not a valid safetensors file: its header is not a JSON object")
+    ends = [
+        e["data_offsets"][1]
+        for k, e in header.items()
+        if k != "__metadata__"
+        and isinstance(e, dict)
+        and isinstance(e.get("data_offsets"), list)
+        and len(e["data_offsets"]) == 2
+    ]
+    expected = 8 + header_len + max(ends, default=0)
+    if size < expected:
+        raise ValueError(
+            f"{path} is truncated: its tensors need {expected} bytes, the file has {size}; download or save it again"
+        )
+
+
+def load_weights(
+    model: nn.Module,
+    model_dir: Path,
+    rename: Callable[[str], str | None] | None = None,
+    stacked: dict[str, tuple[str, str]] | None = None,
+) -> None:
+    """Copy every checkpoint tensor into its parameter; fail on unknown, misshapen or missing ones.
+
+    `rename` maps a checkpoint name to the model's (None: skip the tensor); by default rotary
+    caches and a tied lm_head are skipped. `stacked` declares fused projections (default: the
+    model's `stacked_params`).
+    """
+    params = dict(model.named_parameters(remove_duplicate=False))
+    stacked = getattr(model, "stacked_params", {}) if stacked is None else stacked
+    tied = getattr(getattr(model, "args", None), "tie_word_embeddings", False)
+    rename = rename or (
+        lambda name: None if name.endswith(SKIPPED_SUFFIXES) or (tied and name == "lm_head.weight") else name
+    )
+    expected_shards = _expected_shards(params, stacked)
+    loaded: set[tuple[str, str | None]] = set()
+    for path, name, tensor in iterate_lazy_checkpoint(model_dir):
+        renamed = rename(name)
+        if renamed is None:
+            continue
+        target, shard = _target_name(renamed, stacked)
+        param = params.get(target)
+        if param is None:
+            raise ValueError(f"{path.name}: tensor {name!r} does not belong to {type(model).__name__}")
+        loader = getattr(param, "weight_loader", default_weight_loader)
+        # a loader that slices for itself gets the unread tensor; any other the whole one, in its dtype
+        value = tensor if getattr(loader, "reads_lazily", False) else read_lazy(path, tensor, param.dtype)
+        try:
+            with torch.no_grad():
+                loader(param, value, shard) if shard else loader(param, value)
+        except SafetensorError as exc:
+            raise _unreadable(path, exc) from None
+        except ValueError as exc:
+            raise ValueError(f"{path.name}: tensor {name!r}: {exc}") from None
+        loaded.add((target, shard))
+    missing = sorted(
+        f"{p}[{s}]" if s else p for p, s in expected_shards - loaded if not (tied and p == "lm_head.weight")
+    )
+    if missing:
+        raise ValueError(f"checkpoint {model_dir} lacks weights for: {', '.join(missing[:10])}")
+
+
+def _target_name(name: str, stacked: dict[str, tuple[str, str]]) -> tuple[str, str | None]:
+    for fragment, (replacement, shard) in stacked.items():
+        if fragment in name:
+            return name.replace(fragment, replacement), shard
+    return name, None
+
+
+def _expected_shards(
+    params: dict[str, nn.Parameter], stacked: dict[str, tuple[str, str]]
+) -> set[tuple[str, str | None]]:
+    expected: set[tuple[str, str | None]] = set()
+    for name in params:
+        shards = [s for frag, (rep, s) in stacked.items() if rep in name]
+        expected.update((name, s) for s in shards) if shards else expected.add((name, None))
+    return expected

@@ -1,0 +1,111 @@
+"""Read a checkpoint's config.json into the few numbers a decoder needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from model_optimizer.common.fileio import read_json
+
+
+@dataclass
+class DecoderArgs:
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    sliding_window: int | None
+    torch_dtype: str
+    hf: dict
+    """The raw config.json, for model-specific keys (rope parameters and the like)."""
+    qkv_bias: bool = False
+    """A bias on the q, k and v projections even without attention_bias (Qwen2)."""
+    qk_norm: bool = False
+    """RMSNorm on each head's queries and keys before rotary (Qwen3)."""
+
+    @classmethod
+    def from_dict(cls, hf: dict, source: str = "config.json") -> DecoderArgs:
+        """ValueError naming `source` (the config file) when a setting is missing or not a number."""
+        archs = hf.get("architectures") or []
+        if not archs:
+            raise ValueError(f"{source} has no 'architectures' list; cannot tell which model this is")
+        for key in REQUIRED_INTS:
+            value = hf.get(key)
+            if value is None:
+                raise ValueError(f"{source} lacks {key!r}, which a {archs[0]} needs")
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{source}: {key!r} must be a positive integer, got {value!r}")
+        num_heads = hf["num_attention_heads"]
+        hidden = hf["hidden_size"]
+        use_window = hf.get("use_sliding_window", True) and hf.get("sliding_window")
+        return cls(
+            architecture=archs[0],
+            vocab_size=hf["vocab_size"],
+            hidden_size=hidden,
+            num_layers=hf["num_hidden_layers"],
+            num_heads=num_heads,
+            num_kv_heads=hf.get("num_key_value_heads") or num_heads,
+            head_dim=hf.get("head_dim") or hidden // num_heads,
+            intermediate_size=hf["intermediate_size"],
+            rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+            max_position_embeddings=hf.get("max_position_embeddings", 4096),
+            tie_word_embeddings=hf.get("tie_word_embeddings", False),
+            attention_bias=hf.get("attention_bias", False),
+            sliding_window=int(use_window) if use_window else None,
+            torch_dtype=str(hf.get("torch_dtype") or hf.get("dtype") or "float32"),
+            hf=hf,
+        )
+
+
+REQUIRED_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
+def read_config(model_dir: str | Path) -> dict:
+    """config.json as a dict with an `architectures` list (taken from `model_type` when absent, as in
+    older BERT checkpoints); ValueError naming the file when it is not JSON or names no model, so a
+    broken config is reported as itself and not as whatever fails next (the tokenizer, say)."""
+    from model_optimizer.runtime.models.registry import MODEL_TYPES, supported_architectures
+
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: a model folder needs config.json (and *.safetensors)")
+    hf = read_json(path)
+    if not isinstance(hf, dict):
+        raise ValueError(f"{path} holds a JSON {type(hf).__name__}, not an object of model settings")
+    for key in REQUIRED_INTS:  # both encoders and decoders have these; transformers would fail on them later
+        value = hf.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ValueError(f"{path}: {key!r} must be a positive integer, got {value!r}")
+    archs = hf.get("architectures")
+    if archs is None:
+        model_type = hf.get("model_type")
+        if model_type not in MODEL_TYPES:
+            said = f"model_type {model_type!r} is not one we know" if model_type else "no 'model_type' either"
+            raise ValueError(
+                f"{path} has no 'architectures' list and {said}, so the model class is unknown; "
+                f'add e.g. "architectures": ["Qwen3ForCausalLM"] (supported: {", ".join(supported_architectures())})'
+            )
+        return {**hf, "architectures": [MODEL_TYPES[model_type]]}
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        raise ValueError(f"{path}: 'architectures' must be a non-empty list of class names, got {archs!r}")
+    return hf
+
+
+def is_encoder_folder(model_dir: Path) -> bool:
+    """registry.is_encoder for a model folder; an unknown architecture counts as a decoder, whose loader
+    names it. It lives here, beside the config reader, so that the registry reads no files."""
+    from model_optimizer.runtime.models.registry import is_encoder
+
+    hf = read_config(model_dir)  # a broken config.json is reported as itself
+    try:
+        return is_encoder(hf)
+    except ValueError:
+        return False

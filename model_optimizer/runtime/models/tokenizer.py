@@ -1,0 +1,47 @@
+"""A model folder's tokenizer, or None for a token-ids-only folder.
+
+The `tokenizers` library alone (fast_tokenizer.py) when it reproduces transformers exactly, which
+keeps transformers' seconds-long import out of `mopt serve`; transformers' AutoTokenizer otherwise,
+with the reason logged. MOPT_TOKENIZER=transformers forces AutoTokenizer (to compare the two)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from model_optimizer.runtime.models.fast_tokenizer import open_fast_tokenizer
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt", "vocab.json")
+
+BACKEND_ENV = "MOPT_TOKENIZER"
+"""Environment variable: "transformers" always loads AutoTokenizer; unset or "auto" prefers tokenizers."""
+
+logger = logging.getLogger(__name__)
+
+
+def load_tokenizer(path: Path, required: bool = True) -> Any:
+    """The folder's tokenizer; None when it has none and none is required (token-id prompts only)."""
+    path = Path(path)
+    if not required and not any((path / name).is_file() for name in TOKENIZER_FILES):
+        return None
+    backend = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
+    if backend not in ("auto", "transformers"):
+        raise ValueError(f"{BACKEND_ENV}={backend!r}: use 'auto' (tokenizers when it suffices) or 'transformers'")
+    if backend == "auto":
+        tokenizer, reason = open_fast_tokenizer(path)
+        if tokenizer is not None:
+            return tokenizer
+        logger.info("tokenizer of %s loaded through transformers: %s", path, reason)
+    return load_transformers_tokenizer(path)
+
+
+def load_transformers_tokenizer(path: Path) -> Any:
+    """transformers' AutoTokenizer for the folder (the reference the fast tokenizer is tested against)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as exc:
+        raise FileNotFoundError(f"no usable tokenizer in {path}: {exc}") from exc

@@ -1,0 +1,98 @@
+"""Decode-only batches on the GPU: padded to a batch-size bucket, replayed from CUDA graphs.
+
+A decode step of a small model is hundreds of tiny kernels; launched from Python each costs
+about 8 us, replayed from a graph under 1 us. The input batch pads a decode batch to its bucket
+itself (padded tokens write to slot -1, which the store skips) and writes it straight into the
+step buffer at the addresses the bucket's graph was captured on (runner/input_batch.py), so a
+step is one copy in, one gather of its block-table rows and one replay. With `enforce_eager` the same padded views run without
+graphs, so both modes compute exactly the same thing.
+
+Buckets: 1, 2, 4, 8, then every 16 up to 64, then every 32 (14 graphs for 256 sequences, not 20).
+Padding costs rows, not kernels. Small batches keep fine buckets; above 64 the matrix products
+already run in tiles of 64-128 rows, so a bucket 32 wide should add little work, and padded rows
+only attend to one slot. (Reasoning, not yet a measurement: decode_latency.py at a batch just
+past a bucket, e.g. 65 or 97, against the old buckets would confirm it on the H200.)
+Capture: largest bucket first, so smaller graphs reuse its memory pool. The first capture gets two
+warm-up forwards (they compile the Triton and fused kernels and create the library handles); every
+later bucket one, which still compiles whatever kernel variant its shape needs (split-KV count)
+before capture. Before: 20 buckets x (2 warm-ups + 1 capture) = 60 forwards (7.9 s cold, 2.9 s warm
+on the H200, benchmarks/results/cold_start_h200.json); now 14 x 2 + 1 = 29. `capture_seconds` and
+the log line give the time. Lazy capture on first use was not chosen: a cold bucket would stall a
+live decode step by a kernel compilation (seconds) in the middle of serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+from torch import nn
+
+from model_optimizer.runtime.layers.attention import AttentionMetadata, decode_num_splits
+from model_optimizer.runtime.runner.input_batch import InputBatch, StepInputs
+
+log = logging.getLogger(__name__)
+
+
+def bucket_sizes(max_num_seqs: int) -> list[int]:
+    sizes = [1, 2, 4, 8, 16, 32, 48, 64] + list(range(96, max_num_seqs + 1, 32))
+    return sorted({s for s in sizes if s <= max_num_seqs} | {max_num_seqs})
+
+
+def bucket_for(num_seqs: int, sizes: list[int]) -> int:
+    """The smallest bucket holding num_seqs sequences."""
+    return next(s for s in sizes if s >= num_seqs)
+
+
+class DecodeRunner:
+    """Runs decode-only batches padded to a bucket size: replayed from CUDA graphs, or eagerly (enforce_eager)."""
+
+    def __init__(
+        self, model: nn.Module, batch: InputBatch, max_num_seqs: int, num_kv_heads: int, use_graphs: bool = True
+    ) -> None:
+        self.model = model
+        self.batch = batch
+        self.use_graphs = use_graphs
+        self.sizes = bucket_sizes(max_num_seqs)
+        batch.pad_sizes = self.sizes  # from now on the input batch pads decode batches to these
+        self.inputs: dict[int, tuple[torch.Tensor, torch.Tensor, AttentionMetadata]] = {}
+        for size in self.sizes:
+            token_ids, positions, meta = batch.decode_views(size)
+            meta.num_splits = decode_num_splits(size, num_kv_heads, batch.max_model_len, batch.device)
+            self.inputs[size] = token_ids, positions, meta
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, torch.Tensor] = {}
+        self.capture_seconds = 0.0
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        start = time.perf_counter()
+        pool = None
+        for size in reversed(self.sizes):  # largest first, so smaller graphs reuse its memory
+            token_ids, positions, meta = self.inputs[size]
+            self.batch.decode_views(size)  # valid padding again: other buckets' views overlap these addresses
+            for _ in range(1 if pool is not None else 2):  # compile kernels and settle the allocator outside capture
+                self.model(token_ids, positions, meta)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self.outputs[size] = self.model(token_ids, positions, meta)
+            pool = graph.pool()
+            self.graphs[size] = graph
+        torch.cuda.synchronize()
+        self.capture_seconds = time.perf_counter() - start
+        log.info("captured CUDA graphs for decode batch sizes %s in %.2f s", self.sizes, self.capture_seconds)
+
+    def can_run(self, inputs: StepInputs) -> bool:
+        """A decode batch the input batch padded to one of these buckets."""
+        return inputs.attn.max_query_len == 1 and inputs.num_padded_seqs in self.inputs
+
+    def run(self, inputs: StepInputs) -> torch.Tensor:
+        """Replay (or run) the bucket of a padded decode batch; its inputs are already where the graph reads."""
+        size = inputs.num_padded_seqs
+        if not self.use_graphs:
+            token_ids, positions, meta = self.inputs[size]
+            return self.model(token_ids, positions, meta)[: inputs.num_seqs]
+        self.graphs[size].replay()
+        return self.outputs[size][: inputs.num_seqs]

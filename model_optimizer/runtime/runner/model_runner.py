@@ -1,0 +1,220 @@
+"""ModelRunner: owns the model, the KV-cache tensors and the sampler; executes one SchedulerOutput."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.device import pick_device
+from model_optimizer.runtime.distributed import broadcast, enable_one_shot_all_reduce, get_tp, min_over_ranks
+from model_optimizer.runtime.engine.kv_cache import check_kv_capacity
+from model_optimizer.runtime.engine.request import Logprob
+from model_optimizer.runtime.engine.scheduler_output import SchedulerOutput
+from model_optimizer.runtime.layers.attention import AttentionMetadata, bind_kv_caches
+from model_optimizer.runtime.layers.sampler import SampledTokens, Sampler
+from model_optimizer.runtime.models.loader import load_model
+from model_optimizer.runtime.runner.decode_runner import DecodeRunner
+from model_optimizer.runtime.runner.input_batch import InputBatch
+from model_optimizer.runtime.runner.step_handle import StepHandle
+
+log = logging.getLogger(__name__)
+startup_log = logging.getLogger("model_optimizer.startup")  # the phase lines llm.py starts and ends
+
+
+def _log_phase(name: str, since: float) -> float:
+    now = time.perf_counter()
+    startup_log.info("start-up: %s %.2f s", name, now - since)
+    return now
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, model_dir: str | Path) -> None:
+        self.config = config
+        phase = time.perf_counter()
+        self.device = pick_device(config.device)
+        self.memory_before_load = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
+        self.model = load_model(model_dir, config.dtype, self.device, config.load_format, config.quantization)
+        args = self.model.args
+        self.args = args
+        self.dtype = next(self.model.parameters()).dtype
+        self.max_model_len = config.max_model_len or args.max_position_embeddings
+        if self.max_model_len > args.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings ({args.max_position_embeddings})"
+            )
+        phase = _log_phase("weights", phase)
+        self.kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else self.dtype
+        self.tp = get_tp()
+        if self.tp.size > 1 and config.one_shot_all_reduce:  # decode-sized messages; prefill keeps NCCL
+            enable_one_shot_all_reduce(config.max_num_seqs * args.hidden_size, self.dtype, self.device)
+        self.num_kv_heads = self.model.local_num_kv_heads  # this rank's share under tensor parallelism
+        # every rank must hold every block the driver's one block pool hands out
+        self.num_kv_blocks = min_over_ranks(config.num_kv_blocks or self._num_blocks_for_budget())
+        check_kv_capacity(self.num_kv_blocks, config.block_size, self.max_model_len)  # before allocating it
+        phase = _log_phase("kv sizing", phase)  # on CUDA a profiling forward at the full token budget
+        shape = (2, self.num_kv_blocks, config.block_size, self.num_kv_heads, args.head_dim)
+        self.kv_caches = [torch.zeros(shape, dtype=self.kv_dtype, device=self.device) for _ in range(args.num_layers)]
+        log.info(
+            "KV cache: %d blocks of %d tokens (%d tokens) on %s",
+            self.num_kv_blocks,
+            config.block_size,
+            self.num_kv_blocks * config.block_size,
+            self.device,
+        )
+        phase = _log_phase("kv allocation", phase)
+        bind_kv_caches(self.model, self.kv_caches)  # once: the caches are no part of any step's metadata
+        self.batch = InputBatch(
+            config.max_num_seqs, self.max_model_len, config.block_size, self.device, config.max_num_batched_tokens
+        )
+        self.sampler = Sampler(self.device, config.seed)
+        self.decode_runner = None
+        if self.device.type == "cuda":
+            self._warm_up_kernels()
+            phase = _log_phase("warm-up", phase)  # Triton kernels for each prefill tile
+            self.decode_runner = DecodeRunner(
+                self.model,
+                self.batch,
+                config.max_num_seqs,
+                self.kv_caches[0].shape[3],
+                use_graphs=not config.enforce_eager,
+            )
+            if not config.enforce_eager:
+                self.decode_runner.capture()
+                _log_phase("graph capture", phase)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.args.vocab_size
+
+    def bytes_per_block(self) -> int:
+        a = self.args
+        element = torch.tensor([], dtype=self.kv_dtype).element_size()
+        return 2 * a.num_layers * self.config.block_size * self.num_kv_heads * a.head_dim * element
+
+    def _num_blocks_for_budget(self) -> int:
+        if self.device.type == "cuda":
+            budget = self._profile_free_gpu_memory()
+        else:
+            budget = self.config.kv_cache_memory
+        num_blocks = budget // self.bytes_per_block()
+        if num_blocks < 1:
+            raise ValueError(f"KV-cache budget of {budget} bytes holds no block of {self.bytes_per_block()} bytes")
+        return int(num_blocks)
+
+    def _profile_free_gpu_memory(self) -> int:
+        """Run a forward at the full token budget, then give the KV cache what utilization leaves.
+
+        `gpu_memory_utilization` is this engine's share of the whole GPU: its weights, its activation
+        peak and its KV cache. Memory of other engines in this process or other processes is left out
+        of that share, and the cache never takes more than what is actually free.
+        """
+        torch.cuda.synchronize(self.device)
+        others_here = self.memory_before_load
+        torch.cuda.reset_peak_memory_stats(self.device)
+        num_tokens = min(self.config.max_num_batched_tokens, self.max_model_len)
+        with torch.inference_mode():
+            token_ids = torch.zeros(num_tokens, dtype=torch.int64, device=self.device)
+            positions = torch.arange(num_tokens, device=self.device)
+            self.model.compute_logits(self._profile_forward(token_ids, positions)[-self.config.max_num_seqs :])
+        torch.cuda.synchronize(self.device)
+        own_peak = torch.cuda.max_memory_allocated(self.device) - others_here
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info(self.device)
+        share = int(total * self.config.gpu_memory_utilization) - own_peak
+        headroom = 256 << 20  # CUDA graphs, sampler temporaries
+        budget = min(share, free - headroom)
+        log.info(
+            "GPU memory: total %.1f GiB, this engine's peak %.2f GiB, free %.1f GiB, KV budget %.2f GiB",
+            total / 2**30,
+            own_peak / 2**30,
+            free / 2**30,
+            budget / 2**30,
+        )
+        return budget
+
+    def _profile_forward(
+        self, token_ids: torch.Tensor, positions: torch.Tensor, caches: list[torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """One prefill of `token_ids` into `caches` (default: a scratch cache just big enough)."""
+        a, bs = self.args, self.config.block_size
+        if caches is None:
+            num_blocks = -(-len(token_ids) // bs)
+            shape = (2, num_blocks, bs, self.num_kv_heads, a.head_dim)
+            caches = [torch.zeros(shape, dtype=self.kv_dtype, device=self.device)] * a.num_layers
+        meta = AttentionMetadata.for_prefill([len(token_ids)], bs, caches, self.device)
+        return self.model(token_ids, positions, meta)
+
+    @torch.inference_mode()
+    def _warm_up_kernels(self) -> None:
+        """Compile the Triton and fused kernels for every prefill tile size before serving,
+        so the first long prompt does not pay seconds of JIT compilation.
+
+        The prefills write into the first blocks of the real caches (zeroed again after): Triton
+        specialises a kernel on its integer arguments' type, and a real fp8 cache's plane stride
+        passes 2**31 where a small scratch cache's does not, so warming on a scratch cache left two
+        ~1 s compilations inside the first requests (H200, Qwen3-0.6B, fp8 cache: profile_step.py)."""
+        length, bs = 2, self.config.block_size
+        while length <= min(128, self.max_model_len):
+            num_blocks = -(-length // bs)
+            caches = [cache[:, :num_blocks] for cache in self.kv_caches]  # the real strides
+            tokens = torch.ones(length, dtype=torch.int64, device=self.device)
+            self._profile_forward(tokens, torch.arange(length, device=self.device), caches)
+            length *= 2
+        for cache in self.kv_caches:
+            cache[:, : -(-min(128, self.max_model_len) // bs)].zero_()
+        torch.cuda.synchronize(self.device)
+
+    @torch.inference_mode()
+    def launch(self, out: SchedulerOutput, pending: StepHandle | None = None) -> StepHandle:
+        """Queue one step on the device: forward, logits, sampling, and the copy of the ids back.
+
+        `pending` is the step still in flight (not collected): inputs whose token it sampled read that
+        token from its ids on the device, so nothing here waits for the device. The engine collects it
+        first when a sampling request needs its full history on the host (penalties); see engine.py.
+        """
+        self.batch.update(out)
+        inputs = self.batch.prepare(out, pending.pending_for_next() if pending is not None else {})
+        if len(inputs.pending_dst):
+            inputs.token_ids[inputs.pending_dst] = pending.sampled.token_ids[inputs.pending_src]  # type: ignore[union-attr]
+        if self.decode_runner is not None and self.decode_runner.can_run(inputs):
+            hidden = self.decode_runner.run(inputs)  # padded to a bucket, already where its graph reads
+        else:
+            hidden = self.model(inputs.token_ids, inputs.positions, inputs.attn)
+        if not inputs.sample_states:
+            return StepHandle(inputs.sample_states, [], None)
+        logits = self.model.compute_logits(hidden[inputs.sample_rows])
+        batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
+        sampled = self.sampler.sample(logits, batch) if self.tp.rank == 0 else None
+        if self.tp.size > 1:  # the other ranks' next step reads these ids as its pending tokens
+            sampled = self._share_sampled(sampled, len(batch))
+        return StepHandle.start(inputs.sample_states, batch, sampled)
+
+    def _share_sampled(self, sampled: SampledTokens | None, num_rows: int) -> SampledTokens:
+        """Rank 0's sampled ids on every rank (a broadcast on the device, no host sync); rank 0 alone samples,
+        so seeded and greedy sampling are those of one device, and its sampler state is the only one."""
+        if sampled is not None:
+            broadcast(sampled.token_ids.contiguous(), src=0)  # the source is only read: a copy is fine
+            return sampled
+        token_ids = broadcast(torch.empty(num_rows, dtype=torch.int64, device=self.device), src=0)
+        return SampledTokens(token_ids, torch.ones(num_rows, dtype=torch.bool, device=self.device))
+
+    def collect(self, handle: StepHandle) -> dict[str, tuple[int, Logprob | None]]:
+        """Wait for a launched step's sampled ids; record them in the runner's request states. Once per handle.
+
+        A request whose logits were NaN/inf gets NONFINITE_TOKEN; its state keeps a valid placeholder
+        id (the engine finishes it, and a step already launched may still read its history)."""
+        token_ids = handle.wait()
+        if self.tp.rank != 0:  # only rank 0 reports; the others keep their request states in step
+            for state, token_id in zip(handle.states, token_ids):
+                state.output_token_ids.append(token_id)
+            return {}
+        results = Sampler.results(token_ids, handle.sampled.logprobs if handle.sampled else None, handle.batch)
+        for state, token_id in zip(handle.states, token_ids):
+            state.output_token_ids.append(max(token_id, 0))
+        if handle.sampled is not None:
+            handle.sampled.logprobs = None  # read once: free it
+        return {s.request_id: r for s, r in zip(handle.states, results)}

@@ -1,0 +1,171 @@
+"""SamplingParams: how one request picks its tokens and when it stops.
+
+Validated on construction: a bad value raises ValueError saying what is allowed.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+MAX_LOGPROBS = 20
+
+
+class RequestOutputKind(enum.Enum):
+    """What each RequestOutput of a request holds (SamplingParams.output_kind).
+
+    CUMULATIVE: everything so far (text, token ids, logprobs grow until finish_reason is set).
+    DELTA: only what is new since the request's previous output; finish_reason on each completion's
+    last delta. `outputs` then holds only the completions with something new (tokens or their finish),
+    so with n > 1 a completion's index says which it is. Streaming servers use it: nothing is copied
+    or sliced twice, whatever the output length.
+    FINAL_ONLY: one output when the request (all n completions) has finished, cumulative.
+    """
+
+    CUMULATIVE = "cumulative"
+    DELTA = "delta"
+    FINAL_ONLY = "final_only"
+
+
+@dataclass
+class SamplingParams:
+    """Per-request sampling and stopping settings, named as in vLLM and the OpenAI API."""
+
+    n: int = 1
+    """Completions to return for the prompt; they share the prompt's KV-cache blocks."""
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy."""
+    top_p: float = 1.0
+    """Keep the smallest set of tokens whose probability adds up to top_p."""
+    top_k: int = 0
+    """Keep the k most likely tokens; 0 or -1 keeps all."""
+    min_p: float = 0.0
+    """Drop tokens less likely than min_p times the most likely one."""
+    repetition_penalty: float = 1.0
+    """Divide positive logits (multiply negative ones) of tokens seen in prompt or output; 1 is off."""
+    presence_penalty: float = 0.0
+    """Subtract from the logit of every token already generated."""
+    frequency_penalty: float = 0.0
+    """Subtract, times its count, from the logit of every token already generated."""
+    seed: int | None = None
+    """Seed of this request's own random generator: the same seed gives the same output."""
+    max_tokens: int | None = 16
+    """Most tokens to generate; None means up to the model's context length."""
+    min_tokens: int = 0
+    """Tokens to generate before EOS or stop token ids may end the request."""
+    stop: list[str] = field(default_factory=list)
+    """Strings that end the output; they are cut from the text."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """Token ids that end the output (kept in the token ids, not in the text)."""
+    include_stop_str_in_output: bool = False
+    """Keep the matched stop string at the end of the text."""
+    ignore_eos: bool = False
+    """Keep generating past the end-of-sequence token."""
+    logprobs: int | None = None
+    """Return this many most likely tokens' log-probabilities at each step (plus the chosen one)."""
+    prompt_logprobs: int | None = None
+    """Return log-probabilities for the prompt tokens as well (not supported yet: must be None)."""
+    skip_special_tokens: bool = True
+    """Leave special tokens out of the text."""
+    detokenize: bool = True
+    """Produce text; off, outputs carry token ids only (and stop strings cannot be used)."""
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    """What each output holds: all so far (CUMULATIVE), only what is new (DELTA, for streaming), or one
+    output when the request has finished (FINAL_ONLY)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        _require(
+            isinstance(self.stop, (list, tuple)),
+            f"stop must be a string or a list of non-empty strings, got {self.stop!r}",
+        )
+        _require(
+            isinstance(self.stop_token_ids, (list, tuple)),
+            f"stop_token_ids must be a list of non-negative integers, got {self.stop_token_ids!r}",
+        )
+        self.stop = list(self.stop)
+        self.stop_token_ids = list(self.stop_token_ids)
+        if _is_int(self.top_k) and self.top_k == -1:
+            self.top_k = 0
+        self._validate()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < 1e-5
+
+    @property
+    def needs_history(self) -> bool:
+        """Whether sampling reads the tokens generated so far (penalties)."""
+        return self.repetition_penalty != 1.0 or bool(self.presence_penalty) or bool(self.frequency_penalty)
+
+    def clone(self, **changes: object) -> SamplingParams:
+        return replace(self, **changes)
+
+    def _validate(self) -> None:
+        # type checks come first and in the same condition as the range, so that a wrong type
+        # (a JSON "hot" or true) is a ValueError with the allowed range, never a TypeError
+        _require(_is_int(self.n) and self.n >= 1, f"n must be an integer >= 1, got {self.n!r}")
+        _require(_in(self.temperature, 0.0, 100.0), f"temperature must be in [0, 100], got {self.temperature!r}")
+        _require(_in(self.top_p, 0.0, 1.0) and self.top_p > 0, f"top_p must be in (0, 1], got {self.top_p!r}")
+        _require(
+            _is_int(self.top_k) and self.top_k >= 0, f"top_k must be -1, 0 or a positive integer, got {self.top_k!r}"
+        )
+        _require(_in(self.min_p, 0.0, 1.0), f"min_p must be in [0, 1], got {self.min_p!r}")
+        _require(
+            _in(self.repetition_penalty, 0.0, 10.0) and self.repetition_penalty > 0,
+            f"repetition_penalty must be in (0, 10], got {self.repetition_penalty!r}",
+        )
+        _require(
+            _in(self.presence_penalty, -2.0, 2.0), f"presence_penalty must be in [-2, 2], got {self.presence_penalty!r}"
+        )
+        _require(
+            _in(self.frequency_penalty, -2.0, 2.0),
+            f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty!r}",
+        )
+        _require(self.seed is None or _is_int(self.seed), f"seed must be an integer or None, got {self.seed!r}")
+        _require(
+            self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1),
+            f"max_tokens must be an integer >= 1 or None, got {self.max_tokens!r}",
+        )
+        _require(
+            _is_int(self.min_tokens) and self.min_tokens >= 0,
+            f"min_tokens must be an integer >= 0, got {self.min_tokens!r}",
+        )
+        for name in ("include_stop_str_in_output", "ignore_eos", "skip_special_tokens", "detokenize"):
+            _require(
+                isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}"
+            )
+        _require(
+            self.max_tokens is None or self.min_tokens <= self.max_tokens,
+            f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})",
+        )
+        _require(all(isinstance(s, str) and s for s in self.stop), "stop must be a list of non-empty strings")
+        _require(
+            all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
+            "stop_token_ids must be a list of non-negative integers",
+        )
+        _require(
+            self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS),
+            f"logprobs must be an integer in [0, {MAX_LOGPROBS}] or None, got {self.logprobs!r}",
+        )
+        _require(
+            isinstance(self.output_kind, RequestOutputKind),
+            f"output_kind must be a RequestOutputKind (cumulative, delta, final_only), got {self.output_kind!r}",
+        )
+        _require(self.detokenize or not self.stop, "stop strings need detokenize=True")
+        _require(self.prompt_logprobs is None, "prompt_logprobs is not supported yet; leave it unset")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not 1 here
+
+
+def _in(value: object, low: float, high: float) -> bool:
+    """A real number (int or float, not bool) in [low, high]; NaN is not."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)

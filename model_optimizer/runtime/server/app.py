@@ -1,0 +1,262 @@
+"""create_app(config): the FastAPI application of `mopt serve`.
+
+The model is loaded (and warmed up) before the app exists: `mopt serve` binds its port only once
+the model can answer, so /health never says healthy about a model that is not there, and a
+configuration error (unsupported architecture, KV cache too small, a chat template that does not
+render) is a clear message and exit code 2 before anything listens. Pass `llm=` (or `embedder=`)
+to serve a model that is already built (tests, embedding the server in Python). An embedding model
+(a sentence-transformers folder with modules.json, or an encoder such as BERT) is served by an
+Embedder on /v1/embeddings only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
+
+from model_optimizer import __version__
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.engine.async_engine import AsyncEngine
+from model_optimizer.runtime.sampling_params import SamplingParams
+from model_optimizer.runtime.server.config import ServerConfig
+from model_optimizer.runtime.server.errors import install_error_handlers
+from model_optimizer.runtime.server.guard import GuardMiddleware
+from model_optimizer.runtime.server.metrics import HTTPMetricsMiddleware
+from model_optimizer.runtime.server.routes import chat, completions, embeddings, pause, system, tokenize
+from model_optimizer.runtime.server.state import ServedModel, ServerState
+from model_optimizer.runtime.server.stats_log import start_stats_logging
+from model_optimizer.runtime.server.token_bound import token_bound
+
+if TYPE_CHECKING:
+    from model_optimizer.runtime.llm import LLM
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(
+    config: ServerConfig, engine_config: EngineConfig | None = None, llm: LLM | None = None, embedder: Any = None
+) -> FastAPI:
+    quiet_transformers()
+    engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
+    chat_template = _read_template(config.chat_template) if config.chat_template else None  # a typo fails at once
+    if llm is None and embedder is None:
+        llm, embedder = load_model(engine_config)
+    if chat_template:
+        check_template(chat_template, config.chat_template, llm.tokenizer if llm is not None else None)
+    model = served_model(config.served_model_name or _default_name(engine_config, llm or embedder), llm, embedder)
+    state = ServerState(
+        config=config,
+        engine_config=engine_config,
+        model=model,
+        llm=llm,
+        embedder=embedder,
+        chat_template=chat_template,
+    )
+    if llm is not None:
+        from model_optimizer.runtime.llm import generation_defaults
+
+        state.sampling_defaults = generation_defaults(llm.model_dir)  # ValueError for a broken file: exit 2
+        if llm.tokenizer is not None:
+            state.token_bound = token_bound(llm.tokenizer)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        loop = asyncio.get_running_loop()
+        if state.llm is not None:
+            _engine_ready(state, state.llm, loop)
+        else:
+            _embedder_ready(state)
+        stats_task = start_stats_logging(state, config.log_interval)
+        yield
+        if stats_task is not None:
+            stats_task.cancel()
+        if state.engine is not None:
+            state.engine.stop()
+        state.executor.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="Model-Optimizer OpenAI-compatible server", version=__version__, lifespan=lifespan)
+    app.state.server = state
+    install_error_handlers(app)
+    for module in (system, completions, chat, embeddings, tokenize):
+        app.include_router(module.router)
+    if config.enable_pause:
+        app.include_router(pause.router)
+    app.add_middleware(GuardMiddleware, state=state)
+    if config.allowed_origins:  # outside the guard: preflights are answered before the API-key check
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=config.allowed_origins,
+            allow_methods=config.allowed_methods or ["*"],
+            allow_headers=config.allowed_headers or ["*"],  # any by default: SDKs add their own (x-stainless-*)
+            max_age=600,
+        )
+    app.add_middleware(HTTPMetricsMiddleware, metrics=state.metrics)  # outermost: counts the guard's refusals
+    return app
+
+
+def quiet_transformers() -> None:
+    """Errors only from transformers: its warnings (a text longer than the tokenizer's model_max_length,
+    which the server refuses itself with a 400) would reach stderr outside our log format. Not imported
+    for this: a model with a tokenizer.json never needs it, and the import costs seconds of start-up."""
+    if "transformers" not in sys.modules:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read by transformers when it is imported
+        return
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+
+
+def _default_name(engine_config: EngineConfig, model: Any) -> str:
+    """The model folder's name (the built-in default's when no --model was given)."""
+    from model_optimizer.runtime.llm import resolve_model_dir
+
+    if model is not None:
+        return Path(model.model_dir).resolve().name
+    return resolve_model_dir(engine_config.model).resolve().name or str(engine_config.model)
+
+
+def _read_template(path: str) -> str:
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"chat template file {file} does not exist")
+    return file.read_text()
+
+
+def load_model(config: EngineConfig) -> tuple[Any, Any]:
+    """(LLM, None) or (None, Embedder), loaded and warmed up; logs what was loaded and how long it took."""
+    from model_optimizer.runtime.llm import LLM, resolve_model_dir
+
+    start = time.perf_counter()
+    model_dir = resolve_model_dir(config.model)
+    if is_embedding_model(model_dir):
+        from model_optimizer.runtime.embed import EmbedConfig, Embedder
+        from model_optimizer.runtime.embed.config import refuse_load_time_quantization
+
+        refuse_load_time_quantization(config.quantization, model_dir)
+        embedder = Embedder(model_dir, **vars(EmbedConfig.from_engine(config)))
+        embedder.embed(["warm-up"])
+        _log_loaded(model_dir, embedder.backbone.model, time.perf_counter() - start)
+        return None, embedder
+    fields = {k: v for k, v in vars(config).items() if k != "model"}
+    llm = LLM(config.model, **fields)
+    llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, temperature=0.0))  # warm-up
+    if llm.config.tensor_parallel_size > 1:  # the weights live in the worker processes
+        logger.info(
+            "loaded model %s on %d tensor-parallel workers in %.1f s",
+            model_dir.resolve(),
+            llm.config.tensor_parallel_size,
+            time.perf_counter() - start,
+        )
+    else:
+        _log_loaded(model_dir, llm.runner.model, time.perf_counter() - start)
+    return llm, None
+
+
+def _log_loaded(model_dir: Path, model: Any, seconds: float) -> None:
+    params = list(model.parameters())
+    num_params = sum(p.numel() for p in params)
+    dtype = str(params[0].dtype).removeprefix("torch.") if params else "?"
+    logger.info(
+        "loaded model %s: %s, %s parameters (%.2f B), in %.1f s",
+        model_dir.resolve(),
+        dtype,
+        f"{num_params:,}",
+        num_params / 1e9,
+        seconds,
+    )
+
+
+SAMPLE_CONVERSATION = [{"role": "user", "content": "Hello"}]
+"""One user turn: every template must take it (some refuse a system turn, or turns out of order)."""
+
+
+def check_template(template: str, path: str | None, tokenizer: Any) -> None:
+    """Render the chat template once on a sample conversation, so a broken one stops the start-up."""
+    try:
+        if tokenizer is not None:
+            text = tokenizer.apply_chat_template(
+                SAMPLE_CONVERSATION, chat_template=template, tokenize=False, add_generation_prompt=True
+            )
+        else:
+            import jinja2
+
+            text = (
+                jinja2.Environment()
+                .from_string(template)
+                .render(messages=SAMPLE_CONVERSATION, add_generation_prompt=True)
+            )
+    except Exception as exc:  # noqa: BLE001 - any failure of the template is the template's fault
+        raise ValueError(
+            f"chat template {path} does not render a sample conversation: {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"chat template {path} renders a sample conversation as empty text")
+
+
+def is_embedding_model(model_dir: Path) -> bool:
+    """A sentence-transformers folder (modules.json) or an encoder architecture such as BERT."""
+    from model_optimizer.runtime.models.bert import ENCODER_ARCHITECTURES
+    from model_optimizer.runtime.models.model_config import read_config
+
+    if (model_dir / "modules.json").is_file():
+        return True
+    architecture = (read_config(model_dir).get("architectures") or [""])[0]
+    return architecture in ENCODER_ARCHITECTURES
+
+
+def served_model(name: str, llm: LLM | None, embedder: Any) -> ServedModel:
+    """What routes need to know about the model, read once (no chains into the engine at request time)."""
+    if llm is not None:
+        info = llm.engine.info
+        return ServedModel(
+            name=name,
+            model_dir=Path(llm.model_dir),
+            max_model_len=info.max_model_len,
+            generates=True,
+            vocab_size=info.vocab_size,
+            tokenizer=llm.tokenizer,
+        )
+    return ServedModel(
+        name=name, model_dir=Path(embedder.model_dir), max_model_len=embedder.max_seq_length, generates=False
+    )
+
+
+def _embedder_ready(state: ServerState) -> None:
+    state.ready = True
+    logger.info("serving embeddings of %s", state.model.name)
+
+
+def _engine_ready(state: ServerState, llm: LLM, loop: asyncio.AbstractEventLoop) -> None:
+    state.engine = AsyncEngine(llm.engine, on_fatal=lambda exc: _fatal(state, exc))
+    state.engine.start(loop)
+    watch = getattr(llm.runner, "on_worker_death", None)
+    if watch is not None:  # tensor parallel: a worker that dies while the engine idles fails it at once
+        watch(state.engine.fail)
+    state.ready = True
+    logger.info("serving %s (max_model_len %d)", state.model.name, state.model.max_model_len)
+    bound = state.token_bound
+    if bound is not None:
+        worse = (
+            f" ({bound.max_chars_per_token} in text not in {bound.normal_form})" if bound.normalizer_factor > 1 else ""
+        )
+        logger.info(
+            "text prompts that cannot fit are refused before tokenizing: a token stands for at most %d characters%s",
+            bound.longest_token,
+            worse,
+        )
+
+
+def _fatal(state: ServerState, exc: BaseException) -> None:
+    if state.engine is None:
+        state.load_error = exc
+    for hook in state.fatal_hooks:
+        hook(exc)

@@ -1,0 +1,32 @@
+"""API-key check: deny by default, constant-time comparison.
+
+Only exact public paths (/health, /ready, /metrics unless --metrics-auth) skip the key; every other path (unknown ones, `//v1/models`, `/V1/models`,
+`/v1/models/`, percent-encoded variants) needs it, so no spelling of a route gets around it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from model_optimizer.runtime.server.config import ServerConfig
+
+
+def is_public(path: str, config: ServerConfig) -> bool:
+    """/health and /ready are for orchestrator probes, which carry no key; /metrics unless --metrics-auth."""
+    if path in ("/health", "/ready"):
+        return True
+    return path == "/metrics" and not config.metrics_auth
+
+
+def authorized(headers: list[tuple[bytes, bytes]], api_key: str) -> bool:
+    """True when an `Authorization: Bearer <key>` header holds the key (compared in constant time)."""
+    expected = hashlib.sha256(api_key.encode()).digest()
+    ok = False
+    for name, value in headers:
+        if name.lower() != b"authorization":
+            continue
+        scheme, _, token = value.partition(b" ")
+        given = hashlib.sha256(token.strip()).digest()
+        ok |= scheme.lower() == b"bearer" and hmac.compare_digest(given, expected)
+    return ok

@@ -1,0 +1,156 @@
+"""ServerConfig: every `mopt serve` setting that is not an engine setting.
+
+Each field's docstring is also its CLI help (see model_optimizer/cli/args.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from model_optimizer.runtime.config import check_positive
+
+API_KEY_ENV = "MOPT_API_KEY"
+
+
+@dataclass
+class ServerConfig:
+    """How the OpenAI-compatible server listens, authenticates and protects itself."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on (0.0.0.0 for every interface)."""
+
+    port: int = 8000
+    """TCP port to listen on (0 lets the OS pick a free one)."""
+
+    api_key: str | None = None
+    """Require `Authorization: Bearer KEY` on every route but /health, /ready (and /metrics unless --metrics-auth). Also read from MOPT_API_KEY."""
+
+    served_model_name: str | None = None
+    """Model name clients send and /v1/models lists. Empty: the model folder's name."""
+
+    chat_template: str | None = None
+    """Jinja chat template file overriding the tokenizer's own."""
+
+    max_queued_requests: int = 1024
+    """Requests that may wait beyond the max_num_seqs the engine runs at once; past that, 503 with Retry-After."""
+
+    metrics_auth: bool = False
+    """Require the API key on /metrics as well."""
+
+    shutdown_timeout: float = 30.0
+    """Seconds SIGTERM waits for in-flight requests to finish (new ones get 503) before aborting them."""
+
+    max_n: int = 16
+    """Largest n (completions per prompt) a request may ask for."""
+
+    max_logprobs: int = 20
+    """Largest logprobs / top_logprobs a request may ask for (at most 20)."""
+
+    max_stop_strings: int = 16
+    """Most stop strings in one request."""
+
+    max_stop_string_length: int = 256
+    """Longest stop string, in characters."""
+
+    max_prompts: int = 64
+    """Most prompts in one /v1/completions request."""
+
+    max_embedding_inputs: int = 2048
+    """Most inputs in one /v1/embeddings request."""
+
+    max_tokens_limit: int | None = None
+    """Largest max_tokens a request may ask for; also caps the default (remaining context). Empty: no cap."""
+
+    max_body_bytes: int = 8 << 20
+    """Largest request body in bytes; bigger bodies get 413 before they are parsed."""
+
+    max_header_bytes: int = 16 << 10
+    """Largest request line plus headers in bytes; bigger requests are refused."""
+
+    log_level: str = "info"
+    """Log level of the server and uvicorn (one format for both): critical, error, warning, info, debug."""
+
+    log_interval: float = 10.0
+    """Seconds between engine stats lines (throughput, running/waiting, KV cache, prefix cache), logged only when busy; 0 turns them off."""
+
+    enable_pause: bool = False
+    """Serve POST /pause, POST /resume and GET /is_paused: hold the engine between steps (running requests stay, new ones queue) and let it go on, e.g. around a weight update. They need the API key when one is set; off by default, as whoever reaches them can stop generation."""
+
+    allowed_origins: list[str] | None = None
+    """Browser origins allowed to call the API (CORS), e.g. https://app.example,https://b.example or '["*"]'. Empty: no CORS headers."""
+
+    allowed_headers: list[str] | None = None
+    """Request headers a browser may send cross-origin (with --allowed-origins), e.g. Authorization,Content-Type. Empty: any header, as vLLM (the OpenAI JS SDK sends x-stainless-* headers)."""
+
+    allowed_methods: list[str] | None = None
+    """HTTP methods a browser may use cross-origin (with --allowed-origins), e.g. GET,POST. Empty: any method, as vLLM."""
+
+    def __post_init__(self) -> None:
+        check_positive(
+            self,
+            "max_queued_requests",
+            "max_n",
+            "max_stop_strings",
+            "max_stop_string_length",
+            "max_prompts",
+            "max_embedding_inputs",
+            "max_body_bytes",
+            "max_header_bytes",
+        )
+        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port!r}")
+        if not 0 <= self.max_logprobs <= 20:
+            raise ValueError(f"max_logprobs must be in [0, 20], got {self.max_logprobs}")
+        if self.max_tokens_limit is not None and self.max_tokens_limit <= 0:
+            raise ValueError(f"max_tokens_limit must be a positive integer, got {self.max_tokens_limit}")
+        if self.shutdown_timeout < 0:
+            raise ValueError(f"shutdown_timeout must be >= 0 seconds, got {self.shutdown_timeout}")
+        if self.api_key == "":
+            self.api_key = None
+        if self.log_interval < 0:
+            raise ValueError(f"log_interval must be >= 0 seconds (0 turns the stats line off), got {self.log_interval}")
+        self.allowed_origins = _origins(self.allowed_origins)
+        self.allowed_headers = _names(self.allowed_headers, "allowed_headers", _is_header_name)
+        self.allowed_methods = _names(self.allowed_methods, "allowed_methods", lambda m: m.upper() in HTTP_METHODS)
+        if self.allowed_methods:
+            self.allowed_methods = [m.upper() for m in self.allowed_methods]
+
+
+HTTP_METHODS = {"*", "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _is_header_name(name: str) -> bool:
+    return bool(_HEADER_NAME.fullmatch(name))
+
+
+def _str_list(value: str | list[str] | None) -> list[str] | None:
+    """A list, a JSON list or a comma-separated string (the CLI flag) -> a list, or None when empty."""
+    if isinstance(value, str):
+        text = value.strip()
+        value = json.loads(text) if text.startswith("[") else [o.strip() for o in text.split(",") if o.strip()]
+    return value or None
+
+
+def _names(value: str | list[str] | None, field: str, valid: Callable[[str], bool]) -> list[str] | None:
+    """Header names or methods for CORS, each checked; None (CORS allows any) when empty."""
+    value = _str_list(value)
+    for item in value or []:
+        if not isinstance(item, str) or not valid(item):
+            what = "'*' or header names such as Content-Type" if field == "allowed_headers" else "'*' or GET, POST, ..."
+            raise ValueError(f"{field} must be {what}, got {item!r}")
+    return value
+
+
+def _origins(value: str | list[str] | None) -> list[str] | None:
+    """Origins from a list or the CLI flag's string, or None."""
+    value = _str_list(value)
+    if not value:
+        return None
+    for origin in value:
+        if not isinstance(origin, str) or not (origin == "*" or origin.startswith(("http://", "https://"))):
+            raise ValueError(f"allowed_origins must be '*' or origins such as https://app.example, got {origin!r}")
+    return [origin.rstrip("/") for origin in value]

@@ -1,0 +1,106 @@
+"""GuardMiddleware: everything checked before a route runs, as plain ASGI.
+
+Order: header size (431; uvicorn's h11 limit only covers headers that arrive in pieces), API key (401), then body size (413, from Content-Length and while reading, before any
+parsing), then content type (415) and UTF-8 (400). The body read here is replayed to the app;
+later `receive()` calls go to the client, so routes can still notice a disconnect.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from model_optimizer.runtime.server.auth import authorized, is_public
+from model_optimizer.runtime.server.errors import error_response
+from model_optimizer.runtime.server.state import ServerState
+
+BODY_METHODS = {"POST", "PUT", "PATCH"}
+
+
+class GuardMiddleware:
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        config = self.state.config
+        headers = scope["headers"]
+        header_bytes = len(scope.get("raw_path") or b"") + len(scope.get("query_string", b""))
+        header_bytes += sum(len(k) + len(v) + 4 for k, v in headers)
+        if header_bytes > config.max_header_bytes:
+            response = error_response(
+                431, f"request line and headers exceed {config.max_header_bytes} bytes", headers={"Connection": "close"}
+            )
+            await response(scope, receive, send)
+            return
+        if config.api_key and not is_public(scope["path"], config) and not authorized(headers, config.api_key):
+            response = error_response(
+                401,
+                "missing or invalid API key (send Authorization: Bearer KEY)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            await response(scope, receive, send)
+            return
+        if scope["method"] not in BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        problem, body = await self._read_body(scope, receive)
+        if problem is not None:
+            await problem(scope, receive, send)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read_body(self, scope: Scope, receive: Receive):
+        """(error response or None, body bytes)."""
+        limit = self.state.config.max_body_bytes
+        length = _header(scope, b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return _too_large(limit, length), b""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return error_response(400, "client disconnected"), b""
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return _too_large(limit, None), b""
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        content_type = (_header(scope, b"content-type") or "").split(";")[0].strip().lower()
+        if body and content_type != "application/json":
+            return error_response(415, "send the body as JSON with Content-Type: application/json"), b""
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return error_response(400, f"the body is not valid UTF-8 (bad byte at offset {exc.start})"), b""
+        return None, body
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _too_large(limit: int, length: str | None):
+    size = f" ({length[:20]} bytes)" if length and length.isdigit() else ""
+    return error_response(413, f"request body too large{size}: at most {limit} bytes", headers={"Connection": "close"})
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

@@ -1,0 +1,170 @@
+"""Request inputs to token ids, off the event loop: plain prompts, token-id prompts, chat messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from model_optimizer.runtime.server.errors import APIError, clip
+from model_optimizer.runtime.server.protocol import ChatMessage
+from model_optimizer.runtime.server.state import ServerState
+
+# apply_chat_template's own arguments: chat_template_kwargs may not override them
+RESERVED_TEMPLATE_KWARGS = {
+    "conversation",
+    "tools",
+    "documents",
+    "chat_template",
+    "add_generation_prompt",
+    "continue_final_message",
+    "tokenize",
+    "padding",
+    "truncation",
+    "max_length",
+    "return_tensors",
+    "return_dict",
+    "return_assistant_tokens_mask",
+    "tokenizer_kwargs",
+    "processor_kwargs",
+}
+
+
+@dataclass
+class Prompt:
+    """One prompt ready for the engine."""
+
+    token_ids: list[int]
+    text: str | None = None
+    """The prompt as text when it was given as text (used by echo)."""
+
+
+def prompt_list(prompt: str | list) -> list[str | list[int]]:
+    """OpenAI's four prompt shapes -> a list of prompts, each text or token ids."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if not prompt:
+        raise APIError(400, "prompt is empty: give a string, a list of strings or token ids", "prompt")
+    if all(isinstance(p, int) for p in prompt):
+        return [list(prompt)]
+    return list(prompt)
+
+
+async def tokenize_prompts(state: ServerState, prompts: list[str | list[int]]) -> list[Prompt]:
+    if len(prompts) > state.config.max_prompts:
+        raise APIError(400, f"got {len(prompts)} prompts; at most {state.config.max_prompts} per request", "prompt")
+    out = []
+    for prompt in prompts:
+        if isinstance(prompt, str):
+            out.append(Prompt(await encode(state, prompt, True), prompt))
+        else:
+            out.append(Prompt(check_token_ids(state, prompt)))
+    return out
+
+
+def check_token_ids(state: ServerState, token_ids: list[int]) -> list[int]:
+    if not token_ids:
+        raise APIError(400, "prompt is empty: give at least one token", "prompt")
+    vocab_size = state.model.vocab_size
+    bad = next((t for t in token_ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise APIError(400, f"prompt token id {bad} is outside the vocabulary [0, {vocab_size})", "prompt")
+    return list(token_ids)
+
+
+NO_TOKENIZER = "this model has no tokenizer: send the prompt as token ids (a list of integers)"
+
+
+async def encode(
+    state: ServerState, text: str, add_special_tokens: bool, param: str = "prompt", allow_empty: bool = False
+) -> list[int]:
+    tokenizer = state.model.tokenizer
+    if tokenizer is None:
+        raise APIError(400, NO_TOKENIZER, param)
+    _check_utf8(text)
+    check_text_fits(state, text, param)
+    token_ids = await state.run_blocking(lambda: list(tokenizer.encode(text, add_special_tokens=add_special_tokens)))
+    if not token_ids and not allow_empty:
+        raise APIError(400, "prompt is empty: give at least one token", "prompt")
+    return token_ids
+
+
+def check_text_fits(state: ServerState, text: str, param: str) -> None:
+    """Refuse a text that cannot fit max_model_len by its length alone, before tokenizing it (seconds for MBs)."""
+    bound = state.token_bound
+    if bound is None:
+        return
+    fewest, max_model_len = bound.min_tokens(text), state.model.max_model_len
+    if fewest >= max_model_len:
+        raise APIError(
+            400,
+            f"the prompt has {len(text)} characters, so at least {fewest} tokens (no token of this tokenizer "
+            f"stands for more than {bound.longest_token} characters), but max_model_len is {max_model_len} "
+            "(prompt plus at least one output token)",
+            param,
+        )
+
+
+def _check_utf8(text: str) -> None:
+    """JSON may carry lone surrogates (\\ud800) that are not text; refuse them before the tokenizer does."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise APIError(400, f"input is not valid Unicode text (lone surrogate at position {exc.start})") from None
+
+
+def message_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
+    out = []
+    for message in messages:
+        content = message.content
+        if isinstance(content, list):
+            content = "\n".join(part.text for part in content)
+        item = {"role": message.role, "content": content or ""}
+        if message.name:
+            item["name"] = message.name
+        _check_utf8(item["role"] + item["content"] + item.get("name", ""))
+        out.append(item)
+    return out
+
+
+async def chat_prompt(
+    state: ServerState,
+    messages: list[ChatMessage],
+    add_generation_prompt: bool,
+    template_kwargs: dict[str, Any] | None,
+    add_special_tokens: bool = False,
+) -> Prompt:
+    """Render messages through the chat template (--chat-template or the tokenizer's) and tokenize."""
+    tokenizer = state.model.tokenizer
+    if tokenizer is None:
+        raise APIError(
+            400,
+            "this model has no tokenizer, so chat messages cannot be rendered: use /v1/completions with token ids",
+            "messages",
+        )
+    template = state.chat_template or getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise APIError(
+            400,
+            "this model's tokenizer has no chat template; use /v1/completions, "
+            "or start the server with --chat-template FILE",
+            "messages",
+        )
+    conversation = message_dicts(messages)
+    extra = {
+        k: v
+        for k, v in (template_kwargs or {}).items()
+        if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool))
+    }
+
+    def render() -> str:
+        return tokenizer.apply_chat_template(
+            conversation, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
+        )
+
+    try:
+        text = await state.run_blocking(render)
+    except Exception as exc:  # noqa: BLE001 - a template error is caused by the messages the client sent
+        raise APIError(400, f"the chat template failed on these messages: {clip(str(exc), 300)}", "messages") from None
+    if not isinstance(text, str):
+        raise APIError(400, "the chat template did not produce text", "messages")
+    return Prompt(await encode(state, text, add_special_tokens, "messages"), text)

@@ -1,0 +1,50 @@
+"""POST /pause, POST /resume, GET /is_paused (served with --enable-pause): hold generation without dropping requests.
+
+Paused, the engine runs no step; requests already running keep their KV blocks and resume where they
+stopped, new requests are admitted and queued, aborts (a client leaving, a drain timing out) still
+free their blocks, and SIGTERM still drains. /pause returns once no step is running, so whatever
+the caller does next (swap weights, inspect state) sees a still engine. Both need the API key when
+one is set. The engine's StepGate does the holding (model_optimizer/runtime/engine/async_engine.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+
+from model_optimizer.runtime.server.errors import APIError
+from model_optimizer.runtime.server.routes import ERROR_RESPONSES
+from model_optimizer.runtime.server.state import RETRY_AFTER_S, ServerState, get_state
+
+router = APIRouter()
+PARK_TIMEOUT_S = 60.0
+"""Longest /pause waits for the step in progress to end (a bound on a hang, not an expected wait)."""
+
+
+@router.post("/pause", responses=ERROR_RESPONSES)
+async def pause(request: Request) -> dict:
+    """Hold the engine before its next step; returns {"is_paused": true} once no step runs."""
+    gate = _gate(get_state(request))
+    gate.hold()
+    await asyncio.to_thread(gate.wait_parked, PARK_TIMEOUT_S)
+    return {"is_paused": True}
+
+
+@router.post("/resume", responses=ERROR_RESPONSES)
+async def resume(request: Request) -> dict:
+    """Let the engine step again (a no-op when it is not paused)."""
+    _gate(get_state(request)).release()
+    return {"is_paused": False}
+
+
+@router.get("/is_paused", responses=ERROR_RESPONSES)
+async def is_paused(request: Request) -> dict:
+    return {"is_paused": _gate(get_state(request)).is_held}
+
+
+def _gate(state: ServerState):
+    state.check_generates()
+    if state.dead:
+        raise APIError(503, "the engine has failed", headers={"Retry-After": RETRY_AFTER_S})
+    return state.running_engine().gate

@@ -1,0 +1,87 @@
+"""GET /health, /ready, /version, /metrics, /v1/models and /v1/models/{model_id}."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from model_optimizer import __version__
+from model_optimizer.runtime.server.errors import APIError, clip, error_response
+from model_optimizer.runtime.server.protocol import ErrorResponse, ModelCard, ModelList, ReadyStatus
+from model_optimizer.runtime.server.routes import ERROR_RESPONSES
+from model_optimizer.runtime.server.state import ServerState, get_state
+
+router = APIRouter()
+
+
+@router.get(
+    "/health",
+    response_class=Response,
+    responses={
+        200: {"description": "The engine is alive: an empty body."},
+        503: {"model": ErrorResponse, "description": "The engine has failed; the server is exiting."},
+    },
+)
+async def health(request: Request) -> Response:
+    """200 while the engine loop lives (loading included), 503 once it has failed."""
+    state = get_state(request)
+    if state.dead:
+        return error_response(503, "the engine has failed")
+    return Response(status_code=200)
+
+
+@router.get(
+    "/ready",
+    response_model=ReadyStatus,
+    responses={
+        200: {"description": 'Ready: {"status": "ready"}.'},
+        503: {"model": ReadyStatus, "description": "Not ready: the status says loading, draining or failed."},
+    },
+)
+async def ready(request: Request) -> Response:
+    """200 once weights are loaded and warm-up is done, until shutdown starts."""
+    state = get_state(request)
+    if state.dead or state.draining or not state.ready:
+        reason = "failed" if state.dead else "draining" if state.draining else "loading"
+        return JSONResponse({"status": reason}, status_code=503)
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/version")
+async def version() -> dict:
+    return {"version": __version__}
+
+
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={
+        200: {
+            "description": "Prometheus text exposition format 0.0.4.",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+    },
+)
+async def metrics(request: Request) -> Response:
+    return Response(get_state(request).metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
+async def models(request: Request) -> ModelList:
+    return ModelList(data=[_card(get_state(request))])
+
+
+@router.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES)
+async def model(model_id: str, request: Request) -> ModelCard:
+    """The served model's card; 404 for any other id (a served name may hold slashes, hence :path)."""
+    state = get_state(request)
+    if model_id != state.model.name:
+        raise APIError(
+            404, f"The model `{clip(model_id, 100)}` does not exist; this server serves `{state.model.name}`.", "model"
+        )
+    return _card(state)
+
+
+def _card(state: ServerState) -> ModelCard:
+    model = state.model
+    return ModelCard(id=model.name, root=str(model.model_dir), max_model_len=model.max_model_len)

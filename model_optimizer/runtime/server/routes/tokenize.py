@@ -1,0 +1,65 @@
+"""POST /tokenize and /detokenize, shaped as vLLM's (clients and scripts written for `vllm serve` work).
+
+/tokenize takes a prompt, or chat messages rendered through the chat template, and returns the token
+ids, their count and max_model_len; /detokenize turns token ids back into text.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from model_optimizer.runtime.server.errors import APIError
+from model_optimizer.runtime.server.prompts import chat_prompt, encode
+from model_optimizer.runtime.server.protocol import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+from model_optimizer.runtime.server.routes import ERROR_RESPONSES
+from model_optimizer.runtime.server.state import ServerState, get_state
+
+router = APIRouter()
+
+
+@router.post("/tokenize", response_model=TokenizeResponse, responses=ERROR_RESPONSES)
+async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
+    state = _tokenizing_state(request, body.model)
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "give exactly one of prompt (text) or messages (a chat)", "prompt")
+    if body.messages is not None:
+        prompt = await chat_prompt(
+            state,
+            body.messages,
+            body.add_generation_prompt,
+            body.chat_template_kwargs,
+            add_special_tokens=bool(body.add_special_tokens),
+        )
+        token_ids = prompt.token_ids
+    else:
+        add_special = True if body.add_special_tokens is None else body.add_special_tokens
+        token_ids = await encode(state, body.prompt, add_special, allow_empty=True)
+    strs = state.model.tokenizer.convert_ids_to_tokens(token_ids) if body.return_token_strs else None
+    return TokenizeResponse(
+        count=len(token_ids), max_model_len=state.model.max_model_len, tokens=token_ids, token_strs=strs
+    )
+
+
+@router.post("/detokenize", response_model=DetokenizeResponse, responses=ERROR_RESPONSES)
+async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
+    state = _tokenizing_state(request, body.model)
+    vocab_size = state.model.vocab_size
+    bad = next((t for t in body.tokens if t >= vocab_size), None)
+    if bad is not None:
+        raise APIError(400, f"token id {bad} is outside the vocabulary [0, {vocab_size})", "tokens")
+    return DetokenizeResponse(prompt=await state.run_blocking(state.model.tokenizer.decode, body.tokens))
+
+
+def _tokenizing_state(request: Request, model: str | None) -> ServerState:
+    state = get_state(request)
+    state.check_model(model)
+    state.check_accepting()
+    state.check_generates()
+    if state.model.tokenizer is None:
+        raise APIError(400, "this model has no tokenizer, so the server cannot tokenize or detokenize", "model")
+    return state

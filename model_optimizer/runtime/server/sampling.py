@@ -1,0 +1,111 @@
+"""Request fields -> SamplingParams, enforcing the server's caps and the model's context length.
+
+Fields a request leaves out take the model's generation_config.json values (temperature, top_p,
+top_k, min_p, repetition_penalty, max_new_tokens as the default max_tokens), as vLLM's
+`--generation-config auto` does; without those, OpenAI's defaults.
+
+A streamed request asks the engine for DELTA outputs (each holds only what is new, so a stream of
+any length costs each token once and nothing is sliced here); a plain one for FINAL_ONLY (one
+output, when all n completions have finished).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
+from model_optimizer.runtime.server.errors import APIError
+from model_optimizer.runtime.server.protocol import SamplingFields
+from model_optimizer.runtime.server.state import ServerState
+
+
+def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -> list[str]:
+    """Raise 400 past any configured cap; return the stop strings as a list."""
+    config = state.config
+    if body.n > config.max_n:
+        raise APIError(400, f"n is {body.n}; this server allows at most {config.max_n}", "n")
+    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    if len(stop) > config.max_stop_strings:
+        raise APIError(400, f"got {len(stop)} stop strings; at most {config.max_stop_strings} are allowed", "stop")
+    if any(len(s) > config.max_stop_string_length for s in stop):
+        raise APIError(400, f"stop strings may be at most {config.max_stop_string_length} characters long", "stop")
+    if any(not s for s in stop):
+        raise APIError(400, "stop strings must not be empty", "stop")
+    if stop and state.model.tokenizer is None:  # the output has no text to match them against
+        raise APIError(
+            400, "stop strings need the output as text, and this model has no tokenizer; use stop_token_ids", "stop"
+        )
+    if logprobs is not None and logprobs > config.max_logprobs:
+        raise APIError(400, f"logprobs is {logprobs}; this server allows at most {config.max_logprobs}", "logprobs")
+    if body.logit_bias:
+        raise APIError(400, "logit_bias is not supported", "logit_bias")
+    return stop
+
+
+def resolve_max_tokens(
+    state: ServerState, requested: int | None, num_prompt_tokens: int, field: str = "max_tokens"
+) -> int:
+    """max_tokens for one prompt: the request's, checked against the context, or the remaining context.
+
+    `field` is the name the client used (chat's max_completion_tokens), so errors name what was sent.
+    """
+    max_model_len, limit = state.model.max_model_len, state.config.max_tokens_limit
+    room = max_model_len - num_prompt_tokens
+    if room < 1:
+        raise APIError(
+            400,
+            f"the prompt has {num_prompt_tokens} tokens, but max_model_len is {max_model_len} "
+            "(prompt plus at least one output token)",
+            "prompt",
+        )
+    if requested is None:
+        default = state.sampling_defaults.get("max_tokens")
+        return min(n for n in (room, limit, default) if n is not None)
+    if limit is not None and requested > limit:
+        raise APIError(400, f"{field} is {requested}; this server allows at most {limit}", field)
+    if num_prompt_tokens + requested > max_model_len:
+        raise APIError(
+            400,
+            f"the prompt has {num_prompt_tokens} tokens and {field} is {requested}: together "
+            f"{num_prompt_tokens + requested}, more than max_model_len {max_model_len}",
+            field,
+        )
+    return requested
+
+
+MODEL_DEFAULT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+OPENAI_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+
+
+def sampling_params(
+    body: SamplingFields, stop: list[str], max_tokens: int, logprobs: int | None, defaults: dict[str, Any] | None = None
+) -> SamplingParams:
+    """The request's SamplingParams; a field it did not send takes `defaults` (the model's), else OpenAI's."""
+    chosen = {**OPENAI_DEFAULTS, **{k: v for k, v in (defaults or {}).items() if k in MODEL_DEFAULT_FIELDS}}
+    for name in MODEL_DEFAULT_FIELDS:
+        value = getattr(body, name)
+        if name in body.model_fields_set and value is not None:
+            chosen[name] = value
+    try:
+        return SamplingParams(
+            n=body.n,
+            temperature=chosen["temperature"],
+            top_p=chosen["top_p"],
+            top_k=chosen["top_k"],
+            min_p=chosen["min_p"],
+            repetition_penalty=chosen["repetition_penalty"],
+            presence_penalty=body.presence_penalty,
+            frequency_penalty=body.frequency_penalty,
+            seed=body.seed,
+            max_tokens=max_tokens,
+            min_tokens=body.min_tokens,
+            stop=stop,
+            stop_token_ids=list(body.stop_token_ids or []),
+            include_stop_str_in_output=body.include_stop_str_in_output,
+            ignore_eos=body.ignore_eos,
+            logprobs=logprobs,
+            skip_special_tokens=body.skip_special_tokens,
+            output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
+        )
+    except ValueError as exc:
+        raise APIError(400, str(exc)) from None

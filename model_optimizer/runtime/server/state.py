@@ -1,0 +1,147 @@
+"""ServerState: what every route needs, typed, and the server's life cycle flags: loading -> ready ->
+draining, or dead once the engine loop has failed.
+
+Routes read the served model through `ServedModel` (name, folder, context length, vocabulary,
+tokenizer), filled once at start-up, instead of reaching into the LLM and its engine: the
+engine's internals can move without the routes noticing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Request
+
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.server.config import ServerConfig
+from model_optimizer.runtime.server.errors import APIError, clip
+from model_optimizer.runtime.server.metrics import ServerMetrics
+from model_optimizer.runtime.server.token_bound import TokenBound
+
+if TYPE_CHECKING:  # the server imports these at start-up anyway; here only for the annotations
+    from model_optimizer.runtime.embed import Embedder
+    from model_optimizer.runtime.engine.async_engine import AsyncEngine
+    from model_optimizer.runtime.llm import LLM
+
+RETRY_AFTER_S = "1"
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The facts about the served model that routes need, read once when the server is built."""
+
+    name: str
+    """The name clients send and /v1/models lists."""
+    model_dir: Path
+    max_model_len: int
+    """Longest prompt plus output, in tokens (an embedding model's longest input)."""
+    generates: bool
+    """True for a generation model (completions, chat); False for an embedding model."""
+    vocab_size: int = 0
+    """Token ids must lie in [0, vocab_size); 0 for an embedding model."""
+    tokenizer: Any = None
+    """The Hugging Face tokenizer; None for a model served without one (token-id prompts only)."""
+
+
+@dataclass
+class ServerState:
+    config: ServerConfig
+    engine_config: EngineConfig
+    model: ServedModel
+    llm: LLM | None = None
+    """The loaded generation model; the AsyncEngine is built on it at start-up."""
+    embedder: Embedder | None = None
+    """The Embedder (model_optimizer.runtime.embed) when the model is an embedding model; then llm is None."""
+    engine: AsyncEngine | None = None
+    """The AsyncEngine driving llm.engine; None until the server starts, and for embedding models."""
+    chat_template: str | None = None
+    sampling_defaults: dict[str, Any] = field(default_factory=dict)
+    """The model's generation_config.json sampling values, for fields a request leaves out."""
+    token_bound: TokenBound | None = None
+    """The fewest tokens a text can make; None: no early length check."""
+    ready: bool = False
+    draining: bool = False
+    load_error: BaseException | None = None
+    num_admitted: int = 0
+    """Engine requests admitted and not yet released (running, queued, or being cleaned up)."""
+    fatal_hooks: list[Callable[[BaseException], None]] = field(default_factory=list)
+    """Called on the event loop when the engine dies (the launcher stops uvicorn and exits non-zero)."""
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="mopt-tokenize")
+    )
+    metrics: ServerMetrics = field(init=False)
+    """Prometheus metrics; the engine gauges read the engine's latest stats snapshot."""
+
+    def __post_init__(self) -> None:
+        self.metrics = ServerMetrics(self.model.name, lambda: self.engine.stats if self.engine is not None else None)
+
+    # ----------------------------------------------------------------- life cycle
+    @property
+    def dead(self) -> bool:
+        return self.load_error is not None or (self.engine is not None and self.engine.dead)
+
+    def check_accepting(self) -> None:
+        """Raise 503 (with Retry-After) unless new requests can be served now."""
+        if self.dead:
+            raise APIError(
+                503, "the engine has failed; the server is shutting down", headers={"Retry-After": RETRY_AFTER_S}
+            )
+        if self.draining:
+            raise APIError(503, "the server is shutting down", headers={"Retry-After": RETRY_AFTER_S})
+        if not self.ready:
+            raise APIError(503, "the model is still loading", headers={"Retry-After": RETRY_AFTER_S})
+
+    def check_generates(self) -> None:
+        """400 on generation routes when the served model is an embedding model."""
+        if not self.model.generates:
+            raise APIError(400, f"the model `{self.model.name}` is an embedding model: use /v1/embeddings", "model")
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name != self.model.name:
+            raise APIError(
+                404, f"The model `{clip(name, 100)}` does not exist; this server serves `{self.model.name}`.", "model"
+            )
+
+    def running_engine(self) -> AsyncEngine:
+        """The engine, for a route that has passed check_accepting and check_generates."""
+        if self.engine is None:
+            raise APIError(503, "the engine is not running", headers={"Retry-After": RETRY_AFTER_S})
+        return self.engine
+
+    # ----------------------------------------------------------------- admission
+    def admit(self, num_requests: int) -> Admission:
+        """Reserve room for engine requests, or refuse with 503 when the queue is full."""
+        limit = self.engine_config.max_num_seqs + self.config.max_queued_requests
+        if self.num_admitted + num_requests > limit:
+            raise APIError(
+                503,
+                f"the server is at capacity ({limit} requests running or queued); retry later",
+                headers={"Retry-After": RETRY_AFTER_S},
+            )
+        self.num_admitted += num_requests
+        return Admission(self, num_requests)
+
+    async def run_blocking(self, fn: Callable, *args: Any) -> Any:
+        """Run CPU work (tokenizing, templating) off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+
+class Admission:
+    """Room held for a request group; release() gives it back once, however often it is called."""
+
+    def __init__(self, state: ServerState, num_requests: int) -> None:
+        self.state = state
+        self.num_requests = num_requests
+
+    def release(self) -> None:
+        self.state.num_admitted -= self.num_requests
+        self.num_requests = 0
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.server

@@ -1,0 +1,55 @@
+"""The periodic engine line of `mopt serve` (as vLLM logs one): throughput, queue, KV cache, prefix cache.
+
+Every `--log-interval` seconds the server compares two snapshots of the engine's counters
+(AsyncEngine.stats, refreshed by the engine loop) and logs one line, only when something happened:
+tokens were computed, or requests are running or waiting. An idle server stays quiet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from model_optimizer.runtime.server.state import ServerState
+
+logger = logging.getLogger("model_optimizer.runtime.server.stats")
+
+
+def stats_line(before: Any, after: Any, seconds: float) -> str | None:
+    """One line describing the interval between two EngineStats snapshots; None when nothing happened."""
+    prompt_tokens = after.num_prompt_tokens - before.num_prompt_tokens
+    generation_tokens = after.num_generation_tokens - before.num_generation_tokens
+    if not (prompt_tokens or generation_tokens or after.num_running or after.num_waiting):
+        return None
+    queries = after.prefix_cache_queries - before.prefix_cache_queries
+    hits = after.prefix_cache_hits - before.prefix_cache_hits
+    seconds = max(seconds, 1e-9)
+    return (
+        f"prompt throughput: {prompt_tokens / seconds:.1f} tokens/s, "
+        f"generation throughput: {generation_tokens / seconds:.1f} tokens/s, "
+        f"running: {after.num_running} reqs, waiting: {after.num_waiting} reqs, "
+        f"KV cache usage: {100 * after.kv_cache_usage:.1f}%, "
+        f"prefix cache hit rate: {100 * hits / queries if queries else 0.0:.1f}%"
+    )
+
+
+async def log_stats(state: ServerState, interval: float) -> None:
+    """Log stats_line every `interval` seconds for as long as the server runs (cancelled at shutdown)."""
+    before, then = state.engine.stats, time.monotonic()
+    while True:
+        await asyncio.sleep(interval)
+        after, now = state.engine.stats, time.monotonic()
+        line = stats_line(before, after, now - then)
+        if line is not None:
+            logger.info("%s", line)
+        before, then = after, now
+
+
+def start_stats_logging(state: ServerState, interval: float) -> asyncio.Task | None:
+    """Start the periodic line for a generation engine (not for embeddings); interval 0 turns it off."""
+    if interval <= 0 or state.engine is None:
+        return None
+    return asyncio.ensure_future(log_stats(state, interval))

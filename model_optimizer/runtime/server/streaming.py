@@ -1,0 +1,178 @@
+"""Server-sent events for a generation: one chunk per output with new tokens, an in-band error then [DONE]
+on failure, the usage chunk when asked for.
+
+An output is one engine step's news while the reader keeps up; when it falls behind, the outputs
+that waited are merged into one (RequestStream), so a chunk may carry several tokens per choice
+(text, token_ids and logprobs entries alike), as vLLM's do.
+
+The API-specific part (what a chunk looks like for chat or completions) is a `StreamFormat`;
+everything else, including the order of events and what happens when the engine fails after
+the headers are sent, is written once here.
+
+A stream sends up to one chunk per engine step, and a server streams to every running request at once,
+so a chunk's cost is paid up to (batch size) times per step on the event loop, which the engine thread also
+needs (the GIL). Chunks are therefore not pydantic models: `ChunkTemplate` serializes the fields
+every chunk of a stream shares (id, object, created, model) once, and each chunk adds only its
+choices, plain dicts through pydantic's own serializer: the same bytes, several times cheaper.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import BaseModel
+from pydantic_core import to_json
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from model_optimizer.runtime.engine.async_engine import EngineDeadError
+from model_optimizer.runtime.engine.outputs import CompletionOutput, Logprob, RequestOutput
+from model_optimizer.runtime.server.errors import error_body
+from model_optimizer.runtime.server.protocol import UsageInfo
+
+logger = logging.getLogger(__name__)
+DONE = "data: [DONE]\n\n"
+
+
+def sse(payload: BaseModel | dict) -> str:
+    data = payload.model_dump_json() if isinstance(payload, BaseModel) else json.dumps(payload)
+    return f"data: {data}\n\n"
+
+
+try:  # as pydantic writes a non-finite float (null); an older pydantic_core lacks the option (and the
+    # values reaching a chunk are finite anyway: logprobs go through logprobs.finite)
+    to_json([], inf_nan_mode="null")
+    _TO_JSON = {"inf_nan_mode": "null"}
+except TypeError:
+    _TO_JSON = {}
+
+
+class ChunkTemplate:
+    """The SSE event of a stream chunk from its choices (plain dicts), around a base chunk serialized once.
+
+    `base` is the stream's chunk model with no choices (CompletionResponse, ChatCompletionChunk); its
+    other fields are the same in every chunk. The choices go through pydantic_core.to_json, the
+    serializer pydantic models use (same spelling of strings and floats), without building a model per
+    choice: the event is byte for byte what `sse(base with these choices)` gives, several times faster."""
+
+    MARKER = b'"choices":[]'  # a key: inside a JSON string its quotes would be escaped
+
+    def __init__(self, base: BaseModel) -> None:
+        text = base.model_dump_json().encode()
+        at = text.index(self.MARKER)
+        self.head = b"data: " + text[: at + len(self.MARKER) - 2]
+        self.tail = text[at + len(self.MARKER) :] + b"\n\n"
+
+    def event(self, choices: list[dict]) -> bytes:
+        return self.head + to_json(choices, **_TO_JSON) + self.tail
+
+
+@dataclass
+class ChoiceDelta:
+    """What is new in one choice since its last chunk (a DELTA completion, with its place in the text)."""
+
+    prompt_index: int
+    completion: CompletionOutput
+    """The engine's delta: new text, token ids and logprobs; finish_reason on its last one."""
+    text_offset: int
+    """Characters of this choice sent before `text`."""
+    first: bool
+    """This is the choice's first chunk."""
+
+    @property
+    def text(self) -> str:
+        return self.completion.text
+
+    @property
+    def logprobs(self) -> list[Logprob] | None:
+        return self.completion.logprobs
+
+
+class ChoiceOffsets:
+    """Characters sent so far per (prompt, choice), for logprobs' text_offset and echo's first chunk."""
+
+    def __init__(self) -> None:
+        self.sent: dict[tuple[int, int], int] = {}
+
+    def deltas(self, prompt_index: int, output: RequestOutput) -> list[ChoiceDelta]:
+        """The choices of a DELTA output with something to send: new tokens, or their finish. A token whose
+        text is empty (no tokenizer, or text held back as half of a multibyte character) still makes a
+        chunk: a chunk per output is what lets a client time TTFT and ITL on any model."""
+        out = []
+        for completion in output.outputs:
+            if not completion.token_ids and not completion.text and not completion.finished:
+                continue
+            key = (prompt_index, completion.index)
+            first = key not in self.sent
+            offset = self.sent.get(key, 0)
+            self.sent[key] = offset + len(completion.text)
+            out.append(ChoiceDelta(prompt_index, completion, offset, first))
+        return out
+
+
+class StreamFormat(Protocol):
+    """How one API shapes its stream's chunks (chat and completions differ only here)."""
+
+    def head(self) -> list[BaseModel]:
+        """Chunks sent before any output (chat's role chunk); may be empty."""
+
+    def chunk(self, deltas: list[ChoiceDelta]) -> bytes:
+        """The SSE event of one chunk carrying these choices' news (see ChunkTemplate)."""
+
+    def usage_chunk(self, usage: UsageInfo) -> BaseModel:
+        """The last chunk, with no choices, when the client asked for stream_options.include_usage."""
+
+
+async def sse_events(
+    outputs: AsyncIterator[tuple[int, RequestOutput]],
+    fmt: StreamFormat,
+    usage: Callable[[], UsageInfo] | None,
+    request_id: str,
+) -> AsyncIterator[str | bytes]:
+    """The SSE lines of a generation from its DELTA outputs: head, chunks, then usage (when `usage` is
+    given) and [DONE].
+
+    The headers are already sent when anything fails, so a failure becomes an error event
+    (an OpenAI error body) followed by [DONE]: clients see why the stream ended early.
+    """
+    for chunk in fmt.head():
+        yield sse(chunk)
+    offsets = ChoiceOffsets()
+    try:
+        async for prompt_index, output in outputs:
+            if output.error:
+                yield sse(error_body(500, output.error))
+                break
+            deltas = offsets.deltas(prompt_index, output)
+            if deltas:
+                yield fmt.chunk(deltas)
+        else:
+            if usage is not None:
+                yield sse(fmt.usage_chunk(usage()))
+    except EngineDeadError as exc:
+        yield sse(error_body(500, str(exc)))
+    except Exception as exc:  # noqa: BLE001 - headers are sent: the client learns of it in-band, then [DONE]
+        logger.exception("stream %s failed", request_id)
+        yield sse(error_body(500, f"internal error: {type(exc).__name__}"))
+    yield DONE
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """An SSE response that runs `on_close` however the stream ends, even when it never started
+    (the client left before the first byte): the request group it streams is released exactly once."""
+
+    def __init__(self, content: AsyncIterator[str | bytes], on_close: AsyncExitStack) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self.on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[union-attr]
+            await self.on_close.aclose()

@@ -1,0 +1,28 @@
+"""JSON and JSONL reading shared by `mopt generate`, `mopt bench` and `mopt embed`."""
+
+import pytest
+
+from model_optimizer.common.fileio import jsonl_values, read_json
+
+
+def test_jsonl_values_skip_blank_lines_and_name_the_bad_one():
+    lines = ['{"a": 1}', "", "   ", '"text"', "[1, 2]"]
+    assert list(jsonl_values(lines, "in.jsonl")) == [(1, {"a": 1}), (4, "text"), (5, [1, 2])]
+    with pytest.raises(ValueError, match=r"in.jsonl:3: not JSON \(Expecting property name"):
+        list(jsonl_values(['{"a": 1}', "", "{oops"], "in.jsonl"))
+
+
+def test_read_json_names_the_file(tmp_path):
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text('{"x": [1]}')
+    bad.write_text("{")
+    assert read_json(good) == {"x": [1]}
+    with pytest.raises(ValueError, match=r"bad.json is not valid JSON"):
+        read_json(bad)
+
+
+def test_read_json_names_a_file_that_is_not_text(tmp_path):
+    binary = tmp_path / "config.json"
+    binary.write_bytes(b"\x00\xff\xfe garbage \x80")
+    with pytest.raises(ValueError, match=r"config.json is not valid JSON: not UTF-8 text"):
+        read_json(binary)

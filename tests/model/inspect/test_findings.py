@@ -1,0 +1,180 @@
+"""`mopt inspect` on checkpoints broken in each way training leaves them: the right finding, its
+severity and a fix; and inspect's load verdict agrees with the engine's loader on every one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from model_optimizer.model.inspect.inspector import inspect_checkpoint
+from model_optimizer.runtime.models.loader import load_model
+from tests.model.inspect import broken as b
+
+
+def _by_id(report):
+    return {f.id: f for f in report.findings}
+
+
+def _tokenizer_json_add(folder, content, token_id):
+    data = json.loads((folder / "tokenizer.json").read_text())
+    data["added_tokens"].append(
+        {
+            "id": token_id,
+            "content": content,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+    )
+    (folder / "tokenizer.json").write_text(json.dumps(data))
+
+
+CASES = {
+    # name: (tiny model, breaker, expected finding id, severity)
+    "orig_mod": ("qwen3", lambda f: b.edit_tensors(f, b.add_prefix("_orig_mod.")), "leftovers.prefix", "error"),
+    "ddp_module": ("llama3", lambda f: b.edit_tensors(f, b.add_prefix("module.")), "leftovers.prefix", "error"),
+    "model_model": ("qwen2", lambda f: b.edit_tensors(f, b.add_prefix("model.")), "leftovers.prefix", "error"),
+    "optimizer": ("qwen3", lambda f: b.edit_tensors(f, b.add_optimizer_state), "leftovers.optimizer_state", "error"),
+    "ema": ("qwen3", lambda f: b.edit_tensors(f, b.add_ema), "leftovers.ema", "error"),
+    "lora": ("qwen3", lambda f: b.edit_tensors(f, lambda sd: {**sd, **b.lora_factors(sd)}), "leftovers.lora", "error"),
+    "fp32_linear": (
+        "qwen3",
+        lambda f: b.edit_tensors(f, b.to_dtype(torch.bfloat16, "self_attn")),
+        "dtype.mixed",
+        "warn",
+    ),
+    "no_chat_template": ("qwen3", lambda f: (f / "chat_template.jinja").unlink(), "chat_template.missing", "warn"),
+    "eos_disagree": (
+        "qwen3",
+        lambda f: b.edit_json(f / "generation_config.json", eos_token_id=5),
+        "tokens.eos_disagree",
+        "error",
+    ),
+    "pad_is_eos": ("qwen3", lambda f: b.edit_json(f / "config.json", pad_token_id=2), "tokens.pad_is_eos", "warn"),
+    "pad_disagree": ("qwen3", lambda f: b.edit_json(f / "config.json", pad_token_id=7), "tokens.pad_disagree", "warn"),
+    "tokenizer_larger": (
+        "qwen3",
+        lambda f: _tokenizer_json_add(f, "<|extra|>", 1100),
+        "vocab.tokenizer_larger",
+        "error",
+    ),
+    "config_vocab": ("qwen3", lambda f: b.edit_json(f / "config.json", vocab_size=2000), "vocab.config_rows", "error"),
+    "special_absent": (
+        "qwen3",
+        lambda f: b.edit_json(f / "tokenizer_config.json", eos_token="<|nope|>"),
+        "tokens.special_absent",
+        "error",
+    ),
+    "rope_yarn": (
+        "qwen3",
+        lambda f: b.edit_json(f / "config.json", rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+        "rope.unsupported",
+        "error",
+    ),
+    "architecture": (
+        "qwen3",
+        lambda f: b.edit_json(f / "config.json", architectures=["GPT2LMHeadModel"]),
+        "model.architecture_unsupported",
+        "error",
+    ),
+    "missing_weight": (
+        "qwen3",
+        lambda f: b.edit_tensors(f, lambda sd: {k: v for k, v in sd.items() if "layers.1.mlp.down" not in k}),
+        "weights.missing",
+        "error",
+    ),
+    "quantized": (
+        "qwen3",
+        lambda f: b.edit_json(f / "config.json", quantization_config={"quant_method": "awq", "bits": 4}),
+        "quant.config",
+        "warn",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_broken_checkpoint_is_reported_with_a_fix(fresh, case):
+    model, breaker, finding_id, severity = CASES[case]
+    folder = fresh(model)
+    breaker(folder)
+    report = inspect_checkpoint(folder)
+    findings = _by_id(report)
+    assert finding_id in findings, [f"{f.id}: {f.title}" for f in report.findings]
+    assert findings[finding_id].severity == severity
+    assert findings[finding_id].fix.get("any"), "every problem names its fix"
+    assert report.exit_code == (1 if any(f.severity == "error" for f in report.findings) else 0)
+    assert report.to_dict()["exit_code"] == report.exit_code
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "orig_mod",
+        "ddp_module",
+        "model_model",
+        "optimizer",
+        "ema",
+        "lora",
+        "config_vocab",
+        "rope_yarn",
+        "architecture",
+        "missing_weight",
+        "fp32_linear",
+    ],
+)
+def test_inspect_and_the_engine_loader_agree(fresh, case):
+    model, breaker, _, _ = CASES[case]
+    folder = fresh(model)
+    breaker(folder)
+    verdict = inspect_checkpoint(folder).raw_check.loads
+    try:
+        load_model(folder, "float32", torch.device("cpu"))
+        loaded = True
+    except (ValueError, KeyError):
+        loaded = False
+    assert verdict == loaded
+
+
+def test_clean_checkpoints_pass(fresh):
+    for name in ("qwen3", "llama3", "mistral", "qwen2"):
+        report = inspect_checkpoint(fresh(name))
+        assert report.exit_code == 0, [f"{f.id}: {f.title}" for f in report.findings if f.severity != "ok"]
+        assert report.raw_check.loads
+        assert report.census.total.params > 0
+
+
+def test_fp32_norms_in_a_bf16_model_are_fine(fresh):
+    folder = fresh("qwen3")
+    b.edit_tensors(folder, lambda sd: {k: v if "norm" in k else v.to(torch.bfloat16) for k, v in sd.items()})
+    findings = _by_id(inspect_checkpoint(folder))
+    assert "dtype.mixed" not in findings
+    assert findings["dtype.norms"].severity == "ok"
+
+
+def test_chat_template_finding_names_the_family_template(fresh):
+    folder = fresh("llama3")
+    (folder / "chat_template.jinja").unlink()
+    finding = _by_id(inspect_checkpoint(folder))["chat_template.missing"]
+    assert finding.details["family_template"] == "llama3"
+    assert "--chat-template llama3" in finding.fix["any"][0]
+
+
+def test_context_longer_than_the_model_is_an_error(fresh):
+    report = inspect_checkpoint(fresh("qwen3"), max_model_len=100_000)
+    assert _by_id(report)["context.too_long"].severity == "error"
+    assert report.exit_code == 1
+
+
+def test_census_counts_kinds_and_dtypes(fresh):
+    folder = fresh("llama3")
+    b.edit_tensors(folder, b.to_dtype(torch.bfloat16, "mlp"))
+    census = inspect_checkpoint(folder).census
+    assert set(census.by_kind) == {"embedding", "attention", "mlp", "norm", "lm_head"}
+    assert census.dtypes_by_kind["mlp"] == {"bfloat16": census.by_kind["mlp"].params}
+    assert census.by_kind["mlp"].bytes == 2 * census.by_kind["mlp"].params
+    assert census.total.bytes == sum(t.bytes for t in census.by_dtype.values())
+    assert not census.tied_embeddings and census.lm_head_in_checkpoint

@@ -1,0 +1,98 @@
+"""The memory plan uses the engine's own numbers: block size in bytes and weight bytes as the
+runner allocates them, and it reproduces the KV blocks the engine allocated in a recorded H200 run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from model_optimizer import LLM
+from model_optimizer.cli.main import main
+from model_optimizer.model.inspect.memory_plan import GpuMemory, gpu_memory, model_shape, plan_memory
+from model_optimizer.runtime.config import EngineConfig
+
+ROOT = Path(__file__).resolve().parents[3]
+CONFIGS = ROOT / "benchmarks" / "configs"
+GIB = 1 << 30
+
+
+def _config(folder) -> dict:
+    return json.loads((Path(folder) / "config.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3"])
+def test_block_and_weight_bytes_are_the_engines(tiny_model, name):
+    folder = tiny_model(name)
+    llm = LLM(str(folder), dtype="float32", kv_cache_memory=1 << 22)
+    plan = plan_memory(_config(folder), engine=EngineConfig(dtype="float32", block_size=llm.runner.config.block_size))
+    model = llm.runner.model
+    assert plan.bytes_per_block["auto"] == llm.runner.bytes_per_block()
+    assert plan.weight_bytes_by_format["fp32"] == sum(p.numel() * p.element_size() for p in model.parameters())
+    assert model_shape(_config(folder), "float32").buffer_bytes == sum(
+        b.numel() * b.element_size() for b in model.buffers()
+    )
+
+
+def test_reproduces_the_recorded_h200_allocation():
+    """benchmarks/results/throughput_h200.json: Qwen3-0.6B config, dummy bf16 weights, default utilization."""
+    run = json.loads((ROOT / "benchmarks" / "results" / "throughput_h200.json").read_text())
+    doctor = json.loads((ROOT / "benchmarks" / "results" / "doctor_h200.json").read_text())
+    total = doctor["bench"]["device"]["total_memory"]
+    engine = EngineConfig(
+        dtype="bfloat16",
+        max_model_len=run["workload"]["max_model_len"],
+        max_num_batched_tokens=run["config"]["max_num_batched_tokens"],
+        max_num_seqs=run["config"]["max_num_seqs"],
+    )
+    plan = plan_memory(_config(CONFIGS / "qwen3-0.6b"), GpuMemory("H200", total, None, "measured"), engine)
+    assert abs(plan.row("bf16", "auto").num_kv_blocks - run["ours"]["num_kv_blocks"]) <= 1
+
+
+def test_formats_kv_dtypes_and_utilization_move_the_plan_the_right_way():
+    config = _config(CONFIGS / "llama-3.1-8b")
+    low, high = (
+        plan_memory(
+            config, gpu_memory("H200"), EngineConfig(gpu_memory_utilization=u, max_model_len=8192), seq_len=4096
+        )
+        for u in (0.5, 0.9)
+    )
+    weights = high.weight_bytes_by_format
+    assert weights["int4"] < weights["int8"] == weights["fp8"] < weights["bf16"]
+    assert 15.9e9 < weights["bf16"] < 16.2e9  # 8.03 B parameters in bf16
+    assert high.kv_bytes_per_token == {"auto": 32 * 2 * 8 * 128 * 2, "fp8": 32 * 2 * 8 * 128}
+    assert high.row("bf16", "auto").num_kv_blocks > low.row("bf16", "auto").num_kv_blocks > 0
+    assert high.row("bf16", "fp8").num_kv_blocks >= 2 * high.row("bf16", "auto").num_kv_blocks
+    assert high.row("int4", "auto").num_kv_blocks > high.row("bf16", "auto").num_kv_blocks
+    row = high.row("bf16", "auto")
+    assert row.num_sequences == row.num_kv_blocks // (4096 // 16) and row.num_tokens == 16 * row.num_kv_blocks
+
+
+def test_a_model_that_does_not_fit_plans_zero_blocks():
+    plan = plan_memory(
+        _config(CONFIGS / "llama-3.1-8b"),
+        gpu_memory("L4"),
+        EngineConfig(gpu_memory_utilization=0.5, max_model_len=8192),
+    )
+    assert plan.row().num_kv_blocks == 0 and plan.row().kv_budget_bytes < 0
+    assert plan.row("int4", "fp8").num_kv_blocks > 0
+
+
+def test_bad_settings_are_errors():
+    config = _config(CONFIGS / "qwen3-0.6b")
+    with pytest.raises(ValueError, match="seq_len"):
+        plan_memory(config, None, EngineConfig(max_model_len=1024), seq_len=2048)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        plan_memory(config, None, EngineConfig(max_model_len=10**6))
+    with pytest.raises(ValueError, match="matches no datasheet"):
+        gpu_memory("Voodoo 2")
+
+
+def test_cli_prints_the_plan_in_json(capsys):
+    code = main(["inspect", str(CONFIGS / "qwen3-0.6b"), "--gpu", "H200", "--max-model-len", "4096", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1  # a config-only folder has no weights: an error finding, and still a plan
+    plan = doc["memory_plan"]
+    assert plan["gpu"]["name"] == "H200 SXM" and len(plan["fits"]) == 8
+    assert plan["profile_tokens"] == 4096

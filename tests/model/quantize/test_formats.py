@@ -1,0 +1,181 @@
+"""Quantized checkpoint layouts: AutoAWQ GEMM and block-wise FP8 built here, compressed-tensors checked
+against the compressed-tensors package itself in both directions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from model_optimizer.model.quantize.writer import save_compressed_tensors
+from model_optimizer.runtime.kernels import quant_reference as ref
+from model_optimizer.runtime.layers.quantization.attach import quantized_layers
+from model_optimizer.runtime.layers.quantization.quantizers import FP8_MAX, quantize_int4_codes
+from model_optimizer.runtime.layers.quantization.sources import pack_awq, unpack_awq
+from model_optimizer.runtime.models.loader import load_model
+
+CPU = torch.device("cpu")
+LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _rewrite(src: Path, dst: Path, convert, quantization_config: dict) -> dict[str, torch.Tensor]:
+    """Copy a float checkpoint, replacing each linear weight by convert(name, weight) -> tensors;
+    returns the float weights each layer should dequantize to."""
+    shutil.copytree(src, dst)
+    state = load_file(str(src / "model.safetensors"))
+    out, expected = {}, {}
+    for name, tensor in state.items():
+        if name.endswith(".weight") and name.split(".")[-2] in LINEAR_NAMES:
+            tensors, dequantized = convert(tensor.float())
+            out.update({name[: -len("weight")] + k: v for k, v in tensors.items()})
+            expected[name[: -len(".weight")]] = dequantized
+        else:
+            out[name] = tensor
+    save_file(out, str(dst / "model.safetensors"))
+    config = json.loads((src / "config.json").read_text())
+    config["quantization_config"] = quantization_config
+    (dst / "config.json").write_text(json.dumps(config))
+    return expected
+
+
+def _dequantized_shards(model) -> dict[str, torch.Tensor]:
+    """Checkpoint module name -> the float weight our loaded layer multiplies by."""
+    unstack = {(ours, shard): theirs for theirs, (ours, shard) in model.stacked_params.items()}
+    result = {}
+    for name, layer in quantized_layers(model):
+        w = layer.quant_method.dequantize(layer)
+        for shard, (start, size) in getattr(layer, "shard_offsets", {None: (0, layer.out_features)}).items():
+            key = name
+            if shard is not None:
+                ours = next(o for (o, s) in unstack if s == shard and o in name + ".")
+                key = (name + ".").replace(ours, unstack[(ours, shard)])[:-1]
+            result[key] = w[start : start + size]
+    return result
+
+
+def test_awq_packing_order_round_trips_and_matches_autoawq():
+    codes = torch.arange(16, dtype=torch.int32).repeat(3, 1)[:, :16]  # (3, 16): column c holds c
+    packed = pack_awq(codes)
+    assert torch.equal(unpack_awq(packed), codes)
+    # AutoAWQ's order: nibble i of word 0 holds column [0, 2, 4, 6, 1, 3, 5, 7][i]
+    nibbles = [(int(packed[0, 0]) >> (4 * i)) & 0xF for i in range(8)]
+    assert nibbles == [0, 2, 4, 6, 1, 3, 5, 7]
+
+
+def test_autoawq_gemm_checkpoint_loads(quant_model, tmp_path):
+    def convert(w):
+        q, scales, zeros = quantize_int4_codes(w, 128, torch.float16)
+        tensors = {
+            "qweight": pack_awq(q.T.contiguous()),  # (K, N // 8)
+            "qzeros": pack_awq(zeros.to(torch.int32).T.contiguous()),  # (K // G, N // 8)
+            "scales": scales.T.contiguous().to(torch.float16),  # (K // G, N)
+        }
+        dq = (q.reshape(q.shape[0], -1, 128).float() - zeros[..., None]) * scales.half().float()[..., None]
+        return tensors, dq.reshape(q.shape)
+
+    qc = {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True}
+    expected = _rewrite(quant_model("qwen2"), tmp_path / "awq", convert, qc)
+    model = load_model(tmp_path / "awq", "float32", CPU)
+    got = _dequantized_shards(model)
+    assert set(got) == set(expected)
+    for name, w in expected.items():
+        assert torch.allclose(got[name], w, atol=1e-6), name
+
+
+def test_blockwise_fp8_checkpoint_is_requantized_per_channel(quant_model, tmp_path):
+    def convert(w):
+        n, k = w.shape
+        blocks = w.reshape(-(-n // 128), min(n, 128), k // 128, 128) if n % 128 == 0 else None
+        scale = torch.empty(-(-n // 128), -(-k // 128))
+        q = torch.empty(n, k, dtype=torch.float8_e4m3fn)
+        for i in range(scale.shape[0]):
+            for j in range(scale.shape[1]):
+                block = w[i * 128 : (i + 1) * 128, j * 128 : (j + 1) * 128]
+                scale[i, j] = block.abs().amax() / FP8_MAX
+                q[i * 128 : (i + 1) * 128, j * 128 : (j + 1) * 128] = (block / scale[i, j]).to(torch.float8_e4m3fn)
+        del blocks
+        dq = q.float() * scale.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+        return {"weight": q, "weight_scale_inv": scale}, dq
+
+    qc = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [128, 128]}
+    expected = _rewrite(quant_model("qwen3"), tmp_path / "fp8", convert, qc)
+    got = _dequantized_shards(load_model(tmp_path / "fp8", "float32", CPU))
+    for name, w in expected.items():
+        # re-rounding to one scale per row costs at most fp8's relative step (1/16) per element
+        assert torch.all((got[name] - w).abs() <= w.abs() / 16 + 1e-6), name
+
+
+@pytest.mark.parametrize("method", ["rtn-int4", "int8", "fp8"])
+def test_compressed_tensors_decompresses_what_we_write(quant_model, tmp_path, method):
+    from compressed_tensors.compressors.base import BaseCompressor
+    from compressed_tensors.quantization import QuantizationConfig
+
+    src = quant_model("qwen2")
+    model = load_model(src, "float32", CPU, quantization=method)
+    save_compressed_tensors(model, method, 128, src, tmp_path / "out")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
+    qconfig = QuantizationConfig.model_validate(config)  # the library accepts our config block
+    scheme = qconfig.config_groups["group_0"]
+    compressor = BaseCompressor.get_value_from_registry(qconfig.format)
+    state = load_file(str(tmp_path / "out" / "model.safetensors"))
+    ours = _dequantized_shards(model)
+    for name, w in ours.items():
+        module_state = {k[len(name) + 1 :]: v for k, v in state.items() if k.startswith(name + ".")}
+        theirs = compressor.decompress(module_state, scheme)["weight"]
+        assert torch.equal(theirs.float(), w), name
+    # and our engine reads the folder back to the same weights
+    reloaded = _dequantized_shards(load_model(tmp_path / "out", "float32", CPU))
+    assert all(torch.equal(reloaded[n], w) for n, w in ours.items())
+
+
+@pytest.mark.parametrize("scheme_name", ["W4A16_ASYM", "W4A16", "W8A16", "FP8_DYNAMIC"])
+def test_we_load_what_compressed_tensors_compresses(quant_model, tmp_path, scheme_name):
+    from compressed_tensors.compressors.base import BaseCompressor
+    from compressed_tensors.quantization import QuantizationConfig, QuantizationScheme, preset_name_to_scheme
+
+    scheme: QuantizationScheme = preset_name_to_scheme(scheme_name, ["Linear"])
+    w_args = scheme.weights
+    fmt = "float-quantized" if w_args.type == "float" else "pack-quantized"
+    compressor = BaseCompressor.get_value_from_registry(fmt)
+    decompressed: dict[str, torch.Tensor] = {}
+
+    def convert(w):
+        n, k = w.shape
+        if w_args.strategy == "group":
+            rows = w.reshape(n, k // 128, 128)
+            lo, hi = rows.amin(-1).clamp(max=0), rows.amax(-1).clamp(min=0)
+            if w_args.symmetric:
+                scale = torch.maximum(hi, -lo) / (7.5 if w_args.num_bits == 4 else 127)
+                zp = torch.zeros_like(scale, dtype=torch.int8)
+            else:
+                scale = (hi - lo) / 15
+                zp = (torch.round(-lo / scale) - 8).clamp(-8, 7).to(torch.int8)
+        else:
+            scale = w.abs().amax(dim=1, keepdim=True) / (127 if w_args.type == "int" else FP8_MAX)
+            zp = torch.zeros_like(scale, dtype=torch.int8)
+        module = {"weight": w, "weight_scale": scale, "weight_zero_point": zp}
+        tensors = compressor.compress(module, scheme)
+        return tensors, compressor.decompress(dict(tensors), scheme)["weight"].float()
+
+    config = QuantizationConfig(config_groups={"group_0": scheme}, format=fmt, ignore=["lm_head"]).model_dump()
+    config.update(quant_method="compressed-tensors", quantization_status="compressed")
+    expected = _rewrite(quant_model("qwen3"), tmp_path / "ct", convert, config)
+    decompressed.update(expected)
+    got = _dequantized_shards(load_model(tmp_path / "ct", "float32", CPU))
+    for name, w in decompressed.items():
+        if scheme_name == "W8A16":  # int8 groups re-rounded per channel: within half a step of the row
+            step = w.abs().amax(dim=1, keepdim=True) / 127
+            assert torch.all((got[name] - w).abs() <= step / 2 + 1e-6), name
+        else:
+            assert torch.equal(got[name], w), name
+
+
+def test_our_int4_layout_is_compressed_tensors_pack_order():
+    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
+
+    codes = torch.randint(0, 16, (4, 64), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(ref.pack_int4(codes), pack_to_int32((codes - 8).to(torch.int8), 4))

@@ -1,0 +1,155 @@
+"""`mopt quantize` end to end on a tiny checkpoint: folder, report, gate, atomic output, --eval-only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from model_optimizer.cli.main import main
+from model_optimizer.model.quantize import awq
+from model_optimizer.model.quantize.calibration import read_documents, token_windows
+from model_optimizer.runtime.layers.quantization.quantizers import fake_quantize_int4
+
+SMALL = ["--num-eval-samples", "2", "--eval-seq-len", "64", "--device", "cpu"]
+
+
+def _leftovers(parent):
+    return [p.name for p in parent.iterdir() if ".tmp-" in p.name]
+
+
+def test_quantize_writes_folder_and_report_that_the_engine_serves(quant_model, tmp_path):
+    out = tmp_path / "q"
+    assert main(["quantize", str(quant_model("qwen3")), "--method", "int8", "--output", str(out), *SMALL]) == 0
+    report = json.loads((out / "quantization_report.json").read_text())
+    acc = report["accuracy"]
+    assert report["method"] == "int8" and report["format"] == "compressed-tensors"
+    assert acc["num_tokens"] == 2 * 63 and 0 <= acc["top1_agreement"] <= 1 and acc["mean_kl"] >= 0
+    assert report["gate"]["passed"] and _leftovers(tmp_path) == []
+    from model_optimizer import LLM, SamplingParams
+
+    llm = LLM(str(out), kv_cache_memory=1 << 22)
+    assert len(llm.generate(["def f():"], SamplingParams(max_tokens=3, ignore_eos=True))[0].outputs[0].token_ids) == 3
+
+
+def test_broken_limit_exits_non_zero_and_writes_nothing(quant_model, tmp_path, capsys):
+    out = tmp_path / "q"
+    code = main(
+        [
+            "quantize",
+            str(quant_model("qwen3")),
+            "--method",
+            "rtn-int4",
+            "--output",
+            str(out),
+            "--min-top1",
+            "1.0",
+            *SMALL,
+        ]
+    )
+    assert code == 3
+    assert not out.exists() and _leftovers(tmp_path) == []
+    assert "top-1 agreement" in capsys.readouterr().err
+
+
+def test_failure_midway_leaves_no_folder(quant_model, tmp_path, monkeypatch):
+    import model_optimizer.model.quantize.pipeline as pipeline
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "evaluate", interrupted)  # weights written, evaluation not yet done
+    out = tmp_path / "q"
+    assert main(["quantize", str(quant_model("qwen3")), "--method", "fp8", "--output", str(out), *SMALL]) == 130
+    assert not out.exists() and _leftovers(tmp_path) == []
+
+
+def test_existing_output_and_bad_flags_are_errors(quant_model, tmp_path, capsys):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("keep me")
+    model = str(quant_model("qwen3"))
+    assert main(["quantize", model, "--method", "fp8", "--output", str(tmp_path / "full")]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (tmp_path / "full" / "x").read_text() == "keep me"
+    assert main(["quantize", model, "--method", "fp8"]) == 2
+    assert main(["quantize", "--eval-only", str(tmp_path / "full")]) == 2
+    assert "--reference" in capsys.readouterr().err
+
+
+def test_eval_only_reevaluates_a_folder(quant_model, tmp_path):
+    out = tmp_path / "q"
+    model = str(quant_model("qwen3"))
+    assert main(["quantize", model, "--method", "rtn-int4", "--output", str(out), *SMALL]) == 0
+    (out / "quantization_report.json").unlink()
+    assert main(["quantize", "--eval-only", str(out), "--reference", model, *SMALL]) == 0
+    report = json.loads((out / "quantization_report.json").read_text())
+    assert report["method"] == "rtn-int4" and report["accuracy"]["num_windows"] == 2
+    assert main(["quantize", "--eval-only", str(out), "--reference", model, "--min-top1", "1", *SMALL]) == 3
+
+
+def test_awq_end_to_end_records_calibration(quant_model, tmp_path):
+    calib = tmp_path / "calib.jsonl"
+    calib.write_text("\n".join(json.dumps({"text": d}) for d in read_documents(None)[:3]) + "\n")
+    out = tmp_path / "awq"
+    args = [
+        "quantize",
+        str(quant_model("qwen2")),
+        "--method",
+        "awq",
+        "--output",
+        str(out),
+        "--calib",
+        str(calib),
+        "--num-calib-samples",
+        "4",
+        "--calib-seq-len",
+        "64",
+        *SMALL,
+    ]
+    assert main(args) == 0
+    report = json.loads((out / "quantization_report.json").read_text())
+    assert report["calibration"]["num_samples"] == 4 and report["calibration"]["num_tokens"] == 256
+
+
+def test_awq_scales_beat_round_to_nearest_on_outlier_channels():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2048, 256, generator=gen)
+    x[:, :4] *= 30  # a few salient input channels, as in real activations
+    w = torch.randn(64, 256, generator=gen)
+
+    def loss(s):
+        return ((x @ (fake_quantize_int4(w * s, 128) / s).T - x @ w.T) ** 2).mean().item()
+
+    s = awq.search_scales(x, w, 128, torch.float32)
+    assert loss(s) < 0.9 * loss(torch.ones(256))
+
+
+def test_clip_search_never_hurts_a_group():
+    gen = torch.Generator().manual_seed(1)
+    x, w = torch.randn(512, 128, generator=gen), torch.randn(16, 128, generator=gen)
+    w[0, 0] = 8.0  # one outlier weight that stretches its group's range
+    clipped = awq.search_clip(x, w, 128, torch.float32)
+    err = lambda v: ((x @ fake_quantize_int4(v, 128).T - x @ w.T) ** 2).mean(0)  # noqa: E731
+    assert torch.all(err(clipped) <= err(w) + 1e-6)
+
+
+def test_calibration_files_are_checked(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\nnot json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2: not JSON"):
+        read_documents(bad)
+    with pytest.raises(ValueError, match="does not exist"):
+        read_documents(tmp_path / "missing.txt")
+
+    class Tok:
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": list(range(len(text)))}
+
+    windows = token_windows(Tok(), ["a" * 10, "b" * 10], num_samples=3, seq_len=8)
+    assert [len(w) for w in windows] == [8, 8, 4]
+    from model_optimizer.model.quantize.calibration import CALIBRATION_MODULES, DATA_DIR, EVALUATION_MODULES
+
+    assert not set(CALIBRATION_MODULES) & set(EVALUATION_MODULES)
+    calib_text = (DATA_DIR / "calibration.txt").read_text()
+    assert not any(d.strip() in calib_text for d in read_documents(None, "evaluation") if len(d) > 200)

@@ -1,0 +1,278 @@
+"""`mopt bench` end to end: flags in, files out, against the real streaming server."""
+
+import json
+
+import pytest
+
+from model_optimizer.cli.main import main
+from model_optimizer.optimizer.bench.compare import compare_rows
+from model_optimizer.optimizer.bench.report import load_run
+from tests.optimizer.bench.conftest import TTFT
+from tests.optimizer.bench.stream_server import ServerThread, create_app
+
+
+def bench(server, tmp_path, *flags):
+    return main(
+        [
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--output-dir",
+            str(tmp_path),
+            "--no-progress",
+            "--prompt-len",
+            "8",
+            "--output-len",
+            "4",
+            *flags,
+        ]
+    )
+
+
+def test_run_writes_json_csv_html(server, tmp_path, capsys):
+    rc = bench(server, tmp_path, "--num-requests", "8", "--concurrency", "4", "--slo", "ttft_p99=500ms,tpot_p99=200ms")
+    assert rc == 0
+    runs = sorted(tmp_path.glob("run-*.json"))
+    assert [p.name for p in runs] == ["run-01-concurrency-4.json"]
+    result = load_run(str(runs[0]))
+    s = result["summary"]
+    assert s["num_ok"] == 8 and s["output_tokens"] == 32
+    assert s["ttft_ms"]["p50"] >= TTFT * 1e3 - 5
+    assert s["goodput"] > 0 and s["slo_met"] is True
+    assert result["config"]["client"]["model"] == "tiny"  # found through GET /v1/models
+    assert len(result["requests"]) == 8 and len(result["requests"][0]["chunk_times"]) == 4
+    server_metrics = result["server_metrics"]
+    assert server_metrics["available"] and server_metrics["prefix_cache_hit_rate"] == pytest.approx(0.25)
+    assert server_metrics["counters"]["prefix_cache_queries_total"]["delta"] == 800
+    assert result["gpu"]["available"] is False and result["gpu"]["reason"]
+    assert set(result["client_overhead"]) >= {"loop_lag_ms", "send_lag_ms", "cpu_per_wall_s", "warnings"}
+    csv_lines = (tmp_path / "summary.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("label,") and len(csv_lines) == 2
+    assert len((tmp_path / "run-01-concurrency-4.requests.csv").read_text().splitlines()) == 9
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 2
+    assert (tmp_path / "latency_cdf.png").read_bytes()[:4] == b"\x89PNG"
+    assert not list(tmp_path.glob(".*tmp"))  # atomic writes leave no temp files
+    assert "TTFT" in capsys.readouterr().out
+
+
+def test_sweep_runs_baseline_saturation_and_rates_between(tmp_path):
+    # slow answers, so that serving 5 at once is clearly faster than one at a time even on a busy machine
+    with ServerThread(create_app(ttft=0.25, itl=0.01)) as slow:
+        rc = bench(
+            slow,
+            tmp_path,
+            "--load-mode",
+            "sweep",
+            "--num-requests",
+            "5",
+            "--sweep-num-rates",
+            "2",
+            "--sweep-max-concurrency",
+            "5",
+            "--sweep-arrival",
+            "constant",
+        )
+    assert rc == 0
+    runs = [load_run(str(p)) for p in sorted(tmp_path.glob("run-*.json"))]
+    assert [r["plan"]["mode"] for r in runs] == ["closed", "closed", "constant", "constant"]
+    assert [r["plan"]["concurrency"] for r in runs[:2]] == [1, 5]
+    low, high = (r["summary"]["request_rate"] for r in runs[:2])
+    assert high > low  # about 5x on a quiet machine; far less when the machine is overloaded
+    rates = [r["plan"]["rate"] for r in runs[2:]]
+    assert rates == pytest.approx([low + (high - low) / 3, low + 2 * (high - low) / 3])
+    assert (tmp_path / "throughput_vs_latency.png").exists()
+    assert (tmp_path / "report.html").read_text().count("data:image/png;base64,") == 3
+    assert len((tmp_path / "summary.csv").read_text().splitlines()) == 1 + 4
+
+
+def test_failing_server_is_reported_not_hidden(server, tmp_path, capsys):
+    rc = bench(server, tmp_path, "--model", "fail-500", "--num-requests", "5")
+    assert rc == 1
+    result = load_run(str(next(tmp_path.glob("run-*.json"))))
+    assert result["summary"]["errors"] == {"http_500": 5} and result["summary"]["num_requests"] == 5
+    assert result["summary"]["error_examples"] == {"http_500": "internal error"}  # the body's error.message
+    out = capsys.readouterr().out
+    assert "http_500 x5" in out and "first http_500: internal error" in out
+
+
+def test_trace_mode_from_file(server, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(
+        "".join(json.dumps({"timestamp": t, "prompt_len": 4, "output_len": 2}) + "\n" for t in (0, 0.1, 0.2))
+    )
+    rc = bench(server, tmp_path, "--dataset", "trace", "--dataset-path", str(trace), "--load-mode", "trace")
+    assert rc == 0
+    result = load_run(str(next(tmp_path.glob("run-*.json"))))
+    # the schedule is the trace's, and no request leaves before its time (how late depends on the machine)
+    assert [r["scheduled"] for r in result["requests"]] == pytest.approx([0, 0.1, 0.2], abs=1e-6)
+    assert all(r["send"] >= r["scheduled"] - 0.002 for r in result["requests"]), result["requests"]
+    assert result["summary"]["output_tokens"] == 4 * 3  # --output-len 4 overrides the trace
+
+
+def test_compare_prints_ratios(server, tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert bench(server, a, "--num-requests", "4", "--concurrency", "1") == 0
+    assert bench(server, b, "--num-requests", "8", "--concurrency", "4") == 0
+    path_a, path_b = next(a.glob("run-*.json")), next(b.glob("run-*.json"))
+    capsys.readouterr()
+    assert main(["bench", "compare", str(path_a), str(path_b)]) == 0
+    out = capsys.readouterr().out
+    assert "request_rate" in out and "B/A" in out
+    rows = {
+        key: (ratio, verdict)
+        for key, _, _, ratio, verdict in compare_rows(load_run(str(path_a)), load_run(str(path_b)))
+    }
+    assert rows["num_requests"][0] == pytest.approx(2.0)
+    assert rows["request_rate"][1] == "better"  # four at a time beats one at a time on this server
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--load-mode", "poisson"], "needs --request-rate"),
+        (["--prompt-len", "many"], "prompt_len must be N"),
+        (["--slo", "ttft=fast"], "slo term"),
+        (["--dataset", "trace"], "needs --dataset-path"),
+        (["--load-mode", "trace"], "give --dataset trace"),
+        (["--dataset", "sharegpt", "--dataset-path", "/nonexistent.json"], "dataset file not found"),
+        # flags the chosen load mode would ignore are refused, not ignored
+        (["--load-mode", "closed", "--request-rate", "5"], "load mode closed does not use it"),
+        (["--load-mode", "sweep", "--request-rate", "5"], "load mode sweep does not use it"),
+        (["--request-rate", "5", "--concurrency", "4"], "load mode poisson does not use it"),
+        (["--concurrency", "2", "--max-concurrency", "4"], "give one of them"),
+        (["7"], "unexpected argument '7'"),
+    ],
+)
+def test_bad_input_gives_a_clear_error(server, tmp_path, capsys, flags, message):
+    assert bench(server, tmp_path, *flags) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_compare_rejects_other_files(tmp_path, capsys):
+    other = tmp_path / "x.json"
+    other.write_text("{}")
+    assert main(["bench", "compare", str(other), str(other)]) == 2
+    assert "not a run file written by mopt bench" in capsys.readouterr().err
+
+
+def test_runs_in_one_folder_are_numbered_on_never_overwritten(server, tmp_path):
+    assert bench(server, tmp_path, "--num-requests", "2", "--concurrency", "2") == 0
+    first = (tmp_path / "run-01-concurrency-2.json").read_text()
+    assert bench(server, tmp_path, "--num-requests", "3", "--concurrency", "2") == 0
+    assert bench(server, tmp_path, "--num-requests", "1") == 0
+    names = sorted(p.name for p in tmp_path.glob("run-*.json"))
+    assert names == ["run-01-concurrency-2.json", "run-02-concurrency-2.json", "run-03-concurrency-1.json"]
+    assert (tmp_path / "run-01-concurrency-2.json").read_text() == first  # untouched
+    assert [load_run(str(tmp_path / n))["summary"]["num_requests"] for n in names] == [2, 3, 1]
+    # the folder's summary and report cover every run in it, not only the last invocation's
+    assert len((tmp_path / "summary.csv").read_text().splitlines()) == 1 + 3
+    assert len(list(tmp_path.glob("run-*.requests.csv"))) == 3
+
+
+def test_vllm_flag_names_are_accepted(server, tmp_path):
+    out = tmp_path / "vllm"
+    rc = main(
+        [
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--no-progress",
+            "--dataset-name",
+            "random",
+            "--num-prompts",
+            "4",
+            "--random-input-len",
+            "6",
+            "--random-output-len",
+            "3",
+            "--max-concurrency",
+            "2",
+            "--save-result",
+            "--result-dir",
+            str(out),
+            "--endpoint",
+            "/v1/completions",
+        ]
+    )
+    assert rc == 0
+    result = load_run(str(next(out.glob("run-*.json"))))
+    # --max-concurrency alone means requests in flight, as in vLLM (its rate defaults to inf)
+    assert result["plan"]["mode"] == "closed" and result["plan"]["concurrency"] == 2
+    assert (
+        result["config"]["workload"]["dataset"] == "synthetic"
+        and result["config"]["client"]["endpoint"] == "completions"
+    )
+    assert [(r["prompt_len"], r["output_tokens"]) for r in result["requests"]] == [(6, 3)] * 4
+    # --request-rate without --load-mode is an open loop at that rate (vLLM's meaning), capped by --max-concurrency
+    rc = main(
+        [
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--no-progress",
+            "--num-prompts",
+            "3",
+            "--random-input-len",
+            "6",
+            "--random-output-len",
+            "2",
+            "--request-rate",
+            "50",
+            "--max-concurrency",
+            "2",
+            "--result-dir",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    plan = load_run(str(out / "run-02-poisson-50-req-s-max-2-in-flight.json"))["plan"]
+    assert (plan["mode"], plan["rate"], plan["max_concurrency"]) == ("poisson", 50, 2)
+
+
+def test_an_unknown_flag_is_named(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--num-promts", "10"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --num-promts" in err and "invalid choice" not in err
+    with pytest.raises(SystemExit):
+        main(["bench", "--dataset-name", "sonnet"])  # a vLLM dataset we do not have
+    assert "invalid choice: 'sonnet' (choose from 'synthetic', 'trace', 'sharegpt')" in capsys.readouterr().err
+
+
+def test_compare_folders_pairs_runs_and_warns_about_different_workloads(server, tmp_path, capsys):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    assert bench(server, a, "--num-requests", "4", "--concurrency", "2") == 0
+    assert bench(server, a, "--num-requests", "4", "--concurrency", "1") == 0
+    assert bench(server, b, "--num-requests", "4", "--concurrency", "1") == 0
+    assert bench(server, b, "--num-requests", "4", "--concurrency", "2") == 0
+    assert bench(server, c, "--num-requests", "4", "--concurrency", "2", "--prompt-len", "16") == 0
+    capsys.readouterr()
+    assert main(["bench", "compare", str(a), str(b)]) == 0  # folders: a traceback before
+    out = capsys.readouterr().out
+    assert out.count("B/A") == 2  # one table per load both folders measured
+    assert "run-01-concurrency-2.json" in out and "run-02-concurrency-2.json" in out
+    assert "different requests" not in out
+    assert main(["bench", "compare", str(next(a.glob("run-01-*.json"))), str(c)]) == 0  # a one-run folder is that run
+    out = " ".join(capsys.readouterr().out.split())
+    assert "warning: the runs sent different requests: prompt_len: A '8', B '16'" in out
+    assert "mean prompt tokens per request: A 8.00, B 16.0" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["compare", "A"], "compare takes two runs"),
+        (["compare", "A", "B", "--concurrency", "3"], "takes no run flags; drop --concurrency"),
+        (["compare", "{empty}", "{empty}"], "holds no run-NN-*.json file"),
+        (["compare", "{missing}", "{missing}"], "no such file"),
+    ],
+)
+def test_compare_bad_input_gives_a_clear_error(tmp_path, capsys, args, message):
+    (tmp_path / "empty").mkdir()
+    args = [a.format(empty=tmp_path / "empty", missing=tmp_path / "missing.json") for a in args]
+    assert main(["bench", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -1,0 +1,196 @@
+"""Settings files, the rendered serve commands, and what `mopt deploy` writes."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from model_optimizer.cli.args import dataclass_from_args
+from model_optimizer.cli.main import build_parser, main
+from model_optimizer.optimizer.deploy.cuda import choose_cuda
+from model_optimizer.optimizer.deploy.settings import mopt_command
+from model_optimizer.optimizer.deploy.vllm_flags import ENV_ONLY, TRANSLATED, UNTRANSLATED, vllm_command
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.server.config import ServerConfig
+from tests.optimizer.deploy.conftest import TUNED, settings_for
+
+
+def _configs(argv: list[str]) -> tuple[EngineConfig, ServerConfig]:
+    args = build_parser().parse_args(argv)
+    return dataclass_from_args(EngineConfig, args), dataclass_from_args(ServerConfig, args)
+
+
+def _write(tmp_path: Path, data: dict, name: str = "best.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_serve_reads_a_config_file_and_flags_override_it(tmp_path):
+    path = _write(
+        tmp_path,
+        {
+            "max_num_seqs": 96,
+            "enable-prefix-caching": False,
+            "gpu_memory_utilization": 1,
+            "max_n": 4,
+            "metrics_auth": True,
+        },
+    )
+    engine, server = _configs(["serve", "--config", str(path), "--max-num-seqs", "32"])
+    assert engine.max_num_seqs == 32  # the flag wins
+    assert engine.enable_prefix_caching is False and engine.gpu_memory_utilization == 1.0
+    assert server.max_n == 4 and server.metrics_auth is True
+
+
+def test_json_config_files_work_too(tmp_path):
+    path = tmp_path / "best.json"
+    path.write_text('{"max_num_seqs": 7, "port": 9000}')
+    engine, server = _configs(["serve", "--config", str(path)])
+    assert engine.max_num_seqs == 7 and server.port == 9000
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"max_num_sequences": 4}, "unknown setting 'max_num_sequences'"),
+        ({"max_num_seqs": "many"}, "max_num_seqs must be a int"),
+        ({"enforce_eager": "yes"}, "enforce_eager must be a bool"),
+        ({"max_num_seqs": True}, "max_num_seqs must be a int"),
+        ({"block_size": None}, "block_size may not be empty"),
+        ([1, 2], "must hold a mapping"),
+    ],
+)
+def test_bad_config_files_are_clear_errors(tmp_path, capsys, data, message):
+    path = _write(tmp_path, data)
+    assert main(["deploy", "--config", str(path), "--output", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_config_file_is_a_clear_error(tmp_path, capsys):
+    assert main(["deploy", "--config", str(tmp_path / "nope.yaml"), "--output", str(tmp_path / "out")]) == 2
+    assert "nope.yaml does not exist" in capsys.readouterr().err
+
+
+def test_rendered_mopt_command_runs_exactly_the_settings_serve_reads(tmp_path):
+    """What `mopt serve --config best.yaml` would run is what the container's command runs, but for the
+    container's own paths, address and the key (which comes from the environment)."""
+    path = _write(tmp_path, TUNED)
+    engine, server = _configs(["serve", "--config", str(path)])
+    settings = settings_for(tuned=True)
+    command = mopt_command(settings)
+    assert command[:2] == ["mopt", "serve"]
+    in_engine, in_server = _configs(command[1:])
+    assert in_engine == dataclasses.replace(engine, model="/model")
+    assert in_server == dataclasses.replace(server, host="0.0.0.0", api_key=None, served_model_name="pydoc-qwen3")
+
+
+def test_deploy_accepts_plain_serve_flags_like_a_file(tmp_path):
+    path = _write(tmp_path, {"max_num_seqs": 12, "kv_cache_dtype": "fp8"})
+    main(["deploy", "--target", "docker", "--config", str(path), "--output", str(tmp_path / "a")])
+    main(
+        [
+            "deploy",
+            "--target",
+            "docker",
+            "--max-num-seqs",
+            "12",
+            "--kv-cache-dtype",
+            "fp8",
+            "--output",
+            str(tmp_path / "b"),
+        ]
+    )
+    assert (tmp_path / "a/Dockerfile").read_text() == (tmp_path / "b/Dockerfile").read_text()
+    assert '"--max-num-seqs", "12"' in (tmp_path / "a/Dockerfile").read_text()
+
+
+def test_every_setting_has_a_vllm_translation_or_a_reason():
+    names = {f.name for cls in (EngineConfig, ServerConfig) for f in dataclasses.fields(cls)} - {"model"}
+    assert names == set(TRANSLATED) | set(UNTRANSLATED) | set(ENV_ONLY)
+    assert not set(TRANSLATED) & set(UNTRANSLATED)
+
+
+def test_vllm_command_translates_and_lists_the_rest():
+    result = vllm_command(settings_for(tuned=True))
+    argv = result.argv
+    assert argv[:3] == ["vllm", "serve", "/model"]
+    assert argv[argv.index("--max-num-seqs") + 1] == "96"
+    assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8"
+    assert "--no-enable-prefix-caching" in argv
+    assert "--async-scheduling" in argv and "--enforce-eager" not in argv  # ours on by default, vLLM's off
+    assert argv[argv.index("--block-size") + 1] == "32" and argv[argv.index("--seed") + 1] == "0"
+    assert set(result.untranslated) == {"max_n", "max_queued_requests", "metrics_auth", "shutdown_timeout"}
+    assert "sk-never-in-a-file" not in " ".join(argv)
+
+
+def test_untranslated_settings_are_listed_in_the_readme(deployments):
+    readme = (deployments[("compose", "vllm", True)] / "README.md").read_text()
+    assert "| max_queued_requests | 64 |" in readme
+    assert "None: every setting" in (deployments[("compose", "vllm", False)] / "README.md").read_text()
+    assert "/ready" not in readme and "/ready" in (deployments[("compose", "mopt", True)] / "README.md").read_text()
+
+
+def test_the_api_key_is_never_written(deployments):
+    for folder in deployments.values():
+        for path in folder.rglob("*"):
+            if path.is_file():
+                assert "sk-never-in-a-file" not in path.read_text(), path
+
+
+def test_dockerfile_says_which_driver_it_needs_and_mounts_the_model(deployments):
+    text = (deployments[("docker", "mopt", False)] / "Dockerfile").read_text()
+    cuda = choose_cuda(driver="570.133.20")
+    assert f"FROM {cuda.base_image}" in text and f"driver >= {cuda.min_driver}" in text
+    assert "USER 10001" in text and "HEALTHCHECK" in text and "/health" in text and "EXPOSE 8000" in text
+    assert "safetensors" not in text and "COPY src/" in text
+    vllm = (deployments[("docker", "vllm", False)] / "Dockerfile").read_text()
+    assert "FROM vllm/vllm-openai:" in vllm and '"vllm", "serve", "/model"' in vllm
+
+
+def test_cuda_build_follows_the_host_driver():
+    assert choose_cuda(driver="565.57.01").cuda == "12.6"
+    assert choose_cuda(driver="580.95.05").cuda == "13.0"
+    assert choose_cuda().min_driver == "570.26"  # torch's default build: CUDA 12.8
+    with pytest.raises(ValueError, match="install driver branch"):
+        choose_cuda(driver="535.104.05")
+    with pytest.raises(ValueError, match="cuda must be one of"):
+        choose_cuda(cuda="11.8")
+
+
+def test_cli_writes_every_target_with_the_package_source_but_no_weights(tmp_path, capsys):
+    out = tmp_path / "deploy"
+    for target in ("docker", "compose", "k8s"):
+        assert main(["deploy", "--target", target, "--output", str(out), "--driver", "570.133.20"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert (out / "src/pyproject.toml").is_file() and (out / "src/model_optimizer/cli/serve.py").is_file()
+    assert not list((out / "src").rglob("*.safetensors")) and not list((out / "src").rglob("__pycache__"))
+    for rel in ("Dockerfile", "docker-compose.yml", "k8s/deployment.yaml", "grafana/dashboards/mopt-serving.json"):
+        assert (out / rel).is_file(), rel
+    assert not [p for p in out.rglob("*") if p.name.startswith(".") and p.name != ".dockerignore"]  # no temp files
+
+
+def test_bad_deploy_options_are_clear_errors(tmp_path, capsys):
+    assert main(["deploy", "--min-replicas", "3", "--max-replicas", "2", "--output", str(tmp_path)]) == 2
+    assert "max_replicas (2) must be >= min_replicas (3)" in capsys.readouterr().err
+    assert main(["deploy", "--driver", "470.1", "--output", str(tmp_path)]) == 2
+    assert "driver 470.1 is older" in capsys.readouterr().err
+
+
+def test_list_settings_round_trip_through_file_and_command(tmp_path):
+    path = _write(tmp_path, {"allowed_origins": ["https://a.example", "https://b.example"]})
+    engine, server = _configs(["serve", "--config", str(path)])
+    assert server.allowed_origins == ["https://a.example", "https://b.example"]
+    settings = settings_for(tuned=False)
+    settings.server = server
+    _, in_server = _configs(mopt_command(settings)[1:])
+    assert in_server.allowed_origins == server.allowed_origins
+    argv = vllm_command(settings).argv
+    assert argv[argv.index("--allowed-origins") + 1] == '["https://a.example", "https://b.example"]'
+    bad = _write(tmp_path, {"allowed_origins": [1, 2]}, "bad.yaml")
+    with pytest.raises(ValueError, match="allowed_origins must be a list of strings"):
+        _configs(["serve", "--config", str(bad)])

@@ -1,0 +1,79 @@
+"""The Pareto front of measured trials and the trade-off --prefer picks; CLI errors before any server."""
+
+from __future__ import annotations
+
+import pytest
+
+from model_optimizer.cli.main import main
+from model_optimizer.optimizer.tune.pareto import choose, dominates, pareto_front
+
+
+def row(number, goodput, ttft, tpot, memory, cold, constraints=(), state="COMPLETE"):
+    measured = {
+        "goodput": goodput,
+        "ttft_p99_ms": ttft,
+        "tpot_p99_ms": tpot,
+        "memory_gib": memory,
+        "cold_start_s": cold,
+    }
+    return {
+        "number": number,
+        "state": state,
+        "values": [goodput, ttft, tpot, memory, cold],
+        "constraints": list(constraints),
+        "measured": measured,
+        "settings": {},
+    }
+
+
+def test_dominance_follows_each_objective_direction():
+    assert dominates([2, 10, 10, 1, 1], [1, 10, 10, 1, 1])  # more goodput, the rest equal
+    assert not dominates([2, 10, 10, 1, 1], [1, 5, 10, 1, 1])  # more goodput but slower TTFT
+    assert not dominates([1, 10, 10, 1, 1], [1, 10, 10, 1, 1])  # equal is not better
+
+
+def test_front_keeps_only_trials_meeting_the_slo_when_any_does():
+    rows = [
+        row(0, 10, 100, 10, 5, 3, constraints=[-1]),
+        row(1, 50, 100, 10, 5, 3, constraints=[5]),
+        row(2, 8, 100, 10, 5, 3, constraints=[-1]),
+        row(3, 9, 50, 10, 5, 3, constraints=[-1]),
+        row(4, 99, 1, 1, 1, 1, state="FAIL"),
+    ]
+    assert [r["number"] for r in pareto_front(rows)] == [0, 3]  # 1 misses the SLO; 2 is dominated by 0
+    missed = [row(0, 1, 10, 10, 5, 3, constraints=[1]), row(1, 2, 10, 10, 5, 3, constraints=[1])]
+    assert [r["number"] for r in pareto_front(missed)] == [1]  # none met it: the best of the rest
+
+
+def test_prefer_picks_from_the_front():
+    front = [row(0, 10, 100, 20, 8, 3), row(1, 5, 40, 15, 9, 3), row(2, 7, 90, 25, 2, 3)]
+    assert choose(front, "goodput")["number"] == 0
+    assert choose(front, "latency")["number"] == 1
+    assert choose(front, "memory")["number"] == 2
+    assert choose([], "goodput") is None
+    with pytest.raises(ValueError, match="--prefer must be one of goodput, latency, memory"):
+        choose(front, "cheapest")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--trials", "2", "--fix", "max_num_seqz=4"], "unknown setting 'max_num_seqz'"),
+        (["--fix", "max_num_seqs=4"], "give a budget: --trials N and/or --time 30m"),
+        (["--time", "soon"], "--time takes seconds or a number with s, m or h"),
+        (["--trials", "2", "--slo", "ttft=fast"], "slo term 'ttft=fast'"),
+        (["--trials", "0"], "--trials must be a positive integer"),
+        (["--resume", "--trials", "2"], "tune.json does not exist"),
+        (["--trials", "2", "--sampler", "grid", "--space", "RANGE"], "--sampler grid needs a list of choices"),
+        (["--trials", "2", "--server-cmd", "srv --port {port} {flags} --x {bogus}"], "names {bogus}, which is not set"),
+        (["--trials", "2", "--server-cmd", "srv --port {port}"], "does not pass on searched knob"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_server(tmp_path, capsys, argv, message):
+    space = tmp_path / "range.yaml"
+    space.write_text("gpu_memory_utilization: {low: 0.5, high: 0.9}\n")
+    argv = [str(space) if a == "RANGE" else a for a in argv]
+    assert main(["tune", "--output-dir", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mopt tune: error:") and message in err.replace("\n", " ")
+    assert not (tmp_path / "out" / "trials").exists()

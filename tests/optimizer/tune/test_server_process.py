@@ -1,0 +1,66 @@
+"""ServerProcess: a server that exits or never gets ready is a ServerFailed naming why, and stopping it
+ends its whole process group, grandchildren included."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from model_optimizer.optimizer.tune.server_process import ServerFailed, ServerProcess, free_port
+
+
+def test_exit_before_ready_is_reported_with_the_log(tmp_path):
+    with ServerProcess(["sh", "-c", "echo no model here; exit 3"], tmp_path / "server.log") as server:
+        with pytest.raises(ServerFailed, match="exited with code 3 before ready: no model here"):
+            server.wait_ready(f"http://127.0.0.1:{free_port()}/ready", timeout=120)
+
+
+def test_never_ready_is_stopped_with_its_children(tmp_path):
+    child_pid = tmp_path / "child.pid"
+    script = f"sleep 300 & echo $! > {child_pid}; wait"
+    with ServerProcess(["sh", "-c", script], tmp_path / "server.log") as server:
+        while not child_pid.is_file() or not child_pid.read_text().strip():
+            time.sleep(0.05)
+        with pytest.raises(ServerFailed, match="not ready"):
+            server.wait_ready(f"http://127.0.0.1:{free_port()}/ready", timeout=0.5)  # nothing ever listens there
+    grandchild = int(child_pid.read_text())
+    deadline = time.monotonic() + 30  # a signal's delivery is not instant on a loaded machine: a bound, not a speed
+    while running(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(grandchild), f"grandchild {grandchild} survived the group kill"
+    assert (tmp_path / "server.pid").read_text().strip() == str(server.proc.pid)
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a killed orphan may wait a moment for init to reap it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return not any(line.startswith("State:") and line.split()[1] == "Z" for line in status)
+    except OSError:
+        return False  # reaped meanwhile
+
+
+def test_a_missing_program_is_a_server_failure(tmp_path):
+    with pytest.raises(ServerFailed, match="cannot start"):
+        with ServerProcess(["/nonexistent/server"], tmp_path / "server.log"):
+            pass
+
+
+def test_ready_server_reports_cold_start(tmp_path):
+    port = free_port()
+    code = (
+        "import http.server, sys; http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), "
+        "http.server.SimpleHTTPRequestHandler).serve_forever()"
+    )
+    with ServerProcess([sys.executable, "-c", code, str(port)], tmp_path / "server.log") as server:
+        cold = server.wait_ready(f"http://127.0.0.1:{port}/", timeout=120)
+        assert cold > 0 and server.alive()
+        assert server.peak_rss_bytes() > 0
+    assert not server.alive()

@@ -1,0 +1,100 @@
+"""Decoder embedders (Qwen3-Embedding style) against a reference written with transformers' AutoModel."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.runtime.embed.texts import varied_texts
+
+
+def reference(model_dir, texts: list[str]) -> torch.Tensor:
+    """transformers, one text at a time: tokens + <|endoftext|>, last hidden state of the last token, L2 norm."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    end = tok.convert_tokens_to_ids("<|endoftext|>")
+    out = []
+    with torch.no_grad():
+        for text in texts:
+            ids = tok(text)["input_ids"] + [end]
+            hidden = model(input_ids=torch.tensor([ids])).last_hidden_state[0, -1]
+            out.append(F.normalize(hidden, dim=-1))
+    return torch.stack(out)
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return varied_texts(24, seed=3, max_words=60)
+
+
+def test_matches_transformers_last_token_pooling(qwen3, qwen3_dir, texts):
+    ours = qwen3.encode(texts).embeddings
+    ref = reference(qwen3_dir, texts)
+    cos = F.cosine_similarity(ours, ref, dim=-1)
+    assert cos.min() >= 0.99999, cos
+    assert torch.allclose(ours, ref, atol=1e-4)
+    assert qwen3.pooling == "last" and qwen3.normalize
+
+
+def test_base_model_layout_without_model_prefix_loads_the_same(qwen3, qwen3_base_dir, texts):
+    from model_optimizer.runtime.embed import Embedder
+
+    base = Embedder(qwen3_base_dir, device="cpu", dtype="float32")
+    assert torch.allclose(base.encode(texts).embeddings, qwen3.encode(texts).embeddings, atol=1e-6)
+
+
+def test_one_text_alone_equals_it_inside_a_batch(qwen3, texts):
+    batch = qwen3.encode(texts).embeddings
+    for i in (0, 5, len(texts) - 1):
+        assert torch.allclose(qwen3.encode(texts[i]).embeddings[0], batch[i], atol=1e-5), i
+
+
+def test_end_token_is_appended_once(qwen3):
+    end = qwen3.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    ids = qwen3.tokenizer("hello there")["input_ids"]
+    from_text = qwen3.encode("hello there")
+    assert from_text.num_tokens == [len(ids) + 1]
+    assert torch.allclose(from_text.embeddings, qwen3.encode([ids + [end]]).embeddings, atol=1e-6)
+
+
+def test_instruction_prefix(qwen3):
+    task = "Given a web search query, retrieve relevant passages"
+    with_instruction = qwen3.encode("what is a cat", instruction=task).embeddings
+    spelled_out = qwen3.encode(f"Instruct: {task}\nQuery: what is a cat").embeddings
+    assert torch.allclose(with_instruction, spelled_out, atol=1e-6)
+    assert not torch.allclose(with_instruction, qwen3.encode("what is a cat").embeddings, atol=1e-3)
+
+
+def test_custom_instruction_template(qwen3_dir):
+    from model_optimizer.runtime.embed import Embedder
+
+    with pytest.raises(ValueError, match="instruction_template"):
+        Embedder(qwen3_dir, device="cpu", instruction_template="no placeholders")
+
+
+def test_dimensions_and_truncation(qwen3, qwen3_dir):
+    text = "one two three four five six seven eight nine ten"
+    full = qwen3.encode(text).embeddings
+    short = qwen3.encode(text, dimensions=16).embeddings
+    assert short.shape == (1, 16) and torch.allclose(short, F.normalize(full[:, :16], dim=-1), atol=1e-6)
+    cut = qwen3.encode(text, truncate_prompt_tokens=4)
+    assert cut.num_tokens == [4]  # three text tokens, then the end token
+    end = qwen3.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    ids = qwen3.tokenizer(text)["input_ids"]
+    assert torch.allclose(cut.embeddings, qwen3.encode([ids[:3] + [end]]).embeddings, atol=1e-6)
+    from model_optimizer.runtime.embed import Embedder
+
+    small = Embedder(qwen3_dir, device="cpu", dtype="float32", max_seq_length=8)
+    with pytest.raises(ValueError, match=r"input 1 has \d+ tokens, more than the model's limit of 8"):
+        small.encode(["short", text])
+    assert small.encode(["short", text], truncate_prompt_tokens=-1).num_tokens[1] == 8
+
+
+def test_max_seq_length_beyond_positions_is_refused(qwen3_dir):
+    from model_optimizer.runtime.embed import Embedder
+
+    with pytest.raises(ValueError, match="exceeds what the model's positions hold"):
+        Embedder(qwen3_dir, device="cpu", max_seq_length=100_000)

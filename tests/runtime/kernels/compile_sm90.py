@@ -1,0 +1,216 @@
+"""Compile every kernel configuration for an H100/H200 (sm_90) without a GPU: Triton front end plus ptxas.
+
+Run by test_compile_sm90.py in a subprocess without TRITON_INTERPRET (the interpreter replaces
+@triton.jit functions). Catches what the interpreter accepts but the GPU compiler rejects.
+Prints one line per kernel; exit status 3 when this Triton has no usable ahead-of-time API.
+"""
+
+import re
+import sys
+
+try:
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+except ImportError as exc:
+    print(f"no ahead-of-time compile API: {exc}")
+    sys.exit(3)
+
+from model_optimizer.runtime.kernels.paged_attention_kernels import _paged_attention_kernel, _reduce_splits_kernel
+from model_optimizer.runtime.kernels.quant_kernels import KINDS, _quant_matmul_kernel, _quantize_rows_fp8_kernel
+from model_optimizer.runtime.kernels.rotary import _norm_rotate_kernel
+from model_optimizer.runtime.kernels.sampling import CHUNK, _gumbel_argmax_kernel
+from model_optimizer.runtime.kernels.store_kv import _store_kv_kernel
+
+TARGET = GPUTarget("cuda", 90, 32)
+
+
+def compile_kernel(
+    fn,
+    pointer_types: dict,
+    constexprs: dict,
+    aligned_ints: tuple[str, ...] = (),
+    num_stages: int = 2,
+    num_warps: int = 4,
+    quiet: bool = False,
+):
+    """`fn` compiled for sm_90, with the divisibility-by-16 facts the launcher's JIT derives for pointers
+    and strides (and for the integer arguments named in `aligned_ints`, as it does for any multiple of 16)."""
+    names = fn.arg_names
+    signature = {n: "constexpr" if n in constexprs else pointer_types.get(n, "i32") for n in names}
+    aligned = [n for n in names if n.endswith("_ptr") or n.startswith("stride_") or n in aligned_ints]
+    source = ASTSource(
+        fn,
+        signature,
+        constexprs={(names.index(n),): v for n, v in constexprs.items()},
+        attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned},
+    )
+    kernel = triton.compile(source, target=TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
+    if quiet:
+        return kernel
+    ptx = kernel.asm["ptx"]
+    # K/V must move in 16-byte pieces (cp.async or v4 loads), not element by element
+    vectorized = "cp.async" in ptx or re.search(r"ld\.global\.\S*v4\.", ptx) is not None  # any cache hints
+    print(fn.__name__, constexprs, "ptx chars", len(ptx), "vectorized" if vectorized else "SCALAR LOADS")
+    return kernel
+
+
+def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, decode: bool, window: bool) -> None:
+    pointers = dict(
+        out_ptr=f"*{q}",
+        part_acc_ptr="*fp32",
+        part_max_ptr="*fp32",
+        part_sum_ptr="*fp32",
+        q_ptr=f"*{q}",
+        cache_ptr=f"*{kv}",
+        qsl_ptr="*i32",
+        seq_lens_ptr="*i32",
+        block_tables_ptr="*i32",
+        k_scale_ptr="*fp32",
+        v_scale_ptr="*fp32",
+        scale="fp32",
+        q_scale="fp32",
+    )
+    constexprs = dict(
+        GROUP=2,
+        GROUP_PAD=group_pad,
+        HEAD_DIM=128,
+        HEAD_DIM_PAD=128,
+        BLOCK_SIZE=16,
+        BLOCK_Q=block_q,
+        TILE_N=64,
+        NUM_SPLITS=splits,
+        USE_WINDOW=window,
+        HAS_SCALES=kv == "fp8e4nv",
+        DOT_DTYPE=dot,
+        DECODE_ONLY=decode,
+        PRESCALE_Q=kv == "fp8e4nv",
+    )
+    compile_kernel(_paged_attention_kernel, pointers, constexprs)
+
+
+def quant_matmul(
+    kind: str,
+    block_m: int,
+    block_n: int,
+    block_k: int,
+    split_k: int,
+    num_stages: int = 3,
+    num_warps: int = 4,
+    planes: bool = True,
+    quiet: bool = False,
+):
+    """One launch shape of the quantized matmul (CUDA-core GEMV, split-K dot, prefill tile) per weight
+    format; the compiled kernel (tests/runtime/kernels/quant_compile_sm90.py reads its shared memory)."""
+    pointers = dict(
+        x_ptr="*bf16",
+        w_ptr={"int4": "*i32", "int8": "*i8", "fp8": "*fp8e4nv"}[kind],
+        scales_ptr="*bf16" if kind == "int4" else "*fp32",
+        zeros_ptr="*u8",
+        bias_ptr="*bf16",
+        out_ptr="*bf16",
+        part_ptr="*fp32",
+        count_ptr="*i32",
+    )
+    constexprs = dict(
+        KIND=KINDS[kind],
+        GROUP=128 if kind == "int4" else 1,
+        HAS_BIAS=False,
+        EVEN_K=True,
+        EVEN_N=True,
+        DOT_DTYPE=tl.bfloat16,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        PLANES=planes,
+        PREFETCH=block_m == 1 and num_stages >= 2 and (kind == "int4" or block_k <= 256),  # quant_matmul.prefetches
+    )
+    if split_k == 1:  # the launcher's JIT specializes an integer argument equal to 1
+        constexprs["num_splits"] = 1
+    return compile_kernel(
+        _quant_matmul_kernel,
+        pointers,
+        constexprs,
+        aligned_ints=("N", "K", "k_per_split"),
+        num_stages=num_stages,
+        num_warps=num_warps,
+        quiet=quiet,
+    )
+
+
+def main() -> int:
+    # one configuration per feature, each feature in some decode and some prefill shape
+    for q, dot, kv, splits, decode in (
+        ("bf16", tl.bfloat16, "bf16", 1, True),
+        ("fp16", tl.float16, "fp16", 8, False),
+        ("bf16", tl.float16, "fp8e4nv", 8, True),  # fp8 caches: fp16 dots (paged_attention._dot_dtype)
+        ("bf16", tl.float16, "fp8e4nv", 1, False),
+    ):
+        block_q, group_pad = (1, 16) if decode else (32, 2)
+        attention(q, kv, dot, splits, block_q, group_pad, decode, window=not decode)
+    compile_kernel(
+        _reduce_splits_kernel,
+        dict(out_ptr="*bf16", part_acc_ptr="*fp32", part_max_ptr="*fp32", part_sum_ptr="*fp32", qsl_ptr="*i32"),
+        dict(HEAD_DIM=128, HEAD_DIM_PAD=128, NUM_SPLITS=5, SPLITS_PAD=8),
+    )
+    for kv, quantize in (("bf16", False), ("fp8e4nv", True)):
+        compile_kernel(
+            _store_kv_kernel,
+            dict(
+                key_ptr="*bf16",
+                value_ptr="*bf16",
+                cache_ptr=f"*{kv}",
+                slot_ptr="*i64",
+                k_scale_ptr="*fp32",
+                v_scale_ptr="*fp32",
+            ),
+            dict(
+                NUM_KV_HEADS=8,
+                HEADS_PAD=8,
+                HEAD_DIM=128,
+                HEAD_DIM_PAD=128,
+                BLOCK_SIZE=16,
+                QUANTIZE=quantize,
+                HAS_SCALES=quantize,
+            ),
+        )
+    compile_kernel(
+        _norm_rotate_kernel,
+        dict(
+            q_ptr="*bf16",
+            k_ptr="*bf16",
+            q_out_ptr="*bf16",
+            k_out_ptr="*bf16",
+            positions_ptr="*i64",
+            cos_ptr="*fp32",
+            sin_ptr="*fp32",
+            q_weight_ptr="*bf16",
+            k_weight_ptr="*bf16",
+            eps="fp32",
+        ),
+        dict(NUM_Q_HEADS=16, Q_HEADS_PAD=16, NUM_K_HEADS=8, K_HEADS_PAD=8, HALF=64, HALF_PAD=64, HAS_NORM=True),
+    )
+    compile_kernel(
+        _gumbel_argmax_kernel,
+        dict(logits_ptr="*bf16", inv_temp_ptr="*fp32", seed_ptr="*i64", best_ptr="*fp32", index_ptr="*i64"),
+        dict(CHUNK=CHUNK),
+    )
+    for kind, block_m, block_n, block_k, split_k in (
+        ("int4", 1, 64, 128, 4),
+        ("int8", 1, 32, 256, 2),
+        ("fp8", 16, 64, 256, 4),
+        ("int4", 16, 64, 128, 4),
+        ("int8", 64, 128, 128, 2),
+        ("fp8", 128, 128, 64, 1),
+        ("int4", 128, 128, 128, 1),
+    ):
+        quant_matmul(kind, block_m, block_n, block_k, split_k)
+    compile_kernel(
+        _quantize_rows_fp8_kernel, dict(x_ptr="*bf16", q_ptr="*fp8e4nv", scale_ptr="*fp32"), dict(BLOCK_K=4096)
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Triton's cache in a folder we own, keyed by versions and GPU; no torch.compile on the way to a running engine.
+
+Checked on the CPU through the environment an engine leaves behind: the variable Triton reads, set
+only where the user had not set it, and which modules an engine start loaded (tests/gpu/test_perf_gpu.py
+checks on CUDA that the cache fills and torch._inductor stays unloaded)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from model_optimizer.runtime.kernels import compile_cache
+from model_optimizer.runtime.kernels.compile_cache import cache_key, cache_root, configure_compile
+from tests.runtime.server.test_process import REPO
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    for name in (*compile_cache.CACHE_VARIABLES, "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(compile_cache.CACHE_DIR_ENV, str(tmp_path / "root"))
+    return tmp_path / "root"
+
+
+def test_key_names_versions_and_gpu_and_differs_when_one_changes(monkeypatch):
+    h200 = cache_key("NVIDIA H200")
+    assert h200.startswith("torch-") and "triton-" in h200 and "mopt-" in h200 and "NVIDIA-H200" in h200
+    assert "/" not in h200 and " " not in h200
+    assert cache_key("NVIDIA H100 80GB HBM3") != h200 and "_cpu-" in cache_key(None)
+    monkeypatch.setattr(compile_cache, "_version", lambda package: "9.9" if package == "triton" else "1.0")
+    assert cache_key("NVIDIA H200") != h200  # a new Triton never reads the old entries
+
+
+def test_root_follows_env_then_xdg_then_home(monkeypatch, tmp_path):
+    monkeypatch.setenv(compile_cache.CACHE_DIR_ENV, str(tmp_path / "own"))
+    assert cache_root() == tmp_path / "own"
+    monkeypatch.delenv(compile_cache.CACHE_DIR_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "model-optimizer" / "compile"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_root() == compile_cache.Path.home() / ".cache" / "model-optimizer" / "compile"
+
+
+def test_unset_variable_points_into_our_folder_and_the_users_wins(clean_env, monkeypatch):
+    chosen = configure_compile(SimpleNamespace(device="cpu", enforce_eager=False))
+    assert chosen == {"TRITON_CACHE_DIR": str(clean_env / cache_key(None) / "triton")}
+    assert os.environ["TRITON_CACHE_DIR"] == chosen["TRITON_CACHE_DIR"]
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ  # nothing compiles through inductor any more
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/users/own/triton")
+    assert configure_compile(SimpleNamespace(device="cpu", enforce_eager=True)) == {}
+    assert os.environ["TRITON_CACHE_DIR"] == "/users/own/triton"
+
+
+def _engine_start(model, cache, enforce_eager: bool) -> dict:
+    """Start an engine on the tiny checkpoint in a fresh process; its cache variable and the heavy
+    modules it loaded."""
+    probe = (
+        "import json, os, sys\nfrom model_optimizer.runtime.llm import LLM\n"
+        f"llm = LLM({str(model)!r}, max_model_len=128, num_kv_blocks=16, enforce_eager={enforce_eager})\n"
+        "llm.generate([[1, 2, 3]])\n"
+        "print(json.dumps({'TRITON_CACHE_DIR': os.environ.get('TRITON_CACHE_DIR'),"
+        " 'loaded': sorted(m for m in ('torch._inductor', 'torch._dynamo', 'transformers') if m in sys.modules)}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in compile_cache.CACHE_VARIABLES}
+    env.update({compile_cache.CACHE_DIR_ENV: str(cache), "PYTHONPATH": str(REPO)})
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("enforce_eager", [False, True])
+def test_engine_start_sets_the_cache_and_never_loads_inductor_dynamo_or_transformers(
+    tiny_model, tmp_path, enforce_eager
+):
+    """With or without enforce_eager, building an engine and generating imports neither torch's
+    compiler stack (seconds of import, and dynamo retraces in every process) nor transformers."""
+    seen = _engine_start(tiny_model("qwen3"), tmp_path, enforce_eager)
+    assert seen["TRITON_CACHE_DIR"].startswith(str(tmp_path))
+    assert seen["loaded"] == []

@@ -1,0 +1,83 @@
+"""The fused Gumbel-max sampling kernel on the CPU (Triton interpreter): greedy rows, seeds, and the
+distribution it draws from against softmax(logits / T)."""
+
+from __future__ import annotations
+
+import torch
+
+from model_optimizer.runtime.kernels.sampling import CHUNK, gumbel_sample, gumbel_sample_checked
+
+
+def test_greedy_rows_take_the_argmax_with_lowest_index_ties():
+    logits = torch.randn(3, CHUNK + 37)
+    logits[1, 5] = logits[1, CHUNK + 3] = 50.0  # a tie across chunks goes to the lower index
+    got = gumbel_sample(logits, torch.zeros(3), torch.arange(3, dtype=torch.int64))
+    expected = logits.argmax(dim=1)
+    assert got.tolist() == expected.tolist() and got[1] == 5
+
+
+def test_same_seed_same_token_and_rows_are_independent():
+    logits = torch.zeros(4, 300)  # uniform: the draw is the noise alone
+    inv = torch.ones(4)
+    a = gumbel_sample(logits, inv, torch.tensor([7, 7, 8, 9]))
+    b = gumbel_sample(logits, inv, torch.tensor([7, 1, 8, 9]))
+    assert a[0] == a[1] == b[0] and a[2] == b[2] and a[3] == b[3]
+    many = gumbel_sample(torch.zeros(40, 300), torch.ones(40), torch.arange(40, dtype=torch.int64))
+    assert len(set(many.tolist())) > 20
+
+
+def test_draws_follow_softmax_of_scaled_logits():
+    """1,500 rows of one 6-token distribution at T = 0.7: frequencies within 4.5 standard errors."""
+    base = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -30.0])
+    rows = 1500
+    temperature = 0.7
+    got = gumbel_sample(
+        base.repeat(rows, 1), torch.full((rows,), 1 / temperature), torch.arange(rows, dtype=torch.int64) * 7919
+    )
+    counts = torch.bincount(got, minlength=6).double()
+    probs = torch.softmax(base.double() / temperature, dim=0)
+    std = (rows * probs * (1 - probs)).sqrt()
+    assert ((counts - rows * probs).abs() <= 4.5 * std + 1).all(), (counts, rows * probs)
+    assert counts[5] == 0
+
+
+def test_bf16_logits_are_read_in_place():
+    logits = torch.randn(2, 1000).to(torch.bfloat16)
+    got = gumbel_sample(logits, torch.zeros(2), torch.zeros(2, dtype=torch.int64))
+    assert got.tolist() == logits.float().argmax(dim=1).tolist()
+
+
+def test_sampler_fused_path_greedy_rows_and_batch_independent_seeds():
+    """The Sampler's use of the kernel (it runs on CUDA only in the engine; here the interpreter runs it)."""
+    from model_optimizer.runtime.layers.sampler import Sampler, SamplingInput
+    from model_optimizer.runtime.sampling_params import SamplingParams
+
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    logits = torch.randn(3, 500)
+    greedy = SamplingInput(SamplingParams(temperature=0), [1], [])
+    seeded = SamplingInput(SamplingParams(temperature=0.9, seed=42), [1], [], position=3)
+    free = SamplingInput(SamplingParams(temperature=0.9), [1], [])
+    together, finite = sampler._choose_fused(logits, [greedy, seeded, free])
+    assert together[0] == logits[0].argmax() and finite.all()
+    alone, _ = sampler._choose_fused(logits[1:2], [seeded])
+    assert alone[0] == together[1]  # a seeded row draws the same noise in any batch
+    later = [
+        sampler._choose_fused(logits[1:2], [SamplingInput(seeded.params, [1], [], position=p)])[0][0]
+        for p in range(4, 24)
+    ]
+    assert len(set(later)) > 5  # ... and fresh noise at every output position
+
+
+def test_rows_with_nan_or_inf_logits_are_flagged_and_still_get_a_vocabulary_id():
+    vocab = 2 * CHUNK + 50
+    logits = torch.randn(6, vocab)
+    logits[1, :] = float("nan")  # a whole row, as a NaN hidden state gives
+    logits[2, CHUNK + 7] = float("nan")  # one entry in the second chunk
+    logits[3, vocab - 1] = float("inf")  # in the last, partial chunk
+    logits[4, 0] = float("-inf")
+    inv = torch.tensor([0.0, 0.0, 1.0, 0.0, 1.0, 1.0])
+    ids, finite = gumbel_sample_checked(logits, inv, torch.arange(6, dtype=torch.int64))
+    assert finite.tolist() == [True, False, False, False, False, True]
+    assert ((ids >= 0) & (ids < vocab)).all()  # the next step may read any of them
+    assert ids[0] == logits[0].argmax()
+    assert torch.equal(gumbel_sample(logits, inv, torch.arange(6, dtype=torch.int64)), ids)

@@ -1,0 +1,59 @@
+"""Sampler filters checked on exact small distributions."""
+
+from __future__ import annotations
+
+import torch
+
+from model_optimizer.runtime.layers.sampler import Sampler, SamplingInput, _filtered_probs
+from model_optimizer.runtime.sampling_params import SamplingParams
+
+LOGITS = torch.log(torch.tensor([[0.5, 0.25, 0.15, 0.10], [0.4, 0.3, 0.2, 0.1]]))
+
+
+def test_top_k_top_p_min_p_masks():
+    probs = _filtered_probs(LOGITS.clone(), [SamplingParams(top_k=2), SamplingParams()])
+    assert torch.allclose(probs[0], torch.tensor([2 / 3, 1 / 3, 0, 0]))
+    assert torch.allclose(probs[1], torch.tensor([0.4, 0.3, 0.2, 0.1]))
+    probs = _filtered_probs(LOGITS.clone(), [SamplingParams(top_p=0.7), SamplingParams(min_p=0.6)])
+    assert torch.allclose(probs[0], torch.tensor([2 / 3, 1 / 3, 0, 0]))  # 0.5 + 0.25 reaches 0.7
+    assert torch.allclose(probs[1], torch.tensor([0.4, 0.3, 0, 0]))  # below 0.6 * 0.4 dropped (unnormalised is fine)
+
+
+def test_sampling_follows_the_distribution_and_penalties_apply():
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    params = SamplingParams(temperature=1.0)
+    counts = torch.zeros(4)
+    for _ in range(2000):
+        [(token, _)] = sampler(LOGITS[:1].clone(), [SamplingInput(params, [9], [])])
+        counts[token] += 1
+    assert torch.allclose(counts / 2000, torch.tensor([0.5, 0.25, 0.15, 0.10]), atol=0.04)
+    greedy = SamplingParams(temperature=0, repetition_penalty=10.0)
+    [(token, _)] = sampler(LOGITS[:1].clone(), [SamplingInput(greedy, [0], [])])
+    assert token == 1  # token 0 was seen, its logit is pushed down
+    presence = SamplingParams(temperature=0, presence_penalty=2.0)
+    [(token, _)] = sampler(LOGITS[:1].clone(), [SamplingInput(presence, [], [0])])
+    assert token == 1
+
+
+def test_rows_with_nan_or_inf_logits_come_back_as_nonfinite_token():
+    """The torch path flags each row on the device; the ids it keeps for the device stay in the
+    vocabulary (the next step may read them) and only the checked ids carry the flag."""
+    from model_optimizer.runtime.engine.request import NONFINITE_TOKEN
+
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    logits = torch.randn(4, 50)
+    logits[1] = float("nan")
+    logits[2, 7] = float("inf")
+    batch = [
+        SamplingInput(SamplingParams(temperature=0, logprobs=2), [1], []),
+        SamplingInput(SamplingParams(temperature=0.7, top_k=5, logprobs=2), [1], []),
+        SamplingInput(SamplingParams(temperature=0, presence_penalty=1.0), [1], [3]),
+        SamplingInput(SamplingParams(temperature=1.0, top_p=0.9), [1], []),
+    ]
+    sampled = sampler.sample(logits.clone(), batch)
+    assert sampled.finite.tolist() == [True, False, False, True]
+    assert ((sampled.token_ids >= 0) & (sampled.token_ids < 50)).all()
+    results = sampler(logits.clone(), batch)
+    assert [token for token, _ in results][1:3] == [NONFINITE_TOKEN, NONFINITE_TOKEN]
+    assert results[0][0] == logits[0].argmax() and results[0][1] is not None
+    assert results[1][1] is None  # no logprobs of a failed row

@@ -1,0 +1,82 @@
+"""Loading checkpoints: sharded files, dummy weights, and errors that name the file and the expectation."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from model_optimizer import LLM, SamplingParams
+from model_optimizer.runtime.models.loader import load_model
+
+GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+
+
+def copy_model(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_sharded_checkpoint_loads_identically(tiny_model, tmp_path):
+    src = tiny_model("qwen3")
+    from transformers import AutoModelForCausalLM
+
+    sharded = tmp_path / "sharded"
+    AutoModelForCausalLM.from_pretrained(str(src)).save_pretrained(str(sharded), max_shard_size="50KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    for f in src.iterdir():
+        if "token" in f.name or f.name.endswith(".jinja"):
+            shutil.copy(f, sharded / f.name)
+    a = LLM(str(src), kv_cache_memory=1 << 22).generate([[4, 5, 6]], GREEDY)[0].outputs[0].token_ids
+    b = LLM(str(sharded), kv_cache_memory=1 << 22).generate([[4, 5, 6]], GREEDY)[0].outputs[0].token_ids
+    assert a == b
+
+
+def test_dummy_weights_need_only_the_config(tiny_model, tmp_path):
+    folder = tmp_path / "config-only"
+    folder.mkdir()
+    shutil.copy(tiny_model("llama3") / "config.json", folder / "config.json")
+    model = load_model(folder, "bfloat16", torch.device("cpu"), load_format="dummy")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_unknown_architecture_names_the_supported_ones(tiny_model, tmp_path):
+    folder = copy_model(tiny_model("qwen3"), tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = ["GPT2LMHeadModel"]
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="GPT2LMHeadModel.*not supported.*Qwen3ForCausalLM"):
+        LLM(str(folder))
+
+
+def test_missing_folder_and_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        LLM(str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_model(tmp_path / "empty", "auto", torch.device("cpu"))
+
+
+def test_shape_mismatch_names_file_tensor_and_shapes(tiny_model, tmp_path):
+    folder = copy_model(tiny_model("qwen3"), tmp_path / "m")
+    tensors = load_file(str(folder / "model.safetensors"))
+    name = "model.layers.0.self_attn.k_proj.weight"
+    tensors[name] = tensors[name][:-1]
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(
+        ValueError, match=r"model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight'.*expected shape"
+    ):
+        load_model(folder, "auto", torch.device("cpu"))
+
+
+def test_missing_tensor_is_reported(tiny_model, tmp_path):
+    folder = copy_model(tiny_model("qwen3"), tmp_path / "m")
+    tensors = load_file(str(folder / "model.safetensors"))
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"lacks weights for: model.layers.1.mlp.gate_up_proj.weight\[up\]"):
+        load_model(folder, "auto", torch.device("cpu"))

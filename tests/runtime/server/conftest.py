@@ -1,0 +1,64 @@
+"""Live servers on the tiny Qwen3 (real tokenizer with a ChatML template)."""
+
+from __future__ import annotations
+
+import pytest
+
+from model_optimizer.runtime.server.config import ServerConfig
+from tests.runtime.server.live import start_server
+
+ENGINE_ARGS = dict(max_model_len=128, num_kv_blocks=512, max_num_seqs=256)
+CAPS = dict(
+    max_n=4,
+    max_stop_strings=4,
+    max_stop_string_length=32,
+    max_prompts=8,
+    max_tokens_limit=64,
+    max_body_bytes=64 * 1024,
+    max_header_bytes=8 * 1024,
+)
+
+
+@pytest.fixture(scope="session")
+def server_llm(tiny_model):
+    from model_optimizer import LLM
+
+    return LLM(str(tiny_model("qwen3")), **ENGINE_ARGS)
+
+
+@pytest.fixture(scope="session")
+def server(server_llm):
+    """The main server: no API key, small caps; shared by tests (they leave it idle)."""
+    live = start_server(server_llm, ServerConfig(served_model_name="tiny", **CAPS))
+    yield live
+    live.stop()
+
+
+API_KEY = "sk-test-0123456789"
+
+
+@pytest.fixture(scope="session")
+def no_template_model(tiny_model, tmp_path_factory):
+    """A copy of the tiny Qwen3 whose tokenizer has no chat template."""
+    import json
+    import shutil
+
+    out = tmp_path_factory.mktemp("no_template") / "qwen3"
+    shutil.copytree(tiny_model("qwen3"), out)
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.fixture(scope="session")
+def strict_server(no_template_model):
+    """API key, no chat template, room for only 2 running + 1 queued requests, the full 512-token context
+    and no max_tokens cap (so a request can run long enough to be interrupted)."""
+    from model_optimizer import LLM
+
+    llm = LLM(str(no_template_model), max_model_len=512, num_kv_blocks=128, max_num_seqs=2)
+    live = start_server(llm, ServerConfig(api_key=API_KEY, max_queued_requests=1, max_n=4))
+    yield live
+    live.stop()

@@ -1,0 +1,70 @@
+"""A real server for tests: the app under uvicorn on 127.0.0.1 with an OS-chosen port, in a thread."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+
+from model_optimizer.runtime.server.app import create_app
+from model_optimizer.runtime.server.config import ServerConfig
+from model_optimizer.runtime.server.http_layer import uvicorn_http_options
+from model_optimizer.runtime.server.state import ServerState
+
+
+@dataclass
+class LiveServer:
+    url: str
+    state: ServerState
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def start_server(llm: Any, config: ServerConfig, embedder: Any = None) -> LiveServer:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = create_app(config, llm=llm, embedder=embedder)
+    uv_config = uvicorn.Config(
+        app,
+        log_level="warning",
+        timeout_graceful_shutdown=2,
+        **uvicorn_http_options(config.max_header_bytes),  # as mopt serve does
+    )
+    server = uvicorn.Server(uv_config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("test server did not start")
+        time.sleep(0.01)
+    return LiveServer(f"http://127.0.0.1:{port}", app.state.server, server, thread)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Poll until `condition()` holds; fail naming `what` after `timeout` seconds (a bound on a hang,
+    never a measurement: a test waits for a state, then asserts on state)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting until {what}")
+        time.sleep(0.005)
+
+
+def metric(text: str, name: str) -> float:
+    """The value of the first sample named `name` in Prometheus text."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)

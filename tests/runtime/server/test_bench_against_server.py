@@ -1,0 +1,145 @@
+"""`mopt bench` end to end against our own server: the figures it reports agree with the server's."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from model_optimizer.cli.main import main
+from tests.runtime.server.live import metric
+
+
+def test_bench_measures_our_server(server, tmp_path):
+    before = metric(httpx.get(f"{server.url}/metrics").text, "vllm:generation_tokens_total")
+    rc = main(
+        [
+            "bench",
+            "--base-url",
+            server.url,
+            "--output-dir",
+            str(tmp_path),
+            "--no-progress",
+            "--prompt-len",
+            "16",
+            "--output-len",
+            "8",
+            "--num-requests",
+            "12",
+            "--concurrency",
+            "4",
+            "--random-vocab-size",
+            "900",
+        ]
+    )  # the tiny model has about 1,000 tokens
+    assert rc == 0
+    [run] = sorted(tmp_path.glob("run-*.json"))
+    result = json.loads(run.read_text())
+    summary = result["summary"]
+    assert summary["num_ok"] == 12 and summary["output_tokens"] == 12 * 8
+    assert 0 < summary["ttft_ms"]["p50"] <= summary["e2e_ms"]["p50"]
+    after = metric(httpx.get(f"{server.url}/metrics").text, "vllm:generation_tokens_total")
+    assert after - before == summary["output_tokens"]  # the server counted what the client measured
+    assert result["config"]["client"]["model"] == "tiny"
+    free = metric(httpx.get(f"{server.url}/metrics").text, "mopt:kv_cache_free_blocks")
+    assert free == metric(httpx.get(f"{server.url}/metrics").text, "mopt:kv_cache_total_blocks")
+
+
+def test_default_prompt_ids_fit_the_served_vocabulary(server, tmp_path, capsys):
+    # no --random-vocab-size: the ids must stay inside the tiny model's 1,032-token vocabulary
+    # (before, the default drew up to 10,100 and every request failed with HTTP 400)
+    rc = main(
+        [
+            "bench",
+            "--base-url",
+            server.url,
+            "--output-dir",
+            str(tmp_path),
+            "--no-progress",
+            "--prompt-len",
+            "16",
+            "--output-len",
+            "2",
+            "--num-requests",
+            "6",
+            "--concurrency",
+            "3",
+        ]
+    )
+    assert rc == 0
+    [run] = sorted(tmp_path.glob("run-*.json"))
+    result = json.loads(run.read_text())
+    assert result["summary"]["num_ok"] == 6 and result["summary"]["errors"] == {}
+    prompts = result["prompts"]
+    # found through GET /v1/models: the server names the model folder as `root`, which holds tokenizer.json
+    assert prompts["tokenizer"] == str(server.state.model.model_dir)
+    assert "tokenizer" in prompts["vocab_source"]
+    low, high = prompts["token_id_range"]
+    assert high <= server.state.model.vocab_size
+    assert f"random token ids in [{low}, {high})" in " ".join(capsys.readouterr().out.split())
+
+
+def test_first_error_message_of_each_kind_is_shown_and_saved(server, tmp_path, capsys):
+    # prompts longer than the server's max_model_len (128): every request gets HTTP 400
+    rc = main(
+        [
+            "bench",
+            "--base-url",
+            server.url,
+            "--output-dir",
+            str(tmp_path),
+            "--no-progress",
+            "--prompt-len",
+            "200",
+            "--output-len",
+            "2",
+            "--num-requests",
+            "3",
+        ]
+    )
+    assert rc == 1
+    out = " ".join(capsys.readouterr().out.split())  # undo the console's line wrapping
+    assert "more than the server's max_model_len 128" in out  # warned before the run
+    assert "http_400 x3" in out
+    [run] = sorted(tmp_path.glob("run-*.json"))
+    examples = json.loads(run.read_text())["summary"]["error_examples"]
+    assert list(examples) == ["http_400"]
+    assert "max_model_len" in examples["http_400"] and not examples["http_400"].startswith(
+        "{"
+    )  # the message, not the body
+    assert "first http_400: " + " ".join(examples["http_400"].split()) in out
+
+
+def test_sweep_runs_send_fresh_prompts_and_a_repeat_is_flagged(server, tmp_path, capsys):
+    flags = ["--base-url", server.url, "--no-progress", "--prompt-len", "48", "--output-len", "2", "--seed", "7"]
+    sweep = tmp_path / "sweep"
+    rc = main(
+        [
+            "bench",
+            *flags,
+            "--output-dir",
+            str(sweep),
+            "--load-mode",
+            "sweep",
+            "--num-requests",
+            "4",
+            "--sweep-num-rates",
+            "1",
+            "--sweep-max-concurrency",
+            "4",
+            "--sweep-arrival",
+            "constant",
+        ]
+    )
+    assert rc == 0
+    runs = [json.loads(p.read_text()) for p in sorted(sweep.glob("run-*.json"))]
+    assert len(runs) in (2, 3)  # the rate run only when saturation was faster than one at a time
+    assert [r["config"]["workload"]["seed"] for r in runs] == [7, 8, 9][: len(runs)]
+    # each run's prompts are new to the server: a later run does not find an earlier run's prompts cached
+    assert all(r["server_metrics"].get("prefix_cache_hit_rate", 0.0) < 0.5 for r in runs)
+    assert "prefix cache though the prompts share no prefix" not in " ".join(capsys.readouterr().out.split())
+    # the same prompts again (same seed) are served from the cache, and the console says why
+    assert main(["bench", *flags, "--output-dir", str(tmp_path / "again"), "--num-requests", "4"]) == 0
+    [again] = [json.loads(p.read_text()) for p in (tmp_path / "again").glob("run-*.json")]
+    assert again["server_metrics"]["prefix_cache_hit_rate"] > 0.5
+    assert "prefix cache though the prompts share no prefix" in " ".join(capsys.readouterr().out.split())

@@ -1,0 +1,227 @@
+"""`mopt serve` as a real process: SIGTERM drains, an engine fault gives 503 and a non-zero exit.
+Start-up (configuration errors, load before bind, logs) is in test_startup.py.
+
+The servers run with --enable-pause: a test pauses the engine (POST /pause) before sending its
+requests, waits until /metrics shows them queued, and resumes it when it wants them to run, so a
+request is provably in flight when SIGTERM or the injected fault arrives, on a fast or slow machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.runtime.server.live import metric
+
+REPO = Path(__file__).resolve().parents[3]
+KEY = "sk-process-test"
+TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}[assistant] "
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(model: Path, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "model_optimizer.cli.main",
+        "serve",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+        "--max-model-len",
+        "512",
+        "--num-kv-blocks",
+        "128",
+        "--log-level",
+        "warning",
+        *flags,
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early: {proc.stdout.read()}")
+        try:
+            ready = httpx.get(url + "/ready", timeout=2)  # public: probes carry no key
+        except httpx.ConnectError:
+            pass  # the port is bound only once the model is loaded and warmed up
+        else:
+            assert ready.status_code == 200 and ready.json() == {"status": "ready"}, ready.text
+            return proc, url
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("server did not become ready")
+
+
+def stream_in_thread(url: str, body: dict, headers: dict, out: dict) -> threading.Thread:
+    def run() -> None:
+        events = []
+        with httpx.stream("POST", url + "/v1/completions", json=body, headers=headers, timeout=60) as r:
+            out["status"] = r.status_code
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line[6:])
+        out["events"] = events
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def wait_for(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def num_queued(url: str) -> float:
+    """Sequences waiting in the engine, from /metrics (public: no key)."""
+    return metric(httpx.get(url + "/metrics", timeout=10).text, "vllm:num_requests_waiting")
+
+
+def paused(url: str, headers: dict, value: bool) -> None:
+    r = httpx.post(url + ("/pause" if value else "/resume"), headers=headers, timeout=60)
+    assert r.status_code == 200 and r.json() == {"is_paused": value}, r.text
+
+
+def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
+    template = tmp_path / "template.jinja"
+    template.write_text(TEMPLATE)
+    proc, url = launch(
+        tiny_model("qwen3"),
+        "--served-model-name",
+        "served",
+        "--chat-template",
+        str(template),
+        "--shutdown-timeout",
+        "60",
+        "--enable-pause",
+        env={"MOPT_API_KEY": KEY},
+    )
+    auth = {"Authorization": f"Bearer {KEY}"}
+    try:
+        assert httpx.get(url + "/v1/models").status_code == 401  # key from MOPT_API_KEY
+        chat = httpx.post(
+            url + "/v1/chat/completions",
+            headers=auth,
+            timeout=30,
+            json={"model": "served", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        ).json()
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(tiny_model("qwen3")))
+        assert chat["usage"]["prompt_tokens"] == len(tok.encode("[user] hi\n[assistant] ", add_special_tokens=False))
+
+        out: dict = {}
+        body = {"prompt": "drain me", "max_tokens": 300, "ignore_eos": True, "stream": True}
+        paused(url, auth, True)  # the request stays in flight until the test resumes the engine
+        thread = stream_in_thread(url, body, auth, out)
+        wait_for(lambda: num_queued(url) == 1)
+        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: httpx.get(url + "/ready", headers=auth).status_code == 503, timeout=10)
+        refused = httpx.post(url + "/v1/completions", headers=auth, json={"prompt": "late", "max_tokens": 2})
+        assert refused.status_code == 503 and refused.headers["retry-after"]
+        assert httpx.get(url + "/health").status_code == 200  # alive while draining
+        assert "events" not in out and proc.poll() is None  # the drain waits for the request
+        paused(url, auth, False)
+        thread.join(60)
+        assert out["events"][-1] == "[DONE]"
+        finishes = [c["finish_reason"] for e in out["events"][:-1] for c in json.loads(e)["choices"]]
+        assert finishes[-1] == "length"  # ran to the end, not aborted
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+
+
+def test_missing_model_folder_is_a_clear_error(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "model_optimizer.cli.main", "serve", "--model", str(tmp_path / "nope")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert "does not exist" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_drain_timeout_aborts_leftovers(tiny_model):
+    """The engine stays paused, so the request cannot finish within the drain: it is aborted."""
+    proc, url = launch(tiny_model("qwen3"), "--shutdown-timeout", "0.3", "--enable-pause", env={"MOPT_API_KEY": KEY})
+    auth = {"Authorization": f"Bearer {KEY}"}
+    try:
+        out: dict = {}
+        body = {"prompt": "too long to drain", "max_tokens": 480, "ignore_eos": True, "stream": True, "n": 4}
+        paused(url, auth, True)
+        thread = stream_in_thread(url, body, auth, out)
+        wait_for(lambda: num_queued(url) >= 1)
+        proc.send_signal(signal.SIGTERM)
+        thread.join(60)
+        assert out["events"][-1] == "[DONE]"
+        finishes = {
+            c["index"]: c["finish_reason"]
+            for e in out["events"][:-1]
+            for c in json.loads(e)["choices"]
+            if c["finish_reason"]
+        }
+        assert finishes == {0: "abort", 1: "abort", 2: "abort", 3: "abort"}
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+
+
+def test_engine_fault_fails_requests_then_exits_nonzero(tiny_model):
+    """Both a streaming and a plain request are in flight when the engine loop raises: the engine is
+    paused until both are queued, and each needs far more than the 40 steps before the fault."""
+    proc, url = launch(tiny_model("qwen3"), "--enable-pause", env={"MOPT_FAULT_AFTER_STEPS": "40", "MOPT_API_KEY": ""})
+    try:
+        plain: dict = {}
+        streamed: dict = {}
+
+        def post(body: dict, out: dict) -> None:
+            out["response"] = httpx.post(url + "/v1/completions", timeout=60, json=body)
+
+        paused(url, {}, True)
+        threads = [
+            threading.Thread(target=post, args=({"prompt": "crash", "max_tokens": 100, "ignore_eos": True}, plain)),
+            threading.Thread(
+                target=post,
+                args=({"prompt": "crash too", "max_tokens": 100, "ignore_eos": True, "stream": True}, streamed),
+            ),
+        ]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: num_queued(url) == 2)
+        paused(url, {}, False)
+        for thread in threads:
+            thread.join(60)
+        r = streamed["response"]
+        events = [line[6:] for line in r.text.split("\n\n") if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        assert json.loads(events[-2])["error"]["code"] == 500
+        error = plain["response"]
+        assert error.status_code == 500 and "injected engine fault" in error.json()["error"]["message"]
+        assert httpx.get(url + "/health").status_code == 503
+        assert httpx.post(url + "/v1/completions", json={"prompt": "x"}).status_code == 503
+        assert proc.wait(30) != 0
+    finally:
+        proc.kill()

@@ -1,0 +1,188 @@
+"""Stream chunks built from plain dicts (ChunkTemplate) are the chunks pydantic would write.
+
+The streaming formats serialize each chunk's choices as plain dicts instead of pydantic models (the
+per-chunk cost is paid batch-size times per engine step). These tests hold them to the models' JSON,
+byte for byte."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from model_optimizer.runtime.engine.outputs import CompletionOutput, Logprob
+from model_optimizer.runtime.server.logprobs import TokenTexts, chat_logprobs, completion_logprobs, finite
+from model_optimizer.runtime.server.protocol import (
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatStreamChoice,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    DeltaMessage,
+)
+from model_optimizer.runtime.server.routes.chat import ChatFormat
+from model_optimizer.runtime.server.routes.completions import CompletionFormat
+from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate, sse
+
+TEXTS = ["", "plain", 'quote " backslash \\ slash /', "new\nline\ttab\r\x00\x1f\x7f", "naïve 日本語 😀 \u2028"]
+ODD_NAME = 'tiny "choices":[] \\ model'
+"""A served model name holding the marker text and characters JSON escapes."""
+
+
+class Tokenizer:
+    """Token id -> its text: enough for TokenTexts (logprobs name tokens by their text)."""
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(TEXTS[i % len(TEXTS)] or "∅" for i in ids)
+
+
+def logprobs(ids: list[int]) -> list[Logprob]:
+    return [Logprob(t, -0.1 * (t + 1), 1, {t: -0.1 * (t + 1), t + 1: -1e-7, t + 2: -9999.0}) for t in ids]
+
+
+def completions(with_logprobs: bool) -> list[CompletionOutput]:
+    outs = []
+    for i, text in enumerate(TEXTS):
+        ids = [i, i + 1][: i % 3]
+        finish, stop = [(None, None), ("stop", 2), ("stop", "</s>"), ("length", None), ("abort", None)][i]
+        outs.append(CompletionOutput(i % 2, text, ids, logprobs(ids) if with_logprobs else None, finish, stop))
+    return outs
+
+
+def as_deltas(outputs: list[CompletionOutput]) -> list[list[ChoiceDelta]]:
+    """Single-choice chunks, plus one chunk with every choice (n > 1, several prompts)."""
+    singles = [[ChoiceDelta(i % 2, c, 3 * i, i % 2 == 0)] for i, c in enumerate(outputs)]
+    return singles + [[ChoiceDelta(i % 2, c, i, i < 2) for i, c in enumerate(outputs)]]
+
+
+def reference_completion_logprobs(
+    texts: TokenTexts, logprobs: list[Logprob], text_offset: int, num_top: int
+) -> CompletionLogprobs:
+    """Completions' logprobs as they were built before chunks became plain dicts: the reference."""
+    out = CompletionLogprobs()
+    for lp in logprobs:
+        token = texts(lp.token_id)
+        out.tokens.append(token)
+        out.token_logprobs.append(finite(lp.logprob))
+        top = {}
+        for t, v in sorted(lp.top.items(), key=lambda kv: -kv[1])[:num_top]:
+            text = texts(t)
+            top[f"token_id:{t}" if text is None else text] = finite(v)
+        text = texts(lp.token_id)
+        top.setdefault(f"token_id:{lp.token_id}" if text is None else text, finite(lp.logprob))
+        out.top_logprobs.append(top)
+        out.text_offset.append(text_offset)
+        text_offset += len(token or "")
+    return out
+
+
+def test_completion_logprobs_match_the_reference():
+    texts, rng = TokenTexts(Tokenizer()), random.Random(0)
+    for _ in range(200):
+        ids = [rng.randrange(8) for _ in range(rng.randint(0, 4))]
+        lps = [
+            Logprob(t, rng.choice([-0.5, -math.inf]), 1, {rng.randrange(8): rng.choice([-0.5, -1.0, -math.inf])})
+            for t in ids
+        ]
+        for lp in lps:
+            lp.top.update({rng.randrange(8): rng.choice([-0.5, -2.0]) for _ in range(3)})
+        num_top, offset = rng.randint(0, 5), rng.randint(0, 9)
+        want = reference_completion_logprobs(texts, lps, offset, num_top)
+        assert completion_logprobs(texts, lps, offset, num_top) == want
+        assert completion_logprobs(TokenTexts(None), lps, offset, num_top) == reference_completion_logprobs(
+            TokenTexts(None), lps, offset, num_top
+        )
+
+
+def expected_completion(fmt: CompletionFormat, deltas: list[ChoiceDelta]) -> str:
+    """What the chunk was when each was a pydantic model."""
+    choices = []
+    for d in deltas:
+        c, echo = d.completion, fmt.echo[d.prompt_index]
+        lp = None
+        if c.logprobs is not None:
+            lp = reference_completion_logprobs(fmt.texts, c.logprobs, len(echo) + d.text_offset, fmt.num_top)
+        choices.append(
+            CompletionChoice(
+                index=d.prompt_index * fmt.n + c.index,
+                text=(echo if d.first else "") + c.text,
+                logprobs=lp,
+                finish_reason=c.finish_reason,
+                stop_reason=c.stop_reason,
+                token_ids=list(c.token_ids) if fmt.with_token_ids else None,
+            )
+        )
+    return sse(fmt.base.model_copy(update={"choices": choices}))
+
+
+def expected_chat(fmt: ChatFormat, deltas: list[ChoiceDelta]) -> str:
+    choices = []
+    for d in deltas:
+        c = d.completion
+        lp = chat_logprobs(fmt.texts, c.logprobs, fmt.num_top) if c.logprobs is not None else None
+        choices.append(
+            ChatStreamChoice(
+                index=c.index,
+                delta=DeltaMessage(content=c.text) if c.text or not c.finished else DeltaMessage(),
+                logprobs=lp,
+                finish_reason=c.finish_reason,
+                stop_reason=c.stop_reason,
+                token_ids=list(c.token_ids) if fmt.with_token_ids else None,
+            )
+        )
+    return sse(fmt.base.model_copy(update={"choices": choices}))
+
+
+def check(event: bytes, want: str) -> None:
+    got = event.decode()
+    assert got.startswith("data: ") and got.endswith("\n\n")
+    assert json.loads(got[6:]) == json.loads(want[6:])
+    assert got == want
+
+
+@pytest.mark.parametrize("with_logprobs", [False, True])
+@pytest.mark.parametrize("token_ids", [False, True])
+@pytest.mark.parametrize("tokenizer", [Tokenizer(), None])
+def test_completion_chunks_match_the_models(with_logprobs, token_ids, tokenizer):
+    body = CompletionRequest(
+        prompt=["a", "b"], n=2, stream=True, return_token_ids=token_ids, logprobs=2 if with_logprobs else None
+    )
+    fmt = CompletionFormat(body, ["echo é\n", ""], "cmpl-1", ODD_NAME, TokenTexts(tokenizer))
+    for deltas in as_deltas(completions(with_logprobs)):
+        check(fmt.chunk(deltas), expected_completion(fmt, deltas))
+
+
+@pytest.mark.parametrize("with_logprobs", [False, True])
+@pytest.mark.parametrize("token_ids", [False, True])
+def test_chat_chunks_match_the_models(with_logprobs, token_ids):
+    body = ChatCompletionRequest(
+        messages=[{"role": "user", "content": "hi"}],
+        n=2,
+        stream=True,
+        return_token_ids=token_ids,
+        logprobs=with_logprobs,
+        top_logprobs=2 if with_logprobs else None,
+    )
+    fmt = ChatFormat(body, "chatcmpl-1", ODD_NAME, TokenTexts(Tokenizer()))
+    for deltas in as_deltas(completions(with_logprobs)):
+        check(fmt.chunk(deltas), expected_chat(fmt, deltas))
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        CompletionResponse(id="cmpl-x", model=ODD_NAME, choices=[]),
+        ChatCompletionChunk(id="chatcmpl-x", model=ODD_NAME, choices=[]),
+    ],
+)
+def test_template_keeps_every_field_of_the_base(base):
+    choice = {"index": 0, "text": "x"}
+    event = ChunkTemplate(base).event([choice]).decode()
+    want = base.model_dump()
+    want["choices"] = [choice]
+    assert json.loads(event[6:]) == want
+    assert event.endswith("}\n\n")

@@ -1,0 +1,80 @@
+"""SamplingParams reject bad values with a message saying what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from model_optimizer import EngineConfig, SamplingParams
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n": 0}, "n must be"),
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"top_k": -5}, "top_k"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"presence_penalty": 3}, "presence_penalty"),
+        ({"frequency_penalty": -3}, "frequency_penalty"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"min_tokens": 5, "max_tokens": 2}, "min_tokens"),
+        ({"stop": [""]}, "stop"),
+        ({"stop_token_ids": [-1]}, "stop_token_ids"),
+        ({"logprobs": 21}, "logprobs"),
+    ],
+)
+def test_invalid_values_raise_clear_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+
+
+def test_defaults_and_normalisation():
+    p = SamplingParams(stop="END", top_k=-1, temperature=0)
+    assert p.stop == ["END"] and p.top_k == 0 and p.greedy
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"block_size": 0}, "block_size"),
+        ({"dtype": "int3"}, "dtype"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+    ],
+)
+def test_engine_config_validation(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": "hot"}, "temperature must be in [0, 100], got 'hot'"),
+        ({"top_p": None}, "top_p"),
+        ({"n": True}, "n must be an integer"),
+        ({"max_tokens": 2.5}, "max_tokens"),
+        ({"stop": 5}, "stop must be"),
+        ({"stop_token_ids": "12"}, "stop_token_ids must be"),
+        ({"ignore_eos": "yes"}, "ignore_eos must be true or false"),
+        ({"logprobs": True}, "logprobs"),
+    ],
+)
+def test_wrong_types_raise_valueerror_not_typeerror(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        SamplingParams(**kwargs)
+    assert message in str(info.value)
+
+
+def test_whole_numbers_are_accepted_for_float_fields():
+    assert SamplingParams(temperature=0, top_p=1, repetition_penalty=2).greedy
+
+
+def test_output_kind_defaults_to_cumulative_and_rejects_strings():
+    from model_optimizer.runtime.sampling_params import RequestOutputKind
+
+    assert SamplingParams().output_kind is RequestOutputKind.CUMULATIVE
+    assert SamplingParams(output_kind=RequestOutputKind.DELTA).output_kind is RequestOutputKind.DELTA
+    with pytest.raises(ValueError, match="output_kind must be a RequestOutputKind"):
+        SamplingParams(output_kind="delta")  # type: ignore[arg-type]
