@@ -16,7 +16,7 @@ then every measured run reuses it. The OS page cache (the weights file, site-pac
 dropped: that needs root; a first start on a fresh machine is slower than "cold" here.
 
 "tokenizer" times import + load of the model's tokenizer alone in fresh processes, both ways:
-the `tokenizers` library (models/fast_tokenizer.py, what the engine uses) and transformers'
+the `tokenizers` library (runtime/models/fast_tokenizer.py, what the engine uses) and transformers'
 AutoTokenizer (MOPT_TOKENIZER=transformers); skipped for a folder without tokenizer files.
 """
 

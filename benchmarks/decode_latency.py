@@ -172,7 +172,7 @@ def main() -> None:
         "environment": environment(),
         "copy_bandwidth_gbps": bandwidth,
         "config": vars(args),
-        # the quantized kernels' launch-shape table in force (kernels/quant_tiles.py); None: the packaged one
+        # the quantized kernels' launch-shape table in force (runtime/kernels/quant_tiles.py); None: the packaged one
         "quant_tiles": os.environ.get("MOPT_QUANT_TILES"),
         "rows": [],
     }

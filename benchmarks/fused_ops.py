@@ -1,7 +1,7 @@
 """Bandwidth of the element-wise ops between the matmuls at prefill sizes, GPU only.
 
 Each op runs on the same tensors as eager torch and as the Triton kernel the model runs on the GPU
-(kernels/fused_ops.py for SiLU-and-mul, add + RMSNorm and RMSNorm; kernels/rotary.py for the qk-norm
+(runtime/kernels/fused_ops.py for SiLU-and-mul, add + RMSNorm and RMSNorm; runtime/kernels/rotary.py for the qk-norm
 + rotary). Nothing here uses torch.compile: the engine no longer does. Each kernel compiles at the
 first token count; the token count only sizes the grid, so later counts reuse it.
 Shapes are Qwen3-0.6B's (hidden 1024, 16 query / 8 KV heads of 128, intermediate 3072), bf16.

@@ -7,7 +7,7 @@
 `engine` loads one config from benchmarks/configs/ with dummy bf16 weights at the given
 tensor_parallel_size and measures, at batch 1, 8 and 64 with a 512-token context, the median time
 between consecutive engine steps in steady decoding (what a user waits per token), then, for
-TP > 1, profiles 16 decode steps on rank 0 (parallel/step_profile.py): all-reduce kernel time per
+TP > 1, profiles 16 decode steps on rank 0 (runtime/executor/step_profile.py): all-reduce kernel time per
 step against all kernel time. With --throughput it then runs nano-vllm's offline workload
 (benchmarks/throughput.py: 256 requests, lengths 100-1024) on the same engine.
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LLM", "SamplingParams", "EngineConfig"]
-__version__ = "0.1.0"
+from model_optimizer.common.version import __version__
+
+__all__ = ["LLM", "SamplingParams", "EngineConfig", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -273,13 +273,9 @@ def _chat_text(llm: Any, messages: list[dict]) -> str:
             f"'messages' needs a chat template and the tokenizer of {llm.model_dir} has no chat template; "
             "give the conversation as 'prompt' text instead"
         )
-    try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    except Exception as exc:  # noqa: BLE001 - a template error comes from the messages the user wrote
-        raise ValueError(f"the chat template failed on these messages: {str(exc)[:300]}") from None
-    if not isinstance(text, str) or not text:
-        raise ValueError("the chat template produced no text for these messages")
-    return text
+    from model_optimizer.runtime.engine.input_processor import chat_text
+
+    return chat_text(tokenizer, messages)
 
 
 @contextmanager
@@ -348,12 +344,9 @@ def _result(index: int, prompt: str | None, output: Any, params: SamplingParams,
 
 def _logprobs(logprobs: list, num_top: int | None, tokenizer: Any) -> list[dict]:
     """Each generated token with its logprob and rank, and the num_top most likely tokens at that step."""
-    texts: dict[int, str | None] = {}
+    from model_optimizer.runtime.engine.detokenizer import TokenTexts
 
-    def text(token_id: int) -> str | None:
-        if token_id not in texts:
-            texts[token_id] = tokenizer.decode([token_id]) if tokenizer is not None else None
-        return texts[token_id]
+    text = TokenTexts(tokenizer)
 
     rows = []
     for lp in logprobs:

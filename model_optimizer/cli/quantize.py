@@ -144,7 +144,7 @@ def options(args: argparse.Namespace):
 
 
 def _method_of(folder: Path) -> str:
-    from model_optimizer.runtime.layers.quantization.attach import spec_for_folder
+    from model_optimizer.runtime.models.loader import spec_for_folder
 
     spec = spec_for_folder(folder, None)
     if spec is None:

@@ -1,6 +1,6 @@
 """This process's place in the tensor-parallel group, and the collectives the layers call.
 
-Each rank is its own process (parallel/worker.py). Layers read `get_tp()` when they are built to
+Each rank is its own process (executor/worker.py). Layers read `get_tp()` when they are built to
 size their shard, and call `all_reduce` / `all_gather` in forward. A process that never joined a
 group (every single-device engine) sees rank 0 of size 1, where every collective returns its input
 untouched: the layers run exactly as they did before tensor parallelism existed.

@@ -59,7 +59,7 @@ def _env(tmp_path) -> dict[str, str]:
 
 
 def test_triton_cache_fills_our_folder_and_inductor_never_loads(tiny_model, tmp_path):
-    """With or without enforce_eager nothing goes through torch.compile (layers/fusion.py runs our
+    """With or without enforce_eager nothing goes through torch.compile (runtime/layers/fusion.py runs our
     own Triton kernels), so torch._inductor is never imported; Triton's cache fills our folder."""
     model = str(tiny_model("qwen3"))
     code = (

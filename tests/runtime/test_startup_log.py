@@ -13,7 +13,7 @@ from model_optimizer.runtime.llm import LLM
 from tests.runtime.server.test_process import REPO
 from tests.runtime.server.test_startup import Server
 
-# on a CPU: no warm-up and no graph capture (CUDA only; see runner/model_runner.py)
+# on a CPU: no warm-up and no graph capture (CUDA only; see runtime/runner/model_runner.py)
 CPU_PHASES = ["imports", "config", "tokenizer", "weights", "kv sizing", "kv allocation", "engine", "total"]
 PHASE = re.compile(r"start-up: ([a-z -]+?) \d+\.\d\d s")
 

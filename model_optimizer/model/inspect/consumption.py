@@ -70,7 +70,7 @@ def _cached_meta_model(config_json: str, dtype_name: str, tensor_parallel_size: 
 
 @contextmanager
 def as_tensor_parallel_rank0(size: int) -> Iterator[None]:
-    """Layers built inside see themselves as rank 0 of `size` (parallel/state.py's `get_tp()`), with no
+    """Layers built inside see themselves as rank 0 of `size` (runtime/distributed.py's `get_tp()`), with no
     process group: building only reads the rank and size, collectives run in forward, never here."""
     if size < 1:
         raise ValueError(f"tensor_parallel_size must be at least 1, got {size}")

@@ -1,6 +1,6 @@
 """Memory plan: weight bytes per format, KV bytes per token, and what fits on a GPU, by the engine's rules.
 
-The engine (runner/model_runner.py) sizes its KV cache by profiling: it runs one forward of
+The engine (runtime/runner/model_runner.py) sizes its KV cache by profiling: it runs one forward of
 min(max_num_batched_tokens, max_model_len) tokens plus the logits of max_num_seqs rows, takes the
 allocator's peak (weights, buffers, activations) as its own, and gives the KV cache
 `int(total * gpu_memory_utilization) - peak`, never more than free memory minus 256 MiB, in whole

@@ -101,7 +101,7 @@ def check_embed_method(method: str) -> None:
 def load_quantized_backbone(folder: str | Path, dtype: str = "auto", device: str = "auto") -> torch.nn.Module:
     """The encoder of a quantized folder (compressed-tensors, as `mopt quantize` or llm-compressor write
     it), its linears holding the checkpoint's rounded weights, ready for `Embedder(backbone=...)`. The
-    loading is the embedding engine's own (embed/backbone.py `load_backbone`); this only refuses a folder
+    loading is the embedding engine's own (runtime/embed/backbone.py `load_backbone`); this only refuses a folder
     that is not quantized, so the gate never scores the original against itself."""
     from model_optimizer.runtime.device import pick_device
     from model_optimizer.runtime.embed.backbone import load_backbone

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from model_optimizer import __version__
+from model_optimizer.common.version import __version__
 from model_optimizer.optimizer.deploy.config import DeployConfig
 from model_optimizer.optimizer.deploy.cuda import VLLM_IMAGE, VLLM_IMAGE_CUDA, CudaChoice, min_driver
 from model_optimizer.optimizer.deploy.settings import CHAT_TEMPLATE, MODEL_DIR, ServeSettings

@@ -17,7 +17,7 @@ def render_readme(
     deploy: DeployConfig,
     cuda: CudaChoice,
     command: list[str],
-    untranslated: dict[str, tuple[object, str]],
+    untranslated: dict[str, str],
 ) -> str:
     port, image = settings.port, deploy.image
     lines = [
@@ -91,7 +91,9 @@ def render_readme(
         lines += ["## Settings vLLM cannot express", ""]
         if untranslated:
             lines += ["| setting | value | why |", "| --- | --- | --- |"]
-            lines += [f"| {name} | {value} | {why} |" for name, (value, why) in untranslated.items()]
+            inside = settings.in_container()
+            values = {**vars(inside.engine), **vars(inside.server)}
+            lines += [f"| {name} | {values[name]} | {why} |" for name, why in untranslated.items()]
         else:
             lines.append("None: every setting that differs from our defaults has a vLLM flag.")
         lines.append("")

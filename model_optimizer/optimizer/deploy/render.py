@@ -29,8 +29,8 @@ def render(settings: ServeSettings, deploy: DeployConfig) -> dict[str, str]:
     """Relative path -> text of every file the target needs (the package source is copied by `write`)."""
     cuda = choose_cuda(deploy.driver or local_driver(), deploy.cuda)
     if deploy.engine == "vllm":
-        translated = vllm_command(settings)
-        command, untranslated = translated.argv, translated.untranslated
+        vllm = vllm_command(settings)
+        command, untranslated = vllm.argv, vllm.untranslated
     else:
         command, untranslated = mopt_command(settings), {}
     saved = {**non_defaults(settings.engine), **non_defaults(settings.server)}

@@ -79,7 +79,8 @@ def non_defaults(config: object) -> dict:
 
 
 def flags(values: dict) -> list[str]:
-    """`--name value` pairs for `mopt serve` (booleans as --name / --no-name)."""
+    """`--name value` pairs for `mopt serve` (booleans as --name / --no-name, lists comma-separated, None
+    left out): the one builder of our flags, for deployments and tuning trials alike."""
     argv: list[str] = []
     for name, value in values.items():
         flag = "--" + name.replace("_", "-")

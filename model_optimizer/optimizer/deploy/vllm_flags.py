@@ -1,9 +1,9 @@
 """Our serve settings as `vllm serve` flags, and the ones vLLM has no equivalent for.
 
 One table, setting name -> vLLM flag (or the reason it does not translate), so a tuned configuration
-can run on vLLM unchanged where vLLM can express it. Every setting with a vLLM flag is passed, defaults
-included, because vLLM's defaults differ from ours (asynchronous scheduling, for one); settings without
-one are listed when they differ from our defaults.
+can run on vLLM unchanged where vLLM can express it. A deployment passes only what differs from our
+defaults (vLLM's own defaults apply to the rest), plus KEEP_OURS; settings without a vLLM flag are
+listed with why. `mopt tune` translates its candidates with the same function (`vllm_serve`).
 """
 
 from __future__ import annotations
@@ -81,37 +81,54 @@ UNTRANSLATED = {
 """Settings vLLM cannot express, with why; listed in the README written beside the files."""
 
 
+KEEP_OURS = {"async_scheduling"}
+"""Settings passed to vLLM even at our default, because vLLM's default behaves differently (it schedules
+synchronously unless told). Every other default of ours is left out, so vLLM's own defaults and
+heuristics (max_num_seqs, the token budget, block size) apply."""
+
+
 @dataclass
 class VllmCommand:
     argv: list[str]
-    untranslated: dict[str, tuple[object, str]]
-    """Setting -> (our value, why vLLM has no equivalent), for settings that differ from our defaults."""
+    translated: dict[str, str]
+    """Setting -> the vLLM flag it became."""
+    untranslated: dict[str, str]
+    """Setting -> why vLLM cannot express it."""
 
 
-def vllm_command(settings: ServeSettings) -> VllmCommand:
-    """`vllm serve /model ...` for `settings` as they run in the container."""
-    inside = settings.in_container()
-    changed = {**non_defaults(inside.engine), **non_defaults(inside.server)}
-    values = {f.name: getattr(c, f.name) for c in (inside.engine, inside.server) for f in dataclasses.fields(c)}
-    argv = ["vllm", "serve", values.pop("model")]
-    untranslated: dict[str, tuple[object, str]] = {}
-    for name, value in values.items():
+def vllm_serve(model: str | None, settings: dict) -> VllmCommand:
+    """`vllm serve MODEL ...` for `settings` (name -> value; None is left out), with which settings
+    translate and which do not. The one translation `mopt deploy` and `mopt tune` both use."""
+    argv = ["vllm", "serve", model or "MODEL"]
+    translated: dict[str, str] = {}
+    untranslated: dict[str, str] = {}
+    for name, value in settings.items():
+        if name == "model" or value is None:
+            continue
         if name not in TRANSLATED:
-            if name in changed:
-                untranslated[name] = (value, UNTRANSLATED.get(name, "no vLLM equivalent known"))
+            untranslated[name] = UNTRANSLATED.get(name, "no vLLM equivalent known")
             continue
         flag = TRANSLATED[name]
-        if value is None:
-            continue
         if name == "quantization" and value not in VLLM_QUANTIZATION:
-            if value != "none":
-                untranslated[name] = (value, "vLLM quantizes only fp8 on the fly; write a folder with mopt quantize")
+            if value != "none":  # "none" (never quantize) is what vLLM does without the flag
+                untranslated[name] = "vLLM quantizes only fp8 on the fly; write a folder with mopt quantize"
             continue
+        translated[name] = flag
         if name in JSON_LIST_FLAGS:
-            argv += [flag, json.dumps(value)]
+            argv += [flag, json.dumps(value)]  # vLLM parses this flag as a JSON list
         elif isinstance(value, bool):
             if value or name not in ONLY_TRUE:
                 argv.append(flag if value else "--no-" + flag[2:])
         else:
             argv += [flag, str(value)]
-    return VllmCommand(argv, untranslated)
+    return VllmCommand(argv, translated, untranslated)
+
+
+def vllm_command(settings: ServeSettings) -> VllmCommand:
+    """`vllm serve /model ...` for `settings` as they run in the container: what differs from our
+    defaults, plus KEEP_OURS."""
+    inside = settings.in_container()
+    values = {f.name: getattr(c, f.name) for c in (inside.engine, inside.server) for f in dataclasses.fields(c)}
+    changed = {**non_defaults(inside.engine), **non_defaults(inside.server)}
+    wanted = {name: value for name, value in values.items() if name in changed or name in KEEP_OURS}
+    return vllm_serve(values["model"], wanted)

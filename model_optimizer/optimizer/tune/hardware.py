@@ -1,7 +1,7 @@
 """The figures the predictor divides by: memory bandwidth, matmul peak and memory size of the device.
 
 From `mopt doctor --bench --json` output when given (measured), else the GPU's datasheet
-(doctor/data/gpus.json, by name or the GPU torch sees), else rough CPU figures whose error the
+(environment/data/gpus.json, by name or the GPU torch sees), else rough CPU figures whose error the
 study's refit absorbs.
 """
 

@@ -1,8 +1,12 @@
-"""IncrementalDetokenizer: one completion's token ids to text as they arrive, stop strings found in it.
+"""IncrementalDetokenizer: one completion's token ids to text as they arrive, stop strings found in it;
+TokenTexts: the text of single tokens, as logprobs name them.
 
 Used by the output processor, after the core loop; the core itself only sees token ids."""
 
 from __future__ import annotations
+
+import weakref
+from typing import Any
 
 from model_optimizer.runtime.engine.input_processor import Tokenizer
 from model_optimizer.runtime.sampling_params import SamplingParams
@@ -86,3 +90,41 @@ class IncrementalDetokenizer:
             del self.token_ids[:drop]
             self.prefix_offset -= drop
             self.read_offset -= drop
+
+
+_SHARED_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per tokenizer: token id -> its text, shared by every request (a token's text never changes)."""
+
+
+class TokenTexts:
+    """Text of single tokens, cached (logprobs name each token by its text); None without a tokenizer.
+
+    Logprobs name 1 + top-k tokens per generated token, in every chunk of every stream that asks for
+    them, so the texts are cached for the tokenizer's lifetime, across requests."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.cache: dict[int, str] = {}
+        if tokenizer is not None:
+            try:
+                self.cache = _SHARED_TEXTS.setdefault(tokenizer, {})
+            except TypeError:  # a tokenizer that takes no weak reference: a cache of this request's own
+                pass
+        self.keys: dict[int, str] = {}
+        """Token id -> its top_logprobs key (see key)."""
+
+    def __call__(self, token_id: int) -> str | None:
+        if self.tokenizer is None:
+            return None
+        text = self.cache.get(token_id)
+        if text is None:
+            text = self.cache[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return text
+
+    def key(self, token_id: int) -> str:
+        """A top_logprobs key: the token's text, or "token_id:N" (vLLM's spelling) when there is no tokenizer."""
+        key = self.keys.get(token_id)
+        if key is None:
+            text = self(token_id)
+            key = self.keys[token_id] = f"token_id:{token_id}" if text is None else text
+        return key

@@ -8,7 +8,7 @@ the step budget without chunked prefill).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from model_optimizer.runtime.sampling_params import SamplingParams
 
@@ -38,6 +38,59 @@ def encode_prompt(tokenizer: Tokenizer | None, prompt: str | list[int], vocab_si
             raise ValueError("prompt is empty: give at least one token")
         return token_ids
     return check_token_ids(list(prompt), vocab_size)
+
+
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {
+        "conversation",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+        "processor_kwargs",
+    }
+)
+"""apply_chat_template's own arguments: a caller's template kwargs may not override them."""
+
+
+def chat_text(
+    tokenizer: Any,
+    messages: list[dict],
+    template: str | None = None,
+    add_generation_prompt: bool = True,
+    template_kwargs: dict[str, Any] | None = None,
+) -> str:
+    """A conversation rendered through a chat template (`template`, else the tokenizer's) as prompt text.
+
+    ValueError saying what is wrong when there is no template, the template fails on these messages, or
+    it renders nothing. The one way every caller (LLM.chat, the server, `mopt generate`, the start-up
+    check of a --chat-template) turns messages into text."""
+    template = template or getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise ValueError("the tokenizer has no chat template")
+    extra = {
+        k: v
+        for k, v in (template_kwargs or {}).items()
+        if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool))
+    }
+    try:
+        text = tokenizer.apply_chat_template(
+            messages, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
+        )
+    except Exception as exc:  # noqa: BLE001 - a template error comes from the messages it was given
+        raise ValueError(f"the chat template failed on these messages: {str(exc)[:300]}") from None
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("the chat template produced no text for these messages")
+    return text
 
 
 def check_prompt_fits(num_prompt_tokens: int, max_model_len: int) -> None:

@@ -202,7 +202,7 @@ class TensorParallelExecutor:
         self._send(PROFILE_START)
 
     def stop_profile(self, trace_path: str | None = None) -> dict:
-        """Stop rank 0's profile; its per-step kernel summary (parallel/step_profile.py), and a Chrome
+        """Stop rank 0's profile; its per-step kernel summary (executor/step_profile.py), and a Chrome
         trace written by rank 0 at `trace_path` when given."""
         self._check_open()
         self._send(PROFILE_STOP + (trace_path or "").encode())

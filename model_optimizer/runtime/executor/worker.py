@@ -1,6 +1,6 @@
 """One tensor-parallel rank: a spawned process holding a ModelRunner over its shard of the model.
 
-The driver (parallel/executor.py) starts one per rank and talks to each over its own pipe. A worker
+The driver (executor/executor.py) starts one per rank and talks to each over its own pipe. A worker
 joins the group, builds its ModelRunner (load, profile, agree on the number of KV blocks with
 `min_over_ranks`, allocate, warm up, capture graphs), reports ready, then mirrors the engine's
 pipeline: each launch message queues a step (reading the newest uncollected step's ids when the
@@ -33,7 +33,7 @@ from model_optimizer.runtime.config import EngineConfig
 LAUNCH, LAUNCH_PENDING, COLLECT, CLOSE = b"L", b"P", b"C", b"X"
 """First byte of each driver message: launch (nothing pending / newest step pending), collect, close."""
 PROFILE_START, PROFILE_STOP = b"S", b"E"
-"""Benchmarks only: rank 0 profiles the device kernels of the steps in between (parallel/step_profile.py)."""
+"""Benchmarks only: rank 0 profiles the device kernels of the steps in between (executor/step_profile.py)."""
 
 PARENT_POLL_S = 0.5
 

@@ -41,7 +41,7 @@ def cache_root() -> Path:
 
 def cache_key(gpu_name: str | None) -> str:
     """Readable and collision-free: the versions and GPU, cleaned for a folder name, plus a short hash of them."""
-    from model_optimizer import __version__
+    from model_optimizer.common.version import __version__
 
     parts = [f"torch-{_version('torch')}", f"triton-{_version('triton')}", f"mopt-{__version__}"]
     parts.append(gpu_name or "cpu")

@@ -8,7 +8,7 @@ float32 conversion never doubles a whole tensor either. It is valid while its fi
 is during the loader's pass over that file's tensors.
 
 A weight_loader calls `.narrow` and `materialize`, which a plain tensor answers too, so it serves
-both the loader (lazy tensors) and callers that pass real or meta tensors (modelio/consumption.py).
+both the loader (lazy tensors) and callers that pass real or meta tensors (model/inspect/consumption.py).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def materialize(tensor: torch.Tensor | LazyTensor, dtype: torch.dtype) -> torch.
 
 def reads_lazily(loader: Callable) -> Callable:
     """Mark a weight_loader that narrows and materializes what it gets itself: the loader then hands it
-    a LazyTensor. An unmarked one (quant/sources.py's staging, say) gets the whole tensor, read and
+    a LazyTensor. An unmarked one (layers/quantization/sources.py's staging, say) gets the whole tensor, read and
     converted to the parameter's dtype, as before tensor parallelism."""
     loader.reads_lazily = True  # type: ignore[attr-defined]
     return loader

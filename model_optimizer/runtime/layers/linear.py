@@ -3,14 +3,14 @@
 A fused layer (q, k and v into one matmul; gate and up into another) lists its shards; the
 checkpoint's separate tensors land in their slice through the parameter's `weight_loader`.
 
-Tensor parallelism (parallel/state.py) splits two kinds of layer, read from `get_tp()` when built:
+Tensor parallelism (distributed.py) splits two kinds of layer, read from `get_tp()` when built:
 a fused layer is column-parallel (each rank keeps its rows of every shard, so its output is this
 rank's heads or intermediate channels and needs no communication), and `RowParallelLinear` keeps
 its columns of the input dimension, so each rank's product is a partial sum that one `all_reduce`
 completes. On one device both are exactly the plain layers: same shapes, same numbers.
 
 Each weight_loader narrows its slice from the checkpoint tensor before reading it (a LazyTensor
-from the loader, models/lazy_tensor.py), so no rank reads a whole tensor it keeps a part of.
+from the loader, layers/lazy_tensor.py), so no rank reads a whole tensor it keeps a part of.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class MergedLinear(Linear):
 
     Column-parallel: of each shard's `shard_sizes[name]` checkpoint rows this rank keeps `rows[name]`
     = (start, length), by default its equal share (`get_tp().shard`); the k and v of attention pass
-    their KV heads' rows instead, which ranks may share (parallel/state.py's `kv_heads`).
+    their KV heads' rows instead, which ranks may share (distributed.py's `kv_heads`).
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """Llama-family decoder (Llama 2/3/3.1, Mistral); Qwen2 and Qwen3 are small variations of it.
 
-Tensor parallel as built (parallel/state.py's `get_tp()`): each rank keeps num_heads / tp query
+Tensor parallel as built (distributed.py's `get_tp()`): each rank keeps num_heads / tp query
 heads and their KV heads (shared by several ranks when there are fewer KV heads than ranks), and
 intermediate_size / tp MLP channels; o_proj and down_proj end in one all_reduce each. On one
 device every count is the model's own.

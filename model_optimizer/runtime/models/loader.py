@@ -2,7 +2,7 @@
 
 The loader only maps checkpoint names to parameters; each parameter's `weight_loader` puts the
 tensor in place (a slice of a fused projection, say) and checks its shape. It hands each loader a
-LazyTensor (models/lazy_tensor.py): under tensor parallelism a rank reads only the slice it keeps.
+LazyTensor (layers/lazy_tensor.py): under tensor parallelism a rank reads only the slice it keeps.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from model_optimizer.common.fileio import read_json
 from model_optimizer.runtime.distributed import TensorParallel, get_tp
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor
 from model_optimizer.runtime.layers.linear import default_weight_loader
+from model_optimizer.runtime.layers.quantization.spec import QuantSpec, resolve_spec
 from model_optimizer.runtime.models.model_config import DecoderArgs, read_config
 from model_optimizer.runtime.models.registry import resolve_model_class
 
@@ -42,11 +43,7 @@ def load_model(
 ) -> nn.Module:
     """Instantiate the model named by config.json and fill its weights (quantized as config.json's
     quantization_config or `quantization` says)."""
-    from model_optimizer.runtime.layers.quantization.attach import (
-        attach_quantization,
-        process_quantized_weights,
-        spec_for_folder,
-    )
+    from model_optimizer.runtime.layers.quantization.attach import attach_quantization, process_quantized_weights
 
     args = DecoderArgs.from_dict(read_config(model_dir), source=str(Path(model_dir) / "config.json"))
     model_cls = resolve_model_class(args.architecture)
@@ -62,13 +59,17 @@ def load_model(
     return model.eval()
 
 
+def spec_for_folder(model_dir: str | Path, quantization: str | None) -> QuantSpec | None:
+    """How the folder's weights are quantized: config.json's quantization_config, or `quantization` (a
+    float checkpoint rounded at load time); None for plain float weights."""
+    return resolve_spec(read_config(model_dir), quantization)
+
+
 def check_tensor_parallel(
     model_dir: str | Path, size: int, quantization: str | None = None, load_format: str = "auto"
 ) -> None:
     """ValueError when the checkpoint cannot be split over `size` ranks, from config.json alone: for the
     driver, before any worker process starts (each rank's model checks the same again as it builds)."""
-    from model_optimizer.runtime.layers.quantization.attach import spec_for_folder
-
     if size < 1:
         raise ValueError(f"tensor_parallel_size must be at least 1, got {size}")
     if size == 1:
@@ -84,7 +85,7 @@ def check_tensor_parallel(
 
 def refuse_pre_quantized(spec: object | None, load_format: str, size: int) -> None:
     """Pre-quantized checkpoints (AutoAWQ, compressed-tensors, block FP8) are staged whole and
-    converted per layer (quant/sources.py), which knows nothing of shards: refuse them under tensor
+    converted per layer (layers/quantization/sources.py), which knows nothing of shards: refuse them under tensor
     parallelism rather than load a wrong model. Quantizing a float checkpoint on the fly works, as
     each rank rounds its own shard."""
     source = getattr(spec, "source", "dense")

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-from model_optimizer import __version__
+from model_optimizer.common.version import __version__
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.async_engine import AsyncEngine
+from model_optimizer.runtime.engine.input_processor import chat_text
 from model_optimizer.runtime.sampling_params import SamplingParams
 from model_optimizer.runtime.server.config import ServerConfig
 from model_optimizer.runtime.server.errors import install_error_handlers
@@ -181,24 +182,21 @@ SAMPLE_CONVERSATION = [{"role": "user", "content": "Hello"}]
 
 def check_template(template: str, path: str | None, tokenizer: Any) -> None:
     """Render the chat template once on a sample conversation, so a broken one stops the start-up."""
-    try:
-        if tokenizer is not None:
-            text = tokenizer.apply_chat_template(
-                SAMPLE_CONVERSATION, chat_template=template, tokenize=False, add_generation_prompt=True
-            )
-        else:
-            import jinja2
+    if tokenizer is not None:
+        try:
+            chat_text(tokenizer, SAMPLE_CONVERSATION, template)
+        except ValueError as exc:
+            raise ValueError(f"chat template {path} does not render a sample conversation: {exc}") from None
+        return
+    from model_optimizer.runtime.models.chat_render import render_chat
 
-            text = (
-                jinja2.Environment()
-                .from_string(template)
-                .render(messages=SAMPLE_CONVERSATION, add_generation_prompt=True)
-            )
+    try:  # token-id serving without a tokenizer: the template alone, with no special tokens to fill in
+        text = render_chat(template, SAMPLE_CONVERSATION, {}, add_generation_prompt=True)
     except Exception as exc:  # noqa: BLE001 - any failure of the template is the template's fault
         raise ValueError(
             f"chat template {path} does not render a sample conversation: {type(exc).__name__}: {exc}"
         ) from None
-    if not isinstance(text, str) or not text.strip():
+    if not text.strip():
         raise ValueError(f"chat template {path} renders a sample conversation as empty text")
 
 

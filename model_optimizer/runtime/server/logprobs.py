@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-import weakref
 from operator import itemgetter
-from typing import Any
 
+from model_optimizer.runtime.engine.detokenizer import TokenTexts
 from model_optimizer.runtime.engine.outputs import Logprob
 from model_optimizer.runtime.server.protocol import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
 
@@ -17,44 +16,6 @@ _by_value = itemgetter(1)
 
 def finite(value: float) -> float:
     return value if _isfinite(value) else MIN_LOGPROB
-
-
-_SHARED_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-"""Per tokenizer: token id -> its text, shared by every request (a token's text never changes)."""
-
-
-class TokenTexts:
-    """Text of single tokens, cached (logprobs name each token by its text); None without a tokenizer.
-
-    Logprobs name 1 + top-k tokens per generated token, in every chunk of every stream that asks for
-    them, so the texts are cached for the tokenizer's lifetime, across requests."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.cache: dict[int, str] = {}
-        if tokenizer is not None:
-            try:
-                self.cache = _SHARED_TEXTS.setdefault(tokenizer, {})
-            except TypeError:  # a tokenizer that takes no weak reference: a cache of this request's own
-                pass
-        self.keys: dict[int, str] = {}
-        """Token id -> its top_logprobs key (see key)."""
-
-    def __call__(self, token_id: int) -> str | None:
-        if self.tokenizer is None:
-            return None
-        text = self.cache.get(token_id)
-        if text is None:
-            text = self.cache[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
-        return text
-
-    def key(self, token_id: int) -> str:
-        """A top_logprobs key: the token's text, or "token_id:N" (vLLM's spelling) when there is no tokenizer."""
-        key = self.keys.get(token_id)
-        if key is None:
-            text = self(token_id)
-            key = self.keys[token_id] = f"token_id:{token_id}" if text is None else text
-        return key
 
 
 def completion_logprobs(

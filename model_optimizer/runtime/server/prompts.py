@@ -5,28 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from model_optimizer.runtime.server.errors import APIError, clip
+from model_optimizer.runtime.engine import input_processor
+from model_optimizer.runtime.engine.input_processor import chat_text
+from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import ChatMessage
 from model_optimizer.runtime.server.state import ServerState
-
-# apply_chat_template's own arguments: chat_template_kwargs may not override them
-RESERVED_TEMPLATE_KWARGS = {
-    "conversation",
-    "tools",
-    "documents",
-    "chat_template",
-    "add_generation_prompt",
-    "continue_final_message",
-    "tokenize",
-    "padding",
-    "truncation",
-    "max_length",
-    "return_tensors",
-    "return_dict",
-    "return_assistant_tokens_mask",
-    "tokenizer_kwargs",
-    "processor_kwargs",
-}
 
 
 @dataclass
@@ -62,13 +45,10 @@ async def tokenize_prompts(state: ServerState, prompts: list[str | list[int]]) -
 
 
 def check_token_ids(state: ServerState, token_ids: list[int]) -> list[int]:
-    if not token_ids:
-        raise APIError(400, "prompt is empty: give at least one token", "prompt")
-    vocab_size = state.model.vocab_size
-    bad = next((t for t in token_ids if not 0 <= t < vocab_size), None)
-    if bad is not None:
-        raise APIError(400, f"prompt token id {bad} is outside the vocabulary [0, {vocab_size})", "prompt")
-    return list(token_ids)
+    try:
+        return input_processor.check_token_ids(list(token_ids), state.model.vocab_size)
+    except ValueError as exc:
+        raise APIError(400, str(exc), "prompt") from None
 
 
 NO_TOKENIZER = "this model has no tokenizer: send the prompt as token ids (a list of integers)"
@@ -150,21 +130,10 @@ async def chat_prompt(
             "messages",
         )
     conversation = message_dicts(messages)
-    extra = {
-        k: v
-        for k, v in (template_kwargs or {}).items()
-        if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool))
-    }
-
-    def render() -> str:
-        return tokenizer.apply_chat_template(
-            conversation, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
-        )
-
     try:
-        text = await state.run_blocking(render)
-    except Exception as exc:  # noqa: BLE001 - a template error is caused by the messages the client sent
-        raise APIError(400, f"the chat template failed on these messages: {clip(str(exc), 300)}", "messages") from None
-    if not isinstance(text, str):
-        raise APIError(400, "the chat template did not produce text", "messages")
+        text = await state.run_blocking(
+            lambda: chat_text(tokenizer, conversation, template, add_generation_prompt, template_kwargs)
+        )
+    except ValueError as exc:  # the template failed on the messages the client sent
+        raise APIError(400, str(exc), "messages") from None
     return Prompt(await encode(state, text, add_special_tokens, "messages"), text)

@@ -1,4 +1,4 @@
-"""The server's HTTP layer (server/http_layer.py): httptools with a bound on each request's head, as
+"""The server's HTTP layer (runtime/server/http_layer.py): httptools with a bound on each request's head, as
 `mopt serve` runs it, on the real server over raw sockets (the bound is about bytes on the wire)."""
 
 from __future__ import annotations

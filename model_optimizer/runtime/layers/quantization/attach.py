@@ -6,8 +6,6 @@ built from `Linear` / `MergedLinear` gets it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from torch import nn
 
@@ -22,7 +20,7 @@ from model_optimizer.runtime.layers.quantization.sources import (
     Fp8BlockSource,
     WeightSource,
 )
-from model_optimizer.runtime.layers.quantization.spec import QuantSpec, resolve_spec
+from model_optimizer.runtime.layers.quantization.spec import QuantSpec
 
 
 def make_source(spec: QuantSpec) -> WeightSource:
@@ -82,9 +80,3 @@ def process_quantized_weights(model: nn.Module) -> None:
                 module.quant_method.process_weights_after_loading(module)
             except ValueError as exc:
                 raise ValueError(f"{name}: {exc}") from None
-
-
-def spec_for_folder(model_dir: str | Path, quantization: str | None) -> QuantSpec | None:
-    from model_optimizer.runtime.models.model_config import read_config
-
-    return resolve_spec(read_config(model_dir), quantization)
