@@ -10,7 +10,7 @@ def run(llm, body) -> object:
     from model_optimizer.runtime.engine.async_engine import AsyncEngine
 
     async def main():
-        engine = AsyncEngine(llm.engine)
+        engine = AsyncEngine.in_process(llm.engine)
         engine.start()
         try:
             return await body(engine)

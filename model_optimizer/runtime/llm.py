@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from model_optimizer.runtime.config import EngineConfig
-from model_optimizer.runtime.engine.engine import LLMEngine, ModelInfo
+from model_optimizer.runtime.engine.core import ModelInfo
+from model_optimizer.runtime.engine.engine import LLMEngine
 from model_optimizer.runtime.engine.outputs import RequestOutput
 from model_optimizer.runtime.kernels.compile_cache import configure_compile
 from model_optimizer.runtime.models.model_config import is_encoder_folder
@@ -70,6 +71,27 @@ GENERATION_DEFAULT_FIELDS = {
 }
 
 
+def load_runner(config: EngineConfig, model_dir: Path, tokenizer: Any) -> tuple[Any, ModelInfo]:
+    """The model runner for `config` (this process's ModelRunner, or the driver of tensor-parallel worker
+    processes) and what the engine core needs to know of the model; the one way `LLM` and the engine-core
+    process of `mopt serve` load a model."""
+    from model_optimizer.runtime.runner.model_runner import ModelRunner
+
+    if config.tensor_parallel_size > 1:  # worker processes hold the model; this one drives them
+        from model_optimizer.runtime.executor.executor import TensorParallelExecutor
+
+        runner: Any = TensorParallelExecutor(config, model_dir)
+    else:
+        runner = ModelRunner(config, model_dir)
+    info = ModelInfo(
+        vocab_size=runner.vocab_size,
+        max_model_len=runner.max_model_len,
+        eos_token_ids=eos_token_ids(model_dir, tokenizer),
+        num_kv_blocks=runner.num_kv_blocks,
+    )
+    return runner, info
+
+
 def generation_defaults(model_dir: Path) -> dict[str, Any]:
     """SamplingParams fields set by the folder's generation_config.json (empty without one).
 
@@ -94,7 +116,7 @@ def generation_defaults(model_dir: Path) -> dict[str, Any]:
 class LLM:
     def __init__(self, model: str | None = None, **engine_args: Any) -> None:
         start = time.perf_counter()
-        from model_optimizer.runtime.runner.model_runner import ModelRunner  # torch: the first import pays seconds
+        import model_optimizer.runtime.runner.model_runner  # noqa: F401 - torch: the first import pays seconds
 
         phase = log_phase("imports", start)
         self.config = EngineConfig(model=model, **engine_args)
@@ -115,19 +137,8 @@ class LLM:
             required=self.config.load_format != "dummy",
         )
         log_phase("tokenizer", phase)
-        if self.config.tensor_parallel_size > 1:  # worker processes hold the model; this one drives them
-            from model_optimizer.runtime.executor.executor import TensorParallelExecutor
-
-            runner = TensorParallelExecutor(self.config, self.model_dir)
-        else:
-            runner = ModelRunner(self.config, self.model_dir)  # logs weights, KV cache, warm-up, graph capture
+        runner, info = load_runner(self.config, self.model_dir, self.tokenizer)  # logs weights, KV cache, graphs
         phase = time.perf_counter()
-        info = ModelInfo(
-            vocab_size=runner.vocab_size,
-            max_model_len=runner.max_model_len,
-            eos_token_ids=eos_token_ids(self.model_dir, self.tokenizer),
-            num_kv_blocks=runner.num_kv_blocks,
-        )
         self.runner = runner
         self.engine = LLMEngine(self.config, runner, self.tokenizer, info)
         self._ids = itertools.count()

@@ -1,46 +1,39 @@
-"""AsyncEngine: the LLMEngine behind an asyncio API, for the server.
+"""AsyncEngine: the frontend of the engine for the server, on its event loop.
 
-The engine is not thread-safe and `step()` blocks while the model runs, so one background
-thread owns it: it drains an inbox of add/abort commands, runs a step when there is work (else
-sleeps on a condition), and hands each step's outputs to their requests' mailboxes with one
-`loop.call_soon_threadsafe` per step. The event loop never waits on the model.
+It turns requests into CoreRequests (input_processor.py), hands them to a core client
+(core_client.py: the core in a thread of this process, or in a process of its own) and turns each
+CoreOutputs the client delivers into RequestOutputs (output_processor.py: text, stop strings, n > 1,
+output kinds), one mailbox per request. All of that runs on the event loop, which never waits on
+the model: with the core in its own process, the GIL it holds is this process's alone.
 
 A reader that falls behind (the event loop is busy: the server streams to hundreds of requests)
 finds several outputs waiting in its mailbox; RequestStream hands them over as one (merge_outputs),
 so the server sends one chunk for them, not one per step. Only what already waits is merged: a
 reader that keeps up still gets one output per step.
 
-If the loop raises, every in-flight request gets the error, `dead` turns True and `on_fatal`
-runs on the event loop (the server uses it to exit non-zero).
-
-`AsyncEngine.gate` (a StepGate, step_gate.py) can hold the loop between steps while it keeps
-applying adds and aborts: tests use it for an engine that is provably mid-request on any machine.
-Test hooks for `mopt serve` run as a process (MOPT_FAULT_AFTER_STEPS, MOPT_HOLD_AFTER_STEPS) are
-read once, at construction (step_gate.TestHooks).
+If the core fails (an exception in a step, its process killed), every request still running gets the
+error, `dead` turns True and `on_fatal` runs (the server uses it to exit non-zero).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from model_optimizer.runtime.engine.engine import EngineStats, LLMEngine
+from model_optimizer.runtime.engine.core_client import CoreClient, EngineDeadError
+from model_optimizer.runtime.engine.input_processor import FitLimits, InputProcessor
+from model_optimizer.runtime.engine.messages import ControlOp, CoreAbort, CoreControl, CoreOutputs, EngineStats
+from model_optimizer.runtime.engine.output_processor import OutputProcessor
 from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestOutput, merge_outputs
-from model_optimizer.runtime.engine.step_gate import FAULT_ENV, HOLD_ENV, StepGate, TestHooks
+from model_optimizer.runtime.engine.step_gate import FAULT_ENV, HOLD_ENV
 from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
 
 logger = logging.getLogger(__name__)
-__all__ = ["FAULT_ENV", "HOLD_ENV", "AsyncEngine", "EngineDeadError", "RequestStream", "StepGate"]
-
-
-class EngineDeadError(RuntimeError):
-    """The engine loop has failed; no request can be served any more."""
+__all__ = ["FAULT_ENV", "HOLD_ENV", "AsyncEngine", "EngineDeadError", "RequestStream"]
 
 
 class Mailbox:
@@ -91,57 +84,55 @@ class _Stream:
     n: int = 1
 
 
-@dataclass
-class _Add:
-    request_id: str
-    prompt: str | list[int]
-    params: SamplingParams
-    priority: int
-    stream: _Stream
-    done: Future
-    incremental: bool = True
-    """Decode text as tokens arrive (streaming); else once at finish."""
-
-
 class AsyncEngine:
-    def __init__(self, engine: LLMEngine, on_fatal: Callable[[BaseException], None] | None = None) -> None:
-        self.engine = engine
+    def __init__(
+        self,
+        client: CoreClient,
+        tokenizer: Any,
+        vocab_size: int,
+        limits: FitLimits,
+        on_fatal: Callable[[BaseException], None] | None = None,
+        client_id: int = 0,
+    ) -> None:
+        self.client = client
         self.on_fatal = on_fatal
-        self.stats: EngineStats = engine.stats()
-        """Snapshot taken by the loop thread after every step; safe to read from any thread."""
+        self.inputs = InputProcessor(tokenizer, vocab_size, limits, client_id)
+        self.output_processor = OutputProcessor(tokenizer)
         self.error: BaseException | None = None
-        self._inbox: list[_Add | tuple[str, str]] = []
-        lock = threading.Lock()
-        self._cv = threading.Condition(lock)
-        """The loop waits on it for a command, stop, or a step it may take."""
-        self.gate = StepGate(lock, self._cv)
-        """Hold it to stop the loop between steps (tests; pausing); open by default."""
-        self._num_steps = 0  # steps run by the loop thread; published to the gate each time round
-        self._streams: dict[str, _Stream] = {}  # touched only by the loop thread
-        self._stopped = False
+        self._streams: dict[str, _Stream] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        hooks = TestHooks.from_env()
-        self._fault_after_steps = hooks.fault_after_steps
-        if hooks.hold_after_steps is not None:
-            self.gate.hold()
-            if hooks.hold_after_steps > 0:
-                self.gate.allow(hooks.hold_after_steps)
+
+    @classmethod
+    def in_process(cls, engine: Any, on_fatal: Callable[[BaseException], None] | None = None) -> AsyncEngine:
+        """An AsyncEngine over an LLMEngine of this process (`LLM(...).engine`): its core runs in a thread."""
+        from model_optimizer.runtime.engine.core_client import InprocClient
+
+        core = engine.core
+        return cls(InprocClient(core), engine.tokenizer, engine.info.vocab_size, core.limits, on_fatal)
+
+    @property
+    def stats(self) -> EngineStats | None:
+        """The core's latest stats (as of its last step, or the last outputs that reached this frontend)."""
+        return self.client.stats
+
+    @property
+    def gate(self) -> Any:
+        """The in-process core's StepGate (tests hold it to freeze the engine between steps)."""
+        return self.client.gate  # type: ignore[attr-defined]
 
     # ----------------------------------------------------------------- lifecycle
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """Start the loop thread; outputs are delivered to `loop` (default: the running loop)."""
+        """Start delivering outputs on `loop` (default: the running loop)."""
         self._loop = loop or asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, name="mopt-engine-loop", daemon=True)
-        self._thread.start()
+        self.client.start(self._loop, self._on_outputs, self._on_failure)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Abort everything still running and end the loop thread."""
-        with self._cv:
-            self._stopped = True
-            self.gate._wake_loop()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        """Abort everything still running and end the core; from the event loop or any other thread."""
+        if self._loop is not None and _running_loop() is self._loop:
+            self._abort_everything()
+        else:
+            self.abort_all()
+        self.client.stop(timeout)
 
     @property
     def dead(self) -> bool:
@@ -155,10 +146,10 @@ class AsyncEngine:
     async def generate(
         self, request_id: str, prompt: str | list[int], params: SamplingParams, priority: int = 0, stream: bool = True
     ) -> AsyncIterator[RequestOutput]:
-        """Yield the request's cumulative outputs until it finishes; stopping early aborts it.
+        """Yield the request's outputs until it finishes; stopping early aborts it.
 
         Raises ValueError (bad or oversized request) before the first output, and
-        EngineDeadError when the engine loop has failed.
+        EngineDeadError when the engine has failed.
         """
         request_stream = await self.add_request(request_id, prompt, params, priority, stream)
         async for output in request_stream:
@@ -167,144 +158,83 @@ class AsyncEngine:
     async def add_request(
         self, request_id: str, prompt: str | list[int], params: SamplingParams, priority: int = 0, stream: bool = True
     ) -> RequestStream:
-        """Queue a request; returns once the engine has accepted it (ValueError if it refused it).
+        """Queue a request (ValueError, at once, when it is malformed or could never fit).
 
         With `stream` False, outputs before the last carry token ids but no text (decoded once at finish).
         """
         if self.error is not None:
-            raise EngineDeadError(f"engine loop failed: {self.error}")
-        queue_stream = _Stream(Mailbox(), n=params.n)
-        command = _Add(request_id, prompt, params, priority, queue_stream, Future(), stream)
-        self._send(command)
-        try:
-            await asyncio.wrap_future(command.done)
-        except (asyncio.CancelledError, GeneratorExit):
-            self.abort(request_id)  # the add may still go through: the abort follows it in the inbox
-            raise
-        return RequestStream(self, request_id, queue_stream.queue, params.output_kind)
+            raise EngineDeadError(f"engine core failed: {self.error}")
+        if request_id in self._streams:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        request = self.inputs.request(request_id, prompt, params, priority)
+        text = prompt if isinstance(prompt, str) else None
+        self.output_processor.add_request(
+            request_id, text, request.prompt_token_ids, params, request.arrival_time, stream
+        )
+        mailbox = Mailbox()
+        self._streams[request_id] = _Stream(mailbox, request.prompt_token_ids, params.n)
+        self.client.send(request)
+        return RequestStream(self, request_id, mailbox, params.output_kind)
 
     def abort(self, request_id: str) -> None:
-        """Abort a request from any thread; its blocks are freed before the next step."""
-        self._send(("abort", request_id))
+        """Drop a request (on the event loop): the core frees its blocks before its next step."""
+        if self._streams.pop(request_id, None) is None:
+            return
+        self.output_processor.abort(request_id)
+        self.client.send(CoreAbort([request_id]))
 
     def abort_all(self) -> None:
-        """Finish every in-flight request with finish_reason 'abort' (used when a drain times out)."""
-        self._send(("abort_all", ""))
+        """Finish every in-flight request with finish_reason 'abort' (a drain that timed out); any thread."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._abort_everything)
 
     def fail(self, exc: BaseException) -> None:
-        """Fail the engine from any thread (a tensor-parallel worker died while no step ran): the loop
-        raises `exc` as a failed step would, so requests, /health and the server's exit follow."""
-        self._send(("fail", exc))  # type: ignore[arg-type]
+        """Fail the core from any thread (a tensor-parallel worker died while no step ran): requests,
+        /health and the server's exit follow as for a failed step."""
+        self.client.send(CoreControl(ControlOp.FAIL, arg=str(exc)))
 
-    def _send(self, command: _Add | tuple[str, str]) -> None:
-        with self._cv:
-            self._inbox.append(command)
-            self.gate._wake_loop()
+    async def pause(self, timeout: float) -> None:
+        """Hold the core before its next step; returns once no step runs. Requests keep their blocks."""
+        await self.client.pause(timeout)
 
-    # ----------------------------------------------------------------- loop thread
-    def _run(self) -> None:
-        try:
-            while True:
-                commands = self._next_commands()
-                if commands is None:
-                    break
-                self._apply(commands)
-                self.stats = self.engine.stats()
-                if self.engine.has_unfinished_requests() and self.gate._pass():
-                    self._step()
-                    self._num_steps += 1
-        except BaseException as exc:  # noqa: BLE001 - any failure kills the engine, and every request must hear of it
-            logger.exception("engine loop failed")
-            self._fail(exc)
-        else:
-            self._abort_everything()
-        finally:
-            self.gate._end()
+    def resume(self) -> None:
+        self.client.resume()
 
-    def _next_commands(self) -> list | None:
-        """Commands waiting in the inbox; blocks while there is nothing to do. None means stop."""
-        with self._cv:
-            while not (
-                self._inbox or self._stopped or (self.engine.has_unfinished_requests() and self.gate._may_step())
-            ):
-                self.gate._round(self._num_steps, parking=True)
-                self._cv.wait()
-            self.gate._round(self._num_steps, parking=False)
-            if self._stopped:
-                return None
-            commands, self._inbox = self._inbox, []
-            return commands
+    @property
+    def is_paused(self) -> bool:
+        return self.client.is_paused
 
-    def _apply(self, commands: list) -> None:
-        for command in commands:
-            if isinstance(command, _Add):
-                self._apply_add(command)
-            elif command[0] == "abort":
-                self.engine.abort(command[1])
-                self._streams.pop(command[1], None)
-            elif command[0] == "fail":
-                raise command[1]
-            else:
-                self._abort_everything()
-
-    def _apply_add(self, command: _Add) -> None:
-        try:
-            self.engine.add_request(
-                command.request_id, command.prompt, command.params, command.priority, stream=command.incremental
-            )
-        except Exception as exc:  # noqa: BLE001 - handed to the caller, who turns ValueError into a 400
-            command.done.set_exception(exc)
-            return
-        if isinstance(command.prompt, list):
-            command.stream.prompt_token_ids = command.prompt
-        self._streams[command.request_id] = command.stream
-        command.done.set_result(None)
-
-    def _step(self) -> None:
-        if self._fault_after_steps is not None and self.engine.num_steps >= self._fault_after_steps:
-            raise RuntimeError(f"injected engine fault after {self._fault_after_steps} steps ({FAULT_ENV})")
-        outputs = self.engine.step()
-        self.stats = self.engine.stats()  # before delivering: a client that saw a token sees its blocks
-        deliveries = []
+    # ----------------------------------------------------------------- outputs (event loop)
+    def _on_outputs(self, out: CoreOutputs) -> None:
+        outputs, stopped = self.output_processor.process(out)
+        if stopped:  # stop strings found in the text: the core drops those completions
+            self.client.send(CoreAbort(stopped))
+        streams = self._streams
         for output in outputs:
-            stream = self._streams.get(output.request_id)
+            stream = streams.get(output.request_id)
             if stream is None:
                 continue
-            deliveries.append((stream.queue, output))
+            stream.queue.put(output)
             if output.finished:
-                del self._streams[output.request_id]
-        if deliveries:
-            self._deliver(deliveries)
+                del streams[output.request_id]
 
     def _abort_everything(self) -> None:
-        deliveries = []
-        for request_id, stream in list(self._streams.items()):
-            output = self.engine.abort(request_id)
-            deliveries.append((stream.queue, output or _aborted(request_id, stream)))
-        self._streams.clear()
-        if deliveries:
-            self._deliver(deliveries)
+        streams, self._streams = self._streams, {}
+        for request_id, stream in streams.items():
+            output = self.output_processor.abort(request_id)
+            stream.queue.put(output or _aborted(request_id, stream))
+        if streams:
+            self.client.send(CoreAbort(list(streams)))
 
-    def _fail(self, exc: BaseException) -> None:
+    def _on_failure(self, exc: BaseException) -> None:
+        if self.error is not None:
+            return
         self.error = exc
-        with self._cv:
-            pending, self._inbox = self._inbox, []
-        for command in pending:
-            if isinstance(command, _Add):
-                command.done.set_exception(EngineDeadError(f"engine loop failed: {exc}"))
-        deliveries = [(s.queue, exc) for s in self._streams.values()]
-        self._streams.clear()
-        self._deliver(deliveries)
-        if self.on_fatal is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(self.on_fatal, exc)
-
-    def _deliver(self, deliveries: list[tuple[Mailbox, Any]]) -> None:
-        def put_all() -> None:
-            for mailbox, item in deliveries:
-                mailbox.put(item)
-
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(put_all)
+        streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            stream.queue.put(exc)
+        if self.on_fatal is not None:
+            self.on_fatal(exc)
 
 
 class RequestStream:
@@ -337,7 +267,7 @@ class RequestStream:
                 item = await self.queue.get()
                 if isinstance(item, BaseException):
                     self.aborted = True  # the engine is gone: nothing left to abort
-                    raise EngineDeadError(f"engine loop failed: {item}") from item
+                    raise EngineDeadError(f"engine core failed: {item}") from item
                 if self.queue.items and item.error is None:  # the reader fell behind: what waits goes with it
                     item = merge_outputs([item, *self.queue.take_outputs()], self.kind)
                 self.finished = item.finished
@@ -350,6 +280,13 @@ class RequestStream:
         if not self.finished and not self.aborted:
             self.aborted = True
             self.engine.abort(self.request_id)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _aborted(request_id: str, stream: _Stream) -> RequestOutput:

@@ -1,15 +1,20 @@
-"""Before the core loop: a prompt becomes token ids, checked once against the model.
+"""Before the core: a prompt becomes token ids, checked once against the model, and a CoreRequest.
 
 Every way in (LLM.generate, the server, `mopt generate`) goes through these functions, so the
-rules "ids lie in the vocabulary" and "the prompt leaves room for one output token" are written
-here and nowhere else; the scheduler adds only what depends on its own limits (the KV-cache size,
-the step budget without chunked prefill).
+rules "ids lie in the vocabulary", "the prompt leaves room for one output token" and "the request
+fits the cache" (FitLimits) are written here and nowhere else. A frontend checks them before it
+sends a request to the core, so a refusal is a ValueError for the caller at once, whichever process
+the core runs in; the scheduler checks the limits again as it queues (a bug, not a user error, if
+that ever fails).
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from model_optimizer.runtime.engine.messages import CoreRequest
 from model_optimizer.runtime.sampling_params import SamplingParams
 
 
@@ -102,9 +107,63 @@ def check_prompt_fits(num_prompt_tokens: int, max_model_len: int) -> None:
         )
 
 
+@dataclass(frozen=True)
+class FitLimits:
+    """What a request must fit to ever run to completion: checked by the frontend before it sends one to
+    the core, and by the scheduler again as it queues it."""
+
+    max_model_len: int
+    num_blocks: int
+    block_size: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool = True
+
+    def check(self, num_prompt_tokens: int, max_tokens: int) -> None:
+        """ValueError naming the numbers when the prompt plus `max_tokens` outputs could never run."""
+        check_prompt_fits(num_prompt_tokens, self.max_model_len)
+        if not self.chunked_prefill and num_prompt_tokens > self.max_num_batched_tokens:
+            raise ValueError(
+                f"prompt has {num_prompt_tokens} tokens and chunked prefill is off: "
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must cover it"
+            )
+        needed = -(-min(num_prompt_tokens + max_tokens, self.max_model_len) // self.block_size)
+        if needed > self.num_blocks:
+            raise ValueError(
+                f"request needs {needed} KV-cache blocks for {num_prompt_tokens} prompt + {max_tokens} output tokens, "
+                f"but the whole cache has {self.num_blocks}"
+            )
+
+
 def resolve_max_tokens(num_prompt_tokens: int, params: SamplingParams, max_model_len: int) -> int:
     """The request's output limit: its max_tokens capped by what the context leaves (all of it for None).
 
     Whether the prompt fits at all is the scheduler's check (Scheduler.check_fits), made as it queues it."""
     room = max_model_len - num_prompt_tokens
     return room if params.max_tokens is None else min(params.max_tokens, room)
+
+
+@dataclass
+class InputProcessor:
+    """Prompts to CoreRequests: encoded (text) or checked (ids), max_tokens resolved, limits checked."""
+
+    tokenizer: Tokenizer | None
+    vocab_size: int
+    limits: FitLimits
+    client: int = 0
+    """The frontend's number, stamped on its requests (the core sends their outputs back there)."""
+
+    def request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> CoreRequest:
+        """ValueError, saying what is wrong, when the prompt is malformed or the request could never fit."""
+        prompt_token_ids = encode_prompt(self.tokenizer, prompt, self.vocab_size)
+        max_tokens = resolve_max_tokens(len(prompt_token_ids), params, self.limits.max_model_len)
+        self.limits.check(len(prompt_token_ids), max_tokens)
+        return CoreRequest(
+            request_id, prompt_token_ids, params, max_tokens, priority, arrival_time or time.time(), self.client
+        )

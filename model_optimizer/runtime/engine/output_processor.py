@@ -1,8 +1,9 @@
-"""After the core loop: the token ids of each step become the outputs callers asked for.
+"""After the core: the rows of each CoreOutputs become the outputs callers asked for.
 
-The core (scheduler and runner) appends token ids to its Requests and applies the token-level
-stops (EOS, stop token ids, length). Everything else happens here, once per completion that got a
-token: incremental detokenizing, stop strings, merging a user request's n completions into one
+The core (scheduler and runner) appends token ids and applies the token-level stops (EOS, stop token
+ids, length). Everything else happens here, in the frontend, once per completion that got news:
+incremental detokenizing, stop strings (a completion that hits one is finished here, and its id
+handed back so the core can be told to drop it), merging a request's n completions into one
 RequestOutput, and shaping that output by the request's RequestOutputKind:
 
 - CUMULATIVE copies every completion's tokens so far (what a caller asking for snapshots wants);
@@ -16,22 +17,35 @@ CUMULATIVE request, or stop strings to look for); otherwise once, at finish.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from model_optimizer.runtime.engine.detokenizer import IncrementalDetokenizer
 from model_optimizer.runtime.engine.input_processor import Tokenizer
+from model_optimizer.runtime.engine.messages import CoreOutputs, read_rows
 from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from model_optimizer.runtime.engine.request import Request
-from model_optimizer.runtime.sampling_params import RequestOutputKind
+from model_optimizer.runtime.sampler_output import Logprob
+from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
 
 
-@dataclass
+@dataclass(eq=False)
 class _Completion:
-    """What one completion has been told so far."""
+    """What the frontend knows of one completion, and what it has told the caller so far."""
 
-    request: Request
+    index: int
+    params: SamplingParams
     detokenizer: IncrementalDetokenizer | None
     """Incremental text, kept only when text is read before the end (see the module docstring)."""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[Logprob] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    error: str | None = None
+    num_cached_tokens: int = 0
+    num_preemptions: int = 0
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finished_time: float | None = None
     num_sent_tokens: int = 0
     """DELTA: token ids (and logprobs) already handed out."""
     num_sent_chars: int = 0
@@ -41,19 +55,32 @@ class _Completion:
     final_text: str | None = None
     """Text decoded in one go at finish (no detokenizer)."""
 
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
 
-@dataclass
+    def finish(self, reason: str, stop_reason: int | str | None = None, error: str | None = None) -> None:
+        """End it. Text held back as an incomplete character is added, unless a stop string (`reason`
+        'stop' with a str stop_reason) ended it: the text was cut there."""
+        self.finish_reason, self.stop_reason, self.error = reason, stop_reason, error
+        self.finished_time = time.time()
+        if self.detokenizer is not None and not isinstance(stop_reason, str):
+            self.detokenizer.flush()
+
+
+@dataclass(eq=False)
 class _Group:
-    """A user request and its n completions."""
+    """A request and its n completions."""
 
     prompt: str | None
     prompt_token_ids: list[int]
     kind: RequestOutputKind
+    arrival_time: float
     completions: list[_Completion]
 
     @property
     def finished(self) -> bool:
-        return all(c.request.finished for c in self.completions)
+        return all(c.finished for c in self.completions)
 
 
 class OutputProcessor:
@@ -61,42 +88,95 @@ class OutputProcessor:
         self.tokenizer = tokenizer
         self._groups: dict[str, _Group] = {}
 
-    def add_request(self, request_id: str, prompt: str | None, children: list[Request], stream: bool = False) -> None:
-        """Start following a user request. `stream`: a CUMULATIVE request whose text is read as it grows."""
-        params = children[0].params
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | None,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time: float,
+        stream: bool = False,
+    ) -> None:
+        """Start following a request. `stream`: a CUMULATIVE request whose text is read as it grows."""
+        if request_id in self._groups:
+            raise ValueError(f"request id {request_id!r} is already in use")
         incremental = stream or bool(params.stop) or params.output_kind is RequestOutputKind.DELTA
-        completions = [_Completion(c, self._detokenizer(c) if incremental else None) for c in children]
-        self._groups[request_id] = _Group(prompt, children[0].prompt_token_ids, params.output_kind, completions)
+        completions = []
+        for index in range(params.n):
+            child = params if params.seed is None or index == 0 else params.clone(seed=params.seed + index)
+            detokenizer = self._detokenizer(prompt_token_ids, child) if incremental else None
+            completions.append(_Completion(index, child, detokenizer))
+        self._groups[request_id] = _Group(prompt, prompt_token_ids, params.output_kind, arrival_time, completions)
 
-    def detokenize(self, request: Request) -> str | None:
-        """Decode a completion's newest token; return the stop string it completed, if any."""
-        completion = self._groups[request.parent_id].completions[request.index]  # type: ignore[index]
-        detokenizer = completion.detokenizer
-        if detokenizer is None:
-            return None
-        stop = detokenizer.add_token(request.output_token_ids[-1])
-        if stop is None and request.finished:
-            detokenizer.flush()
-        return stop
+    def has(self, request_id: str) -> bool:
+        return request_id in self._groups
 
-    def make_outputs(self, updated: list[Request]) -> list[RequestOutput]:
-        """One output per user request among `updated` that has something to report, in order."""
-        touched = dict.fromkeys(r.parent_id for r in updated)
-        outputs = []
-        for request_id in touched:
-            group = self._groups.get(request_id)  # type: ignore[arg-type]
-            if group is None or (group.kind is RequestOutputKind.FINAL_ONLY and not group.finished):
+    @property
+    def num_requests(self) -> int:
+        return len(self._groups)
+
+    def process(self, out: CoreOutputs) -> tuple[list[RequestOutput], list[str]]:
+        """Apply a core step's rows. Returns an output per request with something to report (in row
+        order) and the completions a stop string finished, as ids for CoreAbort (`index:id` when n > 1)."""
+        rows = read_rows(out)
+        finishes = {f.row: f for f in out.finished}
+        for s in out.started:
+            row = rows[s.row]
+            group = self._groups.get(row.request_id)
+            if group is not None:
+                completion = group.completions[row.index]
+                completion.num_cached_tokens, completion.first_scheduled_time = s.num_cached_tokens, s.time
+        touched: dict[str, _Group] = {}
+        stopped: list[str] = []
+        for i, row in enumerate(rows):
+            group = self._groups.get(row.request_id)
+            if group is None:
                 continue
-            outputs.append(self._output(request_id, group))  # type: ignore[arg-type]
-        return outputs
+            completion = group.completions[row.index]
+            if completion.finished:  # a stop string finished it here first: the core's later news is moot
+                continue
+            touched[row.request_id] = group
+            if row.token_ids and self._add_tokens(completion, row.token_ids, row.logprobs):
+                stopped.append(row.request_id if len(group.completions) == 1 else f"{row.index}:{row.request_id}")
+                continue
+            finish = finishes.get(i)
+            if finish is not None:
+                completion.num_preemptions = finish.num_preemptions
+                completion.finish(finish.reason, finish.stop_reason, finish.error)
+        outputs = []
+        for request_id, group in touched.items():
+            if group.kind is RequestOutputKind.FINAL_ONLY and not group.finished:
+                continue
+            outputs.append(self._output(request_id, group))
+        return outputs, stopped
 
     def abort(self, request_id: str) -> RequestOutput | None:
-        """The last output of a request whose completions the core has just aborted; None if unknown."""
+        """The last output of a request being dropped (its unfinished completions end with 'abort');
+        None if unknown. The request is forgotten."""
         group = self._groups.get(request_id)
-        return None if group is None else self._output(request_id, group)
+        if group is None:
+            return None
+        for completion in group.completions:
+            if not completion.finished:
+                completion.finish("abort")
+        return self._output(request_id, group)
 
-    def drop(self, request_id: str) -> None:
-        self._groups.pop(request_id, None)
+    def _add_tokens(self, completion: _Completion, token_ids: list[int], logprobs: list[Logprob] | None) -> bool:
+        """Append a row's tokens; True when a stop string ends the completion (later tokens are dropped)."""
+        if completion.first_token_time is None:
+            completion.first_token_time = time.time()
+        detokenizer = completion.detokenizer
+        for k, token_id in enumerate(token_ids):
+            completion.token_ids.append(token_id)
+            if logprobs is not None:
+                completion.logprobs.append(logprobs[k])
+            if detokenizer is None:
+                continue
+            stop = detokenizer.add_token(token_id)
+            if stop is not None:
+                completion.finish("stop", stop)
+                return True
+        return False
 
     # ----------------------------------------------------------------- building
     def _output(self, request_id: str, group: _Group) -> RequestOutput:
@@ -106,23 +186,7 @@ class OutputProcessor:
             outputs = [o for o in map(self._delta, completions) if o is not None]
         else:
             outputs = [self._cumulative(c) for c in completions]
-        if len(completions) == 1:
-            request = completions[0].request
-            finished = request.finished
-            metrics = RequestMetrics(
-                arrival_time=request.arrival_time,
-                first_token_time=request.first_token_time or None,
-                finished_time=(request.finished_time or 0.0) if finished else None,
-                num_preemptions=request.num_preemptions,
-                first_scheduled_time=request.first_scheduled_time or None,
-            )
-            num_cached, error = request.num_cached_tokens, request.error
-        else:
-            finished = group.finished
-            children = [c.request for c in completions]
-            metrics = _metrics(children, finished)
-            num_cached = children[0].num_cached_tokens
-            error = next((c.error for c in children if c.error is not None), None)
+        finished = group.finished
         if finished:
             del self._groups[request_id]
         return RequestOutput(
@@ -131,70 +195,75 @@ class OutputProcessor:
             prompt_token_ids=group.prompt_token_ids,
             outputs=outputs,
             finished=finished,
-            num_cached_tokens=num_cached,
-            metrics=metrics,
-            error=error,
+            num_cached_tokens=completions[0].num_cached_tokens,
+            metrics=_metrics(group, finished),
+            error=next((c.error for c in completions if c.error is not None), None),
         )
 
     def _cumulative(self, completion: _Completion) -> CompletionOutput:
-        request = completion.request
         return CompletionOutput(
-            index=request.index,
+            index=completion.index,
             text=self._text(completion),
-            token_ids=list(request.output_token_ids),
-            logprobs=list(request.logprobs) if request.params.logprobs is not None else None,
-            finish_reason=request.finish_reason,
-            stop_reason=request.stop_reason,
+            token_ids=list(completion.token_ids),
+            logprobs=list(completion.logprobs) if completion.params.logprobs is not None else None,
+            finish_reason=completion.finish_reason,
+            stop_reason=completion.stop_reason,
         )
 
     def _delta(self, completion: _Completion) -> CompletionOutput | None:
         """What is new in a completion since its last output; None when nothing is."""
-        request = completion.request
-        num_sent, num_tokens = completion.num_sent_tokens, len(request.output_token_ids)
-        finish_reason = request.finish_reason  # read once: each read is a few property calls
+        num_sent, num_tokens = completion.num_sent_tokens, len(completion.token_ids)
+        finish_reason = completion.finish_reason
         finished = finish_reason is not None
-        newly_finished = finished and not completion.sent_finished
-        if num_tokens == num_sent and not newly_finished:
+        if num_tokens == num_sent and not (finished and not completion.sent_finished):
             return None
-        text = self._text(completion, finished)
+        text = self._text(completion)
         delta_text = text[completion.num_sent_chars :]
         completion.num_sent_tokens, completion.num_sent_chars = num_tokens, len(text)
         completion.sent_finished = finished
         return CompletionOutput(
-            index=request.index,
+            index=completion.index,
             text=delta_text,
-            token_ids=request.output_token_ids[num_sent:],
-            logprobs=request.logprobs[num_sent:] if request.params.logprobs is not None else None,
+            token_ids=completion.token_ids[num_sent:],
+            logprobs=completion.logprobs[num_sent:] if completion.params.logprobs is not None else None,
             finish_reason=finish_reason,
-            stop_reason=request.stop_reason,
+            stop_reason=completion.stop_reason,
         )
 
-    def _text(self, completion: _Completion, finished: bool | None = None) -> str:
-        request = completion.request
-        if finished is None:
-            finished = request.finished
+    def _text(self, completion: _Completion) -> str:
+        finished = completion.finished
         if completion.detokenizer is not None:
             return completion.detokenizer.visible_text(finished)
-        if not finished or self.tokenizer is None or not request.params.detokenize:
+        if not finished or self.tokenizer is None or not completion.params.detokenize:
             return ""
         if completion.final_text is None:
             completion.final_text = self.tokenizer.decode(
-                request.output_token_ids, skip_special_tokens=request.params.skip_special_tokens
+                completion.token_ids, skip_special_tokens=completion.params.skip_special_tokens
             )
         return completion.final_text
 
-    def _detokenizer(self, request: Request) -> IncrementalDetokenizer | None:
-        if self.tokenizer is None or not request.params.detokenize:
+    def _detokenizer(self, prompt_token_ids: list[int], params: SamplingParams) -> IncrementalDetokenizer | None:
+        if self.tokenizer is None or not params.detokenize:
             return None
-        return IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids, request.params)
+        return IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params)
 
 
-def _metrics(children: list[Request], finished: bool) -> RequestMetrics:
-    firsts = [c.first_token_time for c in children if c.first_token_time]
+def _metrics(group: _Group, finished: bool) -> RequestMetrics:
+    completions = group.completions
+    if len(completions) == 1:
+        c = completions[0]
+        return RequestMetrics(
+            arrival_time=group.arrival_time,
+            first_token_time=c.first_token_time,
+            finished_time=c.finished_time if finished else None,
+            num_preemptions=c.num_preemptions,
+            first_scheduled_time=c.first_scheduled_time,
+        )
+    firsts = [c.first_token_time for c in completions if c.first_token_time]
     return RequestMetrics(
-        arrival_time=children[0].arrival_time,
+        arrival_time=group.arrival_time,
         first_token_time=min(firsts) if firsts else None,
-        finished_time=max((c.finished_time or 0.0) for c in children) if finished else None,
-        num_preemptions=sum(c.num_preemptions for c in children),
-        first_scheduled_time=min((c.first_scheduled_time for c in children if c.first_scheduled_time), default=None),
+        finished_time=max((c.finished_time or 0.0) for c in completions) if finished else None,
+        num_preemptions=sum(c.num_preemptions for c in completions),
+        first_scheduled_time=min((c.first_scheduled_time for c in completions if c.first_scheduled_time), default=None),
     )

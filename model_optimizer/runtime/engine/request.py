@@ -71,6 +71,8 @@ class Request:
     num_preemptions: int = 0
     error: str | None = None
     """Why the request failed (status FINISHED_ERROR)."""
+    start_reported: bool = False
+    """The core has told the frontend of its first schedule (cached prompt tokens, when)."""
     block_hashes: list[int] = field(default_factory=list)
     """Chained hashes of this request's full blocks, filled as blocks fill up."""
 

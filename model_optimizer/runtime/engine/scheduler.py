@@ -27,7 +27,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-from model_optimizer.runtime.engine.input_processor import check_prompt_fits
+from model_optimizer.runtime.engine.input_processor import FitLimits
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager
 from model_optimizer.runtime.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN, Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
@@ -110,19 +110,13 @@ class Scheduler:
 
     def check_fits(self, num_prompt_tokens: int, max_tokens: int) -> None:
         """Refuse up front a request that could never run to completion."""
-        limit = self.config.max_model_len
-        check_prompt_fits(num_prompt_tokens, limit)
-        if not self.config.enable_chunked_prefill and num_prompt_tokens > self.config.max_num_batched_tokens:
-            raise ValueError(
-                f"prompt has {num_prompt_tokens} tokens and chunked prefill is off: "
-                f"max_num_batched_tokens ({self.config.max_num_batched_tokens}) must cover it"
-            )
-        needed = self.kv_cache.blocks_needed(min(num_prompt_tokens + max_tokens, limit))
-        if needed > self.kv_cache.num_blocks:
-            raise ValueError(
-                f"request needs {needed} KV-cache blocks for {num_prompt_tokens} prompt + {max_tokens} output tokens, "
-                f"but the whole cache has {self.kv_cache.num_blocks}"
-            )
+        FitLimits(
+            self.config.max_model_len,
+            self.kv_cache.num_blocks,
+            self.kv_cache.block_size,
+            self.config.max_num_batched_tokens,
+            self.config.enable_chunked_prefill,
+        ).check(num_prompt_tokens, max_tokens)
 
     def abort(self, request_id: str) -> Request | None:
         """Finish a request now and free its blocks; unknown or finished ids are ignored."""

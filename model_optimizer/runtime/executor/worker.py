@@ -19,8 +19,6 @@ import os
 import pickle
 import signal
 import sys
-import threading
-import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
@@ -28,14 +26,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from model_optimizer.common.processes import exit_with_parent
 from model_optimizer.runtime.config import EngineConfig
 
 LAUNCH, LAUNCH_PENDING, COLLECT, CLOSE = b"L", b"P", b"C", b"X"
 """First byte of each driver message: launch (nothing pending / newest step pending), collect, close."""
 PROFILE_START, PROFILE_STOP = b"S", b"E"
 """Benchmarks only: rank 0 profiles the device kernels of the steps in between (executor/step_profile.py)."""
-
-PARENT_POLL_S = 0.5
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 """NVLink multicast stays off: the lent GPU machines do not support it (set unless the user chose)."""
@@ -68,13 +65,6 @@ def _configure_logging(rank: int, levels: tuple[tuple[str, int], ...]) -> None:
         logging.getLogger(name).setLevel(level if rank == 0 else max(level, logging.WARNING))
 
 
-def _exit_when_orphaned(parent_pid: int) -> None:
-    """Exit the whole process once the driver is gone, even while the main thread waits in a collective."""
-    while os.getppid() == parent_pid:
-        time.sleep(PARENT_POLL_S)
-    os._exit(3)
-
-
 def _device(config: EngineConfig, rank: int) -> Any:
     import torch
 
@@ -91,7 +81,7 @@ def _device(config: EngineConfig, rank: int) -> Any:
 def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     """Entry point of a spawned worker; returns (exit code 0) after a close message or the driver's EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the driver decides
-    threading.Thread(target=_exit_when_orphaned, args=(spec.parent_pid,), daemon=True, name="orphan-watch").start()
+    exit_with_parent(spec.parent_pid)  # even while the main thread waits in a collective
     _configure_logging(spec.rank, spec.log_levels)
     rank, config = spec.rank, spec.config
     for key, value in MULTICAST_OFF.items():

@@ -3,10 +3,14 @@
 The model is loaded (and warmed up) before the app exists: `mopt serve` binds its port only once
 the model can answer, so /health never says healthy about a model that is not there, and a
 configuration error (unsupported architecture, KV cache too small, a chat template that does not
-render) is a clear message and exit code 2 before anything listens. Pass `llm=` (or `embedder=`)
-to serve a model that is already built (tests, embedding the server in Python). An embedding model
-(a sentence-transformers folder with modules.json, or an encoder such as BERT) is served by an
-Embedder on /v1/embeddings only.
+render) is a clear message and exit code 2 before anything listens.
+
+A generation model runs in an engine-core process of its own (core_process.py): this process, the
+frontend, keeps HTTP, tokenizing, detokenizing and streaming, and never imports torch. Pass `llm=`
+to serve a model already built in this process instead (its core then runs in a thread: tests hold
+its step gate), or `core=` for a core process started elsewhere. An embedding model (a
+sentence-transformers folder with modules.json, or an encoder such as BERT) is served by an Embedder
+in this process, on /v1/embeddings only.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from model_optimizer.common.version import __version__
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.async_engine import AsyncEngine
 from model_optimizer.runtime.engine.input_processor import chat_text
-from model_optimizer.runtime.sampling_params import SamplingParams
 from model_optimizer.runtime.server.config import ServerConfig
 from model_optimizer.runtime.server.errors import install_error_handlers
 from model_optimizer.runtime.server.guard import GuardMiddleware
@@ -38,42 +41,65 @@ from model_optimizer.runtime.server.stats_log import start_stats_logging
 from model_optimizer.runtime.server.token_bound import token_bound
 
 if TYPE_CHECKING:
+    from model_optimizer.runtime.core_process import CoreHandle
     from model_optimizer.runtime.llm import LLM
 
 logger = logging.getLogger(__name__)
 
 
 def create_app(
-    config: ServerConfig, engine_config: EngineConfig | None = None, llm: LLM | None = None, embedder: Any = None
+    config: ServerConfig,
+    engine_config: EngineConfig | None = None,
+    llm: LLM | None = None,
+    embedder: Any = None,
+    core: CoreHandle | None = None,
 ) -> FastAPI:
     quiet_transformers()
     engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
     chat_template = _read_template(config.chat_template) if config.chat_template else None  # a typo fails at once
-    if llm is None and embedder is None:
-        llm, embedder = load_model(engine_config)
+    from model_optimizer.runtime.llm import generation_defaults, resolve_model_dir
+
+    model_dir = Path(llm.model_dir) if llm is not None else resolve_model_dir(engine_config.model)
+    generates = llm is not None or core is not None or (embedder is None and not is_embedding_model(model_dir))
+    tokenizer = _frontend_tokenizer(engine_config, llm, model_dir) if generates else None
     if chat_template:
-        check_template(chat_template, config.chat_template, llm.tokenizer if llm is not None else None)
-    model = served_model(config.served_model_name or _default_name(engine_config, llm or embedder), llm, embedder)
+        check_template(chat_template, config.chat_template, tokenizer)
+    sampling_defaults = generation_defaults(model_dir) if generates else {}  # ValueError for a broken file: exit 2
+    if generates and llm is None and core is None:  # every check that needs no model is done: load it
+        core = start_engine_core(engine_config, model_dir)
+    elif not generates and embedder is None:
+        embedder = load_embedder(engine_config, model_dir)
+    try:
+        model = served_model(
+            config.served_model_name or model_dir.resolve().name or str(engine_config.model),
+            llm,
+            embedder,
+            core,
+            tokenizer,
+            model_dir,
+        )
+    except BaseException:
+        if core is not None:
+            core.stop()
+        raise
     state = ServerState(
         config=config,
         engine_config=engine_config,
         model=model,
         llm=llm,
         embedder=embedder,
+        core=core,
         chat_template=chat_template,
+        sampling_defaults=sampling_defaults,
     )
-    if llm is not None:
-        from model_optimizer.runtime.llm import generation_defaults
-
-        state.sampling_defaults = generation_defaults(llm.model_dir)  # ValueError for a broken file: exit 2
-        if llm.tokenizer is not None:
-            state.token_bound = token_bound(llm.tokenizer)
+    if tokenizer is not None:
+        state.token_bound = token_bound(tokenizer)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         loop = asyncio.get_running_loop()
-        if state.llm is not None:
-            _engine_ready(state, state.llm, loop)
+        if state.model.generates:
+            _engine_ready(state, loop)
         else:
             _embedder_ready(state)
         stats_task = start_stats_logging(state, config.log_interval)
@@ -82,6 +108,8 @@ def create_app(
             stats_task.cancel()
         if state.engine is not None:
             state.engine.stop()
+        elif state.core is not None:  # never started (the app was built, never served)
+            state.core.stop()
         state.executor.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="Model-Optimizer OpenAI-compatible server", version=__version__, lifespan=lifespan)
@@ -116,13 +144,14 @@ def quiet_transformers() -> None:
     transformers.logging.set_verbosity_error()
 
 
-def _default_name(engine_config: EngineConfig, model: Any) -> str:
-    """The model folder's name (the built-in default's when no --model was given)."""
-    from model_optimizer.runtime.llm import resolve_model_dir
+def _frontend_tokenizer(engine_config: EngineConfig, llm: Any, model_dir: Path) -> Any:
+    """The tokenizer this process tokenizes and detokenizes with (None: token-id prompts only)."""
+    if llm is not None:
+        return llm.tokenizer
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
 
-    if model is not None:
-        return Path(model.model_dir).resolve().name
-    return resolve_model_dir(engine_config.model).resolve().name or str(engine_config.model)
+    folder = Path(engine_config.tokenizer) if engine_config.tokenizer else model_dir
+    return load_tokenizer(folder, required=engine_config.load_format != "dummy")
 
 
 def _read_template(path: str) -> str:
@@ -132,34 +161,38 @@ def _read_template(path: str) -> str:
     return file.read_text()
 
 
-def load_model(config: EngineConfig) -> tuple[Any, Any]:
-    """(LLM, None) or (None, Embedder), loaded and warmed up; logs what was loaded and how long it took."""
-    from model_optimizer.runtime.llm import LLM, resolve_model_dir
+def load_embedder(config: EngineConfig, model_dir: Path) -> Any:
+    """The Embedder for an embedding model folder, loaded and warmed up; logs what and how long."""
+    from model_optimizer.runtime.embed import EmbedConfig, Embedder
+    from model_optimizer.runtime.embed.config import refuse_load_time_quantization
 
     start = time.perf_counter()
-    model_dir = resolve_model_dir(config.model)
-    if is_embedding_model(model_dir):
-        from model_optimizer.runtime.embed import EmbedConfig, Embedder
-        from model_optimizer.runtime.embed.config import refuse_load_time_quantization
+    refuse_load_time_quantization(config.quantization, model_dir)
+    embedder = Embedder(model_dir, **vars(EmbedConfig.from_engine(config)))
+    embedder.embed(["warm-up"])
+    _log_loaded(model_dir, embedder.backbone.model, time.perf_counter() - start)
+    return embedder
 
-        refuse_load_time_quantization(config.quantization, model_dir)
-        embedder = Embedder(model_dir, **vars(EmbedConfig.from_engine(config)))
-        embedder.embed(["warm-up"])
-        _log_loaded(model_dir, embedder.backbone.model, time.perf_counter() - start)
-        return None, embedder
-    fields = {k: v for k, v in vars(config).items() if k != "model"}
-    llm = LLM(config.model, **fields)
-    llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, temperature=0.0))  # warm-up
-    if llm.config.tensor_parallel_size > 1:  # the weights live in the worker processes
-        logger.info(
-            "loaded model %s on %d tensor-parallel workers in %.1f s",
-            model_dir.resolve(),
-            llm.config.tensor_parallel_size,
-            time.perf_counter() - start,
-        )
-    else:
-        _log_loaded(model_dir, llm.runner.model, time.perf_counter() - start)
-    return llm, None
+
+def start_engine_core(config: EngineConfig, model_dir: Path) -> CoreHandle:
+    """The engine-core process for a generation model, loaded and warmed up; logs what and how long."""
+    from model_optimizer.runtime.core_process import start_core
+
+    start = time.perf_counter()
+    core = start_core(config)
+    where = f"on {config.tensor_parallel_size} tensor-parallel workers " if config.tensor_parallel_size > 1 else ""
+    num_params = core.extra.get("num_params", 0)
+    logger.info(
+        "loaded model %s %sin the engine-core process (pid %d): %s, %s parameters (%.2f B), in %.1f s",
+        model_dir.resolve(),
+        where,
+        core.pid,
+        core.extra.get("dtype", "?"),
+        f"{num_params:,}",
+        num_params / 1e9,
+        time.perf_counter() - start,
+    )
+    return core
 
 
 def _log_loaded(model_dir: Path, model: Any, seconds: float) -> None:
@@ -211,17 +244,19 @@ def is_embedding_model(model_dir: Path) -> bool:
     return architecture in ENCODER_ARCHITECTURES
 
 
-def served_model(name: str, llm: LLM | None, embedder: Any) -> ServedModel:
+def served_model(
+    name: str, llm: LLM | None, embedder: Any, core: CoreHandle | None, tokenizer: Any, model_dir: Path
+) -> ServedModel:
     """What routes need to know about the model, read once (no chains into the engine at request time)."""
-    if llm is not None:
-        info = llm.engine.info
+    if llm is not None or core is not None:
+        info = llm.engine.info if llm is not None else core.info  # type: ignore[union-attr]
         return ServedModel(
             name=name,
-            model_dir=Path(llm.model_dir),
+            model_dir=model_dir,
             max_model_len=info.max_model_len,
             generates=True,
             vocab_size=info.vocab_size,
-            tokenizer=llm.tokenizer,
+            tokenizer=tokenizer,
         )
     return ServedModel(
         name=name, model_dir=Path(embedder.model_dir), max_model_len=embedder.max_seq_length, generates=False
@@ -233,10 +268,20 @@ def _embedder_ready(state: ServerState) -> None:
     logger.info("serving embeddings of %s", state.model.name)
 
 
-def _engine_ready(state: ServerState, llm: LLM, loop: asyncio.AbstractEventLoop) -> None:
-    state.engine = AsyncEngine(llm.engine, on_fatal=lambda exc: _fatal(state, exc))
+def _engine_ready(state: ServerState, loop: asyncio.AbstractEventLoop) -> None:
+    from model_optimizer.runtime.engine.core import fit_limits
+    from model_optimizer.runtime.engine.core_client import ProcessClient
+
+    on_fatal = lambda exc: _fatal(state, exc)  # noqa: E731
+    if state.llm is not None:  # a model built in this process: its core runs in a thread
+        state.engine = AsyncEngine.in_process(state.llm.engine, on_fatal)
+    else:
+        info = state.core.info  # type: ignore[union-attr]
+        limits = fit_limits(state.engine_config, info)
+        client = ProcessClient(state.core)
+        state.engine = AsyncEngine(client, state.model.tokenizer, info.vocab_size, limits, on_fatal)
     state.engine.start(loop)
-    watch = getattr(llm.runner, "on_worker_death", None)
+    watch = getattr(state.llm.runner, "on_worker_death", None) if state.llm is not None else None
     if watch is not None:  # tensor parallel: a worker that dies while the engine idles fails it at once
         watch(state.engine.fail)
     state.ready = True

@@ -24,6 +24,7 @@ from model_optimizer.runtime.server.metrics import ServerMetrics
 from model_optimizer.runtime.server.token_bound import TokenBound
 
 if TYPE_CHECKING:  # the server imports these at start-up anyway; here only for the annotations
+    from model_optimizer.runtime.core_process import CoreHandle
     from model_optimizer.runtime.embed import Embedder
     from model_optimizer.runtime.engine.async_engine import AsyncEngine
     from model_optimizer.runtime.llm import LLM
@@ -54,9 +55,11 @@ class ServerState:
     engine_config: EngineConfig
     model: ServedModel
     llm: LLM | None = None
-    """The loaded generation model; the AsyncEngine is built on it at start-up."""
+    """A generation model built in this process (tests, Python callers); its core runs in a thread."""
     embedder: Embedder | None = None
     """The Embedder (model_optimizer.runtime.embed) when the model is an embedding model; then llm is None."""
+    core: CoreHandle | None = None
+    """The engine-core process serving the model (`mopt serve`); None when `llm` runs in this process."""
     engine: AsyncEngine | None = None
     """The AsyncEngine driving llm.engine; None until the server starts, and for embedding models."""
     chat_template: str | None = None

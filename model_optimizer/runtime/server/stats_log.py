@@ -19,7 +19,10 @@ logger = logging.getLogger("model_optimizer.runtime.server.stats")
 
 
 def stats_line(before: Any, after: Any, seconds: float) -> str | None:
-    """One line describing the interval between two EngineStats snapshots; None when nothing happened."""
+    """One line describing the interval between two EngineStats snapshots; None when nothing happened
+    (or a snapshot is missing: a core process that has not reported yet)."""
+    if before is None or after is None:
+        return None
     prompt_tokens = after.num_prompt_tokens - before.num_prompt_tokens
     generation_tokens = after.num_generation_tokens - before.num_generation_tokens
     if not (prompt_tokens or generation_tokens or after.num_running or after.num_waiting):

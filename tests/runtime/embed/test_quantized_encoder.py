@@ -103,12 +103,12 @@ def test_quantized_decoder_embedder_is_a_clear_error(qwen3_dir, tmp_path):
 
 def test_served_by_mopt_serve_through_the_openai_client(int8_dir, quantized, minilm):
     from model_optimizer.runtime.config import EngineConfig
-    from model_optimizer.runtime.server.app import load_model
+    from model_optimizer.runtime.server.app import is_embedding_model, load_embedder
     from model_optimizer.runtime.server.config import ServerConfig
     from tests.runtime.server.live import start_server
 
-    llm, embedder = load_model(EngineConfig(model=str(int8_dir), device="cpu"))  # what `mopt serve` loads
-    assert llm is None and embedder is not None
+    assert is_embedding_model(int8_dir)  # so `mopt serve` loads it as an Embedder
+    embedder = load_embedder(EngineConfig(model=str(int8_dir), device="cpu"), int8_dir)
     live = start_server(None, ServerConfig(served_model_name="minilm-int8"), embedder=embedder)
     try:
         client = openai.OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)

@@ -136,7 +136,9 @@ def test_a_failed_requests_output_comes_on_its_own_after_the_tokens_before_it(ll
         mailbox = Mailbox()
         for item in (output([1]), output([2, 3]), output([], "error", "non-finite logits")):
             mailbox.put(item)
-        stream = RequestStream(AsyncEngine(llm.engine), "r", mailbox, RequestOutputKind.DELTA)  # never started
+        stream = RequestStream(
+            AsyncEngine.in_process(llm.engine), "r", mailbox, RequestOutputKind.DELTA
+        )  # never started
         got = [o async for o in stream]
         assert [o.outputs[0].token_ids for o in got] == [[1, 2, 3], []]
         assert got[0].error is None and got[1].error == "non-finite logits" and got[1].finished

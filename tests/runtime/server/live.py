@@ -29,12 +29,14 @@ class LiveServer:
         self.thread.join(30)
 
 
-def start_server(llm: Any, config: ServerConfig, embedder: Any = None) -> LiveServer:
+def start_server(llm: Any, config: ServerConfig, embedder: Any = None, engine_config: Any = None) -> LiveServer:
+    """`llm` (or `embedder`) built in this process; or, with neither, `engine_config` loaded into an
+    engine-core process of its own, as `mopt serve` runs it."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    app = create_app(config, llm=llm, embedder=embedder)
+    app = create_app(config, engine_config, llm=llm, embedder=embedder)
     uv_config = uvicorn.Config(
         app,
         log_level="warning",

@@ -88,7 +88,7 @@ def test_abort_all_and_stop_work_while_held(llm):
         assert engine.stats.num_free_blocks == engine.stats.num_blocks
         late = await engine.add_request("late", [5, 6], LONG)
         await blocking(engine.stop)  # still held, one request waiting: stop must not hang
-        assert not engine._thread.is_alive()
+        assert not engine.client._thread.is_alive()
         final = [o async for o in late][-1]
         assert final.finished and final.outputs[0].finish_reason == "abort"
         assert await blocking(gate.wait_parked, 0.0) is False  # the loop has ended: nobody waits forever

@@ -68,7 +68,7 @@ def slow_read(server, path: str, body: dict, num_tokens: int | None) -> list[dic
         with httpx.stream("POST", server.url + path, json={**body, "stream": True}, timeout=WAIT) as r:
             assert r.status_code == 200  # the headers follow the add: the request is in the engine
             if num_tokens is None:
-                queue_steps(server, lambda e: e.num_in_flight == 0)
+                queue_steps(server, lambda e: e.stats.num_running + e.stats.num_waiting == 0)  # the core is done
             else:
                 queue_steps(server, lambda e: e.stats.num_generation_tokens >= start + num_tokens)
             lines = r.iter_lines()
@@ -138,7 +138,9 @@ def test_chat_slow_reader_with_the_openai_client(server):
             stream_options={"include_usage": True},
             extra_body={"ignore_eos": True, "return_token_ids": True},
         )
-        queue_steps(server, lambda e: e.num_in_flight == 0)  # the whole answer waits for the reader
+        queue_steps(
+            server, lambda e: e.stats.num_running + e.stats.num_waiting == 0
+        )  # the whole answer waits for the reader
         engine.gate.release()
         chunks = list(stream)
     token_chunks = [c for c in chunks if c.choices and c.choices[0].model_extra.get("token_ids")]

@@ -17,7 +17,8 @@ import pytest
 
 from tests.runtime.server.test_process import REPO, free_port
 
-LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
+LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) (core )?[\w.]+: ")
+"""One format for every line, ours and uvicorn's; the engine-core process tags its lines `core`."""
 WAIT = 120.0  # seconds; only a bound on a hang
 
 

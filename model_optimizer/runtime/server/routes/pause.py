@@ -4,15 +4,14 @@ Paused, the engine runs no step; requests already running keep their KV blocks a
 stopped, new requests are admitted and queued, aborts (a client leaving, a drain timing out) still
 free their blocks, and SIGTERM still drains. /pause returns once no step is running, so whatever
 the caller does next (swap weights, inspect state) sees a still engine. Both need the API key when
-one is set. The engine's StepGate does the holding (model_optimizer/runtime/engine/async_engine.py).
+one is set. The engine core's StepGate does the holding, in its process or thread (engine/core_loop.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Request
 
+from model_optimizer.runtime.engine.async_engine import AsyncEngine
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.state import RETRY_AFTER_S, ServerState, get_state
@@ -25,26 +24,24 @@ PARK_TIMEOUT_S = 60.0
 @router.post("/pause", responses=ERROR_RESPONSES)
 async def pause(request: Request) -> dict:
     """Hold the engine before its next step; returns {"is_paused": true} once no step runs."""
-    gate = _gate(get_state(request))
-    gate.hold()
-    await asyncio.to_thread(gate.wait_parked, PARK_TIMEOUT_S)
+    await _engine(get_state(request)).pause(PARK_TIMEOUT_S)
     return {"is_paused": True}
 
 
 @router.post("/resume", responses=ERROR_RESPONSES)
 async def resume(request: Request) -> dict:
     """Let the engine step again (a no-op when it is not paused)."""
-    _gate(get_state(request)).release()
+    _engine(get_state(request)).resume()
     return {"is_paused": False}
 
 
 @router.get("/is_paused", responses=ERROR_RESPONSES)
 async def is_paused(request: Request) -> dict:
-    return {"is_paused": _gate(get_state(request)).is_held}
+    return {"is_paused": _engine(get_state(request)).is_paused}
 
 
-def _gate(state: ServerState):
+def _engine(state: ServerState) -> AsyncEngine:
     state.check_generates()
     if state.dead:
         raise APIError(503, "the engine has failed", headers={"Retry-After": RETRY_AFTER_S})
-    return state.running_engine().gate
+    return state.running_engine()

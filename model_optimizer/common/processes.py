@@ -1,0 +1,27 @@
+"""Child processes that never outlive their parent: the engine core and the tensor-parallel workers.
+
+A process killed with SIGKILL runs no clean-up, so a child cannot rely on being told to go: each
+child watches its parent itself, from a thread that polls the parent's pid. (Linux's
+PR_SET_PDEATHSIG would be quicker, but it fires when the *thread* that started the child ends,
+which a server started from a worker thread would trip over.)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+PARENT_POLL_S = 0.5
+
+
+def exit_with_parent(parent_pid: int, exit_code: int = 3) -> None:
+    """End this process (exit code `exit_code`) within PARENT_POLL_S of `parent_pid` no longer being its
+    parent, even while its main thread is blocked (in a collective, a socket poll)."""
+    threading.Thread(target=_poll, args=(parent_pid, exit_code), daemon=True, name="parent-watch").start()
+
+
+def _poll(parent_pid: int, exit_code: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    os._exit(exit_code)

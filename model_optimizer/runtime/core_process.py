@@ -1,0 +1,317 @@
+"""The engine core in a process of its own: `mopt serve` starts it, its frontends talk to it over ZeroMQ.
+
+`start_core(config)` spawns the process, which loads the model (and warms it up), binds its sockets
+and reports ready, or the start-up error as the frontend's own exception (a ValueError stays a
+one-line ValueError). Then it runs the CoreLoop (engine/core_loop.py) until a frontend sends SHUTDOWN,
+its parent dies (it polls, common/processes.py) or a step fails (it sends the error to every frontend,
+then exits non-zero). It ignores SIGINT and SIGTERM: the frontend decides when to drain and stop it,
+so a signal to the whole process group never cuts a drain short. Tensor-parallel workers are its
+children and watch it the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from model_optimizer.common.processes import exit_with_parent
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.engine.core import EngineCore, ModelInfo
+from model_optimizer.runtime.engine.messages import (
+    ControlOp,
+    CoreControl,
+    CoreOutputs,
+    CoreRequest,
+    decode_command,
+    encode,
+)
+from model_optimizer.runtime.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+STOP_TIMEOUT_S = 10.0
+POLL_MS = 500
+"""Longest wait for a command when there is no step to run."""
+
+
+class CoreStartupError(RuntimeError):
+    """The engine core failed to start for a reason that is not the user's mistake (its traceback is logged)."""
+
+
+@dataclass(frozen=True)
+class CoreSpec:
+    """What the core process needs (pickled into it)."""
+
+    config: EngineConfig
+    input_address: str
+    output_addresses: list[str]
+    parent_pid: int
+    log_levels: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass
+class CoreHandle:
+    """The frontend's view of a started core process."""
+
+    process: Any
+    input_address: str
+    output_addresses: list[str]
+    info: ModelInfo
+    config: EngineConfig
+    extra: dict = field(default_factory=dict)
+    """What the core reported besides ModelInfo: parameter count and dtype (for the start-up log)."""
+    tmpdir: str = ""
+
+    @property
+    def sentinel(self) -> int:
+        return self.process.sentinel
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def exitcode(self) -> int | None:
+        self.process.join(1.0)
+        return self.process.exitcode
+
+    def stop(self, input_socket: Any = None, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Ask the core to stop (abort everything, release the GPU), then make sure it has."""
+        if input_socket is not None and self.process.is_alive():
+            import zmq
+
+            try:
+                input_socket.send(encode(CoreControl(ControlOp.SHUTDOWN)), zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+def start_core(config: EngineConfig, num_clients: int = 1) -> CoreHandle:
+    """Spawn the engine core for `config` and wait until it is ready (or raise what stopped it)."""
+    tmpdir = tempfile.mkdtemp(prefix="mopt-core-")
+    spec = CoreSpec(
+        config=config,
+        input_address=f"ipc://{tmpdir}/in",
+        output_addresses=[f"ipc://{tmpdir}/out{i}" for i in range(num_clients)],
+        parent_pid=os.getpid(),
+        log_levels=tuple(
+            (name, logging.getLogger(name).getEffectiveLevel())
+            for name in ("model_optimizer", "model_optimizer.startup")
+        ),
+    )
+    ctx = multiprocessing.get_context("spawn")  # CUDA cannot live through a fork
+    mine, theirs = ctx.Pipe()
+    process = ctx.Process(target=run_core, args=(spec, theirs), name="mopt-engine-core")
+    process.start()
+    theirs.close()  # only the core holds its end now: its death is EOF here
+    handle = CoreHandle(
+        process, spec.input_address, spec.output_addresses, ModelInfo(0, 0, frozenset(), 0), config, tmpdir=tmpdir
+    )
+    try:
+        status, value = _wait_ready(mine, process)
+    except BaseException:
+        handle.stop()
+        raise
+    finally:
+        mine.close()
+    if status == "error":
+        handle.stop()
+        raise _startup_error(*value)
+    handle.info, handle.extra = value["info"], value["extra"]
+    logger.info("engine core: pid %d", process.pid)
+    return handle
+
+
+def _wait_ready(conn: Connection, process: Any) -> tuple[str, Any]:
+    from multiprocessing.connection import wait
+
+    while True:
+        wait([conn, process.sentinel])
+        try:
+            if conn.poll():
+                return conn.recv()
+        except (EOFError, OSError):
+            pass
+        if not process.is_alive():
+            process.join()
+            raise CoreStartupError(f"the engine core process exited during start-up (exit code {process.exitcode})")
+
+
+def _startup_error(name: str, message: str, text: str) -> BaseException:
+    """ValueError and FileNotFoundError stay what they are (a user's mistake, shown as one line by `mopt`);
+    anything else is a CoreStartupError, its traceback logged."""
+    if name == "ValueError":
+        return ValueError(message)
+    if name == "FileNotFoundError":
+        return FileNotFoundError(message)
+    logger.error("engine core failed at start-up:\n%s", text)
+    return CoreStartupError(f"engine core failed at start-up: {name}: {message}")
+
+
+# ----------------------------------------------------------------------------------- in the core process
+def run_core(spec: CoreSpec, conn: Connection) -> None:
+    """Entry point of the core process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the frontend drains, then stops us
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    exit_with_parent(spec.parent_pid)
+    _configure_logging(spec.log_levels)
+    try:
+        core, extra = _load(spec.config, len(spec.output_addresses))
+    except BaseException as exc:  # noqa: BLE001 - whatever failed, the frontend raises it with this text
+        _send_quietly(conn, ("error", (type(exc).__name__, str(exc), traceback.format_exc())))
+        sys.exit(2 if isinstance(exc, ValueError) else 1)
+    import zmq
+
+    context = zmq.Context()
+    inbox = context.socket(zmq.PULL)
+    inbox.bind(spec.input_address)
+    outboxes = []
+    for address in spec.output_addresses:
+        sock = context.socket(zmq.PUSH)
+        sock.setsockopt(zmq.SNDHWM, 0)  # a slow frontend must never block the step loop
+        sock.setsockopt(zmq.LINGER, 2000)  # the last outputs (an error) still reach it as the process ends
+        sock.bind(address)
+        outboxes.append(sock)
+    watch = getattr(core.runner, "on_worker_death", None)
+    if watch is not None:  # a tensor-parallel worker that dies while no step runs fails the core at once
+        watch(lambda exc: _inject_failure(context, spec.input_address, exc))
+    _send_quietly(conn, ("ready", {"info": core.info, "extra": extra}))
+    conn.close()
+    code = _serve(core, inbox, outboxes)
+    close = getattr(core.runner, "close", None)
+    if close is not None:
+        close()
+    for sock in (inbox, *outboxes):
+        sock.close()
+    context.term()
+    sys.exit(code)
+
+
+def _load(config: EngineConfig, num_clients: int) -> tuple[EngineCore, dict]:
+    """The model loaded and warmed up behind an EngineCore, each start-up phase logged as `LLM` logs it
+    (the frontends tokenize; the core only needs the tokenizer's EOS id when the folder names none)."""
+    start = time.perf_counter()
+    from model_optimizer.runtime.kernels.compile_cache import configure_compile
+    from model_optimizer.runtime.llm import load_runner, log_phase, resolve_model_dir
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+
+    phase = log_phase("imports", start)
+    configure_compile(config)
+    model_dir = resolve_model_dir(config.model)
+    phase = log_phase("config", phase)
+    tokenizer = load_tokenizer(Path(config.tokenizer) if config.tokenizer else model_dir, required=False)
+    log_phase("tokenizer", phase)
+    runner, info = load_runner(config, model_dir, tokenizer)  # logs weights, KV cache, warm-up, graph capture
+    phase = time.perf_counter()
+    core = EngineCore(config, runner, info, num_clients)
+    core.add_request(CoreRequest("warm-up", [1, 2, 3], SamplingParams(max_tokens=2, temperature=0.0), 2))
+    while core.has_unfinished_requests():  # the first requests' path, so no user pays for it
+        core.step()
+    core.num_prompt_tokens = core.num_generation_tokens = core.num_steps = 0
+    log_phase("engine", phase)
+    log_phase("total", start)
+    model = getattr(runner, "model", None)
+    if model is not None:
+        params = list(model.parameters())
+        extra = {"num_params": sum(p.numel() for p in params), "dtype": str(params[0].dtype).removeprefix("torch.")}
+    else:
+        extra = {"num_params": runner.info.get("num_params", 0), "dtype": runner.info.get("dtype", "?")}
+    return core, extra
+
+
+def _serve(core: EngineCore, inbox: Any, outboxes: list[Any]) -> int:
+    """The core loop over sockets; returns the exit code (0 after SHUTDOWN, 1 after a failure)."""
+    import zmq
+
+    from model_optimizer.runtime.engine.core_loop import CoreLoop, CoreStopped
+    from model_optimizer.runtime.engine.step_gate import StepGate
+
+    lock = threading.Lock()
+    gate = StepGate(lock, threading.Condition(lock))
+
+    def publish(outputs: list[CoreOutputs]) -> None:
+        for sock, out in zip(outboxes, outputs):
+            sock.send(encode(out))
+
+    loop = CoreLoop(core, gate, publish)
+    poller = zmq.Poller()
+    poller.register(inbox, zmq.POLLIN)
+    try:
+        while True:
+            may_step = loop.has_work and gate._may_step()
+            if poller.poll(0 if may_step else POLL_MS):
+                loop.apply(_drain(inbox))
+            if loop.has_work and gate._pass():
+                loop.step()
+            else:
+                loop.flush()
+    except CoreStopped:
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - every frontend must hear of it before the process ends
+        logger.exception("engine core failed")
+        message = f"{type(exc).__name__}: {exc}"
+        for sock in outboxes:
+            out = CoreOutputs([], b"", b"", b"", b"", error=message)
+            sock.send(encode(out))
+        return 1
+
+
+def _drain(inbox: Any) -> list:
+    import zmq
+
+    commands = []
+    while True:
+        try:
+            commands.append(decode_command(inbox.recv(zmq.NOBLOCK)))
+        except zmq.Again:
+            return commands
+
+
+def _inject_failure(context: Any, address: str, exc: BaseException) -> None:
+    """From the TP watchdog thread: put a FAIL command in the core's own inbox."""
+    import zmq
+
+    sock = context.socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 1000)
+    sock.connect(address)
+    sock.send(encode(CoreControl(ControlOp.FAIL, arg=str(exc))))
+    sock.close()
+
+
+def _configure_logging(levels: tuple[tuple[str, int], ...]) -> None:
+    """A spawned process starts without the frontend's logging set-up: lines to stderr, tagged `core`."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s core %(name)s: %(message)s"))
+    top = logging.getLogger("model_optimizer")
+    top.addHandler(handler)
+    top.propagate = False
+    for name, level in levels:
+        logging.getLogger(name).setLevel(level)
+
+
+def _send_quietly(conn: Connection, message: Any) -> None:
+    try:
+        conn.send(message)
+    except (OSError, ValueError):
+        pass  # the frontend is gone
+
+
+__all__ = ["CoreHandle", "CoreStartupError", "run_core", "start_core"]

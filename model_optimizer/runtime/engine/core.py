@@ -1,0 +1,275 @@
+"""EngineCore: the scheduler, the KV blocks and the model runner, stepping; token ids in, token ids out.
+
+One step is schedule -> launch -> collect -> update, and what it changed goes out as one
+`CoreOutputs` (engine/messages.py). The core knows no text and no output shapes: a frontend turns
+its rows into RequestOutputs (engine/output_processor.py), in this process (`LLMEngine`, the
+in-process server) or in another one (`mopt serve`, core_process.py).
+
+Pure Python: the model runner is passed in (any StepRunner), so the core runs on a CPU with a fake.
+
+Asynchronous scheduling (the default), written down once here: at most one step is in flight,
+launched on the device but not yet collected. The core alone holds it (`_in_flight`) and hands it
+to `runner.launch` for the next step, whose inputs read its sampled ids on the device where it left
+them; the scheduler counts those owed tokens as `Request.num_pending`. So each `step()` launches
+batch k + 1 before it waits for batch k: the host schedules and prepares inputs while the device
+computes, and outputs trail the launches by one step. When a sampling request of the new step
+reads its generated tokens on the host (penalties, `SchedulerOutput.needs_history`), the step in
+flight is collected first and nothing is pending. Every handle is collected exactly once, in
+launch order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.engine.input_processor import FitLimits
+from model_optimizer.runtime.engine.kv_cache import KVCacheManager, check_kv_capacity
+from model_optimizer.runtime.engine.messages import (
+    CoreOutputs,
+    CoreRequest,
+    EngineStats,
+    Finish,
+    OutputsBuilder,
+    Started,
+)
+from model_optimizer.runtime.engine.request import Request, RequestStatus
+from model_optimizer.runtime.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from model_optimizer.runtime.sampler_output import Logprob
+
+
+class StepRunner(Protocol):
+    """What the core needs of a model runner (runner/model_runner.py's ModelRunner is the real one)."""
+
+    def launch(self, scheduler_output: SchedulerOutput, pending: Any | None) -> Any:
+        """Start computing a step; return a handle to collect it with. `pending` is the handle of the
+        step still in flight (None if there is none): tokens this step needs but the host has not got
+        yet are read from it on the device."""
+
+    def collect(self, handle: Any) -> dict[str, tuple[int, Logprob | None]]:
+        """Wait for a launched step: request id -> (sampled token id, logprob or None). Once per handle."""
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """A launched step: what was scheduled and the runner's handle to collect it with."""
+
+    scheduler_output: SchedulerOutput
+    handle: Any
+
+
+@dataclass
+class ModelInfo:
+    """What the engine needs to know of the model, without touching torch."""
+
+    vocab_size: int
+    max_model_len: int
+    eos_token_ids: frozenset[int]
+    num_kv_blocks: int
+
+
+def fit_limits(config: EngineConfig, info: ModelInfo) -> FitLimits:
+    """The limits a request must fit, for the frontend's check before it sends one (input_processor)."""
+    return FitLimits(
+        max_model_len=info.max_model_len,
+        num_blocks=info.num_kv_blocks,
+        block_size=config.block_size,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        chunked_prefill=config.enable_chunked_prefill,
+    )
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, runner: StepRunner, info: ModelInfo, num_clients: int = 1) -> None:
+        self.config = config
+        self.num_clients = num_clients
+        """Frontends whose requests it runs: each step's rows are split by the client that sent them."""
+        self.runner = runner
+        self.info = info
+        check_kv_capacity(info.num_kv_blocks, config.block_size, info.max_model_len)
+        self.kv_cache = KVCacheManager(info.num_kv_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            SchedulerConfig(
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                max_model_len=info.max_model_len,
+                enable_chunked_prefill=config.enable_chunked_prefill,
+                policy=config.scheduling_policy,
+                max_num_partial_prefills=config.max_num_partial_prefills,
+                long_prefill_token_threshold=config.long_prefill_token_threshold,
+            ),
+            self.kv_cache,
+        )
+        self.limits = fit_limits(config, info)
+        self.groups: dict[str, list[Request]] = {}
+        """Request id -> its n completions, until the last has finished."""
+        self.client_of: dict[str, int] = {}
+        """Request id -> the frontend it came from."""
+        self.num_prompt_tokens = 0
+        self.num_generation_tokens = 0
+        self.num_steps = 0
+        self._in_flight: _InFlight | None = None
+        """The launched step whose tokens have not been collected yet (see the module docstring)."""
+        self._news = self._builders()
+        """Per client: rows made between steps, sent with the next outputs."""
+
+    # ----------------------------------------------------------------- requests
+    def add_request(self, request: CoreRequest) -> None:
+        """Queue a request's n completions. ValueError when its id is in use or it could never fit."""
+        if request.request_id in self.groups:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
+        params, n = request.params, request.params.n
+        self.limits.check(len(request.prompt_token_ids), request.max_tokens)
+        children: list[Request] = []
+        for index in range(n):
+            child_params = params if params.seed is None or index == 0 else params.clone(seed=params.seed + index)
+            children.append(
+                Request(
+                    request_id=request.request_id if n == 1 else f"{index}:{request.request_id}",
+                    prompt_token_ids=request.prompt_token_ids,
+                    params=child_params,
+                    eos_token_ids=self.info.eos_token_ids,
+                    max_tokens=request.max_tokens,
+                    priority=request.priority,
+                    arrival_time=request.arrival_time,
+                    parent_id=request.request_id,
+                    index=index,
+                    share_prompt_with=children[0] if index else None,
+                )
+            )
+        if not 0 <= request.client < self.num_clients:
+            raise ValueError(f"client {request.client} is not one of this core's {self.num_clients} frontends")
+        for child in children:
+            self.scheduler.add_request(child)
+        self.groups[request.request_id] = children
+        self.client_of[request.request_id] = request.client
+
+    def abort(self, request_ids: list[str]) -> None:
+        """Finish requests (all their completions), or single completions named `index:request_id`, now;
+        their blocks are free at once. No row goes out for them: only a frontend asks for an abort, and it
+        has finished them on its side already (so a request id reused at once never gets the old one's
+        news). Unknown or finished ids are ignored."""
+        for request_id in request_ids:
+            children = self.groups.get(request_id)
+            if children is None:
+                children = self._one_completion(request_id)
+            for child in children:
+                self.scheduler.abort(child.request_id)
+            self._forget_if_done(children[0].parent_id if children else request_id)
+
+    def abort_all(self) -> None:
+        self.abort(list(self.groups))
+
+    def _one_completion(self, child_id: str) -> list[Request]:
+        index, _, parent = child_id.partition(":")
+        children = self.groups.get(parent)
+        if children is None or not index.isdigit() or int(index) >= len(children):
+            return []
+        return [children[int(index)]]
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()  # a step in flight for unfinished requests keeps them running
+
+    # ----------------------------------------------------------------- step
+    def step(self) -> list[CoreOutputs]:
+        """Run one batch; return, per client, the rows it (and the commands before it) changed."""
+        scheduler_output = self.scheduler.schedule()
+        previous, self._in_flight = self._in_flight, None
+        news, self._news = self._news, self._builders()
+        if previous is not None and scheduler_output.needs_history:  # its tokens must be on the host first
+            self._finish(previous, news)
+            previous = None
+        launched = None
+        if not scheduler_output.is_empty:
+            self.num_prompt_tokens += scheduler_output.num_prompt_tokens
+            handle = self.runner.launch(scheduler_output, previous.handle if previous is not None else None)
+            launched = _InFlight(scheduler_output, handle)
+        done = launched
+        if self.config.async_scheduling:  # collect the previous step while this one runs
+            done, self._in_flight = previous, launched
+        if done is not None:
+            self._finish(done, news)
+        stats = self.stats()
+        return [builder.build(stats) for builder in news]
+
+    def take_news(self) -> list[CoreOutputs]:
+        """Per client, the rows made since the last step and the stats (what commands changed), without stepping."""
+        news, self._news = self._news, self._builders()
+        stats = self.stats()
+        return [builder.build(stats) for builder in news]
+
+    def _builders(self) -> list[OutputsBuilder]:
+        return [OutputsBuilder() for _ in range(self.num_clients)]
+
+    def _finish(self, step: _InFlight, news: list[OutputsBuilder]) -> None:
+        """Collect a launched step's tokens, apply them, and add a row for every completion they changed."""
+        updated = self.scheduler.update_from_output(step.scheduler_output, self.runner.collect(step.handle))
+        self.num_steps += 1
+        for request in updated:
+            out = news[self.client_of.get(request.parent_id, 0)]  # type: ignore[arg-type]
+            if request.error is not None:  # failed alone: so do its n - 1 siblings, which share its prompt
+                self._fail_group(request, out)
+                continue
+            self.num_generation_tokens += 1
+            logprobs = [request.logprobs[-1]] if request.params.logprobs is not None else None
+            row = self._row(out, request, [request.output_token_ids[-1]], logprobs)
+            if request.finished:
+                out.finished.append(_finish_of(row, request))
+        for request in updated:
+            self._forget_if_done(request.parent_id)  # type: ignore[arg-type]
+
+    def _fail_group(self, request: Request, out: OutputsBuilder) -> None:
+        for sibling in self.groups.get(request.parent_id, [request]):  # type: ignore[arg-type]
+            if sibling is request or not sibling.finished:
+                self.scheduler.fail(sibling, request.error)  # type: ignore[arg-type]
+                self._finish_row(out, sibling)
+
+    def _finish_row(self, out: OutputsBuilder, request: Request) -> None:
+        out.finished.append(_finish_of(self._row(out, request, [], None), request))
+
+    @staticmethod
+    def _row(out: OutputsBuilder, request: Request, token_ids: list[int], logprobs: list[Logprob] | None) -> int:
+        """A row of `request`; its first one also says how its first schedule went (Started)."""
+        row = out.row(request.parent_id, request.index, token_ids, logprobs)  # type: ignore[arg-type]
+        if not request.start_reported and request.first_scheduled_time is not None:
+            request.start_reported = True
+            out.started.append(Started(row, request.num_cached_tokens, request.first_scheduled_time))
+        return row
+
+    def _forget_if_done(self, request_id: str) -> None:
+        children = self.groups.get(request_id)
+        if children is not None and all(c.finished for c in children):
+            del self.groups[request_id]
+            del self.client_of[request_id]
+
+    # ----------------------------------------------------------------- stats
+    def stats(self) -> EngineStats:
+        pool = self.kv_cache.pool
+        return EngineStats(
+            num_running=self.scheduler.num_running,
+            num_waiting=self.scheduler.num_waiting,
+            num_free_blocks=pool.num_free_blocks,
+            num_blocks=pool.num_blocks,
+            kv_cache_usage=pool.usage(),
+            num_preemptions=self.scheduler.num_preemptions,
+            prefix_cache_queries=self.kv_cache.stats.queries,
+            prefix_cache_hits=self.kv_cache.stats.hits,
+            num_prompt_tokens=self.num_prompt_tokens,
+            num_generation_tokens=self.num_generation_tokens,
+            num_steps=self.num_steps,
+        )
+
+
+def _finish_of(row: int, request: Request) -> Finish:
+    stop = request.stop_reason
+    return Finish(
+        row,
+        request.status.value,
+        stop if isinstance(stop, int) else None,
+        request.error,
+        request.num_preemptions,
+    )
+
+
+__all__ = ["EngineCore", "ModelInfo", "RequestStatus", "StepRunner", "fit_limits"]

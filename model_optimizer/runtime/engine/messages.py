@@ -1,0 +1,276 @@
+"""The engine core's message contract: what crosses between a frontend and the core, one type each way.
+
+Frontend -> core: `CoreRequest` (a request to run, prompt already token ids, n completions),
+`CoreAbort` (request ids to drop now) and `CoreControl` (pause, resume, abort everything, stop,
+stats). Core -> frontend: `CoreOutputs`, once per engine step (and after commands while idle), with
+every row that has news: new token ids and their logprobs, a finish (reason, stop token, error,
+preemptions), the first schedule (prompt tokens served from the prefix cache), and the core's stats.
+
+The core never sees text: tokenizing happens before it, detokenizing and stop strings after it
+(engine/output_processor.py), in whichever process serves HTTP. The same objects travel in-process
+(the offline `LLM`, tests) and between processes (`mopt serve`): there they are msgpack through
+msgspec (`encode` / `decode_*`), which checks every field's type on the way in.
+
+`CoreOutputs` is column-wise: one list of row ids and flat `array('i')` / `array('d')` buffers for
+tokens and logprobs, because a step of 256 rows costs the frontend per row otherwise (one msgspec
+object per row and per logprob dict). Rows are completions: request id plus completion index (n > 1).
+"""
+
+from __future__ import annotations
+
+import enum
+from array import array
+from dataclasses import dataclass
+
+import msgspec
+
+from model_optimizer.runtime.sampler_output import Logprob
+from model_optimizer.runtime.sampling_params import SamplingParams
+
+
+class CoreRequest(msgspec.Struct, tag="add", array_like=True, gc=False):
+    """A request the frontend has validated: prompt ids in the vocabulary, it fits the context and the cache."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    """Its `n` completions are run as n sequences sharing the prompt's blocks; seeds n..n+k per completion."""
+    max_tokens: int
+    """Output limit per completion, already capped by what the context leaves."""
+    priority: int = 0
+    arrival_time: float = 0.0
+    client: int = 0
+    """Which frontend sent it: its outputs go back there (one core serves `--api-server-count` frontends)."""
+
+
+class CoreAbort(msgspec.Struct, tag="abort", array_like=True, gc=False):
+    """Drop these requests (all their completions) now; their blocks are free before the next step."""
+
+    request_ids: list[str]
+    """Request ids, or `index:request_id` for one completion of an n > 1 request (a stop string found in it)."""
+
+
+class ControlOp(enum.Enum):
+    PAUSE = "pause"
+    """Run no step until RESUME; commands still apply. Answered once no step runs."""
+    RESUME = "resume"
+    ABORT_ALL = "abort_all"
+    """Finish every request with finish_reason 'abort' (a drain that timed out)."""
+    STATS = "stats"
+    """Answer with the current stats (a frontend that has just connected)."""
+    SHUTDOWN = "shutdown"
+    """Abort everything, answer, and end the core."""
+    FAIL = "fail"
+    """Tests and the TP watchdog: fail the core as a failed step would (`arg` is the message)."""
+
+
+class CoreControl(msgspec.Struct, tag="control", array_like=True, gc=False):
+    op: ControlOp
+    token: int = 0
+    """Echoed in the answering CoreOutputs.acks, so the sender knows which command was applied."""
+    arg: str = ""
+    client: int = 0
+
+
+CoreCommand = CoreRequest | CoreAbort | CoreControl
+
+
+@dataclass
+class EngineStats:
+    num_running: int
+    num_waiting: int
+    num_free_blocks: int
+    num_blocks: int
+    kv_cache_usage: float
+    num_preemptions: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    num_prompt_tokens: int
+    num_generation_tokens: int
+    num_steps: int
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+
+class Finish(msgspec.Struct, array_like=True, gc=False):
+    """A row's completion has ended in the core."""
+
+    row: int
+    reason: str
+    """'stop' (EOS or a stop token id), 'length', 'abort' or 'error'."""
+    stop_reason: int | None = None
+    """The stop token id that ended it, if one did."""
+    error: str | None = None
+    """Why it failed (reason 'error'): NaN/inf logits, say."""
+    num_preemptions: int = 0
+
+
+class Started(msgspec.Struct, array_like=True, gc=False):
+    """A row's completion was scheduled for the first time."""
+
+    row: int
+    num_cached_tokens: int
+    """Prompt tokens served from the prefix cache (or a sibling) instead of computed."""
+    time: float
+
+
+class LogprobColumns(msgspec.Struct, array_like=True, gc=False):
+    """Logprobs of every new token of a CoreOutputs, in token order (rows without logprobs have none).
+
+    Per token: the chosen token's logprob and rank, and how many alternatives follow in the flat
+    `top_ids` / `top_logprobs`."""
+
+    logprobs: bytes
+    """array('d') per token."""
+    ranks: bytes
+    """array('i') per token."""
+    num_top: bytes
+    """array('i') per token: how many (id, logprob) pairs of top_ids / top_logprobs are its."""
+    top_ids: bytes
+    top_logprobs: bytes
+
+
+class CoreOutputs(msgspec.Struct, array_like=True, gc=False):
+    """One engine step's news (or, with no rows, the core's state after commands while idle)."""
+
+    request_ids: list[str]
+    """Per row: the request id (as sent in CoreRequest)."""
+    indexes: bytes
+    """array('i') per row: which of the request's n completions."""
+    num_tokens: bytes
+    """array('i') per row: how many of `token_ids` are its (0 for a row that only finished)."""
+    token_ids: bytes
+    """array('i'): every row's new tokens, row after row."""
+    has_logprobs: bytes
+    """array('b') per row: 1 when its tokens' logprobs are in `logprobs`, in token order."""
+    logprobs: LogprobColumns | None = None
+    finished: list[Finish] = msgspec.field(default_factory=list)
+    started: list[Started] = msgspec.field(default_factory=list)
+    stats: EngineStats | None = None
+    acks: list[int] = msgspec.field(default_factory=list)
+    """Tokens of the CoreControl commands applied before this output was made."""
+    error: str | None = None
+    """Set when the core has failed: every request is lost, and the core ends after sending this."""
+
+
+class OutputsBuilder:
+    """Builds a CoreOutputs row by row (the core's side): append, then `build()` once."""
+
+    __slots__ = ("request_ids", "indexes", "num_tokens", "token_ids", "has_logprobs", "lp", "finished", "started")
+
+    def __init__(self) -> None:
+        self.request_ids: list[str] = []
+        self.indexes = array("i")
+        self.num_tokens = array("i")
+        self.token_ids = array("i")
+        self.has_logprobs = array("b")
+        self.lp: tuple[array, array, array, array, array] | None = None
+        self.finished: list[Finish] = []
+        self.started: list[Started] = []
+
+    def row(self, request_id: str, index: int, token_ids: list[int], logprobs: list[Logprob] | None) -> int:
+        """Add a row with its new tokens (and their logprobs, one per token, or None); returns its number."""
+        self.request_ids.append(request_id)
+        self.indexes.append(index)
+        self.num_tokens.append(len(token_ids))
+        self.token_ids.extend(token_ids)
+        self.has_logprobs.append(logprobs is not None)
+        if logprobs is not None:
+            if self.lp is None:
+                self.lp = (array("d"), array("i"), array("i"), array("i"), array("d"))
+            values, ranks, num_top, top_ids, top_values = self.lp
+            for lp in logprobs:
+                values.append(lp.logprob)
+                ranks.append(lp.rank)
+                num_top.append(len(lp.top))
+                top_ids.extend(lp.top.keys())
+                top_values.extend(lp.top.values())
+        return len(self.request_ids) - 1
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.request_ids)
+
+    def build(self, stats: EngineStats | None = None, acks: list[int] | None = None) -> CoreOutputs:
+        lp = None
+        if self.lp is not None:
+            lp = LogprobColumns(*(a.tobytes() for a in self.lp))
+        return CoreOutputs(
+            self.request_ids,
+            self.indexes.tobytes(),
+            self.num_tokens.tobytes(),
+            self.token_ids.tobytes(),
+            self.has_logprobs.tobytes(),
+            lp,
+            self.finished,
+            self.started,
+            stats,
+            acks or [],
+        )
+
+
+@dataclass
+class Row:
+    """One row of a CoreOutputs as the frontend reads it."""
+
+    request_id: str
+    index: int
+    token_ids: list[int]
+    logprobs: list[Logprob] | None
+
+
+def read_rows(out: CoreOutputs) -> list[Row]:
+    """The rows of a CoreOutputs with their tokens and logprobs (the frontend's side of OutputsBuilder)."""
+    indexes, num_tokens, token_ids = _ints(out.indexes), _ints(out.num_tokens), _ints(out.token_ids)
+    has_logprobs = array("b", out.has_logprobs)
+    columns = _LogprobReader(out.logprobs) if out.logprobs is not None else None
+    rows, at = [], 0
+    for i, request_id in enumerate(out.request_ids):
+        n = num_tokens[i]
+        ids = token_ids[at : at + n].tolist()
+        rows.append(Row(request_id, indexes[i], ids, columns.take(ids) if has_logprobs[i] and columns else None))
+        at += n
+    return rows
+
+
+def _ints(data: bytes) -> array:
+    return array("i", data)
+
+
+class _LogprobReader:
+    def __init__(self, cols: LogprobColumns) -> None:
+        self.values, self.ranks = array("d", cols.logprobs), array("i", cols.ranks)
+        self.num_top, self.top_ids, self.top_values = (
+            array("i", cols.num_top),
+            _ints(cols.top_ids),
+            array("d", cols.top_logprobs),
+        )
+        self.token, self.top = 0, 0
+
+    def take(self, token_ids: list[int]) -> list[Logprob]:
+        out = []
+        for token_id in token_ids:
+            t, k = self.token, self.num_top[self.token]
+            top = dict(zip(self.top_ids[self.top : self.top + k], self.top_values[self.top : self.top + k]))
+            out.append(Logprob(token_id, self.values[t], self.ranks[t], top))
+            self.token, self.top = t + 1, self.top + k
+        return out
+
+
+_encoder = msgspec.msgpack.Encoder()
+_command_decoder = msgspec.msgpack.Decoder(CoreCommand)
+_outputs_decoder = msgspec.msgpack.Decoder(CoreOutputs)
+
+
+def encode(message: CoreCommand | CoreOutputs) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode_command(data: bytes) -> CoreCommand:
+    return _command_decoder.decode(data)
+
+
+def decode_outputs(data: bytes) -> CoreOutputs:
+    return _outputs_decoder.decode(data)
