@@ -234,6 +234,9 @@ class Scheduler:
                 step.stalled = True
             else:
                 num_new = min(num_left, step.budget) if long_ones else self._first_share(request, num_left, step)
+                if num_new == 0:  # long after all (it grew while it waited): it keeps its place
+                    i += 1
+                    continue
                 step.stalled = not self._admit(request, computed, num_new, out, step)  # else it left the queue
 
     def _admit(self, request: Request, computed: list, num_new: int, out: SchedulerOutput, step: _StepBudget) -> bool:
@@ -341,6 +344,8 @@ class Scheduler:
                 updated.append(request)
                 continue
             request.append_output_token(token_id, logprob)  # type: ignore[arg-type]
+            if request.num_tokens > self._long_threshold:  # a preempted one that waits may have grown long
+                self._short_waiting.discard(request_id)
             updated.append(request)
             if request.check_stop():
                 self._remove(request)
