@@ -65,6 +65,12 @@ class EngineConfig:
     step before shorter requests are served, and the rest from what they leave. 0: 4% of max_model_len;
     max_model_len or more: strict first-come first-served."""
 
+    max_decode_stall: float | None = None
+    """While requests decode, a step may take at most this many times as long as a decode-only step: the
+    engine times its steps and caps the prefill tokens of each, so a long prompt proceeds in smaller
+    chunks and running streams keep their pace. Empty: 2 on the CPU, where a step's time grows fastest
+    with its tokens, off on GPUs (there max_num_batched_tokens bounds a step); 0: off."""
+
     enable_prefix_caching: bool = True
     """Reuse the KV cache of full blocks shared with earlier prompts."""
 
@@ -124,6 +130,11 @@ class EngineConfig:
             raise ValueError(f"num_kv_blocks must be a positive integer, got {self.num_kv_blocks}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        stall = self.max_decode_stall
+        if stall is not None and (
+            isinstance(stall, bool) or not isinstance(stall, (int, float)) or not (stall == 0 or stall > 1)
+        ):
+            raise ValueError(f"max_decode_stall must be 0 (off) or a number above 1, got {stall!r}")
         check_choice(self, "dtype", "load_format", "device", "kv_cache_dtype", "scheduling_policy")
 
 

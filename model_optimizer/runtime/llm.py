@@ -88,6 +88,7 @@ def load_runner(config: EngineConfig, model_dir: Path, tokenizer: Any) -> tuple[
         max_model_len=runner.max_model_len,
         eos_token_ids=eos_token_ids(model_dir, tokenizer),
         num_kv_blocks=runner.num_kv_blocks,
+        device_type=getattr(runner, "device_type", "cpu"),
     )
     return runner, info
 

@@ -20,6 +20,7 @@ launch order.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,7 +37,11 @@ from model_optimizer.runtime.engine.messages import (
 )
 from model_optimizer.runtime.engine.request import Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from model_optimizer.runtime.engine.stall_bound import DecodeStallBound
 from model_optimizer.runtime.sampler_output import Logprob
+
+DEFAULT_CPU_STALL = 2.0
+"""max_decode_stall when unset and the model runs on the CPU."""
 
 
 class StepRunner(Protocol):
@@ -67,6 +72,8 @@ class ModelInfo:
     max_model_len: int
     eos_token_ids: frozenset[int]
     num_kv_blocks: int
+    device_type: str = "cpu"
+    """Where the model runs ("cpu", "cuda"): some defaults depend on it (max_decode_stall)."""
 
 
 def fit_limits(config: EngineConfig, info: ModelInfo) -> FitLimits:
@@ -113,6 +120,12 @@ class EngineCore:
         """The launched step whose tokens have not been collected yet (see the module docstring)."""
         self._news = self._builders()
         """Per client: rows made between steps, sent with the next outputs."""
+        stall = config.max_decode_stall
+        if stall is None:
+            stall = DEFAULT_CPU_STALL if info.device_type == "cpu" else 0
+        self.stall_bound = DecodeStallBound(stall, min_tokens=config.block_size) if stall else None
+        """Caps prefill tokens while requests decode (engine/stall_bound.py); None when off."""
+        self.clock = time.perf_counter
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request: CoreRequest) -> None:
@@ -174,7 +187,9 @@ class EngineCore:
     # ----------------------------------------------------------------- step
     def step(self) -> list[CoreOutputs]:
         """Run one batch; return, per client, the rows it (and the commands before it) changed."""
-        scheduler_output = self.scheduler.schedule()
+        started = self.clock()
+        bound = self.stall_bound
+        scheduler_output = self.scheduler.schedule(bound.max_prefill_tokens() if bound is not None else None)
         previous, self._in_flight = self._in_flight, None
         news, self._news = self._news, self._builders()
         if previous is not None and scheduler_output.needs_history:  # its tokens must be on the host first
@@ -190,6 +205,8 @@ class EngineCore:
             done, self._in_flight = previous, launched
         if done is not None:
             self._finish(done, news)
+        if bound is not None and not scheduler_output.is_empty:  # what this step's tokens cost (CPU: at launch)
+            bound.observe(self.clock() - started, _num_prefill_tokens(scheduler_output))
         stats = self.stats()
         return [builder.build(stats) for builder in news]
 
@@ -259,6 +276,11 @@ class EngineCore:
             num_generation_tokens=self.num_generation_tokens,
             num_steps=self.num_steps,
         )
+
+
+def _num_prefill_tokens(out: SchedulerOutput) -> int:
+    """Tokens of the step's prefill chunks (requests computing more than the one token of a decode)."""
+    return sum(n for n in out.num_scheduled_tokens.values() if n > 1)
 
 
 def _finish_of(row: int, request: Request) -> Finish:

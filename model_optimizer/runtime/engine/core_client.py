@@ -120,8 +120,10 @@ class InprocClient:
                     break
                 self._core_loop.apply(commands)
                 if self._core_loop.has_work and self.gate._pass():
-                    self._core_loop.step()
                     self._num_steps += 1
+                    with self._cv:  # counted before its outputs can reach anyone (gate.step's count)
+                        self.gate._round(self._num_steps, parking=False)
+                    self._core_loop.step()
                 else:
                     self._core_loop.flush()
         except CoreStopped:

@@ -69,6 +69,8 @@ class _StepBudget:
     """What one `schedule()` call has handed out so far."""
 
     budget: int
+    prefill: int
+    """Tokens prefill chunks may still take (the decode-stall bound: see Scheduler.schedule)."""
     num_long: int = 0
     """Long prefills given a first chunk (at most max_num_partial_prefills)."""
     to_grow: list[Request] = field(default_factory=list)
@@ -132,10 +134,15 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     # ----------------------------------------------------------------- schedule
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, max_prefill_tokens: int | None = None) -> SchedulerOutput:
+        """The next step. `max_prefill_tokens` bounds the prefill chunks' tokens while some request
+        decodes (the engine core derives it from measured step times, so a long prompt cannot stall
+        running streams); the budget still bounds the whole step."""
         out = SchedulerOutput(step_id=next(self._step_ids), finished_request_ids=self.finished_ids)
         self.finished_ids = set()
-        step = _StepBudget(self.config.max_num_batched_tokens)
+        budget = self.config.max_num_batched_tokens
+        prefill = budget if max_prefill_tokens is None or not self._any_decoding() else max_prefill_tokens
+        step = _StepBudget(budget, prefill)
         preempted = self._schedule_running(out, step)
         if not preempted:  # after a preemption, no waiting request is admitted
             self._schedule_waiting(out, step, long_ones=False)
@@ -153,6 +160,9 @@ class Scheduler:
             self.finished_ids = out.finished_request_ids
         return out
 
+    def _any_decoding(self) -> bool:
+        return any(r.num_tokens + r.num_pending - r.num_computed_tokens <= 1 for r in self.running)
+
     def _schedule_running(self, out: SchedulerOutput, step: _StepBudget) -> bool:
         """Running requests in order, preempting the latest arrivals for blocks; True if any was preempted."""
         preempted = False
@@ -167,6 +177,8 @@ class Scheduler:
             num_new = (
                 min(num_left, step.budget) if num_left <= threshold else self._first_share(request, num_left, step)
             )
+            if num_new > 1:  # a prefill chunk: within what prefills may take this step
+                num_new = min(num_new, step.prefill)
             if num_new == 0:  # a long prefill past the bound: it waits for what the others leave
                 i += 1
                 continue
@@ -179,6 +191,8 @@ class Scheduler:
             else:
                 out.num_scheduled_tokens[request.request_id] = num_new
                 step.budget -= num_new
+                if num_new > 1:
+                    step.prefill -= num_new
                 i += 1
         return preempted
 
@@ -215,6 +229,7 @@ class Scheduler:
             not step.stalled
             and i < len(self.waiting)
             and step.budget > 0
+            and step.prefill > 0
             and len(self.running) < self.config.max_num_seqs
         ):
             request = self.waiting[i]
@@ -234,6 +249,7 @@ class Scheduler:
                 step.stalled = True
             else:
                 num_new = min(num_left, step.budget) if long_ones else self._first_share(request, num_left, step)
+                num_new = min(num_new, step.prefill)
                 if num_new == 0:  # long after all (it grew while it waited): it keeps its place
                     i += 1
                     continue
@@ -254,6 +270,7 @@ class Scheduler:
         out.num_scheduled_tokens[request.request_id] = num_new
         step.admitted.add(request.request_id)
         step.budget -= num_new
+        step.prefill -= num_new
         return True
 
     def _grow_long_prefills(self, out: SchedulerOutput, step: _StepBudget) -> None:
@@ -265,11 +282,14 @@ class Scheduler:
                 continue
             scheduled = out.num_scheduled_tokens.get(request.request_id, 0)
             num_more = min(
-                request.num_tokens + request.num_pending - request.num_computed_tokens - scheduled, step.budget
+                request.num_tokens + request.num_pending - request.num_computed_tokens - scheduled,
+                step.budget,
+                step.prefill,
             )
             if num_more > 0 and self.kv_cache.allocate_slots(request, scheduled + num_more):
                 out.num_scheduled_tokens[request.request_id] = scheduled + num_more
                 step.budget -= num_more
+                step.prefill -= num_more
 
     def _waits_for_sibling(self, request: Request) -> bool:
         """n > 1 siblings wait until the first has computed the prompt, then share its blocks."""

@@ -123,6 +123,11 @@ class TensorParallelExecutor:
         return [p.pid for p in self._procs]
 
     @property
+    def device_type(self) -> str:
+        """Where the workers run the model: "cuda" unless the config says cpu (gloo ranks)."""
+        return self.info.get("device_type", "cpu")
+
+    @property
     def vocab_size(self) -> int:
         return self.info["vocab_size"]
 

@@ -102,6 +102,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
                     "num_kv_blocks": runner.num_kv_blocks,
                     "num_params": num_params,
                     "dtype": str(runner.dtype).removeprefix("torch."),
+                    "device_type": runner.device_type,
                 },
             )
         )

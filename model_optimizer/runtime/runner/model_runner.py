@@ -87,6 +87,11 @@ class ModelRunner:
                 _log_phase("graph capture", phase)
 
     @property
+    def device_type(self) -> str:
+        """Where the model runs: "cpu" or "cuda"."""
+        return self.device.type
+
+    @property
     def vocab_size(self) -> int:
         return self.args.vocab_size
 

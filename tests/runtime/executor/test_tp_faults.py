@@ -100,7 +100,8 @@ def test_serve_tp2_answers_then_a_dead_worker_makes_it_unhealthy_and_exit(tiny_m
     """The worker dies while the server is idle: no request has to fail before /health says so."""
     proc, url = launch(tiny_model("qwen3"), "--tensor-parallel-size", "2", "--dtype", "float32")
     try:
-        pids = spawned_children(proc.pid)  # the server's tensor-parallel workers
+        (core,) = spawned_children(proc.pid)  # the engine-core process
+        pids = spawned_children(core)  # its tensor-parallel workers
         assert len(pids) == 2
         body = {"prompt": "def fibonacci(n):", "max_tokens": 8, "temperature": 0.0, "ignore_eos": True}
         r = httpx.post(url + "/v1/completions", json=body, timeout=60)
@@ -123,11 +124,12 @@ def test_serve_tp2_sigterm_exits_cleanly_and_stops_its_workers(tiny_model):
     workers at interpreter exit) and the workers are gone."""
     proc, url = launch(tiny_model("qwen3"), "--tensor-parallel-size", "2", "--dtype", "float32")
     try:
-        pids = spawned_children(proc.pid)
+        (core,) = spawned_children(proc.pid)  # the engine-core process
+        pids = spawned_children(core)  # its tensor-parallel workers
         assert len(pids) == 2
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
-        assert not wait_gone(pids)
+        assert not wait_gone([core, *pids])
     finally:
         proc.kill()
         proc.wait()
