@@ -42,6 +42,7 @@ TRANSLATED = {
     "allowed_methods": "--allowed-methods",
     "quantization": "--quantization",
     "tensor_parallel_size": "--tensor-parallel-size",
+    "stream_interval": "--stream-interval",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
 

@@ -93,22 +93,26 @@ class AsyncEngine:
         limits: FitLimits,
         on_fatal: Callable[[BaseException], None] | None = None,
         client_id: int = 0,
+        stream_interval: int = 1,
     ) -> None:
         self.client = client
         self.on_fatal = on_fatal
         self.inputs = InputProcessor(tokenizer, vocab_size, limits, client_id)
-        self.output_processor = OutputProcessor(tokenizer)
+        self.output_processor = OutputProcessor(tokenizer, stream_interval)
         self.error: BaseException | None = None
         self._streams: dict[str, _Stream] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
-    def in_process(cls, engine: Any, on_fatal: Callable[[BaseException], None] | None = None) -> AsyncEngine:
+    def in_process(
+        cls, engine: Any, on_fatal: Callable[[BaseException], None] | None = None, stream_interval: int = 1
+    ) -> AsyncEngine:
         """An AsyncEngine over an LLMEngine of this process (`LLM(...).engine`): its core runs in a thread."""
         from model_optimizer.runtime.engine.core_client import InprocClient
 
         core = engine.core
-        return cls(InprocClient(core), engine.tokenizer, engine.info.vocab_size, core.limits, on_fatal)
+        client = InprocClient(core)
+        return cls(client, engine.tokenizer, engine.info.vocab_size, core.limits, on_fatal, 0, stream_interval)
 
     @property
     def stats(self) -> EngineStats | None:

@@ -84,8 +84,11 @@ class _Group:
 
 
 class OutputProcessor:
-    def __init__(self, tokenizer: Tokenizer | None) -> None:
+    def __init__(self, tokenizer: Tokenizer | None, stream_interval: int = 1) -> None:
         self.tokenizer = tokenizer
+        self.stream_interval = stream_interval
+        """DELTA outputs wait until a completion has this many new tokens (its first token and its finish
+        go at once): fewer, larger outputs for a streaming server (vLLM's --stream-interval)."""
         self._groups: dict[str, _Group] = {}
 
     def add_request(
@@ -147,8 +150,20 @@ class OutputProcessor:
         for request_id, group in touched.items():
             if group.kind is RequestOutputKind.FINAL_ONLY and not group.finished:
                 continue
+            if group.kind is RequestOutputKind.DELTA and self.stream_interval > 1 and not self._due(group):
+                continue
             outputs.append(self._output(request_id, group))
         return outputs, stopped
+
+    def _due(self, group: _Group) -> bool:
+        """Whether a DELTA request's news goes out now under the stream interval."""
+        for c in group.completions:
+            num_new = len(c.token_ids) - c.num_sent_tokens
+            if (c.finished and not c.sent_finished) or (
+                num_new and (c.num_sent_tokens == 0 or num_new >= self.stream_interval)
+            ):
+                return True
+        return False
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """The last output of a request being dropped (its unfinished completions end with 'abort');

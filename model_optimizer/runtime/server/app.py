@@ -273,13 +273,14 @@ def _engine_ready(state: ServerState, loop: asyncio.AbstractEventLoop) -> None:
     from model_optimizer.runtime.engine.core_client import ProcessClient
 
     on_fatal = lambda exc: _fatal(state, exc)  # noqa: E731
+    interval = state.config.stream_interval
     if state.llm is not None:  # a model built in this process: its core runs in a thread
-        state.engine = AsyncEngine.in_process(state.llm.engine, on_fatal)
+        state.engine = AsyncEngine.in_process(state.llm.engine, on_fatal, interval)
     else:
         info = state.core.info  # type: ignore[union-attr]
         limits = fit_limits(state.engine_config, info)
         client = ProcessClient(state.core)
-        state.engine = AsyncEngine(client, state.model.tokenizer, info.vocab_size, limits, on_fatal)
+        state.engine = AsyncEngine(client, state.model.tokenizer, info.vocab_size, limits, on_fatal, 0, interval)
     state.engine.start(loop)
     watch = getattr(state.llm.runner, "on_worker_death", None) if state.llm is not None else None
     if watch is not None:  # tensor parallel: a worker that dies while the engine idles fails it at once

@@ -76,6 +76,11 @@ class ServerConfig:
     log_interval: float = 10.0
     """Seconds between engine stats lines (throughput, running/waiting, KV cache, prefix cache), logged only when busy; 0 turns them off."""
 
+    stream_interval: int = 1
+    """Tokens a stream gathers before it sends a chunk (vLLM's flag): 1 sends every token as it comes; more
+    sends fewer, larger chunks, which costs the server less per token. The first token and the last
+    chunk always go at once; a reader that falls behind gets what waited as one chunk either way."""
+
     enable_pause: bool = False
     """Serve POST /pause, POST /resume and GET /is_paused: hold the engine between steps (running requests stay, new ones queue) and let it go on, e.g. around a weight update. They need the API key when one is set; off by default, as whoever reaches them can stop generation."""
 
@@ -99,6 +104,7 @@ class ServerConfig:
             "max_embedding_inputs",
             "max_body_bytes",
             "max_header_bytes",
+            "stream_interval",
         )
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port!r}")
