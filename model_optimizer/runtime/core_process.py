@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from model_optimizer.common.processes import exit_with_parent
+from model_optimizer.common.processes import exit_with_parent, freeze_startup_objects, unfreeze_objects
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.core import EngineCore, ModelInfo
 from model_optimizer.runtime.engine.messages import (
@@ -195,7 +195,9 @@ def run_core(spec: CoreSpec, conn: Connection) -> None:
         watch(lambda exc: _inject_failure(context, spec.input_address, exc))
     _send_quietly(conn, ("ready", {"info": core.info, "extra": extra}))
     conn.close()
+    freeze_startup_objects()
     code = _serve(core, inbox, outboxes)
+    unfreeze_objects()
     close = getattr(core.runner, "close", None)
     if close is not None:
         close()

@@ -211,27 +211,22 @@ class OutputsBuilder:
         )
 
 
-@dataclass
-class Row:
-    """One row of a CoreOutputs as the frontend reads it."""
-
-    request_id: str
-    index: int
-    token_ids: list[int]
-    logprobs: list[Logprob] | None
+Row = tuple[str, int, list[int], "list[Logprob] | None"]
+"""One row of a CoreOutputs as the frontend reads it: (request id, completion index, new token ids,
+their logprobs or None). A tuple: a step of 256 rows makes 256 of them on the frontend's event loop."""
 
 
 def read_rows(out: CoreOutputs) -> list[Row]:
     """The rows of a CoreOutputs with their tokens and logprobs (the frontend's side of OutputsBuilder)."""
     indexes, num_tokens, token_ids = _ints(out.indexes), _ints(out.num_tokens), _ints(out.token_ids)
-    has_logprobs = array("b", out.has_logprobs)
     columns = _LogprobReader(out.logprobs) if out.logprobs is not None else None
+    has_logprobs = out.has_logprobs if columns is not None else None
     rows, at = [], 0
     for i, request_id in enumerate(out.request_ids):
         n = num_tokens[i]
-        ids = token_ids[at : at + n].tolist()
-        rows.append(Row(request_id, indexes[i], ids, columns.take(ids) if has_logprobs[i] and columns else None))
+        ids = [token_ids[at]] if n == 1 else token_ids[at : at + n].tolist()
         at += n
+        rows.append((request_id, indexes[i], ids, columns.take(ids) if has_logprobs and has_logprobs[i] else None))
     return rows
 
 

@@ -122,27 +122,28 @@ class OutputProcessor:
         """Apply a core step's rows. Returns an output per request with something to report (in row
         order) and the completions a stop string finished, as ids for CoreAbort (`index:id` when n > 1)."""
         rows = read_rows(out)
-        finishes = {f.row: f for f in out.finished}
+        groups = self._groups
         for s in out.started:
-            row = rows[s.row]
-            group = self._groups.get(row.request_id)
+            request_id, index = rows[s.row][0], rows[s.row][1]
+            group = groups.get(request_id)
             if group is not None:
-                completion = group.completions[row.index]
+                completion = group.completions[index]
                 completion.num_cached_tokens, completion.first_scheduled_time = s.num_cached_tokens, s.time
+        finishes = {f.row: f for f in out.finished} if out.finished else None
         touched: dict[str, _Group] = {}
         stopped: list[str] = []
-        for i, row in enumerate(rows):
-            group = self._groups.get(row.request_id)
+        for i, (request_id, index, token_ids, logprobs) in enumerate(rows):
+            group = groups.get(request_id)
             if group is None:
                 continue
-            completion = group.completions[row.index]
-            if completion.finished:  # a stop string finished it here first: the core's later news is moot
+            completion = group.completions[index]
+            if completion.finish_reason is not None:  # a stop string finished it here: later news is moot
                 continue
-            touched[row.request_id] = group
-            if row.token_ids and self._add_tokens(completion, row.token_ids, row.logprobs):
-                stopped.append(row.request_id if len(group.completions) == 1 else f"{row.index}:{row.request_id}")
+            touched[request_id] = group
+            if token_ids and self._add_tokens(completion, token_ids, logprobs):
+                stopped.append(request_id if len(group.completions) == 1 else f"{index}:{request_id}")
                 continue
-            finish = finishes.get(i)
+            finish = finishes.get(i) if finishes else None
             if finish is not None:
                 completion.num_preemptions = finish.num_preemptions
                 completion.finish(finish.reason, finish.stop_reason, finish.error)
@@ -212,7 +213,7 @@ class OutputProcessor:
             finished=finished,
             num_cached_tokens=completions[0].num_cached_tokens,
             metrics=_metrics(group, finished),
-            error=next((c.error for c in completions if c.error is not None), None),
+            error=completions[0].error if len(completions) == 1 else _first_error(completions),
         )
 
     def _cumulative(self, completion: _Completion) -> CompletionOutput:
@@ -261,6 +262,10 @@ class OutputProcessor:
         if self.tokenizer is None or not params.detokenize:
             return None
         return IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params)
+
+
+def _first_error(completions: list[_Completion]) -> str | None:
+    return next((c.error for c in completions if c.error is not None), None)
 
 
 def _metrics(group: _Group, finished: bool) -> RequestMetrics:

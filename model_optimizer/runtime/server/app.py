@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
+from model_optimizer.common.processes import freeze_startup_objects, unfreeze_objects
 from model_optimizer.common.version import __version__
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.async_engine import AsyncEngine
@@ -103,7 +104,9 @@ def create_app(
         else:
             _embedder_ready(state)
         stats_task = start_stats_logging(state, config.log_interval)
+        freeze_startup_objects()
         yield
+        unfreeze_objects()
         if stats_task is not None:
             stats_task.cancel()
         if state.engine is not None:
