@@ -33,7 +33,6 @@ def run(args: argparse.Namespace) -> int:
 
     from model_optimizer.runtime.config import EngineConfig
     from model_optimizer.runtime.server.config import API_KEY_ENV, ServerConfig
-    from model_optimizer.runtime.server.launcher import serve
 
     if args.model_tag is not None:
         if args.model is not None and args.model != args.model_tag:
@@ -43,4 +42,28 @@ def run(args: argparse.Namespace) -> int:
     server_config = dataclass_from_args(ServerConfig, args)
     if server_config.api_key is None and os.environ.get(API_KEY_ENV):
         server_config.api_key = os.environ[API_KEY_ENV]
+    if server_config.api_server_count > 1:
+        return _serve_many(server_config, engine_config)
+    from model_optimizer.runtime.server.launcher import serve
+
     return serve(server_config, engine_config)
+
+
+def _serve_many(server_config, engine_config) -> int:  # noqa: ANN001
+    """Several frontends, their metrics in one prometheus_client multiprocess folder."""
+    import os
+    import shutil
+    import tempfile
+
+    from model_optimizer.runtime.server.frontends import MULTIPROC_ENV, use_multiprocess_metrics
+
+    ours = not os.environ.get(MULTIPROC_ENV)
+    folder = tempfile.mkdtemp(prefix="mopt-metrics-") if ours else os.environ[MULTIPROC_ENV]
+    use_multiprocess_metrics(folder)
+    from model_optimizer.runtime.server.launcher import serve
+
+    try:
+        return serve(server_config, engine_config)
+    finally:
+        if ours:
+            shutil.rmtree(folder, ignore_errors=True)

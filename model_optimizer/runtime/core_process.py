@@ -11,6 +11,7 @@ children and watch it the same way.
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import os
@@ -102,6 +103,34 @@ class CoreHandle:
             self.process.kill()
             self.process.join()
         shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class CoreConnection:
+    """How another frontend process (--api-server-count) reaches a core it did not start: it can watch the
+    core (a pidfd: no waitpid for a process that is not its child) but never stops it."""
+
+    pid: int
+    input_address: str
+    output_addresses: list[str]
+    info: ModelInfo
+    config: EngineConfig
+    extra: dict
+
+    @classmethod
+    def of(cls, handle: CoreHandle) -> CoreConnection:
+        return cls(handle.pid, handle.input_address, handle.output_addresses, handle.info, handle.config, handle.extra)
+
+    @functools.cached_property
+    def sentinel(self) -> int:
+        """Readable once the core process has ended (Linux pidfd)."""
+        return os.pidfd_open(self.pid)
+
+    def exitcode(self) -> int | None:
+        return None  # not this process's child: its exit code is its parent's to read
+
+    def stop(self, input_socket: Any = None, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Nothing: the frontend that started the core stops it."""
 
 
 def start_core(config: EngineConfig, num_clients: int = 1) -> CoreHandle:
@@ -251,7 +280,10 @@ def _serve(core: EngineCore, inbox: Any, outboxes: list[Any]) -> int:
 
     def publish(outputs: list[CoreOutputs]) -> None:
         for sock, out in zip(outboxes, outputs):
-            sock.send(encode(out))
+            try:  # never blocks: a frontend that is not connected yet asks for the stats when it is
+                sock.send(encode(out), zmq.NOBLOCK)
+            except zmq.Again:
+                pass
 
     loop = CoreLoop(core, gate, publish)
     poller = zmq.Poller()
@@ -272,7 +304,10 @@ def _serve(core: EngineCore, inbox: Any, outboxes: list[Any]) -> int:
         message = f"{type(exc).__name__}: {exc}"
         for sock in outboxes:
             out = CoreOutputs([], b"", b"", b"", b"", error=message)
-            sock.send(encode(out))
+            try:
+                sock.send(encode(out), zmq.NOBLOCK)
+            except zmq.Again:
+                pass
         return 1
 
 
@@ -316,4 +351,4 @@ def _send_quietly(conn: Connection, message: Any) -> None:
         pass  # the frontend is gone
 
 
-__all__ = ["CoreHandle", "CoreStartupError", "run_core", "start_core"]
+__all__ = ["CoreConnection", "CoreHandle", "CoreStartupError", "run_core", "start_core"]

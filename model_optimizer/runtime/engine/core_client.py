@@ -231,8 +231,7 @@ class ProcessClient:
                     loop.remove_reader(fd)
                 except (ValueError, OSError, RuntimeError):  # a loop of another thread, or closed
                     pass
-        if self.client == 0:  # the first frontend owns the core: it ends it
-            self.handle.stop(self._input, timeout)
+        self.handle.stop(self._input, timeout)  # a no-op for a frontend that did not start the core
         self._input.close(0)
         self._output.close(0)
         self._context.term()

@@ -42,7 +42,7 @@ from model_optimizer.runtime.server.stats_log import start_stats_logging
 from model_optimizer.runtime.server.token_bound import token_bound
 
 if TYPE_CHECKING:
-    from model_optimizer.runtime.core_process import CoreHandle
+    from model_optimizer.runtime.core_process import CoreConnection, CoreHandle
     from model_optimizer.runtime.llm import LLM
 
 logger = logging.getLogger(__name__)
@@ -53,8 +53,11 @@ def create_app(
     engine_config: EngineConfig | None = None,
     llm: LLM | None = None,
     embedder: Any = None,
-    core: CoreHandle | None = None,
+    core: CoreHandle | CoreConnection | None = None,
+    frontend: int = 0,
 ) -> FastAPI:
+    """The app for `config`: loads the model unless `llm`, `embedder` or `core` is given. `frontend` is
+    this process's number among `--api-server-count` frontends of one core (0: the one that started it)."""
     quiet_transformers()
     engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
     chat_template = _read_template(config.chat_template) if config.chat_template else None  # a typo fails at once
@@ -67,7 +70,7 @@ def create_app(
         check_template(chat_template, config.chat_template, tokenizer)
     sampling_defaults = generation_defaults(model_dir) if generates else {}  # ValueError for a broken file: exit 2
     if generates and llm is None and core is None:  # every check that needs no model is done: load it
-        core = start_engine_core(engine_config, model_dir)
+        core = start_engine_core(engine_config, model_dir, config.api_server_count)
     elif not generates and embedder is None:
         embedder = load_embedder(engine_config, model_dir)
     try:
@@ -92,6 +95,7 @@ def create_app(
         core=core,
         chat_template=chat_template,
         sampling_defaults=sampling_defaults,
+        frontend=frontend,
     )
     if tokenizer is not None:
         state.token_bound = token_bound(tokenizer)
@@ -103,7 +107,7 @@ def create_app(
             _engine_ready(state, loop)
         else:
             _embedder_ready(state)
-        stats_task = start_stats_logging(state, config.log_interval)
+        stats_task = start_stats_logging(state, config.log_interval if frontend == 0 else 0)  # one line, not N
         freeze_startup_objects()
         yield
         unfreeze_objects()
@@ -177,12 +181,12 @@ def load_embedder(config: EngineConfig, model_dir: Path) -> Any:
     return embedder
 
 
-def start_engine_core(config: EngineConfig, model_dir: Path) -> CoreHandle:
+def start_engine_core(config: EngineConfig, model_dir: Path, num_frontends: int = 1) -> CoreHandle:
     """The engine-core process for a generation model, loaded and warmed up; logs what and how long."""
     from model_optimizer.runtime.core_process import start_core
 
     start = time.perf_counter()
-    core = start_core(config)
+    core = start_core(config, num_frontends)
     where = f"on {config.tensor_parallel_size} tensor-parallel workers " if config.tensor_parallel_size > 1 else ""
     num_params = core.extra.get("num_params", 0)
     logger.info(
@@ -248,7 +252,7 @@ def is_embedding_model(model_dir: Path) -> bool:
 
 
 def served_model(
-    name: str, llm: LLM | None, embedder: Any, core: CoreHandle | None, tokenizer: Any, model_dir: Path
+    name: str, llm: LLM | None, embedder: Any, core: CoreHandle | CoreConnection | None, tokenizer: Any, model_dir: Path
 ) -> ServedModel:
     """What routes need to know about the model, read once (no chains into the engine at request time)."""
     if llm is not None or core is not None:
@@ -282,8 +286,10 @@ def _engine_ready(state: ServerState, loop: asyncio.AbstractEventLoop) -> None:
     else:
         info = state.core.info  # type: ignore[union-attr]
         limits = fit_limits(state.engine_config, info)
-        client = ProcessClient(state.core)
-        state.engine = AsyncEngine(client, state.model.tokenizer, info.vocab_size, limits, on_fatal, 0, interval)
+        client = ProcessClient(state.core, state.frontend)
+        state.engine = AsyncEngine(
+            client, state.model.tokenizer, info.vocab_size, limits, on_fatal, state.frontend, interval
+        )
     state.engine.start(loop)
     watch = getattr(state.llm.runner, "on_worker_death", None) if state.llm is not None else None
     if watch is not None:  # tensor parallel: a worker that dies while the engine idles fails it at once

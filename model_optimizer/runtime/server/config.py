@@ -76,6 +76,11 @@ class ServerConfig:
     log_interval: float = 10.0
     """Seconds between engine stats lines (throughput, running/waiting, KV cache, prefix cache), logged only when busy; 0 turns them off."""
 
+    api_server_count: int = 1
+    """HTTP frontend processes serving one engine core (vLLM's flag): each tokenizes, detokenizes and
+    streams its share of the connections on the one port, so the host work per token spreads over cores
+    when one frontend saturates. Metrics are summed over all of them."""
+
     stream_interval: int = 1
     """Tokens a stream gathers before it sends a chunk (vLLM's flag): 1 sends every token as it comes; more
     sends fewer, larger chunks, which costs the server less per token. The first token and the last
@@ -105,6 +110,7 @@ class ServerConfig:
             "max_body_bytes",
             "max_header_bytes",
             "stream_interval",
+            "api_server_count",
         )
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port!r}")

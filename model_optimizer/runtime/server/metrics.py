@@ -1,6 +1,8 @@
 """Prometheus metrics named as vLLM's (`vllm:`), so existing Grafana dashboards work, plus `mopt:` extras.
 
-Each app has its own CollectorRegistry (tests run several apps in one process). Engine gauges and
+Each app has its own CollectorRegistry (tests run several apps in one process). With several
+frontend processes (--api-server-count) prometheus_client runs in its multiprocess mode (values in
+files of one folder, frontends.py) and /metrics sums them, whichever frontend answers. Engine gauges and
 counters are read from the AsyncEngine's stats snapshot at scrape time; latency histograms and the
 finished-request counter are observed by the server as outputs arrive. Names, types and the
 `model_name` label follow vLLM's v1 logger (tests/runtime/server/test_metrics_names.py holds the list);
@@ -11,9 +13,11 @@ vLLM's second label, `engine`, is left out: one server runs one engine. `http_re
 from __future__ import annotations
 
 import math
+import os
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -139,11 +143,29 @@ class TokenHistogram(Collector):
         yield family
 
 
+class _PerTokenHistogram:
+    """TokenHistogram's interface over a prometheus_client Histogram, for the multiprocess mode (where
+    only prometheus_client's own metrics are summed over processes)."""
+
+    def __init__(self, histogram: Any) -> None:
+        self.histogram = histogram
+
+    def observe(self, value: float, count: int = 1) -> None:
+        for _ in range(count):
+            self.histogram.observe(value)
+
+
+def multiprocess() -> bool:
+    """Whether prometheus_client keeps its values in the shared folder of several frontends."""
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
 class ServerMetrics:
     def __init__(self, model_name: str, stats: Callable[[], EngineStats | None]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.model_name = model_name
-        self.registry.register(_EngineCollector(model_name, stats))
+        self.engine_collector = _EngineCollector(model_name, stats)
+        self.registry.register(self.engine_collector)
         labels = ["model_name"]
         self.ttft = Histogram(
             "vllm:time_to_first_token_seconds",
@@ -152,9 +174,24 @@ class ServerMetrics:
             buckets=TTFT_BUCKETS,
             registry=self.registry,
         ).labels(model_name)
-        self.itl = TokenHistogram(
-            "vllm:inter_token_latency_seconds", "Time between output tokens.", model_name, ITL_BUCKETS, self.registry
-        )
+        if multiprocess():
+            self.itl: Any = _PerTokenHistogram(
+                Histogram(
+                    "vllm:inter_token_latency_seconds",
+                    "Time between output tokens.",
+                    labels,
+                    buckets=ITL_BUCKETS,
+                    registry=self.registry,
+                ).labels(model_name)
+            )
+        else:
+            self.itl = TokenHistogram(
+                "vllm:inter_token_latency_seconds",
+                "Time between output tokens.",
+                model_name,
+                ITL_BUCKETS,
+                self.registry,
+            )
         self.e2e = Histogram(
             "vllm:e2e_request_latency_seconds",
             "Request latency from arrival to finish.",
@@ -202,7 +239,14 @@ class ServerMetrics:
         )
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if not multiprocess():
+            return generate_latest(self.registry)
+        from prometheus_client import multiprocess as mp
+
+        registry = CollectorRegistry()
+        mp.MultiProcessCollector(registry)  # every frontend's counters and histograms, summed
+        registry.register(self.engine_collector)  # the core's state, the same in every frontend
+        return generate_latest(registry)
 
     def tracker(self, num_completions: int) -> RequestTracker:
         return RequestTracker(self, num_completions)

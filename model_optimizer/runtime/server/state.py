@@ -24,7 +24,7 @@ from model_optimizer.runtime.server.metrics import ServerMetrics
 from model_optimizer.runtime.server.token_bound import TokenBound
 
 if TYPE_CHECKING:  # the server imports these at start-up anyway; here only for the annotations
-    from model_optimizer.runtime.core_process import CoreHandle
+    from model_optimizer.runtime.core_process import CoreConnection, CoreHandle
     from model_optimizer.runtime.embed import Embedder
     from model_optimizer.runtime.engine.async_engine import AsyncEngine
     from model_optimizer.runtime.llm import LLM
@@ -58,8 +58,10 @@ class ServerState:
     """A generation model built in this process (tests, Python callers); its core runs in a thread."""
     embedder: Embedder | None = None
     """The Embedder (model_optimizer.runtime.embed) when the model is an embedding model; then llm is None."""
-    core: CoreHandle | None = None
+    core: CoreHandle | CoreConnection | None = None
     """The engine-core process serving the model (`mopt serve`); None when `llm` runs in this process."""
+    frontend: int = 0
+    """This process's number among the --api-server-count frontends of one core."""
     engine: AsyncEngine | None = None
     """The AsyncEngine driving llm.engine; None until the server starts, and for embedding models."""
     chat_template: str | None = None

@@ -1,0 +1,135 @@
+"""More HTTP frontends for one engine core (`--api-server-count N`, vLLM's flag).
+
+The first frontend (the `mopt serve` process) binds the port, starts the core with N clients and
+then starts N - 1 more frontend processes here. Every frontend serves the same listening socket (the
+kernel hands each new connection to one of them), tokenizes, detokenizes and streams its own
+connections, and talks to the core over its own output socket. Metrics are written through
+prometheus_client's multiprocess mode into one folder, so /metrics, whichever frontend answers it,
+sums over all of them (the folder is set before prometheus_client is first imported: `mopt serve`
+does it).
+
+Faults: a frontend that dies makes the first one exit non-zero (a supervisor restarts the lot); the
+others watch the first one (and end with it) and the core (its process ending fails their streams).
+SIGTERM to the first frontend is passed on: each frontend drains its own requests, the first one
+waits for the others, then stops the core.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+import multiprocessing
+import os
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any
+
+from model_optimizer.common.processes import exit_with_parent
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.server.config import ServerConfig
+
+logger = logging.getLogger(__name__)
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+JOIN_TIMEOUT_S = 10.0
+
+
+def use_multiprocess_metrics(folder: str) -> None:
+    """Keep prometheus_client's values in `folder`, summed over processes at scrape time. The further
+    frontends inherit the variable; this process may have imported prometheus_client already (`mopt`'s
+    parser does), so its choice of value class is made again here, before any metric exists."""
+    os.environ[MULTIPROC_ENV] = folder
+    from prometheus_client import values
+
+    values.ValueClass = values.get_value_class()
+
+
+def bind(config: ServerConfig) -> socket.socket:
+    """The listening socket every frontend accepts from."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.host, config.port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+@dataclass(frozen=True)
+class FrontendSpec:
+    """What a further frontend needs (pickled into its process)."""
+
+    index: int
+    config: ServerConfig
+    engine_config: EngineConfig
+    core: Any
+    """core_process.CoreConnection."""
+    sock: socket.socket
+    parent_pid: int
+
+
+class Frontends:
+    """The N - 1 frontend processes the first one started; watched, signalled and joined from here."""
+
+    def __init__(self, config: ServerConfig, engine_config: EngineConfig, core: Any, sock: socket.socket) -> None:
+        from model_optimizer.runtime.core_process import CoreConnection
+
+        ctx = multiprocessing.get_context("spawn")
+        connection = CoreConnection.of(core)
+        self.processes = []
+        self._stopping = threading.Event()
+        for index in range(1, config.api_server_count):
+            spec = FrontendSpec(index, config, engine_config, connection, sock, os.getpid())
+            process = ctx.Process(target=run_frontend, args=(spec,), name=f"mopt-frontend-{index}")
+            process.start()
+            self.processes.append(process)
+        logger.info("%d more frontends: pids %s", len(self.processes), [p.pid for p in self.processes])
+
+    def watch(self, on_death: Callable[[str], None]) -> None:
+        """Call `on_death(message)` once if a frontend exits before stop() (from a thread of its own)."""
+
+        def run() -> None:
+            ended = wait([p.sentinel for p in self.processes])
+            if not self._stopping.is_set():
+                dead = next(p for p in self.processes if p.sentinel in ended)
+                dead.join(1.0)
+                on_death(f"frontend {dead.name} (pid {dead.pid}) exited with code {dead.exitcode}")
+
+        threading.Thread(target=run, name="mopt-frontend-watch", daemon=True).start()
+
+    def signal_all(self, sig: int) -> None:
+        self._stopping.set()
+        for process in self.processes:
+            if process.is_alive():
+                os.kill(process.pid, sig)
+
+    def join(self, timeout: float) -> None:
+        """Wait for every frontend to end (they drain first); then make sure they have."""
+        self._stopping.set()
+        for process in self.processes:
+            process.join(timeout)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+def run_frontend(spec: FrontendSpec) -> None:
+    """Entry point of a further frontend process."""
+    exit_with_parent(spec.parent_pid)
+    from model_optimizer.runtime.server.http_server import DrainingServer, log_config, uvicorn_config
+
+    logging.config.dictConfig(log_config(spec.config.log_level))
+    from model_optimizer.runtime.server.app import create_app
+
+    app = create_app(spec.config, spec.engine_config, core=spec.core, frontend=spec.index)
+    state = app.state.server
+    server = DrainingServer(uvicorn_config(app, spec.config), state)
+    state.fatal_hooks.append(lambda exc: setattr(server, "should_exit", True))
+    server.run(sockets=[spec.sock])
+    sys.exit(1 if state.dead else 0)
+
+
+__all__ = ["MULTIPROC_ENV", "Frontends", "bind", "run_frontend", "use_multiprocess_metrics"]

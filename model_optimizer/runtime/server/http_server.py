@@ -1,0 +1,97 @@
+"""The uvicorn server `mopt serve` runs in each frontend process: one log format, our HTTP limits, and a
+drain on SIGTERM.
+
+SIGTERM (or Ctrl-C) starts a drain: /ready turns 503, new requests get 503 with Retry-After,
+in-flight ones may finish for `shutdown_timeout` seconds, then whatever is left is aborted
+(finish_reason "abort") and uvicorn stops. A second signal stops at once. A first frontend with
+further ones (--api-server-count) passes the signal on and waits for them before it stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import uvicorn
+
+from model_optimizer.runtime.server.config import ServerConfig
+from model_optimizer.runtime.server.http_layer import uvicorn_http_options
+from model_optimizer.runtime.server.state import ServerState
+
+if TYPE_CHECKING:
+    from model_optimizer.runtime.server.frontends import Frontends
+
+logger = logging.getLogger("model_optimizer.runtime.server.launcher")
+
+FLUSH_S = 1.0  # after aborting leftovers, time for their last chunks to reach the clients
+FATAL_EXIT_DELAY_S = 1.0  # after an engine failure, /health answers 503 this long before the process exits
+
+
+class DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, state: ServerState, peers: Frontends | None = None) -> None:
+        super().__init__(config)
+        self.state = state
+        self.peers = peers
+        """The further frontends (--api-server-count) this one started: signalled and waited for in a drain."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.state.draining or self.should_exit:
+            self.should_exit = True
+            self.force_exit = sig == signal.SIGINT
+            return
+        logger.info(
+            "signal %d: draining %d request(s) for up to %.0f s",
+            sig,
+            self.state.num_admitted,
+            self.state.config.shutdown_timeout,
+        )
+        self.state.draining = True
+        if self.peers is not None:  # each drains its own requests
+            self.peers.signal_all(signal.SIGTERM)
+        threading.Thread(target=self._drain, name="mopt-drain", daemon=True).start()
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.state.config.shutdown_timeout
+        while self.state.num_admitted > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.state.num_admitted > 0 and self.state.engine is not None:
+            logger.warning("drain timed out: aborting %d request(s)", self.state.num_admitted)
+            self.state.engine.abort_all()
+            time.sleep(FLUSH_S)
+        if self.peers is not None:  # the core stops with this process: after the others have drained
+            self.peers.join(max(deadline - time.monotonic(), 0.0) + FLUSH_S + 5.0)
+        self.should_exit = True
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def log_config(level: str) -> dict:
+    """One stderr handler and format for our loggers and uvicorn's (error and access logs)."""
+    level = level.upper()
+    handler = {"handlers": ["stderr"], "level": level, "propagate": False}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"mopt": {"format": LOG_FORMAT}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "mopt", "stream": "ext://sys.stderr"}},
+        "root": {"handlers": ["stderr"], "level": level},
+        "loggers": {"uvicorn": handler, "uvicorn.error": {"level": level}, "uvicorn.access": dict(handler)},
+    }
+
+
+def uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:
+    """uvicorn's settings for the app: our log format, our head bound, a short graceful shutdown."""
+    return uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=config.log_level,
+        log_config=None,
+        timeout_graceful_shutdown=5,
+        **uvicorn_http_options(config.max_header_bytes),
+    )
