@@ -41,7 +41,20 @@ def max_padded_pairs(num_pairs: int, num_experts: int, block_m: int) -> int:
 def align_pairs(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(sorted_ids (padded_rows,) int32, block_expert (padded_rows / block_m,) int32): see the module docstring.
 
-    Pairs of an id outside [0, num_experts) are dropped (their rows are never computed)."""
+    Pairs of an id outside [0, num_experts) are dropped (their rows are never computed). Up to
+    ALIGN_KERNEL_MAX_PAIRS pairs (decode) one Triton program does it all; larger batches (prefill)
+    take `align_pairs_sorted`, about twenty torch kernels whose launches a long prefill hides."""
+    if topk_ids.is_cuda and topk_ids.numel() <= ALIGN_KERNEL_MAX_PAIRS:
+        return align_pairs_kernel(topk_ids, num_experts, block_m)
+    return align_pairs_sorted(topk_ids, num_experts, block_m)
+
+
+ALIGN_KERNEL_MAX_PAIRS = 4096
+"""Pairs up to which the one-program alignment kernel runs (512 at a decode batch of 64 with top-8)."""
+
+
+def align_pairs_sorted(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`align_pairs` by a stable sort of the pairs by expert, in torch ops (the reference of the kernel)."""
     flat = topk_ids.reshape(-1).long()
     num_pairs, device = flat.numel(), flat.device
     rows = max_padded_pairs(num_pairs, num_experts, block_m)
@@ -53,17 +66,82 @@ def align_pairs(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple
     ends = padded.cumsum(0)
     order = torch.argsort(bins, stable=True)  # pair indices grouped by expert, in pair order
     sorted_bins = bins[order]
-    first_in_order = counts.cumsum(0) - counts  # where each expert's pairs start in `order`
-    dest = (
-        ends[sorted_bins] - padded[sorted_bins] + torch.arange(num_pairs, device=device) - first_in_order[sorted_bins]
-    )
-    dest = torch.where(sorted_bins == num_experts, rows, dest)  # dropped pairs land past the end
-    sorted_ids = torch.full((rows + 1,), num_pairs, dtype=torch.int32, device=device)
+    rank = torch.arange(num_pairs, device=device) - (counts.cumsum(0) - counts)[sorted_bins]  # within its expert
+    dest = torch.where(sorted_bins == num_experts, rows, ends[sorted_bins] - padded[sorted_bins] + rank)
+    sorted_ids = torch.full((rows + 1,), num_pairs, dtype=torch.int32, device=device)  # row `rows`: dropped
     sorted_ids[dest] = order.to(torch.int32)
     block_starts = torch.arange(0, rows, block_m, device=device)
     block_expert = torch.searchsorted(ends[:num_experts], block_starts, right=True)
     block_expert = torch.where(block_expert < num_experts, block_expert, -1).to(torch.int32)
     return sorted_ids[:rows], block_expert
+
+
+@triton.jit(do_not_specialize=["num_pairs", "num_rows"])
+def _align_kernel(
+    ids_ptr,
+    sorted_ids_ptr,
+    block_expert_ptr,
+    num_pairs,
+    num_rows,
+    NUM_EXPERTS: tl.constexpr,
+    EXPERTS_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    """One program: count the pairs of each expert, lay out the padded runs, then write each pair to its
+    row (its expert's run start + pairs of that expert before it). Work O(pairs x (experts + CHUNK))."""
+    experts = tl.arange(0, EXPERTS_PAD)
+    lanes = tl.arange(0, CHUNK)
+    counts = tl.zeros((EXPERTS_PAD,), dtype=tl.int32)
+    for start in range(0, num_pairs, CHUNK):
+        e = tl.load(ids_ptr + start + lanes, mask=start + lanes < num_pairs, other=-1).to(tl.int32)
+        counts += tl.sum((e[:, None] == experts[None, :]).to(tl.int32), axis=0)
+    counts = tl.where(experts < NUM_EXPERTS, counts, 0)  # ids past the experts: another rank's, dropped
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, 0)
+    for first in range(0, num_rows // BLOCK_M, CHUNK):
+        blocks = first + lanes
+        # a block belongs to the first expert whose run ends after the block's first row
+        owner = tl.sum((ends[None, :] <= blocks[:, None] * BLOCK_M).to(tl.int32), axis=1)
+        owner = tl.where(owner < NUM_EXPERTS, owner, -1)
+        tl.store(block_expert_ptr + blocks, owner, mask=blocks * BLOCK_M < num_rows)
+    padding = tl.zeros((CHUNK,), dtype=tl.int32) + num_pairs
+    for start in range(0, num_rows, CHUNK):  # every row padding first
+        tl.store(sorted_ids_ptr + start + lanes, padding, mask=start + lanes < num_rows)
+    tl.debug_barrier()  # the padding is written before any real pair overwrites it
+    next_row = ends - padded  # per expert: the row its next pair takes
+    for start in range(0, num_pairs, CHUNK):
+        pair = start + lanes
+        e = tl.load(ids_ptr + pair, mask=pair < num_pairs, other=-1).to(tl.int32)
+        onehot = (e[:, None] == experts[None, :]) & (experts[None, :] < NUM_EXPERTS)  # (CHUNK, EXPERTS_PAD)
+        same_before = (e[:, None] == e[None, :]) & (lanes[None, :] < lanes[:, None])  # earlier pairs, same expert
+        row = tl.sum(tl.where(onehot, next_row[None, :], 0), axis=1) + tl.sum(same_before.to(tl.int32), axis=1)
+        live = tl.sum(onehot.to(tl.int32), axis=1) > 0
+        tl.store(sorted_ids_ptr + row, pair, mask=live)
+        next_row += tl.sum(onehot.to(tl.int32), axis=0)
+
+
+def align_pairs_kernel(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`align_pairs` in one Triton program (decode-sized batches)."""
+    flat = topk_ids.reshape(-1)
+    num_pairs = flat.numel()
+    rows = max_padded_pairs(num_pairs, num_experts, block_m)
+    sorted_ids = torch.empty(rows, dtype=torch.int32, device=flat.device)
+    block_expert = torch.empty(rows // block_m, dtype=torch.int32, device=flat.device)
+    if rows:
+        _align_kernel[(1,)](
+            flat,
+            sorted_ids,
+            block_expert,
+            num_pairs,
+            rows,
+            NUM_EXPERTS=num_experts,
+            EXPERTS_PAD=triton.next_power_of_2(num_experts),
+            BLOCK_M=block_m,
+            CHUNK=32,
+            num_warps=4,
+        )
+    return sorted_ids, block_expert
 
 
 @triton.jit
@@ -184,10 +262,13 @@ def fused_moe(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
     tiles: MoeTiles | None = None,
+    all_ids_local: bool = False,
 ) -> torch.Tensor:
     """`moe_reference.fused_moe_ref` in two Triton launches (plus the sort): (tokens, hidden) in x.dtype.
 
-    Inputs are trusted (the MoE layer builds them); `tiles` overrides the table (tests, benchmarks)."""
+    Inputs are trusted (the MoE layer builds them); `tiles` overrides the table (tests, benchmarks).
+    `all_ids_local` promises every id is one of these experts (no expert parallelism): every row of
+    the down GEMM's output is then written, and it needs no zeroing first."""
     num_tokens, hidden = x.shape
     num_experts, intermediate = w13.shape[0], w13.shape[1] // 2
     top_k = topk_ids.shape[1]
@@ -202,7 +283,7 @@ def fused_moe(
     weights = topk_weights.float().reshape(-1).contiguous()  # (pairs,) in pair order
     h = torch.empty(num_pairs, intermediate, dtype=x.dtype, device=x.device)  # read only where written
     _gemm(x, w13, h, sorted_ids, block_expert, weights, top_k, True, tiles.gate_up, tiles.block_m)
-    # zeros: the rows of pairs no block computes (experts of another rank) must add nothing
-    out = torch.zeros(num_pairs, hidden, dtype=x.dtype, device=x.device)
+    # the rows of pairs no block computes (experts of another rank) must add nothing
+    out = (torch.empty if all_ids_local else torch.zeros)(num_pairs, hidden, dtype=x.dtype, device=x.device)
     _gemm(h, w2, out, sorted_ids, block_expert, weights, 1, False, tiles.down, tiles.block_m)
     return out.view(num_tokens, top_k, hidden).sum(dim=1)

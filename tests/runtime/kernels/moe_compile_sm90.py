@@ -17,7 +17,7 @@ except ImportError as exc:
 
 import triton.language as tl
 
-from model_optimizer.runtime.kernels.fused_moe import _moe_gemm_kernel
+from model_optimizer.runtime.kernels.fused_moe import _align_kernel, _moe_gemm_kernel
 from model_optimizer.runtime.kernels.moe_tiles import GEMM_CANDIDATES, default_tiles
 
 SMEM_LIMIT = 227 * 1024  # an H100/H200 block's dynamic shared memory
@@ -63,3 +63,10 @@ for tiles in (GEMM_CANDIDATES[3], GEMM_CANDIDATES[5]):  # the deepest K tile, th
     moe_gemm("bf16", 64, tiles, gated=True)
 moe_gemm("fp16", 16, default_tiles(1, 128, 8).gate_up, gated=True)
 moe_gemm("fp32", 16, default_tiles(1, 128, 8).down, gated=False)
+compile_kernel(
+    _align_kernel,
+    dict(ids_ptr="*i64", sorted_ids_ptr="*i32", block_expert_ptr="*i32"),
+    dict(NUM_EXPERTS=128, EXPERTS_PAD=128, BLOCK_M=16, CHUNK=32),
+    quiet=True,
+)
+print("_align_kernel compiled", flush=True)

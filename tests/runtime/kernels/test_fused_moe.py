@@ -3,7 +3,12 @@
 import pytest
 import torch
 
-from model_optimizer.runtime.kernels.fused_moe import align_pairs, fused_moe, max_padded_pairs
+from model_optimizer.runtime.kernels.fused_moe import (
+    align_pairs_kernel,
+    align_pairs_sorted,
+    fused_moe,
+    max_padded_pairs,
+)
 from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
 from model_optimizer.runtime.kernels.moe_tiles import GemmTiles, MoeTiles, default_tiles
 from model_optimizer.runtime.layers.moe import softmax_topk
@@ -18,11 +23,14 @@ def _inputs(num_tokens, hidden, intermediate, num_experts, top_k, dtype, seed=0)
     return x, w13, w2, weights, ids
 
 
+@pytest.mark.parametrize("align_pairs", [align_pairs_sorted, align_pairs_kernel])
 @pytest.mark.parametrize(
     ("num_tokens", "num_experts", "top_k", "block_m"),
-    [(1, 8, 2, 16), (13, 4, 2, 16), (40, 6, 3, 32), (5, 64, 8, 16), (0, 4, 2, 16)],
+    [(1, 8, 2, 16), (13, 4, 2, 16), (40, 6, 3, 32), (5, 64, 8, 16), (0, 4, 2, 16), (70, 5, 2, 16)],
 )
-def test_align_pairs_gives_each_block_one_expert_and_every_pair_once(num_tokens, num_experts, top_k, block_m):
+def test_align_pairs_gives_each_block_one_expert_and_every_pair_once(
+    align_pairs, num_tokens, num_experts, top_k, block_m
+):
     gen = torch.Generator().manual_seed(num_tokens)
     rows = [torch.randperm(num_experts, generator=gen)[:top_k] for _ in range(num_tokens)]
     ids = torch.stack(rows) if rows else torch.zeros(0, top_k, dtype=torch.int64)
@@ -44,11 +52,23 @@ def test_align_pairs_gives_each_block_one_expert_and_every_pair_once(num_tokens,
     assert len(live) == sum(-(-int((flat == e).sum()) // block_m) for e in range(num_experts))
 
 
-def test_align_pairs_drops_experts_of_other_ranks():
+@pytest.mark.parametrize("align_pairs", [align_pairs_sorted, align_pairs_kernel])
+def test_align_pairs_drops_experts_of_other_ranks(align_pairs):
     ids = torch.tensor([[0, -1], [-1, 2], [2, 0]])  # -1: held by another rank
     sorted_ids, block_expert = align_pairs(ids, 3, 16)
     assert sorted(sorted_ids[sorted_ids < 6].tolist()) == [0, 3, 4, 5]
     assert block_expert.tolist()[:2] == [0, 2] and all(e == -1 for e in block_expert.tolist()[2:])
+
+
+@pytest.mark.parametrize(("num_tokens", "num_experts", "top_k"), [(1, 128, 8), (64, 128, 8), (37, 6, 2), (200, 8, 2)])
+def test_align_kernel_equals_the_sort(num_tokens, num_experts, top_k):
+    """Both keep each expert's pairs in pair order: the same rows, not just an equivalent layout."""
+    gen = torch.Generator().manual_seed(num_tokens)
+    ids = torch.stack([torch.randperm(num_experts, generator=gen)[:top_k] for _ in range(num_tokens)])
+    ids[0, 0] = -1  # another rank's expert
+    for block_m in (16, 64):
+        kernel, sort = align_pairs_kernel(ids, num_experts, block_m), align_pairs_sorted(ids, num_experts, block_m)
+        assert torch.equal(kernel[0], sort[0]) and torch.equal(kernel[1], sort[1])
 
 
 SMALL = MoeTiles(16, GemmTiles(16, 16), GemmTiles(32, 16))

@@ -19,5 +19,6 @@ def test_moe_gemm_compiles_for_sm90_with_vector_loads():
     lines = [line for line in result.stdout.splitlines() if "ptx chars" in line]
     assert len(lines) == 10, result.stdout
     assert all(line.endswith(" vectorized") for line in lines), result.stdout
+    assert "_align_kernel compiled" in result.stdout
     shared = [line for line in result.stdout.splitlines() if line.startswith("  shared")]
     assert len(shared) == 10 and all(line.endswith(" ok") for line in shared), result.stdout
