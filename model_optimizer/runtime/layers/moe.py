@@ -22,8 +22,11 @@ Pieces, each usable alone (a new family composes them; DeepSeek's will add its o
 
 Tensor parallelism (distributed.py): each rank keeps its 1/tp slice of every expert's intermediate
 dimension (the gate and up rows, the down columns), as the dense MLP does, so its routed sum is a
-partial sum that one all_reduce completes. The router is replicated (experts x hidden is small) and
-every rank routes the same tokens the same way.
+partial sum that one all_reduce completes. With expert parallelism (`get_tp().expert_parallel`,
+EngineConfig.enable_expert_parallel) a rank keeps 1/tp of the experts whole instead: it computes
+the pairs routed to its own experts, drops the others (their ids fall outside its range), and the
+same all_reduce adds the ranks' sums. Either way the router is replicated (experts x hidden is
+small) and every rank routes the same tokens the same way.
 """
 
 from __future__ import annotations
@@ -85,12 +88,19 @@ class FusedExperts(nn.Module):
 
     def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int) -> None:
         super().__init__()
+        tp = get_tp()
         self.num_experts, self.hidden_size = num_experts, hidden_size
         self.full_intermediate_size = intermediate_size
-        self.intermediate_start, self.intermediate_size = get_tp().shard(intermediate_size, "moe intermediate size")
+        self.first_expert, self.num_local_experts = tp.experts(num_experts)
+        """The experts this rank holds: [first, first + count) (all but under expert parallelism)."""
+        self.expert_parallel = tp.expert_parallel and tp.size > 1
+        self.intermediate_start, self.intermediate_size = (
+            (0, intermediate_size) if self.expert_parallel else tp.shard(intermediate_size, "moe intermediate size")
+        )
         """This rank's slice [start, start + size) of each expert's intermediate dimension."""
-        self.w13_weight = nn.Parameter(torch.empty(num_experts, 2 * self.intermediate_size, hidden_size))
-        self.w2_weight = nn.Parameter(torch.empty(num_experts, hidden_size, self.intermediate_size))
+        local, inter = self.num_local_experts, self.intermediate_size
+        self.w13_weight = nn.Parameter(torch.empty(local, 2 * inter, hidden_size))
+        self.w2_weight = nn.Parameter(torch.empty(local, hidden_size, inter))
         self.w13_weight.weight_loader = self._load_expert  # type: ignore[attr-defined]
         self.w2_weight.weight_loader = self._load_expert  # type: ignore[attr-defined]
 
@@ -99,10 +109,12 @@ class FusedExperts(nn.Module):
         kind, _, index = (shard_id or "").partition(":")
         if kind not in ("gate", "up", "down") or not index.isdigit() or int(index) >= self.num_experts:
             raise ValueError(f"unknown expert shard {shard_id!r}; expected gate|up|down:<0..{self.num_experts - 1}>")
-        expert, full, local = int(index), self.full_intermediate_size, self.intermediate_size
+        expert, full, local = int(index) - self.first_expert, self.full_intermediate_size, self.intermediate_size
         expected = (self.hidden_size, full) if kind == "down" else (full, self.hidden_size)
         if tuple(loaded.shape) != expected:
             raise ValueError(f"expected shape {expected} for expert {kind} projection, got {tuple(loaded.shape)}")
+        if not 0 <= expert < self.num_local_experts:
+            return  # another rank's expert (expert parallelism): not even read
         if kind == "down":  # (hidden, intermediate): this rank's columns
             target, part = param.data[expert], loaded.narrow(1, self.intermediate_start, local)
         else:  # gate rows first, then up rows
@@ -112,8 +124,14 @@ class FusedExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         """x (tokens, hidden) -> this rank's part of sum_k weight_k * expert_k(x), (tokens, hidden)."""
+        if self.first_expert:  # ids of other ranks' experts fall outside [0, local experts): dropped
+            topk_ids = topk_ids - self.first_expert
         kernel = triton_kernel("fused_moe", "fused_moe") if x.is_cuda else None
-        return (kernel or fused_moe_ref)(x, self.w13_weight, self.w2_weight, topk_weights, topk_ids)
+        if kernel is None:
+            return fused_moe_ref(x, self.w13_weight, self.w2_weight, topk_weights, topk_ids)
+        return kernel(
+            x, self.w13_weight, self.w2_weight, topk_weights, topk_ids, all_ids_local=not self.expert_parallel
+        )
 
 
 class SparseMoeBlock(nn.Module):
