@@ -1,8 +1,15 @@
-"""The mixture-of-experts settings of a config.json, under the names each family gives them."""
+"""The mixture-of-experts settings of a config.json, under the names each family gives them.
+
+Plain Python on the config dict (no torch): the models build their layers from it, and `mopt inspect`
+and the tuner's cost model count active parameters from it without building anything.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+EXPERT_SIZE_KEYS = {"Qwen3MoeForCausalLM": "moe_intermediate_size", "MixtralForCausalLM": "intermediate_size"}
+"""Architectures with experts -> the config key of each expert's intermediate size."""
 
 
 @dataclass(frozen=True)
@@ -33,3 +40,26 @@ class MoeArgs:
         if act != "silu":
             raise ValueError(f"config.json: hidden_act {act!r} is not supported for {arch} experts; supported: silu")
         return cls(num_experts, values["num_experts_per_tok"], values[intermediate_key], renormalize)
+
+
+def moe_args_for(hf: dict) -> MoeArgs | None:
+    """The experts of a config.json's architecture; None for a dense model."""
+    arch = (hf.get("architectures") or [""])[0]
+    if arch not in EXPERT_SIZE_KEYS:
+        return None
+    renormalize = arch == "MixtralForCausalLM" or bool(hf.get("norm_topk_prob", False))
+    return MoeArgs.from_hf(hf, EXPERT_SIZE_KEYS[arch], renormalize)
+
+
+def is_sparse_layer(hf: dict, layer_idx: int) -> bool:
+    """Whether transformers gives this layer experts rather than a dense MLP: Qwen-MoE's
+    `mlp_only_layers` and `decoder_sparse_step` ((layer + 1) % step == 0); every layer elsewhere."""
+    step = hf.get("decoder_sparse_step", 1) or 1
+    return layer_idx not in (hf.get("mlp_only_layers") or []) and (layer_idx + 1) % step == 0
+
+
+def sparse_layers(hf: dict) -> list[int]:
+    """Indices of the layers with experts; [] for a dense model."""
+    if moe_args_for(hf) is None:
+        return []
+    return [i for i in range(int(hf["num_hidden_layers"])) if is_sparse_layer(hf, i)]

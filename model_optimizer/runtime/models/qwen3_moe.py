@@ -15,17 +15,11 @@ from torch import nn
 from model_optimizer.runtime.layers.moe import FusedExperts, SparseMoeBlock, TopKRouter, expert_stacked_params
 from model_optimizer.runtime.models.llama import DecoderLayer, DecoderMLP, LlamaForCausalLM
 from model_optimizer.runtime.models.model_config import DecoderArgs
-from model_optimizer.runtime.models.moe_args import MoeArgs
+from model_optimizer.runtime.models.moe_args import MoeArgs, is_sparse_layer
 
 
 def moe_args(args: DecoderArgs) -> MoeArgs:
     return MoeArgs.from_hf(args.hf, "moe_intermediate_size", bool(args.hf.get("norm_topk_prob", False)))
-
-
-def is_sparse_layer(hf: dict, layer_idx: int) -> bool:
-    """Whether transformers gives this layer experts (rather than the dense MLP)."""
-    step = hf.get("decoder_sparse_step", 1) or 1
-    return layer_idx not in (hf.get("mlp_only_layers") or []) and (layer_idx + 1) % step == 0
 
 
 class Qwen3MoeDecoderLayer(DecoderLayer):
