@@ -122,6 +122,17 @@ class FusedExperts(nn.Module):
             part = loaded.narrow(0, self.intermediate_start, local)
         target.copy_(materialize(part, param.dtype))
 
+    def checkpoint_tensor(self, param: nn.Parameter, shard_id: str) -> torch.Tensor:
+        """The per-expert checkpoint tensor `shard_id` (gate|up|down:<e>) of a whole model (writers of
+        checkpoints: model/quantize/writer.py); the inverse of the weight_loader on one device."""
+        if self.num_local_experts != self.num_experts or self.intermediate_size != self.full_intermediate_size:
+            raise ValueError("a checkpoint is written from the whole model, not a tensor-parallel shard")
+        kind, _, index = shard_id.partition(":")
+        expert, size = int(index), self.intermediate_size
+        if kind == "down":
+            return self.w2_weight.data[expert]
+        return self.w13_weight.data[expert].narrow(0, 0 if kind == "gate" else size, size)
+
     def forward(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         """x (tokens, hidden) -> this rank's part of sum_k weight_k * expert_k(x), (tokens, hidden)."""
         if self.first_expert:  # ids of other ranks' experts fall outside [0, local experts): dropped
