@@ -45,7 +45,7 @@ if [ "$MODE" = extra ]; then
     --output "$WORK/decode_mixtral.json"
   grep -hE "tokens:|ms/step" "$WORK/moe_sweep.log" "$WORK/decode_mixtral.log" >> "$WORK/summary.txt" 2>/dev/null
 else
-  part gpu_tests 180 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_families_gpu.py
+  part gpu_tests 180 python3 -m pytest -q -p no:cacheprovider --durations=12 tests/gpu/test_families_gpu.py
   tail -5 "$WORK/gpu_tests.log" >> "$WORK/summary.txt"
   part moe_kernels 60 python3 benchmarks/moe_kernels.py --models qwen3-30b-a3b --tokens 1 64 512 \
     --output "$WORK/moe_kernels.json"

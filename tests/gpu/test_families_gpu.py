@@ -54,7 +54,7 @@ def test_bf16_agrees_with_transformers(tiny_model, name):
     assert agreed >= 24 * 6 // 4  # mostly identical, not a string of near-ties
 
 
-@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral", "gemma3"])
+@pytest.mark.parametrize("name", ["qwen3_moe", "gemma3"])
 def test_cuda_graphs_give_the_same_tokens_as_eager(tiny_model, name):
     batch = prompts(1, 12)
     model_dir = str(tiny_model(name))
