@@ -2,14 +2,15 @@
 
     PYTHONPATH=. python3 benchmarks/decode_latency.py [--output FILE]
 
-For Qwen3-0.6B's and Llama-3.1-8B's configs (dummy bf16 weights), batch 1, 8 and 64 at context
-512: the median time between consecutive engine steps in steady decoding (scheduling, CUDA-graph
-replay, sampling: what a user waits for per token; with asynchronous scheduling the host work of
-one step overlaps the device work of the previous one), bytes that step must read (weights once,
-plus each sequence's KV cache), and the achieved GB/s against a device-to-device copy measured in
-the same run. `graph_ms` is the forward pass alone (CUDA-graph replays timed with CUDA events in
-the middle of the decode, while the graph's buffers hold the full batch), so `ms_per_step - graph_ms`
-is what logits, sampling and host work still add.
+For Qwen3-0.6B's and Llama-3.1-8B's configs (dummy bf16 weights; `--models` takes any folder of
+benchmarks/configs, qwen3-30b-a3b say), batch 1, 8 and 64 at context 512: the median time between
+consecutive engine steps in steady decoding (scheduling, CUDA-graph replay, sampling: what a user
+waits for per token; with asynchronous scheduling the host work of one step overlaps the device
+work of the previous one), bytes that step must read (weights once, of a mixture of experts only
+the experts its tokens are routed to, plus each sequence's KV cache), and the achieved GB/s against
+a device-to-device copy measured in the same run. `graph_ms` is the forward pass alone (CUDA-graph
+replays timed with CUDA events in the middle of the decode, while the graph's buffers hold the full
+batch), so `ms_per_step - graph_ms` is what logits, sampling and host work still add.
 
 `--quantization fp8 int8 rtn-int4` repeats the measurement per method, the dummy weights quantized
 at load time (rtn-int4 runs the same W4A16 kernels as awq); `none` is the bf16 baseline. Weight
@@ -49,7 +50,6 @@ def measure(
         **extra,
     )
     args = llm.runner.args
-    weight_bytes = model_weight_bytes(llm.runner.model)
     method = quantization or "none"
     kv_bytes_per_token = 2 * args.num_layers * args.num_kv_heads * args.head_dim * 2
     rows = []
@@ -73,7 +73,7 @@ def measure(
                     measured = True
         times = [b - a for a, b in zip(marks, marks[1:])]
         step = statistics.median(times[2:]) if len(times) > 4 else float("nan")
-        moved = weight_bytes + batch * (CONTEXT + DECODE_STEPS // 2) * kv_bytes_per_token
+        moved = weight_bytes_read(llm.runner.model, batch) + batch * (CONTEXT + DECODE_STEPS // 2) * kv_bytes_per_token
         if graph_kernels is not None:
             kernels[f"{model} {method} batch {batch}" if extra else f"{model} batch {batch}"] = graph_kernels
         rows.append(
@@ -106,6 +106,21 @@ def model_weight_bytes(model) -> int:
         if name.rsplit(".", 1)[-1] in ("qweight", "scales", "zeros")
     )
     return sum(p.numel() * p.element_size() for p in model.parameters()) + quantized
+
+
+def weight_bytes_read(model, batch: int) -> float:
+    """Weight bytes a decode step of `batch` sequences reads: every weight of a dense model; of a mixture
+    of experts' experts, those its tokens are routed to, expected under uniform routing (as dummy
+    weights route: each expert is missed by a token with probability 1 - top_k / num_experts)."""
+    from model_optimizer.runtime.layers.moe import FusedExperts, TopKRouter
+
+    total = float(model_weight_bytes(model))
+    experts = [m for m in model.modules() if isinstance(m, FusedExperts)]
+    routers = [m for m in model.modules() if isinstance(m, TopKRouter)]
+    for layer, router in zip(experts, routers):
+        stored = sum(p.numel() * p.element_size() for p in layer.parameters())
+        total -= stored * (1 - router.top_k / router.num_experts) ** batch
+    return total
 
 
 def replay_ms(runner, batch: int, replays: int = 50) -> float:

@@ -48,6 +48,30 @@ TINY_MODELS = {
     "qwen2": ("qwen2", dict(num_key_value_heads=4, tie_word_embeddings=True, vocab_size=1031)),
     "qwen3": ("qwen3", dict(num_key_value_heads=2, head_dim=32, tie_word_embeddings=True)),
     "qwen3_hd64": ("qwen3", dict(num_attention_heads=4, num_key_value_heads=1, head_dim=64, hidden_size=128)),
+    # mixtures of experts: renormalized top-k with a dense layer listed; plain top-k every other layer
+    "qwen3_moe": (
+        "qwen3_moe",
+        dict(head_dim=16, num_hidden_layers=3, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32)
+        | dict(norm_topk_prob=True, mlp_only_layers=[1]),
+    ),
+    "qwen3_moe_step2": (
+        "qwen3_moe",
+        dict(head_dim=16, num_hidden_layers=3, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=48)
+        | dict(decoder_sparse_step=2, tie_word_embeddings=True),
+    ),
+    "mixtral": ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=48, sliding_window=24)),
+    "glm4": ("glm4", dict(head_dim=32, num_hidden_layers=2)),  # partial rotary 0.5, q/k/v bias by default
+    "gemma3": (
+        "gemma3",
+        dict(head_dim=16, num_hidden_layers=3, query_pre_attn_scalar=24, sliding_window=16, tie_word_embeddings=True)
+        | dict(layer_types=["sliding_attention", "full_attention", "sliding_attention"], final_logit_softcapping=30.0)
+        | dict(
+            rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+            }
+        ),
+    ),
 }
 
 

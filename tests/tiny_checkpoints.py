@@ -91,7 +91,8 @@ def _spread_weights(model, seed: int) -> None:
 
 
 def tiny_config(kind: str, **overrides):
-    """A transformers config of a tiny decoder: `kind` llama, mistral, qwen2 or qwen3, 2 layers of width
+    """A transformers config of a tiny decoder: `kind` llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, glm4 or
+    gemma3 (text), 2 layers of width
     64, 4 query heads and 2 KV heads unless `overrides` say otherwise."""
     import transformers
 
@@ -113,6 +114,10 @@ def tiny_config(kind: str, **overrides):
         "mistral": transformers.MistralConfig,
         "qwen2": transformers.Qwen2Config,
         "qwen3": transformers.Qwen3Config,
+        "qwen3_moe": transformers.Qwen3MoeConfig,
+        "mixtral": transformers.MixtralConfig,
+        "glm4": transformers.Glm4Config,
+        "gemma3": transformers.Gemma3TextConfig,
     }[kind]
     return cls(**values)
 

@@ -60,6 +60,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             default=getattr(EngineConfig, name),
             help=f"{field_help} (default: {getattr(EngineConfig, name)})",
         )
+    plan.add_argument(
+        "--enable-expert-parallel", action="store_true", help=field_docs(EngineConfig)["enable_expert_parallel"]
+    )
     fix = parser.add_argument_group("--fix: write a cleaned copy")
     fix.add_argument("--fix", metavar="OUT", help="write a cleaned checkpoint to the new folder OUT, then inspect it")
     fix.add_argument(
@@ -108,6 +111,7 @@ def _attach_plan(args: argparse.Namespace, report: Any) -> None:
         max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size,
         tensor_parallel_size=args.tensor_parallel_size,
+        enable_expert_parallel=args.enable_expert_parallel,
     )
     gpu = gpu_memory(args.gpu) if args.gpu else None
     if report.raw_check.error is not None or any(f.id == "context.too_long" for f in report.findings):

@@ -103,6 +103,11 @@ class EngineConfig:
     process runs the model itself. Heads, KV heads and the MLP width must divide by it (KV heads may
     instead be fewer, then each is replicated)."""
 
+    enable_expert_parallel: bool = False
+    """Mixture-of-experts models under tensor parallelism: each GPU holds whole experts (1/N of them)
+    instead of a 1/N slice of every expert; the rest of each layer stays split as before. The
+    number of experts must divide by tensor_parallel_size. Same name as vLLM's flag."""
+
     one_shot_all_reduce: bool = False
     """Sum decode-sized tensor-parallel messages with torch's symmetric-memory one-shot kernel instead of
     NCCL. On two H200s the kernel alone is about twice as fast (6-13 us against 13-27 us, inside CUDA

@@ -17,6 +17,8 @@ import torch
 class TensorParallel:
     rank: int = 0
     size: int = 1
+    expert_parallel: bool = False
+    """Mixture-of-experts layers place whole experts per rank (`experts`) instead of slicing each one."""
 
     def shard(self, total: int, what: str = "dimension") -> tuple[int, int]:
         """(start, length) of this rank's equal share of `total`; ValueError when it does not divide."""
@@ -36,6 +38,16 @@ class TensorParallel:
             )
         return self.rank * num_kv_heads // self.size, 1
 
+    def experts(self, num_experts: int) -> tuple[int, int]:
+        """(first expert, count) this rank holds: all of them, or under expert parallelism its equal share."""
+        if not self.expert_parallel:
+            return 0, num_experts
+        if num_experts % self.size:
+            raise ValueError(
+                f"expert parallelism needs the {num_experts} experts to divide by tensor_parallel_size {self.size}"
+            )
+        return self.shard(num_experts, "num_experts")
+
 
 _current = TensorParallel()
 _symmetric: tuple[torch.Tensor, str] | None = None
@@ -46,7 +58,9 @@ def get_tp() -> TensorParallel:
     return _current
 
 
-def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.device) -> TensorParallel:
+def init_tensor_parallel(
+    rank: int, size: int, init_method: str, device: torch.device, expert_parallel: bool = False
+) -> TensorParallel:
     """Join the group (NCCL on CUDA, gloo on the CPU) as `rank` of `size`; once per process."""
     global _current
     import torch.distributed as dist
@@ -54,7 +68,7 @@ def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.d
     backend = "nccl" if device.type == "cuda" else "gloo"
     kwargs = {"device_id": device} if device.type == "cuda" else {}
     dist.init_process_group(backend, init_method=init_method, world_size=size, rank=rank, **kwargs)
-    _current = TensorParallel(rank, size)
+    _current = TensorParallel(rank, size, expert_parallel)
     return _current
 
 

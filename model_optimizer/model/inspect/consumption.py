@@ -38,7 +38,9 @@ class LoadCheck:
         return self.error is None and not (self.unexpected or self.missing or self.misshapen)
 
 
-def build_meta_model(config: dict, dtype_name: str = "bfloat16", tensor_parallel_size: int = 1):
+def build_meta_model(
+    config: dict, dtype_name: str = "bfloat16", tensor_parallel_size: int = 1, expert_parallel: bool = False
+):
     """The engine's model class for this config.json, its parameters on the meta device (no memory).
 
     Parameters move to meta as each module registers them; buffers (rotary tables, a few MB) stay
@@ -50,12 +52,13 @@ def build_meta_model(config: dict, dtype_name: str = "bfloat16", tensor_parallel
     With `tensor_parallel_size` N > 1 it is rank 0's shard as a worker of N builds it (every rank's
     shapes are the same): the layers size themselves from `get_tp()`, so the engine's own rules
     (KV heads replicated when fewer than N, vocabulary padded to a multiple of N) apply unchanged,
-    and a size the model cannot split raises the engine's ValueError."""
-    return _cached_meta_model(json.dumps(config, sort_keys=True), dtype_name, tensor_parallel_size)
+    and a size the model cannot split raises the engine's ValueError. `expert_parallel`: whole experts
+    per rank, as EngineConfig.enable_expert_parallel makes them."""
+    return _cached_meta_model(json.dumps(config, sort_keys=True), dtype_name, tensor_parallel_size, expert_parallel)
 
 
 @lru_cache(maxsize=8)
-def _cached_meta_model(config_json: str, dtype_name: str, tensor_parallel_size: int = 1):
+def _cached_meta_model(config_json: str, dtype_name: str, tensor_parallel_size: int = 1, expert_parallel: bool = False):
     import torch
 
     from model_optimizer.runtime.models.loader import build_model
@@ -64,12 +67,12 @@ def _cached_meta_model(config_json: str, dtype_name: str, tensor_parallel_size: 
 
     args = DecoderArgs.from_dict(json.loads(config_json))
     model_cls = resolve_model_class(args.architecture)
-    with parameters_on_meta(), as_tensor_parallel_rank0(tensor_parallel_size):
+    with parameters_on_meta(), as_tensor_parallel_rank0(tensor_parallel_size, expert_parallel):
         return build_model(lambda: model_cls(args), getattr(torch, dtype_name), torch.device("cpu"))
 
 
 @contextmanager
-def as_tensor_parallel_rank0(size: int) -> Iterator[None]:
+def as_tensor_parallel_rank0(size: int, expert_parallel: bool = False) -> Iterator[None]:
     """Layers built inside see themselves as rank 0 of `size` (runtime/distributed.py's `get_tp()`), with no
     process group: building only reads the rank and size, collectives run in forward, never here."""
     if size < 1:
@@ -77,7 +80,7 @@ def as_tensor_parallel_rank0(size: int) -> Iterator[None]:
     from model_optimizer.runtime import distributed as state
 
     saved = state._current
-    state._current = state.TensorParallel(0, size)
+    state._current = state.TensorParallel(0, size, expert_parallel)
     try:
         yield
     finally:

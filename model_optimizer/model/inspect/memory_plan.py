@@ -82,6 +82,15 @@ class ModelShape:
     tensor_parallel_size: int = 1
     full_vocab_size: int = 0
     """The model's vocabulary: the gathered logits have this many columns on every rank."""
+    expert_params: int = 0
+    """Parameters of a mixture of experts' experts (this rank's); 0 for a dense model."""
+    num_active_params: int = 0
+    """Parameters one token runs through: all but the experts, plus its top_k of them per layer."""
+    moe_top_k: int = 0
+    moe_intermediate_size: int = 0
+    """Each expert's intermediate size on this rank (its slice under tensor parallelism)."""
+    num_experts: int = 0
+    """Experts of a layer (all of them: each rank routes over every expert)."""
 
 
 @dataclass
@@ -120,6 +129,11 @@ class MemoryPlan:
     notes: list[str] = field(default_factory=list)
     tensor_parallel_size: int = 1
     """GPUs the model is split across; every figure above (num_params and the bytes) is one GPU's."""
+    num_active_params: int = 0
+    """Parameters one token runs through (one GPU's share): a mixture of experts' top_k experts per layer,
+    not all of them; num_params for a dense model."""
+    expert_parallel: bool = False
+    """Whole experts per GPU (enable_expert_parallel) rather than a slice of each."""
     min_tensor_parallel_size: dict[str, int | None] = field(default_factory=dict)
     """Weight format -> the smallest tensor_parallel_size (up to MAX_TENSOR_PARALLEL_SIZE) at which one
     sequence of seq_len fits each GPU with the model-dtype KV cache; None when none does. Only with
@@ -135,18 +149,27 @@ class MemoryPlan:
         return asdict(self)
 
 
-def model_shape(config: dict, dtype_name: str = "bfloat16", tensor_parallel_size: int = 1) -> ModelShape:
+def model_shape(
+    config: dict, dtype_name: str = "bfloat16", tensor_parallel_size: int = 1, expert_parallel: bool = False
+) -> ModelShape:
     """Parameter and buffer sizes of the engine's model for `config`, built on the meta device; one
-    GPU's shard of it under tensor parallelism (ValueError when the model cannot be split so)."""
+    GPU's shard of it under tensor parallelism, whole experts per GPU with `expert_parallel`
+    (ValueError when the model cannot be split so)."""
     from model_optimizer.model.inspect.consumption import build_meta_model
     from model_optimizer.runtime.distributed import TensorParallel
     from model_optimizer.runtime.layers.linear import Linear
+    from model_optimizer.runtime.layers.moe import FusedExperts, TopKRouter
 
-    model = build_meta_model(config, dtype_name, tensor_parallel_size)
+    model = build_meta_model(config, dtype_name, tensor_parallel_size, expert_parallel)
     args = model.args
     tp = TensorParallel(0, tensor_parallel_size)
     linears = [m for m in model.modules() if isinstance(m, Linear)]
     num_kv_heads = getattr(model, "local_num_kv_heads", tp.kv_heads(args.num_kv_heads)[1])
+    experts = [m for m in model.modules() if isinstance(m, FusedExperts)]
+    routers = [m for m in model.modules() if isinstance(m, TopKRouter)]
+    num_params = sum(p.numel() for p in model.parameters())
+    expert_params = sum(m.w13_weight.numel() + m.w2_weight.numel() for m in experts)
+    top_k, num_experts = (routers[0].top_k, routers[0].num_experts) if routers else (0, 0)
     return ModelShape(
         name=args.architecture,
         num_layers=args.num_layers,
@@ -156,12 +179,17 @@ def model_shape(config: dict, dtype_name: str = "bfloat16", tensor_parallel_size
         kv_size=num_kv_heads * args.head_dim,
         vocab_size=model.lm_head.weight.shape[0],
         max_position_embeddings=args.max_position_embeddings,
-        num_params=sum(p.numel() for p in model.parameters()),
+        num_params=num_params,
         linear_params=sum(m.weight.numel() for m in linears),
         linear_out_rows=sum(m.weight.shape[0] for m in linears),
         buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
         tensor_parallel_size=tensor_parallel_size,
         full_vocab_size=args.vocab_size,
+        expert_params=expert_params,
+        num_active_params=num_params - expert_params + (expert_params * top_k // num_experts if experts else 0),
+        moe_top_k=top_k,
+        moe_intermediate_size=experts[0].intermediate_size if experts else 0,
+        num_experts=num_experts,
     )
 
 
@@ -186,6 +214,10 @@ def profile_activation_bytes(
     `num_logit_rows` rows join the final hidden states. One scratch KV block table spans the tokens."""
     t, h = num_tokens, shape.hidden_size
     mlp = 4 * t * h + 3 * t * shape.intermediate_size
+    if shape.moe_top_k:  # each (token, expert) pair's intermediate and output rows, the k outputs' sum, the
+        # router's logits and float32 probabilities (two elements each); Gemma-like gelu MLPs are a tI more
+        pairs = t * shape.moe_top_k
+        mlp = max(mlp, 5 * t * h + pairs * (shape.moe_intermediate_size + h) + 3 * t * shape.num_experts)
     attention = 5 * t * h + t * (shape.q_size + 2 * shape.kv_size) + t * (2 * shape.q_size + shape.kv_size)
     logits = 2 * t * h + num_logit_rows * shape.vocab_size
     if shape.tensor_parallel_size > 1:  # this rank's block, the gathered blocks and their concatenation
@@ -210,7 +242,7 @@ def plan_memory(
     dtype_name, dtype_bytes = str(dtype).removeprefix("torch."), torch.tensor([], dtype=dtype).element_size()
     tp_size = engine.tensor_parallel_size
     try:
-        shape = model_shape(config, dtype_name, tp_size)
+        shape = model_shape(config, dtype_name, tp_size, engine.enable_expert_parallel)
     except ValueError as exc:
         if tp_size == 1:
             raise
@@ -254,7 +286,15 @@ def plan_memory(
         profile_tokens=profile_tokens,
         gpu=gpu,
         tensor_parallel_size=tp_size,
+        num_active_params=shape.num_active_params,
+        expert_parallel=engine.enable_expert_parallel and tp_size > 1,
     )
+    if shape.expert_params:
+        plan.notes.append(
+            f"mixture of experts: {shape.num_experts} experts per layer, {shape.moe_top_k} per token; a decode "
+            f"step reads the experts its tokens are routed to (about {shape.num_active_params / 1e9:.2f} B of "
+            f"{shape.num_params / 1e9:.2f} B parameters at batch 1), but every expert stays in memory"
+        )
     if tp_size > 1:
         plan.notes.append(
             f"per GPU of {tp_size}: layers split {tp_size} ways, {shape.kv_size // args.head_dim} KV head(s) per GPU"
@@ -316,7 +356,7 @@ def smallest_fitting_tensor_parallel_size(
         if n <= engine.tensor_parallel_size:
             continue
         plan = plan_memory(config, None, replace(engine, tensor_parallel_size=n), seq_len)
-        shape = model_shape(config, plan.dtype, n)
+        shape = model_shape(config, plan.dtype, n, engine.enable_expert_parallel)
         if _fit(plan, shape, gpu, engine, weight_format, "auto").num_sequences >= 1:
             return n
     return None

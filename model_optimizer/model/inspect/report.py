@@ -68,6 +68,21 @@ def _print_census(console: Console, census: dict[str, Any]) -> None:
     if census["quantization_config"]:
         notes.append(f"quantization_config: {census['quantization_config']}")
     console.print("; ".join(notes), highlight=False)
+    if census.get("experts"):
+        _print_experts(console, census["experts"], census["total"]["params"])
+
+
+def _print_experts(console: Console, experts: dict[str, Any], total: int) -> None:
+    per_token = f", {experts['experts_per_token']} per token" if experts["experts_per_token"] else ""
+    line = (
+        f"experts: {experts['num_experts']} in each of {experts['num_moe_layers']} layers{per_token}, "
+        f"{human_count(experts['params_per_expert'])} params each ({human_count(experts['expert_params'])} in all)"
+    )
+    if experts["active_params"] is not None:
+        line += f"; {human_count(experts['active_params'])} of {human_count(total)} params active per token"
+    console.print(line, highlight=False)
+    for odd in experts["odd_experts"]:
+        console.print(f"[yellow]- unlike the others: {odd}[/]", highlight=False)
 
 
 def _print_findings(console: Console, findings: list[dict[str, Any]]) -> None:
@@ -98,6 +113,12 @@ def print_memory_plan(console: Console, plan: dict[str, Any]) -> None:
     for fmt, size in plan["weight_bytes_by_format"].items():
         table.add_row(fmt, human_bytes(size))
     console.print(table)
+    if plan.get("num_active_params") and plan["num_active_params"] != plan["num_params"]:
+        console.print(
+            f"parameters{per_gpu}: {human_count(plan['num_params'])} in memory, "
+            f"{human_count(plan['num_active_params'])} active per token (mixture of experts)",
+            highlight=False,
+        )
     kv = ", ".join(f"{k}: {human_bytes(v)}" for k, v in plan["kv_bytes_per_token"].items())
     console.print(f"KV cache per token{per_gpu}: {kv}", highlight=False)
     console.print(

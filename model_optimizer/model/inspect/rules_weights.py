@@ -8,7 +8,8 @@ from model_optimizer.environment.findings import Finding
 from model_optimizer.model.inspect.context import InspectContext
 from model_optimizer.model.inspect.headers import FLOAT_DTYPES
 
-LINEAR_KINDS = ("attention", "mlp", "embedding", "lm_head", "other")
+LINEAR_KINDS = ("attention", "mlp", "experts", "embedding", "lm_head", "other")
+"""Kinds whose weights are matmuls in the model dtype; a router ("router") may be kept in float32 on purpose."""
 MAX_LISTED = 8
 
 

@@ -109,6 +109,7 @@ def apply_awq(
     on_layer: Callable[[int], None] | None = None,
 ) -> None:
     """Rescale and clip the float weights of every decoder layer in place (model in float32)."""
+    check_awq_layout(model)
     device = next(model.parameters()).device
     token_ids, positions, meta = prefill_inputs(windows, model, device, torch.float32)
     x, residual = model.model.embed_tokens(token_ids), None
@@ -137,6 +138,21 @@ def apply_awq(
         x, residual = layer(positions, x, residual, meta)  # the next layer sees this layer's new output
         if on_layer:
             on_layer(index)
+
+
+def check_awq_layout(model: nn.Module) -> None:
+    """ValueError unless every layer is the Llama layout the scale folding assumes: a norm whose output
+    feeds q/k/v, one feeding a dense gate/up MLP (GLM-4's extra norms sit after those outputs: fine).
+    Mixtures of experts and Gemma's (1 + w) sandwich norms are not, yet."""
+    from model_optimizer.runtime.models.llama import DecoderLayer, DecoderMLP
+
+    arch = getattr(getattr(model, "args", None), "architecture", type(model).__name__)
+    for index, layer in enumerate(model.model.layers):
+        if not isinstance(layer, DecoderLayer) or not isinstance(layer.mlp, DecoderMLP):
+            raise ValueError(
+                f"awq does not support {arch} yet (layer {index} is a {type(layer.mlp).__name__} "
+                f"in a {type(layer).__name__}); use --method rtn-int4, int8 or fp8"
+            )
 
 
 def _fold(previous: torch.Tensor, weight: torch.Tensor, s: torch.Tensor) -> None:

@@ -2,8 +2,11 @@
 transformers read): int4 and int8 `pack-quantized`, fp8 `float-quantized` with dynamic per-token
 activations (FP8_DYNAMIC).
 
-Fused layers are split back into the checkpoint's q/k/v and gate/up tensors, so the folder has the
-original architecture's names.
+Fused layers are split back into the checkpoint's q/k/v and gate/up tensors (or kept whole where the
+checkpoint keeps them fused, as GLM-4's gate_up), and stacked experts back into one tensor per
+expert, so the folder has the original architecture's names. A mixture of experts' experts and
+routers stay in the model dtype (only linear layers are quantized), and the config's `ignore` says
+so, as llm-compressor's references keep the router in float.
 """
 
 from __future__ import annotations
@@ -93,6 +96,34 @@ class _Slice:
         self.zeros = layer.zeros[start : start + size] if getattr(layer, "zeros", None) is not None else None
 
 
+MOE_IGNORE = ["re:.*\\.experts(\\..*)?$", "re:.*\\.gate$"]
+"""Experts and routers of a mixture of experts, left in the model dtype (compressed-tensors' regex form)."""
+
+
+def checkpoint_slices(name: str, module: Linear, unstack: dict) -> list[tuple[str, int, int]]:
+    """(checkpoint module name, first row, rows) of each tensor a linear layer of ours came from."""
+    dotted = name + "."
+    fused = {s: o for (o, s) in unstack if o in dotted}
+    offsets = getattr(module, "shard_offsets", None)
+    if not fused or offsets is None:
+        return [(name, 0, module.out_features)]
+    if all(s in fused for s in offsets):
+        return [(dotted.replace(fused[s], unstack[(fused[s], s)])[:-1], start, n) for s, (start, n) in offsets.items()]
+    whole = next(s for s in fused if s not in offsets)  # the checkpoint keeps the layer fused (GLM-4's gate_up)
+    return [(dotted.replace(fused[whole], unstack[(fused[whole], whole)])[:-1], 0, module.out_features)]
+
+
+def unstacked(model: nn.Module, name: str, param: torch.Tensor, unstack: dict) -> dict[str, torch.Tensor]:
+    """A parameter that is no linear layer's under its checkpoint name(s): stacked experts one tensor per
+    expert (the module's `checkpoint_tensor`), a renamed one (Mixtral's router) whole."""
+    matches = [(o, s) for (o, s) in unstack if o in name]
+    if not matches:
+        return {name: param.data}
+    module = model.get_submodule(name.rsplit(".", 1)[0])
+    split = getattr(module, "checkpoint_tensor", None)
+    return {name.replace(o, unstack[(o, s)]): split(param, s) if split else param.data for o, s in matches}
+
+
 def model_state(model: nn.Module, method: str) -> dict[str, torch.Tensor]:
     """Checkpoint tensors of the whole model, names as in the original checkpoint."""
     stacked = getattr(model, "stacked_params", {})
@@ -102,12 +133,7 @@ def model_state(model: nn.Module, method: str) -> dict[str, torch.Tensor]:
     for name, module in model.named_modules():
         if not isinstance(module, Linear):
             continue
-        offsets = getattr(module, "shard_offsets", {None: (0, module.out_features)})
-        for shard, (start, size) in offsets.items():
-            prefix = name
-            if shard is not None:
-                ours = next(o for (o, s) in unstack if s == shard and o in name + ".")
-                prefix = (name + ".").replace(ours, unstack[(ours, shard)])[:-1]
+        for prefix, start, size in checkpoint_slices(name, module, unstack):
             if module.quant_method is not None:
                 for key, t in compressed_layer_tensors(_Slice(module, start, size), method).items():  # type: ignore[arg-type]
                     state[f"{prefix}.{key}"] = t
@@ -119,7 +145,7 @@ def model_state(model: nn.Module, method: str) -> dict[str, torch.Tensor]:
     tied = getattr(getattr(model, "args", None), "tie_word_embeddings", False)
     for name, param in model.named_parameters():
         if name not in handled and not (tied and name == "lm_head.weight"):
-            state[name] = param.data
+            state.update(unstacked(model, name, param, unstack))
     return {k: v.detach().cpu().contiguous() for k, v in state.items()}
 
 
@@ -129,6 +155,8 @@ def save_compressed_tensors(model: nn.Module, method: str, group_size: int, src_
     save_file(model_state(model, method), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     config = json.loads((src_dir / "config.json").read_text())
     config["quantization_config"] = compressed_tensors_config(method, group_size)
+    if any(type(m).__name__ == "FusedExperts" for m in model.modules()):
+        config["quantization_config"]["ignore"] += MOE_IGNORE
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     for path in src_dir.iterdir():
         if path.is_file() and path.suffix in COPIED_SUFFIXES and path.name not in SKIPPED_FILES:

@@ -43,6 +43,8 @@ TRANSLATED = {
     "quantization": "--quantization",
     "tensor_parallel_size": "--tensor-parallel-size",
     "stream_interval": "--stream-interval",
+    "api_server_count": "--api-server-count",
+    "enable_expert_parallel": "--enable-expert-parallel",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
 
@@ -56,7 +58,7 @@ config.json), and our int8 / rtn-int4 on-the-fly rounding has no vLLM equivalent
 ENV_ONLY = {"api_key": "VLLM_API_KEY"}
 """Settings vLLM reads from the environment: the container gets them from the same secret as ours."""
 
-ONLY_TRUE = {"enforce_eager", "async_scheduling"}
+ONLY_TRUE = {"enforce_eager", "async_scheduling", "enable_expert_parallel"}
 """vLLM flags that can only switch a feature on: our False is vLLM's default and needs no flag."""
 
 UNTRANSLATED = {

@@ -28,6 +28,11 @@ The coefficients (o_step, o_eager, e, c_k) are refitted from every measured tria
 relative error, with a weak pull towards the prior so a direction no trial has explored keeps its prior.
 TTFT is then corrected by the median of measured / modelled (robust to one odd trial).
 
+A mixture of experts (runtime/models/moe_args.py) counts its experts in W and L by use: a step reads
+the experts its tokens are routed to (each expert is missed by a token with probability 1 - k/E, so a
+decode step of b sequences reads a share 1 - (1 - k/E)^b of them) and a token's FLOPs are those of
+its k experts: Qwen3-30B-A3B's 30.5 B parameters decode at batch 1 like a 3.3 B model.
+
 With tensor_parallel_size N (tune/collectives.py) the roofline is one GPU's: W / N, its share of the
 KV heads (one replicated head when fewer than N) and 1/N of the FLOPs; the step adds its collectives
 (2 all-reduces per layer, about 7 us each with the one-shot kernel on H200 NVLink, 13-17 us with NCCL)
@@ -50,6 +55,7 @@ from model_optimizer.optimizer.tune.collectives import (
     visible_gpu_count,
 )
 from model_optimizer.optimizer.tune.hardware import Hardware
+from model_optimizer.runtime.models.moe_args import moe_args_for, sparse_layers
 
 GIB = float(1 << 30)
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -92,6 +98,24 @@ class ModelCost:
     num_kv_heads: int = 0
     intermediate_size: int = 0
     """The shape tensor parallelism splits (0: unknown, no check)."""
+    expert_params: int = 0
+    """Parameters of the experts of a mixture of experts (all layers); 0 for a dense model."""
+    expert_fraction: float = 1.0
+    """Experts each token runs, over the experts a layer has (top_k / num_experts)."""
+
+    @property
+    def active_linear_params(self) -> float:
+        """Matmul parameters one token runs through: the experts it is routed to, not all of them."""
+        return self.linear_params - self.expert_params * (1.0 - self.expert_fraction)
+
+    def weight_bytes_read(self, tokens: float) -> float:
+        """Weight bytes a step of `tokens` tokens reads: every dense weight, and of the experts those that
+        at least one token is routed to (uniform routing: each expert misses a token with 1 - top_k / E)."""
+        if not self.expert_params:
+            return float(self.weight_bytes)
+        expert_bytes = self.weight_bytes * self.expert_params / self.num_params
+        untouched = (1.0 - self.expert_fraction) ** max(tokens, 1.0)
+        return self.weight_bytes - expert_bytes * untouched
 
     def kv_bytes_per_gpu(self, kv_cache_dtype: str, tensor_parallel_size: int) -> int:
         """KV bytes per token one GPU stores: its KV heads' share of the whole."""
@@ -109,10 +133,14 @@ def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
     head_dim = int(config.get("head_dim") or hidden // heads)
     vocab, inter = int(config["vocab_size"]), int(config["intermediate_size"])
     q, kv = heads * head_dim, kv_heads * head_dim
-    per_layer = hidden * q + 2 * hidden * kv + q * hidden + 3 * hidden * inter
+    moe, sparse = moe_args_for(config), len(sparse_layers(config))
+    experts = moe.num_experts * 3 * hidden * moe.intermediate_size if moe else 0
+    router = moe.num_experts * hidden if moe else 0
+    blocks = layers * (hidden * q + 2 * hidden * kv + q * hidden)
+    blocks += (layers - sparse) * 3 * hidden * inter + sparse * (experts + router)
     tied = bool(config.get("tie_word_embeddings", False))
-    linear = layers * per_layer + vocab * hidden  # the lm_head is a matmul whether or not it is tied
-    params = layers * per_layer + vocab * hidden * (1 if tied else 2)
+    linear = blocks + vocab * hidden  # the lm_head is a matmul whether or not it is tied
+    params = blocks + vocab * hidden * (1 if tied else 2)
     dtype = dtype or config.get("torch_dtype") or config.get("dtype") or "bfloat16"
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype {dtype!r} of the model is not one of {', '.join(DTYPE_BYTES)}")
@@ -129,6 +157,8 @@ def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
         heads,
         kv_heads,
         inter,
+        expert_params=sparse * experts,
+        expert_fraction=moe.top_k / moe.num_experts if moe else 1.0,
     )
 
 
@@ -391,9 +421,10 @@ class Predictor:
         (`k_bytes` is per GPU) read once, its share of all tokens' FLOPs (a decode attends to `ctx` tokens,
         a prompt's token to half its prompt on average)."""
         bw, peak = self.hardware.bandwidth_gbps * 1e9, self.hardware.tflops * 1e12
-        linear = 2 * self.cost.linear_params * (decodes + prefill)
+        linear = 2 * self.cost.active_linear_params * (decodes + prefill)
         attention = self.cost.attn_flops_per_ctx_token * (decodes * ctx + prefill * prompt / 2)
-        return (self.cost.weight_bytes / tp + decodes * ctx * k_bytes) / bw + (linear + attention) / (peak * tp)
+        weights = self.cost.weight_bytes_read(decodes + prefill)  # a mixture of experts: those routed to
+        return (weights / tp + decodes * ctx * k_bytes) / bw + (linear + attention) / (peak * tp)
 
     def _ttft_model(self, pred: Prediction, fit: dict) -> float:
         """TTFT p99 (ms) before its own correction: the burst or the steady path, then the slot wait."""

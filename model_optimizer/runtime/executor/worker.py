@@ -90,7 +90,8 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         from model_optimizer.runtime.distributed import init_tensor_parallel
         from model_optimizer.runtime.runner.model_runner import ModelRunner
 
-        init_tensor_parallel(rank, config.tensor_parallel_size, spec.init_method, _device(config, rank))
+        device = _device(config, rank)
+        init_tensor_parallel(rank, config.tensor_parallel_size, spec.init_method, device, config.enable_expert_parallel)
         runner = ModelRunner(config, spec.model_dir)
         num_params = sum(p.numel() for p in runner.model.parameters())
         conn.send(

@@ -62,12 +62,19 @@ class AttentionMetadata:
 
 class Attention(nn.Module):
     def __init__(
-        self, layer_idx: int, num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None
+        self,
+        layer_idx: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        sliding_window: int | None,
+        scale: float | None = None,
     ) -> None:
+        """`scale` multiplies q.k: head_dim ** -0.5 unless given (Gemma's query_pre_attn_scalar)."""
         super().__init__()
         self.layer_idx = layer_idx
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        self.scale = head_dim**-0.5
+        self.scale = head_dim**-0.5 if scale is None else scale
         self.sliding_window = sliding_window
         # fp8 KV-cache scales (cache = x / scale); 1.0 keeps bf16-range activations inside e4m3's +-448
         self.register_buffer("k_scale", torch.ones((), dtype=torch.float32), persistent=False)

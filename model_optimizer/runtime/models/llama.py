@@ -75,7 +75,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, args: DecoderArgs, layer_idx: int, rotary: RotaryEmbedding) -> None:
         super().__init__()
         self.self_attn = DecoderAttention(args, layer_idx, rotary)
-        self.mlp = DecoderMLP(args)
+        self.mlp = self.build_mlp(args, layer_idx)
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
@@ -87,14 +87,21 @@ class DecoderLayer(nn.Module):
         h, residual = self.post_attention_layernorm(h, residual)
         return self.mlp(h), residual
 
+    def build_mlp(self, args: DecoderArgs, layer_idx: int) -> nn.Module:
+        """The layer's feed-forward block: a subclass returns a mixture of experts (models/qwen3_moe.py)."""
+        return DecoderMLP(args)
+
 
 class DecoderModel(nn.Module):
-    def __init__(self, args: DecoderArgs) -> None:
+    def __init__(
+        self, args: DecoderArgs, layer_cls: type[nn.Module] = DecoderLayer, rotary: nn.Module | None = None
+    ) -> None:
+        """`layer_cls(args, layer_idx, rotary)` builds each layer; `rotary` defaults to the config's RoPE."""
         super().__init__()
-        rope = RopeConfig.from_hf(args.hf, args.head_dim, args.max_position_embeddings)
-        rotary = RotaryEmbedding(rope)
+        if rotary is None:
+            rotary = RotaryEmbedding(RopeConfig.from_hf(args.hf, args.head_dim, args.max_position_embeddings))
         self.embed_tokens = VocabEmbedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(args, i, rotary) for i in range(args.num_layers))
+        self.layers = nn.ModuleList(layer_cls(args, i, rotary) for i in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
@@ -116,7 +123,10 @@ class LlamaForCausalLM(nn.Module):
         ".up_proj.": (".gate_up_proj.", "up"),
     }
 
-    def __init__(self, args: DecoderArgs) -> None:
+    def __init__(
+        self, args: DecoderArgs, layer_cls: type[nn.Module] = DecoderLayer, rotary: nn.Module | None = None
+    ) -> None:
+        """`layer_cls` and `rotary`: see DecoderModel (variants of the Llama layer, models/glm4.py say)."""
         super().__init__()
         self.args = args
         tp = get_tp()
@@ -125,7 +135,7 @@ class LlamaForCausalLM(nn.Module):
         """KV heads each attention layer of this rank stores: the model's num_key_value_heads on one
         device, its share under tensor parallelism (one when ranks share a head). The KV cache is
         sized from it (runner/model_runner.py)."""
-        self.model = DecoderModel(args)
+        self.model = DecoderModel(args, layer_cls, rotary)
         self.lm_head = LMHead(args.vocab_size, args.hidden_size)
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight

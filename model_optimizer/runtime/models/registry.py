@@ -11,6 +11,10 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "MistralForCausalLM": ("llama", "LlamaForCausalLM"),
     "Qwen2ForCausalLM": ("qwen2", "Qwen2ForCausalLM"),
     "Qwen3ForCausalLM": ("qwen3", "Qwen3ForCausalLM"),
+    "Qwen3MoeForCausalLM": ("qwen3_moe", "Qwen3MoeForCausalLM"),
+    "MixtralForCausalLM": ("mixtral", "MixtralForCausalLM"),
+    "Glm4ForCausalLM": ("glm4", "Glm4ForCausalLM"),
+    "Gemma3ForCausalLM": ("gemma3", "Gemma3ForCausalLM"),
 }
 
 
@@ -19,6 +23,10 @@ MODEL_TYPES: dict[str, str] = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "glm4": "Glm4ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
     "bert": "BertModel",
     "roberta": "RobertaModel",
     "xlm-roberta": "XLMRobertaModel",
@@ -56,11 +64,38 @@ def supported_architectures() -> list[str]:
     return sorted(set(ARCHITECTURES) | set(ENCODER_ARCHITECTURES))
 
 
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "Llama 2/3/3.1": ("LlamaForCausalLM",),
+    "Mistral": ("MistralForCausalLM",),
+    "Qwen2": ("Qwen2ForCausalLM",),
+    "Qwen3": ("Qwen3ForCausalLM",),
+    "Qwen3-MoE": ("Qwen3MoeForCausalLM",),
+    "Mixtral": ("MixtralForCausalLM",),
+    "GLM-4": ("Glm4ForCausalLM",),
+    "Gemma 3 (text)": ("Gemma3ForCausalLM",),
+}
+"""How people name the families of ARCHITECTURES: what an error lists."""
+
+NOT_YET: dict[str, str] = {
+    "DeepseekV2ForCausalLM": "DeepSeek-V2/V3 need multi-head latent attention, which is not built yet",
+    "DeepseekV3ForCausalLM": "DeepSeek-V2/V3 need multi-head latent attention, which is not built yet",
+    "Gemma3ForConditionalGeneration": "this is Gemma 3 with its vision tower; only text-only Gemma3ForCausalLM "
+    "checkpoints (gemma-3-1b, or a text model saved alone) load",
+    "Glm4MoeForCausalLM": "GLM-4.5's mixture of experts is not built yet (dense GLM-4 is: Glm4ForCausalLM)",
+}
+"""Architectures users try that are not supported, with why."""
+
+
+def describe_supported() -> str:
+    """The families and their `architectures` names, for error messages."""
+    return "; ".join(f"{family} ({', '.join(archs)})" for family, archs in FAMILIES.items())
+
+
 def resolve_model_class(architecture: str) -> type[nn.Module]:
     if architecture not in ARCHITECTURES:
-        supported = ", ".join(sorted(ARCHITECTURES))
+        why = f" ({NOT_YET[architecture]})" if architecture in NOT_YET else ""
         raise ValueError(
-            f"architecture {architecture!r} is not supported for generation; supported: {supported} "
+            f"architecture {architecture!r} is not supported for generation{why}; supported: {describe_supported()} "
             "(embedding models may also be BERT-family encoders)"
         )
     module_name, class_name = ARCHITECTURES[architecture]

@@ -38,6 +38,15 @@ def test_both_commands_carry_the_size():
     assert "--tensor-parallel-size" not in mopt_command(_settings(1))  # our default needs no flag
 
 
+def test_expert_parallelism_becomes_vllms_flag():
+    settings = _settings(2, enable_expert_parallel=True)
+    assert "--enable-expert-parallel" in mopt_command(settings)
+    vllm = vllm_command(settings)
+    assert "--enable-expert-parallel" in vllm.argv and vllm.translated["enable_expert_parallel"]
+    off = vllm_command(_settings(2)).argv
+    assert not any("expert-parallel" in a for a in off)  # vLLM's default is ours: no --no- flag
+
+
 @pytest.mark.parametrize("engine", ["mopt", "vllm"])
 def test_compose_reserves_n_gpus_and_shares_memory(tmp_path, engine):
     for size, ipc in ((2, "host"), (1, "host" if engine == "vllm" else None)):

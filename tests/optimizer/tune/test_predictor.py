@@ -38,6 +38,26 @@ def test_model_cost_by_hand():
     assert model_cost(CONFIG | {"tie_word_embeddings": True}).num_params == 2 * 36864 + 100 * 64
 
 
+def test_model_cost_of_a_mixture_of_experts_by_hand():
+    """Qwen3-MoE, 2 layers, the second dense (mlp_only_layers): 8 experts of 64 x 16, 2 per token."""
+    moe = CONFIG | dict(
+        architectures=["Qwen3MoeForCausalLM"],
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
+        mlp_only_layers=[1],
+    )
+    cost = model_cost(moe)
+    attention, dense, experts, router = 64 * 64 * 2 + 2 * 64 * 32, 3 * 64 * 128, 8 * 3 * 64 * 16, 8 * 64
+    assert cost.num_params == 2 * attention + dense + experts + router + 2 * 100 * 64
+    assert cost.expert_params == experts and cost.expert_fraction == 2 / 8
+    assert cost.active_linear_params == cost.linear_params - experts * 6 / 8  # 2 of 8 experts per token
+    expert_bytes = 2 * experts
+    assert cost.weight_bytes_read(1) == pytest.approx(cost.weight_bytes - expert_bytes * 0.75)
+    assert cost.weight_bytes_read(10_000) == pytest.approx(cost.weight_bytes)  # every expert touched
+    assert model_cost(CONFIG).weight_bytes_read(1) == model_cost(CONFIG).weight_bytes  # dense: all of it
+
+
 def _roof(decodes, prefill, ctx):
     """Roofline seconds of a step of the CONFIG model on SLOW, by hand: weights 173,056 B and 256 B of KV per
     token of context read once; 2 x 80,128 FLOPs per token plus 512 per token of context (attention):

@@ -84,3 +84,36 @@ def test_tp2_runs_in_order_without_async_scheduling(tiny_model):
     finally:
         llm.close()
     assert not alive(pids)
+
+
+@pytest.mark.parametrize(
+    ("name", "expert_parallel"),
+    [("qwen3_moe", False), ("mixtral", True), ("glm4", False), ("gemma3", False)],
+    ids=["qwen3-moe-tp", "mixtral-ep", "glm4-tp", "gemma3-tp"],
+)
+def test_new_families_split_over_two_ranks_match_one(tiny_model, name, expert_parallel):
+    """Experts sliced (tensor parallel) or placed whole per rank (expert parallel), GLM-4's fused gate_up
+    split per rank, Gemma 3's layers of two kinds: the same greedy tokens as one process."""
+    folder = str(tiny_model(name))
+    expected = [o.outputs[0].token_ids for o in LLM(folder, **ENGINE).generate(PROMPTS, GREEDY)]
+    llm = LLM(folder, tensor_parallel_size=2, enable_expert_parallel=expert_parallel, **ENGINE)
+    try:
+        assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
+    finally:
+        llm.close()
+
+
+def test_expert_parallelism_reaches_the_workers(tiny_model, tmp_path):
+    """Three experts split over two ranks: fine sliced (tensor parallel), refused whole (expert parallel)."""
+    import shutil
+
+    from tests import tiny_checkpoints as tiny
+
+    config = tiny.tiny_config("qwen3_moe", num_experts=3, num_experts_per_tok=2, moe_intermediate_size=32)
+    folder = tiny.build_checkpoint(tmp_path / "three_experts", config, with_tokenizer=False)
+    for f in tiny_model("qwen3").glob("tokenizer*"):
+        shutil.copy(f, folder / f.name)
+    llm = LLM(str(folder), tensor_parallel_size=2, **ENGINE)
+    llm.close()
+    with pytest.raises(Exception, match="3 experts to divide by tensor_parallel_size 2"):
+        LLM(str(folder), tensor_parallel_size=2, enable_expert_parallel=True, **ENGINE)

@@ -53,6 +53,20 @@ def test_unknown_architecture_names_the_supported_ones(tiny_model, tmp_path):
         LLM(str(folder))
 
 
+@pytest.mark.parametrize(
+    ("arch", "why"),
+    [("DeepseekV3ForCausalLM", "multi-head latent attention"), ("Gemma3ForConditionalGeneration", "vision tower")],
+)
+def test_a_known_family_not_yet_built_says_why_and_lists_the_families(tiny_model, tmp_path, arch, why):
+    folder = copy_model(tiny_model("qwen3"), tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"architectures": [arch]}))
+    with pytest.raises(ValueError, match=f"{arch}.*not supported.*{why}") as info:
+        LLM(str(folder))
+    for family in ("Qwen3-MoE (Qwen3MoeForCausalLM)", "Mixtral", "GLM-4 (Glm4ForCausalLM)", "Gemma 3 (text)"):
+        assert family in str(info.value)
+
+
 def test_missing_folder_and_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         LLM(str(tmp_path / "nope"))

@@ -72,6 +72,9 @@ class StagedSource(WeightSource):
 
     def finish(self, layer: Linear, method: QuantizingMethod) -> QuantizedWeight:
         offsets = getattr(layer, "shard_offsets", {None: (0, layer.out_features)})
+        fused = {shard for _, shard in layer.staged} - set(offsets)
+        if fused and not any(shard in offsets for _, shard in layer.staged):
+            offsets = {fused.pop(): (0, layer.out_features)}  # one tensor of the fused rows (GLM-4's gate_up)
         parts = []
         for shard, (_, size) in offsets.items():
             missing = [name for name in self.slots if (name, shard) not in layer.staged]

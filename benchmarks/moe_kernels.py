@@ -1,0 +1,186 @@
+"""The fused MoE kernel against a per-expert loop of dense matmuls, at real expert shapes.
+
+    PYTHONPATH=. python3 benchmarks/moe_kernels.py [--output FILE] [--sweep --tiles-output FILE]
+
+For the experts of one layer of each config (Qwen3-30B-A3B: 128 experts of 2048 x 768, top 8;
+Mixtral-8x7B: 8 of 4096 x 14336, top 2), bf16, random routing over `--tokens` tokens: the GPU time
+of `fused_moe` (sort + two grouped GEMMs + the sum over k, replayed from a CUDA graph:
+gpu_time.py) and of `fused_moe_ref`, the loop transformers' eager experts run (three matmuls and
+the gathers per expert with tokens; it syncs with the host, so it is timed on the stream), the
+bytes of the experts the tokens touch read per second, and the ratio. The issue's target: >= 3x
+at 64 tokens.
+
+`--sweep` first times, per shape and token bucket (moe_tiles.TOKEN_BUCKETS), each GEMM alone at
+every candidate tile (moe_tiles.GEMM_CANDIDATES) for each candidate block height, keeps the
+fastest pair per height and the fastest height, checks it against the loop, and writes the table
+(`--tiles-output`): with MOPT_MOE_TILES pointing at it the kernel takes those tiles, here and in
+the engine; committed as model_optimizer/runtime/kernels/moe_tiles.json it is the default on that GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from common import CONFIGS, RESULTS, environment, write_json
+from gpu_time import gpu_time_ms, stream_time_ms
+
+SHAPES = ["qwen3-30b-a3b", "mixtral-8x7b"]
+TOKENS = [1, 8, 64, 512]
+
+
+def expert_shape(model: str) -> tuple[int, int, int, int]:
+    """(experts, hidden, intermediate, top_k) of the config's experts."""
+    cfg = json.loads((CONFIGS / model / "config.json").read_text())
+    experts = cfg.get("num_experts") or cfg["num_local_experts"]
+    intermediate = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
+    return experts, cfg["hidden_size"], intermediate, cfg["num_experts_per_tok"]
+
+
+def make_case(shape: tuple[int, int, int, int], num_tokens: int, seed: int = 0):
+    import torch
+
+    from model_optimizer.runtime.layers.moe import softmax_topk
+
+    experts, hidden, inter, top_k = shape
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(num_tokens, hidden, device="cuda", generator=gen).bfloat16()
+    w13 = (torch.randn(experts, 2 * inter, hidden, device="cuda", generator=gen) / hidden**0.5).bfloat16()
+    w2 = (torch.randn(experts, hidden, inter, device="cuda", generator=gen) / inter**0.5).bfloat16()
+    weights, ids = softmax_topk(torch.randn(num_tokens, experts, device="cuda", generator=gen), top_k, True)
+    return x, w13, w2, weights, ids
+
+
+def touched_bytes(ids, shape) -> int:
+    experts, hidden, inter, _ = shape
+    return int(ids.unique().numel()) * 3 * hidden * inter * 2
+
+
+def compare(model: str, num_tokens: int) -> dict:
+    from model_optimizer.runtime.kernels.fused_moe import fused_moe
+    from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
+
+    shape = expert_shape(model)
+    x, w13, w2, weights, ids = make_case(shape, num_tokens)
+    sets = [(w13, w2), make_case(shape, num_tokens, seed=1)[1:3]]  # two layers' experts: beyond the L2
+    fused = gpu_time_ms(lambda w: fused_moe(x, w[0], w[1], weights, ids), sets)
+    loop = stream_time_ms(lambda w: fused_moe_ref(x, w[0], w[1], weights, ids), sets, launches=40)
+    moved = touched_bytes(ids, shape)
+    row = {
+        "model": model,
+        "tokens": num_tokens,
+        "experts_touched": int(ids.unique().numel()),
+        "fused_ms": fused,
+        "loop_ms": loop,
+        "speedup": loop / fused,
+        "bytes": moved,
+        "fused_gbps": moved / fused / 1e6,
+        "loop_gbps": moved / loop / 1e6,
+    }
+    print(
+        f"{model} {num_tokens:4d} tokens: fused {fused * 1e3:8.1f} us ({row['fused_gbps']:5.0f} GB/s), "
+        f"loop {loop * 1e3:8.1f} us: {row['speedup']:.1f}x",
+        flush=True,
+    )
+    return row
+
+
+def gemm_call(gated: bool, case: dict, sorted_ids, block_expert, tiles, block_m: int):
+    """One grouped GEMM alone (gate_up or down) at `tiles`, as a call of a weight set (w13, w2)."""
+    from model_optimizer.runtime.kernels.fused_moe import _gemm
+
+    if gated:
+        return lambda ws: _gemm(
+            case["x"], ws[0], case["h"], sorted_ids, block_expert, case["w"], case["top_k"], True, tiles, block_m
+        )
+    return lambda ws: _gemm(
+        case["h"], ws[1], case["out"], sorted_ids, block_expert, case["w"], 1, False, tiles, block_m
+    )
+
+
+def fastest(gated: bool, case: dict, sets: list, sorted_ids, block_expert, block_m: int, timings: dict):
+    """(ms, tiles) of the fastest GEMM candidate; candidates the GPU cannot launch are skipped."""
+    from model_optimizer.runtime.kernels.moe_tiles import GEMM_CANDIDATES
+
+    results = []
+    for tiles in GEMM_CANDIDATES:
+        name = f"{block_m}:{'gate_up' if gated else 'down'}:{tiles.block_n}x{tiles.block_k}:{tiles.num_warps}:{tiles.num_stages}"
+        try:
+            ms = gpu_time_ms(gemm_call(gated, case, sorted_ids, block_expert, tiles, block_m), sets)
+        except Exception as exc:  # more shared memory than the GPU has, say
+            print(f"  skip {name}: {type(exc).__name__}", flush=True)
+            continue
+        timings[name] = ms
+        results.append((ms, tiles))
+    return min(results, key=lambda r: r[0])
+
+
+def sweep_case(model: str, num_tokens: int) -> tuple[str, object, dict]:
+    """(table key, fastest MoeTiles, timings) for one shape and token bucket."""
+    import torch
+
+    from model_optimizer.runtime.kernels import moe_tiles as mt
+    from model_optimizer.runtime.kernels.fused_moe import align_pairs, fused_moe
+    from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
+
+    shape = expert_shape(model)
+    experts, hidden, inter, top_k = shape
+    x, w13, w2, weights, ids = make_case(shape, num_tokens)
+    sets = [(w13, w2)] + [make_case(shape, num_tokens, seed=s)[1:3] for s in (1, 2)]  # rotated past the L2
+    case = dict(x=x, w=weights.reshape(-1).contiguous(), top_k=top_k)
+    case["h"] = torch.empty(num_tokens * top_k, inter, dtype=x.dtype, device="cuda")
+    case["out"] = torch.zeros(num_tokens * top_k, hidden, dtype=x.dtype, device="cuda")
+    timings, best = {}, None
+    for block_m in mt.candidate_rows(num_tokens, experts, top_k):
+        sorted_ids, block_expert = align_pairs(ids, experts, block_m)
+        up = fastest(True, case, sets, sorted_ids, block_expert, block_m, timings)
+        down = fastest(False, case, sets, sorted_ids, block_expert, block_m, timings)
+        if best is None or up[0] + down[0] < best[0]:
+            best = (up[0] + down[0], mt.MoeTiles(block_m, up[1], down[1]))
+    tiles = best[1]
+    got = fused_moe(x, w13, w2, weights, ids, tiles).float()
+    want = fused_moe_ref(x.float(), w13.float(), w2.float(), weights, ids)
+    if (got - want).abs().max() > 0.02 * want.abs().max() + 1e-3:
+        raise RuntimeError(f"{model} {num_tokens} tokens: tiles {tiles} give a wrong result")
+    print(f"{model} {num_tokens} tokens: {tiles} ({best[0] * 1e3:.1f} us for both GEMMs)", flush=True)
+    return mt.table_key(experts, hidden, inter, top_k, num_tokens), tiles, timings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=SHAPES)
+    parser.add_argument("--tokens", nargs="+", type=int, default=TOKENS)
+    parser.add_argument("--sweep", action="store_true", help="time the tile candidates first, write a table")
+    parser.add_argument("--sweep-tokens", nargs="+", type=int, default=[1, 8, 64, 512, 4096])
+    parser.add_argument("--tiles-output", default=None, help="the sweep's table (default: beside --output)")
+    parser.add_argument("--output", default=str(RESULTS / "moe_kernels_h200.json"))
+    args = parser.parse_args()
+    import os
+
+    import torch
+
+    from model_optimizer.runtime.kernels import moe_tiles as mt
+
+    result = {"benchmark": "moe_kernels", "environment": environment(), "config": vars(args), "rows": []}
+    if args.sweep:
+        started, entries, timings = time.time(), {}, {}
+        for model in args.models:
+            for num_tokens in args.sweep_tokens:
+                key, tiles, times = sweep_case(model, num_tokens)
+                entries[key], timings[key] = tiles, times
+        path = args.tiles_output or os.path.join(os.path.dirname(args.output), "moe_tiles.json")
+        write_json(path, mt.table_json(torch.cuda.get_device_name(0), entries))
+        os.environ[mt.TABLE_ENV] = path  # the comparison below runs with the swept tiles
+        mt._table_for.cache_clear()
+        result.update(sweep_seconds=time.time() - started, sweep_timings_ms=timings, tiles_table=path)
+    result["moe_tiles"] = os.environ.get(mt.TABLE_ENV)
+    for model in args.models:
+        for num_tokens in args.tokens:
+            result["rows"].append(compare(model, num_tokens))
+            write_json(args.output, result)
+    write_json(args.output, result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Mixture-of-experts: a router picks top_k experts per token, stacked expert weights compute them.
+
+Pieces, each usable alone (a new family composes them; DeepSeek's will add its own router):
+
+- `TopKRouter` (checkpoint name `<block>.gate.weight`): logits = x W^T in the model dtype, then
+  `route(logits)` -> (weights float32 (tokens, top_k), ids int64 (tokens, top_k)). The default
+  `route` is softmax over all experts in float32, top-k, and, with `renormalize`, the k weights
+  divided by their sum (Mixtral always; Qwen3-MoE when `norm_topk_prob`). Another routing is a
+  subclass overriding `route` and adding its parameters: DeepSeek-V3 scores with a sigmoid, adds
+  the loaded `e_score_correction_bias` for the choice only, keeps the best `topk_group` of
+  `n_group` groups, takes top-k within them, renormalizes, then multiplies by
+  `routed_scaling_factor`. Nothing else here changes for it.
+- `FusedExperts` (`<block>.experts`): every expert's gate and up rows stacked in `w13_weight`
+  (experts, 2 * intermediate, hidden) and its down projection in `w2_weight` (experts, hidden,
+  intermediate), filled from per-expert checkpoint tensors by `weight_loader` with shard ids
+  `gate:<e>`, `up:<e>`, `down:<e>`. `expert_stacked_params` declares the checkpoint names (Qwen3
+  and DeepSeek: `experts.<e>.gate_proj/up_proj/down_proj`; Mixtral: `experts.<e>.w1/w3/w2`) to the
+  loader, exactly as fused q/k/v are declared. forward(x, weights, ids) runs the fused Triton
+  kernel on CUDA (kernels/fused_moe.py) and the per-expert loop elsewhere (kernels/moe_reference.py).
+- `SparseMoeBlock`: router, experts, and optional `shared_experts` (any module of x, added to the
+  routed sum, as DeepSeek's shared experts or Qwen2-MoE's shared expert).
+
+Tensor parallelism (distributed.py): each rank keeps its 1/tp slice of every expert's intermediate
+dimension (the gate and up rows, the down columns), as the dense MLP does, so its routed sum is a
+partial sum that one all_reduce completes. With expert parallelism (`get_tp().expert_parallel`,
+EngineConfig.enable_expert_parallel) a rank keeps 1/tp of the experts whole instead: it computes
+the pairs routed to its own experts, drops the others (their ids fall outside its range), and the
+same all_reduce adds the ranks' sums. Either way the router is replicated (experts x hidden is
+small) and every rank routes the same tokens the same way.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model_optimizer.runtime.distributed import all_reduce, get_tp
+from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
+from model_optimizer.runtime.layers.lazy_tensor import LazyTensor, materialize, reads_lazily
+
+EXPERT_NAMES = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down"}
+"""Per-expert checkpoint names of Qwen-MoE and DeepSeek -> our shard kinds."""
+MIXTRAL_EXPERT_NAMES = {"w1": "gate", "w3": "up", "w2": "down"}
+
+
+def expert_stacked_params(num_experts: int, names: dict[str, str] = EXPERT_NAMES) -> dict[str, tuple[str, str]]:
+    """The loader's `stacked_params` entries of per-expert tensors: `.experts.<e>.<name>.` -> the stacked
+    parameter (`.experts.w13_` or `.experts.w2_`, completed by the tensor's `weight`) and shard `<kind>:<e>`.
+    Put them before a model's dense entries: `.gate_proj.` would also match `.experts.3.gate_proj.`."""
+    stacked = {}
+    for e in range(num_experts):
+        for name, kind in names.items():
+            stacked[f".experts.{e}.{name}."] = (".experts.w2_" if kind == "down" else ".experts.w13_", f"{kind}:{e}")
+    return stacked
+
+
+def softmax_topk(logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weights float32, ids int64), each (tokens, top_k): softmax in float32, the k largest, optionally
+    divided by their sum (transformers' order of operations)."""
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    weights, ids = torch.topk(probs, top_k, dim=-1)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights, ids
+
+
+class TopKRouter(nn.Module):
+    """Scores every expert for each token and keeps the top_k; see the module docstring for `route`."""
+
+    def __init__(self, hidden_size: int, num_experts: int, top_k: int, renormalize: bool) -> None:
+        super().__init__()
+        if not 0 < top_k <= num_experts:
+            raise ValueError(f"num_experts_per_tok must be in 1..{num_experts} (the experts), got {top_k}")
+        self.num_experts, self.top_k, self.renormalize = num_experts, top_k, renormalize
+        self.weight = nn.Parameter(torch.empty(num_experts, hidden_size))
+
+    def route(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return softmax_topk(logits, self.top_k, self.renormalize)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.route(F.linear(x, self.weight))  # logits (tokens, experts) in the model dtype
+
+
+class FusedExperts(nn.Module):
+    """All experts' weights stacked, computed in one fused kernel on the GPU; see the module docstring."""
+
+    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int) -> None:
+        super().__init__()
+        tp = get_tp()
+        self.num_experts, self.hidden_size = num_experts, hidden_size
+        self.full_intermediate_size = intermediate_size
+        self.first_expert, self.num_local_experts = tp.experts(num_experts)
+        """The experts this rank holds: [first, first + count) (all but under expert parallelism)."""
+        self.expert_parallel = tp.expert_parallel and tp.size > 1
+        self.intermediate_start, self.intermediate_size = (
+            (0, intermediate_size) if self.expert_parallel else tp.shard(intermediate_size, "moe intermediate size")
+        )
+        """This rank's slice [start, start + size) of each expert's intermediate dimension."""
+        local, inter = self.num_local_experts, self.intermediate_size
+        self.w13_weight = nn.Parameter(torch.empty(local, 2 * inter, hidden_size))
+        self.w2_weight = nn.Parameter(torch.empty(local, hidden_size, inter))
+        self.w13_weight.weight_loader = self._load_expert  # type: ignore[attr-defined]
+        self.w2_weight.weight_loader = self._load_expert  # type: ignore[attr-defined]
+
+    @reads_lazily
+    def _load_expert(self, param: nn.Parameter, loaded: torch.Tensor | LazyTensor, shard_id: str | None = None) -> None:
+        kind, _, index = (shard_id or "").partition(":")
+        if kind not in ("gate", "up", "down") or not index.isdigit() or int(index) >= self.num_experts:
+            raise ValueError(f"unknown expert shard {shard_id!r}; expected gate|up|down:<0..{self.num_experts - 1}>")
+        expert, full, local = int(index) - self.first_expert, self.full_intermediate_size, self.intermediate_size
+        expected = (self.hidden_size, full) if kind == "down" else (full, self.hidden_size)
+        if tuple(loaded.shape) != expected:
+            raise ValueError(f"expected shape {expected} for expert {kind} projection, got {tuple(loaded.shape)}")
+        if not 0 <= expert < self.num_local_experts:
+            return  # another rank's expert (expert parallelism): not even read
+        if kind == "down":  # (hidden, intermediate): this rank's columns
+            target, part = param.data[expert], loaded.narrow(1, self.intermediate_start, local)
+        else:  # gate rows first, then up rows
+            target = param.data[expert].narrow(0, 0 if kind == "gate" else local, local)
+            part = loaded.narrow(0, self.intermediate_start, local)
+        target.copy_(materialize(part, param.dtype))
+
+    def checkpoint_tensor(self, param: nn.Parameter, shard_id: str) -> torch.Tensor:
+        """The per-expert checkpoint tensor `shard_id` (gate|up|down:<e>) of a whole model (writers of
+        checkpoints: model/quantize/writer.py); the inverse of the weight_loader on one device."""
+        if self.num_local_experts != self.num_experts or self.intermediate_size != self.full_intermediate_size:
+            raise ValueError("a checkpoint is written from the whole model, not a tensor-parallel shard")
+        kind, _, index = shard_id.partition(":")
+        expert, size = int(index), self.intermediate_size
+        if kind == "down":
+            return self.w2_weight.data[expert]
+        return self.w13_weight.data[expert].narrow(0, 0 if kind == "gate" else size, size)
+
+    def forward(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        """x (tokens, hidden) -> this rank's part of sum_k weight_k * expert_k(x), (tokens, hidden)."""
+        if self.first_expert:  # ids of other ranks' experts fall outside [0, local experts): dropped
+            topk_ids = topk_ids - self.first_expert
+        kernel = triton_kernel("fused_moe", "fused_moe") if x.is_cuda else None
+        if kernel is None:
+            return fused_moe_ref(x, self.w13_weight, self.w2_weight, topk_weights, topk_ids)
+        return kernel(
+            x, self.w13_weight, self.w2_weight, topk_weights, topk_ids, all_ids_local=not self.expert_parallel
+        )
+
+
+class SparseMoeBlock(nn.Module):
+    """router -> experts (-> + shared experts): the MLP of a mixture-of-experts decoder layer."""
+
+    def __init__(self, gate: TopKRouter, experts: FusedExperts, shared_experts: nn.Module | None = None) -> None:
+        super().__init__()
+        self.gate, self.experts = gate, experts
+        self.shared_experts = shared_experts
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        topk_weights, topk_ids = self.gate(x)
+        out = all_reduce(self.experts(x, topk_weights, topk_ids))
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(x)
+        return out

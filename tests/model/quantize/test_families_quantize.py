@@ -1,0 +1,61 @@
+"""`mopt quantize`'s writer on the mixture-of-experts, GLM-4 and Gemma 3 families: the folder keeps the
+original tensor names (per-expert tensors, Mixtral's router, GLM-4's fused gate_up), experts and
+routers stay in float, compressed-tensors accepts the config, and the engine reads it back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from model_optimizer import LLM, SamplingParams
+from model_optimizer.cli.main import main
+from model_optimizer.model.quantize.writer import save_compressed_tensors
+from model_optimizer.runtime.layers.quantization.attach import quantized_layers
+from model_optimizer.runtime.models.loader import load_model
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral", "glm4", "gemma3"])
+def test_int8_folder_keeps_the_checkpoint_names_and_loads_back(tiny_model, tmp_path, name):
+    from compressed_tensors.quantization import QuantizationConfig
+
+    src = tiny_model(name)
+    original = load_file(str(src / "model.safetensors"))
+    model = load_model(src, "float32", CPU, quantization="int8")
+    save_compressed_tensors(model, "int8", 128, src, tmp_path / "out")
+    written = load_file(str(tmp_path / "out" / "model.safetensors"))
+    # every original tensor is there under its own name, or as the int8 layout of that linear
+    quantized = {n.removesuffix(".weight_packed") for n in written if n.endswith(".weight_packed")}
+    for key, tensor in original.items():
+        if key.removesuffix(".weight") in quantized:
+            continue
+        assert key in written, key
+        assert torch.equal(written[key], tensor), key  # experts, routers, norms, embeddings: untouched
+    assert not any("w13_weight" in n or "w2_weight" in n for n in written)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
+    QuantizationConfig.model_validate(config)  # the library accepts the block
+    expected_ignore = ["lm_head"] + (
+        ["re:.*\\.experts(\\..*)?$", "re:.*\\.gate$"] if name in ("qwen3_moe", "mixtral") else []
+    )
+    assert config["ignore"] == expected_ignore
+    reloaded = load_model(tmp_path / "out", "float32", CPU)
+    assert len(quantized_layers(reloaded)) == len(quantized_layers(model)) > 0
+    for (a, x), (b, y) in zip(quantized_layers(reloaded), quantized_layers(model)):
+        assert a == b and torch.equal(x.quant_method.dequantize(x), y.quant_method.dequantize(y))
+    llm = LLM(str(tmp_path / "out"), dtype="float32", kv_cache_memory=1 << 22)
+    assert len(llm.generate([[5, 6, 7]], SamplingParams(max_tokens=4, ignore_eos=True))[0].outputs[0].token_ids) == 4
+
+
+def test_awq_refuses_a_mixture_of_experts_with_a_clear_message(tiny_model, tmp_path, capsys):
+    code = main(
+        ["quantize", str(tiny_model("qwen3_moe")), "--method", "awq", "--output", str(tmp_path / "q")]
+        + ["--num-calib-samples", "2", "--calib-seq-len", "32", "--num-eval-samples", "2", "--eval-seq-len", "32"]
+    )
+    assert code != 0
+    err = capsys.readouterr().err
+    assert "awq does not support Qwen3MoeForCausalLM yet" in err and "rtn-int4, int8 or fp8" in err
+    assert not (tmp_path / "q").exists()

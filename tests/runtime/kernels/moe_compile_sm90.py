@@ -1,0 +1,72 @@
+"""Compile the fused MoE GEMM for sm_90 without a GPU and show whether weights move in 16-byte pieces:
+both GEMMs (gate_up with its silu epilogue, down with the routing weights) at each default tile
+and the widest sweep candidates, in bfloat16 (and float16 / float32 once each), with the shared
+memory each needs (the sweep skips candidates a GPU cannot launch).
+
+Run by test_moe_compile_sm90.py in a subprocess without TRITON_INTERPRET; one line per kernel.
+Exit status 3 when this Triton has no usable ahead-of-time API.
+"""
+
+import sys
+
+try:
+    from tests.runtime.kernels.compile_sm90 import compile_kernel
+except ImportError as exc:
+    print(f"no ahead-of-time compile API: {exc}")
+    sys.exit(3)
+
+import triton.language as tl
+
+from model_optimizer.runtime.kernels.fused_moe import _align_kernel, _moe_gemm_kernel
+from model_optimizer.runtime.kernels.moe_tiles import GEMM_CANDIDATES, default_tiles
+
+SMEM_LIMIT = 227 * 1024  # an H100/H200 block's dynamic shared memory
+DOTS = {"bf16": tl.bfloat16, "fp16": tl.float16, "fp32": tl.float32}
+
+
+def moe_gemm(dtype: str, block_m: int, tiles, gated: bool) -> None:
+    pointers = dict(
+        a_ptr=f"*{dtype}",
+        w_ptr=f"*{dtype}",
+        out_ptr=f"*{dtype}",
+        sorted_ids_ptr="*i32",
+        block_expert_ptr="*i32",
+        route_w_ptr="*fp32",
+    )
+    constexprs = dict(
+        PAIRS_PER_A_ROW=8 if gated else 1,
+        GATED=gated,
+        WEIGHTED=not gated,
+        EVEN_K=True,
+        DOT_DTYPE=DOTS[dtype],
+        BLOCK_M=block_m,
+        BLOCK_N=tiles.block_n,
+        BLOCK_K=tiles.block_k,
+    )
+    kernel = compile_kernel(
+        _moe_gemm_kernel,
+        pointers,
+        constexprs,
+        aligned_ints=("N", "K"),
+        num_warps=tiles.num_warps,
+        num_stages=tiles.num_stages,
+    )
+    shared = kernel.metadata.shared
+    print("  shared", shared, "ok" if shared <= SMEM_LIMIT else "TOO MUCH SHARED MEMORY", flush=True)
+
+
+for num_tokens in (1, 512, 4096):  # decode, a large decode batch, a prefill (Qwen3-30B-A3B: 128 experts, top 8)
+    tiles = default_tiles(num_tokens, 128, 8)
+    moe_gemm("bf16", tiles.block_m, tiles.gate_up, gated=True)
+    moe_gemm("bf16", tiles.block_m, tiles.down, gated=False)
+for tiles in (GEMM_CANDIDATES[3], GEMM_CANDIDATES[5]):  # the deepest K tile, the widest tile
+    moe_gemm("bf16", 64, tiles, gated=True)
+moe_gemm("fp16", 16, default_tiles(1, 128, 8).gate_up, gated=True)
+moe_gemm("fp32", 16, default_tiles(1, 128, 8).down, gated=False)
+compile_kernel(
+    _align_kernel,
+    dict(ids_ptr="*i64", sorted_ids_ptr="*i32", block_expert_ptr="*i32"),
+    dict(NUM_EXPERTS=128, EXPERTS_PAD=128, BLOCK_M=16, CHUNK=32),
+    quiet=True,
+)
+print("_align_kernel compiled", flush=True)

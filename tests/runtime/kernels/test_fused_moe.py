@@ -1,0 +1,109 @@
+"""Fused MoE kernel against the per-expert torch loop, through the Triton interpreter on the CPU."""
+
+import pytest
+import torch
+
+from model_optimizer.runtime.kernels.fused_moe import (
+    align_pairs_kernel,
+    align_pairs_sorted,
+    fused_moe,
+    max_padded_pairs,
+)
+from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
+from model_optimizer.runtime.kernels.moe_tiles import GemmTiles, MoeTiles, default_tiles
+from model_optimizer.runtime.layers.moe import softmax_topk
+
+
+def _inputs(num_tokens, hidden, intermediate, num_experts, top_k, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(num_tokens, hidden, generator=gen).to(dtype)
+    w13 = (torch.randn(num_experts, 2 * intermediate, hidden, generator=gen) / hidden**0.5).to(dtype)
+    w2 = (torch.randn(num_experts, hidden, intermediate, generator=gen) / intermediate**0.5).to(dtype)
+    weights, ids = softmax_topk(torch.randn(num_tokens, num_experts, generator=gen), top_k, renormalize=True)
+    return x, w13, w2, weights, ids
+
+
+@pytest.mark.parametrize("align_pairs", [align_pairs_sorted, align_pairs_kernel])
+@pytest.mark.parametrize(
+    ("num_tokens", "num_experts", "top_k", "block_m"),
+    [(1, 8, 2, 16), (13, 4, 2, 16), (40, 6, 3, 32), (5, 64, 8, 16), (0, 4, 2, 16), (70, 5, 2, 16)],
+)
+def test_align_pairs_gives_each_block_one_expert_and_every_pair_once(
+    align_pairs, num_tokens, num_experts, top_k, block_m
+):
+    gen = torch.Generator().manual_seed(num_tokens)
+    rows = [torch.randperm(num_experts, generator=gen)[:top_k] for _ in range(num_tokens)]
+    ids = torch.stack(rows) if rows else torch.zeros(0, top_k, dtype=torch.int64)
+    sorted_ids, block_expert = align_pairs(ids, num_experts, block_m)
+    num_pairs = num_tokens * top_k
+    assert len(sorted_ids) == max_padded_pairs(num_pairs, num_experts, block_m) == len(block_expert) * block_m
+    real = sorted_ids[sorted_ids < num_pairs]
+    assert sorted(real.tolist()) == list(range(num_pairs))  # every pair exactly once
+    flat = ids.reshape(-1)
+    for block, expert in enumerate(block_expert.tolist()):
+        pairs = sorted_ids[block * block_m : (block + 1) * block_m]
+        pairs = pairs[pairs < num_pairs]
+        if expert < 0:
+            assert len(pairs) == 0  # past the last run
+        else:
+            assert len(pairs) > 0 and bool((flat[pairs.long()] == expert).all())
+    live = block_expert[block_expert >= 0].tolist()
+    assert live == sorted(live)  # runs in expert order, as the ids were sorted
+    assert len(live) == sum(-(-int((flat == e).sum()) // block_m) for e in range(num_experts))
+
+
+@pytest.mark.parametrize("align_pairs", [align_pairs_sorted, align_pairs_kernel])
+def test_align_pairs_drops_experts_of_other_ranks(align_pairs):
+    ids = torch.tensor([[0, -1], [-1, 2], [2, 0]])  # -1: held by another rank
+    sorted_ids, block_expert = align_pairs(ids, 3, 16)
+    assert sorted(sorted_ids[sorted_ids < 6].tolist()) == [0, 3, 4, 5]
+    assert block_expert.tolist()[:2] == [0, 2] and all(e == -1 for e in block_expert.tolist()[2:])
+
+
+@pytest.mark.parametrize(("num_tokens", "num_experts", "top_k"), [(1, 128, 8), (64, 128, 8), (37, 6, 2), (200, 8, 2)])
+def test_align_kernel_equals_the_sort(num_tokens, num_experts, top_k):
+    """Both keep each expert's pairs in pair order: the same rows, not just an equivalent layout."""
+    gen = torch.Generator().manual_seed(num_tokens)
+    ids = torch.stack([torch.randperm(num_experts, generator=gen)[:top_k] for _ in range(num_tokens)])
+    ids[0, 0] = -1  # another rank's expert
+    for block_m in (16, 64):
+        kernel, sort = align_pairs_kernel(ids, num_experts, block_m), align_pairs_sorted(ids, num_experts, block_m)
+        assert torch.equal(kernel[0], sort[0]) and torch.equal(kernel[1], sort[1])
+
+
+SMALL = MoeTiles(16, GemmTiles(16, 16), GemmTiles(32, 16))
+
+
+@pytest.mark.parametrize(
+    ("num_tokens", "hidden", "intermediate", "num_experts", "top_k", "dtype", "tiles"),
+    [
+        (1, 32, 48, 8, 2, torch.float32, SMALL),  # decode: one token, blocks of padding
+        (7, 40, 24, 4, 2, torch.float32, SMALL),  # K and N not multiples of the tile (masked)
+        (33, 32, 32, 6, 3, torch.float32, MoeTiles(32, GemmTiles(32, 32), GemmTiles(16, 32))),
+        (9, 64, 32, 5, 1, torch.float16, SMALL),  # top-1
+        (6, 32, 16, 4, 2, torch.bfloat16, None),  # the default tiles (wider than the shape)
+    ],
+)
+def test_fused_moe_matches_reference(num_tokens, hidden, intermediate, num_experts, top_k, dtype, tiles):
+    x, w13, w2, weights, ids = _inputs(num_tokens, hidden, intermediate, num_experts, top_k, dtype)
+    got = fused_moe(x, w13, w2, weights, ids, tiles)
+    want = fused_moe_ref(x, w13, w2, weights, ids)
+    assert got.shape == x.shape and got.dtype == dtype
+    # the reference rounds after each matmul in half precision, the kernel once at the end of each GEMM
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(got, want, **tol)
+
+
+def test_fused_moe_leaves_out_experts_of_other_ranks():
+    """Expert parallelism: ids of -1 contribute nothing, in the kernel as in the reference."""
+    x, w13, w2, weights, ids = _inputs(5, 32, 16, 4, 2, torch.float32, seed=3)
+    ids[1, 0] = ids[3, 1] = -1
+    got = fused_moe(x, w13, w2, weights, ids, SMALL)
+    torch.testing.assert_close(got, fused_moe_ref(x, w13, w2, weights, ids), atol=1e-5, rtol=1e-5)
+    alone = fused_moe_ref(x[1:2], w13, w2, weights[1:2, 1:], ids[1:2, 1:])  # token 1 keeps one expert
+    torch.testing.assert_close(got[1:2], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_default_tiles_grow_with_rows_per_expert():
+    assert default_tiles(1, 128, 8).block_m == 16  # decode
+    assert default_tiles(4096, 128, 8).block_m == 64  # prefill: 256 rows per expert
