@@ -26,6 +26,9 @@ class EngineConfig:
     tokenizer: str | None = None
     """Tokenizer folder, when it differs from the model folder."""
 
+    skip_tokenizer_init: bool = False
+    """Load no tokenizer (vLLM's flag): prompts are token ids and outputs carry token ids without text."""
+
     dtype: DType = "auto"
     """Weight and activation dtype; auto takes torch_dtype from config.json (float32 on CPU if it is float16)."""
 

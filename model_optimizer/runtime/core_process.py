@@ -248,7 +248,11 @@ def _load(config: EngineConfig, num_clients: int) -> tuple[EngineCore, dict]:
     configure_compile(config)
     model_dir = resolve_model_dir(config.model)
     phase = log_phase("config", phase)
-    tokenizer = load_tokenizer(Path(config.tokenizer) if config.tokenizer else model_dir, required=False)
+    tokenizer = (
+        None
+        if config.skip_tokenizer_init
+        else load_tokenizer(Path(config.tokenizer) if config.tokenizer else model_dir, required=False)
+    )
     log_phase("tokenizer", phase)
     runner, info = load_runner(config, model_dir, tokenizer)  # logs weights, KV cache, warm-up, graph capture
     phase = time.perf_counter()

@@ -71,6 +71,14 @@ GENERATION_DEFAULT_FIELDS = {
 }
 
 
+def engine_tokenizer(config: EngineConfig, model_dir: Path) -> Any:
+    """The tokenizer for `config`: None with skip_tokenizer_init, or for dummy weights without one."""
+    if config.skip_tokenizer_init:
+        return None
+    folder = Path(config.tokenizer) if config.tokenizer else model_dir
+    return load_tokenizer(folder, required=config.load_format != "dummy")
+
+
 def load_runner(config: EngineConfig, model_dir: Path, tokenizer: Any) -> tuple[Any, ModelInfo]:
     """The model runner for `config` (this process's ModelRunner, or the driver of tensor-parallel worker
     processes) and what the engine core needs to know of the model; the one way `LLM` and the engine-core
@@ -133,10 +141,7 @@ class LLM:
             self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
             return
         phase = log_phase("config", phase)
-        self.tokenizer = load_tokenizer(
-            Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir,
-            required=self.config.load_format != "dummy",
-        )
+        self.tokenizer = engine_tokenizer(self.config, self.model_dir)
         log_phase("tokenizer", phase)
         runner, info = load_runner(self.config, self.model_dir, self.tokenizer)  # logs weights, KV cache, graphs
         phase = time.perf_counter()
@@ -233,10 +238,32 @@ class LLM:
         )
 
 
-def _as_prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
-    if isinstance(prompts, str):
-        return [prompts]
+def _as_prompt_list(prompts: Prompt | dict | Sequence[Prompt | dict]) -> list[Prompt]:
+    if isinstance(prompts, (str, dict)):
+        return [_as_prompt(prompts)]
     prompts = list(prompts)
     if prompts and all(isinstance(t, int) for t in prompts):
         return [prompts]  # one prompt given as token ids
-    return prompts
+    return [_as_prompt(p) for p in prompts]
+
+
+PROMPT_KEYS = ("prompt", "prompt_token_ids")
+"""vLLM's TextPrompt and TokensPrompt dicts: {"prompt": text} or {"prompt_token_ids": ids}."""
+
+
+def _as_prompt(prompt: Prompt | dict) -> Prompt:
+    if not isinstance(prompt, dict):
+        return prompt
+    given = [k for k in PROMPT_KEYS if k in prompt]
+    unknown = sorted(set(prompt) - set(PROMPT_KEYS))
+    if unknown or len(given) != 1:
+        raise ValueError(
+            f"a prompt dict has exactly one of {', '.join(PROMPT_KEYS)} (vLLM's TextPrompt / TokensPrompt), "
+            f"got keys {sorted(prompt)}"
+        )
+    value = prompt[given[0]]
+    if given[0] == "prompt" and not isinstance(value, str):
+        raise ValueError(f"prompt must be text, got {type(value).__name__}")
+    if given[0] == "prompt_token_ids" and not isinstance(value, list):
+        raise ValueError(f"prompt_token_ids must be a list of integers, got {type(value).__name__}")
+    return value

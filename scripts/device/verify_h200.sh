@@ -3,8 +3,7 @@
 #   a (2 GPUs, ~9.5 min): GPU 0: the quantized-matmul tile sweep timed as GPU time (its table in
 #     $W/quant/quant_tiles.json), Llama-3.1-8B decode per method with that table and each graph's
 #     kernels, the quantized-kernel GPU tests. GPU 1: cold and warm start (benchmarks/cold_start.py), the
-#     serving path with py-spy at 64 and 256 streams (benchmarks/serving_overhead.py), the serving
-#     benchmark at rate inf with and without logprobs (benchmarks/serving.py), decode ms/step and offline
+#     serving benchmark at rate inf with and without logprobs (benchmarks/serving.py), decode ms/step and offline
 #     throughput, the engine GPU tests.
 #   b (1 GPU, ~5 min, after committing the table as model_optimizer/runtime/kernels/quant_tiles.json): Qwen3-0.6B
 #     decode per method, offline throughput bf16 / fp8 KV / fp8 weights + fp8 KV, the attention kernels
@@ -51,9 +50,6 @@ perf_gpu1() {  # call a, GPU 1: start-up, serving, decode and offline speed, eng
   part perf cold_start 100 python3 cold_start.py --runs 1 --no-llm --no-tokenizer --output "$W/perf/cold_start_h200.json" -- \
     --model benchmarks/configs/qwen3-0.6b --load-format dummy --dtype bfloat16
   cd ..
-  part perf serving_overhead 150 python3 benchmarks/serving_overhead.py --model "$model" --device-ms 0 \
-    --engine-args '{"load_format": "dummy", "dtype": "bfloat16"}' --max-num-seqs 256 --concurrency 64 256 \
-    --repeats 1 --output-len 128 --py-spy --label h200
   cd benchmarks || return
   part perf serving 110 python3 serving.py --num-requests 1000 --prompt-len 512 --output-len 128 \
     --with-and-without-logprobs --logprobs 5 --output "$W/perf/serving_h200.json" -- \
@@ -86,7 +82,6 @@ case "${1:-a}" in
   b) TILES=${TILES:-model_optimizer/runtime/kernels/quant_tiles.json} rest_gpu ;;
   *) echo "usage: $0 a|b" >&2; exit 2 ;;
 esac
-cp benchmarks/results/serving_overhead_gpu_h200* benchmarks/results/*pyspy* "$W/perf/" 2>/dev/null
 python3 - "$W" <<'PY' > "$W/tests/summary.txt" 2>&1
 import sys, xml.etree.ElementTree as ET
 from pathlib import Path

@@ -316,7 +316,7 @@ def _ssl_context() -> ssl.SSLContext:
 
 def _parse_chunk(data: bytes) -> dict:
     """One chunk's JSON. pydantic_core's parser: a third of json.loads' time on a chunk, and a client
-    parses one chunk per token of every stream (its own CPU per chunk is in benchmarks/serving_overhead.py)."""
+    parses one chunk per token of every stream (its own CPU per chunk is in benchmarks/bench_client_overhead.py)."""
     try:
         chunk = from_json(data)
     except ValueError:  # invalid JSON or UTF-8

@@ -161,6 +161,8 @@ class InputProcessor:
         arrival_time: float | None = None,
     ) -> CoreRequest:
         """ValueError, saying what is wrong, when the prompt is malformed or the request could never fit."""
+        if self.tokenizer is None and params.stop:
+            raise ValueError("stop strings need a tokenizer and this model has none: use stop_token_ids")
         prompt_token_ids = encode_prompt(self.tokenizer, prompt, self.vocab_size)
         max_tokens = resolve_max_tokens(len(prompt_token_ids), params, self.limits.max_model_len)
         self.limits.check(len(prompt_token_ids), max_tokens)

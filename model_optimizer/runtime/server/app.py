@@ -155,10 +155,9 @@ def _frontend_tokenizer(engine_config: EngineConfig, llm: Any, model_dir: Path) 
     """The tokenizer this process tokenizes and detokenizes with (None: token-id prompts only)."""
     if llm is not None:
         return llm.tokenizer
-    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+    from model_optimizer.runtime.llm import engine_tokenizer
 
-    folder = Path(engine_config.tokenizer) if engine_config.tokenizer else model_dir
-    return load_tokenizer(folder, required=engine_config.load_format != "dummy")
+    return engine_tokenizer(engine_config, model_dir)
 
 
 def _read_template(path: str) -> str:
