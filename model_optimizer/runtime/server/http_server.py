@@ -50,6 +50,10 @@ class DrainingServer(uvicorn.Server):
             self.state.config.shutdown_timeout,
         )
         self.state.draining = True
+        engine = self.state.engine
+        if engine is not None and engine.is_paused:  # paused, it would sit the drain out and abort all
+            logger.info("resuming the paused engine: a drain lets running requests finish")
+            engine.resume()
         if self.peers is not None:  # each drains its own requests
             self.peers.signal_all(signal.SIGTERM)
         threading.Thread(target=self._drain, name="mopt-drain", daemon=True).start()

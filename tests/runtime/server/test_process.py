@@ -225,3 +225,25 @@ def test_engine_fault_fails_requests_then_exits_nonzero(tiny_model):
         assert proc.wait(30) != 0
     finally:
         proc.kill()
+
+
+def test_sigterm_while_paused_resumes_and_drains(tiny_model):
+    """A drain of a paused server lets the running request finish instead of waiting the timeout out and
+    aborting it."""
+    proc, url = launch(tiny_model("qwen3"), "--shutdown-timeout", "120", "--enable-pause", env={"MOPT_API_KEY": KEY})
+    auth = {"Authorization": f"Bearer {KEY}"}
+    try:
+        out: dict = {}
+        paused(url, auth, True)
+        thread = stream_in_thread(
+            url, {"prompt": "paused", "max_tokens": 40, "ignore_eos": True, "stream": True}, auth, out
+        )
+        wait_for(lambda: num_queued(url) == 1)
+        proc.send_signal(signal.SIGTERM)
+        thread.join(120)
+        assert out["events"][-1] == "[DONE]"
+        finishes = [c["finish_reason"] for e in out["events"][:-1] for c in json.loads(e)["choices"]]
+        assert finishes[-1] == "length"  # it ran to its end: the drain resumed the engine
+        assert proc.wait(60) == 0
+    finally:
+        proc.kill()
