@@ -13,8 +13,8 @@ import torch
 
 from model_optimizer.runtime import distributed as state
 from model_optimizer.runtime.distributed import TensorParallel
-from tests.runtime.executor.sharded import prefill_logits
-from tests.runtime.executor.spawn import run_ranks
+from tests.runtime.sharded import prefill_logits
+from tests.runtime.spawn import run_ranks
 
 COLUMN_PARALLEL = ("model.layers.0.self_attn.qkv_proj", "model.layers.1.mlp.gate_up_proj")
 

@@ -8,7 +8,7 @@ import torch
 
 from model_optimizer.runtime import distributed as state
 from model_optimizer.runtime.distributed import TensorParallel
-from tests.runtime.executor.spawn import run_ranks
+from tests.runtime.spawn import run_ranks
 
 
 def _load_and_record_reads(model_dir: str):
