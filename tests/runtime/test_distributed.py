@@ -7,6 +7,8 @@ import pytest
 
 from tests.runtime.spawn import run_ranks
 
+pytestmark = pytest.mark.slow  # every test spawns gloo ranks
+
 
 def _rank_and_sum(offset: int):
     import torch

@@ -9,6 +9,8 @@ from tests import tiny_checkpoints as tiny
 from tests.runtime.sharded import prefill_logits
 from tests.runtime.spawn import run_ranks
 
+pytestmark = pytest.mark.slow  # every test spawns gloo ranks
+
 # tiny_model names (tests/conftest.py): what each adds to the split
 MODELS = {
     "llama3": "1 KV head for 4 query heads: both ranks hold the same KV head (replicated), untied head",

@@ -80,6 +80,7 @@ def test_generation_routes_say_use_embeddings(embed_server):
     assert httpx.get(embed_server.url + "/metrics").status_code == 200
 
 
+@pytest.mark.slow
 def test_schemathesis_on_embeddings(embed_server, tmp_path):
     from tests.runtime.server.test_schemathesis import run_schemathesis
 
