@@ -64,7 +64,8 @@ def enable_one_shot_all_reduce(numel: int, dtype: torch.dtype, device: torch.dev
 
     Decode messages are small (batch x hidden x 2 bytes) and latency-bound, where the one-shot kernel
     beats NCCL (benchmarks/tp.py allreduce; per message size in benchmarks/results/tp_h200x2/nccl/
-    allreduce.json, README "Tensor parallelism"). Larger messages (prefill) keep NCCL. Opt-in (EngineConfig.one_shot_all_reduce): whole decode steps did not get faster.
+    allreduce.json, README "Tensor parallelism"). Larger messages (prefill) keep NCCL. Opt-in
+    (EngineConfig.one_shot_all_reduce): whole decode steps did not get faster.
     Collective: every rank calls it with the same arguments."""
     global _symmetric
     if _current.size == 1 or device.type != "cuda":

@@ -1,11 +1,12 @@
 """Decode-only batches on the GPU: padded to a batch-size bucket, replayed from CUDA graphs.
 
 A decode step of a small model is hundreds of tiny kernels, and launching each from Python costs
-far more host time than replaying it from a graph (README "How it is built"). The input batch pads a decode batch to its bucket
-itself (padded tokens write to slot -1, which the store skips) and writes it straight into the
-step buffer at the addresses the bucket's graph was captured on (runner/input_batch.py), so a
-step is one copy in, one gather of its block-table rows and one replay. With `enforce_eager` the same padded views run without
-graphs, so both modes compute exactly the same thing.
+far more host time than replaying it from a graph (README "How it is built"). The input batch
+pads a decode batch to its bucket itself (padded tokens write to slot -1, which the store skips)
+and writes it straight into the step buffer at the addresses the bucket's graph was captured on
+(runner/input_batch.py), so a step is one copy in, one gather of its block-table rows and one
+replay. With `enforce_eager` the same padded views run without graphs, so both modes compute
+exactly the same thing.
 
 Buckets: 1, 2, 4, 8, then every 16 up to 64, then every 32 (14 graphs for 256 sequences, not 20).
 Padding costs rows, not kernels. Small batches keep fine buckets; above 64 the matrix products

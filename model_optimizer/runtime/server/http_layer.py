@@ -6,8 +6,9 @@ shorter with it (benchmarks/serving_overhead.py; figures in README "Serving benc
 benchmarks/results/serving_overhead_gpu_h200_{h11,serve}.json). uvicorn's httptools protocol has no
 bound on how many bytes a request line and headers may take (h11 has one,
 `h11_max_incomplete_event_size`), so `bounded_httptools` adds it: bytes of a request's head are
-counted as they arrive, before the parser buffers them, and a head over the bound is answered 431 with an OpenAI-style error body and the connection closed. Without httptools
-installed the server keeps h11 and its bound.
+counted as they arrive, before the parser buffers them, and a head over the bound is answered 431
+with an OpenAI-style error body and the connection closed. Without httptools installed the server
+keeps h11 and its bound.
 """
 
 from __future__ import annotations
