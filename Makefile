@@ -1,10 +1,11 @@
 # Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# `make test-fast` leaves out the tests marked slow (README: Contributing).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format venv clean
+.PHONY: demo test test-fast lint format venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +32,9 @@ format: $(STAMP)
 test: $(STAMP) lint
 	# one intra-op thread: tiny test models are slower with OpenMP threads spinning on 2 cores
 	OMP_NUM_THREADS=1 TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: $(STAMP) lint
+	OMP_NUM_THREADS=1 TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:cacheprovider -m "not slow"
 
 clean:
 	rm -rf $(VENV)

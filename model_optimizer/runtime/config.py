@@ -113,9 +113,8 @@ class EngineConfig:
 
     one_shot_all_reduce: bool = False
     """Sum decode-sized tensor-parallel messages with torch's symmetric-memory one-shot kernel instead of
-    NCCL. On two H200s the kernel alone is about twice as fast (6-13 us against 13-27 us, inside CUDA
-    graphs), but whole decode steps did not follow: Llama-3.1-8B at batch 1 3.67 against 3.59 ms,
-    Llama-3.1-70B 21.68 against 21.78 ms (benchmarks/results/tp_h200x2/), so NCCL stays the default."""
+    NCCL. The kernel alone beats NCCL at decode sizes, but whole decode steps did not get faster, so
+    NCCL stays the default (figures: README "Tensor parallelism", benchmarks/results/tp_h200x2/)."""
 
     def __post_init__(self) -> None:
         check_positive(

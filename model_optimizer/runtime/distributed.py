@@ -76,10 +76,10 @@ def enable_one_shot_all_reduce(numel: int, dtype: torch.dtype, device: torch.dev
     """Sum messages of up to `numel` elements of `dtype` with a one-shot all-reduce over NVLink peer
     memory (torch's symmetric memory) instead of NCCL; False where it is unavailable.
 
-    Decode messages are small (batch x hidden x 2 bytes) and latency-bound: on two H200s, inside CUDA
-    graphs, the one-shot kernel took 6.3-7.5 us for 8-128 KB against NCCL's 13.0-17.9 us and 13.1 against
-    26.8 us at 1 MB (benchmarks/tp.py allreduce, benchmarks/results/tp_h200x2/). Larger messages (prefill)
-    keep NCCL. Opt-in (EngineConfig.one_shot_all_reduce): whole decode steps did not get faster.
+    Decode messages are small (batch x hidden x 2 bytes) and latency-bound, where the one-shot kernel
+    beats NCCL (benchmarks/tp.py allreduce; per message size in benchmarks/results/tp_h200x2/nccl/
+    allreduce.json, README "Tensor parallelism"). Larger messages (prefill) keep NCCL. Opt-in
+    (EngineConfig.one_shot_all_reduce): whole decode steps did not get faster.
     Collective: every rank calls it with the same arguments."""
     global _symmetric
     if _current.size == 1 or device.type != "cuda":

@@ -66,6 +66,7 @@ def test_chat_template_renders_chatml(tokenizer):
     assert tokenizer.eos_token_id == im_end
 
 
+@pytest.mark.slow
 def test_perplexity_on_unseen_doc_text_is_low(model, tokenizer):
     ids = tokenizer(DOC_TEXT, return_tensors="pt").input_ids
     with torch.no_grad():
@@ -78,6 +79,7 @@ def test_reported_perplexity_beats_unigram_tenfold():
     assert metrics["val_perplexity"] <= 0.1 * metrics["unigram_val_perplexity"]
 
 
+@pytest.mark.slow
 def test_greedy_generation_is_readable_english(model, tokenizer):
     ids = tokenizer("The json module", return_tensors="pt").input_ids
     out = model.generate(ids, max_new_tokens=32, do_sample=False)

@@ -71,6 +71,7 @@ def test_debug_flag_or_env_shows_the_traceback(capsys, tmp_path, monkeypatch):
     assert err.startswith("mopt generate: error: model folder") and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_errors_in_a_real_process_are_one_line_unless_debug(tmp_path):
     import os
     import subprocess

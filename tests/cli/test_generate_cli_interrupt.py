@@ -12,6 +12,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 TIMEOUT = 600  # seconds; only a hang reaches it
 
 
@@ -63,6 +65,7 @@ def test_ctrl_c_while_reading_prompts_exits_130_without_traceback(tmp_path):
     assert "Traceback" not in err and err.strip() == "mopt generate: interrupted"
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_generation_keeps_completed_results(tiny_model, tmp_path):
     prompts = tmp_path / "in.jsonl"
     # the first prompt ends after one token; the other 999 each run to the end of the context
@@ -103,6 +106,7 @@ def test_ctrl_c_during_generation_keeps_completed_results(tiny_model, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_ctrl_c_before_any_prompt_finished_says_nothing_was_written(tiny_model, tmp_path):
     """One long prompt, interrupted while it runs: nothing was printed, and the message must say so."""
     model = tmp_path / "qwen3"

@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("torch", "transformers", "fastapi", "uvicorn", "sklearn", "optuna")
 
 
@@ -27,6 +29,7 @@ def test_building_the_full_parser_imports_no_heavy_library():
     assert not loaded & set(HEAVY), f"parser construction imported {sorted(loaded & set(HEAVY))}"
 
 
+@pytest.mark.slow
 def test_mopt_help_of_each_command_stays_torch_free():
     loaded = _loaded_after(
         "import contextlib, io\n"
@@ -38,6 +41,7 @@ def test_mopt_help_of_each_command_stays_torch_free():
     assert not loaded & {"torch", "transformers"}, sorted(loaded & {"torch", "transformers"})
 
 
+@pytest.mark.slow
 def test_embed_package_keeps_its_public_names_without_importing_torch_up_front():
     loaded = _loaded_after("from model_optimizer.runtime.embed import EmbedConfig")
     assert "torch" not in loaded

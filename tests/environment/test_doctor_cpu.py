@@ -63,6 +63,7 @@ def test_wsl_without_windows_driver():
     assert ids(evaluate(snap))["driver.wsl_no_driver"].severity == "error"
 
 
+@pytest.mark.slow
 def test_live_capture_on_this_machine_never_raises():
     snap = capture_snapshot()
     assert set(snap["probes"]) >= {"nvml", "torch", "modules", "dev_nodes", "pci", "secure_boot", "system"}
@@ -103,6 +104,7 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     assert "cannot be combined" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_bench_without_gpu_reports_skip(tmp_path, capsys):
     saved = tmp_path / "snap.json"
     assert main(["--bench", "--json", "--save-snapshot", str(saved)]) in (0, 1)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.runtime.executor.sharded import PROMPTS, prefill_logits
-from tests.runtime.executor.spawn import run_ranks
+from tests.runtime.sharded import PROMPTS, prefill_logits
+from tests.runtime.spawn import run_ranks
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 

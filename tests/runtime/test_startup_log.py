@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from model_optimizer.runtime.llm import LLM
 from tests.runtime.server.test_process import REPO
 from tests.runtime.server.test_startup import Server
@@ -30,6 +32,7 @@ def test_llm_logs_each_phase_once_in_order(tiny_model, caplog):
     assert phases([r.getMessage() for r in records]) == CPU_PHASES
 
 
+@pytest.mark.slow
 def test_mopt_generate_shows_the_phases_before_generating(tiny_model):
     run = subprocess.run(
         [sys.executable, "-m", "model_optimizer.cli.main", "generate", "--model", str(tiny_model("qwen3"))]
@@ -47,6 +50,7 @@ def test_mopt_generate_shows_the_phases_before_generating(tiny_model):
     assert total < next(i for i, line in enumerate(lines) if "generating for 1 prompt" in line)
 
 
+@pytest.mark.slow
 def test_mopt_serve_logs_the_phases_before_it_listens(tiny_model):
     server = Server(str(tiny_model("qwen3")), "--max-model-len", "128", "--num-kv-blocks", "16")
     try:

@@ -29,9 +29,8 @@ ENGINE_HEADROOM_BYTES = 256 * MIB
 """The engine keeps this much free for CUDA graphs and sampler temporaries (model_runner.py)."""
 RUNTIME_BYTES = 32 * MIB
 """Allocations the forward makes besides tensors: the cuBLAS workspace (32 MiB on Hopper). Checked
-against the engine's measured peak on an H200 (benchmarks/results/throughput_h200.json: Qwen3-0.6B
-config, 4096-token profile, 72,870 blocks at utilization 0.9 leave a peak of 1.3800e9 to 1.3819e9
-bytes, of which weights, rotary tables and the tensors below account for all but 32.6 to 34.4 MB)."""
+against the engine's measured peak on an H200 (benchmarks/results/throughput_h200.json; the
+comparison is in README "Inspect a checkpoint", memory plan)."""
 CUDA_CONTEXT_BYTES = 600 * MIB
 """Memory the CUDA context takes outside torch's allocator; only bounds the plan when
 gpu_memory_utilization is near 1 and free memory, not the share, limits the cache."""

@@ -38,10 +38,10 @@ from model_optimizer.model.quantize.job import (
 from model_optimizer.runtime.device import pick_device
 
 DEFAULT_MIN_COSINE = 0.99
-"""all-MiniLM-L6-v2 on 256 built-in held-out paragraphs, CPU float32: int8 keeps a mean cosine of
-0.99959 (worst text 0.99912), fp8 0.99836 (worst 0.99670), while round-to-nearest int4 falls to
-0.957 (worst 0.909) and changes 14% of nearest neighbours. 0.99 passes the 8-bit methods with
-several times their measured loss to spare and refuses what int4 does to this model."""
+"""Set from all-MiniLM-L6-v2 on the 256 built-in held-out paragraphs (CPU float32; the per-method
+figures are in README "Quantize: mopt quantize", embedding models): 0.99 passes the 8-bit methods
+with several times their measured loss to spare and refuses what round-to-nearest int4 does to
+this model."""
 DEFAULT_NUM_TEXTS = 256
 
 

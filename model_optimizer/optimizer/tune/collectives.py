@@ -3,16 +3,11 @@
 Under tensor parallelism (parallel/) each of N GPUs reads 1/N of the weights and its share of the KV
 cache, and every step adds collectives: one all-reduce after o_proj and one after down_proj in each
 layer, one after the vocabulary-parallel embedding, one all-gather of the logits. Their cost is
-latency, not bandwidth, at decode sizes (batch x hidden x 2 bytes). Measured on two H200s over NVLink,
-inside CUDA graphs (benchmarks/results/tp_h200x2/, benchmarks/tp.py allreduce):
-
-    NCCL                      13.0 us at 8 KB .. 26.8 us at 1 MB
-    one-shot (symmetric mem)   6.3 us at 8 KB .. 13.1 us at 1 MB
-
-and in whole steps: Llama-3.1-8B at batch 1 spent 0.465 ms of a 3.59 ms TP=2 step in all-reduce
-(TP=1: 4.80 ms), Llama-3.1-70B at TP=2 2.01 ms of 21.78 ms. The engine sums with NCCL unless
-one_shot_all_reduce is set; then messages of up to max_num_seqs rows take the one-shot kernel.
-The lines below are those two measurements (latency + bytes / slope); the study's refit scales them.
+latency, not bandwidth, at decode sizes (batch x hidden x 2 bytes), and a visible share of a TP step
+(figures per message size and per step: README "Tensor parallelism", benchmarks/results/tp_h200x2/).
+The engine sums with NCCL unless one_shot_all_reduce is set; then messages of up to max_num_seqs rows
+take the one-shot kernel. Each is modelled as a line (latency + bytes / slope) through the points
+benchmarks/tp.py allreduce measured; the study's refit scales them.
 """
 
 from __future__ import annotations
@@ -20,9 +15,10 @@ from __future__ import annotations
 import os
 
 ONE_SHOT_US = (6.25, 150e3)
-"""(fixed us, bytes per us) of the one-shot all-reduce on H200 NVLink: 6.3 us at 8 KB, 13.1 at 1 MB."""
+"""(fixed us, bytes per us) of the one-shot all-reduce on H200 NVLink, fitted to its 8 KB and 1 MB points in
+benchmarks/results/tp_h200x2/nccl/allreduce.json (inside CUDA graphs)."""
 NCCL_US = (12.9, 76e3)
-"""(fixed us, bytes per us) of NCCL's all-reduce on H200 NVLink: 13.0 us at 8 KB, 26.8 at 1 MB."""
+"""(fixed us, bytes per us) of NCCL's all-reduce on H200 NVLink, fitted like ONE_SHOT_US to the same file."""
 GLOO_US = (100.0, 1e3)
 """Processes on a CPU sum through gloo over shared memory: a rough prior the refit corrects."""
 

@@ -22,7 +22,8 @@ from model_optimizer.optimizer.tune.space import SearchSpace
 from model_optimizer.runtime.config import EngineConfig
 
 LATENCY_SPREAD = 0.1
-"""Sigma of log(latency) across requests of one run: the measured H200 trials' p99 / median is ~1.3."""
+"""Sigma of log(latency) across requests of one run (p99 / median = exp(Z99 x sigma)), set from the p99 / median
+of the H200 study's trials (README "Tune: mopt tune", guided search)."""
 SCORE_TIE = 0.02
 """Relative difference in predicted goodput below which two candidates count as equally good."""
 MAX_CANDIDATES = 20000

@@ -35,8 +35,8 @@ its k experts: Qwen3-30B-A3B's 30.5 B parameters decode at batch 1 like a 3.3 B 
 
 With tensor_parallel_size N (tune/collectives.py) the roofline is one GPU's: W / N, its share of the
 KV heads (one replicated head when fewer than N) and 1/N of the FLOPs; the step adds its collectives
-(2 all-reduces per layer, about 7 us each with the one-shot kernel on H200 NVLink, 13-17 us with NCCL)
-under a coefficient `ar` of prior 1. Memory figures are per GPU. A size needing more GPUs than are
+(2 all-reduces per layer, each costed by collectives.py's measured lines) under a coefficient `ar` of
+prior 1. Memory figures are per GPU. A size needing more GPUs than are
 visible, or one the model's heads do not divide by, does not fit (the candidate is skipped with why).
 """
 

@@ -66,8 +66,8 @@ DEFAULT_KNOBS: tuple[Knob, ...] = (
 )
 """The space searched when the user gives none: every engine knob that changes speed or memory. No budget
 under 2048: a step that carries a prefill chunk runs eagerly (CUDA graphs replay decode-only steps), so a
-small budget spreads each prompt over more slow steps and the start-up burst over many (on the H200,
-64 prompts of ~512 tokens in budgets of 1024 took 32 eager steps: p99 TTFT 886 ms). max_num_seqs above the clients in flight is moot;
+small budget spreads each prompt over more slow steps and the start-up burst over many (the H200
+trial that showed it: README "Tune: mopt tune"). max_num_seqs above the clients in flight is moot;
 the guided search (guide.py) measures such a value last among equals."""
 
 NOT_KNOBS = {"model", "tokenizer", "device", "load_format", "seed"}

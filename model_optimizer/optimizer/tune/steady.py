@@ -1,9 +1,10 @@
 """Trial figures of the steady state, not of the start: the warm-up default and the closed loop's first wave.
 
-Two things made one trial's goodput a poor measure of its settings (the same defaults measured 4.1 and
-24.2 req/s on one H200): first-use costs (compilation, CUDA graph capture, allocator growth) landing in the
-first requests, and the closed loop's start, when all C clients send at the same instant so the last of C
-prompts waits behind the other C - 1 prefills. p99 TTFT over a few hundred requests is then a figure of that
+Two things made one trial's goodput a poor measure of its settings (the same defaults measured several
+times apart on one H200: README "Tune: mopt tune", steady-state measurements): first-use costs
+(compilation, CUDA graph capture, allocator growth) landing in the first requests, and the closed loop's
+start, when all C clients send at the same instant so the last of C prompts waits behind the other C - 1
+prefills. p99 TTFT over a few hundred requests is then a figure of that
 burst, not of the load the user will serve.
 
 * Warm-up: every trial first sends `num_warmups` requests of the workload's shape (the bench's

@@ -69,8 +69,9 @@ class EmbedConfig:
 
     cuda_graph_max_tokens: int = 2048
     """Run packed batches of up to this many tokens as CUDA graph replays (fp16/bf16 on CUDA; one graph per
-    power-of-two bucket of tokens, inputs and longest input, at most 32). 0: off. On the H200 a replay
-    beat eager 12x at one short text and 4.5x at 960 tokens, and lost at 7,680."""
+    power-of-two bucket of tokens, inputs and longest input, at most 32). 0: off. A replay saves the
+    host's launches, which dominate small batches; past a few thousand tokens it stops paying
+    (README "Embeddings", CUDA graphs)."""
 
     tokenizer_threads: int | None = None
     """Threads that tokenize a call's texts chunk by chunk while the model runs the chunks before. Empty: the CPU

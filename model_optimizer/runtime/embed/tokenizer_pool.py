@@ -2,8 +2,8 @@
 
 Tokenizing is host work that a GPU forward pass does not wait for: while the GPU runs the
 batches of one chunk, worker threads tokenize the next ones (the Rust tokenizer releases the GIL).
-On the H200 machine one thread took 375 ms to tokenize 512 texts of 512 tokens, 35% of the whole
-call, before the first batch could start.
+On one thread, tokenizing a large call was a large share of its time on a GPU, all of it before the
+first batch could start (README "Embeddings" > "Benchmark").
 
 Chunks go longest input first, by characters (a text's length before tokenizing), which is the
 order batches are packed in; a call small enough for one chunk is tokenized on the caller's thread.

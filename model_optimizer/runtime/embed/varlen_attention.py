@@ -217,8 +217,8 @@ def _flash_varlen(q, k, v, meta: VarlenMeta, causal: bool, window: int | None) -
 
     Direct, because the kernel already does what the wrapper withholds on torch 2.11: fewer K/V heads
     than query heads (GQA) and rows with a stride (v is a slice of the fused qkv projection), so no
-    `repeat_interleave` of K/V and no `.contiguous()` copy; those copies took about 10% of a 512 x 512
-    Qwen3 batch on the H200. It also skips the wrapper's custom-op dispatch, ~80 us of host time a layer."""
+    `repeat_interleave` of K/V and no `.contiguous()` copy, and no custom-op dispatch of the wrapper's on
+    the host (what those cost: README "Embeddings", "How it runs" > Attention)."""
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"{q.shape[1]} query heads are not a multiple of {k.shape[1]} key/value heads")
     left, right = (window - 1 if window else -1), (0 if causal else -1)

@@ -1,8 +1,9 @@
 """Triton's compiled-kernel cache in a folder we own, keyed by versions and GPU.
 
 Our kernels (attention, rotary, the fused element-wise ops, sampling) are Triton kernels compiled
-at start-up: seconds on an H200. Triton caches its output on disk, but in a folder it names itself
-(~/.triton/cache, one folder for every Triton version and GPU). We point it at
+at start-up: most of a cold start on a GPU (README "Start-up"). Triton caches its output on disk,
+but in a folder it names itself (~/.triton/cache, one folder for every Triton version and GPU).
+We point it at
 
     <root>/<key>/triton   root: $MOPT_COMPILE_CACHE_DIR, else $XDG_CACHE_HOME/model-optimizer/compile,
                           else ~/.cache/model-optimizer/compile

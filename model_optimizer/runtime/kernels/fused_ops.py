@@ -9,8 +9,8 @@ be contiguous. New tensors come back, as from the eager functions.
 
 Why not torch.compile (what layers/fusion.py used before): these chains were the only inductor
 kernels of a decode step, yet compiling them was most of a cold start (dynamo traces again in
-every process: the first forward took 7.9 s cold against 3.7 s warm on an H200 with Qwen3-0.6B)
-and importing torch._inductor alone costs seconds. Hand-written, they compile once per hidden
+every process, so even a warm start paid for it: README "Start-up") and importing torch._inductor
+alone costs seconds. Hand-written, they compile once per hidden
 size and dtype and stay in Triton's on-disk cache (compile_cache.py). The token count is never a
 kernel argument (it only sizes the grid), so one kernel serves every batch.
 """

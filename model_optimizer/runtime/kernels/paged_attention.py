@@ -27,8 +27,8 @@ SPLIT_MIN_CONTEXT = 256  # with a known shorter max_seq_len, one pass per sequen
 def _dot_dtype(dtype: torch.dtype, fp8_cache: bool = False):
     """Operand type of tl.dot: the query's, except bf16 under the interpreter, whose bf16 dot is wrong,
     and fp16 over an fp8 cache: e4m3 -> fp16 is one conversion instruction per two values and exact, while
-    e4m3 -> bf16 goes through fp16 and fp32; with bf16 operands the fp8 decode read its half-size cache at
-    1.7 TB/s against the bf16 cache's 3.9 TB/s (H200, 256 sequences x 2048 tokens, attention_kernels.py)."""
+    e4m3 -> bf16 goes through fp16 and fp32; with bf16 operands the fp8 decode read its half-size cache
+    far slower than the bf16 cache (benchmarks/attention_kernels.py; README "Quantize", fp8 cache)."""
     if fp8_cache:
         return tl.float16
     if dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1":

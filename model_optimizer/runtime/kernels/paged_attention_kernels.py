@@ -56,7 +56,7 @@ def _drop_nonfinite_values(v, s, visible):
 
 
 # num_seqs and the block-table width change every step: specialising on them (== 1, % 16)
-# recompiled the kernel mid-run, about a second each time (measured on the H200)
+# recompiled the kernel mid-run, stalling a step each time (README "Where the time goes")
 @triton.jit(do_not_specialize=["sliding_window", "num_seqs", "stride_bt"])
 def _paged_attention_kernel(
     out_ptr,

@@ -9,8 +9,9 @@ and a bf16/fp16 input the Triton program runs (`quant_matmul`, launch shape per 
 `quant_tiles`: split-K tiles for decode, larger tiles for prefill); everywhere else the dequantizing
 torch reference. fp8 above 16 rows on a GPU with fp8 tensor cores (sm_89+) may instead quantize the
 activations per token (one Triton pass) and multiply in fp8 through `torch._scaled_mm` (W8A8):
-measured on the H200 at Llama-3.1-8B's shapes, `_scaled_mm` matches the bf16 matmul from M ~ 64 but
-reads weights at only 1.3-2.4 TB/s at M = 1-8; the tile table says which of the two runs per shape.
+`_scaled_mm` catches up with the bf16 matmul only at prefill sizes and reads weights slowly at decode
+sizes (README "Quantized linear kernels"), so the measured tile table says which of the two runs per
+shape.
 No path reads tensor values on the host, so all of them run in CUDA graphs.
 """
 

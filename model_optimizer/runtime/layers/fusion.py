@@ -1,9 +1,9 @@
 """Run chains of small element-wise ops as one hand-written Triton kernel on the GPU.
 
 A decode step of a small model is hundreds of tiny element-wise kernels (RMSNorm alone is seven
-in float32); inside a CUDA graph each still costs 1-3 us. As one kernel each chain reads its inputs
-once and writes its outputs once. Measured on the H200 before fusion (benchmarks/profile_step.py):
-~365 element-wise launches per step, about half the decode step time at batch 32.
+in float32), and inside a CUDA graph each still costs a fixed time of its own. As one kernel each
+chain reads its inputs once and writes its outputs once. Before fusion they were about half of a
+small decode step (benchmarks/profile_step.py; README "Where the time goes", "Earlier steps").
 
 The kernels live in kernels/fused_ops.py. torch.compile did this job before, but dynamo traces the
 chains again in every new process and importing inductor takes seconds: most of a cold start.

@@ -1,7 +1,7 @@
 """FastTokenizer: a model folder's tokenizer.json through the `tokenizers` library alone.
 
-Importing transformers costs seconds (5.2 s on a fresh H200 machine: it pulls scikit-learn and
-torch.distributed), which `mopt serve` paid only to wrap a tokenizer.json that the Rust library
+Importing transformers costs seconds (it pulls scikit-learn and torch.distributed; README
+"Start-up"), which `mopt serve` paid only to wrap a tokenizer.json that the Rust library
 loads in milliseconds. This class gives exactly what the engine, server, embedder, bench and quant
 code use of transformers' tokenizer, with transformers' results (tests/runtime/models/test_fast_tokenizer.py
 compares them): encode/decode with and without special tokens, the named special tokens, the

@@ -1,23 +1,24 @@
 """Decode-only batches on the GPU: padded to a batch-size bucket, replayed from CUDA graphs.
 
-A decode step of a small model is hundreds of tiny kernels; launched from Python each costs
-about 8 us, replayed from a graph under 1 us. The input batch pads a decode batch to its bucket
-itself (padded tokens write to slot -1, which the store skips) and writes it straight into the
-step buffer at the addresses the bucket's graph was captured on (runner/input_batch.py), so a
-step is one copy in, one gather of its block-table rows and one replay. With `enforce_eager` the same padded views run without
-graphs, so both modes compute exactly the same thing.
+A decode step of a small model is hundreds of tiny kernels, and launching each from Python costs
+far more host time than replaying it from a graph (README "How it is built"). The input batch
+pads a decode batch to its bucket itself (padded tokens write to slot -1, which the store skips)
+and writes it straight into the step buffer at the addresses the bucket's graph was captured on
+(runner/input_batch.py), so a step is one copy in, one gather of its block-table rows and one
+replay. With `enforce_eager` the same padded views run without graphs, so both modes compute
+exactly the same thing.
 
 Buckets: 1, 2, 4, 8, then every 16 up to 64, then every 32 (14 graphs for 256 sequences, not 20).
 Padding costs rows, not kernels. Small batches keep fine buckets; above 64 the matrix products
 already run in tiles of 64-128 rows, so a bucket 32 wide should add little work, and padded rows
 only attend to one slot. (Reasoning, not yet a measurement: decode_latency.py at a batch just
-past a bucket, e.g. 65 or 97, against the old buckets would confirm it on the H200.)
+past a bucket, e.g. 65 or 97, against the old buckets would confirm it on a GPU.)
 Capture: largest bucket first, so smaller graphs reuse its memory pool. The first capture gets two
 warm-up forwards (they compile the Triton and fused kernels and create the library handles); every
 later bucket one, which still compiles whatever kernel variant its shape needs (split-KV count)
-before capture. Before: 20 buckets x (2 warm-ups + 1 capture) = 60 forwards (7.9 s cold, 2.9 s warm
-on the H200, benchmarks/results/cold_start_h200.json); now 14 x 2 + 1 = 29. `capture_seconds` and
-the log line give the time. Lazy capture on first use was not chosen: a cold bucket would stall a
+before capture. Before: 20 buckets x (2 warm-ups + 1 capture) = 60 forwards; now 14 x 2 + 1 = 29
+(the capture times before and after: README "Start-up"). `capture_seconds` and the log line give
+the time. Lazy capture on first use was not chosen: a cold bucket would stall a
 live decode step by a kernel compilation (seconds) in the middle of serving.
 """
 

@@ -161,7 +161,7 @@ class ModelRunner:
         The prefills write into the first blocks of the real caches (zeroed again after): Triton
         specialises a kernel on its integer arguments' type, and a real fp8 cache's plane stride
         passes 2**31 where a small scratch cache's does not, so warming on a scratch cache left two
-        ~1 s compilations inside the first requests (H200, Qwen3-0.6B, fp8 cache: profile_step.py)."""
+        compilations inside the first requests (README "Quantize", the fp8 cache paragraph)."""
         length, bs = 2, self.config.block_size
         while length <= min(128, self.max_model_len):
             num_blocks = -(-length // bs)

@@ -1,13 +1,14 @@
 """The HTTP layer under uvicorn: httptools' C parser with a bound on a request's head, h11 without it.
 
 Every streamed chunk goes through the HTTP protocol's send, and at hundreds of streams that is a
-large share of the event loop: on an H200 at 256 streams (benchmarks/serving_overhead.py,
-results/serving_overhead_gpu_h200_{h11,serve}.json) the event loop spent 41.7 us of CPU per chunk
-with h11 and 32.3 us with httptools, and a step took 15.5 against 13.9 ms. uvicorn's httptools protocol has no bound on how many bytes a request line and headers may
-take (h11 has one, `h11_max_incomplete_event_size`), so `bounded_httptools` adds it: bytes of a
-request's head are counted as they arrive, before the parser buffers them, and a head over the bound
-is answered 431 with an OpenAI-style error body and the connection closed. Without httptools
-installed the server keeps h11 and its bound.
+large share of the event loop; httptools' send costs less CPU per chunk than h11's, and steps got
+shorter with it (benchmarks/serving_overhead.py; figures in README "Serving benchmark and logprobs",
+benchmarks/results/serving_overhead_gpu_h200_{h11,serve}.json). uvicorn's httptools protocol has no
+bound on how many bytes a request line and headers may take (h11 has one,
+`h11_max_incomplete_event_size`), so `bounded_httptools` adds it: bytes of a request's head are
+counted as they arrive, before the parser buffers them, and a head over the bound is answered 431
+with an OpenAI-style error body and the connection closed. Without httptools installed the server
+keeps h11 and its bound.
 """
 
 from __future__ import annotations

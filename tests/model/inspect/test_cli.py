@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from model_optimizer.cli.main import main
 from tests.model.inspect import broken as b
 
@@ -36,6 +38,7 @@ def test_warnings_alone_exit_0(fresh, capsys):
     assert json.loads(capsys.readouterr().out)["status"] == "warn"
 
 
+@pytest.mark.slow
 def test_bad_input_is_a_message_not_a_traceback(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     proc = subprocess.run(

@@ -57,6 +57,7 @@ def digest(folder) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
+@pytest.mark.slow
 def test_lora_prefix_optimizer_ema_fixed_matches_transformers(tiny_model, fresh, tmp_path):
     pristine = tiny_model("qwen3")
     folder = fresh("qwen3")

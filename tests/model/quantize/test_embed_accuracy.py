@@ -51,6 +51,7 @@ def minilm_dir() -> Path:
     return Path(gt.get_model_path())
 
 
+@pytest.mark.slow
 def test_minilm_int8_keeps_its_embeddings_and_int4_loses_more(minilm_dir):
     """The real all-MiniLM-L6-v2 (an encoder): int8 per-channel weights barely move the vectors,
     round-to-nearest int4 moves them more, and a strict gate refuses it."""

@@ -37,6 +37,7 @@ def _leftovers(parent: Path) -> list[str]:
     return [p.name for p in parent.iterdir() if ".tmp-" in p.name]
 
 
+@pytest.mark.slow
 def test_int8_writes_a_compressed_folder_with_cosine_figures_that_pass_the_default(int8_dir):
     report = _report(int8_dir)
     acc = report["accuracy"]
@@ -55,6 +56,7 @@ def test_int8_writes_a_compressed_folder_with_cosine_figures_that_pass_the_defau
     assert _leftovers(int8_dir.parent) == []
 
 
+@pytest.mark.slow
 def test_written_folder_embeds_as_the_in_place_rounding(int8_dir, minilm_dir):
     """What the gate measured (the folder loaded back from disk) is the method's rounding, not a
     different model: the two embed the same texts to the same vectors."""
@@ -76,6 +78,7 @@ def test_written_folder_embeds_as_the_in_place_rounding(int8_dir, minilm_dir):
     assert same.min_cosine > 1 - 1e-6
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:You passed `quantization_config`:UserWarning")
 def test_sentence_transformers_reads_the_folder_as_we_do(int8_dir):
     """The folder is a sentence-transformers model too (compressed-tensors decompressed at load; the
@@ -97,6 +100,7 @@ def test_sentence_transformers_reads_the_folder_as_we_do(int8_dir):
     assert agree.min_cosine > 0.99999
 
 
+@pytest.mark.slow
 def test_impossible_min_cosine_exits_non_zero_and_writes_nothing(minilm_dir, tmp_path, capsys):
     out = tmp_path / "q"
     args = ["quantize", str(minilm_dir), "--method", "int8", "--output", str(out), "--min-cosine", "0.99999999"]
@@ -107,6 +111,7 @@ def test_impossible_min_cosine_exits_non_zero_and_writes_nothing(minilm_dir, tmp
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_default_gate_refuses_int4_rounding(minilm_dir, tmp_path, capsys):
     """Round-to-nearest int4 moves MiniLM's vectors well below 0.99 mean cosine: refused with no flag."""
     out = tmp_path / "q"
@@ -115,6 +120,7 @@ def test_default_gate_refuses_int4_rounding(minilm_dir, tmp_path, capsys):
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_eval_only_reevaluates_the_folder(int8_dir, minilm_dir, tmp_path, capsys):
     folder = tmp_path / "copy"
     shutil.copytree(int8_dir, folder)
@@ -132,6 +138,7 @@ def test_eval_only_reevaluates_the_folder(int8_dir, minilm_dir, tmp_path, capsys
     assert (folder / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_jsonl_eval_text_gives_one_text_per_record(int8_dir, minilm_dir, tmp_path):
     folder = tmp_path / "copy"
     shutil.copytree(int8_dir, folder)

@@ -29,6 +29,7 @@ def bench(server, tmp_path, *flags):
     )
 
 
+@pytest.mark.slow
 def test_run_writes_json_csv_html(server, tmp_path, capsys):
     rc = bench(server, tmp_path, "--num-requests", "8", "--concurrency", "4", "--slo", "ttft_p99=500ms,tpot_p99=200ms")
     assert rc == 0
@@ -56,6 +57,7 @@ def test_run_writes_json_csv_html(server, tmp_path, capsys):
     assert "TTFT" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_sweep_runs_baseline_saturation_and_rates_between(tmp_path):
     # slow answers, so that serving 5 at once is clearly faster than one at a time even on a busy machine
     with ServerThread(create_app(ttft=0.25, itl=0.01)) as slow:
@@ -96,6 +98,7 @@ def test_failing_server_is_reported_not_hidden(server, tmp_path, capsys):
     assert "http_500 x5" in out and "first http_500: internal error" in out
 
 
+@pytest.mark.slow
 def test_trace_mode_from_file(server, tmp_path):
     trace = tmp_path / "trace.jsonl"
     trace.write_text(
@@ -110,6 +113,7 @@ def test_trace_mode_from_file(server, tmp_path):
     assert result["summary"]["output_tokens"] == 4 * 3  # --output-len 4 overrides the trace
 
 
+@pytest.mark.slow
 def test_compare_prints_ratios(server, tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     assert bench(server, a, "--num-requests", "4", "--concurrency", "1") == 0
@@ -157,6 +161,7 @@ def test_compare_rejects_other_files(tmp_path, capsys):
     assert "not a run file written by mopt bench" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_runs_in_one_folder_are_numbered_on_never_overwritten(server, tmp_path):
     assert bench(server, tmp_path, "--num-requests", "2", "--concurrency", "2") == 0
     first = (tmp_path / "run-01-concurrency-2.json").read_text()
@@ -171,6 +176,7 @@ def test_runs_in_one_folder_are_numbered_on_never_overwritten(server, tmp_path):
     assert len(list(tmp_path.glob("run-*.requests.csv"))) == 3
 
 
+@pytest.mark.slow
 def test_vllm_flag_names_are_accepted(server, tmp_path):
     out = tmp_path / "vllm"
     rc = main(
@@ -242,6 +248,7 @@ def test_an_unknown_flag_is_named(capsys):
     assert "invalid choice: 'sonnet' (choose from 'synthetic', 'trace', 'sharegpt')" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_compare_folders_pairs_runs_and_warns_about_different_workloads(server, tmp_path, capsys):
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     assert bench(server, a, "--num-requests", "4", "--concurrency", "2") == 0

@@ -6,6 +6,8 @@ import copy
 import re
 from html.parser import HTMLParser
 
+import pytest
+
 from model_optimizer.cli.main import main
 from model_optimizer.optimizer.bench import fmt
 from model_optimizer.optimizer.bench.html import render_page
@@ -70,6 +72,7 @@ def test_number_formatting_follows_magnitude():
     assert fmt.number(float("nan")) == "-" and fmt.number(float("inf")) == "inf"
 
 
+@pytest.mark.slow
 def test_report_has_settings_summary_slo_and_server_tables(server, tmp_path):
     assert (
         bench(server, tmp_path, "--num-requests", "8", "--concurrency", "4", "--slo", "ttft_p99=1ms,e2e_p99=60s") == 0
@@ -91,6 +94,7 @@ def test_report_has_settings_summary_slo_and_server_tables(server, tmp_path):
     assert not re.search(r"\d[eE][+-]\d", text)
 
 
+@pytest.mark.slow
 def test_large_figures_are_written_with_separators(server, tmp_path):
     assert bench(server, tmp_path, "--num-requests", "2") == 0
     [run] = load_runs(tmp_path)
@@ -102,6 +106,7 @@ def test_large_figures_are_written_with_separators(server, tmp_path):
     assert "e+0" not in text
 
 
+@pytest.mark.slow
 def test_sweep_points_are_labelled_with_their_load(server, tmp_path):
     assert bench(server, tmp_path, "--num-requests", "4", "--concurrency", "2") == 0
     assert bench(server, tmp_path, "--num-requests", "4", "--request-rate", "40") == 0
@@ -126,6 +131,7 @@ def test_embedding_runs_draw_no_empty_panels(server, tmp_path):
     assert "E2E p50 / p99 (ms)" in page.headers and "output length" not in page.text
 
 
+@pytest.mark.slow
 def test_failed_runs_show_their_errors(server, tmp_path):
     assert bench(server, tmp_path / "failed", "--model", "fail-500", "--num-requests", "3") == 1
     page = _Page((tmp_path / "failed" / "report.html").read_text())

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.slow
 def test_serving_benchmark_writes_throughput_and_latency_percentiles(tiny_model, tmp_path):
     out = tmp_path / "serving.json"
     cmd = [sys.executable, str(REPO / "benchmarks" / "serving.py"), "--model", str(tiny_model("qwen3"))]

@@ -11,7 +11,7 @@ import yaml
 from model_optimizer.cli.args import dataclass_from_args
 from model_optimizer.cli.main import build_parser, main
 from model_optimizer.optimizer.deploy.cuda import choose_cuda
-from model_optimizer.optimizer.deploy.settings import mopt_command
+from model_optimizer.optimizer.deploy.settings import ServeSettings, mopt_command
 from model_optimizer.optimizer.deploy.vllm_flags import ENV_ONLY, TRANSLATED, UNTRANSLATED, vllm_command
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.server.config import ServerConfig
@@ -126,6 +126,13 @@ def test_vllm_command_translates_and_lists_the_rest():
     assert argv[argv.index("--block-size") + 1] == "32" and "--seed" not in argv  # our default: vLLM keeps its own
     assert set(result.untranslated) == {"max_n", "max_queued_requests", "metrics_auth", "shutdown_timeout"}
     assert "sk-never-in-a-file" not in " ".join(argv)
+
+
+def test_vllm_translation_of_quantization():
+    argv = vllm_command(ServeSettings(EngineConfig(quantization="fp8"), ServerConfig())).argv
+    assert argv[argv.index("--quantization") + 1] == "fp8"
+    cmd = vllm_command(ServeSettings(EngineConfig(quantization="rtn-int4"), ServerConfig()))
+    assert "--quantization" not in cmd.argv and "quantization" in cmd.untranslated
 
 
 def test_untranslated_settings_are_listed_in_the_readme(deployments):

@@ -4,6 +4,8 @@ model says they miss the SLO."""
 
 from __future__ import annotations
 
+import pytest
+
 from model_optimizer.optimizer.tune.guide import predicted_goodput, rank
 from model_optimizer.optimizer.tune.hardware import Hardware
 from model_optimizer.optimizer.tune.predictor import Predictor, Workload, model_cost
@@ -60,6 +62,7 @@ def test_predicted_goodput_counts_the_share_expected_to_meet_the_slo():
     assert predicted_goodput(pred, {"tpot": pred.tpot_ms / 3}) < 1e-6 * rate  # far over: ~0
 
 
+@pytest.mark.slow
 def test_guided_study_measures_the_baseline_then_the_predictors_picks(tmp_path):
     """Trial 0 is the defaults, trials 1 and 2 the predictor's best untried candidates, measured even
     though the model predicts every candidate to miss an impossible SLO (`false` is no server, so each

@@ -35,6 +35,7 @@ def bench_run(out: Path, number: int) -> dict:
     return runs[0]
 
 
+@pytest.mark.slow
 def test_warmup_is_sent_not_counted_and_the_first_wave_is_left_out(tiny_model, tmp_path):
     out = tmp_path / "warm"
     argv = tune_argv(tiny_model("qwen3"), out, "max_num_seqs: [2, 4]\n", tmp_path)
@@ -55,6 +56,7 @@ def test_warmup_is_sent_not_counted_and_the_first_wave_is_left_out(tiny_model, t
     assert stored["load"]["num_warmups"] == 5 and stored["skip_first_wave"] is True
 
 
+@pytest.mark.slow
 def test_repeated_baseline_reports_its_spread_and_the_study_resumes(tiny_model, tmp_path, capsys):
     """The defaults (max_num_seqs 256) lie in this space: trial 0 is the baseline, the budget's last trial
     its repeat (not skipped as a twin); results.json holds the spread. A resume adds trials, not repeats."""
@@ -141,6 +143,7 @@ def test_noise_verdict_compares_the_gain_with_the_baselines_spread():
     assert "figures" not in once and "--repeat-baseline" in once["note"]
 
 
+@pytest.mark.slow
 def test_the_repeat_is_the_last_trial_of_either_budget(tmp_path):
     """--trials: the repeat takes the last slot; --time: it runs once under two baseline trials' time is
     left. It is measured although its settings were (no twin skip); `false` is no server, so it fails."""

@@ -79,6 +79,7 @@ def assert_servers_reaped(out: Path) -> None:
             os.kill(pid, 0)
 
 
+@pytest.mark.slow
 def test_three_trial_study_writes_every_output(tiny_model, tmp_path, space_file, capsys):
     out = tmp_path / "study"
     assert main(tune_argv(tiny_model("qwen3"), out, space_file, "--trials", "3")) == 0
@@ -113,6 +114,7 @@ def test_three_trial_study_writes_every_output(tiny_model, tmp_path, space_file,
     assert "already holds a study" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_failing_trial_is_recorded_and_the_study_goes_on_through_a_server_cmd(tiny_model, tmp_path):
     """num_kv_blocks=1 cannot hold max_model_len: the server refuses to start; the next trial still runs.
     The servers come from a --server-cmd template (our own server standing in for an external one)."""
@@ -174,12 +176,14 @@ def interrupt_after_first_trial(argv: list[str], sig: int) -> str:
     return output
 
 
+@pytest.mark.slow
 def test_sigterm_reaps_the_server_like_ctrl_c(tiny_model, tmp_path, space_file):
     out = tmp_path / "study"
     interrupt_after_first_trial(tune_argv(tiny_model("qwen3"), out, space_file, "--trials", "4"), signal.SIGTERM)
     assert (out / "results.json").is_file() and "RUNNING" not in states(out)
 
 
+@pytest.mark.slow
 def test_interrupted_study_resumes(tiny_model, tmp_path, space_file, capsys):
     out = tmp_path / "study"
     interrupt_after_first_trial(tune_argv(tiny_model("qwen3"), out, space_file, "--trials", "3"), signal.SIGINT)
@@ -206,6 +210,7 @@ def _count_complete(db: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_seed_makes_the_sampled_candidates_reproducible(tmp_path):
     from model_optimizer.optimizer.tune.space import sample
 
@@ -223,6 +228,7 @@ def test_seed_makes_the_sampled_candidates_reproducible(tmp_path):
     assert runs[0] == runs[1]
 
 
+@pytest.mark.slow
 def test_predicted_misfit_is_skipped_without_starting_a_server(tmp_path):
     """A KV cache too small for one request is PRUNED with the reason; no server is started for it."""
     predictor, setup = _small_model_predictor_and_setup(slo=None)
@@ -237,6 +243,7 @@ def test_predicted_misfit_is_skipped_without_starting_a_server(tmp_path):
     assert not (tmp_path / "trials").exists()
 
 
+@pytest.mark.slow
 def test_grid_queues_every_combination_in_order(tmp_path):
     from model_optimizer.optimizer.tune.space import sample
     from model_optimizer.optimizer.tune.study import enqueue_grid, grid_size, make_sampler
@@ -261,6 +268,7 @@ def test_grid_queues_every_combination_in_order(tmp_path):
         make_sampler("grid", 0, SearchSpace([Knob("gpu_memory_utilization", low=0.8, high=0.9)]))
 
 
+@pytest.mark.slow
 def test_settings_already_measured_are_not_measured_again(tmp_path):
     """A repeat of a measured candidate is PRUNED naming the trial; no server starts for it."""
     from model_optimizer.optimizer.bench.client import ClientConfig
@@ -280,6 +288,7 @@ def test_settings_already_measured_are_not_measured_again(tmp_path):
     assert not (tmp_path / "trials" / "0001").exists()
 
 
+@pytest.mark.slow
 def test_a_candidate_predicted_to_miss_is_measured_after_a_run_of_slo_skips(tmp_path):
     """The predictor rules candidates out; it must not end the study. After `max_skips_in_a_row` SLO-based
     skips the next candidate is measured anyway (here it fails: `false` is no server)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from model_optimizer.cli.main import main
@@ -76,6 +77,7 @@ def test_dimensions_flag_and_bad_input_are_clear(qwen3_dir, tmp_path, capsys):
     assert len(_read(out)[0]["embedding"]) == 8
 
 
+@pytest.mark.slow
 def test_bad_paths_and_bytes_are_clear_errors(qwen3_dir, tmp_path, capsys):
     src = tmp_path / "in.jsonl"
     src.write_text('{"text": "fine"}\n')

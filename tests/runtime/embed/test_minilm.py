@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from tests.runtime.embed.texts import varied_texts
 
 
+@pytest.mark.slow
 def test_matches_sentence_transformers_on_varied_texts(minilm, sentence_transformer):
     texts = varied_texts(220)
     ours = minilm.encode(texts)
@@ -30,6 +31,7 @@ def test_one_text_alone_equals_it_inside_a_batch(minilm):
         assert torch.allclose(alone, batch[i], atol=1e-5), i
 
 
+@pytest.mark.slow
 def test_small_token_budget_gives_same_vectors(minilm_dir, minilm):
     from model_optimizer.runtime.embed import Embedder
 

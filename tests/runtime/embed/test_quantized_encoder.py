@@ -42,6 +42,7 @@ def _cosines(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=1)
 
 
+@pytest.mark.slow
 def test_embedder_loads_the_folder_and_runs_int8_linears(quantized, minilm):
     from model_optimizer.runtime.layers.quantization.attach import quantized_layers
     from model_optimizer.runtime.layers.quantization.method import Int8Method
@@ -55,6 +56,7 @@ def test_embedder_loads_the_folder_and_runs_int8_linears(quantized, minilm):
     assert cos.min() < 1 - 1e-7  # the rounded weights, not the original ones
 
 
+@pytest.mark.slow
 def test_the_quantize_gate_and_the_engine_load_the_same_weights(int8_dir, quantized):
     from model_optimizer.model.quantize.embed_accuracy import load_quantized_backbone
     from model_optimizer.runtime.embed import Embedder
@@ -63,6 +65,7 @@ def test_the_quantize_gate_and_the_engine_load_the_same_weights(int8_dir, quanti
     assert torch.equal(gate.encode(TEXTS).embeddings, quantized.encode(TEXTS).embeddings)
 
 
+@pytest.mark.slow
 def test_dummy_weights_of_a_quantized_folder_are_rounded_as_the_engine_does(int8_dir):
     from model_optimizer.runtime.embed import Embedder
     from model_optimizer.runtime.layers.quantization.attach import quantized_layers
@@ -101,6 +104,7 @@ def test_quantized_decoder_embedder_is_a_clear_error(qwen3_dir, tmp_path):
         Embedder(folder, device="cpu")
 
 
+@pytest.mark.slow
 def test_served_by_mopt_serve_through_the_openai_client(int8_dir, quantized, minilm):
     from model_optimizer.runtime.config import EngineConfig
     from model_optimizer.runtime.server.app import is_embedding_model, load_embedder
@@ -122,6 +126,7 @@ def test_served_by_mopt_serve_through_the_openai_client(int8_dir, quantized, min
         live.stop()
 
 
+@pytest.mark.slow
 def test_mopt_embed_cli_on_the_folder(int8_dir, quantized, minilm, tmp_path):
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(TEXTS)))
@@ -134,6 +139,7 @@ def test_mopt_embed_cli_on_the_folder(int8_dir, quantized, minilm, tmp_path):
     assert _cosines(got, minilm.encode(TEXTS).embeddings).min() > 0.999
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["fp8", "rtn-int4"])
 def test_fp8_and_int4_folders_embed_as_the_in_place_rounding(method, minilm_dir, tmp_path):
     """Each packed layout `mopt quantize` writes loads back to the weights the method rounds to."""

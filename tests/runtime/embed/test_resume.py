@@ -93,6 +93,7 @@ def test_rows_of_finished_batches_are_on_disk_when_a_chunk_is_interrupted(qwen3_
         assert row["embedding"] == pytest.approx(fresh[int(row["id"][1:])], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130_with_one_line_and_keeps_finished_rows(qwen3_dir, tmp_path):
     src, out, gate = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "held"
     ids = _write_input(src, 12)

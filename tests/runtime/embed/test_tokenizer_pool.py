@@ -40,6 +40,7 @@ def test_chunks_cover_every_input_longest_first():
     assert all(len(c) >= 1 for c in chunks) and len(chunks) > 2
 
 
+@pytest.mark.slow
 def test_threaded_chunks_give_the_same_vectors_and_counts(minilm):
     texts = varied_texts(150, seed=5) + [[101, 7592, 102]]
     whole = minilm.encode(texts, truncate_prompt_tokens=-1)
@@ -56,6 +57,7 @@ def test_threaded_chunks_give_the_same_vectors_and_counts(minilm):
     assert sum(seen) == len(texts)
 
 
+@pytest.mark.slow
 def test_truncation_on_several_threads_at_once(minilm):
     """Many over-long texts cut on worker threads: the same ids and vectors as on one thread."""
     texts = [" ".join(["token"] * (300 + 17 * i)) + f" {i}" for i in range(40)] + varied_texts(40, seed=8)

@@ -14,6 +14,8 @@ import pytest
 from model_optimizer import LLM, SamplingParams
 from tests.runtime.executor.processes import alive
 
+pytestmark = pytest.mark.slow  # every test starts tensor-parallel worker processes
+
 ENGINE = dict(
     dtype="float32",
     max_model_len=160,

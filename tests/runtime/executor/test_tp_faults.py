@@ -33,6 +33,7 @@ def test_sizes_that_cannot_split_are_refused_before_any_worker_starts(tiny_model
     assert multiprocessing.active_children() == []
 
 
+@pytest.mark.slow
 def test_a_worker_failing_at_start_up_is_raised_in_the_driver(tiny_model):
     """The ValueError happens inside the workers (the checkpoint's length limit); the driver raises it."""
     with pytest.raises(ValueError, match="max_model_len 100000 exceeds"):
@@ -40,6 +41,7 @@ def test_a_worker_failing_at_start_up_is_raised_in_the_driver(tiny_model):
     assert multiprocessing.active_children() == []
 
 
+@pytest.mark.slow
 def test_worker_killed_mid_run_fails_the_generate_and_reaps_the_other(tiny_model):
     llm = LLM(str(tiny_model("qwen3")), tensor_parallel_size=2, **SMALL)
     pids = llm.runner.worker_pids
@@ -73,6 +75,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_workers_leave_when_their_driver_dies(tiny_model, tmp_path, sig):
     script = tmp_path / "driver.py"
@@ -96,6 +99,7 @@ def test_workers_leave_when_their_driver_dies(tiny_model, tmp_path, sig):
         driver.wait()
 
 
+@pytest.mark.slow
 def test_serve_tp2_answers_then_a_dead_worker_makes_it_unhealthy_and_exit(tiny_model):
     """The worker dies while the server is idle: no request has to fail before /health says so."""
     proc, url = launch(tiny_model("qwen3"), "--tensor-parallel-size", "2", "--dtype", "float32")
@@ -119,6 +123,7 @@ def test_serve_tp2_answers_then_a_dead_worker_makes_it_unhealthy_and_exit(tiny_m
         proc.wait()
 
 
+@pytest.mark.slow
 def test_serve_tp2_sigterm_exits_cleanly_and_stops_its_workers(tiny_model):
     """SIGTERM drains the server and exits normally: the exit code is 0 (no hang joining the live
     workers at interpreter exit) and the workers are gone."""

@@ -73,6 +73,7 @@ def _engine_start(model, cache, enforce_eager: bool) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("enforce_eager", [False, True])
 def test_engine_start_sets_the_cache_and_never_loads_inductor_dynamo_or_transformers(
     tiny_model, tmp_path, enforce_eager

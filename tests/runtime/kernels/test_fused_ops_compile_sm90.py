@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # compiles the fused kernels for sm_90 with ptxas
+
 
 def test_fused_ops_compile_sm90_with_vector_loads():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

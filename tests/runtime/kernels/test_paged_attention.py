@@ -79,6 +79,7 @@ def test_decode_batch_single_pass_and_split_kv_agree(num_splits):
     assert relative_error(out, ref) < TOLERANCE[torch.float32]
 
 
+@pytest.mark.slow
 def test_split_kv_on_mixed_batch_and_window():
     batch = make_paged_batch(MIXED, 4, 2, 32, 16, torch.float32, seed=2)
     out, ref = _run(batch, sliding_window=24, num_splits=4)
@@ -100,6 +101,7 @@ def test_window_changes_the_result():
     assert relative_error(windowed, full) > 0.05
 
 
+@pytest.mark.slow
 def test_small_max_query_len_hint_still_correct_and_default_hint():
     batch = make_paged_batch(MIXED, 4, 2, 32, 32, torch.bfloat16, seed=5)
     out, ref = _run(batch, max_query_len=2)  # tiles of 2 tokens: many tiles per prefill chunk

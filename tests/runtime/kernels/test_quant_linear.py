@@ -127,7 +127,8 @@ def test_int4_groups_of_several_tiles():
     assert relative_error(quant_matmul(x, q, s, z, "int4", 384), want) < TOLERANCE[torch.float16]
 
 
-@pytest.mark.parametrize("block_m", [1, 16])
+# 16-row tiles run tl.dot under the interpreter: 4-11 s a case, so those are slow
+@pytest.mark.parametrize("block_m", [1, pytest.param(16, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("m", [1, 3, 8, 16])
 @pytest.mark.parametrize(("block_k", "k", "group_size"), [(256, 384, 128), (512, 1024, 256), (256, 768, 384)])
 def test_int4_tiles_of_several_group_slices(block_m, m, block_k, k, group_size):
@@ -206,7 +207,7 @@ def test_tiles_that_are_not_powers_of_two_are_refused(kind):
             quant_matmul(x, q, s, z, kind, group, tiles=tiles)
 
 
-@pytest.mark.parametrize("kind", ["int8", "fp8", "int4"])
+@pytest.mark.parametrize("kind", ["int8", "fp8", pytest.param("int4", marks=pytest.mark.slow)])  # int4: many candidates
 @pytest.mark.parametrize("m", [1, 16, 64, 100])
 def test_every_sweep_candidate_is_correct(kind, m):
     """Whatever the sweep picks for a shape must compute the same product (each candidate, real tile sizes)."""

@@ -83,6 +83,7 @@ def test_generate_and_export_onnx_report_a_truncated_checkpoint_in_one_line(mode
     assert f"{folder / 'model.safetensors'} is truncated" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_serve_reports_a_corrupt_checkpoint_without_a_traceback(model_copy):
     folder = model_copy()
     _garbage_header(folder / "model.safetensors")

@@ -193,6 +193,7 @@ def test_loading_the_shipped_tokenizer_never_imports_transformers():
     assert out.stdout.split() == ["FastTokenizer", "False"]
 
 
+@pytest.mark.slow
 def test_serving_a_model_with_tokenizer_json_never_imports_transformers(tiny_model):
     """create_app is what `mopt serve` runs: model, tokenizer, chat template check, warm-up."""
     from tests.runtime.server.test_process import REPO

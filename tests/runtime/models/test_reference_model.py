@@ -20,6 +20,7 @@ def test_default_model_is_the_reference_model():
     assert llm.model_dir == REFERENCE_MODEL_DIR
 
 
+@pytest.mark.slow
 def test_greedy_text_equals_transformers():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -62,3 +62,32 @@ def strict_server(no_template_model):
     live = start_server(llm, ServerConfig(api_key=API_KEY, max_queued_requests=1, max_n=4))
     yield live
     live.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    import httpx
+
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def own_llm(tiny_model):
+    """An engine for the servers tests start and stop one at a time (the session server keeps its own)."""
+    from model_optimizer import LLM
+
+    return LLM(str(tiny_model("qwen3")), **ENGINE_ARGS)
+
+
+@pytest.fixture
+def swapped_tokenizer(own_llm):
+    """own_llm with its tokenizer wrapped for one test (restored afterwards)."""
+    original = own_llm.tokenizer
+
+    def swap(wrapper_cls):
+        own_llm.tokenizer = wrapper_cls(original)
+        return own_llm.tokenizer
+
+    yield swap
+    own_llm.tokenizer = original

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import uvicorn
 
 from model_optimizer.runtime.server.app import create_app
@@ -70,3 +71,8 @@ def metric(text: str, name: str) -> float:
         if line.startswith(name + "{") or line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
     raise KeyError(name)
+
+
+def sse_payloads(response: httpx.Response) -> list[str]:
+    """The data of each server-sent event of a finished streaming response, `[DONE]` included."""
+    return [line[len("data: ") :] for line in response.text.split("\n\n") if line.startswith("data: ")]

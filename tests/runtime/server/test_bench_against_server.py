@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from model_optimizer.cli.main import main
 from tests.runtime.server.live import metric
 
 
+@pytest.mark.slow
 def test_bench_measures_our_server(server, tmp_path):
     before = metric(httpx.get(f"{server.url}/metrics").text, "vllm:generation_tokens_total")
     rc = main(
@@ -45,6 +47,7 @@ def test_bench_measures_our_server(server, tmp_path):
     assert free == metric(httpx.get(f"{server.url}/metrics").text, "mopt:kv_cache_total_blocks")
 
 
+@pytest.mark.slow
 def test_default_prompt_ids_fit_the_served_vocabulary(server, tmp_path, capsys):
     # no --random-vocab-size: the ids must stay inside the tiny model's 1,032-token vocabulary
     # (before, the default drew up to 10,100 and every request failed with HTTP 400)
@@ -110,6 +113,7 @@ def test_first_error_message_of_each_kind_is_shown_and_saved(server, tmp_path, c
     assert "first http_400: " + " ".join(examples["http_400"].split()) in out
 
 
+@pytest.mark.slow
 def test_sweep_runs_send_fresh_prompts_and_a_repeat_is_flagged(server, tmp_path, capsys):
     flags = ["--base-url", server.url, "--no-progress", "--prompt-len", "48", "--output-len", "2", "--seed", "7"]
     sweep = tmp_path / "sweep"

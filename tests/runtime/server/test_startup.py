@@ -40,6 +40,7 @@ def assert_config_error(run: subprocess.CompletedProcess, *fragments: str) -> No
     assert "Uvicorn running" not in run.stderr  # refused before anything listened
 
 
+@pytest.mark.slow
 def test_unsupported_architecture_is_a_configuration_error(tiny_model, tmp_path):
     model = tmp_path / "foo"
     shutil.copytree(tiny_model("qwen3"), model)
@@ -51,12 +52,14 @@ def test_unsupported_architecture_is_a_configuration_error(tiny_model, tmp_path)
     )
 
 
+@pytest.mark.slow
 def test_engine_value_error_is_a_configuration_error(tiny_model):
     assert_config_error(
         run_serve("--model", str(tiny_model("qwen3")), "--max-model-len", "100000"), "max_model_len", "100000", "512"
     )
 
 
+@pytest.mark.slow
 def test_bad_chat_template_is_found_at_start_up(tiny_model, tmp_path):
     template = tmp_path / "broken.jinja"
     template.write_text("{% for m in messages %}{{ m['content'] }")  # unclosed
@@ -67,6 +70,7 @@ def test_bad_chat_template_is_found_at_start_up(tiny_model, tmp_path):
     assert_config_error(run_serve(str(tiny_model("qwen3")), "--chat-template", str(template)), "chat template")
 
 
+@pytest.mark.slow
 def test_two_different_models_are_refused(tiny_model, tmp_path):
     assert_config_error(run_serve(str(tiny_model("qwen3")), "--model", str(tmp_path)), "two models")
 
@@ -127,6 +131,7 @@ def served(tiny_model):
     server.stop()
 
 
+@pytest.mark.slow
 def test_model_loads_before_the_port_is_bound(served, tiny_model):
     loaded = served.wait_for_line("loaded model")
     running = served.wait_for_line("Uvicorn running")
@@ -138,6 +143,7 @@ def test_model_loads_before_the_port_is_bound(served, tiny_model):
     assert httpx.get(served.url + "/ready").json() == {"status": "ready"}
 
 
+@pytest.mark.slow
 def test_one_log_format_for_uvicorn_and_ours(served):
     served.wait_for_line("Uvicorn running")
     assert httpx.get(served.url + "/version").status_code == 200
@@ -147,6 +153,7 @@ def test_one_log_format_for_uvicorn_and_ours(served):
     assert any("uvicorn" in line for line in logged) and any("model_optimizer" in line for line in logged)
 
 
+@pytest.mark.slow
 def test_periodic_stats_line_after_activity(served):
     served.wait_for_line("Uvicorn running")
     r = httpx.post(
@@ -199,6 +206,7 @@ def test_stats_line_only_when_something_happened():
     assert stats_line(idle, waiting_only, 10.0) is not None  # a stuck queue is worth a line
 
 
+@pytest.mark.slow
 def test_help_lists_the_positional_model_and_server_flags():
     run = subprocess.run(
         [sys.executable, "-m", "model_optimizer.cli.main", "serve", "--help"],

@@ -13,8 +13,8 @@ import torch
 
 from model_optimizer.runtime import distributed as state
 from model_optimizer.runtime.distributed import TensorParallel
-from tests.runtime.executor.sharded import prefill_logits
-from tests.runtime.executor.spawn import run_ranks
+from tests.runtime.sharded import prefill_logits
+from tests.runtime.spawn import run_ranks
 
 COLUMN_PARALLEL = ("model.layers.0.self_attn.qkv_proj", "model.layers.1.mlp.gate_up_proj")
 
@@ -27,6 +27,7 @@ def _quantized_column_layers(model_dir: str, method: str) -> dict[str, tuple[tor
     return {n: (modules[n].qweight, modules[n].scales, modules[n].shard_rows) for n in COLUMN_PARALLEL}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["int8", "fp8"])
 def test_column_parallel_codes_are_the_rows_of_one_device(tiny_model, method):
     model_dir = str(tiny_model("qwen3"))
@@ -44,6 +45,7 @@ def test_column_parallel_codes_are_the_rows_of_one_device(tiny_model, method):
             assert torch.equal(scales, torch.cat(parts_s)), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["int8", "fp8"])
 def test_sharded_quantized_logits_are_as_close_to_float(tiny_model, method):
     model_dir = str(tiny_model("qwen3"))

@@ -6,7 +6,7 @@ fresh temporary folder (no TCP port to collide with other test runs), calls `fn(
 `get_tp()` set to its rank, and sends its result back. The list comes back in rank order.
 
 `fn` must be importable by name from a module (a top-level function in a test module or in
-tests/runtime/executor/*), and its arguments and result picklable: results travel as `torch.save` bytes
+tests/runtime/*), and its arguments and result picklable: results travel as `torch.save` bytes
 (plain pickle cannot rebuild float8 tensors), never as shared memory, so a result outlives the
 process that made it. A rank that raises
 makes `run_ranks` raise RuntimeError with that rank's traceback; a rank that dies without a word

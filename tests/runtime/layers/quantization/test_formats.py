@@ -1,5 +1,5 @@
-"""Quantized checkpoint layouts: AutoAWQ GEMM and block-wise FP8 built here, compressed-tensors checked
-against the compressed-tensors package itself in both directions."""
+"""Quantized checkpoint layouts the loader reads: AutoAWQ GEMM and block-wise FP8 built here, and what the
+compressed-tensors package itself compresses (what we write: tests/model/quantize/test_writer.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model_optimizer.model.quantize.writer import save_compressed_tensors
 from model_optimizer.runtime.kernels import quant_reference as ref
-from model_optimizer.runtime.layers.quantization.attach import quantized_layers
 from model_optimizer.runtime.layers.quantization.quantizers import FP8_MAX, quantize_int4_codes
 from model_optimizer.runtime.layers.quantization.sources import pack_awq, unpack_awq
 from model_optimizer.runtime.models.loader import load_model
+from tests.runtime.layers.quantization.shards import dequantized_shards
 
 CPU = torch.device("cpu")
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -42,21 +41,6 @@ def _rewrite(src: Path, dst: Path, convert, quantization_config: dict) -> dict[s
     return expected
 
 
-def _dequantized_shards(model) -> dict[str, torch.Tensor]:
-    """Checkpoint module name -> the float weight our loaded layer multiplies by."""
-    unstack = {(ours, shard): theirs for theirs, (ours, shard) in model.stacked_params.items()}
-    result = {}
-    for name, layer in quantized_layers(model):
-        w = layer.quant_method.dequantize(layer)
-        for shard, (start, size) in getattr(layer, "shard_offsets", {None: (0, layer.out_features)}).items():
-            key = name
-            if shard is not None:
-                ours = next(o for (o, s) in unstack if s == shard and o in name + ".")
-                key = (name + ".").replace(ours, unstack[(ours, shard)])[:-1]
-            result[key] = w[start : start + size]
-    return result
-
-
 def test_awq_packing_order_round_trips_and_matches_autoawq():
     codes = torch.arange(16, dtype=torch.int32).repeat(3, 1)[:, :16]  # (3, 16): column c holds c
     packed = pack_awq(codes)
@@ -80,7 +64,7 @@ def test_autoawq_gemm_checkpoint_loads(quant_model, tmp_path):
     qc = {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True}
     expected = _rewrite(quant_model("qwen2"), tmp_path / "awq", convert, qc)
     model = load_model(tmp_path / "awq", "float32", CPU)
-    got = _dequantized_shards(model)
+    got = dequantized_shards(model)
     assert set(got) == set(expected)
     for name, w in expected.items():
         assert torch.allclose(got[name], w, atol=1e-6), name
@@ -103,33 +87,10 @@ def test_blockwise_fp8_checkpoint_is_requantized_per_channel(quant_model, tmp_pa
 
     qc = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [128, 128]}
     expected = _rewrite(quant_model("qwen3"), tmp_path / "fp8", convert, qc)
-    got = _dequantized_shards(load_model(tmp_path / "fp8", "float32", CPU))
+    got = dequantized_shards(load_model(tmp_path / "fp8", "float32", CPU))
     for name, w in expected.items():
         # re-rounding to one scale per row costs at most fp8's relative step (1/16) per element
         assert torch.all((got[name] - w).abs() <= w.abs() / 16 + 1e-6), name
-
-
-@pytest.mark.parametrize("method", ["rtn-int4", "int8", "fp8"])
-def test_compressed_tensors_decompresses_what_we_write(quant_model, tmp_path, method):
-    from compressed_tensors.compressors.base import BaseCompressor
-    from compressed_tensors.quantization import QuantizationConfig
-
-    src = quant_model("qwen2")
-    model = load_model(src, "float32", CPU, quantization=method)
-    save_compressed_tensors(model, method, 128, src, tmp_path / "out")
-    config = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
-    qconfig = QuantizationConfig.model_validate(config)  # the library accepts our config block
-    scheme = qconfig.config_groups["group_0"]
-    compressor = BaseCompressor.get_value_from_registry(qconfig.format)
-    state = load_file(str(tmp_path / "out" / "model.safetensors"))
-    ours = _dequantized_shards(model)
-    for name, w in ours.items():
-        module_state = {k[len(name) + 1 :]: v for k, v in state.items() if k.startswith(name + ".")}
-        theirs = compressor.decompress(module_state, scheme)["weight"]
-        assert torch.equal(theirs.float(), w), name
-    # and our engine reads the folder back to the same weights
-    reloaded = _dequantized_shards(load_model(tmp_path / "out", "float32", CPU))
-    assert all(torch.equal(reloaded[n], w) for n, w in ours.items())
 
 
 @pytest.mark.parametrize("scheme_name", ["W4A16_ASYM", "W4A16", "W8A16", "FP8_DYNAMIC"])
@@ -165,7 +126,7 @@ def test_we_load_what_compressed_tensors_compresses(quant_model, tmp_path, schem
     config.update(quant_method="compressed-tensors", quantization_status="compressed")
     expected = _rewrite(quant_model("qwen3"), tmp_path / "ct", convert, config)
     decompressed.update(expected)
-    got = _dequantized_shards(load_model(tmp_path / "ct", "float32", CPU))
+    got = dequantized_shards(load_model(tmp_path / "ct", "float32", CPU))
     for name, w in decompressed.items():
         if scheme_name == "W8A16":  # int8 groups re-rounded per channel: within half a step of the row
             step = w.abs().amax(dim=1, keepdim=True) / 127

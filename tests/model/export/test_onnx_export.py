@@ -11,6 +11,8 @@ from model_optimizer.cli.main import main
 
 ort = pytest.importorskip("onnxruntime")
 
+pytestmark = pytest.mark.slow  # each test exports and checks a model in onnxruntime
+
 
 def test_export_onnx_cli_writes_a_checked_model(minilm_dir, minilm, tmp_path, capsys):
     out = tmp_path / "onnx"

@@ -86,15 +86,3 @@ def test_engine_generates_with_quantized_weights(quant_model, method):
     assert len(quantized_layers(llm.runner.model)) == 8
     out = llm.generate(["def main():"], SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))
     assert len(out[0].outputs[0].token_ids) == 6
-
-
-def test_vllm_translation_of_quantization():
-    from model_optimizer.optimizer.deploy.settings import ServeSettings
-    from model_optimizer.optimizer.deploy.vllm_flags import vllm_command
-    from model_optimizer.runtime.config import EngineConfig
-    from model_optimizer.runtime.server.config import ServerConfig
-
-    argv = vllm_command(ServeSettings(EngineConfig(quantization="fp8"), ServerConfig())).argv
-    assert argv[argv.index("--quantization") + 1] == "fp8"
-    cmd = vllm_command(ServeSettings(EngineConfig(quantization="rtn-int4"), ServerConfig()))
-    assert "--quantization" not in cmd.argv and "quantization" in cmd.untranslated

@@ -8,7 +8,7 @@ import torch
 
 from model_optimizer.runtime import distributed as state
 from model_optimizer.runtime.distributed import TensorParallel
-from tests.runtime.executor.spawn import run_ranks
+from tests.runtime.spawn import run_ranks
 
 
 def _load_and_record_reads(model_dir: str):
@@ -46,6 +46,7 @@ def _checkpoint(model_dir: str) -> dict[str, torch.Tensor]:
     return load_file(f"{model_dir}/model.safetensors")
 
 
+@pytest.mark.slow
 def test_each_rank_holds_its_slice(tiny_model):
     """mistral: 4 heads of 32, 2 KV heads, intermediate 128, vocabulary 1032, untied head."""
     model_dir = str(tiny_model("mistral"))
@@ -78,6 +79,7 @@ def test_each_rank_holds_its_slice(tiny_model):
 HALVED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+@pytest.mark.slow
 def test_no_rank_reads_a_whole_split_tensor(tiny_model):
     model_dir = str(tiny_model("qwen2"))  # vocabulary 1031: the last rank's block is one row short
     full = {name: tuple(t.shape) for name, t in _checkpoint(model_dir).items()}
@@ -168,6 +170,7 @@ def _dummy_shapes(model_dir: str) -> dict[str, tuple[int, ...]]:
     return {name: tuple(p.shape) for name, p in model.named_parameters()}
 
 
+@pytest.mark.slow
 def test_dummy_weights_fill_each_rank_shard(tiny_model):
     """No checkpoint read: each rank draws its own shard, in the sharded shapes."""
     model_dir = str(tiny_model("llama3"))  # 4 heads of 16, one KV head (replicated), vocabulary 1032

@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from tests import tiny_checkpoints as tiny
-from tests.runtime.executor.sharded import prefill_logits
-from tests.runtime.executor.spawn import run_ranks
+from tests.runtime.sharded import prefill_logits
+from tests.runtime.spawn import run_ranks
+
+pytestmark = pytest.mark.slow  # every test spawns gloo ranks
 
 # tiny_model names (tests/conftest.py): what each adds to the split
 MODELS = {

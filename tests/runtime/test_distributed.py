@@ -1,10 +1,13 @@
-"""tests/runtime/executor/spawn.py itself: real ranks, results in rank order, failures reported with their rank."""
+"""runtime/distributed.py across real ranks (tests/runtime/spawn.py): results in rank order, real collectives,
+failures reported with their rank."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.runtime.executor.spawn import run_ranks
+from tests.runtime.spawn import run_ranks
+
+pytestmark = pytest.mark.slow  # every test spawns gloo ranks
 
 
 def _rank_and_sum(offset: int):

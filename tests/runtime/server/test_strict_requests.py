@@ -1,0 +1,106 @@
+"""Request bodies are read strictly: wrong JSON types, broken JSON and fields we do not support are 400s
+naming the field, never coerced or ignored."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.runtime.server.test_errors import assert_error
+
+
+@pytest.mark.parametrize(
+    "path, field, value",
+    [
+        ("/v1/completions", "max_tokens", True),
+        ("/v1/completions", "max_tokens", "5"),
+        ("/v1/completions", "max_tokens", 5.0),
+        ("/v1/completions", "n", True),
+        ("/v1/completions", "stream", "yes"),
+        ("/v1/completions", "echo", 1),
+        ("/v1/completions", "temperature", "0.5"),
+        ("/v1/completions", "seed", "1"),
+        ("/v1/completions", "ignore_eos", "true"),
+        ("/v1/completions", "stop", 5),
+        ("/v1/completions", "prompt", [True, False]),
+        ("/v1/completions", "stream_options", {"include_usage": "yes"}),
+        ("/v1/chat/completions", "logprobs", "true"),
+        ("/v1/chat/completions", "max_completion_tokens", "4"),
+        ("/v1/chat/completions", "messages", [{"role": "user", "content": 5}]),
+    ],
+)
+def test_strict_types(client, path, field, value):
+    body = {"prompt": "x"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "x"}]}
+    error = assert_error(client.post(path, json={"max_tokens": 2, **body, field: value}), 400, field)
+    assert error["param"] == field
+
+
+def test_json_decode_error_has_a_message_not_an_offset(client):
+    r = client.post("/v1/completions", content=b'{"prompt": "x",', headers={"content-type": "application/json"})
+    error = assert_error(r, 400, "JSON")
+    assert error["param"] is None
+
+
+def test_max_completion_tokens_error_names_that_field(client):
+    error = assert_error(
+        client.post(
+            "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 500}
+        ),
+        400,
+        "max_completion_tokens",
+    )
+    assert error["param"] == "max_completion_tokens"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("tool_choice", "required"),
+        ("functions", [{"name": "f"}]),
+        ("response_format", {"type": "json_object"}),
+    ],
+)
+def test_unsupported_chat_fields_are_refused(client, field, value):
+    r = client.post(
+        "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, field: value}
+    )
+    error = assert_error(r, 400, "not supported")
+    assert error["param"] == field
+
+
+def test_plain_response_format_and_no_tools_are_fine(client):
+    r = client.post(
+        "/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 2,
+            "response_format": {"type": "text"},
+            "tools": [],
+            "tool_choice": "none",
+        },
+    )
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("value", [{"type": "json_object"}, {"type": "text"}])
+def test_completions_refuse_response_format(client, value):
+    r = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 2, "response_format": value})
+    error = assert_error(r, 400, "not supported")
+    assert error["param"] == "response_format"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("guided_json", {"type": "object"}),
+        ("guided_regex", "a+"),
+        ("guided_choice", ["yes", "no"]),
+        ("guided_grammar", "root ::= 'a'"),
+        ("structured_outputs", {"choice": ["yes", "no"]}),
+    ],
+)
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_structured_output_fields_are_refused(client, path, field, value):
+    body = {"prompt": "x"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "x"}]}
+    error = assert_error(client.post(path, json={**body, "max_tokens": 2, field: value}), 400, "not supported")
+    assert error["param"] == field
