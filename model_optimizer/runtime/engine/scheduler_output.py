@@ -62,8 +62,8 @@ class SchedulerOutput:
 
     def __reduce__(self) -> tuple:
         """Pickled once per step for tensor-parallel workers (executor/executor.py): the cached requests,
-        up to max_num_seqs of them in every decode step, travel as three columns instead of as objects.
-        256 of them, this repository's 2-core CPU: dumps 163 -> 29 us, loads 157 -> 60 us."""
+        up to max_num_seqs of them in every decode step, travel as three columns instead of as objects:
+        several times cheaper to pickle and unpickle than one object per request."""
         cached = self.cached_requests
         columns = (
             [r.request_id for r in cached],

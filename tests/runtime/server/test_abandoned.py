@@ -27,6 +27,7 @@ def roomy(tiny_model):
     live.stop()
 
 
+@pytest.mark.slow
 def test_a_client_gone_takes_all_its_sequences_out_before_the_next_step(roomy):
     engine = roomy.state.engine
     gate = engine.gate

@@ -9,6 +9,7 @@ import os
 import signal
 
 import httpx
+import pytest
 
 from tests.runtime.server.live import metric
 from tests.runtime.server.test_core_process import alive, children
@@ -24,6 +25,7 @@ def frontends_and_core(proc) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_two_frontends_answer_alike_and_sum_their_metrics(tiny_model):
     proc, url = launch(tiny_model("qwen3"), "--api-server-count", "2")
     try:
@@ -42,6 +44,7 @@ def test_two_frontends_answer_alike_and_sum_their_metrics(tiny_model):
         proc.kill()
 
 
+@pytest.mark.slow
 def test_a_dead_frontend_brings_the_server_down(tiny_model):
     proc, url = launch(tiny_model("qwen3"), "--api-server-count", "2")
     try:

@@ -23,6 +23,7 @@ def squeezed(tiny_model):
     live.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [6, 16])
 def test_n_above_max_num_seqs_under_cache_pressure_completes(squeezed, n):
     body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 240, "n": n, "ignore_eos": True, "temperature": 1.0}

@@ -104,6 +104,7 @@ def process_server(tiny_model):
     live.stop()
 
 
+@pytest.mark.slow
 def test_a_stream_is_the_same_through_the_process_boundary_and_in_process(server, process_server):
     assert process_server.state.core is not None and server.state.core is None  # one of each
     for body in REQUESTS:
@@ -114,6 +115,7 @@ def test_a_stream_is_the_same_through_the_process_boundary_and_in_process(server
         assert through["usage"]["completion_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_the_core_process_frees_a_dropped_clients_blocks(process_server):
     url = process_server.url
     body = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 60, "ignore_eos": True, "stream": True}
@@ -125,6 +127,7 @@ def test_the_core_process_frees_a_dropped_clients_blocks(process_server):
 
 
 # ----------------------------------------------------------------------- faults, real processes
+@pytest.mark.slow
 def test_kill_9_of_the_core_ends_every_stream_with_an_error_and_the_server_exits(tiny_model):
     proc, url = launch(tiny_model("qwen3"), "--enable-pause")
     try:
@@ -150,6 +153,7 @@ def test_kill_9_of_the_core_ends_every_stream_with_an_error_and_the_server_exits
         proc.kill()
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_frontend_leaves_no_core_behind(tiny_model):
     proc, url = launch(tiny_model("qwen3"))
     try:
@@ -165,6 +169,7 @@ def test_kill_9_of_the_frontend_leaves_no_core_behind(tiny_model):
         proc.kill()
 
 
+@pytest.mark.slow
 def test_sigterm_drains_then_stops_the_core(tiny_model):
     proc, url = launch(tiny_model("qwen3"))
     try:

@@ -232,6 +232,7 @@ def test_engine_fault_fails_requests_then_exits_nonzero(tiny_model):
         proc.kill()
 
 
+@pytest.mark.slow
 def test_sigterm_while_paused_resumes_and_drains(tiny_model):
     """A drain of a paused server lets the running request finish instead of waiting the timeout out and
     aborting it."""
