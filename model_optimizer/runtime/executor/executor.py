@@ -50,6 +50,8 @@ LOGGERS = ("model_optimizer", "model_optimizer.startup")
 """Loggers whose level the workers take from the driver."""
 
 REAP_TIMEOUT_S = 10.0
+PEER_DEATH_GRACE_S = 2.0
+"""After rank 0 reports an error, how long to look for a dead peer that caused it."""
 """How long a worker may take to leave after close (or terminate) before it is killed."""
 
 
@@ -230,6 +232,9 @@ class TensorParallelExecutor:
         status, value = self._receive(0)
         if status == "error":
             name, message, text = value
+            # rank 0 failed in a collective because a peer died: give the kernel a moment to report the
+            # death (a SIGKILLed peer's sentinel may lag rank 0's error), so the cause is named, not rank 0
+            wait([p.sentinel for p in self._procs[1:]], timeout=PEER_DEATH_GRACE_S)
             for rank, proc in enumerate(self._procs):
                 if rank and not proc.is_alive():  # rank 0 failed in a collective because this one had died: the cause
                     raise self._fail(
