@@ -82,7 +82,9 @@ def _device(config: EngineConfig, rank: int) -> Any:
 
     device = pick_device(config.device)
     if device.type != "cuda":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tensor_parallel_size))
+        from model_optimizer.environment.cpu_speed import apply_cpu_threads
+
+        apply_cpu_threads(share=config.tensor_parallel_size)  # before init: the ranks split the CPU's threads
         return device
     torch.cuda.set_device(rank)  # rank r drives GPU r; the runner's "cuda" tensors land there
     return torch.device("cuda", rank)
