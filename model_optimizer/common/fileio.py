@@ -34,6 +34,27 @@ def atomic_write(path: str | Path, data: str | bytes) -> None:
         raise
 
 
+def staging_dir(target: Path) -> Path:
+    """A new empty folder beside `target` to build it in, then rename into place (see `publish_dir`)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+
+
+def publish_dir(staging: Path, target: Path) -> None:
+    """Rename a folder built by `staging_dir` to `target`, with the modes any file writer gives:
+    0777 and 0666 less the umask. mkdtemp makes the folder 0700 and some writers (safetensors) make
+    their files 0600, so without this a model folder written here is unreadable to another user,
+    such as a container's server that runs as its own uid with the folder mounted read-only."""
+    umask = current_umask()
+    for root, dirs, files in os.walk(staging):
+        os.chmod(root, 0o777 & ~umask)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o666 & ~umask)
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o777 & ~umask)
+    os.replace(staging, target)
+
+
 def user_cache_dir() -> Path:
     """Where mopt keeps what it measured about this machine: $MOPT_CACHE_DIR, else
     $XDG_CACHE_HOME/model-optimizer, else ~/.cache/model-optimizer."""

@@ -9,12 +9,11 @@ beside OUT under a temporary name and renamed into place, so OUT is either compl
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from model_optimizer.common.fileio import publish_dir, staging_dir
 from model_optimizer.model.inspect import cleaning
 from model_optimizer.model.inspect.chat_templates import load_template
 from model_optimizer.model.inspect.checkpoint import Checkpoint, read_checkpoint
@@ -69,14 +68,13 @@ def fix_checkpoint(src: str | Path, out: str | Path, options: FixOptions) -> Fix
     template = load_template(options.chat_template) if options.chat_template else None
     cleaning.check_lora(checkpoint)
     dtype = options.dtype or main_dtype(checkpoint)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    tmp = staging_dir(out)
     try:
         result = FixResult(out, dtype, 0)
         _write_weights(checkpoint, tmp, dtype, result)
         _write_configs(checkpoint, tmp, dtype, result)
         _copy_tokenizer_and_rest(checkpoint, tmp, template, result)
-        os.replace(tmp, out)
+        publish_dir(tmp, out)  # with the umask's modes: a server running as another user reads it
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -20,8 +20,17 @@ def _leftovers(parent):
 
 
 def test_quantize_writes_folder_and_report_that_the_engine_serves(quant_model, tmp_path):
+    import os
+    import stat
+
     out = tmp_path / "q"
-    assert main(["quantize", str(quant_model("qwen3")), "--method", "int8", "--output", str(out), *SMALL]) == 0
+    saved = os.umask(0o022)
+    try:
+        assert main(["quantize", str(quant_model("qwen3")), "--method", "int8", "--output", str(out), *SMALL]) == 0
+    finally:
+        os.umask(saved)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [out, *out.iterdir()]}
+    assert modes.pop("q") == 0o755 and set(modes.values()) == {0o644}, modes  # readable by a server's own uid
     report = json.loads((out / "quantization_report.json").read_text())
     acc = report["accuracy"]
     assert report["method"] == "int8" and report["format"] == "compressed-tensors"
