@@ -28,8 +28,7 @@ def render_readme(
         f"- Host: {_gpus_wanted(settings.num_gpus)} and driver. {driver_note(deploy, cuda)}",
         f"- Model: `{settings.host_model_dir}` on the host, mounted read-only at `{MODEL_DIR}`.",
         f"- Command: `{shlex.join(command)}`",
-        f"- API key: {'required; ' if settings.needs_api_key else 'optional; '}"
-        "the server reads it from the environment (set `MOPT_API_KEY`), never from these files.",
+        f"- API key: {_api_key_note(settings.needs_api_key)}",
         "",
         "## Build",
         "",
@@ -39,8 +38,8 @@ def render_readme(
         "",
     ]
     if deploy.target == "docker":
-        key = " -e MOPT_API_KEY" if settings.needs_api_key else ""
-        env = 'VLLM_API_KEY="$MOPT_API_KEY"' if deploy.engine == "vllm" and settings.needs_api_key else ""
+        key = " -e MOPT_API_KEY" if deploy.engine == "mopt" else ""
+        env = 'VLLM_API_KEY="$MOPT_API_KEY"' if deploy.engine == "vllm" else ""
         shm = " --ipc host" if settings.shares_memory else ""  # tensor-parallel ranks talk through /dev/shm
         lines += [
             "## Run",
@@ -98,6 +97,13 @@ def render_readme(
             lines.append("None: every setting that differs from our defaults has a vLLM flag.")
         lines.append("")
     return "\n".join(lines)
+
+
+def _api_key_note(required: bool) -> str:
+    where = "the server reads it from the host's `MOPT_API_KEY`, passed on at start, never from these files"
+    if required:
+        return f"required: {where}; the containers do not start without it."
+    return f"optional: {where}; unset, the server answers without a key."
 
 
 def _gpus_wanted(count: int) -> str:

@@ -194,3 +194,16 @@ def test_list_settings_round_trip_through_file_and_command(tmp_path):
     bad = _write(tmp_path, {"allowed_origins": [1, 2]}, "bad.yaml")
     with pytest.raises(ValueError, match="allowed_origins must be a list of strings"):
         _configs(["serve", "--config", str(bad)])
+
+
+@pytest.mark.parametrize("engine", ["mopt", "vllm"])
+def test_the_api_key_reaches_the_compose_server_from_the_host(deployments, engine):
+    """Without --api-key the README still says "set MOPT_API_KEY": the server must then get it."""
+    env_name = {"mopt": "MOPT_API_KEY", "vllm": "VLLM_API_KEY"}[engine]
+    optional = yaml.safe_load((deployments[("compose", engine, False)] / "docker-compose.yml").read_text())
+    assert optional["services"]["server"]["environment"] == {env_name: "${MOPT_API_KEY:-}"}
+    required = yaml.safe_load((deployments[("compose", engine, True)] / "docker-compose.yml").read_text())
+    assert required["services"]["server"]["environment"][env_name].startswith("${MOPT_API_KEY:?")
+    docker = (deployments[("docker", engine, False)] / "README.md").read_text()
+    assert ("-e MOPT_API_KEY" if engine == "mopt" else '-e VLLM_API_KEY="$MOPT_API_KEY"') in docker
+    assert "optional" in docker and "unset, the server answers without a key" in docker
