@@ -8,7 +8,7 @@ import shlex
 from model_optimizer.optimizer.deploy.config import DeployConfig
 from model_optimizer.optimizer.deploy.cuda import CudaChoice
 from model_optimizer.optimizer.deploy.dockerfile import driver_note
-from model_optimizer.optimizer.deploy.kubernetes import APP, QUEUE_METRIC
+from model_optimizer.optimizer.deploy.kubernetes import APP, QUEUE_METRIC, claim_access_mode
 from model_optimizer.optimizer.deploy.settings import MODEL_DIR, ServeSettings
 
 
@@ -73,7 +73,7 @@ def render_readme(
             "## Run",
             "",
             "1. Push the image where the cluster pulls from and set `image:` in `k8s/deployment.yaml`.",
-            f"2. Copy the model folder into the volume of claim `{APP}-model` (`k8s/model-pvc.yaml`).",
+            *_copy_model_steps(settings, deploy),
             f'3. `kubectl create secret generic {APP}-api-key --from-literal=api-key="$MOPT_API_KEY"`'
             + (" (required)" if settings.needs_api_key else " (optional)"),
             "4. `kubectl apply -f k8s/`",
@@ -97,6 +97,23 @@ def render_readme(
             lines.append("None: every setting that differs from our defaults has a vLLM flag.")
         lines.append("")
     return "\n".join(lines)
+
+
+def _copy_model_steps(settings: ServeSettings, deploy: DeployConfig) -> list[str]:
+    """Step 2: the claim, a loader pod that mounts it writable, the copy, and the loader gone again."""
+    loader = f"{APP}-model-loader"
+    cls = f"`{deploy.storage_class}`" if deploy.storage_class else "the cluster's default (`--storage-class`)"
+    return [
+        f"2. Copy the model into the volume of claim `{APP}-model` (`k8s/model-pvc.yaml`, "
+        f"{claim_access_mode(deploy)}: its storage class, {cls}, must offer that mode or the claim stays "
+        "Pending). The loader pod mounts it writable as the server's uid; the servers mount it read-only:",
+        "   ```bash",
+        "   kubectl apply -f k8s/model-pvc.yaml -f k8s/setup/model-loader.yaml",
+        f"   kubectl wait --for=condition=Ready pod/{loader} --timeout=5m",
+        f"   tar -C {shlex.quote(str(settings.host_model_dir))} -cf - . | kubectl exec -i {loader} -- tar -xf - -C {MODEL_DIR}",
+        f"   kubectl delete pod {loader}",
+        "   ```",
+    ]
 
 
 def _api_key_note(required: bool) -> str:
