@@ -103,8 +103,10 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         from model_optimizer.runtime.runner.model_runner import ModelRunner
 
         init_tensor_parallel(rank, config.tensor_parallel_size, spec.init_method, _device(config, rank))
+        from model_optimizer.runtime.layers.quantization.summary import summarize_weights
+
         runner = ModelRunner(config, spec.model_dir)
-        num_params = sum(p.numel() for p in runner.model.parameters())
+        weights = summarize_weights(runner.model)  # a quantized linear counts as the weight it stands for
         conn.send(
             (
                 "ready",
@@ -112,7 +114,8 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
                     "vocab_size": runner.vocab_size,
                     "max_model_len": runner.max_model_len,
                     "num_kv_blocks": runner.num_kv_blocks,
-                    "num_params": num_params,
+                    "num_params": weights.num_params,
+                    "weights": weights.describe(),
                     "dtype": str(runner.dtype).removeprefix("torch."),
                 },
             )
