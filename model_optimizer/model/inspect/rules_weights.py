@@ -82,6 +82,8 @@ def config_keys(ctx: InspectContext) -> list[Finding]:
     error = ctx.raw_check.error
     if error is None or "architecture" in error or "rope_type" in error or "architectures" in error:
         return []
+    if _quant_spec_error(ctx) is not None:
+        return []  # the quantization rule says what is unsupported
     return [
         Finding(
             "model.config_invalid",
@@ -139,6 +141,17 @@ def leftovers(ctx: InspectContext) -> list[Finding]:
                 f"to serve the EMA weights instead, save them under the model's own names. {why_crash}",
                 {"any": [ctx.fix_command()]},
                 {"count": counts["ema"], "example": examples["ema"]},
+            )
+        )
+    if ctx.junk:
+        findings.append(
+            Finding(
+                "leftovers.unconsumed",
+                "error",
+                f"{len(ctx.junk)} tensors no parameter of the model takes: {_some(ctx.junk)}",
+                f"Extra heads, probes or buffers saved beside the weights; the model loads without them. {why_crash}",
+                {"any": [ctx.fix_command()]},
+                {"keys": ctx.junk},
             )
         )
     num_lora = counts["lora_A"] + counts["lora_B"]
@@ -241,13 +254,25 @@ def keys(ctx: InspectContext) -> list[Finding]:
     return findings
 
 
+def linear_dtypes(ctx: InspectContext) -> Counter[str]:
+    """Parameters per dtype of the weights the engine casts to one dtype at load: linear, embedding and
+    lm_head tensors, leaving out those a quantized layer keeps in their own dtype (codes, scales)."""
+    from model_optimizer.model.inspect.census import tensor_kind
+
+    quantized = set(ctx.raw_check.quantized)
+    linear: Counter[str] = Counter()
+    for info in ctx.checkpoint.tensors:
+        if info.name not in quantized and tensor_kind(info) in LINEAR_KINDS:
+            linear[info.dtype_name] += info.numel
+    return linear
+
+
 def dtypes(ctx: InspectContext) -> list[Finding]:
     """fp32 norms in a bf16 model are normal; fp32 linear weights in it are not."""
+    from model_optimizer.model.inspect.fix import DTYPES as FIX_DTYPES
+
     by_kind = ctx.census.dtypes_by_kind
-    linear: Counter[str] = Counter()
-    for kind in LINEAR_KINDS:
-        linear.update(by_kind.get(kind, {}))
-    floats = {d: n for d, n in linear.items() if d.upper() not in ("INT8", "UINT8", "INT32")}
+    floats = {d: n for d, n in linear_dtypes(ctx).items() if d.upper() not in ("INT8", "UINT8", "INT32")}
     if not floats:
         return []
     main = max(floats, key=floats.get)
@@ -258,15 +283,17 @@ def dtypes(ctx: InspectContext) -> list[Finding]:
     if len(floats) > 1:
         odd = {d: n for d, n in floats.items() if d != main}
         listed = ", ".join(f"{n:,} params in {d}" for d, n in odd.items())
-        severity = "warn"
+        # --fix casts to a float dtype it can write; anything else (fp8 weights without quantization_config)
+        # needs a quantization tool, and suggesting --fix would only loop
+        fix = [ctx.fix_command("--dtype", main)] if main in FIX_DTYPES else []
         findings.append(
             Finding(
                 "dtype.mixed",
-                severity,
+                "warn",
                 f"mixed dtypes in linear weights: mostly {main}, but {listed}",
                 "The engine casts every weight to one dtype at load, so a float32 block was either meant to be "
                 "float32 (and loses precision) or is a training artefact that makes the files larger.",
-                {"any": [ctx.fix_command("--dtype", main)]},
+                {"any": fix or ["Convert the weights to one float dtype with the tool that wrote them"]},
                 {"linear_params_by_dtype": dict(floats)},
             )
         )
@@ -275,7 +302,7 @@ def dtypes(ctx: InspectContext) -> list[Finding]:
         findings.append(
             Finding("dtype.norms", "ok", f"norms in {', '.join(sorted(norm_dtypes))}, linear weights in {main}: fine")
         )
-    if config_dtype and config_dtype != main and main in ("bfloat16", "float16", "float32"):
+    if config_dtype and config_dtype != main and main in FIX_DTYPES:
         findings.append(
             Finding(
                 "dtype.config",
@@ -289,7 +316,19 @@ def dtypes(ctx: InspectContext) -> list[Finding]:
     return findings
 
 
+def _quant_spec_error(ctx: InspectContext) -> str | None:
+    """The loader's refusal of config.json's quantization_config, or None when it reads it (or there is none)."""
+    from model_optimizer.runtime.layers.quantization.spec import resolve_spec
+
+    try:
+        resolve_spec(ctx.checkpoint.config, None)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def quantization(ctx: InspectContext) -> list[Finding]:
+    """A quantized checkpoint is judged the way the loader reads it (layers/quantization/spec.py, sources.py)."""
     qc = ctx.census.quantization_config
     non_float = sorted({t.dtype for t in ctx.checkpoint.tensors if t.dtype not in FLOAT_DTYPES})
     if not qc:
@@ -304,14 +343,57 @@ def quantization(ctx: InspectContext) -> list[Finding]:
                 )
             ]
         return []
-    method = qc.get("quant_method") or qc.get("quant_type") or "unknown"
+    error = _quant_spec_error(ctx)
+    if error is not None:
+        return [
+            Finding(
+                "quant.unsupported",
+                "error",
+                f"the engine cannot read this quantization: {error}",
+                "The loader refuses the checkpoint at start-up.",
+                {
+                    "any": [
+                        "Serve it with an engine that reads this format (vLLM reads most)",
+                        "or quantize the float model: mopt quantize FLOAT_MODEL --method awq --output OUT",
+                    ]
+                },
+                {"quantization_config": qc},
+            )
+        ]
+    check = ctx.raw_check
+    if check.loads:
+        return [
+            Finding(
+                "quant.config",
+                "ok",
+                f"quantized checkpoint: {check.quantization}; {len(check.quantized)} quantization tensors "
+                "load in their own dtype",
+                details={"quantization_config": qc},
+            )
+        ]
+    return _float_weights_under_a_quant_config(ctx, qc)
+
+
+def _float_weights_under_a_quant_config(ctx: InspectContext, qc: dict) -> list[Finding]:
+    """quantization_config on a checkpoint whose weights are plain floats (copied from another folder)."""
+    from model_optimizer.model.inspect.consumption import check_loading
+
+    config = {k: v for k, v in ctx.checkpoint.config.items() if k != "quantization_config"}
+    if not check_loading(config, [(t.name, t.shape) for t in ctx.checkpoint.tensors]).loads:
+        return []  # the key findings say what is wrong
+    folder = ctx.checkpoint.folder
     return [
         Finding(
-            "quant.config",
-            "warn",
-            f"quantization_config: {method}" + (f", {qc.get('bits')} bits" if qc.get("bits") else ""),
-            "The engine must load this with the matching quantization method; weights are not plain floats.",
-            {"any": ["Serve with --quantization matching quant_method, or use the unquantized checkpoint"]},
+            "quant.mismatch",
+            "error",
+            f"config.json's quantization_config says {ctx.raw_check.quantization}, but the weights are plain floats",
+            "The loader looks for the quantized tensors the config names and finds float weights instead.",
+            {
+                "any": [
+                    "Remove quantization_config from config.json (then --quantization fp8|int8|rtn-int4 quantizes at load)",
+                    f"or quantize the weights: mopt quantize {folder} --method awq --output OUT",
+                ]
+            },
             {"quantization_config": qc},
         )
     ]

@@ -36,6 +36,7 @@ def test_quantize_writes_folder_and_report_that_the_engine_serves(quant_model, t
     assert report["method"] == "int8" and report["format"] == "compressed-tensors"
     assert acc["num_tokens"] == 2 * 63 and 0 <= acc["top1_agreement"] <= 1 and acc["mean_kl"] >= 0
     assert report["gate"]["passed"] and _leftovers(tmp_path) == []
+    assert main(["inspect", str(out)]) == 0  # inspect reads what quantize writes as the loader does
     from model_optimizer import LLM, SamplingParams
 
     llm = LLM(str(out), kv_cache_memory=1 << 22)
