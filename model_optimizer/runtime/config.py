@@ -8,12 +8,43 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import typing
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from typing import Annotated, Literal
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
+BYTES = "bytes"
+ByteSize = Annotated[int, BYTES]
+"""A size in bytes that flags, config files and keyword arguments may also give as text: 8GiB, 512MB."""
+SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+SIZE_UNITS |= {f"{u}ib": v for u, v in SIZE_UNITS.items() if u not in ("", "b")}
+SIZE_UNITS |= {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from an integer or text: 1073741824, 8GiB, 512MiB, 1.5G (K/M/G/T and KiB... are powers of
+    1024, KB/MB/GB/TB powers of 1000, case-insensitive). ValueError says what is allowed."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in SIZE_UNITS:
+        raise ValueError(
+            f"{value!r} is not a size: give bytes or a number with a unit, e.g. 8GiB, 512MiB, 2GB "
+            "(KiB/MiB/GiB/TiB and K/M/G/T are powers of 1024, KB/MB/GB/TB powers of 1000)"
+        )
+    return int(float(match.group(1)) * SIZE_UNITS[unit])
+
+
+def format_size(n: int) -> str:
+    """8589934592 -> '8GiB' (exact binary units where they fit, else bytes)."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        size = SIZE_UNITS[unit.lower()]
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
 
 
 @dataclass
@@ -72,8 +103,8 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     """Fraction of GPU memory the engine may use (weights, activations and KV cache)."""
 
-    kv_cache_memory: int = 1 << 30
-    """Bytes for the KV cache when running on the CPU."""
+    kv_cache_memory: ByteSize = 1 << 30
+    """Memory for the KV cache when running on the CPU: bytes, or a size such as 8GiB or 512MB."""
 
     num_kv_blocks: int | None = None
     """Exact number of KV-cache blocks, overriding the memory-based sizing."""
@@ -105,6 +136,7 @@ class EngineConfig:
     Llama-3.1-70B 21.68 against 21.78 ms (benchmarks/results/tp_h200x2/), so NCCL stays the default."""
 
     def __post_init__(self) -> None:
+        parse_size_fields(self)
         check_positive(
             self,
             "block_size",
@@ -126,6 +158,23 @@ class EngineConfig:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         check_choice(self, "dtype", "load_format", "device", "kv_cache_dtype", "scheduling_policy")
+
+
+def size_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a config dataclass typed ByteSize."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return tuple(name for name, hint in hints.items() if BYTES in getattr(hint, "__metadata__", ()))
+
+
+def parse_size_fields(obj: object) -> None:
+    """Turn sizes given as text (8GiB) into bytes, naming the field when one is not a size."""
+    for name in size_fields(type(obj)):
+        value = getattr(obj, name)
+        if isinstance(value, str):
+            try:
+                setattr(obj, name, parse_size(value))
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
 
 
 def check_positive(obj: object, *names: str) -> None:
