@@ -62,11 +62,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--slo", default=None, help="SLOs as in mopt bench, e.g. ttft_p99=500ms,tpot_p99=40ms")
     parser.add_argument("--space", default=None, help="YAML file of knobs: name: [values] or name: {low, high, log}")
     parser.add_argument(
-        "--fix",
+        "--set",
+        dest="set",
         action="append",
         default=None,
         metavar="NAME=VALUE",
-        help="hold a setting (any mopt serve flag name) at a value; repeatable",
+        help="hold a setting (any mopt serve flag name) at a value instead of searching it; repeatable",
+    )
+    parser.add_argument(
+        "--fix", dest="fix", action="append", default=None, metavar="NAME=VALUE", help="deprecated: --set"
     )
     parser.add_argument(
         "--server-cmd",
@@ -163,7 +167,7 @@ def _fresh(args: argparse.Namespace) -> dict:
 
     seed = 0 if args.seed is None else args.seed
     parse_slo(args.slo)
-    space = build_space(args.space, args.fix)
+    space = build_space(args.space, held_settings(args))
     load = dataclass_from_args(LoadConfig, args)
     if args.num_warmups is None:  # the bench's default is none; a trial's first requests are never representative
         load.num_warmups = default_warmups(load)
@@ -188,6 +192,20 @@ def _fresh(args: argparse.Namespace) -> dict:
         "skip_first_wave": not args.count_first_wave,
         "repeat_baseline": bool(args.repeat_baseline),
     }
+
+
+def held_settings(args: argparse.Namespace) -> list[str]:
+    """--set values, and the deprecated --fix ones with a warning: `inspect --fix OUT` writes a cleaned
+    copy, so one flag name meant two things."""
+    import sys
+
+    if args.fix:
+        print(
+            "mopt tune: --fix NAME=VALUE is deprecated, use --set NAME=VALUE (`mopt inspect --fix` writes a "
+            "cleaned copy of a checkpoint)",
+            file=sys.stderr,
+        )
+    return [*(args.set or []), *(args.fix or [])]
 
 
 def _translate(args: argparse.Namespace) -> int:

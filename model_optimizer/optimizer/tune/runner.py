@@ -77,7 +77,7 @@ def check_template(stored: dict, space: SearchSpace) -> None:
     if unused:
         raise ValueError(
             f"--server-cmd does not pass on searched knob(s) {', '.join(unused)}: add {{NAME}} "
-            "placeholders or {flags}, narrow the space with --space, or hold them with --fix NAME=VALUE"
+            "placeholders or {flags}, narrow the space with --space, or hold them with --set NAME=VALUE"
         )
 
 

@@ -58,8 +58,8 @@ def test_prefer_picks_from_the_front():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--trials", "2", "--fix", "max_num_seqz=4"], "unknown setting 'max_num_seqz'"),
-        (["--fix", "max_num_seqs=4"], "give a budget: --trials N and/or --time 30m"),
+        (["--trials", "2", "--set", "max_num_seqz=4"], "unknown setting 'max_num_seqz'"),
+        (["--set", "max_num_seqs=4"], "give a budget: --trials N and/or --time 30m"),
         (["--time", "soon"], "--time takes seconds or a number with s, m or h"),
         (["--trials", "2", "--slo", "ttft=fast"], "slo term 'ttft=fast'"),
         (["--trials", "0"], "--trials must be a positive integer"),
@@ -77,3 +77,17 @@ def test_bad_input_is_one_line_before_any_server(tmp_path, capsys, argv, message
     err = capsys.readouterr().err
     assert err.startswith("mopt tune: error:") and message in err.replace("\n", " ")
     assert not (tmp_path / "out" / "trials").exists()
+
+
+def test_set_holds_a_setting_and_fix_is_its_deprecated_alias(tmp_path, capsys):
+    """`mopt inspect --fix OUT` writes a cleaned copy; tune holds settings with --set (--fix still works, warned)."""
+    from model_optimizer.cli.main import build_parser
+    from model_optimizer.cli.tune import _fresh
+
+    args = build_parser().parse_args(["tune", "--set", "max_num_seqs=8", "--fix", "block_size=32"])
+    space = _fresh(args)["space"]
+    assert space["fixed"] == {"max_num_seqs": 8, "block_size": 32}
+    assert "--fix NAME=VALUE is deprecated, use --set NAME=VALUE" in capsys.readouterr().err
+    assert main(["tune", "--output-dir", str(tmp_path), "--trials", "2", "--fix", "max_num_seqz=4"]) == 2
+    err = capsys.readouterr().err
+    assert "deprecated, use --set" in err and "unknown setting 'max_num_seqz'" in err

@@ -1,4 +1,4 @@
-"""The search space: typed --fix values, space files, and clear errors for unknown or impossible settings."""
+"""The search space: typed --set values, space files, and clear errors for unknown or impossible settings."""
 
 from __future__ import annotations
 
