@@ -52,10 +52,15 @@ class EngineConfig:
     """Everything that shapes how a model is loaded and served."""
 
     model: str | None = None
-    """Checkpoint folder (config.json, *.safetensors, tokenizer). Empty: the built-in default model."""
+    """Checkpoint folder (config.json, *.safetensors, tokenizer) or Hugging Face Hub id (Qwen/Qwen3-0.6B:
+    downloaded to the Hub cache, read from it offline). Empty: the built-in default model."""
 
     tokenizer: str | None = None
-    """Tokenizer folder, when it differs from the model folder."""
+    """Tokenizer folder or Hugging Face Hub id, when it differs from the model."""
+
+    revision: str | None = None
+    """Branch, tag or commit of a Hugging Face Hub model id (and of the tokenizer when it is the same id).
+    Empty: the default branch."""
 
     dtype: DType = "auto"
     """Weight and activation dtype; auto takes torch_dtype from config.json, except on the CPU: float16 becomes

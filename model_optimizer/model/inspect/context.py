@@ -34,11 +34,14 @@ class InspectContext:
 
 def clean_copy_path(folder: Path) -> Path:
     """Where the suggested --fix writes: beside the checkpoint, unless that is inside the installed
-    package (the built-in model) or not writable; then in the current folder."""
+    package (the built-in model), a Hugging Face cache snapshot (named by its repository) or not
+    writable; then in the current folder."""
     import model_optimizer
 
     package = Path(model_optimizer.__file__).resolve().parent
     parent = folder.resolve().parent
+    if parent.name == "snapshots" and parent.parent.name.startswith("models--"):
+        return Path(f"{parent.parent.name.split('--')[-1]}-clean")  # models--Qwen--Qwen3-0.6B/snapshots/<commit>
     if package in (parent, *parent.parents) or not os.access(parent, os.W_OK):
         return Path(f"{folder.name}-clean")
     return folder.parent / f"{folder.name}-clean"

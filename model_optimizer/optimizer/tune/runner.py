@@ -85,17 +85,17 @@ def make_predictor(stored: dict, space: SearchSpace) -> tuple[Predictor | None, 
     """The analytic model for the study's model and hardware, or None with the reason."""
     if not stored.get("predict", True):
         return None, "prediction off (--no-predict)"
+    from model_optimizer.assets import REFERENCE_MODEL_DIR
     from model_optimizer.optimizer.tune.hardware import detect_hardware
+    from model_optimizer.runtime.hub import resolve_model
 
-    model = stored["model"]
-    if model:
-        config_path = Path(model).expanduser() / "config.json"
-    else:
-        from model_optimizer.assets import REFERENCE_MODEL_DIR
-
-        config_path = Path(REFERENCE_MODEL_DIR) / "config.json"
+    try:  # a Hub id: the snapshot the trials' servers will load too
+        folder = resolve_model(stored["model"]) if stored["model"] else Path(REFERENCE_MODEL_DIR)
+    except (OSError, ValueError) as exc:
+        return None, f"no predictor: {exc}"
+    config_path = folder / "config.json"
     if not config_path.is_file():
-        return None, f"no predictor: {config_path} not found (a model name, not a folder)"
+        return None, f"no predictor: {config_path} not found"
     dtype = space.fixed.get("dtype")
     config = read_json(config_path)
     cost = model_cost(config, None if dtype in (None, "auto") else str(dtype))
