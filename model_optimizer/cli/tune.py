@@ -114,12 +114,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="closed loop: count every measured request (default: leave out the first CONCURRENCY, the "
-        "start-up burst where all clients send at once; the warm-up, --num-warmups, default "
-        "max(2 x concurrency, 32), is never counted)",
+        "start-up burst where all clients send at once; the warm-up, --num-warmups, is never counted)",
     )
     add_dataclass_args(parser, ClientConfig, skip=CLIENT_SKIP)
     add_dataclass_args(parser, WorkloadConfig, skip=("seed",))
-    add_dataclass_args(parser, LoadConfig)
+    add_dataclass_args(parser, LoadConfig, skip=("num_warmups",))
+    parser.add_argument(
+        "--num-warmups",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests sent to each trial's server before it is measured, not counted (default: max(2 x the "
+        "clients in flight, 32): the start-up burst and one more wave; `mopt bench` sends none by default)",
+    )
     return parser
 
 
@@ -162,18 +169,28 @@ def _fresh(args: argparse.Namespace) -> dict:
     from model_optimizer.optimizer.bench.load import LoadConfig
     from model_optimizer.optimizer.bench.metrics import parse_slo
     from model_optimizer.optimizer.bench.workloads import WorkloadConfig
+    from model_optimizer.optimizer.tune.device_space import fit_to_cpu, trials_on_cpu
     from model_optimizer.optimizer.tune.space import build_space
     from model_optimizer.optimizer.tune.steady import default_warmups
 
     seed = 0 if args.seed is None else args.seed
     parse_slo(args.slo)
     space = build_space(args.space, held_settings(args))
+    searched = len(space.knobs)
+    notes = fit_to_cpu(space) if trials_on_cpu(args.server_cmd, space.fixed) else []
+    if searched and not space.knobs:
+        raise ValueError(
+            "the trials run on the CPU, where no knob of the space changes anything ("
+            + "; ".join(notes)
+            + "): search max_num_seqs, max_num_batched_tokens or enable_prefix_caching instead"
+        )
     load = dataclass_from_args(LoadConfig, args)
     if args.num_warmups is None:  # the bench's default is none; a trial's first requests are never representative
         load.num_warmups = default_warmups(load)
     return {
         "model": args.model,
         "space": space.to_dict(),
+        "space_notes": notes,
         "slo": args.slo,
         "seed": seed,
         "client": dataclasses.asdict(dataclass_from_args(ClientConfig, args, model=None)),  # --model is the folder

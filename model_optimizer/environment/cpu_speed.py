@@ -27,7 +27,7 @@ from model_optimizer.common.fileio import atomic_write, user_cache_dir
 log = logging.getLogger(__name__)
 
 CACHE_FILE = "cpu_speed.json"
-SCHEMA = 1
+SCHEMA = 2
 HIDDEN = 1024
 """Width of the measured matmul (a 1024 x 1024 weight: 4 MiB in float32, more than L2, as in a real layer)."""
 DECODE_ROWS = 8
@@ -59,6 +59,9 @@ class CpuSpeed:
     """measured (now) or cached (an earlier measurement)."""
     gflops: float = 0.0
     """Matmul rate of the chosen dtype and threads in the prefill-shaped part, GFLOP/s (the tuner's peak)."""
+    decode_gbps: float = 0.0
+    """Weight bytes the decode-shaped part reads per second, GB/s (the tuner's bandwidth: a decode step
+    reads every weight once, from caches or memory as the model's size decides)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -162,7 +165,7 @@ def measure() -> CpuSpeed:
         timings[_label(torch.bfloat16, threads)] = _time_work(torch.bfloat16, threads)
         bf16 = timings[_label(torch.bfloat16, threads)] <= BF16_MARGIN * timings[_label(torch.float32, threads)]
         dtype = torch.bfloat16 if bf16 else torch.float32
-        gflops = _prefill_gflops(dtype, threads)
+        gflops, decode_gbps = _rates(dtype, threads)
     finally:
         torch.set_num_threads(before)
     return CpuSpeed(
@@ -173,6 +176,7 @@ def measure() -> CpuSpeed:
         torch_version=torch.__version__,
         timings_ms={k: round(v * 1e3, 3) for k, v in timings.items()},
         gflops=round(gflops, 2),
+        decode_gbps=round(decode_gbps, 2),
     )
 
 
@@ -201,19 +205,24 @@ def _time_work(dtype, threads: int) -> float:
     return best
 
 
-def _prefill_gflops(dtype, threads: int) -> float:
+def _rates(dtype, threads: int) -> tuple[float, float]:
+    """(GFLOP/s of the prefill-shaped matmul, GB/s of weights read by the decode-shaped one), best of REPEATS."""
     import torch
 
     torch.set_num_threads(threads)
     weight = torch.randn(HIDDEN, HIDDEN).to(dtype)
-    prefill = torch.randn(PREFILL_ROWS, HIDDEN).to(dtype)
+    prefill, decode = torch.randn(PREFILL_ROWS, HIDDEN).to(dtype), torch.randn(DECODE_ROWS, HIDDEN).to(dtype)
+    best = {"prefill": float("inf"), "decode": float("inf")}
     with torch.inference_mode():
-        torch.nn.functional.linear(prefill, weight)
-        start = time.perf_counter()
-        for _ in range(4):
-            torch.nn.functional.linear(prefill, weight)
-        seconds = (time.perf_counter() - start) / 4
-    return 2 * PREFILL_ROWS * HIDDEN * HIDDEN / seconds / 1e9
+        for repeat in range(REPEATS + 1):
+            for name, x in (("prefill", prefill), ("decode", decode)):
+                start = time.perf_counter()
+                for _ in range(4):
+                    torch.nn.functional.linear(x, weight)
+                if repeat:
+                    best[name] = min(best[name], (time.perf_counter() - start) / 4)
+    flops = 2 * PREFILL_ROWS * HIDDEN * HIDDEN / best["prefill"] / 1e9
+    return flops, weight.numel() * weight.element_size() / best["decode"] / 1e9
 
 
 def apply_cpu_threads(share: int = 1) -> CpuSpeed:
