@@ -37,7 +37,7 @@ def _log_cpu_choice() -> None:
 
     speed = cpu_speed()
     startup_log.info(
-        "start-up: cpu: %d intra-op thread%s, fastest bf16 checkpoint dtype %s (%s; %s)",
+        "start-up: cpu: %d intra-op thread%s; bfloat16 checkpoints run in %s (%s: %s)",
         torch.get_num_threads(),
         "" if torch.get_num_threads() == 1 else "s",
         speed.dtype,
