@@ -223,6 +223,16 @@ def test_inspect_and_the_parameter_count_understand_every_layout(quant_model, tm
     _rewrite(float_folder, tmp_path / "autoawq", awq, qc)
     _inspect_reads_it_as_the_loader_does(tmp_path / "autoawq", float_folder)
 
+    def block_fp8(w):  # one scale per 128 x 128 block, as the public Qwen3-*-FP8 checkpoints
+        n, k = w.shape
+        scale = w.reshape(-(-n // 128), -1, k // 128, 128).abs().amax(dim=(1, 3)) / FP8_MAX
+        expanded = scale.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+        return {"weight": (w / expanded).to(torch.float8_e4m3fn), "weight_scale_inv": scale}, None
+
+    qc = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    _rewrite(float_folder, tmp_path / "fp8-block", block_fp8, qc)
+    _inspect_reads_it_as_the_loader_does(tmp_path / "fp8-block", float_folder)
+
 
 def test_fix_keeps_a_quantized_checkpoint_quantized(quant_model, tmp_path):
     """--fix casts float weights to one dtype; fp8 codes and their float32 scales must stay as they are."""
