@@ -148,3 +148,18 @@ def quant_model(tmp_path_factory):
         return built[name]
 
     return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_dir(tmp_path_factory):
+    """What mopt measures about this machine (environment/cpu_speed.py) goes to a folder of this session,
+    never the user's cache; servers the tests start inherit it."""
+    import os
+
+    saved = os.environ.get("MOPT_CACHE_DIR")
+    os.environ["MOPT_CACHE_DIR"] = str(tmp_path_factory.mktemp("mopt-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("MOPT_CACHE_DIR", None)
+    else:
+        os.environ["MOPT_CACHE_DIR"] = saved

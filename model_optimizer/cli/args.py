@@ -8,7 +8,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from model_optimizer.runtime.config import field_choices, field_docs
+from model_optimizer.runtime.config import field_choices, field_docs, format_size, parse_size, size_fields
 
 T = TypeVar("T")
 
@@ -17,6 +17,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[s
     """Add one `--flag-name` per field of `cls`, with the field's docstring as help."""
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
+    sizes = size_fields(cls)
     group = parser.add_argument_group(cls.__name__)
     for f in dataclasses.fields(cls):
         if f.name in skip:
@@ -27,6 +28,10 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[s
         hint = hints[f.name]
         if hint is bool:
             group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            continue
+        if f.name in sizes:
+            help_text = f"{docs.get(f.name, '')} (default: {format_size(default)})".replace("%", "%%")
+            group.add_argument(flag, dest=f.name, type=_size, metavar="SIZE", default=None, help=help_text)
             continue
         choices = field_choices(cls, f.name) or None
         group.add_argument(flag, dest=f.name, type=_scalar_type(hint), choices=choices, default=None, help=help_text)
@@ -69,11 +74,17 @@ def read_config_file(path: str | Path, classes: tuple[type, ...]) -> dict[str, A
         for name, hint in typing.get_type_hints(cls).items()
         if name in {f.name for f in dataclasses.fields(cls)}
     }
+    sizes = {name for cls in classes for name in size_fields(cls)}
     values = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name not in hints:
             raise ValueError(f"config file {file}: unknown setting {key!r}; allowed: {', '.join(sorted(hints))}")
+        if name in sizes and isinstance(value, str):
+            try:
+                value = parse_size(value)
+            except ValueError as exc:
+                raise ValueError(f"config file {file}: {name}: {exc}") from None
         values[name] = _checked(file, name, hints[name], value)
     return values
 
@@ -111,6 +122,14 @@ def _checked(file: Path, name: str, hint: Any, value: Any) -> Any:
     if not ok:
         raise ValueError(f"config file {file}: {name} must be a {kind.__name__}, got {value!r}")
     return value
+
+
+def _size(text: str) -> int:
+    """argparse type of ByteSize flags: bytes or 8GiB, 512MB (argparse names the flag in its error)."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _scalar_type(hint: Any) -> type:

@@ -34,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     parser.add_argument("--bench", action="store_true", help="run microbenchmarks on the GPU (about 15 s)")
     parser.add_argument("--bench-device", type=int, default=0, help="GPU index for --bench (default: 0)")
+    parser.add_argument(
+        "--remeasure-cpu",
+        action="store_true",
+        help="measure again which dtype and thread count this CPU runs fastest (cached after the first time)",
+    )
     parser.add_argument("--require-gpu", action="store_true", help="treat 'no usable GPU' as an error (exit code 2)")
     parser.add_argument("--explain", metavar="TEXT", help="explain an error message ('-' reads it from stdin)")
     parser.add_argument(
@@ -75,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
             snapshot = capture_snapshot()
     if args.bench:
         snapshot["bench"] = _bench(snapshot, args.bench_device, progress)
+    if not args.snapshot and not Snapshot(snapshot).gpu_usable:
+        from model_optimizer.environment.cpu_speed import cpu_speed
+
+        with progress.status("timing float32 and bfloat16 matmuls on this CPU..."):
+            snapshot["cpu_speed"] = cpu_speed(refresh=args.remeasure_cpu).to_dict()
     if args.save_snapshot:
         write_json_atomic(args.save_snapshot, snapshot)
     findings = evaluate(snapshot, require_gpu=args.require_gpu)

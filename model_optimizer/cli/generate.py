@@ -137,16 +137,18 @@ def sampling_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from model_optimizer.runtime.hub import localize
     from model_optimizer.runtime.llm import LLM, generation_defaults, resolve_model_dir
 
     console = Console(stderr=True)
     lines = read_prompt_lines(args.prompt, args.prompts_file)
     engine_config = dataclass_from_args(EngineConfig, args, seed=args.seed or 0)
+    model_id = localize(engine_config)  # a Hub id becomes its snapshot folder, downloaded or from the cache
     # the model's defaults are read before it loads, so that a bad line fails in a second, not after the load
     defaults = generation_defaults(resolve_model_dir(engine_config.model))
     cli = sampling_overrides(args)
     params = [_line_params(line, {**defaults, **cli}) for line in lines]
-    _log(f"loading model {engine_config.model or '(built-in)'}")
+    _log(f"loading model {model_id or engine_config.model or '(built-in)'}")
     try:
         with console.status("loading model"), _startup_phases_shown(console):
             llm = LLM(**asdict(engine_config))

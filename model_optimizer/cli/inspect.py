@@ -28,7 +28,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("folder", help="checkpoint folder (config.json, *.safetensors, tokenizer files)")
+    parser.add_argument(
+        "folder", help="checkpoint folder (config.json, *.safetensors, tokenizer files) or Hugging Face Hub id"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     parser.add_argument(
         "--max-model-len", type=int, default=None, help="the context you mean to serve, checked against the model"
@@ -85,9 +87,11 @@ def run(args: argparse.Namespace) -> int:
 
     from model_optimizer.model.inspect.inspector import inspect_checkpoint
     from model_optimizer.model.inspect.report import print_report
+    from model_optimizer.runtime.llm import resolve_model_dir
 
     if args.max_model_len is not None and args.max_model_len <= 0:
         raise ValueError(f"--max-model-len must be a positive integer, got {args.max_model_len}")
+    args.folder = str(resolve_model_dir(args.folder))  # a Hub id: its snapshot, downloaded or from the cache
     with Console(stderr=True).status("reading headers and checking keys against the engine's loader..."):
         report = inspect_checkpoint(args.folder, max_model_len=args.max_model_len)
         _attach_plan(args, report)

@@ -20,7 +20,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "`mopt serve ./model`.",
     )
     parser.add_argument(
-        "model_tag", nargs="?", metavar="MODEL", default=None, help="model folder (the same as --model)"
+        "model_tag", nargs="?", metavar="MODEL", default=None, help="model folder or Hub id (the same as --model)"
     )
     add_config_file_arg(parser, EngineConfig, ServerConfig)
     add_dataclass_args(parser, EngineConfig)
@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from model_optimizer.runtime.config import EngineConfig
+    from model_optimizer.runtime.hub import localize
     from model_optimizer.runtime.server.config import API_KEY_ENV, ServerConfig
 
     if args.model_tag is not None:
@@ -40,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
         args.model = args.model_tag
     engine_config = dataclass_from_args(EngineConfig, args)
     server_config = dataclass_from_args(ServerConfig, args)
+    model_id = localize(engine_config)  # a Hub id becomes its snapshot folder, downloaded or from the cache
+    if model_id is not None and server_config.served_model_name is None:
+        server_config.served_model_name = model_id  # clients ask for Qwen/Qwen3-0.6B, as with vLLM
     if server_config.api_key is None and os.environ.get(API_KEY_ENV):
         server_config.api_key = os.environ[API_KEY_ENV]
     if server_config.api_server_count > 1:

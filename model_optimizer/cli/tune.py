@@ -62,11 +62,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--slo", default=None, help="SLOs as in mopt bench, e.g. ttft_p99=500ms,tpot_p99=40ms")
     parser.add_argument("--space", default=None, help="YAML file of knobs: name: [values] or name: {low, high, log}")
     parser.add_argument(
-        "--fix",
+        "--set",
+        dest="set",
         action="append",
         default=None,
         metavar="NAME=VALUE",
-        help="hold a setting (any mopt serve flag name) at a value; repeatable",
+        help="hold a setting (any mopt serve flag name) at a value instead of searching it; repeatable",
+    )
+    parser.add_argument(
+        "--fix", dest="fix", action="append", default=None, metavar="NAME=VALUE", help="deprecated: --set"
     )
     parser.add_argument(
         "--server-cmd",
@@ -110,12 +114,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="closed loop: count every measured request (default: leave out the first CONCURRENCY, the "
-        "start-up burst where all clients send at once; the warm-up, --num-warmups, default "
-        "max(2 x concurrency, 32), is never counted)",
+        "start-up burst where all clients send at once; the warm-up, --num-warmups, is never counted)",
     )
     add_dataclass_args(parser, ClientConfig, skip=CLIENT_SKIP)
     add_dataclass_args(parser, WorkloadConfig, skip=("seed",))
-    add_dataclass_args(parser, LoadConfig)
+    add_dataclass_args(parser, LoadConfig, skip=("num_warmups",))
+    parser.add_argument(
+        "--num-warmups",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests sent to each trial's server before it is measured, not counted (default: max(2 x the "
+        "clients in flight, 32): the start-up burst and one more wave; `mopt bench` sends none by default)",
+    )
     return parser
 
 
@@ -158,18 +169,28 @@ def _fresh(args: argparse.Namespace) -> dict:
     from model_optimizer.optimizer.bench.load import LoadConfig
     from model_optimizer.optimizer.bench.metrics import parse_slo
     from model_optimizer.optimizer.bench.workloads import WorkloadConfig
+    from model_optimizer.optimizer.tune.device_space import fit_to_cpu, trials_on_cpu
     from model_optimizer.optimizer.tune.space import build_space
     from model_optimizer.optimizer.tune.steady import default_warmups
 
     seed = 0 if args.seed is None else args.seed
     parse_slo(args.slo)
-    space = build_space(args.space, args.fix)
+    space = build_space(args.space, held_settings(args))
+    searched = len(space.knobs)
+    notes = fit_to_cpu(space) if trials_on_cpu(args.server_cmd, space.fixed) else []
+    if searched and not space.knobs:
+        raise ValueError(
+            "the trials run on the CPU, where no knob of the space changes anything ("
+            + "; ".join(notes)
+            + "): search max_num_seqs, max_num_batched_tokens or enable_prefix_caching instead"
+        )
     load = dataclass_from_args(LoadConfig, args)
     if args.num_warmups is None:  # the bench's default is none; a trial's first requests are never representative
         load.num_warmups = default_warmups(load)
     return {
         "model": args.model,
         "space": space.to_dict(),
+        "space_notes": notes,
         "slo": args.slo,
         "seed": seed,
         "client": dataclasses.asdict(dataclass_from_args(ClientConfig, args, model=None)),  # --model is the folder
@@ -188,6 +209,20 @@ def _fresh(args: argparse.Namespace) -> dict:
         "skip_first_wave": not args.count_first_wave,
         "repeat_baseline": bool(args.repeat_baseline),
     }
+
+
+def held_settings(args: argparse.Namespace) -> list[str]:
+    """--set values, and the deprecated --fix ones with a warning: `inspect --fix OUT` writes a cleaned
+    copy, so one flag name meant two things."""
+    import sys
+
+    if args.fix:
+        print(
+            "mopt tune: --fix NAME=VALUE is deprecated, use --set NAME=VALUE (`mopt inspect --fix` writes a "
+            "cleaned copy of a checkpoint)",
+            file=sys.stderr,
+        )
+    return [*(args.set or []), *(args.fix or [])]
 
 
 def _translate(args: argparse.Namespace) -> int:

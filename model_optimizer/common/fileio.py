@@ -12,6 +12,12 @@ from pathlib import Path
 from typing import Any
 
 
+def current_umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 def atomic_write(path: str | Path, data: str | bytes) -> None:
     """Replace `path` with `data` in one step (creating its folder); the file gets the usual mode."""
     path = Path(path)
@@ -20,14 +26,42 @@ def atomic_write(path: str | Path, data: str | bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def staging_dir(target: Path) -> Path:
+    """A new empty folder beside `target` to build it in, then rename into place (see `publish_dir`)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+
+
+def publish_dir(staging: Path, target: Path) -> None:
+    """Rename a folder built by `staging_dir` to `target`, with the modes any file writer gives:
+    0777 and 0666 less the umask. mkdtemp makes the folder 0700 and some writers (safetensors) make
+    their files 0600, so without this a model folder written here is unreadable to another user,
+    such as a container's server that runs as its own uid with the folder mounted read-only."""
+    umask = current_umask()
+    for root, dirs, files in os.walk(staging):
+        os.chmod(root, 0o777 & ~umask)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o666 & ~umask)
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o777 & ~umask)
+    os.replace(staging, target)
+
+
+def user_cache_dir() -> Path:
+    """Where mopt keeps what it measured about this machine: $MOPT_CACHE_DIR, else
+    $XDG_CACHE_HOME/model-optimizer, else ~/.cache/model-optimizer."""
+    if os.environ.get("MOPT_CACHE_DIR"):
+        return Path(os.environ["MOPT_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "model-optimizer"
 
 
 def read_json(path: Path) -> Any:

@@ -24,16 +24,7 @@ def recommended_settings(snapshot: dict[str, Any] | Snapshot) -> dict[str, Any]:
     """dtype, fp8 availability and a gpu_memory_utilization that fits the memory free now."""
     snap = snapshot if isinstance(snapshot, Snapshot) else Snapshot(snapshot)
     if not snap.gpu_usable:
-        return {
-            "device": "cpu",
-            "dtype": "float32",
-            "kv_cache_dtype": "auto",
-            "fp8_available": False,
-            "bf16_available": False,
-            "gpu_memory_utilization": None,
-            "num_gpus": 0,
-            "notes": ["No usable GPU: run on the CPU in float32 (fp16 matmuls are slow or unsupported on CPUs)."],
-        }
+        return _cpu_settings(snap.raw.get("cpu_speed"))
     gpus = _gpus(snap)
     ccs = [g["compute_capability"] for g in gpus if g["compute_capability"]]
     lowest_cc = min(ccs, key=version_tuple) if ccs else None
@@ -75,6 +66,31 @@ def recommended_settings(snapshot: dict[str, Any] | Snapshot) -> dict[str, Any]:
         "num_gpus": len(gpus),
         "notes": notes,
     }
+
+
+def _cpu_settings(speed: dict[str, Any] | None) -> dict[str, Any]:
+    """On the CPU: float32 unless this CPU measured bfloat16 faster (environment/cpu_speed.py, which
+    `mopt doctor` records as the snapshot's cpu_speed), and the thread count it measured fastest."""
+    dtype = (speed or {}).get("dtype", "float32")
+    notes = ["No usable GPU: run on the CPU (fp16 matmuls are slow or unsupported on CPUs)."]
+    settings: dict[str, Any] = {
+        "device": "cpu",
+        "dtype": dtype,
+        "kv_cache_dtype": "auto",
+        "fp8_available": False,
+        "bf16_available": dtype == "bfloat16",
+        "gpu_memory_utilization": None,
+        "num_gpus": 0,
+    }
+    if speed:
+        settings["num_threads"] = speed.get("num_threads")
+        timings = ", ".join(f"{k} {v:.1f} ms" for k, v in (speed.get("timings_ms") or {}).items())
+        notes.append(
+            f"measured on this CPU ({timings}): bfloat16 checkpoints run in {dtype} with --dtype auto, on "
+            f"{speed.get('num_threads')} intra-op thread(s); the figures are cached, `mopt doctor --remeasure-cpu` "
+            "measures again"
+        )
+    return settings | {"notes": notes}
 
 
 def _gpus(snap: Snapshot) -> list[dict[str, Any]]:

@@ -102,6 +102,7 @@ def _print_settings(console: Console, settings: dict[str, Any]) -> None:
         "dtype",
         "kv_cache_dtype",
         "fp8_available",
+        "num_threads",
         "gpu_memory_utilization",
         "gpu_memory_free_gib",
         "compute_capability",

@@ -8,12 +8,43 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import typing
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from typing import Annotated, Literal
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
+BYTES = "bytes"
+ByteSize = Annotated[int, BYTES]
+"""A size in bytes that flags, config files and keyword arguments may also give as text: 8GiB, 512MB."""
+SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+SIZE_UNITS |= {f"{u}ib": v for u, v in SIZE_UNITS.items() if u not in ("", "b")}
+SIZE_UNITS |= {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from an integer or text: 1073741824, 8GiB, 512MiB, 1.5G (K/M/G/T and KiB... are powers of
+    1024, KB/MB/GB/TB powers of 1000, case-insensitive). ValueError says what is allowed."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in SIZE_UNITS:
+        raise ValueError(
+            f"{value!r} is not a size: give bytes or a number with a unit, e.g. 8GiB, 512MiB, 2GB "
+            "(KiB/MiB/GiB/TiB and K/M/G/T are powers of 1024, KB/MB/GB/TB powers of 1000)"
+        )
+    return int(float(match.group(1)) * SIZE_UNITS[unit])
+
+
+def format_size(n: int) -> str:
+    """8589934592 -> '8GiB' (exact binary units where they fit, else bytes)."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        size = SIZE_UNITS[unit.lower()]
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
 
 
 @dataclass
@@ -21,16 +52,22 @@ class EngineConfig:
     """Everything that shapes how a model is loaded and served."""
 
     model: str | None = None
-    """Checkpoint folder (config.json, *.safetensors, tokenizer). Empty: the built-in default model."""
+    """Checkpoint folder (config.json, *.safetensors, tokenizer) or Hugging Face Hub id (Qwen/Qwen3-0.6B:
+    downloaded to the Hub cache, read from it offline). Empty: the built-in default model."""
 
     tokenizer: str | None = None
-    """Tokenizer folder, when it differs from the model folder."""
+    """Tokenizer folder or Hugging Face Hub id, when it differs from the model."""
+
+    revision: str | None = None
+    """Branch, tag or commit of a Hugging Face Hub model id (and of the tokenizer when it is the same id).
+    Empty: the default branch."""
 
     skip_tokenizer_init: bool = False
     """Load no tokenizer (vLLM's flag): prompts are token ids and outputs carry token ids without text."""
 
     dtype: DType = "auto"
-    """Weight and activation dtype; auto takes torch_dtype from config.json (float32 on CPU if it is float16)."""
+    """Weight and activation dtype; auto takes torch_dtype from config.json, except on the CPU: float16 becomes
+    float32, and bfloat16 stays only where this CPU measured bfloat16 matmuls faster (`mopt doctor` shows it)."""
 
     load_format: Literal["auto", "safetensors", "dummy"] = "auto"
     """How to get weights: from *.safetensors, or random ones built from config.json alone (dummy, for benchmarks)."""
@@ -80,8 +117,8 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     """Fraction of GPU memory the engine may use (weights, activations and KV cache)."""
 
-    kv_cache_memory: int = 1 << 30
-    """Bytes for the KV cache when running on the CPU."""
+    kv_cache_memory: ByteSize = 1 << 30
+    """Memory for the KV cache when running on the CPU: bytes, or a size such as 8GiB or 512MB."""
 
     num_kv_blocks: int | None = None
     """Exact number of KV-cache blocks, overriding the memory-based sizing."""
@@ -117,6 +154,7 @@ class EngineConfig:
     NCCL stays the default (figures: README "Tensor parallelism", benchmarks/results/tp_h200x2/)."""
 
     def __post_init__(self) -> None:
+        parse_size_fields(self)
         check_positive(
             self,
             "block_size",
@@ -143,6 +181,23 @@ class EngineConfig:
         ):
             raise ValueError(f"max_decode_stall must be 0 (off) or a number above 1, got {stall!r}")
         check_choice(self, "dtype", "load_format", "device", "kv_cache_dtype", "scheduling_policy")
+
+
+def size_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a config dataclass typed ByteSize."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return tuple(name for name, hint in hints.items() if BYTES in getattr(hint, "__metadata__", ()))
+
+
+def parse_size_fields(obj: object) -> None:
+    """Turn sizes given as text (8GiB) into bytes, naming the field when one is not a size."""
+    for name in size_fields(type(obj)):
+        value = getattr(obj, name)
+        if isinstance(value, str):
+            try:
+                setattr(obj, name, parse_size(value))
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
 
 
 def check_positive(obj: object, *names: str) -> None:

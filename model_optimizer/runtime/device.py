@@ -1,6 +1,8 @@
 """Which device to run on, and host-to-device copies that never make the host wait for the GPU.
 
-`pick_device` is the one place that turns `--device auto|cpu|cuda` into a torch device.
+`pick_device` is the one place that turns `--device auto|cpu|cuda` into a torch device; on the CPU
+it also sets torch's intra-op threads to the count this CPU measured fastest (environment/cpu_speed.py),
+shared among tensor-parallel ranks, for the engine, the embedder and `mopt quantize` alike.
 
 A copy from pageable memory, or `torch.tensor(..., device="cuda")`, waits for every kernel
 already queued on the stream; with asynchronous steps that would serialise the host with the
@@ -50,5 +52,12 @@ def pick_device(requested: str) -> torch.device:
     if requested == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda was requested but torch sees no CUDA GPU (run `mopt doctor`)")
     if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(requested)
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(requested)
+    if device.type == "cpu":
+        from model_optimizer.environment.cpu_speed import apply_cpu_threads
+        from model_optimizer.runtime.distributed import get_tp
+
+        apply_cpu_threads(share=get_tp().size)
+    return device

@@ -35,16 +35,16 @@ def log_phase(name: str, since: float) -> float:
     return now
 
 
-def resolve_model_dir(model: str | None) -> Path:
-    """The model folder: the one given, or the built-in default (the shipped reference model)."""
+def resolve_model_dir(model: str | None, revision: str | None = None) -> Path:
+    """The model folder: the one given, the snapshot of a Hugging Face Hub id at `revision` (runtime/hub.py:
+    downloaded, or read from the local cache when offline), or the built-in default (the reference model)."""
     if model is None:
         from model_optimizer.assets import reference_model_path
 
         return reference_model_path()  # a clear error, with how to install it, when it is missing
-    path = Path(model).expanduser()
-    if not path.is_dir():
-        raise FileNotFoundError(f"model folder {path} does not exist (models load from local folders only)")
-    return path
+    from model_optimizer.runtime.hub import resolve_model
+
+    return resolve_model(model, revision)
 
 
 def eos_token_ids(model_dir: Path, tokenizer: Any) -> frozenset[int]:

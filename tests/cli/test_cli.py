@@ -83,7 +83,7 @@ def test_errors_in_a_real_process_are_one_line_unless_debug(tmp_path):
     assert plain.returncode == 2 and "Traceback" not in plain.stderr
     assert plain.stderr.strip().splitlines() == [
         f"mopt generate: error: model folder {tmp_path / 'missing'} does not "
-        "exist (models load from local folders only)"
+        "exist (nor is it a Hub id such as Qwen/Qwen3-0.6B)"
     ]
     debug = subprocess.run(
         command + ["--prompt", "hi"], capture_output=True, text=True, env={**env, "MOPT_DEBUG": "1"}, timeout=600

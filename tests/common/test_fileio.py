@@ -26,3 +26,32 @@ def test_read_json_names_a_file_that_is_not_text(tmp_path):
     binary.write_bytes(b"\x00\xff\xfe garbage \x80")
     with pytest.raises(ValueError, match=r"config.json is not valid JSON: not UTF-8 text"):
         read_json(binary)
+
+
+def _modes(folder):
+    import os
+    import stat
+
+    return {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in [folder, *folder.rglob("*")]}
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_published_folders_have_the_modes_the_umask_gives(tmp_path, umask):
+    import os
+
+    from model_optimizer.common.fileio import publish_dir, staging_dir
+
+    target = tmp_path / "model"
+    saved = os.umask(umask)
+    try:
+        tmp = staging_dir(target)
+        (tmp / "sub").mkdir(mode=0o700)
+        private = tmp / "sub" / "model.safetensors"
+        private.write_bytes(b"x")
+        private.chmod(0o600)  # as the safetensors writer leaves its file
+        publish_dir(tmp, target)
+    finally:
+        os.umask(saved)
+    modes = _modes(target)
+    assert modes == {"model": 0o777 & ~umask, "sub": 0o777 & ~umask, "model.safetensors": 0o666 & ~umask}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

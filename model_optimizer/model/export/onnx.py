@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model_optimizer.common.fileio import current_umask
 from model_optimizer.runtime.embed import Embedder
 from model_optimizer.runtime.embed.varlen_attention import PaddedMeta
 
@@ -111,7 +112,7 @@ def export_onnx(embedder: Embedder, onnx_path: Path, opset: int = 17) -> None:
                 opset_version=opset,
                 dynamo=False,
             )
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; the result is an ordinary file
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes it private; the result is an ordinary file
         os.replace(tmp, onnx_path)
     finally:
         if os.path.exists(tmp):

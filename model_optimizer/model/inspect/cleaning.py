@@ -1,5 +1,6 @@
 """What `--fix` will make of a checkpoint, decided from names and shapes alone: which keys survive
-under which names, and the config.json corrections. inspect checks the result against the engine
+under which names (wrapper prefixes stripped; optimizer state, EMA copies, LoRA factors once merged, and
+tensors no parameter takes dropped), and the config.json corrections. inspect checks the result against the engine
 before anything is written, and fix.py applies exactly this."""
 
 from __future__ import annotations
@@ -10,6 +11,26 @@ from model_optimizer.model.inspect.leftovers import classify
 
 
 def kept_tensors(checkpoint: Checkpoint) -> dict[str, TensorInfo]:
+    """Cleaned name -> the tensor that supplies it: `cleaned_tensors` less the junk no parameter takes."""
+    cleaned = cleaned_tensors(checkpoint)
+    junk = set(junk_names(checkpoint, cleaned))
+    return {name: info for name, info in cleaned.items() if name not in junk}
+
+
+def junk_names(checkpoint: Checkpoint, cleaned: dict[str, TensorInfo] | None = None) -> list[str]:
+    """Cleaned names the engine's model has no parameter for (an extra head, a probe, a stray buffer),
+    when the model loads without them. When parameters are missing or misshapen too, the checkpoint is
+    for another model or config.json is wrong: dropping tensors would not fix it, so nothing goes."""
+    from model_optimizer.model.inspect.consumption import check_loading
+
+    cleaned = cleaned_tensors(checkpoint) if cleaned is None else cleaned
+    check = check_loading(_config_for(checkpoint, cleaned), [(n, i.shape) for n, i in cleaned.items()])
+    if check.error or check.missing or check.misshapen:
+        return []
+    return check.unexpected
+
+
+def cleaned_tensors(checkpoint: Checkpoint) -> dict[str, TensorInfo]:
     """Cleaned name -> the tensor that supplies it; optimizer state, EMA copies and LoRA factors go.
     A name that two keys clean to (say `module.x` and `x`) is an error: we cannot tell which is live."""
     kept: dict[str, TensorInfo] = {}
@@ -37,7 +58,7 @@ def lora_pairs(checkpoint: Checkpoint) -> dict[str, tuple[TensorInfo | None, Ten
 
 def check_lora(checkpoint: Checkpoint) -> None:
     """ValueError when a LoRA factor lacks its partner or its base weight, or the shapes do not chain."""
-    kept = kept_tensors(checkpoint)
+    kept = cleaned_tensors(checkpoint)
     for name, (a, b) in lora_pairs(checkpoint).items():
         if a is None or b is None:
             raise ValueError(
@@ -59,8 +80,12 @@ def check_lora(checkpoint: Checkpoint) -> None:
 
 def clean_config(checkpoint: Checkpoint) -> dict:
     """config.json as --fix writes it (before dtype and token-id changes): vocab_size = embedding rows."""
+    return _config_for(checkpoint, cleaned_tensors(checkpoint))
+
+
+def _config_for(checkpoint: Checkpoint, cleaned: dict[str, TensorInfo]) -> dict:
     config = dict(checkpoint.config)
-    embed = kept_tensors(checkpoint).get("model.embed_tokens.weight")
+    embed = cleaned.get("model.embed_tokens.weight")
     if embed is not None and embed.shape and config.get("vocab_size") != embed.shape[0]:
         config["vocab_size"] = embed.shape[0]
     return config

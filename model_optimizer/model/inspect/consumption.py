@@ -32,6 +32,12 @@ class LoadCheck:
     """'key: reason' for keys whose shape the parameter's weight_loader rejects."""
     skipped: list[str] = field(default_factory=list)
     """Keys the loader skips on purpose (rotary caches, a tied lm_head)."""
+    quantized: list[str] = field(default_factory=list)
+    """Keys a quantized layer takes in its own dtype (codes, scales, zero points): never cast, never --fix'ed."""
+    quantization: str | None = None
+    """The weight format as the engine will load it ('awq int4 (autoawq layout)'); None for float weights."""
+    num_params: int | None = None
+    """Parameters the model stands for (a quantized linear counts as its out x in weight)."""
 
     @property
     def loads(self) -> bool:
@@ -69,6 +75,37 @@ def _cached_meta_model(config_json: str, dtype_name: str, tensor_parallel_size: 
     model_cls = resolve_model_class(args.architecture)
     with parameters_on_meta(), as_tensor_parallel_rank0(tensor_parallel_size, expert_parallel):
         return build_model(lambda: model_cls(args), getattr(torch, dtype_name), torch.device("cpu"))
+
+
+def _loading_model(config: dict):
+    """The meta model as the engine's loader fills it: for a quantized checkpoint (quantization_config),
+    a private copy with each linear's quantization attached, so the checkpoint's own tensor names
+    (qweight, weight_packed, weight_scale ...) are parameters with the loader's weight_loaders; an
+    unsupported format raises the loader's ValueError."""
+    import torch
+
+    from model_optimizer.runtime.layers.quantization.attach import attach_quantization
+    from model_optimizer.runtime.layers.quantization.spec import resolve_spec
+
+    spec = resolve_spec(config, None)
+    if spec is None:
+        return build_meta_model(config)
+    model = _cached_meta_model.__wrapped__(json.dumps(config, sort_keys=True), "bfloat16", 1)  # attaching edits it
+    attach_quantization(model, spec, torch.bfloat16)
+    return model
+
+
+def _staged_params(model) -> set[int]:
+    """ids of the parameters that stage a quantized checkpoint's own tensors (sources.StagedSource slots)."""
+    from model_optimizer.runtime.layers.linear import Linear
+    from model_optimizer.runtime.layers.quantization.sources import StagedSource
+
+    out = set()
+    for module in model.modules():
+        source = getattr(getattr(module, "quant_method", None), "source", None)
+        if isinstance(module, Linear) and isinstance(source, StagedSource):
+            out.update(id(module._parameters[name]) for name in source.slots)
+    return out
 
 
 @contextmanager
@@ -113,17 +150,21 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
     import torch
 
     from model_optimizer.runtime.layers.linear import default_weight_loader
+    from model_optimizer.runtime.layers.quantization.summary import summarize_weights
     from model_optimizer.runtime.models.loader import SKIPPED_SUFFIXES, _expected_shards, _target_name
 
     archs = config.get("architectures") or []
     check = LoadCheck(architecture=archs[0] if archs else None)
     try:
-        model = build_meta_model(config)
+        model = _loading_model(config)
     except (ValueError, KeyError, TypeError) as exc:
         check.error = f"missing config key {exc}" if isinstance(exc, KeyError) else str(exc)
         return check
     check.model_class = type(model).__name__
+    summary = summarize_weights(model)
+    check.quantization, check.num_params = summary.quantization, summary.num_params
     params = dict(model.named_parameters(remove_duplicate=False))
+    staged = _staged_params(model)
     stacked = getattr(model, "stacked_params", {})
     tied = bool(getattr(model.args, "tie_word_embeddings", False))
     loaded: set[tuple[str, str | None]] = set()
@@ -145,6 +186,8 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
             continue
         loaded.add((target, shard))
         check.consumed += 1
+        if id(param) in staged:
+            check.quantized.append(name)
     expected = _expected_shards(params, stacked)
     check.missing = sorted(
         f"{p}[{s}]" if s else p for p, s in expected - loaded if not (tied and p == "lm_head.weight")

@@ -9,12 +9,11 @@ beside OUT under a temporary name and renamed into place, so OUT is either compl
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from model_optimizer.common.fileio import publish_dir, staging_dir
 from model_optimizer.model.inspect import cleaning
 from model_optimizer.model.inspect.chat_templates import load_template
 from model_optimizer.model.inspect.checkpoint import Checkpoint, read_checkpoint
@@ -48,14 +47,23 @@ class FixResult:
     """The tokenizer's new pad token, when pad had to move off an eos id."""
 
 
-def main_dtype(checkpoint: Checkpoint) -> str:
-    from model_optimizer.model.inspect.census import take_census
+def quantization_tensors(checkpoint: Checkpoint) -> set[str]:
+    """Cleaned names of the tensors a quantized layer reads in their own dtype (codes, scales, zero
+    points): --fix keeps them as they are, or it would destroy the quantization."""
+    from model_optimizer.model.inspect.consumption import check_loading
 
+    return set(check_loading(cleaning.clean_config(checkpoint), cleaning.clean_keys(checkpoint)).quantized)
+
+
+def main_dtype(checkpoint: Checkpoint) -> str:
+    """The float dtype most weights the engine casts have (quantization tensors left out)."""
+    from model_optimizer.model.inspect.census import tensor_kind
+
+    own_dtype = quantization_tensors(checkpoint)
     counts: dict[str, int] = {}
-    for kind, per in take_census(checkpoint.tensors, checkpoint.config).dtypes_by_kind.items():
-        if kind in LINEAR_KINDS:
-            for dtype, n in per.items():
-                counts[dtype] = counts.get(dtype, 0) + n
+    for name, info in cleaning.kept_tensors(checkpoint).items():
+        if name not in own_dtype and tensor_kind(info) in LINEAR_KINDS:
+            counts[info.dtype_name] = counts.get(info.dtype_name, 0) + info.numel
     floats = {d: n for d, n in counts.items() if d in DTYPES}
     return max(floats, key=floats.get) if floats else "bfloat16"
 
@@ -69,14 +77,13 @@ def fix_checkpoint(src: str | Path, out: str | Path, options: FixOptions) -> Fix
     template = load_template(options.chat_template) if options.chat_template else None
     cleaning.check_lora(checkpoint)
     dtype = options.dtype or main_dtype(checkpoint)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    tmp = staging_dir(out)
     try:
         result = FixResult(out, dtype, 0)
         _write_weights(checkpoint, tmp, dtype, result)
         _write_configs(checkpoint, tmp, dtype, result)
         _copy_tokenizer_and_rest(checkpoint, tmp, template, result)
-        os.replace(tmp, out)
+        publish_dir(tmp, out)  # with the umask's modes: a server running as another user reads it
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -101,6 +108,7 @@ def _write_weights(checkpoint: Checkpoint, tmp: Path, dtype: str, result: FixRes
 
     target = getattr(torch, dtype)
     kept = cleaning.kept_tensors(checkpoint)
+    own_dtype = quantization_tensors(checkpoint)
     loras = cleaning.lora_pairs(checkpoint)
     scale, _ = lora_scale(checkpoint.adapter_config)
     kept_names = {info.name for info in kept.values()}
@@ -123,7 +131,8 @@ def _write_weights(checkpoint: Checkpoint, tmp: Path, dtype: str, result: FixRes
                 a, b = (tensor(x) for x in loras[name])  # type: ignore[arg-type]
                 value = value.float() + scale * (b.float() @ a.float())  # (out, r) @ (r, in) -> (out, in)
                 result.merged_lora.append(name)
-            state[name] = value.to(target).contiguous() if value.is_floating_point() else value.contiguous()
+            cast = value.is_floating_point() and name not in own_dtype  # fp8 codes and their scales stay
+            state[name] = value.to(target).contiguous() if cast else value.contiguous()
             weight_map[name] = file
         save_file(state, str(tmp / file), metadata={"format": "pt"})
         result.num_tensors += len(state)

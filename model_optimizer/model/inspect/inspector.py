@@ -71,6 +71,9 @@ def _check_dict(check: LoadCheck) -> dict[str, Any]:
         "missing": check.missing,
         "misshapen": check.misshapen,
         "skipped": check.skipped,
+        "quantized": check.quantized,
+        "quantization": check.quantization,
+        "num_params": check.num_params,
     }
 
 
@@ -82,12 +85,15 @@ def inspect_checkpoint(folder: str | Path, max_model_len: int | None = None) -> 
     read_s = time.perf_counter() - start
     census = take_census(checkpoint.tensors, checkpoint.config)
     raw_check = check_loading(checkpoint.config, [(t.name, t.shape) for t in checkpoint.tensors])
+    junk: list[str] = []
     try:
         cleaning.check_lora(checkpoint)
+        cleaned = cleaning.cleaned_tensors(checkpoint)
+        junk = [cleaned[name].name for name in cleaning.junk_names(checkpoint, cleaned)]
         clean_check = check_loading(cleaning.clean_config(checkpoint), cleaning.clean_keys(checkpoint))
     except ValueError as exc:
         clean_check = LoadCheck(architecture=raw_check.architecture, error=str(exc))
-    ctx = InspectContext(checkpoint, census, raw_check, clean_check, max_model_len)
+    ctx = InspectContext(checkpoint, census, raw_check, clean_check, max_model_len, junk)
     findings = [finding for rule in RULES for finding in rule(ctx)]
     if clean_check.error and clean_check.error != raw_check.error:
         findings.append(

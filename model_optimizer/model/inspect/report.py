@@ -28,13 +28,16 @@ def human_count(n: float) -> str:
 def print_report(console: Console, doc: dict[str, Any]) -> None:
     m, census = doc["model"], doc["census"]
     total = census["total"]
+    check = doc["load_check"]["as_is"]
+    params = check.get("num_params") or total["params"]  # packed int4 words stand for 8 parameters each
+    quantized = f" ({check['quantization']} weights)" if check.get("quantization") else ""
     console.print(
         f"[bold]mopt inspect[/] {doc['folder']} - {m['architecture']} ({m['model_type']}), {m['num_layers']} layers, "
-        f"hidden {m['hidden_size']}, {human_count(total['params'])} params, {human_bytes(total['bytes'])} in "
+        f"hidden {m['hidden_size']}, {human_count(params)} params{quantized}, {human_bytes(total['bytes'])} in "
         f"{census['num_files']} file(s)",
         highlight=False,
     )
-    _print_census(console, census)
+    _print_census(console, census, bool(check.get("quantization")))
     _print_findings(console, doc["findings"])
     if doc.get("memory_plan"):
         print_memory_plan(console, doc["memory_plan"])
@@ -46,9 +49,14 @@ def print_report(console: Console, doc: dict[str, Any]) -> None:
     console.print(f"{verdict} (exit code {doc['exit_code']})")
 
 
-def _print_census(console: Console, census: dict[str, Any]) -> None:
+def _print_census(console: Console, census: dict[str, Any], quantized: bool = False) -> None:
     dtypes = list(census["by_dtype"])
-    table = Table(title="parameters by module kind and dtype", title_justify="left")
+    title = (
+        "stored elements (packed, scales) by module kind and dtype"
+        if quantized
+        else "parameters by module kind and dtype"
+    )
+    table = Table(title=title, title_justify="left")
     table.add_column("kind")
     for d in dtypes:
         table.add_column(d, justify="right")
@@ -66,7 +74,9 @@ def _print_census(console: Console, census: dict[str, Any]) -> None:
     if census["tied_embeddings"] and census["lm_head_in_checkpoint"]:
         notes.append("an lm_head tensor is present but ignored (tied)")
     if census["quantization_config"]:
-        notes.append(f"quantization_config: {census['quantization_config']}")
+        qc = census["quantization_config"]
+        method = qc.get("quant_method", "?") if isinstance(qc, dict) else "?"
+        notes.append(f"quantization_config: {method} (the whole block is in --json)")
     console.print("; ".join(notes), highlight=False)
     if census.get("experts"):
         _print_experts(console, census["experts"], census["total"]["params"])

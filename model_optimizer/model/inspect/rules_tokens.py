@@ -115,14 +115,16 @@ def eos(ctx: InspectContext) -> list[Finding]:
                 {"sources": {k: sorted(v) for k, v in found.items()}},
             )
         ]
-    file_sets = [v for k, v in found.items() if k != "tokenizer"]
-    if len(file_sets) == 2 and file_sets[0] != file_sets[1]:
+    config_eos = found.get("config.json", set())
+    if config_eos - engine:
+        # generation_config.json adding stop ids to config.json's is how most chat models ship (Qwen2.5,
+        # Llama 3): only an id of config.json's the engine does not stop on is a disagreement
         return [
             Finding(
                 "tokens.eos_disagree",
                 "warn",
-                f"eos ids differ between files ({_describe(found)})",
-                "The engine uses generation_config.json's; other tools may read config.json's.",
+                f"config.json's eos {sorted(config_eos - engine)} is not an eos id of the engine ({_describe(found)})",
+                "The engine uses generation_config.json's; tools that read config.json stop elsewhere.",
                 {"any": [ctx.fix_command()]},
                 {"sources": {k: sorted(v) for k, v in found.items()}},
             )
@@ -145,20 +147,39 @@ def bos_pad(ctx: InspectContext) -> list[Finding]:
                     {"sources": {k: sorted(v) for k, v in found.items()}},
                 )
             )
-    pad = set().union(*sources(ctx, "pad").values()) if sources(ctx, "pad") else set()
-    if pad & engine_eos(ctx):
-        findings.append(
-            Finding(
-                "tokens.pad_is_eos",
-                "warn",
-                f"the pad token {sorted(pad & engine_eos(ctx))} is also an eos token",
-                "A training-style setting: with pad = eos the eos positions are masked out of the loss, so a model "
-                "fine-tuned this way may never learn to stop, and batch padding cannot be told from an end.",
-                {"any": [ctx.fix_command()]},
-                {"pad": sorted(pad), "eos": sorted(engine_eos(ctx))},
-            )
-        )
+    findings.extend(pad_is_eos(ctx))
     return findings
+
+
+def pad_is_eos(ctx: InspectContext) -> list[Finding]:
+    """pad = the eos that ends training examples (the tokenizer's): a fine-tuning collator masks the pad
+    positions out of the loss, and with them every eos. An extra stop id the engine also honours (Qwen's
+    <|endoftext|> beside <|im_end|>) may well be the pad: nothing is trained to end with it."""
+    found = sources(ctx, "pad")
+    pad = set().union(*found.values()) if found else set()
+    tokenizer_eos = ctx.checkpoint.tokenizer.token_id("eos")
+    ends = {tokenizer_eos} if tokenizer_eos is not None else engine_eos(ctx)
+    if not pad & ends:
+        return []
+    candidate = next(
+        (t for t in PAD_CANDIDATES if ctx.checkpoint.tokenizer.vocab.get(t) not in (None, *engine_eos(ctx))), None
+    )
+    fix = (
+        [ctx.fix_command()]  # --fix moves pad to `candidate` (token_alignment.aligned_ids)
+        if candidate
+        else ["Add a pad token to the tokenizer (e.g. <|pad|>) before fine-tuning; serving is not affected"]
+    )
+    return [
+        Finding(
+            "tokens.pad_is_eos",
+            "warn",
+            f"the pad token {sorted(pad & ends)} is also the eos token that ends each example",
+            "A training-style setting: with pad = eos the eos positions are masked out of the loss, so a model "
+            "fine-tuned this way may never learn to stop, and batch padding cannot be told from an end.",
+            {"any": fix},
+            {"pad": sorted(pad), "eos": sorted(ends), "pad_candidate": candidate},
+        )
+    ]
 
 
 def embedding_rows(ctx: InspectContext) -> int | None:

@@ -6,7 +6,7 @@ from collections import Counter
 
 from model_optimizer.environment.findings import Finding
 from model_optimizer.model.inspect.context import InspectContext
-from model_optimizer.model.inspect.headers import FLOAT_DTYPES
+from model_optimizer.model.inspect.rules_quant import quant_spec_error, quantization
 
 LINEAR_KINDS = ("attention", "mlp", "experts", "embedding", "lm_head", "other")
 """Kinds whose weights are matmuls in the model dtype; a router ("router") may be kept in float32 on purpose."""
@@ -83,6 +83,8 @@ def config_keys(ctx: InspectContext) -> list[Finding]:
     error = ctx.raw_check.error
     if error is None or "architecture" in error or "rope_type" in error or "architectures" in error:
         return []
+    if quant_spec_error(ctx) is not None:
+        return []  # the quantization rule says what is unsupported
     return [
         Finding(
             "model.config_invalid",
@@ -140,6 +142,17 @@ def leftovers(ctx: InspectContext) -> list[Finding]:
                 f"to serve the EMA weights instead, save them under the model's own names. {why_crash}",
                 {"any": [ctx.fix_command()]},
                 {"count": counts["ema"], "example": examples["ema"]},
+            )
+        )
+    if ctx.junk:
+        findings.append(
+            Finding(
+                "leftovers.unconsumed",
+                "error",
+                f"{len(ctx.junk)} tensors no parameter of the model takes: {_some(ctx.junk)}",
+                f"Extra heads, probes or buffers saved beside the weights; the model loads without them. {why_crash}",
+                {"any": [ctx.fix_command()]},
+                {"keys": ctx.junk},
             )
         )
     num_lora = counts["lora_A"] + counts["lora_B"]
@@ -242,13 +255,25 @@ def keys(ctx: InspectContext) -> list[Finding]:
     return findings
 
 
+def linear_dtypes(ctx: InspectContext) -> Counter[str]:
+    """Parameters per dtype of the weights the engine casts to one dtype at load: linear, embedding and
+    lm_head tensors, leaving out those a quantized layer keeps in their own dtype (codes, scales)."""
+    from model_optimizer.model.inspect.census import tensor_kind
+
+    quantized = set(ctx.raw_check.quantized)
+    linear: Counter[str] = Counter()
+    for info in ctx.checkpoint.tensors:
+        if info.name not in quantized and tensor_kind(info) in LINEAR_KINDS:
+            linear[info.dtype_name] += info.numel
+    return linear
+
+
 def dtypes(ctx: InspectContext) -> list[Finding]:
     """fp32 norms in a bf16 model are normal; fp32 linear weights in it are not."""
+    from model_optimizer.model.inspect.fix import DTYPES as FIX_DTYPES
+
     by_kind = ctx.census.dtypes_by_kind
-    linear: Counter[str] = Counter()
-    for kind in LINEAR_KINDS:
-        linear.update(by_kind.get(kind, {}))
-    floats = {d: n for d, n in linear.items() if d.upper() not in ("INT8", "UINT8", "INT32")}
+    floats = {d: n for d, n in linear_dtypes(ctx).items() if d.upper() not in ("INT8", "UINT8", "INT32")}
     if not floats:
         return []
     main = max(floats, key=floats.get)
@@ -259,15 +284,17 @@ def dtypes(ctx: InspectContext) -> list[Finding]:
     if len(floats) > 1:
         odd = {d: n for d, n in floats.items() if d != main}
         listed = ", ".join(f"{n:,} params in {d}" for d, n in odd.items())
-        severity = "warn"
+        # --fix casts to a float dtype it can write; anything else (fp8 weights without quantization_config)
+        # needs a quantization tool, and suggesting --fix would only loop
+        fix = [ctx.fix_command("--dtype", main)] if main in FIX_DTYPES else []
         findings.append(
             Finding(
                 "dtype.mixed",
-                severity,
+                "warn",
                 f"mixed dtypes in linear weights: mostly {main}, but {listed}",
                 "The engine casts every weight to one dtype at load, so a float32 block was either meant to be "
                 "float32 (and loses precision) or is a training artefact that makes the files larger.",
-                {"any": [ctx.fix_command("--dtype", main)]},
+                {"any": fix or ["Convert the weights to one float dtype with the tool that wrote them"]},
                 {"linear_params_by_dtype": dict(floats)},
             )
         )
@@ -276,7 +303,7 @@ def dtypes(ctx: InspectContext) -> list[Finding]:
         findings.append(
             Finding("dtype.norms", "ok", f"norms in {', '.join(sorted(norm_dtypes))}, linear weights in {main}: fine")
         )
-    if config_dtype and config_dtype != main and main in ("bfloat16", "float16", "float32"):
+    if config_dtype and config_dtype != main and main in FIX_DTYPES:
         findings.append(
             Finding(
                 "dtype.config",
@@ -288,34 +315,6 @@ def dtypes(ctx: InspectContext) -> list[Finding]:
             )
         )
     return findings
-
-
-def quantization(ctx: InspectContext) -> list[Finding]:
-    qc = ctx.census.quantization_config
-    non_float = sorted({t.dtype for t in ctx.checkpoint.tensors if t.dtype not in FLOAT_DTYPES})
-    if not qc:
-        if non_float:
-            return [
-                Finding(
-                    "quant.no_config",
-                    "error",
-                    f"integer tensors ({', '.join(non_float)}) but no quantization_config",
-                    "Without quantization_config the loader would cast packed integers to floats as if they were values.",
-                    {"any": ["Restore quantization_config in config.json from the quantization tool's output"]},
-                )
-            ]
-        return []
-    method = qc.get("quant_method") or qc.get("quant_type") or "unknown"
-    return [
-        Finding(
-            "quant.config",
-            "warn",
-            f"quantization_config: {method}" + (f", {qc.get('bits')} bits" if qc.get("bits") else ""),
-            "The engine must load this with the matching quantization method; weights are not plain floats.",
-            {"any": ["Serve with --quantization matching quant_method, or use the unquantized checkpoint"]},
-            {"quantization_config": qc},
-        )
-    ]
 
 
 RULES = (architecture, rope, config_keys, leftovers, keys, dtypes, quantization)

@@ -20,7 +20,8 @@ class TokenIds:
 
 def aligned_ids(ckpt: Checkpoint) -> TokenIds:
     """eos: the engine's ids plus the tokenizer's (chat turns end with it); bos and pad: the tokenizer's
-    when it has one, else config.json's; a pad equal to an eos moves to a distinct pad-like token."""
+    when it has one, else config.json's; a pad equal to the eos that ends examples moves to a distinct
+    pad-like token."""
     config, gen, tok = ckpt.config, ckpt.generation_config or {}, ckpt.tokenizer
     ids = TokenIds()
     engine = gen.get("eos_token_id") if gen.get("eos_token_id") is not None else config.get("eos_token_id")
@@ -32,7 +33,8 @@ def aligned_ids(ckpt: Checkpoint) -> TokenIds:
     ids.eos = [int(i) for i in ordered]
     ids.bos = tok.token_id("bos") if tok.token_id("bos") is not None else _single(config.get("bos_token_id"))
     ids.pad = tok.token_id("pad") if tok.token_id("pad") is not None else _single(config.get("pad_token_id"))
-    if ids.pad is not None and ids.pad in ids.eos:
+    ends = [tok_eos] if tok_eos is not None else ids.eos  # the eos that ends examples (rules_tokens.pad_is_eos)
+    if ids.pad is not None and ids.pad in ends:
         for text in PAD_CANDIDATES:
             candidate = tok.vocab.get(text)
             if candidate is not None and candidate not in ids.eos:

@@ -5,16 +5,14 @@ report's name, the output checks, rounding a loaded model in place and publishin
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from model_optimizer.common.fileio import atomic_write
+from model_optimizer.common.fileio import atomic_write, publish_dir, staging_dir
 
 REPORT_NAME = "quantization_report.json"
 
@@ -89,14 +87,13 @@ def publish(output: Path, build: Callable[[Path], dict]) -> dict:
     """Build the folder under a temporary name beside `output` (`build(tmp)` writes it and returns its
     report), then, unless the report's gate failed (GateFailed), write the report and rename the folder
     to `output`: a failed or interrupted run leaves nothing behind."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.tmp-"))
+    tmp = staging_dir(output)
     try:
         report = build(tmp)
         if report["gate"]["failures"]:
             raise GateFailed(report["gate"]["failures"], report)
         write_json(tmp / REPORT_NAME, report)
-        os.replace(tmp, output)
+        publish_dir(tmp, output)  # with the umask's modes: a server running as another user reads it
         return report
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -24,6 +24,8 @@ from model_optimizer.optimizer.bench.metrics import LATENCIES, STATS
 SCHEMA = "mopt-bench-run/1"
 CACHED_WARN = 0.5
 """Prefix-cache hit rate above which prompts without shared prefixes were evidently sent before."""
+MIN_P99_REQUESTS = 100
+"""Fewer measured requests than this and p99 is (nearly) the maximum: a run says so before its table."""
 RATE_KEYS = ("request_rate", "output_throughput", "total_throughput", "goodput")
 
 
@@ -171,6 +173,11 @@ def _num(value: float | None) -> str:
 def print_summary(console: Console, result: dict) -> None:
     """A rich table with a run's throughput, latency percentiles, errors and warnings."""
     s = result["summary"]
+    if 0 < s["num_ok"] < MIN_P99_REQUESTS:
+        console.print(
+            f"[yellow]warning: {s['num_ok']} requests: the p99 below is the slowest of them, or close; "
+            f"read p50, or measure {MIN_P99_REQUESTS} or more[/]"
+        )
     title = f"{result['label']}: {s['num_ok']}/{s['num_requests']} ok in {s['duration_s']:.2f} s"
     table = Table(title=title, title_justify="left")
     table.add_column("latency (ms)")

@@ -24,6 +24,7 @@ from model_optimizer.optimizer.bench.overhead import LoopLagMonitor, overhead_re
 from model_optimizer.optimizer.bench.progress import RunProgress
 from model_optimizer.optimizer.bench.prompts import PromptMaker
 from model_optimizer.optimizer.bench.scrape import MetricsScraper
+from model_optimizer.optimizer.bench.settings import ignore_eos_words
 from model_optimizer.optimizer.bench.telemetry import GpuSampler, is_local
 from model_optimizer.optimizer.bench.workloads import (
     BenchRequest,
@@ -104,11 +105,19 @@ async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
     requests = build_workload(workload, setup.client.endpoint, num, maker)
     _check_context(requests, card, console)
     console.print(f"prompts: {prompts['description']}")
+    if setup.client.endpoint != "embeddings":
+        console.print(f"ignore_eos: {ignore_eos_words(setup.client.ignore_eos)}", highlight=False)
     runner = _Runner(setup, workload, requests, num, console, prompts)
     await runner.warm_up(load)
     if load.load_mode != "sweep":
         await runner.run(plan_from_config(load))
         return runner.results
+    if num is not None and num < report.MIN_P99_REQUESTS:
+        console.print(
+            f"[yellow]warning: each run of the sweep measures {num} requests: a p99 over fewer than "
+            f"{report.MIN_P99_REQUESTS} is its slowest request or close to it; give --num-requests "
+            f"{report.MIN_P99_REQUESTS} or more to compare tails across rates[/]"
+        )
     low = await runner.run(sweep.baseline_plan(load))
     high = await runner.run(sweep.saturation_plan(load))
     rates = sweep.plan_sweep_rates(

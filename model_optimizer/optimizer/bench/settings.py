@@ -20,9 +20,8 @@ def run_settings(r: dict) -> dict[str, str | None]:
         "prompts": _prompts(workload, r.get("prompts") or {}),
         "output length": (workload["output_len"] or "128 (default)") if generates else None,
         "shared prefixes": _prefixes(workload),
-        "ignore_eos / temperature": f"{client['ignore_eos']} / {client['temperature'] or 'server default'}"
-        if generates
-        else None,
+        "ignore_eos": ignore_eos_words(client["ignore_eos"]) if generates else None,
+        "temperature": str(client["temperature"] or "server default") if generates else None,
         "seed": str(workload["seed"]),
         "load": _load(r["plan"]),
         "stop after": _stop(r["plan"]),
@@ -30,6 +29,14 @@ def run_settings(r: dict) -> dict[str, str | None]:
         "client machine": f"{env['hostname']}, {env['client_cpus']} CPUs, Python {env['python']}, httpx {env['httpx']}",
         "started": r["started_at"],
     }
+
+
+def ignore_eos_words(on: bool) -> str:
+    """The ignore_eos setting and what it does to the figures: on by default, which a reader comparing
+    with another tool's run must know."""
+    if on:
+        return "on (the default: every answer runs to its output length; --no-ignore-eos lets the model stop)"
+    return "off (--no-ignore-eos: answers stop at end-of-sequence, so output lengths vary)"
 
 
 def _prompts(workload: dict, prompts: dict) -> str:

@@ -15,6 +15,13 @@ DCGM_PORT = 9400
 API_KEY_ENV = {"mopt": "MOPT_API_KEY", "vllm": "VLLM_API_KEY"}
 
 
+def host_api_key(required: bool) -> str:
+    """The server's API key from the host's MOPT_API_KEY, as Compose interpolates it: required, `up`
+    refuses to start without it; optional, an unset variable leaves the server open (an empty key is
+    none, for our server and vLLM alike) and a set one reaches it, as the README promises."""
+    return "${MOPT_API_KEY:?set MOPT_API_KEY to the API key}" if required else "${MOPT_API_KEY:-}"
+
+
 def grace_seconds(settings: ServeSettings) -> int:
     """Stop grace: the server's drain timeout plus room for the last responses and the exit."""
     return math.ceil(settings.server.shutdown_timeout) + 15
@@ -42,8 +49,7 @@ def compose_file(settings: ServeSettings, deploy: DeployConfig) -> dict:
         "stop_grace_period": f"{grace_seconds(settings)}s",
         "restart": "unless-stopped",
     }
-    if settings.needs_api_key:
-        server["environment"] = {API_KEY_ENV[deploy.engine]: "${MOPT_API_KEY:?set MOPT_API_KEY to the API key}"}
+    server["environment"] = {API_KEY_ENV[deploy.engine]: host_api_key(settings.needs_api_key)}
     if deploy.engine == "vllm" or settings.shares_memory:
         server["ipc"] = "host"  # worker processes (vLLM's, or tensor-parallel ranks) share tensors through /dev/shm
     prometheus: dict = {

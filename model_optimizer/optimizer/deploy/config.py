@@ -27,8 +27,10 @@ class DeployConfig:
     engine: Engine = "mopt"
     """Server the container runs: mopt serve, or vllm serve with the settings translated to vLLM's flags."""
 
-    image: str = "mopt-serve:latest"
-    """Name of the image the Dockerfile builds and Compose / Kubernetes run."""
+    image: str | None = None
+    """Name of the image the Dockerfile builds and Compose / Kubernetes run. Empty: mopt-serve:VERSION (our
+    package's version) for mopt, vllm-serve:TAG (the vLLM image's tag) for vLLM, so a rebuild never
+    silently replaces what runs."""
 
     driver: str | None = None
     """Host NVIDIA driver version to build for (e.g. 570.133.20). Empty: this machine's (NVML), else torch's default CUDA build."""
@@ -48,10 +50,28 @@ class DeployConfig:
     queue_target: int = 8
     """Kubernetes: waiting requests per replica (vllm:num_requests_waiting) the autoscaler aims for."""
 
+    storage_class: str | None = None
+    """Kubernetes: storage class of the model volume claim. With more than one replica the claim is
+    ReadWriteMany (one loader pod writes the model, every replica reads it), which the class must offer
+    (NFS, CephFS, EFS, Filestore, Azure Files); with one it is ReadWriteOnce. Empty: the cluster's default."""
+
     def __post_init__(self) -> None:
         check_choice(self, "target", "engine")
         check_positive(self, "cold_start", "min_replicas", "max_replicas", "queue_target")
         if self.max_replicas < self.min_replicas:
             raise ValueError(f"max_replicas ({self.max_replicas}) must be >= min_replicas ({self.min_replicas})")
+        if self.image is None:
+            self.image = default_image(self.engine)
         if not self.image or any(c.isspace() for c in self.image):
             raise ValueError(f"image must be a non-empty image name without spaces, got {self.image!r}")
+
+
+def default_image(engine: str) -> str:
+    """The image name for `engine`, tagged with what it runs (never `latest`)."""
+    if engine == "vllm":
+        from model_optimizer.optimizer.deploy.cuda import VLLM_IMAGE
+
+        return "vllm-serve:" + VLLM_IMAGE.rsplit(":", 1)[1]
+    from model_optimizer.common.version import __version__
+
+    return f"mopt-serve:{__version__}"

@@ -104,13 +104,44 @@ def service(settings: ServeSettings) -> dict:
     }
 
 
-def model_claim(name: str, size_bytes: int) -> dict:
+def claim_access_mode(deploy: DeployConfig) -> str:
+    """ReadWriteMany when replicas may run on several nodes (the loader pod writes, every replica reads);
+    ReadWriteOnce, which every storage class offers, when one replica runs."""
+    return "ReadWriteMany" if deploy.max_replicas > 1 else "ReadWriteOnce"
+
+
+def model_claim(name: str, size_bytes: int, deploy: DeployConfig) -> dict:
     gib = max(1, math.ceil(size_bytes * 1.2 / 2**30))  # 20% room for a re-copy
+    spec: dict = {"accessModes": [claim_access_mode(deploy)], "resources": {"requests": {"storage": f"{gib}Gi"}}}
+    if deploy.storage_class:
+        spec["storageClassName"] = deploy.storage_class
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(name), "spec": spec}
+
+
+LOADER_IMAGE = "busybox:1.37"
+
+
+def loader_pod(name: str, claim: str, mount: str) -> dict:
+    """A pod that mounts the claim writable, as the server's uid, for `kubectl cp` to fill; deleted after.
+    The server's pods mount the same claim read-only."""
     return {
         "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
+        "kind": "Pod",
         "metadata": _meta(name),
-        "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": f"{gib}Gi"}}},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID},
+            "containers": [
+                {
+                    "name": "loader",
+                    "image": LOADER_IMAGE,
+                    "command": ["sleep", "86400"],  # a day to copy; `kubectl delete pod` when done
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                    "volumeMounts": [{"name": "model", "mountPath": mount}],
+                }
+            ],
+            "volumes": [{"name": "model", "persistentVolumeClaim": {"claimName": claim}}],
+        },
     }
 
 

@@ -8,7 +8,7 @@ import shlex
 from model_optimizer.optimizer.deploy.config import DeployConfig
 from model_optimizer.optimizer.deploy.cuda import CudaChoice
 from model_optimizer.optimizer.deploy.dockerfile import driver_note
-from model_optimizer.optimizer.deploy.kubernetes import APP, QUEUE_METRIC
+from model_optimizer.optimizer.deploy.kubernetes import APP, QUEUE_METRIC, claim_access_mode
 from model_optimizer.optimizer.deploy.settings import MODEL_DIR, ServeSettings
 
 
@@ -28,8 +28,7 @@ def render_readme(
         f"- Host: {_gpus_wanted(settings.num_gpus)} and driver. {driver_note(deploy, cuda)}",
         f"- Model: `{settings.host_model_dir}` on the host, mounted read-only at `{MODEL_DIR}`.",
         f"- Command: `{shlex.join(command)}`",
-        f"- API key: {'required; ' if settings.needs_api_key else 'optional; '}"
-        "the server reads it from the environment (set `MOPT_API_KEY`), never from these files.",
+        f"- API key: {_api_key_note(settings.needs_api_key)}",
         "",
         "## Build",
         "",
@@ -39,8 +38,8 @@ def render_readme(
         "",
     ]
     if deploy.target == "docker":
-        key = " -e MOPT_API_KEY" if settings.needs_api_key else ""
-        env = 'VLLM_API_KEY="$MOPT_API_KEY"' if deploy.engine == "vllm" and settings.needs_api_key else ""
+        key = " -e MOPT_API_KEY" if deploy.engine == "mopt" else ""
+        env = 'VLLM_API_KEY="$MOPT_API_KEY"' if deploy.engine == "vllm" else ""
         shm = " --ipc host" if settings.shares_memory else ""  # tensor-parallel ranks talk through /dev/shm
         lines += [
             "## Run",
@@ -74,7 +73,7 @@ def render_readme(
             "## Run",
             "",
             "1. Push the image where the cluster pulls from and set `image:` in `k8s/deployment.yaml`.",
-            f"2. Copy the model folder into the volume of claim `{APP}-model` (`k8s/model-pvc.yaml`).",
+            *_copy_model_steps(settings, deploy),
             f'3. `kubectl create secret generic {APP}-api-key --from-literal=api-key="$MOPT_API_KEY"`'
             + (" (required)" if settings.needs_api_key else " (optional)"),
             "4. `kubectl apply -f k8s/`",
@@ -98,6 +97,30 @@ def render_readme(
             lines.append("None: every setting that differs from our defaults has a vLLM flag.")
         lines.append("")
     return "\n".join(lines)
+
+
+def _copy_model_steps(settings: ServeSettings, deploy: DeployConfig) -> list[str]:
+    """Step 2: the claim, a loader pod that mounts it writable, the copy, and the loader gone again."""
+    loader = f"{APP}-model-loader"
+    cls = f"`{deploy.storage_class}`" if deploy.storage_class else "the cluster's default (`--storage-class`)"
+    return [
+        f"2. Copy the model into the volume of claim `{APP}-model` (`k8s/model-pvc.yaml`, "
+        f"{claim_access_mode(deploy)}: its storage class, {cls}, must offer that mode or the claim stays "
+        "Pending). The loader pod mounts it writable as the server's uid; the servers mount it read-only:",
+        "   ```bash",
+        "   kubectl apply -f k8s/model-pvc.yaml -f k8s/setup/model-loader.yaml",
+        f"   kubectl wait --for=condition=Ready pod/{loader} --timeout=5m",
+        f"   tar -C {shlex.quote(str(settings.host_model_dir))} -cf - . | kubectl exec -i {loader} -- tar -xf - -C {MODEL_DIR}",
+        f"   kubectl delete pod {loader}",
+        "   ```",
+    ]
+
+
+def _api_key_note(required: bool) -> str:
+    where = "the server reads it from the host's `MOPT_API_KEY`, passed on at start, never from these files"
+    if required:
+        return f"required: {where}; the containers do not start without it."
+    return f"optional: {where}; unset, the server answers without a key."
 
 
 def _gpus_wanted(count: int) -> str:

@@ -14,7 +14,13 @@ from model_optimizer.optimizer.deploy.config import DeployConfig
 from model_optimizer.optimizer.deploy.cuda import choose_cuda, local_driver
 from model_optimizer.optimizer.deploy.dockerfile import render_dockerfile
 from model_optimizer.optimizer.deploy.readme import render_readme
-from model_optimizer.optimizer.deploy.settings import ServeSettings, mopt_command, non_defaults
+from model_optimizer.optimizer.deploy.settings import (
+    MODEL_DIR,
+    TOKENIZER_DIR,
+    ServeSettings,
+    mopt_command,
+    non_defaults,
+)
 from model_optimizer.optimizer.deploy.vllm_flags import vllm_command
 
 SOURCE_SKIP = ("__pycache__", "*.pyc", "*.safetensors", "*.egg-info")
@@ -73,7 +79,12 @@ def _k8s_files(settings: ServeSettings, deploy: DeployConfig, command: list[str]
     files = {
         "k8s/deployment.yaml": _yaml(kubernetes.deployment(settings, deploy, command)),
         "k8s/service.yaml": _yaml(kubernetes.service(settings)),
-        "k8s/model-pvc.yaml": _yaml(kubernetes.model_claim(f"{kubernetes.APP}-model", _size(settings.host_model_dir))),
+        "k8s/model-pvc.yaml": _yaml(
+            kubernetes.model_claim(f"{kubernetes.APP}-model", _size(settings.host_model_dir), deploy)
+        ),
+        "k8s/setup/model-loader.yaml": _yaml(
+            kubernetes.loader_pod(f"{kubernetes.APP}-model-loader", f"{kubernetes.APP}-model", MODEL_DIR)
+        ),
         "k8s/hpa.yaml": _yaml(kubernetes.autoscaler(deploy)),
         "monitoring/prometheus-adapter-values.yaml": _yaml(kubernetes.adapter_values()),
         "monitoring/alerts.yml": _yaml(monitoring.alert_rules()),
@@ -81,7 +92,9 @@ def _k8s_files(settings: ServeSettings, deploy: DeployConfig, command: list[str]
     }
     if settings.engine.tokenizer:
         size = _size(Path(settings.engine.tokenizer).expanduser())
-        files["k8s/tokenizer-pvc.yaml"] = _yaml(kubernetes.model_claim(f"{kubernetes.APP}-tokenizer", size))
+        claim = f"{kubernetes.APP}-tokenizer"
+        files["k8s/tokenizer-pvc.yaml"] = _yaml(kubernetes.model_claim(claim, size, deploy))
+        files["k8s/setup/tokenizer-loader.yaml"] = _yaml(kubernetes.loader_pod(f"{claim}-loader", claim, TOKENIZER_DIR))
     return files
 
 

@@ -16,6 +16,7 @@ from model_optimizer.optimizer.deploy.settings import ServeSettings, non_default
 
 TRANSLATED = {
     "tokenizer": "--tokenizer",
+    "revision": "--revision",
     "dtype": "--dtype",
     "load_format": "--load-format",
     "max_model_len": "--max-model-len",

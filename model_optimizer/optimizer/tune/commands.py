@@ -42,7 +42,7 @@ def template_argv(template: str, model: str | None, settings: dict, port: int) -
     if unknown:
         raise ValueError(
             f"--server-cmd names {', '.join('{' + u + '}' for u in unknown)}, which is not set; known: "
-            f"{', '.join('{' + k + '}' for k in sorted(values))} (fix a setting with --fix NAME=VALUE)"
+            f"{', '.join('{' + k + '}' for k in sorted(values))} (hold a setting with --set NAME=VALUE)"
         )
     raw = {"flags", "vllm_flags"}  # already quoted word by word
     filled = PLACEHOLDER.sub(lambda m: values[m[1]] if m[1] in raw else shlex.quote(values[m[1]]), template)

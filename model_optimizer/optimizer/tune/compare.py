@@ -43,7 +43,7 @@ def measured(trials: list[dict]) -> list[dict]:
 
 def is_default(settings: dict, fixed: dict | None = None) -> bool:
     """Whether the searched knobs hold the engine's defaults; settings `fixed` for every trial (the
-    study's --fix) are the same at every point and are not compared."""
+    study's --set) are the same at every point and are not compared."""
     from model_optimizer.runtime.config import EngineConfig
 
     defaults = EngineConfig()

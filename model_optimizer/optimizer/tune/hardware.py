@@ -1,8 +1,10 @@
 """The figures the predictor divides by: memory bandwidth, matmul peak and memory size of the device.
 
 From `mopt doctor --bench --json` output when given (measured), else the GPU's datasheet
-(environment/data/gpus.json, by name or the GPU torch sees), else rough CPU figures whose error the
-study's refit absorbs.
+(environment/data/gpus.json, by name or the GPU torch sees), else this CPU as measured once and
+cached by environment/cpu_speed.py: the decode-shaped matmul's weight bytes per second for the
+bandwidth and the prefill-shaped one's FLOP/s for the peak, in the dtype and on the threads the
+engine will use here.
 """
 
 from __future__ import annotations
@@ -85,7 +87,36 @@ def detect_hardware(gpu: str | None = None, doctor_json: str | None = None) -> H
     name = _visible_gpu()
     if name and _spec(name):
         return hardware_from_datasheet(name)
-    return Hardware("cpu", CPU_BANDWIDTH_GBPS, CPU_TFLOPS, CPU_MEMORY_GIB, False, "assumed CPU figures (refitted)")
+    return hardware_from_cpu()
+
+
+def hardware_from_cpu() -> Hardware:
+    """This CPU's measured matmul figures (rough assumed ones if the measurement fails)."""
+    try:
+        from model_optimizer.environment.cpu_speed import cpu_speed
+
+        speed = cpu_speed()
+    except Exception:  # no torch, a read-only everything: the refit corrects the assumption
+        return Hardware("cpu", CPU_BANDWIDTH_GBPS, CPU_TFLOPS, _ram_gib(), False, "assumed CPU figures (refitted)")
+    threads = f"{speed.num_threads} thread{'s' if speed.num_threads > 1 else ''}"
+    return Hardware(
+        f"cpu ({speed.cpu_model}, {threads}, {speed.dtype})",
+        speed.decode_gbps or CPU_BANDWIDTH_GBPS,
+        speed.gflops / 1e3 or CPU_TFLOPS,
+        _ram_gib(),
+        False,
+        f"matmuls measured on this CPU ({speed.source})",
+    )
+
+
+def _ram_gib() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / (1 << 20)
+    except (OSError, ValueError, IndexError):
+        pass
+    return CPU_MEMORY_GIB
 
 
 def _spec(name: str | None) -> dict | None:

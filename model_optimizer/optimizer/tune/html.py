@@ -18,8 +18,9 @@ from model_optimizer.common.fileio import atomic_write
 STYLE = (
     "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1.5em;color:#222}"
     "table{border-collapse:collapse;font-size:13px}th,td{padding:3px 9px;border-bottom:1px solid #e3e6ea;"
-    "text-align:right}th{background:#f4f6f8}td.l{text-align:left}img{max-width:100%}"
-    ".best td{background:#e6f4ea}pre{background:#f6f8fa;padding:.8em;overflow-x:auto}"
+    "text-align:right}th{background:#f4f6f8}td.l,th.l{text-align:left}img{max-width:100%}"
+    ".best td{background:#e6f4ea}pre{background:#f6f8fa;padding:.8em;white-space:pre-wrap;overflow-wrap:anywhere}"
+    "code{font-size:12px}.note{color:#555;font-size:13px}.wide{overflow-x:auto}"
 )
 
 
@@ -133,13 +134,16 @@ def render_page(summary: dict, plots: dict[str, bytes]) -> str:
     best = summary.get("best")
     baseline = summary.get("baseline")
     if best and baseline:
-        gain = best["measured"]["goodput"] / baseline["goodput"] if baseline["goodput"] else None
+        verdict = (summary.get("ranking") or {}).get("note")
         parts.append(
             f"<p>Default settings (trial {baseline['number']}): goodput {baseline['goodput']:.4g} req/s; "
             f"chosen (trial {best['number']}): {best['measured']['goodput']:.4g} req/s"
-            + (f" ({gain:.2f}x)" if gain else "")
+            + (f": <b>{e(verdict)}</b>" if verdict else "")
             + ".</p>"
         )
+    notes = summary["setup"].get("space_notes")
+    if notes:
+        parts.append(f"<p class=note>The trials ran on the CPU; not searched: {e('; '.join(notes))}.</p>")
     if (summary.get("noise") or {}).get("note"):
         parts.append(f"<p>Noise: {e(summary['noise']['note'])}.</p>")
     if summary.get("predictor"):
@@ -161,25 +165,63 @@ def render_page(summary: dict, plots: dict[str, bytes]) -> str:
             + e(shlex.join(best["vllm_serve"]))
             + "</pre>"
         )
-        parts.append(
-            "<table><tr><th>setting</th><th>vLLM flag</th></tr>"
-            + "".join(
-                f"<tr><td class=l>{e(k)}</td><td class=l>{e(v)}</td></tr>" for k, v in best["vllm_translated"].items()
-            )
-            + "".join(
-                f"<tr><td class=l>{e(k)}</td><td class=l>not in vLLM: {e(v)}</td></tr>"
-                for k, v in best["vllm_untranslated"].items()
-            )
-            + "</table>"
-        )
+        parts.append(_settings_table(best))
     for name, png in plots.items():
         data = base64.b64encode(png).decode()
         parts.append(f"<h2>{e(name.replace('_', ' '))}</h2><img alt='{e(name)}' src='data:image/png;base64,{data}'>")
-    parts.append(
-        "<h2>Prediction error (MAPE)</h2><pre>" + e(json.dumps(summary["prediction_error"], indent=1)) + "</pre>"
-    )
+    parts.append(_prediction_error(summary["prediction_error"]))
     parts.append(_trials_table(summary))
     return "".join(parts) + "</body></html>"
+
+
+def _settings_table(best: dict) -> str:
+    """Each chosen setting with its value and the exact flags it becomes for mopt serve and vllm serve."""
+    from model_optimizer.optimizer.deploy.settings import flags
+    from model_optimizer.optimizer.deploy.vllm_flags import vllm_serve
+
+    e = html.escape
+    rows = []
+    for name, value in best["settings"].items():
+        vllm_argv = vllm_serve(None, {name: value}).argv[3:]
+        if name not in best["vllm_translated"]:
+            vllm = f"not in vLLM: {e(best['vllm_untranslated'].get(name, 'no flag'))}"
+        else:
+            vllm = f"<code>{e(' '.join(vllm_argv))}</code>" if vllm_argv else "(vLLM's default)"
+        ours = e(" ".join(flags({name: value}))) or "(the default)"
+        rows.append(
+            f"<tr><td class=l>{e(name)}</td><td class=l>{e(_text(value))}</td>"
+            f"<td class=l><code>{ours}</code></td><td class=l>{vllm}</td></tr>"
+        )
+    head = (
+        "<tr><th class=l>setting</th><th class=l>value</th><th class=l>mopt serve</th><th class=l>vllm serve</th></tr>"
+    )
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _prediction_error(errors: dict) -> str:
+    """MAPE per figure as a percentage: over every trial, and over the later half (after refits)."""
+    names = {"tpot": "TPOT p99", "ttft": "TTFT p99", "throughput": "output throughput"}
+    rows = "".join(
+        f"<tr><td class=l>{names.get(key, key)}</td><td>{_pct(v.get('mape_pct'))}</td>"
+        f"<td>{_pct(v.get('mape_last_half_pct'))}</td><td>{v.get('num_trials', 0)}</td></tr>"
+        for key, v in errors.items()
+    )
+    return (
+        "<h2>Prediction error (MAPE)</h2><p class=note>Mean absolute percentage error of the prediction made "
+        "before each trial ran, against what it measured: over all measured trials, and over their later half "
+        "(after the model was refitted on the first).</p><table><tr><th class=l>figure</th><th>all trials</th>"
+        f"<th>later half</th><th>trials</th></tr>{rows}</table>"
+    )
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:,.1f} %"
+
+
+def _text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "-" if value is None else str(value)
 
 
 def _trials_table(summary: dict) -> str:
@@ -202,13 +244,15 @@ def _trials_table(summary: dict) -> str:
         "note",
     ]
     rows = []
+    varying = _varying(summary["trials"])
     for r in summary["trials"]:
         m, p = r.get("measured") or {}, r.get("predicted") or {}
         note = r.get("error") or r.get("skip_reason") or ("Pareto front" if r["number"] in front else "")
+        settings = r.get("settings", {})
         cells = [
             r["number"],
             r["state"],
-            json.dumps(r.get("settings", {})),
+            "\n".join(f"{k} {_text(settings[k])}" for k in varying if k in settings) or "(as every trial)",
             m.get("goodput"),
             m.get("ttft_p99_ms"),
             m.get("tpot_p99_ms"),
@@ -221,10 +265,29 @@ def _trials_table(summary: dict) -> str:
             note,
         ]
         cls = " class=best" if r["number"] == best else ""
-        rows.append(f"<tr{cls}>" + "".join(f"<td class=l>{e(_fmt(c))}</td>" for c in cells) + "</tr>")
-    return (
-        "<h2>All trials</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
+        rows.append(
+            f"<tr{cls}>" + "".join(f"<td class=l>{e(_fmt(c)).replace(chr(10), '<br>')}</td>" for c in cells) + "</tr>"
+        )
+    common = _common(summary["trials"], varying)
+    held = f"<p class=note>Every trial: {e(common)}.</p>" if common else ""
+    return (  # many columns: on a narrow window the table scrolls in its own box, the page never does
+        f"<h2>All trials</h2>{held}<div class=wide><table><tr>"
+        + "".join(f"<th class=l>{h}</th>" for h in head)
+        + "</tr>"
+        + "".join(rows)
+        + "</table></div>"
     )
+
+
+def _varying(trials: list[dict]) -> list[str]:
+    """Setting names whose value differs between trials, in the order the trials list them."""
+    names = list(dict.fromkeys(k for r in trials for k in r.get("settings") or {}))
+    return [k for k in names if len({json.dumps((r.get("settings") or {}).get(k)) for r in trials}) > 1]
+
+
+def _common(trials: list[dict], varying: list[str]) -> str:
+    first = next((r.get("settings") for r in trials if r.get("settings")), {}) or {}
+    return ", ".join(f"{k} {_text(v)}" for k, v in first.items() if k not in varying)
 
 
 def _server_figures(measured: dict) -> tuple:

@@ -67,3 +67,41 @@ def noise_summary(rows: list[dict], best: dict | None) -> dict:
 
 def _fmt(values: list[float]) -> str:
     return " and ".join(f"{v:.4g}" for v in values)
+
+
+MIN_RANK_REQUESTS = 100
+"""Fewer counted requests in a trial than this and its p99 (which decides goodput under an SLO) is its
+slowest request or close to it: two such trials do not rank (bench/report.py warns alike)."""
+
+
+def ranking(rows: list[dict], best: dict | None) -> dict:
+    """Whether the study can say the chosen trial beats the defaults, and how to read its gain:
+    `ranked` only when both trials counted at least MIN_RANK_REQUESTS requests and their difference is
+    larger than the spread of the defaults measured twice (--repeat-baseline)."""
+    base = baseline_measurements(rows)
+    if best is None or not base:
+        return {"ranked": False, "gain": None, "note": "no completed baseline trial to compare with"}
+    baseline = base[0]
+    if best["number"] in [r["number"] for r in base]:
+        return {"ranked": False, "gain": 1.0, "note": "the defaults measured best"}
+    before, after = baseline["measured"]["goodput"], best["measured"]["goodput"]
+    gain = after / before if before else None
+    counted = [r["measured"].get("counted_requests") for r in (baseline, best)]
+    few = min((c for c in counted if c is not None), default=None)
+    noise = noise_summary(rows, best)
+    if few is not None and few < MIN_RANK_REQUESTS:
+        why = (
+            f"not ranked: the trials counted {few} requests (fewer than {MIN_RANK_REQUESTS}), so their p99s are "
+            f"their slowest requests; give --num-requests {MIN_RANK_REQUESTS} or more"
+        )
+    elif "within_noise" not in noise:
+        why = "not ranked: no noise estimate (give --repeat-baseline to measure the defaults twice)"
+    elif noise["within_noise"]:
+        why = "not ranked: within the spread of the defaults measured twice"
+    else:
+        return {"ranked": True, "gain": gain, "note": f"{_ratio(gain)} the defaults' goodput, more than the noise"}
+    return {"ranked": False, "gain": gain, "note": f"{_ratio(gain)} the defaults' goodput, {why}"}
+
+
+def _ratio(gain: float | None) -> str:
+    return "no goodput for" if gain is None else f"{gain:.2f}x"

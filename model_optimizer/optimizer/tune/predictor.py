@@ -215,15 +215,30 @@ def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return statistics.median(y / x for x, y in zip(xs, ys)), 0.0
 
 
-def prior_coefficients(hardware: Hardware) -> dict[str, float]:
+CPU_STEP_MS_PER_LAYER = 1.5
+CPU_SEQ_MS_PER_LAYER = 0.2
+"""Our engine's CPU step beyond the roofline: op dispatch per decoder layer, and per running sequence and
+layer (attention on the torch path, sampling, bookkeeping). From benchmarks/results/cpu_engine_steps.json:
+the built-in 8-layer model took 15 ms of CPU time per step at batch 1 and 1.9 ms more per sequence up to
+64 (one thread), where twice the measured roofline explains 3 ms and 0.1 ms per sequence."""
+
+
+def prior_coefficients(hardware: Hardware, num_layers: int = 0) -> dict[str, float]:
     """Before any measurement: a graph replay costs little per step, an eager step a few ms of Python and
-    launches (on a CPU every step is eager), and the kernels reach half the roofline."""
+    launches, and the kernels reach half the roofline. On a CPU every step is eager and its fixed cost
+    grows with the layers and the sequences (o_seq, a CPU-only term)."""
     if hardware.is_gpu:
         return {"o_step": 1.0, "o_eager": 4.0, "e": 2.0, "ar": 1.0}
-    return {"o_step": 1.0, "o_eager": 0.0, "e": 2.0, "ar": 1.0}
+    return {
+        "o_step": max(1.0, CPU_STEP_MS_PER_LAYER * num_layers),
+        "o_eager": 0.0,
+        "e": 2.0,
+        "ar": 1.0,
+        "o_seq": CPU_SEQ_MS_PER_LAYER * num_layers,
+    }
 
 
-PRIOR_SCALE = {"o_step": 1000.0, "o_eager": 1000.0, "e": 100.0, "ar": 10.0}
+PRIOR_SCALE = {"o_step": 1000.0, "o_eager": 1000.0, "e": 100.0, "ar": 10.0, "o_seq": 100.0}
 """How far (ms, or times the roofline) a coefficient may move from its prior before the pull matters:
 far, so measurements decide; the pull only settles what no trial distinguishes. Flags: FLAG_SCALE ms."""
 FLAG_SCALE = 100.0
@@ -233,7 +248,8 @@ PULL = 1e-4
 def fit_steps(rows: list[tuple[dict[str, float], float]], prior: dict[str, float]) -> dict[str, float]:
     """Coefficients of t_step = sum(coef * feature) minimising the relative squared error over
     (features, measured ms) rows plus a weak pull to `prior` (flags pulled to 0)."""
-    names = list(BASE_TERMS) + sorted({k for f, _ in rows for k in f if k.startswith("flag:")})
+    base = [*BASE_TERMS, *(["o_seq"] if "o_seq" in prior else [])]  # o_seq: CPU priors only
+    names = base + sorted({k for f, _ in rows for k in f if k.startswith("flag:")})
     if not rows:
         return dict(prior)
     x = np.array([[_term(f, n) for n in names] for f, _ in rows], dtype=float)
@@ -258,6 +274,8 @@ def _term(features: dict[str, float], name: str) -> float:
         return features.get("roof_ms", 0.0)
     if name == "ar":
         return features.get("allreduce_ms", 0.0)
+    if name == "o_seq":
+        return features.get("running", 0.0)
     return features.get(name, 0.0)
 
 
@@ -285,7 +303,7 @@ class Predictor:
     def __post_init__(self) -> None:
         if self.num_gpus is None and self.hardware.is_gpu:
             self.num_gpus = visible_gpu_count()
-        prior = prior_coefficients(self.hardware)
+        prior = prior_coefficients(self.hardware, self.cost.num_layers)
         self.fit = {"tpot": dict(prior), "throughput": dict(prior), "ttft": (1.0, 0.0)} | self.fit
 
     def ideal(self, settings: dict, load: Workload) -> Prediction:
@@ -332,7 +350,7 @@ class Predictor:
         return pred
 
     def fit_prior(self) -> dict:
-        prior = prior_coefficients(self.hardware)
+        prior = prior_coefficients(self.hardware, self.cost.num_layers)
         return {"tpot": prior, "throughput": prior, "ttft": (1.0, 0.0)}
 
     def predict(self, settings: dict, load: Workload) -> Prediction:
@@ -350,7 +368,7 @@ class Predictor:
     def refit(self, measured: list[tuple[Prediction, dict]]) -> None:
         """Coefficients from (ideal prediction, measured figures) pairs: least squares on TPOT p99 and on
         the step time the throughput implies (running / throughput), then TTFT's line."""
-        prior = prior_coefficients(self.hardware)
+        prior = prior_coefficients(self.hardware, self.cost.num_layers)
         usable = [(p, m) for p, m in measured if p.features]
         tpot = [(p.features, m["tpot_p99_ms"]) for p, m in usable if m.get("tpot_p99_ms")]
         thr = [(p.features, 1e3 * p.running / m["output_throughput"]) for p, m in usable if m.get("output_throughput")]
@@ -404,6 +422,7 @@ class Predictor:
             "chunks": float(chunks),
             "chunk_roof_ms": 1e3 * roof_mixed,
             "queued": queued,
+            "running": b,
         }
         if tp > 1:
             ar = (self.cost.hidden_size, self.cost.num_layers, self.hardware.is_gpu)

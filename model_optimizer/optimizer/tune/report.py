@@ -12,7 +12,7 @@ from pathlib import Path
 
 from model_optimizer.common.fileio import atomic_write
 from model_optimizer.optimizer.tune.commands import mopt_serve_argv, vllm_serve
-from model_optimizer.optimizer.tune.noise import noise_summary
+from model_optimizer.optimizer.tune.noise import noise_summary, ranking
 from model_optimizer.optimizer.tune.pareto import choose, pareto_front
 from model_optimizer.optimizer.tune.predictor import mape
 
@@ -64,6 +64,7 @@ def build_summary(rows: list[dict], prefer: str, model: str | None, setup: dict)
     if baseline:
         summary["baseline"] = {"number": baseline["number"], "goodput": baseline["measured"]["goodput"]}
     summary["noise"] = noise_summary(rows, best)
+    summary["ranking"] = ranking(rows, best)
     if best:
         vllm = vllm_serve(model, best["settings"])
         summary["best"] = {
@@ -100,7 +101,8 @@ def best_yaml(summary: dict) -> str:
         f"# mopt tune: trial {best['number']}, chosen for {summary['prefer']} from the Pareto front\n"
         f"# measured: goodput {_n(m['goodput'])} req/s, p99 TTFT {_n(m['ttft_p99_ms'])} ms, "
         f"p99 TPOT {_n(m['tpot_p99_ms'])} ms, memory {_n(m['memory_gib'])} GiB, cold start "
-        f"{_n(m['cold_start_s'])} s\n# run it: mopt serve --config best.yaml\n"
+        f"{_n(m['cold_start_s'])} s\n# against the defaults: {(summary.get('ranking') or {}).get('note', '-')}\n"
+        "# run it: mopt serve --config best.yaml\n"
     )
     settings = {k: v for k, v in best["settings"].items() if v is not None}
     model = summary["setup"].get("model")

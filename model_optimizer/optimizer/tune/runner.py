@@ -77,7 +77,7 @@ def check_template(stored: dict, space: SearchSpace) -> None:
     if unused:
         raise ValueError(
             f"--server-cmd does not pass on searched knob(s) {', '.join(unused)}: add {{NAME}} "
-            "placeholders or {flags}, narrow the space with --space, or hold them with --fix NAME=VALUE"
+            "placeholders or {flags}, narrow the space with --space, or hold them with --set NAME=VALUE"
         )
 
 
@@ -85,22 +85,34 @@ def make_predictor(stored: dict, space: SearchSpace) -> tuple[Predictor | None, 
     """The analytic model for the study's model and hardware, or None with the reason."""
     if not stored.get("predict", True):
         return None, "prediction off (--no-predict)"
+    from model_optimizer.assets import REFERENCE_MODEL_DIR
     from model_optimizer.optimizer.tune.hardware import detect_hardware
+    from model_optimizer.runtime.hub import resolve_model
 
-    model = stored["model"]
-    if model:
-        config_path = Path(model).expanduser() / "config.json"
-    else:
-        from model_optimizer.assets import REFERENCE_MODEL_DIR
-
-        config_path = Path(REFERENCE_MODEL_DIR) / "config.json"
+    try:  # a Hub id: the snapshot the trials' servers will load too
+        folder = resolve_model(stored["model"]) if stored["model"] else Path(REFERENCE_MODEL_DIR)
+    except (OSError, ValueError) as exc:
+        return None, f"no predictor: {exc}"
+    config_path = folder / "config.json"
     if not config_path.is_file():
-        return None, f"no predictor: {config_path} not found (a model name, not a folder)"
+        return None, f"no predictor: {config_path} not found"
     dtype = space.fixed.get("dtype")
     config = read_json(config_path)
-    cost = model_cost(config, None if dtype in (None, "auto") else str(dtype))
     hardware = detect_hardware(stored.get("gpu"), stored.get("hardware"))
+    if dtype in (None, "auto") and not hardware.is_gpu:
+        dtype = cpu_dtype(config)
+    cost = model_cost(config, None if dtype in (None, "auto") else str(dtype))
     return Predictor(cost, hardware, config=config), f"predictor: {hardware.name} ({hardware.source})"
+
+
+def cpu_dtype(config: dict) -> str:
+    """What `--dtype auto` runs this checkpoint in on this CPU (the loader's one rule)."""
+    import torch
+
+    from model_optimizer.runtime.models.loader import resolve_dtype
+    from model_optimizer.runtime.models.model_config import DecoderArgs
+
+    return str(resolve_dtype("auto", DecoderArgs.from_dict(config), torch.device("cpu"))).removeprefix("torch.")
 
 
 def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bool, console: Console) -> int:
@@ -122,6 +134,8 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
         + ", ".join(f"{k.name} {k.describe()}" for k in space.knobs)
         + (f"; fixed: {json.dumps(space.fixed)}" if space.fixed else "")
     )
+    if stored.get("space_notes"):
+        console.print("the trials run on the CPU; not searched: " + "; ".join(stored["space_notes"]))
     tuner = Tuner(
         study,
         space,
@@ -161,6 +175,8 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
     else:
         console.print("[yellow]no trial completed: nothing to recommend[/]")
     console.print(f"noise: {summary['noise']['note']}")
+    if summary.get("best"):
+        console.print(f"against the defaults: {summary['ranking']['note']}")
     console.print(f"report: {output_dir / 'report.html'}")
     if interrupted:
         console.print(f"interrupted: the study is saved; continue it with mopt tune --resume --output-dir {output_dir}")

@@ -2,13 +2,13 @@
 
 Every knob is an EngineConfig field under its vLLM name, so a trial's settings are exactly the flags
 of `mopt serve` (and, where vLLM has the same flag, of `vllm serve`). The user narrows the space with
-`--space space.yaml` (knob -> list of choices, or {low, high, log}) and fixes settings with
-`--fix name=value`; fixed settings may be any EngineConfig or ServerConfig field. Everything is
+`--space space.yaml` (knob -> list of choices, or {low, high, log}) and holds settings with
+`--set name=value`; fixed settings may be any EngineConfig or ServerConfig field. Everything is
 checked up front: an unknown name, a value of the wrong type or one EngineConfig refuses is a
 ValueError naming it, before any server starts.
 
 tensor_parallel_size is not searched by default (every trial runs on one GPU, as `mopt serve` does):
-fix it (`--fix tensor_parallel_size=2`) or list it in the space file (`tensor_parallel_size: [1, 2]`).
+hold it (`--set tensor_parallel_size=2`) or list it in the space file (`tensor_parallel_size: [1, 2]`).
 The predictor skips a size that needs more GPUs than are visible, or that the model's heads do not
 divide by, saying why (tune/collectives.py).
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.config import EngineConfig, parse_size, size_fields
 from model_optimizer.runtime.server.config import ServerConfig
 
 Value = bool | int | float | str | None
@@ -120,7 +120,7 @@ def build_space(space_file: str | None = None, fixes: list[str] | None = None) -
 def parse_fix(text: str) -> tuple[str, Value]:
     """`max_num_seqs=256` (dashes allowed in the name) -> ("max_num_seqs", 256), typed by the field."""
     if "=" not in text:
-        raise ValueError(f"--fix takes NAME=VALUE (e.g. max_num_seqs=256), got {text!r}")
+        raise ValueError(f"--set takes NAME=VALUE (e.g. max_num_seqs=256), got {text!r}")
     name, raw = text.split("=", 1)
     name = name.strip().replace("-", "_")
     return name, coerce(name, _from_text(name, raw.strip()))
@@ -249,7 +249,7 @@ def _optional(name: str) -> bool:
 
 
 def _from_text(name: str, raw: str) -> Value:
-    """A --fix value typed by its field: true/false, integers, numbers, or the text."""
+    """A --set value typed by its field: true/false, integers, numbers, or the text."""
     kind = _scalar(name)
     try:
         if kind is bool:
@@ -260,14 +260,14 @@ def _from_text(name: str, raw: str) -> Value:
                 return False
             raise ValueError
         if kind is int:
-            return int(raw)
+            return parse_size(raw) if name in size_fields(EngineConfig) else int(raw)
         if kind is float:
             number = float(raw)
             if not math.isfinite(number):
                 raise ValueError
             return number
     except ValueError:
-        raise ValueError(f"--fix {name}={raw}: {name} must be a {kind.__name__}") from None
+        raise ValueError(f"--set {name}={raw}: {name} must be a {kind.__name__}") from None
     return raw
 
 

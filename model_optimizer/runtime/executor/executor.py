@@ -87,6 +87,10 @@ class TensorParallelExecutor:
         for key, value in MULTICAST_OFF.items():  # the workers' environment is copied from here at spawn
             os.environ.setdefault(key, value)
         self.size = config.tensor_parallel_size
+        if config.device == "cpu" or (config.device == "auto" and not _cuda_available()):
+            from model_optimizer.environment.cpu_speed import cpu_speed
+
+            cpu_speed()  # measured here once, before the ranks start, so they read it instead of racing to measure
         self._tmp = tempfile.mkdtemp(prefix="mopt-tp-")  # the group meets through a file: no TCP port to pick
         init_method = f"file://{Path(self._tmp) / 'rendezvous'}"
         ctx = mp.get_context("spawn")
@@ -298,3 +302,9 @@ def _startup_error(rank: int, name: str, message: str, text: str) -> BaseExcepti
         return ValueError(message)
     log.error("tensor-parallel worker rank %d failed at start-up:\n%s", rank, text)
     return WorkerError(f"tensor-parallel worker rank {rank} failed at start-up: {name}: {message}\n{text}")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -72,7 +72,9 @@ def _device(config: EngineConfig, rank: int) -> Any:
 
     device = pick_device(config.device)
     if device.type != "cuda":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tensor_parallel_size))
+        from model_optimizer.environment.cpu_speed import apply_cpu_threads
+
+        apply_cpu_threads(share=config.tensor_parallel_size)  # before init: the ranks split the CPU's threads
         return device
     torch.cuda.set_device(rank)  # rank r drives GPU r; the runner's "cuda" tensors land there
     return torch.device("cuda", rank)
@@ -88,12 +90,13 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         os.environ.setdefault(key, value)
     try:
         from model_optimizer.runtime.distributed import init_tensor_parallel
+        from model_optimizer.runtime.layers.quantization.summary import summarize_weights
         from model_optimizer.runtime.runner.model_runner import ModelRunner
 
         device = _device(config, rank)
         init_tensor_parallel(rank, config.tensor_parallel_size, spec.init_method, device, config.enable_expert_parallel)
         runner = ModelRunner(config, spec.model_dir)
-        num_params = sum(p.numel() for p in runner.model.parameters())
+        weights = summarize_weights(runner.model)  # a quantized linear counts as the weight it stands for
         conn.send(
             (
                 "ready",
@@ -101,7 +104,8 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
                     "vocab_size": runner.vocab_size,
                     "max_model_len": runner.max_model_len,
                     "num_kv_blocks": runner.num_kv_blocks,
-                    "num_params": num_params,
+                    "num_params": weights.num_params,
+                    "weights": weights.describe(),
                     "dtype": str(runner.dtype).removeprefix("torch."),
                     "device_type": runner.device_type,
                 },

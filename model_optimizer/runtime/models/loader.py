@@ -29,13 +29,20 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 
 
 def resolve_dtype(requested: str, args: DecoderArgs, device: torch.device) -> torch.dtype:
-    """`auto` takes the checkpoint's dtype, except float16 on the CPU, which becomes float32."""
+    """The one rule for `--dtype auto`: the checkpoint's dtype on a GPU. On the CPU, float32 stays,
+    float16 becomes float32 (CPUs have no fast float16 matmul), and bfloat16 stays only where this CPU
+    measured bfloat16 matmuls faster than float32 ones (environment/cpu_speed.py: with AVX2 alone
+    they run several times slower)."""
     if requested != "auto":
         return DTYPES[requested]
     dtype = DTYPES.get(args.torch_dtype.replace("torch.", ""), torch.float32)
-    if device.type == "cpu" and dtype == torch.float16:
-        return torch.float32
-    return dtype
+    if device.type != "cpu" or dtype == torch.float32:
+        return dtype
+    if dtype == torch.bfloat16:
+        from model_optimizer.environment.cpu_speed import cpu_speed
+
+        return DTYPES[cpu_speed().dtype]
+    return torch.float32
 
 
 def load_model(

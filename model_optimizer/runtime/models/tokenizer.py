@@ -22,8 +22,13 @@ logger = logging.getLogger(__name__)
 
 
 def load_tokenizer(path: Path, required: bool = True) -> Any:
-    """The folder's tokenizer; None when it has none and none is required (token-id prompts only)."""
+    """The folder's tokenizer (a Hugging Face Hub id resolves to its snapshot, runtime/hub.py); None when it
+    has none and none is required (token-id prompts only)."""
     path = Path(path)
+    if not path.is_dir():
+        from model_optimizer.runtime.hub import resolve_model
+
+        path = resolve_model(str(path))
     if not required and not any((path / name).is_file() for name in TOKENIZER_FILES):
         return None
     backend = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"

@@ -31,11 +31,28 @@ def _log_phase(name: str, since: float) -> float:
     return now
 
 
+def _log_cpu_choice() -> None:
+    """Say what pick_device chose for this CPU (environment/cpu_speed.py) and what it rests on."""
+    from model_optimizer.environment.cpu_speed import cpu_speed
+
+    speed = cpu_speed()
+    startup_log.info(
+        "start-up: cpu: %d intra-op thread%s; bfloat16 checkpoints run in %s (%s: %s)",
+        torch.get_num_threads(),
+        "" if torch.get_num_threads() == 1 else "s",
+        speed.dtype,
+        "measured now" if speed.source == "measured" else "measured earlier",
+        ", ".join(f"{k} {v:.1f} ms" for k, v in speed.timings_ms.items()),
+    )
+
+
 class ModelRunner:
     def __init__(self, config: EngineConfig, model_dir: str | Path) -> None:
         self.config = config
         phase = time.perf_counter()
         self.device = pick_device(config.device)
+        if self.device.type == "cpu":
+            _log_cpu_choice()
         self.memory_before_load = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
         self.model = load_model(model_dir, config.dtype, self.device, config.load_format, config.quantization)
         args = self.model.args

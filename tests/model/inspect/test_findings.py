@@ -90,8 +90,14 @@ CASES = {
     "quantized": (
         "qwen3",
         lambda f: b.edit_json(f / "config.json", quantization_config={"quant_method": "awq", "bits": 4}),
-        "quant.config",
-        "warn",
+        "quant.mismatch",
+        "error",
+    ),
+    "quantized_unsupported": (
+        "qwen3",
+        lambda f: b.edit_json(f / "config.json", quantization_config={"quant_method": "gptq", "bits": 4}),
+        "quant.unsupported",
+        "error",
     ),
 }
 
@@ -178,3 +184,78 @@ def test_census_counts_kinds_and_dtypes(fresh):
     assert census.by_kind["mlp"].bytes == 2 * census.by_kind["mlp"].params
     assert census.total.bytes == sum(t.bytes for t in census.by_dtype.values())
     assert not census.tied_embeddings and census.lm_head_in_checkpoint
+
+
+def _fix_commands(report) -> list[str]:
+    return [c for f in report.findings for c in f.fix.get("any", []) if "--fix" in c]
+
+
+def test_fix_closes_its_own_loop_for_junk_tensors(fresh, tmp_path):
+    """A tensor no parameter takes is dropped by --fix, so following the advice once leaves nothing to fix."""
+    import shlex
+
+    from model_optimizer.cli.main import main
+
+    folder = fresh("qwen3")
+    b.edit_tensors(folder, lambda sd: {**b.add_optimizer_state(sd), "value_head.weight": torch.zeros(1, 64)})
+    report = inspect_checkpoint(folder)
+    found = _by_id(report)
+    assert (
+        found["leftovers.unconsumed"].severity == "error" and "value_head.weight" in found["leftovers.unconsumed"].title
+    )
+    assert report.exit_code == 1 and report.clean_check.loads
+    (command,) = set(_fix_commands(report))
+    argv = shlex.split(command)
+    assert argv[:2] == ["mopt", "inspect"] and argv[3] == "--fix"
+    out = tmp_path / "clean"
+    assert main(["inspect", str(folder), "--fix", str(out)]) == 0
+    after = inspect_checkpoint(out)
+    assert after.exit_code == 0 and not _fix_commands(after), [f.title for f in after.findings if f.severity != "ok"]
+
+
+def test_junk_is_not_dropped_from_a_checkpoint_of_another_model(fresh):
+    folder = fresh("qwen3")
+    b.edit_tensors(
+        folder, lambda sd: {**{k: v for k, v in sd.items() if "layers.1.mlp" not in k}, "extra.weight": torch.zeros(2)}
+    )
+    report = inspect_checkpoint(folder)
+    assert "leftovers.unconsumed" not in _by_id(report)  # parameters are missing: dropping would not make it load
+    assert {"weights.unexpected", "weights.missing"} <= set(_by_id(report))
+
+
+def test_pad_equal_to_eos_gets_fix_only_when_fix_can_move_it(fresh):
+    folder = fresh("qwen3")
+    b.edit_json(folder / "tokenizer_config.json", pad_token="<|im_end|>")  # pad = the eos that ends examples
+    found = _by_id(inspect_checkpoint(folder))["tokens.pad_is_eos"]
+    assert found.details["pad_candidate"] == "<|endoftext|>" and "--fix" in found.fix["any"][0]
+    b.edit_json(folder / "generation_config.json", eos_token_id=[2, 0])  # now every pad-like token stops generation
+    found = _by_id(inspect_checkpoint(folder))["tokens.pad_is_eos"]
+    assert found.details["pad_candidate"] is None and not any("--fix" in c for c in found.fix["any"])
+
+
+def test_an_extra_stop_id_may_be_the_pad_and_config_may_list_fewer_eos(fresh):
+    """How Qwen2.5 and Llama 3 ship: generation_config.json adds stop ids to config.json's, and the pad is
+    one of the extra ones (<|endoftext|>), not the eos that ends chat turns."""
+    folder = fresh("qwen3")
+    b.edit_json(folder / "generation_config.json", eos_token_id=[2, 0], pad_token_id=0)
+    b.edit_json(folder / "config.json", eos_token_id=2, pad_token_id=0)
+    report = inspect_checkpoint(folder)
+    assert report.exit_code == 0
+    assert not {"tokens.eos_disagree", "tokens.pad_is_eos"} & set(_by_id(report))
+    b.edit_json(folder / "config.json", eos_token_id=9)  # an id the engine does not stop on: still reported
+    assert _by_id(inspect_checkpoint(folder))["tokens.eos_disagree"].severity == "warn"
+
+
+def test_the_built_in_model_passes_its_own_inspection(capsys):
+    from model_optimizer.assets import REFERENCE_MODEL_DIR
+    from model_optimizer.cli.main import main
+    from model_optimizer.model.inspect.context import clean_copy_path
+
+    report = inspect_checkpoint(REFERENCE_MODEL_DIR)
+    assert report.exit_code == 0 and {f.severity for f in report.findings} == {"ok"}, [
+        f.title for f in report.findings if f.severity != "ok"
+    ]
+    assert main(["inspect", str(REFERENCE_MODEL_DIR)]) == 0
+    capsys.readouterr()
+    # advice never writes into the installed package: a clean copy of the built-in model goes to the cwd
+    assert clean_copy_path(REFERENCE_MODEL_DIR) == __import__("pathlib").Path("pydoc-qwen3-clean")

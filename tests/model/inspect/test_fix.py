@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
+import stat
 
 import pytest
 import torch
@@ -105,9 +107,15 @@ def test_cli_fix_aligns_tokens_vocab_and_adds_the_chat_template(tiny_model, fres
     assert main(["inspect", str(folder), "--json"]) == 1
     capsys.readouterr()
     out = tmp_path / "clean"
-    code = main(
-        ["inspect", str(folder), "--fix", str(out), "--chat-template", "chatml", "--dtype", "float32", "--json"]
-    )
+    saved = os.umask(0o022)
+    try:
+        code = main(
+            ["inspect", str(folder), "--fix", str(out), "--chat-template", "chatml", "--dtype", "float32", "--json"]
+        )
+    finally:
+        os.umask(saved)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [out, *out.iterdir()]}
+    assert modes.pop("clean") == 0o755 and set(modes.values()) == {0o644}, modes  # a server's own uid reads it
     doc = json.loads(capsys.readouterr().out)
     assert code == 0, [f["title"] for f in doc["output"]["findings"] if f["severity"] != "ok"]
     assert {f["severity"] for f in doc["output"]["findings"]} == {"ok"}

@@ -104,10 +104,10 @@ def test_sentence_transformers_reads_the_folder_as_we_do(int8_dir):
 def test_impossible_min_cosine_exits_non_zero_and_writes_nothing(minilm_dir, tmp_path, capsys):
     out = tmp_path / "q"
     args = ["quantize", str(minilm_dir), "--method", "int8", "--output", str(out), "--min-cosine", "0.99999999"]
-    assert main([*args, *SMALL]) == 3
+    assert main([*args, *SMALL, "--json"]) == 3
     captured = capsys.readouterr()
     assert "below --min-cosine 0.99999999" in captured.err and "no folder was written" in captured.err
-    assert json.loads(captured.out)["num_texts"] == 24  # the figures that were refused
+    assert json.loads(captured.out)["accuracy"]["num_texts"] == 24  # the figures that were refused
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 

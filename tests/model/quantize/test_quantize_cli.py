@@ -19,14 +19,30 @@ def _leftovers(parent):
     return [p.name for p in parent.iterdir() if ".tmp-" in p.name]
 
 
-def test_quantize_writes_folder_and_report_that_the_engine_serves(quant_model, tmp_path):
+def test_quantize_writes_folder_and_report_that_the_engine_serves(quant_model, tmp_path, capsys):
+    import os
+    import stat
+
     out = tmp_path / "q"
-    assert main(["quantize", str(quant_model("qwen3")), "--method", "int8", "--output", str(out), *SMALL]) == 0
+    saved = os.umask(0o022)
+    try:
+        assert main(["quantize", str(quant_model("qwen3")), "--method", "int8", "--output", str(out), *SMALL]) == 0
+    finally:
+        os.umask(saved)
+    captured = capsys.readouterr()  # no terminal here: plain lines, a verdict, the size and the next step
+    assert "mopt quantize: evaluation 2/2 (" in captured.err and "\x1b[" not in captured.err
+    lines = captured.out.splitlines()
+    assert lines[0].startswith("PASS int8: perplexity ") and "top-1 agreement" in lines[0]
+    assert lines[1].startswith(f"wrote {out}: ") and "of the original" in lines[1]
+    assert lines[2] == f"next: mopt serve {out}" and "{" not in captured.out
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [out, *out.iterdir()]}
+    assert modes.pop("q") == 0o755 and set(modes.values()) == {0o644}, modes  # readable by a server's own uid
     report = json.loads((out / "quantization_report.json").read_text())
     acc = report["accuracy"]
     assert report["method"] == "int8" and report["format"] == "compressed-tensors"
     assert acc["num_tokens"] == 2 * 63 and 0 <= acc["top1_agreement"] <= 1 and acc["mean_kl"] >= 0
     assert report["gate"]["passed"] and _leftovers(tmp_path) == []
+    assert main(["inspect", str(out)]) == 0  # inspect reads what quantize writes as the loader does
     from model_optimizer import LLM, SamplingParams
 
     llm = LLM(str(out), kv_cache_memory=1 << 22)
@@ -50,7 +66,9 @@ def test_broken_limit_exits_non_zero_and_writes_nothing(quant_model, tmp_path, c
     )
     assert code == 3
     assert not out.exists() and _leftovers(tmp_path) == []
-    assert "top-1 agreement" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "top-1 agreement" in captured.err and "no folder was written" in captured.err
+    assert captured.out.startswith("FAIL rtn-int4: ") and "(limits: --min-top1 1.0)" in captured.out
 
 
 def test_failure_midway_leaves_no_folder(quant_model, tmp_path, monkeypatch):
@@ -88,7 +106,7 @@ def test_eval_only_reevaluates_a_folder(quant_model, tmp_path):
     assert main(["quantize", "--eval-only", str(out), "--reference", model, "--min-top1", "1", *SMALL]) == 3
 
 
-def test_awq_end_to_end_records_calibration(quant_model, tmp_path):
+def test_awq_end_to_end_records_calibration(quant_model, tmp_path, capsys):
     calib = tmp_path / "calib.jsonl"
     calib.write_text("\n".join(json.dumps({"text": d}) for d in read_documents(None)[:3]) + "\n")
     out = tmp_path / "awq"
@@ -110,6 +128,9 @@ def test_awq_end_to_end_records_calibration(quant_model, tmp_path):
     assert main(args) == 0
     report = json.loads((out / "quantization_report.json").read_text())
     assert report["calibration"]["num_samples"] == 4 and report["calibration"]["num_tokens"] == 256
+    err = capsys.readouterr().err  # the long phase reports each layer as it finishes, not all at the end
+    assert "mopt quantize: AWQ search: 2 steps" in err
+    assert err.index("AWQ search 1/2 (") < err.index("AWQ search 2/2 (") < err.index("evaluation 2/2 (")
 
 
 def test_awq_scales_beat_round_to_nearest_on_outlier_channels():

@@ -54,11 +54,12 @@ def test_run_writes_json_csv_html(server, tmp_path, capsys):
     assert page.count("data:image/png;base64,") == 2
     assert (tmp_path / "latency_cdf.png").read_bytes()[:4] == b"\x89PNG"
     assert not list(tmp_path.glob(".*tmp"))  # atomic writes leave no temp files
-    assert "TTFT" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
+    assert "TTFT" in out and "ignore_eos: on (the default: every answer runs to its output length" in out
 
 
 @pytest.mark.slow
-def test_sweep_runs_baseline_saturation_and_rates_between(tmp_path):
+def test_sweep_runs_baseline_saturation_and_rates_between(tmp_path, capsys):
     # slow answers, so that serving 5 at once is clearly faster than one at a time even on a busy machine
     with ServerThread(create_app(ttft=0.25, itl=0.01)) as slow:
         rc = bench(
@@ -86,6 +87,10 @@ def test_sweep_runs_baseline_saturation_and_rates_between(tmp_path):
     assert (tmp_path / "throughput_vs_latency.png").exists()
     assert (tmp_path / "report.html").read_text().count("data:image/png;base64,") == 3
     assert len((tmp_path / "summary.csv").read_text().splitlines()) == 1 + 4
+    out = " ".join(capsys.readouterr().out.split())
+    # 5 requests per rate: said before the first run, and before each table that shows a p99
+    assert out.index("warning: each run of the sweep measures 5 requests") < out.index("sweep: one at a time")
+    assert out.count("warning: 5 requests: the p99 below is the slowest of them") == 4
 
 
 def test_failing_server_is_reported_not_hidden(server, tmp_path, capsys):

@@ -82,7 +82,13 @@ def test_report_has_settings_summary_slo_and_server_tables(server, tmp_path):
     assert page.sections == ["settings", "summary", "slo", "latency", "server", "client", "plots"]
     assert page.figures == ["plot-latency_cdf", "plot-ttft_over_time"]
     text = page.text
-    for setting in ("closed loop, 4 in flight", "8 requests", "ttft_p99=1ms,e2e_p99=60s", "token ids from [100, 1000)"):
+    for setting in (
+        "closed loop, 4 in flight",
+        "8 requests",
+        "ttft_p99=1ms,e2e_p99=60s",
+        "token ids from [100, 1000)",
+        "ignore_eos on (the default: every answer runs to its output length; --no-ignore-eos lets the model stop)",
+    ):
         assert setting in text
     # per-SLO verdicts: TTFT (80 ms here) misses 1 ms, E2E meets 60 s
     assert "TTFT p99 ≤ 1 ms" in page.headers and "E2E p99 ≤ 60,000 ms" in page.headers

@@ -201,3 +201,49 @@ def test_list_settings_round_trip_through_file_and_command(tmp_path):
     bad = _write(tmp_path, {"allowed_origins": [1, 2]}, "bad.yaml")
     with pytest.raises(ValueError, match="allowed_origins must be a list of strings"):
         _configs(["serve", "--config", str(bad)])
+
+
+@pytest.mark.parametrize("engine", ["mopt", "vllm"])
+def test_the_api_key_reaches_the_compose_server_from_the_host(deployments, engine):
+    """Without --api-key the README still says "set MOPT_API_KEY": the server must then get it."""
+    env_name = {"mopt": "MOPT_API_KEY", "vllm": "VLLM_API_KEY"}[engine]
+    optional = yaml.safe_load((deployments[("compose", engine, False)] / "docker-compose.yml").read_text())
+    assert optional["services"]["server"]["environment"] == {env_name: "${MOPT_API_KEY:-}"}
+    required = yaml.safe_load((deployments[("compose", engine, True)] / "docker-compose.yml").read_text())
+    assert required["services"]["server"]["environment"][env_name].startswith("${MOPT_API_KEY:?")
+    docker = (deployments[("docker", engine, False)] / "README.md").read_text()
+    assert ("-e MOPT_API_KEY" if engine == "mopt" else '-e VLLM_API_KEY="$MOPT_API_KEY"') in docker
+    assert "optional" in docker and "unset, the server answers without a key" in docker
+
+
+def test_the_model_claim_can_be_written_once_and_read_by_every_replica(deployments, tmp_path):
+    """The README says to copy the model into the claim: a ReadOnlyMany claim cannot be written to."""
+    folder = deployments[("k8s", "mopt", False)]
+    claim = yaml.safe_load((folder / "k8s" / "model-pvc.yaml").read_text())
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # up to 4 replicas, perhaps on 4 nodes
+    loader = yaml.safe_load((folder / "k8s" / "setup" / "model-loader.yaml").read_text())
+    mount = loader["spec"]["containers"][0]["volumeMounts"][0]
+    assert mount["mountPath"] == "/model" and not mount.get("readOnly")
+    assert loader["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert loader["spec"]["securityContext"]["runAsUser"] == 10001  # files owned by the server's uid
+    readme = (folder / "README.md").read_text()
+    assert "kubectl apply -f k8s/model-pvc.yaml -f k8s/setup/model-loader.yaml" in readme
+    assert "kubectl exec -i mopt-serve-model-loader -- tar -xf - -C /model" in readme
+    out = tmp_path / "one"
+    argv = ["deploy", "--target", "k8s", "--output", str(out), "--driver", "570.133.20"]
+    assert main([*argv, "--max-replicas", "1", "--min-replicas", "1", "--storage-class", "nfs-client"]) == 0
+    claim = yaml.safe_load((out / "k8s" / "model-pvc.yaml").read_text())
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"] and claim["spec"]["storageClassName"] == "nfs-client"
+    assert "`nfs-client`, must offer that mode" in (out / "README.md").read_text()
+
+
+def test_images_are_named_for_what_they_run(deployments):
+    from model_optimizer.common.version import __version__
+
+    for (target, engine, _), folder in deployments.items():
+        readme = (folder / "README.md").read_text()
+        expected = f"mopt-serve:{__version__}" if engine == "mopt" else "vllm-serve:v0.10.2"
+        assert f"docker build -t {expected} ." in readme and ":latest" not in readme, (target, engine)
+        if target == "compose":
+            compose = yaml.safe_load((folder / "docker-compose.yml").read_text())
+            assert compose["services"]["server"]["image"] == expected

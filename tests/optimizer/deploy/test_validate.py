@@ -93,6 +93,8 @@ def test_kubernetes_manifests_match_the_openapi_schemas(deployments, case):
     }
     for manifest in manifests:
         kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+    (loader,) = [yaml.safe_load(p.read_text()) for p in (deployments[case] / "k8s" / "setup").glob("*.yaml")]
+    kubernetes_validate.validate(loader, KUBERNETES_VERSION, strict=True)
 
 
 def test_kubernetes_validation_rejects_a_bad_manifest():

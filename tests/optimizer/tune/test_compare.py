@@ -76,7 +76,7 @@ def test_predictor_error_on_the_recorded_h200_trials(tmp_path):
 
 
 def test_defaults_in_a_grid_with_fixed_settings_and_the_defaults_noise(tmp_path):
-    """The grid's point at the default knob values is found although every point also holds --fix settings
+    """The grid's point at the default knob values is found although every point also holds --set settings
     (max_model_len 2048 is no engine default); the study's repeated baseline gives the noise verdict."""
     fixed = {"load_format": "dummy", "max_model_len": 2048}
     study = _write(

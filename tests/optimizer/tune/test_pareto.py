@@ -58,8 +58,8 @@ def test_prefer_picks_from_the_front():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--trials", "2", "--fix", "max_num_seqz=4"], "unknown setting 'max_num_seqz'"),
-        (["--fix", "max_num_seqs=4"], "give a budget: --trials N and/or --time 30m"),
+        (["--trials", "2", "--set", "max_num_seqz=4"], "unknown setting 'max_num_seqz'"),
+        (["--set", "max_num_seqs=4"], "give a budget: --trials N and/or --time 30m"),
         (["--time", "soon"], "--time takes seconds or a number with s, m or h"),
         (["--trials", "2", "--slo", "ttft=fast"], "slo term 'ttft=fast'"),
         (["--trials", "0"], "--trials must be a positive integer"),
@@ -67,13 +67,41 @@ def test_prefer_picks_from_the_front():
         (["--trials", "2", "--sampler", "grid", "--space", "RANGE"], "--sampler grid needs a list of choices"),
         (["--trials", "2", "--server-cmd", "srv --port {port} {flags} --x {bogus}"], "names {bogus}, which is not set"),
         (["--trials", "2", "--server-cmd", "srv --port {port}"], "does not pass on searched knob"),
+        (["--trials", "2", "--set", "device=cpu", "--space", "GPU"], "where no knob of the space changes anything"),
     ],
 )
 def test_bad_input_is_one_line_before_any_server(tmp_path, capsys, argv, message):
     space = tmp_path / "range.yaml"
-    space.write_text("gpu_memory_utilization: {low: 0.5, high: 0.9}\n")
-    argv = [str(space) if a == "RANGE" else a for a in argv]
+    space.write_text("max_num_seqs: {low: 4, high: 64}\n")
+    gpu_only = tmp_path / "gpu.yaml"
+    gpu_only.write_text("gpu_memory_utilization: [0.8, 0.9]\nenforce_eager: [true, false]\n")
+    argv = [str(space) if a == "RANGE" else str(gpu_only) if a == "GPU" else a for a in argv]
     assert main(["tune", "--output-dir", str(tmp_path / "out"), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mopt tune: error:") and message in err.replace("\n", " ")
     assert not (tmp_path / "out" / "trials").exists()
+
+
+def test_set_holds_a_setting_and_fix_is_its_deprecated_alias(tmp_path, capsys):
+    """`mopt inspect --fix OUT` writes a cleaned copy; tune holds settings with --set (--fix still works, warned)."""
+    from model_optimizer.cli.main import build_parser
+    from model_optimizer.cli.tune import _fresh
+
+    args = build_parser().parse_args(["tune", "--set", "max_num_seqs=8", "--fix", "block_size=32"])
+    space = _fresh(args)["space"]
+    assert space["fixed"] == {"max_num_seqs": 8, "block_size": 32}
+    assert "--fix NAME=VALUE is deprecated, use --set NAME=VALUE" in capsys.readouterr().err
+    assert main(["tune", "--output-dir", str(tmp_path), "--trials", "2", "--fix", "max_num_seqz=4"]) == 2
+    err = capsys.readouterr().err
+    assert "deprecated, use --set" in err and "unknown setting 'max_num_seqz'" in err
+
+
+def test_num_warmups_help_names_one_default():
+    from model_optimizer.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["tune"]
+    text = " ".join(sub.format_help().split())
+    start = text.index("--num-warmups N ")
+    help_text = text[start : text.index("--", start + 16)]
+    assert "default: max(2 x the clients in flight, 32)" in help_text and "(default: 0)" not in help_text
+    assert text.count("max(2 x") == 1  # said once, where the flag is

@@ -77,13 +77,14 @@ def test_ideal_figures_by_hand():
     per_mixed = 0.25 * 16 / mixed  # prefill tokens a mixed step carries
     roof = mixed * _roof(2, per_mixed, 20) + (1 - mixed) * _roof(2, 0, 20)
     assert f["roof_ms"] == pytest.approx(roof * 1e3)
-    # the prior on a CPU: 1 ms a step + 2 x the roofline
-    tpot = 1.0 + 2 * roof * 1e3
+    # the prior on a CPU: 1.5 ms a layer a step, 0.2 ms a layer per running sequence, + 2 x the roofline
+    fixed = 1.5 * 2 + 0.2 * 2 * 2
+    tpot = fixed + 2 * roof * 1e3
     assert pred.tpot_ms == pytest.approx(tpot)
     assert pred.output_throughput == pytest.approx(2 * 1e3 / tpot)  # 2 tokens a step
     # start-up burst: 2 prompts x 16 tokens in steps of 8 = 4 steps; steady: a step + 3 chunk steps
-    burst = 4 * (1.0 + 2e3 * _roof(0, 8, 0))
-    steady = tpot + 3 * (1.0 + 2e3 * _roof(2, per_mixed, 20))
+    burst = 4 * (fixed + 2e3 * _roof(0, 8, 0))
+    steady = tpot + 3 * (fixed + 2e3 * _roof(2, per_mixed, 20))
     assert f["burst_steps"] == 4
     assert pred.ttft_ms == pytest.approx(max(burst, steady))
     assert pred.memory_gib == pytest.approx((173056 + 10 * 16 * 256) / 2**30 + 0.5)
@@ -276,11 +277,11 @@ def test_a_request_rate_keeps_as_many_running_as_littles_law_says():
     and the throughput is the rate's output tokens."""
     predictor = Predictor(model_cost(CONFIG), SLOW)
     settings = SETTINGS | {"max_num_seqs": 64, "num_kv_blocks": 200}
-    slow = predictor.ideal(settings, Workload(16, 8, request_rate=200.0))
+    slow = predictor.ideal(settings, Workload(16, 8, request_rate=100.0))
     step_s = slow.tpot_ms / 1e3
     assert 1.0 < slow.running < 64
-    assert slow.running == pytest.approx(200.0 * 8 * step_s, rel=1e-3)  # the fixed point
-    assert slow.output_throughput == pytest.approx(200.0 * 8, rel=1e-3)  # the rate's tokens, not the peak
+    assert slow.running == pytest.approx(100.0 * 8 * step_s, rel=1e-3)  # the fixed point
+    assert slow.output_throughput == pytest.approx(100.0 * 8, rel=1e-3)  # the rate's tokens, not the peak
     flooded = predictor.ideal(settings, Workload(16, 8, request_rate=1e6))
     assert flooded.running == 64
 
@@ -303,3 +304,47 @@ def test_a_burst_the_trial_leaves_out_is_left_out_of_the_ttft():
     assert workload_figures(setup).burst_measured is True  # a study stored before the option
     setup.skip_first_wave = True
     assert workload_figures(setup).burst_measured is False
+
+
+def test_the_cpu_prior_matches_our_engines_cpu_steps():
+    """Before any trial, the predictor's step time on a CPU is within 1.5x of what our engine measured
+    (benchmarks/cpu_engine_steps.py: CPU time per step of the built-in model, batch 1 to 64), with this
+    CPU's matmul figures from environment/cpu_speed.py. An assumed 20 GB/s and 1 ms a step predicted
+    291 tok/s where 12 were measured."""
+    import json
+    from pathlib import Path
+
+    from model_optimizer.assets import REFERENCE_MODEL_DIR
+
+    root = Path(__file__).resolve().parents[3]
+    recorded = json.loads((root / "benchmarks" / "results" / "cpu_engine_steps.json").read_text())
+    speed = recorded["cpu_speed"]
+    cpu = Hardware("cpu", speed["decode_gbps"], speed["gflops"] / 1e3, 16.0, False, "recorded")
+    config = json.loads((Path(REFERENCE_MODEL_DIR) / "config.json").read_text())
+    predictor = Predictor(model_cost(config, recorded["model"]["dtype"]), cpu)
+    for step in recorded["steps"]:
+        load = Workload(prompt_len=4, output_len=recorded["num_tokens"], concurrency=step["batch"])
+        predicted = predictor.predict({}, load).tpot_ms
+        assert 1 / 1.5 < predicted / step["cpu_ms_per_step"] < 1.5, (step, predicted)
+
+
+def test_a_cpu_is_known_by_its_measured_matmuls(tmp_path, monkeypatch):
+    import json
+
+    import torch
+
+    from model_optimizer.environment import cpu_speed as cs
+    from model_optimizer.optimizer.tune.hardware import detect_hardware
+
+    if torch.cuda.is_available():
+        pytest.skip("the visible GPU's datasheet wins")
+    monkeypatch.setenv("MOPT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cs, "_seen", {})
+    entry = cs.CpuSpeed("float32", 2, cs.cpu_model_name(), cs.usable_cores(), torch.__version__, gflops=55.0)
+    entry.decode_gbps = 12.5
+    (tmp_path / cs.CACHE_FILE).write_text(
+        json.dumps({"schema": cs.SCHEMA, "entries": {cs.cache_key(): entry.to_dict()}})
+    )
+    hardware = detect_hardware()
+    assert (hardware.bandwidth_gbps, hardware.tflops, hardware.is_gpu) == (12.5, 0.055, False)
+    assert "measured on this CPU" in hardware.source and "2 threads, float32" in hardware.name

@@ -16,7 +16,7 @@ from model_optimizer.optimizer.tune.noise import noise_summary
 from model_optimizer.optimizer.tune.steady import default_warmups, steady_summary
 from model_optimizer.optimizer.tune.study import STUDY_NAME
 
-FIXED = ["--fix", "max_model_len=256", "--fix", "num_kv_blocks=32", "--fix", "log_level=warning"]
+FIXED = ["--set", "max_model_len=256", "--set", "num_kv_blocks=32", "--set", "log_level=warning"]
 LOAD = ["--prompt-len", "8", "--output-len", "4", "--ready-timeout", "180", "--trial-timeout", "180"]
 
 

@@ -1,4 +1,4 @@
-"""The search space: typed --fix values, space files, and clear errors for unknown or impossible settings."""
+"""The search space: typed --set values, space files, and clear errors for unknown or impossible settings."""
 
 from __future__ import annotations
 
@@ -85,3 +85,30 @@ def test_round_trip_through_the_stored_form():
     again = SearchSpace.from_dict(space.to_dict())
     assert again.to_dict() == space.to_dict()
     assert again.settings({"max_num_seqs": 4}) == {"max_model_len": 512, "max_num_seqs": 4}
+
+
+def test_a_study_on_the_cpu_searches_no_gpu_settings():
+    from model_optimizer.optimizer.tune.device_space import fit_to_cpu, trials_on_cpu
+
+    space = build_space()
+    notes = fit_to_cpu(space)
+    names = [k.name for k in space.knobs]
+    assert not {"gpu_memory_utilization", "enforce_eager", "kv_cache_dtype"} & set(names)
+    assert {"max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching"} <= set(names)
+    assert any(n.startswith("kv_cache_dtype fp8 (") for n in notes) and any("CUDA graphs" in n for n in notes)
+    assert trials_on_cpu(None, {"device": "cpu"}) and not trials_on_cpu("vllm serve {model}", {"device": "cpu"})
+
+
+def test_the_cli_fits_the_space_to_the_device_found():
+    import torch
+
+    from model_optimizer.cli.main import build_parser
+    from model_optimizer.cli.tune import _fresh
+
+    stored = _fresh(build_parser().parse_args(["tune", "--set", "device=cpu"]))
+    knobs = [k["name"] for k in stored["space"]["knobs"]]
+    assert "gpu_memory_utilization" not in knobs and "enforce_eager" not in knobs and stored["space_notes"]
+    external = _fresh(build_parser().parse_args(["tune", "--server-cmd", "srv {flags} --port {port}"]))
+    assert "gpu_memory_utilization" in [k["name"] for k in external["space"]["knobs"]]  # its device is its own
+    if not torch.cuda.is_available():  # no --set: the device found here
+        assert "enforce_eager" not in [k["name"] for k in _fresh(build_parser().parse_args(["tune"]))["space"]["knobs"]]

@@ -23,7 +23,7 @@ from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.server.config import ServerConfig
 
 REPO = Path(__file__).resolve().parents[3]
-FIXED = ["--fix", "max_model_len=256", "--fix", "num_kv_blocks=32", "--fix", "log_level=warning"]
+FIXED = ["--set", "max_model_len=256", "--set", "num_kv_blocks=32", "--set", "log_level=warning"]
 LOAD = [
     "--num-requests",
     "3",

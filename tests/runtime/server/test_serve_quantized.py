@@ -36,6 +36,7 @@ def test_server_completes_with_quantized_weights(quant_model, tmp_path, source):
             "cpu",
         ]
         assert main(args) == 0
+        assert main(["inspect", str(out)]) == 0  # inspect reads what quantize writes as the loader does
         llm = LLM(str(out), kv_cache_memory=1 << 22)
     else:
         llm = LLM(str(model), quantization="fp8", kv_cache_memory=1 << 22)

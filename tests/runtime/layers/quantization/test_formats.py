@@ -140,3 +140,80 @@ def test_our_int4_layout_is_compressed_tensors_pack_order():
 
     codes = torch.randint(0, 16, (4, 64), generator=torch.Generator().manual_seed(1))
     assert torch.equal(ref.pack_int4(codes), pack_to_int32((codes - 8).to(torch.int8), 4))
+
+
+def _float_param_count(folder: Path) -> int:
+    return sum(p.numel() for p in {id(p): p for p in load_model(folder, "float32", CPU).parameters()}.values())
+
+
+def _inspect_reads_it_as_the_loader_does(folder: Path, float_folder: Path) -> None:
+    """`mopt inspect` on a quantized folder: it loads, no tensor is unexpected or missing, no mixed-dtype
+    advice, and the parameter count is the float model's (a packed int4 word stands for 8)."""
+    from model_optimizer.model.inspect.inspector import inspect_checkpoint
+    from model_optimizer.runtime.layers.quantization.summary import summarize_weights
+
+    report = inspect_checkpoint(folder)
+    problems = [f"{f.id}: {f.title}" for f in report.findings if f.severity != "ok" and not f.id.startswith("tokens.")]
+    assert report.raw_check.loads and not problems, problems
+    found = {f.id: f for f in report.findings}
+    assert found["quant.config"].severity == "ok" and report.raw_check.quantized
+    expected = _float_param_count(float_folder)
+    assert report.raw_check.num_params == expected
+    summary = summarize_weights(load_model(folder, "float32", CPU))
+    assert (
+        summary.num_params == expected and summary.quantization and summary.num_quantized_layers == 4 * 2
+    )  # qkv, o, gate_up, down per layer
+    assert f"{expected:,} parameters" in summary.describe()
+
+
+def test_inspect_and_the_parameter_count_understand_every_layout(quant_model, tmp_path):
+    float_folder = quant_model("qwen2")
+    for method in ("rtn-int4", "int8", "fp8"):  # what `mopt quantize` writes (awq is rtn-int4's layout)
+        out = tmp_path / method
+        save_compressed_tensors(
+            load_model(float_folder, "float32", CPU, quantization=method), method, 128, float_folder, out
+        )
+        _inspect_reads_it_as_the_loader_does(out, float_folder)
+
+    def awq(w):
+        q, scales, zeros = quantize_int4_codes(w, 128, torch.float16)
+        packed = {"qweight": pack_awq(q.T.contiguous()), "qzeros": pack_awq(zeros.to(torch.int32).T.contiguous())}
+        return packed | {"scales": scales.T.contiguous().to(torch.float16)}, None
+
+    qc = {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True}
+    _rewrite(float_folder, tmp_path / "autoawq", awq, qc)
+    _inspect_reads_it_as_the_loader_does(tmp_path / "autoawq", float_folder)
+
+    def block_fp8(w):  # one scale per 128 x 128 block, as the public Qwen3-*-FP8 checkpoints
+        n, k = w.shape
+        scale = w.reshape(-(-n // 128), -1, k // 128, 128).abs().amax(dim=(1, 3)) / FP8_MAX
+        expanded = scale.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+        return {"weight": (w / expanded).to(torch.float8_e4m3fn), "weight_scale_inv": scale}, None
+
+    qc = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    _rewrite(float_folder, tmp_path / "fp8-block", block_fp8, qc)
+    _inspect_reads_it_as_the_loader_does(tmp_path / "fp8-block", float_folder)
+
+
+def test_fix_keeps_a_quantized_checkpoint_quantized(quant_model, tmp_path):
+    """--fix casts float weights to one dtype; fp8 codes and their float32 scales must stay as they are."""
+    from model_optimizer.model.inspect.fix import FixOptions, fix_checkpoint
+    from model_optimizer.model.inspect.inspector import inspect_checkpoint
+
+    src = quant_model("qwen3")
+    model = load_model(src, "float32", CPU, quantization="fp8")
+    save_compressed_tensors(model, "fp8", 128, src, tmp_path / "fp8")
+    result = fix_checkpoint(tmp_path / "fp8", tmp_path / "clean", FixOptions(dtype="bfloat16"))
+    assert not result.dropped
+    before, after = (
+        load_file(str(tmp_path / "fp8" / "model.safetensors")),
+        load_file(str(result.out / "model.safetensors")),
+    )
+    for name, tensor in before.items():
+        if name.endswith(("weight_scale", ".weight")) and ("proj" in name):
+            assert after[name].dtype == tensor.dtype and torch.equal(after[name], tensor), name
+    assert after["model.embed_tokens.weight"].dtype == torch.bfloat16
+    assert inspect_checkpoint(result.out).exit_code == 0
+    ours = _dequantized_shards(load_model(tmp_path / "fp8", "float32", CPU))
+    fixed = _dequantized_shards(load_model(result.out, "float32", CPU))
+    assert all(torch.equal(fixed[name], w) for name, w in ours.items())
