@@ -246,7 +246,7 @@ def _load(config: EngineConfig, num_clients: int) -> tuple[EngineCore, dict]:
 
     phase = log_phase("imports", start)
     configure_compile(config)
-    model_dir = resolve_model_dir(config.model)
+    model_dir = resolve_model_dir(config.model, config.revision)
     phase = log_phase("config", phase)
     tokenizer = (
         None
@@ -264,11 +264,13 @@ def _load(config: EngineConfig, num_clients: int) -> tuple[EngineCore, dict]:
     log_phase("engine", phase)
     log_phase("total", start)
     model = getattr(runner, "model", None)
-    if model is not None:
-        params = list(model.parameters())
-        extra = {"num_params": sum(p.numel() for p in params), "dtype": str(params[0].dtype).removeprefix("torch.")}
-    else:
-        extra = {"num_params": runner.info.get("num_params", 0), "dtype": runner.info.get("dtype", "?")}
+    if model is not None:  # a quantized linear counts as the weight it stands for
+        from model_optimizer.runtime.layers.quantization.summary import summarize_weights
+
+        summary = summarize_weights(model)
+        extra = {"num_params": summary.num_params, "weights": summary.describe()}
+    else:  # tensor parallel: rank 0 summarized its shard's model the same way
+        extra = {"num_params": runner.info.get("num_params", 0), "weights": runner.info.get("weights", "?")}
     return core, extra
 
 

@@ -130,7 +130,7 @@ class LLM:
         phase = log_phase("imports", start)
         self.config = EngineConfig(model=model, **engine_args)
         configure_compile(self.config)  # Triton's kernel cache in our folder, keyed by versions and GPU
-        self.model_dir = resolve_model_dir(self.config.model)
+        self.model_dir = resolve_model_dir(self.config.model, self.config.revision)
         self._embedder: Any = None
         self._generation_defaults: dict[str, Any] | None = None
         self.engine: LLMEngine | None = None

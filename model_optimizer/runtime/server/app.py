@@ -63,7 +63,9 @@ def create_app(
     chat_template = _read_template(config.chat_template) if config.chat_template else None  # a typo fails at once
     from model_optimizer.runtime.llm import generation_defaults, resolve_model_dir
 
-    model_dir = Path(llm.model_dir) if llm is not None else resolve_model_dir(engine_config.model)
+    model_dir = (
+        Path(llm.model_dir) if llm is not None else resolve_model_dir(engine_config.model, engine_config.revision)
+    )
     generates = llm is not None or core is not None or (embedder is None and not is_embedding_model(model_dir))
     tokenizer = _frontend_tokenizer(engine_config, llm, model_dir) if generates else None
     if chat_template:
@@ -187,32 +189,21 @@ def start_engine_core(config: EngineConfig, model_dir: Path, num_frontends: int 
     start = time.perf_counter()
     core = start_core(config, num_frontends)
     where = f"on {config.tensor_parallel_size} tensor-parallel workers " if config.tensor_parallel_size > 1 else ""
-    num_params = core.extra.get("num_params", 0)
     logger.info(
-        "loaded model %s %sin the engine-core process (pid %d): %s, %s parameters (%.2f B), in %.1f s",
+        "loaded model %s %sin the engine-core process (pid %d): %s, in %.1f s",
         model_dir.resolve(),
         where,
         core.pid,
-        core.extra.get("dtype", "?"),
-        f"{num_params:,}",
-        num_params / 1e9,
+        core.extra.get("weights", "?"),
         time.perf_counter() - start,
     )
     return core
 
 
 def _log_loaded(model_dir: Path, model: Any, seconds: float) -> None:
-    params = list(model.parameters())
-    num_params = sum(p.numel() for p in params)
-    dtype = str(params[0].dtype).removeprefix("torch.") if params else "?"
-    logger.info(
-        "loaded model %s: %s, %s parameters (%.2f B), in %.1f s",
-        model_dir.resolve(),
-        dtype,
-        f"{num_params:,}",
-        num_params / 1e9,
-        seconds,
-    )
+    from model_optimizer.runtime.layers.quantization.summary import summarize_weights
+
+    logger.info("loaded model %s: %s, in %.1f s", model_dir.resolve(), summarize_weights(model).describe(), seconds)
 
 
 SAMPLE_CONVERSATION = [{"role": "user", "content": "Hello"}]

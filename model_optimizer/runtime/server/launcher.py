@@ -52,7 +52,9 @@ def serve(config: ServerConfig, engine_config: EngineConfig) -> int:
     logging.config.dictConfig(log_config(config.log_level))
     from model_optimizer.runtime.llm import resolve_model_dir
 
-    model_dir = resolve_model_dir(engine_config.model)  # a missing folder is a clear CLI error, not a failed server
+    model_dir = resolve_model_dir(
+        engine_config.model, engine_config.revision
+    )  # a missing folder is a clear CLI error, not a failed server
     logger.info("loading model %s", model_dir.resolve())
     try:
         app = create_app(config, engine_config)

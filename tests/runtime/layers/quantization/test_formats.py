@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from model_optimizer.model.quantize.writer import save_compressed_tensors
 from model_optimizer.runtime.kernels import quant_reference as ref
 from model_optimizer.runtime.layers.quantization.quantizers import FP8_MAX, quantize_int4_codes
 from model_optimizer.runtime.layers.quantization.sources import pack_awq, unpack_awq
@@ -214,6 +215,6 @@ def test_fix_keeps_a_quantized_checkpoint_quantized(quant_model, tmp_path):
             assert after[name].dtype == tensor.dtype and torch.equal(after[name], tensor), name
     assert after["model.embed_tokens.weight"].dtype == torch.bfloat16
     assert inspect_checkpoint(result.out).exit_code == 0
-    ours = _dequantized_shards(load_model(tmp_path / "fp8", "float32", CPU))
-    fixed = _dequantized_shards(load_model(result.out, "float32", CPU))
+    ours = dequantized_shards(load_model(tmp_path / "fp8", "float32", CPU))
+    fixed = dequantized_shards(load_model(result.out, "float32", CPU))
     assert all(torch.equal(fixed[name], w) for name, w in ours.items())
