@@ -44,6 +44,7 @@ TRANSLATED = {
     "quantization": "--quantization",
     "tensor_parallel_size": "--tensor-parallel-size",
     "stream_interval": "--stream-interval",
+    "skip_tokenizer_init": "--skip-tokenizer-init",
     "api_server_count": "--api-server-count",
     "enable_expert_parallel": "--enable-expert-parallel",
 }
@@ -81,6 +82,7 @@ UNTRANSLATED = {
     "max_num_partial_prefills": "vLLM's flag bounds all partial prefills and its V1 engine does not support it",
     "long_prefill_token_threshold": "vLLM V1 caps every chunk at it; ours only serves shorter requests first",
     "one_shot_all_reduce": "vLLM picks its custom all-reduce itself (--disable-custom-all-reduce turns it off)",
+    "max_decode_stall": "vLLM bounds a step by its token budget alone (--max-num-batched-tokens)",
 }
 """Settings vLLM cannot express, with why; listed in the README written beside the files."""
 
