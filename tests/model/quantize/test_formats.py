@@ -179,3 +179,20 @@ def test_our_int4_layout_is_compressed_tensors_pack_order():
 
     codes = torch.randint(0, 16, (4, 64), generator=torch.Generator().manual_seed(1))
     assert torch.equal(ref.pack_int4(codes), pack_to_int32((codes - 8).to(torch.int8), 4))
+
+
+def test_writer_saves_the_checkpoint_packing_of_int4_layers_packed_for_the_kernels(quant_model, tmp_path):
+    """On a GPU int4 layers hold the kernels' planes packing (repacked at load); the folder written from
+    such a model is byte for byte the one written from the checkpoint packing, and reads back the same."""
+    src = quant_model("qwen3")
+    model = load_model(src, "float32", CPU, quantization="rtn-int4")
+    save_compressed_tensors(model, "rtn-int4", 128, src, tmp_path / "sequential")
+    before = _dequantized_shards(model)
+    for _, layer in quantized_layers(model):  # what process_weights_after_loading does on CUDA
+        layer.qweight = ref.repack_int4(layer.qweight, "sequential", "planes")
+        layer.quant_method.packing = "planes"
+    assert all(torch.equal(before[n], w) for n, w in _dequantized_shards(model).items())
+    save_compressed_tensors(model, "rtn-int4", 128, src, tmp_path / "planes")
+    a = load_file(str(tmp_path / "sequential" / "model.safetensors"))
+    b = load_file(str(tmp_path / "planes" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
