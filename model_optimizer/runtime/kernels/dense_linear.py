@@ -17,13 +17,14 @@ import os
 import torch
 import torch.nn.functional as F
 
-from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.kernels import aot, triton_kernel
+from model_optimizer.runtime.kernels.quant_tiles import row_bucket
 
 DENSE_ENV = "MOPT_DENSE_KERNELS"
 
 
 @functools.lru_cache(maxsize=4096)
-def _tiles(device_index: int, bucket: int, n: int, k: int):
+def _tiles(device_index: int, bucket: int, n: int, k: int, target: aot.AotTarget | None = None):
     """The table's launch for a bf16 (bucket, N, K), or None for cuBLAS; cached: layers ask every call."""
     device_tiles = triton_kernel("quant_matmul", "choose_tiles")
     facts = triton_kernel("quant_matmul", "_device_facts")
@@ -37,12 +38,10 @@ def _tiles(device_index: int, bucket: int, n: int, k: int):
 def dense_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T (+ bias), as F.linear; on CUDA with bf16 tensors through our kernel where the table
     says it wins for this shape and row count."""
-    if not x.is_cuda or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+    if not aot.on_gpu(x) or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
         return F.linear(x, weight, bias)
     rows = x.reshape(-1, x.shape[-1])  # (M, K)
-    from model_optimizer.runtime.kernels.quant_tiles import row_bucket
-
-    tiles = _tiles(x.device.index or 0, row_bucket(rows.shape[0]), weight.shape[0], weight.shape[1])
+    tiles = _tiles(x.device.index or 0, row_bucket(rows.shape[0]), weight.shape[0], weight.shape[1], aot.building())
     if tiles is None or (tiles.block_m == 1 and rows.shape[0] != 1):
         return F.linear(x, weight, bias)
     out = triton_kernel("quant_matmul", "quant_matmul")(rows, weight, None, None, "bf16", 0, bias, tiles)

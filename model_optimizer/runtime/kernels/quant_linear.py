@@ -27,7 +27,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.kernels import aot, triton_kernel
 from model_optimizer.runtime.kernels.quant_reference import (
     FP8_DTYPE,
     INT4_PACKINGS,
@@ -69,7 +69,7 @@ def _check(
 
 def _kernels(x: torch.Tensor):
     """quant_matmul's launcher where it runs: CUDA, Triton importable, half-precision input."""
-    if not x.is_cuda or x.dtype not in _KERNEL_DTYPES:
+    if not aot.on_gpu(x) or x.dtype not in _KERNEL_DTYPES:
         return None
     return triton_kernel("quant_matmul", "quant_matmul")
 
@@ -105,7 +105,7 @@ def _gpu_matmul(
     if tiles.backend == "scaled_mm":
         return _scaled_mm_w8a8(rows, qweight, scales, bias)
     if tiles.backend == "dequant":
-        if not torch.cuda.is_current_stream_capturing():
+        if not aot.capturing():
             buf = _weight_scratch(rows.device, rows.dtype, n * rows.shape[1])
             weight = triton_kernel("quant_matmul", "dequantize_weight")(
                 qweight, scales, zeros, kind, group_size, rows.dtype, buf
@@ -118,7 +118,7 @@ def _gpu_matmul(
 def int4_kernel_packing(device: torch.device, dtype: torch.dtype, group_size: int, in_features: int) -> bool:
     """Whether w4a16_linear runs the GPU kernels for a layer (which read the planes packing): CUDA with
     Triton, a bf16/fp16 model, groups and in_features made of 128-column blocks."""
-    if device.type != "cuda" or dtype not in _KERNEL_DTYPES or group_size % 128 or in_features % 128:
+    if not aot.gpu_device(device) or dtype not in _KERNEL_DTYPES or group_size % 128 or in_features % 128:
         return False
     return triton_kernel("quant_matmul", "quant_matmul") is not None
 
@@ -173,8 +173,12 @@ def w4a16_linear(
     return out.view(*x.shape[:-1], out.shape[-1])
 
 
-@functools.cache
 def _has_fp8_tensor_cores(device_index: int) -> bool:
+    return aot.device_facts(device_index)[2] >= (8, 9) if aot.building() else _cuda_fp8(device_index)
+
+
+@functools.cache
+def _cuda_fp8(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index) >= (8, 9)
 
 

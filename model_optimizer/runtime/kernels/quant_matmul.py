@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from model_optimizer.runtime.kernels import aot
 from model_optimizer.runtime.kernels.quant_dequant import _dequantize_kernel
 from model_optimizer.runtime.kernels.quant_kernels import (
     INT4_BLOCK_K,
@@ -32,13 +33,17 @@ MAX_COUNTERS = 16384  # output tiles that may split K at once (Llama's gate_up a
 _counters: dict[torch.device, torch.Tensor] = {}
 
 
-@functools.lru_cache(maxsize=8)
 def _device_facts(device_index: int | None) -> tuple[str, int]:
-    """(name, SM count) of the GPU; under the interpreter a plausible H200."""
-    if not torch.cuda.is_available():
+    """(name, SM count) of the GPU (of the target while compiling ahead, aot.py); under the
+    interpreter a plausible H200."""
+    if aot.building() is None and not torch.cuda.is_available():
         return "interpreter", 132
-    props = torch.cuda.get_device_properties(device_index or 0)
-    return props.name, props.multi_processor_count
+    return _facts(device_index, aot.building())[:2]
+
+
+@functools.lru_cache(maxsize=8)
+def _facts(device_index: int | None, target: aot.AotTarget | None) -> tuple[str, int, tuple[int, int]]:
+    return aot.device_facts(device_index)
 
 
 def choose_tiles(
@@ -58,7 +63,7 @@ def choose_tiles(
 
 def device_tiles(x: torch.Tensor, n: int, kind: str, group_size: int = 0, fp8_scaled_mm: bool = False) -> QuantTiles:
     """`choose_tiles` for the rows of x on x's GPU."""
-    gpu, num_sms = _device_facts(x.device.index if x.is_cuda else None)
+    gpu, num_sms = _device_facts(x.device.index if x.is_cuda else None)  # meta: the ahead-of-time target
     return choose_tiles(x.shape[0], n, x.shape[1], kind, group_size, num_sms, gpu, fp8_scaled_mm)
 
 
@@ -76,15 +81,14 @@ def _dot_dtype(dtype: torch.dtype, w8a8: bool = False):
     return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
 
 
-@functools.lru_cache(maxsize=8)
 def _packed_math(device_index: int) -> bool:
     """bf16x2 / f16x2 PTX arithmetic in the widening (quant_dequant): sm_90 on, never the interpreter."""
-    return torch.cuda.get_device_capability(device_index) >= (9, 0)
+    return _facts(device_index, aot.building())[2] >= (9, 0)
 
 
 def _use_asm(x: torch.Tensor) -> bool:
     return (
-        x.is_cuda
+        aot.on_gpu(x)
         and x.dtype in (torch.bfloat16, torch.float16)
         and not _interpreted()
         and _packed_math(x.device.index or 0)
@@ -96,7 +100,7 @@ def _split_counters(device: torch.device) -> torch.Tensor | None:
     exist yet (zeroing them inside the capture would only happen at replay): one split then."""
     counters = _counters.get(device)
     if counters is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if device.type == "cuda" and aot.capturing():
             return None
         counters = _counters[device] = torch.zeros(MAX_COUNTERS, dtype=torch.int32, device=device)
     return counters
