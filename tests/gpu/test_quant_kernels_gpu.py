@@ -294,3 +294,24 @@ def test_int4_layers_hold_the_planes_packing_and_write_the_checkpoint_one(tmp_pa
     gpu_state, cpu_state = model_state(on_gpu, "rtn-int4"), model_state(on_cpu, "rtn-int4")
     packed = [k for k in cpu_state if k.endswith("weight_packed")]
     assert packed and all(torch.equal(gpu_state[k], cpu_state[k]) for k in packed)
+
+
+@pytest.mark.parametrize(("n", "k"), SHAPES["qwen3-0.6b"])
+def test_bf16_kind_matches_cublas_and_dense_linear_follows_the_table(n, k):
+    """Plain bf16 weights through every GEMV / tensor-core candidate equal cuBLAS's product; dense_linear
+    (what Linear calls) gives cuBLAS's result too, whichever the table picked."""
+    import torch.nn.functional as F
+
+    from model_optimizer.runtime.kernels.dense_linear import dense_linear
+    from model_optimizer.runtime.kernels.quant_matmul import quant_matmul
+    from model_optimizer.runtime.kernels.quant_tiles import candidates
+
+    w = torch.randn(n, k, device="cuda").bfloat16()
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for m in (1, 4, 16, 64):
+        x = torch.randn(m, k, device="cuda").bfloat16()
+        want = F.linear(x, w).float()
+        for tiles in candidates("bf16", m, n, k, num_sms):
+            if tiles.backend == "triton":
+                assert relative_error(quant_matmul(x, w, None, None, "bf16", 0, None, tiles), want) < TOLERANCE, tiles
+        assert relative_error(dense_linear(x, w), want) < TOLERANCE, m
