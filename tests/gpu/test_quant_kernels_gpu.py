@@ -255,12 +255,16 @@ def test_w8a8_tiles_match_the_quantized_activation_reference():
 def test_dequant_backend_and_its_fallback_inside_a_capture(kind, monkeypatch):
     """Prefill sizes: the weight widened once into the scratch buffer and a dense matmul; inside a
     CUDA-graph capture (where the buffer could not grow) the Triton program instead, same product."""
-    from model_optimizer.runtime.kernels import quant_linear, quant_matmul
+    from model_optimizer.runtime.kernels import quant_linear, triton_kernel
     from model_optimizer.runtime.kernels.quant_tiles import DEQUANT
 
     if kind == "fp8" and not _has_fp8():
         pytest.skip("fp8 kernels need sm_89+")
-    monkeypatch.setattr(quant_matmul, "device_tiles", lambda *a, **k: DEQUANT)
+
+    def kernels(module, name):  # the table says "dequant" for every shape
+        return (lambda *a, **k: DEQUANT) if name == "device_tiles" else triton_kernel(module, name)
+
+    monkeypatch.setattr(quant_linear, "triton_kernel", kernels)
     quant_linear._scratch.clear()
     q, s, z, w = _weight(kind, 1024, 3072)
     x = torch.randn(300, 3072, device="cuda").bfloat16()
@@ -269,7 +273,8 @@ def test_dequant_backend_and_its_fallback_inside_a_capture(kind, monkeypatch):
     assert quant_linear._scratch[(x.device, torch.bfloat16)].numel() >= 1024 * 3072
     quant_linear._scratch.clear()  # a capture must not allocate the buffer
     graph = torch.cuda.CUDAGraph()
-    _linear(kind, x[:8], q, s, z)  # compile outside
+    group = 128 if kind == "int4" else 0
+    triton_kernel("quant_matmul", "quant_matmul")(x[:8], q, s, z, kind, group)  # compile outside the capture
     with torch.cuda.graph(graph):
         static = _linear(kind, x[:8], q, s, z)
     graph.replay()
