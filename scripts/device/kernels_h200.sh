@@ -48,7 +48,7 @@ AOT_PID=$!
 part sweep 200 python3 benchmarks/quant_kernels.py --sweep --m 1 2 4 8 16 32 64 128 256 \
   --tiles-output "$W/quant_tiles.json" --output "$W/quant_kernels.json"
 [ -s "$W/quant_tiles.json" ] && export MOPT_QUANT_TILES="$W/quant_tiles.json"
-part tests 100 python3 -m pytest -q -p no:cacheprovider -x --junitxml="$W/gpu_tests.xml" \
+part tests 100 python3 -m pytest -q -p no:cacheprovider --junitxml="$W/gpu_tests.xml" \
   tests/gpu/test_quant_kernels_gpu.py tests/gpu/test_quant_engine_gpu.py tests/gpu/test_fused_ops_gpu.py
 part decode_llama 140 python3 benchmarks/decode_latency.py --models llama-3.1-8b \
   --quantization rtn-int4 fp8 none int8 --batch-sizes 1 8 64 256 --profile --output "$W/decode_llama.json"
