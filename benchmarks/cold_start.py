@@ -1,7 +1,8 @@
 """Cold and warm start-up times, each start a separate process: `mopt serve` to /ready and `LLM(...)`.
 
     PYTHONPATH=. python3 benchmarks/cold_start.py [--model DIR] [--runs N] [--cache-dir DIR]
-        [--output FILE] [--no-llm] [--no-tokenizer] [--warm-only] [-- ENGINE FLAGS, e.g. --load-format dummy --enforce-eager]
+        [--output FILE] [--no-llm] [--no-tokenizer] [--warm-only] [--shipped-cache DIR]
+        [-- ENGINE FLAGS, e.g. --load-format dummy --enforce-eager]
 
 What a user waits for is process start to a server that answers, so this script times exactly that
 from outside: it starts `python -m model_optimizer.cli.main serve ...` and polls /ready; and, for the
@@ -12,7 +13,10 @@ weights, kv sizing, kv allocation, warm-up, graph capture, engine, total) are pa
 Compiled kernels are cached on disk by Triton; the script points its cache (and inductor's, should
 anything compile) at folders under --cache-dir (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR) so the
 runs never touch the user's own caches. "cold": every run gets a new, empty cache folder. "warm": one unmeasured start fills a folder,
-then every measured run reuses it. The OS page cache (the weights file, site-packages) is not
+then every measured run reuses it. "shipped" (with --shipped-cache DIR, a folder `mopt compile-cache
+build` filled, e.g. without a GPU): every run gets a fresh copy of it, as a container image ships it.
+Each run also counts the kernels the start compiled itself (new entries in its Triton cache, by
+kernel name): for "shipped" these are what the ahead-of-time build missed. The OS page cache (the weights file, site-packages) is not
 dropped: that needs root; a first start on a fresh machine is slower than "cold" here.
 
 "tokenizer" times import + load of the model's tokenizer alone in fresh processes, both ways:
@@ -83,6 +87,28 @@ def cache_env(folder: Path) -> dict[str, str]:
         "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
         "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     }
+
+
+def cache_entries(folder: Path) -> dict[str, str]:
+    """Triton cache entry -> kernel name (each entry folder holds the kernel's <name>.json metadata)."""
+    triton_dir = folder / "triton"
+    if not triton_dir.is_dir():
+        return {}
+    entries = {}
+    for entry in triton_dir.iterdir():
+        names = [p.stem for p in entry.glob("*.json") if not p.name.startswith("__")] if entry.is_dir() else []
+        if names:
+            entries[entry.name] = names[0]
+    return entries
+
+
+def compiled_during(start, engine_flags: list[str], folder: Path, timeout: float) -> dict:
+    """One start with `folder` as its caches, and the kernels it compiled (entries it added)."""
+    before = cache_entries(folder)
+    result = start(engine_flags, cache_env(folder), timeout)
+    added = [name for key, name in cache_entries(folder).items() if key not in before]
+    result["compiled"] = {"count": len(added), "kernels": sorted(set(added))}
+    return result
 
 
 def parse_phases(lines: list[str]) -> dict[str, float]:
@@ -198,23 +224,40 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def measure(
-    kind: str, start, engine_flags: list[str], cache_root: Path, runs: int, timeout: float, warm_only: bool = False
+    kind: str,
+    start,
+    engine_flags: list[str],
+    cache_root: Path,
+    runs: int,
+    timeout: float,
+    warm_only: bool = False,
+    shipped: Path | None = None,
+    shipped_only: bool = False,
 ) -> dict:
     result: dict = {}
     cold = []
-    for i in range(0 if warm_only else runs):
+    for i in range(0 if warm_only or shipped_only else runs):
         folder = cache_root / f"{kind}-cold-{i}"
         shutil.rmtree(folder, ignore_errors=True)  # cold: an empty cache folder
-        cold.append(start(engine_flags, cache_env(folder), timeout))
+        cold.append(compiled_during(start, engine_flags, folder, timeout))
         print(f"{kind} cold {i}: {cold[-1]['ready_s']:.2f} s", file=sys.stderr)
+    shipped_runs = []
+    for i in range(runs if shipped is not None else 0):
+        folder = cache_root / f"{kind}-shipped-{i}"
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(shipped, folder / "triton")  # what an image built with `mopt compile-cache build` holds
+        shipped_runs.append(compiled_during(start, engine_flags, folder, timeout))
+        print(f"{kind} shipped {i}: {shipped_runs[-1]['ready_s']:.2f} s, compiled "
+              f"{shipped_runs[-1]['compiled']}", file=sys.stderr)  # fmt: skip
+    warm: list[dict] = []
     warm_folder = cache_root / f"{kind}-warm"
     shutil.rmtree(warm_folder, ignore_errors=True)
-    start(engine_flags, cache_env(warm_folder), timeout)  # fills the cache; not measured
-    warm = []
-    for i in range(runs):
+    if not shipped_only:
+        start(engine_flags, cache_env(warm_folder), timeout)  # fills the cache; not measured
+    for i in range(0 if shipped_only else runs):
         warm.append(start(engine_flags, cache_env(warm_folder), timeout))
         print(f"{kind} warm {i}: {warm[-1]['ready_s']:.2f} s", file=sys.stderr)
-    for name, values in (("cold", cold), ("warm", warm)):
+    for name, values in (("cold", cold), ("shipped", shipped_runs), ("warm", warm)):
         if values:
             result[name] = {"runs": values, **summarize(values)}
     return result
@@ -231,12 +274,17 @@ def main() -> None:
     parser.add_argument("--warm-only", action="store_true", help="skip the cold starts (one filling start, then warm)")
     parser.add_argument("--no-tokenizer", action="store_true", help="skip the tokenizer import+load timing")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one start may take")
+    parser.add_argument(
+        "--shipped-cache", default=None, help="a Triton cache folder built ahead of time: also time starts from a copy"
+    )
+    parser.add_argument("--shipped-only", action="store_true", help="only the starts from --shipped-cache")
     parser.add_argument("engine_flags", nargs="*", help="after `--`: engine flags as `mopt serve` takes them")
     args = parser.parse_args()
     if args.runs < 1:
         raise SystemExit(f"--runs must be >= 1, got {args.runs}")
     engine_flags = ([] if args.model is None else ["--model", args.model]) + args.engine_flags
     own_temp = args.cache_dir is None
+    shipped = Path(args.shipped_cache).resolve() if args.shipped_cache else None
     cache_root = Path(args.cache_dir or tempfile.mkdtemp(prefix="mopt-cold-start-"))
     try:
         results = {}
@@ -245,11 +293,27 @@ def main() -> None:
             results["tokenizer"] = tokenizer_load(model_dir, args.runs, args.timeout)
         if not args.no_serve:
             results["serve"] = measure(
-                "serve", start_server, engine_flags, cache_root, args.runs, args.timeout, args.warm_only
+                "serve",
+                start_server,
+                engine_flags,
+                cache_root,
+                args.runs,
+                args.timeout,
+                args.warm_only,
+                shipped,
+                args.shipped_only,
             )
         if not args.no_llm:
             results["llm"] = measure(
-                "llm", start_llm, engine_flags, cache_root, args.runs, args.timeout, args.warm_only
+                "llm",
+                start_llm,
+                engine_flags,
+                cache_root,
+                args.runs,
+                args.timeout,
+                args.warm_only,
+                shipped,
+                args.shipped_only,
             )
     finally:
         if own_temp:

@@ -3,18 +3,22 @@
     PYTHONPATH=. python3 benchmarks/quant_kernels.py [--output FILE] [--sweep]
 
 For each linear of one decoder layer of Qwen3-0.6B and Llama-3.1-8B (fused qkv, o, fused gate_up,
-down) and M = 1, 8, 64, 512 rows, per method (bf16 `F.linear`; `fp8_linear`; `w8a16_linear`;
-`w4a16_linear` at group 128; and `fp8_scaled_mm`, the W8A8 `torch._scaled_mm` path forced at every M,
-to show where the GEMV wins): the GPU time of one call (`gpu_time.gpu_time_ms`: 20-64 back-to-back
+down) and M = 1, 2, 4, ... 256 rows, per method (bf16 `F.linear`; `fp8_linear`; `w8a16_linear`;
+`w4a16_linear` at group 128 in the planes packing the layers hold; and `fp8_scaled_mm`, the W8A8
+`torch._scaled_mm` path forced at every M, to show where the other kernels win): the GPU time of one call (`gpu_time.gpu_time_ms`: 20-64 back-to-back
 calls captured in a CUDA graph and replayed, so a 5 us kernel measures 5 us and not its Python
 launch; every call takes the next of several weight copies that together exceed the L2, so each
 reads its weights from HBM), the weight bytes read per second and TFLOP/s. `per_step` sums one layer's four linears
 times the number of layers: the linear work of one decode step at batch M, the first indicator for
 the issue's targets (Llama-3.1-8B at batch 1: fp8 <= 2.5 ms, int4 <= 1.5 ms per step; bf16 4.76 ms).
 `--sweep` first times every launch candidate (same GPU timing, after a check of its result) of
-`quant_tiles.candidates` per format, shape and the row buckets of --m (M = 1, 8, 64, 512 for the
-buckets 1, 2-16, 17-64, 65+; fp8 above 16 rows also `_scaled_mm`) and writes the fastest per case as a
-tile table (`--tiles-output`, default beside --output): run with MOPT_QUANT_TILES pointing at it, the
+`quant_tiles.candidates` per format, shape and the row buckets of --m (each bucket timed at its own
+row count: 1, 2, 4, ... 256, and 512 for "above 256" when asked): the CUDA-core GEMV (M = 1), the
+tensor-core program's tiles, the dense matmul after one dequantization (128 rows and up), and for fp8
+the W8A8 kinds (our e4m3 x e4m3 program; `_scaled_mm` above 16 rows). It writes the fastest per case as a
+tile table (`--tiles-output`, default beside --output; fp8 twice: "fp8" the fastest weight-only
+launch, "fp8a" the fastest of all, for callers that accept quantized activations): run with
+MOPT_QUANT_TILES pointing at it, the
 kernels take those shapes, here (the method timings that follow) and in the engine; committed as
 model_optimizer/runtime/kernels/quant_tiles.json it becomes the default on that GPU. The Triton compiles of
 the candidates run first in parallel processes (`--compile-workers`), which fill Triton's disk cache.
@@ -33,8 +37,9 @@ from pathlib import Path
 from common import CONFIGS, RESULTS, environment, write_json
 from gpu_time import sets_for
 
-M_VALUES = [1, 8, 64, 512]
-METHODS = ["bf16", "fp8", "int8", "int4", "fp8_scaled_mm"]
+M_VALUES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+METHODS = ["bf16", "bf16_table", "fp8", "int8", "int4", "fp8_scaled_mm"]
+"""bf16_table: kernels/dense_linear.py, i.e. our program where the tile table measured it faster than cuBLAS."""
 GROUP_SIZE = 128
 
 
@@ -56,19 +61,21 @@ def make_weights(method: str, n: int, k: int, copies: int) -> list[tuple]:
     """`copies` independent weight sets of the method's layout (random, quantized on the GPU)."""
     import torch
 
+    from model_optimizer.runtime.kernels.quant_reference import repack_int4
     from model_optimizer.runtime.layers.quantization.quantizers import quantize_fp8, quantize_int4, quantize_int8
 
     sets = []
     for i in range(copies):
         w = torch.randn(n, k, device="cuda", generator=torch.Generator("cuda").manual_seed(i)).bfloat16()
-        if method == "bf16":
+        if method in ("bf16", "bf16_table"):
             sets.append((w,))
         elif method in ("fp8", "fp8_scaled_mm"):
             sets.append(quantize_fp8(w).astuple())
         elif method == "int8":
             sets.append(quantize_int8(w).astuple())
-        else:
-            sets.append(quantize_int4(w, GROUP_SIZE).astuple())
+        else:  # the packing the layers hold on a GPU
+            q, scales, zeros = quantize_int4(w, GROUP_SIZE).astuple()
+            sets.append((repack_int4(q, "sequential", "planes"), scales, zeros))
         del w
     return sets
 
@@ -81,19 +88,26 @@ def call(method: str):
 
     if method == "bf16":
         return lambda x, w: F.linear(x, w)
+    if method == "bf16_table":
+        from model_optimizer.runtime.kernels.dense_linear import dense_linear
+
+        return lambda x, w: dense_linear(x, w)
     if method == "fp8":
         return quant_linear.fp8_linear
     if method == "fp8_scaled_mm":
         return lambda x, q, s: quant_linear._scaled_mm_w8a8(x, q, s, None)
     if method == "int8":
         return quant_linear.w8a16_linear
-    return lambda x, q, s, z: quant_linear.w4a16_linear(x, q, s, z, GROUP_SIZE)
+    return lambda x, q, s, z: quant_linear.w4a16_linear(x, q, s, z, GROUP_SIZE, packing="planes")
 
 
-def time_ms(fn, x, sets: list[tuple]) -> float:
-    """GPU ms of one call fn(x, *set), each call on the next weight set (gpu_time.gpu_time_ms)."""
+def time_ms(fn, x, sets: list[tuple], quick: bool = False) -> float:
+    """GPU ms of one call fn(x, *set), each call on the next weight set (gpu_time.gpu_time_ms); `quick`:
+    fewer replays (the sweep's thousands of candidates)."""
     from gpu_time import gpu_time_ms
 
+    if quick:
+        return gpu_time_ms(lambda weights: fn(x, *weights), sets, target_ms=4.0, samples=2)
     return gpu_time_ms(lambda weights: fn(x, *weights), sets)
 
 
@@ -140,23 +154,21 @@ def per_step(rows: list[dict], shapes: dict, num_layers: int) -> list[dict]:
     return out
 
 
-SWEEP_ROWS = {1: 1, 16: 8, 64: 64, 512: 512}
-"""Row bucket of the tile table -> rows timed for it (the decode batches 1, 8, 64 and a prefill chunk)."""
-SWEEP_KINDS = ("int4", "fp8", "int8")
+SWEEP_KINDS = ("int4", "fp8", "int8", "bf16")
+"""bf16: the unquantized weight through our program against cuBLAS (kernels/dense_linear.py), decode rows only."""
 HBM_PEAK_GBPS = 4800  # H200; a candidate measured faster read (part of) its weights from L2
 
 
 def sweep_rows(m_values: list[int]) -> dict[int, int]:
-    """The row buckets that `m_values` fall in -> rows timed for each (SWEEP_ROWS)."""
+    """The row buckets that `m_values` fall in -> rows timed for each (the bucket's largest)."""
     from model_optimizer.runtime.kernels.quant_tiles import row_bucket
 
-    buckets = {row_bucket(m) for m in m_values}
-    return {bucket: m for bucket, m in SWEEP_ROWS.items() if bucket in buckets}
+    return {row_bucket(m): row_bucket(m) for m in sorted(m_values)}
 
 
 def sweep_cases(models: list[str], num_sms: int, m_values: list[int]) -> list[tuple]:
     """(model, linear, kind, bucket, N, K, candidates) for every case the table holds: the row
-    buckets of `m_values` (--m), each timed at its SWEEP_ROWS row count."""
+    buckets of `m_values` (--m), each timed at its largest row count; fp8 with the W8A8 kinds too."""
     from model_optimizer.runtime.kernels.quant_tiles import candidates
 
     cases = []
@@ -165,13 +177,14 @@ def sweep_cases(models: list[str], num_sms: int, m_values: list[int]) -> list[tu
             for kind in SWEEP_KINDS:
                 for bucket, m in sweep_rows(m_values).items():
                     found = candidates(kind, m, n, k, num_sms, fp8_scaled_mm=True)
-                    cases.append((model, name, kind, bucket, n, k, found))
+                    if len(found) > 1:  # bf16 above DENSE_MAX_ROWS: cuBLAS alone, nothing to choose
+                        cases.append((model, name, kind, bucket, n, k, found))
     return cases
 
 
 def _compile_worker(jobs: list[tuple]) -> list[str]:
     """Launch each (kind, m, n, k, tiles) once on uninitialised tensors: the compile lands in Triton's
-    disk cache with the specializations of the real call (strides, M == 1, one split)."""
+    disk cache with the specializations of the real call (strides, one split or several)."""
     import torch
 
     from model_optimizer.runtime.kernels import quant_matmul as qk
@@ -180,14 +193,14 @@ def _compile_worker(jobs: list[tuple]) -> list[str]:
     for kind, m, n, k, tiles in jobs:
         try:
             weight = (
-                torch.empty(n, k // 8, dtype=torch.int32, device="cuda")
+                torch.zeros(n, k // 8, dtype=torch.int32, device="cuda")
                 if kind == "int4"
-                else torch.empty(n, k, dtype=torch.int8, device="cuda")
+                else torch.zeros(n, k, dtype=torch.bfloat16 if kind == "bf16" else torch.int8, device="cuda")
             )
             if kind == "fp8":
                 weight = weight.view(torch.float8_e4m3fn)
             scales = torch.ones(n, k // GROUP_SIZE if kind == "int4" else 1, device="cuda", dtype=torch.bfloat16)
-            scales = scales if kind == "int4" else scales[:, 0].float().contiguous()
+            scales = scales if kind == "int4" else (None if kind == "bf16" else scales[:, 0].float().contiguous())
             zeros = torch.zeros(n, k // GROUP_SIZE, dtype=torch.uint8, device="cuda") if kind == "int4" else None
             x = torch.zeros(m, k, device="cuda", dtype=torch.bfloat16)
             qk.quant_matmul(x, weight, scales, zeros, kind, GROUP_SIZE, None, tiles)
@@ -204,16 +217,15 @@ def compile_in_parallel(cases: list, workers: int) -> list[str]:
 
     jobs = {}
     for _model, _name, kind, bucket, n, k, found in cases:
-        m = SWEEP_ROWS[bucket]
         for tiles in found:
             if tiles.backend != "triton":
                 continue
-            # what Triton specializes on: integers equal to 1 or divisible by 16 (M, N, K, strides)
-            ints = (m, n, k, k // 8, k // GROUP_SIZE) if kind == "int4" else (m, n, k)
-            key = (kind, tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages, tiles.planes)
+            # what Triton specializes on: integers equal to 1 or divisible by 16 (N, K, strides; not M)
+            ints = (n, k, k // 8, k // GROUP_SIZE) if kind == "int4" else (n, k)
+            key = (kind, tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages, tiles.w8a8)
             key += (tiles.split_k == 1, n % tiles.block_n == 0, k % tiles.block_k == 0)  # EVEN_N, EVEN_K
             key += tuple((i == 1, i % 16 == 0) for i in ints)
-            jobs.setdefault(key, (kind, m, n, k, tiles))
+            jobs.setdefault(key, (kind, bucket, n, k, tiles))
     jobs = list(jobs.values())
     print(f"sweep: {len(jobs)} distinct compiles on {workers} processes", flush=True)
     if workers <= 1 or not jobs:
@@ -230,6 +242,16 @@ def _runner(kind: str, tiles):
 
     if tiles.backend == "scaled_mm":
         return lambda x, q, s, z: quant_linear._scaled_mm_w8a8(x, q, s, None)
+    if tiles.backend == "torch":  # bf16 weights: cuBLAS
+        return lambda x, q, s, z: x @ q.T
+    if tiles.backend == "dequant":  # the engine's path: the scratch buffer, then a dense matmul
+
+        def dense(x, q, s, z):
+            buf = quant_linear._weight_scratch(x.device, x.dtype, s.shape[0] * x.shape[1])
+            w = qk.dequantize_weight(q, s, z, kind, GROUP_SIZE, x.dtype, buf)
+            return x @ w.T
+
+        return dense
     return lambda x, q, s, z: qk.quant_matmul(x, q, s, z, kind, GROUP_SIZE, None, tiles)
 
 
@@ -240,16 +262,48 @@ def _dequantized(kind: str, weight_set: tuple):
     from model_optimizer.runtime.kernels import quant_reference as ref
 
     if kind == "int4":
-        return ref.dequantize_int4(weight_set[0], weight_set[1], weight_set[2], GROUP_SIZE, torch.float32)
+        return ref.dequantize_int4(weight_set[0], weight_set[1], weight_set[2], GROUP_SIZE, torch.float32, "planes")
     if kind == "int8":
         return ref.dequantize_int8(weight_set[0], weight_set[1])
+    if kind == "bf16":
+        return weight_set[0].float()
     return ref.dequantize_fp8(weight_set[0], weight_set[1])
 
 
+def _best(rows: list[dict], kinds: tuple[str, ...]) -> dict | None:
+    timed = [r for r in rows if "ms" in r and r["kernel"] in kinds]
+    return min(timed, key=lambda r: r["ms"]) if timed else None
+
+
+WEIGHT_ONLY = ("gemv", "mma", "dequant", "torch")
+"""Kernels that keep the activations exact: a "fp8" table entry is the fastest of these."""
+
+
+def time_candidates(x, kind: str, found: list, sets: list, want, weight_bytes: int) -> list[dict]:
+    """One row per candidate: its check against the dequantized product, then its GPU time."""
+    rows = []
+    for tiles in found:
+        row = {"tiles": vars(tiles), "kernel": tiles.kernel}
+        try:
+            out = _runner(kind, tiles)(x, *sets[0]).float()
+            row["rel_err"] = ((out - want).norm() / want.norm()).item()
+            # weight-only: one bf16 rounding (~4e-3); W8A8 also rounds x to e4m3 (~3%)
+            if not row["rel_err"] < (6e-2 if tiles.kernel in ("scaled_mm", "w8a8") else 1e-2):
+                raise ValueError(f"wrong result: relative error {row['rel_err']:.3g}")
+            row["ms"] = time_ms(_runner(kind, tiles), x, sets, quick=True)
+            row["weight_gbps"] = weight_bytes / row["ms"] / 1e6
+            if row["weight_gbps"] > HBM_PEAK_GBPS:  # faster than HBM: the weights came from L2
+                row["suspect"] = "above HBM peak"
+        except Exception as exc:  # a launch shape the compiler rejects is a result too
+            row["error"] = str(exc)[:200]
+        rows.append(row)
+    return rows
+
+
 def sweep(models: list[str], workers: int, m_values: list[int], tiles_path: Path) -> tuple[list[dict], dict, list[str]]:
-    """Time every candidate per case: (rows, {table_key: best QuantTiles}, compile errors). The table
-    so far is rewritten at `tiles_path` after each weight shape, so a run cut by its time limit
-    still leaves the shapes it finished."""
+    """Time every candidate per case: (rows, table JSON, compile errors). The table so far is rewritten
+    at `tiles_path` after each weight shape, so a run cut by its time limit still leaves the shapes it
+    finished."""
     import torch
 
     from model_optimizer.common.fileio import atomic_write
@@ -261,7 +315,7 @@ def sweep(models: list[str], workers: int, m_values: list[int], tiles_path: Path
     t0 = time.time()
     errors = compile_in_parallel(cases, workers)
     print(f"sweep: compiled the candidates in {time.time() - t0:.0f} s ({len(errors)} failed)", flush=True)
-    rows, best = [], {}
+    rows, best, timings = [], {}, {}
     by_weights: dict[tuple, list] = {}
     for case in cases:
         by_weights.setdefault((case[2], case[4], case[5]), []).append(case)
@@ -269,45 +323,39 @@ def sweep(models: list[str], workers: int, m_values: list[int], tiles_path: Path
         one = make_weights(kind, n, k, 1)
         weight_bytes = sum(t.numel() * t.element_size() for t in one[0])
         more = make_weights(kind, n, k, sets_for(weight_bytes) - 1)  # together beyond the L2
-        sets = [(w[0], w[1], w[2] if kind == "int4" else None) for w in one + more]
+        sets = [(w[0], w[1] if len(w) > 1 else None, w[2] if kind == "int4" else None) for w in one + more]
         dequantized = _dequantized(kind, sets[0])
         for model, name, _kind, bucket, _n, _k, found in group:
-            m = SWEEP_ROWS[bucket]
+            m = bucket
             x = torch.randn(m, k, device="cuda").bfloat16()
             want = x.float() @ dequantized.T
-            default = quant_tiles.default_tiles(kind, m, n, k, num_sms, fp8_scaled_mm=True)
-            timed = []
-            for tiles in found:
-                row = {"model": model, "linear": name, "kind": kind, "n": n, "k": k, "m": m, "bucket": bucket}
-                row.update(tiles=vars(tiles), default=tiles == default)
-                try:
-                    out = _runner(kind, tiles)(x, *sets[0]).float()
-                    row["rel_err"] = ((out - want).norm() / want.norm()).item()
-                    # weight-only: one bf16 rounding (~4e-3); W8A8 also rounds x to e4m3 (~3%)
-                    if not row["rel_err"] < (6e-2 if tiles.backend == "scaled_mm" else 1e-2):
-                        raise ValueError(f"wrong result: relative error {row['rel_err']:.3g}")
-                    row["ms"] = time_ms(_runner(kind, tiles), x, sets)
-                    row["weight_gbps"] = weight_bytes / row["ms"] / 1e6
-                    if row["weight_gbps"] > HBM_PEAK_GBPS:  # faster than HBM: the weights came from L2
-                        row["suspect"] = "above HBM peak"
-                    timed.append((row["ms"], tiles))
-                except Exception as exc:  # a launch shape the compiler rejects is a result too
-                    row["error"] = str(exc)[:200]
-                rows.append(row)
-            if timed:
-                ms, tiles = min(timed, key=lambda t: t[0])
-                best[quant_tiles.table_key(kind, m, n, k)] = tiles
-                default_ms = next((r["ms"] for r in rows[-len(found) :] if r["default"] and "ms" in r), None)
+            default = quant_tiles.default_tiles(kind, m, n, k, num_sms)
+            case_rows = time_candidates(x, kind, found, sets, want, weight_bytes)
+            for row in case_rows:
+                row.update(model=model, linear=name, kind=kind, n=n, k=k, m=m, bucket=bucket)
+                row["default"] = row["tiles"] == vars(default)
+            rows += case_rows
+            for table_kind, kinds in ((kind, WEIGHT_ONLY), ("fp8a", WEIGHT_ONLY + ("w8a8", "scaled_mm"))):
+                if table_kind == "fp8a" and kind != "fp8":
+                    continue
+                winner = _best(case_rows, kinds)
+                if winner is not None:
+                    key = quant_tiles.table_key(table_kind, m, n, k)
+                    best[key] = quant_tiles.QuantTiles(**winner["tiles"])
+                    timings[key] = winner["ms"] * 1e3
+            won = _best(case_rows, WEIGHT_ONLY + ("w8a8", "scaled_mm"))
+            default_ms = next((r["ms"] for r in case_rows if r["default"] and "ms" in r), None)
+            if won:
                 print(
-                    f"sweep {model} {name:12s} {kind} M={m:3d}: best {ms * 1e3:6.1f} us "
-                    f"{weight_bytes / ms / 1e6:5.0f} GB/s {tiles}; default "
+                    f"sweep {model} {name:12s} {kind} M={m:3d}: best {won['ms'] * 1e3:6.1f} us "
+                    f"{weight_bytes / won['ms'] / 1e6:5.0f} GB/s {won['kernel']} {won['tiles']}; default "
                     + (f"{default_ms * 1e3:.1f} us" if default_ms else "-"),
                     flush=True,
                 )
         del sets, dequantized
         torch.cuda.empty_cache()
-        atomic_write(tiles_path, json.dumps(quant_tiles.table_json(gpu, best), indent=1) + "\n")
-    return rows, quant_tiles.table_json(gpu, best), errors
+        atomic_write(tiles_path, json.dumps(quant_tiles.table_json(gpu, best, timings), indent=1) + "\n")
+    return rows, quant_tiles.table_json(gpu, best, timings), errors
 
 
 def main() -> None:

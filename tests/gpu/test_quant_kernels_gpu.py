@@ -2,9 +2,11 @@
 float32 product with the dequantized weight, and inside CUDA graphs.
 
 Bounds on ||out - ref|| / ||ref|| (bf16 output, float32 accumulation): weight-only paths 1e-2 (a
-bf16 rounding of the output is ~4e-3). fp8 above 16 rows runs W8A8 (`torch._scaled_mm` on
-per-token fp8 activations): 1e-2 against the reference that quantizes the activations the same
-way, 6e-2 against the weight-only product (e4m3's 3 mantissa bits on Gaussian activations: ~3%).
+bf16 rounding of the output is ~4e-3). fp8 from 17 rows may run W8A8 (our e4m3 x e4m3 program or
+`torch._scaled_mm`, per-token fp8 activations): 1e-2 against the reference that quantizes the
+activations the same way, 6e-2 against the weight-only product (e4m3's 3 mantissa bits on Gaussian
+activations: ~3%). The widening of each weight in registers (PTX on sm_90) is checked exactly, code
+by code, through one-hot activations: one product per output, so the output is the weight itself.
 """
 
 import pytest
@@ -45,9 +47,9 @@ def _weight(kind: str, n: int, k: int):
         elif kind == "fp8":
             q, s = quantize_fp8(w).astuple()
             _weights[key] = (q, s, None, ref.dequantize_fp8(q, s))
-        else:
+        else:  # the kernels' packing, as the layers hold it once loaded on a GPU
             q, s, z = quantize_int4(w.bfloat16(), 128).astuple()
-            _weights[key] = (q, s, z, ref.dequantize_int4(q, s, z, 128, torch.float32))
+            _weights[key] = (ref.repack_int4(q, "sequential", "planes"), s, z, ref.dequantize_int4(q, s, z, 128))
     return _weights[key]
 
 
@@ -58,14 +60,15 @@ def _linear(kind, x, q, s, z, bias=None):
         return w8a16_linear(x, q, s, bias)
     if kind == "fp8":
         return fp8_linear(x, q, s, bias)
-    return w4a16_linear(x, q, s, z, 128, bias)
+    return w4a16_linear(x, q, s, z, 128, bias, packing="planes")
 
 
-def _fp8_backend(x, n: int) -> str:
-    """Which fp8 path runs above 16 rows: W8A8 `_scaled_mm` or the weight-only Triton program (tile table)."""
+def _fp8_kernel(x, n: int) -> str:
+    """Which fp8 path runs above 16 rows (tile table): scaled_mm or w8a8 (quantized activations), mma..."""
+    from model_optimizer.runtime.kernels.quant_linear import FP8_W8A8_MIN_ROWS
     from model_optimizer.runtime.kernels.quant_matmul import device_tiles
 
-    return device_tiles(x, n, "fp8", 0, fp8_scaled_mm=True).backend
+    return device_tiles(x, n, "fp8", 0, fp8_scaled_mm=x.shape[0] >= FP8_W8A8_MIN_ROWS).kernel
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4", "fp8"])
@@ -74,12 +77,12 @@ def test_real_shapes_match_dequantized_weight(kind, model, n, k):
     if kind == "fp8" and not _has_fp8():
         pytest.skip("fp8 kernels need sm_89+")
     q, s, z, w = _weight(kind, n, k)
-    for m in (1, 8, 64, 512):
+    for m in (1, 2, 8, 32, 64, 256, 512):
         x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).bfloat16()
         out = _linear(kind, x, q, s, z)
         assert out.shape == (m, n) and out.dtype == torch.bfloat16
         weight_only = x.float() @ w.T
-        if kind == "fp8" and m > 16 and _fp8_backend(x, n) == "scaled_mm":
+        if kind == "fp8" and _fp8_kernel(x, n) in ("scaled_mm", "w8a8"):
             assert relative_error(out, ref.fp8_w8a8_linear_ref(x, q, s)) < TOLERANCE, (m, "vs W8A8 reference")
             assert relative_error(out, weight_only) < W8A8_VS_WEIGHT_ONLY, (m, "vs weight-only")
         else:
@@ -180,10 +183,140 @@ def test_sweep_timing_captures_the_decode_call_in_a_graph(kind, m, monkeypatch):
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     found = candidates(kind, m, 1024, 3072, num_sms)
     gemvs = [t for t in found if t.block_m == 1]  # with and without the register prefetch
-    for tiles in [t for t in found if t.block_m != 1][:2] + gemvs[:2] + gemvs[-1:]:
+    for tiles in [t for t in found if t.kernel == "mma"][:2] + gemvs[:2] + gemvs[-1:]:
         ms = gpu_time.gpu_time_ms(
             lambda ws, t=tiles: launcher.quant_matmul(x, *ws, kind, 128, None, t), [(q, s, z)] * 2
         )
         assert ms > 0, tiles
     torch.cuda.synchronize()
     assert not launcher._counters[x.device].any()
+
+
+def _one_hot_product(kind, q, s, z, tiles, dtype):
+    """x = the identity: out[m, n] is weight[n, m] itself (one product each, float32 accumulation)."""
+    from model_optimizer.runtime.kernels import quant_matmul as launcher
+
+    k = q.shape[1] * (8 if kind == "int4" else 1)
+    x = torch.eye(k, device="cuda", dtype=dtype)
+    return launcher.quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, None, tiles).T
+
+
+def _all_codes(kind, dtype):
+    """(qweight, scales, zeros, reference weight in dtype) holding every code of the format."""
+    if kind == "int4":  # every code against every zero point, in every plane of a lane
+        rows, cols = torch.arange(64)[:, None], torch.arange(256)[None, :]
+        codes = (cols % 32 + rows * 3 + cols // 32) % 16
+        zeros = ((rows + torch.arange(2)[None, :] * 7) % 16).to(torch.uint8)
+        scales = torch.linspace(0.01, 3.0, 128).view(64, 2).to(dtype)
+        q = ref.pack_int4_planes(codes)
+        return q.cuda(), scales.cuda(), zeros.cuda(), ref.dequantize_int4(q, scales, zeros, 128, dtype, "planes").cuda()
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).repeat(64, 1).roll(1, 0)
+    if kind == "fp8":
+        codes[(codes & 0x7F) == 0x7F] = 0  # NaN codes are never weights
+        q = codes.view(ref.FP8_DTYPE)
+    else:
+        q = codes.view(torch.int8)
+    scales = torch.logspace(-3, 1, 64)
+    dequantize = ref.dequantize_int8 if kind == "int8" else ref.dequantize_fp8
+    return q.cuda(), scales.cuda(), None, dequantize(q, scales, dtype).cuda()
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8", "int4"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_widening_in_registers_is_exact_for_every_code(kind, dtype):
+    """The PTX widening (quant_dequant) of every int8 / e4m3 byte and every int4 code and zero point,
+    in the tensor-core program (one-hot activations; 64 and 128 rows a warp group) and the whole-weight
+    dequantization: each weight value exactly the reference's."""
+    from model_optimizer.runtime.kernels.quant_matmul import QuantTiles, dequantize_weight
+
+    if kind == "fp8" and not _has_fp8():
+        pytest.skip("fp8 kernels need sm_89+")
+    q, s, z, want = _all_codes(kind, dtype)
+    for tiles in (QuantTiles(16, 64, 128, 1), QuantTiles(64, 128, 128, 2), QuantTiles(16, 256, 128, 1, num_warps=8)):
+        assert torch.equal(_one_hot_product(kind, q, s, z, tiles, dtype).to(dtype), want), tiles
+    assert torch.equal(dequantize_weight(q, s, z, kind, 128 if kind == "int4" else 0, dtype), want)
+
+
+def test_w8a8_tiles_match_the_quantized_activation_reference():
+    from model_optimizer.runtime.kernels.quant_matmul import QuantTiles, quant_matmul
+
+    if not _has_fp8():
+        pytest.skip("fp8 kernels need sm_89+")
+    q, s, _, w = _weight("fp8", 4096, 4096)
+    for m in (1, 16, 64, 200):
+        x = torch.randn(m, 4096, device="cuda").bfloat16()
+        for tiles in (QuantTiles(16, 128, 256, 4, w8a8=True), QuantTiles(64, 128, 128, 2, w8a8=True)):
+            out = quant_matmul(x, q, s, None, "fp8", 0, None, tiles)
+            assert relative_error(out, ref.fp8_w8a8_linear_ref(x, q, s)) < TOLERANCE, (m, tiles)
+            assert relative_error(out, x.float() @ w.T) < W8A8_VS_WEIGHT_ONLY, (m, tiles)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4", "fp8"])
+def test_dequant_backend_and_its_fallback_inside_a_capture(kind, monkeypatch):
+    """Prefill sizes: the weight widened once into the scratch buffer and a dense matmul; inside a
+    CUDA-graph capture (where the buffer could not grow) the Triton program instead, same product."""
+    from model_optimizer.runtime.kernels import quant_linear, triton_kernel
+    from model_optimizer.runtime.kernels.quant_tiles import DEQUANT
+
+    if kind == "fp8" and not _has_fp8():
+        pytest.skip("fp8 kernels need sm_89+")
+
+    def kernels(module, name):  # the table says "dequant" for every shape
+        return (lambda *a, **k: DEQUANT) if name == "device_tiles" else triton_kernel(module, name)
+
+    monkeypatch.setattr(quant_linear, "triton_kernel", kernels)
+    quant_linear._scratch.clear()
+    q, s, z, w = _weight(kind, 1024, 3072)
+    x = torch.randn(300, 3072, device="cuda").bfloat16()
+    out = _linear(kind, x, q, s, z)
+    assert relative_error(out, x.float() @ w.T) < TOLERANCE
+    assert quant_linear._scratch[(x.device, torch.bfloat16)].numel() >= 1024 * 3072
+    quant_linear._scratch.clear()  # a capture must not allocate the buffer
+    graph = torch.cuda.CUDAGraph()
+    group = 128 if kind == "int4" else 0
+    triton_kernel("quant_matmul", "quant_matmul")(x[:8], q, s, z, kind, group)  # compile outside the capture
+    with torch.cuda.graph(graph):
+        static = _linear(kind, x[:8], q, s, z)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert not quant_linear._scratch
+    assert relative_error(static, x[:8].float() @ w.T) < TOLERANCE
+
+
+def test_int4_layers_hold_the_planes_packing_and_write_the_checkpoint_one(tmp_path):
+    """Loaded on the GPU, int4 layers are repacked once for the kernels; what the writer saves from them
+    is the checkpoint packing (the same codes as a CPU load)."""
+    from model_optimizer.assets import reference_model_path
+    from model_optimizer.model.quantize.writer import model_state
+    from model_optimizer.runtime.layers.quantization.attach import quantized_layers
+    from model_optimizer.runtime.models.loader import load_model
+
+    folder = reference_model_path()
+    on_gpu = load_model(folder, "bfloat16", torch.device("cuda"), quantization="rtn-int4")
+    on_cpu = load_model(folder, "bfloat16", torch.device("cpu"), quantization="rtn-int4")
+    assert {layer.quant_method.packing for _, layer in quantized_layers(on_gpu)} == {"planes"}
+    assert {layer.quant_method.packing for _, layer in quantized_layers(on_cpu)} == {"sequential"}
+    gpu_state, cpu_state = model_state(on_gpu, "rtn-int4"), model_state(on_cpu, "rtn-int4")
+    packed = [k for k in cpu_state if k.endswith("weight_packed")]
+    assert packed and all(torch.equal(gpu_state[k], cpu_state[k]) for k in packed)
+
+
+@pytest.mark.parametrize(("n", "k"), SHAPES["qwen3-0.6b"])
+def test_bf16_kind_matches_cublas_and_dense_linear_follows_the_table(n, k):
+    """Plain bf16 weights through every GEMV / tensor-core candidate equal cuBLAS's product; dense_linear
+    (what Linear calls) gives cuBLAS's result too, whichever the table picked."""
+    import torch.nn.functional as F
+
+    from model_optimizer.runtime.kernels.dense_linear import dense_linear
+    from model_optimizer.runtime.kernels.quant_matmul import quant_matmul
+    from model_optimizer.runtime.kernels.quant_tiles import candidates
+
+    w = torch.randn(n, k, device="cuda").bfloat16()
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for m in (1, 4, 16, 64):
+        x = torch.randn(m, k, device="cuda").bfloat16()
+        want = F.linear(x, w).float()
+        for tiles in candidates("bf16", m, n, k, num_sms):
+            if tiles.backend == "triton":
+                assert relative_error(quant_matmul(x, w, None, None, "bf16", 0, None, tiles), want) < TOLERANCE, tiles
+        assert relative_error(dense_linear(x, w), want) < TOLERANCE, m

@@ -91,9 +91,10 @@ class _Slice:
 
     def __init__(self, layer: Linear, start: int, size: int) -> None:
         self.in_features = layer.in_features
-        self.qweight = layer.qweight[start : start + size]
-        self.scales = layer.scales[start : start + size]
-        self.zeros = layer.zeros[start : start + size] if getattr(layer, "zeros", None) is not None else None
+        stored = layer.quant_method.checkpoint_tensors(layer)  # the checkpoint's packing, not the kernels'
+        self.qweight = stored.qweight[start : start + size]
+        self.scales = stored.scales[start : start + size]
+        self.zeros = stored.zeros[start : start + size] if stored.zeros is not None else None
 
 
 MOE_IGNORE = ["re:.*\\.experts(\\..*)?$", "re:.*\\.gate$"]

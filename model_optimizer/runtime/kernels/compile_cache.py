@@ -7,11 +7,16 @@ We point it at
 
     <root>/<key>/triton   root: $MOPT_COMPILE_CACHE_DIR, else $XDG_CACHE_HOME/model-optimizer/compile,
                           else ~/.cache/model-optimizer/compile
-                          key: torch, Triton and model_optimizer versions and the GPU's name
+                          key: torch, Triton and model_optimizer versions and the GPU's architecture
+                          (sm90: H100 and H200 run the same binaries)
 
-so a second start reads what the first compiled, and a new version (or another GPU model) never
-reads a stale entry. A user's own TRITON_CACHE_DIR always wins: we set it only where it is unset, at
-engine start, before anything compiles. Worker processes (tensor parallelism) inherit it.
+so a second start reads what the first compiled, and a new version (or another architecture) never
+reads a stale entry: inside the folder Triton keys each entry by its own version, the kernel's
+source, the target and the call's specialization, so an edited kernel is a miss, compiled anew.
+`mopt compile-cache build` (runner/aot_build.py) fills the folder of an architecture ahead of time
+on any machine, so a container image can ship it. A user's own TRITON_CACHE_DIR always wins: we set
+it only where it is unset, at engine start, before anything compiles. Worker processes (tensor
+parallelism) inherit it.
 
 Nothing in the engine uses torch.compile (layers/fusion.py runs our own kernels), so there is no
 inductor cache to place and enforce_eager changes nothing here: it only turns CUDA graphs off.
@@ -40,12 +45,13 @@ def cache_root() -> Path:
     return base / "model-optimizer" / "compile"
 
 
-def cache_key(gpu_name: str | None) -> str:
-    """Readable and collision-free: the versions and GPU, cleaned for a folder name, plus a short hash of them."""
+def cache_key(arch: str | None) -> str:
+    """Readable and collision-free: the versions and the GPU architecture ("sm90"), cleaned for a folder
+    name, plus a short hash of them."""
     from model_optimizer.common.version import __version__
 
     parts = [f"torch-{_version('torch')}", f"triton-{_version('triton')}", f"mopt-{__version__}"]
-    parts.append(gpu_name or "cpu")
+    parts.append(arch or "cpu")
     raw = "_".join(parts)
     digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
     return re.sub(r"[^A-Za-z0-9._-]+", "-", raw) + "-" + digest
@@ -58,20 +64,26 @@ def configure_compile(config: Any) -> dict[str, str]:
     "cpu": nothing compiles there unless Triton's interpreter runs, but the folder is the same."""
     if os.environ.get(TRITON_CACHE_ENV):
         return {}
-    folder = cache_root() / cache_key(_gpu_name(getattr(config, "device", "auto"))) / "triton"
+    folder = cache_folder(_gpu_arch(getattr(config, "device", "auto")))
     os.environ[TRITON_CACHE_ENV] = str(folder)
     return {TRITON_CACHE_ENV: str(folder)}
 
 
-def _gpu_name(device: str) -> str | None:
-    """The CUDA device's name, None on the CPU (asked only when the engine will use CUDA anyway)."""
+def cache_folder(arch: str | None) -> Path:
+    """Triton's cache folder for an architecture ("sm90"; None: the CPU) under the current root."""
+    return cache_root() / cache_key(arch) / "triton"
+
+
+def _gpu_arch(device: str) -> str | None:
+    """The CUDA device's architecture, "sm90", None on the CPU (asked only when the engine will use CUDA)."""
     if device == "cpu":
         return None
     import torch
 
     if not torch.cuda.is_available():
         return None
-    return torch.cuda.get_device_name(torch.cuda.current_device())
+    major, minor = torch.cuda.get_device_capability(torch.cuda.current_device())
+    return f"sm{major}{minor}"
 
 
 def _version(package: str) -> str:

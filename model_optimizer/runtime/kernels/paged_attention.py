@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from model_optimizer.runtime.kernels import aot
 from model_optimizer.runtime.kernels.formats import FP8_DTYPE
 from model_optimizer.runtime.kernels.paged_attention_kernels import _paged_attention_kernel, _reduce_splits_kernel
 
@@ -36,8 +37,15 @@ def _dot_dtype(dtype: torch.dtype, fp8_cache: bool = False):
     return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
 
 
-@functools.lru_cache(maxsize=8)
 def _num_sms(device_index: int | None) -> int:
+    target = aot.building()
+    if target is not None:  # compiling ahead of time for that GPU (aot.py)
+        return target.num_sms
+    return _cuda_num_sms(device_index)
+
+
+@functools.lru_cache(maxsize=8)
+def _cuda_num_sms(device_index: int | None) -> int:
     if not torch.cuda.is_available():
         return 132  # interpreter: any plausible figure
     return torch.cuda.get_device_properties(device_index or 0).multi_processor_count

@@ -1,37 +1,40 @@
 """Triton program for weight-quantized linear layers: x (M, K) @ dequantize(W (N, K)).T, dequantized in-kernel.
 
-Same result as `quant_reference.w8a16_linear_ref` / `w4a16_linear_ref` / `fp8_linear_ref`: the weight
-bytes (int8, fp8 e4m3 or packed int4) are read once, widened in registers and never written back.
-Decode is bound by weight bytes, so the program is built around streaming them:
+Same result as `quant_reference.w8a16_linear_ref` / `w4a16_linear_ref` / `fp8_linear_ref` (and, for
+the W8A8 kind, `fp8_w8a8_linear_ref`): the weight bytes (int8, fp8 e4m3 or packed int4) are read
+once, widened in registers and never written back. Decode is bound by weight bytes, so the program
+is built around streaming them:
 
 - Weight-stationary, "swap AB": a program owns a (BLOCK_N, K-slice) strip of the weight and computes
   out.T[n-tile, m-tile] = W_tile @ x.T. The weight is the big operand of `tl.dot` (BLOCK_N rows, 64+
   on Hopper's warp-group MMA), the few activation rows are the small one (BLOCK_M = 16 serves any
   decode batch up to 16 at the cost of one). Row tiles of the same weight tile are neighbouring
   programs, so a weight tile is read from HBM once per launch and from L2 by the others (prefill).
+  The widened weight feeds the MMA from registers (Hopper's wgmma takes its A operand there), so it
+  never goes through shared memory: Triton loads the packed bytes from shared memory straight into
+  the operand's register layout and the conversion (quant_dequant) runs in that layout.
+- The conversion is the cost: a GEMV or dot here is bound by the instructions that widen each weight,
+  so they are bit operations on two values per 32-bit register (quant_dequant; about 2 instructions
+  a weight for int4, 2.5 for int8 and e4m3, against 3-4 before).
+- int4 reads the planes packing (quant_reference): per 128-column block, nibble p of every 16-bit
+  lane is a plane of 32 consecutive columns, so a block is four 32-deep dots against contiguous
+  activation columns, and a plane is dequantized whole ((q - zero) * scale, one rounding to the
+  activation dtype) before its dot: one accumulator runs through all of K.
+- fp8 W8A8 (KIND 3): activations quantized per token beforehand (`_quantize_rows_fp8_kernel`), both
+  operands e4m3 in an fp8 MMA, nothing to widen; scales of weight row and token applied at the end.
 - Split-K: when the output tiles cannot fill the GPU (Llama's o_proj at BLOCK_N 64: 64 tiles for 132
   SMs; Qwen3-0.6B's at N = 1024: 16), K is cut into `num_splits` slices. Splits write float32
   partials; the last program of a tile to finish (counted with an atomic) adds them in split order
   and writes the output, then resets its counter for the next launch (CUDA-graph replays included).
   One launch per linear, no memset and no reduction kernel, and the sum is deterministic.
-- int4 without an interleave: nibble j of the words of a row holds k = 8 i + j, so instead of
-  reshaping the unpacked nibbles into K order (a shuffle through shared memory), the program does
-  eight dots, nibble plane j against the activations at k = 8 i + j. Each plane becomes a float by
-  bit operations (0x4300 | q is the bf16 128 + q, 0x6400 | q the fp16 1024 + q, 0x4B000000 | q the
-  float32 2**23 + q): no int-to-float conversion (PLANES=False, the other candidate, unpacks into K
-  order and runs one 128-deep dot). A K tile is BLOCK_K // 128 slices of one group each (128
-  divides G), so per slice x @ (q - zero) = x @ (offset + q) - rowsum(x) (offset + zero), then times
-  the group's scale; several slices a tile keep more bytes in flight (a slice is 64 bytes a row).
 - BLOCK_M == 1 is a CUDA-core GEMV for one row (M == 1): multiply-adds into a (BLOCK_N, columns)
-  float32 accumulator reduced once at the end, no tensor cores and no layout change of the weights.
-  It is bound by ALU issue as much as by bytes, so widening is bit tricks: int8 through the float
-  2**23 + 128 + b (no quarter-rate I2F), int4 nibbles masked in place into a float's mantissa (no
-  shift). Which of GEMV and dot wins at M == 1 depends on the shape; `quant_tiles` holds the
-  measured choice.
+  float32 accumulator reduced once at the end, no tensor cores. Widening is bit tricks: int8
+  through the float 2**23 + 128 + b (no quarter-rate I2F), int4 nibbles masked in place into a
+  float's mantissa (no shift). Which of GEMV and dot wins at M == 1 depends on the shape;
+  `quant_tiles` holds the measured choice.
 - EVEN_K / EVEN_N (K and N multiples of the tile, as in every real model) drop the masks.
 
 Scales: int8 and fp8 are per output channel, applied once to the accumulator.
-`_quantize_rows_fp8_kernel` is the per-token activation quantization in front of the fp8 W8A8 path.
 """
 
 from __future__ import annotations
@@ -40,13 +43,15 @@ import triton
 import triton.language as tl
 
 from model_optimizer.runtime.kernels.formats import FP8_MAX
+from model_optimizer.runtime.kernels.quant_dequant import bytes_operand, int4_plane
 
 _FP8_MAX = tl.constexpr(FP8_MAX)  # jit functions may only read constexpr globals
 
-KINDS = {"int8": 0, "fp8": 1, "int4": 2}
-"""Weight formats, as the KIND constexpr of the kernel."""
+KINDS = {"int8": 0, "fp8": 1, "int4": 2, "fp8_w8a8": 3, "bf16": 4}
+"""Weight formats, as the KIND constexpr of the kernel (fp8_w8a8: e4m3 weights and activations; bf16:
+an unquantized weight in the activations' dtype, for the skinny shapes cuBLAS is slow at)."""
 INT4_BLOCK_K = 128
-"""int4 K tiles are made of 128-column group slices: 16 words of 8 nibbles per row, a 16-deep dot per plane."""
+"""int4 K tiles are made of 128-column blocks of the planes packing, each inside one group."""
 
 
 @triton.jit
@@ -55,7 +60,7 @@ def _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND: tl.constexpr, EVEN_K: tl.c
     mask = n_mask[:, None]
     if not EVEN_K:
         mask = mask & (offs_k[None, :] < K)
-    if KIND == 1:
+    if KIND == 1 or KIND == 3 or KIND == 4:
         w = tl.load(w_ptr + rows + offs_k[None, :], mask=mask, other=0.0)
     else:
         w = tl.load(w_ptr + rows + offs_k[None, :], mask=mask, other=0)
@@ -69,7 +74,7 @@ def _bytes_next(w_ptr, rows, n_mask, k0, k_end, KIND: tl.constexpr, BLOCK_N: tl.
     more = (tl.zeros((BLOCK_K,), tl.int32) + k0) < k_end
     mask = n_mask[:, None] & more[None, :]
     offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-    if KIND == 1:
+    if KIND == 1 or KIND == 4:
         w = tl.load(w_ptr + rows + offs_k[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
     else:
         w = tl.load(w_ptr + rows + offs_k[None, :], mask=mask, other=0, eviction_policy="evict_first")
@@ -82,7 +87,7 @@ def _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K: tl.constexpr):
     mask = offs_m[None, :] < M
     if not EVEN_K:
         mask = mask & (offs_k[:, None] < K)
-    return tl.load(x_ptr + offs_m.to(tl.int64)[None, :] * stride_xm + offs_k[:, None], mask=mask, other=0)
+    return tl.load(x_ptr + offs_m.to(tl.int64)[None, :] * stride_xm + offs_k[:, None], mask=mask, other=0.0)
 
 
 @triton.jit
@@ -107,56 +112,57 @@ def _dot(a, b, acc, DOT_DTYPE: tl.constexpr):
 @triton.jit
 def _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_xm,
                KIND: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, DOT_DTYPE: tl.constexpr):  # fmt: skip
-    """(BLOCK_N, BLOCK_M) = W[n-tile, k_start:k_end] @ x[m-tile, k_start:k_end].T for int8 / fp8."""
+               BLOCK_K: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_ASM: tl.constexpr):  # fmt: skip
+    """(BLOCK_N, BLOCK_M) = W[n-tile, k_start:k_end] @ x[m-tile, k_start:k_end].T for int8 / fp8 / W8A8."""
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K).to(DOT_DTYPE)
-        x = _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K).to(DOT_DTYPE)
-        acc = _dot(w, x, acc, DOT_DTYPE)
+        w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
+        x = _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K)
+        if KIND >= 3:  # both e4m3 (the fp8 MMA as they are; fp32 under the interpreter), or a bf16 weight
+            acc = _dot(w.to(DOT_DTYPE), x.to(DOT_DTYPE), acc, DOT_DTYPE)
+        else:
+            acc = _dot(bytes_operand(w, KIND, x_ptr.dtype.element_ty, DOT_DTYPE, USE_ASM), x.to(DOT_DTYPE), acc,
+                       DOT_DTYPE)  # fmt: skip
     return acc
 
 
 @triton.jit
+def _int4_group(scales_ptr, zeros_ptr, offs_n, n_mask, kc, k_end, stride_sn, stride_zn, GROUP: tl.constexpr):
+    """Zero points (uint8) and scales of the group holding column kc, (BLOCK_N,) each; nothing read
+    once kc reaches k_end (the prefetch past a split's last block)."""
+    mask = n_mask & ((tl.zeros_like(offs_n) + kc) < k_end)  # a tensor condition (the interpreter's masks)
+    offs_n64 = offs_n.to(tl.int64)
+    zero = tl.load(zeros_ptr + offs_n64 * stride_zn + kc // GROUP, mask=mask, other=0)
+    scale = tl.load(scales_ptr + offs_n64 * stride_sn + kc // GROUP, mask=mask, other=0)
+    return zero, scale
+
+
+@triton.jit
 def _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m, k_start, k_end, M, K,
-              stride_xm, stride_sn, stride_zn, GROUP: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_DTYPE: tl.constexpr,
-              PLANES: tl.constexpr):  # fmt: skip
-    """(BLOCK_N, BLOCK_M) int4 partial product over K tiles of BLOCK_K // 128 group slices: per slice
-    eight nibble-plane dots (PLANES), or the nibbles unpacked into K order and one 128-deep dot (which
-    of the two the compiler lays out better is measured by the sweep)."""
-    WORDS: tl.constexpr = 16
-    OFFSET: tl.constexpr = 128.0 if DOT_DTYPE == tl.bfloat16 else (1024.0 if DOT_DTYPE == tl.float16 else 0.0)
+              stride_xm, stride_sn, stride_zn, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              DOT_DTYPE: tl.constexpr, USE_ASM: tl.constexpr):  # fmt: skip
+    """(BLOCK_N, BLOCK_M) int4 partial product over [k_start, k_end), 128-column blocks of the planes
+    packing (w_ptr: int16 lanes, `rows` in lanes). Per block, four plane dots of 32 columns each: the
+    plane's weights are dequantized whole, (q - zero) * scale rounded to the activation dtype, before
+    the dot, so one accumulator runs through all of K and the tensor-core MMAs chain without a wait
+    for a per-group rescale. The block's zero points and scales are loaded one block ahead
+    (they are too small for Triton's cp.async pipelining, which covers the lanes and x)."""
+    X_DTYPE: tl.constexpr = x_ptr.dtype.element_ty
+    lane = tl.arange(0, 32)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for k0 in range(k_start, k_end, BLOCK_K):
-        for c in tl.static_range(BLOCK_K // 128):  # group slices of this K tile: each load pipelined
-            kc = tl.multiple_of(k0 + 128 * c, 128)
-            g_mask = n_mask
-            if not EVEN_K:  # a slice past K (K a multiple of the group size, not of BLOCK_K) reads 0
-                g_mask = g_mask & (tl.zeros((BLOCK_N,), tl.int32) + kc < K)
-            offs_w = tl.max_contiguous(tl.multiple_of(kc // 8 + tl.arange(0, WORDS), WORDS), WORDS)
-            words = tl.load(w_ptr + rows + offs_w[None, :], mask=g_mask[:, None], other=0)
-            if PLANES:
-                part = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-                x_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
-                for j in tl.static_range(8):
-                    x = _x_cols(
-                        x_ptr, offs_m, kc + 8 * tl.arange(0, WORDS) + j, M, K, stride_xm, EVEN_K
-                    )  # (16, BLOCK_M)
-                    x_sum += tl.sum(x.to(tl.float32), axis=0)
-                    part = _dot(_nibble_plane(words, j, DOT_DTYPE), x.to(DOT_DTYPE), part, DOT_DTYPE)
-            else:
-                shifts = tl.arange(0, 8) * 4
-                q = tl.reshape((words[:, :, None] >> shifts[None, None, :]) & 0xF, (BLOCK_N, 128))  # k = 8 word + j
-                x = _x_cols(x_ptr, offs_m, kc + tl.arange(0, 128), M, K, stride_xm, EVEN_K)  # (128, BLOCK_M)
-                x_sum = tl.sum(x.to(tl.float32), axis=0)
-                part = _dot(_nibble_plane(q, 0, DOT_DTYPE), x.to(DOT_DTYPE), tl.zeros((BLOCK_N, BLOCK_M), tl.float32),
-                            DOT_DTYPE)  # fmt: skip
-            group = kc // GROUP
-            zero = tl.load(zeros_ptr + offs_n.to(tl.int64) * stride_zn + group, mask=g_mask, other=0).to(tl.float32)
-            scale = tl.load(scales_ptr + offs_n.to(tl.int64) * stride_sn + group, mask=g_mask, other=0).to(tl.float32)
-            acc += (part - (zero + OFFSET)[:, None] * x_sum[None, :]) * scale[:, None]
+    next_zero, next_scale = _int4_group(scales_ptr, zeros_ptr, offs_n, n_mask, k_start, k_end, stride_sn,
+                                        stride_zn, GROUP)  # fmt: skip
+    for k0 in range(k_start, k_end, 128):  # K is a multiple of 128: no block reaches past it
+        k0 = tl.multiple_of(k0, 128)
+        zero, scale = next_zero, next_scale
+        next_zero, next_scale = _int4_group(scales_ptr, zeros_ptr, offs_n, n_mask, k0 + 128, k_end, stride_sn,
+                                            stride_zn, GROUP)  # fmt: skip
+        lanes = tl.load(w_ptr + rows + (k0 // 4 + lane)[None, :], mask=n_mask[:, None], other=0)  # (BLOCK_N, 32)
+        for p in tl.static_range(4):
+            w = int4_plane(lanes, zero, scale, p, X_DTYPE, DOT_DTYPE, USE_ASM)  # columns k0 + 32 p + lane
+            x = _x_cols(x_ptr, offs_m, k0 + 32 * p + lane, M, K, stride_xm, True)  # (32, BLOCK_M)
+            acc = _dot(w, x.to(DOT_DTYPE), acc, DOT_DTYPE)
     return acc
 
 
@@ -222,13 +228,14 @@ def _gemv_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k
         zero = zero.to(tl.float32)[:, :, None]
         high = words >> 12  # nibbles 5..7 at bits 8..19
         part = tl.zeros((BLOCK_N, CHUNKS, WORDS), dtype=tl.float32)
-        offs_x = kc[:, None] + 8 * word[None, :]  # (CHUNKS, WORDS): column of nibble 0 of each word
-        x_ptrs = x_ptr + row + offs_x  # once per tile: the eight planes below add a constant
-        for j in tl.static_range(8):  # nibble j of word i is column 8 i + j of its slice
+        offs_x = kc[:, None] + 2 * word[None, :]  # (CHUNKS, WORDS): column of nibble 0 of each word
+        x_ptrs = x_ptr + row + offs_x  # once per tile: the eight nibbles below add a constant
+        for j in tl.static_range(8):  # planes packing: nibble j of word i is column 32 (j % 4) + 2 i + j // 4
             if EVEN_K:
-                x = tl.load(x_ptrs + j).to(tl.float32)
+                x = tl.load(x_ptrs + (32 * (j % 4) + j // 4)).to(tl.float32)
             else:
-                x = tl.load(x_ptrs + j, mask=offs_x + j < K, other=0).to(tl.float32)
+                x = tl.load(x_ptrs + (32 * (j % 4) + j // 4), mask=offs_x + (32 * (j % 4) + j // 4) < K,
+                            other=0).to(tl.float32)  # fmt: skip
             # nibble in place, no shift: (bits & mask) | 2**23's exponent is the float 2**23 + q * 16**s
             # (exact below bit 23: s <= 4), minus 2**23 + zero * 16**s is (q - zero) * 16**s; x / 16**s
             # is exact too, so the product is the one of the plain q - zero. Three operations a nibble
@@ -279,12 +286,12 @@ def _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_
     return acc[:, None]
 
 
-@triton.jit
-def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr, part_ptr, count_ptr, M, N, K,
-                         stride_xm, stride_wn, stride_sn, stride_zn, stride_om, k_per_split, num_splits,
+@triton.jit(do_not_specialize=["M"])  # one compile serves every row count (engine start-up, the sweep)
+def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, x_scales_ptr, bias_ptr, out_ptr, part_ptr, count_ptr,
+                         M, N, K, stride_xm, stride_wn, stride_sn, stride_zn, stride_om, k_per_split, num_splits,
                          KIND: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                          EVEN_N: tl.constexpr, DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr, PLANES: tl.constexpr, PREFETCH: tl.constexpr):  # fmt: skip
+                         BLOCK_K: tl.constexpr, USE_ASM: tl.constexpr, PREFETCH: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_m = tl.cdiv(M, BLOCK_M)
@@ -305,13 +312,14 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, bias_ptr, out_ptr,
                         PREFETCH)  # fmt: skip
     elif KIND == 2:
         acc = _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m, k_start, k_end, M, K,
-                        stride_xm, stride_sn, stride_zn, GROUP, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT_DTYPE,
-                        PLANES)  # fmt: skip
+                        stride_xm, stride_sn, stride_zn, GROUP, BLOCK_M, BLOCK_N, DOT_DTYPE, USE_ASM)  # fmt: skip
     else:
         acc = _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_xm, KIND, EVEN_K,
-                         BLOCK_M, BLOCK_N, BLOCK_K, DOT_DTYPE)  # fmt: skip
-    if KIND != 2:  # per-channel scale, once per tile
+                         BLOCK_M, BLOCK_N, BLOCK_K, DOT_DTYPE, USE_ASM)  # fmt: skip
+    if KIND != 2 and KIND != 4:  # per-channel scale, once per tile
         acc = acc * tl.load(scales_ptr + offs_n, mask=n_mask, other=0).to(tl.float32)[:, None]
+    if KIND == 3:  # and each token's activation scale
+        acc = acc * tl.load(x_scales_ptr + offs_m, mask=offs_m < M, other=0)[None, :]
     mask = n_mask[:, None] & (offs_m[None, :] < M)
     out_offs = offs_m.to(tl.int64)[None, :] * stride_om + offs_n[:, None]  # acc is out.T: (BLOCK_N, BLOCK_M)
     if num_splits > 1:  # a runtime value: one compiled kernel serves every split count

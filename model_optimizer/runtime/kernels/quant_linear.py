@@ -1,36 +1,45 @@
 """Quantized linear layers: one function per weight format, dispatching to the fastest path the device has.
 
     w8a16_linear(x, qweight, scales, bias=None)                        int8 per-channel, weight-only
-    w4a16_linear(x, qweight, scales, zeros, group_size, bias=None)     int4 groups with zero points
+    w4a16_linear(x, qweight, scales, zeros, group_size, bias=None,     int4 groups with zero points
+                 packing="sequential")
     fp8_linear(x, qweight, scales, bias=None)                          e4m3 per-channel
 
 x is (..., K) and the result (..., N) in x.dtype; layouts in `quant_reference`. On CUDA with Triton
 and a bf16/fp16 input the Triton program runs (`quant_matmul`, launch shape per GPU and shape from
 `quant_tiles`: split-K tiles for decode, larger tiles for prefill); everywhere else the dequantizing
-torch reference. fp8 above 16 rows on a GPU with fp8 tensor cores (sm_89+) may instead quantize the
-activations per token (one Triton pass) and multiply in fp8 through `torch._scaled_mm` (W8A8):
-`_scaled_mm` catches up with the bf16 matmul only at prefill sizes and reads weights slowly at decode
-sizes (README "Quantized linear kernels"), so the measured tile table says which of the two runs per
-shape.
+torch reference. int4 kernels read the planes packing, which the layers make once at load time
+(layers/quantization/method.py); weights in the checkpoint's sequential packing are repacked on
+every call (correct, for tests and one-off calls).
+
+fp8 from FP8_W8A8_MIN_ROWS rows on a GPU with fp8 tensor cores (sm_89+) may instead quantize the
+activations per token (one Triton pass) and multiply e4m3 by e4m3 (W8A8: our Triton program or
+`torch._scaled_mm`), as the compressed-tensors checkpoints we write declare ("dynamic" token
+activations); below it the activations stay exact. The tile table says which kind runs per shape.
 No path reads tensor values on the host, so all of them run in CUDA graphs.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
+import torch.nn.functional as F
 
-from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.kernels import aot, triton_kernel
 from model_optimizer.runtime.kernels.quant_reference import (
     FP8_DTYPE,
+    INT4_PACKINGS,
     fp8_linear_ref,
+    repack_int4,
     w4a16_linear_ref,
     w8a16_linear_ref,
 )
 
-GEMV_MAX_ROWS = 16
-"""Rows (tokens) up to which fp8 stays weight-only (exact activations) whatever the table says."""
+FP8_W8A8_MIN_ROWS = int(os.environ.get("MOPT_FP8_W8A8_MIN_ROWS", "17"))
+"""Rows (tokens) from which fp8 may quantize its activations (W8A8) when the table measured it faster;
+below, weight-only (exact activations). $MOPT_FP8_W8A8_MIN_ROWS=1 allows it at decode too."""
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -60,9 +69,58 @@ def _check(
 
 def _kernels(x: torch.Tensor):
     """quant_matmul's launcher where it runs: CUDA, Triton importable, half-precision input."""
-    if not x.is_cuda or x.dtype not in _KERNEL_DTYPES:
+    if not aot.on_gpu(x) or x.dtype not in _KERNEL_DTYPES:
         return None
     return triton_kernel("quant_matmul", "quant_matmul")
+
+
+_scratch: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def _weight_scratch(device: torch.device, dtype: torch.dtype, numel: int) -> torch.Tensor:
+    """One buffer per device and dtype for the "dequant" backend's whole weight, grown to the largest
+    linear and reused by each in turn (they run one after another on the stream)."""
+    buf = _scratch.get((device, dtype))
+    if buf is None or buf.numel() < numel:
+        buf = _scratch[(device, dtype)] = torch.empty(numel, dtype=dtype, device=device)
+    return buf
+
+
+def _gpu_matmul(
+    kind: str,
+    rows: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    group_size: int,
+    bias: torch.Tensor | None,
+    w8a8_ok: bool = False,
+) -> torch.Tensor:
+    """(M, N) product on CUDA by the backend the tile table (or default rule) names for this shape:
+    our Triton program, `_scaled_mm` (fp8 W8A8) or the weight dequantized whole into a scratch buffer
+    and a dense matmul (prefill sizes; not inside a CUDA-graph capture, where the buffer could not
+    grow: the Triton program runs instead)."""
+    n = scales.shape[0]
+    tiles = triton_kernel("quant_matmul", "device_tiles")(rows, n, kind, group_size, w8a8_ok)
+    if tiles.backend == "scaled_mm":
+        return _scaled_mm_w8a8(rows, qweight, scales, bias)
+    if tiles.backend == "dequant":
+        if not aot.capturing():
+            buf = _weight_scratch(rows.device, rows.dtype, n * rows.shape[1])
+            weight = triton_kernel("quant_matmul", "dequantize_weight")(
+                qweight, scales, zeros, kind, group_size, rows.dtype, buf
+            )
+            return F.linear(rows, weight, bias)
+        tiles = None  # the default rule's Triton tiles
+    return triton_kernel("quant_matmul", "quant_matmul")(rows, qweight, scales, zeros, kind, group_size, bias, tiles)
+
+
+def int4_kernel_packing(device: torch.device, dtype: torch.dtype, group_size: int, in_features: int) -> bool:
+    """Whether w4a16_linear runs the GPU kernels for a layer (which read the planes packing): CUDA with
+    Triton, a bf16/fp16 model, groups and in_features made of 128-column blocks."""
+    if not aot.gpu_device(device) or dtype not in _KERNEL_DTYPES or group_size % 128 or in_features % 128:
+        return False
+    return triton_kernel("quant_matmul", "quant_matmul") is not None
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -79,7 +137,7 @@ def w8a16_linear(
     matmul = _kernels(x)
     if matmul is None:
         return w8a16_linear_ref(x, qweight, scales, bias)
-    out = matmul(_rows(x), qweight, scales, None, "int8", 0, bias)
+    out = _gpu_matmul("int8", _rows(x), qweight, scales, None, 0, bias)
     return out.view(*x.shape[:-1], out.shape[-1])
 
 
@@ -90,9 +148,11 @@ def w4a16_linear(
     zeros: torch.Tensor,
     group_size: int,
     bias: torch.Tensor | None = None,
+    packing: str = "sequential",
 ) -> torch.Tensor:
     """x @ ((q - zeros) * scales).T per group of `group_size` along K (+ bias): int32 (N, K // 8) packed
-    nibbles, scales (N, K // G) in the model dtype, zeros uint8 (N, K // G)."""
+    nibbles (`packing`: quant_reference.INT4_PACKINGS), scales (N, K // G) in the model dtype, zeros
+    uint8 (N, K // G)."""
     _check(x, qweight, scales, bias, torch.int32, 8)
     k = x.shape[-1]
     if group_size <= 0 or k % group_size:
@@ -102,15 +162,23 @@ def w4a16_linear(
             f"scales and zeros must be {(qweight.shape[0], k // group_size)}, "
             f"got {tuple(scales.shape)} and {tuple(zeros.shape)}"
         )
-    matmul = _kernels(x) if group_size % 128 == 0 else None  # a kernel tile is 128 columns of one group
+    if packing not in INT4_PACKINGS:
+        raise ValueError(f"int4 packing must be one of {', '.join(INT4_PACKINGS)}, got {packing!r}")
+    # the kernels read 128-column blocks inside one group
+    matmul = _kernels(x) if group_size % 128 == 0 and x.shape[-1] % 128 == 0 else None
     if matmul is None:
-        return w4a16_linear_ref(x, qweight, scales, zeros, group_size, bias)
-    out = matmul(_rows(x), qweight, scales, zeros, "int4", group_size, bias)
+        return w4a16_linear_ref(x, qweight, scales, zeros, group_size, bias, packing)
+    planes = repack_int4(qweight, packing, "planes")
+    out = _gpu_matmul("int4", _rows(x), planes, scales, zeros, group_size, bias)
     return out.view(*x.shape[:-1], out.shape[-1])
 
 
-@functools.cache
 def _has_fp8_tensor_cores(device_index: int) -> bool:
+    return aot.device_facts(device_index)[2] >= (8, 9) if aot.building() else _cuda_fp8(device_index)
+
+
+@functools.cache
+def _cuda_fp8(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index) >= (8, 9)
 
 
@@ -119,9 +187,9 @@ def fp8_linear(
 ) -> torch.Tensor:
     """x @ (qweight * scales[:, None]).T (+ bias): float8_e4m3fn (N, K) weights, float32 (N,) scales.
 
-    Up to 16 rows the weights are dequantized inside the Triton program (the activations stay exact);
-    above, on sm_89+ with a bf16 input, the tile table may pick W8A8: activations quantized per token
-    and `torch._scaled_mm` (one more rounding of x, about 2% relative error on Gaussian data).
+    Below FP8_W8A8_MIN_ROWS rows the weights are dequantized inside the Triton program (the activations
+    stay exact); from there, on sm_89+ with a bf16 input, the tile table may pick W8A8: activations
+    quantized per token, e4m3 x e4m3 (one more rounding of x, about 2% relative error on Gaussian data).
     """
     _check(x, qweight, scales, bias, FP8_DTYPE, 1)
     if scales.dim() != 1:
@@ -131,12 +199,8 @@ def fp8_linear(
         return fp8_linear_ref(x, qweight, scales, bias)
     rows = _rows(x)
     n, k = qweight.shape
-    scaled_mm_ok = rows.shape[0] > GEMV_MAX_ROWS and x.dtype == torch.bfloat16 and n % 16 == 0 and k % 16 == 0
-    tiles = triton_kernel("quant_matmul", "device_tiles")(rows, n, "fp8", 0, scaled_mm_ok)
-    if tiles.backend == "scaled_mm":
-        out = _scaled_mm_w8a8(rows, qweight, scales, bias)
-    else:
-        out = matmul(rows, qweight, scales, None, "fp8", 0, bias, tiles)
+    w8a8_ok = rows.shape[0] >= FP8_W8A8_MIN_ROWS and x.dtype == torch.bfloat16 and n % 16 == 0 and k % 16 == 0
+    out = _gpu_matmul("fp8", rows, qweight, scales, None, 0, bias, w8a8_ok)
     return out.view(*x.shape[:-1], n)
 
 

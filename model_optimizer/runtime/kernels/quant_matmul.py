@@ -3,7 +3,8 @@
 `quant_matmul` is what `quant_linear` calls on CUDA; `choose_tiles` picks the launch shape from the
 measured table of this GPU (`quant_tiles`) or the default rule, and `tiles=` lets tests and
 benchmarks/quant_kernels.py force another. Everything here is computed from shapes and Python ints,
-never from tensor values, so a call can be captured in a CUDA graph.
+never from tensor values, so a call can be captured in a CUDA graph. int4 weights come in the
+planes packing (quant_reference.repack_int4 at load time).
 """
 
 from __future__ import annotations
@@ -15,52 +16,83 @@ import torch
 import triton
 import triton.language as tl
 
+from model_optimizer.runtime.kernels import aot
+from model_optimizer.runtime.kernels.quant_dequant import _dequantize_kernel
 from model_optimizer.runtime.kernels.quant_kernels import (
     INT4_BLOCK_K,
     KINDS,
     _quant_matmul_kernel,
     _quantize_rows_fp8_kernel,
 )
-from model_optimizer.runtime.kernels.quant_tiles import MAX_SPLIT_K, QuantTiles, default_tiles, lookup
+from model_optimizer.runtime.kernels.quant_tiles import FP8_ANY, MAX_SPLIT_K, QuantTiles, default_tiles, lookup
 
-__all__ = ["MAX_SPLIT_K", "QuantTiles", "choose_tiles", "quant_matmul", "quantize_rows_fp8"]
+__all__ = ["MAX_SPLIT_K", "QuantTiles", "choose_tiles", "dequantize_weight", "quant_matmul", "quantize_rows_fp8"]
 
 MAX_COUNTERS = 16384  # output tiles that may split K at once (Llama's gate_up at BLOCK_N 32: 896)
 
 _counters: dict[torch.device, torch.Tensor] = {}
 
 
-@functools.lru_cache(maxsize=8)
 def _device_facts(device_index: int | None) -> tuple[str, int]:
-    """(name, SM count) of the GPU; under the interpreter a plausible H200."""
-    if not torch.cuda.is_available():
+    """(name, SM count) of the GPU (of the target while compiling ahead, aot.py); under the
+    interpreter a plausible H200."""
+    if aot.building() is None and not torch.cuda.is_available():
         return "interpreter", 132
-    props = torch.cuda.get_device_properties(device_index or 0)
-    return props.name, props.multi_processor_count
+    return _facts(device_index, aot.building())[:2]
+
+
+@functools.lru_cache(maxsize=8)
+def _facts(device_index: int | None, target: aot.AotTarget | None) -> tuple[str, int, tuple[int, int]]:
+    return aot.device_facts(device_index)
 
 
 def choose_tiles(
     m: int, n: int, k: int, kind: str, group_size: int, num_sms: int, gpu: str = "", fp8_scaled_mm: bool = False
 ) -> QuantTiles:
     """The table's measured tiles for this GPU and shape, else `quant_tiles.default_tiles`.
-    `fp8_scaled_mm`: the caller may run fp8 above 16 rows through `torch._scaled_mm` instead."""
-    tiles = lookup(gpu, kind, m, n, k) if gpu else None
-    if tiles is None or (tiles.backend == "scaled_mm" and not fp8_scaled_mm) or (tiles.block_m == 1 and m != 1):
+    `fp8_scaled_mm`: the caller accepts quantized activations (W8A8: our e4m3 program or `torch._scaled_mm`)."""
+    tiles = None
+    if gpu and kind == "fp8" and fp8_scaled_mm:  # the fastest of all fp8 kinds, W8A8 included
+        tiles = lookup(gpu, FP8_ANY, m, n, k)
+    tiles = tiles or (lookup(gpu, kind, m, n, k) if gpu else None)
+    w8a8 = tiles is not None and (tiles.backend == "scaled_mm" or tiles.w8a8)
+    if tiles is None or (w8a8 and not fp8_scaled_mm) or (tiles.block_m == 1 and m != 1):
         tiles = default_tiles(kind, m, n, k, num_sms, fp8_scaled_mm)
     return tiles
 
 
 def device_tiles(x: torch.Tensor, n: int, kind: str, group_size: int = 0, fp8_scaled_mm: bool = False) -> QuantTiles:
     """`choose_tiles` for the rows of x on x's GPU."""
-    gpu, num_sms = _device_facts(x.device.index if x.is_cuda else None)
+    gpu, num_sms = _device_facts(x.device.index if x.is_cuda else None)  # meta: the ahead-of-time target
     return choose_tiles(x.shape[0], n, x.shape[1], kind, group_size, num_sms, gpu, fp8_scaled_mm)
 
 
-def _dot_dtype(dtype: torch.dtype):
-    """Operand type of tl.dot: the input's, except bf16 under the interpreter, whose bf16 dot is wrong."""
-    if dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1":
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _dot_dtype(dtype: torch.dtype, w8a8: bool = False):
+    """Operand type of tl.dot: the input's (e4m3 for W8A8), except under the interpreter, whose bf16
+    and fp8 dots are wrong (float32 there)."""
+    if _interpreted() and (w8a8 or dtype == torch.bfloat16):
         return tl.float32
+    if w8a8:
+        return tl.float8e4nv
     return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
+
+
+def _packed_math(device_index: int) -> bool:
+    """bf16x2 / f16x2 PTX arithmetic in the widening (quant_dequant): sm_90 on, never the interpreter."""
+    return _facts(device_index, aot.building())[2] >= (9, 0)
+
+
+def _use_asm(x: torch.Tensor) -> bool:
+    return (
+        aot.on_gpu(x)
+        and x.dtype in (torch.bfloat16, torch.float16)
+        and not _interpreted()
+        and _packed_math(x.device.index or 0)
+    )
 
 
 def _split_counters(device: torch.device) -> torch.Tensor | None:
@@ -68,13 +100,15 @@ def _split_counters(device: torch.device) -> torch.Tensor | None:
     exist yet (zeroing them inside the capture would only happen at replay): one split then."""
     counters = _counters.get(device)
     if counters is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if device.type == "cuda" and aot.capturing():
             return None
         counters = _counters[device] = torch.zeros(MAX_COUNTERS, dtype=torch.int32, device=device)
     return counters
 
 
-def _check_tiles(tiles: QuantTiles, kind: str, group_size: int) -> None:
+def _check_tiles(tiles: QuantTiles, kind: str, group_size: int, k: int) -> None:
+    if kind not in KINDS or kind == "fp8_w8a8":
+        raise ValueError(f"kind must be one of int8, fp8, int4, bf16 (fp8 with w8a8 tiles for W8A8), got {kind!r}")
     if tiles.backend != "triton":
         raise ValueError(f"quant_matmul runs the Triton program only, got backend {tiles.backend!r}")
     if tiles.block_m != 1 and (tiles.block_m < 16 or tiles.block_n < 16):
@@ -83,11 +117,19 @@ def _check_tiles(tiles: QuantTiles, kind: str, group_size: int) -> None:
         value = getattr(tiles, name)
         if value < 1 or value & (value - 1):
             raise ValueError(f"{name} must be a power of two, got {value} in {tiles}")
-    if kind == "int4" and (tiles.block_k % INT4_BLOCK_K or group_size % INT4_BLOCK_K):
+    if tiles.w8a8 and (kind != "fp8" or tiles.block_m == 1 or tiles.block_k < 32):
+        raise ValueError(f"W8A8 tiles are for fp8 weights, with block_m >= 16 and block_k >= 32, got {kind} {tiles}")
+    if kind != "int4":
+        return
+    if group_size % INT4_BLOCK_K or k % INT4_BLOCK_K:
         raise ValueError(
-            f"int4 tiles are made of {INT4_BLOCK_K}-column group slices: block_k must be a multiple of "
-            f"{INT4_BLOCK_K} and the group size a multiple of {INT4_BLOCK_K}, got block_k {tiles.block_k} "
-            f"and group size {group_size}"
+            f"int4 kernels read {INT4_BLOCK_K}-column blocks inside one group: the group size and in_features "
+            f"must be multiples of {INT4_BLOCK_K}, got group size {group_size} and {k} features"
+        )
+    if tiles.block_k % INT4_BLOCK_K or (tiles.block_m > 1 and tiles.block_k != INT4_BLOCK_K):
+        raise ValueError(
+            f"int4 tiles are made of {INT4_BLOCK_K}-column blocks: block_k must be {INT4_BLOCK_K} for tensor-core "
+            f"tiles and a multiple of {INT4_BLOCK_K} for the GEMV, got {tiles}"
         )
 
 
@@ -103,40 +145,51 @@ def prefetches(kind: str, tiles: QuantTiles, k: int) -> bool:
 def quant_matmul(
     x: torch.Tensor,
     qweight: torch.Tensor,
-    scales: torch.Tensor,
+    scales: torch.Tensor | None,
     zeros: torch.Tensor | None,
     kind: str,
     group_size: int = 0,
     bias: torch.Tensor | None = None,
     tiles: QuantTiles | None = None,
 ) -> torch.Tensor:
-    """x (M, K) @ dequantized weight (N, K).T (+ bias) -> (M, N) in x.dtype; layouts in quant_reference.
+    """x (M, K) @ dequantized weight (N, K).T (+ bias) -> (M, N) in x.dtype; layouts in quant_reference,
+    int4 in the planes packing; kind "bf16": qweight is the plain weight in x's dtype, scales None.
 
     Inputs are trusted (quant_linear checks them); `tiles` overrides `choose_tiles` (benchmarks, tests).
+    W8A8 tiles (fp8) quantize x per token first, one more launch.
     """
     m, k = x.shape
-    n = scales.shape[0]
+    n = qweight.shape[0]
     x = x if x.stride(-1) == 1 else x.contiguous()
-    qweight, scales = qweight.contiguous(), scales.contiguous()
+    qweight = qweight.contiguous()
+    scales = scales.contiguous() if scales is not None else qweight  # bf16: no scales
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
     tiles = tiles or device_tiles(x, n, kind, group_size)
-    _check_tiles(tiles, kind, group_size)
+    _check_tiles(tiles, kind, group_size, k)
     num_tiles = (m if tiles.block_m == 1 else triton.cdiv(m, tiles.block_m)) * triton.cdiv(n, tiles.block_n)
     split = tiles.split_k
     counters = _split_counters(x.device) if split > 1 and num_tiles <= MAX_COUNTERS else None
     if counters is None:
         split = 1
-    k_per_split = triton.cdiv(triton.cdiv(k, split), tiles.block_k) * tiles.block_k
+    step = INT4_BLOCK_K if kind == "int4" and tiles.block_m > 1 else tiles.block_k
+    k_per_split = triton.cdiv(triton.cdiv(k, split), step) * step
     split = triton.cdiv(k, k_per_split)  # no empty splits
     partials = torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else out
+    x_in, x_scales, code = x, scales, KINDS[kind]
+    if tiles.w8a8:
+        x_in, x_scales = quantize_rows_fp8(x)
+        code = KINDS["fp8_w8a8"]
+    if kind == "int4" and tiles.block_m > 1:  # the tensor-core program reads 16-bit lanes
+        qweight = qweight.view(torch.int16)
     zeros = zeros.contiguous() if zeros is not None else qweight
     _quant_matmul_kernel[(num_tiles, split)](
-        x,
+        x_in,
         qweight,
         scales,
         zeros,
+        x_scales,
         bias if bias is not None else scales,
         out,
         partials,
@@ -144,23 +197,23 @@ def quant_matmul(
         m,
         n,
         k,
-        x.stride(0),
+        x_in.stride(0),
         qweight.stride(0),
         scales.stride(0),
         zeros.stride(0),
         out.stride(0),
         k_per_split,
         split,
-        KIND=KINDS[kind],
+        KIND=code,
         GROUP=group_size if kind == "int4" else 1,
         HAS_BIAS=bias is not None,
         EVEN_K=k % tiles.block_k == 0,
         EVEN_N=n % tiles.block_n == 0,
-        DOT_DTYPE=_dot_dtype(x.dtype),
+        DOT_DTYPE=_dot_dtype(x.dtype, tiles.w8a8),
         BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k,
-        PLANES=tiles.planes or kind != "int4" or tiles.block_m == 1,  # one compiled variant where unused
+        USE_ASM=_use_asm(x),
         PREFETCH=prefetches(kind, tiles, k),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
@@ -180,3 +233,41 @@ def quantize_rows_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             x, q, scales, k, x.stride(0), q.stride(0), BLOCK_K=min(4096, triton.next_power_of_2(max(k, 16)))
         )
     return q, scales
+
+
+def dequantize_weight(
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    kind: str,
+    group_size: int,
+    dtype: torch.dtype,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The (N, K) weight in `dtype` (bf16/fp16; float32 under the interpreter), one launch; `out` reuses a
+    buffer of at least N * K elements (the "dequant" backend keeps one per device). int4 in the planes
+    packing. Each value is the dequantizing reference's (quant_reference), rounded once."""
+    n = scales.shape[0]
+    k = qweight.shape[1] * (8 if kind == "int4" else 1)
+    out = torch.empty(n, k, dtype=dtype, device=qweight.device) if out is None else out[: n * k].view(n, k)
+    probe = torch.empty(0, dtype=dtype, device=qweight.device)
+    if kind == "int4":
+        if k % INT4_BLOCK_K or group_size % INT4_BLOCK_K:
+            raise ValueError(f"int4 dequantization needs K and the group size multiples of {INT4_BLOCK_K}")
+        lanes = qweight.contiguous().view(torch.int16)
+        block_n, block_k = 64, INT4_BLOCK_K
+        args = (lanes, scales.contiguous(), zeros.contiguous(), out, n, k, lanes.stride(0), scales.stride(0),
+                zeros.stride(0), out.stride(0))  # fmt: skip
+    else:
+        block_n, block_k = 32, 128
+        qweight = qweight.contiguous()
+        args = (qweight, scales, qweight, out, n, k, qweight.stride(0), 1, 1, out.stride(0))
+    _dequantize_kernel[(triton.cdiv(n, block_n), triton.cdiv(k, block_k))](
+        *args,
+        KIND=KINDS[kind],
+        GROUP=group_size if kind == "int4" else 1,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        USE_ASM=_use_asm(probe),
+    )
+    return out

@@ -4,8 +4,14 @@ Layouts (weights of nn.Linear are (out_features N, in_features K); x is (M, K)):
 - int8, weight-only, symmetric per output channel: qweight int8 (N, K), scales float32 (N,);
   w[n, k] = qweight[n, k] * scales[n].
 - int4, weight-only, asymmetric in groups of G along K: qweight int32 (N, K // 8), nibble j of word i
-  holding k = 8 * i + j at bits [4j, 4j + 4); zeros uint8 (N, K // G) in 0..15; scales (N, K // G) in
-  the model dtype; w[n, k] = (q[n, k] - zeros[n, k // G]) * scales[n, k // G].
+  holding k = 8 * i + j at bits [4j, 4j + 4) ("sequential": compressed-tensors' packing, what
+  checkpoints hold); zeros uint8 (N, K // G) in 0..15; scales (N, K // G) in the model dtype;
+  w[n, k] = (q[n, k] - zeros[n, k // G]) * scales[n, k // G].
+  The GPU kernels read the same codes repacked once at load time ("planes", same shape and dtype):
+  per block of 128 columns the 64 bytes of a row are 32 16-bit lanes, and nibble p of lane c holds
+  column 32 p + c. Nibble p of every lane is then a plane of 32 consecutive columns, which one mask
+  and shift turn into the operand of one tensor-core dot, two lanes per 32-bit register
+  (quant_kernels). K must be a multiple of 128.
 - fp8 e4m3, per output channel: qweight float8_e4m3fn (N, K), scales float32 (N,);
   w[n, k] = float(qweight[n, k]) * scales[n].
 
@@ -39,6 +45,54 @@ def unpack_int4(qweight: torch.Tensor) -> torch.Tensor:
     return nibbles.reshape(qweight.shape[0], -1).to(torch.uint8)
 
 
+INT4_PACKINGS = ("sequential", "planes")
+PLANES_BLOCK = 128
+"""Columns per block of the planes packing: 32 lanes of 16 bits, four 32-column planes."""
+
+
+def _check_packing(packing: str) -> None:
+    if packing not in INT4_PACKINGS:
+        raise ValueError(f"int4 packing must be one of {', '.join(INT4_PACKINGS)}, got {packing!r}")
+
+
+def pack_int4_planes(q: torch.Tensor) -> torch.Tensor:
+    """(N, K) integers in 0..15 -> (N, K // 8) int32 in the planes packing (K a multiple of 128)."""
+    if q.dim() != 2 or q.shape[1] % PLANES_BLOCK:
+        raise ValueError(f"the planes packing needs (N, K) with K a multiple of {PLANES_BLOCK}, got {tuple(q.shape)}")
+    n, k = q.shape
+    blocks = q.to(torch.int32).reshape(n, k // PLANES_BLOCK, 4, 32) & 0xF  # [n, block, plane p, lane c]
+    lanes = sum(blocks[:, :, p] << (4 * p) for p in range(4))  # (n, blocks, 32) in 0..65535
+    lanes = (lanes - (lanes >= 2**15).to(torch.int32) * 2**16).to(torch.int16)  # same bits, signed
+    return lanes.reshape(n, k // 4).view(torch.int32)  # lanes 2i, 2i + 1: low, high half of word i
+
+
+def unpack_int4_planes(qweight: torch.Tensor) -> torch.Tensor:
+    """(N, K // 8) int32 in the planes packing -> (N, K) uint8 values in 0..15."""
+    if qweight.dtype != torch.int32 or qweight.dim() != 2:
+        raise ValueError(f"packed int4 weights must be 2-D int32, got {qweight.dtype} {tuple(qweight.shape)}")
+    n = qweight.shape[0]
+    lanes = qweight.contiguous().view(torch.int16).to(torch.int32).reshape(n, -1, 1, 32)  # (n, blocks, 1, 32)
+    planes = (lanes >> (4 * torch.arange(4, device=qweight.device)).view(1, 1, 4, 1)) & 0xF  # [n, b, p, c]
+    return planes.reshape(n, -1).to(torch.uint8)
+
+
+def repack_int4(qweight: torch.Tensor, source: str, target: str) -> torch.Tensor:
+    """The same int4 codes in another packing (INT4_PACKINGS); exact both ways."""
+    _check_packing(source)
+    _check_packing(target)
+    if source == target:
+        return qweight
+    if target == "planes":
+        return pack_int4_planes(unpack_int4(qweight))
+    return pack_int4(unpack_int4_planes(qweight))
+
+
+def unpack_int4_codes(qweight: torch.Tensor, packing: str = "sequential") -> torch.Tensor:
+    """(N, K) uint8 codes of either packing."""
+    _check_packing(packing)
+    return unpack_int4(qweight) if packing == "sequential" else unpack_int4_planes(qweight)
+
+
 def dequantize_int8(qweight: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """(N, K) weight in `dtype`, computed in float32: qweight[n, k] * scales[n]."""
     return (qweight.float() * scales.float().unsqueeze(1)).to(dtype)
@@ -50,10 +104,15 @@ def dequantize_fp8(qweight: torch.Tensor, scales: torch.Tensor, dtype: torch.dty
 
 
 def dequantize_int4(
-    qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int, dtype: torch.dtype | None = None
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    dtype: torch.dtype | None = None,
+    packing: str = "sequential",
 ) -> torch.Tensor:
     """(N, K) weight, computed in float32: (q - zeros[group]) * scales[group]; `dtype` defaults to scales'."""
-    q = unpack_int4(qweight).float()
+    q = unpack_int4_codes(qweight, packing).float()
     num_groups = q.shape[1] // group_size
     if (
         group_size <= 0
@@ -92,9 +151,10 @@ def w4a16_linear_ref(
     zeros: torch.Tensor,
     group_size: int,
     bias: torch.Tensor | None = None,
+    packing: str = "sequential",
 ) -> torch.Tensor:
     """x @ dequantize_int4(...).T (+ bias) in x.dtype."""
-    return F.linear(x, dequantize_int4(qweight, scales, zeros, group_size, x.dtype), bias)
+    return F.linear(x, dequantize_int4(qweight, scales, zeros, group_size, x.dtype, packing), bias)
 
 
 def fp8_linear_ref(

@@ -14,15 +14,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 MAX_SPLIT_K = 16
-ROW_BUCKETS = (1, 16, 64, 512)
-"""Rows (tokens) a table entry covers: up to 1, 2-16, 17-64 and above 64 (measured at 512)."""
+ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+"""Rows (tokens) a table entry covers: up to 1, 2, 4, ... 256, and above 256 (prefill, measured at 512)."""
+FP8_ANY = "fp8a"
+"""Table format of the fastest fp8 launch among weight-only and W8A8 ones ("fp8": weight-only only)."""
 TABLE_ENV = "MOPT_QUANT_TILES"
+TABLE_VERSION = 2
+"""Tables of another version were measured on other kernels (version 1: int4 in the sequential packing,
+per-group rescaling after each dot) and are not read."""
 PACKAGED_TABLE = Path(__file__).with_name("quant_tiles.json")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -33,7 +40,7 @@ class QuantTiles:
     the number of K slices (output tiles x split_k programs). num_stages is Triton's pipeline depth
     for the tensor-core program; for the GEMV, >= 2 prefetches the next tile into registers (int4
     always, int8/fp8 when block_k <= 256 divides K: quant_matmul.prefetches). Every block size is a
-    power of two (quant_matmul._check_tiles)."""
+    power of two (quant_matmul._check_tiles); int4 tensor-core tiles are one 128-column block deep."""
 
     block_m: int
     block_n: int
@@ -42,8 +49,26 @@ class QuantTiles:
     num_warps: int = 4
     num_stages: int = 3
     backend: str = "triton"
-    planes: bool = True
-    """int4 tensor-core tiles: eight nibble-plane dots (True) or nibbles unpacked into K order, one dot."""
+    """triton (our program), scaled_mm (fp8 W8A8 through torch._scaled_mm), dequant (the whole weight
+    widened once into a scratch buffer, then a dense matmul: prefill sizes) or torch (bf16 weights:
+    F.linear, i.e. cuBLAS)."""
+    w8a8: bool = False
+    """fp8 only: quantize the activations per token (one more launch) and multiply e4m3 by e4m3."""
+
+    @property
+    def kernel(self) -> str:
+        """gemv (CUDA cores, one row), mma (tensor cores, weights widened in registers), w8a8, scaled_mm
+        or dequant."""
+        if self.backend != "triton":
+            return self.backend
+        return "w8a8" if self.w8a8 else ("gemv" if self.block_m == 1 else "mma")
+
+
+SCALED_MM = QuantTiles(0, 0, 0, backend="scaled_mm")
+DEQUANT = QuantTiles(0, 0, 0, backend="dequant")
+TORCH = QuantTiles(0, 0, 0, backend="torch")
+DENSE_MAX_ROWS = 64
+"""bf16 weights: rows up to which our GEMV / tensor-core tiles are candidates against cuBLAS (skinny shapes)."""
 
 
 def row_bucket(m: int) -> int:
@@ -61,91 +86,111 @@ def split_for(n: int, k: int, block_n: int, block_k: int, tiles_m: int, waves: f
 
 
 # (block_m, block_n, block_k, waves, num_warps, num_stages). waves x SMs is the number of programs
-# split-K aims at (0: no split). int4's block_k counts columns, 128 per group slice, so its tiles
-# carry a quarter of the bytes of the same block_k in int8/fp8; its lists reach further along K.
-_DECODE_DOTS = [  # tensor cores, the activation rows padded to 16
-    (16, 64, 256, 2, 4, 3),
-    (16, 128, 128, 2, 4, 3),
-    (16, 32, 256, 4, 4, 4),
-    (16, 64, 128, 4, 4, 4),
-    (16, 64, 256, 4, 4, 4),
-    (16, 128, 256, 1, 8, 3),
-    (16, 64, 512, 2, 4, 3),
-    (16, 256, 128, 1, 8, 3),
-]
+# split-K aims at (0: no split): at decode the tiles of one weight are few, and several programs per
+# SM hide the latency of each one's loads. Chosen from the sm_90 SASS of each shape (registers
+# without spills, benchmarks/quant_sass.py) and the sweeps: the table measures which wins.
+_INT4_MMA = {  # block_k: one 128-column planes block per iteration. A warp group must own 128 weight
+    # rows (block_n 128 at 4 warps, 256 at 8): with 64 the compiler sends each plane through shared memory
+    16: [
+        (16, 128, 128, 2, 4, 4),
+        (16, 128, 128, 4, 4, 4),
+        (16, 128, 128, 8, 4, 3),
+        (16, 128, 128, 4, 4, 5),
+        (16, 256, 128, 2, 8, 4),
+        (16, 256, 128, 4, 8, 3),
+    ],
+    32: [(32, 128, 128, 2, 4, 4), (32, 128, 128, 4, 4, 3), (32, 256, 128, 2, 8, 3), (16, 128, 128, 4, 4, 4)],
+    64: [(64, 128, 128, 2, 4, 3), (64, 128, 128, 4, 4, 2), (64, 256, 128, 2, 8, 3), (32, 128, 128, 4, 4, 3)],
+    128: [(64, 128, 128, 2, 4, 3), (64, 256, 128, 1, 8, 3), (128, 256, 128, 1, 8, 3), (32, 128, 128, 2, 4, 3)],
+    256: [(64, 256, 128, 1, 8, 3), (128, 256, 128, 1, 8, 3), (64, 128, 128, 1, 4, 3)],
+    512: [(64, 256, 128, 0, 8, 3), (128, 256, 128, 0, 8, 3)],
+}
+_BYTES_MMA = {  # int8 / e4m3 widened in registers: block_n x block_k bytes a warp group without spills
+    16: [
+        (16, 128, 128, 2, 4, 4),
+        (16, 128, 128, 4, 4, 3),
+        (16, 64, 256, 4, 4, 4),
+        (16, 256, 128, 2, 8, 3),
+        (16, 64, 128, 8, 4, 4),
+        (16, 64, 256, 2, 4, 3),
+    ],
+    32: [(32, 128, 128, 2, 4, 3), (32, 128, 128, 4, 4, 3), (32, 64, 256, 4, 4, 3), (16, 128, 128, 4, 4, 3)],
+    64: [(64, 128, 128, 2, 4, 3), (64, 64, 256, 4, 4, 3), (32, 128, 128, 2, 4, 3)],
+    128: [(64, 128, 128, 2, 4, 3), (128, 128, 128, 1, 8, 3), (32, 128, 128, 2, 4, 3)],
+    256: [(128, 128, 128, 1, 8, 3), (64, 128, 128, 1, 4, 3), (128, 256, 64, 0, 8, 3)],
+    512: [(128, 128, 128, 0, 8, 3), (128, 256, 64, 0, 8, 3)],
+}
+_W8A8 = {  # e4m3 x e4m3: nothing widened, larger K tiles
+    16: [(16, 128, 256, 2, 4, 4), (16, 64, 256, 4, 4, 4), (16, 128, 128, 4, 4, 5), (16, 256, 128, 2, 8, 4)],
+    32: [(32, 128, 256, 2, 4, 4), (32, 64, 256, 4, 4, 4)],
+    64: [(64, 128, 256, 2, 4, 3), (64, 128, 128, 2, 4, 4)],
+    128: [(128, 128, 128, 1, 8, 4), (128, 128, 256, 1, 8, 3)],
+    256: [(128, 256, 128, 0, 8, 3), (128, 128, 128, 1, 8, 4)],
+    512: [(128, 256, 128, 0, 8, 3), (128, 128, 256, 0, 8, 3)],
+}
 _GEMVS = {  # one row on CUDA cores: no pipelining, so the tile of one iteration is what is in flight
     "bytes": [  # stages 2: the next tile prefetched into registers (quant_matmul.prefetches), 1: not
-        (1, 32, 256, 4, 4, 1),
         (1, 32, 256, 4, 4, 2),
         (1, 64, 256, 4, 8, 1),
-        (1, 64, 256, 4, 8, 2),
-        (1, 64, 512, 2, 8, 1),
-        (1, 128, 256, 2, 8, 2),
-        (1, 32, 512, 8, 4, 1),
+        (1, 32, 512, 4, 4, 1),
         (1, 16, 256, 8, 4, 2),
     ],
-    "int4": [  # more rows a thread (larger block_n a warp) reuse each activation load more often;
-        # stages 2: the next tile prefetched into registers (quant_matmul.prefetches), 1: not
-        (1, 32, 256, 4, 4, 1),
+    "int4": [  # more rows a thread (larger block_n a warp) reuse each activation load more often
         (1, 64, 256, 4, 4, 1),
         (1, 64, 256, 4, 4, 2),
         (1, 128, 256, 2, 4, 2),
-        (1, 64, 512, 2, 8, 1),
-        (1, 64, 512, 2, 8, 2),
-        (1, 128, 512, 2, 8, 1),
-        (1, 32, 512, 4, 4, 2),
-        (1, 16, 512, 8, 4, 1),
         (1, 32, 1024, 4, 8, 1),
     ],
 }
-_CANDIDATES = {
-    1: _DECODE_DOTS[:5],  # plus the CUDA-core GEMVs of the format
-    16: _DECODE_DOTS,
-    64: [
-        (64, 64, 128, 2, 4, 3),
-        (64, 128, 128, 1, 8, 3),
-        (64, 128, 64, 2, 4, 4),
-        (32, 128, 128, 2, 4, 3),
-        (64, 128, 256, 1, 8, 3),
-        (64, 256, 128, 1, 8, 3),
-        (32, 64, 256, 2, 4, 4),
-    ],
-    512: [
-        (128, 128, 64, 0, 8, 3),
-        (64, 128, 128, 0, 4, 3),
-        (128, 64, 128, 1, 4, 3),
-    ],
-}
 
 
-def _make(kind: str, m: int, n: int, k: int, spec: tuple, num_sms: int) -> QuantTiles:
+def _specs(kind: str, bucket: int, w8a8: bool = False) -> list[tuple]:
+    table = _W8A8 if w8a8 else (_INT4_MMA if kind == "int4" else _BYTES_MMA)
+    return table[max(16, bucket)]
+
+
+def _make(kind: str, m: int, n: int, k: int, spec: tuple, num_sms: int, w8a8: bool = False) -> QuantTiles:
     block_m, block_n, block_k, waves, num_warps, num_stages = spec
     if kind == "int4":
-        block_k = max(128, block_k)  # whole group slices (quant_kernels.INT4_BLOCK_K)
+        block_k = 128 if block_m > 1 else max(128, block_k)  # whole planes blocks (quant_kernels.INT4_BLOCK_K)
     tiles_m = 1 if block_m == 1 else -(-m // block_m)
     split = split_for(n, k, block_n, block_k, tiles_m, waves, num_sms)
-    return QuantTiles(block_m, block_n, block_k, split, num_warps, num_stages)
+    return QuantTiles(block_m, block_n, block_k, split, num_warps, num_stages, w8a8=w8a8)
 
 
 def candidates(kind: str, m: int, n: int, k: int, num_sms: int, fp8_scaled_mm: bool = False) -> list[QuantTiles]:
-    """Distinct launch shapes worth timing for this call (the sweep's search space)."""
-    specs = _CANDIDATES[row_bucket(m)]
+    """Distinct launch shapes worth timing for this call (the sweep's search space): the tensor-core
+    program's tiles of the row bucket, at M = 1 also the CUDA-core GEMVs, and for fp8 the W8A8
+    kinds (our e4m3 x e4m3 program; `_scaled_mm` above 16 rows) when `fp8_scaled_mm` allows them."""
+    bucket = row_bucket(m)
+    if kind == "bf16" and bucket > DENSE_MAX_ROWS:
+        return [TORCH]
+    specs = _specs(kind, bucket)
     if m == 1:
-        specs = specs + _GEMVS["int4" if kind == "int4" else "bytes"]
-    found = [_make(kind, m, n, k, s, num_sms) for s in specs if (k >= s[2] or s[0] != 1)]
-    if kind == "int4":  # both ways of feeding nibbles to tl.dot
-        found += [dataclasses.replace(t, planes=False) for t in found if t.block_m != 1]
-    if fp8_scaled_mm and kind == "fp8" and m > 16:
-        found.append(QuantTiles(0, 0, 0, backend="scaled_mm"))
+        specs = specs + [s for s in _GEMVS["int4" if kind == "int4" else "bytes"] if k >= s[2]]
+    found = [_make(kind, m, n, k, s, num_sms) for s in specs]
+    if kind == "bf16":
+        found.append(TORCH)  # cuBLAS: the table keeps ours only where it measured faster
+    elif bucket >= 128:
+        found.append(DEQUANT)
+    if fp8_scaled_mm and kind == "fp8":
+        found += [_make(kind, m, n, k, s, num_sms, w8a8=True) for s in _specs(kind, bucket, w8a8=True)]
+        if m > 16:
+            found.append(SCALED_MM)
     return list(dict.fromkeys(found))
 
 
 def default_tiles(kind: str, m: int, n: int, k: int, num_sms: int, fp8_scaled_mm: bool = False) -> QuantTiles:
-    """The rule for shapes without a measurement: tensor-core tiles throughout, split-K for decode."""
-    if fp8_scaled_mm and kind == "fp8" and m > 16:
-        return QuantTiles(0, 0, 0, backend="scaled_mm")  # _scaled_mm matches bf16 from M ~ 64 (issue 16)
+    """The rule for shapes without a measurement: tensor-core tiles split to ~2 waves for decode batches;
+    above 256 rows (prefill) the weight widened once and a dense matmul (fp8 with quantized activations
+    allowed: `_scaled_mm`), whose cost is predictable: the dense matmul's plus one pass over the weight."""
     bucket = row_bucket(m)
-    return _make(kind, m, n, k, _CANDIDATES[bucket][0], num_sms)
+    if kind == "bf16":
+        return TORCH  # never ours without a measurement that it wins
+    if bucket > 256:
+        return SCALED_MM if fp8_scaled_mm and kind == "fp8" else DEQUANT
+    spec = _specs(kind, bucket)[0]
+    return _make(kind, m, n, k, spec, num_sms)
 
 
 def table_key(kind: str, m: int, n: int, k: int) -> str:
@@ -153,24 +198,43 @@ def table_key(kind: str, m: int, n: int, k: int) -> str:
 
 
 def read_table(path: str | Path) -> dict:
-    """A sweep table: {"gpu": name, "entries": {table_key: QuantTiles fields}}; ValueError if malformed."""
+    """A sweep table: {"gpu": name, "version": TABLE_VERSION, "entries": {table_key: QuantTiles fields}};
+    ValueError if malformed. "version" is None for tables of before the field (version 1)."""
     data = json.loads(Path(path).read_text())
     if not isinstance(data, dict) or not isinstance(data.get("entries"), dict) or "gpu" not in data:
         raise ValueError(f"{path}: a tile table needs 'gpu' and 'entries' (written by quant_kernels.py --sweep)")
-    return {"gpu": data["gpu"], "entries": {key: QuantTiles(**fields) for key, fields in data["entries"].items()}}
+    version = data.get("version")
+    if version != TABLE_VERSION:
+        return {"gpu": data["gpu"], "version": version, "entries": {}}
+    fields = {f.name for f in dataclasses.fields(QuantTiles)}
+    entries = {}
+    for key, entry in data["entries"].items():
+        extra = set(entry) - fields
+        if extra:
+            raise ValueError(f"{path}: entry {key} has unknown fields {sorted(extra)}; known: {sorted(fields)}")
+        entries[key] = QuantTiles(**entry)
+    return {"gpu": data["gpu"], "version": version, "entries": entries}
 
 
-def table_json(gpu: str, entries: dict[str, QuantTiles]) -> dict:
-    return {"gpu": gpu, "entries": {key: asdict(tiles) for key, tiles in sorted(entries.items())}}
+def table_json(gpu: str, entries: dict[str, QuantTiles], timings: dict[str, float] | None = None) -> dict:
+    """The JSON of a table; `timings` (table_key -> us of the entry) are kept beside it for readers."""
+    out = {"gpu": gpu, "version": TABLE_VERSION, "entries": {key: asdict(t) for key, t in sorted(entries.items())}}
+    if timings:
+        out["us"] = {key: round(timings[key], 2) for key in sorted(timings)}
+    return out
 
 
 @functools.cache
 def _table_for(gpu: str) -> dict[str, QuantTiles]:
-    """Entries of the table for this GPU name, read once; {} when there is none or it is for another GPU."""
+    """Entries of the table for this GPU name, read once; {} when there is none, it is for another GPU
+    or it was measured on other kernels (another version)."""
     path = os.environ.get(TABLE_ENV) or (PACKAGED_TABLE if PACKAGED_TABLE.exists() else None)
     if not path:
         return {}
     table = read_table(path)
+    if table["version"] != TABLE_VERSION and table["gpu"] == gpu:
+        logger.info("quantized-matmul tiles: %s is version %s, not %s; default tiles", path, table["version"],
+                    TABLE_VERSION)  # fmt: skip
     return table["entries"] if table["gpu"] == gpu else {}
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.kernels import aot, triton_kernel
 from model_optimizer.runtime.kernels.reference import paged_attention_ref, store_kv_ref
 
 
@@ -93,7 +93,7 @@ class Attention(nn.Module):
         kv_cache = self.kv_cache if meta.kv_caches is None else meta.kv_caches[self.layer_idx]
         if kv_cache is None:
             raise RuntimeError(f"attention layer {self.layer_idx} has no KV cache: bind_kv_caches was not called")
-        store_kv = triton_kernel("store_kv", "store_kv") if q.is_cuda else None
+        store_kv = triton_kernel("store_kv", "store_kv") if aot.on_gpu(q) else None
         if store_kv is not None:
             paged_attention = triton_kernel("paged_attention", "paged_attention")
             store_kv(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
@@ -138,7 +138,7 @@ def bind_kv_caches(model: nn.Module, kv_caches: list[torch.Tensor]) -> None:
 
 def decode_num_splits(padded_num_seqs: int, num_kv_heads: int, max_model_len: int, device: torch.device) -> int | None:
     """Split-KV count for a decode batch, from its padded size alone (None off the GPU)."""
-    choose_num_splits = triton_kernel("paged_attention", "choose_num_splits") if device.type == "cuda" else None
+    choose_num_splits = triton_kernel("paged_attention", "choose_num_splits") if aot.gpu_device(device) else None
     if choose_num_splits is None:
         return None
     num_sms = triton_kernel("paged_attention", "_num_sms")

@@ -19,14 +19,15 @@ from typing import TypeVar
 
 import torch
 
-from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.kernels import aot, triton_kernel
 
 F = TypeVar("F", bound=Callable)
 
 
 def use_kernel(tensor: torch.Tensor) -> bool:
-    """Whether a chain whose first argument is `tensor` runs as its Triton kernel: CUDA tensors do."""
-    return tensor.is_cuda
+    """Whether a chain whose first argument is `tensor` runs as its Triton kernel: CUDA tensors do (and
+    meta tensors while compiling ahead of time, kernels/aot.py)."""
+    return aot.on_gpu(tensor)
 
 
 def fused(kernel: str) -> Callable[[F], F]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.kernels import aot, triton_kernel
 from model_optimizer.runtime.layers.norm import rms_norm
 
 
@@ -86,7 +86,7 @@ class RotaryEmbedding(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate q (tokens, heads, head_dim) and k (tokens, kv_heads, head_dim) by their positions,
         after a per-head RMSNorm when weights are given (Qwen3). One Triton kernel on the GPU."""
-        kernel = triton_kernel("rotary", "norm_rotate") if q.is_cuda else None
+        kernel = triton_kernel("rotary", "norm_rotate") if aot.on_gpu(q) else None
         rotate = kernel or norm_rotate_ref
         return rotate(q, k, positions, self.cos, self.sin, q_weight, k_weight, eps)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from model_optimizer.runtime.device import to_device
-from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.kernels import aot, triton_kernel
 from model_optimizer.runtime.sampler_output import NONFINITE_TOKEN, Logprob
 from model_optimizer.runtime.sampling_params import SamplingParams
 
@@ -212,7 +212,7 @@ def _plain(params: SamplingParams) -> bool:
 
 def _can_fuse(logits: torch.Tensor) -> bool:
     """Whether kernels.sampling can run on these logits: Triton on CUDA."""
-    return logits.is_cuda and triton_kernel("sampling", "gumbel_sample") is not None
+    return aot.on_gpu(logits) and triton_kernel("sampling", "gumbel_sample") is not None
 
 
 def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:

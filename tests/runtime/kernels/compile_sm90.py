@@ -6,7 +6,10 @@ Prints one line per kernel; exit status 3 when this Triton has no usable ahead-o
 """
 
 import re
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 try:
     import triton
@@ -56,6 +59,42 @@ def compile_kernel(
     return kernel
 
 
+def _tool(name: str) -> str:
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
+
+
+def disassemble(cubin: bytes) -> tuple[str, int]:
+    """(SASS text, registers per thread) of a cubin, by the nvdisasm and cuobjdump Triton ships."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([_tool("nvdisasm"), "-c", f.name], capture_output=True, text=True, check=True).stdout
+        usage = subprocess.run([_tool("cuobjdump"), "-res-usage", f.name], capture_output=True, text=True).stdout
+    regs = re.search(r"REG:(\d+)", usage)
+    return sass, int(regs.group(1)) if regs else -1
+
+
+def main_loop(sass: str) -> list[str]:
+    """Opcodes of the longest loop body of a kernel's SASS (a backward branch to a label above it)."""
+    ops: list[str] = []
+    labels: dict[str, int] = {}
+    best: list[str] = []
+    for line in sass.splitlines():
+        label = re.match(r"^\s*\.(L\w+):", line)
+        if label:
+            labels[label.group(1)] = len(ops)
+        ins = re.match(r"\s*/\*[0-9a-f]+\*/\s+(.*?);", line)
+        if not ins:
+            continue
+        words = ins.group(1).split()
+        ops.append(words[1] if words[0].startswith("@") else words[0])
+        branch = re.search(r"BRA\s+`?\(?\.(L\w+)", ins.group(1))
+        if branch and branch.group(1) in labels and labels[branch.group(1)] < len(ops):
+            body = ops[labels[branch.group(1)] :]
+            best = body if len(body) > len(best) else best
+    return best
+
+
 def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, decode: bool, window: bool) -> None:
     pointers = dict(
         out_ptr=f"*{q}",
@@ -98,32 +137,38 @@ def quant_matmul(
     split_k: int,
     num_stages: int = 3,
     num_warps: int = 4,
-    planes: bool = True,
+    w8a8: bool = False,
     quiet: bool = False,
+    x_dtype: str = "bf16",
 ):
     """One launch shape of the quantized matmul (CUDA-core GEMV, split-K dot, prefill tile) per weight
-    format; the compiled kernel (tests/runtime/kernels/quant_compile_sm90.py reads its shared memory)."""
+    format, as quant_matmul launches it on sm_90 (PTX widening); the compiled kernel
+    (tests/runtime/kernels/quant_compile_sm90.py reads its shared memory and its SASS)."""
+    x = "fp8e4nv" if w8a8 else x_dtype
     pointers = dict(
-        x_ptr="*bf16",
-        w_ptr={"int4": "*i32", "int8": "*i8", "fp8": "*fp8e4nv"}[kind],
-        scales_ptr="*bf16" if kind == "int4" else "*fp32",
+        x_ptr=f"*{x}",
+        w_ptr={"int4": "*i16" if block_m > 1 else "*i32", "int8": "*i8", "fp8": "*fp8e4nv", "bf16": f"*{x_dtype}"}[
+            kind
+        ],
+        scales_ptr=f"*{x_dtype}" if kind == "int4" else "*fp32",
         zeros_ptr="*u8",
-        bias_ptr="*bf16",
-        out_ptr="*bf16",
+        x_scales_ptr="*fp32",
+        bias_ptr=f"*{x_dtype}",
+        out_ptr=f"*{x_dtype}",
         part_ptr="*fp32",
         count_ptr="*i32",
     )
     constexprs = dict(
-        KIND=KINDS[kind],
+        KIND=KINDS["fp8_w8a8" if w8a8 else kind],
         GROUP=128 if kind == "int4" else 1,
         HAS_BIAS=False,
         EVEN_K=True,
         EVEN_N=True,
-        DOT_DTYPE=tl.bfloat16,
+        DOT_DTYPE=tl.float8e4nv if w8a8 else {"bf16": tl.bfloat16, "fp16": tl.float16}[x_dtype],
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
-        PLANES=planes,
+        USE_ASM=True,
         PREFETCH=block_m == 1 and num_stages >= 2 and (kind == "int4" or block_k <= 256),  # quant_matmul.prefetches
     )
     if split_k == 1:  # the launcher's JIT specializes an integer argument equal to 1
@@ -206,6 +251,10 @@ def main() -> int:
         ("int4", 128, 128, 128, 1),
     ):
         quant_matmul(kind, block_m, block_n, block_k, split_k)
+    quant_matmul("fp8", 16, 128, 256, 2, w8a8=True)
+    quant_matmul("int4", 16, 128, 128, 2, x_dtype="fp16")
+    quant_matmul("bf16", 1, 32, 256, 4)  # the skinny bf16 linears (dense_linear)
+    quant_matmul("bf16", 16, 128, 128, 2)
     compile_kernel(
         _quantize_rows_fp8_kernel, dict(x_ptr="*bf16", q_ptr="*fp8e4nv", scale_ptr="*fp32"), dict(BLOCK_K=4096)
     )

@@ -1,59 +1,76 @@
-"""Compile the quantized matmul's launch shapes for sm_90 (H100/H200) without a GPU.
+"""Compile the quantized matmul's launch shapes for sm_90 (H100/H200) without a GPU, and read their SASS.
 
 Run by test_quant_compile_sm90.py in a subprocess without TRITON_INTERPRET. The sweep skips a
 candidate the GPU compiler rejects, but the default rule must never pick one: this compiles each
 distinct (format, tiles, warps, stages, one split or several) that `default_tiles` produces at
-Qwen3-0.6B's and Llama-3.1-8B's shapes, with bf16 activations (`--all`: every sweep candidate too,
-about 60 compiles). Prints one line per kernel with its shared memory; exit status 3 when Triton
-has no ahead-of-time API.
+Qwen3-0.6B's and Llama-3.1-8B's shapes for the decode row buckets, with bf16 activations and the
+PTX widening (`--all`: every sweep candidate too). For each it checks the main loop of the SASS:
+tensor-core tiles must multiply on Hopper's warp-group MMA (HGMMA; QGMMA for e4m3 x e4m3), the GEMV
+must not, and nothing may spill to local memory. Prints one line per kernel; exit status 3 when
+Triton has no ahead-of-time API.
 """
 
+import collections
+import re
 import sys
 
-from compile_sm90 import quant_matmul  # same folder: the script runs with it on sys.path
+from compile_sm90 import disassemble, main_loop, quant_matmul  # same folder: the script runs with it on sys.path
 
-from model_optimizer.runtime.kernels.quant_kernels import KINDS
 from model_optimizer.runtime.kernels.quant_tiles import ROW_BUCKETS, candidates, default_tiles
 
 SHAPES = [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (6144, 4096), (4096, 4096), (28672, 4096)]
-ROWS = {1: 1, 16: 8, 64: 64, 512: 512}
 SMEM_LIMIT = 227 * 1024  # an H100/H200 block's dynamic shared memory
 
 
-def compile_tiles(kind: str, tiles, one_split: bool) -> dict:
-    planes = tiles.planes or kind != "int4" or tiles.block_m == 1
+def check(kind: str, tiles) -> tuple[dict, list[str]]:
+    """(facts, problems) of one launch shape compiled for sm_90."""
     kernel = quant_matmul(
         kind,
         tiles.block_m,
         tiles.block_n,
         tiles.block_k,
-        1 if one_split else 2,
+        tiles.split_k,
         num_stages=tiles.num_stages,
         num_warps=tiles.num_warps,
-        planes=planes,
+        w8a8=tiles.w8a8,
         quiet=True,
     )
-    return {"shared": kernel.metadata.shared}
+    sass, regs = disassemble(kernel.asm["cubin"])
+    loop = collections.Counter(op.split(".")[0] for op in main_loop(sass))
+    ops = collections.Counter(re.findall(r"\b([HQ]GMMA|HMMA)\.", sass))
+    facts = {"shared": kernel.metadata.shared, "regs": regs, "mma": dict(ops), "loop": len(list(loop.elements()))}
+    facts["spills"] = sass.count("LDL") + sass.count("STL")
+    problems = []
+    if facts["shared"] > SMEM_LIMIT:
+        problems.append("TOO MUCH SHARED MEMORY")
+    if facts["spills"]:
+        problems.append("SPILLS")
+    want = "QGMMA" if tiles.w8a8 else "HGMMA"
+    if tiles.kernel != "gemv" and not ops[want]:
+        problems.append(f"NO {want}")
+    if tiles.kernel == "gemv" and ops:
+        problems.append("MMA IN THE GEMV")
+    return facts, problems
 
 
 def main() -> int:
     seen = set()
-    for kind in KINDS:
+    for kind in ("int4", "int8", "fp8"):
         for n, k in SHAPES:
-            for bucket in ROW_BUCKETS:
-                m = ROWS[bucket]
-                found = [default_tiles(kind, m, n, k, 132)]
+            for bucket in ROW_BUCKETS[:-1]:  # the decode buckets; above 256 rows the default is a dense matmul
+                found = [default_tiles(kind, bucket, n, k, 132)]
                 if "--all" in sys.argv:
-                    found += candidates(kind, m, n, k, 132)
+                    found += candidates(kind, bucket, n, k, 132, fp8_scaled_mm=True)
                 for tiles in found:
+                    if tiles.backend != "triton":
+                        continue
                     key = (kind, tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages)
-                    key += (tiles.split_k == 1, tiles.planes)
+                    key += (tiles.split_k == 1, tiles.w8a8)
                     if key in seen:
                         continue
                     seen.add(key)
-                    meta = compile_tiles(kind, tiles, tiles.split_k == 1)
-                    status = "ok" if meta["shared"] <= SMEM_LIMIT else "TOO MUCH SHARED MEMORY"
-                    print("quant", key, "shared", meta["shared"], status, flush=True)
+                    facts, problems = check(kind, tiles)
+                    print("quant", key, facts, " ".join(problems) or "ok", flush=True)
     return 0
 
 

@@ -27,13 +27,13 @@ def clean_env(monkeypatch, tmp_path):
     return tmp_path / "root"
 
 
-def test_key_names_versions_and_gpu_and_differs_when_one_changes(monkeypatch):
-    h200 = cache_key("NVIDIA H200")
-    assert h200.startswith("torch-") and "triton-" in h200 and "mopt-" in h200 and "NVIDIA-H200" in h200
-    assert "/" not in h200 and " " not in h200
-    assert cache_key("NVIDIA H100 80GB HBM3") != h200 and "_cpu-" in cache_key(None)
+def test_key_names_versions_and_architecture_and_differs_when_one_changes(monkeypatch):
+    hopper = cache_key("sm90")
+    assert hopper.startswith("torch-") and "triton-" in hopper and "mopt-" in hopper and "_sm90-" in hopper
+    assert "/" not in hopper and " " not in hopper
+    assert cache_key("sm89") != hopper and "_cpu-" in cache_key(None)
     monkeypatch.setattr(compile_cache, "_version", lambda package: "9.9" if package == "triton" else "1.0")
-    assert cache_key("NVIDIA H200") != h200  # a new Triton never reads the old entries
+    assert cache_key("sm90") != hopper  # a new Triton never reads the old entries
 
 
 def test_root_follows_env_then_xdg_then_home(monkeypatch, tmp_path):

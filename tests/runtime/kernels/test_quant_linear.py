@@ -25,8 +25,9 @@ from tests.runtime.kernels.paged_batches import relative_error
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1.5e-3, torch.bfloat16: 1e-2}
 
 
-def _quantized(kind, n, k, group_size, dtype, seed):
-    """(qweight, scales, zeros, float32 dequantized weight) of a random Gaussian weight."""
+def _quantized(kind, n, k, group_size, dtype, seed, packing="planes"):
+    """(qweight, scales, zeros, float32 dequantized weight) of a random Gaussian weight; int4 codes in
+    `packing` (the kernels read the planes packing, the references either)."""
     w = torch.randn(n, k, generator=torch.Generator().manual_seed(seed))
     if kind == "int8":
         q, s = quantize_int8(w).astuple()
@@ -35,11 +36,11 @@ def _quantized(kind, n, k, group_size, dtype, seed):
         q, s = quantize_fp8(w).astuple()
         return q, s, None, ref.dequantize_fp8(q, s)
     q, s, z = quantize_int4(w.to(dtype), group_size).astuple()
-    return q, s, z, ref.dequantize_int4(q, s, z, group_size, torch.float32)
+    return ref.repack_int4(q, "sequential", packing), s, z, ref.dequantize_int4(q, s, z, group_size, torch.float32)
 
 
-def _case(kind, m, n, k, dtype, group_size=32, seed=0, bias=False):
-    q, s, z, w = _quantized(kind, n, k, group_size, dtype, seed)
+def _case(kind, m, n, k, dtype, group_size=32, seed=0, bias=False, packing="planes"):
+    q, s, z, w = _quantized(kind, n, k, group_size, dtype, seed, packing)
     gen = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(m, k, generator=gen).to(dtype)
     b = torch.randn(n, generator=gen).to(dtype) if bias else None
@@ -96,20 +97,20 @@ def test_kernel_decodes_every_byte_code(kind, block_m):
 
 @pytest.mark.parametrize("block_m", [1, 16])
 def test_kernel_decodes_every_int4_code_and_zero_point(block_m):
-    """Each nibble position j of a word (the GEMV reads 0..4 in place and 5..7 from a shifted copy)
-    holds all 16 values against all 16 zero points, float32 throughout: the product must be the
-    dequantized weight's to float32 rounding."""
+    """Each nibble of a 16-bit lane (a plane; the GEMV reads nibbles 0..4 of a word in place and 5..7
+    from a shifted copy) holds all 16 values against all 16 zero points, float32 throughout: the
+    product must be the dequantized weight's to float32 rounding."""
     n, k = 16, 256
     rows = torch.arange(n)[:, None]
     cols = torch.arange(k)[None, :]
-    q = (cols // 8 + rows * 3 + cols % 8) % 16  # word i, nibble j, row r: every value at every j
-    packed = ref.pack_int4(q)
+    q = (cols % 32 + rows * 3 + cols // 32) % 16  # lane c, plane p, row r: every value in every plane
+    packed = ref.pack_int4_planes(q)
     zeros = ((torch.arange(n)[:, None] + torch.arange(2)[None, :] * 7) % 16).to(torch.uint8)  # (16, 2 groups)
     scales = torch.linspace(0.25, 2.0, n * 2).view(n, 2)
     x = torch.randn(1, k, generator=torch.Generator().manual_seed(17))
-    tiles = QuantTiles(block_m=block_m, block_n=16, block_k=256)
+    tiles = QuantTiles(block_m=block_m, block_n=16, block_k=256 if block_m == 1 else 128)
     out = quant_matmul(x, packed, scales, zeros, "int4", 128, tiles=tiles)
-    want = x.double() @ ref.dequantize_int4(packed, scales, zeros, 128, torch.float64).T
+    want = x.double() @ ref.dequantize_int4(packed, scales, zeros, 128, torch.float64, "planes").T
     assert relative_error(out, want) < 1e-6
 
 
@@ -132,19 +133,18 @@ def test_int4_groups_of_several_tiles():
 @pytest.mark.parametrize("m", [1, 3, 8, 16])
 @pytest.mark.parametrize(("block_k", "k", "group_size"), [(256, 384, 128), (512, 1024, 256), (256, 768, 384)])
 def test_int4_tiles_of_several_group_slices(block_m, m, block_k, k, group_size):
-    """K tiles of 2-4 group slices: a ragged last tile (384 = 256 + 128), groups wider than a slice
-    (256, 384 columns), odd N (no even-N fast path), one to three splits (a split of one tile: the
-    prefetch past its end must read nothing); the GEMV with and without prefetch."""
+    """Groups wider than a 128-column block (256, 384 columns), K of 3-8 blocks, odd N (no even-N fast
+    path), one to three splits (a split of one block: the tensor-core program's prefetch of the next
+    block's scales and the GEMV's of the next tile must read nothing past it); the GEMV with tiles of
+    2-4 blocks (a ragged last one: 384 = 256 + 128), with and without its prefetch."""
     if block_m == 1 and m != 1:
         pytest.skip("the CUDA-core GEMV is one row")
     x, q, s, z, b, want = _case("int4", m, 45, k, torch.bfloat16, group_size=group_size, seed=m + k, bias=True)
     for split_k in (1, 2, 3):
         for num_stages in (1, 2):  # the GEMV without and with the register prefetch of the next tile
-            tiles = QuantTiles(block_m, 16, block_k, split_k, num_stages=num_stages)
+            tiles = QuantTiles(block_m, 16, block_k if block_m == 1 else 128, split_k, num_stages=num_stages)
             out = quant_matmul(x, q, s, z, "int4", group_size, b, tiles=tiles)
             assert relative_error(out, want) < TOLERANCE[torch.bfloat16], tiles
-    planes = QuantTiles(block_m=16, block_n=16, block_k=block_k, split_k=2, planes=False)
-    assert relative_error(quant_matmul(x, q, s, z, "int4", group_size, b, tiles=planes), want) < 1e-2
 
 
 @pytest.mark.parametrize("kind", ["int8", "fp8"])
@@ -181,18 +181,21 @@ def test_even_shapes_take_the_unmasked_path(kind, m):
     k = 512
     x, q, s, z, b, want = _case(kind, m, 64, k, torch.float16, group_size=128, seed=40 + m, bias=True)
     for block_m in (1, 16) if m == 1 else (16,):
-        tiles = QuantTiles(block_m=block_m, block_n=32, block_k=256, split_k=2)
+        block_k = 128 if kind == "int4" and block_m > 1 else 256  # int4 tensor-core tiles: one planes block
+        tiles = QuantTiles(block_m=block_m, block_n=32, block_k=block_k, split_k=2)
         out = quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, b, tiles=tiles)
         assert relative_error(out, want) < TOLERANCE[torch.float16], tiles
 
 
 def test_int4_tiles_are_made_of_group_slices():
-    x, q, s, z, _, _ = _case("int4", 2, 24, 96, torch.float16, group_size=48, seed=5)
-    with pytest.raises(ValueError, match="group size a multiple of 128"):
+    x, q, s, z, _, _ = _case("int4", 2, 24, 96, torch.float16, group_size=48, seed=5, packing="sequential")
+    with pytest.raises(ValueError, match="must be multiples of 128"):
         quant_matmul(x, q, s, z, "int4", 48)
     x, q, s, z, _, _ = _case("int4", 2, 24, 256, torch.float16, group_size=128, seed=5)
-    with pytest.raises(ValueError, match="block_k must be a multiple of 128"):
-        quant_matmul(x, q, s, z, "int4", 128, tiles=QuantTiles(block_m=16, block_n=16, block_k=64))
+    with pytest.raises(ValueError, match="block_k must be 128 for tensor-core tiles"):
+        quant_matmul(x, q, s, z, "int4", 128, tiles=QuantTiles(block_m=16, block_n=16, block_k=256))
+    with pytest.raises(ValueError, match="a multiple of 128 for the GEMV"):
+        quant_matmul(x[:1], q, s, z, "int4", 128, tiles=QuantTiles(block_m=1, block_n=16, block_k=64))
     with pytest.raises(ValueError, match="block_m and block_n >= 16"):
         quant_matmul(x, q, s, z, "int4", 128, tiles=QuantTiles(block_m=8, block_n=16, block_k=128))
 
@@ -216,19 +219,22 @@ def test_every_sweep_candidate_is_correct(kind, m):
     k = 512
     x, q, s, z, _, want = _case(kind, m, 40, k, torch.float16, group_size=128, seed=m)
     for tiles in candidates(kind, m, 40, k, 132, fp8_scaled_mm=False):
+        if tiles.backend != "triton":
+            continue  # the dense matmul after dequantize_weight (tests/gpu)
         out = quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, tiles=tiles)
         assert relative_error(out, want) < TOLERANCE[torch.float16], tiles
 
 
 def test_default_tiles_per_regime():
     decode = choose_tiles(1, 4096, 4096, "int8", 0, 132)
-    assert decode.block_m == 16 and decode.split_k > 1  # 64 tiles of 64 rows: splits fill two waves
+    assert decode.kernel == "mma" and decode.block_m == 16 and decode.split_k > 1  # 32 tiles: splits fill the GPU
     small = choose_tiles(8, 1024, 3072, "int4", 128, 132)
-    assert small.block_m == 16 and small.block_k % 128 == 0 and 1 < small.split_k <= MAX_SPLIT_K  # group slices
+    assert small.block_m == 16 and small.block_k == 128 and 1 < small.split_k <= MAX_SPLIT_K  # planes blocks
     batch64 = choose_tiles(64, 4096, 4096, "int4", 128, 132)
-    assert batch64.block_m == 64 and batch64.split_k > 1  # 64 weight tiles alone leave half the GPU idle
-    prefill = choose_tiles(512, 4096, 4096, "int8", 0, 132)
-    assert (prefill.block_m, prefill.split_k) == (128, 1)
+    assert batch64.block_m == 64 and batch64.split_k > 1  # 32 weight tiles alone leave most of the GPU idle
+    assert choose_tiles(256, 4096, 4096, "int8", 0, 132).kernel == "mma"  # the largest decode batches
+    prefill = choose_tiles(512, 4096, 4096, "int4", 128, 132)
+    assert prefill.kernel == "dequant"  # above 256 rows: widened once, a dense matmul
     assert choose_tiles(512, 4096, 4096, "fp8", 0, 132, fp8_scaled_mm=True).backend == "scaled_mm"
     assert choose_tiles(1, 64, 32, "int8", 0, 132).split_k == 1  # never a split without columns to read
 
@@ -239,10 +245,12 @@ def test_tile_table_applies_to_its_gpu_only(tmp_path, monkeypatch):
     from model_optimizer.runtime.kernels import quant_tiles
 
     gemv = QuantTiles(block_m=1, block_n=32, block_k=256, split_k=4)
+    w8a8 = QuantTiles(block_m=64, block_n=128, block_k=256, split_k=2, w8a8=True)
     entries = {
         quant_tiles.table_key("fp8", 1, 4096, 4096): gemv,
         quant_tiles.table_key("fp8", 8, 4096, 4096): gemv,  # wrong for 8 rows: never used there
         quant_tiles.table_key("fp8", 64, 4096, 4096): QuantTiles(0, 0, 0, backend="scaled_mm"),
+        quant_tiles.table_key("fp8a", 32, 4096, 4096): w8a8,  # the fastest with quantized activations
     }
     path = tmp_path / "tiles.json"
     path.write_text(json.dumps(quant_tiles.table_json("NVIDIA H200", entries)))
@@ -254,7 +262,14 @@ def test_tile_table_applies_to_its_gpu_only(tmp_path, monkeypatch):
         assert choose_tiles(8, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H200").block_m == 16
         assert choose_tiles(64, 4096, 4096, "fp8", 0, 132, "NVIDIA H200", fp8_scaled_mm=True).backend == "scaled_mm"
         assert choose_tiles(64, 4096, 4096, "fp8", 0, 132, "NVIDIA H200").backend == "triton"
+        assert choose_tiles(32, 4096, 4096, "fp8", 0, 132, "NVIDIA H200", fp8_scaled_mm=True) == w8a8
+        assert not choose_tiles(32, 4096, 4096, "fp8", 0, 132, "NVIDIA H200").w8a8  # exact activations asked
         assert choose_tiles(1, 4096, 1024, "fp8", 0, 132, gpu="NVIDIA H200") != gemv  # another shape
+        old = quant_tiles.table_json("NVIDIA H200", entries)
+        del old["version"]  # a table of the kernels before the planes packing: not read
+        path.write_text(json.dumps(old))
+        quant_tiles._table_for.cache_clear()
+        assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H200") != gemv
         path.write_text(json.dumps({"entries": {}}))
         quant_tiles._table_for.cache_clear()
         with pytest.raises(ValueError, match="needs 'gpu' and 'entries'"):
@@ -284,6 +299,63 @@ def test_quantize_rows_fp8_matches_reference():
     assert ((got - want).abs() <= want.abs() / 8).all()
 
 
+def test_planes_packing_follows_its_layout_and_round_trips():
+    """Lane c of a 128-column block holds columns c, c + 32, c + 64, c + 96 in its nibbles 0..3; the
+    lanes of a row are the int16 view of its words (low half first). Repacking is exact both ways."""
+    q = torch.randint(0, 16, (3, 256), generator=torch.Generator().manual_seed(4))
+    packed = ref.pack_int4_planes(q)
+    assert packed.dtype == torch.int32 and packed.shape == (3, 32)
+    lanes = packed.view(torch.int16).to(torch.int32) & 0xFFFF
+    lane = 32 + 5  # block 1, lane 5
+    assert lanes[2, lane].item() == sum(int(q[2, 128 + 32 * p + 5]) << (4 * p) for p in range(4))
+    assert torch.equal(ref.unpack_int4_planes(packed), q.to(torch.uint8))
+    sequential = ref.pack_int4(q)
+    assert torch.equal(ref.repack_int4(sequential, "sequential", "planes"), packed)
+    assert torch.equal(ref.repack_int4(packed, "planes", "sequential"), sequential)
+    scales, zeros = torch.rand(3, 2) + 0.5, torch.randint(0, 16, (3, 2)).to(torch.uint8)
+    assert torch.equal(
+        ref.dequantize_int4(packed, scales, zeros, 128, packing="planes"),
+        ref.dequantize_int4(sequential, scales, zeros, 128),
+    )
+    with pytest.raises(ValueError, match="K a multiple of 128"):
+        ref.pack_int4_planes(q[:, :96])
+    with pytest.raises(ValueError, match="packing must be one of"):
+        ref.repack_int4(packed, "planes", "awq")
+
+
+@pytest.mark.parametrize("m", [1, 5, 20])
+def test_w8a8_tiles_multiply_quantized_activations(m):
+    """fp8 W8A8 tiles: x quantized per token by quantize_rows_fp8 (its own rounding, checked below
+    against the torch reference) times the e4m3 weight, both scales after the dot; odd N, split K."""
+    x, q, s, _, b, _ = _case("fp8", m, 37, 320, torch.bfloat16, seed=70 + m, bias=True)
+    x_q, x_s = quantize_rows_fp8(x)
+    want = (x_q.double() * x_s.double()) @ (q.double() * s.double()[:, None]).T + b.double()
+    for tiles in (QuantTiles(16, 16, 64, 2, w8a8=True), QuantTiles(16, 32, 128, 1, w8a8=True)):
+        out = quant_matmul(x, q, s, None, "fp8", 0, b, tiles=tiles)
+        assert relative_error(out, want) < TOLERANCE[torch.bfloat16], tiles
+    with pytest.raises(ValueError, match="W8A8 tiles are for fp8"):
+        quant_matmul(x, q.view(torch.int8), s, None, "int8", 0, tiles=QuantTiles(16, 16, 64, w8a8=True))
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8", "int4"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_dequantize_weight_is_the_reference_weight(kind, dtype):
+    """The "dequant" backend's whole weight equals the reference's, element for element (fp16 rounding
+    of the float32 value, once); N and K fill no tile."""
+    from model_optimizer.runtime.kernels.quant_matmul import dequantize_weight
+
+    w = torch.randn(70, 384, generator=torch.Generator().manual_seed(8))
+    if kind == "int4":
+        q, s, z = quantize_int4(w.to(dtype), 128).astuple()
+        want = ref.dequantize_int4(q, s, z, 128, dtype)
+        got = dequantize_weight(ref.repack_int4(q, "sequential", "planes"), s, z, kind, 128, dtype)
+    else:
+        q, s = (quantize_int8 if kind == "int8" else quantize_fp8)(w[:, :300]).astuple()
+        want = (ref.dequantize_int8 if kind == "int8" else ref.dequantize_fp8)(q, s, dtype)
+        got = dequantize_weight(q, s, None, kind, 0, dtype, out=torch.empty(70 * 400, dtype=dtype))
+    assert torch.equal(got, want)
+
+
 def test_pack_unpack_and_dequantize_int4_follow_the_layout():
     q = torch.randint(0, 16, (3, 32), generator=torch.Generator().manual_seed(2))
     packed = ref.pack_int4(q)
@@ -309,7 +381,7 @@ def test_round_to_nearest_quantizers_stay_close():
 
 
 def test_linear_functions_on_cpu_are_the_references():
-    x, q, s, z, b, _ = _case("int4", 3, 24, 64, torch.float32, group_size=32, seed=4, bias=True)
+    x, q, s, z, b, _ = _case("int4", 3, 24, 64, torch.float32, group_size=32, seed=4, bias=True, packing="sequential")
     x3 = x.view(3, 1, 64)  # leading dimensions are kept
     got = w4a16_linear(x3, q, s, z, 32, b)
     assert got.shape == (3, 1, 24)
@@ -321,13 +393,15 @@ def test_linear_functions_on_cpu_are_the_references():
 
 
 def test_linear_functions_reject_bad_layouts():
-    x, q, s, z, _, _ = _case("int4", 2, 16, 64, torch.float32, group_size=32, seed=6)
+    x, q, s, z, _, _ = _case("int4", 2, 16, 64, torch.float32, group_size=32, seed=6, packing="sequential")
     with pytest.raises(ValueError, match="group_size must be a positive divisor"):
         w4a16_linear(x, q, s, z, 48)
     with pytest.raises(ValueError, match="scales and zeros must be"):
         w4a16_linear(x, q, s[:, :1], z, 32)
     with pytest.raises(ValueError, match="x has 63 features"):
         w4a16_linear(x[:, :63], q, s, z, 32)
+    with pytest.raises(ValueError, match="packing must be one of"):
+        w4a16_linear(x, q, s, z, 32, packing="awq")
     with pytest.raises(ValueError, match="qweight must be 2-D torch.int8"):
         w8a16_linear(x, q, s[:, 0])
     q8, s8 = quantize_int8(torch.randn(16, 64)).astuple()

@@ -54,6 +54,11 @@ class QuantMethod:
     def quantize(self, weight: torch.Tensor, act_dtype: torch.dtype) -> QuantizedWeight:
         raise NotImplementedError
 
+    def checkpoint_tensors(self, layer: Linear) -> QuantizedWeight:
+        """The layer's tensors in the shared layout a checkpoint holds (what the writer saves), whatever
+        packing the kernels read them in."""
+        return QuantizedWeight(layer.qweight, layer.scales, getattr(layer, "zeros", None))
+
     def dequantize(self, layer: Linear) -> torch.Tensor:
         """The (N, K) float32 weight the layer multiplies by."""
         raise NotImplementedError
@@ -103,6 +108,21 @@ class Int4Method(QuantMethod):
     ) -> None:
         super().__init__(source, act_dtype)
         self.name, self.group_size = name, group_size
+        self.packing = "sequential"
+        """How layer.qweight holds the codes (quant_reference.INT4_PACKINGS): the kernels' planes packing
+        once loaded on a GPU that runs them, the checkpoint's sequential one elsewhere."""
+
+    def process_weights_after_loading(self, layer: Linear) -> None:
+        """The shared layout, then, where the GPU kernels will read it, the planes packing: a one-time
+        repack (same shape and dtype) instead of a shuffle on every call. Row shards stay exact: the
+        packing never mixes rows, and a rank's columns are whole 128-column blocks."""
+        super().process_weights_after_loading(layer)
+        if quant_linear.int4_kernel_packing(layer.qweight.device, self.act_dtype, self.group_size, layer.in_features):
+            layer.qweight = ref.repack_int4(layer.qweight, "sequential", "planes")
+            self.packing = "planes"
+
+    def checkpoint_tensors(self, layer: Linear) -> QuantizedWeight:
+        return QuantizedWeight(ref.repack_int4(layer.qweight, self.packing, "sequential"), layer.scales, layer.zeros)
 
     def create_weights(self, layer: Linear) -> None:
         check_group_size(layer.in_features, self.group_size)
@@ -122,10 +142,14 @@ class Int4Method(QuantMethod):
         return QuantizedWeight(ref.pack_int4(q), scales.to(self.act_dtype), zeros.to(torch.uint8))
 
     def dequantize(self, layer: Linear) -> torch.Tensor:
-        return ref.dequantize_int4(layer.qweight, layer.scales, layer.zeros, self.group_size, torch.float32)
+        return ref.dequantize_int4(
+            layer.qweight, layer.scales, layer.zeros, self.group_size, torch.float32, self.packing
+        )
 
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
-        return quant_linear.w4a16_linear(x, layer.qweight, layer.scales, layer.zeros, self.group_size, layer.bias)
+        return quant_linear.w4a16_linear(
+            x, layer.qweight, layer.scales, layer.zeros, self.group_size, layer.bias, self.packing
+        )
 
 
 def make_method(

@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from model_optimizer.model.quantize.writer import save_compressed_tensors
 from model_optimizer.runtime.kernels import quant_reference as ref
+from model_optimizer.runtime.layers.quantization.attach import quantized_layers
 from model_optimizer.runtime.layers.quantization.quantizers import FP8_MAX, quantize_int4_codes
 from model_optimizer.runtime.layers.quantization.sources import pack_awq, unpack_awq
 from model_optimizer.runtime.models.loader import load_model
@@ -218,3 +219,20 @@ def test_fix_keeps_a_quantized_checkpoint_quantized(quant_model, tmp_path):
     ours = dequantized_shards(load_model(tmp_path / "fp8", "float32", CPU))
     fixed = dequantized_shards(load_model(result.out, "float32", CPU))
     assert all(torch.equal(fixed[name], w) for name, w in ours.items())
+
+
+def test_writer_saves_the_checkpoint_packing_of_int4_layers_packed_for_the_kernels(quant_model, tmp_path):
+    """On a GPU int4 layers hold the kernels' planes packing (repacked at load); the folder written from
+    such a model is byte for byte the one written from the checkpoint packing, and reads back the same."""
+    src = quant_model("qwen3")
+    model = load_model(src, "float32", CPU, quantization="rtn-int4")
+    save_compressed_tensors(model, "rtn-int4", 128, src, tmp_path / "sequential")
+    before = dequantized_shards(model)
+    for _, layer in quantized_layers(model):  # what process_weights_after_loading does on CUDA
+        layer.qweight = ref.repack_int4(layer.qweight, "sequential", "planes")
+        layer.quant_method.packing = "planes"
+    assert all(torch.equal(before[n], w) for n, w in dequantized_shards(model).items())
+    save_compressed_tensors(model, "rtn-int4", 128, src, tmp_path / "planes")
+    a = load_file(str(tmp_path / "sequential" / "model.safetensors"))
+    b = load_file(str(tmp_path / "planes" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -77,3 +77,18 @@ def test_a_pre_quantized_checkpoint_is_refused_under_tensor_parallelism(tiny_mod
     monkeypatch.setattr(state, "_current", TensorParallel(0, 2))
     with pytest.raises(ValueError, match=refused):
         load_model(folder, "float32", torch.device("cpu"))  # in a worker
+
+
+def test_planes_packing_of_a_shard_is_the_shard_of_the_packing():
+    """The GPU kernels' int4 packing is made per rank after its shard loaded: rows (column-parallel)
+    and whole 128-column blocks (row-parallel: in_features / tp a multiple of the group size) of the
+    packed weight are the packing of those rows and columns, so every rank reads exactly its codes."""
+    from model_optimizer.runtime.kernels import quant_reference as ref
+
+    codes = torch.randint(0, 16, (48, 512), generator=torch.Generator().manual_seed(3))
+    whole = ref.pack_int4_planes(codes)
+    rows = ref.pack_int4_planes(codes[16:32])
+    assert torch.equal(rows, whole[16:32])
+    half = ref.pack_int4_planes(codes[:, 256:])  # rank 1 of 2 along K
+    assert torch.equal(half, whole[:, 256 // 8 :])
+    assert torch.equal(ref.repack_int4(half, "planes", "sequential"), ref.pack_int4(codes[:, 256:]))

@@ -1,0 +1,65 @@
+"""`mopt compile-cache`: the Triton kernels of an engine start, compiled ahead of time.
+
+    mopt compile-cache build --model DIR [engine flags as for serve] [--arch 9.0] [--num-sms 132]
+                             [--gpu-name "NVIDIA H200"] [--output FOLDER]
+    mopt compile-cache path [--arch 9.0]
+
+`build` needs no GPU: it walks an engine start's forward passes on the meta device and compiles every
+Triton kernel they launch for the target architecture (runtime/runner/aot_build.py), into the folder
+the engine reads on such a GPU (the versions and architecture name it: kernels/compile_cache.py), or
+into --output. Copy that folder into an image at the same path (or point MOPT_COMPILE_CACHE_DIR at
+the root that holds it) and the first start compiles nothing. Another Triton, torch or
+model_optimizer version, or an edited kernel, is a miss that compiles as before: nothing stale runs.
+`path` prints the folder for the architecture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
+from model_optimizer.runtime.config import EngineConfig
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "compile-cache",
+        help="compile the Triton kernels of an engine start ahead of time (no GPU needed)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("action", choices=["build", "path"], help="build the cache, or print its folder")
+    parser.add_argument("--arch", default="9.0", help="compute capability of the target GPU (9.0: H100/H200)")
+    parser.add_argument("--num-sms", type=int, default=132, help="its streaming multiprocessors (H100/H200 SXM: 132)")
+    parser.add_argument(
+        "--gpu-name", default="NVIDIA H200", help="its name as torch reports it (the tile table applies by name)"
+    )
+    parser.add_argument("--output", default=None, help="Triton cache folder to fill (default: the engine's own)")
+    add_dataclass_args(parser, EngineConfig)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from model_optimizer.runtime.kernels.aot import AotTarget
+    from model_optimizer.runtime.kernels.compile_cache import cache_folder
+
+    try:
+        major, minor = (int(part) for part in args.arch.split("."))
+    except ValueError:
+        raise ValueError(f"--arch must be a compute capability such as 9.0, got {args.arch!r}") from None
+    target = AotTarget((major, minor), args.num_sms, args.gpu_name)
+    folder = Path(args.output) if args.output else cache_folder(f"sm{target.arch}")
+    if args.action == "path":
+        print(folder)
+        return 0
+    from model_optimizer.runtime.runner.aot_build import build
+
+    config = dataclass_from_args(EngineConfig, args)
+    folder.mkdir(parents=True, exist_ok=True)
+    report = build(config, target, folder)
+    launches = sum(report["kernel_launches"].values())
+    print(json.dumps({k: report[k] for k in ("folder_key", "entries", "seconds")} | {"launches": launches}))
+    print(folder)
+    return 0

@@ -1,0 +1,101 @@
+"""`mopt compile-cache build`: an engine start's Triton kernels compiled for sm_90 on a machine without
+a GPU, through Triton's own JIT (kernels/aot.py, runtime/runner/aot_build.py).
+
+Run in subprocesses without TRITON_INTERPRET (the interpreter replaces the JIT); one tiny decoder
+config, two decode buckets. tests/gpu and scripts/device/kernels_h200.sh check on an H200 that a start
+from such a folder compiles nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+FLAGS = ["--max-num-seqs", "2", "--max-model-len", "256", "--max-num-batched-tokens", "64", "--dtype", "bfloat16"]
+
+
+def _config(folder: Path) -> Path:
+    import transformers
+
+    config = transformers.Qwen3Config(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=512,
+    ).to_dict()
+    config["architectures"] = ["Qwen3ForCausalLM"]
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _mopt(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "model_optimizer.cli.main", "compile-cache", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def _entries(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir() if p.is_dir()}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    pytest.importorskip("triton.backends.compiler")
+    root = tmp_path_factory.mktemp("aot")
+    model, out = _config(root / "model"), root / "cache"
+    first = _mopt("build", "--model", str(model), *FLAGS, "--output", str(out))
+    assert first.returncode == 0, first.stderr[-3000:]
+    return model, out, json.loads((out / "aot_manifest.json").read_text())
+
+
+def test_build_compiles_every_kernel_of_a_start_for_sm90(built):
+    _, out, manifest = built
+    launched = set(manifest["kernel_launches"])
+    assert {"_rms_norm_kernel", "_norm_rotate_kernel", "_store_kv_kernel", "_paged_attention_kernel"} <= launched
+    assert {"_silu_and_mul_kernel", "_gumbel_argmax_kernel"} <= launched
+    assert manifest["target"]["capability"] == [9, 0] and "_sm90-" in manifest["folder_key"]
+    assert manifest["entries"] == len(_entries(out)) > 0
+    cubins = list(out.glob("*/*.cubin"))
+    assert cubins and all(p.stat().st_size > 0 for p in cubins)  # compiled for the GPU, not interpreted
+
+
+def test_a_second_build_finds_every_kernel_in_the_cache(built):
+    """The keys are deterministic: building again compiles nothing new (what a start on the GPU relies on)."""
+    model, out, _ = built
+    before = _entries(out)
+    again = _mopt("build", "--model", str(model), *FLAGS, "--output", str(out))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _entries(out) == before
+
+
+def test_quantized_layers_compile_their_matmul_for_the_target(built, tmp_path):
+    """int4 on the meta device: repacked for the kernels and its tensor-core tiles compiled (PTX widening)."""
+    model, _, _ = built
+    out = tmp_path / "int4"
+    result = _mopt("build", "--model", str(model), *FLAGS, "--quantization", "rtn-int4", "--output", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    launched = json.loads((out / "aot_manifest.json").read_text())["kernel_launches"]
+    assert launched.get("_quant_matmul_kernel", 0) > 0
+
+
+def test_path_names_the_architecture_folder_and_bad_arch_is_refused():
+    shown = _mopt("path", "--arch", "9.0")
+    assert shown.returncode == 0 and "_sm90-" in shown.stdout and shown.stdout.strip().endswith("triton")
+    bad = _mopt("path", "--arch", "hopper")
+    assert bad.returncode == 2 and "--arch must be a compute capability" in bad.stderr
