@@ -108,6 +108,7 @@ class MlaAttention(Attention):
         w_uk, w_uv = w[:, : self.qk_nope_head_dim], w[:, self.qk_nope_head_dim :]  # (heads, nope|v, kv_lora)
         q_latent = torch.bmm(q_nope.transpose(0, 1), w_uk)  # (heads, tokens, kv_lora)
         query = torch.cat([q_latent.transpose(0, 1), q_pe], dim=-1)  # (tokens, heads, kv_lora + rope)
+        del q_latent  # a long prefill's activations: each of these is tokens x heads x 512 values
         args = (query, cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, self.scale, self.kv_lora_rank)
         if kernel is not None:
             out = kernel(
@@ -119,5 +120,7 @@ class MlaAttention(Attention):
             )
         else:
             out = latent_attention_ref(*args, self.k_scale)  # (tokens, heads, kv_lora)
-        out = torch.bmm(out.transpose(0, 1), w_uv.transpose(1, 2))  # (heads, tokens, v_head_dim)
-        return out.transpose(0, 1).reshape(num_tokens, num_heads * self.v_head_dim)
+        del query, args
+        values = torch.bmm(out.transpose(0, 1), w_uv.transpose(1, 2))  # (heads, tokens, v_head_dim)
+        del out
+        return values.transpose(0, 1).reshape(num_tokens, num_heads * self.v_head_dim)

@@ -40,6 +40,15 @@ class MlaArgs:
         """Values one layer would cache per token with every head's key and value (what MLA avoids)."""
         return self.num_heads * (self.qk_head_dim + self.v_head_dim)
 
+    def activation_values(self, num_heads: int) -> int:
+        """Values per token alive at the widest point of the absorbed attention (layers/mla.py) beyond a
+        layer's (tokens, hidden) tensors, for `num_heads` heads: the queries and two latent rows, then
+        either the absorbed queries with their latent part, or the latent outputs with the heads' values
+        and their copy (what `mopt inspect`'s memory plan counts in its profile forward)."""
+        lora = self.kv_lora_rank
+        widest = max(lora + self.latent_dim, lora + 2 * self.v_head_dim)
+        return 2 * self.latent_dim + num_heads * (self.qk_head_dim + widest)
+
     @classmethod
     def from_hf(cls, hf: dict) -> MlaArgs:
         """ValueError naming the key when a setting is missing or not a positive integer."""
