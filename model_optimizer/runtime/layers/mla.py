@@ -59,6 +59,13 @@ class LatentLinear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
+def gpu_kernels(x: torch.Tensor) -> tuple | None:
+    """(store, attend) Triton kernels for tensors on CUDA; None elsewhere or without Triton (the torch path).
+    The interpreter tests substitute this to run the kernels on the CPU (tests/runtime/kernels)."""
+    attend = triton_kernel("mla_attention", "latent_attention") if x.is_cuda else None
+    return None if attend is None else (triton_kernel("store_kv", "store_kv"), attend)
+
+
 class MlaAttention(Attention):
     """Attention of this rank's `num_heads` over the latent cache; see the module docstring."""
 
@@ -85,22 +92,21 @@ class MlaAttention(Attention):
         cache = self.kv_cache if meta.kv_caches is None else meta.kv_caches[self.layer_idx]
         if cache is None:
             raise RuntimeError(f"attention layer {self.layer_idx} has no KV cache: bind_kv_caches was not called")
-        kernel = triton_kernel("mla_attention", "latent_attention") if q_nope.is_cuda else None
-        if kernel is not None:
-            store_kv = triton_kernel("store_kv", "store_kv")
+        kernels = gpu_kernels(q_nope)
+        if kernels is not None:
             rows = latent.unsqueeze(1)  # (tokens, 1, latent_dim): one "head"
             # the cache's one plane seen as two of the same memory: the K and V stores write the same row
-            store_kv(rows, rows, cache.expand(2, -1, -1, -1, -1), meta.slot_mapping, self.k_scale, self.k_scale)
+            kernels[0](rows, rows, cache.expand(2, -1, -1, -1, -1), meta.slot_mapping, self.k_scale, self.k_scale)
         else:
             store_latent_ref(latent, cache, meta.slot_mapping, self.k_scale)
-        absorb = q_nope.is_cuda if self.absorb is None else self.absorb
+        absorb = kernels is not None if self.absorb is None else self.absorb
         if not absorb:
             out = mla_attention_ref(
                 q_nope, q_pe, cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, kv_b_weight,
                 self.scale, self.k_scale,
             )  # fmt: skip
             return out.flatten(1)
-        return self._absorbed(q_nope, q_pe, cache, kv_b_weight, meta, kernel)
+        return self._absorbed(q_nope, q_pe, cache, kv_b_weight, meta, kernels[1] if kernels else None)
 
     def _absorbed(self, q_nope, q_pe, cache, kv_b_weight, meta: AttentionMetadata, kernel) -> torch.Tensor:
         num_tokens, num_heads = q_nope.shape[:2]

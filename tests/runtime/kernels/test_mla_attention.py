@@ -7,8 +7,6 @@ row the kernel forgets to write fails the comparison.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 import torch
 
@@ -17,57 +15,12 @@ from model_optimizer.runtime.kernels.mla_attention import MlaTiles, latent_atten
 from model_optimizer.runtime.kernels.mla_reference import latent_attention_ref, mla_attention_ref, store_latent_ref
 from model_optimizer.runtime.kernels.reference import quantize_fp8
 from model_optimizer.runtime.kernels.store_kv import store_kv
+from tests.runtime.kernels.latent_batches import LatentBatch, make_batch
 from tests.runtime.kernels.paged_batches import relative_error
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 MIXED = [(70, 1), (0, 23), (40, 9), (150, 1), (0, 1), (17, 1)]  # (cached tokens, new tokens) per sequence
 DECODE = [(70, 1), (3, 1), (150, 1), (33, 1)]
-
-
-@dataclass
-class LatentBatch:
-    query: torch.Tensor  # (num_tokens, heads, kv_lora + rope)
-    cache: torch.Tensor  # (1, num_blocks, block_size, 1, kv_lora + rope)
-    query_start_loc: torch.Tensor
-    seq_lens: torch.Tensor
-    block_tables: torch.Tensor
-    max_query_len: int
-    max_seq_len: int
-    kv_lora_rank: int
-    k_scale: torch.Tensor | None = None
-
-
-def make_batch(seqs, num_heads, kv_lora, rope, block_size, dtype=torch.float32, fp8=False, seed=0) -> LatentBatch:
-    """Random queries and rows (spare blocks too), blocks shuffled across sequences."""
-    gen = torch.Generator().manual_seed(seed)
-    seq_lens = [cached + q_len for cached, q_len in seqs]
-    blocks = [-(-n // block_size) for n in seq_lens]
-    num_blocks = sum(blocks) + 3
-    order = torch.randperm(num_blocks, generator=gen).to(torch.int32)
-    tables = torch.full((len(seqs), max(blocks)), -1, dtype=torch.int32)
-    used = 0
-    for i, n in enumerate(blocks):
-        tables[i, :n] = order[used : used + n]
-        used += n
-    num_tokens = sum(q for _, q in seqs)
-    query = torch.randn(num_tokens, num_heads, kv_lora + rope, generator=gen).to(dtype)
-    cache = torch.randn(1, num_blocks, block_size, 1, kv_lora + rope, generator=gen)
-    k_scale = None
-    if fp8:
-        k_scale = (cache.abs().amax() / 448.0).reshape(())
-        cache = quantize_fp8(cache, k_scale)
-    q_lens = torch.tensor([0] + [q for _, q in seqs]).cumsum(0).to(torch.int32)
-    return LatentBatch(
-        query,
-        cache if fp8 else cache.to(dtype),
-        q_lens,
-        torch.tensor(seq_lens, dtype=torch.int32),
-        tables,
-        max(q for _, q in seqs),
-        max(seq_lens),
-        kv_lora,
-        k_scale,
-    )
 
 
 def run(batch: LatentBatch, num_splits=None, max_query_len=None, tiles=None):
