@@ -43,6 +43,26 @@ from model_optimizer.runtime.models.moe_args import is_sparse_layer
 LAYER_INDEX = re.compile(r"^model\.layers\.(\d+)\.")
 
 
+def refuse_quantized_latent_projections(hf: dict, mla: MlaArgs) -> None:
+    """The latent projections load in the model dtype only (layers/mla.py's LatentLinear): a pre-quantized
+    checkpoint that rounded them (DeepSeek-V3's block-fp8 release, llm-compressor folders that ignore only
+    the routers) is refused in words rather than at its first unknown tensor."""
+    qc = hf.get("quantization_config")
+    if not qc:
+        return
+    from model_optimizer.runtime.layers.quantization.spec import spec_from_config
+
+    spec = spec_from_config(qc)
+    names = ["kv_a_proj_with_mqa", "kv_b_proj"] + (["q_a_proj"] if mla.q_lora_rank else [])
+    rounded = [n for n in names if not spec.ignores(f"model.layers.0.self_attn.{n}")]
+    if rounded:
+        raise ValueError(
+            f"this checkpoint's quantization ({spec.method}, {spec.source} layout) covers the latent-attention "
+            f"projections {', '.join(rounded)}, which load only unquantized; use the bf16 checkpoint, with "
+            "--quantization fp8 or int8 to round the other layers at load time"
+        )
+
+
 class MlaSelfAttention(nn.Module):
     def __init__(self, args: DecoderArgs, layer_idx: int, rotary: LatentRotary) -> None:
         super().__init__()
@@ -96,6 +116,7 @@ class DeepseekV2ForCausalLM(LlamaForCausalLM):
         mla, moe = MlaArgs.from_hf(args.hf), deepseek_moe_args(args.hf)  # plain messages before building
         if args.hf.get("mlp_bias"):
             raise ValueError(f"config.json: mlp_bias is not supported for {args.architecture} (no checkpoint has it)")
+        refuse_quantized_latent_projections(args.hf, mla)
         rotary = LatentRotary(args.hf, mla.qk_rope_head_dim, args.max_position_embeddings)
         super().__init__(args, DeepseekDecoderLayer, rotary)
         self.mla = mla

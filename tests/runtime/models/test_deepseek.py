@@ -146,6 +146,16 @@ def test_config_errors_say_what_is_wrong(tiny_model, tmp_path, edit, message):
         LLM(str(folder), dtype="float32", kv_cache_memory=1 << 22)
 
 
+def test_block_fp8_release_with_quantized_latent_projections_is_refused(tiny_model, tmp_path):
+    folder = tmp_path / "fp8"
+    shutil.copytree(tiny_model("deepseek_v3"), folder)
+    qc = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    config = json.loads((folder / "config.json").read_text()) | {"quantization_config": qc}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="latent-attention projections kv_a_proj_with_mqa, kv_b_proj, q_a_proj"):
+        LLM(str(folder), dtype="float32", kv_cache_memory=1 << 22)
+
+
 def test_v2_topk_method_outside_the_two_is_refused(tiny_model, tmp_path):
     folder = tmp_path / "bad"
     shutil.copytree(tiny_model("deepseek_v2"), folder)
