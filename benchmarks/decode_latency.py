@@ -7,7 +7,8 @@ benchmarks/configs, qwen3-30b-a3b say), batch 1, 8 and 64 at context 512: the me
 consecutive engine steps in steady decoding (scheduling, CUDA-graph replay, sampling: what a user
 waits for per token; with asynchronous scheduling the host work of one step overlaps the device
 work of the previous one), bytes that step must read (weights once, of a mixture of experts only
-the experts its tokens are routed to, plus each sequence's KV cache), and the achieved GB/s against
+the experts its tokens are routed to, plus each sequence's KV cache: DeepSeek's latent rows, with what
+full heads would take beside them), and the achieved GB/s against
 a device-to-device copy measured in the same run. `graph_ms` is the forward pass alone (CUDA-graph
 replays timed with CUDA events in the middle of the decode, while the graph's buffers hold the full
 batch), so `ms_per_step - graph_ms` is what logits, sampling and host work still add.
@@ -49,9 +50,10 @@ def measure(
         gpu_memory_utilization=0.8,
         **extra,
     )
-    args = llm.runner.args
     method = quantization or "none"
-    kv_bytes_per_token = 2 * args.num_layers * args.num_kv_heads * args.head_dim * 2
+    kv_bytes_per_token = llm.runner.bytes_per_block() // llm.runner.config.block_size  # the engine's own cache
+    mla = getattr(llm.runner.model, "mla", None)  # a latent row per token: what full heads would take beside it
+    full_heads = llm.runner.args.num_layers * mla.full_head_elements() * 2 if mla else None
     rows = []
     engine = llm.engine
     for batch in batch_sizes:
@@ -86,6 +88,8 @@ def measure(
                 "graph_ms": graph_ms,
                 "tokens_per_s": batch / step,
                 "bytes_per_step": moved,
+                "kv_bytes_per_token": kv_bytes_per_token,
+                "full_head_kv_bytes_per_token": full_heads,
                 "achieved_gbps": moved / step / 1e9,
                 "decode_steps_timed": len(times),
             }

@@ -27,6 +27,15 @@ def _tokenizer_files(tmp_root: Path) -> Path:
     return _TOKENIZER_DIR
 
 
+DEEPSEEK = (
+    dict(num_hidden_layers=3, num_key_value_heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8)
+    | dict(v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1)
+    | dict(first_k_dense_replace=1)
+)
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "rope_theta": 10000.0} | dict(
+    beta_fast=32, beta_slow=1, mscale=0.707, mscale_all_dim=0.707
+)
+
 # name -> (kind, overrides): GQA ratios 1, 2, 4; head_dim 32 and 64; tied and untied; odd vocabulary
 TINY_MODELS = {
     "llama3": (
@@ -71,6 +80,21 @@ TINY_MODELS = {
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
             }
         ),
+    ),
+    # multi-head latent attention: V2-Lite's layout (no q_lora_rank, greedy top-k, DeepSeek's YaRN mscale),
+    # V2's (q_lora_rank, group-limited greedy, attention bias), V3's (sigmoid, correction bias, groups)
+    "deepseek_v2": ("deepseek_v2", DEEPSEEK | dict(q_lora_rank=None, routed_scaling_factor=1.5, rope_parameters=YARN)),
+    "deepseek_v2_group": (
+        "deepseek_v2",
+        DEEPSEEK
+        | dict(q_lora_rank=24, topk_method="group_limited_greedy", n_group=4, topk_group=2, attention_bias=True)
+        | dict(n_shared_experts=2, first_k_dense_replace=0),
+    ),
+    "deepseek_v3": (
+        "deepseek_v3",
+        DEEPSEEK
+        | dict(q_lora_rank=24, n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5)
+        | dict(rope_parameters=YARN | {"mscale": 1.0, "mscale_all_dim": 1.0}),
     ),
 }
 

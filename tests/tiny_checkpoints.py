@@ -88,11 +88,14 @@ def _spread_weights(model, seed: int) -> None:
                 param.copy_(1.0 + 0.1 * torch.randn(param.shape, generator=generator))
             else:
                 param.copy_(torch.randn(param.shape, generator=generator) * (1.0 / param.shape[-1] ** 0.5))
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # DeepSeek-V3's routing bias: zero would test nothing
+                buffer.copy_(0.5 * torch.randn(buffer.shape, generator=generator))
 
 
 def tiny_config(kind: str, **overrides):
-    """A transformers config of a tiny decoder: `kind` llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, glm4 or
-    gemma3 (text), 2 layers of width
+    """A transformers config of a tiny decoder: `kind` llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, glm4,
+    gemma3 (text), deepseek_v2 or deepseek_v3, 2 layers of width
     64, 4 query heads and 2 KV heads unless `overrides` say otherwise."""
     import transformers
 
@@ -118,6 +121,8 @@ def tiny_config(kind: str, **overrides):
         "mixtral": transformers.MixtralConfig,
         "glm4": transformers.Glm4Config,
         "gemma3": transformers.Gemma3TextConfig,
+        "deepseek_v2": transformers.DeepseekV2Config,
+        "deepseek_v3": transformers.DeepseekV3Config,
     }[kind]
     return cls(**values)
 

@@ -1,4 +1,4 @@
-"""The mixture-of-experts, GLM-4 and Gemma 3 families on a real GPU: bf16 agrees with transformers,
+"""The mixture-of-experts, GLM-4, Gemma 3 and DeepSeek families on a real GPU: bf16 agrees with transformers,
 CUDA graphs change nothing, and the fused MoE kernel equals the per-expert loop at real shapes."""
 
 from __future__ import annotations
@@ -10,7 +10,16 @@ import torch
 
 from model_optimizer import LLM, SamplingParams
 
-FAMILIES = ["qwen3_moe", "qwen3_moe_step2", "mixtral", "glm4", "gemma3"]
+FAMILIES = [
+    "qwen3_moe",
+    "qwen3_moe_step2",
+    "mixtral",
+    "glm4",
+    "gemma3",
+    "deepseek_v2",
+    "deepseek_v2_group",
+    "deepseek_v3",
+]
 TOP_K = 5
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=TOP_K)
 

@@ -151,7 +151,7 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
 
     from model_optimizer.runtime.layers.linear import default_weight_loader
     from model_optimizer.runtime.layers.quantization.summary import summarize_weights
-    from model_optimizer.runtime.models.loader import SKIPPED_SUFFIXES, _expected_shards, _target_name
+    from model_optimizer.runtime.models.loader import _expected_shards, _target_name, skipped_on_purpose
 
     archs = config.get("architectures") or []
     check = LoadCheck(architecture=archs[0] if archs else None)
@@ -169,7 +169,7 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
     tied = bool(getattr(model.args, "tie_word_embeddings", False))
     loaded: set[tuple[str, str | None]] = set()
     for name, shape in tensors:
-        if name.endswith(SKIPPED_SUFFIXES) or (tied and name == "lm_head.weight"):
+        if skipped_on_purpose(model, name) or (tied and name == "lm_head.weight"):
             check.skipped.append(name)
             continue
         target, shard = _target_name(name, stacked)

@@ -19,6 +19,7 @@ keeps the smallest, which on identical GPUs is every rank's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -90,6 +91,15 @@ class ModelShape:
     """Each expert's intermediate size on this rank (its slice under tensor parallelism)."""
     num_experts: int = 0
     """Experts of a layer (all of them: each rank routes over every expert)."""
+    kv_values_per_token: int = 0
+    """Values one layer caches per token (the engine's kv_cache_shape): 2 x KV heads x head_dim, or a
+    DeepSeek model's latent row (kv_lora_rank + qk_rope_head_dim, whatever the heads)."""
+    full_head_kv_values: int = 0
+    """For multi-head latent attention, what a full-head cache would hold per token and layer (every
+    head's key and value); 0 for other attention."""
+    mla_attention_values: int = 0
+    """Multi-head latent attention: values per token alive at its widest point beyond the layer's
+    (tokens, hidden) tensors (queries, absorbed queries, latent outputs); 0 for other attention."""
 
 
 @dataclass
@@ -113,7 +123,7 @@ class MemoryPlan:
     num_params: int
     weight_bytes_by_format: dict[str, int]
     kv_bytes_per_token: dict[str, int]
-    """kv_cache_dtype -> bytes per token over all layers (K and V)."""
+    """kv_cache_dtype -> bytes per token over all layers (K and V, or multi-head latent attention's row)."""
     bytes_per_block: dict[str, int]
     activation_bytes: dict[str, int]
     """kv_cache_dtype -> the profile forward's peak beyond weights and buffers."""
@@ -133,6 +143,9 @@ class MemoryPlan:
     not all of them; num_params for a dense model."""
     expert_parallel: bool = False
     """Whole experts per GPU (enable_expert_parallel) rather than a slice of each."""
+    full_head_kv_bytes_per_token: dict[str, int] = field(default_factory=dict)
+    """Multi-head latent attention: kv_cache_dtype -> the bytes per token a cache of every head's keys and
+    values would need (what kv_bytes_per_token is compared with); empty for other attention."""
     min_tensor_parallel_size: dict[str, int | None] = field(default_factory=dict)
     """Weight format -> the smallest tensor_parallel_size (up to MAX_TENSOR_PARALLEL_SIZE) at which one
     sequence of seq_len fits each GPU with the model-dtype KV cache; None when none does. Only with
@@ -156,6 +169,7 @@ def model_shape(
     (ValueError when the model cannot be split so)."""
     from model_optimizer.model.inspect.consumption import build_meta_model
     from model_optimizer.runtime.distributed import TensorParallel
+    from model_optimizer.runtime.layers.attention import kv_cache_shape
     from model_optimizer.runtime.layers.linear import Linear
     from model_optimizer.runtime.layers.moe import FusedExperts, TopKRouter
 
@@ -169,13 +183,16 @@ def model_shape(
     num_params = sum(p.numel() for p in model.parameters())
     expert_params = sum(m.w13_weight.numel() + m.w2_weight.numel() for m in experts)
     top_k, num_experts = (routers[0].top_k, routers[0].num_experts) if routers else (0, 0)
+    mla = getattr(model, "mla", None)
+    local_heads = tp.shard(args.num_heads, "num_attention_heads")[1]
+    q_size = local_heads * (mla.qk_head_dim if mla else args.head_dim)
     return ModelShape(
         name=args.architecture,
         num_layers=args.num_layers,
         hidden_size=args.hidden_size,
         intermediate_size=tp.shard(args.intermediate_size, "intermediate_size")[1],
-        q_size=tp.shard(args.num_heads, "num_attention_heads")[1] * args.head_dim,
-        kv_size=num_kv_heads * args.head_dim,
+        q_size=q_size,
+        kv_size=num_kv_heads * args.head_dim if mla is None else mla.latent_dim,
         vocab_size=model.lm_head.weight.shape[0],
         max_position_embeddings=args.max_position_embeddings,
         num_params=num_params,
@@ -189,6 +206,9 @@ def model_shape(
         moe_top_k=top_k,
         moe_intermediate_size=experts[0].intermediate_size if experts else 0,
         num_experts=num_experts,
+        kv_values_per_token=math.prod(kv_cache_shape(model, 1, 1)),
+        full_head_kv_values=local_heads * (mla.qk_head_dim + mla.v_head_dim) if mla else 0,
+        mla_attention_values=mla.activation_values(local_heads) if mla else 0,
     )
 
 
@@ -218,10 +238,12 @@ def profile_activation_bytes(
         pairs = t * shape.moe_top_k
         mlp = max(mlp, 5 * t * h + pairs * (shape.moe_intermediate_size + h) + 3 * t * shape.num_experts)
     attention = 5 * t * h + t * (shape.q_size + 2 * shape.kv_size) + t * (2 * shape.q_size + shape.kv_size)
+    if shape.mla_attention_values:
+        attention = 5 * t * h + t * shape.mla_attention_values
     logits = 2 * t * h + num_logit_rows * shape.vocab_size
     if shape.tensor_parallel_size > 1:  # this rank's block, the gathered blocks and their concatenation
         logits = 2 * t * h + num_logit_rows * (shape.vocab_size * (2 * shape.tensor_parallel_size + 1))
-    scratch_kv = 2 * -(-t // block_size) * block_size * shape.kv_size * kv_bytes
+    scratch_kv = -(-t // block_size) * block_size * shape.kv_values_per_token * kv_bytes
     index_tensors = 4 * t * 8
     return max(mlp, attention, logits) * dtype_bytes + scratch_kv + index_tensors + RUNTIME_BYTES
 
@@ -259,7 +281,7 @@ def plan_memory(
         raise ValueError(f"seq_len must be in 1..max_model_len ({max_model_len}), got {seq_len}")
     profile_tokens = min(engine.max_num_batched_tokens, max_model_len)
     kv_elem = {"auto": dtype_bytes, "fp8": KV_DTYPE_BYTES["fp8"]}
-    per_token = {k: 2 * shape.num_layers * shape.kv_size * e for k, e in kv_elem.items()}
+    per_token = {k: shape.num_layers * shape.kv_values_per_token * e for k, e in kv_elem.items()}
     activation = {
         k: profile_activation_bytes(
             shape, profile_tokens, min(engine.max_num_seqs, profile_tokens), dtype_bytes, e, engine.block_size
@@ -288,6 +310,16 @@ def plan_memory(
         num_active_params=shape.num_active_params,
         expert_parallel=engine.enable_expert_parallel and tp_size > 1,
     )
+    if shape.full_head_kv_values:
+        plan.full_head_kv_bytes_per_token = {
+            k: shape.num_layers * shape.full_head_kv_values * e for k, e in kv_elem.items()
+        }
+        plan.notes.append(
+            f"multi-head latent attention: {shape.kv_values_per_token} cached values per token and layer "
+            f"(compressed KV and rope key) where every head's keys and values would be {shape.full_head_kv_values}: "
+            f"a {shape.full_head_kv_values / shape.kv_values_per_token:.1f}x smaller KV cache"
+            + (", the same on every GPU (each holds the latent)" if tp_size > 1 else "")
+        )
     if shape.expert_params:
         plan.notes.append(
             f"mixture of experts: {shape.num_experts} experts per layer, {shape.moe_top_k} per token; a decode "
@@ -296,8 +328,13 @@ def plan_memory(
         )
     if tp_size > 1:
         plan.notes.append(
-            f"per GPU of {tp_size}: layers split {tp_size} ways, {shape.kv_size // args.head_dim} KV head(s) per GPU"
-            + (" (replicated: fewer KV heads than GPUs)" if args.num_kv_heads < tp_size else "")
+            f"per GPU of {tp_size}: layers split {tp_size} ways, "
+            + (
+                "the latent cache whole on each GPU"
+                if shape.full_head_kv_values
+                else f"{shape.kv_size // args.head_dim} KV head(s) per GPU"
+                + (" (replicated: fewer KV heads than GPUs)" if args.num_kv_heads < tp_size else "")
+            )
             + f", vocabulary padded to {shape.vocab_size * tp_size:,}, norms whole on each GPU"
         )
     if gpu is not None:

@@ -130,6 +130,9 @@ def print_memory_plan(console: Console, plan: dict[str, Any]) -> None:
             highlight=False,
         )
     kv = ", ".join(f"{k}: {human_bytes(v)}" for k, v in plan["kv_bytes_per_token"].items())
+    full = plan.get("full_head_kv_bytes_per_token") or {}
+    if full:  # multi-head latent attention: its point is this ratio
+        kv += f" (latent; full heads would take {human_bytes(full['auto'])}, {full['auto'] / plan['kv_bytes_per_token']['auto']:.1f}x)"
     console.print(f"KV cache per token{per_gpu}: {kv}", highlight=False)
     console.print(
         f"engine profile: {plan['profile_tokens']:,} tokens (min of max_num_batched_tokens and max_model_len "

@@ -60,9 +60,14 @@ def architecture(ctx: InspectContext) -> list[Finding]:
 
 def rope(ctx: InspectContext) -> list[Finding]:
     from model_optimizer.runtime.layers.rotary import RopeConfig
+    from model_optimizer.runtime.layers.yarn_rotary import rope_parameters
+    from model_optimizer.runtime.models.mla_args import MLA_ARCHITECTURES
 
     config = ctx.checkpoint.config
     try:
+        if (config.get("architectures") or [""])[0] in MLA_ARCHITECTURES:  # DeepSeek's rotary: YaRN too
+            params = rope_parameters(config)
+            return [Finding("rope.supported", "ok", f"rope type {params['rope_type']}, theta {params['rope_theta']:g}")]
         rope_cfg = RopeConfig.from_hf(config, 64, int(config.get("max_position_embeddings") or 4096))
     except ValueError as exc:
         return [

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from model_optimizer.runtime.layers.attention import AttentionMetadata
+from model_optimizer.runtime.layers.attention import AttentionMetadata, kv_cache_shape
 
 BLOCK_SIZE = 16
 
@@ -28,7 +28,7 @@ def prefill_inputs(
         table[i, :b] = torch.arange(start, start + b, dtype=torch.int32)
         slots.append(torch.arange(n) + start * BLOCK_SIZE)
         start += b
-    shape = (2, start, BLOCK_SIZE, args.num_kv_heads, args.head_dim)
+    shape = kv_cache_shape(model, start, BLOCK_SIZE)
     caches = [torch.zeros(shape, dtype=kv_dtype, device=device) for _ in range(args.num_layers)]
     meta = AttentionMetadata(
         slot_mapping=torch.cat(slots).to(device),

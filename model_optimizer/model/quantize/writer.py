@@ -6,7 +6,8 @@ Fused layers are split back into the checkpoint's q/k/v and gate/up tensors (or 
 checkpoint keeps them fused, as GLM-4's gate_up), and stacked experts back into one tensor per
 expert, so the folder has the original architecture's names. A mixture of experts' experts and
 routers stay in the model dtype (only linear layers are quantized), and the config's `ignore` says
-so, as llm-compressor's references keep the router in float.
+so, as llm-compressor's references keep the router in float; so do DeepSeek's latent-attention
+projections (q_a_proj, kv_a_proj_with_mqa, kv_b_proj).
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ class _Slice:
 
 MOE_IGNORE = ["re:.*\\.experts(\\..*)?$", "re:.*\\.gate$"]
 """Experts and routers of a mixture of experts, left in the model dtype (compressed-tensors' regex form)."""
+MLA_IGNORE = ["re:.*\\.q_a_proj$", "re:.*\\.kv_a_proj_with_mqa$", "re:.*\\.kv_b_proj$"]
+"""Multi-head latent attention's compressing projections (llm-compressor's DeepSeek references keep
+q_a_proj and kv_a_proj_with_mqa in float) and kv_b_proj, whose rows the absorbed attention uses as
+matrices (layers/mla.py): left in the model dtype."""
 
 
 def checkpoint_slices(name: str, module: Linear, unstack: dict) -> list[tuple[str, int, int]]:
@@ -158,6 +163,8 @@ def save_compressed_tensors(model: nn.Module, method: str, group_size: int, src_
     config["quantization_config"] = compressed_tensors_config(method, group_size)
     if any(type(m).__name__ == "FusedExperts" for m in model.modules()):
         config["quantization_config"]["ignore"] += MOE_IGNORE
+    if any(type(m).__name__ == "LatentLinear" for m in model.modules()):
+        config["quantization_config"]["ignore"] += MLA_IGNORE
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     for path in src_dir.iterdir():
         if path.is_file() and path.suffix in COPIED_SUFFIXES and path.name not in SKIPPED_FILES:

@@ -31,7 +31,11 @@ TTFT is then corrected by the median of measured / modelled (robust to one odd t
 A mixture of experts (runtime/models/moe_args.py) counts its experts in W and L by use: a step reads
 the experts its tokens are routed to (each expert is missed by a token with probability 1 - k/E, so a
 decode step of b sequences reads a share 1 - (1 - k/E)^b of them) and a token's FLOPs are those of
-its k experts: Qwen3-30B-A3B's 30.5 B parameters decode at batch 1 like a 3.3 B model.
+its k experts: Qwen3-30B-A3B's 30.5 B parameters decode at batch 1 like a 3.3 B model. DeepSeek's
+shared experts run for every token. Multi-head latent attention (runtime/models/mla_args.py) caches one
+latent row per token and layer (K = layers x (kv_lora_rank + qk_rope_head_dim) values, the same on every
+GPU under tensor parallelism) and attends in the absorbed form: 2 x heads x (2 kv_lora_rank +
+qk_rope_head_dim) FLOPs per token of context and layer.
 
 With tensor_parallel_size N (tune/collectives.py) the roofline is one GPU's: W / N, its share of the
 KV heads (one replicated head when fewer than N) and 1/N of the FLOPs; the step adds its collectives
@@ -55,6 +59,7 @@ from model_optimizer.optimizer.tune.collectives import (
     visible_gpu_count,
 )
 from model_optimizer.optimizer.tune.hardware import Hardware
+from model_optimizer.runtime.models.mla_args import MlaArgs, mla_args_for
 from model_optimizer.runtime.models.moe_args import moe_args_for, sparse_layers
 
 GIB = float(1 << 30)
@@ -136,8 +141,15 @@ def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
     moe, sparse = moe_args_for(config), len(sparse_layers(config))
     experts = moe.num_experts * 3 * hidden * moe.intermediate_size if moe else 0
     router = moe.num_experts * hidden if moe else 0
-    blocks = layers * (hidden * q + 2 * hidden * kv + q * hidden)
-    blocks += (layers - sparse) * 3 * hidden * inter + sparse * (experts + router)
+    shared = moe.num_shared_experts * 3 * hidden * moe.intermediate_size if moe else 0
+    mla = mla_args_for(config)
+    attention = hidden * q + 2 * hidden * kv + q * hidden
+    kv_values, attn_flops = 2 * kv, 4 * layers * q
+    if mla is not None:  # the latent row is cached, whatever the heads; a step attends in the absorbed form
+        attention = mla_attention_params(mla, hidden)
+        kv_values, attn_flops, kv_heads = mla.latent_dim, 2 * layers * heads * (mla.latent_dim + mla.kv_lora_rank), 1
+    blocks = layers * attention
+    blocks += (layers - sparse) * 3 * hidden * inter + sparse * (experts + router + shared)
     tied = bool(config.get("tie_word_embeddings", False))
     linear = blocks + vocab * hidden  # the lm_head is a matmul whether or not it is tied
     params = blocks + vocab * hidden * (1 if tied else 2)
@@ -149,8 +161,8 @@ def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
         params,
         linear,
         params * elem,
-        {"auto": 2 * layers * kv * elem, "fp8": 2 * layers * kv},
-        4 * layers * q,
+        {"auto": layers * kv_values * elem, "fp8": layers * kv_values},
+        attn_flops,
         int(config.get("max_position_embeddings", 0)),
         layers,
         hidden,
@@ -160,6 +172,17 @@ def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
         expert_params=sparse * experts,
         expert_fraction=moe.top_k / moe.num_experts if moe else 1.0,
     )
+
+
+def mla_attention_params(mla: MlaArgs, hidden: int) -> int:
+    """Parameters of one multi-head latent attention layer: queries (full or low-rank), the compressing
+    projection, kv_b_proj up to every head's k_nope and value, o_proj."""
+    heads = mla.num_heads
+    q = hidden * heads * mla.qk_head_dim
+    if mla.q_lora_rank:
+        q = hidden * mla.q_lora_rank + mla.q_lora_rank * heads * mla.qk_head_dim
+    kv = hidden * mla.latent_dim + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    return q + kv + heads * mla.v_head_dim * hidden
 
 
 @dataclass

@@ -29,7 +29,8 @@ class AttentionMetadata:
     max_query_len: int
     max_seq_len: int
     kv_caches: list[torch.Tensor] | None = None
-    """Scratch caches, one (2, num_blocks, block_size, num_kv_heads, head_dim) tensor per layer, for a
+    """Scratch caches, one `kv_cache_shape` tensor per layer (K and V planes of the KV heads, or a
+    model's own layout: multi-head latent attention's one row per token), for a
     forward outside the engine (memory profiling, calibration, scoring). None, as in every engine step:
     each layer uses the cache bound to it once at start-up (`bind_kv_caches`): the caches never change,
     so they are not part of what a step describes."""
@@ -134,6 +135,16 @@ def bind_kv_caches(model: nn.Module, kv_caches: list[torch.Tensor]) -> None:
         raise ValueError(f"{len(kv_caches)} KV caches for a model with {len(layers)} attention layers")
     for layer in layers:
         layer.kv_cache = kv_caches[layer.layer_idx]
+
+
+def kv_cache_shape(model: nn.Module, num_blocks: int, block_size: int) -> tuple[int, ...]:
+    """Shape of one layer's paged cache: (2, num_blocks, block_size, this rank's KV heads, head_dim) for
+    K and V planes, or the model's own (`model.kv_cache_shape`: a DeepSeek model's one latent row per
+    token, kernels/mla_reference.py). Blocks are always dimension 1, so block slices stay `cache[:, a:b]`."""
+    own = getattr(model, "kv_cache_shape", None)
+    if own is not None:
+        return tuple(own(num_blocks, block_size))
+    return (2, num_blocks, block_size, model.local_num_kv_heads, model.args.head_dim)
 
 
 def decode_num_splits(padded_num_seqs: int, num_kv_heads: int, max_model_len: int, device: torch.device) -> int | None:

@@ -1,6 +1,6 @@
 """Mixture-of-experts: a router picks top_k experts per token, stacked expert weights compute them.
 
-Pieces, each usable alone (a new family composes them; DeepSeek's will add its own router):
+Pieces, each usable alone (a new family composes them; DeepSeek's routers: models/deepseek_moe.py):
 
 - `TopKRouter` (checkpoint name `<block>.gate.weight`): logits = x W^T in the model dtype, then
   `route(logits)` -> (weights float32 (tokens, top_k), ids int64 (tokens, top_k)). The default

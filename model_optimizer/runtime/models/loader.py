@@ -233,7 +233,7 @@ def load_weights(
     stacked = getattr(model, "stacked_params", {}) if stacked is None else stacked
     tied = getattr(getattr(model, "args", None), "tie_word_embeddings", False)
     rename = rename or (
-        lambda name: None if name.endswith(SKIPPED_SUFFIXES) or (tied and name == "lm_head.weight") else name
+        lambda name: None if skipped_on_purpose(model, name) or (tied and name == "lm_head.weight") else name
     )
     expected_shards = _expected_shards(params, stacked)
     loaded: set[tuple[str, str | None]] = set()
@@ -261,6 +261,13 @@ def load_weights(
     )
     if missing:
         raise ValueError(f"checkpoint {model_dir} lacks weights for: {', '.join(missing[:10])}")
+
+
+def skipped_on_purpose(model: nn.Module, name: str) -> bool:
+    """Checkpoint tensors no model loads (rotary caches) and those a model says it does not use
+    (`skips_checkpoint_key`: DeepSeek-V3's multi-token-prediction layer)."""
+    skips = getattr(model, "skips_checkpoint_key", None)
+    return name.endswith(SKIPPED_SUFFIXES) or (skips is not None and skips(name))
 
 
 def _target_name(name: str, stacked: dict[str, tuple[str, str]]) -> tuple[str, str | None]:

@@ -8,8 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-EXPERT_SIZE_KEYS = {"Qwen3MoeForCausalLM": "moe_intermediate_size", "MixtralForCausalLM": "intermediate_size"}
+EXPERT_SIZE_KEYS = {
+    "Qwen3MoeForCausalLM": "moe_intermediate_size",
+    "MixtralForCausalLM": "intermediate_size",
+    "DeepseekV2ForCausalLM": "moe_intermediate_size",
+    "DeepseekV3ForCausalLM": "moe_intermediate_size",
+}
 """Architectures with experts -> the config key of each expert's intermediate size."""
+DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -19,14 +25,17 @@ class MoeArgs:
     intermediate_size: int
     """Each expert's intermediate size."""
     renormalize: bool
-    """Divide the top-k weights by their sum (Mixtral always; Qwen3-MoE's `norm_topk_prob`)."""
+    """Divide the top-k weights by their sum (Mixtral always; Qwen3-MoE's and DeepSeek's `norm_topk_prob`)."""
+    num_shared_experts: int = 0
+    """Experts every token runs besides its top_k (DeepSeek's `n_shared_experts`): one dense MLP of
+    num_shared_experts * intermediate_size."""
 
     @classmethod
     def from_hf(cls, hf: dict, intermediate_key: str, renormalize: bool) -> MoeArgs:
         """ValueError naming the key when a setting is missing or not a positive integer; the expert count
-        is `num_experts` or, as transformers 5 saves it, `num_local_experts`."""
+        is `num_experts`, `num_local_experts` (transformers 5) or `n_routed_experts` (DeepSeek)."""
         arch = (hf.get("architectures") or ["this model"])[0]
-        num_experts = hf.get("num_experts") or hf.get("num_local_experts")
+        num_experts = hf.get("num_experts") or hf.get("num_local_experts") or hf.get("n_routed_experts")
         values = {"num_experts": num_experts, "num_experts_per_tok": hf.get("num_experts_per_tok")}
         values[intermediate_key] = hf.get(intermediate_key)
         for key, value in values.items():
@@ -39,7 +48,10 @@ class MoeArgs:
         act = hf.get("hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"config.json: hidden_act {act!r} is not supported for {arch} experts; supported: silu")
-        return cls(num_experts, values["num_experts_per_tok"], values[intermediate_key], renormalize)
+        shared = hf.get("n_shared_experts") or 0
+        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+            raise ValueError(f"config.json: 'n_shared_experts' must be a non-negative integer, got {shared!r}")
+        return cls(num_experts, values["num_experts_per_tok"], values[intermediate_key], renormalize, shared)
 
 
 def moe_args_for(hf: dict) -> MoeArgs | None:
@@ -53,7 +65,12 @@ def moe_args_for(hf: dict) -> MoeArgs | None:
 
 def is_sparse_layer(hf: dict, layer_idx: int) -> bool:
     """Whether transformers gives this layer experts rather than a dense MLP: Qwen-MoE's
-    `mlp_only_layers` and `decoder_sparse_step` ((layer + 1) % step == 0); every layer elsewhere."""
+    `mlp_only_layers` and `decoder_sparse_step` ((layer + 1) % step == 0); DeepSeek's layers from
+    `first_k_dense_replace` on, every `moe_layer_freq`-th (DeepSeek's own code; transformers 5 reads
+    no moe_layer_freq, and every published config has 1); every layer elsewhere."""
+    if (hf.get("architectures") or [""])[0] in DEEPSEEK:
+        first, freq = hf.get("first_k_dense_replace") or 0, hf.get("moe_layer_freq") or 1
+        return layer_idx >= first and layer_idx % freq == 0
     step = hf.get("decoder_sparse_step", 1) or 1
     return layer_idx not in (hf.get("mlp_only_layers") or []) and (layer_idx + 1) % step == 0
 

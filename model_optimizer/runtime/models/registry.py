@@ -15,6 +15,8 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "MixtralForCausalLM": ("mixtral", "MixtralForCausalLM"),
     "Glm4ForCausalLM": ("glm4", "Glm4ForCausalLM"),
     "Gemma3ForCausalLM": ("gemma3", "Gemma3ForCausalLM"),
+    "DeepseekV2ForCausalLM": ("deepseek", "DeepseekV2ForCausalLM"),
+    "DeepseekV3ForCausalLM": ("deepseek", "DeepseekV3ForCausalLM"),
 }
 
 
@@ -27,6 +29,8 @@ MODEL_TYPES: dict[str, str] = {
     "mixtral": "MixtralForCausalLM",
     "glm4": "Glm4ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
     "bert": "BertModel",
     "roberta": "RobertaModel",
     "xlm-roberta": "XLMRobertaModel",
@@ -73,12 +77,11 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "Mixtral": ("MixtralForCausalLM",),
     "GLM-4": ("Glm4ForCausalLM",),
     "Gemma 3 (text)": ("Gemma3ForCausalLM",),
+    "DeepSeek-V2/V3": ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
 }
 """How people name the families of ARCHITECTURES: what an error lists."""
 
 NOT_YET: dict[str, str] = {
-    "DeepseekV2ForCausalLM": "DeepSeek-V2/V3 need multi-head latent attention, which is not built yet",
-    "DeepseekV3ForCausalLM": "DeepSeek-V2/V3 need multi-head latent attention, which is not built yet",
     "Gemma3ForConditionalGeneration": "this is Gemma 3 with its vision tower; only text-only Gemma3ForCausalLM "
     "checkpoints (gemma-3-1b, or a text model saved alone) load",
     "Glm4MoeForCausalLM": "GLM-4.5's mixture of experts is not built yet (dense GLM-4 is: Glm4ForCausalLM)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from model_optimizer.runtime.distributed import broadcast, enable_one_shot_all_r
 from model_optimizer.runtime.engine.kv_cache import check_kv_capacity
 from model_optimizer.runtime.engine.request import Logprob
 from model_optimizer.runtime.engine.scheduler_output import SchedulerOutput
-from model_optimizer.runtime.layers.attention import AttentionMetadata, bind_kv_caches
+from model_optimizer.runtime.layers.attention import AttentionMetadata, bind_kv_caches, kv_cache_shape
 from model_optimizer.runtime.layers.sampler import SampledTokens, Sampler
 from model_optimizer.runtime.models.loader import load_model
 from model_optimizer.runtime.runner.decode_runner import DecodeRunner
@@ -73,7 +74,7 @@ class ModelRunner:
         self.num_kv_blocks = min_over_ranks(config.num_kv_blocks or self._num_blocks_for_budget())
         check_kv_capacity(self.num_kv_blocks, config.block_size, self.max_model_len)  # before allocating it
         phase = _log_phase("kv sizing", phase)  # on CUDA a profiling forward at the full token budget
-        shape = (2, self.num_kv_blocks, config.block_size, self.num_kv_heads, args.head_dim)
+        shape = kv_cache_shape(self.model, self.num_kv_blocks, config.block_size)
         self.kv_caches = [torch.zeros(shape, dtype=self.kv_dtype, device=self.device) for _ in range(args.num_layers)]
         log.info(
             "KV cache: %d blocks of %d tokens (%d tokens) on %s",
@@ -113,9 +114,9 @@ class ModelRunner:
         return self.args.vocab_size
 
     def bytes_per_block(self) -> int:
-        a = self.args
+        """KV-cache bytes of one block over all layers (the latent rows of a DeepSeek model: kv_cache_shape)."""
         element = torch.tensor([], dtype=self.kv_dtype).element_size()
-        return 2 * a.num_layers * self.config.block_size * self.num_kv_heads * a.head_dim * element
+        return self.args.num_layers * math.prod(kv_cache_shape(self.model, 1, self.config.block_size)) * element
 
     def _num_blocks_for_budget(self) -> int:
         if self.device.type == "cuda":
@@ -164,8 +165,7 @@ class ModelRunner:
         """One prefill of `token_ids` into `caches` (default: a scratch cache just big enough)."""
         a, bs = self.args, self.config.block_size
         if caches is None:
-            num_blocks = -(-len(token_ids) // bs)
-            shape = (2, num_blocks, bs, self.num_kv_heads, a.head_dim)
+            shape = kv_cache_shape(self.model, -(-len(token_ids) // bs), bs)
             caches = [torch.zeros(shape, dtype=self.kv_dtype, device=self.device)] * a.num_layers
         meta = AttentionMetadata.for_prefill([len(token_ids)], bs, caches, self.device)
         return self.model(token_ids, positions, meta)

@@ -1,6 +1,7 @@
-"""`mopt quantize`'s writer on the mixture-of-experts, GLM-4 and Gemma 3 families: the folder keeps the
-original tensor names (per-expert tensors, Mixtral's router, GLM-4's fused gate_up), experts and
-routers stay in float, compressed-tensors accepts the config, and the engine reads it back."""
+"""`mopt quantize`'s writer on the mixture-of-experts, GLM-4, Gemma 3 and DeepSeek families: the folder
+keeps the original tensor names (per-expert tensors, Mixtral's router, GLM-4's fused gate_up), experts,
+routers and DeepSeek's latent projections stay in float, compressed-tensors accepts the config, and
+the engine reads it back."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from model_optimizer.runtime.models.loader import load_model
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral", "glm4", "gemma3"])
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral", "glm4", "gemma3", "deepseek_v2", "deepseek_v3"])
 def test_int8_folder_keeps_the_checkpoint_names_and_loads_back(tiny_model, tmp_path, name):
     from compressed_tensors.quantization import QuantizationConfig
 
@@ -38,10 +39,15 @@ def test_int8_folder_keeps_the_checkpoint_names_and_loads_back(tiny_model, tmp_p
     assert not any("w13_weight" in n or "w2_weight" in n for n in written)
     config = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
     QuantizationConfig.model_validate(config)  # the library accepts the block
-    expected_ignore = ["lm_head"] + (
-        ["re:.*\\.experts(\\..*)?$", "re:.*\\.gate$"] if name in ("qwen3_moe", "mixtral") else []
+    moe = (
+        ["re:.*\\.experts(\\..*)?$", "re:.*\\.gate$"] if name in ("qwen3_moe", "mixtral") or "deepseek" in name else []
     )
-    assert config["ignore"] == expected_ignore
+    mla = ["re:.*\\.q_a_proj$", "re:.*\\.kv_a_proj_with_mqa$", "re:.*\\.kv_b_proj$"] if "deepseek" in name else []
+    assert config["ignore"] == ["lm_head"] + moe + mla
+    if "deepseek" in name:  # latent projections and routers in float; queries, o_proj and dense MLPs rounded
+        assert not any(k in n for n in quantized for k in ("q_a_proj", "kv_a_proj", "kv_b_proj", "gate."))
+        assert {"q_proj", "q_b_proj"} & {n.rsplit(".", 1)[-1] for n in quantized}
+        assert any(n.endswith("o_proj") for n in quantized) and any("shared_experts" in n for n in quantized)
     reloaded = load_model(tmp_path / "out", "float32", CPU)
     assert len(quantized_layers(reloaded)) == len(quantized_layers(model)) > 0
     for (a, x), (b, y) in zip(quantized_layers(reloaded), quantized_layers(model)):

@@ -58,6 +58,24 @@ def test_model_cost_of_a_mixture_of_experts_by_hand():
     assert model_cost(CONFIG).weight_bytes_read(1) == model_cost(CONFIG).weight_bytes  # dense: all of it
 
 
+def test_model_cost_of_deepseek_latent_attention_and_shared_experts_by_hand():
+    """DeepSeek-V2-Lite's layout, 2 layers, the first dense: 4 heads of 16 + 8 (rope) query dims, v 16, a
+    latent of 32 + 8 values; 8 experts of 64 x 16 (2 per token) and one shared expert of 16."""
+    ds = CONFIG | dict(architectures=["DeepseekV2ForCausalLM"], kv_lora_rank=32, q_lora_rank=None)
+    ds |= dict(qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, first_k_dense_replace=1)
+    ds |= dict(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=16, n_shared_experts=1)
+    cost = model_cost(ds)
+    # q 64 x 4 x 24, kv_a 64 x 40, kv_b 32 x 4 x 32, o 4 x 16 x 64
+    attention = 64 * 96 + 64 * 40 + 32 * 128 + 64 * 64
+    dense, experts, router, shared = 3 * 64 * 128, 8 * 3 * 64 * 16, 8 * 64, 3 * 64 * 16
+    assert cost.num_params == 2 * attention + dense + experts + router + shared + 2 * 100 * 64
+    assert cost.expert_params == experts and cost.active_linear_params == cost.linear_params - experts * 6 / 8
+    assert cost.kv_bytes_per_token == {"auto": 2 * 40 * 2, "fp8": 2 * 40}  # the latent row, not 2 x 4 heads
+    assert cost.kv_bytes_per_gpu("auto", 2) == 2 * 40 * 2  # every GPU holds the whole row
+    assert cost.attn_flops_per_ctx_token == 2 * 2 * 4 * (40 + 32)  # absorbed: scores over 40, values of 32
+    assert model_cost(ds | {"q_lora_rank": 24}).num_params == cost.num_params + 2 * (64 * 24 + 24 * 96 - 64 * 96)
+
+
 def _roof(decodes, prefill, ctx):
     """Roofline seconds of a step of the CONFIG model on SLOW, by hand: weights 173,056 B and 256 B of KV per
     token of context read once; 2 x 80,128 FLOPs per token plus 512 per token of context (attention):

@@ -15,7 +15,11 @@ import torch
 
 from model_optimizer import LLM, SamplingParams
 
-FAMILIES = ["qwen3_moe", "qwen3_moe_step2", "mixtral", "glm4", "gemma3"]
+FAMILIES = ["qwen3_moe", "qwen3_moe_step2", "mixtral", "glm4", "gemma3"] + [
+    "deepseek_v2",
+    "deepseek_v2_group",
+    "deepseek_v3",
+]
 NUM_NEW = 16
 GREEDY = SamplingParams(temperature=0, max_tokens=NUM_NEW)
 _expected: dict[str, tuple[list[list[int]], list[list[int]]]] = {}
@@ -34,7 +38,7 @@ def reference(tiny_model, name: str) -> tuple[list[list[int]], list[list[int]]]:
         from transformers import AutoModelForCausalLM
 
         model_dir = tiny_model(name)
-        kwargs = {"experts_implementation": "eager"} if "moe" in name or name == "mixtral" else {}
+        kwargs = {"experts_implementation": "eager"} if "moe" in name or name == "mixtral" or "deepseek" in name else {}
         model = AutoModelForCausalLM.from_pretrained(
             str(model_dir), dtype=torch.float32, attn_implementation="eager", **kwargs
         ).eval()
