@@ -67,7 +67,6 @@ class WorkerTask:
     """One worker's share of a run (pickled to the spawned process)."""
 
     index: int
-    num_workers: int
     client: ClientConfig
     plan: RunPlan
     """The run's plan with this worker's share of the concurrency or of the in-flight cap."""
@@ -140,7 +139,7 @@ def split_plan(
                 plan, max_concurrency=plan.max_concurrency and _part(plan.max_concurrency, n, w)
             )
         owned = None if arrivals is None else arrivals[w::n]
-        tasks.append(WorkerTask(w, n, cfg, share, requests, bodies, owned))
+        tasks.append(WorkerTask(w, cfg, share, requests, bodies, owned))
     return tasks
 
 
@@ -177,11 +176,8 @@ class _WorkerGroup:
             theirs.close()  # only the worker holds it now: its death reads as EOF here
         # the tasks (every prepared request) go through the pipe once all workers are starting, not as
         # Process arguments, which spawn hands over only after a child's imports: one start after the other
-        for w, (conn, task) in enumerate(zip(self.conns, self.tasks)):
-            try:
-                conn.send(task)
-            except OSError:
-                raise WorkerFailed(f"bench worker {w + 1} of {self.n} died ({self._exit(w)}) as it started") from None
+        for w, task in enumerate(self.tasks):
+            self._send(w, task)
         readies = await self._until("ready")
         for w, (perf, wall) in enumerate(readies):
             skew = (perf - wall) - (time.perf_counter() - time.time())
@@ -191,8 +187,14 @@ class _WorkerGroup:
                     f"({skew:+.3f} s apart): its times could not be merged"
                 )
         t0 = time.perf_counter() + START_DELAY_S
-        for conn in self.conns:
-            conn.send(t0)
+        for w in range(self.n):
+            self._send(w, t0)
+
+    def _send(self, w: int, message: object) -> None:
+        try:
+            self.conns[w].send(message)
+        except OSError:
+            raise WorkerFailed(f"bench worker {w + 1} of {self.n} died ({self._exit(w)}) as it started") from None
 
     async def finish(self, on_counts: Counts) -> tuple[list[RequestRecord], list[dict]]:
         """Wait for every worker's records; merge them in request order."""

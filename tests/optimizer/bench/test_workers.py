@@ -20,7 +20,7 @@ import pytest
 
 from model_optimizer.cli.main import main
 from model_optimizer.optimizer.bench.report import load_run, load_runs
-from tests.optimizer.bench.test_load import EARLY, step_through
+from tests.optimizer.bench.util import EARLY, step_through
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
 
