@@ -80,12 +80,14 @@ def _endpoint_name(value: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     import os
+    import sys
 
     from rich.console import Console
 
     from model_optimizer.optimizer.bench.client import ClientConfig
     from model_optimizer.optimizer.bench.load import LoadConfig
     from model_optimizer.optimizer.bench.runner import BenchSetup, OutputConfig, run_benchmark
+    from model_optimizer.optimizer.bench.workers import WorkerFailed
     from model_optimizer.optimizer.bench.workloads import WorkloadConfig
 
     console = Console()
@@ -110,6 +112,11 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         console.print(f"interrupted: runs that finished are saved in {setup.output.output_dir}")
         return 130
+    except WorkerFailed as exc:  # a client process died or raised: the run has no result, say which and why
+        if getattr(args, "debug", False) or os.environ.get("MOPT_DEBUG"):
+            raise
+        print(f"mopt bench: error: {exc}; runs that finished are saved in {setup.output.output_dir}", file=sys.stderr)
+        return 1
     console.print(f"report: {os.path.join(setup.output.output_dir, 'report.html')}")
     return 0 if all(r["summary"]["num_ok"] for r in results) else 1
 

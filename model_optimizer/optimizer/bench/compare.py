@@ -17,7 +17,7 @@ from model_optimizer.optimizer.bench import fmt
 from model_optimizer.optimizer.bench.report import RATE_KEYS, flat_summary, load_run, load_runs
 
 HIGHER_IS_BETTER = set(RATE_KEYS) | {"slo_attainment"}
-NEUTRAL = {"num_requests", "duration_s"}
+NEUTRAL = {"num_requests", "duration_s", "client_num_workers"}
 WORKLOAD_KEYS = (
     "dataset",
     "dataset_path",

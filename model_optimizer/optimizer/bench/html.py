@@ -61,7 +61,7 @@ def render_page(results: list[dict], plots: dict[str, bytes]) -> str:
     """The whole page as a string."""
     sections = [
         _section("settings", "Settings", settings_table(results)),
-        _section("summary", "Summary", summary_table(results)),
+        _section("summary", "Summary", client_bound_note(results) + summary_table(results)),
         _section("slo", "Service-level objectives", slo_section(results)),
         _section("errors", "Errors", errors_table(results)),
         _section("latency", "Latency percentiles", latency_tables(results)),
@@ -322,20 +322,53 @@ def client_table(results: list[dict]) -> str:
     for r in results:
         o = r["client_overhead"]
         warnings = "<br>".join(f"<span class='warn'>{_e(w)}</span>" for w in o["warnings"]) or "none"
+        workers = o.get("workers") or []
+        per_worker = "<br>".join(
+            _e(f"{w['cpu_per_wall_s']:.2f} CPU, lag p99 {fmt.ms(w['loop_lag_ms']['p99'])}, {w['num_requests']} req")
+            for w in workers
+        )
         rows.append(
             [
                 _e(run_name(r)),
+                _e(r.get("num_workers", 1)),
                 _e(fmt.ms(o["loop_lag_ms"]["p99"])),
                 _e(fmt.ms(o["send_lag_ms"]["p99"])),
                 _e(fmt.number(o["cpu_per_wall_s"])),
+                _e(fmt.number(o.get("cpu_per_worker_max", o["cpu_per_wall_s"]))),
+                per_worker if len(workers) > 1 else "-",
                 warnings,
             ]
         )
     note = (
-        "<p class='note'>Loop lag: how late a 10 ms timer fired in the client's event loop (chunk timestamps are "
-        "late by about as much); send lag: actual minus scheduled send time; CPU in cores.</p>"
+        "<p class='note'>Loop lag: how late a 10 ms timer fired in the client's event loop (the worst worker's; "
+        "chunk timestamps are late by about as much); send lag: actual minus scheduled send time; CPU in cores, "
+        "summed over the client's worker processes and for the busiest one (one process uses one core at most).</p>"
     )
-    return _table(["run", "loop lag p99", "send lag p99", "client CPU", "warnings"], rows, wrap=(4,)) + note
+    header = [
+        "run",
+        "workers",
+        "loop lag p99",
+        "send lag p99",
+        "client CPU",
+        "busiest worker",
+        "each worker",
+        "warnings",
+    ]
+    return _table(header, rows, wrap=(6, 7)) + note
+
+
+def client_bound_note(results: list[dict]) -> str:
+    """A warning above the summary when the client may have set the pace of some run."""
+    bound = [r for r in results if r["client_overhead"].get("client_bound")]
+    if not bound:
+        return ""
+    names = ", ".join(run_name(r) for r in bound)
+    suggested = max(r["client_overhead"].get("suggested_num_workers") or 2 for r in bound)
+    return (
+        f"<p class='warn'><b>The client may have been the bottleneck</b> in {_e(names)}: its figures are a floor "
+        f"of what the server does. Rerun with <code>--num-workers {suggested}</code> (or <code>auto</code>); "
+        "see Client overhead below.</p>"
+    )
 
 
 def _plots(plots: dict[str, bytes]) -> str:

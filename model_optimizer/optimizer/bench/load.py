@@ -3,6 +3,9 @@
 A closed loop keeps `concurrency` requests in flight, sending the next as soon as one ends.
 An open loop sends at arrival times that do not wait for answers (optionally capped at
 `max_concurrency` in flight), so queueing at the server shows up in the latencies.
+
+`run_load` runs a whole plan in this process; `run_closed` and `run_open` are its two halves,
+which a worker process (workers.py) also runs on its share of a plan.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import asyncio
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -65,6 +68,9 @@ class LoadConfig:
     num_warmups: int = 0
     """Requests of the workload's shape sent before the first measured run and not counted (vLLM's --num-warmups): compile, first-use and allocator costs land there."""
 
+    num_workers: str = "1"
+    """Client processes sending the load, N or auto (one per ~10k chunks/s the load may bring, at most the CPUs this machine can spare): more than 1 when one core cannot keep up with a fast server."""
+
     def __post_init__(self) -> None:
         check_choice(self, "load_mode", "sweep_arrival")
         if self.load_mode == "auto":
@@ -82,6 +88,12 @@ class LoadConfig:
         if self.num_warmups < 0:
             raise ValueError(f"num_warmups must be >= 0 (0: no warm-up), got {self.num_warmups}")
         self._check_mode_flags()
+        check_num_workers(self.num_workers)
+        if self.request_rate == math.inf and self.duration is not None and self.num_requests is None:
+            raise ValueError(
+                "request rate inf sends every request at once, so --duration alone never ends the run: "
+                "give --num-requests"
+            )
         for name in ("burstiness", "trace_speedup", "duration"):
             value = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
@@ -112,6 +124,12 @@ class LoadConfig:
                 f"--concurrency sets closed-loop mode's requests in flight; load mode {mode} does not use "
                 "it (--max-concurrency caps requests in flight of open-loop and trace runs)"
             )
+
+
+def check_num_workers(value: str) -> None:
+    """`num_workers` is auto or a positive integer."""
+    if value != "auto" and not (value.isascii() and value.isdigit() and int(value) > 0):
+        raise ValueError(f"num_workers must be a positive integer or auto, got {value!r}")
 
 
 @dataclass
@@ -158,6 +176,26 @@ def plan_from_config(cfg: LoadConfig) -> RunPlan:
     return plan
 
 
+def schedule(plan: RunPlan, requests: list[BenchRequest], rng: np.random.Generator) -> list[float]:
+    """Every send time (seconds from the start) of an open-loop or trace plan, up to its stop.
+
+    Drawn before the clock starts, so a run split over worker processes sends at the same times."""
+    if plan.mode == "trace":
+        times = trace_times([r.timestamp or 0.0 for r in requests], plan.trace_speedup)
+    else:
+        if plan.num_requests is None and (plan.duration is None or math.isinf(plan.rate or 0.0)):
+            raise ValueError(
+                f"{plan.label or plan.mode}: an open loop needs num_requests (or a finite rate and a duration)"
+            )
+        times = arrival_times(rng, plan.rate, plan.mode, plan.burstiness)  # type: ignore[arg-type]
+    out: list[float] = []
+    for i, offset in enumerate(times):
+        if plan.stop(i, offset) or (plan.mode == "trace" and i >= len(requests)):
+            break
+        out.append(offset)
+    return out
+
+
 async def run_load(
     client: BenchClient,
     plan: RunPlan,
@@ -175,31 +213,44 @@ async def run_load(
 
     client.t0 = time.perf_counter()
     if plan.mode == "closed":
-        await _closed_loop(client, plan, requests, bodies, done)
+        await run_closed(client, plan, requests, bodies, itertools.count().__next__, done)
     else:
-        if plan.mode == "trace":
-            times = trace_times([r.timestamp or 0.0 for r in requests], plan.trace_speedup)
-        else:
-            times = arrival_times(rng, plan.rate, plan.mode, plan.burstiness)  # type: ignore[arg-type]
-        await _open_loop(client, plan, requests, bodies, times, done)
+        await run_open(client, plan, requests, bodies, enumerate(schedule(plan, requests, rng)), done)
     return sorted(records, key=lambda r: r.index)
 
 
-async def _closed_loop(client, plan: RunPlan, requests, bodies, done) -> None:
-    counter = itertools.count()
+async def run_closed(
+    client: BenchClient,
+    plan: RunPlan,
+    requests: list[BenchRequest],
+    bodies: list[bytes],
+    next_index: Callable[[], int],
+    done: Callable[[RequestRecord], None],
+) -> None:
+    """Keep `plan.concurrency` requests in flight from `client.t0` on; each freed slot sends request
+    `next_index()` (a counter this process owns, or one all worker processes share)."""
 
-    async def worker(slot: int) -> None:
+    async def slot_loop(slot: int) -> None:
         while True:
             now = time.perf_counter()
-            i = next(counter)
+            i = next_index()
             if plan.stop(i, now - client.t0):
                 return
             done(await client.send(i, requests[i % len(requests)], bodies[i % len(bodies)], now, slot))
 
-    await asyncio.gather(*(worker(slot) for slot in range(plan.concurrency or 1)))
+    await asyncio.gather(*(slot_loop(slot) for slot in range(plan.concurrency or 1)))
 
 
-async def _open_loop(client, plan: RunPlan, requests, bodies, times: Iterator[float], done) -> None:
+async def run_open(
+    client: BenchClient,
+    plan: RunPlan,
+    requests: list[BenchRequest],
+    bodies: list[bytes],
+    arrivals: Iterable[tuple[int, float]],
+    done: Callable[[RequestRecord], None],
+) -> None:
+    """Send request i at `client.t0 + offset` for each (i, offset) of `arrivals`, whatever the answers do
+    (at most `plan.max_concurrency` in flight when set)."""
     slots = asyncio.Semaphore(plan.max_concurrency) if plan.max_concurrency else None
     tasks: set[asyncio.Task] = set()
 
@@ -211,9 +262,7 @@ async def _open_loop(client, plan: RunPlan, requests, bodies, times: Iterator[fl
         async with slots:
             done(await client.send(i, req, body, max(due, time.perf_counter())))
 
-    for i, offset in enumerate(times):
-        if plan.stop(i, offset) or (plan.mode == "trace" and i >= len(requests)):
-            break
+    for i, offset in arrivals:
         due = client.t0 + offset
         # sleep(0) still yields when behind schedule, so started requests make progress
         await asyncio.sleep(max(0.0, due - time.perf_counter()))

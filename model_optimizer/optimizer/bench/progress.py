@@ -48,11 +48,13 @@ class RunProgress:
             self._progress.stop()
 
     def record(self, rec: RequestRecord) -> None:
-        if rec.ok:
-            self.num_ok += 1
-            self.tokens += rec.output_tokens
-        else:
-            self.num_failed += 1
+        self.count(int(rec.ok), int(not rec.ok), rec.output_tokens if rec.ok else 0)
+
+    def count(self, num_ok: int, num_failed: int, tokens: int) -> None:
+        """Requests finished since the last call (a worker process reports them in batches)."""
+        self.num_ok += num_ok
+        self.num_failed += num_failed
+        self.tokens += tokens
         if self._progress:
             self._progress.update(self._task, completed=self._completed())
 

@@ -139,6 +139,7 @@ def flat_summary(result: dict) -> dict[str, float | int | str | None]:
         row["slo_attainment"] = s["slo_attainment"]
     row["client_send_lag_p99_ms"] = result["client_overhead"]["send_lag_ms"]["p99"]
     row["client_loop_lag_p99_ms"] = result["client_overhead"]["loop_lag_ms"]["p99"]
+    row["client_num_workers"] = result.get("num_workers", 1)
     return row
 
 
@@ -201,13 +202,7 @@ def print_summary(console: Console, result: dict) -> None:
         console.print("[red]errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(s["errors"].items())) + "[/]")
         for kind, message in sorted(s.get("error_examples", {}).items()):
             console.print(f"  first {kind}: {message}", style="red", markup=False, highlight=False)
-    overhead = result["client_overhead"]
-    console.print(
-        f"client: loop lag p99 {_num(overhead['loop_lag_ms']['p99'])} ms, send lag p99 "
-        f"{_num(overhead['send_lag_ms']['p99'])} ms, {overhead['cpu_per_wall_s']:.2f} CPU"
-    )
-    for warning in overhead["warnings"]:
-        console.print(f"[yellow]warning: {warning}[/]")
+    _print_client(console, result["client_overhead"])
     server = result["server_metrics"]
     if server.get("available"):
         parts = [
@@ -232,3 +227,24 @@ def print_summary(console: Console, result: dict) -> None:
         console.print(f"gpu {gpu['index']}: " + ", ".join(figures))
     if "path" in result:
         console.print(f"saved {result['path']}")
+
+
+def _print_client(console: Console, overhead: dict) -> None:
+    """The client's own lag and CPU (each worker's when there are several), then its warnings."""
+    workers = overhead.get("workers") or []
+    line = (
+        f"client: loop lag p99 {_num(overhead['loop_lag_ms']['p99'])} ms, send lag p99 "
+        f"{_num(overhead['send_lag_ms']['p99'])} ms, {overhead['cpu_per_wall_s']:.2f} CPU"
+    )
+    if len(workers) > 1:
+        line += f" in {len(workers)} workers (busiest {overhead['cpu_per_worker_max']:.2f})"
+    console.print(line)
+    if len(workers) > 1:
+        for i, w in enumerate(workers):
+            console.print(
+                f"  worker {i + 1}: {w['num_requests']} requests, {w['cpu_per_wall_s']:.2f} CPU, "
+                f"loop lag p99 {_num(w['loop_lag_ms']['p99'])} ms"
+            )
+    for warning in overhead["warnings"]:
+        style = "bold yellow" if "bottleneck" in warning else "yellow"
+        console.print(f"[{style}]warning: {warning}[/]")

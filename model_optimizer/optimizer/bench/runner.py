@@ -16,16 +16,18 @@ import numpy as np
 from rich.console import Console
 
 from model_optimizer.optimizer.bench import report, sweep
-from model_optimizer.optimizer.bench.client import BenchClient, ClientConfig, RequestRecord, request_body
+from model_optimizer.optimizer.bench.client import ClientConfig, RequestRecord, request_body
 from model_optimizer.optimizer.bench.discover import ServerModel, discover_model, local_tokenizer
-from model_optimizer.optimizer.bench.load import DEFAULT_NUM_REQUESTS, LoadConfig, RunPlan, plan_from_config, run_load
+from model_optimizer.optimizer.bench.load import DEFAULT_NUM_REQUESTS, LoadConfig, RunPlan, plan_from_config
 from model_optimizer.optimizer.bench.metrics import SloThreshold, parse_slo, summarize
-from model_optimizer.optimizer.bench.overhead import LoopLagMonitor, overhead_report
+from model_optimizer.optimizer.bench.overhead import overhead_report
 from model_optimizer.optimizer.bench.progress import RunProgress
 from model_optimizer.optimizer.bench.prompts import PromptMaker
 from model_optimizer.optimizer.bench.scrape import MetricsScraper
 from model_optimizer.optimizer.bench.settings import ignore_eos_words
+from model_optimizer.optimizer.bench.sizing import num_cpus, resolve_num_workers
 from model_optimizer.optimizer.bench.telemetry import GpuSampler, is_local
+from model_optimizer.optimizer.bench.workers import execute_plan
 from model_optimizer.optimizer.bench.workloads import (
     BenchRequest,
     WorkloadConfig,
@@ -206,8 +208,10 @@ class _Runner:
         requests = build_workload(workload, self.setup.client.endpoint, count)
         bodies = [request_body(self.setup.client, r) for r in requests]
         plan = RunPlan("closed", concurrency=slots, num_requests=count)
-        async with BenchClient(self.setup.client, slots, 0.0) as client:
-            records = await run_load(client, plan, requests, bodies, np.random.default_rng(workload.seed))
+        num_workers = self._num_workers(plan, requests)
+        records, _ = await execute_plan(
+            self.setup.client, plan, requests, bodies, np.random.default_rng(workload.seed), num_workers
+        )
         errors = [r.error for r in records if r.error]
         self.warmup = {"num_requests": len(records), "num_ok": len(records) - len(errors), "concurrency": slots}
         self.warmup["errors"] = {e: errors.count(e) for e in set(errors)}
@@ -233,18 +237,17 @@ class _Runner:
             gpu.start()
         else:
             gpu.reason = "disabled" if not out.gpu_telemetry else "server is not on this machine"
+        num_workers = self._num_workers(plan, self.requests)
         await scraper.start()
-        monitor = LoopLagMonitor()
         started_at = time.time()
         total = len(self.requests) if plan.mode == "trace" else plan.num_requests
         progress = RunProgress(plan.label, total, plan.duration, enabled=out.progress, console=self.console)
         rng = np.random.default_rng(self.setup.workload.seed + len(self.results))
-        async with BenchClient(client_cfg, plan.slots(), 0.0) as client:
-            monitor.start()
-            with progress:
-                records = await run_load(client, plan, self.requests, self.bodies, rng, progress.record)
-            loop = await monitor.stop()
-        result = self._result(plan, records, started_at, loop, await scraper.stop(), gpu.stop())
+        with progress:
+            records, loops = await execute_plan(
+                client_cfg, plan, self.requests, self.bodies, rng, num_workers, progress.count
+            )
+        result = self._result(plan, records, started_at, loops, await scraper.stop(), gpu.stop())
         self.results.append(result)
         path = report.reserve_run_path(out.output_dir, plan.label)
         report.write_json(path, result)
@@ -252,7 +255,15 @@ class _Runner:
         report.print_summary(self.console, result)
         return result
 
-    def _result(self, plan, records: list[RequestRecord], started_at, loop, server, gpu) -> dict:
+    def _num_workers(self, plan: RunPlan, requests: list[BenchRequest]) -> int:
+        """Worker processes for `plan`, said on the console when more than one or chosen by auto."""
+        spec = self.setup.load.num_workers
+        num, why = resolve_num_workers(spec, plan, requests, self.setup.client.base_url)
+        if num > 1 or spec != "1":
+            self.console.print(f"client: {num} worker process{'es' if num > 1 else ''} ({why})")
+        return num
+
+    def _result(self, plan, records: list[RequestRecord], started_at, loops: list[dict], server, gpu) -> dict:
         client_cfg = dataclasses.asdict(self.setup.client) | {"api_key": "***" if self.setup.client.api_key else None}
         return {
             "schema": report.SCHEMA,
@@ -268,8 +279,9 @@ class _Runner:
             "prompts": self.prompts,
             "warmup": self.warmup,
             "environment": report.environment(),
+            "num_workers": len(loops),
             "summary": summarize(records, self.slos),
-            "client_overhead": overhead_report(records, loop),
+            "client_overhead": overhead_report(records, loops, num_cpus()),
             "server_metrics": server,
             "gpu": gpu,
             "requests": [report.record_to_dict(r) for r in records],

@@ -27,6 +27,7 @@ def run_settings(r: dict) -> dict[str, str | None]:
         "stop after": _stop(r["plan"]),
         "SLO": r["config"].get("slo") or "none",
         "client machine": f"{env['hostname']}, {env['client_cpus']} CPUs, Python {env['python']}, httpx {env['httpx']}",
+        "client processes": str(r.get("num_workers", 1)),
         "started": r["started_at"],
     }
 

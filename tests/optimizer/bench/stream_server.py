@@ -128,6 +128,7 @@ def create_app(ttft: float = 0.05, itl: float = 0.02) -> FastAPI:
     app.state.counters = {"requests": 0, "running": 0}
     app.state.valve = Valve()
     app.state.client_ports = []  # one entry per request: the client's TCP port tells connections apart
+    app.state.prompts = []  # the prompt of every generation request, in arrival order
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -181,6 +182,7 @@ async def _generate(app: FastAPI, body: dict, chat: bool):
     counters["requests"] += 1
     n = int(body.get("max_tokens", 16))
     prompt = body["messages"][0]["content"] if chat else body["prompt"]
+    app.state.prompts.append(prompt)
     prompt_tokens = len(prompt) if isinstance(prompt, list) else len(prompt.split())
     wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     include_usage = wants_usage and model not in ("no-usage", "ids-only")

@@ -11,25 +11,12 @@ import pytest
 
 from model_optimizer.optimizer.bench.load import LoadConfig, RunPlan, plan_from_config
 from model_optimizer.optimizer.bench.workloads import BenchRequest
-from tests.optimizer.bench.util import InBackground, make_requests, run_plan
-
-EARLY = 1e-3  # s: float rounding of due times; asyncio never wakes a sleeper before its time otherwise
+from tests.optimizer.bench.util import EARLY, InBackground, make_requests, run_plan, step_through
 
 
 def pool(*prompt_lens: int) -> list[BenchRequest]:
     """Requests told apart by their prompt length."""
     return [BenchRequest(list(range(100, 100 + n)), n, 4) for n in prompt_lens]
-
-
-def step_through(valve, window: int, total: int) -> None:
-    """With `window` responses held, let the oldest go and wait for the next arrival, until `total`
-    requests arrived; then let everything go. A client that sent more than `window` at once would
-    show in `valve.max_in_flight`."""
-    valve.wait_arrivals(window)
-    for arrived in range(window, total):
-        valve.release(1)
-        valve.wait_arrivals(arrived + 1)
-    valve.open()
 
 
 def assert_never_early(records) -> None:

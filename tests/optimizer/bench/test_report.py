@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import copy
+import io
 import re
 from html.parser import HTMLParser
 
 import pytest
+from rich.console import Console
 
 from model_optimizer.cli.main import main
 from model_optimizer.optimizer.bench import fmt
+from model_optimizer.optimizer.bench.client import RequestRecord
 from model_optimizer.optimizer.bench.html import render_page
+from model_optimizer.optimizer.bench.overhead import overhead_report
 from model_optimizer.optimizer.bench.plots import cdf_figure, sweep_figure, ttft_over_time_figure
-from model_optimizer.optimizer.bench.report import load_runs
+from model_optimizer.optimizer.bench.report import load_runs, print_summary
 
 
 class _Page(HTMLParser):
@@ -148,3 +152,23 @@ def test_failed_runs_show_their_errors(server, tmp_path):
     assert bench(server, tmp_path / "failed", "--num-requests", "2") == 0
     text = _Page((tmp_path / "failed" / "report.html").read_text()).text
     assert re.search(r"#01 concurrency 1 0 / 3 [\d.]+ s 0( -){6} #02 concurrency 1 2 / 2 ", text), text
+
+
+def test_a_client_bound_run_is_flagged_in_the_page_and_the_terminal(server, tmp_path):
+    assert bench(server, tmp_path, "--num-requests", "2") == 0
+    [run] = load_runs(tmp_path)
+    page = _Page((tmp_path / "report.html").read_text())
+    assert "workers" in page.headers and "bottleneck" not in page.text
+    busy = copy.deepcopy(run)
+    lag = {"p50": 90.0, "p99": 162.0}
+    loops = [{"loop_lag_ms": lag, "cpu_per_wall_s": c, "wall_s": 10.0, "num_requests": 1} for c in (0.88, 0.7)]
+    busy["client_overhead"] = overhead_report([RequestRecord(0, 1, 1)], loops, num_cpus=16)
+    busy["num_workers"] = 2
+    text = _Page(render_page([busy], {})).text
+    assert "The client may have been the bottleneck in #01 concurrency 1" in text
+    assert "--num-workers 4" in text and "0.88 CPU, lag p99 162 ms, 1 req" in text
+    out = io.StringIO()
+    print_summary(Console(file=out, width=200), busy)
+    printed = out.getvalue()
+    assert "in 2 workers (busiest 0.88)" in printed and "worker 2: 1 requests, 0.70 CPU" in printed
+    assert "warning: the client may be the bottleneck (event-loop lag p99 162 ms)" in printed

@@ -11,6 +11,8 @@ from model_optimizer.optimizer.bench.client import BenchClient, ClientConfig, Re
 from model_optimizer.optimizer.bench.load import RunPlan, run_load
 from model_optimizer.optimizer.bench.workloads import BenchRequest
 
+EARLY = 1e-3  # s: float rounding of due times; asyncio never wakes a sleeper before its time otherwise
+
 
 def make_requests(n: int, output_len: int = 4, prompt_len: int = 8, timestamps=None) -> list[BenchRequest]:
     return [
@@ -72,3 +74,14 @@ class InBackground:
             raise self.error
         assert self.records is not None
         return self.records
+
+
+def step_through(valve, window: int, total: int) -> None:
+    """With `window` responses held, let the oldest go and wait for the next arrival, until `total`
+    requests arrived; then let everything go. A client that sent more than `window` at once would
+    show in `valve.max_in_flight`."""
+    valve.wait_arrivals(window)
+    for arrived in range(window, total):
+        valve.release(1)
+        valve.wait_arrivals(arrived + 1)
+    valve.open()
