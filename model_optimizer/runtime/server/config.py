@@ -6,6 +6,7 @@ Each field's docstring is also its CLI help (see model_optimizer/cli/args.py).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,6 +71,12 @@ class ServerConfig:
     max_header_bytes: int = 16 << 10
     """Largest request line plus headers in bytes; bigger requests are refused."""
 
+    header_timeout: float = 10.0
+    """Seconds a client has to send a request's line and headers, from connecting or from its previous response; then the connection is closed (a client sending a byte at a time holds no descriptor for long). Also how long a kept-alive connection may stay idle at most."""
+
+    max_connections_per_client: int = 1024
+    """Most connections one client address may hold open at once; the next is refused (429). Behind a proxy every client has the proxy's address: raise it or use 0 (no limit)."""
+
     log_level: str = "info"
     """Log level of the server and uvicorn (one format for both): critical, error, warning, info, debug."""
 
@@ -108,6 +115,12 @@ class ServerConfig:
             raise ValueError(f"max_tokens_limit must be a positive integer, got {self.max_tokens_limit}")
         if self.shutdown_timeout < 0:
             raise ValueError(f"shutdown_timeout must be >= 0 seconds, got {self.shutdown_timeout}")
+        if not math.isfinite(self.header_timeout) or self.header_timeout <= 0:
+            raise ValueError(f"header_timeout must be a number of seconds > 0, got {self.header_timeout}")
+        if not isinstance(self.max_connections_per_client, int) or self.max_connections_per_client < 0:
+            raise ValueError(
+                f"max_connections_per_client must be an integer >= 0 (0: no limit), got {self.max_connections_per_client}"
+            )
         if self.api_key == "":
             self.api_key = None
         if self.log_interval < 0:

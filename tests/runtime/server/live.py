@@ -29,7 +29,9 @@ class LiveServer:
         self.thread.join(30)
 
 
-def start_server(llm: Any, config: ServerConfig, embedder: Any = None) -> LiveServer:
+def start_server(llm: Any, config: ServerConfig, embedder: Any = None, http: dict | None = None) -> LiveServer:
+    """The app under uvicorn, with the HTTP layer `mopt serve` runs (or `http`: other uvicorn.Config
+    options for it, e.g. the h11 fallback)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -39,7 +41,7 @@ def start_server(llm: Any, config: ServerConfig, embedder: Any = None) -> LiveSe
         app,
         log_level="warning",
         timeout_graceful_shutdown=2,
-        **uvicorn_http_options(config.max_header_bytes),  # as mopt serve does
+        **(http or http_options(config)),
     )
     server = uvicorn.Server(uv_config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -50,6 +52,11 @@ def start_server(llm: Any, config: ServerConfig, embedder: Any = None) -> LiveSe
             raise RuntimeError("test server did not start")
         time.sleep(0.01)
     return LiveServer(f"http://127.0.0.1:{port}", app.state.server, server, thread)
+
+
+def http_options(config: ServerConfig) -> dict:
+    """uvicorn.Config options of the HTTP layer, as mopt serve passes them."""
+    return uvicorn_http_options(config.max_header_bytes, config.header_timeout, config.max_connections_per_client)
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
