@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from model_optimizer.runtime.config import EngineConfig
-    from model_optimizer.runtime.server.config import API_KEY_ENV, ServerConfig
+    from model_optimizer.runtime.server.config import API_KEY_ENV, ServerConfig, check_api_key
     from model_optimizer.runtime.server.launcher import serve
 
     if args.model_tag is not None:
@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
         args.model = args.model_tag
     engine_config = dataclass_from_args(EngineConfig, args)
     server_config = dataclass_from_args(ServerConfig, args)
-    if server_config.api_key is None and os.environ.get(API_KEY_ENV):
-        server_config.api_key = os.environ[API_KEY_ENV]
+    env_key = os.environ.get(API_KEY_ENV)
+    if server_config.api_key is None and env_key is not None:  # set but empty is refused, not "no auth"
+        check_api_key(env_key, API_KEY_ENV)
+        server_config.api_key = env_key
     return serve(server_config, engine_config)
