@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,36 @@ class LiveServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(30)
+
+
+HELD_WAIT = 30.0  # seconds; only a bound on a hang
+
+
+class HeldExecutor(ThreadPoolExecutor):
+    """The server's worker threads, with every job that starts recorded (`started`, `entered`) and, when
+    `hold`, held until the test sets `proceed`: a test can ask something while a job is provably
+    unfinished."""
+
+    def __init__(self, hold: bool = True) -> None:
+        super().__init__(2, thread_name_prefix="mopt-tokenize")
+        self.entered = threading.Event()
+        self.proceed = threading.Event()
+        if not hold:
+            self.proceed.set()
+        self.started: list[str] = []
+        self.results: list = []
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        def held():
+            self.started.append(getattr(fn, "__name__", repr(fn)))
+            self.entered.set()
+            if not self.proceed.wait(HELD_WAIT):
+                raise TimeoutError("the test never let the worker job proceed")
+            result = fn(*args, **kwargs)
+            self.results.append(result)
+            return result
+
+        return super().submit(held)
 
 
 def start_server(llm: Any, config: ServerConfig, embedder: Any = None, http: dict | None = None) -> LiveServer:

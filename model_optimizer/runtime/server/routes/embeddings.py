@@ -17,13 +17,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.prompts import prompt_list
 from model_optimizer.runtime.server.protocol import EmbeddingRequest
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.state import get_state
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
 
 
 @router.post("/v1/embeddings", responses=ERROR_RESPONSES)
