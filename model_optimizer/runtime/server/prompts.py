@@ -75,13 +75,21 @@ NO_TOKENIZER = "this model has no tokenizer: send the prompt as token ids (a lis
 
 
 async def encode(
-    state: ServerState, text: str, add_special_tokens: bool, param: str = "prompt", allow_empty: bool = False
+    state: ServerState,
+    text: str,
+    add_special_tokens: bool,
+    param: str = "prompt",
+    allow_empty: bool = False,
+    for_generation: bool = True,
 ) -> list[int]:
+    """Token ids of `text`. For generation, a text that cannot fit max_model_len is refused by its length
+    before tokenizing; /tokenize (`for_generation=False`) counts any text the body cap lets in."""
     tokenizer = state.model.tokenizer
     if tokenizer is None:
         raise APIError(400, NO_TOKENIZER, param)
     _check_utf8(text)
-    check_text_fits(state, text, param)
+    if for_generation:
+        check_text_fits(state, text, param)
     token_ids = await state.run_blocking(lambda: list(tokenizer.encode(text, add_special_tokens=add_special_tokens)))
     if not token_ids and not allow_empty:
         raise APIError(400, "prompt is empty: give at least one token", "prompt")
@@ -132,6 +140,7 @@ async def chat_prompt(
     add_generation_prompt: bool,
     template_kwargs: dict[str, Any] | None,
     add_special_tokens: bool = False,
+    for_generation: bool = True,
 ) -> Prompt:
     """Render messages through the chat template (--chat-template or the tokenizer's) and tokenize."""
     tokenizer = state.model.tokenizer
@@ -155,4 +164,4 @@ async def chat_prompt(
         )
     except ValueError as exc:  # the template failed on the messages the client sent
         raise APIError(400, str(exc), "messages") from None
-    return Prompt(await encode(state, text, add_special_tokens, "messages"), text)
+    return Prompt(await encode(state, text, add_special_tokens, "messages", for_generation=for_generation), text)

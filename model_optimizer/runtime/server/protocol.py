@@ -86,6 +86,9 @@ class SamplingFields(_Request):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
+    prompt_logprobs: int | None = Field(default=None, ge=-1, le=INT64_MAX)
+    """vLLM's: logprobs of the prompt's tokens (-1: the whole vocabulary). Capped like logprobs, and refused
+    until the server computes them (sampling.check_caps): ignoring it answered without them."""
     return_token_ids: bool = Field(
         default=False, description="Put the generated token ids on each choice as token_ids (vLLM's field)."
     )
@@ -204,6 +207,8 @@ class EmbeddingRequest(_Request):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1)
     user: str | None = Field(default=None, max_length=512)
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=INT64_MAX)
+    """vLLM's: cut each input to this many tokens (-1: the model's limit) instead of refusing a longer one."""
 
 
 # ----------------------------------------------------------------- responses

@@ -35,11 +35,12 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
             body.add_generation_prompt,
             body.chat_template_kwargs,
             add_special_tokens=bool(body.add_special_tokens),
+            for_generation=False,
         )
         token_ids = prompt.token_ids
     else:
         add_special = True if body.add_special_tokens is None else body.add_special_tokens
-        token_ids = await encode(state, body.prompt, add_special, allow_empty=True)
+        token_ids = await encode(state, body.prompt, add_special, allow_empty=True, for_generation=False)
     convert = state.model.tokenizer.convert_ids_to_tokens
     strs = await state.run_blocking(convert, token_ids) if body.return_token_strs else None
     return TokenizeResponse(
