@@ -80,8 +80,11 @@ def parse_body(model: type[BaseModel], body: bytes) -> BaseModel:
         data = pydantic_core.from_json(body, cache_strings="keys")
     except ValueError as exc:
         reason = str(exc)
-        if "surrogate" in reason or "end of hex escape" in reason:
-            reason += " (a \\u escape of a lone surrogate such as \\ud800 is not text)"
+        if "surrogate" in reason or "end of hex escape" in reason:  # valid JSON syntax, but not text
+            where = reason[reason.find(" at line ") :] if " at line " in reason else ""
+            raise APIError(
+                400, f"a string of the body is not text: a lone surrogate \\u escape (such as \\ud800){where}"
+            ) from None
         raise APIError(400, f"the body is not valid JSON: {reason}") from None
     try:
         return model.model_validate(data)
