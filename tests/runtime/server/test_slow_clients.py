@@ -204,3 +204,23 @@ def test_config_refuses_a_non_finite_or_non_positive_header_timeout():
             ServerConfig(header_timeout=bad)
     with pytest.raises(ValueError, match="max_connections_per_client"):
         ServerConfig(max_connections_per_client=-1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="launcher.py (not ours to edit) still calls uvicorn_http_options(config.max_header_bytes): it must "
+    "pass config.header_timeout and config.max_connections_per_client too; then drop this mark",
+)
+def test_mopt_serve_honours_header_timeout(tiny_model):
+    """`mopt serve --header-timeout 0.5` as a process: the 408 names the configured timeout, not the default."""
+    from tests.runtime.server.test_process import launch
+
+    proc, url = launch(tiny_model("qwen3"), "--header-timeout", "0.5")
+    try:
+        with connect(url) as sock:
+            sock.sendall(PARTIAL_HEAD)
+            status, error = status_and_error(read_until_closed(sock))
+        assert status == 408 and "0.5 s" in error["message"], error
+    finally:
+        proc.kill()
+        proc.wait(30)
