@@ -72,7 +72,7 @@ class ServerConfig:
     """Largest request line plus headers in bytes; bigger requests are refused."""
 
     header_timeout: float = 10.0
-    """Seconds a client has to send a request's line and headers, from connecting or from its previous response; then the connection is closed (a client sending a byte at a time holds no descriptor for long). Also how long a kept-alive connection may stay idle at most."""
+    """Seconds a client has to send a request's line and headers, from connecting or from its previous response, and the longest pause while it sends a body; then 408 and the connection is closed (a client sending a byte at a time holds no descriptor for long). Also how long a kept-alive connection may stay idle at most."""
 
     max_connections_per_client: int = 1024
     """Most connections one client address may hold open at once; the next is refused (429). Behind a proxy every client has the proxy's address: raise it or use 0 (no limit)."""

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import socket
 
+import httpx
 import pytest
 
 from model_optimizer.runtime.server.config import ServerConfig
 from model_optimizer.runtime.server.http_layer import HeadLimits, guarded_h11, guarded_httptools
 from tests.runtime.server.conftest import CAPS
-from tests.runtime.server.live import start_server, wait_for
+from tests.runtime.server.live import metric, start_server, wait_for
 
 HEADER_TIMEOUT = 0.5
 HANG = 20.0  # seconds: only a bound on a hang, never a measurement
@@ -138,22 +139,39 @@ def test_a_kept_alive_connection_stalling_its_next_head_is_dropped(make_server):
 
 
 def test_a_request_being_served_is_not_cut_by_the_head_timeout(make_server):
-    """A's head is complete and its body half sent; B, opened after A, sends half a head. Once B has been
-    dropped, A's head timer (armed earlier) has fired too, and A must still be served."""
+    """A's request is complete, its stream held by a paused engine; B, opened after A, sends half a head.
+    Once B has been dropped, A's head timer (armed earlier) has fired too, and A's stream must still
+    run to its end when the engine resumes."""
+    live = make_server(header_timeout=HEADER_TIMEOUT, enable_pause=True)
+    body = json.dumps({"model": "tiny", "prompt": "hold me", "max_tokens": 4, "stream": True}).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    with httpx.Client(base_url=live.url, timeout=HANG) as client:
+        assert client.post("/pause").json() == {"is_paused": True}
+        with connect(live.url) as a, connect(live.url) as b:
+            a.sendall(head.encode() + body)
+            wait_for(lambda: metric(client.get("/metrics").text, "vllm:num_requests_waiting") == 1, "A is queued")
+            b.sendall(PARTIAL_HEAD)
+            assert status_and_error(read_until_closed(b))[0] == 408
+            assert client.post("/resume").json() == {"is_paused": False}
+            reply = read_until_closed(a)
+    assert reply.startswith(b"HTTP/1.1 200") and b"data: [DONE]" in reply, reply[-300:]
+    assert reply.endswith(b"0\r\n\r\n")  # the chunked stream's last chunk: it ran to its end
+
+
+def test_a_body_that_stops_coming_is_answered_408(make_server):
     live = make_server(header_timeout=HEADER_TIMEOUT)
     body = json.dumps({"model": "tiny", "prompt": "hello world"}).encode()
     head = (
         f"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
-    with connect(live.url) as a, connect(live.url) as b:
-        a.sendall(head.encode() + body[:5])
-        b.sendall(PARTIAL_HEAD)
-        assert status_and_error(read_until_closed(b))[0] == 408
-        a.sendall(body[5:])
-        reply = a.recv(65536)
-        while b"\r\n\r\n" not in reply:
-            reply += a.recv(65536)
-        assert reply.startswith(b"HTTP/1.1 200"), reply[:300]
+    with connect(live.url) as sock:
+        sock.sendall(head.encode() + body[:5])  # then nothing
+        status, error = status_and_error(read_until_closed(sock))
+    assert status == 408 and "no byte of the request body came for 0.5 s" in error["message"]
+    wait_for(lambda: held(live) == 0, "the server let go of the connection")
 
 
 def test_one_client_address_holds_at_most_its_share(make_server):
