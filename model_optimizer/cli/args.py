@@ -58,10 +58,16 @@ def read_config_file(path: str | Path, classes: tuple[type, ...]) -> dict[str, A
     import yaml
 
     file = Path(path).expanduser()
+    if file.is_dir():
+        raise ValueError(f"config file {file} is a folder; give a YAML or JSON file")
     if not file.is_file():
         raise FileNotFoundError(f"config file {file} does not exist")
     try:
-        data = yaml.safe_load(file.read_text()) or {}
+        data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"config file {file} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:  # permission denied, an I/O error: the file's fault, named
+        raise ValueError(f"config file {file} cannot be read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"config file {file} is not valid YAML or JSON: {exc}") from None
     if not isinstance(data, dict):

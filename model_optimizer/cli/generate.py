@@ -141,6 +141,12 @@ def run(args: argparse.Namespace) -> int:
     from model_optimizer.runtime.llm import LLM, generation_defaults, resolve_model_dir
 
     console = Console(stderr=True)
+    if args.output and args.output != "-":  # found out now, not after the generation
+        from model_optimizer.common.fileio import check_writable_file_path
+
+        check_writable_file_path(Path(args.output), "--output")
+    if args.prompts_file and Path(args.prompts_file).is_dir():
+        raise ValueError(f"--prompts-file {args.prompts_file} is a folder, not a JSONL file")
     lines = read_prompt_lines(args.prompt, args.prompts_file)
     engine_config = dataclass_from_args(EngineConfig, args, seed=args.seed or 0)
     model_id = localize(engine_config)  # a Hub id becomes its snapshot folder, downloaded or from the cache

@@ -92,6 +92,12 @@ def run(args: argparse.Namespace) -> int:
     if args.max_model_len is not None and args.max_model_len <= 0:
         raise ValueError(f"--max-model-len must be a positive integer, got {args.max_model_len}")
     args.folder = str(resolve_model_dir(args.folder))  # a Hub id: its snapshot, downloaded or from the cache
+    if args.fix is not None:
+        from pathlib import Path
+
+        from model_optimizer.common.fileio import check_writable_folder_path
+
+        check_writable_folder_path(Path(args.fix).expanduser(), "--fix")
     with Console(stderr=True).status("reading headers and checking keys against the engine's loader..."):
         report = inspect_checkpoint(args.folder, max_model_len=args.max_model_len)
         _attach_plan(args, report)

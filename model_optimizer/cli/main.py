@@ -1,8 +1,8 @@
 """`mopt` entry point. Each subcommand is a module in this package exposing
 `add_parser(subparsers)` and `run(args) -> int`; modules import heavy libraries inside `run`.
 
-A ValueError or FileNotFoundError escaping a command is the user's input being wrong: one line
-`mopt CMD: error: ...` and exit code 2. Ctrl-C is a clean exit 130. `--debug` (before or after the
+A ValueError or an OSError (a file that does not exist or cannot be written, a full disk) escaping a
+command is the user's input or machine being wrong: one line `mopt CMD: error: ...` and exit code 2. Ctrl-C is a clean exit 130. `--debug` (before or after the
 command) or MOPT_DEBUG=1 shows the traceback instead.
 """
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `mopt ... | head` closed stdout: stop quietly, as other Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 141  # 128 + SIGPIPE
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:  # OSError: a path that cannot be read or written, a full disk
         if debug:
             raise
         print(f"mopt {args.command}: error: {exc}", file=sys.stderr)

@@ -112,6 +112,7 @@ def _print_verdict(args: argparse.Namespace, opts, report: dict, folder: Path | 
 
 
 def options(args: argparse.Namespace):
+    from model_optimizer.common.fileio import check_writable_folder_path
     from model_optimizer.model.quantize.embed_pipeline import DEFAULT_NUM_TEXTS, is_embedding_model
     from model_optimizer.model.quantize.job import QuantizeOptions
     from model_optimizer.runtime.llm import resolve_model_dir
@@ -128,11 +129,13 @@ def options(args: argparse.Namespace):
             raise ValueError("--eval-only DIR needs --reference ORIG, the float folder it was made from")
         if not args.eval_only.is_dir():
             raise FileNotFoundError(f"--eval-only folder {args.eval_only} does not exist")
+        check_writable_folder_path(args.eval_only, "--eval-only")  # its report goes there
         model, method, output = resolve_model_dir(str(args.reference)), "", args.eval_only
         method = _method_of(args.eval_only)
     else:
         if args.method is None or args.output is None:
             raise ValueError("mopt quantize needs --method (fp8, int8, awq, rtn-int4) and --output DIR")
+        check_writable_folder_path(args.output, "--output")  # before minutes of calibration, not after
         model, method, output = resolve_model_dir(args.model), args.method, args.output
     num_eval = args.num_eval_samples
     if num_eval is None:

@@ -139,10 +139,12 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from model_optimizer.common.fileio import check_writable_folder_path
     from model_optimizer.optimizer.tune import runner
 
     console = Console()
     output_dir = Path(args.output_dir)
+    check_writable_folder_path(output_dir, "--output-dir")  # before the first trial, not after it
     if args.resume:
         given = sorted(
             k

@@ -101,11 +101,41 @@ def text_lines(path: Path) -> Iterator[str]:
 
 
 def check_writable_file_path(path: Path, flag: str) -> None:
-    """ValueError when `path` cannot become a file: it is a folder, or one of its parents is a file."""
+    """ValueError when `path` cannot become a file: it is a folder, one of its parents is a file, or the
+    file system refuses it (permission, read-only, /sys): found out now, not after the work."""
     if path.is_dir():
         raise ValueError(f"{flag} {path} is a folder; give a file path")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"{flag} {path} is inside {parent}, which is a file")
-            return
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{flag} {path} cannot be written: permission denied")
+        return
+    _check_can_create(path, flag)
+
+
+def check_writable_folder_path(path: Path, flag: str) -> None:
+    """ValueError when `path` cannot be (or become) a folder we write in: it is a file, one of its parents
+    is a file, or the file system refuses new entries there (permission, read-only, /sys)."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path} is a file; give a folder")
+    if path.is_dir():
+        _probe(path, path, flag)
+    else:
+        _check_can_create(path, flag)
+
+
+def _check_can_create(path: Path, flag: str) -> None:
+    """Whether `path`'s nearest existing parent is a folder that takes a new entry."""
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is None:
+        return
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {path} is inside {parent}, which is a file")
+    _probe(parent, path, flag)
+
+
+def _probe(folder: Path, path: Path, flag: str) -> None:
+    """Make and remove an empty folder in `folder`: the one sure test (as root, access() says yes to /sys)."""
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".mopt-write-check-"))
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: nothing can be written in {folder} ({exc.strerror or exc})") from None

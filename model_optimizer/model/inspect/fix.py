@@ -72,6 +72,7 @@ def fix_checkpoint(src: str | Path, out: str | Path, options: FixOptions) -> Fix
     checkpoint = read_checkpoint(src)
     out = Path(out).expanduser().resolve()
     _check_target(checkpoint.folder.resolve(), out)
+    _check_complete(checkpoint)
     if options.dtype is not None and options.dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}; got {options.dtype!r}")
     template = load_template(options.chat_template) if options.chat_template else None
@@ -88,6 +89,19 @@ def fix_checkpoint(src: str | Path, out: str | Path, options: FixOptions) -> Fix
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return result
+
+
+def _check_complete(checkpoint: Checkpoint) -> None:
+    """ValueError, before anything is written, for a weights file cut short: copying it would fail
+    half-way with safetensors' own error, which names no file."""
+    from model_optimizer.model.inspect.headers import checkpoint_files
+    from model_optimizer.runtime.models.loader import check_safetensors_header
+
+    for path in checkpoint_files(checkpoint.folder):
+        try:
+            check_safetensors_header(path)
+        except ValueError as exc:
+            raise ValueError(f"--fix cannot clean {checkpoint.folder}: {exc}") from None
 
 
 def _check_target(src: Path, out: Path) -> None:

@@ -58,6 +58,30 @@ def architecture(ctx: InspectContext) -> list[Finding]:
     ]
 
 
+def truncated(ctx: InspectContext) -> list[Finding]:
+    """A weights file shorter than its header's byte ranges (an interrupted download or copy): the engine's
+    own check (the one generate, quantize and serve stop at), so inspect says what they would."""
+    from model_optimizer.model.inspect.headers import checkpoint_files
+    from model_optimizer.runtime.models.loader import check_safetensors_header
+
+    findings = []
+    for path in checkpoint_files(ctx.checkpoint.folder):
+        try:
+            check_safetensors_header(path)
+        except ValueError as exc:
+            findings.append(
+                Finding(
+                    "weights.truncated",
+                    "error",
+                    str(exc),
+                    "The engine refuses the checkpoint at load time; --fix cannot clean what is not there.",
+                    {"any": [f"Download or save {path.name} again"]},
+                    {"file": path.name, "bytes": path.stat().st_size},
+                )
+            )
+    return findings
+
+
 def rope(ctx: InspectContext) -> list[Finding]:
     from model_optimizer.runtime.layers.rotary import RopeConfig
     from model_optimizer.runtime.layers.yarn_rotary import rope_parameters
@@ -322,4 +346,4 @@ def dtypes(ctx: InspectContext) -> list[Finding]:
     return findings
 
 
-RULES = (architecture, rope, config_keys, leftovers, keys, dtypes, quantization)
+RULES = (truncated, architecture, rope, config_keys, leftovers, keys, dtypes, quantization)

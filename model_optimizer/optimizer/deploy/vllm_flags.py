@@ -77,6 +77,8 @@ UNTRANSLATED = {
     "max_tokens_limit": "no server-side max_tokens cap in vLLM",
     "max_body_bytes": "no request-body limit in vLLM",
     "max_header_bytes": "no header-size limit in vLLM",
+    "header_timeout": "no request-head timeout in vLLM (uvicorn's keep-alive timeout only)",
+    "max_connections_per_client": "no per-client connection limit in vLLM",
     "log_interval": "vLLM logs its stats line at a fixed interval",
     "enable_pause": "vLLM serves /pause and /resume only in dev mode (VLLM_SERVER_DEV_MODE=1, with other dev routes)",
     "max_num_partial_prefills": "vLLM's flag bounds all partial prefills and its V1 engine does not support it",

@@ -8,12 +8,29 @@ model's limit, k > 0 cuts to k tokens. Text keeps its beginning and its closing 
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 EmbedInput = str | list[int]
+
+# Whitespace, control characters and Unicode's default-ignorable code points (zero-width spaces and
+# joiners, bidi marks, variation selectors, the BOM, ...): characters that show nothing.
+_INVISIBLE = (
+    "\\s\x00-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+)
+_VISIBLE = re.compile(f"[^{_INVISIBLE}]")
+BLANK_HINT = "empty or blank (only whitespace or invisible characters such as zero-width spaces)"
+
+
+def is_blank(text: str) -> bool:
+    """True when `text` shows nothing: "", "   ", "\\u200b". Such an input embeds as the model's special
+    tokens alone, a vector that stands for no text: the server and `mopt embed` refuse it alike."""
+    return _VISIBLE.search(text) is None
 
 
 @dataclass

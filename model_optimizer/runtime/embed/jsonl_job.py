@@ -26,6 +26,7 @@ from typing import Any
 
 from model_optimizer.common.fileio import check_writable_file_path, jsonl_values, text_lines
 from model_optimizer.runtime.config import check_positive
+from model_optimizer.runtime.embed.inputs import BLANK_HINT, is_blank
 from model_optimizer.runtime.embed.output_meta import check_same, describe, meta_path, read_meta, write_meta
 
 
@@ -85,10 +86,22 @@ def read_rows(path: Path, text_field: str, id_field: str) -> list[tuple[Any, str
 def _parse_row(row: Any, number: int, text_field: str, id_field: str, path: Path) -> tuple[Any, str]:
     """(id, text) of one parsed line; the id defaults to the line's index from 0."""
     if isinstance(row, str):
-        return number - 1, row
-    if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
+        row_id, text = number - 1, row
+    elif isinstance(row, dict) and isinstance(row.get(text_field), str):
+        row_id, text = row.get(id_field, number - 1), row[text_field]
+    else:
         raise ValueError(f"{path}:{number}: expected a JSON string or an object with a string field {text_field!r}")
-    return row.get(id_field, number - 1), row[text_field]
+    if is_blank(text):  # as the server refuses it: a vector of the special tokens alone stands for no text
+        raise ValueError(f"{path}:{number}: the text is {BLANK_HINT}; give every row visible text")
+    for what, value in (("text", text), ("id", json.dumps(row_id, ensure_ascii=False))):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"{path}:{number}: the {what} is not valid Unicode (a lone surrogate such as \\ud800 at character "
+                f"{exc.start})"
+            ) from None
+    return row_id, text
 
 
 @dataclass

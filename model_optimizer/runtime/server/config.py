@@ -6,6 +6,7 @@ Each field's docstring is also its CLI help (see model_optimizer/cli/args.py).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,6 +71,12 @@ class ServerConfig:
     max_header_bytes: int = 16 << 10
     """Largest request line plus headers in bytes; bigger requests are refused."""
 
+    header_timeout: float = 10.0
+    """Seconds a client has to send a request's line and headers, from connecting or from its previous response, and the longest pause while it sends a body; then 408 and the connection is closed (a client sending a byte at a time holds no descriptor for long). Also how long a kept-alive connection may stay idle at most."""
+
+    max_connections_per_client: int = 1024
+    """Most connections one client address may hold open at once; the next is refused (429). Behind a proxy every client has the proxy's address: raise it or use 0 (no limit)."""
+
     log_level: str = "info"
     """Log level of the server and uvicorn (one format for both): critical, error, warning, info, debug."""
 
@@ -118,17 +125,30 @@ class ServerConfig:
             raise ValueError(f"max_logprobs must be in [0, 20], got {self.max_logprobs}")
         if self.max_tokens_limit is not None and self.max_tokens_limit <= 0:
             raise ValueError(f"max_tokens_limit must be a positive integer, got {self.max_tokens_limit}")
-        if self.shutdown_timeout < 0:
-            raise ValueError(f"shutdown_timeout must be >= 0 seconds, got {self.shutdown_timeout}")
-        if self.api_key == "":
-            self.api_key = None
-        if self.log_interval < 0:
+        if not math.isfinite(self.shutdown_timeout) or self.shutdown_timeout < 0:
+            raise ValueError(f"shutdown_timeout must be a number of seconds >= 0, got {self.shutdown_timeout}")
+        if not math.isfinite(self.header_timeout) or self.header_timeout <= 0:
+            raise ValueError(f"header_timeout must be a number of seconds > 0, got {self.header_timeout}")
+        if not isinstance(self.max_connections_per_client, int) or self.max_connections_per_client < 0:
+            raise ValueError(
+                f"max_connections_per_client must be an integer >= 0 (0: no limit), got {self.max_connections_per_client}"
+            )
+        check_api_key(self.api_key, "api_key")
+        if not math.isfinite(self.log_interval) or self.log_interval < 0:
             raise ValueError(f"log_interval must be >= 0 seconds (0 turns the stats line off), got {self.log_interval}")
         self.allowed_origins = _origins(self.allowed_origins)
         self.allowed_headers = _names(self.allowed_headers, "allowed_headers", _is_header_name)
         self.allowed_methods = _names(self.allowed_methods, "allowed_methods", lambda m: m.upper() in HTTP_METHODS)
         if self.allowed_methods:
             self.allowed_methods = [m.upper() for m in self.allowed_methods]
+
+
+def check_api_key(key: str | None, source: str) -> None:
+    """An empty key would turn authentication off without a word (every request allowed): refuse it."""
+    if key is not None and not key.strip():
+        raise ValueError(f"{source} is empty: give a key clients must send, or leave it out to serve without one")
+    if key is not None and key != key.strip():
+        raise ValueError(f"{source} starts or ends with whitespace, which no Authorization header can carry")
 
 
 HTTP_METHODS = {"*", "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}

@@ -10,6 +10,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 logger = logging.getLogger(__name__)
@@ -27,15 +28,19 @@ ERROR_TYPES = {
 }
 
 
-class APIError(Exception):
-    """An error the client should see with this status, message and (optionally) offending parameter."""
+class APIError(StarletteHTTPException):
+    """An error the client should see with this status, message and (optionally) offending parameter.
+
+    An HTTPException, so that FastAPI lets it through while it reads a body (runtime/server/body.py
+    parses bodies then) instead of turning it into a generic 400."""
 
     def __init__(self, status_code: int, message: str, param: str | None = None, headers: dict | None = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
+        super().__init__(status_code, message, headers)
         self.message = message
         self.param = param
-        self.headers = headers
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -53,7 +58,7 @@ def error_response(
     return JSONResponse(error_body(status_code, message, param), status_code=status_code, headers=headers)
 
 
-def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+def validation_message(exc: RequestValidationError | ValidationError) -> tuple[str, str | None]:
     """One readable line per pydantic error (location and reason, never the input itself)."""
     parts, param = [], None
     for error in exc.errors()[:5]:

@@ -1,11 +1,13 @@
 """GuardMiddleware: everything checked before a route runs, as plain ASGI.
 
 Order: header size (431; uvicorn's h11 limit only covers headers that arrive in pieces), API key (401), then body size (413, from Content-Length and while reading, before any
-parsing), then content type (415) and UTF-8 (400). The body read here is replayed to the app;
+parsing; 408 when the body pauses longer than --header-timeout), then content type (415) and UTF-8 (400). The body read here is replayed to the app;
 later `receive()` calls go to the client, so routes can still notice a disconnect.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -14,6 +16,7 @@ from model_optimizer.runtime.server.errors import error_response
 from model_optimizer.runtime.server.state import ServerState
 
 BODY_METHODS = {"POST", "PUT", "PATCH"}
+CLOSE = {"Connection": "close"}
 
 
 class GuardMiddleware:
@@ -60,7 +63,11 @@ class GuardMiddleware:
             return _too_large(limit, length), b""
         chunks, size = [], 0
         while True:
-            message = await receive()
+            try:  # a client pausing mid-body holds a connection as a slow head would (http_layer.py)
+                message = await asyncio.wait_for(receive(), self.state.config.header_timeout)
+            except asyncio.TimeoutError:
+                pause = self.state.config.header_timeout
+                return error_response(408, f"no byte of the request body came for {pause:g} s", headers=CLOSE), b""
             if message["type"] == "http.disconnect":
                 return error_response(400, "client disconnected"), b""
             chunk = message.get("body", b"")

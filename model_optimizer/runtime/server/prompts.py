@@ -27,8 +27,8 @@ def prompt_list(prompt: str | list) -> list[str | list[int]]:
         return [prompt]
     if not prompt:
         raise APIError(400, "prompt is empty: give a string, a list of strings or token ids", "prompt")
-    if all(isinstance(p, int) for p in prompt):
-        return [list(prompt)]
+    if isinstance(prompt[0], int):  # validated as one shape (protocol.PromptInput): the first item tells
+        return [prompt]
     return list(prompt)
 
 
@@ -40,8 +40,28 @@ async def tokenize_prompts(state: ServerState, prompts: list[str | list[int]]) -
         if isinstance(prompt, str):
             out.append(Prompt(await encode(state, prompt, True), prompt))
         else:
-            out.append(Prompt(check_token_ids(state, prompt)))
+            out.append(Prompt(await checked_token_ids(state, prompt)))
     return out
+
+
+INLINE_IDS = 4096
+"""Token-id prompts up to this length are checked on the event loop; longer ones in a worker thread."""
+
+
+async def checked_token_ids(state: ServerState, token_ids: list[int]) -> list[int]:
+    """The ids, once they fit max_model_len (known from their count alone, before any id is looked at)
+    and each is in the vocabulary."""
+    max_model_len = state.model.max_model_len
+    if len(token_ids) >= max_model_len:
+        raise APIError(
+            400,
+            f"the prompt has {len(token_ids)} tokens, but max_model_len is {max_model_len} "
+            "(prompt plus at least one output token)",
+            "prompt",
+        )
+    if len(token_ids) <= INLINE_IDS:
+        return check_token_ids(state, token_ids)
+    return await state.run_blocking(check_token_ids, state, token_ids)
 
 
 def check_token_ids(state: ServerState, token_ids: list[int]) -> list[int]:
@@ -55,13 +75,21 @@ NO_TOKENIZER = "this model has no tokenizer: send the prompt as token ids (a lis
 
 
 async def encode(
-    state: ServerState, text: str, add_special_tokens: bool, param: str = "prompt", allow_empty: bool = False
+    state: ServerState,
+    text: str,
+    add_special_tokens: bool,
+    param: str = "prompt",
+    allow_empty: bool = False,
+    for_generation: bool = True,
 ) -> list[int]:
+    """Token ids of `text`. For generation, a text that cannot fit max_model_len is refused by its length
+    before tokenizing; /tokenize (`for_generation=False`) counts any text the body cap lets in."""
     tokenizer = state.model.tokenizer
     if tokenizer is None:
         raise APIError(400, NO_TOKENIZER, param)
     _check_utf8(text)
-    check_text_fits(state, text, param)
+    if for_generation:
+        check_text_fits(state, text, param)
     token_ids = await state.run_blocking(lambda: list(tokenizer.encode(text, add_special_tokens=add_special_tokens)))
     if not token_ids and not allow_empty:
         raise APIError(400, "prompt is empty: give at least one token", "prompt")
@@ -112,6 +140,7 @@ async def chat_prompt(
     add_generation_prompt: bool,
     template_kwargs: dict[str, Any] | None,
     add_special_tokens: bool = False,
+    for_generation: bool = True,
 ) -> Prompt:
     """Render messages through the chat template (--chat-template or the tokenizer's) and tokenize."""
     tokenizer = state.model.tokenizer
@@ -129,11 +158,10 @@ async def chat_prompt(
             "or start the server with --chat-template FILE",
             "messages",
         )
-    conversation = message_dicts(messages)
-    try:
+    try:  # in a worker thread, the messages too: a chat may hold hundreds of thousands
         text = await state.run_blocking(
-            lambda: chat_text(tokenizer, conversation, template, add_generation_prompt, template_kwargs)
+            lambda: chat_text(tokenizer, message_dicts(messages), template, add_generation_prompt, template_kwargs)
         )
     except ValueError as exc:  # the template failed on the messages the client sent
         raise APIError(400, str(exc), "messages") from None
-    return Prompt(await encode(state, text, add_special_tokens, "messages"), text)
+    return Prompt(await encode(state, text, add_special_tokens, "messages", for_generation=for_generation), text)

@@ -12,10 +12,43 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_serializer
+
+from model_optimizer.runtime.server.body import in_slices
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
+TokenIds = Annotated[list[TokenId], in_slices()]
+Texts = Annotated[list[str], in_slices()]
+
+
+def _prompt_shape(value: Any) -> str | None:
+    """Which of the four prompt shapes `value` is, from its type and first item: validated as that
+    one alone, a million token ids cost one pass (a plain union tried each list shape on every item)
+    and an error speaks of the shape the client sent."""
+    if isinstance(value, str):
+        return "text"
+    if not isinstance(value, list):
+        return None
+    if value and isinstance(value[0], str):
+        return "texts"
+    if value and isinstance(value[0], list):
+        return "token_id_lists"
+    return "token_ids"
+
+
+PromptInput = Annotated[
+    Annotated[str, Tag("text")]
+    | Annotated[Texts, Tag("texts")]
+    | Annotated[TokenIds, Tag("token_ids")]
+    | Annotated[Annotated[list[TokenIds], in_slices()], Tag("token_id_lists")],
+    Discriminator(
+        _prompt_shape,
+        custom_error_type="prompt_shape",
+        custom_error_message="must be a string, a list of strings, a list of token ids or a list of lists of token ids",
+    ),
+]
+"""OpenAI's four prompt (and embedding input) shapes."""
 
 
 class _Request(BaseModel):
@@ -37,7 +70,7 @@ class SamplingFields(_Request):
     n: int = Field(default=1, ge=1, le=1024)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = None
+    stop: str | Texts | None = None
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
@@ -53,6 +86,9 @@ class SamplingFields(_Request):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
+    prompt_logprobs: int | None = Field(default=None, ge=-1, le=INT64_MAX)
+    """vLLM's: logprobs of the prompt's tokens (-1: the whole vocabulary). Capped like logprobs, and refused
+    until the server computes them (sampling.check_caps): ignoring it answered without them."""
     return_token_ids: bool = Field(
         default=False, description="Put the generated token ids on each choice as token_ids (vLLM's field)."
     )
@@ -78,7 +114,7 @@ STRUCTURED_OUTPUT_FIELDS = ("guided_json", "guided_regex", "guided_choice", "gui
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[TokenId] | list[list[TokenId]]
+    prompt: PromptInput
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=20)
     suffix: str | None = None
@@ -97,12 +133,15 @@ class TextPart(_Request):
 
 class ChatMessage(_Request):
     role: str = Field(max_length=64)
-    content: str | list[TextPart] | None = None
+    content: str | Annotated[list[TextPart], in_slices()] | None = None
     name: str | None = Field(default=None, max_length=256)
 
 
+ChatMessages = Annotated[list[ChatMessage], in_slices()]
+
+
 class ChatCompletionRequest(SamplingFields):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: ChatMessages = Field(min_length=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=INT64_MAX)
@@ -138,7 +177,7 @@ class TokenizeRequest(_Request):
 
     model: str | None = Field(default=None, max_length=512)
     prompt: str | None = None
-    messages: list[ChatMessage] | None = Field(default=None, min_length=1)
+    messages: ChatMessages | None = Field(default=None, min_length=1)
     add_special_tokens: bool | None = None
     """Default: true for a prompt, false for messages (the template already writes them)."""
     add_generation_prompt: bool = True
@@ -155,7 +194,7 @@ class TokenizeResponse(BaseModel):
 
 class DetokenizeRequest(_Request):
     model: str | None = Field(default=None, max_length=512)
-    tokens: list[TokenId] = Field(max_length=1 << 20)
+    tokens: Annotated[list[TokenId], in_slices(max_length=1 << 20)] = Field(max_length=1 << 20)
 
 
 class DetokenizeResponse(BaseModel):
@@ -164,10 +203,12 @@ class DetokenizeResponse(BaseModel):
 
 class EmbeddingRequest(_Request):
     model: str | None = Field(default=None, max_length=512)
-    input: str | list[str] | list[TokenId] | list[list[TokenId]]
+    input: PromptInput
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1)
     user: str | None = Field(default=None, max_length=512)
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=INT64_MAX)
+    """vLLM's: cut each input to this many tokens (-1: the model's limit) instead of refusing a longer one."""
 
 
 # ----------------------------------------------------------------- responses

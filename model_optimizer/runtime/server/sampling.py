@@ -35,11 +35,21 @@ def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -
         raise APIError(
             400, "stop strings need the output as text, and this model has no tokenizer; use stop_token_ids", "stop"
         )
-    if logprobs is not None and logprobs > config.max_logprobs:
-        raise APIError(400, f"logprobs is {logprobs}; this server allows at most {config.max_logprobs}", "logprobs")
+    check_logprobs_cap(state, "logprobs", logprobs)
+    check_logprobs_cap(state, "prompt_logprobs", body.prompt_logprobs)
+    if body.prompt_logprobs is not None:  # until the engine returns prompt logprobs
+        raise APIError(400, "prompt_logprobs is not supported by this server yet", "prompt_logprobs")
     if body.logit_bias:
         raise APIError(400, "logit_bias is not supported", "logit_bias")
     return stop
+
+
+def check_logprobs_cap(state: ServerState, field: str, value: int | None) -> None:
+    """400 naming `field` when it asks for more top tokens than --max-logprobs (-1: the whole vocabulary)."""
+    cap = state.config.max_logprobs
+    if value is not None and (value == -1 or value > cap):
+        asked = "the whole vocabulary (-1)" if value == -1 else str(value)
+        raise APIError(400, f"{field} is {asked}; this server allows at most {cap}", field)
 
 
 def resolve_max_tokens(

@@ -56,3 +56,33 @@ def test_corrupt_safetensors_header_is_named(fresh, capsys):
     (folder / "model.safetensors").write_bytes(b"\xff" * 16)
     assert main(["inspect", str(folder)]) == 2
     assert "model.safetensors is not a safetensors file" in capsys.readouterr().err
+
+
+def _cut_short(folder) -> int:
+    """Cut the weights file to a third, its header intact (an interrupted download); returns its new size."""
+    weights = folder / "model.safetensors"
+    size = weights.stat().st_size // 3
+    with weights.open("r+b") as f:
+        f.truncate(size)
+    return size
+
+
+def test_a_weights_file_cut_short_is_an_error_as_the_engine_says(fresh, capsys):
+    """generate, quantize and serve refuse it at load; inspect must not call it loadable."""
+    folder = fresh("qwen3")
+    size = _cut_short(folder)
+    assert main(["inspect", str(folder), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    truncated = [f for f in doc["findings"] if f["id"] == "weights.truncated"]
+    assert doc["status"] == "error" and len(truncated) == 1
+    assert f"the file has {size}" in truncated[0]["title"] and "is truncated" in truncated[0]["title"]
+
+
+def test_fix_refuses_a_weights_file_cut_short_in_one_line(fresh, tmp_path, capsys):
+    folder = fresh("qwen3")
+    _cut_short(folder)
+    out = tmp_path / "clean"
+    assert main(["inspect", str(folder), "--fix", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--fix cannot clean" in err and "is truncated" in err and "Traceback" not in err
+    assert not out.exists() and not list(tmp_path.glob(".clean.*"))  # nothing half-written

@@ -104,3 +104,22 @@ def test_bad_paths_and_bytes_are_clear_errors(qwen3_dir, tmp_path, capsys):
     src.write_bytes(b'{"text": "fine"}\n{"text": "\xff\xfe"}\n')
     assert main(base + ["--input", str(src), "--output", str(tmp_path / "o.jsonl")]) == 2
     assert f"{src}:2: not UTF-8 text" in capsys.readouterr().err
+
+
+def test_a_blank_or_non_unicode_row_is_one_clear_error(qwen3_dir, tmp_path, capsys):
+    """As the server refuses such an input (400), `mopt embed` refuses such a row, naming its line, before
+    any row is embedded: no traceback, exit code 2, no output rows."""
+    for row, expected in (
+        (json.dumps(""), "the text is empty or blank"),
+        (json.dumps({"id": "r", "text": " \u200b\t"}), "the text is empty or blank"),
+        (json.dumps("\ud800"), "the text is not valid Unicode"),
+        (json.dumps({"id": "\udc00", "text": "fine"}), "the id is not valid Unicode"),
+    ):
+        src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+        src.write_text(json.dumps("a good row") + "\n" + row + "\n")
+        out.unlink(missing_ok=True)
+        args = ["embed", "--model", str(qwen3_dir), "--input", str(src), "--output", str(out), "--device", "cpu"]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"{src}:2: {expected}" in err and "Traceback" not in err, err
+        assert not out.exists() or out.read_text() == ""

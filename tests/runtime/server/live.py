@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,9 +31,42 @@ class LiveServer:
         self.thread.join(30)
 
 
-def start_server(llm: Any, config: ServerConfig, embedder: Any = None, engine_config: Any = None) -> LiveServer:
-    """`llm` (or `embedder`) built in this process; or, with neither, `engine_config` loaded into an
-    engine-core process of its own, as `mopt serve` runs it."""
+HELD_WAIT = 30.0  # seconds; only a bound on a hang
+
+
+class HeldExecutor(ThreadPoolExecutor):
+    """The server's worker threads, with every job that starts recorded (`started`, `entered`) and, when
+    `hold`, held until the test sets `proceed`: a test can ask something while a job is provably
+    unfinished."""
+
+    def __init__(self, hold: bool = True) -> None:
+        super().__init__(2, thread_name_prefix="mopt-tokenize")
+        self.entered = threading.Event()
+        self.proceed = threading.Event()
+        if not hold:
+            self.proceed.set()
+        self.started: list[str] = []
+        self.results: list = []
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        def held():
+            self.started.append(getattr(fn, "__name__", repr(fn)))
+            self.entered.set()
+            if not self.proceed.wait(HELD_WAIT):
+                raise TimeoutError("the test never let the worker job proceed")
+            result = fn(*args, **kwargs)
+            self.results.append(result)
+            return result
+
+        return super().submit(held)
+
+
+def start_server(
+    llm: Any, config: ServerConfig, embedder: Any = None, engine_config: Any = None, http: dict | None = None
+) -> LiveServer:
+    """The app under uvicorn, with the HTTP layer `mopt serve` runs (or `http`: other uvicorn.Config
+    options for it, e.g. the h11 fallback). `llm` (or `embedder`) built in this process; or, with
+    neither, `engine_config` loaded into an engine-core process of its own, as `mopt serve` runs it."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -42,7 +76,7 @@ def start_server(llm: Any, config: ServerConfig, embedder: Any = None, engine_co
         app,
         log_level="warning",
         timeout_graceful_shutdown=2,
-        **uvicorn_http_options(config.max_header_bytes),  # as mopt serve does
+        **(http or http_options(config)),
     )
     server = uvicorn.Server(uv_config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -53,6 +87,11 @@ def start_server(llm: Any, config: ServerConfig, embedder: Any = None, engine_co
             raise RuntimeError("test server did not start")
         time.sleep(0.01)
     return LiveServer(f"http://127.0.0.1:{port}", app.state.server, server, thread)
+
+
+def http_options(config: ServerConfig) -> dict:
+    """uvicorn.Config options of the HTTP layer, as mopt serve passes them."""
+    return uvicorn_http_options(config.max_header_bytes, config.header_timeout, config.max_connections_per_client)
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:

@@ -16,6 +16,12 @@ from model_optimizer.runtime.server.config import ServerConfig
         ({"max_n": 0}, "max_n"),
         ({"max_logprobs": 21}, "max_logprobs"),
         ({"shutdown_timeout": -1}, "shutdown_timeout"),
+        ({"shutdown_timeout": float("nan")}, "shutdown_timeout"),
+        ({"shutdown_timeout": float("inf")}, "shutdown_timeout"),
+        ({"log_interval": float("nan")}, "log_interval"),
+        ({"api_key": ""}, "api_key is empty"),
+        ({"api_key": "   "}, "api_key is empty"),
+        ({"api_key": " sk-1"}, "whitespace"),
         ({"max_tokens_limit": 0}, "max_tokens_limit"),
     ],
 )
@@ -27,6 +33,43 @@ def test_bad_values_are_clear_errors(changes, fragment):
 def test_cli_bad_flag_exits_2_with_message(capsys):
     assert main(["serve", "--port", "70000"]) == 2
     assert "port must be in [0, 65535]" in capsys.readouterr().err
+
+
+MISSING_MODEL = ["--model", "/nonexistent/model"]  # should a setting pass, serve stops here (exit 2), not at a port
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--api-key", ""], "api_key is empty"),
+        (["--shutdown-timeout", "nan"], "shutdown_timeout must be a number"),
+        (["--header-timeout", "nan"], "header_timeout must be a number"),
+    ],
+)
+def test_cli_refuses_settings_that_would_be_silently_wrong(capsys, flags, fragment):
+    assert main(["serve", *MISSING_MODEL, *flags]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err
+
+
+def test_an_empty_api_key_in_the_environment_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("MOPT_API_KEY", "")
+    assert main(["serve", *MISSING_MODEL]) == 2
+    assert "MOPT_API_KEY is empty" in capsys.readouterr().err
+
+
+def test_config_file_errors_name_the_file(capsys, tmp_path):
+    assert main(["serve", *MISSING_MODEL, "--config", str(tmp_path)]) == 2
+    assert f"config file {tmp_path} is a folder" in capsys.readouterr().err
+    latin1 = tmp_path / "settings.yaml"
+    latin1.write_bytes("served_model_name: caf\xe9\n".encode("latin-1"))
+    assert main(["serve", *MISSING_MODEL, "--config", str(latin1)]) == 2
+    err = capsys.readouterr().err
+    assert f"config file {latin1} is not UTF-8 text" in err and "Traceback" not in err
+    empty_key = tmp_path / "key.yaml"
+    empty_key.write_text('api_key: ""\n')
+    assert main(["serve", *MISSING_MODEL, "--config", str(empty_key)]) == 2
+    assert "api_key is empty" in capsys.readouterr().err
 
 
 def test_public_paths_and_metrics_auth():

@@ -129,3 +129,26 @@ def test_dimensions_allowed_when_the_config_declares_matryoshka(tmp_path):
     assert not supports_dimensions(plain, is_encoder=True)
     assert supports_dimensions(declared, is_encoder=True)
     assert supports_dimensions(plain, is_encoder=False)  # decoder embedders are trained for it
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\u200b", " \ufeff\t\n", "\u2060\u200d"])
+def test_blank_inputs_are_refused_like_the_empty_one(embed_server, blank):
+    """Whitespace or zero-width characters alone embed as the special tokens alone, a vector for no text:
+    refused as "" is (and as `mopt embed` refuses such a row)."""
+    r = httpx.post(embed_server.url + "/v1/embeddings", json={"input": ["fine", blank]}, timeout=30)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "input" and error["message"].startswith("input 1 is empty or blank")
+
+
+def test_truncate_prompt_tokens_does_what_the_too_long_error_advises(embed_server, minilm):
+    url, text = embed_server.url + "/v1/embeddings", "word " * 2000
+    advice = httpx.post(url, json={"input": text}, timeout=30).json()["error"]["message"]
+    assert "truncate_prompt_tokens=-1" in advice
+    r = httpx.post(url, json={"input": text, "truncate_prompt_tokens": -1}, timeout=30)
+    assert r.status_code == 200, r.text
+    want = minilm.embed([text], truncate_prompt_tokens=-1)[0]
+    assert max(abs(a - b) for a, b in zip(r.json()["data"][0]["embedding"], want)) < 1e-6
+    assert r.json()["usage"]["prompt_tokens"] == minilm.max_seq_length
+    r = httpx.post(url, json={"input": text, "truncate_prompt_tokens": 0}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "truncate_prompt_tokens", r.text

@@ -8,36 +8,14 @@ Were the prompt tokenized on the event loop, /health would not be answered until
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import httpx
 
 from model_optimizer.runtime.server.config import ServerConfig
 from tests.runtime.server.conftest import CAPS
-from tests.runtime.server.live import start_server
+from tests.runtime.server.live import HeldExecutor, start_server
 
 WAIT = 30.0  # seconds; only a bound on a hang
-
-
-class HeldExecutor(ThreadPoolExecutor):
-    """Tokenizer threads whose every job waits for `proceed` once it has started (`entered`)."""
-
-    def __init__(self) -> None:
-        super().__init__(2, thread_name_prefix="mopt-tokenize")
-        self.entered = threading.Event()
-        self.proceed = threading.Event()
-        self.results: list = []
-
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        def held():
-            self.entered.set()
-            if not self.proceed.wait(WAIT):
-                raise TimeoutError("the test never let the tokenizer job proceed")
-            result = fn(*args, **kwargs)
-            self.results.append(result)
-            return result
-
-        return super().submit(held)
 
 
 def test_health_stays_responsive_while_a_prompt_is_tokenized(server_llm):

@@ -33,6 +33,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _environment(changes: dict | None) -> dict:
+    """os.environ with `changes` applied (a None value removes the variable)."""
+    merged = {**os.environ, **(changes or {})}
+    return {k: v for k, v in merged.items() if v is not None}
+
+
 def launch(model: Path, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = [
@@ -53,7 +59,7 @@ def launch(model: Path, *flags: str, env: dict | None = None) -> tuple[subproces
         *flags,
     ]
     proc = subprocess.Popen(
-        cmd, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd, cwd=REPO, env=_environment(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -197,7 +203,9 @@ def test_drain_timeout_aborts_leftovers(tiny_model):
 def test_engine_fault_fails_requests_then_exits_nonzero(tiny_model):
     """Both a streaming and a plain request are in flight when the engine loop raises: the engine is
     paused until both are queued, and each needs far more than the 40 steps before the fault."""
-    proc, url = launch(tiny_model("qwen3"), "--enable-pause", env={"MOPT_FAULT_AFTER_STEPS": "40", "MOPT_API_KEY": ""})
+    proc, url = launch(
+        tiny_model("qwen3"), "--enable-pause", env={"MOPT_FAULT_AFTER_STEPS": "40", "MOPT_API_KEY": None}
+    )
     try:
         plain: dict = {}
         streamed: dict = {}

@@ -7,6 +7,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from model_optimizer.runtime.engine.outputs import RequestOutput
+from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.logprobs import TokenTexts, chat_logprobs, chat_logprobs_dict
 from model_optimizer.runtime.server.prompts import chat_prompt
@@ -26,7 +27,7 @@ from model_optimizer.runtime.server.sampling import check_caps, resolve_max_toke
 from model_optimizer.runtime.server.state import get_state
 from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
 
 
 @router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=ERROR_RESPONSES)

@@ -7,6 +7,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from model_optimizer.runtime.engine.outputs import RequestOutput
+from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.logprobs import TokenTexts, completion_logprobs, completion_logprobs_dict
 from model_optimizer.runtime.server.prompts import Prompt, prompt_list, tokenize_prompts
@@ -17,7 +18,7 @@ from model_optimizer.runtime.server.sampling import check_caps, resolve_max_toke
 from model_optimizer.runtime.server.state import ServerState, get_state
 from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
 
 
 @router.post("/v1/completions", response_model=CompletionResponse, responses=ERROR_RESPONSES)

@@ -17,13 +17,15 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from model_optimizer.runtime.embed.inputs import BLANK_HINT, is_blank
+from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.prompts import prompt_list
 from model_optimizer.runtime.server.protocol import EmbeddingRequest
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.state import get_state
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
 
 
 @router.post("/v1/embeddings", responses=ERROR_RESPONSES)
@@ -36,9 +38,9 @@ async def create_embedding(body: EmbeddingRequest, request: Request) -> dict:
     if isinstance(body.input, list) and not body.input:
         raise APIError(400, "input is empty: give a string, a list of strings or token ids", "input")
     inputs = prompt_list(body.input)
-    empty = next((i for i, item in enumerate(inputs) if len(item) == 0), None)
+    empty = next((i for i, item in enumerate(inputs) if _empty(item)), None)
     if empty is not None:
-        raise APIError(400, f"input {empty} is empty: every input needs at least one character or token", "input")
+        raise APIError(400, f"input {empty} is {BLANK_HINT}: every input needs visible text or token ids", "input")
     if len(inputs) > state.config.max_embedding_inputs:
         raise APIError(
             400, f"got {len(inputs)} inputs; at most {state.config.max_embedding_inputs} per request", "input"
@@ -48,9 +50,12 @@ async def create_embedding(body: EmbeddingRequest, request: Request) -> dict:
     if body.dimensions is not None:
         check_dimensions(state.embedder, body.dimensions)
     try:
-        out = await state.embedder.aencode(inputs, dimensions=body.dimensions)
+        out = await state.embedder.aencode(
+            inputs, dimensions=body.dimensions, truncate_prompt_tokens=body.truncate_prompt_tokens
+        )
     except ValueError as exc:
-        raise APIError(400, str(exc), "input") from None
+        param = "truncate_prompt_tokens" if str(exc).startswith("truncate_prompt_tokens") else "input"
+        raise APIError(400, str(exc), param) from None
     vectors = out.embeddings.float().contiguous()
     data = [
         {"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
@@ -108,6 +113,10 @@ def _declared(model_dir: Path) -> dict[str, Any]:
         if config.get("is_matryoshka") is True:
             return {"matryoshka_dimensions": True}
     return {}
+
+
+def _empty(item: str | list[int]) -> bool:
+    return len(item) == 0 or (isinstance(item, str) and is_blank(item))
 
 
 def _has_surrogate(text: str) -> bool:

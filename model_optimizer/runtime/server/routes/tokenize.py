@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.prompts import chat_prompt, encode
 from model_optimizer.runtime.server.protocol import (
@@ -19,7 +20,7 @@ from model_optimizer.runtime.server.protocol import (
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.state import ServerState, get_state
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
 
 
 @router.post("/tokenize", response_model=TokenizeResponse, responses=ERROR_RESPONSES)
@@ -34,12 +35,14 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
             body.add_generation_prompt,
             body.chat_template_kwargs,
             add_special_tokens=bool(body.add_special_tokens),
+            for_generation=False,
         )
         token_ids = prompt.token_ids
     else:
         add_special = True if body.add_special_tokens is None else body.add_special_tokens
-        token_ids = await encode(state, body.prompt, add_special, allow_empty=True)
-    strs = state.model.tokenizer.convert_ids_to_tokens(token_ids) if body.return_token_strs else None
+        token_ids = await encode(state, body.prompt, add_special, allow_empty=True, for_generation=False)
+    convert = state.model.tokenizer.convert_ids_to_tokens
+    strs = await state.run_blocking(convert, token_ids) if body.return_token_strs else None
     return TokenizeResponse(
         count=len(token_ids), max_model_len=state.model.max_model_len, tokens=token_ids, token_strs=strs
     )
@@ -48,11 +51,16 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
 @router.post("/detokenize", response_model=DetokenizeResponse, responses=ERROR_RESPONSES)
 async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
     state = _tokenizing_state(request, body.model)
+    return DetokenizeResponse(prompt=await state.run_blocking(_detokenize, state, body.tokens))
+
+
+def _detokenize(state: ServerState, tokens: list[int]) -> str:
+    """The text of `tokens`, once each is in the vocabulary (a worker thread's job: up to 2**20 ids)."""
     vocab_size = state.model.vocab_size
-    bad = next((t for t in body.tokens if t >= vocab_size), None)
+    bad = next((t for t in tokens if t >= vocab_size), None)
     if bad is not None:
         raise APIError(400, f"token id {bad} is outside the vocabulary [0, {vocab_size})", "tokens")
-    return DetokenizeResponse(prompt=await state.run_blocking(state.model.tokenizer.decode, body.tokens))
+    return state.model.tokenizer.decode(tokens)
 
 
 def _tokenizing_state(request: Request, model: str | None) -> ServerState:

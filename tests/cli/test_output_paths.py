@@ -1,0 +1,66 @@
+"""Output paths that cannot be written are one clear line and exit code 2, found before any work (a model
+load, a calibration, a trial), never a traceback after it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from model_optimizer.cli.main import main
+
+
+def _commands(model: Path, target: Path, rows: Path) -> dict[str, list[str]]:
+    return {
+        "quantize --output": ["quantize", str(model), "--method", "int8", "--output", str(target)],
+        "inspect --fix": ["inspect", str(model), "--fix", str(target)],
+        "tune --output-dir": ["tune", "--output-dir", str(target), "--trials", "1"],
+        "embed --output": ["embed", "--model", str(model), "--input", str(rows), "--output", str(target / "v.jsonl")],
+    }
+
+
+def _unwritable() -> Path:
+    """/sys: no new entries, as root too (a read-only mount, or sysfs refusing them)."""
+    sys_dir = Path("/sys")
+    if not sys_dir.is_dir():
+        pytest.skip("no /sys on this system")
+    return sys_dir / "mopt-output"
+
+
+@pytest.mark.parametrize("flag", ["quantize --output", "inspect --fix", "tune --output-dir", "embed --output"])
+@pytest.mark.parametrize("where", ["under a file", "on /sys"])
+def test_an_output_path_that_cannot_be_written_is_one_line(tiny_model, tmp_path, capsys, flag, where):
+    model = tiny_model("qwen3")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('"hello"\n')
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    target = a_file / "out" if where == "under a file" else _unwritable()
+    capsys.readouterr()  # building the tiny model writes progress bars
+    assert main(_commands(model, target, rows)[flag]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and len(lines) == 1, err
+    option = flag.split()[1]
+    assert lines[0].startswith(f"mopt {flag.split()[0]}: error: {option} ")
+    expected = f"inside {a_file}, which is a file" if where == "under a file" else "nothing can be written in /sys"
+    assert expected in lines[0]
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".mopt-write-check")]  # the probe cleans up
+
+
+def test_generate_paths_and_any_os_error_are_one_line(tiny_model, tmp_path, capsys):
+    """generate checks --output before the model loads; under the checks, an OSError escaping any command
+    (a path the command did not foresee, a full disk) is one line and code 2, not a traceback."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    model = str(tiny_model("qwen3"))
+    capsys.readouterr()
+    assert main(["generate", "--model", model, "--prompt", "hi", "--output", str(a_file / "out.jsonl")]) == 2
+    assert f"--output {a_file / 'out.jsonl'} is inside {a_file}, which is a file" in capsys.readouterr().err
+    assert main(["generate", "--model", model, "--prompts-file", str(tmp_path)]) == 2
+    assert "is a folder, not a JSONL file" in capsys.readouterr().err
+    # an OSError no check foresees (NotADirectoryError opening the prompts): still one line, code 2
+    assert main(["generate", "--model", model, "--prompts-file", str(a_file / "prompts.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "Not a directory" in err

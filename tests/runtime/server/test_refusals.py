@@ -1,0 +1,128 @@
+"""Requests that used to be answered wrongly or with a field silently ignored, on the real server: each is
+now refused with the OpenAI error shape naming what was wrong, or answered as asked."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from model_optimizer.runtime.server.config import ServerConfig
+from tests.runtime.server.live import start_server
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+COMPLETION = {"model": "tiny", "prompt": "hi", "max_tokens": 1}
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+def error_of(response: httpx.Response, status: int = 400) -> dict:
+    assert response.status_code == status, response.text
+    return response.json()["error"]
+
+
+@pytest.mark.parametrize("path, body", [("/v1/completions", COMPLETION), ("/v1/chat/completions", CHAT)])
+def test_prompt_logprobs_over_the_cap_is_refused_naming_field_and_cap(client, path, body):
+    for asked, said in ((21, "21"), (-1, "the whole vocabulary (-1)")):
+        error = error_of(client.post(path, json={**body, "prompt_logprobs": asked}))
+        assert error["param"] == "prompt_logprobs"
+        assert error["message"] == f"prompt_logprobs is {said}; this server allows at most 20"
+    # within the cap it is still refused, not answered without the prompt logprobs it asked for
+    error = error_of(client.post(path, json={**body, "prompt_logprobs": 1}))
+    assert error["param"] == "prompt_logprobs" and "not supported" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "path, raw",
+    [
+        ("/v1/completions", b'{"model": "tiny", "prompt": "hi", "max_tokens": 1, "stop": ["\\ud800"]}'),
+        ("/v1/completions", b'{"model": "tiny", "prompt": "hi", "max_tokens": 1, "stop": "a\\udc00"}'),
+        (
+            "/v1/chat/completions",
+            b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, '
+            b'"chat_template_kwargs": {"x": "\\ud800"}}',
+        ),
+        (
+            "/tokenize",
+            b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"\\ud83d": 1}}',
+        ),
+    ],
+)
+def test_lone_surrogates_are_refused_in_any_field(client, path, raw):
+    error = error_of(client.post(path, content=raw, headers={"Content-Type": "application/json"}))
+    assert "surrogate" in error["message"] and error["type"] == "invalid_request_error"
+    # a surrogate pair is text, in the same fields
+    pair = b'{"model": "tiny", "prompt": "hi \\ud83d\\ude00", "max_tokens": 1, "stop": ["\\ud83d\\ude00"]}'
+    assert client.post("/v1/completions", content=pair, headers={"Content-Type": "application/json"}).status_code == 200
+
+
+def test_tokenize_counts_a_text_longer_than_the_context(client, server):
+    """/tokenize is for finding out how long a text is: the generation check (prompt must fit
+    max_model_len) does not apply to it."""
+    text = "hello world " * 5_000  # 60,000 characters; max_model_len is 128
+    r = client.post("/tokenize", json={"model": "tiny", "prompt": text})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["count"] == len(body["tokens"]) > body["max_model_len"] == 128
+    r = client.post("/tokenize", json={"model": "tiny", "messages": [{"role": "user", "content": text}]})
+    assert r.status_code == 200 and r.json()["count"] > 128, r.text
+    # generation still refuses it
+    assert "max_model_len" in error_of(client.post("/v1/completions", json={**COMPLETION, "prompt": text}))["message"]
+
+
+# ----------------------------------------------------------------- CORS
+def _cors_server(own_llm, swap: bool):
+    from starlette.middleware.cors import CORSMiddleware
+
+    from model_optimizer.runtime.server.cors import JSONCORSMiddleware
+
+    config = ServerConfig(served_model_name="tiny", allowed_origins=["https://app.example"], allowed_methods=["POST"])
+    live = start_server(own_llm, config)
+    if swap:  # the wiring app.py should have (see test_disallowed_preflight_is_json_in_create_app)
+        app = live.server.config.app
+        for i, middleware in enumerate(app.user_middleware):
+            if middleware.cls is CORSMiddleware:
+                app.user_middleware[i] = type(middleware)(JSONCORSMiddleware, *middleware.args, **middleware.kwargs)
+        app.middleware_stack = app.build_middleware_stack()
+    return live
+
+
+def _preflight(url: str, origin: str, method: str = "POST") -> httpx.Response:
+    headers = {"Origin": origin, "Access-Control-Request-Method": method}
+    return httpx.options(url + "/v1/completions", headers=headers, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def own_llm(tiny_model):
+    from model_optimizer import LLM
+    from tests.runtime.server.conftest import ENGINE_ARGS
+
+    return LLM(str(tiny_model("qwen3")), **ENGINE_ARGS)
+
+
+def test_disallowed_preflight_is_answered_as_json(own_llm):
+    live = _cors_server(own_llm, swap=True)
+    try:
+        assert _preflight(live.url, "https://app.example").status_code == 200
+        error = error_of(_preflight(live.url, "https://evil.example"))
+        assert error["message"] == "CORS preflight refused: origin 'https://evil.example' not allowed by this server"
+        error = error_of(_preflight(live.url, "https://evil.example", "DELETE"))
+        assert "origin 'https://evil.example', method 'DELETE'" in error["message"]
+    finally:
+        live.stop()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="app.py (not ours to edit) still adds starlette's CORSMiddleware: it must add "
+    "runtime/server/cors.py's JSONCORSMiddleware instead; then drop this mark",
+)
+def test_disallowed_preflight_is_json_in_create_app(own_llm):
+    live = _cors_server(own_llm, swap=False)
+    try:
+        assert error_of(_preflight(live.url, "https://evil.example"))["code"] == 400
+    finally:
+        live.stop()
