@@ -103,6 +103,12 @@ class EngineConfig:
     graphs), but whole decode steps did not follow: Llama-3.1-8B at batch 1 3.67 against 3.59 ms,
     Llama-3.1-70B 21.68 against 21.78 ms (benchmarks/results/tp_h200x2/), so NCCL stays the default."""
 
+    speculative_config: str | dict | None = None
+    """Speculative decoding, as vLLM's JSON: {"method": "ngram", "num_speculative_tokens": 4,
+    "prompt_lookup_max": 4} (prompt lookup) or {"model": DRAFT_FOLDER, "num_speculative_tokens": 4} (a
+    smaller model with the same vocabulary). Greedy output is unchanged and sampling keeps the model's
+    distribution; speculation turns itself off for batch sizes where it measures slower. Empty: off."""
+
     def __post_init__(self) -> None:
         check_positive(
             self,
@@ -125,6 +131,19 @@ class EngineConfig:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         check_choice(self, "dtype", "load_format", "device", "kv_cache_dtype", "scheduling_policy")
+        spec = self.speculative  # checked now, so a bad value fails at start-up
+        if spec is not None and spec.is_draft_model and self.tensor_parallel_size > 1:
+            raise ValueError(
+                "speculative_config: a draft model runs with tensor_parallel_size 1 only; with tensor parallelism "
+                'use {"method": "ngram", ...}'
+            )
+
+    @property
+    def speculative(self):  # noqa: ANN201 - SpeculativeConfig | None, imported lazily (cheap, torch-free)
+        """`speculative_config` read and checked: a SpeculativeConfig, or None when speculation is off."""
+        from model_optimizer.runtime.spec_decode.config import parse_speculative_config
+
+        return parse_speculative_config(self.speculative_config)
 
 
 def check_positive(obj: object, *names: str) -> None:

@@ -164,6 +164,8 @@ class InputBatch:
             )
         for cached in out.cached_requests:
             state = self.requests[cached.request_id]
+            if cached.num_kept_blocks is not None:  # a speculative rollback freed its last blocks
+                self.num_row_blocks[state.row] = cached.num_kept_blocks
             if cached.new_block_ids:
                 self._append_blocks(state.row, cached.new_block_ids)
             state.num_computed_tokens = cached.num_computed_tokens
@@ -220,10 +222,16 @@ class InputBatch:
         token_ids: list[int] = []
         pending_dst: list[int] = []
         pending_src: list[int] = []
+        spec = out.spec_token_ids
         for state, start, end in zip(states, starts.tolist(), ends.tolist()):
             known = state.num_tokens
             if end <= known:
                 token_ids += state.token_ids(start, end)
+                continue
+            proposed = spec.get(state.request_id) if spec else None
+            if proposed is not None and end == known + len(proposed):  # its last token, then the proposals
+                token_ids += state.token_ids(start, known)
+                token_ids += [max(t, 0) for t in proposed]  # a draft model's are filled in on the device
                 continue
             entry = pending.get(state.request_id)
             if entry is None or entry[0] is not state or end != known + 1:
