@@ -82,6 +82,9 @@ def _k8s_files(settings: ServeSettings, deploy: DeployConfig, command: list[str]
     if settings.engine.tokenizer:
         size = _size(Path(settings.engine.tokenizer).expanduser())
         files["k8s/tokenizer-pvc.yaml"] = _yaml(kubernetes.model_claim(f"{kubernetes.APP}-tokenizer", size))
+    if settings.host_draft_dir is not None:
+        size = _size(settings.host_draft_dir)
+        files["k8s/draft-model-pvc.yaml"] = _yaml(kubernetes.model_claim(f"{kubernetes.APP}-draft-model", size))
     return files
 
 

@@ -38,6 +38,20 @@ def _load_drafter(config: EngineConfig, device: torch.device, vocab_size: int) -
     return Drafter(spec, config, device, vocab_size) if spec is not None and spec.is_draft_model else None
 
 
+def _verify_runner(
+    config: EngineConfig, model: torch.nn.Module, batch: InputBatch, num_kv_heads: int, device: torch.device
+) -> DecodeRunner | None:
+    """Speculative decoding on CUDA: graphs for steps in which every sequence verifies k proposals."""
+    spec = config.speculative
+    if spec is None or device.type != "cuda":
+        return None
+    k = spec.num_speculative_tokens
+    runner = DecodeRunner(model, batch, config.max_num_seqs, num_kv_heads, not config.enforce_eager, query_len=k + 1)
+    if not config.enforce_eager:
+        runner.capture()
+    return runner
+
+
 class ModelRunner:
     def __init__(self, config: EngineConfig, model_dir: str | Path) -> None:
         self.config = config
@@ -94,6 +108,7 @@ class ModelRunner:
             if not config.enforce_eager:
                 self.decode_runner.capture()
                 phase = _log_phase("graph capture", phase)
+        self.verify_runner = _verify_runner(config, self.model, self.batch, self.kv_caches[0].shape[3], self.device)
         if self.drafter is not None:  # its KV cache (as many blocks), and its graphs on the same input batch
             self.drafter.start(self.batch, self.num_kv_blocks, self.max_model_len)
             _log_phase("draft model", phase)
@@ -199,8 +214,11 @@ class ModelRunner:
             inputs.token_ids[inputs.pending_dst] = pending.sampled.token_ids[inputs.pending_src]  # type: ignore[union-attr]
         if proposal is not None:
             proposal.write_into(out, inputs.token_ids)
-        if self.decode_runner is not None and self.decode_runner.can_run(inputs):
-            hidden = self.decode_runner.run(inputs)  # padded to a bucket, already where its graph reads
+        padded = next(
+            (r for r in (self.decode_runner, self.verify_runner) if r is not None and r.can_run(inputs)), None
+        )
+        if padded is not None:
+            hidden = padded.run(inputs)  # padded to a bucket, already where its graph reads
         else:
             hidden = self.model(inputs.token_ids, inputs.positions, inputs.attn)
         if not inputs.sample_states:

@@ -151,3 +151,18 @@ def _lookup_bounds(data: dict) -> dict[str, int]:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def to_json(spec: SpeculativeConfig, model: str | None = None, for_vllm: bool = False) -> str:
+    """The config as `--speculative-config` JSON, every setting explicit (so another server behaves the same);
+    `model` replaces the draft folder (a container's mount point). `for_vllm` leaves out what vLLM lacks."""
+    data: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}
+    if spec.is_draft_model:
+        data["model"] = model or spec.model
+    else:
+        data["prompt_lookup_min"], data["prompt_lookup_max"] = spec.prompt_lookup_min, spec.prompt_lookup_max
+    if spec.disable_by_batch_size is not None:
+        data["disable_by_batch_size"] = spec.disable_by_batch_size
+    if not spec.adaptive and not for_vllm:
+        data["adaptive"] = False
+    return json.dumps(data)

@@ -76,7 +76,9 @@ class Drafter:
         self.computed: dict[str, int] = {}
         """Request id -> tokens whose KV the draft has (see the module docstring)."""
         self.batch: InputBatch | None = None
-        self.decode_runner: DecodeRunner | None = None
+        self.padded_runners: list[DecodeRunner] = []
+        """CUDA: its decode steps (1 token per sequence) and uniform catch-ups (1 + k), graphed."""
+        self.k = spec.num_speculative_tokens
         self.kv_caches: list[torch.Tensor] = []
 
     def bytes_per_block(self) -> int:
@@ -99,11 +101,12 @@ class Drafter:
         self.batch = batch
         if self.device.type == "cuda":
             self._warm_up(max_model_len)
-            self.decode_runner = DecodeRunner(
-                self.model, batch, self.config.max_num_seqs, shape[3], use_graphs=not self.config.enforce_eager
-            )
-            if not self.config.enforce_eager:
-                self.decode_runner.capture()
+            eager = self.config.enforce_eager
+            for query_len in (1, self.k + 1):
+                runner = DecodeRunner(self.model, batch, self.config.max_num_seqs, shape[3], not eager, query_len)
+                if not eager:
+                    runner.capture()
+                self.padded_runners.append(runner)
 
     @torch.inference_mode()
     def _warm_up(self, max_model_len: int) -> None:
@@ -163,7 +166,7 @@ class Drafter:
         """Run the draft over each request's tokens it has not computed; per request, the draw after its last
         token and q there (None for a greedy request)."""
         limit = self.batch.max_num_tokens  # type: ignore[union-attr]
-        pending = [(s, self.computed.get(s.request_id, 0), s.num_tokens) for s in states]
+        pending = [(s, self._catch_up_start(s), s.num_tokens) for s in states]
         draws: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
         while pending:
             chunk, rest, budget = [], [], limit
@@ -177,6 +180,13 @@ class Drafter:
             draws.update(self._forward_chunk(chunk))
             pending = rest
         return [draws[s.request_id] for s in states]
+
+    def _catch_up_start(self, state: CachedRequestState) -> int:
+        """Where the draft resumes: after what it computed, or earlier, at 1 + k tokens from the end, when that
+        recomputes only tokens it has (same tokens, same KV): then every request of a steady step catches up on
+        1 + k tokens, a shape its graphs replay."""
+        computed, uniform = self.computed.get(state.request_id, 0), state.num_tokens - self.k - 1
+        return uniform if 0 <= uniform <= computed else computed
 
     def _forward_chunk(self, chunk: list[tuple[CachedRequestState, int, int]]) -> dict:
         """One forward over tokens [start, end) of each request; the draft's draw for those that reach their end."""
@@ -199,8 +209,9 @@ class Drafter:
         inputs = self.batch.prepare(out, pending)  # type: ignore[union-attr]
         if previous is not None and len(inputs.pending_dst):
             inputs.token_ids[inputs.pending_dst] = previous[inputs.pending_src]
-        if self.decode_runner is not None and self.decode_runner.can_run(inputs):
-            hidden = self.decode_runner.run(inputs)
+        padded = next((r for r in self.padded_runners if r.can_run(inputs)), None)
+        if padded is not None:
+            hidden = padded.run(inputs)
         else:
             hidden = self.model(inputs.token_ids, inputs.positions, inputs.attn)
         if not inputs.sample_states:

@@ -173,3 +173,33 @@ def test_draft_with_another_vocabulary_is_refused(target, tiny_model):
 def test_missing_draft_folder_is_refused(target, tmp_path):
     with pytest.raises(ValueError, match="no config.json"):
         LLM(str(target), speculative_config=draft(tmp_path / "nowhere"), **CPU)
+
+
+def test_padded_uniform_steps_give_the_same_tokens(target, reference):
+    """The GPU pads steps where every sequence verifies k proposals (and the draft's catch-ups of 1 + k tokens)
+    to a graph bucket; on the CPU those padded runners are put in by hand and run eagerly: same tokens, and
+    both the target's and the draft's uniform steps went through them."""
+    from model_optimizer.runtime.runner.decode_runner import DecodeRunner
+
+    llm = LLM(str(target), speculative_config=draft(target), **CPU)
+    runner, drafter = llm.runner, llm.runner.drafter
+    assert runner.verify_runner is None and drafter.padded_runners == []  # the CPU runs every batch unpadded
+    seen = []
+
+    def padded(model, query_len: int) -> DecodeRunner:
+        decode = DecodeRunner(model, runner.batch, 8, runner.kv_caches[0].shape[3], False, query_len)
+        run = decode.run
+
+        def counting_run(inputs):
+            seen.append((model is runner.model, query_len, inputs.num_seqs, inputs.num_padded_seqs))
+            return run(inputs)
+
+        decode.run = counting_run
+        return decode
+
+    runner.decode_runner, runner.verify_runner = padded(runner.model, 1), padded(runner.model, K + 1)
+    drafter.padded_runners = [padded(drafter.model, 1), padded(drafter.model, K + 1)]
+    assert_same(llm.generate(prompts(), GREEDY), reference)
+    assert any(target and q == K + 1 and padded_to > n for target, q, n, padded_to in seen)  # target verify
+    assert any(not target and q == K + 1 for target, q, _, _ in seen)  # draft catch-up of 1 + k tokens
+    assert any(not target and q == 1 for target, q, _, _ in seen)  # draft decode steps
