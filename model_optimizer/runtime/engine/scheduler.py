@@ -38,6 +38,7 @@ from model_optimizer.runtime.engine.input_processor import FitLimits
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager
 from model_optimizer.runtime.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN, Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
+from model_optimizer.runtime.engine.scheduler_spec import SpeculativeSteps
 from model_optimizer.runtime.spec_decode.counters import SpecCounters
 
 __all__ = ["CachedRequestData", "NewRequestData", "Scheduler", "SchedulerConfig", "SchedulerOutput"]
@@ -87,7 +88,7 @@ class _StepBudget:
     """A waiting request found no blocks: no later one is admitted this step (queue order)."""
 
 
-class Scheduler:
+class Scheduler(SpeculativeSteps):
     def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager) -> None:
         self.config = config
         self.kv_cache = kv_cache
@@ -201,16 +202,6 @@ class Scheduler:
                 step.budget -= num_new
                 i += 1
         return preempted
-
-    @staticmethod
-    def _fit_proposals(request: Request, proposals: dict[str, list[int]], num_left: int, budget: int) -> list[int]:
-        """The proposals a decoding request verifies: as many as the step's budget and its max_tokens leave
-        (a step may yield all of them plus one)."""
-        spec = proposals.get(request.request_id) if num_left == 1 and not request.num_pending else None
-        if not spec:
-            return []
-        room = min(budget - 1, request.max_tokens - request.num_output_tokens - 1)
-        return spec[: max(room, 0)]
 
     def _first_share(self, request: Request, num_left: int, step: _StepBudget) -> int:
         """Tokens a request takes in the first pass: all it can, or a first chunk (or none) if it is long."""
@@ -388,40 +379,6 @@ class Scheduler:
                 self._remove(request)
                 self._finish(request)
         return updated
-
-    def _append_verified(
-        self, request: Request, out: SchedulerOutput, token_ids: list[int], logprobs: list | None
-    ) -> None:
-        """Apply a step that verified proposals: count them, give back the rejected positions, append the
-        kept tokens one by one with the stop rules (an EOS among them ends the request there)."""
-        num_spec = len(out.spec_token_ids.get(request.request_id, ()))
-        num_accepted = len(token_ids) - 1
-        if num_spec:
-            self.spec_counters.add(num_spec, num_accepted)
-        if request.status is RequestStatus.RUNNING:  # (preempted since: its computed tokens are 0 already)
-            request.num_computed_tokens -= num_spec - num_accepted
-        if NONFINITE_TOKEN in token_ids:
-            request.num_step_tokens = 0
-            self.fail(request, NONFINITE_ERROR)
-            return
-        for i, token_id in enumerate(token_ids):
-            request.append_output_token(token_id, logprobs[i] if logprobs else None)
-            request.num_step_tokens = i + 1
-            if request.check_stop():
-                self._remove(request)
-                self._finish(request)
-                return
-        if num_spec > num_accepted and request.status is RequestStatus.RUNNING:
-            self._trim(request)
-
-    def _trim(self, request: Request) -> None:
-        """Free the blocks wholly past the request's end (rejected proposals' positions); the runner hears
-        of it with the request's next CachedRequestData."""
-        sent = self._num_sent_blocks.get(request.request_id)
-        num_kept = self.kv_cache.trim(request)
-        if sent is not None and num_kept < sent:
-            self._num_sent_blocks[request.request_id] = num_kept
-            self._trimmed.add(request.request_id)
 
     def finish(self, request: Request, status: RequestStatus, stop_reason: str | None = None) -> None:
         """Finish a running request for a reason found outside the core (a stop string)."""
