@@ -145,8 +145,13 @@ class Verifier:
     """Groups a verifying step's sampled rows into each request's kept tokens (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.rate = injected_acceptance()
-        self.rng = random.Random(0) if self.rate is not None else None
+        self.force_acceptance(injected_acceptance())
+
+    def force_acceptance(self, rate: float | None) -> None:
+        """Benchmarks only (config.ACCEPTANCE_ENV): accept each proposal with probability `rate` whatever the
+        target says; None restores real verification. Draws from a fixed seed, so a sweep is repeatable."""
+        self.rate = rate
+        self.rng = random.Random(0) if rate is not None else None
 
     def collect(
         self, rows: VerifyRows, token_ids: list[int], logprobs: SampledLogprobs | None, report: bool
