@@ -115,6 +115,8 @@ def _checked(file: Path, name: str, hint: Any, value: Any) -> Any:
         if type(None) in allowed:
             return None
         raise ValueError(f"config file {file}: {name} may not be empty")
+    if dict in allowed and isinstance(value, dict):
+        return value  # a nested setting (speculative_config); its own parser checks it
     if any(typing.get_origin(a) is list for a in allowed):
         if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             return value

@@ -397,6 +397,13 @@ def _print_stats(console: Any, llm: Any, outputs: list, elapsed: float) -> None:
     table.add_row("preemptions", str(stats.num_preemptions))
     table.add_row("engine steps", str(stats.num_steps))
     table.add_row("KV-cache blocks", f"{stats.num_blocks} x {llm.config.block_size} tokens")
+    if llm.config.speculative is not None:
+        proposed, accepted = stats.spec_num_draft_tokens, stats.spec_num_accepted_tokens
+        table.add_row("spec decode: mean acceptance length", f"{stats.spec_mean_acceptance_length:.2f}")
+        table.add_row(
+            "spec decode: proposals accepted",
+            f"{accepted} of {proposed}" + (f" ({accepted / proposed:.1%})" if proposed else ""),
+        )
     console.print(table)
 
 

@@ -153,6 +153,12 @@ class EngineConfig:
     NCCL. The kernel alone beats NCCL at decode sizes, but whole decode steps did not get faster, so
     NCCL stays the default (figures: README "Tensor parallelism", benchmarks/results/tp_h200x2/)."""
 
+    speculative_config: str | dict | None = None
+    """Speculative decoding, as vLLM's JSON: {"method": "ngram", "num_speculative_tokens": 4,
+    "prompt_lookup_max": 4} (prompt lookup) or {"model": DRAFT_FOLDER, "num_speculative_tokens": 4} (a
+    smaller model with the same vocabulary). Greedy output is unchanged and sampling keeps the model's
+    distribution; speculation turns itself off for batch sizes where it measures slower. Empty: off."""
+
     def __post_init__(self) -> None:
         parse_size_fields(self)
         check_positive(
@@ -181,6 +187,19 @@ class EngineConfig:
         ):
             raise ValueError(f"max_decode_stall must be 0 (off) or a number above 1, got {stall!r}")
         check_choice(self, "dtype", "load_format", "device", "kv_cache_dtype", "scheduling_policy")
+        spec = self.speculative  # checked now, so a bad value fails at start-up
+        if spec is not None and spec.is_draft_model and self.tensor_parallel_size > 1:
+            raise ValueError(
+                "speculative_config: a draft model runs with tensor_parallel_size 1 only; with tensor parallelism "
+                'use {"method": "ngram", ...}'
+            )
+
+    @property
+    def speculative(self):  # noqa: ANN201 - SpeculativeConfig | None, imported lazily (cheap, torch-free)
+        """`speculative_config` read and checked: a SpeculativeConfig, or None when speculation is off."""
+        from model_optimizer.runtime.spec_decode.config import parse_speculative_config
+
+        return parse_speculative_config(self.speculative_config)
 
 
 def size_fields(cls: type) -> tuple[str, ...]:

@@ -191,3 +191,20 @@ def test_a_line_that_is_not_utf8_or_not_json_is_named(tmp_path, capsys):
     prompts.write_text(json.dumps({"prompt": "a\u2028b"}, ensure_ascii=False) + "\n")  # U+2028 is not a line break
     assert main(["generate", "--prompts-file", str(prompts), "--model", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_speculative_config_flag_and_its_statistics(tiny_model, capsys):
+    """--speculative-config takes vLLM's JSON; the table reports the mean acceptance length; output as without."""
+    prompt = ["--prompt", "one two three one two three one two", "--max-tokens", "12"]
+    assert _generate(tiny_model("qwen3"), *prompt) == 0
+    plain = capsys.readouterr().out
+    spec = '{"method": "ngram", "num_speculative_tokens": 3, "adaptive": false}'
+    assert _generate(tiny_model("qwen3"), *prompt, "--speculative-config", spec) == 0
+    captured = capsys.readouterr()
+    assert captured.out == plain
+    assert "mean acceptance length" in captured.err and "proposals accepted" in captured.err
+
+
+def test_bad_speculative_config_is_a_clear_error(tiny_model, capsys):
+    assert _generate(tiny_model("qwen3"), "--prompt", "x", "--speculative-config", '{"method": "eagle"}') == 2
+    assert "method 'eagle' is not supported" in capsys.readouterr().err

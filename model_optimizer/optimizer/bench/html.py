@@ -250,6 +250,8 @@ SERVER_COLUMNS: list[tuple[str, Callable[[dict], object], Callable[[object], str
     ("preemptions", lambda m: None if m.get("preemptions") is None else _whole(m["preemptions"]), fmt.number),
     ("prefix-cache hit rate", lambda m: m.get("prefix_cache_hit_rate"), fmt.percent),
     ("KV cache peak", lambda m: m.get("kv_cache_usage_max"), fmt.percent),
+    ("spec decode: mean acceptance length", lambda m: m.get("spec_decode_mean_acceptance_length"), fmt.number),
+    ("spec decode: acceptance rate", lambda m: m.get("spec_decode_acceptance_rate"), fmt.percent),
     ("prompt tokens", lambda m: _counter(m, "prompt_tokens_total"), fmt.number),
     ("generated tokens", lambda m: _counter(m, "generation_tokens_total"), fmt.number),
     ("requests done", lambda m: _counter(m, "request_success_total"), fmt.number),

@@ -207,7 +207,13 @@ def print_summary(console: Console, result: dict) -> None:
     if server.get("available"):
         parts = [
             f"{k} {server[k]:.3g}"
-            for k in ("kv_cache_usage_max", "preemptions", "prefix_cache_hit_rate")
+            for k in (
+                "kv_cache_usage_max",
+                "preemptions",
+                "prefix_cache_hit_rate",
+                "spec_decode_mean_acceptance_length",
+                "spec_decode_acceptance_rate",
+            )
             if k in server
         ]
         console.print("server: " + (", ".join(parts) or "/metrics has none of the known vLLM-style names"))

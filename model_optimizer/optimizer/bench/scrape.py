@@ -21,6 +21,9 @@ COUNTERS = (
     "prompt_tokens_total",
     "generation_tokens_total",
     "request_success_total",
+    "spec_decode_num_drafts_total",
+    "spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens_total",
 )
 GAUGES = ("kv_cache_usage_perc", "gpu_cache_usage_perc", "num_requests_running", "num_requests_waiting")
 
@@ -113,4 +116,20 @@ def summarize_scrapes(samples: list[dict[str, float]], error: str | None = None)
     kv = gauges.get("kv_cache_usage_perc") or gauges.get("gpu_cache_usage_perc")
     if kv:
         out["kv_cache_usage_max"] = kv["max"]
+    out.update(spec_decode_summary(counters))
+    return out
+
+
+def spec_decode_summary(counters: dict) -> dict:
+    """Speculative decoding over the run, when the server exports vLLM's spec_decode counters and some request
+    verified proposals: mean acceptance length (tokens per verifying request-step, its own token included) and
+    acceptance rate (accepted proposals over proposals)."""
+    drafts = counters.get("spec_decode_num_drafts_total", {}).get("delta")
+    proposed = counters.get("spec_decode_num_draft_tokens_total", {}).get("delta")
+    accepted = counters.get("spec_decode_num_accepted_tokens_total", {}).get("delta")
+    if not drafts or accepted is None:
+        return {}
+    out = {"spec_decode_mean_acceptance_length": 1 + accepted / drafts}
+    if proposed:
+        out["spec_decode_acceptance_rate"] = accepted / proposed
     return out

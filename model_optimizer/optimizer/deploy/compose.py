@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from model_optimizer.optimizer.deploy.config import DeployConfig
-from model_optimizer.optimizer.deploy.settings import MODEL_DIR, TOKENIZER_DIR, ServeSettings
+from model_optimizer.optimizer.deploy.settings import DRAFT_MODEL_DIR, MODEL_DIR, TOKENIZER_DIR, ServeSettings
 
 PROMETHEUS_IMAGE = "prom/prometheus:v3.5.0"
 GRAFANA_IMAGE = "grafana/grafana:12.1.0"
@@ -40,6 +40,8 @@ def compose_file(settings: ServeSettings, deploy: DeployConfig) -> dict:
     volumes = [_mount(f"${{MOPT_MODEL_DIR:-{settings.host_model_dir}}}", MODEL_DIR)]
     if settings.engine.tokenizer:
         volumes.append(_mount(str(settings.engine.tokenizer), TOKENIZER_DIR))
+    if settings.host_draft_dir is not None:
+        volumes.append(_mount(str(settings.host_draft_dir), DRAFT_MODEL_DIR))
     server: dict = {
         "build": {"context": ".", "dockerfile": "Dockerfile"},
         "image": deploy.image,

@@ -8,7 +8,7 @@ import math
 from model_optimizer.optimizer.deploy.compose import API_KEY_ENV, grace_seconds
 from model_optimizer.optimizer.deploy.config import DeployConfig
 from model_optimizer.optimizer.deploy.dockerfile import UID
-from model_optimizer.optimizer.deploy.settings import MODEL_DIR, TOKENIZER_DIR, ServeSettings
+from model_optimizer.optimizer.deploy.settings import DRAFT_MODEL_DIR, MODEL_DIR, TOKENIZER_DIR, ServeSettings
 
 APP = "mopt-serve"
 QUEUE_METRIC = "vllm_num_requests_waiting"
@@ -43,6 +43,11 @@ def deployment(settings: ServeSettings, deploy: DeployConfig, command: list[str]
         mounts.append({"name": "tokenizer", "mountPath": TOKENIZER_DIR, "readOnly": True})
         volumes.append(
             {"name": "tokenizer", "persistentVolumeClaim": {"claimName": f"{APP}-tokenizer", "readOnly": True}}
+        )
+    if settings.host_draft_dir is not None:
+        mounts.append({"name": "draft-model", "mountPath": DRAFT_MODEL_DIR, "readOnly": True})
+        volumes.append(
+            {"name": "draft-model", "persistentVolumeClaim": {"claimName": f"{APP}-draft-model", "readOnly": True}}
         )
     if vllm or settings.shares_memory:  # worker processes share tensors through /dev/shm
         mounts.append({"name": "shm", "mountPath": "/dev/shm"})

@@ -95,6 +95,10 @@ def _k8s_files(settings: ServeSettings, deploy: DeployConfig, command: list[str]
         claim = f"{kubernetes.APP}-tokenizer"
         files["k8s/tokenizer-pvc.yaml"] = _yaml(kubernetes.model_claim(claim, size, deploy))
         files["k8s/setup/tokenizer-loader.yaml"] = _yaml(kubernetes.loader_pod(f"{claim}-loader", claim, TOKENIZER_DIR))
+    if settings.host_draft_dir is not None:
+        size = _size(settings.host_draft_dir)
+        claim = f"{kubernetes.APP}-draft-model"
+        files["k8s/draft-model-pvc.yaml"] = _yaml(kubernetes.model_claim(claim, size, deploy))
     return files
 
 

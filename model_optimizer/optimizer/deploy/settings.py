@@ -7,6 +7,7 @@ The model is never baked into the image: it is mounted read-only at /model, so t
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from model_optimizer.runtime.server.config import ServerConfig
 
 MODEL_DIR = "/model"
 TOKENIZER_DIR = "/tokenizer"
+DRAFT_MODEL_DIR = "/draft_model"
+"""Where a speculative-decoding draft model is mounted (read-only, as the model)."""
 CHAT_TEMPLATE = "/etc/mopt/chat_template.jinja"
 DEFAULT_PORT = 8000
 
@@ -32,6 +35,14 @@ class ServeSettings:
         from model_optimizer.assets import REFERENCE_MODEL_DIR
 
         return REFERENCE_MODEL_DIR
+
+    @property
+    def host_draft_dir(self) -> Path | None:
+        """The speculative-decoding draft model's folder on the host, if the settings use one."""
+        spec = self.engine.speculative
+        if spec is None or not spec.is_draft_model:
+            return None
+        return Path(spec.model).expanduser().resolve()
 
     @property
     def port(self) -> int:
@@ -60,7 +71,10 @@ class ServeSettings:
     def in_container(self) -> ServeSettings:
         """These settings with the container's paths, every interface, and no API key in the command."""
         engine = dataclasses.replace(
-            self.engine, model=MODEL_DIR, tokenizer=TOKENIZER_DIR if self.engine.tokenizer else None
+            self.engine,
+            model=MODEL_DIR,
+            tokenizer=TOKENIZER_DIR if self.engine.tokenizer else None,
+            speculative_config=self._container_speculative_config(),
         )
         server = dataclasses.replace(
             self.server,
@@ -71,6 +85,15 @@ class ServeSettings:
             chat_template=CHAT_TEMPLATE if self.server.chat_template else None,
         )
         return ServeSettings(engine, server)
+
+    def _container_speculative_config(self) -> str | None:
+        """`speculative_config` as JSON, the draft model (if any) at its mount point."""
+        spec = self.engine.speculative
+        if spec is None:
+            return None
+        from model_optimizer.runtime.spec_decode.config import to_json
+
+        return to_json(spec, model=DRAFT_MODEL_DIR if spec.is_draft_model else None)
 
 
 def non_defaults(config: object) -> dict:
@@ -86,6 +109,8 @@ def flags(values: dict) -> list[str]:
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
             argv.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, dict):
+            argv += [flag, json.dumps(value)]  # a nested setting (speculative_config) as its flag's JSON
         elif isinstance(value, list):
             argv += [flag, ",".join(map(str, value))]  # the flags' comma-separated form
         elif value is not None:

@@ -47,6 +47,7 @@ TRANSLATED = {
     "skip_tokenizer_init": "--skip-tokenizer-init",
     "api_server_count": "--api-server-count",
     "enable_expert_parallel": "--enable-expert-parallel",
+    "speculative_config": "--speculative-config",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
 
@@ -122,7 +123,9 @@ def vllm_serve(model: str | None, settings: dict) -> VllmCommand:
                 untranslated[name] = "vLLM quantizes only fp8 on the fly; write a folder with mopt quantize"
             continue
         translated[name] = flag
-        if name in JSON_LIST_FLAGS:
+        if name == "speculative_config":
+            argv += [flag, _vllm_speculative_config(value)]
+        elif name in JSON_LIST_FLAGS:
             argv += [flag, json.dumps(value)]  # vLLM parses this flag as a JSON list
         elif isinstance(value, bool):
             if value or name not in ONLY_TRUE:
@@ -130,6 +133,14 @@ def vllm_serve(model: str | None, settings: dict) -> VllmCommand:
         else:
             argv += [flag, str(value)]
     return VllmCommand(argv, translated, untranslated)
+
+
+def _vllm_speculative_config(value: str | dict) -> str:
+    """Ours as vLLM's JSON: every setting explicit (our ngram defaults need not be vLLM's), without `adaptive`
+    (vLLM speculates at every batch size below disable_by_batch_size)."""
+    from model_optimizer.runtime.spec_decode.config import parse_speculative_config, to_json
+
+    return to_json(parse_speculative_config(value), for_vllm=True)  # type: ignore[arg-type]
 
 
 def vllm_command(settings: ServeSettings) -> VllmCommand:

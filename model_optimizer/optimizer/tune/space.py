@@ -11,11 +11,17 @@ tensor_parallel_size is not searched by default (every trial runs on one GPU, as
 hold it (`--set tensor_parallel_size=2`) or list it in the space file (`tensor_parallel_size: [1, 2]`).
 The predictor skips a size that needs more GPUs than are visible, or that the model's heads do not
 divide by, saying why (tune/collectives.py).
+
+Speculative decoding has two knobs of its own, which a trial turns into its `speculative_config`:
+`speculative_method` (off, ngram, or a draft model's folder) and `num_speculative_tokens`
+(`speculative_method: [off, ngram, /models/llama-3.2-1b]`, `num_speculative_tokens: [2, 4, 6]`). They are not
+searched by default: speculation pays at low load only, which the default workloads rarely are.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import typing
 from dataclasses import dataclass, field
@@ -71,6 +77,9 @@ trial that showed it: README "Tune: mopt tune"). max_num_seqs above the clients 
 the guided search (guide.py) measures such a value last among equals."""
 
 NOT_KNOBS = {"model", "tokenizer", "device", "load_format", "seed"}
+
+SPECULATIVE_KNOBS: dict[str, type] = {"speculative_method": str, "num_speculative_tokens": int}
+"""Knobs that are no EngineConfig field: each trial's `speculative_config` is made of them (`with_speculation`)."""
 """Settings that pick what runs, not how fast: they may be fixed but never searched."""
 
 
@@ -91,7 +100,7 @@ class SearchSpace:
 
     def settings(self, sampled: dict[str, Value]) -> dict[str, Value]:
         """The full settings of one candidate (sampled knobs over fixed values), checked by the configs."""
-        values = {**self.fixed, **sampled}
+        values = with_speculation({**self.fixed, **sampled})
         engine_names = {f.name for f in dataclasses.fields(EngineConfig)}
         EngineConfig(**{k: v for k, v in values.items() if k in engine_names})
         ServerConfig(**{k: v for k, v in values.items() if k not in engine_names and k != "port"})
@@ -180,7 +189,39 @@ def coerce(name: str, value: Any) -> Value:
     return value
 
 
+def with_speculation(values: dict[str, Value]) -> dict[str, Value]:
+    """`values` with speculative_method / num_speculative_tokens made into speculative_config (JSON). A token
+    count alone changes a fixed speculative_config; method `off` turns speculation off."""
+    method = values.pop("speculative_method", None)
+    k = values.pop("num_speculative_tokens", None)
+    if method is None and k is None:
+        return values
+    if method == "off":
+        values["speculative_config"] = None
+        return values
+    if method is None:
+        fixed = values.get("speculative_config")
+        if fixed is None:
+            raise ValueError(
+                "num_speculative_tokens needs speculative_method (ngram or a draft folder) or a fixed "
+                "speculative_config"
+            )
+        base = json.loads(fixed) if isinstance(fixed, str) else dict(fixed)  # type: ignore[arg-type]
+    elif method == "ngram":
+        base = {"method": "ngram"}
+    elif Path(str(method)).expanduser().is_dir():
+        base = {"model": str(method)}
+    else:
+        raise ValueError(f"speculative_method must be off, ngram or a draft model's folder, got {method!r}")
+    base["num_speculative_tokens"] = k if k is not None else base.get("num_speculative_tokens", 4)
+    values["speculative_config"] = json.dumps(base)
+    return values
+
+
 def _check_knob(knob: Knob) -> None:
+    if knob.name in SPECULATIVE_KNOBS:
+        _check_speculative_knob(knob)
+        return
     if knob.name in NOT_KNOBS or knob.name not in {f.name for f in dataclasses.fields(EngineConfig)}:
         searchable = sorted({f.name for f in dataclasses.fields(EngineConfig)} - NOT_KNOBS)
         raise ValueError(
@@ -210,8 +251,23 @@ def _check_knob(knob: Knob) -> None:
             raise ValueError(f"knob {knob.name}: range end {value!r} is impossible: {exc}") from None
 
 
+def _check_speculative_knob(knob: Knob) -> None:
+    if knob.choices is None:
+        raise ValueError(f"knob {knob.name}: give a list of choices")
+    if not knob.choices:
+        raise ValueError(f"knob {knob.name} has an empty list of choices")
+    knob.choices = [coerce(knob.name, v) for v in knob.choices]
+    for value in knob.choices:
+        probe: dict[str, Value] = {"speculative_method": "ngram"}  # a token count is checked with ngram
+        probe[knob.name] = value
+        try:
+            EngineConfig(speculative_config=with_speculation(probe).get("speculative_config"))
+        except ValueError as exc:
+            raise ValueError(f"knob {knob.name}: value {value!r} is impossible: {exc}") from None
+
+
 def _hints() -> dict[str, Any]:
-    hints = {}
+    hints: dict[str, Any] = dict(SPECULATIVE_KNOBS)
     for cls in (EngineConfig, ServerConfig):
         names = {f.name for f in dataclasses.fields(cls)}
         hints.update({k: v for k, v in typing.get_type_hints(cls).items() if k in names})

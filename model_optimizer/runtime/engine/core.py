@@ -16,6 +16,13 @@ computes, and outputs trail the launches by one step. When a sampling request of
 reads its generated tokens on the host (penalties, `SchedulerOutput.needs_history`), the step in
 flight is collected first and nothing is pending. Every handle is collected exactly once, in
 launch order.
+
+Speculative decoding (spec_decode/) makes a step synchronous: when the policy says the batch
+speculates, the step in flight is collected before scheduling (proposals come from tokens on the host,
+and the scheduler must know how many proposals the last step kept before it schedules the next), and
+a step that verifies proposals is collected before `step()` returns. What that costs, the host work of
+one step no longer hidden behind the device's, is part of what the policy measures when it decides
+whether speculating pays.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from model_optimizer.runtime.engine.request import Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from model_optimizer.runtime.engine.stall_bound import DecodeStallBound
 from model_optimizer.runtime.sampler_output import Logprob
+from model_optimizer.runtime.spec_decode.speculator import Speculator
 
 DEFAULT_CPU_STALL = 2.0
 """max_decode_stall when unset and the model runs on the CPU."""
@@ -53,7 +61,8 @@ class StepRunner(Protocol):
         yet are read from it on the device."""
 
     def collect(self, handle: Any) -> dict[str, tuple[int, Logprob | None]]:
-        """Wait for a launched step: request id -> (sampled token id, logprob or None). Once per handle."""
+        """Wait for a launched step: request id -> (sampled token id, logprob or None). Once per handle.
+        A request that verified proposals gets (the token ids kept, their logprobs or None) instead."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,9 @@ class EngineCore:
         self.stall_bound = DecodeStallBound(stall, min_tokens=config.block_size) if stall else None
         """Caps prefill tokens while requests decode (engine/stall_bound.py); None when off."""
         self.clock = time.perf_counter
+        spec = config.speculative
+        self.speculator = Speculator(spec) if spec is not None else None
+        self._num_step_tokens = 0
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request: CoreRequest) -> None:
@@ -189,9 +201,17 @@ class EngineCore:
         """Run one batch; return, per client, the rows it (and the commands before it) changed."""
         started = self.clock()
         bound = self.stall_bound
-        scheduler_output = self.scheduler.schedule(bound.max_prefill_tokens() if bound is not None else None)
         previous, self._in_flight = self._in_flight, None
         news, self._news = self._news, self._builders()
+        self._num_step_tokens = 0
+        proposals = None
+        if self.speculator is not None and self.speculator.begin_step(self.scheduler.running):
+            if previous is not None:  # proposals are made from its tokens, on the host
+                self._finish(previous, news)
+                previous = None
+            proposals = self.speculator.propose(self.scheduler.running)
+        max_prefill = bound.max_prefill_tokens() if bound is not None else None
+        scheduler_output = self.scheduler.schedule(proposals, max_prefill)
         if previous is not None and scheduler_output.needs_history:  # its tokens must be on the host first
             self._finish(previous, news)
             previous = None
@@ -201,12 +221,14 @@ class EngineCore:
             handle = self.runner.launch(scheduler_output, previous.handle if previous is not None else None)
             launched = _InFlight(scheduler_output, handle)
         done = launched
-        if self.config.async_scheduling:  # collect the previous step while this one runs
-            done, self._in_flight = previous, launched
+        if self.config.async_scheduling and not scheduler_output.spec_token_ids:
+            done, self._in_flight = previous, launched  # collect the previous step while this one runs
         if done is not None:
             self._finish(done, news)
         if bound is not None and not scheduler_output.is_empty:  # what this step's tokens cost (CPU: at launch)
             bound.observe(self.clock() - started, _num_prefill_tokens(scheduler_output))
+        if self.speculator is not None:
+            self.speculator.end_step(self._num_step_tokens)
         stats = self.stats()
         return [builder.build(stats) for builder in news]
 
@@ -228,9 +250,15 @@ class EngineCore:
             if request.error is not None:  # failed alone: so do its n - 1 siblings, which share its prompt
                 self._fail_group(request, out)
                 continue
-            self.num_generation_tokens += 1
-            logprobs = [request.logprobs[-1]] if request.params.logprobs is not None else None
-            row = self._row(out, request, [request.output_token_ids[-1]], logprobs)
+            n = request.num_step_tokens
+            self.num_generation_tokens += n
+            self._num_step_tokens += n
+            if n == 1:
+                logprobs = [request.logprobs[-1]] if request.params.logprobs is not None else None
+                row = self._row(out, request, [request.output_token_ids[-1]], logprobs)
+            else:  # it verified proposals: 0 (it failed) to k + 1 tokens
+                logprobs = request.logprobs[-n:] if request.params.logprobs is not None and n else None
+                row = self._row(out, request, request.output_token_ids[-n:] if n else [], logprobs)
             if request.finished:
                 out.finished.append(_finish_of(row, request))
         for request in updated:
@@ -275,12 +303,26 @@ class EngineCore:
             num_prompt_tokens=self.num_prompt_tokens,
             num_generation_tokens=self.num_generation_tokens,
             num_steps=self.num_steps,
+            **self._spec_stats(),
         )
+
+    def _spec_stats(self) -> dict:
+        if self.speculator is None:
+            return {}
+        counters = self.scheduler.spec_counters
+        return {
+            "spec_num_drafts": counters.num_drafts,
+            "spec_num_draft_tokens": counters.num_draft_tokens,
+            "spec_num_accepted_tokens": counters.num_accepted_tokens,
+            "spec_accepted_per_pos": list(counters.accepted_per_pos),
+        }
 
 
 def _num_prefill_tokens(out: SchedulerOutput) -> int:
-    """Tokens of the step's prefill chunks (requests computing more than the one token of a decode)."""
-    return sum(n for n in out.num_scheduled_tokens.values() if n > 1)
+    """Tokens of the step's prefill chunks (requests computing more than the one token of a decode and
+    its speculative proposals)."""
+    spec = out.spec_token_ids
+    return sum(n for rid, n in out.num_scheduled_tokens.items() if n - len(spec.get(rid, ())) > 1)
 
 
 def _finish_of(row: int, request: Request) -> Finish:

@@ -213,6 +213,17 @@ class KVCacheManager:
         self.num_hashed_blocks.pop(request.request_id, None)
         self.pool.free(reversed(table))
 
+    def trim(self, request: Request) -> int:
+        """Free the blocks past what the request's tokens need (a speculative rollback); returns how many
+        it keeps. Those blocks hold only rejected proposals: they were never hashed."""
+        table = self.block_tables.get(request.request_id, [])
+        keep = self.blocks_needed(request.num_tokens)
+        if len(table) > keep:
+            extra = table[keep:]
+            del table[keep:]
+            self.pool.free(reversed(extra))
+        return len(table)
+
     def forget(self, request: Request) -> None:
         """Take every full block of this request's tokens out of the prefix cache (its KV is not to be
         trusted), whether the request still holds the block, freed it at a preemption or found it cached."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -88,10 +88,23 @@ class EngineStats:
     num_prompt_tokens: int
     num_generation_tokens: int
     num_steps: int
+    spec_num_drafts: int = 0
+    """Speculative decoding (counters since start; all 0 without it): request-steps that verified proposals,"""
+    spec_num_draft_tokens: int = 0
+    """... proposed tokens verified,"""
+    spec_num_accepted_tokens: int = 0
+    """... of those, the ones accepted,"""
+    spec_accepted_per_pos: list[int] = field(default_factory=list)
+    """... and accepted ones by position in the proposal."""
 
     @property
     def prefix_cache_hit_rate(self) -> float:
         return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+    @property
+    def spec_mean_acceptance_length(self) -> float:
+        """Tokens per request-step that verified proposals (1 + accepted proposals on average); 0 before any."""
+        return 1.0 + self.spec_num_accepted_tokens / self.spec_num_drafts if self.spec_num_drafts else 0.0
 
 
 class Finish(msgspec.Struct, array_like=True, gc=False):

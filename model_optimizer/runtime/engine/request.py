@@ -75,6 +75,8 @@ class Request:
     """The core has told the frontend of its first schedule (cached prompt tokens, when)."""
     block_hashes: list[int] = field(default_factory=list)
     """Chained hashes of this request's full blocks, filled as blocks fill up."""
+    num_step_tokens: int = 0
+    """Tokens the last collected step appended (1, or up to 1 + k when it verified k proposals)."""
 
     def __post_init__(self) -> None:
         if self.parent_id is None:

@@ -18,6 +18,13 @@ Scheduling a step counts its tokens as computed at once, and a step that reaches
 request's known tokens owes it one sampled token (`num_pending`). So the next step can be
 scheduled before this one's tokens are back (asynchronous scheduling): a decode whose input is
 still pending reads it on the device, where the previous step left it.
+
+Speculative decoding is the same rule with more tokens: a decoding request given k proposals
+(`schedule(proposals)`) computes its last token and the k proposed ones, 1 + k tokens of its budget,
+and still owes one sampled token. Its step returns the 1 + a tokens the target kept (a proposals
+accepted); `num_computed_tokens` then gives back the k - a rejected positions (their KV is
+overwritten later) and blocks wholly past the request's end go back to the pool. Proposals never
+cost a preemption: a request that cannot get blocks for them runs without.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from model_optimizer.runtime.engine.input_processor import FitLimits
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager
 from model_optimizer.runtime.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN, Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
+from model_optimizer.runtime.engine.scheduler_spec import SpeculativeSteps
+from model_optimizer.runtime.spec_decode.counters import SpecCounters
 
 __all__ = ["CachedRequestData", "NewRequestData", "Scheduler", "SchedulerConfig", "SchedulerOutput"]
 
@@ -81,7 +90,7 @@ class _StepBudget:
     """A waiting request found no blocks: no later one is admitted this step (queue order)."""
 
 
-class Scheduler:
+class Scheduler(SpeculativeSteps):
     def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager) -> None:
         self.config = config
         self.kv_cache = kv_cache
@@ -101,6 +110,9 @@ class Scheduler:
         """Step id -> the requests that step samples for, until update_from_output hands them their tokens.
         Kept here, not in the SchedulerOutput, so the output stays plain data; held by object, not id, so a
         request that finished meanwhile is never confused with a new one under the same id."""
+        self.spec_counters = SpecCounters()
+        self._trimmed: set[str] = set()
+        """Requests whose block table lost blocks to a speculative rollback since the runner last heard of them."""
 
     # ----------------------------------------------------------------- admission
     def add_request(self, request: Request) -> None:
@@ -134,16 +146,20 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     # ----------------------------------------------------------------- schedule
-    def schedule(self, max_prefill_tokens: int | None = None) -> SchedulerOutput:
-        """The next step. `max_prefill_tokens` bounds the prefill chunks' tokens while some request
-        decodes (the engine core derives it from measured step times, so a long prompt cannot stall
-        running streams); the budget still bounds the whole step."""
+    def schedule(
+        self, proposals: dict[str, list[int]] | None = None, max_prefill_tokens: int | None = None
+    ) -> SchedulerOutput:
+        """The next step. `proposals`: request id -> proposed next tokens, for decoding requests with
+        nothing pending (speculative decoding; see the module docstring). `max_prefill_tokens` bounds
+        the prefill chunks' tokens while some request decodes (the engine core derives it from
+        measured step times, so a long prompt cannot stall running streams); the budget still bounds
+        the whole step."""
         out = SchedulerOutput(step_id=next(self._step_ids), finished_request_ids=self.finished_ids)
         self.finished_ids = set()
         budget = self.config.max_num_batched_tokens
         prefill = budget if max_prefill_tokens is None or not self._any_decoding() else max_prefill_tokens
         step = _StepBudget(budget, prefill)
-        preempted = self._schedule_running(out, step)
+        preempted = self._schedule_running(out, step, proposals or {})
         if not preempted:  # after a preemption, no waiting request is admitted
             self._schedule_waiting(out, step, long_ones=False)
         self._grow_long_prefills(out, step)
@@ -163,7 +179,7 @@ class Scheduler:
     def _any_decoding(self) -> bool:
         return any(r.num_tokens + r.num_pending - r.num_computed_tokens <= 1 for r in self.running)
 
-    def _schedule_running(self, out: SchedulerOutput, step: _StepBudget) -> bool:
+    def _schedule_running(self, out: SchedulerOutput, step: _StepBudget, proposals: dict[str, list[int]]) -> bool:
         """Running requests in order, preempting the latest arrivals for blocks; True if any was preempted."""
         preempted = False
         threshold = self._long_threshold
@@ -182,7 +198,12 @@ class Scheduler:
             if num_new == 0:  # a long prefill past the bound: it waits for what the others leave
                 i += 1
                 continue
+            spec = self._fit_proposals(request, proposals, num_left, step.budget)
+            num_new += len(spec)
             while not self.kv_cache.allocate_slots(request, num_new):
+                if spec:  # proposals never cost a preemption
+                    num_new, spec = num_new - len(spec), []
+                    continue
                 victim = self._pick_victim(self.running[i:])
                 self._preempt(victim, out)
                 preempted = True
@@ -190,8 +211,10 @@ class Scheduler:
                     break
             else:
                 out.num_scheduled_tokens[request.request_id] = num_new
+                if spec:
+                    out.spec_token_ids[request.request_id] = spec
                 step.budget -= num_new
-                if num_new > 1:
+                if num_new - len(spec) > 1:  # proposals ride on a decode, they are not a prefill
                     step.prefill -= num_new
                 i += 1
         return preempted
@@ -209,12 +232,14 @@ class Scheduler:
 
     def _commit(self, out: SchedulerOutput) -> None:
         """Count the scheduled tokens as computed; a step reaching the end of the known tokens samples one more."""
+        spec = out.spec_token_ids
         for request_id, num_new in out.num_scheduled_tokens.items():
             request = self.requests[request_id]
             start = request.num_computed_tokens
             out.num_prompt_tokens += max(min(start + num_new, request.num_prompt_tokens) - start, 0)
             request.num_computed_tokens = start + num_new
-            if request.num_computed_tokens == request.num_tokens + request.num_pending:
+            num_spec = len(spec[request_id]) if spec and request_id in spec else 0
+            if request.num_computed_tokens - num_spec == request.num_tokens + request.num_pending:
                 request.num_pending += 1
                 out.sampling_request_ids.add(request_id)
                 out.needs_history = out.needs_history or request.params.needs_history
@@ -306,6 +331,7 @@ class Scheduler:
         self.running.remove(request)
         self.kv_cache.free(request)
         self._num_sent_blocks.pop(request.request_id, None)
+        self._trimmed.discard(request.request_id)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.num_preemptions += 1
@@ -339,7 +365,11 @@ class Scheduler:
         has_new = len(self.kv_cache.block_tables[request.request_id]) > sent
         new_block_ids = self.kv_cache.block_ids(request.request_id, start=sent) if has_new else []
         self._num_sent_blocks[request.request_id] = sent + len(new_block_ids)
-        return CachedRequestData(request.request_id, new_block_ids, request.num_computed_tokens)
+        kept = None
+        if self._trimmed and request.request_id in self._trimmed:
+            self._trimmed.discard(request.request_id)
+            kept = sent
+        return CachedRequestData(request.request_id, new_block_ids, request.num_computed_tokens, kept)
 
     # ----------------------------------------------------------------- update
     def update_from_output(self, out: SchedulerOutput, sampled: dict[str, tuple[int, object]]) -> list[Request]:
@@ -359,6 +389,11 @@ class Scheduler:
                 raise RuntimeError(f"the runner returned no token for request {request_id!r}, which sampled this step")
             request.num_pending -= 1
             token_id, logprob = sampled[request_id]
+            if type(token_id) is list:  # verified proposals: the tokens the target kept
+                self._append_verified(request, out, token_id, logprob)  # type: ignore[arg-type]
+                updated.append(request)
+                continue
+            request.num_step_tokens = 1
             if token_id == NONFINITE_TOKEN:
                 self.fail(request, NONFINITE_ERROR)
                 updated.append(request)
@@ -405,6 +440,7 @@ class Scheduler:
     def _finish(self, request: Request) -> None:
         self.kv_cache.free(request)
         self._num_sent_blocks.pop(request.request_id, None)
+        self._trimmed.discard(request.request_id)
         self._order.pop(request.request_id, None)
         self.requests.pop(request.request_id, None)
         self.finished_ids.add(request.request_id)

@@ -34,6 +34,9 @@ class CachedRequestData:
     """Blocks allocated since the runner last heard of it, appended to its block-table row."""
     num_computed_tokens: int
     """Tokens computed before this step; this step computes the next num_scheduled_tokens[request_id]."""
+    num_kept_blocks: int | None = None
+    """Set after a speculative rollback freed blocks at the end of its table: the runner keeps only this
+    many of the blocks it was sent before appending new_block_ids."""
 
 
 @dataclass
@@ -59,6 +62,10 @@ class SchedulerOutput:
     tokens must be collected before this step is launched (see engine.py)."""
     num_prompt_tokens: int = 0
     """Prompt tokens (recomputed ones after preemption included) this step computes."""
+    spec_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    """Speculative decoding: per request that verifies proposals this step, the k proposed tokens that
+    follow its last one (num_scheduled_tokens counts 1 + k for it). A draft model's proposals are made on
+    the device inside the step, so their ids here are spec_decode.counters.DRAFT_TOKEN."""
 
     def __reduce__(self) -> tuple:
         """Pickled once per step for tensor-parallel workers (executor/executor.py): the cached requests,
@@ -69,6 +76,7 @@ class SchedulerOutput:
             [r.request_id for r in cached],
             [r.new_block_ids for r in cached],
             [r.num_computed_tokens for r in cached],
+            [r.num_kept_blocks for r in cached],
         )
         return _rebuild, ({**self.__dict__, "cached_requests": columns},)
 
@@ -82,8 +90,8 @@ class SchedulerOutput:
 
 
 def _rebuild(state: dict) -> SchedulerOutput:
-    ids, block_ids, computed = state["cached_requests"]
-    state["cached_requests"] = [CachedRequestData(*fields) for fields in zip(ids, block_ids, computed)]
+    ids, block_ids, computed, kept = state["cached_requests"]
+    state["cached_requests"] = [CachedRequestData(*fields) for fields in zip(ids, block_ids, computed, kept)]
     out = SchedulerOutput.__new__(SchedulerOutput)
     out.__dict__.update(state)
     return out

@@ -47,20 +47,34 @@ def bucket_for(num_seqs: int, sizes: list[int]) -> int:
 
 
 class DecodeRunner:
-    """Runs decode-only batches padded to a bucket size: replayed from CUDA graphs, or eagerly (enforce_eager)."""
+    """Runs decode-only batches padded to a bucket size: replayed from CUDA graphs, or eagerly (enforce_eager).
+
+    With `query_len` q > 1 it runs batches of q tokens per sequence instead, padded the same way: speculative
+    decoding's steps that verify k = q - 1 proposals per sequence, or a draft model catching up on them."""
 
     def __init__(
-        self, model: nn.Module, batch: InputBatch, max_num_seqs: int, num_kv_heads: int, use_graphs: bool = True
+        self,
+        model: nn.Module,
+        batch: InputBatch,
+        max_num_seqs: int,
+        num_kv_heads: int,
+        use_graphs: bool = True,
+        query_len: int = 1,
     ) -> None:
         self.model = model
         self.batch = batch
         self.use_graphs = use_graphs
-        self.sizes = bucket_sizes(max_num_seqs)
-        batch.pad_sizes = self.sizes  # from now on the input batch pads decode batches to these
+        self.query_len = query_len
+        self.sizes = [s for s in bucket_sizes(max_num_seqs) if s * query_len <= batch.max_num_tokens]
+        if query_len == 1:
+            batch.pad_sizes = self.sizes  # from now on the input batch pads decode batches to these
+        else:
+            batch.pad_query_lens = (*batch.pad_query_lens, query_len)
         self.inputs: dict[int, tuple[torch.Tensor, torch.Tensor, AttentionMetadata]] = {}
         for size in self.sizes:
-            token_ids, positions, meta = batch.decode_views(size)
-            meta.num_splits = decode_num_splits(size, num_kv_heads, batch.max_model_len, batch.device)
+            token_ids, positions, meta = batch.decode_views(size, query_len)
+            if query_len == 1:
+                meta.num_splits = decode_num_splits(size, num_kv_heads, batch.max_model_len, batch.device)
             self.inputs[size] = token_ids, positions, meta
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
@@ -72,7 +86,7 @@ class DecodeRunner:
         pool = None
         for size in reversed(self.sizes):  # largest first, so smaller graphs reuse its memory
             token_ids, positions, meta = self.inputs[size]
-            self.batch.decode_views(size)  # valid padding again: other buckets' views overlap these addresses
+            self.batch.decode_views(size, self.query_len)  # valid padding again: other buckets' views overlap these
             for _ in range(1 if pool is not None else 2):  # compile kernels and settle the allocator outside capture
                 self.model(token_ids, positions, meta)
             torch.cuda.synchronize()
@@ -83,17 +97,27 @@ class DecodeRunner:
             self.graphs[size] = graph
         torch.cuda.synchronize()
         self.capture_seconds = time.perf_counter() - start
-        log.info("captured CUDA graphs for decode batch sizes %s in %.2f s", self.sizes, self.capture_seconds)
+        log.info(
+            "captured CUDA graphs for batch sizes %s (%d tokens each) in %.2f s",
+            self.sizes,
+            self.query_len,
+            self.capture_seconds,
+        )
 
     def can_run(self, inputs: StepInputs) -> bool:
-        """A decode batch the input batch padded to one of these buckets."""
-        return inputs.attn.max_query_len == 1 and inputs.num_padded_seqs in self.inputs
+        """A batch of query_len tokens per sequence the input batch padded to one of these buckets."""
+        q = self.query_len
+        return (
+            inputs.attn.max_query_len == q
+            and inputs.num_padded_seqs in self.inputs
+            and (q == 1 or inputs.token_ids.shape[0] == q * inputs.num_padded_seqs)
+        )
 
     def run(self, inputs: StepInputs) -> torch.Tensor:
-        """Replay (or run) the bucket of a padded decode batch; its inputs are already where the graph reads."""
-        size = inputs.num_padded_seqs
+        """Replay (or run) the bucket of a padded batch; its inputs are already where the graph reads."""
+        size, num_rows = inputs.num_padded_seqs, inputs.num_seqs * self.query_len
         if not self.use_graphs:
             token_ids, positions, meta = self.inputs[size]
-            return self.model(token_ids, positions, meta)[: inputs.num_seqs]
+            return self.model(token_ids, positions, meta)[:num_rows]
         self.graphs[size].replay()
-        return self.outputs[size][: inputs.num_seqs]
+        return self.outputs[size][:num_rows]

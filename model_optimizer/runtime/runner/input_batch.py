@@ -121,6 +121,9 @@ class InputBatch:
         self.free_rows = list(range(max_num_seqs - 1, -1, -1))
         self.pad_sizes: list[int] = []
         """Decode batch sizes to pad to (the CUDA-graph buckets, set by the DecodeRunner); empty: no padding."""
+        self.pad_query_lens: tuple[int, ...] = (1,)
+        """Tokens per sequence of the batches padded like decode batches: 1, and with speculative decoding 1 + k
+        (every sequence verifying k proposals, or a draft model catching up on them; set by the DecodeRunner)."""
         self.max_num_tokens = max(max_num_batched_tokens, max_num_seqs)
         self._new_block_index: list[int] = []
         self._new_block_ids: list[int] = []
@@ -164,6 +167,8 @@ class InputBatch:
             )
         for cached in out.cached_requests:
             state = self.requests[cached.request_id]
+            if cached.num_kept_blocks is not None:  # a speculative rollback freed its last blocks
+                self.num_row_blocks[state.row] = cached.num_kept_blocks
             if cached.new_block_ids:
                 self._append_blocks(state.row, cached.new_block_ids)
             state.num_computed_tokens = cached.num_computed_tokens
@@ -188,23 +193,24 @@ class InputBatch:
             views = tuple(
                 self.buffer[o : o + n * size].view(dtype) for o, (n, size), dtype in zip(offsets, sizes, dtypes)
             ) + (self.block_tables[:num_seqs],)
-            if num_tokens == num_seqs:  # decode shapes repeat (at most max_num_seqs of them); others rarely do
+            if num_tokens in (q * num_seqs for q in self.pad_query_lens):  # decode shapes repeat; others rarely do
                 self._views[(num_tokens, num_seqs)] = views
         return views
 
     @torch.inference_mode()
-    def decode_views(self, size: int) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
-        """token_ids, positions and metadata of a decode batch of `size` rows, all of them padding for now
-        (slot -1, length 1): what a CUDA graph of that bucket is captured on."""
-        token_ids, positions, slots, seq_lens, query_start_loc, rows, tables = self.views(size, size)
+    def decode_views(self, size: int, query_len: int = 1) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+        """token_ids, positions and metadata of a batch of `size` sequences of `query_len` tokens (a decode
+        batch when 1), all of them padding for now (slot -1, length query_len): what a CUDA graph of that
+        shape is captured on."""
+        token_ids, positions, slots, seq_lens, query_start_loc, rows, tables = self.views(size * query_len, size)
         token_ids.zero_()
         positions.zero_()
         slots.fill_(-1)
-        seq_lens.fill_(1)
-        query_start_loc.copy_(torch.arange(size + 1, dtype=torch.int32))
+        seq_lens.fill_(query_len)
+        query_start_loc.copy_(torch.arange(size + 1, dtype=torch.int32) * query_len)
         rows.zero_()
         meta = AttentionMetadata(
-            slots, query_start_loc, seq_lens, tables, max_query_len=1, max_seq_len=self.max_model_len
+            slots, query_start_loc, seq_lens, tables, max_query_len=query_len, max_seq_len=self.max_model_len
         )
         return token_ids, positions, meta
 
@@ -220,10 +226,16 @@ class InputBatch:
         token_ids: list[int] = []
         pending_dst: list[int] = []
         pending_src: list[int] = []
+        spec = out.spec_token_ids
         for state, start, end in zip(states, starts.tolist(), ends.tolist()):
             known = state.num_tokens
             if end <= known:
                 token_ids += state.token_ids(start, end)
+                continue
+            proposed = spec.get(state.request_id) if spec else None
+            if proposed is not None and end == known + len(proposed):  # its last token, then the proposals
+                token_ids += state.token_ids(start, known)
+                token_ids += [max(t, 0) for t in proposed]  # a draft model's are filled in on the device
                 continue
             entry = pending.get(state.request_id)
             if entry is None or entry[0] is not state or end != known + 1:
@@ -240,6 +252,9 @@ class InputBatch:
         else:
             token_rows = np.repeat(rows, nums)
             positions = np.repeat(ends - nums.cumsum(), nums) + np.arange(nums.sum())
+            if max_query_len in self.pad_query_lens and int(nums.min()) == max_query_len:  # 1 + k tokens each
+                bucket = next((s for s in self.pad_sizes if s >= num_seqs), num_seqs)
+                padded = bucket if bucket * max_query_len <= self.max_num_tokens else num_seqs
         num_tokens = len(token_ids)
         if num_tokens > self.max_num_tokens:
             raise RuntimeError(f"a step of {num_tokens} tokens exceeds the step buffer's {self.max_num_tokens}")
@@ -256,7 +271,7 @@ class InputBatch:
         self._new_block_index, self._new_block_ids = [], []
 
         num_pad = padded - num_seqs
-        tokens_padded = num_tokens + num_pad
+        tokens_padded = num_tokens + num_pad * max_query_len
         num_pending = len(pending_dst)
         sizes = _fixed_sizes(tokens_padded, padded) + [
             (len(sample_rows), 8),
@@ -280,12 +295,13 @@ class InputBatch:
         h32[o[3] : o[3] + num_seqs] = ends
         h32[o[4] : o[4] + num_seqs + 1] = query_start_loc
         h32[o[5] : o[5] + num_seqs] = rows
-        if num_pad:  # padded rows: a token that writes nowhere (slot -1) and attends to one slot
+        if num_pad:  # padded rows: tokens that write nowhere (slot -1) and attend to as many slots
             h64[o[0] + num_tokens : o[0] + tokens_padded] = 0
             h64[o[1] + num_tokens : o[1] + tokens_padded] = 0
             h64[o[2] + num_tokens : o[2] + tokens_padded] = -1
-            h32[o[3] + num_seqs : o[3] + padded] = 1
-            h32[o[4] + num_seqs + 1 : o[4] + padded + 1] = np.arange(num_tokens + 1, tokens_padded + 1)
+            h32[o[3] + num_seqs : o[3] + padded] = max_query_len
+            pad_ends = np.arange(num_tokens + max_query_len, tokens_padded + 1, max_query_len)
+            h32[o[4] + num_seqs + 1 : o[4] + padded + 1] = pad_ends
             h32[o[5] + num_seqs : o[5] + padded] = 0
         h64[o[6] : o[6] + len(sample_rows)] = sample_rows
         h64[o[7] : o[7] + num_pending] = pending_dst

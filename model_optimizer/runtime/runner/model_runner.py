@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from model_optimizer.runtime.config import EngineConfig
-from model_optimizer.runtime.device import pick_device
+from model_optimizer.runtime.device import pick_device, to_device
 from model_optimizer.runtime.distributed import broadcast, enable_one_shot_all_reduce, get_tp, min_over_ranks
 from model_optimizer.runtime.engine.kv_cache import check_kv_capacity
 from model_optimizer.runtime.engine.request import Logprob
@@ -21,6 +21,8 @@ from model_optimizer.runtime.models.loader import load_model
 from model_optimizer.runtime.runner.decode_runner import DecodeRunner
 from model_optimizer.runtime.runner.input_batch import InputBatch
 from model_optimizer.runtime.runner.step_handle import StepHandle
+from model_optimizer.runtime.spec_decode.drafter import Drafter, Proposal
+from model_optimizer.runtime.spec_decode.verify import Verifier, verify_rows
 
 log = logging.getLogger(__name__)
 startup_log = logging.getLogger("model_optimizer.startup")  # the phase lines llm.py starts and ends
@@ -47,6 +49,25 @@ def _log_cpu_choice() -> None:
     )
 
 
+def _load_drafter(config: EngineConfig, device: torch.device, vocab_size: int) -> Drafter | None:
+    spec = config.speculative
+    return Drafter(spec, config, device, vocab_size) if spec is not None and spec.is_draft_model else None
+
+
+def _verify_runner(
+    config: EngineConfig, model: torch.nn.Module, batch: InputBatch, num_kv_heads: int, device: torch.device
+) -> DecodeRunner | None:
+    """Speculative decoding on CUDA: graphs for steps in which every sequence verifies k proposals."""
+    spec = config.speculative
+    if spec is None or device.type != "cuda":
+        return None
+    k = spec.num_speculative_tokens
+    runner = DecodeRunner(model, batch, config.max_num_seqs, num_kv_heads, not config.enforce_eager, query_len=k + 1)
+    if not config.enforce_eager:
+        runner.capture()
+    return runner
+
+
 class ModelRunner:
     def __init__(self, config: EngineConfig, model_dir: str | Path) -> None:
         self.config = config
@@ -58,6 +79,7 @@ class ModelRunner:
         self.model = load_model(model_dir, config.dtype, self.device, config.load_format, config.quantization)
         args = self.model.args
         self.args = args
+        self.drafter = _load_drafter(config, self.device, args.vocab_size)  # before sizing: its weights and KV count
         self.dtype = next(self.model.parameters()).dtype
         self.max_model_len = config.max_model_len or args.max_position_embeddings
         if self.max_model_len > args.max_position_embeddings:
@@ -89,6 +111,7 @@ class ModelRunner:
             config.max_num_seqs, self.max_model_len, config.block_size, self.device, config.max_num_batched_tokens
         )
         self.sampler = Sampler(self.device, config.seed)
+        self.verifier = Verifier()
         self.decode_runner = None
         if self.device.type == "cuda":
             self._warm_up_kernels()
@@ -102,7 +125,11 @@ class ModelRunner:
             )
             if not config.enforce_eager:
                 self.decode_runner.capture()
-                _log_phase("graph capture", phase)
+                phase = _log_phase("graph capture", phase)
+        self.verify_runner = _verify_runner(config, self.model, self.batch, self.kv_caches[0].shape[3], self.device)
+        if self.drafter is not None:  # its KV cache (as many blocks), and its graphs on the same input batch
+            self.drafter.start(self.batch, self.num_kv_blocks, self.max_model_len)
+            _log_phase("draft model", phase)
 
     @property
     def device_type(self) -> str:
@@ -116,7 +143,8 @@ class ModelRunner:
     def bytes_per_block(self) -> int:
         """KV-cache bytes of one block over all layers (the latent rows of a DeepSeek model: kv_cache_shape)."""
         element = torch.tensor([], dtype=self.kv_dtype).element_size()
-        return self.args.num_layers * math.prod(kv_cache_shape(self.model, 1, self.config.block_size)) * element
+        target = self.args.num_layers * math.prod(kv_cache_shape(self.model, 1, self.config.block_size)) * element
+        return target + (self.drafter.bytes_per_block() if self.drafter is not None else 0)
 
     def _num_blocks_for_budget(self) -> int:
         if self.device.type == "cuda":
@@ -199,21 +227,44 @@ class ModelRunner:
         first when a sampling request needs its full history on the host (penalties); see engine.py.
         """
         self.batch.update(out)
+        proposal = None
+        if self.drafter is not None:  # drafts first: its forwards use the step buffer the target's inputs go to
+            self.drafter.forget(out)
+            proposal = self.drafter.propose(out) if out.spec_token_ids else None
         inputs = self.batch.prepare(out, pending.pending_for_next() if pending is not None else {})
         if len(inputs.pending_dst):
             inputs.token_ids[inputs.pending_dst] = pending.sampled.token_ids[inputs.pending_src]  # type: ignore[union-attr]
-        if self.decode_runner is not None and self.decode_runner.can_run(inputs):
-            hidden = self.decode_runner.run(inputs)  # padded to a bucket, already where its graph reads
+        if proposal is not None:
+            proposal.write_into(out, inputs.token_ids)
+        padded = next(
+            (r for r in (self.decode_runner, self.verify_runner) if r is not None and r.can_run(inputs)), None
+        )
+        if padded is not None:
+            hidden = padded.run(inputs)  # padded to a bucket, already where its graph reads
         else:
             hidden = self.model(inputs.token_ids, inputs.positions, inputs.attn)
         if not inputs.sample_states:
             return StepHandle(inputs.sample_states, [], None)
+        if out.spec_token_ids:
+            return self._launch_verify(out, hidden, proposal)
         logits = self.model.compute_logits(hidden[inputs.sample_rows])
         batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
         sampled = self.sampler.sample(logits, batch) if self.tp.rank == 0 else None
         if self.tp.size > 1:  # the other ranks' next step reads these ids as its pending tokens
             sampled = self._share_sampled(sampled, len(batch))
         return StepHandle.start(inputs.sample_states, batch, sampled)
+
+    def _launch_verify(self, out: SchedulerOutput, hidden: torch.Tensor, proposal: Proposal | None) -> StepHandle:
+        """Sample every row that verifies a proposal, and the last row of the other requests
+        (spec_decode/verify.py); the kept tokens are picked in `collect`."""
+        rows = verify_rows(out, self.batch.requests)
+        logits = self.model.compute_logits(hidden[to_device(rows.rows, self.device, torch.int64)])
+        sampled = self.sampler.sample(logits, rows.batch) if self.tp.rank == 0 else None
+        if proposal is not None and sampled is not None:
+            sampled = self.drafter.verify(sampled, logits, rows, proposal)  # type: ignore[union-attr]
+        if self.tp.size > 1:
+            sampled = self._share_sampled(sampled, len(rows.batch))
+        return StepHandle.start(rows.states, rows.batch, sampled, spec=rows)
 
     def _share_sampled(self, sampled: SampledTokens | None, num_rows: int) -> SampledTokens:
         """Rank 0's sampled ids on every rank (a broadcast on the device, no host sync); rank 0 alone samples,
@@ -230,6 +281,9 @@ class ModelRunner:
         A request whose logits were NaN/inf gets NONFINITE_TOKEN; its state keeps a valid placeholder
         id (the engine finishes it, and a step already launched may still read its history)."""
         token_ids = handle.wait()
+        if handle.spec is not None:
+            logprobs = handle.sampled.logprobs if handle.sampled is not None else None
+            return self.verifier.collect(handle.spec, token_ids, logprobs, report=self.tp.rank == 0)
         if self.tp.rank != 0:  # only rank 0 reports; the others keep their request states in step
             for state, token_id in zip(handle.states, token_ids):
                 state.output_token_ids.append(token_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -36,11 +37,15 @@ class StepHandle:
     host: torch.Tensor | None = None
     """Pinned host copy of the checked ids (CUDA only), complete once `done` has fired."""
     done: torch.cuda.Event | None = None
+    spec: Any = None
+    """A step that verified proposals: its spec_decode.verify.VerifyRows (batch and sampled ids are per row)."""
 
     @classmethod
-    def start(cls, states: list[CachedRequestState], batch: list[SamplingInput], sampled: SampledTokens) -> StepHandle:
+    def start(
+        cls, states: list[CachedRequestState], batch: list[SamplingInput], sampled: SampledTokens, spec: Any = None
+    ) -> StepHandle:
         """The handle of a step whose ids were just sampled, their copy to the host already started."""
-        return cls(states, batch, sampled, *start_copy(sampled))
+        return cls(states, batch, sampled, *start_copy(sampled), spec=spec)
 
     def wait(self) -> list[int]:
         if self.sampled is None:

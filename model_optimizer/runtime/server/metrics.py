@@ -70,9 +70,11 @@ def _handler_label(path: str) -> str:
 class _EngineCollector(Collector):
     """Engine state from the latest stats snapshot (None while the model loads)."""
 
-    def __init__(self, model_name: str, stats: Callable[[], EngineStats | None]) -> None:
+    def __init__(self, model_name: str, stats: Callable[[], EngineStats | None], speculative: bool = False) -> None:
         self.model_name = model_name
         self.stats = stats
+        self.speculative = speculative
+        """Export vLLM's spec_decode counters (as vLLM does, only when speculative decoding is configured)."""
 
     def collect(self) -> Iterator:
         s = self.stats()
@@ -108,6 +110,21 @@ class _EngineCollector(Collector):
         yield counter("vllm:prompt_tokens", "Prompt tokens computed.", s.num_prompt_tokens)
         yield counter("vllm:generation_tokens", "Tokens generated.", s.num_generation_tokens)
         yield counter("mopt:engine_steps", "Engine steps run.", s.num_steps)
+        if self.speculative:
+            yield from self._spec_decode(s, counter)
+
+    def _spec_decode(self, s: EngineStats, counter: Callable) -> Iterator:
+        yield counter("vllm:spec_decode_num_drafts", "Request-steps that verified proposals.", s.spec_num_drafts)
+        yield counter("vllm:spec_decode_num_draft_tokens", "Proposed tokens verified.", s.spec_num_draft_tokens)
+        yield counter("vllm:spec_decode_num_accepted_tokens", "Proposed tokens accepted.", s.spec_num_accepted_tokens)
+        per_pos = CounterMetricFamily(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted proposed tokens by position in the proposal.",
+            labels=["model_name", "position"],
+        )
+        for position, value in enumerate(s.spec_accepted_per_pos):
+            per_pos.add_metric([self.model_name, str(position)], value)
+        yield per_pos
 
 
 class TokenHistogram(Collector):
@@ -161,10 +178,10 @@ def multiprocess() -> bool:
 
 
 class ServerMetrics:
-    def __init__(self, model_name: str, stats: Callable[[], EngineStats | None]) -> None:
+    def __init__(self, model_name: str, stats: Callable[[], EngineStats | None], speculative: bool = False) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.model_name = model_name
-        self.engine_collector = _EngineCollector(model_name, stats)
+        self.engine_collector = _EngineCollector(model_name, stats, speculative)
         self.registry.register(self.engine_collector)
         labels = ["model_name"]
         self.ttft = Histogram(

@@ -83,7 +83,11 @@ class ServerState:
     """Prometheus metrics; the engine gauges read the engine's latest stats snapshot."""
 
     def __post_init__(self) -> None:
-        self.metrics = ServerMetrics(self.model.name, lambda: self.engine.stats if self.engine is not None else None)
+        self.metrics = ServerMetrics(
+            self.model.name,
+            lambda: self.engine.stats if self.engine is not None else None,
+            speculative=self.engine_config.speculative is not None,
+        )
 
     # ----------------------------------------------------------------- life cycle
     @property

@@ -1,4 +1,5 @@
-"""The periodic engine line of `mopt serve` (as vLLM logs one): throughput, queue, KV cache, prefix cache.
+"""The periodic engine line of `mopt serve` (as vLLM logs one): throughput, queue, KV cache, prefix cache, and
+speculative decoding's mean acceptance length when it is on.
 
 Every `--log-interval` seconds the server compares two snapshots of the engine's counters
 (AsyncEngine.stats, refreshed by the engine loop) and logs one line, only when something happened:
@@ -30,12 +31,30 @@ def stats_line(before: Any, after: Any, seconds: float) -> str | None:
     queries = after.prefix_cache_queries - before.prefix_cache_queries
     hits = after.prefix_cache_hits - before.prefix_cache_hits
     seconds = max(seconds, 1e-9)
-    return (
+    line = (
         f"prompt throughput: {prompt_tokens / seconds:.1f} tokens/s, "
         f"generation throughput: {generation_tokens / seconds:.1f} tokens/s, "
         f"running: {after.num_running} reqs, waiting: {after.num_waiting} reqs, "
         f"KV cache usage: {100 * after.kv_cache_usage:.1f}%, "
         f"prefix cache hit rate: {100 * hits / queries if queries else 0.0:.1f}%"
+    )
+    return line + _spec_part(before, after)
+
+
+def _spec_part(before: Any, after: Any) -> str:
+    """Speculative decoding over the interval (nothing when no request verified proposals in it): the mean
+    acceptance length (tokens per verifying request-step, the bonus token included) and acceptance rate."""
+
+    def delta(name: str) -> int:
+        return getattr(after, name, 0) - getattr(before, name, 0)
+
+    drafts = delta("spec_num_drafts")
+    if drafts <= 0:
+        return ""
+    accepted, proposed = delta("spec_num_accepted_tokens"), delta("spec_num_draft_tokens")
+    return (
+        f", spec decode: mean acceptance length {1 + accepted / drafts:.2f}, "
+        f"acceptance rate {100 * accepted / proposed if proposed else 0.0:.1f}%"
     )
 
 

@@ -101,3 +101,18 @@ def test_loop_lag_monitor_sees_a_blocked_loop():
 
     out = asyncio.run(go())
     assert out["loop_lag_ms"]["max"] >= 80
+
+
+SPEC_BEFORE = """# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{model_name="a"} 10
+vllm:spec_decode_num_draft_tokens_total{model_name="a"} 40
+vllm:spec_decode_num_accepted_tokens_total{model_name="a"} 20
+"""
+SPEC_AFTER = SPEC_BEFORE.replace(" 10\n", " 30\n").replace(" 40\n", " 120\n").replace(" 20\n", " 50\n")
+
+
+def test_summary_reports_speculative_decoding_when_the_server_exports_it():
+    out = summarize_scrapes([parse_metrics(SPEC_BEFORE), parse_metrics(SPEC_AFTER)])
+    assert out["spec_decode_mean_acceptance_length"] == pytest.approx(1 + 30 / 20)
+    assert out["spec_decode_acceptance_rate"] == pytest.approx(30 / 80)
+    assert "spec_decode_mean_acceptance_length" not in summarize_scrapes([parse_metrics(BEFORE), parse_metrics(AFTER)])

@@ -1,0 +1,66 @@
+"""What speculative decoding adds to the scheduler (scheduler.py's module docstring states the rule): how many
+proposals a decoding request verifies, and applying a step that verified them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from model_optimizer.runtime.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN, Request, RequestStatus
+from model_optimizer.runtime.engine.scheduler_output import SchedulerOutput
+
+if TYPE_CHECKING:
+    from model_optimizer.runtime.engine.kv_cache import KVCacheManager
+    from model_optimizer.runtime.spec_decode.counters import SpecCounters
+
+
+class SpeculativeSteps:
+    """Mixed into Scheduler: uses its block manager, counters and finishing."""
+
+    kv_cache: KVCacheManager
+    spec_counters: SpecCounters
+    _num_sent_blocks: dict[str, int]
+    _trimmed: set[str]
+
+    @staticmethod
+    def _fit_proposals(request: Request, proposals: dict[str, list[int]], num_left: int, budget: int) -> list[int]:
+        """The proposals a decoding request verifies: as many as the step's budget and its max_tokens leave
+        (a step may yield all of them plus one)."""
+        spec = proposals.get(request.request_id) if num_left == 1 and not request.num_pending else None
+        if not spec:
+            return []
+        room = min(budget - 1, request.max_tokens - request.num_output_tokens - 1)
+        return spec[: max(room, 0)]
+
+    def _append_verified(
+        self, request: Request, out: SchedulerOutput, token_ids: list[int], logprobs: list | None
+    ) -> None:
+        """Apply a step that verified proposals: count them, give back the rejected positions, append the
+        kept tokens one by one with the stop rules (an EOS among them ends the request there)."""
+        num_spec = len(out.spec_token_ids.get(request.request_id, ()))
+        num_accepted = len(token_ids) - 1
+        if num_spec:
+            self.spec_counters.add(num_spec, num_accepted)
+        if request.status is RequestStatus.RUNNING:  # (preempted since: its computed tokens are 0 already)
+            request.num_computed_tokens -= num_spec - num_accepted
+        if NONFINITE_TOKEN in token_ids:
+            request.num_step_tokens = 0
+            self.fail(request, NONFINITE_ERROR)
+            return
+        for i, token_id in enumerate(token_ids):
+            request.append_output_token(token_id, logprobs[i] if logprobs else None)
+            request.num_step_tokens = i + 1
+            if request.check_stop():
+                self._remove(request)
+                self._finish(request)
+                return
+        if num_spec > num_accepted and request.status is RequestStatus.RUNNING:
+            self._trim(request)
+
+    def _trim(self, request: Request) -> None:
+        """Free the blocks wholly past the request's end (rejected proposals' positions); the runner hears
+        of it with the request's next CachedRequestData."""
+        sent = self._num_sent_blocks.get(request.request_id)
+        num_kept = self.kv_cache.trim(request)
+        if sent is not None and num_kept < sent:
+            self._num_sent_blocks[request.request_id] = num_kept
+            self._trimmed.add(request.request_id)

@@ -1,0 +1,142 @@
+"""Rejection sampling for proposals drawn from a draft model's distribution q.
+
+Greedy requests, and any proposal that is a single token, need none of this: verify.py keeps a
+proposal while it equals the target's own draw. A draft model that samples (temperature > 0)
+proposes d ~ q, and keeping the target's distribution p then takes the standard rule, applied
+position by position: accept d with probability min(1, p(d) / q(d)); at the first rejection emit a
+token drawn from the residual max(0, p - q) (normalized) and stop; when every proposal is accepted
+the target's own draw at the next position is the bonus token. Each emitted token is then distributed
+exactly as p given the tokens before it (tests/runtime/spec_decode/test_rejection.py checks this on a
+small vocabulary against the exact distribution).
+
+`apply_rejection` rewrites a verifying step's sampled rows so that verify.py's prefix rule (keep
+proposals while the row's token equals them, then the row's token) yields exactly this: accepted rows
+hold their proposal, the first rejected row holds the residual draw (never the rejected proposal, whose
+residual is 0), and a fully accepted request keeps its last row's draw. Randomness is per request:
+seeded requests draw from generators keyed by (seed, output position, purpose), so they reproduce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from model_optimizer.runtime.layers.sampler import SamplingInput, _filtered_probs
+from model_optimizer.runtime.sampling_params import SamplingParams
+
+_DRAFT, _ACCEPT, _RESIDUAL = 1, 2, 3
+"""Purposes of seeded noise, so a seeded request's draws for different uses never coincide."""
+
+
+def _generator(seed: int, position: int, purpose: int, device: torch.device) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(hash((seed, position, purpose)) & (2**63 - 1))
+
+
+def _noise(
+    shape: tuple[int, ...],
+    seeds: list[tuple[int | None, int]],
+    purpose: int,
+    generator: torch.Generator,
+    exponential: bool,
+) -> torch.Tensor:
+    """Per-row noise (rows first), Exp(1) or U(0, 1): rows with a (seed, output position) from their own
+    generators, the others from `generator`."""
+    device = generator.device
+    noise = torch.empty(shape, dtype=torch.float32, device=device)
+
+    def draw(tensor: torch.Tensor, g: torch.Generator) -> None:
+        tensor.exponential_(generator=g) if exponential else tensor.uniform_(generator=g)
+
+    draw(noise, generator)
+    for i, (seed, position) in enumerate(seeds):
+        if seed is not None:
+            draw(noise[i], _generator(seed, position, purpose, device))
+    return noise
+
+
+def _seeds(params: list[SamplingParams], positions: list[int]) -> list[tuple[int | None, int]]:
+    return [(p.seed, position) for p, position in zip(params, positions)]
+
+
+def draft_sample(
+    logits: torch.Tensor, batch: list[SamplingInput], generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A draft model's proposals: (ids (rows,) int64, q (rows, vocab) float32 or None when every row is greedy).
+
+    Greedy rows take the argmax (a point mass: their q row is unused); the others draw from their
+    filtered distribution (temperature, top-k, top-p, min-p), which is q."""
+    ids = logits.argmax(dim=-1)
+    sampled = [i for i, b in enumerate(batch) if not b.params.greedy]
+    if not sampled:
+        return ids, None
+    rows = torch.tensor(sampled, device=logits.device)
+    params = [batch[i].params for i in sampled]
+    probs = _filtered_probs(logits[rows].float(), params)
+    seeds = _seeds(params, [batch[i].output_index for i in sampled])
+    noise = _noise(probs.shape, seeds, _DRAFT, generator, exponential=True)
+    ids[rows] = (probs / noise).argmax(dim=-1)  # the exponential race: a draw from probs
+    q = torch.zeros(logits.shape, dtype=torch.float32, device=logits.device)
+    q[rows] = probs
+    return ids, q
+
+
+@dataclass
+class RejectionBatch:
+    """Requests of a verifying step whose proposals came from q, as padded tensors (R requests, K proposals)."""
+
+    target_rows: torch.Tensor
+    """(R, K + 1) int64: row of the step's sampled rows for each position (padding repeats the last)."""
+    num_draft: torch.Tensor
+    """(R,) int64: each request's proposals k <= K."""
+    draft_ids: torch.Tensor
+    """(R, K) int64."""
+    draft_probs: torch.Tensor
+    """(R, K, vocab) float32: q at each proposal."""
+    params: list[SamplingParams]
+    positions: list[list[int]]
+    """Per request, its first row's output position (first item; seeds its acceptance and residual draws)."""
+
+
+def rejection_tokens(target_probs: torch.Tensor, batch: RejectionBatch, generator: torch.Generator) -> torch.Tensor:
+    """(R, K + 1) tokens for the rows (see the module docstring); `target_probs` (R, K + 1, vocab) is p.
+
+    Row j < a: the proposal; row a < k: a residual draw; a == k: -1 (keep the row's own draw)."""
+    R, K = batch.draft_ids.shape
+    device = batch.draft_ids.device
+    ids = batch.draft_ids
+    p_d = target_probs[:, :K].gather(-1, ids[..., None])[..., 0]  # (R, K)
+    q_d = batch.draft_probs.gather(-1, ids[..., None])[..., 0]
+    seeds = _seeds(batch.params, [pos[0] for pos in batch.positions])
+    uniform = _noise((R, K), seeds, _ACCEPT, generator, exponential=False)
+    valid = torch.arange(K, device=device)[None, :] < batch.num_draft[:, None]
+    accept = (uniform * q_d < p_d) & valid  # u < p / q, without dividing by a q of 0
+    num_accepted = accept.long().cumprod(dim=1).sum(dim=1)  # (R,)
+    at = num_accepted.clamp(max=K - 1)
+    p_at = target_probs[torch.arange(R, device=device), at]  # (R, vocab)
+    residual = (p_at - batch.draft_probs[torch.arange(R, device=device), at]).clamp(min=0)
+    empty = residual.sum(dim=-1, keepdim=True) <= 0  # p <= q nowhere: only float rounding gets here
+    residual = torch.where(empty, p_at, residual)
+    noise = _noise(residual.shape, seeds, _RESIDUAL, generator, exponential=True)
+    recovered = (residual / noise).argmax(dim=-1)  # a draw from the normalized residual
+    tokens = torch.full((R, K + 1), -1, dtype=torch.int64, device=device)
+    tokens[:, :K] = torch.where(valid, ids, -1)
+    rejected = num_accepted < batch.num_draft
+    cols = torch.arange(K + 1, device=device)[None, :]
+    tokens = torch.where(cols == num_accepted[:, None], torch.where(rejected, recovered, -1)[:, None], tokens)
+    return torch.where(cols > num_accepted[:, None], -1, tokens)
+
+
+def apply_rejection(
+    token_ids: torch.Tensor, logits: torch.Tensor, batch: RejectionBatch, generator: torch.Generator
+) -> torch.Tensor:
+    """`token_ids` (the step's sampled rows) with the rows of `batch`'s requests rewritten (see the module docstring)."""
+    R, K1 = batch.target_rows.shape
+    row_params = [p for p in batch.params for _ in range(K1)]
+    probs = _filtered_probs(logits[batch.target_rows.reshape(-1)].float(), row_params).view(R, K1, -1)
+    tokens = rejection_tokens(probs, batch, generator)
+    real = torch.arange(K1, device=tokens.device)[None, :] <= batch.num_draft[:, None]  # padding repeats a row
+    rows, values = batch.target_rows[real], tokens[real]
+    token_ids = token_ids.clone()
+    token_ids[rows] = torch.where(values < 0, token_ids[rows], values)
+    return token_ids
