@@ -88,6 +88,12 @@ class EngineStats:
     num_prompt_tokens: int
     num_generation_tokens: int
     num_steps: int
+    grammar_steps: int = 0
+    """Steps that sampled with grammar masks (structured outputs)."""
+    grammar_seconds: float = 0.0
+    """Host time advancing grammars and filling their masks, all those steps together."""
+    grammar_max_seconds: float = 0.0
+    """The longest one step spent on them."""
 
     @property
     def prefix_cache_hit_rate(self) -> float:

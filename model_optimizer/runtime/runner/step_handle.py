@@ -36,6 +36,8 @@ class StepHandle:
     host: torch.Tensor | None = None
     """Pinned host copy of the checked ids (CUDA only), complete once `done` has fired."""
     done: torch.cuda.Event | None = None
+    logits: torch.Tensor | None = None
+    """Set while the step's sampling waits for its grammar masks (launched with sample=False)."""
 
     @classmethod
     def start(cls, states: list[CachedRequestState], batch: list[SamplingInput], sampled: SampledTokens) -> StepHandle:
