@@ -72,7 +72,8 @@ class SamplingParams:
     detokenize: bool = True
     """Produce text; off, outputs carry token ids only (and stop strings cannot be used)."""
     structured_outputs: StructuredOutputs | None = None
-    """Constrain the output to a JSON schema, a regex, a choice or a grammar (see runtime/structured)."""
+    """Constrain the output to a JSON schema, a regex, a choice or a grammar (see runtime/structured); a
+    dict in vLLM's shape ({"json": schema}, {"regex": ...}, {"choice": [...]}, ...) is converted."""
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
     """What each output holds: all so far (CUMULATIVE), only what is new (DELTA, for streaming), or one
     output when the request has finished (FINAL_ONLY)."""
@@ -92,6 +93,8 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids)
         if _is_int(self.top_k) and self.top_k == -1:
             self.top_k = 0
+        if isinstance(self.structured_outputs, dict):
+            self.structured_outputs = StructuredOutputs.from_dict(self.structured_outputs)
         self._validate()
 
     @property

@@ -72,6 +72,28 @@ class StructuredOutputs:
     def grammar(cls, text: str) -> StructuredOutputs:
         return cls("grammar", text)
 
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> StructuredOutputs:
+        """From vLLM's dict shape: exactly one of json, regex, choice, grammar, json_object (true), and
+        optionally whitespace_flexible (the Python API's, `mopt generate`'s JSONL lines)."""
+        kinds = {"json", "regex", "choice", "grammar", "json_object"}
+        unknown = set(value) - kinds - {"whitespace_flexible"}
+        if unknown:
+            raise ValueError(
+                f"structured_outputs keys are {', '.join(sorted(kinds))}, got {', '.join(sorted(unknown))}"
+            )
+        given = [k for k in sorted(kinds) if value.get(k) not in (None, False)]
+        if len(given) != 1:
+            raise ValueError("structured_outputs needs exactly one of json, regex, choice, grammar or json_object")
+        kind, flexible = given[0], value.get("whitespace_flexible", False)
+        if kind == "json":
+            return cls.json(value["json"], flexible)
+        if kind == "json_object":
+            return cls.json_object(flexible)
+        if kind == "choice":
+            return cls.choice(value["choice"])
+        return cls(kind, value[kind])
+
     def describe(self) -> str:
         """A short name for logs and errors: the kind and the first characters of the spec."""
         spec = self.spec if len(self.spec) <= 60 else self.spec[:57] + "..."

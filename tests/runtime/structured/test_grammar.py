@@ -28,12 +28,23 @@ def test_constraints_travel_to_the_core_and_compare_by_value():
         (lambda: StructuredOutputs.choice([]), "non-empty list"),
         (lambda: StructuredOutputs.choice(["a", ""]), "non-empty list"),
         (lambda: StructuredOutputs.regex(""), "must not be empty"),
-        (lambda: SamplingParams(structured_outputs={"json": {}}), "must be a StructuredOutputs"),
+        (lambda: SamplingParams(structured_outputs="json"), "must be a StructuredOutputs"),
+        (lambda: SamplingParams(structured_outputs={"regex": "a", "choice": ["a"]}), "exactly one"),
+        (lambda: SamplingParams(structured_outputs={"jsn": {}}), "got jsn"),
     ],
 )
 def test_malformed_constraints_are_value_errors(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_a_dict_in_vllms_shape_is_converted():
+    params = SamplingParams(structured_outputs={"json": {"type": "object"}, "whitespace_flexible": True})
+    assert params.structured_outputs == StructuredOutputs.json({"type": "object"}, whitespace_flexible=True)
+    assert SamplingParams(structured_outputs={"json_object": True}).structured_outputs.kind == "json_object"
+    assert SamplingParams(structured_outputs={"choice": ["a", "b"]}).structured_outputs == StructuredOutputs.choice(
+        ["a", "b"]
+    )
 
 
 def test_a_forged_message_is_checked_as_it_is_decoded():
