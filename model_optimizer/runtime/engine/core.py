@@ -17,24 +17,26 @@ reads its generated tokens on the host (penalties, `SchedulerOutput.needs_histor
 flight is collected first and nothing is pending. Every handle is collected exactly once, in
 launch order.
 
-A step whose sampling rows include requests constrained by a grammar (runtime/structured) splits the
-launch in two: the forward of batch k + 1 is queued first, then batch k is collected and its tokens
-advance the grammars, the host fills batch k + 1's token masks while the device runs that forward,
-and only then is its sampling queued. The masks depend on the tokens just collected, so this is the
-earliest they can exist; the device has the forward to run meanwhile, and nothing waits that did not
-wait before. A constrained request joins the scheduler's queue once its grammar has compiled (in a
-thread: the steps of the others go on).
+A step whose sampling rows include requests constrained by a grammar (runtime/structured) splits its
+launch in two: the forward of batch k + 1 is queued, batch k is collected and its tokens advance the
+grammars, and the masks of batch k + 1 start filling in a thread (engine/constrained.py); its
+sampling is queued with them at the start of the next step, once this step's rows are out and the
+next batch is scheduled. The masks depend on the tokens just collected, so this is the earliest they
+can start; the device runs the forward meanwhile, and the host publishes and schedules, so the fill
+costs a step only what outlasts both. (Without asynchronous scheduling the sampling is queued at
+once.) A constrained request joins the scheduler's queue once its grammar has compiled, in a thread:
+the steps of the others go on.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import FIRST_COMPLETED, Future
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.engine.constrained import ConstrainedDecoding
 from model_optimizer.runtime.engine.input_processor import FitLimits
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager, check_kv_capacity
 from model_optimizer.runtime.engine.messages import (
@@ -49,13 +51,9 @@ from model_optimizer.runtime.engine.request import NONFINITE_ERROR, Request, Req
 from model_optimizer.runtime.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from model_optimizer.runtime.engine.stall_bound import DecodeStallBound
 from model_optimizer.runtime.sampler_output import Logprob
-from model_optimizer.runtime.structured.compiler import GrammarCompiler
-from model_optimizer.runtime.structured.manager import StructuredOutputManager, numpy_buffers
 
 DEFAULT_CPU_STALL = 2.0
 """max_decode_stall when unset and the model runs on the CPU."""
-COMPILE_WAIT_S = 0.01
-"""Longest a step waits for a grammar to compile when nothing else can run (instead of spinning)."""
 
 
 class StepRunner(Protocol):
@@ -80,6 +78,8 @@ class _InFlight:
 
     scheduler_output: SchedulerOutput
     handle: Any
+    mask: Future | None = None
+    """Grammar masks being filled: the step's sampling is not queued yet (see the module docstring)."""
 
 
 @dataclass
@@ -148,10 +148,8 @@ class EngineCore:
         self.stall_bound = DecodeStallBound(stall, min_tokens=config.block_size) if stall else None
         """Caps prefill tokens while requests decode (engine/stall_bound.py); None when off."""
         self.clock = time.perf_counter
-        self.structured: StructuredOutputManager | None = None
-        """Grammar state of constrained requests; made with the first one (runtime/structured)."""
-        self._compiling: dict[str, tuple[Future, list[Request]]] = {}
-        """Request id -> its grammar's compile and its completions, which join the queue once it is done."""
+        self.constrained: ConstrainedDecoding | None = None
+        """Structured outputs' grammars and masks; made with the first constrained request."""
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request: CoreRequest) -> None:
@@ -180,7 +178,7 @@ class EngineCore:
         if not 0 <= request.client < self.num_clients:
             raise ValueError(f"client {request.client} is not one of this core's {self.num_clients} frontends")
         if params.structured_outputs is not None:  # queued once its grammar has compiled (_admit_compiled)
-            self._compiling[request.request_id] = (self._grammars().submit(params.structured_outputs), children)
+            self._constrained().submit(request.request_id, params.structured_outputs, children)
         else:
             for child in children:
                 self.scheduler.add_request(child)
@@ -199,11 +197,8 @@ class EngineCore:
             for child in children:
                 self.scheduler.abort(child.request_id)
             parent = children[0].parent_id if children else request_id
-            if parent in self._compiling:  # not in the scheduler yet
-                for child in children:
-                    child.status = RequestStatus.FINISHED_ABORTED
-                if all(c.finished for c in self._compiling[parent][1]):  # type: ignore[index]
-                    del self._compiling[parent]  # type: ignore[arg-type]
+            if self.constrained is not None:  # still waiting for its grammar: in no queue yet
+                self.constrained.abort(parent, children)  # type: ignore[arg-type]
             self._forget_if_done(parent)  # type: ignore[arg-type]
 
     def abort_all(self) -> None:
@@ -218,63 +213,45 @@ class EngineCore:
 
     def has_unfinished_requests(self) -> bool:
         # a step in flight for unfinished requests keeps them running
-        return self.scheduler.has_unfinished() or bool(self._compiling)
+        return self.scheduler.has_unfinished() or bool(self.constrained is not None and self.constrained.compiling)
 
     # ----------------------------------------------------------------- grammars
-    def _grammars(self) -> StructuredOutputManager:
-        """The structured-output manager, made with the first constrained request (ValueError when the
-        model or the runner cannot constrain sampling)."""
-        if self.structured is None:
-            if self.tokenizer is None:
-                raise ValueError("structured outputs need the model's tokenizer, and this model has none")
-            if not hasattr(self.runner, "sample"):
-                raise ValueError("this model runner cannot constrain sampling (structured outputs)")
-            compiler = GrammarCompiler(self.tokenizer, self.info.vocab_size, self.info.eos_token_ids)
-            self.structured = StructuredOutputManager(compiler)
-        return self.structured
+    def _constrained(self) -> ConstrainedDecoding:
+        if self.constrained is None:  # ValueError when the model or runner cannot constrain sampling
+            info = self.info
+            self.constrained = ConstrainedDecoding(self.runner, self.tokenizer, info.vocab_size, info.eos_token_ids)
+        return self.constrained
 
     def _admit_compiled(self) -> None:
-        """Queue the requests whose grammar has compiled; fail those whose grammar could not. When nothing
-        else can run, wait a little for a compile rather than spin."""
-        if not self._compiling:
+        """Queue the requests whose grammar has compiled; a row for each whose compile failed."""
+        constrained = self.constrained
+        if constrained is None or not constrained.compiling:
             return
-        if not self.scheduler.has_unfinished() and self._in_flight is None:
-            wait_futures([f for f, _ in self._compiling.values()], COMPILE_WAIT_S, FIRST_COMPLETED)
-        for request_id, (future, children) in list(self._compiling.items()):
-            if not future.done():
-                continue
-            del self._compiling[request_id]
-            error = future.exception()
+        idle = not self.scheduler.has_unfinished() and self._in_flight is None
+        for request_id, children in constrained.admit_compiled(self.scheduler, idle):
             out = self._news[self.client_of.get(request_id, 0)]
             for child in children:
-                if child.finished:  # aborted while compiling
-                    continue
-                if error is not None:
-                    child.status, child.error = RequestStatus.FINISHED_ERROR, f"structured outputs: {error}"
+                if child.error is not None:
                     self._finish_row(out, child)
-                else:
-                    self.structured.start(child.request_id, future.result())  # type: ignore[union-attr]
-                    self.scheduler.add_request(child)
             self._forget_if_done(request_id)
 
-    def _masked_rows(self, out: SchedulerOutput) -> list[Request | None] | None:
-        """The step's sampling rows in the runner's order when a grammar constrains any of them, else None."""
-        structured = self.structured
-        if structured is None or not structured.num_matchers:
-            return None
-        requests = self.scheduler.requests
-        rows = [requests.get(rid) for rid in out.num_scheduled_tokens if rid in out.sampling_request_ids]
-        return rows if any(r is not None and structured.has(r.request_id) for r in rows) else None
-
-    def _launch_masked(self, out: SchedulerOutput, previous: _InFlight | None, rows: list, news: list) -> Any:
-        """Queue the forward, collect `previous` (its tokens advance the grammars), fill the masks, queue
-        the sampling (see the module docstring); returns the step's handle."""
-        handle = self.runner.launch(out, previous.handle if previous is not None else None, sample=False)  # type: ignore[call-arg]
-        if previous is not None:
+    def _launch(self, out: SchedulerOutput, previous: _InFlight | None, news: list) -> tuple[_InFlight, bool]:
+        """Queue a step: whole, or (grammar-constrained rows) its forward, then `previous` collected and the
+        masks started. Returns the step and whether `previous` was collected."""
+        pending = previous.handle if previous is not None else None
+        rows = self.constrained.masked_rows(self.scheduler, out) if self.constrained is not None else None
+        if rows is None:
+            return _InFlight(out, self.runner.launch(out, pending)), False
+        handle = self.runner.launch(out, pending, sample=False)  # type: ignore[call-arg]
+        if previous is not None:  # its tokens advance the grammars the masks start from
             self._finish(previous, news)
-        buffers = getattr(self.runner, "token_mask_buffers", numpy_buffers)
-        mask = self.structured.fill(rows, buffers)  # type: ignore[union-attr]
-        return self.runner.sample(handle, mask)  # type: ignore[attr-defined]
+        step = _InFlight(out, handle, self.constrained.fill(rows, background=self.config.async_scheduling))  # type: ignore[union-attr]
+        return (step if self.config.async_scheduling else self._sample(step)), previous is not None
+
+    def _sample(self, step: _InFlight) -> _InFlight:
+        """Queue the sampling of a step whose masks were being filled."""
+        mask = self.constrained.wait(step.mask)  # type: ignore[union-attr, arg-type]
+        return _InFlight(step.scheduler_output, self.runner.sample(step.handle, mask))  # type: ignore[attr-defined]
 
     # ----------------------------------------------------------------- step
     def step(self) -> list[CoreOutputs]:
@@ -284,6 +261,8 @@ class EngineCore:
         bound = self.stall_bound
         scheduler_output = self.scheduler.schedule(bound.max_prefill_tokens() if bound is not None else None)
         previous, self._in_flight = self._in_flight, None
+        if previous is not None and previous.mask is not None:  # its masks were filled meanwhile
+            previous = self._sample(previous)
         news, self._news = self._news, self._builders()
         if previous is not None and scheduler_output.needs_history:  # its tokens must be on the host first
             self._finish(previous, news)
@@ -291,13 +270,9 @@ class EngineCore:
         launched = None
         if not scheduler_output.is_empty:
             self.num_prompt_tokens += scheduler_output.num_prompt_tokens
-            rows = self._masked_rows(scheduler_output)
-            if rows is not None:
-                handle = self._launch_masked(scheduler_output, previous, rows, news)
-                previous = None  # collected: its tokens were needed for the masks
-            else:
-                handle = self.runner.launch(scheduler_output, previous.handle if previous is not None else None)
-            launched = _InFlight(scheduler_output, handle)
+            launched, collected = self._launch(scheduler_output, previous, news)
+            if collected:
+                previous = None
         done = launched
         if self.config.async_scheduling:  # collect the previous step while this one runs
             done, self._in_flight = previous, launched
@@ -321,12 +296,8 @@ class EngineCore:
         """Collect a launched step's tokens, apply them, and add a row for every completion they changed."""
         updated = self.scheduler.update_from_output(step.scheduler_output, self.runner.collect(step.handle))
         self.num_steps += 1
-        if self.structured is not None:
-            for request, error in self.structured.advance(updated):  # a finished grammar ends its request
-                if error is None:
-                    self.scheduler.finish(request, RequestStatus.FINISHED_STOPPED)
-                else:
-                    self.scheduler.fail(request, error)
+        if self.constrained is not None:  # a finished grammar ends its request
+            self.constrained.advance(updated, self.scheduler)
         for request in updated:
             out = news[self.client_of.get(request.parent_id, 0)]  # type: ignore[arg-type]
             if request.error == NONFINITE_ERROR:  # failed alone: so do its n - 1 siblings, which share its prompt
@@ -363,12 +334,12 @@ class EngineCore:
 
     def _forget_if_done(self, request_id: str) -> None:
         children = self.groups.get(request_id)
-        if children is not None and all(c.finished for c in children) and request_id not in self._compiling:
+        compiling = self.constrained.compiling if self.constrained is not None else {}
+        if children is not None and all(c.finished for c in children) and request_id not in compiling:
             del self.groups[request_id]
             del self.client_of[request_id]
-            if self.structured is not None:
-                for child in children:
-                    self.structured.drop(child.request_id)
+            if self.constrained is not None:
+                self.constrained.drop(children)
 
     # ----------------------------------------------------------------- stats
     def stats(self) -> EngineStats:
@@ -385,9 +356,7 @@ class EngineCore:
             num_prompt_tokens=self.num_prompt_tokens,
             num_generation_tokens=self.num_generation_tokens,
             num_steps=self.num_steps,
-            grammar_steps=self.structured.num_steps if self.structured is not None else 0,
-            grammar_seconds=self.structured.seconds if self.structured is not None else 0.0,
-            grammar_max_seconds=self.structured.max_seconds if self.structured is not None else 0.0,
+            **(self.constrained.stats() if self.constrained is not None else {}),
         )
 
 

@@ -94,6 +94,8 @@ class EngineStats:
     """Host time advancing grammars and filling their masks, all those steps together."""
     grammar_max_seconds: float = 0.0
     """The longest one step spent on them."""
+    grammar_wait_seconds: float = 0.0
+    """Of that, the time the step loop waited for masks (what the forward and its own work did not hide)."""
 
     @property
     def prefix_cache_hit_rate(self) -> float:

@@ -126,6 +126,15 @@ class StructuredOutputManager:
     def fill(self, requests: list[Any], buffers: MaskBuffers = numpy_buffers) -> HostTokenMask | None:
         """The masks of one step's sampling rows (`requests` in row order; None or a finished request
         for a row that needs none), or None when no row has a live matcher."""
+        job = self.prepare_fill(requests, buffers)
+        return job() if job is not None else None
+
+    def prepare_fill(
+        self, requests: list[Any], buffers: MaskBuffers = numpy_buffers
+    ) -> Callable[[], HostTokenMask] | None:
+        """`fill` in two: the rows and buffers now (the caller's thread), and a job that computes the masks
+        (llguidance's pool, the GIL released), to run in a thread while the caller goes on; None when no
+        row has a live matcher. No matcher of these rows may advance until the job has run."""
         started = time.perf_counter()
         rows: list[tuple[int, Any]] = []
         for i, request in enumerate(requests):
@@ -143,13 +152,20 @@ class StructuredOutputManager:
         if not bitmask.flags["C_CONTIGUOUS"] or bitmask.dtype != np.int32 or bitmask.shape != (len(rows), words):
             raise ValueError(f"mask buffer must be C-contiguous int32 of shape {(len(rows), words)}")
         pairs = [(matcher, k) for k, (_, matcher) in enumerate(rows)]
-        self.executor().unsafe_compute_mask_ptr(pairs, bitmask.ctypes.data, words * 4, len(rows))
-        step = self._advance_seconds + time.perf_counter() - started
+        executor = self.executor()  # made here, never by two threads at once
+        spent = self._advance_seconds + time.perf_counter() - started
         self._advance_seconds = 0.0
-        self.num_steps += 1
-        self.seconds += step
-        self.max_seconds = max(self.max_seconds, step)
-        return mask
+
+        def compute() -> HostTokenMask:
+            begun = time.perf_counter()
+            executor.unsafe_compute_mask_ptr(pairs, bitmask.ctypes.data, words * 4, len(pairs))
+            step = spent + time.perf_counter() - begun
+            self.num_steps += 1
+            self.seconds += step
+            self.max_seconds = max(self.max_seconds, step)
+            return mask
+
+        return compute
 
     def executor(self) -> Any:
         if self._executor is None:
