@@ -250,3 +250,30 @@ def test_abort_while_the_grammar_compiles(model_dir):
     while engine.has_unfinished_requests():
         outputs = engine.step()
     assert outputs[0].finished and json.loads(outputs[0].outputs[0].text)
+
+
+def test_a_request_waiting_for_its_grammar_stalls_no_one(model_dir, monkeypatch):
+    """The compile is held (an event) until a free request has run to its end; then the constrained one runs."""
+    import threading
+
+    from model_optimizer.runtime.structured.compiler import GrammarCompiler
+
+    release = threading.Event()
+    compile_for_real = GrammarCompiler._compile
+
+    def held(self, so):
+        assert release.wait(60)
+        return compile_for_real(self, so)
+
+    monkeypatch.setattr(GrammarCompiler, "_compile", held)
+    engine = LLM(model_dir, kv_cache_memory=1 << 24).engine
+    engine.add_request("constrained", PROMPTS[1], CONSTRAINED)
+    engine.add_request("free", PROMPTS[2], FREE)
+    finished = {}
+    while "free" not in finished:
+        finished.update({o.request_id: o for o in engine.step() if o.finished})
+    assert "constrained" in engine.core.constrained.compiling and "constrained" not in finished
+    release.set()
+    while engine.has_unfinished_requests():
+        finished.update({o.request_id: o for o in engine.step() if o.finished})
+    jsonschema.validate(json.loads(finished["constrained"].outputs[0].text), ITEMS)
