@@ -256,7 +256,7 @@ def _load(config: EngineConfig, num_clients: int) -> tuple[EngineCore, dict]:
     log_phase("tokenizer", phase)
     runner, info = load_runner(config, model_dir, tokenizer)  # logs weights, KV cache, warm-up, graph capture
     phase = time.perf_counter()
-    core = EngineCore(config, runner, info, num_clients)
+    core = EngineCore(config, runner, info, num_clients, tokenizer=tokenizer)
     core.add_request(CoreRequest("warm-up", [1, 2, 3], SamplingParams(max_tokens=2, temperature=0.0), 2))
     while core.has_unfinished_requests():  # the first requests' path, so no user pays for it
         core.step()

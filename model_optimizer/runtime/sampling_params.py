@@ -8,6 +8,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
+from model_optimizer.runtime.structured.params import StructuredOutputs
+
 MAX_LOGPROBS = 20
 
 
@@ -69,6 +71,9 @@ class SamplingParams:
     """Leave special tokens out of the text."""
     detokenize: bool = True
     """Produce text; off, outputs carry token ids only (and stop strings cannot be used)."""
+    structured_outputs: StructuredOutputs | None = None
+    """Constrain the output to a JSON schema, a regex, a choice or a grammar (see runtime/structured); a
+    dict in vLLM's shape ({"json": schema}, {"regex": ...}, {"choice": [...]}, ...) is converted."""
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
     """What each output holds: all so far (CUMULATIVE), only what is new (DELTA, for streaming), or one
     output when the request has finished (FINAL_ONLY)."""
@@ -88,6 +93,8 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids)
         if _is_int(self.top_k) and self.top_k == -1:
             self.top_k = 0
+        if isinstance(self.structured_outputs, dict):
+            self.structured_outputs = StructuredOutputs.from_dict(self.structured_outputs)
         self._validate()
 
     @property
@@ -154,6 +161,10 @@ class SamplingParams:
             f"output_kind must be a RequestOutputKind (cumulative, delta, final_only), got {self.output_kind!r}",
         )
         _require(self.detokenize or not self.stop, "stop strings need detokenize=True")
+        _require(
+            self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputs),
+            f"structured_outputs must be a StructuredOutputs, got {type(self.structured_outputs).__name__}",
+        )
         _require(self.prompt_logprobs is None, "prompt_logprobs is not supported yet; leave it unset")
 
 

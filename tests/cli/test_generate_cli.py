@@ -4,6 +4,7 @@ escapes in --stop, --max-tokens None, chat-style lines, and a FILE:LINE error fo
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -155,6 +156,7 @@ BAD_LINES = [
     (["hi"], "expected a JSON object"),
     ({"messages": "hi"}, "messages must be a non-empty list"),
     ({"messages": [{"role": "user"}]}, "messages[0] must be an object with string 'role' and 'content'"),
+    ({"prompt": "hi", "structured_outputs": {"regex": "a", "choice": ["a"]}}, "exactly one of json, regex"),
 ]
 
 
@@ -168,6 +170,20 @@ def test_every_bad_line_names_file_and_line(tiny_model, tmp_path, capsys, line, 
     last = err.strip().splitlines()[-1]  # ids outside the vocabulary are found once the model is loaded
     assert last.startswith(f"mopt generate: error: {prompts}:3: ") and message in last, err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_a_line_may_constrain_its_output(tiny_model, tmp_path):
+    prompts = tmp_path / "in.jsonl"
+    lines = [
+        {"prompt": "hello", "max_tokens": 20, "structured_outputs": {"regex": "[0-9]{2}-[a-z]{2}"}},
+        {"prompt": "hello", "max_tokens": 20, "structured_outputs": {"choice": ["yes", "no"]}, "temperature": 1.0},
+    ]
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    path = tmp_path / "out.jsonl"
+    assert _generate(tiny_model("qwen3"), "--prompts-file", str(prompts), "--output", str(path)) == 0
+    first, second = (row["outputs"][0] for row in _rows(path))
+    assert re.fullmatch("[0-9]{2}-[a-z]{2}", first["text"]) and second["text"] in ("yes", "no")
+    assert first["finish_reason"] == second["finish_reason"] == "stop"
 
 
 def test_stop_and_sampling_fields_in_a_line_override_the_flags(tiny_model, tmp_path):

@@ -7,11 +7,13 @@ Times are seconds from the start of the run (time.perf_counter based).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import ssl
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import httpx
@@ -59,8 +61,17 @@ class ClientConfig:
     logprobs: int | None = None
     """Ask for this many top logprobs per token on every request (measures their cost). Empty: none."""
 
+    json_schema: str | None = None
+    """JSON schema file: every request asks for output valid against it (response_format json_schema; measures structured outputs). Empty: none."""
+
+    response_format: str | None = None
+    """JSON file holding a whole response_format object (json_object, json_schema ...) sent with every request. Empty: none."""
+
     def __post_init__(self) -> None:
         check_choice(self, "endpoint")
+        if self.json_schema and self.response_format:
+            raise ValueError("give json_schema or response_format, not both")
+        response_format_of(self)  # a missing file or bad JSON fails before any request is sent
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
         self.base_url = self.base_url.rstrip("/").removesuffix("/v1")
@@ -296,7 +307,35 @@ def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
         payload.update(
             {"logprobs": True, "top_logprobs": cfg.logprobs} if cfg.endpoint == "chat" else {"logprobs": cfg.logprobs}
         )
+    response_format = response_format_of(cfg)
+    if response_format is not None:  # chat's field; vLLM and mopt serve take it on completions too
+        payload["response_format"] = response_format
     return json.dumps(payload).encode()
+
+
+def response_format_of(cfg: ClientConfig) -> dict | None:
+    """The response_format every request sends (from json_schema or response_format), or None."""
+    return _read_response_format(cfg.json_schema, cfg.response_format)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_response_format(schema_file: str | None, format_file: str | None) -> dict | None:
+    path = schema_file or format_file
+    if not path:
+        return None
+    try:
+        value = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+    if schema_file:
+        if not isinstance(value, dict):
+            raise ValueError(f"{path}: a JSON schema must be an object")
+        return {"type": "json_schema", "json_schema": {"name": Path(path).stem or "schema", "schema": value}}
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise ValueError(f'{path}: a response_format is an object with a "type" (json_object, json_schema ...)')
+    return value
 
 
 def _num_logprobs(chunk: dict, chat: bool) -> int | None:

@@ -23,15 +23,30 @@ and the scheduler must know how many proposals the last step kept before it sche
 a step that verifies proposals is collected before `step()` returns. What that costs, the host work of
 one step no longer hidden behind the device's, is part of what the policy measures when it decides
 whether speculating pays.
+
+A step whose sampling rows include requests constrained by a grammar (runtime/structured) splits its
+launch in two: the forward of batch k + 1 is queued, batch k is collected and its tokens advance the
+grammars, and the masks of batch k + 1 start filling in a thread (engine/constrained.py); its
+sampling is queued with them at the start of the next step, once this step's rows are out and the
+next batch is scheduled. The masks depend on the tokens just collected, so this is the earliest they
+can start; the device runs the forward meanwhile, and the host publishes and schedules, so the fill
+costs a step only what outlasts both. (Without asynchronous scheduling the sampling is queued at
+once.) A constrained request joins the scheduler's queue once its grammar has compiled, in a thread:
+the steps of the others go on.
+
+The two do not share a step: while any grammar is live, no request speculates (a grammar would
+have to check each proposed token and mask each verified position).
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.engine.constrained import ConstrainedDecoding
 from model_optimizer.runtime.engine.input_processor import FitLimits
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager, check_kv_capacity
 from model_optimizer.runtime.engine.messages import (
@@ -42,7 +57,7 @@ from model_optimizer.runtime.engine.messages import (
     OutputsBuilder,
     Started,
 )
-from model_optimizer.runtime.engine.request import Request, RequestStatus
+from model_optimizer.runtime.engine.request import NONFINITE_ERROR, Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from model_optimizer.runtime.engine.stall_bound import DecodeStallBound
 from model_optimizer.runtime.sampler_output import Logprob
@@ -62,7 +77,11 @@ class StepRunner(Protocol):
 
     def collect(self, handle: Any) -> dict[str, tuple[int, Logprob | None]]:
         """Wait for a launched step: request id -> (sampled token id, logprob or None). Once per handle.
-        A request that verified proposals gets (the token ids kept, their logprobs or None) instead."""
+        A request that verified proposals gets (the token ids kept, their logprobs or None) instead.
+
+        A runner that serves grammar-constrained requests also has `launch(..., sample=False)` (forward
+        only), `token_mask_buffers(rows, masked, words)` (optional: host arrays for the masks) and
+        `sample(handle, mask) -> handle` (the runner's ModelRunner and the tensor-parallel executor do)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +90,8 @@ class _InFlight:
 
     scheduler_output: SchedulerOutput
     handle: Any
+    mask: Future | None = None
+    """Grammar masks being filled: the step's sampling is not queued yet (see the module docstring)."""
 
 
 @dataclass
@@ -97,8 +118,12 @@ def fit_limits(config: EngineConfig, info: ModelInfo) -> FitLimits:
 
 
 class EngineCore:
-    def __init__(self, config: EngineConfig, runner: StepRunner, info: ModelInfo, num_clients: int = 1) -> None:
+    def __init__(
+        self, config: EngineConfig, runner: StepRunner, info: ModelInfo, num_clients: int = 1, tokenizer: Any = None
+    ) -> None:
         self.config = config
+        self.tokenizer = tokenizer
+        """The model's tokenizer: structured outputs build their grammar engine's vocabulary from it."""
         self.num_clients = num_clients
         """Frontends whose requests it runs: each step's rows are split by the client that sent them."""
         self.runner = runner
@@ -138,6 +163,8 @@ class EngineCore:
         spec = config.speculative
         self.speculator = Speculator(spec) if spec is not None else None
         self._num_step_tokens = 0
+        self.constrained: ConstrainedDecoding | None = None
+        """Structured outputs' grammars and masks; made with the first constrained request."""
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request: CoreRequest) -> None:
@@ -165,8 +192,11 @@ class EngineCore:
             )
         if not 0 <= request.client < self.num_clients:
             raise ValueError(f"client {request.client} is not one of this core's {self.num_clients} frontends")
-        for child in children:
-            self.scheduler.add_request(child)
+        if params.structured_outputs is not None:  # queued once its grammar has compiled (_admit_compiled)
+            self._constrained().submit(request.request_id, params.structured_outputs, children)
+        else:
+            for child in children:
+                self.scheduler.add_request(child)
         self.groups[request.request_id] = children
         self.client_of[request.request_id] = request.client
 
@@ -181,7 +211,10 @@ class EngineCore:
                 children = self._one_completion(request_id)
             for child in children:
                 self.scheduler.abort(child.request_id)
-            self._forget_if_done(children[0].parent_id if children else request_id)
+            parent = children[0].parent_id if children else request_id
+            if self.constrained is not None:  # still waiting for its grammar: in no queue yet
+                self.constrained.abort(parent, children)  # type: ignore[arg-type]
+            self._forget_if_done(parent)  # type: ignore[arg-type]
 
     def abort_all(self) -> None:
         self.abort(list(self.groups))
@@ -194,18 +227,64 @@ class EngineCore:
         return [children[int(index)]]
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished()  # a step in flight for unfinished requests keeps them running
+        # a step in flight for unfinished requests keeps them running
+        return self.scheduler.has_unfinished() or bool(self.constrained is not None and self.constrained.compiling)
+
+    # ----------------------------------------------------------------- grammars
+    def _constrained(self) -> ConstrainedDecoding:
+        if self.constrained is None:  # ValueError when the model or runner cannot constrain sampling
+            info = self.info
+            self.constrained = ConstrainedDecoding(self.runner, self.tokenizer, info.vocab_size, info.eos_token_ids)
+        return self.constrained
+
+    def _admit_compiled(self) -> None:
+        """Queue the requests whose grammar has compiled; a row for each whose compile failed."""
+        constrained = self.constrained
+        if constrained is None or not constrained.compiling:
+            return
+        idle = not self.scheduler.has_unfinished() and self._in_flight is None
+        for request_id, children in constrained.admit_compiled(self.scheduler, idle):
+            out = self._news[self.client_of.get(request_id, 0)]
+            for child in children:
+                if child.error is not None:
+                    self._finish_row(out, child)
+            self._forget_if_done(request_id)
+
+    def _launch(self, out: SchedulerOutput, previous: _InFlight | None, news: list) -> tuple[_InFlight, bool]:
+        """Queue a step: whole, or (grammar-constrained rows) its forward, then `previous` collected and the
+        masks started. Returns the step and whether `previous` was collected."""
+        pending = previous.handle if previous is not None else None
+        rows = self.constrained.masked_rows(self.scheduler, out) if self.constrained is not None else None
+        if rows is None:
+            return _InFlight(out, self.runner.launch(out, pending)), False
+        handle = self.runner.launch(out, pending, sample=False)  # type: ignore[call-arg]
+        if previous is not None:  # its tokens advance the grammars the masks start from
+            self._finish(previous, news)
+        step = _InFlight(out, handle, self.constrained.fill(rows, background=self.config.async_scheduling))  # type: ignore[union-attr]
+        return (step if self.config.async_scheduling else self._sample(step)), previous is not None
+
+    def _sample(self, step: _InFlight) -> _InFlight:
+        """Queue the sampling of a step whose masks were being filled."""
+        mask = self.constrained.wait(step.mask)  # type: ignore[union-attr, arg-type]
+        return _InFlight(step.scheduler_output, self.runner.sample(step.handle, mask))  # type: ignore[attr-defined]
 
     # ----------------------------------------------------------------- step
     def step(self) -> list[CoreOutputs]:
         """Run one batch; return, per client, the rows it (and the commands before it) changed."""
+        self._admit_compiled()
         started = self.clock()
         bound = self.stall_bound
         previous, self._in_flight = self._in_flight, None
+        if previous is not None and previous.mask is not None:  # its masks were filled meanwhile
+            previous = self._sample(previous)
         news, self._news = self._news, self._builders()
         self._num_step_tokens = 0
         proposals = None
-        if self.speculator is not None and self.speculator.begin_step(self.scheduler.running):
+        if (
+            self.speculator is not None
+            and not self._grammars_live()
+            and self.speculator.begin_step(self.scheduler.running)
+        ):
             if previous is not None:  # proposals are made from its tokens, on the host
                 self._finish(previous, news)
                 previous = None
@@ -218,8 +297,9 @@ class EngineCore:
         launched = None
         if not scheduler_output.is_empty:
             self.num_prompt_tokens += scheduler_output.num_prompt_tokens
-            handle = self.runner.launch(scheduler_output, previous.handle if previous is not None else None)
-            launched = _InFlight(scheduler_output, handle)
+            launched, collected = self._launch(scheduler_output, previous, news)
+            if collected:
+                previous = None
         done = launched
         if self.config.async_scheduling and not scheduler_output.spec_token_ids:
             done, self._in_flight = previous, launched  # collect the previous step while this one runs
@@ -245,10 +325,15 @@ class EngineCore:
         """Collect a launched step's tokens, apply them, and add a row for every completion they changed."""
         updated = self.scheduler.update_from_output(step.scheduler_output, self.runner.collect(step.handle))
         self.num_steps += 1
+        if self.constrained is not None:  # a finished grammar ends its request
+            self.constrained.advance(updated, self.scheduler)
         for request in updated:
             out = news[self.client_of.get(request.parent_id, 0)]  # type: ignore[arg-type]
-            if request.error is not None:  # failed alone: so do its n - 1 siblings, which share its prompt
+            if request.error == NONFINITE_ERROR:  # failed alone: so do its n - 1 siblings, which share its prompt
                 self._fail_group(request, out)
+                continue
+            if request.error is not None:  # its grammar failed: it alone
+                self._finish_row(out, request)
                 continue
             n = request.num_step_tokens
             self.num_generation_tokens += n
@@ -284,9 +369,12 @@ class EngineCore:
 
     def _forget_if_done(self, request_id: str) -> None:
         children = self.groups.get(request_id)
-        if children is not None and all(c.finished for c in children):
+        compiling = self.constrained.compiling if self.constrained is not None else {}
+        if children is not None and all(c.finished for c in children) and request_id not in compiling:
             del self.groups[request_id]
             del self.client_of[request_id]
+            if self.constrained is not None:
+                self.constrained.drop(children)
 
     # ----------------------------------------------------------------- stats
     def stats(self) -> EngineStats:
@@ -304,7 +392,11 @@ class EngineCore:
             num_generation_tokens=self.num_generation_tokens,
             num_steps=self.num_steps,
             **self._spec_stats(),
+            **(self.constrained.stats() if self.constrained is not None else {}),
         )
+
+    def _grammars_live(self) -> bool:
+        return self.constrained is not None and self.constrained.manager.num_matchers > 0
 
     def _spec_stats(self) -> dict:
         if self.speculator is None:

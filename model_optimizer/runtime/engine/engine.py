@@ -27,7 +27,7 @@ class LLMEngine:
         self.runner = runner
         self.tokenizer = tokenizer
         self.info = info
-        self.core = EngineCore(config, runner, info)
+        self.core = EngineCore(config, runner, info, tokenizer=tokenizer)
         self.inputs = InputProcessor(tokenizer, info.vocab_size, self.core.limits)
         self.output_processor = OutputProcessor(tokenizer)
 

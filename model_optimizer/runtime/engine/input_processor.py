@@ -73,8 +73,10 @@ def chat_text(
     template: str | None = None,
     add_generation_prompt: bool = True,
     template_kwargs: dict[str, Any] | None = None,
+    tools: list[dict] | None = None,
 ) -> str:
-    """A conversation rendered through a chat template (`template`, else the tokenizer's) as prompt text.
+    """A conversation rendered through a chat template (`template`, else the tokenizer's) as prompt text;
+    `tools` (OpenAI's function definitions) are the template's `tools` variable, as transformers passes them.
 
     ValueError saying what is wrong when there is no template, the template fails on these messages, or
     it renders nothing. The one way every caller (LLM.chat, the server, `mopt generate`, the start-up
@@ -88,6 +90,8 @@ def chat_text(
         if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool))
     }
     try:
+        if tools:
+            extra["tools"] = tools
         text = tokenizer.apply_chat_template(
             messages, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
         )

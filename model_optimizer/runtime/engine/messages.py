@@ -96,6 +96,14 @@ class EngineStats:
     """... of those, the ones accepted,"""
     spec_accepted_per_pos: list[int] = field(default_factory=list)
     """... and accepted ones by position in the proposal."""
+    grammar_steps: int = 0
+    """Steps that sampled with grammar masks (structured outputs)."""
+    grammar_seconds: float = 0.0
+    """Host time advancing grammars and filling their masks, all those steps together."""
+    grammar_max_seconds: float = 0.0
+    """The longest one step spent on them."""
+    grammar_wait_seconds: float = 0.0
+    """Of that, the time the step loop waited for masks (what the forward and its own work did not hide)."""
 
     @property
     def prefix_cache_hit_rate(self) -> float:

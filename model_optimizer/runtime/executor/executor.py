@@ -35,14 +35,18 @@ from model_optimizer.runtime.engine.scheduler_output import SchedulerOutput
 from model_optimizer.runtime.executor.worker import (
     CLOSE,
     COLLECT,
+    FORWARD,
+    FORWARD_PENDING,
     LAUNCH,
     LAUNCH_PENDING,
     MULTICAST_OFF,
     PROFILE_START,
     PROFILE_STOP,
+    SAMPLE,
     WorkerSpec,
     worker_main,
 )
+from model_optimizer.runtime.structured.manager import HostTokenMask
 
 log = logging.getLogger(__name__)
 
@@ -181,15 +185,35 @@ class TensorParallelExecutor:
         return exc
 
     # ----------------------------------------------------------------- StepRunner
-    def launch(self, scheduler_output: SchedulerOutput, pending: int | None = None) -> int:
-        """Send the step to every worker (the same pickled bytes); return its handle, a step number."""
+    def launch(self, scheduler_output: SchedulerOutput, pending: int | None = None, sample: bool = True) -> int:
+        """Send the step to every worker (the same pickled bytes); return its handle, a step number.
+        With `sample` False the workers queue its forward only, until `sample`."""
         self._check_open()
         if pending is not None and (not self._launched or pending != self._launched[-1]):
             raise RuntimeError(f"pending step {pending} is not the newest launched one")
-        kind = LAUNCH_PENDING if pending is not None else LAUNCH
+        if sample:
+            kind = LAUNCH_PENDING if pending is not None else LAUNCH
+        else:
+            kind = FORWARD_PENDING if pending is not None else FORWARD
         self._send(kind + pickle.dumps(scheduler_output, protocol=pickle.HIGHEST_PROTOCOL))
         handle, self._next_step = self._next_step, self._next_step + 1
         self._launched.append(handle)
+        return handle
+
+    def sample(self, handle: int, mask: HostTokenMask | None) -> int:
+        """Queue the sampling of the newest step, launched with sample=False; the masks go to rank 0,
+        which samples for every rank."""
+        self._check_open()
+        if not self._launched or handle != self._launched[-1]:
+            raise RuntimeError(f"step {handle} is not the newest launched one; only it can be sampled")
+        none = SAMPLE + pickle.dumps(None)
+        for rank, conn in enumerate(self._conns):
+            message = SAMPLE + pickle.dumps(mask, protocol=pickle.HIGHEST_PROTOCOL) if rank == 0 else none
+            try:
+                conn.send_bytes(message)
+            except OSError:
+                self._receive(rank)
+                raise self._fail(WorkerError(f"tensor-parallel worker rank {rank} stopped reading")) from None
         return handle
 
     def collect(self, handle: int) -> dict[str, tuple[int, Logprob | None]]:

@@ -31,6 +31,9 @@ from model_optimizer.runtime.config import EngineConfig
 
 LAUNCH, LAUNCH_PENDING, COLLECT, CLOSE = b"L", b"P", b"C", b"X"
 """First byte of each driver message: launch (nothing pending / newest step pending), collect, close."""
+FORWARD, FORWARD_PENDING, SAMPLE = b"F", b"G", b"M"
+"""A launch in two (grammar masks, engine/core.py): the forward (as LAUNCH / LAUNCH_PENDING), then the
+newest step's sampling, with rank 0's masks pickled after the byte (None for the other ranks)."""
 PROFILE_START, PROFILE_STOP = b"S", b"E"
 """Benchmarks only: rank 0 profiles the device kernels of the steps in between (executor/step_profile.py)."""
 
@@ -137,9 +140,12 @@ def _serve(runner: Any, conn: Connection, rank: int) -> None:
         while True:
             message = conn.recv_bytes()
             kind = message[:1]
-            if kind in (LAUNCH, LAUNCH_PENDING):
-                pending = handles[-1] if kind == LAUNCH_PENDING else None
-                handles.append(runner.launch(pickle.loads(message[1:]), pending))
+            if kind in (LAUNCH, LAUNCH_PENDING, FORWARD, FORWARD_PENDING):
+                pending = handles[-1] if kind in (LAUNCH_PENDING, FORWARD_PENDING) else None
+                sample = kind in (LAUNCH, LAUNCH_PENDING)
+                handles.append(runner.launch(pickle.loads(message[1:]), pending, sample=sample))
+            elif kind == SAMPLE:
+                handles[-1] = runner.sample(handles[-1], pickle.loads(message[1:]))
             elif kind == COLLECT:
                 results = runner.collect(handles.popleft())
                 profiled_steps += 1

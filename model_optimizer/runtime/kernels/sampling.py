@@ -9,6 +9,10 @@ writes the float32 logits about eight times over: at 256 rows of a 151,936-token
 is about 1.9 GB per step. Greedy rows (inverse temperature 0) take the plain argmax, ties to the
 lowest index like torch.argmax. Each program also checks its chunk for NaN/inf (a NaN best score
 marks the chunk), so the sampler learns which rows' logits were not finite without another pass.
+
+A row may also be constrained by a grammar's token bitmask (runtime/structured): tokens whose bit is
+clear score -inf, read from the packed mask beside the logits, so a constrained row costs no extra pass
+over its logits; the finite check still looks at the model's own logits only.
 """
 
 from __future__ import annotations
@@ -28,10 +32,14 @@ def _gumbel_argmax_kernel(
     seed_ptr,
     best_ptr,
     index_ptr,
+    mask_ptr,
+    mask_index_ptr,
+    mask_words,
     vocab_size,
     stride_row,
     num_chunks,
     CHUNK: tl.constexpr,
+    HAS_MASK: tl.constexpr,
 ):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -43,7 +51,13 @@ def _gumbel_argmax_kernel(
     u = tl.rand(seed, cols)  # uniform in [0, 1)
     gumbel = -tl.log(-tl.log(tl.maximum(u, 1e-20)))  # u -> 0 gives -inf noise: never picked
     noisy = tl.where(inv_temp > 0, x * inv_temp + gumbel, x)
-    score = tl.where(valid, noisy, float("-inf"))
+    allowed = valid
+    if HAS_MASK:
+        mask_row = tl.load(mask_index_ptr + row)  # -1: this row is not constrained (all bits read as set)
+        constrained = (cols * 0 + mask_row) >= 0  # a block of flags: a load mask must be one
+        words = tl.load(mask_ptr + mask_row.to(tl.int64) * mask_words + cols // 32, mask=valid & constrained, other=-1)
+        allowed = allowed & (((words >> (cols % 32)) & 1) != 0)
+    score = tl.where(allowed, noisy, float("-inf"))
     best = tl.max(score, axis=0)
     # lowest index among ties; a NaN best matches nothing and leaves a valid id all the same
     index = tl.min(tl.where(score == best, cols, vocab_size - 1), axis=0)
@@ -52,20 +66,33 @@ def _gumbel_argmax_kernel(
     tl.store(index_ptr + row * num_chunks + chunk, index)
 
 
-def gumbel_sample(logits: torch.Tensor, inv_temperatures: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+def gumbel_sample(
+    logits: torch.Tensor,
+    inv_temperatures: torch.Tensor,
+    seeds: torch.Tensor,
+    token_mask: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Sampled token ids (rows,) int64: row i from softmax(logits[i] * inv_temperatures[i]), with Philox
     noise keyed by seeds[i]; rows with inverse temperature 0 take argmax(logits[i]).
 
     logits (rows, vocab) float32, bfloat16 or float16, contiguous rows; inv_temperatures (rows,)
     float32 and seeds (rows,) int64 on the same device. No host synchronisation.
+
+    `token_mask` is (bitmask (num_masked, words) int32, mask_index (rows,) int32): row i may only take
+    tokens whose bit is set in bitmask[mask_index[i]] (no constraint where mask_index[i] is -1), as if the
+    others' logits were -inf (kernels/reference.apply_token_mask).
     """
-    return gumbel_sample_checked(logits, inv_temperatures, seeds)[0]
+    return gumbel_sample_checked(logits, inv_temperatures, seeds, token_mask)[0]
 
 
 def gumbel_sample_checked(
-    logits: torch.Tensor, inv_temperatures: torch.Tensor, seeds: torch.Tensor
+    logits: torch.Tensor,
+    inv_temperatures: torch.Tensor,
+    seeds: torch.Tensor,
+    token_mask: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`gumbel_sample`, plus (rows,) bool: False where the row's logits hold a NaN or an inf.
+    """`gumbel_sample`, plus (rows,) bool: False where the row's logits hold a NaN or an inf (the model's
+    logits: tokens a mask forbids are no fault).
 
     Such a row still gets a valid vocabulary id (meaningless), so a next step may read it safely.
     """
@@ -80,6 +107,9 @@ def gumbel_sample_checked(
     num_chunks = triton.cdiv(vocab, CHUNK)
     best = torch.empty(rows, num_chunks, dtype=torch.float32, device=logits.device)
     index = torch.empty(rows, num_chunks, dtype=torch.int64, device=logits.device)
+    bitmask, mask_index = token_mask if token_mask is not None else (seeds, seeds)  # unread without a mask
+    if token_mask is not None and (mask_index.shape != (rows,) or bitmask.dim() != 2 or bitmask.stride(1) != 1):
+        raise ValueError(f"token_mask needs a (masked, words) bitmask and one mask index per row ({rows})")
     if rows:
         _gumbel_argmax_kernel[(rows, num_chunks)](
             logits,
@@ -87,10 +117,14 @@ def gumbel_sample_checked(
             seeds,
             best,
             index,
+            bitmask,
+            mask_index,
+            bitmask.stride(0) if token_mask is not None else 0,
             vocab,
             logits.stride(0),
             num_chunks,
             CHUNK=CHUNK,
+            HAS_MASK=token_mask is not None,
         )
     values, chunk = best.max(dim=1, keepdim=True)  # a NaN chunk wins and stays NaN
     return index.gather(1, chunk).squeeze(1), values.squeeze(1).isfinite()

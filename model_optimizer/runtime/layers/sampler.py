@@ -1,7 +1,11 @@
 """Sampler: logits of the last position of each request -> next token (and logprobs).
 
 Order as in transformers' logits processors: penalties, temperature, top-k, top-p, min-p.
-Logprobs are those of the raw model distribution, as vLLM and the OpenAI API report them.
+Logprobs are those of the raw model distribution, as vLLM and the OpenAI API report them. A row
+constrained by a grammar (runtime/structured) samples among the tokens its mask allows, and its
+logprobs are those of the model's distribution over the allowed tokens (the mask applied before the
+log-softmax, and before penalties, temperature, top-k/p, min-p), as vLLM reports them: its
+top_logprobs never list a token the grammar forbids.
 A seeded request draws its noise from a generator seeded by (seed, output position), so its
 tokens do not depend on what else is in the batch or on preemption.
 
@@ -28,6 +32,7 @@ import torch
 
 from model_optimizer.runtime.device import to_device
 from model_optimizer.runtime.kernels import aot, triton_kernel
+from model_optimizer.runtime.layers.token_mask import TokenMask, apply_token_mask
 from model_optimizer.runtime.sampler_output import NONFINITE_TOKEN, Logprob
 from model_optimizer.runtime.sampling_params import SamplingParams
 
@@ -107,29 +112,38 @@ class Sampler:
         self.fused = fused
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
-    def __call__(self, logits: torch.Tensor, batch: list[SamplingInput]) -> list[tuple[int, Logprob | None]]:
+    def __call__(
+        self, logits: torch.Tensor, batch: list[SamplingInput], mask: TokenMask | None = None
+    ) -> list[tuple[int, Logprob | None]]:
         """Sample and wait for the result (one host sync); a non-finite row gives NONFINITE_TOKEN."""
-        sampled = self.sample(logits, batch)
+        sampled = self.sample(logits, batch, mask)
         return self.results(sampled.checked_ids().tolist(), sampled.logprobs, batch)
 
-    def sample(self, logits: torch.Tensor, batch: list[SamplingInput]) -> SampledTokens:
+    def sample(self, logits: torch.Tensor, batch: list[SamplingInput], mask: TokenMask | None = None) -> SampledTokens:
         """Token ids (num_reqs,) int64 on the logits' device, their finite flags, and raw logprobs when a
-        request asks for them.
+        request asks for them. `mask` restricts the rows a grammar constrains to the tokens it allows.
 
         Queues device work only: nothing here waits for the device."""
         wanted = [b.params.logprobs for b in batch if b.params.logprobs is not None]
-        raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if wanted else None
+        raw_logprobs = None
+        if wanted:
+            scores = logits.float() if mask is None else apply_token_mask(logits.float(), mask)
+            raw_logprobs = torch.log_softmax(scores, dim=-1)
         if self.fused and _can_fuse(logits) and all(_plain(b.params) for b in batch):
-            token_ids, finite = self._choose_fused(logits, batch)
+            token_ids, finite = self._choose_fused(logits, batch, mask)
         else:
             logits = logits.float()  # (num_reqs, vocab)
             finite = logits.sum(dim=-1).isfinite()  # any NaN or inf makes the sum NaN or inf
+            if mask is not None:  # after the check: the -inf of a forbidden token is no fault of the model
+                logits = apply_token_mask(logits, mask)
             logits = self._apply_penalties(logits, batch)
             token_ids = self._choose(logits, batch)
         logprobs = None if raw_logprobs is None else reduce_logprobs(raw_logprobs, token_ids, max(wanted))
         return SampledTokens(token_ids, finite, logprobs)
 
-    def _choose_fused(self, logits: torch.Tensor, batch: list[SamplingInput]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _choose_fused(
+        self, logits: torch.Tensor, batch: list[SamplingInput], mask: TokenMask | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Temperature and sampling in one pass over the logits (kernels/sampling.py): ids and finite flags."""
         gumbel_sample = triton_kernel("sampling", "gumbel_sample_checked")
         device = logits.device
@@ -142,7 +156,7 @@ class Sampler:
             rows = to_device(seeded, device, torch.int64)
             own = [_row_seed(batch[i].params.seed, batch[i].output_index) for i in seeded]  # type: ignore[arg-type]
             seeds[rows] = to_device(own, device, torch.int64)
-        return gumbel_sample(logits, inv_temperatures, seeds)
+        return gumbel_sample(logits, inv_temperatures, seeds, mask.as_tuple() if mask is not None else None)
 
     @staticmethod
     def results(
@@ -157,7 +171,8 @@ class Sampler:
             logprob = None
             k = item.params.logprobs
             if k is not None and token_id != NONFINITE_TOKEN:
-                top = dict(zip(top_ids[i][:k], top_values[i][:k]))
+                # a token of probability 0 (one its grammar forbids) is no alternative: left out
+                top = {t: v for t, v in zip(top_ids[i][:k], top_values[i][:k]) if v != _NEG_INF}
                 logprob = Logprob(token_id=token_id, logprob=chosen[i], rank=ranks[i], top=top)
             results.append((token_id, logprob))
         return results
@@ -198,6 +213,9 @@ class Sampler:
         chosen = logits.argmax(dim=-1)
         chosen[rows] = drawn
         return chosen
+
+
+_NEG_INF = float("-inf")
 
 
 def _row_seed(seed: int, position: int) -> int:

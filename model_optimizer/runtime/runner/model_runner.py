@@ -17,12 +17,15 @@ from model_optimizer.runtime.engine.request import Logprob
 from model_optimizer.runtime.engine.scheduler_output import SchedulerOutput
 from model_optimizer.runtime.layers.attention import AttentionMetadata, bind_kv_caches, kv_cache_shape
 from model_optimizer.runtime.layers.sampler import SampledTokens, Sampler
+from model_optimizer.runtime.layers.token_mask import TokenMask
 from model_optimizer.runtime.models.loader import load_model
 from model_optimizer.runtime.runner.decode_runner import DecodeRunner
 from model_optimizer.runtime.runner.input_batch import InputBatch
+from model_optimizer.runtime.runner.mask_staging import MaskStaging
 from model_optimizer.runtime.runner.step_handle import StepHandle
 from model_optimizer.runtime.spec_decode.drafter import Drafter, Proposal
 from model_optimizer.runtime.spec_decode.verify import Verifier, verify_rows
+from model_optimizer.runtime.structured.manager import HostTokenMask
 
 log = logging.getLogger(__name__)
 startup_log = logging.getLogger("model_optimizer.startup")  # the phase lines llm.py starts and ends
@@ -112,6 +115,8 @@ class ModelRunner:
         )
         self.sampler = Sampler(self.device, config.seed)
         self.verifier = Verifier()
+        self.masks = MaskStaging(self.device)
+        """Host buffers the engine core fills with grammar masks, and their copy to the device."""
         self.decode_runner = None
         if self.device.type == "cuda":
             self._warm_up_kernels()
@@ -219,12 +224,15 @@ class ModelRunner:
         torch.cuda.synchronize(self.device)
 
     @torch.inference_mode()
-    def launch(self, out: SchedulerOutput, pending: StepHandle | None = None) -> StepHandle:
+    def launch(self, out: SchedulerOutput, pending: StepHandle | None = None, sample: bool = True) -> StepHandle:
         """Queue one step on the device: forward, logits, sampling, and the copy of the ids back.
 
         `pending` is the step still in flight (not collected): inputs whose token it sampled read that
         token from its ids on the device, so nothing here waits for the device. The engine collects it
         first when a sampling request needs its full history on the host (penalties); see engine.py.
+
+        With `sample` False only the forward and the logits are queued: the engine core fills the grammar
+        masks meanwhile, from the tokens of the step it collects now, and calls `sample` with them.
         """
         self.batch.update(out)
         proposal = None
@@ -249,10 +257,28 @@ class ModelRunner:
             return self._launch_verify(out, hidden, proposal)
         logits = self.model.compute_logits(hidden[inputs.sample_rows])
         batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
-        sampled = self.sampler.sample(logits, batch) if self.tp.rank == 0 else None
+        if not sample:
+            return StepHandle(inputs.sample_states, batch, None, logits=logits)
+        return self._sample(inputs.sample_states, batch, logits, None)
+
+    def token_mask_buffers(self, num_rows: int, num_masked: int, words: int) -> HostTokenMask:
+        """Host arrays for the next `sample` call's grammar masks (pinned on CUDA): the core fills them."""
+        return self.masks.buffers(num_rows, num_masked, words)
+
+    @torch.inference_mode()
+    def sample(self, handle: StepHandle, mask: HostTokenMask | None) -> StepHandle:
+        """Queue the sampling of a step launched with `sample=False`, its rows restricted by `mask` (rank 0's
+        alone: it samples for every rank); returns the handle to collect it with."""
+        if handle.logits is None:
+            return handle  # nothing samples this step
+        device_mask = self.masks.upload(mask) if mask is not None and self.tp.rank == 0 else None
+        return self._sample(handle.states, handle.batch, handle.logits, device_mask)
+
+    def _sample(self, states: list, batch: list, logits: torch.Tensor, mask: TokenMask | None) -> StepHandle:
+        sampled = self.sampler.sample(logits, batch, mask) if self.tp.rank == 0 else None
         if self.tp.size > 1:  # the other ranks' next step reads these ids as its pending tokens
             sampled = self._share_sampled(sampled, len(batch))
-        return StepHandle.start(inputs.sample_states, batch, sampled)
+        return StepHandle.start(states, batch, sampled)
 
     def _launch_verify(self, out: SchedulerOutput, hidden: torch.Tensor, proposal: Proposal | None) -> StepHandle:
         """Sample every row that verifies a proposal, and the last row of the other requests

@@ -39,6 +39,8 @@ class StepHandle:
     done: torch.cuda.Event | None = None
     spec: Any = None
     """A step that verified proposals: its spec_decode.verify.VerifyRows (batch and sampled ids are per row)."""
+    logits: torch.Tensor | None = None
+    """Set while the step's sampling waits for its grammar masks (launched with sample=False)."""
 
     @classmethod
     def start(

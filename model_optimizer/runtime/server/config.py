@@ -10,6 +10,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from model_optimizer.runtime.config import check_positive
 
@@ -105,6 +106,15 @@ class ServerConfig:
     allowed_methods: list[str] | None = None
     """HTTP methods a browser may use cross-origin (with --allowed-origins), e.g. GET,POST. Empty: any method, as vLLM."""
 
+    enable_auto_tool_choice: bool = False
+    """Let the model decide when to call tools (tool_choice "auto", the default when a request gives tools); needs --tool-call-parser. Off, such requests get a 400 (tool_choice "required", "none" and named functions work either way)."""
+
+    tool_call_parser: Literal["hermes", "llama3_json", "mistral"] | None = None
+    """How to read tool calls from the model's text with tool_choice "auto": hermes (Qwen2.5/3, Hermes: <tool_call> tags), llama3_json (Llama 3.1+ JSON calls), mistral ([TOOL_CALLS])."""
+
+    reasoning_parser: Literal["qwen3", "deepseek_r1"] | None = None
+    """Split the model's <think>...</think> reasoning from its answer into reasoning_content (chat completions): qwen3 (only when the output opens with <think>), deepseek_r1 (everything before </think>)."""
+
     def __post_init__(self) -> None:
         check_positive(
             self,
@@ -141,6 +151,20 @@ class ServerConfig:
         self.allowed_methods = _names(self.allowed_methods, "allowed_methods", lambda m: m.upper() in HTTP_METHODS)
         if self.allowed_methods:
             self.allowed_methods = [m.upper() for m in self.allowed_methods]
+        self._check_parsers()
+
+    def _check_parsers(self) -> None:
+        from model_optimizer.runtime.server.reasoning import REASONING_PARSERS
+        from model_optimizer.runtime.server.tool_parsers import PARSERS
+
+        if self.tool_call_parser is not None and self.tool_call_parser not in PARSERS:
+            raise ValueError(f"tool_call_parser must be one of {', '.join(PARSERS)}, got {self.tool_call_parser!r}")
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise ValueError("enable_auto_tool_choice needs tool_call_parser (hermes, llama3_json or mistral)")
+        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(
+                f"reasoning_parser must be one of {', '.join(REASONING_PARSERS)}, got {self.reasoning_parser!r}"
+            )
 
 
 def check_api_key(key: str | None, source: str) -> None:

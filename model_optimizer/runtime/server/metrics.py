@@ -110,6 +110,19 @@ class _EngineCollector(Collector):
         yield counter("vllm:prompt_tokens", "Prompt tokens computed.", s.num_prompt_tokens)
         yield counter("vllm:generation_tokens", "Tokens generated.", s.num_generation_tokens)
         yield counter("mopt:engine_steps", "Engine steps run.", s.num_steps)
+        yield counter(
+            "mopt:grammar_steps", "Engine steps that sampled with grammar masks (structured outputs).", s.grammar_steps
+        )
+        yield counter(
+            "mopt:grammar_host_seconds",
+            "Host time advancing grammars and filling their token masks (while the forward runs).",
+            s.grammar_seconds,
+        )
+        yield gauge(
+            "mopt:grammar_host_seconds_max",
+            "The longest host time one step spent on grammar masks.",
+            s.grammar_max_seconds,
+        )
         if self.speculative:
             yield from self._spec_decode(s, counter)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,18 +121,34 @@ def _check_utf8(text: str) -> None:
         raise APIError(400, f"input is not valid Unicode text (lone surrogate at position {exc.start})") from None
 
 
-def message_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
+def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as chat templates read them: text content, and the tool calls of an assistant message with
+    their arguments as objects (templates write them with tojson; OpenAI sends them as JSON text)."""
     out = []
     for message in messages:
         content = message.content
         if isinstance(content, list):
             content = "\n".join(part.text for part in content)
-        item = {"role": message.role, "content": content or ""}
+        item: dict[str, Any] = {"role": message.role, "content": content or ""}
         if message.name:
             item["name"] = message.name
-        _check_utf8(item["role"] + item["content"] + item.get("name", ""))
+        if message.tool_call_id is not None:
+            item["tool_call_id"] = message.tool_call_id
+        if message.reasoning_content is not None:
+            item["reasoning_content"] = message.reasoning_content
+        if message.tool_calls:
+            item["tool_calls"] = [_template_call(call) for call in message.tool_calls]
+        _check_utf8(item["role"] + item["content"] + item.get("name", "") + str(item.get("tool_calls", "")))
         out.append(item)
     return out
+
+
+def _template_call(call: Any) -> dict[str, Any]:
+    try:
+        arguments = json.loads(call.function.arguments)
+    except ValueError:
+        arguments = call.function.arguments  # not JSON: the template gets the text as it came
+    return {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
 
 
 async def chat_prompt(
@@ -141,8 +158,9 @@ async def chat_prompt(
     template_kwargs: dict[str, Any] | None,
     add_special_tokens: bool = False,
     for_generation: bool = True,
+    tools: list[dict] | None = None,
 ) -> Prompt:
-    """Render messages through the chat template (--chat-template or the tokenizer's) and tokenize."""
+    """Render messages (and tools) through the chat template (--chat-template or the tokenizer's) and tokenize."""
     tokenizer = state.model.tokenizer
     if tokenizer is None:
         raise APIError(
@@ -160,7 +178,9 @@ async def chat_prompt(
         )
     try:  # in a worker thread, the messages too: a chat may hold hundreds of thousands
         text = await state.run_blocking(
-            lambda: chat_text(tokenizer, message_dicts(messages), template, add_generation_prompt, template_kwargs)
+            lambda: chat_text(
+                tokenizer, message_dicts(messages), template, add_generation_prompt, template_kwargs, tools
+            )
         )
     except ValueError as exc:  # the template failed on the messages the client sent
         raise APIError(400, str(exc), "messages") from None

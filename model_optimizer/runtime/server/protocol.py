@@ -15,6 +15,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_serializer
 
 from model_optimizer.runtime.server.body import in_slices
+from model_optimizer.runtime.server.protocol_structured import (
+    ChatTool,
+    DeltaToolCall,
+    NamedToolChoice,
+    ResponseFormat,
+    StructuredOutputsField,
+    ToolCall,
+)
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
@@ -94,23 +102,16 @@ class SamplingFields(_Request):
     )
     """Put each choice's generated token ids on it as `token_ids` (vLLM's field); streamed, each chunk
     carries the ids new in it. Always on for a model served without a tokenizer (its text is empty)."""
-    # vLLM's structured output: refused until supported (see unsupported_field)
-    guided_json: Any = None
-    guided_regex: Any = None
-    guided_choice: Any = None
-    guided_grammar: Any = None
-    structured_outputs: Any = None
-
-    def unsupported_field(self) -> str | None:
-        """The first field asking for something this server does not do (structured output): named in a
-        400, as ignoring it would hand back unconstrained text the client takes for constrained."""
-        for name in STRUCTURED_OUTPUT_FIELDS:
-            if getattr(self, name) is not None:
-                return name
-        return None
-
-
-STRUCTURED_OUTPUT_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+    # structured outputs (structured.py): OpenAI's response_format, vLLM's structured_outputs and guided_*
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputsField | None = None
+    guided_json: dict[str, Any] | bool | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = Field(default=None, max_length=4096)
+    guided_grammar: str | None = None
+    guided_decoding_backend: str | None = None
+    """Ignored: llguidance is the one backend."""
+    guided_whitespace_pattern: Any = None
 
 
 class CompletionRequest(SamplingFields):
@@ -119,11 +120,6 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = Field(default=None, ge=0, le=20)
     suffix: str | None = None
     best_of: int | None = Field(default=None, ge=1, le=1024)
-    response_format: Any = None
-    """Not an OpenAI completions field at all: refused in any form (a chat-only habit the client should hear about)."""
-
-    def unsupported_field(self) -> str | None:
-        return "response_format" if self.response_format is not None else super().unsupported_field()
 
 
 class TextPart(_Request):
@@ -135,6 +131,11 @@ class ChatMessage(_Request):
     role: str = Field(max_length=64)
     content: str | Annotated[list[TextPart], in_slices()] | None = None
     name: str | None = Field(default=None, max_length=256)
+    tool_calls: list[ToolCall] | None = Field(default=None, max_length=128)
+    """An assistant message's calls (sent back with the tools' results in the next request)."""
+    tool_call_id: str | None = Field(default=None, max_length=256)
+    """A tool message: the call it answers."""
+    reasoning_content: str | None = None
 
 
 ChatMessages = Annotated[list[ChatMessage], in_slices()]
@@ -147,24 +148,16 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(default=None, ge=1, le=INT64_MAX)
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
-    # accepted only in their "do nothing" form until supported (see UNSUPPORTED_CHAT_FIELDS)
-    response_format: dict[str, Any] | None = None
-    tools: list[Any] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: list[ChatTool] | None = Field(default=None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    """With tool_choice "required": False allows exactly one call."""
+    # refused: OpenAI's deprecated predecessors of tools
     functions: list[Any] | None = None
     function_call: str | dict[str, Any] | None = None
 
     def unsupported_field(self) -> str | None:
-        """The first field asking for something this server does not do (tools, structured output)."""
-        structured = super().unsupported_field()
-        if structured:
-            return structured
-        if self.response_format is not None and self.response_format.get("type", "text") != "text":
-            return "response_format"
-        if self.tools:
-            return "tools"
-        if self.tool_choice not in (None, "none", "auto"):
-            return "tool_choice"
+        """OpenAI's deprecated function-calling fields (use tools and tool_choice)."""
         if self.functions:
             return "functions"
         if self.function_call not in (None, "none", "auto"):
@@ -274,6 +267,9 @@ class ChatLogprobs(BaseModel):
 class ChatResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    reasoning_content: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The model's thinking, split from the answer by --reasoning-parser."""
+    tool_calls: list[ToolCall] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 class ChatChoice(BaseModel):
@@ -298,6 +294,8 @@ class ChatCompletionResponse(BaseModel):
 class DeltaMessage(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
     @model_serializer(mode="wrap")
     def _drop_unset(self, handler: Any) -> dict:

@@ -17,6 +17,7 @@ from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingP
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import SamplingFields
 from model_optimizer.runtime.server.state import ServerState
+from model_optimizer.runtime.structured.params import StructuredOutputs
 
 
 def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -> list[str]:
@@ -88,9 +89,17 @@ OPENAI_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "
 
 
 def sampling_params(
-    body: SamplingFields, stop: list[str], max_tokens: int, logprobs: int | None, defaults: dict[str, Any] | None = None
+    body: SamplingFields,
+    stop: list[str],
+    max_tokens: int,
+    logprobs: int | None,
+    defaults: dict[str, Any] | None = None,
+    structured_outputs: StructuredOutputs | None = None,
+    keep_special_tokens: bool = False,
 ) -> SamplingParams:
-    """The request's SamplingParams; a field it did not send takes `defaults` (the model's), else OpenAI's."""
+    """The request's SamplingParams; a field it did not send takes `defaults` (the model's), else OpenAI's.
+    `structured_outputs` is the checked constraint (structured.py, tools.py); `keep_special_tokens` keeps
+    them in the text for a tool-call parser whose markers are special tokens."""
     chosen = {**OPENAI_DEFAULTS, **{k: v for k, v in (defaults or {}).items() if k in MODEL_DEFAULT_FIELDS}}
     for name in MODEL_DEFAULT_FIELDS:
         value = getattr(body, name)
@@ -114,7 +123,8 @@ def sampling_params(
             include_stop_str_in_output=body.include_stop_str_in_output,
             ignore_eos=body.ignore_eos,
             logprobs=logprobs,
-            skip_special_tokens=body.skip_special_tokens,
+            skip_special_tokens=body.skip_special_tokens and not keep_special_tokens,
+            structured_outputs=structured_outputs,
             output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
         )
     except ValueError as exc:

@@ -46,3 +46,29 @@ def test_bench_asks_for_logprobs_in_each_endpoints_spelling():
     assert completions["logprobs"] == 5 and "top_logprobs" not in completions
     chat = json.loads(request_body(ClientConfig(model="m", endpoint="chat", logprobs=5), req))
     assert chat["logprobs"] is True and chat["top_logprobs"] == 5
+
+
+def test_bench_sends_a_schema_or_a_response_format_from_a_file(tmp_path):
+    from model_optimizer.optimizer.bench.client import ClientConfig, request_body
+    from model_optimizer.optimizer.bench.workloads import BenchRequest
+
+    req = BenchRequest(prompt="hi", prompt_len=1, output_len=2)
+    schema = tmp_path / "order.json"
+    schema.write_text('{"type": "object", "properties": {"id": {"type": "integer"}}}')
+    body = json.loads(request_body(ClientConfig(model="m", endpoint="chat", json_schema=str(schema)), req))
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "order", "schema": {"type": "object", "properties": {"id": {"type": "integer"}}}},
+    }
+    fmt = tmp_path / "fmt.json"
+    fmt.write_text('{"type": "json_object"}')
+    assert json.loads(request_body(ClientConfig(model="m", response_format=str(fmt)), req))["response_format"] == {
+        "type": "json_object"
+    }
+    with pytest.raises(ValueError, match="cannot read"):
+        ClientConfig(json_schema=str(tmp_path / "nope.json"))
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(ValueError, match="must be an object"):
+        ClientConfig(json_schema=str(tmp_path / "list.json"))
+    with pytest.raises(ValueError, match="not both"):
+        ClientConfig(json_schema=str(schema), response_format=str(fmt))

@@ -121,3 +121,25 @@ def test_expert_parallelism_reaches_the_workers(tiny_model, tmp_path):
     llm.close()
     with pytest.raises(Exception, match="3 experts to divide by tensor_parallel_size 2"):
         LLM(str(folder), tensor_parallel_size=2, enable_expert_parallel=True, **ENGINE)
+
+
+def test_tp2_constrains_sampling_on_rank_0_as_one_process_does(tiny_model):
+    """Grammar masks go to rank 0 (it samples for every rank), in a launch split into forward and sampling;
+    constrained and free requests together, preempted and chunked, give what one process gives."""
+    import json
+
+    from model_optimizer.runtime.structured import StructuredOutputs
+
+    schema = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 999}, "minItems": 2, "maxItems": 6}
+    constrained = SamplingParams(max_tokens=40, temperature=0.0, structured_outputs=StructuredOutputs.json(schema))
+    params = [constrained, GREEDY, constrained.clone(temperature=1.0, seed=3, n=2), GREEDY]
+    folder = str(tiny_model("qwen3"))
+    expected = [[c.token_ids for c in o.outputs] for o in LLM(folder, **ENGINE).generate(PROMPTS, params)]
+    llm = LLM(folder, tensor_parallel_size=2, **ENGINE)
+    try:
+        outputs = llm.generate(PROMPTS, params)
+    finally:
+        llm.close()
+    assert [[c.token_ids for c in o.outputs] for o in outputs] == expected
+    for text in (outputs[0].outputs[0].text, *(c.text for c in outputs[2].outputs)):
+        assert 2 <= len(json.loads(text)) <= 6

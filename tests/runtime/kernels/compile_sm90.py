@@ -236,10 +236,16 @@ def main() -> int:
         ),
         dict(NUM_Q_HEADS=16, Q_HEADS_PAD=16, NUM_K_HEADS=8, K_HEADS_PAD=8, HALF=64, HALF_PAD=64, HAS_NORM=True),
     )
+    sampling = dict(logits_ptr="*bf16", inv_temp_ptr="*fp32", seed_ptr="*i64", best_ptr="*fp32", index_ptr="*i64")
     compile_kernel(
         _gumbel_argmax_kernel,
-        dict(logits_ptr="*bf16", inv_temp_ptr="*fp32", seed_ptr="*i64", best_ptr="*fp32", index_ptr="*i64"),
-        dict(CHUNK=CHUNK),
+        {**sampling, "mask_ptr": "*i64", "mask_index_ptr": "*i64"},
+        dict(CHUNK=CHUNK, HAS_MASK=False),
+    )
+    compile_kernel(  # with a grammar's token bitmask
+        _gumbel_argmax_kernel,
+        {**sampling, "mask_ptr": "*i32", "mask_index_ptr": "*i32"},
+        dict(CHUNK=CHUNK, HAS_MASK=True),
     )
     for kind, block_m, block_n, block_k, split_k in (
         ("int4", 1, 64, 128, 4),

@@ -83,3 +83,47 @@ def test_rows_with_nan_or_inf_logits_are_flagged_and_still_get_a_vocabulary_id()
     assert ((ids >= 0) & (ids < vocab)).all()  # the next step may read any of them
     assert ids[0] == logits[0].argmax()
     assert torch.equal(gumbel_sample(logits, inv, torch.arange(6, dtype=torch.int64)), ids)
+
+
+def _bitmask(allowed: list[list[int]], vocab: int) -> torch.Tensor:
+    """(rows, words) int32 with the bits of each row's allowed tokens set."""
+    words = (vocab + 31) // 32
+    bits = torch.zeros(len(allowed), words * 32, dtype=torch.int64)
+    for row, tokens in enumerate(allowed):
+        bits[row, tokens] = 1
+    packed = (bits.view(len(allowed), words, 32) << torch.arange(32)).sum(-1)
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+
+
+def test_a_token_mask_restricts_constrained_rows_as_masked_logits_would():
+    """Rows 0 and 2 constrained (tokens in the first, second and partial last chunk), row 1 free: the kernel
+    reading the packed mask draws what it draws, same noise, from logits with the forbidden tokens pushed
+    to -1e30 (finite, so the kernel's own NaN/inf check stays quiet on the reference), and greedy rows
+    take the argmax of the masked logits."""
+    from model_optimizer.runtime.layers.token_mask import TokenMask, allowed_tokens
+
+    vocab = 2 * CHUNK + 70
+    logits = torch.randn(3, vocab)
+    logits[0, 3] = logits[2, 1] = 100.0  # the unmasked favourites, forbidden below
+    bitmask = _bitmask([[5, CHUNK + 9, vocab - 1], [1, 2, 7, 2 * CHUNK + 3]], vocab)
+    mask = TokenMask(bitmask, torch.tensor([0, -1, 1], dtype=torch.int32))
+    masked = logits.masked_fill(~allowed_tokens(mask, vocab), -1e30)
+    for inv in (torch.zeros(3), torch.full((3,), 1.3)):
+        seeds = torch.tensor([11, 12, 13])
+        got, finite = gumbel_sample_checked(logits, inv, seeds, mask.as_tuple())
+        expected, _ = gumbel_sample_checked(masked, inv, seeds)
+        assert got.tolist() == expected.tolist() and finite.all()  # a forbidden token is no non-finite logit
+        assert got[0] in (5, CHUNK + 9, vocab - 1) and got[2] in (1, 2, 7, 2 * CHUNK + 3)
+    greedy = gumbel_sample(logits, torch.zeros(3), seeds, mask.as_tuple())
+    assert greedy.tolist() == masked.argmax(dim=1).tolist() and greedy[1] == logits[1].argmax()
+
+
+def test_a_masked_row_with_a_nan_logit_is_still_flagged():
+    vocab = CHUNK + 10
+    logits = torch.randn(2, vocab)
+    logits[0, 4] = float("nan")  # a token the mask forbids: the model's fault all the same
+    bitmask = _bitmask([[1, 2]], vocab)
+    _, finite = gumbel_sample_checked(
+        logits, torch.ones(2), torch.tensor([1, 2]), (bitmask, torch.tensor([0, 0], dtype=torch.int32))
+    )
+    assert finite.tolist() == [False, True]

@@ -57,3 +57,43 @@ def test_rows_with_nan_or_inf_logits_come_back_as_nonfinite_token():
     assert [token for token, _ in results][1:3] == [NONFINITE_TOKEN, NONFINITE_TOKEN]
     assert results[0][0] == logits[0].argmax() and results[0][1] is not None
     assert results[1][1] is None  # no logprobs of a failed row
+
+
+def _mask(allowed: list[list[int]], index: list[int], vocab: int):
+    from model_optimizer.runtime.layers.token_mask import TokenMask
+
+    words = (vocab + 31) // 32
+    bits = torch.zeros(len(allowed), words * 32, dtype=torch.int64)
+    for row, tokens in enumerate(allowed):
+        bits[row, tokens] = 1
+    packed = (bits.view(len(allowed), words, 32) << torch.arange(32)).sum(-1)
+    packed = torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+    return TokenMask(packed, torch.tensor(index, dtype=torch.int32))
+
+
+def test_a_grammar_mask_restricts_every_sampling_path_and_logprobs_cover_allowed_tokens_only():
+    """Masked rows take an allowed token whatever the settings (greedy, penalties, top-k/p, plain
+    temperature); their logprobs are those of the model renormalised over the allowed tokens (as vLLM),
+    so no forbidden token is listed among the top ones; an unmasked row is untouched."""
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.15, 0.10]] * 4))
+    mask = _mask([[2, 3], [1]], [0, -1, 1, 0], vocab=4)
+    batch = [
+        SamplingInput(SamplingParams(temperature=0, logprobs=3), [9], []),
+        SamplingInput(SamplingParams(temperature=0, logprobs=3), [9], []),
+        SamplingInput(SamplingParams(temperature=0.8, top_k=3, presence_penalty=0.5), [9], [1]),
+        SamplingInput(SamplingParams(temperature=1.0, top_p=0.9), [9], []),
+    ]
+    for fused in (False, True):  # the torch path, and the Triton kernel under the interpreter
+        sampler = Sampler(torch.device("cpu"), seed=0, fused=fused)
+        for _ in range(20):
+            if fused:
+                plain = [SamplingInput(SamplingParams(temperature=t), [9], []) for t in (0, 0, 1.0, 1.0)]
+                ids, finite = sampler._choose_fused(logits.clone(), plain, mask)
+                assert finite.all()
+            else:
+                ids = sampler.sample(logits.clone(), batch, mask).checked_ids()
+            assert ids[0] == 2 and ids[1] == 0 and ids[2] == 1 and ids[3] in (2, 3)
+    [(first, lp0), (second, lp1), *_] = Sampler(torch.device("cpu"))(logits.clone(), batch, mask)
+    assert abs(lp0.logprob - torch.log(torch.tensor(0.15 / 0.25))) < 1e-5
+    assert set(lp0.top) == {2, 3} and lp0.rank == 1  # two allowed tokens, though three were asked for
+    assert set(lp1.top) == {0, 1, 2} and abs(lp1.logprob - torch.log(torch.tensor(0.5))) < 1e-5

@@ -147,3 +147,20 @@ def test_sweep_runs_send_fresh_prompts_and_a_repeat_is_flagged(server, tmp_path,
     [again] = [json.loads(p.read_text()) for p in (tmp_path / "again").glob("run-*.json")]
     assert again["server_metrics"]["prefix_cache_hit_rate"] > 0.5
     assert "prefix cache though the prompts share no prefix" in " ".join(capsys.readouterr().out.split())
+
+
+def test_bench_sends_a_json_schema_with_each_request(server, tmp_path):
+    """--json-schema: every request is constrained; the grammar ends each (finish "stop") before the
+    requested length, and the server counts the steps that sampled with masks."""
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"enum": [1, 22, 333]}}, "required": ["n"]}))
+    before = metric(httpx.get(f"{server.url}/metrics").text, "mopt:grammar_steps_total")
+    args = ["bench", "--base-url", server.url, "--output-dir", str(tmp_path), "--no-progress", "--prompt-len", "8"]
+    args += ["--output-len", "40", "--num-requests", "6", "--concurrency", "3", "--random-vocab-size", "900"]
+    assert main([*args, "--endpoint", "chat", "--json-schema", str(schema)]) == 0
+    [run] = sorted(tmp_path.glob("run-*.json"))
+    result = json.loads(run.read_text())
+    assert result["summary"]["num_ok"] == 6 and result["summary"]["output_tokens"] < 6 * 40
+    assert result["config"]["client"]["json_schema"] == str(schema)
+    assert metric(httpx.get(f"{server.url}/metrics").text, "mopt:grammar_steps_total") > before
+    assert main([*args, "--json-schema", str(tmp_path / "missing.json")]) == 2

@@ -62,6 +62,20 @@ REQUESTS = [
     {"prompt": [11, 12, 13], "max_tokens": 10, "temperature": 1.0, "seed": 7, "n": 2, "logprobs": 2},
     {"prompt": "def f(x):", "max_tokens": 16, "temperature": 0.8, "top_p": 0.9, "seed": 3, "stop": ["\n"]},
     {"prompt": [20, 21, 22, 23], "max_tokens": 8, "temperature": 0.0, "ignore_eos": True, "n": 3, "seed": 1},
+    # structured outputs: the grammar compiled and its masks filled in the core process
+    {
+        "prompt": [5, 6, 7],
+        "max_tokens": 40,
+        "temperature": 0.0,
+        "logprobs": 2,
+        "guided_json": {
+            "type": "object",
+            "properties": {"a": {"enum": [1, 22]}, "b": {"type": "boolean"}},
+            "required": ["a", "b"],
+            "additionalProperties": False,
+        },
+    },
+    {"prompt": "x", "max_tokens": 20, "temperature": 1.0, "seed": 5, "n": 2, "guided_regex": "[a-f]{2,5}-[0-9]{1,3}"},
 ]
 
 

@@ -61,6 +61,11 @@ def test_no_tokenizer_logprobs_with_token_ids(bare_server):
     assert sum(len(e["choices"][0]["logprobs"]["tokens"]) for e in streamed) == 3
 
 
+def test_no_tokenizer_refuses_structured_outputs(bare_server):
+    r = httpx.post(bare_server.url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 2, "guided_regex": "a"})
+    assert assert_error(r, 400, "tokenizer")["param"] == "guided_regex"
+
+
 def test_no_tokenizer_refuses_stop_strings_but_takes_stop_token_ids(bare_server):
     url = bare_server.url + "/v1/completions"
     for stop in ("\n", ["a", "b"]):

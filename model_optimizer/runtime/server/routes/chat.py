@@ -1,4 +1,6 @@
-"""POST /v1/chat/completions: messages through the chat template; streamed deltas start with the role."""
+"""POST /v1/chat/completions: messages (and tools) through the chat template; streamed deltas start with
+the role. With tools or --reasoning-parser, each choice's text becomes content, reasoning_content and
+tool_calls (chat_output.py), whole or as deltas."""
 
 from __future__ import annotations
 
@@ -6,8 +8,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from model_optimizer.runtime.engine.outputs import RequestOutput
+from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestOutput
 from model_optimizer.runtime.server.body import ParsedBodyRoute
+from model_optimizer.runtime.server.chat_output import ChatOutput
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.logprobs import TokenTexts, chat_logprobs, chat_logprobs_dict
 from model_optimizer.runtime.server.prompts import chat_prompt
@@ -21,11 +24,15 @@ from model_optimizer.runtime.server.protocol import (
     DeltaMessage,
     UsageInfo,
 )
+from model_optimizer.runtime.server.reasoning import REASONING_PARSERS
 from model_optimizer.runtime.server.request_group import Generation, new_request_id, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.sampling import check_caps, resolve_max_tokens, sampling_params
-from model_optimizer.runtime.server.state import get_state
+from model_optimizer.runtime.server.state import ServerState, get_state
 from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate
+from model_optimizer.runtime.server.structured import check_constraint, requested_constraint
+from model_optimizer.runtime.server.tools import ToolPlan, tool_plan
+from model_optimizer.runtime.structured.params import StructuredOutputs
 
 router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
 
@@ -38,16 +45,19 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     state.check_generates()
     unsupported = body.unsupported_field()
     if unsupported:
-        raise APIError(
-            400, f"{unsupported} is not supported by this server (no tool calls or structured output yet)", unsupported
-        )
+        raise APIError(400, f"{unsupported} is not supported: use tools and tool_choice", unsupported)
     num_top = body.top_logprobs or 0
     logprobs = num_top if body.logprobs else None
     stop = check_caps(state, body, logprobs if logprobs is not None else body.top_logprobs)
-    prompt = await chat_prompt(state, body.messages, body.add_generation_prompt, body.chat_template_kwargs)
+    plan = tool_plan(state, body)
+    constraint = await _constraint(state, body, plan)
+    prompt = await chat_prompt(
+        state, body.messages, body.add_generation_prompt, body.chat_template_kwargs, tools=plan.template_tools
+    )
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = resolve_max_tokens(state, getattr(body, field), len(prompt.token_ids), field)
-    params = sampling_params(body, stop, max_tokens, logprobs, state.sampling_defaults)
+    keep_special = plan.parser is not None and plan.parser.needs_special_tokens
+    params = sampling_params(body, stop, max_tokens, logprobs, state.sampling_defaults, constraint, keep_special)
     generation = Generation(
         new_request_id("chatcmpl"),
         [prompt.token_ids],
@@ -56,14 +66,37 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         body.stream,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
     )
-    fmt = ChatFormat(body, generation.request_id, state.model.name, TokenTexts(state.model.tokenizer))
+    fmt = ChatFormat(body, generation.request_id, state.model.name, TokenTexts(state.model.tokenizer), plan, state)
     return await respond(request, state, generation, fmt)
+
+
+async def _constraint(state: ServerState, body: ChatCompletionRequest, plan: ToolPlan) -> StructuredOutputs | None:
+    """The output constraint: the request's own, or the one its tool_choice makes; never both."""
+    requested = requested_constraint(body)
+    if plan.constraint is not None:
+        if requested is not None:
+            raise APIError(
+                400, f"tool_choice constrains the output to tool calls: leave out {requested[1]}", requested[1]
+            )
+        requested = (plan.constraint, "tools")
+    if requested is None:
+        return None
+    await check_constraint(state, *requested)
+    return requested[0]
 
 
 class ChatFormat:
     """Chat's response and stream chunks (a ResponseFormat)."""
 
-    def __init__(self, body: ChatCompletionRequest, request_id: str, model_name: str, texts: TokenTexts) -> None:
+    def __init__(
+        self,
+        body: ChatCompletionRequest,
+        request_id: str,
+        model_name: str,
+        texts: TokenTexts,
+        plan: ToolPlan | None = None,
+        state: ServerState | None = None,
+    ) -> None:
         self.body = body
         self.texts = texts
         self.num_top = body.top_logprobs or 0
@@ -71,18 +104,44 @@ class ChatFormat:
         """Put token_ids on choices (chat needs a tokenizer for its template, so in practice: asked for)."""
         self.base = ChatCompletionChunk(id=request_id, model=model_name, choices=[])
         self.template = ChunkTemplate(self.base)
+        self.plan = plan or ToolPlan()
+        name = state.config.reasoning_parser if state is not None else None
+        self.reasoning = REASONING_PARSERS[name] if name else None
+        self.outputs: dict[int, ChatOutput] = {}
+        """Per choice index: its text's parsers and what has been streamed of it."""
+
+    def _output(self, index: int) -> ChatOutput:
+        out = self.outputs.get(index)
+        if out is None:
+            out = self.outputs[index] = ChatOutput(self.reasoning() if self.reasoning else None, self.plan.parser)
+        return out
+
+    def _finish_reason(self, c: CompletionOutput, has_calls: bool) -> str | None:
+        """ "tool_calls" when calls came out of an output the engine stopped (not cut by length), as OpenAI."""
+        if has_calls and self.plan.finish_with_tool_calls and c.finish_reason == "stop":
+            return "tool_calls"
+        return c.finish_reason
 
     def response(self, finals: list[RequestOutput], usage: UsageInfo) -> BaseModel:
         [final] = finals
         choices = []
         for c in final.outputs:
             logprobs = chat_logprobs(self.texts, c.logprobs, self.num_top) if c.logprobs is not None else None
+            out = self._output(c.index)
+            fields = out.message(c.text) if not out.plain else None
+            message = (
+                ChatResponseMessage(content=c.text)
+                if fields is None
+                else ChatResponseMessage(
+                    content=fields.content, reasoning_content=fields.reasoning_content, tool_calls=fields.tool_calls
+                )
+            )
             choices.append(
                 ChatChoice(
                     index=c.index,
-                    message=ChatResponseMessage(content=c.text),
+                    message=message,
                     logprobs=logprobs,
-                    finish_reason=c.finish_reason,
+                    finish_reason=self._finish_reason(c, bool(fields and fields.tool_calls)),
                     stop_reason=c.stop_reason,
                     token_ids=list(c.token_ids) if self.with_token_ids else None,
                 )
@@ -100,11 +159,20 @@ class ChatFormat:
         for d in deltas:
             c = d.completion
             logprobs = chat_logprobs_dict(self.texts, c.logprobs, self.num_top) if c.logprobs is not None else None
+            out = self._output(c.index)
+            if out.plain:
+                delta = {"content": c.text} if c.text or not c.finished else {}
+                finish_reason = c.finish_reason
+            else:
+                delta = out.feed(c.text)
+                if c.finished:
+                    delta = _merged(delta, out.finish())
+                finish_reason = self._finish_reason(c, out.num_calls > 0) if c.finished else None
             choice = {
                 "index": c.index,
-                "delta": {"content": c.text} if c.text or not c.finished else {},
+                "delta": delta,
                 "logprobs": logprobs,
-                "finish_reason": c.finish_reason,
+                "finish_reason": finish_reason,
                 "stop_reason": c.stop_reason,
             }
             if self.with_token_ids:
@@ -114,3 +182,24 @@ class ChatFormat:
 
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
         return self.base.model_copy(update={"usage": usage})
+
+
+def _merged(first: dict, then: dict) -> dict:
+    """Two deltas of one chunk as one: texts joined, a call's argument pieces joined by index."""
+    out = dict(first)
+    for key in ("content", "reasoning_content"):
+        if key in then:
+            out[key] = out.get(key, "") + then[key]
+    calls = {call["index"]: call for call in out.get("tool_calls", [])}
+    for call in then.get("tool_calls", []):
+        earlier = calls.get(call["index"])
+        if earlier is None:
+            calls[call["index"]] = call
+            continue
+        arguments = call.get("function", {}).get("arguments")
+        if arguments:
+            function = earlier.setdefault("function", {})
+            function["arguments"] = function.get("arguments", "") + arguments
+    if calls:
+        out["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return out

@@ -17,6 +17,7 @@ from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.sampling import check_caps, resolve_max_tokens, sampling_params
 from model_optimizer.runtime.server.state import ServerState, get_state
 from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate
+from model_optimizer.runtime.server.structured import check_constraint, requested_constraint
 
 router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
 
@@ -27,9 +28,6 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     state.check_model(body.model)
     state.check_accepting()
     state.check_generates()
-    unsupported = body.unsupported_field()
-    if unsupported:
-        raise APIError(400, f"{unsupported} is not supported by this server (no structured output yet)", unsupported)
     if body.suffix:
         raise APIError(400, "suffix is not supported", "suffix")
     if body.best_of is not None and body.best_of != body.n:
@@ -39,6 +37,9 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     if body.echo and state.model.tokenizer is None:
         raise APIError(400, "echo needs the prompt as text, and this model has no tokenizer", "echo")
     stop = check_caps(state, body, body.logprobs)
+    constraint = requested_constraint(body)
+    if constraint is not None:
+        await check_constraint(state, *constraint)
     prompts = await tokenize_prompts(state, prompt_list(body.prompt))
     params = [
         sampling_params(
@@ -47,6 +48,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
             resolve_max_tokens(state, body.max_tokens, len(p.token_ids)),
             body.logprobs,
             state.sampling_defaults,
+            constraint[0] if constraint is not None else None,
         )
         for p in prompts
     ]

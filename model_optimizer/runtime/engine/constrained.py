@@ -1,0 +1,137 @@
+"""The engine core's side of structured outputs: requests waiting for their grammar, and each step's masks.
+
+A constrained request is held here until its grammar has compiled (in the compiler's threads), then
+joins the scheduler's queue; a compile that fails finishes it with an error row. For a step whose
+sampling rows include constrained requests, `fill` starts the masks of those rows as soon as the
+previous step's tokens have advanced the matchers; the engine core (core.py) queues the step's
+sampling with them (`wait`) only at its next step, after it has published the previous step's rows
+and scheduled the next batch: the native mask fill (llguidance's thread pool, GIL released) runs on
+other cores during that host work and during the step's forward on the device, so it costs the step
+only the part of it that outlasts both. Pure Python; no torch here.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from typing import Any
+
+from model_optimizer.runtime.engine.request import Request, RequestStatus
+from model_optimizer.runtime.engine.scheduler import Scheduler
+from model_optimizer.runtime.engine.scheduler_output import SchedulerOutput
+from model_optimizer.runtime.structured.compiler import GrammarCompiler
+from model_optimizer.runtime.structured.manager import HostTokenMask, StructuredOutputManager, numpy_buffers
+from model_optimizer.runtime.structured.params import StructuredOutputs
+
+COMPILE_WAIT_S = 0.01
+"""Longest a step waits for a grammar to compile when nothing else can run (instead of spinning)."""
+
+
+class ConstrainedDecoding:
+    def __init__(self, runner: Any, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int]) -> None:
+        """ValueError when the model or the runner cannot constrain sampling."""
+        if tokenizer is None:
+            raise ValueError("structured outputs need the model's tokenizer, and this model has none")
+        if not hasattr(runner, "sample"):
+            raise ValueError("this model runner cannot constrain sampling (structured outputs)")
+        self.runner = runner
+        self.manager = StructuredOutputManager(GrammarCompiler(tokenizer, vocab_size, eos_token_ids))
+        self.compiling: dict[str, tuple[Future, list[Request]]] = {}
+        """Request id -> its grammar's compile and its completions, which join the queue once it is done."""
+        self._filler = ThreadPoolExecutor(1, "mopt-mask")
+        self.wait_seconds = 0.0
+        """Time the step loop waited for masks (the part of filling them that nothing hid)."""
+
+    # ----------------------------------------------------------------- requests
+    def submit(self, request_id: str, so: StructuredOutputs, children: list[Request]) -> None:
+        self.compiling[request_id] = (self.manager.submit(so), children)
+
+    def abort(self, parent: str, children: list[Request]) -> None:
+        """Finish completions still waiting for their grammar (they are in no scheduler queue yet)."""
+        if parent not in self.compiling:
+            return
+        for child in children:
+            child.status = RequestStatus.FINISHED_ABORTED
+        if all(c.finished for c in self.compiling[parent][1]):
+            del self.compiling[parent]
+
+    def admit_compiled(self, scheduler: Scheduler, idle: bool) -> list[tuple[str, list[Request]]]:
+        """Queue the completions whose grammar has compiled; returns (request id, completions) per group
+        done waiting, those whose compile failed finished with status error. `idle`: nothing else can run,
+        so wait a little for a compile rather than spin."""
+        if idle and self.compiling:
+            wait_futures([f for f, _ in self.compiling.values()], COMPILE_WAIT_S, FIRST_COMPLETED)
+        done = []
+        for request_id, (future, children) in list(self.compiling.items()):
+            if not future.done():
+                continue
+            del self.compiling[request_id]
+            error = future.exception()
+            for child in children:
+                if child.finished:  # aborted while compiling
+                    continue
+                if error is not None:
+                    child.status, child.error = RequestStatus.FINISHED_ERROR, f"structured outputs: {error}"
+                else:
+                    self.manager.start(child.request_id, future.result())
+                    scheduler.add_request(child)
+            done.append((request_id, children))
+        return done
+
+    def drop(self, children: list[Request]) -> None:
+        for child in children:
+            self.manager.drop(child.request_id)
+
+    # ----------------------------------------------------------------- steps
+    def masked_rows(self, scheduler: Scheduler, out: SchedulerOutput) -> list[Request | None] | None:
+        """The step's sampling rows in the runner's order when a grammar constrains any of them, else None."""
+        manager = self.manager
+        if not manager.num_matchers:
+            return None
+        requests = scheduler.requests
+        rows = [requests.get(rid) for rid in out.num_scheduled_tokens if rid in out.sampling_request_ids]
+        return rows if any(r is not None and manager.has(r.request_id) for r in rows) else None
+
+    def advance(self, updated: list[Request], scheduler: Scheduler) -> None:
+        """Feed the tokens just collected to the matchers; a finished grammar ends its request ("stop")."""
+        for request, error in self.manager.advance(updated):
+            if error is None:
+                scheduler.finish(request, RequestStatus.FINISHED_STOPPED)
+            else:
+                scheduler.fail(request, error)
+
+    def fill(self, rows: list[Request | None], background: bool) -> Future:
+        """Start the masks of a step's sampling rows (in the runner's host buffers): a future of the
+        HostTokenMask (None when no row needs one), filled in a thread when `background`."""
+        buffers = getattr(self.runner, "token_mask_buffers", numpy_buffers)
+        job = self.manager.prepare_fill(rows, buffers)
+        if job is None:
+            future: Future = Future()
+            future.set_result(None)
+            return future
+        if background:
+            return self._filler.submit(job)
+        future = Future()
+        future.set_result(job())
+        return future
+
+    def wait(self, mask: Future) -> HostTokenMask | None:
+        started = time.perf_counter()
+        result = mask.result()
+        self.wait_seconds += time.perf_counter() - started
+        return result
+
+    def stats(self) -> dict[str, float]:
+        """EngineStats' grammar fields."""
+        manager = self.manager
+        return {
+            "grammar_steps": manager.num_steps,
+            "grammar_seconds": manager.seconds,
+            "grammar_max_seconds": manager.max_seconds,
+            "grammar_wait_seconds": self.wait_seconds,
+        }
+
+    def close(self) -> None:
+        self._filler.shutdown(wait=False, cancel_futures=True)
+        self.manager.close()

@@ -1,0 +1,103 @@
+"""One chat choice's text as the message a client sees: reasoning, content and tool calls, whole or streamed.
+
+`ChatOutput` holds a choice's text and the parsers that apply to it (reasoning.py, then tool_parsers.py
+on what follows the reasoning). `message(text)` gives the whole response's fields; `feed(delta)` and
+`finish()` give a stream's delta fields, the new part of each since the last chunk. Both read the same
+views, so the concatenated deltas are the response's fields: the same calls, arguments and ids order.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from model_optimizer.runtime.server.reasoning import ReasoningParser
+from model_optimizer.runtime.server.tool_parsers import PartialCall, ToolParser, ToolView
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+@dataclass
+class ChatMessageFields:
+    """What a choice's message holds: content (None when it has none), reasoning, tool calls."""
+
+    content: str | None
+    reasoning_content: str | None = None
+    tool_calls: list[dict] = field(default_factory=list)
+
+
+def _call_dict(call: PartialCall, call_id: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+class ChatOutput:
+    def __init__(self, reasoning: ReasoningParser | None = None, tools: ToolParser | None = None) -> None:
+        self.reasoning = reasoning
+        self.tools = tools
+        self.text = ""
+        self._sent_reasoning = 0
+        self._sent_content = 0
+        self._call_ids: list[str] = []
+        self._sent_arguments: list[int] = []
+
+    @property
+    def plain(self) -> bool:
+        """No parser applies: the text is the content as it is."""
+        return self.reasoning is None and self.tools is None
+
+    def _views(self, text: str, final: bool) -> tuple[str, ToolView]:
+        reasoning, rest = self.reasoning.split(text, final) if self.reasoning is not None else ("", text)
+        view = self.tools.view(rest, final) if self.tools is not None else ToolView(rest)
+        return reasoning, view
+
+    def message(self, text: str) -> ChatMessageFields:
+        """The fields of a whole (non-streamed) response's message."""
+        reasoning, view = self._views(text, final=True)
+        calls = [_call_dict(c, new_call_id()) for c in view.calls if c.name is not None]
+        content = view.content if view.content or not (calls or reasoning) else None
+        return ChatMessageFields(content, reasoning or None, calls)
+
+    @property
+    def num_calls(self) -> int:
+        """Tool calls streamed so far."""
+        return len(self._call_ids)
+
+    def feed(self, delta: str) -> dict:
+        """The delta fields (content, reasoning_content, tool_calls) new since the last call."""
+        self.text += delta
+        return self._delta(final=False)
+
+    def finish(self) -> dict:
+        """The delta fields still held back once the choice has ended."""
+        return self._delta(final=True)
+
+    def _delta(self, final: bool) -> dict:
+        reasoning, view = self._views(self.text, final)
+        out: dict = {}
+        if len(reasoning) > self._sent_reasoning:
+            out["reasoning_content"] = reasoning[self._sent_reasoning :]
+            self._sent_reasoning = len(reasoning)
+        if len(view.content) > self._sent_content:
+            out["content"] = view.content[self._sent_content :]
+            self._sent_content = len(view.content)
+        calls = [d for i, call in enumerate(view.calls) if (d := self._call_delta(i, call))]
+        if calls:
+            out["tool_calls"] = calls
+        return out
+
+    def _call_delta(self, index: int, call: PartialCall) -> dict | None:
+        """What is new in call `index`: its id, type and name the first time, then argument text."""
+        if call.name is None:
+            return None  # sent once its name is whole
+        delta: dict = {"index": index}
+        if index == len(self._call_ids):
+            self._call_ids.append(new_call_id())
+            self._sent_arguments.append(0)
+            delta.update(id=self._call_ids[index], type="function", function={"name": call.name})
+        sent = self._sent_arguments[index]
+        if len(call.arguments) > sent:
+            delta.setdefault("function", {})["arguments"] = call.arguments[sent:]
+            self._sent_arguments[index] = len(call.arguments)
+        return delta if len(delta) > 1 else None

@@ -1,0 +1,57 @@
+"""Reasoning split from the answer: vLLM's `--reasoning-parser` for models that think in `<think>...</think>`.
+
+A parser maps the text generated so far to (reasoning, content), each only growing as text arrives, so a
+stream sends their new characters as `reasoning_content` and `content` deltas and the whole response
+holds the last split (chat_output.py). A possible start of a tag at the end is held back until it is
+known not to be one.
+
+- `qwen3`: reasoning only when the output opens with `<think>` (Qwen3 writes it in thinking mode; with
+  thinking off its template closes an empty block in the prompt), up to `</think>`; otherwise all content.
+- `deepseek_r1`: everything before `</think>` is reasoning, whether or not the output repeats the
+  `<think>` the template put in the prompt; an output without `</think>` is reasoning alone.
+"""
+
+from __future__ import annotations
+
+from model_optimizer.runtime.server.tool_parsers import _held_back
+
+START, END = "<think>", "</think>"
+
+
+class ReasoningParser:
+    name = ""
+    implicit_start = False
+    """Reasoning until END even without START (the template opened the block in the prompt)."""
+
+    def split(self, text: str, final: bool) -> tuple[str, str]:
+        """(reasoning, content) of the text so far."""
+        head = text.lstrip()
+        if head.startswith(START):
+            return self._reasoning(head[len(START) :], final)
+        if not final and START.startswith(head):
+            return "", ""  # may still become START
+        if self.implicit_start:
+            return self._reasoning(text, final)
+        return "", text
+
+    @staticmethod
+    def _reasoning(body: str, final: bool) -> tuple[str, str]:
+        end = body.find(END)
+        if end != -1:
+            return body[:end], body[end + len(END) :]
+        return (body if final else body[: len(body) - _held_back(body, END)]), ""
+
+
+class Qwen3ReasoningParser(ReasoningParser):
+    name = "qwen3"
+
+
+class DeepSeekR1ReasoningParser(ReasoningParser):
+    name = "deepseek_r1"
+    implicit_start = True
+
+
+REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
+    p.name: p for p in (Qwen3ReasoningParser, DeepSeekR1ReasoningParser)
+}
+"""--reasoning-parser choices."""

@@ -1,0 +1,137 @@
+"""A request's output constraint: read from its fields, checked before it reaches the engine.
+
+One constraint per request, from whichever field carries it: OpenAI's `response_format` (json_object,
+json_schema; `strict` or not, the schema is enforced), vLLM's `structured_outputs` object, or vLLM's
+older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`; a tool_choice of "required"
+or a named function brings its own (tools.py). Two at once is a 400, as is anything the grammar engine
+cannot enforce: llguidance validates each constraint in a worker thread, within CHECK_TIMEOUT_S, and
+the verdict is cached per constraint, so a client sending the same schema again pays nothing and a
+pathological one costs one bounded check, never a stuck event loop or a hung engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import Any
+
+from model_optimizer.runtime.server.errors import APIError
+from model_optimizer.runtime.server.protocol import SamplingFields
+from model_optimizer.runtime.server.state import ServerState
+from model_optimizer.runtime.structured.params import StructuredOutputs
+
+CHECK_TIMEOUT_S = 10.0
+"""Longest the server spends validating one constraint before refusing it as too complex."""
+CACHE_SIZE = 1024
+_verdicts: OrderedDict[StructuredOutputs, str] = OrderedDict()
+"""Constraint -> "" when valid, else why not (module-wide: validity does not depend on the model)."""
+
+
+def requested_constraint(body: SamplingFields) -> tuple[StructuredOutputs, str] | None:
+    """The constraint the request asks for and the field it came in, or None; 400 for two or a malformed one."""
+    found: list[tuple[str, Any]] = []
+    rf = body.response_format
+    if rf is not None and rf.type != "text":
+        found.append(("response_format", lambda: _response_format(rf)))
+    if body.structured_outputs is not None:
+        found.append(("structured_outputs", lambda: _structured_outputs(body.structured_outputs)))
+    for name, kind in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice")):
+        value = getattr(body, name)
+        if value is not None:
+            found.append((name, lambda kind=kind, value=value: _make(kind, value)))
+    if body.guided_grammar is not None:
+        found.append(("guided_grammar", lambda: StructuredOutputs.grammar(body.guided_grammar)))  # type: ignore[arg-type]
+    if body.guided_whitespace_pattern is not None:
+        raise APIError(400, "guided_whitespace_pattern is not supported", "guided_whitespace_pattern")
+    if len(found) > 1:
+        names = ", ".join(name for name, _ in found)
+        raise APIError(400, f"give one output constraint, not several ({names})", found[1][0])
+    if not found:
+        return None
+    param, make = found[0]
+    try:
+        return make(), param
+    except ValueError as exc:
+        raise APIError(400, f"{param}: {exc}", param) from None
+
+
+def _response_format(rf: Any) -> StructuredOutputs:
+    if rf.type == "json_object":
+        return StructuredOutputs.json_object()
+    if rf.type == "structural_tag":
+        raise ValueError("type structural_tag is not supported (text, json_object and json_schema are)")
+    if rf.json_schema is None or rf.json_schema.schema_ is None:
+        raise ValueError("type json_schema needs json_schema.schema, the JSON schema of the output")
+    return StructuredOutputs.json(rf.json_schema.schema_)
+
+
+def _structured_outputs(so: Any) -> StructuredOutputs:
+    for name in ("structural_tag", "whitespace_pattern", "disable_additional_properties"):
+        if getattr(so, name) is not None:
+            raise ValueError(f"{name} is not supported")
+    given = [
+        (k, v) for k, v in (("json", so.json_), ("regex", so.regex), ("choice", so.choice), ("grammar", so.grammar))
+    ]
+    given = [(k, v) for k, v in given if v is not None] + ([("json_object", True)] if so.json_object else [])
+    if len(given) != 1:
+        raise ValueError("set exactly one of json, regex, choice, grammar or json_object")
+    kind, value = given[0]
+    flexible = so.disable_any_whitespace is False  # compact unless asked otherwise
+    if kind == "json_object":
+        return StructuredOutputs.json_object(flexible)
+    if kind == "json":
+        return StructuredOutputs.json(value, flexible)
+    return _make(kind, value)
+
+
+def _make(kind: str, value: Any) -> StructuredOutputs:
+    if kind == "json":
+        return StructuredOutputs.json(value)
+    if kind == "choice":
+        return StructuredOutputs.choice(value)
+    if kind == "grammar":
+        return StructuredOutputs.grammar(value)
+    return StructuredOutputs.regex(value)
+
+
+async def check_constraint(state: ServerState, so: StructuredOutputs, param: str) -> None:
+    """400 naming `param` with llguidance's reason when the constraint cannot be enforced on this model."""
+    tokenizer = state.model.tokenizer
+    if tokenizer is None:
+        raise APIError(
+            400, "structured outputs need the model's tokenizer, and this model is served without one", param
+        )
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or (backend.decoder is None and type(backend.model).__name__ == "WordLevel"):
+        raise APIError(
+            400,
+            "structured outputs are not available for this model's tokenizer (its tokens do not concatenate "
+            "into its text); byte-level BPE, SentencePiece and WordPiece tokenizers work",
+            param,
+        )
+    verdict = _verdicts.get(so)
+    if verdict is None:
+        verdict = await _validate(state, so)
+        _verdicts[so] = verdict
+        if len(_verdicts) > CACHE_SIZE:
+            _verdicts.popitem(last=False)
+    else:
+        _verdicts.move_to_end(so)
+    if verdict:
+        raise APIError(400, f"{param}: {verdict}", param)
+
+
+async def _validate(state: ServerState, so: StructuredOutputs) -> str:
+    from model_optimizer.runtime.structured.grammar import GrammarError, check
+
+    def run() -> str:
+        try:
+            check(so)
+        except GrammarError as exc:
+            return str(exc)
+        return ""
+
+    try:
+        return await asyncio.wait_for(state.run_blocking(run), CHECK_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        return f"the grammar engine could not validate this {so.kind} within {CHECK_TIMEOUT_S:.0f} s; simplify it"

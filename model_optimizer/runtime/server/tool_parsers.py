@@ -1,0 +1,286 @@
+"""Tool calls read from a model's text: vLLM's `--tool-call-parser` formats, and the two the server constrains.
+
+A parser turns the text generated so far into a `ToolView`: the content a client may see already and
+the calls begun so far, each with its name (once complete) and its arguments' JSON text as far as it
+has arrived. Views only grow as text arrives (content is appended to, a call's arguments extended, a
+name set once), so streaming is a diff of successive views (chat_output.py) and the whole response is
+the last view: both give the same calls. Parsers read the text, never token ids.
+
+- `hermes` (Qwen2.5, Qwen3, Hermes): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any number.
+- `llama3_json` (Llama 3.1+): the whole output is `{"name": ..., "parameters": {...}}`, calls separated by
+  `;`, optionally after `<|python_tag|>`; anything else is content.
+- `mistral`: `[TOOL_CALLS]` then a JSON list of {"name", "arguments"} objects, or (newer tokenizers)
+  `[TOOL_CALLS]name[ARGS]{...}` per call; needs special tokens in the text (skip_special_tokens off).
+- `required` (tool_choice "required"): the server constrained the output to a JSON list of {"name",
+  "parameters"} objects. `named` (a named tool_choice): the output is the arguments themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+ARGUMENT_KEYS = ("arguments", "parameters")
+
+
+@dataclass
+class PartialCall:
+    name: str | None = None
+    """Set once the whole name has arrived."""
+    arguments: str = ""
+    """The arguments' JSON text so far (raw, as the model wrote it)."""
+    complete: bool = False
+    string_arguments: bool = False
+    """The model wrote the arguments as a JSON string holding JSON: only sent once complete, decoded."""
+
+
+@dataclass
+class ToolView:
+    content: str = ""
+    """Text outside tool calls that is safe to show: a possible start of a call marker is held back."""
+    calls: list[PartialCall] = field(default_factory=list)
+
+
+class ToolParser:
+    name = ""
+    needs_special_tokens = False
+    """Its markers are special tokens: the text must keep them (skip_special_tokens off)."""
+
+    def view(self, text: str, final: bool) -> ToolView:
+        """The view of `text`; `final` when no more text will come (held-back content is released)."""
+        raise NotImplementedError
+
+
+# ----------------------------------------------------------------------------------- JSON scanning
+_WS = " \t\r\n"
+
+
+def skip_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _WS:
+        i += 1
+    return i
+
+
+def value_end(text: str, i: int) -> int | None:
+    """Index just past the JSON value starting at text[i], or None while it has not all arrived."""
+    if i >= len(text):
+        return None
+    if text[i] == '"':
+        return _string_end(text, i)
+    if text[i] in "{[":
+        depth, j = 0, i
+        while j < len(text):
+            c = text[j]
+            if c == '"':
+                end = _string_end(text, j)
+                if end is None:
+                    return None
+                j = end
+                continue
+            if c in "{[":
+                depth += 1
+            elif c in "}]":
+                depth -= 1
+                if depth == 0:
+                    return j + 1
+            j += 1
+        return None
+    j = i
+    while j < len(text) and text[j] not in ",}]" + _WS:
+        j += 1
+    return j if j < len(text) else None  # a number may go on with the next characters
+
+
+def _string_end(text: str, i: int) -> int | None:
+    j = i + 1
+    while j < len(text):
+        if text[j] == "\\":
+            j += 2
+            continue
+        if text[j] == '"':
+            return j + 1
+        j += 1
+    return None
+
+
+def call_object(text: str, i: int) -> tuple[PartialCall, int | None]:
+    """The call in the JSON object at text[i] (a name key and an arguments/parameters key, any order) and
+    the index past the object, or None while it is incomplete."""
+    call = PartialCall()
+    j = skip_ws(text, i + 1)
+    while j < len(text):
+        if text[j] == "}":
+            call.complete = call.name is not None
+            return call, j + 1
+        if text[j] == ",":
+            j = skip_ws(text, j + 1)
+            continue
+        key_end = _string_end(text, j) if text[j] == '"' else None
+        if key_end is None:
+            return call, None
+        key = _loads(text[j:key_end])
+        j = skip_ws(text, key_end)
+        if j >= len(text) or text[j] != ":":
+            return call, None
+        start = skip_ws(text, j + 1)
+        end = value_end(text, start)
+        if key == "name":
+            if end is None:
+                return call, None
+            call.name = _loads(text[start:end]) if text[start:end].startswith('"') else None
+        elif key in ARGUMENT_KEYS:
+            raw = text[start:end] if end is not None else text[start:]
+            if raw.startswith('"'):  # JSON text inside a JSON string: whole or nothing
+                call.string_arguments = True
+                call.arguments = _loads(raw) if end is not None else ""
+            else:
+                call.arguments = raw
+        if end is None:
+            return call, None
+        j = skip_ws(text, end)
+    return call, None
+
+
+def _loads(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _held_back(text: str, marker: str) -> int:
+    """How many characters at the end of `text` could begin `marker` (to keep out of streamed content)."""
+    for k in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-k:]):
+            return k
+    return 0
+
+
+def _content_before(text: str, at: int, has_calls: bool, final: bool, marker: str) -> str:
+    """Content: the text before the first call (right-stripped once a call follows it); while nothing more
+    is known, all but a possible marker start and trailing whitespace, which a call could still follow."""
+    if has_calls:
+        return text[:at].rstrip()
+    if final:
+        return text
+    safe = text[: len(text) - _held_back(text, marker)]
+    return safe.rstrip()
+
+
+# ----------------------------------------------------------------------------------- parsers
+class HermesParser(ToolParser):
+    name = "hermes"
+    START, END = "<tool_call>", "</tool_call>"
+
+    def view(self, text: str, final: bool) -> ToolView:
+        first = text.find(self.START)
+        calls: list[PartialCall] = []
+        at = first
+        while at != -1:
+            start = skip_ws(text, at + len(self.START))
+            if start < len(text) and text[start] == "{":
+                call, end = call_object(text, start)
+                calls.append(call)
+                if end is None:
+                    break
+            at = text.find(self.START, at + len(self.START))
+        content = _content_before(text, first, first != -1, final, self.START)
+        return ToolView(content, calls)
+
+
+class Llama3JsonParser(ToolParser):
+    name = "llama3_json"
+    TAG = "<|python_tag|>"
+
+    def view(self, text: str, final: bool) -> ToolView:
+        i = skip_ws(text, 0)
+        if text.startswith(self.TAG, i):
+            i = skip_ws(text, i + len(self.TAG))
+        elif i < len(text) and self.TAG.startswith(text[i:]) and not final:
+            return ToolView()  # may still become the tag
+        if i >= len(text):
+            return ToolView(text if final else "")
+        if text[i] != "{":
+            return ToolView(text)
+        calls = _separated_calls(text, i, ";")
+        if final and not any(c.name for c in calls):  # JSON, but no call in it: the model's answer
+            return ToolView(text)
+        return ToolView("", calls)
+
+
+class MistralParser(ToolParser):
+    name = "mistral"
+    needs_special_tokens = True
+    MARKER, ARGS = "[TOOL_CALLS]", "[ARGS]"
+
+    def view(self, text: str, final: bool) -> ToolView:
+        first = text.find(self.MARKER)
+        calls: list[PartialCall] = []
+        if first != -1:
+            rest = skip_ws(text, first + len(self.MARKER))
+            if rest < len(text) and text[rest] == "[":
+                calls = _separated_calls(text, skip_ws(text, rest + 1), ",")
+            else:
+                calls = self._args_calls(text, first)
+        return ToolView(_content_before(text, first, first != -1, final, self.MARKER), calls)
+
+    def _args_calls(self, text: str, at: int) -> list[PartialCall]:
+        """`[TOOL_CALLS]name[ARGS]{...}` calls, one after another."""
+        calls = []
+        while at != -1:
+            start = at + len(self.MARKER)
+            args = text.find(self.ARGS, start)
+            if args == -1:
+                break
+            call = PartialCall(name=text[start:args].strip())
+            begin = skip_ws(text, args + len(self.ARGS))
+            end = value_end(text, begin)
+            call.arguments = text[begin:end] if end is not None else text[begin:]
+            call.complete = end is not None
+            calls.append(call)
+            if end is None:
+                break
+            at = text.find(self.MARKER, end)
+        return calls
+
+
+class RequiredParser(ToolParser):
+    """tool_choice "required": the output is the JSON list the server's grammar allowed."""
+
+    name = "required"
+
+    def view(self, text: str, final: bool) -> ToolView:
+        i = skip_ws(text, 0)
+        if i >= len(text) or text[i] != "[":
+            return ToolView()
+        return ToolView("", _separated_calls(text, skip_ws(text, i + 1), ","))
+
+
+class NamedParser(ToolParser):
+    """A named tool_choice: the whole output is the arguments of that function."""
+
+    name = "named"
+
+    def __init__(self, function: str) -> None:
+        self.function = function
+
+    def view(self, text: str, final: bool) -> ToolView:
+        return ToolView("", [PartialCall(self.function, text.strip() if final else text.lstrip(), final)])
+
+
+def _separated_calls(text: str, i: int, separator: str) -> list[PartialCall]:
+    """Call objects one after another from text[i], with `separator` (and whitespace) between them."""
+    calls = []
+    while i < len(text) and text[i] == "{":
+        call, end = call_object(text, i)
+        calls.append(call)
+        if end is None:
+            break
+        i = skip_ws(text, end)
+        if i < len(text) and text[i] == separator:
+            i = skip_ws(text, i + 1)
+    return calls
+
+
+PARSERS: dict[str, type[ToolParser]] = {p.name: p for p in (HermesParser, Llama3JsonParser, MistralParser)}
+"""--tool-call-parser choices."""

@@ -1,0 +1,125 @@
+"""What a chat request's `tools` and `tool_choice` make the server do, as vLLM does it.
+
+- `none`: the tools are rendered into the prompt (the chat template decides how), nothing is parsed.
+- `auto` (the default when tools are given): the model writes calls in its own format, read back by the
+  parser the server was started with (`--enable-auto-tool-choice --tool-call-parser NAME`, tool_parsers.py);
+  without those flags it is a 400, as in vLLM. finish_reason is "tool_calls" when calls were found.
+- `required`: the output is constrained to a JSON list of one or more calls ({"name", "parameters"}), each
+  valid against its tool's parameters schema (one call only with parallel_tool_calls false);
+  finish_reason "tool_calls".
+- a named function: the output is constrained to that function's parameters schema and becomes its one
+  call's arguments; finish_reason "stop", as OpenAI reports a forced function.
+A tool without `parameters` takes none: its arguments are `{}`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from model_optimizer.runtime.server.errors import APIError
+from model_optimizer.runtime.server.protocol import ChatCompletionRequest
+from model_optimizer.runtime.server.state import ServerState
+from model_optimizer.runtime.server.tool_parsers import PARSERS, NamedParser, RequiredParser, ToolParser
+from model_optimizer.runtime.structured.params import StructuredOutputs
+
+NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+@dataclass
+class ToolPlan:
+    template_tools: list[dict] | None = None
+    """The tools as the chat template sees them (OpenAI's shape)."""
+    parser: ToolParser | None = None
+    constraint: StructuredOutputs | None = None
+    finish_with_tool_calls: bool = False
+    """finish_reason "tool_calls" when the output holds calls and the engine stopped it."""
+
+
+def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
+    """The plan for the request's tools; 400 for a tool_choice the tools or the server cannot honour."""
+    tools = body.tools or []
+    choice = body.tool_choice
+    if not tools:
+        if choice == "required" or (choice is not None and not isinstance(choice, str)):
+            raise APIError(400, "tool_choice needs tools: give the functions the model may call", "tool_choice")
+        return ToolPlan()
+    names = [t.function.name for t in tools]
+    if len(set(names)) != len(names):
+        raise APIError(400, "tool names must be unique", "tools")
+    template_tools = [t.model_dump(exclude_none=True, by_alias=True) for t in tools]
+    if choice is None or choice == "auto":
+        return ToolPlan(template_tools, _auto_parser(state), finish_with_tool_calls=True)
+    if choice == "none":
+        return ToolPlan(template_tools)
+    if choice == "required":
+        schema = _calls_schema(tools, body.parallel_tool_calls)
+        return ToolPlan(template_tools, RequiredParser(), StructuredOutputs.json(schema), finish_with_tool_calls=True)
+    tool = next((t for t in tools if t.function.name == choice.function.name), None)  # type: ignore[union-attr]
+    if tool is None:
+        raise APIError(400, f"tool_choice names {choice.function.name!r}, which is not among the tools", "tool_choice")  # type: ignore[union-attr]
+    schema = tool.function.parameters or NO_PARAMETERS
+    return ToolPlan(template_tools, NamedParser(tool.function.name), StructuredOutputs.json(schema))
+
+
+def _auto_parser(state: ServerState) -> ToolParser:
+    config = state.config
+    if not config.enable_auto_tool_choice or not config.tool_call_parser:
+        raise APIError(
+            400,
+            'tool_choice "auto" (the default with tools) needs the server started with --enable-auto-tool-choice '
+            'and --tool-call-parser NAME; or send tool_choice "required", "none" or a named function',
+            "tool_choice",
+        )
+    return PARSERS[config.tool_call_parser]()
+
+
+def _calls_schema(tools: list[Any], parallel: bool) -> dict:
+    """A JSON list of calls, each the name of one tool and arguments valid for it. Each tool's parameters
+    schema moves under the root's $defs (its own $defs beside it, renamed), so the `#/$defs/...`
+    references of a schema written as a document of its own (pydantic's) still resolve."""
+    defs: dict[str, Any] = {}
+    options = []
+    for i, tool in enumerate(tools):
+        prefix = f"tool{i}_"
+        parameters = tool.function.parameters or NO_PARAMETERS
+        for key in ("$defs", "definitions"):
+            for name, sub in (parameters.get(key) or {}).items():
+                defs[prefix + name] = _renamed_refs(sub, prefix)
+        defs[prefix + "parameters"] = _renamed_refs(
+            {k: v for k, v in parameters.items() if k not in ("$defs", "definitions")}, prefix
+        )
+        options.append(
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"const": tool.function.name},
+                    "parameters": {"$ref": f"#/$defs/{prefix}parameters"},
+                },
+                "required": ["name", "parameters"],
+                "additionalProperties": False,
+            }
+        )
+    items = options[0] if len(options) == 1 else {"anyOf": options}
+    schema: dict = {"type": "array", "items": items, "minItems": 1, "$defs": defs}
+    if not parallel:
+        schema["maxItems"] = 1
+    return schema
+
+
+def _renamed_refs(node: Any, prefix: str) -> Any:
+    """A copy of a schema whose local references point at its definitions' new names under the root."""
+    if isinstance(node, list):
+        return [_renamed_refs(v, prefix) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key == "$ref" and isinstance(value, str):
+            if value == "#":
+                value = f"#/$defs/{prefix}parameters"
+            for local in ("#/$defs/", "#/definitions/"):
+                if value.startswith(local):
+                    value = "#/$defs/" + prefix + value[len(local) :]
+        out[key] = _renamed_refs(value, prefix) if key != "$ref" else value
+    return out

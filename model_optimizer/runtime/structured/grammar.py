@@ -1,0 +1,80 @@
+"""StructuredOutputs -> an llguidance grammar, checked; and the tokenizer llguidance masks tokens of.
+
+llguidance (chosen over xgrammar and outlines-core: it refuses the schema keywords it cannot enforce
+instead of ignoring them, never produced invalid JSON in our comparison, and compiles a schema in a
+few milliseconds with no per-vocabulary index) is imported here, where grammars are made, and in
+the engine core; the frontend uses `check` to refuse a bad grammar with a 400 before it sends the
+request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model_optimizer.runtime.structured.params import StructuredOutputs
+
+WHITESPACE_RUN = 16
+"""Most whitespace characters between two JSON tokens with whitespace_flexible: enough to pretty-print
+a nested document, and a bound, so a model that favours whitespace cannot loop on it."""
+
+
+class GrammarError(ValueError):
+    """The grammar is invalid, unsatisfiable, too complex, or uses something llguidance does not enforce."""
+
+
+def grammar_of(so: StructuredOutputs) -> str:
+    """The llguidance grammar (a string it compiles) of a constraint; GrammarError when it cannot be made."""
+    import llguidance as llg
+
+    try:
+        if so.kind in ("json", "json_object"):
+            schema = so.spec if so.kind == "json" else '{"type": "object"}'
+            return llg.LLMatcher.grammar_from_json_schema(schema, defaults=_json_options(so.whitespace_flexible))
+        if so.kind == "regex":
+            return llg.LLMatcher.grammar_from_regex(so.spec)
+        if so.kind == "choice":
+            return llg.grammar_from("choice", so.spec)
+        return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
+    except (ValueError, TypeError) as exc:
+        raise GrammarError(f"invalid {so.kind}: {exc}") from None
+
+
+def _json_options(flexible: bool) -> dict[str, Any]:
+    if not flexible:
+        return {"whitespace_flexible": False}
+    return {"whitespace_pattern": f"[\\x20\\x0A\\x0D\\x09]{{0,{WHITESPACE_RUN}}}"}
+
+
+def check(so: StructuredOutputs, tokenizer: Any = None) -> str:
+    """The constraint's grammar once llguidance has validated it (against `tokenizer`, an LLTokenizer,
+    when given); GrammarError with llguidance's reason otherwise. Warnings are no errors."""
+    import llguidance as llg
+
+    grammar = grammar_of(so)
+    message = llg.LLMatcher.validate_grammar(grammar, tokenizer)
+    if message and not message.startswith("WARNING"):
+        raise GrammarError(f"invalid {so.kind}: {message.strip()}")
+    return grammar
+
+
+def ll_tokenizer(tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int] | list[int]) -> Any:
+    """The llguidance tokenizer of a Hugging Face fast tokenizer (ours, fast_tokenizer.py, or transformers'):
+    its tokenizer.json read by llguidance's own Rust `tokenizers`, no transformers needed.
+
+    `vocab_size` is the model's (its logits' width, often padded past the tokenizer); EOS is the
+    model's own set, so a finished grammar allows exactly the tokens that end the request.
+    ValueError for a tokenizer whose tokens do not concatenate into its text (a word-level one
+    without a decoder): no grammar over bytes can constrain it."""
+    import llguidance as llg
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError("structured outputs need the model's tokenizer.json (a Hugging Face fast tokenizer)")
+    eos = sorted(eos_token_ids) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+    try:
+        return llg.LLTokenizer(backend.to_str(), n_vocab=max(vocab_size, len(tokenizer)), eos_token=eos or None)
+    except (ValueError, RuntimeError) as exc:
+        raise ValueError(
+            f"structured outputs are not available for this tokenizer: llguidance cannot read it ({exc}); "
+            "byte-level BPE, SentencePiece and WordPiece tokenizers work"
+        ) from None

@@ -1,0 +1,279 @@
+"""Structured outputs through the engine: whatever the model would say, the constraint makes it valid.
+
+The built-in model writes Python documentation, not JSON: every document below validates only because
+the grammar's masks allowed nothing else (checked with `jsonschema`, at temperature 0 and 1). Then the
+engine features with constrained requests in the batch: n > 1, logprobs, preemption, prefix caching,
+asynchronous against synchronous scheduling, a grammar that fails to compile, an abort while compiling.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import jsonschema
+import pytest
+
+from model_optimizer import LLM, SamplingParams
+from model_optimizer.runtime.structured import StructuredOutputs
+
+SCHEMAS = {
+    "nested": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "address": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 10},
+                    "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+                },
+                "required": ["city", "zip"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["name", "address"],
+        "additionalProperties": False,
+    },
+    "array_bounds": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"id": {"type": "integer", "minimum": 1, "maximum": 99}},
+            "required": ["id"],
+        },
+        "minItems": 2,
+        "maxItems": 4,
+    },
+    "enum_const": {
+        "type": "object",
+        "properties": {
+            "kind": {"const": "order"},
+            "status": {"enum": ["open", "closed", 3, None]},
+            "flags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3},
+        },
+        "required": ["kind", "status", "flags"],
+        "additionalProperties": False,
+    },
+    "any_of": {
+        "type": "object",
+        "properties": {
+            "value": {
+                "anyOf": [
+                    {"type": "integer", "minimum": -5, "maximum": 5},
+                    {"type": "string", "maxLength": 4},
+                    {"type": "null"},
+                ]
+            },
+            "pair": {
+                "anyOf": [
+                    {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
+                    {"type": "boolean"},
+                ]
+            },
+        },
+        "required": ["value", "pair"],
+        "additionalProperties": False,
+    },
+    "numeric_ranges": {
+        "type": "object",
+        "properties": {
+            "age": {"type": "integer", "minimum": 18, "maximum": 65},
+            "score": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            "offset": {"type": "integer", "minimum": -1000, "maximum": -10},
+        },
+        "required": ["age", "score", "offset"],
+        "additionalProperties": False,
+    },
+    "string_patterns": {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"},
+            "word": {"type": "string", "minLength": 2, "maxLength": 6},
+            "day": {"type": "string", "format": "date"},
+        },
+        "required": ["code", "word", "day"],
+        "additionalProperties": False,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def builtin():
+    return LLM(kv_cache_memory=1 << 26, max_model_len=512)
+
+
+@pytest.mark.parametrize("name", list(SCHEMAS))
+def test_every_schema_yields_valid_json_on_the_builtin_model(builtin, name):
+    schema = SCHEMAS[name]
+    so = StructuredOutputs.json(schema)
+    prompts = ["The json module", "class Path"]
+    greedy = SamplingParams(temperature=0, max_tokens=200, structured_outputs=so)
+    sampled = SamplingParams(temperature=1.0, max_tokens=200, n=3, seed=7, structured_outputs=so)
+    outputs = builtin.generate(prompts, greedy) + builtin.generate(prompts, sampled)
+    texts = [c.text for o in outputs for c in o.outputs]
+    assert len(texts) == 8 and len(set(texts[2:])) > 1  # sampling explores
+    for o in outputs:
+        for c in o.outputs:
+            assert c.finish_reason == "stop", c.text
+            jsonschema.validate(json.loads(c.text), schema, format_checker=jsonschema.FormatChecker())
+
+
+def test_regex_choice_and_grammar_hold_at_temperature_1(builtin):
+    cases = [
+        (StructuredOutputs.regex(r"[a-z]{3}-[0-9]{2,4}"), lambda t: re.fullmatch(r"[a-z]{3}-[0-9]{2,4}", t)),
+        (StructuredOutputs.choice(["red", "green", "blue sky"]), lambda t: t in ("red", "green", "blue sky")),
+        (
+            StructuredOutputs.grammar('start: "f(" NUM ("," NUM)* ")"\nNUM: /[0-9]{1,3}/'),
+            lambda t: re.fullmatch(r"f\(\d{1,3}(,\d{1,3})*\)", t),
+        ),
+        (StructuredOutputs.json_object(), lambda t: isinstance(json.loads(t), dict)),
+    ]
+    for so, valid in cases:
+        [out] = builtin.generate(
+            ["x = "], SamplingParams(temperature=1.0, n=4, seed=3, max_tokens=300, structured_outputs=so)
+        )
+        for c in out.outputs:
+            assert c.finish_reason == "stop" and valid(c.text), (so.kind, c.text)
+
+
+ITEMS = {
+    "type": "object",
+    "properties": {"items": {"type": "array", "items": {"enum": ["a", "bb", "ccc"]}, "minItems": 3, "maxItems": 8}},
+    "required": ["items"],
+    "additionalProperties": False,
+}
+CONSTRAINED = SamplingParams(temperature=0, max_tokens=60, structured_outputs=StructuredOutputs.json(ITEMS))
+FREE = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+PROMPTS = [[5 + i, 17, 300 + i, 41, 9] * (2 + i % 3) for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model):
+    return str(tiny_model("qwen3"))
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir):
+    """Constrained and free requests alone on a roomy engine (synchronous): what every variant reproduces."""
+    llm = LLM(model_dir, kv_cache_memory=1 << 24, enable_prefix_caching=False, async_scheduling=False)
+    return [_ids(llm.generate([p], CONSTRAINED if i % 2 else FREE)) for i, p in enumerate(PROMPTS)]
+
+
+def _ids(outputs):
+    return [list(c.token_ids) for o in outputs for c in o.outputs]
+
+
+def _mixed(llm):
+    """Every other request constrained, all in one batch."""
+    outputs = llm.generate(PROMPTS, [CONSTRAINED if i % 2 else FREE for i in range(len(PROMPTS))])
+    for i, o in enumerate(outputs):
+        if i % 2:
+            jsonschema.validate(json.loads(o.outputs[0].text), ITEMS)
+    return [_ids([o]) for o in outputs]
+
+
+@pytest.mark.parametrize(
+    "engine_args",
+    [
+        dict(kv_cache_memory=1 << 24),  # asynchronous scheduling: masks filled while the forward runs
+        dict(kv_cache_memory=1 << 24, async_scheduling=False),
+        dict(num_kv_blocks=24, block_size=4, max_model_len=96, enable_prefix_caching=False),  # preempts
+        dict(kv_cache_memory=1 << 24, max_num_batched_tokens=7),  # tiny chunks: prompts over several steps
+    ],
+    ids=["async", "sync", "preemption", "chunked"],
+)
+def test_a_mixed_batch_gives_what_each_request_gives_alone(model_dir, reference, engine_args):
+    llm = LLM(model_dir, **engine_args)
+    assert _mixed(llm) == reference
+    stats = llm.engine.stats()
+    assert stats.grammar_steps > 0 and stats.grammar_seconds > 0 and stats.grammar_wait_seconds >= 0
+    if engine_args.get("num_kv_blocks"):
+        assert stats.num_preemptions > 0  # the matchers kept their state through it
+    assert llm.engine.core.constrained.manager.num_matchers == 0  # every finished request let its matcher go
+
+
+def test_prefix_cache_hits_and_n_completions_keep_their_own_grammar_state(model_dir):
+    llm = LLM(model_dir, kv_cache_memory=1 << 24, enable_prefix_caching=True)
+    sampled = SamplingParams(
+        temperature=1.0, n=4, seed=5, max_tokens=60, structured_outputs=StructuredOutputs.json(ITEMS)
+    )
+    prompt = PROMPTS[3] * 4  # 40 tokens: two full blocks to share
+    first, second = (llm.generate([prompt], sampled)[0] for _ in range(2))
+    assert second.num_cached_tokens > 0
+    for out in (first, second):
+        texts = [c.text for c in out.outputs]
+        assert len(set(texts)) > 1  # four completions, four matchers
+        for text in texts:
+            jsonschema.validate(json.loads(text), ITEMS)
+    assert [c.text for c in first.outputs] == [c.text for c in second.outputs]  # seeded: the cache changes nothing
+
+
+def test_logprobs_are_over_the_tokens_the_grammar_allows(model_dir):
+    llm = LLM(model_dir, kv_cache_memory=1 << 24)
+    tokenizer = llm.tokenizer
+    options = ["alpha", "beta", "gamma"]
+    params = SamplingParams(
+        temperature=0, logprobs=20, max_tokens=10, structured_outputs=StructuredOutputs.choice(options)
+    )
+    [out] = llm.generate([PROMPTS[0]], params)
+    completion = out.outputs[0]
+    assert completion.text in options
+    first = completion.logprobs[0]
+    starts = {tokenizer.decode([t]) for t in first.top}
+    assert all(any(o.startswith(s) for o in options) for s in starts)  # no forbidden token listed
+    assert len(first.top) < 20  # fewer allowed tokens than asked for: all of them, and only them
+    assert abs(sum(math.exp(v) for v in first.top.values()) - 1) < 1e-4  # renormalised over the allowed ones
+
+
+def test_a_grammar_the_core_cannot_compile_fails_its_request_alone(model_dir):
+    """The server refuses such a constraint with a 400 before it reaches the core; sent anyway (the
+    Python API), the request finishes with an error naming the reason, and the others run."""
+    llm = LLM(model_dir, kv_cache_memory=1 << 24)
+    bad = SamplingParams(
+        max_tokens=5, structured_outputs=StructuredOutputs.json({"type": "integer", "minimum": 3, "maximum": 1})
+    )
+    outputs = llm.generate([PROMPTS[0], PROMPTS[1]], [bad, FREE])
+    assert outputs[0].outputs[0].finish_reason == "error" and "minimum (3)" in outputs[0].error
+    assert outputs[1].outputs[0].finish_reason == "length"
+
+
+def test_abort_while_the_grammar_compiles(model_dir):
+    llm = LLM(model_dir, kv_cache_memory=1 << 24)
+    engine = llm.engine
+    engine.add_request("c", PROMPTS[0], CONSTRAINED.clone(n=2))
+    assert engine.has_unfinished_requests() and "c" in engine.core.constrained.compiling
+    engine.abort("c")
+    assert not engine.has_unfinished_requests() and not engine.core.groups
+    engine.add_request("c", PROMPTS[0], CONSTRAINED)  # the id is free again
+    while engine.has_unfinished_requests():
+        outputs = engine.step()
+    assert outputs[0].finished and json.loads(outputs[0].outputs[0].text)
+
+
+def test_a_request_waiting_for_its_grammar_stalls_no_one(model_dir, monkeypatch):
+    """The compile is held (an event) until a free request has run to its end; then the constrained one runs."""
+    import threading
+
+    from model_optimizer.runtime.structured.compiler import GrammarCompiler
+
+    release = threading.Event()
+    compile_for_real = GrammarCompiler._compile
+
+    def held(self, so):
+        assert release.wait(60)
+        return compile_for_real(self, so)
+
+    monkeypatch.setattr(GrammarCompiler, "_compile", held)
+    engine = LLM(model_dir, kv_cache_memory=1 << 24).engine
+    engine.add_request("constrained", PROMPTS[1], CONSTRAINED)
+    engine.add_request("free", PROMPTS[2], FREE)
+    finished = {}
+    while "free" not in finished:
+        finished.update({o.request_id: o for o in engine.step() if o.finished})
+    assert "constrained" in engine.core.constrained.compiling and "constrained" not in finished
+    release.set()
+    while engine.has_unfinished_requests():
+        finished.update({o.request_id: o for o in engine.step() if o.finished})
+    jsonschema.validate(json.loads(finished["constrained"].outputs[0].text), ITEMS)

@@ -1,0 +1,353 @@
+"""Structured outputs and tools through the real server with the `openai` client, unchanged.
+
+A live server on the tiny Qwen3 (random weights: only the constraint makes its output valid), started
+with a tools-aware chat template, `--enable-auto-tool-choice --tool-call-parser hermes` and
+`--reasoning-parser qwen3`. The client's own helpers (`chat.completions.parse` with a pydantic model,
+`pydantic_function_tool`, `chat.completions.stream` accumulating tool-call deltas) run against it.
+The auto parser and the reasoning split are driven end to end by constraining the model to write a
+call or a thinking block (a regex), since a random model never would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Literal
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+from model_optimizer.runtime.server.config import ServerConfig
+from tests.runtime.server.live import start_server
+
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}"
+    "({{ (t.function.parameters or {}).get('properties', {}) | list | join(',') }}){% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}"
+    "{% if m.tool_call_id %} [{{ m.tool_call_id }}]{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+class Step(BaseModel):
+    explanation: str = Field(max_length=12)
+    output: int = Field(ge=-100, le=100)
+
+
+class Answer(BaseModel):
+    steps: list[Step] = Field(min_length=1, max_length=3)
+    final: Literal["x=-3", "x=3"]
+    confident: bool
+
+
+class Weather(BaseModel):
+    city: Literal["Paris", "Oslo"]
+    days: int = Field(ge=1, le=7)
+
+
+STRICT_WEATHER = {**Weather.model_json_schema(), "additionalProperties": False}
+
+
+@pytest.fixture(scope="module")
+def live(tiny_model, tmp_path_factory):
+    from model_optimizer import LLM
+
+    template = tmp_path_factory.mktemp("template") / "tools.jinja"
+    template.write_text(TOOLS_TEMPLATE)
+    llm = LLM(str(tiny_model("qwen3")), max_model_len=512, num_kv_blocks=256, max_num_seqs=16)
+    config = ServerConfig(
+        served_model_name="tiny",
+        chat_template=str(template),
+        enable_auto_tool_choice=True,
+        tool_call_parser="hermes",
+        reasoning_parser="qwen3",
+    )
+    server = start_server(llm, config)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(live):
+    return openai.OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
+
+
+USER = [{"role": "user", "content": "solve 8x + 7 = -23"}]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_parse_with_a_pydantic_model(client, temperature):
+    completion = client.chat.completions.parse(
+        model="tiny", messages=USER, response_format=Answer, temperature=temperature, n=2, seed=1, max_tokens=300
+    )
+    for choice in completion.choices:
+        assert choice.finish_reason == "stop"
+        assert isinstance(choice.message.parsed, Answer)
+        assert Answer.model_validate_json(choice.message.content) == choice.message.parsed
+
+
+def test_json_schema_and_json_object_streamed_and_not(client):
+    """A strict schema (the client's own conversion of a pydantic model) always completes; any JSON object
+    may run to max_tokens on a random model, and is then a prefix of one (engine tests run it to the end
+    on the built-in model)."""
+    from openai.lib._pydantic import to_strict_json_schema
+
+    schema = to_strict_json_schema(Weather)
+    for response_format in (
+        {
+            "type": "json_schema",
+            "json_schema": {"name": "weather", "schema": schema},
+        },  # not strict: enforced all the same
+        {"type": "json_object"},
+    ):
+        kwargs = dict(model="tiny", messages=USER, response_format=response_format, max_tokens=60, temperature=0)
+        whole = client.chat.completions.create(**kwargs)
+        stream = client.chat.completions.create(**kwargs, stream=True)
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert streamed == whole.choices[0].message.content
+        if whole.choices[0].finish_reason == "stop":
+            assert isinstance(json.loads(streamed), dict)
+        else:
+            assert response_format["type"] == "json_object" and streamed.startswith("{")
+        if response_format["type"] == "json_schema":
+            jsonschema.validate(json.loads(streamed), schema)
+
+
+def test_completions_take_vllm_fields_and_response_format(live):
+    url = live.url + "/v1/completions"
+    base = {"prompt": "The", "max_tokens": 100, "temperature": 1.0, "n": 3, "seed": 4}
+    cases = [
+        ({"structured_outputs": {"choice": ["cat", "dog house"]}}, lambda t: t in ("cat", "dog house")),
+        ({"guided_choice": ["left", "right"]}, lambda t: t in ("left", "right")),
+        ({"guided_regex": r"[A-Z][a-z]{2,5} [0-9]{2}"}, lambda t: re.fullmatch(r"[A-Z][a-z]{2,5} [0-9]{2}", t)),
+        ({"guided_grammar": 'root ::= "go " ("north" | "south")'}, lambda t: t in ("go north", "go south")),
+        ({"structured_outputs": {"grammar": 'start: "n=" /[0-9]{1,2}/'}}, lambda t: re.fullmatch(r"n=\d{1,2}", t)),
+        ({"guided_json": STRICT_WEATHER}, Weather.model_validate_json),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": STRICT_WEATHER}}},
+            Weather.model_validate_json,
+        ),
+    ]
+    for extra, valid in cases:
+        r = httpx.post(url, json={**base, **extra}, timeout=60)
+        assert r.status_code == 200, r.text
+        for choice in r.json()["choices"]:
+            assert choice["finish_reason"] == "stop" and valid(choice["text"]), (extra, choice["text"])
+
+
+def test_logprobs_of_a_constrained_choice_list_allowed_tokens_only(live):
+    r = httpx.post(
+        live.url + "/v1/completions",
+        json={"prompt": "The", "max_tokens": 10, "temperature": 0, "logprobs": 5, "guided_choice": ["alpha", "beta"]},
+        timeout=60,
+    )
+    choice = r.json()["choices"][0]
+    assert choice["text"] in ("alpha", "beta")
+    first = choice["logprobs"]["top_logprobs"][0]
+    assert all("alpha".startswith(t) or "beta".startswith(t) for t in first)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_required_tool_calls_through_the_clients_helpers(client, stream):
+    tools = [openai.pydantic_function_tool(Weather, name="get_weather"), openai.pydantic_function_tool(Step)]
+    kwargs = dict(
+        model="tiny", messages=USER, tools=tools, tool_choice="required", max_tokens=300, temperature=1.0, seed=3
+    )
+    if stream:
+        with client.chat.completions.stream(**kwargs) as events:
+            completion = events.get_final_completion()
+    else:
+        completion = client.chat.completions.parse(**kwargs)
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls" and not choice.message.content  # a stream's role chunk has ""
+    calls = choice.message.tool_calls
+    assert calls and len({c.id for c in calls}) == len(calls) and all(c.id.startswith("call_") for c in calls)
+    for call in calls:
+        model = {"get_weather": Weather, "Step": Step}[call.function.name]
+        assert isinstance(call.function.parsed_arguments, model)
+        assert model.model_validate_json(call.function.arguments) == call.function.parsed_arguments
+
+
+def test_named_tool_choice_and_one_call_without_parallel_calls(client):
+    tools = [openai.pydantic_function_tool(Weather, name="get_weather")]
+    named = client.chat.completions.parse(
+        model="tiny",
+        messages=USER,
+        tools=tools,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=200,
+    )
+    [call] = named.choices[0].message.tool_calls
+    assert named.choices[0].finish_reason == "stop"  # as OpenAI reports a forced function
+    assert isinstance(call.function.parsed_arguments, Weather)
+    single = client.chat.completions.create(
+        model="tiny", messages=USER, tools=tools, tool_choice="required", parallel_tool_calls=False, max_tokens=200, n=3
+    )
+    assert all(len(c.message.tool_calls) == 1 for c in single.choices)
+
+
+def test_a_conversation_with_tool_results_renders_tools_and_tool_messages(client):
+    tools = [openai.pydantic_function_tool(Weather, name="get_weather")]
+    messages = USER + [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "days": 2}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "rain"},
+    ]
+    plain = client.chat.completions.create(model="tiny", messages=USER, max_tokens=1)
+    full = client.chat.completions.create(
+        model="tiny", messages=messages, tools=tools, tool_choice="none", max_tokens=1
+    )
+    assert full.usage.prompt_tokens > plain.usage.prompt_tokens + 20  # the tools, the call and its result
+    assert full.choices[0].message.tool_calls is None  # "none": nothing parsed
+
+
+HERMES_CALL = (
+    r'Sure\. <tool_call>\{"name": "get_weather", "arguments": \{"city": "(Paris|Oslo)", "days": [1-7]\}\}</tool_call>'
+)
+
+
+def test_auto_tool_choice_reads_the_models_own_format(client):
+    """The hermes parser, end to end: the model is made to write a call in Qwen's format (a regex), and the
+    server hands it back as a tool call, streamed and not, with the text before it as content."""
+    tools = [openai.pydantic_function_tool(Weather, name="get_weather")]
+    extra = {"structured_outputs": {"regex": HERMES_CALL}}
+    kwargs = dict(model="tiny", messages=USER, tools=tools, max_tokens=200, temperature=0, extra_body=extra)
+    whole = client.chat.completions.parse(**kwargs)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Sure."
+    [call] = choice.message.tool_calls
+    assert isinstance(call.function.parsed_arguments, Weather)
+    with client.chat.completions.stream(**kwargs) as events:
+        streamed = events.get_final_completion()
+    assert streamed.choices[0].message.content == "Sure."
+    assert streamed.choices[0].message.tool_calls[0].function.arguments == call.function.arguments
+
+
+def test_reasoning_is_split_from_the_answer(client):
+    extra = {"structured_outputs": {"regex": r"<think>[a-z ]{3,20}</think>\n\n(yes|no)"}}
+    whole = client.chat.completions.create(model="tiny", messages=USER, max_tokens=100, temperature=0, extra_body=extra)
+    message = whole.choices[0].message
+    assert message.content.strip() in ("yes", "no") and re.fullmatch("[a-z ]{3,20}", message.reasoning_content)
+    stream = client.chat.completions.create(
+        model="tiny", messages=USER, max_tokens=100, temperature=0, extra_body=extra, stream=True
+    )
+    reasoning, content = "", ""
+    for chunk in stream:
+        if chunk.choices:
+            delta = chunk.choices[0].delta
+            reasoning += getattr(delta, "reasoning_content", None) or ""
+            content += delta.content or ""
+    assert (reasoning, content) == (message.reasoning_content, message.content)
+
+
+BAD = [
+    (
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}}},
+        "Unimplemented keys",
+        "response_format",
+    ),
+    (
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 5, "maximum": 1}},
+            }
+        },
+        "minimum (5) is greater",
+        "response_format",
+    ),
+    (
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+        "needs json_schema.schema",
+        "response_format",
+    ),
+    ({"response_format": {"type": "structural_tag"}}, "not supported", "response_format"),
+    ({"guided_regex": "(?=a)b"}, "look-around", "guided_regex"),
+    ({"guided_grammar": "start: undefined_rule"}, "invalid grammar", "guided_grammar"),
+    ({"guided_choice": []}, "non-empty list", "guided_choice"),
+    ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "exactly one", "structured_outputs"),
+    ({"structured_outputs": {"structural_tag": "{}"}}, "not supported", "structured_outputs"),
+    ({"guided_whitespace_pattern": " *", "guided_regex": "a"}, "not supported", "guided_whitespace_pattern"),
+    ({"guided_regex": "a", "guided_choice": ["a"]}, "one output constraint", "guided_choice"),
+    (
+        {
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {"type": "function", "function": {"name": "g"}},
+        },
+        "not among the tools",
+        "tool_choice",
+    ),
+    ({"tool_choice": "required"}, "needs tools", "tool_choice"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}] * 2, "tool_choice": "required"}, "unique", "tools"),
+    (
+        {
+            "tools": [
+                {"type": "function", "function": {"name": "f", "parameters": {"type": "array", "uniqueItems": True}}}
+            ],
+            "tool_choice": "required",
+        },
+        "uniqueItems",
+        "tools",
+    ),
+    (
+        {
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": "required",
+            "response_format": {"type": "json_object"},
+        },
+        "leave out response_format",
+        "response_format",
+    ),
+    ({"functions": [{"name": "f"}]}, "use tools", "functions"),
+]
+
+
+@pytest.mark.parametrize(("extra", "reason", "param"), BAD, ids=[b[2] + "-" + b[1][:20] for b in BAD])
+def test_bad_constraints_are_400s_with_the_reason_and_the_server_stays_healthy(live, extra, reason, param):
+    body = {"model": "tiny", "messages": USER, "max_tokens": 5, **extra}
+    r = httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert reason in error["message"] and error["param"] == param, error
+    assert httpx.get(live.url + "/health").status_code == 200
+    ok = httpx.post(live.url + "/v1/chat/completions", json={**body, **{k: None for k in extra}}, timeout=60)
+    assert ok.status_code == 200, ok.text
+
+
+def test_a_constraint_too_slow_to_validate_is_refused_and_nothing_hangs(live, monkeypatch):
+    from model_optimizer.runtime.server import structured
+
+    monkeypatch.setattr(structured, "CHECK_TIMEOUT_S", 0.0)
+    monkeypatch.setattr(structured, "_verdicts", structured.OrderedDict())
+    body = {"model": "tiny", "messages": USER, "max_tokens": 5, "guided_regex": "[a-z]{1,40}@[a-z]{2,9}"}
+    r = httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400 and "could not validate" in r.json()["error"]["message"]
+    monkeypatch.setattr(structured, "CHECK_TIMEOUT_S", 10.0)
+    assert httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60).status_code == 400  # verdict cached
+    structured._verdicts.clear()
+    assert httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60).status_code == 200
+
+
+def test_auto_tool_choice_needs_the_servers_flags(server):
+    """The shared server runs without --enable-auto-tool-choice: tools with the default tool_choice are a
+    400 naming the flags, as in vLLM; "none" and "required" work."""
+    body = {"messages": USER, "max_tokens": 40, "tools": [{"type": "function", "function": {"name": "f"}}]}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400 and "--enable-auto-tool-choice" in r.json()["error"]["message"]
+    for choice in ("none", "required"):
+        r = httpx.post(server.url + "/v1/chat/completions", json={**body, "tool_choice": choice}, timeout=60)
+        assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}

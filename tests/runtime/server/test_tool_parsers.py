@@ -1,0 +1,138 @@
+"""Tool-call and reasoning parsers on texts in each model family's format: the whole text, and the same text
+fed in every possible split (streaming), give the same content, reasoning, calls and arguments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from model_optimizer.runtime.server.chat_output import ChatOutput
+from model_optimizer.runtime.server.reasoning import DeepSeekR1ReasoningParser, Qwen3ReasoningParser
+from model_optimizer.runtime.server.tool_parsers import (
+    HermesParser,
+    Llama3JsonParser,
+    MistralParser,
+    NamedParser,
+    RequiredParser,
+)
+
+WEATHER = {"city": "Oslo", "unit": "c\\"}
+
+CASES = [
+    (  # Qwen: text, then two calls in tags
+        HermesParser,
+        'Let me check. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c\\\\"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "time", "arguments": {}}\n</tool_call>',
+        "Let me check.",
+        [("get_weather", WEATHER), ("time", {})],
+    ),
+    (
+        HermesParser,
+        "No tools needed: 2 < 3 and <tool is not a tag.",
+        "No tools needed: 2 < 3 and <tool is not a tag.",
+        [],
+    ),
+    (  # arguments written as a JSON string holding JSON
+        HermesParser,
+        '<tool_call>{"arguments": "{\\"city\\": \\"Oslo\\", \\"unit\\": \\"c\\\\\\\\\\"}", "name": "get_weather"}</tool_call>',
+        None,
+        [("get_weather", WEATHER)],
+    ),
+    (
+        Llama3JsonParser,
+        '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "c\\\\"}}; {"name": "time", "parameters": {}}',
+        None,
+        [("get_weather", WEATHER), ("time", {})],
+    ),
+    (Llama3JsonParser, 'The answer is {"a": 1}.', 'The answer is {"a": 1}.', []),
+    (Llama3JsonParser, '{"a": 1}', '{"a": 1}', []),  # JSON without a call in it is the answer
+    (
+        MistralParser,
+        'Sure[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c\\\\"}}, {"name": "time", "arguments": {}}]</s>',
+        "Sure",
+        [("get_weather", WEATHER), ("time", {})],
+    ),
+    (
+        MistralParser,
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Oslo", "unit": "c\\\\"}[TOOL_CALLS]time[ARGS]{}',
+        None,
+        [("get_weather", WEATHER), ("time", {})],
+    ),
+    (
+        RequiredParser,
+        '[{"name":"get_weather","parameters":{"city":"Oslo","unit":"c\\\\"}},{"name":"time","parameters":{}}]',
+        None,
+        [("get_weather", WEATHER), ("time", {})],
+    ),
+    (lambda: NamedParser("get_weather"), '{"city":"Oslo","unit":"c\\\\"}', None, [("get_weather", WEATHER)]),
+]
+
+
+def _streamed(output: ChatOutput, pieces: list[str]) -> tuple[str, str, list[dict]]:
+    """Feed `pieces`, then finish: the concatenated content, reasoning and calls (by index) a client builds."""
+    content, reasoning, calls = "", "", {}
+    for delta in [output.feed(p) for p in pieces] + [output.finish()]:
+        content += delta.get("content", "")
+        reasoning += delta.get("reasoning_content", "")
+        for call in delta.get("tool_calls", []):
+            slot = calls.setdefault(call["index"], {"id": None, "name": None, "arguments": ""})
+            if "id" in call:
+                assert slot["id"] is None  # id, type and name come once
+                slot.update(id=call["id"], name=call["function"]["name"])
+            slot["arguments"] += call.get("function", {}).get("arguments", "")
+    return content, reasoning, [calls[i] for i in sorted(calls)]
+
+
+@pytest.mark.parametrize(("parser", "text", "content", "calls"), CASES)
+def test_whole_and_streamed_texts_give_the_same_message(parser, text, content, calls):
+    whole = ChatOutput(tools=parser()).message(text)
+    assert whole.content == content
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in whole.tool_calls] == calls
+    splits = [[text], list(text), [text[: len(text) // 3], text[len(text) // 3 :]]]
+    for pieces in splits:
+        got_content, _, got_calls = _streamed(ChatOutput(tools=parser()), pieces)
+        assert got_content == (content or "")
+        assert [(c["name"], c["arguments"]) for c in got_calls] == [
+            (c["function"]["name"], c["function"]["arguments"]) for c in whole.tool_calls
+        ]
+        assert all(c["id"].startswith("call_") for c in got_calls)
+
+
+REASONING = [
+    (Qwen3ReasoningParser, "<think>\nplan it</think>\n\nThe answer.", "\nplan it", "\n\nThe answer."),
+    (Qwen3ReasoningParser, "The answer, no thinking.", None, "The answer, no thinking."),
+    (Qwen3ReasoningParser, "<think>cut short", "cut short", None),
+    (DeepSeekR1ReasoningParser, "plan it</think>The answer.", "plan it", "The answer."),  # <think> was in the prompt
+    (DeepSeekR1ReasoningParser, "<think>plan</think>ok", "plan", "ok"),
+    (DeepSeekR1ReasoningParser, "still thinking <", "still thinking <", None),
+]
+
+
+@pytest.mark.parametrize(("parser", "text", "reasoning", "content"), REASONING)
+def test_reasoning_is_split_whole_and_streamed(parser, text, reasoning, content):
+    whole = ChatOutput(reasoning=parser()).message(text)
+    assert (whole.reasoning_content, whole.content) == (reasoning, content)
+    for pieces in ([text], list(text)):
+        got_content, got_reasoning, _ = _streamed(ChatOutput(reasoning=parser()), pieces)
+        assert (got_reasoning, got_content) == (reasoning or "", content or "")
+
+
+def test_reasoning_then_a_tool_call():
+    text = '<think>need weather</think>\n<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    output = ChatOutput(Qwen3ReasoningParser(), HermesParser())
+    whole = output.message(text)
+    assert whole.reasoning_content == "need weather" and whole.content is None
+    assert whole.tool_calls[0]["function"]["arguments"] == '{"city": "Oslo"}'
+    content, reasoning, calls = _streamed(ChatOutput(Qwen3ReasoningParser(), HermesParser()), list(text))
+    assert (content, reasoning, calls[0]["arguments"]) == ("", "need weather", '{"city": "Oslo"}')
+
+
+def test_a_call_streams_its_arguments_as_they_arrive():
+    output = ChatOutput(tools=HermesParser())
+    assert output.feed("<tool_call>{") == {}
+    first = output.feed('"name": "f", "arguments": {"a": ')
+    assert first["tool_calls"][0]["function"] == {"name": "f", "arguments": '{"a": '}
+    assert output.feed("12")["tool_calls"][0] == {"index": 0, "function": {"arguments": "12"}}
+    assert output.feed("}}</tool_call>")["tool_calls"][0]["function"]["arguments"] == "}"
+    assert output.finish() == {}

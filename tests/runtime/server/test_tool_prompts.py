@@ -1,0 +1,60 @@
+"""Tools and the messages of a tool-calling conversation reach the chat template as transformers passes them:
+`tools` as OpenAI's function definitions, an assistant's tool calls with their arguments as objects, a
+tool message with its call id."""
+
+from __future__ import annotations
+
+import json
+
+from model_optimizer.runtime.engine.input_processor import chat_text
+from model_optimizer.runtime.server.prompts import message_dicts
+from model_optimizer.runtime.server.protocol import ChatCompletionRequest
+
+# the shape of Qwen2.5's template: tools as JSON in the system turn, calls in <tool_call> tags, results in
+# <tool_response> tags of a user turn
+QWEN_LIKE = (
+    "{%- if tools %}<|im_start|>system\n# Tools\n<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}"
+    "\n</tools><|im_end|>\n{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' and message.tool_calls %}\n<|im_start|>assistant\n{{ message.content }}"
+    "{%- for call in message.tool_calls %}\n<tool_call>\n"
+    '{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}\n</tool_call>'
+    "{%- endfor %}<|im_end|>"
+    "{%- elif message.role == 'tool' %}\n<|im_start|>user\n<tool_response>\n{{ message.content }}\n"
+    "</tool_response><|im_end|>"
+    "{%- else %}\n<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>{%- endif %}"
+    "{%- endfor %}\n<|im_start|>assistant\n"
+)
+
+
+def test_tools_calls_and_results_render():
+    from model_optimizer.assets import reference_model_path
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(reference_model_path())
+    body = ChatCompletionRequest.model_validate(
+        {
+            "messages": [
+                {"role": "user", "content": "Weather in Oslo?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_7",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_7", "content": "rain, 4 C"},
+            ],
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+        }
+    )
+    tools = [t.model_dump(exclude_none=True) for t in body.tools]
+    text = chat_text(tokenizer, message_dicts(body.messages), QWEN_LIKE, tools=tools)
+    assert json.dumps(tools[0]) in text  # the definitions, as the template wrote them with tojson
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>' in text  # an object
+    assert "<tool_response>\nrain, 4 C\n</tool_response>" in text
+    assert message_dicts(body.messages)[2]["tool_call_id"] == "call_7"
