@@ -41,13 +41,13 @@ def run(args: argparse.Namespace) -> int:
         args.model = args.model_tag
     engine_config = dataclass_from_args(EngineConfig, args)
     server_config = dataclass_from_args(ServerConfig, args)
-    model_id = localize(engine_config)  # a Hub id becomes its snapshot folder, downloaded or from the cache
-    if model_id is not None and server_config.served_model_name is None:
-        server_config.served_model_name = model_id  # clients ask for Qwen/Qwen3-0.6B, as with vLLM
     env_key = os.environ.get(API_KEY_ENV)
     if server_config.api_key is None and env_key is not None:  # set but empty is refused, not "no auth"
         check_api_key(env_key, API_KEY_ENV)
         server_config.api_key = env_key
+    model_id = localize(engine_config)  # a Hub id becomes its snapshot folder, downloaded or from the cache
+    if model_id is not None and server_config.served_model_name is None:
+        server_config.served_model_name = model_id  # clients ask for Qwen/Qwen3-0.6B, as with vLLM
     if server_config.api_server_count > 1:
         return _serve_many(server_config, engine_config)
     from model_optimizer.runtime.server.launcher import serve
