@@ -48,6 +48,9 @@ TRANSLATED = {
     "api_server_count": "--api-server-count",
     "enable_expert_parallel": "--enable-expert-parallel",
     "speculative_config": "--speculative-config",
+    "enable_auto_tool_choice": "--enable-auto-tool-choice",
+    "tool_call_parser": "--tool-call-parser",
+    "reasoning_parser": "--reasoning-parser",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
 
@@ -61,7 +64,7 @@ config.json), and our int8 / rtn-int4 on-the-fly rounding has no vLLM equivalent
 ENV_ONLY = {"api_key": "VLLM_API_KEY"}
 """Settings vLLM reads from the environment: the container gets them from the same secret as ours."""
 
-ONLY_TRUE = {"enforce_eager", "async_scheduling", "enable_expert_parallel"}
+ONLY_TRUE = {"enforce_eager", "async_scheduling", "enable_expert_parallel", "enable_auto_tool_choice"}
 """vLLM flags that can only switch a feature on: our False is vLLM's default and needs no flag."""
 
 UNTRANSLATED = {
