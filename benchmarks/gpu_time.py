@@ -35,13 +35,15 @@ def gpu_time_ms(
     max_launches: int = 64,
     target_ms: float = 10.0,
     samples: int = 3,
+    stream_fallback: bool = True,
 ) -> float:
     """Median over `samples` of the GPU ms of one `call(set)`, from CUDA-graph replays of
     max(min_launches, min(len(sets), max_launches)) calls cycling through `sets`.
 
     Every set is called once before the capture (Triton compiles, split-K counters and allocator
     blocks exist before it, as the engine warms up before capturing). A call that cannot be
-    captured falls back to `stream_time_ms`."""
+    captured falls back to `stream_time_ms`, unless `stream_fallback` is False: then its error is raised
+    (a figure of host launch time would pass for a slow kernel)."""
     import torch
 
     launches = max(min_launches, min(len(sets), max_launches))
@@ -61,6 +63,8 @@ def gpu_time_ms(
     except Exception:  # a host sync or a capture-unsafe op inside `call`
         del graph
         torch.cuda.synchronize()
+        if not stream_fallback:
+            raise
         return stream_time_ms(call, sets)
     graph.replay()  # first replay uploads the graph
     first = _replays_ms(graph, 1)

@@ -17,7 +17,9 @@ row count: 1, 2, 4, ... 256, and 512 for "above 256" when asked): the CUDA-core 
 tensor-core program's tiles, the dense matmul after one dequantization (128 rows and up), and for fp8
 the W8A8 kinds (our e4m3 x e4m3 program; `_scaled_mm` above 16 rows). It writes the fastest per case as a
 tile table (`--tiles-output`, default beside --output; fp8 twice: "fp8" the fastest weight-only
-launch, "fp8a" the fastest of all, for callers that accept quantized activations): run with
+launch, "fp8a" the fastest of all, for callers that accept quantized activations; where the fastest
+is the dense matmul after a dequantization, also the fastest launch a CUDA-graph capture can take,
+in the table's "capture" entries; `--table-from` rewrites a table from an earlier run's rows): run with
 MOPT_QUANT_TILES pointing at it, the
 kernels take those shapes, here (the method timings that follow) and in the engine; committed as
 model_optimizer/runtime/kernels/quant_tiles.json it becomes the default on that GPU. The Triton compiles of
@@ -108,7 +110,8 @@ def time_ms(fn, x, sets: list[tuple], quick: bool = False) -> float:
 
     if quick:
         return gpu_time_ms(lambda weights: fn(x, *weights), sets, target_ms=4.0, samples=2)
-    return gpu_time_ms(lambda weights: fn(x, *weights), sets)
+    # the engine runs decode in CUDA graphs: a method that cannot be captured is an error, not a figure
+    return gpu_time_ms(lambda weights: fn(x, *weights), sets, stream_fallback=False)
 
 
 def bench_case(method: str, n: int, k: int, m_values: list[int]) -> list[dict]:
@@ -123,7 +126,11 @@ def bench_case(method: str, n: int, k: int, m_values: list[int]) -> list[dict]:
         if method == "fp8_scaled_mm" and torch.cuda.get_device_capability() < (8, 9):
             continue  # no fp8 tensor cores
         x = torch.randn(m, k, device="cuda").bfloat16()
-        ms = time_ms(fn, x, sets)
+        try:
+            ms = time_ms(fn, x, sets)
+        except Exception as exc:  # e.g. not capturable in a CUDA graph: reported, no figure
+            rows.append({"method": method, "n": n, "k": k, "m": m, "error": str(exc)[:300]})
+            continue
         rows.append(
             {
                 "method": method,
@@ -147,7 +154,9 @@ def per_step(rows: list[dict], shapes: dict, num_layers: int) -> list[dict]:
     for method in METHODS:
         for m in M_VALUES:
             times = [
-                r["ms"] for r in rows if r["method"] == method and r["m"] == m and (r["n"], r["k"]) in shapes.values()
+                r["ms"]
+                for r in rows
+                if r["method"] == method and r["m"] == m and (r["n"], r["k"]) in shapes.values() and "ms" in r
             ]
             if len(times) == len(shapes):
                 out.append({"method": method, "m": m, "ms_per_step": sum(times) * num_layers})
@@ -277,6 +286,48 @@ def _best(rows: list[dict], kinds: tuple[str, ...]) -> dict | None:
 
 WEIGHT_ONLY = ("gemv", "mma", "dequant", "torch")
 """Kernels that keep the activations exact: a "fp8" table entry is the fastest of these."""
+ALL_FP8 = WEIGHT_ONLY + ("w8a8", "scaled_mm")
+
+
+def record_winners(case_rows: list[dict], kind: str, m: int, n: int, k: int, tables: dict) -> None:
+    """The fastest candidate of one case into tables["entries"] (per table kind: `kind`, and "fp8a" for
+    fp8), with its us into tables["us"]; where it is "dequant" (a capture cannot grow its scratch
+    buffer), the fastest other one into tables["capture"] / ["capture_us"]: what a CUDA-graph capture
+    takes there."""
+    from model_optimizer.runtime.kernels import quant_tiles
+
+    for table_kind, kinds in ((kind, WEIGHT_ONLY), (quant_tiles.FP8_ANY, ALL_FP8)):
+        if table_kind == quant_tiles.FP8_ANY and kind != "fp8":
+            continue
+        winner = _best(case_rows, kinds)
+        if winner is None:
+            continue
+        key = quant_tiles.table_key(table_kind, m, n, k)
+        tables["entries"][key] = quant_tiles.QuantTiles(**winner["tiles"])
+        tables["us"][key] = winner["ms"] * 1e3
+        if winner["kernel"] == "dequant":
+            safe = _best(case_rows, tuple(name for name in kinds if name != "dequant"))
+            if safe is not None:
+                tables["capture"][key] = quant_tiles.QuantTiles(**safe["tiles"])
+                tables["capture_us"][key] = safe["ms"] * 1e3
+
+
+def tables_json(gpu: str, tables: dict) -> dict:
+    from model_optimizer.runtime.kernels import quant_tiles
+
+    return quant_tiles.table_json(gpu, tables["entries"], tables["us"], tables["capture"], tables["capture_us"])
+
+
+def table_from_sweep(path: Path) -> dict:
+    """The tile table of an earlier run's sweep rows (its --output JSON), as the sweep writes it now."""
+    result = json.loads(Path(path).read_text())
+    tables = {"entries": {}, "us": {}, "capture": {}, "capture_us": {}}
+    cases: dict[tuple, list[dict]] = {}
+    for row in result["sweep"]:
+        cases.setdefault((row["kind"], row["m"], row["n"], row["k"]), []).append(row)
+    for (kind, m, n, k), case_rows in cases.items():
+        record_winners(case_rows, kind, m, n, k, tables)
+    return tables_json(result["environment"]["gpu"], tables)
 
 
 def time_candidates(x, kind: str, found: list, sets: list, want, weight_bytes: int) -> list[dict]:
@@ -315,7 +366,7 @@ def sweep(models: list[str], workers: int, m_values: list[int], tiles_path: Path
     t0 = time.time()
     errors = compile_in_parallel(cases, workers)
     print(f"sweep: compiled the candidates in {time.time() - t0:.0f} s ({len(errors)} failed)", flush=True)
-    rows, best, timings = [], {}, {}
+    rows, tables = [], {"entries": {}, "us": {}, "capture": {}, "capture_us": {}}
     by_weights: dict[tuple, list] = {}
     for case in cases:
         by_weights.setdefault((case[2], case[4], case[5]), []).append(case)
@@ -335,15 +386,8 @@ def sweep(models: list[str], workers: int, m_values: list[int], tiles_path: Path
                 row.update(model=model, linear=name, kind=kind, n=n, k=k, m=m, bucket=bucket)
                 row["default"] = row["tiles"] == vars(default)
             rows += case_rows
-            for table_kind, kinds in ((kind, WEIGHT_ONLY), ("fp8a", WEIGHT_ONLY + ("w8a8", "scaled_mm"))):
-                if table_kind == "fp8a" and kind != "fp8":
-                    continue
-                winner = _best(case_rows, kinds)
-                if winner is not None:
-                    key = quant_tiles.table_key(table_kind, m, n, k)
-                    best[key] = quant_tiles.QuantTiles(**winner["tiles"])
-                    timings[key] = winner["ms"] * 1e3
-            won = _best(case_rows, WEIGHT_ONLY + ("w8a8", "scaled_mm"))
+            record_winners(case_rows, kind, m, n, k, tables)
+            won = _best(case_rows, ALL_FP8)
             default_ms = next((r["ms"] for r in case_rows if r["default"] and "ms" in r), None)
             if won:
                 print(
@@ -354,8 +398,8 @@ def sweep(models: list[str], workers: int, m_values: list[int], tiles_path: Path
                 )
         del sets, dequantized
         torch.cuda.empty_cache()
-        atomic_write(tiles_path, json.dumps(quant_tiles.table_json(gpu, best, timings), indent=1) + "\n")
-    return rows, quant_tiles.table_json(gpu, best, timings), errors
+        atomic_write(tiles_path, json.dumps(tables_json(gpu, tables), indent=1) + "\n")
+    return rows, tables_json(gpu, tables), errors
 
 
 def main() -> None:
@@ -367,7 +411,17 @@ def main() -> None:
     parser.add_argument("--tiles-output", default=None, help="tile table of the sweep (default: beside --output)")
     parser.add_argument("--compile-workers", type=int, default=min(12, os.cpu_count() or 1))
     parser.add_argument("--output", default=str(RESULTS / "quant_kernels_h200.json"))
+    parser.add_argument(
+        "--table-from",
+        default=None,
+        help="only rewrite the tile table (--tiles-output) from the sweep rows of an earlier --output JSON",
+    )
     args = parser.parse_args()
+    if args.table_from:
+        table = table_from_sweep(Path(args.table_from))
+        Path(args.tiles_output or "quant_tiles.json").write_text(json.dumps(table, indent=1) + "\n")
+        print(f"{len(table['entries'])} entries, {len(table.get('capture', {}))} capture entries")
+        return
     result = {
         "benchmark": "quant_kernels",
         "environment": environment(),
@@ -396,6 +450,9 @@ def main() -> None:
                 rows = bench_case(method, n, k, args.m)
                 for row in rows:
                     row.update(model=model, linear=name)
+                    if "error" in row:
+                        print(f"{model} {name:12s} {method:13s} M={row['m']:4d} ERROR {row['error']}", flush=True)
+                        continue
                     print(
                         f"{model} {name:12s} {method:13s} M={row['m']:4d} {row['ms'] * 1e3:8.1f} us "
                         f"{row['weight_gbps']:7.0f} GB/s {row['tflops']:6.1f} TFLOP/s",

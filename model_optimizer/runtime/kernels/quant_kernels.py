@@ -343,17 +343,19 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, x_scales_ptr, bias
 
 @triton.jit
 def _quantize_rows_fp8_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, BLOCK_K: tl.constexpr):
-    """One row per program: amax pass, then x / (amax / 448) clamped and rounded to e4m3 (row read twice, from L2)."""
+    """One row per program: amax pass, then x / (amax / 448) clamped and rounded to e4m3 (row read twice, from L2).
+    The divisions round to nearest (div_rn) as torch's do: Triton's `/` on float32 is the approximate
+    division on the GPU, whose last-bit errors flipped codes on rounding boundaries."""
     row = tl.program_id(0).to(tl.int64)
     amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         offs = k0 + tl.arange(0, BLOCK_K)
         amax = tl.maximum(amax, tl.abs(tl.load(x_ptr + row * stride_xm + offs, mask=offs < K, other=0).to(tl.float32)))
     row_max = tl.max(amax, axis=0)
-    scale = tl.where(row_max > 0, row_max / _FP8_MAX, 1.0)
+    scale = tl.where(row_max > 0, tl.math.div_rn(row_max, _FP8_MAX), 1.0)
     tl.store(scale_ptr + row, scale)
     for k0 in range(0, K, BLOCK_K):
         offs = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(x_ptr + row * stride_xm + offs, mask=offs < K, other=0).to(tl.float32)
-        q = tl.minimum(tl.maximum(x / scale, -_FP8_MAX), _FP8_MAX)  # the e4m3 cast does not saturate
+        q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -_FP8_MAX), _FP8_MAX)  # the e4m3 cast does not saturate
         tl.store(q_ptr + row * stride_qm + offs, q.to(q_ptr.dtype.element_ty), mask=offs < K)

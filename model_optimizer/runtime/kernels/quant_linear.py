@@ -75,14 +75,22 @@ def _kernels(x: torch.Tensor):
 
 
 _scratch: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+_captured: dict[int, torch.Tensor] = {}
+"""Scratch buffers some CUDA graph writes into, kept alive after a larger one replaces them."""
 
 
-def _weight_scratch(device: torch.device, dtype: torch.dtype, numel: int) -> torch.Tensor:
+def _weight_scratch(device: torch.device, dtype: torch.dtype, numel: int) -> torch.Tensor | None:
     """One buffer per device and dtype for the "dequant" backend's whole weight, grown to the largest
-    linear and reused by each in turn (they run one after another on the stream)."""
+    linear and reused by each in turn (they run one after another on the stream, graph replays too).
+    None inside a CUDA-graph capture when it does not exist or is too small: it is never allocated
+    there (the engine's warm-up forwards before each capture grow it)."""
     buf = _scratch.get((device, dtype))
     if buf is None or buf.numel() < numel:
+        if aot.capturing():
+            return None
         buf = _scratch[(device, dtype)] = torch.empty(numel, dtype=dtype, device=device)
+    elif aot.capturing():
+        _captured[buf.data_ptr()] = buf
     return buf
 
 
@@ -98,20 +106,22 @@ def _gpu_matmul(
 ) -> torch.Tensor:
     """(M, N) product on CUDA by the backend the tile table (or default rule) names for this shape:
     our Triton program, `_scaled_mm` (fp8 W8A8) or the weight dequantized whole into a scratch buffer
-    and a dense matmul (prefill sizes; not inside a CUDA-graph capture, where the buffer could not
-    grow: the Triton program runs instead)."""
+    and a dense matmul (prefill and large decode batches). Inside a CUDA-graph capture "dequant" runs
+    only where the buffer already holds the weight; else the table's capture alternative (the fastest
+    launch a graph can take) or the default rule's Triton tiles, never a table lookup by quant_matmul."""
     n = scales.shape[0]
-    tiles = triton_kernel("quant_matmul", "device_tiles")(rows, n, kind, group_size, w8a8_ok)
-    if tiles.backend == "scaled_mm":
-        return _scaled_mm_w8a8(rows, qweight, scales, bias)
+    device_tiles = triton_kernel("quant_matmul", "device_tiles")
+    tiles = device_tiles(rows, n, kind, group_size, w8a8_ok)
     if tiles.backend == "dequant":
-        if not aot.capturing():
-            buf = _weight_scratch(rows.device, rows.dtype, n * rows.shape[1])
+        buf = _weight_scratch(rows.device, rows.dtype, n * rows.shape[1])
+        if buf is not None:
             weight = triton_kernel("quant_matmul", "dequantize_weight")(
                 qweight, scales, zeros, kind, group_size, rows.dtype, buf
             )
             return F.linear(rows, weight, bias)
-        tiles = None  # the default rule's Triton tiles
+        tiles = device_tiles(rows, n, kind, group_size, w8a8_ok, graph_safe=True)
+    if tiles.backend == "scaled_mm":
+        return _scaled_mm_w8a8(rows, qweight, scales, bias)
     return triton_kernel("quant_matmul", "quant_matmul")(rows, qweight, scales, zeros, kind, group_size, bias, tiles)
 
 

@@ -24,7 +24,14 @@ from model_optimizer.runtime.kernels.quant_kernels import (
     _quant_matmul_kernel,
     _quantize_rows_fp8_kernel,
 )
-from model_optimizer.runtime.kernels.quant_tiles import FP8_ANY, MAX_SPLIT_K, QuantTiles, default_tiles, lookup
+from model_optimizer.runtime.kernels.quant_tiles import (
+    FP8_ANY,
+    MAX_SPLIT_K,
+    QuantTiles,
+    default_tiles,
+    lookup,
+    program_tiles,
+)
 
 __all__ = ["MAX_SPLIT_K", "QuantTiles", "choose_tiles", "dequantize_weight", "quant_matmul", "quantize_rows_fp8"]
 
@@ -47,24 +54,48 @@ def _facts(device_index: int | None, target: aot.AotTarget | None) -> tuple[str,
 
 
 def choose_tiles(
-    m: int, n: int, k: int, kind: str, group_size: int, num_sms: int, gpu: str = "", fp8_scaled_mm: bool = False
+    m: int,
+    n: int,
+    k: int,
+    kind: str,
+    group_size: int,
+    num_sms: int,
+    gpu: str = "",
+    fp8_scaled_mm: bool = False,
+    graph_safe: bool = False,
+    program_only: bool = False,
 ) -> QuantTiles:
     """The table's measured tiles for this GPU and shape, else `quant_tiles.default_tiles`.
-    `fp8_scaled_mm`: the caller accepts quantized activations (W8A8: our e4m3 program or `torch._scaled_mm`)."""
+    `fp8_scaled_mm`: the caller accepts quantized activations (W8A8: our e4m3 program or `torch._scaled_mm`).
+    `graph_safe`: a launch a CUDA-graph capture can take without the scratch buffer (never "dequant": the
+    table's capture entry, else the default rule's Triton tiles). `program_only`: our Triton program's
+    tiles only (what `quant_matmul` launches when not told)."""
+    graph_safe = graph_safe or program_only
     tiles = None
     if gpu and kind == "fp8" and fp8_scaled_mm:  # the fastest of all fp8 kinds, W8A8 included
-        tiles = lookup(gpu, FP8_ANY, m, n, k)
-    tiles = tiles or (lookup(gpu, kind, m, n, k) if gpu else None)
+        tiles = lookup(gpu, FP8_ANY, m, n, k, graph_safe)
+    tiles = tiles or (lookup(gpu, kind, m, n, k, graph_safe) if gpu else None)
     w8a8 = tiles is not None and (tiles.backend == "scaled_mm" or tiles.w8a8)
     if tiles is None or (w8a8 and not fp8_scaled_mm) or (tiles.block_m == 1 and m != 1):
-        tiles = default_tiles(kind, m, n, k, num_sms, fp8_scaled_mm)
+        tiles = default_tiles(kind, m, n, k, num_sms, fp8_scaled_mm, graph_safe)
+    if program_only and tiles.backend != "triton":
+        tiles = program_tiles(kind, m, n, k, num_sms)
     return tiles
 
 
-def device_tiles(x: torch.Tensor, n: int, kind: str, group_size: int = 0, fp8_scaled_mm: bool = False) -> QuantTiles:
+def device_tiles(
+    x: torch.Tensor,
+    n: int,
+    kind: str,
+    group_size: int = 0,
+    fp8_scaled_mm: bool = False,
+    graph_safe: bool = False,
+    program_only: bool = False,
+) -> QuantTiles:
     """`choose_tiles` for the rows of x on x's GPU."""
     gpu, num_sms = _device_facts(x.device.index if x.is_cuda else None)  # meta: the ahead-of-time target
-    return choose_tiles(x.shape[0], n, x.shape[1], kind, group_size, num_sms, gpu, fp8_scaled_mm)
+    m, k = x.shape
+    return choose_tiles(m, n, k, kind, group_size, num_sms, gpu, fp8_scaled_mm, graph_safe, program_only)
 
 
 def _interpreted() -> bool:
@@ -155,7 +186,8 @@ def quant_matmul(
     """x (M, K) @ dequantized weight (N, K).T (+ bias) -> (M, N) in x.dtype; layouts in quant_reference,
     int4 in the planes packing; kind "bf16": qweight is the plain weight in x's dtype, scales None.
 
-    Inputs are trusted (quant_linear checks them); `tiles` overrides `choose_tiles` (benchmarks, tests).
+    Inputs are trusted (quant_linear checks them); `tiles` overrides `choose_tiles` (benchmarks, tests),
+    which is asked for our program's tiles only (never another backend the table may name).
     W8A8 tiles (fp8) quantize x per token first, one more launch.
     """
     m, k = x.shape
@@ -166,7 +198,7 @@ def quant_matmul(
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
-    tiles = tiles or device_tiles(x, n, kind, group_size)
+    tiles = tiles or device_tiles(x, n, kind, group_size, program_only=True)
     _check_tiles(tiles, kind, group_size, k)
     num_tiles = (m if tiles.block_m == 1 else triton.cdiv(m, tiles.block_m)) * triton.cdiv(n, tiles.block_n)
     split = tiles.split_k

@@ -5,7 +5,9 @@ benchmarks/quant_kernels.py --sweep writes (every candidate of `candidates` time
 and row bucket on the GPU, the fastest kept) is read once per process from $MOPT_QUANT_TILES or,
 failing that, from quant_tiles.json beside this module, and only when its "gpu" names the device in
 use: tiles tuned on an H200 say nothing about another GPU. Shapes it lacks take `default_tiles`.
-Everything here is plain Python on shapes, so a lookup is free inside CUDA-graph capture (no
+Where the fastest launch is "dequant" (the weight widened into a scratch buffer, which a CUDA-graph
+capture cannot grow), the table also holds the fastest launch a capture can take (its "capture"
+entries), and a capture without the buffer takes that one. Everything here is plain Python on shapes, so a lookup is free inside CUDA-graph capture (no
 autotuning, no host sync).
 """
 
@@ -62,6 +64,13 @@ class QuantTiles:
         if self.backend != "triton":
             return self.backend
         return "w8a8" if self.w8a8 else ("gemv" if self.block_m == 1 else "mma")
+
+    @property
+    def graph_safe(self) -> bool:
+        """Whether a CUDA-graph capture can take this launch whatever was allocated before: all but
+        "dequant", whose scratch buffer may have to grow (quant_linear runs it in a capture only
+        where the buffer already holds the weight)."""
+        return self.backend != "dequant"
 
 
 SCALED_MM = QuantTiles(0, 0, 0, backend="scaled_mm")
@@ -180,64 +189,103 @@ def candidates(kind: str, m: int, n: int, k: int, num_sms: int, fp8_scaled_mm: b
     return list(dict.fromkeys(found))
 
 
-def default_tiles(kind: str, m: int, n: int, k: int, num_sms: int, fp8_scaled_mm: bool = False) -> QuantTiles:
+def program_tiles(kind: str, m: int, n: int, k: int, num_sms: int) -> QuantTiles:
+    """The default rule's tiles of our Triton program for m rows: the row bucket's first tensor-core
+    candidate (block_m grows with the rows, up to 128; what a capture takes where neither the table
+    nor the scratch buffer helps, so it must stay sane at large M: benchmarks/quant_kernels.py --sweep
+    prints it beside the fastest)."""
+    return _make(kind, m, n, k, _specs(kind, row_bucket(m))[0], num_sms)
+
+
+def default_tiles(
+    kind: str, m: int, n: int, k: int, num_sms: int, fp8_scaled_mm: bool = False, graph_safe: bool = False
+) -> QuantTiles:
     """The rule for shapes without a measurement: tensor-core tiles split to ~2 waves for decode batches;
     above 256 rows (prefill) the weight widened once and a dense matmul (fp8 with quantized activations
-    allowed: `_scaled_mm`), whose cost is predictable: the dense matmul's plus one pass over the weight."""
+    allowed: `_scaled_mm`), whose cost is predictable: the dense matmul's plus one pass over the weight.
+    `graph_safe`: never "dequant" (a CUDA-graph capture without the scratch buffer): our program's tiles."""
     bucket = row_bucket(m)
     if kind == "bf16":
         return TORCH  # never ours without a measurement that it wins
-    if bucket > 256:
-        return SCALED_MM if fp8_scaled_mm and kind == "fp8" else DEQUANT
-    spec = _specs(kind, bucket)[0]
-    return _make(kind, m, n, k, spec, num_sms)
+    if bucket > 256 and fp8_scaled_mm and kind == "fp8":
+        return SCALED_MM
+    if bucket > 256 and not graph_safe:
+        return DEQUANT
+    return program_tiles(kind, m, n, k, num_sms)
 
 
 def table_key(kind: str, m: int, n: int, k: int) -> str:
     return f"{kind}:{row_bucket(m)}:{n}:{k}"
 
 
+def _read_entries(path: str | Path, section: dict) -> dict[str, QuantTiles]:
+    fields = {f.name for f in dataclasses.fields(QuantTiles)}
+    entries = {}
+    for key, entry in section.items():
+        extra = set(entry) - fields
+        if extra:
+            raise ValueError(f"{path}: entry {key} has unknown fields {sorted(extra)}; known: {sorted(fields)}")
+        entries[key] = QuantTiles(**entry)
+    return entries
+
+
 def read_table(path: str | Path) -> dict:
-    """A sweep table: {"gpu": name, "version": TABLE_VERSION, "entries": {table_key: QuantTiles fields}};
-    ValueError if malformed. "version" is None for tables of before the field (version 1)."""
+    """A sweep table: {"gpu": name, "version": TABLE_VERSION, "entries": {table_key: QuantTiles fields},
+    "capture": {table_key: QuantTiles fields}}; ValueError if malformed. "version" is None for tables of
+    before the field (version 1); "capture" ({} when absent: tables of before it) holds, for the
+    entries that are "dequant", the fastest launch a CUDA-graph capture can take."""
     data = json.loads(Path(path).read_text())
     if not isinstance(data, dict) or not isinstance(data.get("entries"), dict) or "gpu" not in data:
         raise ValueError(f"{path}: a tile table needs 'gpu' and 'entries' (written by quant_kernels.py --sweep)")
     version = data.get("version")
     if version != TABLE_VERSION:
-        return {"gpu": data["gpu"], "version": version, "entries": {}}
-    fields = {f.name for f in dataclasses.fields(QuantTiles)}
-    entries = {}
-    for key, entry in data["entries"].items():
-        extra = set(entry) - fields
-        if extra:
-            raise ValueError(f"{path}: entry {key} has unknown fields {sorted(extra)}; known: {sorted(fields)}")
-        entries[key] = QuantTiles(**entry)
-    return {"gpu": data["gpu"], "version": version, "entries": entries}
+        return {"gpu": data["gpu"], "version": version, "entries": {}, "capture": {}}
+    capture = _read_entries(path, data.get("capture") or {})
+    unsafe = sorted(key for key, tiles in capture.items() if not tiles.graph_safe)
+    if unsafe:
+        raise ValueError(f"{path}: 'capture' entries must be launches a CUDA graph can take, got dequant at {unsafe}")
+    return {"gpu": data["gpu"], "version": version, "entries": _read_entries(path, data["entries"]), "capture": capture}
 
 
-def table_json(gpu: str, entries: dict[str, QuantTiles], timings: dict[str, float] | None = None) -> dict:
-    """The JSON of a table; `timings` (table_key -> us of the entry) are kept beside it for readers."""
+def table_json(
+    gpu: str,
+    entries: dict[str, QuantTiles],
+    timings: dict[str, float] | None = None,
+    capture: dict[str, QuantTiles] | None = None,
+    capture_timings: dict[str, float] | None = None,
+) -> dict:
+    """The JSON of a table; `timings` (table_key -> us of the entry) are kept beside it for readers,
+    `capture_timings` beside `capture`."""
     out = {"gpu": gpu, "version": TABLE_VERSION, "entries": {key: asdict(t) for key, t in sorted(entries.items())}}
-    if timings:
-        out["us"] = {key: round(timings[key], 2) for key in sorted(timings)}
+    if capture:
+        out["capture"] = {key: asdict(t) for key, t in sorted(capture.items())}
+    for name, times in (("us", timings), ("capture_us", capture_timings)):
+        if times:
+            out[name] = {key: round(times[key], 2) for key in sorted(times)}
     return out
 
 
 @functools.cache
-def _table_for(gpu: str) -> dict[str, QuantTiles]:
-    """Entries of the table for this GPU name, read once; {} when there is none, it is for another GPU
-    or it was measured on other kernels (another version)."""
+def _table_for(gpu: str) -> dict[str, dict[str, QuantTiles]]:
+    """{"entries": ..., "capture": ...} of the table for this GPU name, read once; empty when there is
+    none, it is for another GPU or it was measured on other kernels (another version)."""
     path = os.environ.get(TABLE_ENV) or (PACKAGED_TABLE if PACKAGED_TABLE.exists() else None)
     if not path:
-        return {}
+        return {"entries": {}, "capture": {}}
     table = read_table(path)
     if table["version"] != TABLE_VERSION and table["gpu"] == gpu:
         logger.info("quantized-matmul tiles: %s is version %s, not %s; default tiles", path, table["version"],
                     TABLE_VERSION)  # fmt: skip
-    return table["entries"] if table["gpu"] == gpu else {}
+    if table["gpu"] != gpu:
+        return {"entries": {}, "capture": {}}
+    return {"entries": table["entries"], "capture": table["capture"]}
 
 
-def lookup(gpu: str, kind: str, m: int, n: int, k: int) -> QuantTiles | None:
-    """The measured tiles for this call on this GPU, if the table has them."""
-    return _table_for(gpu).get(table_key(kind, m, n, k))
+def lookup(gpu: str, kind: str, m: int, n: int, k: int, graph_safe: bool = False) -> QuantTiles | None:
+    """The measured tiles for this call on this GPU, if the table has them; `graph_safe`: a launch a
+    CUDA-graph capture can take (the entry's "capture" alternative where the entry is "dequant")."""
+    table, key = _table_for(gpu), table_key(kind, m, n, k)
+    tiles = table["entries"].get(key)
+    if graph_safe and tiles is not None and not tiles.graph_safe:
+        return table["capture"].get(key)
+    return tiles
