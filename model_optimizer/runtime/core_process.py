@@ -74,6 +74,8 @@ class CoreHandle:
     extra: dict = field(default_factory=dict)
     """What the core reported besides ModelInfo: parameter count and dtype (for the start-up log)."""
     tmpdir: str = ""
+    owner_pid: int = field(default_factory=os.getpid)
+    """The process that started the core (a forked child inherits the exit hook, never the core)."""
 
     @property
     def sentinel(self) -> int:
@@ -90,7 +92,7 @@ class CoreHandle:
     def stop(self, input_socket: Any = None, timeout: float = STOP_TIMEOUT_S) -> None:
         """Ask the core to stop (abort everything, release the GPU), then make sure it has. Without
         `input_socket` (no frontend connected: the program is exiting) a socket of its own asks."""
-        atexit.unregister(self.stop)
+        atexit.unregister(self._stop_at_exit)
         if self.process.is_alive():
             self._send_shutdown(input_socket)
         self.process.join(timeout)
@@ -101,6 +103,10 @@ class CoreHandle:
             self.process.kill()
             self.process.join()
         shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    def _stop_at_exit(self) -> None:
+        if os.getpid() == self.owner_pid:
+            self.stop()
 
     def _send_shutdown(self, input_socket: Any) -> None:
         import zmq
@@ -184,7 +190,7 @@ def start_core(config: EngineConfig, num_clients: int = 1) -> CoreHandle:
     # children), so multiprocessing's own exit hook would wait for it forever: a program that started a
     # core and never stopped it (a script that built the app and ended) would hang at exit. This hook,
     # registered later, runs first and stops it.
-    atexit.register(handle.stop)
+    atexit.register(handle._stop_at_exit)
     logger.info("engine core: pid %d", process.pid)
     return handle
 
