@@ -11,6 +11,7 @@ children and watch it the same way.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import multiprocessing
@@ -73,6 +74,8 @@ class CoreHandle:
     extra: dict = field(default_factory=dict)
     """What the core reported besides ModelInfo: parameter count and dtype (for the start-up log)."""
     tmpdir: str = ""
+    owner_pid: int = field(default_factory=os.getpid)
+    """The process that started the core (a forked child inherits the exit hook, never the core)."""
 
     @property
     def sentinel(self) -> int:
@@ -87,14 +90,11 @@ class CoreHandle:
         return self.process.exitcode
 
     def stop(self, input_socket: Any = None, timeout: float = STOP_TIMEOUT_S) -> None:
-        """Ask the core to stop (abort everything, release the GPU), then make sure it has."""
-        if input_socket is not None and self.process.is_alive():
-            import zmq
-
-            try:
-                input_socket.send(encode(CoreControl(ControlOp.SHUTDOWN)), zmq.NOBLOCK)
-            except zmq.ZMQError:
-                pass
+        """Ask the core to stop (abort everything, release the GPU), then make sure it has. Without
+        `input_socket` (no frontend connected: the program is exiting) a socket of its own asks."""
+        atexit.unregister(self._stop_at_exit)
+        if self.process.is_alive():
+            self._send_shutdown(input_socket)
         self.process.join(timeout)
         if self.process.is_alive():
             self.process.terminate()
@@ -103,6 +103,27 @@ class CoreHandle:
             self.process.kill()
             self.process.join()
         shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    def _stop_at_exit(self) -> None:
+        if os.getpid() == self.owner_pid:
+            self.stop()
+
+    def _send_shutdown(self, input_socket: Any) -> None:
+        import zmq
+
+        context = None
+        if input_socket is None:
+            context = zmq.Context()
+            input_socket = context.socket(zmq.PUSH)
+            input_socket.setsockopt(zmq.LINGER, 1000)  # the command leaves before the socket closes
+            input_socket.connect(self.input_address)
+        try:
+            input_socket.send(encode(CoreControl(ControlOp.SHUTDOWN)), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # the join below and, failing that, SIGKILL still end it
+        if context is not None:
+            input_socket.close()
+            context.term()
 
 
 @dataclass(frozen=True)
@@ -165,6 +186,11 @@ def start_core(config: EngineConfig, num_clients: int = 1) -> CoreHandle:
         handle.stop()
         raise _startup_error(*value)
     handle.info, handle.extra = value["info"], value["extra"]
+    # The core ignores SIGINT and SIGTERM and is not a daemon (its tensor-parallel workers are its
+    # children), so multiprocessing's own exit hook would wait for it forever: a program that started a
+    # core and never stopped it (a script that built the app and ended) would hang at exit. This hook,
+    # registered later, runs first and stops it.
+    atexit.register(handle._stop_at_exit)
     logger.info("engine core: pid %d", process.pid)
     return handle
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 from pathlib import Path
 
 from rich.console import Console
@@ -20,6 +19,7 @@ from model_optimizer.optimizer.bench.workloads import WorkloadConfig
 from model_optimizer.optimizer.tune import report
 from model_optimizer.optimizer.tune.commands import template_argv, template_uses
 from model_optimizer.optimizer.tune.compare import refitted_errors
+from model_optimizer.optimizer.tune.interrupts import interrupts_outside
 from model_optimizer.optimizer.tune.predictor import Predictor, model_cost
 from model_optimizer.optimizer.tune.space import SearchSpace
 from model_optimizer.optimizer.tune.study import (
@@ -150,14 +150,12 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
     if sampler != "grid" and stored.get("baseline", True) and not study.trials and not tuner.enqueue_defaults():
         console.print("no baseline trial: a default setting lies outside the searched space")
     interrupted = False
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # `timeout`, `kill`: reap the server as Ctrl-C does
-    try:
-        tuner.run(budget)
-    except KeyboardInterrupt:
-        interrupted = True
-        fail_running(study, "interrupted (Ctrl-C or SIGTERM)")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with interrupts_outside(study._storage):  # SIGTERM (`timeout`, `kill`) reaps the server as Ctrl-C does
+        try:
+            tuner.run(budget)
+        except KeyboardInterrupt:
+            interrupted = True
+            fail_running(study, "interrupted (Ctrl-C or SIGTERM)")
     summary = report.build_summary(report.study_rows(study), prefer, stored["model"], stored)
     if predictor is not None:
         tuner._refit()  # with every trial the study now holds
@@ -182,10 +180,6 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
         console.print(f"interrupted: the study is saved; continue it with mopt tune --resume --output-dir {output_dir}")
         return 130
     return 0 if summary["best"] else 1
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def _print_trial(console: Console, row: dict) -> None:

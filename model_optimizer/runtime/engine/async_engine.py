@@ -144,6 +144,7 @@ class AsyncEngine:
 
     @property
     def num_in_flight(self) -> int:
+        """Requests this frontend still serves; an aborted one has left only once its abort is sent."""
         return len(self._streams)
 
     # ----------------------------------------------------------------- requests
@@ -182,10 +183,28 @@ class AsyncEngine:
 
     def abort(self, request_id: str) -> None:
         """Drop a request (on the event loop): the core frees its blocks before its next step."""
-        if self._streams.pop(request_id, None) is None:
+        self._abort_ids([request_id])
+
+    def abort_streams(self, streams: list[RequestStream]) -> None:
+        """Abort the unfinished ones among `streams` (on the event loop) with one command, so the core
+        drops every one of them before its next step: aborts sent one by one could reach the core, a
+        thread or process of its own, on either side of a step (a client gone with many prompts)."""
+        ids = []
+        for stream in streams:
+            if not stream.finished and not stream.aborted:
+                stream.aborted = True
+                ids.append(stream.request_id)
+        self._abort_ids(ids)
+
+    def _abort_ids(self, request_ids: list[str]) -> None:
+        known = [request_id for request_id in request_ids if request_id in self._streams]
+        if not known:
             return
-        self.output_processor.abort(request_id)
-        self.client.send(CoreAbort([request_id]))
+        for request_id in known:
+            self.output_processor.abort(request_id)
+        self.client.send(CoreAbort(known))
+        for request_id in known:  # only now: a request leaves `num_in_flight` once the core has been told
+            del self._streams[request_id]
 
     def abort_all(self) -> None:
         """Finish every in-flight request with finish_reason 'abort' (a drain that timed out); any thread."""

@@ -133,7 +133,8 @@ class RequestGroup:
                     yield i, output
                 if error is not None:
                     raise error
-        finally:
+        finally:  # left early (client gone): every prompt's request at once, before the pumps leave theirs
+            self.streams[0].engine.abort_streams(self.streams)
             for task in tasks:
                 task.cancel()
 
@@ -161,7 +162,8 @@ class RequestGroup:
         for stream, n in zip(self.streams, self.num_completions):
             if not stream.finished:
                 metrics.success.labels(metrics.model_name, "abort").inc(n)
-            stream.abort()
+        if self.streams:  # one command for all prompts: the core drops them all before its next step
+            self.streams[0].engine.abort_streams(self.streams)
         if self.admission is not None:
             self.admission.release()
 

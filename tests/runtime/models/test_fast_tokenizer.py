@@ -203,7 +203,7 @@ def test_serving_a_model_with_tokenizer_json_never_imports_transformers(tiny_mod
         "from model_optimizer.runtime.server.config import ServerConfig\nfrom model_optimizer.runtime.config import EngineConfig\n"
         f"config = EngineConfig(model={str(tiny_model('qwen3'))!r}, device='cpu', max_model_len=128, num_kv_blocks=16)\n"
         "app = create_app(ServerConfig(), config)\n"
-        "print(type(app.state.server.llm.tokenizer).__name__, 'transformers' in sys.modules)"
+        "print(type(app.state.server.model.tokenizer).__name__, 'transformers' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

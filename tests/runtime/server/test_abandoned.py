@@ -2,7 +2,8 @@
 away has every one of its sequences, siblings included, out of the engine before the next step runs.
 
 The engine is held (its step gate) the whole time, so nothing of it can finish on its own: what leaves,
-leaves because of the abort, on any machine."""
+leaves because of the abort, on any machine. With the gate open, "before the next step" holds because
+the frontend tells the core in one command (the core applies a command whole, between two steps)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import socket
 import pytest
 
 from model_optimizer import LLM
+from model_optimizer.runtime.engine.messages import CoreAbort
 from model_optimizer.runtime.server.config import ServerConfig
 from tests.runtime.server.live import start_server, wait_for
 
@@ -28,9 +30,18 @@ def roomy(tiny_model):
 
 
 @pytest.mark.slow
-def test_a_client_gone_takes_all_its_sequences_out_before_the_next_step(roomy):
+def test_a_client_gone_takes_all_its_sequences_out_before_the_next_step(roomy, monkeypatch):
     engine = roomy.state.engine
     gate = engine.gate
+    aborts: list[list[str]] = []
+    send = engine.client.send
+
+    def recording_send(command):  # the real client still gets every command
+        if isinstance(command, CoreAbort):
+            aborts.append(list(command.request_ids))
+        send(command)
+
+    monkeypatch.setattr(engine.client, "send", recording_send)
     prompts = [[5 + i, 6, 7, 8] for i in range(NUM_PROMPTS)]
     body = {"model": "tiny", "prompt": prompts, "n": N, "max_tokens": 100, "ignore_eos": True, "stream": True}
     with gate.held():
@@ -53,4 +64,6 @@ def test_a_client_gone_takes_all_its_sequences_out_before_the_next_step(roomy):
         assert stats.num_waiting == 0 and stats.num_running == 0
         assert stats.num_free_blocks == stats.num_blocks
         assert gate.num_steps == steps  # no step was needed for any of it
-    assert roomy.state.num_admitted == 0
+    assert len(aborts) == 1 and len(set(aborts[0])) == NUM_PROMPTS  # every prompt in one command
+    # the admission is released when the response's cleanup runs, which may come after the abort
+    wait_for(lambda: roomy.state.num_admitted == 0, "the admission released", WAIT)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.server.config import ServerConfig
 from tests.runtime.server.conftest import ENGINE_ARGS
 from tests.runtime.server.live import start_server
-from tests.runtime.server.test_process import launch, num_queued, paused, wait_for
+from tests.runtime.server.test_process import REPO, launch, num_queued, paused, wait_for
 
 WAIT = 60.0
 
@@ -191,5 +193,24 @@ def test_sigterm_drains_then_stops_the_core(tiny_model):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(WAIT) == 0
         wait_for(lambda: not alive(core), WAIT)
+    finally:
+        proc.kill()
+
+
+@pytest.mark.slow
+def test_a_program_that_never_stops_its_core_still_exits_and_takes_the_core_along(tiny_model):
+    """The core ignores SIGINT/SIGTERM and is no daemon: without the exit hook, multiprocessing would wait
+    for it at interpreter exit forever."""
+    probe = (
+        "import os\nfrom model_optimizer.runtime.config import EngineConfig\n"
+        "from model_optimizer.runtime.core_process import start_core\n"
+        f"handle = start_core(EngineConfig(model={str(tiny_model('qwen3'))!r}, **{ENGINE_ARGS!r}))\n"
+        "print(handle.pid, handle.tmpdir, flush=True)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", probe], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        pid, tmpdir = proc.stdout.readline().split()  # the core is up
+        assert proc.wait(WAIT) == 0  # only a bound on a hang
+        assert not alive(int(pid)) and not Path(tmpdir).exists()
     finally:
         proc.kill()
