@@ -10,7 +10,8 @@
 #   struct   benchmarks/structured.py: TPOT with a JSON schema at 1 and 64 requests, Qwen3-0.6B    <= 90 s
 #   serve    benchmarks/serving.py: Qwen3-0.6B + word tokenizer, offline, then mopt serve at rate
 #            inf with --api-server-count 2 and `mopt bench --num-workers 4`, with and without logprobs <= 140 s
-#   decode   benchmarks/decode_latency.py: Llama-3.1-8B bf16 / fp8 / int8 / rtn-int4, batch 1 and 64 <= rest
+#   linears  benchmarks/quant_kernels.py: Qwen3-0.6B per-step linears per format at M 64-256, graphed <= 35 s
+#   decode   benchmarks/decode_latency.py: Llama-3.1-8B rtn-int4 / bf16 / fp8 / int8, batch 1, 64, 256 <= rest
 # Everything lands in ONE tarball, $OUT/wave.tgz. From the repository root, wheels in .whl/:
 #   bash scripts/device/wave_h200.sh
 set -uo pipefail
@@ -56,7 +57,9 @@ part struct 90 python3 structured.py --bpe-from configs/qwen3-0.6b --concurrency
 part serve 140 python3 serving.py --num-requests 1000 --prompt-len 512 --output-len 128 --offline --loads inf \
   --with-and-without-logprobs --logprobs 5 --bench-flags "--num-workers 4" --output "$W/serving_api2_h200.json" -- \
   --model "$W/qwen3-0.6b" --load-format dummy --dtype bfloat16 --api-server-count 2
-part decode 120 python3 decode_latency.py --models llama-3.1-8b --quantization none fp8 int8 rtn-int4 \
-  --batch-sizes 1 64 --output "$W/decode_llama.json"
+part linears 35 python3 quant_kernels.py --models qwen3-0.6b --methods bf16 fp8 int8 int4 \
+  --m 64 128 256 --output "$W/quant_kernels.json"
+part decode 120 python3 decode_latency.py --models llama-3.1-8b --quantization rtn-int4 none fp8 int8 \
+  --batch-sizes 1 64 256 --output "$W/decode_llama.json"
 cd .. || exit 2
 cat "$W/summary.txt"
