@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import os
 import sys
@@ -40,13 +41,18 @@ KEPT = ("output_throughput", "total_throughput", "request_rate", "num_ok", "num_
 LATENCIES = ("ttft", "tpot", "itl")
 
 
+_RUNS = itertools.count()
+
+
 def bench(url: str, args: argparse.Namespace, out_dir: Path, extra: list[str]) -> list[dict]:
-    """`mopt bench` through its command entry point; the run JSON files it wrote, in order."""
+    """`mopt bench` through its command entry point; the run JSON files it wrote, in order. Each call
+    draws its prompts with a seed of its own (the first one's is --seed, as the offline engine's): the
+    server's prefix cache must not serve a later run the prompts an earlier one computed."""
     from model_optimizer.cli.main import main as mopt
 
     argv = ["bench", "--base-url", url, "--prompt-len", str(args.prompt_len), "--output-len", str(args.output_len)]
     argv += ["--num-requests", str(args.num_requests), "--output-dir", str(out_dir), "--no-progress"]
-    argv += ["--seed", str(args.seed), *extra]
+    argv += ["--seed", str(args.seed + next(_RUNS)), *extra]
     before = set(out_dir.glob("run-*.json")) if out_dir.exists() else set()
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         code = mopt(argv)
