@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
-from starlette.middleware.cors import CORSMiddleware
 
 from model_optimizer.common.processes import freeze_startup_objects, unfreeze_objects
 from model_optimizer.common.version import __version__
@@ -33,6 +32,7 @@ from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.async_engine import AsyncEngine
 from model_optimizer.runtime.engine.input_processor import chat_text
 from model_optimizer.runtime.server.config import ServerConfig
+from model_optimizer.runtime.server.cors import JSONCORSMiddleware
 from model_optimizer.runtime.server.errors import install_error_handlers
 from model_optimizer.runtime.server.guard import GuardMiddleware
 from model_optimizer.runtime.server.metrics import HTTPMetricsMiddleware
@@ -131,7 +131,7 @@ def create_app(
     app.add_middleware(GuardMiddleware, state=state)
     if config.allowed_origins:  # outside the guard: preflights are answered before the API-key check
         app.add_middleware(
-            CORSMiddleware,
+            JSONCORSMiddleware,
             allow_origins=config.allowed_origins,
             allow_methods=config.allowed_methods or ["*"],
             allow_headers=config.allowed_headers or ["*"],  # any by default: SDKs add their own (x-stainless-*)

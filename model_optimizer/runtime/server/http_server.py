@@ -97,5 +97,5 @@ def uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:
         log_level=config.log_level,
         log_config=None,
         timeout_graceful_shutdown=5,
-        **uvicorn_http_options(config.max_header_bytes),
+        **uvicorn_http_options(config.max_header_bytes, config.header_timeout, config.max_connections_per_client),
     )

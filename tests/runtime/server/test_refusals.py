@@ -74,20 +74,9 @@ def test_tokenize_counts_a_text_longer_than_the_context(client, server):
 
 
 # ----------------------------------------------------------------- CORS
-def _cors_server(own_llm, swap: bool):
-    from starlette.middleware.cors import CORSMiddleware
-
-    from model_optimizer.runtime.server.cors import JSONCORSMiddleware
-
+def _cors_server(own_llm):
     config = ServerConfig(served_model_name="tiny", allowed_origins=["https://app.example"], allowed_methods=["POST"])
-    live = start_server(own_llm, config)
-    if swap:  # the wiring app.py should have (see test_disallowed_preflight_is_json_in_create_app)
-        app = live.server.config.app
-        for i, middleware in enumerate(app.user_middleware):
-            if middleware.cls is CORSMiddleware:
-                app.user_middleware[i] = type(middleware)(JSONCORSMiddleware, *middleware.args, **middleware.kwargs)
-        app.middleware_stack = app.build_middleware_stack()
-    return live
+    return start_server(own_llm, config)
 
 
 def _preflight(url: str, origin: str, method: str = "POST") -> httpx.Response:
@@ -104,25 +93,12 @@ def own_llm(tiny_model):
 
 
 def test_disallowed_preflight_is_answered_as_json(own_llm):
-    live = _cors_server(own_llm, swap=True)
+    live = _cors_server(own_llm)
     try:
         assert _preflight(live.url, "https://app.example").status_code == 200
         error = error_of(_preflight(live.url, "https://evil.example"))
         assert error["message"] == "CORS preflight refused: origin 'https://evil.example' not allowed by this server"
         error = error_of(_preflight(live.url, "https://evil.example", "DELETE"))
-        assert "origin 'https://evil.example', method 'DELETE'" in error["message"]
-    finally:
-        live.stop()
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="app.py (not ours to edit) still adds starlette's CORSMiddleware: it must add "
-    "runtime/server/cors.py's JSONCORSMiddleware instead; then drop this mark",
-)
-def test_disallowed_preflight_is_json_in_create_app(own_llm):
-    live = _cors_server(own_llm, swap=False)
-    try:
-        assert error_of(_preflight(live.url, "https://evil.example"))["code"] == 400
+        assert "origin 'https://evil.example', method 'DELETE'" in error["message"] and error["code"] == 400
     finally:
         live.stop()

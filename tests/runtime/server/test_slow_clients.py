@@ -224,11 +224,6 @@ def test_config_refuses_a_non_finite_or_non_positive_header_timeout():
         ServerConfig(max_connections_per_client=-1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="launcher.py (not ours to edit) still calls uvicorn_http_options(config.max_header_bytes): it must "
-    "pass config.header_timeout and config.max_connections_per_client too; then drop this mark",
-)
 def test_mopt_serve_honours_header_timeout(tiny_model):
     """`mopt serve --header-timeout 0.5` as a process: the 408 names the configured timeout, not the default."""
     from tests.runtime.server.test_process import launch
