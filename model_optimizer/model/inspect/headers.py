@@ -55,6 +55,8 @@ DTYPE_NAMES = {
     "BOOL": "bool",
 }
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
+CAST_DTYPES = ("bfloat16", "float16", "float32")
+"""What `mopt inspect --fix --dtype` can cast a checkpoint's floats to."""
 
 
 @dataclass(frozen=True)

@@ -299,7 +299,7 @@ def linear_dtypes(ctx: InspectContext) -> Counter[str]:
 
 def dtypes(ctx: InspectContext) -> list[Finding]:
     """fp32 norms in a bf16 model are normal; fp32 linear weights in it are not."""
-    from model_optimizer.model.inspect.fix import DTYPES as FIX_DTYPES
+    from model_optimizer.model.inspect.headers import CAST_DTYPES as FIX_DTYPES
 
     by_kind = ctx.census.dtypes_by_kind
     floats = {d: n for d, n in linear_dtypes(ctx).items() if d.upper() not in ("INT8", "UINT8", "INT32")}

@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import uvicorn
 
@@ -22,8 +22,14 @@ from model_optimizer.runtime.server.config import ServerConfig
 from model_optimizer.runtime.server.http_layer import uvicorn_http_options
 from model_optimizer.runtime.server.state import ServerState
 
-if TYPE_CHECKING:
-    from model_optimizer.runtime.server.frontends import Frontends
+
+class Peers(Protocol):
+    """The other frontends of `--api-server-count` (frontends.py's Frontends), as this server drains them."""
+
+    def signal_all(self, sig: int) -> None: ...
+
+    def join(self, timeout: float) -> None: ...
+
 
 logger = logging.getLogger("model_optimizer.runtime.server.launcher")
 
@@ -32,7 +38,7 @@ FATAL_EXIT_DELAY_S = 1.0  # after an engine failure, /health answers 503 this lo
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, state: ServerState, peers: Frontends | None = None) -> None:
+    def __init__(self, config: uvicorn.Config, state: ServerState, peers: Peers | None = None) -> None:
         super().__init__(config)
         self.state = state
         self.peers = peers
