@@ -105,3 +105,21 @@ def log_triton_compiles() -> list[tuple[float, str]]:
 
     knobs.runtime.jit_post_compile_hook = hook
     return compiles
+
+
+def run_mopt_bench(argv: list[str], out_dir: Path) -> list[dict]:
+    """`mopt bench ARGV --output-dir OUT_DIR` through its command entry point (its table kept off stdout);
+    the run JSON files it wrote, in order. RuntimeError with its last output when it fails."""
+    import contextlib
+    import io
+
+    from model_optimizer.cli.main import main as mopt
+
+    argv = [*argv, "--output-dir", str(out_dir)]
+    before = set(out_dir.glob("run-*.json")) if out_dir.exists() else set()
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        code = mopt(argv)
+    runs = sorted(set(out_dir.glob("run-*.json")) - before)
+    if code not in (0, None) or not runs:
+        raise RuntimeError(f"mopt {' '.join(argv)} exited with {code}:\n{printed.getvalue()[-3000:]}")
+    return [json.loads(p.read_text()) for p in runs]

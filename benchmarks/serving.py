@@ -23,8 +23,6 @@ token ids (`return_token_ids`), so TTFT and ITL are measured there too.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import itertools
 import json
 import os
@@ -32,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import RESULTS, environment, write_json
+from common import RESULTS, environment, run_mopt_bench, write_json
 
 from model_optimizer.optimizer.tune.server_process import ServerProcess, free_port
 
@@ -48,18 +46,10 @@ def bench(url: str, args: argparse.Namespace, out_dir: Path, extra: list[str]) -
     """`mopt bench` through its command entry point; the run JSON files it wrote, in order. Each call
     draws its prompts with a seed of its own (the first one's is --seed, as the offline engine's): the
     server's prefix cache must not serve a later run the prompts an earlier one computed."""
-    from model_optimizer.cli.main import main as mopt
-
     argv = ["bench", "--base-url", url, "--prompt-len", str(args.prompt_len), "--output-len", str(args.output_len)]
-    argv += ["--num-requests", str(args.num_requests), "--output-dir", str(out_dir), "--no-progress"]
+    argv += ["--num-requests", str(args.num_requests), "--no-progress"]
     argv += ["--seed", str(args.seed + next(_RUNS)), *extra]
-    before = set(out_dir.glob("run-*.json")) if out_dir.exists() else set()
-    with contextlib.redirect_stdout(io.StringIO()) as printed:
-        code = mopt(argv)
-    runs = sorted(set(out_dir.glob("run-*.json")) - before)
-    if code not in (0, None) or not runs:
-        raise RuntimeError(f"mopt bench {' '.join(argv)} exited with {code}:\n{printed.getvalue()[-3000:]}")
-    return [json.loads(p.read_text()) for p in runs]
+    return run_mopt_bench(argv, out_dir)
 
 
 def digest(run: dict) -> dict:

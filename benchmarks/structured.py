@@ -20,8 +20,6 @@ engine core's code), for the per-step distribution (p50 / p90 / p99 / max) the c
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import sys
@@ -29,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import RESULTS, environment, write_json
+from common import RESULTS, environment, run_mopt_bench, write_json
 
 from model_optimizer.optimizer.tune.server_process import ServerProcess, free_port
 
@@ -91,18 +89,10 @@ def scrape(url: str) -> dict[str, float]:
 
 def bench(url: str, args: argparse.Namespace, concurrency: int, out_dir: Path, extra: list[str]) -> dict:
     """One `mopt bench` run through its command entry point; its summary."""
-    from model_optimizer.cli.main import main as mopt
-
     argv = ["bench", "--base-url", url, "--endpoint", "chat", "--prompt-len", str(args.prompt_len)]
     argv += ["--output-len", str(args.output_len), "--concurrency", str(concurrency), "--no-progress"]
-    argv += ["--num-requests", str(concurrency * args.requests_per_slot), "--output-dir", str(out_dir), *extra]
-    before = set(out_dir.glob("run-*.json")) if out_dir.exists() else set()
-    with contextlib.redirect_stdout(io.StringIO()) as printed:
-        code = mopt(argv)
-    runs = sorted(set(out_dir.glob("run-*.json")) - before)
-    if code not in (0, None) or not runs:
-        raise RuntimeError(f"mopt bench {' '.join(argv)} exited with {code}:\n{printed.getvalue()[-3000:]}")
-    summary = json.loads(runs[-1].read_text())["summary"]
+    argv += ["--num-requests", str(concurrency * args.requests_per_slot), *extra]
+    summary = run_mopt_bench(argv, out_dir)[-1]["summary"]
     keep = ("output_throughput", "num_ok", "num_failed", "output_tokens", "duration_s")
     out = {k: summary.get(k) for k in keep}
     for name in ("tpot", "itl", "ttft"):
