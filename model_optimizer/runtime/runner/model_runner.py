@@ -79,7 +79,9 @@ class ModelRunner:
         if self.device.type == "cpu":
             _log_cpu_choice()
         self.memory_before_load = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
-        self.model = load_model(model_dir, config.dtype, self.device, config.load_format, config.quantization)
+        self.model = load_model(
+            model_dir, config.dtype, self.device, config.load_format, config.quantization, config.cpu_offload_gb
+        )
         args = self.model.args
         self.args = args
         self.drafter = _load_drafter(config, self.device, args.vocab_size)  # before sizing: its weights and KV count
