@@ -8,9 +8,9 @@ with a single layer's compute to overlap. Layers are chosen until their bytes re
 so at least that much moves (the whole layer is the unit: a partial layer would still need its slot).
 
 How: each offloaded layer's weights (parameters, and a quantized linear layer's qweight / scales /
-zeros buffers: so int4 moves a quarter of bf16's bytes) are packed into one flat host buffer, page-locked
-with cudaHostRegister (not torch's pinned allocator, which rounds every allocation up to a power of
-two). Two device slots, each the size of the largest offloaded layer, take turns: offloaded layer k's
+zeros buffers: so int4 moves a quarter of bf16's bytes) are packed into one flat host buffer per layer,
+all of them one allocation page-locked with cudaHostRegister (not torch's pinned allocator, which rounds
+every allocation up to a power of two). Two device slots, each the size of the largest offloaded layer, take turns: offloaded layer k's
 tensors are views into slot k % 2 for good, so the modules never change and the copy is one memcpy.
 On a side stream, copy k + 2 waits for an event recorded after layer k's forward (its slot is free),
 and layer k's forward waits for the event of its own copy. The first two copies start with layer 0,
@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 ALIGN = 256
 """Byte alignment of every tensor in a packed layer (what CUDA allocations give, so kernels see the same)."""
+PAGE = 4096
+"""Each layer's host buffer starts on its own page; all of them are one page-locked allocation."""
 
 
 def layer_weights(layer: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor]]:
@@ -99,34 +101,44 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 
 @dataclass
-class PackedLayer:
-    """One offloaded layer: its weights in one flat host buffer, and where each tensor sits in it."""
+class LayerLayout:
+    """Where each weight of one offloaded layer sits in its flat buffer (host and slot alike)."""
 
-    host: torch.Tensor
-    """uint8 (nbytes,): the layer's tensors back to back, each at an ALIGN-byte offset."""
     entries: list[tuple[nn.Module, str, int, torch.dtype, torch.Size]]
-    """(module, name, byte offset, dtype, shape) of each tensor."""
+    """(module, name, byte offset, dtype, shape) of each tensor, offsets ALIGN-byte aligned."""
+    nbytes: int
 
     @classmethod
-    def pack(cls, layer: nn.Module) -> PackedLayer:
-        tensors, offset = layer_weights(layer), 0
-        entries = []
-        for module, name, tensor in tensors:
+    def of(cls, layer: nn.Module) -> LayerLayout:
+        entries, offset = [], 0
+        for module, name, tensor in layer_weights(layer):
             entries.append((module, name, offset, tensor.dtype, tensor.shape))
             offset += -(-tensor.numel() * tensor.element_size() // ALIGN) * ALIGN
-        host = torch.empty(max(offset, ALIGN), dtype=torch.uint8)
-        for (_, _, start, dtype, shape), (_, _, tensor) in zip(entries, tensors):
-            _view(host, start, dtype, shape).copy_(tensor)
-        return cls(host, entries)
+        return cls(entries, max(offset, ALIGN))
+
+    @torch.no_grad()
+    def fill(self, host: torch.Tensor) -> None:
+        """Copy the layer's current tensors into `host` (uint8, nbytes)."""
+        for module, name, start, dtype, shape in self.entries:
+            _view(host, start, dtype, shape).copy_(getattr(module, name))
 
     def point_into(self, slot: torch.Tensor) -> None:
-        """Make every tensor of the layer a view into `slot` (its data arrives there by `copy`)."""
+        """Make every tensor of the layer a view into `slot` (its data arrives there by a copy); the tensors
+        it held (built in host memory, or on the device) are then unreferenced and freed."""
         for module, name, start, dtype, shape in self.entries:
             view = _view(slot, start, dtype, shape)
             if name in module._parameters:
                 module._parameters[name].data = view
             else:
                 module._buffers[name] = view
+
+
+def host_buffer(nbytes: int) -> torch.Tensor:
+    """A uint8 CPU tensor of `nbytes` (a multiple of PAGE) starting on a page boundary: page-locking it
+    covers only pages of its own, never one shared with another allocation (registered twice: an error)."""
+    raw = torch.empty(nbytes + PAGE, dtype=torch.uint8)
+    start = -raw.data_ptr() % PAGE
+    return raw[start : start + nbytes]
 
 
 def _view(buffer: torch.Tensor, start: int, dtype: torch.dtype, shape: torch.Size) -> torch.Tensor:
@@ -142,20 +154,25 @@ class WeightOffloader:
         self.layer_ids = layer_ids
         self.device = device
         cuda = device.type == "cuda"
-        packed = [PackedLayer.pack(layers[i]) for i in layer_ids]
-        self.hosts = [p.host for p in packed]
-        slot_bytes = max(len(h) for h in self.hosts)
-        self.slots = [torch.empty(slot_bytes, dtype=torch.uint8, device=device) for _ in range(min(2, len(packed)))]
-        for k, layer in enumerate(packed):
-            layer.point_into(self.slots[k % 2])  # the host-built tensors are now unreferenced: freed
-        for i in layer_ids:
+        layouts = [LayerLayout.of(layers[i]) for i in layer_ids]
+        starts = [0]
+        for layout in layouts:
+            starts.append(starts[-1] + -(-layout.nbytes // PAGE) * PAGE)
+        self.buffer = host_buffer(starts[-1])
+        """All offloaded weights, one page-locked allocation (one cudaHostRegister)."""
+        self.hosts = [self.buffer[s : s + layout.nbytes] for s, layout in zip(starts, layouts)]
+        slot_bytes = max(layout.nbytes for layout in layouts)
+        self.slots = [torch.empty(slot_bytes, dtype=torch.uint8, device=device) for _ in range(min(2, len(layouts)))]
+        for k, (i, layout) in enumerate(zip(layer_ids, layouts)):  # one layer at a time: host memory peaks
+            layout.fill(self.hosts[k])  # at the offloaded bytes plus one layer
+            layout.point_into(self.slots[k % 2])
             _move_other_buffers(layers[i], device)
         if cuda:
-            _page_lock(self, self.hosts)
+            _page_lock(self, self.buffer)
             torch.cuda.empty_cache()  # layers built on the device (and moved) leave cached blocks behind
         self.stream = torch.cuda.Stream(device) if cuda else None
-        self.copied = [torch.cuda.Event() for _ in packed] if cuda else []
-        self.freed = [torch.cuda.Event() for _ in packed] if cuda else []
+        self.copied = [torch.cuda.Event() for _ in layouts] if cuda else []
+        self.freed = [torch.cuda.Event() for _ in layouts] if cuda else []
         self.num_copies = 0
         """Layer copies issued so far (tests read it: every forward copies every offloaded layer once)."""
         layers[0].register_forward_pre_hook(self._start)
@@ -211,20 +228,19 @@ def _move_other_buffers(layer: nn.Module, device: torch.device) -> None:
                 module._buffers[name] = buffer.to(device)
 
 
-def _page_lock(owner: object, hosts: list[torch.Tensor]) -> None:
-    """cudaHostRegister each host buffer for the owner's lifetime (async, capturable copies)."""
-    cudart = torch.cuda.cudart()
-    for host in hosts:
-        err = cudart.cudaHostRegister(host.data_ptr(), host.numel(), 0)
-        if int(err) != 0:
-            raise RuntimeError(f"cudaHostRegister of {host.numel()} bytes failed ({err}): is host memory locked?")
-    weakref.finalize(owner, _unlock, [h.data_ptr() for h in hosts], hosts)
+def _page_lock(owner: object, buffer: torch.Tensor) -> None:
+    """cudaHostRegister the host buffer for the owner's lifetime (async, capturable copies)."""
+    err = torch.cuda.cudart().cudaHostRegister(buffer.data_ptr(), buffer.numel(), 0)
+    if int(err) != 0:
+        raise RuntimeError(
+            f"cudaHostRegister of {buffer.numel() / 2**30:.2f} GiB failed ({err}): the host cannot lock that much "
+            "memory (ulimit -l, or too little RAM); offload less"
+        )
+    weakref.finalize(owner, _unlock, buffer)  # the finalizer holds the buffer: unregistered, then freed
 
 
-def _unlock(pointers: list[int], hosts: list[torch.Tensor]) -> None:
-    cudart = torch.cuda.cudart()
-    for ptr in pointers:
-        cudart.cudaHostUnregister(ptr)
+def _unlock(buffer: torch.Tensor) -> None:
+    torch.cuda.cudart().cudaHostUnregister(buffer.data_ptr())
 
 
 def offload_layers(model: nn.Module, layer_ids: list[int], device: torch.device) -> WeightOffloader:
