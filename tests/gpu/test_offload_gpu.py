@@ -69,3 +69,17 @@ def test_qwen3_shaped_dummy_model_and_the_kv_room(tmp_path):
     freed = offload.host_bytes - offload.device_bytes
     gained = llm.runner.num_kv_blocks - plain_blocks
     assert gained > 0 and abs(gained * bytes_per_block - freed) < 0.05 * freed + 64 * bytes_per_block
+
+
+def test_host_kv_tier_loads_an_evicted_prefix_with_graphs_on(tiny_model):
+    """A prefix evicted from a 16-block GPU pool comes back from host memory: same greedy tokens as
+    recomputing it, and the hits are counted as host hits."""
+    prefix = [(i * 37) % 900 + 5 for i in range(24)]
+    prompts = (prefix + [1, 2, 3], [(i * 53) % 900 + 7 for i in range(40)], prefix + [9, 8, 7, 6])
+    kwargs = dict(dtype="bfloat16", block_size=4, num_kv_blocks=16, max_model_len=64, max_num_seqs=1)
+    runs = []
+    for size in (0, 1e-3):
+        llm = LLM(str(tiny_model("qwen3")), kv_offloading_size=size, **kwargs)
+        runs.append([llm.generate([p], GREEDY)[0].outputs[0].token_ids for p in prompts])
+    assert runs[0] == runs[1]
+    assert llm.engine.stats().host_kv_hits > 0

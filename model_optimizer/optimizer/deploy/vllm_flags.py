@@ -49,6 +49,7 @@ TRANSLATED = {
     "enable_expert_parallel": "--enable-expert-parallel",
     "speculative_config": "--speculative-config",
     "cpu_offload_gb": "--cpu-offload-gb",
+    "kv_offloading_size": "--kv-offloading-size",
     "enable_auto_tool_choice": "--enable-auto-tool-choice",
     "tool_call_parser": "--tool-call-parser",
     "reasoning_parser": "--reasoning-parser",
