@@ -61,7 +61,7 @@ def step_ms(llm, batch: int, tag: str) -> float:
     return statistics.median(times[1:]) * 1e3 if len(times) > 2 else float("nan")
 
 
-def run(model: str, offload_gb: float, batches: list[int]) -> dict:
+def run(model: str, offload_gb: float, batches: list[int], save=lambda rows: None) -> dict:
     import torch
 
     from model_optimizer import LLM
@@ -81,6 +81,7 @@ def run(model: str, offload_gb: float, batches: list[int]) -> dict:
             "ms_per_step": {b: step_ms(llm, b, f"{gib}") for b in batches},
         }
         print(f"offload {gib} GiB: {rows[str(gib)]['ms_per_step']}", flush=True)
+        save(rows)  # a timeout later keeps what finished
         del llm, offload
         gc.collect()
         torch.cuda.empty_cache()
@@ -96,7 +97,8 @@ def main() -> None:
     args = parser.parse_args()
     bandwidth = h2d_gbps()
     print(f"host-to-device {bandwidth:.1f} GB/s", flush=True)
-    rows = run(args.model, args.offload_gb, args.batches)
+    doc = {"environment": environment(), "model": args.model, "context": CONTEXT, "h2d_gbps": bandwidth}
+    rows = run(args.model, args.offload_gb, args.batches, lambda rows: write_json(args.output, doc | {"runs": rows}))
     plain, offloaded = rows["0.0"], rows[str(args.offload_gb)]
     copy_ms = offloaded["offloaded_bytes"] / (bandwidth * 1e9) * 1e3
     results = []
@@ -116,7 +118,6 @@ def main() -> None:
             }
         )
         print(f"batch {b}: {measured:.1f} ms/step with offload, bound {base + copy_ms:.1f} ms", flush=True)
-    doc = {"environment": environment(), "model": args.model, "context": CONTEXT, "h2d_gbps": bandwidth}
     write_json(args.output, doc | {"runs": rows, "results": results})
     print(f"wrote {args.output}")
 

@@ -159,7 +159,7 @@ def init_dummy_weights(model: nn.Module, seed: int = 0, device: torch.device | N
             if name.endswith("norm.weight"):
                 param.fill_(1.0)
                 continue
-            where = param.device if device is None else device
+            where = param.device if device is None or device.type == param.device.type else device
             generator = torch.Generator(device=where).manual_seed(seed + i)
             if where == param.device:
                 param.uniform_(-1e-2, 1e-2, generator=generator)
