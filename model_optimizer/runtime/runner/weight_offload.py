@@ -80,9 +80,10 @@ def choose_offloaded_layers(layer_bytes: list[int], budget: int) -> list[int]:
     """Indices of the fewest evenly spread layers whose bytes reach `budget` (module docstring: why spread)."""
     total = sum(layer_bytes)
     if budget > total:
+        most = int(total / 2**30 * 100) / 100  # rounded down: a value the engine accepts
         raise ValueError(
-            f"cpu_offload_gb asks for {budget / 1e9:.2f} GB but the decoder layers hold {total / 1e9:.2f} GB "
-            f"on this device; offload at most {total / 1e9:.2f} GB (0: off)"
+            f"cpu_offload_gb asks for {budget / 2**30:.2f} GiB but the decoder layers hold {total / 2**30:.2f} GiB "
+            f"on this device; offload at most {most:g} GiB (0: off)"
         )
     n = len(layer_bytes)
     for k in range(1, n + 1):
