@@ -20,20 +20,25 @@ from model_optimizer.runtime.runner.weight_offload import PAGE, host_buffer
 log = logging.getLogger(__name__)
 
 
+def _raw(tensor: torch.Tensor) -> torch.Tensor:
+    """The same bytes as an integer tensor of the same element size (copies move bits, whatever the dtype)."""
+    return tensor.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[tensor.element_size()])
+
+
 class HostKVCache:
     def __init__(self, kv_caches: list[torch.Tensor], num_blocks: int, device: torch.device) -> None:
         shape = list(kv_caches[0].shape)
         shape[1] = num_blocks  # (planes, blocks, ...): the block dimension of kv_cache_shape
         self.num_blocks = num_blocks
-        self.kv_caches = kv_caches
+        self.kv_caches = [_raw(cache) for cache in kv_caches]  # fp8 has no index_select on the CPU: copy bits
         self.device = device
         element = kv_caches[0].element_size()
         layer_bytes = -(-math.prod(shape) * element // PAGE) * PAGE
         self.buffer = host_buffer(layer_bytes * len(kv_caches))
         self.host = [
-            self.buffer[i * layer_bytes : i * layer_bytes + math.prod(shape) * element]
-            .view(kv_caches[0].dtype)
-            .view(shape)
+            _raw(
+                self.buffer[i * layer_bytes : i * layer_bytes + math.prod(shape) * element].view(kv_caches[0].dtype)
+            ).view(shape)
             for i in range(len(kv_caches))
         ]
         if device.type == "cuda":

@@ -36,3 +36,22 @@ def test_bad_settings_are_clear_errors(tiny_model):
         LLM(str(tiny_model("qwen3")), kv_offloading_size=1, enable_prefix_caching=False)
     with pytest.raises(ValueError, match="holds no KV block"):
         LLM(str(tiny_model("qwen3")), kv_offloading_size=1e-12, kv_cache_memory=1 << 22)
+
+
+def test_copies_move_bits_whatever_the_dtype():
+    """fp8 caches (no index_select on the CPU) copy as bytes; saves then loads restore the blocks exactly."""
+    import torch
+
+    from model_optimizer.runtime.runner.host_kv_cache import HostKVCache
+
+    for dtype in (torch.float8_e4m3fn, torch.bfloat16, torch.float32):
+        caches = [torch.randn(2, 6, 4, 2, 8).to(dtype) for _ in range(3)]
+        before = [c.clone() for c in caches]
+        tier = HostKVCache(caches, 3, torch.device("cpu"))
+        tier.apply([(1, 0), (4, 2)], [])
+        for cache in caches:
+            cache.zero_()
+        tier.apply([], [(2, 5), (0, 3)])
+        for cache, old in zip(caches, before):
+            assert torch.equal(cache[:, 5].view(torch.uint8), old[:, 4].view(torch.uint8))
+            assert torch.equal(cache[:, 3].view(torch.uint8), old[:, 1].view(torch.uint8))
