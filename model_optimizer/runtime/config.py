@@ -126,6 +126,15 @@ class EngineConfig:
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     """KV-cache element type: auto is the model dtype; fp8 (e4m3 with scales) halves it on GPUs that support it."""
 
+    cpu_offload_gb: float = 0
+    """GiB of decoder-layer weights (per GPU) to keep in host memory and copy to the GPU ahead of each
+    layer's use, overlapped with compute: a model larger than the GPU runs, each step paying about
+    offloaded bytes / host-to-device bandwidth. Whole layers, spread evenly over the depth. 0: off."""
+
+    kv_offloading_size: float = 0
+    """GiB of host memory for a second prefix cache (vLLM's --kv-offloading-size): cached KV blocks the GPU
+    evicts are saved there and copied back on a later prefix hit instead of being recomputed. 0: off."""
+
     enforce_eager: bool = False
     """Run eagerly: no CUDA graphs (as vLLM's flag); starts fastest, decodes slowest."""
 
@@ -179,6 +188,14 @@ class EngineConfig:
             raise ValueError(f"max_model_len must be a positive integer, got {self.max_model_len}")
         if self.num_kv_blocks is not None and self.num_kv_blocks <= 0:
             raise ValueError(f"num_kv_blocks must be a positive integer, got {self.num_kv_blocks}")
+        offload = self.cpu_offload_gb
+        if isinstance(offload, bool) or not isinstance(offload, (int, float)) or offload < 0:
+            raise ValueError(f"cpu_offload_gb must be a number of GiB >= 0 (0: off), got {offload!r}")
+        tier = self.kv_offloading_size
+        if isinstance(tier, bool) or not isinstance(tier, (int, float)) or tier < 0:
+            raise ValueError(f"kv_offloading_size must be a number of GiB >= 0 (0: off), got {tier!r}")
+        if tier and not self.enable_prefix_caching:
+            raise ValueError("kv_offloading_size keeps prefix-cache blocks: it needs enable_prefix_caching")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         stall = self.max_decode_stall

@@ -97,6 +97,7 @@ def load_runner(config: EngineConfig, model_dir: Path, tokenizer: Any) -> tuple[
         eos_token_ids=eos_token_ids(model_dir, tokenizer),
         num_kv_blocks=runner.num_kv_blocks,
         device_type=getattr(runner, "device_type", "cpu"),
+        num_host_kv_blocks=getattr(runner, "num_host_kv_blocks", 0),
     )
     return runner, info
 

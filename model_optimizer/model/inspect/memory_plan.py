@@ -23,6 +23,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from model_optimizer.model.inspect.offload_plan import advice_note, offload_rows
 from model_optimizer.runtime.config import EngineConfig
 
 MIB = 1 << 20
@@ -150,6 +151,9 @@ class MemoryPlan:
     """Weight format -> the smallest tensor_parallel_size (up to MAX_TENSOR_PARALLEL_SIZE) at which one
     sequence of seq_len fits each GPU with the model-dtype KV cache; None when none does. Only with
     a GPU, for the formats that do not fit at this plan's size."""
+    offload: list[Any] = field(default_factory=list)
+    """OffloadAdvice (offload_plan.py) for each weight format that does not fit: --cpu-offload-gb and its
+    cost per step. Only with a GPU."""
 
     def row(self, weight_format: str = "bf16", kv_cache_dtype: str = "auto") -> FitRow:
         for r in self.fits:
@@ -353,6 +357,8 @@ def plan_memory(
                     else f"none up to {MAX_TENSOR_PARALLEL_SIZE} GPUs does"
                 )
             )
+        plan.offload = offload_rows(plan, config, dtype_bytes)
+        plan.notes += [advice_note(advice, seq_len) for advice in plan.offload]
         plan.notes.append(
             "weights in fp8/int8/int4 quantize the linear layers only; embedding, lm_head and norms stay "
             f"in {dtype_name}"

@@ -48,6 +48,8 @@ TRANSLATED = {
     "api_server_count": "--api-server-count",
     "enable_expert_parallel": "--enable-expert-parallel",
     "speculative_config": "--speculative-config",
+    "cpu_offload_gb": "--cpu-offload-gb",
+    "kv_offloading_size": "--kv-offloading-size",
     "enable_auto_tool_choice": "--enable-auto-tool-choice",
     "tool_call_parser": "--tool-call-parser",
     "reasoning_parser": "--reasoning-parser",

@@ -28,6 +28,9 @@ class Hardware:
     memory_gib: float
     is_gpu: bool
     source: str
+    h2d_gbps: float | None = None
+    """Pinned host-to-device GB/s as `mopt doctor --bench` measured it (what weight offload pays per step);
+    None: model/inspect/offload_plan.py's datasheet-based figure."""
 
 
 def hardware_from_doctor(path: str | Path) -> Hardware:
@@ -58,6 +61,7 @@ def hardware_from_doctor(path: str | Path) -> Hardware:
         float(memory),
         name != "cpu",
         f"mopt doctor --bench ({file.name})",
+        float(results["h2d_pinned"]["value"]) if "h2d_pinned" in results else None,
     )
 
 

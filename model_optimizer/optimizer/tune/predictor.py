@@ -42,6 +42,11 @@ KV heads (one replicated head when fewer than N) and 1/N of the FLOPs; the step 
 (2 all-reduces per layer, each costed by collectives.py's measured lines) under a coefficient `ar` of
 prior 1. Memory figures are per GPU. A size needing more GPUs than are
 visible, or one the model's heads do not divide by, does not fit (the candidate is skipped with why).
+
+Weight offload (`cpu_offload_gb` G, a knob for space files: `cpu_offload_gb: [0, 8, 16]`) adds the copy of
+G GiB from host memory to every step's roofline, at the host-to-device bandwidth of model/inspect/
+offload_plan.py or as `mopt doctor --bench` measured it (added, not overlapped: the bound the benchmarks compare with), and gives the KV cache
+G GiB less two layers (the device slots): less memory, more latency, which the Pareto front shows.
 """
 
 from __future__ import annotations
@@ -49,9 +54,11 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
+from model_optimizer.model.inspect.offload_plan import host_to_device_gbps
 from model_optimizer.optimizer.tune.collectives import (
     local_kv_heads,
     step_collectives_ms,
@@ -368,7 +375,7 @@ class Predictor:
                     f"{int(seq_tokens)} (prompt + output)"
                 ),
             )
-        elif self.cost.weight_bytes / tp > self._budget_bytes(settings):
+        elif self.cost.weight_bytes / tp - self._offload_freed(settings, tp) > self._budget_bytes(settings):
             pred.fits, pred.reason = False, "the weights alone exceed the memory budget"
         return pred
 
@@ -426,8 +433,10 @@ class Predictor:
         mixed = 1.0 - math.exp(-arrivals * chunks)  # steps that carry a prefill chunk (Poisson arrivals)
         prefill_per_mixed = min(arrivals * p / mixed, budget) if mixed > 0 else 0.0
         tp = int(settings.get("tensor_parallel_size", 1))
-        roof_mixed = self._roof(b, prefill_per_mixed, p + o / 2, k_bytes, p, tp)
-        roof_decode = self._roof(b, 0.0, p + o / 2, k_bytes, p, tp)
+        h2d = self.hardware.h2d_gbps or host_to_device_gbps(self.hardware.name)[0]
+        copy_s = self._offload_bytes(settings, tp) / (h2d * 1e9)
+        roof_mixed = self._roof(b, prefill_per_mixed, p + o / 2, k_bytes, p, tp) + copy_s
+        roof_decode = self._roof(b, 0.0, p + o / 2, k_bytes, p, tp) + copy_s
         eager = bool(settings.get("enforce_eager", False)) or not self.hardware.is_gpu
         first = min(load.concurrency, b) if load.concurrency is not None else 0.0  # prompts sent at once
         burst_tokens = first * p
@@ -440,7 +449,7 @@ class Predictor:
             "g": 1.0 if eager else mixed,
             "roof_ms": 1e3 * (mixed * roof_mixed + (1 - mixed) * roof_decode),
             "burst_steps": float(burst_steps),
-            "burst_roof_ms": 1e3 * self._roof(0.0, min(budget, burst_tokens), p / 2, k_bytes, p, tp),
+            "burst_roof_ms": 1e3 * (self._roof(0.0, min(budget, burst_tokens), p / 2, k_bytes, p, tp) + copy_s),
             "burst_counts": 1.0 if counts else 0.0,
             "chunks": float(chunks),
             "chunk_roof_ms": 1e3 * roof_mixed,
@@ -497,14 +506,19 @@ class Predictor:
     def _kv_capacity(self, settings: dict, k_bytes: int) -> tuple[float, float]:
         """KV-cache tokens and the memory the server will hold (bytes), as the engine sizes them."""
         block = int(settings.get("block_size", 16))
+        tp = int(settings.get("tensor_parallel_size", 1))
+        freed = self._offload_freed(settings, tp)
         if settings.get("num_kv_blocks"):
             kv_bytes = settings["num_kv_blocks"] * block * k_bytes
         elif self.hardware.is_gpu:
-            planned = self._planned_blocks(settings)
-            if planned is not None:
-                return planned * block, self._budget_bytes(settings)
-            tp = int(settings.get("tensor_parallel_size", 1))
-            kv_bytes = max(self._budget_bytes(settings) - self.cost.weight_bytes / tp, 0)
+            planned = self._planned_row(settings)
+            if planned is not None and not freed:
+                return planned.num_kv_blocks * block, self._budget_bytes(settings)
+            if planned is not None:  # offloaded layers leave room: the plan's budget (maybe negative) grows
+                return max(planned.kv_budget_bytes + freed, 0) // (block * k_bytes) * block, self._budget_bytes(
+                    settings
+                )
+            kv_bytes = max(self._budget_bytes(settings) - self.cost.weight_bytes / tp + freed, 0)
         else:
             kv_bytes = int(settings.get("kv_cache_memory", 1 << 30))
         tokens = kv_bytes // (block * k_bytes) * block
@@ -512,9 +526,9 @@ class Predictor:
             return tokens, self._budget_bytes(settings)  # the engine takes its whole share
         return tokens, self.cost.weight_bytes + kv_bytes + CPU_RUNTIME_GIB * GIB
 
-    def _planned_blocks(self, settings: dict) -> int | None:
-        """KV blocks by the memory plan (weights, the profile forward's activation peak, headroom), or None
-        when the plan cannot be made (no config, or a model the engine's registry does not know)."""
+    def _planned_row(self, settings: dict) -> Any:
+        """The memory plan's FitRow (weights, the profile forward's activation peak, headroom: its KV budget
+        and blocks), or None when the plan cannot be made (no config, or a model the registry does not know)."""
         if self.config is None:
             return None
         from model_optimizer.runtime.config import EngineConfig
@@ -537,10 +551,20 @@ class Predictor:
 
                 engine = EngineConfig(**{n: v for n, v in zip(names, key) if v is not None})
                 gpu = GpuMemory(self.hardware.name, int(self.hardware.memory_gib * GIB))
-                cache[key] = plan_memory(self.config, gpu, engine).row("bf16", engine.kv_cache_dtype).num_kv_blocks
+                cache[key] = plan_memory(self.config, gpu, engine).row("bf16", engine.kv_cache_dtype)
             except Exception:  # no plan: fall back to the share minus the weights
                 cache[key] = None
         return cache[key]
+
+    def _offload_bytes(self, settings: dict, tp: int) -> float:
+        """Weight bytes per GPU that cpu_offload_gb keeps in host memory: every step copies them back."""
+        return min(float(settings.get("cpu_offload_gb") or 0) * GIB, self.cost.weight_bytes / tp)
+
+    def _offload_freed(self, settings: dict, tp: int) -> float:
+        """GPU bytes offload frees: the offloaded layers less the two layer slots that take their place."""
+        moved = self._offload_bytes(settings, tp)
+        one_layer = self.cost.weight_bytes / tp / max(self.cost.num_layers, 1)
+        return max(moved - 2 * one_layer, 0.0) if self.hardware.is_gpu else 0.0
 
     def _budget_bytes(self, settings: dict) -> float:
         if not self.hardware.is_gpu:

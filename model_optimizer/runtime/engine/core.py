@@ -47,6 +47,7 @@ from typing import Any, Protocol
 
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.constrained import ConstrainedDecoding
+from model_optimizer.runtime.engine.host_kv_tier import HostKVTier
 from model_optimizer.runtime.engine.input_processor import FitLimits
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager, check_kv_capacity
 from model_optimizer.runtime.engine.messages import (
@@ -104,6 +105,8 @@ class ModelInfo:
     num_kv_blocks: int
     device_type: str = "cpu"
     """Where the model runs ("cpu", "cuda"): some defaults depend on it (max_decode_stall)."""
+    num_host_kv_blocks: int = 0
+    """Blocks of the host KV tier the runner allocated (kv_offloading_size); 0: no tier."""
 
 
 def fit_limits(config: EngineConfig, info: ModelInfo) -> FitLimits:
@@ -129,7 +132,8 @@ class EngineCore:
         self.runner = runner
         self.info = info
         check_kv_capacity(info.num_kv_blocks, config.block_size, info.max_model_len)
-        self.kv_cache = KVCacheManager(info.num_kv_blocks, config.block_size, config.enable_prefix_caching)
+        tier = HostKVTier(info.num_host_kv_blocks) if info.num_host_kv_blocks else None
+        self.kv_cache = KVCacheManager(info.num_kv_blocks, config.block_size, config.enable_prefix_caching, tier)
         self.scheduler = Scheduler(
             SchedulerConfig(
                 max_num_seqs=config.max_num_seqs,
@@ -388,6 +392,7 @@ class EngineCore:
             num_preemptions=self.scheduler.num_preemptions,
             prefix_cache_queries=self.kv_cache.stats.queries,
             prefix_cache_hits=self.kv_cache.stats.hits,
+            host_kv_hits=self.kv_cache.stats.host_hits,
             num_prompt_tokens=self.num_prompt_tokens,
             num_generation_tokens=self.num_generation_tokens,
             num_steps=self.num_steps,

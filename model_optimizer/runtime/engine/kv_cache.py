@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from model_optimizer.runtime.engine.host_kv_tier import HostKVTier
 from model_optimizer.runtime.engine.request import Request
 
 NO_PARENT_HASH = 0x9E3779B97F4A7C15
@@ -52,12 +53,14 @@ class Block:
 class BlockPool:
     """Fixed set of blocks: an LRU free queue, reference counts and the hash -> block prefix cache."""
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, host_tier: HostKVTier | None = None) -> None:
         if num_blocks <= 0:
             raise ValueError(f"the KV cache needs at least one block, got {num_blocks}")
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
         self.cached: dict[int, Block] = {}
+        self.host_tier = host_tier
+        """Where evicted cached blocks go (engine/host_kv_tier.py); None: they are dropped."""
 
     @property
     def num_blocks(self) -> int:
@@ -81,6 +84,8 @@ class BlockPool:
         taken = []
         for _ in range(num_blocks):
             _, block = self.free_queue.popitem(last=False)
+            if self.host_tier is not None and block.block_hash is not None:
+                self.host_tier.save(block.block_id, block.block_hash)
             self._uncache(block)
             block.ref_cnt = 1
             taken.append(block)
@@ -105,10 +110,13 @@ class BlockPool:
 
     def forget(self, block_hashes: Iterable[int]) -> None:
         """Drop these hashes from the prefix cache; blocks still in use stay with their requests."""
+        block_hashes = list(block_hashes)
         for block_hash in block_hashes:
             block = self.cached.get(block_hash)
             if block is not None:
                 self._uncache(block)
+        if self.host_tier is not None:
+            self.host_tier.forget(block_hashes)
 
     def cache(self, block: Block, block_hash: int) -> None:
         """Register a full block under its hash; a twin computed concurrently stays uncached."""
@@ -122,12 +130,21 @@ class BlockPool:
             block.block_hash = None
 
 
+@dataclass(frozen=True)
+class HostHit:
+    """A prefix block found in the host tier, not on the GPU: allocate_slots gives it a GPU block and a load."""
+
+    block_hash: int
+
+
 @dataclass
 class PrefixCacheStats:
     queries: int = 0
     """Prompt tokens looked up in the prefix cache, once per request (when it is first admitted)."""
     hits: int = 0
     """Of those, tokens found cached."""
+    host_hits: int = 0
+    """Of the hits, tokens found in the host tier (kv_offloading_size) and loaded from it."""
 
 
 @dataclass
@@ -137,13 +154,15 @@ class KVCacheManager:
     num_blocks: int
     block_size: int
     enable_prefix_caching: bool = True
+    host_tier: HostKVTier | None = None
+    """The host-memory tier below the pool (kv_offloading_size); None: off."""
     pool: BlockPool = field(init=False)
     block_tables: dict[str, list[Block]] = field(init=False, default_factory=dict)
     num_hashed_blocks: dict[str, int] = field(init=False, default_factory=dict)
     stats: PrefixCacheStats = field(init=False, default_factory=PrefixCacheStats)
 
     def __post_init__(self) -> None:
-        self.pool = BlockPool(self.num_blocks)
+        self.pool = BlockPool(self.num_blocks, self.host_tier)
 
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -162,12 +181,17 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return []
         self._extend_hashes(request, max_blocks * self.block_size)
-        hits = []
+        hits: list = []
         for block_hash in request.block_hashes[:max_blocks]:
             block = self.pool.lookup(block_hash)
             if block is None:
                 break
             hits.append(block)
+        tier = self.host_tier
+        for block_hash in request.block_hashes[len(hits) : max_blocks] if tier is not None else ():
+            if not tier.contains(block_hash):
+                break
+            hits.append(HostHit(block_hash))  # the prefix goes on in host memory
         return hits
 
     def count_lookup(self, request: Request, computed: list[Block]) -> None:
@@ -175,6 +199,7 @@ class KVCacheManager:
         if self.enable_prefix_caching and self._sibling_blocks(request) is None:
             self.stats.queries += request.num_tokens
             self.stats.hits += len(computed) * self.block_size
+            self.stats.host_hits += sum(isinstance(h, HostHit) for h in computed) * self.block_size
 
     def _sibling_blocks(self, request: Request) -> list[Block] | None:
         """The blocks of the running sibling whose prompt this request shares, if any."""
@@ -193,19 +218,34 @@ class KVCacheManager:
                 self._cache_full_blocks(request, table, num_tokens)
             return True
         computed = computed or []
+        on_host = [h for h in computed if isinstance(h, HostHit)]
+        on_gpu = computed[: len(computed) - len(on_host)]
         num_computed = request.num_computed_tokens + len(computed) * self.block_size
         num_new_blocks = self.blocks_needed(num_computed + num_new_tokens) - len(table) - len(computed)
-        revived = sum(1 for b in computed if b.ref_cnt == 0)  # cached-but-free blocks leave the free queue
-        if not self.pool.can_allocate(num_new_blocks + revived):
+        revived = sum(1 for b in on_gpu if b.ref_cnt == 0)  # cached-but-free blocks leave the free queue
+        if not self.pool.can_allocate(num_new_blocks + revived + len(on_host)):
             return False
-        self.pool.touch(computed)
-        table.extend(computed)
+        self.pool.touch(on_gpu)
+        table.extend(on_gpu)
+        table.extend(self._load_from_host(on_host))
         table.extend(self.pool.allocate(max(num_new_blocks, 0)))
         self.block_tables[request.request_id] = table
         self.num_hashed_blocks.setdefault(request.request_id, len(computed))
         if self.enable_prefix_caching:
             self._cache_full_blocks(request, table, num_computed + num_new_tokens)
         return True
+
+    def _load_from_host(self, hits: list[HostHit]) -> list[Block]:
+        """Fresh GPU blocks for host-tier hits, each registered under its hash and loaded this step."""
+        if not hits:
+            return []
+        tier = self.host_tier
+        tier.pin([h.block_hash for h in hits])  # the evictions these allocations cause must not reuse them
+        blocks = self.pool.allocate(len(hits))
+        for block, hit in zip(blocks, hits):
+            tier.load(hit.block_hash, block.block_id)
+            self.pool.cache(block, hit.block_hash)
+        return blocks
 
     def free(self, request: Request) -> None:
         """Release a finished, aborted or preempted request's blocks at once."""

@@ -98,6 +98,8 @@ class EngineStats:
     """... and accepted ones by position in the proposal."""
     grammar_steps: int = 0
     """Steps that sampled with grammar masks (structured outputs)."""
+    host_kv_hits: int = 0
+    """Of prefix_cache_hits, tokens loaded from the host KV tier (kv_offloading_size)."""
     grammar_seconds: float = 0.0
     """Host time advancing grammars and filling their masks, all those steps together."""
     grammar_max_seconds: float = 0.0

@@ -172,6 +172,8 @@ class Scheduler(SpeculativeSteps):
             else:
                 out.cached_requests.append(self._cached_data(request))
         self._commit(out)
+        if self.kv_cache.host_tier is not None:  # copies come only with allocations, so with tokens to run
+            out.kv_saves, out.kv_loads = self.kv_cache.host_tier.take_copies()
         if out.is_empty:  # no step runs: the runner hears of these with the next one
             self.finished_ids = out.finished_request_ids
         return out

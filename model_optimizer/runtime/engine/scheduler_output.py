@@ -67,6 +67,12 @@ class SchedulerOutput:
     follow its last one (num_scheduled_tokens counts 1 + k for it). A draft model's proposals are made on
     the device inside the step, so their ids here are spec_decode.counters.DRAFT_TOKEN."""
 
+    kv_saves: list[tuple[int, int]] = field(default_factory=list)
+    """Host KV tier: (GPU block id, host slot) of evicted cached blocks to save, before anything else this step."""
+    kv_loads: list[tuple[int, int]] = field(default_factory=list)
+    """Host KV tier: (host slot, GPU block id) of prefix hits in host memory to load, after the saves and
+    before the forward."""
+
     def __reduce__(self) -> tuple:
         """Pickled once per step for tensor-parallel workers (executor/executor.py): the cached requests,
         up to max_num_seqs of them in every decode step, travel as three columns instead of as objects:

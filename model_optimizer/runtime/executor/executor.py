@@ -149,6 +149,10 @@ class TensorParallelExecutor:
     def num_kv_blocks(self) -> int:
         return self.info["num_kv_blocks"]
 
+    @property
+    def num_host_kv_blocks(self) -> int:
+        return self.info["num_host_kv_blocks"]
+
     def _wait_ready(self) -> dict:
         """Rank 0's ready report once every rank has sent one; a start-up failure raised as the worker's own."""
         ready: dict[int, dict] = {}

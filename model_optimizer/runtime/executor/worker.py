@@ -107,6 +107,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
                     "vocab_size": runner.vocab_size,
                     "max_model_len": runner.max_model_len,
                     "num_kv_blocks": runner.num_kv_blocks,
+                    "num_host_kv_blocks": runner.num_host_kv_blocks,
                     "num_params": weights.num_params,
                     "weights": weights.describe(),
                     "dtype": str(runner.dtype).removeprefix("torch."),

@@ -27,7 +27,7 @@ from model_optimizer.runtime.layers.attention import Attention, AttentionMetadat
 from model_optimizer.runtime.layers.embedding import LMHead, VocabEmbedding
 from model_optimizer.runtime.layers.linear import MergedLinear, RowParallelLinear
 from model_optimizer.runtime.layers.rotary import RopeConfig, RotaryEmbedding
-from model_optimizer.runtime.models.llama import LlamaForCausalLM
+from model_optimizer.runtime.models.llama import LlamaForCausalLM, build_layer
 from model_optimizer.runtime.models.model_config import DecoderArgs
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -156,7 +156,10 @@ class Gemma3Model(nn.Module):
         rotary = nn.ModuleDict({t: RotaryEmbedding(ropes[t]) for t in sorted(set(types))})
         self.embed_tokens = VocabEmbedding(args.vocab_size, args.hidden_size)
         self.embed_scale = args.hidden_size**0.5
-        self.layers = nn.ModuleList(Gemma3DecoderLayer(args, i, t, rotary[t]) for i, t in enumerate(types))
+        self.layers = nn.ModuleList(
+            build_layer(args, i, lambda i=i, t=t: Gemma3DecoderLayer(args, i, t, rotary[t]))
+            for i, t in enumerate(types)
+        )
         self.norm = GemmaRMSNorm(args.hidden_size, args.rms_norm_eps)
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:

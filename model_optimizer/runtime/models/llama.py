@@ -8,6 +8,8 @@ device every count is the model's own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -92,6 +94,15 @@ class DecoderLayer(nn.Module):
         return DecoderMLP(args)
 
 
+def build_layer(args: DecoderArgs, layer_idx: int, make: Callable[[], nn.Module]) -> nn.Module:
+    """Decoder layer `layer_idx` from `make()`, built in host memory when weight offload keeps it there
+    (`args.host_layer_ids`), so a model larger than the GPU never has all its layers on it at once."""
+    if layer_idx not in args.host_layer_ids:
+        return make()
+    with torch.device("cpu"):
+        return make()
+
+
 class DecoderModel(nn.Module):
     def __init__(
         self, args: DecoderArgs, layer_cls: type[nn.Module] = DecoderLayer, rotary: nn.Module | None = None
@@ -101,7 +112,9 @@ class DecoderModel(nn.Module):
         if rotary is None:
             rotary = RotaryEmbedding(RopeConfig.from_hf(args.hf, args.head_dim, args.max_position_embeddings))
         self.embed_tokens = VocabEmbedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleList(layer_cls(args, i, rotary) for i in range(args.num_layers))
+        self.layers = nn.ModuleList(
+            build_layer(args, i, lambda i=i: layer_cls(args, i, rotary)) for i in range(args.num_layers)
+        )
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:

@@ -23,6 +23,12 @@ from model_optimizer.runtime.layers.linear import default_weight_loader
 from model_optimizer.runtime.layers.quantization.spec import QuantSpec, resolve_spec
 from model_optimizer.runtime.models.model_config import DecoderArgs, read_config
 from model_optimizer.runtime.models.registry import resolve_model_class
+from model_optimizer.runtime.runner.weight_offload import (
+    choose_offloaded_layers,
+    decoder_layers,
+    estimated_bytes,
+    offload_layers,
+)
 
 SKIPPED_SUFFIXES = ("rotary_emb.inv_freq",)
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -46,24 +52,54 @@ def resolve_dtype(requested: str, args: DecoderArgs, device: torch.device) -> to
 
 
 def load_model(
-    model_dir: str | Path, dtype: str, device: torch.device, load_format: str = "auto", quantization: str | None = None
+    model_dir: str | Path,
+    dtype: str,
+    device: torch.device,
+    load_format: str = "auto",
+    quantization: str | None = None,
+    cpu_offload_gb: float = 0.0,
 ) -> nn.Module:
     """Instantiate the model named by config.json and fill its weights (quantized as config.json's
-    quantization_config or `quantization` says)."""
+    quantization_config or `quantization` says). With `cpu_offload_gb`, the layers chosen to hold that
+    many GiB are built in host memory and stream in at each forward (`model.weight_offload`)."""
     from model_optimizer.runtime.layers.quantization.attach import attach_quantization, process_quantized_weights
 
     args = DecoderArgs.from_dict(read_config(model_dir), source=str(Path(model_dir) / "config.json"))
     model_cls = resolve_model_class(args.architecture)
     spec = spec_for_folder(model_dir, quantization)
     refuse_pre_quantized(spec, load_format, get_tp().size)
-    model = build_model(lambda: model_cls(args), resolve_dtype(dtype, args, device), device)
-    attach_quantization(model, spec, resolve_dtype(dtype, args, device), dummy=load_format == "dummy")
+    torch_dtype = resolve_dtype(dtype, args, device)
+    if cpu_offload_gb:
+        args.host_layer_ids = plan_offload(lambda: model_cls(args), spec, torch_dtype, cpu_offload_gb, load_format)
+    model = build_model(lambda: model_cls(args), torch_dtype, device)
+    attach_quantization(model, spec, torch_dtype, dummy=load_format == "dummy")
     if load_format == "dummy":
-        init_dummy_weights(model)
+        init_dummy_weights(model, device=device)  # drawn on `device` wherever a layer lives: same values
     else:
         load_weights(model, Path(model_dir))
     process_quantized_weights(model)
+    if cpu_offload_gb:
+        model.weight_offload = offload_layers(model, sorted(args.host_layer_ids), device)
     return model.eval()
+
+
+def plan_offload(
+    factory: Callable[[], nn.Module],
+    spec: QuantSpec | None,
+    dtype: torch.dtype,
+    cpu_offload_gb: float,
+    load_format: str,
+) -> frozenset[int]:
+    """The decoder layers that hold `cpu_offload_gb` GiB, sized on a copy of the model built on the meta
+    device (no memory), quantized as the real one will be; ValueError when the layers hold less."""
+    from model_optimizer.runtime.layers.quantization.attach import attach_quantization
+
+    if cpu_offload_gb < 0:
+        raise ValueError(f"cpu_offload_gb must be >= 0 (0: off), got {cpu_offload_gb}")
+    meta = build_model(factory, dtype, torch.device("meta"))
+    attach_quantization(meta, spec, dtype, dummy=load_format == "dummy")
+    sizes = [estimated_bytes(layer) for layer in decoder_layers(meta)]
+    return frozenset(choose_offloaded_layers(sizes, int(cpu_offload_gb * 2**30)))
 
 
 def spec_for_folder(model_dir: str | Path, quantization: str | None) -> QuantSpec | None:
@@ -114,16 +150,21 @@ def build_model(factory: Callable[[], nn.Module], dtype: torch.dtype, device: to
         torch.set_default_dtype(default)
 
 
-def init_dummy_weights(model: nn.Module, seed: int = 0) -> None:
+def init_dummy_weights(model: nn.Module, seed: int = 0, device: torch.device | None = None) -> None:
     """Random weights from the config alone (for benchmarks): small uniform values, norms at one.
-    Drawn on the parameter's own device, so an 8B model fills in seconds on a GPU."""
+    Drawn on `device` (default: the parameter's own), so an 8B model fills in seconds on a GPU and a
+    layer kept in host memory (cpu_offload_gb) gets the very values it would have on the GPU."""
     with torch.no_grad():
         for i, (name, param) in enumerate(model.named_parameters()):
             if name.endswith("norm.weight"):
                 param.fill_(1.0)
                 continue
-            generator = torch.Generator(device=param.device).manual_seed(seed + i)
-            param.uniform_(-1e-2, 1e-2, generator=generator)
+            where = param.device if device is None or device.type == param.device.type else device
+            generator = torch.Generator(device=where).manual_seed(seed + i)
+            if where == param.device:
+                param.uniform_(-1e-2, 1e-2, generator=generator)
+            else:
+                param.copy_(torch.empty_like(param, device=where).uniform_(-1e-2, 1e-2, generator=generator))
 
 
 def safetensors_files(model_dir: Path) -> list[Path]:

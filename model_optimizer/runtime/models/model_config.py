@@ -30,6 +30,8 @@ class DecoderArgs:
     """A bias on the q, k and v projections even without attention_bias (Qwen2)."""
     qk_norm: bool = False
     """RMSNorm on each head's queries and keys before rotary (Qwen3)."""
+    host_layer_ids: frozenset[int] = frozenset()
+    """Decoder layers to build in host memory: those cpu_offload_gb keeps there (runner/weight_offload.py)."""
 
     @classmethod
     def from_dict(cls, hf: dict, source: str = "config.json") -> DecoderArgs:

@@ -20,6 +20,7 @@ from model_optimizer.runtime.layers.sampler import SampledTokens, Sampler
 from model_optimizer.runtime.layers.token_mask import TokenMask
 from model_optimizer.runtime.models.loader import load_model
 from model_optimizer.runtime.runner.decode_runner import DecodeRunner
+from model_optimizer.runtime.runner.host_kv_cache import HostKVCache
 from model_optimizer.runtime.runner.input_batch import InputBatch
 from model_optimizer.runtime.runner.mask_staging import MaskStaging
 from model_optimizer.runtime.runner.step_handle import StepHandle
@@ -79,7 +80,9 @@ class ModelRunner:
         if self.device.type == "cpu":
             _log_cpu_choice()
         self.memory_before_load = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
-        self.model = load_model(model_dir, config.dtype, self.device, config.load_format, config.quantization)
+        self.model = load_model(
+            model_dir, config.dtype, self.device, config.load_format, config.quantization, config.cpu_offload_gb
+        )
         args = self.model.args
         self.args = args
         self.drafter = _load_drafter(config, self.device, args.vocab_size)  # before sizing: its weights and KV count
@@ -110,6 +113,8 @@ class ModelRunner:
         )
         phase = _log_phase("kv allocation", phase)
         bind_kv_caches(self.model, self.kv_caches)  # once: the caches are no part of any step's metadata
+        self.host_kv = self._host_kv_cache()
+        self.num_host_kv_blocks = self.host_kv.num_blocks if self.host_kv is not None else 0
         self.batch = InputBatch(
             config.max_num_seqs, self.max_model_len, config.block_size, self.device, config.max_num_batched_tokens
         )
@@ -135,6 +140,20 @@ class ModelRunner:
         if self.drafter is not None:  # its KV cache (as many blocks), and its graphs on the same input batch
             self.drafter.start(self.batch, self.num_kv_blocks, self.max_model_len)
             _log_phase("draft model", phase)
+
+    def _host_kv_cache(self) -> HostKVCache | None:
+        """The host KV tier's tensors (kv_offloading_size GiB of whole blocks), or None when it is off."""
+        if not self.config.kv_offloading_size:
+            return None
+        if self.drafter is not None:
+            raise ValueError("kv_offloading_size does not work with a draft model yet (its KV is not saved)")
+        num_blocks = int(self.config.kv_offloading_size * 2**30) // self.bytes_per_block()
+        if num_blocks < 1:
+            raise ValueError(
+                f"kv_offloading_size {self.config.kv_offloading_size} GiB holds no KV block of "
+                f"{self.bytes_per_block()} bytes"
+            )
+        return HostKVCache(self.kv_caches, num_blocks, self.device)
 
     @property
     def device_type(self) -> str:
@@ -234,6 +253,8 @@ class ModelRunner:
         With `sample` False only the forward and the logits are queued: the engine core fills the grammar
         masks meanwhile, from the tokens of the step it collects now, and calls `sample` with them.
         """
+        if out.kv_saves or out.kv_loads:  # the host KV tier's copies, before this step's forward
+            self.host_kv.apply(out.kv_saves, out.kv_loads)  # type: ignore[union-attr]
         self.batch.update(out)
         proposal = None
         if self.drafter is not None:  # drafts first: its forwards use the step buffer the target's inputs go to

@@ -247,3 +247,10 @@ def test_images_are_named_for_what_they_run(deployments):
         if target == "compose":
             compose = yaml.safe_load((folder / "docker-compose.yml").read_text())
             assert compose["services"]["server"]["image"] == expected
+
+
+def test_vllm_translation_of_weight_offload():
+    argv = vllm_command(ServeSettings(EngineConfig(cpu_offload_gb=12.5, kv_offloading_size=64), ServerConfig())).argv
+    assert argv[argv.index("--cpu-offload-gb") + 1] == "12.5"
+    assert argv[argv.index("--kv-offloading-size") + 1] == "64"
+    assert "--cpu-offload-gb" not in vllm_command(ServeSettings(EngineConfig(), ServerConfig())).argv  # 0: off

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# [offload] weight offload (--cpu-offload-gb) on one H200, each part under its own limit (<= 150 s in all):
+#   1. tests/gpu/test_offload_gpu.py: greedy identical with and without offload, CUDA graphs on (bf16,
+#      int8, rtn-int4 on a 6-layer tiny Qwen3; Qwen3-0.6B-shaped dummy), the KV room, the host KV tier <= 70 s
+#   2. benchmarks/offload.py: Llama-3.1-8B dummy bf16, 8 GiB offloaded, decode ms/step at batch 1 and 32
+#      against the bound (on-GPU step + offloaded bytes / measured host-to-device GB/s); JSON
+#      rewritten after each engine, so a timeout keeps what finished                       <= what is left of 150 s
+# Results: ONE tarball, $OUT/offload.tgz, with offload_h200.json, gpu.txt, the logs and summary.txt.
+# From the repository root on the GPU machine (wheels in .whl/ as for scripts/device/regression.sh):
+#   bash scripts/device/offload_h200.sh
+set -uo pipefail
+: "${OUT:?set OUT to the folder that receives the results}"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1
+export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+RES=$(mktemp -d)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RES/gpu.txt" 2>&1 || true
+
+part() {  # part NAME SECONDS COMMAND...: run with a limit, log to $RES/NAME.log, never stop the script
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" "$@" > "$RES/$name.log" 2>&1
+  local rc=$?
+  echo "[$SECONDS s] $name: exit $rc" | tee -a "$RES/summary.txt"
+  tail -4 "$RES/$name.log" >> "$RES/summary.txt"
+}
+
+part gpu_tests 70 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_offload_gpu.py
+LEFT=$((145 - SECONDS))
+cd benchmarks || exit 2
+part offload_bench "$LEFT" python3 offload.py --output "$RES/offload_h200.json"
+cd .. || exit 2
+cat "$RES/summary.txt"
+tar -czf "$OUT/offload.tgz" -C "$RES" .
+echo "packed $OUT/offload.tgz"
