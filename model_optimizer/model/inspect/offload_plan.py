@@ -14,12 +14,9 @@ names no link. `mopt doctor --bench` measures this machine's figure (h2d_pinned)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from model_optimizer.environment.knowledge import gpu_spec, pcie_gbps
-
-if TYPE_CHECKING:
-    from model_optimizer.model.inspect.memory_plan import MemoryPlan
 
 DEFAULT_H2D_GBPS = 25.0
 """Host-to-device GB/s when the GPU's link is unknown: a PCIe 4.0 x16 link's pinned copies, conservatively."""
@@ -83,10 +80,8 @@ def advice_note(advice: OffloadAdvice, seq_len: int) -> str:
     )
 
 
-def offload_rows(
-    plan: MemoryPlan, config: dict, dtype_bytes: int, h2d_gbps: float | None = None
-) -> list[OffloadAdvice]:
-    """Advice for each weight format of `plan` (with a GPU) in which no sequence of plan.seq_len fits,
+def offload_rows(plan: Any, config: dict, dtype_bytes: int, h2d_gbps: float | None = None) -> list[OffloadAdvice]:
+    """Advice for each weight format of `plan` (memory_plan.MemoryPlan, which calls this, with a GPU) in which no sequence of plan.seq_len fits,
     with the model-dtype KV cache; `h2d_gbps` a measured figure (default: host_to_device_gbps)."""
     from model_optimizer.model.inspect.consumption import build_meta_model
     from model_optimizer.runtime.runner.weight_offload import decoder_layers
