@@ -61,7 +61,7 @@ from model_optimizer.runtime.engine.messages import (
 from model_optimizer.runtime.engine.request import NONFINITE_ERROR, Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from model_optimizer.runtime.engine.stall_bound import DecodeStallBound
-from model_optimizer.runtime.sampler_output import Logprob, PromptLogprobs
+from model_optimizer.runtime.sampler_output import Logprob, PromptLogprobs, StepResults
 from model_optimizer.runtime.spec_decode.speculator import Speculator
 
 DEFAULT_CPU_STALL = 2.0
@@ -326,9 +326,8 @@ class EngineCore:
     def _finish(self, step: _InFlight, news: list[OutputsBuilder]) -> None:
         """Collect a launched step's tokens, apply them, and add a row for every completion they changed."""
         results = self.runner.collect(step.handle)
-        prompt_logprobs = getattr(results, "prompt_logprobs", None)
-        if prompt_logprobs:  # before the rows: a prompt's last chunk may have sampled its first token too
-            self._report_prompt_logprobs(prompt_logprobs, news)
+        if type(results) is StepResults:  # before the rows: a prompt's last chunk may sample its first token too
+            self._report_prompt_logprobs(results.prompt_logprobs, news)
         updated = self.scheduler.update_from_output(step.scheduler_output, results)
         self.num_steps += 1
         if self.constrained is not None:  # a finished grammar ends its request
