@@ -186,3 +186,15 @@ def test_through_the_engine_core_process(model_dir, hf):
     assert_prompt_logprobs(hf, prompt, body["choices"][0]["prompt_logprobs"], 2)
     expected = reference(hf, prompt).gather(1, torch.tensor(prompt[1:])[:, None]).squeeze(1)
     assert body["choices"][0]["logprobs"]["token_logprobs"][1:] == pytest.approx(expected.tolist(), abs=TOL)
+
+
+def test_a_stream_with_max_tokens_0_sends_the_prompt_alone(live, client, hf):
+    body = dict(prompt=PREFIX, max_tokens=0, logprobs=1, echo=True, stream_options={"include_usage": True})
+    chunks = stream(live.url, body)
+    got = joined(chunks)
+    assert got["text"] == hf[1].decode(PREFIX)
+    assert len(got["tokens"]) == len(PREFIX) and got["token_logprobs"][0] is None
+    whole = complete(client, **{k: v for k, v in body.items() if k != "stream_options"})
+    assert got["token_logprobs"][1:] == pytest.approx(whole["choices"][0]["logprobs"]["token_logprobs"][1:], abs=TOL)
+    assert chunks[-1]["usage"] == {"prompt_tokens": len(PREFIX), "completion_tokens": 0, "total_tokens": len(PREFIX)}
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"

@@ -70,7 +70,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
     )
     texts = TokenTexts(state.model.tokenizer)
-    fmt = CompletionFormat(body, echo, generation, state.model.name, texts)
+    fmt = CompletionFormat(body, echo, generation.request_id, state.model.name, texts, generation.token_ids)
     return await respond(request, state, generation, fmt)
 
 
@@ -94,13 +94,20 @@ class CompletionFormat:
     generated is dropped, the choice holds the prompt alone and usage counts no completion token."""
 
     def __init__(
-        self, body: CompletionRequest, echo: list[str], generation: Generation, model_name: str, texts: TokenTexts
+        self,
+        body: CompletionRequest,
+        echo: list[str],
+        request_id: str,
+        model_name: str,
+        texts: TokenTexts,
+        prompt_token_ids: list[list[int]] | None = None,
     ) -> None:
+        """`prompt_token_ids`, per prompt: needed for echo with logprobs (the prompt tokens lead them)."""
         self.n = body.n
         self.num_top = body.logprobs or 0
         self.echo = echo
         self.texts = texts
-        self.prompt_token_ids = generation.token_ids
+        self.prompt_token_ids = prompt_token_ids or []
         self.prompt_only = body.max_tokens == 0
         self.echo_logprobs = body.echo and body.logprobs is not None
         self.show_prompt_logprobs = body.prompt_logprobs is not None
@@ -108,7 +115,7 @@ class CompletionFormat:
         """Per prompt, its prompt logprobs as they came (a stream: with its first output that has a token)."""
         self.with_token_ids = body.return_token_ids or texts.tokenizer is None
         """Put token_ids on choices: asked for, or the only output a model without a tokenizer has."""
-        self.base = CompletionResponse(id=generation.request_id, model=model_name, choices=[])
+        self.base = CompletionResponse(id=request_id, model=model_name, choices=[])
         self.template = ChunkTemplate(self.base)
 
     def response(self, finals: list[RequestOutput], usage: UsageInfo) -> BaseModel:
