@@ -156,3 +156,18 @@ def test_prompt_logprobs_cross_the_core_message_contract():
     assert list(first) == [5, 9] and first[5].rank == 2 and first[9].logprob == -0.5
     assert list(second) == [6, 9] and second[6].rank == 1 and second[9].rank == 2
     assert msgspec.msgpack.decode(encode_message(builder.build()))[-1]  # the field travels
+
+
+def test_merged_deltas_concatenate_prompt_logprobs():
+    from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestOutput, merge_outputs
+    from model_optimizer.runtime.sampler_output import Logprob
+
+    def delta(prompt_logprobs, token_id):
+        return RequestOutput(
+            "r", None, [5, 6, 7], [CompletionOutput(0, "", [token_id], None)], False, 0, prompt_logprobs=prompt_logprobs
+        )
+
+    a, b = {6: Logprob(6, -1.0, 2, {})}, {7: Logprob(7, -2.0, 1, {})}
+    merged = merge_outputs([delta([None, a], 1), delta([b], 2), delta([], 3)], RequestOutputKind.DELTA)
+    assert merged.prompt_logprobs == [None, a, b] and merged.outputs[0].token_ids == [1, 2, 3]
+    assert merge_outputs([delta([], 1), delta([], 2)], RequestOutputKind.DELTA).prompt_logprobs == []
