@@ -20,3 +20,56 @@ class Logprob:
     logprob: float
     rank: int
     top: dict[int, float]
+
+
+@dataclass
+class PromptLogprobs:
+    """Log-probabilities of a run of one request's prompt tokens, computed from a prefill chunk's logits.
+
+    Position i covers prompt token `start + i` (start >= 1: the first token has no context to be scored
+    from). Column-wise and flat, as the runner gathers them on the device: cheap to pickle (tensor
+    parallel) and to lay into the core's messages (engine/messages.py)."""
+
+    start: int
+    """Index in the prompt of the first token covered."""
+    token_ids: list[int]
+    """The prompt tokens covered, in order."""
+    logprobs: list[float]
+    """Each prompt token's log-probability under the model, given the tokens before it."""
+    ranks: list[int]
+    """Each prompt token's rank in its distribution (1: the most likely)."""
+    num_top: int
+    """How many alternatives each position has in top_ids / top_logprobs (the request's prompt_logprobs)."""
+    top_ids: list[int]
+    """num_top most likely token ids per position, most likely first, positions one after another."""
+    top_logprobs: list[float]
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def tail(self, start: int) -> PromptLogprobs:
+        """The positions from prompt index `start` on (a preempted prefill recomputes ones already reported)."""
+        skip = max(start - self.start, 0)
+        k = self.num_top
+        return PromptLogprobs(
+            self.start + skip,
+            self.token_ids[skip:],
+            self.logprobs[skip:],
+            self.ranks[skip:],
+            k,
+            self.top_ids[skip * k :],
+            self.top_logprobs[skip * k :],
+        )
+
+
+class StepResults(dict):
+    """What a runner's `collect` returns: request id -> (token id, logprob or None) for the requests that
+    sampled (see engine/core.py's StepRunner), and, in `prompt_logprobs`, request id -> the PromptLogprobs
+    of the prompt positions the step computed for requests that asked for them. A dict, so a runner with
+    nothing to add (a test's fake) may return a plain one."""
+
+    prompt_logprobs: dict[str, PromptLogprobs]
+
+    def __init__(self, *args: object, prompt_logprobs: dict[str, PromptLogprobs] | None = None) -> None:
+        super().__init__(*args)
+        self.prompt_logprobs = prompt_logprobs or {}

@@ -66,7 +66,10 @@ class SamplingParams:
     logprobs: int | None = None
     """Return this many most likely tokens' log-probabilities at each step (plus the chosen one)."""
     prompt_logprobs: int | None = None
-    """Return log-probabilities for the prompt tokens as well (not supported yet: must be None)."""
+    """Return each prompt token's log-probability (given the tokens before it) and this many most likely
+    alternatives at each prompt position, in RequestOutput.prompt_logprobs. Computed from the prefill's
+    logits, once per request (n > 1 completions share it); such a request computes its whole prompt (no
+    prefix-cache hit), since every position's logits are needed."""
     skip_special_tokens: bool = True
     """Leave special tokens out of the text."""
     detokenize: bool = True
@@ -165,7 +168,12 @@ class SamplingParams:
             self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputs),
             f"structured_outputs must be a StructuredOutputs, got {type(self.structured_outputs).__name__}",
         )
-        _require(self.prompt_logprobs is None, "prompt_logprobs is not supported yet; leave it unset")
+        _require(
+            self.prompt_logprobs is None
+            or (_is_int(self.prompt_logprobs) and 0 <= self.prompt_logprobs <= MAX_LOGPROBS),
+            f"prompt_logprobs must be an integer in [0, {MAX_LOGPROBS}] or None (the whole vocabulary, -1, is "
+            f"not offered), got {self.prompt_logprobs!r}",
+        )
 
 
 def _is_int(value: object) -> bool:

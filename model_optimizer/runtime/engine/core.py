@@ -56,12 +56,13 @@ from model_optimizer.runtime.engine.messages import (
     EngineStats,
     Finish,
     OutputsBuilder,
+    PromptLogprobsPart,
     Started,
 )
 from model_optimizer.runtime.engine.request import NONFINITE_ERROR, Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from model_optimizer.runtime.engine.stall_bound import DecodeStallBound
-from model_optimizer.runtime.sampler_output import Logprob
+from model_optimizer.runtime.sampler_output import Logprob, PromptLogprobs, StepResults
 from model_optimizer.runtime.spec_decode.speculator import Speculator
 
 DEFAULT_CPU_STALL = 2.0
@@ -79,6 +80,7 @@ class StepRunner(Protocol):
     def collect(self, handle: Any) -> dict[str, tuple[int, Logprob | None]]:
         """Wait for a launched step: request id -> (sampled token id, logprob or None). Once per handle.
         A request that verified proposals gets (the token ids kept, their logprobs or None) instead.
+        A runner that computes prompt logprobs returns a sampler_output.StepResults, which carries them.
 
         A runner that serves grammar-constrained requests also has `launch(..., sample=False)` (forward
         only), `token_mask_buffers(rows, masked, words)` (optional: host arrays for the masks) and
@@ -327,7 +329,10 @@ class EngineCore:
 
     def _finish(self, step: _InFlight, news: list[OutputsBuilder]) -> None:
         """Collect a launched step's tokens, apply them, and add a row for every completion they changed."""
-        updated = self.scheduler.update_from_output(step.scheduler_output, self.runner.collect(step.handle))
+        results = self.runner.collect(step.handle)
+        if type(results) is StepResults:  # before the rows: a prompt's last chunk may sample its first token too
+            self._report_prompt_logprobs(results.prompt_logprobs, news)
+        updated = self.scheduler.update_from_output(step.scheduler_output, results)
         self.num_steps += 1
         if self.constrained is not None:  # a finished grammar ends its request
             self.constrained.advance(updated, self.scheduler)
@@ -352,6 +357,25 @@ class EngineCore:
                 out.finished.append(_finish_of(row, request))
         for request in updated:
             self._forget_if_done(request.parent_id)  # type: ignore[arg-type]
+
+    def _report_prompt_logprobs(self, parts: dict[str, PromptLogprobs], news: list[OutputsBuilder]) -> None:
+        """Send each request's new prompt logprobs, once: a prefill preempted midway is computed again from
+        its start, and the positions already reported are left out."""
+        for request_id, part in parts.items():
+            request = self.scheduler.requests.get(request_id)
+            if request is None or request.finished or not request.needs_prompt_logprobs:
+                continue  # finished or aborted since the step was launched
+            part = part.tail(request.next_prompt_logprob)
+            if part.start != request.next_prompt_logprob:
+                raise RuntimeError(
+                    f"prompt logprobs of request {request_id!r} skip from token {request.next_prompt_logprob} "
+                    f"to {part.start}"
+                )
+            if not len(part):
+                continue
+            request.next_prompt_logprob += len(part)
+            out = news[self.client_of.get(request.parent_id, 0)]  # type: ignore[arg-type]
+            out.prompt_logprobs.append(PromptLogprobsPart.of(request.parent_id, part))  # type: ignore[arg-type]
 
     def _fail_group(self, request: Request, out: OutputsBuilder) -> None:
         for sibling in self.groups.get(request.parent_id, [request]):  # type: ignore[arg-type]

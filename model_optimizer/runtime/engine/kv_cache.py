@@ -172,8 +172,11 @@ class KVCacheManager:
 
         Comes from the sibling it shares a prompt with, else from the prefix cache. The last token is
         always left to compute, since its logits are needed to sample. Counts nothing: a request
-        waiting for blocks looks up again every step (see `count_lookup`).
+        waiting for blocks looks up again every step (see `count_lookup`). Nothing for a request that
+        still owes prompt logprobs: it needs the logits of every prompt position.
         """
+        if request.needs_prompt_logprobs:
+            return []
         max_blocks = (request.num_tokens - 1) // self.block_size
         shared = self._sibling_blocks(request)
         if shared is not None:

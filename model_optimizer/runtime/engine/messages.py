@@ -4,7 +4,8 @@ Frontend -> core: `CoreRequest` (a request to run, prompt already token ids, n c
 `CoreAbort` (request ids to drop now) and `CoreControl` (pause, resume, abort everything, stop,
 stats). Core -> frontend: `CoreOutputs`, once per engine step (and after commands while idle), with
 every row that has news: new token ids and their logprobs, a finish (reason, stop token, error,
-preemptions), the first schedule (prompt tokens served from the prefix cache), and the core's stats.
+preemptions), the first schedule (prompt tokens served from the prefix cache), and the core's stats;
+besides the rows, the prompt logprobs a prefill chunk computed (rare: only requests that ask).
 
 The core never sees text: tokenizing happens before it, detokenizing and stop strings after it
 (engine/output_processor.py), in whichever process serves HTTP. The same objects travel in-process
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from model_optimizer.runtime.sampler_output import Logprob
+from model_optimizer.runtime.sampler_output import Logprob, PromptLogprobs
 from model_optimizer.runtime.sampling_params import SamplingParams
 
 
@@ -155,6 +156,54 @@ class LogprobColumns(msgspec.Struct, array_like=True, gc=False):
     top_logprobs: bytes
 
 
+class PromptLogprobsPart(msgspec.Struct, array_like=True, gc=False):
+    """A run of one request's prompt logprobs (sampler_output.PromptLogprobs), its lists as flat arrays."""
+
+    request_id: str
+    start: int
+    """Index in the prompt of the first token covered."""
+    num_top: int
+    """Alternatives per position in top_ids / top_logprobs."""
+    token_ids: bytes
+    """array('i') per position: the prompt token."""
+    logprobs: bytes
+    """array('d') per position."""
+    ranks: bytes
+    """array('i') per position."""
+    top_ids: bytes
+    """array('i'), num_top per position."""
+    top_logprobs: bytes
+    """array('d'), num_top per position."""
+
+    @classmethod
+    def of(cls, request_id: str, part: PromptLogprobs) -> PromptLogprobsPart:
+        return cls(
+            request_id,
+            part.start,
+            part.num_top,
+            array("i", part.token_ids).tobytes(),
+            array("d", part.logprobs).tobytes(),
+            array("i", part.ranks).tobytes(),
+            array("i", part.top_ids).tobytes(),
+            array("d", part.top_logprobs).tobytes(),
+        )
+
+    def positions(self) -> list[dict[int, Logprob]]:
+        """Per position, token id -> Logprob (rank, no alternatives of its own): the prompt token first,
+        then the num_top most likely, as vLLM's prompt_logprobs are."""
+        token_ids, values, ranks = _ints(self.token_ids), array("d", self.logprobs), _ints(self.ranks)
+        top_ids, top_values, k = _ints(self.top_ids), array("d", self.top_logprobs), self.num_top
+        out = []
+        for i, token_id in enumerate(token_ids):
+            entry = {token_id: Logprob(token_id, values[i], ranks[i], {})}
+            for j in range(k):
+                top_id = top_ids[i * k + j]
+                if top_id not in entry:
+                    entry[top_id] = Logprob(top_id, top_values[i * k + j], j + 1, {})
+            out.append(entry)
+        return out
+
+
 class CoreOutputs(msgspec.Struct, array_like=True, gc=False):
     """One engine step's news (or, with no rows, the core's state after commands while idle)."""
 
@@ -176,12 +225,25 @@ class CoreOutputs(msgspec.Struct, array_like=True, gc=False):
     """Tokens of the CoreControl commands applied before this output was made."""
     error: str | None = None
     """Set when the core has failed: every request is lost, and the core ends after sending this."""
+    prompt_logprobs: list[PromptLogprobsPart] = msgspec.field(default_factory=list)
+    """Prompt logprobs computed this step, in prompt order per request; read before the rows (a request's
+    last chunk and its first token arrive in the same outputs)."""
 
 
 class OutputsBuilder:
     """Builds a CoreOutputs row by row (the core's side): append, then `build()` once."""
 
-    __slots__ = ("request_ids", "indexes", "num_tokens", "token_ids", "has_logprobs", "lp", "finished", "started")
+    __slots__ = (
+        "request_ids",
+        "indexes",
+        "num_tokens",
+        "token_ids",
+        "has_logprobs",
+        "lp",
+        "finished",
+        "started",
+        "prompt_logprobs",
+    )
 
     def __init__(self) -> None:
         self.request_ids: list[str] = []
@@ -192,6 +254,7 @@ class OutputsBuilder:
         self.lp: tuple[array, array, array, array, array] | None = None
         self.finished: list[Finish] = []
         self.started: list[Started] = []
+        self.prompt_logprobs: list[PromptLogprobsPart] = []
 
     def row(self, request_id: str, index: int, token_ids: list[int], logprobs: list[Logprob] | None) -> int:
         """Add a row with its new tokens (and their logprobs, one per token, or None); returns its number."""
@@ -231,6 +294,7 @@ class OutputsBuilder:
             self.started,
             stats,
             acks or [],
+            prompt_logprobs=self.prompt_logprobs,
         )
 
 

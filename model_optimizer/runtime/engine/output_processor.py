@@ -77,6 +77,10 @@ class _Group:
     kind: RequestOutputKind
     arrival_time: float
     completions: list[_Completion]
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
+    """Prompt logprobs so far, when asked for (None first, then one dict per scored prompt token)."""
+    num_sent_prompt_logprobs: int = 0
+    """DELTA: prompt logprobs already handed out."""
 
     @property
     def finished(self) -> bool:
@@ -109,7 +113,10 @@ class OutputProcessor:
             child = params if params.seed is None or index == 0 else params.clone(seed=params.seed + index)
             detokenizer = self._detokenizer(prompt_token_ids, child) if incremental else None
             completions.append(_Completion(index, child, detokenizer))
-        self._groups[request_id] = _Group(prompt, prompt_token_ids, params.output_kind, arrival_time, completions)
+        group = _Group(prompt, prompt_token_ids, params.output_kind, arrival_time, completions)
+        if params.prompt_logprobs is not None:
+            group.prompt_logprobs = [None]
+        self._groups[request_id] = group
 
     def has(self, request_id: str) -> bool:
         return request_id in self._groups
@@ -123,6 +130,10 @@ class OutputProcessor:
         order) and the completions a stop string finished, as ids for CoreAbort (`index:id` when n > 1)."""
         rows = read_rows(out)
         groups = self._groups
+        for part in out.prompt_logprobs:  # no output of their own: they go out with the request's next one
+            group = groups.get(part.request_id)
+            if group is not None and group.prompt_logprobs is not None:
+                group.prompt_logprobs += part.positions()
         for s in out.started:
             request_id, index = rows[s.row][0], rows[s.row][1]
             group = groups.get(request_id)
@@ -214,7 +225,17 @@ class OutputProcessor:
             num_cached_tokens=completions[0].num_cached_tokens,
             metrics=_metrics(group, finished),
             error=completions[0].error if len(completions) == 1 else _first_error(completions),
+            prompt_logprobs=self._prompt_logprobs(group),
         )
+
+    @staticmethod
+    def _prompt_logprobs(group: _Group) -> list[dict[int, Logprob] | None] | None:
+        if group.prompt_logprobs is None:
+            return None
+        if group.kind is not RequestOutputKind.DELTA:
+            return list(group.prompt_logprobs)
+        sent, group.num_sent_prompt_logprobs = group.num_sent_prompt_logprobs, len(group.prompt_logprobs)
+        return group.prompt_logprobs[sent:]
 
     def _cumulative(self, completion: _Completion) -> CompletionOutput:
         return CompletionOutput(

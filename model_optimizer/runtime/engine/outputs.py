@@ -56,6 +56,11 @@ class RequestOutput:
     error: str | None = None
     """Why the request failed (its completions end with finish_reason 'error'), e.g. NaN/inf logits:
     a fault of the model or its weights, not of the request. None when it did not fail."""
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
+    """SamplingParams.prompt_logprobs: per prompt token, None for the first (nothing to score it from),
+    then token id -> Logprob (logprob, rank) for the prompt token and the k most likely ones; None when
+    not asked. DELTA outputs hold only the positions not handed out before (all of them in the first
+    output that has a token)."""
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -92,7 +97,8 @@ def _merge_deltas(outputs: list[RequestOutput]) -> RequestOutput:
     """DELTA outputs as one delta. Per completion: token ids, text and logprobs concatenated (logprobs
     stay one per token), the newest finish_reason and stop_reason set. Per request: prompt fields from
     the first (they never change), finished, num_cached_tokens and metrics from the newest (the
-    newest state), error from the newest that has one (a failed request's last output carries it).
+    newest state), error from the newest that has one (a failed request's last output carries it),
+    prompt logprobs concatenated.
 
     Runs on the server's event loop for a reader that is already behind, so it is kept lean."""
     parts: dict[int, list[CompletionOutput]] = {}
@@ -107,6 +113,10 @@ def _merge_deltas(outputs: list[RequestOutput]) -> RequestOutput:
             else:
                 same.append(completion)
     first, last = outputs[0], outputs[-1]
+    prompt_logprobs = None
+    for output in outputs:
+        if output.prompt_logprobs:
+            prompt_logprobs = (prompt_logprobs or []) + output.prompt_logprobs
     return RequestOutput(
         last.request_id,
         first.prompt,
@@ -116,6 +126,7 @@ def _merge_deltas(outputs: list[RequestOutput]) -> RequestOutput:
         last.num_cached_tokens,
         last.metrics,
         error,
+        prompt_logprobs if prompt_logprobs is not None else first.prompt_logprobs,
     )
 
 

@@ -77,6 +77,8 @@ class Request:
     """Chained hashes of this request's full blocks, filled as blocks fill up."""
     num_step_tokens: int = 0
     """Tokens the last collected step appended (1, or up to 1 + k when it verified k proposals)."""
+    next_prompt_logprob: int = 1
+    """Prompt logprobs: index of the first prompt token whose logprob has not been reported yet."""
 
     def __post_init__(self) -> None:
         if self.parent_id is None:
@@ -102,6 +104,17 @@ class Request:
         if start >= num_prompt:
             return self.output_token_ids[start - num_prompt : end - num_prompt]
         return self.prompt_token_ids[start:] + self.output_token_ids[: end - num_prompt]
+
+    @property
+    def needs_prompt_logprobs(self) -> bool:
+        """Whether this completion still owes prompt logprobs: the first of a request that asked for them
+        (its siblings share them) until each prompt token but the first has been reported. Its prefill
+        computes every prompt position then: no prefix-cache hit (kv_cache.computed_blocks)."""
+        return (
+            self.params.prompt_logprobs is not None
+            and self.index == 0
+            and self.next_prompt_logprob < len(self.prompt_token_ids)
+        )
 
     @property
     def finished(self) -> bool:

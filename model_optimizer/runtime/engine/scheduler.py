@@ -360,6 +360,7 @@ class Scheduler(SpeculativeSteps):
             params=request.params,
             block_ids=block_ids,
             num_computed_tokens=request.num_computed_tokens,
+            prompt_logprobs=request.needs_prompt_logprobs,
         )
 
     def _cached_data(self, request: Request) -> CachedRequestData:

@@ -23,6 +23,9 @@ class NewRequestData:
     """Its KV-cache blocks so far, in order: row of the runner's block table."""
     num_computed_tokens: int
     """Tokens whose KV is already in the cache (prefix hit), so this step starts after them."""
+    prompt_logprobs: bool = False
+    """Its prefill chunks report the log-probabilities of the prompt tokens (params.prompt_logprobs of
+    them each); False for the n - 1 siblings that share them and once they have all been reported."""
 
 
 @dataclass

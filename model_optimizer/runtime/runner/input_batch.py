@@ -24,6 +24,7 @@ import torch
 from model_optimizer.runtime.engine.scheduler_output import SchedulerOutput
 from model_optimizer.runtime.layers.attention import AttentionMetadata
 from model_optimizer.runtime.layers.sampler import SamplingInput
+from model_optimizer.runtime.runner.prompt_logprobs import PromptJob, plan
 from model_optimizer.runtime.sampling_params import SamplingParams
 
 
@@ -90,6 +91,8 @@ class StepInputs:
     """Rows of token_ids whose id is still on the device, sampled by the previous step ..."""
     pending_src: torch.Tensor
     """... and where in that step's sampled ids each one is."""
+    prompt_jobs: list[PromptJob] | None = None
+    """Prompt positions whose logprobs this step computes (runner/prompt_logprobs.py); None for most steps."""
 
     @property
     def num_padded_seqs(self) -> int:
@@ -147,12 +150,15 @@ class InputBatch:
         """The step buffer: each step's arrays, at offsets fixed by its padded shape (`_offsets`)."""
         self._host = self.buffer.numpy() if not self._staged else None
         self._views: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
+        self.prompt_logprob_ids: set[str] = set()
+        """Requests whose prefill still reports prompt logprobs: while empty, a step does no work for them."""
 
     def update(self, out: SchedulerOutput) -> None:
         for request_id in out.finished_request_ids:
             state = self.requests.pop(request_id, None)
             if state is not None:
                 self.free_rows.append(state.row)
+                self.prompt_logprob_ids.discard(request_id)
         for new in out.new_requests:
             row = self.free_rows.pop()
             self.num_row_blocks[row] = 0
@@ -165,6 +171,8 @@ class InputBatch:
                 row,
                 new.num_computed_tokens,
             )
+            if new.prompt_logprobs:
+                self.prompt_logprob_ids.add(new.request_id)
         for cached in out.cached_requests:
             state = self.requests[cached.request_id]
             if cached.num_kept_blocks is not None:  # a speculative rollback freed its last blocks
@@ -269,6 +277,7 @@ class InputBatch:
         sample_rows = query_start_loc[1:][samples] - 1
         new_index, new_ids = self._new_block_index, self._new_block_ids
         self._new_block_index, self._new_block_ids = [], []
+        prompt_jobs = self._prompt_jobs(states, starts, ends, query_start_loc) if self.prompt_logprob_ids else None
 
         num_pad = padded - num_seqs
         tokens_padded = num_tokens + num_pad * max_query_len
@@ -336,4 +345,28 @@ class InputBatch:
             sample_positions=sample_positions,
             pending_dst=dst,
             pending_src=src,
+            prompt_jobs=prompt_jobs,
         )
+
+    def _prompt_jobs(
+        self, states: list[CachedRequestState], starts: np.ndarray, ends: np.ndarray, query_start_loc: np.ndarray
+    ) -> list[PromptJob]:
+        """The prompt logprobs this step computes; a request leaves the set once its prompt is through."""
+        jobs = []
+        for i, state in enumerate(states):
+            if state.request_id not in self.prompt_logprob_ids:
+                continue
+            start, end = int(starts[i]), int(ends[i])
+            job = plan(
+                state.request_id,
+                state.prompt_token_ids,
+                start,
+                end,
+                int(query_start_loc[i]),
+                state.params.prompt_logprobs or 0,
+            )
+            if job is not None:
+                jobs.append(job)
+            if end >= len(state.prompt_token_ids) - 1:
+                self.prompt_logprob_ids.discard(state.request_id)
+        return jobs

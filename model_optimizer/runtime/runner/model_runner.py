@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -21,9 +22,11 @@ from model_optimizer.runtime.layers.token_mask import TokenMask
 from model_optimizer.runtime.models.loader import load_model
 from model_optimizer.runtime.runner.decode_runner import DecodeRunner
 from model_optimizer.runtime.runner.host_kv_cache import HostKVCache
-from model_optimizer.runtime.runner.input_batch import InputBatch
+from model_optimizer.runtime.runner.input_batch import InputBatch, StepInputs
 from model_optimizer.runtime.runner.mask_staging import MaskStaging
+from model_optimizer.runtime.runner.prompt_logprobs import compute as compute_prompt_logprobs
 from model_optimizer.runtime.runner.step_handle import StepHandle
+from model_optimizer.runtime.sampler_output import StepResults
 from model_optimizer.runtime.spec_decode.drafter import Drafter, Proposal
 from model_optimizer.runtime.spec_decode.verify import Verifier, verify_rows
 from model_optimizer.runtime.structured.manager import HostTokenMask
@@ -252,6 +255,9 @@ class ModelRunner:
 
         With `sample` False only the forward and the logits are queued: the engine core fills the grammar
         masks meanwhile, from the tokens of the step it collects now, and calls `sample` with them.
+
+        Prompt logprobs, for the requests that asked, are queued after the sampling (the sampled ids' copy
+        does not wait for them), on every rank (the LM head may be split over them); the handle carries them.
         """
         if out.kv_saves or out.kv_loads:  # the host KV tier's copies, before this step's forward
             self.host_kv.apply(out.kv_saves, out.kv_loads)  # type: ignore[union-attr]
@@ -272,6 +278,14 @@ class ModelRunner:
             hidden = padded.run(inputs)  # padded to a bucket, already where its graph reads
         else:
             hidden = self.model(inputs.token_ids, inputs.positions, inputs.attn)
+        handle = self._launch_sampling(out, inputs, hidden, proposal, sample)
+        if inputs.prompt_jobs:
+            return replace(handle, prompt=compute_prompt_logprobs(self.model, hidden, inputs.prompt_jobs))
+        return handle
+
+    def _launch_sampling(
+        self, out: SchedulerOutput, inputs: StepInputs, hidden: torch.Tensor, proposal: Proposal | None, sample: bool
+    ) -> StepHandle:
         if not inputs.sample_states:
             return StepHandle(inputs.sample_states, [], None)
         if out.spec_token_ids:
@@ -293,7 +307,8 @@ class ModelRunner:
         if handle.logits is None:
             return handle  # nothing samples this step
         device_mask = self.masks.upload(mask) if mask is not None and self.tp.rank == 0 else None
-        return self._sample(handle.states, handle.batch, handle.logits, device_mask)
+        sampled = self._sample(handle.states, handle.batch, handle.logits, device_mask)
+        return replace(sampled, prompt=handle.prompt) if handle.prompt is not None else sampled
 
     def _sample(self, states: list, batch: list, logits: torch.Tensor, mask: TokenMask | None) -> StepHandle:
         sampled = self.sampler.sample(logits, batch, mask) if self.tp.rank == 0 else None
@@ -327,6 +342,12 @@ class ModelRunner:
 
         A request whose logits were NaN/inf gets NONFINITE_TOKEN; its state keeps a valid placeholder
         id (the engine finishes it, and a step already launched may still read its history)."""
+        results = self._collect(handle)
+        if handle.prompt is not None and self.tp.rank == 0:
+            return StepResults(results, prompt_logprobs=handle.prompt.to_host())
+        return results
+
+    def _collect(self, handle: StepHandle) -> dict[str, tuple[int, Logprob | None]]:
         token_ids = handle.wait()
         if handle.spec is not None:
             logprobs = handle.sampled.logprobs if handle.sampled is not None else None

@@ -9,6 +9,7 @@ import torch
 
 from model_optimizer.runtime.layers.sampler import SampledTokens, SamplingInput
 from model_optimizer.runtime.runner.input_batch import CachedRequestState, PendingTokens
+from model_optimizer.runtime.runner.prompt_logprobs import PendingPromptLogprobs
 
 
 def start_copy(sampled: SampledTokens) -> tuple[torch.Tensor | None, torch.cuda.Event | None]:
@@ -41,6 +42,8 @@ class StepHandle:
     """A step that verified proposals: its spec_decode.verify.VerifyRows (batch and sampled ids are per row)."""
     logits: torch.Tensor | None = None
     """Set while the step's sampling waits for its grammar masks (launched with sample=False)."""
+    prompt: PendingPromptLogprobs | None = None
+    """Prompt logprobs the step computed (runner/prompt_logprobs.py), on the device until collected."""
 
     @classmethod
     def start(

@@ -77,3 +77,44 @@ def chat_logprobs_dict(texts: TokenTexts, logprobs: list[Logprob], num_top: int)
 def _top(lp: Logprob, num_top: int) -> list[tuple[int, float]]:
     """The num_top most likely (stable: ties keep their order, as sorting by -logprob did)."""
     return sorted(lp.top.items(), key=_by_value, reverse=True)[:num_top]
+
+
+PromptLogprobsList = list["dict[int, Logprob] | None"]
+
+
+def prompt_logprobs_json(texts: TokenTexts, prompt_logprobs: PromptLogprobsList) -> list[dict | None]:
+    """vLLM's prompt_logprobs field: per position null or {"token id": {logprob, rank, decoded_token}}."""
+    return [
+        None
+        if entry is None
+        else {
+            str(t): {"logprob": finite(lp.logprob), "rank": lp.rank, "decoded_token": texts(t)}
+            for t, lp in entry.items()
+        }
+        for entry in prompt_logprobs
+    ]
+
+
+def echo_logprobs_dict(
+    texts: TokenTexts, prompt_token_ids: list[int], prompt_logprobs: PromptLogprobsList, num_top: int
+) -> dict:
+    """The prompt's part of an echoed choice's logprobs (completions' shape): its first token with null
+    logprob and null top_logprobs, as OpenAI writes it, then each scored token with its num_top most likely."""
+    first = texts(prompt_token_ids[0])
+    scored = [
+        Logprob(t, entry[t].logprob, entry[t].rank, {u: lp.logprob for u, lp in entry.items()})
+        for t, entry in zip(prompt_token_ids[1:], prompt_logprobs[1:])
+        if entry is not None
+    ]
+    rest = completion_logprobs_dict(texts, scored, len(first or ""), num_top)
+    return {
+        "tokens": [first, *rest["tokens"]],
+        "token_logprobs": [None, *rest["token_logprobs"]],
+        "top_logprobs": [None, *rest["top_logprobs"]],
+        "text_offset": [0, *rest["text_offset"]],
+    }
+
+
+def join_logprobs_dicts(head: dict, tail: dict | None) -> dict:
+    """Completions' logprobs of the echoed prompt followed by those of the generated tokens."""
+    return head if tail is None else {key: head[key] + tail[key] for key in head}

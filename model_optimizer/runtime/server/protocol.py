@@ -95,8 +95,8 @@ class SamplingFields(_Request):
     skip_special_tokens: bool = True
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
     prompt_logprobs: int | None = Field(default=None, ge=-1, le=INT64_MAX)
-    """vLLM's: logprobs of the prompt's tokens (-1: the whole vocabulary). Capped like logprobs, and refused
-    until the server computes them (sampling.check_caps): ignoring it answered without them."""
+    """vLLM's: logprobs of the prompt's tokens and this many alternatives (-1: the whole vocabulary, refused
+    like any value past --max-logprobs). Completions return them on each choice; chat refuses it."""
     return_token_ids: bool = Field(
         default=False, description="Put the generated token ids on each choice as token_ids (vLLM's field)."
     )
@@ -116,6 +116,8 @@ class SamplingFields(_Request):
 
 class CompletionRequest(SamplingFields):
     prompt: PromptInput
+    max_tokens: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    """0 only with echo: the prompt comes back alone (with its logprobs when asked), nothing is generated."""
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=20)
     suffix: str | None = None
@@ -229,12 +231,26 @@ def _token_ids_field() -> Any:
     )
 
 
+class PromptLogprob(BaseModel):
+    """One token's entry at one prompt position of vLLM's prompt_logprobs."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="vLLM's: per prompt token, null for the first, then token id -> logprob, rank and text "
+        "for the prompt token and the most likely ones; present when the request set prompt_logprobs.",
+    )
     token_ids: list[int] | None = _token_ids_field()
     """Generated token ids: all of them in a response, those new in this chunk when streamed. Present when
     the request set return_token_ids, and always for a model served without a tokenizer (its text is

@@ -38,8 +38,6 @@ def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -
         )
     check_logprobs_cap(state, "logprobs", logprobs)
     check_logprobs_cap(state, "prompt_logprobs", body.prompt_logprobs)
-    if body.prompt_logprobs is not None:  # until the engine returns prompt logprobs
-        raise APIError(400, "prompt_logprobs is not supported by this server yet", "prompt_logprobs")
     if body.logit_bias:
         raise APIError(400, "logit_bias is not supported", "logit_bias")
     return stop
@@ -96,10 +94,12 @@ def sampling_params(
     defaults: dict[str, Any] | None = None,
     structured_outputs: StructuredOutputs | None = None,
     keep_special_tokens: bool = False,
+    prompt_logprobs: int | None = None,
 ) -> SamplingParams:
     """The request's SamplingParams; a field it did not send takes `defaults` (the model's), else OpenAI's.
     `structured_outputs` is the checked constraint (structured.py, tools.py); `keep_special_tokens` keeps
-    them in the text for a tool-call parser whose markers are special tokens."""
+    them in the text for a tool-call parser whose markers are special tokens; `prompt_logprobs` is what the
+    route asks for (completions: the field, or echo's logprobs)."""
     chosen = {**OPENAI_DEFAULTS, **{k: v for k, v in (defaults or {}).items() if k in MODEL_DEFAULT_FIELDS}}
     for name in MODEL_DEFAULT_FIELDS:
         value = getattr(body, name)
@@ -123,6 +123,7 @@ def sampling_params(
             include_stop_str_in_output=body.include_stop_str_in_output,
             ignore_eos=body.ignore_eos,
             logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
             skip_special_tokens=body.skip_special_tokens and not keep_special_tokens,
             structured_outputs=structured_outputs,
             output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,

@@ -83,6 +83,8 @@ class ChoiceDelta:
     """Characters of this choice sent before `text`."""
     first: bool
     """This is the choice's first chunk."""
+    prompt_logprobs: list | None = None
+    """The output's prompt logprobs (those not handed out before; see RequestOutput.prompt_logprobs)."""
 
     @property
     def text(self) -> str:
@@ -111,7 +113,7 @@ class ChoiceOffsets:
             first = key not in self.sent
             offset = self.sent.get(key, 0)
             self.sent[key] = offset + len(completion.text)
-            out.append(ChoiceDelta(prompt_index, completion, offset, first))
+            out.append(ChoiceDelta(prompt_index, completion, offset, first, output.prompt_logprobs))
         return out
 
 

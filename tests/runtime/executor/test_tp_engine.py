@@ -143,3 +143,29 @@ def test_tp2_constrains_sampling_on_rank_0_as_one_process_does(tiny_model):
     assert [[c.token_ids for c in o.outputs] for o in outputs] == expected
     for text in (outputs[0].outputs[0].text, *(c.text for c in outputs[2].outputs)):
         assert 2 <= len(json.loads(text)) <= 6
+
+
+def test_tp2_prompt_logprobs_match_one_process(tiny_model):
+    """Every rank runs the (split) LM head over the prompt rows; rank 0 reports, once per position."""
+    folder = str(tiny_model("qwen3"))
+    params = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True, prompt_logprobs=3)
+
+    def prompt_logprobs(llm: LLM) -> list:
+        outputs = llm.generate(PROMPTS, params)
+        return [
+            [None if e is None else {t: (lp.logprob, lp.rank) for t, lp in e.items()} for e in o.prompt_logprobs]
+            for o in outputs
+        ]
+
+    expected = prompt_logprobs(LLM(folder, **ENGINE))
+    llm = LLM(folder, tensor_parallel_size=2, **ENGINE)
+    try:
+        got = prompt_logprobs(llm)
+        assert llm.engine.stats().num_preemptions > 0  # recomputed prefills report nothing twice
+    finally:
+        llm.close()
+    for mine, theirs in zip(got, expected):
+        assert len(mine) == len(theirs) and mine[0] is None
+        for a, b in zip(mine[1:], theirs[1:]):
+            assert a.keys() == b.keys()
+            assert [v[0] for v in a.values()] == pytest.approx([v[0] for v in b.values()], abs=1e-4)

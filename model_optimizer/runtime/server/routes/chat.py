@@ -49,6 +49,13 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     num_top = body.top_logprobs or 0
     logprobs = num_top if body.logprobs else None
     stop = check_caps(state, body, logprobs if logprobs is not None else body.top_logprobs)
+    if body.prompt_logprobs is not None:  # vLLM answers them beside the choices; scoring text is completions' job
+        raise APIError(
+            400,
+            "prompt_logprobs is not supported on chat completions; send the rendered prompt to /v1/completions "
+            "with prompt_logprobs (or echo with logprobs) to score it",
+            "prompt_logprobs",
+        )
     plan = tool_plan(state, body)
     constraint = await _constraint(state, body, plan)
     prompt = await chat_prompt(

@@ -6,10 +6,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from model_optimizer.runtime.engine.outputs import RequestOutput
+from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestOutput
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
-from model_optimizer.runtime.server.logprobs import TokenTexts, completion_logprobs, completion_logprobs_dict
+from model_optimizer.runtime.server.logprobs import (
+    TokenTexts,
+    completion_logprobs_dict,
+    echo_logprobs_dict,
+    join_logprobs_dicts,
+    prompt_logprobs_json,
+)
 from model_optimizer.runtime.server.prompts import Prompt, prompt_list, tokenize_prompts
 from model_optimizer.runtime.server.protocol import CompletionChoice, CompletionRequest, CompletionResponse, UsageInfo
 from model_optimizer.runtime.server.request_group import Generation, new_request_id, respond
@@ -32,23 +38,25 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         raise APIError(400, "suffix is not supported", "suffix")
     if body.best_of is not None and body.best_of != body.n:
         raise APIError(400, "best_of different from n is not supported", "best_of")
-    if body.echo and body.logprobs is not None:
-        raise APIError(400, "echo together with logprobs needs prompt logprobs, which are not supported", "echo")
     if body.echo and state.model.tokenizer is None:
         raise APIError(400, "echo needs the prompt as text, and this model has no tokenizer", "echo")
+    if body.max_tokens == 0 and not body.echo:
+        raise APIError(400, "max_tokens is 0; 0 is allowed only with echo (the prompt comes back alone)", "max_tokens")
     stop = check_caps(state, body, body.logprobs)
     constraint = requested_constraint(body)
     if constraint is not None:
         await check_constraint(state, *constraint)
     prompts = await tokenize_prompts(state, prompt_list(body.prompt))
+    max_tokens = 1 if body.max_tokens == 0 else body.max_tokens  # one token is generated, and dropped
     params = [
         sampling_params(
             body,
             stop,
-            resolve_max_tokens(state, body.max_tokens, len(p.token_ids)),
+            resolve_max_tokens(state, max_tokens, len(p.token_ids)),
             body.logprobs,
             state.sampling_defaults,
             constraint[0] if constraint is not None else None,
+            prompt_logprobs=_prompt_logprobs(body),
         )
         for p in prompts
     ]
@@ -62,8 +70,15 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
     )
     texts = TokenTexts(state.model.tokenizer)
-    fmt = CompletionFormat(body, echo, generation.request_id, state.model.name, texts)
+    fmt = CompletionFormat(body, echo, generation.request_id, state.model.name, texts, generation.token_ids)
     return await respond(request, state, generation, fmt)
+
+
+def _prompt_logprobs(body: CompletionRequest) -> int | None:
+    """What the engine computes for the prompt: the field, or as many alternatives as echo's logprobs show."""
+    if body.echo and body.logprobs is not None:
+        return max(body.prompt_logprobs or 0, body.logprobs)
+    return body.prompt_logprobs
 
 
 async def _echo_text(state: ServerState, prompt: Prompt) -> str:
@@ -74,15 +89,30 @@ async def _echo_text(state: ServerState, prompt: Prompt) -> str:
 
 class CompletionFormat:
     """Completions' response and stream chunks (a ResponseFormat). Choice i*n + j is prompt i's j-th
-    completion; with echo, each choice's text starts with its prompt."""
+    completion; with echo, each choice's text starts with its prompt, and with echo and logprobs its
+    logprobs start with the prompt tokens' (the first one's null). max_tokens 0 (echo only): the one token
+    generated is dropped, the choice holds the prompt alone and usage counts no completion token."""
 
     def __init__(
-        self, body: CompletionRequest, echo: list[str], request_id: str, model_name: str, texts: TokenTexts
+        self,
+        body: CompletionRequest,
+        echo: list[str],
+        request_id: str,
+        model_name: str,
+        texts: TokenTexts,
+        prompt_token_ids: list[list[int]] | None = None,
     ) -> None:
+        """`prompt_token_ids`, per prompt: needed for echo with logprobs (the prompt tokens lead them)."""
         self.n = body.n
         self.num_top = body.logprobs or 0
         self.echo = echo
         self.texts = texts
+        self.prompt_token_ids = prompt_token_ids or []
+        self.prompt_only = body.max_tokens == 0
+        self.echo_logprobs = body.echo and body.logprobs is not None
+        self.show_prompt_logprobs = body.prompt_logprobs is not None
+        self.prompt_logprobs: dict[int, list] = {}
+        """Per prompt, its prompt logprobs as they came (a stream: with its first output that has a token)."""
         self.with_token_ids = body.return_token_ids or texts.tokenizer is None
         """Put token_ids on choices: asked for, or the only output a model without a tokenizer has."""
         self.base = CompletionResponse(id=request_id, model=model_name, choices=[])
@@ -91,44 +121,58 @@ class CompletionFormat:
     def response(self, finals: list[RequestOutput], usage: UsageInfo) -> BaseModel:
         choices = []
         for i, output in enumerate(finals):
+            self.prompt_logprobs[i] = output.prompt_logprobs or []
             for c in output.outputs:
-                logprobs = None
-                if c.logprobs is not None:
-                    logprobs = completion_logprobs(self.texts, c.logprobs, len(self.echo[i]), self.num_top)
-                choices.append(
-                    CompletionChoice(
-                        index=i * self.n + c.index,
-                        text=self.echo[i] + c.text,
-                        logprobs=logprobs,
-                        finish_reason=c.finish_reason,
-                        stop_reason=c.stop_reason,
-                        token_ids=list(c.token_ids) if self.with_token_ids else None,
-                    )
-                )
-        return self.base.model_copy(update={"choices": choices, "usage": usage})
+                choices.append(CompletionChoice(**self._choice(i, c, 0, True)))
+        return self.base.model_copy(update={"choices": choices, "usage": self._usage(usage)})
 
     def head(self) -> list[BaseModel]:
         return []
 
     def chunk(self, deltas: list[ChoiceDelta]) -> bytes:
-        """CompletionChoice's fields, in its order, as plain dicts (token_ids left out when not sent)."""
+        """CompletionChoice's fields, in its order, as plain dicts (token_ids and prompt_logprobs left out
+        when not sent)."""
         choices = []
         for d in deltas:
-            c, echo = d.completion, self.echo[d.prompt_index]
-            logprobs = None
-            if c.logprobs is not None:
-                logprobs = completion_logprobs_dict(self.texts, c.logprobs, len(echo) + d.text_offset, self.num_top)
-            choice = {
-                "index": d.prompt_index * self.n + c.index,
-                "text": echo + c.text if d.first else c.text,
-                "logprobs": logprobs,
-                "finish_reason": c.finish_reason,
-                "stop_reason": c.stop_reason,
-            }
-            if self.with_token_ids:
-                choice["token_ids"] = c.token_ids
+            if d.prompt_logprobs:
+                self.prompt_logprobs[d.prompt_index] = d.prompt_logprobs
+            choice = self._choice(d.prompt_index, d.completion, d.text_offset, d.first)
+            if choice["token_ids"] is None:
+                del choice["token_ids"]
+            if choice["prompt_logprobs"] is None:
+                del choice["prompt_logprobs"]
             choices.append(choice)
         return self.template.event(choices)
 
+    def _choice(self, i: int, c: CompletionOutput, text_offset: int, first: bool) -> dict:
+        """One choice as a dict; `first`: its first chunk (or the whole response), which carries the echo."""
+        echo = self.echo[i]
+        text, token_ids = ("", []) if self.prompt_only else (c.text, c.token_ids)
+        logprobs = None
+        if c.logprobs is not None and not self.prompt_only:
+            logprobs = completion_logprobs_dict(self.texts, c.logprobs, len(echo) + text_offset, self.num_top)
+        if first and self.echo_logprobs:
+            head = echo_logprobs_dict(
+                self.texts, self.prompt_token_ids[i], self.prompt_logprobs.get(i, []), self.num_top
+            )
+            logprobs = join_logprobs_dicts(head, logprobs)
+        prompt_logprobs = None
+        if first and self.show_prompt_logprobs:
+            prompt_logprobs = prompt_logprobs_json(self.texts, self.prompt_logprobs.get(i, []))
+        return {
+            "index": i * self.n + c.index,
+            "text": echo + text if first else text,
+            "logprobs": logprobs,
+            "finish_reason": "length" if self.prompt_only and c.finish_reason else c.finish_reason,
+            "stop_reason": None if self.prompt_only else c.stop_reason,
+            "prompt_logprobs": prompt_logprobs,
+            "token_ids": list(token_ids) if self.with_token_ids else None,
+        }
+
+    def _usage(self, usage: UsageInfo) -> UsageInfo:
+        if not self.prompt_only:
+            return usage
+        return UsageInfo(prompt_tokens=usage.prompt_tokens, completion_tokens=0, total_tokens=usage.prompt_tokens)
+
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
-        return self.base.model_copy(update={"usage": usage})
+        return self.base.model_copy(update={"usage": self._usage(usage)})
