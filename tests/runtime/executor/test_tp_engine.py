@@ -22,6 +22,7 @@ ENGINE = dict(
     num_kv_blocks=14,  # 224 tokens for four requests of up to ~130: someone is preempted
     max_num_batched_tokens=32,  # the long prompts take several steps (chunked prefill)
     max_num_seqs=4,
+    max_decode_stall=0,  # off: the bound caps prefills by measured step times, so preemptions varied by load
 )
 PREFIX = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n"
 PROMPTS = [PREFIX + "# first", PREFIX + "# second", "The quick brown fox", list(range(5, 45))]
