@@ -203,3 +203,22 @@ def test_padded_uniform_steps_give_the_same_tokens(target, reference):
     assert any(target and q == K + 1 and padded_to > n for target, q, n, padded_to in seen)  # target verify
     assert any(not target and q == K + 1 for target, q, _, _ in seen)  # draft catch-up of 1 + k tokens
     assert any(not target and q == 1 for target, q, _, _ in seen)  # draft decode steps
+
+
+@pytest.mark.parametrize("method", ["ngram", "self_draft"])
+def test_prompt_logprobs_are_those_of_a_run_without_speculation(target, method):
+    """Prompt logprobs come from the prefill, which speculation must leave alone; the output too."""
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, prompt_logprobs=3)
+    plain = LLM(str(target), **CPU).generate(prompts(), params)
+    spec = ngram() if method == "ngram" else draft(target)
+    llm = LLM(str(target), speculative_config=spec, **CPU)
+    outputs = llm.generate(prompts(), params)
+    assert llm.engine.stats().spec_num_drafts > 0
+    assert tokens(outputs) == tokens(plain)
+    for out, ref in zip(outputs, plain):
+        assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(ref.prompt_logprobs)
+        for got, want in zip(out.prompt_logprobs[1:], ref.prompt_logprobs[1:]):
+            assert set(got) == set(want)
+            for token_id, lp in want.items():
+                assert got[token_id].rank == lp.rank
+                assert got[token_id].logprob == pytest.approx(lp.logprob, abs=1e-4)
