@@ -3,7 +3,7 @@
 # The GPU tests of every issue run first in two lanes side by side (correctness only: each engine takes
 # at most ~0.3 of the GPU's memory, so two lanes fit), then the benchmarks one after another, alone on
 # the GPU, each trimmed to its headline figure:
-#   tests    lane A: speculative decoding, structured outputs, the engine and its graphs
+#   tests    lane A: speculative decoding, structured outputs, prompt logprobs, offload, the engine, graphs
 #            lane B: DeepSeek (MLA), the MoE/GLM/Gemma families, the quantized kernels and engine  <= 230 s
 #   spec     benchmarks/spec_decode.py --quick: Llama-3.1-8B dummy, 1B-shaped draft, n-gram, itself
 #            as draft; 1 and 64 requests against none                                            <= 170 s
@@ -12,7 +12,8 @@
 #            inf with --api-server-count 2 and `mopt bench --num-workers 4`, with and without logprobs <= 140 s
 #   linears  benchmarks/quant_kernels.py: Qwen3-0.6B per-step linears per format at M 64-256, graphed <= 35 s
 #   decode   benchmarks/decode_latency.py: Llama-3.1-8B rtn-int4 / bf16 / fp8 / int8, batch 1, 64, 256 <= rest
-# Everything lands in ONE tarball, $OUT/wave.tgz. From the repository root, wheels in .whl/:
+# Everything lands in ONE tarball, $OUT/wave.tgz. From the repository root, wheels in .whl/ (with
+# jsonschema and its needs: tests/gpu/test_structured_gpu.py imports it):
 #   bash scripts/device/wave_h200.sh
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives wave.tgz}"
@@ -38,7 +39,8 @@ trap pack EXIT
 PYTEST=(python3 -m pytest -q -p no:cacheprovider -rfE)
 lane_a() {
   "${PYTEST[@]}" --junitxml="$W/lane_a.xml" tests/gpu/test_spec_gpu.py tests/gpu/test_structured_gpu.py \
-    tests/gpu/test_engine_gpu.py tests/gpu/test_graphs_gpu.py
+    tests/gpu/test_prompt_logprobs_gpu.py tests/gpu/test_offload_gpu.py tests/gpu/test_engine_gpu.py \
+    tests/gpu/test_graphs_gpu.py
 }
 lane_b() {
   "${PYTEST[@]}" --junitxml="$W/lane_b.xml" tests/gpu/test_mla_gpu.py tests/gpu/test_families_gpu.py \
