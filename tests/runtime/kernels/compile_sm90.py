@@ -29,6 +29,9 @@ from model_optimizer.runtime.kernels.store_kv import _store_kv_kernel
 TARGET = GPUTarget("cuda", 90, 32)
 
 
+SMEM_LIMIT = 227 * 1024  # an H100/H200 block's dynamic shared memory
+
+
 def compile_kernel(
     fn,
     pointer_types: dict,

@@ -10,7 +10,7 @@ Exit status 3 when this Triton has no usable ahead-of-time API.
 import sys
 
 try:
-    from tests.runtime.kernels.compile_sm90 import compile_kernel
+    from tests.runtime.kernels.compile_sm90 import SMEM_LIMIT, compile_kernel
 except ImportError as exc:
     print(f"no ahead-of-time compile API: {exc}")
     sys.exit(3)
@@ -19,8 +19,6 @@ import triton.language as tl
 
 from model_optimizer.runtime.kernels.mla_attention import MlaTiles, _latent_attention_kernel, launch_shape
 from model_optimizer.runtime.kernels.store_kv import _store_kv_kernel
-
-SMEM_LIMIT = 227 * 1024  # an H100/H200 block's dynamic shared memory
 
 
 def latent(cache: str, num_heads: int, max_query_len: int, splits: int) -> None:

@@ -10,7 +10,7 @@ Exit status 3 when this Triton has no usable ahead-of-time API.
 import sys
 
 try:
-    from tests.runtime.kernels.compile_sm90 import compile_kernel
+    from tests.runtime.kernels.compile_sm90 import SMEM_LIMIT, compile_kernel
 except ImportError as exc:
     print(f"no ahead-of-time compile API: {exc}")
     sys.exit(3)
@@ -20,7 +20,6 @@ import triton.language as tl
 from model_optimizer.runtime.kernels.fused_moe import _align_kernel, _moe_gemm_kernel
 from model_optimizer.runtime.kernels.moe_tiles import GEMM_CANDIDATES, default_tiles
 
-SMEM_LIMIT = 227 * 1024  # an H100/H200 block's dynamic shared memory
 DOTS = {"bf16": tl.bfloat16, "fp16": tl.float16, "fp32": tl.float32}
 
 

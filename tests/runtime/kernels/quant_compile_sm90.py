@@ -14,12 +14,16 @@ import collections
 import re
 import sys
 
-from compile_sm90 import disassemble, main_loop, quant_matmul  # same folder: the script runs with it on sys.path
+from compile_sm90 import (  # same folder: the script runs with it on sys.path
+    SMEM_LIMIT,
+    disassemble,
+    main_loop,
+    quant_matmul,
+)
 
 from model_optimizer.runtime.kernels.quant_tiles import ROW_BUCKETS, candidates, default_tiles
 
 SHAPES = [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (6144, 4096), (4096, 4096), (28672, 4096)]
-SMEM_LIMIT = 227 * 1024  # an H100/H200 block's dynamic shared memory
 
 
 def check(kind: str, tiles) -> tuple[dict, list[str]]:
