@@ -10,23 +10,12 @@
 #   bash scripts/device/offload_h200.sh
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
+source "$(dirname "$0")/common.sh"
+install_wheels
 export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 RES=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RES/gpu.txt" 2>&1 || true
-
-part() {  # part NAME SECONDS COMMAND...: run with a limit, log to $RES/NAME.log, never stop the script
-  local name=$1 limit=$2
-  shift 2
-  timeout "$limit" "$@" > "$RES/$name.log" 2>&1
-  local rc=$?
-  echo "[$SECONDS s] $name: exit $rc" | tee -a "$RES/summary.txt"
-  tail -4 "$RES/$name.log" >> "$RES/summary.txt"
-}
 
 part gpu_tests 70 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_offload_gpu.py
 LEFT=$((145 - SECONDS))

@@ -13,24 +13,14 @@
 #   bash scripts/device/perf_h200.sh
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
+source "$(dirname "$0")/common.sh"
+install_wheels
 export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 QWEN=(--model benchmarks/configs/qwen3-0.6b --load-format dummy --dtype bfloat16)
 LLAMA=(--model benchmarks/configs/llama-3.1-8b --load-format dummy --dtype bfloat16)
+RES=$OUT  # part() logs there
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
-
-part() {  # part NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log, never stop the script
-  local name=$1 limit=$2
-  shift 2
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "[$SECONDS s] $name: exit $rc" | tee -a "$OUT/summary.txt"
-  tail -4 "$OUT/$name.log" >> "$OUT/summary.txt"
-}
 
 cd benchmarks || exit 2
 part cold_start_qwen 120 python3 cold_start.py --runs 1 --no-llm --output "$OUT/cold_start_h200.json" -- "${QWEN[@]}"

@@ -9,20 +9,12 @@
 # summary.txt has one line per part.
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
+source "$(dirname "$0")/common.sh"
 export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 RES=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RES/gpu.txt" 2>&1 || true
 git rev-parse HEAD > "$RES/commit.txt" 2>/dev/null || true
-
-part() {  # part NAME SECONDS COMMAND...: run with a limit, log to $RES/NAME.log, never stop the script
-  local name=$1 limit=$2
-  shift 2
-  timeout "$limit" "$@" > "$RES/$name.log" 2>&1
-  local rc=$?
-  echo "[$SECONDS s] $name: exit $rc" | tee -a "$RES/summary.txt"
-  tail -4 "$RES/$name.log" >> "$RES/summary.txt"
-}
 
 part gpu_tests 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_prompt_logprobs_gpu.py
 cat "$RES/summary.txt"

@@ -13,10 +13,8 @@
 #   bash scripts/device/structured_h200.sh
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
+source "$(dirname "$0")/common.sh"
+install_wheels
 export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 RES=$(mktemp -d)
@@ -24,15 +22,6 @@ QWEN=(--load-format dummy --dtype bfloat16)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RES/gpu.txt" 2>&1 || true
 python3 -c "import llguidance; print('llguidance', llguidance.__version__)" > "$RES/llguidance.txt" 2>&1 \
   || echo "llguidance missing: put its wheel in .whl/" | tee -a "$RES/summary.txt"
-
-part() {  # part NAME SECONDS COMMAND...: run with a limit, log to $RES/NAME.log, never stop the script
-  local name=$1 limit=$2
-  shift 2
-  timeout "$limit" "$@" > "$RES/$name.log" 2>&1
-  local rc=$?
-  echo "[$SECONDS s] $name: exit $rc" | tee -a "$RES/summary.txt"
-  tail -4 "$RES/$name.log" >> "$RES/summary.txt"
-}
 
 cd benchmarks || exit 2
 part structured_bench 200 python3 structured.py --bpe-from configs/qwen3-0.6b --concurrency 1 64 \
