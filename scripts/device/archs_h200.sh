@@ -21,10 +21,8 @@ set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 MODE=${1:-default}
 WORK=$(mktemp -d)
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
+source "$(dirname "$0")/common.sh"
+install_wheels
 export PYTHONUNBUFFERED=1 COLUMNS=200 PYTHONPATH=".:${PYTHONPATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$WORK/gpu.txt" 2>&1 || true
 git rev-parse HEAD > "$WORK/commit.txt" 2>/dev/null || true

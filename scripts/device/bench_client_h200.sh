@@ -12,10 +12,8 @@
 #   bash scripts/device/bench_client_h200.sh          (PYTHON=... to use another interpreter than python3)
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
+source "$(dirname "$0")/common.sh"
+install_wheels
 export PYTHONUNBUFFERED=1 COLUMNS=200
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 PY=${PYTHON:-python3}

@@ -18,10 +18,8 @@
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 RESULTS=$(mktemp -d)
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
+source "$(dirname "$0")/common.sh"
+install_wheels
 export COLUMNS=200 PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 PYTHON="${PYTHON:-python3}"
 MINILM_FILES="${MINILM_FILES:-build/minilm-files}"

@@ -12,10 +12,8 @@
 # Results land in $OUT: speed_base.json / speed_new.json files per benchmark, logs, and a summary table.
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
+source "$(dirname "$0")/common.sh"
+install_wheels
 export PYTHONUNBUFFERED=1 COLUMNS=200
 SITE=${PYTHONPATH:-}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
