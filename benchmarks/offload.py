@@ -9,14 +9,25 @@ the on-GPU step (the run without offload) plus offloaded bytes / host-to-device 
 bandwidth measured in the same run (page-locked buffer, as the engine's). `vs_bound` below 1 means the
 copies hid behind compute; the issue's target is at most 1.25. `overlap_floor_ms` (the larger of the two
 parts) is what perfect overlap would give. Tokens per second at each batch are reported beside them.
+
+A model that does not fit without offload (Llama-3.1-70B in bf16 on one H200: 131 GiB of weights) has
+no plain run: with `--plain-layers A B` the on-GPU step is measured on two copies of the config cut to A
+and B decoder layers and extrapolated linearly to the full depth (a decode step is a sum of identical
+layers plus a fixed part: embedding, final norm, lm_head, sampling).
+
+    PYTHONPATH=. python3 benchmarks/offload.py --model llama-3.1-70b --offload-gb 24 --batches 1 32 128 \
+        --plain-layers 8 16 --gpu-memory-utilization 0.95
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 from common import CONFIGS, RESULTS, environment, write_json
 
@@ -61,16 +72,27 @@ def step_ms(llm, batch: int, tag: str) -> float:
     return statistics.median(times[1:]) * 1e3 if len(times) > 2 else float("nan")
 
 
-def run(model: str, offload_gb: float, batches: list[int], save=lambda rows: None) -> dict:
+def shallow_config(model: str, num_layers: int, folder: Path) -> Path:
+    """benchmarks/configs/MODEL with only `num_layers` decoder layers, written under `folder`."""
+    config = json.loads((CONFIGS / model / "config.json").read_text())
+    config["num_hidden_layers"] = num_layers
+    path = folder / f"{model}-{num_layers}-layers"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def run(model_dir: Path, sizes: list[float], batches: list[int], utilization: float, save=lambda rows: None) -> dict:
+    """One row per offloaded GiB in `sizes` (0.0: the plain run), keyed by str(GiB)."""
     import torch
 
     from model_optimizer import LLM
 
     kwargs = dict(load_format="dummy", dtype="bfloat16", max_model_len=CONTEXT + DECODE_STEPS + 8)
-    kwargs |= dict(max_num_seqs=max(batches), gpu_memory_utilization=0.45)
+    kwargs |= dict(max_num_seqs=max(batches), gpu_memory_utilization=utilization)
     rows: dict[str, dict] = {}
-    for gib in (0.0, offload_gb):
-        llm = LLM(str(CONFIGS / model), cpu_offload_gb=gib, **kwargs)
+    for gib in sizes:
+        llm = LLM(str(model_dir), cpu_offload_gb=gib, **kwargs)
         offload = getattr(llm.runner.model, "weight_offload", None)
         rows[str(gib)] = {
             "cpu_offload_gb": gib,
@@ -88,17 +110,47 @@ def run(model: str, offload_gb: float, batches: list[int], save=lambda rows: Non
     return rows
 
 
+def extrapolated_plain(model: str, layers: tuple[int, int], batches: list[int], utilization: float) -> dict:
+    """The plain run's row for the full depth, from two shallow copies (module docstring)."""
+    depth = json.loads((CONFIGS / model / "config.json").read_text())["num_hidden_layers"]
+    a, b = layers
+    with tempfile.TemporaryDirectory() as folder:
+        shallow = {n: run(shallow_config(model, n, Path(folder)), [0.0], batches, utilization)["0.0"] for n in layers}
+    per_layer = {x: (shallow[b]["ms_per_step"][x] - shallow[a]["ms_per_step"][x]) / (b - a) for x in batches}
+    steps = {x: shallow[a]["ms_per_step"][x] + per_layer[x] * (depth - a) for x in batches}
+    return {
+        "cpu_offload_gb": 0.0,
+        "extrapolated_from_layers": {n: shallow[n]["ms_per_step"] for n in layers},
+        "ms_per_step": steps,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="llama-3.1-8b", help="a folder of benchmarks/configs")
     parser.add_argument("--offload-gb", type=float, default=8.0)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    parser.add_argument(
+        "--plain-layers",
+        type=int,
+        nargs=2,
+        metavar=("A", "B"),
+        help="no plain run of the full model: extrapolate its step from A and B layers",
+    )
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.45)
     parser.add_argument("--output", default=str(RESULTS / "offload_h200.json"))
     args = parser.parse_args()
     bandwidth = h2d_gbps()
     print(f"host-to-device {bandwidth:.1f} GB/s", flush=True)
     doc = {"environment": environment(), "model": args.model, "context": CONTEXT, "h2d_gbps": bandwidth}
-    rows = run(args.model, args.offload_gb, args.batches, lambda rows: write_json(args.output, doc | {"runs": rows}))
+    util = args.gpu_memory_utilization
+    rows: dict[str, dict] = {}
+    if args.plain_layers:
+        rows["0.0"] = extrapolated_plain(args.model, tuple(args.plain_layers), args.batches, util)
+        print(f"plain (extrapolated): {rows['0.0']['ms_per_step']}", flush=True)
+    sizes = [args.offload_gb] if args.plain_layers else [0.0, args.offload_gb]
+    save = lambda done: write_json(args.output, doc | {"runs": rows | done})  # noqa: E731
+    rows |= run(CONFIGS / args.model, sizes, args.batches, util, save)
     plain, offloaded = rows["0.0"], rows[str(args.offload_gb)]
     copy_ms = offloaded["offloaded_bytes"] / (bandwidth * 1e9) * 1e3
     results = []

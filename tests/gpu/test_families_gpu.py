@@ -9,11 +9,10 @@ import pytest
 import torch
 
 from model_optimizer import LLM, SamplingParams
+from tests.runtime.models.test_moe_bfloat16 import MARGIN, errors_against_float32
 
 FAMILIES = [
-    "qwen3_moe",
     "qwen3_moe_step2",
-    "mixtral",
     "glm4",
     "gemma3",
     "deepseek_v2",
@@ -61,6 +60,18 @@ def test_bf16_agrees_with_transformers(tiny_model, name):
                 break
             agreed += 1
     assert agreed >= 24 * 6 // 4  # mostly identical, not a string of near-ties
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral"])
+def test_moe_bf16_error_is_transformers_own(tiny_model, name):
+    """Routed models with random tiny weights: near-flat distributions where one router near-tie flips an
+    expert, so greedy agreement is a coin toss in bf16 (the H200 run saw it break for these two). The
+    measure that holds: against transformers in float32, our bf16 is no further off than its own bf16."""
+    ours_error, their_error = errors_against_float32(
+        str(tiny_model(name)), len(name), "cuda", gpu_memory_utilization=0.2
+    )
+    assert 0 < their_error
+    assert ours_error <= MARGIN * their_error, (ours_error, their_error)
 
 
 @pytest.mark.parametrize("name", ["qwen3_moe", "gemma3"])

@@ -30,6 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
+from model_optimizer.runtime.kernels.dots import dot
 from model_optimizer.runtime.kernels.moe_tiles import MoeTiles, choose_tiles
 
 
@@ -144,13 +145,6 @@ def align_pairs_kernel(topk_ids: torch.Tensor, num_experts: int, block_m: int) -
     return sorted_ids, block_expert
 
 
-@triton.jit
-def _dot(a, b, acc, DOT_DTYPE: tl.constexpr):
-    if DOT_DTYPE == tl.float32:
-        return tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc, input_precision="ieee")  # no tf32
-    return tl.dot(a.to(DOT_DTYPE), b.to(DOT_DTYPE), acc)
-
-
 @triton.jit(do_not_specialize=["num_pairs"])
 def _moe_gemm_kernel(
     a_ptr,
@@ -201,10 +195,10 @@ def _moe_gemm_kernel(
         a = tl.load(a_rows + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_K)
         w_mask = col_ok[None, :] & k_ok[:, None]
         w = tl.load(w_cols + ks[:, None], mask=w_mask, other=0.0)  # (BLOCK_K, BLOCK_N)
-        acc = _dot(a, w, acc, DOT_DTYPE)
+        acc = dot(a.to(DOT_DTYPE), w.to(DOT_DTYPE), acc, DOT_DTYPE)
         if GATED:
             w_up = tl.load(w_cols + N * stride_wn + ks[:, None], mask=w_mask, other=0.0)
-            up = _dot(a, w_up, up, DOT_DTYPE)
+            up = dot(a.to(DOT_DTYPE), w_up.to(DOT_DTYPE), up, DOT_DTYPE)
     if GATED:
         acc = acc * tl.sigmoid(acc) * up  # silu(gate) * up
     if WEIGHTED:

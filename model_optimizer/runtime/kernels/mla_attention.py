@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from model_optimizer.runtime.kernels.dots import dot
 from model_optimizer.runtime.kernels.formats import FP8_DTYPE
 from model_optimizer.runtime.kernels.paged_attention import _dot_dtype, _num_sms, choose_num_splits
 from model_optimizer.runtime.kernels.paged_attention_kernels import _find_sequence, _reduce_splits_kernel
@@ -110,7 +111,9 @@ def _latent_attention_kernel(
         c = tl.load(row_ptr[:, None] + lat[None, :], mask=pos_ok[:, None] & lat_ok[None, :], other=0.0)
         k_pe = tl.load(row_ptr[:, None] + KV_LORA + rope[None, :], mask=pos_ok[:, None] & rope_ok[None, :], other=0.0)
         c = c.to(tl.float32).to(DOT_DTYPE)  # fp8 rows pass through float32
-        s = tl.dot(q_lat, tl.trans(c)) + tl.dot(q_pe, tl.trans(k_pe.to(tl.float32).to(DOT_DTYPE)))
+        s = dot(q_lat, tl.trans(c), None, DOT_DTYPE) + dot(
+            q_pe, tl.trans(k_pe.to(tl.float32).to(DOT_DTYPE)), None, DOT_DTYPE
+        )
         s = s * qk_scale  # (BLOCK_M, TILE_N), log2 units
         visible = (pos[None, :] <= q_pos[:, None]) & pos_ok[None, :]
         s = tl.where(visible, s, float("-inf"))
@@ -123,7 +126,7 @@ def _latent_attention_kernel(
         p = tl.exp2(s - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), c)
+        acc = acc * alpha[:, None] + dot(p.to(DOT_DTYPE), c, None, DOT_DTYPE)
         m_i = m_new
     if HAS_SCALE:
         acc = acc * tl.load(k_scale_ptr)

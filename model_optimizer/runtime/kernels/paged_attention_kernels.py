@@ -21,6 +21,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from model_optimizer.runtime.kernels.dots import dot
+
 _LOG2E = tl.constexpr(1.4426950408889634)
 _NEG_BIG = tl.constexpr(-1.0e30)  # finite "minus infinity": keeps exp2(m_old - m_new) free of NaN
 
@@ -165,7 +167,7 @@ def _paged_attention_kernel(
         slot_off = block * stride_block + (pos % BLOCK_SIZE) * stride_offset + head_off
         kv_mask = pos_ok[None, :] & dim_ok[:, None]
         k = tl.load(cache_ptr + slot_off[None, :] + dims[:, None], mask=kv_mask, other=0.0)  # (D, TILE_N)
-        s = tl.dot(q, k.to(DOT_DTYPE)) * qk_scale  # (BLOCK_M, TILE_N), log2 units
+        s = dot(q, k.to(DOT_DTYPE), None, DOT_DTYPE) * qk_scale  # (BLOCK_M, TILE_N), log2 units
         visible = (pos[None, :] <= q_pos[:, None]) & pos_ok[None, :]
         if USE_WINDOW:
             visible = visible & (pos[None, :] > q_pos[:, None] - sliding_window)
@@ -187,7 +189,7 @@ def _paged_attention_kernel(
                 mask=pos_ok[:, None] & dim_ok[None, :],
                 other=0.0,
             )  # (TILE_N, D)
-        acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v.to(DOT_DTYPE))
+        acc = acc * alpha[:, None] + dot(p.to(DOT_DTYPE), v.to(DOT_DTYPE), None, DOT_DTYPE)
         m_i = m_new
     if HAS_SCALES:
         acc = acc * tl.load(v_scale_ptr)

@@ -42,10 +42,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from model_optimizer.runtime.kernels.dots import dot
 from model_optimizer.runtime.kernels.formats import FP8_MAX
 from model_optimizer.runtime.kernels.quant_dequant import bytes_operand, int4_plane
 
 _FP8_MAX = tl.constexpr(FP8_MAX)  # jit functions may only read constexpr globals
+_FP8_INV = tl.constexpr(1.0 / FP8_MAX)  # rounded to float32 in the kernel, as torch rounds it
 
 KINDS = {"int8": 0, "fp8": 1, "int4": 2, "fp8_w8a8": 3, "bf16": 4}
 """Weight formats, as the KIND constexpr of the kernel (fp8_w8a8: e4m3 weights and activations; bf16:
@@ -103,13 +105,6 @@ def _nibble_plane(words, J: tl.constexpr, DOT_DTYPE: tl.constexpr):
 
 
 @triton.jit
-def _dot(a, b, acc, DOT_DTYPE: tl.constexpr):
-    if DOT_DTYPE == tl.float32:
-        return tl.dot(a, b, acc, input_precision="ieee")
-    return tl.dot(a, b, acc)
-
-
-@triton.jit
 def _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_xm,
                KIND: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_ASM: tl.constexpr):  # fmt: skip
@@ -120,9 +115,9 @@ def _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_
         w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
         x = _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K)
         if KIND >= 3:  # both e4m3 (the fp8 MMA as they are; fp32 under the interpreter), or a bf16 weight
-            acc = _dot(w.to(DOT_DTYPE), x.to(DOT_DTYPE), acc, DOT_DTYPE)
+            acc = dot(w.to(DOT_DTYPE), x.to(DOT_DTYPE), acc, DOT_DTYPE)
         else:
-            acc = _dot(bytes_operand(w, KIND, x_ptr.dtype.element_ty, DOT_DTYPE, USE_ASM), x.to(DOT_DTYPE), acc,
+            acc = dot(bytes_operand(w, KIND, x_ptr.dtype.element_ty, DOT_DTYPE, USE_ASM), x.to(DOT_DTYPE), acc,
                        DOT_DTYPE)  # fmt: skip
     return acc
 
@@ -162,7 +157,7 @@ def _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m,
         for p in tl.static_range(4):
             w = int4_plane(lanes, zero, scale, p, X_DTYPE, DOT_DTYPE, USE_ASM)  # columns k0 + 32 p + lane
             x = _x_cols(x_ptr, offs_m, k0 + 32 * p + lane, M, K, stride_xm, True)  # (32, BLOCK_M)
-            acc = _dot(w, x.to(DOT_DTYPE), acc, DOT_DTYPE)
+            acc = dot(w, x.to(DOT_DTYPE), acc, DOT_DTYPE)
     return acc
 
 
@@ -343,16 +338,17 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, x_scales_ptr, bias
 
 @triton.jit
 def _quantize_rows_fp8_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, BLOCK_K: tl.constexpr):
-    """One row per program: amax pass, then x / (amax / 448) clamped and rounded to e4m3 (row read twice, from L2).
-    The divisions round to nearest (div_rn) as torch's do: Triton's `/` on float32 is the approximate
-    division on the GPU, whose last-bit errors flipped codes on rounding boundaries."""
+    """One row per program: amax pass, then x / scale clamped and rounded to e4m3 (row read twice, from L2).
+    scale = amax times float32 1/448, as quant_reference defines it; x / scale rounds to nearest (div_rn)
+    as torch's division does: Triton's `/` on float32 is the approximate division on the GPU. A last-bit
+    difference in either flipped codes that sit on a rounding tie (the H200 probe saw x / scale = 76)."""
     row = tl.program_id(0).to(tl.int64)
     amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         offs = k0 + tl.arange(0, BLOCK_K)
         amax = tl.maximum(amax, tl.abs(tl.load(x_ptr + row * stride_xm + offs, mask=offs < K, other=0).to(tl.float32)))
     row_max = tl.max(amax, axis=0)
-    scale = tl.where(row_max > 0, tl.math.div_rn(row_max, _FP8_MAX), 1.0)
+    scale = tl.where(row_max > 0, row_max * _FP8_INV, 1.0)
     tl.store(scale_ptr + row, scale)
     for k0 in range(0, K, BLOCK_K):
         offs = k0 + tl.arange(0, BLOCK_K)

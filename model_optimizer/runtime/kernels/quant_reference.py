@@ -133,7 +133,9 @@ def quantize_rows_fp8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Dynamic per-token activation quantization: (x_q float8_e4m3fn (M, K), scales float32 (M, 1)),
     x[m] ~ x_q[m] * scales[m]; a zero row gets scale 1 (anything times zero)."""
     amax = x.float().abs().amax(dim=1, keepdim=True)
-    scales = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    # times the float32 reciprocal, not "/ 448": torch divides by a scalar that way on CUDA but not on the
+    # CPU, and the kernel must match one definition (a last-bit scale difference flips codes at ties)
+    scales = torch.where(amax > 0, amax * (1.0 / FP8_MAX), torch.ones_like(amax))
     return (x.float() / scales).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scales
 
 

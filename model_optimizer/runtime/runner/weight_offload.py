@@ -10,15 +10,16 @@ so at least that much moves (the whole layer is the unit: a partial layer would 
 How: each offloaded layer's weights (parameters, and a quantized linear layer's qweight / scales /
 zeros buffers: so int4 moves a quarter of bf16's bytes) are packed into one flat host buffer per layer,
 all of them one allocation page-locked with cudaHostRegister (not torch's pinned allocator, which rounds
-every allocation up to a power of two). Two device slots, each the size of the largest offloaded layer, take turns: offloaded layer k's
-tensors are views into slot k % 2 for good, so the modules never change and the copy is one memcpy.
+every allocation up to a power of two). Two device slots, each the size of the largest offloaded
+layer, take turns: offloaded layer k's tensors are views into slot k % 2 for good, so the modules never change and the copy is one memcpy.
 On a side stream, copy k + 2 waits for an event recorded after layer k's forward (its slot is free),
 and layer k's forward waits for the event of its own copy. The first two copies start with layer 0,
 after the side stream has waited for everything queued before this forward.
 
 CUDA graphs stay on: the hooks run while the decode graphs are captured, the side stream forks from
 and joins the capturing stream through the events, and a cudaMemcpyAsync from page-locked host memory
-is a graph node like a kernel; the slot addresses never change, so replays read fresh copies.
+is a graph node like a kernel (queued through the CUDA runtime itself, cudart_copy.py: torch's `copy_`
+refuses registered memory in a capture); the slot addresses never change, so replays read fresh copies.
 
 On the CPU there is no second memory: the "host" buffers and the "device" slots are both CPU tensors
 and the copies are plain ones, but every other step (packing, slots, views, the hooks' order) is the
@@ -36,6 +37,7 @@ import torch
 from torch import nn
 
 from model_optimizer.runtime.layers.linear import Linear
+from model_optimizer.runtime.runner.cudart_copy import copy_host_to_device
 
 log = logging.getLogger(__name__)
 
@@ -198,9 +200,8 @@ class WeightOffloader:
         if self.stream is None:
             slot.copy_(host)
             return
-        with torch.cuda.stream(self.stream):
-            slot.copy_(host, non_blocking=True)  # page-locked source: an async memcpy, capturable
-            self.copied[k].record(self.stream)
+        copy_host_to_device(slot, host, self.stream)  # registered source: async, capturable
+        self.copied[k].record(self.stream)
 
     def _start(self, module: nn.Module, args: tuple) -> None:
         if self.stream is not None:  # the slots' last readers (the previous forward) are queued before this

@@ -1,0 +1,48 @@
+"""Host-to-device copies from memory page-locked with cudaHostRegister, capturable in a CUDA graph.
+
+torch refuses a CPU -> CUDA `copy_` inside a graph capture unless its own pinned allocator made the
+source (it does not count registered memory as pinned), and that allocator rounds each allocation up
+to a power of two. The CUDA runtime has no such rule: `cudaMemcpyAsync` from registered memory is an
+async copy and becomes a memcpy node when the stream is capturing. So the copy goes to the runtime
+torch itself loaded (found in this process's mappings), on torch's stream handle.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+
+_HOST_TO_DEVICE = 1  # cudaMemcpyHostToDevice
+
+
+@functools.cache
+def _cudart() -> ctypes.CDLL:
+    """The libcudart torch loaded (the same runtime, hence the same context and streams)."""
+    torch.cuda.init()
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libcudart" in line and "/" in line}
+    for path in sorted(paths):
+        lib = ctypes.CDLL(path)
+        if hasattr(lib, "cudaMemcpyAsync"):
+            lib.cudaMemcpyAsync.argtypes = [
+                ctypes.c_void_p,
+                ctypes.c_void_p,
+                ctypes.c_size_t,
+                ctypes.c_int,
+                ctypes.c_void_p,
+            ]
+            lib.cudaMemcpyAsync.restype = ctypes.c_int
+            return lib
+    raise RuntimeError("weight offload needs the CUDA runtime library torch loaded (libcudart), found none mapped")
+
+
+def copy_host_to_device(dst: torch.Tensor, src: torch.Tensor, stream: torch.cuda.Stream) -> None:
+    """Queue dst <- src (same byte count, both contiguous; src in registered host memory) on `stream`."""
+    nbytes = src.numel() * src.element_size()
+    if dst.numel() * dst.element_size() != nbytes:
+        raise ValueError(f"copy of {nbytes} bytes into {dst.numel() * dst.element_size()}")
+    err = _cudart().cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), nbytes, _HOST_TO_DEVICE, stream.cuda_stream)
+    if err != 0:
+        raise RuntimeError(f"cudaMemcpyAsync of {nbytes} bytes to the device failed (CUDA error {err})")
