@@ -16,6 +16,14 @@ from model_optimizer.runtime.kernels.quant_reference import pack_int4
 DEFAULT_GROUP_SIZE = 128
 
 
+def divide(x: torch.Tensor, constant: float) -> torch.Tensor:
+    """x / constant rounded the same on every device: torch turns a division by a Python scalar into a
+    multiplication by its reciprocal on CUDA but not on the CPU, so scales differed in the last bit
+    between a layer quantized on the GPU and one built in host memory (offload), and codes at a
+    rounding tie flipped. Dividing by a tensor on x's device is an IEEE division on both."""
+    return x / torch.tensor(constant, dtype=x.dtype, device=x.device)
+
+
 @dataclass
 class QuantizedWeight:
     """One layer's weight in a shared layout: `zeros` only for int4."""
@@ -32,7 +40,7 @@ class QuantizedWeight:
 def quantize_fp8(weight: torch.Tensor) -> QuantizedWeight:
     """e4m3 codes with one float32 scale per output row (the row's max maps to 448)."""
     w = weight.float()
-    scales = (w.abs().amax(dim=1) / FP8_MAX).clamp(min=1e-12)
+    scales = divide(w.abs().amax(dim=1), FP8_MAX).clamp(min=1e-12)
     q = (w / scales[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return QuantizedWeight(q, scales)
 
@@ -40,7 +48,7 @@ def quantize_fp8(weight: torch.Tensor) -> QuantizedWeight:
 def quantize_int8(weight: torch.Tensor) -> QuantizedWeight:
     """Symmetric int8 codes -127..127 with one float32 scale per output row."""
     w = weight.float()
-    scales = (w.abs().amax(dim=1) / INT8_MAX).clamp(min=1e-12)
+    scales = divide(w.abs().amax(dim=1), INT8_MAX).clamp(min=1e-12)
     q = torch.round(w / scales[:, None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
     return QuantizedWeight(q, scales)
 
@@ -53,7 +61,7 @@ def int4_params(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, to
     w = weight.float().reshape(n, k // group_size, group_size)
     w_min = w.amin(dim=-1).clamp(max=0.0)
     w_max = w.amax(dim=-1).clamp(min=0.0)
-    scales = ((w_max - w_min) / INT4_MAX).clamp(min=1e-10)
+    scales = divide(w_max - w_min, INT4_MAX).clamp(min=1e-10)
     zeros = torch.round(-w_min / scales).clamp(0, INT4_MAX)
     return scales, zeros
 
