@@ -4,9 +4,10 @@
 
 Workload (exactly nano-vllm's bench.py): 256 requests, prompt token ids uniform in [0, 10000),
 prompt and output lengths each uniform in [100, 1024], ignore_eos, temperature 0.6, seed 0,
-max_model_len 4096, Qwen3-0.6B's config with dummy bf16 weights. Transformers runs a prefix of
-the same requests (it is far slower) on the same weights, in a child process with a time limit so
-that its run cannot cost ours; both report output tokens per second.
+max_model_len 4096, Qwen3-0.6B's config (or `--model`, a folder of benchmarks/configs) with dummy
+bf16 weights. Transformers runs a prefix of the same requests (it is far slower) on the same weights,
+in a child process with a time limit so that its run cannot cost ours; both report output tokens per
+second (`--hf-requests 0` skips it).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def run_ours(prompts, output_lens, args) -> dict:
 
     t0 = time.perf_counter()
     llm = LLM(
-        str(CONFIGS / "qwen3-0.6b"),
+        str(CONFIGS / args.model),
         load_format="dummy",
         dtype="bfloat16",
         max_model_len=4096,
@@ -108,12 +109,12 @@ def summarize_steps(log: list[tuple[float, int, int]], end: float) -> dict:
     return summary
 
 
-def run_transformers(prompts, output_lens) -> dict:
+def run_transformers(prompts, output_lens, model: str = "qwen3-0.6b") -> dict:
     """transformers' own continuous batching (generate_batch, sdpa) on dummy weights of the same config."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
-    config = AutoConfig.from_pretrained(str(CONFIGS / "qwen3-0.6b"))
+    config = AutoConfig.from_pretrained(str(CONFIGS / model))
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
     with torch.no_grad():
@@ -141,6 +142,7 @@ def run_transformers(prompts, output_lens) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="qwen3-0.6b", help="a folder of benchmarks/configs")
     parser.add_argument("--num-requests", type=int, default=256)
     parser.add_argument("--hf-requests", type=int, default=16, help="0 skips transformers")
     parser.add_argument("--hf-timeout", type=float, default=240, help="seconds transformers may take")
@@ -158,7 +160,7 @@ def main() -> None:
     prompts, output_lens = workload(args.num_requests)
     if args.only_transformers:  # the child process of transformers_in_child
         n = args.hf_requests
-        write_json(args.output, run_transformers(prompts[:n], output_lens[:n]))
+        write_json(args.output, run_transformers(prompts[:n], output_lens[:n], args.model))
         return
     result = {
         "benchmark": "offline_throughput",
@@ -172,7 +174,7 @@ def main() -> None:
             "ignore_eos": True,
             "seed": 0,
             "max_model_len": 4096,
-            "model": "Qwen3-0.6B config, dummy bf16 weights",
+            "model": f"{args.model} config, dummy bf16 weights",
         },
         "config": vars(args),
         "copy_bandwidth_gbps": copy_bandwidth_gbps(),
@@ -203,6 +205,8 @@ def transformers_in_child(args) -> dict:
             str(args.hf_requests),
             "--output",
             path,
+            "--model",
+            args.model,
         ]
         try:
             done = subprocess.run(command, timeout=args.hf_timeout, capture_output=True, text=True)
