@@ -38,8 +38,10 @@ def test_bad_settings_are_clear_errors(tiny_model):
         LLM(str(tiny_model("qwen3")), kv_offloading_size=1e-12, kv_cache_memory=1 << 22)
 
 
-def test_copies_move_bits_whatever_the_dtype():
-    """fp8 caches (no index_select on the CPU) copy as bytes; saves then loads restore the blocks exactly."""
+@pytest.mark.parametrize("batched", [False, True])
+def test_copies_move_bits_whatever_the_dtype(batched):
+    """fp8 caches (no index_select on the CPU) copy as bytes; saves then loads restore the blocks exactly,
+    layer by layer or with every layer's blocks staged together (the one-transfer path GPUs take)."""
     import torch
 
     from model_optimizer.runtime.runner.host_kv_cache import HostKVCache
@@ -48,6 +50,7 @@ def test_copies_move_bits_whatever_the_dtype():
         caches = [torch.randn(2, 6, 4, 2, 8).to(dtype) for _ in range(3)]
         before = [c.clone() for c in caches]
         tier = HostKVCache(caches, 3, torch.device("cpu"))
+        tier.batched = batched
         tier.apply([(1, 0), (4, 2)], [])
         for cache in caches:
             cache.zero_()
