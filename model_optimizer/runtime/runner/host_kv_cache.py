@@ -5,8 +5,8 @@ Saves (GPU block -> host slot) run first and wait for the device: the blocks the
 earlier steps, and the host copy must be complete before a later load may read it. Loads (host slot ->
 GPU block) gather the slots on the host, copy them up from a page-locked staging buffer and scatter
 them into their blocks on the step's stream, so the forward queued after them reads them. Either way
-every layer's blocks travel together: one transfer per step and direction, not one per layer (one
-device sync for the saves instead of one per layer). On the CPU, where there is no transfer to batch, each layer's
+every layer's blocks travel together: one transfer per step and direction (per STAGING_BYTES), not one
+per layer (one device sync for the saves instead of one per layer). On the CPU, where there is no transfer to batch, each layer's
 blocks are copied directly between two CPU tensors.
 """
 
@@ -20,6 +20,10 @@ import torch
 from model_optimizer.runtime.runner.weight_offload import PAGE, host_buffer
 
 log = logging.getLogger(__name__)
+
+STAGING_BYTES = 64 << 20
+"""Most bytes one batched transfer stages (on the device too, where the KV cache leaves little room):
+a step saving or loading more goes in several transfers of this size."""
 
 
 def _raw(tensor: torch.Tensor) -> torch.Tensor:
@@ -38,6 +42,8 @@ class HostKVCache:
         """Copy every layer's blocks in one transfer per step (on the CPU there is no transfer: each layer is
         copied in place, which saves a staging copy; tests switch it on to check the batched path)."""
         element = kv_caches[0].element_size()
+        self.block_bytes = len(kv_caches) * math.prod(shape) // num_blocks * element
+        """One block of every layer, in bytes."""
         layer_bytes = -(-math.prod(shape) * element // PAGE) * PAGE
         self.buffer = host_buffer(layer_bytes * len(kv_caches))
         self.host = [
@@ -55,10 +61,11 @@ class HostKVCache:
     @torch.inference_mode()
     def apply(self, saves: list[tuple[int, int]], loads: list[tuple[int, int]]) -> None:
         """Run one step's copies: saves, then loads (engine/host_kv_tier.py decides them)."""
-        if saves:
-            self._save([b for b, _ in saves], [s for _, s in saves])
-        if loads:
-            self._load([s for s, _ in loads], [b for _, b in loads])
+        step = max(1, STAGING_BYTES // self.block_bytes) if self.batched else max(len(saves), len(loads), 1)
+        for i in range(0, len(saves), step):
+            self._save([b for b, _ in saves[i : i + step]], [s for _, s in saves[i : i + step]])
+        for i in range(0, len(loads), step):
+            self._load([s for s, _ in loads[i : i + step]], [b for _, b in loads[i : i + step]])
 
     def _staging(self, num_blocks: int, device: torch.device) -> torch.Tensor:
         """(layers, planes, num_blocks, ...) for one step's blocks of every layer; page-locked on the host
