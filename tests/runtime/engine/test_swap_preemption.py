@@ -44,7 +44,8 @@ def test_swap_out_needs_room_and_never_takes_slots_a_load_reads():
 
 @pytest.fixture(scope="module")
 def runs(tiny_model):
-    """Greedy tokens and stats: a roomy pool (no preemption), then 16 blocks of 4 with each mode."""
+    """Greedy tokens and stats: a roomy pool (no preemption), then 16 blocks of 4 with each mode, and swap
+    with a host tier too small for every preempted request (those it cannot hold are recomputed)."""
     model = str(tiny_model("qwen3"))
     kwargs = dict(dtype="float32", block_size=4, max_model_len=64, max_num_seqs=6)
     results = {}
@@ -52,6 +53,7 @@ def runs(tiny_model):
         "roomy": dict(num_kv_blocks=256),
         "recompute": dict(num_kv_blocks=16),
         "swap": dict(num_kv_blocks=16, preemption_mode="swap", kv_offloading_size=1e-3),
+        "swap_tight": dict(num_kv_blocks=16, preemption_mode="swap", kv_offloading_size=1.5e-4),  # 9 slots
     }.items():
         llm = LLM(model, **kwargs, **extra)
         outputs = llm.generate(PROMPTS, GREEDY)
@@ -62,7 +64,7 @@ def runs(tiny_model):
 def test_greedy_output_is_identical_with_swap_recompute_and_no_preemption(runs):
     expected, roomy = runs["roomy"]
     assert roomy.num_preemptions == 0
-    for mode in ("recompute", "swap"):
+    for mode in ("recompute", "swap", "swap_tight"):
         tokens, stats = runs[mode]
         assert stats.num_preemptions > 0, mode
         assert tokens == expected, mode
@@ -76,6 +78,8 @@ def test_swap_copies_blocks_out_and_back_instead_of_recomputing(runs):
     assert swap.num_free_blocks == swap.num_blocks  # every block came back to the pool
     assert swap.num_prompt_tokens == sum(map(len, PROMPTS)) - swap.prefix_cache_hits  # nothing computed twice
     assert recompute.num_prompt_tokens > swap.num_prompt_tokens
+    _, tight = runs["swap_tight"]
+    assert tight.num_swapped_in_blocks == tight.num_swapped_out_blocks > 0
 
 
 def test_swap_without_the_host_tier_is_a_clear_error(tiny_model):
