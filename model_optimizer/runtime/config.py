@@ -135,6 +135,11 @@ class EngineConfig:
     """GiB of host memory for a second prefix cache (vLLM's --kv-offloading-size): cached KV blocks the GPU
     evicts are saved there and copied back on a later prefix hit instead of being recomputed. 0: off."""
 
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    """What happens to a request preempted when the KV cache runs out of blocks: recompute drops its KV and
+    computes its prompt and generated tokens again when it resumes; swap copies its blocks to the host KV
+    tier's memory (needs kv_offloading_size) and copies them back instead (vLLM V0's flag of the same name)."""
+
     enforce_eager: bool = False
     """Run eagerly: no CUDA graphs (as vLLM's flag); starts fastest, decodes slowest."""
 
@@ -196,6 +201,11 @@ class EngineConfig:
             raise ValueError(f"kv_offloading_size must be a number of GiB >= 0 (0: off), got {tier!r}")
         if tier and not self.enable_prefix_caching:
             raise ValueError("kv_offloading_size keeps prefix-cache blocks: it needs enable_prefix_caching")
+        if self.preemption_mode == "swap" and not tier:
+            raise ValueError(
+                "preemption_mode swap copies preempted requests' KV blocks to host memory: set kv_offloading_size "
+                "to the GiB it may use (or keep preemption_mode recompute)"
+            )
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         stall = self.max_decode_stall
@@ -203,7 +213,7 @@ class EngineConfig:
             isinstance(stall, bool) or not isinstance(stall, (int, float)) or not (stall == 0 or stall > 1)
         ):
             raise ValueError(f"max_decode_stall must be 0 (off) or a number above 1, got {stall!r}")
-        check_choice(self, "dtype", "load_format", "device", "kv_cache_dtype", "scheduling_policy")
+        check_choice(self, "dtype", "load_format", "device", "kv_cache_dtype", "scheduling_policy", "preemption_mode")
         spec = self.speculative  # checked now, so a bad value fails at start-up
         if spec is not None and spec.is_draft_model and self.tensor_parallel_size > 1:
             raise ValueError(

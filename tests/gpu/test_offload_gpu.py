@@ -83,3 +83,16 @@ def test_host_kv_tier_loads_an_evicted_prefix_with_graphs_on(tiny_model):
         runs.append([llm.generate([p], GREEDY)[0].outputs[0].token_ids for p in prompts])
     assert runs[0] == runs[1]
     assert llm.engine.stats().host_kv_hits > 0
+
+
+def test_swap_preemption_keeps_greedy_tokens_with_graphs_on(tiny_model):
+    """preemption_mode swap on a 16-block pool: six requests squeeze it, the preempted ones' blocks go to
+    host memory and back (batched copies, CUDA graphs on), and the tokens are those of a roomy pool."""
+    prompts = [[(i * 31 + j * 7) % 900 + 5 for j in range(14 + 5 * i)] for i in range(6)]
+    kwargs = dict(dtype="bfloat16", block_size=4, max_model_len=64, max_num_seqs=6)
+    expected = greedy(LLM(str(tiny_model("qwen3")), num_kv_blocks=256, **kwargs), prompts)
+    llm = LLM(str(tiny_model("qwen3")), num_kv_blocks=16, preemption_mode="swap", kv_offloading_size=1e-3, **kwargs)
+    assert llm.runner.host_kv.batched
+    assert greedy(llm, prompts) == expected
+    stats = llm.engine.stats()
+    assert stats.num_preemptions > 0 and stats.num_swapped_in_blocks == stats.num_swapped_out_blocks > 0

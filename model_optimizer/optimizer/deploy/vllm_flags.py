@@ -91,6 +91,7 @@ UNTRANSLATED = {
     "long_prefill_token_threshold": "vLLM V1 caps every chunk at it; ours only serves shorter requests first",
     "one_shot_all_reduce": "vLLM picks its custom all-reduce itself (--disable-custom-all-reduce turns it off)",
     "max_decode_stall": "vLLM bounds a step by its token budget alone (--max-num-batched-tokens)",
+    "preemption_mode": "vLLM removed --preemption-mode with its V0 engine (v0.11); V1 always recomputes",
 }
 """Settings vLLM cannot express, with why; listed in the README written beside the files."""
 

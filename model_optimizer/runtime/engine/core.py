@@ -145,6 +145,7 @@ class EngineCore:
                 policy=config.scheduling_policy,
                 max_num_partial_prefills=config.max_num_partial_prefills,
                 long_prefill_token_threshold=config.long_prefill_token_threshold,
+                preemption_mode=config.preemption_mode,
             ),
             self.kv_cache,
         )
@@ -417,12 +418,19 @@ class EngineCore:
             prefix_cache_queries=self.kv_cache.stats.queries,
             prefix_cache_hits=self.kv_cache.stats.hits,
             host_kv_hits=self.kv_cache.stats.host_hits,
+            **self._swap_stats(),
             num_prompt_tokens=self.num_prompt_tokens,
             num_generation_tokens=self.num_generation_tokens,
             num_steps=self.num_steps,
             **self._spec_stats(),
             **(self.constrained.stats() if self.constrained is not None else {}),
         )
+
+    def _swap_stats(self) -> dict:
+        tier = self.kv_cache.host_tier
+        if tier is None:
+            return {}
+        return {"num_swapped_out_blocks": tier.num_swapped_out, "num_swapped_in_blocks": tier.num_swapped_in}
 
     def _grammars_live(self) -> bool:
         return self.constrained is not None and self.constrained.manager.num_matchers > 0

@@ -9,6 +9,10 @@ This is bookkeeping only (no torch): each step's copies leave with its Scheduler
 (GPU block -> host slot) and `kv_loads` (host slot -> GPU block), and the runner performs them before
 the step's forward, saves first: a block evicted and reloaded in one step is saved before it is overwritten.
 Slots are reused least recently used first, never one a load of the same step still reads.
+
+Swap preemption (`preemption_mode` swap) borrows slots from the same memory: a preempted request's blocks
+are saved to slots held under its id (out of the LRU order, so no prefix save takes them) and loaded
+into fresh GPU blocks when it resumes; the slots are free again once that step's copies are taken.
 """
 
 from __future__ import annotations
@@ -30,8 +34,14 @@ class HostKVTier:
         """Hashes this step loads from: their slots are not reused before the step's copies run."""
         self.released: list[int] = []
         """Slots of pinned hashes forgotten this step: free once the step's copies are taken."""
+        self.swapped: dict[str, list[int]] = {}
+        """Request id -> the slots holding its blocks, in block order, while it waits swapped out."""
         self.num_saved = 0
         self.num_loaded = 0
+        self.num_swapped_out = 0
+        """Blocks saved by swap preemptions."""
+        self.num_swapped_in = 0
+        """Blocks loaded back when swapped requests resumed."""
 
     def contains(self, block_hash: int) -> bool:
         return block_hash in self.slots
@@ -67,6 +77,30 @@ class HostKVTier:
             slot = self.slots.pop(block_hash, None)
             if slot is not None:  # a slot a load of this step reads is free only after the step's copies
                 (self.released if block_hash in self.pinned else self.free_slots).append(slot)
+
+    def swap_out(self, request_id: str, block_ids: list[int]) -> bool:
+        """Save a preempted request's blocks to slots held for it; False (nothing done) when fewer slots than
+        blocks are free or held only by unpinned prefix blocks (those are dropped to make room)."""
+        num_takeable = len(self.free_slots) + sum(1 for h in self.slots if h not in self.pinned)
+        if len(block_ids) > num_takeable:
+            return False
+        slots = [self._take_slot() for _ in block_ids]
+        self.saves += zip(block_ids, slots)  # type: ignore[arg-type]
+        self.swapped[request_id] = slots  # type: ignore[assignment]
+        self.num_swapped_out += len(block_ids)
+        return True
+
+    def swap_in(self, request_id: str, block_ids: list[int]) -> None:
+        """Load a swapped-out request's blocks into these fresh GPU blocks this step; its slots are free
+        once this step's copies are taken."""
+        slots = self.swapped.pop(request_id)
+        self.loads += zip(slots, block_ids)
+        self.released += slots
+        self.num_swapped_in += len(slots)
+
+    def drop_swapped(self, request_id: str) -> None:
+        """A swapped-out request finished (aborted) before it resumed: its slots are free."""
+        self.free_slots += self.swapped.pop(request_id, [])
 
     def take_copies(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """(saves, loads) of this step, in the order they were decided; the tier starts the next step."""

@@ -250,6 +250,34 @@ class KVCacheManager:
             self.pool.cache(block, hit.block_hash)
         return blocks
 
+    def swap_out(self, request: Request) -> bool:
+        """Copy the blocks of a request about to be preempted (its computed tokens) to the host tier, to be
+        loaded back when it resumes (preemption_mode swap). False when the tier is off or has no room."""
+        num_blocks = self.blocks_needed(request.num_computed_tokens)
+        if self.host_tier is None or num_blocks == 0:
+            return False
+        return self.host_tier.swap_out(request.request_id, self.block_ids(request.request_id)[:num_blocks])
+
+    def swap_in(self, request: Request, num_new_tokens: int) -> bool:
+        """Fresh blocks for a swapped-out request's tokens and `num_new_tokens` more, its host copies loaded
+        into the first of them this step; False (and no change) when the pool is short."""
+        num_tokens = request.num_swapped_tokens + num_new_tokens
+        if not self.pool.can_allocate(self.blocks_needed(num_tokens)):
+            return False
+        table = self.pool.allocate(self.blocks_needed(num_tokens))
+        num_swapped_blocks = self.blocks_needed(request.num_swapped_tokens)
+        self.host_tier.swap_in(request.request_id, [b.block_id for b in table[:num_swapped_blocks]])  # type: ignore[union-attr]
+        self.block_tables[request.request_id] = table
+        self.num_hashed_blocks[request.request_id] = 0
+        if self.enable_prefix_caching:  # full blocks go back into the prefix cache (a twin cached meanwhile wins)
+            self._cache_full_blocks(request, table, num_tokens)
+        return True
+
+    def drop_swapped(self, request: Request) -> None:
+        """A swapped-out request finished before it resumed: free its host slots."""
+        if self.host_tier is not None:
+            self.host_tier.drop_swapped(request.request_id)
+
     def free(self, request: Request) -> None:
         """Release a finished, aborted or preempted request's blocks at once."""
         table = self.block_tables.pop(request.request_id, [])

@@ -101,6 +101,10 @@ class EngineStats:
     """Steps that sampled with grammar masks (structured outputs)."""
     host_kv_hits: int = 0
     """Of prefix_cache_hits, tokens loaded from the host KV tier (kv_offloading_size)."""
+    num_swapped_out_blocks: int = 0
+    """KV blocks copied to host memory by swap preemptions (preemption_mode swap),"""
+    num_swapped_in_blocks: int = 0
+    """... and copied back when those requests resumed."""
     grammar_seconds: float = 0.0
     """Host time advancing grammars and filling their masks, all those steps together."""
     grammar_max_seconds: float = 0.0

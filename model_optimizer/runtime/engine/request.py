@@ -69,6 +69,8 @@ class Request:
     first_scheduled_time: float | None = None
     """When the request first left the waiting queue (the end of its queue time)."""
     num_preemptions: int = 0
+    num_swapped_tokens: int = 0
+    """Tokens whose KV waits in host memory while the request is preempted (preemption_mode swap); 0: none."""
     error: str | None = None
     """Why the request failed (status FINISHED_ERROR)."""
     start_reported: bool = False

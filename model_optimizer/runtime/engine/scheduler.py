@@ -5,7 +5,10 @@ and each step hands out at most `max_num_batched_tokens` tokens of work, running
 then waiting ones in queue order. A prompt longer than what is left of the budget is cut into
 chunks (chunked prefill); a prefix-cache hit just starts a request with tokens already computed.
 When the KV cache runs out of blocks, the lowest-priority, latest-arrived running request is
-preempted: its blocks are freed and it goes back to the waiting queue to be recomputed.
+preempted: its blocks are freed and it goes back to the waiting queue to be recomputed. With
+`preemption_mode` swap its computed tokens' blocks are first copied to the host KV tier, and when it is
+admitted again they are loaded into fresh blocks: it resumes where it stopped, as after a prefix hit
+(a request the tier has no room for, or one that still owes prompt logprobs, is recomputed).
 
 Long prefills (more than `long_prefill_token_threshold` tokens left to compute; a waiting prompt
 counts by its length) take their tokens last. In the usual order, the first
@@ -55,6 +58,8 @@ class SchedulerConfig:
     """Long prefills that take a first chunk ahead of shorter requests each step (see the module docstring)."""
     long_prefill_token_threshold: int = 0
     """Tokens left to compute above which a prefill is long; 0: 4% of max_model_len."""
+    preemption_mode: str = "recompute"
+    """What a preempted request's KV becomes: dropped and recomputed, or swapped to the host KV tier."""
 
     def __post_init__(self) -> None:
         if self.max_num_partial_prefills < 1:
@@ -172,7 +177,7 @@ class Scheduler(SpeculativeSteps):
             else:
                 out.cached_requests.append(self._cached_data(request))
         self._commit(out)
-        if self.kv_cache.host_tier is not None:  # copies come only with allocations, so with tokens to run
+        if self.kv_cache.host_tier is not None and not out.is_empty:  # a swap-out of an empty step waits for the next
             out.kv_saves, out.kv_loads = self.kv_cache.host_tier.take_copies()
         if out.is_empty:  # no step runs: the runner hears of these with the next one
             self.finished_ids = out.finished_request_ids
@@ -270,8 +275,8 @@ class Scheduler(SpeculativeSteps):
             if request.num_pending or self._waits_for_sibling(request):  # preempted with a token still on the way
                 i += 1
                 continue
-            computed = self.kv_cache.computed_blocks(request)
-            num_left = request.num_tokens - len(computed) * self.kv_cache.block_size
+            computed = [] if request.num_swapped_tokens else self.kv_cache.computed_blocks(request)
+            num_left = request.num_tokens - (request.num_swapped_tokens or len(computed) * self.kv_cache.block_size)
             if num_left > step.budget and not self.config.enable_chunked_prefill:
                 step.stalled = True
             else:
@@ -284,10 +289,15 @@ class Scheduler(SpeculativeSteps):
 
     def _admit(self, request: Request, computed: list, num_new: int, out: SchedulerOutput, step: _StepBudget) -> bool:
         """Move a waiting request to running with `num_new` tokens this step; False if blocks are short."""
-        if not self.kv_cache.allocate_slots(request, num_new, computed):
+        swapped = request.num_swapped_tokens
+        if swapped:
+            if not self.kv_cache.swap_in(request, num_new):
+                return False
+        elif not self.kv_cache.allocate_slots(request, num_new, computed):
             return False
         self._dequeue(request)
-        request.num_computed_tokens = len(computed) * self.kv_cache.block_size
+        request.num_computed_tokens = swapped or len(computed) * self.kv_cache.block_size
+        request.num_swapped_tokens = 0
         if request.num_preemptions == 0 and request.num_output_tokens == 0:  # counted once, not per retry
             request.num_cached_tokens = request.num_computed_tokens
             self.kv_cache.count_lookup(request, computed)
@@ -331,6 +341,8 @@ class Scheduler(SpeculativeSteps):
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
         self.running.remove(request)
+        if self.config.preemption_mode == "swap" and not request.needs_prompt_logprobs:
+            request.num_swapped_tokens = request.num_computed_tokens if self.kv_cache.swap_out(request) else 0
         self.kv_cache.free(request)
         self._num_sent_blocks.pop(request.request_id, None)
         self._trimmed.discard(request.request_id)
@@ -343,7 +355,7 @@ class Scheduler(SpeculativeSteps):
 
     def _enqueue(self, request: Request) -> None:
         bisect.insort(self.waiting, request, key=lambda r: self._order[r.request_id])
-        if request.num_tokens <= self._long_threshold:  # while it waits, nothing of it is computed
+        if request.num_tokens - request.num_swapped_tokens <= self._long_threshold:  # while it waits, only swapped KV
             self._short_waiting.add(request.request_id)
 
     def _dequeue(self, request: Request) -> None:
@@ -402,7 +414,7 @@ class Scheduler(SpeculativeSteps):
                 updated.append(request)
                 continue
             request.append_output_token(token_id, logprob)  # type: ignore[arg-type]
-            if request.num_tokens > self._long_threshold:  # a preempted one that waits may have grown long
+            if request.num_tokens - request.num_swapped_tokens > self._long_threshold:  # a waiting one may grow long
                 self._short_waiting.discard(request_id)
             updated.append(request)
             if request.check_stop():
@@ -442,6 +454,9 @@ class Scheduler(SpeculativeSteps):
 
     def _finish(self, request: Request) -> None:
         self.kv_cache.free(request)
+        if request.num_swapped_tokens:  # finished (aborted) while swapped out
+            self.kv_cache.drop_swapped(request)
+            request.num_swapped_tokens = 0
         self._num_sent_blocks.pop(request.request_id, None)
         self._trimmed.discard(request.request_id)
         self._order.pop(request.request_id, None)

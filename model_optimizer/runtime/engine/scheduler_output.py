@@ -71,10 +71,11 @@ class SchedulerOutput:
     the device inside the step, so their ids here are spec_decode.counters.DRAFT_TOKEN."""
 
     kv_saves: list[tuple[int, int]] = field(default_factory=list)
-    """Host KV tier: (GPU block id, host slot) of evicted cached blocks to save, before anything else this step."""
+    """Host KV tier: (GPU block id, host slot) of evicted cached blocks and of swapped-out requests' blocks
+    (preemption_mode swap) to save, before anything else this step."""
     kv_loads: list[tuple[int, int]] = field(default_factory=list)
-    """Host KV tier: (host slot, GPU block id) of prefix hits in host memory to load, after the saves and
-    before the forward."""
+    """Host KV tier: (host slot, GPU block id) of prefix hits in host memory and of resuming swapped-out
+    requests' blocks to load, after the saves and before the forward."""
 
     def __reduce__(self) -> tuple:
         """Pickled once per step for tensor-parallel workers (executor/executor.py): the cached requests,

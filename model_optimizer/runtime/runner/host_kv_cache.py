@@ -3,9 +3,11 @@ like the GPU cache with num_host_blocks blocks, and the copies engine/host_kv_ti
 
 Saves (GPU block -> host slot) run first and wait for the device: the blocks they read were written by
 earlier steps, and the host copy must be complete before a later load may read it. Loads (host slot ->
-GPU block) gather the slots on the host, copy them up in one transfer per layer from a page-locked
-staging buffer and scatter them into their blocks on the step's stream, so the forward queued after
-them reads them. On the CPU the same code copies between two CPU tensors.
+GPU block) gather the slots on the host, copy them up from a page-locked staging buffer and scatter
+them into their blocks on the step's stream, so the forward queued after them reads them. Either way
+every layer's blocks travel together: one transfer per step and direction (per STAGING_BYTES), not one
+per layer (one device sync for the saves instead of one per layer). On the CPU, where there is no transfer to batch, each layer's
+blocks are copied directly between two CPU tensors.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ import torch
 from model_optimizer.runtime.runner.weight_offload import PAGE, host_buffer
 
 log = logging.getLogger(__name__)
+
+STAGING_BYTES = 64 << 20
+"""Most bytes one batched transfer stages (on the device too, where the KV cache leaves little room):
+a step saving or loading more goes in several transfers of this size."""
 
 
 def _raw(tensor: torch.Tensor) -> torch.Tensor:
@@ -32,7 +38,12 @@ class HostKVCache:
         self.num_blocks = num_blocks
         self.kv_caches = [_raw(cache) for cache in kv_caches]  # fp8 has no index_select on the CPU: copy bits
         self.device = device
+        self.batched = device.type != "cpu"
+        """Copy every layer's blocks in one transfer per step (on the CPU there is no transfer: each layer is
+        copied in place, which saves a staging copy; tests switch it on to check the batched path)."""
         element = kv_caches[0].element_size()
+        self.block_bytes = len(kv_caches) * math.prod(shape) // num_blocks * element
+        """One block of every layer, in bytes."""
         layer_bytes = -(-math.prod(shape) * element // PAGE) * PAGE
         self.buffer = host_buffer(layer_bytes * len(kv_caches))
         self.host = [
@@ -50,16 +61,48 @@ class HostKVCache:
     @torch.inference_mode()
     def apply(self, saves: list[tuple[int, int]], loads: list[tuple[int, int]]) -> None:
         """Run one step's copies: saves, then loads (engine/host_kv_tier.py decides them)."""
-        if saves:
-            blocks = torch.tensor([b for b, _ in saves], device=self.device)
-            slots = torch.tensor([s for _, s in saves])
-            for gpu, host in zip(self.kv_caches, self.host):
-                host.index_copy_(1, slots, gpu.index_select(1, blocks).cpu())  # .cpu() waits for the device
-        if loads:
-            slots = torch.tensor([s for s, _ in loads])
-            blocks = torch.tensor([b for _, b in loads], device=self.device)
-            for gpu, host in zip(self.kv_caches, self.host):
-                staged = host.index_select(1, slots)
-                if self.device.type == "cuda":
-                    staged = staged.pin_memory().to(self.device, non_blocking=True)
-                gpu.index_copy_(1, blocks, staged)
+        step = max(1, STAGING_BYTES // self.block_bytes) if self.batched else max(len(saves), len(loads), 1)
+        for i in range(0, len(saves), step):
+            self._save([b for b, _ in saves[i : i + step]], [s for _, s in saves[i : i + step]])
+        for i in range(0, len(loads), step):
+            self._load([s for s, _ in loads[i : i + step]], [b for _, b in loads[i : i + step]])
+
+    def _staging(self, num_blocks: int, device: torch.device) -> torch.Tensor:
+        """(layers, planes, num_blocks, ...) for one step's blocks of every layer; page-locked on the host
+        (torch's caching host allocator: reused across steps, a block freed only after the copies reading it)."""
+        shape = list(self.host[0].shape)
+        shape[1] = num_blocks
+        pinned = device.type == "cpu" and torch.cuda.is_available()
+        return torch.empty([len(self.host), *shape], dtype=self.host[0].dtype, device=device, pin_memory=pinned)
+
+    def _save(self, block_ids: list[int], slots: list[int]) -> None:
+        blocks = torch.tensor(block_ids, device=self.device)
+        host_slots = torch.tensor(slots)
+        if not self.batched:
+            for cache, host in zip(self.kv_caches, self.host):
+                host.index_copy_(1, host_slots, cache.index_select(1, blocks))
+            return
+        # every layer's blocks gathered on the device, one transfer down (it waits for the device: the blocks
+        # were written by earlier steps), scattered into their slots on the host
+        gathered = self._staging(len(block_ids), self.device)
+        for cache, layer in zip(self.kv_caches, gathered):
+            torch.index_select(cache, 1, blocks, out=layer)
+        staged = self._staging(len(block_ids), torch.device("cpu")).copy_(gathered)
+        for host, layer in zip(self.host, staged):
+            host.index_copy_(1, host_slots, layer)
+
+    def _load(self, slots: list[int], block_ids: list[int]) -> None:
+        host_slots = torch.tensor(slots)
+        blocks = torch.tensor(block_ids, device=self.device)
+        if not self.batched:
+            for cache, host in zip(self.kv_caches, self.host):
+                cache.index_copy_(1, blocks, host.index_select(1, host_slots))
+            return
+        # every layer's slots gathered on the host, one transfer up, scattered into their blocks on the
+        # step's stream: the forward queued after reads them
+        staged = self._staging(len(slots), torch.device("cpu"))
+        for host, layer in zip(self.host, staged):
+            torch.index_select(host, 1, host_slots, out=layer)
+        on_device = staged.to(self.device, non_blocking=True)
+        for cache, layer in zip(self.kv_caches, on_device):
+            cache.index_copy_(1, blocks, layer)

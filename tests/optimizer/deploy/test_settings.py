@@ -254,3 +254,10 @@ def test_vllm_translation_of_weight_offload():
     assert argv[argv.index("--cpu-offload-gb") + 1] == "12.5"
     assert argv[argv.index("--kv-offloading-size") + 1] == "64"
     assert "--cpu-offload-gb" not in vllm_command(ServeSettings(EngineConfig(), ServerConfig())).argv  # 0: off
+
+
+def test_preemption_mode_is_not_translated_for_vllm():
+    """vLLM's V1 engine dropped --preemption-mode: passing it would fail, so it is listed with why."""
+    cmd = vllm_command(ServeSettings(EngineConfig(preemption_mode="swap", kv_offloading_size=8), ServerConfig()))
+    assert "--preemption-mode" not in cmd.argv and "removed" in cmd.untranslated["preemption_mode"]
+    assert cmd.argv[cmd.argv.index("--kv-offloading-size") + 1] == "8"

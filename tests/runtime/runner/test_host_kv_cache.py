@@ -38,16 +38,24 @@ def test_bad_settings_are_clear_errors(tiny_model):
         LLM(str(tiny_model("qwen3")), kv_offloading_size=1e-12, kv_cache_memory=1 << 22)
 
 
-def test_copies_move_bits_whatever_the_dtype():
-    """fp8 caches (no index_select on the CPU) copy as bytes; saves then loads restore the blocks exactly."""
+@pytest.mark.parametrize("batched, staging_bytes", [(False, None), (True, None), (True, 1)])
+def test_copies_move_bits_whatever_the_dtype(batched, staging_bytes, monkeypatch):
+    """fp8 caches (no index_select on the CPU) copy as bytes; saves then loads restore the blocks exactly,
+    layer by layer or with every layer's blocks staged together (the path GPUs take), in one transfer or
+    in several when the step's blocks exceed the staging size."""
     import torch
 
+    from model_optimizer.runtime.runner import host_kv_cache
     from model_optimizer.runtime.runner.host_kv_cache import HostKVCache
+
+    if staging_bytes is not None:
+        monkeypatch.setattr(host_kv_cache, "STAGING_BYTES", staging_bytes)
 
     for dtype in (torch.float8_e4m3fn, torch.bfloat16, torch.float32):
         caches = [torch.randn(2, 6, 4, 2, 8).to(dtype) for _ in range(3)]
         before = [c.clone() for c in caches]
         tier = HostKVCache(caches, 3, torch.device("cpu"))
+        tier.batched = batched
         tier.apply([(1, 0), (4, 2)], [])
         for cache in caches:
             cache.zero_()
