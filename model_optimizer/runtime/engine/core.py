@@ -314,7 +314,7 @@ class EngineCore:
         if bound is not None and not scheduler_output.is_empty:  # what this step's tokens cost (CPU: at launch)
             bound.observe(self.clock() - started, _num_prefill_tokens(scheduler_output))
         if self.speculator is not None:
-            self.speculator.end_step(self._num_step_tokens)
+            self.speculator.end_step(self._num_step_tokens, _num_prefill_tokens(scheduler_output))
         stats = self.stats()
         return [builder.build(stats) for builder in news]
 

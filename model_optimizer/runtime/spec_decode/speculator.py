@@ -3,7 +3,10 @@
 Per step the core asks `begin_step` (the policy's decision for the running batch); when it says yes,
 the core first collects the step in flight (proposals are made from tokens on the host, and the
 scheduler must know how many proposals the last step kept), then passes `propose()`'s proposals to
-the scheduler. `end_step` records how long the step took and what it generated, for the policy.
+the scheduler. `end_step` records how long the step took and what it generated, for the policy: a
+speculative step from the moment the step before it is collected (so a single step measures what a
+run of them costs each), a plain one only after another plain one (the first only launches), neither
+when it or the step before it computed prompt tokens.
 
 A request gets proposals when it is decoding (only its last token left to compute, none pending), does
 not read its history while sampling (penalties would change the target's distribution along the
@@ -35,25 +38,35 @@ class Speculator:
         self._step: tuple[float, int, bool] | None = None
         """(start, running requests, speculated) of the step in progress."""
         self._last_mode: bool | None = None
+        self._last_prompt = False
 
     def begin_step(self, running: list[Request]) -> bool:
         """Whether this step speculates; starts timing it."""
-        speculate = self.policy.should_speculate(len(running))
+        prefilling = any(r.num_computed_tokens < r.num_prompt_tokens for r in running)
+        speculate = self.policy.should_speculate(len(running), prefilling)
         self._step = (time.perf_counter(), len(running), speculate)
         return speculate
 
-    def end_step(self, num_tokens: int) -> None:
-        """The step has ended, having generated `num_tokens` tokens: record it unless it switched modes."""
+    def end_step(self, num_tokens: int, num_prompt_tokens: int = 0) -> None:
+        """The step has ended, having generated `num_tokens` tokens and computed `num_prompt_tokens` of prompts:
+        record it (see the module docstring for which steps are)."""
         if self._step is None:
             return
         start, num_running, speculated = self._step
         self._step = None
-        if self._last_mode == speculated:
+        # a plain step's time includes the wait for the step before it (a speculative one's does not)
+        quiet = not num_prompt_tokens and (speculated or (self._last_mode is False and not self._last_prompt))
+        if quiet:
             self.policy.record(num_running, speculated, time.perf_counter() - start, num_tokens)
-        self._last_mode = speculated
+        self._last_mode, self._last_prompt = speculated, bool(num_prompt_tokens)
 
     def propose(self, running: list[Request]) -> dict[str, list[int]]:
-        """Request id -> proposed tokens, for the running requests that may verify some this step."""
+        """Request id -> proposed tokens, for the running requests that may verify some this step.
+
+        Called once the step in flight is collected: the step's clock restarts here, so that wait (the
+        previous step's device time) is not charged to speculating."""
+        if self._step is not None:
+            self._step = (time.perf_counter(), *self._step[1:])
         k = self.config.num_speculative_tokens
         proposals = {}
         for request in running:
