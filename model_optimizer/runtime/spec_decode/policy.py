@@ -16,10 +16,10 @@ r is measured per bucket, and it only grows with the batch (the extra k tokens p
 step from weight-bound to compute-bound). Hence, for a bucket not measured in both modes:
 - a smaller bucket with g <= r loses, so this one does too (monotone inference: no probe);
 - a larger bucket with g > r wins, so this one does too;
-- otherwise the verdict is unknown and one step is probed (after the plain mode has been measured).
+- otherwise the verdict is unknown and it is probed (after the plain mode has been measured).
 
-Probing is bounded: a probe is a single step of the other mode (two when it is the plain mode: the
-step after a synchronous one only launches), repeated per bucket at intervals from MIN_PROBE_INTERVAL
+Probing is bounded: a probe is two steps of the other mode (the first after a switch is not
+measured: it collects a step of the other mode), repeated per bucket at intervals from MIN_PROBE_INTERVAL
 doubling to MAX_PROBE_INTERVAL while the verdict holds, and all probes together stay within
 PROBE_ALLOWANCE + PROBE_SHARE of the steps. Steps with prompt tokens are not measured (their cost is
 the prefill's), and nothing is probed while a prompt is being prefilled.
@@ -119,7 +119,7 @@ class SpecPolicy:
             b.probe_left -= 1
             return self._probe(not b.verdict)
         verdict = self.verdict(key)
-        if verdict is None:  # unknown: measure plain first (the safe mode), then probe one speculative step
+        if verdict is None:  # unknown: measure plain first (the safe mode), then probe the speculative one
             if prefilling or not b.plain.count or not self._may_probe():
                 return False
             return self._probe(True)
@@ -129,7 +129,7 @@ class SpecPolicy:
         if b.steps_since_probe >= b.probe_interval and not prefilling and self._may_probe():
             b.steps_since_probe = 0
             b.probe_interval = min(2 * b.probe_interval, MAX_PROBE_INTERVAL)
-            b.probe_left = 0 if verdict else 1  # a plain step after a synchronous one is not measured
+            b.probe_left = 1  # the first step after a switch is not measured
             return self._probe(not verdict)
         return verdict
 

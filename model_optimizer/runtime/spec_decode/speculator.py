@@ -3,10 +3,9 @@
 Per step the core asks `begin_step` (the policy's decision for the running batch); when it says yes,
 the core first collects the step in flight (proposals are made from tokens on the host, and the
 scheduler must know how many proposals the last step kept), then passes `propose()`'s proposals to
-the scheduler. `end_step` records how long the step took and what it generated, for the policy: a
-speculative step from the moment the step before it is collected (so a single step measures what a
-run of them costs each), a plain one only after another plain one (the first only launches), neither
-when it or the step before it computed prompt tokens.
+the scheduler. `end_step` records how long the `step()` call took and the tokens it collected, for
+the policy, when it ran the same mode as the call before it (a call collects the step the previous call
+launched: a switch mixes the modes) and neither computed prompt tokens (their cost is the prefill's).
 
 A request gets proposals when it is decoding (only its last token left to compute, none pending), does
 not read its history while sampling (penalties would change the target's distribution along the
@@ -54,19 +53,12 @@ class Speculator:
             return
         start, num_running, speculated = self._step
         self._step = None
-        # a plain step's time includes the wait for the step before it (a speculative one's does not)
-        quiet = not num_prompt_tokens and (speculated or (self._last_mode is False and not self._last_prompt))
-        if quiet:
+        if self._last_mode == speculated and not num_prompt_tokens and not self._last_prompt:
             self.policy.record(num_running, speculated, time.perf_counter() - start, num_tokens)
         self._last_mode, self._last_prompt = speculated, bool(num_prompt_tokens)
 
     def propose(self, running: list[Request]) -> dict[str, list[int]]:
-        """Request id -> proposed tokens, for the running requests that may verify some this step.
-
-        Called once the step in flight is collected: the step's clock restarts here, so that wait (the
-        previous step's device time) is not charged to speculating."""
-        if self._step is not None:
-            self._step = (time.perf_counter(), *self._step[1:])
+        """Request id -> proposed tokens, for the running requests that may verify some this step."""
         k = self.config.num_speculative_tokens
         proposals = {}
         for request in running:

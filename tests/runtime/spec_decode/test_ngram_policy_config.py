@@ -34,6 +34,29 @@ def test_lookup_prefers_the_longest_suffix_and_falls_back_to_shorter_ones():
     assert lookup(np.array([4]), 3, 1, 2) == []
 
 
+def _lookup_reference(tokens: np.ndarray, k: int, min_n: int, max_n: int) -> list[int]:
+    """The rule spelled out: for n from max_n down, every earlier place the last n tokens occur (with a token
+    after them); the first n with any wins, and of its places the latest with k tokens after, else the first."""
+    length = len(tokens)
+    suffix_of = tokens.tolist()
+    for n in range(min(max_n, length - 1), min_n - 1, -1):
+        ends = [s + n for s in range(length - n) if suffix_of[s : s + n] == suffix_of[length - n :]]
+        if ends:
+            full = [e for e in ends if length - e >= k]
+            begin = full[-1] if full else ends[0]
+            return suffix_of[begin : begin + k]
+    return []
+
+
+def test_lookup_equals_the_rule_on_random_histories():
+    rng = random.Random(0)
+    for _ in range(3000):
+        tokens = np.array([rng.randrange(rng.choice([2, 3, 5, 20])) for _ in range(rng.randrange(1, 60))])
+        k, low = rng.randrange(1, 6), rng.randrange(1, 4)
+        high = rng.randrange(low, 6)
+        assert lookup(tokens, k, low, high) == _lookup_reference(tokens, k, low, high)
+
+
 def test_proposer_follows_a_growing_request():
     request = Request("r", [1, 2, 3, 1, 2], SamplingParams(), max_tokens=8)
     proposer = NgramProposer(k=3, min_n=1, max_n=2)
@@ -51,12 +74,12 @@ def _feed(
     policy: SpecPolicy, num_running: int, spec: tuple[float, float], plain: tuple[float, float], steps: int
 ) -> list[bool]:
     """Run `steps` decisions at `num_running` requests; each step is measured as the mode it ran costs:
-    (seconds per step, tokens per request-step). Like the speculator, a plain step right after a
-    speculative one is not measured (it only launched)."""
+    (seconds per step, tokens per request-step). Like the speculator, the first step after a switch
+    (and the very first) is not measured."""
     decisions: list[bool] = []
     for _ in range(steps):
         speculate = policy.should_speculate(num_running)
-        if speculate or (decisions and not decisions[-1]):
+        if decisions and decisions[-1] == speculate:
             seconds, tokens = spec if speculate else plain
             policy.record(num_running, speculate, seconds, round(tokens * num_running))
         decisions.append(speculate)
@@ -66,8 +89,8 @@ def _feed(
 def test_policy_measures_plain_then_one_speculative_step_then_keeps_the_winner():
     policy = SpecPolicy(parse_speculative_config(NGRAM))
     steps = _feed(policy, 1, spec=(0.008, 4.4), plain=(0.005, 1.0), steps=2000)
-    assert steps[:3] == [False, False, True]  # two plain (the first is not measured), one probe
-    assert all(steps[3 : 3 + MIN_PROBE_INTERVAL - 1])
+    assert steps[:3] == [False, False, True]  # two plain (the first is not measured), then the probe...
+    assert all(steps[3 : 3 + MIN_PROBE_INTERVAL - 1])  # ...which found the winner
     assert steps.count(False) <= 2 + 2 * 4  # then probes of the plain mode at doubling intervals
     assert policy.verdict(bucket_of(1)) is True
 
@@ -75,8 +98,8 @@ def test_policy_measures_plain_then_one_speculative_step_then_keeps_the_winner()
 def test_policy_does_not_speculate_where_the_step_time_grows_more_than_the_tokens():
     policy = SpecPolicy(parse_speculative_config(NGRAM))
     steps = _feed(policy, 64, spec=(0.040, 4.4), plain=(0.008, 1.0), steps=10_000)  # r = 5 > g = 4.4
-    assert steps[:3] == [False, False, True] and policy.verdict(bucket_of(64)) is False
-    assert not any(steps[3 : 3 + MIN_PROBE_INTERVAL - 1])
+    assert steps[:4] == [False, False, True, True] and policy.verdict(bucket_of(64)) is False
+    assert not any(steps[4 : 4 + MIN_PROBE_INTERVAL - 1])
     assert sum(steps) <= PROBE_SHARE * len(steps)
 
 
