@@ -9,7 +9,8 @@ load never pays for finding out.
 
 The cost model. At a batch-size bucket (running requests: 1, 2, 3-4, 5-8, ...) speculating pays when
 the tokens a step gains, g = (tokens per request-step speculating) / (tokens per request-step not),
-exceed what the step costs more, r = (speculative step time) / (plain step time) at that bucket. g
+exceed what the step costs more, r = (speculative step time) / (plain step time) at that bucket, by
+MARGIN. g
 is the acceptance and hardly depends on the batch, so it is one moving average over every measured
 speculative step (a change of acceptance seen at low load re-decides high load, with no probe there);
 r is measured per bucket, and it only grows with the batch (the extra k tokens per request move the
@@ -44,6 +45,9 @@ PROBE_ALLOWANCE = 8
 """...plus this many: the first probes of a fresh engine."""
 EMA = 0.2
 """Weight of the newest step in the moving averages."""
+MARGIN = 1.05
+"""Speculating must gain this much more than it costs (g > MARGIN * r): a near tie (nothing accepted, a
+step that costs the same either way) goes to the plain mode, which keeps the host's work overlapped."""
 
 
 @dataclass
@@ -140,8 +144,8 @@ class SpecPolicy:
             return None
         own = self._buckets.get(key)
         if own is not None and own.ratio is not None:
-            return gain > own.ratio
-        ratios = [(other, b.ratio) for other, b in self._buckets.items() if b.ratio is not None]
+            return gain > MARGIN * own.ratio
+        ratios = [(other, MARGIN * b.ratio) for other, b in self._buckets.items() if b.ratio is not None]
         if any(other < key and gain <= r for other, r in ratios):  # losing is checked first: the safe side
             return False
         if any(other > key and gain > r for other, r in ratios):

@@ -131,6 +131,12 @@ def test_a_change_of_acceptance_seen_at_low_load_re_decides_high_load_without_a_
     assert policy.num_probes == probes
 
 
+def test_a_near_tie_goes_to_the_plain_mode():
+    policy = SpecPolicy(parse_speculative_config(NGRAM))
+    steps = _feed(policy, 64, spec=(0.0099, 1.0), plain=(0.010, 1.0), steps=MIN_PROBE_INTERVAL)  # nothing accepted
+    assert policy.verdict(bucket_of(64)) is False and sum(steps) == 2  # the probe alone
+
+
 def test_policy_notices_when_the_other_mode_becomes_faster():
     policy = SpecPolicy(parse_speculative_config(NGRAM))
     _feed(policy, 2, spec=(0.008, 4.4), plain=(0.005, 1.0), steps=300)
