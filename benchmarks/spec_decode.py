@@ -20,7 +20,9 @@ work and the target's verify step cost what they would at that acceptance.
 
 A figure: after a warm-up run of the same shape (kernel compiles; the policy's measurements for that batch
 size), output tokens over the wall time of one generate() of `concurrency` greedy requests (ignore_eos),
-prompt and output lengths fixed, prefix caching off so no run reuses another's prompt.
+prompt and output lengths fixed, prefix caching off so no run reuses another's prompt. The long rows at
+64 (3 x 64 requests, 64 at a time) have no warm-up run and a fresh policy: its learning is in the figure.
+`step_profile_ms.host` has spec_host_overhead.py's host figures on the same engine (one request).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ K = 4
 PROMPT_LEN = 256
 OUTPUT_LEN = {1: 256, 8: 256, 64: 128}
 SWEEP = (0.0, 0.25, 0.5, 0.75, 1.0)
+LONG_FACTOR = 3
+"""The long run at 64: this many times 64 requests (64 at a time), with a fresh policy and no warm-up run."""
 
 
 def prompts(count: int, seed: int, vocab: int) -> list[list[int]]:
@@ -91,11 +95,13 @@ class Modes:
             core.speculator = Speculator(SpeculativeConfig("draft_model", K, model=self.draft, adaptive=adaptive))
 
 
-def run(llm, concurrency: int, seed: int) -> dict:
+def run(llm, concurrency: int, seed: int, num_requests: int | None = None) -> dict:
+    """`num_requests` (default: `concurrency`) requests of OUTPUT_LEN[concurrency] tokens each, at most
+    `concurrency` at a time (max_num_seqs is 64: a larger number queues)."""
     from model_optimizer import SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=OUTPUT_LEN[concurrency], ignore_eos=True, detokenize=False)
-    batch = prompts(concurrency, seed, llm.runner.vocab_size)
+    batch = prompts(num_requests or concurrency, seed, llm.runner.vocab_size)
     before, steps = llm.engine.stats(), llm.engine.num_steps
     t0 = time.perf_counter()
     outputs = llm.generate(batch, params)
@@ -105,8 +111,12 @@ def run(llm, concurrency: int, seed: int) -> dict:
     drafts = after.spec_num_drafts - before.spec_num_drafts
     accepted = after.spec_num_accepted_tokens - before.spec_num_accepted_tokens
     proposed = after.spec_num_draft_tokens - before.spec_num_draft_tokens
+    policy = llm.engine.core.speculator.policy if llm.engine.core.speculator is not None else None
     return {
         "tokens_per_s": tokens / seconds,
+        "requests": len(batch),
+        "policy": {str(size): v for size, v in policy.summary().items()} if policy is not None else None,
+        "policy_probes": policy.num_probes if policy is not None else None,
         "seconds": seconds,
         "output_tokens": tokens,
         "steps": llm.engine.num_steps - steps,
@@ -116,49 +126,67 @@ def run(llm, concurrency: int, seed: int) -> dict:
     }
 
 
-def measure(modes: Modes, label: str, mode: str, concurrency: int, **settings) -> dict:
+def measure(modes: Modes, label: str, mode: str, concurrency: int, long: bool = False, **settings) -> dict:
+    """One row. A warm-up run of the same shape first (the policy learns there), except for a `long` run:
+    LONG_FACTOR x the requests with a fresh policy, so what it costs to learn is part of the figure."""
     modes.set(mode, **settings)
-    seed = zlib.crc32(f"{label} {mode} {concurrency} {settings}".encode())
-    run(modes.llm, concurrency, seed=seed + 1)  # warm-up: same shape, other prompts
-    row = run(modes.llm, concurrency, seed=seed)
-    row.update(proposer=label, mode=mode, concurrency=concurrency, **settings)
+    seed = zlib.crc32(f"{label} {mode} {concurrency} {long} {settings}".encode())
+    if not long:
+        run(modes.llm, concurrency, seed=seed + 1)  # warm-up: same shape, other prompts
+    row = run(modes.llm, concurrency, seed=seed, num_requests=LONG_FACTOR * concurrency if long else None)
+    row.update(proposer=label, mode=mode, concurrency=concurrency, long=long, **settings)
     print(
-        f"{label:>10} {mode:>5} c={concurrency:<3} {settings}: {row['tokens_per_s']:8.1f} tok/s, "
-        f"{row['steps']} steps, acceptance length {row['mean_acceptance_length']}",
+        f"{label:>10} {mode:>5} c={concurrency:<3} {'long ' if long else ''}{settings}: "
+        f"{row['tokens_per_s']:8.1f} tok/s, {row['steps']} steps, acceptance length {row['mean_acceptance_length']}, "
+        f"probes {row['policy_probes']}",
         flush=True,
     )
     return row
 
 
 def speedups(rows: list[dict]) -> None:
-    """Each row's tokens/s over its engine's "off" row at the same concurrency."""
-    base = {(r["engine"], r["concurrency"]): r["tokens_per_s"] for r in rows if r["mode"] == "off"}
+    """Each row's tokens/s over its engine's "off" row at the same concurrency (and length)."""
+    base = {(r["engine"], r["concurrency"], r["long"]): r["tokens_per_s"] for r in rows if r["mode"] == "off"}
     for r in rows:
-        ref = base.get((r["engine"], r["concurrency"]))
+        ref = base.get((r["engine"], r["concurrency"], r["long"]))
         r["speedup"] = r["tokens_per_s"] / ref if ref else None
 
 
-def bench_engine(
-    engine: str, target: str, draft: str, concurrencies: list[int], sweep: tuple
-) -> tuple[list[dict], dict]:
+def bench_engine(engine: str, target: str, draft: str, args: argparse.Namespace) -> tuple[list[dict], dict]:
     t0 = time.perf_counter()
     llm = make_llm(target, draft, util=0.45)  # room for the other engine
     print(f"{engine}: engine ready in {time.perf_counter() - t0:.1f} s", flush=True)
     modes, rows = Modes(llm, draft), []
     proposers = [("draft", "draft")] + ([("ngram", "ngram")] if engine == "draft_small" else [])
-    for c in concurrencies:
+    for c in args.concurrencies:
         rows.append(measure(modes, "none", "off", c))
         for label, mode in proposers:
             rows.append(measure(modes, label, mode, c))
-            if c >= 64:
+            if c >= 64 and not args.quick:
                 rows.append(measure(modes, label, mode, c, adaptive=False))
+    if 64 in args.concurrencies:  # the policy learning within the run: 3x the requests, fresh
+        rows.append(measure(modes, "none", "off", 64, long=True))
+        rows += [measure(modes, label, mode, 64, long=True) for label, mode in proposers]
     for label, mode in proposers:  # the mechanism at each acceptance: forced on, whatever it costs
-        for a in sweep if engine == "draft_small" else (0.0, 0.5, 1.0):
+        for a in args.sweep if engine == "draft_small" else (0.0, 0.5, 1.0):
             rows.append(measure(modes, label, mode, 1, acceptance=a, adaptive=False))
     profile = step_profile(modes)
+    profile["host"] = host_profile(modes)
     for r in rows:
         r["engine"] = engine
     return rows, profile
+
+
+def host_profile(modes: Modes) -> dict:
+    """spec_host_overhead.py's figures on this engine at one request: plain, and n-gram at acceptance 1."""
+    from spec_host_overhead import profile
+
+    out = {}
+    for mode in ("off", "ngram"):
+        modes.set(mode, adaptive=False, acceptance=None if mode == "off" else 1.0)
+        out[mode] = profile(modes.llm, "plain" if mode == "off" else mode)
+        print(f"host profile {mode}: {json.dumps(out[mode])}", flush=True)
+    return out
 
 
 def step_profile(modes: Modes) -> dict:
@@ -206,13 +234,17 @@ def _median_ms(pairs: list) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output", default=str(RESULTS / "spec_decode_h200.json"))
-    parser.add_argument("--quick", action="store_true", help="1 and 64 requests, a 3-point sweep")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="1 and 64 requests (64: adaptive only, and the long run), acceptance 1 only; no self-draft engine",
+    )
     parser.add_argument("--skip-self-draft", action="store_true", help="leave out the 8B-as-its-own-draft engine")
     parser.add_argument("--target", default=str(CONFIGS / "llama-3.1-8b"), help="target config folder (dummy weights)")
     parser.add_argument("--draft", default=str(CONFIGS / "llama-3.2-1b"), help="small draft config folder")
     args = parser.parse_args()
-    concurrencies = [1, 64] if args.quick else [1, 8, 64]
-    sweep = (0.0, 0.5, 1.0) if args.quick else SWEEP
+    args.concurrencies = concurrencies = [1, 64] if args.quick else [1, 8, 64]
+    args.sweep = sweep = (1.0,) if args.quick else SWEEP
     payload: dict = {
         "benchmark": "spec_decode",
         "environment": environment(),
@@ -224,14 +256,16 @@ def main() -> None:
             "prompt_len": PROMPT_LEN,
             "output_len": OUTPUT_LEN,
             "concurrencies": concurrencies,
+            "long_run_requests": LONG_FACTOR * 64,
             "sweep": list(sweep),
         },
         "rows": [],
         "step_profile_ms": {},
     }
-    engines = [("draft_small", args.draft)] + ([] if args.skip_self_draft else [("self_draft", args.target)])
+    self_draft = not (args.skip_self_draft or args.quick)
+    engines = [("draft_small", args.draft)] + ([("self_draft", args.target)] if self_draft else [])
     for engine, draft in engines:
-        rows, profile = bench_engine(engine, args.target, draft, concurrencies, sweep)
+        rows, profile = bench_engine(engine, args.target, draft, args)
         payload["rows"] += rows
         payload["step_profile_ms"][engine] = profile
         speedups(payload["rows"])

@@ -140,6 +140,9 @@ class ModelRunner:
                 self.decode_runner.capture()
                 phase = _log_phase("graph capture", phase)
         self.verify_runner = _verify_runner(config, self.model, self.batch, self.kv_caches[0].shape[3], self.device)
+        if self.verify_runner is None and config.speculative is not None:  # no padding here, but the step
+            # buffer's views of verifying steps (1 + k tokens each) are kept, as the verify runner's are
+            self.batch.pad_query_lens = (*self.batch.pad_query_lens, config.speculative.num_speculative_tokens + 1)
         if self.drafter is not None:  # its KV cache (as many blocks), and its graphs on the same input batch
             self.drafter.start(self.batch, self.num_kv_blocks, self.max_model_len)
             _log_phase("draft model", phase)
