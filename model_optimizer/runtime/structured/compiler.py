@@ -4,7 +4,13 @@ Compiling never runs inside an engine step: `submit` returns a future at once, a
 the llguidance tokenizer (once, on the first constraint: 0.1 s at an 8k vocabulary, seconds at 150k)
 and then the constraint's grammar and a first matcher; every request with the same constraint gets a
 copy of that matcher (microseconds) instead of compiling again. llguidance drops the GIL while it
-compiles, so the step loop runs on meanwhile. Its parser limits (lexer fuel, Earley items, grammar
+compiles, so the step loop runs on meanwhile.
+
+A copy shares its template's lexer (its lazily built automaton) behind one lock, which every mask
+and every token of every copy takes for its whole length: masks of copies of one template never
+run in parallel, however many threads fill them. So a constraint compiles into `lanes` templates,
+each with a lexer of its own (a compile each, milliseconds), and the manager spreads requests over
+them: rows of different lanes fill in parallel, rows of one lane share a warm automaton. Its parser limits (lexer fuel, Earley items, grammar
 size) turn a pathological grammar into an error, never an endless compile.
 """
 
@@ -24,17 +30,29 @@ CACHE_SIZE = 512
 
 
 class Compiled:
-    """A compiled constraint: a pristine matcher that each request's matcher is copied from."""
+    """A compiled constraint: pristine matchers (one per lane, each with its own lexer) that each
+    request's matcher is copied from."""
 
-    def __init__(self, template: Any) -> None:
-        self._template = template
+    def __init__(self, templates: list[Any]) -> None:
+        self._templates = templates
 
-    def matcher(self) -> Any:
-        return self._template.deep_copy()
+    @property
+    def lanes(self) -> int:
+        return len(self._templates)
+
+    def matcher(self, lane: int = 0) -> Any:
+        """A fresh matcher of the constraint; it shares its lexer with the other matchers of `lane`."""
+        return self._templates[lane % len(self._templates)].deep_copy()
 
 
 class GrammarCompiler:
-    def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int], max_threads: int = 2) -> None:
+    def __init__(
+        self, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int], max_threads: int = 2, lanes: int = 1
+    ) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be at least 1, got {lanes}")
+        self.lanes = lanes
+        """Templates (independent lexers) per constraint: the most rows of one constraint that fill at once."""
         self._tokenizer_args = (tokenizer, vocab_size, eos_token_ids)
         self._pool = ThreadPoolExecutor(max(1, min(max_threads, os.cpu_count() or 1)), "mopt-grammar")
         self._lock = threading.Lock()
@@ -72,7 +90,8 @@ class GrammarCompiler:
         template = llg.LLMatcher(tokenizer, grammar, log_level=0)
         if template.is_error():
             raise GrammarError(f"invalid {so.kind}: {template.get_error()}")
-        return Compiled(template)
+        others = [llg.LLMatcher(tokenizer, grammar, log_level=0) for _ in range(self.lanes - 1)]
+        return Compiled([template, *others])
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
