@@ -42,12 +42,17 @@ def default_fill_threads() -> int:
     return max(1, min(MAX_FILL_THREADS, cores // 2))
 
 
-def lanes_for(threads: int) -> int:
-    """Lanes for a pool of `threads`: two per thread. The pool splits a step's rows (grouped by lane) in
-    halves until each thread has had two pieces, so a full batch of balanced lanes splits at lane
-    boundaries and a thread that runs out of work steals a lane whose lock no one holds; more lanes
-    cost each lexer's automaton more warming up (it is shared by fewer requests)."""
-    return 1 if threads <= 1 else 2 * threads
+LANES_PER_THREAD = 4
+"""Lanes per fill thread (see lanes_for)."""
+
+
+def lanes_for(threads: int, per_thread: int = LANES_PER_THREAD) -> int:
+    """Lanes for a pool of `threads`. A lane's rows fill one after another, so the busiest lane bounds a
+    step: smaller lanes balance better (a string's inside costs ten times a number's), and the pool,
+    which splits a step's rows (grouped by lane) in halves and lets an idle thread steal a piece,
+    finds more pieces whose lock no one holds. More lanes cost more warming up: each lexer's
+    automaton is shared by fewer requests."""
+    return 1 if threads <= 1 else per_thread * threads
 
 
 @dataclass
@@ -105,7 +110,11 @@ class StructuredOutputManager:
         lanes = min(len(self._lane_load), compiled.lanes)
         lane = min(range(lanes), key=self._lane_load.__getitem__)
         self._lane_load[lane] += 1
-        self._matchers[request_id] = _Matcher(compiled.matcher(lane), lane)
+        self._matchers[request_id] = _Matcher(compiled.matcher(lane, self.compiler.pool), lane)
+
+    def lane_of(self, request_id: str) -> int:
+        """The lane of a request's matcher (KeyError without one)."""
+        return self._matchers[request_id].lane
 
     def has(self, request_id: str) -> bool:
         return request_id in self._matchers

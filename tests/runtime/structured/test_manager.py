@@ -130,6 +130,7 @@ def test_lanes_spread_requests_and_fill_the_same_masks_as_one_lane(tokenizer):
     batches = []
     for manager in (single, laned):
         compiled = manager.submit(so).result(timeout=60)
+        compiled.grow()
         assert compiled.lanes == manager.compiler.lanes
         requests = [Request(f"r{i}", [1], SamplingParams(structured_outputs=so)) for i in range(len(texts))]
         for request in requests:
@@ -158,15 +159,16 @@ def test_lanes_spread_requests_and_fill_the_same_masks_as_one_lane(tokenizer):
 def test_a_request_starts_in_the_least_busy_lane(tokenizer):
     manager = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), lanes=2), 2)
     compiled = manager.submit(StructuredOutputs.regex("a+")).result(timeout=60)
+    compiled.grow()
     for rid in ("a", "b", "c"):
         manager.start(rid, compiled)
-    lanes = {rid: manager._matchers[rid].lane for rid in ("a", "b", "c")}
+    lanes = {rid: manager.lane_of(rid) for rid in ("a", "b", "c")}
     assert sorted(lanes.values()) == [0, 0, 1]
     busy = [rid for rid, lane in lanes.items() if lane == 0]
     manager.drop(busy[0])
     manager.drop(busy[1])
     manager.start("d", compiled)
-    assert manager._matchers["d"].lane == 0
+    assert manager.lane_of("d") == 0
     manager.close()
 
 
@@ -175,3 +177,17 @@ def test_lane_and_thread_counts_below_one_are_refused(tokenizer):
         GrammarCompiler(tokenizer, len(tokenizer), frozenset({2}), lanes=0)
     with pytest.raises(ValueError, match="threads must be at least 1"):
         StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer), frozenset({2})), threads=0)
+
+
+def test_a_constraint_builds_its_other_lanes_only_once_two_requests_use_it(tokenizer):
+    manager = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), lanes=3), 2)
+    compiled = manager.submit(StructuredOutputs.regex("[0-9]+")).result(timeout=60)
+    manager.start("a", compiled)
+    assert compiled.lanes == 1 and not compiled.growing  # used once: one compile, one lane
+    manager.start("b", compiled)  # a second user: the pool builds the others
+    assert compiled.growing and manager.lane_of("b") == 0  # nothing built yet to spread to
+    compiled.grow()  # waits for the pool's
+    assert compiled.lanes == 3
+    manager.start("c", compiled)
+    assert manager.lane_of("c") == 1
+    manager.close()
