@@ -146,8 +146,8 @@ class StructuredOutputManager:
                 state.num_consumed += len(tokens)
                 self._check(state, request, ended)
         if len(batch) >= PARALLEL_ADVANCE_ROWS:
-            batch.sort(key=lambda pair: pair[0].lane)
-            self.executor().consume_token_par([(s.matcher, r.output_token_ids[-1]) for s, r in batch])
+            by_lane = sorted(batch, key=lambda pair: pair[0].lane)  # whole lanes per pool thread
+            self.executor().consume_token_par([(s.matcher, r.output_token_ids[-1]) for s, r in by_lane])
         else:
             for state, request in batch:
                 state.matcher.consume_token(request.output_token_ids[-1])

@@ -11,7 +11,7 @@ from model_optimizer.runtime.models.tokenizer import load_tokenizer
 from model_optimizer.runtime.sampling_params import SamplingParams
 from model_optimizer.runtime.structured.compiler import GrammarCompiler
 from model_optimizer.runtime.structured.grammar import GrammarError
-from model_optimizer.runtime.structured.manager import StructuredOutputManager
+from model_optimizer.runtime.structured.manager import PARALLEL_ADVANCE_ROWS, StructuredOutputManager
 from model_optimizer.runtime.structured.params import StructuredOutputs
 
 
@@ -120,10 +120,10 @@ def test_a_word_level_tokenizer_without_a_decoder_is_refused(tmp_path):
 
 def test_lanes_spread_requests_and_fill_the_same_masks_as_one_lane(tokenizer):
     """Matchers of different lanes have lexers of their own (so they fill in parallel); the masks must be
-    those of one shared lexer, bit for bit, for rows filled together in one pool call, and the lanes
-    stay balanced as requests come and go."""
+    those of one shared lexer, bit for bit, for rows filled and advanced together in one pool call."""
     so = StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
-    texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":""}', '{"a":"q r"}', '{"a":"12"}']
+    texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":""}', '{"a":"q r"}', '{"a":"12"}'] * 2  # 10 rows: a pool advances them
+    assert len(texts) >= PARALLEL_ADVANCE_ROWS
     single = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2})), threads=1)
     laned = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), lanes=3), threads=2)
     streams = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
