@@ -159,15 +159,18 @@ def offline_masks(model_dir: Path, rows_list: list[int], steps: int) -> dict:
     from model_optimizer.runtime.sampling_params import SamplingParams
     from model_optimizer.runtime.structured import StructuredOutputs
     from model_optimizer.runtime.structured.compiler import GrammarCompiler
-    from model_optimizer.runtime.structured.manager import StructuredOutputManager
+    from model_optimizer.runtime.structured.manager import StructuredOutputManager, default_fill_threads, lanes_for
 
     tokenizer = load_tokenizer(model_dir)
     config = json.loads((model_dir / "config.json").read_text())
     eos = frozenset([config["eos_token_id"]] if isinstance(config.get("eos_token_id"), int) else [])
     started = time.perf_counter()
-    manager = StructuredOutputManager(GrammarCompiler(tokenizer, config["vocab_size"], eos))
+    threads = default_fill_threads()  # as the engine core sizes them
+    compiler = GrammarCompiler(tokenizer, config["vocab_size"], eos, lanes=lanes_for(threads))
+    manager = StructuredOutputManager(compiler, threads)
     so = StructuredOutputs.json(SCHEMA)
     compiled = manager.submit(so).result()
+    compiled.grow()
     out: dict = {"tokenizer_and_compile_s": round(time.perf_counter() - started, 3)}
     rng = np.random.default_rng(0)
     for rows in rows_list:

@@ -12,7 +12,9 @@ only the part of it that outlasts both. Pure Python; no torch here.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any
@@ -21,7 +23,13 @@ from model_optimizer.runtime.engine.request import Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler import Scheduler
 from model_optimizer.runtime.engine.scheduler_output import SchedulerOutput
 from model_optimizer.runtime.structured.compiler import GrammarCompiler
-from model_optimizer.runtime.structured.manager import HostTokenMask, StructuredOutputManager, numpy_buffers
+from model_optimizer.runtime.structured.manager import (
+    HostTokenMask,
+    StructuredOutputManager,
+    default_fill_threads,
+    lanes_for,
+    numpy_buffers,
+)
 from model_optimizer.runtime.structured.params import StructuredOutputs
 
 COMPILE_WAIT_S = 0.01
@@ -36,7 +44,9 @@ class ConstrainedDecoding:
         if not hasattr(runner, "sample"):
             raise ValueError("this model runner cannot constrain sampling (structured outputs)")
         self.runner = runner
-        self.manager = StructuredOutputManager(GrammarCompiler(tokenizer, vocab_size, eos_token_ids))
+        threads = default_fill_threads()
+        compiler = GrammarCompiler(tokenizer, vocab_size, eos_token_ids, lanes=lanes_for(threads))
+        self.manager = StructuredOutputManager(compiler, threads)
         self.compiling: dict[str, tuple[Future, list[Request]]] = {}
         """Request id -> its grammar's compile and its completions, which join the queue once it is done."""
         self._filler = ThreadPoolExecutor(1, "mopt-mask")
@@ -111,9 +121,24 @@ class ConstrainedDecoding:
             future.set_result(None)
             return future
         if background:
-            return self._filler.submit(job)
+            return self._start(job)
         future = Future()
         future.set_result(job())
+        return future
+
+    def _start(self, job: Callable[[], HostTokenMask]) -> Future:
+        """Run `job` in the filler thread, returning once it has begun. The thread needs the GIL to enter
+        llguidance, and a thread that only waits for it gets it when the holder blocks or after the
+        switch interval (5 ms): the step loop, which goes on in Python, waits here instead (tens of
+        microseconds) so that the fill starts now, not after the loop's next blocking call."""
+        begun = threading.Event()
+
+        def run() -> HostTokenMask:
+            begun.set()
+            return job()
+
+        future = self._filler.submit(run)
+        begun.wait()
         return future
 
     def wait(self, mask: Future) -> HostTokenMask | None:

@@ -4,7 +4,14 @@ Compiling never runs inside an engine step: `submit` returns a future at once, a
 the llguidance tokenizer (once, on the first constraint: 0.1 s at an 8k vocabulary, seconds at 150k)
 and then the constraint's grammar and a first matcher; every request with the same constraint gets a
 copy of that matcher (microseconds) instead of compiling again. llguidance drops the GIL while it
-compiles, so the step loop runs on meanwhile. Its parser limits (lexer fuel, Earley items, grammar
+compiles, so the step loop runs on meanwhile.
+
+A copy shares its template's lexer (its lazily built automaton) behind one lock, which every mask
+and every token of every copy takes for its whole length: masks of copies of one template never
+run in parallel, however many threads fill them. So a constraint in use by several requests gets
+`lanes` templates, each with a lexer of its own (a compile each, milliseconds, in the background),
+and the manager spreads requests over them: rows of different lanes fill in parallel, rows of one
+lane share a warm automaton. Its parser limits (lexer fuel, Earley items, grammar
 size) turn a pathological grammar into an error, never an endless compile.
 """
 
@@ -13,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -24,17 +32,59 @@ CACHE_SIZE = 512
 
 
 class Compiled:
-    """A compiled constraint: a pristine matcher that each request's matcher is copied from."""
+    """A compiled constraint: pristine matchers (one per lane, each with a lexer of its own) that each
+    request's matcher is copied from.
 
-    def __init__(self, template: Any) -> None:
-        self._template = template
+    It starts with one lane; the second request that takes a matcher (the constraint is in use by
+    more than one) has the compiler's pool build the other lanes, one at a time, in the background,
+    each usable as soon as it is built: a constraint used once costs one compile, and no request
+    waits for lanes."""
 
-    def matcher(self) -> Any:
-        return self._template.deep_copy()
+    def __init__(self, template: Any, make: Callable[[], Any] | None = None, lanes: int = 1) -> None:
+        """`make`: a new template of the constraint (a compile, run in the pool); `lanes`: how many to have."""
+        self._templates = [template]
+        self._make = make
+        self._want = lanes if make is not None else 1
+        self._uses = 0
+        self._growing: Future | None = None
+
+    @property
+    def lanes(self) -> int:
+        """Lanes built so far."""
+        return len(self._templates)
+
+    def matcher(self, lane: int = 0, pool: ThreadPoolExecutor | None = None) -> Any:
+        """A fresh matcher of the constraint; it shares its lexer with the other matchers of `lane` (taken
+        modulo the lanes built). `pool`: where the other lanes are built, once a second matcher is taken."""
+        self._uses += 1
+        if self._uses == 2 and self._want > 1 and pool is not None:
+            self._growing = pool.submit(self._grow)
+        return self._templates[lane % len(self._templates)].deep_copy()
+
+    @property
+    def growing(self) -> bool:
+        """Whether the other lanes are being (or have been) built in the pool."""
+        return self._growing is not None
+
+    def grow(self) -> None:
+        """Build the lanes not built yet, now, on this thread (benchmarks and tests: steady state at once)."""
+        if self._growing is not None:
+            self._growing.result()
+        self._grow()
+
+    def _grow(self) -> None:
+        while len(self._templates) < self._want:
+            self._templates.append(self._make())  # type: ignore[misc]
 
 
 class GrammarCompiler:
-    def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int], max_threads: int = 2) -> None:
+    def __init__(
+        self, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int], max_threads: int = 2, lanes: int = 1
+    ) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be at least 1, got {lanes}")
+        self.lanes = lanes
+        """Templates (independent lexers) per constraint: the most rows of one constraint that fill at once."""
         self._tokenizer_args = (tokenizer, vocab_size, eos_token_ids)
         self._pool = ThreadPoolExecutor(max(1, min(max_threads, os.cpu_count() or 1)), "mopt-grammar")
         self._lock = threading.Lock()
@@ -72,7 +122,12 @@ class GrammarCompiler:
         template = llg.LLMatcher(tokenizer, grammar, log_level=0)
         if template.is_error():
             raise GrammarError(f"invalid {so.kind}: {template.get_error()}")
-        return Compiled(template)
+        return Compiled(template, lambda: llg.LLMatcher(tokenizer, grammar, log_level=0), self.lanes)
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """The compile threads (Compiled builds its other lanes there)."""
+        return self._pool
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -5,8 +5,11 @@ Each constrained completion has an llguidance matcher that has consumed exactly 
 rows only, a bitmask of the tokens each one may take next (bit t of a row set: token t allowed)
 into host memory the runner gives (pinned, on CUDA), with llguidance's thread pool (the GIL is
 released): the device runs the step's forward meanwhile (engine/core.py), and the runner applies
-the mask inside sampling. A preempted request keeps its matcher: its output tokens stay, and so
-does what the matcher has consumed.
+the mask inside sampling. Each request's matcher belongs to one of the compiler's lanes (the least
+busy when it starts): matchers of one lane share a lexer and its lock, so only rows of different
+lanes fill (and advance) in parallel; the rows go to the pool grouped by lane, so that its threads
+take whole lanes rather than wait on each other's locks. A preempted request keeps its matcher: its
+output tokens stay, and so does what the matcher has consumed.
 
 A matcher that has stopped (nothing but EOS may follow) ends its request at once with finish reason
 "stop"; one that could not take a sampled token (an error in the grammar engine: the mask allows
@@ -15,6 +18,7 @@ only tokens it accepts) fails its request alone.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -28,6 +32,27 @@ from model_optimizer.runtime.structured.params import StructuredOutputs
 
 PARALLEL_ADVANCE_ROWS = 8
 """From this many rows, matchers take their tokens on llguidance's thread pool rather than in turn."""
+MAX_FILL_THREADS = 8
+"""Most threads that fill masks (beyond, a step's few dozen rows gain little and the host's other work loses)."""
+
+
+def default_fill_threads() -> int:
+    """Half the cores this process may run on (the rest: the step loop, the frontend, the compiles), 1 to 8."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(MAX_FILL_THREADS, cores // 2))
+
+
+LANES_PER_THREAD = 4
+"""Lanes per fill thread (see lanes_for)."""
+
+
+def lanes_for(threads: int, per_thread: int = LANES_PER_THREAD) -> int:
+    """Lanes for a pool of `threads`. A lane's rows fill one after another, so the busiest lane bounds a
+    step: smaller lanes balance better (a string's inside costs ten times a number's), and the pool,
+    which splits a step's rows (grouped by lane) in halves and lets an idle thread steal a piece,
+    finds more pieces whose lock no one holds. More lanes cost more warming up: each lexer's
+    automaton is shared by fewer requests."""
+    return 1 if threads <= 1 else per_thread * threads
 
 
 @dataclass
@@ -49,17 +74,24 @@ def numpy_buffers(num_rows: int, num_masked: int, words: int) -> HostTokenMask:
 
 
 class _Matcher:
-    __slots__ = ("matcher", "num_consumed")
+    __slots__ = ("lane", "matcher", "num_consumed")
 
-    def __init__(self, matcher: Any) -> None:
+    def __init__(self, matcher: Any, lane: int) -> None:
         self.matcher = matcher
+        self.lane = lane
         self.num_consumed = 0
 
 
 class StructuredOutputManager:
-    def __init__(self, compiler: GrammarCompiler) -> None:
+    def __init__(self, compiler: GrammarCompiler, threads: int | None = None) -> None:
+        """`threads`: llguidance's pool size for masks and tokens (default: default_fill_threads())."""
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
         self.compiler = compiler
+        self.threads = threads or default_fill_threads()
         self._matchers: dict[str, _Matcher] = {}
+        self._lane_load = [0] * compiler.lanes
+        """Live matchers per lane."""
         self._executor: Any = None
         self.num_steps = 0
         """Steps that sampled with grammar masks."""
@@ -74,8 +106,15 @@ class StructuredOutputManager:
         return self.compiler.submit(so)
 
     def start(self, request_id: str, compiled: Compiled) -> None:
-        """Give a completion its own matcher (its constraint is compiled)."""
-        self._matchers[request_id] = _Matcher(compiled.matcher())
+        """Give a completion its own matcher (its constraint is compiled), in the least busy lane."""
+        lanes = min(len(self._lane_load), compiled.lanes)
+        lane = min(range(lanes), key=self._lane_load.__getitem__)
+        self._lane_load[lane] += 1
+        self._matchers[request_id] = _Matcher(compiled.matcher(lane, self.compiler.pool), lane)
+
+    def lane_of(self, request_id: str) -> int:
+        """The lane of a request's matcher (KeyError without one)."""
+        return self._matchers[request_id].lane
 
     def has(self, request_id: str) -> bool:
         return request_id in self._matchers
@@ -85,7 +124,9 @@ class StructuredOutputManager:
         return len(self._matchers)
 
     def drop(self, request_id: str) -> None:
-        self._matchers.pop(request_id, None)
+        state = self._matchers.pop(request_id, None)
+        if state is not None:
+            self._lane_load[state.lane] -= 1
 
     def advance(self, requests: list[Any]) -> list[tuple[Any, str | None]]:
         """Feed each constrained request's new output tokens to its matcher. Returns the requests the
@@ -105,7 +146,8 @@ class StructuredOutputManager:
                 state.num_consumed += len(tokens)
                 self._check(state, request, ended)
         if len(batch) >= PARALLEL_ADVANCE_ROWS:
-            self.executor().consume_token_par([(s.matcher, r.output_token_ids[-1]) for s, r in batch])
+            by_lane = sorted(batch, key=lambda pair: pair[0].lane)  # whole lanes per pool thread
+            self.executor().consume_token_par([(s.matcher, r.output_token_ids[-1]) for s, r in by_lane])
         else:
             for state, request in batch:
                 state.matcher.consume_token(request.output_token_ids[-1])
@@ -136,11 +178,11 @@ class StructuredOutputManager:
         (llguidance's pool, the GIL released), to run in a thread while the caller goes on; None when no
         row has a live matcher. No matcher of these rows may advance until the job has run."""
         started = time.perf_counter()
-        rows: list[tuple[int, Any]] = []
+        rows: list[tuple[int, _Matcher]] = []
         for i, request in enumerate(requests):
             state = self._matchers.get(request.request_id) if request is not None and not request.finished else None
             if state is not None and not state.matcher.is_stopped():
-                rows.append((i, state.matcher))
+                rows.append((i, state))
         if not rows:
             return None
         words = (self.compiler.tokenizer().vocab_size + 31) // 32
@@ -151,7 +193,8 @@ class StructuredOutputManager:
         bitmask = mask.bitmask
         if not bitmask.flags["C_CONTIGUOUS"] or bitmask.dtype != np.int32 or bitmask.shape != (len(rows), words):
             raise ValueError(f"mask buffer must be C-contiguous int32 of shape {(len(rows), words)}")
-        pairs = [(matcher, k) for k, (_, matcher) in enumerate(rows)]
+        order = sorted(range(len(rows)), key=lambda k: rows[k][1].lane)  # whole lanes per pool thread
+        pairs = [(rows[k][1].matcher, k) for k in order]
         executor = self.executor()  # made here, never by two threads at once
         spent = self._advance_seconds + time.perf_counter() - started
         self._advance_seconds = 0.0
@@ -171,7 +214,7 @@ class StructuredOutputManager:
         if self._executor is None:
             import llguidance as llg
 
-            self._executor = llg.LLExecutor()
+            self._executor = llg.LLExecutor(self.threads)
         return self._executor
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from model_optimizer.runtime.models.tokenizer import load_tokenizer
 from model_optimizer.runtime.sampling_params import SamplingParams
 from model_optimizer.runtime.structured.compiler import GrammarCompiler
 from model_optimizer.runtime.structured.grammar import GrammarError
-from model_optimizer.runtime.structured.manager import StructuredOutputManager
+from model_optimizer.runtime.structured.manager import PARALLEL_ADVANCE_ROWS, StructuredOutputManager
 from model_optimizer.runtime.structured.params import StructuredOutputs
 
 
@@ -116,3 +116,78 @@ def test_a_word_level_tokenizer_without_a_decoder_is_refused(tmp_path):
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     with pytest.raises(ValueError, match="structured outputs are not available for this tokenizer"):
         ll_tokenizer(FastTokenizer(tmp_path, backend, {"eos_token": "w1"}), 2, frozenset({1}))
+
+
+def test_lanes_spread_requests_and_fill_the_same_masks_as_one_lane(tokenizer):
+    """Matchers of different lanes have lexers of their own (so they fill in parallel); the masks must be
+    those of one shared lexer, bit for bit, for rows filled and advanced together in one pool call."""
+    so = StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
+    texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":""}', '{"a":"q r"}', '{"a":"12"}'] * 2  # 10 rows: a pool advances them
+    assert len(texts) >= PARALLEL_ADVANCE_ROWS
+    single = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2})), threads=1)
+    laned = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), lanes=3), threads=2)
+    streams = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    batches = []
+    for manager in (single, laned):
+        compiled = manager.submit(so).result(timeout=60)
+        compiled.grow()
+        assert compiled.lanes == manager.compiler.lanes
+        requests = [Request(f"r{i}", [1], SamplingParams(structured_outputs=so)) for i in range(len(texts))]
+        for request in requests:
+            manager.start(request.request_id, compiled)
+        masks, ended = [], []
+        for step in range(max(map(len, streams))):
+            live = [r for r in requests if manager.has(r.request_id) and not r.finished]
+            mask = manager.fill(live)
+            masks.append(mask.bitmask.copy())
+            for k, request in enumerate(live):
+                tokens = streams[int(request.request_id[1:])]
+                assert tokens[step] in _allowed(mask.bitmask[mask.mask_index[k]])
+                request.output_token_ids.append(tokens[step])
+            for request, error in manager.advance(live):
+                assert error is None
+                manager.drop(request.request_id)
+                ended.append(request.request_id)
+        assert sorted(ended) == [f"r{i}" for i in range(len(texts))] and manager.num_matchers == 0
+        batches.append(masks)
+        manager.close()
+    assert len(batches[0]) == len(batches[1])
+    for one, many in zip(*batches, strict=True):
+        np.testing.assert_array_equal(one, many)
+
+
+def test_a_request_starts_in_the_least_busy_lane(tokenizer):
+    manager = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), lanes=2), 2)
+    compiled = manager.submit(StructuredOutputs.regex("a+")).result(timeout=60)
+    compiled.grow()
+    for rid in ("a", "b", "c"):
+        manager.start(rid, compiled)
+    lanes = {rid: manager.lane_of(rid) for rid in ("a", "b", "c")}
+    assert sorted(lanes.values()) == [0, 0, 1]
+    busy = [rid for rid, lane in lanes.items() if lane == 0]
+    manager.drop(busy[0])
+    manager.drop(busy[1])
+    manager.start("d", compiled)
+    assert manager.lane_of("d") == 0
+    manager.close()
+
+
+def test_lane_and_thread_counts_below_one_are_refused(tokenizer):
+    with pytest.raises(ValueError, match="lanes must be at least 1"):
+        GrammarCompiler(tokenizer, len(tokenizer), frozenset({2}), lanes=0)
+    with pytest.raises(ValueError, match="threads must be at least 1"):
+        StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer), frozenset({2})), threads=0)
+
+
+def test_a_constraint_builds_its_other_lanes_only_once_two_requests_use_it(tokenizer):
+    manager = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), lanes=3), 2)
+    compiled = manager.submit(StructuredOutputs.regex("[0-9]+")).result(timeout=60)
+    manager.start("a", compiled)
+    assert compiled.lanes == 1 and not compiled.growing  # used once: one compile, one lane
+    manager.start("b", compiled)  # a second user: the pool builds the others
+    assert compiled.growing and manager.lane_of("b") == 0  # nothing built yet to spread to
+    compiled.grow()  # waits for the pool's
+    assert compiled.lanes == 3
+    manager.start("c", compiled)
+    assert manager.lane_of("c") == 1
+    manager.close()
