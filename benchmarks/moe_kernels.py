@@ -10,6 +10,10 @@ the gathers per expert with tokens; it syncs with the host, so it is timed on th
 bytes of the experts the tokens touch read per second, and the ratio. The issue's target: >= 3x
 at 64 tokens.
 
+`--routing` adds, per token count, the GPU time of the routing (torch's softmax_topk against the one
+Triton launch of kernels/moe_routing.py, bf16 logits) and of the sum over k of the down GEMM's rows
+(torch's bf16 `.sum(1)` against `fused_moe.sum_over_k`), each from CUDA-graph replays.
+
 `--sweep` first times, per shape and token bucket (moe_tiles.TOKEN_BUCKETS), each GEMM alone at
 every candidate tile (moe_tiles.GEMM_CANDIDATES) for each candidate block height, keeps the
 fastest pair per height and the fastest height, checks it against the loop, and writes the table
@@ -86,6 +90,32 @@ def compare(model: str, num_tokens: int) -> dict:
     return row
 
 
+def routing_row(model: str, num_tokens: int) -> dict:
+    """GPU us of routing and of the sum over k, torch against our kernels, at one layer's shape."""
+    import torch
+
+    from model_optimizer.runtime.kernels.fused_moe import sum_over_k
+    from model_optimizer.runtime.kernels.moe_routing import softmax_topk_kernel
+    from model_optimizer.runtime.layers.moe import softmax_topk
+
+    experts, hidden, _, top_k = expert_shape(model)
+    gen = torch.Generator(device="cuda").manual_seed(num_tokens)
+    logits = [torch.randn(num_tokens, experts, device="cuda", generator=gen).bfloat16() for _ in range(2)]
+    rows = [torch.randn(num_tokens * top_k, hidden, device="cuda", generator=gen).bfloat16() for _ in range(2)]
+    row = {"model": model, "tokens": num_tokens, "experts": experts, "top_k": top_k}
+    row["routing_torch_us"] = gpu_time_ms(lambda t: softmax_topk(t, top_k, True), logits) * 1e3
+    row["routing_kernel_us"] = gpu_time_ms(lambda t: softmax_topk_kernel(t, top_k, True), logits) * 1e3
+    row["sum_torch_us"] = gpu_time_ms(lambda r: r.view(num_tokens, top_k, hidden).sum(1), rows) * 1e3
+    row["sum_kernel_us"] = gpu_time_ms(lambda r: sum_over_k(r, num_tokens, top_k), rows) * 1e3
+    print(
+        f"{model} {num_tokens:4d} tokens: routing torch {row['routing_torch_us']:6.1f} us, kernel "
+        f"{row['routing_kernel_us']:6.1f} us; sum over k torch {row['sum_torch_us']:6.1f} us, kernel "
+        f"{row['sum_kernel_us']:6.1f} us",
+        flush=True,
+    )
+    return row
+
+
 def gemm_call(gated: bool, case: dict, sorted_ids, block_expert, tiles, block_m: int):
     """One grouped GEMM alone (gate_up or down) at `tiles`, as a call of a weight set (w13, w2)."""
     from model_optimizer.runtime.kernels.fused_moe import _gemm
@@ -151,6 +181,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=SHAPES)
     parser.add_argument("--tokens", nargs="+", type=int, default=TOKENS)
+    parser.add_argument("--routing", action="store_true", help="also time routing and the sum over k")
     parser.add_argument("--sweep", action="store_true", help="time the tile candidates first, write a table")
     parser.add_argument("--sweep-tokens", nargs="+", type=int, default=[1, 8, 64, 512, 4096])
     parser.add_argument("--tiles-output", default=None, help="the sweep's table (default: beside --output)")
@@ -178,6 +209,8 @@ def main() -> None:
     for model in args.models:
         for num_tokens in args.tokens:
             result["rows"].append(compare(model, num_tokens))
+            if args.routing:
+                result.setdefault("routing", []).append(routing_row(model, num_tokens))
             write_json(args.output, result)
     write_json(args.output, result)
 

@@ -1,5 +1,5 @@
 """The mixture-of-experts, GLM-4, Gemma 3 and DeepSeek families on a real GPU: bf16 agrees with transformers,
-CUDA graphs change nothing, and the fused MoE kernel equals the per-expert loop at real shapes."""
+CUDA graphs change nothing, and the fused MoE kernel (and its routing) equals the torch ops at real shapes."""
 
 from __future__ import annotations
 
@@ -101,3 +101,21 @@ def test_fused_moe_matches_the_loop_at_real_shapes(num_tokens, num_experts, hidd
     got = fused_moe(x, w13, w2, weights, ids).float()
     want = fused_moe_ref(x.float(), w13.float(), w2.float(), weights, ids)
     assert (got - want).abs().max() <= 0.02 * want.abs().max() + 1e-3
+
+
+@pytest.mark.parametrize("renormalize", [False, True])
+@pytest.mark.parametrize(("num_tokens", "num_experts", "top_k"), [(1, 128, 8), (300, 128, 8), (64, 8, 2), (7, 60, 4)])
+def test_moe_routing_kernel_matches_softmax_topk(num_tokens, num_experts, top_k, renormalize):
+    """The compiled routing kernel against the torch ops (its approximate exp: float32 tolerance)."""
+    from model_optimizer.runtime.kernels.moe_routing import softmax_topk_kernel
+    from model_optimizer.runtime.layers.moe import softmax_topk
+
+    gen = torch.Generator(device="cuda").manual_seed(num_tokens)
+    logits = torch.randn(num_tokens, num_experts, device="cuda", generator=gen) * 2
+    weights, ids = softmax_topk_kernel(logits, top_k, renormalize)
+    want_w, _ = softmax_topk(logits, top_k, renormalize)
+    assert torch.equal(ids, torch.sort(logits, dim=-1, descending=True, stable=True).indices[:, :top_k])
+    torch.testing.assert_close(weights, want_w, rtol=1e-5, atol=1e-6)
+    ties = torch.randint(-3, 3, (num_tokens, num_experts), device="cuda", generator=gen).bfloat16()
+    _, ids = softmax_topk_kernel(ties, top_k, renormalize)  # bf16 logits, ties everywhere: lowest id first
+    assert torch.equal(ids, torch.sort(ties.float(), dim=-1, descending=True, stable=True).indices[:, :top_k])

@@ -14,8 +14,9 @@ Here one step is:
    pair's row of an intermediate (pairs, intermediate).
 3. The down GEMM: the same over the intermediate and w2, each row scaled by its routing weight
    in the epilogue, written to the pair's row of (pairs, hidden).
-4. The k rows of each token are summed (`view(tokens, top_k, hidden).sum(1)`): no atomics, so the
-   result does not depend on scheduling.
+4. The k rows of each token are summed in float32 in a fixed order (`_sum_over_k_kernel`, one
+   launch; torch's bf16 reduction over the middle dimension took about twice as long at decode):
+   no atomics, so the result does not depend on scheduling.
 
 Programs of blocks past the last expert's run return at once: the grid is sized for the worst
 case (every pair its own expert), which a decode batch never reaches.
@@ -207,6 +208,31 @@ def _moe_gemm_kernel(
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
+@triton.jit
+def _sum_over_k_kernel(rows_ptr, out_ptr, hidden, TOP_K: tl.constexpr, BLOCK_H: tl.constexpr):
+    """out[token, cols] = sum over k of rows[token * TOP_K + k, cols], added in k order in float32."""
+    token = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    ok = cols < hidden
+    acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for k in tl.static_range(TOP_K):
+        acc += tl.load(rows_ptr + (token * TOP_K + k) * hidden + cols, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + token * hidden + cols, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def sum_over_k(rows: torch.Tensor, num_tokens: int, top_k: int) -> torch.Tensor:
+    """(tokens * top_k, hidden) contiguous -> (tokens, hidden): each token's k rows summed."""
+    if top_k == 1:
+        return rows
+    hidden = rows.shape[1]
+    out = torch.empty(num_tokens, hidden, dtype=rows.dtype, device=rows.device)
+    block_h = min(1024, triton.next_power_of_2(hidden))
+    _sum_over_k_kernel[(num_tokens, triton.cdiv(hidden, block_h))](
+        rows, out, hidden, TOP_K=top_k, BLOCK_H=block_h, num_warps=4
+    )
+    return out
+
+
 def _dot_dtype(dtype: torch.dtype):
     """Operand type of tl.dot: the input's, except bf16 under the interpreter, whose bf16 dot is wrong."""
     if dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1":
@@ -280,4 +306,4 @@ def fused_moe(
     # the rows of pairs no block computes (experts of another rank) must add nothing
     out = (torch.empty if all_ids_local else torch.zeros)(num_pairs, hidden, dtype=x.dtype, device=x.device)
     _gemm(h, w2, out, sorted_ids, block_expert, weights, 1, False, tiles.down, tiles.block_m)
-    return out.view(num_tokens, top_k, hidden).sum(dim=1)
+    return sum_over_k(out, num_tokens, top_k)

@@ -9,7 +9,8 @@ Pieces, each usable alone (a new family composes them; DeepSeek's routers: model
   subclass overriding `route` and adding its parameters: DeepSeek-V3 scores with a sigmoid, adds
   the loaded `e_score_correction_bias` for the choice only, keeps the best `topk_group` of
   `n_group` groups, takes top-k within them, renormalizes, then multiplies by
-  `routed_scaling_factor`. Nothing else here changes for it.
+  `routed_scaling_factor`. Nothing else here changes for it. On CUDA the default `route` is one
+  Triton launch (kernels/moe_routing.py; ties to the lowest expert id), elsewhere the torch ops.
 - `FusedExperts` (`<block>.experts`): every expert's gate and up rows stacked in `w13_weight`
   (experts, 2 * intermediate, hidden) and its down projection in `w2_weight` (experts, hidden,
   intermediate), filled from per-expert checkpoint tensors by `weight_loader` with shard ids
@@ -40,6 +41,8 @@ from model_optimizer.runtime.kernels import triton_kernel
 from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor, materialize, reads_lazily
 
+MAX_ROUTING_KERNEL_EXPERTS = 256
+"""Experts up to which CUDA routes with kernels/moe_routing.py (its MAX_EXPERTS; importing it needs Triton)."""
 EXPERT_NAMES = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down"}
 """Per-expert checkpoint names of Qwen-MoE and DeepSeek -> our shard kinds."""
 MIXTRAL_EXPERT_NAMES = {"w1": "gate", "w3": "up", "w2": "down"}
@@ -77,7 +80,10 @@ class TopKRouter(nn.Module):
         self.weight = nn.Parameter(torch.empty(num_experts, hidden_size))
 
     def route(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return softmax_topk(logits, self.top_k, self.renormalize)
+        kernel = triton_kernel("moe_routing", "softmax_topk_kernel") if logits.is_cuda else None
+        if kernel is None or self.num_experts > MAX_ROUTING_KERNEL_EXPERTS:
+            return softmax_topk(logits, self.top_k, self.renormalize)
+        return kernel(logits, self.top_k, self.renormalize)  # one launch instead of six
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.route(F.linear(x, self.weight))  # logits (tokens, experts) in the model dtype

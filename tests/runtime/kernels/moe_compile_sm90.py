@@ -1,7 +1,8 @@
 """Compile the fused MoE GEMM for sm_90 without a GPU and show whether weights move in 16-byte pieces:
 both GEMMs (gate_up with its silu epilogue, down with the routing weights) at each default tile
 and the widest sweep candidates, in bfloat16 (and float16 / float32 once each), with the shared
-memory each needs (the sweep skips candidates a GPU cannot launch).
+memory each needs (the sweep skips candidates a GPU cannot launch); the sum over k (16-byte loads too),
+the alignment and the routing kernel (bf16 logits of 128 experts, top 8; 256 experts) compile.
 
 Run by test_moe_compile_sm90.py in a subprocess without TRITON_INTERPRET; one line per kernel.
 Exit status 3 when this Triton has no usable ahead-of-time API.
@@ -17,7 +18,8 @@ except ImportError as exc:
 
 import triton.language as tl
 
-from model_optimizer.runtime.kernels.fused_moe import _align_kernel, _moe_gemm_kernel
+from model_optimizer.runtime.kernels.fused_moe import _align_kernel, _moe_gemm_kernel, _sum_over_k_kernel
+from model_optimizer.runtime.kernels.moe_routing import _softmax_topk_kernel
 from model_optimizer.runtime.kernels.moe_tiles import GEMM_CANDIDATES, default_tiles
 
 DOTS = {"bf16": tl.bfloat16, "fp16": tl.float16, "fp32": tl.float32}
@@ -69,3 +71,15 @@ compile_kernel(
     quiet=True,
 )
 print("_align_kernel compiled", flush=True)
+compile_kernel(
+    _sum_over_k_kernel, dict(rows_ptr="*bf16", out_ptr="*bf16"), dict(TOP_K=8, BLOCK_H=1024), aligned_ints=("hidden",)
+)
+for experts, logits in ((128, "*bf16"), (256, "*fp32")):
+    compile_kernel(
+        _softmax_topk_kernel,
+        dict(logits_ptr=logits, weights_ptr="*fp32", ids_ptr="*i64"),
+        dict(NUM_EXPERTS=experts, EXPERTS_PAD=experts, TOP_K=8, K_PAD=8, RENORMALIZE=True),
+        num_warps=1,
+        quiet=True,
+    )
+print("_softmax_topk_kernel compiled", flush=True)
