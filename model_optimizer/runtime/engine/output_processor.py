@@ -264,7 +264,8 @@ class OutputProcessor:
         completion.sent_finished = finished
         logprobs = None
         if completion.params.logprobs is not None:  # those not handed out yet: hand them over
-            logprobs, completion.logprobs = completion.logprobs, _NO_LOGPROBS
+            logprobs = completion.logprobs if len(completion.logprobs) else LogprobList()  # never the shared one
+            completion.logprobs = _NO_LOGPROBS
         return CompletionOutput(
             index=completion.index,
             text=delta_text,
@@ -293,7 +294,8 @@ class OutputProcessor:
 
 
 _NO_LOGPROBS = LogprobList()
-"""What a DELTA completion holds once its logprobs are handed out; never extended (see _add_logprobs)."""
+"""What a DELTA completion holds once its logprobs are handed out; never extended (see _add_logprobs)
+nor handed out."""
 
 
 def _add_logprobs(completion: _Completion, logprobs: LogprobList) -> None:
