@@ -12,9 +12,10 @@ NONFINITE_TOKEN = -1
 """The token id a runner reports for a request whose logits were NaN or inf: the request fails."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Logprob:
-    """The chosen token's log-probability and the top-k alternatives at one step."""
+    """The chosen token's log-probability and the top-k alternatives at one step (slots: the core makes
+    one per token of every request that asks for logprobs)."""
 
     token_id: int
     logprob: float

@@ -352,11 +352,13 @@ class EngineCore:
             n = request.num_step_tokens
             self.num_generation_tokens += n
             self._num_step_tokens += n
+            logprobs = None
+            if request.params.logprobs is not None:
+                logprobs = request.logprobs[-n:] if n else None
+                request.logprobs = []  # reported: nothing reads them again
             if n == 1:
-                logprobs = [request.logprobs[-1]] if request.params.logprobs is not None else None
                 row = self._row(out, request, [request.output_token_ids[-1]], logprobs)
             else:  # it verified proposals: 0 (it failed) to k + 1 tokens
-                logprobs = request.logprobs[-n:] if request.params.logprobs is not None and n else None
                 row = self._row(out, request, request.output_token_ids[-n:] if n else [], logprobs)
             if request.finished:
                 out.finished.append(_finish_of(row, request))

@@ -92,26 +92,35 @@ class IncrementalDetokenizer:
             self.read_offset -= drop
 
 
-_SHARED_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-"""Per tokenizer: token id -> its text, shared by every request (a token's text never changes)."""
+_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per tokenizer: its caches (see TokenTexts), shared by every request (a token's text never changes)."""
+_NO_TOKENIZER: dict[str, dict] = {"keys": {}}
+"""The caches of a model without a tokenizer: only the "token_id:N" keys."""
 
 
 class TokenTexts:
     """Text of single tokens, cached (logprobs name each token by its text); None without a tokenizer.
 
     Logprobs name 1 + top-k tokens per generated token, in every chunk of every stream that asks for
-    them, so the texts are cached for the tokenizer's lifetime, across requests."""
+    them, so the texts (and their keys and bytes) are cached for the tokenizer's lifetime, across requests."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
-        self.cache: dict[int, str] = {}
-        if tokenizer is not None:
+        caches: dict[str, dict] = {}
+        if tokenizer is None:
+            caches = _NO_TOKENIZER
+        else:
             try:
-                self.cache = _SHARED_TEXTS.setdefault(tokenizer, {})
-            except TypeError:  # a tokenizer that takes no weak reference: a cache of this request's own
+                caches = _SHARED.setdefault(tokenizer, {})
+            except TypeError:  # a tokenizer that takes no weak reference: caches of this request's own
                 pass
-        self.keys: dict[int, str] = {}
-        """Token id -> its top_logprobs key (see key)."""
+        self.caches = caches
+        """Name -> a cache this tokenizer's requests share."""
+        self.cache: dict[int, str] = caches.setdefault("texts", {})
+        self.key_cache: dict[int, str] = self.cache if tokenizer is not None else caches["keys"]
+        """Token id -> its top_logprobs key (see key): its text, so the text cache itself with a tokenizer."""
+        self.bytes_cache: dict[int, list[int]] = caches.setdefault("bytes", {})
+        """Token id -> its text's UTF-8 bytes as ints (chat logprobs' `bytes`); shared: never change one."""
 
     def __call__(self, token_id: int) -> str | None:
         if self.tokenizer is None:
@@ -123,8 +132,24 @@ class TokenTexts:
 
     def key(self, token_id: int) -> str:
         """A top_logprobs key: the token's text, or "token_id:N" (vLLM's spelling) when there is no tokenizer."""
-        key = self.keys.get(token_id)
+        key = self.key_cache.get(token_id)
         if key is None:
             text = self(token_id)
-            key = self.keys[token_id] = f"token_id:{token_id}" if text is None else text
+            key = self.key_cache[token_id] = f"token_id:{token_id}" if text is None else text
         return key
+
+    def bytes_of(self, token_id: int) -> list[int]:
+        data = self.bytes_cache.get(token_id)
+        if data is None:
+            data = self.bytes_cache[token_id] = list((self(token_id) or "").encode())
+        return data
+
+    def many(self, token_ids: list[int]) -> list[str | None]:
+        """The texts of these tokens (all None without a tokenizer), in one look-up."""
+        if self.tokenizer is None:
+            return [None] * len(token_ids)
+        cache = self.cache
+        try:
+            return [cache[t] for t in token_ids]
+        except KeyError:  # some are new: decoded once, then every request finds them
+            return [self(t) for t in token_ids]

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from model_optimizer.runtime.engine.logprob_list import LogprobList
 from model_optimizer.runtime.sampler_output import Logprob, PromptLogprobs
 from model_optimizer.runtime.sampling_params import SamplingParams
 
@@ -272,11 +273,12 @@ class OutputsBuilder:
                 self.lp = (array("d"), array("i"), array("i"), array("i"), array("d"))
             values, ranks, num_top, top_ids, top_values = self.lp
             for lp in logprobs:
+                top = lp.top
                 values.append(lp.logprob)
                 ranks.append(lp.rank)
-                num_top.append(len(lp.top))
-                top_ids.extend(lp.top.keys())
-                top_values.extend(lp.top.values())
+                num_top.append(len(top))
+                top_ids.extend(top)
+                top_values.extend(top.values())
         return len(self.request_ids) - 1
 
     @property
@@ -302,13 +304,14 @@ class OutputsBuilder:
         )
 
 
-Row = tuple[str, int, list[int], "list[Logprob] | None"]
+Row = tuple[str, int, list[int], "LogprobList | None"]
 """One row of a CoreOutputs as the frontend reads it: (request id, completion index, new token ids,
 their logprobs or None). A tuple: a step of 256 rows makes 256 of them on the frontend's event loop."""
 
 
 def read_rows(out: CoreOutputs) -> list[Row]:
-    """The rows of a CoreOutputs with their tokens and logprobs (the frontend's side of OutputsBuilder)."""
+    """The rows of a CoreOutputs with their tokens and logprobs (the frontend's side of OutputsBuilder).
+    Logprobs stay columns (LogprobList, slices of the step's arrays): no object per token."""
     indexes, num_tokens, token_ids = _ints(out.indexes), _ints(out.num_tokens), _ints(out.token_ids)
     columns = _LogprobReader(out.logprobs) if out.logprobs is not None else None
     has_logprobs = out.has_logprobs if columns is not None else None
@@ -316,8 +319,9 @@ def read_rows(out: CoreOutputs) -> list[Row]:
     for i, request_id in enumerate(out.request_ids):
         n = num_tokens[i]
         ids = [token_ids[at]] if n == 1 else token_ids[at : at + n].tolist()
+        logprobs = columns.take(token_ids, at, n) if has_logprobs and has_logprobs[i] else None  # type: ignore[union-attr]
         at += n
-        rows.append((request_id, indexes[i], ids, columns.take(ids) if has_logprobs and has_logprobs[i] else None))
+        rows.append((request_id, indexes[i], ids, logprobs))
     return rows
 
 
@@ -326,23 +330,31 @@ def _ints(data: bytes) -> array:
 
 
 class _LogprobReader:
+    """Hands out the logprob columns of a CoreOutputs row by row, in token order."""
+
     def __init__(self, cols: LogprobColumns) -> None:
-        self.values, self.ranks = array("d", cols.logprobs), array("i", cols.ranks)
+        self.values, self.ranks = array("d", cols.logprobs), _ints(cols.ranks)
         self.num_top, self.top_ids, self.top_values = (
-            array("i", cols.num_top),
+            _ints(cols.num_top),
             _ints(cols.top_ids),
             array("d", cols.top_logprobs),
         )
         self.token, self.top = 0, 0
 
-    def take(self, token_ids: list[int]) -> list[Logprob]:
-        out = []
-        for token_id in token_ids:
-            t, k = self.token, self.num_top[self.token]
-            top = dict(zip(self.top_ids[self.top : self.top + k], self.top_values[self.top : self.top + k]))
-            out.append(Logprob(token_id, self.values[t], self.ranks[t], top))
-            self.token, self.top = t + 1, self.top + k
-        return out
+    def take(self, token_ids: array, at: int, n: int) -> LogprobList:
+        """The next n tokens' logprobs; `token_ids[at : at + n]` are those tokens."""
+        t, a = self.token, self.top
+        num_top = self.num_top[t : t + n]
+        b = a + (num_top[0] if n == 1 else sum(num_top))
+        self.token, self.top = t + n, b
+        return LogprobList(
+            token_ids[at : at + n],
+            self.values[t : t + n],
+            self.ranks[t : t + n],
+            num_top,
+            self.top_ids[a:b],
+            self.top_values[a:b],
+        )
 
 
 _encoder = msgspec.msgpack.Encoder()

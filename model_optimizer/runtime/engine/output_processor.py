@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from model_optimizer.runtime.engine.detokenizer import IncrementalDetokenizer
 from model_optimizer.runtime.engine.input_processor import Tokenizer
+from model_optimizer.runtime.engine.logprob_list import LogprobList
 from model_optimizer.runtime.engine.messages import CoreOutputs, read_rows
 from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from model_optimizer.runtime.sampler_output import Logprob
@@ -37,7 +38,8 @@ class _Completion:
     detokenizer: IncrementalDetokenizer | None
     """Incremental text, kept only when text is read before the end (see the module docstring)."""
     token_ids: list[int] = field(default_factory=list)
-    logprobs: list[Logprob] = field(default_factory=list)
+    logprobs: LogprobList = field(default_factory=LogprobList)
+    """Logprobs of its tokens (when asked for), as columns: all of them, or (DELTA) those not handed out yet."""
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     error: str | None = None
@@ -188,21 +190,23 @@ class OutputProcessor:
                 completion.finish("abort")
         return self._output(request_id, group)
 
-    def _add_tokens(self, completion: _Completion, token_ids: list[int], logprobs: list[Logprob] | None) -> bool:
+    def _add_tokens(self, completion: _Completion, token_ids: list[int], logprobs: LogprobList | None) -> bool:
         """Append a row's tokens; True when a stop string ends the completion (later tokens are dropped)."""
         if completion.first_token_time is None:
             completion.first_token_time = time.time()
         detokenizer = completion.detokenizer
-        for k, token_id in enumerate(token_ids):
-            completion.token_ids.append(token_id)
-            if logprobs is not None:
-                completion.logprobs.append(logprobs[k])
-            if detokenizer is None:
-                continue
-            stop = detokenizer.add_token(token_id)
-            if stop is not None:
-                completion.finish("stop", stop)
-                return True
+        if detokenizer is not None:
+            for k, token_id in enumerate(token_ids):
+                stop = detokenizer.add_token(token_id)
+                if stop is not None:
+                    completion.token_ids += token_ids[: k + 1]
+                    if logprobs is not None:
+                        _add_logprobs(completion, logprobs[: k + 1])
+                    completion.finish("stop", stop)
+                    return True
+        completion.token_ids += token_ids
+        if logprobs is not None:
+            _add_logprobs(completion, logprobs)
         return False
 
     # ----------------------------------------------------------------- building
@@ -242,7 +246,7 @@ class OutputProcessor:
             index=completion.index,
             text=self._text(completion),
             token_ids=list(completion.token_ids),
-            logprobs=list(completion.logprobs) if completion.params.logprobs is not None else None,
+            logprobs=completion.logprobs.copy() if completion.params.logprobs is not None else None,
             finish_reason=completion.finish_reason,
             stop_reason=completion.stop_reason,
         )
@@ -258,11 +262,15 @@ class OutputProcessor:
         delta_text = text[completion.num_sent_chars :]
         completion.num_sent_tokens, completion.num_sent_chars = num_tokens, len(text)
         completion.sent_finished = finished
+        logprobs = None
+        if completion.params.logprobs is not None:  # those not handed out yet: hand them over
+            logprobs = completion.logprobs if len(completion.logprobs) else LogprobList()  # never the shared one
+            completion.logprobs = _NO_LOGPROBS
         return CompletionOutput(
             index=completion.index,
             text=delta_text,
             token_ids=completion.token_ids[num_sent:],
-            logprobs=completion.logprobs[num_sent:] if completion.params.logprobs is not None else None,
+            logprobs=logprobs,
             finish_reason=finish_reason,
             stop_reason=completion.stop_reason,
         )
@@ -283,6 +291,20 @@ class OutputProcessor:
         if self.tokenizer is None or not params.detokenize:
             return None
         return IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params)
+
+
+_NO_LOGPROBS = LogprobList()
+"""What a DELTA completion holds once its logprobs are handed out; never extended (see _add_logprobs)
+nor handed out."""
+
+
+def _add_logprobs(completion: _Completion, logprobs: LogprobList) -> None:
+    """Append a row's logprobs. A completion holding none takes the row's columns as they are (they are
+    the row's own: read_rows slices them), so a stream of one token per step copies nothing."""
+    if len(completion.logprobs):
+        completion.logprobs.extend(logprobs)
+    else:
+        completion.logprobs = logprobs
 
 
 def _first_error(completions: list[_Completion]) -> str | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from model_optimizer.runtime.engine.logprob_list import join_logprobs
 from model_optimizer.runtime.sampler_output import Logprob
 from model_optimizer.runtime.sampling_params import RequestOutputKind
 
@@ -15,7 +17,8 @@ class CompletionOutput:
     index: int
     text: str
     token_ids: list[int]
-    logprobs: list[Logprob] | None
+    logprobs: Sequence[Logprob] | None
+    """One per token of token_ids, when asked for: a LogprobList from the engine (a list of Logprob to read)."""
     finish_reason: str | None = None
     """'stop' (EOS, stop token or stop string), 'length' (max_tokens or context), 'abort', 'error' (the
     request failed: see RequestOutput.error), or None while running."""
@@ -135,14 +138,11 @@ def _join(parts: list[CompletionOutput]) -> CompletionOutput:
     if len(parts) == 1:
         return parts[0]
     token_ids: list[int] = []
-    logprobs: list[Logprob] | None = None
     finish_reason = stop_reason = None
+    runs = [p.logprobs for p in parts if p.logprobs is not None]  # an abort's last output may have none
+    logprobs = join_logprobs(runs) if runs else None
     for part in parts:
         token_ids += part.token_ids
-        if part.logprobs is not None:  # a request asks for logprobs or not, for all of its outputs
-            if logprobs is None:
-                logprobs = []
-            logprobs += part.logprobs
         if part.finish_reason is not None:
             finish_reason, stop_reason = part.finish_reason, part.stop_reason
     text = "".join([part.text for part in parts])

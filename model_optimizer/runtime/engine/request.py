@@ -56,6 +56,8 @@ class Request:
 
     output_token_ids: list[int] = field(default_factory=list)
     logprobs: list[Logprob] = field(default_factory=list)
+    """Logprobs of the newest tokens not yet put in a CoreOutputs row (the core empties it as it reports
+    them): kept for the request's whole life they were garbage the collector walked on every pass."""
     num_computed_tokens: int = 0
     """Tokens whose KV is computed or being computed by a scheduled step."""
     num_pending: int = 0

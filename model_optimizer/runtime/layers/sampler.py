@@ -168,13 +168,16 @@ class Sampler:
         chosen, ranks, top_values, top_ids = logprobs.to_lists()
         results = []
         for i, (token_id, item) in enumerate(zip(token_ids, batch)):
-            logprob = None
             k = item.params.logprobs
-            if k is not None and token_id != NONFINITE_TOKEN:
-                # a token of probability 0 (one its grammar forbids) is no alternative: left out
-                top = {t: v for t, v in zip(top_ids[i][:k], top_values[i][:k]) if v != _NEG_INF}
-                logprob = Logprob(token_id=token_id, logprob=chosen[i], rank=ranks[i], top=top)
-            results.append((token_id, logprob))
+            if k is None or token_id == NONFINITE_TOKEN:
+                results.append((token_id, None))
+                continue
+            values = top_values[i]
+            if len(values) > k:
+                values = values[:k]
+            while values and values[-1] == _NEG_INF:  # probability 0 (its grammar forbids it): no alternative
+                values = values[:-1]  # (most likely first: only the last ones can be)
+            results.append((token_id, Logprob(token_id, chosen[i], ranks[i], dict(zip(top_ids[i], values)))))
         return results
 
     def _apply_penalties(self, logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:

@@ -1,11 +1,22 @@
-"""Engine logprobs -> OpenAI logprobs objects (completions' and chat's shapes), tokens named by their text."""
+"""Engine logprobs -> OpenAI logprobs objects (completions' and chat's shapes), tokens named by their text.
+
+The engine's logprobs come as columns (a LogprobList: engine/logprob_list.py) and are read as such: a
+chunk's ids and floats in one `tolist()` each, texts and keys through cached look-ups mapped over the
+ids, each token's top_logprobs one `dict(zip(...))`, no Logprob object made. Each token's alternatives
+are most likely first already (the sampler's top-k), so the first num_top are the num_top most likely,
+as the per-token path's sort finds them. A plain list of Logprob (the echoed prompt's, tests) takes the
+per-token path; both give the same objects.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from itertools import accumulate
 from operator import itemgetter
 
 from model_optimizer.runtime.engine.detokenizer import TokenTexts
+from model_optimizer.runtime.engine.logprob_list import LogprobList
 from model_optimizer.runtime.engine.outputs import Logprob
 from model_optimizer.runtime.server.protocol import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
 
@@ -18,16 +29,26 @@ def finite(value: float) -> float:
     return value if _isfinite(value) else MIN_LOGPROB
 
 
+def _finite_columns(logprobs: LogprobList) -> tuple[list[float], list[float]]:
+    """The chosen tokens' logprobs and the alternatives', -inf (any non-finite value) as MIN_LOGPROB."""
+    chosen, top = logprobs.logprobs.tolist(), logprobs.top_logprobs.tolist()
+    if _isfinite(sum(chosen) + sum(top)):  # logprobs are never large: only a non-finite one makes it so
+        return chosen, top
+    return [finite(v) for v in chosen], [finite(v) for v in top]
+
+
 def completion_logprobs(
-    texts: TokenTexts, logprobs: list[Logprob], text_offset: int, num_top: int
+    texts: TokenTexts, logprobs: Sequence[Logprob], text_offset: int, num_top: int
 ) -> CompletionLogprobs:
     return CompletionLogprobs(**completion_logprobs_dict(texts, logprobs, text_offset, num_top))
 
 
-def completion_logprobs_dict(texts: TokenTexts, logprobs: list[Logprob], text_offset: int, num_top: int) -> dict:
+def completion_logprobs_dict(texts: TokenTexts, logprobs: Sequence[Logprob], text_offset: int, num_top: int) -> dict:
     """CompletionLogprobs as the plain dict a stream chunk serializes (no model per chunk: see streaming.py)."""
+    if isinstance(logprobs, LogprobList):
+        return _completion_columns(texts, logprobs, text_offset, num_top)
     tokens, token_logprobs, top_logprobs, offsets = [], [], [], []
-    keys, key = texts.keys, texts.key
+    keys, key = texts.key_cache, texts.key
     for lp in logprobs:
         token = texts(lp.token_id)
         chosen = lp.logprob if _isfinite(lp.logprob) else MIN_LOGPROB
@@ -44,7 +65,37 @@ def completion_logprobs_dict(texts: TokenTexts, logprobs: list[Logprob], text_of
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs, "text_offset": offsets}
 
 
-def chat_logprobs(texts: TokenTexts, logprobs: list[Logprob], num_top: int) -> ChatLogprobs:
+def _completion_columns(texts: TokenTexts, logprobs: LogprobList, text_offset: int, num_top: int) -> dict:
+    """completion_logprobs_dict of columns: a chosen token not among the num_top first is added last."""
+    token_ids, top_ids = logprobs.token_ids.tolist(), logprobs.top_ids.tolist()
+    chosen, values = _finite_columns(logprobs)
+    get = texts.key_cache.__getitem__
+    try:
+        keys, own = list(map(get, top_ids)), list(map(get, token_ids))
+    except KeyError:  # tokens named for the first time: decoded once, then every request finds them
+        keys, own = list(map(texts.key, top_ids)), list(map(texts.key, token_ids))
+    if len(token_ids) == 1:  # a stream's usual chunk: one token
+        k = min(len(keys), num_top)
+        top = dict(zip(keys[:k], values[:k]) if k < len(keys) else zip(keys, values))
+        top.setdefault(own[0], chosen[0])
+        tokens = own if texts.tokenizer is not None else [None]
+        return {"tokens": tokens, "token_logprobs": chosen, "top_logprobs": [top], "text_offset": [text_offset]}
+    tops = []
+    a = 0
+    for n, key, value in zip(logprobs.num_top, own, chosen):
+        top = dict(zip(keys[a : a + min(n, num_top)], values[a : a + min(n, num_top)]))
+        top.setdefault(key, value)
+        tops.append(top)
+        a += n
+    tokens = texts.many(token_ids)
+    if texts.tokenizer is None or not tokens:
+        offsets = [text_offset] * len(tokens)
+    else:
+        offsets = list(accumulate(map(len, tokens[:-1]), initial=text_offset))  # type: ignore[arg-type]
+    return {"tokens": tokens, "token_logprobs": chosen, "top_logprobs": tops, "text_offset": offsets}
+
+
+def chat_logprobs(texts: TokenTexts, logprobs: Sequence[Logprob], num_top: int) -> ChatLogprobs:
     content = []
     for lp in logprobs:
         token = texts(lp.token_id)
@@ -57,8 +108,10 @@ def chat_logprobs(texts: TokenTexts, logprobs: list[Logprob], num_top: int) -> C
     return ChatLogprobs(content=content)
 
 
-def chat_logprobs_dict(texts: TokenTexts, logprobs: list[Logprob], num_top: int) -> dict:
+def chat_logprobs_dict(texts: TokenTexts, logprobs: Sequence[Logprob], num_top: int) -> dict:
     """ChatLogprobs as the plain dict a stream chunk serializes; the same fields, in the same order."""
+    if isinstance(logprobs, LogprobList):
+        return _chat_columns(texts, logprobs, num_top)
     content = []
     for lp in logprobs:
         token = texts(lp.token_id)
@@ -71,6 +124,29 @@ def chat_logprobs_dict(texts: TokenTexts, logprobs: list[Logprob], num_top: int)
         content.append(
             {"token": token, "logprob": finite(lp.logprob), "bytes": list(token.encode()), "top_logprobs": top}
         )
+    return {"content": content}
+
+
+def _chat_columns(texts: TokenTexts, logprobs: LogprobList, num_top: int) -> dict:
+    """chat_logprobs_dict of columns."""
+    if texts.tokenizer is None:  # as the model would refuse it: chat has a tokenizer (its template needs one)
+        raise ValueError("chat logprobs need token texts, and this model has no tokenizer")
+    token_ids, top_ids = logprobs.token_ids.tolist(), logprobs.top_ids.tolist()
+    chosen, values = _finite_columns(logprobs)
+    get, get_bytes = texts.cache.__getitem__, texts.bytes_cache.__getitem__
+    try:
+        top_texts, top_bytes = list(map(get, top_ids)), list(map(get_bytes, top_ids))
+        own_texts, own_bytes = list(map(get, token_ids)), list(map(get_bytes, token_ids))
+    except KeyError:  # tokens named for the first time
+        top_texts, top_bytes = list(map(texts, top_ids)), list(map(texts.bytes_of, top_ids))
+        own_texts, own_bytes = list(map(texts, token_ids)), list(map(texts.bytes_of, token_ids))
+    entries = [{"token": t, "logprob": v, "bytes": b} for t, v, b in zip(top_texts, values, top_bytes)]
+    content = []
+    a = 0
+    for token, value, data, n in zip(own_texts, chosen, own_bytes, logprobs.num_top):
+        top = entries[a : a + min(n, num_top)]
+        content.append({"token": token, "logprob": value, "bytes": data, "top_logprobs": top})
+        a += n
     return {"content": content}
 
 

@@ -13,7 +13,8 @@ A stream sends up to one chunk per engine step, and a server streams to every ru
 so a chunk's cost is paid up to (batch size) times per step on the event loop, which the engine thread also
 needs (the GIL). Chunks are therefore not pydantic models: `ChunkTemplate` serializes the fields
 every chunk of a stream shares (id, object, created, model) once, and each chunk adds only its
-choices, plain dicts through pydantic's own serializer: the same bytes, several times cheaper.
+choices, plain dicts through msgspec's JSON encoder (logprobs may be JSON already: msgspec.Raw, see
+logprobs_json.py): the bytes pydantic writes, several times cheaper.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
 from pydantic import BaseModel
-from pydantic_core import to_json
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -44,21 +45,17 @@ def sse(payload: BaseModel | dict) -> str:
     return f"data: {data}\n\n"
 
 
-try:  # as pydantic writes a non-finite float (null); an older pydantic_core lacks the option (and the
-    # values reaching a chunk are finite anyway: logprobs go through logprobs.finite)
-    to_json([], inf_nan_mode="null")
-    _TO_JSON = {"inf_nan_mode": "null"}
-except TypeError:
-    _TO_JSON = {}
+_encode = msgspec.json.Encoder().encode
 
 
 class ChunkTemplate:
     """The SSE event of a stream chunk from its choices (plain dicts), around a base chunk serialized once.
 
     `base` is the stream's chunk model with no choices (CompletionResponse, ChatCompletionChunk); its
-    other fields are the same in every chunk. The choices go through pydantic_core.to_json, the
-    serializer pydantic models use (same spelling of strings and floats), without building a model per
-    choice: the event is byte for byte what `sse(base with these choices)` gives, several times faster."""
+    other fields are the same in every chunk. The choices go through msgspec's encoder, which spells
+    strings as pydantic does, and floats too short of 1e16 (a chunk's only floats are logprobs, at most
+    0; a non-finite float is null in both), without building a model per choice: the event is byte for
+    byte what `sse(base with these choices)` gives, several times faster."""
 
     MARKER = b'"choices":[]'  # a key: inside a JSON string its quotes would be escaped
 
@@ -69,7 +66,7 @@ class ChunkTemplate:
         self.tail = text[at + len(self.MARKER) :] + b"\n\n"
 
     def event(self, choices: list[dict]) -> bytes:
-        return self.head + to_json(choices, **_TO_JSON) + self.tail
+        return self.head + _encode(choices) + self.tail
 
 
 @dataclass

@@ -12,8 +12,16 @@ import random
 
 import pytest
 
+from model_optimizer.runtime.engine.logprob_list import LogprobList
 from model_optimizer.runtime.engine.outputs import CompletionOutput, Logprob
-from model_optimizer.runtime.server.logprobs import TokenTexts, chat_logprobs, completion_logprobs, finite
+from model_optimizer.runtime.server.logprobs import (
+    TokenTexts,
+    chat_logprobs,
+    chat_logprobs_dict,
+    completion_logprobs,
+    completion_logprobs_dict,
+    finite,
+)
 from model_optimizer.runtime.server.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -186,3 +194,53 @@ def test_template_keeps_every_field_of_the_base(base):
     want["choices"] = [choice]
     assert json.loads(event[6:]) == want
     assert event.endswith("}\n\n")
+
+
+def sampled_logprobs(rng: random.Random, num_tokens: int, k: int) -> list[Logprob]:
+    """Logprobs as the sampler makes them: k alternatives, most likely first (ties kept in id order, as the
+    sort by -logprob keeps them), a token of probability 0 left out; ids collide in text (Tokenizer)."""
+    out = []
+    for _ in range(num_tokens):
+        ids = rng.sample(range(12), k)
+        values = sorted((rng.choice([-0.5, -1.25, -3.0, -1e-7]) for _ in ids), reverse=True)
+        top = {t: v for t, v in zip(ids, values) if rng.random() > 0.1}
+        chosen = rng.choice([*top, rng.randrange(12)]) if top else rng.randrange(12)
+        out.append(Logprob(chosen, top.get(chosen, rng.choice([-4.0, -math.inf])), rng.randint(1, 9), top))
+    return out
+
+
+@pytest.mark.parametrize("tokenizer", [Tokenizer(), None])
+def test_column_logprobs_are_the_per_token_ones(tokenizer):
+    """A LogprobList (the engine's columns) gives the dicts a list of the same Logprob gives, chunk or
+    response, one token or several, fewer alternatives asked than sent, -inf and shared texts included."""
+    texts, rng = TokenTexts(tokenizer), random.Random(1)
+    for _ in range(300):
+        k = rng.randint(0, 5)
+        lps = sampled_logprobs(rng, rng.choice([0, 1, 1, 2, 4]), k)
+        columns = LogprobList.of(lps)
+        num_top, offset = rng.randint(0, k), rng.randint(0, 9)
+        assert completion_logprobs_dict(texts, columns, offset, num_top) == completion_logprobs_dict(
+            texts, lps, offset, num_top
+        )
+        if tokenizer is not None:
+            assert chat_logprobs_dict(texts, columns, num_top) == chat_logprobs_dict(texts, lps, num_top)
+
+
+@pytest.mark.parametrize("tokenizer", [Tokenizer(), None])
+def test_chunks_of_column_logprobs_match_the_models(tokenizer):
+    rng = random.Random(2)
+    body = CompletionRequest(prompt=["a", "b"], n=2, stream=True, logprobs=3)
+    fmt = CompletionFormat(body, ["echo é\n", ""], "cmpl-1", ODD_NAME, TokenTexts(tokenizer))
+    chat_body = ChatCompletionRequest(
+        messages=[{"role": "user", "content": "hi"}], n=2, stream=True, logprobs=True, top_logprobs=3
+    )
+    chat = ChatFormat(chat_body, "chatcmpl-1", ODD_NAME, TokenTexts(Tokenizer()))
+    for _ in range(20):
+        outputs = []
+        for c in completions(False):
+            lps = sampled_logprobs(rng, len(c.token_ids), 3)
+            ids = [lp.token_id for lp in lps]
+            outputs.append(CompletionOutput(c.index, c.text, ids, LogprobList.of(lps), c.finish_reason, c.stop_reason))
+        for deltas in as_deltas(outputs):
+            check(fmt.chunk(deltas), expected_completion(fmt, deltas))
+            check(chat.chunk(deltas), expected_chat(chat, deltas))
