@@ -3,6 +3,8 @@
 # columnar logprobs, fused MoE routing, host-tier batching and swap), each <= ~420 s:
 #   bash scripts/device/session_c_h200.sh tests   # GPU tests in two lanes, host-tier TTFT, MoE decode profile
 #   bash scripts/device/session_c_h200.sh bench   # spec 1/64 clients, structured 1/64, served logprobs (2 frontends)
+#   bash scripts/device/session_c_h200.sh tier    # host-tier TTFT after direct copies, offload GPU tests,
+#                                                 # offline throughput of Qwen3-30B-A3B beside Qwen3-8B
 # Results: ONE tarball, $OUT/session_c_<mode>.tgz.
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
@@ -27,6 +29,15 @@ if [ "$MODE" = tests ]; then
   part decode_moe "$(left 85)" python3 decode_latency.py --models qwen3-30b-a3b --batch-sizes 1 64 --profile \
     --output "$RES/decode_qwen3_30b_a3b_routing_h200.json"
   cd ..
+elif [ "$MODE" = tier ]; then
+  cd benchmarks || exit 2
+  part host_kv_tier "$(left 80)" python3 host_kv_tier.py --output "$RES/host_kv_tier_h200.json"
+  cd ..
+  part gpu_offload "$(left 70)" "${PYTEST[@]}" tests/gpu/test_offload_gpu.py
+  for model in qwen3-30b-a3b qwen3-8b; do
+    part "throughput_$model" "$(left 90)" python3 benchmarks/throughput.py --model "$model" --hf-requests 0 \
+      --output "$RES/throughput_${model}_h200.json"
+  done
 else
   python3 benchmarks/word_tokenizer_model.py benchmarks/configs/qwen3-0.6b "$RES/qwen3-0.6b" > /dev/null 2>&1
   cd benchmarks || exit 2

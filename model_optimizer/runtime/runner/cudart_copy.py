@@ -15,6 +15,7 @@ import functools
 import torch
 
 _HOST_TO_DEVICE = 1  # cudaMemcpyHostToDevice
+_DEVICE_TO_HOST = 2  # cudaMemcpyDeviceToHost
 
 
 @functools.cache
@@ -40,9 +41,18 @@ def _cudart() -> ctypes.CDLL:
 
 def copy_host_to_device(dst: torch.Tensor, src: torch.Tensor, stream: torch.cuda.Stream) -> None:
     """Queue dst <- src (same byte count, both contiguous; src in registered host memory) on `stream`."""
+    _copy(dst, src, _HOST_TO_DEVICE, stream)
+
+
+def copy_device_to_host(dst: torch.Tensor, src: torch.Tensor, stream: torch.cuda.Stream) -> None:
+    """Queue dst <- src (same byte count, both contiguous; dst in registered host memory) on `stream`."""
+    _copy(dst, src, _DEVICE_TO_HOST, stream)
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor, kind: int, stream: torch.cuda.Stream) -> None:
     nbytes = src.numel() * src.element_size()
-    if dst.numel() * dst.element_size() != nbytes:
-        raise ValueError(f"copy of {nbytes} bytes into {dst.numel() * dst.element_size()}")
-    err = _cudart().cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), nbytes, _HOST_TO_DEVICE, stream.cuda_stream)
+    if dst.numel() * dst.element_size() != nbytes or not (dst.is_contiguous() and src.is_contiguous()):
+        raise ValueError(f"copy of {nbytes} contiguous bytes into {dst.numel() * dst.element_size()}")
+    err = _cudart().cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), nbytes, kind, stream.cuda_stream)
     if err != 0:
-        raise RuntimeError(f"cudaMemcpyAsync of {nbytes} bytes to the device failed (CUDA error {err})")
+        raise RuntimeError(f"cudaMemcpyAsync of {nbytes} bytes failed (CUDA error {err})")

@@ -1,13 +1,16 @@
 """HostKVCache: the host-memory side of the KV tier (`kv_offloading_size`): one host tensor per layer shaped
 like the GPU cache with num_host_blocks blocks, and the copies engine/host_kv_tier.py decided for a step.
 
-Saves (GPU block -> host slot) run first and wait for the device: the blocks they read were written by
-earlier steps, and the host copy must be complete before a later load may read it. Loads (host slot ->
-GPU block) gather the slots on the host, copy them up from a page-locked staging buffer and scatter
-them into their blocks on the step's stream, so the forward queued after them reads them. Either way
-every layer's blocks travel together: one transfer per step and direction (per STAGING_BYTES), not one
-per layer (one device sync for the saves instead of one per layer). On the CPU, where there is no transfer to batch, each layer's
-blocks are copied directly between two CPU tensors.
+Saves (GPU block -> host slot) run first: every layer's blocks are gathered into a device staging
+tensor and copied down straight into their host slots. Loads (host slot -> GPU block) copy the slots
+up straight from host memory into a device staging tensor and scatter it into the blocks. All of it is
+queued on the step's stream, so it is ordered after the steps that wrote the blocks and before the
+forward that reads them, and a save never overtakes a load of the same slot: nothing waits for the
+device. The host side is never gathered by the CPU: each run of consecutive slots is one
+cudaMemcpyAsync per layer and plane from the page-locked buffer (cudart_copy.py); the H200 measured a
+4k-token prefix loaded through a CPU gather into a staging buffer slower than recomputing it. Staging
+goes in pieces of STAGING_BYTES. On the CPU, where there is no transfer to batch, each layer's blocks
+are copied directly between two CPU tensors (tests switch the batched path on, with plain copies).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import math
 
 import torch
 
+from model_optimizer.runtime.runner.cudart_copy import copy_device_to_host, copy_host_to_device
 from model_optimizer.runtime.runner.weight_offload import PAGE, host_buffer
 
 log = logging.getLogger(__name__)
@@ -67,13 +71,25 @@ class HostKVCache:
         for i in range(0, len(loads), step):
             self._load([s for s, _ in loads[i : i + step]], [b for _, b in loads[i : i + step]])
 
-    def _staging(self, num_blocks: int, device: torch.device) -> torch.Tensor:
-        """(layers, planes, num_blocks, ...) for one step's blocks of every layer; page-locked on the host
-        (torch's caching host allocator: reused across steps, a block freed only after the copies reading it)."""
+    def _staging(self, num_blocks: int) -> torch.Tensor:
+        """(layers, planes, num_blocks, ...) on the device for one piece of a step's blocks of every layer."""
         shape = list(self.host[0].shape)
         shape[1] = num_blocks
-        pinned = device.type == "cpu" and torch.cuda.is_available()
-        return torch.empty([len(self.host), *shape], dtype=self.host[0].dtype, device=device, pin_memory=pinned)
+        return torch.empty([len(self.host), *shape], dtype=self.host[0].dtype, device=self.device)
+
+    def _transfer(self, staged: torch.Tensor, slots: list[int], up: bool) -> None:
+        """Each run of consecutive host slots to (up) or from its rows of `staged`, layer by layer."""
+        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        for first, row, length in _runs(slots):
+            for host, layer in zip(self.host, staged):
+                for plane in range(host.shape[0]):
+                    h, d = host[plane, first : first + length], layer[plane, row : row + length]
+                    if stream is None:
+                        (d if up else h).copy_(h if up else d)
+                    elif up:
+                        copy_host_to_device(d, h, stream)
+                    else:
+                        copy_device_to_host(h, d, stream)
 
     def _save(self, block_ids: list[int], slots: list[int]) -> None:
         blocks = torch.tensor(block_ids, device=self.device)
@@ -82,14 +98,10 @@ class HostKVCache:
             for cache, host in zip(self.kv_caches, self.host):
                 host.index_copy_(1, host_slots, cache.index_select(1, blocks))
             return
-        # every layer's blocks gathered on the device, one transfer down (it waits for the device: the blocks
-        # were written by earlier steps), scattered into their slots on the host
-        gathered = self._staging(len(block_ids), self.device)
+        gathered = self._staging(len(block_ids))  # every layer's blocks, then straight into their host slots
         for cache, layer in zip(self.kv_caches, gathered):
             torch.index_select(cache, 1, blocks, out=layer)
-        staged = self._staging(len(block_ids), torch.device("cpu")).copy_(gathered)
-        for host, layer in zip(self.host, staged):
-            host.index_copy_(1, host_slots, layer)
+        self._transfer(gathered, slots, up=False)
 
     def _load(self, slots: list[int], block_ids: list[int]) -> None:
         host_slots = torch.tensor(slots)
@@ -98,11 +110,18 @@ class HostKVCache:
             for cache, host in zip(self.kv_caches, self.host):
                 cache.index_copy_(1, blocks, host.index_select(1, host_slots))
             return
-        # every layer's slots gathered on the host, one transfer up, scattered into their blocks on the
-        # step's stream: the forward queued after reads them
-        staged = self._staging(len(slots), torch.device("cpu"))
-        for host, layer in zip(self.host, staged):
-            torch.index_select(host, 1, host_slots, out=layer)
-        on_device = staged.to(self.device, non_blocking=True)
-        for cache, layer in zip(self.kv_caches, on_device):
+        staged = self._staging(len(slots))  # straight up from the host slots, then into the blocks
+        self._transfer(staged, slots, up=True)
+        for cache, layer in zip(self.kv_caches, staged):
             cache.index_copy_(1, blocks, layer)
+
+
+def _runs(slots: list[int]) -> list[tuple[int, int, int]]:
+    """(first slot, row in `slots`, length) of each run of consecutive slots, in order."""
+    runs: list[tuple[int, int, int]] = []
+    for row, slot in enumerate(slots):
+        if runs and slot == runs[-1][0] + runs[-1][2]:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((slot, row, 1))
+    return runs
