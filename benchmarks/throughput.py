@@ -83,8 +83,8 @@ def record_steps(scheduler) -> list[tuple[float, int, int]]:
     log: list[tuple[float, int, int]] = []
     schedule = scheduler.schedule
 
-    def logged():
-        out = schedule()
+    def logged(*args, **kwargs):
+        out = schedule(*args, **kwargs)
         log.append((time.perf_counter(), len(out.num_scheduled_tokens), out.total_num_scheduled_tokens))
         return out
 

@@ -33,7 +33,7 @@ elif [ "$MODE" = tier ]; then
   cd benchmarks || exit 2
   part host_kv_tier "$(left 80)" python3 host_kv_tier.py --output "$RES/host_kv_tier_h200.json"
   cd ..
-  part gpu_offload "$(left 70)" "${PYTEST[@]}" tests/gpu/test_offload_gpu.py
+  [ "${SKIP_TESTS:-0}" = 1 ] || part gpu_offload "$(left 70)" "${PYTEST[@]}" tests/gpu/test_offload_gpu.py
   for model in qwen3-30b-a3b qwen3-8b; do
     part "throughput_$model" "$(left 90)" python3 benchmarks/throughput.py --model "$model" --hf-requests 0 \
       --output "$RES/throughput_${model}_h200.json"

@@ -66,6 +66,9 @@ class HostKVCache:
     def apply(self, saves: list[tuple[int, int]], loads: list[tuple[int, int]]) -> None:
         """Run one step's copies: saves, then loads (engine/host_kv_tier.py decides them)."""
         step = max(1, STAGING_BYTES // self.block_bytes) if self.batched else max(len(saves), len(loads), 1)
+        # in slot order: consecutive slots move as one copy per layer and plane (the tier hands slots out in
+        # ascending order, but the GPU pool evicts by recency: a prefix's blocks are saved in any order)
+        saves, loads = sorted(saves, key=lambda pair: pair[1]), sorted(loads)
         for i in range(0, len(saves), step):
             self._save([b for b, _ in saves[i : i + step]], [s for _, s in saves[i : i + step]])
         for i in range(0, len(loads), step):
