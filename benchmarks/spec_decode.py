@@ -116,7 +116,6 @@ def run(llm, concurrency: int, seed: int, num_requests: int | None = None) -> di
         "tokens_per_s": tokens / seconds,
         "requests": len(batch),
         "policy": {str(size): v for size, v in policy.summary().items()} if policy is not None else None,
-        "policy_probes": policy.num_probes if policy is not None else None,
         "seconds": seconds,
         "output_tokens": tokens,
         "steps": llm.engine.num_steps - steps,
@@ -137,8 +136,7 @@ def measure(modes: Modes, label: str, mode: str, concurrency: int, long: bool = 
     row.update(proposer=label, mode=mode, concurrency=concurrency, long=long, **settings)
     print(
         f"{label:>10} {mode:>5} c={concurrency:<3} {'long ' if long else ''}{settings}: "
-        f"{row['tokens_per_s']:8.1f} tok/s, {row['steps']} steps, acceptance length {row['mean_acceptance_length']}, "
-        f"probes {row['policy_probes']}",
+        f"{row['tokens_per_s']:8.1f} tok/s, {row['steps']} steps, acceptance length {row['mean_acceptance_length']}",
         flush=True,
     )
     return row

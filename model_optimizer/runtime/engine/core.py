@@ -18,12 +18,11 @@ flight is collected first and nothing is pending. Every handle is collected exac
 launch order.
 
 Speculative decoding (spec_decode/) makes a step synchronous: when the policy says the batch
-speculates, the step in flight is collected before scheduling (proposals come from tokens on the host),
-and a step that verified proposals is collected at the start of the next `step()`, before anything is
-scheduled (the scheduler must know how many proposals it kept). It stays in flight in between, so the
-frontend handles the outputs `step()` returns while the device verifies; what is left exposed, the
-host work from that collection to the next launch, is part of what the policy measures when it decides
-whether speculating pays. Without asynchronous scheduling it is collected before `step()` returns.
+speculates, the step in flight is collected before scheduling (proposals come from tokens on the host,
+and the scheduler must know how many proposals the last step kept before it schedules the next), and
+a step that verifies proposals is collected before `step()` returns. What that costs, the host work of
+one step no longer hidden behind the device's, is part of what the policy measures when it decides
+whether speculating pays.
 
 A step whose sampling rows include requests constrained by a grammar (runtime/structured) splits its
 launch in two: the forward of batch k + 1 is queued, batch k is collected and its tokens advance the
@@ -287,9 +286,6 @@ class EngineCore:
             previous = self._sample(previous)
         news, self._news = self._news, self._builders()
         self._num_step_tokens = 0
-        if previous is not None and previous.scheduler_output.spec_token_ids:  # how many it kept: before scheduling
-            self._finish(previous, news)
-            previous = None
         proposals = None
         if (
             self.speculator is not None
@@ -312,14 +308,14 @@ class EngineCore:
             if collected:
                 previous = None
         done = launched
-        if self.config.async_scheduling:  # collect the previous step (if any is left) while this one runs
-            done, self._in_flight = previous, launched
+        if self.config.async_scheduling and not scheduler_output.spec_token_ids:
+            done, self._in_flight = previous, launched  # collect the previous step while this one runs
         if done is not None:
             self._finish(done, news)
         if bound is not None and not scheduler_output.is_empty:  # what this step's tokens cost (CPU: at launch)
             bound.observe(self.clock() - started, _num_prefill_tokens(scheduler_output))
         if self.speculator is not None:
-            self.speculator.end_step(self._num_step_tokens, _num_prefill_tokens(scheduler_output))
+            self.speculator.end_step(self._num_step_tokens)
         stats = self.stats()
         return [builder.build(stats) for builder in news]
 

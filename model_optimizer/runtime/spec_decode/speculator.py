@@ -3,9 +3,7 @@
 Per step the core asks `begin_step` (the policy's decision for the running batch); when it says yes,
 the core first collects the step in flight (proposals are made from tokens on the host, and the
 scheduler must know how many proposals the last step kept), then passes `propose()`'s proposals to
-the scheduler. `end_step` records how long the `step()` call took and the tokens it collected, for
-the policy, when it ran the same mode as the call before it (a call collects the step the previous call
-launched: a switch mixes the modes) and neither computed prompt tokens (their cost is the prefill's).
+the scheduler. `end_step` records how long the step took and what it generated, for the policy.
 
 A request gets proposals when it is decoding (only its last token left to compute, none pending), does
 not read its history while sampling (penalties would change the target's distribution along the
@@ -37,25 +35,22 @@ class Speculator:
         self._step: tuple[float, int, bool] | None = None
         """(start, running requests, speculated) of the step in progress."""
         self._last_mode: bool | None = None
-        self._last_prompt = False
 
     def begin_step(self, running: list[Request]) -> bool:
         """Whether this step speculates; starts timing it."""
-        prefilling = any(r.num_computed_tokens < r.num_prompt_tokens for r in running)
-        speculate = self.policy.should_speculate(len(running), prefilling)
+        speculate = self.policy.should_speculate(len(running))
         self._step = (time.perf_counter(), len(running), speculate)
         return speculate
 
-    def end_step(self, num_tokens: int, num_prompt_tokens: int = 0) -> None:
-        """The step has ended, having generated `num_tokens` tokens and computed `num_prompt_tokens` of prompts:
-        record it (see the module docstring for which steps are)."""
+    def end_step(self, num_tokens: int) -> None:
+        """The step has ended, having generated `num_tokens` tokens: record it unless it switched modes."""
         if self._step is None:
             return
         start, num_running, speculated = self._step
         self._step = None
-        if self._last_mode == speculated and not num_prompt_tokens and not self._last_prompt:
+        if self._last_mode == speculated:
             self.policy.record(num_running, speculated, time.perf_counter() - start, num_tokens)
-        self._last_mode, self._last_prompt = speculated, bool(num_prompt_tokens)
+        self._last_mode = speculated
 
     def propose(self, running: list[Request]) -> dict[str, list[int]]:
         """Request id -> proposed tokens, for the running requests that may verify some this step."""

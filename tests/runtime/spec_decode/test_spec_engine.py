@@ -165,25 +165,6 @@ def test_adaptive_policy_keeps_outputs(target, reference):
     assert_same(llm.generate(prompts(), GREEDY), reference)
 
 
-@pytest.mark.parametrize("async_scheduling", [True, False])
-def test_a_verifying_step_is_collected_at_the_start_of_the_next(target, async_scheduling):
-    """With asynchronous scheduling a step that verified proposals is still in flight when step() returns (the
-    frontend works while the device verifies) and is collected before the next step schedules anything."""
-    llm = LLM(str(target), speculative_config=ngram(), async_scheduling=async_scheduling, **CPU)
-    engine, core = llm.engine, llm.engine.core
-    engine.add_request("r", [7, 8, 9, 10] * 6, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))
-    seen_in_flight = []
-    while engine.has_unfinished_requests():
-        engine.step()
-        step = core._in_flight
-        if step is not None and step.scheduler_output.spec_token_ids:
-            seen_in_flight.append(step.scheduler_output.step_id)
-            request = core.scheduler.requests["r"]
-            assert request.num_pending == 1  # its kept tokens are not on the host yet
-    assert bool(seen_in_flight) == async_scheduling
-    assert core._in_flight is None
-
-
 def test_draft_with_another_vocabulary_is_refused(target, tiny_model):
     with pytest.raises(ValueError, match="vocabulary"):
         LLM(str(target), speculative_config=draft(tiny_model("qwen2")), **CPU)  # 1031 tokens, not 1032
