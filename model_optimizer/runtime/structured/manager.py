@@ -82,6 +82,10 @@ class _Matcher:
         self.num_consumed = 0
 
 
+def _lane_of(pair: tuple[_Matcher, Any]) -> int:
+    return pair[0].lane
+
+
 class StructuredOutputManager:
     def __init__(self, compiler: GrammarCompiler, threads: int | None = None) -> None:
         """`threads`: llguidance's pool size for masks and tokens (default: default_fill_threads())."""
@@ -99,6 +103,8 @@ class StructuredOutputManager:
         """Host time spent advancing matchers and filling masks, all steps together."""
         self.max_seconds = 0.0
         """The longest one step spent on them."""
+        self._words = 0
+        """Bitmask words per row (the vocabulary over 32), once known."""
         self._advance_seconds = 0.0
         """Time advancing matchers since the last fill (counted with the next step's masks)."""
 
@@ -132,21 +138,23 @@ class StructuredOutputManager:
         """Feed each constrained request's new output tokens to its matcher. Returns the requests the
         grammar ends: (request, None) when it has stopped, (request, error) when it failed."""
         started = time.perf_counter()
+        matchers = self._matchers
         batch: list[tuple[_Matcher, Any]] = []
         ended: list[tuple[Any, str | None]] = []
         for request in requests:
-            state = self._matchers.get(request.request_id)
+            state = matchers.get(request.request_id)
             if state is None or request.finished:
                 continue
-            tokens = request.output_token_ids[state.num_consumed :]
-            if len(tokens) == 1:
+            tokens = request.output_token_ids
+            new = len(tokens) - state.num_consumed  # counted, not sliced: a slice copies the whole tail each step
+            if new == 1:
                 batch.append((state, request))
-            elif tokens:  # more than one at once: only a runner that returns several per step does that
-                state.matcher.consume_tokens(tokens)
-                state.num_consumed += len(tokens)
+            elif new > 0:  # more than one at once: only a runner that returns several per step does that
+                state.matcher.consume_tokens(tokens[state.num_consumed :])
+                state.num_consumed += new
                 self._check(state, request, ended)
         if len(batch) >= PARALLEL_ADVANCE_ROWS:
-            by_lane = sorted(batch, key=lambda pair: pair[0].lane)  # whole lanes per pool thread
+            by_lane = sorted(batch, key=_lane_of)  # whole lanes per pool thread
             self.executor().consume_token_par([(s.matcher, r.output_token_ids[-1]) for s, r in by_lane])
         else:
             for state, request in batch:
@@ -178,23 +186,23 @@ class StructuredOutputManager:
         (llguidance's pool, the GIL released), to run in a thread while the caller goes on; None when no
         row has a live matcher. No matcher of these rows may advance until the job has run."""
         started = time.perf_counter()
+        matchers = self._matchers
         rows: list[tuple[int, _Matcher]] = []
         for i, request in enumerate(requests):
-            state = self._matchers.get(request.request_id) if request is not None and not request.finished else None
+            state = matchers.get(request.request_id) if request is not None and not request.finished else None
             if state is not None and not state.matcher.is_stopped():
                 rows.append((i, state))
         if not rows:
             return None
-        words = (self.compiler.tokenizer().vocab_size + 31) // 32
+        words = self._words or self._count_words()
         mask = buffers(len(requests), len(rows), words)
         mask.mask_index.fill(-1)
-        for k, (i, _) in enumerate(rows):
-            mask.mask_index[i] = k
+        mask.mask_index[[i for i, _ in rows]] = np.arange(len(rows), dtype=np.int32)  # one numpy op, not a row loop
         bitmask = mask.bitmask
         if not bitmask.flags["C_CONTIGUOUS"] or bitmask.dtype != np.int32 or bitmask.shape != (len(rows), words):
             raise ValueError(f"mask buffer must be C-contiguous int32 of shape {(len(rows), words)}")
-        order = sorted(range(len(rows)), key=lambda k: rows[k][1].lane)  # whole lanes per pool thread
-        pairs = [(rows[k][1].matcher, k) for k in order]
+        by_lane = sorted(range(len(rows)), key=lambda k: rows[k][1].lane)  # whole lanes per pool thread
+        pairs = [(rows[k][1].matcher, k) for k in by_lane]
         executor = self.executor()  # made here, never by two threads at once
         spent = self._advance_seconds + time.perf_counter() - started
         self._advance_seconds = 0.0
@@ -209,6 +217,10 @@ class StructuredOutputManager:
             return mask
 
         return compute
+
+    def _count_words(self) -> int:
+        self._words = (self.compiler.tokenizer().vocab_size + 31) // 32
+        return self._words
 
     def executor(self) -> Any:
         if self._executor is None:

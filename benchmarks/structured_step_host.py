@@ -1,0 +1,199 @@
+"""Structured outputs: the step loop's host time per phase, 64 constrained rows against 64 unconstrained (CPU).
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python3 benchmarks/structured_step_host.py [--rows 64] [--tokens 128]
+        [--label NAME] [--output FILE]
+
+A tiny Qwen3 (2 layers, hidden 64, dummy weights) with the vocabulary and the 151k-token byte-level
+BPE tokenizer of benchmarks/configs/qwen3-0.6b (bpe_tokenizer_model.py, ~30 s): the model's forward
+costs little here, so what is timed is the engine's host work, the part that sits on the step loop
+(the thread that schedules, launches and collects) whatever the device. `--rows` requests generate
+`--tokens` tokens each (greedy), once unconstrained (ignore_eos) and once with the
+order schema of benchmarks/structured.py. Every call of the engine core's phases is timed on the
+loop thread, in wall and in thread CPU time (the fill's pool runs in other threads and is not
+counted, except where the loop waits for it):
+
+    schedule        Scheduler.schedule
+    launch          runner.launch (the forward; for masked steps without its sampling)
+    collect         runner.collect (the previous step's tokens to the host)
+    update          Scheduler.update_from_output
+    masked_rows     ConstrainedDecoding.masked_rows (which rows need masks)
+    advance         ConstrainedDecoding.advance (the new tokens into the matchers)
+    fill_start      ConstrainedDecoding.fill (the rows and buffers; the fill's start)
+    mask_wait       ConstrainedDecoding.wait (the loop waiting for the masks)
+    sample          runner.sample (the masks to the device and the masked sampling)
+    other           the rest of EngineCore.step (the rows, bookkeeping) and LLMEngine.step's outputs
+
+Only steps that decode exactly `--rows` rows count (no prefill, no request finished yet). These are
+CPU figures: on a GPU the forward and sampling run on the device, and the rest is the same host work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from common import CONFIGS, RESULTS, environment, write_json
+from structured import SCHEMA
+
+PHASES = ("schedule", "launch", "collect", "update", "masked_rows", "advance", "fill_start", "mask_wait", "sample")
+TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2}
+TINY |= {"num_key_value_heads": 1, "head_dim": 32, "torch_dtype": "float32"}
+
+
+def make_model(tmp: Path) -> Path:
+    from bpe_tokenizer_model import write
+
+    src = tmp / "config"
+    src.mkdir()
+    config = json.loads((CONFIGS / "qwen3-0.6b" / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps(config | TINY))
+    write(src, tmp / "model")
+    return tmp / "model"
+
+
+class Timers:
+    """Wall and loop-thread CPU seconds per phase, per engine step."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        self.steps: list[tuple[dict, dict]] = []
+        self.decode_rows = -1
+
+    def wrap(self, owner: object, name: str, phase: str) -> None:
+        original = getattr(owner, name)
+
+        def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            wall, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                cell = self.current[phase]
+                cell[0] += time.perf_counter() - wall
+                cell[1] += time.thread_time() - cpu
+
+        setattr(owner, name, timed)
+
+
+def run(llm, rows: int, tokens: int, constrained: bool, seed: int) -> dict:  # noqa: ANN001
+    from model_optimizer import SamplingParams
+    from model_optimizer.runtime.structured import StructuredOutputs
+
+    engine, core = llm.engine, llm.engine.core
+    timers = Timers()
+    scheduler = core.scheduler
+    schedule = scheduler.schedule
+
+    def counted_schedule(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        out = schedule(*args, **kwargs)
+        decode = out.num_prompt_tokens == 0 and len(out.num_scheduled_tokens) == rows
+        timers.decode_rows = rows if decode else -1
+        return out
+
+    scheduler.schedule = counted_schedule
+    timers.wrap(scheduler, "schedule", "schedule")
+    timers.wrap(scheduler, "update_from_output", "update")
+    for name, phase in (("launch", "launch"), ("collect", "collect"), ("sample", "sample")):
+        timers.wrap(core.runner, name, phase)
+    if constrained:
+        c = core._constrained()
+        for name, phase in (("masked_rows", "masked_rows"), ("advance", "advance"), ("fill", "fill_start")):
+            timers.wrap(c, name, phase)
+        timers.wrap(c, "wait", "mask_wait")
+    so = StructuredOutputs.json(SCHEMA) if constrained else None
+    params = [
+        SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=not constrained, structured_outputs=so)
+        for i in range(rows)
+    ]
+    for i, p in enumerate(params):
+        engine.add_request(f"{'c' if constrained else 'u'}{seed}-{i}", f"Order number {i + seed}:", p)
+    outputs: dict[str, list[int]] = {}
+    while engine.has_unfinished_requests():
+        timers.current.clear()
+        wall, cpu = time.perf_counter(), time.thread_time()
+        for out in engine.step():
+            if out.finished:
+                outputs[out.request_id] = list(out.outputs[0].token_ids)
+        total = (time.perf_counter() - wall, time.thread_time() - cpu)
+        if timers.decode_rows == rows and not outputs:
+            step = {p: tuple(timers.current.get(p, (0.0, 0.0))) for p in PHASES}
+            timers.steps.append((step, total))
+    for c in (scheduler, core.runner) + ((core.constrained,) if constrained else ()):
+        for name in list(vars(c)):
+            if name in (
+                "schedule",
+                "update_from_output",
+                "launch",
+                "collect",
+                "sample",
+                "masked_rows",
+                "advance",
+                "fill",
+                "wait",
+            ):
+                delattr(c, name)
+    return summarise(timers.steps, outputs, llm.tokenizer if constrained else None)
+
+
+def summarise(steps: list, outputs: dict, tokenizer) -> dict:  # noqa: ANN001
+    def ms(values: list[float]) -> float:
+        return round(1000 * float(np.mean(values)), 4) if values else 0.0
+
+    result = {"steps": len(steps), "wall_ms": {}, "cpu_ms": {}}
+    for k, key in ((0, "wall_ms"), (1, "cpu_ms")):
+        for phase in PHASES:
+            result[key][phase] = ms([s[phase][k] for s, _ in steps])
+        result[key]["other"] = ms([t[k] - sum(s[p][k] for p in PHASES) for s, t in steps])
+        result[key]["total"] = ms([t[k] for _, t in steps])
+    result["checksum"] = hash(tuple(tuple(v) for _, v in sorted(outputs.items()))) & ((1 << 61) - 1)
+    if tokenizer is not None:
+        import jsonschema
+
+        valid = 0
+        for tokens in outputs.values():
+            try:
+                jsonschema.validate(json.loads(tokenizer.decode(tokens, skip_special_tokens=True)), SCHEMA)
+                valid += 1
+            except (ValueError, jsonschema.ValidationError):
+                continue
+        result["documents"] = {"finished": len(outputs), "valid": valid}
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=64)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each kind (the first also warms up)")
+    parser.add_argument(
+        "--label", default="now", help="the key of this run's figures in the output (kept beside others)"
+    )
+    parser.add_argument("--output", default=str(RESULTS / "structured_step_host_cpu.json"))
+    args = parser.parse_args()
+    from model_optimizer import LLM
+
+    output = Path(args.output)
+    payload = json.loads(output.read_text()) if output.exists() else {}
+    payload |= {"benchmark": "structured_step_host", "device": "CPU", "environment": environment()}
+    payload.setdefault("runs", {})
+    with tempfile.TemporaryDirectory(prefix="mopt-structured-step-") as tmp:
+        model_dir = make_model(Path(tmp))
+        llm = LLM(str(model_dir), load_format="dummy", max_model_len=512, max_num_seqs=args.rows)
+        figures = {}
+        for kind in ("unconstrained", "constrained"):
+            for repeat in range(args.repeats):
+                figures[kind] = run(llm, args.rows, args.tokens, kind == "constrained", seed=1000 * repeat)
+                print(f"{kind} #{repeat}: {figures[kind]}", file=sys.stderr)
+        llm.close()
+    payload["runs"][args.label] = {"rows": args.rows, "tokens": args.tokens, **figures}
+    write_json(output, payload)
+    print(f"wrote {output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
