@@ -107,6 +107,17 @@ class _EngineCollector(Collector):
         )
         yield counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", s.prefix_cache_hits)
         yield counter("vllm:num_preemptions", "Preempted sequences.", s.num_preemptions)
+        yield counter(
+            "mopt:host_kv_hits", "Of the prefix-cache hits, prompt tokens loaded from the host KV tier.", s.host_kv_hits
+        )
+        yield counter(
+            "mopt:swapped_out_blocks", "KV blocks copied to host memory by swap preemptions.", s.num_swapped_out_blocks
+        )
+        yield counter(
+            "mopt:swapped_in_blocks",
+            "KV blocks copied back when swapped-out requests resumed.",
+            s.num_swapped_in_blocks,
+        )
         yield counter("vllm:prompt_tokens", "Prompt tokens computed.", s.num_prompt_tokens)
         yield counter("vllm:generation_tokens", "Tokens generated.", s.num_generation_tokens)
         yield counter("mopt:engine_steps", "Engine steps run.", s.num_steps)

@@ -53,9 +53,9 @@ def test_server_with_swap_preemption_gives_the_unpreempted_tokens(tiny_model):
         choices = sorted(response.json()["choices"], key=lambda c: c["index"])
         assert [c["token_ids"] for c in choices] == expected
         metrics = httpx.get(f"{live.url}/metrics", timeout=30).text
-        assert any(
-            line.startswith("vllm:num_preemptions_total") and float(line.split()[-1]) > 0
-            for line in metrics.splitlines()
-        )
+        totals = {line.split("{")[0]: float(line.split()[-1]) for line in metrics.splitlines() if "_total{" in line}
+        assert totals["vllm:num_preemptions_total"] > 0
+        assert totals["mopt:swapped_out_blocks_total"] > 0  # preempted requests went to host memory...
+        assert totals["mopt:swapped_in_blocks_total"] == totals["mopt:swapped_out_blocks_total"]  # ...and all came back
     finally:
         live.stop()
