@@ -7,7 +7,7 @@ up straight from host memory into a device staging tensor and scatter it into th
 queued on the step's stream, so it is ordered after the steps that wrote the blocks and before the
 forward that reads them, and a save never overtakes a load of the same slot: nothing waits for the
 device. The host side is never gathered by the CPU: each run of consecutive slots is one
-cudaMemcpyAsync per layer and plane from the page-locked buffer (cudart_copy.py); the H200 measured a
+cudaMemcpyAsync per layer and plane from the page-locked buffer (host_memory.py); the H200 measured a
 4k-token prefix loaded through a CPU gather into a staging buffer slower than recomputing it. Staging
 goes in pieces of STAGING_BYTES. On the CPU, where there is no transfer to batch, each layer's blocks
 are copied directly between two CPU tensors (tests switch the batched path on, with plain copies).
@@ -20,8 +20,13 @@ import math
 
 import torch
 
-from model_optimizer.runtime.runner.cudart_copy import copy_device_to_host, copy_host_to_device
-from model_optimizer.runtime.runner.weight_offload import PAGE, host_buffer
+from model_optimizer.runtime.runner.host_memory import (
+    PAGE,
+    copy_device_to_host,
+    copy_host_to_device,
+    host_buffer,
+    page_lock,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +62,7 @@ class HostKVCache:
             for i in range(len(kv_caches))
         ]
         if device.type == "cuda":
-            from model_optimizer.runtime.runner.weight_offload import _page_lock
-
-            _page_lock(self, self.buffer)
+            page_lock(self, self.buffer)
         log.info("host KV tier: %d blocks (%.2f GiB) in host memory", num_blocks, self.buffer.numel() / 2**30)
 
     @torch.inference_mode()
@@ -96,8 +99,8 @@ class HostKVCache:
 
     def _save(self, block_ids: list[int], slots: list[int]) -> None:
         blocks = torch.tensor(block_ids, device=self.device)
-        host_slots = torch.tensor(slots)
         if not self.batched:
+            host_slots = torch.tensor(slots)
             for cache, host in zip(self.kv_caches, self.host):
                 host.index_copy_(1, host_slots, cache.index_select(1, blocks))
             return
@@ -107,9 +110,9 @@ class HostKVCache:
         self._transfer(gathered, slots, up=False)
 
     def _load(self, slots: list[int], block_ids: list[int]) -> None:
-        host_slots = torch.tensor(slots)
         blocks = torch.tensor(block_ids, device=self.device)
         if not self.batched:
+            host_slots = torch.tensor(slots)
             for cache, host in zip(self.kv_caches, self.host):
                 cache.index_copy_(1, blocks, host.index_select(1, host_slots))
             return

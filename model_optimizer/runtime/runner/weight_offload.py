@@ -18,7 +18,7 @@ after the side stream has waited for everything queued before this forward.
 
 CUDA graphs stay on: the hooks run while the decode graphs are captured, the side stream forks from
 and joins the capturing stream through the events, and a cudaMemcpyAsync from page-locked host memory
-is a graph node like a kernel (queued through the CUDA runtime itself, cudart_copy.py: torch's `copy_`
+is a graph node like a kernel (queued through the CUDA runtime itself, host_memory.py: torch's `copy_`
 refuses registered memory in a capture); the slot addresses never change, so replays read fresh copies.
 
 On the CPU there is no second memory: the "host" buffers and the "device" slots are both CPU tensors
@@ -29,7 +29,6 @@ one a GPU runs, which is what the CPU tests check against unoffloaded output.
 from __future__ import annotations
 
 import logging
-import weakref
 from dataclasses import dataclass
 from functools import partial
 
@@ -37,14 +36,12 @@ import torch
 from torch import nn
 
 from model_optimizer.runtime.layers.linear import Linear
-from model_optimizer.runtime.runner.cudart_copy import copy_host_to_device
+from model_optimizer.runtime.runner.host_memory import PAGE, copy_host_to_device, host_buffer, page_lock
 
 log = logging.getLogger(__name__)
 
 ALIGN = 256
 """Byte alignment of every tensor in a packed layer (what CUDA allocations give, so kernels see the same)."""
-PAGE = 4096
-"""Each layer's host buffer starts on its own page; all of them are one page-locked allocation."""
 
 
 def layer_weights(layer: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor]]:
@@ -136,14 +133,6 @@ class LayerLayout:
                 module._buffers[name] = view
 
 
-def host_buffer(nbytes: int) -> torch.Tensor:
-    """A uint8 CPU tensor of `nbytes` (a multiple of PAGE) starting on a page boundary: page-locking it
-    covers only pages of its own, never one shared with another allocation (registered twice: an error)."""
-    raw = torch.empty(nbytes + PAGE, dtype=torch.uint8)
-    start = -raw.data_ptr() % PAGE
-    return raw[start : start + nbytes]
-
-
 def _view(buffer: torch.Tensor, start: int, dtype: torch.dtype, shape: torch.Size) -> torch.Tensor:
     """The (shape, dtype) tensor stored at byte `start` of a flat uint8 buffer."""
     nbytes = shape.numel() * torch.empty((), dtype=dtype).element_size()
@@ -171,7 +160,7 @@ class WeightOffloader:
             layout.point_into(self.slots[k % 2])
             _move_other_buffers(layers[i], device)
         if cuda:
-            _page_lock(self, self.buffer)
+            page_lock(self, self.buffer)
             torch.cuda.empty_cache()  # layers built on the device (and moved) leave cached blocks behind
         self.stream = torch.cuda.Stream(device) if cuda else None
         self.copied = [torch.cuda.Event() for _ in layouts] if cuda else []
@@ -228,21 +217,6 @@ def _move_other_buffers(layer: nn.Module, device: torch.device) -> None:
         for name, buffer in module._buffers.items():
             if buffer is not None and buffer.device != device:
                 module._buffers[name] = buffer.to(device)
-
-
-def _page_lock(owner: object, buffer: torch.Tensor) -> None:
-    """cudaHostRegister the host buffer for the owner's lifetime (async, capturable copies)."""
-    err = torch.cuda.cudart().cudaHostRegister(buffer.data_ptr(), buffer.numel(), 0)
-    if int(err) != 0:
-        raise RuntimeError(
-            f"cudaHostRegister of {buffer.numel() / 2**30:.2f} GiB failed ({err}): the host cannot lock that much "
-            "memory (ulimit -l, or too little RAM); offload less"
-        )
-    weakref.finalize(owner, _unlock, buffer)  # the finalizer holds the buffer: unregistered, then freed
-
-
-def _unlock(buffer: torch.Tensor) -> None:
-    torch.cuda.cudart().cudaHostUnregister(buffer.data_ptr())
 
 
 def offload_layers(model: nn.Module, layer_ids: list[int], device: torch.device) -> WeightOffloader:

@@ -1,4 +1,5 @@
-"""Host-to-device copies from memory page-locked with cudaHostRegister, capturable in a CUDA graph.
+"""Registered host memory: page-aligned buffers, page-locked with cudaHostRegister, and copies between
+them and the device that a CUDA graph can capture (weight offload, the host KV tier).
 
 torch refuses a CPU -> CUDA `copy_` inside a graph capture unless its own pinned allocator made the
 source (it does not count registered memory as pinned), and that allocator rounds each allocation up
@@ -11,9 +12,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import weakref
 
 import torch
 
+PAGE = 4096
+"""Buffers start on a page of their own: page-locking one never touches another allocation's page."""
 _HOST_TO_DEVICE = 1  # cudaMemcpyHostToDevice
 _DEVICE_TO_HOST = 2  # cudaMemcpyDeviceToHost
 
@@ -56,3 +60,26 @@ def _copy(dst: torch.Tensor, src: torch.Tensor, kind: int, stream: torch.cuda.St
     err = _cudart().cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), nbytes, kind, stream.cuda_stream)
     if err != 0:
         raise RuntimeError(f"cudaMemcpyAsync of {nbytes} bytes failed (CUDA error {err})")
+
+
+def host_buffer(nbytes: int) -> torch.Tensor:
+    """A uint8 CPU tensor of `nbytes` (a multiple of PAGE) starting on a page boundary: page-locking it
+    covers only pages of its own, never one shared with another allocation (registered twice: an error)."""
+    raw = torch.empty(nbytes + PAGE, dtype=torch.uint8)
+    start = -raw.data_ptr() % PAGE
+    return raw[start : start + nbytes]
+
+
+def page_lock(owner: object, buffer: torch.Tensor) -> None:
+    """cudaHostRegister the host buffer for the owner's lifetime (async, capturable copies)."""
+    err = torch.cuda.cudart().cudaHostRegister(buffer.data_ptr(), buffer.numel(), 0)
+    if int(err) != 0:
+        raise RuntimeError(
+            f"cudaHostRegister of {buffer.numel() / 2**30:.2f} GiB failed ({err}): the host cannot lock that much "
+            "memory (ulimit -l, or too little RAM); offload less"
+        )
+    weakref.finalize(owner, _unlock, buffer)  # the finalizer holds the buffer: unregistered, then freed
+
+
+def _unlock(buffer: torch.Tensor) -> None:
+    torch.cuda.cudart().cudaHostUnregister(buffer.data_ptr())
