@@ -15,3 +15,11 @@ part() {  # part NAME SECONDS COMMAND...: run with a limit, log to $RES/NAME.log
   echo "[$SECONDS s] $name: exit $rc" | tee -a "$RES/summary.txt"
   tail -4 "$RES/$name.log" >> "$RES/summary.txt"
 }
+
+start_run() {  # the environment of a run from the repository root, and RES: a fresh folder for its results,
+  install_wheels  # already holding gpu.txt (the GPU, driver, memory) and commit.txt
+  export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1 PYTHONPATH="$PWD:${PYTHONPATH:-}"
+  RES=$(mktemp -d)
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RES/gpu.txt" 2>&1 || true
+  git rev-parse HEAD > "$RES/commit.txt" 2>/dev/null || true
+}

@@ -14,12 +14,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 source "$(dirname "$0")/common.sh"
-install_wheels
-export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-RES=$(mktemp -d)
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RES/gpu.txt" 2>&1 || true
-git rev-parse HEAD > "$RES/commit.txt" 2>/dev/null || true
+start_run
 python3 benchmarks/word_tokenizer_model.py benchmarks/configs/qwen3-0.6b "$RES/qwen3-0.6b" > /dev/null 2>&1
 QWEN=(--model "$RES/qwen3-0.6b" --load-format dummy --dtype bfloat16)
 

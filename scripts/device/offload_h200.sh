@@ -17,11 +17,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 source "$(dirname "$0")/common.sh"
-install_wheels
-export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-RES=$(mktemp -d)
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RES/gpu.txt" 2>&1 || true
+start_run
 
 part gpu_tests 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_offload_gpu.py
 LEFT=$((165 - SECONDS))

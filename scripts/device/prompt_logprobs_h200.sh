@@ -10,14 +10,11 @@
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 source "$(dirname "$0")/common.sh"
-export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-RES=$(mktemp -d)
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RES/gpu.txt" 2>&1 || true
-git rev-parse HEAD > "$RES/commit.txt" 2>/dev/null || true
+start_run
 
 part gpu_tests 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_prompt_logprobs_gpu.py
 cat "$RES/summary.txt"
 tar -czf "$OUT/prompt_logprobs.tgz" -C "$RES" .
 rm -rf "$RES"
 echo "wrote $OUT/prompt_logprobs.tgz"
+

@@ -10,12 +10,8 @@ set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 MODE=${1:-tests}
 source "$(dirname "$0")/common.sh"
-install_wheels
-export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1 PYTHONPATH="$PWD:${PYTHONPATH:-}"
-RES=$(mktemp -d)
+start_run
 DEADLINE=${DEADLINE:-420}
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RES/gpu.txt" 2>&1 || true
-git rev-parse HEAD > "$RES/commit.txt" 2>/dev/null || true
 left() { local l=$((DEADLINE - SECONDS)); [ "$1" -lt "$l" ] && echo "$1" || echo "$l"; }
 PYTEST=(python3 -m pytest -q -p no:cacheprovider --durations=5)
 

@@ -14,11 +14,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 source "$(dirname "$0")/common.sh"
-install_wheels
-export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-RES=$(mktemp -d)
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RES/gpu.txt" 2>&1 || true
+start_run
 
 cd benchmarks || exit 2
 part spec_decode 150 python3 spec_decode.py --quick --output "$RES/spec_decode_h200.json"

@@ -18,12 +18,8 @@
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 source "$(dirname "$0")/common.sh"
-install_wheels
-export PYTHONUNBUFFERED=1 COLUMNS=200 HF_HUB_OFFLINE=1
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-RES=$(mktemp -d)
+start_run
 QWEN=(--load-format dummy --dtype bfloat16)
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RES/gpu.txt" 2>&1 || true
 python3 -c "import llguidance; print('llguidance', llguidance.__version__)" > "$RES/llguidance.txt" 2>&1 \
   || echo "llguidance missing: put its wheel in .whl/" | tee -a "$RES/summary.txt"
 
