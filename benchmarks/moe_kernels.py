@@ -14,6 +14,10 @@ at 64 tokens.
 Triton launch of kernels/moe_routing.py, bf16 logits) and of the sum over k of the down GEMM's rows
 (torch's bf16 `.sum(1)` against `fused_moe.sum_over_k`), each from CUDA-graph replays.
 
+`--align` adds, per token count, the GPU time of the alignment at the default block height: the
+one-program kernel, the parallel count + scatter (kernels/moe_align.py) and the torch sort, each from
+CUDA-graph replays, and checks that the three give the same rows.
+
 `--sweep` first times, per shape and token bucket (moe_tiles.TOKEN_BUCKETS), each GEMM alone at
 every candidate tile (moe_tiles.GEMM_CANDIDATES) for each candidate block height, keeps the
 fastest pair per height and the fastest height, checks it against the loop, and writes the table
@@ -146,6 +150,35 @@ def fastest(gated: bool, case: dict, sets: list, sorted_ids, block_expert, block
     return min(results, key=lambda r: r[0])
 
 
+def align_row(model: str, num_tokens: int) -> dict:
+    """GPU us of the three alignments of one layer's ids (the one-program kernel only up to its limit)."""
+    import torch
+
+    from model_optimizer.runtime.kernels import fused_moe as fm
+    from model_optimizer.runtime.kernels.moe_align import align_pairs_parallel
+    from model_optimizer.runtime.kernels.moe_tiles import default_tiles
+
+    experts, _, _, top_k = expert_shape(model)
+    block_m = default_tiles(num_tokens, experts, top_k).block_m
+    ids = [make_case((experts, 8, 8, top_k), num_tokens, seed=s)[4] for s in (0, 1)]
+    ways = {"sort": fm.align_pairs_sorted, "parallel": align_pairs_parallel}
+    if ids[0].numel() <= fm.ALIGN_KERNEL_MAX_PAIRS:
+        ways["one_program"] = fm.align_pairs_kernel
+    want = fm.align_pairs_sorted(ids[0], experts, block_m)
+    row = {"model": model, "tokens": num_tokens, "pairs": ids[0].numel(), "block_m": block_m}
+    for name, align in ways.items():
+        got = align(ids[0], experts, block_m)
+        if not (torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])):
+            raise RuntimeError(f"{model} {num_tokens} tokens: {name} alignment differs from the sort")
+        row[f"{name}_us"] = gpu_time_ms(lambda t, align=align: align(t, experts, block_m), ids) * 1e3
+    print(
+        f"{model} {num_tokens:4d} tokens: align "
+        + ", ".join(f"{k} {v:.1f}" for k, v in row.items() if k.endswith("_us")),
+        flush=True,
+    )
+    return row
+
+
 def sweep_case(model: str, num_tokens: int) -> tuple[str, object, dict]:
     """(table key, fastest MoeTiles, timings) for one shape and token bucket."""
     import torch
@@ -182,6 +215,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=SHAPES)
     parser.add_argument("--tokens", nargs="+", type=int, default=TOKENS)
     parser.add_argument("--routing", action="store_true", help="also time routing and the sum over k")
+    parser.add_argument("--align", action="store_true", help="also time the alignment: one program, parallel, sort")
     parser.add_argument("--sweep", action="store_true", help="time the tile candidates first, write a table")
     parser.add_argument("--sweep-tokens", nargs="+", type=int, default=[1, 8, 64, 512, 4096])
     parser.add_argument("--tiles-output", default=None, help="the sweep's table (default: beside --output)")
@@ -211,6 +245,8 @@ def main() -> None:
             result["rows"].append(compare(model, num_tokens))
             if args.routing:
                 result.setdefault("routing", []).append(routing_row(model, num_tokens))
+            if args.align:
+                result.setdefault("align", []).append(align_row(model, num_tokens))
             write_json(args.output, result)
     write_json(args.output, result)
 

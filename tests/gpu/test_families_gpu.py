@@ -119,3 +119,22 @@ def test_moe_routing_kernel_matches_softmax_topk(num_tokens, num_experts, top_k,
     ties = torch.randint(-3, 3, (num_tokens, num_experts), device="cuda", generator=gen).bfloat16()
     _, ids = softmax_topk_kernel(ties, top_k, renormalize)  # bf16 logits, ties everywhere: lowest id first
     assert torch.equal(ids, torch.sort(ties.float(), dim=-1, descending=True, stable=True).indices[:, :top_k])
+
+
+@pytest.mark.parametrize(("num_pairs", "num_experts", "block_m"), [(8, 128, 16), (512, 128, 16), (4096, 256, 64)])
+def test_fused_moe_align_in_a_cuda_graph_equals_the_sort(num_pairs, num_experts, block_m):
+    """`align_pairs` (one program or the parallel count + scatter), captured once and replayed on new
+    ids, some of another rank: the same rows as the torch sort each time (no host sync in the capture)."""
+    from model_optimizer.runtime.kernels.fused_moe import align_pairs, align_pairs_sorted
+
+    gen = torch.Generator(device="cuda").manual_seed(num_pairs)
+    ids = torch.randint(-2, num_experts + 2, (num_pairs,), device="cuda", generator=gen)
+    align_pairs(ids, num_experts, block_m)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sorted_ids, block_expert = align_pairs(ids, num_experts, block_m)
+    for _ in range(3):
+        ids.copy_(torch.randint(-2, num_experts + 2, (num_pairs,), device="cuda", generator=gen))
+        graph.replay()
+        want = align_pairs_sorted(ids, num_experts, block_m)
+        assert torch.equal(sorted_ids, want[0]) and torch.equal(block_expert, want[1])

@@ -32,27 +32,30 @@ import triton
 import triton.language as tl
 
 from model_optimizer.runtime.kernels.dots import dot
+from model_optimizer.runtime.kernels.moe_align import align_pairs_parallel, max_padded_pairs
 from model_optimizer.runtime.kernels.moe_tiles import MoeTiles, choose_tiles
-
-
-def max_padded_pairs(num_pairs: int, num_experts: int, block_m: int) -> int:
-    """Rows the sorted, padded pairs can need: each expert that has pairs adds at most block_m - 1."""
-    return triton.cdiv(num_pairs + min(num_pairs, num_experts) * (block_m - 1), block_m) * block_m
 
 
 def align_pairs(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(sorted_ids (padded_rows,) int32, block_expert (padded_rows / block_m,) int32): see the module docstring.
 
     Pairs of an id outside [0, num_experts) are dropped (their rows are never computed). Up to
-    ALIGN_KERNEL_MAX_PAIRS pairs (decode) one Triton program does it all; larger batches (prefill)
-    take `align_pairs_sorted`, about twenty torch kernels whose launches a long prefill hides."""
-    if topk_ids.is_cuda and topk_ids.numel() <= ALIGN_KERNEL_MAX_PAIRS:
+    ALIGN_ONE_PROGRAM_MAX_PAIRS pairs one Triton program does it all (one launch; its serial walk is
+    short); up to ALIGN_KERNEL_MAX_PAIRS (decode batches) `moe_align.align_pairs_parallel` spreads it
+    over many programs in two launches; larger batches (prefill) take `align_pairs_sorted`, about
+    twenty torch kernels whose launches a long prefill hides. All three give the same rows."""
+    if topk_ids.is_cuda and topk_ids.numel() <= ALIGN_ONE_PROGRAM_MAX_PAIRS:
         return align_pairs_kernel(topk_ids, num_experts, block_m)
+    if topk_ids.is_cuda and topk_ids.numel() <= ALIGN_KERNEL_MAX_PAIRS:
+        return align_pairs_parallel(topk_ids, num_experts, block_m)
     return align_pairs_sorted(topk_ids, num_experts, block_m)
 
 
+ALIGN_ONE_PROGRAM_MAX_PAIRS = 32
+"""Pairs up to which the one-program kernel runs: one chunk of the parallel path (batch <= 4 at top-8),
+where its two launches would add a launch and no parallelism in the scatter (unmeasured choice)."""
 ALIGN_KERNEL_MAX_PAIRS = 4096
-"""Pairs up to which the one-program alignment kernel runs (512 at a decode batch of 64 with top-8)."""
+"""Pairs up to which the alignment runs in Triton (512 at a decode batch of 64 with top-8)."""
 
 
 def align_pairs_sorted(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,7 +2,8 @@
 both GEMMs (gate_up with its silu epilogue, down with the routing weights) at each default tile
 and the widest sweep candidates, in bfloat16 (and float16 / float32 once each), with the shared
 memory each needs (the sweep skips candidates a GPU cannot launch); the sum over k (16-byte loads too),
-the alignment and the routing kernel (bf16 logits of 128 experts, top 8; 256 experts) compile.
+the alignment (one program; the parallel count and scatter at 128 and 256 experts, each block
+height) and the routing kernel (bf16 logits of 128 experts, top 8; 256 experts) compile.
 
 Run by test_moe_compile_sm90.py in a subprocess without TRITON_INTERPRET; one line per kernel.
 Exit status 3 when this Triton has no usable ahead-of-time API.
@@ -18,6 +19,7 @@ except ImportError as exc:
 
 import triton.language as tl
 
+from model_optimizer.runtime.kernels import moe_align
 from model_optimizer.runtime.kernels.fused_moe import _align_kernel, _moe_gemm_kernel, _sum_over_k_kernel
 from model_optimizer.runtime.kernels.moe_routing import _softmax_topk_kernel
 from model_optimizer.runtime.kernels.moe_tiles import GEMM_CANDIDATES, default_tiles
@@ -71,6 +73,28 @@ compile_kernel(
     quiet=True,
 )
 print("_align_kernel compiled", flush=True)
+for experts in (128, 256):  # Qwen3-30B-A3B, DeepSeek-V3-sized
+    compile_kernel(
+        moe_align._align_count_kernel,
+        dict(ids_ptr="*i64", table_ptr="*i32"),
+        dict(NUM_EXPERTS=experts, EXPERTS_PAD=experts, CHUNK=moe_align.CHUNK),
+        quiet=True,
+    )
+    for block_m in (16, 32, 64, 128):  # every block height the tiles use
+        compile_kernel(
+            moe_align._align_scatter_kernel,
+            dict(ids_ptr="*i64", table_ptr="*i32", sorted_ids_ptr="*i32", block_expert_ptr="*i32"),
+            dict(
+                NUM_EXPERTS=experts,
+                EXPERTS_PAD=experts,
+                BLOCK_M=block_m,
+                CHUNK=moe_align.CHUNK,
+                TILE=moe_align.TABLE_TILE,
+                FILL_BLOCKS=moe_align.FILL_BLOCKS,
+            ),
+            quiet=True,
+        )
+print("_align_count_kernel and _align_scatter_kernel compiled", flush=True)
 compile_kernel(
     _sum_over_k_kernel, dict(rows_ptr="*bf16", out_ptr="*bf16"), dict(TOP_K=8, BLOCK_H=1024), aligned_ints=("hidden",)
 )

@@ -9,6 +9,7 @@ from model_optimizer.runtime.kernels.fused_moe import (
     fused_moe,
     max_padded_pairs,
 )
+from model_optimizer.runtime.kernels.moe_align import align_pairs_parallel
 from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
 from model_optimizer.runtime.kernels.moe_tiles import GemmTiles, MoeTiles, default_tiles
 from model_optimizer.runtime.layers.moe import softmax_topk
@@ -23,7 +24,7 @@ def _inputs(num_tokens, hidden, intermediate, num_experts, top_k, dtype, seed=0)
     return x, w13, w2, weights, ids
 
 
-@pytest.mark.parametrize("align_pairs", [align_pairs_sorted, align_pairs_kernel])
+@pytest.mark.parametrize("align_pairs", [align_pairs_sorted, align_pairs_kernel, align_pairs_parallel])
 @pytest.mark.parametrize(
     ("num_tokens", "num_experts", "top_k", "block_m"),
     [(1, 8, 2, 16), (13, 4, 2, 16), (40, 6, 3, 32), (5, 64, 8, 16), (0, 4, 2, 16), (70, 5, 2, 16)],
@@ -52,7 +53,7 @@ def test_align_pairs_gives_each_block_one_expert_and_every_pair_once(
     assert len(live) == sum(-(-int((flat == e).sum()) // block_m) for e in range(num_experts))
 
 
-@pytest.mark.parametrize("align_pairs", [align_pairs_sorted, align_pairs_kernel])
+@pytest.mark.parametrize("align_pairs", [align_pairs_sorted, align_pairs_kernel, align_pairs_parallel])
 def test_align_pairs_drops_experts_of_other_ranks(align_pairs):
     ids = torch.tensor([[0, -1], [-1, 2], [2, 0]])  # -1: held by another rank
     sorted_ids, block_expert = align_pairs(ids, 3, 16)
@@ -69,6 +70,38 @@ def test_align_kernel_equals_the_sort(num_tokens, num_experts, top_k):
     for block_m in (16, 64):
         kernel, sort = align_pairs_kernel(ids, num_experts, block_m), align_pairs_sorted(ids, num_experts, block_m)
         assert torch.equal(kernel[0], sort[0]) and torch.equal(kernel[1], sort[1])
+
+
+@pytest.mark.parametrize(
+    ("num_pairs", "num_experts", "block_m"),
+    [
+        (1, 8, 16),
+        (32, 8, 128),  # one full chunk
+        (33, 64, 32),  # a chunk and one pair
+        (512, 128, 16),  # decode batch 64 at top-8 (Qwen3-30B-A3B)
+        (512, 128, 32),
+        (777, 8, 64),  # few experts: long runs across many chunks
+        (1000, 256, 128),
+        (4096, 256, 64),  # the most pairs the Triton path takes
+    ],
+)
+def test_parallel_align_equals_the_sort_and_the_one_program_kernel(num_pairs, num_experts, block_m):
+    """Random ids (duplicates within a token too) with some outside [0, num_experts): the same rows,
+    each expert's pairs in pair order, whatever chunk they fall in."""
+    gen = torch.Generator().manual_seed(num_pairs + num_experts)
+    ids = torch.randint(-3, num_experts + 3, (num_pairs,), generator=gen)  # a few of another rank
+    parallel = align_pairs_parallel(ids, num_experts, block_m)
+    sort = align_pairs_sorted(ids, num_experts, block_m)
+    assert torch.equal(parallel[0], sort[0]) and torch.equal(parallel[1], sort[1])
+    if num_pairs <= 512:  # the one-program kernel is slow under the interpreter
+        kernel = align_pairs_kernel(ids.view(-1, 1).to(torch.int32), num_experts, block_m)
+        assert torch.equal(parallel[0], kernel[0]) and torch.equal(parallel[1], kernel[1])
+
+
+def test_parallel_align_with_every_id_dropped_writes_only_padding():
+    ids = torch.full((64, 8), 300)  # all on another rank
+    sorted_ids, block_expert = align_pairs_parallel(ids, 128, 16)
+    assert bool((sorted_ids == 512).all()) and bool((block_expert == -1).all())
 
 
 SMALL = MoeTiles(16, GemmTiles(16, 16), GemmTiles(32, 16))
