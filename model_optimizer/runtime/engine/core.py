@@ -27,7 +27,7 @@ whether speculating pays.
 A step whose sampling rows include requests constrained by a grammar (runtime/structured) splits its
 launch in two: the forward of batch k + 1 is queued, batch k is collected and its tokens advance the
 grammars, and the masks of batch k + 1 start filling in a thread (engine/constrained.py); its
-sampling is queued with them at the start of the next step, once this step's rows are out and the
+sampling is queued with them in the next step, once this step's rows are out and the
 next batch is scheduled. The masks depend on the tokens just collected, so this is the earliest they
 can start; the device runs the forward meanwhile, and the host publishes and schedules, so the fill
 costs a step only what outlasts both. (Without asynchronous scheduling the sampling is queued at
@@ -270,6 +270,12 @@ class EngineCore:
         step = _InFlight(out, handle, self.constrained.fill(rows, background=self.config.async_scheduling))  # type: ignore[union-attr]
         return (step if self.config.async_scheduling else self._sample(step)), previous is not None
 
+    def _sampled(self, step: _InFlight) -> _InFlight:
+        """`step` with its sampling queued. A masked step's is queued after scheduling the next batch, not
+        before: scheduling reads nothing of it, so the device then runs this sampling and the next forward
+        back to back instead of idling while the host schedules, and the masks get that time to fill."""
+        return self._sample(step) if step.mask is not None else step
+
     def _sample(self, step: _InFlight) -> _InFlight:
         """Queue the sampling of a step whose masks were being filled."""
         mask = self.constrained.wait(step.mask)  # type: ignore[union-attr, arg-type]
@@ -282,8 +288,6 @@ class EngineCore:
         started = self.clock()
         bound = self.stall_bound
         previous, self._in_flight = self._in_flight, None
-        if previous is not None and previous.mask is not None:  # its masks were filled meanwhile
-            previous = self._sample(previous)
         news, self._news = self._news, self._builders()
         self._num_step_tokens = 0
         proposals = None
@@ -293,11 +297,13 @@ class EngineCore:
             and self.speculator.begin_step(self.scheduler.running)
         ):
             if previous is not None:  # proposals are made from its tokens, on the host
-                self._finish(previous, news)
+                self._finish(self._sampled(previous), news)
                 previous = None
             proposals = self.speculator.propose(self.scheduler.running)
         max_prefill = bound.max_prefill_tokens() if bound is not None else None
         scheduler_output = self.scheduler.schedule(proposals, max_prefill)
+        if previous is not None:  # its masks were filled meanwhile (and while scheduling: see _sampled)
+            previous = self._sampled(previous)
         if previous is not None and scheduler_output.needs_history:  # its tokens must be on the host first
             self._finish(previous, news)
             previous = None
