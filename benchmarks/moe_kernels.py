@@ -35,13 +35,14 @@ from common import CONFIGS, RESULTS, environment, write_json
 from gpu_time import gpu_time_ms, stream_time_ms
 
 SHAPES = ["qwen3-30b-a3b", "mixtral-8x7b"]
+"""--models' default; deepseek-v2-lite and deepseek-v3 are read too (n_routed_experts)."""
 TOKENS = [1, 8, 64, 512]
 
 
 def expert_shape(model: str) -> tuple[int, int, int, int]:
     """(experts, hidden, intermediate, top_k) of the config's experts."""
     cfg = json.loads((CONFIGS / model / "config.json").read_text())
-    experts = cfg.get("num_experts") or cfg["num_local_experts"]
+    experts = cfg.get("num_experts") or cfg.get("n_routed_experts") or cfg["num_local_experts"]
     intermediate = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
     return experts, cfg["hidden_size"], intermediate, cfg["num_experts_per_tok"]
 
@@ -217,7 +218,7 @@ def main() -> None:
     parser.add_argument("--routing", action="store_true", help="also time routing and the sum over k")
     parser.add_argument("--align", action="store_true", help="also time the alignment: one program, parallel, sort")
     parser.add_argument("--sweep", action="store_true", help="time the tile candidates first, write a table")
-    parser.add_argument("--sweep-tokens", nargs="+", type=int, default=[1, 8, 64, 512, 4096])
+    parser.add_argument("--sweep-tokens", nargs="+", type=int, default=None, help="default: moe_tiles.TOKEN_BUCKETS")
     parser.add_argument("--tiles-output", default=None, help="the sweep's table (default: beside --output)")
     parser.add_argument("--output", default=str(RESULTS / "moe_kernels_h200.json"))
     args = parser.parse_args()
@@ -230,12 +231,12 @@ def main() -> None:
     result = {"benchmark": "moe_kernels", "environment": environment(), "config": vars(args), "rows": []}
     if args.sweep:
         started, entries, timings = time.time(), {}, {}
+        path = args.tiles_output or os.path.join(os.path.dirname(args.output), "moe_tiles.json")
         for model in args.models:
-            for num_tokens in args.sweep_tokens:
+            for num_tokens in args.sweep_tokens or mt.TOKEN_BUCKETS:
                 key, tiles, times = sweep_case(model, num_tokens)
                 entries[key], timings[key] = tiles, times
-        path = args.tiles_output or os.path.join(os.path.dirname(args.output), "moe_tiles.json")
-        write_json(path, mt.table_json(torch.cuda.get_device_name(0), entries))
+                write_json(path, mt.table_json(torch.cuda.get_device_name(0), entries))  # a cut run keeps these
         os.environ[mt.TABLE_ENV] = path  # the comparison below runs with the swept tiles
         mt._table_for.cache_clear()
         result.update(sweep_seconds=time.time() - started, sweep_timings_ms=timings, tiles_table=path)

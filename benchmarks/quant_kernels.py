@@ -51,12 +51,13 @@ def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
     hidden, heads, kv_heads = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     head_dim = cfg.get("head_dim") or hidden // heads
     inter = cfg["intermediate_size"]
-    return {
-        "qkv_proj": ((heads + 2 * kv_heads) * head_dim, hidden),
-        "o_proj": (hidden, heads * head_dim),
-        "gate_up_proj": (2 * inter, hidden),
-        "down_proj": (hidden, inter),
-    }
+    shapes = {"qkv_proj": ((heads + 2 * kv_heads) * head_dim, hidden), "o_proj": (hidden, heads * head_dim)}
+    experts = cfg.get("num_experts") or cfg.get("num_local_experts")
+    if experts:  # a mixture of experts: the router is a linear; the experts run in the fused MoE kernel
+        shapes["router"] = (experts, hidden)
+        if not cfg.get("mlp_only_layers"):
+            return shapes  # every layer sparse: no dense MLP
+    return shapes | {"gate_up_proj": (2 * inter, hidden), "down_proj": (hidden, inter)}
 
 
 def make_weights(method: str, n: int, k: int, copies: int) -> list[tuple]:
@@ -175,7 +176,9 @@ def sweep_rows(m_values: list[int]) -> dict[int, int]:
     return {row_bucket(m): row_bucket(m) for m in sorted(m_values)}
 
 
-def sweep_cases(models: list[str], num_sms: int, m_values: list[int]) -> list[tuple]:
+def sweep_cases(
+    models: list[str], num_sms: int, m_values: list[int], kinds: tuple[str, ...] = SWEEP_KINDS
+) -> list[tuple]:
     """(model, linear, kind, bucket, N, K, candidates) for every case the table holds: the row
     buckets of `m_values` (--m), each timed at its largest row count; fp8 with the W8A8 kinds too."""
     from model_optimizer.runtime.kernels.quant_tiles import candidates
@@ -183,7 +186,7 @@ def sweep_cases(models: list[str], num_sms: int, m_values: list[int]) -> list[tu
     cases = []
     for model in models:
         for name, (n, k) in layer_shapes(model).items():
-            for kind in SWEEP_KINDS:
+            for kind in kinds:
                 for bucket, m in sweep_rows(m_values).items():
                     found = candidates(kind, m, n, k, num_sms, fp8_scaled_mm=True)
                     if len(found) > 1:  # bf16 above DENSE_MAX_ROWS: cuBLAS alone, nothing to choose
@@ -318,6 +321,20 @@ def tables_json(gpu: str, tables: dict) -> dict:
     return quant_tiles.table_json(gpu, tables["entries"], tables["us"], tables["capture"], tables["capture_us"])
 
 
+def merge_tables(path: Path, table: dict) -> None:
+    """`table`'s entries (and timings) written over those of the table at `path`, the others kept:
+    a sweep of new shapes or kinds adds to the packaged table instead of replacing it."""
+    from model_optimizer.common.fileio import atomic_write
+
+    old = json.loads(path.read_text()) if path.exists() else {"gpu": table["gpu"]}
+    if old["gpu"] != table["gpu"]:
+        raise ValueError(f"{path} is a table for {old['gpu']}, the sweep ran on {table['gpu']}")
+    merged = dict(table)
+    for part in ("entries", "us", "capture", "capture_us"):
+        merged[part] = dict(sorted((old.get(part, {}) | table.get(part, {})).items()))
+    atomic_write(path, json.dumps(merged, indent=1) + "\n")
+
+
 def table_from_sweep(path: Path) -> dict:
     """The tile table of an earlier run's sweep rows (its --output JSON), as the sweep writes it now."""
     result = json.loads(Path(path).read_text())
@@ -351,7 +368,9 @@ def time_candidates(x, kind: str, found: list, sets: list, want, weight_bytes: i
     return rows
 
 
-def sweep(models: list[str], workers: int, m_values: list[int], tiles_path: Path) -> tuple[list[dict], dict, list[str]]:
+def sweep(
+    models: list[str], workers: int, m_values: list[int], tiles_path: Path, kinds: tuple[str, ...] = SWEEP_KINDS
+) -> tuple[list[dict], dict, list[str]]:
     """Time every candidate per case: (rows, table JSON, compile errors). The table so far is rewritten
     at `tiles_path` after each weight shape, so a run cut by its time limit still leaves the shapes it
     finished."""
@@ -362,7 +381,7 @@ def sweep(models: list[str], workers: int, m_values: list[int], tiles_path: Path
     from model_optimizer.runtime.kernels.quant_matmul import _device_facts
 
     gpu, num_sms = _device_facts(0)
-    cases = sweep_cases(models, num_sms, m_values)
+    cases = sweep_cases(models, num_sms, m_values, kinds)
     t0 = time.time()
     errors = compile_in_parallel(cases, workers)
     print(f"sweep: compiled the candidates in {time.time() - t0:.0f} s ({len(errors)} failed)", flush=True)
@@ -409,6 +428,12 @@ def main() -> None:
     parser.add_argument("--m", nargs="+", type=int, default=M_VALUES)
     parser.add_argument("--sweep", action="store_true", help="time every launch candidate first; write the table")
     parser.add_argument("--tiles-output", default=None, help="tile table of the sweep (default: beside --output)")
+    parser.add_argument(
+        "--kinds", nargs="+", default=list(SWEEP_KINDS), choices=SWEEP_KINDS, help="kinds the sweep times"
+    )
+    parser.add_argument(
+        "--merge-into", default=None, help="also merge the sweep's entries into this table (e.g. the packaged one)"
+    )
     parser.add_argument("--compile-workers", type=int, default=min(12, os.cpu_count() or 1))
     parser.add_argument("--output", default=str(RESULTS / "quant_kernels_h200.json"))
     parser.add_argument(
@@ -435,9 +460,11 @@ def main() -> None:
         from model_optimizer.runtime.kernels import quant_tiles
 
         tiles_path = Path(args.tiles_output or Path(args.output).with_name("quant_tiles.json"))
-        rows, table, errors = sweep(args.models, args.compile_workers, args.m, tiles_path)
+        rows, table, errors = sweep(args.models, args.compile_workers, args.m, tiles_path, tuple(args.kinds))
         result.update(sweep=rows, compile_errors=errors, sweep_s=time.time() - started)
         atomic_write(tiles_path, json.dumps(table, indent=1) + "\n")
+        if args.merge_into:
+            merge_tables(Path(args.merge_into), table)
         os.environ[quant_tiles.TABLE_ENV] = str(tiles_path)  # the timings below run the tuned shapes
         quant_tiles._table_for.cache_clear()
         write_json(args.output, result)

@@ -20,8 +20,10 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-TOKEN_BUCKETS = (1, 8, 64, 512, 4096)
-"""Token counts a table entry covers: up to 1, 2-8, 9-64, 65-512 and above (measured at 4096)."""
+TOKEN_BUCKETS = (1, 8, 32, 64, 128, 256, 512, 4096)
+"""Token counts a table entry covers: up to 1, 2-8, 9-32, ..., 257-512 and above (measured at 4096).
+Decode batches up to 256 get buckets of their own: the mean rows per expert, which decides the
+block height and tiles, doubles from one bucket to the next."""
 TABLE_ENV = "MOPT_MOE_TILES"
 PACKAGED_TABLE = Path(__file__).with_name("moe_tiles.json")
 
@@ -74,6 +76,9 @@ GEMM_CANDIDATES = (
     GemmTiles(64, 256, 4, 2),
     GemmTiles(128, 64, 8),
     GemmTiles(128, 128, 8, 2),
+    GemmTiles(64, 128, 4, 4),
+    GemmTiles(128, 64, 4, 4),
+    GemmTiles(32, 256, 4, 3),
 )
 """Tiles each GEMM is timed with in a sweep; the two GEMMs are timed apart (for each block_m) and
 the fastest of each kept, so a sweep costs rows x 2 x len(GEMM_CANDIDATES) timings, not their square."""

@@ -33,11 +33,11 @@ small) and every rank routes the same tokens the same way.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from model_optimizer.runtime.distributed import all_reduce, get_tp
 from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.kernels.dense_linear import dense_linear
 from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor, materialize, reads_lazily
 
@@ -86,7 +86,7 @@ class TopKRouter(nn.Module):
         return kernel(logits, self.top_k, self.renormalize)  # one launch instead of six
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.route(F.linear(x, self.weight))  # logits (tokens, experts) in the model dtype
+        return self.route(dense_linear(x, self.weight))  # logits (tokens, experts) in the model dtype
 
 
 class FusedExperts(nn.Module):
