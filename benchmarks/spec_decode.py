@@ -22,7 +22,8 @@ A figure: after a warm-up run of the same shape (kernel compiles; the policy's m
 size), output tokens over the wall time of one generate() of `concurrency` greedy requests (ignore_eos),
 prompt and output lengths fixed, prefix caching off so no run reuses another's prompt. The long rows at
 64 (3 x 64 requests, 64 at a time) have no warm-up run and a fresh policy: its learning is in the figure.
-`step_profile_ms.host` has spec_host_overhead.py's host figures on the same engine (one request).
+`step_profile_ms.host` has spec_host_overhead.py's host figures on the same engine (one request), and
+`step_profile_ms.timeline` spec_step_timeline.py's split of a plain and a verifying step (device and host clocks).
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ def bench_engine(engine: str, target: str, draft: str, args: argparse.Namespace)
             rows.append(measure(modes, label, mode, 1, acceptance=a, adaptive=False))
     profile = step_profile(modes)
     profile["host"] = host_profile(modes)
+    profile["timeline"] = step_timeline(modes)
     for r in rows:
         r["engine"] = engine
     return rows, profile
@@ -184,6 +186,18 @@ def host_profile(modes: Modes) -> dict:
         modes.set(mode, adaptive=False, acceptance=None if mode == "off" else 1.0)
         out[mode] = profile(modes.llm, "plain" if mode == "off" else mode)
         print(f"host profile {mode}: {json.dumps(out[mode])}", flush=True)
+    return out
+
+
+def step_timeline(modes: Modes) -> dict:
+    """spec_step_timeline.py's split of a step at one request: plain, and n-gram verifying at acceptance 1."""
+    from spec_step_timeline import timeline
+
+    out = {}
+    for mode in ("off", "ngram"):
+        modes.set(mode, adaptive=False, acceptance=None if mode == "off" else 1.0)
+        out[mode] = timeline(modes.llm, verify=mode != "off")
+        print(f"step timeline {mode}: {json.dumps(out[mode])}", flush=True)
     return out
 
 

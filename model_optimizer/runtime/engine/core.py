@@ -22,7 +22,7 @@ speculates, the step in flight is collected before scheduling (proposals come fr
 and the scheduler must know how many proposals the last step kept before it schedules the next), and
 a step that verifies proposals is collected before `step()` returns. What that costs, the host work of
 one step no longer hidden behind the device's, is part of what the policy measures when it decides
-whether speculating pays.
+whether speculating pays (only on steady steps: spec_decode/policy.py).
 
 A step whose sampling rows include requests constrained by a grammar (runtime/structured) splits its
 launch in two: the forward of batch k + 1 is queued, batch k is collected and its tokens advance the
@@ -321,7 +321,7 @@ class EngineCore:
         if bound is not None and not scheduler_output.is_empty:  # what this step's tokens cost (CPU: at launch)
             bound.observe(self.clock() - started, _num_prefill_tokens(scheduler_output))
         if self.speculator is not None:
-            self.speculator.end_step(self._num_step_tokens)
+            self.speculator.end_step(self._num_step_tokens, scheduler_output.num_prompt_tokens)
         stats = self.stats()
         return [builder.build(stats) for builder in news]
 

@@ -1,4 +1,4 @@
-"""Whether a step speculates: on where it pays, off where it does not, decided from measurements.
+"""Whether a step speculates: on where it pays, off where it does not, decided from measured steady steps.
 
 Speculation trades compute for steps: each request computes 1 + k tokens to keep 1 + (accepted) of
 them. At one or a few requests a step costs one read of the weights whatever its width, so that is
@@ -6,61 +6,125 @@ free; at high load the batch is already compute-bound, the extra tokens cost the
 the synchronous step (engine/core.py) loses the overlap of host and device. No fixed threshold is
 right for every model, GPU and acceptance rate, so the policy measures.
 
-Per batch-size bucket (running requests: 1, 2, 3-4, 5-8, ...) it keeps the throughput of each mode,
-generated tokens over step time (moving averages), and runs the faster one. The slower one is
-re-measured now and then (a probe of a few steps, at intervals that double while it keeps losing,
-up to MAX_PROBE_INTERVAL), so a change of acceptance rate or load is noticed; at high load the
-probes cost at most PROBE_STEPS / MIN_PROBE_INTERVAL of the steps, and far fewer once the interval
-has grown. The first step after a switch is not measured: it also pays for the switch (collecting
-the step in flight). `disable_by_batch_size` (vLLM's knob) turns speculation off above a size outright.
+What it measures. Per batch-size bucket (running requests: 1, 2, 3-4, 5-8, ...) and mode, the last
+WINDOW steady steps: tokens generated and seconds from the end of the previous step to the end of
+this one (so the host's work between steps counts, which speculation exposes). A step is steady when
+the step before it ran the same mode at the same bucket and neither computed prompt tokens; the
+Speculator decides that. The first step after a switch is never steady: it pays for the other
+mode's step still in flight, a draft model's catch-up over every token it has not seen, and the
+first replay of a CUDA graph; charging those to a mode made a one-request engine judge speculation
+from 18.6 ms steps whose steady cost is 7.3 ms. A mode's rate is mean tokens over the median step
+time, so one slow step among MIN_SAMPLES does not decide.
 
-Pure Python, no torch: the engine core calls it.
+What it decides, per bucket (`should_speculate`):
+- a measured verdict: speculate when its rate beats the plain rate by MARGIN (a near tie goes to the
+  plain mode, which keeps the host's work overlapped), judged again at each steady step of the winner
+  against the loser's last steps, so a fall in acceptance turns speculation off within a few steps;
+- else an inferred one: speculation only loses ground as the batch grows (the k extra tokens per
+  request turn a weight-bound step compute-bound), so a smaller bucket that measured a loss rules
+  this one out, and a larger one that measured a win rules it in, without a single probe step;
+- else it explores: MIN_SAMPLES steady steps of each mode, the current mode first (no switch), at
+  most MAX_EXPLORE_STEPS steps (a batch that keeps changing bucket gives few steady steps).
+Probes: a measured bucket re-measures its losing mode (MIN_SAMPLES fresh steady steps, at most
+MAX_PROBE_STEPS) after MIN_PROBE_INTERVAL of its steps; while the verdict holds, the interval
+doubles, and it is at least long enough that the probe's cost (its time beyond what its tokens took
+in the winning mode) stays within PROBE_BUDGET of the steps between probes. A step with prompt
+tokens to compute neither explores nor starts a probe: its cost is the prefill's.
+`disable_by_batch_size` (vLLM's knob) turns speculation off from a size up, outright.
+
+Pure Python, no torch, no clock: decisions follow from the recorded samples alone (the tests drive it
+with given timings).
 """
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 from model_optimizer.runtime.spec_decode.config import SpeculativeConfig
 
-WARMUP_STEPS = 3
-"""Measured steps of each mode before the policy compares them."""
-PROBE_STEPS = 3
-"""Steps of the slower mode per probe (the first is not measured)."""
-MIN_PROBE_INTERVAL = 64
-MAX_PROBE_INTERVAL = 4096
-EMA = 0.2
-"""Weight of the newest step in the moving averages."""
+MIN_SAMPLES = 3
+"""Steady steps of a mode (per bucket) before its rate counts: the median of three ignores one outlier."""
+WINDOW = 5
+"""Most recent steady steps kept per mode and bucket."""
+MAX_EXPLORE_STEPS = 16
+"""Steps a bucket may spend finding its first verdict; then it judges from what it has (plain if nothing)."""
+MARGIN = 1.05
+"""Speculating must measure this much faster than not."""
+MIN_PROBE_INTERVAL = 256
+"""Steps of a bucket between a new verdict and the first probe of the losing mode."""
+MAX_PROBE_INTERVAL = 8192
+MAX_PROBE_STEPS = 8
+"""A probe ends after MIN_SAMPLES steady steps of the losing mode, or after this many steps."""
+PROBE_BUDGET = 0.005
+"""Probes may cost at most this share of the time between them (the interval grows to keep it so)."""
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One step as the policy sees it."""
+
+    num_running: int
+    speculated: bool
+    seconds: float
+    """From the end of the previous step to the end of this one."""
+    num_tokens: int
+    """Tokens the step generated (collected), over all requests."""
+    steady: bool
+    """Same mode and bucket as the step before it, and no prompt tokens in either (see the module docstring)."""
 
 
 @dataclass
-class _Rate:
-    """Moving averages of one mode's step time and tokens per step."""
+class _Window:
+    """The last WINDOW steady steps of one mode at one bucket."""
 
-    count: int = 0
-    seconds: float = 0.0
-    tokens: float = 0.0
+    steps: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
 
     def add(self, seconds: float, tokens: int) -> None:
-        weight = 1.0 if self.count == 0 else EMA
-        self.seconds += weight * (seconds - self.seconds)
-        self.tokens += weight * (tokens - self.tokens)
-        self.count += 1
+        self.steps.append((seconds, tokens))
+
+    @property
+    def count(self) -> int:
+        return len(self.steps)
+
+    @property
+    def step_seconds(self) -> float:
+        return statistics.median(s for s, _ in self.steps) if self.steps else 0.0
 
     @property
     def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+        """Mean tokens per step over the median step time; 0 with no steps."""
+        if not self.steps or self.step_seconds <= 0:
+            return 0.0
+        return statistics.fmean(t for _, t in self.steps) / self.step_seconds
+
+
+@dataclass
+class _Probe:
+    mode: bool
+    """The mode being re-measured (the losing one)."""
+    steps: int = 0
+    seconds: float = 0.0
+    tokens: int = 0
 
 
 @dataclass
 class _Bucket:
-    spec: _Rate = field(default_factory=_Rate)
-    plain: _Rate = field(default_factory=_Rate)
-    best: bool = True
-    """The mode that measured faster (True: speculate)."""
+    spec: _Window = field(default_factory=_Window)
+    plain: _Window = field(default_factory=_Window)
+    verdict: bool | None = None
+    """The measured verdict (True: speculate); None until both modes are measured (or exploring ran out)."""
+    explore_steps: int = 0
     steps_since_probe: int = 0
     probe_interval: int = MIN_PROBE_INTERVAL
-    probe_left: int = 0
+    probe: _Probe | None = None
+
+    def window(self, speculated: bool) -> _Window:
+        return self.spec if speculated else self.plain
+
+    def judge(self) -> bool:
+        return self.spec.tokens_per_s > MARGIN * self.plain.tokens_per_s
 
 
 def bucket_of(num_running: int) -> int:
@@ -74,42 +138,94 @@ class SpecPolicy:
     def __init__(self, config: SpeculativeConfig) -> None:
         self.config = config
         self._buckets: dict[int, _Bucket] = {}
+        self._last_mode = False
+        """The mode of the last recorded step: exploring stays in it when it can."""
 
-    def should_speculate(self, num_running: int) -> bool:
+    def should_speculate(self, num_running: int, prefilling: bool = False) -> bool:
+        """Whether a step of `num_running` requests speculates; `prefilling`: some prompt tokens are still to
+        compute (or requests wait to start), so the step explores and probes nothing."""
         limit = self.config.disable_by_batch_size
         if num_running == 0 or (limit is not None and num_running >= limit):
             return False
         if not self.config.adaptive:
             return True
-        b = self._buckets.setdefault(bucket_of(num_running), _Bucket())
-        if b.probe_left:
-            b.probe_left -= 1
-            return not b.best
-        if b.spec.count < WARMUP_STEPS:
-            return True
-        if b.plain.count < WARMUP_STEPS:
-            return False
-        best = b.spec.tokens_per_s >= b.plain.tokens_per_s
-        if best != b.best:  # the other mode won: probe the loser soon again
-            b.best, b.probe_interval, b.steps_since_probe = best, MIN_PROBE_INTERVAL, 0
-        b.steps_since_probe += 1
-        if b.steps_since_probe >= b.probe_interval:
-            b.steps_since_probe = 0
-            b.probe_interval = min(2 * b.probe_interval, MAX_PROBE_INTERVAL)
-            b.probe_left = PROBE_STEPS - 1
-            return not best
-        return best
+        key = bucket_of(num_running)
+        b = self._buckets.setdefault(key, _Bucket())
+        if b.probe is not None:
+            return b.probe.mode
+        if b.verdict is None:
+            inferred = self._inferred(key)
+            return inferred if inferred is not None else self._explore(b, prefilling)
+        if not prefilling:
+            b.steps_since_probe += 1
+            if b.steps_since_probe > b.probe_interval:
+                b.steps_since_probe = 0
+                b.probe = _Probe(not b.verdict)
+                b.window(b.probe.mode).steps.clear()  # judged on fresh steps only
+                return b.probe.mode
+        return b.verdict
 
-    def record(self, num_running: int, speculated: bool, seconds: float, num_tokens: int) -> None:
-        """A measured step: its mode, how long it took and how many tokens it generated."""
-        if num_running == 0 or seconds <= 0:
+    def record(self, sample: StepSample) -> None:
+        """A step has ended: keep it if steady, and account for it in a probe or an exploration."""
+        self._last_mode = sample.speculated
+        if sample.num_running == 0 or sample.seconds <= 0:
             return
-        b = self._buckets.setdefault(bucket_of(num_running), _Bucket())
-        (b.spec if speculated else b.plain).add(seconds, num_tokens)
+        b = self._buckets.setdefault(bucket_of(sample.num_running), _Bucket())
+        if sample.steady:
+            b.window(sample.speculated).add(sample.seconds, sample.num_tokens)
+        if b.probe is not None:
+            self._probe_step(b, b.probe, sample)
+        elif b.spec.count >= MIN_SAMPLES and b.plain.count >= MIN_SAMPLES and (b.verdict is None or sample.steady):
+            verdict = b.judge()  # the winner's newest steps against the loser's last ones
+            if b.verdict is not None and verdict != b.verdict:  # it fell behind: probe the new loser soon
+                b.probe_interval, b.steps_since_probe = MIN_PROBE_INTERVAL, 0
+            b.verdict = verdict
 
-    def summary(self) -> dict[int, dict[str, float]]:
-        """Per bucket (its largest batch size): tokens/s measured with and without speculation."""
+    def _explore(self, b: _Bucket, prefilling: bool) -> bool:
+        if prefilling:
+            return self._last_mode
+        b.explore_steps += 1
+        if b.explore_steps > MAX_EXPLORE_STEPS:  # out of steps: judge from what there is
+            b.verdict = b.judge()
+            return b.verdict
+        missing = [mode for mode in (self._last_mode, not self._last_mode) if b.window(mode).count < MIN_SAMPLES]
+        return missing[0] if missing else self._last_mode
+
+    def _inferred(self, key: int) -> bool | None:
+        """A verdict from measured buckets: a loss below this one or a win above it (None: neither, or both)."""
+        lost_below = any(b.verdict is False for k, b in self._buckets.items() if k < key)
+        won_above = any(b.verdict is True for k, b in self._buckets.items() if k > key)
+        if lost_below == won_above:
+            return None
+        return won_above
+
+    def _probe_step(self, b: _Bucket, probe: _Probe, sample: StepSample) -> None:
+        probe.steps += 1
+        probe.seconds += sample.seconds
+        probe.tokens += sample.num_tokens
+        if b.window(probe.mode).count < MIN_SAMPLES and probe.steps < MAX_PROBE_STEPS:
+            return
+        b.probe = None
+        winner = b.window(not probe.mode)
+        verdict = b.judge()
+        if verdict != b.verdict:  # the other mode won: probe the new loser soon
+            b.verdict, b.probe_interval = verdict, MIN_PROBE_INTERVAL
+            return
+        excess = probe.seconds - (probe.tokens / winner.tokens_per_s if winner.tokens_per_s else 0.0)
+        affordable = excess / (PROBE_BUDGET * winner.step_seconds) if winner.step_seconds else 0.0
+        b.probe_interval = int(min(max(2 * b.probe_interval, affordable), MAX_PROBE_INTERVAL))
+
+    def summary(self) -> dict[int, dict]:
+        """Per bucket (its largest batch size): tokens/s and median step time of each mode, verdict, probe interval."""
         return {
-            2 ** (key - 1): {"spec_tokens_per_s": b.spec.tokens_per_s, "plain_tokens_per_s": b.plain.tokens_per_s}
+            2 ** (key - 1): {
+                "spec_tokens_per_s": b.spec.tokens_per_s,
+                "plain_tokens_per_s": b.plain.tokens_per_s,
+                "spec_step_ms": 1e3 * b.spec.step_seconds,
+                "plain_step_ms": 1e3 * b.plain.step_seconds,
+                "verdict": b.verdict,
+                "inferred": self._inferred(key) if b.verdict is None else None,
+                "probe_interval": b.probe_interval,
+            }
             for key, b in sorted(self._buckets.items())
         }

@@ -3,7 +3,11 @@
 Per step the core asks `begin_step` (the policy's decision for the running batch); when it says yes,
 the core first collects the step in flight (proposals are made from tokens on the host, and the
 scheduler must know how many proposals the last step kept), then passes `propose()`'s proposals to
-the scheduler. `end_step` records how long the step took and what it generated, for the policy.
+the scheduler. `end_step` records how long the step took and what it generated, for the policy, and
+whether it was steady: the same mode and batch-size bucket as the step before, and neither computed
+prompt tokens (policy.py says why only those count). A step's time runs from the end of the previous
+step to its own end, so what the caller does between steps (the frontend's work on the outputs) is
+charged to the mode that leaves it exposed.
 
 A request gets proposals when it is decoding (only its last token left to compute, none pending), does
 not read its history while sampling (penalties would change the target's distribution along the
@@ -15,16 +19,28 @@ Pure Python: no torch.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from model_optimizer.runtime.engine.request import Request
 from model_optimizer.runtime.spec_decode.config import SpeculativeConfig
 from model_optimizer.runtime.spec_decode.counters import DRAFT_TOKEN
 from model_optimizer.runtime.spec_decode.ngram import NgramProposer
-from model_optimizer.runtime.spec_decode.policy import SpecPolicy
+from model_optimizer.runtime.spec_decode.policy import SpecPolicy, StepSample, bucket_of
+
+
+@dataclass(frozen=True)
+class _Step:
+    """The step in progress, or the one that ended last."""
+
+    num_running: int
+    speculated: bool
+    prefill: bool = False
+    """It computed prompt tokens (known once it has ended)."""
 
 
 class Speculator:
-    def __init__(self, config: SpeculativeConfig) -> None:
+    def __init__(self, config: SpeculativeConfig, clock: Callable[[], float] = time.perf_counter) -> None:
         self.config = config
         self.policy = SpecPolicy(config)
         self.ngram = (
@@ -32,25 +48,34 @@ class Speculator:
             if config.is_draft_model
             else NgramProposer(config.num_speculative_tokens, config.prompt_lookup_min, config.prompt_lookup_max)
         )
-        self._step: tuple[float, int, bool] | None = None
-        """(start, running requests, speculated) of the step in progress."""
-        self._last_mode: bool | None = None
+        self.clock = clock
+        self._step: _Step | None = None
+        self._last: _Step | None = None
+        self._last_end: float | None = None
 
     def begin_step(self, running: list[Request]) -> bool:
-        """Whether this step speculates; starts timing it."""
-        speculate = self.policy.should_speculate(len(running))
-        self._step = (time.perf_counter(), len(running), speculate)
+        """Whether this step speculates (a running request with prompt tokens left makes it explore nothing)."""
+        prefilling = any(r.num_tokens + r.num_pending - r.num_computed_tokens > 1 for r in running)
+        speculate = self.policy.should_speculate(len(running), prefilling)
+        self._step = _Step(len(running), speculate)
         return speculate
 
-    def end_step(self, num_tokens: int) -> None:
-        """The step has ended, having generated `num_tokens` tokens: record it unless it switched modes."""
-        if self._step is None:
+    def end_step(self, num_tokens: int, num_prompt_tokens: int = 0) -> None:
+        """The step has ended, having generated `num_tokens` tokens and computed `num_prompt_tokens` of prompts."""
+        step, self._step = self._step, None
+        if step is None:
             return
-        start, num_running, speculated = self._step
-        self._step = None
-        if self._last_mode == speculated:
-            self.policy.record(num_running, speculated, time.perf_counter() - start, num_tokens)
-        self._last_mode = speculated
+        now, last = self.clock(), self._last
+        step = _Step(step.num_running, step.speculated, num_prompt_tokens > 0)
+        steady = (
+            last is not None
+            and last.speculated == step.speculated
+            and bucket_of(last.num_running) == bucket_of(step.num_running)
+            and not (last.prefill or step.prefill)
+        )
+        seconds = now - self._last_end if self._last_end is not None else 0.0
+        self.policy.record(StepSample(step.num_running, step.speculated, seconds, num_tokens, steady))
+        self._last, self._last_end = step, now
 
     def propose(self, running: list[Request]) -> dict[str, list[int]]:
         """Request id -> proposed tokens, for the running requests that may verify some this step."""
