@@ -106,7 +106,10 @@ def measure(url: str, args: argparse.Namespace, concurrency: int, schema_file: P
     before = scrape(url)
     structured = bench(url, args, concurrency, tmp / f"schema{concurrency}", ["--json-schema", str(schema_file)])
     after = scrape(url)
-    delta = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in METRICS}
+    missing = [name for name in METRICS if name not in after]
+    if missing:  # a silent 0 once hid that the wait counter was never exported
+        raise RuntimeError(f"the server's /metrics lacks {missing}")
+    delta = {name: after[name] - before.get(name, 0.0) for name in METRICS}
     steps = delta["mopt:grammar_steps_total"]
     result = {"concurrency": concurrency, "plain": plain, "structured": structured}
     result["grammar"] = {

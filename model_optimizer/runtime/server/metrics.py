@@ -129,6 +129,11 @@ class _EngineCollector(Collector):
             "Host time advancing grammars and filling their token masks (while the forward runs).",
             s.grammar_seconds,
         )
+        yield counter(
+            "mopt:grammar_wait_seconds",
+            "Of that, the time the step loop waited for masks (the part the forward did not hide).",
+            s.grammar_wait_seconds,
+        )
         yield gauge(
             "mopt:grammar_host_seconds_max",
             "The longest host time one step spent on grammar masks.",

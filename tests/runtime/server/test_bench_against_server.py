@@ -162,5 +162,7 @@ def test_bench_sends_a_json_schema_with_each_request(server, tmp_path):
     result = json.loads(run.read_text())
     assert result["summary"]["num_ok"] == 6 and result["summary"]["output_tokens"] < 6 * 40
     assert result["config"]["client"]["json_schema"] == str(schema)
-    assert metric(httpx.get(f"{server.url}/metrics").text, "mopt:grammar_steps_total") > before
+    exposition = httpx.get(f"{server.url}/metrics").text
+    assert metric(exposition, "mopt:grammar_steps_total") > before
+    assert metric(exposition, "mopt:grammar_wait_seconds_total") >= 0  # exported: structured.py reads it
     assert main([*args, "--json-schema", str(tmp_path / "missing.json")]) == 2
