@@ -23,9 +23,6 @@ MIN_ROWS = 16  # tl.dot needs at least 16 rows: small GQA groups are padded with
 MAX_SPLITS = 32
 SPLIT_MIN_KEYS = 128  # a split smaller than this costs more in merging than it gains
 SPLIT_MIN_CONTEXT = 256  # with a known shorter max_seq_len, one pass per sequence is enough
-MAX_SPLIT_QUERY_LEN = 17
-"""Longest query per sequence that still splits: a speculative step verifies 1 + k tokens (k <= 16) per
-sequence, and at a few sequences its one program per (sequence, KV head) would leave most SMs idle."""
 
 
 def _dot_dtype(dtype: torch.dtype, fp8_cache: bool = False):
@@ -57,10 +54,9 @@ def _cuda_num_sms(device_index: int | None) -> int:
 def choose_num_splits(
     num_seqs: int, num_kv_heads: int, max_query_len: int, max_seq_len: int | None, num_sms: int
 ) -> int:
-    """Split-KV heuristic: only for decode (or speculative verify) batches too small to fill the GPU, and long
-    enough contexts. Programs that do work: one per (sequence, KV head) when every query fits one tile."""
+    """Split-KV heuristic: only for decode batches too small to fill the GPU, and long enough contexts."""
     programs = num_seqs * num_kv_heads
-    if max_query_len > MAX_SPLIT_QUERY_LEN or programs >= num_sms:
+    if max_query_len != 1 or programs >= num_sms:
         return 1
     if max_seq_len is not None and max_seq_len < SPLIT_MIN_CONTEXT:
         return 1
