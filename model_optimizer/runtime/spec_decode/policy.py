@@ -52,7 +52,7 @@ MAX_EXPLORE_STEPS = 16
 """Steps a bucket may spend finding its first verdict; then it judges from what it has (plain if nothing)."""
 MARGIN = 1.05
 """Speculating must measure this much faster than not."""
-MIN_PROBE_INTERVAL = 256
+MIN_PROBE_INTERVAL = 64
 """Steps of a bucket between a new verdict and the first probe of the losing mode."""
 MAX_PROBE_INTERVAL = 8192
 MAX_PROBE_STEPS = 8
