@@ -51,6 +51,27 @@ def align_pairs(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple
     return align_pairs_sorted(topk_ids, num_experts, block_m)
 
 
+def _one_token_blocks(topk_ids: torch.Tensor, block_m: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`align_pairs` of one token without a launch: its k experts are distinct, so pair i is block i
+    alone (rows [i, padding...]: a constant) and block i's expert is id i (the ids, read in place).
+    Batch-1 decode saves the alignment kernel in every layer. The ids must all be local experts (the
+    caller's `all_ids_local`); None while a CUDA graph is captured and the constant is not yet made."""
+    key = (topk_ids.shape[1], block_m, topk_ids.device)
+    rows = _ONE_TOKEN_ROWS.get(key)
+    if rows is None:
+        if topk_ids.is_cuda and torch.cuda.is_current_stream_capturing():
+            return None  # no allocation of a long-lived tensor inside a capture
+        top_k = topk_ids.shape[1]
+        rows = torch.full((top_k, block_m), top_k, dtype=torch.int32, device=topk_ids.device)
+        rows[:, 0] = torch.arange(top_k, dtype=torch.int32, device=topk_ids.device)
+        rows = _ONE_TOKEN_ROWS.setdefault(key, rows.reshape(-1))
+    return rows, topk_ids.reshape(-1)
+
+
+_ONE_TOKEN_ROWS: dict[tuple, torch.Tensor] = {}
+"""(top_k, block_m, device) -> the sorted rows of one token's pairs (see `_one_token_blocks`)."""
+
+
 ALIGN_ONE_PROGRAM_MAX_PAIRS = 32
 """Pairs up to which the one-program kernel runs: one chunk of the parallel path (batch <= 4 at top-8),
 where its two launches would add a launch and no parallelism in the scatter (unmeasured choice)."""
@@ -301,7 +322,8 @@ def fused_moe(
     tiles = tiles or choose_tiles(
         _gpu_name(x.device.index) if x.is_cuda else "", num_tokens, num_experts, hidden, intermediate, top_k
     )
-    sorted_ids, block_expert = align_pairs(topk_ids, num_experts, tiles.block_m)
+    one_token = _one_token_blocks(topk_ids, tiles.block_m) if num_tokens == 1 and all_ids_local else None
+    sorted_ids, block_expert = one_token or align_pairs(topk_ids, num_experts, tiles.block_m)
     num_pairs = num_tokens * top_k
     weights = topk_weights.float().reshape(-1).contiguous()  # (pairs,) in pair order
     h = torch.empty(num_pairs, intermediate, dtype=x.dtype, device=x.device)  # read only where written

@@ -127,6 +127,21 @@ def test_fused_moe_matches_reference(num_tokens, hidden, intermediate, num_exper
     torch.testing.assert_close(got, want, **tol)
 
 
+@pytest.mark.parametrize(("num_experts", "top_k", "block_m"), [(8, 2, 16), (16, 8, 16), (6, 3, 32)])
+def test_one_token_skips_the_alignment_and_matches_the_reference(num_experts, top_k, block_m):
+    """Batch-1 decode with local experts: each pair its own block, no alignment launch."""
+    from model_optimizer.runtime.kernels import fused_moe as fm
+
+    x, w13, w2, weights, ids = _inputs(1, 32, 48, num_experts, top_k, torch.float32, seed=top_k)
+    tiles = MoeTiles(block_m, GemmTiles(16, 32), GemmTiles(16, 32))
+    rows, block_expert = fm._one_token_blocks(ids, block_m)
+    assert rows.tolist()[::block_m] == list(range(top_k)) and set(rows.tolist()[1:block_m]) == {top_k}
+    assert block_expert.tolist() == ids[0].tolist()
+    got = fused_moe(x, w13, w2, weights, ids, tiles, all_ids_local=True)
+    torch.testing.assert_close(got, fused_moe_ref(x, w13, w2, weights, ids), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, fused_moe(x, w13, w2, weights, ids, tiles), atol=0, rtol=0)  # = aligned
+
+
 def test_fused_moe_leaves_out_experts_of_other_ranks():
     """Expert parallelism: ids of -1 contribute nothing, in the kernel as in the reference."""
     x, w13, w2, weights, ids = _inputs(5, 32, 16, 4, 2, torch.float32, seed=3)
