@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# What the 2026-12-02 (third) session changed and could not run on a GPU (its device time ran out),
+# in one H200 call of <= ~360 s; ONE tarball, $OUT/session_e.tgz:
+#   1. tests/gpu/test_families_gpu.py -k "fused_moe or align": the fused MoE at real shapes with the
+#      swept moe_tiles.json, both the aligned path and the one-token path (all_ids_local)        <= 60 s
+#   2. decode_latency.py Qwen3-30B-A3B batch 1 and 64, profiled: the one-token path should remove
+#      _align_kernel from the batch-1 graph (3.60 ms/step with it)                                <= 55 s
+#   3. spec_decode.py --quick: the steady-step policy with its first probe after 64 steps and the
+#      verify split reverted; targets.txt-style rows in spec.log                                 <= 130 s
+#   4. structured_mask.py: 64 rows of the order schema, pools of 4/8/12/14 threads, 2 and 4 lanes per
+#      thread on the H200's 16 cores (manager.MAX_FILL_THREADS caps the engine at 8 today)       <= 110 s
+#   bash scripts/device/session_e_h200.sh
+set -uo pipefail
+: "${OUT:?set OUT to the folder that receives the results}"
+source "$(dirname "$0")/common.sh"
+start_run
+part moe_tests 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_families_gpu.py -k "fused_moe or align"
+cd benchmarks || exit 2
+part decode 55 python3 decode_latency.py --models qwen3-30b-a3b --batch-sizes 1 64 --profile \
+  --output "$RES/decode_qwen3_30b_a3b_one_token_h200.json"
+part spec 130 python3 spec_decode.py --quick --output "$RES/spec_decode_h200.json"
+part structured_mask 110 python3 structured_mask.py --rows 64 --steps 200 --threads 4 8 12 14 \
+  --lanes-per-thread 2 4 --output "$RES/structured_mask_h200.json"
+cd .. || exit 2
+cat "$RES/summary.txt"
+tar -czf "$OUT/session_e.tgz" -C "$RES" .
+echo "packed $OUT/session_e.tgz"
