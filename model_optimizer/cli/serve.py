@@ -48,14 +48,40 @@ def run(args: argparse.Namespace) -> int:
     model_id = localize(engine_config)  # a Hub id becomes its snapshot folder, downloaded or from the cache
     if model_id is not None and server_config.served_model_name is None:
         server_config.served_model_name = model_id  # clients ask for Qwen/Qwen3-0.6B, as with vLLM
-    if server_config.api_server_count > 1:
-        return _serve_many(server_config, engine_config)
-    from model_optimizer.runtime.server.launcher import serve
+    core_start = _spawn_core_early(server_config, engine_config)
+    try:
+        if server_config.api_server_count > 1:
+            return _serve_many(server_config, engine_config, core_start)
+        from model_optimizer.runtime.server.launcher import serve
 
-    return serve(server_config, engine_config)
+        return serve(server_config, engine_config, core_start)
+    finally:
+        if core_start is not None:
+            core_start.abandon()  # nothing, once the server took it
 
 
-def _serve_many(server_config, engine_config) -> int:  # noqa: ANN001
+def _spawn_core_early(server_config, engine_config):  # noqa: ANN001, ANN202
+    """The engine core of a causal-LM folder, spawned before the HTTP side is imported and set up, so
+    the two start-ups overlap (its imports, CUDA context and load against ours); None for anything else
+    (an embedding model, a folder the app will refuse with a clear message), left to the app as before."""
+    import json
+
+    from model_optimizer.runtime.llm import resolve_model_dir
+
+    try:
+        model_dir = resolve_model_dir(engine_config.model, engine_config.revision)
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    architectures = config.get("architectures") or [""]
+    if (model_dir / "modules.json").is_file() or not str(architectures[0]).endswith("ForCausalLM"):
+        return None
+    from model_optimizer.runtime.core_process import spawn_core
+
+    return spawn_core(engine_config, server_config.api_server_count, server_config.log_level)
+
+
+def _serve_many(server_config, engine_config, core_start) -> int:  # noqa: ANN001
     """Several frontends, their metrics in one prometheus_client multiprocess folder."""
     import os
     import shutil
@@ -69,7 +95,7 @@ def _serve_many(server_config, engine_config) -> int:  # noqa: ANN001
     from model_optimizer.runtime.server.launcher import serve
 
     try:
-        return serve(server_config, engine_config)
+        return serve(server_config, engine_config, core_start)
     finally:
         if ours:
             shutil.rmtree(folder, ignore_errors=True)

@@ -156,16 +156,26 @@ class CoreConnection:
 
 def start_core(config: EngineConfig, num_clients: int = 1) -> CoreHandle:
     """Spawn the engine core for `config` and wait until it is ready (or raise what stopped it)."""
+    return spawn_core(config, num_clients).ready()
+
+
+def spawn_core(config: EngineConfig, num_clients: int = 1, log_level: str | None = None) -> CoreStart:
+    """Spawn the engine core for `config` and return at once: it imports, loads and warms up while the
+    caller goes on (`mopt serve` sets up its HTTP side meanwhile); `CoreStart.ready()` waits for it.
+    `log_level`: the level the caller's logging will have (default: what it has now)."""
     tmpdir = tempfile.mkdtemp(prefix="mopt-core-")
+    names = ("model_optimizer", "model_optimizer.startup")
+    levels = (
+        tuple((name, logging.getLogger(name).getEffectiveLevel()) for name in names)
+        if log_level is None
+        else tuple((name, logging.getLevelName(log_level.upper())) for name in names)
+    )
     spec = CoreSpec(
         config=config,
         input_address=f"ipc://{tmpdir}/in",
         output_addresses=[f"ipc://{tmpdir}/out{i}" for i in range(num_clients)],
         parent_pid=os.getpid(),
-        log_levels=tuple(
-            (name, logging.getLogger(name).getEffectiveLevel())
-            for name in ("model_optimizer", "model_optimizer.startup")
-        ),
+        log_levels=levels,
     )
     ctx = multiprocessing.get_context("spawn")  # CUDA cannot live through a fork
     mine, theirs = ctx.Pipe()
@@ -175,24 +185,52 @@ def start_core(config: EngineConfig, num_clients: int = 1) -> CoreHandle:
     handle = CoreHandle(
         process, spec.input_address, spec.output_addresses, ModelInfo(0, 0, frozenset(), 0), config, tmpdir=tmpdir
     )
-    try:
-        status, value = _wait_ready(mine, process)
-    except BaseException:
-        handle.stop()
-        raise
-    finally:
-        mine.close()
-    if status == "error":
-        handle.stop()
-        raise _startup_error(*value)
-    handle.info, handle.extra = value["info"], value["extra"]
-    # The core ignores SIGINT and SIGTERM and is not a daemon (its tensor-parallel workers are its
-    # children), so multiprocessing's own exit hook would wait for it forever: a program that started a
-    # core and never stopped it (a script that built the app and ended) would hang at exit. This hook,
-    # registered later, runs first and stops it.
-    atexit.register(handle._stop_at_exit)
-    logger.info("engine core: pid %d", process.pid)
-    return handle
+    return CoreStart(handle, mine)
+
+
+@dataclass
+class CoreStart:
+    """A core spawned by `spawn_core` and still starting: `ready()` hands it over once, `abandon()` stops
+    it if nobody took it (the caller failed before it needed the core)."""
+
+    handle: CoreHandle
+    conn: Connection
+    taken: bool = False
+
+    def ready(self) -> CoreHandle:
+        """The core once it is ready; raises what stopped it (ValueError for a configuration it refused)."""
+        if self.taken:
+            raise RuntimeError("this engine core was already handed over")
+        self.taken = True
+        handle = self.handle
+        try:
+            status, value = _wait_ready(self.conn, handle.process)
+        except BaseException:
+            handle.stop()
+            raise
+        finally:
+            self.conn.close()
+        if status == "error":
+            handle.stop()
+            raise _startup_error(*value)
+        handle.info, handle.extra = value["info"], value["extra"]
+        # The core ignores SIGINT and SIGTERM and is not a daemon (its tensor-parallel workers are its
+        # children), so multiprocessing's own exit hook would wait for it forever: a program that started
+        # a core and never stopped it (a script that built the app and ended) would hang at exit. This
+        # hook, registered later, runs first and stops it.
+        atexit.register(handle._stop_at_exit)
+        logger.info("engine core: pid %d", handle.pid)
+        return handle
+
+    def abandon(self) -> None:
+        """Kill the core unless `ready()` handed it over: it is still loading (it ignores SIGTERM, and no
+        request can be in it); its tensor-parallel workers follow their parent out."""
+        if not self.taken:
+            self.taken = True
+            self.conn.close()
+            self.handle.process.kill()
+            self.handle.process.join()
+            shutil.rmtree(self.handle.tmpdir, ignore_errors=True)
 
 
 def _wait_ready(conn: Connection, process: Any) -> tuple[str, Any]:

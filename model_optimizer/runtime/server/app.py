@@ -42,7 +42,7 @@ from model_optimizer.runtime.server.stats_log import start_stats_logging
 from model_optimizer.runtime.server.token_bound import token_bound
 
 if TYPE_CHECKING:
-    from model_optimizer.runtime.core_process import CoreConnection, CoreHandle
+    from model_optimizer.runtime.core_process import CoreConnection, CoreHandle, CoreStart
     from model_optimizer.runtime.llm import LLM
 
 logger = logging.getLogger(__name__)
@@ -55,9 +55,28 @@ def create_app(
     embedder: Any = None,
     core: CoreHandle | CoreConnection | None = None,
     frontend: int = 0,
+    core_start: CoreStart | None = None,
 ) -> FastAPI:
     """The app for `config`: loads the model unless `llm`, `embedder` or `core` is given. `frontend` is
-    this process's number among `--api-server-count` frontends of one core (0: the one that started it)."""
+    this process's number among `--api-server-count` frontends of one core (0: the one that started it).
+    `core_start`: the engine core, already spawned for this config (`mopt serve` starts it before it
+    imports the HTTP side), taken once the checks here pass; stopped if they fail."""
+    try:
+        return _create_app(config, engine_config, llm, embedder, core, frontend, core_start)
+    finally:
+        if core_start is not None:
+            core_start.abandon()  # nothing, once the app took it
+
+
+def _create_app(
+    config: ServerConfig,
+    engine_config: EngineConfig | None,
+    llm: LLM | None,
+    embedder: Any,
+    core: CoreHandle | CoreConnection | None,
+    frontend: int,
+    core_start: CoreStart | None,
+) -> FastAPI:
     quiet_transformers()
     engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
     chat_template = _read_template(config.chat_template) if config.chat_template else None  # a typo fails at once
@@ -72,7 +91,7 @@ def create_app(
         check_template(chat_template, config.chat_template, tokenizer)
     sampling_defaults = generation_defaults(model_dir) if generates else {}  # ValueError for a broken file: exit 2
     if generates and llm is None and core is None:  # every check that needs no model is done: load it
-        core = start_engine_core(engine_config, model_dir, config.api_server_count)
+        core = start_engine_core(engine_config, model_dir, config.api_server_count, core_start)
     elif not generates and embedder is None:
         embedder = load_embedder(engine_config, model_dir)
     try:
@@ -182,12 +201,15 @@ def load_embedder(config: EngineConfig, model_dir: Path) -> Any:
     return embedder
 
 
-def start_engine_core(config: EngineConfig, model_dir: Path, num_frontends: int = 1) -> CoreHandle:
-    """The engine-core process for a generation model, loaded and warmed up; logs what and how long."""
-    from model_optimizer.runtime.core_process import start_core
+def start_engine_core(
+    config: EngineConfig, model_dir: Path, num_frontends: int = 1, spawned: CoreStart | None = None
+) -> CoreHandle:
+    """The engine-core process for a generation model (`spawned` when it was started earlier), loaded
+    and warmed up; logs what and how long."""
+    from model_optimizer.runtime.core_process import spawn_core
 
     start = time.perf_counter()
-    core = start_core(config, num_frontends)
+    core = (spawned or spawn_core(config, num_frontends)).ready()
     where = f"on {config.tensor_parallel_size} tensor-parallel workers " if config.tensor_parallel_size > 1 else ""
     logger.info(
         "loaded model %s %sin the engine-core process (pid %d): %s, in %.1f s",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import logging.config
+from typing import TYPE_CHECKING
 
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.server.app import create_app
@@ -27,6 +28,9 @@ from model_optimizer.runtime.server.http_server import (
     uvicorn_config,
 )
 from model_optimizer.runtime.server.state import ServerState
+
+if TYPE_CHECKING:
+    from model_optimizer.runtime.core_process import CoreStart
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +48,9 @@ def _process_age_s() -> float | None:
         return None
 
 
-def serve(config: ServerConfig, engine_config: EngineConfig) -> int:
+def serve(config: ServerConfig, engine_config: EngineConfig, core_start: CoreStart | None = None) -> int:
     """Load the model, then serve until SIGTERM/SIGINT (exit code 0) or an engine failure (exit code 1).
+    `core_start`: the engine core, spawned before this module was imported (see cli/serve.py).
 
     Raises ValueError (or FileNotFoundError) for a configuration the server cannot start with.
     """
@@ -57,7 +62,7 @@ def serve(config: ServerConfig, engine_config: EngineConfig) -> int:
     )  # a missing folder is a clear CLI error, not a failed server
     logger.info("loading model %s", model_dir.resolve())
     try:
-        app = create_app(config, engine_config)
+        app = create_app(config, engine_config, core_start=core_start)
     except ValueError as exc:
         raise ValueError(f"cannot serve {model_dir}: {exc}") from None
     state: ServerState = app.state.server

@@ -1,0 +1,58 @@
+"""`mopt serve` spawns the engine core of a causal LM before it sets up its HTTP side: what is spawned
+early, that the app takes it once its checks pass, and that a start-up that fails first leaves no core.
+
+Real processes (the engine core spawned on a tiny checkpoint); states asserted, never times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from model_optimizer.cli.serve import _spawn_core_early
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.core_process import spawn_core
+from model_optimizer.runtime.server.app import create_app
+from model_optimizer.runtime.server.config import ServerConfig
+from tests.runtime.server.conftest import ENGINE_ARGS
+from tests.tiny_checkpoints import minilm_or_tiny_encoder
+
+pytestmark = pytest.mark.slow
+
+
+def _gone(start) -> bool:  # noqa: ANN001
+    return not start.handle.process.is_alive() and not Path(start.handle.tmpdir).exists()
+
+
+def test_only_a_causal_lm_folder_gets_its_core_spawned_early(tiny_model, tmp_path):
+    server = ServerConfig()
+    assert _spawn_core_early(server, EngineConfig(model=str(tmp_path / "missing"))) is None  # the app's error
+    assert _spawn_core_early(server, EngineConfig(model=str(minilm_or_tiny_encoder(tmp_path)))) is None
+    start = _spawn_core_early(server, EngineConfig(model=str(tiny_model("qwen3")), **ENGINE_ARGS))
+    assert start is not None and start.handle.process.is_alive()
+    start.abandon()  # nobody took it: killed, its folder removed
+    assert _gone(start)
+    with pytest.raises(RuntimeError, match="already handed over"):
+        start.ready()
+
+
+def test_the_app_takes_the_spawned_core(tiny_model):
+    engine = EngineConfig(model=str(tiny_model("qwen3")), **ENGINE_ARGS)
+    start = spawn_core(engine)
+    app = create_app(ServerConfig(), engine, core_start=start)
+    core = app.state.server.core
+    assert core is start.handle and core.info.max_model_len == ENGINE_ARGS["max_model_len"]
+    start.abandon()  # taken: nothing happens
+    assert core.process.is_alive()
+    core.stop()
+    assert not core.process.is_alive()
+
+
+def test_a_start_up_refused_before_the_core_is_needed_stops_it(tiny_model, tmp_path):
+    template = tmp_path / "broken.jinja"
+    template.write_text("{% for m in messages %}{{ m['content'] }")  # unclosed
+    engine = EngineConfig(model=str(tiny_model("qwen3")), **ENGINE_ARGS)
+    start = spawn_core(engine)
+    with pytest.raises(ValueError, match="chat template"):
+        create_app(ServerConfig(chat_template=str(template)), engine, core_start=start)
+    assert _gone(start)
