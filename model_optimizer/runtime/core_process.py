@@ -2,7 +2,8 @@
 
 `start_core(config)` spawns the process, which loads the model (and warms it up), binds its sockets
 and reports ready, or the start-up error as the frontend's own exception (a ValueError stays a
-one-line ValueError). Then it runs the CoreLoop (engine/core_loop.py) until a frontend sends SHUTDOWN,
+one-line ValueError). `spawn_core` is its first half: `mopt serve` spawns the core before it sets up
+its HTTP side and takes it with `CoreStart.ready()` once its own checks pass. Then it runs the CoreLoop (engine/core_loop.py) until a frontend sends SHUTDOWN,
 its parent dies (it polls, common/processes.py) or a step fails (it sends the error to every frontend,
 then exits non-zero). It ignores SIGINT and SIGTERM: the frontend decides when to drain and stop it,
 so a signal to the whole process group never cuts a drain short. Tensor-parallel workers are its
