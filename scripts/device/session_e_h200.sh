@@ -24,7 +24,7 @@ part spec 130 python3 spec_decode.py --quick --output "$RES/spec_decode_h200.jso
 part structured_mask 110 python3 structured_mask.py --rows 64 --steps 200 --threads 4 8 12 14 \
   --lanes-per-thread 2 4 --output "$RES/structured_mask_h200.json"
 part cold_start 90 python3 cold_start.py --no-llm --warm-only --runs 3 --output "$RES/cold_start_h200.json" \
-  -- --model configs/qwen3-0.6b --load-format dummy --dtype bfloat16
+  -- --model benchmarks/configs/qwen3-0.6b --load-format dummy --dtype bfloat16  # cwd: the repository
 cd .. || exit 2
 cat "$RES/summary.txt"
 tar -czf "$OUT/session_e.tgz" -C "$RES" .
