@@ -265,9 +265,12 @@ class EngineCore:
         if rows is None:
             return _InFlight(out, self.runner.launch(out, pending)), False
         handle = self.runner.launch(out, pending, sample=False)  # type: ignore[call-arg]
-        if previous is not None:  # its tokens advance the grammars the masks start from
-            self._finish(previous, news)
+        # the previous step's tokens advance the grammars the masks start from; the masks start before its
+        # output rows are built (they read only the matchers), so the rows' work hides behind the fill
+        updated = self._collect(previous, news) if previous is not None else None
         step = _InFlight(out, handle, self.constrained.fill(rows, background=self.config.async_scheduling))  # type: ignore[union-attr]
+        if updated is not None:
+            self._report(updated, news)
         return (step if self.config.async_scheduling else self._sample(step)), previous is not None
 
     def _sampled(self, step: _InFlight) -> _InFlight:
@@ -336,6 +339,11 @@ class EngineCore:
 
     def _finish(self, step: _InFlight, news: list[OutputsBuilder]) -> None:
         """Collect a launched step's tokens, apply them, and add a row for every completion they changed."""
+        self._report(self._collect(step, news), news)
+
+    def _collect(self, step: _InFlight, news: list[OutputsBuilder]) -> list[Request]:
+        """A launched step's tokens applied to its requests and grammars (its prompt logprobs reported):
+        the requests they changed, whose rows `_report` adds."""
         results = self.runner.collect(step.handle)
         if type(results) is StepResults:  # before the rows: a prompt's last chunk may sample its first token too
             self._report_prompt_logprobs(results.prompt_logprobs, news)
@@ -343,6 +351,10 @@ class EngineCore:
         self.num_steps += 1
         if self.constrained is not None:  # a finished grammar ends its request
             self.constrained.advance(updated, self.scheduler)
+        return updated
+
+    def _report(self, updated: list[Request], news: list[OutputsBuilder]) -> None:
+        """A row for every completion `updated` changed (after `_collect`)."""
         for request in updated:
             out = news[self.client_of.get(request.parent_id, 0)]  # type: ignore[arg-type]
             if request.error == NONFINITE_ERROR:  # failed alone: so do its n - 1 siblings, which share its prompt
