@@ -104,6 +104,23 @@ def test_fused_moe_matches_the_loop_at_real_shapes(num_tokens, num_experts, hidd
         assert (got - want).abs().max() <= 0.02 * want.abs().max() + 1e-3
 
 
+@pytest.mark.parametrize(("num_experts", "hidden", "intermediate", "top_k"), [(128, 2048, 768, 8), (8, 4096, 14336, 2)])
+def test_one_token_moe_products_match_the_loop_at_real_shapes(num_experts, hidden, intermediate, top_k):
+    """kernels/moe_gemv.py at Qwen3-30B-A3B's and Mixtral-8x7B's expert shapes, bf16, against the float32 loop."""
+    from model_optimizer.runtime.kernels.moe_gemv import moe_one_token
+    from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
+    from model_optimizer.runtime.layers.moe import softmax_topk
+
+    gen = torch.Generator(device="cuda").manual_seed(top_k)
+    x = torch.randn(1, hidden, device="cuda", generator=gen).bfloat16()
+    w13 = (torch.randn(num_experts, 2 * intermediate, hidden, device="cuda", generator=gen) / hidden**0.5).bfloat16()
+    w2 = (torch.randn(num_experts, hidden, intermediate, device="cuda", generator=gen) / intermediate**0.5).bfloat16()
+    weights, ids = softmax_topk(torch.randn(1, num_experts, device="cuda", generator=gen), top_k, renormalize=True)
+    got = moe_one_token(x, w13, w2, weights, ids).float()
+    want = fused_moe_ref(x.float(), w13.float(), w2.float(), weights, ids)
+    assert (got - want).abs().max() <= 0.02 * want.abs().max() + 1e-3
+
+
 @pytest.mark.parametrize("renormalize", [False, True])
 @pytest.mark.parametrize(("num_tokens", "num_experts", "top_k"), [(1, 128, 8), (300, 128, 8), (64, 8, 2), (7, 60, 4)])
 def test_moe_routing_kernel_matches_softmax_topk(num_tokens, num_experts, top_k, renormalize):

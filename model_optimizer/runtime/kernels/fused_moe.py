@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from model_optimizer.runtime.kernels import moe_gemv
 from model_optimizer.runtime.kernels.dots import dot
 from model_optimizer.runtime.kernels.moe_align import align_pairs_parallel, max_padded_pairs
 from model_optimizer.runtime.kernels.moe_tiles import MoeTiles, choose_tiles
@@ -318,6 +319,8 @@ def fused_moe(
     top_k = topk_ids.shape[1]
     if num_tokens == 0:
         return torch.zeros_like(x)
+    if num_tokens == 1 and all_ids_local and tiles is None and moe_gemv.enabled():
+        return moe_gemv.moe_one_token(x, w13, w2, topk_weights, topk_ids)
     x, w13, w2 = x.contiguous(), w13.contiguous(), w2.contiguous()
     tiles = tiles or choose_tiles(
         _gpu_name(x.device.index) if x.is_cuda else "", num_tokens, num_experts, hidden, intermediate, top_k
