@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # What the 2026-12-02 (third) session changed and could not run on a GPU (its device time ran out),
-# in one H200 call of <= ~450 s; ONE tarball, $OUT/session_e.tgz:
+# in one H200 call of <= ~510 s; ONE tarball, $OUT/session_e.tgz:
 #   1. tests/gpu/test_families_gpu.py -k "fused_moe or align": the fused MoE at real shapes with the
 #      swept moe_tiles.json, both the aligned path and the one-token path (all_ids_local)        <= 60 s
-#   2. decode_latency.py Qwen3-30B-A3B batch 1 and 64, profiled: the one-token path should remove
+#      and the one-token products of kernels/moe_gemv.py (off unless MOPT_MOE_GEMV=1)
+#   2. moe_kernels.py --one-token: the fused kernel at one token against those products (5 tiles)  <= 60 s;
+#      decode_latency.py Qwen3-30B-A3B batch 1 and 64, profiled: the one-token path should remove
 #      _align_kernel from the batch-1 graph (3.60 ms/step with it)                                <= 55 s
 #   3. spec_decode.py --quick: the steady-step policy with its first probe after 64 steps and the
 #      verify split reverted; targets.txt-style rows in spec.log                                 <= 130 s
@@ -16,8 +18,10 @@ set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 source "$(dirname "$0")/common.sh"
 start_run
-part moe_tests 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_families_gpu.py -k "fused_moe or align"
+part moe_tests 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_families_gpu.py -k "fused_moe or align or one_token"
 cd benchmarks || exit 2
+part one_token 60 python3 moe_kernels.py --one-token --models qwen3-30b-a3b deepseek-v2-lite mixtral-8x7b --tokens 1 \
+  --output "$RES/moe_one_token_h200.json"
 part decode 55 python3 decode_latency.py --models qwen3-30b-a3b --batch-sizes 1 64 --profile \
   --output "$RES/decode_qwen3_30b_a3b_one_token_h200.json"
 part spec 130 python3 spec_decode.py --quick --output "$RES/spec_decode_h200.json"
