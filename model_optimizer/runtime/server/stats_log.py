@@ -21,15 +21,19 @@ logger = logging.getLogger("model_optimizer.runtime.server.stats")
 
 def stats_line(before: Any, after: Any, seconds: float) -> str | None:
     """One line describing the interval between two EngineStats snapshots; None when nothing happened
-    (or a snapshot is missing: a core process that has not reported yet)."""
-    if before is None or after is None:
+    (or `after` is missing: a core that has not reported yet). A missing `before` counts from zero: the
+    core reports with its first outputs, so a first burst of work that fits one interval arrives in one
+    snapshot and would otherwise never be logged."""
+    if after is None:
         return None
-    prompt_tokens = after.num_prompt_tokens - before.num_prompt_tokens
-    generation_tokens = after.num_generation_tokens - before.num_generation_tokens
+
+    def delta(name: str) -> int:
+        return getattr(after, name) - getattr(before, name, 0)  # before None: the engine's counters start at 0
+
+    prompt_tokens, generation_tokens = delta("num_prompt_tokens"), delta("num_generation_tokens")
     if not (prompt_tokens or generation_tokens or after.num_running or after.num_waiting):
         return None
-    queries = after.prefix_cache_queries - before.prefix_cache_queries
-    hits = after.prefix_cache_hits - before.prefix_cache_hits
+    queries, hits = delta("prefix_cache_queries"), delta("prefix_cache_hits")
     seconds = max(seconds, 1e-9)
     line = (
         f"prompt throughput: {prompt_tokens / seconds:.1f} tokens/s, "

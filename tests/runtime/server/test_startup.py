@@ -204,6 +204,9 @@ def test_stats_line_only_when_something_happened():
     )
     waiting_only = SimpleNamespace(**{**vars(idle), "num_waiting": 1})
     assert stats_line(idle, waiting_only, 10.0) is not None  # a stuck queue is worth a line
+    # the core's first report (its first outputs) may already hold a whole short request: counted from 0
+    assert stats_line(None, idle, 10.0).startswith("prompt throughput: 10.0 tokens/s, generation throughput: 5.0")
+    assert stats_line(idle, None, 10.0) is None  # no report yet
 
 
 @pytest.mark.slow
