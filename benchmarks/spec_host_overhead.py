@@ -161,21 +161,41 @@ def median_ms(values: list[float]) -> float | None:
     return round(1e3 * sorted(values)[len(values) // 2], 4) if values else None
 
 
-def measure(model: str, device: str, mode: str) -> dict:
+def one_request_engine(model: str, device: str, speculate: bool):  # noqa: ANN201 - an LLM
+    """`LLM` on `model`'s config with dummy weights, sized for one request; n-gram speculation with k = K
+    (every step, no adaptive policy) when `speculate`. spec_step_timeline.py builds the same engine."""
     from model_optimizer import LLM
 
-    spec = {"method": "ngram", "num_speculative_tokens": K, "adaptive": False} if mode == "ngram" else None
-    llm = LLM(
+    return LLM(
         model,
         load_format="dummy",
         device=device,
         max_model_len=2048,
         max_num_seqs=8,
         enable_prefix_caching=False,
-        speculative_config=spec,
+        speculative_config={"method": "ngram", "num_speculative_tokens": K, "adaptive": False} if speculate else None,
         **({"kv_cache_memory": 1 << 26} if device == "cpu" else {"gpu_memory_utilization": 0.5}),
     )
-    if spec:
+
+
+def repeating_prompt(vocab_size: int) -> list[int]:
+    """PROMPT_LEN tokens repeating one 32-token phrase: the n-gram lookup finds what follows."""
+    rng = random.Random(0)
+    phrase = [rng.randrange(10, min(1000, vocab_size)) for _ in range(32)]
+    return (phrase * (PROMPT_LEN // 32 + 1))[:PROMPT_LEN]
+
+
+def model_or_tiny(model: str | None, folder: str) -> str:
+    """`model`, or the TINY config written into `folder`."""
+    if model is not None:
+        return model
+    (Path(folder) / "config.json").write_text(json.dumps(TINY))
+    return folder
+
+
+def measure(model: str, device: str, mode: str) -> dict:
+    llm = one_request_engine(model, device, speculate=mode == "ngram")
+    if mode == "ngram":
         llm.runner.verifier.force_acceptance(1.0)
     row = profile(llm, mode)
     print(json.dumps(row), flush=True)
@@ -186,9 +206,7 @@ def profile(llm, mode: str) -> dict:
     """Host figures of `llm` (speculating as it is set up) generating one request: see the module docstring."""
     from model_optimizer import SamplingParams
 
-    rng = random.Random(0)
-    phrase = [rng.randrange(10, min(1000, llm.runner.vocab_size)) for _ in range(32)]
-    prompt = (phrase * (PROMPT_LEN // 32 + 1))[:PROMPT_LEN]
+    prompt = repeating_prompt(llm.runner.vocab_size)
     params = SamplingParams(temperature=0, max_tokens=OUTPUT_LEN, ignore_eos=True, detokenize=False)
     llm.generate([prompt], params)  # warm-up
     marks = Marks()
@@ -227,10 +245,7 @@ def main() -> None:
     parser.add_argument("--label", default="", help="stored with the figures (e.g. before / after)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        model = args.model
-        if model is None:
-            model = tmp
-            (Path(tmp) / "config.json").write_text(json.dumps(TINY))
+        model = model_or_tiny(args.model, tmp)
         rows = [measure(model, args.device, mode) for mode in ("plain", "ngram")]
     payload = {
         "benchmark": "spec_host_overhead",

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import time
 
 from common import RESULTS, environment, write_json
+from spec_host_overhead import K, model_or_tiny, one_request_engine, repeating_prompt
 
-K, PROMPT_LEN, OUTPUT_LEN = 4, 256, 256
+OUTPUT_LEN = 256
+"""One request's output (the prompt, k and the engine are spec_host_overhead.py's)."""
 FIELDS = ("gap_ms", "device_idle_ms", "prep_ms", "forward_ms", "after_ms", "launch_host_ms", "cycle_ms")
 
 
@@ -150,9 +151,7 @@ def timeline(llm, verify: bool) -> dict:
     """`llm` (speculating as set up) generating one request: the medians of its plain or verifying steps."""
     from model_optimizer import SamplingParams
 
-    rng = random.Random(0)
-    phrase = [rng.randrange(10, min(1000, llm.runner.vocab_size)) for _ in range(32)]
-    prompt = (phrase * (PROMPT_LEN // 32 + 1))[:PROMPT_LEN]
+    prompt = repeating_prompt(llm.runner.vocab_size)
     params = SamplingParams(temperature=0, max_tokens=OUTPUT_LEN, ignore_eos=True, detokenize=False)
     llm.generate([prompt], params)  # warm-up
     recorder = Recorder(llm.runner)
@@ -166,19 +165,7 @@ def timeline(llm, verify: bool) -> dict:
 
 
 def measure(model: str, device: str) -> dict:
-    from model_optimizer import LLM
-
-    spec = {"method": "ngram", "num_speculative_tokens": K, "adaptive": False}
-    llm = LLM(
-        model,
-        load_format="dummy",
-        device=device,
-        max_model_len=2048,
-        max_num_seqs=8,
-        enable_prefix_caching=False,
-        speculative_config=spec,
-        **({"kv_cache_memory": 1 << 26} if device == "cpu" else {"gpu_memory_utilization": 0.5}),
-    )
+    llm = one_request_engine(model, device, speculate=True)
     speculator = llm.engine.core.speculator
     llm.engine.core.speculator = None
     out = {"plain": timeline(llm, verify=False)}
@@ -190,9 +177,6 @@ def measure(model: str, device: str) -> dict:
 
 def main() -> None:
     import tempfile
-    from pathlib import Path
-
-    from spec_host_overhead import TINY
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -200,11 +184,7 @@ def main() -> None:
     parser.add_argument("--output", default=None, help="default: results/spec_step_timeline_<device>.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        model = args.model
-        if model is None:
-            model = tmp
-            (Path(tmp) / "config.json").write_text(json.dumps(TINY))
-        figures = measure(model, args.device)
+        figures = measure(model_or_tiny(args.model, tmp), args.device)
     print(json.dumps(figures, indent=1))
     payload = {
         "benchmark": "spec_step_timeline",
