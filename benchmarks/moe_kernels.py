@@ -64,6 +64,11 @@ def make_case(shape: tuple[int, int, int, int], num_tokens: int, seed: int = 0):
     return x, w13, w2, weights, ids
 
 
+def matches_loop(got, want) -> bool:
+    """A bf16 kernel's result against the float32 loop: within 2% of the largest output (+1e-3)."""
+    return bool((got - want).abs().max() <= 0.02 * want.abs().max() + 1e-3)
+
+
 def touched_bytes(ids, shape) -> int:
     experts, hidden, inter, _ = shape
     return int(ids.unique().numel()) * 3 * hidden * inter * 2
@@ -203,7 +208,7 @@ def one_token_row(model: str) -> dict:
     for candidate in GEMV_CANDIDATES:
         tiles = GemvTiles(*candidate)
         got = moe_one_token(x, w13, w2, weights, ids, tiles).float()
-        if (got - want).abs().max() > 0.02 * want.abs().max() + 1e-3:
+        if not matches_loop(got, want):
             raise RuntimeError(f"{model}: one-token product at {tiles} gives a wrong result")
         name = "gemv_us_" + "x".join(map(str, candidate))
         row[name] = gpu_time_ms(lambda w, t=tiles: moe_one_token(x, w[0], w[1], weights, ids, t), sets) * 1e3
@@ -242,7 +247,7 @@ def sweep_case(model: str, num_tokens: int) -> tuple[str, object, dict]:
     tiles = best[1]
     got = fused_moe(x, w13, w2, weights, ids, tiles).float()
     want = fused_moe_ref(x.float(), w13.float(), w2.float(), weights, ids)
-    if (got - want).abs().max() > 0.02 * want.abs().max() + 1e-3:
+    if not matches_loop(got, want):
         raise RuntimeError(f"{model} {num_tokens} tokens: tiles {tiles} give a wrong result")
     print(f"{model} {num_tokens} tokens: {tiles} ({best[0] * 1e3:.1f} us for both GEMMs)", flush=True)
     return mt.table_key(experts, hidden, inter, top_k, num_tokens), tiles, timings
