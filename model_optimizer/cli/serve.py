@@ -70,7 +70,7 @@ def _spawn_core_early(server_config, engine_config):  # noqa: ANN001, ANN202
 
     try:
         model_dir = resolve_model_dir(engine_config.model, engine_config.revision)
-        config = json.loads((model_dir / "config.json").read_text())
+        config = json.loads((model_dir / "config.json").read_text())  # not read_config: it imports torch
     except (OSError, ValueError):
         return None
     architectures = config.get("architectures") or [""]
