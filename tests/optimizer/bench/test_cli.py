@@ -31,7 +31,8 @@ def bench(server, tmp_path, *flags):
 
 @pytest.mark.slow
 def test_run_writes_json_csv_html(server, tmp_path, capsys):
-    rc = bench(server, tmp_path, "--num-requests", "8", "--concurrency", "4", "--slo", "ttft_p99=500ms,tpot_p99=200ms")
+    # the SLO is loose on purpose: a busy machine delays answers, and a missed SLO is test_report's to check
+    rc = bench(server, tmp_path, "--num-requests", "8", "--concurrency", "4", "--slo", "ttft_p99=60s,tpot_p99=60s")
     assert rc == 0
     runs = sorted(tmp_path.glob("run-*.json"))
     assert [p.name for p in runs] == ["run-01-concurrency-4.json"]
