@@ -80,7 +80,7 @@ class Speculator:
     def propose(self, running: list[Request]) -> dict[str, list[int]]:
         """Request id -> proposed tokens, for the running requests that may verify some this step."""
         k = self.config.num_speculative_tokens
-        proposals = {}
+        proposals, full = {}, []
         for request in running:
             if request.num_pending or request.num_computed_tokens != request.num_tokens - 1:
                 continue
@@ -88,6 +88,23 @@ class Speculator:
             if room <= 0 or request.params.needs_history:
                 continue
             spec = [DRAFT_TOKEN] * room if self.ngram is None else self.ngram.propose(request, room)
-            if spec:
+            if room == k:
+                full.append((request, spec))
+            elif spec:
                 proposals[request.request_id] = spec
+        if self.ngram is not None and (proposals or any(spec for _, spec in full)):
+            for request, spec in full:  # every row k proposals: a step of one shape, which a CUDA graph runs
+                last = request.output_token_ids[-1] if request.output_token_ids else request.prompt_token_ids[-1]
+                proposals[request.request_id] = fill_to(spec, k, last)
+        else:
+            proposals.update((request.request_id, spec) for request, spec in full if spec)
         return proposals
+
+
+def fill_to(spec: list[int], k: int, last_token: int) -> list[int]:
+    """An n-gram proposal filled up to k tokens with repeats of its last token (of the request's last
+    token when it is empty). The verify graphs are captured for 1 + k tokens per sequence, so a step whose
+    rows propose fewer ran eagerly; verifying a filler is exact (it is kept only where the target's own
+    sampling accepts it, as any proposal) and, at the batch sizes where speculating pays, costs nothing
+    the weights' read did not already."""
+    return spec + [spec[-1] if spec else last_token] * (k - len(spec))

@@ -172,6 +172,28 @@ def test_speculator_records_only_steady_steps():
     assert row["spec_tokens_per_s"] == pytest.approx(4 / 0.007)
 
 
+def _decoding(rid: str, tokens: list[int], max_tokens: int = 100) -> Request:
+    request = Request(rid, tokens[:1], SamplingParams(), max_tokens=max_tokens)
+    request.output_token_ids += tokens[1:]
+    request.num_computed_tokens = len(tokens) - 1  # decoding: its last token left to compute
+    return request
+
+
+def test_ngram_proposals_are_filled_to_k_so_every_row_verifies_k():
+    """A verifying step's rows all propose k tokens (short proposals filled with their last token, rows
+    without a match with theirs): one shape per batch size, which the verify graphs run."""
+    speculator = Speculator(parse_speculative_config({**NGRAM, "adaptive": False}))
+    matched = _decoding("a", [5, 6, 7, 5, 6])  # ... 5, 6 -> 7, 5, 6: three of four
+    unmatched = _decoding("b", [1, 2, 3, 4])
+    near_end = _decoding("c", [5, 6, 7, 5, 6], max_tokens=7)  # room for 2: kept short
+    assert speculator.propose([matched, unmatched, near_end]) == {
+        "a": [7, 5, 6, 6],
+        "b": [4, 4, 4, 4],
+        "c": [7, 5],
+    }
+    assert speculator.propose([unmatched]) == {}  # nothing to verify: a plain step
+
+
 def test_disable_by_batch_size_and_fixed_policy():
     config = parse_speculative_config(
         {"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 8, "adaptive": False}
