@@ -13,7 +13,8 @@ loop thread, in wall and in thread CPU time (the fill's pool runs in other threa
 counted, except where the loop waits for it):
 
     schedule        Scheduler.schedule
-    launch          runner.launch (the forward; for masked steps without its sampling)
+    prepare         runner.prepare (the batch updated, the step's inputs written: launch's host half)
+    launch          runner.submit (the forward; for masked steps without its sampling)
     collect         runner.collect (the previous step's tokens to the host)
     update          Scheduler.update_from_output
     masked_rows     ConstrainedDecoding.masked_rows (which rows need masks)
@@ -41,7 +42,18 @@ import numpy as np
 from common import CONFIGS, RESULTS, environment, write_json
 from structured import SCHEMA
 
-PHASES = ("schedule", "launch", "collect", "update", "masked_rows", "advance", "fill_start", "mask_wait", "sample")
+PHASES = (
+    "schedule",
+    "prepare",
+    "launch",
+    "collect",
+    "update",
+    "masked_rows",
+    "advance",
+    "fill_start",
+    "mask_wait",
+    "sample",
+)
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2}
 TINY |= {"num_key_value_heads": 1, "head_dim": 32, "torch_dtype": "float32"}
 
@@ -98,7 +110,7 @@ def run(llm, rows: int, tokens: int, constrained: bool, seed: int) -> dict:  # n
     scheduler.schedule = counted_schedule
     timers.wrap(scheduler, "schedule", "schedule")
     timers.wrap(scheduler, "update_from_output", "update")
-    for name, phase in (("launch", "launch"), ("collect", "collect"), ("sample", "sample")):
+    for name, phase in (("prepare", "prepare"), ("submit", "launch"), ("collect", "collect"), ("sample", "sample")):
         timers.wrap(core.runner, name, phase)
     if constrained:
         c = core._constrained()
@@ -128,7 +140,8 @@ def run(llm, rows: int, tokens: int, constrained: bool, seed: int) -> dict:  # n
             if name in (
                 "schedule",
                 "update_from_output",
-                "launch",
+                "prepare",
+                "submit",
                 "collect",
                 "sample",
                 "masked_rows",

@@ -30,8 +30,10 @@ grammars, and the masks of batch k + 1 start filling in a thread (engine/constra
 sampling is queued with them in the next step, once this step's rows are out and the
 next batch is scheduled. The masks depend on the tokens just collected, so this is the earliest they
 can start; the device runs the forward meanwhile, and the host publishes and schedules, so the fill
-costs a step only what outlasts both. (Without asynchronous scheduling the sampling is queued at
-once.) A constrained request joins the scheduler's queue once its grammar has compiled, in a thread:
+costs a step only what outlasts both. The next batch's inputs are written before that wait (a runner
+with `prepare`/`submit`, the ModelRunner): once the masks are in, the sampling and the next forward are
+queued back to back, so the device, idle by then, waits for nothing but the two launches. (Without
+asynchronous scheduling the sampling is queued at once.) A constrained request joins the scheduler's queue once its grammar has compiled, in a thread:
 the steps of the others go on.
 
 The two do not share a step: while any grammar is live, no request speculates (a grammar would
@@ -84,7 +86,8 @@ class StepRunner(Protocol):
 
         A runner that serves grammar-constrained requests also has `launch(..., sample=False)` (forward
         only), `token_mask_buffers(rows, masked, words)` (optional: host arrays for the masks) and
-        `sample(handle, mask) -> handle` (the runner's ModelRunner and the tensor-parallel executor do)."""
+        `sample(handle, mask) -> handle` (the runner's ModelRunner and the tensor-parallel executor do);
+        optionally `prepare(out, pending)` and `submit(prepared, pending, sample)`, `launch` in two halves."""
 
 
 @dataclass(frozen=True)
@@ -257,14 +260,31 @@ class EngineCore:
                     self._finish_row(out, child)
             self._forget_if_done(request_id)
 
-    def _launch(self, out: SchedulerOutput, previous: _InFlight | None, news: list) -> tuple[_InFlight, bool]:
+    def _prepare_early(self, out: SchedulerOutput, previous: _InFlight | None) -> Any | None:
+        """The inputs of `out` written before `previous`'s masks are waited for, when its sampling waits
+        for them and the runner can split a launch (ModelRunner.prepare): the host work of the launch
+        then overlaps the fill instead of following the sampling while the device has nothing to run."""
+        if previous is None or previous.mask is None or out.is_empty or out.needs_history:
+            return None
+        prepare = getattr(self.runner, "prepare", None)
+        return prepare(out, previous.handle) if prepare is not None else None
+
+    def _launch(
+        self, out: SchedulerOutput, previous: _InFlight | None, news: list, prepared: Any | None = None
+    ) -> tuple[_InFlight, bool]:
         """Queue a step: whole, or (grammar-constrained rows) its forward, then `previous` collected and the
-        masks started. Returns the step and whether `previous` was collected."""
+        masks started. `prepared`: its inputs, already written (_prepare_early). Returns the step and
+        whether `previous` was collected."""
         pending = previous.handle if previous is not None else None
         rows = self.constrained.masked_rows(self.scheduler, out) if self.constrained is not None else None
-        if rows is None:
+        if prepared is not None:
+            handle = self.runner.submit(prepared, pending, sample=rows is None)  # type: ignore[attr-defined]
+            if rows is None:
+                return _InFlight(out, handle), False
+        elif rows is None:
             return _InFlight(out, self.runner.launch(out, pending)), False
-        handle = self.runner.launch(out, pending, sample=False)  # type: ignore[call-arg]
+        else:
+            handle = self.runner.launch(out, pending, sample=False)  # type: ignore[call-arg]
         # the previous step's tokens advance the grammars the masks start from; the masks start before its
         # output rows are built (they read only the matchers), so the rows' work hides behind the fill
         updated = self._collect(previous, news) if previous is not None else None
@@ -305,6 +325,7 @@ class EngineCore:
             proposals = self.speculator.propose(self.scheduler.running)
         max_prefill = bound.max_prefill_tokens() if bound is not None else None
         scheduler_output = self.scheduler.schedule(proposals, max_prefill)
+        prepared = self._prepare_early(scheduler_output, previous)
         if previous is not None:  # its masks were filled meanwhile (and while scheduling: see _sampled)
             previous = self._sampled(previous)
         if previous is not None and scheduler_output.needs_history:  # its tokens must be on the host first
@@ -313,7 +334,7 @@ class EngineCore:
         launched = None
         if not scheduler_output.is_empty:
             self.num_prompt_tokens += scheduler_output.num_prompt_tokens
-            launched, collected = self._launch(scheduler_output, previous, news)
+            launched, collected = self._launch(scheduler_output, previous, news, prepared)
             if collected:
                 previous = None
         done = launched

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -73,6 +73,15 @@ def _verify_runner(
     if not config.enforce_eager:
         runner.capture()
     return runner
+
+
+@dataclass(frozen=True)
+class PreparedStep:
+    """A step whose inputs are written but whose forward is not queued yet (ModelRunner.prepare)."""
+
+    out: SchedulerOutput
+    inputs: StepInputs
+    proposal: Proposal | None
 
 
 class ModelRunner:
@@ -261,7 +270,17 @@ class ModelRunner:
 
         Prompt logprobs, for the requests that asked, are queued after the sampling (the sampled ids' copy
         does not wait for them), on every rank (the LM head may be split over them); the handle carries them.
+
+        The same as `submit(prepare(out, pending), pending, sample)`.
         """
+        return self.submit(self.prepare(out, pending), pending, sample)
+
+    @torch.inference_mode()
+    def prepare(self, out: SchedulerOutput, pending: StepHandle | None = None) -> PreparedStep:
+        """The host half of `launch`: the batch updated and the step's inputs written, their copies queued.
+        It reads only which requests `pending` sampled for, not its ids, so the engine core prepares a step
+        while the masks of `pending`'s sampling still fill, and then `submit`s it right after queuing that
+        sampling: the device, which runs out of work at that point, waits for the forward's launch only."""
         if out.kv_saves or out.kv_loads:  # the host KV tier's copies, before this step's forward
             self.host_kv.apply(out.kv_saves, out.kv_loads)  # type: ignore[union-attr]
         self.batch.update(out)
@@ -270,6 +289,13 @@ class ModelRunner:
             self.drafter.forget(out)
             proposal = self.drafter.propose(out) if out.spec_token_ids else None
         inputs = self.batch.prepare(out, pending.pending_for_next() if pending is not None else {})
+        return PreparedStep(out, inputs, proposal)
+
+    @torch.inference_mode()
+    def submit(self, step: PreparedStep, pending: StepHandle | None, sample: bool = True) -> StepHandle:
+        """The device half of `launch`: the pending tokens copied in, the forward, logits and sampling queued.
+        `pending` is the handle `step` was prepared with, or the one its `sample` returned."""
+        out, inputs, proposal = step.out, step.inputs, step.proposal
         if len(inputs.pending_dst):
             inputs.token_ids[inputs.pending_dst] = pending.sampled.token_ids[inputs.pending_src]  # type: ignore[union-attr]
         if proposal is not None:

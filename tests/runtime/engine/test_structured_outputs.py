@@ -194,6 +194,41 @@ def test_a_mixed_batch_gives_what_each_request_gives_alone(model_dir, reference,
     assert llm.engine.core.constrained.manager.num_matchers == 0  # every finished request let its matcher go
 
 
+def test_the_next_step_is_prepared_while_the_masks_fill_and_changes_nothing(model_dir, monkeypatch):
+    """Asynchronous scheduling: after a masked step, the next step's inputs are written before that
+    step's sampling is queued (its host work overlaps the fill), and the forward is queued right after
+    the sampling. Greedy and seeded outputs are those of the launch in one piece."""
+    sampled = SamplingParams(
+        temperature=1.0, n=2, seed=11, max_tokens=40, structured_outputs=StructuredOutputs.json(ITEMS)
+    )
+    params = [CONSTRAINED if i % 2 else sampled for i in range(4)]
+
+    def run(early: bool) -> tuple[list, list[str]]:
+        llm = LLM(model_dir, kv_cache_memory=1 << 24)
+        core, runner = llm.engine.core, llm.engine.core.runner
+        events: list[str] = []
+        prepare_early = core._prepare_early
+
+        def recorded_prepare(out, previous):
+            prepared = prepare_early(out, previous) if early else None
+            if prepared is not None:
+                events.append("prepared")
+            return prepared
+
+        monkeypatch.setattr(core, "_prepare_early", recorded_prepare)
+        for name in ("sample", "submit"):
+            original = getattr(runner, name)
+            monkeypatch.setattr(runner, name, lambda *a, _f=original, _n=name, **k: events.append(_n) or _f(*a, **k))
+        return _ids(llm.generate(PROMPTS[:4], params)), events
+
+    (outputs, events), (alone, plain_events) = run(True), run(False)
+    assert outputs == alone
+    assert events.count("prepared") > 5 and "prepared" not in plain_events
+    for i, event in enumerate(events):  # each prepared step: the previous sampling, then its forward
+        if event == "prepared":
+            assert events[i + 1 : i + 3] == ["sample", "submit"], events[i : i + 3]
+
+
 def test_prefix_cache_hits_and_n_completions_keep_their_own_grammar_state(model_dir):
     llm = LLM(model_dir, kv_cache_memory=1 << 24, enable_prefix_caching=True)
     sampled = SamplingParams(
