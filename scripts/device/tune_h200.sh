@@ -8,6 +8,7 @@
 #   bash scripts/device/tune_h200.sh study     baseline + 2 predictor-picked trials + the baseline again (~3-4 min)
 #   bash scripts/device/tune_h200.sh grid      3 x 3 grid, 9 trials (~5-6 min: cold start + load each)
 #   bash scripts/device/tune_h200.sh summary   compare the two, and the predictor on the grid (seconds)
+#   bash scripts/device/tune_h200.sh quant     Llama-3.1-8B, one trial per weight format (~5-8 min; not in `all`)
 # study and grid may run at once on two GPUs of one machine, each on its own:
 #   CUDA_VISIBLE_DEVICES=0 bash scripts/device/tune_h200.sh study & CUDA_VISIBLE_DEVICES=1 bash scripts/device/tune_h200.sh grid; wait
 # (servers take OS-chosen ports; each step has its own folders, logs and model copy). `all` runs the three in turn.
@@ -100,6 +101,26 @@ YAML
   echo "[$SECONDS s] grid exit $?"; tail -25 "$OUT/grid.log"
 }
 
+quant() {
+  # [kernels]: the tuner sees what each weight format costs and buys. Llama-3.1-8B, dummy weights quantized
+  # at load, one trial per format (grid), 32 clients, 128 requests a trial; the Pareto front of results.json
+  # and report.html shows throughput and TPOT against memory per format.
+  local model="$OUT/llama-3.1-8b-quant"
+  if [ ! -f "$model/tokenizer.json" ]; then
+    python3 benchmarks/word_tokenizer_model.py benchmarks/configs/llama-3.1-8b "$model" \
+      || { echo "quant: could not write the model folder" >&2; return 1; }
+  fi
+  common "$model"
+  COMMON+=(--concurrency "${QUANT_CONCURRENCY:-32}" --num-requests "${QUANT_REQUESTS:-128}")
+  cat > "$OUT/quant_space.yaml" <<YAML
+quantization: [${QUANT_FORMATS:-none, fp8, int8, rtn-int4}]
+YAML
+  rm -rf "$OUT/quant"
+  timeout -s INT -k 30 "${STEP_TIMEOUT:-570}" python3 -m model_optimizer.cli.main tune "${COMMON[@]}" \
+      --space "$OUT/quant_space.yaml" --sampler grid --output-dir "$OUT/quant" > "$OUT/quant.log" 2>&1
+  echo "[$SECONDS s] quant exit $?"; tail -25 "$OUT/quant.log"
+}
+
 summary() {
   python3 -m model_optimizer.optimizer.tune.compare --study "$OUT/study" --grid "$OUT/grid" \
       --config benchmarks/configs/qwen3-0.6b/config.json "${HARDWARE[@]}" --output "$OUT/tune_h200_summary.json"
@@ -110,6 +131,7 @@ case "$STEP" in
   study) study ;;
   grid) grid ;;
   summary) summary ;;
+  quant) quant ;;
   all) study; grid; summary ;;
-  *) echo "usage: $0 study|grid|summary|all" >&2; exit 2 ;;
+  *) echo "usage: $0 study|grid|summary|quant|all" >&2; exit 2 ;;
 esac
