@@ -82,15 +82,14 @@ class ChatOutput:
         if len(view.content) > self._sent_content:
             out["content"] = view.content[self._sent_content :]
             self._sent_content = len(view.content)
-        calls = [d for i, call in enumerate(view.calls) if (d := self._call_delta(i, call))]
+        named = [call for call in view.calls if call.name is not None]  # as message() counts them
+        calls = [d for i, call in enumerate(named) if (d := self._call_delta(i, call))]
         if calls:
             out["tool_calls"] = calls
         return out
 
     def _call_delta(self, index: int, call: PartialCall) -> dict | None:
-        """What is new in call `index`: its id, type and name the first time, then argument text."""
-        if call.name is None:
-            return None  # sent once its name is whole
+        """What is new in named call `index`: its id, type and name the first time, then argument text."""
         delta: dict = {"index": index}
         if index == len(self._call_ids):
             self._call_ids.append(new_call_id())

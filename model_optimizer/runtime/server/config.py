@@ -109,11 +109,13 @@ class ServerConfig:
     enable_auto_tool_choice: bool = False
     """Let the model decide when to call tools (tool_choice "auto", the default when a request gives tools); needs --tool-call-parser. Off, such requests get a 400 (tool_choice "required", "none" and named functions work either way)."""
 
-    tool_call_parser: Literal["hermes", "llama3_json", "mistral"] | None = None
-    """How to read tool calls from the model's text with tool_choice "auto": hermes (Qwen2.5/3, Hermes: <tool_call> tags), llama3_json (Llama 3.1+ JSON calls), mistral ([TOOL_CALLS])."""
+    tool_call_parser: (
+        Literal["hermes", "llama3_json", "mistral", "deepseek_v3", "glm45", "qwen3_coder", "pythonic"] | None
+    ) = None
+    """How to read tool calls from the model's text with tool_choice "auto": hermes (Qwen2.5/3, Hermes: <tool_call> tags), llama3_json (Llama 3.1+ JSON calls), mistral ([TOOL_CALLS]), deepseek_v3 (DeepSeek-V3/R1-0528), glm45 (GLM-4.5/4.6), qwen3_coder (Qwen3-Coder), pythonic (Llama 3.2/4: a Python list of calls)."""
 
-    reasoning_parser: Literal["qwen3", "deepseek_r1"] | None = None
-    """Split the model's <think>...</think> reasoning from its answer into reasoning_content (chat completions): qwen3 (only when the output opens with <think>), deepseek_r1 (everything before </think>)."""
+    reasoning_parser: Literal["qwen3", "deepseek_r1", "glm45"] | None = None
+    """Split the model's <think>...</think> reasoning from its answer into reasoning_content (chat completions): qwen3 and glm45 (only when the output opens with <think>), deepseek_r1 (everything before </think>)."""
 
     def __post_init__(self) -> None:
         check_positive(
@@ -155,12 +157,12 @@ class ServerConfig:
 
     def _check_parsers(self) -> None:
         from model_optimizer.runtime.server.reasoning import REASONING_PARSERS
-        from model_optimizer.runtime.server.tool_parsers import PARSERS
+        from model_optimizer.runtime.server.tool_parser_registry import PARSERS
 
         if self.tool_call_parser is not None and self.tool_call_parser not in PARSERS:
             raise ValueError(f"tool_call_parser must be one of {', '.join(PARSERS)}, got {self.tool_call_parser!r}")
         if self.enable_auto_tool_choice and not self.tool_call_parser:
-            raise ValueError("enable_auto_tool_choice needs tool_call_parser (hermes, llama3_json or mistral)")
+            raise ValueError(f"enable_auto_tool_choice needs tool_call_parser (one of {', '.join(PARSERS)})")
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
             raise ValueError(
                 f"reasoning_parser must be one of {', '.join(REASONING_PARSERS)}, got {self.reasoning_parser!r}"

@@ -7,6 +7,7 @@ known not to be one.
 
 - `qwen3`: reasoning only when the output opens with `<think>` (Qwen3 writes it in thinking mode; with
   thinking off its template closes an empty block in the prompt), up to `</think>`; otherwise all content.
+- `glm45` (GLM-4.5/4.6): the same rule, as its template does the same.
 - `deepseek_r1`: everything before `</think>` is reasoning, whether or not the output repeats the
   `<think>` the template put in the prompt; an output without `</think>` is reasoning alone.
 """
@@ -46,12 +47,16 @@ class Qwen3ReasoningParser(ReasoningParser):
     name = "qwen3"
 
 
+class Glm45ReasoningParser(ReasoningParser):
+    name = "glm45"
+
+
 class DeepSeekR1ReasoningParser(ReasoningParser):
     name = "deepseek_r1"
     implicit_start = True
 
 
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
-    p.name: p for p in (Qwen3ReasoningParser, DeepSeekR1ReasoningParser)
+    p.name: p for p in (Qwen3ReasoningParser, DeepSeekR1ReasoningParser, Glm45ReasoningParser)
 }
 """--reasoning-parser choices."""

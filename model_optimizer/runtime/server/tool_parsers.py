@@ -11,6 +11,10 @@ the last view: both give the same calls. Parsers read the text, never token ids.
   `;`, optionally after `<|python_tag|>`; anything else is content.
 - `mistral`: `[TOOL_CALLS]` then a JSON list of {"name", "arguments"} objects, or (newer tokenizers)
   `[TOOL_CALLS]name[ARGS]{...}` per call; needs special tokens in the text (skip_special_tokens off).
+- `deepseek_v3` (DeepSeek-V3, R1-0528): `<｜tool▁calls▁begin｜>` then per call `<｜tool▁call▁begin｜>function
+  <｜tool▁sep｜>NAME`, a newline, the arguments in a ```json fence and `<｜tool▁call▁end｜>`; special tokens.
+- `glm45`, `qwen3_coder` (arguments as key/value tags, tool_parsers_kv.py) and `pythonic` (a Python list of
+  calls, tool_parsers_pythonic.py) live beside this module; tool_parser_registry.py names them all.
 - `required` (tool_choice "required"): the server constrained the output to a JSON list of {"name",
   "parameters"} objects. `named` (a named tool_choice): the output is the arguments themselves.
 """
@@ -45,6 +49,10 @@ class ToolParser:
     name = ""
     needs_special_tokens = False
     """Its markers are special tokens: the text must keep them (skip_special_tokens off)."""
+
+    def __init__(self, tools: list[dict] | None = None) -> None:
+        self.tools = tools or []
+        """The request's tools in OpenAI's shape: formats that write arguments as text need their types."""
 
     def view(self, text: str, final: bool) -> ToolView:
         """The view of `text`; `final` when no more text will come (held-back content is released)."""
@@ -156,14 +164,16 @@ def _held_back(text: str, marker: str) -> int:
     return 0
 
 
-def _content_before(text: str, at: int, has_calls: bool, final: bool, marker: str) -> str:
+def _content_before(text: str, at: int, has_calls: bool, final: bool, marker: str | tuple[str, ...]) -> str:
     """Content: the text before the first call (right-stripped once a call follows it); while nothing more
-    is known, all but a possible marker start and trailing whitespace, which a call could still follow."""
+    is known, all but a possible start of a marker (any of them) and trailing whitespace, which a call
+    could still follow."""
     if has_calls:
         return text[:at].rstrip()
     if final:
         return text
-    safe = text[: len(text) - _held_back(text, marker)]
+    markers = (marker,) if isinstance(marker, str) else marker
+    safe = text[: len(text) - max(_held_back(text, m) for m in markers)]
     return safe.rstrip()
 
 
@@ -244,6 +254,59 @@ class MistralParser(ToolParser):
         return calls
 
 
+class DeepSeekV3Parser(ToolParser):
+    """DeepSeek-V3's calls: special-token markers around a name and a ```json fenced arguments object. Some
+    outputs leave out the outer `<｜tool▁calls▁begin｜>`: a lone `<｜tool▁call▁begin｜>` starts calls too."""
+
+    name = "deepseek_v3"
+    needs_special_tokens = True
+    CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+    CALL_BEGIN, SEP, CALL_END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
+
+    def view(self, text: str, final: bool) -> ToolView:
+        first = min((i for i in (text.find(self.CALLS_BEGIN), text.find(self.CALL_BEGIN)) if i != -1), default=-1)
+        calls: list[PartialCall] = []
+        if first != -1:
+            stop = text.find(self.CALLS_END, first)  # anything after the calls block is not a call
+            body = text if stop == -1 else text[:stop]
+            at = body.find(self.CALL_BEGIN, first)
+            while at != -1:
+                call, end = self._call(body, at + len(self.CALL_BEGIN))
+                if call is None:
+                    break
+                calls.append(call)
+                at = body.find(self.CALL_BEGIN, end) if end is not None else -1
+        content = _content_before(text, first, first != -1, final, (self.CALLS_BEGIN, self.CALL_BEGIN))
+        return ToolView(content, calls)
+
+    def _call(self, text: str, i: int) -> tuple[PartialCall | None, int | None]:
+        """The call whose `type<｜tool▁sep｜>` starts at text[i] (None until its name has all arrived) and the
+        index past it (None while it goes on)."""
+        sep = text.find(self.SEP, i)
+        close = text.find(self.CALL_END, i)
+        newline = text.find("\n", sep, close if close != -1 else len(text)) if sep != -1 else -1
+        name = text[sep + len(self.SEP) : newline].strip()
+        if newline == -1 or not name:
+            return None, None  # the name goes on, or the call is not in this format
+        call = PartialCall(name=name)
+        j = skip_ws(text, newline)
+        if text.startswith("```", j):  # the fence and its language tag
+            j = text.find("\n", j) + 1
+            if j == 0:
+                return call, None
+        elif "```".startswith(text[j:]):
+            return call, None
+        j = skip_ws(text, j)
+        close = text.find(self.CALL_END, j)
+        end = value_end(text, j) if text.startswith("{", j) else None
+        if end is not None and (close == -1 or end <= close):
+            call.arguments, call.complete = text[j:end], True
+            return call, end
+        # not an object (or not yet whole): the raw text up to the end marker, never a piece of the marker
+        call.arguments = text[j:close] if close != -1 else text[j : len(text) - _held_back(text, self.CALL_END)]
+        return call, close + len(self.CALL_END) if close != -1 else None
+
+
 class RequiredParser(ToolParser):
     """tool_choice "required": the output is the JSON list the server's grammar allowed."""
 
@@ -262,6 +325,7 @@ class NamedParser(ToolParser):
     name = "named"
 
     def __init__(self, function: str) -> None:
+        super().__init__()
         self.function = function
 
     def view(self, text: str, final: bool) -> ToolView:
@@ -280,7 +344,3 @@ def _separated_calls(text: str, i: int, separator: str) -> list[PartialCall]:
         if i < len(text) and text[i] == separator:
             i = skip_ws(text, i + 1)
     return calls
-
-
-PARSERS: dict[str, type[ToolParser]] = {p.name: p for p in (HermesParser, Llama3JsonParser, MistralParser)}
-"""--tool-call-parser choices."""

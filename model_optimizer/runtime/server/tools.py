@@ -20,7 +20,8 @@ from typing import Any
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import ChatCompletionRequest
 from model_optimizer.runtime.server.state import ServerState
-from model_optimizer.runtime.server.tool_parsers import PARSERS, NamedParser, RequiredParser, ToolParser
+from model_optimizer.runtime.server.tool_parser_registry import PARSERS
+from model_optimizer.runtime.server.tool_parsers import NamedParser, RequiredParser, ToolParser
 from model_optimizer.runtime.structured.params import StructuredOutputs
 
 NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
@@ -49,7 +50,7 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
         raise APIError(400, "tool names must be unique", "tools")
     template_tools = [t.model_dump(exclude_none=True, by_alias=True) for t in tools]
     if choice is None or choice == "auto":
-        return ToolPlan(template_tools, _auto_parser(state), finish_with_tool_calls=True)
+        return ToolPlan(template_tools, _auto_parser(state, template_tools), finish_with_tool_calls=True)
     if choice == "none":
         return ToolPlan(template_tools)
     if choice == "required":
@@ -62,7 +63,7 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
     return ToolPlan(template_tools, NamedParser(tool.function.name), StructuredOutputs.json(schema))
 
 
-def _auto_parser(state: ServerState) -> ToolParser:
+def _auto_parser(state: ServerState, tools: list[dict]) -> ToolParser:
     config = state.config
     if not config.enable_auto_tool_choice or not config.tool_call_parser:
         raise APIError(
@@ -71,7 +72,7 @@ def _auto_parser(state: ServerState) -> ToolParser:
             'and --tool-call-parser NAME; or send tool_choice "required", "none" or a named function',
             "tool_choice",
         )
-    return PARSERS[config.tool_call_parser]()
+    return PARSERS[config.tool_call_parser](tools)  # formats with untyped arguments read the tools' types
 
 
 def _calls_schema(tools: list[Any], parallel: bool) -> dict:

@@ -136,3 +136,15 @@ def test_a_call_streams_its_arguments_as_they_arrive():
     assert output.feed("12")["tool_calls"][0] == {"index": 0, "function": {"arguments": "12"}}
     assert output.feed("}}</tool_call>")["tool_calls"][0]["function"]["arguments"] == "}"
     assert output.finish() == {}
+
+
+def test_a_call_without_a_name_before_a_named_one_streams_as_the_whole_response():
+    """A hermes object without a name is no call: the named one after it is call 0, streamed and not."""
+    text = '<tool_call>{"x": 1}</tool_call><tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    whole = ChatOutput(tools=HermesParser()).message(text)
+    _, _, calls = _streamed(ChatOutput(tools=HermesParser()), list(text))
+    assert (
+        [(c["name"], c["arguments"]) for c in calls]
+        == [("f", "{}")]
+        == [(c["function"]["name"], c["function"]["arguments"]) for c in whole.tool_calls]
+    )

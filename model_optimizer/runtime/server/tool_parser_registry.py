@@ -1,0 +1,31 @@
+"""The `--tool-call-parser` choices: each model family's format by the name vLLM gives it.
+
+A module of its own because the parsers live in three (tool_parsers.py for JSON formats,
+tool_parsers_kv.py for key/value tags, tool_parsers_pythonic.py), which build on the first.
+"""
+
+from __future__ import annotations
+
+from model_optimizer.runtime.server.tool_parsers import (
+    DeepSeekV3Parser,
+    HermesParser,
+    Llama3JsonParser,
+    MistralParser,
+    ToolParser,
+)
+from model_optimizer.runtime.server.tool_parsers_kv import Glm45Parser, Qwen3CoderParser
+from model_optimizer.runtime.server.tool_parsers_pythonic import PythonicParser
+
+PARSERS: dict[str, type[ToolParser]] = {
+    p.name: p
+    for p in (
+        HermesParser,
+        Llama3JsonParser,
+        MistralParser,
+        DeepSeekV3Parser,
+        Glm45Parser,
+        Qwen3CoderParser,
+        PythonicParser,
+    )
+}
+"""--tool-call-parser choices."""

@@ -1,0 +1,193 @@
+"""Tool calls whose arguments the model writes as key/value tags, not JSON: GLM-4.5/4.6 and Qwen3-Coder.
+
+- `glm45`: `<tool_call>NAME` then `<arg_key>K</arg_key><arg_value>V</arg_value>` per argument (newlines
+  between them), then `</tool_call>`.
+- `qwen3_coder`: `<tool_call>`, `<function=NAME>`, per argument `<parameter=K>` with the value on lines of
+  its own and `</parameter>`, then `</function>` and `</tool_call>`.
+
+The server writes the arguments' JSON text itself, and only ever extends it (tool_parsers.py): `{"K": `
+once a key is whole, the value once its closing tag has arrived (a half-written value is never shown),
+`}` once the call ends. A value arrives as raw text and becomes a JSON string, unless the tool's
+parameters schema types it as something else (number, boolean, object ...: then it is read as JSON,
+or as a Python literal, falling back to a string when it reads as neither), or the schema says nothing
+and it reads as a JSON object, array, number or boolean. A call that breaks the format ends the reading:
+the calls before it stand, nothing after it becomes a call.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass, field
+
+from model_optimizer.runtime.server.tool_parsers import PartialCall, ToolParser, ToolView, _content_before, skip_ws
+
+
+def json_text(value: object) -> str | None:
+    """`value` as JSON text, or None for what JSON cannot hold (sets, bytes, NaN, complex numbers ...)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def literal_json(source: str) -> str | None:
+    """The Python literal in `source` (`True`, `{'a': (1, 2)}` ...) as JSON text, or None if it is not one."""
+    try:
+        return json_text(ast.literal_eval(source.strip()))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+_NOT_JSON = object()
+
+
+def _loads(raw: str) -> object:
+    try:
+        return json.loads(raw, parse_constant=lambda name: _NOT_JSON)  # NaN and Infinity are not JSON
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+
+
+def _types(schema: object) -> set[str]:
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if isinstance(kind, str):
+        return {kind}
+    return {k for k in kind if isinstance(k, str)} if isinstance(kind, list) else set()
+
+
+def value_json(raw: str, schema: object) -> str:
+    """The JSON text of an argument the model wrote as raw text, typed by its parameter's schema."""
+    types = _types(schema)
+    if types == {"string"}:
+        return json.dumps(raw, ensure_ascii=False)
+    value = _loads(raw)
+    if "string" in types or not types:  # a string is allowed: only unmistakable JSON values become values
+        typed = value is not _NOT_JSON and isinstance(value, (dict, list, int, float, bool))
+        return json.dumps(value if typed else raw, ensure_ascii=False)
+    if value is not _NOT_JSON and (text := json_text(value)) is not None:
+        return text
+    return literal_json(raw) or json.dumps(raw, ensure_ascii=False)
+
+
+@dataclass
+class KeyValueCall:
+    """One call as read so far: its name once whole, its arguments as (key, raw value) pairs."""
+
+    name: str | None = None
+    pairs: list[tuple[str, str | None]] = field(default_factory=list)
+    """Keys in order, each with its raw value, or None while the value has not all arrived."""
+    end: int | None = None
+    """Index past the call once it has ended (the arguments are whole), else None."""
+
+
+class KeyValueParser(ToolParser):
+    """Calls in `<tool_call>` tags whose arguments are key/value tags; subclasses read one call."""
+
+    START = "<tool_call>"
+
+    def __init__(self, tools: list[dict] | None = None) -> None:
+        super().__init__(tools)
+        self.properties: dict[str, dict] = {}
+        """Per tool name: its parameters schema's properties, which type the raw values."""
+        for tool in self.tools:
+            function = tool.get("function") or {}
+            properties = (function.get("parameters") or {}).get("properties")
+            if isinstance(function.get("name"), str) and isinstance(properties, dict):
+                self.properties[function["name"]] = properties
+
+    def view(self, text: str, final: bool) -> ToolView:
+        first = text.find(self.START)
+        calls: list[PartialCall] = []
+        at = first
+        while at != -1:
+            call = self.read_call(text, at + len(self.START))
+            if call.name is None:
+                break
+            calls.append(PartialCall(call.name, self._arguments(call), call.end is not None))
+            at = text.find(self.START, call.end) if call.end is not None else -1
+        return ToolView(_content_before(text, first, first != -1, final, self.START), calls)
+
+    def read_call(self, text: str, i: int) -> KeyValueCall:
+        """The call whose body starts at text[i], as far as it has arrived and keeps to the format."""
+        raise NotImplementedError
+
+    def _arguments(self, call: KeyValueCall) -> str:
+        """The arguments' JSON text so far: a prefix of the whole call's, whatever arrives next."""
+        schemas = self.properties.get(call.name or "", {})
+        text = "{"
+        for k, (key, raw) in enumerate(call.pairs):
+            text += (", " if k else "") + json.dumps(key, ensure_ascii=False) + ": "
+            if raw is None:
+                return text
+            text += value_json(raw, schemas.get(key))
+        return text + "}" if call.end is not None else text
+
+
+def _first_of(text: str, i: int, markers: tuple[str, ...]) -> int | None:
+    """Where the first of `markers` starts in text[i:], or None if none has arrived."""
+    found = [at for m in markers if (at := text.find(m, i)) != -1]
+    return min(found) if found else None
+
+
+class Glm45Parser(KeyValueParser):
+    name = "glm45"
+    END = "</tool_call>"
+    KEY, KEY_END, VALUE, VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
+
+    def read_call(self, text: str, i: int) -> KeyValueCall:
+        call = KeyValueCall()
+        j = _first_of(text, i, ("\n", self.KEY, self.END))
+        if j is None or not text[i:j].strip():
+            return call
+        call.name = text[i:j].strip()
+        while True:
+            j = skip_ws(text, j)
+            if text.startswith(self.END, j):
+                call.end = j + len(self.END)
+                return call
+            key_end = text.find(self.KEY_END, j) if text.startswith(self.KEY, j) else -1
+            if key_end == -1:
+                return call  # still arriving, or not this format: nothing more is read either way
+            call.pairs.append((text[j + len(self.KEY) : key_end].strip(), None))
+            j = skip_ws(text, key_end + len(self.KEY_END))
+            value_end = text.find(self.VALUE_END, j) if text.startswith(self.VALUE, j) else -1
+            if value_end == -1:
+                return call
+            call.pairs[-1] = (call.pairs[-1][0], text[j + len(self.VALUE) : value_end].strip())
+            j = value_end + len(self.VALUE_END)
+
+
+class Qwen3CoderParser(KeyValueParser):
+    name = "qwen3_coder"
+    FUNCTION, FUNCTION_END, PARAMETER, PARAMETER_END = "<function=", "</function>", "<parameter=", "</parameter>"
+
+    def read_call(self, text: str, i: int) -> KeyValueCall:
+        call = KeyValueCall()
+        j = skip_ws(text, i)
+        name_end = text.find(">", j) if text.startswith(self.FUNCTION, j) else -1
+        if name_end == -1 or not text[j + len(self.FUNCTION) : name_end].strip():
+            return call
+        call.name = text[j + len(self.FUNCTION) : name_end].strip()
+        j = name_end + 1
+        while True:
+            j = skip_ws(text, j)
+            if text.startswith(self.FUNCTION_END, j):
+                call.end = j + len(self.FUNCTION_END)
+                return call
+            key_end = text.find(">", j) if text.startswith(self.PARAMETER, j) else -1
+            if key_end == -1:
+                return call
+            call.pairs.append((text[j + len(self.PARAMETER) : key_end].strip(), None))
+            # a value ends at its closing tag, or (the tag left out) where the next parameter or the end begins
+            stop = _first_of(text, key_end + 1, (self.PARAMETER_END, self.PARAMETER, self.FUNCTION_END))
+            if stop is None:
+                return call
+            call.pairs[-1] = (call.pairs[-1][0], _one_newline_off(text[key_end + 1 : stop]))
+            j = stop + len(self.PARAMETER_END) if text.startswith(self.PARAMETER_END, stop) else stop
+
+
+def _one_newline_off(value: str) -> str:
+    """The value between the newlines Qwen3-Coder writes around it (a code value keeps its own)."""
+    value = value[1:] if value.startswith("\n") else value
+    return value[:-1] if value.endswith("\n") else value

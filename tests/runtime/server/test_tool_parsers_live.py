@@ -1,0 +1,68 @@
+"""`--tool-call-parser qwen3_coder` end to end: a live server on the tiny Qwen3 and the `openai` client.
+
+The random model is made to write a call in Qwen3-Coder's key/value format by a regex constraint (as
+test_structured_outputs.py does for hermes); the server must hand it back as a tool call whose
+arguments are JSON typed by the tool's schema, streamed and not: `code` holds digits yet stays a string,
+as its schema says (the request's tools reach the parser), and `days` is a number.
+"""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+from model_optimizer.runtime.server.config import ServerConfig
+from tests.runtime.server.live import start_server
+from tests.runtime.server.test_structured_outputs import TOOLS_TEMPLATE, USER
+
+
+class Lookup(BaseModel):
+    code: str
+    days: int = Field(ge=1, le=7)
+
+
+CODER_CALL = (
+    r"Sure\. <tool_call>\n<function=lookup>\n<parameter=code>\n[0-9]{2}\n</parameter>\n"
+    r"<parameter=days>\n[1-7]\n</parameter>\n</function>\n</tool_call>"
+)
+
+
+@pytest.fixture(scope="module")
+def client(tiny_model, tmp_path_factory):
+    from model_optimizer import LLM
+
+    template = tmp_path_factory.mktemp("template") / "tools.jinja"
+    template.write_text(TOOLS_TEMPLATE)
+    llm = LLM(str(tiny_model("qwen3")), max_model_len=512, num_kv_blocks=128, max_num_seqs=4)
+    config = ServerConfig(
+        served_model_name="tiny",
+        chat_template=str(template),
+        enable_auto_tool_choice=True,
+        tool_call_parser="qwen3_coder",
+    )
+    server = start_server(llm, config)
+    yield openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    server.stop()
+
+
+def test_qwen3_coder_calls_come_back_typed_whole_and_streamed(client):
+    tools = [openai.pydantic_function_tool(Lookup, name="lookup")]
+    extra = {"structured_outputs": {"regex": CODER_CALL}}
+    kwargs = dict(model="tiny", messages=USER, tools=tools, max_tokens=200, temperature=0, extra_body=extra)
+    whole = client.chat.completions.parse(**kwargs)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Sure."
+    [call] = choice.message.tool_calls
+    arguments = json.loads(call.function.arguments)
+    assert type(arguments["code"]) is str and type(arguments["days"]) is int  # typed by the schema
+    assert isinstance(call.function.parsed_arguments, Lookup)
+    with client.chat.completions.stream(**kwargs) as events:
+        streamed = events.get_final_completion()
+    message = streamed.choices[0].message
+    assert streamed.choices[0].finish_reason == "tool_calls" and message.content == "Sure."
+    assert [(c.function.name, c.function.arguments) for c in message.tool_calls] == [
+        ("lookup", call.function.arguments)
+    ]
