@@ -40,9 +40,12 @@ from model_optimizer.runtime.executor.worker import (
     LAUNCH,
     LAUNCH_PENDING,
     MULTICAST_OFF,
+    PREPARE,
+    PREPARE_PENDING,
     PROFILE_START,
     PROFILE_STOP,
     SAMPLE,
+    SUBMIT,
     WorkerSpec,
     worker_main,
 )
@@ -193,8 +196,7 @@ class TensorParallelExecutor:
         """Send the step to every worker (the same pickled bytes); return its handle, a step number.
         With `sample` False the workers queue its forward only, until `sample`."""
         self._check_open()
-        if pending is not None and (not self._launched or pending != self._launched[-1]):
-            raise RuntimeError(f"pending step {pending} is not the newest launched one")
+        self._check_newest(pending)
         if sample:
             kind = LAUNCH_PENDING if pending is not None else LAUNCH
         else:
@@ -203,6 +205,29 @@ class TensorParallelExecutor:
         handle, self._next_step = self._next_step, self._next_step + 1
         self._launched.append(handle)
         return handle
+
+    def prepare(self, scheduler_output: SchedulerOutput, pending: int | None = None) -> SchedulerOutput:
+        """Have every worker write the step's inputs (ModelRunner.prepare) while the driver waits for the
+        newest step's masks; `submit` queues its forward. Returns what `submit` takes."""
+        self._check_open()
+        self._check_newest(pending)
+        kind = PREPARE_PENDING if pending is not None else PREPARE
+        self._send(kind + pickle.dumps(scheduler_output, protocol=pickle.HIGHEST_PROTOCOL))
+        return scheduler_output
+
+    def submit(self, prepared: SchedulerOutput, pending: int | None, sample: bool = True) -> int:
+        """Queue the forward of the step `prepare` sent (and its sampling unless `sample` is False);
+        return its handle. `pending`: the handle it was prepared with, if any."""
+        self._check_open()
+        self._check_newest(pending)
+        self._send(SUBMIT + (b"1" if sample else b"0"))
+        handle, self._next_step = self._next_step, self._next_step + 1
+        self._launched.append(handle)
+        return handle
+
+    def _check_newest(self, pending: int | None) -> None:
+        if pending is not None and (not self._launched or pending != self._launched[-1]):
+            raise RuntimeError(f"pending step {pending} is not the newest launched one")
 
     def sample(self, handle: int, mask: HostTokenMask | None) -> int:
         """Queue the sampling of the newest step, launched with sample=False; the masks go to rank 0,

@@ -34,6 +34,10 @@ LAUNCH, LAUNCH_PENDING, COLLECT, CLOSE = b"L", b"P", b"C", b"X"
 FORWARD, FORWARD_PENDING, SAMPLE = b"F", b"G", b"M"
 """A launch in two (grammar masks, engine/core.py): the forward (as LAUNCH / LAUNCH_PENDING), then the
 newest step's sampling, with rank 0's masks pickled after the byte (None for the other ranks)."""
+PREPARE, PREPARE_PENDING, SUBMIT = b"R", b"Q", b"U"
+"""A launch in two halves (ModelRunner.prepare / submit): the step's inputs written (as LAUNCH /
+LAUNCH_PENDING), then, after the newest step's SAMPLE, its forward queued; SUBMIT's second byte says
+whether it samples too (b"1") or waits for a SAMPLE of its own (b"0")."""
 PROFILE_START, PROFILE_STOP = b"S", b"E"
 """Benchmarks only: rank 0 profiles the device kernels of the steps in between (executor/step_profile.py)."""
 
@@ -137,6 +141,7 @@ def _serve(runner: Any, conn: Connection, rank: int) -> None:
 
     handles: deque = deque()  # launched, not yet collected, oldest first (as the engine's own)
     profile, profiled_steps = None, 0
+    prepared = None  # a step between PREPARE and SUBMIT
     with torch.inference_mode():
         while True:
             message = conn.recv_bytes()
@@ -145,6 +150,13 @@ def _serve(runner: Any, conn: Connection, rank: int) -> None:
                 pending = handles[-1] if kind in (LAUNCH_PENDING, FORWARD_PENDING) else None
                 sample = kind in (LAUNCH, LAUNCH_PENDING)
                 handles.append(runner.launch(pickle.loads(message[1:]), pending, sample=sample))
+            elif kind in (PREPARE, PREPARE_PENDING):
+                pending = handles[-1] if kind == PREPARE_PENDING else None
+                prepared = runner.prepare(pickle.loads(message[1:]), pending)
+            elif kind == SUBMIT:  # the newest handle: the one it was prepared with, now sampled
+                pending = handles[-1] if handles else None
+                handles.append(runner.submit(prepared, pending, sample=message[1:2] == b"1"))
+                prepared = None
             elif kind == SAMPLE:
                 handles[-1] = runner.sample(handles[-1], pickle.loads(message[1:]))
             elif kind == COLLECT:

@@ -125,8 +125,9 @@ def test_expert_parallelism_reaches_the_workers(tiny_model, tmp_path):
 
 
 def test_tp2_constrains_sampling_on_rank_0_as_one_process_does(tiny_model):
-    """Grammar masks go to rank 0 (it samples for every rank), in a launch split into forward and sampling;
-    constrained and free requests together, preempted and chunked, give what one process gives."""
+    """Grammar masks go to rank 0 (it samples for every rank), in a launch split into forward and sampling
+    (and the next step prepared before the masks are waited for); constrained and free requests together,
+    preempted and chunked, give what one process gives."""
     import json
 
     from model_optimizer.runtime.structured import StructuredOutputs
@@ -137,11 +138,15 @@ def test_tp2_constrains_sampling_on_rank_0_as_one_process_does(tiny_model):
     folder = str(tiny_model("qwen3"))
     expected = [[c.token_ids for c in o.outputs] for o in LLM(folder, **ENGINE).generate(PROMPTS, params)]
     llm = LLM(folder, tensor_parallel_size=2, **ENGINE)
+    executor, prepared = llm.engine.core.runner, []
+    prepare = executor.prepare
+    executor.prepare = lambda out, pending: prepared.append(out) or prepare(out, pending)
     try:
         outputs = llm.generate(PROMPTS, params)
     finally:
         llm.close()
     assert [[c.token_ids for c in o.outputs] for o in outputs] == expected
+    assert prepared  # the workers wrote next steps' inputs while the driver waited for masks
     for text in (outputs[0].outputs[0].text, *(c.text for c in outputs[2].outputs)):
         assert 2 <= len(json.loads(text)) <= 6
 
