@@ -77,8 +77,10 @@ def _spawn_core_early(server_config, engine_config):  # noqa: ANN001, ANN202
     if (model_dir / "modules.json").is_file() or not str(architectures[0]).endswith("ForCausalLM"):
         return None
     from model_optimizer.runtime.core_process import spawn_core
+    from model_optimizer.runtime.server.config import LOG_LEVELS
 
-    return spawn_core(engine_config, server_config.api_server_count, server_config.log_level)
+    level = LOG_LEVELS[server_config.log_level.lower()]  # a number: logging has no "trace" before uvicorn's import
+    return spawn_core(engine_config, server_config.api_server_count, level)
 
 
 def _serve_many(server_config, engine_config, core_start) -> int:  # noqa: ANN001

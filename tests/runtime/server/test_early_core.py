@@ -36,6 +36,18 @@ def test_only_a_causal_lm_folder_gets_its_core_spawned_early(tiny_model, tmp_pat
         start.ready()
 
 
+@pytest.mark.parametrize("level", ["trace", "WARNING"])
+def test_the_early_core_starts_at_every_log_level_the_server_takes(tiny_model, level):
+    """`--log-level trace` is uvicorn's level below debug, which logging knows only once uvicorn is
+    imported: the early spawn comes before that, and its core must still start (as the app's did)."""
+    start = _spawn_core_early(
+        ServerConfig(log_level=level), EngineConfig(model=str(tiny_model("qwen3")), **ENGINE_ARGS)
+    )
+    core = start.ready()
+    assert core.process.is_alive()
+    core.stop()
+
+
 def test_the_app_takes_the_spawned_core(tiny_model):
     engine = EngineConfig(model=str(tiny_model("qwen3")), **ENGINE_ARGS)
     start = spawn_core(engine)
