@@ -76,9 +76,15 @@ def _spawn_core_early(server_config, engine_config):  # noqa: ANN001, ANN202
     architectures = config.get("architectures") or [""]
     if (model_dir / "modules.json").is_file() or not str(architectures[0]).endswith("ForCausalLM"):
         return None
-    from model_optimizer.runtime.core_process import spawn_core
+    import os
 
-    return spawn_core(engine_config, server_config.api_server_count, server_config.log_level)
+    from model_optimizer.runtime.core_process import spawn_core
+    from model_optimizer.runtime.server.config import LOG_LEVELS
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # as the app's quiet_transformers: the core inherits it
+
+    level = LOG_LEVELS[server_config.log_level.lower()]  # a number: logging has no "trace" before uvicorn's import
+    return spawn_core(engine_config, server_config.api_server_count, level)
 
 
 def _serve_many(server_config, engine_config, core_start) -> int:  # noqa: ANN001

@@ -160,16 +160,14 @@ def start_core(config: EngineConfig, num_clients: int = 1) -> CoreHandle:
     return spawn_core(config, num_clients).ready()
 
 
-def spawn_core(config: EngineConfig, num_clients: int = 1, log_level: str | None = None) -> CoreStart:
+def spawn_core(config: EngineConfig, num_clients: int = 1, log_level: int | None = None) -> CoreStart:
     """Spawn the engine core for `config` and return at once: it imports, loads and warms up while the
     caller goes on (`mopt serve` sets up its HTTP side meanwhile); `CoreStart.ready()` waits for it.
-    `log_level`: the level the caller's logging will have (default: what it has now)."""
+    `log_level`: the level (a number) the caller's logging will have (default: what it has now)."""
     tmpdir = tempfile.mkdtemp(prefix="mopt-core-")
     names = ("model_optimizer", "model_optimizer.startup")
-    levels = (
-        tuple((name, logging.getLogger(name).getEffectiveLevel()) for name in names)
-        if log_level is None
-        else tuple((name, logging.getLevelName(log_level.upper())) for name in names)
+    levels = tuple(
+        (name, logging.getLogger(name).getEffectiveLevel() if log_level is None else log_level) for name in names
     )
     spec = CoreSpec(
         config=config,

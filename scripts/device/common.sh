@@ -7,9 +7,12 @@ install_wheels() {  # the packages the GPU machine lacks, from .whl/ when it is 
   fi
 }
 
-part() {  # part NAME SECONDS COMMAND...: run with a limit, log to $RES/NAME.log, never stop the script
-  local name=$1 limit=$2
+part() {  # part NAME SECONDS COMMAND...: run with a limit, log to $RES/NAME.log, never stop the script;
+  local name=$1 limit=$2  # a NAME listed in SKIP_PARTS (space-separated) is skipped: parts another script runs
   shift 2
+  case " ${SKIP_PARTS:-} " in
+    *" $name "*) echo "[$SECONDS s] $name: skipped (SKIP_PARTS)" | tee -a "$RES/summary.txt"; return 0 ;;
+  esac
   timeout "$limit" "$@" > "$RES/$name.log" 2>&1
   local rc=$?
   echo "[$SECONDS s] $name: exit $rc" | tee -a "$RES/summary.txt"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The one-token MoE products (kernels/moe_gemv.py, off unless MOPT_MOE_GEMV=1) on one H200, <= ~200 s,
+# The one-token MoE products (kernels/moe_gemv.py, off unless MOPT_MOE_GEMV=1) on one H200, <= ~230 s,
 # ONE tarball $OUT/moe_gemv.tgz:
-#   1. tests/gpu/test_families_gpu.py -k "one_token or fused_moe": both one-token paths against the loop  <= 60 s
+#   1. tests/gpu/test_families_gpu.py -k "one_token or fused_moe": both one-token paths against the loop,
+#      eager and replayed from a CUDA graph on new routes                                              <= 90 s
 #   2. benchmarks/moe_kernels.py --one-token: fused kernel (layer's call) vs the products at 5 tiles,
 #      Qwen3-30B-A3B, DeepSeek-V2-Lite, Mixtral-8x7B at one token                                     <= 60 s
 #   3. decode_latency.py Qwen3-30B-A3B batch 1, profiled, with MOPT_MOE_GEMV=0 and =1 (3.60 ms today)   <= 80 s
@@ -10,7 +11,7 @@ set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
 source "$(dirname "$0")/common.sh"
 start_run
-part tests 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_families_gpu.py -k "one_token or fused_moe"
+part tests 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_families_gpu.py -k "one_token or fused_moe"
 cd benchmarks || exit 2
 part one_token 60 python3 moe_kernels.py --one-token --models qwen3-30b-a3b deepseek-v2-lite mixtral-8x7b \
   --tokens 1 --output "$RES/moe_one_token_h200.json"

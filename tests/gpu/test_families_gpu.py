@@ -121,6 +121,46 @@ def test_one_token_moe_products_match_the_loop_at_real_shapes(num_experts, hidde
     assert (got - want).abs().max() <= 0.02 * want.abs().max() + 1e-3
 
 
+@pytest.mark.parametrize("gemv", ["0", "1"])
+def test_one_token_moe_in_a_cuda_graph_follows_new_ids(monkeypatch, gemv):
+    """Batch-1 decode as the graphs run it: fused_moe as the layer calls it (all ids local) at one token,
+    captured, then replayed on new inputs and routes: the loop's answer each time. Captured first with
+    the one-token rows not yet made (the capture must fall back to the alignment and make nothing), then
+    with them made (the replay reads the ids in place); with MOPT_MOE_GEMV=1 the two products instead."""
+    from model_optimizer.runtime.kernels import fused_moe as fm
+    from model_optimizer.runtime.kernels.moe_gemv import GEMV_ENV
+    from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
+    from model_optimizer.runtime.layers.moe import softmax_topk
+
+    monkeypatch.setenv(GEMV_ENV, gemv)
+    num_experts, hidden, intermediate, top_k = 128, 2048, 768, 8  # Qwen3-30B-A3B
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    w13 = (torch.randn(num_experts, 2 * intermediate, hidden, device="cuda", generator=gen) / hidden**0.5).bfloat16()
+    w2 = (torch.randn(num_experts, hidden, intermediate, device="cuda", generator=gen) / intermediate**0.5).bfloat16()
+    x = torch.randn(1, hidden, device="cuda", generator=gen).bfloat16()
+    weights, ids = softmax_topk(torch.randn(1, num_experts, device="cuda", generator=gen), top_k, renormalize=True)
+    fm.fused_moe(x, w13, w2, weights, ids)  # compile both paths' kernels outside the captures
+    fm.fused_moe(x, w13, w2, weights, ids, all_ids_local=True)
+    torch.cuda.synchronize()
+    for made in (False, True):
+        if not made:
+            fm._ONE_TOKEN_ROWS.clear()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fm.fused_moe(x, w13, w2, weights, ids, all_ids_local=True)
+        assert bool(fm._ONE_TOKEN_ROWS) == (made and gemv == "0")  # nothing cached inside a capture
+        for _ in range(3):
+            x.copy_(torch.randn(1, hidden, device="cuda", generator=gen))
+            new_w, new_ids = softmax_topk(torch.randn(1, num_experts, device="cuda", generator=gen), top_k, True)
+            weights.copy_(new_w)
+            ids.copy_(new_ids)
+            graph.replay()
+            want = fused_moe_ref(x.float(), w13.float(), w2.float(), weights, ids)
+            assert (out.float() - want).abs().max() <= 0.02 * want.abs().max() + 1e-3
+        if not made:
+            fm.fused_moe(x, w13, w2, weights, ids, all_ids_local=True)  # eager: makes the rows for the next capture
+
+
 @pytest.mark.parametrize("renormalize", [False, True])
 @pytest.mark.parametrize(("num_tokens", "num_experts", "top_k"), [(1, 128, 8), (300, 128, 8), (64, 8, 2), (7, 60, 4)])
 def test_moe_routing_kernel_matches_softmax_topk(num_tokens, num_experts, top_k, renormalize):

@@ -15,6 +15,9 @@ from typing import Literal
 from model_optimizer.runtime.config import check_positive
 
 API_KEY_ENV = "MOPT_API_KEY"
+LOG_LEVELS = {"critical": 50, "error": 40, "warning": 30, "info": 20, "debug": 10, "trace": 5}
+"""`--log-level` names (uvicorn's) and their logging numbers: "trace" is uvicorn's level below debug, which
+the logging module knows by name only once uvicorn is imported, so the early-spawned core gets the number."""
 
 
 @dataclass
@@ -79,7 +82,7 @@ class ServerConfig:
     """Most connections one client address may hold open at once; the next is refused (429). Behind a proxy every client has the proxy's address: raise it or use 0 (no limit)."""
 
     log_level: str = "info"
-    """Log level of the server and uvicorn (one format for both): critical, error, warning, info, debug."""
+    """Log level of the server and uvicorn (one format for both): critical, error, warning, info, debug, trace."""
 
     log_interval: float = 10.0
     """Seconds between engine stats lines (throughput, running/waiting, KV cache, prefix cache), logged only when busy; 0 turns them off."""
@@ -146,6 +149,8 @@ class ServerConfig:
                 f"max_connections_per_client must be an integer >= 0 (0: no limit), got {self.max_connections_per_client}"
             )
         check_api_key(self.api_key, "api_key")
+        if str(self.log_level).lower() not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if not math.isfinite(self.log_interval) or self.log_interval < 0:
             raise ValueError(f"log_interval must be >= 0 seconds (0 turns the stats line off), got {self.log_interval}")
         self.allowed_origins = _origins(self.allowed_origins)

@@ -28,13 +28,13 @@ from model_optimizer.runtime.kernels.moe_tiles import GEMM_CANDIDATES, default_t
 DOTS = {"bf16": tl.bfloat16, "fp16": tl.float16, "fp32": tl.float32}
 
 
-def moe_gemm(dtype: str, block_m: int, tiles, gated: bool) -> None:
+def moe_gemm(dtype: str, block_m: int, tiles, gated: bool, block_expert: str = "*i32") -> None:
     pointers = dict(
         a_ptr=f"*{dtype}",
         w_ptr=f"*{dtype}",
         out_ptr=f"*{dtype}",
         sorted_ids_ptr="*i32",
-        block_expert_ptr="*i32",
+        block_expert_ptr=block_expert,
         route_w_ptr="*fp32",
     )
     constexprs = dict(
@@ -65,6 +65,9 @@ for num_tokens in (1, 512, 4096):  # decode, a large decode batch, a prefill (Qw
     moe_gemm("bf16", tiles.block_m, tiles.down, gated=False)
 for tiles in (GEMM_CANDIDATES[3], GEMM_CANDIDATES[5]):  # the deepest K tile, the widest tile
     moe_gemm("bf16", 64, tiles, gated=True)
+one_token = default_tiles(1, 128, 8)  # one token, all ids local: the router's int64 ids are the block experts
+moe_gemm("bf16", one_token.block_m, one_token.gate_up, gated=True, block_expert="*i64")
+moe_gemm("bf16", one_token.block_m, one_token.down, gated=False, block_expert="*i64")
 moe_gemm("fp16", 16, default_tiles(1, 128, 8).gate_up, gated=True)
 moe_gemm("fp32", 16, default_tiles(1, 128, 8).down, gated=False)
 compile_kernel(

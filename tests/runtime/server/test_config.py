@@ -23,6 +23,7 @@ from model_optimizer.runtime.server.config import ServerConfig
         ({"api_key": "   "}, "api_key is empty"),
         ({"api_key": " sk-1"}, "whitespace"),
         ({"max_tokens_limit": 0}, "max_tokens_limit"),
+        ({"log_level": "verbose"}, "log_level must be one of critical, error, warning, info, debug, trace"),
     ],
 )
 def test_bad_values_are_clear_errors(changes, fragment):
@@ -44,6 +45,7 @@ MISSING_MODEL = ["--model", "/nonexistent/model"]  # should a setting pass, serv
         (["--api-key", ""], "api_key is empty"),
         (["--shutdown-timeout", "nan"], "shutdown_timeout must be a number"),
         (["--header-timeout", "nan"], "header_timeout must be a number"),
+        (["--log-level", "warn"], "log_level must be one of"),  # uvicorn has no "warn"
     ],
 )
 def test_cli_refuses_settings_that_would_be_silently_wrong(capsys, flags, fragment):

@@ -36,6 +36,31 @@ def test_only_a_causal_lm_folder_gets_its_core_spawned_early(tiny_model, tmp_pat
         start.ready()
 
 
+@pytest.mark.parametrize("level", ["trace", "WARNING"])
+def test_the_early_core_starts_at_every_log_level_the_server_takes(tiny_model, level):
+    """`--log-level trace` is uvicorn's level below debug, which logging knows only once uvicorn is
+    imported: the early spawn comes before that, and its core must still start (as the app's did)."""
+    start = _spawn_core_early(
+        ServerConfig(log_level=level), EngineConfig(model=str(tiny_model("qwen3")), **ENGINE_ARGS)
+    )
+    core = start.ready()
+    assert core.process.is_alive()
+    core.stop()
+
+
+def test_the_early_core_is_as_quiet_about_transformers_as_the_apps(tiny_model, monkeypatch):
+    """The app sets TRANSFORMERS_VERBOSITY=error before it spawned the core (its tokenizer may load through
+    transformers, whose warnings bypass our log format); the early spawn comes first and must set it too."""
+    monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "info")  # recorded, so the test leaves the variable as it was
+    monkeypatch.delenv("TRANSFORMERS_VERBOSITY")
+    start = _spawn_core_early(ServerConfig(), EngineConfig(model=str(tiny_model("qwen3")), **ENGINE_ARGS))
+    try:
+        environ = Path(f"/proc/{start.handle.process.pid}/environ").read_bytes().split(b"\0")
+        assert b"TRANSFORMERS_VERBOSITY=error" in environ
+    finally:
+        start.abandon()
+
+
 def test_the_app_takes_the_spawned_core(tiny_model):
     engine = EngineConfig(model=str(tiny_model("qwen3")), **ENGINE_ARGS)
     start = spawn_core(engine)
