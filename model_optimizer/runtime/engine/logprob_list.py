@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import accumulate, islice
+from itertools import islice
 from typing import overload
 
 from model_optimizer.runtime.sampler_output import Logprob
@@ -73,10 +73,6 @@ class LogprobList(Sequence[Logprob]):
 
     def _columns(self) -> tuple[array, ...]:
         return self.token_ids, self.logprobs, self.ranks, self.num_top, self.top_ids, self.top_logprobs
-
-    def top_starts(self) -> list[int]:
-        """Per token, where its alternatives start in top_ids / top_logprobs; then their total."""
-        return list(accumulate(self.num_top, initial=0))
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -93,18 +93,6 @@ def _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K: tl.constexpr):
 
 
 @triton.jit
-def _nibble_plane(words, J: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """offset + q for nibble J of every word, exact in DOT_DTYPE, by bit operations only."""
-    q = (words >> (4 * J)) & 0xF
-    if DOT_DTYPE == tl.bfloat16:
-        return (q | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True)
-    elif DOT_DTYPE == tl.float16:
-        return (q | 0x6400).to(tl.int16).to(tl.float16, bitcast=True)
-    else:
-        return (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
-
-
-@triton.jit
 def _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_xm,
                KIND: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_ASM: tl.constexpr):  # fmt: skip

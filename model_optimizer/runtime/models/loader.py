@@ -185,13 +185,6 @@ def safetensors_files(model_dir: Path) -> list[Path]:
     return files
 
 
-def iterate_checkpoint(model_dir: Path) -> Iterator[tuple[Path, str, torch.Tensor]]:
-    """(file, tensor name, tensor) of every checkpoint tensor, read whole; ValueError naming the file
-    when it is not a readable safetensors file (truncated by an interrupted download, say)."""
-    for path, name, lazy in iterate_lazy_checkpoint(model_dir):
-        yield path, name, read_lazy(path, lazy)
-
-
 def iterate_lazy_checkpoint(model_dir: Path) -> Iterator[tuple[Path, str, LazyTensor]]:
     """(file, tensor name, unread tensor) of every checkpoint tensor: nothing is read until the
     consumer loads (a slice of) it, which it must do before asking for the next tensor."""

@@ -29,8 +29,3 @@ class SpecCounters:
             self.accepted_per_pos.extend([0] * (num_draft - len(self.accepted_per_pos)))
         for pos in range(num_accepted):
             self.accepted_per_pos[pos] += 1
-
-    @property
-    def mean_acceptance_length(self) -> float:
-        """Tokens per verifying request-step: 1 (its own) + accepted proposals, on average; 0 before any."""
-        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 0.0
