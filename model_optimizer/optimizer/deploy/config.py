@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from model_optimizer.optimizer.deploy.kernels import parse_kernels_for
 from model_optimizer.runtime.config import check_choice, check_positive
 
 Target = Literal["docker", "compose", "k8s"]
@@ -38,6 +39,12 @@ class DeployConfig:
     cuda: str | None = None
     """CUDA release of the image (12.6, 12.8, 13.0 ...), overriding the choice from the driver."""
 
+    kernels_for: str = "auto"
+    """mopt engine: the GPU whose Triton kernels the image compiles while it is built, so a container's first
+    start compiles none: auto (this machine's GPU as torch sees it; none seen: no build step), none, or
+    CAPABILITY[:SMS[:NAME]] such as 9.0:132:NVIDIA H200 (SMS and NAME default to an H100/H200 SXM's 132 and
+    "NVIDIA H200"; give them for other GPUs). Any other GPU still runs the image, compiling at first start."""
+
     cold_start: int = 600
     """Seconds from container start to /ready, measured or estimated; sizes the start-up health-check grace and the startupProbe."""
 
@@ -60,6 +67,7 @@ class DeployConfig:
         check_positive(self, "cold_start", "min_replicas", "max_replicas", "queue_target")
         if self.max_replicas < self.min_replicas:
             raise ValueError(f"max_replicas ({self.max_replicas}) must be >= min_replicas ({self.min_replicas})")
+        parse_kernels_for(self.kernels_for)  # a ValueError naming the forms allowed
         if self.image is None:
             self.image = default_image(self.engine)
         if not self.image or any(c.isspace() for c in self.image):

@@ -1,5 +1,6 @@
 """The Dockerfile: a CUDA runtime base chosen for the host driver, our package, a non-root user, the model
-mounted (never copied) at /model, a health check on /health and the exact serve command."""
+mounted (never copied) at /model, the Triton kernels compiled for the target GPU (kernels.py), a health
+check on /health and the exact serve command."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from model_optimizer.common.version import __version__
 from model_optimizer.optimizer.deploy.config import DeployConfig
 from model_optimizer.optimizer.deploy.cuda import VLLM_IMAGE, VLLM_IMAGE_CUDA, CudaChoice, min_driver
+from model_optimizer.optimizer.deploy.kernels import KernelPlan, dockerfile_lines
 from model_optimizer.optimizer.deploy.settings import CHAT_TEMPLATE, MODEL_DIR, ServeSettings
 
 UID = 10001
@@ -27,7 +29,9 @@ def driver_note(deploy: DeployConfig, cuda: CudaChoice) -> str:
     )
 
 
-def render_dockerfile(settings: ServeSettings, deploy: DeployConfig, cuda: CudaChoice, command: list[str]) -> str:
+def render_dockerfile(
+    settings: ServeSettings, deploy: DeployConfig, cuda: CudaChoice, command: list[str], kernels: KernelPlan
+) -> str:
     lines = [
         "# syntax=docker/dockerfile:1",
         f"# Rendered by `mopt deploy` (model-optimizer {__version__}); edit the settings and render again.",
@@ -37,7 +41,7 @@ def render_dockerfile(settings: ServeSettings, deploy: DeployConfig, cuda: CudaC
     if deploy.engine == "vllm":
         lines += _vllm_body(settings, deploy)
     else:
-        lines += _mopt_body(settings, cuda)
+        lines += _mopt_body(settings, cuda, kernels)
     probe = json.dumps(["python3", "-c", HEALTH_PROBE.format(port=settings.port)])
     lines += [
         f"EXPOSE {settings.port}",
@@ -49,7 +53,7 @@ def render_dockerfile(settings: ServeSettings, deploy: DeployConfig, cuda: CudaC
     return "\n".join(lines) + "\n"
 
 
-def _mopt_body(settings: ServeSettings, cuda: CudaChoice) -> list[str]:
+def _mopt_body(settings: ServeSettings, cuda: CudaChoice, kernels: KernelPlan) -> list[str]:
     lines = [
         f"FROM {cuda.base_image}",
         f'LABEL org.opencontainers.image.title="mopt-serve" org.opencontainers.image.version="{__version__}" \\',
@@ -70,7 +74,8 @@ def _mopt_body(settings: ServeSettings, cuda: CudaChoice) -> list[str]:
     ]
     if settings.server.chat_template:
         lines.append(f"COPY chat_template.jinja {CHAT_TEMPLATE}")
-    lines += [f"USER {UID}", "WORKDIR /home/mopt"]
+    as_root, as_user = dockerfile_lines(settings, kernels, UID)
+    lines += [*as_root, f"USER {UID}", *as_user, "WORKDIR /home/mopt"]
     return lines
 
 

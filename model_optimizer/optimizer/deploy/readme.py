@@ -8,6 +8,7 @@ import shlex
 from model_optimizer.optimizer.deploy.config import DeployConfig
 from model_optimizer.optimizer.deploy.cuda import CudaChoice
 from model_optimizer.optimizer.deploy.dockerfile import driver_note
+from model_optimizer.optimizer.deploy.kernels import KernelPlan, readme_note
 from model_optimizer.optimizer.deploy.kubernetes import APP, QUEUE_METRIC, claim_access_mode
 from model_optimizer.optimizer.deploy.settings import MODEL_DIR, ServeSettings
 
@@ -18,6 +19,7 @@ def render_readme(
     cuda: CudaChoice,
     command: list[str],
     untranslated: dict[str, str],
+    kernels: KernelPlan,
 ) -> str:
     port, image = settings.port, deploy.image
     lines = [
@@ -29,6 +31,7 @@ def render_readme(
         f"- Model: `{settings.host_model_dir}` on the host, mounted read-only at `{MODEL_DIR}`.",
         f"- Command: `{shlex.join(command)}`",
         f"- API key: {_api_key_note(settings.needs_api_key)}",
+        *([f"- Triton kernels: {readme_note(kernels)}"] if deploy.engine == "mopt" else []),
         "",
         "## Build",
         "",

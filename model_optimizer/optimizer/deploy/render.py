@@ -13,6 +13,7 @@ from model_optimizer.optimizer.deploy import compose, kubernetes, monitoring
 from model_optimizer.optimizer.deploy.config import DeployConfig
 from model_optimizer.optimizer.deploy.cuda import choose_cuda, local_driver
 from model_optimizer.optimizer.deploy.dockerfile import render_dockerfile
+from model_optimizer.optimizer.deploy.kernels import CONTEXT_DIR, KernelPlan, plan_kernels
 from model_optimizer.optimizer.deploy.readme import render_readme
 from model_optimizer.optimizer.deploy.settings import (
     MODEL_DIR,
@@ -39,21 +40,24 @@ def render(settings: ServeSettings, deploy: DeployConfig) -> dict[str, str]:
         command, untranslated = vllm.argv, vllm.untranslated
     else:
         command, untranslated = mopt_command(settings), {}
+    kernels = plan_kernels(settings, deploy.kernels_for) if deploy.engine == "mopt" else KernelPlan(None)
     saved = {**non_defaults(settings.engine), **non_defaults(settings.server)}
     saved.pop("api_key", None)
     files = {
-        "Dockerfile": render_dockerfile(settings, deploy, cuda, command),
-        ".dockerignore": "*\n!src/\n!chat_template.jinja\n",
+        "Dockerfile": render_dockerfile(settings, deploy, cuda, command, kernels),
+        ".dockerignore": f"*\n!src/\n!chat_template.jinja\n!{CONTEXT_DIR}/\n",
         "settings.yaml": "# The settings these files run (mopt serve --config settings.yaml reads them).\n"
         + (_yaml(saved) if saved else "{}\n"),
     }
     if settings.server.chat_template:
         files["chat_template.jinja"] = Path(settings.server.chat_template).expanduser().read_text()
+    if kernels.target is not None:  # the one file of the model the image holds: the kernel build reads it
+        files[f"{CONTEXT_DIR}/config.json"] = (settings.host_model_dir / "config.json").read_text()
     if deploy.target == "compose":
         files.update(_compose_files(settings, deploy))
     if deploy.target == "k8s":
         files.update(_k8s_files(settings, deploy, command))
-    files["README.md"] = render_readme(settings, deploy, cuda, command, untranslated)
+    files["README.md"] = render_readme(settings, deploy, cuda, command, untranslated, kernels)
     return files
 
 
