@@ -155,6 +155,8 @@ def test_dockerfile_says_which_driver_it_needs_and_mounts_the_model(deployments)
     assert f"FROM {cuda.base_image}" in text and f"driver >= {cuda.min_driver}" in text
     assert "USER 10001" in text and "HEALTHCHECK" in text and "/health" in text and "EXPOSE 8000" in text
     assert "safetensors" not in text and "COPY src/" in text
+    install = next(line for line in text.splitlines() if "apt-get install" in line).split()
+    assert {"gcc", "libc6-dev", "python3-dev"} <= set(install)  # Triton compiles its launcher at the first launch
     vllm = (deployments[("docker", "vllm", False)] / "Dockerfile").read_text()
     assert "FROM vllm/vllm-openai:" in vllm and '"vllm", "serve", "/model"' in vllm
 
