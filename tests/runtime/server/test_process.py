@@ -122,7 +122,7 @@ def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
         "--chat-template",
         str(template),
         "--shutdown-timeout",
-        "60",
+        "300",  # the drain ends when the request does: a bound on a hang, never waited out
         "--enable-pause",
         env={"MOPT_API_KEY": KEY},
     )
@@ -141,23 +141,26 @@ def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
         assert chat["usage"]["prompt_tokens"] == len(tok.encode("[user] hi\n[assistant] ", add_special_tokens=False))
 
         out: dict = {}
-        body = {"prompt": "drain me", "max_tokens": 300, "ignore_eos": True, "stream": True}
-        paused(url, auth, True)  # the request stays in flight until the test resumes the engine
+        body = {"prompt": "drain me", "max_tokens": 480, "ignore_eos": True, "stream": True}
+        paused(url, auth, True)  # the request is provably in flight when SIGTERM comes
         thread = stream_in_thread(url, body, auth, out)
         wait_for(lambda: num_queued(url) == 1)
         proc.send_signal(signal.SIGTERM)
         wait_for(lambda: httpx.get(url + "/ready", headers=auth, timeout=30).status_code == 503, timeout=120)
+        # the drain resumed the paused engine (it lets running requests finish): hold it again, so that what
+        # follows sees the request in flight on any machine (it can only have run the steps of two round trips)
+        paused(url, auth, True)
         late = {"prompt": "late", "max_tokens": 2}
         refused = httpx.post(url + "/v1/completions", headers=auth, json=late, timeout=30)
         assert refused.status_code == 503 and refused.headers["retry-after"]
         assert httpx.get(url + "/health", timeout=30).status_code == 200  # alive while draining
         assert "events" not in out and proc.poll() is None  # the drain waits for the request
         paused(url, auth, False)
-        thread.join(60)
+        thread.join(120)
         assert out["events"][-1] == "[DONE]"
         finishes = [c["finish_reason"] for e in out["events"][:-1] for c in json.loads(e)["choices"]]
         assert finishes[-1] == "length"  # ran to the end, not aborted
-        assert proc.wait(30) == 0
+        assert proc.wait(60) == 0
     finally:
         proc.kill()
 
@@ -177,7 +180,8 @@ def test_missing_model_folder_is_a_clear_error(tmp_path):
 
 @pytest.mark.slow
 def test_drain_timeout_aborts_leftovers(tiny_model):
-    """The engine stays paused, so the request cannot finish within the drain: it is aborted."""
+    """The request is provably in flight at SIGTERM (the engine was paused); the drain resumes the engine, but
+    4 x 480 tokens cannot be generated within its 0.3 s (the slower the machine, the surer): aborted."""
     proc, url = launch(tiny_model("qwen3"), "--shutdown-timeout", "0.3", "--enable-pause", env={"MOPT_API_KEY": KEY})
     auth = {"Authorization": f"Bearer {KEY}"}
     try:
