@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 
 import doctor_edits as E
 import pytest
@@ -17,10 +17,13 @@ TINY = BenchSizes(copy_bytes=1 << 20, transfer_bytes=1 << 20, matmul_n=64, warmu
 
 
 def test_hung_probe_times_out():
-    start = time.monotonic()
-    result = call_with_timeout(lambda: time.sleep(30), 0.2)
-    assert time.monotonic() - start < 5
-    assert result["ok"] is False and result["error_type"] == "Timeout"
+    """The probe only ends once the test lets it: returning at all proves the call did not wait for it."""
+    release = threading.Event()
+    try:
+        result = call_with_timeout(release.wait, 0.2)
+    finally:
+        release.set()  # the daemon thread ends here, after the call returned
+    assert result["ok"] is False and result["error_type"] == "Timeout" and result["error"] == "timed out after 0.2 s"
 
 
 def test_failing_probe_is_recorded():

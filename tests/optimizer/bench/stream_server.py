@@ -79,7 +79,7 @@ class Valve:
             self.max_in_flight = self.in_flight
             self.num_finished = 0
 
-    def wait_arrivals(self, count: int, timeout: float = 30.0) -> None:
+    def wait_arrivals(self, count: int, timeout: float = 120.0) -> None:
         """Block until `count` requests have arrived in all; fail after `timeout` s (a bound on a hang)."""
         with self._cv:
             if not self._cv.wait_for(lambda: len(self.arrivals) >= count, timeout):
@@ -249,7 +249,7 @@ class ServerThread:
 
     def __enter__(self) -> ServerThread:
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a bound on a hang, not a speed
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("test server did not start")

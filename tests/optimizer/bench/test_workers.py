@@ -133,7 +133,7 @@ def workers_of(pgid: int) -> list[int]:
     return sorted(pid for pid, cmd in group_members(pgid).items() if "spawn_main" in cmd)
 
 
-def wait_until(condition, what: str, timeout: float = 30.0) -> None:
+def wait_until(condition, what: str, timeout: float = 120.0) -> None:
     """A bound on a hang, not a bet on speed."""
     deadline = time.monotonic() + timeout
     while not condition():

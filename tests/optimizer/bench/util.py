@@ -66,7 +66,7 @@ class InBackground:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread by join()
             self.error = exc
 
-    def join(self, timeout: float = 60.0) -> list[RequestRecord]:
+    def join(self, timeout: float = 120.0) -> list[RequestRecord]:
         self.thread.join(timeout)
         if self.thread.is_alive():
             raise AssertionError(f"the load run did not end within {timeout:.0f} s")

@@ -125,7 +125,7 @@ def test_metrics_auth_needs_the_key(tiny_model, capsys):
 
 def test_a_server_that_goes_away_shows_unreachable_and_polling_goes_on(capsys):
     server = Replay(VLLM)
-    monitor = Monitor(server.url, timeout=2, gpu=False)
+    monitor = Monitor(server.url, timeout=30, gpu=False)  # a stopped server refuses at once: no wait
     assert monitor.poll().reachable
     server.stop()
     views = [monitor.poll() for _ in range(3)]

@@ -94,7 +94,7 @@ def http_options(config: ServerConfig) -> dict:
     return uvicorn_http_options(config.max_header_bytes, config.header_timeout, config.max_connections_per_client)
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
     """Poll until `condition()` holds; fail naming `what` after `timeout` seconds (a bound on a hang,
     never a measurement: a test waits for a state, then asserts on state)."""
     deadline = time.monotonic() + timeout

@@ -21,8 +21,9 @@ def scrape(url: str) -> str:
     return httpx.get(url + "/metrics", timeout=30).text
 
 
-def wait_idle(server, timeout: float = 30.0) -> str:
-    """Wait until every block is free and nothing runs or waits; return the last scrape."""
+def wait_idle(server, timeout: float = 120.0) -> str:
+    """Wait until every block is free and nothing runs or waits; return the last scrape. The timeout only
+    bounds a hang: a dropped request may instead run to its end, which a loaded machine makes slow."""
     deadline = time.monotonic() + timeout
     while True:
         text = scrape(server.url)
@@ -94,7 +95,7 @@ def test_chat_stream_dropped_after_role_chunk(server):
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=30) as r:
         next(line for line in r.iter_lines() if line.startswith("data: "))
-    after = wait_idle(server, timeout=10)
+    after = wait_idle(server)
     assert metric(after, "mopt:kv_cache_free_blocks") == metric(after, "mopt:kv_cache_total_blocks")
     generated = metric(after, "vllm:generation_tokens_total") - metric(before, "vllm:generation_tokens_total")
     assert generated <= 64
@@ -144,7 +145,7 @@ def test_clients_dropped_before_first_token(server):
                     r.read()
             except httpx.TimeoutException:
                 pass
-    after = wait_idle(server, timeout=10)
+    after = wait_idle(server)
     assert metric(after, "mopt:kv_cache_free_blocks") == metric(after, "mopt:kv_cache_total_blocks")
     assert server.state.num_admitted == 0
 
@@ -223,7 +224,7 @@ def test_200_concurrent_streams_with_30_percent_disconnects(server):
     kept = [r for r in results if not r["dropped"]]
     assert len(kept) == plan.count(None)
     assert all(r["done"] and r["finish"] == "length" for r in kept)
-    after = wait_idle(server, timeout=WAIT)
+    after = wait_idle(server)
     assert metric(after, "mopt:kv_cache_free_blocks") == metric(after, "mopt:kv_cache_total_blocks")
     assert server.state.num_admitted == 0
     aborted = aborted_count(after) - aborted_count(before)

@@ -44,14 +44,15 @@ def test_vectors_match_the_embedder(embed_server, minilm):
 
 def test_formats_dimensions_and_token_ids(embed_server, minilm):
     url = embed_server.url + "/v1/embeddings"
-    plain = httpx.post(url, json={"input": "hello"}).json()["data"][0]["embedding"]
-    packed = httpx.post(url, json={"input": "hello", "encoding_format": "base64"}).json()["data"][0]["embedding"]
+    plain = httpx.post(url, json={"input": "hello"}, timeout=30).json()["data"][0]["embedding"]
+    asked = {"input": "hello", "encoding_format": "base64"}
+    packed = httpx.post(url, json=asked, timeout=30).json()["data"][0]["embedding"]
     unpacked = struct.unpack(f"<{len(plain)}f", base64.b64decode(packed))
     assert max(abs(a - b) for a, b in zip(unpacked, plain)) < 1e-6
     # dimensions: MiniLM is not trained for truncation, so 400 (a decoder embedder: below)
     assert httpx.post(url, json={"input": "hello", "dimensions": 64}).status_code == 400
     ids = minilm.tokenizer.encode("hello")
-    by_ids = httpx.post(url, json={"input": [ids, ids]}).json()["data"]
+    by_ids = httpx.post(url, json={"input": [ids, ids]}, timeout=30).json()["data"]
     assert len(by_ids) == 2 and max(abs(a - b) for a, b in zip(by_ids[0]["embedding"], plain)) < 1e-5
 
 
@@ -110,7 +111,7 @@ def test_dimensions_allowed_on_a_decoder_embedder(tiny_model):
 
     live = start_server(None, ServerConfig(), embedder=Embedder(tiny_model("qwen3"), device="cpu", dtype="float32"))
     try:
-        r = httpx.post(live.url + "/v1/embeddings", json={"input": "hello", "dimensions": 16})
+        r = httpx.post(live.url + "/v1/embeddings", json={"input": "hello", "dimensions": 16}, timeout=30)
         assert r.status_code == 200, r.text
         assert len(r.json()["data"][0]["embedding"]) == 16
     finally:

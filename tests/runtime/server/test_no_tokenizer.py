@@ -71,5 +71,5 @@ def test_no_tokenizer_refuses_stop_strings_but_takes_stop_token_ids(bare_server)
     for stop in ("\n", ["a", "b"]):
         error = assert_error(httpx.post(url, json={"prompt": [1, 2], "max_tokens": 2, "stop": stop}), 400, "tokenizer")
         assert error["param"] == "stop"
-    r = httpx.post(url, json={"prompt": [1, 2], "max_tokens": 2, "stop_token_ids": [3], "stop": []})
+    r = httpx.post(url, json={"prompt": [1, 2], "max_tokens": 2, "stop_token_ids": [3], "stop": []}, timeout=60)
     assert r.status_code == 200, r.text

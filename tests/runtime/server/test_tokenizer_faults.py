@@ -53,7 +53,7 @@ def test_long_prompt_warning_of_transformers_is_silenced(own_llm, caplog):
     getattr(tokenizer, "deprecation_warnings", {}).clear()  # transformers warns once per tokenizer
     live = start_server(own_llm, ServerConfig())
     try:
-        r = httpx.post(live.url + "/v1/completions", json={"prompt": "hello world " * 20, "max_tokens": 1})
+        r = httpx.post(live.url + "/v1/completions", json={"prompt": "hello world " * 20, "max_tokens": 1}, timeout=60)
         assert r.status_code in (200, 400), r.text
     finally:
         live.stop()
