@@ -6,8 +6,8 @@
 #      mask's host time per masked step and the part the step loop waited for (server counters), a
 #      jsonschema-checked sample, the in-process per-step mask time at 1 and 64 rows          <= 240 s
 #   2. benchmarks/structured_mask.py: 64 rows walking the same schema, per-step mask fill per way of
-#      filling (rows one by one + lane bound, one shared lexer vs lanes, pools of 4/8/12 threads,
-#      2 or 4 lanes per thread): what the host's 16 cores make of lanes                      <= 120 s
+#      filling (rows one by one + lane bound, one shared lexer vs lanes, pools of 4/8/12/14 threads,
+#      4 lanes per thread): whether MAX_FILL_THREADS (8) should rise on the host's 16 cores   <= 120 s
 #   3. tests/gpu/test_structured_gpu.py: fused kernel mask vs torch, a split launch with no sync,
 #      constrained generation with CUDA graphs (sync and async scheduling)               <= 100 s
 # Everything (JSON, logs, summary.txt) is packed into ONE tarball, $OUT/structured.tgz.
@@ -29,7 +29,7 @@ part bpe_tokenizer 90 python3 bpe_tokenizer_model.py configs/qwen3-0.6b "$MODEL"
 part structured_bench 240 python3 structured.py --model "$MODEL" --concurrency 1 64 \
   --output-len 256 --output "$RES/structured_h200.json" -- "${QWEN[@]}"
 part structured_mask 120 python3 structured_mask.py --model "$MODEL" --rows 64 --steps 200 \
-  --threads 4 8 12 --lanes-per-thread 2 4 --output "$RES/structured_mask_h200.json"
+  --threads 4 8 12 14 --lanes-per-thread 4 --output "$RES/structured_mask_h200.json"
 cd .. || exit 2
 rm -rf "$MODEL"
 part gpu_tests 100 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_structured_gpu.py
