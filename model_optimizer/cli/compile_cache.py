@@ -1,14 +1,15 @@
 """`mopt compile-cache`: the Triton kernels of an engine start, compiled ahead of time.
 
     mopt compile-cache build --model DIR [engine flags as for serve] [--arch 9.0] [--num-sms 132]
-                             [--gpu-name "NVIDIA H200"] [--output FOLDER]
+                             [--gpu-name "NVIDIA H200"] [--output FOLDER] [--jobs N]
     mopt compile-cache path [--arch 9.0]
 
 `build` needs no GPU: it walks an engine start's forward passes on the meta device and compiles every
 Triton kernel they launch for the target architecture (runtime/runner/aot_build.py), into the folder
 the engine reads on such a GPU (the versions and architecture name it: kernels/compile_cache.py), or
-into --output. Copy that folder into an image at the same path (or point MOPT_COMPILE_CACHE_DIR at
-the root that holds it) and the first start compiles nothing. Another Triton, torch or
+into --output, in --jobs processes at once (each kernel variant compiled by one of them). Copy that
+folder into an image at the same path (or point MOPT_COMPILE_CACHE_DIR at the root that holds it)
+and the first start compiles nothing. Another Triton, torch or
 model_optimizer version, or an edited kernel, is a miss that compiles as before: nothing stale runs.
 `path` prints the folder for the architecture.
 """
@@ -37,6 +38,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--gpu-name", default="NVIDIA H200", help="its name as torch reports it (the tile table applies by name)"
     )
     parser.add_argument("--output", default=None, help="Triton cache folder to fill (default: the engine's own)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="processes that compile at once (default: this machine's cores, at most 8; 1: one process)",
+    )
     add_dataclass_args(parser, EngineConfig)
     return parser
 
@@ -54,12 +61,13 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "path":
         print(folder)
         return 0
-    from model_optimizer.runtime.runner.aot_build import build
+    from model_optimizer.runtime.runner.aot_build import build_parallel
 
     config = dataclass_from_args(EngineConfig, args)
     folder.mkdir(parents=True, exist_ok=True)
-    report = build(config, target, folder)
+    report = build_parallel(config, target, folder, args.jobs)
     launches = sum(report["kernel_launches"].values())
-    print(json.dumps({k: report[k] for k in ("folder_key", "entries", "seconds")} | {"launches": launches}))
+    shown = {k: report[k] for k in ("folder_key", "entries", "compiled", "seconds") if k in report}
+    print(json.dumps(shown | {"launches": launches, "jobs": report.get("jobs", 1)}))
     print(folder)
     return 0

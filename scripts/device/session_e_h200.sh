@@ -12,8 +12,10 @@
 #      verify split reverted; targets.txt-style rows in spec.log                                 <= 130 s
 #   4. structured_mask.py: 64 rows of the order schema, pools of 4/8/12/14 threads, 2 and 4 lanes per
 #      thread on the H200's 16 cores (manager.MAX_FILL_THREADS caps the engine at 8 today)       <= 110 s
-#   5. cold_start.py --no-llm --warm-only: `mopt serve` to /ready with the engine core spawned first
-#      (warm 6.5 s before; target 4 s)                                                           <= 90 s
+#   5. cold_start.py --no-llm: `mopt serve` to /ready with the engine core spawned first, cold (empty
+#      caches) and warm, with the kernels compiled ahead in workers (default) and without them
+#      (MOPT_COMPILE_JOBS=0) (before: cold 19.4 s, warm 6.5 s; targets 10 / 4 s)                <= 200 s
+#   6. tests/gpu/test_compile_ahead_gpu.py: workers compile everything, a second start none       <= 120 s
 #   bash scripts/device/session_e_h200.sh
 # Parts 1 and 2's moe_kernels.py run the same commands as moe_gemv_h200.sh, part 3 is spec_h200.sh's
 # spec_decode.py (which gets 155 s there), part 4 is structured_h200.sh's structured_mask.py (there on the
@@ -32,9 +34,12 @@ part decode 55 python3 decode_latency.py --models qwen3-30b-a3b --batch-sizes 1 
 part spec 130 python3 spec_decode.py --quick --output "$RES/spec_decode_h200.json"
 part structured_mask 110 python3 structured_mask.py --rows 64 --steps 200 --threads 4 8 12 14 \
   --lanes-per-thread 2 4 --output "$RES/structured_mask_h200.json"
-part cold_start 90 python3 cold_start.py --no-llm --warm-only --runs 3 --output "$RES/cold_start_h200.json" \
-  -- --model benchmarks/configs/qwen3-0.6b --load-format dummy --dtype bfloat16  # cwd: the repository
+QWEN_SERVE=(-- --model benchmarks/configs/qwen3-0.6b --load-format dummy --dtype bfloat16)  # cwd: the repository
+part cold_start_serial 70 env MOPT_COMPILE_JOBS=0 python3 cold_start.py --no-llm --runs 1 \
+  --output "$RES/cold_start_serial_compile_h200.json" "${QWEN_SERVE[@]}"
+part cold_start 130 python3 cold_start.py --no-llm --runs 2 --output "$RES/cold_start_h200.json" "${QWEN_SERVE[@]}"
 cd .. || exit 2
+part compile_ahead_gpu 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_compile_ahead_gpu.py
 cat "$RES/summary.txt"
 tar -czf "$OUT/session_e.tgz" -C "$RES" .
 echo "packed $OUT/session_e.tgz"

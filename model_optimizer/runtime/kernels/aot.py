@@ -21,9 +21,13 @@ compiling for a target the answers are the target's.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import logging
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -44,6 +48,7 @@ class AotTarget:
         return self.capability[0] * 10 + self.capability[1]
 
 
+logger = logging.getLogger(__name__)
 _state = threading.local()
 
 
@@ -118,6 +123,12 @@ class CompileLog:
     its disk cache inside the compile step, so a call here is an entry in the cache either way)."""
 
     calls: dict[str, int]
+    compiled: int = 0
+    """Distinct kernel variants this process compiled (or found in the disk cache)."""
+    left: int = 0
+    """Variants it left to another process of the same build (`claims`)."""
+    launchers: int = 0
+    """Launcher modules it built beside them (_prebuild_launcher)."""
 
     @property
     def total(self) -> int:
@@ -125,33 +136,81 @@ class CompileLog:
 
 
 @contextlib.contextmanager
-def compile_only(target: AotTarget = AotTarget()) -> Iterator[CompileLog]:
+def compile_only(target: AotTarget = AotTarget(), claims: Path | None = None) -> Iterator[CompileLog]:
     """Every Triton kernel launch inside compiles for `target` into TRITON_CACHE_DIR and runs nothing.
-    Arguments may be meta tensors. One block at a time per process (it swaps Triton's active driver)."""
+    Arguments may be meta tensors. One block at a time per process (it swaps Triton's active driver).
+
+    `claims`: a folder shared by several processes walking the same launches (a parallel build): each
+    kernel variant is compiled by the first process to claim it there (a file created exclusively, named
+    by a hash of the kernel and Triton's own key of the call), and left by the others. All walk in the
+    same order, so each takes the next variant no one has taken: the compiles spread over the processes
+    as over a queue."""
     from triton.runtime.driver import driver
     from triton.runtime.jit import JITFunction
 
     if building() is not None:
         raise RuntimeError("compile_only blocks do not nest")
     log = CompileLog({})
-    original = JITFunction.run
+    original, original_compile = JITFunction.run, JITFunction._do_compile
 
     def run(self, *args, grid, warmup, **kwargs):
-        name = getattr(self, "__name__", None) or getattr(self.fn, "__name__", "kernel")
-        log.calls[name] = log.calls.get(name, 0) + 1
+        log.calls[_name(self)] = log.calls.get(_name(self), 0) + 1
         args = tuple(_StandIn(a) if isinstance(a, torch.Tensor) else a for a in args)
         kwargs = {k: _StandIn(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
         return original(self, *args, grid=grid, warmup=True, **kwargs)
 
+    def do_compile(self, key, *args, **kwargs):
+        if claims is not None and not _claim(claims, f"{self.module}.{_name(self)}|{key}"):
+            log.left += 1
+            return None  # Triton's JIT treats None as "nothing to launch" and keeps no entry
+        log.compiled += 1
+        kernel = original_compile(self, key, *args, **kwargs)
+        log.launchers += _prebuild_launcher(kernel)
+        return kernel
+
     driver.set_active(_TargetDriver(target))
-    JITFunction.run = run
+    JITFunction.run, JITFunction._do_compile = run, do_compile
     _state.target = target
     try:
         yield log
     finally:
         _state.target = None
-        JITFunction.run = original
+        JITFunction.run, JITFunction._do_compile = original, original_compile
         driver.reset_active() if _has_default_driver(driver) else setattr(driver, "_active", None)
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__name__", None) or getattr(fn.fn, "__name__", "kernel")
+
+
+def _prebuild_launcher(kernel) -> int:
+    """Build the kernel's launcher module into the cache as its first load would; 1 if built (or found).
+
+    Triton 3.6's CUDA backend compiles a small C launcher per kernel signature with the host's C
+    compiler when a kernel first loads (seconds over a start's few dozen kernels); built here, in the
+    same cache folder, that is a hit. It links against libcuda, so it is built only where the NVIDIA
+    driver is installed (a GPU host: compile_ahead's workers); later Tritons launch every kernel
+    through one generic launcher and have nothing to build."""
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+
+        if "make_launcher" not in CudaLauncher.__init__.__code__.co_names:  # the generic launcher
+            return 0
+        CudaLauncher(kernel.src, kernel.metadata)
+    except Exception as exc:  # noqa: BLE001 - no libcuda or no compiler here: the first load builds it
+        logger.debug("launcher of %s not built ahead: %s", getattr(kernel, "name", "?"), exc)
+        return 0
+    return 1
+
+
+def _claim(claims: Path, what: str) -> bool:
+    """Whether this process is the first to claim `what` in the shared folder."""
+    path = claims / hashlib.sha256(what.encode()).hexdigest()[:32]
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def _has_default_driver(driver) -> bool:

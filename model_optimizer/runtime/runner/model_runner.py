@@ -35,6 +35,18 @@ log = logging.getLogger(__name__)
 startup_log = logging.getLogger("model_optimizer.startup")  # the phase lines llm.py starts and ends
 
 
+def _compile_ahead(config: EngineConfig, model_dir: Path, device: torch.device):  # noqa: ANN202
+    """compile_ahead.start for this GPU and Triton's cache folder, or None (the CPU, no folder set)."""
+    import os
+
+    from model_optimizer.runtime.runner import compile_ahead
+
+    cache_dir = os.environ.get("TRITON_CACHE_DIR")
+    if device.type != "cuda" or not cache_dir or not (model_dir / "config.json").is_file():
+        return None
+    return compile_ahead.start(config, model_dir, compile_ahead.target_of(device.index or 0), Path(cache_dir))
+
+
 def _log_phase(name: str, since: float) -> float:
     now = time.perf_counter()
     startup_log.info("start-up: %s %.2f s", name, now - since)
@@ -92,6 +104,7 @@ class ModelRunner:
         if self.device.type == "cpu":
             _log_cpu_choice()
         self.memory_before_load = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
+        ahead = _compile_ahead(config, Path(model_dir), self.device)  # while the weights load
         self.model = load_model(
             model_dir, config.dtype, self.device, config.load_format, config.quantization, config.cpu_offload_gb
         )
@@ -110,6 +123,9 @@ class ModelRunner:
         if self.tp.size > 1 and config.one_shot_all_reduce:  # decode-sized messages; prefill keeps NCCL
             enable_one_shot_all_reduce(config.max_num_seqs * args.hidden_size, self.dtype, self.device)
         self.num_kv_heads = self.model.local_num_kv_heads  # this rank's share under tensor parallelism
+        if ahead is not None:  # before the first forward: it finds the workers' kernels in the cache
+            ahead.join()
+            phase = _log_phase("compile ahead", phase)
         # every rank must hold every block the driver's one block pool hands out
         self.num_kv_blocks = min_over_ranks(config.num_kv_blocks or self._num_blocks_for_budget())
         check_kv_capacity(self.num_kv_blocks, config.block_size, self.max_model_len)  # before allocating it
@@ -148,6 +164,8 @@ class ModelRunner:
             if not config.enforce_eager:
                 self.decode_runner.capture()
                 phase = _log_phase("graph capture", phase)
+            if ahead is not None:  # every kernel of such a start is in the cache now
+                ahead.done()
         self.verify_runner = _verify_runner(config, self.model, self.batch, self.kv_caches[0].shape[3], self.device)
         if self.verify_runner is None and config.speculative is not None:  # no padding here, but the step
             # buffer's views of verifying steps (1 + k tokens each) are kept, as the verify runner's are

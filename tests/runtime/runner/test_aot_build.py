@@ -59,7 +59,7 @@ def built(tmp_path_factory):
     pytest.importorskip("triton.backends.compiler")
     root = tmp_path_factory.mktemp("aot")
     model, out = _config(root / "model"), root / "cache"
-    first = _mopt("build", "--model", str(model), *FLAGS, "--output", str(out))
+    first = _mopt("build", "--model", str(model), *FLAGS, "--output", str(out), "--jobs", "1")
     assert first.returncode == 0, first.stderr[-3000:]
     return model, out, json.loads((out / "aot_manifest.json").read_text())
 
@@ -82,6 +82,20 @@ def test_a_second_build_finds_every_kernel_in_the_cache(built):
     again = _mopt("build", "--model", str(model), *FLAGS, "--output", str(out))
     assert again.returncode == 0, again.stderr[-3000:]
     assert _entries(out) == before
+
+
+def test_a_parallel_build_compiles_each_variant_once_into_the_same_entries(built, tmp_path):
+    """--jobs 2: two processes walk the same start and share the compiles through claims; together they
+    write exactly the serial build's entries, each variant compiled by one of them."""
+    model, out, manifest = built
+    parallel = tmp_path / "parallel"
+    result = _mopt("build", "--model", str(model), *FLAGS, "--output", str(parallel), "--jobs", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((parallel / "aot_manifest.json").read_text())
+    assert _entries(parallel) == _entries(out)
+    assert report["jobs"] == 2 and len(report["compiled_per_job"]) == 2
+    assert report["compiled"] == manifest["compiled"] > 0  # none compiled twice, none missed
+    assert report["kernel_launches"] == manifest["kernel_launches"]  # each process walked the whole start
 
 
 def test_quantized_layers_compile_their_matmul_for_the_target(built, tmp_path):

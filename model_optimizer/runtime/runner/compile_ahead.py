@@ -1,0 +1,150 @@
+"""A cold engine start's Triton kernels compiled in parallel, while the weights load.
+
+On a GPU the first forward passes of a start (the profiling prefill, the warm-up prefills, one decode
+forward per CUDA-graph bucket) compile every Triton kernel variant they meet, one after another, in the
+engine's own thread: ~10 s of a fresh H200 start of Qwen3-0.6B (README "Start-up"). The ahead-of-time
+build (aot_build.py) knows those variants without running anything. So when this start's variants are
+not known to be in the cache, the runner starts that build at once, in worker processes sharing the
+compiles (aot_build.build_parallel's claims), for this GPU and into the folder Triton reads
+(TRITON_CACHE_DIR, compile_cache.configure_compile), and waits for it just before its first forward:
+the compiles use the host's cores meanwhile instead of one core afterwards, and the forwards then find
+every kernel in the cache. Whatever the workers miss or fail at, the engine compiles as before.
+
+Once a start has captured its graphs, a marker in the cache folder (named by a hash of the model's
+config.json, the settings the walk reads and the GPU) says its kernels are there: later starts of the
+same settings (a warm start) start no workers. MOPT_COMPILE_JOBS sets the number of workers (0: off).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.kernels.aot import AotTarget
+from model_optimizer.runtime.runner.aot_build import MAX_JOBS, build
+
+log = logging.getLogger(__name__)
+
+JOBS_ENV = "MOPT_COMPILE_JOBS"
+JOIN_TIMEOUT_S = 180.0
+"""Longest a start waits for its workers; then it stops them and compiles what is missing itself."""
+WALK_FIELDS = (
+    "dtype",
+    "quantization",
+    "kv_cache_dtype",
+    "block_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "num_kv_blocks",
+)
+"""The settings the build's walk reads (aot_build.walk_start, meta_model): the marker's key."""
+
+
+def default_jobs() -> int:
+    """MOPT_COMPILE_JOBS, else half the cores this process may run on (the engine and the server's
+    frontend start up on the rest), 1 to MAX_JOBS."""
+    if os.environ.get(JOBS_ENV):
+        try:
+            return max(0, int(os.environ[JOBS_ENV]))
+        except ValueError:
+            raise ValueError(f"{JOBS_ENV} must be a whole number of processes, got {os.environ[JOBS_ENV]!r}") from None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(MAX_JOBS, cores // 2))  # the build's own cap
+
+
+def marker_path(cache_dir: Path, config: EngineConfig, model_dir: Path, target: AotTarget) -> Path:
+    """The file that says a start of these settings on this GPU has all its kernels in `cache_dir`."""
+    settings = {name: getattr(config, name) for name in WALK_FIELDS}
+    blob = json.dumps([settings, asdict(target)], sort_keys=True, default=str).encode()
+    config_json = Path(model_dir) / "config.json"
+    digest = hashlib.sha256(blob + (config_json.read_bytes() if config_json.is_file() else b"")).hexdigest()
+    return cache_dir / f"mopt-start-{digest[:24]}.done"
+
+
+@dataclass
+class CompileAhead:
+    """Workers compiling a start's kernels; `join` before the first forward, `done` after the graphs."""
+
+    processes: list
+    claims: Path
+    marker: Path
+    cache_dir: Path
+    entries_before: int
+    started: float
+
+    def join(self, timeout: float = JOIN_TIMEOUT_S) -> None:
+        """Wait for the workers (stopping any still running after `timeout` seconds) and log what they did."""
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        late = [p for p in self.processes if p.is_alive()]
+        for process in late:
+            process.terminate()
+            process.join(5)
+        failed = sum(1 for p in self.processes if p.exitcode not in (0, None))
+        shutil.rmtree(self.claims, ignore_errors=True)
+        log.info(
+            "compiled ahead: %d new kernel variants in %.1f s by %d processes%s",
+            _entries(self.cache_dir) - self.entries_before,
+            time.monotonic() - self.started,
+            len(self.processes),
+            f" ({len(late)} stopped at the time limit, {failed} failed: the engine compiles what they missed)"
+            if late or failed
+            else "",
+        )
+
+    def done(self) -> None:
+        """The start has compiled everything its forwards met: later starts of these settings need no workers."""
+        write_marker(self.marker)
+
+
+def write_marker(marker: Path) -> None:
+    try:
+        marker.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
+    except OSError as exc:  # a read-only cache folder (a shipped image): the next start just checks again
+        log.debug("could not write %s: %s", marker, exc)
+
+
+def start(
+    config: EngineConfig, model_dir: Path, target: AotTarget, cache_dir: Path, jobs: int | None = None
+) -> CompileAhead | None:
+    """Start the workers for this start's kernels, or None: none wanted (jobs 0), tensor parallelism (each
+    rank compiles its own shard's), or the marker says the cache holds them already."""
+    jobs = default_jobs() if jobs is None else jobs
+    marker = marker_path(cache_dir, config, model_dir, target)
+    if jobs < 1 or config.tensor_parallel_size != 1 or marker.exists():
+        return None
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    claims = Path(tempfile.mkdtemp(prefix="mopt-aot-claims-"))
+    walk = replace(config, model=str(model_dir), speculative_config=None)  # the target model's kernels only
+    context = multiprocessing.get_context("spawn")  # this process may hold a CUDA context: never fork it
+    processes = [
+        context.Process(target=build, args=(walk, target, cache_dir, claims, False), daemon=True, name="mopt-aot")
+        for _ in range(jobs)
+    ]
+    entries = _entries(cache_dir)
+    for process in processes:
+        process.start()
+    return CompileAhead(processes, claims, marker, cache_dir, entries, time.monotonic())
+
+
+def target_of(device_index: int) -> AotTarget:
+    """The AOT target that is this GPU (what the engine's kernels ask of it: kernels/aot.device_facts)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device_index)
+    return AotTarget((props.major, props.minor), props.multi_processor_count, props.name)
+
+
+def _entries(cache_dir: Path) -> int:
+    return sum(1 for p in cache_dir.iterdir() if p.is_dir()) if cache_dir.exists() else 0
