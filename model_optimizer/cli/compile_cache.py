@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "path":
         print(folder)
         return 0
-    from model_optimizer.runtime.runner.aot_build import build_parallel
+    from model_optimizer.runtime.runner.aot_workers import build_parallel
 
     config = dataclass_from_args(EngineConfig, args)
     folder.mkdir(parents=True, exist_ok=True)

@@ -34,8 +34,6 @@ from model_optimizer.runtime.runner.decode_runner import bucket_sizes
 from model_optimizer.runtime.runner.input_batch import InputBatch
 
 META = torch.device("meta")
-MAX_JOBS = 8
-"""Most processes a parallel build starts by default (a start's few dozen kernel variants gain little beyond)."""
 MANIFEST = "aot_manifest.json"
 """Written beside the cache entries: what was built, for whom, with which versions."""
 
@@ -110,45 +108,6 @@ def _cache(num_blocks: int, block_size: int, num_kv_heads: int, args, dtype: tor
     return torch.empty(2, num_blocks, block_size, num_kv_heads, args.head_dim, dtype=dtype, device=META)
 
 
-def default_jobs() -> int:
-    """Processes a parallel build uses unless told: the cores this process may run on, at most MAX_JOBS."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(MAX_JOBS, cores))
-
-
-def build_parallel(config: EngineConfig, target: aot.AotTarget, cache_dir: Path, jobs: int | None = None) -> dict:
-    """`build` in `jobs` processes at once (spawned: each walks the start's launches on its own), the
-    compiles shared out through a claims folder (kernels/aot.py's compile_only): each kernel variant is
-    compiled once, by whichever process reaches it first. Triton compiles in Python and in one thread,
-    so processes are the way to use several cores; its cache files are written atomically, so the
-    processes can fill one folder. The report as `build`'s, with what each process compiled."""
-    jobs = default_jobs() if jobs is None else jobs
-    if jobs < 1:
-        raise ValueError(f"jobs must be at least 1, got {jobs}")
-    if jobs == 1:
-        return build(config, target, cache_dir)
-    import multiprocessing
-    import tempfile
-    from concurrent.futures import ProcessPoolExecutor
-
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="mopt-aot-claims-") as claims:
-        context = multiprocessing.get_context("spawn")  # never fork a process that may hold a CUDA context
-        with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-            futures = [pool.submit(build, config, target, cache_dir, Path(claims), False) for _ in range(jobs)]
-            reports = [future.result() for future in futures]
-    report = reports[0] | {
-        "jobs": jobs,
-        "compiled": sum(r["compiled"] for r in reports),
-        "compiled_per_job": [r["compiled"] for r in reports],
-        "launchers": sum(r["launchers"] for r in reports),
-        "entries": _entries(cache_dir),
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    (cache_dir / MANIFEST).write_text(json.dumps(report, indent=1) + "\n")
-    return report
-
-
 def build(
     config: EngineConfig,
     target: aot.AotTarget,
@@ -157,7 +116,7 @@ def build(
     manifest: bool = True,
 ) -> dict:
     """Compile an engine start's kernels for `target` into `cache_dir` (Triton's cache folder); the report.
-    `claims`: a parallel build's shared folder (build_parallel); `manifest`: write the report beside the
+    `claims`: a parallel build's shared folder (aot_workers.py); `manifest`: write the report beside the
     entries."""
     import triton
 
@@ -190,7 +149,7 @@ def build(
         "kernel_launches": dict(sorted(log.calls.items())),
         "compiled": log.compiled,
         "launchers": log.launchers,
-        "entries": _entries(cache_dir),
+        "entries": count_entries(cache_dir),
         "seconds": round(time.perf_counter() - started, 1),
     }
     if manifest:
@@ -198,5 +157,5 @@ def build(
     return report
 
 
-def _entries(cache_dir: Path) -> int:
+def count_entries(cache_dir: Path) -> int:
     return sum(1 for p in cache_dir.iterdir() if p.is_dir()) if cache_dir.exists() else 0

@@ -20,17 +20,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import multiprocessing
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.kernels.aot import AotTarget
-from model_optimizer.runtime.runner.aot_build import MAX_JOBS, build
+from model_optimizer.runtime.runner.aot_build import count_entries
+from model_optimizer.runtime.runner.aot_workers import MAX_JOBS, Finished, Workers, start_workers
 
 log = logging.getLogger(__name__)
 
@@ -75,33 +73,26 @@ def marker_path(cache_dir: Path, config: EngineConfig, model_dir: Path, target: 
 class CompileAhead:
     """Workers compiling a start's kernels; `join` before the first forward, `done` after the graphs."""
 
-    processes: list
-    claims: Path
+    workers: Workers
     marker: Path
     cache_dir: Path
     entries_before: int
-    started: float
 
-    def join(self, timeout: float = JOIN_TIMEOUT_S) -> None:
+    def join(self, timeout: float = JOIN_TIMEOUT_S) -> Finished:
         """Wait for the workers (stopping any still running after `timeout` seconds) and log what they did."""
-        deadline = time.monotonic() + timeout
-        for process in self.processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-        late = [p for p in self.processes if p.is_alive()]
-        for process in late:
-            process.terminate()
-            process.join(5)
-        failed = sum(1 for p in self.processes if p.exitcode not in (0, None))
-        shutil.rmtree(self.claims, ignore_errors=True)
+        finished = self.workers.wait(timeout)
+        trouble = ""
+        if finished.late or finished.failed:
+            trouble = f" ({finished.late} stopped at the time limit, {finished.failed} failed: the engine compiles what they missed)"
+            log.warning("compile-ahead workers: %s", finished.errors[-2000:] or "stopped")
         log.info(
             "compiled ahead: %d new kernel variants in %.1f s by %d processes%s",
-            _entries(self.cache_dir) - self.entries_before,
-            time.monotonic() - self.started,
-            len(self.processes),
-            f" ({len(late)} stopped at the time limit, {failed} failed: the engine compiles what they missed)"
-            if late or failed
-            else "",
+            count_entries(self.cache_dir) - self.entries_before,
+            time.monotonic() - self.workers.started,
+            len(self.workers.processes),
+            trouble,
         )
+        return finished
 
     def done(self) -> None:
         """The start has compiled everything its forwards met: later starts of these settings need no workers."""
@@ -124,18 +115,9 @@ def start(
     marker = marker_path(cache_dir, config, model_dir, target)
     if jobs < 1 or config.tensor_parallel_size != 1 or marker.exists():
         return None
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    claims = Path(tempfile.mkdtemp(prefix="mopt-aot-claims-"))
     walk = replace(config, model=str(model_dir), speculative_config=None)  # the target model's kernels only
-    context = multiprocessing.get_context("spawn")  # this process may hold a CUDA context: never fork it
-    processes = [
-        context.Process(target=build, args=(walk, target, cache_dir, claims, False), daemon=True, name="mopt-aot")
-        for _ in range(jobs)
-    ]
-    entries = _entries(cache_dir)
-    for process in processes:
-        process.start()
-    return CompileAhead(processes, claims, marker, cache_dir, entries, time.monotonic())
+    entries = count_entries(cache_dir)
+    return CompileAhead(start_workers(walk, target, cache_dir, jobs), marker, cache_dir, entries)
 
 
 def target_of(device_index: int) -> AotTarget:
@@ -144,7 +126,3 @@ def target_of(device_index: int) -> AotTarget:
 
     props = torch.cuda.get_device_properties(device_index)
     return AotTarget((props.major, props.minor), props.multi_processor_count, props.name)
-
-
-def _entries(cache_dir: Path) -> int:
-    return sum(1 for p in cache_dir.iterdir() if p.is_dir()) if cache_dir.exists() else 0

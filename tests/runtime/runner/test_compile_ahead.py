@@ -34,6 +34,16 @@ def test_the_marker_names_the_settings_the_model_and_the_gpu(tmp_path):
     assert len({marker, *others}) == 4
 
 
+def test_a_failed_worker_is_reported_with_its_output(tmp_path):
+    """A model folder whose config cannot be built: both workers fail, the start is told why."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["NoSuchForCausalLM"]}))
+    ahead = compile_ahead.start(CONFIG, model, AotTarget(), tmp_path / "cache", jobs=2)
+    finished = ahead.join()
+    assert finished.failed == 2 and not finished.reports and "NoSuchForCausalLM" in finished.errors
+
+
 def test_no_workers_when_off_split_or_already_compiled(tmp_path, monkeypatch):
     model = _config(tmp_path / "model")
     assert compile_ahead.start(CONFIG, model, AotTarget(), tmp_path / "cache", jobs=0) is None
@@ -50,12 +60,13 @@ def test_no_workers_when_off_split_or_already_compiled(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_workers_fill_the_cache_and_the_next_start_needs_none(tmp_path, monkeypatch):
     pytest.importorskip("triton.backends.compiler")
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the spawned workers compile with Triton's JIT
+    monkeypatch.setenv("PYTHONPATH", "/nonexistent")  # the workers find the package all the same
     model, cache = _config(tmp_path / "model"), tmp_path / "cache"
     ahead = compile_ahead.start(CONFIG, model, AotTarget(), cache, jobs=2)
-    assert ahead is not None and len(ahead.processes) == 2
-    ahead.join()
-    assert all(p.exitcode == 0 for p in ahead.processes) and not ahead.claims.exists()
+    assert ahead is not None and len(ahead.workers.processes) == 2
+    finished = ahead.join()
+    assert (finished.late, finished.failed, len(finished.reports)) == (0, 0, 2), finished.errors
+    assert sum(r["compiled"] for r in finished.reports) > 0 and not ahead.workers.claims.exists()
     assert _entries(cache) and list(cache.glob("*/*.cubin"))  # compiled for sm_90, not interpreted
     assert not ahead.marker.exists()  # written by the start once its graphs are captured
     ahead.done()
