@@ -35,14 +35,23 @@ log = logging.getLogger(__name__)
 startup_log = logging.getLogger("model_optimizer.startup")  # the phase lines llm.py starts and ends
 
 
+_GPU_STARTS = [0]
+"""Engines this process has started on a GPU."""
+
+
 def _compile_ahead(config: EngineConfig, model_dir: Path, device: torch.device):  # noqa: ANN202
-    """compile_ahead.start for this GPU and Triton's cache folder, or None (the CPU, no folder set)."""
+    """compile_ahead.start for this GPU and Triton's cache folder, or None: the CPU, no folder set, or
+    not this process's first GPU start (Triton's in-memory kernels of the earlier ones serve the next:
+    a test session or a notebook building several engines would pay for workers it does not need)."""
     import os
 
     from model_optimizer.runtime.runner import compile_ahead
 
     cache_dir = os.environ.get("TRITON_CACHE_DIR")
     if device.type != "cuda" or not cache_dir or not (model_dir / "config.json").is_file():
+        return None
+    _GPU_STARTS[0] += 1
+    if _GPU_STARTS[0] > 1:
         return None
     return compile_ahead.start(config, model_dir, compile_ahead.target_of(device.index or 0), Path(cache_dir))
 
