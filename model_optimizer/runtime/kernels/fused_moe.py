@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from model_optimizer.runtime.kernels import moe_gemv
+from model_optimizer.runtime.kernels import aot, moe_gemv
 from model_optimizer.runtime.kernels.dots import dot
 from model_optimizer.runtime.kernels.moe_align import align_pairs_parallel, max_padded_pairs
 from model_optimizer.runtime.kernels.moe_tiles import MoeTiles, choose_tiles
@@ -45,9 +45,9 @@ def align_pairs(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple
     short); up to ALIGN_KERNEL_MAX_PAIRS (decode batches) `moe_align.align_pairs_parallel` spreads it
     over many programs in two launches; larger batches (prefill) take `align_pairs_sorted`, about
     twenty torch kernels whose launches a long prefill hides. All three give the same rows."""
-    if topk_ids.is_cuda and topk_ids.numel() <= ALIGN_ONE_PROGRAM_MAX_PAIRS:
+    if aot.on_gpu(topk_ids) and topk_ids.numel() <= ALIGN_ONE_PROGRAM_MAX_PAIRS:
         return align_pairs_kernel(topk_ids, num_experts, block_m)
-    if topk_ids.is_cuda and topk_ids.numel() <= ALIGN_KERNEL_MAX_PAIRS:
+    if aot.on_gpu(topk_ids) and topk_ids.numel() <= ALIGN_KERNEL_MAX_PAIRS:
         return align_pairs_parallel(topk_ids, num_experts, block_m)
     return align_pairs_sorted(topk_ids, num_experts, block_m)
 
@@ -60,7 +60,7 @@ def _one_token_blocks(topk_ids: torch.Tensor, block_m: int) -> tuple[torch.Tenso
     key = (topk_ids.shape[1], block_m, topk_ids.device)
     rows = _ONE_TOKEN_ROWS.get(key)
     if rows is None:
-        if topk_ids.is_cuda and torch.cuda.is_current_stream_capturing():
+        if aot.capturing():
             return None  # no allocation of a long-lived tensor inside a capture
         top_k = topk_ids.shape[1]
         rows = torch.full((top_k, block_m), top_k, dtype=torch.int32, device=topk_ids.device)
@@ -266,10 +266,6 @@ def _dot_dtype(dtype: torch.dtype):
 
 
 @functools.lru_cache(maxsize=8)
-def _gpu_name(device_index: int | None) -> str:
-    return torch.cuda.get_device_name(device_index or 0) if torch.cuda.is_available() else ""
-
-
 def _gemm(a, w, out, sorted_ids, block_expert, route_w, pairs_per_a_row, gated, tiles, block_m) -> None:
     n, k = out.shape[1], w.shape[2]
     grid = (block_expert.numel() * triton.cdiv(n, tiles.block_n),)
@@ -323,7 +319,7 @@ def fused_moe(
         return moe_gemv.moe_one_token(x, w13, w2, topk_weights, topk_ids)
     x, w13, w2 = x.contiguous(), w13.contiguous(), w2.contiguous()
     tiles = tiles or choose_tiles(
-        _gpu_name(x.device.index) if x.is_cuda else "", num_tokens, num_experts, hidden, intermediate, top_k
+        aot.device_facts(x.device.index)[0] if aot.on_gpu(x) else "", num_tokens, num_experts, hidden, intermediate, top_k
     )
     one_token = _one_token_blocks(topk_ids, tiles.block_m) if num_tokens == 1 and all_ids_local else None
     sorted_ids, block_expert = one_token or align_pairs(topk_ids, num_experts, tiles.block_m)

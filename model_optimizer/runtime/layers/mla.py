@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.kernels import aot, triton_kernel
 from model_optimizer.runtime.kernels.mla_reference import latent_attention_ref, mla_attention_ref, store_latent_ref
 from model_optimizer.runtime.layers.attention import Attention, AttentionMetadata
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor, materialize, reads_lazily
@@ -62,7 +62,7 @@ class LatentLinear(nn.Module):
 def gpu_kernels(x: torch.Tensor) -> tuple | None:
     """(store, attend) Triton kernels for tensors on CUDA; None elsewhere or without Triton (the torch path).
     The interpreter tests substitute this to run the kernels on the CPU (tests/runtime/kernels)."""
-    attend = triton_kernel("mla_attention", "latent_attention") if x.is_cuda else None
+    attend = triton_kernel("mla_attention", "latent_attention") if aot.on_gpu(x) else None
     return None if attend is None else (triton_kernel("store_kv", "store_kv"), attend)
 
 

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from model_optimizer.runtime.distributed import all_reduce, get_tp
-from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.kernels import aot, triton_kernel
 from model_optimizer.runtime.kernels.dense_linear import dense_linear
 from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor, materialize, reads_lazily
@@ -80,7 +80,7 @@ class TopKRouter(nn.Module):
         self.weight = nn.Parameter(torch.empty(num_experts, hidden_size))
 
     def route(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        kernel = triton_kernel("moe_routing", "softmax_topk_kernel") if logits.is_cuda else None
+        kernel = triton_kernel("moe_routing", "softmax_topk_kernel") if aot.on_gpu(logits) else None
         if kernel is None or self.num_experts > MAX_ROUTING_KERNEL_EXPERTS:
             return softmax_topk(logits, self.top_k, self.renormalize)
         return kernel(logits, self.top_k, self.renormalize)  # one launch instead of six
@@ -143,7 +143,7 @@ class FusedExperts(nn.Module):
         """x (tokens, hidden) -> this rank's part of sum_k weight_k * expert_k(x), (tokens, hidden)."""
         if self.first_expert:  # ids of other ranks' experts fall outside [0, local experts): dropped
             topk_ids = topk_ids - self.first_expert
-        kernel = triton_kernel("fused_moe", "fused_moe") if x.is_cuda else None
+        kernel = triton_kernel("fused_moe", "fused_moe") if aot.on_gpu(x) else None
         if kernel is None:
             return fused_moe_ref(x, self.w13_weight, self.w2_weight, topk_weights, topk_ids)
         return kernel(

@@ -20,6 +20,7 @@ table of the GPU named) comes from the engine configuration, as at a real start.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import asdict
@@ -29,7 +30,12 @@ import torch
 
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.kernels import aot
-from model_optimizer.runtime.layers.attention import AttentionMetadata, bind_kv_caches, decode_num_splits
+from model_optimizer.runtime.layers.attention import (
+    AttentionMetadata,
+    bind_kv_caches,
+    decode_num_splits,
+    kv_cache_shape,
+)
 from model_optimizer.runtime.runner.decode_runner import bucket_sizes
 from model_optimizer.runtime.runner.input_batch import InputBatch
 
@@ -71,41 +77,38 @@ def _sample(model, hidden: torch.Tensor) -> None:
     triton_kernel("sampling", "gumbel_sample_checked")(logits, inv_temperatures, seeds)
 
 
-def kv_cache_sizes(config: EngineConfig, num_kv_heads: int, head_dim: int) -> list[int]:
+def kv_cache_sizes(config: EngineConfig, elements_per_block: int) -> list[int]:
     """Block counts to build for: the configured one, else a small cache and one whose planes pass
     2**31 elements (the two integer types Triton compiles the attention kernels for)."""
     if config.num_kv_blocks:
         return [config.num_kv_blocks]
-    per_block = config.block_size * num_kv_heads * head_dim
-    return [1024, (2**31) // per_block + 1]
+    return [1024, (2**31) // elements_per_block + 1]
 
 
 def walk_start(model, config: EngineConfig, max_model_len: int, kv_dtype: torch.dtype) -> None:
     """The forward passes of an engine start (model_runner.py, decode_runner.py), on meta tensors."""
     args, bs = model.args, config.block_size
     num_kv_heads = model.local_num_kv_heads
+
+    def caches(num_blocks: int) -> list[torch.Tensor]:  # the runner's: full heads, or a latent row per token
+        return [torch.empty(kv_cache_shape(model, num_blocks, bs), dtype=kv_dtype, device=META)] * args.num_layers
+
     with torch.inference_mode():
         budget = min(config.max_num_batched_tokens, max_model_len)
-        hidden = _prefill(
-            model, budget, bs, [_cache(-(-budget // bs), bs, num_kv_heads, args, kv_dtype)] * args.num_layers
-        )
+        hidden = _prefill(model, budget, bs, caches(-(-budget // bs)))
         model.compute_logits(hidden[-config.max_num_seqs :])
-        for num_blocks in kv_cache_sizes(config, num_kv_heads, args.head_dim):
-            caches = [_cache(num_blocks, bs, num_kv_heads, args, kv_dtype) for _ in range(args.num_layers)]
-            bind_kv_caches(model, caches)
+        for num_blocks in kv_cache_sizes(config, math.prod(kv_cache_shape(model, 1, bs)[2:])):
+            layers = caches(num_blocks)
+            bind_kv_caches(model, layers)
             length = 2
             while length <= min(128, max_model_len):  # ModelRunner._warm_up_kernels, on the real caches' strides
-                _prefill(model, length, bs, [c[:, : -(-length // bs)] for c in caches])
+                _prefill(model, length, bs, [c[:, : -(-length // bs)] for c in layers])
                 length *= 2
             batch = InputBatch(config.max_num_seqs, max_model_len, bs, META, config.max_num_batched_tokens)
             for size in bucket_sizes(config.max_num_seqs):  # DecodeRunner: one forward per bucket
                 token_ids, positions, meta = batch.decode_views(size)
                 meta.num_splits = decode_num_splits(size, num_kv_heads, max_model_len, META)
                 _sample(model, model(token_ids, positions, meta))
-
-
-def _cache(num_blocks: int, block_size: int, num_kv_heads: int, args, dtype: torch.dtype) -> torch.Tensor:
-    return torch.empty(2, num_blocks, block_size, num_kv_heads, args.head_dim, dtype=dtype, device=META)
 
 
 def build(

@@ -108,6 +108,40 @@ def test_quantized_layers_compile_their_matmul_for_the_target(built, tmp_path):
     assert launched.get("_quant_matmul_kernel", 0) > 0
 
 
+MOE_AND_MLA = {
+    "qwen3-moe": ("Qwen3MoeConfig", dict(moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2)),
+    "deepseek-v2": (
+        "DeepseekV2Config",
+        dict(moe_intermediate_size=64, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, kv_lora_rank=32,
+             q_lora_rank=None, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, first_k_dense_replace=1),
+    ),
+}  # fmt: skip
+EXPECTED = {"qwen3-moe": {"_moe_gemm_kernel", "_softmax_topk_kernel"}, "deepseek-v2": {"_latent_attention_kernel"}}
+
+
+@pytest.mark.parametrize("family", list(MOE_AND_MLA))
+def test_experts_and_latent_attention_compile_ahead_too(family, tmp_path):
+    """The fused MoE (routing, alignment, grouped GEMM) and MLA's latent cache walk on the meta device as
+    on the GPU: a cold start of these families compiles ahead like any other."""
+    import transformers
+
+    name, extra = MOE_AND_MLA[family]
+    config = getattr(transformers, name)(
+        vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=512, **extra,
+    ).to_dict()  # fmt: skip
+    config["architectures"] = [name.replace("Config", "ForCausalLM")]
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    result = _mopt("build", "--model", str(model), *FLAGS, "--output", str(tmp_path / "cache"), "--jobs", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    launched = json.loads((tmp_path / "cache" / "aot_manifest.json").read_text())["kernel_launches"]
+    assert EXPECTED[family] <= set(launched), launched
+    if family == "deepseek-v2":  # the latent cache has its own kernel
+        assert "_paged_attention_kernel" not in launched
+
+
 def test_path_names_the_architecture_folder_and_bad_arch_is_refused():
     shown = _mopt("path", "--arch", "9.0")
     assert shown.returncode == 0 and "_sm90-" in shown.stdout and shown.stdout.strip().endswith("triton")
