@@ -24,7 +24,6 @@ case (every pair its own expert), which a decode batch never reaches.
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
@@ -265,7 +264,6 @@ def _dot_dtype(dtype: torch.dtype):
     return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
 
 
-@functools.lru_cache(maxsize=8)
 def _gemm(a, w, out, sorted_ids, block_expert, route_w, pairs_per_a_row, gated, tiles, block_m) -> None:
     n, k = out.shape[1], w.shape[2]
     grid = (block_expert.numel() * triton.cdiv(n, tiles.block_n),)
@@ -319,7 +317,12 @@ def fused_moe(
         return moe_gemv.moe_one_token(x, w13, w2, topk_weights, topk_ids)
     x, w13, w2 = x.contiguous(), w13.contiguous(), w2.contiguous()
     tiles = tiles or choose_tiles(
-        aot.device_facts(x.device.index)[0] if aot.on_gpu(x) else "", num_tokens, num_experts, hidden, intermediate, top_k
+        aot.device_facts(x.device.index)[0] if aot.on_gpu(x) else "",
+        num_tokens,
+        num_experts,
+        hidden,
+        intermediate,
+        top_k,
     )
     one_token = _one_token_blocks(topk_ids, tiles.block_m) if num_tokens == 1 and all_ids_local else None
     sorted_ids, block_expert = one_token or align_pairs(topk_ids, num_experts, tiles.block_m)

@@ -127,6 +127,21 @@ def test_fused_moe_matches_reference(num_tokens, hidden, intermediate, num_exper
     torch.testing.assert_close(got, want, **tol)
 
 
+def test_fused_moe_keeps_no_tensor_of_a_call_alive():
+    """Nothing of a call outlives it: a prefill's activations and scratch rows are freed when the layer is
+    done with them (they were once kept, the last few calls' worth, by a cache on the GEMM launch)."""
+    import gc
+    import weakref
+
+    x, w13, w2, weights, ids = _inputs(7, 32, 48, 4, 2, torch.float32)
+    got = fused_moe(x, w13, w2, weights, ids, SMALL)
+    torch.testing.assert_close(got, fused_moe_ref(x, w13, w2, weights, ids), atol=1e-5, rtol=1e-5)
+    alive = weakref.ref(x)
+    del x, got
+    gc.collect()
+    assert alive() is None
+
+
 @pytest.mark.parametrize(("num_experts", "top_k", "block_m"), [(8, 2, 16), (16, 8, 16), (6, 3, 32)])
 def test_one_token_skips_the_alignment_and_matches_the_reference(num_experts, top_k, block_m):
     """Batch-1 decode with local experts: each pair its own block, no alignment launch."""
