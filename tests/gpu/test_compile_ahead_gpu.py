@@ -47,3 +47,33 @@ def test_a_cold_start_compiles_ahead_and_a_second_start_does_not(tmp_path):
     again, entries_again, _ = start(tmp_path)
     assert "compiled ahead" not in again and "start-up: compile ahead" not in again
     assert entries_again == entries  # a warm start compiles nothing
+
+
+FAILING_CHILD = """
+import os, sys, tempfile
+from pathlib import Path
+from model_optimizer import LLM
+try:
+    LLM(sys.argv[1], load_format="dummy", dtype="bfloat16", max_model_len=10**7, gpu_memory_utilization=0.4)
+except ValueError as exc:
+    assert "max_model_len" in str(exc), exc
+else:
+    raise SystemExit("the start did not fail")
+children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
+workers = [c for c in children if b"aot_workers" in Path(f"/proc/{c}/cmdline").read_bytes()]
+print("CHILDREN", len(workers), "CLAIMS", len(list(Path(tempfile.gettempdir()).glob("mopt-aot-claims-*"))))
+"""
+
+
+def test_a_start_failing_after_its_workers_started_leaves_none_running(tmp_path):
+    """max_model_len beyond the model's is refused once the weights are loaded, while the workers compile:
+    they are stopped with the start, and their claims folder is removed."""
+    (tmp_path / "tmp").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_CACHE_DIR", "TRITON_INTERPRET")}
+    env |= {"MOPT_COMPILE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path / "tmp")}
+    model = str(REPO / "benchmarks" / "configs" / "qwen3-0.6b")
+    done = subprocess.run(
+        [sys.executable, "-c", FAILING_CHILD, model], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert re.search(r"CHILDREN 0 CLAIMS 0", done.stdout), done.stdout

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ MAX_JOBS = 8
 JOB_FILE = "job.pickle"
 BUILD_TIMEOUT_S = 3600.0
 """Longest `mopt compile-cache build` waits for its workers."""
+PARENT_POLL_S = 0.5
+"""How often a worker checks that the process that started it is still there."""
 
 
 def default_jobs() -> int:
@@ -60,36 +63,60 @@ class Workers:
     started: float
 
     def wait(self, timeout: float) -> Finished:
-        """Wait for the workers, stopping any still running after `timeout` seconds; removes the claims folder."""
+        """Wait for the workers, stopping any still running after `timeout` seconds; removes the claims folder.
+        Interrupted (KeyboardInterrupt, an engine shutting down), it stops them all before it raises."""
         deadline = time.monotonic() + timeout
         late = []
-        for process in self.processes:
-            try:
-                process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                late.append(process)
+        try:
+            for process in self.processes:
+                try:
+                    process.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+                    late.append(process)
+        except BaseException:
+            self.stop()
+            raise
         failed = [i for i, p in enumerate(self.processes) if p.returncode != 0 and p not in late]
         errors = "\n".join((self.claims / f"worker-{i}.log").read_text(errors="replace")[-2000:] for i in failed)
         reports = [json.loads(p.read_text()) for p in sorted(self.claims.glob("report-*.json"))]
         shutil.rmtree(self.claims, ignore_errors=True)
         return Finished(reports, len(late), len(failed), errors)
 
+    def stop(self) -> None:
+        """Kill the workers still running, reap them all and remove the claims folder (a start that fails
+        or is interrupted before its join: nothing of the build outlives it)."""
+        _stop(self.processes, self.claims)
+
+
+def _stop(processes: list[subprocess.Popen], claims: Path) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+    for process in processes:
+        process.wait()
+    shutil.rmtree(claims, ignore_errors=True)
+
 
 def start_workers(config: EngineConfig, target: AotTarget, cache_dir: Path, jobs: int) -> Workers:
-    """Start `jobs` workers building `config`'s start for `target` into `cache_dir`."""
+    """Start `jobs` workers building `config`'s start for `target` into `cache_dir`. OSError when the
+    folders cannot be made or a worker cannot start (none is left running then)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     claims = Path(tempfile.mkdtemp(prefix="mopt-aot-claims-"))
-    (claims / JOB_FILE).write_bytes(pickle.dumps((config, target, cache_dir)))
     package_root = str(Path(__file__).resolve().parents[3])  # the folder holding model_optimizer/
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     env.pop("TRITON_INTERPRET", None)  # the interpreter replaces the JIT that compiles
-    processes = []
-    for index in range(jobs):
-        with open(claims / f"worker-{index}.log", "wb") as log:
-            command = [sys.executable, "-m", __name__, str(claims / JOB_FILE), str(index)]
-            processes.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log))
+    processes: list[subprocess.Popen] = []
+    try:
+        (claims / JOB_FILE).write_bytes(pickle.dumps((config, target, cache_dir)))
+        for index in range(jobs):
+            with open(claims / f"worker-{index}.log", "wb") as log:
+                command = [sys.executable, "-m", __name__, str(claims / JOB_FILE), str(index), str(os.getpid())]
+                processes.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log))
+    except BaseException:
+        _stop(processes, claims)
+        raise
     return Workers(processes, claims, time.monotonic())
 
 
@@ -120,13 +147,27 @@ def build_parallel(config: EngineConfig, target: AotTarget, cache_dir: Path, job
     return report
 
 
-def main(job: str, index: str) -> None:
+def main(job: str, index: str, parent: str) -> None:
     from model_optimizer.runtime.runner.aot_build import build
 
+    _exit_with_parent(int(parent), Path(job).parent)
     config, target, cache_dir = pickle.loads(Path(job).read_bytes())
     report = build(config, target, cache_dir, claims=Path(job).parent, manifest=False)
     (Path(job).parent / f"report-{index}.json").write_text(json.dumps(report))
 
 
+def _exit_with_parent(parent: int, claims: Path) -> None:
+    """End this worker, and remove the claims folder, once the process that started it is gone (an engine
+    killed mid-start: its build is of no use to anyone then, and nothing else would clean up)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        shutil.rmtree(claims, ignore_errors=True)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="mopt-aot-parent", daemon=True).start()
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

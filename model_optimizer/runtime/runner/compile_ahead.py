@@ -17,11 +17,14 @@ same settings (a warm start) start no workers. MOPT_COMPILE_JOBS sets the number
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -94,9 +97,24 @@ class CompileAhead:
         )
         return finished
 
+    def stop(self) -> None:
+        """Kill the workers, for a start that fails before its join (nothing of the build outlives it)."""
+        self.workers.stop()
+
     def done(self) -> None:
         """The start has compiled everything its forwards met: later starts of these settings need no workers."""
         write_marker(self.marker)
+
+
+@contextlib.contextmanager
+def stopped_on_error(ahead: CompileAhead | None) -> Iterator[None]:
+    """The workers of `ahead` stopped if the block raises (a start failing between `start` and `join`)."""
+    try:
+        yield
+    except BaseException:
+        if ahead is not None:
+            ahead.stop()
+        raise
 
 
 def write_marker(marker: Path) -> None:
@@ -110,14 +128,20 @@ def start(
     config: EngineConfig, model_dir: Path, target: AotTarget, cache_dir: Path, jobs: int | None = None
 ) -> CompileAhead | None:
     """Start the workers for this start's kernels, or None: none wanted (jobs 0), tensor parallelism (each
-    rank compiles its own shard's), or the marker says the cache holds them already."""
+    rank compiles its own shard's), the marker says the cache holds them already, or they could not start
+    (logged: the start goes on and compiles as without them)."""
     jobs = default_jobs() if jobs is None else jobs
     marker = marker_path(cache_dir, config, model_dir, target)
     if jobs < 1 or config.tensor_parallel_size != 1 or marker.exists():
         return None
     walk = replace(config, model=str(model_dir), speculative_config=None)  # the target model's kernels only
-    entries = count_entries(cache_dir)
-    return CompileAhead(start_workers(walk, target, cache_dir, jobs), marker, cache_dir, entries)
+    try:
+        entries = count_entries(cache_dir)
+        workers = start_workers(walk, target, cache_dir, jobs)
+    except (OSError, subprocess.SubprocessError) as exc:  # an unwritable folder, no interpreter to start
+        log.warning("no compile-ahead workers (the engine compiles its kernels itself): %s", exc)
+        return None
+    return CompileAhead(workers, marker, cache_dir, entries)
 
 
 def target_of(device_index: int) -> AotTarget:

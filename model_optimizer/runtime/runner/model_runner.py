@@ -20,6 +20,7 @@ from model_optimizer.runtime.layers.attention import AttentionMetadata, bind_kv_
 from model_optimizer.runtime.layers.sampler import SampledTokens, Sampler
 from model_optimizer.runtime.layers.token_mask import TokenMask
 from model_optimizer.runtime.models.loader import load_model
+from model_optimizer.runtime.runner import compile_ahead
 from model_optimizer.runtime.runner.decode_runner import DecodeRunner
 from model_optimizer.runtime.runner.host_kv_cache import HostKVCache
 from model_optimizer.runtime.runner.input_batch import InputBatch, StepInputs
@@ -44,8 +45,6 @@ def _compile_ahead(config: EngineConfig, model_dir: Path, device: torch.device):
     not this process's first GPU start (Triton's in-memory kernels of the earlier ones serve the next:
     a test session or a notebook building several engines would pay for workers it does not need)."""
     import os
-
-    from model_optimizer.runtime.runner import compile_ahead
 
     cache_dir = os.environ.get("TRITON_CACHE_DIR")
     if device.type != "cuda" or not cache_dir or not (model_dir / "config.json").is_file():
@@ -114,27 +113,30 @@ class ModelRunner:
             _log_cpu_choice()
         self.memory_before_load = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
         ahead = _compile_ahead(config, Path(model_dir), self.device)  # while the weights load
-        self.model = load_model(
-            model_dir, config.dtype, self.device, config.load_format, config.quantization, config.cpu_offload_gb
-        )
-        args = self.model.args
-        self.args = args
-        self.drafter = _load_drafter(config, self.device, args.vocab_size)  # before sizing: its weights and KV count
-        self.dtype = next(self.model.parameters()).dtype
-        self.max_model_len = config.max_model_len or args.max_position_embeddings
-        if self.max_model_len > args.max_position_embeddings:
-            raise ValueError(
-                f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings ({args.max_position_embeddings})"
+        with compile_ahead.stopped_on_error(ahead):  # no worker outlives a start that fails before its join
+            self.model = load_model(
+                model_dir, config.dtype, self.device, config.load_format, config.quantization, config.cpu_offload_gb
             )
-        phase = _log_phase("weights", phase)
-        self.kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else self.dtype
-        self.tp = get_tp()
-        if self.tp.size > 1 and config.one_shot_all_reduce:  # decode-sized messages; prefill keeps NCCL
-            enable_one_shot_all_reduce(config.max_num_seqs * args.hidden_size, self.dtype, self.device)
-        self.num_kv_heads = self.model.local_num_kv_heads  # this rank's share under tensor parallelism
-        if ahead is not None:  # before the first forward: it finds the workers' kernels in the cache
-            ahead.join()
-            phase = _log_phase("compile ahead", phase)
+            args = self.model.args
+            self.args = args
+            self.drafter = _load_drafter(
+                config, self.device, args.vocab_size
+            )  # before sizing: its weights and KV count
+            self.dtype = next(self.model.parameters()).dtype
+            self.max_model_len = config.max_model_len or args.max_position_embeddings
+            if self.max_model_len > args.max_position_embeddings:
+                raise ValueError(
+                    f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings ({args.max_position_embeddings})"
+                )
+            phase = _log_phase("weights", phase)
+            self.kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else self.dtype
+            self.tp = get_tp()
+            if self.tp.size > 1 and config.one_shot_all_reduce:  # decode-sized messages; prefill keeps NCCL
+                enable_one_shot_all_reduce(config.max_num_seqs * args.hidden_size, self.dtype, self.device)
+            self.num_kv_heads = self.model.local_num_kv_heads  # this rank's share under tensor parallelism
+            if ahead is not None:  # before the first forward: it finds the workers' kernels in the cache
+                ahead.join()
+                phase = _log_phase("compile ahead", phase)
         # every rank must hold every block the driver's one block pool hands out
         self.num_kv_blocks = min_over_ranks(config.num_kv_blocks or self._num_blocks_for_budget())
         check_kv_capacity(self.num_kv_blocks, config.block_size, self.max_model_len)  # before allocating it

@@ -6,14 +6,25 @@ checks that an engine start on the H200 uses them and that a second start skips 
 
 from __future__ import annotations
 
+import _thread
+import contextlib
 import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.kernels.aot import AotTarget
-from model_optimizer.runtime.runner import compile_ahead
+from model_optimizer.runtime.runner import aot_workers, compile_ahead
 from tests.runtime.runner.test_aot_build import _config, _entries
 
 CONFIG = EngineConfig(max_num_seqs=2, max_model_len=256, max_num_batched_tokens=64, dtype="bfloat16")
@@ -71,3 +82,116 @@ def test_workers_fill_the_cache_and_the_next_start_needs_none(tmp_path, monkeypa
     assert not ahead.marker.exists()  # written by the start once its graphs are captured
     ahead.done()
     assert compile_ahead.start(CONFIG, model, AotTarget(), cache, jobs=2) is None
+
+
+class _Sleeps:
+    """A setting that, unpickled from a worker's job, sleeps an hour: workers that run until stopped."""
+
+    def __reduce__(self):  # noqa: ANN204
+        return (time.sleep, (3600,))
+
+
+HANGING = replace(CONFIG, seed=_Sleeps())  # the seed is no part of the walk or the marker
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # exited, not reaped
+    except FileNotFoundError:
+        return True
+
+
+def _started(tmp_path: Path) -> compile_ahead.CompileAhead:
+    ahead = compile_ahead.start(HANGING, _config(tmp_path / "model"), AotTarget(), tmp_path / "cache", jobs=2)
+    assert ahead is not None and ahead.workers.claims.is_dir()
+    return ahead
+
+
+def _assert_stopped(ahead: compile_ahead.CompileAhead) -> None:
+    assert all(p.poll() is not None for p in ahead.workers.processes)  # killed and reaped
+    assert not ahead.workers.claims.exists()
+
+
+def test_a_start_failing_before_its_join_stops_the_workers(tmp_path):
+    ahead = _started(tmp_path)
+    try:
+        with pytest.raises(ValueError, match="max_model_len"), compile_ahead.stopped_on_error(ahead):
+            raise ValueError("max_model_len 9999 exceeds the model's max_position_embeddings")
+        _assert_stopped(ahead)
+    finally:
+        for process in ahead.workers.processes:
+            process.kill()
+
+
+def test_an_interrupted_join_stops_the_workers(tmp_path):
+    """Ctrl-C while the start waits for its workers: they are killed and reaped, their folder removed."""
+    ahead = _started(tmp_path)
+    main = threading.main_thread().ident
+
+    def interrupt_inside_the_wait() -> None:
+        while True:  # once the main thread waits in Workers.wait (not before: the interrupt must land there)
+            frame = sys._current_frames().get(main)
+            while frame is not None and frame.f_code is not aot_workers.Workers.wait.__code__:
+                frame = frame.f_back
+            if frame is not None:
+                _thread.interrupt_main()
+                return
+            time.sleep(0.01)
+
+    interrupter = threading.Thread(target=interrupt_inside_the_wait, daemon=True)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            interrupter.start()
+            ahead.join(timeout=600)
+        _assert_stopped(ahead)
+    finally:
+        for process in ahead.workers.processes:
+            process.kill()
+
+
+PARENT = """
+import sys, time
+from pathlib import Path
+from model_optimizer.runtime.kernels.aot import AotTarget
+from model_optimizer.runtime.runner import aot_workers, compile_ahead
+from tests.runtime.runner.test_compile_ahead import HANGING
+ahead = compile_ahead.start(HANGING, Path(sys.argv[1]), AotTarget(), Path(sys.argv[2]), jobs=2)
+print(ahead.workers.claims, *(p.pid for p in ahead.workers.processes), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_workers_end_when_the_engine_process_is_killed(tmp_path):
+    """The engine core killed mid-start (SIGKILL: no finally runs): its workers notice and end, and
+    remove their claims folder, instead of building on for no one."""
+    model = _config(tmp_path / "model")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(model), str(tmp_path / "cache")], env=env, stdout=subprocess.PIPE, text=True
+    )
+    claims, *pids = parent.stdout.readline().split()
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 120  # a bound against hangs: they notice within a second of their start-up
+    while not all(_gone(int(pid)) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        assert all(_gone(int(pid)) for pid in pids)
+        assert not Path(claims).exists()
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+
+
+def test_workers_that_cannot_start_leave_the_start_to_compile_alone(tmp_path, monkeypatch, caplog):
+    """No interpreter to run them (an embedding host's sys.executable): the start goes on without them,
+    and leaves no claims folder behind."""
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    model = _config(tmp_path / "model")
+    with caplog.at_level(logging.WARNING, logger=compile_ahead.__name__):
+        assert compile_ahead.start(CONFIG, model, AotTarget(), tmp_path / "cache", jobs=2) is None
+    assert "no compile-ahead workers" in caplog.text and not list((tmp_path / "tmp").iterdir())
