@@ -104,8 +104,7 @@ def start_workers(config: EngineConfig, target: AotTarget, cache_dir: Path, jobs
     folders cannot be made or a worker cannot start (none is left running then)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     claims = Path(tempfile.mkdtemp(prefix="mopt-aot-claims-"))
-    package_root = str(Path(__file__).resolve().parents[3])  # the folder holding model_optimizer/
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_source_root(), os.environ.get("PYTHONPATH")]))}
     env.pop("TRITON_INTERPRET", None)  # the interpreter replaces the JIT that compiles
     processes: list[subprocess.Popen] = []
     try:
@@ -118,6 +117,17 @@ def start_workers(config: EngineConfig, target: AotTarget, cache_dir: Path, jobs
         _stop(processes, claims)
         raise
     return Workers(processes, claims, time.monotonic())
+
+
+def _source_root() -> str | None:
+    """The folder holding model_optimizer/ when a fresh interpreter might not find it (a source tree run
+    with a relative PYTHONPATH, say); None for an installed package (site-packages on PYTHONPATH would
+    come before the standard library)."""
+    import site
+
+    root = Path(__file__).resolve().parents[3]
+    installed = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    return None if root in installed else str(root)
 
 
 def build_parallel(config: EngineConfig, target: AotTarget, cache_dir: Path, jobs: int | None = None) -> dict:
