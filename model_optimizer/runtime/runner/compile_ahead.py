@@ -47,8 +47,10 @@ WALK_FIELDS = (
     "max_num_batched_tokens",
     "max_model_len",
     "num_kv_blocks",
+    "enforce_eager",
 )
-"""The settings the build's walk reads (aot_build.walk_start, meta_model): the marker's key."""
+"""The settings the build's walk reads (aot_build.walk_start, meta_model), and enforce_eager: an eager
+start never runs the decode graphs' padded batches, so its marker must not vouch for them."""
 
 
 def default_jobs() -> int:

@@ -37,12 +37,13 @@ def test_the_marker_names_the_settings_the_model_and_the_gpu(tmp_path):
     assert compile_ahead.marker_path(tmp_path, replace(CONFIG, seed=7), model, AotTarget()) == marker  # not walked
     others = [
         compile_ahead.marker_path(tmp_path, replace(CONFIG, max_num_seqs=4), model, AotTarget()),
+        compile_ahead.marker_path(tmp_path, replace(CONFIG, enforce_eager=True), model, AotTarget()),
         compile_ahead.marker_path(tmp_path, CONFIG, model, AotTarget((8, 9), 128, "NVIDIA L40S")),
     ]
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps(config | {"hidden_size": 256}))
     others.append(compile_ahead.marker_path(tmp_path, CONFIG, model, AotTarget()))
-    assert len({marker, *others}) == 4
+    assert len({marker, *others}) == 5
 
 
 def test_a_failed_worker_is_reported_with_its_output(tmp_path):
