@@ -198,18 +198,27 @@ class HermesParser(ToolParser):
         return ToolView(content, calls)
 
 
+def after_leading_tag(text: str, tag: str, final: bool) -> int | ToolView:
+    """Where the body starts past an optional leading `tag` (and whitespace), or the whole view when no
+    body has arrived: nothing while the text may still become the tag, the text once it is final."""
+    i = skip_ws(text, 0)
+    if text.startswith(tag, i):
+        i = skip_ws(text, i + len(tag))
+    elif i < len(text) and tag.startswith(text[i:]) and not final:
+        return ToolView()  # may still become the tag
+    if i >= len(text):
+        return ToolView(text if final else "")
+    return i
+
+
 class Llama3JsonParser(ToolParser):
     name = "llama3_json"
     TAG = "<|python_tag|>"
 
     def view(self, text: str, final: bool) -> ToolView:
-        i = skip_ws(text, 0)
-        if text.startswith(self.TAG, i):
-            i = skip_ws(text, i + len(self.TAG))
-        elif i < len(text) and self.TAG.startswith(text[i:]) and not final:
-            return ToolView()  # may still become the tag
-        if i >= len(text):
-            return ToolView(text if final else "")
+        i = after_leading_tag(text, self.TAG, final)
+        if isinstance(i, ToolView):
+            return i
         if text[i] != "{":
             return ToolView(text)
         calls = _separated_calls(text, i, ";")

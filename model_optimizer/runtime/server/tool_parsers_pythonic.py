@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from model_optimizer.runtime.server.tool_parsers import PartialCall, ToolParser, ToolView, skip_ws
+from model_optimizer.runtime.server.tool_parsers import PartialCall, ToolParser, ToolView, after_leading_tag, skip_ws
 from model_optimizer.runtime.server.tool_parsers_kv import literal_json
 
 NAME = re.compile(r"[A-Za-z_][\w.]*")
@@ -27,13 +27,9 @@ class PythonicParser(ToolParser):
     TAG = "<|python_start|>"
 
     def view(self, text: str, final: bool) -> ToolView:
-        i = skip_ws(text, 0)
-        if text.startswith(self.TAG, i):
-            i = skip_ws(text, i + len(self.TAG))
-        elif i < len(text) and self.TAG.startswith(text[i:]) and not final:
-            return ToolView()  # may still become the tag
-        if i >= len(text):
-            return ToolView(text if final else "")
+        i = after_leading_tag(text, self.TAG, final)
+        if isinstance(i, ToolView):
+            return i
         if text[i] != "[":
             return ToolView(text)
         calls, broken = _calls(text, i + 1)
