@@ -12,19 +12,24 @@ import gc
 import os
 import threading
 import time
+from collections.abc import Callable
 
 PARENT_POLL_S = 0.5
 
 
-def exit_with_parent(parent_pid: int, exit_code: int = 3) -> None:
+def exit_with_parent(parent_pid: int, exit_code: int = 3, before_exit: Callable[[], None] | None = None) -> None:
     """End this process (exit code `exit_code`) within PARENT_POLL_S of `parent_pid` no longer being its
-    parent, even while its main thread is blocked (in a collective, a socket poll)."""
-    threading.Thread(target=_poll, args=(parent_pid, exit_code), daemon=True, name="parent-watch").start()
+    parent, even while its main thread is blocked (in a collective, a socket poll); `before_exit` runs
+    first (clean-up no one else would do once the parent is gone)."""
+    args = (parent_pid, exit_code, before_exit)
+    threading.Thread(target=_poll, args=args, daemon=True, name="parent-watch").start()
 
 
-def _poll(parent_pid: int, exit_code: int) -> None:
+def _poll(parent_pid: int, exit_code: int, before_exit: Callable[[], None] | None) -> None:
     while os.getppid() == parent_pid:
         time.sleep(PARENT_POLL_S)
+    if before_exit is not None:
+        before_exit()
     os._exit(exit_code)
 
 

@@ -20,11 +20,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from model_optimizer.common.processes import exit_with_parent
+from model_optimizer.environment.cpu_speed import usable_cores
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.kernels.aot import AotTarget
 
@@ -33,14 +34,11 @@ MAX_JOBS = 8
 JOB_FILE = "job.pickle"
 BUILD_TIMEOUT_S = 3600.0
 """Longest `mopt compile-cache build` waits for its workers."""
-PARENT_POLL_S = 0.5
-"""How often a worker checks that the process that started it is still there."""
 
 
 def default_jobs() -> int:
     """The cores this process may run on, 1 to MAX_JOBS."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(MAX_JOBS, cores))
+    return max(1, min(MAX_JOBS, usable_cores()))
 
 
 @dataclass
@@ -160,23 +158,11 @@ def build_parallel(config: EngineConfig, target: AotTarget, cache_dir: Path, job
 def main(job: str, index: str, parent: str) -> None:
     from model_optimizer.runtime.runner.aot_build import build
 
-    _exit_with_parent(int(parent), Path(job).parent)
+    claims = Path(job).parent  # an engine killed mid-start: nothing else would remove it
+    exit_with_parent(int(parent), before_exit=lambda: shutil.rmtree(claims, ignore_errors=True))
     config, target, cache_dir = pickle.loads(Path(job).read_bytes())
     report = build(config, target, cache_dir, claims=Path(job).parent, manifest=False)
     (Path(job).parent / f"report-{index}.json").write_text(json.dumps(report))
-
-
-def _exit_with_parent(parent: int, claims: Path) -> None:
-    """End this worker, and remove the claims folder, once the process that started it is gone (an engine
-    killed mid-start: its build is of no use to anyone then, and nothing else would clean up)."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL_S)
-        shutil.rmtree(claims, ignore_errors=True)
-        os._exit(3)
-
-    threading.Thread(target=watch, name="mopt-aot-parent", daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from model_optimizer.environment.cpu_speed import usable_cores
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.kernels.aot import AotTarget
 from model_optimizer.runtime.runner.aot_build import count_entries
@@ -61,8 +62,7 @@ def default_jobs() -> int:
             return max(0, int(os.environ[JOBS_ENV]))
         except ValueError:
             raise ValueError(f"{JOBS_ENV} must be a whole number of processes, got {os.environ[JOBS_ENV]!r}") from None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(MAX_JOBS, cores // 2))  # the build's own cap
+    return max(1, min(MAX_JOBS, usable_cores() // 2))  # the build's own cap
 
 
 def marker_path(cache_dir: Path, config: EngineConfig, model_dir: Path, target: AotTarget) -> Path:
