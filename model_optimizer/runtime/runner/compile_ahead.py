@@ -5,7 +5,7 @@ forward per CUDA-graph bucket) compile every Triton kernel variant they meet, on
 engine's own thread: ~10 s of a fresh H200 start of Qwen3-0.6B (README "Start-up"). The ahead-of-time
 build (aot_build.py) knows those variants without running anything. So when this start's variants are
 not known to be in the cache, the runner starts that build at once, in worker processes sharing the
-compiles (aot_build.build_parallel's claims), for this GPU and into the folder Triton reads
+compiles (aot_workers.py), for this GPU and into the folder Triton reads
 (TRITON_CACHE_DIR, compile_cache.configure_compile), and waits for it just before its first forward:
 the compiles use the host's cores meanwhile instead of one core afterwards, and the forwards then find
 every kernel in the cache. Whatever the workers miss or fail at, the engine compiles as before.
@@ -80,7 +80,7 @@ class CompileAhead:
 
     workers: Workers
     marker: Path
-    cache_dir: Path
+    """In the cache folder the workers fill."""
     entries_before: int
 
     def join(self, timeout: float = JOIN_TIMEOUT_S) -> Finished:
@@ -92,7 +92,7 @@ class CompileAhead:
             log.warning("compile-ahead workers: %s", finished.errors[-2000:] or "stopped")
         log.info(
             "compiled ahead: %d new kernel variants in %.1f s by %d processes%s",
-            count_entries(self.cache_dir) - self.entries_before,
+            count_entries(self.marker.parent) - self.entries_before,
             time.monotonic() - self.workers.started,
             len(self.workers.processes),
             trouble,
@@ -143,7 +143,7 @@ def start(
     except (OSError, subprocess.SubprocessError) as exc:  # an unwritable folder, no interpreter to start
         log.warning("no compile-ahead workers (the engine compiles its kernels itself): %s", exc)
         return None
-    return CompileAhead(workers, marker, cache_dir, entries)
+    return CompileAhead(workers, marker, entries)
 
 
 def target_of(device_index: int) -> AotTarget:
