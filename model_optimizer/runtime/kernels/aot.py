@@ -125,8 +125,6 @@ class CompileLog:
     calls: dict[str, int]
     compiled: int = 0
     """Distinct kernel variants this process compiled (or found in the disk cache)."""
-    left: int = 0
-    """Variants it left to another process of the same build (`claims`)."""
     launchers: int = 0
     """Launcher modules it built beside them (_prebuild_launcher)."""
 
@@ -154,14 +152,14 @@ def compile_only(target: AotTarget = AotTarget(), claims: Path | None = None) ->
     original, original_compile = JITFunction.run, JITFunction._do_compile
 
     def run(self, *args, grid, warmup, **kwargs):
-        log.calls[_name(self)] = log.calls.get(_name(self), 0) + 1
+        name = _name(self)
+        log.calls[name] = log.calls.get(name, 0) + 1
         args = tuple(_StandIn(a) if isinstance(a, torch.Tensor) else a for a in args)
         kwargs = {k: _StandIn(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
         return original(self, *args, grid=grid, warmup=True, **kwargs)
 
     def do_compile(self, key, *args, **kwargs):
         if claims is not None and not _claim(claims, f"{self.module}.{_name(self)}|{key}"):
-            log.left += 1
             return None  # Triton's JIT treats None as "nothing to launch" and keeps no entry
         log.compiled += 1
         kernel = original_compile(self, key, *args, **kwargs)
