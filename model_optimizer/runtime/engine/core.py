@@ -33,8 +33,8 @@ can start; the device runs the forward meanwhile, and the host publishes and sch
 costs a step only what outlasts both. The next batch's inputs are written before that wait (a runner
 with `prepare`/`submit`, the ModelRunner): once the masks are in, the sampling and the next forward are
 queued back to back, so the device, idle by then, waits for nothing but the two launches. (Without
-asynchronous scheduling the sampling is queued at once.) A constrained request joins the scheduler's queue once its grammar has compiled, in a thread:
-the steps of the others go on.
+asynchronous scheduling the sampling is queued at once.) A constrained request joins the scheduler's
+queue once its grammar has compiled, in a thread: the steps of the others go on.
 
 The two do not share a step: while any grammar is live, no request speculates (a grammar would
 have to check each proposed token and mask each verified position).
@@ -279,12 +279,12 @@ class EngineCore:
         rows = self.constrained.masked_rows(self.scheduler, out) if self.constrained is not None else None
         if prepared is not None:
             handle = self.runner.submit(prepared, pending, sample=rows is None)  # type: ignore[attr-defined]
-            if rows is None:
-                return _InFlight(out, handle), False
         elif rows is None:
-            return _InFlight(out, self.runner.launch(out, pending)), False
+            handle = self.runner.launch(out, pending)
         else:
             handle = self.runner.launch(out, pending, sample=False)  # type: ignore[call-arg]
+        if rows is None:
+            return _InFlight(out, handle), False
         # the previous step's tokens advance the grammars the masks start from; the masks start before its
         # output rows are built (they read only the matchers), so the rows' work hides behind the fill
         updated = self._collect(previous, news) if previous is not None else None
