@@ -52,21 +52,24 @@ class Weather(BaseModel):
 STRICT_WEATHER = {**Weather.model_json_schema(), "additionalProperties": False}
 
 
-@pytest.fixture(scope="module")
-def live(tiny_model, tmp_path_factory):
+def start_tools_server(tiny_model, tmp_path_factory, num_kv_blocks: int, max_num_seqs: int, **parsers):
+    """The tiny Qwen3 behind a live server with TOOLS_TEMPLATE and auto tool choice by `parsers`."""
     from model_optimizer import LLM
 
     template = tmp_path_factory.mktemp("template") / "tools.jinja"
     template.write_text(TOOLS_TEMPLATE)
-    llm = LLM(str(tiny_model("qwen3")), max_model_len=512, num_kv_blocks=256, max_num_seqs=16)
+    llm = LLM(str(tiny_model("qwen3")), max_model_len=512, num_kv_blocks=num_kv_blocks, max_num_seqs=max_num_seqs)
     config = ServerConfig(
-        served_model_name="tiny",
-        chat_template=str(template),
-        enable_auto_tool_choice=True,
-        tool_call_parser="hermes",
-        reasoning_parser="qwen3",
+        served_model_name="tiny", chat_template=str(template), enable_auto_tool_choice=True, **parsers
     )
-    server = start_server(llm, config)
+    return start_server(llm, config)
+
+
+@pytest.fixture(scope="module")
+def live(tiny_model, tmp_path_factory):
+    server = start_tools_server(
+        tiny_model, tmp_path_factory, 256, 16, tool_call_parser="hermes", reasoning_parser="qwen3"
+    )
     yield server
     server.stop()
 

@@ -14,9 +14,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from model_optimizer.runtime.server.config import ServerConfig
-from tests.runtime.server.live import start_server
-from tests.runtime.server.test_structured_outputs import TOOLS_TEMPLATE, USER
+from tests.runtime.server.test_structured_outputs import USER, start_tools_server
 
 
 class Lookup(BaseModel):
@@ -32,18 +30,7 @@ CODER_CALL = (
 
 @pytest.fixture(scope="module")
 def client(tiny_model, tmp_path_factory):
-    from model_optimizer import LLM
-
-    template = tmp_path_factory.mktemp("template") / "tools.jinja"
-    template.write_text(TOOLS_TEMPLATE)
-    llm = LLM(str(tiny_model("qwen3")), max_model_len=512, num_kv_blocks=128, max_num_seqs=4)
-    config = ServerConfig(
-        served_model_name="tiny",
-        chat_template=str(template),
-        enable_auto_tool_choice=True,
-        tool_call_parser="qwen3_coder",
-    )
-    server = start_server(llm, config)
+    server = start_tools_server(tiny_model, tmp_path_factory, 128, 4, tool_call_parser="qwen3_coder")
     yield openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
     server.stop()
 
