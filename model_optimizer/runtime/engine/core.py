@@ -1,9 +1,10 @@
 """EngineCore: the scheduler, the KV blocks and the model runner, stepping; token ids in, token ids out.
 
 One step is schedule -> launch -> collect -> update, and what it changed goes out as one
-`CoreOutputs` (engine/messages.py). The core knows no text and no output shapes: a frontend turns
-its rows into RequestOutputs (engine/output_processor.py), in this process (`LLMEngine`, the
-in-process server) or in another one (`mopt serve`, core_process.py).
+`CoreOutputs` (engine/messages.py), its rows written by `CoreNews` (engine/core_news.py). The core
+knows no text and no output shapes: a frontend turns its rows into RequestOutputs
+(engine/output_processor.py), in this process (`LLMEngine`, the in-process server) or in another one
+(`mopt serve`, core_process.py).
 
 Pure Python: the model runner is passed in (any StepRunner), so the core runs on a CPU with a fake.
 
@@ -49,22 +50,15 @@ from typing import Any, Protocol
 
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.constrained import ConstrainedDecoding
+from model_optimizer.runtime.engine.core_news import CoreNews
 from model_optimizer.runtime.engine.host_kv_tier import HostKVTier
 from model_optimizer.runtime.engine.input_processor import FitLimits
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager, check_kv_capacity
-from model_optimizer.runtime.engine.messages import (
-    CoreOutputs,
-    CoreRequest,
-    EngineStats,
-    Finish,
-    OutputsBuilder,
-    PromptLogprobsPart,
-    Started,
-)
+from model_optimizer.runtime.engine.messages import CoreOutputs, CoreRequest, EngineStats
 from model_optimizer.runtime.engine.request import NONFINITE_ERROR, Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from model_optimizer.runtime.engine.stall_bound import DecodeStallBound
-from model_optimizer.runtime.sampler_output import Logprob, PromptLogprobs, StepResults
+from model_optimizer.runtime.sampler_output import Logprob, StepResults
 from model_optimizer.runtime.spec_decode.speculator import Speculator
 
 DEFAULT_CPU_STALL = 2.0
@@ -162,8 +156,8 @@ class EngineCore:
         self.num_steps = 0
         self._in_flight: _InFlight | None = None
         """The launched step whose tokens have not been collected yet (see the module docstring)."""
-        self._news = self._builders()
-        """Per client: rows made between steps, sent with the next outputs."""
+        self._news = self._new_news()
+        """Per client: rows made between steps, sent with the next outputs (engine/core_news.py)."""
         stall = config.max_decode_stall
         if stall is None:
             stall = DEFAULT_CPU_STALL if info.device_type == "cpu" else 0
@@ -254,10 +248,9 @@ class EngineCore:
             return
         idle = not self.scheduler.has_unfinished() and self._in_flight is None
         for request_id, children in constrained.admit_compiled(self.scheduler, idle):
-            out = self._news[self.client_of.get(request_id, 0)]
             for child in children:
                 if child.error is not None:
-                    self._finish_row(out, child)
+                    self._news.finished(child)
             self._forget_if_done(request_id)
 
     def _prepare_early(self, out: SchedulerOutput, previous: _InFlight | None) -> Any | None:
@@ -270,7 +263,7 @@ class EngineCore:
         return prepare(out, previous.handle) if prepare is not None else None
 
     def _launch(
-        self, out: SchedulerOutput, previous: _InFlight | None, news: list, prepared: Any | None = None
+        self, out: SchedulerOutput, previous: _InFlight | None, news: CoreNews, prepared: Any | None = None
     ) -> tuple[_InFlight, bool]:
         """Queue a step: whole, or (grammar-constrained rows) its forward, then `previous` collected and the
         masks started. `prepared`: its inputs, already written (_prepare_early). Returns the step and
@@ -311,7 +304,7 @@ class EngineCore:
         started = self.clock()
         bound = self.stall_bound
         previous, self._in_flight = self._in_flight, None
-        news, self._news = self._news, self._builders()
+        news, self._news = self._news, self._new_news()
         self._num_step_tokens = 0
         proposals = None
         if (
@@ -346,96 +339,51 @@ class EngineCore:
             bound.observe(self.clock() - started, _num_prefill_tokens(scheduler_output))
         if self.speculator is not None:
             self.speculator.end_step(self._num_step_tokens, scheduler_output.num_prompt_tokens)
-        stats = self.stats()
-        return [builder.build(stats) for builder in news]
+        return news.build(self.stats())
 
     def take_news(self) -> list[CoreOutputs]:
         """Per client, the rows made since the last step and the stats (what commands changed), without stepping."""
-        news, self._news = self._news, self._builders()
-        stats = self.stats()
-        return [builder.build(stats) for builder in news]
+        news, self._news = self._news, self._new_news()
+        return news.build(self.stats())
 
-    def _builders(self) -> list[OutputsBuilder]:
-        return [OutputsBuilder() for _ in range(self.num_clients)]
+    def _new_news(self) -> CoreNews:
+        return CoreNews(self.num_clients, self.client_of)
 
-    def _finish(self, step: _InFlight, news: list[OutputsBuilder]) -> None:
+    def _finish(self, step: _InFlight, news: CoreNews) -> None:
         """Collect a launched step's tokens, apply them, and add a row for every completion they changed."""
         self._report(self._collect(step, news), news)
 
-    def _collect(self, step: _InFlight, news: list[OutputsBuilder]) -> list[Request]:
+    def _collect(self, step: _InFlight, news: CoreNews) -> list[Request]:
         """A launched step's tokens applied to its requests and grammars (its prompt logprobs reported):
         the requests they changed, whose rows `_report` adds."""
         results = self.runner.collect(step.handle)
         if type(results) is StepResults:  # before the rows: a prompt's last chunk may sample its first token too
-            self._report_prompt_logprobs(results.prompt_logprobs, news)
+            news.prompt_logprobs(results.prompt_logprobs, self.scheduler.requests)
         updated = self.scheduler.update_from_output(step.scheduler_output, results)
         self.num_steps += 1
         if self.constrained is not None:  # a finished grammar ends its request
             self.constrained.advance(updated, self.scheduler)
         return updated
 
-    def _report(self, updated: list[Request], news: list[OutputsBuilder]) -> None:
+    def _report(self, updated: list[Request], news: CoreNews) -> None:
         """A row for every completion `updated` changed (after `_collect`)."""
         for request in updated:
-            out = news[self.client_of.get(request.parent_id, 0)]  # type: ignore[arg-type]
             if request.error == NONFINITE_ERROR:  # failed alone: so do its n - 1 siblings, which share its prompt
-                self._fail_group(request, out)
-                continue
-            if request.error is not None:  # its grammar failed: it alone
-                self._finish_row(out, request)
-                continue
-            n = request.num_step_tokens
-            self.num_generation_tokens += n
-            self._num_step_tokens += n
-            logprobs = None
-            if request.params.logprobs is not None:
-                logprobs = request.logprobs[-n:] if n else None
-                request.logprobs = []  # reported: nothing reads them again
-            if n == 1:
-                row = self._row(out, request, [request.output_token_ids[-1]], logprobs)
-            else:  # it verified proposals: 0 (it failed) to k + 1 tokens
-                row = self._row(out, request, request.output_token_ids[-n:] if n else [], logprobs)
-            if request.finished:
-                out.finished.append(_finish_of(row, request))
+                self._fail_group(request, news)
+            elif request.error is not None:  # its grammar failed: it alone
+                news.finished(request)
+            else:
+                n = news.tokens(request)
+                self.num_generation_tokens += n
+                self._num_step_tokens += n
         for request in updated:
             self._forget_if_done(request.parent_id)  # type: ignore[arg-type]
 
-    def _report_prompt_logprobs(self, parts: dict[str, PromptLogprobs], news: list[OutputsBuilder]) -> None:
-        """Send each request's new prompt logprobs, once: a prefill preempted midway is computed again from
-        its start, and the positions already reported are left out."""
-        for request_id, part in parts.items():
-            request = self.scheduler.requests.get(request_id)
-            if request is None or request.finished or not request.needs_prompt_logprobs:
-                continue  # finished or aborted since the step was launched
-            part = part.tail(request.next_prompt_logprob)
-            if part.start != request.next_prompt_logprob:
-                raise RuntimeError(
-                    f"prompt logprobs of request {request_id!r} skip from token {request.next_prompt_logprob} "
-                    f"to {part.start}"
-                )
-            if not len(part):
-                continue
-            request.next_prompt_logprob += len(part)
-            out = news[self.client_of.get(request.parent_id, 0)]  # type: ignore[arg-type]
-            out.prompt_logprobs.append(PromptLogprobsPart.of(request.parent_id, part))  # type: ignore[arg-type]
-
-    def _fail_group(self, request: Request, out: OutputsBuilder) -> None:
+    def _fail_group(self, request: Request, news: CoreNews) -> None:
         for sibling in self.groups.get(request.parent_id, [request]):  # type: ignore[arg-type]
             if sibling is request or not sibling.finished:
                 self.scheduler.fail(sibling, request.error)  # type: ignore[arg-type]
-                self._finish_row(out, sibling)
-
-    def _finish_row(self, out: OutputsBuilder, request: Request) -> None:
-        out.finished.append(_finish_of(self._row(out, request, [], None), request))
-
-    @staticmethod
-    def _row(out: OutputsBuilder, request: Request, token_ids: list[int], logprobs: list[Logprob] | None) -> int:
-        """A row of `request`; its first one also says how its first schedule went (Started)."""
-        row = out.row(request.parent_id, request.index, token_ids, logprobs)  # type: ignore[arg-type]
-        if not request.start_reported and request.first_scheduled_time is not None:
-            request.start_reported = True
-            out.started.append(Started(row, request.num_cached_tokens, request.first_scheduled_time))
-        return row
+                news.finished(sibling)
 
     def _forget_if_done(self, request_id: str) -> None:
         children = self.groups.get(request_id)
@@ -493,17 +441,6 @@ def _num_prefill_tokens(out: SchedulerOutput) -> int:
     its speculative proposals)."""
     spec = out.spec_token_ids
     return sum(n for rid, n in out.num_scheduled_tokens.items() if n - len(spec.get(rid, ())) > 1)
-
-
-def _finish_of(row: int, request: Request) -> Finish:
-    stop = request.stop_reason
-    return Finish(
-        row,
-        request.status.value,
-        stop if isinstance(stop, int) else None,
-        request.error,
-        request.num_preemptions,
-    )
 
 
 __all__ = ["EngineCore", "ModelInfo", "RequestStatus", "StepRunner", "fit_limits"]
