@@ -51,6 +51,7 @@ from typing import Any, Protocol
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.constrained import ConstrainedDecoding
 from model_optimizer.runtime.engine.core_news import CoreNews
+from model_optimizer.runtime.engine.core_stats import kv_cache_fields, scheduler_fields, spec_fields
 from model_optimizer.runtime.engine.host_kv_tier import HostKVTier
 from model_optimizer.runtime.engine.input_processor import FitLimits
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager, check_kv_capacity
@@ -241,6 +242,9 @@ class EngineCore:
             self.constrained = ConstrainedDecoding(self.runner, self.tokenizer, info.vocab_size, info.eos_token_ids)
         return self.constrained
 
+    def _grammars_live(self) -> bool:
+        return self.constrained is not None and self.constrained.manager.num_matchers > 0
+
     def _admit_compiled(self) -> None:
         """Queue the requests whose grammar has compiled; a row for each whose compile failed."""
         constrained = self.constrained
@@ -396,44 +400,16 @@ class EngineCore:
 
     # ----------------------------------------------------------------- stats
     def stats(self) -> EngineStats:
-        pool = self.kv_cache.pool
+        """The core's counters since start and each part's fields (engine/core_stats.py), now."""
         return EngineStats(
-            num_running=self.scheduler.num_running,
-            num_waiting=self.scheduler.num_waiting,
-            num_free_blocks=pool.num_free_blocks,
-            num_blocks=pool.num_blocks,
-            kv_cache_usage=pool.usage(),
-            num_preemptions=self.scheduler.num_preemptions,
-            prefix_cache_queries=self.kv_cache.stats.queries,
-            prefix_cache_hits=self.kv_cache.stats.hits,
-            host_kv_hits=self.kv_cache.stats.host_hits,
-            **self._swap_stats(),
+            **scheduler_fields(self.scheduler),
+            **kv_cache_fields(self.kv_cache),
             num_prompt_tokens=self.num_prompt_tokens,
             num_generation_tokens=self.num_generation_tokens,
             num_steps=self.num_steps,
-            **self._spec_stats(),
+            **(spec_fields(self.scheduler.spec_counters) if self.speculator is not None else {}),
             **(self.constrained.stats() if self.constrained is not None else {}),
         )
-
-    def _swap_stats(self) -> dict:
-        tier = self.kv_cache.host_tier
-        if tier is None:
-            return {}
-        return {"num_swapped_out_blocks": tier.num_swapped_out, "num_swapped_in_blocks": tier.num_swapped_in}
-
-    def _grammars_live(self) -> bool:
-        return self.constrained is not None and self.constrained.manager.num_matchers > 0
-
-    def _spec_stats(self) -> dict:
-        if self.speculator is None:
-            return {}
-        counters = self.scheduler.spec_counters
-        return {
-            "spec_num_drafts": counters.num_drafts,
-            "spec_num_draft_tokens": counters.num_draft_tokens,
-            "spec_num_accepted_tokens": counters.num_accepted_tokens,
-            "spec_accepted_per_pos": list(counters.accepted_per_pos),
-        }
 
 
 def _num_prefill_tokens(out: SchedulerOutput) -> int:
