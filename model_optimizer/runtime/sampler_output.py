@@ -65,7 +65,7 @@ class PromptLogprobs:
 
 class StepResults(dict):
     """What a runner's `collect` returns: request id -> (token id, logprob or None) for the requests that
-    sampled (see engine/core.py's StepRunner), and, in `prompt_logprobs`, request id -> the PromptLogprobs
+    sampled (see engine/step_runner.py), and, in `prompt_logprobs`, request id -> the PromptLogprobs
     of the prompt positions the step computed for requests that asked for them. A dict, so a runner with
     nothing to add (a test's fake) may return a plain one."""
 

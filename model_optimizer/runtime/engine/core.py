@@ -6,7 +6,7 @@ knows no text and no output shapes: a frontend turns its rows into RequestOutput
 (engine/output_processor.py), in this process (`LLMEngine`, the in-process server) or in another one
 (`mopt serve`, core_process.py).
 
-Pure Python: the model runner is passed in (any StepRunner), so the core runs on a CPU with a fake.
+Pure Python: the model runner is passed in (any StepRunner, engine/step_runner.py), so the core runs on a CPU with a fake.
 
 Asynchronous scheduling (the default), written down once here: at most one step is in flight,
 launched on the device but not yet collected. The core alone holds it (`_in_flight`) and hands it
@@ -46,7 +46,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.constrained import ConstrainedDecoding
@@ -59,30 +59,12 @@ from model_optimizer.runtime.engine.messages import CoreOutputs, CoreRequest, En
 from model_optimizer.runtime.engine.request import NONFINITE_ERROR, Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from model_optimizer.runtime.engine.stall_bound import DecodeStallBound
-from model_optimizer.runtime.sampler_output import Logprob, StepResults
+from model_optimizer.runtime.engine.step_runner import StepRunner
+from model_optimizer.runtime.sampler_output import StepResults
 from model_optimizer.runtime.spec_decode.speculator import Speculator
 
 DEFAULT_CPU_STALL = 2.0
 """max_decode_stall when unset and the model runs on the CPU."""
-
-
-class StepRunner(Protocol):
-    """What the core needs of a model runner (runner/model_runner.py's ModelRunner is the real one)."""
-
-    def launch(self, scheduler_output: SchedulerOutput, pending: Any | None) -> Any:
-        """Start computing a step; return a handle to collect it with. `pending` is the handle of the
-        step still in flight (None if there is none): tokens this step needs but the host has not got
-        yet are read from it on the device."""
-
-    def collect(self, handle: Any) -> dict[str, tuple[int, Logprob | None]]:
-        """Wait for a launched step: request id -> (sampled token id, logprob or None). Once per handle.
-        A request that verified proposals gets (the token ids kept, their logprobs or None) instead.
-        A runner that computes prompt logprobs returns a sampler_output.StepResults, which carries them.
-
-        A runner that serves grammar-constrained requests also has `launch(..., sample=False)` (forward
-        only), `token_mask_buffers(rows, masked, words)` (optional: host arrays for the masks) and
-        `sample(handle, mask) -> handle` (the runner's ModelRunner and the tensor-parallel executor do);
-        optionally `prepare(out, pending)` and `submit(prepared, pending, sample)`, `launch` in two halves."""
 
 
 @dataclass(frozen=True)
