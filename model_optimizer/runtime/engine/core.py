@@ -102,6 +102,19 @@ def fit_limits(config: EngineConfig, info: ModelInfo) -> FitLimits:
     )
 
 
+def _scheduler_config(config: EngineConfig, info: ModelInfo) -> SchedulerConfig:
+    return SchedulerConfig(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=info.max_model_len,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+        policy=config.scheduling_policy,
+        max_num_partial_prefills=config.max_num_partial_prefills,
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
+        preemption_mode=config.preemption_mode,
+    )
+
+
 class EngineCore:
     def __init__(
         self, config: EngineConfig, runner: StepRunner, info: ModelInfo, num_clients: int = 1, tokenizer: Any = None
@@ -116,19 +129,7 @@ class EngineCore:
         check_kv_capacity(info.num_kv_blocks, config.block_size, info.max_model_len)
         tier = HostKVTier(info.num_host_kv_blocks) if info.num_host_kv_blocks else None
         self.kv_cache = KVCacheManager(info.num_kv_blocks, config.block_size, config.enable_prefix_caching, tier)
-        self.scheduler = Scheduler(
-            SchedulerConfig(
-                max_num_seqs=config.max_num_seqs,
-                max_num_batched_tokens=config.max_num_batched_tokens,
-                max_model_len=info.max_model_len,
-                enable_chunked_prefill=config.enable_chunked_prefill,
-                policy=config.scheduling_policy,
-                max_num_partial_prefills=config.max_num_partial_prefills,
-                long_prefill_token_threshold=config.long_prefill_token_threshold,
-                preemption_mode=config.preemption_mode,
-            ),
-            self.kv_cache,
-        )
+        self.scheduler = Scheduler(_scheduler_config(config, info), self.kv_cache)
         self.limits = fit_limits(config, info)
         self.groups: dict[str, list[Request]] = {}
         """Request id -> its n completions, until the last has finished."""
