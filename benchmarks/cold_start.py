@@ -115,6 +115,11 @@ def parse_phases(lines: list[str]) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for line in lines if (m := PHASE.search(line))}
 
 
+def startup_lines(lines: list[str]) -> list[str]:
+    """The start's own account of itself (phases, the kernels compiled ahead), kept with its figures."""
+    return [line for line in lines if "start-up" in line or "compiled ahead" in line]
+
+
 def _drain(stream, lines: list[str]) -> None:
     for line in stream:
         lines.append(line.rstrip("\n"))
@@ -150,7 +155,7 @@ def start_server(engine_flags: list[str], env: dict[str, str], timeout: float) -
             proc.kill()
             proc.wait()
         reader.join(5)
-    return {"ready_s": round(ready_s, 3), "phases": parse_phases(lines)}
+    return {"ready_s": round(ready_s, 3), "phases": parse_phases(lines), "startup_lines": startup_lines(lines)}
 
 
 def start_llm(engine_flags: list[str], env: dict[str, str], timeout: float) -> dict:
@@ -175,7 +180,7 @@ def start_llm(engine_flags: list[str], env: dict[str, str], timeout: float) -> d
         reader.join(5)
     if ready_s is None or proc.returncode != 0:
         raise RuntimeError(f"LLM(...) process failed ({proc.returncode}):\n" + "\n".join(err[-30:]))
-    return {"ready_s": round(ready_s, 3), "phases": parse_phases(err)}
+    return {"ready_s": round(ready_s, 3), "phases": parse_phases(err), "startup_lines": startup_lines(err)}
 
 
 def tokenizer_load(model_dir: Path, runs: int, timeout: float) -> dict:
@@ -240,7 +245,7 @@ def measure(
         folder = cache_root / f"{kind}-cold-{i}"
         shutil.rmtree(folder, ignore_errors=True)  # cold: an empty cache folder
         cold.append(compiled_during(start, engine_flags, folder, timeout))
-        print(f"{kind} cold {i}: {cold[-1]['ready_s']:.2f} s", file=sys.stderr)
+        print(f"{kind} cold {i}: {cold[-1]['ready_s']:.2f} s {cold[-1]['phases']}", file=sys.stderr)
     shipped_runs = []
     for i in range(runs if shipped is not None else 0):
         folder = cache_root / f"{kind}-shipped-{i}"
@@ -256,7 +261,7 @@ def measure(
         start(engine_flags, cache_env(warm_folder), timeout)  # fills the cache; not measured
     for i in range(0 if shipped_only else runs):
         warm.append(start(engine_flags, cache_env(warm_folder), timeout))
-        print(f"{kind} warm {i}: {warm[-1]['ready_s']:.2f} s", file=sys.stderr)
+        print(f"{kind} warm {i}: {warm[-1]['ready_s']:.2f} s {warm[-1]['phases']}", file=sys.stderr)
     for name, values in (("cold", cold), ("shipped", shipped_runs), ("warm", warm)):
         if values:
             result[name] = {"runs": values, **summarize(values)}

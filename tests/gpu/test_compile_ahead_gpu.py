@@ -27,9 +27,15 @@ print("ENTRIES", sum(1 for p in folder.iterdir() if p.is_dir()), "MARKERS", len(
 """
 
 
-def start(root) -> tuple[str, int, int]:
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child start: no cache folder or interpreter mode of its own, the
+    repository first on PYTHONPATH and whatever was there kept (a device installs its wheels there)."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_CACHE_DIR", "TRITON_INTERPRET")}
-    env |= {"MOPT_COMPILE_CACHE_DIR": str(root), "PYTHONPATH": str(REPO)}
+    return env | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))} | extra
+
+
+def start(root) -> tuple[str, int, int]:
+    env = child_env(MOPT_COMPILE_CACHE_DIR=str(root))
     model = str(REPO / "benchmarks" / "configs" / "qwen3-0.6b")
     done = subprocess.run([sys.executable, "-c", CHILD, model], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -69,8 +75,7 @@ def test_a_start_failing_after_its_workers_started_leaves_none_running(tmp_path)
     """max_model_len beyond the model's is refused once the weights are loaded, while the workers compile:
     they are stopped with the start, and their claims folder is removed."""
     (tmp_path / "tmp").mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_CACHE_DIR", "TRITON_INTERPRET")}
-    env |= {"MOPT_COMPILE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path / "tmp")}
+    env = child_env(MOPT_COMPILE_CACHE_DIR=str(tmp_path / "cache"), TMPDIR=str(tmp_path / "tmp"))
     model = str(REPO / "benchmarks" / "configs" / "qwen3-0.6b")
     done = subprocess.run(
         [sys.executable, "-c", FAILING_CHILD, model], env=env, capture_output=True, text=True, timeout=600
