@@ -35,7 +35,7 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def start(root) -> tuple[str, int, int]:
-    env = child_env(MOPT_COMPILE_CACHE_DIR=str(root))
+    env = child_env(MOPT_COMPILE_CACHE_DIR=str(root), MOPT_COMPILE_JOBS="8")  # off by default
     model = str(REPO / "benchmarks" / "configs" / "qwen3-0.6b")
     done = subprocess.run([sys.executable, "-c", CHILD, model], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -75,7 +75,7 @@ def test_a_start_failing_after_its_workers_started_leaves_none_running(tmp_path)
     """max_model_len beyond the model's is refused once the weights are loaded, while the workers compile:
     they are stopped with the start, and their claims folder is removed."""
     (tmp_path / "tmp").mkdir()
-    env = child_env(MOPT_COMPILE_CACHE_DIR=str(tmp_path / "cache"), TMPDIR=str(tmp_path / "tmp"))
+    env = child_env(MOPT_COMPILE_CACHE_DIR=str(tmp_path / "cache"), MOPT_COMPILE_JOBS="8", TMPDIR=str(tmp_path / "tmp"))
     model = str(REPO / "benchmarks" / "configs" / "qwen3-0.6b")
     done = subprocess.run(
         [sys.executable, "-c", FAILING_CHILD, model], env=env, capture_output=True, text=True, timeout=600

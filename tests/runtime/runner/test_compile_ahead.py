@@ -62,8 +62,10 @@ def test_no_workers_when_off_split_or_already_compiled(tmp_path, monkeypatch):
     assert compile_ahead.start(replace(CONFIG, tensor_parallel_size=2), model, AotTarget(), tmp_path, jobs=2) is None
     compile_ahead.write_marker(compile_ahead.marker_path(tmp_path, CONFIG, model, AotTarget()))
     assert compile_ahead.start(CONFIG, model, AotTarget(), tmp_path, jobs=2) is None
-    monkeypatch.setenv(compile_ahead.JOBS_ENV, "0")
-    assert compile_ahead.default_jobs() == 0
+    monkeypatch.delenv(compile_ahead.JOBS_ENV, raising=False)
+    assert compile_ahead.default_jobs() == 0  # off unless asked for (README "Start-up")
+    monkeypatch.setenv(compile_ahead.JOBS_ENV, "3")
+    assert compile_ahead.default_jobs() == 3
     monkeypatch.setenv(compile_ahead.JOBS_ENV, "many")
     with pytest.raises(ValueError, match="MOPT_COMPILE_JOBS must be a whole number"):
         compile_ahead.default_jobs()
