@@ -18,9 +18,6 @@ Triton launch of kernels/moe_routing.py, bf16 logits) and of the sum over k of t
 one-program kernel, the parallel count + scatter (kernels/moe_align.py) and the torch sort, each from
 CUDA-graph replays, and checks that the three give the same rows.
 
-`--one-token` adds, per model, the GPU time at one token of the fused kernel as the layer calls it
-against the two matrix-vector products of kernels/moe_gemv.py (MOPT_MOE_GEMV=1) at a few tiles.
-
 `--sweep` first times, per shape and token bucket (moe_tiles.TOKEN_BUCKETS), each GEMM alone at
 every candidate tile (moe_tiles.GEMM_CANDIDATES) for each candidate block height, keeps the
 fastest pair per height and the fastest height, checks it against the loop, and writes the table
@@ -188,40 +185,6 @@ def align_row(model: str, num_tokens: int) -> dict:
     return row
 
 
-GEMV_CANDIDATES = [(16, 16, 256, 4), (32, 16, 256, 4), (16, 32, 128, 4), (8, 8, 512, 4), (16, 16, 512, 8)]
-"""GemvTiles (gate_up block_n, down block_n, block_k, num_warps) that --one-token times."""
-
-
-def one_token_row(model: str) -> dict:
-    """GPU us at one token: the fused kernel as the layer calls it (all ids local) against the two
-    matrix-vector products of kernels/moe_gemv.py at each GEMV_CANDIDATES tile, each checked first."""
-    from model_optimizer.runtime.kernels.fused_moe import fused_moe
-    from model_optimizer.runtime.kernels.moe_gemv import GemvTiles, moe_one_token
-    from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
-
-    shape = expert_shape(model)
-    x, w13, w2, weights, ids = make_case(shape, 1)
-    sets = [(w13, w2)] + [make_case(shape, 1, seed=s)[1:3] for s in (1, 2)]  # rotated past the L2
-    want = fused_moe_ref(x.float(), w13.float(), w2.float(), weights, ids)
-    row = {"model": model, "tokens": 1, "bytes": touched_bytes(ids, shape)}
-    row["fused_us"] = gpu_time_ms(lambda w: fused_moe(x, w[0], w[1], weights, ids, all_ids_local=True), sets) * 1e3
-    for candidate in GEMV_CANDIDATES:
-        tiles = GemvTiles(*candidate)
-        got = moe_one_token(x, w13, w2, weights, ids, tiles).float()
-        if not matches_loop(got, want):
-            raise RuntimeError(f"{model}: one-token product at {tiles} gives a wrong result")
-        name = "gemv_us_" + "x".join(map(str, candidate))
-        row[name] = gpu_time_ms(lambda w, t=tiles: moe_one_token(x, w[0], w[1], weights, ids, t), sets) * 1e3
-    best = min((k for k in row if k.startswith("gemv_us_")), key=row.get)
-    row["best_gemv"], row["speedup"] = best, row["fused_us"] / row[best]
-    print(
-        f"{model} 1 token: fused {row['fused_us']:.1f} us, best one-token product {row[best]:.1f} us ({best}, "
-        f"{row['bytes'] / row[best] / 1e3:.0f} GB/s): {row['speedup']:.2f}x",
-        flush=True,
-    )
-    return row
-
-
 def sweep_case(model: str, num_tokens: int) -> tuple[str, object, dict]:
     """(table key, fastest MoeTiles, timings) for one shape and token bucket."""
     import torch
@@ -259,7 +222,6 @@ def main() -> None:
     parser.add_argument("--tokens", nargs="+", type=int, default=TOKENS)
     parser.add_argument("--routing", action="store_true", help="also time routing and the sum over k")
     parser.add_argument("--align", action="store_true", help="also time the alignment: one program, parallel, sort")
-    parser.add_argument("--one-token", action="store_true", help="also time the one-token products (moe_gemv.py)")
     parser.add_argument("--sweep", action="store_true", help="time the tile candidates first, write a table")
     parser.add_argument("--sweep-tokens", nargs="+", type=int, default=None, help="default: moe_tiles.TOKEN_BUCKETS")
     parser.add_argument("--tiles-output", default=None, help="the sweep's table (default: beside --output)")
@@ -285,8 +247,6 @@ def main() -> None:
         result.update(sweep_seconds=time.time() - started, sweep_timings_ms=timings, tiles_table=path)
     result["moe_tiles"] = os.environ.get(mt.TABLE_ENV)
     for model in args.models:
-        if args.one_token:
-            result.setdefault("one_token", []).append(one_token_row(model))
         for num_tokens in args.tokens:
             result["rows"].append(compare(model, num_tokens))
             if args.routing:

@@ -104,35 +104,15 @@ def test_fused_moe_matches_the_loop_at_real_shapes(num_tokens, num_experts, hidd
         assert (got - want).abs().max() <= 0.02 * want.abs().max() + 1e-3
 
 
-@pytest.mark.parametrize(("num_experts", "hidden", "intermediate", "top_k"), [(128, 2048, 768, 8), (8, 4096, 14336, 2)])
-def test_one_token_moe_products_match_the_loop_at_real_shapes(num_experts, hidden, intermediate, top_k):
-    """kernels/moe_gemv.py at Qwen3-30B-A3B's and Mixtral-8x7B's expert shapes, bf16, against the float32 loop."""
-    from model_optimizer.runtime.kernels.moe_gemv import moe_one_token
-    from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
-    from model_optimizer.runtime.layers.moe import softmax_topk
-
-    gen = torch.Generator(device="cuda").manual_seed(top_k)
-    x = torch.randn(1, hidden, device="cuda", generator=gen).bfloat16()
-    w13 = (torch.randn(num_experts, 2 * intermediate, hidden, device="cuda", generator=gen) / hidden**0.5).bfloat16()
-    w2 = (torch.randn(num_experts, hidden, intermediate, device="cuda", generator=gen) / intermediate**0.5).bfloat16()
-    weights, ids = softmax_topk(torch.randn(1, num_experts, device="cuda", generator=gen), top_k, renormalize=True)
-    got = moe_one_token(x, w13, w2, weights, ids).float()
-    want = fused_moe_ref(x.float(), w13.float(), w2.float(), weights, ids)
-    assert (got - want).abs().max() <= 0.02 * want.abs().max() + 1e-3
-
-
-@pytest.mark.parametrize("gemv", ["0", "1"])
-def test_one_token_moe_in_a_cuda_graph_follows_new_ids(monkeypatch, gemv):
+def test_one_token_moe_in_a_cuda_graph_follows_new_ids():
     """Batch-1 decode as the graphs run it: fused_moe as the layer calls it (all ids local) at one token,
     captured, then replayed on new inputs and routes: the loop's answer each time. Captured first with
     the one-token rows not yet made (the capture must fall back to the alignment and make nothing), then
-    with them made (the replay reads the ids in place); with MOPT_MOE_GEMV=1 the two products instead."""
+    with them made (the replay reads the ids in place)."""
     from model_optimizer.runtime.kernels import fused_moe as fm
-    from model_optimizer.runtime.kernels.moe_gemv import GEMV_ENV
     from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
     from model_optimizer.runtime.layers.moe import softmax_topk
 
-    monkeypatch.setenv(GEMV_ENV, gemv)
     num_experts, hidden, intermediate, top_k = 128, 2048, 768, 8  # Qwen3-30B-A3B
     gen = torch.Generator(device="cuda").manual_seed(11)
     w13 = (torch.randn(num_experts, 2 * intermediate, hidden, device="cuda", generator=gen) / hidden**0.5).bfloat16()
@@ -148,7 +128,7 @@ def test_one_token_moe_in_a_cuda_graph_follows_new_ids(monkeypatch, gemv):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = fm.fused_moe(x, w13, w2, weights, ids, all_ids_local=True)
-        assert bool(fm._ONE_TOKEN_ROWS) == (made and gemv == "0")  # nothing cached inside a capture
+        assert bool(fm._ONE_TOKEN_ROWS) == made  # nothing cached inside a capture
         for _ in range(3):
             x.copy_(torch.randn(1, hidden, device="cuda", generator=gen))
             new_w, new_ids = softmax_topk(torch.randn(1, num_experts, device="cuda", generator=gen), top_k, True)

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from model_optimizer.runtime.kernels import aot, moe_gemv
+from model_optimizer.runtime.kernels import aot
 from model_optimizer.runtime.kernels.dots import dot
 from model_optimizer.runtime.kernels.moe_align import align_pairs_parallel, max_padded_pairs
 from model_optimizer.runtime.kernels.moe_tiles import MoeTiles, choose_tiles
@@ -313,8 +313,6 @@ def fused_moe(
     top_k = topk_ids.shape[1]
     if num_tokens == 0:
         return torch.zeros_like(x)
-    if num_tokens == 1 and all_ids_local and tiles is None and moe_gemv.enabled():
-        return moe_gemv.moe_one_token(x, w13, w2, topk_weights, topk_ids)
     x, w13, w2 = x.contiguous(), w13.contiguous(), w2.contiguous()
     tiles = tiles or choose_tiles(
         aot.device_facts(x.device.index)[0] if aot.on_gpu(x) else "",

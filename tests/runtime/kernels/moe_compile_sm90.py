@@ -21,7 +21,6 @@ import triton.language as tl
 
 from model_optimizer.runtime.kernels import moe_align
 from model_optimizer.runtime.kernels.fused_moe import _align_kernel, _moe_gemm_kernel, _sum_over_k_kernel
-from model_optimizer.runtime.kernels.moe_gemv import GemvTiles, _down_gemv_kernel, _gate_up_gemv_kernel
 from model_optimizer.runtime.kernels.moe_routing import _softmax_topk_kernel
 from model_optimizer.runtime.kernels.moe_tiles import GEMM_CANDIDATES, default_tiles
 
@@ -111,18 +110,3 @@ for experts, logits in ((128, "*bf16"), (256, "*fp32")):
         quiet=True,
     )
 print("_softmax_topk_kernel compiled", flush=True)
-gemv = GemvTiles()  # the one-token products, bf16 weights, int64 ids (the router's)
-compile_kernel(
-    _gate_up_gemv_kernel,
-    dict(x_ptr="*bf16", w_ptr="*bf16", ids_ptr="*i64", h_ptr="*bf16"),
-    dict(BLOCK_N=gemv.gate_up_block_n, BLOCK_K=gemv.block_k, EVEN_K=True),
-    aligned_ints=("N", "K"),
-    num_warps=gemv.num_warps,
-)
-compile_kernel(
-    _down_gemv_kernel,
-    dict(h_ptr="*bf16", w_ptr="*bf16", ids_ptr="*i64", route_w_ptr="*fp32", out_ptr="*bf16"),
-    dict(TOP_K=8, BLOCK_N=gemv.down_block_n, BLOCK_K=gemv.block_k, EVEN_K=True),
-    aligned_ints=("N", "K"),
-    num_warps=gemv.num_warps,
-)
