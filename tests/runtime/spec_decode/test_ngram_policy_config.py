@@ -181,17 +181,24 @@ def _decoding(rid: str, tokens: list[int], max_tokens: int = 100) -> Request:
 
 def test_ngram_proposals_are_filled_to_k_so_every_row_verifies_k():
     """A verifying step's rows all propose k tokens (short proposals filled with their last token, rows
-    without a match with theirs): one shape per batch size, which the verify graphs run."""
-    speculator = Speculator(parse_speculative_config({**NGRAM, "adaptive": False}))
+    without a match with theirs, rows near max_tokens too): one shape per batch size, which the verify
+    graphs run. A row that cannot verify k makes the step plain; a prefill row is left out."""
+    speculator = Speculator(parse_speculative_config({**NGRAM, "adaptive": False}), max_model_len=9)
     matched = _decoding("a", [5, 6, 7, 5, 6])  # ... 5, 6 -> 7, 5, 6: three of four
     unmatched = _decoding("b", [1, 2, 3, 4])
-    near_end = _decoding("c", [5, 6, 7, 5, 6], max_tokens=7)  # room for 2: kept short
-    assert speculator.propose([matched, unmatched, near_end]) == {
+    near_end = _decoding("c", [5, 6, 7, 5, 6], max_tokens=5)  # one token left: still k
+    prefill = _decoding("p", [5, 6, 7, 5, 6])
+    prefill.num_computed_tokens = 2
+    assert speculator.propose([matched, unmatched, near_end, prefill]) == {
         "a": [7, 5, 6, 6],
         "b": [4, 4, 4, 4],
-        "c": [7, 5],
+        "c": [7, 5, 6, 6],
     }
     assert speculator.propose([unmatched]) == {}  # nothing to verify: a plain step
+    penalized = _decoding("d", [5, 6, 7, 5, 6])
+    penalized.params = SamplingParams(repetition_penalty=1.2)
+    assert penalized.params.needs_history and speculator.propose([matched, penalized]) == {}
+    assert speculator.propose([matched, _decoding("e", [5, 6, 7, 5, 6, 7])]) == {}  # 6 + 4 > max_model_len 9
 
 
 def test_disable_by_batch_size_and_fixed_policy():
