@@ -23,7 +23,8 @@ size), output tokens over the wall time of one generate() of `concurrency` greed
 prompt and output lengths fixed, prefix caching off so no run reuses another's prompt. The long rows at
 64 (3 x 64 requests, 64 at a time) have no warm-up run and a fresh policy: its learning is in the figure.
 `step_profile_ms.host` has spec_host_overhead.py's host figures on the same engine (one request), and
-`step_profile_ms.timeline` spec_step_timeline.py's split of a plain and a verifying step (device and host clocks).
+`step_profile_ms.timeline` spec_step_timeline.py's split of a plain and a verifying step (device and host clocks),
+`step_profile_ms.timeline_c64` its per-step record at 64 requests (which verifying steps ran from a graph).
 """
 
 from __future__ import annotations
@@ -86,14 +87,16 @@ class Modes:
         from model_optimizer.runtime.spec_decode.speculator import Speculator
 
         core, runner = self.llm.engine.core, self.llm.runner
+        max_len = core.info.max_model_len
         runner.verifier.force_acceptance(acceptance)
         runner.drafter = self.drafter if mode == "draft" else None
         if mode == "off":
             core.speculator = None
         elif mode == "ngram":
-            core.speculator = Speculator(SpeculativeConfig("ngram", K, adaptive=adaptive))
+            core.speculator = Speculator(SpeculativeConfig("ngram", K, adaptive=adaptive), max_model_len=max_len)
         else:
-            core.speculator = Speculator(SpeculativeConfig("draft_model", K, model=self.draft, adaptive=adaptive))
+            config = SpeculativeConfig("draft_model", K, model=self.draft, adaptive=adaptive)
+            core.speculator = Speculator(config, max_model_len=max_len)
 
 
 def run(llm, concurrency: int, seed: int, num_requests: int | None = None) -> dict:
@@ -172,6 +175,8 @@ def bench_engine(engine: str, target: str, draft: str, args: argparse.Namespace)
     profile = step_profile(modes)
     profile["host"] = host_profile(modes)
     profile["timeline"] = step_timeline(modes)
+    if 64 in args.concurrencies:
+        profile["timeline_c64"] = batch_step_timeline(modes)
     for r in rows:
         r["engine"] = engine
     return rows, profile
@@ -198,6 +203,26 @@ def step_timeline(modes: Modes) -> dict:
         modes.set(mode, adaptive=False, acceptance=None if mode == "off" else 1.0)
         out[mode] = timeline(modes.llm, verify=mode != "off")
         print(f"step timeline {mode}: {json.dumps(out[mode])}", flush=True)
+    return out
+
+
+def batch_step_timeline(modes: Modes) -> dict:
+    """spec_step_timeline.py's per-step record at 64 requests (the short row's shape): n-gram forced on (every
+    decode step verifies: are they all graphed?), and with the adaptive policy after its warm-up."""
+    from spec_step_timeline import batch_timeline
+
+    from model_optimizer import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=OUTPUT_LEN[64], ignore_eos=True, detokenize=False)
+    batch = prompts(64, 64, modes.llm.runner.vocab_size)
+    out = {}
+    for label, adaptive in (("ngram_forced", False), ("ngram_adaptive", True)):
+        modes.set("ngram", adaptive=adaptive)
+        out[label] = batch_timeline(modes.llm, batch, params)
+        policy = modes.llm.engine.core.speculator.policy
+        out[label]["policy"] = {str(size): v for size, v in policy.summary().items()}
+        brief = {k: v for k, v in out[label].items() if k not in ("per_step", "policy")}
+        print(f"step timeline c=64 {label}: {json.dumps(brief)}", flush=True)
     return out
 
 

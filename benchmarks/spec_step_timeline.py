@@ -65,6 +65,7 @@ class Recorder:
     def _launch(self, fn):
         def launch(out, *args, **kwargs):
             step = {"verify": bool(out.spec_token_ids), "prompt": out.num_prompt_tokens > 0, "graphed": None}
+            step["rows"] = len(out.num_scheduled_tokens)
             step["t_entry"], step["e_entry"] = time.perf_counter(), self._event()
             self.steps.append(step)
             result = fn(out, *args, **kwargs)
@@ -112,7 +113,7 @@ def per_step(steps: list[dict], ready: list[float]) -> list[dict]:
     """Each launched step's figures (FIELDS), from the stamps; device ones only where CUDA events exist."""
     rows = []
     for i, step in enumerate(steps):
-        row = {"verify": step["verify"], "prompt": step["prompt"], "graphed": step["graphed"]}
+        row = {"verify": step["verify"], "prompt": step["prompt"], "graphed": step["graphed"], "rows": step["rows"]}
         before = [t for t in ready if t <= step["t_entry"]]
         if before and i:
             row["gap_ms"] = 1e3 * (step["t_entry"] - before[-1])
@@ -162,6 +163,36 @@ def timeline(llm, verify: bool) -> dict:
     if recorder.cuda:
         recorder.torch.cuda.synchronize()
     return summarize(per_step(recorder.steps, recorder.ready), verify)
+
+
+def batch_timeline(llm, prompts: list[list[int]], params) -> dict:
+    """`llm` generating `prompts` at once (after a warm-up with the same prompts): for steps without prompt
+    tokens, how many verified, the share of those run from a graph, and the median forward and cycle of the
+    graphed and the eager ones; `steps` lists every step as [rows, verify, prompt, graphed, cycle_ms]."""
+    llm.generate(prompts, params)  # warm-up
+    recorder = Recorder(llm.runner)
+    try:
+        llm.generate(prompts, params)
+    finally:
+        recorder.restore()
+    if recorder.cuda:
+        recorder.torch.cuda.synchronize()
+    rows = per_step(recorder.steps, recorder.ready)
+    decode = [r for r in rows if not r["prompt"]]
+    out: dict = {"steps": len(rows), "prompt_steps": len(rows) - len(decode)}
+    for kind, verify in (("verify", True), ("plain", False)):
+        picked = [r for r in decode if r["verify"] == verify]
+        out[kind] = {"steps": len(picked), "graphed_share": _share([r["graphed"] for r in picked])}
+        for graphed in (True, False):
+            group = [r for r in picked if r["graphed"] is graphed]
+            for name in ("forward_ms", "cycle_ms"):
+                values = [r[name] for r in group if name in r]
+                label = f"{'graphed' if graphed else 'eager'}_{name}"
+                out[kind][label] = round(statistics.median(values), 4) if values else None
+    out["per_step"] = [
+        [r["rows"], r["verify"], r["prompt"], r["graphed"], round(r.get("cycle_ms", 0.0), 3)] for r in rows
+    ]
+    return out
 
 
 def measure(model: str, device: str) -> dict:

@@ -4,8 +4,9 @@
 #      n-gram proposals (k = 4): tokens/s at 1 and 64 requests against none (adaptive policy), a long
 #      64-request run (3 x 64 requests, fresh policy, no warm-up run), acceptance 1 forced at one request,
 #      the per-step device-time profile, the host profile of spec_host_overhead.py and the step timeline of
-#      spec_step_timeline.py on the same engine; its JSON is rewritten after the engine, so a timeout
-#      keeps what finished                                                                  <= 155 s
+#      spec_step_timeline.py on the same engine, and its per-step record at 64 requests (n-gram forced
+#      on, then adaptive: rows, verify, graphed, cycle of every step); its JSON is rewritten after the
+#      engine, so a timeout keeps what finished                                             <= 165 s
 #      then targets.txt: (a) n-gram at acceptance 1, one request, >= 3x; (b) 64 requests adaptive >= 0.97x
 #   2. tests/gpu/test_spec_gpu.py: greedy tokens identical with and without speculation with CUDA graphs
 #      (n-gram, the target as its own draft, another draft), graphed = eager, seeded sampling
@@ -19,7 +20,7 @@ source "$(dirname "$0")/common.sh"
 start_run
 
 cd benchmarks || exit 2
-part spec_decode 155 python3 spec_decode.py --quick --output "$RES/spec_decode_h200.json"
+part spec_decode 165 python3 spec_decode.py --quick --output "$RES/spec_decode_h200.json"
 cd .. || exit 2
 python3 - "$RES/spec_decode_h200.json" > "$RES/targets.txt" 2>&1 <<'PY'
 import json, sys
@@ -31,6 +32,12 @@ for r in rows:
         goal = 3.0 if a else 0.97
         print(f"{'(a)' if a else '(b)'} {r['proposer']:>6} c={r['concurrency']} long={r.get('long')} "
               f"speedup {r.get('speedup') or 0:.3f} (goal {goal}) steps {r['steps']} verifying {r['verifying_request_steps']}")
+prof = json.load(open(sys.argv[1]))["step_profile_ms"].get("draft_small", {}).get("timeline_c64", {})
+for label, t in prof.items():
+    v = t.get("verify", {})
+    print(f"c=64 {label}: {t.get('steps')} steps ({t.get('prompt_steps')} with prompt), verifying {v.get('steps')} "
+          f"graphed share {v.get('graphed_share')} (goal 1.0) graphed cycle {v.get('graphed_cycle_ms')} ms "
+          f"eager cycle {v.get('eager_cycle_ms')} ms")
 PY
 cat "$RES/targets.txt" >> "$RES/summary.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then

@@ -149,7 +149,7 @@ class EngineCore:
         """Caps prefill tokens while requests decode (engine/stall_bound.py); None when off."""
         self.clock = time.perf_counter
         spec = config.speculative
-        self.speculator = Speculator(spec) if spec is not None else None
+        self.speculator = Speculator(spec, max_model_len=info.max_model_len) if spec is not None else None
         self._num_step_tokens = 0
         self.constrained: ConstrainedDecoding | None = None
         """Structured outputs' grammars and masks; made with the first constrained request."""

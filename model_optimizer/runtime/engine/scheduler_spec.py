@@ -10,25 +10,31 @@ from model_optimizer.runtime.engine.scheduler_output import SchedulerOutput
 
 if TYPE_CHECKING:
     from model_optimizer.runtime.engine.kv_cache import KVCacheManager
+    from model_optimizer.runtime.engine.scheduler import SchedulerConfig
     from model_optimizer.runtime.spec_decode.counters import SpecCounters
 
 
 class SpeculativeSteps:
     """Mixed into Scheduler: uses its block manager, counters and finishing."""
 
+    config: SchedulerConfig
     kv_cache: KVCacheManager
     spec_counters: SpecCounters
     _num_sent_blocks: dict[str, int]
     _trimmed: set[str]
 
-    @staticmethod
-    def _fit_proposals(request: Request, proposals: dict[str, list[int]], num_left: int, budget: int) -> list[int]:
-        """The proposals a decoding request verifies: as many as the step's budget and its max_tokens leave
-        (a step may yield all of them plus one)."""
+    def _fit_proposals(
+        self, request: Request, proposals: dict[str, list[int]], num_left: int, budget: int
+    ) -> list[int]:
+        """The proposals a decoding request verifies: as many as the step's budget and max_model_len leave.
+
+        Not capped at max_tokens: a request a few tokens from its end verifies all k (the stop rules drop
+        what it keeps past the end), so every row of the step computes 1 + k tokens, the one shape the
+        verify graphs run (spec_decode/speculator.py says why that matters)."""
         spec = proposals.get(request.request_id) if num_left == 1 and not request.num_pending else None
         if not spec:
             return []
-        room = min(budget - 1, request.max_tokens - request.num_output_tokens - 1)
+        room = min(budget - 1, self.config.max_model_len - request.num_tokens)
         return spec[: max(room, 0)]
 
     def _append_verified(

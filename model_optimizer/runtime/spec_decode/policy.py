@@ -22,14 +22,20 @@ What it decides, per bucket (`should_speculate`):
   against the loser's last steps, so a fall in acceptance turns speculation off within a few steps;
 - else an inferred one: speculation only loses ground as the batch grows (the k extra tokens per
   request turn a weight-bound step compute-bound), so a smaller bucket that measured a loss rules
-  this one out, and a larger one that measured a win rules it in, without a single probe step;
+  this one out, and the next bucket up measuring a win rules it in (not further: at a fraction of that
+  batch a step may cost otherwise, and a batch's tail keeps the requests that accepted least);
 - else it explores: MIN_SAMPLES steady steps of each mode, the current mode first (no switch), at
   most MAX_EXPLORE_STEPS steps (a batch that keeps changing bucket gives few steady steps).
+A guard ends speculating that was inferred or is being explored once its steady steps fall below the
+plain mode's floor (a plain step here costs at most the measured plain step of this or a larger bucket,
+and yields a token per request): after MIN_SAMPLES steps, or after one when EARLY_LOSS behind (steps
+that ran eagerly instead of from a graph cost several plain steps). That is a verdict: plain.
 Probes: a measured bucket re-measures its losing mode (MIN_SAMPLES fresh steady steps, at most
-MAX_PROBE_STEPS) after MIN_PROBE_INTERVAL of its steps; while the verdict holds, the interval
-doubles, and it is at least long enough that the probe's cost (its time beyond what its tokens took
-in the winning mode) stays within PROBE_BUDGET of the steps between probes. A step with prompt
-tokens to compute neither explores nor starts a probe: its cost is the prefill's.
+MAX_PROBE_STEPS). The first comes when it costs (as the loser cost while exploring, switch steps
+included) FIRST_PROBE_BUDGET of the steps before it, and no sooner than MIN_PROBE_INTERVAL; while
+the verdict holds, the interval doubles, and it is at least long enough that the probe's cost (its
+time beyond what its tokens took in the winning mode) stays within PROBE_BUDGET of the steps between
+probes. A step with prompt tokens to compute neither explores nor starts a probe: its cost is the prefill's.
 `disable_by_batch_size` (vLLM's knob) turns speculation off from a size up, outright.
 
 Pure Python, no torch, no clock: decisions follow from the recorded samples alone (the tests drive it
@@ -59,6 +65,12 @@ MAX_PROBE_STEPS = 8
 """A probe ends after MIN_SAMPLES steady steps of the losing mode, or after this many steps."""
 PROBE_BUDGET = 0.005
 """Probes may cost at most this share of the time between them (the interval grows to keep it so)."""
+FIRST_PROBE_BUDGET = 0.05
+"""The first probe after a verdict may cost this share of the steps before it: looser than PROBE_BUDGET, so
+an early verdict taken before n-gram matches appeared is revisited within a short answer, while a loser
+that cost much to explore (a draft model's catch-up, an eager step) waits long before it is tried again."""
+EARLY_LOSS = 2.0
+"""Speculation this many times slower than the plain floor after one steady step ends its trial (_spec_refuted)."""
 
 
 @dataclass(frozen=True)
@@ -80,9 +92,10 @@ class _Window:
     """The last WINDOW steady steps of one mode at one bucket."""
 
     steps: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
+    """(seconds, tokens, running requests) per step."""
 
-    def add(self, seconds: float, tokens: int) -> None:
-        self.steps.append((seconds, tokens))
+    def add(self, seconds: float, tokens: int, running: int) -> None:
+        self.steps.append((seconds, tokens, running))
 
     @property
     def count(self) -> int:
@@ -90,14 +103,18 @@ class _Window:
 
     @property
     def step_seconds(self) -> float:
-        return statistics.median(s for s, _ in self.steps) if self.steps else 0.0
+        return statistics.median(s for s, _, _ in self.steps) if self.steps else 0.0
+
+    @property
+    def mean_running(self) -> float:
+        return statistics.fmean(n for _, _, n in self.steps) if self.steps else 0.0
 
     @property
     def tokens_per_s(self) -> float:
         """Mean tokens per step over the median step time; 0 with no steps."""
         if not self.steps or self.step_seconds <= 0:
             return 0.0
-        return statistics.fmean(t for _, t in self.steps) / self.step_seconds
+        return statistics.fmean(t for _, t, _ in self.steps) / self.step_seconds
 
 
 @dataclass
@@ -119,6 +136,8 @@ class _Bucket:
     steps_since_probe: int = 0
     probe_interval: int = MIN_PROBE_INTERVAL
     probe: _Probe | None = None
+    explored: dict = field(default_factory=lambda: {True: [0.0, 0], False: [0.0, 0]})
+    """Mode -> [seconds, tokens] of every step while exploring: what the loser cost, for the first probe's interval."""
 
     def window(self, speculated: bool) -> _Window:
         return self.spec if speculated else self.plain
@@ -170,14 +189,24 @@ class SpecPolicy:
         self._last_mode = sample.speculated
         if sample.num_running == 0 or sample.seconds <= 0:
             return
-        b = self._buckets.setdefault(bucket_of(sample.num_running), _Bucket())
+        key = bucket_of(sample.num_running)
+        b = self._buckets.setdefault(key, _Bucket())
         if sample.steady:
-            b.window(sample.speculated).add(sample.seconds, sample.num_tokens)
+            b.window(sample.speculated).add(sample.seconds, sample.num_tokens, sample.num_running)
         if b.probe is not None:
             self._probe_step(b, b.probe, sample)
-        elif b.spec.count >= MIN_SAMPLES and b.plain.count >= MIN_SAMPLES and (b.verdict is None or sample.steady):
+            return
+        if b.verdict is None:
+            spent = b.explored[sample.speculated]
+            spent[0], spent[1] = spent[0] + sample.seconds, spent[1] + sample.num_tokens
+            if sample.speculated and sample.steady and self._spec_refuted(key, b):
+                self._first_verdict(b, False)
+                return
+        if b.spec.count >= MIN_SAMPLES and b.plain.count >= MIN_SAMPLES and (b.verdict is None or sample.steady):
             verdict = b.judge()  # the winner's newest steps against the loser's last ones
-            if b.verdict is not None and verdict != b.verdict:  # it fell behind: probe the new loser soon
+            if b.verdict is None:
+                self._first_verdict(b, verdict)
+            elif verdict != b.verdict:  # it fell behind: probe the new loser soon
                 b.probe_interval, b.steps_since_probe = MIN_PROBE_INTERVAL, 0
             b.verdict = verdict
 
@@ -186,18 +215,50 @@ class SpecPolicy:
             return self._last_mode
         b.explore_steps += 1
         if b.explore_steps > MAX_EXPLORE_STEPS:  # out of steps: judge from what there is
-            b.verdict = b.judge()
+            self._first_verdict(b, b.judge())
             return b.verdict
         missing = [mode for mode in (self._last_mode, not self._last_mode) if b.window(mode).count < MIN_SAMPLES]
         return missing[0] if missing else self._last_mode
 
     def _inferred(self, key: int) -> bool | None:
-        """A verdict from measured buckets: a loss below this one or a win above it (None: neither, or both)."""
+        """A verdict from measured buckets: a loss below this one or a win in the next one up (None: neither,
+        or both). A win is not carried further down: at a fraction of the batch it was measured at a step
+        may cost otherwise, and the requests still running at a batch's tail are the ones whose proposals
+        were accepted least (the others finished first)."""
         lost_below = any(b.verdict is False for k, b in self._buckets.items() if k < key)
-        won_above = any(b.verdict is True for k, b in self._buckets.items() if k > key)
+        above = self._buckets.get(key + 1)
+        won_above = above is not None and above.verdict is True
         if lost_below == won_above:
             return None
         return won_above
+
+    def _spec_refuted(self, key: int, b: _Bucket) -> bool:
+        """Speculating here (inferred, or exploring) measured slower than the plain mode's floor: a plain step
+        at this batch costs at most the median plain step of this or a larger bucket and yields a token per
+        request. MIN_SAMPLES steps decide, or one when it is EARLY_LOSS times behind (a step that runs
+        eagerly instead of from a graph costs several plain steps: no need to pay for three)."""
+        floor = b.plain.tokens_per_s if b.plain.count >= MIN_SAMPLES else None
+        if floor is None:
+            measured = (w.plain for k, w in sorted(self._buckets.items()) if k > key and w.plain.count >= MIN_SAMPLES)
+            plain = next(measured, None)
+            if plain is None or plain.step_seconds <= 0:
+                return False
+            floor = b.spec.mean_running / plain.step_seconds
+        rate = b.spec.tokens_per_s
+        return rate <= MARGIN * floor if b.spec.count >= MIN_SAMPLES else rate * EARLY_LOSS < floor
+
+    def _first_verdict(self, b: _Bucket, verdict: bool) -> None:
+        """The bucket's first verdict. Its first probe comes when re-measuring the loser, at what exploring it
+        cost (switch steps included: a draft model's catch-up), stays within FIRST_PROBE_BUDGET."""
+        b.verdict, b.steps_since_probe = verdict, 0
+        winner = b.window(verdict)
+        seconds, tokens = b.explored[not verdict]
+        if winner.tokens_per_s <= 0 or winner.step_seconds <= 0:
+            b.probe_interval = MIN_PROBE_INTERVAL
+            return
+        excess = max(seconds - tokens / winner.tokens_per_s, 0.0)
+        affordable = excess / (FIRST_PROBE_BUDGET * winner.step_seconds)
+        b.probe_interval = int(min(max(MIN_PROBE_INTERVAL, affordable), MAX_PROBE_INTERVAL))
 
     def _probe_step(self, b: _Bucket, probe: _Probe, sample: StepSample) -> None:
         probe.steps += 1

@@ -9,10 +9,18 @@ prompt tokens (policy.py says why only those count). A step's time runs from the
 step to its own end, so what the caller does between steps (the frontend's work on the outputs) is
 charged to the mode that leaves it exposed.
 
-A request gets proposals when it is decoding (only its last token left to compute, none pending), does
-not read its history while sampling (penalties would change the target's distribution along the
-proposals; such requests decode as usual), and may still generate two tokens or more. An n-gram
-proposal may be empty (no match); a draft model's are placeholders the runner fills in on the device.
+Every verifying row verifies exactly k proposals: the verify graphs (runner/decode_runner.py) are
+captured for 1 + k tokens per row, and a step that mixes row lengths runs eagerly, several times the
+cost of a plain step for a large target (README, "Speculative decoding": the tail of a 64-request run,
+where requests reach their end at different steps, ran that way). So a request that
+decodes (only its last token left to compute, none pending) gets k proposals: an n-gram proposal is
+filled to k (`fill_to`), and a request within k tokens of max_tokens gets all k too (the scheduler
+keeps them; what it keeps past the end is dropped). When one decoding request cannot verify k (it
+reads its history while sampling: penalties would change the target's distribution along the
+proposals; or it is within k of max_model_len) the step proposes nothing and runs plain. An n-gram
+step where no request found a match runs plain too; a draft model's proposals are placeholders the
+runner fills in on the device.
+
 Pure Python: no torch.
 """
 
@@ -40,8 +48,15 @@ class _Step:
 
 
 class Speculator:
-    def __init__(self, config: SpeculativeConfig, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        config: SpeculativeConfig,
+        clock: Callable[[], float] = time.perf_counter,
+        max_model_len: int | None = None,
+    ) -> None:
         self.config = config
+        self.max_model_len = max_model_len
+        """Positions a request may reach: a request within k of it cannot verify k proposals."""
         self.policy = SpecPolicy(config)
         self.ngram = (
             None
@@ -78,33 +93,33 @@ class Speculator:
         self._last, self._last_end = step, now
 
     def propose(self, running: list[Request]) -> dict[str, list[int]]:
-        """Request id -> proposed tokens, for the running requests that may verify some this step."""
+        """Request id -> k proposed tokens, for every running request that decodes; {} (a plain step) when
+        one of them cannot verify k (see the module docstring) or, for n-gram, none found a match."""
         k = self.config.num_speculative_tokens
-        proposals, full = {}, []
+        rows = []
         for request in running:
             if request.num_pending or request.num_computed_tokens != request.num_tokens - 1:
-                continue
-            room = min(k, request.max_tokens - request.num_output_tokens - 1)
-            if room <= 0 or request.params.needs_history:
-                continue
-            spec = [DRAFT_TOKEN] * room if self.ngram is None else self.ngram.propose(request, room)
-            if room == k:
-                full.append((request, spec))
-            elif spec:
-                proposals[request.request_id] = spec
-        if self.ngram is not None and (proposals or any(spec for _, spec in full)):
-            for request, spec in full:  # every row k proposals: a step of one shape, which a CUDA graph runs
-                last = request.output_token_ids[-1] if request.output_token_ids else request.prompt_token_ids[-1]
-                proposals[request.request_id] = fill_to(spec, k, last)
-        else:
-            proposals.update((request.request_id, spec) for request, spec in full if spec)
-        return proposals
+                continue  # prompt tokens left: a prefill step, which no graph runs anyway
+            if request.params.needs_history or (
+                self.max_model_len is not None and request.num_tokens + k > self.max_model_len
+            ):
+                return {}
+            rows.append(request)
+        if self.ngram is None:
+            return {request.request_id: [DRAFT_TOKEN] * k for request in rows}
+        found = [(request, self.ngram.propose(request, k)) for request in rows]
+        if not any(spec for _, spec in found):
+            return {}
+        return {request.request_id: fill_to(spec, k, _last_token(request)) for request, spec in found}
+
+
+def _last_token(request: Request) -> int:
+    return request.output_token_ids[-1] if request.output_token_ids else request.prompt_token_ids[-1]
 
 
 def fill_to(spec: list[int], k: int, last_token: int) -> list[int]:
     """An n-gram proposal filled up to k tokens with repeats of its last token (of the request's last
-    token when it is empty). The verify graphs are captured for 1 + k tokens per sequence, so a step whose
-    rows propose fewer ran eagerly; verifying a filler is exact (it is kept only where the target's own
-    sampling accepts it, as any proposal) and, at the batch sizes where speculating pays, costs nothing
-    the weights' read did not already."""
+    token when it is empty). Verifying a filler is exact (it is kept only where the target's own sampling
+    accepts it, as any proposal) and, at the batch sizes where speculating pays, costs nothing the
+    weights' read did not already."""
     return spec + [spec[-1] if spec else last_token] * (k - len(spec))

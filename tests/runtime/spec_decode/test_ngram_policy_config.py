@@ -11,6 +11,7 @@ from model_optimizer.runtime.sampling_params import SamplingParams
 from model_optimizer.runtime.spec_decode.config import MAX_SPECULATIVE_TOKENS, parse_speculative_config
 from model_optimizer.runtime.spec_decode.ngram import NgramProposer, lookup
 from model_optimizer.runtime.spec_decode.policy import (
+    FIRST_PROBE_BUDGET,
     MAX_PROBE_STEPS,
     MIN_PROBE_INTERVAL,
     MIN_SAMPLES,
@@ -18,6 +19,7 @@ from model_optimizer.runtime.spec_decode.policy import (
     WINDOW,
     SpecPolicy,
     StepSample,
+    bucket_of,
 )
 from model_optimizer.runtime.spec_decode.speculator import Speculator
 
@@ -181,17 +183,24 @@ def _decoding(rid: str, tokens: list[int], max_tokens: int = 100) -> Request:
 
 def test_ngram_proposals_are_filled_to_k_so_every_row_verifies_k():
     """A verifying step's rows all propose k tokens (short proposals filled with their last token, rows
-    without a match with theirs): one shape per batch size, which the verify graphs run."""
-    speculator = Speculator(parse_speculative_config({**NGRAM, "adaptive": False}))
+    without a match with theirs, rows near max_tokens too): one shape per batch size, which the verify
+    graphs run. A row that cannot verify k makes the step plain; a prefill row is left out."""
+    speculator = Speculator(parse_speculative_config({**NGRAM, "adaptive": False}), max_model_len=9)
     matched = _decoding("a", [5, 6, 7, 5, 6])  # ... 5, 6 -> 7, 5, 6: three of four
     unmatched = _decoding("b", [1, 2, 3, 4])
-    near_end = _decoding("c", [5, 6, 7, 5, 6], max_tokens=7)  # room for 2: kept short
-    assert speculator.propose([matched, unmatched, near_end]) == {
+    near_end = _decoding("c", [5, 6, 7, 5, 6], max_tokens=5)  # one token left: still k
+    prefill = _decoding("p", [5, 6, 7, 5, 6])
+    prefill.num_computed_tokens = 2
+    assert speculator.propose([matched, unmatched, near_end, prefill]) == {
         "a": [7, 5, 6, 6],
         "b": [4, 4, 4, 4],
-        "c": [7, 5],
+        "c": [7, 5, 6, 6],
     }
     assert speculator.propose([unmatched]) == {}  # nothing to verify: a plain step
+    penalized = _decoding("d", [5, 6, 7, 5, 6])
+    penalized.params = SamplingParams(repetition_penalty=1.2)
+    assert penalized.params.needs_history and speculator.propose([matched, penalized]) == {}
+    assert speculator.propose([matched, _decoding("e", [5, 6, 7, 5, 6, 7])]) == {}  # 6 + 4 > max_model_len 9
 
 
 def test_disable_by_batch_size_and_fixed_policy():
@@ -233,3 +242,53 @@ def test_config_defaults_and_inference():
     assert EngineConfig().speculative is None
     with pytest.raises(ValueError, match="tensor_parallel_size 1"):
         EngineConfig(speculative_config={"model": "/m", "num_speculative_tokens": 2}, tensor_parallel_size=2)
+
+
+def eager_tail(spec: bool, running: int) -> tuple[float, int]:
+    """The H200 64-request n-gram run before verify steps were kept graphed: a win at 64 (15.4 ms for ~4
+    tokens per request against 6.0 ms plain), then 20-36 ms speculative steps at every smaller batch, whose
+    requests (those still running) accept fewer."""
+    if running > 32:
+        return (15.4e-3, 4 * running) if spec else (6.0e-3, running)
+    return (35e-3, 3 * running) if spec else (5.0e-3, running)
+
+
+def test_a_win_at_64_is_not_carried_far_down_and_a_slow_tail_is_caught_at_once():
+    policy = SpecPolicy(parse_speculative_config(NGRAM))
+    assert sum(_run(policy, 64, lambda spec: eager_tail(spec, 64), 30)) > 20  # measured: speculate
+    assert policy.summary()[64]["verdict"] is True
+    assert policy.should_speculate(17) and not policy._inferred(5)  # 17-32 inferred, 9-16 not
+    tail = _run(policy, 24, lambda spec: eager_tail(spec, 24), 40)  # inferred in: speculates, then caught
+    assert all(tail[: MIN_SAMPLES + 1]) and not any(tail[MIN_SAMPLES + 1 :])
+    assert policy.summary()[32]["verdict"] is False  # its steady steps against the plain step at 64
+    small = _run(policy, 12, lambda spec: eager_tail(spec, 12), 40)  # explored: plain, then a switch
+    assert small.count(True) == 2 and policy.summary()[16]["verdict"] is False  # 2.3x behind: one steady step
+
+
+def test_a_tail_of_slow_speculative_steps_costs_at_most_three_percent():
+    """Target (b) as the policy sees it: a 64-request run after its warm-up, draining to one request at the
+    end, speculation winning at 64 and losing at every smaller batch (the H200 run before verify steps were
+    kept graphed: 0.84x with the old inference); against the same tokens in plain steps."""
+    policy = SpecPolicy(parse_speculative_config(NGRAM))
+    _run(policy, 64, lambda spec: eager_tail(spec, 64), 20)  # the warm-up run: measured at 64
+    seconds = plain = 0.0
+    last = None
+    for running in [64] * 25 + [n for n in range(63, 0, -1) for _ in range(2)]:
+        spec = policy.should_speculate(running)
+        cost, tokens = eager_tail(spec, running)
+        steady = spec == last[0] and bucket_of(running) == bucket_of(last[1]) if last else False
+        policy.record(StepSample(running, spec, cost, tokens, steady))
+        seconds += cost
+        plain_cost, plain_tokens = eager_tail(False, running)
+        plain += plain_cost * tokens / plain_tokens  # the same tokens without speculating
+        last = (spec, running)
+    assert plain / seconds >= 0.97
+
+
+def test_an_expensive_loser_is_not_re_measured_within_a_short_run():
+    """A draft model losing at 64 whose first speculative step catches up on every prompt (100 ms): the
+    exploration stops after one steady step, and the first probe waits until it costs FIRST_PROBE_BUDGET."""
+    policy = SpecPolicy(parse_speculative_config({"model": "draft", "num_speculative_tokens": 4}))
+    decisions = _run(policy, 64, useless_draft_64, 350, switch=0.1)
+    assert decisions.count(True) == 2  # the catch-up step and one steady step, 2.3x behind
+    assert policy.summary()[64]["probe_interval"] >= 0.1 / (FIRST_PROBE_BUDGET * 5.6e-3) > 300

@@ -222,3 +222,31 @@ def test_prompt_logprobs_are_those_of_a_run_without_speculation(target, method):
             for token_id, lp in want.items():
                 assert got[token_id].rank == lp.rank
                 assert got[token_id].logprob == pytest.approx(lp.logprob, abs=1e-4)
+
+
+@pytest.mark.parametrize("method", ["ngram", "self_draft"])
+def test_every_verifying_decode_step_has_the_graphed_shape(target, reference, method):
+    """Requests reach their end at different steps (different acceptance, max_tokens not a multiple of
+    1 + k): a verifying step without prompt tokens must still be one the verify graphs run (1 + k tokens
+    in every row), and the output stays the reference's. On the CPU the padded runner is put in by hand."""
+    from model_optimizer.runtime.runner.decode_runner import DecodeRunner
+
+    llm = LLM(str(target), speculative_config=ngram() if method == "ngram" else draft(target), **CPU)
+    runner = llm.runner
+    heads = runner.kv_caches[0].shape[3]
+    runner.decode_runner = DecodeRunner(runner.model, runner.batch, 8, heads, False)  # sets the pad sizes
+    runner.verify_runner = DecodeRunner(runner.model, runner.batch, 8, heads, False, K + 1)
+    steps = []  # per step that verified and computed no prompt: whether the verify runner could run it
+    submit = runner.submit
+
+    def recording_submit(step, pending, sample=True):
+        out = step.out
+        if out.spec_token_ids and len(out.num_scheduled_tokens) > 1:
+            prefill = any(n - len(out.spec_token_ids.get(r, ())) > 1 for r, n in out.num_scheduled_tokens.items())
+            if not prefill:
+                steps.append(runner.verify_runner.can_run(step.inputs))
+        return submit(step, pending, sample)
+
+    runner.submit = recording_submit
+    assert_same(llm.generate(prompts(), GREEDY), reference)
+    assert len(steps) >= 3 and all(steps)

@@ -65,13 +65,24 @@ def test_a_stop_among_the_kept_tokens_ends_the_request_there():
     assert "a" not in s.kv_cache.block_tables
 
 
-def test_proposals_fit_max_tokens_and_the_budget():
+def test_proposals_run_past_max_tokens_but_fit_max_model_len_and_the_budget():
+    """Near its end a request still verifies all k (one row shape per step: the verify graphs'); what it
+    keeps past max_tokens is dropped by the stop rules and its blocks go back."""
     s = make()
-    decoding(s, max_tokens=3)  # one token out, two to go: at most one proposal (two tokens kept)
-    assert s.schedule({"a": [1, 2, 3]}).spec_token_ids == {"a": [1]}
+    req = decoding(s, max_tokens=3)  # one token out, two to go
+    out = s.schedule({"a": [1, 2, 3]})
+    assert out.spec_token_ids == {"a": [1, 2, 3]} and out.num_scheduled_tokens == {"a": 4}
+    s.update_from_output(out, {"a": ([1, 2, 3, 4], None)})  # all kept: only two fit
+    assert req.output_token_ids == [50, 1, 2] and req.status is RequestStatus.FINISHED_LENGTH
+    assert "a" not in s.kv_cache.block_tables
     s2 = make(budget=3)
     decoding(s2, prompt=2)
     assert s2.schedule({"a": [1, 2, 3, 4]}).spec_token_ids == {"a": [1, 2]}  # 1 + 2 tokens fill the budget
+    s3 = make(
+        num_blocks=40, budget=200
+    )  # max_model_len 128: a 124-token request may verify 4 proposals (positions 123..127), not 5
+    decoding(s3, prompt=123, max_tokens=5)
+    assert s3.schedule({"a": [1, 2, 3, 4, 5]}).spec_token_ids == {"a": [1, 2, 3, 4]}
 
 
 def test_proposals_never_preempt():
