@@ -35,7 +35,8 @@ MAX_PROBE_STEPS). The first comes when it costs (as the loser cost while explori
 included) FIRST_PROBE_BUDGET of the steps before it, and no sooner than MIN_PROBE_INTERVAL; while
 the verdict holds, the interval doubles, and it is at least long enough that the probe's cost (its
 time beyond what its tokens took in the winning mode) stays within PROBE_BUDGET of the steps between
-probes. A step with prompt tokens to compute neither explores nor starts a probe: its cost is the prefill's.
+probes. A step with prompt tokens to compute neither explores nor starts a probe: its cost is the prefill's;
+while a bucket explores, such a step runs plain (it teaches nothing, and a verify step costs more).
 `disable_by_batch_size` (vLLM's knob) turns speculation off from a size up, outright.
 
 Pure Python, no torch, no clock: decisions follow from the recorded samples alone (the tests drive it
@@ -211,8 +212,8 @@ class SpecPolicy:
             b.verdict = verdict
 
     def _explore(self, b: _Bucket, prefilling: bool) -> bool:
-        if prefilling:
-            return self._last_mode
+        if prefilling:  # no verdict to follow and nothing to learn: the mode that cannot lose much
+            return False
         b.explore_steps += 1
         if b.explore_steps > MAX_EXPLORE_STEPS:  # out of steps: judge from what there is
             self._first_verdict(b, b.judge())
