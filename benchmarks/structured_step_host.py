@@ -1,7 +1,7 @@
 """Structured outputs: the step loop's host time per phase, 64 constrained rows against 64 unconstrained (CPU).
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python3 benchmarks/structured_step_host.py [--rows 64] [--tokens 128]
-        [--label NAME] [--output FILE]
+        [--full] [--label NAME] [--output FILE]
 
 A tiny Qwen3 (2 layers, hidden 64, dummy weights) with the vocabulary and the 151k-token byte-level
 BPE tokenizer of benchmarks/configs/qwen3-0.6b (bpe_tokenizer_model.py, ~30 s): the model's forward
@@ -18,14 +18,20 @@ counted, except where the loop waits for it):
     collect         runner.collect (the previous step's tokens to the host)
     update          Scheduler.update_from_output
     masked_rows     ConstrainedDecoding.masked_rows (which rows need masks)
-    advance         ConstrainedDecoding.advance (the new tokens into the matchers)
+    advance         ConstrainedDecoding.take (the new tokens into the matchers)
     fill_start      ConstrainedDecoding.fill (the rows and buffers; the fill's start)
     mask_wait       ConstrainedDecoding.wait (the loop waiting for the masks)
     sample          runner.sample (the masks to the device and the masked sampling)
     other           the rest of EngineCore.step (the rows, bookkeeping) and LLMEngine.step's outputs
 
-Only steps that decode exactly `--rows` rows count (no prefill, no request finished yet). These are
-CPU figures: on a GPU the forward and sampling run on the device, and the rest is the same host work.
+Beside the loop thread's phases, `mask_chain_ms` holds what lies between one step's tokens and the
+next step's sampling, the chain no forward hides: `lead`, from `collect` returning to the fill running
+in its thread (the grammars taking the tokens, the rows and buffers), and `fill_thread`, the masks'
+computing there. Only steps that decode exactly `--rows` rows count (no prefill, no request finished
+yet). With `--full` (Qwen3-0.6B's own sizes, bf16; scripts/device/structured_h200.sh) on a GPU, the
+step's total is its real length, unconstrained and constrained, and launch/collect/sample are the
+device's queueing and waiting; without, on a CPU, the forward and sampling run on the host and only
+the other phases say anything.
 """
 
 from __future__ import annotations
@@ -58,13 +64,13 @@ TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "nu
 TINY |= {"num_key_value_heads": 1, "head_dim": 32, "torch_dtype": "float32"}
 
 
-def make_model(tmp: Path) -> Path:
+def make_model(tmp: Path, full: bool = False) -> Path:
     from bpe_tokenizer_model import write
 
     src = tmp / "config"
     src.mkdir()
     config = json.loads((CONFIGS / "qwen3-0.6b" / "config.json").read_text())
-    (src / "config.json").write_text(json.dumps(config | TINY))
+    (src / "config.json").write_text(json.dumps(config if full else config | TINY))
     write(src, tmp / "model")
     return tmp / "model"
 
@@ -76,6 +82,8 @@ class Timers:
         self.current: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.steps: list[tuple[dict, dict]] = []
         self.decode_rows = -1
+        self.stamps: dict[str, float] = {}
+        """Phase -> when its last call ended (the lead: tokens on the host -> the fill running)."""
 
     def wrap(self, owner: object, name: str, phase: str) -> None:
         original = getattr(owner, name)
@@ -85,9 +93,11 @@ class Timers:
             try:
                 return original(*args, **kwargs)
             finally:
+                end = time.perf_counter()
                 cell = self.current[phase]
-                cell[0] += time.perf_counter() - wall
+                cell[0] += end - wall
                 cell[1] += time.thread_time() - cpu
+                self.stamps[phase] = end
 
         setattr(owner, name, timed)
 
@@ -114,9 +124,10 @@ def run(llm, rows: int, tokens: int, constrained: bool, seed: int) -> dict:  # n
         timers.wrap(core.runner, name, phase)
     if constrained:
         c = core._constrained()
-        for name, phase in (("masked_rows", "masked_rows"), ("advance", "advance"), ("fill", "fill_start")):
+        for name, phase in (("masked_rows", "masked_rows"), ("take", "advance"), ("fill", "fill_start")):
             timers.wrap(c, name, phase)
         timers.wrap(c, "wait", "mask_wait")
+        timers.wrap(c, "_start", "fill_running")
     so = StructuredOutputs.json(SCHEMA) if constrained else None
     params = [
         SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=not constrained, structured_outputs=so)
@@ -125,8 +136,11 @@ def run(llm, rows: int, tokens: int, constrained: bool, seed: int) -> dict:  # n
     for i, p in enumerate(params):
         engine.add_request(f"{'c' if constrained else 'u'}{seed}-{i}", f"Order number {i + seed}:", p)
     outputs: dict[str, list[int]] = {}
+    manager = core.constrained.manager if constrained else None
     while engine.has_unfinished_requests():
         timers.current.clear()
+        timers.stamps.clear()
+        computed = manager.fill_seconds if manager is not None else 0.0
         wall, cpu = time.perf_counter(), time.thread_time()
         for out in engine.step():
             if out.finished:
@@ -134,6 +148,10 @@ def run(llm, rows: int, tokens: int, constrained: bool, seed: int) -> dict:  # n
         total = (time.perf_counter() - wall, time.thread_time() - cpu)
         if timers.decode_rows == rows and not outputs:
             step = {p: tuple(timers.current.get(p, (0.0, 0.0))) for p in PHASES}
+            stamps = timers.stamps
+            lead = stamps["fill_running"] - stamps["collect"] if "fill_running" in stamps else 0.0
+            step["lead"] = (lead, 0.0)
+            step["fill_thread"] = ((manager.fill_seconds - computed) if manager is not None else 0.0, 0.0)
             timers.steps.append((step, total))
     for c in (scheduler, core.runner) + ((core.constrained,) if constrained else ()):
         for name in list(vars(c)):
@@ -145,9 +163,10 @@ def run(llm, rows: int, tokens: int, constrained: bool, seed: int) -> dict:  # n
                 "collect",
                 "sample",
                 "masked_rows",
-                "advance",
+                "take",
                 "fill",
                 "wait",
+                "_start",
             ):
                 delattr(c, name)
     return summarise(timers.steps, outputs, llm.tokenizer if constrained else None)
@@ -163,6 +182,12 @@ def summarise(steps: list, outputs: dict, tokenizer) -> dict:  # noqa: ANN001
             result[key][phase] = ms([s[phase][k] for s, _ in steps])
         result[key]["other"] = ms([t[k] - sum(s[p][k] for p in PHASES) for s, t in steps])
         result[key]["total"] = ms([t[k] for _, t in steps])
+    result["mask_chain_ms"] = {}  # not on the loop thread's clock: not part of total
+    for part in ("lead", "fill_thread"):
+        values = [s[part][0] for s, _ in steps]
+        result["mask_chain_ms"][part] = ms(values)
+        result["mask_chain_ms"][f"{part}_p50"] = round(1000 * float(np.median(values)), 4) if values else 0.0
+    result["total_ms_p50"] = round(1000 * float(np.median([t[0] for _, t in steps])), 4) if steps else 0.0
     result["checksum"] = hash(tuple(tuple(v) for _, v in sorted(outputs.items()))) & ((1 << 61) - 1)
     if tokenizer is not None:
         import jsonschema
@@ -187,23 +212,34 @@ def main() -> None:
         "--label", default="now", help="the key of this run's figures in the output (kept beside others)"
     )
     parser.add_argument("--output", default=str(RESULTS / "structured_step_host_cpu.json"))
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="Qwen3-0.6B's own sizes (bf16, dummy weights): the GPU run, not the tiny one",
+    )
     args = parser.parse_args()
     from model_optimizer import LLM
 
     output = Path(args.output)
     payload = json.loads(output.read_text()) if output.exists() else {}
-    payload |= {"benchmark": "structured_step_host", "device": "CPU", "environment": environment()}
+    import torch
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+    payload |= {"benchmark": "structured_step_host", "device": device, "environment": environment()}
     payload.setdefault("runs", {})
     with tempfile.TemporaryDirectory(prefix="mopt-structured-step-") as tmp:
-        model_dir = make_model(Path(tmp))
-        llm = LLM(str(model_dir), load_format="dummy", max_model_len=512, max_num_seqs=args.rows)
+        model_dir = make_model(Path(tmp), args.full)
+        extra = {"dtype": "bfloat16"} if args.full else {}
+        llm = LLM(str(model_dir), load_format="dummy", max_model_len=512, max_num_seqs=args.rows, **extra)
         figures = {}
         for kind in ("unconstrained", "constrained"):
             for repeat in range(args.repeats):
                 figures[kind] = run(llm, args.rows, args.tokens, kind == "constrained", seed=1000 * repeat)
                 print(f"{kind} #{repeat}: {figures[kind]}", file=sys.stderr)
         llm.close()
-    payload["runs"][args.label] = {"rows": args.rows, "tokens": args.tokens, **figures}
+    payload["runs"][args.label] = {"rows": args.rows, "tokens": args.tokens, "full": args.full, **figures}
+    plain, masked = figures["unconstrained"]["wall_ms"]["total"], figures["constrained"]["wall_ms"]["total"]
+    print(f"step wall: {plain} -> {masked} ms ({round(masked / plain, 3) if plain else None}x)", file=sys.stderr)
     write_json(output, payload)
     print(f"wrote {output}", file=sys.stderr)
 

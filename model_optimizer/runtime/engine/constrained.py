@@ -3,7 +3,7 @@
 A constrained request is held here until its grammar has compiled (in the compiler's threads), then
 joins the scheduler's queue; a compile that fails finishes it with an error row. For a step whose
 sampling rows include constrained requests, `fill` starts the masks of those rows as soon as the
-previous step's tokens have advanced the matchers; the engine core (core.py) queues the step's
+previous step's tokens have advanced the matchers (`take`, before the scheduler appends them); the engine core (core.py) queues the step's
 sampling with them (`wait`) only at its next step, after it has published the previous step's rows
 and scheduled the next batch: the native mask fill (llguidance's thread pool, GIL released) runs on
 other cores during that host work and during the step's forward on the device, so it costs the step
@@ -103,9 +103,16 @@ class ConstrainedDecoding:
         rows = [requests.get(rid) for rid in out.num_scheduled_tokens if rid in out.sampling_request_ids]
         return rows if any(r is not None and manager.has(r.request_id) for r in rows) else None
 
-    def advance(self, updated: list[Request], scheduler: Scheduler) -> None:
-        """Feed the tokens just collected to the matchers; a finished grammar ends its request ("stop")."""
-        for request, error in self.manager.advance(updated):
+    def take(self, sampled: dict[str, tuple[Any, Any]], scheduler: Scheduler) -> list[tuple[Request, str | None]]:
+        """Feed the tokens just collected (the runner's, not yet appended) to the matchers, so that the next
+        step's masks can start before the scheduler appends them; `end` what it returns afterwards."""
+        return self.manager.take(sampled, scheduler.requests)
+
+    @staticmethod
+    def end(ended: list[tuple[Request, str | None]], scheduler: Scheduler) -> None:
+        """End the requests whose grammar `take` finished ("stop") or failed; those that ended meanwhile
+        (their tokens' own stops) keep their reason."""
+        for request, error in ended:
             if error is None:
                 scheduler.finish(request, RequestStatus.FINISHED_STOPPED)
             else:

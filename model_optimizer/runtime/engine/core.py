@@ -27,7 +27,8 @@ whether speculating pays (only on steady steps: spec_decode/policy.py).
 
 A step whose sampling rows include requests constrained by a grammar (runtime/structured) splits its
 launch in two: the forward of batch k + 1 is queued, batch k is collected and its tokens advance the
-grammars, and the masks of batch k + 1 start filling in a thread (engine/constrained.py); its
+grammars, and the masks of batch k + 1 start filling in a thread (engine/constrained.py), all before
+the scheduler appends those tokens (it does so while the masks fill); its
 sampling is queued with them in the next step, once this step's rows are out and the
 next batch is scheduled. The masks depend on the tokens just collected, so this is the earliest they
 can start; the device runs the forward meanwhile, and the host publishes and schedules, so the fill
@@ -265,10 +266,13 @@ class EngineCore:
             handle = self.runner.launch(out, pending, sample=False)  # type: ignore[call-arg]
         if rows is None:
             return _InFlight(out, handle), False
-        # the previous step's tokens advance the grammars the masks start from; the masks start before its
-        # output rows are built (they read only the matchers), so the rows' work hides behind the fill
-        updated = self._collect(previous, news) if previous is not None else None
-        step = _InFlight(out, handle, self.constrained.fill(rows, background=self.config.async_scheduling))  # type: ignore[union-attr]
+        # the previous step's tokens advance the grammars the masks start from: the masks start as soon as the
+        # tokens are on the host, before the scheduler appends them and the rows are built (see _collect)
+        if previous is not None:
+            updated, mask = self._collect(previous, news, rows)
+        else:
+            updated, mask = None, self.constrained.fill(rows, background=self.config.async_scheduling)  # type: ignore[union-attr]
+        step = _InFlight(out, handle, mask)
         if updated is not None:
             self._report(updated, news)
         return (step if self.config.async_scheduling else self._sample(step)), previous is not None
@@ -338,19 +342,28 @@ class EngineCore:
 
     def _finish(self, step: _InFlight, news: CoreNews) -> None:
         """Collect a launched step's tokens, apply them, and add a row for every completion they changed."""
-        self._report(self._collect(step, news), news)
+        self._report(self._collect(step, news)[0], news)
 
-    def _collect(self, step: _InFlight, news: CoreNews) -> list[Request]:
+    def _collect(
+        self, step: _InFlight, news: CoreNews, rows: list[Request | None] | None = None
+    ) -> tuple[list[Request], Future | None]:
         """A launched step's tokens applied to its requests and grammars (its prompt logprobs reported):
-        the requests they changed, whose rows `_report` adds."""
+        the requests they changed, whose rows `_report` adds. `rows`: the next step's masked sampling rows,
+        whose masks start as soon as the grammars have taken the tokens, while the scheduler appends
+        them (only the matchers are read: the scheduler's work hides behind the fill); their future."""
         results = self.runner.collect(step.handle)
         if type(results) is StepResults:  # before the rows: a prompt's last chunk may sample its first token too
             news.prompt_logprobs(results.prompt_logprobs, self.scheduler.requests)
+        constrained, ended, mask = self.constrained, None, None
+        if constrained is not None:
+            ended = constrained.take(results, self.scheduler)
+            if rows is not None:
+                mask = constrained.fill(rows, background=self.config.async_scheduling)
         updated = self.scheduler.update_from_output(step.scheduler_output, results)
         self.num_steps += 1
-        if self.constrained is not None:  # a finished grammar ends its request
-            self.constrained.advance(updated, self.scheduler)
-        return updated
+        if ended:  # a finished grammar ends its request
+            constrained.end(ended, self.scheduler)  # type: ignore[union-attr]
+        return updated, mask
 
     def _report(self, updated: list[Request], news: CoreNews) -> None:
         """A row for every completion `updated` changed (after `_collect`)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -36,9 +36,19 @@ MAX_FILL_THREADS = 8
 """Most threads that fill masks (beyond, a step's few dozen rows gain little and the host's other work loses)."""
 
 
+FILL_THREADS_ENV = "MOPT_GRAMMAR_THREADS"
+"""Environment variable that sets the fill threads (1 to the cores), for measuring what more of them buy."""
+
+
 def default_fill_threads() -> int:
-    """Half the cores this process may run on (the rest: the step loop, the frontend, the compiles), 1 to 8."""
+    """Half the cores this process may run on (the rest: the step loop, the frontend, the compiles), 1 to 8;
+    MOPT_GRAMMAR_THREADS, when set, instead. ValueError for a value that is not 1 to the cores."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    wanted = os.environ.get(FILL_THREADS_ENV, "").strip()
+    if wanted:
+        if not wanted.isdigit() or not 1 <= int(wanted) <= cores:
+            raise ValueError(f"{FILL_THREADS_ENV} must be a whole number from 1 to {cores} (the cores), got {wanted!r}")
+        return int(wanted)
     return max(1, min(MAX_FILL_THREADS, cores // 2))
 
 
@@ -74,16 +84,18 @@ def numpy_buffers(num_rows: int, num_masked: int, words: int) -> HostTokenMask:
 
 
 class _Matcher:
-    __slots__ = ("lane", "matcher", "num_consumed")
+    __slots__ = ("ended", "lane", "matcher", "num_consumed")
 
     def __init__(self, matcher: Any, lane: int) -> None:
         self.matcher = matcher
         self.lane = lane
         self.num_consumed = 0
+        self.ended = matcher.is_stopped()
+        """Stopped or failed, as of its last token (_check): its rows need no mask."""
 
 
-def _lane_of(pair: tuple[_Matcher, Any]) -> int:
-    return pair[0].lane
+def _lane_of(row: tuple[_Matcher, Any, int]) -> int:
+    return row[0].lane
 
 
 class StructuredOutputManager:
@@ -103,6 +115,8 @@ class StructuredOutputManager:
         """Host time spent advancing matchers and filling masks, all steps together."""
         self.max_seconds = 0.0
         """The longest one step spent on them."""
+        self.fill_seconds = 0.0
+        """Of `seconds`, the masks' computing alone (in the filler thread), all steps together."""
         self._words = 0
         """Bitmask words per row (the vocabulary over 32), once known."""
         self._advance_seconds = 0.0
@@ -139,7 +153,7 @@ class StructuredOutputManager:
         grammar ends: (request, None) when it has stopped, (request, error) when it failed."""
         started = time.perf_counter()
         matchers = self._matchers
-        batch: list[tuple[_Matcher, Any]] = []
+        batch: list[tuple[_Matcher, Any, int]] = []
         ended: list[tuple[Any, str | None]] = []
         for request in requests:
             state = matchers.get(request.request_id)
@@ -148,29 +162,61 @@ class StructuredOutputManager:
             tokens = request.output_token_ids
             new = len(tokens) - state.num_consumed  # counted, not sliced: a slice copies the whole tail each step
             if new == 1:
-                batch.append((state, request))
+                batch.append((state, request, tokens[-1]))
             elif new > 0:  # more than one at once: only a runner that returns several per step does that
                 state.matcher.consume_tokens(tokens[state.num_consumed :])
                 state.num_consumed += new
                 self._check(state, request, ended)
-        if len(batch) >= PARALLEL_ADVANCE_ROWS:
-            by_lane = sorted(batch, key=_lane_of)  # whole lanes per pool thread
-            self.executor().consume_token_par([(s.matcher, r.output_token_ids[-1]) for s, r in by_lane])
-        else:
-            for state, request in batch:
-                state.matcher.consume_token(request.output_token_ids[-1])
-        for state, request in batch:
-            state.num_consumed += 1
-            self._check(state, request, ended)
+        self._consume(batch, ended)
         self._advance_seconds += time.perf_counter() - started
         return ended
+
+    def take(self, sampled: Mapping[str, tuple[Any, Any]], requests: Mapping[str, Any]) -> list[tuple[Any, str | None]]:
+        """`advance` with a step's sampled ids (the runner's `collect`, request id -> (token, logprob)) before
+        the scheduler appends them to the requests (`requests`: its requests by id), so that the next
+        step's masks can start filling at once, while it does. A request the scheduler will not give its
+        token (finished meanwhile; no id: its logits were not finite, it fails) takes nothing. Returns
+        what `advance` returns; the caller ends those requests once the scheduler has appended."""
+        started = time.perf_counter()
+        matchers = self._matchers
+        batch: list[tuple[_Matcher, Any, int]] = []
+        ended: list[tuple[Any, str | None]] = []
+        for request_id, (token, _) in sampled.items():
+            state = matchers.get(request_id)
+            if state is None or type(token) is not int or token < 0:
+                continue
+            request = requests.get(request_id)
+            if request is None or request.finished:
+                continue
+            tokens = request.output_token_ids
+            if len(tokens) > state.num_consumed:  # tokens that came another way (never in the engine's steps)
+                state.matcher.consume_tokens(tokens[state.num_consumed :])
+                state.num_consumed = len(tokens)
+            batch.append((state, request, token))
+        self._consume(batch, ended)
+        self._advance_seconds += time.perf_counter() - started
+        return ended
+
+    def _consume(self, batch: list[tuple[_Matcher, Any, int]], ended: list[tuple[Any, str | None]]) -> None:
+        """One token per matcher: in turn, or from PARALLEL_ADVANCE_ROWS rows on, on the pool (GIL released)."""
+        if len(batch) >= PARALLEL_ADVANCE_ROWS:
+            by_lane = sorted(batch, key=_lane_of)  # whole lanes per pool thread
+            self.executor().consume_token_par([(s.matcher, token) for s, _, token in by_lane])
+        else:
+            for state, _, token in batch:
+                state.matcher.consume_token(token)
+        for state, request, _ in batch:
+            state.num_consumed += 1
+            self._check(state, request, ended)
 
     @staticmethod
     def _check(state: _Matcher, request: Any, ended: list[tuple[Any, str | None]]) -> None:
         matcher = state.matcher
         if matcher.is_error():
+            state.ended = True
             ended.append((request, f"the output left its grammar: {matcher.get_error()}"))
         elif matcher.is_stopped():
+            state.ended = True
             ended.append((request, None))
 
     def fill(self, requests: list[Any], buffers: MaskBuffers = numpy_buffers) -> HostTokenMask | None:
@@ -190,7 +236,7 @@ class StructuredOutputManager:
         rows: list[tuple[int, _Matcher]] = []
         for i, request in enumerate(requests):
             state = matchers.get(request.request_id) if request is not None and not request.finished else None
-            if state is not None and not state.matcher.is_stopped():
+            if state is not None and not state.ended:
                 rows.append((i, state))
         if not rows:
             return None
@@ -210,7 +256,9 @@ class StructuredOutputManager:
         def compute() -> HostTokenMask:
             begun = time.perf_counter()
             executor.unsafe_compute_mask_ptr(pairs, bitmask.ctypes.data, words * 4, len(pairs))
-            step = spent + time.perf_counter() - begun
+            computed = time.perf_counter() - begun
+            self.fill_seconds += computed
+            step = spent + computed
             self.num_steps += 1
             self.seconds += step
             self.max_seconds = max(self.max_seconds, step)

@@ -191,3 +191,80 @@ def test_a_constraint_builds_its_other_lanes_only_once_two_requests_use_it(token
     manager.start("c", compiled)
     assert manager.lane_of("c") == 1
     manager.close()
+
+
+def test_tokens_taken_before_the_append_give_llguidances_own_masks(tokenizer):
+    """`take` feeds the runner's sampled ids before the scheduler appends them (the engine core's order, so
+    that the next masks start at once): every mask must be the one llguidance computes itself for a fresh
+    matcher of the same grammar that consumed the same tokens, and the grammar's end is reported once."""
+    import llguidance as llg
+
+    from model_optimizer.runtime.structured.grammar import check, ll_tokenizer
+
+    so = StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
+    texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":""}', '{"a":"q r"}', '{"a":"12"}'] * 2  # a pool takes 10 rows
+    streams = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    vocab = len(tokenizer) + 5
+    manager = StructuredOutputManager(GrammarCompiler(tokenizer, vocab, frozenset({2}), lanes=3), threads=2)
+    compiled = manager.submit(so).result(timeout=60)
+    compiled.grow()
+    requests = {f"r{i}": Request(f"r{i}", [1], SamplingParams(structured_outputs=so)) for i in range(len(texts))}
+    for request_id in requests:
+        manager.start(request_id, compiled)
+    ll = ll_tokenizer(tokenizer, vocab, frozenset({2}))
+    grammar = check(so, ll)
+    ended_ids = []
+    for step in range(max(map(len, streams))):
+        live = [r for r in requests.values() if manager.has(r.request_id) and not r.finished]
+        mask = manager.fill(live)
+        for k, request in enumerate(live):
+            reference = llg.LLMatcher(ll, grammar)
+            reference.consume_tokens(request.output_token_ids)
+            expected = np.frombuffer(reference.compute_bitmask(), dtype=np.int32)
+            np.testing.assert_array_equal(mask.bitmask[mask.mask_index[k]], expected[: mask.bitmask.shape[1]])
+        sampled = {r.request_id: (streams[int(r.request_id[1:])][step], None) for r in live}
+        ended = manager.take(sampled, requests)
+        for request in live:  # the scheduler's append, after
+            request.output_token_ids.append(sampled[request.request_id][0])
+        for request, error in ended:
+            assert error is None and len(request.output_token_ids) == len(streams[int(request.request_id[1:])])
+            manager.drop(request.request_id)
+            ended_ids.append(request.request_id)
+    assert sorted(ended_ids) == sorted(requests) and manager.num_matchers == 0
+    manager.close()
+
+
+def test_take_skips_tokens_the_scheduler_will_not_append(manager, tokenizer):
+    """A request finished meanwhile drops its token, and a non-finite row (id -1) fails: neither matcher may
+    take anything; ids of requests without a grammar, or unknown to the scheduler, are ignored."""
+    from model_optimizer.runtime.sampler_output import NONFINITE_TOKEN
+
+    so = StructuredOutputs.regex("[0-9]+")
+    compiled = manager.submit(so).result(timeout=60)
+    requests = {rid: Request(rid, [1], SamplingParams(structured_outputs=so)) for rid in ("done", "nan", "ok")}
+    for rid in requests:
+        manager.start(rid, compiled)
+    requests["done"].status = requests["done"].status.FINISHED_ABORTED
+    seven = tokenizer.encode("7", add_special_tokens=False)[0]
+    sampled = {"done": (seven, None), "nan": (NONFINITE_TOKEN, None), "ok": (seven, None)}
+    sampled |= {"free": (seven, None), "gone": (seven, None)}
+    requests["free"] = Request("free", [1], SamplingParams())
+    assert manager.take(sampled, requests) == []
+    requests["ok"].output_token_ids.append(seven)
+    requests["nan"].status = requests["nan"].status.FINISHED_ERROR
+    assert manager.advance(list(requests.values())) == []  # "ok" took its token already: nothing new
+    eos_allowed = [2 in _allowed(manager.fill([requests[rid]]).bitmask[0]) for rid in ("ok",)]
+    assert eos_allowed == [True]  # "ok" consumed "7"; EOS completes [0-9]+
+    fresh = Request("done", [1], SamplingParams(structured_outputs=so))  # "done"'s matcher took nothing
+    assert 2 not in _allowed(manager.fill([fresh]).bitmask[0])
+
+
+@pytest.mark.parametrize("value", ["0", "x", "100000"])
+def test_a_fill_thread_count_outside_the_cores_is_refused(monkeypatch, value):
+    from model_optimizer.runtime.structured.manager import FILL_THREADS_ENV, default_fill_threads
+
+    monkeypatch.setenv(FILL_THREADS_ENV, value)
+    with pytest.raises(ValueError, match="MOPT_GRAMMAR_THREADS must be a whole number from 1 to"):
+        default_fill_threads()
+    monkeypatch.setenv(FILL_THREADS_ENV, "1")
+    assert default_fill_threads() == 1
