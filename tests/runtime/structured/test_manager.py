@@ -268,3 +268,12 @@ def test_a_fill_thread_count_outside_the_cores_is_refused(monkeypatch, value):
         default_fill_threads()
     monkeypatch.setenv(FILL_THREADS_ENV, "1")
     assert default_fill_threads() == 1
+
+
+def test_the_default_fill_threads_leave_four_cores_and_stop_at_twelve(monkeypatch):
+    from model_optimizer.runtime.structured import manager
+
+    monkeypatch.delenv(manager.FILL_THREADS_ENV, raising=False)
+    for cores, threads in ((2, 1), (8, 4), (16, 12), (64, 12)):
+        monkeypatch.setattr(manager.os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)), raising=False)
+        assert manager.default_fill_threads() == threads
