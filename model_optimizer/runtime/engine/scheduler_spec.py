@@ -3,21 +3,26 @@ proposals a decoding request verifies, and applying a step that verified them.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from model_optimizer.runtime.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN, Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler_output import SchedulerOutput
 
 if TYPE_CHECKING:
     from model_optimizer.runtime.engine.kv_cache import KVCacheManager
-    from model_optimizer.runtime.engine.scheduler import SchedulerConfig
     from model_optimizer.runtime.spec_decode.counters import SpecCounters
+
+
+class _Limits(Protocol):
+    """What the speculative steps read of the scheduler's SchedulerConfig (scheduler.py imports this module)."""
+
+    max_model_len: int
 
 
 class SpeculativeSteps:
     """Mixed into Scheduler: uses its block manager, counters and finishing."""
 
-    config: SchedulerConfig
+    config: _Limits
     kv_cache: KVCacheManager
     spec_counters: SpecCounters
     _num_sent_blocks: dict[str, int]
