@@ -21,7 +21,8 @@ work and the target's verify step cost what they would at that acceptance.
 A figure: after a warm-up run of the same shape (kernel compiles; the policy's measurements for that batch
 size), output tokens over the wall time of one generate() of `concurrency` greedy requests (ignore_eos),
 prompt and output lengths fixed, prefix caching off so no run reuses another's prompt. The long rows at
-64 (3 x 64 requests, 64 at a time) have no warm-up run and a fresh policy: its learning is in the figure.
+64 (3 x 64 requests, 64 at a time) have no warm-up run and a fresh policy: its learning is in the figure,
+and `per_step` lists every step the policy recorded as [running, speculated, steady, ms, tokens].
 `step_profile_ms.host` has spec_host_overhead.py's host figures on the same engine (one request), and
 `step_profile_ms.timeline` spec_step_timeline.py's split of a plain and a verifying step (device and host clocks),
 `step_profile_ms.timeline_c64` its per-step record at 64 requests (which verifying steps ran from a graph).
@@ -136,14 +137,32 @@ def measure(modes: Modes, label: str, mode: str, concurrency: int, long: bool = 
     seed = zlib.crc32(f"{label} {mode} {concurrency} {long} {settings}".encode())
     if not long:
         run(modes.llm, concurrency, seed=seed + 1)  # warm-up: same shape, other prompts
+    steps = record_steps(modes.llm) if long and mode != "off" else None
     row = run(modes.llm, concurrency, seed=seed, num_requests=LONG_FACTOR * concurrency if long else None)
     row.update(proposer=label, mode=mode, concurrency=concurrency, long=long, **settings)
+    if steps is not None:
+        row["per_step"] = steps
     print(
         f"{label:>10} {mode:>5} c={concurrency:<3} {'long ' if long else ''}{settings}: "
         f"{row['tokens_per_s']:8.1f} tok/s, {row['steps']} steps, acceptance length {row['mean_acceptance_length']}",
         flush=True,
     )
     return row
+
+
+def record_steps(llm) -> list[list]:
+    """Every step the engine's policy records from now on, as [running, speculated, steady, ms, tokens]: which
+    steps verified and what each cost (a long row's learning, step by step). Lives as long as the speculator."""
+    policy, steps = llm.engine.core.speculator.policy, []
+    record = policy.record
+
+    def recorded(sample) -> None:
+        ms = round(1e3 * sample.seconds, 3)
+        steps.append([sample.num_running, sample.speculated, sample.steady, ms, sample.num_tokens])
+        record(sample)
+
+    policy.record = recorded
+    return steps
 
 
 def speedups(rows: list[dict]) -> None:

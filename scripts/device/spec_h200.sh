@@ -7,7 +7,8 @@
 #      spec_step_timeline.py on the same engine, and its per-step record at 64 requests (n-gram forced
 #      on, then adaptive: rows, verify, graphed, cycle of every step); its JSON is rewritten after the
 #      engine, so a timeout keeps what finished                                             <= 165 s
-#      then targets.txt: (a) n-gram at acceptance 1, one request, >= 3x; (b) 64 requests adaptive >= 0.97x
+#      then targets.txt: (a) n-gram at acceptance 1, one request, >= 3x; (b) 64 requests adaptive >= 0.97x,
+#      and the long rows' speculative steps from their per-step record (index, ms, steady)
 #   2. tests/gpu/test_spec_gpu.py: greedy tokens identical with and without speculation with CUDA graphs
 #      (n-gram, the target as its own draft, another draft), graphed = eager, seeded sampling
 #      reproducible; SKIP_TESTS=1 leaves it out                                                <= 90 s
@@ -32,6 +33,12 @@ for r in rows:
         goal = 3.0 if a else 0.97
         print(f"{'(a)' if a else '(b)'} {r['proposer']:>6} c={r['concurrency']} long={r.get('long')} "
               f"speedup {r.get('speedup') or 0:.3f} (goal {goal}) steps {r['steps']} verifying {r['verifying_request_steps']}")
+for r in rows:  # the long rows' learning: every speculative step, and the policy's verdict at 64
+    if r.get("per_step"):
+        spec = [(i, ms, steady) for i, (n, sp, steady, ms, t) in enumerate(r["per_step"]) if sp]
+        print(f"long {r['proposer']}: {len(spec)} of {len(r['per_step'])} steps speculated "
+              f"(index, ms, steady): {spec[:12]}{' ...' if len(spec) > 12 else ''}; "
+              f"policy at 64: {(r.get('policy') or {}).get('64')}")
 prof = json.load(open(sys.argv[1]))["step_profile_ms"].get("draft_small", {}).get("timeline_c64", {})
 for label, t in prof.items():
     v = t.get("verify", {})

@@ -31,11 +31,16 @@ plain mode's floor (a plain step here costs at most the measured plain step of t
 and yields a token per request): after MIN_SAMPLES steps, or after one when EARLY_LOSS behind (steps
 that ran eagerly instead of from a graph cost several plain steps). That is a verdict: plain.
 Probes: a measured bucket re-measures its losing mode (MIN_SAMPLES fresh steady steps, at most
-MAX_PROBE_STEPS). The first comes when it costs (as the loser cost while exploring, switch steps
-included) FIRST_PROBE_BUDGET of the steps before it, and no sooner than MIN_PROBE_INTERVAL; while
-the verdict holds, the interval doubles, and it is at least long enough that the probe's cost (its
-time beyond what its tokens took in the winning mode) stays within PROBE_BUDGET of the steps between
-probes. A step with prompt tokens to compute neither explores nor starts a probe: its cost is the prefill's;
+MAX_PROBE_STEPS; a probe of speculation ends at the guard's verdict, after one steady step when EARLY_LOSS
+behind, as exploring does). The first comes once exploring the loser and the probe, which repeats it (switch
+steps included: a draft model's catch-up over every token it has not seen), together cost FIRST_PROBE_BUDGET
+of the steps before it, scaled by what the loser could gain: speculating yields at most 1 + k tokens a
+request per step, so at its measured step time it reaches at best so many times the plain rate (on the
+H200: a 1B draft that lost 3.4x at 64 requests, 1.6x; an n-gram lookup that lost at one request for want of
+matches, 3.1x); a loser that could not win even so waits MAX_PROBE_INTERVAL steps. No sooner than
+MIN_PROBE_INTERVAL; while the verdict holds, the interval doubles, and it is at least long enough that the
+probe's cost (its time beyond what its tokens took in the winning mode) stays within PROBE_BUDGET of the
+steps between probes. A step with prompt tokens to compute neither explores nor starts a probe: its cost is the prefill's;
 while a bucket explores, such a step runs plain (it teaches nothing, and a verify step costs more).
 `disable_by_batch_size` (vLLM's knob) turns speculation off from a size up, outright.
 
@@ -67,9 +72,11 @@ MAX_PROBE_STEPS = 8
 PROBE_BUDGET = 0.005
 """Probes may cost at most this share of the time between them (the interval grows to keep it so)."""
 FIRST_PROBE_BUDGET = 0.05
-"""The first probe after a verdict may cost this share of the steps before it: looser than PROBE_BUDGET, so
-an early verdict taken before n-gram matches appeared is revisited within a short answer, while a loser
-that cost much to explore (a draft model's catch-up, an eager step) waits long before it is tried again."""
+"""Exploring the loser and the first probe after a verdict may cost this share of the steps before that
+probe, times the loser's most possible gain (see the module docstring): looser than PROBE_BUDGET, so an early
+verdict taken before n-gram matches appeared is revisited within a short answer, while a loser that cost
+much to explore (a draft model's catch-up, an eager step) and could gain little waits long (on the H200 a
+useless 1B draft at 64 requests, probed ~200 steps after its verdict, cost a 388-step run ~0.12 s of 3.5)."""
 EARLY_LOSS = 2.0
 """Speculation this many times slower than the plain floor after one steady step ends its trial (_spec_refuted)."""
 
@@ -195,7 +202,7 @@ class SpecPolicy:
         if sample.steady:
             b.window(sample.speculated).add(sample.seconds, sample.num_tokens, sample.num_running)
         if b.probe is not None:
-            self._probe_step(b, b.probe, sample)
+            self._probe_step(key, b, b.probe, sample)
             return
         if b.verdict is None:
             spent = b.explored[sample.speculated]
@@ -249,27 +256,42 @@ class SpecPolicy:
         return rate <= MARGIN * floor if b.spec.count >= MIN_SAMPLES else rate * EARLY_LOSS < floor
 
     def _first_verdict(self, b: _Bucket, verdict: bool) -> None:
-        """The bucket's first verdict. Its first probe comes when re-measuring the loser, at what exploring it
-        cost (switch steps included: a draft model's catch-up), stays within FIRST_PROBE_BUDGET."""
+        """The bucket's first verdict. Its first probe comes when exploring the loser and re-measuring it (at
+        what exploring cost, switch steps included: a draft model's catch-up) stay within FIRST_PROBE_BUDGET
+        times what the loser could gain; MAX_PROBE_INTERVAL when speculation lost and could win at no acceptance."""
         b.verdict, b.steps_since_probe = verdict, 0
         winner = b.window(verdict)
         seconds, tokens = b.explored[not verdict]
+        gain = 1.0 if verdict else self._spec_ceiling(b) - MARGIN
+        if gain <= 0:
+            b.probe_interval = MAX_PROBE_INTERVAL
+            return
         if winner.tokens_per_s <= 0 or winner.step_seconds <= 0:
             b.probe_interval = MIN_PROBE_INTERVAL
             return
         excess = max(seconds - tokens / winner.tokens_per_s, 0.0)
-        affordable = excess / (FIRST_PROBE_BUDGET * winner.step_seconds)
+        affordable = 2 * excess / (FIRST_PROBE_BUDGET * gain * winner.step_seconds)
         b.probe_interval = int(min(max(MIN_PROBE_INTERVAL, affordable), MAX_PROBE_INTERVAL))
 
-    def _probe_step(self, b: _Bucket, probe: _Probe, sample: StepSample) -> None:
+    def _spec_ceiling(self, b: _Bucket) -> float:
+        """Speculation's best rate here over the plain rate: every proposal accepted (1 + k tokens a request)
+        at its measured step time, which does not depend on acceptance (every row verifies k)."""
+        spec, plain = b.spec, b.plain.tokens_per_s
+        if spec.step_seconds <= 0 or plain <= 0:
+            return float("inf")  # not measured: nothing rules a win out
+        best = (1 + self.config.num_speculative_tokens) * spec.mean_running / spec.step_seconds
+        return best / plain
+
+    def _probe_step(self, key: int, b: _Bucket, probe: _Probe, sample: StepSample) -> None:
         probe.steps += 1
         probe.seconds += sample.seconds
         probe.tokens += sample.num_tokens
-        if b.window(probe.mode).count < MIN_SAMPLES and probe.steps < MAX_PROBE_STEPS:
+        refuted = probe.mode and sample.steady and self._spec_refuted(key, b)  # as when exploring: one step may do
+        if not refuted and b.window(probe.mode).count < MIN_SAMPLES and probe.steps < MAX_PROBE_STEPS:
             return
         b.probe = None
         winner = b.window(not probe.mode)
-        verdict = b.judge()
+        verdict = False if refuted else b.judge()
         if verdict != b.verdict:  # the other mode won: probe the new loser soon
             b.verdict, b.probe_interval = verdict, MIN_PROBE_INTERVAL
             return
