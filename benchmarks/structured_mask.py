@@ -1,7 +1,7 @@
 """Structured outputs: the host time of one step's grammar masks for a full batch, per way of filling them.
 
     PYTHONPATH=. python3 benchmarks/structured_mask.py [--model DIR | --bpe-from CONFIG_DIR] [--rows 64]
-        [--steps 200] [--threads N ...] [--lanes-per-thread K ...] [--output FILE]
+        [--steps 200] [--threads N ...] [--lanes-per-thread K ...] [--slices mopt|llguidance] [--output FILE]
 
 The tokenizer and schema of benchmarks/structured.py: `--bpe-from benchmarks/configs/qwen3-0.6b` (the
 default) generates its 151k-token byte-level BPE tokenizer (bpe_tokenizer_model.py, ~30 s), `--model`
@@ -19,6 +19,8 @@ StructuredOutputManager, the engine core's code, and times every step's `fill` a
     pool_lanes_tN_xK   K lanes per thread (--lanes-per-thread; the engine's: LANES_PER_THREAD), a
                        pool of N threads: the engine now
 
+`--slices llguidance` builds the tokenizer with llguidance's default slicer sets instead of ours
+(grammar.SLICES): the masks are the same, only their cost differs (compare runs by fill_cpu_ms_mean).
 The JSON holds, per variant, fill and advance ms per step (mean, p50, p90, p99, max; the first
 --warmup steps, while lexers build their automata, apart), the CPU ms of the fill (all threads), and
 the documents completed, each parsed and checked against the schema (jsonschema when installed).
@@ -37,6 +39,7 @@ import numpy as np
 from common import CONFIGS, RESULTS, environment, write_json
 from structured import SCHEMA
 
+from model_optimizer.runtime.structured.grammar import SLICES
 from model_optimizer.runtime.structured.manager import LANES_PER_THREAD, default_fill_threads, lanes_for
 
 
@@ -59,7 +62,9 @@ def walk(tokenizer, vocab_size: int, eos: frozenset, lanes: int, threads: int, a
     from model_optimizer.runtime.structured.manager import StructuredOutputManager
 
     one_by_one = threads == 0
-    manager = StructuredOutputManager(GrammarCompiler(tokenizer, vocab_size, eos, lanes=lanes), max(threads, 1))
+    slices = SLICES if args.slices == "mopt" else None
+    compiler = GrammarCompiler(tokenizer, vocab_size, eos, lanes=lanes, slices=slices)
+    manager = StructuredOutputManager(compiler, max(threads, 1))
     so = StructuredOutputs.json(SCHEMA)
     compiled = manager.submit(so).result()
     compiled.grow()  # all lanes at once: the steady state of a schema many requests use
@@ -178,6 +183,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=None, help="pool sizes (default: the engine's)")
     parser.add_argument("--lanes-per-thread", type=int, nargs="+", default=[LANES_PER_THREAD])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--slices", choices=("mopt", "llguidance"), default="mopt", help="the slicer's sets")
     parser.add_argument("--output", default=str(RESULTS / "structured_mask_cpu.json"))
     args = parser.parse_args()
     pools = args.threads or [default_fill_threads()]
@@ -198,6 +204,7 @@ def main() -> None:
             "what": f"host ms per step of StructuredOutputManager.fill / advance, {args.rows} rows walking the schema",
             "tokenizer": {"source": args.model or args.bpe_from, "size": len(tokenizer), "vocab_size": vocab_size},
             "workload": {"rows": args.rows, "steps": args.steps, "warmup": args.warmup, "seed": args.seed},
+            "slices": args.slices,
             "environment": environment(),
             "variants": {},
         }

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from model_optimizer.runtime.structured.grammar import GrammarError, check, ll_tokenizer
+from model_optimizer.runtime.structured.grammar import SLICES, GrammarError, check, ll_tokenizer
 from model_optimizer.runtime.structured.params import StructuredOutputs
 
 CACHE_SIZE = 512
@@ -79,13 +79,20 @@ class Compiled:
 
 class GrammarCompiler:
     def __init__(
-        self, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int], max_threads: int = 2, lanes: int = 1
+        self,
+        tokenizer: Any,
+        vocab_size: int,
+        eos_token_ids: frozenset[int],
+        max_threads: int = 2,
+        lanes: int = 1,
+        slices: tuple[str, ...] | None = SLICES,
     ) -> None:
+        """`slices`: llguidance's slicer sets (grammar.SLICES; None: llguidance's own, for comparison)."""
         if lanes < 1:
             raise ValueError(f"lanes must be at least 1, got {lanes}")
         self.lanes = lanes
         """Templates (independent lexers) per constraint: the most rows of one constraint that fill at once."""
-        self._tokenizer_args = (tokenizer, vocab_size, eos_token_ids)
+        self._tokenizer_args = (tokenizer, vocab_size, eos_token_ids, slices)
         self._pool = ThreadPoolExecutor(max(1, min(max_threads, os.cpu_count() or 1)), "mopt-grammar")
         self._lock = threading.Lock()
         self._ll_tokenizer: Future | None = None

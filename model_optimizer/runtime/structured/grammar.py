@@ -18,6 +18,23 @@ WHITESPACE_RUN = 16
 a nested document, and a bound, so a model that favours whitespace cannot loop on it."""
 
 
+JSON_CHARS = r'[^"\\\x00-\x1F\x7F]'
+"""A JSON string's characters that need no escape (what llguidance's own slices are built on)."""
+SLICES = (
+    r"[\x20\x0A\x0D\x09]+",
+    JSON_CHARS + "{1,10}",
+    JSON_CHARS + "{1,20}",
+    JSON_CHARS + "{1,30}",
+    JSON_CHARS + "+",
+)
+"""llguidance's slicer sets: token sets whose mask is taken whole, without walking their part of the token
+trie, wherever the lexer allows every token in them. A string under `maxLength` with r characters
+left allows the slices of up to r characters, and the trie of every longer token is walked (to
+depth r + 1, where it fails): llguidance's default slices (10, 30, unbounded) walk the 11-30
+character tokens of a 151k vocabulary for every r from 10 to 29. The slice of up to 20 halves that
+band. Slices change only how a mask is computed, never its bits."""
+
+
 class GrammarError(ValueError):
     """The grammar is invalid, unsatisfiable, too complex, or uses something llguidance does not enforce."""
 
@@ -57,14 +74,17 @@ def check(so: StructuredOutputs, tokenizer: Any = None) -> str:
     return grammar
 
 
-def ll_tokenizer(tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int] | list[int]) -> Any:
+def ll_tokenizer(
+    tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int] | list[int], slices: tuple[str, ...] | None = SLICES
+) -> Any:
     """The llguidance tokenizer of a Hugging Face fast tokenizer (ours, fast_tokenizer.py, or transformers'):
     its tokenizer.json read by llguidance's own Rust `tokenizers`, no transformers needed.
 
     `vocab_size` is the model's (its logits' width, often padded past the tokenizer); EOS is the
     model's own set, so a finished grammar allows exactly the tokens that end the request.
-    ValueError for a tokenizer whose tokens do not concatenate into its text (a word-level one
-    without a decoder): no grammar over bytes can constrain it."""
+    `slices`: the slicer's sets (SLICES; None: llguidance's defaults, () none). ValueError for a
+    tokenizer whose tokens do not concatenate into its text (a word-level one without a decoder): no
+    grammar over bytes can constrain it."""
     import llguidance as llg
 
     backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -72,7 +92,12 @@ def ll_tokenizer(tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int] 
         raise ValueError("structured outputs need the model's tokenizer.json (a Hugging Face fast tokenizer)")
     eos = sorted(eos_token_ids) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
     try:
-        return llg.LLTokenizer(backend.to_str(), n_vocab=max(vocab_size, len(tokenizer)), eos_token=eos or None)
+        return llg.LLTokenizer(
+            backend.to_str(),
+            n_vocab=max(vocab_size, len(tokenizer)),
+            eos_token=eos or None,
+            slices=None if slices is None else list(slices),
+        )
     except (ValueError, RuntimeError) as exc:
         raise ValueError(
             f"structured outputs are not available for this tokenizer: llguidance cannot read it ({exc}); "
