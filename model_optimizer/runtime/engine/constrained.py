@@ -103,10 +103,14 @@ class ConstrainedDecoding:
         rows = [requests.get(rid) for rid in out.num_scheduled_tokens if rid in out.sampling_request_ids]
         return rows if any(r is not None and manager.has(r.request_id) for r in rows) else None
 
-    def take(self, sampled: dict[str, tuple[Any, Any]], scheduler: Scheduler) -> list[tuple[Request, str | None]]:
-        """Feed the tokens just collected (the runner's, not yet appended) to the matchers, so that the next
-        step's masks can start before the scheduler appends them; `end` what it returns afterwards."""
-        return self.manager.take(sampled, scheduler.requests)
+    def take(
+        self, sampled: dict[str, tuple[Any, Any]], scheduler: Scheduler, out: SchedulerOutput
+    ) -> list[tuple[Request, str | None]]:
+        """Feed the tokens just collected for step `out` (the runner's, not yet appended) to the matchers, so
+        that the next step's masks can start before the scheduler appends them; `end` what it returns
+        afterwards. Only the requests that sampled in `out` take theirs: a new request under the id of one
+        aborted while `out` ran must not take the aborted one's token."""
+        return self.manager.take(sampled, scheduler.sampling_requests(out))
 
     @staticmethod
     def end(ended: list[tuple[Request, str | None]], scheduler: Scheduler) -> None:

@@ -356,7 +356,7 @@ class EngineCore:
             news.prompt_logprobs(results.prompt_logprobs, self.scheduler.requests)
         constrained, ended, mask = self.constrained, None, None
         if constrained is not None:
-            ended = constrained.take(results, self.scheduler)
+            ended = constrained.take(results, self.scheduler, step.scheduler_output)
             if rows is not None:
                 mask = constrained.fill(rows, background=self.config.async_scheduling)
         updated = self.scheduler.update_from_output(step.scheduler_output, results)

@@ -422,6 +422,11 @@ class Scheduler(SpeculativeSteps):
                 self._finish(request)
         return updated
 
+    def sampling_requests(self, out: SchedulerOutput) -> dict[str, Request]:
+        """The requests `out` samples for, by id, until `update_from_output` hands them their tokens: the
+        objects, so that a request finished since (and a new one under its id) is told apart."""
+        return {request.request_id: request for request in self._sampling.get(out.step_id, ())}
+
     def finish(self, request: Request, status: RequestStatus, stop_reason: str | None = None) -> None:
         """Finish a running request for a reason found outside the core (a stop string)."""
         if request.finished:

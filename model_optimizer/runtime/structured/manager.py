@@ -177,10 +177,10 @@ class StructuredOutputManager:
 
     def take(self, sampled: Mapping[str, tuple[Any, Any]], requests: Mapping[str, Any]) -> list[tuple[Any, str | None]]:
         """`advance` with a step's sampled ids (the runner's `collect`, request id -> (token, logprob)) before
-        the scheduler appends them to the requests (`requests`: its requests by id), so that the next
-        step's masks can start filling at once, while it does. A request the scheduler will not give its
-        token (finished meanwhile; no id: its logits were not finite, it fails) takes nothing. Returns
-        what `advance` returns; the caller ends those requests once the scheduler has appended."""
+        the scheduler appends them to the requests (`requests`: those that sampled in the step, by id), so
+        that the next step's masks can start filling at once, while it does. A request the scheduler will
+        not give its token (finished meanwhile; no id: its logits were not finite, it fails) takes nothing.
+        Returns what `advance` returns; the caller ends those requests once the scheduler has appended."""
         started = time.perf_counter()
         matchers = self._matchers
         batch: list[tuple[_Matcher, Any, int]] = []

@@ -312,3 +312,26 @@ def test_a_request_waiting_for_its_grammar_stalls_no_one(model_dir, monkeypatch)
     while engine.has_unfinished_requests():
         finished.update({o.request_id: o for o in engine.step() if o.finished})
     jsonschema.validate(json.loads(finished["constrained"].outputs[0].text), ITEMS)
+
+
+def test_a_request_id_reused_while_the_aborted_ones_step_is_in_flight_gets_a_fresh_grammar(model_dir):
+    """Asynchronous scheduling: the aborted request's last step is still in flight when a new request
+    with its id (and a compiled grammar) joins. That step's token belongs to the aborted request and
+    must not advance the new request's matcher: the new one gives what it gives alone."""
+    engine = LLM(model_dir, kv_cache_memory=1 << 24).engine
+    engine.add_request("alone", PROMPTS[1], CONSTRAINED)
+    while engine.has_unfinished_requests():
+        outputs = engine.step()
+    alone = list(outputs[0].outputs[0].token_ids)
+    engine.add_request("c", PROMPTS[3], CONSTRAINED)
+    while not engine.core.scheduler.running or engine.core._in_flight is None:
+        engine.step()
+    engine.step()  # a token of "c" taken, the next one in flight
+    assert engine.core._in_flight is not None and "c" in engine.core._in_flight.scheduler_output.num_scheduled_tokens
+    engine.abort("c")
+    engine.add_request("c", PROMPTS[1], CONSTRAINED)
+    engine.core.constrained.compiling["c"][0].result()  # compiled: it joins at the next step
+    finished = {}
+    while engine.has_unfinished_requests():
+        finished.update({o.request_id: o for o in engine.step() if o.finished})
+    assert list(finished["c"].outputs[0].token_ids) == alone and not engine.core.groups
