@@ -353,7 +353,7 @@ class EngineCore:
         them (only the matchers are read: the scheduler's work hides behind the fill); their future."""
         results = self.runner.collect(step.handle)
         if type(results) is StepResults:  # before the rows: a prompt's last chunk may sample its first token too
-            news.prompt_logprobs(results.prompt_logprobs, self.scheduler.requests)
+            news.prompt_logprobs(results.prompt_logprobs, self.scheduler.prompt_logprob_requests(step.scheduler_output))
         constrained, ended, mask = self.constrained, None, None
         if constrained is not None:
             ended = constrained.take(results, self.scheduler, step.scheduler_output)

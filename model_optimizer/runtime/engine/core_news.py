@@ -59,7 +59,9 @@ class CoreNews:
 
     def prompt_logprobs(self, parts: dict[str, PromptLogprobs], requests: dict[str, Request]) -> None:
         """Send each request's new prompt logprobs, once: a prefill preempted midway is computed again from
-        its start, and the positions already reported are left out. `requests`: the scheduler's, by id."""
+        its start, and the positions already reported are left out. `requests`: those whose prompt logprobs
+        the step computed, by id (Scheduler.prompt_logprob_requests: a new request under the id of one
+        aborted since the step was launched is not among them)."""
         for request_id, part in parts.items():
             request = requests.get(request_id)
             if request is None or request.finished or not request.needs_prompt_logprobs:

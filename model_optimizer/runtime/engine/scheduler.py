@@ -115,6 +115,9 @@ class Scheduler(SpeculativeSteps):
         """Step id -> the requests that step samples for, until update_from_output hands them their tokens.
         Kept here, not in the SchedulerOutput, so the output stays plain data; held by object, not id, so a
         request that finished meanwhile is never confused with a new one under the same id."""
+        self._prompt_logprobs: dict[int, dict[str, Request]] = {}
+        """Step id -> the requests, by id, whose prompt logprobs that step computes, until it is collected
+        (by object, as `_sampling`: a new request under an aborted one's id must not get them)."""
         self.spec_counters = SpecCounters()
         self._trimmed: set[str] = set()
         """Requests whose block table lost blocks to a speculative rollback since the runner last heard of them."""
@@ -245,6 +248,8 @@ class Scheduler(SpeculativeSteps):
             start = request.num_computed_tokens
             out.num_prompt_tokens += max(min(start + num_new, request.num_prompt_tokens) - start, 0)
             request.num_computed_tokens = start + num_new
+            if request.needs_prompt_logprobs:
+                self._prompt_logprobs.setdefault(out.step_id, {})[request_id] = request
             num_spec = len(spec[request_id]) if spec and request_id in spec else 0
             if request.num_computed_tokens - num_spec == request.num_tokens + request.num_pending:
                 request.num_pending += 1
@@ -396,6 +401,7 @@ class Scheduler(SpeculativeSteps):
         one preempted since keeps it (it was computed on a valid cache).
         """
         updated = []
+        self._prompt_logprobs.pop(out.step_id, None)
         for request in self._sampling.pop(out.step_id, ()):
             request_id = request.request_id
             if request.finished:
@@ -421,6 +427,11 @@ class Scheduler(SpeculativeSteps):
                 self._remove(request)
                 self._finish(request)
         return updated
+
+    def prompt_logprob_requests(self, out: SchedulerOutput) -> dict[str, Request]:
+        """The requests whose prompt logprobs `out` computes, by id, until `update_from_output` (objects, as
+        `sampling_requests`)."""
+        return self._prompt_logprobs.get(out.step_id, {})
 
     def sampling_requests(self, out: SchedulerOutput) -> dict[str, Request]:
         """The requests `out` samples for, by id, until `update_from_output` hands them their tokens: the

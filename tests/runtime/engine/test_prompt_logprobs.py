@@ -171,3 +171,23 @@ def test_merged_deltas_concatenate_prompt_logprobs():
     merged = merge_outputs([delta([None, a], 1), delta([b], 2), delta([], 3)], RequestOutputKind.DELTA)
     assert merged.prompt_logprobs == [None, a, b] and merged.outputs[0].token_ids == [1, 2, 3]
     assert merge_outputs([delta([], 1), delta([], 2)], RequestOutputKind.DELTA).prompt_logprobs == []
+
+
+def test_a_request_id_reused_while_the_aborted_ones_chunk_is_in_flight_gets_its_own(model_dir, hf_model):
+    """Asynchronous scheduling: a request is aborted while a chunk of its prompt is in flight, and a new
+    one with its id and another prompt comes in at once. The chunk's prompt logprobs are the aborted
+    request's: the new one must not get them as its own."""
+    llm = LLM(model_dir, dtype="float32", kv_cache_memory=1 << 24, max_num_batched_tokens=6)
+    engine = llm.engine
+    old, new = prompts_of(2, seed=9, lo=20)
+    engine.add_request("r", old, params())
+    engine.step()
+    assert engine.core._in_flight is not None and "r" in engine.core._in_flight.scheduler_output.num_scheduled_tokens
+    engine.abort("r")
+    engine.add_request("r", new, params())
+    collected = []
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            if output.finished:
+                collected = output.prompt_logprobs
+    assert_matches(hf_model, new, collected)
