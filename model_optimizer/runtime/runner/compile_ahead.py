@@ -134,8 +134,10 @@ def start(
     rank compiles its own shard's), the marker says the cache holds them already, or they could not start
     (logged: the start goes on and compiles as without them)."""
     jobs = default_jobs() if jobs is None else jobs
+    if jobs < 1 or config.tensor_parallel_size != 1:
+        return None
     marker = marker_path(cache_dir, config, model_dir, target)
-    if jobs < 1 or config.tensor_parallel_size != 1 or marker.exists():
+    if marker.exists():
         return None
     walk = replace(config, model=str(model_dir), speculative_config=None)  # the target model's kernels only
     try:

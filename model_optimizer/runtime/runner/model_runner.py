@@ -41,18 +41,23 @@ _GPU_STARTS = [0]
 
 
 def _compile_ahead(config: EngineConfig, model_dir: Path, device: torch.device):  # noqa: ANN202
-    """compile_ahead.start for this GPU and Triton's cache folder, or None: the CPU, no folder set, or
-    not this process's first GPU start (Triton's in-memory kernels of the earlier ones serve the next:
-    a test session or a notebook building several engines would pay for workers it does not need)."""
+    """compile_ahead.start for this GPU and Triton's cache folder, or None: the CPU, no folder set, no
+    workers asked for (the default), or not this process's first GPU start (Triton's in-memory kernels
+    of the earlier ones serve the next: a test session or a notebook building several engines would pay
+    for workers it does not need). Off, it costs a start nothing: no GPU query, no hash of the config."""
     import os
 
     cache_dir = os.environ.get("TRITON_CACHE_DIR")
     if device.type != "cuda" or not cache_dir or not (model_dir / "config.json").is_file():
         return None
+    jobs = compile_ahead.default_jobs()
+    if jobs < 1:
+        return None
     _GPU_STARTS[0] += 1
     if _GPU_STARTS[0] > 1:
         return None
-    return compile_ahead.start(config, model_dir, compile_ahead.target_of(device.index or 0), Path(cache_dir))
+    target = compile_ahead.target_of(device.index or 0)
+    return compile_ahead.start(config, model_dir, target, Path(cache_dir), jobs)
 
 
 def _log_phase(name: str, since: float) -> float:
