@@ -14,6 +14,18 @@ CONFIGS = Path(__file__).parent / "configs"
 RESULTS = Path(__file__).parent / "results"
 
 
+def _cpu_model() -> str | None:
+    """The host CPU's name: host-bound figures (the step loop, grammar masks) move with it, and two runs on
+    "the same" GPU machine have differed 2x in host time."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def environment() -> dict:
     import torch
 
@@ -22,6 +34,8 @@ def environment() -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "torch": torch.__version__,
     }
     try:

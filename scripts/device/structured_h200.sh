@@ -12,7 +12,7 @@
 #      new requests join at the same rate in both); the server's grammar counters            <= 150 s
 #   3. the same with MOPT_GRAMMAR_THREADS=8 (default 12 on 16 cores): what the 4 more fill threads buy <= 150 s
 #   4. tests/gpu/test_structured_gpu.py: fused kernel mask vs torch, a split launch with no sync,
-#      constrained generation with CUDA graphs (sync and async scheduling)                  <= 60 s
+#      constrained generation with CUDA graphs (sync and async scheduling)                 <= 120 s
 # Everything (JSON, logs, summary.txt) is packed into ONE tarball, $OUT/structured.tgz.
 # The GPU machine lacks llguidance (and maybe fastapi/uvicorn/pydantic/msgspec/pyzmq/jsonschema):
 # put their cp312 wheels in .whl/ (llguidance-1.9.1-cp39-abi3-manylinux_2_31_x86_64.whl is in
@@ -37,7 +37,7 @@ part structured_bench_t8 150 env MOPT_GRAMMAR_THREADS=8 python3 structured.py --
   --concurrency 64 --output-len 256 --offline-steps 100 --output "$RES/structured_h200_t8.json" -- "${QWEN[@]}"
 cd .. || exit 2
 rm -rf "$MODEL"
-part gpu_tests 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_structured_gpu.py
+part gpu_tests 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_structured_gpu.py
 cat "$RES/summary.txt"
 tar -czf "$OUT/structured.tgz" -C "$RES" .
 rm -rf "$RES"

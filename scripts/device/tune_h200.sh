@@ -59,7 +59,7 @@ SLO="ttft_p99=300ms,tpot_p99=20ms"
 HARDWARE=()
 [ -f benchmarks/results/doctor_h200.json ] && HARDWARE=(--hardware benchmarks/results/doctor_h200.json)
 common() {  # the flags both steps share: same model, workload, load, SLO
-  COMMON=(--model "$1" --fix load_format=dummy --fix max_model_len=2048 --fix log_level=warning
+  COMMON=(--model "$1" --set load_format=dummy --set max_model_len=2048 --set log_level=warning
           --prompt-len normal:512:128 --output-len normal:128:32 --slo "$SLO"
           --concurrency "${CONCURRENCY:-64}" --num-requests "${NUM_REQUESTS:-256}"
           --ready-timeout 150 --trial-timeout 120 --seed 0 "${HARDWARE[@]}")
