@@ -170,3 +170,84 @@ def test_fused_moe_leaves_out_experts_of_other_ranks():
 def test_default_tiles_grow_with_rows_per_expert():
     assert default_tiles(1, 128, 8).block_m == 16  # decode
     assert default_tiles(4096, 128, 8).block_m == 64  # prefill: 256 rows per expert
+
+
+def _separate_sum(monkeypatch, *args, **kwargs):
+    """fused_moe with the sum over k in its own launch (`sum_over_k`, the path without counters)."""
+    from model_optimizer.runtime.kernels import fused_moe as fm
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fm, "token_counters", lambda device, needed: None)
+        return fm.fused_moe(*args, **kwargs)
+
+
+def _counters_left(device) -> int:
+    from model_optimizer.runtime.kernels import fused_moe as fm
+
+    return sum(int(buffer.count_nonzero()) for buffer in fm._COUNTERS.get(device, []))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("num_tokens", "num_experts", "top_k", "tiles"),
+    [
+        (1, 8, 2, SMALL),  # batch-1 decode: the one-token blocks
+        (1, 16, 8, SMALL),
+        (9, 3, 2, SMALL),  # tokens sharing experts: blocks of rows from several tokens
+        (7, 4, 2, MoeTiles(16, GemmTiles(16, 16), GemmTiles(16, 16))),  # 14 pairs: no multiple of 16
+        (5, 16, 8, MoeTiles(32, GemmTiles(32, 32), GemmTiles(32, 32))),  # top-8, 40 pairs, blocks of 32
+        (6, 4, 1, SMALL),  # top-1: the down GEMM's rows are the answer, nothing to sum
+    ],
+)
+def test_down_gemm_sums_each_tokens_rows_as_the_separate_launch(
+    monkeypatch, num_tokens, num_experts, top_k, tiles, dtype
+):
+    """All ids local: the down GEMM's last program of each (token, column tile) sums the token's rows:
+    bit for bit the separate `sum_over_k` launch (hidden 40: a partial column tile), no such launch,
+    the reference's answer, and every counter back at zero."""
+    from model_optimizer.runtime.kernels import fused_moe as fm
+
+    x, w13, w2, weights, ids = _inputs(num_tokens, 40, 24, num_experts, top_k, dtype, seed=num_tokens + top_k)
+    want = _separate_sum(monkeypatch, x, w13, w2, weights, ids, tiles, all_ids_local=True)
+    separate, sum_over_k = [], fm.sum_over_k
+    monkeypatch.setattr(fm, "sum_over_k", lambda rows, *args: separate.append(rows) or sum_over_k(rows, *args))
+    got = fm.fused_moe(x, w13, w2, weights, ids, tiles, all_ids_local=True)
+    assert torch.equal(got, want) and got.dtype == dtype
+    assert len(separate) == (top_k == 1)  # top-1 returns the rows through sum_over_k unchanged
+    assert _counters_left(x.device) == 0
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(got, fused_moe_ref(x, w13, w2, weights, ids), **tol)
+
+
+def test_back_to_back_launches_on_new_routes_find_their_counters_reset(monkeypatch):
+    """Each launch leaves the counters at zero, so the next one (a CUDA-graph replay, say) on other
+    routes and another token count sums right; the counters outgrown stay alive for graphs using them."""
+    from model_optimizer.runtime.kernels import fused_moe as fm
+
+    monkeypatch.setattr(fm, "_COUNTERS", {})
+    monkeypatch.setattr(fm, "MIN_COUNTERS", 8)  # outgrown by the second launch: 6 tokens x 2 column tiles
+    tiles = MoeTiles(16, GemmTiles(16, 16), GemmTiles(32, 16))
+    for seed, num_tokens in enumerate((3, 6, 6, 1)):
+        x, w13, w2, weights, ids = _inputs(num_tokens, 64, 24, 5, 2, torch.float32, seed=seed)
+        if seed == 2:
+            ids = ids.flip(1)  # the same token count, the pairs in other blocks
+        got = fm.fused_moe(x, w13, w2, weights, ids, tiles, all_ids_local=True)
+        assert torch.equal(got, _separate_sum(monkeypatch, x, w13, w2, weights, ids, tiles, all_ids_local=True))
+        assert _counters_left(x.device) == 0
+    assert [b.numel() for b in fm._COUNTERS[x.device]] == [8, 16]
+
+
+def test_too_few_counters_inside_a_capture_sum_in_a_launch_of_their_own(monkeypatch):
+    """Counters cannot be made inside a CUDA-graph capture (zeroed only at replay): that call takes the
+    separate sum, and makes nothing."""
+    from model_optimizer.runtime.kernels import aot
+    from model_optimizer.runtime.kernels import fused_moe as fm
+
+    monkeypatch.setattr(fm, "_COUNTERS", {})
+    monkeypatch.setattr(aot, "capturing", lambda: True)
+    x, w13, w2, weights, ids = _inputs(4, 32, 16, 4, 2, torch.float32, seed=5)
+    separate, sum_over_k = [], fm.sum_over_k
+    monkeypatch.setattr(fm, "sum_over_k", lambda rows, *args: separate.append(rows) or sum_over_k(rows, *args))
+    got = fm.fused_moe(x, w13, w2, weights, ids, SMALL, all_ids_local=True)
+    assert len(separate) == 1 and not fm._COUNTERS.get(x.device)
+    torch.testing.assert_close(got, fused_moe_ref(x, w13, w2, weights, ids), atol=1e-5, rtol=1e-5)
