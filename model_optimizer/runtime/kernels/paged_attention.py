@@ -149,7 +149,9 @@ def paged_attention(
     tensors here): max_query_len, an upper bound of the new tokens of any sequence, sizes the
     query tiles (None: num_tokens, correct but slower); 1 promises a decode-only batch and
     selects one program per sequence. max_seq_len tunes the split-KV choice. num_splits forces the
-    flash-decoding path (> 1) or the single pass (1); None lets `choose_num_splits` decide.
+    flash-decoding path (> 1; one split after all inside a CUDA-graph capture that would first have to
+    make or grow the split counters, see `_split_counters`) or the single pass (1); None lets
+    `choose_num_splits` decide.
     out: optional preallocated result (num_tokens, num_heads, head_dim), e.g. a CUDA-graph buffer.
     tiles: launch shape override (benchmarks); None takes the defaults of `Tiles`.
     """
