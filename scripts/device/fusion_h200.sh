@@ -4,6 +4,8 @@
 # under a limit, continuing when one fails:
 #   gpu_tests   the GPU tests of the kernels these touch (fused vs unfused and the references, CUDA-graph
 #               replays on new inputs)                                                       <= 200 s
+#   attention   benchmarks/attention_kernels.py --no-sweep: the paged-attention kernel's times with the
+#               split-KV merge inside the launch                                             <= 120 s
 #   moe_tests   tests/gpu/test_families_gpu.py's MoE tests (the sum over k inside the down GEMM, bit-equal
 #               to the separate launch in a graph replayed on new routes; bf16 against transformers) <= 150 s
 #   moe_compile the summing GEMM compiles for sm_90 (acq_rel atomic, .cg loads, barrier)      <= 60 s
@@ -22,7 +24,8 @@ start_run
 BEFORE=${BEFORE:-.ab/before}
 
 part gpu_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=8 tests/gpu/test_kernels_gpu.py \
-  tests/gpu/test_graphs_gpu.py ${EXTRA_TESTS:-}
+  tests/gpu/test_graphs_gpu.py tests/gpu/test_warmup_gpu.py ${EXTRA_TESTS:-}
+part attention 120 python3 benchmarks/attention_kernels.py --no-sweep --output "$RES/attention_kernels.json"
 part moe_tests 150 python3 -m pytest -q -p no:cacheprovider --durations=8 tests/gpu/test_families_gpu.py \
   -k "moe or mixtral or fused or down_gemm"
 part moe_compile 60 python3 -m pytest -q -p no:cacheprovider tests/runtime/kernels/test_moe_compile_sm90.py
