@@ -2,7 +2,8 @@
 
 Decode attention at batch 1/8/64/256 and contexts 512..8192 for Qwen3-0.6B's attention shape
 (16 query heads, 8 KV heads, head_dim 128), block sizes 16 and 128, bf16 and fp8 caches, single
-pass vs split-KV; plus prefill cases and store_kv. Each time is the median of
+pass vs split-KV; plus prefill cases, store_kv, and the decoder layer's rotary + KV store in one
+launch (`norm_rotate_store`) against the two launches it replaces. Each time is the median of
 triton.testing.do_bench (launched from Python, L2 flushed between runs) and of
 do_bench_cudagraph (launch cost removed, as in a captured decode step). Achieved GB/s counts the
 KV-cache bytes the kernel must read, compared with a device-to-device copy (read + write bytes)
@@ -208,6 +209,37 @@ def time_store_kv(num_tokens: int) -> dict:
     return {"num_tokens": num_tokens, "graph_ms": ms, "gb_per_s": nbytes / ms / 1e6}
 
 
+def time_rotary_store(num_tokens: int) -> dict:
+    """Qwen3's q/k norm + rotary and the KV store: one launch (norm_rotate_store) vs norm_rotate + store_kv."""
+    import triton.testing
+
+    from model_optimizer.runtime.kernels.reference import KVStore
+    from model_optimizer.runtime.kernels.rotary import norm_rotate, norm_rotate_store
+    from model_optimizer.runtime.kernels.store_kv import store_kv
+    from model_optimizer.runtime.layers.rotary import RopeConfig, RotaryEmbedding
+
+    rotary = RotaryEmbedding(RopeConfig(HEAD_DIM, 8192, theta=1e6)).to("cuda")
+    qkv = torch.randn(num_tokens, (NUM_HEADS + 2 * NUM_KV_HEADS) * HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    q, k, v = (
+        x.view(num_tokens, -1, HEAD_DIM) for x in qkv.split([NUM_HEADS * HEAD_DIM] + [NUM_KV_HEADS * HEAD_DIM] * 2, -1)
+    )
+    positions = torch.randint(0, 8192, (num_tokens,), device="cuda")
+    weights = [torch.ones(HEAD_DIM, device="cuda", dtype=torch.bfloat16)] * 2
+    cache = torch.empty(2, 4096, 16, NUM_KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    slots = torch.randperm(4096 * 16, device="cuda")[:num_tokens]
+
+    def two_launches():
+        _, k_rot = norm_rotate(q, k, positions, rotary.cos, rotary.sin, *weights)
+        store_kv(k_rot, v, cache, slots)
+
+    def one_launch():
+        norm_rotate_store(q, k, positions, rotary.cos, rotary.sin, KVStore(v, cache, slots), *weights)
+
+    two = triton.testing.do_bench_cudagraph(two_launches, return_mode="median")
+    one = triton.testing.do_bench_cudagraph(one_launch, return_mode="median")
+    return {"num_tokens": num_tokens, "two_launches_graph_ms": two, "one_launch_graph_ms": one}
+
+
 def copy_bandwidth() -> float:
     """Device-to-device copy of 1 GiB, in GB/s counting read plus write bytes."""
     import triton.testing
@@ -294,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         sweeps = sweep_cases()[:1] if args.quick else sweep_cases()
         results["tile_sweep"] = [sweep_tiles(case) for case in sweeps]
     results["store_kv"] = [time_store_kv(n) for n in (1, 64, 256, 8192)]
+    results["rotary_store"] = [time_rotary_store(n) for n in (1, 8, 64, 8192)]
     write_json(args.output, results)
     print(f"copy {copy:.0f} GB/s; wrote {len(rows)} attention cases to {args.output}")
     for r in rows:
@@ -308,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
             f"sweep {sweep['kind']} seqs={sweep['num_seqs']} ctx={sweep['context']} q={sweep['q_len']}: best "
             f"rows={best.get('max_rows')} tile_n={best.get('tile_n')} warps={best.get('num_warps')} "
             f"stages={best.get('num_stages')} {best.get('graph_ms', float('nan')) * 1e3:.1f} us"
+        )
+    for r in results["rotary_store"]:
+        print(
+            f"rotary+store tokens={r['num_tokens']:5d}: two launches {r['two_launches_graph_ms'] * 1e3:7.1f} us, "
+            f"one {r['one_launch_graph_ms'] * 1e3:7.1f} us"
         )
     return 0
 

@@ -230,3 +230,57 @@ def test_split_kv_merge_in_one_launch_under_cuda_graph(kv_dtype, num_splits):
         assert torch.equal(out, first), replay  # merged in split order, whichever split finished last
     torch.cuda.synchronize()
     assert not pa._counters[query.device].any()
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, FP8_DTYPE])
+@pytest.mark.parametrize("norm", [True, False])
+def test_rotary_store_writes_what_rotary_then_store_kv_write_in_a_cuda_graph(cache_dtype, norm):
+    """Captured once beside the two-launch path (norm_rotate, then store_kv of its k) on the same inputs,
+    replayed twice with new tokens, positions and slots (padding slots -1): the same q and the same cache
+    bits, and the cache is what store_kv_ref writes of that k."""
+    from model_optimizer.runtime.kernels.reference import KVStore
+    from model_optimizer.runtime.kernels.rotary import norm_rotate, norm_rotate_store
+    from model_optimizer.runtime.kernels.store_kv import store_kv
+    from model_optimizer.runtime.layers.rotary import RopeConfig, RotaryEmbedding
+
+    tokens, heads, kv_heads, head_dim, block_size = 8, 32, 8, 128, 16
+    rotary = RotaryEmbedding(RopeConfig(head_dim, 4096, theta=1e6)).to("cuda")
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * head_dim, device="cuda", dtype=torch.bfloat16)
+    positions = torch.zeros(tokens, dtype=torch.int64, device="cuda")
+    slots = torch.zeros(tokens, dtype=torch.int64, device="cuda")
+    weights = [torch.rand(head_dim, device="cuda").to(torch.bfloat16) + 0.5 for _ in range(2)] if norm else []
+    scales = [torch.tensor(s, device="cuda") for s in (0.05, 0.02)] if cache_dtype == FP8_DTYPE else [None, None]
+    plain = torch.randn(2, 64, block_size, kv_heads, head_dim, device="cuda").to(cache_dtype)
+    fused = plain.clone()
+    out = {}
+
+    def step():
+        q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+        q, k, v = (x.view(tokens, -1, head_dim) for x in (q, k, v))
+        out["q"], out["k"] = norm_rotate(q, k, positions, rotary.cos, rotary.sin, *weights)
+        store_kv(out["k"], v, plain, slots, *scales)
+        store = KVStore(v, fused, slots, *scales)
+        out["fused_q"] = norm_rotate_store(q, k, positions, rotary.cos, rotary.sin, store, *weights)
+
+    step()  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for replay in range(2):
+        qkv.copy_(3 * torch.randn_like(qkv))
+        positions.copy_(torch.randint(0, 4096, (tokens,), device="cuda"))
+        slots.copy_(torch.randperm(64 * block_size, device="cuda")[:tokens])
+        slots[replay::3] = -1  # padding of a CUDA-graph batch
+        before = fused.clone()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out["fused_q"], out["q"])
+        assert torch.equal(fused.view(torch.uint8), plain.view(torch.uint8)), "fused and two-launch caches differ"
+        expected = before
+        v = qkv[:, (heads + kv_heads) * head_dim :].view(tokens, kv_heads, head_dim)
+        store_kv_ref(out["k"], v, expected, slots, *scales)
+        if cache_dtype == FP8_DTYPE:  # torch and the kernel both round to nearest even after an IEEE division
+            assert (fused.view(torch.uint8) != expected.view(torch.uint8)).float().mean().item() < 1e-4
+        else:
+            assert torch.equal(fused, expected)

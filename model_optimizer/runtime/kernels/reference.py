@@ -12,6 +12,8 @@ to e4m3; attention reads cache * scale. Scales are ignored for caches of any oth
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from model_optimizer.runtime.kernels.formats import FP8_DTYPE, FP8_MAX
@@ -52,6 +54,25 @@ def store_kv_ref(
     else:
         flat[0, slots] = key.to(kv_cache.dtype)
         flat[1, slots] = value.to(kv_cache.dtype)
+
+
+@dataclass
+class KVStore:
+    """Where a kernel that computes the new keys stores them, with their values: `store_kv`'s arguments but
+    the key (kernels/rotary.py `norm_rotate_store` rotates K and writes it here in the same launch)."""
+
+    value: torch.Tensor
+    """(num_tokens, num_kv_heads, head_dim) new values, stored as they are (cast, or quantized for fp8)."""
+    kv_cache: torch.Tensor
+    """(2, num_blocks, block_size, num_kv_heads, head_dim) one layer's paged cache."""
+    slot_mapping: torch.Tensor
+    """(num_tokens,) cache slot of each token; -1 stores nothing (padding of a CUDA-graph batch)."""
+    k_scale: torch.Tensor | None = None
+    v_scale: torch.Tensor | None = None
+
+    def store_ref(self, key: torch.Tensor) -> None:
+        """`store_kv_ref` of `key` and these values: what the fused kernel must write."""
+        store_kv_ref(key, self.value, self.kv_cache, self.slot_mapping, self.k_scale, self.v_scale)
 
 
 def paged_attention_ref(

@@ -1,17 +1,24 @@
 """Attention over the paged KV cache, with its metadata passed explicitly by the runner.
 
-Dispatch: Triton kernels on CUDA when available, else the pure-torch reference (CPU path).
+Dispatch: Triton kernels on CUDA when available, else the pure-torch reference (CPU path). A layer that
+passes its q and k unrotated with a `Rotation` (layers/rotary.py) has them rotated here: with Llama's
+rotary on the GPU, one kernel rotates q and k and stores K and V in the cache (`norm_rotate_store`), so
+a decoder layer launches rotary+store, then attention; on the CPU, or with another rotary module, q
+and k are rotated, then stored (`store_kv`), as before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from model_optimizer.runtime.kernels import aot, triton_kernel
-from model_optimizer.runtime.kernels.reference import paged_attention_ref, store_kv_ref
+from model_optimizer.runtime.kernels.reference import KVStore, paged_attention_ref
+from model_optimizer.runtime.layers.rotary import RotaryEmbedding, Rotation
 
 
 @dataclass
@@ -84,48 +91,84 @@ class Attention(nn.Module):
         """This layer's slice of the engine's paged cache, set by `bind_kv_caches` (a plain attribute, not a
         buffer: it is no weight, and `.to()` or a state dict must not copy it)."""
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        meta: AttentionMetadata,
+        rotation: Rotation | None = None,
+    ) -> torch.Tensor:
         """q (tokens, heads, head_dim), k and v (tokens, kv_heads, head_dim) -> (tokens, heads * head_dim).
+        With `rotation`, q and k come unrotated and are rotated here (see the module docstring).
 
         Any other `meta` is a packed batch without a KV cache (embeddings, embed/varlen_attention.py): it
         attends causally itself and nothing is stored, so one decoder serves generation and embeddings."""
         if not isinstance(meta, AttentionMetadata):
+            if rotation is not None:
+                q, k = rotation.apply(q, k)
             return meta.attend(q, k, v, causal=True, window=self.sliding_window).flatten(1)
         kv_cache = self.kv_cache if meta.kv_caches is None else meta.kv_caches[self.layer_idx]
         if kv_cache is None:
             raise RuntimeError(f"attention layer {self.layer_idx} has no KV cache: bind_kv_caches was not called")
-        store_kv = triton_kernel("store_kv", "store_kv") if aot.on_gpu(q) else None
-        if store_kv is not None:
-            paged_attention = triton_kernel("paged_attention", "paged_attention")
-            store_kv(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
-            out = paged_attention(
-                q,
-                kv_cache,
-                meta.query_start_loc,
-                meta.seq_lens,
-                meta.block_tables,
-                self.scale,
-                self.sliding_window,
-                max_query_len=meta.max_query_len,
-                max_seq_len=meta.max_seq_len,
-                k_scale=self.k_scale,
-                v_scale=self.v_scale,
-                num_splits=meta.num_splits,
-            )
-        else:
-            store_kv_ref(k, v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
+        kernels = gpu_kernels(q)
+        store = KVStore(v, kv_cache, meta.slot_mapping, self.k_scale, self.v_scale)
+        q = self._rotate_and_store(q, k, store, rotation, kernels)
+        if kernels is None:
             out = paged_attention_ref(
-                q,
-                kv_cache,
-                meta.query_start_loc,
-                meta.seq_lens,
-                meta.block_tables,
-                self.scale,
-                self.sliding_window,
-                self.k_scale,
-                self.v_scale,
-            )
+                q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, self.scale, self.sliding_window,
+                self.k_scale, self.v_scale,
+            )  # fmt: skip
+            return out.flatten(1)
+        out = kernels.paged_attention(
+            q,
+            kv_cache,
+            meta.query_start_loc,
+            meta.seq_lens,
+            meta.block_tables,
+            self.scale,
+            self.sliding_window,
+            max_query_len=meta.max_query_len,
+            max_seq_len=meta.max_seq_len,
+            k_scale=self.k_scale,
+            v_scale=self.v_scale,
+            num_splits=meta.num_splits,
+        )
         return out.flatten(1)
+
+    def _rotate_and_store(
+        self, q: torch.Tensor, k: torch.Tensor, store: KVStore, rotation: Rotation | None, kernels: GpuKernels | None
+    ) -> torch.Tensor:
+        """q, rotated when `rotation` is given, after k (rotated likewise) and the values went into the cache."""
+        if rotation is not None and kernels is not None and isinstance(rotation.rotary, RotaryEmbedding):
+            cos, sin = rotation.rotary.cos, rotation.rotary.sin
+            return kernels.norm_rotate_store(
+                q, k, rotation.positions, cos, sin, store, rotation.q_weight, rotation.k_weight, rotation.eps
+            )
+        if rotation is not None:
+            q, k = rotation.apply(q, k)
+        if kernels is None:
+            store.store_ref(k)
+        else:
+            kernels.store_kv(k, store.value, store.kv_cache, store.slot_mapping, store.k_scale, store.v_scale)
+        return q
+
+
+class GpuKernels(NamedTuple):
+    """The Triton kernels attention launches."""
+
+    store_kv: Callable
+    norm_rotate_store: Callable
+    paged_attention: Callable
+
+
+def gpu_kernels(x: torch.Tensor) -> GpuKernels | None:
+    """Attention's Triton kernels for tensors on CUDA; None elsewhere or without Triton (the torch path).
+    The interpreter tests substitute this to run the kernels on the CPU (tests/runtime/kernels)."""
+    attend = triton_kernel("paged_attention", "paged_attention") if aot.on_gpu(x) else None
+    if attend is None:
+        return None
+    return GpuKernels(triton_kernel("store_kv", "store_kv"), triton_kernel("rotary", "norm_rotate_store"), attend)
 
 
 def bind_kv_caches(model: nn.Module, kv_caches: list[torch.Tensor]) -> None:

@@ -1,4 +1,9 @@
-"""Rotary position embedding with a precomputed cos/sin table, including Llama 3 frequency scaling."""
+"""Rotary position embedding with a precomputed cos/sin table, including Llama 3 frequency scaling.
+
+A decoder layer hands its unrotated q and k to attention with a `Rotation` (what rotating them takes)
+rather than rotating them itself: for this module's layout attention then rotates q and k and stores
+K and V in the paged cache in one kernel (layers/attention.py, kernels/rotary.py `norm_rotate_store`).
+"""
 
 from __future__ import annotations
 
@@ -67,6 +72,8 @@ def _llama3_scale(inv_freq: torch.Tensor, cfg: RopeConfig) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
+    """Llama's rotary (dimension i paired with i + head_dim / 2) from float32 cos/sin tables."""
+
     def __init__(self, cfg: RopeConfig) -> None:
         super().__init__()
         inv_freq = inverse_frequencies(cfg)
@@ -89,6 +96,28 @@ class RotaryEmbedding(nn.Module):
         kernel = triton_kernel("rotary", "norm_rotate") if aot.on_gpu(q) else None
         rotate = kernel or norm_rotate_ref
         return rotate(q, k, positions, self.cos, self.sin, q_weight, k_weight, eps)
+
+
+@dataclass
+class Rotation:
+    """What rotating one layer's q and k takes, passed to attention beside the unrotated q and k, so that
+    attention can rotate and store the keys in one kernel where `rotary` is a `RotaryEmbedding`."""
+
+    rotary: nn.Module
+    """A `RotaryEmbedding`, or any module called as rotary(positions, q, k) (GLM's PartialRotaryEmbedding,
+    which the fused kernel does not cover: rotated by `apply`, then stored as usual)."""
+    positions: torch.Tensor
+    """(tokens,) position of each token."""
+    q_weight: torch.Tensor | None = None
+    """Per-head RMSNorm weights applied before rotating (Qwen3's q_norm and k_norm), or None."""
+    k_weight: torch.Tensor | None = None
+    eps: float = 1e-6
+
+    def apply(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(q, k) rotated, by the module's own call: the path without a cache store in the same kernel."""
+        if self.q_weight is None:
+            return self.rotary(self.positions, q, k)
+        return self.rotary(self.positions, q, k, self.q_weight, self.k_weight, self.eps)
 
 
 def norm_rotate_ref(q, k, positions, cos_table, sin_table, q_weight=None, k_weight=None, eps: float = 1e-6):

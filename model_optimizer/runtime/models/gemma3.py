@@ -26,7 +26,7 @@ from model_optimizer.runtime.distributed import get_tp
 from model_optimizer.runtime.layers.attention import Attention, AttentionMetadata
 from model_optimizer.runtime.layers.embedding import LMHead, VocabEmbedding
 from model_optimizer.runtime.layers.linear import MergedLinear, RowParallelLinear
-from model_optimizer.runtime.layers.rotary import RopeConfig, RotaryEmbedding
+from model_optimizer.runtime.layers.rotary import RopeConfig, RotaryEmbedding, Rotation
 from model_optimizer.runtime.models.llama import LlamaForCausalLM, build_layer
 from model_optimizer.runtime.models.model_config import DecoderArgs
 
@@ -110,8 +110,9 @@ class Gemma3Attention(nn.Module):
         q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
         q, _ = self.q_norm(q.view(-1, self.num_heads, self.head_dim))  # (tokens, heads, head_dim)
         k, _ = self.k_norm(k.view(-1, self.num_kv_heads, self.head_dim))
-        q, k = self.rotary(positions, q, k)
-        return self.o_proj(self.attn(q, k, v.view(-1, self.num_kv_heads, self.head_dim), meta))
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        # Gemma's q/k norm (scaled by 1 + weight) is applied above: attention rotates, and stores K and V
+        return self.o_proj(self.attn(q, k, v, meta, Rotation(self.rotary, positions)))
 
 
 class Gemma3MLP(nn.Module):

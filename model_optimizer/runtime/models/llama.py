@@ -19,7 +19,7 @@ from model_optimizer.runtime.layers.attention import Attention, AttentionMetadat
 from model_optimizer.runtime.layers.embedding import LMHead, VocabEmbedding
 from model_optimizer.runtime.layers.linear import MergedLinear, RowParallelLinear
 from model_optimizer.runtime.layers.norm import RMSNorm
-from model_optimizer.runtime.layers.rotary import RopeConfig, RotaryEmbedding
+from model_optimizer.runtime.layers.rotary import RopeConfig, RotaryEmbedding, Rotation
 from model_optimizer.runtime.models.model_config import DecoderArgs
 
 
@@ -55,10 +55,11 @@ class DecoderAttention(nn.Module):
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
-            q, k = self.rotary(positions, q, k, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
+            rotation = Rotation(self.rotary, positions, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
         else:
-            q, k = self.rotary(positions, q, k)
-        return self.o_proj(self.attn(q, k, v, meta))
+            rotation = Rotation(self.rotary, positions)
+        # rotated inside attention: with Llama's rotary on the GPU, in the kernel that stores K and V
+        return self.o_proj(self.attn(q, k, v, meta, rotation))
 
 
 class DecoderMLP(nn.Module):

@@ -22,7 +22,7 @@ except ImportError as exc:
 
 from model_optimizer.runtime.kernels.paged_attention_kernels import _paged_attention_kernel, _reduce_splits_kernel
 from model_optimizer.runtime.kernels.quant_kernels import KINDS, _quant_matmul_kernel, _quantize_rows_fp8_kernel
-from model_optimizer.runtime.kernels.rotary import _norm_rotate_kernel
+from model_optimizer.runtime.kernels.rotary import _norm_rotate_kernel, _norm_rotate_store_kernel
 from model_optimizer.runtime.kernels.sampling import CHUNK, _gumbel_argmax_kernel
 from model_optimizer.runtime.kernels.store_kv import _store_kv_kernel
 
@@ -240,6 +240,38 @@ def main() -> int:
         ),
         dict(NUM_Q_HEADS=16, Q_HEADS_PAD=16, NUM_K_HEADS=8, K_HEADS_PAD=8, HALF=64, HALF_PAD=64, HAS_NORM=True),
     )
+    for kv, quantize, norm in (("bf16", False, True), ("fp8e4nv", True, False)):  # rotary + KV store, one launch
+        compile_kernel(
+            _norm_rotate_store_kernel,
+            dict(
+                q_ptr="*bf16",
+                k_ptr="*bf16",
+                v_ptr="*bf16",
+                q_out_ptr="*bf16",
+                cache_ptr=f"*{kv}",
+                slot_ptr="*i64",
+                positions_ptr="*i64",
+                cos_ptr="*fp32",
+                sin_ptr="*fp32",
+                q_weight_ptr="*bf16",
+                k_weight_ptr="*bf16",
+                k_scale_ptr="*fp32",
+                v_scale_ptr="*fp32",
+                eps="fp32",
+            ),
+            dict(
+                NUM_Q_HEADS=16,
+                Q_HEADS_PAD=16,
+                NUM_K_HEADS=8,
+                K_HEADS_PAD=8,
+                HALF=64,
+                HALF_PAD=64,
+                HAS_NORM=norm,
+                BLOCK_SIZE=16,
+                QUANTIZE=quantize,
+                HAS_SCALES=quantize,
+            ),
+        )
     sampling = dict(logits_ptr="*bf16", inv_temp_ptr="*fp32", seed_ptr="*i64", best_ptr="*fp32", index_ptr="*i64")
     compile_kernel(
         _gumbel_argmax_kernel,

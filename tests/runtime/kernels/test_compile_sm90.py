@@ -9,7 +9,9 @@ pytestmark = pytest.mark.slow  # compiles every kernel for sm_90 with ptxas
 
 def test_kernels_compile_for_sm90():
     stdout = run_sm90_script("compile_sm90.py", timeout=300)
-    assert stdout.count("ptx chars") == 10 + 12  # attention, cache, rotary, sampling (2); quantized matmul
+    # attention, cache, rotary, rotary + KV store (2), sampling (2); quantized matmul
+    assert stdout.count("ptx chars") == 12 + 12
+    assert stdout.count("_norm_rotate_store_kernel") == 2, stdout
     quant = [line for line in stdout.splitlines() if line.startswith("_quant_matmul_kernel")]
     # weights move in 16-byte pieces or async copies (the one-row GEMV's pipelined loop) in every shape
     assert len(quant) == 11 and all(line.endswith(" vectorized") for line in quant), stdout
