@@ -247,7 +247,9 @@ def test_rotary_store_writes_what_rotary_then_store_kv_write_in_a_cuda_graph(cac
     rotary = RotaryEmbedding(RopeConfig(head_dim, 4096, theta=1e6)).to("cuda")
     qkv = torch.randn(tokens, (heads + 2 * kv_heads) * head_dim, device="cuda", dtype=torch.bfloat16)
     positions = torch.zeros(tokens, dtype=torch.int64, device="cuda")
-    slots = torch.zeros(tokens, dtype=torch.int64, device="cuda")
+    # distinct slots from the first (eager) call on: tokens sharing a slot race, and the two kernels' last
+    # writers differ (the H200 saw caches differ at slot 0 when every token of the eager call wrote there)
+    slots = torch.arange(tokens, dtype=torch.int64, device="cuda")
     weights = [torch.rand(head_dim, device="cuda").to(torch.bfloat16) + 0.5 for _ in range(2)] if norm else []
     scales = [torch.tensor(s, device="cuda") for s in (0.05, 0.02)] if cache_dtype == FP8_DTYPE else [None, None]
     plain = torch.randn(2, 64, block_size, kv_heads, head_dim, device="cuda").to(cache_dtype)
