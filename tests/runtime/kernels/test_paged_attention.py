@@ -241,17 +241,3 @@ def test_nan_at_a_later_position_never_reaches_earlier_queries(path, plane):
     assert relative_error(got[:20], expected[:20]) < TOLERANCE[torch.float32]
     assert relative_error(got[30:], expected[30:]) < TOLERANCE[torch.float32]  # the other sequence
     assert not torch.isfinite(got[20:30].flatten(1)).all(dim=1).any()  # tokens that see it are not clean
-
-
-def test_outgrown_split_counters_stay_alive_and_the_new_ones_start_at_zero(monkeypatch):
-    """A grid needing more counters than the buffer holds makes a larger one (zeroed) and keeps the old one
-    alive: a CUDA graph captured earlier still counts in it. Both are left at zero."""
-    monkeypatch.setattr(pa, "_counters", {})
-    monkeypatch.setattr(pa, "_outgrown", [])
-    monkeypatch.setattr(pa, "MIN_COUNTERS", 4)  # 2 sequences x 2 kv heads fit; 3 sequences do not
-    for seed, seqs in enumerate(([(90, 1), (40, 1)], [(70, 1), (3, 1), (150, 1)])):
-        batch = make_paged_batch(seqs, 6, 2, 48, 16, torch.float32, seed=30 + seed)
-        out, ref = _run(batch, num_splits=3, max_query_len=1)
-        assert relative_error(out, ref) < TOLERANCE[torch.float32]
-    assert [c.numel() for c in pa._outgrown] == [4] and pa._counters[torch.device("cpu")].numel() == 8
-    assert not pa._outgrown[0].any() and not pa._counters[torch.device("cpu")].any()
