@@ -182,56 +182,6 @@ def test_cuda_graph_replay_follows_new_inputs():
         assert relative_error(out, ref) < TOLERANCE[torch.bfloat16]
 
 
-@pytest.mark.parametrize(("kv_dtype", "num_splits"), [(None, None), (FP8_DTYPE, 8)])
-def test_split_kv_merge_in_one_launch_under_cuda_graph(kv_dtype, num_splits):
-    """Split-KV decode merges in its own launch (the last split of a tile): capture a padded batch once,
-    replay 3 times with new queries, lengths and real-batch sizes. Real rows match the reference, rows past
-    the batch are zeros every replay, a replay of the same inputs is bit-identical, counters end at zero."""
-    from model_optimizer.runtime.kernels import paged_attention as pa
-
-    slots, spare_tokens, heads, kv_heads = 4, 3, 16, 8
-    batch = make_paged_batch([(8000, 1)] * slots, heads, kv_heads, 128, 16, torch.bfloat16, "cuda", kv_dtype, seed=13)
-    query = torch.empty(slots + spare_tokens, heads, 128, dtype=torch.bfloat16, device="cuda")
-    qsl = torch.zeros(slots + 1, dtype=torch.int32, device="cuda")
-    seq_lens = torch.zeros(slots, dtype=torch.int32, device="cuda")
-    out = torch.empty_like(query)
-    args = (batch.kv_cache, qsl, seq_lens, batch.block_tables, 128**-0.5)
-    scales = dict(k_scale=batch.k_scale, v_scale=batch.v_scale)
-
-    def fill(num_real: int, seed: int) -> None:
-        gen = torch.Generator(device="cuda").manual_seed(seed)
-        query.copy_(torch.randn(query.shape, generator=gen, device="cuda"))
-        lens = torch.randint(1, 8002, (slots,), generator=gen, device="cuda", dtype=torch.int32)
-        seq_lens.copy_(torch.where(torch.arange(slots, device="cuda") < num_real, lens, 0))
-        qsl.copy_(torch.arange(slots + 1, device="cuda").clamp(max=num_real))
-        out.fill_(float("nan"))
-
-    def step() -> None:
-        pa.paged_attention(query, *args, max_query_len=1, max_seq_len=8192, num_splits=num_splits, out=out, **scales)
-
-    fill(slots, 0)
-    step()  # compile and make the counters outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    for replay, num_real in enumerate((4, 2, 3)):
-        fill(num_real, replay + 1)
-        graph.replay()
-        ref = paged_attention_ref(
-            query[:num_real], batch.kv_cache, qsl[: num_real + 1], seq_lens[:num_real],
-            batch.block_tables[:num_real], 128**-0.5, **scales,
-        )  # fmt: skip
-        assert relative_error(out[:num_real], ref) < TOLERANCE[torch.bfloat16], replay
-        assert torch.equal(out[num_real:], torch.zeros_like(out[num_real:])), replay
-        first = out.clone()
-        out.fill_(float("nan"))
-        graph.replay()
-        assert torch.equal(out, first), replay  # merged in split order, whichever split finished last
-    torch.cuda.synchronize()
-    assert not pa._counters[query.device].any()
-
-
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, FP8_DTYPE])
 @pytest.mark.parametrize("norm", [True, False])
 def test_rotary_store_writes_what_rotary_then_store_kv_write_in_a_cuda_graph(cache_dtype, norm):

@@ -1,9 +1,8 @@
-"""Paged attention on the GPU: picks tile sizes and the split-KV path, then launches the Triton program.
+"""Paged attention on the GPU: picks tile sizes and the split-KV path, then launches the Triton programs.
 
 Same inputs and result as `reference.paged_attention_ref`, so the runner can swap one for the
 other. Everything here is computed from tensor shapes and Python ints, never from tensor values,
-so a call can be captured in a CUDA graph. One launch per call, split-KV included: the last split
-of each tile merges the partials (paged_attention_kernels.py), counted in a per-device buffer here.
+so a call can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -18,33 +17,12 @@ import triton.language as tl
 
 from model_optimizer.runtime.kernels import aot
 from model_optimizer.runtime.kernels.formats import FP8_DTYPE
-from model_optimizer.runtime.kernels.paged_attention_kernels import _paged_attention_kernel
+from model_optimizer.runtime.kernels.paged_attention_kernels import _paged_attention_kernel, _reduce_splits_kernel
 
 MIN_ROWS = 16  # tl.dot needs at least 16 rows: small GQA groups are padded with masked heads
 MAX_SPLITS = 32
 SPLIT_MIN_KEYS = 128  # a split smaller than this costs more in merging than it gains
 SPLIT_MIN_CONTEXT = 256  # with a known shorter max_seq_len, one pass per sequence is enough
-MIN_COUNTERS = 4096  # split counters per device, one per (tile, kv head): 16 KiB, far above a decode grid
-
-_counters: dict[torch.device, torch.Tensor] = {}
-_outgrown: list[torch.Tensor] = []  # replaced counter buffers stay alive: captured graphs still point at them
-
-
-def _split_counters(device: torch.device, needed: int) -> torch.Tensor | None:
-    """Zeroed counters of this device, at least `needed` of them (the kernel leaves them at zero);
-    None while a CUDA graph is being captured and the buffer would have to be made or grown (zeroing
-    it inside the capture would only happen at replay): the caller then takes one split."""
-    counters = _counters.get(device)
-    if counters is not None and counters.numel() >= needed:
-        return counters
-    if device.type == "cuda" and aot.capturing():
-        return None
-    if counters is not None:
-        _outgrown.append(counters)
-    counters = _counters[device] = torch.zeros(
-        max(MIN_COUNTERS, triton.next_power_of_2(needed)), dtype=torch.int32, device=device
-    )
-    return counters
 
 
 def _dot_dtype(dtype: torch.dtype, fp8_cache: bool = False):
@@ -149,9 +127,7 @@ def paged_attention(
     tensors here): max_query_len, an upper bound of the new tokens of any sequence, sizes the
     query tiles (None: num_tokens, correct but slower); 1 promises a decode-only batch and
     selects one program per sequence. max_seq_len tunes the split-KV choice. num_splits forces the
-    flash-decoding path (> 1; one split after all inside a CUDA-graph capture that would first have to
-    make or grow the split counters, see `_split_counters`) or the single pass (1); None lets
-    `choose_num_splits` decide.
+    flash-decoding path (> 1) or the single pass (1); None lets `choose_num_splits` decide.
     out: optional preallocated result (num_tokens, num_heads, head_dim), e.g. a CUDA-graph buffer.
     tiles: launch shape override (benchmarks); None takes the defaults of `Tiles`.
     """
@@ -212,9 +188,6 @@ def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: 
     num_tiles = num_seqs if decode_only else num_tokens // block_q + (num_seqs if block_q > 1 else 0)
     dummy = seq_lens  # stands in for pointers a configuration does not read
     splits = cfg.num_splits
-    counters = _split_counters(query.device, num_tiles * num_kv_heads) if splits > 1 else None
-    if counters is None:
-        splits = 1
     if splits > 1:
         part_acc = torch.empty(num_tokens, num_heads, splits, head_dim_pad, dtype=torch.float32, device=query.device)
         part_max = torch.empty(num_tokens, num_heads, splits, dtype=torch.float32, device=query.device)
@@ -228,7 +201,6 @@ def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: 
         part_acc,
         part_max,
         part_sum,
-        counters if counters is not None else dummy,
         query,
         kv_cache,
         query_start_loc,
@@ -240,7 +212,6 @@ def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: 
         cfg.scale,
         cfg.sliding_window or 0,
         num_seqs,
-        num_tokens,
         num_heads,
         query.stride(0),
         query.stride(1),
@@ -267,3 +238,19 @@ def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: 
         num_warps=cfg.tiles.num_warps,
         num_stages=cfg.tiles.num_stages,
     )
+    if splits > 1:
+        _reduce_splits_kernel[(num_tokens, num_heads)](
+            out,
+            part_acc,
+            part_max,
+            part_sum,
+            query_start_loc,
+            num_seqs,
+            num_heads,
+            out.stride(0),
+            out.stride(1),
+            HEAD_DIM=head_dim,
+            HEAD_DIM_PAD=head_dim_pad,
+            NUM_SPLITS=splits,
+            SPLITS_PAD=triton.next_power_of_2(splits),
+        )

@@ -13,12 +13,7 @@ A decode-only batch (DECODE_ONLY, every sequence has at most one new token) skip
 grid num_seqs, program i serves sequence i.
 
 With NUM_SPLITS > 1 (flash decoding) each program covers one slice of the key range and writes
-its unnormalised output with its running max and sum. The last split of a (tile, kv head) to finish,
-counted with an atomic per (tile, kv head), merges the partials of its rows in split order (the same
-result whichever split finishes last), writes the output and resets its counter for the next launch
-(CUDA-graph replays included): no second launch. Programs of a split launch also write zeros for the
-tokens past the batch (a CUDA graph's padded rows). `_reduce_splits_kernel`, the separate merge, is
-what the MLA kernel (mla_attention.py) still launches.
+its unnormalised output with its running max and sum; `_reduce_splits_kernel` merges them.
 """
 
 from __future__ import annotations
@@ -62,74 +57,14 @@ def _drop_nonfinite_values(v, s, visible):
     return tl.where(v_ok, v, tl.zeros_like(v)), s
 
 
-@triton.jit
-def _zero_rows_past_batch(
-    out_ptr,
-    qsl_ptr,
-    num_seqs,
-    num_tokens,
-    kv_head,
-    stride_ot,
-    stride_oh,
-    GROUP: tl.constexpr,
-    GROUP_PAD: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    HEAD_DIM_PAD: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
-):
-    """Zeros into this KV head's heads of the tokens past the batch (qsl[num_seqs] .. num_tokens), dealt
-    round-robin over the (tile, split) programs: no program owns those rows, yet a padded CUDA-graph
-    batch must find zeros there after every replay, whatever the grid and however many rows are spare."""
-    worker = tl.program_id(0) * NUM_SPLITS + tl.program_id(2)
-    workers = tl.num_programs(0) * NUM_SPLITS
-    heads = tl.arange(0, GROUP_PAD)
-    dims = tl.arange(0, HEAD_DIM_PAD)
-    offs = (kv_head * GROUP + heads)[:, None] * stride_oh + dims[None, :]
-    mask = (heads < GROUP)[:, None] & (dims < HEAD_DIM)[None, :]
-    zeros = tl.zeros([GROUP_PAD, HEAD_DIM_PAD], dtype=out_ptr.dtype.element_ty)
-    batch_end = tl.load(qsl_ptr + num_seqs)
-    for i in range(worker, num_tokens - batch_end, workers):
-        tl.store(out_ptr + (batch_end.to(tl.int64) + i) * stride_ot + offs, zeros, mask=mask)
-
-
-@triton.jit
-def _merge_splits(
-    part_acc_ptr,
-    part_max_ptr,
-    part_sum_ptr,
-    part_row,
-    row_ok,
-    out_mask,
-    dims,
-    BLOCK_M: tl.constexpr,
-    HEAD_DIM_PAD: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
-):
-    """Normalised output of the rows whose NUM_SPLITS partials start at part_row, summed in split order
-    (the same sum whichever split merges). Loads bypass L1 (.cg): other programs stored them just now."""
-    m_all = tl.load(part_max_ptr + part_row, mask=row_ok, other=_NEG_BIG, cache_modifier=".cg")
-    for s in range(1, NUM_SPLITS):
-        m_s = tl.load(part_max_ptr + part_row + s, mask=row_ok, other=_NEG_BIG, cache_modifier=".cg")
-        m_all = tl.maximum(m_all, m_s)
-    denom = tl.zeros_like(m_all)
-    o = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-    for s in range(NUM_SPLITS):
-        w = tl.exp2(tl.load(part_max_ptr + part_row + s, mask=row_ok, other=_NEG_BIG, cache_modifier=".cg") - m_all)
-        denom += w * tl.load(part_sum_ptr + part_row + s, mask=row_ok, other=0.0, cache_modifier=".cg")
-        acc_offs = (part_row + s)[:, None] * HEAD_DIM_PAD + dims[None, :]
-        o += w[:, None] * tl.load(part_acc_ptr + acc_offs, mask=out_mask, other=0.0, cache_modifier=".cg")
-    return o / tl.where(denom > 0.0, denom, 1.0)[:, None]
-
-
-# num_seqs, num_tokens and the block-table width change every step: specialising on them (== 1, % 16)
+# num_seqs and the block-table width change every step: specialising on them (== 1, % 16)
 # recompiled the kernel mid-run, stalling a step each time (README "Where the time goes")
-@triton.jit(do_not_specialize=["sliding_window", "num_seqs", "num_tokens", "stride_bt"])
+@triton.jit(do_not_specialize=["sliding_window", "num_seqs", "stride_bt"])
 def _paged_attention_kernel(
     out_ptr,
     part_acc_ptr,
     part_max_ptr,
     part_sum_ptr,
-    count_ptr,
     q_ptr,
     cache_ptr,
     qsl_ptr,
@@ -141,7 +76,6 @@ def _paged_attention_kernel(
     q_scale,
     sliding_window,
     num_seqs,
-    num_tokens,
     num_heads,
     stride_qt,
     stride_qh,
@@ -169,9 +103,6 @@ def _paged_attention_kernel(
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    if NUM_SPLITS > 1:
-        _zero_rows_past_batch(out_ptr, qsl_ptr, num_seqs, num_tokens, kv_head, stride_ot, stride_oh,
-                              GROUP, GROUP_PAD, HEAD_DIM, HEAD_DIM_PAD, NUM_SPLITS)  # fmt: skip
     if DECODE_ONLY:  # at most one new token per sequence: program i serves sequence i, no search
         seq = tile
         q_start = tl.load(qsl_ptr + seq)
@@ -185,7 +116,7 @@ def _paged_attention_kernel(
         q_start = tl.load(qsl_ptr + seq)
         q_len = tl.load(qsl_ptr + seq + 1) - q_start
         t0 = (tile - first_tile) * BLOCK_Q  # first token of this tile within the sequence's chunk
-    if t0 >= q_len:  # the same for every split of this tile: none of them counts in, none merges
+    if t0 >= q_len:
         return
     seq_len = tl.load(seq_lens_ptr + seq)
     num_cached = seq_len - q_len
@@ -264,23 +195,19 @@ def _paged_attention_kernel(
         acc = acc * tl.load(v_scale_ptr)
 
     out_mask = row_ok[:, None] & dim_ok[None, :]
-    out_offs = q_rows[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :]
     if NUM_SPLITS == 1:
         l_safe = tl.where(l_i > 0.0, l_i, 1.0)
         o = acc / l_safe[:, None]
-        tl.store(out_ptr + out_offs, o.to(out_ptr.dtype.element_ty), mask=out_mask)
-    else:  # a split with no keys (past a short sequence) stores (-big, 0, 0) and still counts in
-        part_row = (q_rows * num_heads + head) * NUM_SPLITS  # partials: (tokens, heads, splits)
-        tl.store(part_max_ptr + part_row + split, m_i, mask=row_ok)
-        tl.store(part_sum_ptr + part_row + split, l_i, mask=row_ok)
-        tl.store(part_acc_ptr + (part_row + split)[:, None] * HEAD_DIM_PAD + dims[None, :], acc, mask=out_mask)
-        tl.debug_barrier()  # every thread's partial is stored before this program reports in
-        counter = count_ptr + tile * tl.num_programs(1) + kv_head
-        if tl.atomic_add(counter, 1, sem="acq_rel") == NUM_SPLITS - 1:  # the last split of this tile merges
-            o = _merge_splits(part_acc_ptr, part_max_ptr, part_sum_ptr, part_row, row_ok, out_mask, dims,
-                              BLOCK_M, HEAD_DIM_PAD, NUM_SPLITS)  # fmt: skip
-            tl.store(out_ptr + out_offs, o.to(out_ptr.dtype.element_ty), mask=out_mask)
-            tl.atomic_xchg(counter, 0)  # ready for the next launch (CUDA-graph replays included)
+        tl.store(
+            out_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
+            o.to(out_ptr.dtype.element_ty),
+            mask=out_mask,
+        )
+    else:
+        part_row = (q_rows * num_heads + head) * NUM_SPLITS + split  # partials: (tokens, heads, splits)
+        tl.store(part_max_ptr + part_row, m_i, mask=row_ok)
+        tl.store(part_sum_ptr + part_row, l_i, mask=row_ok)
+        tl.store(part_acc_ptr + part_row[:, None] * HEAD_DIM_PAD + dims[None, :], acc, mask=out_mask)
 
 
 @triton.jit(do_not_specialize=["num_seqs"])

@@ -104,7 +104,6 @@ def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, d
         part_acc_ptr="*fp32",
         part_max_ptr="*fp32",
         part_sum_ptr="*fp32",
-        count_ptr="*i32",
         q_ptr=f"*{q}",
         cache_ptr=f"*{kv}",
         qsl_ptr="*i32",
