@@ -5,8 +5,7 @@
 For the experts of one layer of each config (Qwen3-30B-A3B: 128 experts of 2048 x 768, top 8;
 Mixtral-8x7B: 8 of 4096 x 14336, top 2), bf16, random routing over `--tokens` tokens: the GPU time
 of `fused_moe` (sort + two grouped GEMMs + the sum over k, replayed from a CUDA graph:
-gpu_time.py; `fused_local_ms` as the layer calls it without expert parallelism, the sum inside the
-down GEMM, one launch fewer) and of `fused_moe_ref`, the loop transformers' eager experts run (three matmuls and
+gpu_time.py) and of `fused_moe_ref`, the loop transformers' eager experts run (three matmuls and
 the gathers per expert with tokens; it syncs with the host, so it is timed on the stream), the
 bytes of the experts the tokens touch read per second, and the ratio. The issue's target: >= 3x
 at 64 tokens.
@@ -80,8 +79,6 @@ def compare(model: str, num_tokens: int) -> dict:
     x, w13, w2, weights, ids = make_case(shape, num_tokens)
     sets = [(w13, w2), make_case(shape, num_tokens, seed=1)[1:3]]  # two layers' experts: beyond the L2
     fused = gpu_time_ms(lambda w: fused_moe(x, w[0], w[1], weights, ids), sets)
-    # as the layer calls it without expert parallelism: the down GEMM sums each token's rows itself
-    local = gpu_time_ms(lambda w: fused_moe(x, w[0], w[1], weights, ids, all_ids_local=True), sets)
     loop = stream_time_ms(lambda w: fused_moe_ref(x, w[0], w[1], weights, ids), sets, launches=40)
     moved = touched_bytes(ids, shape)
     row = {
@@ -89,7 +86,6 @@ def compare(model: str, num_tokens: int) -> dict:
         "tokens": num_tokens,
         "experts_touched": int(ids.unique().numel()),
         "fused_ms": fused,
-        "fused_local_ms": local,
         "loop_ms": loop,
         "speedup": loop / fused,
         "bytes": moved,
@@ -98,7 +94,7 @@ def compare(model: str, num_tokens: int) -> dict:
     }
     print(
         f"{model} {num_tokens:4d} tokens: fused {fused * 1e3:8.1f} us ({row['fused_gbps']:5.0f} GB/s), "
-        f"all local {local * 1e3:8.1f} us, loop {loop * 1e3:8.1f} us: {row['speedup']:.1f}x",
+        f"loop {loop * 1e3:8.1f} us: {row['speedup']:.1f}x",
         flush=True,
     )
     return row

@@ -14,14 +14,9 @@ Here one step is:
    pair's row of an intermediate (pairs, intermediate).
 3. The down GEMM: the same over the intermediate and w2, each row scaled by its routing weight
    in the epilogue, written to the pair's row of (pairs, hidden).
-4. The k rows of each token are summed in float32 in k order, rounded once (torch's bf16 reduction
-   over the middle dimension took about twice as long at decode). When every pair is computed (no
-   expert parallelism) the down GEMM does it: after storing its rows, a program counts each of them
-   in an atomic counter of (token, column tile); the program that brings a token's count to top_k
-   reads the token's k rows back (from L2) and writes the sum, then resets the counter for the next
-   launch (CUDA-graph replays included). Which program sums depends on scheduling, the sum does not:
-   the same rows in the same order, bit for bit `_sum_over_k_kernel`, which otherwise does it in a
-   launch of its own (under expert parallelism some rows are never computed, so no count completes).
+4. The k rows of each token are summed in float32 in a fixed order (`_sum_over_k_kernel`, one
+   launch; torch's bf16 reduction over the middle dimension took about twice as long at decode):
+   no atomics, so the result does not depend on scheduling.
 
 Programs of blocks past the last expert's run return at once: the grid is sized for the worst
 case (every pair its own expert), which a decode batch never reaches.
@@ -180,8 +175,6 @@ def _moe_gemm_kernel(
     a_ptr,
     w_ptr,
     out_ptr,
-    sum_ptr,
-    counts_ptr,
     sorted_ids_ptr,
     block_expert_ptr,
     route_w_ptr,
@@ -200,13 +193,10 @@ def _moe_gemm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    SUM_K: tl.constexpr,
 ):
     """out[pair, cols] = a[pair // PAIRS_PER_A_ROW] @ w[expert, cols].T for one block of pairs, one
     expert; GATED: w holds N gate rows then N up rows and out is silu(gate) * up; WEIGHTED: each row
-    times its routing weight. Padding rows (pair == num_pairs) are neither read nor written.
-    SUM_K > 0: also sum[token, cols] = the token's SUM_K rows of out, by `_sum_finished_tokens`
-    (counts_ptr: int32 per (token, column tile), zero); 0: sum_ptr and counts_ptr are not read."""
+    times its routing weight. Padding rows (pair == num_pairs) are neither read nor written."""
     pid = tl.program_id(0)
     num_n = tl.cdiv(N, BLOCK_N)
     pid_m = pid // num_n
@@ -240,31 +230,6 @@ def _moe_gemm_kernel(
         acc = acc * tl.load(route_w_ptr + pair, mask=row_ok, other=0.0)[:, None]
     out = out_ptr + pair.to(tl.int64)[:, None] * stride_om + cols[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
-    if SUM_K > 0:
-        _sum_finished_tokens(out_ptr, sum_ptr, counts_ptr + pid_n, pair, row_ok, cols, col_ok, num_n, N, stride_om,
-                             SUM_K, BLOCK_M, BLOCK_N)  # fmt: skip
-
-
-@triton.jit
-def _sum_finished_tokens(out_ptr, sum_ptr, counts_ptr, pair, row_ok, cols, col_ok, num_n, N, stride_om,
-                         TOP_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
-    """Report this program's stored rows (one column tile) to their tokens' counters (counts_ptr: this
-    tile's counter of token 0, one per tile a token); each row that completes its token's TOP_K sums
-    them, as `_sum_over_k_kernel` does (float32, k order, from +0), into sum[token, cols] and resets
-    the counter. Rows of one block belong to different tokens, so any of them may be a last one."""
-    token = (pair // TOP_K).to(tl.int64)
-    counter = counts_ptr + token * num_n
-    tl.debug_barrier()  # every thread's rows are stored before this program reports them
-    seen = tl.atomic_add(counter, tl.full((BLOCK_M,), 1, tl.int32), mask=row_ok, sem="acq_rel")
-    last = row_ok & (seen == TOP_K - 1)
-    tl.debug_barrier()  # acquired before any thread of the program reads the other programs' rows
-    mask = last[:, None] & col_ok[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in tl.static_range(TOP_K):
-        rows = out_ptr + (token * TOP_K + k)[:, None] * stride_om + cols[None, :]
-        acc += tl.load(rows, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)  # .cg: from L2, not a stale L1
-    tl.store(sum_ptr + token[:, None] * N + cols[None, :], acc.to(sum_ptr.dtype.element_ty), mask=mask)
-    tl.atomic_xchg(counter, tl.zeros((BLOCK_M,), tl.int32), mask=last)  # ready for the next launch (graph replays)
 
 
 @triton.jit
@@ -299,18 +264,13 @@ def _dot_dtype(dtype: torch.dtype):
     return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
 
 
-def _gemm(a, w, out, sorted_ids, block_expert, route_w, pairs_per_a_row, gated, tiles, block_m, sums=None) -> None:
-    """One grouped GEMM; `sums` = (sum (tokens, N), counters, top_k): the down GEMM also sums each
-    token's top_k rows of `out` into `sum` (see `_sum_finished_tokens`)."""
+def _gemm(a, w, out, sorted_ids, block_expert, route_w, pairs_per_a_row, gated, tiles, block_m) -> None:
     n, k = out.shape[1], w.shape[2]
     grid = (block_expert.numel() * triton.cdiv(n, tiles.block_n),)
-    sum_out, counters, sum_k = sums or (out, sorted_ids, 0)  # unread stand-ins without a sum
     _moe_gemm_kernel[grid](
         a,
         w,
         out,
-        sum_out,
-        counters,
         sorted_ids,
         block_expert,
         route_w,
@@ -329,7 +289,6 @@ def _gemm(a, w, out, sorted_ids, block_expert, route_w, pairs_per_a_row, gated, 
         BLOCK_M=block_m,
         BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k,
-        SUM_K=sum_k,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )
@@ -348,8 +307,7 @@ def fused_moe(
 
     Inputs are trusted (the MoE layer builds them); `tiles` overrides the table (tests, benchmarks).
     `all_ids_local` promises every id is one of these experts (no expert parallelism): every row of
-    the down GEMM's output is then written, so it needs no zeroing first and the down GEMM sums each
-    token's rows itself; otherwise `sum_over_k` does, a third launch."""
+    the down GEMM's output is then written, and it needs no zeroing first."""
     num_tokens, hidden = x.shape
     num_experts, intermediate = w13.shape[0], w13.shape[1] // 2
     top_k = topk_ids.shape[1]
@@ -372,34 +330,5 @@ def fused_moe(
     _gemm(x, w13, h, sorted_ids, block_expert, weights, top_k, True, tiles.gate_up, tiles.block_m)
     # the rows of pairs no block computes (experts of another rank) must add nothing
     out = (torch.empty if all_ids_local else torch.zeros)(num_pairs, hidden, dtype=x.dtype, device=x.device)
-    num_cells = num_tokens * triton.cdiv(hidden, tiles.down.block_n)  # (token, column tile) counters
-    counters = token_counters(x.device, num_cells) if all_ids_local and top_k > 1 else None
-    if counters is None:  # expert parallelism, top-1 (`out` is the sum), or a capture short of counters
-        _gemm(h, w2, out, sorted_ids, block_expert, weights, 1, False, tiles.down, tiles.block_m)
-        return sum_over_k(out, num_tokens, top_k)
-    summed = torch.empty(num_tokens, hidden, dtype=x.dtype, device=x.device)
-    _gemm(h, w2, out, sorted_ids, block_expert, weights, 1, False, tiles.down, tiles.block_m, (summed, counters, top_k))
-    return summed
-
-
-MIN_COUNTERS = 1 << 18
-"""Counters made at first (1 MiB of int32): 8,192 tokens x 32 column tiles (Qwen3-30B-A3B's hidden
-2048 at block_n 64), so an engine's profile run or largest prefill rarely needs more."""
-_COUNTERS: dict[torch.device, list[torch.Tensor]] = {}
-"""Per device, every counter buffer made, the last in use: one outgrown stays alive, since CUDA
-graphs captured with it still count in it (freed, its memory could become another tensor)."""
-
-
-def token_counters(device: torch.device, needed: int) -> torch.Tensor | None:
-    """Zeroed int32 counters for the down GEMM's sum over k (at least `needed`, each left at zero by the
-    launch that used it); None while a CUDA graph is captured and there are too few: made inside the
-    capture they would be zeroed only at replay, so that call sums with `sum_over_k`. One stream per
-    device is assumed (as quant_matmul's split-K counters): launches in flight at once would share them."""
-    buffers = _COUNTERS.setdefault(device, [])
-    if buffers and buffers[-1].numel() >= needed:
-        return buffers[-1]
-    if aot.capturing():
-        return None
-    size = max(MIN_COUNTERS, triton.next_power_of_2(needed))
-    buffers.append(torch.zeros(size, dtype=torch.int32, device=device))
-    return buffers[-1]
+    _gemm(h, w2, out, sorted_ids, block_expert, weights, 1, False, tiles.down, tiles.block_m)
+    return sum_over_k(out, num_tokens, top_k)

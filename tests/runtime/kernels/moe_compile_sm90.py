@@ -1,6 +1,5 @@
 """Compile the fused MoE GEMM for sm_90 without a GPU and show whether weights move in 16-byte pieces:
-both GEMMs (gate_up with its silu epilogue, down with the routing weights, and down summing each
-token's rows itself: an acq_rel atomic, a barrier, L2 (.cg) loads) at each default tile
+both GEMMs (gate_up with its silu epilogue, down with the routing weights) at each default tile
 and the widest sweep candidates, in bfloat16 (and float16 / float32 once each), with the shared
 memory each needs (the sweep skips candidates a GPU cannot launch); the sum over k (16-byte loads too),
 the alignment (one program; the parallel count and scatter at 128 and 256 experts, each block
@@ -10,7 +9,6 @@ Run by test_moe_compile_sm90.py in a subprocess without TRITON_INTERPRET; one li
 Exit status 3 when this Triton has no usable ahead-of-time API.
 """
 
-import re
 import sys
 
 try:
@@ -27,16 +25,13 @@ from model_optimizer.runtime.kernels.moe_routing import _softmax_topk_kernel
 from model_optimizer.runtime.kernels.moe_tiles import GEMM_CANDIDATES, default_tiles
 
 DOTS = {"bf16": tl.bfloat16, "fp16": tl.float16, "fp32": tl.float32}
-SUM_PARTS = ("acq_rel-atomic-add", "cg-vector-loads", "barrier")
 
 
-def moe_gemm(dtype: str, block_m: int, tiles, gated: bool, block_expert: str = "*i32", sum_k: int = 0):
+def moe_gemm(dtype: str, block_m: int, tiles, gated: bool, block_expert: str = "*i32") -> None:
     pointers = dict(
         a_ptr=f"*{dtype}",
         w_ptr=f"*{dtype}",
         out_ptr=f"*{dtype}",
-        sum_ptr=f"*{dtype}",
-        counts_ptr="*i32",
         sorted_ids_ptr="*i32",
         block_expert_ptr=block_expert,
         route_w_ptr="*fp32",
@@ -50,7 +45,6 @@ def moe_gemm(dtype: str, block_m: int, tiles, gated: bool, block_expert: str = "
         BLOCK_M=block_m,
         BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k,
-        SUM_K=sum_k,
     )
     kernel = compile_kernel(
         _moe_gemm_kernel,
@@ -62,7 +56,6 @@ def moe_gemm(dtype: str, block_m: int, tiles, gated: bool, block_expert: str = "
     )
     shared = kernel.metadata.shared
     print("  shared", shared, "ok" if shared <= SMEM_LIMIT else "TOO MUCH SHARED MEMORY", flush=True)
-    return kernel
 
 
 for num_tokens in (1, 512, 4096):  # decode, a large decode batch, a prefill (Qwen3-30B-A3B: 128 experts, top 8)
@@ -74,12 +67,6 @@ for tiles in (GEMM_CANDIDATES[3], GEMM_CANDIDATES[5]):  # the deepest K tile, th
 one_token = default_tiles(1, 128, 8)  # one token, all ids local: the router's int64 ids are the block experts
 moe_gemm("bf16", one_token.block_m, one_token.gate_up, gated=True, block_expert="*i64")
 moe_gemm("bf16", one_token.block_m, one_token.down, gated=False, block_expert="*i64")
-# the down GEMM that sums each token's rows itself (all ids local): one token and a decode batch
-kernel = moe_gemm("bf16", one_token.block_m, one_token.down, gated=False, block_expert="*i64", sum_k=8)
-ptx = kernel.asm["ptx"]
-found = [re.search(r"atom\.global\.\S*acq_rel\S*\.add", ptx), re.search(r"ld\.global\.cg\.v4", ptx), "bar.sync" in ptx]
-print("sum in the down GEMM:", " ".join(name if ok else "NO " + name for name, ok in zip(SUM_PARTS, found)), flush=True)
-moe_gemm("bf16", default_tiles(64, 128, 8).block_m, default_tiles(64, 128, 8).down, gated=False, sum_k=8)
 moe_gemm("fp16", 16, default_tiles(1, 128, 8).gate_up, gated=True)
 moe_gemm("fp32", 16, default_tiles(1, 128, 8).down, gated=False)
 compile_kernel(
