@@ -94,14 +94,14 @@ class ConstrainedDecoding:
             self.manager.drop(child.request_id)
 
     # ----------------------------------------------------------------- steps
-    def masked_rows(self, scheduler: Scheduler, out: SchedulerOutput) -> list[Request | None] | None:
-        """The step's sampling rows in the runner's order when a grammar constrains any of them, else None."""
+    def masked_rows(self, scheduler: Scheduler, out: SchedulerOutput) -> list[Request] | None:
+        """The step's sampling rows in the runner's order when a grammar constrains any of them, else None.
+        The scheduler's own list (no lookup per row); the check stops at the first constrained row."""
         manager = self.manager
         if not manager.num_matchers:
             return None
-        requests = scheduler.requests
-        rows = [requests.get(rid) for rid in out.num_scheduled_tokens if rid in out.sampling_request_ids]
-        return rows if any(r is not None and manager.has(r.request_id) for r in rows) else None
+        rows = scheduler.sampling_requests(out)
+        return rows if any(manager.has(r.request_id) for r in rows) else None
 
     def take(
         self, sampled: dict[str, tuple[Any, Any]], scheduler: Scheduler, out: SchedulerOutput
@@ -142,14 +142,15 @@ class ConstrainedDecoding:
         llguidance, and a thread that only waits for it gets it when the holder blocks or after the
         switch interval (5 ms): the step loop, which goes on in Python, waits here instead (tens of
         microseconds) so that the fill starts now, not after the loop's next blocking call."""
-        begun = threading.Event()
+        begun = threading.Lock()  # a bare lock, released by the thread: no Event's condition and waiter list
+        begun.acquire()
 
         def run() -> HostTokenMask:
-            begun.set()
+            begun.release()
             return job()
 
         future = self._filler.submit(run)
-        begun.wait()
+        begun.acquire()  # blocks with the GIL released, until the thread has begun
         return future
 
     def wait(self, mask: Future) -> HostTokenMask | None:

@@ -429,14 +429,15 @@ class Scheduler(SpeculativeSteps):
         return updated
 
     def prompt_logprob_requests(self, out: SchedulerOutput) -> dict[str, Request]:
-        """The requests whose prompt logprobs `out` computes, by id, until `update_from_output` (objects, as
-        `sampling_requests`)."""
+        """The requests whose prompt logprobs `out` computes, by id, until `update_from_output` (the objects,
+        as `sampling_requests`)."""
         return self._prompt_logprobs.get(out.step_id, {})
 
-    def sampling_requests(self, out: SchedulerOutput) -> dict[str, Request]:
-        """The requests `out` samples for, by id, until `update_from_output` hands them their tokens: the
-        objects, so that a request finished since (and a new one under its id) is told apart."""
-        return {request.request_id: request for request in self._sampling.get(out.step_id, ())}
+    def sampling_requests(self, out: SchedulerOutput) -> list[Request]:
+        """The requests `out` samples for, in the runner's row order (`num_scheduled_tokens`' order), until
+        `update_from_output` hands them their tokens: the objects, so that a request finished since (and a
+        new one under its id) is told apart. A copy: the caller may keep it."""
+        return list(self._sampling.get(out.step_id, ()))
 
     def finish(self, request: Request, status: RequestStatus, stop_reason: str | None = None) -> None:
         """Finish a running request for a reason found outside the core (a stop string)."""

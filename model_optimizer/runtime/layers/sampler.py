@@ -32,7 +32,7 @@ import torch
 
 from model_optimizer.runtime.device import to_device
 from model_optimizer.runtime.kernels import aot, triton_kernel
-from model_optimizer.runtime.layers.token_mask import TokenMask, apply_token_mask
+from model_optimizer.runtime.layers.token_mask import TokenMask, apply_token_mask, forbidden_tokens
 from model_optimizer.runtime.sampler_output import NONFINITE_TOKEN, Logprob
 from model_optimizer.runtime.sampling_params import SamplingParams
 
@@ -125,19 +125,23 @@ class Sampler:
 
         Queues device work only: nothing here waits for the device."""
         wanted = [b.params.logprobs for b in batch if b.params.logprobs is not None]
+        fused = self.fused and _can_fuse(logits) and all(_plain(b.params) for b in batch)
+        scores = logits.float() if wanted or not fused else None  # (num_reqs, vocab); one copy for both uses
+        # the torch forms of the mask, unpacked once for the logprobs and the sampling both
+        forbidden = forbidden_tokens(mask, logits.shape[-1]) if mask is not None and scores is not None else None
         raw_logprobs = None
         if wanted:
-            scores = logits.float() if mask is None else apply_token_mask(logits.float(), mask)
-            raw_logprobs = torch.log_softmax(scores, dim=-1)
-        if self.fused and _can_fuse(logits) and all(_plain(b.params) for b in batch):
+            raw_logprobs = torch.log_softmax(
+                scores if forbidden is None else apply_token_mask(scores, forbidden), dim=-1
+            )
+        if fused:
             token_ids, finite = self._choose_fused(logits, batch, mask)
         else:
-            logits = logits.float()  # (num_reqs, vocab)
-            finite = logits.sum(dim=-1).isfinite()  # any NaN or inf makes the sum NaN or inf
-            if mask is not None:  # after the check: the -inf of a forbidden token is no fault of the model
-                logits = apply_token_mask(logits, mask)
-            logits = self._apply_penalties(logits, batch)
-            token_ids = self._choose(logits, batch)
+            finite = scores.sum(dim=-1).isfinite()  # any NaN or inf makes the sum NaN or inf
+            if forbidden is not None:  # after the check: the -inf of a forbidden token is no fault of the model
+                scores = apply_token_mask(scores, forbidden)
+            scores = self._apply_penalties(scores, batch)
+            token_ids = self._choose(scores, batch)
         logprobs = None if raw_logprobs is None else reduce_logprobs(raw_logprobs, token_ids, max(wanted))
         return SampledTokens(token_ids, finite, logprobs)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -98,8 +98,14 @@ class _Matcher:
         """Stopped or failed, as of its last token (_check): its rows need no mask."""
 
 
-def _lane_of(row: tuple[_Matcher, Any, int]) -> int:
-    return row[0].lane
+_Row = tuple[int, int, _Matcher, Any, int]
+"""A request taking one token: (its matcher's lane, its position in the batch, matcher, request, token)."""
+_NO_TOKEN = (None, None)
+"""What `take` reads for a request the runner returned nothing for."""
+
+
+def _first(item: tuple) -> Any:
+    return item[0]
 
 
 class StructuredOutputManager:
@@ -157,7 +163,7 @@ class StructuredOutputManager:
         grammar ends: (request, None) when it has stopped, (request, error) when it failed."""
         started = time.perf_counter()
         matchers = self._matchers
-        batch: list[tuple[_Matcher, Any, int]] = []
+        batch: list[_Row] = []
         ended: list[tuple[Any, str | None]] = []
         for request in requests:
             state = matchers.get(request.request_id)
@@ -166,7 +172,7 @@ class StructuredOutputManager:
             tokens = request.output_token_ids
             new = len(tokens) - state.num_consumed  # counted, not sliced: a slice copies the whole tail each step
             if new == 1:
-                batch.append((state, request, tokens[-1]))
+                batch.append((state.lane, len(batch), state, request, tokens[-1]))
             elif new > 0:  # more than one at once: only a runner that returns several per step does that
                 state.matcher.consume_tokens(tokens[state.num_consumed :])
                 state.num_consumed += new
@@ -175,43 +181,53 @@ class StructuredOutputManager:
         self._advance_seconds += time.perf_counter() - started
         return ended
 
-    def take(self, sampled: Mapping[str, tuple[Any, Any]], requests: Mapping[str, Any]) -> list[tuple[Any, str | None]]:
+    def take(self, sampled: Mapping[str, tuple[Any, Any]], requests: Iterable[Any]) -> list[tuple[Any, str | None]]:
         """`advance` with a step's sampled ids (the runner's `collect`, request id -> (token, logprob)) before
-        the scheduler appends them to the requests (`requests`: those that sampled in the step, by id), so
-        that the next step's masks can start filling at once, while it does. A request the scheduler will
-        not give its token (finished meanwhile; no id: its logits were not finite, it fails) takes nothing.
-        Returns what `advance` returns; the caller ends those requests once the scheduler has appended."""
+        the scheduler appends them to the requests (`requests`: the objects that sampled in the step, in
+        row order), so that the next step's masks can start filling at once, while it does. A request the
+        scheduler will not give its token (finished meanwhile; no id: its logits were not finite, it fails)
+        takes nothing. Returns what `advance` returns; the caller ends those requests once the scheduler
+        has appended."""
         started = time.perf_counter()
         matchers = self._matchers
-        batch: list[tuple[_Matcher, Any, int]] = []
+        batch: list[_Row] = []
         ended: list[tuple[Any, str | None]] = []
-        for request_id, (token, _) in sampled.items():
-            state = matchers.get(request_id)
-            if state is None or type(token) is not int or token < 0:
+        for request in requests:
+            state = matchers.get(request.request_id)
+            if state is None or request.finished:
                 continue
-            request = requests.get(request_id)
-            if request is None or request.finished:
+            token = sampled.get(request.request_id, _NO_TOKEN)[0]
+            if type(token) is not int or token < 0:
                 continue
             tokens = request.output_token_ids
             if len(tokens) > state.num_consumed:  # tokens that came another way (never in the engine's steps)
                 state.matcher.consume_tokens(tokens[state.num_consumed :])
                 state.num_consumed = len(tokens)
-            batch.append((state, request, token))
+            batch.append((state.lane, len(batch), state, request, token))
         self._consume(batch, ended)
         self._advance_seconds += time.perf_counter() - started
         return ended
 
-    def _consume(self, batch: list[tuple[_Matcher, Any, int]], ended: list[tuple[Any, str | None]]) -> None:
-        """One token per matcher: in turn, or from PARALLEL_ADVANCE_ROWS rows on, on the pool (GIL released)."""
+    def _consume(self, batch: list[_Row], ended: list[tuple[Any, str | None]]) -> None:
+        """One token per matcher: in turn, or from PARALLEL_ADVANCE_ROWS rows on, on the pool (GIL released).
+        A matcher's consume says whether it failed: only the others are asked whether they stopped (one
+        call into llguidance per row, not two). What ends is reported in the rows' order."""
         if len(batch) >= PARALLEL_ADVANCE_ROWS:
-            by_lane = sorted(batch, key=_lane_of)  # whole lanes per pool thread
-            self.executor().consume_token_par([(s.matcher, token) for s, _, token in by_lane])
+            batch.sort()  # whole lanes per pool thread: (lane, position) tuples, no key function per row
+            oks = self.executor().consume_token_par([(row[2].matcher, row[4]) for row in batch])
         else:
-            for state, _, token in batch:
-                state.matcher.consume_token(token)
-        for state, request, _ in batch:
+            oks = [row[2].matcher.consume_token(row[4]) for row in batch]
+        finished: list[tuple[int, Any, str | None]] = []
+        for (_, position, state, request, _), ok in zip(batch, oks):
             state.num_consumed += 1
-            self._check(state, request, ended)
+            if not ok:
+                state.ended = True
+                finished.append((position, request, f"the output left its grammar: {state.matcher.get_error()}"))
+            elif state.matcher.is_stopped():
+                state.ended = True
+                finished.append((position, request, None))
+        finished.sort(key=_first)
+        ended.extend((request, error) for _, request, error in finished)
 
     @staticmethod
     def _check(state: _Matcher, request: Any, ended: list[tuple[Any, str | None]]) -> None:
@@ -237,29 +253,34 @@ class StructuredOutputManager:
         row has a live matcher. No matcher of these rows may advance until the job has run."""
         started = time.perf_counter()
         matchers = self._matchers
-        rows: list[tuple[int, _Matcher]] = []
+        rows: list[tuple[int, int, int, Any]] = []  # (lane, bitmask row, sampling row, matcher)
         for i, request in enumerate(requests):
-            state = matchers.get(request.request_id) if request is not None and not request.finished else None
+            if request is None or request.finished:
+                continue
+            state = matchers.get(request.request_id)
             if state is not None and not state.ended:
-                rows.append((i, state))
+                rows.append((state.lane, len(rows), i, state.matcher))
         if not rows:
             return None
         words = self._words or self._count_words()
-        mask = buffers(len(requests), len(rows), words)
-        mask.mask_index.fill(-1)
-        mask.mask_index[[i for i, _ in rows]] = np.arange(len(rows), dtype=np.int32)  # one numpy op, not a row loop
+        num_masked = len(rows)
+        mask = buffers(len(requests), num_masked, words)
         bitmask = mask.bitmask
-        if not bitmask.flags["C_CONTIGUOUS"] or bitmask.dtype != np.int32 or bitmask.shape != (len(rows), words):
-            raise ValueError(f"mask buffer must be C-contiguous int32 of shape {(len(rows), words)}")
-        by_lane = sorted(range(len(rows)), key=lambda k: rows[k][1].lane)  # whole lanes per pool thread
-        pairs = [(rows[k][1].matcher, k) for k in by_lane]
+        if not bitmask.flags.c_contiguous or bitmask.dtype != np.int32 or bitmask.shape != (num_masked, words):
+            raise ValueError(f"mask buffer must be C-contiguous int32 of shape {(num_masked, words)}")
+        # whole lanes per pool thread: sorted as plain tuples (lane, then position), no key function per row
+        rows.sort()
+        mask.mask_index.fill(-1)
+        mask.mask_index[[i for _, _, i, _ in rows]] = [k for _, k, _, _ in rows]  # one numpy op, not a row loop
+        pairs = [(matcher, k) for _, k, _, matcher in rows]
+        pointer = bitmask.__array_interface__["data"][0]  # not .ctypes.data: that builds a ctypes object
         executor = self.executor()  # made here, never by two threads at once
         spent = self._advance_seconds + time.perf_counter() - started
         self._advance_seconds = 0.0
 
         def compute() -> HostTokenMask:
             begun = time.perf_counter()
-            executor.unsafe_compute_mask_ptr(pairs, bitmask.ctypes.data, words * 4, len(pairs))
+            executor.unsafe_compute_mask_ptr(pairs, pointer, words * 4, num_masked)
             computed = time.perf_counter() - begun
             self.fill_seconds += computed
             step = spent + computed

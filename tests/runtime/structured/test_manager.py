@@ -86,6 +86,34 @@ def test_a_token_outside_the_grammar_fails_the_request_alone(manager, tokenizer)
     assert bad in ended and "left its grammar" in ended[bad] and ended.get(good) is None
 
 
+def test_a_pool_of_rows_in_several_lanes_reports_stops_and_failures_in_row_order(tokenizer):
+    """From PARALLEL_ADVANCE_ROWS rows the matchers take their tokens on the pool, grouped by lane: each
+    row's outcome (went on, stopped, failed) must still be its own, reported in the rows' order."""
+    manager = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), lanes=3), 2)
+    yes = manager.submit(StructuredOutputs.choice(["yes"])).result(timeout=60)
+    digits = manager.submit(StructuredOutputs.regex("[0-9]+")).result(timeout=60)
+    for compiled in (yes, digits):
+        manager.start("warm", compiled)  # a second user builds the other lanes
+        compiled.grow()
+        manager.drop("warm")
+    encode = {text: tokenizer.encode(text, add_special_tokens=False)[0] for text in ("yes", "no", "7")}
+    plan = ["7", "yes", "no", "7", "no", "yes", "7", "7", "yes", "no", "7", "no"]  # digits take only "7"
+    requests = []
+    for i, text in enumerate(plan):
+        requests.append(Request(f"r{i}", [1], SamplingParams()))
+        manager.start(f"r{i}", digits if text == "7" else yes)
+    assert len(plan) >= PARALLEL_ADVANCE_ROWS and len({manager.lane_of(r.request_id) for r in requests}) == 3
+    sampled = {r.request_id: (encode[text], None) for r, text in zip(requests, plan)}
+    ended = manager.take(sampled, requests)
+    expected = [(r, text) for r, text in zip(requests, plan) if text != "7"]
+    assert [request for request, _ in ended] == [request for request, _ in expected]
+    for (_, error), (_, text) in zip(ended, expected):
+        assert (error is None) == (text == "yes") and (text == "yes" or "left its grammar" in error)
+    live = manager.fill(requests)
+    assert (live.mask_index >= 0).sum() == plan.count("7")  # the ended rows need no mask any more
+    manager.close()
+
+
 def test_rows_without_a_live_matcher_need_no_mask(manager):
     so = StructuredOutputs.regex("a+")
     manager.start("r", manager.submit(so).result(timeout=60))
@@ -223,7 +251,7 @@ def test_tokens_taken_before_the_append_give_llguidances_own_masks(tokenizer):
             expected = np.frombuffer(reference.compute_bitmask(), dtype=np.int32)
             np.testing.assert_array_equal(mask.bitmask[mask.mask_index[k]], expected[: mask.bitmask.shape[1]])
         sampled = {r.request_id: (streams[int(r.request_id[1:])][step], None) for r in live}
-        ended = manager.take(sampled, requests)
+        ended = manager.take(sampled, requests.values())
         for request in live:  # the scheduler's append, after
             request.output_token_ids.append(sampled[request.request_id][0])
         for request, error in ended:
@@ -249,7 +277,7 @@ def test_take_skips_tokens_the_scheduler_will_not_append(manager, tokenizer):
     sampled = {"done": (seven, None), "nan": (NONFINITE_TOKEN, None), "ok": (seven, None)}
     sampled |= {"free": (seven, None), "gone": (seven, None)}
     requests["free"] = Request("free", [1], SamplingParams())
-    assert manager.take(sampled, requests) == []
+    assert manager.take(sampled, requests.values()) == []
     requests["ok"].output_token_ids.append(seven)
     requests["nan"].status = requests["nan"].status.FINISHED_ERROR
     assert manager.advance(list(requests.values())) == []  # "ok" took its token already: nothing new

@@ -1,0 +1,40 @@
+"""MaskStaging on the CPU: the arrays it hands out are what `upload` gives the sampler, step after step."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from model_optimizer.runtime.runner.mask_staging import MaskStaging
+from model_optimizer.runtime.structured.manager import HostTokenMask
+
+
+def _fill(mask: HostTokenMask, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    mask.mask_index[:] = rng.integers(-1, mask.bitmask.shape[0], size=mask.mask_index.shape)
+    mask.bitmask[:] = rng.integers(-(2**31), 2**31, size=mask.bitmask.shape, dtype=np.int64).astype(np.int32)
+
+
+def test_each_step_uploads_what_was_written_whether_the_shape_stays_or_changes():
+    staging = MaskStaging(torch.device("cpu"))
+    shapes = [(4, 3, 5), (4, 3, 5), (4, 3, 5), (6, 2, 5), (6, 2, 5), (3, 3, 9)]  # kept, then changed, then grown
+    handed = []
+    for step, shape in enumerate(shapes):
+        mask = staging.buffers(*shape)
+        assert mask.mask_index.shape == shape[:1] and mask.bitmask.shape == shape[1:]
+        _fill(mask, step)
+        expected = (mask.mask_index.copy(), mask.bitmask.copy())
+        device = staging.upload(mask)
+        assert np.array_equal(device.mask_index.numpy(), expected[0])
+        assert np.array_equal(device.bitmask.numpy(), expected[1])
+        handed.append(mask)
+    assert handed[2] is handed[0] and handed[1] is not handed[0]  # two buffers alternate; a kept shape reuses
+    assert handed[3] is not handed[1]
+
+
+def test_arrays_of_its_own_are_copied_as_they_are():
+    staging = MaskStaging(torch.device("cpu"))
+    staging.buffers(2, 1, 3)  # handed out, but the caller uploads other arrays
+    own = HostTokenMask(np.array([0, -1], dtype=np.int32), np.array([[1, 2, 3]], dtype=np.int32))
+    device = staging.upload(own)
+    assert device.mask_index.tolist() == [0, -1] and device.bitmask.tolist() == [[1, 2, 3]]
