@@ -8,8 +8,8 @@ one being filled is never the source of a copy still queued on the device.
 
 Both calls sit on the chain of a constrained step that no forward hides (tokens -> masks -> sampling),
 and a decode batch keeps its shape from step to step: each buffer keeps the arrays and tensor views of
-its last layout, so a step with the same shape builds none (slicing and viewing cost tens of
-microseconds a step in Python, more than the copy's launch).
+its last layout, so a step with the same shape builds none (the slicing and viewing cost more host
+time than the copy's launch).
 """
 
 from __future__ import annotations
