@@ -268,12 +268,11 @@ class StructuredOutputManager:
         bitmask = mask.bitmask
         if not bitmask.flags.c_contiguous or bitmask.dtype != np.int32 or bitmask.shape != (num_masked, words):
             raise ValueError(f"mask buffer must be C-contiguous int32 of shape {(num_masked, words)}")
-        # whole lanes per pool thread: sorted as plain tuples (lane, then position), no key function per row
-        rows.sort()
         mask.mask_index.fill(-1)
-        mask.mask_index[[i for _, _, i, _ in rows]] = [k for _, k, _, _ in rows]  # one numpy op, not a row loop
-        pairs = [(matcher, k) for _, k, _, matcher in rows]
-        pointer = bitmask.__array_interface__["data"][0]  # not .ctypes.data: that builds a ctypes object
+        mask.mask_index[[row[2] for row in rows]] = np.arange(num_masked, dtype=np.int32)  # one numpy op, not a loop
+        rows.sort()  # whole lanes per pool thread: plain tuples (lane, then position), no key function per row
+        pairs = [(row[3], row[1]) for row in rows]
+        pointer = bitmask.ctypes.data  # read here: the filler thread enters llguidance at once
         executor = self.executor()  # made here, never by two threads at once
         spent = self._advance_seconds + time.perf_counter() - started
         self._advance_seconds = 0.0
