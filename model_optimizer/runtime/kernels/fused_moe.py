@@ -179,6 +179,7 @@ def _moe_gemm_kernel(
     block_expert_ptr,
     route_w_ptr,
     num_pairs,
+    num_experts,
     N,
     K,
     stride_am,
@@ -202,7 +203,9 @@ def _moe_gemm_kernel(
     pid_m = pid // num_n
     pid_n = pid % num_n
     expert = tl.load(block_expert_ptr + pid_m)
-    if expert < 0:  # past the last expert's run
+    # < 0: past the last expert's run; >= num_experts: the router's id for a NaN row, which batch-1 decode
+    # reads as a block's expert without alignment (`_one_token_blocks`): no weight past the last expert read
+    if (expert < 0) | (expert >= num_experts):
         return
     pair = tl.load(sorted_ids_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
     row_ok = pair < num_pairs
@@ -275,6 +278,7 @@ def _gemm(a, w, out, sorted_ids, block_expert, route_w, pairs_per_a_row, gated, 
         block_expert,
         route_w,
         out.shape[0],  # num_pairs
+        w.shape[0],  # num_experts
         n,
         k,
         a.stride(0),

@@ -170,3 +170,24 @@ def test_fused_moe_leaves_out_experts_of_other_ranks():
 def test_default_tiles_grow_with_rows_per_expert():
     assert default_tiles(1, 128, 8).block_m == 16  # decode
     assert default_tiles(4096, 128, 8).block_m == 64  # prefill: 256 rows per expert
+
+
+def test_one_token_blocks_skip_an_expert_id_past_the_last():
+    """The GPU router gives a NaN row ids past the last expert, and batch-1 decode reads the ids as the
+    blocks' experts without alignment: such a block reads no weight (here a NaN sentinel stands right
+    after the last expert's weights) and writes nothing; the token's other pairs compute as usual."""
+    from model_optimizer.runtime.kernels.fused_moe import _gemm, _one_token_blocks
+
+    num_experts, hidden, intermediate, top_k = 4, 32, 16, 2
+    x, w13, _, _, _ = _inputs(1, hidden, intermediate, num_experts, top_k, torch.float32)
+    padded = torch.cat([w13, torch.full_like(w13[:1], float("nan"))])  # expert 4 would be the sentinel
+    w13 = padded[:num_experts]
+    ids = torch.tensor([[num_experts, 1]], dtype=torch.int64)  # pair 0: a NaN row's id
+    tiles = default_tiles(1, num_experts, top_k)
+    sorted_ids, block_expert = _one_token_blocks(ids, tiles.block_m)
+    h = torch.zeros(top_k, intermediate)
+    weights = torch.ones(top_k)
+    _gemm(x, w13, h, sorted_ids, block_expert, weights, top_k, True, tiles.gate_up, tiles.block_m)
+    assert torch.equal(h[0], torch.zeros(intermediate))  # not computed: no read past the last expert
+    gate, up = (x @ w13[1].T).split(intermediate, dim=-1)
+    torch.testing.assert_close(h[1:], torch.nn.functional.silu(gate) * up, rtol=1e-4, atol=1e-4)
