@@ -86,6 +86,28 @@ def _store_halves(row_ptr, stride_h, x1, x2, mask, HEADS_PAD: tl.constexpr, HALF
 
 
 @triton.jit
+def _rotate_q_and_k(
+    q_ptr, k_ptr, q_out_ptr, positions_ptr, cos_ptr, sin_ptr, q_weight_ptr, k_weight_ptr, eps, token, stride_qt,
+    stride_qh, stride_kt, stride_kh, stride_table, NUM_Q_HEADS: tl.constexpr, Q_HEADS_PAD: tl.constexpr,
+    NUM_K_HEADS: tl.constexpr, K_HEADS_PAD: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+):  # fmt: skip
+    """What both kernels do first for their token: q rotated (normalized when asked) and written to its
+    contiguous output row; k rotated likewise and returned as (first halves, second halves, mask), for the
+    caller to write where it keeps keys (an output row, or the paged cache)."""
+    cos, sin = _cos_sin(positions_ptr, cos_ptr, sin_ptr, q_ptr, token, stride_table, HALF, HALF_PAD)
+    q1, q2, q_mask = _rotate_heads(
+        q_ptr, q_weight_ptr, token, stride_qt, stride_qh, cos, sin, eps, NUM_Q_HEADS, Q_HEADS_PAD, HALF, HALF_PAD,
+        HAS_NORM,
+    )  # fmt: skip
+    _store_halves(q_out_ptr + token * (NUM_Q_HEADS * 2 * HALF), 2 * HALF, q1, q2, q_mask, Q_HEADS_PAD, HALF, HALF_PAD)
+    return _rotate_heads(
+        k_ptr, k_weight_ptr, token, stride_kt, stride_kh, cos, sin, eps, NUM_K_HEADS, K_HEADS_PAD, HALF, HALF_PAD,
+        HAS_NORM,
+    )  # fmt: skip
+
+
+@triton.jit
 def _norm_rotate_kernel(
     q_ptr,
     k_ptr,
@@ -111,15 +133,10 @@ def _norm_rotate_kernel(
     HAS_NORM: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)  # token * row stride passes 2**31 at a few hundred thousand tokens
-    cos, sin = _cos_sin(positions_ptr, cos_ptr, sin_ptr, q_ptr, token, stride_table, HALF, HALF_PAD)
-    q1, q2, q_mask = _rotate_heads(
-        q_ptr, q_weight_ptr, token, stride_qt, stride_qh, cos, sin, eps, NUM_Q_HEADS, Q_HEADS_PAD, HALF, HALF_PAD,
-        HAS_NORM,
-    )  # fmt: skip
-    _store_halves(q_out_ptr + token * (NUM_Q_HEADS * 2 * HALF), 2 * HALF, q1, q2, q_mask, Q_HEADS_PAD, HALF, HALF_PAD)
-    k1, k2, k_mask = _rotate_heads(
-        k_ptr, k_weight_ptr, token, stride_kt, stride_kh, cos, sin, eps, NUM_K_HEADS, K_HEADS_PAD, HALF, HALF_PAD,
-        HAS_NORM,
+    k1, k2, k_mask = _rotate_q_and_k(
+        q_ptr, k_ptr, q_out_ptr, positions_ptr, cos_ptr, sin_ptr, q_weight_ptr, k_weight_ptr, eps, token, stride_qt,
+        stride_qh, stride_kt, stride_kh, stride_table, NUM_Q_HEADS, Q_HEADS_PAD, NUM_K_HEADS, K_HEADS_PAD, HALF,
+        HALF_PAD, HAS_NORM,
     )  # fmt: skip
     _store_halves(k_out_ptr + token * (NUM_K_HEADS * 2 * HALF), 2 * HALF, k1, k2, k_mask, K_HEADS_PAD, HALF, HALF_PAD)
 
@@ -162,16 +179,11 @@ def _norm_rotate_store_kernel(
     QUANTIZE: tl.constexpr,
     HAS_SCALES: tl.constexpr,
 ):
-    token = tl.program_id(0).to(tl.int64)
-    cos, sin = _cos_sin(positions_ptr, cos_ptr, sin_ptr, q_ptr, token, stride_table, HALF, HALF_PAD)
-    q1, q2, q_mask = _rotate_heads(
-        q_ptr, q_weight_ptr, token, stride_qt, stride_qh, cos, sin, eps, NUM_Q_HEADS, Q_HEADS_PAD, HALF, HALF_PAD,
-        HAS_NORM,
-    )  # fmt: skip
-    _store_halves(q_out_ptr + token * (NUM_Q_HEADS * 2 * HALF), 2 * HALF, q1, q2, q_mask, Q_HEADS_PAD, HALF, HALF_PAD)
-    k1, k2, k_mask = _rotate_heads(
-        k_ptr, k_weight_ptr, token, stride_kt, stride_kh, cos, sin, eps, NUM_K_HEADS, K_HEADS_PAD, HALF, HALF_PAD,
-        HAS_NORM,
+    token = tl.program_id(0).to(tl.int64)  # token * row stride passes 2**31 at a few hundred thousand tokens
+    k1, k2, k_mask = _rotate_q_and_k(
+        q_ptr, k_ptr, q_out_ptr, positions_ptr, cos_ptr, sin_ptr, q_weight_ptr, k_weight_ptr, eps, token, stride_qt,
+        stride_qh, stride_kt, stride_kh, stride_table, NUM_Q_HEADS, Q_HEADS_PAD, NUM_K_HEADS, K_HEADS_PAD, HALF,
+        HALF_PAD, HAS_NORM,
     )  # fmt: skip
     # K and V of a padding token (slot -1) are not stored; the slot broadcast to a tensor for the interpreter
     slot = tl.load(slot_ptr + token).to(tl.int64)
