@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import cpu_model
+
 CHUNKS = 16
 """Token chunks in each streamed answer."""
 
@@ -142,7 +144,7 @@ def main() -> int:
         "benchmark": "bench_client_overhead",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
-            "cpu": _cpu_model(),
+            "cpu": cpu_model(),
             "cpus": os.cpu_count(),
             "client_cpu": 0,
             "server_cpu": 1,
@@ -175,16 +177,6 @@ def main() -> int:
         )
     print(f"wrote {args.out}")
     return 0
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import cpu_model
+
 CHUNK = json.dumps(
     {
         "id": "cmpl-5f0c2a9d3b7e4c1f8a6b2d4e",
@@ -198,7 +200,7 @@ def main() -> int:
         "benchmark": "bench_client_workers",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
-            "cpu": _cpu_model(),
+            "cpu": cpu_model(),
             "cpus": len(cpus),
             "client_cpus": client_cpus,
             "server_cpus": server_cpus,
@@ -225,16 +227,6 @@ def main() -> int:
     atomic_write(args.out, json.dumps(result, indent=1))
     print(f"wrote {args.out}")
     return 0
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ CONFIGS = Path(__file__).parent / "configs"
 RESULTS = Path(__file__).parent / "results"
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str | None:
     """The host CPU's name: host-bound figures (the step loop, grammar masks) move with it, and two runs on
     "the same" GPU machine have differed 2x in host time."""
     try:
@@ -34,7 +34,7 @@ def environment() -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "torch": torch.__version__,
     }
