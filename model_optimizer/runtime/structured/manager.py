@@ -176,7 +176,9 @@ class StructuredOutputManager:
             elif new > 0:  # more than one at once: only a runner that returns several per step does that
                 state.matcher.consume_tokens(tokens[state.num_consumed :])
                 state.num_consumed += new
-                self._check(state, request, ended)
+                done, error = self._check(state, state.matcher.is_error())
+                if done:
+                    ended.append((request, error))
         self._consume(batch, ended)
         self._advance_seconds += time.perf_counter() - started
         return ended
@@ -220,24 +222,23 @@ class StructuredOutputManager:
         finished: list[tuple[int, Any, str | None]] = []
         for (_, position, state, request, _), ok in zip(batch, oks):
             state.num_consumed += 1
-            if not ok:
-                state.ended = True
-                finished.append((position, request, f"the output left its grammar: {state.matcher.get_error()}"))
-            elif state.matcher.is_stopped():
-                state.ended = True
-                finished.append((position, request, None))
+            done, error = self._check(state, not ok)
+            if done:
+                finished.append((position, request, error))
         finished.sort(key=_first)
         ended.extend((request, error) for _, request, error in finished)
 
     @staticmethod
-    def _check(state: _Matcher, request: Any, ended: list[tuple[Any, str | None]]) -> None:
-        matcher = state.matcher
-        if matcher.is_error():
+    def _check(state: _Matcher, failed: bool) -> tuple[bool, str | None]:
+        """(ended, error) of a matcher after its tokens: `failed` (it could not take one) ends it with the
+        grammar's error, else it ends when it has stopped (error None)."""
+        if failed:
             state.ended = True
-            ended.append((request, f"the output left its grammar: {matcher.get_error()}"))
-        elif matcher.is_stopped():
+            return True, f"the output left its grammar: {state.matcher.get_error()}"
+        if state.matcher.is_stopped():
             state.ended = True
-            ended.append((request, None))
+            return True, None
+        return False, None
 
     def fill(self, requests: list[Any], buffers: MaskBuffers = numpy_buffers) -> HostTokenMask | None:
         """The masks of one step's sampling rows (`requests` in row order; None or a finished request
