@@ -43,6 +43,9 @@ class Case:
     block_size: int
     cache_dtype: str  # bf16 | fp8
     num_splits: int | None  # None: the launcher's heuristic
+    num_heads: int = NUM_HEADS
+    num_kv_heads: int = NUM_KV_HEADS
+    tile_n: int | None = None  # keys per inner step; None: the launcher's default
 
 
 def decode_cases() -> list[Case]:
@@ -54,6 +57,22 @@ def decode_cases() -> list[Case]:
                     cases.append(Case("decode", num_seqs, context, 1, block_size, "bf16", splits))
     for num_seqs, context in ((1, 8192), (64, 2048), (256, 2048)):
         cases.append(Case("decode", num_seqs, context, 1, 16, "fp8", None))
+    return cases
+
+
+DECODE_GRID_HEADS = {"qwen3-0.6b": (16, 8), "llama-3.1-8b": (32, 8), "qwen3-30b-a3b": (32, 4)}
+
+
+def decode_grid_cases() -> list[Case]:
+    """Small decode batches at the engine models' head shapes, every split count and two key tiles:
+    where the split-KV heuristic should land (what SPLIT_MIN_KEYS in paged_attention.py decides)."""
+    cases = []
+    for heads, kv_heads in DECODE_GRID_HEADS.values():
+        for num_seqs in (1, 8):
+            for context in (512, 2048):
+                for splits in (None, 1, 2, 4, 8, 16, 32):
+                    for tile_n in (None, 32):
+                        cases.append(Case("decode", num_seqs, context, 1, 16, "bf16", splits, heads, kv_heads, tile_n))
     return cases
 
 
@@ -72,7 +91,9 @@ def build(case: Case, device: str = "cuda") -> dict:
     seq_len = case.context + case.q_len
     blocks_per_seq = -(-seq_len // case.block_size)
     num_blocks = case.num_seqs * blocks_per_seq
-    cache = torch.randn(2, num_blocks, case.block_size, NUM_KV_HEADS, HEAD_DIM, device=device, dtype=torch.bfloat16)
+    cache = torch.randn(
+        2, num_blocks, case.block_size, case.num_kv_heads, HEAD_DIM, device=device, dtype=torch.bfloat16
+    )
     scales = {}
     if case.cache_dtype == "fp8":
         cache = (cache * 50).clamp(-448, 448).to(FP8_DTYPE)  # scale 1/50: values use the e4m3 range
@@ -80,7 +101,7 @@ def build(case: Case, device: str = "cuda") -> dict:
     tables = torch.randperm(num_blocks, device=device, dtype=torch.int32).view(case.num_seqs, blocks_per_seq)
     num_tokens = case.num_seqs * case.q_len
     return {
-        "query": torch.randn(num_tokens, NUM_HEADS, HEAD_DIM, device=device, dtype=torch.bfloat16),
+        "query": torch.randn(num_tokens, case.num_heads, HEAD_DIM, device=device, dtype=torch.bfloat16),
         "kv_cache": cache,
         "query_start_loc": torch.arange(0, num_tokens + 1, case.q_len, device=device, dtype=torch.int32),
         "seq_lens": torch.full((case.num_seqs,), seq_len, device=device, dtype=torch.int32),
@@ -91,18 +112,22 @@ def build(case: Case, device: str = "cuda") -> dict:
 
 def kv_bytes(case: Case, inputs: dict) -> int:
     """Bytes of K and V the attention has to read: every cached and new token once."""
-    return 2 * case.num_seqs * (case.context + case.q_len) * NUM_KV_HEADS * HEAD_DIM * inputs["kv_cache"].element_size()
+    per_token = case.num_kv_heads * HEAD_DIM * inputs["kv_cache"].element_size()
+    return 2 * case.num_seqs * (case.context + case.q_len) * per_token
 
 
 def attention_flops(case: Case) -> float:
     """QK^T and PV multiply-adds of the causal attention (2 FLOPs each)."""
     keys_per_query = case.context + (case.q_len + 1) / 2
-    return 4.0 * case.num_seqs * case.q_len * keys_per_query * NUM_HEADS * HEAD_DIM
+    return 4.0 * case.num_seqs * case.q_len * keys_per_query * case.num_heads * HEAD_DIM
 
 
 def attention_call(case: Case, inputs: dict, out: torch.Tensor, tiles=None):
     """A no-argument closure running the kernel once on `inputs` into `out`."""
-    from model_optimizer.runtime.kernels.paged_attention import paged_attention
+    from model_optimizer.runtime.kernels.paged_attention import Tiles, paged_attention
+
+    if tiles is None and case.tile_n is not None:
+        tiles = Tiles(tile_n=case.tile_n)
 
     def call():
         paged_attention(
@@ -123,7 +148,7 @@ def attention_call(case: Case, inputs: dict, out: torch.Tensor, tiles=None):
     return call
 
 
-def time_case(case: Case) -> dict:
+def time_case(case: Case, eager: bool = True) -> dict:
     import triton.testing
 
     from model_optimizer.runtime.kernels.paged_attention import _num_sms, choose_num_splits
@@ -132,11 +157,11 @@ def time_case(case: Case) -> dict:
     out = torch.empty_like(inputs["query"])
     call = attention_call(case, inputs, out)
     call()
-    eager_ms = triton.testing.do_bench(call, return_mode="median")
+    eager_ms = triton.testing.do_bench(call, return_mode="median") if eager else float("nan")
     graph_ms = triton.testing.do_bench_cudagraph(call, return_mode="median")
     nbytes = kv_bytes(case, inputs)
     splits = case.num_splits or choose_num_splits(
-        case.num_seqs, NUM_KV_HEADS, case.q_len, case.context + case.q_len, _num_sms(torch.cuda.current_device())
+        case.num_seqs, case.num_kv_heads, case.q_len, case.context + case.q_len, _num_sms(torch.cuda.current_device())
     )
     del inputs
     return {
@@ -287,6 +312,33 @@ def write_json(path: str, payload: dict) -> None:
     os.replace(tmp, path)
 
 
+def run_decode_grid(output: str) -> int:
+    """Graph times of `decode_grid_cases`, with the best split count per shape printed."""
+    from rich.progress import Progress
+
+    cases = decode_grid_cases()
+    rows = []
+    with Progress() as progress:
+        task = progress.add_task("decode grid", total=len(cases))
+        for case in cases:
+            rows.append(time_case(case, eager=False))
+            progress.advance(task)
+    write_json(output, {"environment": environment(), "decode_grid": rows})
+    shapes: dict[tuple, list[dict]] = {}
+    for r in rows:
+        shapes.setdefault((r["num_heads"], r["num_kv_heads"], r["num_seqs"], r["context"]), []).append(r)
+    for (heads, kv_heads, seqs, context), group in shapes.items():
+        default = next(r for r in group if r["num_splits"] is None and r["tile_n"] is None)
+        best = min(group, key=lambda r: r["graph_ms"])
+        print(
+            f"heads {heads}/{kv_heads} seqs {seqs} ctx {context}: heuristic {default['splits_used']} splits "
+            f"{default['graph_ms'] * 1e3:.2f} us; best {best['splits_used']} splits tile {best['tile_n']} "
+            f"{best['graph_ms'] * 1e3:.2f} us"
+        )
+    print(f"wrote {output}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     default = (
         os.path.join(os.environ["OUT"], "attention_kernels.json")
@@ -297,12 +349,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=default, help=f"JSON result path (default {default})")
     parser.add_argument("--quick", action="store_true", help="a few cases only, to check the script")
     parser.add_argument("--no-sweep", action="store_true", help="skip the launch-shape sweep (about a minute)")
+    parser.add_argument(
+        "--decode-grid",
+        action="store_true",
+        help="only small decode batches at three models' head shapes, every split count (graph times)",
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: this benchmark needs a CUDA GPU", file=sys.stderr)
         return 2
     from rich.progress import Progress
 
+    if args.decode_grid:
+        return run_decode_grid(args.output)
     cases = decode_cases() + prefill_cases()
     if args.quick:
         cases = cases[:2] + cases[-1:]

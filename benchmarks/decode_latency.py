@@ -37,6 +37,7 @@ def measure(
     profile: bool = False,
     kernels: dict | None = None,
     quantization: str | None = None,
+    decode_steps: int = DECODE_STEPS,
 ) -> list[dict]:
     from model_optimizer import LLM, SamplingParams
 
@@ -45,7 +46,7 @@ def measure(
         str(CONFIGS / model),
         load_format="dummy",
         dtype="bfloat16",
-        max_model_len=CONTEXT + DECODE_STEPS + 8,
+        max_model_len=CONTEXT + decode_steps + 8,
         max_num_seqs=max(batch_sizes),
         gpu_memory_utilization=0.8,
         **extra,
@@ -57,7 +58,7 @@ def measure(
     rows = []
     engine = llm.engine
     for batch in batch_sizes:
-        params = SamplingParams(temperature=0, ignore_eos=True, max_tokens=DECODE_STEPS, detokenize=False)
+        params = SamplingParams(temperature=0, ignore_eos=True, max_tokens=decode_steps, detokenize=False)
         for i in range(batch):
             engine.add_request(
                 f"{model}-{method}-{batch}-{i}", [(i * 7 + j) % 1000 + 1 for j in range(CONTEXT)], params
@@ -75,7 +76,7 @@ def measure(
                     measured = True
         times = [b - a for a, b in zip(marks, marks[1:])]
         step = statistics.median(times[2:]) if len(times) > 4 else float("nan")
-        moved = weight_bytes_read(llm.runner.model, batch) + batch * (CONTEXT + DECODE_STEPS // 2) * kv_bytes_per_token
+        moved = weight_bytes_read(llm.runner.model, batch) + batch * (CONTEXT + decode_steps // 2) * kv_bytes_per_token
         if graph_kernels is not None:
             kernels[f"{model} {method} batch {batch}" if extra else f"{model} batch {batch}"] = graph_kernels
         rows.append(
@@ -178,6 +179,12 @@ def main() -> None:
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 64])
     parser.add_argument("--profile", action="store_true", help="add the GPU kernels of each decode graph")
     parser.add_argument(
+        "--decode-steps",
+        type=int,
+        default=DECODE_STEPS,
+        help="tokens each request decodes (more: a longer steady run for a host profiler; the context limit grows)",
+    )
+    parser.add_argument(
         "--quantization",
         nargs="+",
         default=["none"],
@@ -198,7 +205,12 @@ def main() -> None:
     for model in args.models:
         for quantization in args.quantization:
             result["rows"] += measure(
-                model, args.batch_sizes, args.profile, result.setdefault("kernels", {}), quantization
+                model,
+                args.batch_sizes,
+                args.profile,
+                result.setdefault("kernels", {}),
+                quantization,
+                args.decode_steps,
             )
             import gc
 

@@ -79,6 +79,12 @@ GEMM_CANDIDATES = (
     GemmTiles(64, 128, 4, 4),
     GemmTiles(128, 64, 4, 4),
     GemmTiles(32, 256, 4, 3),
+    # one token (batch-1 decode): few programs per expert, so narrower tiles and deeper pipelines
+    GemmTiles(32, 128, 4, 4),
+    GemmTiles(32, 256, 4, 4),
+    GemmTiles(16, 256, 4, 4),
+    GemmTiles(64, 128, 4, 5),
+    GemmTiles(32, 512, 4, 2),
 )
 """Tiles each GEMM is timed with in a sweep; the two GEMMs are timed apart (for each block_m) and
 the fastest of each kept, so a sweep costs rows x 2 x len(GEMM_CANDIDATES) timings, not their square."""

@@ -116,9 +116,9 @@ def _paged_attention_kernel(
         q_start = tl.load(qsl_ptr + seq)
         q_len = tl.load(qsl_ptr + seq + 1) - q_start
         t0 = (tile - first_tile) * BLOCK_Q  # first token of this tile within the sequence's chunk
+    seq_len = tl.load(seq_lens_ptr + seq)  # read before the exit test: one memory round trip, not two
     if t0 >= q_len:
         return
-    seq_len = tl.load(seq_lens_ptr + seq)
     num_cached = seq_len - q_len
 
     BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_PAD
@@ -167,6 +167,13 @@ def _paged_attention_kernel(
         slot_off = block * stride_block + (pos % BLOCK_SIZE) * stride_offset + head_off
         kv_mask = pos_ok[None, :] & dim_ok[:, None]
         k = tl.load(cache_ptr + slot_off[None, :] + dims[:, None], mask=kv_mask, other=0.0)  # (D, TILE_N)
+        if BLOCK_Q == 1:  # one token per tile: every key loaded is visible to all its rows, so V is
+            # read with K (both need only the block ids), one memory round trip per tile, not two
+            v = tl.load(
+                cache_ptr + stride_plane + slot_off[:, None] + dims[None, :],
+                mask=pos_ok[:, None] & dim_ok[None, :],
+                other=0.0,
+            )  # (TILE_N, D)
         s = dot(q, k.to(DOT_DTYPE), None, DOT_DTYPE) * qk_scale  # (BLOCK_M, TILE_N), log2 units
         visible = (pos[None, :] <= q_pos[:, None]) & pos_ok[None, :]
         if USE_WINDOW:
@@ -183,12 +190,6 @@ def _paged_attention_kernel(
         p = tl.exp2(s - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if BLOCK_Q == 1:  # one token per tile: every key loaded is visible to all its rows
-            v = tl.load(
-                cache_ptr + stride_plane + slot_off[:, None] + dims[None, :],
-                mask=pos_ok[:, None] & dim_ok[None, :],
-                other=0.0,
-            )  # (TILE_N, D)
         acc = acc * alpha[:, None] + dot(p.to(DOT_DTYPE), v.to(DOT_DTYPE), None, DOT_DTYPE)
         m_i = m_new
     if HAS_SCALES:
@@ -229,10 +230,12 @@ def _reduce_splits_kernel(
     """Merge the per-split partial results of one (token, head); tokens past the batch get zeros."""
     token = tl.program_id(0)
     head = tl.program_id(1)
+    # The partials are read without waiting for the batch size (one memory round trip, not two): a
+    # token past the batch (a CUDA graph's padding) reads stale rows, and its output is zeroed below.
     num_tokens_in_batch = tl.load(qsl_ptr + num_seqs)
     in_batch = token < num_tokens_in_batch
     splits = tl.arange(0, SPLITS_PAD)
-    split_ok = (splits < NUM_SPLITS) & ((splits * 0 + token) < num_tokens_in_batch)
+    split_ok = splits < NUM_SPLITS
     dims = tl.arange(0, HEAD_DIM_PAD)
     row = (token.to(tl.int64) * num_heads + head) * NUM_SPLITS + splits
     m = tl.load(part_max_ptr + row, mask=split_ok, other=_NEG_BIG)

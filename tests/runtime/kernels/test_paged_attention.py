@@ -154,7 +154,7 @@ def test_choose_num_splits():
     assert choose_num_splits(1, 8, 1, 200, 132) == 1  # short context: one pass
     assert choose_num_splits(64, 8, 1, 8192, 132) == 1  # grid already full
     assert choose_num_splits(1, 8, 16, 8192, 132) == 1  # prefill in the batch
-    assert choose_num_splits(2, 8, 1, 1024, 132) == 1024 // 128  # no split under 128 keys
+    assert choose_num_splits(2, 8, 1, 1024, 132) == 1024 // 64  # no split under one 64-key tile
     assert choose_num_splits(1, 1, 1, None, 132) == 32  # unknown context: capped
 
 

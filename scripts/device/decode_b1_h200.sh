@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Batch-1 decode on one H200: the attention's split-KV choice, the MoE one-token tiles, and their effect,
+# this tree against an older one ($BEFORE, default .ab/before: `git archive OLD model_optimizer
+# ':!model_optimizer/assets' | tar -x -C .ab/before`, ignored by git, named in the call's carry).
+# PARTS (space-separated, default "grid moe_sweep kernel_tests") picks among:
+#   grid          benchmarks/attention_kernels.py --decode-grid (batch 1 and 8, contexts 512 and 2048, three
+#                 models' head shapes, every split count, two key tiles), for each of SIDES      <= 150 s each
+#   moe_sweep     benchmarks/moe_kernels.py --sweep at one token for Qwen3-30B-A3B, DeepSeek-V2-Lite and
+#                 Mixtral-8x7B -> moe_tiles_one_token.json, then the fused kernel at 1 and 8 tokens <= 150 s
+#   kernel_tests  tests/gpu/test_kernels_gpu.py, test_graphs_gpu.py, test_warmup_gpu.py             <= 200 s
+#   engine_tests  tests/gpu/test_engine_gpu.py, test_families_gpu.py (bf16 against transformers)    <= 300 s
+#   decode        benchmarks/decode_latency.py --profile at batch 1 for DECODE_MODELS (default Qwen3-30B-A3B,
+#                 Qwen3-0.6B, Llama-3.1-8B), for each of SIDES (default "after before")          <= 100 s each
+#   pyspy         py-spy (threads, idle, raw stacks) over Qwen3-0.6B batch-1 decode of 3,000 steps: the host's
+#                 share of a step                                                                 <= 150 s
+# MOPT_MOE_TILES, when set, applies to every part. Results: ONE tarball, $OUT/decode_b1.tgz.
+set -uo pipefail
+: "${OUT:?set OUT to the folder that receives the results}"
+source "$(dirname "$0")/common.sh"
+start_run
+PARTS=" ${PARTS:-grid moe_sweep kernel_tests} "
+BEFORE=${BEFORE:-.ab/before}
+SIDES=${SIDES:-after before}
+root_of() { if [ "$1" = before ]; then echo "$PWD/$BEFORE"; else echo "$PWD"; fi; }
+
+if [[ $PARTS == *" grid "* ]]; then
+  for side in $SIDES; do
+    part "grid_$side" 150 env PYTHONPATH="$(root_of "$side"):$PYTHONPATH" python3 benchmarks/attention_kernels.py \
+      --decode-grid --output "$RES/attention_grid_$side.json"
+    grep -E "^heads" "$RES/grid_$side.log" | sed "s/^/$side /" >> "$RES/summary.txt"
+  done
+fi
+if [[ $PARTS == *" moe_sweep "* ]]; then
+  part moe_sweep 150 python3 benchmarks/moe_kernels.py --sweep --sweep-tokens 1 --tokens 1 8 \
+    --models qwen3-30b-a3b deepseek-v2-lite mixtral-8x7b --tiles-output "$RES/moe_tiles_one_token.json" \
+    --output "$RES/moe_kernels_one_token_h200.json"
+  grep -E "tokens:" "$RES/moe_sweep.log" >> "$RES/summary.txt"
+fi
+if [[ $PARTS == *" kernel_tests "* ]]; then
+  part kernel_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/gpu/test_kernels_gpu.py \
+    tests/gpu/test_graphs_gpu.py tests/gpu/test_warmup_gpu.py
+fi
+if [[ $PARTS == *" engine_tests "* ]]; then
+  part engine_tests 300 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/gpu/test_engine_gpu.py \
+    tests/gpu/test_families_gpu.py
+fi
+if [[ $PARTS == *" decode "* ]]; then
+  for model in ${DECODE_MODELS:-qwen3-30b-a3b qwen3-0.6b llama-3.1-8b}; do
+    for side in $SIDES; do
+      part "decode_${side}_$model" 100 env PYTHONPATH="$(root_of "$side"):$PYTHONPATH" python3 \
+        benchmarks/decode_latency.py --models "$model" --batch-sizes ${BATCHES:-1} --profile \
+        --output "$RES/decode_${side}_$model.json"
+      grep -E "ms/step" "$RES/decode_${side}_$model.log" | sed "s/^/$side /" >> "$RES/summary.txt"
+    done
+  done
+fi
+if [[ $PARTS == *" pyspy "* ]]; then  # where the host's time per step goes at batch 1 (Qwen3-0.6B: ms/step > graph)
+  export PATH=/tmp/site/bin:$PATH
+  part pyspy 150 py-spy record --threads --idle --format raw --rate 500 -o "$RES/decode_qwen3_0.6b_b1.pyspy.txt" -- \
+    python3 benchmarks/decode_latency.py --models qwen3-0.6b --batch-sizes 1 --decode-steps 3000 \
+    --output "$RES/decode_pyspy_qwen3-0.6b.json"
+  grep -E "ms/step" "$RES/pyspy.log" | sed "s/^/pyspy /" >> "$RES/summary.txt"
+fi
+cat "$RES/summary.txt"
+tar -czf "$OUT/decode_b1.tgz" -C "$RES" .
+rm -rf "$RES"
+echo "wrote $OUT/decode_b1.tgz"
