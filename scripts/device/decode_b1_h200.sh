@@ -10,7 +10,8 @@
 #   kernel_tests  tests/gpu/test_kernels_gpu.py, test_graphs_gpu.py, test_warmup_gpu.py             <= 200 s
 #   engine_tests  tests/gpu/test_engine_gpu.py, test_families_gpu.py (bf16 against transformers)    <= 300 s
 #   decode        benchmarks/decode_latency.py --profile at batch 1 for DECODE_MODELS (default Qwen3-30B-A3B,
-#                 Qwen3-0.6B, Llama-3.1-8B), for each of SIDES (default "after before")          <= 100 s each
+#                 Qwen3-0.6B, Llama-3.1-8B), for each of SIDES (default "after before"; "after2 before2" repeat)          <= 100 s each
+#   sampler_tests tests/gpu/test_nonfinite_gpu.py, test_perf_gpu.py, test_structured_gpu.py          <= 200 s
 #   pyspy         py-spy (threads, idle, raw stacks) over Qwen3-0.6B batch-1 decode of 3,000 steps: the host's
 #                 share of a step                                                                 <= 150 s
 # MOPT_MOE_TILES, when set, applies to every part. Results: ONE tarball, $OUT/decode_b1.tgz.
@@ -21,7 +22,7 @@ start_run
 PARTS=" ${PARTS:-grid moe_sweep kernel_tests} "
 BEFORE=${BEFORE:-.ab/before}
 SIDES=${SIDES:-after before}
-root_of() { if [ "$1" = before ]; then echo "$PWD/$BEFORE"; else echo "$PWD"; fi; }
+root_of() { case $1 in before*) echo "$PWD/$BEFORE" ;; *) echo "$PWD" ;; esac; }  # after2, before2: repeats
 
 if [[ $PARTS == *" grid "* ]]; then
   for side in $SIDES; do
@@ -53,6 +54,10 @@ if [[ $PARTS == *" decode "* ]]; then
       grep -E "ms/step" "$RES/decode_${side}_$model.log" | sed "s/^/$side /" >> "$RES/summary.txt"
     done
   done
+fi
+if [[ $PARTS == *" sampler_tests "* ]]; then
+  part sampler_tests 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_nonfinite_gpu.py \
+    tests/gpu/test_perf_gpu.py tests/gpu/test_structured_gpu.py
 fi
 if [[ $PARTS == *" pyspy "* ]]; then  # where the host's time per step goes at batch 1 (Qwen3-0.6B: ms/step > graph)
   export PATH=/tmp/site/bin:$PATH

@@ -70,6 +70,29 @@ def test_sampler_fused_path_greedy_rows_and_batch_independent_seeds():
     assert len(set(later)) > 5  # ... and fresh noise at every output position
 
 
+def test_sampler_reuses_its_row_tensors_and_draws_no_noise_for_greedy_batches():
+    """Per-row inputs stay on the device by value: the same batch composition copies nothing again; an
+    all-greedy batch leaves the generator untouched; a new temperature gets its own tensor."""
+    from model_optimizer.runtime.layers.sampler import Sampler, SamplingInput
+    from model_optimizer.runtime.sampling_params import SamplingParams
+
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    logits = torch.randn(2, 700)
+    greedy = [SamplingInput(SamplingParams(temperature=0), [1], [])] * 2
+    state = sampler.generator.get_state()
+    ids, finite = sampler._choose_fused(logits, greedy)
+    assert ids.tolist() == logits.argmax(dim=1).tolist() and finite.all()
+    assert torch.equal(sampler.generator.get_state(), state)  # no random draw for greedy rows
+    kept = dict(sampler._row_tensors)
+    sampler._choose_fused(logits, greedy)
+    assert sampler._row_tensors.keys() == kept.keys()
+    assert all(sampler._row_tensors[k] is v for k, v in kept.items())  # reused, not copied again
+    hot = [SamplingInput(SamplingParams(temperature=0.5), [1], []), greedy[0]]
+    sampler._choose_fused(logits, hot)
+    assert sampler._row_tensors[("inverse temperatures", (2.0, 0.0))].tolist() == [2.0, 0.0]
+    assert not torch.equal(sampler.generator.get_state(), state)  # a sampled row draws its noise
+
+
 def test_rows_with_nan_or_inf_logits_are_flagged_and_still_get_a_vocabulary_id():
     vocab = 2 * CHUNK + 50
     logits = torch.randn(6, vocab)
