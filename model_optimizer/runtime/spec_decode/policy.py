@@ -124,6 +124,12 @@ class _Window:
             return 0.0
         return statistics.fmean(t for _, t, _ in self.steps) / self.step_seconds
 
+    def excess(self, seconds: float, tokens: int) -> float:
+        """Seconds that `tokens` took beyond what this window's rate would have taken (0 when not slower;
+        all of them when the rate is unknown): what running the other mode cost."""
+        rate = self.tokens_per_s
+        return max(seconds - tokens / rate, 0.0) if rate > 0 else seconds
+
 
 @dataclass
 class _Probe:
@@ -269,8 +275,7 @@ class SpecPolicy:
         if winner.tokens_per_s <= 0 or winner.step_seconds <= 0:
             b.probe_interval = MIN_PROBE_INTERVAL
             return
-        excess = max(seconds - tokens / winner.tokens_per_s, 0.0)
-        affordable = 2 * excess / (FIRST_PROBE_BUDGET * gain * winner.step_seconds)
+        affordable = 2 * winner.excess(seconds, tokens) / (FIRST_PROBE_BUDGET * gain * winner.step_seconds)
         b.probe_interval = int(min(max(MIN_PROBE_INTERVAL, affordable), MAX_PROBE_INTERVAL))
 
     def _spec_ceiling(self, b: _Bucket) -> float:
@@ -295,7 +300,7 @@ class SpecPolicy:
         if verdict != b.verdict:  # the other mode won: probe the new loser soon
             b.verdict, b.probe_interval = verdict, MIN_PROBE_INTERVAL
             return
-        excess = probe.seconds - (probe.tokens / winner.tokens_per_s if winner.tokens_per_s else 0.0)
+        excess = winner.excess(probe.seconds, probe.tokens)
         affordable = excess / (PROBE_BUDGET * winner.step_seconds) if winner.step_seconds else 0.0
         b.probe_interval = int(min(max(2 * b.probe_interval, affordable), MAX_PROBE_INTERVAL))
 

@@ -20,6 +20,7 @@ from model_optimizer.runtime.spec_decode.policy import (
     WINDOW,
     SpecPolicy,
     StepSample,
+    _Window,
     bucket_of,
 )
 from model_optimizer.runtime.spec_decode.speculator import Speculator
@@ -342,3 +343,12 @@ def test_the_long_draft_run_at_64_requests_costs_at_most_three_percent():
     assert verifying == 2  # the catch-up and one steady step, 3.4x behind; the first probe comes later
     assert policy.summary()[64]["probe_interval"] > 3 * 130
     assert plain / seconds >= 0.97
+
+
+def test_window_excess_is_what_the_other_mode_cost_beyond_this_rate():
+    window = _Window()
+    assert window.excess(0.5, 10) == 0.5  # no rate yet: every second counts
+    for _ in range(3):
+        window.add(0.01, 10, 1)  # 1,000 tokens/s
+    assert window.excess(0.05, 20) == pytest.approx(0.03)  # 20 tokens would have taken 0.02 s
+    assert window.excess(0.01, 20) == 0.0  # faster than this rate: nothing lost
