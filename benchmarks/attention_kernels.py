@@ -188,8 +188,9 @@ def sweep_tiles(case: Case) -> dict:
     expected = torch.empty_like(inputs["query"])
     attention_call(case, inputs, expected)()
     rows_options = (64,) if case.kind == "decode" else (32, 64, 128)
+    warps_options, stages_options = ((2, 4, 8), (1, 2, 3)) if case.cache_dtype == "fp8" else ((4, 8), (2, 3))
     results = []
-    for rows, tile_n, warps, stages in itertools.product(rows_options, (32, 64, 128), (4, 8), (2, 3)):
+    for rows, tile_n, warps, stages in itertools.product(rows_options, (32, 64, 128), warps_options, stages_options):
         tiles = Tiles(max_rows=rows, tile_n=tile_n, num_warps=warps, num_stages=stages)
         out = torch.empty_like(expected)
         call = attention_call(case, inputs, out, tiles)
@@ -218,6 +219,39 @@ def sweep_cases() -> list[Case]:
         Case("prefill", 1, 0, 4096, 16, "bf16", 1),
         Case("prefill", 4, 2048, 512, 16, "bf16", 1),
     ]
+
+
+def fp8_sweep_cases() -> list[Case]:
+    """Decode over an fp8 cache at the batches where it trailed the bf16 cache (README "Quantize")."""
+    return [Case("decode", n, 2048, 1, 16, "fp8", None) for n in (16, 64, 256)]
+
+
+def run_fp8_sweep(output: str) -> int:
+    """`sweep_tiles` over `fp8_sweep_cases`; prints each case's best and, last, the launch shape with the
+    lowest summed time over the cases as `best fp8 decode tiles: TILE_N,NUM_WARPS,NUM_STAGES`."""
+    sweeps = [sweep_tiles(case) for case in fp8_sweep_cases()]
+    write_json(output, {"environment": environment(), "fp8_tile_sweep": sweeps})
+    totals: dict[tuple, float] = {}
+    for sweep in sweeps:
+        default = next(
+            (r for r in sweep["shapes"] if r.get("tile_n") == 64 and r["num_warps"] == 4 and r["num_stages"] == 2), {}
+        )
+        best = sweep["best"] or {}
+        print(
+            f"fp8 seqs {sweep['num_seqs']} ctx {sweep['context']}: default {default.get('graph_ms', float('nan')) * 1e3:.1f} us, "
+            f"best tile_n {best.get('tile_n')} warps {best.get('num_warps')} stages {best.get('num_stages')} "
+            f"{best.get('graph_ms', float('nan')) * 1e3:.1f} us"
+        )
+        for r in sweep["shapes"]:
+            if "graph_ms" in r and r["rel_err_vs_default"] < 2e-2:
+                key = (r["tile_n"], r["num_warps"], r["num_stages"])
+                totals[key] = totals.get(key, 0.0) + r["graph_ms"]
+    complete = {k: v for k, v in totals.items() if v > 0}
+    if complete:
+        best_key = min(complete, key=complete.get)
+        print(f"best fp8 decode tiles: {','.join(str(v) for v in best_key)} ({complete[best_key] * 1e3:.1f} us summed)")
+    print(f"wrote {output}")
+    return 0
 
 
 def time_store_kv(num_tokens: int) -> dict:
@@ -354,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only small decode batches at three models' head shapes, every split count (graph times)",
     )
+    parser.add_argument("--fp8-sweep", action="store_true", help="only the launch-shape sweep of fp8-cache decode")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: this benchmark needs a CUDA GPU", file=sys.stderr)
@@ -362,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.decode_grid:
         return run_decode_grid(args.output)
+    if args.fp8_sweep:
+        return run_fp8_sweep(args.output)
     cases = decode_cases() + prefill_cases()
     if args.quick:
         cases = cases[:2] + cases[-1:]

@@ -158,9 +158,36 @@ def paged_attention(
         seq_lens,
         block_tables,
         out,
-        _Launch(scale, sliding_window, max_query_len, num_splits, scales, tiles or Tiles()),
+        _Launch(
+            scale, sliding_window, max_query_len, num_splits, scales, tiles or default_tiles(is_fp8, max_query_len)
+        ),
     )
     return out
+
+
+FP8_DECODE_TILES = Tiles()
+"""Decode-only batches over an fp8 cache: what `attention_kernels.py --fp8-sweep` measured fastest."""
+FP8_TILES_ENV = "MOPT_ATTENTION_FP8_TILES"
+""""TILE_N,NUM_WARPS,NUM_STAGES" in place of FP8_DECODE_TILES (for measuring a candidate end to end)."""
+
+
+def default_tiles(fp8_cache: bool, max_query_len: int) -> Tiles:
+    """The launch shape when the caller names none: `Tiles()`, or for decode over an fp8 cache
+    FP8_DECODE_TILES ($MOPT_ATTENTION_FP8_TILES when set)."""
+    return _fp8_decode_tiles(os.environ.get(FP8_TILES_ENV, "")) if fp8_cache and max_query_len == 1 else Tiles()
+
+
+@functools.lru_cache(maxsize=4)
+def _fp8_decode_tiles(override: str) -> Tiles:
+    if not override.strip():
+        return FP8_DECODE_TILES
+    try:
+        tile_n, num_warps, num_stages = (int(v) for v in override.split(","))
+    except ValueError:
+        raise ValueError(
+            f"{FP8_TILES_ENV} must be TILE_N,NUM_WARPS,NUM_STAGES (three integers), got {override!r}"
+        ) from None
+    return Tiles(tile_n=tile_n, num_warps=num_warps, num_stages=num_stages)
 
 
 @dataclass

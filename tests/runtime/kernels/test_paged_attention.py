@@ -208,3 +208,16 @@ def test_nan_at_a_later_position_never_reaches_earlier_queries(path, plane):
     assert relative_error(got[:20], expected[:20]) < TOLERANCE[torch.float32]
     assert relative_error(got[30:], expected[30:]) < TOLERANCE[torch.float32]  # the other sequence
     assert not torch.isfinite(got[20:30].flatten(1)).all(dim=1).any()  # tokens that see it are not clean
+
+
+def test_fp8_decode_tiles_come_from_the_table_or_the_environment(monkeypatch):
+    from model_optimizer.runtime.kernels.paged_attention import FP8_DECODE_TILES, FP8_TILES_ENV, default_tiles
+
+    monkeypatch.delenv(FP8_TILES_ENV, raising=False)
+    assert default_tiles(True, 1) == FP8_DECODE_TILES and default_tiles(False, 1) == Tiles()
+    monkeypatch.setenv(FP8_TILES_ENV, "128,8,3")
+    assert default_tiles(True, 1) == Tiles(tile_n=128, num_warps=8, num_stages=3)
+    assert default_tiles(True, 16) == Tiles() and default_tiles(False, 1) == Tiles()  # prefill, bf16: untouched
+    monkeypatch.setenv(FP8_TILES_ENV, "128,8")
+    with pytest.raises(ValueError, match="three integers"):
+        default_tiles(True, 1)
