@@ -190,7 +190,7 @@ def sweep_case(model: str, num_tokens: int) -> tuple[str, object, dict]:
     import torch
 
     from model_optimizer.runtime.kernels import moe_tiles as mt
-    from model_optimizer.runtime.kernels.fused_moe import _one_token_blocks, align_pairs, fused_moe
+    from model_optimizer.runtime.kernels.fused_moe import fused_moe, pair_blocks
     from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
 
     shape = expert_shape(model)
@@ -202,9 +202,7 @@ def sweep_case(model: str, num_tokens: int) -> tuple[str, object, dict]:
     case["out"] = torch.zeros(num_tokens * top_k, hidden, dtype=x.dtype, device="cuda")
     timings, best = {}, None
     for block_m in mt.candidate_rows(num_tokens, experts, top_k):
-        # one token: the engine's own layout (`_one_token_blocks`: k blocks, no empty ones), not the aligned one
-        one_token = _one_token_blocks(ids, block_m) if num_tokens == 1 else None
-        sorted_ids, block_expert = one_token or align_pairs(ids, experts, block_m)
+        sorted_ids, block_expert = pair_blocks(ids, experts, block_m, all_ids_local=True)  # as the engine runs
         up = fastest(True, case, sets, sorted_ids, block_expert, block_m, timings)
         down = fastest(False, case, sets, sorted_ids, block_expert, block_m, timings)
         if best is None or up[0] + down[0] < best[0]:

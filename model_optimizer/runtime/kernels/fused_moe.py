@@ -51,6 +51,15 @@ def align_pairs(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple
     return align_pairs_sorted(topk_ids, num_experts, block_m)
 
 
+def pair_blocks(
+    topk_ids: torch.Tensor, num_experts: int, block_m: int, all_ids_local: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The blocks the GEMMs run: one token's pairs as blocks of their own (`_one_token_blocks`, no launch)
+    when every id is a local expert, else `align_pairs`. What `fused_moe` runs and what its sweep times."""
+    one_token = _one_token_blocks(topk_ids, block_m) if topk_ids.shape[0] == 1 and all_ids_local else None
+    return one_token or align_pairs(topk_ids, num_experts, block_m)
+
+
 def _one_token_blocks(topk_ids: torch.Tensor, block_m: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """`align_pairs` of one token without a launch: its k experts are distinct, so pair i is block i
     alone (rows [i, padding...]: a constant) and block i's expert is id i (the ids, read in place).
@@ -326,8 +335,7 @@ def fused_moe(
         intermediate,
         top_k,
     )
-    one_token = _one_token_blocks(topk_ids, tiles.block_m) if num_tokens == 1 and all_ids_local else None
-    sorted_ids, block_expert = one_token or align_pairs(topk_ids, num_experts, tiles.block_m)
+    sorted_ids, block_expert = pair_blocks(topk_ids, num_experts, tiles.block_m, all_ids_local)
     num_pairs = num_tokens * top_k
     weights = topk_weights.float().reshape(-1).contiguous()  # (pairs,) in pair order
     h = torch.empty(num_pairs, intermediate, dtype=x.dtype, device=x.device)  # read only where written
