@@ -229,30 +229,47 @@ def fp8_sweep_cases() -> list[Case]:
 
 def run_fp8_sweep(output: str) -> int:
     """`sweep_tiles` over `fp8_sweep_cases`; prints each case's best and, last, the launch shape with the
-    lowest summed time over the cases as `best fp8 decode tiles: TILE_N,NUM_WARPS,NUM_STAGES`."""
+    lowest summed time over the cases (among shapes that ran correctly in every case) as
+    `best fp8 decode tiles: TILE_N,NUM_WARPS,NUM_STAGES`."""
+    from model_optimizer.runtime.kernels.paged_attention import Tiles
+
     sweeps = [sweep_tiles(case) for case in fp8_sweep_cases()]
     write_json(output, {"environment": environment(), "fp8_tile_sweep": sweeps})
-    totals: dict[tuple, float] = {}
+    shared = Tiles()  # the bf16 cache's shape, which the fp8 cache took before it had its own
+    totals: dict[tuple, list[float]] = {}
     for sweep in sweeps:
         default = next(
-            (r for r in sweep["shapes"] if r.get("tile_n") == 64 and r["num_warps"] == 4 and r["num_stages"] == 2), {}
+            (r for r in sweep["shapes"] if _shape_key(r) == (shared.tile_n or 64, shared.num_warps, shared.num_stages)),
+            {},
         )
-        best = sweep["best"] or {}
         print(
-            f"fp8 seqs {sweep['num_seqs']} ctx {sweep['context']}: default {default.get('graph_ms', float('nan')) * 1e3:.1f} us, "
-            f"best tile_n {best.get('tile_n')} warps {best.get('num_warps')} stages {best.get('num_stages')} "
-            f"{best.get('graph_ms', float('nan')) * 1e3:.1f} us"
+            f"fp8 seqs {sweep['num_seqs']} ctx {sweep['context']}: shared default "
+            f"{default.get('graph_ms', float('nan')) * 1e3:.1f} us, best {_shape_text(sweep['best'])}"
         )
         for r in sweep["shapes"]:
             if "graph_ms" in r and r["rel_err_vs_default"] < 2e-2:
-                key = (r["tile_n"], r["num_warps"], r["num_stages"])
-                totals[key] = totals.get(key, 0.0) + r["graph_ms"]
-    complete = {k: v for k, v in totals.items() if v > 0}
-    if complete:
-        best_key = min(complete, key=complete.get)
-        print(f"best fp8 decode tiles: {','.join(str(v) for v in best_key)} ({complete[best_key] * 1e3:.1f} us summed)")
+                totals.setdefault(_shape_key(r), []).append(r["graph_ms"])
+    everywhere = {key: sum(times) for key, times in totals.items() if len(times) == len(sweeps)}
+    if everywhere:
+        best_key = min(everywhere, key=everywhere.get)
+        print(
+            f"best fp8 decode tiles: {','.join(str(v) for v in best_key)} ({everywhere[best_key] * 1e3:.1f} us summed)"
+        )
     print(f"wrote {output}")
     return 0
+
+
+def _shape_key(row: dict) -> tuple:
+    return row.get("tile_n"), row.get("num_warps"), row.get("num_stages")
+
+
+def _shape_text(best: dict | None) -> str:
+    """A sweep's best launch shape and its time, for the printed summaries."""
+    best = best or {}
+    return (
+        f"rows={best.get('max_rows')} tile_n={best.get('tile_n')} warps={best.get('num_warps')} "
+        f"stages={best.get('num_stages')} {best.get('graph_ms', float('nan')) * 1e3:.1f} us"
+    )
 
 
 def time_store_kv(num_tokens: int) -> dict:
@@ -433,11 +450,9 @@ def main(argv: list[str] | None = None) -> int:
             f"graph {r['graph_ms'] * 1e3:8.1f} us  {r['graph_gb_per_s']:6.0f} GB/s ({r['graph_fraction_of_copy']:.0%} of copy)"
         )
     for sweep in results.get("tile_sweep", []):
-        best = sweep["best"] or {}
         print(
             f"sweep {sweep['kind']} seqs={sweep['num_seqs']} ctx={sweep['context']} q={sweep['q_len']}: best "
-            f"rows={best.get('max_rows')} tile_n={best.get('tile_n')} warps={best.get('num_warps')} "
-            f"stages={best.get('num_stages')} {best.get('graph_ms', float('nan')) * 1e3:.1f} us"
+            + _shape_text(sweep["best"])
         )
     for r in results["rotary_store"]:
         print(
