@@ -156,10 +156,10 @@ class Sampler:
         gumbel_sample = triton_kernel("sampling", "gumbel_sample_checked")
         device = logits.device
         inverse = tuple(0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch)
-        inv_temperatures = self._on_device(("inverse temperatures", inverse), torch.float32)
+        inv_temperatures = self._on_device(inverse, torch.float32)
         if not any(inverse):  # every row greedy: the noise is not used, so no draw (and no launch) for it
             return gumbel_sample(
-                logits, inv_temperatures, self._on_device(("seeds", len(batch)), torch.int64), _tuple(mask)
+                logits, inv_temperatures, self._on_device((0,) * len(batch), torch.int64), _tuple(mask)
             )
         seeds = torch.randint(0, 2**62, (len(batch),), generator=self.generator, device=device)
         seeded = [i for i, b in enumerate(batch) if b.params.seed is not None and not b.params.greedy]
@@ -169,14 +169,14 @@ class Sampler:
             seeds[rows] = to_device(own, device, torch.int64)
         return gumbel_sample(logits, inv_temperatures, seeds, _tuple(mask))
 
-    def _on_device(self, key: tuple, dtype: torch.dtype) -> torch.Tensor:
-        """The cached device tensor for `key`: ("inverse temperatures", values) or ("seeds", rows) (zeros).
-        The kernel only reads these, so one tensor serves every step that asks for the same values."""
+    def _on_device(self, values: tuple, dtype: torch.dtype) -> torch.Tensor:
+        """`values` as a `dtype` tensor on the device, cached by both (0 and 0.0 hash alike: the dtype keeps
+        them apart). The kernel only reads these, so one tensor serves every step that asks for the same."""
+        key = (dtype, values)
         found = self._row_tensors.get(key)
         if found is None:
             if len(self._row_tensors) >= ROW_TENSORS_KEPT:
                 self._row_tensors.clear()  # batch compositions churn: start over rather than grow
-            values = key[1] if key[0] == "inverse temperatures" else [0] * key[1]
             found = self._row_tensors[key] = to_device(list(values), self.device, dtype)
         return found
 

@@ -89,7 +89,7 @@ def test_sampler_reuses_its_row_tensors_and_draws_no_noise_for_greedy_batches():
     assert all(sampler._row_tensors[k] is v for k, v in kept.items())  # reused, not copied again
     hot = [SamplingInput(SamplingParams(temperature=0.5), [1], []), greedy[0]]
     sampler._choose_fused(logits, hot)
-    assert sampler._row_tensors[("inverse temperatures", (2.0, 0.0))].tolist() == [2.0, 0.0]
+    assert sampler._row_tensors[(torch.float32, (2.0, 0.0))].tolist() == [2.0, 0.0]
     assert not torch.equal(sampler.generator.get_state(), state)  # a sampled row draws its noise
 
 
