@@ -32,6 +32,7 @@ import triton.language as tl
 
 from model_optimizer.runtime.kernels import aot
 from model_optimizer.runtime.kernels.dots import dot
+from model_optimizer.runtime.kernels.fused_ops import round_to
 from model_optimizer.runtime.kernels.moe_align import align_pairs_parallel, max_padded_pairs
 from model_optimizer.runtime.kernels.moe_tiles import MoeTiles, choose_tiles
 
@@ -253,7 +254,7 @@ def _sum_over_k_kernel(rows_ptr, out_ptr, hidden, TOP_K: tl.constexpr, BLOCK_H: 
     acc = tl.zeros((BLOCK_H,), dtype=tl.float32)
     for k in tl.static_range(TOP_K):
         acc += tl.load(rows_ptr + (token * TOP_K + k) * hidden + cols, mask=ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + token * hidden + cols, acc.to(out_ptr.dtype.element_ty), mask=ok)
+    tl.store(out_ptr + token * hidden + cols, round_to(acc, out_ptr.dtype.element_ty), mask=ok)
 
 
 def sum_over_k(rows: torch.Tensor, num_tokens: int, top_k: int) -> torch.Tensor:
@@ -315,8 +316,10 @@ def fused_moe(
     topk_ids: torch.Tensor,
     tiles: MoeTiles | None = None,
     all_ids_local: bool = False,
+    summed: bool = True,
 ) -> torch.Tensor:
-    """`moe_reference.fused_moe_ref` in two Triton launches (plus the sort): (tokens, hidden) in x.dtype.
+    """`moe_reference.fused_moe_ref` in two Triton launches (plus the sort): (tokens, hidden) in x.dtype;
+    with `summed` False the weighted rows before their sum, (tokens * top_k, hidden) (layers/expert_rows.py).
 
     Inputs are trusted (the MoE layer builds them); `tiles` overrides the table (tests, benchmarks).
     `all_ids_local` promises every id is one of these experts (no expert parallelism): every row of
@@ -325,7 +328,7 @@ def fused_moe(
     num_experts, intermediate = w13.shape[0], w13.shape[1] // 2
     top_k = topk_ids.shape[1]
     if num_tokens == 0:
-        return torch.zeros_like(x)
+        return torch.zeros_like(x) if summed else x.new_zeros(0, hidden)
     x, w13, w2 = x.contiguous(), w13.contiguous(), w2.contiguous()
     tiles = tiles or choose_tiles(
         aot.device_facts(x.device.index)[0] if aot.on_gpu(x) else "",
@@ -343,4 +346,4 @@ def fused_moe(
     # the rows of pairs no block computes (experts of another rank) must add nothing
     out = (torch.empty if all_ids_local else torch.zeros)(num_pairs, hidden, dtype=x.dtype, device=x.device)
     _gemm(h, w2, out, sorted_ids, block_expert, weights, 1, False, tiles.down, tiles.block_m)
-    return sum_over_k(out, num_tokens, top_k)
+    return sum_over_k(out, num_tokens, top_k) if summed else out

@@ -29,7 +29,7 @@ FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 @triton.jit
-def _round(v, dtype: tl.constexpr):
+def round_to(v, dtype: tl.constexpr):
     """float32 `v` rounded to `dtype` to nearest even, as torch rounds. On the GPU a plain cast does
     that already; the CPU interpreter's cast to bfloat16 truncates instead, so bfloat16 rounds here by
     its bits (adding half a unit minus one, plus the kept lowest bit) and then casts exactly."""
@@ -55,21 +55,30 @@ def _rms_norm_kernel(
     HIDDEN: tl.constexpr,
     BLOCK: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
+    TOP_K: tl.constexpr = 1,
 ):
+    """One row; with TOP_K > 1, x holds TOP_K rows per row (a mixture of experts' weighted expert rows of
+    a token), added in k order in float32 and rounded once, as fused_moe.sum_over_k, before the rest."""
     row = tl.program_id(0).to(tl.int64)  # row * stride passes 2**31 at a few hundred thousand tokens
     cols = tl.arange(0, BLOCK)
     mask = cols < HIDDEN
     dtype = x_ptr.dtype.element_ty
-    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    if TOP_K == 1:
+        x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    else:
+        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        for k in tl.static_range(TOP_K):
+            acc += tl.load(x_ptr + (row * TOP_K + k) * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+        x = round_to(acc, dtype)
     if HAS_RESIDUAL:
         r = tl.load(residual_ptr + row * stride_r + cols, mask=mask, other=0.0)
-        x = _round(x.to(tl.float32) + r.to(tl.float32), dtype)  # the sum in the model dtype, as transformers adds
+        x = round_to(x.to(tl.float32) + r.to(tl.float32), dtype)  # the sum in the model dtype, as transformers adds
         tl.store(sum_ptr + row * stride_sum + cols, x, mask=mask)
     h = x.to(tl.float32)
     inv = tl.rsqrt(tl.sum(h * h, axis=0) / HIDDEN + eps)
     w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    normed = _round(h * inv, dtype).to(tl.float32)  # rounded to the model dtype before the weight, as the reference
-    tl.store(out_ptr + row * stride_out + cols, _round(w * normed, out_ptr.dtype.element_ty), mask=mask)
+    normed = round_to(h * inv, dtype).to(tl.float32)  # rounded to the model dtype before the weight, as the reference
+    tl.store(out_ptr + row * stride_out + cols, round_to(w * normed, out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -87,8 +96,8 @@ def _silu_and_mul_kernel(
     dtype = out_ptr.dtype.element_ty
     gate = tl.load(gate_up_ptr + row * stride_in + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(gate_up_ptr + row * stride_in + HALF + cols, mask=mask, other=0.0).to(tl.float32)
-    silu = _round(gate / (1.0 + tl.exp(-gate)), dtype).to(tl.float32)  # eager rounds silu before the product
-    tl.store(out_ptr + row * stride_out + cols, _round(silu * up, dtype), mask=mask)
+    silu = round_to(gate / (1.0 + tl.exp(-gate)), dtype).to(tl.float32)  # eager rounds silu before the product
+    tl.store(out_ptr + row * stride_out + cols, round_to(silu * up, dtype), mask=mask)
 
 
 def supports_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> bool:
@@ -125,6 +134,18 @@ def add_rms_norm(
     return _launch_rms_norm(x, residual, weight, eps)
 
 
+def add_rms_norm_rows(
+    rows: torch.Tensor, top_k: int, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`add_rms_norm` of x = the sum of each token's `top_k` consecutive rows of `rows` (tokens * top_k,
+    hidden), added in k order in float32 and rounded once (fused_moe.sum_over_k), in one pass: the
+    residual add after a mixture of experts without the separate sum."""
+    if rows.shape[0] != residual.shape[0] * top_k:
+        raise ValueError(f"add_rms_norm_rows needs {top_k} rows per residual row, got {rows.shape[0]} rows "
+                         f"for {residual.shape[0]}")  # fmt: skip
+    return _launch_rms_norm(rows, residual, weight, eps, top_k)
+
+
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up for gate_up = [gate | up] along the last dimension."""
     if not supports_silu_and_mul(gate_up):
@@ -140,9 +161,15 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 
 def _launch_rms_norm(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float, top_k: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    ok = supports_rms_norm(x, weight, eps) if residual is None else supports_add_rms_norm(x, residual, weight, eps)
+    """x holds `top_k` rows per output row (add_rms_norm_rows) or one."""
+    if residual is None:
+        ok = supports_rms_norm(x, weight, eps)
+    elif top_k == 1:
+        ok = supports_add_rms_norm(x, residual, weight, eps)
+    else:  # add_rms_norm_rows checked the row counts
+        ok = supports_rms_norm(x, weight, eps) and residual.dtype == x.dtype and residual.shape[-1] == x.shape[-1]
     if not ok:
         raise ValueError(
             f"rms_norm needs float x and residual of one shape and dtype with a 1-D weight as wide as the rows "
@@ -153,11 +180,12 @@ def _launch_rms_norm(
     rows = _rows(x)
     res = _rows(residual) if residual is not None else rows
     out_dtype = torch.promote_types(weight.dtype, x.dtype)  # weight * h.to(x.dtype) promotes as eager does
-    out = torch.empty(rows.shape[0], hidden, dtype=out_dtype, device=x.device)
-    total = torch.empty(rows.shape, dtype=x.dtype, device=x.device) if residual is not None else out
-    if rows.shape[0]:
+    num_rows = rows.shape[0] // top_k
+    out = torch.empty(num_rows, hidden, dtype=out_dtype, device=x.device)
+    total = torch.empty(num_rows, hidden, dtype=x.dtype, device=x.device) if residual is not None else out
+    if num_rows:
         block = triton.next_power_of_2(hidden)
-        _rms_norm_kernel[(rows.shape[0],)](
+        _rms_norm_kernel[(num_rows,)](
             rows,
             res,
             weight.contiguous(),
@@ -171,9 +199,10 @@ def _launch_rms_norm(
             HIDDEN=hidden,
             BLOCK=block,
             HAS_RESIDUAL=residual is not None,
+            TOP_K=top_k,
             num_warps=min(max(block // 256, 1), 8),  # 1024 wide: 4 warps, 8 bf16 (16 bytes) per thread
         )
-    shape = x.shape
+    shape = x.shape if top_k == 1 else residual.shape
     return out.view(shape), (total.view(shape) if residual is not None else x)
 
 

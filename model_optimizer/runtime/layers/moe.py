@@ -39,7 +39,9 @@ from model_optimizer.runtime.distributed import all_reduce, get_tp
 from model_optimizer.runtime.kernels import aot, triton_kernel
 from model_optimizer.runtime.kernels.dense_linear import dense_linear
 from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
+from model_optimizer.runtime.layers.expert_rows import ExpertRows
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor, materialize, reads_lazily
+from model_optimizer.runtime.layers.norm import RMSNorm
 
 MAX_ROUTING_KERNEL_EXPERTS = 256
 """Experts up to which CUDA routes with kernels/moe_routing.py (its MAX_EXPERTS; importing it needs Triton)."""
@@ -87,6 +89,21 @@ class TopKRouter(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.route(dense_linear(x, self.weight))  # logits (tokens, experts) in the model dtype
+
+    def forward_after_norm(
+        self, h: torch.Tensor, residual: torch.Tensor, norm: RMSNorm
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """(norm(h + residual), h + residual, weights, ids) as `norm` then `forward`, in one launch at a
+        decode step of a few tokens (kernels/moe_routing.py `norm_route`); None where that kernel does not
+        apply (the CPU, more tokens, a subclass routing otherwise): the caller runs the two."""
+        if type(self).forward is not TopKRouter.forward or type(self).route is not TopKRouter.route:
+            return None
+        if not aot.on_gpu(h) or h.dim() != 2 or residual is None:
+            return None
+        kernel = triton_kernel("moe_routing", "norm_route")
+        if kernel is None:
+            return None
+        return kernel(h, residual, norm.weight, norm.eps, self.weight, self.top_k, self.renormalize)
 
 
 class FusedExperts(nn.Module):
@@ -139,16 +156,26 @@ class FusedExperts(nn.Module):
             return self.w2_weight.data[expert]
         return self.w13_weight.data[expert].narrow(0, 0 if kind == "gate" else size, size)
 
-    def forward(self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
-        """x (tokens, hidden) -> this rank's part of sum_k weight_k * expert_k(x), (tokens, hidden)."""
+    def forward(
+        self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, summed: bool = True
+    ) -> torch.Tensor | ExpertRows:
+        """x (tokens, hidden) -> this rank's part of sum_k weight_k * expert_k(x), (tokens, hidden); with
+        `summed` False the kernel path leaves the sum to the next norm (layers/expert_rows.py)."""
         if self.first_expert:  # ids of other ranks' experts fall outside [0, local experts): dropped
             topk_ids = topk_ids - self.first_expert
         kernel = triton_kernel("fused_moe", "fused_moe") if aot.on_gpu(x) else None
         if kernel is None:
             return fused_moe_ref(x, self.w13_weight, self.w2_weight, topk_weights, topk_ids)
-        return kernel(
-            x, self.w13_weight, self.w2_weight, topk_weights, topk_ids, all_ids_local=not self.expert_parallel
+        out = kernel(
+            x,
+            self.w13_weight,
+            self.w2_weight,
+            topk_weights,
+            topk_ids,
+            all_ids_local=not self.expert_parallel,
+            summed=summed,
         )
+        return out if summed or topk_ids.shape[1] == 1 else ExpertRows(out, topk_ids.shape[1])
 
 
 class SparseMoeBlock(nn.Module):
@@ -159,8 +186,28 @@ class SparseMoeBlock(nn.Module):
         self.gate, self.experts = gate, experts
         self.shared_experts = shared_experts
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor | ExpertRows:
+        """The routed sum (+ shared experts); alone on one rank, the unsummed rows (layers/expert_rows.py)."""
         topk_weights, topk_ids = self.gate(x)
+        return self._experts(x, topk_weights, topk_ids)
+
+    def forward_after_norm(
+        self, h: torch.Tensor, residual: torch.Tensor | None, norm: RMSNorm
+    ) -> tuple[torch.Tensor | ExpertRows, torch.Tensor]:
+        """(self(norm(h + residual)), h + residual): the layer's post-attention norm and this block, the norm
+        and the routing in one launch where the router can (`TopKRouter.forward_after_norm`)."""
+        routed = self.gate.forward_after_norm(h, residual, norm)
+        if routed is None:
+            x, residual = norm(h, residual)
+            return self(x), residual
+        x, residual, topk_weights, topk_ids = routed
+        return self._experts(x, topk_weights, topk_ids), residual
+
+    def _experts(
+        self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor
+    ) -> torch.Tensor | ExpertRows:
+        if self.shared_experts is None and get_tp().size == 1:
+            return self.experts(x, topk_weights, topk_ids, summed=False)
         out = all_reduce(self.experts(x, topk_weights, topk_ids))
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)

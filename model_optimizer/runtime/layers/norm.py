@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from model_optimizer.runtime.kernels import triton_kernel
+from model_optimizer.runtime.layers.expert_rows import ExpertRows
 from model_optimizer.runtime.layers.fusion import fused
 
 
@@ -37,8 +39,16 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden_size))
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return (norm(x + residual), x + residual); the sum is the next residual."""
+    def forward(
+        self, x: torch.Tensor | ExpertRows, residual: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return (norm(x + residual), x + residual); the sum is the next residual. x may be a mixture of
+        experts' unsummed rows (layers/expert_rows.py), added in this norm's kernel."""
+        if isinstance(x, ExpertRows):
+            if residual is None:
+                x = x.total()
+            else:
+                return triton_kernel("fused_ops", "add_rms_norm_rows")(x.rows, x.top_k, residual, self.weight, self.eps)
         if residual is None:
             return _rms_norm(x, self.weight, self.eps), x
         return _add_rms_norm(x, residual, self.weight, self.eps)

@@ -87,6 +87,9 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         h, residual = self.input_layernorm(x, residual)
         h = self.self_attn(positions, h, meta)
+        after_norm = getattr(self.mlp, "forward_after_norm", None)  # a block fusing the norm (layers/moe.py)
+        if after_norm is not None:
+            return after_norm(h, residual, self.post_attention_layernorm)
         h, residual = self.post_attention_layernorm(h, residual)
         return self.mlp(h), residual
 

@@ -19,11 +19,11 @@ import triton
 from model_optimizer.runtime.kernels.fused_ops import SILU_BLOCK, _rms_norm_kernel, _silu_and_mul_kernel
 
 
-def rms_norm(dtype: str, hidden: int, residual: bool) -> None:
+def rms_norm(dtype: str, hidden: int, residual: bool, top_k: int = 1) -> None:
     block = triton.next_power_of_2(hidden)
     pointers = dict(x_ptr=f"*{dtype}", residual_ptr=f"*{dtype}", weight_ptr=f"*{dtype}", out_ptr=f"*{dtype}")
     pointers.update(sum_ptr=f"*{dtype}", eps="fp32")
-    constexprs = dict(HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual)
+    constexprs = dict(HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual, TOP_K=top_k)
     compile_kernel(_rms_norm_kernel, pointers, constexprs, num_warps=min(max(block // 256, 1), 8))
 
 
@@ -39,6 +39,7 @@ for hidden in (1024, 4096):
 rms_norm("bf16", 1024, residual=False)
 rms_norm("fp16", 1024, residual=True)
 rms_norm("fp32", 1024, residual=True)
+rms_norm("bf16", 2048, residual=True, top_k=8)  # a mixture of experts' rows summed in the norm
 for half in (3072, 14336):
     silu_and_mul("bf16", half)
 silu_and_mul("fp32", 3072)

@@ -21,7 +21,12 @@ import triton.language as tl
 
 from model_optimizer.runtime.kernels import moe_align
 from model_optimizer.runtime.kernels.fused_moe import _align_kernel, _moe_gemm_kernel, _sum_over_k_kernel
-from model_optimizer.runtime.kernels.moe_routing import _softmax_topk_kernel
+from model_optimizer.runtime.kernels.moe_routing import (
+    NORM_ROUTE_BLOCK_E,
+    NORM_ROUTE_BLOCK_K,
+    _norm_route_kernel,
+    _softmax_topk_kernel,
+)
 from model_optimizer.runtime.kernels.moe_tiles import GEMM_CANDIDATES, default_tiles
 
 DOTS = {"bf16": tl.bfloat16, "fp16": tl.float16, "fp32": tl.float32}
@@ -110,3 +115,27 @@ for experts, logits in ((128, "*bf16"), (256, "*fp32")):
         quiet=True,
     )
 print("_softmax_topk_kernel compiled", flush=True)
+for experts, hidden in ((128, 2048), (8, 4096)):  # Qwen3-30B-A3B, Mixtral
+    pointers = {
+        name: "*bf16" for name in ("x_ptr", "residual_ptr", "norm_w_ptr", "normed_ptr", "total_ptr", "router_ptr")
+    }
+    pointers.update(part_ptr="*fp32", count_ptr="*i32", weights_ptr="*fp32", ids_ptr="*i64", eps="fp32")
+    compile_kernel(
+        _norm_route_kernel,
+        pointers,
+        dict(
+            HIDDEN=hidden,
+            H_PAD=hidden,
+            NUM_EXPERTS=experts,
+            EXPERTS_PAD=experts,
+            TOP_K=min(8, experts // 4),
+            K_PAD=min(8, experts // 4),
+            RENORMALIZE=True,
+            NUM_SPLITS=4,
+            BLOCK_E=NORM_ROUTE_BLOCK_E,
+            BLOCK_K=NORM_ROUTE_BLOCK_K,
+        ),  # fmt: skip
+        aligned_ints=("k_per_split",),
+        quiet=True,
+    )
+print("_norm_route_kernel compiled", flush=True)

@@ -131,3 +131,42 @@ def test_layers_run_the_kernels_where_fusion_says_so(monkeypatch):
     for got, want in zip(norm(x, mixed), _add_rms_norm.__wrapped__(x, mixed, norm.weight, norm.eps)):
         assert torch.equal(got, want) and got.dtype == torch.float32
     assert calls == ["add_rms_norm", "rms_norm", "silu_and_mul"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("num_tokens", "top_k", "hidden"), [(1, 8, 256), (5, 2, 100), (3, 4, 8), (0, 2, 16)])
+def test_add_rms_norm_rows_sums_each_tokens_rows_then_norms(dtype, num_tokens, top_k, hidden):
+    """A mixture of experts' unsummed rows into the next norm: the sum of fused_moe.sum_over_k (float32 in
+    k order, rounded once), then add_rms_norm as before."""
+    from model_optimizer.runtime.kernels.fused_moe import sum_over_k
+
+    rows = _randn(num_tokens * top_k, hidden, dtype=dtype, seed=hidden + top_k)
+    residual = _randn(num_tokens, hidden, dtype=dtype, seed=hidden + 5)
+    weight = (1 + _randn(hidden, dtype=torch.float32, seed=4, scale=0.3)).to(dtype)
+    summed = rows.float().view(num_tokens, top_k, hidden).sum(1).to(dtype)  # torch rounds to nearest
+    if top_k > 1 and num_tokens:
+        torch.testing.assert_close(sum_over_k(rows, num_tokens, top_k), summed, rtol=2**-7, atol=1e-6)
+    want_out, want_sum = _add_rms_norm.__wrapped__(summed, residual, weight, 1e-6)
+    got_out, got_sum = fused_ops.add_rms_norm_rows(rows, top_k, residual, weight, 1e-6)
+    assert got_sum.shape == got_out.shape == (num_tokens, hidden)
+    if num_tokens:
+        _close(got_sum, want_sum)  # the k-sum's order may differ from torch's by one rounding
+        _close(got_out, want_out)
+    with pytest.raises(ValueError, match="rows per residual row"):
+        fused_ops.add_rms_norm_rows(rows, top_k, torch.zeros(num_tokens + 1, hidden, dtype=dtype), weight, 1e-6)
+
+
+def test_rms_norm_takes_expert_rows_and_sums_them_without_residual():
+    """RMSNorm receives a mixture of experts' rows (layers/expert_rows.py): with a residual in one kernel,
+    without one (no layer does that today) after their sum."""
+    from model_optimizer.runtime.layers.expert_rows import ExpertRows
+
+    norm = RMSNorm(64).to(torch.bfloat16)
+    rows = _randn(6, 64, dtype=torch.bfloat16, seed=9)
+    residual = _randn(3, 64, dtype=torch.bfloat16, seed=10)
+    summed = ExpertRows(rows, 2).total()
+    assert summed.shape == (3, 64)
+    want = fused_ops.add_rms_norm(summed, residual, norm.weight, 1e-6)
+    for got, expected in zip(norm(ExpertRows(rows, 2), residual), want):
+        _close(got, expected)
+    _close(norm(ExpertRows(rows, 2))[0], _rms_norm.__wrapped__(summed, norm.weight, norm.eps))

@@ -9,6 +9,6 @@ def test_moe_gemm_compiles_for_sm90_with_vector_loads():
     assert len(lines) == 13, stdout  # twelve GEMMs (two with int64 block experts), the sum over k
     assert all(line.endswith(" vectorized") for line in lines), stdout
     assert "_align_kernel compiled" in stdout and "_align_count_kernel and _align_scatter_kernel compiled" in stdout
-    assert "_softmax_topk_kernel compiled" in stdout
+    assert "_softmax_topk_kernel compiled" in stdout and "_norm_route_kernel compiled" in stdout
     shared = [line for line in stdout.splitlines() if line.startswith("  shared")]
     assert len(shared) == 12 and all(line.endswith(" ok") for line in shared), stdout
