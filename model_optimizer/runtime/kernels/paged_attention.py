@@ -23,9 +23,6 @@ MIN_ROWS = 16  # tl.dot needs at least 16 rows: small GQA groups are padded with
 MAX_SPLITS = 32
 SPLIT_MIN_KEYS = 64  # one key tile: splits of one tile each measured fastest at batch 1 (README)
 SPLIT_MIN_CONTEXT = 256  # with a known shorter max_seq_len, one pass per sequence is enough
-MAX_COUNTERS = 4096  # (query tile, KV head) pairs whose splits merge in the kernel; splits need < 2 x SMs
-
-_counters: dict[torch.device, torch.Tensor] = {}
 
 
 def _dot_dtype(dtype: torch.dtype, fp8_cache: bool = False):
@@ -207,18 +204,6 @@ class _Launch:
     tiles: Tiles
 
 
-def _merge_counters(device: torch.device) -> torch.Tensor | None:
-    """Zeroed per-(query tile, KV head) counters of this device for the in-kernel merge of splits; None
-    while a CUDA graph is being captured and none exist yet (zeroing inside the capture would only
-    happen at replay): the separate merge kernel then."""
-    counters = _counters.get(device)
-    if counters is None:
-        if device.type == "cuda" and aot.capturing():
-            return None
-        counters = _counters[device] = torch.zeros(MAX_COUNTERS, dtype=torch.int32, device=device)
-    return counters
-
-
 def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: _Launch) -> None:
     num_tokens, num_heads, head_dim = query.shape
     num_seqs, num_kv_heads = seq_lens.shape[0], kv_cache.shape[3]
@@ -240,13 +225,11 @@ def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: 
         part_acc = part_max = part_sum = dummy
     k_scale, v_scale = cfg.scales or (dummy, dummy)
     is_fp8 = kv_cache.dtype == FP8_DTYPE
-    counters = _merge_counters(query.device) if splits > 1 and num_tiles * num_kv_heads <= MAX_COUNTERS else None
     _paged_attention_kernel[(num_tiles, num_kv_heads, splits)](
         out,
         part_acc,
         part_max,
         part_sum,
-        counters if counters is not None else dummy,
         query,
         kv_cache,
         query_start_loc,
@@ -281,11 +264,10 @@ def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: 
         DOT_DTYPE=_dot_dtype(query.dtype, is_fp8),
         PRESCALE_Q=is_fp8,
         DECODE_ONLY=decode_only,
-        MERGE=counters is not None,
         num_warps=cfg.tiles.num_warps,
         num_stages=cfg.tiles.num_stages,
     )
-    if splits > 1 and counters is None:
+    if splits > 1:
         _reduce_splits_kernel[(num_tokens, num_heads)](
             out,
             part_acc,

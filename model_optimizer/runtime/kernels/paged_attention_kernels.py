@@ -13,11 +13,7 @@ A decode-only batch (DECODE_ONLY, every sequence has at most one new token) skip
 grid num_seqs, program i serves sequence i.
 
 With NUM_SPLITS > 1 (flash decoding) each program covers one slice of the key range and writes
-its unnormalised output with its running max and sum. With MERGE the last program of a (query
-tile, KV head) to finish (counted with an atomic, the counter reset after) merges the slices in
-split order and writes the output: no second launch, which at batch 1 cost ~1.6 us a layer on an
-H200, a tenth of a small model's attention. Without MERGE (no counters yet, inside a CUDA-graph
-capture) `_reduce_splits_kernel` merges them in a launch of its own, as it does for MLA's kernel.
+its unnormalised output with its running max and sum; `_reduce_splits_kernel` merges them.
 """
 
 from __future__ import annotations
@@ -69,7 +65,6 @@ def _paged_attention_kernel(
     part_acc_ptr,
     part_max_ptr,
     part_sum_ptr,
-    count_ptr,
     q_ptr,
     cache_ptr,
     qsl_ptr,
@@ -104,7 +99,6 @@ def _paged_attention_kernel(
     DOT_DTYPE: tl.constexpr,
     DECODE_ONLY: tl.constexpr,
     PRESCALE_Q: tl.constexpr,
-    MERGE: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -215,31 +209,6 @@ def _paged_attention_kernel(
         tl.store(part_max_ptr + part_row, m_i, mask=row_ok)
         tl.store(part_sum_ptr + part_row, l_i, mask=row_ok)
         tl.store(part_acc_ptr + part_row[:, None] * HEAD_DIM_PAD + dims[None, :], acc, mask=out_mask)
-        if MERGE:
-            tl.debug_barrier()  # every thread's partials are stored before this program reports in
-            counter = count_ptr + tile * tl.num_programs(1) + kv_head
-            if tl.atomic_add(counter, 1, sem="acq_rel") == NUM_SPLITS - 1:  # the last split merges
-                first = (q_rows * num_heads + head) * NUM_SPLITS
-                m_all = tl.zeros([BLOCK_M], dtype=tl.float32) + _NEG_BIG
-                for sp in range(NUM_SPLITS):
-                    m_sp = tl.load(part_max_ptr + first + sp, mask=row_ok, other=_NEG_BIG, cache_modifier=".cg")
-                    m_all = tl.maximum(m_all, m_sp)
-                denom = tl.zeros([BLOCK_M], dtype=tl.float32)
-                o = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-                for sp in range(NUM_SPLITS):  # split order: the same sums on every run
-                    w = tl.exp2(tl.load(part_max_ptr + first + sp, mask=row_ok, other=_NEG_BIG, cache_modifier=".cg")
-                                - m_all)  # fmt: skip
-                    denom += w * tl.load(part_sum_ptr + first + sp, mask=row_ok, other=0.0, cache_modifier=".cg")
-                    piece = tl.load(part_acc_ptr + (first + sp)[:, None] * HEAD_DIM_PAD + dims[None, :], mask=out_mask,
-                                   other=0.0, cache_modifier=".cg")  # fmt: skip
-                    o += w[:, None] * piece
-                o = o / tl.where(denom > 0.0, denom, 1.0)[:, None]
-                tl.store(
-                    out_ptr + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
-                    o.to(out_ptr.dtype.element_ty),
-                    mask=out_mask,
-                )
-                tl.atomic_xchg(counter, 0)  # ready for the next launch (CUDA-graph replays included)
 
 
 @triton.jit(do_not_specialize=["num_seqs"])

@@ -104,7 +104,6 @@ def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, d
         part_acc_ptr="*fp32",
         part_max_ptr="*fp32",
         part_sum_ptr="*fp32",
-        count_ptr="*i32",
         q_ptr=f"*{q}",
         cache_ptr=f"*{kv}",
         qsl_ptr="*i32",
@@ -129,7 +128,6 @@ def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, d
         DOT_DTYPE=dot,
         DECODE_ONLY=decode,
         PRESCALE_Q=kv == "fp8e4nv",
-        MERGE=splits > 1 and decode,  # the last split merges (a prefill with forced splits: the merge kernel)
     )
     compile_kernel(_paged_attention_kernel, pointers, constexprs)
 
