@@ -7,6 +7,9 @@
 #                 models' head shapes, every split count, two key tiles), for each of SIDES      <= 150 s each
 #   moe_sweep     benchmarks/moe_kernels.py --sweep at one token for Qwen3-30B-A3B, DeepSeek-V2-Lite and
 #                 Mixtral-8x7B -> moe_tiles_one_token.json, then the fused kernel at 1 and 8 tokens <= 150 s
+#   norm_route    benchmarks/norm_route.py: a sparse layer's norm + router + routing in one launch at each
+#                 launch shape against the three launches; exports the best at Qwen3-30B-A3B's one row
+#                 as MOPT_NORM_ROUTE_TILES for the parts after it                                  <= 150 s
 #   kernel_tests  tests/gpu/test_kernels_gpu.py, test_graphs_gpu.py, test_warmup_gpu.py             <= 200 s
 #   engine_tests  tests/gpu/test_engine_gpu.py, test_families_gpu.py (bf16 against transformers)    <= 300 s
 #   decode        benchmarks/decode_latency.py --profile at batch 1 for DECODE_MODELS (default Qwen3-30B-A3B,
@@ -36,6 +39,12 @@ if [[ $PARTS == *" moe_sweep "* ]]; then
     --models qwen3-30b-a3b deepseek-v2-lite mixtral-8x7b --tiles-output "$RES/moe_tiles_one_token.json" \
     --output "$RES/moe_kernels_one_token_h200.json"
   grep -E "tokens:" "$RES/moe_sweep.log" >> "$RES/summary.txt"
+fi
+if [[ $PARTS == *" norm_route "* ]]; then
+  part norm_route 150 python3 benchmarks/norm_route.py --output "$RES/norm_route_h200.json"
+  grep -E "rows" "$RES/norm_route.log" >> "$RES/summary.txt"
+  BEST=$(sed -n 's/^qwen3-30b-a3b rows 1: .* fused best \([0-9,]*\) .*/\1/p' "$RES/norm_route.log")
+  [ -n "$BEST" ] && export MOPT_NORM_ROUTE_TILES=$BEST && echo "MOPT_NORM_ROUTE_TILES=$BEST" >> "$RES/summary.txt"
 fi
 if [[ $PARTS == *" kernel_tests "* ]]; then
   part kernel_tests 200 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/gpu/test_kernels_gpu.py \

@@ -23,6 +23,10 @@ from `add_rms_norm`, for the experts.
 
 from __future__ import annotations
 
+import functools
+import os
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -36,10 +40,34 @@ MAX_NORM_ROUTE_ROWS = 4
 """Token rows up to which `norm_route` fuses the norm and the matvec (beyond, the GEMV's own tiles win)."""
 MAX_NORM_ROUTE_HIDDEN = 16384
 """Widest row `norm_route` holds in one program for its RMS."""
-NORM_ROUTE_BLOCK_E = 16
-NORM_ROUTE_BLOCK_K = 256
+ROUTE_TILES_ENV = "MOPT_NORM_ROUTE_TILES"
+""""BLOCK_E,BLOCK_K,SPLITS,NUM_WARPS" in place of `RouteTiles()` (measuring a candidate end to end)."""
 
 _counters: dict[torch.device, torch.Tensor] = {}
+
+
+@dataclass(frozen=True)
+class RouteTiles:
+    """Launch shape of `norm_route`: what benchmarks/norm_route.py sweeps."""
+
+    block_e: int = 16
+    """Experts per program (a power of two)."""
+    block_k: int = 256
+    """Hidden columns per inner step (a power of two)."""
+    splits: int = 4
+    """Slices of the hidden dimension (programs per expert tile); fewer where the row is narrow."""
+    num_warps: int = 4
+
+    @classmethod
+    def from_env(cls) -> RouteTiles:
+        value = os.environ.get(ROUTE_TILES_ENV)
+        if not value:
+            return cls()
+        try:
+            block_e, block_k, splits, warps = (int(v) for v in value.split(","))
+        except ValueError:
+            raise ValueError(f"{ROUTE_TILES_ENV} must be BLOCK_E,BLOCK_K,SPLITS,NUM_WARPS, got {value!r}") from None
+        return cls(block_e, block_k, splits, warps)
 
 
 @triton.jit
@@ -231,10 +259,12 @@ def norm_route(
     router_weight: torch.Tensor,
     top_k: int,
     renormalize: bool,
+    tiles: RouteTiles | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """(normed, x + residual, weights float32, ids int64) as `add_rms_norm` then the router's matvec in the
     model dtype then `softmax_topk_kernel`, in one launch (module docstring); None where it does not
-    apply (`supports_norm_route`, or a CUDA-graph capture before any launch made the counters)."""
+    apply (`supports_norm_route`, or a CUDA-graph capture before any launch made the counters).
+    `tiles` overrides the launch shape (benchmarks, tests)."""
     if not supports_norm_route(x, residual, norm_weight, router_weight, top_k):
         return None
     counters = _row_counters(x.device)
@@ -243,14 +273,14 @@ def norm_route(
     rows, hidden = x.shape
     num_experts = router_weight.shape[0]
     experts_pad = triton.next_power_of_2(num_experts)
-    splits = max(1, min(8, hidden // 512))  # ~32 programs at 128 experts, 2048 wide: the GEMV table's split
-    k_per_split = triton.cdiv(triton.cdiv(hidden, splits), NORM_ROUTE_BLOCK_K) * NORM_ROUTE_BLOCK_K
-    splits = triton.cdiv(hidden, k_per_split)
+    tiles = tiles or _default_tiles()
+    k_per_split = triton.cdiv(triton.cdiv(hidden, tiles.splits), tiles.block_k) * tiles.block_k
+    splits = triton.cdiv(hidden, k_per_split)  # no empty slices
     normed, total = torch.empty_like(x), torch.empty_like(x)
     partials = torch.empty(rows, splits, experts_pad, dtype=torch.float32, device=x.device)
     weights = torch.empty(rows, top_k, dtype=torch.float32, device=x.device)
     ids = torch.empty(rows, top_k, dtype=torch.int64, device=x.device)
-    grid = (rows, triton.cdiv(num_experts, NORM_ROUTE_BLOCK_E), splits)
+    grid = (rows, triton.cdiv(num_experts, tiles.block_e), splits)
     _norm_route_kernel[grid](
         x,
         residual,
@@ -272,8 +302,13 @@ def norm_route(
         K_PAD=triton.next_power_of_2(top_k),
         RENORMALIZE=renormalize,
         NUM_SPLITS=splits,
-        BLOCK_E=NORM_ROUTE_BLOCK_E,
-        BLOCK_K=NORM_ROUTE_BLOCK_K,
-        num_warps=4,
+        BLOCK_E=tiles.block_e,
+        BLOCK_K=tiles.block_k,
+        num_warps=tiles.num_warps,
     )
     return normed, total, weights, ids
+
+
+@functools.cache
+def _default_tiles() -> RouteTiles:
+    return RouteTiles.from_env()

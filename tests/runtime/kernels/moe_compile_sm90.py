@@ -22,8 +22,7 @@ import triton.language as tl
 from model_optimizer.runtime.kernels import moe_align
 from model_optimizer.runtime.kernels.fused_moe import _align_kernel, _moe_gemm_kernel, _sum_over_k_kernel
 from model_optimizer.runtime.kernels.moe_routing import (
-    NORM_ROUTE_BLOCK_E,
-    NORM_ROUTE_BLOCK_K,
+    RouteTiles,
     _norm_route_kernel,
     _softmax_topk_kernel,
 )
@@ -132,8 +131,8 @@ for experts, hidden in ((128, 2048), (8, 4096)):  # Qwen3-30B-A3B, Mixtral
             K_PAD=min(8, experts // 4),
             RENORMALIZE=True,
             NUM_SPLITS=4,
-            BLOCK_E=NORM_ROUTE_BLOCK_E,
-            BLOCK_K=NORM_ROUTE_BLOCK_K,
+            BLOCK_E=RouteTiles().block_e,
+            BLOCK_K=RouteTiles().block_k,
         ),  # fmt: skip
         aligned_ints=("k_per_split",),
         quiet=True,
