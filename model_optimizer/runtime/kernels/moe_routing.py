@@ -41,7 +41,7 @@ MAX_NORM_ROUTE_ROWS = 4
 MAX_NORM_ROUTE_HIDDEN = 16384
 """Widest row `norm_route` holds in one program for its RMS."""
 ROUTE_TILES_ENV = "MOPT_NORM_ROUTE_TILES"
-""""BLOCK_E,BLOCK_K,SPLITS,NUM_WARPS" in place of `RouteTiles()` (measuring a candidate end to end)."""
+""""BLOCK_E,SPLITS,NUM_WARPS" in place of `default_route_tiles` (measuring a candidate end to end)."""
 
 _counters: dict[torch.device, torch.Tensor] = {}
 
@@ -50,24 +50,20 @@ _counters: dict[torch.device, torch.Tensor] = {}
 class RouteTiles:
     """Launch shape of `norm_route`: what benchmarks/norm_route.py sweeps."""
 
-    block_e: int = 16
+    block_e: int = 8
     """Experts per program (a power of two)."""
-    block_k: int = 256
-    """Hidden columns per inner step (a power of two)."""
-    splits: int = 4
-    """Slices of the hidden dimension (programs per expert tile); fewer where the row is narrow."""
-    num_warps: int = 4
+    splits: int = 8
+    """Slices of the hidden dimension (programs per expert tile), each a power of two wide."""
+    num_warps: int = 1
 
     @classmethod
-    def from_env(cls) -> RouteTiles:
-        value = os.environ.get(ROUTE_TILES_ENV)
-        if not value:
-            return cls()
+    def parse(cls, value: str) -> RouteTiles:
+        """From "BLOCK_E,SPLITS,NUM_WARPS" (ROUTE_TILES_ENV)."""
         try:
-            block_e, block_k, splits, warps = (int(v) for v in value.split(","))
+            block_e, splits, warps = (int(v) for v in value.split(","))
         except ValueError:
-            raise ValueError(f"{ROUTE_TILES_ENV} must be BLOCK_E,BLOCK_K,SPLITS,NUM_WARPS, got {value!r}") from None
-        return cls(block_e, block_k, splits, warps)
+            raise ValueError(f"{ROUTE_TILES_ENV} must be BLOCK_E,SPLITS,NUM_WARPS, got {value!r}") from None
+        return cls(block_e, splits, warps)
 
 
 @triton.jit
@@ -130,7 +126,6 @@ def _norm_route_kernel(
     weights_ptr,
     ids_ptr,
     eps,
-    k_per_split,
     HIDDEN: tl.constexpr,
     H_PAD: tl.constexpr,
     NUM_EXPERTS: tl.constexpr,
@@ -140,13 +135,19 @@ def _norm_route_kernel(
     RENORMALIZE: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     BLOCK_E: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    SLICE: tl.constexpr,
 ):
-    """Program (row, expert tile, hidden slice): see the module docstring. Rows are contiguous."""
+    """Program (row, expert tile, hidden slice of SLICE columns): see the module docstring. Rows are
+    contiguous. The router's tile is loaded first: its trip to memory overlaps the row's statistics."""
     row = tl.program_id(0).to(tl.int64)
     tile = tl.program_id(1)
     split = tl.program_id(2)
     dtype = x_ptr.dtype.element_ty
+    experts = tile * BLOCK_E + tl.arange(0, BLOCK_E)
+    e_ok = experts < NUM_EXPERTS
+    ks = split * SLICE + tl.arange(0, SLICE)
+    k_ok = ks < HIDDEN
+    gate = tl.load(router_ptr + experts[:, None] * HIDDEN + ks[None, :], mask=e_ok[:, None] & k_ok[None, :], other=0.0)
     cols = tl.arange(0, H_PAD)
     whole = cols < HIDDEN
     total = round_to(
@@ -155,27 +156,17 @@ def _norm_route_kernel(
         dtype,
     ).to(tl.float32)  # the residual sum in the model dtype, as add_rms_norm
     inv = tl.rsqrt(tl.sum(total * total, axis=0) / HIDDEN + eps)
-    experts = tile * BLOCK_E + tl.arange(0, BLOCK_E)
-    e_ok = experts < NUM_EXPERTS
-    acc = tl.zeros((BLOCK_E,), dtype=tl.float32)
-    k_start = split * k_per_split
-    k_end = tl.minimum(k_start + k_per_split, HIDDEN)
-    for k in range(k_start, k_end, BLOCK_K):
-        ks = k + tl.arange(0, BLOCK_K)
-        k_ok = ks < k_end
-        s = round_to(
-            tl.load(x_ptr + row * HIDDEN + ks, mask=k_ok, other=0.0).to(tl.float32)
-            + tl.load(residual_ptr + row * HIDDEN + ks, mask=k_ok, other=0.0).to(tl.float32),
-            dtype,
-        )
-        w = tl.load(norm_w_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
-        normed = round_to(w * round_to(s.to(tl.float32) * inv, dtype).to(tl.float32), dtype)
-        if tile == 0:  # the first tile's programs write the row's slices for the experts and the next layer
-            tl.store(total_ptr + row * HIDDEN + ks, s, mask=k_ok)
-            tl.store(normed_ptr + row * HIDDEN + ks, normed, mask=k_ok)
-        gate = tl.load(router_ptr + experts[:, None] * HIDDEN + ks[None, :], mask=e_ok[:, None] & k_ok[None, :],
-                       other=0.0)  # fmt: skip
-        acc += tl.sum(gate.to(tl.float32) * normed.to(tl.float32)[None, :], axis=1)
+    s = round_to(
+        tl.load(x_ptr + row * HIDDEN + ks, mask=k_ok, other=0.0).to(tl.float32)
+        + tl.load(residual_ptr + row * HIDDEN + ks, mask=k_ok, other=0.0).to(tl.float32),
+        dtype,
+    )
+    w = tl.load(norm_w_ptr + ks, mask=k_ok, other=0.0).to(tl.float32)
+    normed = round_to(w * round_to(s.to(tl.float32) * inv, dtype).to(tl.float32), dtype)
+    if tile == 0:  # the first tile's programs write the row's slices for the experts and the next layer
+        tl.store(total_ptr + row * HIDDEN + ks, s, mask=k_ok)
+        tl.store(normed_ptr + row * HIDDEN + ks, normed, mask=k_ok)
+    acc = tl.sum(gate.to(tl.float32) * normed.to(tl.float32)[None, :], axis=1)
     tl.store(part_ptr + (row * NUM_SPLITS + split) * EXPERTS_PAD + experts, acc, mask=e_ok)
     tl.debug_barrier()  # every thread's partial is stored before this program reports in
     programs = tl.num_programs(1) * NUM_SPLITS
@@ -273,9 +264,9 @@ def norm_route(
     rows, hidden = x.shape
     num_experts = router_weight.shape[0]
     experts_pad = triton.next_power_of_2(num_experts)
-    tiles = tiles or _default_tiles()
-    k_per_split = triton.cdiv(triton.cdiv(hidden, tiles.splits), tiles.block_k) * tiles.block_k
-    splits = triton.cdiv(hidden, k_per_split)  # no empty slices
+    tiles = tiles or default_route_tiles(hidden, num_experts)
+    slice_ = triton.next_power_of_2(triton.cdiv(hidden, tiles.splits))
+    splits = triton.cdiv(hidden, slice_)  # no empty slices
     normed, total = torch.empty_like(x), torch.empty_like(x)
     partials = torch.empty(rows, splits, experts_pad, dtype=torch.float32, device=x.device)
     weights = torch.empty(rows, top_k, dtype=torch.float32, device=x.device)
@@ -293,7 +284,6 @@ def norm_route(
         weights,
         ids,
         eps,
-        k_per_split,
         HIDDEN=hidden,
         H_PAD=triton.next_power_of_2(hidden),
         NUM_EXPERTS=num_experts,
@@ -303,12 +293,18 @@ def norm_route(
         RENORMALIZE=renormalize,
         NUM_SPLITS=splits,
         BLOCK_E=tiles.block_e,
-        BLOCK_K=tiles.block_k,
+        SLICE=slice_,
         num_warps=tiles.num_warps,
     )
     return normed, total, weights, ids
 
 
 @functools.cache
-def _default_tiles() -> RouteTiles:
-    return RouteTiles.from_env()
+def default_route_tiles(hidden: int, num_experts: int) -> RouteTiles:
+    """ROUTE_TILES_ENV if set, else what benchmarks/norm_route.py measured fastest on the H200 (README,
+    "Mixture of experts"): one warp on 8 experts x 256 columns at 128 experts of 2048 (Qwen3-30B-A3B);
+    wider rows and few experts want more warps per program."""
+    value = os.environ.get(ROUTE_TILES_ENV)
+    if value:
+        return RouteTiles.parse(value)
+    return RouteTiles()

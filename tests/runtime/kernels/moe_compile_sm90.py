@@ -132,9 +132,8 @@ for experts, hidden in ((128, 2048), (8, 4096)):  # Qwen3-30B-A3B, Mixtral
             RENORMALIZE=True,
             NUM_SPLITS=4,
             BLOCK_E=RouteTiles().block_e,
-            BLOCK_K=RouteTiles().block_k,
+            SLICE=hidden // RouteTiles().splits,
         ),  # fmt: skip
-        aligned_ints=("k_per_split",),
         quiet=True,
     )
 print("_norm_route_kernel compiled", flush=True)

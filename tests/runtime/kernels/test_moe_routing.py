@@ -103,22 +103,24 @@ def test_norm_route_is_the_norm_the_matvec_and_the_routing(num_tokens, hidden, n
     torch.testing.assert_close(weights, want_w, rtol=1e-2, atol=1e-3)
     again = norm_route(x, residual, norm_w, 1e-6, router, top_k, renormalize)  # the counters were reset
     assert all(torch.equal(a, b) for a, b in zip(again, (normed, total, weights, ids)))
-    for tiles in (RouteTiles(8, 128, 8, 1), RouteTiles(32, 512, 1, 2)):  # other launch shapes, same results
+    for tiles in (RouteTiles(8, 8, 1), RouteTiles(32, 1, 2), RouteTiles(16, 3, 4)):  # other launch shapes, same results
         other = norm_route(x, residual, norm_w, 1e-6, router, top_k, renormalize, tiles)
         assert torch.equal(other[1], total) and torch.equal(other[3], ids)
         torch.testing.assert_close(other[2], weights, rtol=1e-2, atol=1e-3)
 
 
 def test_route_tiles_from_the_environment(monkeypatch):
-    from model_optimizer.runtime.kernels.moe_routing import ROUTE_TILES_ENV
+    from model_optimizer.runtime.kernels.moe_routing import ROUTE_TILES_ENV, default_route_tiles
 
-    monkeypatch.setenv(ROUTE_TILES_ENV, "8,128,2,1")
-    assert RouteTiles.from_env() == RouteTiles(8, 128, 2, 1)
-    monkeypatch.setenv(ROUTE_TILES_ENV, "8,128")
-    with pytest.raises(ValueError, match="BLOCK_E,BLOCK_K,SPLITS,NUM_WARPS"):
-        RouteTiles.from_env()
+    assert RouteTiles.parse("8,2,1") == RouteTiles(8, 2, 1)
+    with pytest.raises(ValueError, match="BLOCK_E,SPLITS,NUM_WARPS"):
+        RouteTiles.parse("8,128,2,1")
+    default_route_tiles.cache_clear()
+    monkeypatch.setenv(ROUTE_TILES_ENV, "32,4,2")
+    assert default_route_tiles(2048, 128) == RouteTiles(32, 4, 2)
+    default_route_tiles.cache_clear()
     monkeypatch.delenv(ROUTE_TILES_ENV)
-    assert RouteTiles.from_env() == RouteTiles()
+    assert default_route_tiles(2048, 128) == RouteTiles()
 
 
 def test_norm_route_declines_what_it_does_not_take():
