@@ -50,11 +50,11 @@ _counters: dict[torch.device, torch.Tensor] = {}
 class RouteTiles:
     """Launch shape of `norm_route`: what benchmarks/norm_route.py sweeps."""
 
-    block_e: int = 8
+    block_e: int
     """Experts per program (a power of two)."""
-    splits: int = 8
+    splits: int
     """Slices of the hidden dimension (programs per expert tile), each a power of two wide."""
-    num_warps: int = 1
+    num_warps: int
 
     @classmethod
     def parse(cls, value: str) -> RouteTiles:
@@ -264,7 +264,7 @@ def norm_route(
     rows, hidden = x.shape
     num_experts = router_weight.shape[0]
     experts_pad = triton.next_power_of_2(num_experts)
-    tiles = tiles or default_route_tiles(hidden, num_experts)
+    tiles = tiles or default_route_tiles(hidden, num_experts, rows)
     slice_ = triton.next_power_of_2(triton.cdiv(hidden, tiles.splits))
     splits = triton.cdiv(hidden, slice_)  # no empty slices
     normed, total = torch.empty_like(x), torch.empty_like(x)
@@ -300,11 +300,13 @@ def norm_route(
 
 
 @functools.cache
-def default_route_tiles(hidden: int, num_experts: int) -> RouteTiles:
+def default_route_tiles(hidden: int, num_experts: int, rows: int = 1) -> RouteTiles:
     """ROUTE_TILES_ENV if set, else what benchmarks/norm_route.py measured fastest on the H200 (README,
-    "Mixture of experts"): one warp on 8 experts x 256 columns at 128 experts of 2048 (Qwen3-30B-A3B);
-    wider rows and few experts want more warps per program."""
+    "Fused mixture-of-experts kernel"): rows of 2048, one warp on slices of 256 (4 experts at one row,
+    16 at more); wider rows (Mixtral, Qwen3-235B-A22B) four warps on 16 experts x a quarter row."""
     value = os.environ.get(ROUTE_TILES_ENV)
     if value:
         return RouteTiles.parse(value)
-    return RouteTiles()
+    if hidden > 2048:
+        return RouteTiles(16, 4, 4)
+    return RouteTiles(4, 8, 1) if rows == 1 else RouteTiles(16, 16, 1)

@@ -22,9 +22,9 @@ import triton.language as tl
 from model_optimizer.runtime.kernels import moe_align
 from model_optimizer.runtime.kernels.fused_moe import _align_kernel, _moe_gemm_kernel, _sum_over_k_kernel
 from model_optimizer.runtime.kernels.moe_routing import (
-    RouteTiles,
     _norm_route_kernel,
     _softmax_topk_kernel,
+    default_route_tiles,
 )
 from model_optimizer.runtime.kernels.moe_tiles import GEMM_CANDIDATES, default_tiles
 
@@ -114,11 +114,13 @@ for experts, logits in ((128, "*bf16"), (256, "*fp32")):
         quiet=True,
     )
 print("_softmax_topk_kernel compiled", flush=True)
-for experts, hidden in ((128, 2048), (8, 4096)):  # Qwen3-30B-A3B, Mixtral
+for experts, hidden in ((128, 2048), (8, 4096)):  # Qwen3-30B-A3B, Mixtral: their default launch shapes
+    tiles = default_route_tiles(hidden, experts)
     pointers = {
         name: "*bf16" for name in ("x_ptr", "residual_ptr", "norm_w_ptr", "normed_ptr", "total_ptr", "router_ptr")
     }
     pointers.update(part_ptr="*fp32", count_ptr="*i32", weights_ptr="*fp32", ids_ptr="*i64", eps="fp32")
+    top_k = min(8, experts // 4)
     compile_kernel(
         _norm_route_kernel,
         pointers,
@@ -127,13 +129,14 @@ for experts, hidden in ((128, 2048), (8, 4096)):  # Qwen3-30B-A3B, Mixtral
             H_PAD=hidden,
             NUM_EXPERTS=experts,
             EXPERTS_PAD=experts,
-            TOP_K=min(8, experts // 4),
-            K_PAD=min(8, experts // 4),
+            TOP_K=top_k,
+            K_PAD=top_k,
             RENORMALIZE=True,
-            NUM_SPLITS=4,
-            BLOCK_E=RouteTiles().block_e,
-            SLICE=hidden // RouteTiles().splits,
+            NUM_SPLITS=tiles.splits,
+            BLOCK_E=tiles.block_e,
+            SLICE=hidden // tiles.splits,
         ),  # fmt: skip
+        num_warps=tiles.num_warps,
         quiet=True,
     )
 print("_norm_route_kernel compiled", flush=True)

@@ -120,7 +120,8 @@ def test_route_tiles_from_the_environment(monkeypatch):
     assert default_route_tiles(2048, 128) == RouteTiles(32, 4, 2)
     default_route_tiles.cache_clear()
     monkeypatch.delenv(ROUTE_TILES_ENV)
-    assert default_route_tiles(2048, 128) == RouteTiles()
+    assert default_route_tiles(2048, 128) == RouteTiles(4, 8, 1)  # the H200's fastest (README)
+    assert default_route_tiles(4096, 8, 4) == RouteTiles(16, 4, 4)
 
 
 def test_norm_route_declines_what_it_does_not_take():
