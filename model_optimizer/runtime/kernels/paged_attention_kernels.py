@@ -57,6 +57,12 @@ def _drop_nonfinite_values(v, s, visible):
     return tl.where(v_ok, v, tl.zeros_like(v)), s
 
 
+@triton.jit
+def _load_values(values_ptr, slot_off, dims, pos_ok, dim_ok):
+    """(TILE_N, HEAD_DIM_PAD) tile of V at the key slots `slot_off` (zero where masked)."""
+    return tl.load(values_ptr + slot_off[:, None] + dims[None, :], mask=pos_ok[:, None] & dim_ok[None, :], other=0.0)
+
+
 # num_seqs and the block-table width change every step: specialising on them (== 1, % 16)
 # recompiled the kernel mid-run, stalling a step each time (README "Where the time goes")
 @triton.jit(do_not_specialize=["sliding_window", "num_seqs", "stride_bt"])
@@ -169,22 +175,14 @@ def _paged_attention_kernel(
         k = tl.load(cache_ptr + slot_off[None, :] + dims[:, None], mask=kv_mask, other=0.0)  # (D, TILE_N)
         if BLOCK_Q == 1:  # one token per tile: every key loaded is visible to all its rows, so V is
             # read with K (both need only the block ids), one memory round trip per tile, not two
-            v = tl.load(
-                cache_ptr + stride_plane + slot_off[:, None] + dims[None, :],
-                mask=pos_ok[:, None] & dim_ok[None, :],
-                other=0.0,
-            )  # (TILE_N, D)
+            v = _load_values(cache_ptr + stride_plane, slot_off, dims, pos_ok, dim_ok)
         s = dot(q, k.to(DOT_DTYPE), None, DOT_DTYPE) * qk_scale  # (BLOCK_M, TILE_N), log2 units
         visible = (pos[None, :] <= q_pos[:, None]) & pos_ok[None, :]
         if USE_WINDOW:
             visible = visible & (pos[None, :] > q_pos[:, None] - sliding_window)
         s = tl.where(visible, s, float("-inf"))
         if BLOCK_Q > 1:  # rows of several tokens load keys that lie past some rows' positions
-            v = tl.load(
-                cache_ptr + stride_plane + slot_off[:, None] + dims[None, :],
-                mask=pos_ok[:, None] & dim_ok[None, :],
-                other=0.0,
-            )  # (TILE_N, D)
+            v = _load_values(cache_ptr + stride_plane, slot_off, dims, pos_ok, dim_ok)
             v, s = _drop_nonfinite_values(v.to(DOT_DTYPE), s, visible)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         p = tl.exp2(s - m_new[:, None])

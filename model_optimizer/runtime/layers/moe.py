@@ -19,7 +19,12 @@ Pieces, each usable alone (a new family composes them; DeepSeek's routers: model
   loader, exactly as fused q/k/v are declared. forward(x, weights, ids) runs the fused Triton
   kernel on CUDA (kernels/fused_moe.py) and the per-expert loop elsewhere (kernels/moe_reference.py).
 - `SparseMoeBlock`: router, experts, and optional `shared_experts` (any module of x, added to the
-  routed sum, as DeepSeek's shared experts or Qwen2-MoE's shared expert).
+  routed sum, as DeepSeek's shared experts or Qwen2-MoE's shared expert). A decoder layer calls
+  `forward_after_norm(h, residual, norm)` (its post-attention norm and the block): at a decode step
+  of a few tokens on the GPU the norm, the router's matvec and the routing are one launch
+  (`TopKRouter.forward_after_norm`, kernels/moe_routing.py `norm_route`). On one rank without shared
+  experts the block returns the experts' weighted rows unsummed (layers/expert_rows.py) and the next
+  RMSNorm adds them in its kernel.
 
 Tensor parallelism (distributed.py): each rank keeps its 1/tp slice of every expert's intermediate
 dimension (the gate and up rows, the down columns), as the dense MLP does, so its routed sum is a
