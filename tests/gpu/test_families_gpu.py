@@ -141,6 +141,46 @@ def test_one_token_moe_in_a_cuda_graph_follows_new_ids():
             fm.fused_moe(x, w13, w2, weights, ids, all_ids_local=True)  # eager: makes the rows for the next capture
 
 
+@pytest.mark.parametrize(
+    ("rows", "hidden", "num_experts", "top_k"), [(1, 2048, 128, 8), (4, 2048, 128, 8), (1, 4096, 8, 2)]
+)
+def test_norm_route_matches_the_separate_steps_and_replays_in_a_graph(rows, hidden, num_experts, top_k):
+    """The post-attention norm + router + routing launch at Qwen3-30B-A3B's and Mixtral's shapes against
+    add_rms_norm, the router's matvec and the routing kernel, eager and replayed in a CUDA graph on new
+    inputs (the row counters reset by the kernel itself)."""
+    from model_optimizer.runtime.kernels import fused_ops
+    from model_optimizer.runtime.kernels.dense_linear import dense_linear
+    from model_optimizer.runtime.kernels.moe_routing import norm_route, softmax_topk_kernel
+
+    gen = torch.Generator(device="cuda").manual_seed(rows + hidden)
+
+    def fresh():
+        return torch.randn(rows, hidden, device="cuda", generator=gen).bfloat16()
+
+    x, residual = fresh(), fresh()
+    norm_w = (1 + 0.1 * torch.randn(hidden, device="cuda", generator=gen)).bfloat16()
+    router = (torch.randn(num_experts, hidden, device="cuda", generator=gen) / hidden**0.5).bfloat16()
+
+    def check(got):
+        normed, total = fused_ops.add_rms_norm(x, residual, norm_w, 1e-6)
+        weights, ids = softmax_topk_kernel(dense_linear(normed, router), top_k, True)
+        assert torch.equal(got[1], total)
+        assert ((got[0].float() - normed.float()).abs() <= normed.float().abs() * 2**-7).all()
+        assert torch.equal(got[3], ids)  # random rows: no near-ties for a sum order to flip
+        torch.testing.assert_close(got[2], weights, rtol=1e-2, atol=1e-3)
+
+    check(norm_route(x, residual, norm_w, 1e-6, router, top_k, True))
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = norm_route(x, residual, norm_w, 1e-6, router, top_k, True)
+    for _ in range(3):
+        x.copy_(fresh())
+        residual.copy_(fresh())
+        graph.replay()
+        check(out)
+
+
 @pytest.mark.parametrize("renormalize", [False, True])
 @pytest.mark.parametrize(("num_tokens", "num_experts", "top_k"), [(1, 128, 8), (300, 128, 8), (64, 8, 2), (7, 60, 4)])
 def test_moe_routing_kernel_matches_softmax_topk(num_tokens, num_experts, top_k, renormalize):
