@@ -3,7 +3,11 @@
 argmax(logits / T + G) with G ~ Gumbel(0, 1) drawn independently per vocabulary entry is a draw
 from softmax(logits / T). The kernel reads the logits once in their own dtype (bf16 on the GPU),
 makes the noise on the fly with Philox keyed by a per-row seed and the vocabulary index, and
-leaves one (best score, index) per chunk of the row; a tiny argmax over the chunks finishes.
+leaves one (best score, index) per chunk of the row; the row's last program to finish (an atomic
+count, reset after) takes the argmax over the chunks and writes the token and its finite flag. That
+last step was four torch ops after the kernel (max, gather, two views, isfinite): a few GPU us, but
+~12% of the host's time per decode step of a small model at batch 1 (py-spy on the H200's host),
+each op a launch through torch's dispatcher.
 The unfused path (float copy, temperature, softmax, exponential noise, divide, argmax) reads and
 writes the float32 logits about eight times over: at 256 rows of a 151,936-token vocabulary that
 is about 1.9 GB per step. Greedy rows (inverse temperature 0) take the plain argmax, ties to the
@@ -20,6 +24,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from model_optimizer.runtime.kernels import aot
+from model_optimizer.runtime.sampler_output import NONFINITE_TOKEN
 
 CHUNK = 4096
 """Vocabulary entries per program."""
@@ -38,8 +45,16 @@ def _gumbel_argmax_kernel(
     vocab_size,
     stride_row,
     num_chunks,
+    token_ptr,
+    ok_ptr,
+    checked_ptr,
+    count_ptr,
     CHUNK: tl.constexpr,
     HAS_MASK: tl.constexpr,
+    CHUNKS_PAD: tl.constexpr,
+    FINISH: tl.constexpr,
+    HAS_CHECKED: tl.constexpr,
+    NONFINITE: tl.constexpr,
 ):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -64,6 +79,27 @@ def _gumbel_argmax_kernel(
     num_bad = tl.sum(tl.where(tl.abs(x) < float("inf"), 0, 1), axis=0)  # NaN and inf logits
     tl.store(best_ptr + row * num_chunks + chunk, tl.where(num_bad > 0, float("nan"), best))
     tl.store(index_ptr + row * num_chunks + chunk, index)
+    if FINISH:
+        tl.debug_barrier()  # the stores above are done before this program reports in
+        if tl.atomic_add(count_ptr + row, 1, sem="acq_rel") == num_chunks - 1:  # the row's last chunk
+            chunks = tl.arange(0, CHUNKS_PAD)
+            real = chunks < num_chunks
+            bests = tl.load(best_ptr + row * num_chunks + chunks, mask=real, other=float("-inf"), cache_modifier=".cg")
+            nan = bests != bests
+            top = tl.max(tl.where(nan, float("-inf"), bests), axis=0)
+            # as torch.max over the chunks: a NaN chunk wins (the first one), else the first best chunk
+            first_nan = tl.min(tl.where(nan, chunks, CHUNKS_PAD), axis=0)
+            first_top = tl.min(tl.where(real & (bests == top), chunks, CHUNKS_PAD), axis=0)
+            chosen = tl.where(first_nan < CHUNKS_PAD, first_nan, first_top)
+            value = tl.sum(tl.where(chunks == chosen, bests, 0.0), axis=0)
+            ids = tl.load(index_ptr + row * num_chunks + chunks, mask=real, other=0, cache_modifier=".cg")
+            token = tl.sum(tl.where(chunks == chosen, ids, 0), axis=0)
+            finite = tl.abs(value) < float("inf")  # as isfinite of that best
+            tl.store(token_ptr + row, token)
+            tl.store(ok_ptr + row, finite.to(tl.int8))
+            if HAS_CHECKED:
+                tl.store(checked_ptr + row, tl.where(finite, token, NONFINITE))
+            tl.atomic_xchg(count_ptr + row, 0)  # ready for the next launch
 
 
 def gumbel_sample(
@@ -90,11 +126,14 @@ def gumbel_sample_checked(
     inv_temperatures: torch.Tensor,
     seeds: torch.Tensor,
     token_mask: tuple[torch.Tensor, torch.Tensor] | None = None,
+    checked_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`gumbel_sample`, plus (rows,) bool: False where the row's logits hold a NaN or an inf (the model's
     logits: tokens a mask forbids are no fault).
 
     Such a row still gets a valid vocabulary id (meaningless), so a next step may read it safely.
+    `checked_out`, a (rows,) int64 tensor, receives the ids with NONFINITE_TOKEN in such rows (what the
+    host reads: sampler.SampledTokens.checked_ids), written by the same launch.
     """
     if logits.dim() != 2 or logits.stride(1) != 1:
         raise ValueError(f"logits must be (rows, vocab) and contiguous along vocab, got {tuple(logits.shape)}")
@@ -110,6 +149,9 @@ def gumbel_sample_checked(
     bitmask, mask_index = token_mask if token_mask is not None else (seeds, seeds)  # unread without a mask
     if token_mask is not None and (mask_index.shape != (rows,) or bitmask.dim() != 2 or bitmask.stride(1) != 1):
         raise ValueError(f"token_mask needs a (masked, words) bitmask and one mask index per row ({rows})")
+    counters = _row_counters(logits.device, rows)
+    tokens = torch.empty(rows, dtype=torch.int64, device=logits.device)
+    ok = torch.empty(rows, dtype=torch.int8, device=logits.device)
     if rows:
         _gumbel_argmax_kernel[(rows, num_chunks)](
             logits,
@@ -123,8 +165,36 @@ def gumbel_sample_checked(
             vocab,
             logits.stride(0),
             num_chunks,
+            tokens,
+            ok,
+            checked_out if checked_out is not None else tokens,  # unwritten without HAS_CHECKED
+            counters if counters is not None else ok,
             CHUNK=CHUNK,
             HAS_MASK=token_mask is not None,
+            CHUNKS_PAD=triton.next_power_of_2(num_chunks),
+            FINISH=counters is not None,
+            HAS_CHECKED=checked_out is not None,
+            NONFINITE=NONFINITE_TOKEN,
         )
-    values, chunk = best.max(dim=1, keepdim=True)  # a NaN chunk wins and stays NaN
-    return index.gather(1, chunk).squeeze(1), values.squeeze(1).isfinite()
+    if counters is None:  # no counters can be made inside a CUDA-graph capture: the argmax over chunks in torch
+        values, chunk = best.max(dim=1, keepdim=True)  # a NaN chunk wins and stays NaN
+        tokens, finite = index.gather(1, chunk).squeeze(1), values.squeeze(1).isfinite()
+        if checked_out is not None:
+            torch.where(finite, tokens, NONFINITE_TOKEN, out=checked_out)
+        return tokens, finite
+    return tokens, ok.view(torch.bool)
+
+
+_counters: dict[torch.device, torch.Tensor] = {}
+
+
+def _row_counters(device: torch.device, rows: int) -> torch.Tensor | None:
+    """Zeroed per-row counters of this device, at least `rows` (grown outside captures); None inside a CUDA
+    graph capture without enough (zeroing there would only happen at replay)."""
+    counters = _counters.get(device)
+    if counters is None or counters.numel() < rows:
+        if device.type == "cuda" and aot.capturing():
+            return None
+        size = max(rows, 2 * counters.numel() if counters is not None else 1024)
+        counters = _counters[device] = torch.zeros(size, dtype=torch.int32, device=device)
+    return counters

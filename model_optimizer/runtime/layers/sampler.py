@@ -64,8 +64,13 @@ class SampledTokens:
     logprobs: SampledLogprobs | None = None
     """The sampled tokens' logprobs, ranks and top-k, when a request asks for logprobs."""
 
+    checked: torch.Tensor | None = None
+    """`checked_ids()` when the sampling kernel wrote it beside the ids (no launch of its own)."""
+
     def checked_ids(self) -> torch.Tensor:
         """The ids with NONFINITE_TOKEN in rows whose logits were not finite: what the host reads."""
+        if self.checked is not None:
+            return self.checked
         return torch.where(self.finite, self.token_ids, NONFINITE_TOKEN)
 
 
@@ -138,8 +143,10 @@ class Sampler:
             raw_logprobs = torch.log_softmax(
                 scores if forbidden is None else apply_token_mask(scores, forbidden), dim=-1
             )
+        checked = None
         if fused:
-            token_ids, finite = self._choose_fused(logits, batch, mask)
+            checked = torch.empty(len(batch), dtype=torch.int64, device=logits.device)
+            token_ids, finite = self._choose_fused(logits, batch, mask, checked)
         else:
             finite = scores.sum(dim=-1).isfinite()  # any NaN or inf makes the sum NaN or inf
             if forbidden is not None:  # after the check: the -inf of a forbidden token is no fault of the model
@@ -147,27 +154,31 @@ class Sampler:
             scores = self._apply_penalties(scores, batch)
             token_ids = self._choose(scores, batch)
         logprobs = None if raw_logprobs is None else reduce_logprobs(raw_logprobs, token_ids, max(wanted))
-        return SampledTokens(token_ids, finite, logprobs)
+        return SampledTokens(token_ids, finite, logprobs, checked)
 
     def _choose_fused(
-        self, logits: torch.Tensor, batch: list[SamplingInput], mask: TokenMask | None = None
+        self,
+        logits: torch.Tensor,
+        batch: list[SamplingInput],
+        mask: TokenMask | None = None,
+        checked: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Temperature and sampling in one pass over the logits (kernels/sampling.py): ids and finite flags."""
+        """Temperature and sampling in one pass over the logits (kernels/sampling.py): ids and finite flags;
+        `checked`, when given, receives the ids with NONFINITE_TOKEN where not finite."""
         gumbel_sample = triton_kernel("sampling", "gumbel_sample_checked")
         device = logits.device
         inverse = tuple(0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch)
         inv_temperatures = self._on_device(inverse, torch.float32)
         if not any(inverse):  # every row greedy: the noise is not used, so no draw (and no launch) for it
-            return gumbel_sample(
-                logits, inv_temperatures, self._on_device((0,) * len(batch), torch.int64), _tuple(mask)
-            )
+            zeros = self._on_device((0,) * len(batch), torch.int64)
+            return gumbel_sample(logits, inv_temperatures, zeros, _tuple(mask), checked)
         seeds = torch.randint(0, 2**62, (len(batch),), generator=self.generator, device=device)
         seeded = [i for i, b in enumerate(batch) if b.params.seed is not None and not b.params.greedy]
         if seeded:
             rows = to_device(seeded, device, torch.int64)
             own = [_row_seed(batch[i].params.seed, batch[i].output_index) for i in seeded]  # type: ignore[arg-type]
             seeds[rows] = to_device(own, device, torch.int64)
-        return gumbel_sample(logits, inv_temperatures, seeds, _tuple(mask))
+        return gumbel_sample(logits, inv_temperatures, seeds, _tuple(mask), checked)
 
     def _on_device(self, values: tuple, dtype: torch.dtype) -> torch.Tensor:
         """`values` as a `dtype` tensor on the device, cached by both (0 and 0.0 hash alike: the dtype keeps

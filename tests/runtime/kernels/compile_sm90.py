@@ -272,15 +272,19 @@ def main() -> int:
             ),
         )
     sampling = dict(logits_ptr="*bf16", inv_temp_ptr="*fp32", seed_ptr="*i64", best_ptr="*fp32", index_ptr="*i64")
+    sampling.update(token_ptr="*i64", ok_ptr="*i8", checked_ptr="*i64", count_ptr="*i32")
+    finish = dict(
+        CHUNKS_PAD=64, FINISH=True, HAS_CHECKED=True, NONFINITE=-1
+    )  # 151,936 tokens: 38 chunks, the row finished in the kernel
     compile_kernel(
         _gumbel_argmax_kernel,
         {**sampling, "mask_ptr": "*i64", "mask_index_ptr": "*i64"},
-        dict(CHUNK=CHUNK, HAS_MASK=False),
+        dict(CHUNK=CHUNK, HAS_MASK=False, **finish),
     )
     compile_kernel(  # with a grammar's token bitmask
         _gumbel_argmax_kernel,
         {**sampling, "mask_ptr": "*i32", "mask_index_ptr": "*i32"},
-        dict(CHUNK=CHUNK, HAS_MASK=True),
+        dict(CHUNK=CHUNK, HAS_MASK=True, **finish),
     )
     for kind, block_m, block_n, block_k, split_k in (
         ("int4", 1, 64, 128, 4),

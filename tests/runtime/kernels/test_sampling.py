@@ -150,3 +150,29 @@ def test_a_masked_row_with_a_nan_logit_is_still_flagged():
         logits, torch.ones(2), torch.tensor([1, 2]), (bitmask, torch.tensor([0, 0], dtype=torch.int32))
     )
     assert finite.tolist() == [False, True]
+
+
+def test_the_last_chunk_of_a_row_finishes_it_as_the_torch_ops_did(monkeypatch):
+    """The argmax over chunks runs in the kernel (the row's last program); inside a CUDA-graph capture without
+    counters the torch ops do it. Both give the same ids and flags: ties across chunks to the lower id, a
+    NaN chunk winning, a row whose every token a mask forbids (best -inf: flagged, as isfinite said)."""
+    from model_optimizer.runtime.kernels import sampling
+
+    vocab = 3 * CHUNK + 5
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(6, vocab, generator=gen)
+    logits[0, 9] = logits[0, 2 * CHUNK + 1] = 40.0  # a tie across chunks
+    logits[1, CHUNK + 2] = float("nan")
+    logits[2, 3 * CHUNK + 1] = float("inf")
+    inv = torch.tensor([0.0, 1.0, 0.0, 0.7, 0.0, 1.3])
+    seeds = torch.arange(6, dtype=torch.int64) * 31
+    words = -(-vocab // 32)
+    bitmask = torch.zeros(1, words, dtype=torch.int32)  # forbids everything
+    mask = (bitmask, torch.tensor([-1, -1, -1, -1, 0, -1], dtype=torch.int32))
+    ids, ok = gumbel_sample_checked(logits, inv, seeds, mask)
+    again = gumbel_sample_checked(logits, inv, seeds, mask)  # the counters were reset
+    monkeypatch.setattr(sampling, "_row_counters", lambda device, rows: None)
+    want_ids, want_ok = gumbel_sample_checked(logits, inv, seeds, mask)
+    assert ids.dtype == torch.int64 and ok.dtype == torch.bool
+    assert torch.equal(ids, want_ids) and torch.equal(ok, want_ok) and torch.equal(again[0], ids)
+    assert ids[0] == 9 and ok.tolist() == [True, False, False, True, False, True]
