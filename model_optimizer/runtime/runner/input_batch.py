@@ -91,6 +91,8 @@ class StepInputs:
     """Rows of token_ids whose id is still on the device, sampled by the previous step ..."""
     pending_src: torch.Tensor
     """... and where in that step's sampled ids each one is."""
+    pending_in_order: bool = False
+    """Row i of token_ids takes sampled id i for every pending token (steady decode): a plain copy will do."""
     prompt_jobs: list[PromptJob] | None = None
     """Prompt positions whose logprobs this step computes (runner/prompt_logprobs.py); None for most steps."""
 
@@ -345,6 +347,7 @@ class InputBatch:
             sample_positions=sample_positions,
             pending_dst=dst,
             pending_src=src,
+            pending_in_order=pending_dst == pending_src == list(range(num_pending)),
             prompt_jobs=prompt_jobs,
         )
 

@@ -330,7 +330,10 @@ class ModelRunner:
         """The device half of `launch`: the pending tokens copied in, the forward, logits and sampling queued.
         `pending` is the handle `step` was prepared with, or the one its `sample` returned."""
         out, inputs, proposal = step.out, step.inputs, step.proposal
-        if len(inputs.pending_dst):
+        num_pending = len(inputs.pending_dst)
+        if num_pending and inputs.pending_in_order:  # one copy, not a gather and an indexed write (host time)
+            inputs.token_ids[:num_pending].copy_(pending.sampled.token_ids[:num_pending])  # type: ignore[union-attr]
+        elif num_pending:
             inputs.token_ids[inputs.pending_dst] = pending.sampled.token_ids[inputs.pending_src]  # type: ignore[union-attr]
         if proposal is not None:
             proposal.write_into(out, inputs.token_ids)

@@ -65,7 +65,9 @@ def test_pending_token_is_marked_for_the_device_and_unknown_ones_are_refused():
     batch.update(second)
     inputs = batch.prepare(second, {"a": (state, 0)})
     assert inputs.pending_dst.tolist() == [0] and inputs.pending_src.tolist() == [0]
+    assert inputs.pending_in_order  # row 0 takes sampled id 0: the runner copies instead of indexing
     assert inputs.positions.tolist() == [3] and inputs.sample_positions == [1]
+    assert not batch.prepare(second, {"a": (state, 1)}).pending_in_order  # its id is row 1 of the last step's
     with pytest.raises(RuntimeError, match="neither on the host nor pending"):
         batch.prepare(second, {})
 
