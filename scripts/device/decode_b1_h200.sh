@@ -15,6 +15,8 @@
 #   decode        benchmarks/decode_latency.py --profile at batch 1 for DECODE_MODELS (default Qwen3-30B-A3B,
 #                 Qwen3-0.6B, Llama-3.1-8B), for each of SIDES (default "after before"; "after2 before2" repeat)          <= 100 s each
 #   sampler_tests tests/gpu/test_nonfinite_gpu.py, test_perf_gpu.py, test_structured_gpu.py          <= 200 s
+#   quick_tests   tests/gpu/test_nonfinite_gpu.py, test_sampling_gpu.py and the MoE routing tests of
+#                 test_families_gpu.py (norm + router launch, Qwen3-MoE and Mixtral against transformers) <= 150 s
 #   pyspy         py-spy (threads, idle, raw stacks) over Qwen3-0.6B batch-1 decode of 3,000 steps: the host's
 #                 share of a step                                                                 <= 150 s
 # MOPT_MOE_TILES, when set, applies to every part. Results: ONE tarball, $OUT/decode_b1.tgz.
@@ -67,6 +69,10 @@ fi
 if [[ $PARTS == *" sampler_tests "* ]]; then
   part sampler_tests 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_nonfinite_gpu.py \
     tests/gpu/test_perf_gpu.py tests/gpu/test_structured_gpu.py
+fi
+if [[ $PARTS == *" quick_tests "* ]]; then
+  part quick_tests 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_nonfinite_gpu.py \
+    tests/gpu/test_sampling_gpu.py tests/gpu/test_families_gpu.py -k "not test_bf16_agrees or qwen3_moe"
 fi
 if [[ $PARTS == *" pyspy "* ]]; then  # where the host's time per step goes at batch 1 (Qwen3-0.6B: ms/step > graph)
   export PATH=/tmp/site/bin:$PATH
