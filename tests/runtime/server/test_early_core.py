@@ -5,6 +5,7 @@ Real processes (the engine core spawned on a tiny checkpoint); states asserted, 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def test_the_early_core_is_as_quiet_about_transformers_as_the_apps(tiny_model, m
     monkeypatch.delenv("TRANSFORMERS_VERBOSITY")
     start = _spawn_core_early(ServerConfig(), EngineConfig(model=str(tiny_model("qwen3")), **ENGINE_ARGS))
     try:
-        environ = Path(f"/proc/{start.handle.process.pid}/environ").read_bytes().split(b"\0")
+        environ = _environ(start.handle.process.pid)
         assert b"TRANSFORMERS_VERBOSITY=error" in environ
     finally:
         start.abandon()
@@ -81,3 +82,14 @@ def test_a_start_up_refused_before_the_core_is_needed_stops_it(tiny_model, tmp_p
     with pytest.raises(ValueError, match="chat template"):
         create_app(ServerConfig(chat_template=str(template)), engine, core_start=start)
     assert _gone(start)
+
+
+def _environ(pid: int, timeout: float = 10.0) -> list[bytes]:
+    """The environment of process `pid`; /proc reads it empty until the new process has exec'd (a race
+    that failed this test once in a full run), so read again until it is there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        environ = [v for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if v]
+        if environ or time.monotonic() > deadline:
+            return environ
+        time.sleep(0.02)
