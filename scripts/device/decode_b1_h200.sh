@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Batch-1 decode on one H200: the attention's split-KV choice, the MoE one-token tiles, and their effect,
-# this tree against an older one ($BEFORE, default .ab/before: `git archive OLD model_optimizer
-# ':!model_optimizer/assets' | tar -x -C .ab/before`, ignored by git, named in the call's carry).
+# Batch-1 decode on one H200: kernel sweeps, GPU tests, and decode with each graph's kernels (what a
+# fusion removes and adds), this tree against an older one ($BEFORE, default .ab/before:
+# `git archive OLD model_optimizer ':!model_optimizer/assets' | tar -x -C .ab/before`, ignored by git,
+# named in the call's carry).
 # PARTS (space-separated, default "grid moe_sweep kernel_tests") picks among:
 #   grid          benchmarks/attention_kernels.py --decode-grid (batch 1 and 8, contexts 512 and 2048, three
 #                 models' head shapes, every split count, two key tiles), for each of SIDES      <= 150 s each
@@ -12,8 +13,12 @@
 #                 as MOPT_NORM_ROUTE_TILES for the parts after it                                  <= 150 s
 #   kernel_tests  tests/gpu/test_kernels_gpu.py, test_graphs_gpu.py, test_warmup_gpu.py             <= 200 s
 #   engine_tests  tests/gpu/test_engine_gpu.py, test_families_gpu.py (bf16 against transformers)    <= 300 s
+#   attention     benchmarks/attention_kernels.py --no-sweep (paged attention; rotary + store in one launch
+#                 against two)                                                                    <= 100 s
+#   moe_kernels   benchmarks/moe_kernels.py at 1, 8 and 64 tokens (Qwen3-30B-A3B's experts)           <= 60 s
 #   decode        benchmarks/decode_latency.py --profile at batch 1 for DECODE_MODELS (default Qwen3-30B-A3B,
-#                 Qwen3-0.6B, Llama-3.1-8B), for each of SIDES (default "after before"; "after2 before2" repeat)          <= 100 s each
+#                 Qwen3-0.6B, Llama-3.1-8B), for each of SIDES (default "after before"; "after2 before2" repeat),
+#                 then ab.txt: ms/step, graph ms and the launches of each side's decode graph          <= 100 s each
 #   sampler_tests tests/gpu/test_nonfinite_gpu.py, test_perf_gpu.py, test_structured_gpu.py          <= 200 s
 #   quick_tests   tests/gpu/test_nonfinite_gpu.py, test_sampling_gpu.py and the MoE routing tests of
 #                 test_families_gpu.py (norm + router launch, Qwen3-MoE and Mixtral against transformers) <= 150 s
@@ -56,6 +61,13 @@ if [[ $PARTS == *" engine_tests "* ]]; then
   part engine_tests 300 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/gpu/test_engine_gpu.py \
     tests/gpu/test_families_gpu.py
 fi
+if [[ $PARTS == *" attention "* ]]; then
+  part attention 100 python3 benchmarks/attention_kernels.py --no-sweep --output "$RES/attention_kernels_h200.json"
+fi
+if [[ $PARTS == *" moe_kernels "* ]]; then
+  part moe_kernels 60 python3 benchmarks/moe_kernels.py --models qwen3-30b-a3b --tokens 1 8 64 \
+    --output "$RES/moe_kernels_h200.json"
+fi
 if [[ $PARTS == *" decode "* ]]; then
   for model in ${DECODE_MODELS:-qwen3-30b-a3b qwen3-0.6b llama-3.1-8b}; do
     for side in $SIDES; do
@@ -65,6 +77,19 @@ if [[ $PARTS == *" decode "* ]]; then
       grep -E "ms/step" "$RES/decode_${side}_$model.log" | sed "s/^/$side /" >> "$RES/summary.txt"
     done
   done
+  python3 - "$RES" > "$RES/ab.txt" 2>&1 <<'PY'
+import json, pathlib, sys
+res = pathlib.Path(sys.argv[1])
+for f in sorted(res.glob("decode_*.json")):
+    d = json.loads(f.read_text())
+    for r in d["rows"]:
+        print(f"{f.stem:36s} b{r['batch']:<3} {r['ms_per_step']:.3f} ms/step  graph {r['graph_ms']:.3f} ms")
+    for name, ks in d.get("kernels", {}).items():
+        launches = sum(k["calls_per_replay"] for k in ks)
+        print(f"  {name}: {launches:.0f} launches per replay; " + ", ".join(
+            f"{k['kernel'][:26]} {k['calls_per_replay']:.0f}x{k['us_per_call']:.1f}" for k in ks[:14]))
+PY
+  cat "$RES/ab.txt" >> "$RES/summary.txt"
 fi
 if [[ $PARTS == *" sampler_tests "* ]]; then
   part sampler_tests 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_nonfinite_gpu.py \
