@@ -84,6 +84,9 @@ class StepInputs:
     """Sequences scheduled this step; a decode batch padded to a bucket has more rows (slot -1, length 1)."""
     sample_rows: torch.Tensor
     """Rows of the flat batch whose last token samples this step (one per sampling request)."""
+    sample_rows_leading: bool
+    """`sample_rows` is 0, 1, ..., n - 1 (a decode batch, every row sampling): a slice of the hidden
+    states will do, no gather."""
     sample_states: list[CachedRequestState]
     sample_positions: list[int]
     """Index among its outputs of the token each sampling request draws."""
@@ -343,6 +346,7 @@ class InputBatch:
             ),
             num_seqs=num_seqs,
             sample_rows=sample_dev,
+            sample_rows_leading=bool(len(sample_rows) == num_tokens and num_tokens == num_seqs),
             sample_states=sample_states,
             sample_positions=sample_positions,
             pending_dst=dst,

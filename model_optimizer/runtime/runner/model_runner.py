@@ -356,7 +356,8 @@ class ModelRunner:
             return StepHandle(inputs.sample_states, [], None)
         if out.spec_token_ids:
             return self._launch_verify(out, hidden, proposal)
-        logits = self.model.compute_logits(hidden[inputs.sample_rows])
+        rows = len(inputs.sample_states)  # a decode batch's leading rows are a slice: no gather to launch
+        logits = self.model.compute_logits(hidden[:rows] if inputs.sample_rows_leading else hidden[inputs.sample_rows])
         batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
         if not sample:
             return StepHandle(inputs.sample_states, batch, None, logits=logits)

@@ -42,6 +42,7 @@ def test_mixed_batch_values_and_aligned_segments():
     assert inputs.attn.block_tables[:, :2].tolist() == [[5, 2], [7, 0]]
     assert inputs.num_seqs == inputs.num_padded_seqs == 2 and inputs.attn.kv_caches is None
     assert inputs.sample_rows.tolist() == [6] and [s.request_id for s in inputs.sample_states] == ["a"]
+    assert not inputs.sample_rows_leading  # a prompt's last token samples: gathered
     assert inputs.sample_positions == [0]
     for tensor in (
         inputs.token_ids,
@@ -66,6 +67,7 @@ def test_pending_token_is_marked_for_the_device_and_unknown_ones_are_refused():
     inputs = batch.prepare(second, {"a": (state, 0)})
     assert inputs.pending_dst.tolist() == [0] and inputs.pending_src.tolist() == [0]
     assert inputs.pending_in_order  # row 0 takes sampled id 0: the runner copies instead of indexing
+    assert inputs.sample_rows_leading  # one token per sequence, each sampling: hidden[:1], no gather
     assert inputs.positions.tolist() == [3] and inputs.sample_positions == [1]
     assert not batch.prepare(second, {"a": (state, 1)}).pending_in_order  # its id is row 1 of the last step's
     with pytest.raises(RuntimeError, match="neither on the host nor pending"):
