@@ -74,7 +74,8 @@ def _sample(model, hidden: torch.Tensor) -> None:
     rows = logits.shape[0]
     inv_temperatures = torch.ones(rows, dtype=torch.float32, device=META)
     seeds = torch.zeros(rows, dtype=torch.int64, device=META)
-    triton_kernel("sampling", "gumbel_sample_checked")(logits, inv_temperatures, seeds)
+    checked = torch.empty(rows, dtype=torch.int64, device=META)  # as the sampler asks: the checked ids too
+    triton_kernel("sampling", "gumbel_sample_checked")(logits, inv_temperatures, seeds, None, checked)
 
 
 def kv_cache_sizes(config: EngineConfig, elements_per_block: int) -> list[int]:
