@@ -107,7 +107,7 @@ def test_split_k_is_deterministic_and_leaves_counters_zero(kind, m):
     assert all(torch.equal(outs[0], o) for o in outs[1:])
     assert relative_error(outs[0], x.float() @ w.T + bias.float()) < TOLERANCE
     torch.cuda.synchronize()
-    assert not launcher._counters[x.device].any()
+    assert not launcher._counters.by_device[x.device].any()
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4", "fp8"])
@@ -191,7 +191,7 @@ def test_sweep_timing_captures_the_decode_call_in_a_graph(kind, m, monkeypatch):
         )
         assert ms > 0, tiles
     torch.cuda.synchronize()
-    assert not launcher._counters[x.device].any()
+    assert not launcher._counters.by_device[x.device].any()
 
 
 def _one_hot_product(kind, q, s, z, tiles, dtype):

@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from model_optimizer.runtime.kernels import aot
+from model_optimizer.runtime.kernels.counters import Counters
 from model_optimizer.runtime.kernels.fused_ops import round_to
 
 MAX_EXPERTS = 256
@@ -43,7 +43,7 @@ MAX_NORM_ROUTE_HIDDEN = 16384
 ROUTE_TILES_ENV = "MOPT_NORM_ROUTE_TILES"
 """"BLOCK_E,SPLITS,NUM_WARPS" in place of `default_route_tiles` (measuring a candidate end to end)."""
 
-_counters: dict[torch.device, torch.Tensor] = {}
+_counters = Counters(MAX_NORM_ROUTE_ROWS)
 
 
 @dataclass(frozen=True)
@@ -232,16 +232,6 @@ def supports_norm_route(
     )
 
 
-def _row_counters(device: torch.device) -> torch.Tensor | None:
-    """Zeroed per-row counters of this device; None while a CUDA graph is being captured and none exist yet."""
-    counters = _counters.get(device)
-    if counters is None:
-        if device.type == "cuda" and aot.capturing():
-            return None
-        counters = _counters[device] = torch.zeros(MAX_NORM_ROUTE_ROWS, dtype=torch.int32, device=device)
-    return counters
-
-
 def norm_route(
     x: torch.Tensor,
     residual: torch.Tensor,
@@ -258,7 +248,7 @@ def norm_route(
     `tiles` overrides the launch shape (benchmarks, tests)."""
     if not supports_norm_route(x, residual, norm_weight, router_weight, top_k):
         return None
-    counters = _row_counters(x.device)
+    counters = _counters.get(x.device, MAX_NORM_ROUTE_ROWS)
     if counters is None:
         return None
     rows, hidden = x.shape

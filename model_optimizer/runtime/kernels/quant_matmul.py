@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from model_optimizer.runtime.kernels import aot
+from model_optimizer.runtime.kernels.counters import Counters
 from model_optimizer.runtime.kernels.quant_dequant import _dequantize_kernel
 from model_optimizer.runtime.kernels.quant_kernels import (
     INT4_BLOCK_K,
@@ -37,7 +38,7 @@ __all__ = ["MAX_SPLIT_K", "QuantTiles", "choose_tiles", "dequantize_weight", "qu
 
 MAX_COUNTERS = 16384  # output tiles that may split K at once (Llama's gate_up at BLOCK_N 32: 896)
 
-_counters: dict[torch.device, torch.Tensor] = {}
+_counters = Counters(MAX_COUNTERS)
 
 
 def _device_facts(device_index: int | None) -> tuple[str, int]:
@@ -127,14 +128,9 @@ def _use_asm(x: torch.Tensor) -> bool:
 
 
 def _split_counters(device: torch.device) -> torch.Tensor | None:
-    """Zeroed per-tile counters of this device; None while a CUDA graph is being captured and none
-    exist yet (zeroing them inside the capture would only happen at replay): one split then."""
-    counters = _counters.get(device)
-    if counters is None:
-        if device.type == "cuda" and aot.capturing():
-            return None
-        counters = _counters[device] = torch.zeros(MAX_COUNTERS, dtype=torch.int32, device=device)
-    return counters
+    """Zeroed per-tile counters of this device (kernels/counters.py); None inside a CUDA-graph capture
+    before any exist: one split then."""
+    return _counters.get(device, MAX_COUNTERS)
 
 
 def _check_tiles(tiles: QuantTiles, kind: str, group_size: int, k: int) -> None:

@@ -25,11 +25,14 @@ import torch
 import triton
 import triton.language as tl
 
-from model_optimizer.runtime.kernels import aot
+from model_optimizer.runtime.kernels.counters import Counters
 from model_optimizer.runtime.sampler_output import NONFINITE_TOKEN
 
 CHUNK = 4096
 """Vocabulary entries per program."""
+
+_counters = Counters(1024)
+"""Per-row counters of the rows' last chunk programs (kernels/counters.py)."""
 
 
 @triton.jit
@@ -149,7 +152,7 @@ def gumbel_sample_checked(
     bitmask, mask_index = token_mask if token_mask is not None else (seeds, seeds)  # unread without a mask
     if token_mask is not None and (mask_index.shape != (rows,) or bitmask.dim() != 2 or bitmask.stride(1) != 1):
         raise ValueError(f"token_mask needs a (masked, words) bitmask and one mask index per row ({rows})")
-    counters = _row_counters(logits.device, rows)
+    counters = _counters.get(logits.device, rows)
     tokens = torch.empty(rows, dtype=torch.int64, device=logits.device)
     ok = torch.empty(rows, dtype=torch.int8, device=logits.device)
     if rows:
@@ -183,18 +186,3 @@ def gumbel_sample_checked(
             torch.where(finite, tokens, NONFINITE_TOKEN, out=checked_out)
         return tokens, finite
     return tokens, ok.view(torch.bool)
-
-
-_counters: dict[torch.device, torch.Tensor] = {}
-
-
-def _row_counters(device: torch.device, rows: int) -> torch.Tensor | None:
-    """Zeroed per-row counters of this device, at least `rows` (grown outside captures); None inside a CUDA
-    graph capture without enough (zeroing there would only happen at replay)."""
-    counters = _counters.get(device)
-    if counters is None or counters.numel() < rows:
-        if device.type == "cuda" and aot.capturing():
-            return None
-        size = max(rows, 2 * counters.numel() if counters is not None else 1024)
-        counters = _counters[device] = torch.zeros(size, dtype=torch.int32, device=device)
-    return counters

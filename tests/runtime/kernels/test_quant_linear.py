@@ -73,7 +73,7 @@ def test_split_k_sums_partials_and_resets_its_counters(kind, block_m):
     second = quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, b, tiles=tiles)
     assert relative_error(first, want) < TOLERANCE[torch.bfloat16]
     assert torch.equal(first, second)
-    assert not launcher._counters[x.device].any()
+    assert not launcher._counters.by_device[x.device].any()
 
 
 @pytest.mark.parametrize("kind", ["int8", "fp8"])

@@ -171,7 +171,7 @@ def test_the_last_chunk_of_a_row_finishes_it_as_the_torch_ops_did(monkeypatch):
     mask = (bitmask, torch.tensor([-1, -1, -1, -1, 0, -1], dtype=torch.int32))
     ids, ok = gumbel_sample_checked(logits, inv, seeds, mask)
     again = gumbel_sample_checked(logits, inv, seeds, mask)  # the counters were reset
-    monkeypatch.setattr(sampling, "_row_counters", lambda device, rows: None)
+    monkeypatch.setattr(sampling._counters, "get", lambda device, size: None)
     want_ids, want_ok = gumbel_sample_checked(logits, inv, seeds, mask)
     assert ids.dtype == torch.int64 and ok.dtype == torch.bool
     assert torch.equal(ids, want_ids) and torch.equal(ok, want_ok) and torch.equal(again[0], ids)
