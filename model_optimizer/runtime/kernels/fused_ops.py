@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from model_optimizer.runtime.kernels import pdl
+
 MAX_ROW_BLOCK = 65536
 """Widest row one RMSNorm program holds in registers (padded to a power of two)."""
 SILU_BLOCK = 1024
@@ -56,9 +58,11 @@ def _rms_norm_kernel(
     BLOCK: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
     TOP_K: tl.constexpr = 1,
+    PDL: tl.constexpr = False,
 ):
     """One row; with TOP_K > 1, x holds TOP_K rows per row (a mixture of experts' weighted expert rows of
     a token), added in k order in float32 and rounded once, as fused_moe.sum_over_k, before the rest."""
+    pdl.wait_then_release(PDL)
     row = tl.program_id(0).to(tl.int64)  # row * stride passes 2**31 at a few hundred thousand tokens
     cols = tl.arange(0, BLOCK)
     mask = cols < HIDDEN
@@ -89,7 +93,9 @@ def _silu_and_mul_kernel(
     stride_out,
     HALF: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl.wait_then_release(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < HALF
@@ -156,7 +162,9 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     if rows.shape[0]:
         block = min(triton.next_power_of_2(half), SILU_BLOCK)
         grid = (rows.shape[0], triton.cdiv(half, block))
-        _silu_and_mul_kernel[grid](rows, out, rows.stride(0), out.stride(0), HALF=half, BLOCK=block, num_warps=4)
+        _silu_and_mul_kernel[grid](
+            rows, out, rows.stride(0), out.stride(0), HALF=half, BLOCK=block, num_warps=4, **pdl.options(out)
+        )
     return out.view(*gate_up.shape[:-1], half)
 
 
@@ -201,6 +209,7 @@ def _launch_rms_norm(
             HAS_RESIDUAL=residual is not None,
             TOP_K=top_k,
             num_warps=min(max(block // 256, 1), 8),  # 1024 wide: 4 warps, 8 bf16 (16 bytes) per thread
+            **pdl.options(out),
         )
     shape = x.shape if top_k == 1 else residual.shape
     return out.view(shape), (total.view(shape) if residual is not None else x)

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from model_optimizer.runtime.kernels import aot
+from model_optimizer.runtime.kernels import aot, pdl
 from model_optimizer.runtime.kernels.formats import FP8_DTYPE
 from model_optimizer.runtime.kernels.paged_attention_kernels import _paged_attention_kernel, _reduce_splits_kernel
 
@@ -266,6 +266,7 @@ def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: 
         DECODE_ONLY=decode_only,
         num_warps=cfg.tiles.num_warps,
         num_stages=cfg.tiles.num_stages,
+        **pdl.options(out),
     )
     if splits > 1:
         _reduce_splits_kernel[(num_tokens, num_heads)](
@@ -282,4 +283,5 @@ def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: 
             HEAD_DIM_PAD=head_dim_pad,
             NUM_SPLITS=splits,
             SPLITS_PAD=triton.next_power_of_2(splits),
+            **pdl.options(out),
         )

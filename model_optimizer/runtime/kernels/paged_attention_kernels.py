@@ -21,6 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from model_optimizer.runtime.kernels import pdl
 from model_optimizer.runtime.kernels.dots import dot
 
 _LOG2E = tl.constexpr(1.4426950408889634)
@@ -105,7 +106,9 @@ def _paged_attention_kernel(
     DOT_DTYPE: tl.constexpr,
     DECODE_ONLY: tl.constexpr,
     PRESCALE_Q: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl.wait_then_release(PDL)
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -224,8 +227,10 @@ def _reduce_splits_kernel(
     HEAD_DIM_PAD: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     SPLITS_PAD: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """Merge the per-split partial results of one (token, head); tokens past the batch get zeros."""
+    pdl.wait_then_release(PDL)
     token = tl.program_id(0)
     head = tl.program_id(1)
     # The partials are read without waiting for the batch size (one memory round trip, not two): a

@@ -42,6 +42,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from model_optimizer.runtime.kernels import pdl
 from model_optimizer.runtime.kernels.dots import dot
 from model_optimizer.runtime.kernels.formats import FP8_MAX
 from model_optimizer.runtime.kernels.quant_dequant import bytes_operand, int4_plane
@@ -236,8 +237,9 @@ def _gemv_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k
 @triton.jit
 def _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_start, k_end, K, stride_sn,
               stride_zn, KIND: tl.constexpr, GROUP: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr):  # fmt: skip
-    """(BLOCK_N, 1) partial product of one input row on CUDA cores (BLOCK_M == 1)."""
+              BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+    """(BLOCK_N, 1) partial product of one input row on CUDA cores (BLOCK_M == 1). With PREFETCH (int8,
+    fp8, bf16) the first weight tile is in flight before the wait for the kernel before (pdl.py)."""
     if KIND == 2:
         acc = _gemv_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_start, k_end, K,
                          stride_sn, stride_zn, GROUP, EVEN_K, BLOCK_N, BLOCK_K, PREFETCH)  # fmt: skip
@@ -248,6 +250,7 @@ def _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_
         acc2 = tl.zeros((BLOCK_N, SUB_K), dtype=tl.float32)
         if PREFETCH:  # one piece a tile, K a multiple of it (quant_matmul.prefetches): next tile in flight
             w_next = _bytes_next(w_ptr, rows, n_mask, k_start, k_end, KIND, BLOCK_N, BLOCK_K)
+            pdl.wait_then_release(PDL)
         for k0 in range(k_start, k_end, BLOCK_K):
             if PREFETCH:
                 offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
@@ -274,7 +277,10 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, x_scales_ptr, bias
                          M, N, K, stride_xm, stride_wn, stride_sn, stride_zn, stride_om, k_per_split, num_splits,
                          KIND: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                          EVEN_N: tl.constexpr, DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr, USE_ASM: tl.constexpr, PREFETCH: tl.constexpr):  # fmt: skip
+                         BLOCK_K: tl.constexpr, USE_ASM: tl.constexpr, PREFETCH: tl.constexpr,
+                         PDL: tl.constexpr = False):  # fmt: skip
+    if BLOCK_M != 1 or KIND == 2 or not PREFETCH:  # else _gemv_row waits after its first weight load
+        pdl.wait_then_release(PDL)
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_m = tl.cdiv(M, BLOCK_M)
@@ -292,7 +298,7 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, x_scales_ptr, bias
     if BLOCK_M == 1:
         acc = _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, pid_m.to(tl.int64) * stride_xm,
                         k_start, k_end, K, stride_sn, stride_zn, KIND, GROUP, EVEN_K, BLOCK_N, BLOCK_K,
-                        PREFETCH)  # fmt: skip
+                        PREFETCH, PDL)  # fmt: skip
     elif KIND == 2:
         acc = _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m, k_start, k_end, M, K,
                         stride_xm, stride_sn, stride_zn, GROUP, BLOCK_M, BLOCK_N, DOT_DTYPE, USE_ASM)  # fmt: skip

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from model_optimizer.runtime.kernels import aot
+from model_optimizer.runtime.kernels import aot, pdl
 from model_optimizer.runtime.kernels.counters import Counters
 from model_optimizer.runtime.kernels.quant_dequant import _dequantize_kernel
 from model_optimizer.runtime.kernels.quant_kernels import (
@@ -245,6 +245,7 @@ def quant_matmul(
         PREFETCH=prefetches(kind, tiles, k),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
+        **pdl.options(x),
     )
     return out
 

@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from model_optimizer.runtime.kernels import pdl
 from model_optimizer.runtime.kernels.reference import KVStore
 from model_optimizer.runtime.kernels.store_kv import _cache_values, check_store, scale_args
 
@@ -178,7 +179,9 @@ def _norm_rotate_store_kernel(
     BLOCK_SIZE: tl.constexpr,
     QUANTIZE: tl.constexpr,
     HAS_SCALES: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    pdl.wait_then_release(PDL)
     token = tl.program_id(0).to(tl.int64)  # token * row stride passes 2**31 at a few hundred thousand tokens
     k1, k2, k_mask = _rotate_q_and_k(
         q_ptr, k_ptr, q_out_ptr, positions_ptr, cos_ptr, sin_ptr, q_weight_ptr, k_weight_ptr, eps, token, stride_qt,
@@ -290,6 +293,7 @@ def norm_rotate_store(
         BLOCK_SIZE=cache.shape[2],
         QUANTIZE=quantize,
         HAS_SCALES=has_scales,
+        **pdl.options(q_out),
     )
     return q_out
 

@@ -98,7 +98,9 @@ def main_loop(sass: str) -> list[str]:
     return best
 
 
-def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, decode: bool, window: bool) -> None:
+def attention(
+    q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, decode: bool, window: bool, pdl: bool = False
+):
     pointers = dict(
         out_ptr=f"*{q}",
         part_acc_ptr="*fp32",
@@ -128,8 +130,9 @@ def attention(q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, d
         DOT_DTYPE=dot,
         DECODE_ONLY=decode,
         PRESCALE_Q=kv == "fp8e4nv",
+        PDL=pdl,
     )
-    compile_kernel(_paged_attention_kernel, pointers, constexprs)
+    return compile_kernel(_paged_attention_kernel, pointers, constexprs, quiet=pdl)
 
 
 def quant_matmul(
@@ -143,6 +146,7 @@ def quant_matmul(
     w8a8: bool = False,
     quiet: bool = False,
     x_dtype: str = "bf16",
+    pdl: bool = False,
 ):
     """One launch shape of the quantized matmul (CUDA-core GEMV, split-K dot, prefill tile) per weight
     format, as quant_matmul launches it on sm_90 (PTX widening); the compiled kernel
@@ -173,6 +177,7 @@ def quant_matmul(
         BLOCK_K=block_k,
         USE_ASM=True,
         PREFETCH=block_m == 1 and num_stages >= 2 and (kind == "int4" or block_k <= 256),  # quant_matmul.prefetches
+        PDL=pdl,
     )
     if split_k == 1:  # the launcher's JIT specializes an integer argument equal to 1
         constexprs["num_splits"] = 1
@@ -187,6 +192,53 @@ def quant_matmul(
     )
 
 
+def reduce_splits(pdl: bool = False):
+    """The merge of attention's split partials (Qwen3's heads, five splits)."""
+    return compile_kernel(
+        _reduce_splits_kernel,
+        dict(out_ptr="*bf16", part_acc_ptr="*fp32", part_max_ptr="*fp32", part_sum_ptr="*fp32", qsl_ptr="*i32"),
+        dict(HEAD_DIM=128, HEAD_DIM_PAD=128, NUM_SPLITS=5, SPLITS_PAD=8, PDL=pdl),
+        quiet=pdl,
+    )
+
+
+def rotate_store(kv: str, quantize: bool, norm: bool, pdl: bool = False):
+    """Rotary (with Qwen3's q/k norm) and the KV store in one launch."""
+    return compile_kernel(
+        _norm_rotate_store_kernel,
+        dict(
+            q_ptr="*bf16",
+            k_ptr="*bf16",
+            v_ptr="*bf16",
+            q_out_ptr="*bf16",
+            cache_ptr=f"*{kv}",
+            slot_ptr="*i64",
+            positions_ptr="*i64",
+            cos_ptr="*fp32",
+            sin_ptr="*fp32",
+            q_weight_ptr="*bf16",
+            k_weight_ptr="*bf16",
+            k_scale_ptr="*fp32",
+            v_scale_ptr="*fp32",
+            eps="fp32",
+        ),
+        dict(
+            NUM_Q_HEADS=16,
+            Q_HEADS_PAD=16,
+            NUM_K_HEADS=8,
+            K_HEADS_PAD=8,
+            HALF=64,
+            HALF_PAD=64,
+            HAS_NORM=norm,
+            BLOCK_SIZE=16,
+            QUANTIZE=quantize,
+            HAS_SCALES=quantize,
+            PDL=pdl,
+        ),
+        quiet=pdl,
+    )
+
+
 def main() -> int:
     # one configuration per feature, each feature in some decode and some prefill shape
     for q, dot, kv, splits, decode in (
@@ -197,11 +249,7 @@ def main() -> int:
     ):
         block_q, group_pad = (1, 16) if decode else (32, 2)
         attention(q, kv, dot, splits, block_q, group_pad, decode, window=not decode)
-    compile_kernel(
-        _reduce_splits_kernel,
-        dict(out_ptr="*bf16", part_acc_ptr="*fp32", part_max_ptr="*fp32", part_sum_ptr="*fp32", qsl_ptr="*i32"),
-        dict(HEAD_DIM=128, HEAD_DIM_PAD=128, NUM_SPLITS=5, SPLITS_PAD=8),
-    )
+    reduce_splits()
     for kv, quantize in (("bf16", False), ("fp8e4nv", True)):
         compile_kernel(
             _store_kv_kernel,
@@ -240,37 +288,7 @@ def main() -> int:
         dict(NUM_Q_HEADS=16, Q_HEADS_PAD=16, NUM_K_HEADS=8, K_HEADS_PAD=8, HALF=64, HALF_PAD=64, HAS_NORM=True),
     )
     for kv, quantize, norm in (("bf16", False, True), ("fp8e4nv", True, False)):  # rotary + KV store, one launch
-        compile_kernel(
-            _norm_rotate_store_kernel,
-            dict(
-                q_ptr="*bf16",
-                k_ptr="*bf16",
-                v_ptr="*bf16",
-                q_out_ptr="*bf16",
-                cache_ptr=f"*{kv}",
-                slot_ptr="*i64",
-                positions_ptr="*i64",
-                cos_ptr="*fp32",
-                sin_ptr="*fp32",
-                q_weight_ptr="*bf16",
-                k_weight_ptr="*bf16",
-                k_scale_ptr="*fp32",
-                v_scale_ptr="*fp32",
-                eps="fp32",
-            ),
-            dict(
-                NUM_Q_HEADS=16,
-                Q_HEADS_PAD=16,
-                NUM_K_HEADS=8,
-                K_HEADS_PAD=8,
-                HALF=64,
-                HALF_PAD=64,
-                HAS_NORM=norm,
-                BLOCK_SIZE=16,
-                QUANTIZE=quantize,
-                HAS_SCALES=quantize,
-            ),
-        )
+        rotate_store(kv, quantize, norm)
     sampling = dict(logits_ptr="*bf16", inv_temp_ptr="*fp32", seed_ptr="*i64", best_ptr="*fp32", index_ptr="*i64")
     sampling.update(token_ptr="*i64", ok_ptr="*i8", checked_ptr="*i64", count_ptr="*i32")
     finish = dict(

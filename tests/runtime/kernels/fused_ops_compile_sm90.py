@@ -19,27 +19,31 @@ import triton
 from model_optimizer.runtime.kernels.fused_ops import SILU_BLOCK, _rms_norm_kernel, _silu_and_mul_kernel
 
 
-def rms_norm(dtype: str, hidden: int, residual: bool, top_k: int = 1) -> None:
+def rms_norm(dtype: str, hidden: int, residual: bool, top_k: int = 1, pdl: bool = False):
     block = triton.next_power_of_2(hidden)
     pointers = dict(x_ptr=f"*{dtype}", residual_ptr=f"*{dtype}", weight_ptr=f"*{dtype}", out_ptr=f"*{dtype}")
     pointers.update(sum_ptr=f"*{dtype}", eps="fp32")
-    constexprs = dict(HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual, TOP_K=top_k)
-    compile_kernel(_rms_norm_kernel, pointers, constexprs, num_warps=min(max(block // 256, 1), 8))
+    constexprs = dict(HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual, TOP_K=top_k, PDL=pdl)
+    return compile_kernel(_rms_norm_kernel, pointers, constexprs, num_warps=min(max(block // 256, 1), 8), quiet=pdl)
 
 
-def silu_and_mul(dtype: str, half: int) -> None:
+def silu_and_mul(dtype: str, half: int, pdl: bool = False):
     block = min(triton.next_power_of_2(half), SILU_BLOCK)
-    compile_kernel(
-        _silu_and_mul_kernel, dict(gate_up_ptr=f"*{dtype}", out_ptr=f"*{dtype}"), dict(HALF=half, BLOCK=block)
+    return compile_kernel(
+        _silu_and_mul_kernel,
+        dict(gate_up_ptr=f"*{dtype}", out_ptr=f"*{dtype}"),
+        dict(HALF=half, BLOCK=block, PDL=pdl),
+        quiet=pdl,
     )
 
 
-for hidden in (1024, 4096):
-    rms_norm("bf16", hidden, residual=True)
-rms_norm("bf16", 1024, residual=False)
-rms_norm("fp16", 1024, residual=True)
-rms_norm("fp32", 1024, residual=True)
-rms_norm("bf16", 2048, residual=True, top_k=8)  # a mixture of experts' rows summed in the norm
-for half in (3072, 14336):
-    silu_and_mul("bf16", half)
-silu_and_mul("fp32", 3072)
+if __name__ == "__main__":
+    for hidden in (1024, 4096):
+        rms_norm("bf16", hidden, residual=True)
+    rms_norm("bf16", 1024, residual=False)
+    rms_norm("fp16", 1024, residual=True)
+    rms_norm("fp32", 1024, residual=True)
+    rms_norm("bf16", 2048, residual=True, top_k=8)  # a mixture of experts' rows summed in the norm
+    for half in (3072, 14336):
+        silu_and_mul("bf16", half)
+    silu_and_mul("fp32", 3072)

@@ -1,0 +1,85 @@
+"""Programmatic dependent launch (Hopper and later): a kernel starts while the one before it finishes.
+
+A decode step at batch 1 is a chain of a few hundred short kernels, each waiting for the one before it
+to drain and then paying its own launch and the first trip to memory. Launched with PDL, a kernel's
+programs may start as soon as every program of the kernel before it has reached `release` (the
+`griddepcontrol` PTX instructions, inside CUDA graphs too): what does not depend on the previous
+kernel (a matmul's first weight tile, read-only weights) is read before `wait`, which blocks until the
+previous kernel has finished and its writes are visible; everything that reads what an earlier kernel
+wrote, and every store and atomic, comes after it.
+
+The rule every kernel launched with `enabled(...)` follows: `wait` before its first dependent read or
+any write, then `release` (one call, `wait_then_release`, where nothing is read early). Releasing only
+after waiting keeps at most one kernel waiting behind a running one, so waiting programs never crowd
+out the programs that must finish first. Where PDL is off (older GPUs, the interpreter, MOPT_PDL=0,
+a Triton without it) the same kernels compile without the instructions and launch as before.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from model_optimizer.runtime.kernels import aot
+
+try:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    AVAILABLE = True
+    """Whether this Triton has the griddepcontrol instructions and the `launch_pdl` launch option."""
+except ImportError:  # pragma: no cover - Triton before 3.4
+    AVAILABLE = False
+
+    @triton.jit
+    def gdc_wait():
+        pass
+
+    @triton.jit
+    def gdc_launch_dependents():
+        pass
+
+
+def enabled(device_index: int | None) -> bool:
+    """Whether kernels on this GPU (or the ahead-of-time target) launch with PDL: compute capability
+    9.0 or later, a Triton that has it, not the interpreter, and MOPT_PDL not "0"."""
+    if not AVAILABLE or os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get("MOPT_PDL", "1") == "0":
+        return False
+    key = (device_index or 0, aot.building())
+    if key not in _capable:  # asked at every launch: the device's properties once
+        _capable[key] = aot.device_facts(device_index)[2] >= (9, 0)
+    return _capable[key]
+
+
+_capable: dict[tuple[int, aot.AotTarget | None], bool] = {}
+
+
+@triton.jit
+def wait(PDL: tl.constexpr):
+    """Block until the kernel launched before this one has finished and its writes are visible."""
+    if PDL:
+        gdc_wait()
+
+
+@triton.jit
+def release(PDL: tl.constexpr):
+    """Let the next kernel's programs start (they wait in their own `wait` for this one to finish)."""
+    if PDL:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def wait_then_release(PDL: tl.constexpr):
+    """`wait`, then `release`: a kernel that reads nothing before the previous kernel is done."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
+
+def options(tensor: torch.Tensor) -> dict[str, bool]:
+    """The launch arguments of a kernel that follows the rule above, for a launch on `tensor`'s device:
+    its `PDL` constexpr and Triton's `launch_pdl` option, both True where `enabled`."""
+    on = aot.on_gpu(tensor) and enabled(tensor.device.index)
+    return {"PDL": on, "launch_pdl": on}
