@@ -103,3 +103,25 @@ def test_engine_on_a_real_config_never_imports_torch_compile(tmp_path):
     assert seen["loaded"] == []
     assert seen["tokens"] == [8, 8, 8]
     assert seen["triton_dir"].startswith(str(tmp_path)) and any(os.scandir(seen["triton_dir"]))
+
+
+@pytest.mark.parametrize(("hidden", "intermediate"), [(1024, 3072), (4096, 14336)])
+def test_gated_projection_is_the_projection_then_silu_and_mul(hidden, intermediate):
+    """An MLP's [gate | up] projection at one token with the SiLU-and-mul in the GEMV's launch (where the
+    tile table runs our GEMV for the shape) against the projection then the SiLU-and-mul kernel; both
+    replayed from a CUDA graph as decode runs them."""
+    from model_optimizer.runtime.layers.activation import silu_and_mul
+    from model_optimizer.runtime.layers.linear import MergedLinear
+
+    layer = MergedLinear(hidden, {"gate": intermediate, "up": intermediate}).cuda().bfloat16()
+    torch.nn.init.normal_(layer.weight, std=hidden**-0.5)
+    x = torch.randn(1, hidden, device="cuda", dtype=torch.bfloat16)
+    want = silu_and_mul(layer(x))
+    _near(layer.forward_gated(x), want)
+    graph = torch.cuda.CUDAGraph()
+    layer.forward_gated(x)  # outside the capture first: the split-K counters exist
+    with torch.cuda.graph(graph):
+        out = layer.forward_gated(x)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    _near(out, silu_and_mul(layer(x)))

@@ -7,6 +7,9 @@ splits some of them into two launches. The quantized matmul's program reads a bf
 table's word (quant_tiles, benchmarks/quant_kernels.py --sweep times both): a shape and row bucket
 run ours only where the sweep measured it faster than cuBLAS; everywhere else, and wherever there
 is no table for this GPU, `F.linear` as before. MOPT_DENSE_KERNELS=0 turns ours off.
+
+Where the GEMV runs an MLP's [gate | up] projection, `dense_linear_gated` has it apply silu(gate) * up
+before it stores (quant_matmul's `gated`): one launch a layer fewer, and half the output written.
 """
 
 from __future__ import annotations
@@ -46,3 +49,18 @@ def dense_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         return F.linear(x, weight, bias)
     out = triton_kernel("quant_matmul", "quant_matmul")(rows, weight, None, None, "bf16", 0, bias, tiles)
     return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def dense_linear_gated(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor | None:
+    """silu(gate) * up of x @ [gate | up].T (+ bias), (..., N / 2), in the GEMV's own launch where
+    `dense_linear` would run our GEMV for this shape (one row); None elsewhere (the caller's two steps)."""
+    if not aot.on_gpu(x) or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16 or weight.shape[0] % 2:
+        return None
+    rows = x.reshape(-1, x.shape[-1])
+    if rows.shape[0] != 1:
+        return None
+    tiles = _tiles(x.device.index or 0, row_bucket(1), weight.shape[0], weight.shape[1], aot.building())
+    if tiles is None or tiles.block_m != 1 or tiles.block_n < 2:
+        return None
+    out = triton_kernel("quant_matmul", "quant_matmul")(rows, weight, None, None, "bf16", 0, bias, tiles, gated=True)
+    return out.view(*x.shape[:-1], weight.shape[0] // 2)

@@ -45,6 +45,7 @@ import triton.language as tl
 from model_optimizer.runtime.kernels import pdl
 from model_optimizer.runtime.kernels.dots import dot
 from model_optimizer.runtime.kernels.formats import FP8_MAX
+from model_optimizer.runtime.kernels.fused_ops import round_to
 from model_optimizer.runtime.kernels.quant_dequant import bytes_operand, int4_plane
 
 _FP8_MAX = tl.constexpr(FP8_MAX)  # jit functions may only read constexpr globals
@@ -278,7 +279,9 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, x_scales_ptr, bias
                          KIND: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                          EVEN_N: tl.constexpr, DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_K: tl.constexpr, USE_ASM: tl.constexpr, PREFETCH: tl.constexpr,
-                         PDL: tl.constexpr = False):  # fmt: skip
+                         PDL: tl.constexpr = False, GATED: tl.constexpr = False):  # fmt: skip
+    """GATED (the GEMV only): the weight is [gate | up] (N rows, N / 2 each) and the output silu(gate) * up
+    (N / 2 columns); a program's BLOCK_N rows are BLOCK_N / 2 of gate and the matching rows of up."""
     if BLOCK_M != 1 or KIND == 2 or not PREFETCH:  # else _gemv_row waits after its first weight load
         pdl.wait_then_release(PDL)
     pid = tl.program_id(0)
@@ -287,11 +290,18 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, x_scales_ptr, bias
     pid_m = pid % num_m  # the row tiles of one weight tile run side by side: HBM once, L2 for the rest
     pid_n = pid // num_m
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    if EVEN_N:  # every real model shape: an all-true mask, which the compiler folds away
-        n_mask = tl.full((BLOCK_N,), 1, tl.int1)
+    if GATED:
+        HALF_N: tl.constexpr = BLOCK_N // 2
+        lanes = tl.arange(0, BLOCK_N)
+        cols = pid_n * HALF_N + lanes % HALF_N  # the output column of each row
+        offs_n = tl.where(lanes < HALF_N, cols, N // 2 + cols)
+        n_mask = cols < N // 2
     else:
-        n_mask = offs_n < N
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        if EVEN_N:  # every real model shape: an all-true mask, which the compiler folds away
+            n_mask = tl.full((BLOCK_N,), 1, tl.int1)
+        else:
+            n_mask = offs_n < N
     rows = offs_n.to(tl.int64)[:, None] * stride_wn
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
@@ -322,12 +332,31 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, x_scales_ptr, bias
                 acc += tl.load(part_ptr + s * M * N + part_offs, mask=mask, other=0, cache_modifier=".cg")
             if HAS_BIAS:
                 acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0).to(tl.float32)[:, None]
-            tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+            _store_out(out_ptr, acc, offs_m, offs_n, mask, out_offs, pid_n, N, stride_om, GATED, BLOCK_N)
             tl.atomic_xchg(counter, 0)  # ready for the next launch (CUDA-graph replays included)
     else:
         if HAS_BIAS:
             acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0).to(tl.float32)[:, None]
-        tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+        _store_out(out_ptr, acc, offs_m, offs_n, mask, out_offs, pid_n, N, stride_om, GATED, BLOCK_N)
+
+
+@triton.jit
+def _store_out(out_ptr, acc, offs_m, offs_n, mask, out_offs, pid_n, N, stride_om, GATED: tl.constexpr,
+               BLOCK_N: tl.constexpr):  # fmt: skip
+    """The tile's (BLOCK_N, BLOCK_M) float32 results into out; GATED (one row, BLOCK_M == 1): gate and up
+    rounded to the output dtype as the unfused matmul stores them, then silu(gate) * up rounded as
+    fused_ops.silu_and_mul rounds it, into the BLOCK_N / 2 output columns."""
+    dtype = out_ptr.dtype.element_ty
+    if GATED:
+        HALF_N: tl.constexpr = BLOCK_N // 2
+        both = round_to(tl.reshape(acc, (2, HALF_N)), dtype).to(tl.float32)  # row 0: gate, row 1: up
+        gate, up = tl.split(tl.permute(both, (1, 0)))
+        silu = round_to(gate / (1.0 + tl.exp(-gate)), dtype).to(tl.float32)
+        cols = pid_n * HALF_N + tl.arange(0, HALF_N)
+        row = tl.max(offs_m, axis=0).to(tl.int64)  # BLOCK_M == 1
+        tl.store(out_ptr + row * stride_om + cols, round_to(silu * up, dtype), mask=cols < N // 2)
+    else:
+        tl.store(out_ptr + out_offs, acc.to(dtype), mask=mask)
 
 
 @triton.jit

@@ -178,9 +178,13 @@ def quant_matmul(
     group_size: int = 0,
     bias: torch.Tensor | None = None,
     tiles: QuantTiles | None = None,
+    gated: bool = False,
 ) -> torch.Tensor:
     """x (M, K) @ dequantized weight (N, K).T (+ bias) -> (M, N) in x.dtype; layouts in quant_reference,
     int4 in the planes packing; kind "bf16": qweight is the plain weight in x's dtype, scales None.
+
+    `gated`: the weight is [gate | up] and the result silu(gate) * up, (M, N / 2), in the matmul's own
+    launch (the SiLU-and-mul of an MLP without its own kernel); GEMV tiles only (block_m 1).
 
     Inputs are trusted (quant_linear checks them); `tiles` overrides `choose_tiles` (benchmarks, tests),
     which is asked for our program's tiles only (never another backend the table may name).
@@ -191,12 +195,16 @@ def quant_matmul(
     x = x if x.stride(-1) == 1 else x.contiguous()
     qweight = qweight.contiguous()
     scales = scales.contiguous() if scales is not None else qweight  # bf16: no scales
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    out = torch.empty(m, n // 2 if gated else n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
     tiles = tiles or device_tiles(x, n, kind, group_size, program_only=True)
     _check_tiles(tiles, kind, group_size, k)
-    num_tiles = (m if tiles.block_m == 1 else triton.cdiv(m, tiles.block_m)) * triton.cdiv(n, tiles.block_n)
+    if gated and (tiles.block_m != 1 or tiles.block_n < 2 or n % 2):
+        raise ValueError(f"a gated matmul needs GEMV tiles (block_m 1, block_n >= 2) and an even N, got {tiles}, N={n}")
+    out_cols = n // 2 if gated else n
+    out_block = tiles.block_n // 2 if gated else tiles.block_n
+    num_tiles = (m if tiles.block_m == 1 else triton.cdiv(m, tiles.block_m)) * triton.cdiv(out_cols, out_block)
     split = tiles.split_k
     counters = _split_counters(x.device) if split > 1 and num_tiles <= MAX_COUNTERS else None
     if counters is None:
@@ -236,13 +244,14 @@ def quant_matmul(
         GROUP=group_size if kind == "int4" else 1,
         HAS_BIAS=bias is not None,
         EVEN_K=k % tiles.block_k == 0,
-        EVEN_N=n % tiles.block_n == 0,
+        EVEN_N=out_cols % out_block == 0,
         DOT_DTYPE=_dot_dtype(x.dtype, tiles.w8a8),
         BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k,
         USE_ASM=_use_asm(x),
         PREFETCH=prefetches(kind, tiles, k),
+        GATED=gated,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
         **pdl.options(x),

@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from model_optimizer.runtime.distributed import all_reduce, get_tp
-from model_optimizer.runtime.kernels.dense_linear import dense_linear
+from model_optimizer.runtime.kernels.dense_linear import dense_linear, dense_linear_gated
+from model_optimizer.runtime.layers.activation import silu_and_mul
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor, materialize, reads_lazily
 
 
@@ -50,6 +51,16 @@ class Linear(nn.Module):
         if self.quant_method is not None:
             return self.quant_method.apply(self, x)
         return dense_linear(x, self.weight, self.bias)  # F.linear, or our kernel where it measured faster
+
+    def forward_gated(self, x: torch.Tensor) -> torch.Tensor:
+        """silu(gate) * up of this [gate | up] projection: in the matmul's launch where our bf16 GEMV runs
+        it (kernels/dense_linear.py), else the projection then `silu_and_mul`. A module with hooks (a
+        calibration reading its output) always takes the two steps, through its call."""
+        if self.quant_method is None and not (self._forward_hooks or self._forward_pre_hooks):
+            out = dense_linear_gated(x, self.weight, self.bias)
+            if out is not None:
+                return out
+        return silu_and_mul(self(x))
 
 
 class MergedLinear(Linear):

@@ -416,3 +416,36 @@ def test_linear_functions_find_these_kernels_through_triton_kernel():
 
     assert triton_kernel("quant_matmul", "quant_matmul") is quant_matmul
     assert triton_kernel("quant_matmul", "quantize_rows_fp8") is quantize_rows_fp8
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("n", "k", "tiles"),
+    [
+        (96, 64, QuantTiles(1, 16, 32, 1, num_stages=2)),  # prefetching GEMV, one split
+        (96, 256, QuantTiles(1, 16, 64, 3, num_stages=2)),  # split-K: the last split applies the gate
+        (40, 64, QuantTiles(1, 8, 32, 2, num_stages=1)),  # 20 outputs in tiles of 4: the last one masked
+    ],
+)
+def test_gated_gemv_is_silu_and_mul_of_the_projection(dtype, n, k, tiles):
+    """`gated`: x @ [gate | up].T then silu(gate) * up in one launch, rounded where the two steps round
+    (the projection's output, silu's, the product: layers/activation.silu_and_mul's eager form)."""
+    from model_optimizer.runtime.layers.activation import silu_and_mul
+
+    gen = torch.Generator().manual_seed(n + k)
+    x = torch.randn(1, k, generator=gen).to(dtype)
+    w = (torch.randn(n, k, generator=gen) / k**0.5).to(dtype)
+    bias = torch.randn(n, generator=gen).to(dtype)
+    got = quant_matmul(x, w, None, None, "bf16", 0, bias, tiles=tiles, gated=True)
+    want = silu_and_mul.__wrapped__((x.double() @ w.double().T + bias.double()).to(dtype))
+    assert got.shape == (1, n // 2) and got.dtype == dtype
+    # float32: the sum's order only; bf16: the same roundings, so equal but for a rare one-unit tie
+    assert relative_error(got, want) < (1e-6 if dtype == torch.float32 else 4e-3)
+
+
+def test_gated_needs_gemv_tiles_and_an_even_n():
+    x, w = torch.randn(1, 64), torch.randn(96, 64)
+    with pytest.raises(ValueError, match="gated"):
+        quant_matmul(x, w, None, None, "bf16", 0, None, tiles=QuantTiles(16, 16, 32, 1), gated=True)
+    with pytest.raises(ValueError, match="gated"):
+        quant_matmul(x, torch.randn(95, 64), None, None, "bf16", 0, None, tiles=QuantTiles(1, 16, 32, 1), gated=True)
