@@ -1,4 +1,5 @@
-"""Child processes that never outlive their parent: the engine core and the tensor-parallel workers.
+"""Child processes that never outlive their parent (the engine core and the tensor-parallel workers),
+and the cores this process may run on.
 
 A process killed with SIGKILL runs no clean-up, so a child cannot rely on being told to go: each
 child watches its parent itself, from a thread that polls the parent's pid. (Linux's
@@ -45,3 +46,11 @@ def unfreeze_objects() -> None:
     """Undo freeze_startup_objects before shutting down, so extension objects are released the usual way
     (nanobind-based libraries report frozen ones as leaks at exit)."""
     gc.unfreeze()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

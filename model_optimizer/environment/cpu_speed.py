@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from model_optimizer.common.fileio import atomic_write, user_cache_dir
+from model_optimizer.common.processes import usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +78,6 @@ def cpu_model_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def omp_threads() -> int | None:

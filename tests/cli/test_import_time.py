@@ -49,3 +49,15 @@ def test_embed_package_keeps_its_public_names_without_importing_torch_up_front()
         "from model_optimizer.runtime.embed import Embedder, EmbedOutput\nassert Embedder.__name__ == 'Embedder'"
     )
     assert "torch" in loaded  # the lazy names still resolve to the real classes
+
+
+@pytest.mark.slow
+def test_the_model_runner_does_not_import_the_doctor():
+    """The engine core imports the model runner at every start; `mopt doctor`'s package (its rules,
+    probes and knowledge base, ~0.1 s) is for the CPU path and the doctor, imported where they run."""
+    probe = (
+        "import sys\nimport model_optimizer.runtime.runner.model_runner\n"
+        "print(sorted(m for m in sys.modules if m.startswith('model_optimizer.environment')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -24,8 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from model_optimizer.common.processes import exit_with_parent
-from model_optimizer.environment.cpu_speed import usable_cores
+from model_optimizer.common.processes import exit_with_parent, usable_cores
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.kernels.aot import AotTarget
 
