@@ -25,6 +25,9 @@
 #                 test_families_gpu.py (norm + router launch, Qwen3-MoE and Mixtral against transformers) <= 300 s
 #   pyspy         py-spy (threads, idle, raw stacks) over Qwen3-0.6B batch-1 decode of 3,000 steps: the host's
 #                 share of a step                                                                 <= 150 s
+#   affinity      Qwen3-0.6B batch 1 with the process on the GPU's own NUMA node's cores, then on the other
+#                 node's (taskset; the node from /sys, nvidia-smi topo -m logged), twice each: is the
+#                 host's jitter (ms/step 0.94-1.25 over one 0.84 ms graph) where the process runs?  <= 200 s
 # The GPU tests stop a test after 240 s (pytest-timeout, from .whl) with every thread's stack in the log.
 # MOPT_MOE_TILES, when set, applies to every part. Results: ONE tarball, $OUT/decode_b1.tgz.
 set -uo pipefail
@@ -109,6 +112,24 @@ if [[ $PARTS == *" pyspy "* ]]; then  # where the host's time per step goes at b
     python3 benchmarks/decode_latency.py --models qwen3-0.6b --batch-sizes 1 --decode-steps 3000 \
     --output "$RES/decode_pyspy_qwen3-0.6b.json"
   grep -E "ms/step" "$RES/pyspy.log" | sed "s/^/pyspy /" >> "$RES/summary.txt"
+fi
+if [[ $PARTS == *" affinity "* ]]; then
+  nvidia-smi topo -m > "$RES/topo.txt" 2>&1
+  bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1 | tr 'A-Z' 'a-z')
+  bus="0000:${bus#*:}"  # nvidia-smi's 8-digit PCI domain, sysfs's 4
+  node=$(cat "/sys/bus/pci/devices/$bus/numa_node" 2>/dev/null || echo -1)
+  echo "GPU $bus on NUMA node $node; nodes: $(ls -d /sys/devices/system/node/node* 2>/dev/null | xargs -n1 basename)" \
+    | tee -a "$RES/summary.txt"
+  for other in /sys/devices/system/node/node*; do
+    cpus=$(cat "$other/cpulist"); name=$(basename "$other")
+    [ "$name" = "node$node" ] && side=local || side=remote
+    for round in 1 2; do
+      part "affinity_${side}_${name}_r$round" 100 taskset -c "$cpus" python3 benchmarks/decode_latency.py \
+        --models qwen3-0.6b --batch-sizes 1 --output "$RES/decode_affinity_${side}_${name}_r$round.json"
+      grep -E "ms/step" "$RES/affinity_${side}_${name}_r$round.log" | sed "s/^/$side $name cpus $cpus r$round /" \
+        >> "$RES/summary.txt"
+    done
+  done
 fi
 cat "$RES/summary.txt"
 tar -czf "$OUT/decode_b1.tgz" -C "$RES" .
