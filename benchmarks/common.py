@@ -36,6 +36,7 @@ def environment() -> dict:
         "cpu_count": os.cpu_count(),
         "cpu_model": cpu_model(),
         "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "cpu_affinity": _cpu_list(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "torch": torch.__version__,
     }
     try:
@@ -60,6 +61,17 @@ def environment() -> dict:
             driver=_driver_version(),
         )
     return info
+
+
+def _cpu_list(cpus: set[int]) -> str:
+    """`{0, 1, 2, 5}` as "0-2,5": the cores this process may run on (taskset's form)."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
 
 
 def _driver_version() -> str | None:
