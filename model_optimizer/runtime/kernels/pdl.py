@@ -44,13 +44,18 @@ except ImportError:  # pragma: no cover - Triton before 3.4
 
 def enabled(device_index: int | None) -> bool:
     """Whether kernels on this GPU (or the ahead-of-time target) launch with PDL: compute capability
-    9.0 or later, a Triton that has it, not the interpreter, and MOPT_PDL not "0"."""
-    if not AVAILABLE or os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get("MOPT_PDL", "1") == "0":
-        return False
+    9.0 or later, a Triton that has it, not the interpreter, and MOPT_PDL not "0". Asked at every
+    launch, so answered once per device and target (the environment as it was then)."""
     key = (device_index or 0, aot.building())
-    if key not in _capable:  # asked at every launch: the device's properties once
-        _capable[key] = aot.device_facts(device_index)[2] >= (9, 0)
-    return _capable[key]
+    answer = _capable.get(key)
+    if answer is None:
+        answer = _capable[key] = (
+            AVAILABLE
+            and os.environ.get("TRITON_INTERPRET") != "1"
+            and os.environ.get("MOPT_PDL", "1") != "0"
+            and aot.device_facts(device_index)[2] >= (9, 0)
+        )
+    return answer
 
 
 _capable: dict[tuple[int, aot.AotTarget | None], bool] = {}
