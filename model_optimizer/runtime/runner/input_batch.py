@@ -27,6 +27,9 @@ from model_optimizer.runtime.layers.sampler import SamplingInput
 from model_optimizer.runtime.runner.prompt_logprobs import PromptJob, plan
 from model_optimizer.runtime.sampling_params import SamplingParams
 
+STEP_VIEWS_KEPT = 64
+"""Step-buffer view sets `InputBatch` keeps (decode repeats a few; prefill shapes would grow it without end)."""
+
 
 @dataclass
 class CachedRequestState:
@@ -155,6 +158,7 @@ class InputBatch:
         """The step buffer: each step's arrays, at offsets fixed by its padded shape (`_offsets`)."""
         self._host = self.buffer.numpy() if not self._staged else None
         self._views: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
+        self._step_view_cache: dict[tuple, tuple[torch.Tensor, ...]] = {}
         self.prompt_logprob_ids: set[str] = set()
         """Requests whose prefill still reports prompt logprobs: while empty, a step does no work for them."""
 
@@ -208,6 +212,19 @@ class InputBatch:
             ) + (self.block_tables[:num_seqs],)
             if num_tokens in (q * num_seqs for q in self.pad_query_lens):  # decode shapes repeat; others rarely do
                 self._views[(num_tokens, num_seqs)] = views
+        return views
+
+    def _step_views(self, offsets: tuple[int, ...], counts: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+        """The step buffer's int64 arrays of sampled rows, pending destinations and sources and new
+        block-table cells at these offsets; steady decode asks for the same ones step after step."""
+        key = (offsets, counts)
+        views = self._step_view_cache.get(key)
+        if views is None:
+            if len(self._step_view_cache) >= STEP_VIEWS_KEPT:
+                self._step_view_cache.clear()  # prefills' shapes churn: start over rather than grow
+            views = self._step_view_cache[key] = tuple(
+                self.buffer[start : start + n * 8].view(torch.int64) for start, n in zip(offsets, counts)
+            )
         return views
 
     @torch.inference_mode()
@@ -325,10 +342,8 @@ class InputBatch:
         if self._staged:
             self.buffer[:end].copy_(staging, non_blocking=self._pinned)  # the pinned block stays alive until it has run
         tok, pos, slot, seq_lens, qsl, row_ids, tables = self.views(tokens_padded, padded)
+        sample_dev, dst, src, index = self._step_views(tuple(offsets[6:10]), tuple(n for n, _ in sizes[6:10]))
         buf = self.buffer
-        sample_dev, dst, src, index = (
-            buf[start : start + n * 8].view(torch.int64) for start, (n, _) in zip(offsets[6:10], sizes[6:10])
-        )
         if new_index:
             ids = buf[offsets[10] : offsets[10] + len(new_ids) * 4].view(torch.int32)
             self.device_block_table.view(-1).index_copy_(0, index, ids)
