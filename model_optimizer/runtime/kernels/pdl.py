@@ -2,14 +2,14 @@
 
 A decode step at batch 1 is a chain of a few hundred short kernels, each waiting for the one before it
 to drain and then paying its own launch and the first trip to memory. Launched with PDL, a kernel's
-programs may start as soon as every program of the kernel before it has reached `release` (the
+programs may start as soon as every program of the kernel before it has released it (the
 `griddepcontrol` PTX instructions, inside CUDA graphs too): what does not depend on the previous
-kernel (a matmul's first weight tile, read-only weights) is read before `wait`, which blocks until the
+kernel (a matmul's first weight tile, read-only weights) is read before the wait, which blocks until the
 previous kernel has finished and its writes are visible; everything that reads what an earlier kernel
 wrote, and every store and atomic, comes after it.
 
-The rule every kernel launched with `enabled(...)` follows: `wait` before its first dependent read or
-any write, then `release` (one call, `wait_then_release`, where nothing is read early). Releasing only
+The rule every kernel launched with `enabled(...)` follows: `wait_then_release` before its first
+dependent read or any write (only read-only weights may be read before it). Releasing only
 after waiting keeps at most one kernel waiting behind a running one, so waiting programs never crowd
 out the programs that must finish first. Where PDL is off (older GPUs, the interpreter, MOPT_PDL=0,
 a Triton without it) the same kernels compile without the instructions and launch as before.
@@ -62,22 +62,9 @@ _capable: dict[tuple[int, aot.AotTarget | None], bool] = {}
 
 
 @triton.jit
-def wait(PDL: tl.constexpr):
-    """Block until the kernel launched before this one has finished and its writes are visible."""
-    if PDL:
-        gdc_wait()
-
-
-@triton.jit
-def release(PDL: tl.constexpr):
-    """Let the next kernel's programs start (they wait in their own `wait` for this one to finish)."""
-    if PDL:
-        gdc_launch_dependents()
-
-
-@triton.jit
 def wait_then_release(PDL: tl.constexpr):
-    """`wait`, then `release`: a kernel that reads nothing before the previous kernel is done."""
+    """Block until the kernel launched before this one has finished and its writes are visible, then
+    let the next kernel's programs start (they wait here in turn for this one to finish)."""
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
