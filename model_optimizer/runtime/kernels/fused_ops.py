@@ -43,6 +43,14 @@ def round_to(v, dtype: tl.constexpr):
 
 
 @triton.jit
+def silu_mul(gate, up, dtype: tl.constexpr):
+    """silu(gate) * up in `dtype` from float32 gate and up (each already a `dtype` value), rounded as the
+    eager function rounds: silu before the product, then the product."""
+    silu = round_to(gate / (1.0 + tl.exp(-gate)), dtype).to(tl.float32)
+    return round_to(silu * up, dtype)
+
+
+@triton.jit
 def _rms_norm_kernel(
     x_ptr,
     residual_ptr,
@@ -102,8 +110,7 @@ def _silu_and_mul_kernel(
     dtype = out_ptr.dtype.element_ty
     gate = tl.load(gate_up_ptr + row * stride_in + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(gate_up_ptr + row * stride_in + HALF + cols, mask=mask, other=0.0).to(tl.float32)
-    silu = round_to(gate / (1.0 + tl.exp(-gate)), dtype).to(tl.float32)  # eager rounds silu before the product
-    tl.store(out_ptr + row * stride_out + cols, round_to(silu * up, dtype), mask=mask)
+    tl.store(out_ptr + row * stride_out + cols, silu_mul(gate, up, dtype), mask=mask)
 
 
 def supports_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> bool:

@@ -45,7 +45,7 @@ import triton.language as tl
 from model_optimizer.runtime.kernels import pdl
 from model_optimizer.runtime.kernels.dots import dot
 from model_optimizer.runtime.kernels.formats import FP8_MAX
-from model_optimizer.runtime.kernels.fused_ops import round_to
+from model_optimizer.runtime.kernels.fused_ops import round_to, silu_mul
 from model_optimizer.runtime.kernels.quant_dequant import bytes_operand, int4_plane
 
 _FP8_MAX = tl.constexpr(FP8_MAX)  # jit functions may only read constexpr globals
@@ -344,17 +344,16 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, x_scales_ptr, bias
 def _store_out(out_ptr, acc, offs_m, offs_n, mask, out_offs, pid_n, N, stride_om, GATED: tl.constexpr,
                BLOCK_N: tl.constexpr):  # fmt: skip
     """The tile's (BLOCK_N, BLOCK_M) float32 results into out; GATED (one row, BLOCK_M == 1): gate and up
-    rounded to the output dtype as the unfused matmul stores them, then silu(gate) * up rounded as
-    fused_ops.silu_and_mul rounds it, into the BLOCK_N / 2 output columns."""
+    rounded to the output dtype as the unfused matmul stores them, then fused_ops.silu_mul, into the
+    BLOCK_N / 2 output columns."""
     dtype = out_ptr.dtype.element_ty
     if GATED:
         HALF_N: tl.constexpr = BLOCK_N // 2
         both = round_to(tl.reshape(acc, (2, HALF_N)), dtype).to(tl.float32)  # row 0: gate, row 1: up
         gate, up = tl.split(tl.permute(both, (1, 0)))
-        silu = round_to(gate / (1.0 + tl.exp(-gate)), dtype).to(tl.float32)
         cols = pid_n * HALF_N + tl.arange(0, HALF_N)
         row = tl.max(offs_m, axis=0).to(tl.int64)  # BLOCK_M == 1
-        tl.store(out_ptr + row * stride_om + cols, round_to(silu * up, dtype), mask=cols < N // 2)
+        tl.store(out_ptr + row * stride_om + cols, silu_mul(gate, up, dtype), mask=cols < N // 2)
     else:
         tl.store(out_ptr + out_offs, acc.to(dtype), mask=mask)
 
