@@ -38,15 +38,25 @@ def _tiles(device_index: int, bucket: int, n: int, k: int, target: aot.AotTarget
     return tiles if tiles.backend == "triton" else None
 
 
+def _our_tiles(x: torch.Tensor, weight: torch.Tensor):
+    """The table's launch for x's rows @ weight.T, or None where `F.linear` runs: off the GPU, other
+    dtypes, shapes cuBLAS won, and a GEMV entry asked for more than one row."""
+    if not aot.on_gpu(x) or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+        return None
+    num_rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    tiles = _tiles(x.device.index or 0, row_bucket(num_rows), weight.shape[0], weight.shape[1], aot.building())
+    if tiles is not None and tiles.block_m == 1 and num_rows != 1:
+        return None
+    return tiles
+
+
 def dense_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T (+ bias), as F.linear; on CUDA with bf16 tensors through our kernel where the table
     says it wins for this shape and row count."""
-    if not aot.on_gpu(x) or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+    tiles = _our_tiles(x, weight)
+    if tiles is None:
         return F.linear(x, weight, bias)
     rows = x.reshape(-1, x.shape[-1])  # (M, K)
-    tiles = _tiles(x.device.index or 0, row_bucket(rows.shape[0]), weight.shape[0], weight.shape[1], aot.building())
-    if tiles is None or (tiles.block_m == 1 and rows.shape[0] != 1):
-        return F.linear(x, weight, bias)
     out = triton_kernel("quant_matmul", "quant_matmul")(rows, weight, None, None, "bf16", 0, bias, tiles)
     return out.view(*x.shape[:-1], weight.shape[0])
 
@@ -54,13 +64,9 @@ def dense_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 def dense_linear_gated(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor | None:
     """silu(gate) * up of x @ [gate | up].T (+ bias), (..., N / 2), in the GEMV's own launch where
     `dense_linear` would run our GEMV for this shape (one row); None elsewhere (the caller's two steps)."""
-    if not aot.on_gpu(x) or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16 or weight.shape[0] % 2:
+    tiles = _our_tiles(x, weight)
+    if tiles is None or tiles.block_m != 1 or tiles.block_n < 2 or weight.shape[0] % 2:
         return None
     rows = x.reshape(-1, x.shape[-1])
-    if rows.shape[0] != 1:
-        return None
-    tiles = _tiles(x.device.index or 0, row_bucket(1), weight.shape[0], weight.shape[1], aot.building())
-    if tiles is None or tiles.block_m != 1 or tiles.block_n < 2:
-        return None
     out = triton_kernel("quant_matmul", "quant_matmul")(rows, weight, None, None, "bf16", 0, bias, tiles, gated=True)
     return out.view(*x.shape[:-1], weight.shape[0] // 2)
