@@ -26,3 +26,17 @@ start_run() {  # the environment of a run from the repository root, and RES: a f
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$RES/gpu.txt" 2>&1 || true
   git rev-parse HEAD > "$RES/commit.txt" 2>/dev/null || true
 }
+
+decode_table() {  # decode_table FOLDER: each decode_*.json there as ms/step, graph ms and its decode graph's kernels
+  python3 - "$1" <<'PY'
+import json, pathlib, sys
+for f in sorted(pathlib.Path(sys.argv[1]).glob("decode_*.json")):
+    d = json.loads(f.read_text())
+    for r in d["rows"]:
+        print(f"{f.stem:40s} b{r['batch']:<3} {r['ms_per_step']:.3f} ms/step  graph {r['graph_ms']:.3f} ms")
+    for name, ks in d.get("kernels", {}).items():
+        launches = sum(k["calls_per_replay"] for k in ks)
+        print(f"  {name}: {launches:.0f} launches per replay; " + ", ".join(
+            f"{k['kernel'][:26]} {k['calls_per_replay']:.0f}x{k['us_per_call']:.1f}" for k in ks[:14]))
+PY
+}

@@ -83,18 +83,7 @@ if [[ $PARTS == *" decode "* ]]; then
       grep -E "ms/step" "$RES/decode_${side}_$model.log" | sed "s/^/$side /" >> "$RES/summary.txt"
     done
   done
-  python3 - "$RES" > "$RES/ab.txt" 2>&1 <<'PY'
-import json, pathlib, sys
-res = pathlib.Path(sys.argv[1])
-for f in sorted(res.glob("decode_*.json")):
-    d = json.loads(f.read_text())
-    for r in d["rows"]:
-        print(f"{f.stem:36s} b{r['batch']:<3} {r['ms_per_step']:.3f} ms/step  graph {r['graph_ms']:.3f} ms")
-    for name, ks in d.get("kernels", {}).items():
-        launches = sum(k["calls_per_replay"] for k in ks)
-        print(f"  {name}: {launches:.0f} launches per replay; " + ", ".join(
-            f"{k['kernel'][:26]} {k['calls_per_replay']:.0f}x{k['us_per_call']:.1f}" for k in ks[:14]))
-PY
+  decode_table "$RES" > "$RES/ab.txt" 2>&1
   cat "$RES/ab.txt" >> "$RES/summary.txt"
 fi
 if [[ $PARTS == *" sampler_tests "* ]]; then

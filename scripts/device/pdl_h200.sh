@@ -18,17 +18,7 @@ for round in $(seq "${PDL_ROUNDS:-2}"); do
     done
   done
 done
-python3 - "$RES" > "$RES/ab.txt" 2>&1 <<'PY'
-import json, pathlib, sys
-for f in sorted(pathlib.Path(sys.argv[1]).glob("decode_*.json")):
-    d = json.loads(f.read_text())
-    for r in d["rows"]:
-        print(f"{f.stem:40s} b{r['batch']:<3} {r['ms_per_step']:.3f} ms/step  graph {r['graph_ms']:.3f} ms")
-    for name, ks in d.get("kernels", {}).items():
-        launches = sum(k["calls_per_replay"] for k in ks)
-        print(f"  {name}: {launches:.0f} launches per replay; " + ", ".join(
-            f"{k['kernel'][:26]} {k['calls_per_replay']:.0f}x{k['us_per_call']:.1f}" for k in ks[:10]))
-PY
+decode_table "$RES" > "$RES/ab.txt" 2>&1
 cat "$RES/ab.txt" >> "$RES/summary.txt"
 if [ -n "${PDL_TESTS-tests/gpu/test_kernels_gpu.py tests/gpu/test_graphs_gpu.py}" ]; then
   part gpu_tests "${TESTS_LIMIT:-200}" python3 -m pytest -q -p no:cacheprovider --timeout 120 --durations=8 \
