@@ -18,7 +18,8 @@
 #                 against two)                                                                    <= 100 s
 #   moe_kernels   benchmarks/moe_kernels.py at 1, 8 and 64 tokens (Qwen3-30B-A3B's experts)           <= 60 s
 #   decode        benchmarks/decode_latency.py --profile at batch 1 for DECODE_MODELS (default Qwen3-30B-A3B,
-#                 Qwen3-0.6B, Llama-3.1-8B), for each of SIDES (default "after before"; "after2 before2" repeat),
+#                 Qwen3-0.6B, Llama-3.1-8B), for each of SIDES (default "after before"; "after2 before2" repeat;
+#                 another NAME runs the tree in .ab/NAME),
 #                 then ab.txt: ms/step, graph ms and the launches of each side's decode graph          <= 100 s each
 #   sampler_tests tests/gpu/test_nonfinite_gpu.py, test_perf_gpu.py, test_structured_gpu.py          <= 200 s
 #   quick_tests   tests/gpu/test_nonfinite_gpu.py, test_sampling_gpu.py and the MoE routing tests of
@@ -37,7 +38,9 @@ start_run
 PARTS=" ${PARTS:-grid moe_sweep kernel_tests} "
 BEFORE=${BEFORE:-.ab/before}
 SIDES=${SIDES:-after before}
-root_of() { case $1 in before*) echo "$PWD/$BEFORE" ;; *) echo "$PWD" ;; esac; }  # after2, before2: repeats
+root_of() {  # a side's tree: after = this one, before = $BEFORE, NAME = .ab/NAME; a trailing 2 repeats a side
+  case ${1%2} in after) echo "$PWD" ;; before) echo "$PWD/$BEFORE" ;; *) echo "$PWD/.ab/${1%2}" ;; esac
+}
 
 if [[ $PARTS == *" grid "* ]]; then
   for side in $SIDES; do
