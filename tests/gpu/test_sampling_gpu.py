@@ -55,3 +55,33 @@ def test_seeded_sampling_is_batch_independent_and_async_changes_nothing(model_di
     unseeded = SamplingParams(temperature=1.0, max_tokens=20, ignore_eos=True)
     draws = {tuple(o.outputs[0].token_ids) for o in llm.generate([batch[0]] * 4, unseeded)}
     assert len(draws) > 1  # fresh noise each request
+
+
+def test_decode_graphs_draw_plain_batches_and_hand_the_others_their_logits(model_dir):
+    """The LM head and the sampler inside the decode graphs (runner/graph_sampling.py): greedy tokens as the
+    runner's own sampling gives them from the same graph's hidden states, fresh noise per unseeded request,
+    and batches the graph cannot draw (seeded, logprobs) sampled outside it."""
+    batch = prompts(5, 6)
+    greedy = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    llm = LLM(model_dir, dtype="float32", gpu_memory_utilization=0.2, max_num_seqs=32)
+    decode = llm.runner.decode_runner
+    sampling = decode.sampling
+    assert sampling is not None and decode.graphs
+    in_graph = [o.outputs[0].token_ids for o in llm.generate(batch, greedy)]
+    assert sampling.steps >= greedy.max_tokens - 1
+    decode.sampling = None  # the graphs stay; the runner samples from their hidden states itself
+    outside = [o.outputs[0].token_ids for o in llm.generate(batch, greedy)]
+    decode.sampling = sampling
+    assert in_graph == outside
+
+    steps = sampling.steps
+    draws = {tuple(o.outputs[0].token_ids) for o in llm.generate([batch[0]] * 4, SamplingParams(temperature=1.0))}
+    assert len(draws) > 1 and sampling.steps > steps
+    steps = sampling.steps
+    seeded = [SamplingParams(temperature=0.8, seed=7, max_tokens=12, ignore_eos=True)] * 2
+    again = llm.generate(batch[:2], seeded)
+    assert sampling.steps == steps  # seeded rows: the graph's draw is not theirs
+    assert again[0].outputs[0].token_ids == llm.generate(batch[:1], seeded[0])[0].outputs[0].token_ids
+    logprobs = llm.generate(batch[:2], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=3))
+    assert sampling.steps == steps
+    assert [o.outputs[0].token_ids for o in logprobs] == [t[:12] for t in in_graph[:2]]

@@ -134,7 +134,7 @@ class Sampler:
 
         Queues device work only: nothing here waits for the device."""
         wanted = [b.params.logprobs for b in batch if b.params.logprobs is not None]
-        fused = self.fused and _can_fuse(logits) and all(_plain(b.params) for b in batch)
+        fused = self.fused and _can_fuse(logits) and all(plain(b.params) for b in batch)
         scores = logits.float() if wanted or not fused else None  # (num_reqs, vocab); one copy for both uses
         # the torch forms of the mask, unpacked once for the logprobs and the sampling both
         forbidden = forbidden_tokens(mask, logits.shape[-1]) if mask is not None and scores is not None else None
@@ -168,9 +168,9 @@ class Sampler:
         gumbel_sample = triton_kernel("sampling", "gumbel_sample_checked")
         device = logits.device
         inverse = tuple(0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch)
-        inv_temperatures = self._on_device(inverse, torch.float32)
+        inv_temperatures = self.row_tensor(inverse, torch.float32)
         if not any(inverse):  # every row greedy: the noise is not used, so no draw (and no launch) for it
-            zeros = self._on_device((0,) * len(batch), torch.int64)
+            zeros = self.row_tensor((0,) * len(batch), torch.int64)
             return gumbel_sample(logits, inv_temperatures, zeros, _tuple(mask), checked)
         seeds = torch.randint(0, 2**62, (len(batch),), generator=self.generator, device=device)
         seeded = [i for i, b in enumerate(batch) if b.params.seed is not None and not b.params.greedy]
@@ -180,7 +180,7 @@ class Sampler:
             seeds[rows] = to_device(own, device, torch.int64)
         return gumbel_sample(logits, inv_temperatures, seeds, _tuple(mask), checked)
 
-    def _on_device(self, values: tuple, dtype: torch.dtype) -> torch.Tensor:
+    def row_tensor(self, values: tuple, dtype: torch.dtype) -> torch.Tensor:
         """`values` as a `dtype` tensor on the device, cached by both (0 and 0.0 hash alike: the dtype keeps
         them apart). The kernel only reads these, so one tensor serves every step that asks for the same."""
         key = (dtype, values)
@@ -267,7 +267,7 @@ def _tuple(mask: TokenMask | None) -> tuple[torch.Tensor, torch.Tensor] | None:
     return mask.as_tuple() if mask is not None else None
 
 
-def _plain(params: SamplingParams) -> bool:
+def plain(params: SamplingParams) -> bool:
     """Greedy or temperature-only sampling: what the fused kernel does."""
     return not params.needs_history and params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0
 

@@ -20,6 +20,9 @@ before capture. Before: 20 buckets x (2 warm-ups + 1 capture) = 60 forwards; now
 (the capture times before and after: README "Start-up"). `capture_seconds` and the log line give
 the time. Lazy capture on first use was not chosen: a cold bucket would stall a
 live decode step by a kernel compilation (seconds) in the middle of serving.
+
+With a `GraphSampling` (runner/graph_sampling.py) each graph also holds the LM head over the bucket's
+rows and the fused sampling kernel: the step's logits and, for plain batches, its tokens.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import torch
 from torch import nn
 
 from model_optimizer.runtime.layers.attention import AttentionMetadata, decode_num_splits
+from model_optimizer.runtime.layers.sampler import SampledTokens
+from model_optimizer.runtime.runner.graph_sampling import GraphSampling
 from model_optimizer.runtime.runner.input_batch import InputBatch, StepInputs
 
 log = logging.getLogger(__name__)
@@ -60,8 +65,10 @@ class DecodeRunner:
         num_kv_heads: int,
         use_graphs: bool = True,
         query_len: int = 1,
+        sampling: GraphSampling | None = None,
     ) -> None:
         self.model = model
+        self.sampling = sampling
         self.batch = batch
         self.use_graphs = use_graphs
         self.query_len = query_len
@@ -77,7 +84,10 @@ class DecodeRunner:
                 meta.num_splits = decode_num_splits(size, num_kv_heads, batch.max_model_len, batch.device)
             self.inputs[size] = token_ids, positions, meta
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
+        self.outputs: dict[int, tuple] = {}
+        """Per bucket: the hidden states and, with `sampling`, the logits and the SampledTokens."""
+        self.last: tuple = ()
+        """The outputs of the latest `run` (eager mode: its own; graphs: the bucket's static ones)."""
         self.capture_seconds = 0.0
 
     @torch.inference_mode()
@@ -88,11 +98,11 @@ class DecodeRunner:
             token_ids, positions, meta = self.inputs[size]
             self.batch.decode_views(size, self.query_len)  # valid padding again: other buckets' views overlap these
             for _ in range(1 if pool is not None else 2):  # compile kernels and settle the allocator outside capture
-                self.model(token_ids, positions, meta)
+                self._forward(size)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self.outputs[size] = self.model(token_ids, positions, meta)
+                self.outputs[size] = self._forward(size)
             pool = graph.pool()
             self.graphs[size] = graph
         torch.cuda.synchronize()
@@ -113,11 +123,26 @@ class DecodeRunner:
             and (q == 1 or inputs.token_ids.shape[0] == q * inputs.num_padded_seqs)
         )
 
+    def _forward(self, size: int) -> tuple:
+        """What a bucket's graph holds: the forward over its padded rows, then the logits and their draw."""
+        token_ids, positions, meta = self.inputs[size]
+        hidden = self.model(token_ids, positions, meta)
+        return (hidden, *self.sampling(hidden)) if self.sampling is not None else (hidden,)
+
     def run(self, inputs: StepInputs) -> torch.Tensor:
-        """Replay (or run) the bucket of a padded batch; its inputs are already where the graph reads."""
+        """Replay (or run) the bucket of a padded batch; its inputs are already where the graph reads.
+        The hidden states of the batch's rows; with sampling, `sampled` has the rest."""
         size, num_rows = inputs.num_padded_seqs, inputs.num_seqs * self.query_len
-        if not self.use_graphs:
-            token_ids, positions, meta = self.inputs[size]
-            return self.model(token_ids, positions, meta)[:num_rows]
-        self.graphs[size].replay()
-        return self.outputs[size][:num_rows]
+        if self.use_graphs:
+            self.graphs[size].replay()
+            self.last = self.outputs[size]
+        else:
+            self.last = self._forward(size)
+        return self.last[0][:num_rows]
+
+    def sampled(self, num_rows: int) -> tuple[torch.Tensor, SampledTokens]:
+        """The latest run's logits of its first `num_rows` rows and their draw (a runner with sampling)."""
+        _, logits, drawn = self.last
+        rows = slice(0, num_rows)
+        checked = drawn.checked[rows] if drawn.checked is not None else None
+        return logits[rows], SampledTokens(drawn.token_ids[rows], drawn.finite[rows], None, checked)

@@ -20,7 +20,7 @@ from model_optimizer.runtime.layers.attention import AttentionMetadata, bind_kv_
 from model_optimizer.runtime.layers.sampler import SampledTokens, Sampler
 from model_optimizer.runtime.layers.token_mask import TokenMask
 from model_optimizer.runtime.models.loader import load_model
-from model_optimizer.runtime.runner import compile_ahead
+from model_optimizer.runtime.runner import compile_ahead, graph_sampling
 from model_optimizer.runtime.runner.decode_runner import DecodeRunner
 from model_optimizer.runtime.runner.host_kv_cache import HostKVCache
 from model_optimizer.runtime.runner.input_batch import InputBatch, StepInputs
@@ -170,12 +170,16 @@ class ModelRunner:
         if self.device.type == "cuda":
             self._warm_up_kernels()
             phase = _log_phase("warm-up", phase)  # Triton kernels for each prefill tile
+            in_graph = graph_sampling.available(self.device, self.tp.size)
             self.decode_runner = DecodeRunner(
                 self.model,
                 self.batch,
                 config.max_num_seqs,
                 self.kv_caches[0].shape[3],
                 use_graphs=not config.enforce_eager,
+                sampling=graph_sampling.GraphSampling(self.model, self.sampler, config.max_num_seqs, self.device)
+                if in_graph
+                else None,
             )
             if not config.enforce_eager:
                 self.decode_runner.capture()
@@ -340,25 +344,45 @@ class ModelRunner:
         padded = next(
             (r for r in (self.decode_runner, self.verify_runner) if r is not None and r.can_run(inputs)), None
         )
+        batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
+        logits = None
         if padded is not None:
+            in_graph = padded.sampling is not None and inputs.sample_rows_leading and not out.spec_token_ids
+            takes = in_graph and sample and bool(batch) and not inputs.prompt_jobs and padded.sampling.takes(batch)
+            if takes:
+                padded.sampling.prepare(batch)  # before the replay that reads them
             hidden = padded.run(inputs)  # padded to a bucket, already where its graph reads
+            if in_graph:
+                logits, drawn = padded.sampled(len(batch))
+                if takes:
+                    return StepHandle.start(inputs.sample_states, batch, drawn)
         else:
             hidden = self.model(inputs.token_ids, inputs.positions, inputs.attn)
-        handle = self._launch_sampling(out, inputs, hidden, proposal, sample)
+        handle = self._launch_sampling(out, inputs, hidden, proposal, sample, batch, logits)
         if inputs.prompt_jobs:
             return replace(handle, prompt=compute_prompt_logprobs(self.model, hidden, inputs.prompt_jobs))
         return handle
 
     def _launch_sampling(
-        self, out: SchedulerOutput, inputs: StepInputs, hidden: torch.Tensor, proposal: Proposal | None, sample: bool
+        self,
+        out: SchedulerOutput,
+        inputs: StepInputs,
+        hidden: torch.Tensor,
+        proposal: Proposal | None,
+        sample: bool,
+        batch: list,
+        logits: torch.Tensor | None,
     ) -> StepHandle:
+        """The sampling of a step after its forward; `logits` when its decode graph computed them."""
         if not inputs.sample_states:
             return StepHandle(inputs.sample_states, [], None)
         if out.spec_token_ids:
             return self._launch_verify(out, hidden, proposal)
-        rows = len(inputs.sample_states)  # a decode batch's leading rows are a slice: no gather to launch
-        logits = self.model.compute_logits(hidden[:rows] if inputs.sample_rows_leading else hidden[inputs.sample_rows])
-        batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
+        if logits is None:
+            rows = len(inputs.sample_states)  # a decode batch's leading rows are a slice: no gather to launch
+            logits = self.model.compute_logits(
+                hidden[:rows] if inputs.sample_rows_leading else hidden[inputs.sample_rows]
+            )
         if not sample:
             return StepHandle(inputs.sample_states, batch, None, logits=logits)
         return self._sample(inputs.sample_states, batch, logits, None)
