@@ -31,6 +31,7 @@ from typing import Any
 
 from model_optimizer.common.processes import exit_with_parent, freeze_startup_objects, unfreeze_objects
 from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.cuda_context import create_in_background
 from model_optimizer.runtime.engine.core import EngineCore, ModelInfo
 from model_optimizer.runtime.engine.messages import (
     ControlOp,
@@ -265,6 +266,8 @@ def run_core(spec: CoreSpec, conn: Connection) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exit_with_parent(spec.parent_pid)
     _configure_logging(spec.log_levels)
+    if spec.config.device != "cpu":  # rank 0 drives GPU 0; its context is made while _load imports torch
+        create_in_background(0)
     try:
         core, extra = _load(spec.config, len(spec.output_addresses))
     except BaseException as exc:  # noqa: BLE001 - whatever failed, the frontend raises it with this text
