@@ -1,7 +1,7 @@
 """Cold and warm start-up times, each start a separate process: `mopt serve` to /ready and `LLM(...)`.
 
     PYTHONPATH=. python3 benchmarks/cold_start.py [--model DIR] [--runs N] [--cache-dir DIR]
-        [--output FILE] [--no-llm] [--no-tokenizer] [--warm-only] [--shipped-cache DIR]
+        [--output FILE] [--no-llm] [--no-tokenizer] [--warm-only [--reuse-warm]] [--shipped-cache DIR]
         [-- ENGINE FLAGS, e.g. --load-format dummy --enforce-eager]
 
 What a user waits for is process start to a server that answers, so this script times exactly that
@@ -238,6 +238,7 @@ def measure(
     warm_only: bool = False,
     shipped: Path | None = None,
     shipped_only: bool = False,
+    reuse_warm: bool = False,
 ) -> dict:
     result: dict = {}
     cold = []
@@ -256,8 +257,9 @@ def measure(
               f"{shipped_runs[-1]['compiled']}", file=sys.stderr)  # fmt: skip
     warm: list[dict] = []
     warm_folder = cache_root / f"{kind}-warm"
-    shutil.rmtree(warm_folder, ignore_errors=True)
-    if not shipped_only:
+    # reuse_warm: a folder an earlier run of this script filled (runs that A/B an environment setting)
+    if not shipped_only and not (reuse_warm and warm_folder.is_dir()):
+        shutil.rmtree(warm_folder, ignore_errors=True)
         start(engine_flags, cache_env(warm_folder), timeout)  # fills the cache; not measured
     for i in range(0 if shipped_only else runs):
         warm.append(start(engine_flags, cache_env(warm_folder), timeout))
@@ -277,6 +279,9 @@ def main() -> None:
     parser.add_argument("--no-llm", action="store_true", help="time `mopt serve` only")
     parser.add_argument("--no-serve", action="store_true", help="time `LLM(...)` only")
     parser.add_argument("--warm-only", action="store_true", help="skip the cold starts (one filling start, then warm)")
+    parser.add_argument(
+        "--reuse-warm", action="store_true", help="keep a warm cache folder an earlier run left in --cache-dir"
+    )
     parser.add_argument("--no-tokenizer", action="store_true", help="skip the tokenizer import+load timing")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one start may take")
     parser.add_argument(
@@ -307,6 +312,7 @@ def main() -> None:
                 args.warm_only,
                 shipped,
                 args.shipped_only,
+                args.reuse_warm,
             )
         if not args.no_llm:
             results["llm"] = measure(
@@ -319,6 +325,7 @@ def main() -> None:
                 args.warm_only,
                 shipped,
                 args.shipped_only,
+                args.reuse_warm,
             )
     finally:
         if own_temp:
