@@ -125,3 +125,28 @@ def test_gated_projection_is_the_projection_then_silu_and_mul(hidden, intermedia
     x.copy_(torch.randn_like(x))
     graph.replay()
     _near(out, silu_and_mul(layer(x)))
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+@pytest.mark.parametrize(("hidden", "intermediate"), [(1024, 3072), (4096, 14336)])
+def test_gated_quantized_projection_is_the_projection_then_silu_and_mul(kind, hidden, intermediate):
+    """The same for an int8 or fp8 [gate | up] projection (quant_linear.gated_gemv), where the tile table
+    runs our weight-only GEMV at one row; a shape it runs on the tensor cores keeps the two steps (None)."""
+    from model_optimizer.runtime.kernels import quant_linear
+    from model_optimizer.runtime.layers.activation import silu_and_mul
+    from model_optimizer.runtime.layers.quantization.quantizers import quantize_fp8, quantize_int8
+
+    w = torch.randn(2 * intermediate, hidden, device="cuda") * hidden**-0.5
+    q, s = (quantize_int8 if kind == "int8" else quantize_fp8)(w).astuple()
+    linear = quant_linear.w8a16_linear if kind == "int8" else quant_linear.fp8_linear
+    x = torch.randn(1, hidden, device="cuda", dtype=torch.bfloat16)
+    got = quant_linear.gated_gemv(kind, x, q, s)
+    if got is None:
+        pytest.skip(f"the tile table runs {kind} {2 * intermediate}x{hidden} at one row on the tensor cores")
+    _near(got, silu_and_mul(linear(x, q, s)))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = quant_linear.gated_gemv(kind, x, q, s)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    _near(out, silu_and_mul(linear(x, q, s)))

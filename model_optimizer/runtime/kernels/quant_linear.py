@@ -125,6 +125,28 @@ def _gpu_matmul(
     return triton_kernel("quant_matmul", "quant_matmul")(rows, qweight, scales, zeros, kind, group_size, bias, tiles)
 
 
+def gated_gemv(
+    kind: str, x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """silu(gate) * up of x @ dequantize([gate | up]).T (+ bias), (..., N / 2), int8 or fp8 weights with
+    per-channel scales, in the GEMV's own launch where the tile table runs our weight-only GEMV for this
+    shape (one row on CUDA with Triton); None elsewhere, and the caller takes the projection then
+    `silu_and_mul`. Not for int4: its gated GEMV measured slower than the two launches on the H200
+    (README, "Quantized linear kernels"), though the kernel computes it alike."""
+    n = scales.shape[0]
+    matmul = _kernels(x)
+    if matmul is None or x.numel() != x.shape[-1] or n % 2:
+        return None
+    if kind == "fp8" and not _has_fp8_tensor_cores(x.device.index or 0):
+        return None  # fp8_linear takes the reference there
+    rows = _rows(x)
+    tiles = triton_kernel("quant_matmul", "device_tiles")(rows, n, kind)
+    if tiles.backend != "triton" or tiles.block_m != 1 or tiles.block_n < 2 or tiles.w8a8:
+        return None
+    out = matmul(rows, qweight, scales, None, kind, 0, bias, tiles, gated=True)
+    return out.view(*x.shape[:-1], n // 2)
+
+
 def int4_kernel_packing(device: torch.device, dtype: torch.dtype, group_size: int, in_features: int) -> bool:
     """Whether w4a16_linear runs the GPU kernels for a layer (which read the planes packing): CUDA with
     Triton, a bf16/fp16 model, groups and in_features made of 128-column blocks."""

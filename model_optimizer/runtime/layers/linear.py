@@ -53,11 +53,15 @@ class Linear(nn.Module):
         return dense_linear(x, self.weight, self.bias)  # F.linear, or our kernel where it measured faster
 
     def forward_gated(self, x: torch.Tensor) -> torch.Tensor:
-        """silu(gate) * up of this [gate | up] projection: in the matmul's launch where our bf16 GEMV runs
-        it (kernels/dense_linear.py), else the projection then `silu_and_mul`. A module with hooks (a
-        calibration reading its output) always takes the two steps, through its call."""
-        if self.quant_method is None and not (self._forward_hooks or self._forward_pre_hooks):
-            out = dense_linear_gated(x, self.weight, self.bias)
+        """silu(gate) * up of this [gate | up] projection: in the matmul's launch where our GEMV runs it
+        (bf16: kernels/dense_linear.py; quantized: the method's `apply_gated`), else the projection then
+        `silu_and_mul`. A module with hooks (a calibration reading its output) always takes the two
+        steps, through its call."""
+        if not (self._forward_hooks or self._forward_pre_hooks):
+            if self.quant_method is None:
+                out = dense_linear_gated(x, self.weight, self.bias)
+            else:
+                out = self.quant_method.apply_gated(self, x)
             if out is not None:
                 return out
         return silu_and_mul(self(x))

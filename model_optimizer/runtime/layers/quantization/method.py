@@ -66,6 +66,11 @@ class QuantMethod:
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
+        """silu(gate) * up of a [gate | up] layer in the matmul's own launch, where a kernel does that for
+        this shape (quant_linear.gated_gemv); None: the caller runs `apply`, then `silu_and_mul`."""
+        return None
+
 
 class Fp8Method(QuantMethod):
     name, bits = "fp8", 8
@@ -79,6 +84,9 @@ class Fp8Method(QuantMethod):
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
         return quant_linear.fp8_linear(x, layer.qweight, layer.scales, layer.bias)
 
+    def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
+        return quant_linear.gated_gemv("fp8", x, layer.qweight, layer.scales, bias=layer.bias)
+
 
 class Int8Method(QuantMethod):
     name, bits = "int8", 8
@@ -91,6 +99,9 @@ class Int8Method(QuantMethod):
 
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
         return quant_linear.w8a16_linear(x, layer.qweight, layer.scales, layer.bias)
+
+    def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
+        return quant_linear.gated_gemv("int8", x, layer.qweight, layer.scales, bias=layer.bias)
 
 
 class Int4Method(QuantMethod):
