@@ -167,7 +167,7 @@ class Sampler:
         `checked`, when given, receives the ids with NONFINITE_TOKEN where not finite."""
         gumbel_sample = triton_kernel("sampling", "gumbel_sample_checked")
         device = logits.device
-        inverse = tuple(0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch)
+        inverse = inverse_temperatures(batch)
         inv_temperatures = self.row_tensor(inverse, torch.float32)
         if not any(inverse):  # every row greedy: the noise is not used, so no draw (and no launch) for it
             zeros = self.row_tensor((0,) * len(batch), torch.int64)
@@ -270,6 +270,11 @@ def _tuple(mask: TokenMask | None) -> tuple[torch.Tensor, torch.Tensor] | None:
 def plain(params: SamplingParams) -> bool:
     """Greedy or temperature-only sampling: what the fused kernel does."""
     return not params.needs_history and params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0
+
+
+def inverse_temperatures(batch: list[SamplingInput]) -> tuple[float, ...]:
+    """Each row's 1 / temperature as the fused kernel reads it: 0 for a greedy row (no noise)."""
+    return tuple(0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch)
 
 
 def _can_fuse(logits: torch.Tensor) -> bool:

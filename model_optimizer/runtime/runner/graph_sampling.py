@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from model_optimizer.runtime.kernels import triton_kernel
-from model_optimizer.runtime.layers.sampler import SampledTokens, Sampler, SamplingInput, plain
+from model_optimizer.runtime.layers.sampler import SampledTokens, Sampler, SamplingInput, inverse_temperatures, plain
 
 
 class GraphSampling:
@@ -61,13 +61,18 @@ class GraphSampling:
         """Before the replay that draws `batch`'s tokens: its inverse temperatures queued into the buffer the
         replay reads, when they differ from what it holds."""
         self.steps += 1
-        inverse = tuple(0.0 if b.params.greedy else 1.0 / b.params.temperature for b in batch)
+        inverse = inverse_temperatures(batch)
         if inverse != self.written[: len(inverse)]:
             self.inv_temperatures[: len(inverse)].copy_(self.sampler.row_tensor(inverse, torch.float32))
             self.written = inverse + self.written[len(inverse) :]
 
 
-def available(device: torch.device, tp_size: int) -> bool:
-    """Where decode graphs can sample: CUDA with the Triton sampler, one rank (under tensor parallelism rank 0
-    alone samples, outside the graphs)."""
-    return device.type == "cuda" and tp_size == 1 and triton_kernel("sampling", "gumbel_sample_checked") is not None
+def available(sampler: Sampler, tp_size: int) -> bool:
+    """Where decode graphs can sample: a fused sampler on CUDA with the Triton kernel, one rank (under tensor
+    parallelism rank 0 alone samples, outside the graphs)."""
+    return (
+        sampler.fused
+        and sampler.device.type == "cuda"
+        and tp_size == 1
+        and triton_kernel("sampling", "gumbel_sample_checked") is not None
+    )

@@ -170,7 +170,7 @@ class ModelRunner:
         if self.device.type == "cuda":
             self._warm_up_kernels()
             phase = _log_phase("warm-up", phase)  # Triton kernels for each prefill tile
-            in_graph = graph_sampling.available(self.device, self.tp.size)
+            in_graph = graph_sampling.available(self.sampler, self.tp.size)
             self.decode_runner = DecodeRunner(
                 self.model,
                 self.batch,
@@ -344,7 +344,9 @@ class ModelRunner:
         padded = next(
             (r for r in (self.decode_runner, self.verify_runner) if r is not None and r.can_run(inputs)), None
         )
-        batch = [s.sampling_input(p) for s, p in zip(inputs.sample_states, inputs.sample_positions)]
+        # a speculative step's rows are verify_rows' own: no per-row inputs for it here
+        states = () if out.spec_token_ids else zip(inputs.sample_states, inputs.sample_positions)
+        batch = [s.sampling_input(p) for s, p in states]
         logits = None
         if padded is not None:
             in_graph = padded.sampling is not None and inputs.sample_rows_leading and not out.spec_token_ids
