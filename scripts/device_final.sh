@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The last full device run of a session, most important first, each part under its own time limit
 # so one slow part cannot starve the others: engine throughput (with transformers' baseline), decode
-# latency, GPU tests; embeddings; prefix caching. Everything lands in $OUT/results.tgz, re-packed
+# latency; embeddings; prefix caching (the GPU tests take two calls of their own: scripts/device/gpu_tests_h200.sh). Everything lands in $OUT/results.tgz, re-packed
 # after every part, so a run cut short still returns what it measured. One device command may run
 # 10 minutes, so the work comes in parts: `engine` (about 6 minutes), `embed` (about 9: scripts/device/embed_gpu.sh)
 # and `prefix` (about 1).
@@ -26,8 +26,6 @@ pack "throughput: $(grep -E '^(ours|transformers)' "$RESULTS/throughput.log" | t
 timeout 150 python3 benchmarks/decode_latency.py --profile --output "$RESULTS/decode_latency_h200.json" \
     > "$RESULTS/decode_latency.log" 2>&1
 pack "decode: $(grep -c ms/step "$RESULTS/decode_latency.log") rows"
-timeout 170 python3 -m pytest -q -p no:cacheprovider tests/gpu > "$RESULTS/gpu_tests.txt" 2>&1
-pack "gpu tests: $(tail -1 "$RESULTS/gpu_tests.txt")"
 elif [ "$1" = prefix ]; then
 timeout 70 python3 benchmarks/prefix_caching.py --output "$RESULTS/prefix_caching_h200.json" > "$RESULTS/prefix.log" 2>&1
 pack "prefix caching done"
