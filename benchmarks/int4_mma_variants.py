@@ -1,0 +1,187 @@
+"""Experiment: int4 tensor-core programs in other shapes than quant_kernels' swap-AB 32-deep dots.
+
+Variants of x (M, K) @ dequantize(W).T for M = 32..256 on Llama-3.1-8B's linears, each checked
+against the reference and timed from CUDA-graph replays (gpu_time) beside cuBLAS bf16 and the
+tile table's launch (`table_us`: quant_kernels' program, the weight the A operand, 32-deep dots):
+  swap128  the weight the A operand, its four planes joined into one 128-deep dot
+  std32    x the A operand, each dequantized plane transposed into the B operand (shared memory)
+  std128   x the A operand, the joined 128-column block transposed into the B operand
+
+    python benchmarks/int4_mma_variants.py --output int4_mma.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_time import gpu_time_ms, sets_for  # noqa: E402
+
+from model_optimizer.runtime.kernels.quant_dequant import int4_plane  # noqa: E402
+from model_optimizer.runtime.kernels.quant_reference import pack_int4_planes, w4a16_linear_ref  # noqa: E402
+
+MODES = {"swap128": 0, "std32": 1, "std128": 2}
+
+
+@triton.jit
+def _block(w_ptr, scales_ptr, zeros_ptr, offs_n, k0, stride_wn, stride_sn, stride_zn, GROUP: tl.constexpr,
+           X_DTYPE: tl.constexpr, USE_ASM: tl.constexpr):  # fmt: skip
+    lane = tl.arange(0, 32)
+    offs_n64 = offs_n.to(tl.int64)
+    lanes = tl.load(w_ptr + offs_n64[:, None] * stride_wn + (k0 // 4 + lane)[None, :])
+    zero = tl.load(zeros_ptr + offs_n64 * stride_zn + k0 // GROUP)
+    scale = tl.load(scales_ptr + offs_n64 * stride_sn + k0 // GROUP)
+    p0 = int4_plane(lanes, zero, scale, 0, X_DTYPE, X_DTYPE, USE_ASM)
+    p1 = int4_plane(lanes, zero, scale, 1, X_DTYPE, X_DTYPE, USE_ASM)
+    p2 = int4_plane(lanes, zero, scale, 2, X_DTYPE, X_DTYPE, USE_ASM)
+    p3 = int4_plane(lanes, zero, scale, 3, X_DTYPE, X_DTYPE, USE_ASM)
+    return p0, p1, p2, p3
+
+
+@triton.jit
+def _variant_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_sn,
+                    stride_zn, stride_om, MODE: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, USE_ASM: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
+    X_DTYPE: tl.constexpr = x_ptr.dtype.element_ty
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BLOCK_M)
+    pid_m = pid % num_m
+    pid_n = pid // num_m
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask = offs_m < M
+    x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
+    # joined order: f = 4 l + 2 i + j holds plane 2 j + i, lane l -> column 32 (2 j + i) + l
+    f = tl.arange(0, 128)
+    joined_cols = 32 * (2 * (f % 2) + (f // 2) % 2) + f // 4
+    lane = tl.arange(0, 32)
+    if MODE == 0:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, 128):
+        k0 = tl.multiple_of(k0, 128)
+        p0, p1, p2, p3 = _block(w_ptr, scales_ptr, zeros_ptr, offs_n, k0, stride_wn, stride_sn, stride_zn, GROUP,
+                                X_DTYPE, USE_ASM)  # fmt: skip
+        p0, p1, p2, p3 = p0.to(DOT), p1.to(DOT), p2.to(DOT), p3.to(DOT)  # float32 under the interpreter
+        if MODE == 1:
+            x0 = tl.load(x_rows + (k0 + lane)[None, :], mask=m_mask[:, None], other=0.0)
+            acc = tl.dot(x0.to(DOT), tl.trans(p0), acc)
+            x1 = tl.load(x_rows + (k0 + 32 + lane)[None, :], mask=m_mask[:, None], other=0.0)
+            acc = tl.dot(x1.to(DOT), tl.trans(p1), acc)
+            x2 = tl.load(x_rows + (k0 + 64 + lane)[None, :], mask=m_mask[:, None], other=0.0)
+            acc = tl.dot(x2.to(DOT), tl.trans(p2), acc)
+            x3 = tl.load(x_rows + (k0 + 96 + lane)[None, :], mask=m_mask[:, None], other=0.0)
+            acc = tl.dot(x3.to(DOT), tl.trans(p3), acc)
+        else:
+            w = tl.reshape(tl.join(tl.join(p0, p1), tl.join(p2, p3)), (BLOCK_N, 128))
+            x = tl.load(x_rows + (k0 + joined_cols)[None, :], mask=m_mask[:, None], other=0.0).to(DOT)  # (BLOCK_M, 128)
+            if MODE == 0:
+                acc = tl.dot(w, tl.trans(x), acc)
+            else:
+                acc = tl.dot(x, tl.trans(w), acc)
+    dtype = out_ptr.dtype.element_ty
+    if MODE == 0:
+        tl.store(out_ptr + offs_m.to(tl.int64)[None, :] * stride_om + offs_n[:, None], acc.to(dtype),
+                 mask=m_mask[None, :])  # fmt: skip
+    else:
+        tl.store(out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :], acc.to(dtype),
+                 mask=m_mask[:, None])  # fmt: skip
+
+
+def variant(x, planes16, scales, zeros, group, mode, block_m, block_n, warps, stages):
+    m, k = x.shape
+    n = planes16.shape[0]
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(m, block_m) * (n // block_n),)
+    _variant_kernel[grid](x, planes16, scales, zeros, out, m, n, k, x.stride(0), planes16.stride(0), scales.stride(0),
+                          zeros.stride(0), out.stride(0), MODE=MODES[mode], GROUP=group, BLOCK_M=block_m,
+                          BLOCK_N=block_n, USE_ASM=x.is_cuda,
+                          DOT=tl.bfloat16 if x.is_cuda else tl.float32, num_warps=warps, num_stages=stages)  # fmt: skip
+    return out
+
+
+CANDIDATES = list(itertools.product(MODES, (32, 64, 128), (128, 256), (4, 8), (3, 4)))
+"""(mode, block_m, block_n, num_warps, num_stages) swept per shape and row count."""
+
+
+def _time_variants(x: torch.Tensor, sets: list, group: int, ref: torch.Tensor, label: str) -> dict:
+    """The fastest launch of each mode on x against `sets` of (planes, scales, zeros); wrong or unbuildable
+    launches are printed and skipped."""
+    best: dict[str, tuple[float, str]] = {}
+    planes, scales, zeros = sets[0]
+    for mode, bm, bn, warps, stages in CANDIDATES:
+        if bm > max(32, x.shape[0]):
+            continue
+        name = f"{label} {mode} {bm}x{bn} w{warps} s{stages}"
+
+        def call(s, mode=mode, bm=bm, bn=bn, warps=warps, stages=stages):
+            return variant(x, s[0].view(torch.int16), s[1], s[2], group, mode, bm, bn, warps, stages)
+
+        try:
+            out = call((planes, scales, zeros))
+            err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
+            if err > 2e-2:
+                print(f"{name}: wrong ({err:.3g})", flush=True)
+                continue
+            us = 1000 * gpu_time_ms(call, sets, stream_fallback=False)
+        except Exception as exc:  # out of shared memory / registers for this launch
+            print(f"{name}: {type(exc).__name__}", flush=True)
+            continue
+        if mode not in best or us < best[mode][0]:
+            best[mode] = (us, f"{bm}x{bn} w{warps} s{stages}")
+    return {mode: {"us": round(us, 2), "tiles": tiles} for mode, (us, tiles) in best.items()}
+
+
+def _row(shape: str, m: int, sets: list, dense: list, group: int) -> dict:
+    from model_optimizer.runtime.kernels.quant_matmul import quant_matmul
+
+    k = int(shape.split(":")[1])
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    planes, scales, zeros = sets[0]
+    ref = w4a16_linear_ref(x, planes, scales, zeros, group, packing="planes").float()
+    return {
+        "shape": shape,
+        "m": m,
+        "bf16_us": 1000 * gpu_time_ms(lambda w: torch.nn.functional.linear(x, w), dense),
+        "table_us": 1000 * gpu_time_ms(lambda s: quant_matmul(x, s[0], s[1], s[2], "int4", group), sets),
+        "variants": _time_variants(x, sets, group, ref, f"{shape} m{m}"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[32, 64, 128, 256])
+    parser.add_argument("--shapes", nargs="+", default=["6144:4096", "4096:4096", "28672:4096", "4096:14336"])
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    group = 128
+    results = []
+    for shape in args.shapes:
+        n, k = map(int, shape.split(":"))
+        sets = []
+        for _ in range(sets_for(n * k // 2)):
+            q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
+            scales = (torch.rand(n, k // group, device="cuda") * 0.02 + 0.001).to(torch.bfloat16)
+            zeros = torch.randint(0, 16, (n, k // group), dtype=torch.uint8, device="cuda")
+            sets.append((pack_int4_planes(q), scales, zeros))
+        dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets_for(n * k * 2))]
+        for m in args.rows:
+            row = _row(shape, m, sets, dense, group)
+            print(json.dumps(row), flush=True)
+            results.append(row)
+            Path(args.output).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
