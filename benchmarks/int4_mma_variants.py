@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_time import gpu_time_ms, sets_for  # noqa: E402
 
 from model_optimizer.runtime.kernels.quant_dequant import int4_plane  # noqa: E402
+from model_optimizer.runtime.kernels.quant_matmul import _dot_dtype, _use_asm, quant_matmul  # noqa: E402
 from model_optimizer.runtime.kernels.quant_reference import pack_int4_planes, w4a16_linear_ref  # noqa: E402
 
 MODES = {"swap128": 0, "std32": 1, "std128": 2}
@@ -105,8 +106,8 @@ def variant(x, planes16, scales, zeros, group, mode, block_m, block_n, warps, st
     grid = (triton.cdiv(m, block_m) * (n // block_n),)
     _variant_kernel[grid](x, planes16, scales, zeros, out, m, n, k, x.stride(0), planes16.stride(0), scales.stride(0),
                           zeros.stride(0), out.stride(0), MODE=MODES[mode], GROUP=group, BLOCK_M=block_m,
-                          BLOCK_N=block_n, USE_ASM=x.is_cuda,
-                          DOT=tl.bfloat16 if x.is_cuda else tl.float32, num_warps=warps, num_stages=stages)  # fmt: skip
+                          BLOCK_N=block_n, USE_ASM=_use_asm(x), DOT=_dot_dtype(x.dtype), num_warps=warps,
+                          num_stages=stages)  # fmt: skip
     return out
 
 
@@ -143,8 +144,6 @@ def _time_variants(x: torch.Tensor, sets: list, group: int, ref: torch.Tensor, l
 
 
 def _row(shape: str, m: int, sets: list, dense: list, group: int) -> dict:
-    from model_optimizer.runtime.kernels.quant_matmul import quant_matmul
-
     k = int(shape.split(":")[1])
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     planes, scales, zeros = sets[0]

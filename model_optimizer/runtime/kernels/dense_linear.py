@@ -65,7 +65,7 @@ def dense_linear_gated(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     """silu(gate) * up of x @ [gate | up].T (+ bias), (..., N / 2), in the GEMV's own launch where
     `dense_linear` would run our GEMV for this shape (one row); None elsewhere (the caller's two steps)."""
     tiles = _our_tiles(x, weight)
-    if tiles is None or tiles.block_m != 1 or tiles.block_n < 2 or weight.shape[0] % 2:
+    if tiles is None or not triton_kernel("quant_matmul", "gates")(tiles, weight.shape[0]):
         return None
     rows = x.reshape(-1, x.shape[-1])
     out = triton_kernel("quant_matmul", "quant_matmul")(rows, weight, None, None, "bf16", 0, bias, tiles, gated=True)

@@ -135,13 +135,13 @@ def gated_gemv(
     (README, "Quantized linear kernels"), though the kernel computes it alike."""
     n = scales.shape[0]
     matmul = _kernels(x)
-    if matmul is None or x.numel() != x.shape[-1] or n % 2:
+    if matmul is None or x.numel() != x.shape[-1]:
         return None
     if kind == "fp8" and not _has_fp8_tensor_cores(x.device.index or 0):
         return None  # fp8_linear takes the reference there
     rows = _rows(x)
     tiles = triton_kernel("quant_matmul", "device_tiles")(rows, n, kind)
-    if tiles.backend != "triton" or tiles.block_m != 1 or tiles.block_n < 2 or tiles.w8a8:
+    if not triton_kernel("quant_matmul", "gates")(tiles, n):
         return None
     out = matmul(rows, qweight, scales, None, kind, 0, bias, tiles, gated=True)
     return out.view(*x.shape[:-1], n // 2)

@@ -133,6 +133,13 @@ def _split_counters(device: torch.device) -> torch.Tensor | None:
     return _counters.get(device, MAX_COUNTERS)
 
 
+def gates(tiles: QuantTiles, n: int) -> bool:
+    """Whether `quant_matmul(..., gated=True)` runs with `tiles` on an N-row [gate | up] weight: our GEMV
+    (block_m 1; never W8A8, which _check_tiles keeps to tensor-core tiles) with a gate and an up row per
+    program, and an even N."""
+    return tiles.backend == "triton" and tiles.block_m == 1 and tiles.block_n >= 2 and n % 2 == 0
+
+
 def _check_tiles(tiles: QuantTiles, kind: str, group_size: int, k: int) -> None:
     if kind not in KINDS or kind == "fp8_w8a8":
         raise ValueError(f"kind must be one of int8, fp8, int4, bf16 (fp8 with w8a8 tiles for W8A8), got {kind!r}")
@@ -200,7 +207,7 @@ def quant_matmul(
         return out
     tiles = tiles or device_tiles(x, n, kind, group_size, program_only=True)
     _check_tiles(tiles, kind, group_size, k)
-    if gated and (tiles.block_m != 1 or tiles.block_n < 2 or n % 2):
+    if gated and not gates(tiles, n):
         raise ValueError(f"a gated matmul needs GEMV tiles (block_m 1, block_n >= 2) and an even N, got {tiles}, N={n}")
     out_cols = n // 2 if gated else n
     out_block = tiles.block_n // 2 if gated else tiles.block_n
