@@ -72,6 +72,21 @@ SCHEMA = {
     "required": ["order_id", "customer", "items", "gift", "comment"],
     "additionalProperties": False,
 }
+
+
+def without_max_length(schema: object) -> object:
+    """SCHEMA with no string bounded: a random model then never closes a string (it runs to the token
+    limit), but every string mask is the cheap one a real model mostly meets (it closes its strings
+    long before a bound): what the engine's mask chain costs apart from llguidance's walk under
+    `maxLength`."""
+    if isinstance(schema, dict):
+        return {k: without_max_length(v) for k, v in schema.items() if k != "maxLength"}
+    if isinstance(schema, list):
+        return [without_max_length(v) for v in schema]
+    return schema
+
+
+SCHEMAS = {"order": SCHEMA, "order-unbounded": without_max_length(SCHEMA)}
 METRICS = (
     "mopt:grammar_steps_total",
     "mopt:grammar_host_seconds_total",
@@ -155,24 +170,28 @@ def measure(url: str, args: argparse.Namespace, concurrency: int, schema_file: P
     return result
 
 
-def sample_is_valid(url: str, model: str) -> dict:
-    """One non-streamed structured request, its output checked with jsonschema."""
+def sample_is_valid(url: str, model: str, schema: dict, max_tokens: int) -> dict:
+    """One non-streamed structured request, its output checked with jsonschema (unless cut at max_tokens)."""
     import httpx
 
     body = {
         "model": model,
         "messages": [{"role": "user", "content": "An order, please."}],
-        "response_format": {"type": "json_schema", "json_schema": {"name": "order", "schema": SCHEMA}},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "order", "schema": schema}},
+        "max_tokens": max_tokens,
     }
     response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300).json()
     if "choices" not in response:
         return {"valid": f"request failed: {response}"}
     choice = response["choices"][0]
     result = {"finish_reason": choice["finish_reason"], "chars": len(choice["message"]["content"])}
+    if choice["finish_reason"] == "length":
+        result["valid"] = "not checked: cut at max_tokens"
+        return result
     try:
         import jsonschema
 
-        jsonschema.validate(json.loads(choice["message"]["content"]), SCHEMA)
+        jsonschema.validate(json.loads(choice["message"]["content"]), schema)
         result["valid"] = True
     except ImportError:
         result["valid"] = "jsonschema not installed"
@@ -181,8 +200,8 @@ def sample_is_valid(url: str, model: str) -> dict:
     return result
 
 
-def offline_masks(model_dir: Path, rows_list: list[int], steps: int) -> dict:
-    """Per-step mask time of StructuredOutputManager.fill (+ advance) over random walks through SCHEMA."""
+def offline_masks(model_dir: Path, rows_list: list[int], steps: int, schema: dict) -> dict:
+    """Per-step mask time of StructuredOutputManager.fill (+ advance) over random walks through `schema`."""
     import numpy as np
 
     from model_optimizer.runtime.engine.request import Request
@@ -199,7 +218,7 @@ def offline_masks(model_dir: Path, rows_list: list[int], steps: int) -> dict:
     threads = default_fill_threads()  # as the engine core sizes them
     compiler = GrammarCompiler(tokenizer, config["vocab_size"], eos, lanes=lanes_for(threads))
     manager = StructuredOutputManager(compiler, threads)
-    so = StructuredOutputs.json(SCHEMA)
+    so = StructuredOutputs.json(schema)
     compiled = manager.submit(so).result()
     compiled.grow()
     out: dict = {"tokenizer_and_compile_s": round(time.perf_counter() - started, 3)}
@@ -247,6 +266,7 @@ def main() -> None:
     parser.add_argument("--requests-per-slot", type=int, default=4, help="requests per concurrency slot")
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--schema", choices=sorted(SCHEMAS), default="order", help="order-unbounded: no maxLength")
     parser.add_argument("--offline-steps", type=int, default=300, help="steps of the in-process mask timing")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the server may take to start")
     parser.add_argument("--output", default=str(RESULTS / "structured_cpu.json"))
@@ -267,8 +287,9 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         from model_optimizer.assets import reference_model_path
 
         model_dir = reference_model_path()
+    schema = SCHEMAS[args.schema]
     schema_file = tmp / "order.json"
-    schema_file.write_text(json.dumps(SCHEMA))
+    schema_file.write_text(json.dumps(schema))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "model_optimizer.cli.main", "serve", "--model", str(model_dir), *args.engine_flags]
@@ -279,17 +300,24 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         "what": "mopt serve + mopt bench (chat, streamed): unconstrained vs --json-schema, per concurrency; ms",
         "model": str(args.bpe_from or args.model or "(built-in)"),
         "engine_flags": args.engine_flags,
-        "workload": {"prompt_len": args.prompt_len, "output_len": args.output_len, "schema": SCHEMA},
+        "workload": {
+            "prompt_len": args.prompt_len,
+            "output_len": args.output_len,
+            "schema_name": args.schema,
+            "schema": schema,
+        },
         "environment": environment(),
         "runs": [],
     }
     with ServerProcess(argv, tmp / "server.log", env, cwd=REPO) as server:
         payload["server_ready_s"] = round(server.wait_ready(f"{url}/ready", args.timeout), 3)
-        payload["sample"] = sample_is_valid(url, "bench")  # also the warm-up: tokenizer adapter, kernels
+        payload["sample"] = sample_is_valid(
+            url, "bench", schema, args.output_len
+        )  # also the warm-up: tokenizer adapter, kernels
         for concurrency in args.concurrency:
             payload["runs"].append(measure(url, args, concurrency, schema_file, tmp))
             write_json(args.output, payload)  # after each: a run cut short keeps what it measured
-    payload["offline_masks"] = offline_masks(model_dir, sorted(set([1, *args.concurrency])), args.offline_steps)
+    payload["offline_masks"] = offline_masks(model_dir, sorted(set([1, *args.concurrency])), args.offline_steps, schema)
     print(f"wrote {write_json(args.output, payload)}", file=sys.stderr)
     print(json.dumps({"sample": payload["sample"], "runs": payload["runs"], "offline": payload["offline_masks"]}))
 
