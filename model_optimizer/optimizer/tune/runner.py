@@ -25,6 +25,7 @@ from model_optimizer.optimizer.tune.space import SearchSpace
 from model_optimizer.optimizer.tune.study import (
     Budget,
     Tuner,
+    default_params,
     enqueue_grid,
     fail_running,
     grid_size,
@@ -126,7 +127,9 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
     if sampler == "grid":
         if not study.trials:
             enqueue_grid(study, space)
-        budget.trials = min(budget.trials or grid_size(space), grid_size(space))
+        # every point once, and the defaults' point again when asked to and the grid holds it
+        repeat = int(bool(stored.get("repeat_baseline")) and default_params(space) is not None)
+        budget.trials = min(budget.trials or grid_size(space) + repeat, grid_size(space) + repeat)
     save_setup(output_dir, stored)
     console.print(f"study {output_dir / 'study.db'}: {len(study.trials)} trials so far; {note}")
     console.print(

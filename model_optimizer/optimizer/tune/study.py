@@ -107,10 +107,27 @@ def grid_size(space: SearchSpace) -> int:
     return math.prod(len(k.choices or ()) for k in space.knobs)
 
 
+def default_params(space: SearchSpace) -> dict | None:
+    """The engine's default value of every searched knob, or None when one lies outside the space."""
+    defaults = EngineConfig()
+    params = {}
+    for knob in space.knobs:
+        value = getattr(defaults, knob.name)
+        inside = value in knob.choices if knob.choices is not None else knob.low <= value <= knob.high
+        if not inside:
+            return None
+        params[knob.name] = value
+    return params
+
+
 def enqueue_grid(study, space: SearchSpace) -> None:
-    """Queue every combination of the knobs' choices, in order (the first knob varies slowest)."""
+    """Queue every combination of the knobs' choices, in order (the first knob varies slowest). The
+    combination of the engine's defaults, when the grid holds it, is the baseline (what --repeat-baseline
+    measures again at the end)."""
+    baseline = default_params(space)
     for values in itertools.product(*(k.choices or () for k in space.knobs)):
-        study.enqueue_trial(dict(zip((k.name for k in space.knobs), values)))
+        params = dict(zip((k.name for k in space.knobs), values))
+        study.enqueue_trial(params, user_attrs={"baseline": True} if params == baseline else None)
 
 
 def open_study(output_dir: Path, seed: int, resume: bool, sampler: str = "nsga2", space: SearchSpace | None = None):
@@ -210,16 +227,9 @@ class Tuner:
     def enqueue_defaults(self) -> bool:
         """Measure the engine's default settings first: the baseline every other trial is compared with.
         False (nothing queued) when a default lies outside the searched space."""
-        if self.study.trials:
+        params = default_params(self.space)
+        if self.study.trials or params is None:
             return False
-        defaults = EngineConfig()
-        params = {}
-        for knob in self.space.knobs:
-            value = getattr(defaults, knob.name)
-            inside = value in knob.choices if knob.choices is not None else knob.low <= value <= knob.high
-            if not inside:
-                return False
-            params[knob.name] = value
         self.study.enqueue_trial(params, user_attrs={"baseline": True})
         return True
 

@@ -115,6 +115,22 @@ def test_three_trial_study_writes_every_output(tiny_model, tmp_path, space_file,
 
 
 @pytest.mark.slow
+def test_grid_measures_its_defaults_point_again_with_repeat_baseline(tiny_model, tmp_path):
+    """A grid holding the defaults' combination marks it the baseline; --repeat-baseline adds one trial of
+    it at the end (the grid's budget plus one), so the grid gets a noise estimate as a study does."""
+    space = tmp_path / "space.yaml"
+    space.write_text(f"max_num_seqs: [2, {EngineConfig().max_num_seqs}]\n")
+    out = tmp_path / "grid"
+    argv = tune_argv(tiny_model("qwen3"), out, space, "--sampler", "grid", "--repeat-baseline")
+    assert main(argv) == 0
+    assert states(out) == ["COMPLETE"] * 3
+    results = json.loads((out / "results.json").read_text())
+    seqs = [t["settings"]["max_num_seqs"] for t in results["trials"]]
+    assert seqs == [2, EngineConfig().max_num_seqs, EngineConfig().max_num_seqs]
+    assert results["noise"]["baseline_trials"] == [1, 2] and "goodput" in results["noise"]["figures"]
+
+
+@pytest.mark.slow
 def test_failing_trial_is_recorded_and_the_study_goes_on_through_a_server_cmd(tiny_model, tmp_path):
     """num_kv_blocks=1 cannot hold max_model_len: the server refuses to start; the next trial still runs.
     The servers come from a --server-cmd template (our own server standing in for an external one)."""
