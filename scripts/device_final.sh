@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The last full device run of a session, most important first, each part under its own time limit
 # so one slow part cannot starve the others: engine throughput (with transformers' baseline), decode
-# latency; embeddings; prefix caching (the GPU tests take two calls of their own: scripts/device/gpu_tests_h200.sh). Everything lands in $OUT/results.tgz, re-packed
+# latency; embeddings; prefix caching (the GPU tests take three calls of their own: scripts/device/gpu_tests_h200.sh). Everything lands in $OUT/results.tgz, re-packed
 # after every part, so a run cut short still returns what it measured. One device command may run
 # 10 minutes, so the work comes in parts: `engine` (about 6 minutes), `embed` (about 9: scripts/device/embed_gpu.sh)
 # and `prefix` (about 1).
