@@ -311,9 +311,8 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
     }
     with ServerProcess(argv, tmp / "server.log", env, cwd=REPO) as server:
         payload["server_ready_s"] = round(server.wait_ready(f"{url}/ready", args.timeout), 3)
-        payload["sample"] = sample_is_valid(
-            url, "bench", schema, args.output_len
-        )  # also the warm-up: tokenizer adapter, kernels
+        # also the warm-up: tokenizer adapter, kernels
+        payload["sample"] = sample_is_valid(url, "bench", schema, args.output_len)
         for concurrency in args.concurrency:
             payload["runs"].append(measure(url, args, concurrency, schema_file, tmp))
             write_json(args.output, payload)  # after each: a run cut short keeps what it measured

@@ -129,7 +129,8 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
             enqueue_grid(study, space)
         # every point once, and the defaults' point again when asked to and the grid holds it
         repeat = int(bool(stored.get("repeat_baseline")) and default_params(space) is not None)
-        budget.trials = min(budget.trials or grid_size(space) + repeat, grid_size(space) + repeat)
+        most = grid_size(space) + repeat
+        budget.trials = min(budget.trials or most, most)
     save_setup(output_dir, stored)
     console.print(f"study {output_dir / 'study.db'}: {len(study.trials)} trials so far; {note}")
     console.print(
