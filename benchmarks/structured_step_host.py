@@ -1,14 +1,14 @@
 """Structured outputs: the step loop's host time per phase, 64 constrained rows against 64 unconstrained (CPU).
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python3 benchmarks/structured_step_host.py [--rows 64] [--tokens 128]
-        [--full] [--label NAME] [--output FILE]
+        [--full] [--schema order|order-unbounded] [--label NAME] [--output FILE]
 
 A tiny Qwen3 (2 layers, hidden 64, dummy weights) with the vocabulary and the 151k-token byte-level
 BPE tokenizer of benchmarks/configs/qwen3-0.6b (bpe_tokenizer_model.py, ~30 s): the model's forward
 costs little here, so what is timed is the engine's host work, the part that sits on the step loop
 (the thread that schedules, launches and collects) whatever the device. `--rows` requests generate
 `--tokens` tokens each (greedy), once unconstrained (ignore_eos) and once with the
-order schema of benchmarks/structured.py. Every call of the engine core's phases is timed on the
+order schema of benchmarks/structured.py (`--schema order-unbounded`: without its maxLength bounds). Every call of the engine core's phases is timed on the
 loop thread, in wall and in thread CPU time (the fill's pool runs in other threads and is not
 counted, except where the loop waits for it):
 
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -46,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 from common import CONFIGS, RESULTS, environment, write_json
-from structured import SCHEMA
+from structured import SCHEMAS
 
 PHASES = (
     "schedule",
@@ -102,7 +103,7 @@ class Timers:
         setattr(owner, name, timed)
 
 
-def run(llm, rows: int, tokens: int, constrained: bool, seed: int) -> dict:  # noqa: ANN001
+def run(llm, rows: int, tokens: int, constrained: bool, seed: int, schema: dict) -> dict:  # noqa: ANN001
     from model_optimizer import SamplingParams
     from model_optimizer.runtime.structured import StructuredOutputs
 
@@ -128,7 +129,7 @@ def run(llm, rows: int, tokens: int, constrained: bool, seed: int) -> dict:  # n
             timers.wrap(c, name, phase)
         timers.wrap(c, "wait", "mask_wait")
         timers.wrap(c, "_start", "fill_running")
-    so = StructuredOutputs.json(SCHEMA) if constrained else None
+    so = StructuredOutputs.json(schema) if constrained else None
     params = [
         SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=not constrained, structured_outputs=so)
         for i in range(rows)
@@ -169,10 +170,10 @@ def run(llm, rows: int, tokens: int, constrained: bool, seed: int) -> dict:  # n
                 "_start",
             ):
                 delattr(c, name)
-    return summarise(timers.steps, outputs, llm.tokenizer if constrained else None)
+    return summarise(timers.steps, outputs, llm.tokenizer if constrained else None, schema)
 
 
-def summarise(steps: list, outputs: dict, tokenizer) -> dict:  # noqa: ANN001
+def summarise(steps: list, outputs: dict, tokenizer, schema: dict) -> dict:  # noqa: ANN001
     def ms(values: list[float]) -> float:
         return round(1000 * float(np.mean(values)), 4) if values else 0.0
 
@@ -195,7 +196,7 @@ def summarise(steps: list, outputs: dict, tokenizer) -> dict:  # noqa: ANN001
         valid = 0
         for tokens in outputs.values():
             try:
-                jsonschema.validate(json.loads(tokenizer.decode(tokens, skip_special_tokens=True)), SCHEMA)
+                jsonschema.validate(json.loads(tokenizer.decode(tokens, skip_special_tokens=True)), schema)
                 valid += 1
             except (ValueError, jsonschema.ValidationError):
                 continue
@@ -212,6 +213,7 @@ def main() -> None:
         "--label", default="now", help="the key of this run's figures in the output (kept beside others)"
     )
     parser.add_argument("--output", default=str(RESULTS / "structured_step_host_cpu.json"))
+    parser.add_argument("--schema", choices=sorted(SCHEMAS), default="order", help="order-unbounded: no maxLength")
     parser.add_argument(
         "--full",
         action="store_true",
@@ -234,10 +236,14 @@ def main() -> None:
         figures = {}
         for kind in ("unconstrained", "constrained"):
             for repeat in range(args.repeats):
-                figures[kind] = run(llm, args.rows, args.tokens, kind == "constrained", seed=1000 * repeat)
+                figures[kind] = run(
+                    llm, args.rows, args.tokens, kind == "constrained", 1000 * repeat, SCHEMAS[args.schema]
+                )
                 print(f"{kind} #{repeat}: {figures[kind]}", file=sys.stderr)
         llm.close()
-    payload["runs"][args.label] = {"rows": args.rows, "tokens": args.tokens, "full": args.full, **figures}
+    threads = os.environ.get("MOPT_GRAMMAR_THREADS", "default")
+    payload["runs"][args.label] = {"rows": args.rows, "tokens": args.tokens, "full": args.full, "schema": args.schema}
+    payload["runs"][args.label] |= {"grammar_threads": threads, **figures}
     plain, masked = figures["unconstrained"]["wall_ms"]["total"], figures["constrained"]["wall_ms"]["total"]
     print(f"step wall: {plain} -> {masked} ms ({round(masked / plain, 3) if plain else None}x)", file=sys.stderr)
     write_json(output, payload)

@@ -102,3 +102,24 @@ def test_constrained_generation_with_cuda_graphs(model_dir, async_scheduling):
                 assert c.finish_reason == "stop"
                 jsonschema.validate(json.loads(c.text), SCHEMA)
     assert llm.engine.stats().grammar_steps > 0
+
+
+def test_masked_decode_batches_replay_a_masked_draw_graph_with_the_eager_tokens(model_dir):
+    """Greedy and temperature rows under masks: each decode bucket's masked draw is captured once and
+    replayed (the masks at fixed addresses); greedy tokens equal enforce_eager's, every document validates."""
+    so = StructuredOutputs.json(SCHEMA)
+    prompts = [[5 + i, 9, 11 * i % 900 + 3] for i in range(12)]
+    greedy = SamplingParams(temperature=0, max_tokens=120, structured_outputs=so)
+    outputs = {}
+    for eager in (True, False):
+        llm = LLM(model_dir, dtype="bfloat16", gpu_memory_utilization=0.2, max_num_seqs=16, enforce_eager=eager)
+        outputs[eager] = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy)]
+    graphs = llm.runner.decode_runner.masked_graphs
+    assert graphs and all(size in llm.runner.decode_runner.sizes for size in graphs)
+    assert outputs[False] == outputs[True]
+    hot = SamplingParams(temperature=1.0, max_tokens=120, structured_outputs=so)
+    replays = len(graphs)
+    for out in llm.generate(prompts, hot):
+        assert out.outputs[0].finish_reason == "stop"
+        jsonschema.validate(json.loads(out.outputs[0].text), SCHEMA)
+    assert len(llm.runner.decode_runner.masked_graphs) >= replays  # captured once per bucket, kept

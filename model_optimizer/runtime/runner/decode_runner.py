@@ -35,6 +35,7 @@ from torch import nn
 
 from model_optimizer.runtime.layers.attention import AttentionMetadata, decode_num_splits
 from model_optimizer.runtime.layers.sampler import SampledTokens
+from model_optimizer.runtime.layers.token_mask import TokenMask
 from model_optimizer.runtime.runner.graph_sampling import GraphSampling
 from model_optimizer.runtime.runner.input_batch import InputBatch, StepInputs
 
@@ -89,6 +90,11 @@ class DecodeRunner:
         self.last: tuple = ()
         """The outputs of the latest `run` (eager mode: its own; graphs: the bucket's static ones)."""
         self.capture_seconds = 0.0
+        self.masked_graphs: dict[int, tuple[tuple[int, ...], torch.cuda.CUDAGraph, SampledTokens]] = {}
+        """Per bucket, once a grammar-masked batch of its size was drawn: the addresses it was captured on
+        (the logits', the masks'), the graph of the masked draw, and its output."""
+        self._masked_pool = None
+        """The memory pool the masked-draw graphs share (none of the forward graphs')."""
 
     @torch.inference_mode()
     def capture(self) -> None:
@@ -143,6 +149,43 @@ class DecodeRunner:
     def sampled(self, num_rows: int) -> tuple[torch.Tensor, SampledTokens]:
         """The latest run's logits of its first `num_rows` rows and their draw (a runner with sampling)."""
         _, logits, drawn = self.last
-        rows = slice(0, num_rows)
-        checked = drawn.checked[rows] if drawn.checked is not None else None
-        return logits[rows], SampledTokens(drawn.token_ids[rows], drawn.finite[rows], None, checked)
+        return logits[:num_rows], _leading(drawn, num_rows)
+
+    def masked_sampled(self, size: int, logits: torch.Tensor, mask: TokenMask) -> SampledTokens:
+        """The draw of `logits` (`sampled`'s, of a run of bucket `size`) restricted by `mask`. With graphs
+        they are the bucket's static logits, so no other run of it may come in between; `mask` then holds
+        a row index for every padded row (MaskStaging.fixed), and the draw replays a graph of its own,
+        captured at the bucket's first masked batch (a graph needs the masks' addresses, which exist only
+        once a grammar is live). Eagerly, the rows of `logits` and `mask` are the batch's.
+
+        Why a graph: the masks arrive after the forward's graph was queued, so the draw cannot be part of it,
+        and drawn eagerly (the random keys, the kernel's launch through Triton's Python launcher, its
+        outputs' allocation) it cost the host of a 64-row masked step about a third of a plain step."""
+        if not self.use_graphs:
+            return self.sampling.draw(logits, mask)  # type: ignore[union-attr]
+        padded = self.outputs[size][1]
+        key = (padded.data_ptr(), mask.bitmask.data_ptr(), mask.mask_index.data_ptr(), *mask.bitmask.shape)
+        captured = self.masked_graphs.get(size)
+        if captured is None or captured[0] != key:
+            captured = key, *self._capture_masked(padded, mask)
+            self.masked_graphs[size] = captured
+        _, graph, drawn = captured
+        graph.replay()
+        return _leading(drawn, logits.shape[0])
+
+    def _capture_masked(self, logits: torch.Tensor, mask: TokenMask) -> tuple[torch.cuda.CUDAGraph, SampledTokens]:
+        sampling = self.sampling
+        sampling.draw(logits, mask, advance=False)  # type: ignore[union-attr]  # compiles the masked kernel
+        graph = torch.cuda.CUDAGraph()
+        # thread-local: the mask fill's threads may run on the host meanwhile (they never touch the device)
+        with torch.cuda.graph(graph, pool=self._masked_pool, capture_error_mode="thread_local"):
+            drawn = sampling.draw(logits, mask)  # type: ignore[union-attr]
+        self._masked_pool = graph.pool()
+        log.info("captured the grammar-masked draw for batch size %d", logits.shape[0])
+        return graph, drawn
+
+
+def _leading(drawn: SampledTokens, num_rows: int) -> SampledTokens:
+    """The first `num_rows` rows of a padded batch's draw."""
+    checked = drawn.checked[:num_rows] if drawn.checked is not None else None
+    return SampledTokens(drawn.token_ids[:num_rows], drawn.finite[:num_rows], None, checked)

@@ -23,6 +23,7 @@ from torch import nn
 
 from model_optimizer.runtime.kernels import triton_kernel
 from model_optimizer.runtime.layers.sampler import SampledTokens, Sampler, SamplingInput, inverse_temperatures, plain
+from model_optimizer.runtime.layers.token_mask import TokenMask
 
 
 class GraphSampling:
@@ -41,13 +42,21 @@ class GraphSampling:
     def __call__(self, hidden: torch.Tensor) -> tuple[torch.Tensor, SampledTokens]:
         """Logits of every row of `hidden` and their draw: what a decode graph captures after its forward."""
         logits = self.model.compute_logits(hidden)
-        rows = hidden.shape[0]
+        return logits, self.draw(logits)
+
+    def draw(self, logits: torch.Tensor, mask: TokenMask | None = None, advance: bool = True) -> SampledTokens:
+        """The draw of `logits`' rows (restricted by a grammar's `mask`): what a decode graph captures after
+        the logits, and a masked-draw graph on its own. `advance` False leaves the keys as they are (a
+        warm-up that compiles the kernel outside a capture)."""
+        rows = logits.shape[0]
         keys = self.keys[:rows]
-        keys.add_(1)  # a fresh noise stream per row and replay
-        checked = torch.empty(rows, dtype=torch.int64, device=hidden.device)
+        if advance:
+            keys.add_(1)  # a fresh noise stream per row and replay
+        checked = torch.empty(rows, dtype=torch.int64, device=logits.device)
         gumbel_sample_checked = triton_kernel("sampling", "gumbel_sample_checked")
-        token_ids, finite = gumbel_sample_checked(logits, self.inv_temperatures[:rows], keys, None, checked)
-        return logits, SampledTokens(token_ids, finite, None, checked)
+        token_mask = mask.as_tuple() if mask is not None else None
+        token_ids, finite = gumbel_sample_checked(logits, self.inv_temperatures[:rows], keys, token_mask, checked)
+        return SampledTokens(token_ids, finite, None, checked)
 
     @staticmethod
     def takes(batch: list[SamplingInput]) -> bool:

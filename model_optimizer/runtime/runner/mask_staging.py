@@ -10,6 +10,13 @@ Both calls sit on the chain of a constrained step that no forward hides (tokens 
 and a decode batch keeps its shape from step to step: each buffer keeps the arrays and tensor views of
 its last layout, so a step with the same shape builds none (the slicing and viewing cost more host
 time than the copy's launch).
+
+For the decode graphs' masked draw (runner/decode_runner.py), whose graph reads the masks at fixed
+addresses, a step of up to `max_rows` rows is laid out the same way whatever its shape: the row index
+takes `max_rows` entries, the bitmask starts after them, and the device buffer is made once for
+`max_rows` masked rows. `fixed(size)` gives those views for a bucket of `size` padded rows: the index
+entries past a step's rows hold -1 or an earlier step's index (the host arrays start at -1 and only
+ever receive indices below `max_rows`), so a padded row reads a valid bitmask row and its draw is unused.
 """
 
 from __future__ import annotations
@@ -43,8 +50,15 @@ class _Layout:
 
 
 class MaskStaging:
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, max_rows: int = 0) -> None:
+        """`max_rows`: the most sampling rows of a step the fixed layout holds (0: none, every shape its own)."""
         self.device = device
+        self.max_rows = max_rows
+        self._index_bytes = _aligned(max_rows * 4)
+        """Bytes of the row index in the fixed layout: the bitmask starts here."""
+        self._fixed: dict[int, TokenMask] = {}
+        """Per padded size, the fixed layout's device views (for the words of `_fixed_words`)."""
+        self._fixed_words = 0
         self._pinned = device.type == "cuda"
         self._host: list[torch.Tensor | None] = [None, None]
         self._parity = 0
@@ -53,6 +67,8 @@ class MaskStaging:
         """Per buffer, the layout it last handed out (kept while its shape and memory are unchanged)."""
         self._handed: _Layout | None = None
         """The layout of the buffers last handed out, until `upload` takes it."""
+        self._uploaded = (0, 0, 0)
+        """The shape `upload` last copied from its own buffers; rows 0 after arrays of the caller's."""
 
     def buffers(self, num_rows: int, num_masked: int, words: int) -> HostTokenMask:
         """Empty mask arrays for one step, laid out as `upload` copies them."""
@@ -67,20 +83,23 @@ class MaskStaging:
     def _layout(self, num_rows: int, num_masked: int, words: int) -> _Layout:
         """The arrays and views of one shape in the current buffer, grown if too small (the device buffer too:
         then the other buffer's layout, whose views are of the old one, is dropped)."""
-        index_bytes = _aligned(num_rows * 4)
+        index_bytes = self._index_bytes if num_rows <= self.max_rows else _aligned(num_rows * 4)
         need = index_bytes + num_masked * words * 4
+        least = max(need, self._index_bytes + self.max_rows * words * 4)  # the fixed layout's, at once
         host = self._host[self._parity]
         if host is None or host.numel() < need:
-            host = torch.empty(max(need, 2 * (host.numel() if host is not None else 0)), dtype=torch.uint8)
+            host = torch.empty(max(least, 2 * (host.numel() if host is not None else 0)), dtype=torch.uint8)
             host = host.pin_memory() if self._pinned else host
+            host[: self._index_bytes].view(torch.int32).fill_(-1)  # the fixed index past a step's rows
             self._host[self._parity] = host
         source = host[:need]
         if self.device.type == "cpu":
             staged = source  # the host memory is the device's: nothing to copy
         else:
             if self._device_buffer is None or self._device_buffer.numel() < need:
-                self._device_buffer = torch.empty(host.numel(), dtype=torch.uint8, device=self.device)
+                self._device_buffer = torch.full((host.numel(),), 255, dtype=torch.uint8, device=self.device)  # -1s
                 self._layouts = [None, None]  # their device views are of the old buffer
+                self._fixed = {}
             staged = self._device_buffer[:need]
         array = host.numpy()
         arrays = HostTokenMask(
@@ -94,10 +113,33 @@ class MaskStaging:
         """The masks on the device (one copy queued, no wait); from any host arrays, fastest from `buffers`'."""
         layout, self._handed = self._handed, None
         if layout is None or mask.bitmask is not layout.host.bitmask or mask.mask_index is not layout.host.mask_index:
+            self._uploaded = (0, 0, 0)
             return TokenMask(  # arrays of its own (a test's): copied as they are
                 torch.from_numpy(np.ascontiguousarray(mask.bitmask)).to(self.device),
                 torch.from_numpy(np.ascontiguousarray(mask.mask_index)).to(self.device),
             )
         if layout.staged is not layout.source:
             layout.staged.copy_(layout.source, non_blocking=self._pinned)
+        self._uploaded = layout.shape
         return layout.device
+
+    def fixed(self, size: int) -> TokenMask | None:
+        """The masks just uploaded, as a bucket of `size` padded rows reads them at fixed addresses: a row
+        index for each of them, and the bitmask of `max_rows` rows. None when the upload did not use the
+        fixed layout (more rows than `max_rows`, arrays of the caller's own) or `size` exceeds it, or on
+        the CPU (the host buffers alternate: no fixed address)."""
+        rows, _, words = self._uploaded
+        buffer = self._device_buffer
+        fits = buffer is not None and self._index_bytes + self.max_rows * words * 4 <= buffer.numel()
+        if not fits or not 0 < rows <= size <= self.max_rows:
+            return None
+        if words != self._fixed_words:
+            self._fixed, self._fixed_words = {}, words
+        views = self._fixed.get(size)
+        if views is None:
+            bitmask = buffer[self._index_bytes : self._index_bytes + self.max_rows * words * 4]
+            views = TokenMask(
+                bitmask.view(torch.int32).view(self.max_rows, words), buffer[: size * 4].view(torch.int32)
+            )
+            self._fixed[size] = views
+        return views

@@ -164,7 +164,7 @@ class ModelRunner:
         )
         self.sampler = Sampler(self.device, config.seed)
         self.verifier = Verifier()
-        self.masks = MaskStaging(self.device)
+        self.masks = MaskStaging(self.device, config.max_num_seqs)
         """Host buffers the engine core fills with grammar masks, and their copy to the device."""
         self.decode_runner = None
         if self.device.type == "cuda":
@@ -350,14 +350,17 @@ class ModelRunner:
         logits = None
         if padded is not None:
             in_graph = padded.sampling is not None and inputs.sample_rows_leading and not out.spec_token_ids
-            takes = in_graph and sample and bool(batch) and not inputs.prompt_jobs and padded.sampling.takes(batch)
-            if takes:
+            takes = in_graph and bool(batch) and not inputs.prompt_jobs and padded.sampling.takes(batch)
+            if takes and sample:
                 padded.sampling.prepare(batch)  # before the replay that reads them
             hidden = padded.run(inputs)  # padded to a bucket, already where its graph reads
             if in_graph:
                 logits, drawn = padded.sampled(len(batch))
-                if takes:
+                if takes and sample:
                     return StepHandle.start(inputs.sample_states, batch, drawn)
+                if takes:  # its masks are still to come: a graph of the bucket's own draws it (`sample`)
+                    masked_draw = padded, inputs.num_padded_seqs
+                    return StepHandle(inputs.sample_states, batch, None, logits=logits, masked_draw=masked_draw)
         else:
             hidden = self.model(inputs.token_ids, inputs.positions, inputs.attn)
         handle = self._launch_sampling(out, inputs, hidden, proposal, sample, batch, logits)
@@ -400,6 +403,13 @@ class ModelRunner:
         if handle.logits is None:
             return handle  # nothing samples this step
         device_mask = self.masks.upload(mask) if mask is not None and self.tp.rank == 0 else None
+        if handle.masked_draw is not None and device_mask is not None:
+            padded, size = handle.masked_draw
+            fixed = self.masks.fixed(size) if padded.use_graphs else device_mask
+            if fixed is not None:
+                padded.sampling.prepare(handle.batch)  # before the replay that reads them
+                drawn = padded.masked_sampled(size, handle.logits, fixed)
+                return StepHandle.start(handle.states, handle.batch, drawn)
         sampled = self._sample(handle.states, handle.batch, handle.logits, device_mask)
         return replace(sampled, prompt=handle.prompt) if handle.prompt is not None else sampled
 

@@ -4,8 +4,10 @@ test_decode_runner.py does; tests/gpu/test_sampling_gpu.py checks the captured g
 
 from __future__ import annotations
 
+import json
 import random
 
+import jsonschema
 import pytest
 import torch
 
@@ -13,6 +15,7 @@ from model_optimizer import LLM, SamplingParams
 from model_optimizer.runtime.layers.sampler import SamplingInput
 from model_optimizer.runtime.runner.decode_runner import DecodeRunner
 from model_optimizer.runtime.runner.graph_sampling import GraphSampling
+from model_optimizer.runtime.structured import StructuredOutputs
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
@@ -94,3 +97,44 @@ def test_which_batches_the_graph_draws():
     assert not GraphSampling.takes([one(temperature=0, logprobs=1)])
     assert not GraphSampling.takes([one(temperature=0.8, top_p=0.9)])
     assert not GraphSampling.takes([one(temperature=0, repetition_penalty=1.2)])
+
+
+ORDER = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer", "minimum": 0, "maximum": 999},
+        "tags": {"type": "array", "items": {"enum": ["a", "bb"]}, "maxItems": 3},
+    },
+    "required": ["id", "tags"],
+    "additionalProperties": False,
+}
+
+
+def test_masked_batches_are_drawn_by_the_masked_draw_and_match_the_plain_path(model_dir):
+    """Grammar-masked decode batches: greedy and temperature rows take the bucket's masked draw (the graph's
+    draw with the masks; here run eagerly, as under enforce_eager), a logprobs batch the sampler as before.
+    Greedy tokens equal the plain path's, every document validates."""
+    so = StructuredOutputs.json(json.dumps(ORDER))
+    greedy = SamplingParams(temperature=0, max_tokens=40, structured_outputs=so)
+    expected = LLM(model_dir, kv_cache_memory=1 << 24).generate(prompts(3), greedy)
+    llm = LLM(model_dir, kv_cache_memory=1 << 24)
+    sampling = with_graph_sampling(llm)
+    drawn = []  # per draw: whether it was a masked one
+    original = sampling.draw
+
+    def counted(logits, mask=None, advance=True):  # noqa: ANN001, ANN202
+        drawn.append(mask is not None)
+        return original(logits, mask, advance)
+
+    sampling.draw = counted
+    got = llm.generate(prompts(3), greedy)
+    assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in expected]
+    assert sum(drawn) >= 5  # masked decode steps drawn by the masked draw, not the sampler
+    hot = SamplingParams(temperature=1.0, max_tokens=40, structured_outputs=so)
+    for out in llm.generate(prompts(3), [greedy, hot, hot]):
+        assert out.outputs[0].finish_reason == "stop"
+        jsonschema.validate(json.loads(out.outputs[0].text), ORDER)
+    drawn.clear()
+    logprobs = SamplingParams(temperature=0, max_tokens=20, logprobs=1, structured_outputs=so)
+    llm.generate(prompts(2), logprobs)
+    assert not any(drawn)  # a batch asking logprobs samples outside

@@ -38,3 +38,20 @@ def test_arrays_of_its_own_are_copied_as_they_are():
     own = HostTokenMask(np.array([0, -1], dtype=np.int32), np.array([[1, 2, 3]], dtype=np.int32))
     device = staging.upload(own)
     assert device.mask_index.tolist() == [0, -1] and device.bitmask.tolist() == [[1, 2, 3]]
+
+
+def test_up_to_max_rows_the_bitmask_starts_at_one_offset_and_unused_index_entries_are_minus_one():
+    """The fixed layout the decode graphs' masked draw reads: whatever a step's rows (up to max_rows), the
+    bitmask follows an index of max_rows entries, and entries no step wrote are -1 (no row)."""
+    staging = MaskStaging(torch.device("cpu"), max_rows=8)
+    offsets = set()
+    for shape in [(3, 2, 5), (5, 4, 5), (8, 8, 5)]:
+        mask = staging.buffers(*shape)
+        offsets.add(mask.bitmask.ctypes.data - mask.mask_index.ctypes.data)
+        index = np.frombuffer(staging._host[staging._parity].numpy()[: 8 * 4].tobytes(), dtype=np.int32)
+        assert (index[shape[0] :] == -1).all()
+        staging.upload(mask)
+    assert offsets == {32}
+    assert staging.fixed(8) is None  # on the CPU the host buffers alternate: no fixed addresses
+    wide = staging.buffers(9, 1, 5)  # more rows than the fixed layout holds: laid out for its own shape
+    assert wide.bitmask.ctypes.data - wide.mask_index.ctypes.data == 48
