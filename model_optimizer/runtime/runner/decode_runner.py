@@ -23,6 +23,10 @@ live decode step by a kernel compilation (seconds) in the middle of serving.
 
 With a `GraphSampling` (runner/graph_sampling.py) each graph also holds the LM head over the bucket's
 rows and the fused sampling kernel: the step's logits and, for plain batches, its tokens.
+A batch constrained by grammar masks draws from a second graph of the bucket's own (`masked_sampled`),
+captured lazily, unlike the forward's: it needs the masks' device buffer, which exists only once a
+grammar is live, and its capture compiles nothing the eager masked draw would not (one synchronize
+and a capture of two kernels, once per bucket).
 """
 
 from __future__ import annotations
