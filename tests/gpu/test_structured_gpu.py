@@ -114,12 +114,15 @@ def test_masked_decode_batches_replay_a_masked_draw_graph_with_the_eager_tokens(
     for eager in (True, False):
         llm = LLM(model_dir, dtype="bfloat16", gpu_memory_utilization=0.2, max_num_seqs=16, enforce_eager=eager)
         outputs[eager] = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy)]
-    graphs = llm.runner.decode_runner.masked_graphs
-    assert graphs and all(size in llm.runner.decode_runner.sizes for size in graphs)
+    runner = llm.runner.decode_runner
+    assert runner.masked_graphs and all(size in runner.sizes for size in runner.masked_graphs)
     assert outputs[False] == outputs[True]
+    for tokens in outputs[False]:
+        jsonschema.validate(json.loads(llm.tokenizer.decode(tokens, skip_special_tokens=True)), SCHEMA)
+    captured = {size: id(graph) for size, (_, graph, _) in runner.masked_graphs.items()}
     hot = SamplingParams(temperature=1.0, max_tokens=120, structured_outputs=so)
-    replays = len(graphs)
     for out in llm.generate(prompts, hot):
         assert out.outputs[0].finish_reason == "stop"
         jsonschema.validate(json.loads(out.outputs[0].text), SCHEMA)
-    assert len(llm.runner.decode_runner.masked_graphs) >= replays  # captured once per bucket, kept
+    again = {size: id(graph) for size, (_, graph, _) in runner.masked_graphs.items()}
+    assert all(again[size] == graph for size, graph in captured.items())  # replayed, not captured again

@@ -25,8 +25,9 @@ With a `GraphSampling` (runner/graph_sampling.py) each graph also holds the LM h
 rows and the fused sampling kernel: the step's logits and, for plain batches, its tokens.
 A batch constrained by grammar masks draws from a second graph of the bucket's own (`masked_sampled`),
 captured lazily, unlike the forward's: it needs the masks' device buffer, which exists only once a
-grammar is live, and its capture compiles nothing the eager masked draw would not (one synchronize
-and a capture of two kernels, once per bucket).
+grammar is live, and its capture compiles nothing the eager masked draw would not. What it costs a
+live step, once per bucket (again only if the masks' buffer is reallocated): a synchronize, the
+allocator's cache emptied (torch.cuda.graph does both) and the capture of two kernels.
 """
 
 from __future__ import annotations
@@ -164,7 +165,11 @@ class DecodeRunner:
 
         Why a graph: the masks arrive after the forward's graph was queued, so the draw cannot be part of it,
         and drawn eagerly (the random keys, the kernel's launch through Triton's Python launcher, its
-        outputs' allocation) it cost the host of a 64-row masked step about a third of a plain step."""
+        outputs' allocation) it cost the host of a 64-row masked step about a third of a plain step.
+
+        The masked graphs share one memory pool, so one graph's outputs may lie where another's scratch
+        does, as with the forward graphs: a draw's ids must be read (their copy to the host, the next
+        step's inputs) before the next masked replay, which the engine core's order guarantees."""
         if not self.use_graphs:
             return self.sampling.draw(logits, mask)  # type: ignore[union-attr]
         padded = self.outputs[size][1]

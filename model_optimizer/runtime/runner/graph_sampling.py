@@ -11,9 +11,9 @@ holds) and one noise key per row, which the graph itself advances by one each re
 sampler's generator, so two engines with different seeds sample differently. A batch takes the graph's
 tokens when every row is greedy or temperature-only, unseeded (a seeded request's noise is keyed by its
 seed and output position, which the graph does not have) and asks no logprobs; any other batch samples
-from the graph's logits as before, and the graph's own draw is left unread. Such a batch under grammar
-masks, which are filled while its forward runs, is drawn by `draw` with the masks, in a graph of its own
-(DecodeRunner.masked_sampled).
+from the graph's logits as before, and the graph's own draw is left unread. A batch the graph would draw
+but for grammar masks, which are filled while its forward runs, is drawn by `draw` with the masks, in a
+graph of its own (DecodeRunner.masked_sampled).
 
 The graph computes the logits of every padded row, so `enforce_eager` runs the same shapes (decode_runner).
 """

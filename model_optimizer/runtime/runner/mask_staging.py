@@ -15,8 +15,9 @@ For the decode graphs' masked draw (runner/decode_runner.py), whose graph reads 
 addresses, a step of up to `max_rows` rows is laid out the same way whatever its shape: the row index
 takes `max_rows` entries, the bitmask starts after them, and the device buffer is made once for
 `max_rows` masked rows. `fixed(size)` gives those views for a bucket of `size` padded rows: the index
-entries past a step's rows hold -1 or an earlier step's index (the host arrays start at -1 and only
-ever receive indices below `max_rows`), so a padded row reads a valid bitmask row and its draw is unused.
+entries past a step's rows hold -1 or an earlier step's index below `max_rows` (the host arrays start
+at -1, and a buffer that held a wider step, whose indices may reach past `max_rows`, is reset to -1
+before it holds a fixed one again), so a padded row reads a valid bitmask row and its draw is unused.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class MaskStaging:
         """The layout of the buffers last handed out, until `upload` takes it."""
         self._uploaded = (0, 0, 0)
         """The shape `upload` last copied from its own buffers; rows 0 after arrays of the caller's."""
+        self._wide = [False, False]
+        """Per buffer, whether it held a step of more than `max_rows` rows since its index was last reset."""
 
     def buffers(self, num_rows: int, num_masked: int, words: int) -> HostTokenMask:
         """Empty mask arrays for one step, laid out as `upload` copies them."""
@@ -77,6 +80,10 @@ class MaskStaging:
         if layout is None or layout.shape != (num_rows, num_masked, words):
             layout = self._layout(num_rows, num_masked, words)
             self._layouts[self._parity] = layout
+        wide = num_rows > self.max_rows
+        if self._wide[self._parity] and not wide:  # its indices may reach past max_rows: -1 again
+            self._host[self._parity][: self._index_bytes].view(torch.int32).fill_(-1)  # type: ignore[index]
+        self._wide[self._parity] = wide
         self._handed = layout
         return layout.host
 

@@ -358,7 +358,7 @@ class ModelRunner:
                 logits, drawn = padded.sampled(len(batch))
                 if takes and sample:
                     return StepHandle.start(inputs.sample_states, batch, drawn)
-                if takes:  # its masks are still to come: a graph of the bucket's own draws it (`sample`)
+                if takes:  # its masks are still to come: the bucket's masked draw takes it (`sample`)
                     masked_draw = padded, inputs.num_padded_seqs
                     return StepHandle(inputs.sample_states, batch, None, logits=logits, masked_draw=masked_draw)
         else:

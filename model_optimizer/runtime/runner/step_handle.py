@@ -43,8 +43,8 @@ class StepHandle:
     logits: torch.Tensor | None = None
     """Set while the step's sampling waits for its grammar masks (launched with sample=False)."""
     masked_draw: tuple[Any, int] | None = None
-    """With `logits`, when a decode graph computed them and its masked draw can sample the batch: the
-    DecodeRunner and the bucket (runner/decode_runner.py `masked_sampled`)."""
+    """With `logits`, when the padded decode path computed them (a graph, or eagerly) and its masked draw can
+    sample the batch: the DecodeRunner and the bucket (runner/decode_runner.py `masked_sampled`)."""
     prompt: PendingPromptLogprobs | None = None
     """Prompt logprobs the step computed (runner/prompt_logprobs.py), on the device until collected."""
 

@@ -40,16 +40,21 @@ def test_arrays_of_its_own_are_copied_as_they_are():
     assert device.mask_index.tolist() == [0, -1] and device.bitmask.tolist() == [[1, 2, 3]]
 
 
-def test_up_to_max_rows_the_bitmask_starts_at_one_offset_and_unused_index_entries_are_minus_one():
+def test_up_to_max_rows_the_bitmask_starts_at_one_offset_and_stale_index_entries_stay_below_max_rows():
     """The fixed layout the decode graphs' masked draw reads: whatever a step's rows (up to max_rows), the
-    bitmask follows an index of max_rows entries, and entries no step wrote are -1 (no row)."""
+    bitmask follows an index of max_rows entries. Entries past a step's rows, which a padded row of its
+    bucket reads, hold -1 or an earlier step's index below max_rows, also after a step wider than max_rows
+    (whose indices reach past it) used the same buffer."""
     staging = MaskStaging(torch.device("cpu"), max_rows=8)
     offsets = set()
-    for shape in [(3, 2, 5), (5, 4, 5), (8, 8, 5)]:
+    for step, shape in enumerate([(8, 8, 5), (8, 8, 5), (12, 12, 5), (12, 12, 5), (3, 2, 5), (3, 2, 5), (5, 4, 5)]):
         mask = staging.buffers(*shape)
-        offsets.add(mask.bitmask.ctypes.data - mask.mask_index.ctypes.data)
-        index = np.frombuffer(staging._host[staging._parity].numpy()[: 8 * 4].tobytes(), dtype=np.int32)
-        assert (index[shape[0] :] == -1).all()
+        if shape[0] <= 8:
+            offsets.add(mask.bitmask.ctypes.data - mask.mask_index.ctypes.data)
+            index = staging._host[staging._parity][: 8 * 4].view(torch.int32)
+            assert bool(((index >= -1) & (index < 8)).all())
+        _fill(mask, step)
+        mask.mask_index[0] = shape[1] - 1  # the largest index a step of this shape may write
         staging.upload(mask)
     assert offsets == {32}
     assert staging.fixed(8) is None  # on the CPU the host buffers alternate: no fixed addresses
