@@ -1,7 +1,8 @@
 """Structured outputs: the grammar mask's host time per step and its effect on TPOT, against `mopt serve`.
 
     PYTHONPATH=. python3 benchmarks/structured.py [--model DIR | --bpe-from CONFIG_DIR] [--concurrency 1 64]
-        [--output-len 256] [--output FILE] [-- ENGINE FLAGS, e.g. --load-format dummy --dtype bfloat16]
+        [--output-len 256] [--schema order|order-unbounded] [--repeats N] [--output FILE]
+        [-- ENGINE FLAGS, e.g. --load-format dummy --dtype bfloat16]
 
 `--bpe-from benchmarks/configs/qwen3-0.6b` serves that config with dummy weights and a byte-level BPE
 tokenizer of its full vocabulary (bpe_tokenizer_model.py): structured outputs need tokens that spell
@@ -11,8 +12,11 @@ order document with bounded strings, arrays, enums and numbers: the grammar ends
 unconstrained again with the structured run's own output lengths (`plain_matched_lengths`): the grammar
 ends requests at staggered lengths, so new ones (and their prefills) join every few steps, where the
 first plain run's requests all end together in a few waves; only the matched run compares the same
-work. The JSON holds the runs' TPOT / ITL / throughput, the TPOT ratios to both plain runs
-(`tpot_ratio`, `tpot_ratio_matched_lengths`; the [structured] target: <= 1.1 at 64),
+work. `--repeats N` runs the matched plain and the structured run N - 1 times more, alternating, and
+records each pair's ratio with their median and spread (`repeats`): one pair's ratio moved by ~0.2x
+between runs of the same code on the H200's host. The JSON holds the runs' TPOT / ITL / throughput, the
+TPOT ratios to both plain runs (`tpot_ratio`, `tpot_ratio_matched_lengths`; the [structured] target:
+<= 1.1 at 64),
 and from the server's /metrics the host time the engine core spent advancing grammars and filling
 masks per masked step (mean, and the largest one step took), the part of it the step loop waited for
 (what the forward and the loop's own work did not hide), and the engine steps. A sample
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -137,7 +142,7 @@ def measure(url: str, args: argparse.Namespace, concurrency: int, schema_file: P
     after = scrape(url)
     lengths = structured.pop("lengths")
     plain.pop("lengths")
-    matched = None
+    matched, extra = None, []
     if lengths:  # the grammar ends each request at its own length: plain with those lengths, so that both
         # runs have new requests (prefills) joining at the same rate, not plain's four synchronized waves
         extra = ["--output-len", length_hist(lengths)]
@@ -162,12 +167,42 @@ def measure(url: str, args: argparse.Namespace, concurrency: int, schema_file: P
     result["tpot_ratio"] = round(s / p, 3) if p and s else None
     m = matched["tpot_ms"]["mean"] if matched else None
     result["tpot_ratio_matched_lengths"] = round(s / m, 3) if m and s else None
+    if matched and args.repeats > 1:
+        result["repeats"] = repeat_pairs(url, args, concurrency, schema_file, tmp, extra, (m, s))
     print(
         f"c={concurrency}: TPOT {p} (plain) / {m} (plain, the structured run's lengths) -> {s} ms "
         f"({result['tpot_ratio']}x / {result['tpot_ratio_matched_lengths']}x), {result['grammar']}",
         file=sys.stderr,
     )
     return result
+
+
+def repeat_pairs(
+    url: str,
+    args: argparse.Namespace,
+    concurrency: int,
+    schema_file: Path,
+    tmp: Path,
+    matched_flags: list[str],
+    first: tuple[float, float],
+) -> dict:
+    """`--repeats` pairs of runs in all, the first being `first` (plain with the structured run's lengths,
+    structured; their mean TPOTs): each later pair runs the two back to back again, alternating, so that
+    the host's drift over the call lands on both. The ratio of each pair, their median and spread: on the
+    H200's host one pair's ratio moved by ~0.2x between runs of the same code."""
+    tpots = [first]
+    for i in range(1, args.repeats):
+        matched = bench(url, args, concurrency, tmp / f"matched{concurrency}-{i}", matched_flags)
+        structured = bench(
+            url, args, concurrency, tmp / f"schema{concurrency}-{i}", ["--json-schema", str(schema_file)]
+        )
+        tpots.append((matched["tpot_ms"]["mean"], structured["tpot_ms"]["mean"]))
+    ratios = [round(s / m, 3) for m, s in tpots if m and s]
+    out = {"tpot_ms_matched_structured": tpots, "ratios": ratios}
+    if ratios:
+        out |= {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+    print(f"c={concurrency}: matched-length ratios over {len(ratios)} pairs {ratios}", file=sys.stderr)
+    return out
 
 
 def sample_is_valid(url: str, model: str, schema: dict, max_tokens: int) -> dict:
@@ -268,6 +303,9 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--schema", choices=sorted(SCHEMAS), default="order", help="order-unbounded: no maxLength")
     parser.add_argument("--offline-steps", type=int, default=300, help="steps of the in-process mask timing")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="pairs of matched-length plain and structured runs (their median ratio)"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the server may take to start")
     parser.add_argument("--output", default=str(RESULTS / "structured_cpu.json"))
     parser.add_argument("engine_flags", nargs="*", help="after `--`: engine flags as `mopt serve` takes them")

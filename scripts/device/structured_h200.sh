@@ -9,7 +9,8 @@
 #      the host -> the fill running) and `fill_thread` (the masks' computing)                  <= 120 s
 #   2. benchmarks/structured.py at c=64: `mopt serve` + `mopt bench`, unconstrained vs --json-schema,
 #      and unconstrained again with the structured run's own output lengths (tpot_ratio_matched_lengths:
-#      new requests join at the same rate in both); the server's grammar counters            <= 150 s
+#      new requests join at the same rate in both), three alternating pairs of those two (their median
+#      ratio: one pair moves by ~0.2x between runs on this host); the server's grammar counters  <= 150 s
 #   3. the same with --schema order-unbounded (no maxLength: every string mask the cheap one a real model
 #      mostly meets): the engine's mask chain apart from llguidance's walk under a bound        <= 150 s
 #   4. tests/gpu/test_structured_gpu.py: fused kernel mask vs torch, a split launch with no sync,
@@ -33,9 +34,9 @@ part bpe_tokenizer 60 python3 bpe_tokenizer_model.py configs/qwen3-0.6b "$MODEL"
 part step_host 120 python3 structured_step_host.py --full --rows 64 --tokens 128 --label h200 \
   --output "$RES/structured_step_host_h200.json"
 part structured_bench 150 python3 structured.py --model "$MODEL" --concurrency 64 --output-len 256 \
-  --offline-steps 100 --output "$RES/structured_h200.json" -- "${QWEN[@]}"
+  --offline-steps 100 --repeats 3 --output "$RES/structured_h200.json" -- "${QWEN[@]}"
 part structured_unbounded 150 python3 structured.py --model "$MODEL" --schema order-unbounded \
-  --concurrency 64 --output-len 256 --offline-steps 100 --output "$RES/structured_unbounded_h200.json" -- "${QWEN[@]}"
+  --concurrency 64 --output-len 256 --offline-steps 100 --repeats 3 --output "$RES/structured_unbounded_h200.json" -- "${QWEN[@]}"
 cd .. || exit 2
 rm -rf "$MODEL"
 part gpu_tests 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_structured_gpu.py
