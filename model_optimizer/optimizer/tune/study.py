@@ -227,8 +227,10 @@ class Tuner:
     def enqueue_defaults(self) -> bool:
         """Measure the engine's default settings first: the baseline every other trial is compared with.
         False (nothing queued) when a default lies outside the searched space."""
+        if self.study.trials:
+            return False
         params = default_params(self.space)
-        if self.study.trials or params is None:
+        if params is None:
             return False
         self.study.enqueue_trial(params, user_attrs={"baseline": True})
         return True
