@@ -1,14 +1,16 @@
 """Structured outputs: the step loop's host time per phase, 64 constrained rows against 64 unconstrained (CPU).
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python3 benchmarks/structured_step_host.py [--rows 64] [--tokens 128]
-        [--full] [--schema order|order-unbounded] [--label NAME] [--output FILE]
+        [--full] [--schema order|order-unbounded] [--advance pool|turn|both] [--label NAME] [--output FILE]
 
 A tiny Qwen3 (2 layers, hidden 64, dummy weights) with the vocabulary and the 151k-token byte-level
 BPE tokenizer of benchmarks/configs/qwen3-0.6b (bpe_tokenizer_model.py, ~30 s): the model's forward
 costs little here, so what is timed is the engine's host work, the part that sits on the step loop
 (the thread that schedules, launches and collects) whatever the device. `--rows` requests generate
 `--tokens` tokens each (greedy), once unconstrained (ignore_eos) and once with the
-order schema of benchmarks/structured.py (`--schema order-unbounded`: without its maxLength bounds). Every call of the engine core's phases is timed on the
+order schema of benchmarks/structured.py (`--schema order-unbounded`: without its maxLength bounds);
+`--advance both` adds a constrained run whose matchers take their tokens in turn on the loop thread
+rather than on llguidance's pool (`constrained_in_turn`), the kinds alternating over `--repeats`. Every call of the engine core's phases is timed on the
 loop thread, in wall and in thread CPU time (the fill's pool runs in other threads and is not
 counted, except where the loop waits for it):
 
@@ -49,6 +51,8 @@ import numpy as np
 from common import CONFIGS, RESULTS, environment, write_json
 from structured import SCHEMAS
 
+IN_TURN = 1 << 30
+"""PARALLEL_ADVANCE_ROWS for a run whose matchers take their tokens in turn, whatever the rows."""
 PHASES = (
     "schedule",
     "prepare",
@@ -219,7 +223,18 @@ def main() -> None:
         action="store_true",
         help="Qwen3-0.6B's own sizes (bf16, dummy weights): the GPU run, not the tiny one",
     )
+    parser.add_argument(
+        "--advance",
+        choices=("pool", "turn", "both"),
+        default="pool",
+        help="how the matchers take a step's tokens: llguidance's pool (the engine's way from "
+        "PARALLEL_ADVANCE_ROWS rows), in turn on the loop thread, or both, alternating (`constrained_in_turn`)",
+    )
     args = parser.parse_args()
+    from model_optimizer.runtime.structured import manager
+
+    schema = SCHEMAS[args.schema]
+    pool_from = manager.PARALLEL_ADVANCE_ROWS
     from model_optimizer import LLM
 
     output = Path(args.output)
@@ -234,18 +249,25 @@ def main() -> None:
         extra = {"dtype": "bfloat16"} if args.full else {}
         llm = LLM(str(model_dir), load_format="dummy", max_model_len=512, max_num_seqs=args.rows, **extra)
         figures = {}
-        for kind in ("unconstrained", "constrained"):
-            for repeat in range(args.repeats):
-                figures[kind] = run(
-                    llm, args.rows, args.tokens, kind == "constrained", 1000 * repeat, SCHEMAS[args.schema]
-                )
+        kinds = {"pool": ["constrained"], "turn": ["constrained_in_turn"]}.get(args.advance)
+        kinds = ["unconstrained"] + (kinds or ["constrained", "constrained_in_turn"])
+        for repeat in range(args.repeats):  # the kinds alternate: the host's drift falls on each alike
+            for kind in kinds:
+                manager.PARALLEL_ADVANCE_ROWS = IN_TURN if kind == "constrained_in_turn" else pool_from
+                figures[kind] = run(llm, args.rows, args.tokens, kind != "unconstrained", 1000 * repeat, schema)
                 print(f"{kind} #{repeat}: {figures[kind]}", file=sys.stderr)
+        manager.PARALLEL_ADVANCE_ROWS = pool_from
         llm.close()
     threads = os.environ.get("MOPT_GRAMMAR_THREADS", "default")
     payload["runs"][args.label] = {"rows": args.rows, "tokens": args.tokens, "full": args.full, "schema": args.schema}
     payload["runs"][args.label] |= {"grammar_threads": threads, **figures}
-    plain, masked = figures["unconstrained"]["wall_ms"]["total"], figures["constrained"]["wall_ms"]["total"]
-    print(f"step wall: {plain} -> {masked} ms ({round(masked / plain, 3) if plain else None}x)", file=sys.stderr)
+    plain = figures["unconstrained"]["wall_ms"]["total"]
+    for kind in kinds[1:]:
+        masked = figures[kind]["wall_ms"]["total"]
+        print(
+            f"step wall, {kind}: {plain} -> {masked} ms ({round(masked / plain, 3) if plain else None}x)",
+            file=sys.stderr,
+        )
     write_json(output, payload)
     print(f"wrote {output}", file=sys.stderr)
 

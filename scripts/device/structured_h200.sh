@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # [structured] the c=64 TPOT ratio and where a masked step's time goes, on one H200 (~5 min; limits add up
-# to 540 s, the parts usually take ~260 s), each part under a limit:
+# to 600 s, the parts usually take ~260 s), each part under a limit:
 #   0. the 151k-token byte-level BPE tokenizer of Qwen3-0.6B's config (bpe_tokenizer_model.py), once  <= 60 s
 #   1. benchmarks/structured_step_host.py --full: Qwen3-0.6B (bf16, dummy weights) in process, 64 rows
 #      decoding, unconstrained vs the order schema: per step, the loop thread's phases (schedule,
@@ -14,7 +14,8 @@
 #   3. the same with --schema order-unbounded (no maxLength: every string mask the cheap one a real model
 #      mostly meets): the engine's mask chain apart from llguidance's walk under a bound        <= 150 s
 #   4. tests/gpu/test_structured_gpu.py: fused kernel mask vs torch, a split launch with no sync,
-#      constrained generation with CUDA graphs (sync and async scheduling)                 <= 120 s
+#      constrained generation with CUDA graphs (sync and async scheduling); with the sampler's and
+#      the graphs' GPU tests                                                                  <= 180 s
 # Everything (JSON, logs, summary.txt) is packed into ONE tarball, $OUT/structured.tgz.
 # The GPU machine lacks llguidance (and maybe fastapi/uvicorn/pydantic/msgspec/pyzmq/jsonschema):
 # put their cp312 wheels in .whl/ (llguidance-1.9.1-cp39-abi3-manylinux_2_31_x86_64.whl is in
@@ -39,7 +40,8 @@ part structured_unbounded 150 python3 structured.py --model "$MODEL" --schema or
   --concurrency 64 --output-len 256 --offline-steps 100 --repeats 3 --output "$RES/structured_unbounded_h200.json" -- "${QWEN[@]}"
 cd .. || exit 2
 rm -rf "$MODEL"
-part gpu_tests 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_structured_gpu.py
+part gpu_tests 180 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_structured_gpu.py \
+  tests/gpu/test_sampling_gpu.py tests/gpu/test_graphs_gpu.py
 cat "$RES/summary.txt"
 tar -czf "$OUT/structured.tgz" -C "$RES" .
 rm -rf "$RES"
