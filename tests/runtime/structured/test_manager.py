@@ -11,7 +11,7 @@ from model_optimizer.runtime.models.tokenizer import load_tokenizer
 from model_optimizer.runtime.sampling_params import SamplingParams
 from model_optimizer.runtime.structured.compiler import GrammarCompiler
 from model_optimizer.runtime.structured.grammar import GrammarError
-from model_optimizer.runtime.structured.manager import PARALLEL_ADVANCE_ROWS, StructuredOutputManager
+from model_optimizer.runtime.structured.manager import StructuredOutputManager
 from model_optimizer.runtime.structured.params import StructuredOutputs
 
 
@@ -27,6 +27,15 @@ def manager(tokenizer):
     manager = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2})))
     yield manager
     manager.close()
+
+
+@pytest.fixture(params=["pool", "in_turn"])
+def pool_from(request, monkeypatch) -> int:
+    """PARALLEL_ADVANCE_ROWS set so that the test's rows take their tokens on llguidance's pool, or in turn."""
+    from model_optimizer.runtime.structured import manager as module
+
+    monkeypatch.setattr(module, "PARALLEL_ADVANCE_ROWS", 8 if request.param == "pool" else 1 << 30)
+    return module.PARALLEL_ADVANCE_ROWS
 
 
 def _allowed(mask_row: np.ndarray) -> set[int]:
@@ -86,9 +95,10 @@ def test_a_token_outside_the_grammar_fails_the_request_alone(manager, tokenizer)
     assert bad in ended and "left its grammar" in ended[bad] and ended.get(good) is None
 
 
-def test_a_pool_of_rows_in_several_lanes_reports_stops_and_failures_in_row_order(tokenizer):
-    """From PARALLEL_ADVANCE_ROWS rows the matchers take their tokens on the pool, grouped by lane: each
-    row's outcome (went on, stopped, failed) must still be its own, reported in the rows' order."""
+def test_a_pool_of_rows_in_several_lanes_reports_stops_and_failures_in_row_order(tokenizer, pool_from):
+    """From PARALLEL_ADVANCE_ROWS rows the matchers take their tokens on the pool, grouped by lane, below it
+    in turn: either way each row's outcome (went on, stopped, failed) must be its own, reported in the
+    rows' order."""
     manager = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), lanes=3), 2)
     yes = manager.submit(StructuredOutputs.choice(["yes"])).result(timeout=60)
     digits = manager.submit(StructuredOutputs.regex("[0-9]+")).result(timeout=60)
@@ -102,7 +112,8 @@ def test_a_pool_of_rows_in_several_lanes_reports_stops_and_failures_in_row_order
     for i, text in enumerate(plan):
         requests.append(Request(f"r{i}", [1], SamplingParams()))
         manager.start(f"r{i}", digits if text == "7" else yes)
-    assert len(plan) >= PARALLEL_ADVANCE_ROWS and len({manager.lane_of(r.request_id) for r in requests}) == 3
+    assert (len(plan) >= pool_from) == (pool_from == 8)
+    assert len({manager.lane_of(r.request_id) for r in requests}) == 3
     sampled = {r.request_id: (encode[text], None) for r, text in zip(requests, plan)}
     ended = manager.take(sampled, requests)
     expected = [(r, text) for r, text in zip(requests, plan) if text != "7"]
@@ -146,12 +157,12 @@ def test_a_word_level_tokenizer_without_a_decoder_is_refused(tmp_path):
         ll_tokenizer(FastTokenizer(tmp_path, backend, {"eos_token": "w1"}), 2, frozenset({1}))
 
 
-def test_lanes_spread_requests_and_fill_the_same_masks_as_one_lane(tokenizer):
+def test_lanes_spread_requests_and_fill_the_same_masks_as_one_lane(tokenizer, pool_from):
     """Matchers of different lanes have lexers of their own (so they fill in parallel); the masks must be
     those of one shared lexer, bit for bit, for rows filled and advanced together in one pool call."""
     so = StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
-    texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":""}', '{"a":"q r"}', '{"a":"12"}'] * 2  # 10 rows: a pool advances them
-    assert len(texts) >= PARALLEL_ADVANCE_ROWS
+    texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":""}', '{"a":"q r"}', '{"a":"12"}'] * 2  # 10 rows
+    assert (len(texts) >= pool_from) == (pool_from == 8)
     single = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2})), threads=1)
     laned = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), lanes=3), threads=2)
     streams = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
@@ -221,7 +232,7 @@ def test_a_constraint_builds_its_other_lanes_only_once_two_requests_use_it(token
     manager.close()
 
 
-def test_tokens_taken_before_the_append_give_llguidances_own_masks(tokenizer):
+def test_tokens_taken_before_the_append_give_llguidances_own_masks(tokenizer, pool_from):
     """`take` feeds the runner's sampled ids before the scheduler appends them (the engine core's order, so
     that the next masks start at once): every mask must be the one llguidance computes itself for a fresh
     matcher of the same grammar that consumed the same tokens, and the grammar's end is reported once."""
@@ -230,7 +241,7 @@ def test_tokens_taken_before_the_append_give_llguidances_own_masks(tokenizer):
     from model_optimizer.runtime.structured.grammar import check, ll_tokenizer
 
     so = StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
-    texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":""}', '{"a":"q r"}', '{"a":"12"}'] * 2  # a pool takes 10 rows
+    texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":""}', '{"a":"q r"}', '{"a":"12"}'] * 2  # 10 rows
     streams = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
     vocab = len(tokenizer) + 5
     manager = StructuredOutputManager(GrammarCompiler(tokenizer, vocab, frozenset({2}), lanes=3), threads=2)
