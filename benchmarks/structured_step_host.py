@@ -7,12 +7,12 @@ A tiny Qwen3 (2 layers, hidden 64, dummy weights) with the vocabulary and the 15
 BPE tokenizer of benchmarks/configs/qwen3-0.6b (bpe_tokenizer_model.py, ~30 s): the model's forward
 costs little here, so what is timed is the engine's host work, the part that sits on the step loop
 (the thread that schedules, launches and collects) whatever the device. `--rows` requests generate
-`--tokens` tokens each (greedy), once unconstrained (ignore_eos) and once with the
-order schema of benchmarks/structured.py (`--schema order-unbounded`: without its maxLength bounds);
-`--advance both` adds a constrained run whose matchers take their tokens in turn on the loop thread
-rather than on llguidance's pool (`constrained_in_turn`), the kinds alternating over `--repeats`. Every call of the engine core's phases is timed on the
-loop thread, in wall and in thread CPU time (the fill's pool runs in other threads and is not
-counted, except where the loop waits for it):
+`--tokens` tokens each (greedy), once unconstrained (ignore_eos) and once with the order schema of
+benchmarks/structured.py (`--schema order-unbounded`: without its maxLength bounds). `--advance both`
+adds a constrained run whose matchers take their tokens in turn on the loop thread rather than on
+llguidance's pool (`constrained_in_turn`), the kinds alternating over `--repeats`. Every call of the
+engine core's phases is timed on the loop thread, in wall and in thread CPU time (the fill's pool runs
+in other threads and is not counted, except where the loop waits for it):
 
     schedule        Scheduler.schedule
     prepare         runner.prepare (the batch updated, the step's inputs written: launch's host half)

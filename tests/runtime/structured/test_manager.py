@@ -159,7 +159,8 @@ def test_a_word_level_tokenizer_without_a_decoder_is_refused(tmp_path):
 
 def test_lanes_spread_requests_and_fill_the_same_masks_as_one_lane(tokenizer, pool_from):
     """Matchers of different lanes have lexers of their own (so they fill in parallel); the masks must be
-    those of one shared lexer, bit for bit, for rows filled and advanced together in one pool call."""
+    those of one shared lexer, bit for bit, for rows filled together in one pool call (and advanced on
+    the pool or in turn)."""
     so = StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
     texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":""}', '{"a":"q r"}', '{"a":"12"}'] * 2  # 10 rows
     assert (len(texts) >= pool_from) == (pool_from == 8)
