@@ -1,6 +1,6 @@
 """Pydantic models of the OpenAI API's structured outputs and tools, and of vLLM's `structured_outputs`.
 
-Requests: `response_format` (text, json_object, json_schema), vLLM's `structured_outputs` object (and
+Requests: `response_format` (text, json_object, json_schema, structural_tag), vLLM's `structured_outputs` object (and
 its older `guided_*` fields, on SamplingFields), `tools`, `tool_choice`, and the assistant and tool
 messages of a conversation that used them. Responses: `tool_calls` on a message or a stream delta.
 What the server does with them is in structured.py and tools.py.
@@ -31,10 +31,13 @@ class JsonSchemaFormat(_Request):
 class ResponseFormat(_Request):
     type: Literal["text", "json_object", "json_schema", "structural_tag"]
     json_schema: JsonSchemaFormat | None = None
+    structures: list[Any] | None = Field(default=None, max_length=4096)
+    """structural_tag (vLLM's): [{"begin", "schema", "end"}, ...], checked in structured.py."""
+    triggers: list[Any] | None = Field(default=None, max_length=4096)
 
 
 class StructuredOutputsField(_Request):
-    """vLLM's `structured_outputs`: exactly one of json, regex, choice, grammar, json_object."""
+    """vLLM's `structured_outputs`: exactly one of json, regex, choice, grammar, json_object, structural_tag."""
 
     json_: dict[str, Any] | bool | str | None = Field(default=None, alias="json")
     regex: str | None = None

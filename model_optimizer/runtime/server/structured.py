@@ -1,7 +1,7 @@
 """A request's output constraint: read from its fields, checked before it reaches the engine.
 
 One constraint per request, from whichever field carries it: OpenAI's `response_format` (json_object,
-json_schema; `strict` or not, the schema is enforced), vLLM's `structured_outputs` object, or vLLM's
+json_schema; `strict` or not, the schema is enforced; vLLM's structural_tag), vLLM's `structured_outputs` object, or vLLM's
 older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`; a tool_choice of "required"
 or a named function brings its own (tools.py). Two at once is a 400, as is anything the grammar engine
 cannot enforce: llguidance validates each constraint in a worker thread, within CHECK_TIMEOUT_S, and
@@ -59,28 +59,37 @@ def _response_format(rf: Any) -> StructuredOutputs:
     if rf.type == "json_object":
         return StructuredOutputs.json_object()
     if rf.type == "structural_tag":
-        raise ValueError("type structural_tag is not supported (text, json_object and json_schema are)")
+        return StructuredOutputs.structural_tag(rf.structures, rf.triggers)  # type: ignore[arg-type]
     if rf.json_schema is None or rf.json_schema.schema_ is None:
         raise ValueError("type json_schema needs json_schema.schema, the JSON schema of the output")
     return StructuredOutputs.json(rf.json_schema.schema_)
 
 
 def _structured_outputs(so: Any) -> StructuredOutputs:
-    for name in ("structural_tag", "whitespace_pattern", "disable_additional_properties"):
+    for name in ("whitespace_pattern", "disable_additional_properties"):
         if getattr(so, name) is not None:
             raise ValueError(f"{name} is not supported")
     given = [
-        (k, v) for k, v in (("json", so.json_), ("regex", so.regex), ("choice", so.choice), ("grammar", so.grammar))
+        (k, v)
+        for k, v in (
+            ("json", so.json_),
+            ("regex", so.regex),
+            ("choice", so.choice),
+            ("grammar", so.grammar),
+            ("structural_tag", so.structural_tag),
+        )
     ]
     given = [(k, v) for k, v in given if v is not None] + ([("json_object", True)] if so.json_object else [])
     if len(given) != 1:
-        raise ValueError("set exactly one of json, regex, choice, grammar or json_object")
+        raise ValueError("set exactly one of json, regex, choice, grammar, json_object or structural_tag")
     kind, value = given[0]
     flexible = so.disable_any_whitespace is False  # compact unless asked otherwise
     if kind == "json_object":
         return StructuredOutputs.json_object(flexible)
     if kind == "json":
         return StructuredOutputs.json(value, flexible)
+    if kind == "structural_tag":  # vLLM's is the tag's JSON text; an object works too
+        return StructuredOutputs.from_dict({"structural_tag": value, "whitespace_flexible": flexible})
     return _make(kind, value)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model_optimizer.runtime.structured.params import StructuredOutputs
+from model_optimizer.runtime.structured.params import StructuredOutputs, structures_of
 
 WHITESPACE_RUN = 16
 """Most whitespace characters between two JSON tokens with whitespace_flexible: enough to pretty-print
@@ -51,9 +51,27 @@ def grammar_of(so: StructuredOutputs) -> str:
             return llg.LLMatcher.grammar_from_regex(so.spec)
         if so.kind == "choice":
             return llg.grammar_from("choice", so.spec)
+        if so.kind == "structural_tag":
+            return _structural_tag(so)
         return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
     except (ValueError, TypeError) as exc:
         raise GrammarError(f"invalid {so.kind}: {exc}") from None
+
+
+def _structural_tag(so: StructuredOutputs) -> str:
+    """llguidance's grammar of structural tags: free text, each trigger a lazy lexeme (matched as text,
+    never as a special token) after which its structure's begin, JSON and end are forced. The schemas
+    carry the JSON options of the other kinds (compact unless whitespace_flexible)."""
+    import llguidance as llg
+
+    tags = []
+    for trigger, schema, begin, end in structures_of(so.spec):
+        if schema is False:
+            raise ValueError(f"the schema of {begin!r} is false: nothing can follow it")
+        options = {"x-guidance": _json_options(so.whitespace_flexible)}
+        grammar = options if schema is True else {**schema, **options}
+        tags.append(llg.StructTag(trigger=trigger, begin=begin, grammar=grammar, end=end))
+    return llg.StructTag.to_grammar(tags, assume_special=False)
 
 
 def _json_options(flexible: bool) -> dict[str, Any]:

@@ -11,9 +11,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("json", "json_object", "regex", "choice", "grammar")
+KINDS = ("json", "json_object", "regex", "choice", "grammar", "structural_tag")
 """json: a JSON schema; json_object: any JSON object; regex: a regular expression the whole output
-matches; choice: one of a list of strings; grammar: a context-free grammar (Lark, or llama.cpp's GBNF)."""
+matches; choice: one of a list of strings; grammar: a context-free grammar (Lark, or llama.cpp's GBNF);
+structural_tag: free text in which each trigger, once written, starts one of its structures (its
+`begin`, a JSON document valid under its schema, its `end`), as vLLM's structural tags."""
 
 
 @dataclass(frozen=True)
@@ -21,15 +23,16 @@ class StructuredOutputs:
     """One constraint on a request's output (vLLM's `structured_outputs`); frozen, so it is its own cache key.
 
     Build one with `StructuredOutputs.json(schema)`, `.json_object()`, `.regex(pattern)`,
-    `.choice(options)` or `.grammar(text)`."""
+    `.choice(options)`, `.grammar(text)` or `.structural_tag(structures, triggers)`."""
 
     kind: str
     """One of KINDS."""
     spec: str = ""
     """json: the schema as JSON text; choice: the options as a JSON list of strings; regex: the
-    pattern; grammar: the grammar text; json_object: empty."""
+    pattern; grammar: the grammar text; json_object: empty; structural_tag: {"structures": [{"begin",
+    "schema", "end"}, ...], "triggers": [...]} as JSON text."""
     whitespace_flexible: bool = False
-    """JSON kinds only: allow a run of up to grammar.WHITESPACE_RUN whitespace characters between JSON
+    """JSON kinds and the schemas of structural tags: allow a run of up to grammar.WHITESPACE_RUN whitespace characters between JSON
     tokens (enough to pretty-print). Off, JSON comes out compact, as OpenAI's structured outputs return
     it: small models given free whitespace tend to spend their whole budget on it."""
 
@@ -50,6 +53,8 @@ class StructuredOutputs:
                 raise ValueError("choice must be a non-empty list of non-empty strings")
         elif self.kind in ("regex", "grammar") and not self.spec:
             raise ValueError(f"{self.kind} must not be empty")
+        elif self.kind == "structural_tag":
+            structures_of(self.spec)
 
     @classmethod
     def json(cls, schema: dict | bool | str, whitespace_flexible: bool = False) -> StructuredOutputs:
@@ -73,10 +78,20 @@ class StructuredOutputs:
         return cls("grammar", text)
 
     @classmethod
+    def structural_tag(
+        cls, structures: list[dict[str, Any]], triggers: list[str], whitespace_flexible: bool = False
+    ) -> StructuredOutputs:
+        """Free text, where writing a trigger starts one of the structures whose `begin` starts with it:
+        the rest of its `begin`, then JSON valid under its `schema`, then its `end`."""
+        text = json.dumps({"structures": structures, "triggers": triggers}, separators=(",", ":"))
+        return cls("structural_tag", text, whitespace_flexible)
+
+    @classmethod
     def from_dict(cls, value: dict[str, Any]) -> StructuredOutputs:
-        """From vLLM's dict shape: exactly one of json, regex, choice, grammar, json_object (true), and
-        optionally whitespace_flexible (the Python API's, `mopt generate`'s JSONL lines)."""
-        kinds = {"json", "regex", "choice", "grammar", "json_object"}
+        """From vLLM's dict shape: exactly one of json, regex, choice, grammar, json_object (true),
+        structural_tag (an object or its JSON text), and optionally whitespace_flexible (the Python API's,
+        `mopt generate`'s JSONL lines)."""
+        kinds = {"json", "regex", "choice", "grammar", "json_object", "structural_tag"}
         unknown = set(value) - kinds - {"whitespace_flexible"}
         if unknown:
             raise ValueError(
@@ -84,7 +99,9 @@ class StructuredOutputs:
             )
         given = [k for k in sorted(kinds) if value.get(k) not in (None, False)]
         if len(given) != 1:
-            raise ValueError("structured_outputs needs exactly one of json, regex, choice, grammar or json_object")
+            raise ValueError(
+                "structured_outputs needs exactly one of json, regex, choice, grammar, json_object or structural_tag"
+            )
         kind, flexible = given[0], value.get("whitespace_flexible", False)
         if kind == "json":
             return cls.json(value["json"], flexible)
@@ -92,12 +109,46 @@ class StructuredOutputs:
             return cls.json_object(flexible)
         if kind == "choice":
             return cls.choice(value["choice"])
+        if kind == "structural_tag":
+            tag = value["structural_tag"]
+            tag = _json(tag, "structural_tag") if isinstance(tag, str) else tag
+            if not isinstance(tag, dict):
+                raise ValueError("structural_tag must be an object with structures and triggers")
+            return cls.structural_tag(tag.get("structures"), tag.get("triggers"), flexible)  # type: ignore[arg-type]
         return cls(kind, value[kind])
 
     def describe(self) -> str:
         """A short name for logs and errors: the kind and the first characters of the spec."""
         spec = self.spec if len(self.spec) <= 60 else self.spec[:57] + "..."
         return f"{self.kind} {spec}".strip()
+
+
+def structures_of(spec: str) -> list[tuple[str, dict[str, Any] | bool, str, str]]:
+    """A structural tag's spec as (trigger, schema, begin, end) per structure, its trigger the longest one
+    its begin starts with; ValueError naming what is malformed."""
+    tag = _json(spec, "structural_tag")
+    if not isinstance(tag, dict) or set(tag) - {"structures", "triggers", "type"}:
+        raise ValueError("structural_tag must be an object with structures and triggers")
+    structures, triggers = tag.get("structures"), tag.get("triggers")
+    if not isinstance(triggers, list) or not triggers or not all(isinstance(t, str) and t for t in triggers):
+        raise ValueError("structural_tag.triggers must be a non-empty list of non-empty strings")
+    if not isinstance(structures, list) or not structures:
+        raise ValueError("structural_tag.structures must be a non-empty list")
+    out = []
+    for i, item in enumerate(structures):
+        where = f"structural_tag.structures[{i}]"
+        if not isinstance(item, dict) or set(item) - {"begin", "schema", "end"}:
+            raise ValueError(f"{where} must be an object with begin, schema and end")
+        begin, schema, end = item.get("begin"), item.get("schema", True), item.get("end", "")
+        if not isinstance(begin, str) or not isinstance(end, str):
+            raise ValueError(f"{where}: begin and end must be strings")
+        if not isinstance(schema, (dict, bool)):
+            raise ValueError(f"{where}.schema must be a JSON schema (an object, or true/false)")
+        starts = [t for t in triggers if begin.startswith(t)]
+        if not starts:
+            raise ValueError(f"{where}.begin {begin!r} starts with none of the triggers")
+        out.append((max(starts, key=len), schema, begin, end))
+    return out
 
 
 def _json(text: str, what: str) -> Any:

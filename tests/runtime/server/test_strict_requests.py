@@ -57,7 +57,7 @@ def test_max_completion_tokens_error_names_that_field(client):
         ("tools", [{"type": "function", "function": {"name": "f"}}], "--enable-auto-tool-choice"),
         ("tool_choice", "required", "needs tools"),
         ("functions", [{"name": "f"}], "not supported: use tools"),
-        ("response_format", {"type": "structural_tag"}, "not supported"),
+        ("response_format", {"type": "structural_tag"}, "structural_tag.triggers must be"),
     ],
 )
 def test_chat_fields_this_server_cannot_honour_are_refused(client, field, value, reason):

@@ -256,6 +256,52 @@ def test_reasoning_is_split_from_the_answer(client):
     assert (reasoning, content) == (message.reasoning_content, message.content)
 
 
+DIGIT = {
+    "type": "object",
+    "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["n"],
+    "additionalProperties": False,
+}
+TAGGED = re.compile(r'(?:[^ ]| <\{"n":[0-9]\}>)*')
+"""Text whose every space starts the structure: with the trigger " ", a random model's spaces all do."""
+
+
+def _tag(begin: str = " <", trigger: str = " ") -> dict:
+    return {"structures": [{"begin": begin, "schema": DIGIT, "end": ">"}], "triggers": [trigger]}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_structural_tag_forces_its_structure_wherever_the_model_writes_its_trigger(client, stream):
+    """vLLM's structural_tag, in response_format and in structured_outputs (its tag as JSON text): the
+    random model writes free text, and each space it writes (the trigger) is followed by the begin's
+    rest, a JSON object valid under the schema (compact) and the end."""
+    texts = []
+    for extra in (
+        {"response_format": {"type": "structural_tag", **_tag()}},
+        {"extra_body": {"structured_outputs": {"structural_tag": json.dumps(_tag())}}},
+    ):
+        kwargs = dict(model="tiny", messages=USER, max_tokens=80, temperature=1.0, seed=7, n=2, **extra)
+        if stream:
+            parts: dict[int, str] = {}
+            finish: dict[int, str] = {}
+            for chunk in client.chat.completions.create(stream=True, **kwargs):
+                for choice in chunk.choices:
+                    parts[choice.index] = parts.get(choice.index, "") + (choice.delta.content or "")
+                    finish[choice.index] = choice.finish_reason or finish.get(choice.index)
+            outcomes = [(parts[i], finish[i]) for i in sorted(parts)]
+        else:
+            completion = client.chat.completions.create(**kwargs)
+            outcomes = [(c.message.content, c.finish_reason) for c in completion.choices]
+        for text, reason in outcomes:
+            if reason == "length":  # cut off: a structure may be unfinished at the very end
+                text = re.sub(r" <[^ >]*$| $", "", text)
+            assert TAGGED.fullmatch(text), text
+            for match in re.finditer(r" <(\{.*?\})>", text):
+                jsonschema.validate(json.loads(match.group(1)), DIGIT)
+            texts.append(text)
+    assert sum(text.count(" <{") for text in texts) >= 1  # the trigger fired: the test saw a structure
+
+
 BAD = [
     (
         {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}}},
@@ -277,12 +323,29 @@ BAD = [
         "needs json_schema.schema",
         "response_format",
     ),
-    ({"response_format": {"type": "structural_tag"}}, "not supported", "response_format"),
+    ({"response_format": {"type": "structural_tag"}}, "triggers must be a non-empty list", "response_format"),
+    (
+        {"response_format": {"type": "structural_tag", "structures": [{"begin": "<g>"}], "triggers": ["<f"]}},
+        "starts with none of the triggers",
+        "response_format",
+    ),
+    (
+        {
+            "response_format": {
+                "type": "structural_tag",
+                "structures": [{"begin": "<f>", "schema": {"not": {}}, "end": "</f>"}],
+                "triggers": ["<f"],
+            }
+        },
+        "Unimplemented keys",
+        "response_format",
+    ),
     ({"guided_regex": "(?=a)b"}, "look-around", "guided_regex"),
     ({"guided_grammar": "start: undefined_rule"}, "invalid grammar", "guided_grammar"),
     ({"guided_choice": []}, "non-empty list", "guided_choice"),
     ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "exactly one", "structured_outputs"),
-    ({"structured_outputs": {"structural_tag": "{}"}}, "not supported", "structured_outputs"),
+    ({"structured_outputs": {"structural_tag": "{}"}}, "triggers must be a non-empty list", "structured_outputs"),
+    ({"structured_outputs": {"whitespace_pattern": " *", "regex": "a"}}, "not supported", "structured_outputs"),
     ({"guided_whitespace_pattern": " *", "guided_regex": "a"}, "not supported", "guided_whitespace_pattern"),
     ({"guided_regex": "a", "guided_choice": ["a"]}, "one output constraint", "guided_choice"),
     (

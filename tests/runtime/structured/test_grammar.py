@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import msgspec
 import pytest
 
@@ -31,6 +33,12 @@ def test_constraints_travel_to_the_core_and_compare_by_value():
         (lambda: SamplingParams(structured_outputs="json"), "must be a StructuredOutputs"),
         (lambda: SamplingParams(structured_outputs={"regex": "a", "choice": ["a"]}), "exactly one"),
         (lambda: SamplingParams(structured_outputs={"jsn": {}}), "got jsn"),
+        (lambda: StructuredOutputs.structural_tag([], ["<f"]), "structures must be a non-empty list"),
+        (lambda: StructuredOutputs.structural_tag([{"begin": "<f>"}], []), "triggers must be a non-empty list"),
+        (lambda: StructuredOutputs.structural_tag([{"begin": "<g>"}], ["<f"]), "starts with none of the triggers"),
+        (lambda: StructuredOutputs.structural_tag([{"begin": "<f>", "schema": 3}], ["<f"]), "must be a JSON schema"),
+        (lambda: StructuredOutputs.structural_tag([{"begin": "<f>", "args": {}}], ["<f"]), "begin, schema and end"),
+        (lambda: SamplingParams(structured_outputs={"structural_tag": "[1]"}), "must be an object"),
     ],
 )
 def test_malformed_constraints_are_value_errors(make, message):
@@ -45,6 +53,10 @@ def test_a_dict_in_vllms_shape_is_converted():
     assert SamplingParams(structured_outputs={"choice": ["a", "b"]}).structured_outputs == StructuredOutputs.choice(
         ["a", "b"]
     )
+    tag = {"structures": [{"begin": "<f>", "schema": {"type": "object"}, "end": "</f>"}], "triggers": ["<f"]}
+    expected = StructuredOutputs.structural_tag(tag["structures"], tag["triggers"])
+    for value in (tag, json.dumps(tag)):  # vLLM sends the tag as JSON text
+        assert SamplingParams(structured_outputs={"structural_tag": value}).structured_outputs == expected
 
 
 def test_a_forged_message_is_checked_as_it_is_decoded():
@@ -65,9 +77,44 @@ def test_a_forged_message_is_checked_as_it_is_decoded():
         (StructuredOutputs.json({"type": "string", "pattern": "(?=a)b"}), "look-around"),
         (StructuredOutputs.regex("[a-"), "unclosed character class"),
         (StructuredOutputs.grammar("start: x\n"), "x"),
+        (StructuredOutputs.structural_tag([{"begin": "<f>", "schema": {"not": {}}}], ["<f"]), "Unimplemented keys"),
+        (StructuredOutputs.structural_tag([{"begin": "<f>", "schema": False}], ["<f"]), "nothing can follow it"),
     ],
 )
 def test_what_llguidance_cannot_enforce_is_refused_with_its_reason(so, reason):
     with pytest.raises(GrammarError, match=None) as info:
         check(so)
     assert reason in str(info.value) and str(info.value).startswith(f"invalid {so.kind}:")
+
+
+def test_a_structural_tag_leaves_text_free_and_forces_each_structure_after_its_trigger():
+    """Text outside the tags is free; once a trigger is written, only the begin of one of its structures
+    may follow, then compact JSON valid under that structure's schema, then its end."""
+    import llguidance as llg
+
+    from model_optimizer.assets import reference_model_path
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+    from model_optimizer.runtime.structured.grammar import ll_tokenizer
+
+    tokenizer = load_tokenizer(reference_model_path())
+    weather = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"]}
+    so = StructuredOutputs.structural_tag(
+        [
+            {"begin": "<function=get_weather>", "schema": weather, "end": "</function>"},
+            {"begin": "<function=get_time>", "schema": True, "end": "</function>"},
+        ],
+        ["<function="],
+    )
+    ll = ll_tokenizer(tokenizer, len(tokenizer) + 5, frozenset({2}))
+    grammar = check(so, ll)
+
+    def taken(text: str) -> bool:
+        tokens = tokenizer.encode(text, add_special_tokens=False)
+        return llg.LLMatcher(ll, grammar).try_consume_tokens(tokens) == len(tokens)
+
+    assert taken('Sure. <function=get_weather>{"city":"Oslo"}</function> and <function=get_time>[1]</function>!')
+    assert taken("no call at all, <function is not the trigger")
+    assert not taken('<function=get_weather>{"city":"Rome"}</function>')  # outside the schema
+    assert not taken('<function=get_weather>{"city": "Oslo"}</function>')  # not compact
+    assert not taken('<function=get_weather>{"city":"Oslo"} done')  # the end is forced
+    assert not taken("<function=get_news>{}</function>")  # no structure begins so
