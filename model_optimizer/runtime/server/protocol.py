@@ -111,7 +111,8 @@ class SamplingFields(_Request):
     guided_grammar: str | None = None
     guided_decoding_backend: str | None = None
     """Ignored: llguidance is the one backend."""
-    guided_whitespace_pattern: Any = None
+    guided_whitespace_pattern: str | None = None
+    """With guided_json: a regular expression for the whitespace between JSON tokens."""
 
 
 class CompletionRequest(SamplingFields):

@@ -47,7 +47,8 @@ class StructuredOutputsField(_Request):
     disable_any_whitespace: bool | None = None
     """Compact JSON (the default here); false allows a bounded run of whitespace between JSON tokens."""
     structural_tag: Any = None
-    whitespace_pattern: Any = None
+    whitespace_pattern: str | None = None
+    """A regular expression for the whitespace between JSON tokens (json, json_object, structural_tag)."""
     disable_additional_properties: Any = None
 
 

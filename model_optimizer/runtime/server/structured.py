@@ -35,14 +35,15 @@ def requested_constraint(body: SamplingFields) -> tuple[StructuredOutputs, str] 
         found.append(("response_format", lambda: _response_format(rf)))
     if body.structured_outputs is not None:
         found.append(("structured_outputs", lambda: _structured_outputs(body.structured_outputs)))
+    pattern = body.guided_whitespace_pattern
     for name, kind in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice")):
         value = getattr(body, name)
         if value is not None:
-            found.append((name, lambda kind=kind, value=value: _make(kind, value)))
+            found.append((name, lambda kind=kind, value=value: _make(kind, value, pattern)))
     if body.guided_grammar is not None:
         found.append(("guided_grammar", lambda: StructuredOutputs.grammar(body.guided_grammar)))  # type: ignore[arg-type]
-    if body.guided_whitespace_pattern is not None:
-        raise APIError(400, "guided_whitespace_pattern is not supported", "guided_whitespace_pattern")
+    if pattern is not None and [name for name, _ in found] != ["guided_json"]:
+        raise APIError(400, "guided_whitespace_pattern goes with guided_json alone", "guided_whitespace_pattern")
     if len(found) > 1:
         names = ", ".join(name for name, _ in found)
         raise APIError(400, f"give one output constraint, not several ({names})", found[1][0])
@@ -66,9 +67,8 @@ def _response_format(rf: Any) -> StructuredOutputs:
 
 
 def _structured_outputs(so: Any) -> StructuredOutputs:
-    for name in ("whitespace_pattern", "disable_additional_properties"):
-        if getattr(so, name) is not None:
-            raise ValueError(f"{name} is not supported")
+    if so.disable_additional_properties is not None:
+        raise ValueError("disable_additional_properties is not supported")
     given = [
         (k, v)
         for k, v in (
@@ -84,18 +84,23 @@ def _structured_outputs(so: Any) -> StructuredOutputs:
         raise ValueError("set exactly one of json, regex, choice, grammar, json_object or structural_tag")
     kind, value = given[0]
     flexible = so.disable_any_whitespace is False  # compact unless asked otherwise
+    pattern = so.whitespace_pattern or ""
     if kind == "json_object":
-        return StructuredOutputs.json_object(flexible)
+        return StructuredOutputs.json_object(flexible, pattern)
     if kind == "json":
-        return StructuredOutputs.json(value, flexible)
+        return StructuredOutputs.json(value, flexible, pattern)
     if kind == "structural_tag":  # vLLM's is the tag's JSON text; an object works too
-        return StructuredOutputs.from_dict({"structural_tag": value, "whitespace_flexible": flexible})
-    return _make(kind, value)
+        tag = {"structural_tag": value, "whitespace_flexible": flexible, "whitespace_pattern": pattern}
+        return StructuredOutputs.from_dict(tag)
+    return _make(kind, value, pattern or None)
 
 
-def _make(kind: str, value: Any) -> StructuredOutputs:
+def _make(kind: str, value: Any, whitespace_pattern: str | None = None) -> StructuredOutputs:
+    """A constraint of one of vLLM's guided_* kinds; `whitespace_pattern` goes with json alone."""
+    if whitespace_pattern is not None and kind != "json":
+        raise ValueError(f"whitespace_pattern goes with json, not with {kind}")
     if kind == "json":
-        return StructuredOutputs.json(value)
+        return StructuredOutputs.json(value, whitespace_pattern=whitespace_pattern or "")
     if kind == "choice":
         return StructuredOutputs.choice(value)
     if kind == "grammar":

@@ -46,7 +46,7 @@ def grammar_of(so: StructuredOutputs) -> str:
     try:
         if so.kind in ("json", "json_object"):
             schema = so.spec if so.kind == "json" else '{"type": "object"}'
-            return llg.LLMatcher.grammar_from_json_schema(schema, defaults=_json_options(so.whitespace_flexible))
+            return llg.LLMatcher.grammar_from_json_schema(schema, defaults=_json_options(so))
         if so.kind == "regex":
             return llg.LLMatcher.grammar_from_regex(so.spec)
         if so.kind == "choice":
@@ -61,21 +61,24 @@ def grammar_of(so: StructuredOutputs) -> str:
 def _structural_tag(so: StructuredOutputs) -> str:
     """llguidance's grammar of structural tags: free text, each trigger a lazy lexeme (matched as text,
     never as a special token) after which its structure's begin, JSON and end are forced. The schemas
-    carry the JSON options of the other kinds (compact unless whitespace_flexible)."""
+    carry the JSON options of the other kinds (compact unless whitespace_flexible or whitespace_pattern)."""
     import llguidance as llg
 
     tags = []
     for trigger, schema, begin, end in structures_of(so.spec):
         if schema is False:
             raise ValueError(f"the schema of {begin!r} is false: nothing can follow it")
-        options = {"x-guidance": _json_options(so.whitespace_flexible)}
+        options = {"x-guidance": _json_options(so)}
         grammar = options if schema is True else {**schema, **options}
         tags.append(llg.StructTag(trigger=trigger, begin=begin, grammar=grammar, end=end))
     return llg.StructTag.to_grammar(tags, assume_special=False)
 
 
-def _json_options(flexible: bool) -> dict[str, Any]:
-    if not flexible:
+def _json_options(so: StructuredOutputs) -> dict[str, Any]:
+    """llguidance's JSON options: the whitespace between JSON tokens, none unless asked."""
+    if so.whitespace_pattern:
+        return {"whitespace_pattern": so.whitespace_pattern}
+    if not so.whitespace_flexible:
         return {"whitespace_flexible": False}
     return {"whitespace_pattern": f"[\\x20\\x0A\\x0D\\x09]{{0,{WHITESPACE_RUN}}}"}
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 KINDS = ("json", "json_object", "regex", "choice", "grammar", "structural_tag")
+JSON_KINDS = ("json", "json_object", "structural_tag")
+"""The kinds whose output is (or holds) JSON: the whitespace settings apply to them."""
 """json: a JSON schema; json_object: any JSON object; regex: a regular expression the whole output
 matches; choice: one of a list of strings; grammar: a context-free grammar (Lark, or llama.cpp's GBNF);
 structural_tag: free text in which each trigger, once written, starts one of its structures (its
@@ -35,6 +37,9 @@ class StructuredOutputs:
     """JSON kinds and the schemas of structural tags: allow a run of up to grammar.WHITESPACE_RUN whitespace characters between JSON
     tokens (enough to pretty-print). Off, JSON comes out compact, as OpenAI's structured outputs return
     it: small models given free whitespace tend to spend their whole budget on it."""
+    whitespace_pattern: str = ""
+    """The same kinds: a regular expression for the whitespace allowed between JSON tokens (vLLM's
+    `whitespace_pattern`), instead of either choice above; empty: not set."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -43,6 +48,10 @@ class StructuredOutputs:
             raise ValueError(f"structured output spec must be a string, got {type(self.spec).__name__}")
         if not isinstance(self.whitespace_flexible, bool):
             raise ValueError("whitespace_flexible must be true or false")
+        if not isinstance(self.whitespace_pattern, str):
+            raise ValueError("whitespace_pattern must be a string (a regular expression)")
+        if self.whitespace_pattern and self.kind not in JSON_KINDS:
+            raise ValueError(f"whitespace_pattern applies to JSON ({', '.join(JSON_KINDS)}), not to {self.kind}")
         if self.kind == "json":
             schema = _json(self.spec, "the JSON schema")
             if not isinstance(schema, (dict, bool)):
@@ -57,13 +66,15 @@ class StructuredOutputs:
             structures_of(self.spec)
 
     @classmethod
-    def json(cls, schema: dict | bool | str, whitespace_flexible: bool = False) -> StructuredOutputs:
+    def json(
+        cls, schema: dict | bool | str, whitespace_flexible: bool = False, whitespace_pattern: str = ""
+    ) -> StructuredOutputs:
         text = schema if isinstance(schema, str) else json.dumps(schema, separators=(",", ":"))
-        return cls("json", text, whitespace_flexible)
+        return cls("json", text, whitespace_flexible, whitespace_pattern)
 
     @classmethod
-    def json_object(cls, whitespace_flexible: bool = False) -> StructuredOutputs:
-        return cls("json_object", "", whitespace_flexible)
+    def json_object(cls, whitespace_flexible: bool = False, whitespace_pattern: str = "") -> StructuredOutputs:
+        return cls("json_object", "", whitespace_flexible, whitespace_pattern)
 
     @classmethod
     def regex(cls, pattern: str) -> StructuredOutputs:
@@ -79,20 +90,24 @@ class StructuredOutputs:
 
     @classmethod
     def structural_tag(
-        cls, structures: list[dict[str, Any]], triggers: list[str], whitespace_flexible: bool = False
+        cls,
+        structures: list[dict[str, Any]],
+        triggers: list[str],
+        whitespace_flexible: bool = False,
+        whitespace_pattern: str = "",
     ) -> StructuredOutputs:
         """Free text, where writing a trigger starts one of the structures whose `begin` starts with it:
         the rest of its `begin`, then JSON valid under its `schema`, then its `end`."""
         text = json.dumps({"structures": structures, "triggers": triggers}, separators=(",", ":"))
-        return cls("structural_tag", text, whitespace_flexible)
+        return cls("structural_tag", text, whitespace_flexible, whitespace_pattern)
 
     @classmethod
     def from_dict(cls, value: dict[str, Any]) -> StructuredOutputs:
         """From vLLM's dict shape: exactly one of json, regex, choice, grammar, json_object (true),
-        structural_tag (an object or its JSON text), and optionally whitespace_flexible (the Python API's,
-        `mopt generate`'s JSONL lines)."""
+        structural_tag (an object or its JSON text), and optionally whitespace_flexible and
+        whitespace_pattern (the Python API's, `mopt generate`'s JSONL lines)."""
         kinds = {"json", "regex", "choice", "grammar", "json_object", "structural_tag"}
-        unknown = set(value) - kinds - {"whitespace_flexible"}
+        unknown = set(value) - kinds - {"whitespace_flexible", "whitespace_pattern"}
         if unknown:
             raise ValueError(
                 f"structured_outputs keys are {', '.join(sorted(kinds))}, got {', '.join(sorted(unknown))}"
@@ -103,10 +118,11 @@ class StructuredOutputs:
                 "structured_outputs needs exactly one of json, regex, choice, grammar, json_object or structural_tag"
             )
         kind, flexible = given[0], value.get("whitespace_flexible", False)
+        pattern = value.get("whitespace_pattern") or ""
         if kind == "json":
-            return cls.json(value["json"], flexible)
+            return cls.json(value["json"], flexible, pattern)
         if kind == "json_object":
-            return cls.json_object(flexible)
+            return cls.json_object(flexible, pattern)
         if kind == "choice":
             return cls.choice(value["choice"])
         if kind == "structural_tag":
@@ -114,8 +130,8 @@ class StructuredOutputs:
             tag = _json(tag, "structural_tag") if isinstance(tag, str) else tag
             if not isinstance(tag, dict):
                 raise ValueError("structural_tag must be an object with structures and triggers")
-            return cls.structural_tag(tag.get("structures"), tag.get("triggers"), flexible)  # type: ignore[arg-type]
-        return cls(kind, value[kind])
+            return cls.structural_tag(tag.get("structures"), tag.get("triggers"), flexible, pattern)  # type: ignore[arg-type]
+        return cls(kind, value[kind], whitespace_pattern=pattern)
 
     def describe(self) -> str:
         """A short name for logs and errors: the kind and the first characters of the spec."""

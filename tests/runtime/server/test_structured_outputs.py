@@ -302,6 +302,29 @@ def test_a_structural_tag_forces_its_structure_wherever_the_model_writes_its_tri
     assert sum(text.count(" <{") for text in texts) >= 1  # the trigger fired: the test saw a structure
 
 
+def test_a_whitespace_pattern_sets_the_whitespace_between_json_tokens(client):
+    """vLLM's whitespace_pattern (structured_outputs) and guided_whitespace_pattern (with guided_json):
+    the JSON may hold that whitespace and no other."""
+    from openai.lib._pydantic import to_strict_json_schema
+
+    schema = to_strict_json_schema(Weather)
+    texts = []
+    for extra in (
+        {"structured_outputs": {"json": schema, "whitespace_pattern": "[\n]{0,2}"}},
+        {"guided_json": schema, "guided_whitespace_pattern": "[\n]{0,2}"},
+    ):
+        completion = client.chat.completions.create(
+            model="tiny", messages=USER, max_tokens=80, temperature=1.0, seed=3, n=4, extra_body=extra
+        )
+        for choice in completion.choices:
+            text = choice.message.content
+            assert choice.finish_reason == "stop", text
+            Weather.model_validate_json(text)
+            assert {c for c in text if c.isspace()} <= {"\n"} and "\n\n\n" not in text, text
+            texts.append(text)
+    assert any("\n" in text for text in texts)  # the pattern was used, not the compact default
+
+
 BAD = [
     (
         {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}}},
@@ -345,8 +368,9 @@ BAD = [
     ({"guided_choice": []}, "non-empty list", "guided_choice"),
     ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "exactly one", "structured_outputs"),
     ({"structured_outputs": {"structural_tag": "{}"}}, "triggers must be a non-empty list", "structured_outputs"),
-    ({"structured_outputs": {"whitespace_pattern": " *", "regex": "a"}}, "not supported", "structured_outputs"),
-    ({"guided_whitespace_pattern": " *", "guided_regex": "a"}, "not supported", "guided_whitespace_pattern"),
+    ({"structured_outputs": {"whitespace_pattern": " *", "regex": "a"}}, "goes with json", "structured_outputs"),
+    ({"structured_outputs": {"whitespace_pattern": "((", "json_object": True}}, "unclosed group", "structured_outputs"),
+    ({"guided_whitespace_pattern": " *", "guided_regex": "a"}, "with guided_json alone", "guided_whitespace_pattern"),
     ({"guided_regex": "a", "guided_choice": ["a"]}, "one output constraint", "guided_choice"),
     (
         {

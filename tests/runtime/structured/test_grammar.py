@@ -39,6 +39,8 @@ def test_constraints_travel_to_the_core_and_compare_by_value():
         (lambda: StructuredOutputs.structural_tag([{"begin": "<f>", "schema": 3}], ["<f"]), "must be a JSON schema"),
         (lambda: StructuredOutputs.structural_tag([{"begin": "<f>", "args": {}}], ["<f"]), "begin, schema and end"),
         (lambda: SamplingParams(structured_outputs={"structural_tag": "[1]"}), "must be an object"),
+        (lambda: StructuredOutputs("regex", "a+", whitespace_pattern=" *"), "applies to JSON"),
+        (lambda: StructuredOutputs.json({}, whitespace_pattern=3), "must be a string"),
     ],
 )
 def test_malformed_constraints_are_value_errors(make, message):
@@ -79,6 +81,7 @@ def test_a_forged_message_is_checked_as_it_is_decoded():
         (StructuredOutputs.grammar("start: x\n"), "x"),
         (StructuredOutputs.structural_tag([{"begin": "<f>", "schema": {"not": {}}}], ["<f"]), "Unimplemented keys"),
         (StructuredOutputs.structural_tag([{"begin": "<f>", "schema": False}], ["<f"]), "nothing can follow it"),
+        (StructuredOutputs.json({"type": "object"}, whitespace_pattern="(("), "unclosed group"),
     ],
 )
 def test_what_llguidance_cannot_enforce_is_refused_with_its_reason(so, reason):
@@ -118,3 +121,24 @@ def test_a_structural_tag_leaves_text_free_and_forces_each_structure_after_its_t
     assert not taken('<function=get_weather>{"city": "Oslo"}</function>')  # not compact
     assert not taken('<function=get_weather>{"city":"Oslo"} done')  # the end is forced
     assert not taken("<function=get_news>{}</function>")  # no structure begins so
+
+
+def test_a_whitespace_pattern_is_the_whitespace_json_may_have():
+    import llguidance as llg
+
+    from model_optimizer.assets import reference_model_path
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+    from model_optimizer.runtime.structured.grammar import ll_tokenizer
+
+    tokenizer = load_tokenizer(reference_model_path())
+    ll = ll_tokenizer(tokenizer, len(tokenizer) + 5, frozenset({2}))
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+    def taken(so: StructuredOutputs, text: str) -> bool:
+        tokens = tokenizer.encode(text, add_special_tokens=False)
+        return llg.LLMatcher(ll, check(so, ll)).try_consume_tokens(tokens) == len(tokens)
+
+    one_space = StructuredOutputs.json(schema, whitespace_pattern="[ ]?")
+    assert taken(one_space, '{"a": 1}') and taken(one_space, '{ "a" : 1 }') and taken(one_space, '{"a":1}')
+    assert not taken(one_space, '{"a":  1}') and not taken(one_space, '{"a":\n1}')
+    assert not taken(StructuredOutputs.json(schema), '{"a": 1}')  # compact by default
