@@ -1,7 +1,7 @@
 """Pydantic models of the OpenAI API's structured outputs and tools, and of vLLM's `structured_outputs`.
 
-Requests: `response_format` (text, json_object, json_schema, structural_tag), vLLM's `structured_outputs` object (and
-its older `guided_*` fields, on SamplingFields), `tools`, `tool_choice`, and the assistant and tool
+Requests: `response_format` (text, json_object, json_schema, structural_tag), vLLM's `structured_outputs`
+object (and its older `guided_*` fields, on SamplingFields), `tools`, `tool_choice`, and the assistant and tool
 messages of a conversation that used them. Responses: `tool_calls` on a message or a stream delta.
 What the server does with them is in structured.py and tools.py.
 """
@@ -49,7 +49,8 @@ class StructuredOutputsField(_Request):
     structural_tag: Any = None
     whitespace_pattern: str | None = None
     """A regular expression for the whitespace between JSON tokens (json, json_object, structural_tag)."""
-    disable_additional_properties: Any = None
+    disable_additional_properties: bool | None = None
+    """With json: `additionalProperties: false` on every object schema that does not say (server/structured.py)."""
 
 
 class FunctionDefinition(_Request):

@@ -1,9 +1,9 @@
 """A request's output constraint: read from its fields, checked before it reaches the engine.
 
 One constraint per request, from whichever field carries it: OpenAI's `response_format` (json_object,
-json_schema; `strict` or not, the schema is enforced; vLLM's structural_tag), vLLM's `structured_outputs` object, or vLLM's
-older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`; a tool_choice of "required"
-or a named function brings its own (tools.py). Two at once is a 400, as is anything the grammar engine
+json_schema; `strict` or not, the schema is enforced; vLLM's structural_tag), vLLM's `structured_outputs`
+object, or vLLM's older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`; a
+tool_choice of "required" or a named function brings its own (tools.py). Two at once is a 400, as is anything the grammar engine
 cannot enforce: llguidance validates each constraint in a worker thread, within CHECK_TIMEOUT_S, and
 the verdict is cached per constraint, so a client sending the same schema again pays nothing and a
 pathological one costs one bounded check, never a stuck event loop or a hung engine.
@@ -12,6 +12,7 @@ pathological one costs one bounded check, never a stuck event loop or a hung eng
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import OrderedDict
 from typing import Any
 
@@ -67,8 +68,6 @@ def _response_format(rf: Any) -> StructuredOutputs:
 
 
 def _structured_outputs(so: Any) -> StructuredOutputs:
-    if so.disable_additional_properties is not None:
-        raise ValueError("disable_additional_properties is not supported")
     given = [
         (k, v)
         for k, v in (
@@ -85,6 +84,10 @@ def _structured_outputs(so: Any) -> StructuredOutputs:
     kind, value = given[0]
     flexible = so.disable_any_whitespace is False  # compact unless asked otherwise
     pattern = so.whitespace_pattern or ""
+    if so.disable_additional_properties:
+        if kind != "json":
+            raise ValueError(f"disable_additional_properties goes with json, not with {kind}")
+        value = closed(json.loads(value) if isinstance(value, str) else value)
     if kind == "json_object":
         return StructuredOutputs.json_object(flexible, pattern)
     if kind == "json":
@@ -93,6 +96,35 @@ def _structured_outputs(so: Any) -> StructuredOutputs:
         tag = {"structural_tag": value, "whitespace_flexible": flexible, "whitespace_pattern": pattern}
         return StructuredOutputs.from_dict(tag)
     return _make(kind, value, pattern or None)
+
+
+SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+"""JSON schema keywords whose value maps names to schemas."""
+SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+"""Keywords whose value is a list of schemas."""
+SCHEMA_ONE = ("items", "additionalItems", "not", "if", "then", "else", "contains", "propertyNames")
+"""Keywords whose value is one schema (items: or a list of them, in older drafts)."""
+
+
+def closed(schema: Any) -> Any:
+    """vLLM's disable_additional_properties: `schema` with `additionalProperties: false` on every object
+    schema that does not say (its own copy; the keywords above are followed, nothing else is touched)."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed(sub) for name, sub in out[key].items()}
+    for key in SCHEMA_LISTS + SCHEMA_ONE:
+        if key in out:
+            out[key] = closed(out[key])
+    if isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = closed(out["additionalProperties"])
+    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
 
 
 def _make(kind: str, value: Any, whitespace_pattern: str | None = None) -> StructuredOutputs:

@@ -325,6 +325,42 @@ def test_a_whitespace_pattern_sets_the_whitespace_between_json_tokens(client):
     assert any("\n" in text for text in texts)  # the pattern was used, not the compact default
 
 
+def test_closed_adds_additional_properties_false_where_a_schema_does_not_say():
+    from model_optimizer.runtime.server.structured import closed
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "properties": {"type": "string"},  # a property so named is a name, not a keyword
+            "items": {"type": "array", "items": {"type": "object", "properties": {"a": {}}}},
+            "either": {"anyOf": [{"$ref": "#/$defs/x"}, {"type": "object", "additionalProperties": True}]},
+        },
+        "$defs": {"x": {"properties": {"b": {"type": "integer"}}}},
+    }
+    out = closed(schema)
+    assert out["additionalProperties"] is False and "additionalProperties" not in schema  # a copy
+    assert out["properties"]["properties"] == {"type": "string"}
+    assert out["properties"]["items"]["items"]["additionalProperties"] is False
+    assert out["properties"]["either"]["anyOf"][1]["additionalProperties"] is True  # said: kept
+    assert out["$defs"]["x"]["additionalProperties"] is False
+    assert closed(True) is True
+
+
+def test_disable_additional_properties_closes_the_schemas_objects(client):
+    """vLLM's disable_additional_properties: the random model, which adds keys of its own to an open
+    object, writes only the schema's."""
+    open_schema = {"type": "object", "properties": {"n": {"enum": [1, 2]}}, "required": ["n"]}
+    texts = {}
+    for flag in (False, True):
+        extra = {"structured_outputs": {"json": open_schema, "disable_additional_properties": flag}}
+        completion = client.chat.completions.create(
+            model="tiny", messages=USER, max_tokens=40, temperature=1.0, seed=5, n=4, extra_body=extra
+        )
+        texts[flag] = [c.message.content for c in completion.choices]
+    assert all(text in ('{"n":1}', '{"n":2}') for text in texts[True]), texts[True]
+    assert any(text not in ('{"n":1}', '{"n":2}') for text in texts[False])  # open: the model adds keys
+
+
 BAD = [
     (
         {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}}},
@@ -369,6 +405,11 @@ BAD = [
     ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "exactly one", "structured_outputs"),
     ({"structured_outputs": {"structural_tag": "{}"}}, "triggers must be a non-empty list", "structured_outputs"),
     ({"structured_outputs": {"whitespace_pattern": " *", "regex": "a"}}, "goes with json", "structured_outputs"),
+    (
+        {"structured_outputs": {"json_object": True, "disable_additional_properties": True}},
+        "disable_additional_properties goes with json",
+        "structured_outputs",
+    ),
     ({"structured_outputs": {"whitespace_pattern": "((", "json_object": True}}, "unclosed group", "structured_outputs"),
     ({"guided_whitespace_pattern": " *", "guided_regex": "a"}, "with guided_json alone", "guided_whitespace_pattern"),
     ({"guided_regex": "a", "guided_choice": ["a"]}, "one output constraint", "guided_choice"),
