@@ -1,8 +1,8 @@
 """Pydantic models of the OpenAI API's structured outputs and tools, and of vLLM's `structured_outputs`.
 
 Requests: `response_format` (text, json_object, json_schema, structural_tag), vLLM's `structured_outputs`
-object (and its older `guided_*` fields, on SamplingFields), `tools`, `tool_choice`, and the assistant and tool
-messages of a conversation that used them. Responses: `tool_calls` on a message or a stream delta.
+object (and its older `guided_*` fields, on SamplingFields), `tools`, `tool_choice`, and the assistant
+and tool messages of a conversation that used them. Responses: `tool_calls` on a message or a stream delta.
 What the server does with them is in structured.py and tools.py.
 """
 
@@ -50,7 +50,8 @@ class StructuredOutputsField(_Request):
     whitespace_pattern: str | None = None
     """A regular expression for the whitespace between JSON tokens (json, json_object, structural_tag)."""
     disable_additional_properties: bool | None = None
-    """With json: `additionalProperties: false` on every object schema that does not say (server/structured.py)."""
+    """With json: `additionalProperties: false` on every object schema that does not say
+    (server/structured.py `closed`)."""
 
 
 class FunctionDefinition(_Request):

@@ -3,10 +3,11 @@
 One constraint per request, from whichever field carries it: OpenAI's `response_format` (json_object,
 json_schema; `strict` or not, the schema is enforced; vLLM's structural_tag), vLLM's `structured_outputs`
 object, or vLLM's older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`; a
-tool_choice of "required" or a named function brings its own (tools.py). Two at once is a 400, as is anything the grammar engine
-cannot enforce: llguidance validates each constraint in a worker thread, within CHECK_TIMEOUT_S, and
-the verdict is cached per constraint, so a client sending the same schema again pays nothing and a
-pathological one costs one bounded check, never a stuck event loop or a hung engine.
+tool_choice of "required" or a named function brings its own (tools.py). Two at once is a 400, as is
+anything the grammar engine cannot enforce: llguidance validates each constraint in a worker thread,
+within CHECK_TIMEOUT_S, and the verdict is cached per constraint, so a client sending the same schema
+again pays nothing and a pathological one costs one bounded check, never a stuck event loop or a hung
+engine.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def requested_constraint(body: SamplingFields) -> tuple[StructuredOutputs, str] 
     for name, kind in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice")):
         value = getattr(body, name)
         if value is not None:
-            found.append((name, lambda kind=kind, value=value: _make(kind, value, pattern)))
+            found.append((name, lambda kind=kind, value=value: _make(kind, value, pattern or "")))
     if body.guided_grammar is not None:
         found.append(("guided_grammar", lambda: StructuredOutputs.grammar(body.guided_grammar)))  # type: ignore[arg-type]
     if pattern is not None and [name for name, _ in found] != ["guided_json"]:
@@ -95,7 +96,7 @@ def _structured_outputs(so: Any) -> StructuredOutputs:
     if kind == "structural_tag":  # vLLM's is the tag's JSON text; an object works too
         tag = {"structural_tag": value, "whitespace_flexible": flexible, "whitespace_pattern": pattern}
         return StructuredOutputs.from_dict(tag)
-    return _make(kind, value, pattern or None)
+    return _make(kind, value, pattern)
 
 
 SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
@@ -127,12 +128,12 @@ def closed(schema: Any) -> Any:
     return out
 
 
-def _make(kind: str, value: Any, whitespace_pattern: str | None = None) -> StructuredOutputs:
+def _make(kind: str, value: Any, whitespace_pattern: str = "") -> StructuredOutputs:
     """A constraint of one of vLLM's guided_* kinds; `whitespace_pattern` goes with json alone."""
-    if whitespace_pattern is not None and kind != "json":
+    if whitespace_pattern and kind != "json":
         raise ValueError(f"whitespace_pattern goes with json, not with {kind}")
     if kind == "json":
-        return StructuredOutputs.json(value, whitespace_pattern=whitespace_pattern or "")
+        return StructuredOutputs.json(value, whitespace_pattern=whitespace_pattern)
     if kind == "choice":
         return StructuredOutputs.choice(value)
     if kind == "grammar":

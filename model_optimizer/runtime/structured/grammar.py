@@ -64,11 +64,11 @@ def _structural_tag(so: StructuredOutputs) -> str:
     carry the JSON options of the other kinds (compact unless whitespace_flexible or whitespace_pattern)."""
     import llguidance as llg
 
+    options = {"x-guidance": _json_options(so)}
     tags = []
     for trigger, schema, begin, end in structures_of(so.spec):
         if schema is False:
             raise ValueError(f"the schema of {begin!r} is false: nothing can follow it")
-        options = {"x-guidance": _json_options(so)}
         grammar = options if schema is True else {**schema, **options}
         tags.append(llg.StructTag(trigger=trigger, begin=begin, grammar=grammar, end=end))
     return llg.StructTag.to_grammar(tags, assume_special=False)

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 KINDS = ("json", "json_object", "regex", "choice", "grammar", "structural_tag")
-JSON_KINDS = ("json", "json_object", "structural_tag")
-"""The kinds whose output is (or holds) JSON: the whitespace settings apply to them."""
 """json: a JSON schema; json_object: any JSON object; regex: a regular expression the whole output
 matches; choice: one of a list of strings; grammar: a context-free grammar (Lark, or llama.cpp's GBNF);
 structural_tag: free text in which each trigger, once written, starts one of its structures (its
 `begin`, a JSON document valid under its schema, its `end`), as vLLM's structural tags."""
+JSON_KINDS = ("json", "json_object", "structural_tag")
+"""The kinds whose output is (or holds) JSON: the whitespace settings apply to them."""
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,9 @@ class StructuredOutputs:
     pattern; grammar: the grammar text; json_object: empty; structural_tag: {"structures": [{"begin",
     "schema", "end"}, ...], "triggers": [...]} as JSON text."""
     whitespace_flexible: bool = False
-    """JSON kinds and the schemas of structural tags: allow a run of up to grammar.WHITESPACE_RUN whitespace characters between JSON
-    tokens (enough to pretty-print). Off, JSON comes out compact, as OpenAI's structured outputs return
-    it: small models given free whitespace tend to spend their whole budget on it."""
+    """JSON_KINDS only (a structural tag's schemas): allow a run of up to grammar.WHITESPACE_RUN whitespace
+    characters between JSON tokens (enough to pretty-print). Off, JSON comes out compact, as OpenAI's
+    structured outputs return it: small models given free whitespace tend to spend their whole budget on it."""
     whitespace_pattern: str = ""
     """The same kinds: a regular expression for the whitespace allowed between JSON tokens (vLLM's
     `whitespace_pattern`), instead of either choice above; empty: not set."""
@@ -130,7 +130,8 @@ class StructuredOutputs:
             tag = _json(tag, "structural_tag") if isinstance(tag, str) else tag
             if not isinstance(tag, dict):
                 raise ValueError("structural_tag must be an object with structures and triggers")
-            return cls.structural_tag(tag.get("structures"), tag.get("triggers"), flexible, pattern)  # type: ignore[arg-type]
+            structures, triggers = tag.get("structures"), tag.get("triggers")
+            return cls.structural_tag(structures, triggers, flexible, pattern)  # type: ignore[arg-type]
         return cls(kind, value[kind], whitespace_pattern=pattern)
 
     def describe(self) -> str:
