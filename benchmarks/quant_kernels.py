@@ -40,8 +40,9 @@ from common import CONFIGS, RESULTS, environment, write_json
 from gpu_time import sets_for
 
 M_VALUES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-METHODS = ["bf16", "bf16_table", "fp8", "int8", "int4", "fp8_scaled_mm"]
-"""bf16_table: kernels/dense_linear.py, i.e. our program where the tile table measured it faster than cuBLAS."""
+METHODS = ["bf16", "bf16_table", "fp8", "int8", "int8_w8a8", "int4", "fp8_scaled_mm"]
+"""bf16_table: kernels/dense_linear.py, i.e. our program where the tile table measured it faster than cuBLAS;
+int8_w8a8: int8 weights whose activations may be quantized per token (the table's "int8a" entries)."""
 GROUP_SIZE = 128
 
 
@@ -74,7 +75,7 @@ def make_weights(method: str, n: int, k: int, copies: int) -> list[tuple]:
             sets.append((w,))
         elif method in ("fp8", "fp8_scaled_mm"):
             sets.append(quantize_fp8(w).astuple())
-        elif method == "int8":
+        elif method in ("int8", "int8_w8a8"):
             sets.append(quantize_int8(w).astuple())
         else:  # the packing the layers hold on a GPU
             q, scales, zeros = quantize_int4(w, GROUP_SIZE).astuple()
@@ -101,6 +102,8 @@ def call(method: str):
         return lambda x, q, s: quant_linear._scaled_mm_w8a8(x, q, s, None)
     if method == "int8":
         return quant_linear.w8a16_linear
+    if method == "int8_w8a8":
+        return lambda x, q, s: quant_linear.w8a16_linear(x, q, s, dynamic_activations=True)
     return lambda x, q, s, z: quant_linear.w4a16_linear(x, q, s, z, GROUP_SIZE, packing="planes")
 
 
@@ -188,7 +191,7 @@ def sweep_cases(
         for name, (n, k) in layer_shapes(model).items():
             for kind in kinds:
                 for bucket, m in sweep_rows(m_values).items():
-                    found = candidates(kind, m, n, k, num_sms, fp8_scaled_mm=True)
+                    found = candidates(kind, m, n, k, num_sms, w8a8=True)
                     if len(found) > 1:  # bf16 above DENSE_MAX_ROWS: cuBLAS alone, nothing to choose
                         cases.append((model, name, kind, bucket, n, k, found))
     return cases
@@ -254,6 +257,8 @@ def _runner(kind: str, tiles):
 
     if tiles.backend == "scaled_mm":
         return lambda x, q, s, z: quant_linear._scaled_mm_w8a8(x, q, s, None)
+    if tiles.backend == "int_mm":
+        return lambda x, q, s, z: qk.int_mm_w8a8(x, q, s, None)
     if tiles.backend == "torch":  # bf16 weights: cuBLAS
         return lambda x, q, s, z: x @ q.T
     if tiles.backend == "dequant":  # the engine's path: the scratch buffer, then a dense matmul
@@ -288,19 +293,20 @@ def _best(rows: list[dict], kinds: tuple[str, ...]) -> dict | None:
 
 
 WEIGHT_ONLY = ("gemv", "mma", "dequant", "torch")
-"""Kernels that keep the activations exact: a "fp8" table entry is the fastest of these."""
-ALL_FP8 = WEIGHT_ONLY + ("w8a8", "scaled_mm")
+"""Kernels that keep the activations exact: a "fp8" or "int8" table entry is the fastest of these."""
+ALL_KERNELS = WEIGHT_ONLY + ("w8a8", "scaled_mm", "int_mm")
+"""Every kernel: a "fp8a" or "int8a" entry is the fastest of these (quantized activations accepted)."""
 
 
 def record_winners(case_rows: list[dict], kind: str, m: int, n: int, k: int, tables: dict) -> None:
-    """The fastest candidate of one case into tables["entries"] (per table kind: `kind`, and "fp8a" for
-    fp8), with its us into tables["us"]; where it is "dequant" (a capture cannot grow its scratch
+    """The fastest candidate of one case into tables["entries"] (per table kind: `kind`, and "fp8a" /
+    "int8a" for fp8 / int8), with its us into tables["us"]; where it is "dequant" (a capture cannot grow its scratch
     buffer), the fastest other one into tables["capture"] / ["capture_us"]: what a CUDA-graph capture
     takes there."""
     from model_optimizer.runtime.kernels import quant_tiles
 
-    for table_kind, kinds in ((kind, WEIGHT_ONLY), (quant_tiles.FP8_ANY, ALL_FP8)):
-        if table_kind == quant_tiles.FP8_ANY and kind != "fp8":
+    for table_kind, kinds in ((kind, WEIGHT_ONLY), (quant_tiles.ANY_KINDS.get(kind), ALL_KERNELS)):
+        if table_kind is None:
             continue
         winner = _best(case_rows, kinds)
         if winner is None:
@@ -356,7 +362,7 @@ def time_candidates(x, kind: str, found: list, sets: list, want, weight_bytes: i
             out = _runner(kind, tiles)(x, *sets[0]).float()
             row["rel_err"] = ((out - want).norm() / want.norm()).item()
             # weight-only: one bf16 rounding (~4e-3); W8A8 also rounds x to e4m3 (~3%)
-            if not row["rel_err"] < (6e-2 if tiles.kernel in ("scaled_mm", "w8a8") else 1e-2):
+            if not row["rel_err"] < (6e-2 if tiles.quantizes_activations else 1e-2):
                 raise ValueError(f"wrong result: relative error {row['rel_err']:.3g}")
             row["ms"] = time_ms(_runner(kind, tiles), x, sets, quick=True)
             row["weight_gbps"] = weight_bytes / row["ms"] / 1e6
@@ -406,7 +412,7 @@ def sweep(
                 row["default"] = row["tiles"] == vars(default)
             rows += case_rows
             record_winners(case_rows, kind, m, n, k, tables)
-            won = _best(case_rows, ALL_FP8)
+            won = _best(case_rows, ALL_KERNELS)
             default_ms = next((r["ms"] for r in case_rows if r["default"] and "ms" in r), None)
             if won:
                 print(

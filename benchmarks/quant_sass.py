@@ -81,7 +81,7 @@ def cases(all_shapes: bool) -> list[tuple[str, int, object]]:
     for kind in ("int4", "int8", "fp8"):
         for n, k in shapes.values():
             for bucket, m in ROWS.items():
-                for tiles in candidates(kind, m, n, k, 132, fp8_scaled_mm=True):
+                for tiles in candidates(kind, m, n, k, 132, w8a8=True):
                     if tiles.backend != "triton":
                         continue
                     key = (kind, tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages)

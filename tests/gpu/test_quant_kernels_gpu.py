@@ -5,7 +5,8 @@ Bounds on ||out - ref|| / ||ref|| (bf16 output, float32 accumulation): weight-on
 bf16 rounding of the output is ~4e-3). fp8 from 17 rows may run W8A8 (our e4m3 x e4m3 program or
 `torch._scaled_mm`, per-token fp8 activations): 1e-2 against the reference that quantizes the
 activations the same way, 6e-2 against the weight-only product (e4m3's 3 mantissa bits on Gaussian
-activations: ~3%). The widening of each weight in registers (PTX on sm_90) is checked exactly, code
+activations: ~3%). int8 layers with dynamic activations (int8-w8a8) from 17 rows likewise (our int8 x
+int8 program or `torch._int_mm`) against `int8_w8a8_linear_ref`. The widening of each weight in registers (PTX on sm_90) is checked exactly, code
 by code, through one-hot activations: one product per output, so the output is the weight itself.
 """
 
@@ -37,6 +38,7 @@ def _has_fp8() -> bool:
 
 def _weight(kind: str, n: int, k: int):
     """(qweight, scales, zeros, float32 dequantized weight), made once per shape and format."""
+    kind = "int8" if kind == "int8-w8a8" else kind  # the same weights; the activations differ
     key = (kind, n, k)
     if key not in _weights:
         _weights.clear()  # one at a time: Llama's gate_up in float32 alone is 470 MB
@@ -57,8 +59,8 @@ def _weight(kind: str, n: int, k: int):
 def _linear(kind, x, q, s, z, bias=None):
     from model_optimizer.runtime.kernels.quant_linear import fp8_linear, w4a16_linear, w8a16_linear
 
-    if kind == "int8":
-        return w8a16_linear(x, q, s, bias)
+    if kind in ("int8", "int8-w8a8"):
+        return w8a16_linear(x, q, s, bias, dynamic_activations=kind == "int8-w8a8")
     if kind == "fp8":
         return fp8_linear(x, q, s, bias)
     return w4a16_linear(x, q, s, z, 128, bias, packing="planes")
@@ -69,10 +71,18 @@ def _fp8_kernel(x, n: int) -> str:
     from model_optimizer.runtime.kernels.quant_linear import FP8_W8A8_MIN_ROWS
     from model_optimizer.runtime.kernels.quant_matmul import device_tiles
 
-    return device_tiles(x, n, "fp8", 0, fp8_scaled_mm=x.shape[0] >= FP8_W8A8_MIN_ROWS).kernel
+    return device_tiles(x, n, "fp8", 0, w8a8=x.shape[0] >= FP8_W8A8_MIN_ROWS).kernel
 
 
-@pytest.mark.parametrize("kind", ["int8", "int4", "fp8"])
+def _int8_quantizes(x, n: int) -> bool:
+    """Whether int8 with dynamic activations runs W8A8 here (our int8 x int8 program or cuBLAS's)."""
+    from model_optimizer.runtime.kernels.quant_linear import INT8_W8A8_MIN_ROWS
+    from model_optimizer.runtime.kernels.quant_matmul import device_tiles
+
+    return device_tiles(x, n, "int8", 0, w8a8=x.shape[0] >= INT8_W8A8_MIN_ROWS).quantizes_activations
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4", "fp8", "int8-w8a8"])
 @pytest.mark.parametrize(("model", "n", "k"), CASES)
 def test_real_shapes_match_dequantized_weight(kind, model, n, k):
     if kind == "fp8" and not _has_fp8():
@@ -85,6 +95,9 @@ def test_real_shapes_match_dequantized_weight(kind, model, n, k):
         weight_only = x.float() @ w.T
         if kind == "fp8" and _fp8_kernel(x, n) in ("scaled_mm", "w8a8"):
             assert relative_error(out, ref.fp8_w8a8_linear_ref(x, q, s)) < TOLERANCE, (m, "vs W8A8 reference")
+            assert relative_error(out, weight_only) < W8A8_VS_WEIGHT_ONLY, (m, "vs weight-only")
+        elif kind == "int8-w8a8" and _int8_quantizes(x, n):
+            assert relative_error(out, ref.int8_w8a8_linear_ref(x, q, s)) < TOLERANCE, (m, "vs W8A8 reference")
             assert relative_error(out, weight_only) < W8A8_VS_WEIGHT_ONLY, (m, "vs weight-only")
         else:
             assert relative_error(out, weight_only) < TOLERANCE, m
@@ -110,8 +123,10 @@ def test_split_k_is_deterministic_and_leaves_counters_zero(kind, m):
     assert not launcher._counters.by_device[x.device].any()
 
 
-@pytest.mark.parametrize("kind", ["int8", "int4", "fp8"])
-@pytest.mark.parametrize("m", [1, 8, 64])
+@pytest.mark.parametrize(
+    ("kind", "m"),
+    [(kind, m) for kind in ("int8", "int4", "fp8") for m in (1, 8, 64)] + [("int8-w8a8", m) for m in (64, 128, 256)],
+)
 def test_cuda_graph_replays_match_eager(kind, m):
     """Captured once, replayed on new inputs: no host sync, no allocation that outlives the capture."""
     if kind == "fp8" and not _has_fp8():
@@ -148,6 +163,41 @@ def test_quantize_rows_fp8_matches_reference():
     got, want = got_q.float(), want_q.float()
     assert (got != want).float().mean() < 1e-4
     assert ((got - want).abs() <= torch.clamp(want.abs() / 8, min=2.0**-9)).all()
+
+
+def test_quantize_rows_int8_matches_reference_exactly():
+    from model_optimizer.runtime.kernels.quant_matmul import quantize_rows_int8
+
+    x = (torch.randn(300, 4096, device="cuda") * torch.logspace(-3, 3, 300, device="cuda")[:, None]).bfloat16()
+    x[7] = 0
+    x[9, :3] = torch.tensor([127.0, 2.5, -3.5], device="cuda")  # scale 1: ties, rounded to even
+    x[9, 3:] = x[9, 3:].clamp(-100, 100)
+    got_q, got_scales = quantize_rows_int8(x)
+    want_q, want_scales = ref.quantize_rows_int8_ref(x)
+    assert torch.equal(got_scales, want_scales)
+    assert torch.equal(got_q, want_q)
+    assert got_q[9, :3].tolist() == [127, 2, -4]
+
+
+@pytest.mark.parametrize(("model", "n", "k"), CASES)
+@pytest.mark.parametrize("m", [17, 64, 256])
+def test_int8_w8a8_tiles_match_the_reference(model, n, k, m):
+    """Every int8 W8A8 candidate of the row bucket (the sweep's and the table's choices) against
+    int8_w8a8_linear_ref; and w8a16_linear with dynamic activations, whatever the table picks."""
+    from model_optimizer.runtime.kernels.quant_linear import w8a16_linear
+    from model_optimizer.runtime.kernels.quant_matmul import int_mm_w8a8, quant_matmul
+    from model_optimizer.runtime.kernels.quant_tiles import candidates
+
+    q, s, _, w = _weight("int8", n, k)
+    x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).bfloat16()
+    want = ref.int8_w8a8_linear_ref(x.float(), q, s)
+    found = [t for t in candidates("int8", m, n, k, 132, w8a8=True) if t.w8a8]
+    assert found
+    for tiles in found:
+        assert relative_error(quant_matmul(x, q, s, None, "int8", 0, None, tiles), want) < TOLERANCE, tiles
+    assert relative_error(int_mm_w8a8(x, q, s), want) < TOLERANCE  # cuBLAS's int8 GEMM, the scales after
+    out = w8a16_linear(x, q, s, dynamic_activations=True)
+    assert relative_error(out, x.float() @ w.T) < W8A8_VS_WEIGHT_ONLY
 
 
 def test_group_size_without_a_kernel_falls_back_to_the_reference():

@@ -1,7 +1,7 @@
 """Triton program for weight-quantized linear layers: x (M, K) @ dequantize(W (N, K)).T, dequantized in-kernel.
 
 Same result as `quant_reference.w8a16_linear_ref` / `w4a16_linear_ref` / `fp8_linear_ref` (and, for
-the W8A8 kind, `fp8_w8a8_linear_ref`): the weight bytes (int8, fp8 e4m3 or packed int4) are read
+the W8A8 kinds, `fp8_w8a8_linear_ref` / `int8_w8a8_linear_ref`): the weight bytes (int8, fp8 e4m3 or packed int4) are read
 once, widened in registers and never written back. Decode is bound by weight bytes, so the program
 is built around streaming them:
 
@@ -20,8 +20,10 @@ is built around streaming them:
   lane is a plane of 32 consecutive columns, so a block is four 32-deep dots against contiguous
   activation columns, and a plane is dequantized whole ((q - zero) * scale, one rounding to the
   activation dtype) before its dot: one accumulator runs through all of K.
-- fp8 W8A8 (KIND 3): activations quantized per token beforehand (`_quantize_rows_fp8_kernel`), both
-  operands e4m3 in an fp8 MMA, nothing to widen; scales of weight row and token applied at the end.
+- W8A8 (KIND 3 fp8, KIND 5 int8): activations quantized per token beforehand (`_quantize_rows_kernel`),
+  both operands e4m3 (an fp8 MMA into float32) or int8 (an int8 MMA into int32, exact: |sum| <=
+  K * 127**2 < 2**31 for K up to 133k), nothing to widen; scales of weight row and token applied at
+  the end.
 - Split-K: when the output tiles cannot fill the GPU (Llama's o_proj at BLOCK_N 64: 64 tiles for 132
   SMs; Qwen3-0.6B's at N = 1024: 16), K is cut into `num_splits` slices. Splits write float32
   partials; the last program of a tile to finish (counted with an atomic) adds them in split order
@@ -51,9 +53,17 @@ from model_optimizer.runtime.kernels.quant_dequant import bytes_operand, int4_pl
 _FP8_MAX = tl.constexpr(FP8_MAX)  # jit functions may only read constexpr globals
 _FP8_INV = tl.constexpr(1.0 / FP8_MAX)  # rounded to float32 in the kernel, as torch rounds it
 
-KINDS = {"int8": 0, "fp8": 1, "int4": 2, "fp8_w8a8": 3, "bf16": 4}
-"""Weight formats, as the KIND constexpr of the kernel (fp8_w8a8: e4m3 weights and activations; bf16:
-an unquantized weight in the activations' dtype, for the skinny shapes cuBLAS is slow at)."""
+KINDS = {"int8": 0, "fp8": 1, "int4": 2, "fp8_w8a8": 3, "bf16": 4, "int8_w8a8": 5}
+"""Weight formats, as the KIND constexpr of the kernel (fp8_w8a8 / int8_w8a8: e4m3 / int8 weights and
+activations; bf16: an unquantized weight in the activations' dtype, for the skinny shapes cuBLAS is
+slow at)."""
+W8A8_KINDS = {"fp8": "fp8_w8a8", "int8": "int8_w8a8"}
+"""Weight formats with a W8A8 kind: the weight's format -> the kernel's kind."""
+_INT8_MAX = tl.constexpr(127.0)
+_INT8_INV = tl.constexpr(1.0 / 127.0)
+_RNE = tl.constexpr(12582912.0)
+"""1.5 * 2**23: adding then subtracting it rounds a float32 below 2**22 to the nearest integer, ties to
+even (torch.round's rule), with no rounding instruction of its own."""
 INT4_BLOCK_K = 128
 """int4 K tiles are made of 128-column blocks of the planes packing, each inside one group."""
 
@@ -99,16 +109,25 @@ def _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_
                KIND: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_ASM: tl.constexpr):  # fmt: skip
     """(BLOCK_N, BLOCK_M) = W[n-tile, k_start:k_end] @ x[m-tile, k_start:k_end].T for int8 / fp8 / W8A8."""
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for k0 in range(k_start, k_end, BLOCK_K):
-        offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
-        x = _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K)
-        if KIND >= 3:  # both e4m3 (the fp8 MMA as they are; fp32 under the interpreter), or a bf16 weight
-            acc = dot(w.to(DOT_DTYPE), x.to(DOT_DTYPE), acc, DOT_DTYPE)
-        else:
-            acc = dot(bytes_operand(w, KIND, x_ptr.dtype.element_ty, DOT_DTYPE, USE_ASM), x.to(DOT_DTYPE), acc,
-                       DOT_DTYPE)  # fmt: skip
+    if KIND == 5:  # int8 x int8: exact int32 sums, float32 once at the end
+        acc_i = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.int32)
+        for k0 in range(k_start, k_end, BLOCK_K):
+            offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+            w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
+            x = _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K)
+            acc_i = tl.dot(w, x, acc_i, out_dtype=tl.int32)
+        acc = acc_i.to(tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        for k0 in range(k_start, k_end, BLOCK_K):
+            offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+            w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
+            x = _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K)
+            if KIND >= 3:  # both e4m3 (the fp8 MMA as they are; fp32 under the interpreter), or a bf16 weight
+                acc = dot(w.to(DOT_DTYPE), x.to(DOT_DTYPE), acc, DOT_DTYPE)
+            else:
+                acc = dot(bytes_operand(w, KIND, x_ptr.dtype.element_ty, DOT_DTYPE, USE_ASM), x.to(DOT_DTYPE), acc,
+                           DOT_DTYPE)  # fmt: skip
     return acc
 
 
@@ -317,7 +336,7 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, x_scales_ptr, bias
                          BLOCK_M, BLOCK_N, BLOCK_K, DOT_DTYPE, USE_ASM)  # fmt: skip
     if KIND != 2 and KIND != 4:  # per-channel scale, once per tile
         acc = acc * tl.load(scales_ptr + offs_n, mask=n_mask, other=0).to(tl.float32)[:, None]
-    if KIND == 3:  # and each token's activation scale
+    if KIND == 3 or KIND == 5:  # and each token's activation scale
         acc = acc * tl.load(x_scales_ptr + offs_m, mask=offs_m < M, other=0)[None, :]
     mask = n_mask[:, None] & (offs_m[None, :] < M)
     out_offs = offs_m.to(tl.int64)[None, :] * stride_om + offs_n[:, None]  # acc is out.T: (BLOCK_N, BLOCK_M)
@@ -359,21 +378,46 @@ def _store_out(out_ptr, acc, offs_m, offs_n, mask, out_offs, pid_n, N, stride_om
 
 
 @triton.jit
-def _quantize_rows_fp8_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, BLOCK_K: tl.constexpr):
-    """One row per program: amax pass, then x / scale clamped and rounded to e4m3 (row read twice, from L2).
-    scale = amax times float32 1/448, as quant_reference defines it; x / scale rounds to nearest (div_rn)
-    as torch's division does: Triton's `/` on float32 is the approximate division on the GPU. A last-bit
+def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, BLOCK_K: tl.constexpr,
+                          INT8: tl.constexpr):  # fmt: skip
+    """One row per program: amax pass, then x / scale clamped and rounded to e4m3, or (INT8) to the
+    nearest integer, ties to even, as int8 (row read twice, from L2). scale = amax times the float32
+    1/448 (1/127), as quant_reference defines it; x / scale rounds to nearest (div_rn) as torch's
+    division does: Triton's `/` on float32 is the approximate division on the GPU. A last-bit
     difference in either flipped codes that sit on a rounding tie (the H200 probe saw x / scale = 76)."""
+    QMAX: tl.constexpr = _INT8_MAX if INT8 else _FP8_MAX
+    QINV: tl.constexpr = _INT8_INV if INT8 else _FP8_INV
     row = tl.program_id(0).to(tl.int64)
     amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         offs = k0 + tl.arange(0, BLOCK_K)
         amax = tl.maximum(amax, tl.abs(tl.load(x_ptr + row * stride_xm + offs, mask=offs < K, other=0).to(tl.float32)))
     row_max = tl.max(amax, axis=0)
-    scale = tl.where(row_max > 0, row_max * _FP8_INV, 1.0)
+    scale = tl.where(row_max > 0, row_max * QINV, 1.0)
     tl.store(scale_ptr + row, scale)
     for k0 in range(0, K, BLOCK_K):
         offs = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(x_ptr + row * stride_xm + offs, mask=offs < K, other=0).to(tl.float32)
-        q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -_FP8_MAX), _FP8_MAX)  # the e4m3 cast does not saturate
+        q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -QMAX), QMAX)  # the e4m3 cast does not saturate
+        if INT8:
+            q = (q + _RNE) - _RNE  # |q| <= 127: exact ties-to-even rounding; the int8 cast then truncates nothing
         tl.store(q_ptr + row * stride_qm + offs, q.to(q_ptr.dtype.element_ty), mask=offs < K)
+
+
+@triton.jit
+def _scale_int32_kernel(acc_ptr, x_scales_ptr, scales_ptr, bias_ptr, out_ptr, M, N, stride_am, stride_om,
+                        HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """out = int32 acc (torch._int_mm's int8 x int8 sums) * token scale * channel scale (+ bias), in
+    the output dtype: the W8A8 epilogue of the cuBLAS int8 GEMM, in the reference's order."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    mask = m_mask[:, None] & n_mask[None, :]
+    rows = offs_m.to(tl.int64)[:, None]
+    acc = tl.load(acc_ptr + rows * stride_am + offs_n[None, :], mask=mask, other=0).to(tl.float32)
+    acc = acc * tl.load(x_scales_ptr + offs_m, mask=m_mask, other=0)[:, None]
+    acc = acc * tl.load(scales_ptr + offs_n, mask=n_mask, other=0)[None, :]
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0).to(tl.float32)[None, :]
+    tl.store(out_ptr + rows * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)

@@ -1,6 +1,7 @@
 """Quantized linear layers: one function per weight format, dispatching to the fastest path the device has.
 
-    w8a16_linear(x, qweight, scales, bias=None)                        int8 per-channel, weight-only
+    w8a16_linear(x, qweight, scales, bias=None,                        int8 per-channel, weight-only
+                 dynamic_activations=False)                            (or W8A8 where allowed and faster)
     w4a16_linear(x, qweight, scales, zeros, group_size, bias=None,     int4 groups with zero points
                  packing="sequential")
     fp8_linear(x, qweight, scales, bias=None)                          e4m3 per-channel
@@ -15,7 +16,10 @@ every call (correct, for tests and one-off calls).
 fp8 from FP8_W8A8_MIN_ROWS rows on a GPU with fp8 tensor cores (sm_89+) may instead quantize the
 activations per token (one Triton pass) and multiply e4m3 by e4m3 (W8A8: our Triton program or
 `torch._scaled_mm`), as the compressed-tensors checkpoints we write declare ("dynamic" token
-activations); below it the activations stay exact. The tile table says which kind runs per shape.
+activations); below it the activations stay exact. int8 does the same (int8 x int8 MMA, from
+INT8_W8A8_MIN_ROWS rows) only for layers whose scheme declares dynamic per-token int8 activations
+(llm-compressor's W8A8 checkpoints, `--quantization int8-w8a8`): plain int8 stays weight-only, since
+int8 activations without smoothing lose outlier channels. The tile table says which kind runs per shape.
 No path reads tensor values on the host, so all of them run in CUDA graphs.
 """
 
@@ -32,6 +36,7 @@ from model_optimizer.runtime.kernels.quant_reference import (
     FP8_DTYPE,
     INT4_PACKINGS,
     fp8_linear_ref,
+    int8_w8a8_linear_ref,
     repack_int4,
     w4a16_linear_ref,
     w8a16_linear_ref,
@@ -40,6 +45,8 @@ from model_optimizer.runtime.kernels.quant_reference import (
 FP8_W8A8_MIN_ROWS = int(os.environ.get("MOPT_FP8_W8A8_MIN_ROWS", "17"))
 """Rows (tokens) from which fp8 may quantize its activations (W8A8) when the table measured it faster;
 below, weight-only (exact activations). $MOPT_FP8_W8A8_MIN_ROWS=1 allows it at decode too."""
+INT8_W8A8_MIN_ROWS = int(os.environ.get("MOPT_INT8_W8A8_MIN_ROWS", "17"))
+"""The same for int8 layers with dynamic activations (w8a16_linear's `dynamic_activations`)."""
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -105,7 +112,7 @@ def _gpu_matmul(
     w8a8_ok: bool = False,
 ) -> torch.Tensor:
     """(M, N) product on CUDA by the backend the tile table (or default rule) names for this shape:
-    our Triton program, `_scaled_mm` (fp8 W8A8) or the weight dequantized whole into a scratch buffer
+    our Triton program, `_scaled_mm` (fp8 W8A8), `_int_mm` (int8 W8A8) or the weight dequantized whole into a scratch buffer
     and a dense matmul (prefill and large decode batches). Inside a CUDA-graph capture "dequant" runs
     only where the buffer already holds the weight; else the table's capture alternative (the fastest
     launch a graph can take) or the default rule's Triton tiles, never a table lookup by quant_matmul."""
@@ -122,6 +129,8 @@ def _gpu_matmul(
         tiles = device_tiles(rows, n, kind, group_size, w8a8_ok, graph_safe=True)
     if tiles.backend == "scaled_mm":
         return _scaled_mm_w8a8(rows, qweight, scales, bias)
+    if tiles.backend == "int_mm":
+        return triton_kernel("quant_matmul", "int_mm_w8a8")(rows, qweight, scales, bias)
     return triton_kernel("quant_matmul", "quant_matmul")(rows, qweight, scales, zeros, kind, group_size, bias, tiles)
 
 
@@ -160,16 +169,31 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 
 def w8a16_linear(
-    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    dynamic_activations: bool = False,
 ) -> torch.Tensor:
-    """x @ (qweight * scales[:, None]).T (+ bias): int8 (N, K) weights, float32 (N,) scales."""
+    """x @ (qweight * scales[:, None]).T (+ bias): int8 (N, K) weights, float32 (N,) scales.
+
+    `dynamic_activations` (the layer's scheme declares per-token int8 activations): from
+    INT8_W8A8_MIN_ROWS rows, where the tile table measured it faster, x is quantized per token
+    (quant_reference.quantize_rows_int8_ref) and multiplied int8 by int8 (`int8_w8a8_linear_ref`);
+    elsewhere on the GPU the activations stay exact. Without the kernels (the CPU) such layers always
+    quantize them, as the checkpoint's scheme says, so an accuracy measured there includes that cost."""
     _check(x, qweight, scales, bias, torch.int8, 1)
     if scales.dim() != 1:
         raise ValueError(f"int8 scales must be per output channel (N,), got {tuple(scales.shape)}")
     matmul = _kernels(x)
     if matmul is None:
+        if dynamic_activations:
+            return int8_w8a8_linear_ref(x, qweight, scales, bias)
         return w8a16_linear_ref(x, qweight, scales, bias)
-    out = _gpu_matmul("int8", _rows(x), qweight, scales, None, 0, bias)
+    rows = _rows(x)
+    n, k = qweight.shape
+    w8a8_ok = dynamic_activations and rows.shape[0] >= INT8_W8A8_MIN_ROWS and n % 16 == 0 and k % 16 == 0
+    out = _gpu_matmul("int8", rows, qweight, scales, None, 0, bias, w8a8_ok)
     return out.view(*x.shape[:-1], out.shape[-1])
 
 

@@ -22,11 +22,13 @@ from model_optimizer.runtime.kernels.quant_dequant import _dequantize_kernel
 from model_optimizer.runtime.kernels.quant_kernels import (
     INT4_BLOCK_K,
     KINDS,
+    W8A8_KINDS,
     _quant_matmul_kernel,
-    _quantize_rows_fp8_kernel,
+    _quantize_rows_kernel,
+    _scale_int32_kernel,
 )
 from model_optimizer.runtime.kernels.quant_tiles import (
-    FP8_ANY,
+    ANY_KINDS,
     MAX_SPLIT_K,
     QuantTiles,
     default_tiles,
@@ -34,7 +36,16 @@ from model_optimizer.runtime.kernels.quant_tiles import (
     program_tiles,
 )
 
-__all__ = ["MAX_SPLIT_K", "QuantTiles", "choose_tiles", "dequantize_weight", "quant_matmul", "quantize_rows_fp8"]
+__all__ = [
+    "MAX_SPLIT_K",
+    "QuantTiles",
+    "choose_tiles",
+    "dequantize_weight",
+    "int_mm_w8a8",
+    "quant_matmul",
+    "quantize_rows_fp8",
+    "quantize_rows_int8",
+]
 
 MAX_COUNTERS = 16384  # output tiles that may split K at once (Llama's gate_up at BLOCK_N 32: 896)
 
@@ -62,23 +73,23 @@ def choose_tiles(
     group_size: int,
     num_sms: int,
     gpu: str = "",
-    fp8_scaled_mm: bool = False,
+    w8a8: bool = False,
     graph_safe: bool = False,
     program_only: bool = False,
 ) -> QuantTiles:
     """The table's measured tiles for this GPU and shape, else `quant_tiles.default_tiles`.
-    `fp8_scaled_mm`: the caller accepts quantized activations (W8A8: our e4m3 program or `torch._scaled_mm`).
+    `w8a8`: the caller accepts quantized activations (fp8 or int8 weights: W8A8, our program, or for
+    fp8 `torch._scaled_mm`).
     `graph_safe`: a launch a CUDA-graph capture can take without the scratch buffer (never "dequant": the
     table's capture entry, else the default rule's Triton tiles). `program_only`: our Triton program's
     tiles only (what `quant_matmul` launches when not told)."""
     graph_safe = graph_safe or program_only
     tiles = None
-    if gpu and kind == "fp8" and fp8_scaled_mm:  # the fastest of all fp8 kinds, W8A8 included
-        tiles = lookup(gpu, FP8_ANY, m, n, k, graph_safe)
+    if gpu and kind in ANY_KINDS and w8a8:  # the fastest of all kinds of this format, W8A8 included
+        tiles = lookup(gpu, ANY_KINDS[kind], m, n, k, graph_safe)
     tiles = tiles or (lookup(gpu, kind, m, n, k, graph_safe) if gpu else None)
-    w8a8 = tiles is not None and (tiles.backend == "scaled_mm" or tiles.w8a8)
-    if tiles is None or (w8a8 and not fp8_scaled_mm) or (tiles.block_m == 1 and m != 1):
-        tiles = default_tiles(kind, m, n, k, num_sms, fp8_scaled_mm, graph_safe)
+    if tiles is None or (tiles.quantizes_activations and not w8a8) or (tiles.block_m == 1 and m != 1):
+        tiles = default_tiles(kind, m, n, k, num_sms, w8a8, graph_safe)
     if program_only and tiles.backend != "triton":
         tiles = program_tiles(kind, m, n, k, num_sms)
     return tiles
@@ -89,23 +100,25 @@ def device_tiles(
     n: int,
     kind: str,
     group_size: int = 0,
-    fp8_scaled_mm: bool = False,
+    w8a8: bool = False,
     graph_safe: bool = False,
     program_only: bool = False,
 ) -> QuantTiles:
     """`choose_tiles` for the rows of x on x's GPU."""
     gpu, num_sms = _device_facts(x.device.index if x.is_cuda else None)  # meta: the ahead-of-time target
     m, k = x.shape
-    return choose_tiles(m, n, k, kind, group_size, num_sms, gpu, fp8_scaled_mm, graph_safe, program_only)
+    return choose_tiles(m, n, k, kind, group_size, num_sms, gpu, w8a8, graph_safe, program_only)
 
 
 def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _dot_dtype(dtype: torch.dtype, w8a8: bool = False):
-    """Operand type of tl.dot: the input's (e4m3 for W8A8), except under the interpreter, whose bf16
-    and fp8 dots are wrong (float32 there)."""
+def _dot_dtype(dtype: torch.dtype, w8a8: bool = False, kind: str = ""):
+    """Operand type of tl.dot: the input's (e4m3 / int8 for W8A8), except under the interpreter, whose
+    bf16 and fp8 dots are wrong (float32 there; its int8 dots are right)."""
+    if w8a8 and kind == "int8":
+        return tl.int8
     if _interpreted() and (w8a8 or dtype == torch.bfloat16):
         return tl.float32
     if w8a8:
@@ -141,8 +154,10 @@ def gates(tiles: QuantTiles, n: int) -> bool:
 
 
 def _check_tiles(tiles: QuantTiles, kind: str, group_size: int, k: int) -> None:
-    if kind not in KINDS or kind == "fp8_w8a8":
-        raise ValueError(f"kind must be one of int8, fp8, int4, bf16 (fp8 with w8a8 tiles for W8A8), got {kind!r}")
+    if kind not in KINDS or kind in W8A8_KINDS.values():
+        raise ValueError(
+            f"kind must be one of int8, fp8, int4, bf16 (fp8 / int8 with w8a8 tiles for W8A8), got {kind!r}"
+        )
     if tiles.backend != "triton":
         raise ValueError(f"quant_matmul runs the Triton program only, got backend {tiles.backend!r}")
     if tiles.block_m != 1 and (tiles.block_m < 16 or tiles.block_n < 16):
@@ -151,8 +166,10 @@ def _check_tiles(tiles: QuantTiles, kind: str, group_size: int, k: int) -> None:
         value = getattr(tiles, name)
         if value < 1 or value & (value - 1):
             raise ValueError(f"{name} must be a power of two, got {value} in {tiles}")
-    if tiles.w8a8 and (kind != "fp8" or tiles.block_m == 1 or tiles.block_k < 32):
-        raise ValueError(f"W8A8 tiles are for fp8 weights, with block_m >= 16 and block_k >= 32, got {kind} {tiles}")
+    if tiles.w8a8 and (kind not in W8A8_KINDS or tiles.block_m == 1 or tiles.block_k < 32):
+        raise ValueError(
+            f"W8A8 tiles are for fp8 and int8 weights, with block_m >= 16 and block_k >= 32, got {kind} {tiles}"
+        )
     if kind != "int4":
         return
     if group_size % INT4_BLOCK_K or k % INT4_BLOCK_K:
@@ -195,7 +212,7 @@ def quant_matmul(
 
     Inputs are trusted (quant_linear checks them); `tiles` overrides `choose_tiles` (benchmarks, tests),
     which is asked for our program's tiles only (never another backend the table may name).
-    W8A8 tiles (fp8) quantize x per token first, one more launch.
+    W8A8 tiles (fp8, int8) quantize x per token first, one more launch.
     """
     m, k = x.shape
     n = qweight.shape[0]
@@ -222,8 +239,8 @@ def quant_matmul(
     partials = torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1 else out
     x_in, x_scales, code = x, scales, KINDS[kind]
     if tiles.w8a8:
-        x_in, x_scales = quantize_rows_fp8(x)
-        code = KINDS["fp8_w8a8"]
+        x_in, x_scales = _quantize_rows(x, kind == "int8")
+        code = KINDS[W8A8_KINDS[kind]]
     if kind == "int4" and tiles.block_m > 1:  # the tensor-core program reads 16-bit lanes
         qweight = qweight.view(torch.int16)
     zeros = zeros.contiguous() if zeros is not None else qweight
@@ -252,7 +269,7 @@ def quant_matmul(
         HAS_BIAS=bias is not None,
         EVEN_K=k % tiles.block_k == 0,
         EVEN_N=out_cols % out_block == 0,
-        DOT_DTYPE=_dot_dtype(x.dtype, tiles.w8a8),
+        DOT_DTYPE=_dot_dtype(x.dtype, tiles.w8a8, kind),
         BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k,
@@ -269,13 +286,58 @@ def quant_matmul(
 def quantize_rows_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Dynamic per-token fp8 quantization in one launch: (x_q e4m3 (M, K), scales float32 (M, 1)),
     as `quant_reference.quantize_rows_fp8_ref` (torch needs five kernels for it)."""
+    return _quantize_rows(x, False)
+
+
+def quantize_rows_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic per-token symmetric int8 quantization in one launch: (x_q int8 (M, K) in -127..127, scales
+    float32 (M, 1)), as `quant_reference.quantize_rows_int8_ref`."""
+    return _quantize_rows(x, True)
+
+
+INT_MM_MIN_ROWS = 17
+"""torch._int_mm needs more than 16 rows (and K, N multiples of 8)."""
+
+
+def int_mm_w8a8(
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """int8 W8A8 through cuBLAS: x (M, K) quantized per token (one Triton pass), `torch._int_mm` against
+    the int8 (N, K) weight (exact int32 sums), then both scales and the bias in one Triton pass ->
+    (M, N) in x.dtype; as `quant_reference.int8_w8a8_linear_ref`. M >= INT_MM_MIN_ROWS."""
+    m, k = x.shape
+    n = qweight.shape[0]
+    if m < INT_MM_MIN_ROWS or k % 8 or n % 8:
+        raise ValueError(f"torch._int_mm needs more than 16 rows and K, N multiples of 8, got {m} x {k} x {n}")
+    x_q, x_scales = quantize_rows_int8(x)
+    acc = torch._int_mm(x_q, qweight.t())  # the (N, K) row-major weight transposed is column-major
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    block_m, block_n = 32, 128
+    _scale_int32_kernel[(triton.cdiv(m, block_m), triton.cdiv(n, block_n))](
+        acc,
+        x_scales,
+        scales,
+        bias if bias is not None else scales,
+        out,
+        m,
+        n,
+        acc.stride(0),
+        out.stride(0),
+        HAS_BIAS=bias is not None,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+    )
+    return out
+
+
+def _quantize_rows(x: torch.Tensor, int8: bool) -> tuple[torch.Tensor, torch.Tensor]:
     m, k = x.shape
     x = x if x.stride(-1) == 1 else x.contiguous()
-    q = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=x.device)
+    q = torch.empty(m, k, dtype=torch.int8 if int8 else torch.float8_e4m3fn, device=x.device)
     scales = torch.empty(m, 1, dtype=torch.float32, device=x.device)
     if m:
-        _quantize_rows_fp8_kernel[(m,)](
-            x, q, scales, k, x.stride(0), q.stride(0), BLOCK_K=min(4096, triton.next_power_of_2(max(k, 16)))
+        _quantize_rows_kernel[(m,)](
+            x, q, scales, k, x.stride(0), q.stride(0), BLOCK_K=min(4096, triton.next_power_of_2(max(k, 16))), INT8=int8
         )
     return q, scales
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from model_optimizer.runtime.kernels.formats import FP8_DTYPE, FP8_MAX
+from model_optimizer.runtime.kernels.formats import FP8_DTYPE, FP8_MAX, INT8_MAX
 
 _NIBBLE_SHIFTS = torch.arange(0, 32, 4, dtype=torch.int32)  # bit offset of nibble j in its word
 
@@ -139,6 +139,15 @@ def quantize_rows_fp8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x.float() / scales).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scales
 
 
+def quantize_rows_int8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic per-token symmetric int8 quantization (vLLM's for W8A8 int8 checkpoints, and ours for
+    weights: quantizers.quantize_int8): (x_q int8 (M, K) in -127..127, scales float32 (M, 1)),
+    scale = amax / 127 (times the float32 reciprocal, as for fp8), x / scale rounded half to even."""
+    amax = x.float().abs().amax(dim=1, keepdim=True)
+    scales = torch.where(amax > 0, amax * (1.0 / INT8_MAX), torch.ones_like(amax))
+    return torch.round(x.float() / scales).clamp(-INT8_MAX, INT8_MAX).to(torch.int8), scales
+
+
 def w8a16_linear_ref(
     x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -173,3 +182,16 @@ def fp8_w8a8_linear_ref(
     x_q, x_scales = quantize_rows_fp8_ref(x)
     out = (x_q.float() * x_scales) @ dequantize_fp8(qweight, scales).T
     return (out if bias is None else out + bias.float()).to(x.dtype)
+
+
+def int8_w8a8_linear_ref(
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """What the int8 W8A8 kernels compute (and the CPU path of int8-w8a8 layers): x (..., K) quantized
+    per token, integer products summed in float32 (exact up to 2**24, then float32's rounding), then
+    both scales."""
+    rows = x.reshape(-1, x.shape[-1])
+    x_q, x_scales = quantize_rows_int8_ref(rows)
+    out = (x_q.float() @ qweight.float().T) * x_scales * scales.float().view(1, -1)
+    out = (out if bias is None else out + bias.float()).to(x.dtype)
+    return out.view(*x.shape[:-1], out.shape[-1])

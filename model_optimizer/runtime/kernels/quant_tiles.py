@@ -26,6 +26,11 @@ ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 """Rows (tokens) a table entry covers: up to 1, 2, 4, ... 256, and above 256 (prefill, measured at 512)."""
 FP8_ANY = "fp8a"
 """Table format of the fastest fp8 launch among weight-only and W8A8 ones ("fp8": weight-only only)."""
+INT8_ANY = "int8a"
+"""The same for int8 weights: the fastest of the weight-only launches and the int8 x int8 W8A8 ones."""
+ANY_KINDS = {"fp8": FP8_ANY, "int8": INT8_ANY}
+"""Weight format -> table format of its fastest launch, W8A8 included (for callers that accept
+quantized activations)."""
 TABLE_ENV = "MOPT_QUANT_TILES"
 TABLE_VERSION = 2
 """Tables of another version were measured on other kernels (version 1: int4 in the sequential packing,
@@ -36,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class QuantTiles:
-    """Launch shape of `quant_kernels._quant_matmul_kernel` (or, for fp8, `backend="scaled_mm"`).
+    """Launch shape of `quant_kernels._quant_matmul_kernel` (or another backend: `backend`).
 
     block_m 1 selects the CUDA-core GEMV (one row), 16 or more the tensor-core program; split_k is
     the number of K slices (output tiles x split_k programs). num_stages is Triton's pipeline depth
@@ -51,11 +56,13 @@ class QuantTiles:
     num_warps: int = 4
     num_stages: int = 3
     backend: str = "triton"
-    """triton (our program), scaled_mm (fp8 W8A8 through torch._scaled_mm), dequant (the whole weight
+    """triton (our program), scaled_mm (fp8 W8A8 through torch._scaled_mm), int_mm (int8 W8A8 through
+    torch._int_mm, cuBLAS's int8 GEMM, then the scales in one Triton pass), dequant (the whole weight
     widened once into a scratch buffer, then a dense matmul: prefill sizes) or torch (bf16 weights:
     F.linear, i.e. cuBLAS)."""
     w8a8: bool = False
-    """fp8 only: quantize the activations per token (one more launch) and multiply e4m3 by e4m3."""
+    """fp8 and int8 only: quantize the activations per token (one more launch) and multiply e4m3 by
+    e4m3, or int8 by int8."""
 
     @property
     def kernel(self) -> str:
@@ -66,6 +73,11 @@ class QuantTiles:
         return "w8a8" if self.w8a8 else ("gemv" if self.block_m == 1 else "mma")
 
     @property
+    def quantizes_activations(self) -> bool:
+        """Whether this launch rounds the activations per token (W8A8), which the caller must allow."""
+        return self.w8a8 or self.backend in ("scaled_mm", "int_mm")
+
+    @property
     def graph_safe(self) -> bool:
         """Whether a CUDA-graph capture can take this launch whatever was allocated before: all but
         "dequant", whose scratch buffer may have to grow (quant_linear runs it in a capture only
@@ -74,6 +86,7 @@ class QuantTiles:
 
 
 SCALED_MM = QuantTiles(0, 0, 0, backend="scaled_mm")
+INT_MM = QuantTiles(0, 0, 0, backend="int_mm")
 DEQUANT = QuantTiles(0, 0, 0, backend="dequant")
 TORCH = QuantTiles(0, 0, 0, backend="torch")
 DENSE_MAX_ROWS = 64
@@ -129,12 +142,29 @@ _BYTES_MMA = {  # int8 / e4m3 widened in registers: block_n x block_k bytes a wa
     256: [(128, 128, 128, 1, 8, 3), (64, 128, 128, 1, 4, 3), (128, 256, 64, 0, 8, 3)],
     512: [(128, 128, 128, 0, 8, 3), (128, 256, 64, 0, 8, 3)],
 }
-_W8A8 = {  # e4m3 x e4m3: nothing widened, larger K tiles
+_W8A8 = {  # e4m3 x e4m3 or int8 x int8: nothing widened, larger K tiles
     16: [(16, 128, 256, 2, 4, 4), (16, 64, 256, 4, 4, 4), (16, 128, 128, 4, 4, 5), (16, 256, 128, 2, 8, 4)],
     32: [(32, 128, 256, 2, 4, 4), (32, 64, 256, 4, 4, 4)],
-    64: [(64, 128, 256, 2, 4, 3), (64, 128, 128, 2, 4, 4)],
-    128: [(128, 128, 128, 1, 8, 4), (128, 128, 256, 1, 8, 3)],
-    256: [(128, 256, 128, 0, 8, 3), (128, 128, 128, 1, 8, 4)],
+    64: [(64, 128, 256, 2, 4, 3), (64, 128, 128, 2, 4, 4), (64, 64, 256, 1, 4, 4)],
+    # from 128 rows also 64 weight rows a program and every token in it: more programs for the skinny N
+    # of qkv / o / down, split in two at most where that still leaves SMs idle (waves 0.9; the partials
+    # of M x N cost more than idle SMs beyond)
+    128: [
+        (128, 128, 128, 1, 8, 4),
+        (128, 128, 256, 1, 8, 3),
+        (128, 64, 128, 0, 4, 4),
+        (128, 64, 256, 0, 4, 3),
+        (128, 64, 256, 0.9, 8, 3),
+    ],
+    256: [
+        (128, 256, 128, 0, 8, 3),
+        (128, 128, 128, 1, 8, 4),
+        (256, 64, 128, 0, 8, 3),
+        (256, 64, 128, 0, 4, 3),
+        (256, 128, 128, 0, 8, 3),
+        (256, 64, 128, 0.9, 8, 4),
+        (256, 64, 256, 0.9, 8, 2),
+    ],
     512: [(128, 256, 128, 0, 8, 3), (128, 128, 256, 0, 8, 3)],
 }
 _GEMVS = {  # one row on CUDA cores: no pipelining, so the tile of one iteration is what is in flight
@@ -167,10 +197,11 @@ def _make(kind: str, m: int, n: int, k: int, spec: tuple, num_sms: int, w8a8: bo
     return QuantTiles(block_m, block_n, block_k, split, num_warps, num_stages, w8a8=w8a8)
 
 
-def candidates(kind: str, m: int, n: int, k: int, num_sms: int, fp8_scaled_mm: bool = False) -> list[QuantTiles]:
+def candidates(kind: str, m: int, n: int, k: int, num_sms: int, w8a8: bool = False) -> list[QuantTiles]:
     """Distinct launch shapes worth timing for this call (the sweep's search space): the tensor-core
-    program's tiles of the row bucket, at M = 1 also the CUDA-core GEMVs, and for fp8 the W8A8
-    kinds (our e4m3 x e4m3 program; `_scaled_mm` above 16 rows) when `fp8_scaled_mm` allows them."""
+    program's tiles of the row bucket, at M = 1 also the CUDA-core GEMVs, and for fp8 and int8 the
+    W8A8 kinds (our e4m3 x e4m3 or int8 x int8 program; `_scaled_mm` / `_int_mm` above 16 rows) when
+    `w8a8` allows them."""
     bucket = row_bucket(m)
     if kind == "bf16" and bucket > DENSE_MAX_ROWS:
         return [TORCH]
@@ -182,10 +213,10 @@ def candidates(kind: str, m: int, n: int, k: int, num_sms: int, fp8_scaled_mm: b
         found.append(TORCH)  # cuBLAS: the table keeps ours only where it measured faster
     elif bucket >= 128:
         found.append(DEQUANT)
-    if fp8_scaled_mm and kind == "fp8":
+    if w8a8 and kind in ANY_KINDS:
         found += [_make(kind, m, n, k, s, num_sms, w8a8=True) for s in _specs(kind, bucket, w8a8=True)]
-        if m > 16:
-            found.append(SCALED_MM)
+        if m > 16:  # cuBLAS's fp8 / int8 GEMMs (torch._int_mm needs more than 16 rows)
+            found.append(SCALED_MM if kind == "fp8" else INT_MM)
     return list(dict.fromkeys(found))
 
 
@@ -198,7 +229,7 @@ def program_tiles(kind: str, m: int, n: int, k: int, num_sms: int) -> QuantTiles
 
 
 def default_tiles(
-    kind: str, m: int, n: int, k: int, num_sms: int, fp8_scaled_mm: bool = False, graph_safe: bool = False
+    kind: str, m: int, n: int, k: int, num_sms: int, w8a8: bool = False, graph_safe: bool = False
 ) -> QuantTiles:
     """The rule for shapes without a measurement: tensor-core tiles split to ~2 waves for decode batches;
     above 256 rows (prefill) the weight widened once and a dense matmul (fp8 with quantized activations
@@ -207,7 +238,7 @@ def default_tiles(
     bucket = row_bucket(m)
     if kind == "bf16":
         return TORCH  # never ours without a measurement that it wins
-    if bucket > 256 and fp8_scaled_mm and kind == "fp8":
+    if bucket > 256 and w8a8 and kind == "fp8":
         return SCALED_MM
     if bucket > 256 and not graph_safe:
         return DEQUANT

@@ -21,7 +21,7 @@ except ImportError as exc:
     sys.exit(3)
 
 from model_optimizer.runtime.kernels.paged_attention_kernels import _paged_attention_kernel, _reduce_splits_kernel
-from model_optimizer.runtime.kernels.quant_kernels import KINDS, _quant_matmul_kernel, _quantize_rows_fp8_kernel
+from model_optimizer.runtime.kernels.quant_kernels import KINDS, W8A8_KINDS, _quant_matmul_kernel, _quantize_rows_kernel
 from model_optimizer.runtime.kernels.rotary import _norm_rotate_kernel, _norm_rotate_store_kernel
 from model_optimizer.runtime.kernels.sampling import CHUNK, _gumbel_argmax_kernel
 from model_optimizer.runtime.kernels.store_kv import _store_kv_kernel
@@ -152,7 +152,7 @@ def quant_matmul(
     """One launch shape of the quantized matmul (CUDA-core GEMV, split-K dot, prefill tile) per weight
     format, as quant_matmul launches it on sm_90 (PTX widening); the compiled kernel
     (tests/runtime/kernels/quant_compile_sm90.py reads its shared memory and its SASS)."""
-    x = "fp8e4nv" if w8a8 else x_dtype
+    x = ("i8" if kind == "int8" else "fp8e4nv") if w8a8 else x_dtype
     pointers = dict(
         x_ptr=f"*{x}",
         w_ptr={"int4": "*i16" if block_m > 1 else "*i32", "int8": "*i8", "fp8": "*fp8e4nv", "bf16": f"*{x_dtype}"}[
@@ -167,12 +167,14 @@ def quant_matmul(
         count_ptr="*i32",
     )
     constexprs = dict(
-        KIND=KINDS["fp8_w8a8" if w8a8 else kind],
+        KIND=KINDS[W8A8_KINDS[kind] if w8a8 else kind],
         GROUP=128 if kind == "int4" else 1,
         HAS_BIAS=False,
         EVEN_K=True,
         EVEN_N=True,
-        DOT_DTYPE=tl.float8e4nv if w8a8 else {"bf16": tl.bfloat16, "fp16": tl.float16}[x_dtype],
+        DOT_DTYPE=(
+            {"int8": tl.int8}.get(kind, tl.float8e4nv) if w8a8 else {"bf16": tl.bfloat16, "fp16": tl.float16}[x_dtype]
+        ),
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
@@ -317,12 +319,14 @@ def main() -> int:
     ):
         quant_matmul(kind, block_m, block_n, block_k, split_k)
     quant_matmul("fp8", 16, 128, 256, 2, w8a8=True)
+    quant_matmul("int8", 16, 128, 256, 2, w8a8=True)
     quant_matmul("int4", 16, 128, 128, 2, x_dtype="fp16")
     quant_matmul("bf16", 1, 32, 256, 4)  # the skinny bf16 linears (dense_linear)
     quant_matmul("bf16", 16, 128, 128, 2)
-    compile_kernel(
-        _quantize_rows_fp8_kernel, dict(x_ptr="*bf16", q_ptr="*fp8e4nv", scale_ptr="*fp32"), dict(BLOCK_K=4096)
-    )
+    for q_ptr, int8 in (("*fp8e4nv", False), ("*i8", True)):
+        compile_kernel(
+            _quantize_rows_kernel, dict(x_ptr="*bf16", q_ptr=q_ptr, scale_ptr="*fp32"), dict(BLOCK_K=4096, INT8=int8)
+        )
     return 0
 
 

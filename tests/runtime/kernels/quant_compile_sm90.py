@@ -5,7 +5,8 @@ candidate the GPU compiler rejects, but the default rule must never pick one: th
 distinct (format, tiles, warps, stages, one split or several) that `default_tiles` produces at
 Qwen3-0.6B's and Llama-3.1-8B's shapes for the decode row buckets, with bf16 activations and the
 PTX widening (`--all`: every sweep candidate too). For each it checks the main loop of the SASS:
-tensor-core tiles must multiply on Hopper's warp-group MMA (HGMMA; QGMMA for e4m3 x e4m3), the GEMV
+tensor-core tiles must multiply on Hopper's warp-group MMA (HGMMA; QGMMA for e4m3 x e4m3, IGMMA for
+int8 x int8), the GEMV
 must not, and nothing may spill to local memory. Prints one line per kernel; exit status 3 when
 Triton has no ahead-of-time API.
 """
@@ -41,7 +42,7 @@ def check(kind: str, tiles) -> tuple[dict, list[str]]:
     )
     sass, regs = disassemble(kernel.asm["cubin"])
     loop = collections.Counter(op.split(".")[0] for op in main_loop(sass))
-    ops = collections.Counter(re.findall(r"\b([HQ]GMMA|HMMA)\.", sass))
+    ops = collections.Counter(re.findall(r"\b([HQI]GMMA|HMMA)\.", sass))
     facts = {"shared": kernel.metadata.shared, "regs": regs, "mma": dict(ops), "loop": len(list(loop.elements()))}
     facts["spills"] = sass.count("LDL") + sass.count("STL")
     problems = []
@@ -49,7 +50,7 @@ def check(kind: str, tiles) -> tuple[dict, list[str]]:
         problems.append("TOO MUCH SHARED MEMORY")
     if facts["spills"]:
         problems.append("SPILLS")
-    want = "QGMMA" if tiles.w8a8 else "HGMMA"
+    want = ("IGMMA" if kind == "int8" else "QGMMA") if tiles.w8a8 else "HGMMA"
     if tiles.kernel != "gemv" and not ops[want]:
         problems.append(f"NO {want}")
     if tiles.kernel == "gemv" and ops:
@@ -64,7 +65,7 @@ def main() -> int:
             for bucket in ROW_BUCKETS[:-1]:  # the decode buckets; above 256 rows the default is a dense matmul
                 found = [default_tiles(kind, bucket, n, k, 132)]
                 if "--all" in sys.argv:
-                    found += candidates(kind, bucket, n, k, 132, fp8_scaled_mm=True)
+                    found += candidates(kind, bucket, n, k, 132, w8a8=True)
                 for tiles in found:
                     if tiles.backend != "triton":
                         continue

@@ -80,7 +80,7 @@ def test_graph_safe_choice_never_names_dequant(table):
     prefill = launcher.choose_tiles(512, 64, 256, "int4", 128, 132, GPU, graph_safe=True)
     assert prefill.kernel == "mma" and prefill.block_m >= 64
     # fp8 that may quantize its activations takes _scaled_mm there (capturable)
-    assert launcher.choose_tiles(512, 64, 256, "fp8", 0, 132, GPU, fp8_scaled_mm=True, graph_safe=True) == SCALED_MM
+    assert launcher.choose_tiles(512, 64, 256, "fp8", 0, 132, GPU, w8a8=True, graph_safe=True) == SCALED_MM
 
 
 def test_a_table_without_capture_entries_falls_back_to_tensor_core_tiles(table):

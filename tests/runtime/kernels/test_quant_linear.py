@@ -13,11 +13,14 @@ import torch
 from model_optimizer.runtime.kernels import quant_reference as ref
 from model_optimizer.runtime.kernels.quant_linear import fp8_linear, w4a16_linear, w8a16_linear
 from model_optimizer.runtime.kernels.quant_matmul import (
+    INT_MM_MIN_ROWS,
     MAX_SPLIT_K,
     QuantTiles,
     choose_tiles,
+    int_mm_w8a8,
     quant_matmul,
     quantize_rows_fp8,
+    quantize_rows_int8,
 )
 from model_optimizer.runtime.layers.quantization.quantizers import quantize_fp8, quantize_int4, quantize_int8
 from tests.runtime.kernels.paged_batches import relative_error
@@ -218,7 +221,7 @@ def test_every_sweep_candidate_is_correct(kind, m):
 
     k = 512
     x, q, s, z, _, want = _case(kind, m, 40, k, torch.float16, group_size=128, seed=m)
-    for tiles in candidates(kind, m, 40, k, 132, fp8_scaled_mm=False):
+    for tiles in candidates(kind, m, 40, k, 132, w8a8=False):
         if tiles.backend != "triton":
             continue  # the dense matmul after dequantize_weight (tests/gpu)
         out = quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, tiles=tiles)
@@ -235,7 +238,7 @@ def test_default_tiles_per_regime():
     assert choose_tiles(256, 4096, 4096, "int8", 0, 132).kernel == "mma"  # the largest decode batches
     prefill = choose_tiles(512, 4096, 4096, "int4", 128, 132)
     assert prefill.kernel == "dequant"  # above 256 rows: widened once, a dense matmul
-    assert choose_tiles(512, 4096, 4096, "fp8", 0, 132, fp8_scaled_mm=True).backend == "scaled_mm"
+    assert choose_tiles(512, 4096, 4096, "fp8", 0, 132, w8a8=True).backend == "scaled_mm"
     assert choose_tiles(1, 64, 32, "int8", 0, 132).split_k == 1  # never a split without columns to read
 
 
@@ -251,6 +254,7 @@ def test_tile_table_applies_to_its_gpu_only(tmp_path, monkeypatch):
         quant_tiles.table_key("fp8", 8, 4096, 4096): gemv,  # wrong for 8 rows: never used there
         quant_tiles.table_key("fp8", 64, 4096, 4096): QuantTiles(0, 0, 0, backend="scaled_mm"),
         quant_tiles.table_key("fp8a", 32, 4096, 4096): w8a8,  # the fastest with quantized activations
+        quant_tiles.table_key("int8a", 256, 4096, 4096): quant_tiles.INT_MM,
     }
     path = tmp_path / "tiles.json"
     path.write_text(json.dumps(quant_tiles.table_json("NVIDIA H200", entries)))
@@ -260,11 +264,14 @@ def test_tile_table_applies_to_its_gpu_only(tmp_path, monkeypatch):
         assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H200") == gemv
         assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA A100") != gemv
         assert choose_tiles(8, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H200").block_m == 16
-        assert choose_tiles(64, 4096, 4096, "fp8", 0, 132, "NVIDIA H200", fp8_scaled_mm=True).backend == "scaled_mm"
+        assert choose_tiles(64, 4096, 4096, "fp8", 0, 132, "NVIDIA H200", w8a8=True).backend == "scaled_mm"
         assert choose_tiles(64, 4096, 4096, "fp8", 0, 132, "NVIDIA H200").backend == "triton"
-        assert choose_tiles(32, 4096, 4096, "fp8", 0, 132, "NVIDIA H200", fp8_scaled_mm=True) == w8a8
+        assert choose_tiles(32, 4096, 4096, "fp8", 0, 132, "NVIDIA H200", w8a8=True) == w8a8
         assert not choose_tiles(32, 4096, 4096, "fp8", 0, 132, "NVIDIA H200").w8a8  # exact activations asked
         assert choose_tiles(1, 4096, 1024, "fp8", 0, 132, gpu="NVIDIA H200") != gemv  # another shape
+        # int8: the "int8a" entry (cuBLAS's int8 GEMM) only where quantized activations are allowed
+        assert choose_tiles(256, 4096, 4096, "int8", 0, 132, "NVIDIA H200", w8a8=True).backend == "int_mm"
+        assert not choose_tiles(256, 4096, 4096, "int8", 0, 132, "NVIDIA H200").quantizes_activations
         old = quant_tiles.table_json("NVIDIA H200", entries)
         del old["version"]  # a table of the kernels before the planes packing: not read
         path.write_text(json.dumps(old))
@@ -333,8 +340,47 @@ def test_w8a8_tiles_multiply_quantized_activations(m):
     for tiles in (QuantTiles(16, 16, 64, 2, w8a8=True), QuantTiles(16, 32, 128, 1, w8a8=True)):
         out = quant_matmul(x, q, s, None, "fp8", 0, b, tiles=tiles)
         assert relative_error(out, want) < TOLERANCE[torch.bfloat16], tiles
-    with pytest.raises(ValueError, match="W8A8 tiles are for fp8"):
-        quant_matmul(x, q.view(torch.int8), s, None, "int8", 0, tiles=QuantTiles(16, 16, 64, w8a8=True))
+    with pytest.raises(ValueError, match="W8A8 tiles are for fp8 and int8"):
+        quant_matmul(x, q.view(torch.int8), s, None, "int8", 0, tiles=QuantTiles(1, 16, 64, w8a8=True))
+    lanes = torch.zeros(37, 40, dtype=torch.int32)
+    with pytest.raises(ValueError, match="W8A8 tiles are for fp8 and int8"):
+        quant_matmul(x, lanes, s, s, "int4", 128, tiles=QuantTiles(16, 16, 128, w8a8=True))
+
+
+def test_quantize_rows_int8_matches_reference_exactly():
+    """Per-token int8 codes and scales equal the torch reference's bit for bit, ties to even included
+    (x / scale = 2.5 and -3.5 exactly: 2 and -4), over five decades of row scale and a zero row."""
+    gen = torch.Generator().manual_seed(23)
+    x = (torch.randn(6, 300, generator=gen) * torch.logspace(-3, 2, 6).unsqueeze(1)).bfloat16()
+    x[4] = 0  # a zero row keeps scale 1
+    x[5, :3] = torch.tensor([127.0, 2.5, -3.5])  # amax 127: scale 1, so the ties land exactly on .5
+    x[5, 3:] = x[5, 3:].clamp(-100, 100)
+    got_q, got_scales = quantize_rows_int8(x)
+    want_q, want_scales = ref.quantize_rows_int8_ref(x)
+    assert got_q.dtype == torch.int8 and got_scales.shape == (6, 1)
+    assert torch.equal(got_scales, want_scales) and got_scales[4].item() == 1.0
+    assert torch.equal(got_q, want_q)
+    assert got_q[5, :3].tolist() == [127, 2, -4]
+    assert got_q.abs().max().item() == 127
+
+
+@pytest.mark.parametrize("m", [5, 20, 70])
+def test_int8_w8a8_tiles_match_the_reference(m):
+    """int8 W8A8 tiles: x quantized per token times the int8 weight in exact int32 sums, both scales after
+    (split K, odd N, a K no tile divides); equal to int8_w8a8_linear_ref to float32 rounding, and a
+    W8A8 tile is chosen only where the caller accepts quantized activations."""
+    x, q, s, _, b, _ = _case("int8", m, 37, 320, torch.bfloat16, seed=90 + m, bias=True)
+    want = ref.int8_w8a8_linear_ref(x.float(), q, s, b.float()).double()
+    for tiles in (QuantTiles(16, 16, 64, 2, w8a8=True), QuantTiles(16, 32, 128, 1, w8a8=True),
+                  QuantTiles(64, 64, 256, 3, w8a8=True), QuantTiles(256, 64, 128, w8a8=True)):  # fmt: skip
+        out = quant_matmul(x, q, s, None, "int8", 0, b, tiles=tiles)
+        assert relative_error(out, want) < 4e-3, tiles  # the output's one bf16 rounding
+    if m >= INT_MM_MIN_ROWS:  # cuBLAS's int8 GEMM (torch._int_mm runs on the CPU too)
+        x8, q8, s8, _, b8, _ = _case("int8", m, 40, 320, torch.bfloat16, seed=90 + m, bias=True)  # N, K: 8 | both
+        want8 = ref.int8_w8a8_linear_ref(x8.float(), q8, s8, b8.float()).double()
+        assert relative_error(int_mm_w8a8(x8, q8, s8, b8), want8) < 4e-3
+    exact = ref.w8a16_linear_ref(x.double(), q, s, b.double())
+    assert 1e-3 < relative_error(want, exact) < 3e-2  # what quantizing the activations costs here
 
 
 @pytest.mark.parametrize("kind", ["int8", "fp8", "int4"])
