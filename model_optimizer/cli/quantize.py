@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-METHODS = ("fp8", "int8", "awq", "rtn-int4")
+METHODS = ("fp8", "int8", "int8-w8a8", "awq", "rtn-int4")
 GATE_EXIT = 3
 
 
@@ -33,7 +33,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", nargs="?", help="float checkpoint folder (default: the built-in reference model)")
-    p.add_argument("--method", choices=METHODS, help="fp8 / int8: per-channel weights; awq / rtn-int4: int4 in groups")
+    p.add_argument(
+        "--method",
+        choices=METHODS,
+        help="fp8 / int8: per-channel weights (int8-w8a8: int8 activations per token too, "
+        "llm-compressor's W8A8); awq / rtn-int4: int4 in groups",
+    )
     p.add_argument("--output", type=Path, help="folder to create (must not exist, or be empty)")
     p.add_argument("--calib", help='calibration text for awq: .txt or .jsonl with a "text" field (default: built-in)')
     p.add_argument("--num-calib-samples", type=int, default=128, help="calibration windows (default 128)")
@@ -134,7 +139,7 @@ def options(args: argparse.Namespace):
         method = _method_of(args.eval_only)
     else:
         if args.method is None or args.output is None:
-            raise ValueError("mopt quantize needs --method (fp8, int8, awq, rtn-int4) and --output DIR")
+            raise ValueError(f"mopt quantize needs --method ({', '.join(METHODS)}) and --output DIR")
         check_writable_folder_path(args.output, "--output")  # before minutes of calibration, not after
         model, method, output = resolve_model_dir(args.model), args.method, args.output
     num_eval = args.num_eval_samples

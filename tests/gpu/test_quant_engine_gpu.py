@@ -7,7 +7,7 @@ import pytest
 from model_optimizer import LLM, SamplingParams
 
 
-@pytest.mark.parametrize("method", ["fp8", "int8", "rtn-int4"])
+@pytest.mark.parametrize("method", ["fp8", "int8", "int8-w8a8", "rtn-int4"])
 def test_quantized_decode_same_with_and_without_graphs(method):
     from model_optimizer.assets import reference_model_path
 

@@ -1,6 +1,7 @@
 """Write a quantized model as a compressed-tensors checkpoint (llm-compressor's layout, which vLLM and
 transformers read): int4 and int8 `pack-quantized`, fp8 `float-quantized` with dynamic per-token
-activations (FP8_DYNAMIC).
+activations (FP8_DYNAMIC), int8-w8a8 `int-quantized` with dynamic per-token int8 activations
+(llm-compressor's W8A8 preset, which vLLM serves on int8 tensor cores).
 
 Fused layers are split back into the checkpoint's q/k/v and gate/up tensors (or kept whole where the
 checkpoint keeps them fused, as GLM-4's gate_up), and stacked experts back into one tensor per
@@ -23,7 +24,13 @@ from torch import nn
 from model_optimizer.runtime.kernels import quant_reference as ref
 from model_optimizer.runtime.layers.linear import Linear
 
-FORMATS = {"fp8": "float-quantized", "int8": "pack-quantized", "awq": "pack-quantized", "rtn-int4": "pack-quantized"}
+FORMATS = {
+    "fp8": "float-quantized",
+    "int8": "pack-quantized",
+    "int8-w8a8": "int-quantized",
+    "awq": "pack-quantized",
+    "rtn-int4": "pack-quantized",
+}
 COPIED_SUFFIXES = (".json", ".txt", ".model", ".jinja")  # not README.md: it describes the original
 SKIPPED_FILES = {"config.json", "model.safetensors.index.json", "quantization_report.json"}
 
@@ -33,8 +40,11 @@ def compressed_tensors_config(method: str, group_size: int) -> dict:
     if method == "fp8":
         weights = dict(num_bits=8, type="float", symmetric=True, strategy="channel", group_size=None)
         inputs = dict(num_bits=8, type="float", symmetric=True, strategy="token", dynamic=True, observer=None)
-    elif method == "int8":
-        weights, inputs = dict(num_bits=8, type="int", symmetric=True, strategy="channel", group_size=None), None
+    elif method in ("int8", "int8-w8a8"):
+        weights = dict(num_bits=8, type="int", symmetric=True, strategy="channel", group_size=None)
+        inputs = None
+        if method == "int8-w8a8":
+            inputs = dict(num_bits=8, type="int", symmetric=True, strategy="token", dynamic=True, observer=None)
     else:
         weights = dict(num_bits=4, type="int", symmetric=False, strategy="group", group_size=group_size)
         inputs = None
@@ -68,7 +78,7 @@ def compressed_layer_tensors(layer: Linear, method: str) -> dict[str, torch.Tens
     """One unfused slice of a quantized layer (qweight etc. already cut to its rows) in the CT layout."""
     n = layer.qweight.shape[0]
     k = layer.in_features
-    if method == "fp8":
+    if method in ("fp8", "int8-w8a8"):  # float- / int-quantized: the codes as they are
         return {"weight": layer.qweight, "weight_scale": layer.scales.reshape(n, 1)}
     shape = torch.tensor([n, k], dtype=torch.int64)
     if method == "int8":

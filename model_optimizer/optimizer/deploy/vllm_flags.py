@@ -61,7 +61,7 @@ JSON_LIST_FLAGS = {"allowed_origins", "allowed_headers", "allowed_methods"}
 
 VLLM_QUANTIZATION = {"fp8"}
 """Our --quantization values vLLM applies on the fly; quantized folders need no flag (vLLM reads
-config.json), and our int8 / rtn-int4 on-the-fly rounding has no vLLM equivalent."""
+config.json), and our int8 / int8-w8a8 / rtn-int4 on-the-fly rounding has no vLLM equivalent."""
 
 ENV_ONLY = {"api_key": "VLLM_API_KEY"}
 """Settings vLLM reads from the environment: the container gets them from the same secret as ours."""

@@ -49,6 +49,19 @@ def test_quantize_writes_folder_and_report_that_the_engine_serves(quant_model, t
     assert len(llm.generate(["def f():"], SamplingParams(max_tokens=3, ignore_eos=True))[0].outputs[0].token_ids) == 3
 
 
+def test_int8_w8a8_folder_declares_dynamic_int8_activations(quant_model, tmp_path, capsys):
+    """--method int8-w8a8 writes llm-compressor's W8A8 scheme (int-quantized weights, int8 activations per
+    token at run time), which our loader and `--eval-only` read back as int8-w8a8."""
+    out = tmp_path / "w8a8"
+    assert main(["quantize", str(quant_model("qwen3")), "--method", "int8-w8a8", "--output", str(out), *SMALL]) == 0
+    assert capsys.readouterr().out.startswith("PASS int8-w8a8: ")
+    config = json.loads((out / "config.json").read_text())["quantization_config"]
+    inputs = config["config_groups"]["group_0"]["input_activations"]
+    assert config["format"] == "int-quantized" and inputs["type"] == "int" and inputs["strategy"] == "token"
+    assert json.loads((out / "quantization_report.json").read_text())["method"] == "int8-w8a8"
+    assert main(["quantize", "--eval-only", str(out), "--reference", str(quant_model("qwen3")), *SMALL]) == 0
+
+
 def test_broken_limit_exits_non_zero_and_writes_nothing(quant_model, tmp_path, capsys):
     out = tmp_path / "q"
     code = main(

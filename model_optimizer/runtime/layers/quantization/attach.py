@@ -32,7 +32,7 @@ def make_source(spec: QuantSpec) -> WeightSource:
         return Fp8BlockSource(spec.block)  # type: ignore[arg-type]
     if spec.method == "fp8":
         return CompressedFp8Source(spec.block)
-    if spec.method == "int8":
+    if spec.method in ("int8", "int8-w8a8"):
         return CompressedInt8Source(spec.packed)
     return CompressedInt4Source(spec.symmetric)
 

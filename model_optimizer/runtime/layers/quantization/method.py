@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from model_optimizer.runtime.layers.linear import Linear
     from model_optimizer.runtime.layers.quantization.sources import WeightSource
 
-METHODS = ("fp8", "int8", "awq", "rtn-int4")
+METHODS = ("fp8", "int8", "int8-w8a8", "awq", "rtn-int4")
 
 
 class QuantMethod:
@@ -89,7 +89,16 @@ class Fp8Method(QuantMethod):
 
 
 class Int8Method(QuantMethod):
+    """int8 weights per channel; `dynamic_activations` (int8-w8a8): the activations are quantized per
+    token too, on the CPU always, on a GPU from INT8_W8A8_MIN_ROWS rows where the tile table measured
+    that faster (quant_linear.w8a16_linear)."""
+
     name, bits = "int8", 8
+
+    def __init__(self, source: WeightSource, act_dtype: torch.dtype, dynamic_activations: bool = False) -> None:
+        super().__init__(source, act_dtype)
+        self.dynamic_activations = dynamic_activations
+        self.name = "int8-w8a8" if dynamic_activations else "int8"
 
     def quantize(self, weight: torch.Tensor, act_dtype: torch.dtype) -> QuantizedWeight:
         return quantize_int8(weight)
@@ -98,7 +107,7 @@ class Int8Method(QuantMethod):
         return ref.dequantize_int8(layer.qweight, layer.scales)
 
     def apply(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
-        return quant_linear.w8a16_linear(x, layer.qweight, layer.scales, layer.bias)
+        return quant_linear.w8a16_linear(x, layer.qweight, layer.scales, layer.bias, self.dynamic_activations)
 
     def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
         return quant_linear.gated_gemv("int8", x, layer.qweight, layer.scales, bias=layer.bias)
@@ -168,8 +177,8 @@ def make_method(
 ) -> QuantMethod:
     if name == "fp8":
         return Fp8Method(source, act_dtype)
-    if name == "int8":
-        return Int8Method(source, act_dtype)
+    if name in ("int8", "int8-w8a8"):
+        return Int8Method(source, act_dtype, dynamic_activations=name == "int8-w8a8")
     if name in ("awq", "rtn-int4"):
         return Int4Method(source, act_dtype, name, group_size)
     raise ValueError(f"unknown quantization method {name!r}; expected one of {', '.join(METHODS)}")

@@ -12,14 +12,15 @@ from dataclasses import dataclass, field
 
 from model_optimizer.runtime.layers.quantization.quantizers import DEFAULT_GROUP_SIZE
 
-QUANTIZATION_CHOICES = ("none", "fp8", "int8", "awq", "rtn-int4")
-ONLINE_METHODS = ("fp8", "int8", "rtn-int4")
+QUANTIZATION_CHOICES = ("none", "fp8", "int8", "int8-w8a8", "awq", "rtn-int4")
+ONLINE_METHODS = ("fp8", "int8", "int8-w8a8", "rtn-int4")
 
 
 @dataclass
 class QuantSpec:
     method: str
-    """fp8, int8, awq or rtn-int4: what the layers compute."""
+    """fp8, int8, int8-w8a8, awq or rtn-int4: what the layers compute (int8-w8a8: int8 weights whose
+    activations may be quantized per token, as llm-compressor's W8A8 checkpoints declare)."""
     source: str = "dense"
     """dense (quantize at load), autoawq, fp8-block or compressed-tensors: the checkpoint's layout."""
     group_size: int = DEFAULT_GROUP_SIZE
@@ -101,6 +102,21 @@ def _awq_spec(qc: dict) -> QuantSpec:
     return QuantSpec("awq", "autoawq", group_size=group, ignore=list(qc.get("modules_to_not_convert") or []))
 
 
+def _dynamic_int8_tokens(groups: dict) -> bool:
+    """Whether the scheme quantizes the activations to int8 per token at run time (llm-compressor's
+    W8A8 preset). Other activation schemes (static scales) are served weight-only, as before."""
+    inputs = [g.get("input_activations") for g in groups.values() if isinstance(g, dict)]
+    return any(
+        isinstance(a, dict)
+        and a.get("num_bits") == 8
+        and a.get("type") == "int"
+        and a.get("strategy") == "token"
+        and a.get("dynamic") is True
+        and a.get("symmetric", True)
+        for a in inputs
+    )
+
+
 def _compressed_tensors_spec(qc: dict) -> QuantSpec:
     groups = qc.get("config_groups") or {}
     weights = [g.get("weights") for g in groups.values() if isinstance(g, dict) and g.get("weights")]
@@ -124,7 +140,8 @@ def _compressed_tensors_spec(qc: dict) -> QuantSpec:
     if kind == "int" and bits == 8 and strategy in ("channel", "group") and w.get("symmetric", True):
         if fmt not in ("pack-quantized", "int-quantized"):
             raise ValueError(f"config.json: compressed-tensors int8 in format {fmt!r} is not supported")
-        return QuantSpec("int8", "compressed-tensors", packed=fmt == "pack-quantized", ignore=ignore)
+        method = "int8-w8a8" if _dynamic_int8_tokens(groups) else "int8"
+        return QuantSpec(method, "compressed-tensors", packed=fmt == "pack-quantized", ignore=ignore)
     raise ValueError(
         f"config.json: compressed-tensors weights {kind} {bits}-bit, strategy {strategy}, format {fmt} are not "
         "supported; supported: int4 group pack-quantized, int8 channel (pack- or int-quantized), fp8"

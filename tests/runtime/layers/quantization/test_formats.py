@@ -95,14 +95,19 @@ def test_blockwise_fp8_checkpoint_is_requantized_per_channel(quant_model, tmp_pa
         assert torch.all((got[name] - w).abs() <= w.abs() / 16 + 1e-6), name
 
 
-@pytest.mark.parametrize("scheme_name", ["W4A16_ASYM", "W4A16", "W8A16", "FP8_DYNAMIC"])
+@pytest.mark.parametrize("scheme_name", ["W4A16_ASYM", "W4A16", "W8A16", "FP8_DYNAMIC", "W8A8"])
 def test_we_load_what_compressed_tensors_compresses(quant_model, tmp_path, scheme_name):
     from compressed_tensors.compressors.base import BaseCompressor
     from compressed_tensors.quantization import QuantizationConfig, QuantizationScheme, preset_name_to_scheme
 
     scheme: QuantizationScheme = preset_name_to_scheme(scheme_name, ["Linear"])
     w_args = scheme.weights
-    fmt = "float-quantized" if w_args.type == "float" else "pack-quantized"
+    # W8A8: int8 weights and dynamic per-token int8 activations, stored as plain int8 (llm-compressor's format)
+    fmt = (
+        "float-quantized"
+        if w_args.type == "float"
+        else ("int-quantized" if scheme_name == "W8A8" else "pack-quantized")
+    )
     compressor = BaseCompressor.get_value_from_registry(fmt)
     decompressed: dict[str, torch.Tensor] = {}
 
@@ -128,7 +133,10 @@ def test_we_load_what_compressed_tensors_compresses(quant_model, tmp_path, schem
     config.update(quant_method="compressed-tensors", quantization_status="compressed")
     expected = _rewrite(quant_model("qwen3"), tmp_path / "ct", convert, config)
     decompressed.update(expected)
-    got = dequantized_shards(load_model(tmp_path / "ct", "float32", CPU))
+    model = load_model(tmp_path / "ct", "float32", CPU)
+    methods = {layer.quant_method.name for _, layer in quantized_layers(model)}
+    assert methods == {{"W8A8": "int8-w8a8", "W8A16": "int8", "FP8_DYNAMIC": "fp8"}.get(scheme_name, "rtn-int4")}
+    got = dequantized_shards(model)
     for name, w in decompressed.items():
         if scheme_name == "W8A16":  # int8 groups re-rounded per channel: within half a step of the row
             step = w.abs().amax(dim=1, keepdim=True) / 127

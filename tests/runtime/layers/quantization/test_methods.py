@@ -14,7 +14,12 @@ from model_optimizer.runtime.models.loader import load_model
 
 CPU = torch.device("cpu")
 # worst relative error of one weight element against the row's (or group's) largest
-TOLERANCE = {"fp8": 1 / 16, "int8": 1 / 254 + 1e-6, "rtn-int4": 2 / 15}  # int4: one step (rounded zero point)
+TOLERANCE = {
+    "fp8": 1 / 16,
+    "int8": 1 / 254 + 1e-6,
+    "int8-w8a8": 1 / 254 + 1e-6,
+    "rtn-int4": 2 / 15,
+}  # int4: one step (rounded zero point)
 
 
 def test_quantizers_round_trip_within_half_a_step():
@@ -33,7 +38,7 @@ def test_quantizers_round_trip_within_half_a_step():
     assert rel.amax() <= 1 / 16
 
 
-@pytest.mark.parametrize("method", ["fp8", "int8", "rtn-int4"])
+@pytest.mark.parametrize("method", ["fp8", "int8", "int8-w8a8", "rtn-int4"])
 @pytest.mark.parametrize("arch", ["qwen3", "qwen2"])
 def test_on_the_fly_layers_hold_the_rounded_checkpoint(quant_model, method, arch):
     folder = quant_model(arch)
@@ -49,7 +54,12 @@ def test_on_the_fly_layers_hold_the_rounded_checkpoint(quant_model, method, arch
         bound = original.abs().amax(dim=1, keepdim=True) * TOLERANCE[method]
         assert torch.all((w - original).abs() <= bound + 1e-6), name
         x = torch.randn(5, layer.in_features)
-        assert torch.allclose(layer(x), F.linear(x, w, dense_modules[name].bias), atol=1e-5)
+        if method == "int8-w8a8":  # the CPU quantizes the activations per token too, as the scheme says
+            want = ref.int8_w8a8_linear_ref(x, layer.qweight, layer.scales, dense_modules[name].bias)
+            assert torch.allclose(layer(x), want, atol=1e-5)
+            assert not torch.allclose(layer(x), F.linear(x, w, dense_modules[name].bias), atol=1e-5)
+        else:
+            assert torch.allclose(layer(x), F.linear(x, w, dense_modules[name].bias), atol=1e-5)
     # untouched: norms and embeddings
     assert torch.equal(quant.model.embed_tokens.weight, dense.model.embed_tokens.weight)
 
@@ -66,6 +76,7 @@ def test_quantization_requests_are_checked():
     with pytest.raises(ValueError, match="must be one of"):
         resolve_spec({}, "int3")
     assert resolve_spec({}, None) is None and resolve_spec({}, "none") is None
+    assert resolve_spec({}, "int8-w8a8").method == "int8-w8a8"  # int8 weights, activations per token (GPU)
     quantized = {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}}
     with pytest.raises(ValueError, match="already quantized"):
         resolve_spec(quantized, "fp8")
