@@ -15,9 +15,10 @@ the issue's targets (Llama-3.1-8B at batch 1: fp8 <= 2.5 ms, int4 <= 1.5 ms per 
 `quant_tiles.candidates` per format, shape and the row buckets of --m (each bucket timed at its own
 row count: 1, 2, 4, ... 256, and 512 for "above 256" when asked): the CUDA-core GEMV (M = 1), the
 tensor-core program's tiles, the dense matmul after one dequantization (128 rows and up), and for fp8
-the W8A8 kinds (our e4m3 x e4m3 program; `_scaled_mm` above 16 rows). It writes the fastest per case as a
-tile table (`--tiles-output`, default beside --output; fp8 twice: "fp8" the fastest weight-only
-launch, "fp8a" the fastest of all, for callers that accept quantized activations; where the fastest
+the W8A8 kinds (our e4m3 x e4m3 program, `_scaled_mm` above 16 rows; for int8 our int8 x int8 program,
+`_int_mm` above 16 rows). It writes the fastest per case as a tile table (`--tiles-output`, default
+beside --output; fp8 and int8 twice: "fp8" / "int8" the fastest weight-only launch, "fp8a" / "int8a"
+the fastest of all, for callers that accept quantized activations; where the fastest
 is the dense matmul after a dequantization, also the fastest launch a CUDA-graph capture can take,
 in the table's "capture" entries; `--table-from` rewrites a table from an earlier run's rows): run with
 MOPT_QUANT_TILES pointing at it, the
@@ -183,7 +184,7 @@ def sweep_cases(
     models: list[str], num_sms: int, m_values: list[int], kinds: tuple[str, ...] = SWEEP_KINDS
 ) -> list[tuple]:
     """(model, linear, kind, bucket, N, K, candidates) for every case the table holds: the row
-    buckets of `m_values` (--m), each timed at its largest row count; fp8 with the W8A8 kinds too."""
+    buckets of `m_values` (--m), each timed at its largest row count; fp8 and int8 with the W8A8 kinds too."""
     from model_optimizer.runtime.kernels.quant_tiles import candidates
 
     cases = []
@@ -338,6 +339,9 @@ def merge_tables(path: Path, table: dict) -> None:
     merged = dict(table)
     for part in ("entries", "us", "capture", "capture_us"):
         merged[part] = dict(sorted((old.get(part, {}) | table.get(part, {})).items()))
+    for key in [k for k, entry in merged["entries"].items() if entry["backend"] != "dequant"]:
+        merged["capture"].pop(key, None)  # an old "dequant" entry measured again as another launch
+        merged["capture_us"].pop(key, None)
     atomic_write(path, json.dumps(merged, indent=1) + "\n")
 
 

@@ -6,7 +6,7 @@ Compiles the quantized matmul (`quant_kernels._quant_matmul_kernel`, PTX widenin
 activations) for an H100/H200 with Triton's own ptxas, disassembles it with its nvdisasm and reads
 the main K loop (the longest backward branch): instructions per 1,000 weights (warp instructions:
 loop length x warps / weights an iteration), the tensor-core instructions in it (HGMMA: bf16/fp16
-warp-group MMA; QGMMA: fp8; HMMA: the older mma.sync), shared-memory stores in the loop (STS: an
+warp-group MMA; QGMMA: fp8; IGMMA: int8; HMMA: the older mma.sync), shared-memory stores in the loop (STS: an
 operand that went through shared memory instead of straight into registers), local-memory traffic
 (LDL/STL: register spills), registers and shared memory. A GPU does about 132 SMs x 4 schedulers x
 1.98 GHz = 1.05e12 warp instructions a second, so 100 per 1,000 weights is ~10 us for Llama's 117 M
@@ -63,7 +63,7 @@ def measure(kind: str, tiles) -> dict:
     return {
         "per_1k_weights": round(sum(loop.values()) * tiles.num_warps / weights * 1000, 1),
         "loop_instructions": sum(loop.values()),
-        "tensor_core": {op: loop[op] for op in ("HGMMA", "QGMMA", "HMMA") if loop[op]},
+        "tensor_core": {op: loop[op] for op in ("HGMMA", "QGMMA", "IGMMA", "HMMA") if loop[op]},
         "shared_stores_in_loop": loop["STS"],
         "spills": sum(op in ("LDL", "STL") for op in re.findall(r"\b(LDL|STL)\b", sass)),
         "registers": regs,

@@ -28,7 +28,7 @@ GATE_EXIT = 3
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "quantize",
-        help="quantize a model (fp8, int8, awq, rtn-int4) and check its accuracy",
+        help=f"quantize a model ({', '.join(METHODS)}) and check its accuracy",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

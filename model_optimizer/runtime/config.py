@@ -73,8 +73,9 @@ class EngineConfig:
     """How to get weights: from *.safetensors, or random ones built from config.json alone (dummy, for benchmarks)."""
 
     quantization: Literal["none", "fp8", "int8", "int8-w8a8", "awq", "rtn-int4"] | None = None
-    """Weight quantization (vLLM's --quantization). Empty: as config.json's quantization_config says; fp8, int8
-    and rtn-int4 quantize a float checkpoint at load time; awq needs a folder written by `mopt quantize`."""
+    """Weight quantization (vLLM's --quantization). Empty: as config.json's quantization_config says; fp8, int8,
+    int8-w8a8 (int8 weights, activations quantized per token where that is faster) and rtn-int4 quantize a
+    float checkpoint at load time; awq needs a folder written by `mopt quantize`."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Device to run on; auto picks CUDA when torch sees a GPU."""

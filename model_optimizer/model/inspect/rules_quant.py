@@ -83,7 +83,7 @@ def _float_weights_under_a_quant_config(ctx: InspectContext, qc: dict) -> list[F
             "The loader looks for the quantized tensors the config names and finds float weights instead.",
             {
                 "any": [
-                    "Remove quantization_config from config.json (then --quantization fp8|int8|rtn-int4 quantizes at load)",
+                    "Remove quantization_config from config.json (then --quantization fp8|int8|int8-w8a8|rtn-int4 quantizes at load)",
                     f"or quantize the weights: mopt quantize {folder} --method awq --output OUT",
                 ]
             },

@@ -93,8 +93,8 @@ def round_backbone(backbone: torch.nn.Module, method: str, group_size: int = 128
 def check_embed_method(method: str) -> None:
     if method not in EMBED_METHODS:
         raise ValueError(
-            f"embedding models can be quantized with {', '.join(EMBED_METHODS)}, got {method!r} "
-            "(AWQ calibrates decoder LM layers)"
+            f"embedding models can be quantized with {', '.join(EMBED_METHODS)}, got {method!r}"
+            + (" (AWQ calibrates decoder LM layers)" if method == "awq" else "")
         )
 
 

@@ -29,6 +29,7 @@ from model_optimizer.runtime.kernels.quant_kernels import (
 )
 from model_optimizer.runtime.kernels.quant_tiles import (
     ANY_KINDS,
+    INT_MM_MIN_ROWS,
     MAX_SPLIT_K,
     QuantTiles,
     default_tiles,
@@ -295,10 +296,6 @@ def quantize_rows_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _quantize_rows(x, True)
 
 
-INT_MM_MIN_ROWS = 17
-"""torch._int_mm needs more than 16 rows (and K, N multiples of 8)."""
-
-
 def int_mm_w8a8(
     x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -310,6 +307,7 @@ def int_mm_w8a8(
     if m < INT_MM_MIN_ROWS or k % 8 or n % 8:
         raise ValueError(f"torch._int_mm needs more than 16 rows and K, N multiples of 8, got {m} x {k} x {n}")
     x_q, x_scales = quantize_rows_int8(x)
+    qweight, scales = qweight.contiguous(), scales.contiguous()
     acc = torch._int_mm(x_q, qweight.t())  # the (N, K) row-major weight transposed is column-major
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     block_m, block_n = 32, 128

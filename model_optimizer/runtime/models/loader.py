@@ -135,7 +135,7 @@ def refuse_pre_quantized(spec: object | None, load_format: str, size: int) -> No
     if size > 1 and source != "dense" and load_format != "dummy":
         raise ValueError(
             f"tensor_parallel_size {size} does not support pre-quantized checkpoints ({source} layout) yet; "
-            "use tensor_parallel_size 1, or a float checkpoint with --quantization fp8, int8 or rtn-int4"
+            "use tensor_parallel_size 1, or a float checkpoint with --quantization fp8, int8, int8-w8a8 or rtn-int4"
         )
 
 

@@ -239,6 +239,8 @@ def test_default_tiles_per_regime():
     prefill = choose_tiles(512, 4096, 4096, "int4", 128, 132)
     assert prefill.kernel == "dequant"  # above 256 rows: widened once, a dense matmul
     assert choose_tiles(512, 4096, 4096, "fp8", 0, 132, w8a8=True).backend == "scaled_mm"
+    assert choose_tiles(512, 4096, 4096, "int8", 0, 132, w8a8=True).backend == "int_mm"  # cuBLAS's int8 GEMM
+    assert choose_tiles(64, 4096, 4096, "int8", 0, 132, w8a8=True).kernel == "mma"  # unmeasured: weight-only
     assert choose_tiles(1, 64, 32, "int8", 0, 132).split_k == 1  # never a split without columns to read
 
 

@@ -51,6 +51,8 @@ def resolve_spec(hf_config: dict, quantization: str | None) -> QuantSpec | None:
     qc = hf_config.get("quantization_config")
     if qc:
         spec = spec_from_config(qc)
+        if quantization == "int8" and spec.method == "int8-w8a8":
+            spec.method = "int8"  # the same weights, the activations kept exact (weight-only) as asked
         if quantization not in (None, spec.method) and not (quantization == "awq" and spec.method == "rtn-int4"):
             raise ValueError(
                 f"the checkpoint is already quantized ({spec.method}, {spec.source} layout); "

@@ -77,11 +77,24 @@ def test_quantization_requests_are_checked():
         resolve_spec({}, "int3")
     assert resolve_spec({}, None) is None and resolve_spec({}, "none") is None
     assert resolve_spec({}, "int8-w8a8").method == "int8-w8a8"  # int8 weights, activations per token (GPU)
+    w8a8 = {"quantization_config": _w8a8_config()}
+    assert resolve_spec(w8a8, None).method == "int8-w8a8"
+    assert resolve_spec(w8a8, "int8").method == "int8"  # the same weights, activations kept exact
+    static = _w8a8_config()
+    static["config_groups"]["group_0"]["input_activations"].update(strategy="tensor", dynamic=False)
+    assert resolve_spec({"quantization_config": static}, None).method == "int8"  # static scales: weight-only
     quantized = {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}}
     with pytest.raises(ValueError, match="already quantized"):
         resolve_spec(quantized, "fp8")
     with pytest.raises(ValueError, match="not supported"):
         resolve_spec({"quantization_config": {"quant_method": "gptq"}}, None)
+
+
+def _w8a8_config() -> dict:
+    """llm-compressor's W8A8 (int8) quantization_config, as our writer makes it."""
+    from model_optimizer.model.quantize.writer import compressed_tensors_config
+
+    return compressed_tensors_config("int8-w8a8", 128)
 
 
 def test_group_size_that_does_not_tile_a_layer_is_refused(tiny_model):
