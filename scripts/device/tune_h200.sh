@@ -115,7 +115,7 @@ quant() {
   common "$model"
   COMMON+=(--concurrency "${QUANT_CONCURRENCY:-32}" --num-requests "${QUANT_REQUESTS:-160}")
   cat > "$OUT/quant_space.yaml" <<YAML
-quantization: [${QUANT_FORMATS:-null, fp8, int8, rtn-int4}]
+quantization: [${QUANT_FORMATS:-null, fp8, int8, int8-w8a8, rtn-int4}]
 YAML
   rm -rf "$OUT/quant"
   timeout -s INT -k 30 "${STEP_TIMEOUT:-570}" python3 -m model_optimizer.cli.main tune "${COMMON[@]}" \
