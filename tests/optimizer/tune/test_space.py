@@ -71,7 +71,9 @@ def test_bad_space_file_is_a_clear_error(tmp_path, body, message):
 def test_optional_choice_fields_take_their_empty_value_and_only_their_choices():
     space = SearchSpace([Knob("quantization", choices=[None, "fp8"]), Knob("num_kv_blocks", choices=[None, 64])])
     assert [k.choices for k in space.knobs] == [[None, "fp8"], [None, 64]]
-    with pytest.raises(ValueError, match="quantization must be one of none, fp8, int8, awq, rtn-int4; got 'fp4'"):
+    with pytest.raises(
+        ValueError, match="quantization must be one of none, fp8, int8, int8-w8a8, awq, rtn-int4; got 'fp4'"
+    ):
         SearchSpace([Knob("quantization", choices=["fp4"])])
 
 
