@@ -39,15 +39,13 @@ def compressed_tensors_config(method: str, group_size: int) -> dict:
     """The quantization_config block llm-compressor writes for the same scheme."""
     if method == "fp8":
         weights = dict(num_bits=8, type="float", symmetric=True, strategy="channel", group_size=None)
-        inputs = dict(num_bits=8, type="float", symmetric=True, strategy="token", dynamic=True, observer=None)
     elif method in ("int8", "int8-w8a8"):
         weights = dict(num_bits=8, type="int", symmetric=True, strategy="channel", group_size=None)
-        inputs = None
-        if method == "int8-w8a8":
-            inputs = dict(num_bits=8, type="int", symmetric=True, strategy="token", dynamic=True, observer=None)
     else:
         weights = dict(num_bits=4, type="int", symmetric=False, strategy="group", group_size=group_size)
-        inputs = None
+    inputs = None
+    if method in ("fp8", "int8-w8a8"):  # activations quantized per token at run time, in the weights' type
+        inputs = dict(num_bits=8, type=weights["type"], symmetric=True, strategy="token", dynamic=True, observer=None)
     weights.update(dynamic=False, observer="minmax", actorder=None, block_structure=None)
     fmt = FORMATS[method]
     group = dict(targets=["Linear"], weights=weights, input_activations=inputs, output_activations=None, format=fmt)
