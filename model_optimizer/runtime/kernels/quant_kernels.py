@@ -108,27 +108,22 @@ def _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K: tl.constexpr):
 def _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_xm,
                KIND: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, DOT_DTYPE: tl.constexpr, USE_ASM: tl.constexpr):  # fmt: skip
-    """(BLOCK_N, BLOCK_M) = W[n-tile, k_start:k_end] @ x[m-tile, k_start:k_end].T for int8 / fp8 / W8A8."""
-    if KIND == 5:  # int8 x int8: exact int32 sums, float32 once at the end
-        acc_i = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.int32)
-        for k0 in range(k_start, k_end, BLOCK_K):
-            offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-            w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
-            x = _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K)
-            acc_i = tl.dot(w, x, acc_i, out_dtype=tl.int32)
-        acc = acc_i.to(tl.float32)
-    else:
-        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        for k0 in range(k_start, k_end, BLOCK_K):
-            offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-            w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
-            x = _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K)
-            if KIND >= 3:  # both e4m3 (the fp8 MMA as they are; fp32 under the interpreter), or a bf16 weight
-                acc = dot(w.to(DOT_DTYPE), x.to(DOT_DTYPE), acc, DOT_DTYPE)
-            else:
-                acc = dot(bytes_operand(w, KIND, x_ptr.dtype.element_ty, DOT_DTYPE, USE_ASM), x.to(DOT_DTYPE), acc,
-                           DOT_DTYPE)  # fmt: skip
-    return acc
+    """(BLOCK_N, BLOCK_M) = W[n-tile, k_start:k_end] @ x[m-tile, k_start:k_end].T for int8 / fp8 / W8A8.
+    int8 x int8 (KIND 5) sums exactly in int32, made float32 once at the end."""
+    ACC_DTYPE: tl.constexpr = tl.int32 if KIND == 5 else tl.float32
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=ACC_DTYPE)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+        w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
+        x = _x_cols(x_ptr, offs_m, offs_k, M, K, stride_xm, EVEN_K)
+        if KIND == 5:
+            acc = tl.dot(w, x, acc, out_dtype=tl.int32)
+        elif KIND >= 3:  # both e4m3 (the fp8 MMA as they are; fp32 under the interpreter), or a bf16 weight
+            acc = dot(w.to(DOT_DTYPE), x.to(DOT_DTYPE), acc, DOT_DTYPE)
+        else:
+            acc = dot(bytes_operand(w, KIND, x_ptr.dtype.element_ty, DOT_DTYPE, USE_ASM), x.to(DOT_DTYPE), acc,
+                      DOT_DTYPE)  # fmt: skip
+    return acc.to(tl.float32)
 
 
 @triton.jit

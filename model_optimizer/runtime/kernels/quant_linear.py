@@ -168,6 +168,12 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])  # (M, K); a view for the usual contiguous activations
 
 
+def _w8a8_shape(rows: torch.Tensor, qweight: torch.Tensor, min_rows: int) -> bool:
+    """Whether a W8A8 launch may serve these rows: enough of them, and N and K multiples of 16 (the MMA's)."""
+    n, k = qweight.shape
+    return rows.shape[0] >= min_rows and n % 16 == 0 and k % 16 == 0
+
+
 def w8a16_linear(
     x: torch.Tensor,
     qweight: torch.Tensor,
@@ -191,8 +197,7 @@ def w8a16_linear(
             return int8_w8a8_linear_ref(x, qweight, scales, bias)
         return w8a16_linear_ref(x, qweight, scales, bias)
     rows = _rows(x)
-    n, k = qweight.shape
-    w8a8_ok = dynamic_activations and rows.shape[0] >= INT8_W8A8_MIN_ROWS and n % 16 == 0 and k % 16 == 0
+    w8a8_ok = dynamic_activations and _w8a8_shape(rows, qweight, INT8_W8A8_MIN_ROWS)
     out = _gpu_matmul("int8", rows, qweight, scales, None, 0, bias, w8a8_ok)
     return out.view(*x.shape[:-1], out.shape[-1])
 
@@ -254,10 +259,9 @@ def fp8_linear(
     if matmul is None or not _has_fp8_tensor_cores(x.device.index or 0):
         return fp8_linear_ref(x, qweight, scales, bias)
     rows = _rows(x)
-    n, k = qweight.shape
-    w8a8_ok = rows.shape[0] >= FP8_W8A8_MIN_ROWS and x.dtype == torch.bfloat16 and n % 16 == 0 and k % 16 == 0
+    w8a8_ok = x.dtype == torch.bfloat16 and _w8a8_shape(rows, qweight, FP8_W8A8_MIN_ROWS)
     out = _gpu_matmul("fp8", rows, qweight, scales, None, 0, bias, w8a8_ok)
-    return out.view(*x.shape[:-1], n)
+    return out.view(*x.shape[:-1], out.shape[-1])
 
 
 def _scaled_mm_w8a8(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None):
