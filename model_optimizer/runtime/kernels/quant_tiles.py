@@ -119,6 +119,9 @@ _INT4_MMA = {  # block_k: one 128-column planes block per iteration. A warp grou
         (16, 128, 128, 2, 4, 4),
         (16, 128, 128, 4, 4, 4),
         (16, 128, 128, 8, 4, 3),
+        # just under two programs an SM (split 8 for N = 4096, 2 for gate_up): at one row 2-3 us faster
+        # than the splits above on Llama's down_proj (scripts/device/int4_b1_probe.py --splits)
+        (16, 128, 128, 1.9, 4, 3),
         (16, 128, 128, 4, 4, 5),
         (16, 256, 128, 2, 8, 4),
         (16, 256, 128, 4, 8, 3),
