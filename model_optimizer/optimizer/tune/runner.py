@@ -150,6 +150,7 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
         skip=sampler != "grid",
         guided=sampler != "grid" and stored.get("guided", True),
         repeat_baseline=stored.get("repeat_baseline", False),
+        queued_only=sampler == "grid",
     )
     if sampler != "grid" and stored.get("baseline", True) and not study.trials and not tuner.enqueue_defaults():
         console.print("no baseline trial: a default setting lies outside the searched space")

@@ -216,6 +216,9 @@ class Tuner:
     """Measure the predictor's best untried candidate next (guide.py) instead of the sampler's draw."""
     repeat_baseline: bool = False
     """Measure the default settings once more as the budget's last trial: the noise estimate (noise.py)."""
+    queued_only: bool = False
+    """Measure only queued trials (a grid: its points, and the baseline's repeat): once none waits, the
+    study is done, even where failed points left the budget unspent (the sampler would only draw repeats)."""
 
     def __post_init__(self) -> None:
         slos = parse_slo(self.setup.slo)
@@ -252,7 +255,7 @@ class Tuner:
         base = self._baseline_trial()
         if base is None or base.state != TrialState.COMPLETE:
             return False
-        if any(t.state == TrialState.WAITING for t in trials):
+        if self._waiting():
             return False
         if budget.trials is not None and self._measured() >= budget.trials - 1:
             return True
@@ -273,6 +276,8 @@ class Tuner:
                 break
             if self._repeat_due(budget, time.monotonic() - started):
                 self._enqueue_repeat()
+            if self.queued_only and not self._waiting():
+                break
             trial = self._ask()
             try:
                 row = self._one(trial, explore)
@@ -395,6 +400,11 @@ class Tuner:
             if t.user_attrs.get("settings") == settings and t.state.name in ("COMPLETE", "FAIL") and not interrupted:
                 return t.number
         return None
+
+    def _waiting(self) -> bool:
+        from optuna.trial import TrialState
+
+        return any(t.state == TrialState.WAITING for t in self.study.get_trials(deepcopy=False))
 
     def _measured(self) -> int:
         from optuna.trial import TrialState

@@ -305,6 +305,26 @@ def test_settings_already_measured_are_not_measured_again(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_grid_whose_points_all_fail_stops_without_drawing_repeats(tmp_path):
+    """Every point of a grid fails (`false` is no server): the baseline's repeat is moot and the sampler
+    has no new point, so the study ends with one trial a point, not with a run of PRUNED repeats."""
+    from model_optimizer.optimizer.bench.client import ClientConfig
+    from model_optimizer.optimizer.bench.load import LoadConfig
+    from model_optimizer.optimizer.bench.workloads import WorkloadConfig
+    from model_optimizer.optimizer.tune.study import enqueue_grid
+    from model_optimizer.optimizer.tune.trial import TrialSetup
+
+    setup = TrialSetup(None, ClientConfig(), WorkloadConfig(), LoadConfig(num_requests=1), server_cmd="false")
+    space = SearchSpace([Knob("max_num_seqs", choices=[256, 4])])  # 256: the engine's default, the baseline
+    study = open_study(tmp_path, seed=0, resume=False, sampler="grid", space=space)
+    enqueue_grid(study, space)
+    tuner = Tuner(study, space, setup, tmp_path, skip=False, repeat_baseline=True, queued_only=True)
+    tuner.run(Budget(trials=3))
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]
+    assert study.trials[0].user_attrs.get("baseline")
+
+
+@pytest.mark.slow
 def test_a_candidate_predicted_to_miss_is_measured_after_a_run_of_slo_skips(tmp_path):
     """The predictor rules candidates out; it must not end the study. After `max_skips_in_a_row` SLO-based
     skips the next candidate is measured anyway (here it fails: `false` is no server)."""
