@@ -306,6 +306,7 @@ def _load(config: EngineConfig, num_clients: int) -> tuple[EngineCore, dict]:
     """The model loaded and warmed up behind an EngineCore, each start-up phase logged as `LLM` logs it
     (the frontends tokenize; the core only needs the tokenizer's EOS id when the folder names none)."""
     start = time.perf_counter()
+    import model_optimizer.runtime.runner.model_runner  # noqa: F401 - torch, as LLM's `imports` phase counts it
     from model_optimizer.runtime.kernels.compile_cache import configure_compile
     from model_optimizer.runtime.llm import load_runner, log_phase, resolve_model_dir
     from model_optimizer.runtime.models.tokenizer import load_tokenizer
