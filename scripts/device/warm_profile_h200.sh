@@ -25,7 +25,7 @@ PY
 stop() {  # SIGINT to the server, then wait until its port is free
   pkill -INT -f "model_optimizer.cli.main serve" ; sleep 3; pkill -9 -f "model_optimizer.cli.main serve"; sleep 1
 }
-for run in cold warm1 warm2; do
+for run in ${RUNS:-cold warm1 warm2}; do
   t0=$(date +%s.%N); "${SERVE[@]}" > "$RES/$run.log" 2>&1 &
   echo "$run ready_s $(ready "$t0")" | tee -a "$RES/summary.txt"; stop
 done

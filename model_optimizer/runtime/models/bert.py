@@ -17,19 +17,11 @@ from torch import nn
 
 from model_optimizer.runtime.layers.embedding import VocabEmbedding
 from model_optimizer.runtime.layers.linear import Linear, MergedLinear
+from model_optimizer.runtime.models.model_config import ENCODER_ARCHITECTURES
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """attend(q, k, v) with (tokens, heads, head_dim) tensors -> (tokens, heads, head_dim)."""
 
-ENCODER_ARCHITECTURES = {
-    "BertModel": "bert",
-    "BertForMaskedLM": "bert",
-    "BertForPreTraining": "bert",
-    "RobertaModel": "roberta",
-    "RobertaForMaskedLM": "roberta",
-    "XLMRobertaModel": "roberta",
-    "XLMRobertaForMaskedLM": "roberta",
-}
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),

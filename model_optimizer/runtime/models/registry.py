@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from torch import nn
+if TYPE_CHECKING:
+    from torch import nn
 
 ARCHITECTURES: dict[str, tuple[str, str]] = {
     "LlamaForCausalLM": ("llama", "LlamaForCausalLM"),
@@ -50,7 +52,7 @@ def is_encoder(hf: dict) -> bool:
     """The one place that tells an encoder (BERT family: embeddings only) from a decoder.
 
     Raises ValueError naming the supported architectures when it is neither."""
-    from model_optimizer.runtime.models.bert import ENCODER_ARCHITECTURES
+    from model_optimizer.runtime.models.model_config import ENCODER_ARCHITECTURES
 
     arch = (hf.get("architectures") or [""])[0]
     if arch in ENCODER_ARCHITECTURES:
@@ -63,7 +65,7 @@ def is_encoder(hf: dict) -> bool:
 
 def supported_architectures() -> list[str]:
     """Every architecture some command loads: the decoders here and the encoders of models/bert.py."""
-    from model_optimizer.runtime.models.bert import ENCODER_ARCHITECTURES
+    from model_optimizer.runtime.models.model_config import ENCODER_ARCHITECTURES
 
     return sorted(set(ARCHITECTURES) | set(ENCODER_ARCHITECTURES))
 

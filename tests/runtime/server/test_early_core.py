@@ -5,6 +5,9 @@ Real processes (the engine core spawned on a tiny checkpoint); states asserted, 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -93,3 +96,43 @@ def _environ(pid: int, timeout: float = 10.0) -> list[bytes]:
         if environ or time.monotonic() > deadline:
             return environ
         time.sleep(0.02)
+
+
+def test_the_frontend_of_a_causal_lm_never_imports_torch(tiny_model, tmp_path):
+    """Only the engine core needs torch: the frontend's start-up (the folder's kind, the tokenizer, the
+    app) and its requests stay without it, so its start overlaps the core's without importing torch too
+    (seconds of CPU on a host without compiled bytecode). A fresh interpreter: this one has torch."""
+    from tests.runtime.server.test_process import REPO
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+
+            def main():
+                from fastapi.testclient import TestClient
+
+                from model_optimizer.cli.serve import _spawn_core_early
+                from model_optimizer.runtime.config import EngineConfig
+                from model_optimizer.runtime.server.app import create_app
+                from model_optimizer.runtime.server.config import ServerConfig
+
+                engine = EngineConfig(model={str(tiny_model("qwen3"))!r}, max_model_len=128, num_kv_blocks=64)
+                app = create_app(ServerConfig(), engine, core_start=_spawn_core_early(ServerConfig(), engine))
+                print("start-up", "torch" in sys.modules)
+                with TestClient(app) as client:
+                    body = {{"model": app.state.server.model.name, "messages": [{{"role": "user", "content": "hi"}}],
+                            "max_tokens": 3, "logprobs": True, "top_logprobs": 2}}
+                    print("status", client.post("/v1/chat/completions", json=body).status_code)
+                print("requests", "torch" in sys.modules)
+                app.state.server.core.stop()
+
+            if __name__ == "__main__":  # the core is spawned: it imports this file again
+                main()
+            """
+        )
+    )
+    out = subprocess.run([sys.executable, str(probe)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["start-up", "False", "status", "200", "requests", "False"], out.stdout
