@@ -17,7 +17,7 @@ from torch import nn
 
 from model_optimizer.runtime.layers.embedding import VocabEmbedding
 from model_optimizer.runtime.layers.linear import Linear, MergedLinear
-from model_optimizer.runtime.models.model_config import ENCODER_ARCHITECTURES
+from model_optimizer.runtime.models.registry import ENCODER_ARCHITECTURES
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """attend(q, k, v) with (tokens, heads, head_dim) tensors -> (tokens, heads, head_dim)."""

@@ -7,18 +7,6 @@ from pathlib import Path
 
 from model_optimizer.common.fileio import read_json
 
-ENCODER_ARCHITECTURES = {
-    "BertModel": "bert",
-    "BertForMaskedLM": "bert",
-    "BertForPreTraining": "bert",
-    "RobertaModel": "roberta",
-    "RobertaForMaskedLM": "roberta",
-    "XLMRobertaModel": "roberta",
-    "XLMRobertaForMaskedLM": "roberta",
-}
-"""Encoder architectures (models/bert.py builds them) -> their family. Here, beside the config reader,
-so that telling an encoder folder from a decoder one imports no torch (`mopt serve`'s frontend)."""
-
 
 @dataclass
 class DecoderArgs:

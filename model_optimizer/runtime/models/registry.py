@@ -22,6 +22,18 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
 }
 
 
+ENCODER_ARCHITECTURES = {
+    "BertModel": "bert",
+    "BertForMaskedLM": "bert",
+    "BertForPreTraining": "bert",
+    "RobertaModel": "roberta",
+    "RobertaForMaskedLM": "roberta",
+    "XLMRobertaModel": "roberta",
+    "XLMRobertaForMaskedLM": "roberta",
+}
+"""Encoder architectures (models/bert.py builds them) -> their family. Here, in a module without torch,
+so that telling an encoder folder from a decoder one imports none (`mopt serve`'s frontend)."""
+
 MODEL_TYPES: dict[str, str] = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
@@ -52,8 +64,6 @@ def is_encoder(hf: dict) -> bool:
     """The one place that tells an encoder (BERT family: embeddings only) from a decoder.
 
     Raises ValueError naming the supported architectures when it is neither."""
-    from model_optimizer.runtime.models.model_config import ENCODER_ARCHITECTURES
-
     arch = (hf.get("architectures") or [""])[0]
     if arch in ENCODER_ARCHITECTURES:
         return True
@@ -65,8 +75,6 @@ def is_encoder(hf: dict) -> bool:
 
 def supported_architectures() -> list[str]:
     """Every architecture some command loads: the decoders here and the encoders of models/bert.py."""
-    from model_optimizer.runtime.models.model_config import ENCODER_ARCHITECTURES
-
     return sorted(set(ARCHITECTURES) | set(ENCODER_ARCHITECTURES))
 
 

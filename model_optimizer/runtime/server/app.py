@@ -254,7 +254,8 @@ def check_template(template: str, path: str | None, tokenizer: Any) -> None:
 
 def is_embedding_model(model_dir: Path) -> bool:
     """A sentence-transformers folder (modules.json) or an encoder architecture such as BERT."""
-    from model_optimizer.runtime.models.model_config import ENCODER_ARCHITECTURES, read_config
+    from model_optimizer.runtime.models.model_config import read_config
+    from model_optimizer.runtime.models.registry import ENCODER_ARCHITECTURES
 
     if (model_dir / "modules.json").is_file():
         return True
