@@ -74,7 +74,7 @@ def is_encoder(hf: dict) -> bool:
 
 
 def supported_architectures() -> list[str]:
-    """Every architecture some command loads: the decoders here and the encoders of models/bert.py."""
+    """Every architecture some command loads: the decoders and the encoders (models/bert.py builds those)."""
     return sorted(set(ARCHITECTURES) | set(ENCODER_ARCHITECTURES))
 
 

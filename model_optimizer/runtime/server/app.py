@@ -254,13 +254,9 @@ def check_template(template: str, path: str | None, tokenizer: Any) -> None:
 
 def is_embedding_model(model_dir: Path) -> bool:
     """A sentence-transformers folder (modules.json) or an encoder architecture such as BERT."""
-    from model_optimizer.runtime.models.model_config import read_config
-    from model_optimizer.runtime.models.registry import ENCODER_ARCHITECTURES
+    from model_optimizer.runtime.models.model_config import is_encoder_folder
 
-    if (model_dir / "modules.json").is_file():
-        return True
-    architecture = (read_config(model_dir).get("architectures") or [""])[0]
-    return architecture in ENCODER_ARCHITECTURES
+    return (model_dir / "modules.json").is_file() or is_encoder_folder(model_dir)
 
 
 def served_model(
