@@ -18,11 +18,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from gpu_time import gpu_time_ms, sets_for  # noqa: E402
+from quant_kernels import _runner, make_weights  # noqa: E402
 
-from model_optimizer.runtime.kernels.quant_matmul import quant_matmul  # noqa: E402
-from model_optimizer.runtime.kernels.quant_reference import repack_int4  # noqa: E402
 from model_optimizer.runtime.kernels.quant_tiles import QuantTiles  # noqa: E402
-from model_optimizer.runtime.layers.quantization.quantizers import quantize_int4, quantize_int8  # noqa: E402
 
 CASES = {
     "int4_gate_up_mma": ("int4", 28672, 4096, QuantTiles(16, 128, 128, 5, 4, 3)),
@@ -34,16 +32,8 @@ CASES = {
 
 
 def weights(kind: str, n: int, k: int, copies: int) -> list[tuple]:
-    out = []
-    for i in range(copies):
-        w = torch.randn(n, k, device="cuda", generator=torch.Generator("cuda").manual_seed(i)).bfloat16()
-        if kind == "int4":
-            q, s, z = quantize_int4(w, 128).astuple()
-            out.append((repack_int4(q, "sequential", "planes"), s, z))
-        else:
-            q, s = quantize_int8(w).astuple()
-            out.append((q, s, None))
-    return out
+    """(qweight, scales, zeros or None) sets in the layout the layers hold (quant_kernels.make_weights)."""
+    return [(w[0], w[1], w[2] if kind == "int4" else None) for w in make_weights(kind, n, k, copies)]
 
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
@@ -67,8 +57,8 @@ def split_sweep(path: str) -> None:
             for split in [s for s in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16) if k // step >= s]:
                 tiles = QuantTiles(bm, bn, bk, split, warps, stages)
 
-                def call(ws, tiles=tiles, x=x):
-                    return quant_matmul(x, ws[0], ws[1], ws[2], "int4", 128, None, tiles)
+                def call(ws, run=_runner("int4", tiles), x=x):
+                    return run(x, *ws)
 
                 us = gpu_time_ms(call, sets, target_ms=4.0, samples=2) * 1000
                 rows.append({"linear": linear, "n": n, "k": k, "tiles": vars(tiles), "us": round(us, 2)})
@@ -95,8 +85,10 @@ def main() -> None:
     nbytes = n * k // (2 if kind == "int4" else 1)
     sets = weights(kind, n, k, sets_for(nbytes) if "--time" in sys.argv else 1)
 
+    run = _runner(kind, tiles)
+
     def call(ws):
-        return quant_matmul(x, ws[0], ws[1], ws[2], kind, 128 if kind == "int4" else 0, None, tiles)
+        return run(x, *ws)
 
     if "--time" in sys.argv:
         us = gpu_time_ms(call, sets) * 1000
