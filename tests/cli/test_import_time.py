@@ -29,6 +29,46 @@ def test_building_the_full_parser_imports_no_heavy_library():
     assert not loaded & set(HEAVY), f"parser construction imported {sorted(loaded & set(HEAVY))}"
 
 
+def test_a_command_builds_only_its_own_parser():
+    """`mopt serve` spawns its engine right after parsing: the other commands' config modules (the bench
+    client's httpx, numpy, pydantic) are not imported first."""
+    loaded = _loaded_after(
+        "import model_optimizer.cli.main as m\n"
+        "p = m.build_parser(['--debug', 'serve', '--model', 'x'])\n"
+        "assert set(p._subparsers._group_actions[0].choices) == {'serve'}\n"
+        "assert p.parse_args(['--debug', 'serve', '--model', 'x']).handler.__module__ == 'model_optimizer.cli.serve'"
+    )
+    assert not loaded & {"httpx", "numpy", "pydantic", "rich"}, sorted(loaded & {"httpx", "numpy", "pydantic", "rich"})
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["compile-cache", "path"], "compile_cache"),
+        (["--debug", "export-onnx"], "export_onnx"),
+        (["--help", "serve"], None),  # top-level help lists every command
+        (["--version"], None),
+        (["servee"], None),  # argparse's error lists every command
+        (["main"], None),
+        ([], None),
+    ],
+)
+def test_command_of_names_the_module_or_asks_for_every_parser(argv, command):
+    from model_optimizer.cli.main import command_of
+
+    assert command_of(argv) == command
+
+
+def test_a_misspelt_command_is_refused_with_the_full_list(capsys):
+    from model_optimizer.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["servee"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'servee'" in err and "'tune'" in err and "'bench'" in err
+
+
 @pytest.mark.slow
 def test_mopt_help_of_each_command_stays_torch_free():
     loaded = _loaded_after(
