@@ -56,19 +56,24 @@ class BlockPool:
     def __init__(self, num_blocks: int, host_tier: HostKVTier | None = None) -> None:
         if num_blocks <= 0:
             raise ValueError(f"the KV cache needs at least one block, got {num_blocks}")
-        self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
+        self._num_blocks = num_blocks
+        self._num_fresh = num_blocks
+        """Blocks never handed out: ids num_blocks - _num_fresh ... num_blocks - 1, made at their first
+        allocation (a large GPU has ~10^5 blocks, 0.1 s of start-up to make up front). They are the
+        queue's front, ahead of every freed block, as if the queue had started with all ids in order."""
+        self.free_queue: OrderedDict[int, Block] = OrderedDict()
+        """Freed blocks, in eviction order (front first), behind the fresh ones."""
         self.cached: dict[int, Block] = {}
         self.host_tier = host_tier
         """Where evicted cached blocks go (engine/host_kv_tier.py); None: they are dropped."""
 
     @property
     def num_blocks(self) -> int:
-        return len(self.blocks)
+        return self._num_blocks
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self.free_queue)
+        return self._num_fresh + len(self.free_queue)
 
     def usage(self) -> float:
         """Fraction of blocks held by requests (cached-but-free blocks count as free)."""
@@ -81,8 +86,11 @@ class BlockPool:
         """Take blocks from the front of the free queue, evicting their cached contents."""
         if not self.can_allocate(num_blocks):
             raise RuntimeError(f"asked for {num_blocks} blocks with {self.num_free_blocks} free")
-        taken = []
-        for _ in range(num_blocks):
+        fresh = min(num_blocks, self._num_fresh)
+        first = self._num_blocks - self._num_fresh
+        taken = [Block(block_id, ref_cnt=1) for block_id in range(first, first + fresh)]
+        self._num_fresh -= fresh
+        for _ in range(num_blocks - fresh):
             _, block = self.free_queue.popitem(last=False)
             if self.host_tier is not None and block.block_hash is not None:
                 self.host_tier.save(block.block_id, block.block_hash)

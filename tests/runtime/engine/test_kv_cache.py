@@ -33,9 +33,21 @@ def test_pool_allocates_in_order_and_frees_to_the_back():
     a = pool.allocate(2)
     assert [b.block_id for b in a] == [0, 1] and pool.num_free_blocks == 2
     pool.free(reversed(a))  # tail first
-    assert list(pool.free_queue) == [2, 3, 1, 0]
+    assert pool.num_free_blocks == 4
     with pytest.raises(RuntimeError):
         pool.allocate(5)
+    assert [b.block_id for b in pool.allocate(4)] == [2, 3, 1, 0]  # never-used blocks first, then the freed
+    assert pool.num_free_blocks == 0 and pool.usage() == 1.0
+
+
+def test_pool_makes_blocks_only_when_first_handed_out():
+    pool = BlockPool(100_000)
+    assert pool.num_blocks == pool.num_free_blocks == 100_000 and not pool.free_queue
+    [block] = pool.allocate(1)
+    pool.free([block])
+    taken = pool.allocate(3)  # the fresh blocks still come before the freed one
+    assert [b.block_id for b in taken] == [1, 2, 3] and all(b.ref_cnt == 1 for b in taken)
+    assert pool.num_free_blocks == 100_000 - 3 and list(pool.free_queue) == [0]
 
 
 def test_reference_counts_keep_shared_blocks_until_last_release():
