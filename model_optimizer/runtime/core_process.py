@@ -41,6 +41,7 @@ from model_optimizer.runtime.engine.messages import (
     decode_command,
     encode,
 )
+from model_optimizer.runtime.kernels.compile_cache import hash_triton_in_background
 from model_optimizer.runtime.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -266,8 +267,9 @@ def run_core(spec: CoreSpec, conn: Connection) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exit_with_parent(spec.parent_pid)
     _configure_logging(spec.log_levels)
-    if spec.config.device != "cpu":  # rank 0 drives GPU 0; its context is made while _load imports torch
-        create_in_background(0)
+    if spec.config.device != "cpu":  # rank 0 drives GPU 0; its context and Triton's key are made while
+        create_in_background(0)  # _load imports torch
+        hash_triton_in_background()
     try:
         core, extra = _load(spec.config, len(spec.output_addresses))
     except BaseException as exc:  # noqa: BLE001 - whatever failed, the frontend raises it with this text

@@ -14,7 +14,7 @@ from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.core import ModelInfo
 from model_optimizer.runtime.engine.engine import LLMEngine
 from model_optimizer.runtime.engine.outputs import RequestOutput
-from model_optimizer.runtime.kernels.compile_cache import configure_compile
+from model_optimizer.runtime.kernels.compile_cache import configure_compile, hash_triton_in_background
 from model_optimizer.runtime.models.model_config import is_encoder_folder
 from model_optimizer.runtime.models.tokenizer import TOKENIZER_FILES, load_tokenizer
 from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
@@ -130,6 +130,8 @@ class LLM:
 
         phase = log_phase("imports", start)
         self.config = EngineConfig(model=model, **engine_args)
+        if self.config.device != "cpu":
+            hash_triton_in_background()  # beside the tokenizer and weights, not before the first kernel
         configure_compile(self.config)  # Triton's kernel cache in our folder, keyed by versions and GPU
         self.model_dir = resolve_model_dir(self.config.model, self.config.revision)
         self._embedder: Any = None

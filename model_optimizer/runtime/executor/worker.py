@@ -29,6 +29,7 @@ from typing import Any
 from model_optimizer.common.processes import exit_with_parent
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.cuda_context import create_in_background
+from model_optimizer.runtime.kernels.compile_cache import hash_triton_in_background
 
 LAUNCH, LAUNCH_PENDING, COLLECT, CLOSE = b"L", b"P", b"C", b"X"
 """First byte of each driver message: launch (nothing pending / newest step pending), collect, close."""
@@ -94,8 +95,9 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     exit_with_parent(spec.parent_pid)  # even while the main thread waits in a collective
     _configure_logging(spec.rank, spec.log_levels)
     rank, config = spec.rank, spec.config
-    if config.device != "cpu":  # GPU `rank`'s context is made while the imports below run
+    if config.device != "cpu":  # GPU `rank`'s context and Triton's key are made while the imports below run
         create_in_background(rank)
+        hash_triton_in_background()
     for key, value in MULTICAST_OFF.items():
         os.environ.setdefault(key, value)
     try:

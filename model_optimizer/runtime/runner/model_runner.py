@@ -16,6 +16,7 @@ from model_optimizer.runtime.distributed import broadcast, enable_one_shot_all_r
 from model_optimizer.runtime.engine.kv_cache import check_kv_capacity
 from model_optimizer.runtime.engine.request import Logprob
 from model_optimizer.runtime.engine.scheduler_output import SchedulerOutput
+from model_optimizer.runtime.kernels.compile_cache import wait_for_triton_key
 from model_optimizer.runtime.layers.attention import AttentionMetadata, bind_kv_caches, kv_cache_shape
 from model_optimizer.runtime.layers.sampler import SampledTokens, Sampler
 from model_optimizer.runtime.layers.token_mask import TokenMask
@@ -142,6 +143,7 @@ class ModelRunner:
             if ahead is not None:  # before the first forward: it finds the workers' kernels in the cache
                 ahead.join()
                 phase = _log_phase("compile ahead", phase)
+        wait_for_triton_key()  # hashed in a thread since the imports (kernels/compile_cache.py)
         # every rank must hold every block the driver's one block pool hands out
         self.num_kv_blocks = min_over_ranks(config.num_kv_blocks or self._num_blocks_for_budget())
         check_kv_capacity(self.num_kv_blocks, config.block_size, self.max_model_len)  # before allocating it

@@ -83,3 +83,38 @@ def test_engine_start_sets_the_cache_and_never_loads_inductor_dynamo_or_transfor
     seen = _engine_start(tiny_model("qwen3"), tmp_path, enforce_eager)
     assert seen["TRITON_CACHE_DIR"].startswith(str(tmp_path))
     assert seen["loaded"] == []
+
+
+def test_triton_key_is_hashed_in_a_thread_and_cached_for_the_first_kernel():
+    """The thread fills Triton's own cache of its installation key: the first compile then reads it."""
+    probe = (
+        "import sys\n"
+        "from model_optimizer.runtime.kernels.compile_cache import hash_triton_in_background, wait_for_triton_key\n"
+        "thread = hash_triton_in_background(need_gpu=False)\n"
+        "assert 'torch' not in sys.modules\n"
+        "wait_for_triton_key()\n"
+        "assert not thread.is_alive()\n"
+        "from triton.runtime.cache import triton_key\n"
+        "info = triton_key.cache_info()\n"
+        "key = triton_key()\n"
+        "print(info.currsize, triton_key.cache_info().hits, key.startswith(__import__('triton').__version__))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=REPO, check=True)
+    assert out.stdout.split() == ["1", "1", "True"], out.stdout + out.stderr
+
+
+def test_no_triton_key_thread_under_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert compile_cache.hash_triton_in_background() is None
+
+
+def test_no_triton_key_thread_work_without_a_cuda_driver(monkeypatch):
+    """A CPU machine (no libcuda) compiles nothing: the thread stops before it hashes."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+    def no_driver(name):
+        raise OSError(name)
+
+    monkeypatch.setattr(compile_cache.ctypes, "CDLL", no_driver)
+    assert compile_cache._triton_key(need_gpu=True) is None
