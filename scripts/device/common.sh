@@ -40,3 +40,28 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("decode_*.json")):
             f"{k['kernel'][:26]} {k['calls_per_replay']:.0f}x{k['us_per_call']:.1f}" for k in ks[:14]))
 PY
 }
+
+SERVE_QWEN3=(python3 -m model_optimizer.cli.main serve --model benchmarks/configs/qwen3-0.6b --load-format dummy
+             --dtype bfloat16 --port 8123)  # the start-up benchmarks' server: Qwen3-0.6B, dummy weights
+
+serve_ready_s() {  # serve_ready_s T0: seconds from T0 (date +%s.%N) until :8123/ready answers 200 (at most 120)
+  python3 - "$1" <<'PY'
+import sys, time, urllib.request
+t0 = float(sys.argv[1])
+while time.time() - t0 < 120:
+    try:
+        if urllib.request.urlopen("http://127.0.0.1:8123/ready", timeout=1).status == 200:
+            print(f"{time.time() - t0:.2f}"); break
+    except Exception:
+        time.sleep(0.05)
+PY
+}
+
+stop_serve() {  # SIGINT to the server, then wait until its port is free
+  pkill -INT -f "model_optimizer.cli.main serve"; sleep 3; pkill -9 -f "model_optimizer.cli.main serve"; sleep 1
+}
+
+keep_bytecode() {  # Python keeps bytecode between starts, as an installed package has it (this machine's image
+  unset PYTHONDONTWRITEBYTECODE  # ships torch without .pyc files and runs Python with bytecode writing off)
+  export PYTHONPYCACHEPREFIX=/tmp/pyc
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Warm `mopt serve` starts of Qwen3-0.6B (dummy weights) to /ready, two trees alternated in one device call,
+# with Python's bytecode kept between starts (keep_bytecode in common.sh, as an installed package has it):
+# "new" is this checkout, "old" is it with the files of an overlay folder copied over it (default out/ab,
+# ignored by git: `git show REV:path > out/ab/path` for each changed file; name `out` in the call's carry).
+# One cold start fills the compile cache, one unmeasured start of each tree its bytecode; then ROUNDS
+# rounds of ORDER. One line per start (/ready seconds and the core's phases), then $OUT/warm_ab.tgz.
+#   ROUNDS=4 ORDER="old new" bash scripts/device/warm_ab_h200.sh
+set -uo pipefail
+: "${OUT:?set OUT to the folder that receives the results}"
+OVERLAY=${OVERLAY:-out/ab}
+[ -d "$OVERLAY" ] || { echo "no overlay folder $OVERLAY: carry it (the device call's carry)" >&2; exit 2; }
+source "$(dirname "$0")/common.sh"
+start_run
+keep_bytecode
+export MOPT_COMPILE_CACHE_DIR=/tmp/mopt-cc
+NEW=$PWD OLD=$(mktemp -d)
+tar -c --exclude=./.venv --exclude=./.whl . | tar -x -C "$OLD" && cp -a "$OVERLAY/." "$OLD/"
+(cd "$OLD" && git status --short) > "$RES/old_status.txt" 2>&1
+(lscpu | head -20; uptime) > "$RES/host.txt"
+start() {  # start TREE NAME: one start of TREE's server to /ready, its log in $RES/NAME.log
+  local dir=$NEW; [ "$1" = old ] && dir=$OLD
+  local t0; t0=$(date +%s.%N)
+  (cd "$dir" && PYTHONPATH="/tmp/site:$dir" exec "${SERVE_QWEN3[@]}") > "$RES/$2.log" 2>&1 &
+  local s; s=$(serve_ready_s "$t0"); stop_serve
+  echo "$2 ready_s $s $(grep -o 'start-up: [a-z -]* [0-9.]* s' "$RES/$2.log" | sed 's/start-up: //' | tr '\n' ',')"
+}
+{
+  start new cold; start old fill_old; start new fill_new
+  for i in $(seq 1 "${ROUNDS:-3}"); do
+    for tree in ${ORDER:-old new}; do start "$tree" "${tree}_$i"; done
+  done
+} | tee "$RES/summary.txt"
+python3 - "$RES/summary.txt" <<'PY' | tee -a "$RES/summary.txt"
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    name, _, seconds = line.split()[:3]
+    if "_" in name and name.split("_")[0] in ("old", "new") and name.split("_")[1].isdigit():
+        runs.setdefault(name.split("_")[0], []).append(float(seconds))
+for tree, s in runs.items():
+    print(f"{tree}: /ready median {statistics.median(s):.2f} s over {len(s)} warm starts: {s}")
+PY
+rm -rf "$OLD"
+tar -czf "$OUT/warm_ab.tgz" -C "$RES" .
+echo "wrote $OUT/warm_ab.tgz"
