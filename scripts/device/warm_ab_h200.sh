@@ -4,7 +4,8 @@
 # "new" is this checkout, "old" is it with the files of an overlay folder copied over it (default out/ab,
 # ignored by git: `git show REV:path > out/ab/path` for each changed file; name `out` in the call's carry).
 # One cold start fills the compile cache, one unmeasured start of each tree its bytecode; then ROUNDS
-# rounds of ORDER. One line per start (/ready seconds and the core's phases), then $OUT/warm_ab.tgz.
+# rounds of ORDER. One line per start (/ready seconds and the core's phases), each tree's medians
+# (benchmarks/warm_ab_summary.py, also as summary.json), then $OUT/warm_ab.tgz.
 #   ROUNDS=4 ORDER="old new" bash scripts/device/warm_ab_h200.sh
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
@@ -31,16 +32,7 @@ start() {  # start TREE NAME: one start of TREE's server to /ready, its log in $
     for tree in ${ORDER:-old new}; do start "$tree" "${tree}_$i"; done
   done
 } | tee "$RES/summary.txt"
-python3 - "$RES/summary.txt" <<'PY' | tee -a "$RES/summary.txt"
-import statistics, sys
-runs = {}
-for line in open(sys.argv[1]):
-    name, _, seconds = line.split()[:3]
-    if "_" in name and name.split("_")[0] in ("old", "new") and name.split("_")[1].isdigit():
-        runs.setdefault(name.split("_")[0], []).append(float(seconds))
-for tree, s in runs.items():
-    print(f"{tree}: /ready median {statistics.median(s):.2f} s over {len(s)} warm starts: {s}")
-PY
+python3 benchmarks/warm_ab_summary.py "$RES" | tee -a "$RES/summary.txt"  # and $RES/summary.json
 rm -rf "$OLD"
 tar -czf "$OUT/warm_ab.tgz" -C "$RES" .
 echo "wrote $OUT/warm_ab.tgz"

@@ -1,0 +1,62 @@
+"""The JSON of a warm-start A/B (scripts/device/warm_ab_h200.sh): each start's /ready seconds and the
+core's start-up phases, read from the script's summary.txt, and per tree the median of its measured
+starts (`old_N`, `new_N`; the cold start and the two bytecode-filling starts are listed, not counted).
+
+    python benchmarks/warm_ab_summary.py RESULTS_FOLDER   # writes RESULTS_FOLDER/summary.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+from pathlib import Path
+
+PHASE = re.compile(r"([a-z][a-z -]*?) ([0-9.]+) s")
+
+
+def parse(summary: str) -> dict:
+    starts = []
+    for line in summary.splitlines():
+        fields = line.split(maxsplit=3)
+        if len(fields) < 3 or fields[1] != "ready_s":
+            continue
+        phases = {name.strip(): float(s) for name, s in PHASE.findall(fields[3] if len(fields) > 3 else "")}
+        starts.append({"start": fields[0], "ready_s": float(fields[2]), "phases": phases})
+    trees: dict[str, list[dict]] = {}
+    for start in starts:
+        tree, _, index = start["start"].partition("_")
+        if tree in ("old", "new") and index.isdigit():
+            trees.setdefault(tree, []).append(start)
+    medians = {
+        tree: {
+            "ready_s": statistics.median(s["ready_s"] for s in runs),
+            "phases": {
+                name: statistics.median(s["phases"][name] for s in runs if name in s["phases"])
+                for name in runs[0]["phases"]
+            },
+            "starts": len(runs),
+        }
+        for tree, runs in trees.items()
+    }
+    return {"starts": starts, "median": medians}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path)
+    folder = parser.parse_args().folder
+    result = parse((folder / "summary.txt").read_text())
+    tmp = folder / "summary.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(folder / "summary.json")
+    for tree, m in result["median"].items():
+        print(
+            f"{tree}: /ready median {m['ready_s']:.2f} s over {m['starts']} starts; "
+            + ", ".join(f"{k} {v:.2f}" for k, v in m["phases"].items())
+        )
+
+
+if __name__ == "__main__":
+    main()
