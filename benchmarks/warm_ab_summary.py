@@ -1,6 +1,7 @@
-"""The JSON of a warm-start A/B (scripts/device/warm_ab_h200.sh): each start's /ready seconds and the
-core's start-up phases, read from the script's summary.txt, and per tree the median of its measured
-starts (`old_N`, `new_N`; the cold start and the two bytecode-filling starts are listed, not counted).
+"""The JSON of a start-up A/B (scripts/device/warm_ab_h200.sh, compile_jobs_h200.sh): each start's /ready
+seconds and the core's start-up phases, read from the script's summary.txt, and per side the median of
+its alternated starts (`NAME_N`: old_1, new_2, jobs8_1; the cold start and the bytecode-filling starts
+are listed, not counted).
 
     python benchmarks/warm_ab_summary.py RESULTS_FOLDER   # writes RESULTS_FOLDER/summary.json
 """
@@ -26,8 +27,8 @@ def parse(summary: str) -> dict:
         starts.append({"start": fields[0], "ready_s": float(fields[2]), "phases": phases})
     trees: dict[str, list[dict]] = {}
     for start in starts:
-        tree, _, index = start["start"].partition("_")
-        if tree in ("old", "new") and index.isdigit():
+        tree, _, index = start["start"].rpartition("_")
+        if tree and index.isdigit():  # old_1, new_2, jobs8_1 ...: the alternated starts
             trees.setdefault(tree, []).append(start)
     medians = {
         tree: {
