@@ -65,3 +65,12 @@ keep_bytecode() {  # Python keeps bytecode between starts, as an installed packa
   unset PYTHONDONTWRITEBYTECODE  # ships torch without .pyc files and runs Python with bytecode writing off)
   export PYTHONPYCACHEPREFIX=/tmp/pyc
 }
+
+overlay_tree() {  # NEW=this checkout, OLD=a copy of it with the files of $OVERLAY (default out/ab, ignored by
+  OVERLAY=${OVERLAY:-out/ab}  # git, named in the call's carry) over it; old_status.txt and host.txt into $RES
+  [ -d "$OVERLAY" ] || { echo "no overlay folder $OVERLAY: carry it (the device call's carry)" >&2; exit 2; }
+  NEW=$PWD OLD=$(mktemp -d)
+  tar -c --exclude=./.venv --exclude=./.whl . | tar -x -C "$OLD" && cp -a "$OVERLAY/." "$OLD/"
+  (cd "$OLD" && git status --short) > "$RES/old_status.txt" 2>&1
+  (lscpu | head -20; uptime) > "$RES/host.txt"
+}

@@ -9,14 +9,9 @@
 # ~35-75 s per server run on the H200; one line per run, then $OUT/ab.tgz (JSON, logs, host.txt).
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
-OVERLAY=${OVERLAY:-out/ab}
-[ -d "$OVERLAY" ] || { echo "no overlay folder $OVERLAY: carry it (the device call's carry)" >&2; exit 2; }
 source "$(dirname "$0")/common.sh"
 start_run
-NEW=$PWD OLD=$(mktemp -d)
-tar -c --exclude=./.venv --exclude=./.whl . | tar -x -C "$OLD" && cp -a "$OVERLAY/." "$OLD/"
-(cd "$OLD" && git status --short) > "$RES/old_status.txt" 2>&1
-(lscpu | head -20; uptime) > "$RES/host.txt"
+overlay_tree
 MODEL=$(mktemp -d)
 (cd benchmarks && python3 bpe_tokenizer_model.py configs/qwen3-0.6b "$MODEL" > "$RES/bpe.log" 2>&1)
 for i in $(seq 1 "${ROUNDS:-2}"); do

@@ -9,16 +9,11 @@
 #   ROUNDS=4 ORDER="old new" bash scripts/device/warm_ab_h200.sh
 set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
-OVERLAY=${OVERLAY:-out/ab}
-[ -d "$OVERLAY" ] || { echo "no overlay folder $OVERLAY: carry it (the device call's carry)" >&2; exit 2; }
 source "$(dirname "$0")/common.sh"
 start_run
 keep_bytecode
 export MOPT_COMPILE_CACHE_DIR=/tmp/mopt-cc
-NEW=$PWD OLD=$(mktemp -d)
-tar -c --exclude=./.venv --exclude=./.whl . | tar -x -C "$OLD" && cp -a "$OVERLAY/." "$OLD/"
-(cd "$OLD" && git status --short) > "$RES/old_status.txt" 2>&1
-(lscpu | head -20; uptime) > "$RES/host.txt"
+overlay_tree
 start() {  # start TREE NAME: one start of TREE's server to /ready, its log in $RES/NAME.log
   local dir=$NEW; [ "$1" = old ] && dir=$OLD
   local t0; t0=$(date +%s.%N)
