@@ -137,8 +137,8 @@ def sampling_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from model_optimizer.runtime.hub import localize
-    from model_optimizer.runtime.llm import LLM, generation_defaults, resolve_model_dir
+    from model_optimizer.runtime.hub import localize, resolve_model_dir
+    from model_optimizer.runtime.llm import LLM, generation_defaults
 
     console = Console(stderr=True)
     if args.output and args.output != "-":  # found out now, not after the generation

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     from model_optimizer.model.inspect.inspector import inspect_checkpoint
     from model_optimizer.model.inspect.report import print_report
-    from model_optimizer.runtime.llm import resolve_model_dir
+    from model_optimizer.runtime.hub import resolve_model_dir
 
     if args.max_model_len is not None and args.max_model_len <= 0:
         raise ValueError(f"--max-model-len must be a positive integer, got {args.max_model_len}")

@@ -120,7 +120,7 @@ def options(args: argparse.Namespace):
     from model_optimizer.common.fileio import check_writable_folder_path
     from model_optimizer.model.quantize.embed_pipeline import DEFAULT_NUM_TEXTS, is_embedding_model
     from model_optimizer.model.quantize.job import QuantizeOptions
-    from model_optimizer.runtime.llm import resolve_model_dir
+    from model_optimizer.runtime.hub import resolve_model_dir
 
     for name in ("num_calib_samples", "calib_seq_len", "num_eval_samples", "eval_seq_len", "group_size"):
         if getattr(args, name) is not None and getattr(args, name) <= 0:

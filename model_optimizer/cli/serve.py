@@ -66,7 +66,7 @@ def _spawn_core_early(server_config, engine_config):  # noqa: ANN001, ANN202
     (an embedding model, a folder the app will refuse with a clear message), left to the app as before."""
     import json
 
-    from model_optimizer.runtime.llm import resolve_model_dir
+    from model_optimizer.runtime.hub import resolve_model_dir
 
     try:
         model_dir = resolve_model_dir(engine_config.model, engine_config.revision)

@@ -27,12 +27,11 @@ import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from model_optimizer.common.processes import exit_with_parent, freeze_startup_objects, unfreeze_objects
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.cuda_context import create_in_background
-from model_optimizer.runtime.engine.core import EngineCore, ModelInfo
 from model_optimizer.runtime.engine.messages import (
     ControlOp,
     CoreControl,
@@ -43,6 +42,9 @@ from model_optimizer.runtime.engine.messages import (
 )
 from model_optimizer.runtime.kernels.compile_cache import hash_triton_in_background
 from model_optimizer.runtime.sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # the engine's modules (numpy, the scheduler, grammars) load in the core, not before its spawn
+    from model_optimizer.runtime.engine.core import EngineCore, ModelInfo
 
 logger = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 10.0
@@ -183,6 +185,8 @@ def spawn_core(config: EngineConfig, num_clients: int = 1, log_level: int | None
     process = ctx.Process(target=run_core, args=(spec, theirs), name="mopt-engine-core")
     process.start()
     theirs.close()  # only the core holds its end now: its death is EOF here
+    from model_optimizer.runtime.engine.core import ModelInfo  # while the core starts
+
     handle = CoreHandle(
         process, spec.input_address, spec.output_addresses, ModelInfo(0, 0, frozenset(), 0), config, tmpdir=tmpdir
     )
@@ -309,8 +313,10 @@ def _load(config: EngineConfig, num_clients: int) -> tuple[EngineCore, dict]:
     (the frontends tokenize; the core only needs the tokenizer's EOS id when the folder names none)."""
     start = time.perf_counter()
     import model_optimizer.runtime.runner.model_runner  # noqa: F401 - torch, as LLM's `imports` phase counts it
+    from model_optimizer.runtime.engine.core import EngineCore
+    from model_optimizer.runtime.hub import resolve_model_dir
     from model_optimizer.runtime.kernels.compile_cache import configure_compile
-    from model_optimizer.runtime.llm import load_runner, log_phase, resolve_model_dir
+    from model_optimizer.runtime.llm import load_runner, log_phase
     from model_optimizer.runtime.models.tokenizer import load_tokenizer
 
     phase = log_phase("imports", start)

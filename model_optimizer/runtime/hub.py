@@ -82,3 +82,13 @@ def _snapshot(repo_id: str, revision: str | None) -> Path:
             f"{where} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and {how}: download it "
             f"where there is a network (`hf download {repo_id}`), or give a local folder"
         ) from None
+
+
+def resolve_model_dir(model: str | None, revision: str | None = None) -> Path:
+    """The model folder: the one given, the snapshot of a Hugging Face Hub id at `revision` (downloaded,
+    or read from the local cache when offline), or the built-in default (the reference model)."""
+    if model is None:
+        from model_optimizer.assets import reference_model_path
+
+        return reference_model_path()  # a clear error, with how to install it, when it is missing
+    return resolve_model(model, revision)

@@ -14,6 +14,7 @@ from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.core import ModelInfo
 from model_optimizer.runtime.engine.engine import LLMEngine
 from model_optimizer.runtime.engine.outputs import RequestOutput
+from model_optimizer.runtime.hub import resolve_model_dir
 from model_optimizer.runtime.kernels.compile_cache import configure_compile, hash_triton_in_background
 from model_optimizer.runtime.models.model_config import is_encoder_folder
 from model_optimizer.runtime.models.tokenizer import TOKENIZER_FILES, load_tokenizer
@@ -33,18 +34,6 @@ def log_phase(name: str, since: float) -> float:
     now = time.perf_counter()
     startup_log.info("start-up: %s %.2f s", name, now - since)
     return now
-
-
-def resolve_model_dir(model: str | None, revision: str | None = None) -> Path:
-    """The model folder: the one given, the snapshot of a Hugging Face Hub id at `revision` (runtime/hub.py:
-    downloaded, or read from the local cache when offline), or the built-in default (the reference model)."""
-    if model is None:
-        from model_optimizer.assets import reference_model_path
-
-        return reference_model_path()  # a clear error, with how to install it, when it is missing
-    from model_optimizer.runtime.hub import resolve_model
-
-    return resolve_model(model, revision)
 
 
 def eos_token_ids(model_dir: Path, tokenizer: Any) -> frozenset[int]:

@@ -80,7 +80,8 @@ def _create_app(
     quiet_transformers()
     engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
     chat_template = _read_template(config.chat_template) if config.chat_template else None  # a typo fails at once
-    from model_optimizer.runtime.llm import generation_defaults, resolve_model_dir
+    from model_optimizer.runtime.hub import resolve_model_dir
+    from model_optimizer.runtime.llm import generation_defaults
 
     model_dir = (
         Path(llm.model_dir) if llm is not None else resolve_model_dir(engine_config.model, engine_config.revision)

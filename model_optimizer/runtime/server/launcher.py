@@ -55,7 +55,7 @@ def serve(config: ServerConfig, engine_config: EngineConfig, core_start: CoreSta
     Raises ValueError (or FileNotFoundError) for a configuration the server cannot start with.
     """
     logging.config.dictConfig(log_config(config.log_level))
-    from model_optimizer.runtime.llm import resolve_model_dir
+    from model_optimizer.runtime.hub import resolve_model_dir
 
     model_dir = resolve_model_dir(
         engine_config.model, engine_config.revision

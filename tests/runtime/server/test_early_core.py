@@ -136,3 +136,19 @@ def test_the_frontend_of_a_causal_lm_never_imports_torch(tiny_model, tmp_path):
     out = subprocess.run([sys.executable, str(probe)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["start-up", "False", "status", "200", "requests", "False"], out.stdout
+
+
+def test_the_core_is_spawned_before_the_frontend_imports_the_engine():
+    """`mopt serve` spawns the core after parsing and reading config.json: the engine's own modules (the
+    scheduler, grammars, numpy) are the core's to import, not the frontend's before the spawn."""
+    probe = (
+        "import sys\n"
+        "import model_optimizer.cli.main as m\n"
+        "m.build_parser(['serve', '--model', 'x'])\n"
+        "from model_optimizer.runtime.hub import resolve_model_dir\n"
+        "from model_optimizer.runtime.core_process import spawn_core\n"
+        "print(sorted(n for n in ('numpy', 'model_optimizer.runtime.engine.core', 'model_optimizer.runtime.llm')"
+        " if n in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
