@@ -43,7 +43,7 @@ def command_of(argv: Sequence[str]) -> str | None:
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """`mopt`'s parser. Given the arguments to parse, only the command they name gets its subparser:
     building all of them imports every command's config module (the bench client's httpx, numpy and
-    pydantic; ~0.4-0.6 s), which `mopt serve` would pay before it starts the engine."""
+    pydantic), which `mopt serve` would pay before it starts the engine."""
     parser = argparse.ArgumentParser(prog="mopt", description="Model-Optimizer: from checkpoint to fast service.")
     parser.add_argument("--version", action="version", version=f"mopt {model_optimizer.__version__}")
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)

@@ -59,8 +59,9 @@ class BlockPool:
         self._num_blocks = num_blocks
         self._num_fresh = num_blocks
         """Blocks never handed out: ids num_blocks - _num_fresh ... num_blocks - 1, made at their first
-        allocation (a large GPU has ~10^5 blocks, 0.1 s of start-up to make up front). They are the
-        queue's front, ahead of every freed block, as if the queue had started with all ids in order."""
+        allocation (a large GPU holds ~10^5 blocks: making them all up front was a visible part of a warm
+        start). They are the queue's front, ahead of every freed block, as if the queue had started with
+        all ids in order."""
         self.free_queue: OrderedDict[int, Block] = OrderedDict()
         """Freed blocks, in eviction order (front first), behind the fresh ones."""
         self.cached: dict[int, Block] = {}

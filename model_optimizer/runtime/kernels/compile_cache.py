@@ -19,13 +19,12 @@ it only where it is unset, at engine start, before anything compiles. Worker pro
 parallelism) inherit it.
 
 Before its first kernel, Triton computes its installation key (`triton_key()`: SHA-256 over its sources
-and its ~0.5 GB libtriton; 0.6 s on the H200's host), part of every cache lookup. The engine core and
-The engine core and the tensor-parallel workers hash it in a thread as their first act
+and its whole shared library), part of every cache lookup. The engine core and
+the tensor-parallel workers hash it in a thread as their first act
 (`hash_triton_in_background`; `LLM` once its config says CUDA), beside the torch import and the
 weights' load (file reads and hashing release the GIL), and the model runner waits for it before its
-first forward (`wait_for_triton_key`), so that no start computes it twice. On the H200, warm starts
-alternated in one call: `kv sizing` 0.26-0.29 s with the thread started first, 0.45-0.56 s started
-after the torch import, 0.84 s without it (README "Start-up").
+first forward (`wait_for_triton_key`), so that no start computes it twice. Started after the torch
+import instead, it measured slower (README "Start-up").
 
 Nothing in the engine uses torch.compile (layers/fusion.py runs our own kernels), so there is no
 inductor cache to place and enforce_eager changes nothing here: it only turns CUDA graphs off.
@@ -138,8 +137,10 @@ def _triton_key(need_gpu: bool) -> str | None:
     for module in ("triton.runtime.cache", "triton.compiler.compiler"):  # where Triton 3.x keeps it
         try:
             key = getattr(importlib.import_module(module), "triton_key", None)
-            if key is not None:
-                return key()
-        except Exception:  # noqa: BLE001 - no Triton, or a broken one: the engine reports it later
+        except ImportError:
+            continue
+        try:
+            return key() if key is not None else None
+        except Exception:  # noqa: BLE001 - a broken Triton: the engine reports it where it needs the key
             return None
     return None

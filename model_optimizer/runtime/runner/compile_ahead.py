@@ -55,10 +55,9 @@ start never runs the decode graphs' padded batches, so its marker must not vouch
 
 
 def default_jobs() -> int:
-    """MOPT_COMPILE_JOBS, else 0 (off): on the H200, eight workers took 16.1 s for the 49 variants the
-    engine compiles in 12.3 s of its own start-up, and with bytecode kept they tied (README "Start-up"),
-    so a cold start gains nothing from them until that changes; a shipped cache (`mopt compile-cache
-    build`) is the fast path."""
+    """MOPT_COMPILE_JOBS, else 0 (off): on the H200 the workers lost to the engine's own compiles, and
+    tied with them once bytecode was kept (README "Start-up"), so a cold start gains nothing from them
+    until that changes; a shipped cache (`mopt compile-cache build`) is the fast path."""
     if not os.environ.get(JOBS_ENV):
         return 0
     try:
