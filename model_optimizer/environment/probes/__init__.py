@@ -21,6 +21,7 @@ from model_optimizer.environment.probes.kernel import (
 )
 from model_optimizer.environment.probes.nvml import probe_nvml
 from model_optimizer.environment.probes.software import (
+    probe_bytecode,
     probe_container_toolkit,
     probe_libcuda,
     probe_nvidia_smi,
@@ -45,6 +46,7 @@ PROBES: dict[str, tuple[Callable[[], Any], float]] = {
     "libcuda": (probe_libcuda, 10),
     "container_toolkit": (probe_container_toolkit, 40),
     "python_packages": (probe_python_packages, 10),
+    "bytecode": (probe_bytecode, 10),
 }
 LATE_PROBES = ("torch",)
 

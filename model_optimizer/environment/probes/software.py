@@ -1,12 +1,15 @@
 """User-space probes: nvidia-smi's full XML report, the CUDA driver library, the NVIDIA
-container toolkit and Docker's runtimes, and the versions of inference packages."""
+container toolkit and Docker's runtimes, the versions of inference packages, and whether Python
+keeps their bytecode."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import glob
+import importlib.util
 import os
+import sys
 import xml.etree.ElementTree as ET
 from importlib import metadata
 from typing import Any
@@ -144,3 +147,32 @@ def probe_python_packages() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return {"versions": versions}
+
+
+BYTECODE_PACKAGES = ("torch", "triton", "transformers")
+"""The large packages every engine process imports: compiling their source again costs each start seconds."""
+
+
+def probe_bytecode() -> dict[str, Any]:
+    """Per package of BYTECODE_PACKAGES (found, not imported): is the bytecode of its `__init__.py` cached
+    where this interpreter looks (sys.pycache_prefix honoured), and could it be written there; and
+    whether bytecode writing is off (PYTHONDONTWRITEBYTECODE, -B)."""
+    packages = {}
+    for name in BYTECODE_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            packages[name] = bytecode_state(spec.origin)
+    return {"packages": packages, "dont_write_bytecode": sys.dont_write_bytecode, "pycache_prefix": sys.pycache_prefix}
+
+
+def bytecode_state(source: str) -> dict[str, Any]:
+    """{"source", "cached", "writable"} of one source file: its cached bytecode exists; the folder it would
+    go to, or the nearest folder above it that exists, is writable by this user."""
+    cached = importlib.util.cache_from_source(source)
+    folder = os.path.dirname(cached)
+    while folder and not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return {"source": source, "cached": os.path.exists(cached), "writable": os.access(folder, os.W_OK)}

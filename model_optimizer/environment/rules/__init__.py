@@ -34,6 +34,7 @@ RULES: list[Rule] = [
     driver.rule_persistence,
     host.rule_container_toolkit,
     host.rule_packages,
+    host.rule_bytecode,
     host.rule_host_resources,
     bench.rule_bench,
 ]

@@ -1,9 +1,10 @@
 """Rules about the machine as a whole: is there a GPU at all (and what works without one),
-probes that hung, the container toolkit, inference packages, RAM and disk."""
+probes that hung, the container toolkit, inference packages and their bytecode, RAM and disk."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 
 from model_optimizer.environment.findings import Finding
 from model_optimizer.environment.snapshot import Snapshot
@@ -144,6 +145,32 @@ def rule_packages(snap: Snapshot) -> list[Finding]:
             )
         )
     return findings
+
+
+def rule_bytecode(snap: Snapshot) -> list[Finding]:
+    """Large packages without cached bytecode that Python cannot write: every process compiles them again."""
+    data = snap.data("bytecode")
+    off = bool(data.get("dont_write_bytecode"))
+    packages = data.get("packages") or {}
+    stale = {n: s for n, s in packages.items() if not s.get("cached") and (off or not s.get("writable"))}
+    if not stale:
+        return []
+    why = "bytecode writing is off (PYTHONDONTWRITEBYTECODE or python -B)" if off else "their folders are read-only"
+    folders = [os.path.dirname(s["source"]) for s in stale.values()]
+    keep = "export PYTHONPYCACHEPREFIX=$HOME/.cache/pycache" + ("; unset PYTHONDONTWRITEBYTECODE" if off else "")
+    return [
+        Finding(
+            "python.bytecode",
+            "warn",
+            f"Python compiles {', '.join(stale)} from source at every start",
+            f"They have no cached bytecode and {why}, so every process that imports them compiles them again "
+            "before it loads a model: seconds of CPU per start, twice for `mopt serve` (its frontend and engine "
+            'core) and once more per tensor-parallel rank (README "Start-up"). A pip install writes the '
+            "bytecode; images that drop it, or run Python with -B, pay this.",
+            {"any": [f"python -m compileall -q -j 0 {' '.join(folders)}   # as the folders' owner", keep]},
+            {"packages": stale, "dont_write_bytecode": off, "pycache_prefix": data.get("pycache_prefix")},
+        )
+    ]
 
 
 def rule_host_resources(snap: Snapshot) -> list[Finding]:
