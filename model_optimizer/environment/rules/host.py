@@ -163,10 +163,10 @@ def rule_bytecode(snap: Snapshot) -> list[Finding]:
             "python.bytecode",
             "warn",
             f"Python compiles {', '.join(stale)} from source at every start",
-            f"They have no cached bytecode and {why}, so every process that imports them compiles them again "
-            "before it loads a model: seconds of CPU per start, twice for `mopt serve` (its frontend and engine "
-            'core) and once more per tensor-parallel rank (README "Start-up"). A pip install writes the '
-            "bytecode; images that drop it, or run Python with -B, pay this.",
+            f"They have no cached bytecode and {why}, so every process that imports them (an engine core, "
+            "each tensor-parallel rank, a script with `LLM`) compiles them again before it loads a model: "
+            'seconds of CPU per start (README "Start-up"). A pip install writes the bytecode; images that '
+            "drop it, or run Python with -B, pay this.",
             {"any": [f"python -m compileall -q -j 0 {' '.join(folders)}   # as the folders' owner", keep]},
             {"packages": stale, "dont_write_bytecode": off, "pycache_prefix": data.get("pycache_prefix")},
         )
