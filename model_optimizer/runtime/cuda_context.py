@@ -18,7 +18,8 @@ import ctypes
 import os
 import threading
 
-_DRIVER = "libcuda.so.1"
+DRIVER_LIBRARY = "libcuda.so.1"
+"""The CUDA driver's library, loaded by name (its absence means no GPU can run here)."""
 
 
 def create_in_background(ordinal: int) -> threading.Thread | None:
@@ -35,7 +36,7 @@ def retain_primary_context(ordinal: int) -> bool:
     """Initialise the driver and retain device `ordinal`'s primary context; False where there is no driver,
     no such device or the driver refuses (torch will say why when it tries)."""
     try:
-        driver = ctypes.CDLL(_DRIVER)
+        driver = ctypes.CDLL(DRIVER_LIBRARY)
     except OSError:
         return False
     device = ctypes.c_int()

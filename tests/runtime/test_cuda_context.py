@@ -15,7 +15,7 @@ def test_the_context_is_retained_exactly_where_torch_sees_a_gpu():
 
 
 def test_no_driver_library_ends_the_thread_quietly(monkeypatch):
-    monkeypatch.setattr(cuda_context, "_DRIVER", "libmopt-no-such-driver.so")
+    monkeypatch.setattr(cuda_context, "DRIVER_LIBRARY", "libmopt-no-such-driver.so")
     assert cuda_context.retain_primary_context(0) is False
     thread = cuda_context.create_in_background(0)
     thread.join(timeout=30)

@@ -41,6 +41,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from model_optimizer.runtime.cuda_context import DRIVER_LIBRARY
+
 CACHE_DIR_ENV = "MOPT_COMPILE_CACHE_DIR"
 """Root folder for the compile caches; one sub-folder per key is made beneath it."""
 TRITON_CACHE_ENV = "TRITON_CACHE_DIR"
@@ -106,6 +108,10 @@ def _version(package: str) -> str:
         return "none"
 
 
+_key_thread: threading.Thread | None = None
+"""The latest key thread of this process (wait_for_triton_key joins it)."""
+
+
 def hash_triton_in_background(need_gpu: bool = True) -> threading.Thread | None:
     """Start Triton's installation key (`triton_key()`, cached by Triton for the process) in a daemon
     thread; None under Triton's interpreter, which compiles nothing. With `need_gpu` the thread first
@@ -125,13 +131,10 @@ def wait_for_triton_key(timeout: float = 60.0) -> None:
         _key_thread.join(timeout)
 
 
-_key_thread: threading.Thread | None = None
-
-
 def _triton_key(need_gpu: bool) -> str | None:
     if need_gpu:
         try:
-            ctypes.CDLL("libcuda.so.1")
+            ctypes.CDLL(DRIVER_LIBRARY)
         except OSError:
             return None
     for module in ("triton.runtime.cache", "triton.compiler.compiler"):  # where Triton 3.x keeps it
@@ -139,8 +142,10 @@ def _triton_key(need_gpu: bool) -> str | None:
             key = getattr(importlib.import_module(module), "triton_key", None)
         except ImportError:
             continue
+        if key is None:
+            continue
         try:
-            return key() if key is not None else None
+            return key()
         except Exception:  # noqa: BLE001 - a broken Triton: the engine reports it where it needs the key
             return None
     return None

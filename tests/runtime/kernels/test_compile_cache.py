@@ -118,3 +118,15 @@ def test_no_triton_key_thread_work_without_a_cuda_driver(monkeypatch):
 
     monkeypatch.setattr(compile_cache.ctypes, "CDLL", no_driver)
     assert compile_cache._triton_key(need_gpu=True) is None
+
+
+def test_the_key_is_looked_up_in_each_module_triton_versions_keep_it_in(monkeypatch):
+    """Triton moved triton_key between modules: one that lacks it is passed over, not taken as the end.
+    (Stand-in modules: the installed Triton has one layout only.)"""
+    import types
+
+    monkeypatch.setitem(sys.modules, "triton.runtime.cache", types.ModuleType("triton.runtime.cache"))
+    older = types.ModuleType("triton.compiler.compiler")
+    older.triton_key = lambda: "3.0.0-key"
+    monkeypatch.setitem(sys.modules, "triton.compiler.compiler", older)
+    assert compile_cache._triton_key(need_gpu=False) == "3.0.0-key"
