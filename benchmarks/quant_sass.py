@@ -55,6 +55,7 @@ def measure(kind: str, tiles) -> dict:
         num_warps=tiles.num_warps,
         w8a8=tiles.w8a8,
         quiet=True,
+        accs=tiles.accumulators,
     )
     sass, regs = disassemble(kernel.asm["cubin"])
     loop = collections.Counter(op.split(".")[0] for op in main_loop(sass))
@@ -84,7 +85,15 @@ def cases(all_shapes: bool) -> list[tuple[str, int, object]]:
                 for tiles in candidates(kind, m, n, k, 132, w8a8=True):
                     if tiles.backend != "triton":
                         continue
-                    key = (kind, tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages)
+                    key = (
+                        kind,
+                        tiles.block_m,
+                        tiles.block_n,
+                        tiles.block_k,
+                        tiles.num_warps,
+                        tiles.num_stages,
+                        tiles.accumulators,
+                    )
                     seen.setdefault(key + (tiles.w8a8, tiles.split_k == 1), (kind, bucket, tiles))
     return list(seen.values())
 

@@ -140,16 +140,24 @@ def _int4_group(scales_ptr, zeros_ptr, offs_n, n_mask, kc, k_end, stride_sn, str
 @triton.jit
 def _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m, k_start, k_end, M, K,
               stride_xm, stride_sn, stride_zn, GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              DOT_DTYPE: tl.constexpr, USE_ASM: tl.constexpr):  # fmt: skip
+              DOT_DTYPE: tl.constexpr, USE_ASM: tl.constexpr, ACCS: tl.constexpr = 1):  # fmt: skip
     """(BLOCK_N, BLOCK_M) int4 partial product over [k_start, k_end), 128-column blocks of the planes
     packing (w_ptr: int16 lanes, `rows` in lanes). Per block, four plane dots of 32 columns each: the
     plane's weights are dequantized whole, (q - zero) * scale rounded to the activation dtype, before
     the dot, so one accumulator runs through all of K and the tensor-core MMAs chain without a wait
     for a per-group rescale. The block's zero points and scales are loaded one block ahead
-    (they are too small for Triton's cp.async pipelining, which covers the lanes and x)."""
+    (they are too small for Triton's cp.async pipelining, which covers the lanes and x).
+    ACCS 4: each plane's dot into an accumulator of its own, summed after the loop. A dot that feeds the
+    next one is waited for at once (Triton waits for a register-operand MMA whose result is used in the
+    loop), so with one accumulator the widening of plane p + 1 starts only when plane p's MMAs are done;
+    with four, the dots are independent and issue asynchronously (quant_tiles.QuantTiles.accumulators)."""
     X_DTYPE: tl.constexpr = x_ptr.dtype.element_ty
     lane = tl.arange(0, 32)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if ACCS == 4:
+        acc1 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        acc3 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     next_zero, next_scale = _int4_group(scales_ptr, zeros_ptr, offs_n, n_mask, k_start, k_end, stride_sn,
                                         stride_zn, GROUP)  # fmt: skip
     for k0 in range(k_start, k_end, 128):  # K is a multiple of 128: no block reaches past it
@@ -158,10 +166,26 @@ def _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m,
         next_zero, next_scale = _int4_group(scales_ptr, zeros_ptr, offs_n, n_mask, k0 + 128, k_end, stride_sn,
                                             stride_zn, GROUP)  # fmt: skip
         lanes = tl.load(w_ptr + rows + (k0 // 4 + lane)[None, :], mask=n_mask[:, None], other=0)  # (BLOCK_N, 32)
-        for p in tl.static_range(4):
-            w = int4_plane(lanes, zero, scale, p, X_DTYPE, DOT_DTYPE, USE_ASM)  # columns k0 + 32 p + lane
-            x = _x_cols(x_ptr, offs_m, k0 + 32 * p + lane, M, K, stride_xm, True)  # (32, BLOCK_M)
+        if ACCS == 4:
+            w = int4_plane(lanes, zero, scale, 0, X_DTYPE, DOT_DTYPE, USE_ASM)
+            x = _x_cols(x_ptr, offs_m, k0 + lane, M, K, stride_xm, True)
             acc = dot(w, x.to(DOT_DTYPE), acc, DOT_DTYPE)
+            w = int4_plane(lanes, zero, scale, 1, X_DTYPE, DOT_DTYPE, USE_ASM)
+            x = _x_cols(x_ptr, offs_m, k0 + 32 + lane, M, K, stride_xm, True)
+            acc1 = dot(w, x.to(DOT_DTYPE), acc1, DOT_DTYPE)
+            w = int4_plane(lanes, zero, scale, 2, X_DTYPE, DOT_DTYPE, USE_ASM)
+            x = _x_cols(x_ptr, offs_m, k0 + 64 + lane, M, K, stride_xm, True)
+            acc2 = dot(w, x.to(DOT_DTYPE), acc2, DOT_DTYPE)
+            w = int4_plane(lanes, zero, scale, 3, X_DTYPE, DOT_DTYPE, USE_ASM)
+            x = _x_cols(x_ptr, offs_m, k0 + 96 + lane, M, K, stride_xm, True)
+            acc3 = dot(w, x.to(DOT_DTYPE), acc3, DOT_DTYPE)
+        else:
+            for p in tl.static_range(4):
+                w = int4_plane(lanes, zero, scale, p, X_DTYPE, DOT_DTYPE, USE_ASM)  # columns k0 + 32 p + lane
+                x = _x_cols(x_ptr, offs_m, k0 + 32 * p + lane, M, K, stride_xm, True)  # (32, BLOCK_M)
+                acc = dot(w, x.to(DOT_DTYPE), acc, DOT_DTYPE)
+    if ACCS == 4:
+        acc = (acc + acc1) + (acc2 + acc3)
     return acc
 
 
@@ -293,7 +317,7 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, x_scales_ptr, bias
                          KIND: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
                          EVEN_N: tl.constexpr, DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_K: tl.constexpr, USE_ASM: tl.constexpr, PREFETCH: tl.constexpr,
-                         PDL: tl.constexpr = False, GATED: tl.constexpr = False):  # fmt: skip
+                         PDL: tl.constexpr = False, GATED: tl.constexpr = False, ACCS: tl.constexpr = 1):  # fmt: skip
     """GATED (the GEMV only): the weight is [gate | up] (N rows, N / 2 each) and the output silu(gate) * up
     (N / 2 columns); a program's BLOCK_N rows are BLOCK_N / 2 of gate and the matching rows of up."""
     if BLOCK_M != 1 or KIND == 2 or not PREFETCH:  # else _gemv_row waits after its first weight load
@@ -325,7 +349,7 @@ def _quant_matmul_kernel(x_ptr, w_ptr, scales_ptr, zeros_ptr, x_scales_ptr, bias
                         PREFETCH, PDL)  # fmt: skip
     elif KIND == 2:
         acc = _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m, k_start, k_end, M, K,
-                        stride_xm, stride_sn, stride_zn, GROUP, BLOCK_M, BLOCK_N, DOT_DTYPE, USE_ASM)  # fmt: skip
+                        stride_xm, stride_sn, stride_zn, GROUP, BLOCK_M, BLOCK_N, DOT_DTYPE, USE_ASM, ACCS)  # fmt: skip
     else:
         acc = _dot_bytes(x_ptr, w_ptr, rows, n_mask, offs_m, k_start, k_end, M, K, stride_xm, KIND, EVEN_K,
                          BLOCK_M, BLOCK_N, BLOCK_K, DOT_DTYPE, USE_ASM)  # fmt: skip

@@ -171,6 +171,8 @@ def _check_tiles(tiles: QuantTiles, kind: str, group_size: int, k: int) -> None:
         raise ValueError(
             f"W8A8 tiles are for fp8 and int8 weights, with block_m >= 16 and block_k >= 32, got {kind} {tiles}"
         )
+    if tiles.accumulators not in (1, 4) or (tiles.accumulators == 4 and (kind != "int4" or tiles.block_m == 1)):
+        raise ValueError(f"accumulators is 1, or 4 for int4 tensor-core tiles (one per plane), got {kind} {tiles}")
     if kind != "int4":
         return
     if group_size % INT4_BLOCK_K or k % INT4_BLOCK_K:
@@ -277,6 +279,7 @@ def quant_matmul(
         USE_ASM=_use_asm(x),
         PREFETCH=prefetches(kind, tiles, k),
         GATED=gated,
+        ACCS=tiles.accumulators,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
         **pdl.options(x),

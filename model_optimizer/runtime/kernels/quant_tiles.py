@@ -63,6 +63,11 @@ class QuantTiles:
     w8a8: bool = False
     """fp8 and int8 only: quantize the activations per token (one more launch) and multiply e4m3 by
     e4m3, or int8 by int8."""
+    accumulators: int = 1
+    """int4 tensor-core tiles only: 4 gives each of a planes block's four dots an accumulator of its own
+    (summed at the end), so that no dot waits for the one before and Triton issues them asynchronously:
+    the widening of the next plane runs on the CUDA cores while the tensor cores multiply. With one
+    accumulator every plane's dot is waited for before the next plane is widened."""
 
     @property
     def kernel(self) -> str:
@@ -114,7 +119,9 @@ def split_for(n: int, k: int, block_n: int, block_k: int, tiles_m: int, waves: f
 # SM hide the latency of each one's loads. Chosen from the sm_90 SASS of each shape (registers
 # without spills, benchmarks/quant_sass.py) and the sweeps: the table measures which wins.
 _INT4_MMA = {  # block_k: one 128-column planes block per iteration. A warp group must own 128 weight
-    # rows (block_n 128 at 4 warps, 256 at 8): with 64 the compiler sends each plane through shared memory
+    # rows (block_n 128 at 4 warps, 256 at 8): with 64 the compiler sends each plane through shared memory.
+    # A 7th field of 4: an accumulator per plane (QuantTiles.accumulators); they cost registers, so only
+    # block_m <= 32 compiles on sm_90 without spills and with the MMAs left asynchronous by ptxas
     16: [
         (16, 128, 128, 2, 4, 4),
         (16, 128, 128, 4, 4, 4),
@@ -125,12 +132,46 @@ _INT4_MMA = {  # block_k: one 128-column planes block per iteration. A warp grou
         (16, 128, 128, 4, 4, 5),
         (16, 256, 128, 2, 8, 4),
         (16, 256, 128, 4, 8, 3),
+        (16, 128, 128, 1.9, 4, 3, 4),
+        (16, 128, 128, 4, 4, 3, 4),
+        (16, 256, 128, 2, 8, 3, 4),
     ],
-    32: [(32, 128, 128, 2, 4, 4), (32, 128, 128, 4, 4, 3), (32, 256, 128, 2, 8, 3), (16, 128, 128, 4, 4, 4)],
-    64: [(64, 128, 128, 2, 4, 3), (64, 128, 128, 4, 4, 2), (64, 256, 128, 2, 8, 3), (32, 128, 128, 4, 4, 3)],
-    128: [(64, 128, 128, 2, 4, 3), (64, 256, 128, 1, 8, 3), (128, 256, 128, 1, 8, 3), (32, 128, 128, 2, 4, 3)],
-    256: [(64, 256, 128, 1, 8, 3), (128, 256, 128, 1, 8, 3), (64, 128, 128, 1, 4, 3)],
-    512: [(64, 256, 128, 0, 8, 3), (128, 256, 128, 0, 8, 3)],
+    32: [
+        (32, 128, 128, 2, 4, 4),
+        (32, 128, 128, 4, 4, 3),
+        (32, 256, 128, 2, 8, 3),
+        (16, 128, 128, 4, 4, 4),
+        (32, 128, 128, 2, 4, 3, 4),
+        (32, 128, 128, 4, 4, 3, 4),
+        (32, 256, 128, 2, 8, 3, 4),
+    ],
+    64: [
+        (64, 128, 128, 2, 4, 3),
+        (64, 128, 128, 4, 4, 2),
+        (64, 256, 128, 2, 8, 3),
+        (32, 128, 128, 4, 4, 3),
+        (32, 128, 128, 2, 4, 3, 4),
+        (32, 128, 128, 4, 4, 3, 4),
+        (32, 256, 128, 2, 8, 3, 4),
+    ],
+    128: [
+        (64, 128, 128, 2, 4, 3),
+        (64, 256, 128, 1, 8, 3),
+        (128, 256, 128, 1, 8, 3),
+        (32, 128, 128, 2, 4, 3),
+        (32, 128, 128, 1, 4, 3, 4),
+        (32, 128, 128, 2, 4, 3, 4),
+        (32, 256, 128, 1, 8, 3, 4),
+    ],
+    256: [
+        (64, 256, 128, 1, 8, 3),
+        (128, 256, 128, 1, 8, 3),
+        (64, 128, 128, 1, 4, 3),
+        (32, 128, 128, 1, 4, 3, 4),
+        (32, 256, 128, 1, 8, 3, 4),
+        (32, 256, 128, 0, 8, 4, 4),
+    ],
+    512: [(64, 256, 128, 0, 8, 3), (128, 256, 128, 0, 8, 3), (32, 256, 128, 0, 8, 3, 4)],
 }
 _BYTES_MMA = {  # int8 / e4m3 widened in registers: block_n x block_k bytes a warp group without spills
     16: [
@@ -194,12 +235,13 @@ def _specs(kind: str, bucket: int, w8a8: bool = False) -> list[tuple]:
 
 
 def _make(kind: str, m: int, n: int, k: int, spec: tuple, num_sms: int, w8a8: bool = False) -> QuantTiles:
-    block_m, block_n, block_k, waves, num_warps, num_stages = spec
+    block_m, block_n, block_k, waves, num_warps, num_stages, *accumulators = spec
     if kind == "int4":
         block_k = 128 if block_m > 1 else max(128, block_k)  # whole planes blocks (quant_kernels.INT4_BLOCK_K)
     tiles_m = 1 if block_m == 1 else -(-m // block_m)
     split = split_for(n, k, block_n, block_k, tiles_m, waves, num_sms)
-    return QuantTiles(block_m, block_n, block_k, split, num_warps, num_stages, w8a8=w8a8)
+    return QuantTiles(block_m, block_n, block_k, split, num_warps, num_stages, w8a8=w8a8,
+                      accumulators=accumulators[0] if accumulators else 1)  # fmt: skip
 
 
 def candidates(kind: str, m: int, n: int, k: int, num_sms: int, w8a8: bool = False) -> list[QuantTiles]:

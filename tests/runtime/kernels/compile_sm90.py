@@ -148,6 +148,7 @@ def quant_matmul(
     x_dtype: str = "bf16",
     pdl: bool = False,
     gated: bool = False,
+    accs: int = 1,
 ):
     """One launch shape of the quantized matmul (CUDA-core GEMV, split-K dot, prefill tile) per weight
     format, as quant_matmul launches it on sm_90 (PTX widening); the compiled kernel
@@ -182,6 +183,7 @@ def quant_matmul(
         PREFETCH=block_m == 1 and num_stages >= 2 and (kind == "int4" or block_k <= 256),  # quant_matmul.prefetches
         PDL=pdl,
         GATED=gated,
+        ACCS=accs,
     )
     if split_k == 1:  # the launcher's JIT specializes an integer argument equal to 1
         constexprs["num_splits"] = 1

@@ -39,6 +39,7 @@ def check(kind: str, tiles) -> tuple[dict, list[str]]:
         num_warps=tiles.num_warps,
         w8a8=tiles.w8a8,
         quiet=True,
+        accs=tiles.accumulators,
     )
     sass, regs = disassemble(kernel.asm["cubin"])
     loop = collections.Counter(op.split(".")[0] for op in main_loop(sass))
@@ -69,7 +70,15 @@ def main() -> int:
                 for tiles in found:
                     if tiles.backend != "triton":
                         continue
-                    key = (kind, tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages)
+                    key = (
+                        kind,
+                        tiles.block_m,
+                        tiles.block_n,
+                        tiles.block_k,
+                        tiles.num_warps,
+                        tiles.num_stages,
+                        tiles.accumulators,
+                    )
                     key += (tiles.split_k == 1, tiles.w8a8)
                     if key in seen:
                         continue

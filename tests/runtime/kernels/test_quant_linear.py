@@ -150,6 +150,24 @@ def test_int4_tiles_of_several_group_slices(block_m, m, block_k, k, group_size):
             assert relative_error(out, want) < TOLERANCE[torch.bfloat16], tiles
 
 
+def test_int4_tiles_with_an_accumulator_per_plane():
+    """accumulators=4: each plane's dot into its own accumulator, summed at the end; with K of three
+    blocks, one and two splits (a split's sum over its own blocks), a bias and odd N."""
+    x, q, s, z, b, want = _case("int4", 5, 45, 384, torch.bfloat16, group_size=128, seed=11, bias=True)
+    for split_k in (1, 2):
+        tiles = QuantTiles(16, 16, 128, split_k, accumulators=4)
+        assert relative_error(quant_matmul(x, q, s, z, "int4", 128, b, tiles=tiles), want) < TOLERANCE[torch.bfloat16]
+    for kind, tiles in (
+        ("int4", QuantTiles(1, 16, 128, accumulators=4)),
+        ("int4", QuantTiles(16, 16, 128, accumulators=2)),
+    ):
+        with pytest.raises(ValueError, match="accumulators is 1, or 4"):
+            quant_matmul(x, q, s, z, kind, 128, tiles=tiles)
+    x, q, s, _, _, _ = _case("int8", 5, 16, 256, torch.bfloat16, seed=3)
+    with pytest.raises(ValueError, match="accumulators is 1, or 4"):
+        quant_matmul(x, q, s, None, "int8", 0, tiles=QuantTiles(16, 16, 128, accumulators=4))
+
+
 @pytest.mark.parametrize("kind", ["int8", "fp8"])
 @pytest.mark.parametrize("m", [1, 3, 8, 16])
 def test_decode_rows_with_odd_n_and_k(kind, m):
