@@ -196,36 +196,6 @@ def _int8_as_f32(w):
     return (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
 
 
-_E4M3_BITS = tl.constexpr(-0x78100000)
-"""0x87F00000 as an int32: the sign bit and the seven exponent and mantissa bits of an e4m3 byte moved to
-a float32's sign and to bits 20-26 (e4m3's four exponent bits at the bottom of float32's exponent)."""
-_E4M3_X_SCALE = tl.constexpr(2.0**60)
-"""The fp8 GEMV's activations times this, its sums divided by it times 2**120 (i.e. times it again)."""
-
-
-@triton.jit
-def _e4m3_as_f32_scaled(w):
-    """e4m3 -> float32 times 2**-120, exactly, without F2F (a quarter-rate conversion on Hopper that
-    made the fp8 GEMV slower than int8's): the byte, sign-extended to 32 bits and shifted left by 20,
-    keeps its sign at bit 31 and its exponent and mantissa at bits 20-26, i.e. a float32 whose exponent
-    is e4m3's less 120 (subnormals included: float32's denormals hold them). Not for the NaN codes
-    (0x7F, 0xFF), which no quantizer writes."""
-    return ((w.to(tl.int8, bitcast=True).to(tl.int32) << 20) & _E4M3_BITS).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _gemv_operands(w, x, KIND: tl.constexpr):
-    """A GEMV tile's weights and activations as float32 products' factors: int8 exactly, e4m3 times
-    2**-120 with x times 2**60 (so that no product of a subnormal weight underflows; the accumulator is
-    scaled back by 2**60 at the end: powers of two, exact), bf16 as is."""
-    if KIND == 0:
-        return _int8_as_f32(w), x.to(tl.float32)
-    elif KIND == 1:
-        return _e4m3_as_f32_scaled(w), x.to(tl.float32) * _E4M3_X_SCALE
-    else:
-        return w.to(tl.float32), x.to(tl.float32)
-
-
 @triton.jit
 def _int4_tile(w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, k0, k_limit, stride_sn, stride_zn,
                GROUP: tl.constexpr, MASK_K: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
@@ -325,8 +295,9 @@ def _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_
                 offs_k = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
                 w = w_next
                 w_next = _bytes_next(w_ptr, rows, n_mask, k0 + BLOCK_K, k_end, KIND, BLOCK_N, BLOCK_K)
-                w, x = _gemv_operands(w, tl.load(x_ptr + row + offs_k), KIND)
-                acc2 += w * x[None, :]
+                x = tl.load(x_ptr + row + offs_k)
+                w = _int8_as_f32(w) if KIND == 0 else w.to(tl.float32)
+                acc2 += w * x.to(tl.float32)[None, :]
             for c in tl.static_range(0 if PREFETCH else BLOCK_K // SUB_K):
                 offs_k = tl.multiple_of(k0 + c * SUB_K, SUB_K) + tl.arange(0, SUB_K)
                 w = _bytes_tile(w_ptr, rows, n_mask, offs_k, K, KIND, EVEN_K)
@@ -334,11 +305,9 @@ def _gemv_row(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, row, k_
                     x = tl.load(x_ptr + row + offs_k)
                 else:
                     x = tl.load(x_ptr + row + offs_k, mask=offs_k < K, other=0)
-                w, x = _gemv_operands(w, x, KIND)
-                acc2 += w * x[None, :]
+                w = _int8_as_f32(w) if KIND == 0 else w.to(tl.float32)
+                acc2 += w * x.to(tl.float32)[None, :]
         acc = tl.sum(acc2, axis=1)
-        if KIND == 1:
-            acc = acc * _E4M3_X_SCALE
     return acc[:, None]
 
 
