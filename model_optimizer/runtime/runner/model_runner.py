@@ -22,7 +22,7 @@ from model_optimizer.runtime.layers.sampler import SampledTokens, Sampler
 from model_optimizer.runtime.layers.token_mask import TokenMask
 from model_optimizer.runtime.models.loader import load_model
 from model_optimizer.runtime.runner import compile_ahead, graph_sampling
-from model_optimizer.runtime.runner.decode_runner import DecodeRunner
+from model_optimizer.runtime.runner.decode_runner import DecodeRunner, bucket_sizes
 from model_optimizer.runtime.runner.host_kv_cache import HostKVCache
 from model_optimizer.runtime.runner.input_batch import InputBatch, StepInputs
 from model_optimizer.runtime.runner.mask_staging import MaskStaging
@@ -240,7 +240,10 @@ class ModelRunner:
 
         `gpu_memory_utilization` is this engine's share of the whole GPU: its weights, its activation
         peak and its KV cache. Memory of other engines in this process or other processes is left out
-        of that share, and the cache never takes more than what is actually free.
+        of that share, and the cache never takes more than what is actually free less what comes after
+        it: the activation peak, which the profiling forward has just given back and every later forward
+        needs again, and the decode graphs' outputs (`_graph_outputs_bytes`). Where others hold memory,
+        `free` bounds the cache, and without that reserve the graph capture ran out of memory.
         """
         torch.cuda.synchronize(self.device)
         others_here = self.memory_before_load
@@ -252,19 +255,32 @@ class ModelRunner:
             self.model.compute_logits(self._profile_forward(token_ids, positions)[-self.config.max_num_seqs :])
         torch.cuda.synchronize(self.device)
         own_peak = torch.cuda.max_memory_allocated(self.device) - others_here
+        activations = own_peak - (torch.cuda.memory_allocated(self.device) - others_here)
         torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info(self.device)
         share = int(total * self.config.gpu_memory_utilization) - own_peak
         headroom = 256 << 20  # CUDA graphs, sampler temporaries
-        budget = min(share, free - headroom)
+        graphs = self._graph_outputs_bytes()
+        budget = min(share, free - activations - graphs - headroom)
         log.info(
-            "GPU memory: total %.1f GiB, this engine's peak %.2f GiB, free %.1f GiB, KV budget %.2f GiB",
+            "GPU memory: total %.1f GiB, this engine's peak %.2f GiB (activations %.2f), decode graphs' "
+            "outputs %.2f GiB, free %.1f GiB, KV budget %.2f GiB",
             total / 2**30,
             own_peak / 2**30,
+            activations / 2**30,
+            graphs / 2**30,
             free / 2**30,
             budget / 2**30,
         )
         return budget
+
+    def _graph_outputs_bytes(self) -> int:
+        """An upper bound of what the decode graphs keep allocated once captured: each bucket's hidden
+        states and logits (counted as float32) stay as the graph's static outputs (none without graphs)."""
+        if self.config.enforce_eager:
+            return 0
+        rows = sum(bucket_sizes(self.config.max_num_seqs))
+        return rows * (self.args.vocab_size + self.args.hidden_size) * 4
 
     def _profile_forward(
         self, token_ids: torch.Tensor, positions: torch.Tensor, caches: list[torch.Tensor] | None = None
