@@ -157,6 +157,14 @@ def _row(shape: str, m: int, sets: list, dense: list, group: int) -> dict:
     }
 
 
+def random_int4(n: int, k: int, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random int4 codes (n, k) int32, bf16 scales and uint8 zero points per group, on the GPU."""
+    q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
+    scales = (torch.rand(n, k // group, device="cuda") * 0.02 + 0.001).to(torch.bfloat16)
+    zeros = torch.randint(0, 16, (n, k // group), dtype=torch.uint8, device="cuda")
+    return q, scales, zeros
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[32, 64, 128, 256])
@@ -170,9 +178,7 @@ def main() -> None:
         n, k = map(int, shape.split(":"))
         sets = []
         for _ in range(sets_for(n * k // 2)):
-            q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
-            scales = (torch.rand(n, k // group, device="cuda") * 0.02 + 0.001).to(torch.bfloat16)
-            zeros = torch.randint(0, 16, (n, k // group), dtype=torch.uint8, device="cuda")
+            q, scales, zeros = random_int4(n, k, group)
             sets.append((pack_int4_planes(q), scales, zeros))
         dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets_for(n * k * 2))]
         for m in args.rows:

@@ -149,6 +149,7 @@ def _row(shape: str, m: int, sets: list, dense: list, group: int) -> dict:
 
 def main() -> None:
     from gpu_time import sets_for
+    from int4_mma_variants import random_int4
 
     from model_optimizer.runtime.kernels.quant_reference import pack_int4_planes
 
@@ -164,9 +165,7 @@ def main() -> None:
         n, k = map(int, shape.split(":"))
         sets = []
         for _ in range(sets_for(n * k // 2)):
-            q = torch.randint(0, 16, (n, k), dtype=torch.int32, device="cuda")
-            scales = (torch.rand(n, k // group, device="cuda") * 0.02 + 0.001).to(torch.bfloat16)
-            zeros = torch.randint(0, 16, (n, k // group), dtype=torch.uint8, device="cuda")
+            q, scales, zeros = random_int4(n, k, group)
             sets.append((pack_int4_planes(q), scales, zeros, {p: pack_row_planes(q, p) for p in (64, 128)}))
             del q
         dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets_for(n * k * 2))]

@@ -238,9 +238,8 @@ def compile_in_parallel(cases: list, workers: int) -> list[str]:
                 continue
             # what Triton specializes on: integers equal to 1 or divisible by 16 (N, K, strides; not M)
             ints = (n, k, k // 8, k // GROUP_SIZE) if kind == "int4" else (n, k)
-            key = (kind, tiles.block_m, tiles.block_n, tiles.block_k, tiles.num_warps, tiles.num_stages, tiles.w8a8)
-            key += (tiles.accumulators,)
-            key += (tiles.split_k == 1, n % tiles.block_n == 0, k % tiles.block_k == 0)  # EVEN_N, EVEN_K
+            even = (n % tiles.block_n == 0, k % tiles.block_k == 0)  # EVEN_N, EVEN_K
+            key = (kind, *tiles.compile_key, tiles.split_k == 1, *even)
             key += tuple((i == 1, i % 16 == 0) for i in ints)
             jobs.setdefault(key, (kind, bucket, n, k, tiles))
     jobs = list(jobs.values())

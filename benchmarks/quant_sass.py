@@ -85,16 +85,7 @@ def cases(all_shapes: bool) -> list[tuple[str, int, object]]:
                 for tiles in candidates(kind, m, n, k, 132, w8a8=True):
                     if tiles.backend != "triton":
                         continue
-                    key = (
-                        kind,
-                        tiles.block_m,
-                        tiles.block_n,
-                        tiles.block_k,
-                        tiles.num_warps,
-                        tiles.num_stages,
-                        tiles.accumulators,
-                    )
-                    seen.setdefault(key + (tiles.w8a8, tiles.split_k == 1), (kind, bucket, tiles))
+                    seen.setdefault((kind, *tiles.compile_key, tiles.split_k == 1), (kind, bucket, tiles))
     return list(seen.values())
 
 

@@ -78,6 +78,12 @@ class QuantTiles:
         return "w8a8" if self.w8a8 else ("gemv" if self.block_m == 1 else "mma")
 
     @property
+    def compile_key(self) -> tuple:
+        """The fields that make a distinct Triton compile of our program (the shape's own specializations
+        aside: one split or several, even N and K, integers divisible by 16)."""
+        return (self.block_m, self.block_n, self.block_k, self.num_warps, self.num_stages, self.accumulators, self.w8a8)
+
+    @property
     def quantizes_activations(self) -> bool:
         """Whether this launch rounds the activations per token (W8A8), which the caller must allow."""
         return self.w8a8 or self.backend in ("scaled_mm", "int_mm")

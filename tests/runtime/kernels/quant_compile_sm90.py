@@ -70,16 +70,7 @@ def main() -> int:
                 for tiles in found:
                     if tiles.backend != "triton":
                         continue
-                    key = (
-                        kind,
-                        tiles.block_m,
-                        tiles.block_n,
-                        tiles.block_k,
-                        tiles.num_warps,
-                        tiles.num_stages,
-                        tiles.accumulators,
-                    )
-                    key += (tiles.split_k == 1, tiles.w8a8)
+                    key = (kind, *tiles.compile_key, tiles.split_k == 1)
                     if key in seen:
                         continue
                     seen.add(key)
