@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The fp8 GEMV with its e4m3 bytes widened by bit operations against the tree before (F2F conversions),
-# on one H200, one tarball $OUT/fp8_gemv.tgz. "new" is this checkout, "old" it with the files of out/ab
-# over it (common.sh overlay_tree; name `out` in the call's carry). From the repository root:
+# Two trees' fp8 GEMV at one row, on one H200, one tarball $OUT/fp8_gemv.tgz: "new" is this checkout,
+# "old" it with the files of out/ab over it (common.sh overlay_tree; name `out` in the call's carry).
+# Used with deadefa (e4m3 bytes widened by bit operations) as "new" against 912737f's quant_kernels.py
+# (F2F conversions); the kernel-by-table call after it is benchmarks/results/kernels_h200/fp8_gemv/
+# call2_command.sh. From the repository root:
 #   bash scripts/device/fp8_gemv_h200.sh
 # Parts:
 #   1. sweep_old, sweep_new  benchmarks/quant_kernels.py --sweep --kinds fp8 at one row (Llama-3.1-8B and

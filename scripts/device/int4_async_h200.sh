@@ -8,6 +8,7 @@
 #   2. decode  benchmarks/decode_latency.py, Llama-3.1-8B at batch 8 / 64 / 256: rtn-int4 with the packaged
 #              table, then bf16 and rtn-int4 with the merged one, then rtn-int4 with the packaged one again
 #   3. tests   the int4 tests of tests/gpu/test_quant_kernels_gpu.py with the merged table
+#   4. row_planes  benchmarks/int4_row_planes.py (an experiment: planes along the rows), Llama-3.1-8B shapes
 # SKIP_PARTS="sweep ..." skips parts (a call is at most 10 minutes); TABLE=FILE takes the merged table of an
 # earlier call instead of the sweep's.
 source scripts/device/common.sh
@@ -27,6 +28,7 @@ part decode_packaged2 200 python3 benchmarks/decode_latency.py --models llama-3.
   --batch-sizes $BATCHES --output "$RES/decode_int4_packaged2.json"
 part tests 240 env MOPT_QUANT_TILES="$RES/quant_tiles.json" python3 -m pytest -q -p no:cacheprovider \
   --junitxml="$RES/gpu_tests_int4.xml" tests/gpu/test_quant_kernels_gpu.py -k int4
+part row_planes 300 python3 benchmarks/int4_row_planes.py --output "$RES/int4_row_planes.json"
 decode_table "$RES" > "$RES/decode_table.txt" 2>&1
 tar -czf "$OUT/int4_async.tgz" -C "$RES" .
 cat "$RES/summary.txt" "$RES/decode_table.txt"

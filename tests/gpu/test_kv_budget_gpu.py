@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 
 
 def test_cache_sized_by_free_memory_leaves_the_activation_peak(caplog):
-    free, total = torch.cuda.mem_get_info()
+    free, _ = torch.cuda.mem_get_info()
     hog = torch.empty(int(free * 0.5), dtype=torch.uint8, device="cuda")  # another holder: free now binds
     llm = None
     try:
@@ -34,8 +34,6 @@ def test_cache_sized_by_free_memory_leaves_the_activation_peak(caplog):
         params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, detokenize=False)
         outputs = llm.generate([[(i * 7) % 5000 + 1 for i in range(4000)], [5, 6, 7]], params)
         assert [len(o.outputs[0].token_ids) for o in outputs] == [4, 4]
-        free_after, _ = torch.cuda.mem_get_info()
-        assert free_after > 0
     finally:
         del llm, hog
         torch.cuda.empty_cache()

@@ -19,14 +19,7 @@ import triton.language as tl
 from model_optimizer.runtime.kernels import aot, pdl
 from model_optimizer.runtime.kernels.counters import Counters
 from model_optimizer.runtime.kernels.quant_dequant import _dequantize_kernel
-from model_optimizer.runtime.kernels.quant_kernels import (
-    INT4_BLOCK_K,
-    KINDS,
-    W8A8_KINDS,
-    _quant_matmul_kernel,
-    _quantize_rows_kernel,
-    _scale_int32_kernel,
-)
+from model_optimizer.runtime.kernels.quant_kernels import INT4_BLOCK_K, KINDS, W8A8_KINDS, _quant_matmul_kernel
 from model_optimizer.runtime.kernels.quant_tiles import (
     ANY_KINDS,
     INT_MM_MIN_ROWS,
@@ -36,6 +29,7 @@ from model_optimizer.runtime.kernels.quant_tiles import (
     lookup,
     program_tiles,
 )
+from model_optimizer.runtime.kernels.w8a8_kernels import _quantize_rows_kernel, _scale_int32_kernel
 
 __all__ = [
     "MAX_SPLIT_K",

@@ -120,7 +120,7 @@ def split_for(n: int, k: int, block_n: int, block_k: int, tiles_m: int, waves: f
     return max(1, min(want, k // (2 * block_k), MAX_SPLIT_K))
 
 
-# (block_m, block_n, block_k, waves, num_warps, num_stages). waves x SMs is the number of programs
+# (block_m, block_n, block_k, waves, num_warps, num_stages[, accumulators]). waves x SMs is the number of programs
 # split-K aims at (0: no split): at decode the tiles of one weight are few, and several programs per
 # SM hide the latency of each one's loads. Chosen from the sm_90 SASS of each shape (registers
 # without spills, benchmarks/quant_sass.py) and the sweeps: the table measures which wins.

@@ -144,6 +144,7 @@ class ModelRunner:
                 ahead.join()
                 phase = _log_phase("compile ahead", phase)
         wait_for_triton_key()  # hashed in a thread since the imports (kernels/compile_cache.py)
+        self.sampler = Sampler(self.device, config.seed)  # before sizing: whether graphs hold logits
         # every rank must hold every block the driver's one block pool hands out
         self.num_kv_blocks = min_over_ranks(config.num_kv_blocks or self._num_blocks_for_budget())
         check_kv_capacity(self.num_kv_blocks, config.block_size, self.max_model_len)  # before allocating it
@@ -164,7 +165,6 @@ class ModelRunner:
         self.batch = InputBatch(
             config.max_num_seqs, self.max_model_len, config.block_size, self.device, config.max_num_batched_tokens
         )
-        self.sampler = Sampler(self.device, config.seed)
         self.verifier = Verifier()
         self.masks = MaskStaging(self.device, config.max_num_seqs)
         """Host buffers the engine core fills with grammar masks, and their copy to the device."""
@@ -275,12 +275,19 @@ class ModelRunner:
         return budget
 
     def _graph_outputs_bytes(self) -> int:
-        """An upper bound of what the decode graphs keep allocated once captured: each bucket's hidden
-        states and logits (counted as float32) stay as the graph's static outputs (none without graphs)."""
+        """What the decode graphs keep once captured, for the KV budget where free memory bounds it: each
+        bucket's hidden states and, where the graphs sample (graph_sampling.available), its logits stay
+        as static outputs in the graphs' pool. Counted at 4 bytes a value where the outputs are bf16 or
+        fp16: the other half is a margin for the pool's scratch and for what the smaller buckets'
+        captures cannot reuse (on the H200, 0.36 GiB left after the cache was too little for Qwen3-0.6B's
+        0.37 GiB of bf16 logits; this reserve passed). Not counted: a speculative setup's verify and
+        draft graphs (their outputs, in the 256 MiB headroom, are not measured). None without graphs."""
         if self.config.enforce_eager:
             return 0
-        rows = sum(bucket_sizes(self.config.max_num_seqs))
-        return rows * (self.args.vocab_size + self.args.hidden_size) * 4
+        per_row = self.args.hidden_size
+        if graph_sampling.available(self.sampler, self.tp.size):
+            per_row += self.args.vocab_size
+        return sum(bucket_sizes(self.config.max_num_seqs)) * per_row * 4
 
     def _profile_forward(
         self, token_ids: torch.Tensor, positions: torch.Tensor, caches: list[torch.Tensor] | None = None

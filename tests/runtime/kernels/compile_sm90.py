@@ -21,10 +21,11 @@ except ImportError as exc:
     sys.exit(3)
 
 from model_optimizer.runtime.kernels.paged_attention_kernels import _paged_attention_kernel, _reduce_splits_kernel
-from model_optimizer.runtime.kernels.quant_kernels import KINDS, W8A8_KINDS, _quant_matmul_kernel, _quantize_rows_kernel
+from model_optimizer.runtime.kernels.quant_kernels import KINDS, W8A8_KINDS, _quant_matmul_kernel
 from model_optimizer.runtime.kernels.rotary import _norm_rotate_kernel, _norm_rotate_store_kernel
 from model_optimizer.runtime.kernels.sampling import CHUNK, _gumbel_argmax_kernel
 from model_optimizer.runtime.kernels.store_kv import _store_kv_kernel
+from model_optimizer.runtime.kernels.w8a8_kernels import _quantize_rows_kernel
 
 TARGET = GPUTarget("cuda", 90, 32)
 

@@ -1,5 +1,6 @@
-"""benchmarks/int4_mma_variants.py's experimental int4 programs compute the reference's product (Triton
-interpreter, small shapes): the H200 timings in the README compare launches that give the same result."""
+"""The experimental int4 programs of benchmarks/int4_mma_variants.py and benchmarks/int4_row_planes.py
+compute the reference's product (Triton interpreter, small shapes): the H200 timings in the README
+compare launches that give the same result."""
 
 from __future__ import annotations
 
