@@ -146,10 +146,9 @@ def _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m,
     X_DTYPE: tl.constexpr = x_ptr.dtype.element_ty
     lane = tl.arange(0, 32)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    if ACCS == 4:
-        acc1 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        acc2 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        acc3 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc1 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # planes 1-3 with ACCS 4 (unused, and dropped, with 1)
+    acc2 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     next_zero, next_scale = _int4_group(scales_ptr, zeros_ptr, offs_n, n_mask, k_start, k_end, stride_sn,
                                         stride_zn, GROUP)  # fmt: skip
     for k0 in range(k_start, k_end, 128):  # K is a multiple of 128: no block reaches past it
@@ -158,24 +157,17 @@ def _dot_int4(x_ptr, w_ptr, scales_ptr, zeros_ptr, offs_n, rows, n_mask, offs_m,
         next_zero, next_scale = _int4_group(scales_ptr, zeros_ptr, offs_n, n_mask, k0 + 128, k_end, stride_sn,
                                             stride_zn, GROUP)  # fmt: skip
         lanes = tl.load(w_ptr + rows + (k0 // 4 + lane)[None, :], mask=n_mask[:, None], other=0)  # (BLOCK_N, 32)
-        if ACCS == 4:
-            w = int4_plane(lanes, zero, scale, 0, X_DTYPE, DOT_DTYPE, USE_ASM)
-            x = _x_cols(x_ptr, offs_m, k0 + lane, M, K, stride_xm, True)
-            acc = dot(w, x.to(DOT_DTYPE), acc, DOT_DTYPE)
-            w = int4_plane(lanes, zero, scale, 1, X_DTYPE, DOT_DTYPE, USE_ASM)
-            x = _x_cols(x_ptr, offs_m, k0 + 32 + lane, M, K, stride_xm, True)
-            acc1 = dot(w, x.to(DOT_DTYPE), acc1, DOT_DTYPE)
-            w = int4_plane(lanes, zero, scale, 2, X_DTYPE, DOT_DTYPE, USE_ASM)
-            x = _x_cols(x_ptr, offs_m, k0 + 64 + lane, M, K, stride_xm, True)
-            acc2 = dot(w, x.to(DOT_DTYPE), acc2, DOT_DTYPE)
-            w = int4_plane(lanes, zero, scale, 3, X_DTYPE, DOT_DTYPE, USE_ASM)
-            x = _x_cols(x_ptr, offs_m, k0 + 96 + lane, M, K, stride_xm, True)
-            acc3 = dot(w, x.to(DOT_DTYPE), acc3, DOT_DTYPE)
-        else:
-            for p in tl.static_range(4):
-                w = int4_plane(lanes, zero, scale, p, X_DTYPE, DOT_DTYPE, USE_ASM)  # columns k0 + 32 p + lane
-                x = _x_cols(x_ptr, offs_m, k0 + 32 * p + lane, M, K, stride_xm, True)  # (32, BLOCK_M)
+        for p in tl.static_range(4):
+            w = int4_plane(lanes, zero, scale, p, X_DTYPE, DOT_DTYPE, USE_ASM)  # columns k0 + 32 p + lane
+            x = _x_cols(x_ptr, offs_m, k0 + 32 * p + lane, M, K, stride_xm, True)  # (32, BLOCK_M)
+            if ACCS == 1 or p == 0:
                 acc = dot(w, x.to(DOT_DTYPE), acc, DOT_DTYPE)
+            elif p == 1:
+                acc1 = dot(w, x.to(DOT_DTYPE), acc1, DOT_DTYPE)
+            elif p == 2:
+                acc2 = dot(w, x.to(DOT_DTYPE), acc2, DOT_DTYPE)
+            else:
+                acc3 = dot(w, x.to(DOT_DTYPE), acc3, DOT_DTYPE)
     if ACCS == 4:
         acc = (acc + acc1) + (acc2 + acc3)
     return acc
