@@ -32,12 +32,19 @@ def create_in_background(ordinal: int) -> threading.Thread | None:
     return thread
 
 
+def load_driver() -> ctypes.CDLL | None:
+    """The CUDA driver's library, or None where it cannot be loaded (no GPU can run here)."""
+    try:
+        return ctypes.CDLL(DRIVER_LIBRARY)
+    except OSError:
+        return None
+
+
 def retain_primary_context(ordinal: int) -> bool:
     """Initialise the driver and retain device `ordinal`'s primary context; False where there is no driver,
     no such device or the driver refuses (torch will say why when it tries)."""
-    try:
-        driver = ctypes.CDLL(DRIVER_LIBRARY)
-    except OSError:
+    driver = load_driver()
+    if driver is None:
         return False
     device = ctypes.c_int()
     context = ctypes.c_void_p()

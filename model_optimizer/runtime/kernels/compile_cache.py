@@ -32,7 +32,6 @@ inductor cache to place and enforce_eager changes nothing here: it only turns CU
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import importlib
 import os
@@ -41,7 +40,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from model_optimizer.runtime.cuda_context import DRIVER_LIBRARY
+from model_optimizer.runtime.cuda_context import load_driver
 
 CACHE_DIR_ENV = "MOPT_COMPILE_CACHE_DIR"
 """Root folder for the compile caches; one sub-folder per key is made beneath it."""
@@ -132,11 +131,8 @@ def wait_for_triton_key(timeout: float = 60.0) -> None:
 
 
 def _triton_key(need_gpu: bool) -> str | None:
-    if need_gpu:
-        try:
-            ctypes.CDLL(DRIVER_LIBRARY)
-        except OSError:
-            return None
+    if need_gpu and load_driver() is None:
+        return None
     for module in ("triton.runtime.cache", "triton.compiler.compiler"):  # where Triton 3.x keeps it
         try:
             key = getattr(importlib.import_module(module), "triton_key", None)

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from model_optimizer.runtime import cuda_context
 from model_optimizer.runtime.kernels import compile_cache
 from model_optimizer.runtime.kernels.compile_cache import cache_key, cache_root, configure_compile
 from tests.runtime.server.test_process import REPO
@@ -113,10 +114,7 @@ def test_no_triton_key_thread_work_without_a_cuda_driver(monkeypatch):
     """A CPU machine (no libcuda) compiles nothing: the thread stops before it hashes."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
 
-    def no_driver(name):
-        raise OSError(name)
-
-    monkeypatch.setattr(compile_cache.ctypes, "CDLL", no_driver)
+    monkeypatch.setattr(cuda_context, "DRIVER_LIBRARY", "libmopt-no-such-driver.so")
     assert compile_cache._triton_key(need_gpu=True) is None
 
 
