@@ -254,8 +254,9 @@ class ModelRunner:
             positions = torch.arange(num_tokens, device=self.device)
             self.model.compute_logits(self._profile_forward(token_ids, positions)[-self.config.max_num_seqs :])
         torch.cuda.synchronize(self.device)
-        own_peak = torch.cuda.max_memory_allocated(self.device) - others_here
-        activations = own_peak - (torch.cuda.memory_allocated(self.device) - others_here)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        own_peak = peak - others_here
+        activations = peak - torch.cuda.memory_allocated(self.device)  # what the forward held and gave back
         torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info(self.device)
         share = int(total * self.config.gpu_memory_utilization) - own_peak
