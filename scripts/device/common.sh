@@ -72,5 +72,13 @@ overlay_tree() {  # NEW=this checkout, OLD=a copy of it with the files of $OVERL
   NEW=$PWD OLD=$(mktemp -d)
   tar -c --exclude=./.venv --exclude=./.whl . | tar -x -C "$OLD" && cp -a "$OVERLAY/." "$OLD/"
   (cd "$OLD" && git status --short) > "$RES/old_status.txt" 2>&1
+  host_info
+}
+
+tree_dir() {  # tree_dir old|new: the folder of that tree (overlay_tree)
+  if [ "$1" = old ]; then echo "$OLD"; else echo "$NEW"; fi
+}
+
+host_info() {  # the host's CPUs and load into $RES/host.txt: runs on different hosts differ by their CPU work
   (lscpu | head -20; uptime) > "$RES/host.txt"
 }

@@ -10,7 +10,7 @@ set -uo pipefail
 source "$(dirname "$0")/common.sh"
 start_run
 keep_bytecode
-(lscpu | head -20; uptime) > "$RES/host.txt"
+host_info
 start() {  # start JOBS NAME: one start from an empty compile cache, its log in $RES/NAME.log
   local t0 s; export MOPT_COMPILE_CACHE_DIR; MOPT_COMPILE_CACHE_DIR=$(mktemp -d)
   t0=$(date +%s.%N)

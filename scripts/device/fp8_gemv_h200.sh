@@ -17,7 +17,7 @@ start_run
 export TRITON_DEFAULT_FP_FUSION=1
 overlay_tree
 for tree in old new; do
-  dir=$NEW; [ "$tree" = old ] && dir=$OLD
+  dir=$(tree_dir "$tree")
   cp model_optimizer/runtime/kernels/quant_tiles.json "$RES/table_$tree.json"
   (cd "$dir" && part sweep_$tree 150 env PYTHONPATH="/tmp/site:$dir" python3 benchmarks/quant_kernels.py --sweep \
     --kinds fp8 --m 1 --methods fp8 --tiles-output "$RES/tiles_$tree.json" --merge-into "$RES/table_$tree.json" \
@@ -25,7 +25,7 @@ for tree in old new; do
 done
 for round in 1 2; do
   for tree in old new; do
-    dir=$NEW; [ "$tree" = old ] && dir=$OLD
+    dir=$(tree_dir "$tree")
     (cd "$dir" && part decode_${tree}_$round 150 env PYTHONPATH="/tmp/site:$dir" MOPT_QUANT_TILES="$RES/table_$tree.json" \
       python3 benchmarks/decode_latency.py --models llama-3.1-8b qwen3-0.6b --quantization fp8 --batch-sizes 1 \
       --output "$RES/decode_${tree}_$round.json")

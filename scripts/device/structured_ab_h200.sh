@@ -16,7 +16,7 @@ MODEL=$(mktemp -d)
 (cd benchmarks && python3 bpe_tokenizer_model.py configs/qwen3-0.6b "$MODEL" > "$RES/bpe.log" 2>&1)
 for i in $(seq 1 "${ROUNDS:-2}"); do
   for tree in ${ORDER:-old new}; do
-    dir=$NEW; [ "$tree" = old ] && dir=$OLD
+    dir=$(tree_dir "$tree")
     (cd "$dir/benchmarks" && PYTHONPATH="/tmp/site:$dir" timeout 150 python3 structured.py --model "$MODEL" \
       --schema "${SCHEMA:-order-unbounded}" --concurrency 64 --output-len 256 --offline-steps 10 --repeats 3 \
       --output "$RES/${tree}_$i.json" -- --load-format dummy --dtype bfloat16 > "$RES/${tree}_$i.log" 2>&1)

@@ -15,7 +15,7 @@ keep_bytecode
 export MOPT_COMPILE_CACHE_DIR=/tmp/mopt-cc
 overlay_tree
 start() {  # start TREE NAME: one start of TREE's server to /ready, its log in $RES/NAME.log
-  local dir=$NEW; [ "$1" = old ] && dir=$OLD
+  local dir; dir=$(tree_dir "$1")
   local t0; t0=$(date +%s.%N)
   (cd "$dir" && PYTHONPATH="/tmp/site:$dir" exec "${SERVE_QWEN3[@]}") > "$RES/$2.log" 2>&1 &
   local s; s=$(serve_ready_s "$t0"); stop_serve
