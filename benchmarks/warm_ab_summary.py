@@ -14,6 +14,8 @@ import re
 import statistics
 from pathlib import Path
 
+from model_optimizer.common.fileio import atomic_write
+
 PHASE = re.compile(r"([a-z][a-z -]*?) ([0-9.]+) s")
 
 
@@ -49,9 +51,7 @@ def main() -> None:
     parser.add_argument("folder", type=Path)
     folder = parser.parse_args().folder
     result = parse((folder / "summary.txt").read_text())
-    tmp = folder / "summary.json.tmp"
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    tmp.replace(folder / "summary.json")
+    atomic_write(folder / "summary.json", json.dumps(result, indent=1) + "\n")
     for tree, m in result["median"].items():
         print(
             f"{tree}: /ready median {m['ready_s']:.2f} s over {m['starts']} starts; "
