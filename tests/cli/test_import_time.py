@@ -1,7 +1,7 @@
-"""`mopt`'s parser must not import torch or transformers: every command, `mopt --help` included,
-builds the full parser first, so a heavy import there is paid by `mopt inspect`, `mopt bench` and
-`mopt top` too (seconds of torch import on each call). Checked in a fresh interpreter, where
-sys.modules shows exactly what parser construction pulled in."""
+"""`mopt`'s parser must not import torch or transformers: `mopt --help` and a misspelt command build
+the full parser, and each command builds its own, so a heavy import there is paid by `mopt inspect`,
+`mopt bench` and `mopt top` too (seconds of torch import on each call). Checked in a fresh
+interpreter, where sys.modules shows exactly what parser construction pulled in."""
 
 from __future__ import annotations
 
