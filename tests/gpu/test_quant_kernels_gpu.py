@@ -200,6 +200,23 @@ def test_int8_w8a8_tiles_match_the_reference(model, n, k, m):
     assert relative_error(out, x.float() @ w.T) < W8A8_VS_WEIGHT_ONLY
 
 
+@pytest.mark.parametrize(("model", "n", "k"), CASES)
+@pytest.mark.parametrize("m", [1, 5, 16, 32])
+def test_int4_candidates_match_the_dequantized_weight(model, n, k, m):
+    """Every int4 candidate of the decode row buckets (warp-group tiles, mma.sync tiles of 1-2 warps, an
+    accumulator per plane, the GEMVs) against the dequantized weight: the sweep may pick any of them."""
+    from model_optimizer.runtime.kernels.quant_matmul import quant_matmul
+    from model_optimizer.runtime.kernels.quant_tiles import candidates
+
+    q, s, z, w = _weight("int4", n, k)
+    x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).bfloat16()
+    want = x.float() @ w.T
+    found = [t for t in candidates("int4", m, n, k, 132) if t.backend == "triton"]
+    assert any(t.num_warps < 4 for t in found)
+    for tiles in found:
+        assert relative_error(quant_matmul(x, q, s, z, "int4", 128, None, tiles), want) < TOLERANCE, tiles
+
+
 def test_group_size_without_a_kernel_falls_back_to_the_reference():
     from model_optimizer.runtime.kernels.quant_linear import w4a16_linear
 

@@ -141,6 +141,15 @@ _INT4_MMA = {  # block_k: one 128-column planes block per iteration. A warp grou
         (16, 128, 128, 1.9, 4, 3, 4),
         (16, 128, 128, 4, 4, 3, 4),
         (16, 256, 128, 2, 8, 3, 4),
+        # 2 warps (1: a warp alone): Ampere's mma.sync from registers, no warp group, so no barrier
+        # between a plane's MMAs and the next plane's widening; at block_n 64 ~96 registers a thread,
+        # up to ten programs an SM to hide each one's loads (the warp-group tiles above fit four)
+        (16, 64, 128, 1.9, 2, 3),
+        (16, 64, 128, 4, 2, 3),
+        (16, 64, 128, 8, 2, 4),
+        (16, 128, 128, 2, 2, 3),
+        (16, 128, 128, 4, 2, 3),
+        (16, 64, 128, 4, 1, 3),
     ],
     32: [
         (32, 128, 128, 2, 4, 4),
@@ -150,6 +159,8 @@ _INT4_MMA = {  # block_k: one 128-column planes block per iteration. A warp grou
         (32, 128, 128, 2, 4, 3, 4),
         (32, 128, 128, 4, 4, 3, 4),
         (32, 256, 128, 2, 8, 3, 4),
+        (16, 64, 128, 4, 2, 3),
+        (16, 128, 128, 4, 2, 3),
     ],
     64: [
         (64, 128, 128, 2, 4, 3),

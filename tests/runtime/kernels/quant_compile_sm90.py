@@ -6,7 +6,7 @@ distinct (format, tiles, warps, stages, one split or several) that `default_tile
 Qwen3-0.6B's and Llama-3.1-8B's shapes for the decode row buckets, with bf16 activations and the
 PTX widening (`--all`: every sweep candidate too). For each it checks the main loop of the SASS:
 tensor-core tiles must multiply on Hopper's warp-group MMA (HGMMA; QGMMA for e4m3 x e4m3, IGMMA for
-int8 x int8), the GEMV
+int8 x int8; HMMA, the older mma.sync, for int4 tiles of fewer than 4 warps), the GEMV
 must not, and nothing may spill to local memory. Prints one line per kernel; exit status 3 when
 Triton has no ahead-of-time API.
 """
@@ -51,7 +51,10 @@ def check(kind: str, tiles) -> tuple[dict, list[str]]:
         problems.append("TOO MUCH SHARED MEMORY")
     if facts["spills"]:
         problems.append("SPILLS")
-    want = ("IGMMA" if kind == "int8" else "QGMMA") if tiles.w8a8 else "HGMMA"
+    if tiles.w8a8:
+        want = "IGMMA" if kind == "int8" else "QGMMA"
+    else:  # fewer than a warp group's 4 warps: mma.sync
+        want = "HGMMA" if tiles.num_warps >= 4 else "HMMA"
     if tiles.kernel != "gemv" and not ops[want]:
         problems.append(f"NO {want}")
     if tiles.kernel == "gemv" and ops:
