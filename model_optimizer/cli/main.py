@@ -9,6 +9,7 @@ command) or MOPT_DEBUG=1 shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import pkgutil
@@ -22,10 +23,11 @@ NOT_COMMANDS = {"main", "args"}
 DEBUG_HELP = "show the full traceback of an error (also MOPT_DEBUG=1)"
 
 
-def command_names() -> list[str]:
-    """Every subcommand: the modules of this package, sorted."""
+@functools.cache
+def command_names() -> tuple[str, ...]:
+    """Every subcommand: the modules of this package, sorted (listed once a process)."""
     names = (info.name for info in pkgutil.iter_modules(cli_package.__path__))
-    return sorted(name for name in names if name not in NOT_COMMANDS and not name.startswith("_"))
+    return tuple(sorted(name for name in names if name not in NOT_COMMANDS and not name.startswith("_")))
 
 
 def command_of(argv: Sequence[str]) -> str | None:
