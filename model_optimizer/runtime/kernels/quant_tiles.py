@@ -124,6 +124,9 @@ def split_for(n: int, k: int, block_n: int, block_k: int, tiles_m: int, waves: f
 # split-K aims at (0: no split): at decode the tiles of one weight are few, and several programs per
 # SM hide the latency of each one's loads. Chosen from the sm_90 SASS of each shape (registers
 # without spills, benchmarks/quant_sass.py) and the sweeps: the table measures which wins.
+_ASYNC_32_TOKENS = [(32, 128, 128, 2, 4, 3, 4), (32, 128, 128, 4, 4, 3, 4), (32, 256, 128, 2, 8, 3, 4)]
+"""Tiles of 32 tokens with an accumulator per plane, aiming at two or four programs an SM: candidates at
+32 rows and, as two row tiles, at 64."""
 _INT4_MMA = {  # block_k: one 128-column planes block per iteration. A warp group must own 128 weight
     # rows (block_n 128 at 4 warps, 256 at 8): with 64 the compiler sends each plane through shared memory.
     # A 7th field of 4: an accumulator per plane (QuantTiles.accumulators); they cost registers, so only
@@ -156,9 +159,7 @@ _INT4_MMA = {  # block_k: one 128-column planes block per iteration. A warp grou
         (32, 128, 128, 4, 4, 3),
         (32, 256, 128, 2, 8, 3),
         (16, 128, 128, 4, 4, 4),
-        (32, 128, 128, 2, 4, 3, 4),
-        (32, 128, 128, 4, 4, 3, 4),
-        (32, 256, 128, 2, 8, 3, 4),
+        *_ASYNC_32_TOKENS,
         (16, 64, 128, 4, 2, 3),
         (16, 128, 128, 4, 2, 3),
     ],
@@ -167,9 +168,7 @@ _INT4_MMA = {  # block_k: one 128-column planes block per iteration. A warp grou
         (64, 128, 128, 4, 4, 2),
         (64, 256, 128, 2, 8, 3),
         (32, 128, 128, 4, 4, 3),
-        (32, 128, 128, 2, 4, 3, 4),
-        (32, 128, 128, 4, 4, 3, 4),
-        (32, 256, 128, 2, 8, 3, 4),
+        *_ASYNC_32_TOKENS,
     ],
     128: [
         (64, 128, 128, 2, 4, 3),
