@@ -282,7 +282,7 @@ class ModelRunner:
         fp16: the other half is a margin for the pool's scratch and for what the smaller buckets'
         captures cannot reuse (on the H200, 0.36 GiB left after the cache was too little for Qwen3-0.6B's
         0.37 GiB of bf16 logits; this reserve passed). Not counted: a speculative setup's verify and
-        draft graphs (their outputs, in the 256 MiB headroom, are not measured). None without graphs."""
+        draft graphs (their outputs, in the 256 MiB headroom, are not measured). 0 without graphs."""
         if self.config.enforce_eager:
             return 0
         per_row = self.args.hidden_size
