@@ -16,6 +16,7 @@ import argparse
 import itertools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -31,6 +32,8 @@ from model_optimizer.runtime.kernels.quant_matmul import _dot_dtype, _use_asm, q
 from model_optimizer.runtime.kernels.quant_reference import pack_int4_planes, w4a16_linear_ref  # noqa: E402
 
 MODES = {"swap128": 0, "std32": 1, "std128": 2}
+GROUP = 128
+"""Quantization group of the experiments' weights (columns per scale and zero point)."""
 
 
 @triton.jit
@@ -143,7 +146,7 @@ def _time_variants(x: torch.Tensor, sets: list, group: int, ref: torch.Tensor, l
     return {mode: {"us": round(us, 2), "tiles": tiles} for mode, (us, tiles) in best.items()}
 
 
-def _row(shape: str, m: int, sets: list, dense: list, group: int) -> dict:
+def _row(shape: str, m: int, sets: list, dense: list, group: int = GROUP) -> dict:
     k = int(shape.split(":")[1])
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     planes, scales, zeros = sets[0]
@@ -165,27 +168,48 @@ def random_int4(n: int, k: int, group: int) -> tuple[torch.Tensor, torch.Tensor,
     return q, scales, zeros
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, nargs="+", default=[32, 64, 128, 256])
-    parser.add_argument("--shapes", nargs="+", default=["6144:4096", "4096:4096", "28672:4096", "4096:14336"])
-    parser.add_argument("--output", required=True)
-    args = parser.parse_args()
+def sweep_shapes(
+    shapes: list[str],
+    rows: list[int],
+    time_row: Callable[[str, int, list, list], dict],
+    output: str,
+    shown: tuple[str, ...] = (),
+    packings: Callable[[torch.Tensor], tuple] = lambda q: (),
+) -> None:
+    """Each "N:K" shape of int4 weights (planes packing, scales, zeros and `packings(codes)`) and bf16
+    copies, as many of each as exceed the L2 together; `time_row(shape, m, sets, dense)` per row count
+    in `rows`, printed (its `shown` keys, or all) and the JSON at `output` rewritten after each."""
+    from model_optimizer.common.fileio import atomic_write
+
     torch.manual_seed(0)
-    group = 128
     results = []
-    for shape in args.shapes:
+    for shape in shapes:
         n, k = map(int, shape.split(":"))
         sets = []
         for _ in range(sets_for(n * k // 2)):
-            q, scales, zeros = random_int4(n, k, group)
-            sets.append((pack_int4_planes(q), scales, zeros))
+            q, scales, zeros = random_int4(n, k, GROUP)
+            sets.append((pack_int4_planes(q), scales, zeros, *packings(q)))
+            del q
         dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets_for(n * k * 2))]
-        for m in args.rows:
-            row = _row(shape, m, sets, dense, group)
-            print(json.dumps(row), flush=True)
+        for m in rows:
+            row = time_row(shape, m, sets, dense)
+            print(json.dumps({key: row[key] for key in shown} if shown else row), flush=True)
             results.append(row)
-            Path(args.output).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": results}, indent=1))
+            atomic_write(output, json.dumps({"gpu": torch.cuda.get_device_name(), "rows": results}, indent=1))
+
+
+def shape_arguments(description: str, rows: list[int]) -> argparse.ArgumentParser:
+    """The arguments these experiments share: row counts, "N:K" shapes (Llama-3.1-8B's), the JSON path."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rows", type=int, nargs="+", default=rows)
+    parser.add_argument("--shapes", nargs="+", default=["6144:4096", "4096:4096", "28672:4096", "4096:14336"])
+    parser.add_argument("--output", required=True)
+    return parser
+
+
+def main() -> None:
+    args = shape_arguments(__doc__.splitlines()[0], [32, 64, 128, 256]).parse_args()
+    sweep_shapes(args.shapes, args.rows, _row, args.output)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,7 @@ CUDA-graph replays (gpu_time) beside cuBLAS bf16 and the tile table's launch (`t
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import sys
 from pathlib import Path
 
@@ -107,7 +105,7 @@ CANDIDATES = list(itertools.product((64, 128), (16, 32, 64, 128), (64, 128), (4,
 """(rows a plane P, block_m, block_k, num_warps, num_stages)."""
 
 
-def _row(shape: str, m: int, sets: list, dense: list, group: int) -> dict:
+def _row(shape: str, m: int, sets: list, dense: list, group: int = 128) -> dict:
     """cuBLAS bf16, the tile table's launch and every row-planes candidate at m rows (GPU us)."""
     from gpu_time import gpu_time_ms
 
@@ -148,32 +146,17 @@ def _row(shape: str, m: int, sets: list, dense: list, group: int) -> dict:
 
 
 def main() -> None:
-    from gpu_time import sets_for
-    from int4_mma_variants import random_int4
+    from int4_mma_variants import shape_arguments, sweep_shapes
 
-    from model_optimizer.runtime.kernels.quant_reference import pack_int4_planes
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, nargs="+", default=[16, 64, 128, 256])
-    parser.add_argument("--shapes", nargs="+", default=["6144:4096", "4096:4096", "28672:4096", "4096:14336"])
-    parser.add_argument("--output", required=True)
-    args = parser.parse_args()
-    torch.manual_seed(0)
-    group = 128
-    results = []
-    for shape in args.shapes:
-        n, k = map(int, shape.split(":"))
-        sets = []
-        for _ in range(sets_for(n * k // 2)):
-            q, scales, zeros = random_int4(n, k, group)
-            sets.append((pack_int4_planes(q), scales, zeros, {p: pack_row_planes(q, p) for p in (64, 128)}))
-            del q
-        dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets_for(n * k * 2))]
-        for m in args.rows:
-            row = _row(shape, m, sets, dense, group)
-            print(json.dumps({key: row[key] for key in ("shape", "m", "bf16_us", "table_us", "best")}), flush=True)
-            results.append(row)
-            Path(args.output).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": results}, indent=1))
+    args = shape_arguments(__doc__.splitlines()[0], [16, 64, 128, 256]).parse_args()
+    sweep_shapes(
+        args.shapes,
+        args.rows,
+        _row,
+        args.output,
+        shown=("shape", "m", "bf16_us", "table_us", "best"),
+        packings=lambda q: ({p: pack_row_planes(q, p) for p in (64, 128)},),
+    )
 
 
 if __name__ == "__main__":
