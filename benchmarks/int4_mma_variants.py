@@ -198,12 +198,12 @@ def sweep_shapes(
             atomic_write(output, json.dumps({"gpu": torch.cuda.get_device_name(), "rows": results}, indent=1))
 
 
-def shape_arguments(description: str, rows: list[int]) -> argparse.ArgumentParser:
+def shape_arguments(description: str, rows: list[int], need_output: bool = True) -> argparse.ArgumentParser:
     """The arguments these experiments share: row counts, "N:K" shapes (Llama-3.1-8B's), the JSON path."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rows", type=int, nargs="+", default=rows)
     parser.add_argument("--shapes", nargs="+", default=["6144:4096", "4096:4096", "28672:4096", "4096:14336"])
-    parser.add_argument("--output", required=True)
+    parser.add_argument("--output", required=need_output)
     return parser
 
 
