@@ -49,6 +49,9 @@ class SamplingParams:
     """Subtract from the logit of every token already generated."""
     frequency_penalty: float = 0.0
     """Subtract, times its count, from the logit of every token already generated."""
+    logit_bias: dict[int, float] | None = None
+    """Token id -> a value in [-100, 100] added to its logit before sampling (OpenAI's): -100 all but bans
+    the token, 100 all but forces it. Logprobs stay the model's own, as vLLM reports them."""
     seed: int | None = None
     """Seed of this request's own random generator: the same seed gives the same output."""
     max_tokens: int | None = 16
@@ -109,6 +112,12 @@ class SamplingParams:
         """Whether sampling reads the tokens generated so far (penalties)."""
         return self.repetition_penalty != 1.0 or bool(self.presence_penalty) or bool(self.frequency_penalty)
 
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether sampling changes the logits per token beyond temperature and filtering: penalties or a
+        logit_bias (neither the fused kernel nor speculative verification applies them)."""
+        return self.needs_history or bool(self.logit_bias)
+
     def clone(self, **changes: object) -> SamplingParams:
         return replace(self, **changes)
 
@@ -132,6 +141,14 @@ class SamplingParams:
         _require(
             _in(self.frequency_penalty, -2.0, 2.0),
             f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty!r}",
+        )
+        _require(
+            self.logit_bias is None
+            or (
+                isinstance(self.logit_bias, dict)
+                and all(_is_int(t) and t >= 0 and _in(v, -100.0, 100.0) for t, v in self.logit_bias.items())
+            ),
+            "logit_bias must map token ids (integers >= 0) to numbers in [-100, 100]",
         )
         _require(self.seed is None or _is_int(self.seed), f"seed must be an integer or None, got {self.seed!r}")
         _require(

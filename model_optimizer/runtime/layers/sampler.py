@@ -1,6 +1,6 @@
 """Sampler: logits of the last position of each request -> next token (and logprobs).
 
-Order as in transformers' logits processors: penalties, temperature, top-k, top-p, min-p.
+Order as in transformers' logits processors: penalties, then logit_bias, temperature, top-k, top-p, min-p.
 Logprobs are those of the raw model distribution, as vLLM and the OpenAI API report them. A row
 constrained by a grammar (runtime/structured) samples among the tokens its mask allows, and its
 logprobs are those of the model's distribution over the allowed tokens (the mask applied before the
@@ -151,7 +151,7 @@ class Sampler:
             finite = scores.sum(dim=-1).isfinite()  # any NaN or inf makes the sum NaN or inf
             if forbidden is not None:  # after the check: the -inf of a forbidden token is no fault of the model
                 scores = apply_token_mask(scores, forbidden)
-            scores = self._apply_penalties(scores, batch)
+            scores = _apply_logit_bias(self._apply_penalties(scores, batch), batch)
             token_ids = self._choose(scores, batch)
         logprobs = None if raw_logprobs is None else reduce_logprobs(raw_logprobs, token_ids, max(wanted))
         return SampledTokens(token_ids, finite, logprobs, checked)
@@ -269,7 +269,17 @@ def _tuple(mask: TokenMask | None) -> tuple[torch.Tensor, torch.Tensor] | None:
 
 def plain(params: SamplingParams) -> bool:
     """Greedy or temperature-only sampling: what the fused kernel does."""
-    return not params.needs_history and params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0
+    return not params.adjusts_logits and params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0
+
+
+def _apply_logit_bias(logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
+    """Each row's logit_bias added in place (ids past the vocabulary are the caller's to refuse)."""
+    for i, item in enumerate(batch):
+        bias = item.params.logit_bias
+        if bias:
+            ids = to_device(list(bias), logits.device, torch.int64)
+            logits[i].index_add_(0, ids, to_device(list(bias.values()), logits.device, logits.dtype))
+    return logits
 
 
 def inverse_temperatures(batch: list[SamplingInput]) -> tuple[float, ...]:

@@ -38,9 +38,26 @@ def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -
         )
     check_logprobs_cap(state, "logprobs", logprobs)
     check_logprobs_cap(state, "prompt_logprobs", body.prompt_logprobs)
-    if body.logit_bias:
-        raise APIError(400, "logit_bias is not supported", "logit_bias")
+    bias = logit_bias(body)
+    vocab = state.model.vocab_size
+    if bias and vocab and max(bias) >= vocab:
+        raise APIError(400, f"logit_bias: token id {max(bias)} is outside the vocabulary (size {vocab})", "logit_bias")
     return stop
+
+
+def logit_bias(body: SamplingFields) -> dict[int, float] | None:
+    """The request's logit_bias with token ids as integers (JSON keys are strings); 400 naming a bad one."""
+    if not body.logit_bias:
+        return None
+    out = {}
+    for key, value in body.logit_bias.items():
+        token = key.strip()
+        if not token.isdigit():
+            raise APIError(400, f"logit_bias keys must be token ids (non-negative integers), got {key!r}", "logit_bias")
+        if not -100 <= value <= 100:
+            raise APIError(400, f"logit_bias values must be in [-100, 100], got {value} for {key}", "logit_bias")
+        out[int(token)] = float(value)
+    return out
 
 
 def check_logprobs_cap(state: ServerState, field: str, value: int | None) -> None:
@@ -115,6 +132,7 @@ def sampling_params(
             repetition_penalty=chosen["repetition_penalty"],
             presence_penalty=body.presence_penalty,
             frequency_penalty=body.frequency_penalty,
+            logit_bias=logit_bias(body),
             seed=body.seed,
             max_tokens=max_tokens,
             min_tokens=body.min_tokens,

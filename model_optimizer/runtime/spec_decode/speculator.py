@@ -16,8 +16,9 @@ where requests reach their end at different steps, ran that way). So a request t
 decodes (only its last token left to compute, none pending) gets k proposals: an n-gram proposal is
 filled to k (`fill_to`), and a request within k tokens of max_tokens gets all k too (the scheduler
 keeps them; what it keeps past the end is dropped). When one decoding request cannot verify k (it
-reads its history while sampling: penalties would change the target's distribution along the
-proposals; or it is within k of max_model_len) the step proposes nothing and runs plain. An n-gram
+adjusts its logits while sampling: penalties, which read its history, would change the target's
+distribution along the proposals, and neither they nor a logit_bias are in the verification; or it is
+within k of max_model_len) the step proposes nothing and runs plain. An n-gram
 step where no request found a match runs plain too; a draft model's proposals are placeholders the
 runner fills in on the device.
 
@@ -100,7 +101,7 @@ class Speculator:
         for request in running:
             if request.num_pending or request.num_computed_tokens != request.num_tokens - 1:
                 continue  # prompt tokens left: a prefill step, which no graph runs anyway
-            if request.params.needs_history or (
+            if request.params.adjusts_logits or (
                 self.max_model_len is not None and request.num_tokens + k > self.max_model_len
             ):
                 return {}

@@ -97,3 +97,19 @@ def test_a_grammar_mask_restricts_every_sampling_path_and_logprobs_cover_allowed
     assert abs(lp0.logprob - torch.log(torch.tensor(0.15 / 0.25))) < 1e-5
     assert set(lp0.top) == {2, 3} and lp0.rank == 1  # two allowed tokens, though three were asked for
     assert set(lp1.top) == {0, 1, 2} and abs(lp1.logprob - torch.log(torch.tensor(0.5))) < 1e-5
+
+
+def test_logit_bias_moves_the_draw_not_the_logprobs():
+    """OpenAI's logit_bias: added before sampling (a row of its own, the others untouched); the logprobs
+    reported are the model's own distribution's, as vLLM reports them."""
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    biased = SamplingParams(temperature=0, logit_bias={3: 100.0}, logprobs=1)
+    plain = SamplingParams(temperature=0, logprobs=1)
+    [(token, logprob), (other, _)] = sampler(
+        LOGITS.clone(), [SamplingInput(biased, [9], []), SamplingInput(plain, [9], [])]
+    )
+    assert (token, other) == (3, 0)
+    assert abs(logprob.logprob - torch.log(torch.tensor(0.10)).item()) < 1e-5
+    banned = SamplingParams(temperature=1.0, logit_bias={0: -100.0, 1: -100.0})
+    draws = {sampler(LOGITS[:1].clone(), [SamplingInput(banned, [9], [])])[0][0] for _ in range(200)}
+    assert draws <= {2, 3} and len(draws) == 2

@@ -69,7 +69,10 @@ def test_context_overflow_names_both_numbers(client, server_llm):
         ({"stop": ["x" * 33]}, "32 characters"),
         ({"prompt": ["p"] * 9}, "at most 8"),
         ({"max_tokens": 65}, "at most 64"),
-        ({"logit_bias": {"1": 5}}, "logit_bias"),
+        ({"logit_bias": {"x1": 5}}, "non-negative integers"),
+        ({"logit_bias": {"-1": 5}}, "non-negative integers"),
+        ({"logit_bias": {"1": 101}}, "[-100, 100]"),
+        ({"logit_bias": {"99999999": 1}}, "outside the vocabulary"),
         ({"suffix": "tail"}, "suffix"),
     ],
 )
