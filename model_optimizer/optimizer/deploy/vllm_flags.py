@@ -53,11 +53,12 @@ TRANSLATED = {
     "enable_auto_tool_choice": "--enable-auto-tool-choice",
     "tool_call_parser": "--tool-call-parser",
     "reasoning_parser": "--reasoning-parser",
+    "default_chat_template_kwargs": "--default-chat-template-kwargs",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
 
-JSON_LIST_FLAGS = {"allowed_origins", "allowed_headers", "allowed_methods"}
-"""vLLM parses these flags as JSON lists."""
+JSON_FLAGS = {"allowed_origins", "allowed_headers", "allowed_methods", "default_chat_template_kwargs"}
+"""vLLM parses these flags as JSON (lists, an object)."""
 
 VLLM_QUANTIZATION = {"fp8"}
 """Our --quantization values vLLM applies on the fly; quantized folders need no flag (vLLM reads
@@ -131,8 +132,8 @@ def vllm_serve(model: str | None, settings: dict) -> VllmCommand:
         translated[name] = flag
         if name == "speculative_config":
             argv += [flag, _vllm_speculative_config(value)]
-        elif name in JSON_LIST_FLAGS:
-            argv += [flag, json.dumps(value)]  # vLLM parses this flag as a JSON list
+        elif name in JSON_FLAGS:
+            argv += [flag, json.dumps(value)]
         elif isinstance(value, bool):
             if value or name not in ONLY_TRUE:
                 argv.append(flag if value else "--no-" + flag[2:])

@@ -33,9 +33,13 @@ def _call_dict(call: PartialCall, call_id: str) -> dict:
 
 
 class ChatOutput:
-    def __init__(self, reasoning: ReasoningParser | None = None, tools: ToolParser | None = None) -> None:
+    def __init__(
+        self, reasoning: ReasoningParser | None = None, tools: ToolParser | None = None, include_reasoning: bool = True
+    ) -> None:
         self.reasoning = reasoning
         self.tools = tools
+        self.include_reasoning = include_reasoning
+        """False (vLLM's include_reasoning): the reasoning is split off and dropped, never sent."""
         self.text = ""
         self._sent_reasoning = 0
         self._sent_content = 0
@@ -57,7 +61,7 @@ class ChatOutput:
         reasoning, view = self._views(text, final=True)
         calls = [_call_dict(c, new_call_id()) for c in view.calls if c.name is not None]
         content = view.content if view.content or not (calls or reasoning) else None
-        return ChatMessageFields(content, reasoning or None, calls)
+        return ChatMessageFields(content, (reasoning or None) if self.include_reasoning else None, calls)
 
     @property
     def num_calls(self) -> int:
@@ -65,7 +69,7 @@ class ChatOutput:
         return len(self._call_ids)
 
     def feed(self, delta: str) -> dict:
-        """The delta fields (content, reasoning_content, tool_calls) new since the last call."""
+        """The delta fields (content, reasoning and reasoning_content, tool_calls) new since the last call."""
         self.text += delta
         return self._delta(final=False)
 
@@ -77,7 +81,8 @@ class ChatOutput:
         reasoning, view = self._views(self.text, final)
         out: dict = {}
         if len(reasoning) > self._sent_reasoning:
-            out["reasoning_content"] = reasoning[self._sent_reasoning :]
+            if self.include_reasoning:  # under both names: vLLM's `reasoning`, DeepSeek's `reasoning_content`
+                out["reasoning"] = out["reasoning_content"] = reasoning[self._sent_reasoning :]
             self._sent_reasoning = len(reasoning)
         if len(view.content) > self._sent_content:
             out["content"] = view.content[self._sent_content :]

@@ -120,6 +120,9 @@ class ServerConfig:
     reasoning_parser: Literal["qwen3", "deepseek_r1", "glm45"] | None = None
     """Split the model's <think>...</think> reasoning from its answer into reasoning_content (chat completions): qwen3 and glm45 (only when the output opens with <think>), deepseek_r1 (everything before </think>)."""
 
+    default_chat_template_kwargs: str | dict | None = None
+    """Keyword arguments every chat template render gets unless the request's chat_template_kwargs set them, as a JSON object, e.g. '{"enable_thinking": false}' (vLLM's flag)."""
+
     def __post_init__(self) -> None:
         check_positive(
             self,
@@ -159,6 +162,9 @@ class ServerConfig:
         if self.allowed_methods:
             self.allowed_methods = [m.upper() for m in self.allowed_methods]
         self._check_parsers()
+        self.default_chat_template_kwargs = _json_object(
+            self.default_chat_template_kwargs, "default_chat_template_kwargs"
+        )
 
     def _check_parsers(self) -> None:
         from model_optimizer.runtime.server.reasoning import REASONING_PARSERS
@@ -188,6 +194,18 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 def _is_header_name(name: str) -> bool:
     return bool(_HEADER_NAME.fullmatch(name))
+
+
+def _json_object(value: str | dict | None, name: str) -> dict | None:
+    """A JSON object given as text (the CLI flag) or as a mapping (a config file) -> a dict, or None when empty."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else None
+        except ValueError as exc:
+            raise ValueError(f"{name} must be a JSON object: {exc}") from None
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
+    return value or None
 
 
 def _str_list(value: str | list[str] | None) -> list[str] | None:

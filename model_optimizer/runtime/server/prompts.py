@@ -134,8 +134,9 @@ def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             item["name"] = message.name
         if message.tool_call_id is not None:
             item["tool_call_id"] = message.tool_call_id
-        if message.reasoning_content is not None:
-            item["reasoning_content"] = message.reasoning_content
+        reasoning = message.reasoning if message.reasoning is not None else message.reasoning_content
+        if reasoning is not None:  # under both names: templates read one or the other
+            item["reasoning"] = item["reasoning_content"] = reasoning
         if message.tool_calls:
             item["tool_calls"] = [_template_call(call) for call in message.tool_calls]
         _check_utf8(item["role"] + item["content"] + item.get("name", "") + str(item.get("tool_calls", "")))
@@ -169,6 +170,9 @@ async def chat_prompt(
             "messages",
         )
     template = state.chat_template or getattr(tokenizer, "chat_template", None)
+    defaults = state.config.default_chat_template_kwargs
+    if defaults:
+        template_kwargs = {**defaults, **(template_kwargs or {})}
     if not template:
         raise APIError(
             400,

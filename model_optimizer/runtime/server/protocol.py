@@ -138,6 +138,8 @@ class ChatMessage(_Request):
     """An assistant message's calls (sent back with the tools' results in the next request)."""
     tool_call_id: str | None = Field(default=None, max_length=256)
     """A tool message: the call it answers."""
+    reasoning: str | None = None
+    """An assistant message's thinking, sent back (vLLM's name; reasoning_content is DeepSeek's)."""
     reasoning_content: str | None = None
 
 
@@ -155,9 +157,23 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
     """With tool_choice "required": False allows exactly one call."""
+    include_reasoning: bool = True
+    """With --reasoning-parser: False drops the reasoning from the response (vLLM's field)."""
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    """Passed to the chat template as `reasoning_effort`; "none" also sets `enable_thinking` false unless
+    chat_template_kwargs sets it (vLLM's mapping, for templates such as Qwen3's)."""
     # refused: OpenAI's deprecated predecessors of tools
     functions: list[Any] | None = None
     function_call: str | dict[str, Any] | None = None
+
+    def template_kwargs(self) -> dict[str, Any] | None:
+        """chat_template_kwargs with reasoning_effort added as vLLM maps it (the request's own keys win)."""
+        if self.reasoning_effort is None:
+            return self.chat_template_kwargs
+        kwargs = {"reasoning_effort": self.reasoning_effort}
+        if self.reasoning_effort == "none":
+            kwargs["enable_thinking"] = False
+        return {**kwargs, **(self.chat_template_kwargs or {})}
 
     def unsupported_field(self) -> str | None:
         """OpenAI's deprecated function-calling fields (use tools and tool_choice)."""
@@ -284,8 +300,10 @@ class ChatLogprobs(BaseModel):
 class ChatResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    reasoning: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The model's thinking, split from the answer by --reasoning-parser (vLLM's name for it)."""
     reasoning_content: str | None = Field(default=None, exclude_if=lambda v: v is None)
-    """The model's thinking, split from the answer by --reasoning-parser."""
+    """The same text under DeepSeek's name, which many clients read."""
     tool_calls: list[ToolCall] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
@@ -311,6 +329,7 @@ class ChatCompletionResponse(BaseModel):
 class DeltaMessage(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning: str | None = None
     reasoning_content: str | None = None
     tool_calls: list[DeltaToolCall] | None = None
 

@@ -10,6 +10,13 @@ known not to be one.
 - `glm45` (GLM-4.5/4.6): the same rule, as its template does the same.
 - `deepseek_r1`: everything before `</think>` is reasoning, whether or not the output repeats the
   `<think>` the template put in the prompt; an output without `</think>` is reasoning alone.
+
+Each parser also reads the end of the rendered prompt (`prompt_state`): a prompt that opened a block
+(Qwen3-Thinking-2507's and DeepSeek-R1's templates end with `<think>`) makes the output reasoning up to
+`</think>` whatever the parser; a prompt that closed one (thinking turned off through
+`chat_template_kwargs`) makes it all content. With a parser, an output constraint (response_format,
+structured_outputs, a required or named tool call) applies after the reasoning, as in vLLM:
+`constraint_tags` says how the block looks, and the grammar lets the model think freely first.
 """
 
 from __future__ import annotations
@@ -19,19 +26,48 @@ from model_optimizer.runtime.server.tool_parsers import _held_back
 START, END = "<think>", "</think>"
 
 
+OPEN, CLOSED = "open", "closed"
+
+
+def prompt_state(prompt: str | None) -> str:
+    """OPEN when the prompt ends inside a reasoning block (its last START after its last END), CLOSED when
+    it ends with a closed one (END then whitespace), "" otherwise (earlier turns' blocks are closed)."""
+    if not prompt:
+        return ""
+    if prompt.rfind(START) > prompt.rfind(END):
+        return OPEN
+    return CLOSED if prompt.rstrip().endswith(END) else ""
+
+
 class ReasoningParser:
     name = ""
     implicit_start = False
     """Reasoning until END even without START (the template opened the block in the prompt)."""
 
+    def __init__(self, prompt: str = "") -> None:
+        self.prompt = prompt
+        """prompt_state() of the rendered prompt."""
+
+    def constraint_tags(self) -> tuple[str, str]:
+        """(start, end) of the reasoning block an output constraint follows (StructuredOutputs'
+        reasoning_start and reasoning_end): ("", "") when the output has none, ("", END) when it opens
+        inside one, (START, END) when it may open one."""
+        if self.prompt == CLOSED:
+            return "", ""
+        if self.prompt == OPEN or self.implicit_start:
+            return "", END
+        return START, END
+
     def split(self, text: str, final: bool) -> tuple[str, str]:
         """(reasoning, content) of the text so far."""
+        if self.prompt == CLOSED:
+            return "", text
         head = text.lstrip()
         if head.startswith(START):
             return self._reasoning(head[len(START) :], final)
         if not final and START.startswith(head):
             return "", ""  # may still become START
-        if self.implicit_start:
+        if self.implicit_start or self.prompt == OPEN:
             return self._reasoning(text, final)
         return "", text
 

@@ -9,6 +9,7 @@ request.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from model_optimizer.runtime.structured.params import StructuredOutputs, structures_of
@@ -39,8 +40,19 @@ class GrammarError(ValueError):
     """The grammar is invalid, unsatisfiable, too complex, or uses something llguidance does not enforce."""
 
 
-def grammar_of(so: StructuredOutputs) -> str:
-    """The llguidance grammar (a string it compiles) of a constraint; GrammarError when it cannot be made."""
+REASONING_WHITESPACE = 4
+"""Most whitespace characters between a reasoning block's end tag and the constrained answer (Qwen3 and
+DeepSeek-R1 write two newlines there)."""
+
+
+def grammar_of(so: StructuredOutputs, tokenizer: Any = None) -> str:
+    """The llguidance grammar (a string it compiles) of a constraint; GrammarError when it cannot be made.
+    `tokenizer` (an LLTokenizer) tells whether reasoning tags are tokens of their own (see _tag)."""
+    answer = _answer_grammar(so)
+    return _after_reasoning(answer, so, tokenizer) if so.reasoning_end else answer
+
+
+def _answer_grammar(so: StructuredOutputs) -> str:
     import llguidance as llg
 
     try:
@@ -56,6 +68,41 @@ def grammar_of(so: StructuredOutputs) -> str:
         return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
     except (ValueError, TypeError) as exc:
         raise GrammarError(f"invalid {so.kind}: {exc}") from None
+
+
+def _after_reasoning(answer: str, so: StructuredOutputs, tokenizer: Any) -> str:
+    """A grammar of free text up to `so.reasoning_end` (the first end tag closes the block; with
+    `so.reasoning_start` the whole block is optional and opens with that tag), a little whitespace, then
+    `answer` as a subgrammar: JSON schemas, regexes and Lark grammars alike (llguidance's grammar list)."""
+    try:
+        top = json.loads(answer)
+    except ValueError:
+        top = {"grammars": [{"lark_grammar": answer}]}
+    grammars = top["grammars"]
+    name = grammars[0].get("name") or "answer"
+    grammars[0] = {**grammars[0], "name": name}
+    end = _tag(so.reasoning_end, tokenizer)
+    lark = [f"WS: /[ \\t\\r\\n]{{1,{REASONING_WHITESPACE}}}/"]
+    if end.startswith("<["):  # a token: text never holds it, so the text before it needs no laziness
+        lark.append(f"reasoning: /(?s:.*)/ {end}")
+    else:
+        lark += [f"REASONING: /(?s:.*)/ {end}", "reasoning[lazy]: REASONING"]
+    if so.reasoning_start:
+        lark.append(f"start: ({_tag(so.reasoning_start, tokenizer)} reasoning WS?)? @{name}")
+    else:
+        lark.append(f"start: reasoning WS? @{name}")
+    return json.dumps({**top, "grammars": [{"lark_grammar": "\n".join(lark)}, *grammars]})
+
+
+def _tag(text: str, tokenizer: Any) -> str:
+    """A reasoning tag in Lark: `<[id]>` where the tokenizer has it as one added token (Qwen3's and
+    DeepSeek-R1's `<think>` / `</think>`: llguidance keeps added tokens out of the text, so only the token
+    itself matches), else the text as a string literal."""
+    if tokenizer is not None:
+        ids = tokenizer.tokenize_str(text)
+        if len(ids) == 1 and tokenizer.is_special_token(ids[0]):
+            return f"<[{ids[0]}]>"
+    return json.dumps(text)
 
 
 def _structural_tag(so: StructuredOutputs) -> str:
@@ -88,7 +135,7 @@ def check(so: StructuredOutputs, tokenizer: Any = None) -> str:
     when given); GrammarError with llguidance's reason otherwise. Warnings are no errors."""
     import llguidance as llg
 
-    grammar = grammar_of(so)
+    grammar = grammar_of(so, tokenizer)
     message = llg.LLMatcher.validate_grammar(grammar, tokenizer)
     if message and not message.startswith("WARNING"):
         raise GrammarError(f"invalid {so.kind}: {message.strip()}")

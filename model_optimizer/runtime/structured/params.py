@@ -40,6 +40,13 @@ class StructuredOutputs:
     whitespace_pattern: str = ""
     """The same kinds: a regular expression for the whitespace allowed between JSON tokens (vLLM's
     `whitespace_pattern`), instead of either choice above; empty: not set."""
+    reasoning_end: str = ""
+    """Set: the constraint applies after a reasoning block, as vLLM's does with a reasoning parser. The
+    output is free text up to and including this tag (e.g. `</think>`), then up to four whitespace
+    characters, then what `kind` and `spec` say; the server sets it from --reasoning-parser and the prompt."""
+    reasoning_start: str = ""
+    """With reasoning_end: the block is optional and opens with this tag (e.g. `<think>`); empty: the
+    output starts inside the block (the prompt opened it, or the model's format always has one)."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -50,6 +57,10 @@ class StructuredOutputs:
             raise ValueError("whitespace_flexible must be true or false")
         if not isinstance(self.whitespace_pattern, str):
             raise ValueError("whitespace_pattern must be a string (a regular expression)")
+        if not isinstance(self.reasoning_end, str) or not isinstance(self.reasoning_start, str):
+            raise ValueError("reasoning_start and reasoning_end must be strings")
+        if self.reasoning_start and not self.reasoning_end:
+            raise ValueError("reasoning_start needs reasoning_end: the tag that closes the block")
         if self.whitespace_pattern and self.kind not in JSON_KINDS:
             raise ValueError(f"whitespace_pattern applies to JSON ({', '.join(JSON_KINDS)}), not to {self.kind}")
         if self.kind == "json":

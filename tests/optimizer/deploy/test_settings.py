@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -203,6 +204,18 @@ def test_list_settings_round_trip_through_file_and_command(tmp_path):
     bad = _write(tmp_path, {"allowed_origins": [1, 2]}, "bad.yaml")
     with pytest.raises(ValueError, match="allowed_origins must be a list of strings"):
         _configs(["serve", "--config", str(bad)])
+
+
+def test_default_chat_template_kwargs_round_trip_as_json(tmp_path):
+    path = _write(tmp_path, {"default_chat_template_kwargs": {"enable_thinking": False}})
+    _, server = _configs(["serve", "--config", str(path)])
+    assert server.default_chat_template_kwargs == {"enable_thinking": False}
+    settings = settings_for(tuned=False)
+    settings.server = server
+    _, in_server = _configs(mopt_command(settings)[1:])
+    assert in_server.default_chat_template_kwargs == {"enable_thinking": False}
+    argv = vllm_command(settings).argv
+    assert json.loads(argv[argv.index("--default-chat-template-kwargs") + 1]) == {"enable_thinking": False}
 
 
 @pytest.mark.parametrize("engine", ["mopt", "vllm"])

@@ -24,6 +24,8 @@ from model_optimizer.runtime.server.config import ServerConfig
         ({"api_key": " sk-1"}, "whitespace"),
         ({"max_tokens_limit": 0}, "max_tokens_limit"),
         ({"log_level": "verbose"}, "log_level must be one of critical, error, warning, info, debug, trace"),
+        ({"default_chat_template_kwargs": "{nope"}, "default_chat_template_kwargs must be a JSON object"),
+        ({"default_chat_template_kwargs": "[1]"}, "default_chat_template_kwargs must be a JSON object, got list"),
     ],
 )
 def test_bad_values_are_clear_errors(changes, fragment):

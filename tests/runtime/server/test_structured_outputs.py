@@ -1,11 +1,11 @@
 """Structured outputs and tools through the real server with the `openai` client, unchanged.
 
 A live server on the tiny Qwen3 (random weights: only the constraint makes its output valid), started
-with a tools-aware chat template, `--enable-auto-tool-choice --tool-call-parser hermes` and
-`--reasoning-parser qwen3`. The client's own helpers (`chat.completions.parse` with a pydantic model,
+with a tools-aware chat template and `--enable-auto-tool-choice --tool-call-parser hermes`
+(test_reasoning_outputs.py has the reasoning parsers). The client's own helpers (`chat.completions.parse` with a pydantic model,
 `pydantic_function_tool`, `chat.completions.stream` accumulating tool-call deltas) run against it.
-The auto parser and the reasoning split are driven end to end by constraining the model to write a
-call or a thinking block (a regex), since a random model never would.
+The auto parser is driven end to end by constraining the model to write a call (a regex), since a
+random model never would.
 """
 
 from __future__ import annotations
@@ -67,9 +67,7 @@ def start_tools_server(tiny_model, tmp_path_factory, num_kv_blocks: int, max_num
 
 @pytest.fixture(scope="module")
 def live(tiny_model, tmp_path_factory):
-    server = start_tools_server(
-        tiny_model, tmp_path_factory, 256, 16, tool_call_parser="hermes", reasoning_parser="qwen3"
-    )
+    server = start_tools_server(tiny_model, tmp_path_factory, 256, 16, tool_call_parser="hermes")
     yield server
     server.stop()
 
@@ -237,23 +235,6 @@ def test_auto_tool_choice_reads_the_models_own_format(client):
         streamed = events.get_final_completion()
     assert streamed.choices[0].message.content == "Sure."
     assert streamed.choices[0].message.tool_calls[0].function.arguments == call.function.arguments
-
-
-def test_reasoning_is_split_from_the_answer(client):
-    extra = {"structured_outputs": {"regex": r"<think>[a-z ]{3,20}</think>\n\n(yes|no)"}}
-    whole = client.chat.completions.create(model="tiny", messages=USER, max_tokens=100, temperature=0, extra_body=extra)
-    message = whole.choices[0].message
-    assert message.content.strip() in ("yes", "no") and re.fullmatch("[a-z ]{3,20}", message.reasoning_content)
-    stream = client.chat.completions.create(
-        model="tiny", messages=USER, max_tokens=100, temperature=0, extra_body=extra, stream=True
-    )
-    reasoning, content = "", ""
-    for chunk in stream:
-        if chunk.choices:
-            delta = chunk.choices[0].delta
-            reasoning += getattr(delta, "reasoning_content", None) or ""
-            content += delta.content or ""
-    assert (reasoning, content) == (message.reasoning_content, message.content)
 
 
 DIGIT = {

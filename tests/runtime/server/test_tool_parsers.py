@@ -8,7 +8,13 @@ import json
 import pytest
 
 from model_optimizer.runtime.server.chat_output import ChatOutput
-from model_optimizer.runtime.server.reasoning import DeepSeekR1ReasoningParser, Qwen3ReasoningParser
+from model_optimizer.runtime.server.reasoning import (
+    CLOSED,
+    OPEN,
+    DeepSeekR1ReasoningParser,
+    Qwen3ReasoningParser,
+    prompt_state,
+)
 from model_optimizer.runtime.server.tool_parsers import (
     HermesParser,
     Llama3JsonParser,
@@ -74,6 +80,7 @@ def _streamed(output: ChatOutput, pieces: list[str]) -> tuple[str, str, list[dic
     content, reasoning, calls = "", "", {}
     for delta in [output.feed(p) for p in pieces] + [output.finish()]:
         content += delta.get("content", "")
+        assert delta.get("reasoning") == delta.get("reasoning_content")  # both names, one text
         reasoning += delta.get("reasoning_content", "")
         for call in delta.get("tool_calls", []):
             slot = calls.setdefault(call["index"], {"id": None, "name": None, "arguments": ""})
@@ -101,6 +108,14 @@ def test_whole_and_streamed_texts_give_the_same_message(parser, text, content, c
 
 REASONING = [
     (Qwen3ReasoningParser, "<think>\nplan it</think>\n\nThe answer.", "\nplan it", "\n\nThe answer."),
+    (lambda: Qwen3ReasoningParser(OPEN), "plan it</think>\n\nok", "plan it", "\n\nok"),  # Thinking-2507
+    (lambda: Qwen3ReasoningParser(OPEN), "still thinking", "still thinking", None),
+    (
+        lambda: DeepSeekR1ReasoningParser(CLOSED),
+        "no thinking</think>, all answer",
+        None,
+        "no thinking</think>, all answer",
+    ),
     (Qwen3ReasoningParser, "The answer, no thinking.", None, "The answer, no thinking."),
     (Qwen3ReasoningParser, "<think>cut short", "cut short", None),
     (DeepSeekR1ReasoningParser, "plan it</think>The answer.", "plan it", "The answer."),  # <think> was in the prompt
@@ -116,6 +131,43 @@ def test_reasoning_is_split_whole_and_streamed(parser, text, reasoning, content)
     for pieces in ([text], list(text)):
         got_content, got_reasoning, _ = _streamed(ChatOutput(reasoning=parser()), pieces)
         assert (got_reasoning, got_content) == (reasoning or "", content or "")
+
+
+@pytest.mark.parametrize(
+    ("prompt", "state"),
+    [
+        ("<|im_start|>assistant\n<think>\n", OPEN),
+        ("<|im_start|>assistant\n<think>\n\n</think>\n\n", CLOSED),
+        ("<|im_start|>assistant\n", ""),
+        ("<think>a</think>old turn<|im_end|>\n<|im_start|>assistant\n", ""),  # an earlier turn's block
+        ("<think>a</think>old turn<|im_end|>\n<|im_start|>assistant\n<think>", OPEN),
+        (None, ""),
+    ],
+)
+def test_the_prompt_says_whether_the_output_starts_in_a_block(prompt, state):
+    assert prompt_state(prompt) == state
+
+
+def test_where_a_constraint_starts_follows_the_parsers_rule():
+    """(reasoning_start, reasoning_end) of the constraint: none when the prompt closed the block, the end
+    alone when the output starts inside one, both when the model may open one."""
+    assert Qwen3ReasoningParser().constraint_tags() == ("<think>", "</think>")
+    assert Qwen3ReasoningParser(OPEN).constraint_tags() == ("", "</think>")
+    assert DeepSeekR1ReasoningParser().constraint_tags() == ("", "</think>")
+    assert (
+        DeepSeekR1ReasoningParser(CLOSED).constraint_tags()
+        == Qwen3ReasoningParser(CLOSED).constraint_tags()
+        == ("", "")
+    )
+
+
+def test_include_reasoning_false_sends_none():
+    output = ChatOutput(Qwen3ReasoningParser(), include_reasoning=False)
+    assert output.message("<think>plan</think>ok").reasoning_content is None
+    content, reasoning, _ = _streamed(
+        ChatOutput(Qwen3ReasoningParser(), include_reasoning=False), list("<think>p</think>ok")
+    )
+    assert (content, reasoning) == ("ok", "")
 
 
 def test_reasoning_then_a_tool_call():

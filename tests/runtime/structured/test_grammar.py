@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import msgspec
 import pytest
@@ -15,9 +16,11 @@ from model_optimizer.runtime.structured.params import StructuredOutputs
 
 def test_constraints_travel_to_the_core_and_compare_by_value():
     so = StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "integer"}}}, whitespace_flexible=True)
-    request = CoreRequest("r", [1, 2], SamplingParams(structured_outputs=so), 8)
+    so = replace(so, reasoning_start="<think>", reasoning_end="</think>")
+    request = CoreRequest("r", [1, 2], SamplingParams(structured_outputs=so, logit_bias={7: -2.5}), 8)
     back = decode_command(encode(request))
     assert back.params.structured_outputs == so and hash(back.params.structured_outputs) == hash(so)
+    assert back.params.logit_bias == {7: -2.5}
     assert StructuredOutputs.choice(["a", "b"]) == StructuredOutputs("choice", '["a", "b"]')
 
 
@@ -41,6 +44,10 @@ def test_constraints_travel_to_the_core_and_compare_by_value():
         (lambda: SamplingParams(structured_outputs={"structural_tag": "[1]"}), "must be an object"),
         (lambda: StructuredOutputs("regex", "a+", whitespace_pattern=" *"), "applies to JSON"),
         (lambda: StructuredOutputs.json({}, whitespace_pattern=3), "must be a string"),
+        (lambda: StructuredOutputs("regex", "a", reasoning_start="<think>"), "needs reasoning_end"),
+        (lambda: SamplingParams(logit_bias={-1: 1.0}), "logit_bias must map"),
+        (lambda: SamplingParams(logit_bias={5: 101}), "logit_bias must map"),
+        (lambda: SamplingParams(logit_bias={"5": 1.0}), "logit_bias must map"),
     ],
 )
 def test_malformed_constraints_are_value_errors(make, message):
@@ -142,3 +149,55 @@ def test_a_whitespace_pattern_is_the_whitespace_json_may_have():
     assert taken(one_space, '{"a": 1}') and taken(one_space, '{ "a" : 1 }') and taken(one_space, '{"a":1}')
     assert not taken(one_space, '{"a":  1}') and not taken(one_space, '{"a":\n1}')
     assert not taken(StructuredOutputs.json(schema), '{"a": 1}')  # compact by default
+
+
+ANSWERS = [
+    (
+        StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}),
+        '{"a":1}',
+    ),
+    (StructuredOutputs.json_object(), '{"b":[]}'),
+    (StructuredOutputs.regex("(yes|no)"), "yes"),
+    (StructuredOutputs.choice(["x y", "z"]), "x y"),
+    (StructuredOutputs.grammar('start: "A" /[0-9]+/'), "A12"),
+    (StructuredOutputs.grammar('root ::= "A" [0-9]+'), "A12"),  # GBNF
+]
+
+
+@pytest.mark.parametrize(("so", "answer"), ANSWERS, ids=[so.kind + str(i) for i, (so, _) in enumerate(ANSWERS)])
+@pytest.mark.parametrize("as_token", [False, True], ids=["tags-as-text", "tags-as-tokens"])
+def test_a_constraint_after_reasoning_leaves_the_thinking_free(so, answer, as_token, tmp_path):
+    """With a reasoning parser the server moves the constraint after the block: free text up to the end
+    tag (the first one closes it), up to four whitespace characters, then the answer, of every kind. With
+    reasoning_start the block is optional. Tags that are added tokens (Qwen3's) match as those tokens."""
+    import llguidance as llg
+    from transformers import PreTrainedTokenizerFast
+
+    from model_optimizer.assets import reference_model_path
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+    from model_optimizer.runtime.structured.grammar import ll_tokenizer
+
+    folder = reference_model_path()
+    if as_token:
+        hf = PreTrainedTokenizerFast.from_pretrained(str(folder))
+        hf.add_tokens(["<think>", "</think>"])
+        hf.save_pretrained(str(tmp_path))
+        folder = tmp_path
+    tokenizer = load_tokenizer(folder)
+    ll = ll_tokenizer(tokenizer, len(tokenizer) + 5, frozenset({2}))
+
+    def taken(constraint: StructuredOutputs, text: str) -> bool:
+        tokens = tokenizer.encode(text, add_special_tokens=False)
+        matcher = llg.LLMatcher(ll, check(constraint, ll))
+        return matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting()
+
+    required = replace(so, reasoning_end="</think>")
+    assert taken(required, f"plan {{ not JSON < </think>\n\n{answer}")
+    assert taken(required, f"</think>{answer}")
+    assert not taken(required, answer)  # the block must close first
+    assert not taken(required, "plan </think> nope")
+    assert not taken(required, f"a</think>b</think>{answer}")  # the first end tag closes it
+    assert not taken(required, f"a</think>\n\n\n\n\n{answer}")  # at most four whitespace characters
+    optional = replace(so, reasoning_start="<think>", reasoning_end="</think>")
+    assert taken(optional, answer) and taken(optional, f"<think>plan</think>\n{answer}")
+    assert not taken(optional, f"plan</think>{answer}")

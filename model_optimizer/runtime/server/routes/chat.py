@@ -4,6 +4,8 @@ tool_calls (chat_output.py), whole or as deltas."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
@@ -24,7 +26,7 @@ from model_optimizer.runtime.server.protocol import (
     DeltaMessage,
     UsageInfo,
 )
-from model_optimizer.runtime.server.reasoning import REASONING_PARSERS
+from model_optimizer.runtime.server.reasoning import REASONING_PARSERS, ReasoningParser, prompt_state
 from model_optimizer.runtime.server.request_group import Generation, new_request_id, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.sampling import check_caps, resolve_max_tokens, sampling_params
@@ -59,8 +61,13 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     plan = tool_plan(state, body)
     constraint = await _constraint(state, body, plan)
     prompt = await chat_prompt(
-        state, body.messages, body.add_generation_prompt, body.chat_template_kwargs, tools=plan.template_tools
+        state, body.messages, body.add_generation_prompt, body.template_kwargs(), tools=plan.template_tools
     )
+    name = state.config.reasoning_parser
+    reasoning = REASONING_PARSERS[name](prompt_state(prompt.text)) if name else None
+    if constraint is not None and reasoning is not None:  # the constraint applies to the answer, after thinking
+        start, end = reasoning.constraint_tags()
+        constraint = replace(constraint, reasoning_start=start, reasoning_end=end)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = resolve_max_tokens(state, getattr(body, field), len(prompt.token_ids), field)
     keep_special = plan.parser is not None and plan.parser.needs_special_tokens
@@ -73,7 +80,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         body.stream,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
     )
-    fmt = ChatFormat(body, generation.request_id, state.model.name, TokenTexts(state.model.tokenizer), plan, state)
+    fmt = ChatFormat(body, generation.request_id, state.model.name, TokenTexts(state.model.tokenizer), plan, reasoning)
     return await respond(request, state, generation, fmt)
 
 
@@ -102,7 +109,7 @@ class ChatFormat:
         model_name: str,
         texts: TokenTexts,
         plan: ToolPlan | None = None,
-        state: ServerState | None = None,
+        reasoning: ReasoningParser | None = None,
     ) -> None:
         self.body = body
         self.texts = texts
@@ -112,15 +119,15 @@ class ChatFormat:
         self.base = ChatCompletionChunk(id=request_id, model=model_name, choices=[])
         self.template = ChunkTemplate(self.base)
         self.plan = plan or ToolPlan()
-        name = state.config.reasoning_parser if state is not None else None
-        self.reasoning = REASONING_PARSERS[name] if name else None
+        self.reasoning = reasoning
+        """--reasoning-parser's parser for this prompt (stateless: every choice shares it), or None."""
         self.outputs: dict[int, ChatOutput] = {}
         """Per choice index: its text's parsers and what has been streamed of it."""
 
     def _output(self, index: int) -> ChatOutput:
         out = self.outputs.get(index)
         if out is None:
-            out = self.outputs[index] = ChatOutput(self.reasoning() if self.reasoning else None, self.plan.parser)
+            out = self.outputs[index] = ChatOutput(self.reasoning, self.plan.parser, self.body.include_reasoning)
         return out
 
     def _finish_reason(self, c: CompletionOutput, has_calls: bool) -> str | None:
@@ -140,7 +147,10 @@ class ChatFormat:
                 ChatResponseMessage(content=c.text)
                 if fields is None
                 else ChatResponseMessage(
-                    content=fields.content, reasoning_content=fields.reasoning_content, tool_calls=fields.tool_calls
+                    content=fields.content,
+                    reasoning=fields.reasoning_content,
+                    reasoning_content=fields.reasoning_content,
+                    tool_calls=fields.tool_calls,
                 )
             )
             choices.append(
@@ -194,7 +204,7 @@ class ChatFormat:
 def _merged(first: dict, then: dict) -> dict:
     """Two deltas of one chunk as one: texts joined, a call's argument pieces joined by index."""
     out = dict(first)
-    for key in ("content", "reasoning_content"):
+    for key in ("content", "reasoning", "reasoning_content"):
         if key in then:
             out[key] = out.get(key, "") + then[key]
     calls = {call["index"]: call for call in out.get("tool_calls", [])}

@@ -1,0 +1,208 @@
+"""Reasoning through the real server: `--reasoning-parser qwen3`, the prompt's thinking block, and an
+output constraint that applies after the reasoning, as in vLLM.
+
+The tiny Qwen3 gets `<think>` and `</think>` as added tokens (not special, as Qwen3's own tokenizer has
+them) and a template that, like Qwen3's family, opens the block in the prompt (`think_in_prompt`, on
+by the server's --default-chat-template-kwargs), closes it (`enable_thinking` false, or
+`reasoning_effort` "none"), or leaves it to the model. A random model never ends its thinking by itself,
+so `logit_bias` on `</think>` makes it (seeded: the same output every run).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+from model_optimizer.runtime.server.config import ServerConfig
+from tests.runtime.server.live import start_server
+
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+    "{% elif think_in_prompt %}<think>\n{% endif %}{% endif %}"
+)
+DIGIT = {
+    "type": "object",
+    "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["n"],
+    "additionalProperties": False,
+}
+USER = [{"role": "user", "content": "pick a digit"}]
+NOT_IN_PROMPT = {"chat_template_kwargs": {"think_in_prompt": False}}
+
+
+class Digit(BaseModel):
+    n: int = Field(ge=0, le=9)
+
+
+@pytest.fixture(scope="module")
+def thinking_model(tiny_model, tmp_path_factory):
+    from transformers import PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("thinking") / "qwen3"
+    shutil.copytree(tiny_model("qwen3"), folder)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    tokenizer.add_tokens(["<think>", "</think>"])  # within the model's vocabulary (the tokenizer's + 8)
+    tokenizer.chat_template = TEMPLATE
+    tokenizer.save_pretrained(str(folder))
+    return folder, tokenizer.convert_tokens_to_ids("<think>"), tokenizer.convert_tokens_to_ids("</think>")
+
+
+@pytest.fixture(scope="module")
+def live(thinking_model):
+    from model_optimizer import LLM
+
+    folder, _, _ = thinking_model
+    llm = LLM(str(folder), max_model_len=512, num_kv_blocks=128, max_num_seqs=8)
+    config = ServerConfig(
+        served_model_name="tiny", reasoning_parser="qwen3", default_chat_template_kwargs='{"think_in_prompt": true}'
+    )
+    server = start_server(llm, config)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(live):
+    return openai.OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def ends_thinking(thinking_model):
+    """logit_bias that makes `</think>` likely at each step (a random model's logits spread ~1-2)."""
+    return {str(thinking_model[2]): 4.0}
+
+
+def test_a_schema_applies_after_the_reasoning_the_prompt_opened(client, ends_thinking):
+    """The block is open in the prompt: the model thinks freely (no JSON forced at its first token), ends
+    with `</think>`, and only then must the answer be valid under the schema."""
+    completion = client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        response_format={"type": "json_schema", "json_schema": {"name": "digit", "schema": DIGIT, "strict": True}},
+        logit_bias=ends_thinking,
+        temperature=1.0,
+        seed=3,
+        n=4,
+        max_tokens=120,
+    )
+    thoughts = []
+    for choice in completion.choices:
+        message = choice.message
+        assert choice.finish_reason == "stop", choice
+        jsonschema.validate(json.loads(message.content), DIGIT)
+        reasoning = getattr(message, "reasoning", None)
+        assert reasoning == getattr(message, "reasoning_content", None)  # both names, one text
+        thoughts.append(reasoning or "")
+    assert any(thoughts), "no choice thought before answering: the reasoning was not left free"
+
+
+def test_parse_and_streaming_see_the_same_split(client, ends_thinking):
+    kwargs = dict(model="tiny", messages=USER, logit_bias=ends_thinking, temperature=1.0, seed=5, max_tokens=120)
+    parsed = client.chat.completions.parse(response_format=Digit, **kwargs)
+    message = parsed.choices[0].message
+    assert isinstance(message.parsed, Digit)
+    schema = {"type": "json_schema", "json_schema": {"name": "Digit", "schema": DIGIT, "strict": True}}
+    reasoning, named, content = "", "", ""
+    for chunk in client.chat.completions.create(stream=True, response_format=schema, **kwargs):
+        if chunk.choices:
+            delta = chunk.choices[0].delta
+            reasoning += getattr(delta, "reasoning", None) or ""
+            named += getattr(delta, "reasoning_content", None) or ""
+            content += delta.content or ""
+    assert reasoning == named
+    jsonschema.validate(json.loads(content), DIGIT)
+
+
+def test_include_reasoning_false_drops_it(client, ends_thinking):
+    kwargs = dict(
+        model="tiny",
+        messages=USER,
+        response_format={"type": "json_schema", "json_schema": {"name": "digit", "schema": DIGIT}},
+        logit_bias=ends_thinking,
+        temperature=1.0,
+        seed=3,
+        max_tokens=120,
+        extra_body={"include_reasoning": False},
+    )
+    message = client.chat.completions.create(**kwargs).choices[0].message
+    assert getattr(message, "reasoning", None) is None and getattr(message, "reasoning_content", None) is None
+    jsonschema.validate(json.loads(message.content), DIGIT)
+    for chunk in client.chat.completions.create(stream=True, **kwargs):
+        for choice in chunk.choices:
+            assert getattr(choice.delta, "reasoning", None) is None
+            assert getattr(choice.delta, "reasoning_content", None) is None
+
+
+@pytest.mark.parametrize("extra", [{"chat_template_kwargs": {"enable_thinking": False}}, {"reasoning_effort": "none"}])
+def test_a_prompt_that_closed_the_block_is_constrained_from_the_first_token(client, extra):
+    """Thinking turned off (the template closes the block in the prompt): everything is the answer, and no
+    bias is needed to reach it; reasoning_effort "none" turns it off as vLLM maps it."""
+    completion = client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        response_format={"type": "json_schema", "json_schema": {"name": "digit", "schema": DIGIT}},
+        temperature=0,
+        max_tokens=40,
+        extra_body=extra,
+    )
+    message = completion.choices[0].message
+    assert completion.choices[0].finish_reason == "stop"
+    assert getattr(message, "reasoning", None) is None
+    jsonschema.validate(json.loads(message.content), DIGIT)
+
+
+def test_the_model_may_open_a_block_when_the_prompt_did_not(client, thinking_model):
+    """No block in the prompt (qwen3's own rule: reasoning only when the output opens with <think>): the
+    model may think first or answer at once. Here it is made to open one, and close it at once."""
+    _, start_id, end_id = thinking_model
+    completion = client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        response_format={"type": "json_schema", "json_schema": {"name": "digit", "schema": DIGIT}},
+        logit_bias={str(start_id): 50, str(end_id): 100},
+        temperature=0,
+        max_tokens=40,
+        extra_body={**NOT_IN_PROMPT, "return_token_ids": True},
+    )
+    choice = completion.choices[0]
+    assert choice.token_ids[:2] == [start_id, end_id]
+    assert getattr(choice.message, "reasoning", None) is None  # an empty block
+    jsonschema.validate(json.loads(choice.message.content), DIGIT)
+
+
+def test_a_required_tool_call_follows_the_reasoning(client, ends_thinking):
+    tools = [openai.pydantic_function_tool(Digit, name="pick")]
+    completion = client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        tools=tools,
+        tool_choice="required",
+        logit_bias=ends_thinking,
+        temperature=1.0,
+        seed=3,
+        max_tokens=160,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    for call in choice.message.tool_calls:
+        assert call.function.name == "pick"
+        jsonschema.validate(json.loads(call.function.arguments), DIGIT)
+
+
+def test_reasoning_sent_back_under_either_name_reaches_the_template(live):
+    """An assistant turn's reasoning, as vLLM (`reasoning`) or DeepSeek (`reasoning_content`) clients send it."""
+    import httpx
+
+    for name in ("reasoning", "reasoning_content"):
+        messages = [*USER, {"role": "assistant", "content": "7", name: "sevens are lucky"}, *USER]
+        tokens = httpx.post(live.url + "/tokenize", json={"model": "tiny", "messages": messages}).json()["tokens"]
+        text = httpx.post(live.url + "/detokenize", json={"model": "tiny", "tokens": tokens}).json()["prompt"]
+        assert "<think>sevens are lucky</think>7" in text
