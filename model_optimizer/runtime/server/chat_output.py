@@ -8,15 +8,10 @@ views, so the concatenated deltas are the response's fields: the same calls, arg
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 
 from model_optimizer.runtime.server.reasoning import ReasoningParser
 from model_optimizer.runtime.server.tool_parsers import PartialCall, ToolParser, ToolView
-
-
-def new_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 @dataclass
@@ -34,10 +29,16 @@ def _call_dict(call: PartialCall, call_id: str) -> dict:
 
 class ChatOutput:
     def __init__(
-        self, reasoning: ReasoningParser | None = None, tools: ToolParser | None = None, include_reasoning: bool = True
+        self,
+        reasoning: ReasoningParser | None = None,
+        tools: ToolParser | None = None,
+        include_reasoning: bool = True,
+        max_calls: int | None = None,
     ) -> None:
         self.reasoning = reasoning
         self.tools = tools
+        self.max_calls = max_calls
+        """1 with parallel_tool_calls false: the first call the model wrote is the response's only one."""
         self.include_reasoning = include_reasoning
         """False (vLLM's include_reasoning): the reasoning is split off and dropped, never sent."""
         self.text = ""
@@ -54,12 +55,15 @@ class ChatOutput:
     def _views(self, text: str, final: bool) -> tuple[str, ToolView]:
         reasoning, rest = self.reasoning.split(text, final) if self.reasoning is not None else ("", text)
         view = self.tools.view(rest, final) if self.tools is not None else ToolView(rest)
+        if self.max_calls is not None:
+            named = [call for call in view.calls if call.name is not None]
+            view.calls = named[: self.max_calls]
         return reasoning, view
 
     def message(self, text: str) -> ChatMessageFields:
         """The fields of a whole (non-streamed) response's message."""
         reasoning, view = self._views(text, final=True)
-        calls = [_call_dict(c, new_call_id()) for c in view.calls if c.name is not None]
+        calls = [_call_dict(c, self.tools.new_call_id()) for c in view.calls if c.name is not None]  # type: ignore[union-attr]
         content = view.content if view.content or not (calls or reasoning) else None
         return ChatMessageFields(content, (reasoning or None) if self.include_reasoning else None, calls)
 
@@ -97,7 +101,7 @@ class ChatOutput:
         """What is new in named call `index`: its id, type and name the first time, then argument text."""
         delta: dict = {"index": index}
         if index == len(self._call_ids):
-            self._call_ids.append(new_call_id())
+            self._call_ids.append(self.tools.new_call_id())  # type: ignore[union-attr]
             self._sent_arguments.append(0)
             delta.update(id=self._call_ids[index], type="function", function={"name": call.name})
         sent = self._sent_arguments[index]

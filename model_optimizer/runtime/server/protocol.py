@@ -156,7 +156,8 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[ChatTool] | None = Field(default=None, max_length=128)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
-    """With tool_choice "required": False allows exactly one call."""
+    """False: one call at most (with tool_choice "required" the output is constrained to one; with "auto"
+    the first call the model wrote is returned, as vLLM does)."""
     include_reasoning: bool = True
     """With --reasoning-parser: False drops the reasoning from the response (vLLM's field)."""
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None

@@ -55,7 +55,9 @@ class StructuredOutputsField(_Request):
 
 
 class FunctionDefinition(_Request):
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[\w.:/\-]+$")
+    """Letters and digits of any script, `_ . : / -` (what the tool-call formats can carry: no spaces, quotes
+    or tag brackets)."""
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None

@@ -27,5 +27,5 @@ PARSERS: dict[str, type[ToolParser]] = {
         Qwen3CoderParser,
         PythonicParser,
     )
-}
-"""--tool-call-parser choices."""
+} | {"qwen3_xml": Qwen3CoderParser}
+"""--tool-call-parser choices (qwen3_xml: the name vLLM's docs now give Qwen3-Coder's format)."""

@@ -22,6 +22,9 @@ the last view: both give the same calls. Parsers read the text, never token ids.
 from __future__ import annotations
 
 import json
+import secrets
+import string
+import uuid
 from dataclasses import dataclass, field
 
 ARGUMENT_KEYS = ("arguments", "parameters")
@@ -57,6 +60,11 @@ class ToolParser:
     def view(self, text: str, final: bool) -> ToolView:
         """The view of `text`; `final` when no more text will come (held-back content is released)."""
         raise NotImplementedError
+
+    @staticmethod
+    def new_call_id() -> str:
+        """A fresh tool call id, OpenAI's shape."""
+        return f"call_{uuid.uuid4().hex[:24]}"
 
 
 # ----------------------------------------------------------------------------------- JSON scanning
@@ -231,6 +239,11 @@ class MistralParser(ToolParser):
     name = "mistral"
     needs_special_tokens = True
     MARKER, ARGS = "[TOOL_CALLS]", "[ARGS]"
+
+    @staticmethod
+    def new_call_id() -> str:
+        """Nine letters and digits: Mistral's chat templates refuse any other id when the call comes back."""
+        return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
 
     def view(self, text: str, final: bool) -> ToolView:
         first = text.find(self.MARKER)

@@ -233,7 +233,17 @@ def test_glm45_reasoning_then_a_call():
 
 
 def test_every_parser_takes_the_request_tools_and_deepseek_keeps_special_tokens():
-    assert set(PARSERS) == {"hermes", "llama3_json", "mistral", "deepseek_v3", "glm45", "qwen3_coder", "pythonic"}
+    assert set(PARSERS) == {
+        "hermes",
+        "llama3_json",
+        "mistral",
+        "deepseek_v3",
+        "glm45",
+        "qwen3_coder",
+        "qwen3_xml",
+        "pythonic",
+    }
+    assert PARSERS["qwen3_xml"] is PARSERS["qwen3_coder"]  # vLLM's newer name for the format
     for parser in PARSERS.values():
         assert parser(TOOLS).view("", final=True) == ToolView()
     assert DeepSeekV3Parser.needs_special_tokens and not Glm45Parser.needs_special_tokens

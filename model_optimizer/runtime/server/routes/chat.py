@@ -127,7 +127,12 @@ class ChatFormat:
     def _output(self, index: int) -> ChatOutput:
         out = self.outputs.get(index)
         if out is None:
-            out = self.outputs[index] = ChatOutput(self.reasoning, self.plan.parser, self.body.include_reasoning)
+            out = self.outputs[index] = ChatOutput(
+                self.reasoning,
+                self.plan.parser,
+                self.body.include_reasoning,
+                None if self.body.parallel_tool_calls else 1,
+            )
         return out
 
     def _finish_reason(self, c: CompletionOutput, has_calls: bool) -> str | None:
