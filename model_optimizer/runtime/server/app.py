@@ -140,6 +140,8 @@ def _create_app(
         elif state.core is not None:  # never started (the app was built, never served)
             state.core.stop()
         state.executor.shutdown(wait=False, cancel_futures=True)
+        if state.grammar_checker is not None:
+            state.grammar_checker.close()
 
     app = FastAPI(title="Model-Optimizer OpenAI-compatible server", version=__version__, lifespan=lifespan)
     app.state.server = state

@@ -69,6 +69,8 @@ class ServerState:
     """The model's generation_config.json sampling values, for fields a request leaves out."""
     token_bound: TokenBound | None = None
     """The fewest tokens a text can make; None: no early length check."""
+    grammar_checker: Any = None
+    """structured.ConstraintChecker, made at the first constraint (its sandbox process with it)."""
     ready: bool = False
     draining: bool = False
     load_error: BaseException | None = None

@@ -4,10 +4,11 @@ One constraint per request, from whichever field carries it: OpenAI's `response_
 json_schema; `strict` or not, the schema is enforced; vLLM's structural_tag), vLLM's `structured_outputs`
 object, or vLLM's older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`; a
 tool_choice of "required" or a named function brings its own (tools.py). Two at once is a 400, as is
-anything the grammar engine cannot enforce: llguidance validates each constraint in a worker thread,
-within CHECK_TIMEOUT_S, and the verdict is cached per constraint, so a client sending the same schema
-again pays nothing and a pathological one costs one bounded check, never a stuck event loop or a hung
-engine.
+anything the grammar engine cannot enforce: each constraint is compiled against the model's tokenizer,
+as far as its first mask, in a process of its own (structured/sandbox.py: llguidance can crash on some
+inputs), within CHECK_TIMEOUT_S, and the verdict is cached per constraint, so a client sending the same
+schema again pays nothing and a pathological one costs one bounded check, never a stuck event loop, a
+crashed server or a hung engine.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from model_optimizer.runtime.server.errors import APIError
@@ -25,8 +27,6 @@ from model_optimizer.runtime.structured.params import StructuredOutputs
 CHECK_TIMEOUT_S = 10.0
 """Longest the server spends validating one constraint before refusing it as too complex."""
 CACHE_SIZE = 1024
-_verdicts: OrderedDict[StructuredOutputs, str] = OrderedDict()
-"""Constraint -> "" when valid, else why not (module-wide: validity does not depend on the model)."""
 
 
 def requested_constraint(body: SamplingFields) -> tuple[StructuredOutputs, str] | None:
@@ -156,29 +156,53 @@ async def check_constraint(state: ServerState, so: StructuredOutputs, param: str
             "into its text); byte-level BPE, SentencePiece and WordPiece tokenizers work",
             param,
         )
-    verdict = _verdicts.get(so)
-    if verdict is None:
-        verdict = await _validate(state, so)
-        _verdicts[so] = verdict
-        if len(_verdicts) > CACHE_SIZE:
-            _verdicts.popitem(last=False)
-    else:
-        _verdicts.move_to_end(so)
+    checker = state.grammar_checker
+    if checker is None:
+        checker = state.grammar_checker = ConstraintChecker(state)
+    verdict = await checker.verdict(so)
     if verdict:
         raise APIError(400, f"{param}: {verdict}", param)
 
 
-async def _validate(state: ServerState, so: StructuredOutputs) -> str:
-    from model_optimizer.runtime.structured.grammar import GrammarError, check
+class ConstraintChecker:
+    """The server's verdicts on constraints: cached, each found once in the sandbox process, from a thread
+    of its own (never the event loop, nor the tokenizing threads); requests that bring the same new
+    constraint at once share its one check."""
 
-    def run() -> str:
-        try:
-            check(so)
-        except GrammarError as exc:
-            return str(exc)
-        return ""
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self._verdicts: OrderedDict[StructuredOutputs, str] = OrderedDict()
+        """Constraint -> "" when valid, else why not."""
+        self._pending: dict[StructuredOutputs, asyncio.Future] = {}
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="mopt-grammar-check")
+        self._sandbox: Any = None
 
-    try:
-        return await asyncio.wait_for(state.run_blocking(run), CHECK_TIMEOUT_S)
-    except asyncio.TimeoutError:
-        return f"the grammar engine could not validate this {so.kind} within {CHECK_TIMEOUT_S:.0f} s; simplify it"
+    async def verdict(self, so: StructuredOutputs) -> str:
+        verdict = self._verdicts.get(so)
+        if verdict is not None:
+            self._verdicts.move_to_end(so)
+            return verdict
+        pending = self._pending.get(so)
+        if pending is None:
+            pending = self._pending[so] = asyncio.get_running_loop().run_in_executor(self._thread, self._check, so)
+            pending.add_done_callback(lambda _: self._pending.pop(so, None))
+        verdict = await asyncio.shield(pending)
+        self._verdicts[so] = verdict
+        if len(self._verdicts) > CACHE_SIZE:
+            self._verdicts.popitem(last=False)
+        return verdict
+
+    def _check(self, so: StructuredOutputs) -> str:
+        from model_optimizer.runtime.structured.grammar import tokenizer_spec
+        from model_optimizer.runtime.structured.sandbox import GrammarSandbox, TokenizerSpec
+
+        if self._sandbox is None:
+            model = self.state.model
+            spec = TokenizerSpec(*tokenizer_spec(model.tokenizer, model.vocab_size, []))
+            self._sandbox = GrammarSandbox(spec, CHECK_TIMEOUT_S)
+        return self._sandbox.check(so)
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)
+        if self._sandbox is not None:
+            self._sandbox.close()

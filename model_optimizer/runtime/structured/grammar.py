@@ -58,16 +58,28 @@ def _answer_grammar(so: StructuredOutputs) -> str:
     try:
         if so.kind in ("json", "json_object"):
             schema = so.spec if so.kind == "json" else '{"type": "object"}'
+            if schema == "false":
+                raise GrammarError("the schema false admits no document")
+            if schema == "true":  # any JSON value; llguidance's options need an object schema
+                schema = "{}"
             return llg.LLMatcher.grammar_from_json_schema(schema, defaults=_json_options(so))
         if so.kind == "regex":
             return llg.LLMatcher.grammar_from_regex(so.spec)
-        if so.kind == "choice":
-            return llg.grammar_from("choice", so.spec)
+        if so.kind == "choice":  # one regex, one lexeme: as Lark alternatives, 2,000+ choices overflow a parser row
+            return llg.LLMatcher.grammar_from_regex("(" + "|".join(map(_literal, json.loads(so.spec))) + ")")
         if so.kind == "structural_tag":
             return _structural_tag(so)
         return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
     except (ValueError, TypeError) as exc:
         raise GrammarError(f"invalid {so.kind}: {exc}") from None
+
+
+_REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$-#&~/")
+
+
+def _literal(text: str) -> str:
+    """`text` as a regular expression (llguidance's syntax) that matches exactly it."""
+    return "".join("\\" + c if c in _REGEX_SPECIAL else c for c in text)
 
 
 def _after_reasoning(answer: str, so: StructuredOutputs, tokenizer: Any) -> str:
@@ -142,6 +154,16 @@ def check(so: StructuredOutputs, tokenizer: Any = None) -> str:
     return grammar
 
 
+def tokenizer_spec(tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int] | list[int]) -> tuple:
+    """(tokenizer.json text, vocabulary size, EOS ids) of a Hugging Face fast tokenizer: what the
+    llguidance tokenizer is built from (here, or in sandbox.py's process); ValueError without one."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError("structured outputs need the model's tokenizer.json (a Hugging Face fast tokenizer)")
+    eos = sorted(eos_token_ids) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+    return backend.to_str(), max(vocab_size, len(tokenizer)), tuple(eos)
+
+
 def ll_tokenizer(
     tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int] | list[int], slices: tuple[str, ...] | None = SLICES
 ) -> Any:
@@ -153,17 +175,20 @@ def ll_tokenizer(
     `slices`: the slicer's sets (SLICES; None: llguidance's defaults, () none). ValueError for a
     tokenizer whose tokens do not concatenate into its text (a word-level one without a decoder): no
     grammar over bytes can constrain it."""
+    return ll_tokenizer_from_json(*tokenizer_spec(tokenizer, vocab_size, eos_token_ids), slices)
+
+
+def ll_tokenizer_from_json(
+    tokenizer_json: str, vocab_size: int, eos_token_ids: tuple[int, ...], slices: tuple[str, ...] | None = SLICES
+) -> Any:
+    """ll_tokenizer from tokenizer_spec's parts."""
     import llguidance as llg
 
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        raise ValueError("structured outputs need the model's tokenizer.json (a Hugging Face fast tokenizer)")
-    eos = sorted(eos_token_ids) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
     try:
         return llg.LLTokenizer(
-            backend.to_str(),
-            n_vocab=max(vocab_size, len(tokenizer)),
-            eos_token=eos or None,
+            tokenizer_json,
+            n_vocab=vocab_size,
+            eos_token=list(eos_token_ids) or None,
             slices=None if slices is None else list(slices),
         )
     except (ValueError, RuntimeError) as exc:

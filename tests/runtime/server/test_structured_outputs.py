@@ -439,18 +439,69 @@ def test_bad_constraints_are_400s_with_the_reason_and_the_server_stays_healthy(l
     assert ok.status_code == 200, ok.text
 
 
-def test_a_constraint_too_slow_to_validate_is_refused_and_nothing_hangs(live, monkeypatch):
-    from model_optimizer.runtime.server import structured
+def test_a_constraint_too_slow_to_validate_is_refused_and_nothing_hangs(live):
+    url = live.url + "/v1/chat/completions"
+    body = {"model": "tiny", "messages": USER, "max_tokens": 5}
+    assert httpx.post(url, json={**body, "guided_regex": "[a-z]"}, timeout=60).status_code == 200
+    checker = live.state.grammar_checker
+    slow = {**body, "guided_regex": "[a-z]{1,40}@[a-z]{2,9}"}
+    checker._sandbox.timeout_s = 0.0
+    try:
+        r = httpx.post(url, json=slow, timeout=60)
+        assert r.status_code == 400 and "could not validate" in r.json()["error"]["message"]
+    finally:
+        checker._sandbox.timeout_s = 10.0
+    assert httpx.post(url, json=slow, timeout=60).status_code == 400  # the verdict is cached
+    checker._verdicts.clear()
+    assert httpx.post(url, json=slow, timeout=60).status_code == 200  # a fresh process, in time
 
-    monkeypatch.setattr(structured, "CHECK_TIMEOUT_S", 0.0)
-    monkeypatch.setattr(structured, "_verdicts", structured.OrderedDict())
-    body = {"model": "tiny", "messages": USER, "max_tokens": 5, "guided_regex": "[a-z]{1,40}@[a-z]{2,9}"}
-    r = httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60)
-    assert r.status_code == 400 and "could not validate" in r.json()["error"]["message"]
-    monkeypatch.setattr(structured, "CHECK_TIMEOUT_S", 10.0)
-    assert httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60).status_code == 400  # verdict cached
-    structured._verdicts.clear()
-    assert httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60).status_code == 200
+
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"const": -(2**63)}}}},
+        {
+            "structured_outputs": {
+                "grammar": "start: r0\n" + "\n".join(f'r{i}: "x" r{i + 1} | "y"' for i in range(5000)) + '\nr5000: "z"'
+            }
+        },  # fmt: skip
+    ],
+    ids=["int64-min-const", "5000-chained-rules"],
+)
+def test_a_constraint_that_crashes_the_grammar_engine_costs_one_request(live, constraint):
+    """llguidance 1.9.1 dies on these (a segfault, a stack overflow) while it checks them: the check runs in
+    a process of its own, so the request gets a 400 and the server and its other requests go on."""
+    url = live.url + "/v1/chat/completions"
+    body = {"model": "tiny", "messages": USER, "max_tokens": 5}
+    r = httpx.post(url, json={**body, **constraint}, timeout=120)
+    assert r.status_code in (200, 400), r.text  # 200 once llguidance takes them; never a dead server
+    assert httpx.get(live.url + "/health").status_code == 200
+    assert httpx.post(url, json={**body, "guided_choice": ["yes", "no"]}, timeout=60).status_code == 200
+
+
+def test_thousands_of_choices_are_one_lexeme():
+    """Choices compile to one regex: as Lark alternatives, more than 2,000 overflowed llguidance's parser
+    row at the first token (a 500 mid-request)."""
+    import llguidance as llg
+
+    from model_optimizer.assets import reference_model_path
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+    from model_optimizer.runtime.structured.grammar import check, ll_tokenizer
+    from model_optimizer.runtime.structured.params import StructuredOutputs
+
+    tokenizer = load_tokenizer(reference_model_path())
+    ll = ll_tokenizer(tokenizer, len(tokenizer), frozenset({2}))
+    options = [f"label{i}" for i in range(4000)] + ["a.b*", "(x|y)", "back\\slash", "new\nline", "ü日本", "-#&~/"]
+    grammar = check(StructuredOutputs.choice(options), ll)
+    for text in ("label3999", "label7", "a.b*", "(x|y)", "back\\slash", "new\nline", "ü日本", "-#&~/"):
+        matcher = llg.LLMatcher(ll, grammar)
+        tokens = tokenizer.encode(text, add_special_tokens=False)
+        assert matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting(), text
+        assert not matcher.is_error()
+    for text in ("label4000", "a.bb", "x"):
+        matcher = llg.LLMatcher(ll, grammar)
+        tokens = tokenizer.encode(text, add_special_tokens=False)
+        assert matcher.try_consume_tokens(tokens) < len(tokens) or not matcher.is_accepting(), text
 
 
 def test_auto_tool_choice_needs_the_servers_flags(server):

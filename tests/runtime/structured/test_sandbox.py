@@ -1,0 +1,61 @@
+"""The constraint checks' own process: verdicts as the engine core would find them, and a child that dies
+or overruns costs a refusal and a restart, never the caller."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from model_optimizer.runtime.structured.params import StructuredOutputs
+from model_optimizer.runtime.structured.sandbox import GrammarSandbox, TokenizerSpec
+
+
+@pytest.fixture
+def sandbox():
+    from model_optimizer.assets import reference_model_path
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+    from model_optimizer.runtime.structured.grammar import tokenizer_spec
+
+    tokenizer = load_tokenizer(reference_model_path())
+    box = GrammarSandbox(TokenizerSpec(*tokenizer_spec(tokenizer, len(tokenizer), [])), 30.0)
+    yield box
+    box.close()
+
+
+def test_verdicts_are_the_cores_with_the_models_tokenizer(sandbox):
+    assert sandbox.check(StructuredOutputs.regex("a+")) == ""
+    assert sandbox.check(StructuredOutputs.json(True)) == ""  # any JSON value
+    assert "admits no document" in sandbox.check(StructuredOutputs.json(False))
+    assert "unknown special token" in sandbox.check(StructuredOutputs.grammar("start: <|nonexistent|>"))
+    assert "too large" in sandbox.check(StructuredOutputs.grammar("start: <[99999999]>"))
+    assert sandbox.restarts == 0
+
+
+def test_a_child_that_died_between_checks_is_replaced(sandbox):
+    assert sandbox.check(StructuredOutputs.regex("b+")) == ""
+    os.kill(sandbox._child.pid, signal.SIGKILL)
+    sandbox._child.wait()
+    assert sandbox.check(StructuredOutputs.regex("c+")) == ""
+    assert sandbox.restarts == 1
+
+
+def test_a_check_past_its_time_kills_the_child(sandbox):
+    assert sandbox.check(StructuredOutputs.regex("d+")) == ""
+    sandbox.timeout_s = 0.0
+    assert "within 0 s" in sandbox.check(StructuredOutputs.regex("[a-z]{1,40}@[a-z]{2,9}"))
+    assert sandbox.restarts == 1 and sandbox._child is None
+    sandbox.timeout_s = 30.0
+    assert sandbox.check(StructuredOutputs.regex("[a-z]{1,40}@[a-z]{2,9}")) == ""
+
+
+def test_llguidance_crashes_stay_in_the_child(sandbox):
+    """llguidance 1.9.1 segfaults checking this schema: the check is a refusal, the next gets a new child.
+    (A later llguidance may take or refuse the schema instead; the caller lives either way.)"""
+    verdict = sandbox.check(StructuredOutputs.json({"const": -(2**63)}))
+    if "its process ended" in verdict:
+        assert sandbox.restarts == 1
+    else:
+        assert verdict == "" or "invalid json" in verdict
+    assert sandbox.check(StructuredOutputs.regex("e+")) == ""
