@@ -123,10 +123,13 @@ def call_object(text: str, i: int) -> tuple[PartialCall, int | None]:
     """The call in the JSON object at text[i] (a name key and an arguments/parameters key, any order) and
     the index past the object, or None while it is incomplete."""
     call = PartialCall()
+    seen_name = seen_arguments = False
     j = skip_ws(text, i + 1)
     while j < len(text):
         if text[j] == "}":
             call.complete = call.name is not None
+            if call.complete and not seen_arguments:
+                call.arguments = "{}"  # a call without arguments takes none
             return call, j + 1
         if text[j] == ",":
             j = skip_ws(text, j + 1)
@@ -140,17 +143,24 @@ def call_object(text: str, i: int) -> tuple[PartialCall, int | None]:
             return call, None
         start = skip_ws(text, j + 1)
         end = value_end(text, start)
-        if key == "name":
+        if key == "name" and not seen_name:  # a repeated key: the first one counts, streamed or whole
             if end is None:
                 return call, None
-            call.name = _loads(text[start:end]) if text[start:end].startswith('"') else None
-        elif key in ARGUMENT_KEYS:
+            seen_name = True
+            name = _loads(text[start:end]) if text[start:end].startswith('"') else None
+            call.name = name if isinstance(name, str) else None
+        elif key in ARGUMENT_KEYS and not seen_arguments:
             raw = text[start:end] if end is not None else text[start:]
             if raw.startswith('"'):  # JSON text inside a JSON string: whole or nothing
                 call.string_arguments = True
-                call.arguments = _loads(raw) if end is not None else ""
+                if end is None:
+                    call.arguments = ""
+                else:  # not a JSON string (a bad escape): its characters as written, still text
+                    inner = _loads(raw)
+                    call.arguments = inner if isinstance(inner, str) else raw[1:-1]
             else:
                 call.arguments = raw
+            seen_arguments = end is not None
         if end is None:
             return call, None
         j = skip_ws(text, end)
@@ -191,18 +201,27 @@ class HermesParser(ToolParser):
     START, END = "<tool_call>", "</tool_call>"
 
     def view(self, text: str, final: bool) -> ToolView:
-        first = text.find(self.START)
         calls: list[PartialCall] = []
-        at = first
+        at, first = text.find(self.START), -1
         while at != -1:
             start = skip_ws(text, at + len(self.START))
-            if start < len(text) and text[start] == "{":
+            resume = at + len(self.START)
+            if start >= len(text) or self.START.startswith(text[start:]):
+                if not final:  # what follows the marker has not arrived (or may be the next marker)
+                    first = at if first == -1 else first
+                    break
+            elif text[start] == "{":
                 call, end = call_object(text, start)
-                calls.append(call)
+                if call.name is not None or end is None:
+                    calls.append(call)
+                    first = at if first == -1 else first
                 if end is None:
                     break
-            at = text.find(self.START, at + len(self.START))
-        content = _content_before(text, first, first != -1, final, self.START)
+                resume = end  # a marker inside the call's own strings starts nothing
+            at = text.find(self.START, resume)
+        # a marker with no call behind it (not a JSON object, or one without a name) is text, as vLLM has it
+        calls = [c for c in calls if c.name is not None or not final]
+        content = _content_before(text, first, first != -1 and (bool(calls) or not final), final, self.START)
         return ToolView(content, calls)
 
 
@@ -325,7 +344,8 @@ class DeepSeekV3Parser(ToolParser):
             call.arguments, call.complete = text[j:end], True
             return call, end
         # not an object (or not yet whole): the raw text up to the end marker, never a piece of the marker
-        call.arguments = text[j:close] if close != -1 else text[j : len(text) - _held_back(text, self.CALL_END)]
+        held = max(_held_back(text, self.CALL_END), _held_back(text, self.CALLS_END))
+        call.arguments = text[j:close] if close != -1 else text[j : len(text) - held]
         return call, close + len(self.CALL_END) if close != -1 else None
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import json
+import warnings
 from dataclasses import dataclass, field
 
 from model_optimizer.runtime.server.tool_parsers import PartialCall, ToolParser, ToolView, _content_before, skip_ws
@@ -34,7 +35,9 @@ def json_text(value: object) -> str | None:
 def literal_json(source: str) -> str | None:
     """The Python literal in `source` (`True`, `{'a': (1, 2)}` ...) as JSON text, or None if it is not one."""
     try:
-        return json_text(ast.literal_eval(source.strip()))
+        with warnings.catch_warnings():  # the model's "\\q" is no reason to warn in the server's log
+            warnings.simplefilter("ignore", (SyntaxWarning, DeprecationWarning))
+            return json_text(ast.literal_eval(source.strip()))
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
 

@@ -117,10 +117,10 @@ def _renamed_refs(node: Any, prefix: str) -> Any:
     out = {}
     for key, value in node.items():
         if key == "$ref" and isinstance(value, str):
-            if value == "#":
-                value = f"#/$defs/{prefix}parameters"
-            for local in ("#/$defs/", "#/definitions/"):
-                if value.startswith(local):
-                    value = "#/$defs/" + prefix + value[len(local) :]
+            local = next((lo for lo in ("#/$defs/", "#/definitions/") if value.startswith(lo)), None)
+            if local is not None:  # a definition: beside the parameters under the root's $defs
+                value = "#/$defs/" + prefix + value[len(local) :]
+            elif value == "#" or value.startswith("#/"):  # into the parameters schema itself, now a definition
+                value = f"#/$defs/{prefix}parameters" + value[1:]
         out[key] = _renamed_refs(value, prefix) if key != "$ref" else value
     return out

@@ -233,3 +233,127 @@ def test_tool_names_a_call_format_cannot_carry_are_refused(name):
 
     with pytest.raises(ValidationError):
         FunctionDefinition(name=name)
+
+
+BAD_ESCAPE = '<tool_call>{"name": "f", "arguments": "\\q"}</tool_call>'
+
+
+@pytest.mark.parametrize(
+    ("text", "content", "calls"),
+    [
+        ("Hi <tool_call>hello world</tool_call> bye", "Hi <tool_call>hello world</tool_call> bye", []),
+        ('<tool_call>{"name": 5}</tool_call>', '<tool_call>{"name": 5}</tool_call>', []),  # no name: text
+        ('<tool_call>{"name": "f"}</tool_call>', None, [("f", "{}")]),  # no arguments: none
+        (BAD_ESCAPE, None, [("f", "\\q")]),  # not a JSON string: its characters, still text
+        ('<tool_call>{"name": "f", "arguments": {"a": 1}, "name": "g"}</tool_call>', None, [("f", '{"a": 1}')]),
+        (  # a marker inside an argument string starts no call; the next real one is found
+            '<tool_call>{"name": "f", "arguments": {"s": "<tool_call>"}}</tool_call>\n'
+            '<tool_call>{"name": "g", "arguments": {}}</tool_call>',
+            None,
+            [("f", '{"s": "<tool_call>"}'), ("g", "{}")],
+        ),
+        ('x <tool_call> y <tool_call>{"name": "f", "arguments": {}}</tool_call>', "x <tool_call> y", [("f", "{}")]),
+    ],
+)
+def test_hermes_reads_what_is_a_call_and_leaves_the_rest_as_text(text, content, calls):
+    whole = ChatOutput(tools=HermesParser()).message(text)
+    assert whole.content == content
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in whole.tool_calls] == calls
+    for pieces in ([text], list(text)):
+        got_content, _, got_calls = _streamed(ChatOutput(tools=HermesParser()), pieces)
+        assert (got_content, [(c["name"], c["arguments"]) for c in got_calls]) == (content or "", calls)
+
+
+FRAGMENTS = [
+    "<tool_call>", "</tool_call>", "{", "}", "[", "]", '"name"', ":", '"f"', ",", '"arguments"', '"parameters"',
+    '{"a":1}', '"\\q"', '"\\"x\\""', " ", "\n", "hi", "5", "<think>", "</think>", "<|python_tag|>", ";",
+    "[TOOL_CALLS]", "[ARGS]", "f(", "a=1", ")", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "function",
+    "<｜tool▁sep｜>", "```json\n", "```", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<arg_key>", "</arg_key>",
+    "<arg_value>", "</arg_value>", "<function=f>", "<parameter=a>", "</parameter>", "</function>", "é", '"', "\\",
+]  # fmt: skip
+
+
+CALL_FRAMES = {
+    "hermes": ('<tool_call>{"name":"f","arguments":', "}</tool_call>"),
+    "llama3_json": ('{"name":"f","parameters":', "}"),
+    "mistral": ('[TOOL_CALLS][{"name":"f","arguments":', "}]"),
+    "pythonic": ("[f(", ")]"),
+    "deepseek_v3": (
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n",
+        "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    ),
+    "glm45": ("<tool_call>f\n<arg_key>a</arg_key><arg_value>", "</arg_value></tool_call>"),
+    "qwen3_coder": ("<tool_call>\n<function=f>\n<parameter=a>\n", "\n</parameter>\n</function>\n</tool_call>"),
+}
+"""Each format's call around random pieces: texts that reach deep into the parsers."""
+
+
+def test_streamed_deltas_add_up_to_the_whole_message_for_any_text():
+    """Random texts of every format's pieces, fed in random slices to every parser (with and without a
+    reasoning parser): the deltas always concatenate to the whole response, which never fails."""
+    import random
+
+    from model_optimizer.runtime.server.tool_parser_registry import PARSERS
+
+    rng = random.Random(0)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"a": {"type": "integer"}}}}}]
+    for _ in range(6000):
+        name = rng.choice(sorted(PARSERS))
+        parser = PARSERS[name]
+        text = "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, 14)))
+        if rng.random() < 0.5:
+            head, tail = CALL_FRAMES["qwen3_coder" if name == "qwen3_xml" else name]
+            text = text[: len(text) // 3] + head + text[len(text) // 3 :] + tail
+        reasoning = rng.choice([None, Qwen3ReasoningParser, DeepSeekR1ReasoningParser])
+
+        def output(parser=parser, reasoning=reasoning):
+            return ChatOutput(reasoning() if reasoning else None, parser(tools))
+
+        whole = output().message(text)
+        pieces, i = [], 0
+        while i < len(text):
+            step = rng.randint(1, 4)
+            pieces.append(text[i : i + step])
+            i += step
+        content, thought, calls = _streamed(output(), pieces)
+        assert (content, thought) == (whole.content or "", whole.reasoning_content or ""), (parser.name, text)
+        wanted = [(c["function"]["name"], c["function"]["arguments"]) for c in whole.tool_calls]
+        assert [(c["name"], c["arguments"]) for c in calls] == wanted, (parser.name, text)
+        assert all(isinstance(arguments, str) for _, arguments in wanted)
+
+
+TREE = {
+    "type": "object",
+    "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#"}}},
+    "required": ["v", "kids"],
+    "additionalProperties": False,
+}
+POINTER = {
+    "type": "object",
+    "properties": {"a": {"type": "integer", "maximum": 9}, "b": {"$ref": "#/properties/a"}},
+    "required": ["a", "b"],
+    "$defs": {"unused": {"type": "string"}},
+}
+
+
+@pytest.mark.parametrize(
+    ("parameters", "good", "bad"),
+    [
+        (TREE, {"v": 1, "kids": [{"v": 2, "kids": []}]}, {"v": 1, "kids": [{"v": "x", "kids": []}]}),
+        (POINTER, {"a": 1, "b": 2}, {"a": 1, "b": 12}),
+    ],
+    ids=["root-self-reference", "pointer-into-itself"],
+)
+def test_required_calls_keep_a_tools_references_into_its_own_schema(parameters, good, bad):
+    """tool_choice "required" moves each tool's parameters under the root's $defs: `#` and `#/...`
+    references must follow them there (jsonschema, no engine: the schema's meaning is the point)."""
+    import jsonschema
+
+    from model_optimizer.runtime.server.protocol_structured import ChatTool
+    from model_optimizer.runtime.server.tools import _calls_schema
+
+    tools = [ChatTool.model_validate({"function": {"name": n, "parameters": parameters}}) for n in ("t", "u")]
+    schema = _calls_schema(tools, parallel=True)
+    jsonschema.validate([{"name": "u", "parameters": good}, {"name": "t", "parameters": good}], schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate([{"name": "u", "parameters": bad}], schema)
