@@ -118,6 +118,14 @@ class SamplingParams:
         logit_bias (neither the fused kernel nor speculative verification applies them)."""
         return self.needs_history or bool(self.logit_bias)
 
+    def for_completion(self, index: int) -> SamplingParams:
+        """Completion `index`'s own settings among the n: completion 0 keeps the seed (so it equals the
+        n = 1 request), the others draw theirs from (seed, index), which no other request's seed repeats
+        by accident (seed + index made request (seed 0, n 2)'s second completion request seed 1's first)."""
+        if self.seed is None or index == 0:
+            return self
+        return self.clone(seed=hash((self.seed, index)) & (2**63 - 1))  # ints hash alike in every process
+
     def clone(self, **changes: object) -> SamplingParams:
         return replace(self, **changes)
 

@@ -164,7 +164,7 @@ class EngineCore:
         self.limits.check(len(request.prompt_token_ids), request.max_tokens)
         children: list[Request] = []
         for index in range(n):
-            child_params = params if params.seed is None or index == 0 else params.clone(seed=params.seed + index)
+            child_params = params.for_completion(index)
             children.append(
                 Request(
                     request_id=request.request_id if n == 1 else f"{index}:{request.request_id}",

@@ -112,7 +112,7 @@ class OutputProcessor:
         incremental = stream or bool(params.stop) or params.output_kind is RequestOutputKind.DELTA
         completions = []
         for index in range(params.n):
-            child = params if params.seed is None or index == 0 else params.clone(seed=params.seed + index)
+            child = params.for_completion(index)
             detokenizer = self._detokenizer(prompt_token_ids, child) if incremental else None
             completions.append(_Completion(index, child, detokenizer))
         group = _Group(prompt, prompt_token_ids, params.output_kind, arrival_time, completions)

@@ -22,6 +22,7 @@ the last view: both give the same calls. Parsers read the text, never token ids.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import string
 import uuid
@@ -85,7 +86,11 @@ def value_end(text: str, i: int) -> int | None:
         return _string_end(text, i)
     if text[i] in "{[":
         depth, j = 0, i
-        while j < len(text):
+        while True:  # from one string or bracket to the next (the scanning in C: a stream re-reads its text)
+            found = _STRUCTURE.search(text, j)
+            if found is None:
+                return None
+            j = found.start()
             c = text[j]
             if c == '"':
                 end = _string_end(text, j)
@@ -93,30 +98,24 @@ def value_end(text: str, i: int) -> int | None:
                     return None
                 j = end
                 continue
-            if c in "{[":
-                depth += 1
-            elif c in "}]":
-                depth -= 1
-                if depth == 0:
-                    return j + 1
+            depth += 1 if c in "{[" else -1
+            if depth == 0:
+                return j + 1
             j += 1
-        return None
     j = i
     while j < len(text) and text[j] not in ",}]" + _WS:
         j += 1
     return j if j < len(text) else None  # a number may go on with the next characters
 
 
+_STRUCTURE = re.compile(r'["{}\[\]]')
+_STRING_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
+
+
 def _string_end(text: str, i: int) -> int | None:
-    j = i + 1
-    while j < len(text):
-        if text[j] == "\\":
-            j += 2
-            continue
-        if text[j] == '"':
-            return j + 1
-        j += 1
-    return None
+    """Index past the JSON string opening at text[i], or None while it has not ended."""
+    j = _STRING_BODY.match(text, i + 1).end()  # type: ignore[union-attr]
+    return j + 1 if j < len(text) and text[j] == '"' else None
 
 
 def call_object(text: str, i: int) -> tuple[PartialCall, int | None]:

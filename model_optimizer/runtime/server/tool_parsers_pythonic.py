@@ -105,7 +105,11 @@ def _literal_end(text: str, i: int) -> int | None:
     """Index of the `,` or `)` (or stray closing bracket) that ends the literal at text[i], or None while it
     has not arrived. Brackets nest; strings (quotes, triple quotes, escapes) are skipped whole."""
     depth, j = 0, i
-    while j < len(text):
+    while True:  # from one quote, bracket or comma to the next (the scanning in C: a stream re-reads its text)
+        found = _STRUCTURE.search(text, j)
+        if found is None:
+            return None
+        j = found.start()
         c = text[j]
         if c in "'\"":
             end = _string_end(text, j)
@@ -115,22 +119,25 @@ def _literal_end(text: str, i: int) -> int | None:
             continue
         if c in "([{":
             depth += 1
-        elif c in ")]}" or (c == "," and depth == 0):
+        elif c in ")]}" or depth == 0:  # a closing bracket, or a comma outside brackets
             if depth == 0:
                 return j
             depth -= 1
         j += 1
-    return None
+
+
+_STRUCTURE = re.compile(r"['\"()\[\]{},]")
+_STRING_BODIES = {
+    quote: re.compile(
+        rf"(?:[^{q[0]}\\]|\\.|{q[0]}(?!{q[1:]}))*" if len(q) == 3 else rf"[^{q}\\]*(?:\\.[^{q}\\]*)*", re.DOTALL
+    )
+    for quote in ("'", '"', "'''", '"""')
+    for q in [re.escape(quote[0]) * len(quote)]
+}
+"""Per opening quote: the body of such a string up to its closing quote (escapes skipped)."""
 
 
 def _string_end(text: str, i: int) -> int | None:
     quote = text[i] * 3 if text.startswith(text[i] * 3, i) else text[i]
-    j = i + len(quote)
-    while j < len(text):
-        if text[j] == "\\":
-            j += 2
-            continue
-        if text.startswith(quote, j):
-            return j + len(quote)
-        j += 1
-    return None
+    j = _STRING_BODIES[quote].match(text, i + len(quote)).end()  # type: ignore[union-attr]
+    return j + len(quote) if text.startswith(quote, j) else None

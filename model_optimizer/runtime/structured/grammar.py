@@ -62,6 +62,7 @@ def _answer_grammar(so: StructuredOutputs) -> str:
                 raise GrammarError("the schema false admits no document")
             if schema == "true":  # any JSON value; llguidance's options need an object schema
                 schema = "{}"
+            _check_integer_bounds(json.loads(schema))
             return llg.LLMatcher.grammar_from_json_schema(schema, defaults=_json_options(so))
         if so.kind == "regex":
             return llg.LLMatcher.grammar_from_regex(so.spec)
@@ -72,6 +73,27 @@ def _answer_grammar(so: StructuredOutputs) -> str:
         return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
     except (ValueError, TypeError) as exc:
         raise GrammarError(f"invalid {so.kind}: {exc}") from None
+
+
+INT64 = (-(2**63), 2**63 - 1)
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _check_integer_bounds(node: Any) -> None:
+    """GrammarError for an integer bound outside 64 bits: llguidance clamps such bounds to int64, so it
+    would let out numbers the schema refuses (a minimum of 10**19 gave 9223372036854775807)."""
+    if isinstance(node, list):
+        for item in node:
+            _check_integer_bounds(item)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key in BOUNDS and isinstance(value, int) and not isinstance(value, bool):
+                if not INT64[0] <= value <= INT64[1]:
+                    raise GrammarError(
+                        f"{key} {value} is outside 64-bit integers, which the grammar engine cannot enforce"
+                    )
+            else:
+                _check_integer_bounds(value)
 
 
 _REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$-#&~/")

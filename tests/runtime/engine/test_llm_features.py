@@ -245,6 +245,17 @@ def test_delta_outputs_add_up_to_the_cumulative_one(qwen3_llm):
         assert all(c.token_ids for c in parts)  # a completion appears only when it has something new
 
 
+def test_the_n_completions_of_a_seeded_request_repeat_no_other_seed(qwen3_llm):
+    """Completion 0 keeps the request's seed (it equals the n = 1 request); the others draw from (seed,
+    index), so requests with neighbouring seeds share no sample (seed + index made them overlap)."""
+    prompt = random_prompts(1, seed=13)[0]
+    params = SamplingParams(temperature=1.0, max_tokens=16, ignore_eos=True)
+    pair = [c.token_ids for c in qwen3_llm.generate([prompt], params.clone(n=2, seed=0))[0].outputs]
+    alone = [qwen3_llm.generate([prompt], params.clone(seed=s))[0].outputs[0].token_ids for s in (0, 1, 2)]
+    assert pair[0] == alone[0] and pair[1] not in alone[1:]
+    assert pair[1] == qwen3_llm.generate([prompt], params.clone(n=2, seed=0))[0].outputs[1].token_ids
+
+
 def test_delta_outputs_hold_back_a_possible_stop_string(qwen3_llm):
     prompt = random_prompts(1, seed=12)[0]
     full = qwen3_llm.generate([prompt], GREEDY.clone(max_tokens=20))[0].outputs[0].text

@@ -89,6 +89,9 @@ def test_a_forged_message_is_checked_as_it_is_decoded():
         (StructuredOutputs.structural_tag([{"begin": "<f>", "schema": {"not": {}}}], ["<f"]), "Unimplemented keys"),
         (StructuredOutputs.structural_tag([{"begin": "<f>", "schema": False}], ["<f"]), "nothing can follow it"),
         (StructuredOutputs.json({"type": "object"}, whitespace_pattern="(("), "unclosed group"),
+        (StructuredOutputs.json({"type": "integer", "minimum": 10**19}), "outside 64-bit integers"),  # was clamped
+        (StructuredOutputs.json({"items": {"exclusiveMaximum": -(2**64)}}), "outside 64-bit integers"),
+        (StructuredOutputs.json(False), "admits no document"),
     ],
 )
 def test_what_llguidance_cannot_enforce_is_refused_with_its_reason(so, reason):
