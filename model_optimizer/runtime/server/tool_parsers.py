@@ -67,6 +67,12 @@ class ToolParser:
         """A fresh tool call id, OpenAI's shape."""
         return f"call_{uuid.uuid4().hex[:24]}"
 
+    def call_frame(self, name: str) -> tuple[str, str, str] | None:
+        """(trigger, begin, end) around one call of `name`'s JSON arguments in this format, for strict tools
+        (a structural tag: once the model writes the trigger, the call is forced to the tool's schema);
+        None where the format cannot be framed so (arguments not JSON, or the whole output the call)."""
+        return None
+
 
 # ----------------------------------------------------------------------------------- JSON scanning
 _WS = " \t\r\n"
@@ -199,6 +205,10 @@ class HermesParser(ToolParser):
     name = "hermes"
     START, END = "<tool_call>", "</tool_call>"
 
+    def call_frame(self, name: str) -> tuple[str, str, str]:
+        """As Qwen's template shows the model its calls: the object on a line of its own."""
+        return self.START, f'{self.START}\n{{"name": {json.dumps(name)}, "arguments": ', f"}}\n{self.END}"
+
     def view(self, text: str, final: bool) -> ToolView:
         calls: list[PartialCall] = []
         at, first = text.find(self.START), -1
@@ -302,6 +312,11 @@ class DeepSeekV3Parser(ToolParser):
     needs_special_tokens = True
     CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
     CALL_BEGIN, SEP, CALL_END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
+
+    def call_frame(self, name: str) -> tuple[str, str, str]:
+        """One call a block (the template's form of each call, fenced JSON arguments)."""
+        begin = f"{self.CALLS_BEGIN}{self.CALL_BEGIN}function{self.SEP}{name}\n```json\n"
+        return self.CALLS_BEGIN, begin, f"\n```{self.CALL_END}{self.CALLS_END}"
 
     def view(self, text: str, final: bool) -> ToolView:
         first = min((i for i in (text.find(self.CALLS_BEGIN), text.find(self.CALL_BEGIN)) if i != -1), default=-1)

@@ -3,7 +3,10 @@
 - `none`: the tools are rendered into the prompt (the chat template decides how), nothing is parsed.
 - `auto` (the default when tools are given): the model writes calls in its own format, read back by the
   parser the server was started with (`--enable-auto-tool-choice --tool-call-parser NAME`, tool_parsers.py);
-  without those flags it is a 400, as in vLLM. finish_reason is "tool_calls" when calls were found.
+  without those flags it is a 400, as in vLLM. finish_reason is "tool_calls" when calls were found. When a
+  tool sets `strict: true` and the format can frame a call (hermes, deepseek_v3), the output is a
+  structural tag: free text, and once the model writes the format's call marker, one call of one of the
+  tools in the format, its arguments valid under the tool's schema (the others' under any object).
 - `required`: the output is constrained to a JSON list of one or more calls ({"name", "parameters"}), each
   valid against its tool's parameters schema (one call only with parallel_tool_calls false);
   finish_reason "tool_calls".
@@ -50,7 +53,8 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
         raise APIError(400, "tool names must be unique", "tools")
     template_tools = [t.model_dump(exclude_none=True, by_alias=True) for t in tools]
     if choice is None or choice == "auto":
-        return ToolPlan(template_tools, _auto_parser(state, template_tools), finish_with_tool_calls=True)
+        parser = _auto_parser(state, template_tools)
+        return ToolPlan(template_tools, parser, _strict_calls(tools, parser), finish_with_tool_calls=True)
     if choice == "none":
         return ToolPlan(template_tools)
     if choice == "required":
@@ -73,6 +77,23 @@ def _auto_parser(state: ServerState, tools: list[dict]) -> ToolParser:
             "tool_choice",
         )
     return PARSERS[config.tool_call_parser](tools)  # formats with untyped arguments read the tools' types
+
+
+def _strict_calls(tools: list[Any], parser: ToolParser) -> StructuredOutputs | None:
+    """With tool_choice auto, a structural tag holding every call to the tools' schemas, when one of the
+    tools is strict and the parser's format frames a call; None otherwise (the calls go unconstrained)."""
+    if not any(t.function.strict for t in tools):
+        return None
+    structures, triggers = [], []
+    for tool in tools:
+        frame = parser.call_frame(tool.function.name)
+        if frame is None:
+            return None
+        trigger, begin, end = frame
+        schema = (tool.function.parameters or NO_PARAMETERS) if tool.function.strict else {"type": "object"}
+        structures.append({"begin": begin, "schema": schema, "end": end})
+        triggers.append(trigger)
+    return StructuredOutputs.structural_tag(structures, sorted(set(triggers)), whitespace_flexible=True)
 
 
 def _calls_schema(tools: list[Any], parallel: bool) -> dict:

@@ -47,12 +47,13 @@ DeepSeek-R1 write two newlines there)."""
 
 def grammar_of(so: StructuredOutputs, tokenizer: Any = None) -> str:
     """The llguidance grammar (a string it compiles) of a constraint; GrammarError when it cannot be made.
-    `tokenizer` (an LLTokenizer) tells whether reasoning tags are tokens of their own (see _tag)."""
-    answer = _answer_grammar(so)
+    `tokenizer` (an LLTokenizer) tells whether reasoning tags and structural-tag triggers are tokens of
+    their own (see _tag)."""
+    answer = _answer_grammar(so, tokenizer)
     return _after_reasoning(answer, so, tokenizer) if so.reasoning_end else answer
 
 
-def _answer_grammar(so: StructuredOutputs) -> str:
+def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
     import llguidance as llg
 
     try:
@@ -69,7 +70,7 @@ def _answer_grammar(so: StructuredOutputs) -> str:
         if so.kind == "choice":  # one regex, one lexeme: as Lark alternatives, 2,000+ choices overflow a parser row
             return llg.LLMatcher.grammar_from_regex("(" + "|".join(map(_literal, json.loads(so.spec))) + ")")
         if so.kind == "structural_tag":
-            return _structural_tag(so)
+            return _structural_tag(so, tokenizer)
         return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
     except (ValueError, TypeError) as exc:
         raise GrammarError(f"invalid {so.kind}: {exc}") from None
@@ -129,7 +130,7 @@ def _after_reasoning(answer: str, so: StructuredOutputs, tokenizer: Any) -> str:
 
 
 def _tag(text: str, tokenizer: Any) -> str:
-    """A reasoning tag in Lark: `<[id]>` where the tokenizer has it as one added token (Qwen3's and
+    """A tag (reasoning, a structural tag's trigger) in Lark: `<[id]>` where the tokenizer has it as one added token (Qwen3's and
     DeepSeek-R1's `<think>` / `</think>`: llguidance keeps added tokens out of the text, so only the token
     itself matches), else the text as a string literal."""
     if tokenizer is not None:
@@ -139,20 +140,53 @@ def _tag(text: str, tokenizer: Any) -> str:
     return json.dumps(text)
 
 
-def _structural_tag(so: StructuredOutputs) -> str:
-    """llguidance's grammar of structural tags: free text, each trigger a lazy lexeme (matched as text,
-    never as a special token) after which its structure's begin, JSON and end are forced. The schemas
-    carry the JSON options of the other kinds (compact unless whitespace_flexible or whitespace_pattern)."""
-    import llguidance as llg
-
+def _structural_tag(so: StructuredOutputs, tokenizer: Any) -> str:
+    """The grammar of structural tags: free text, in which each trigger starts its structure: the rest of
+    its begin, JSON under its schema, its end (begin and end forced). A trigger is a lazy lexeme matched
+    as text, or, where the tokenizer has it as one added token (Qwen's `<tool_call>`), that token, which
+    text never holds. The schemas carry the JSON options of the other kinds (compact unless
+    whitespace_flexible or whitespace_pattern)."""
     options = {"x-guidance": _json_options(so)}
-    tags = []
-    for trigger, schema, begin, end in structures_of(so.spec):
+    rules, names = ["TEXT: /(.|\\n)*/"], []
+    for i, (trigger, schema, begin, end) in enumerate(structures_of(so.spec)):
         if schema is False:
             raise ValueError(f"the schema of {begin!r} is false: nothing can follow it")
         grammar = options if schema is True else {**schema, **options}
-        tags.append(llg.StructTag(trigger=trigger, begin=begin, grammar=grammar, end=end))
-    return llg.StructTag.to_grammar(tags, assume_special=False)
+        body = " ".join(
+            part
+            for part in (
+                _forced(begin[len(trigger) :], tokenizer),
+                "%json " + json.dumps(grammar),
+                _forced(end, tokenizer),
+            )
+            if part
+        )
+        mark = _tag(trigger, tokenizer)
+        if mark.startswith("<["):  # a token ends the text before it by itself
+            rules.append(f"tag{i}: TEXT {mark} {body}")
+        else:
+            rules += [f"tag{i}_trigger[lazy]: TEXT {mark}", f"tag{i}: tag{i}_trigger {body}"]
+        names.append(f"tag{i}")
+    return "\n".join(["%llguidance {}", f"start: ({' | '.join(names)})* TEXT", *rules])
+
+
+def _forced(text: str, tokenizer: Any) -> str:
+    """`text` as Lark items to force: string literals, and `<[id]>` for each added token in it (Qwen's
+    `</tool_call>`), which llguidance would not let text spell; nothing for no text."""
+    if not text or tokenizer is None:
+        return json.dumps(text) if text else ""
+    parts, run = [], []
+    for token in tokenizer.tokenize_str(text):
+        if tokenizer.is_special_token(token):
+            if run:
+                parts.append(json.dumps(tokenizer.decode_str(run)))
+                run = []
+            parts.append(f"<[{token}]>")
+        else:
+            run.append(token)
+    if run:
+        parts.append(json.dumps(tokenizer.decode_str(run)))
+    return " ".join(parts)
 
 
 def _json_options(so: StructuredOutputs) -> dict[str, Any]:

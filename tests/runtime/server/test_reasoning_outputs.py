@@ -1,7 +1,7 @@
 """Reasoning through the real server: `--reasoning-parser qwen3`, the prompt's thinking block, and an
-output constraint that applies after the reasoning, as in vLLM.
+output constraint that applies after the reasoning, as in vLLM; and strict tools with tool_choice auto.
 
-The tiny Qwen3 gets `<think>` and `</think>` as added tokens (not special, as Qwen3's own tokenizer has
+The tiny Qwen3 gets `<think>`, `</think>`, `<tool_call>` and `</tool_call>` as added tokens (not special, as Qwen3's own tokenizer has
 them) and a template that, like Qwen3's family, opens the block in the prompt (`think_in_prompt`, on
 by the server's --default-chat-template-kwargs), closes it (`enable_thinking` false, or
 `reasoning_effort` "none"), or leaves it to the model. A random model never ends its thinking by itself,
@@ -49,20 +49,24 @@ def thinking_model(tiny_model, tmp_path_factory):
     folder = tmp_path_factory.mktemp("thinking") / "qwen3"
     shutil.copytree(tiny_model("qwen3"), folder)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
-    tokenizer.add_tokens(["<think>", "</think>"])  # within the model's vocabulary (the tokenizer's + 8)
+    tokenizer.add_tokens(["<think>", "</think>", "<tool_call>", "</tool_call>"])  # within the vocabulary (+ 8)
     tokenizer.chat_template = TEMPLATE
     tokenizer.save_pretrained(str(folder))
-    return folder, tokenizer.convert_tokens_to_ids("<think>"), tokenizer.convert_tokens_to_ids("</think>")
+    return folder, *tokenizer.convert_tokens_to_ids(["<think>", "</think>", "<tool_call>"])
 
 
 @pytest.fixture(scope="module")
 def live(thinking_model):
     from model_optimizer import LLM
 
-    folder, _, _ = thinking_model
+    folder, *_ = thinking_model
     llm = LLM(str(folder), max_model_len=512, num_kv_blocks=128, max_num_seqs=8)
     config = ServerConfig(
-        served_model_name="tiny", reasoning_parser="qwen3", default_chat_template_kwargs='{"think_in_prompt": true}'
+        served_model_name="tiny",
+        reasoning_parser="qwen3",
+        default_chat_template_kwargs='{"think_in_prompt": true}',
+        enable_auto_tool_choice=True,
+        tool_call_parser="hermes",
     )
     server = start_server(llm, config)
     yield server
@@ -162,7 +166,7 @@ def test_a_prompt_that_closed_the_block_is_constrained_from_the_first_token(clie
 def test_the_model_may_open_a_block_when_the_prompt_did_not(client, thinking_model):
     """No block in the prompt (qwen3's own rule: reasoning only when the output opens with <think>): the
     model may think first or answer at once. Here it is made to open one, and close it at once."""
-    _, start_id, end_id = thinking_model
+    _, start_id, end_id, _ = thinking_model
     completion = client.chat.completions.create(
         model="tiny",
         messages=USER,
@@ -206,3 +210,24 @@ def test_reasoning_sent_back_under_either_name_reaches_the_template(live):
         tokens = httpx.post(live.url + "/tokenize", json={"model": "tiny", "messages": messages}).json()["tokens"]
         text = httpx.post(live.url + "/detokenize", json={"model": "tiny", "tokens": tokens}).json()["prompt"]
         assert "<think>sevens are lucky</think>7" in text
+
+
+def test_a_strict_tool_holds_the_models_own_calls_to_its_schema(client, thinking_model):
+    """tool_choice auto with a strict tool (hermes): free text, but once the model writes its <tool_call>
+    token the call is forced into Qwen's format with arguments valid under the tool's schema. Made to
+    write that token at once (logit_bias), the random model's first call parses and validates."""
+    tool_call = thinking_model[3]
+    tools = [{"type": "function", "function": {"name": "pick", "parameters": DIGIT, "strict": True}}]
+    completion = client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        tools=tools,
+        logit_bias={str(tool_call): 100},
+        temperature=0,
+        max_tokens=60,
+        parallel_tool_calls=False,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+    )
+    [call] = completion.choices[0].message.tool_calls
+    assert call.function.name == "pick"
+    jsonschema.validate(json.loads(call.function.arguments), DIGIT)

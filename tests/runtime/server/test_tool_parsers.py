@@ -357,3 +357,24 @@ def test_required_calls_keep_a_tools_references_into_its_own_schema(parameters, 
     jsonschema.validate([{"name": "u", "parameters": good}, {"name": "t", "parameters": good}], schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate([{"name": "u", "parameters": bad}], schema)
+
+
+def test_strict_tools_frame_calls_only_in_formats_that_can():
+    """tool_choice auto constrains calls only when a tool is strict and the format frames a JSON call."""
+    from model_optimizer.runtime.server.protocol_structured import ChatTool
+    from model_optimizer.runtime.server.tool_parsers_kv import Glm45Parser
+    from model_optimizer.runtime.server.tools import _strict_calls
+
+    def tools(strict):
+        return [
+            ChatTool.model_validate({"function": {"name": "a", "parameters": TREE, "strict": strict}}),
+            ChatTool.model_validate({"function": {"name": "b"}}),
+        ]
+
+    assert _strict_calls(tools(False), HermesParser()) is None
+    assert _strict_calls(tools(True), Glm45Parser()) is None  # its arguments are not JSON
+    so = _strict_calls(tools(True), HermesParser())
+    spec = json.loads(so.spec)
+    assert spec["triggers"] == ["<tool_call>"] and so.whitespace_flexible
+    assert [s["schema"] for s in spec["structures"]] == [TREE, {"type": "object"}]
+    assert spec["structures"][0]["begin"] == '<tool_call>\n{"name": "a", "arguments": '

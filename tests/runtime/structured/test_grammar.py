@@ -173,27 +173,7 @@ def test_a_constraint_after_reasoning_leaves_the_thinking_free(so, answer, as_to
     """With a reasoning parser the server moves the constraint after the block: free text up to the end
     tag (the first one closes it), up to four whitespace characters, then the answer, of every kind. With
     reasoning_start the block is optional. Tags that are added tokens (Qwen3's) match as those tokens."""
-    import llguidance as llg
-    from transformers import PreTrainedTokenizerFast
-
-    from model_optimizer.assets import reference_model_path
-    from model_optimizer.runtime.models.tokenizer import load_tokenizer
-    from model_optimizer.runtime.structured.grammar import ll_tokenizer
-
-    folder = reference_model_path()
-    if as_token:
-        hf = PreTrainedTokenizerFast.from_pretrained(str(folder))
-        hf.add_tokens(["<think>", "</think>"])
-        hf.save_pretrained(str(tmp_path))
-        folder = tmp_path
-    tokenizer = load_tokenizer(folder)
-    ll = ll_tokenizer(tokenizer, len(tokenizer) + 5, frozenset({2}))
-
-    def taken(constraint: StructuredOutputs, text: str) -> bool:
-        tokens = tokenizer.encode(text, add_special_tokens=False)
-        matcher = llg.LLMatcher(ll, check(constraint, ll))
-        return matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting()
-
+    taken = _matching(tmp_path, ["<think>", "</think>"] if as_token else [])
     required = replace(so, reasoning_end="</think>")
     assert taken(required, f"plan {{ not JSON < </think>\n\n{answer}")
     assert taken(required, f"</think>{answer}")
@@ -204,3 +184,44 @@ def test_a_constraint_after_reasoning_leaves_the_thinking_free(so, answer, as_to
     optional = replace(so, reasoning_start="<think>", reasoning_end="</think>")
     assert taken(optional, answer) and taken(optional, f"<think>plan</think>\n{answer}")
     assert not taken(optional, f"plan</think>{answer}")
+
+
+def _matching(folder, added: list[str]):
+    """taken(constraint, text): whether the built-in model's tokenizer (with `added` tokens, not special,
+    as Qwen's own <think> and <tool_call>) spells `text` in tokens the constraint takes to its end."""
+    import llguidance as llg
+    from transformers import PreTrainedTokenizerFast
+
+    from model_optimizer.assets import reference_model_path
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+    from model_optimizer.runtime.structured.grammar import ll_tokenizer
+
+    source = reference_model_path()
+    if added:
+        hf = PreTrainedTokenizerFast.from_pretrained(str(source))
+        hf.add_tokens(added)
+        hf.save_pretrained(str(folder))
+        source = folder
+    tokenizer = load_tokenizer(source)
+    ll = ll_tokenizer(tokenizer, len(tokenizer) + 5, frozenset({2}))
+
+    def taken(constraint: StructuredOutputs, text: str) -> bool:
+        tokens = tokenizer.encode(text, add_special_tokens=False)
+        matcher = llg.LLMatcher(ll, check(constraint, ll))
+        return matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting()
+
+    return taken
+
+
+def test_a_structural_tag_trigger_that_is_a_token_triggers_as_that_token(tmp_path):
+    """Qwen's <tool_call> is an added token, which llguidance keeps out of text: as a text trigger the model
+    could not write its own token; the trigger is that token."""
+    taken = _matching(tmp_path, ["<tool_call>", "</tool_call>"])
+    weather = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"]}
+    begin = '<tool_call>{"name": "get_weather", "arguments": '
+    so = StructuredOutputs.structural_tag(
+        [{"begin": begin, "schema": weather, "end": "}</tool_call>"}], ["<tool_call>"]
+    )
+    assert taken(so, 'Let me look. <tool_call>{"name": "get_weather", "arguments": {"city":"Oslo"}}</tool_call> ok')
+    assert not taken(so, '<tool_call>{"name": "get_weather", "arguments": {"city":"Rome"}}</tool_call>')
+    assert taken(so, "no call at all")

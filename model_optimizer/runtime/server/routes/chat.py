@@ -90,7 +90,7 @@ async def _constraint(state: ServerState, body: ChatCompletionRequest, plan: Too
     if plan.constraint is not None:
         if requested is not None:
             raise APIError(
-                400, f"tool_choice constrains the output to tool calls: leave out {requested[1]}", requested[1]
+                400, f"the tools constrain the output (tool_choice required or named, or a strict tool): leave out {requested[1]}", requested[1]
             )
         requested = (plan.constraint, "tools")
     if requested is None:
