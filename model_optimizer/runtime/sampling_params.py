@@ -52,6 +52,11 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None
     """Token id -> a value in [-100, 100] added to its logit before sampling (OpenAI's): -100 all but bans
     the token, 100 all but forces it. Logprobs stay the model's own, as vLLM reports them."""
+    allowed_token_ids: list[int] | None = None
+    """Only these tokens may be sampled (vLLM's); None: any."""
+    bad_words_token_ids: list[list[int]] | None = None
+    """Token sequences the output must not contain: the last token of each is barred wherever the output
+    so far ends with the rest (vLLM's bad_words, as token ids; the server tokenizes its words)."""
     seed: int | None = None
     """Seed of this request's own random generator: the same seed gives the same output."""
     max_tokens: int | None = 16
@@ -109,14 +114,20 @@ class SamplingParams:
 
     @property
     def needs_history(self) -> bool:
-        """Whether sampling reads the tokens generated so far (penalties)."""
-        return self.repetition_penalty != 1.0 or bool(self.presence_penalty) or bool(self.frequency_penalty)
+        """Whether sampling reads the tokens generated so far (penalties, bad words)."""
+        return (
+            self.repetition_penalty != 1.0
+            or bool(self.presence_penalty)
+            or bool(self.frequency_penalty)
+            or bool(self.bad_words_token_ids)
+        )
 
     @property
     def adjusts_logits(self) -> bool:
-        """Whether sampling changes the logits per token beyond temperature and filtering: penalties or a
-        logit_bias (neither the fused kernel nor speculative verification applies them)."""
-        return self.needs_history or bool(self.logit_bias)
+        """Whether sampling changes the logits per token beyond temperature and filtering: penalties, a
+        logit_bias, allowed or barred tokens (neither the fused kernel nor speculative verification applies
+        them)."""
+        return self.needs_history or bool(self.logit_bias) or self.allowed_token_ids is not None
 
     def for_completion(self, index: int) -> SamplingParams:
         """Completion `index`'s own settings among the n: completion 0 keeps the seed (so it equals the
@@ -157,6 +168,24 @@ class SamplingParams:
                 and all(_is_int(t) and t >= 0 and _in(v, -100.0, 100.0) for t, v in self.logit_bias.items())
             ),
             "logit_bias must map token ids (integers >= 0) to numbers in [-100, 100]",
+        )
+        _require(
+            self.allowed_token_ids is None
+            or (
+                isinstance(self.allowed_token_ids, list) and all(_is_int(t) and t >= 0 for t in self.allowed_token_ids)
+            ),
+            "allowed_token_ids must be a list of token ids (integers >= 0)",
+        )
+        _require(
+            self.bad_words_token_ids is None
+            or (
+                isinstance(self.bad_words_token_ids, list)
+                and all(
+                    isinstance(seq, list) and seq and all(_is_int(t) and t >= 0 for t in seq)
+                    for seq in self.bad_words_token_ids
+                )
+            ),
+            "bad_words_token_ids must be a list of non-empty lists of token ids",
         )
         _require(self.seed is None or _is_int(self.seed), f"seed must be an integer or None, got {self.seed!r}")
         _require(

@@ -1,6 +1,7 @@
 """Sampler: logits of the last position of each request -> next token (and logprobs).
 
-Order as in transformers' logits processors: penalties, then logit_bias, temperature, top-k, top-p, min-p.
+Order as in transformers' logits processors: penalties, then logit_bias, allowed and barred tokens
+(vLLM's allowed_token_ids and bad words), temperature, top-k, top-p, min-p.
 Logprobs are those of the raw model distribution, as vLLM and the OpenAI API report them. A row
 constrained by a grammar (runtime/structured) samples among the tokens its mask allows, and its
 logprobs are those of the model's distribution over the allowed tokens (the mask applied before the
@@ -151,7 +152,7 @@ class Sampler:
             finite = scores.sum(dim=-1).isfinite()  # any NaN or inf makes the sum NaN or inf
             if forbidden is not None:  # after the check: the -inf of a forbidden token is no fault of the model
                 scores = apply_token_mask(scores, forbidden)
-            scores = _apply_logit_bias(self._apply_penalties(scores, batch), batch)
+            scores = _apply_token_rules(self._apply_penalties(scores, batch), batch)
             token_ids = self._choose(scores, batch)
         logprobs = None if raw_logprobs is None else reduce_logprobs(raw_logprobs, token_ids, max(wanted))
         return SampledTokens(token_ids, finite, logprobs, checked)
@@ -272,13 +273,23 @@ def plain(params: SamplingParams) -> bool:
     return not params.adjusts_logits and params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0
 
 
-def _apply_logit_bias(logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
-    """Each row's logit_bias added in place (ids past the vocabulary are the caller's to refuse)."""
+def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
+    """Each row's logit_bias added, and the tokens it may not take (outside allowed_token_ids, or ending
+    one of its bad words here) set to -inf, in place. Ids past the vocabulary are the caller's to refuse."""
     for i, item in enumerate(batch):
-        bias = item.params.logit_bias
-        if bias:
-            ids = to_device(list(bias), logits.device, torch.int64)
-            logits[i].index_add_(0, ids, to_device(list(bias.values()), logits.device, logits.dtype))
+        p = item.params
+        if p.logit_bias:
+            ids = to_device(list(p.logit_bias), logits.device, torch.int64)
+            logits[i].index_add_(0, ids, to_device(list(p.logit_bias.values()), logits.device, logits.dtype))
+        if p.allowed_token_ids is not None:
+            keep = logits[i, to_device(p.allowed_token_ids, logits.device, torch.int64)]
+            logits[i] = float("-inf")
+            logits[i, to_device(p.allowed_token_ids, logits.device, torch.int64)] = keep
+        if p.bad_words_token_ids:
+            out = item.output_token_ids[: item.output_index]
+            barred = [seq[-1] for seq in p.bad_words_token_ids if len(seq) == 1 or out[-(len(seq) - 1) :] == seq[:-1]]
+            if barred:
+                logits[i, to_device(barred, logits.device, torch.int64)] = float("-inf")
     return logits
 
 

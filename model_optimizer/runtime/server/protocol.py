@@ -90,6 +90,10 @@ class SamplingFields(_Request):
     repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
     min_tokens: int = Field(default=0, ge=0, le=INT64_MAX)
     stop_token_ids: list[TokenId] | None = Field(default=None, max_length=1024)
+    allowed_token_ids: list[TokenId] | None = Field(default=None, max_length=1 << 20)
+    """Only these tokens may be sampled."""
+    bad_words: list[Annotated[str, Field(min_length=1, max_length=1024)]] | None = Field(default=None, max_length=1024)
+    """Words the output must not contain (tokenized alone and after a space, as vLLM does)."""
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True

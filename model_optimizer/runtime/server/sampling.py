@@ -42,7 +42,31 @@ def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -
     vocab = state.model.vocab_size
     if bias and vocab and max(bias) >= vocab:
         raise APIError(400, f"logit_bias: token id {max(bias)} is outside the vocabulary (size {vocab})", "logit_bias")
+    if body.allowed_token_ids is not None:
+        if not body.allowed_token_ids:
+            raise APIError(400, "allowed_token_ids is empty: no token could be sampled", "allowed_token_ids")
+        if vocab and max(body.allowed_token_ids) >= vocab:
+            raise APIError(
+                400, f"allowed_token_ids: {max(body.allowed_token_ids)} is outside the vocabulary", "allowed_token_ids"
+            )
+    if body.bad_words and state.model.tokenizer is None:
+        raise APIError(400, "bad_words need the model's tokenizer; this model is served without one", "bad_words")
     return stop
+
+
+def bad_words_ids(state: ServerState, body: SamplingFields) -> list[list[int]] | None:
+    """The request's bad words as token sequences: each word alone and after a space (the same word
+    inside a sentence), as vLLM bars them."""
+    if not body.bad_words:
+        return None
+    encode = state.model.tokenizer.encode
+    sequences: list[list[int]] = []
+    for word in body.bad_words:
+        for text in (word, " " + word.lstrip()):
+            ids = list(encode(text, add_special_tokens=False))
+            if ids and ids not in sequences:
+                sequences.append(ids)
+    return sequences
 
 
 def logit_bias(body: SamplingFields) -> dict[int, float] | None:
@@ -112,6 +136,7 @@ def sampling_params(
     structured_outputs: StructuredOutputs | None = None,
     keep_special_tokens: bool = False,
     prompt_logprobs: int | None = None,
+    bad_words: list[list[int]] | None = None,
 ) -> SamplingParams:
     """The request's SamplingParams; a field it did not send takes `defaults` (the model's), else OpenAI's.
     `structured_outputs` is the checked constraint (structured.py, tools.py); `keep_special_tokens` keeps
@@ -133,6 +158,8 @@ def sampling_params(
             presence_penalty=body.presence_penalty,
             frequency_penalty=body.frequency_penalty,
             logit_bias=logit_bias(body),
+            allowed_token_ids=list(body.allowed_token_ids) if body.allowed_token_ids is not None else None,
+            bad_words_token_ids=bad_words,
             seed=body.seed,
             max_tokens=max_tokens,
             min_tokens=body.min_tokens,

@@ -113,3 +113,14 @@ def test_logit_bias_moves_the_draw_not_the_logprobs():
     banned = SamplingParams(temperature=1.0, logit_bias={0: -100.0, 1: -100.0})
     draws = {sampler(LOGITS[:1].clone(), [SamplingInput(banned, [9], [])])[0][0] for _ in range(200)}
     assert draws <= {2, 3} and len(draws) == 2
+
+
+def test_allowed_tokens_and_bad_words():
+    """vLLM's allowed_token_ids (nothing else can be drawn) and bad words (a sequence's last token is
+    barred where the output ends with the rest of it; a one-token word everywhere)."""
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    only = SamplingParams(temperature=1.0, allowed_token_ids=[1, 3])
+    assert {sampler(LOGITS[:1].clone(), [SamplingInput(only, [9], [])])[0][0] for _ in range(100)} == {1, 3}
+    bad = SamplingParams(temperature=0, bad_words_token_ids=[[2, 0], [1]])
+    assert sampler(LOGITS[:1].clone(), [SamplingInput(bad, [9], [2])])[0][0] == 2  # after 2, 0 and 1 barred
+    assert sampler(LOGITS[:1].clone(), [SamplingInput(bad, [9], [3])])[0][0] == 0  # 0 is fine after 3

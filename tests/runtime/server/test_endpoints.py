@@ -182,6 +182,23 @@ def test_seed_reproducible_and_stop_string(client):
     assert stop not in stopped["text"] and first.startswith(stopped["text"])
 
 
+def test_logit_bias_allowed_token_ids_and_bad_words_steer_the_draw(client, server_llm):
+    """OpenAI's logit_bias and vLLM's allowed_token_ids and bad_words, each against the same greedy run."""
+    req = {"prompt": "steer", "max_tokens": 12, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+    plain = client.post("/v1/completions", json=req).json()["choices"][0]
+    forced = client.post("/v1/completions", json={**req, "logit_bias": {"42": 100}}).json()["choices"][0]
+    assert forced["token_ids"] == [42] * 12
+    allowed = [7, 9, 11]
+    sampled = {**req, "temperature": 1.0, "seed": 5, "allowed_token_ids": allowed}
+    assert set(client.post("/v1/completions", json=sampled).json()["choices"][0]["token_ids"]) <= set(allowed)
+    word = server_llm.tokenizer.decode(plain["token_ids"][2:4])  # two tokens the greedy output has
+    barred = server_llm.tokenizer.encode(word, add_special_tokens=False)
+    again = client.post("/v1/completions", json={**req, "bad_words": [word]}).json()["choices"][0]["token_ids"]
+    assert again[:2] == plain["token_ids"][:2] and not any(
+        again[i : i + len(barred)] == barred for i in range(len(again))
+    )
+
+
 def test_default_max_tokens_is_capped(client):
     """No max_tokens: up to the remaining context, here capped by --max-tokens-limit (64)."""
     body = client.post("/v1/completions", json={"prompt": "go on", "ignore_eos": True}).json()

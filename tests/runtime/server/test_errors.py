@@ -73,6 +73,8 @@ def test_context_overflow_names_both_numbers(client, server_llm):
         ({"logit_bias": {"-1": 5}}, "non-negative integers"),
         ({"logit_bias": {"1": 101}}, "[-100, 100]"),
         ({"logit_bias": {"99999999": 1}}, "outside the vocabulary"),
+        ({"allowed_token_ids": []}, "allowed_token_ids is empty"),
+        ({"allowed_token_ids": [99999999]}, "outside the vocabulary"),
         ({"suffix": "tail"}, "suffix"),
     ],
 )

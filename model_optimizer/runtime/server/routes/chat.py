@@ -29,7 +29,7 @@ from model_optimizer.runtime.server.protocol import (
 from model_optimizer.runtime.server.reasoning import REASONING_PARSERS, ReasoningParser, prompt_state
 from model_optimizer.runtime.server.request_group import Generation, new_request_id, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
-from model_optimizer.runtime.server.sampling import check_caps, resolve_max_tokens, sampling_params
+from model_optimizer.runtime.server.sampling import bad_words_ids, check_caps, resolve_max_tokens, sampling_params
 from model_optimizer.runtime.server.state import ServerState, get_state
 from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate
 from model_optimizer.runtime.server.structured import check_constraint, requested_constraint
@@ -71,7 +71,16 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = resolve_max_tokens(state, getattr(body, field), len(prompt.token_ids), field)
     keep_special = plan.parser is not None and plan.parser.needs_special_tokens
-    params = sampling_params(body, stop, max_tokens, logprobs, state.sampling_defaults, constraint, keep_special)
+    params = sampling_params(
+        body,
+        stop,
+        max_tokens,
+        logprobs,
+        state.sampling_defaults,
+        constraint,
+        keep_special,
+        bad_words=bad_words_ids(state, body),
+    )
     generation = Generation(
         new_request_id("chatcmpl"),
         [prompt.token_ids],
@@ -90,7 +99,9 @@ async def _constraint(state: ServerState, body: ChatCompletionRequest, plan: Too
     if plan.constraint is not None:
         if requested is not None:
             raise APIError(
-                400, f"the tools constrain the output (tool_choice required or named, or a strict tool): leave out {requested[1]}", requested[1]
+                400,
+                f"the tools constrain the output (tool_choice required or named, or a strict tool): leave out {requested[1]}",
+                requested[1],
             )
         requested = (plan.constraint, "tools")
     if requested is None:
