@@ -8,6 +8,8 @@ known not to be one.
 - `qwen3`: reasoning only when the output opens with `<think>` (Qwen3 writes it in thinking mode; with
   thinking off its template closes an empty block in the prompt), up to `</think>`; otherwise all content.
 - `glm45` (GLM-4.5/4.6): the same rule, as its template does the same.
+- `deepseek_v3` (DeepSeek-V3.1, thinking or not by the `thinking` template keyword): the same rule too,
+  since its template opens the block in the prompt when thinking and closes it when not.
 - `deepseek_r1`: everything before `</think>` is reasoning, whether or not the output repeats the
   `<think>` the template put in the prompt; an output without `</think>` is reasoning alone.
 
@@ -87,12 +89,17 @@ class Glm45ReasoningParser(ReasoningParser):
     name = "glm45"
 
 
+class DeepSeekV3ReasoningParser(ReasoningParser):
+    name = "deepseek_v3"
+
+
 class DeepSeekR1ReasoningParser(ReasoningParser):
     name = "deepseek_r1"
     implicit_start = True
 
 
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
-    p.name: p for p in (Qwen3ReasoningParser, DeepSeekR1ReasoningParser, Glm45ReasoningParser)
+    p.name: p
+    for p in (Qwen3ReasoningParser, DeepSeekR1ReasoningParser, DeepSeekV3ReasoningParser, Glm45ReasoningParser)
 }
 """--reasoning-parser choices."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from model_optimizer.runtime.server.tool_parsers import (
     DeepSeekV3Parser,
+    DeepSeekV31Parser,
     HermesParser,
     Llama3JsonParser,
     MistralParser,
@@ -23,6 +24,7 @@ PARSERS: dict[str, type[ToolParser]] = {
         Llama3JsonParser,
         MistralParser,
         DeepSeekV3Parser,
+        DeepSeekV31Parser,
         Glm45Parser,
         Qwen3CoderParser,
         PythonicParser,

@@ -363,6 +363,36 @@ class DeepSeekV3Parser(ToolParser):
         return call, close + len(self.CALL_END) if close != -1 else None
 
 
+class DeepSeekV31Parser(DeepSeekV3Parser):
+    """DeepSeek-V3.1's calls: the same markers, but the name before `<｜tool▁sep｜>` and the arguments' JSON
+    straight after it, no type and no fence: `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`."""
+
+    name = "deepseek_v31"
+
+    def call_frame(self, name: str) -> tuple[str, str, str]:
+        return (
+            self.CALLS_BEGIN,
+            f"{self.CALLS_BEGIN}{self.CALL_BEGIN}{name}{self.SEP}",
+            f"{self.CALL_END}{self.CALLS_END}",
+        )
+
+    def _call(self, text: str, i: int) -> tuple[PartialCall | None, int | None]:
+        sep = text.find(self.SEP, i)
+        name = text[i:sep].strip() if sep != -1 else ""
+        if not name:
+            return None, None  # the name goes on, or the call is not in this format
+        call = PartialCall(name=name)
+        j = skip_ws(text, sep + len(self.SEP))
+        close = text.find(self.CALL_END, j)
+        end = value_end(text, j) if text.startswith("{", j) else None
+        if end is not None and (close == -1 or end <= close):
+            call.arguments, call.complete = text[j:end], True
+            return call, end
+        held = max(_held_back(text, self.CALL_END), _held_back(text, self.CALLS_END))
+        call.arguments = text[j:close] if close != -1 else text[j : len(text) - held]
+        return call, close + len(self.CALL_END) if close != -1 else None
+
+
 class RequiredParser(ToolParser):
     """tool_choice "required": the output is the JSON list the server's grammar allowed."""
 

@@ -4,7 +4,7 @@
 - `auto` (the default when tools are given): the model writes calls in its own format, read back by the
   parser the server was started with (`--enable-auto-tool-choice --tool-call-parser NAME`, tool_parsers.py);
   without those flags it is a 400, as in vLLM. finish_reason is "tool_calls" when calls were found. When a
-  tool sets `strict: true` and the format can frame a call (hermes, deepseek_v3), the output is a
+  tool sets `strict: true` and the format can frame a call (hermes, deepseek_v3, deepseek_v31), the output is a
   structural tag: free text, and once the model writes the format's call marker, one call of one of the
   tools in the format, its arguments valid under the tool's schema (the others' under any object).
 - `required`: the output is constrained to a JSON list of one or more calls ({"name", "parameters"}), each

@@ -12,6 +12,7 @@ from model_optimizer.runtime.server.chat_output import ChatOutput
 from model_optimizer.runtime.server.reasoning import (
     CLOSED,
     OPEN,
+    REASONING_PARSERS,
     DeepSeekR1ReasoningParser,
     Qwen3ReasoningParser,
     prompt_state,
@@ -169,6 +170,9 @@ def test_where_a_constraint_starts_follows_the_parsers_rule():
     alone when the output starts inside one, both when the model may open one."""
     assert Qwen3ReasoningParser().constraint_tags() == ("<think>", "</think>")
     assert Qwen3ReasoningParser(OPEN).constraint_tags() == ("", "</think>")
+    v31 = REASONING_PARSERS["deepseek_v3"]  # DeepSeek-V3.1: its template opens or closes the block by `thinking`
+    assert v31(OPEN).split("plan</think>ok", True) == ("plan", "ok")
+    assert v31(CLOSED).split("ok", True) == ("", "ok") and v31().constraint_tags() == ("<think>", "</think>")
     assert DeepSeekR1ReasoningParser().constraint_tags() == ("", "</think>")
     assert (
         DeepSeekR1ReasoningParser(CLOSED).constraint_tags()
@@ -281,6 +285,10 @@ CALL_FRAMES = {
     "deepseek_v3": (
         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n",
         "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    ),
+    "deepseek_v31": (
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>",
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
     ),
     "glm45": ("<tool_call>f\n<arg_key>a</arg_key><arg_value>", "</arg_value></tool_call>"),
     "qwen3_coder": ("<tool_call>\n<function=f>\n<parameter=a>\n", "\n</parameter>\n</function>\n</tool_call>"),

@@ -1,4 +1,4 @@
-"""The deepseek_v3, glm45, qwen3_coder and pythonic tool-call parsers on texts in each model's format.
+"""The deepseek_v3, deepseek_v31, glm45, qwen3_coder and pythonic tool-call parsers on texts in each model's format.
 
 Each text is read whole and fed in every prefix and in small chunks: every view extends the one before
 (content appended to, a call's name set once, its arguments extended), the streamed deltas add up to the
@@ -16,7 +16,7 @@ import pytest
 from model_optimizer.runtime.server.chat_output import ChatOutput
 from model_optimizer.runtime.server.reasoning import Glm45ReasoningParser
 from model_optimizer.runtime.server.tool_parser_registry import PARSERS
-from model_optimizer.runtime.server.tool_parsers import DeepSeekV3Parser, ToolView
+from model_optimizer.runtime.server.tool_parsers import DeepSeekV3Parser, DeepSeekV31Parser, ToolView
 from model_optimizer.runtime.server.tool_parsers_kv import Glm45Parser, Qwen3CoderParser, value_json
 from model_optimizer.runtime.server.tool_parsers_pythonic import PythonicParser
 from tests.runtime.server.test_tool_parsers import _streamed
@@ -66,6 +66,13 @@ RAW_TYPED = {
 }
 
 CASES = [
+    (  # DeepSeek-V3.1: the name before the separator, the arguments' JSON right after it
+        DeepSeekV31Parser,
+        f'Let me look.{BEGIN}{CALL}get_weather{SEP}{{"city": "Oslo", "unit": "c\\\\"}}{END_CALL}'
+        f"{CALL}time{SEP}{{}}{END_CALL}{END}<｜end▁of▁sentence｜>",
+        "Let me look.",
+        [("get_weather", WEATHER), ("time", {})],
+    ),
     (  # DeepSeek-V3: text, then two calls in the calls block, and the end of sentence after it
         DeepSeekV3Parser,
         f'Let me look.{BEGIN}{CALL}function{SEP}get_weather\n```json\n{{"city": "Oslo", "unit": "c\\\\"}}\n```{END_CALL}\n'
@@ -238,6 +245,7 @@ def test_every_parser_takes_the_request_tools_and_deepseek_keeps_special_tokens(
         "llama3_json",
         "mistral",
         "deepseek_v3",
+        "deepseek_v31",
         "glm45",
         "qwen3_coder",
         "qwen3_xml",
