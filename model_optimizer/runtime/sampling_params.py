@@ -57,6 +57,14 @@ class SamplingParams:
     bad_words_token_ids: list[list[int]] | None = None
     """Token sequences the output must not contain: the last token of each is barred wherever the output
     so far ends with the rest (vLLM's bad_words, as token ids; the server tokenizes its words)."""
+    thinking_token_budget: int | None = None
+    """Most tokens of thinking (vLLM's): once the output has thought this many tokens without ending its
+    block, thinking_end_token_ids are forced, one a step. None: no bound."""
+    thinking_end_token_ids: list[int] | None = None
+    """The tokens that end a thinking block (`</think>`'s), which the budget forces."""
+    thinking_start_token_ids: list[int] | None = None
+    """Set: the output thinks only when it opens with these tokens (`<think>`'s), and the budget counts
+    after them; unset: the output starts inside the block (the prompt opened it)."""
     seed: int | None = None
     """Seed of this request's own random generator: the same seed gives the same output."""
     max_tokens: int | None = 16
@@ -120,6 +128,7 @@ class SamplingParams:
             or bool(self.presence_penalty)
             or bool(self.frequency_penalty)
             or bool(self.bad_words_token_ids)
+            or self.thinking_token_budget is not None
         )
 
     @property
@@ -186,6 +195,13 @@ class SamplingParams:
                 )
             ),
             "bad_words_token_ids must be a list of non-empty lists of token ids",
+        )
+        _require(
+            self.thinking_token_budget is None
+            or (
+                _is_int(self.thinking_token_budget) and self.thinking_token_budget >= 0 and self.thinking_end_token_ids
+            ),
+            "thinking_token_budget must be an integer >= 0, with thinking_end_token_ids (the tokens it forces)",
         )
         _require(self.seed is None or _is_int(self.seed), f"seed must be an integer or None, got {self.seed!r}")
         _require(

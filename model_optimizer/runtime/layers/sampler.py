@@ -290,7 +290,30 @@ def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torc
             barred = [seq[-1] for seq in p.bad_words_token_ids if len(seq) == 1 or out[-(len(seq) - 1) :] == seq[:-1]]
             if barred:
                 logits[i, to_device(barred, logits.device, torch.int64)] = float("-inf")
+        if p.thinking_token_budget is not None:
+            forced = _thinking_end(item.output_token_ids[: item.output_index], p)
+            if forced is not None and logits[i, forced].isfinite():  # a grammar always allows it; be sure
+                keep = logits[i, forced].clone()
+                logits[i] = float("-inf")
+                logits[i, forced] = keep
     return logits
+
+
+def _thinking_end(out: list[int], p: SamplingParams) -> int | None:
+    """The token the thinking budget forces next, or None. Thinking starts at the output's start (or after
+    thinking_start_token_ids, when the output opens with them); once it has lasted the budget without its
+    end tokens, they are forced one a step. Only the few steps past the budget look back at the output."""
+    start, end = p.thinking_start_token_ids or [], p.thinking_end_token_ids or []
+    if start and out[: len(start)] != start:
+        return None  # not thinking (or not yet known to)
+    thought = out[len(start) :]
+    over = len(thought) - p.thinking_token_budget  # type: ignore[operator]
+    if over < 0 or over >= len(end):
+        return None  # within the budget, or past it by the whole end: ended one way or the other
+    if any(thought[k : k + len(end)] == end for k in range(len(thought) - len(end) + 1)):
+        return None  # ended by itself
+    done = next(j for j in range(min(len(end), len(thought)), -1, -1) if j == 0 or thought[-j:] == end[:j])
+    return end[done]
 
 
 def inverse_temperatures(batch: list[SamplingInput]) -> tuple[float, ...]:

@@ -164,6 +164,8 @@ class ChatCompletionRequest(SamplingFields):
     the first call the model wrote is returned, as vLLM does)."""
     include_reasoning: bool = True
     """With --reasoning-parser: False drops the reasoning from the response (vLLM's field)."""
+    thinking_token_budget: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    """With --reasoning-parser: the most tokens the model may think; then its end tag is forced (vLLM's)."""
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
     """Passed to the chat template as `reasoning_effort`; "none" also sets `enable_thinking` false unless
     chat_template_kwargs sets it (vLLM's mapping, for templates such as Qwen3's)."""

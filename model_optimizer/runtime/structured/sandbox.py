@@ -73,8 +73,8 @@ class GrammarSandbox:
                 return f"the grammar engine failed on this {so.kind} (its process ended); simplify it"
 
     def close(self) -> None:
-        with self._lock:
-            child, self._child = self._child, None
+        """Kill the child (a check under way then ends as a refusal; the lock is not waited for)."""
+        child = self._child
         if child is not None:
             child.kill()
             child.wait()

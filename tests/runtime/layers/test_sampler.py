@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from model_optimizer.runtime.layers.sampler import Sampler, SamplingInput, _filtered_probs
@@ -124,3 +125,26 @@ def test_allowed_tokens_and_bad_words():
     bad = SamplingParams(temperature=0, bad_words_token_ids=[[2, 0], [1]])
     assert sampler(LOGITS[:1].clone(), [SamplingInput(bad, [9], [2])])[0][0] == 2  # after 2, 0 and 1 barred
     assert sampler(LOGITS[:1].clone(), [SamplingInput(bad, [9], [3])])[0][0] == 0  # 0 is fine after 3
+
+
+@pytest.mark.parametrize(
+    ("out", "start", "forced"),
+    [
+        ([1, 2], None, None),  # within the budget of 3
+        ([1, 2, 3], None, 7),  # the budget spent: the end's first token
+        ([1, 2, 3, 7], None, 8),  # then the rest of it
+        ([1, 2, 3, 7, 8], None, None),  # ended
+        ([1, 7, 8], None, None),  # ended by itself before the budget
+        ([1, 2, 7], None, 8),  # the model began the end itself just as the budget ran out
+        ([1, 2, 3, 4], [5], None),  # the output did not open a block: not thinking
+        ([5, 1, 2, 3], [5], 7),  # counted after the start tag
+    ],
+)
+def test_the_thinking_budget_forces_the_end_of_the_block(out, start, forced):
+    from model_optimizer.runtime.layers.sampler import _thinking_end
+
+    params = SamplingParams(thinking_token_budget=3, thinking_end_token_ids=[7, 8], thinking_start_token_ids=start)
+    assert _thinking_end(out, params) == forced
+    logits = torch.zeros(1, 10)
+    [(token, _)] = Sampler(torch.device("cpu"))(logits, [SamplingInput(params.clone(temperature=1.0), [9], out)])
+    assert forced is None or token == forced

@@ -231,3 +231,21 @@ def test_a_strict_tool_holds_the_models_own_calls_to_its_schema(client, thinking
     [call] = completion.choices[0].message.tool_calls
     assert call.function.name == "pick"
     jsonschema.validate(json.loads(call.function.arguments), DIGIT)
+
+
+def test_a_thinking_budget_ends_the_block_and_the_answer_follows(client, thinking_model):
+    """vLLM's thinking_token_budget: after that many tokens of thinking the end tag is forced, so the random
+    model (which never ends by itself) thinks exactly 3 tokens and then answers under the schema."""
+    end_id = thinking_model[2]
+    completion = client.chat.completions.create(
+        model="tiny",
+        messages=USER,
+        response_format={"type": "json_schema", "json_schema": {"name": "digit", "schema": DIGIT}},
+        temperature=0,
+        max_tokens=60,
+        extra_body={"thinking_token_budget": 3, "return_token_ids": True},
+    )
+    choice = completion.choices[0]
+    assert choice.token_ids[3] == end_id and end_id not in choice.token_ids[:3]
+    assert choice.finish_reason == "stop" and getattr(choice.message, "reasoning", None)
+    jsonschema.validate(json.loads(choice.message.content), DIGIT)

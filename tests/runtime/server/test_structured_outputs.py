@@ -514,3 +514,9 @@ def test_auto_tool_choice_needs_the_servers_flags(server):
         r = httpx.post(server.url + "/v1/chat/completions", json={**body, "tool_choice": choice}, timeout=60)
         assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}
+
+
+def test_a_thinking_budget_needs_a_reasoning_parser(live):
+    body = {"model": "tiny", "messages": USER, "max_tokens": 5, "thinking_token_budget": 8}
+    r = httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400 and "--reasoning-parser" in r.json()["error"]["message"]

@@ -68,6 +68,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     if constraint is not None and reasoning is not None:  # the constraint applies to the answer, after thinking
         start, end = reasoning.constraint_tags()
         constraint = replace(constraint, reasoning_start=start, reasoning_end=end)
+    thinking = _thinking_budget(state, body, reasoning)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = resolve_max_tokens(state, getattr(body, field), len(prompt.token_ids), field)
     keep_special = plan.parser is not None and plan.parser.needs_special_tokens
@@ -81,6 +82,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         keep_special,
         bad_words=bad_words_ids(state, body),
     )
+    if thinking:
+        params = params.clone(**thinking)
     generation = Generation(
         new_request_id("chatcmpl"),
         [prompt.token_ids],
@@ -91,6 +94,29 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     )
     fmt = ChatFormat(body, generation.request_id, state.model.name, TokenTexts(state.model.tokenizer), plan, reasoning)
     return await respond(request, state, generation, fmt)
+
+
+def _thinking_budget(
+    state: ServerState, body: ChatCompletionRequest, reasoning: ReasoningParser | None
+) -> dict[str, object] | None:
+    """SamplingParams fields of the request's thinking_token_budget: the end tag's tokens to force, and the
+    start tag's when the model may open a block itself; None without a budget or when the prompt closed
+    the block. 400 without --reasoning-parser, as vLLM."""
+    if body.thinking_token_budget is None:
+        return None
+    if reasoning is None:
+        raise APIError(
+            400, "thinking_token_budget needs the server started with --reasoning-parser", "thinking_token_budget"
+        )
+    start, end = reasoning.constraint_tags()
+    if not end:
+        return None  # thinking is off for this prompt
+    encode = state.model.tokenizer.encode
+    return {
+        "thinking_token_budget": body.thinking_token_budget,
+        "thinking_end_token_ids": list(encode(end, add_special_tokens=False)),
+        "thinking_start_token_ids": list(encode(start, add_special_tokens=False)) if start else None,
+    }
 
 
 async def _constraint(state: ServerState, body: ChatCompletionRequest, plan: ToolPlan) -> StructuredOutputs | None:
