@@ -351,13 +351,16 @@ class DeepSeekV3Parser(ToolParser):
                 return call, None
         elif "```".startswith(text[j:]):
             return call, None
-        j = skip_ws(text, j)
+        return self._arguments(call, text, skip_ws(text, j))
+
+    def _arguments(self, call: PartialCall, text: str, j: int) -> tuple[PartialCall, int | None]:
+        """`call` with its arguments from text[j]: a JSON object whole, else the raw text up to the end
+        marker (never a piece of either end marker); and the index past the call (None while it goes on)."""
         close = text.find(self.CALL_END, j)
         end = value_end(text, j) if text.startswith("{", j) else None
         if end is not None and (close == -1 or end <= close):
             call.arguments, call.complete = text[j:end], True
             return call, end
-        # not an object (or not yet whole): the raw text up to the end marker, never a piece of the marker
         held = max(_held_back(text, self.CALL_END), _held_back(text, self.CALLS_END))
         call.arguments = text[j:close] if close != -1 else text[j : len(text) - held]
         return call, close + len(self.CALL_END) if close != -1 else None
@@ -381,16 +384,7 @@ class DeepSeekV31Parser(DeepSeekV3Parser):
         name = text[i:sep].strip() if sep != -1 else ""
         if not name:
             return None, None  # the name goes on, or the call is not in this format
-        call = PartialCall(name=name)
-        j = skip_ws(text, sep + len(self.SEP))
-        close = text.find(self.CALL_END, j)
-        end = value_end(text, j) if text.startswith("{", j) else None
-        if end is not None and (close == -1 or end <= close):
-            call.arguments, call.complete = text[j:end], True
-            return call, end
-        held = max(_held_back(text, self.CALL_END), _held_back(text, self.CALLS_END))
-        call.arguments = text[j:close] if close != -1 else text[j : len(text) - held]
-        return call, close + len(self.CALL_END) if close != -1 else None
+        return self._arguments(PartialCall(name=name), text, skip_ws(text, sep + len(self.SEP)))
 
 
 class RequiredParser(ToolParser):
