@@ -74,9 +74,12 @@ def chat_text(
     add_generation_prompt: bool = True,
     template_kwargs: dict[str, Any] | None = None,
     tools: list[dict] | None = None,
+    continue_final_message: bool = False,
 ) -> str:
     """A conversation rendered through a chat template (`template`, else the tokenizer's) as prompt text;
     `tools` (OpenAI's function definitions) are the template's `tools` variable, as transformers passes them.
+    `continue_final_message`: the text ends where the last message's content does (the template's
+    end of turn cut off), so the model goes on with that message, as transformers and vLLM do it.
 
     ValueError saying what is wrong when there is no template, the template fails on these messages, or
     it renders nothing. The one way every caller (LLM.chat, the server, `mopt generate`, the start-up
@@ -84,10 +87,12 @@ def chat_text(
     template = template or getattr(tokenizer, "chat_template", None)
     if not template:
         raise ValueError("the tokenizer has no chat template")
+    if continue_final_message and add_generation_prompt:
+        raise ValueError("continue_final_message goes on with the last message: set add_generation_prompt false")
     extra = {
         k: v
         for k, v in (template_kwargs or {}).items()
-        if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool))
+        if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool, list, dict, type(None)))
     }
     try:
         if tools:
@@ -99,7 +104,20 @@ def chat_text(
         raise ValueError(f"the chat template failed on these messages: {str(exc)[:300]}") from None
     if not isinstance(text, str) or not text.strip():
         raise ValueError("the chat template produced no text for these messages")
-    return text
+    return _cut_after_final_message(text, messages) if continue_final_message else text
+
+
+def _cut_after_final_message(text: str, messages: list[dict]) -> str:
+    """`text` up to the end of the last message's content (as written, or stripped, as templates often
+    write it); ValueError when the template does not write it."""
+    content = messages[-1].get("content") if messages else None
+    if not isinstance(content, str) or not content.strip():
+        raise ValueError("continue_final_message needs a last message with text to go on from")
+    for wanted in (content, content.strip()):
+        at = text.rfind(wanted)
+        if at != -1:
+            return text[: at + len(wanted)]
+    raise ValueError("continue_final_message: the chat template does not write the last message's text as given")
 
 
 def check_prompt_fits(num_prompt_tokens: int, max_model_len: int) -> None:

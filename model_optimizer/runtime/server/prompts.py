@@ -160,6 +160,7 @@ async def chat_prompt(
     add_special_tokens: bool = False,
     for_generation: bool = True,
     tools: list[dict] | None = None,
+    continue_final_message: bool = False,
 ) -> Prompt:
     """Render messages (and tools) through the chat template (--chat-template or the tokenizer's) and tokenize."""
     tokenizer = state.model.tokenizer
@@ -183,7 +184,13 @@ async def chat_prompt(
     try:  # in a worker thread, the messages too: a chat may hold hundreds of thousands
         text = await state.run_blocking(
             lambda: chat_text(
-                tokenizer, message_dicts(messages), template, add_generation_prompt, template_kwargs, tools
+                tokenizer,
+                message_dicts(messages),
+                template,
+                add_generation_prompt,
+                template_kwargs,
+                tools,
+                continue_final_message,
             )
         )
     except ValueError as exc:  # the template failed on the messages the client sent

@@ -156,6 +156,9 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=INT64_MAX)
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    """The model goes on with the last message (an assistant's start, a prefill) instead of starting a new
+    one; needs add_generation_prompt false (vLLM's)."""
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ChatTool] | None = Field(default=None, max_length=128)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None

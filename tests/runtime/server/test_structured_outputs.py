@@ -520,3 +520,12 @@ def test_a_thinking_budget_needs_a_reasoning_parser(live):
     body = {"model": "tiny", "messages": USER, "max_tokens": 5, "thinking_token_budget": 8}
     r = httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60)
     assert r.status_code == 400 and "--reasoning-parser" in r.json()["error"]["message"]
+
+
+def test_continue_final_message_through_the_server(live):
+    messages = [*USER, {"role": "assistant", "content": '{"x": '}]
+    body = {"model": "tiny", "messages": messages, "max_tokens": 5, "continue_final_message": True}
+    r = httpx.post(live.url + "/v1/chat/completions", json={**body, "add_generation_prompt": False}, timeout=60)
+    assert r.status_code == 200, r.text
+    r = httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60)  # add_generation_prompt defaults true
+    assert r.status_code == 400 and "add_generation_prompt false" in r.json()["error"]["message"]

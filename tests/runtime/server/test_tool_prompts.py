@@ -58,3 +58,25 @@ def test_tools_calls_and_results_render():
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>' in text  # an object
     assert "<tool_response>\nrain, 4 C\n</tool_response>" in text
     assert message_dicts(body.messages)[2]["tool_call_id"] == "call_7"
+
+
+def test_continue_final_message_ends_the_prompt_inside_the_last_message():
+    """vLLM's continue_final_message (a prefill): the text stops where the last message's content does, so
+    the model goes on with it; with add_generation_prompt too, or with no text to go on from, an error."""
+    import pytest
+
+    from model_optimizer.assets import reference_model_path
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(reference_model_path())
+    messages = [{"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", "content": '{"city": "'}]
+    text = chat_text(tokenizer, messages, QWEN_LIKE, add_generation_prompt=False, continue_final_message=True)
+    assert text.endswith('<|im_start|>assistant\n{"city": "')
+    assert '{"city": "<|im_end|>' in chat_text(tokenizer, messages, QWEN_LIKE, add_generation_prompt=False)
+    with pytest.raises(ValueError, match="add_generation_prompt false"):
+        chat_text(tokenizer, messages, QWEN_LIKE, continue_final_message=True)
+    with pytest.raises(ValueError, match="text to go on from"):
+        chat_text(tokenizer, [*messages[:1], {"role": "assistant", "content": " "}], QWEN_LIKE,
+                  add_generation_prompt=False, continue_final_message=True)  # fmt: skip
+    kwargs = {"nested": {"a": [1, 2]}, "tokenize": True}  # JSON values reach the template; its own names never
+    assert "[1, 2]" in chat_text(tokenizer, messages, "{{ nested.a }}", template_kwargs=kwargs)

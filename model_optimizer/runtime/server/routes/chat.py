@@ -61,7 +61,12 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     plan = tool_plan(state, body)
     constraint = await _constraint(state, body, plan)
     prompt = await chat_prompt(
-        state, body.messages, body.add_generation_prompt, body.template_kwargs(), tools=plan.template_tools
+        state,
+        body.messages,
+        body.add_generation_prompt,
+        body.template_kwargs(),
+        tools=plan.template_tools,
+        continue_final_message=body.continue_final_message,
     )
     name = state.config.reasoning_parser
     reasoning = REASONING_PARSERS[name](prompt_state(prompt.text)) if name else None
