@@ -10,6 +10,7 @@ known not to be one.
 - `glm45` (GLM-4.5/4.6): the same rule, as its template does the same.
 - `deepseek_v3` (DeepSeek-V3.1, thinking or not by the `thinking` template keyword): the same rule too,
   since its template opens the block in the prompt when thinking and closes it when not.
+- `mistral` (Magistral): the same rule with `[THINK]` and `[/THINK]`, special tokens, kept in the text.
 - `deepseek_r1`: everything before `</think>` is reasoning, whether or not the output repeats the
   `<think>` the template put in the prompt; an output without `</think>` is reasoning alone.
 
@@ -31,24 +32,34 @@ START, END = "<think>", "</think>"
 OPEN, CLOSED = "open", "closed"
 
 
-def prompt_state(prompt: str | None) -> str:
-    """OPEN when the prompt ends inside a reasoning block (its last START after its last END), CLOSED when
-    it ends with a closed one (END then whitespace), "" otherwise (earlier turns' blocks are closed)."""
+def prompt_state(prompt: str | None, start: str = START, end: str = END) -> str:
+    """OPEN when the prompt ends inside a reasoning block (its last start tag after its last end tag),
+    CLOSED when it ends with a closed one (the end tag then whitespace), "" otherwise (earlier turns'
+    blocks are closed)."""
     if not prompt:
         return ""
-    if prompt.rfind(START) > prompt.rfind(END):
+    if prompt.rfind(start) > prompt.rfind(end):
         return OPEN
-    return CLOSED if prompt.rstrip().endswith(END) else ""
+    return CLOSED if prompt.rstrip().endswith(end) else ""
 
 
 class ReasoningParser:
     name = ""
+    START, END = START, END
+    """The block's tags."""
     implicit_start = False
     """Reasoning until END even without START (the template opened the block in the prompt)."""
+    needs_special_tokens = False
+    """Its tags are special tokens: the text must keep them (skip_special_tokens off)."""
 
     def __init__(self, prompt: str = "") -> None:
         self.prompt = prompt
         """prompt_state() of the rendered prompt."""
+
+    @classmethod
+    def for_prompt(cls, prompt: str | None) -> ReasoningParser:
+        """The parser for an output that follows `prompt` (the rendered chat), with its own tags."""
+        return cls(prompt_state(prompt, cls.START, cls.END))
 
     def constraint_tags(self) -> tuple[str, str]:
         """(start, end) of the reasoning block an output constraint follows (StructuredOutputs'
@@ -57,28 +68,27 @@ class ReasoningParser:
         if self.prompt == CLOSED:
             return "", ""
         if self.prompt == OPEN or self.implicit_start:
-            return "", END
-        return START, END
+            return "", self.END
+        return self.START, self.END
 
     def split(self, text: str, final: bool) -> tuple[str, str]:
         """(reasoning, content) of the text so far."""
         if self.prompt == CLOSED:
             return "", text
         head = text.lstrip()
-        if head.startswith(START):
-            return self._reasoning(head[len(START) :], final)
-        if not final and START.startswith(head):
+        if head.startswith(self.START):
+            return self._reasoning(head[len(self.START) :], final)
+        if not final and self.START.startswith(head):
             return "", ""  # may still become START
         if self.implicit_start or self.prompt == OPEN:
             return self._reasoning(text, final)
         return "", text
 
-    @staticmethod
-    def _reasoning(body: str, final: bool) -> tuple[str, str]:
-        end = body.find(END)
+    def _reasoning(self, body: str, final: bool) -> tuple[str, str]:
+        end = body.find(self.END)
         if end != -1:
-            return body[:end], body[end + len(END) :]
-        return (body if final else body[: len(body) - _held_back(body, END)]), ""
+            return body[:end], body[end + len(self.END) :]
+        return (body if final else body[: len(body) - _held_back(body, self.END)]), ""
 
 
 class Qwen3ReasoningParser(ReasoningParser):
@@ -98,8 +108,20 @@ class DeepSeekR1ReasoningParser(ReasoningParser):
     implicit_start = True
 
 
+class MistralReasoningParser(ReasoningParser):
+    name = "mistral"
+    START, END = "[THINK]", "[/THINK]"
+    needs_special_tokens = True
+
+
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     p.name: p
-    for p in (Qwen3ReasoningParser, DeepSeekR1ReasoningParser, DeepSeekV3ReasoningParser, Glm45ReasoningParser)
+    for p in (
+        Qwen3ReasoningParser,
+        DeepSeekR1ReasoningParser,
+        DeepSeekV3ReasoningParser,
+        Glm45ReasoningParser,
+        MistralReasoningParser,
+    )
 }
 """--reasoning-parser choices."""

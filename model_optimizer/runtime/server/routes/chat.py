@@ -26,7 +26,7 @@ from model_optimizer.runtime.server.protocol import (
     DeltaMessage,
     UsageInfo,
 )
-from model_optimizer.runtime.server.reasoning import REASONING_PARSERS, ReasoningParser, prompt_state
+from model_optimizer.runtime.server.reasoning import REASONING_PARSERS, ReasoningParser
 from model_optimizer.runtime.server.request_group import Generation, new_request_id, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.sampling import bad_words_ids, check_caps, resolve_max_tokens, sampling_params
@@ -69,14 +69,14 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         continue_final_message=body.continue_final_message,
     )
     name = state.config.reasoning_parser
-    reasoning = REASONING_PARSERS[name](prompt_state(prompt.text)) if name else None
+    reasoning = REASONING_PARSERS[name].for_prompt(prompt.text) if name else None
     if constraint is not None and reasoning is not None:  # the constraint applies to the answer, after thinking
         start, end = reasoning.constraint_tags()
         constraint = replace(constraint, reasoning_start=start, reasoning_end=end)
     thinking = _thinking_budget(state, body, reasoning)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = resolve_max_tokens(state, getattr(body, field), len(prompt.token_ids), field)
-    keep_special = plan.parser is not None and plan.parser.needs_special_tokens
+    keep_special = any(p is not None and p.needs_special_tokens for p in (plan.parser, reasoning))
     params = sampling_params(
         body,
         stop,
