@@ -92,8 +92,9 @@ class SamplingFields(_Request):
     stop_token_ids: list[TokenId] | None = Field(default=None, max_length=1024)
     allowed_token_ids: list[TokenId] | None = Field(default=None, max_length=1 << 20)
     """Only these tokens may be sampled."""
-    bad_words: list[Annotated[str, Field(min_length=1, max_length=1024)]] | None = Field(default=None, max_length=1024)
-    """Words the output must not contain (tokenized alone and after a space, as vLLM does)."""
+    bad_words: list[Annotated[str, Field(min_length=1)]] | None = None
+    """Words the output must not contain (tokenized alone and after a space, as vLLM does); capped as stop
+    strings are (--max-stop-strings, --max-stop-string-length)."""
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True

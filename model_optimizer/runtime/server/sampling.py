@@ -49,23 +49,27 @@ def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -
             raise APIError(
                 400, f"allowed_token_ids: {max(body.allowed_token_ids)} is outside the vocabulary", "allowed_token_ids"
             )
-    if body.bad_words and state.model.tokenizer is None:
-        raise APIError(400, "bad_words need the model's tokenizer; this model is served without one", "bad_words")
+    if body.bad_words:
+        if state.model.tokenizer is None:
+            raise APIError(400, "bad_words need the model's tokenizer; this model is served without one", "bad_words")
+        if len(body.bad_words) > config.max_stop_strings:  # capped as stop strings are
+            raise APIError(400, f"got {len(body.bad_words)} bad words; at most {config.max_stop_strings}", "bad_words")
+        if any(len(w) > config.max_stop_string_length for w in body.bad_words):
+            raise APIError(400, f"bad words may be at most {config.max_stop_string_length} characters", "bad_words")
     return stop
 
 
-def bad_words_ids(state: ServerState, body: SamplingFields) -> list[list[int]] | None:
+async def bad_words_ids(state: ServerState, body: SamplingFields) -> list[list[int]] | None:
     """The request's bad words as token sequences: each word alone and after a space (the same word
-    inside a sentence), as vLLM bars them."""
+    inside a sentence), as vLLM bars them; tokenized off the event loop."""
     if not body.bad_words:
         return None
     encode = state.model.tokenizer.encode
+    texts = [text for word in body.bad_words for text in (word, " " + word.lstrip())]
     sequences: list[list[int]] = []
-    for word in body.bad_words:
-        for text in (word, " " + word.lstrip()):
-            ids = list(encode(text, add_special_tokens=False))
-            if ids and ids not in sequences:
-                sequences.append(ids)
+    for ids in await state.run_blocking(lambda: [list(encode(t, add_special_tokens=False)) for t in texts]):
+        if ids and ids not in sequences:
+            sequences.append(ids)
     return sequences
 
 
@@ -76,7 +80,7 @@ def logit_bias(body: SamplingFields) -> dict[int, float] | None:
     out = {}
     for key, value in body.logit_bias.items():
         token = key.strip()
-        if not token.isdigit():
+        if not token.isdigit() or len(token) > 12:  # (no int() of thousands of digits: Python refuses those)
             raise APIError(400, f"logit_bias keys must be token ids (non-negative integers), got {key!r}", "logit_bias")
         if not -100 <= value <= 100:
             raise APIError(400, f"logit_bias values must be in [-100, 100], got {value} for {key}", "logit_bias")

@@ -73,7 +73,9 @@ def test_context_overflow_names_both_numbers(client, server_llm):
         ({"logit_bias": {"-1": 5}}, "non-negative integers"),
         ({"logit_bias": {"1": 101}}, "[-100, 100]"),
         ({"logit_bias": {"99999999": 1}}, "outside the vocabulary"),
+        ({"logit_bias": {"0" * 5000: 1}}, "non-negative integers"),  # no int() of 5,000 digits (a 500)
         ({"allowed_token_ids": []}, "allowed_token_ids is empty"),
+        ({"bad_words": ["w"] * 5}, "bad words"),
         ({"allowed_token_ids": [99999999]}, "outside the vocabulary"),
         ({"suffix": "tail"}, "suffix"),
     ],

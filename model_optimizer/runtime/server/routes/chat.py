@@ -85,7 +85,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         state.sampling_defaults,
         constraint,
         keep_special,
-        bad_words=bad_words_ids(state, body),
+        bad_words=await bad_words_ids(state, body),
     )
     if thinking:
         params = params.clone(**thinking)
@@ -125,14 +125,13 @@ def _thinking_budget(
 
 
 async def _constraint(state: ServerState, body: ChatCompletionRequest, plan: ToolPlan) -> StructuredOutputs | None:
-    """The output constraint: the request's own, or the one its tool_choice makes; never both."""
+    """The output constraint: the request's own, or the one its tool_choice makes; never both. Strict tools
+    under tool_choice auto give way to a constraint the request brings (it says what the whole output is)."""
     requested = requested_constraint(body)
-    if plan.constraint is not None:
+    if plan.constraint is not None and not (requested is not None and plan.strict_calls):
         if requested is not None:
             raise APIError(
-                400,
-                f"the tools constrain the output (tool_choice required or named, or a strict tool): leave out {requested[1]}",
-                requested[1],
+                400, f"tool_choice required or named constrains the output: leave out {requested[1]}", requested[1]
             )
         requested = (plan.constraint, "tools")
     if requested is None:

@@ -48,7 +48,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         await check_constraint(state, *constraint)
     prompts = await tokenize_prompts(state, prompt_list(body.prompt))
     max_tokens = 1 if body.max_tokens == 0 else body.max_tokens  # one token is generated, and dropped
-    bad_words = bad_words_ids(state, body)
+    bad_words = await bad_words_ids(state, body)
     params = [
         sampling_params(
             body,
