@@ -64,7 +64,8 @@ class ChatOutput:
         """The fields of a whole (non-streamed) response's message."""
         reasoning, view = self._views(text, final=True)
         calls = [_call_dict(c, self.tools.new_call_id()) for c in view.calls if c.name is not None]  # type: ignore[union-attr]
-        content = view.content if view.content or not (calls or reasoning) else None
+        forced = self.tools is not None and self.tools.forced
+        content = view.content if view.content or not (calls or reasoning or forced) else None
         return ChatMessageFields(content, (reasoning or None) if self.include_reasoning else None, calls)
 
     @property

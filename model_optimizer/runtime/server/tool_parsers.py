@@ -53,6 +53,8 @@ class ToolParser:
     name = ""
     needs_special_tokens = False
     """Its markers are special tokens: the text must keep them (skip_special_tokens off)."""
+    forced = False
+    """The output is nothing but calls (a required or named tool_choice): its content is null, cut off or not."""
 
     def __init__(self, tools: list[dict] | None = None) -> None:
         self.tools = tools or []
@@ -391,6 +393,7 @@ class RequiredParser(ToolParser):
     """tool_choice "required": the output is the JSON list the server's grammar allowed."""
 
     name = "required"
+    forced = True
 
     def view(self, text: str, final: bool) -> ToolView:
         i = skip_ws(text, 0)
@@ -403,6 +406,7 @@ class NamedParser(ToolParser):
     """A named tool_choice: the whole output is the arguments of that function."""
 
     name = "named"
+    forced = True
 
     def __init__(self, function: str) -> None:
         super().__init__()

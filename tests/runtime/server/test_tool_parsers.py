@@ -386,3 +386,13 @@ def test_strict_tools_frame_calls_only_in_formats_that_can():
     assert spec["triggers"] == ["<tool_call>"] and so.whitespace_flexible
     assert [s["schema"] for s in spec["structures"]] == [TREE, {"type": "object"}]
     assert spec["structures"][0]["begin"] == '<tool_call>\n{"name": "a", "arguments": '
+
+
+def test_a_forced_call_cut_off_before_it_began_has_null_content():
+    """tool_choice required or named: the output is nothing but calls, so content is null whether or not
+    a call had begun when max_tokens cut it (it was "" before any call, null after)."""
+    from model_optimizer.runtime.server.tool_parsers import NamedParser, RequiredParser
+
+    for parser in (RequiredParser(), NamedParser("f")):
+        for text in ("", " ", '[{"name": "f", "para'):
+            assert ChatOutput(tools=parser).message(text).content is None
