@@ -275,9 +275,14 @@ def plain(params: SamplingParams) -> bool:
 
 def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
     """Each row's logit_bias added, and the tokens it may not take (outside allowed_token_ids, or ending
-    one of its bad words here) set to -inf, in place. Ids past the vocabulary are the caller's to refuse."""
+    one of its bad words here) set to -inf, in place. Ids past the vocabulary are the caller's to refuse.
+    Where the rules and a grammar's mask together leave no token at all, the grammar wins: the row keeps
+    its masked logits for that step (a rule that bars everything the grammar allows cannot be followed,
+    and the output must stay in its grammar)."""
     for i, item in enumerate(batch):
         p = item.params
+        bars = p.allowed_token_ids is not None or p.bad_words_token_ids
+        before = logits[i].clone() if bars else None
         if p.logit_bias:
             ids = to_device(list(p.logit_bias), logits.device, torch.int64)
             logits[i].index_add_(0, ids, to_device(list(p.logit_bias.values()), logits.device, logits.dtype))
@@ -290,9 +295,11 @@ def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torc
             barred = [seq[-1] for seq in p.bad_words_token_ids if len(seq) == 1 or out[-(len(seq) - 1) :] == seq[:-1]]
             if barred:
                 logits[i, to_device(barred, logits.device, torch.int64)] = float("-inf")
+        if before is not None and not logits[i].isfinite().any():
+            logits[i] = before
         if p.thinking_token_budget is not None:
             forced = _thinking_end(item.output_token_ids[: item.output_index], p)
-            if forced is not None and logits[i, forced].isfinite():  # a grammar always allows it; be sure
+            if forced is not None and logits[i, forced].isfinite():  # not where a grammar forbids it this step
                 keep = logits[i, forced].clone()
                 logits[i] = float("-inf")
                 logits[i, forced] = keep
@@ -302,18 +309,29 @@ def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torc
 def _thinking_end(out: list[int], p: SamplingParams) -> int | None:
     """The token the thinking budget forces next, or None. Thinking starts at the output's start (or after
     thinking_start_token_ids, when the output opens with them); once it has lasted the budget without its
-    end tokens, they are forced one a step. Only the few steps past the budget look back at the output."""
+    end tokens, they are forced one a step (continuing an end the model began) until the end is whole, a
+    step the grammar forbade the token (inside a multi-byte character) included."""
     start, end = p.thinking_start_token_ids or [], p.thinking_end_token_ids or []
     if start and out[: len(start)] != start:
         return None  # not thinking (or not yet known to)
     thought = out[len(start) :]
-    over = len(thought) - p.thinking_token_budget  # type: ignore[operator]
-    if over < 0 or over >= len(end):
-        return None  # within the budget, or past it by the whole end: ended one way or the other
-    if any(thought[k : k + len(end)] == end for k in range(len(thought) - len(end) + 1)):
-        return None  # ended by itself
+    if len(thought) < p.thinking_token_budget or _holds(thought, end):  # type: ignore[operator]
+        return None  # within the budget, or ended (by itself or forced)
     done = next(j for j in range(min(len(end), len(thought)), -1, -1) if j == 0 or thought[-j:] == end[:j])
     return end[done]
+
+
+def _holds(tokens: list[int], seq: list[int]) -> bool:
+    """Whether `seq` occurs in `tokens` (list.index does the scanning, in C)."""
+    at = 0
+    while True:
+        try:
+            at = tokens.index(seq[0], at)
+        except ValueError:
+            return False
+        if tokens[at : at + len(seq)] == seq:
+            return True
+        at += 1
 
 
 def inverse_temperatures(batch: list[SamplingInput]) -> tuple[float, ...]:

@@ -32,15 +32,21 @@ START, END = "<think>", "</think>"
 OPEN, CLOSED = "open", "closed"
 
 
-def prompt_state(prompt: str | None, start: str = START, end: str = END) -> str:
-    """OPEN when the prompt ends inside a reasoning block (its last start tag after its last end tag),
-    CLOSED when it ends with a closed one (the end tag then whitespace), "" otherwise (earlier turns'
-    blocks are closed)."""
+def prompt_state(prompt: str | None, start: str = START, end: str = END, after: str = "") -> str:
+    """OPEN when the prompt ends inside a reasoning block, CLOSED when it ends with a closed one (the end tag
+    then whitespace), "" otherwise. Only the prompt's tail counts: what follows `after`, the text of the
+    conversation's last message that is not the assistant's (a question about the `<think>` tag is no
+    block); where the template did not write that text as given, only a prompt ending in a tag counts."""
     if not prompt:
         return ""
-    if prompt.rfind(start) > prompt.rfind(end):
-        return OPEN
-    return CLOSED if prompt.rstrip().endswith(end) else ""
+    tail = prompt.rstrip()
+    found = next((at + len(t) for t in (after, after.strip()) if t and (at := prompt.rfind(t)) != -1), None)
+    if found is None:
+        return OPEN if tail.endswith(start) else CLOSED if tail.endswith(end) else ""
+    tail = prompt[found:]
+    if tail.rfind(start) > tail.rfind(end):
+        return OPEN  # an assistant's prefill may go on after its tag (continue_final_message)
+    return CLOSED if tail.rstrip().endswith(end) else ""
 
 
 class ReasoningParser:
@@ -57,9 +63,10 @@ class ReasoningParser:
         """prompt_state() of the rendered prompt."""
 
     @classmethod
-    def for_prompt(cls, prompt: str | None) -> ReasoningParser:
-        """The parser for an output that follows `prompt` (the rendered chat), with its own tags."""
-        return cls(prompt_state(prompt, cls.START, cls.END))
+    def for_prompt(cls, prompt: str | None, after: str = "") -> ReasoningParser:
+        """The parser for an output that follows `prompt` (the rendered chat; `after` as prompt_state's),
+        with its own tags."""
+        return cls(prompt_state(prompt, cls.START, cls.END, after))
 
     def constraint_tags(self) -> tuple[str, str]:
         """(start, end) of the reasoning block an output constraint follows (StructuredOutputs'

@@ -62,12 +62,24 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
         return ToolPlan(template_tools)
     if choice == "required":
         schema = _calls_schema(tools, body.parallel_tool_calls)
-        return ToolPlan(template_tools, RequiredParser(), StructuredOutputs.json(schema), finish_with_tool_calls=True)
+        parser = _with_server_ids(state, RequiredParser())
+        return ToolPlan(template_tools, parser, StructuredOutputs.json(schema), finish_with_tool_calls=True)
     tool = next((t for t in tools if t.function.name == choice.function.name), None)  # type: ignore[union-attr]
     if tool is None:
         raise APIError(400, f"tool_choice names {choice.function.name!r}, which is not among the tools", "tool_choice")  # type: ignore[union-attr]
     schema = tool.function.parameters or NO_PARAMETERS
-    return ToolPlan(template_tools, NamedParser(tool.function.name), StructuredOutputs.json(schema))
+    return ToolPlan(
+        template_tools, _with_server_ids(state, NamedParser(tool.function.name)), StructuredOutputs.json(schema)
+    )
+
+
+def _with_server_ids(state: ServerState, parser: ToolParser) -> ToolParser:
+    """A forced call's parser giving ids in the form of the server's --tool-call-parser (Mistral's templates
+    take back only their own nine-character ids), whatever the tool_choice."""
+    name = state.config.tool_call_parser
+    if name:
+        parser.new_call_id = PARSERS[name].new_call_id  # type: ignore[method-assign]
+    return parser
 
 
 def _auto_parser(state: ServerState, tools: list[dict]) -> ToolParser:

@@ -136,6 +136,8 @@ def test_allowed_tokens_and_bad_words():
         ([1, 2, 3, 7, 8], None, None),  # ended
         ([1, 7, 8], None, None),  # ended by itself before the budget
         ([1, 2, 7], None, 8),  # the model began the end itself just as the budget ran out
+        ([1, 2, 3, 4], None, 7),  # past the budget without the end (the grammar barred it a step): still forced
+        ([1, 2, 3, 7, 4], None, 7),  # a begun end broken off: forced again from its start
         ([1, 2, 3, 4], [5], None),  # the output did not open a block: not thinking
         ([5, 1, 2, 3], [5], 7),  # counted after the start tag
     ],
@@ -148,3 +150,16 @@ def test_the_thinking_budget_forces_the_end_of_the_block(out, start, forced):
     logits = torch.zeros(1, 10)
     [(token, _)] = Sampler(torch.device("cpu"))(logits, [SamplingInput(params.clone(temperature=1.0), [9], out)])
     assert forced is None or token == forced
+
+
+def test_token_rules_that_leave_nothing_the_grammar_allows_give_way_to_it():
+    """allowed_token_ids or bad words that bar every token a grammar's mask allows cannot be followed: the
+    row keeps its masked logits that step (sampling a barred row would draw a token the grammar refuses)."""
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    mask = _mask([[2, 3]], [0], vocab=4)  # the grammar allows 2 and 3
+    for params in (
+        SamplingParams(temperature=0, allowed_token_ids=[0, 1]),
+        SamplingParams(temperature=0, bad_words_token_ids=[[2], [3]]),
+    ):
+        [(token, _)] = sampler(LOGITS[:1].clone(), [SamplingInput(params, [9], [])], mask)
+        assert token == 2

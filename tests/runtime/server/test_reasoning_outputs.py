@@ -249,3 +249,21 @@ def test_a_thinking_budget_ends_the_block_and_the_answer_follows(client, thinkin
     assert choice.token_ids[3] == end_id and end_id not in choice.token_ids[:3]
     assert choice.finish_reason == "stop" and getattr(choice.message, "reasoning", None)
     jsonschema.validate(json.loads(choice.message.content), DIGIT)
+
+
+def test_a_question_about_the_tag_opens_no_block(client, thinking_model):
+    """Only the prompt's tail counts: a user asking about `<think>` does not put the output in a block.
+    With the model kept from opening one itself, the answer is the constrained JSON at once."""
+    start_id = thinking_model[1]
+    completion = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "What does the <think> tag do?"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "digit", "schema": DIGIT}},
+        logit_bias={str(start_id): -100},
+        temperature=0,
+        max_tokens=40,
+        extra_body=NOT_IN_PROMPT,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop" and getattr(choice.message, "reasoning", None) is None
+    jsonschema.validate(json.loads(choice.message.content), DIGIT)

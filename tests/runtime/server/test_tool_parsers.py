@@ -151,18 +151,24 @@ def test_reasoning_is_split_whole_and_streamed(parser, text, reasoning, content)
 
 
 @pytest.mark.parametrize(
-    ("prompt", "state"),
+    ("prompt", "state", "after"),
     [
-        ("<|im_start|>assistant\n<think>\n", OPEN),
-        ("<|im_start|>assistant\n<think>\n\n</think>\n\n", CLOSED),
-        ("<|im_start|>assistant\n", ""),
-        ("<think>a</think>old turn<|im_end|>\n<|im_start|>assistant\n", ""),  # an earlier turn's block
-        ("<think>a</think>old turn<|im_end|>\n<|im_start|>assistant\n<think>", OPEN),
-        (None, ""),
+        ("<|im_start|>assistant\n<think>\n", OPEN, ""),
+        ("<|im_start|>assistant\n<think>\n\n</think>\n\n", CLOSED, ""),
+        ("<|im_start|>assistant\n", "", ""),
+        ("<think>a</think>old turn<|im_end|>\n<|im_start|>assistant\n", "", ""),  # an earlier turn's block
+        ("<think>a</think>old turn<|im_end|>\n<|im_start|>assistant\n<think>", OPEN, ""),
+        (None, "", ""),
+        # the user asks about the tag: text, not a block (only what follows the last user message counts)
+        ("user\nWhat does <think> do?<|im_end|>\n<|im_start|>assistant\n", "", "What does <think> do?"),
+        ("user\nWhat does <think> do?<|im_end|>\n<|im_start|>assistant\n<think>\n", OPEN, "What does <think> do?"),
+        ("user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nI will", OPEN, "q"),  # a prefill in its block
+        ("user\nq<|im_end|>\n<|im_start|>assistant\n<think>x</think>\n", CLOSED, "q"),
+        ("user\n<think> in a template that rewrote it\n<|im_start|>assistant\n", "", "not in the prompt"),
     ],
 )
-def test_the_prompt_says_whether_the_output_starts_in_a_block(prompt, state):
-    assert prompt_state(prompt) == state
+def test_the_prompt_says_whether_the_output_starts_in_a_block(prompt, state, after):
+    assert prompt_state(prompt, after=after) == state
 
 
 def test_where_a_constraint_starts_follows_the_parsers_rule():
@@ -396,3 +402,17 @@ def test_a_forced_call_cut_off_before_it_began_has_null_content():
     for parser in (RequiredParser(), NamedParser("f")):
         for text in ("", " ", '[{"name": "f", "para'):
             assert ChatOutput(tools=parser).message(text).content is None
+
+
+def test_forced_calls_take_the_ids_of_the_servers_parser():
+    """A mistral server's required and named calls get Mistral's nine-character ids too."""
+    from model_optimizer.runtime.server.config import ServerConfig
+    from model_optimizer.runtime.server.tool_parsers import NamedParser, RequiredParser
+    from model_optimizer.runtime.server.tools import _with_server_ids
+
+    class State:
+        config = ServerConfig(enable_auto_tool_choice=True, tool_call_parser="mistral")
+
+    for parser in (RequiredParser(), NamedParser("f")):
+        assert re.fullmatch("[A-Za-z0-9]{9}", _with_server_ids(State(), parser).new_call_id())
+    assert RequiredParser().new_call_id().startswith("call_")

@@ -69,7 +69,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         continue_final_message=body.continue_final_message,
     )
     name = state.config.reasoning_parser
-    reasoning = REASONING_PARSERS[name].for_prompt(prompt.text) if name else None
+    reasoning = REASONING_PARSERS[name].for_prompt(prompt.text, _last_turn_text(body)) if name else None
     if constraint is not None and reasoning is not None:  # the constraint applies to the answer, after thinking
         start, end = reasoning.constraint_tags()
         constraint = replace(constraint, reasoning_start=start, reasoning_end=end)
@@ -99,6 +99,15 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     )
     fmt = ChatFormat(body, generation.request_id, state.model.name, TokenTexts(state.model.tokenizer), plan, reasoning)
     return await respond(request, state, generation, fmt)
+
+
+def _last_turn_text(body: ChatCompletionRequest) -> str:
+    """The text of the last message that is not the assistant's (the question, a tool's result)."""
+    for message in reversed(body.messages):
+        if message.role != "assistant":
+            content = message.content
+            return "\n".join(part.text for part in content) if isinstance(content, list) else content or ""
+    return ""
 
 
 def _thinking_budget(
