@@ -96,7 +96,7 @@ def test_report_has_settings_summary_slo_and_server_tables(server, tmp_path):
         assert setting in text
     # per-SLO verdicts: TTFT (80 ms here) misses 1 ms, E2E meets 60 s
     assert "TTFT p99 ≤ 1 ms" in page.headers and "E2E p99 ≤ 60,000 ms" in page.headers
-    assert re.search(r"#01 concurrency 4 [\d.]+ ms FAIL [\d.]+ ms PASS FAIL 0 req/s 0 %", text), text
+    assert re.search(r"#01 concurrency 4 [\d.,]+ ms FAIL [\d.,]+ ms PASS FAIL 0 req/s 0 %", text), text
     # server metrics as a table, not a dict
     assert {"preemptions", "prefix-cache hit rate", "KV cache peak"} <= set(page.headers)
     assert "25.0 %" in text
