@@ -34,6 +34,8 @@ class ResponseFormat(_Request):
     structures: list[Any] | None = Field(default=None, max_length=4096)
     """structural_tag (vLLM's): [{"begin", "schema", "end"}, ...], checked in structured.py."""
     triggers: list[Any] | None = Field(default=None, max_length=4096)
+    format: dict[str, Any] | None = None
+    """structural_tag, vLLM's newer form: a tree of formats (runtime/structured/tag_format.py)."""
 
 
 class StructuredOutputsField(_Request):

@@ -62,6 +62,8 @@ def _response_format(rf: Any) -> StructuredOutputs:
     if rf.type == "json_object":
         return StructuredOutputs.json_object()
     if rf.type == "structural_tag":
+        if rf.format is not None:  # vLLM's newer form: a tree of formats
+            return StructuredOutputs.tag_format(rf.format)
         return StructuredOutputs.structural_tag(rf.structures, rf.triggers)  # type: ignore[arg-type]
     if rf.json_schema is None or rf.json_schema.schema_ is None:
         raise ValueError("type json_schema needs json_schema.schema, the JSON schema of the output")

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from model_optimizer.runtime.structured.params import StructuredOutputs, structures_of
+from model_optimizer.runtime.structured.tag_format import LarkBuilder, regex_literal
 
 WHITESPACE_RUN = 16
 """Most whitespace characters between two JSON tokens with whitespace_flexible: enough to pretty-print
@@ -68,7 +69,7 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
         if so.kind == "regex":
             return llg.LLMatcher.grammar_from_regex(so.spec)
         if so.kind == "choice":  # one regex, one lexeme: as Lark alternatives, 2,000+ choices overflow a parser row
-            return llg.LLMatcher.grammar_from_regex("(" + "|".join(map(_literal, json.loads(so.spec))) + ")")
+            return llg.LLMatcher.grammar_from_regex("(" + "|".join(map(regex_literal, json.loads(so.spec))) + ")")
         if so.kind == "structural_tag":
             return _structural_tag(so, tokenizer)
         return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
@@ -95,14 +96,6 @@ def _check_integer_bounds(node: Any) -> None:
                     )
             else:
                 _check_integer_bounds(value)
-
-
-_REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$-#&~/")
-
-
-def _literal(text: str) -> str:
-    """`text` as a regular expression (llguidance's syntax) that matches exactly it."""
-    return "".join("\\" + c if c in _REGEX_SPECIAL else c for c in text)
 
 
 def _after_reasoning(answer: str, so: StructuredOutputs, tokenizer: Any) -> str:
@@ -146,6 +139,9 @@ def _structural_tag(so: StructuredOutputs, tokenizer: Any) -> str:
     as text, or, where the tokenizer has it as one added token (Qwen's `<tool_call>`), that token, which
     text never holds. The schemas carry the JSON options of the other kinds (compact unless
     whitespace_flexible or whitespace_pattern)."""
+    tag_format = json.loads(so.spec).get("format")
+    if tag_format is not None:  # vLLM's newer form, xgrammar's tree of formats
+        return LarkBuilder(lambda text: _forced(text, tokenizer), _json_options(so)).grammar(tag_format)
     options = {"x-guidance": _json_options(so)}
     rules, names = ["TEXT: /(.|\\n)*/"], []
     for i, (trigger, schema, begin, end) in enumerate(structures_of(so.spec)):

@@ -74,7 +74,13 @@ class StructuredOutputs:
         elif self.kind in ("regex", "grammar") and not self.spec:
             raise ValueError(f"{self.kind} must not be empty")
         elif self.kind == "structural_tag":
-            structures_of(self.spec)
+            tag = _json(self.spec, "structural_tag")
+            if isinstance(tag, dict) and "format" in tag:
+                from model_optimizer.runtime.structured.tag_format import check_format
+
+                check_format(tag["format"])
+            else:
+                structures_of(self.spec)
 
     @classmethod
     def json(
@@ -113,6 +119,14 @@ class StructuredOutputs:
         return cls("structural_tag", text, whitespace_flexible, whitespace_pattern)
 
     @classmethod
+    def tag_format(
+        cls, tag_format: dict[str, Any], whitespace_flexible: bool = False, whitespace_pattern: str = ""
+    ) -> StructuredOutputs:
+        """vLLM's newer structural tag: a tree of formats (structured/tag_format.py says which)."""
+        text = json.dumps({"format": tag_format}, separators=(",", ":"))
+        return cls("structural_tag", text, whitespace_flexible, whitespace_pattern)
+
+    @classmethod
     def from_dict(cls, value: dict[str, Any]) -> StructuredOutputs:
         """From vLLM's dict shape: exactly one of json, regex, choice, grammar, json_object (true),
         structural_tag (an object or its JSON text), and optionally whitespace_flexible and
@@ -141,6 +155,8 @@ class StructuredOutputs:
             tag = _json(tag, "structural_tag") if isinstance(tag, str) else tag
             if not isinstance(tag, dict):
                 raise ValueError("structural_tag must be an object with structures and triggers")
+            if "format" in tag:
+                return cls.tag_format(tag["format"], flexible, pattern)
             structures, triggers = tag.get("structures"), tag.get("triggers")
             return cls.structural_tag(structures, triggers, flexible, pattern)  # type: ignore[arg-type]
         return cls(kind, value[kind], whitespace_pattern=pattern)

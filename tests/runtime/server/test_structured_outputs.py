@@ -529,3 +529,28 @@ def test_continue_final_message_through_the_server(live):
     assert r.status_code == 200, r.text
     r = httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60)  # add_generation_prompt defaults true
     assert r.status_code == 400 and "add_generation_prompt false" in r.json()["error"]["message"]
+
+
+def test_the_newer_structural_tag_format_through_the_server(client):
+    """vLLM's {"type": "structural_tag", "format": ...}: here a list of tagged digits and nothing else, which
+    the random model can only write through the constraint, in response_format and in structured_outputs."""
+    tag = {"type": "tag", "begin": "<", "content": {"type": "json_schema", "json_schema": DIGIT}, "end": ">"}
+    fmt = {"type": "tags_with_separator", "tags": [tag], "separator": ",", "at_least_one": True}
+    for extra in (
+        {"response_format": {"type": "structural_tag", "format": fmt}},
+        {
+            "extra_body": {
+                "structured_outputs": {"structural_tag": json.dumps({"type": "structural_tag", "format": fmt})}
+            }
+        },
+    ):
+        choice = client.chat.completions.create(
+            model="tiny", messages=USER, max_tokens=60, temperature=0, **extra
+        ).choices[0]
+        text = choice.message.content
+        if choice.finish_reason == "length":  # cut off: a structure may be unfinished at the very end
+            text = re.sub(r",(<[^>]*)?$", "", text)
+        assert re.fullmatch(r'<\{"n":[0-9]\}>(,<\{"n":[0-9]\}>)*', text), text
+    bad = {"type": "structural_tag", "format": {"type": "token_dispatch"}}
+    with pytest.raises(openai.BadRequestError, match="not supported"):
+        client.chat.completions.create(model="tiny", messages=USER, max_tokens=5, response_format=bad)

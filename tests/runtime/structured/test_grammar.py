@@ -225,3 +225,83 @@ def test_a_structural_tag_trigger_that_is_a_token_triggers_as_that_token(tmp_pat
     assert taken(so, 'Let me look. <tool_call>{"name": "get_weather", "arguments": {"city":"Oslo"}}</tool_call> ok')
     assert not taken(so, '<tool_call>{"name": "get_weather", "arguments": {"city":"Rome"}}</tool_call>')
     assert taken(so, "no call at all")
+
+
+WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"]}
+THINK = {"type": "tag", "begin": "<think>", "content": {"type": "any_text"}, "end": "</think>"}
+CALL = {
+    "type": "tag",
+    "begin": "<function=get_weather>",
+    "content": {"type": "json_schema", "json_schema": WEATHER_SCHEMA},
+    "end": "</function>",
+}
+TRIGGERED = {"type": "triggered_tags", "triggers": ["<function="], "tags": [CALL]}
+FORMATS = [
+    ({"type": "const_string", "value": "Hi!"}, ["Hi!"], ["Hi"]),
+    ({"type": "json_schema", "json_schema": WEATHER_SCHEMA}, ['{"city":"Oslo"}'], ['{"city":"Rome"}']),
+    ({"type": "regex", "pattern": "[A-Z]{3}-[0-9]{2}/x"}, ["ABC-12/x"], ["AB-12"]),
+    ({"type": "grammar", "grammar": 'root ::= "yes" | "no"'}, ["yes"], ["maybe"]),
+    (THINK, ["<think>hmm a b</think>"], ["<think>a</think>b"]),
+    (
+        {"type": "sequence", "elements": [THINK, {"type": "const_string", "value": "\nA: "}, CALL["content"]]},
+        ['<think>x y</think>\nA: {"city":"Paris"}'],
+        ['<think>x</think>\nA: {"city":"X"}'],
+    ),
+    ({"type": "or", "elements": [{"type": "const_string", "value": v} for v in ("yes", "no")]}, ["no"], ["nope"]),
+    (
+        {"type": "repeat", "min": 1, "max": 2, "content": {"type": "const_string", "value": "ab"}},
+        ["abab"],
+        ["ababab", ""],
+    ),
+    (
+        TRIGGERED,
+        ['hello <function=get_weather>{"city":"Oslo"}</function> bye', "no call"],
+        ['x <function=get_weather>{"city":"Rome"}</function>'],
+    ),
+    ({**TRIGGERED, "at_least_one": True}, ['<function=get_weather>{"city":"Oslo"}</function>'], ["no call"]),
+    (
+        {**TRIGGERED, "stop_after_first": True},
+        ['a <function=get_weather>{"city":"Oslo"}</function>'],
+        ['a <function=get_weather>{"city":"Oslo"}</function> more'],
+    ),
+    (
+        {"type": "tags_with_separator", "tags": [CALL], "separator": ",", "at_least_one": True},
+        ['<function=get_weather>{"city":"Oslo"}</function>,<function=get_weather>{"city":"Paris"}</function>'],
+        ["", "free text"],
+    ),
+    ({"type": "any_text", "excludes": ["bad"]}, ["good text"], ["a bad one"]),
+    (
+        {"type": "tag", "begin": "<r>", "content": {"type": "any_text"}, "end": ["</r>", "</a>"]},
+        ["<r>x</a>", "<r>x</r>"],
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(("fmt", "good", "bad"), FORMATS, ids=[f"{i}-{f[0]['type']}" for i, f in enumerate(FORMATS)])
+def test_vllms_newer_structural_tag_formats(fmt, good, bad, tmp_path):
+    """xgrammar's tree of formats, as vLLM takes it in response_format / structured_outputs."""
+    taken = _matching(tmp_path, [])
+    so = SamplingParams(
+        structured_outputs={"structural_tag": {"type": "structural_tag", "format": fmt}}
+    ).structured_outputs
+    assert so == StructuredOutputs.tag_format(fmt)
+    for text in good:
+        assert taken(so, text), text
+    for text in bad:
+        assert not taken(so, text), text
+
+
+@pytest.mark.parametrize(
+    ("fmt", "reason"),
+    [
+        ({"type": "token", "token": "<x>"}, "'token' is not supported"),
+        ({"type": "json_schema", "json_schema": {}, "style": "qwen_xml"}, "only the JSON style"),
+        ({"type": "any_text", "max_tokens": 5}, "max_tokens is not supported"),
+        ({"type": "triggered_tags", "triggers": ["<g"], "tags": [CALL]}, "starts with none of the triggers"),
+        ({"type": "sequence", "elements": []}, "non-empty list"),
+    ],
+)
+def test_structural_tag_formats_not_taken_are_refused_by_name(fmt, reason):
+    with pytest.raises(ValueError, match=reason):
+        StructuredOutputs.tag_format(fmt)

@@ -1,0 +1,195 @@
+"""vLLM's newer structural tag, `{"type": "structural_tag", "format": {...}}` (xgrammar's tree of formats),
+as an llguidance Lark grammar.
+
+The string-level formats are taken: `const_string`, `json_schema` (JSON style), `regex`, `grammar`,
+`any_text` (with `excludes` and `max_chars`), `sequence`, `or`, `optional`, `plus`, `star`, `repeat`,
+`tag` (a string begin, one end or a list of them), `triggered_tags` and `tags_with_separator` (with
+`at_least_one` and `stop_after_first`). Free text inside a tag ends at the tag's end, as xgrammar has it.
+The token-level formats, `dispatch`, the XML argument styles, `any_order` and `max_tokens` are refused
+with their name (a 400), never approximated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+SUPPORTED = (
+    "const_string",
+    "json_schema",
+    "regex",
+    "grammar",
+    "any_text",
+    "sequence",
+    "or",
+    "optional",
+    "plus",
+    "star",
+    "repeat",
+    "tag",
+    "triggered_tags",
+    "tags_with_separator",
+)
+
+
+def check_format(node: Any, where: str = "format") -> None:
+    """ValueError naming the first node that is malformed or not supported (no llguidance needed)."""
+    if not isinstance(node, dict) or not isinstance(node.get("type"), str):
+        raise ValueError(f"{where} must be an object with a type")
+    kind = node["type"]
+    if kind not in SUPPORTED:
+        raise ValueError(
+            f"{where}: the structural tag format {kind!r} is not supported (supported: {', '.join(SUPPORTED)})"
+        )
+    for key in ("excludes", "triggers"):
+        if key in node and not (isinstance(node[key], list) and all(isinstance(s, str) and s for s in node[key])):
+            raise ValueError(f"{where}.{key} must be a list of non-empty strings")
+    if kind == "json_schema" and (node.get("style", "json") != "json" or node.get("any_order")):
+        raise ValueError(f"{where}: only the JSON style of json_schema is supported, in declared order")
+    if kind == "any_text" and node.get("max_tokens") is not None:
+        raise ValueError(f"{where}: any_text's max_tokens is not supported (max_chars is)")
+    for key in ("value", "pattern", "grammar", "separator"):
+        if key in node and not isinstance(node[key], str):
+            raise ValueError(f"{where}.{key} must be a string")
+    if kind == "tag":
+        ends = node.get("end")
+        if not isinstance(node.get("begin"), str) or not (
+            isinstance(ends, str) or (isinstance(ends, list) and ends and all(isinstance(e, str) for e in ends))
+        ):
+            raise ValueError(f"{where}: a tag needs a string begin and an end (a string or a list of them)")
+    children = {"content": [node.get("content")]} if "content" in node else {}
+    for key in ("elements", "tags"):
+        if key in node:
+            if not isinstance(node[key], list) or not node[key]:
+                raise ValueError(f"{where}.{key} must be a non-empty list")
+            children[key] = node[key]
+    for key, items in children.items():
+        for i, child in enumerate(items):
+            check_format(child, f"{where}.{key}[{i}]" if key != "content" else f"{where}.content")
+    for key in ("tags",):
+        for i, tag in enumerate(node.get(key, [])):
+            if tag.get("type") != "tag":
+                raise ValueError(f"{where}.tags[{i}] must be a tag")
+    if kind == "triggered_tags":
+        for i, tag in enumerate(node["tags"]):
+            if not any(tag["begin"].startswith(t) for t in node.get("triggers", [])):
+                raise ValueError(f"{where}.tags[{i}].begin {tag['begin']!r} starts with none of the triggers")
+
+
+class LarkBuilder:
+    """One format tree's rules; `forced(text)` writes a literal (tokens where the tokenizer has them),
+    `json_options` the JSON settings every schema carries."""
+
+    def __init__(self, forced: Callable[[str], str], json_options: dict[str, Any]) -> None:
+        self.forced = forced
+        self.json_options = json_options
+        self.rules: list[str] = []
+        self.grammars: list[dict[str, Any]] = []
+        self._count = 0
+
+    def grammar(self, root: dict[str, Any]) -> str:
+        """The llguidance grammar (a list of grammars, JSON text) of the format tree `root`."""
+        top = "\n".join(["%llguidance {}", f"start: {self.node(root)}", *self.rules])
+        return json.dumps({"grammars": [{"lark_grammar": top}, *self.grammars]})
+
+    def _rule(self, body: str, attributes: str = "") -> str:
+        self._count += 1
+        name = f"f{self._count}"
+        self.rules.append(f"{name}{attributes}: {body}")
+        return name
+
+    def _terminal(self, body: str) -> str:
+        self._count += 1
+        name = f"F{self._count}"
+        self.rules.append(f"{name}: {body}")
+        return name
+
+    def _text(self, node: dict[str, Any]) -> str:
+        """any_text's terminal body: any characters (at most max_chars), none of `excludes` among them."""
+        limit = node.get("max_chars")
+        body = f"/(?s:.{{0,{int(limit)}}})/" if limit is not None else "/(?s:.*)/"
+        excludes = node.get("excludes") or []
+        if excludes:
+            inner = "|".join(regex_literal(e) for e in excludes)
+            body = f"{body} & ~/(?s:.*)({inner})(?s:.*)/"
+        return body
+
+    def node(self, node: dict[str, Any]) -> str:
+        kind = node["type"]
+        if kind == "const_string":
+            return self.forced(node["value"]) or '""'
+        if kind == "json_schema":
+            schema = node["json_schema"]
+            schema = {} if schema is True else schema
+            return self._rule(f"%json {json.dumps({**schema, 'x-guidance': self.json_options})}")
+        if kind == "regex":
+            return self._rule(self._terminal("/" + node["pattern"].replace("/", "\\/") + "/"))
+        if kind == "grammar":
+            import llguidance as llg
+
+            name = f"g{len(self.grammars)}"
+            self.grammars.append({"name": name, "lark_grammar": llg.grammar_from("grammar", node["grammar"])})
+            return f"@{name}"
+        if kind == "any_text":
+            return self._rule(self._terminal(self._text(node)))
+        if kind in ("sequence", "or"):
+            parts = [self.node(e) for e in node["elements"]]
+            return self._rule((" " if kind == "sequence" else " | ").join(parts))
+        if kind in ("optional", "plus", "star"):
+            return self._rule(f"({self.node(node['content'])}){ {'optional': '?', 'plus': '+', 'star': '*'}[kind] }")
+        if kind == "repeat":
+            low, high = int(node["min"]), int(node["max"])
+            return self._rule(f"({self.node(node['content'])}){{{low},{'' if high < 0 else high}}}")
+        if kind == "tag":
+            return self._tag(node, node["begin"])
+        if kind == "triggered_tags":
+            return self._triggered(node)
+        return self._separated(node)
+
+    def _tag(self, node: dict[str, Any], begin: str) -> str:
+        """begin, content, one of the ends. Free text inside ends at the first end (a lazy lexeme that holds
+        it); other content is followed by the end, forced (or chosen among the ends)."""
+        ends = [node["end"]] if isinstance(node["end"], str) else node["end"]
+        content = node["content"]
+        head = self.forced(begin)
+        if content["type"] == "any_text":
+            until = "(" + "|".join(regex_literal(e) for e in ends) + ")"
+            lazy = self._rule(self._terminal(f"({self._text(content)}) /{until}/"), "[lazy]")
+            return self._rule(f"{head} {lazy}".strip())
+        tail = " | ".join(self.forced(e) or '""' for e in ends)
+        return self._rule(f"{head} {self.node(content)} ({tail})".strip())
+
+    def _triggered(self, node: dict[str, Any]) -> str:
+        text = self._terminal(self._text(node))
+        dispatched = []
+        for tag in node["tags"]:
+            trigger = max((t for t in node["triggers"] if tag["begin"].startswith(t)), key=len)
+            lead = self._rule(f"{text} {json.dumps(trigger)}", "[lazy]")
+            dispatched.append(self._rule(f"{lead} {self._tag(tag, tag['begin'][len(trigger) :])}"))
+        any_tag = self._rule(" | ".join(dispatched))
+        whole = self._rule(" | ".join(self._tag(tag, tag["begin"]) for tag in node["tags"]))  # no text before it
+        first, after = node.get("at_least_one", False), node.get("stop_after_first", False)
+        if first and after:
+            return whole
+        if after:
+            return self._rule(f"{any_tag} | {text}")
+        if first:
+            return self._rule(f"{whole} ({any_tag})* {text}")
+        return self._rule(f"({any_tag})* {text}")
+
+    def _separated(self, node: dict[str, Any]) -> str:
+        one = self._rule(" | ".join(self._tag(tag, tag["begin"]) for tag in node["tags"]))
+        if node.get("stop_after_first", False):
+            body = one
+        else:
+            body = f"{one} ({self.forced(node['separator']) or chr(34) * 2} {one})*"
+        return self._rule(body if node.get("at_least_one", False) else f"({body})?")
+
+
+_REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$-#&~/")
+
+
+def regex_literal(text: str) -> str:
+    """`text` as a regular expression (llguidance's syntax, inside Lark's /.../) that matches exactly it."""
+    return "".join("\\" + c if c in _REGEX_SPECIAL else c for c in text)
