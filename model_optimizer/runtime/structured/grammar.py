@@ -141,7 +141,8 @@ def _structural_tag(so: StructuredOutputs, tokenizer: Any) -> str:
     whitespace_flexible or whitespace_pattern)."""
     tag_format = json.loads(so.spec).get("format")
     if tag_format is not None:  # vLLM's newer form, xgrammar's tree of formats
-        return LarkBuilder(lambda text: _forced(text, tokenizer), _json_options(so)).grammar(tag_format)
+        builder = LarkBuilder(lambda t: _forced(t, tokenizer), lambda t: _tag(t, tokenizer), _json_options(so))
+        return builder.grammar(tag_format)
     options = {"x-guidance": _json_options(so)}
     rules, names = ["TEXT: /(.|\\n)*/"], []
     for i, (trigger, schema, begin, end) in enumerate(structures_of(so.spec)):

@@ -79,10 +79,12 @@ def check_format(node: Any, where: str = "format") -> None:
 
 class LarkBuilder:
     """One format tree's rules; `forced(text)` writes a literal (tokens where the tokenizer has them),
-    `json_options` the JSON settings every schema carries."""
+    `mark(text)` a trigger (`<[id]>` where it is one added token, else a string literal), `json_options`
+    the JSON settings every schema carries."""
 
-    def __init__(self, forced: Callable[[str], str], json_options: dict[str, Any]) -> None:
+    def __init__(self, forced: Callable[[str], str], mark: Callable[[str], str], json_options: dict[str, Any]) -> None:
         self.forced = forced
+        self.mark = mark
         self.json_options = json_options
         self.rules: list[str] = []
         self.grammars: list[dict[str, Any]] = []
@@ -165,7 +167,8 @@ class LarkBuilder:
         dispatched = []
         for tag in node["tags"]:
             trigger = max((t for t in node["triggers"] if tag["begin"].startswith(t)), key=len)
-            lead = self._rule(f"{text} {json.dumps(trigger)}", "[lazy]")
+            mark = self.mark(trigger)  # a token ends the text before it by itself; text needs a lazy lexeme
+            lead = self._rule(f"{text} {mark}", "" if mark.startswith("<[") else "[lazy]")
             dispatched.append(self._rule(f"{lead} {self._tag(tag, tag['begin'][len(trigger) :])}"))
         any_tag = self._rule(" | ".join(dispatched))
         whole = self._rule(" | ".join(self._tag(tag, tag["begin"]) for tag in node["tags"]))  # no text before it

@@ -305,3 +305,11 @@ def test_vllms_newer_structural_tag_formats(fmt, good, bad, tmp_path):
 def test_structural_tag_formats_not_taken_are_refused_by_name(fmt, reason):
     with pytest.raises(ValueError, match=reason):
         StructuredOutputs.tag_format(fmt)
+
+
+def test_a_newer_format_trigger_that_is_a_token_triggers_as_that_token(tmp_path):
+    taken = _matching(tmp_path, ["<tool_call>", "</tool_call>"])
+    call = {**CALL, "begin": "<tool_call>get_weather ", "end": "</tool_call>"}
+    so = StructuredOutputs.tag_format({"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": [call]})
+    assert taken(so, 'ok <tool_call>get_weather {"city":"Oslo"}</tool_call> done')
+    assert not taken(so, '<tool_call>get_weather {"city":"Rome"}</tool_call>')
