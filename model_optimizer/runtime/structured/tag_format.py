@@ -155,6 +155,10 @@ class LarkBuilder:
         ends = [node["end"]] if isinstance(node["end"], str) else node["end"]
         content = node["content"]
         head = self.forced(begin)
+        marks = [self.mark(e) for e in ends]
+        if content["type"] == "any_text" and any(m.startswith("<[") for m in marks):
+            # an end that is a token (`</think>` as Qwen3 has it) ends the text before it by itself
+            return self._rule(f"{head} {self._terminal(self._text(content))} ({' | '.join(marks)})".strip())
         if content["type"] == "any_text":
             until = "(" + "|".join(regex_literal(e) for e in ends) + ")"
             lazy = self._rule(self._terminal(f"({self._text(content)}) /{until}/"), "[lazy]")

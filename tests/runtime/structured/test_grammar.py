@@ -313,3 +313,12 @@ def test_a_newer_format_trigger_that_is_a_token_triggers_as_that_token(tmp_path)
     so = StructuredOutputs.tag_format({"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": [call]})
     assert taken(so, 'ok <tool_call>get_weather {"city":"Oslo"}</tool_call> done')
     assert not taken(so, '<tool_call>get_weather {"city":"Rome"}</tool_call>')
+
+
+def test_free_text_in_a_tag_ends_at_an_end_that_is_a_token(tmp_path):
+    """xgrammar's reasoning tag, `<think>` any text `</think>`, with Qwen3's tags as added tokens."""
+    taken = _matching(tmp_path, ["<think>", "</think>"])
+    fmt = {"type": "sequence", "elements": [THINK, {"type": "json_schema", "json_schema": WEATHER_SCHEMA}]}
+    so = StructuredOutputs.tag_format(fmt)
+    assert taken(so, '<think>plan a b</think>{"city":"Oslo"}')
+    assert not taken(so, '<think>plan</think>{"city":"Rome"}')
