@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from model_optimizer.runtime.structured.grammar import SLICES, GrammarError, check, ll_tokenizer
+from model_optimizer.runtime.structured.grammar import SLICES, ll_tokenizer, matcher
 from model_optimizer.runtime.structured.params import StructuredOutputs
 
 CACHE_SIZE = 512
@@ -125,10 +125,7 @@ class GrammarCompiler:
         import llguidance as llg
 
         tokenizer = self.tokenizer()
-        grammar = check(so, tokenizer)
-        template = llg.LLMatcher(tokenizer, grammar, log_level=0)
-        if template.is_error():
-            raise GrammarError(f"invalid {so.kind}: {template.get_error()}")
+        grammar, template = matcher(so, tokenizer)
         return Compiled(template, lambda: llg.LLMatcher(tokenizer, grammar, log_level=0), self.lanes)
 
     @property

@@ -134,37 +134,23 @@ def _tag(text: str, tokenizer: Any) -> str:
 
 
 def _structural_tag(so: StructuredOutputs, tokenizer: Any) -> str:
-    """The grammar of structural tags: free text, in which each trigger starts its structure: the rest of
-    its begin, JSON under its schema, its end (begin and end forced). A trigger is a lazy lexeme matched
-    as text, or, where the tokenizer has it as one added token (Qwen's `<tool_call>`), that token, which
-    text never holds. The schemas carry the JSON options of the other kinds (compact unless
-    whitespace_flexible or whitespace_pattern)."""
+    """The grammar of a structural tag, built by tag_format.LarkBuilder: vLLM's newer form as it is (a tree
+    of formats), the older one as the format it is, free text in which each trigger starts its structure
+    (the rest of its begin, JSON under its schema, its end). Triggers, begins and ends that the tokenizer
+    has as added tokens (Qwen's `<tool_call>`) are those tokens, which text never holds. The schemas carry
+    the JSON options of the other kinds (compact unless whitespace_flexible or whitespace_pattern)."""
     tag_format = json.loads(so.spec).get("format")
-    if tag_format is not None:  # vLLM's newer form, xgrammar's tree of formats
-        builder = LarkBuilder(lambda t: _forced(t, tokenizer), lambda t: _tag(t, tokenizer), _json_options(so))
-        return builder.grammar(tag_format)
-    options = {"x-guidance": _json_options(so)}
-    rules, names = ["TEXT: /(.|\\n)*/"], []
-    for i, (trigger, schema, begin, end) in enumerate(structures_of(so.spec)):
-        if schema is False:
-            raise ValueError(f"the schema of {begin!r} is false: nothing can follow it")
-        grammar = options if schema is True else {**schema, **options}
-        body = " ".join(
-            part
-            for part in (
-                _forced(begin[len(trigger) :], tokenizer),
-                "%json " + json.dumps(grammar),
-                _forced(end, tokenizer),
+    if tag_format is None:
+        tags = []
+        for _, schema, begin, end in structures_of(so.spec):
+            if schema is False:
+                raise ValueError(f"the schema of {begin!r} is false: nothing can follow it")
+            tags.append(
+                {"type": "tag", "begin": begin, "content": {"type": "json_schema", "json_schema": schema}, "end": end}
             )
-            if part
-        )
-        mark = _tag(trigger, tokenizer)
-        if mark.startswith("<["):  # a token ends the text before it by itself
-            rules.append(f"tag{i}: TEXT {mark} {body}")
-        else:
-            rules += [f"tag{i}_trigger[lazy]: TEXT {mark}", f"tag{i}: tag{i}_trigger {body}"]
-        names.append(f"tag{i}")
-    return "\n".join(["%llguidance {}", f"start: ({' | '.join(names)})* TEXT", *rules])
+        tag_format = {"type": "triggered_tags", "triggers": json.loads(so.spec)["triggers"], "tags": tags}
+    builder = LarkBuilder(lambda t: _forced(t, tokenizer), lambda t: _tag(t, tokenizer), _json_options(so))
+    return builder.grammar(tag_format)
 
 
 def _forced(text: str, tokenizer: Any) -> str:
@@ -205,6 +191,18 @@ def check(so: StructuredOutputs, tokenizer: Any = None) -> str:
     if message and not message.startswith("WARNING"):
         raise GrammarError(f"invalid {so.kind}: {message.strip()}")
     return grammar
+
+
+def matcher(so: StructuredOutputs, tokenizer: Any) -> tuple[str, Any]:
+    """(grammar, a matcher of it) as the engine core compiles a constraint; GrammarError with llguidance's
+    reason when either cannot be made."""
+    import llguidance as llg
+
+    grammar = check(so, tokenizer)
+    template = llg.LLMatcher(tokenizer, grammar, log_level=0)
+    if template.is_error():
+        raise GrammarError(f"invalid {so.kind}: {template.get_error()}")
+    return grammar, template
 
 
 def tokenizer_spec(tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int] | list[int]) -> tuple:

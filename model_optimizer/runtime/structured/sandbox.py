@@ -61,7 +61,7 @@ class GrammarSandbox:
                 self._kill()
                 return f"the grammar engine could not start ({exc}); try again"
             try:
-                _send(child, so)
+                _send(child.stdin, so)
                 return _receive(child, self.timeout_s)
             except TimeoutError:
                 self._kill()
@@ -91,7 +91,7 @@ class GrammarSandbox:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self._child = child
-        _send(child, self.spec)
+        _send(child.stdin, self.spec)
         ready = _receive(child, START_TIMEOUT_S)
         if ready:
             raise OSError(ready)
@@ -105,10 +105,11 @@ class GrammarSandbox:
             child.wait()
 
 
-def _send(child: subprocess.Popen, value: Any) -> None:
+def _send(stream: Any, value: Any) -> None:
+    """One frame: the pickle's length, then the pickle (both ways of the pipe)."""
     data = pickle.dumps(value)
-    child.stdin.write(struct.pack("<Q", len(data)) + data)  # type: ignore[union-attr]
-    child.stdin.flush()  # type: ignore[union-attr]
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
 
 
 def _receive(child: subprocess.Popen, timeout_s: float) -> Any:
@@ -134,33 +135,20 @@ def _read(stream: Any, size: int, deadline: float) -> bytes:
 
 def verdict(so: StructuredOutputs, tokenizer: Any) -> str:
     """The engine core's compile of `so`, as far as its first mask: "" or the reason it fails."""
-    import llguidance as llg
-    import numpy as np
-
-    from model_optimizer.runtime.structured.grammar import GrammarError, check
+    from model_optimizer.runtime.structured.grammar import GrammarError, matcher
 
     try:
-        grammar = check(so, tokenizer)
+        _, template = matcher(so, tokenizer)
     except GrammarError as exc:
         return str(exc)
-    matcher = llg.LLMatcher(tokenizer, grammar, log_level=0)
-    if not matcher.is_error():
-        mask = np.zeros((1, (tokenizer.vocab_size + 31) // 32), dtype=np.int32)
-        matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
-    if matcher.is_error():
-        return f"invalid {so.kind}: {matcher.get_error()}"
-    return ""
+    template.compute_bitmask()
+    return f"invalid {so.kind}: {template.get_error()}" if template.is_error() else ""
 
 
 def _serve() -> None:
     """The child: build the tokenizer from the first frame, then answer each constraint with its verdict."""
     channel_in, channel_out = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed from here on (llguidance's warnings) goes to stderr
-
-    def reply(value: Any) -> None:
-        data = pickle.dumps(value)
-        channel_out.write(struct.pack("<Q", len(data)) + data)
-        channel_out.flush()
 
     def frame() -> Any:
         head = channel_in.read(8)
@@ -174,11 +162,11 @@ def _serve() -> None:
     try:
         tokenizer = ll_tokenizer_from_json(spec.tokenizer_json, spec.vocab_size, spec.eos_token_ids)
     except ValueError as exc:
-        reply(str(exc))
+        _send(channel_out, str(exc))
         return
-    reply("")
+    _send(channel_out, "")
     while True:
-        reply(verdict(frame(), tokenizer))
+        _send(channel_out, verdict(frame(), tokenizer))
 
 
 if __name__ == "__main__":

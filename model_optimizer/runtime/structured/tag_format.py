@@ -163,8 +163,9 @@ class LarkBuilder:
             until = "(" + "|".join(regex_literal(e) for e in ends) + ")"
             lazy = self._rule(self._terminal(f"({self._text(content)}) /{until}/"), "[lazy]")
             return self._rule(f"{head} {lazy}".strip())
-        tail = " | ".join(self.forced(e) or '""' for e in ends)
-        return self._rule(f"{head} {self.node(content)} ({tail})".strip())
+        tails = [self.forced(e) for e in ends if e]  # an empty end: nothing after the content
+        tail = f"({' | '.join(tails)}){'?' if len(tails) < len(ends) else ''}" if tails else ""
+        return self._rule(f"{head} {self.node(content)} {tail}".strip())
 
     def _triggered(self, node: dict[str, Any]) -> str:
         text = self._terminal(self._text(node))
