@@ -287,9 +287,7 @@ def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torc
             ids = to_device(list(p.logit_bias), logits.device, torch.int64)
             logits[i].index_add_(0, ids, to_device(list(p.logit_bias.values()), logits.device, logits.dtype))
         if p.allowed_token_ids is not None:
-            keep = logits[i, to_device(p.allowed_token_ids, logits.device, torch.int64)]
-            logits[i] = float("-inf")
-            logits[i, to_device(p.allowed_token_ids, logits.device, torch.int64)] = keep
+            _keep_only(logits[i], to_device(p.allowed_token_ids, logits.device, torch.int64))
         if p.bad_words_token_ids:
             out = item.output_token_ids[: item.output_index]
             barred = [seq[-1] for seq in p.bad_words_token_ids if len(seq) == 1 or out[-(len(seq) - 1) :] == seq[:-1]]
@@ -300,10 +298,15 @@ def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torc
         if p.thinking_token_budget is not None:
             forced = _thinking_end(item.output_token_ids[: item.output_index], p)
             if forced is not None and logits[i, forced].isfinite():  # not where a grammar forbids it this step
-                keep = logits[i, forced].clone()
-                logits[i] = float("-inf")
-                logits[i, forced] = keep
+                _keep_only(logits[i], forced)
     return logits
+
+
+def _keep_only(row: torch.Tensor, ids: torch.Tensor | int) -> None:
+    """Every logit of `row` but those at `ids` set to -inf, in place."""
+    keep = row[ids].clone()
+    row.fill_(float("-inf"))
+    row[ids] = keep
 
 
 def _thinking_end(out: list[int], p: SamplingParams) -> int | None:

@@ -38,42 +38,42 @@ def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -
         )
     check_logprobs_cap(state, "logprobs", logprobs)
     check_logprobs_cap(state, "prompt_logprobs", body.prompt_logprobs)
-    bias = logit_bias(body)
-    vocab = state.model.vocab_size
-    if bias and vocab and max(bias) >= vocab:
-        raise APIError(400, f"logit_bias: token id {max(bias)} is outside the vocabulary (size {vocab})", "logit_bias")
-    if body.allowed_token_ids is not None:
-        if not body.allowed_token_ids:
-            raise APIError(400, "allowed_token_ids is empty: no token could be sampled", "allowed_token_ids")
-        if vocab and max(body.allowed_token_ids) >= vocab:
-            raise APIError(
-                400, f"allowed_token_ids: {max(body.allowed_token_ids)} is outside the vocabulary", "allowed_token_ids"
-            )
-    if body.bad_words:
-        if state.model.tokenizer is None:
-            raise APIError(400, "bad_words need the model's tokenizer; this model is served without one", "bad_words")
-        if len(body.bad_words) > config.max_stop_strings:  # capped as stop strings are
-            raise APIError(400, f"got {len(body.bad_words)} bad words; at most {config.max_stop_strings}", "bad_words")
-        if any(len(w) > config.max_stop_string_length for w in body.bad_words):
-            raise APIError(400, f"bad words may be at most {config.max_stop_string_length} characters", "bad_words")
     return stop
 
 
-async def bad_words_ids(state: ServerState, body: SamplingFields) -> list[list[int]] | None:
-    """The request's bad words as token sequences: each word alone and after a space (the same word
-    inside a sentence), as vLLM bars them; tokenized off the event loop."""
+async def token_rules(state: ServerState, body: SamplingFields) -> dict[str, Any]:
+    """The SamplingParams fields of the request's token rules, each checked once: logit_bias (ids as
+    integers), allowed_token_ids, and bad_words as token sequences (each word alone and after a space, as
+    vLLM bars them; tokenized off the event loop). 400 naming the field that is wrong."""
+    config, vocab = state.config, state.model.vocab_size
+    bias = _logit_bias(body)
+    if bias and vocab and max(bias) >= vocab:
+        raise APIError(400, f"logit_bias: token id {max(bias)} is outside the vocabulary (size {vocab})", "logit_bias")
+    allowed = body.allowed_token_ids
+    if allowed is not None:
+        if not allowed:
+            raise APIError(400, "allowed_token_ids is empty: no token could be sampled", "allowed_token_ids")
+        if vocab and max(allowed) >= vocab:
+            raise APIError(400, f"allowed_token_ids: {max(allowed)} is outside the vocabulary", "allowed_token_ids")
+    rules: dict[str, Any] = {"logit_bias": bias, "allowed_token_ids": list(allowed) if allowed is not None else None}
     if not body.bad_words:
-        return None
+        return rules
+    if state.model.tokenizer is None:
+        raise APIError(400, "bad_words need the model's tokenizer; this model is served without one", "bad_words")
+    if len(body.bad_words) > config.max_stop_strings:  # capped as stop strings are
+        raise APIError(400, f"got {len(body.bad_words)} bad words; at most {config.max_stop_strings}", "bad_words")
+    if any(len(w) > config.max_stop_string_length for w in body.bad_words):
+        raise APIError(400, f"bad words may be at most {config.max_stop_string_length} characters", "bad_words")
     encode = state.model.tokenizer.encode
     texts = [text for word in body.bad_words for text in (word, " " + word.lstrip())]
     sequences: list[list[int]] = []
     for ids in await state.run_blocking(lambda: [list(encode(t, add_special_tokens=False)) for t in texts]):
         if ids and ids not in sequences:
             sequences.append(ids)
-    return sequences
+    return {**rules, "bad_words_token_ids": sequences}
 
 
-def logit_bias(body: SamplingFields) -> dict[int, float] | None:
+def _logit_bias(body: SamplingFields) -> dict[int, float] | None:
     """The request's logit_bias with token ids as integers (JSON keys are strings); 400 naming a bad one."""
     if not body.logit_bias:
         return None
@@ -140,10 +140,10 @@ def sampling_params(
     structured_outputs: StructuredOutputs | None = None,
     keep_special_tokens: bool = False,
     prompt_logprobs: int | None = None,
-    bad_words: list[list[int]] | None = None,
+    rules: dict[str, Any] | None = None,
 ) -> SamplingParams:
     """The request's SamplingParams; a field it did not send takes `defaults` (the model's), else OpenAI's.
-    `structured_outputs` is the checked constraint (structured.py, tools.py); `keep_special_tokens` keeps
+    `structured_outputs` is the checked constraint (structured.py, tools.py); `rules` token_rules' fields; `keep_special_tokens` keeps
     them in the text for a tool-call parser whose markers are special tokens; `prompt_logprobs` is what the
     route asks for (completions: the field, or echo's logprobs)."""
     chosen = {**OPENAI_DEFAULTS, **{k: v for k, v in (defaults or {}).items() if k in MODEL_DEFAULT_FIELDS}}
@@ -161,9 +161,7 @@ def sampling_params(
             repetition_penalty=chosen["repetition_penalty"],
             presence_penalty=body.presence_penalty,
             frequency_penalty=body.frequency_penalty,
-            logit_bias=logit_bias(body),
-            allowed_token_ids=list(body.allowed_token_ids) if body.allowed_token_ids is not None else None,
-            bad_words_token_ids=bad_words,
+            **(rules or {}),
             seed=body.seed,
             max_tokens=max_tokens,
             min_tokens=body.min_tokens,

@@ -38,8 +38,6 @@ class ToolPlan:
     constraint: StructuredOutputs | None = None
     finish_with_tool_calls: bool = False
     """finish_reason "tool_calls" when the output holds calls and the engine stopped it."""
-    strict_calls: bool = False
-    """`constraint` holds strict tools' calls under tool_choice auto (a request's own constraint replaces it)."""
 
 
 def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
@@ -56,8 +54,7 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
     template_tools = [t.model_dump(exclude_none=True, by_alias=True) for t in tools]
     if choice is None or choice == "auto":
         parser = _auto_parser(state, template_tools)
-        strict = _strict_calls(tools, parser)
-        return ToolPlan(template_tools, parser, strict, finish_with_tool_calls=True, strict_calls=strict is not None)
+        return ToolPlan(template_tools, parser, _strict_calls(tools, parser), finish_with_tool_calls=True)
     if choice == "none":
         return ToolPlan(template_tools)
     if choice == "required":

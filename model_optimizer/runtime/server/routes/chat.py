@@ -29,7 +29,7 @@ from model_optimizer.runtime.server.protocol import (
 from model_optimizer.runtime.server.reasoning import REASONING_PARSERS, ReasoningParser
 from model_optimizer.runtime.server.request_group import Generation, new_request_id, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
-from model_optimizer.runtime.server.sampling import bad_words_ids, check_caps, resolve_max_tokens, sampling_params
+from model_optimizer.runtime.server.sampling import check_caps, resolve_max_tokens, sampling_params, token_rules
 from model_optimizer.runtime.server.state import ServerState, get_state
 from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate
 from model_optimizer.runtime.server.structured import check_constraint, requested_constraint
@@ -51,6 +51,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     num_top = body.top_logprobs or 0
     logprobs = num_top if body.logprobs else None
     stop = check_caps(state, body, logprobs if logprobs is not None else body.top_logprobs)
+    rules = await token_rules(state, body)
     if body.prompt_logprobs is not None:  # vLLM answers them beside the choices; scoring text is completions' job
         raise APIError(
             400,
@@ -85,10 +86,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         state.sampling_defaults,
         constraint,
         keep_special,
-        bad_words=await bad_words_ids(state, body),
+        rules={**rules, **(thinking or {})},
     )
-    if thinking:
-        params = params.clone(**thinking)
     generation = Generation(
         new_request_id("chatcmpl"),
         [prompt.token_ids],
@@ -137,7 +136,9 @@ async def _constraint(state: ServerState, body: ChatCompletionRequest, plan: Too
     """The output constraint: the request's own, or the one its tool_choice makes; never both. Strict tools
     under tool_choice auto give way to a constraint the request brings (it says what the whole output is)."""
     requested = requested_constraint(body)
-    if plan.constraint is not None and not (requested is not None and plan.strict_calls):
+    # a forced choice's constraint is the output; strict tools' calls under auto are only part of it
+    forced = plan.parser is not None and plan.parser.forced
+    if plan.constraint is not None and (requested is None or forced):
         if requested is not None:
             raise APIError(
                 400, f"tool_choice required or named constrains the output: leave out {requested[1]}", requested[1]

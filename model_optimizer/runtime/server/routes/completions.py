@@ -20,7 +20,7 @@ from model_optimizer.runtime.server.prompts import Prompt, prompt_list, tokenize
 from model_optimizer.runtime.server.protocol import CompletionChoice, CompletionRequest, CompletionResponse, UsageInfo
 from model_optimizer.runtime.server.request_group import Generation, new_request_id, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
-from model_optimizer.runtime.server.sampling import bad_words_ids, check_caps, resolve_max_tokens, sampling_params
+from model_optimizer.runtime.server.sampling import check_caps, resolve_max_tokens, sampling_params, token_rules
 from model_optimizer.runtime.server.state import ServerState, get_state
 from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate
 from model_optimizer.runtime.server.structured import check_constraint, requested_constraint
@@ -43,12 +43,12 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     if body.max_tokens == 0 and not body.echo:
         raise APIError(400, "max_tokens is 0; 0 is allowed only with echo (the prompt comes back alone)", "max_tokens")
     stop = check_caps(state, body, body.logprobs)
+    rules = await token_rules(state, body)
     constraint = requested_constraint(body)
     if constraint is not None:
         await check_constraint(state, *constraint)
     prompts = await tokenize_prompts(state, prompt_list(body.prompt))
     max_tokens = 1 if body.max_tokens == 0 else body.max_tokens  # one token is generated, and dropped
-    bad_words = await bad_words_ids(state, body)
     params = [
         sampling_params(
             body,
@@ -58,7 +58,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
             state.sampling_defaults,
             constraint[0] if constraint is not None else None,
             prompt_logprobs=_prompt_logprobs(body),
-            bad_words=bad_words,
+            rules=rules,
         )
         for p in prompts
     ]
