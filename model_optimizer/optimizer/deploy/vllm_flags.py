@@ -54,6 +54,7 @@ TRANSLATED = {
     "tool_call_parser": "--tool-call-parser",
     "reasoning_parser": "--reasoning-parser",
     "default_chat_template_kwargs": "--default-chat-template-kwargs",
+    "enable_prompt_tokens_details": "--enable-prompt-tokens-details",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
 
@@ -67,7 +68,13 @@ config.json), and our int8 / int8-w8a8 / rtn-int4 on-the-fly rounding has no vLL
 ENV_ONLY = {"api_key": "VLLM_API_KEY"}
 """Settings vLLM reads from the environment: the container gets them from the same secret as ours."""
 
-ONLY_TRUE = {"enforce_eager", "async_scheduling", "enable_expert_parallel", "enable_auto_tool_choice"}
+ONLY_TRUE = {
+    "enforce_eager",
+    "async_scheduling",
+    "enable_expert_parallel",
+    "enable_auto_tool_choice",
+    "enable_prompt_tokens_details",
+}
 """vLLM flags that can only switch a feature on: our False is vLLM's default and needs no flag."""
 
 UNTRANSLATED = {

@@ -42,6 +42,8 @@ class ChatOutput:
         self.include_reasoning = include_reasoning
         """False (vLLM's include_reasoning): the reasoning is split off and dropped, never sent."""
         self.text = ""
+        self.token_ids: list[int] = []
+        """A stream's token ids so far, kept when a reasoning parser counts them (ChatFormat)."""
         self._sent_reasoning = 0
         self._sent_content = 0
         self._call_ids: list[str] = []

@@ -131,6 +131,9 @@ class ServerConfig:
     reasoning_parser: Literal["qwen3", "deepseek_r1", "deepseek_v3", "glm45", "mistral"] | None = None
     """Split the model's <think>...</think> reasoning from its answer into reasoning (chat completions): qwen3, glm45 and deepseek_v3 (DeepSeek-V3.1: only when the output opens with <think> or the prompt opened the block), deepseek_r1 (everything before </think>), mistral (Magistral: [THINK]...[/THINK]); an output constraint then applies after the thinking."""
 
+    enable_prompt_tokens_details: bool = False
+    """Add usage.prompt_tokens_details.cached_tokens, the prompt tokens the prefix cache served (vLLM's flag)."""
+
     default_chat_template_kwargs: str | dict | None = None
     """Keyword arguments every chat template render gets unless the request's chat_template_kwargs set them, as a JSON object, e.g. '{"enable_thinking": false}' (vLLM's flag)."""
 

@@ -235,10 +235,24 @@ class EmbeddingRequest(_Request):
 
 
 # ----------------------------------------------------------------- responses
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0
+    """Prompt tokens served from the prefix cache (not computed again)."""
+
+
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+    """Output tokens inside the reasoning block (between its tags, which are not counted)."""
+
+
 class UsageInfo(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = Field(default=None, exclude_if=lambda d: d is None)
+    """With --enable-prompt-tokens-details (vLLM's flag), as OpenAI's usage."""
+    completion_tokens_details: CompletionTokensDetails | None = Field(default=None, exclude_if=lambda d: d is None)
+    """Chat with --reasoning-parser: how many of completion_tokens were reasoning, as OpenAI's usage."""
 
 
 class CompletionLogprobs(BaseModel):

@@ -24,6 +24,8 @@ structured_outputs, a required or named tool call) applies after the reasoning, 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from model_optimizer.runtime.server.tool_parsers import _held_back
 
 START, END = "<think>", "</think>"
@@ -91,11 +93,39 @@ class ReasoningParser:
             return self._reasoning(text, final)
         return "", text
 
+    def count_tokens(self, text: str, token_ids: Sequence[int], encode: Callable[[str], Sequence[int]]) -> int:
+        """How many of an output's tokens are reasoning: those between the block's tags (the tags not
+        counted), as usage.completion_tokens_details.reasoning_tokens says. The tags are found as the
+        tokenizer writes them (`encode`: text to token ids); where the output's tokens spell a tag
+        otherwise (merged with its neighbours), the reasoning text is encoded again instead."""
+        reasoning, _ = self.split(text, final=True)
+        if not reasoning:
+            return 0
+        start_ids, end_ids = list(encode(self.START)), list(encode(self.END))
+        ids = list(token_ids)
+        end = _find(ids, end_ids)
+        if end < 0 and self.END in text:
+            return len(encode(reasoning))
+        stop = end if end >= 0 else len(ids)
+        start = _find(ids[:stop], start_ids)
+        return stop - (start + len(start_ids) if start >= 0 else 0)
+
     def _reasoning(self, body: str, final: bool) -> tuple[str, str]:
         end = body.find(self.END)
         if end != -1:
             return body[:end], body[end + len(self.END) :]
         return (body if final else body[: len(body) - _held_back(body, self.END)]), ""
+
+
+def _find(ids: list[int], part: list[int]) -> int:
+    """Where `part` first occurs in `ids`, or -1."""
+    if not part:
+        return -1
+    first, n = part[0], len(part)
+    for at in range(len(ids) - n + 1):
+        if ids[at] == first and ids[at : at + n] == part:
+            return at
+    return -1
 
 
 class Qwen3ReasoningParser(ReasoningParser):

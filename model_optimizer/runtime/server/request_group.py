@@ -25,7 +25,7 @@ from model_optimizer.runtime.engine.async_engine import EngineDeadError, Request
 from model_optimizer.runtime.engine.outputs import RequestOutput, merge_outputs
 from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
 from model_optimizer.runtime.server.errors import APIError, error_response
-from model_optimizer.runtime.server.protocol import UsageInfo
+from model_optimizer.runtime.server.protocol import PromptTokensDetails, UsageInfo
 from model_optimizer.runtime.server.state import RETRY_AFTER_S, Admission, ServerState
 from model_optimizer.runtime.server.streaming import ClosingStreamingResponse, StreamFormat, sse_events
 
@@ -71,6 +71,8 @@ class RequestGroup:
         self.num_prompt_tokens: list[int] = []
         self.num_output_tokens: list[int] = []
         """Per prompt: output tokens so far, summed over its n completions."""
+        self.num_cached_tokens: list[int] = []
+        """Per prompt: its tokens the prefix cache served, as its outputs report them."""
         self.admission: Admission | None = None
         self.closed = False
 
@@ -91,6 +93,7 @@ class RequestGroup:
             self.num_completions.append(p.n)
             self.num_prompt_tokens.append(len(ids))
             self.num_output_tokens.append(0)
+            self.num_cached_tokens.append(0)
 
     async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
         """(prompt index, output) as they come, from every prompt's request: DELTA outputs when
@@ -102,10 +105,12 @@ class RequestGroup:
             tracker = trackers[0]
             async for output in self.streams[0]:
                 self.num_output_tokens[0] += tracker.observe(output)  # each output's tokens are new
+                self.num_cached_tokens[0] = output.num_cached_tokens
                 yield 0, output
             return
         async for i, output in self._merged():
             self.num_output_tokens[i] += trackers[i].observe(output)
+            self.num_cached_tokens[i] = output.num_cached_tokens
             yield i, output
 
     async def _merged(self) -> AsyncIterator[tuple[int, RequestOutput]]:
@@ -147,10 +152,14 @@ class RequestGroup:
 
     def usage(self) -> UsageInfo:
         prompt_tokens, completion_tokens = sum(self.num_prompt_tokens), sum(self.num_output_tokens)
+        details = None
+        if self.state.config.enable_prompt_tokens_details:
+            details = PromptTokensDetails(cached_tokens=sum(self.num_cached_tokens))
         return UsageInfo(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,
+            prompt_tokens_details=details,
         )
 
     def close(self) -> None:

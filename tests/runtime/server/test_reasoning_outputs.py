@@ -67,6 +67,7 @@ def live(thinking_model):
         default_chat_template_kwargs='{"think_in_prompt": true}',
         enable_auto_tool_choice=True,
         tool_call_parser="hermes",
+        enable_prompt_tokens_details=True,
     )
     server = start_server(llm, config)
     yield server
@@ -179,6 +180,7 @@ def test_the_model_may_open_a_block_when_the_prompt_did_not(client, thinking_mod
     choice = completion.choices[0]
     assert choice.token_ids[:2] == [start_id, end_id]
     assert getattr(choice.message, "reasoning", None) is None  # an empty block
+    assert completion.usage.completion_tokens_details.reasoning_tokens == 0
     jsonschema.validate(json.loads(choice.message.content), DIGIT)
 
 
@@ -249,6 +251,40 @@ def test_a_thinking_budget_ends_the_block_and_the_answer_follows(client, thinkin
     assert choice.token_ids[3] == end_id and end_id not in choice.token_ids[:3]
     assert choice.finish_reason == "stop" and getattr(choice.message, "reasoning", None)
     jsonschema.validate(json.loads(choice.message.content), DIGIT)
+    assert completion.usage.completion_tokens_details.reasoning_tokens == 3  # the tag itself not counted
+
+
+def test_usage_counts_reasoning_tokens_streamed_and_not(client):
+    """usage.completion_tokens_details.reasoning_tokens: the thinking of every choice, summed, the same in a
+    stream's usage chunk as in the whole response."""
+    kwargs = dict(
+        model="tiny",
+        messages=USER,
+        temperature=1.0,
+        seed=7,
+        n=2,
+        max_tokens=30,
+        extra_body={"thinking_token_budget": 4},
+    )
+    whole = client.chat.completions.create(**kwargs).usage
+    assert whole.completion_tokens_details.reasoning_tokens == 8
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
+    assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == 8
+    assert chunks[-1].usage.completion_tokens == whole.completion_tokens
+    closed = client.chat.completions.create(
+        model="tiny", messages=USER, max_tokens=5, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+    )
+    assert closed.usage.completion_tokens_details.reasoning_tokens == 0
+
+
+def test_usage_counts_prompt_tokens_the_prefix_cache_served(client):
+    """--enable-prompt-tokens-details: the second request with a long shared prompt finds it cached."""
+    messages = [{"role": "user", "content": "tell me about the sea " * 30}]
+    kwargs = dict(model="tiny", messages=messages, max_tokens=2, extra_body={"reasoning_effort": "none"})
+    first = client.chat.completions.create(**kwargs).usage
+    second = client.chat.completions.create(**kwargs).usage
+    assert first.prompt_tokens_details.cached_tokens < second.prompt_tokens_details.cached_tokens
+    assert 0 < second.prompt_tokens_details.cached_tokens < second.prompt_tokens
 
 
 def test_a_question_about_the_tag_opens_no_block(client, thinking_model):

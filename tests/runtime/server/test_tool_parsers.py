@@ -187,6 +187,38 @@ def test_where_a_constraint_starts_follows_the_parsers_rule():
     )
 
 
+def _tag_tokens(text: str) -> list[int]:
+    """A tokenizer with the tags as tokens 1 and 2, every other character its own token."""
+    ids: list[int] = []
+    for piece in re.split(r"(</?think>)", text):
+        ids += [{"<think>": 1, "</think>": 2}[piece]] if piece in ("<think>", "</think>") else [ord(c) for c in piece]
+    return ids
+
+
+@pytest.mark.parametrize(
+    ("parser", "text", "count"),
+    [
+        (Qwen3ReasoningParser, "<think>abc</think>ok", 3),
+        (Qwen3ReasoningParser, "<think>abcd", 4),  # cut short: all of it thinking
+        (Qwen3ReasoningParser, "no block", 0),
+        (lambda: Qwen3ReasoningParser(CLOSED), "<think>abc</think>ok", 0),  # the prompt closed it: all answer
+        (lambda: Qwen3ReasoningParser(OPEN), "abc</think>ok", 3),
+        (DeepSeekR1ReasoningParser, "abc</think>ok", 3),
+        (DeepSeekR1ReasoningParser, "<think>ab</think>ok", 2),  # the prompt's <think> written again
+    ],
+)
+def test_reasoning_tokens_are_those_between_the_tags(parser, text, count):
+    assert parser().count_tokens(text, _tag_tokens(text), _tag_tokens) == count
+
+
+def test_reasoning_tokens_of_a_tag_merged_into_its_neighbours_are_counted_from_the_text():
+    """The output's tokens spell `</think>` otherwise than the tag alone encodes (here: char by char), so the
+    reasoning text is encoded again."""
+    text = "<think>abc</think>ok"
+    chars = [ord(c) for c in text]
+    assert Qwen3ReasoningParser().count_tokens(text, chars, _tag_tokens) == 3
+
+
 def test_include_reasoning_false_sends_none():
     output = ChatOutput(Qwen3ReasoningParser(), include_reasoning=False)
     assert output.message("<think>plan</think>ok").reasoning_content is None

@@ -23,6 +23,7 @@ from model_optimizer.runtime.server.protocol import (
     ChatCompletionResponse,
     ChatResponseMessage,
     ChatStreamChoice,
+    CompletionTokensDetails,
     DeltaMessage,
     UsageInfo,
 )
@@ -192,8 +193,21 @@ class ChatFormat:
             return "tool_calls"
         return c.finish_reason
 
+    def _usage(self, usage: UsageInfo, outputs: list[tuple[str, list[int]]]) -> UsageInfo:
+        """The usage with the reasoning tokens of these (text, token ids) outputs, under a reasoning parser."""
+        if self.reasoning is None:
+            return usage
+        tokenizer = self.texts.tokenizer
+
+        def encode(text: str) -> list[int]:
+            return tokenizer.encode(text, add_special_tokens=False)
+
+        count = sum(self.reasoning.count_tokens(text, ids, encode) for text, ids in outputs)
+        return usage.model_copy(update={"completion_tokens_details": CompletionTokensDetails(reasoning_tokens=count)})
+
     def response(self, finals: list[RequestOutput], usage: UsageInfo) -> BaseModel:
         [final] = finals
+        usage = self._usage(usage, [(c.text, c.token_ids) for c in final.outputs])
         choices = []
         for c in final.outputs:
             logprobs = chat_logprobs(self.texts, c.logprobs, self.num_top) if c.logprobs is not None else None
@@ -238,6 +252,8 @@ class ChatFormat:
                 finish_reason = c.finish_reason
             else:
                 delta = out.feed(c.text)
+                if self.reasoning is not None:
+                    out.token_ids.extend(c.token_ids)
                 if c.finished:
                     delta = _merged(delta, out.finish())
                 finish_reason = self._finish_reason(c, out.num_calls > 0) if c.finished else None
@@ -254,6 +270,7 @@ class ChatFormat:
         return self.template.event(choices)
 
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
+        usage = self._usage(usage, [(out.text, out.token_ids) for out in self.outputs.values()])
         return self.base.model_copy(update={"usage": usage})
 
 
