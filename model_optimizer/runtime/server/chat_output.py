@@ -65,7 +65,8 @@ class ChatOutput:
     def message(self, text: str) -> ChatMessageFields:
         """The fields of a whole (non-streamed) response's message."""
         reasoning, view = self._views(text, final=True)
-        calls = [_call_dict(c, self.tools.new_call_id()) for c in view.calls if c.name is not None]  # type: ignore[union-attr]
+        named = [c for c in view.calls if c.name is not None]
+        calls = [_call_dict(c, c.id or self.tools.call_id(c.name, i)) for i, c in enumerate(named)]  # type: ignore[union-attr, arg-type]
         forced = self.tools is not None and self.tools.forced
         content = view.content if view.content or not (calls or reasoning or forced) else None
         return ChatMessageFields(content, (reasoning or None) if self.include_reasoning else None, calls)
@@ -104,7 +105,7 @@ class ChatOutput:
         """What is new in named call `index`: its id, type and name the first time, then argument text."""
         delta: dict = {"index": index}
         if index == len(self._call_ids):
-            self._call_ids.append(self.tools.new_call_id())  # type: ignore[union-attr]
+            self._call_ids.append(call.id or self.tools.call_id(call.name, index))  # type: ignore[union-attr, arg-type]
             self._sent_arguments.append(0)
             delta.update(id=self._call_ids[index], type="function", function={"name": call.name})
         sent = self._sent_arguments[index]

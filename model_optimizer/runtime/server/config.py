@@ -123,10 +123,12 @@ class ServerConfig:
             "qwen3_coder",
             "qwen3_xml",
             "pythonic",
+            "kimi_k2",
+            "xlam",
         ]
         | None
     ) = None
-    """How to read tool calls from the model's text with tool_choice "auto": hermes (Qwen2.5/3, Hermes: <tool_call> tags), llama3_json (Llama 3.1+ JSON calls), mistral ([TOOL_CALLS]), deepseek_v3 (DeepSeek-V3/R1-0528), deepseek_v31 (DeepSeek-V3.1), glm45 (GLM-4.5/4.6), qwen3_coder or qwen3_xml (Qwen3-Coder), pythonic (Llama 3.2/4: a Python list of calls)."""
+    """How to read tool calls from the model's text with tool_choice "auto": hermes (Qwen2.5/3, Hermes: <tool_call> tags), llama3_json (Llama 3.1+ JSON calls), mistral ([TOOL_CALLS]), deepseek_v3 (DeepSeek-V3/R1-0528), deepseek_v31 (DeepSeek-V3.1), glm45 (GLM-4.5/4.6), qwen3_coder or qwen3_xml (Qwen3-Coder), pythonic (Llama 3.2/4: a Python list of calls), kimi_k2 (Kimi-K2: its own call ids), xlam (xLAM: a JSON list of calls, bare, fenced or tagged)."""
 
     reasoning_parser: Literal["qwen3", "deepseek_r1", "deepseek_v3", "glm45", "mistral"] | None = None
     """Split the model's <think>...</think> reasoning from its answer into reasoning (chat completions): qwen3, glm45 and deepseek_v3 (DeepSeek-V3.1: only when the output opens with <think> or the prompt opened the block), deepseek_r1 (everything before </think>), mistral (Magistral: [THINK]...[/THINK]); an output constraint then applies after the thinking."""

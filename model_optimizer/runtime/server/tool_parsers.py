@@ -13,8 +13,12 @@ the last view: both give the same calls. Parsers read the text, never token ids.
   `[TOOL_CALLS]name[ARGS]{...}` per call; needs special tokens in the text (skip_special_tokens off).
 - `deepseek_v3` (DeepSeek-V3, R1-0528): `<｜tool▁calls▁begin｜>` then per call `<｜tool▁call▁begin｜>function
   <｜tool▁sep｜>NAME`, a newline, the arguments in a ```json fence and `<｜tool▁call▁end｜>`; special tokens.
+- `deepseek_v31` (DeepSeek-V3.1): the same markers, `NAME<｜tool▁sep｜>` and the bare JSON arguments.
+- `kimi_k2` (Kimi-K2): a section of `<|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>`
+  calls with JSON arguments; the model's id is the call's id.
 - `glm45`, `qwen3_coder` (arguments as key/value tags, tool_parsers_kv.py) and `pythonic` (a Python list of
-  calls, tool_parsers_pythonic.py) live beside this module; tool_parser_registry.py names them all.
+  calls, tool_parsers_pythonic.py) and `xlam` (a JSON list of calls, fenced or tagged, tool_parsers_xlam.py) live
+  beside this module; tool_parser_registry.py names them all.
 - `required` (tool_choice "required"): the server constrained the output to a JSON list of {"name",
   "parameters"} objects. `named` (a named tool_choice): the output is the arguments themselves.
 """
@@ -40,6 +44,8 @@ class PartialCall:
     complete: bool = False
     string_arguments: bool = False
     """The model wrote the arguments as a JSON string holding JSON: only sent once complete, decoded."""
+    id: str | None = None
+    """The id the model wrote for the call (Kimi-K2's), which the response keeps; None: the server makes one."""
 
 
 @dataclass
@@ -65,8 +71,8 @@ class ToolParser:
         raise NotImplementedError
 
     @staticmethod
-    def new_call_id() -> str:
-        """A fresh tool call id, OpenAI's shape."""
+    def call_id(name: str, index: int) -> str:
+        """A fresh id for the response's call number `index` (from 0), of function `name`: OpenAI's shape."""
         return f"call_{uuid.uuid4().hex[:24]}"
 
     def call_frame(self, name: str) -> tuple[str, str, str] | None:
@@ -271,7 +277,7 @@ class MistralParser(ToolParser):
     MARKER, ARGS = "[TOOL_CALLS]", "[ARGS]"
 
     @staticmethod
-    def new_call_id() -> str:
+    def call_id(name: str, index: int) -> str:
         """Nine letters and digits: Mistral's chat templates refuse any other id when the call comes back."""
         return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
 
@@ -314,6 +320,8 @@ class DeepSeekV3Parser(ToolParser):
     needs_special_tokens = True
     CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
     CALL_BEGIN, SEP, CALL_END = "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"
+    ALSO: tuple[str, ...] = ()
+    """Other spellings of a marker that starts calls, kept out of content while they may be arriving."""
 
     def call_frame(self, name: str) -> tuple[str, str, str]:
         """One call a block (the template's form of each call, fenced JSON arguments)."""
@@ -333,7 +341,7 @@ class DeepSeekV3Parser(ToolParser):
                     break
                 calls.append(call)
                 at = body.find(self.CALL_BEGIN, end) if end is not None else -1
-        content = _content_before(text, first, first != -1, final, (self.CALLS_BEGIN, self.CALL_BEGIN))
+        content = _content_before(text, first, first != -1, final, (self.CALLS_BEGIN, self.CALL_BEGIN, *self.ALSO))
         return ToolView(content, calls)
 
     def _call(self, text: str, i: int) -> tuple[PartialCall | None, int | None]:
@@ -387,6 +395,49 @@ class DeepSeekV31Parser(DeepSeekV3Parser):
         if not name:
             return None, None  # the name goes on, or the call is not in this format
         return self._arguments(PartialCall(name=name), text, skip_ws(text, sep + len(self.SEP)))
+
+
+class KimiK2Parser(DeepSeekV3Parser):
+    """Kimi-K2's calls: a section of special-token markers, each call's id (`functions.NAME:INDEX`), then its
+    JSON arguments: `<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0
+    <|tool_call_argument_begin|>{...}<|tool_call_end|><|tool_calls_section_end|>`. The id is the call's id
+    in the response (Kimi's template writes it back so), the name its part between the dot and the colon.
+    Some outputs spell the section markers singular (`tool_call_section`): they count the same."""
+
+    name = "kimi_k2"
+    CALLS_BEGIN, CALLS_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+    CALL_BEGIN, SEP, CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+    ALSO = ("<|tool_call_section_begin|>",)
+
+    @staticmethod
+    def call_id(name: str, index: int) -> str:
+        return f"functions.{name}:{index}"
+
+    def call_frame(self, name: str) -> tuple[str, str, str]:
+        begin = f"{self.CALLS_BEGIN}{self.CALL_BEGIN}{self.call_id(name, 0)}{self.SEP}"
+        return self.CALLS_BEGIN, begin, f"{self.CALL_END}{self.CALLS_END}"
+
+    def view(self, text: str, final: bool) -> ToolView:
+        singular = text.find(self.ALSO[0])
+        if singular != -1 and not -1 < text.find(self.CALLS_BEGIN) < singular:
+            return _KimiK2Singular(self.tools).view(text, final)  # the section is spelled so throughout
+        return super().view(text, final)
+
+    def _call(self, text: str, i: int) -> tuple[PartialCall | None, int | None]:
+        sep = text.find(self.SEP, i)
+        call_id = text[i:sep].strip() if sep != -1 else ""
+        name = call_id.rsplit(":", 1)[0].rsplit(".", 1)[-1] if ":" in call_id else call_id
+        if not name:
+            return None, None  # the id goes on, or the call is not in this format
+        call = PartialCall(name=name, id=call_id if ":" in call_id else None)
+        return self._arguments(call, text, skip_ws(text, sep + len(self.SEP)))
+
+
+class _KimiK2Singular(KimiK2Parser):
+    """Kimi-K2's calls in a section spelled `<|tool_call_section_begin|>` ... `<|tool_call_section_end|>`."""
+
+    CALLS_BEGIN, CALLS_END = "<|tool_call_section_begin|>", "<|tool_call_section_end|>"
+    view = DeepSeekV3Parser.view
 
 
 class RequiredParser(ToolParser):

@@ -72,10 +72,11 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
 
 def _with_server_ids(state: ServerState, parser: ToolParser) -> ToolParser:
     """A forced call's parser giving ids in the form of the server's --tool-call-parser (Mistral's templates
-    take back only their own nine-character ids), whatever the tool_choice."""
+    take back only their own nine-character ids, Kimi-K2's write `functions.NAME:INDEX`), whatever the
+    tool_choice."""
     name = state.config.tool_call_parser
     if name:
-        parser.new_call_id = PARSERS[name].new_call_id  # type: ignore[method-assign]
+        parser.call_id = PARSERS[name].call_id  # type: ignore[method-assign]
     return parser
 
 

@@ -312,6 +312,8 @@ FRAGMENTS = [
     "[TOOL_CALLS]", "[ARGS]", "f(", "a=1", ")", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "function",
     "<｜tool▁sep｜>", "```json\n", "```", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<arg_key>", "</arg_key>",
     "<arg_value>", "</arg_value>", "<function=f>", "<parameter=a>", "</parameter>", "</function>", "é", '"', "\\",
+    "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.f:0", "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>", "<|tool_calls_section_end|>", "<|tool_call_section_begin|>", "```json", "\n```\n",
 ]  # fmt: skip
 
 
@@ -330,6 +332,11 @@ CALL_FRAMES = {
     ),
     "glm45": ("<tool_call>f\n<arg_key>a</arg_key><arg_value>", "</arg_value></tool_call>"),
     "qwen3_coder": ("<tool_call>\n<function=f>\n<parameter=a>\n", "\n</parameter>\n</function>\n</tool_call>"),
+    "kimi_k2": (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>",
+        "<|tool_call_end|><|tool_calls_section_end|>",
+    ),
+    "xlam": ('```json\n[{"name":"f","arguments":', "}]\n```"),
 }
 """Each format's call around random pieces: texts that reach deep into the parsers."""
 
@@ -446,5 +453,5 @@ def test_forced_calls_take_the_ids_of_the_servers_parser():
         config = ServerConfig(enable_auto_tool_choice=True, tool_call_parser="mistral")
 
     for parser in (RequiredParser(), NamedParser("f")):
-        assert re.fullmatch("[A-Za-z0-9]{9}", _with_server_ids(State(), parser).new_call_id())
-    assert RequiredParser().new_call_id().startswith("call_")
+        assert re.fullmatch("[A-Za-z0-9]{9}", _with_server_ids(State(), parser).call_id("f", 0))
+    assert RequiredParser().call_id("f", 0).startswith("call_")

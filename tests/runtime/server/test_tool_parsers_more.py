@@ -1,4 +1,4 @@
-"""The deepseek_v3, deepseek_v31, glm45, qwen3_coder and pythonic tool-call parsers on texts in each model's format.
+"""The deepseek_v3, deepseek_v31, kimi_k2, glm45, qwen3_coder, pythonic and xlam tool-call parsers on texts in each model's format.
 
 Each text is read whole and fed in every prefix and in small chunks: every view extends the one before
 (content appended to, a call's name set once, its arguments extended), the streamed deltas add up to the
@@ -16,9 +16,10 @@ import pytest
 from model_optimizer.runtime.server.chat_output import ChatOutput
 from model_optimizer.runtime.server.reasoning import Glm45ReasoningParser
 from model_optimizer.runtime.server.tool_parser_registry import PARSERS
-from model_optimizer.runtime.server.tool_parsers import DeepSeekV3Parser, DeepSeekV31Parser, ToolView
+from model_optimizer.runtime.server.tool_parsers import DeepSeekV3Parser, DeepSeekV31Parser, KimiK2Parser, ToolView
 from model_optimizer.runtime.server.tool_parsers_kv import Glm45Parser, Qwen3CoderParser, value_json
 from model_optimizer.runtime.server.tool_parsers_pythonic import PythonicParser
+from model_optimizer.runtime.server.tool_parsers_xlam import XlamParser
 from tests.runtime.server.test_tool_parsers import _streamed
 
 WEATHER = {"city": "Oslo", "unit": "c\\"}
@@ -44,6 +45,11 @@ TYPED = {"city": "Oslo", "days": 3, "code": "42", "scale": None, "extra": {"metr
 
 BEGIN, CALL, SEP = "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>"
 END_CALL, END = "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"
+K_BEGIN, K_CALL, K_ARGS = "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>"
+K_END_CALL, K_END = "<|tool_call_end|>", "<|tool_calls_section_end|>"
+XLAM_CALLS = (
+    '[{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c\\\\"}}, {"name": "time", "arguments": {}}]'
+)
 
 
 def _glm(name: str, pairs: dict[str, str]) -> str:
@@ -87,6 +93,33 @@ CASES = [
         [("get_weather", WEATHER)],
     ),
     (DeepSeekV3Parser, "No tools: <｜ is no marker, nor ``` json.", "No tools: <｜ is no marker, nor ``` json.", []),
+    (  # Kimi-K2: each call's id, then its JSON arguments
+        KimiK2Parser,
+        f'Let me look.{K_BEGIN}{K_CALL}functions.get_weather:0{K_ARGS}{{"city": "Oslo", "unit": "c\\\\"}}{K_END_CALL}'
+        f"{K_CALL}functions.time:1{K_ARGS}{{}}{K_END_CALL}{K_END}",
+        "Let me look.",
+        [("get_weather", WEATHER), ("time", {})],
+    ),
+    (  # the singular spelling of the section's marker
+        KimiK2Parser,
+        f"<|tool_call_section_begin|>{K_CALL}functions.time:0{K_ARGS}{{}}{K_END_CALL}<|tool_call_section_end|>",
+        None,
+        [("time", {})],
+    ),
+    (KimiK2Parser, "No tools: <| is no marker.", "No tools: <| is no marker.", []),
+    (XlamParser, XLAM_CALLS, None, [("get_weather", WEATHER), ("time", {})]),  # xLAM: the list alone
+    (  # in a fence, text on both sides
+        XlamParser,
+        f"Checking.\n```json\n{XLAM_CALLS}\n```\nDone.",
+        "Checking.\nDone.",
+        [("get_weather", WEATHER), ("time", {})],
+    ),
+    (XlamParser, f"<tool_call>{XLAM_CALLS}</tool_call>", None, [("get_weather", WEATHER), ("time", {})]),
+    (XlamParser, f"[TOOL_CALLS] {XLAM_CALLS}", None, [("get_weather", WEATHER), ("time", {})]),
+    (XlamParser, f"plan</think>\n{XLAM_CALLS}", "plan</think>", [("get_weather", WEATHER), ("time", {})]),
+    (XlamParser, "[1, 2] are numbers", "[1, 2] are numbers", []),
+    (XlamParser, "```json\n[1, 2]\n```", "```json\n[1, 2]\n```", []),  # a fenced list, but not of calls
+    (XlamParser, "```python\nx = [1]\n```", "```python\nx = [1]\n```", []),
     (  # GLM-4.5: values typed by the schema, or read as JSON where it says nothing
         Glm45Parser,
         "I will check.\n" + _glm("get_weather", RAW_TYPED) + "\n" + _glm("time", {}),
@@ -178,7 +211,9 @@ def _mutations(text: str, rng: random.Random, count: int) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("parser", [DeepSeekV3Parser, Glm45Parser, Qwen3CoderParser, PythonicParser])
+@pytest.mark.parametrize(
+    "parser", [DeepSeekV3Parser, KimiK2Parser, Glm45Parser, Qwen3CoderParser, PythonicParser, XlamParser]
+)
 def test_broken_and_cut_off_texts_never_raise_and_views_still_grow(parser):
     rng = random.Random(7)
     texts = [text for p, text, _, _ in CASES if p is parser]
@@ -250,3 +285,23 @@ def test_every_parser_takes_the_request_tools_and_deepseek_keeps_special_tokens(
     for parser in PARSERS.values():
         assert parser(TOOLS).view("", final=True) == ToolView()
     assert DeepSeekV3Parser.needs_special_tokens and not Glm45Parser.needs_special_tokens
+
+
+def test_kimi_calls_keep_the_models_ids_and_forced_calls_get_ids_of_its_form():
+    """Kimi-K2's template writes each call's id back into the prompt as the model wrote it: the response keeps
+    the model's id, and a kimi_k2 server's required and named calls get ids of the same form."""
+    from model_optimizer.runtime.server.config import ServerConfig
+    from model_optimizer.runtime.server.tool_parsers import RequiredParser
+    from model_optimizer.runtime.server.tools import _with_server_ids
+
+    text = f"{K_BEGIN}{K_CALL}functions.time:3{K_ARGS}{{}}{K_END_CALL}{K_END}"
+    assert [c["id"] for c in ChatOutput(tools=KimiK2Parser()).message(text).tool_calls] == ["functions.time:3"]
+    _, _, streamed = _streamed(ChatOutput(tools=KimiK2Parser()), list(text))
+    assert [c["id"] for c in streamed] == ["functions.time:3"]
+
+    class State:
+        config = ServerConfig(enable_auto_tool_choice=True, tool_call_parser="kimi_k2")
+
+    forced = _with_server_ids(State(), RequiredParser())
+    message = ChatOutput(tools=forced).message('[{"name": "a", "parameters": {}}, {"name": "b", "parameters": {}}]')
+    assert [c["id"] for c in message.tool_calls] == ["functions.a:0", "functions.b:1"]
