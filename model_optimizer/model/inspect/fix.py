@@ -15,12 +15,12 @@ from pathlib import Path
 
 from model_optimizer.common.fileio import publish_dir, staging_dir
 from model_optimizer.model.inspect import cleaning
-from model_optimizer.model.inspect.chat_templates import load_template
 from model_optimizer.model.inspect.checkpoint import Checkpoint, read_checkpoint
 from model_optimizer.model.inspect.headers import CAST_DTYPES as DTYPES
 from model_optimizer.model.inspect.headers import TensorInfo
 from model_optimizer.model.inspect.rules_weights import LINEAR_KINDS, lora_scale
 from model_optimizer.model.inspect.token_alignment import aligned_ids, apply_ids
+from model_optimizer.runtime.models.chat_templates import load_template
 
 WEIGHT_FILES = {"model.safetensors.index.json", "adapter_config.json", "trainer_state.json"}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")

@@ -4,9 +4,9 @@ special tokens, and the context length."""
 from __future__ import annotations
 
 from model_optimizer.environment.findings import Finding
-from model_optimizer.model.inspect.chat_templates import family_template, shipped_templates
 from model_optimizer.model.inspect.context import InspectContext
 from model_optimizer.model.inspect.leftovers import classify
+from model_optimizer.runtime.models.chat_templates import family_template, shipped_templates
 
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|finetune_right_pad_id|>", "<|endoftext|>", "<unk>")
 """Tokens --fix may make the pad token when pad equals eos, first present wins."""

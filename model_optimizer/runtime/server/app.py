@@ -31,6 +31,7 @@ from model_optimizer.common.version import __version__
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.async_engine import AsyncEngine
 from model_optimizer.runtime.engine.input_processor import chat_text
+from model_optimizer.runtime.models.chat_templates import load_template
 from model_optimizer.runtime.server.config import ServerConfig
 from model_optimizer.runtime.server.cors import JSONCORSMiddleware
 from model_optimizer.runtime.server.errors import install_error_handlers
@@ -79,7 +80,7 @@ def _create_app(
 ) -> FastAPI:
     quiet_transformers()
     engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
-    chat_template = _read_template(config.chat_template) if config.chat_template else None  # a typo fails at once
+    chat_template = load_template(config.chat_template) if config.chat_template else None  # a typo fails at once
     from model_optimizer.runtime.hub import resolve_model_dir
     from model_optimizer.runtime.llm import generation_defaults
 
@@ -182,13 +183,6 @@ def _frontend_tokenizer(engine_config: EngineConfig, llm: Any, model_dir: Path) 
     from model_optimizer.runtime.llm import engine_tokenizer
 
     return engine_tokenizer(engine_config, model_dir)
-
-
-def _read_template(path: str) -> str:
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise FileNotFoundError(f"chat template file {file} does not exist")
-    return file.read_text()
 
 
 def load_embedder(config: EngineConfig, model_dir: Path) -> Any:

@@ -37,7 +37,7 @@ class ServerConfig:
     """Model name clients send and /v1/models lists. Empty: the model folder's name."""
 
     chat_template: str | None = None
-    """Jinja chat template file overriding the tokenizer's own."""
+    """Chat template overriding the tokenizer's own: a shipped one by name (chatml, llama3, mistral), a Jinja file, or the template itself (vLLM's flag)."""
 
     max_queued_requests: int = 1024
     """Requests that may wait beyond the max_num_seqs the engine runs at once; past that, 503 with Retry-After."""

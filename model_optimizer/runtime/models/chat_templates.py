@@ -19,17 +19,21 @@ def family_template(config: dict) -> str | None:
     return FAMILY_TEMPLATES.get(str(config.get("model_type", "")).lower())
 
 
-def load_template(name_or_file: str) -> str:
-    """A shipped template by name (chatml, llama3, mistral) or the text of a .jinja file."""
-    if name_or_file in shipped_templates():
+def load_template(value: str) -> str:
+    """--chat-template's value as a template: a shipped one by name (chatml, llama3, mistral), the text of a
+    file, or (as vLLM takes it) the template itself when it is neither and holds Jinja markup."""
+    if value in shipped_templates():
         folder = resources.files("model_optimizer.assets").joinpath("chat_templates")
-        return folder.joinpath(f"{name_or_file}.jinja").read_text(encoding="utf-8")
-    path = Path(name_or_file).expanduser()
+        return folder.joinpath(f"{value}.jinja").read_text(encoding="utf-8")
+    path = Path(value).expanduser()
     if path.is_file():
         text = path.read_text(encoding="utf-8")
         if not text.strip():
             raise ValueError(f"chat template file {path} is empty")
         return text
+    if "{{" in value or "{%" in value:
+        return value
     raise ValueError(
-        f"--chat-template {name_or_file!r} is neither a shipped template ({', '.join(shipped_templates())}) nor a file"
+        f"--chat-template {value!r} is neither a shipped template ({', '.join(shipped_templates())}), a file, "
+        "nor a Jinja template"
     )

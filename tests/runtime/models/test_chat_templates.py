@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from model_optimizer.model.inspect.chat_templates import family_template, load_template, shipped_templates
+from model_optimizer.runtime.models.chat_templates import family_template, load_template, shipped_templates
 
 MESSAGES = [
     {"role": "system", "content": "Be brief."},
@@ -49,5 +49,26 @@ def test_families_and_files(tmp_path):
     ]
     (tmp_path / "t.jinja").write_text("{{ messages[0]['content'] }}")
     assert load_template(str(tmp_path / "t.jinja")) == "{{ messages[0]['content'] }}"
+    inline = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert load_template(inline) == inline  # the template itself, as vLLM takes --chat-template
     with pytest.raises(ValueError, match="neither a shipped template"):
         load_template("vicuna")
+
+
+def test_a_server_takes_a_shipped_template_by_name(tiny_model):
+    """`mopt serve --chat-template llama3`: the shipped template renders the chat, not the tokenizer's."""
+    import httpx
+
+    from model_optimizer import LLM
+    from model_optimizer.runtime.server.config import ServerConfig
+    from tests.runtime.server.live import start_server
+
+    llm = LLM(str(tiny_model("qwen3")), max_model_len=256, num_kv_blocks=32, max_num_seqs=2)
+    server = start_server(llm, ServerConfig(served_model_name="tiny", chat_template="llama3"))
+    try:
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]}
+        tokens = httpx.post(server.url + "/tokenize", json=body).json()["tokens"]
+        text = httpx.post(server.url + "/detokenize", json={"model": "tiny", "tokens": tokens}).json()["prompt"]
+        assert "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>" in text
+    finally:
+        server.stop()
