@@ -278,9 +278,15 @@ def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torc
     one of its bad words here) set to -inf, in place. Ids past the vocabulary are the caller's to refuse.
     Where the rules and a grammar's mask together leave no token at all, the grammar wins: the row keeps
     its masked logits for that step (a rule that bars everything the grammar allows cannot be followed,
-    and the output must stay in its grammar)."""
+    and the output must stay in its grammar). A thinking budget's forced end tag wins over the rules
+    (a bad word or a bias cannot keep the model thinking past its budget), though not over the grammar."""
     for i, item in enumerate(batch):
         p = item.params
+        if p.thinking_token_budget is not None:
+            forced = _thinking_end(item.output_token_ids[: item.output_index], p)
+            if forced is not None and logits[i, forced].isfinite():  # not where a grammar forbids it this step
+                _keep_only(logits[i], forced)
+                continue
         bars = p.allowed_token_ids is not None or p.bad_words_token_ids
         before = logits[i].clone() if bars else None
         if p.logit_bias:
@@ -295,10 +301,6 @@ def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torc
                 logits[i, to_device(barred, logits.device, torch.int64)] = float("-inf")
         if before is not None and not logits[i].isfinite().any():
             logits[i] = before
-        if p.thinking_token_budget is not None:
-            forced = _thinking_end(item.output_token_ids[: item.output_index], p)
-            if forced is not None and logits[i, forced].isfinite():  # not where a grammar forbids it this step
-                _keep_only(logits[i], forced)
     return logits
 
 

@@ -152,6 +152,23 @@ def test_the_thinking_budget_forces_the_end_of_the_block(out, start, forced):
     assert forced is None or token == forced
 
 
+def test_the_thinking_budget_wins_over_bad_words_and_bias():
+    """A spent budget forces its end tag even where a bad word or a bias bars it: the rules cannot keep the
+    model thinking past its budget."""
+    params = SamplingParams(
+        temperature=1.0,
+        thinking_token_budget=2,
+        thinking_end_token_ids=[7],
+        bad_words_token_ids=[[7]],
+        logit_bias={7: -100.0},
+        allowed_token_ids=[1, 2],
+    )
+    [(token, _)] = Sampler(torch.device("cpu"))(torch.zeros(1, 10), [SamplingInput(params, [9], [1, 2])])
+    assert token == 7
+    [(token, _)] = Sampler(torch.device("cpu"))(torch.zeros(1, 10), [SamplingInput(params, [9], [1])])
+    assert token in (1, 2)  # within the budget the rules hold
+
+
 def test_token_rules_that_leave_nothing_the_grammar_allows_give_way_to_it():
     """allowed_token_ids or bad words that bar every token a grammar's mask allows cannot be followed: the
     row keeps its masked logits that step (sampling a barred row would draw a token the grammar refuses)."""
