@@ -70,7 +70,9 @@ class SamplingParams:
     max_tokens: int | None = 16
     """Most tokens to generate; None means up to the model's context length."""
     min_tokens: int = 0
-    """Tokens to generate before EOS or stop token ids may end the request."""
+    """Tokens to generate before EOS or stop token ids may end the request: until then they are not drawn."""
+    min_tokens_barred: tuple[int, ...] = ()
+    """Set by the engine: the EOS (unless ignore_eos) and stop token ids that min_tokens keeps from being drawn."""
     stop: list[str] = field(default_factory=list)
     """Strings that end the output; they are cut from the text."""
     stop_token_ids: list[int] = field(default_factory=list)
@@ -136,7 +138,12 @@ class SamplingParams:
         """Whether sampling changes the logits per token beyond temperature and filtering: penalties, a
         logit_bias, allowed or barred tokens (neither the fused kernel nor speculative verification applies
         them)."""
-        return self.needs_history or bool(self.logit_bias) or self.allowed_token_ids is not None
+        return (
+            self.needs_history
+            or bool(self.logit_bias)
+            or self.allowed_token_ids is not None
+            or (self.min_tokens > 0 and bool(self.min_tokens_barred))
+        )
 
     def for_completion(self, index: int) -> SamplingParams:
         """Completion `index`'s own settings among the n: completion 0 keeps the seed (so it equals the

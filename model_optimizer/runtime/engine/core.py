@@ -162,6 +162,9 @@ class EngineCore:
             raise ValueError(f"request id {request.request_id!r} is already in use")
         params, n = request.params, request.params.n
         self.limits.check(len(request.prompt_token_ids), request.max_tokens)
+        if params.min_tokens:  # the sampler keeps these from being drawn until min_tokens have been
+            stops = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.info.eos_token_ids))
+            params = params.clone(min_tokens_barred=tuple(sorted(stops)))
         children: list[Request] = []
         for index in range(n):
             child_params = params.for_completion(index)

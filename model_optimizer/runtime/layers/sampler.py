@@ -274,8 +274,8 @@ def plain(params: SamplingParams) -> bool:
 
 
 def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
-    """Each row's logit_bias added, and the tokens it may not take (outside allowed_token_ids, or ending
-    one of its bad words here) set to -inf, in place. Ids past the vocabulary are the caller's to refuse.
+    """Each row's logit_bias added, and the tokens it may not take (outside allowed_token_ids, ending one
+    of its bad words here, or an EOS or stop token before min_tokens) set to -inf, in place. Ids past the vocabulary are the caller's to refuse.
     Where the rules and a grammar's mask together leave no token at all, the grammar wins: the row keeps
     its masked logits for that step (a rule that bars everything the grammar allows cannot be followed,
     and the output must stay in its grammar). A thinking budget's forced end tag wins over the rules
@@ -287,7 +287,8 @@ def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torc
             if forced is not None and logits[i, forced].isfinite():  # not where a grammar forbids it this step
                 _keep_only(logits[i], forced)
                 continue
-        bars = p.allowed_token_ids is not None or p.bad_words_token_ids
+        too_soon = item.output_index < p.min_tokens and p.min_tokens_barred
+        bars = p.allowed_token_ids is not None or p.bad_words_token_ids or too_soon
         before = logits[i].clone() if bars else None
         if p.logit_bias:
             ids = to_device(list(p.logit_bias), logits.device, torch.int64)
@@ -299,6 +300,8 @@ def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torc
             barred = [seq[-1] for seq in p.bad_words_token_ids if len(seq) == 1 or out[-(len(seq) - 1) :] == seq[:-1]]
             if barred:
                 logits[i, to_device(barred, logits.device, torch.int64)] = float("-inf")
+        if too_soon:  # min_tokens: no EOS or stop token yet
+            logits[i, to_device(list(p.min_tokens_barred), logits.device, torch.int64)] = float("-inf")
         if before is not None and not logits[i].isfinite().any():
             logits[i] = before
     return logits

@@ -117,6 +117,10 @@ def test_stop_token_ids_and_min_tokens(qwen3_llm):
     assert out.token_ids == tokens[: first + 1] and out.finish_reason == "stop" and out.stop_reason == stop_id
     late = qwen3_llm.generate([prompt], GREEDY.clone(max_tokens=20, stop_token_ids=[stop_id], min_tokens=first + 2))[0]
     assert len(late.outputs[0].token_ids) >= first + 2
+    assert stop_id not in late.outputs[0].token_ids[: first + 2]  # not drawn before min_tokens (as vLLM, HF)
+    eager = GREEDY.clone(max_tokens=20, stop_token_ids=[stop_id], min_tokens=4, logit_bias={stop_id: 100.0})
+    out = qwen3_llm.generate([prompt], eager)[0].outputs[0]
+    assert out.token_ids[4] == stop_id and stop_id not in out.token_ids[:4] and len(out.token_ids) == 5
 
 
 def test_max_tokens_and_context_limit(model_dir):

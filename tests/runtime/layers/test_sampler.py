@@ -152,6 +152,13 @@ def test_the_thinking_budget_forces_the_end_of_the_block(out, start, forced):
     assert forced is None or token == forced
 
 
+def test_min_tokens_keeps_eos_and_stop_tokens_from_being_drawn():
+    params = SamplingParams(temperature=0, min_tokens=2, min_tokens_barred=(0, 1))
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    assert sampler(LOGITS[:1].clone(), [SamplingInput(params, [9], [5])])[0][0] == 2  # 0 and 1 barred
+    assert sampler(LOGITS[:1].clone(), [SamplingInput(params, [9], [5, 6])])[0][0] == 0  # min_tokens reached
+
+
 def test_the_thinking_budget_wins_over_bad_words_and_bias():
     """A spent budget forces its end tag even where a bad word or a bias bars it: the rules cannot keep the
     model thinking past its budget."""
