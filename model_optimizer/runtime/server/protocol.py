@@ -66,6 +66,8 @@ class _Request(BaseModel):
 class StreamOptions(_Request):
     include_usage: bool = False
     """Send one last chunk with token usage before [DONE]."""
+    continuous_usage_stats: bool = False
+    """vLLM's: with include_usage, every chunk also carries the usage so far."""
 
 
 class SamplingFields(_Request):

@@ -25,7 +25,7 @@ from model_optimizer.runtime.engine.async_engine import EngineDeadError, Request
 from model_optimizer.runtime.engine.outputs import RequestOutput, merge_outputs
 from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
 from model_optimizer.runtime.server.errors import APIError, error_response
-from model_optimizer.runtime.server.protocol import PromptTokensDetails, UsageInfo
+from model_optimizer.runtime.server.protocol import PromptTokensDetails, StreamOptions, UsageInfo
 from model_optimizer.runtime.server.state import RETRY_AFTER_S, Admission, ServerState
 from model_optimizer.runtime.server.streaming import ClosingStreamingResponse, StreamFormat, sse_events
 
@@ -45,8 +45,9 @@ class Generation:
     params: list[SamplingParams]
     priority: int
     stream: bool
-    include_usage: bool = False
-    """Streams only: end with a usage chunk (stream_options.include_usage)."""
+    stream_options: StreamOptions | None = None
+    """Streams only: include_usage ends the stream with a usage chunk; continuous_usage_stats (with it) puts
+    the usage so far on every chunk."""
 
 
 class ResponseFormat(StreamFormat, Protocol):
@@ -226,8 +227,10 @@ async def respond(request: Request, state: ServerState, generation: Generation, 
     async with AsyncExitStack() as cleanup:
         group = await cleanup.enter_async_context(open_group(state, generation))
         if generation.stream:
-            usage = group.usage if generation.include_usage else None
-            events = sse_events(group.outputs(), fmt, usage, group.request_id)
+            options = generation.stream_options or StreamOptions()
+            usage = group.usage if options.include_usage else None
+            every_chunk = usage is not None and options.continuous_usage_stats
+            events = sse_events(group.outputs(), fmt, usage, group.request_id, every_chunk)
             return ClosingStreamingResponse(events, on_close=cleanup.pop_all())
         try:
             finals = await until_disconnect(request, group.final_outputs())

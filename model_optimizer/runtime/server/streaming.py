@@ -69,6 +69,15 @@ class ChunkTemplate:
         return self.head + _encode(choices) + self.tail
 
 
+NO_USAGE = b'"usage":null}'
+
+
+def with_usage(event: bytes, usage: UsageInfo) -> bytes:
+    """A chunk's SSE event (ChunkTemplate's: usage is the chunk's last field, null) with `usage` set."""
+    at = event.rindex(NO_USAGE)
+    return event[:at] + b'"usage":' + usage.model_dump_json().encode() + event[at + len(NO_USAGE) - 1 :]
+
+
 @dataclass
 class ChoiceDelta:
     """What is new in one choice since its last chunk (a DELTA completion, with its place in the text)."""
@@ -132,15 +141,17 @@ async def sse_events(
     fmt: StreamFormat,
     usage: Callable[[], UsageInfo] | None,
     request_id: str,
+    usage_every_chunk: bool = False,
 ) -> AsyncIterator[str | bytes]:
     """The SSE lines of a generation from its DELTA outputs: head, chunks, then usage (when `usage` is
-    given) and [DONE].
+    given) and [DONE]. `usage_every_chunk` (vLLM's continuous_usage_stats) puts `usage()` on each chunk.
 
     The headers are already sent when anything fails, so a failure becomes an error event
     (an OpenAI error body) followed by [DONE]: clients see why the stream ended early.
     """
+    every = usage if usage_every_chunk else None
     for chunk in fmt.head():
-        yield sse(chunk)
+        yield sse(chunk if every is None else chunk.model_copy(update={"usage": every()}))
     offsets = ChoiceOffsets()
     try:
         async for prompt_index, output in outputs:
@@ -149,7 +160,8 @@ async def sse_events(
                 break
             deltas = offsets.deltas(prompt_index, output)
             if deltas:
-                yield fmt.chunk(deltas)
+                event = fmt.chunk(deltas)
+                yield event if every is None else with_usage(event, every())
         else:
             if usage is not None:
                 yield sse(fmt.usage_chunk(usage()))

@@ -224,6 +224,28 @@ def test_chat_stream_role_first_then_finish_and_usage(client):
     assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 4
 
 
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_continuous_usage_stats_puts_the_usage_so_far_on_every_chunk(client, path):
+    """vLLM's stream_options.continuous_usage_stats: every chunk carries the usage so far, its completion
+    tokens growing to the whole, which the last usage chunk repeats."""
+    body = {"max_tokens": 5, "ignore_eos": True, "stream": True, "n": 2}
+    if path == "/v1/completions":
+        body["prompt"] = "count"
+    else:
+        body["messages"] = [{"role": "user", "content": "count"}]
+    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    events = sse_events(client.post(path, json=body))
+    for event in events:
+        usage = event["usage"]
+        assert usage["prompt_tokens"] > 0
+        assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    counts = [e["usage"]["completion_tokens"] for e in events if e["choices"]]
+    assert counts == sorted(counts) and counts[-1] == 10
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 10
+    plain = dict(body, stream_options={"include_usage": True})
+    assert all(e.get("usage") is None for e in sse_events(client.post(path, json=plain))[:-1])
+
+
 def test_openai_client_chat(oai):
     reply = oai.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=3)
     assert reply.choices[0].message.role == "assistant"

@@ -95,7 +95,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         [params],
         body.priority,
         body.stream,
-        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        body.stream_options,
     )
     fmt = ChatFormat(body, generation.request_id, state.model.name, TokenTexts(state.model.tokenizer), plan, reasoning)
     return await respond(request, state, generation, fmt)

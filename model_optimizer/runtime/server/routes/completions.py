@@ -69,7 +69,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         params,
         body.priority,
         body.stream,
-        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        body.stream_options,
     )
     texts = TokenTexts(state.model.tokenizer)
     fmt = CompletionFormat(body, echo, generation.request_id, state.model.name, texts, generation.token_ids)
