@@ -1,9 +1,10 @@
 """`--tool-call-parser qwen3_coder` and `xlam` end to end: a live server on the tiny Qwen3 and the `openai` client.
 
-The random model is made to write a call in Qwen3-Coder's key/value format by a regex constraint (as
-test_structured_outputs.py does for hermes); the server must hand it back as a tool call whose
-arguments are JSON typed by the tool's schema, streamed and not: `code` holds digits yet stays a string,
-as its schema says (the request's tools reach the parser), and `days` is a number.
+The random model is made to write a call in each format by a regex constraint (as
+test_structured_outputs.py does for hermes): Qwen3-Coder's key/value tags, xLAM's fenced JSON list. The
+server must hand it back as a tool call whose arguments are JSON typed by the tool's schema, streamed
+and not: `code` holds digits yet stays a string, as its schema says (for qwen3_coder the request's
+tools reach the parser), and `days` is a number; the text before the call is the content.
 """
 
 from __future__ import annotations
@@ -22,22 +23,27 @@ class Lookup(BaseModel):
     days: int = Field(ge=1, le=7)
 
 
-CODER_CALL = (
-    r"Sure\. <tool_call>\n<function=lookup>\n<parameter=code>\n[0-9]{2}\n</parameter>\n"
-    r"<parameter=days>\n[1-7]\n</parameter>\n</function>\n</tool_call>"
-)
+CALLS = {
+    "qwen3_coder": (
+        r"Sure\. <tool_call>\n<function=lookup>\n<parameter=code>\n[0-9]{2}\n</parameter>\n"
+        r"<parameter=days>\n[1-7]\n</parameter>\n</function>\n</tool_call>"
+    ),
+    "xlam": r'Sure\.\n```json\n\[\{"name": "lookup", "arguments": \{"code": "[0-9]{2}", "days": [1-7]\}\}\]\n```',
+}
+"""Per parser: a regex of one call to `lookup` in its format, after the text "Sure."."""
 
 
-@pytest.fixture(scope="module")
-def client(tiny_model, tmp_path_factory):
-    server = start_tools_server(tiny_model, tmp_path_factory, 128, 4, tool_call_parser="qwen3_coder")
-    yield openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+@pytest.fixture(scope="module", params=sorted(CALLS))
+def parser_client(request, tiny_model, tmp_path_factory):
+    server = start_tools_server(tiny_model, tmp_path_factory, 128, 4, tool_call_parser=request.param)
+    yield request.param, openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
     server.stop()
 
 
-def test_qwen3_coder_calls_come_back_typed_whole_and_streamed(client):
+def test_calls_come_back_typed_whole_and_streamed(parser_client):
+    parser, client = parser_client
     tools = [openai.pydantic_function_tool(Lookup, name="lookup")]
-    extra = {"structured_outputs": {"regex": CODER_CALL}}
+    extra = {"structured_outputs": {"regex": CALLS[parser]}}
     kwargs = dict(model="tiny", messages=USER, tools=tools, max_tokens=200, temperature=0, extra_body=extra)
     whole = client.chat.completions.parse(**kwargs)
     choice = whole.choices[0]
@@ -50,35 +56,6 @@ def test_qwen3_coder_calls_come_back_typed_whole_and_streamed(client):
         streamed = events.get_final_completion()
     message = streamed.choices[0].message
     assert streamed.choices[0].finish_reason == "tool_calls" and message.content == "Sure."
-    assert [(c.function.name, c.function.arguments) for c in message.tool_calls] == [
-        ("lookup", call.function.arguments)
-    ]
-
-
-XLAM_CALL = r'Sure\.\n```json\n\[\{"name": "lookup", "arguments": \{"code": "[0-9]{2}", "days": [1-7]\}\}\]\n```'
-
-
-@pytest.fixture(scope="module")
-def xlam_client(tiny_model, tmp_path_factory):
-    server = start_tools_server(tiny_model, tmp_path_factory, 128, 4, tool_call_parser="xlam")
-    yield openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
-    server.stop()
-
-
-def test_xlam_calls_in_a_fence_come_back_whole_and_streamed(xlam_client):
-    """`--tool-call-parser xlam`: the model's fenced JSON list is the call; the text before it the content."""
-    tools = [openai.pydantic_function_tool(Lookup, name="lookup")]
-    extra = {"structured_outputs": {"regex": XLAM_CALL}}
-    kwargs = dict(model="tiny", messages=USER, tools=tools, max_tokens=200, temperature=0, extra_body=extra)
-    whole = xlam_client.chat.completions.parse(**kwargs)
-    choice = whole.choices[0]
-    assert choice.finish_reason == "tool_calls" and choice.message.content == "Sure."
-    [call] = choice.message.tool_calls
-    assert isinstance(call.function.parsed_arguments, Lookup)
-    with xlam_client.chat.completions.stream(**kwargs) as events:
-        streamed = events.get_final_completion()
-    message = streamed.choices[0].message
-    assert message.content == "Sure."
     assert [(c.function.name, c.function.arguments) for c in message.tool_calls] == [
         ("lookup", call.function.arguments)
     ]
