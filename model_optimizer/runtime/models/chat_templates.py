@@ -25,14 +25,17 @@ def load_template(value: str) -> str:
     if value in shipped_templates():
         folder = resources.files("model_optimizer.assets").joinpath("chat_templates")
         return folder.joinpath(f"{value}.jinja").read_text(encoding="utf-8")
+    if "{{" in value or "{%" in value:  # markup: no file name (a long one is not even a legal path)
+        return value
     path = Path(value).expanduser()
     if path.is_file():
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"chat template file {path} is not UTF-8 text: {exc}") from None
         if not text.strip():
             raise ValueError(f"chat template file {path} is empty")
         return text
-    if "{{" in value or "{%" in value:
-        return value
     raise ValueError(
         f"--chat-template {value!r} is neither a shipped template ({', '.join(shipped_templates())}), a file, "
         "nor a Jinja template"

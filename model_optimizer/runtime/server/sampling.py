@@ -38,6 +38,8 @@ def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -
         )
     check_logprobs_cap(state, "logprobs", logprobs)
     check_logprobs_cap(state, "prompt_logprobs", body.prompt_logprobs)
+    if body.stream_options is not None and not body.stream:  # as OpenAI and vLLM refuse it
+        raise APIError(400, "stream_options is only allowed with stream: true", "stream_options")
     return stop
 
 

@@ -51,6 +51,11 @@ def test_families_and_files(tmp_path):
     assert load_template(str(tmp_path / "t.jinja")) == "{{ messages[0]['content'] }}"
     inline = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     assert load_template(inline) == inline  # the template itself, as vLLM takes --chat-template
+    long = "{{ messages[0]['content'] }}" + "x" * 400  # longer than any legal file name
+    assert load_template(long) == long
+    (tmp_path / "latin1.jinja").write_bytes(b"{{ messages[0].content }} \xe9\xff")
+    with pytest.raises(ValueError, match="not UTF-8"):
+        load_template(str(tmp_path / "latin1.jinja"))
     with pytest.raises(ValueError, match="neither a shipped template"):
         load_template("vicuna")
 

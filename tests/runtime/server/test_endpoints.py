@@ -244,6 +244,8 @@ def test_continuous_usage_stats_puts_the_usage_so_far_on_every_chunk(client, pat
     assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 10
     plain = dict(body, stream_options={"include_usage": True})
     assert all(e.get("usage") is None for e in sse_events(client.post(path, json=plain))[:-1])
+    refused = client.post(path, json=dict(body, stream=False))  # stream_options without a stream
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "stream_options"
 
 
 def test_openai_client_chat(oai):

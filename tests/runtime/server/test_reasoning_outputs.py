@@ -285,6 +285,8 @@ def test_usage_counts_prompt_tokens_the_prefix_cache_served(client):
     second = client.chat.completions.create(**kwargs).usage
     assert first.prompt_tokens_details.cached_tokens < second.prompt_tokens_details.cached_tokens
     assert 0 < second.prompt_tokens_details.cached_tokens < second.prompt_tokens
+    echo = client.completions.create(model="tiny", prompt="hi", max_tokens=0, extra_body={"echo": True}).usage
+    assert echo.prompt_tokens_details is not None  # the prompt-only answer keeps the details
 
 
 def test_a_question_about_the_tag_opens_no_block(client, thinking_model):

@@ -174,7 +174,7 @@ class CompletionFormat:
     def _usage(self, usage: UsageInfo) -> UsageInfo:
         if not self.prompt_only:
             return usage
-        return UsageInfo(prompt_tokens=usage.prompt_tokens, completion_tokens=0, total_tokens=usage.prompt_tokens)
+        return usage.model_copy(update={"completion_tokens": 0, "total_tokens": usage.prompt_tokens})
 
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
         return self.base.model_copy(update={"usage": self._usage(usage)})
