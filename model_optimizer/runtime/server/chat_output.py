@@ -66,10 +66,20 @@ class ChatOutput:
         """The fields of a whole (non-streamed) response's message."""
         reasoning, view = self._views(text, final=True)
         named = [c for c in view.calls if c.name is not None]
-        calls = [_call_dict(c, c.id or self.tools.call_id(c.name, i)) for i, c in enumerate(named)]  # type: ignore[union-attr, arg-type]
+        calls: list[dict] = []
+        for i, c in enumerate(named):
+            calls.append(_call_dict(c, self._call_id(c, i, [d["id"] for d in calls])))
         forced = self.tools is not None and self.tools.forced
         content = view.content if view.content or not (calls or reasoning or forced) else None
         return ChatMessageFields(content, (reasoning or None) if self.include_reasoning else None, calls)
+
+    def _call_id(self, call: PartialCall, index: int, taken: list[str]) -> str:
+        """The id the model wrote for the call (Kimi-K2 writes one), else the format's own; a fresh random
+        one where an earlier call of the response has it already: a tool result names its call by id."""
+        for candidate in (call.id, self.tools.call_id(call.name, index)):  # type: ignore[union-attr, arg-type]
+            if candidate and candidate not in taken:
+                return candidate
+        return ToolParser.call_id(call.name, index)  # type: ignore[arg-type]
 
     @property
     def num_calls(self) -> int:
@@ -105,7 +115,7 @@ class ChatOutput:
         """What is new in named call `index`: its id, type and name the first time, then argument text."""
         delta: dict = {"index": index}
         if index == len(self._call_ids):
-            self._call_ids.append(call.id or self.tools.call_id(call.name, index))  # type: ignore[union-attr, arg-type]
+            self._call_ids.append(self._call_id(call, index, self._call_ids))
             self._sent_arguments.append(0)
             delta.update(id=self._call_ids[index], type="function", function={"name": call.name})
         sent = self._sent_arguments[index]

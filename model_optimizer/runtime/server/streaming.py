@@ -129,8 +129,9 @@ class StreamFormat(Protocol):
     def head(self) -> list[BaseModel]:
         """Chunks sent before any output (chat's role chunk); may be empty."""
 
-    def chunk(self, deltas: list[ChoiceDelta]) -> bytes:
-        """The SSE event of one chunk carrying these choices' news (see ChunkTemplate)."""
+    def chunk(self, deltas: list[ChoiceDelta]) -> bytes | None:
+        """The SSE event of one chunk carrying these choices' news (see ChunkTemplate); None when no
+        choice has any (a parser holding text back), so that no empty chunk is sent."""
 
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
         """The last chunk, with no choices, when the client asked for stream_options.include_usage."""
@@ -159,8 +160,7 @@ async def sse_events(
                 yield sse(error_body(500, output.error))
                 break
             deltas = offsets.deltas(prompt_index, output)
-            if deltas:
-                event = fmt.chunk(deltas)
+            if deltas and (event := fmt.chunk(deltas)) is not None:
                 yield event if every is None else with_usage(event, every())
         else:
             if usage is not None:

@@ -59,3 +59,8 @@ def test_calls_come_back_typed_whole_and_streamed(parser_client):
     assert [(c.function.name, c.function.arguments) for c in message.tool_calls] == [
         ("lookup", call.function.arguments)
     ]
+    # while the parser holds text back (inside the call's markers) no chunk is sent: each one carries news
+    chunks = list(client.chat.completions.create(**kwargs, stream=True))
+    assert chunks and all(len(c.choices) == 1 for c in chunks)
+    empty = [c for c in chunks if not (c.choices[0].delta.model_dump(exclude_none=True) or c.choices[0].finish_reason)]
+    assert empty == []

@@ -298,6 +298,14 @@ def test_kimi_calls_keep_the_models_ids_and_forced_calls_get_ids_of_its_form():
     assert [c["id"] for c in ChatOutput(tools=KimiK2Parser()).message(text).tool_calls] == ["functions.time:3"]
     _, _, streamed = _streamed(ChatOutput(tools=KimiK2Parser()), list(text))
     assert [c["id"] for c in streamed] == ["functions.time:3"]
+    # an id the model wrote again is not repeated: a later call gets the format's id for its place, or a random
+    # one where that is taken too, so that each tool result names one call
+    again = f"{K_CALL}functions.time:1{K_ARGS}{{}}{K_END_CALL}"
+    text = f"{K_BEGIN}{again * 3}{K_END}"
+    whole = [c["id"] for c in ChatOutput(tools=KimiK2Parser()).message(text).tool_calls]
+    _, _, streamed = _streamed(ChatOutput(tools=KimiK2Parser()), list(text))
+    for ids in (whole, [c["id"] for c in streamed]):
+        assert ids[0] == "functions.time:1" and ids[1].startswith("call_") and ids[2] == "functions.time:2"
 
     class State:
         config = ServerConfig(enable_auto_tool_choice=True, tool_call_parser="kimi_k2")

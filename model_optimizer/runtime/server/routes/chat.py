@@ -240,8 +240,9 @@ class ChatFormat:
         role = [ChatStreamChoice(index=i, delta=DeltaMessage(role="assistant", content="")) for i in range(self.body.n)]
         return [self.base.model_copy(update={"choices": role})]
 
-    def chunk(self, deltas: list[ChoiceDelta]) -> bytes:
-        """ChatStreamChoice's fields, in its order, as plain dicts (token_ids left out when not sent)."""
+    def chunk(self, deltas: list[ChoiceDelta]) -> bytes | None:
+        """ChatStreamChoice's fields, in its order, as plain dicts (token_ids left out when not sent). A
+        choice with nothing to send (its parser holds text back, inside a call's markers) is left out."""
         choices = []
         for d in deltas:
             c = d.completion
@@ -257,6 +258,8 @@ class ChatFormat:
                 if c.finished:
                     delta = _merged(delta, out.finish())
                 finish_reason = self._finish_reason(c, out.num_calls > 0) if c.finished else None
+            if not (delta or finish_reason or logprobs or self.with_token_ids):
+                continue
             choice = {
                 "index": c.index,
                 "delta": delta,
@@ -267,7 +270,7 @@ class ChatFormat:
             if self.with_token_ids:
                 choice["token_ids"] = c.token_ids
             choices.append(choice)
-        return self.template.event(choices)
+        return self.template.event(choices) if choices else None
 
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
         usage = self._usage(usage, [(out.text, out.token_ids) for out in self.outputs.values()])
