@@ -135,15 +135,15 @@ class SamplingParams:
 
     @property
     def adjusts_logits(self) -> bool:
-        """Whether sampling changes the logits per token beyond temperature and filtering: penalties, a
-        logit_bias, allowed or barred tokens (neither the fused kernel nor speculative verification applies
-        them)."""
-        return (
-            self.needs_history
-            or bool(self.logit_bias)
-            or self.allowed_token_ids is not None
-            or (self.min_tokens > 0 and bool(self.min_tokens_barred))
-        )
+        """Whether sampling changes the logits per token beyond temperature and filtering, at every token:
+        penalties, a logit_bias, allowed tokens (neither the fused kernel nor speculative verification
+        applies them). min_tokens's barred ids count only before it is reached: `adjusts_logits_at`."""
+        return self.needs_history or bool(self.logit_bias) or self.allowed_token_ids is not None
+
+    def adjusts_logits_at(self, output_index: int) -> bool:
+        """`adjusts_logits` for output token `output_index`: also true while min_tokens bars EOS and stop ids,
+        so a request takes the fast sampling paths again once it has its min_tokens."""
+        return self.adjusts_logits or (output_index < self.min_tokens and bool(self.min_tokens_barred))
 
     def for_completion(self, index: int) -> SamplingParams:
         """Completion `index`'s own settings among the n: completion 0 keeps the seed (so it equals the

@@ -135,7 +135,7 @@ class Sampler:
 
         Queues device work only: nothing here waits for the device."""
         wanted = [b.params.logprobs for b in batch if b.params.logprobs is not None]
-        fused = self.fused and _can_fuse(logits) and all(plain(b.params) for b in batch)
+        fused = self.fused and _can_fuse(logits) and all(plain(b) for b in batch)
         scores = logits.float() if wanted or not fused else None  # (num_reqs, vocab); one copy for both uses
         # the torch forms of the mask, unpacked once for the logprobs and the sampling both
         forbidden = forbidden_tokens(mask, logits.shape[-1]) if mask is not None and scores is not None else None
@@ -268,9 +268,10 @@ def _tuple(mask: TokenMask | None) -> tuple[torch.Tensor, torch.Tensor] | None:
     return mask.as_tuple() if mask is not None else None
 
 
-def plain(params: SamplingParams) -> bool:
-    """Greedy or temperature-only sampling: what the fused kernel does."""
-    return not params.adjusts_logits and params.top_k <= 0 and params.top_p >= 1.0 and params.min_p <= 0
+def plain(item: SamplingInput) -> bool:
+    """Greedy or temperature-only sampling of this token: what the fused kernel does."""
+    p = item.params
+    return not p.adjusts_logits_at(item.output_index) and p.top_k <= 0 and p.top_p >= 1.0 and p.min_p <= 0
 
 
 def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:

@@ -64,9 +64,7 @@ class GraphSampling:
     def takes(batch: list[SamplingInput]) -> bool:
         """Whether the graph's draw is this batch's: every row plain (greedy or temperature-only), unseeded
         unless greedy, and no logprobs."""
-        return all(
-            plain(b.params) and b.params.logprobs is None and (b.params.greedy or b.params.seed is None) for b in batch
-        )
+        return all(plain(b) and b.params.logprobs is None and (b.params.greedy or b.params.seed is None) for b in batch)
 
     def prepare(self, batch: list[SamplingInput]) -> None:
         """Before the replay that draws `batch`'s tokens: its inverse temperatures queued into the buffer the

@@ -101,7 +101,7 @@ class Speculator:
         for request in running:
             if request.num_pending or request.num_computed_tokens != request.num_tokens - 1:
                 continue  # prompt tokens left: a prefill step, which no graph runs anyway
-            if request.params.adjusts_logits or (
+            if request.params.adjusts_logits_at(request.num_output_tokens) or (
                 self.max_model_len is not None and request.num_tokens + k > self.max_model_len
             ):
                 return {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model_optimizer.runtime.layers.sampler import Sampler, SamplingInput, _filtered_probs
+from model_optimizer.runtime.layers.sampler import Sampler, SamplingInput, _filtered_probs, plain
 from model_optimizer.runtime.sampling_params import SamplingParams
 
 LOGITS = torch.log(torch.tensor([[0.5, 0.25, 0.15, 0.10], [0.4, 0.3, 0.2, 0.1]]))
@@ -157,6 +157,10 @@ def test_min_tokens_keeps_eos_and_stop_tokens_from_being_drawn():
     sampler = Sampler(torch.device("cpu"), seed=0)
     assert sampler(LOGITS[:1].clone(), [SamplingInput(params, [9], [5])])[0][0] == 2  # 0 and 1 barred
     assert sampler(LOGITS[:1].clone(), [SamplingInput(params, [9], [5, 6])])[0][0] == 0  # min_tokens reached
+    # the bar holds only until min_tokens: from then on the token is plain again (the fused kernel's, the
+    # decode graph's draw, speculation), while logit_bias adjusts every token
+    assert not plain(SamplingInput(params, [9], [5])) and plain(SamplingInput(params, [9], [5, 6]))
+    assert not plain(SamplingInput(params.clone(logit_bias={3: 1.0}), [9], [5, 6]))
 
 
 def test_the_thinking_budget_wins_over_bad_words_and_bias():
