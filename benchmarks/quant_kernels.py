@@ -181,10 +181,15 @@ def sweep_rows(m_values: list[int]) -> dict[int, int]:
 
 
 def sweep_cases(
-    models: list[str], num_sms: int, m_values: list[int], kinds: tuple[str, ...] = SWEEP_KINDS
+    models: list[str],
+    num_sms: int,
+    m_values: list[int],
+    kinds: tuple[str, ...] = SWEEP_KINDS,
+    gluon: bool = False,
 ) -> list[tuple]:
     """(model, linear, kind, bucket, N, K, candidates) for every case the table holds: the row
-    buckets of `m_values` (--m), each timed at its largest row count; fp8 and int8 with the W8A8 kinds too."""
+    buckets of `m_values` (--m), each timed at its largest row count; fp8 and int8 with the W8A8 kinds too,
+    int4 with the Gluon kernel's launch shapes where `gluon` (an sm_90 GPU)."""
     from model_optimizer.runtime.kernels.quant_tiles import candidates
 
     cases = []
@@ -192,7 +197,7 @@ def sweep_cases(
         for name, (n, k) in layer_shapes(model).items():
             for kind in kinds:
                 for bucket, m in sweep_rows(m_values).items():
-                    found = candidates(kind, m, n, k, num_sms, w8a8=True)
+                    found = candidates(kind, m, n, k, num_sms, w8a8=True, gluon=gluon)
                     if len(found) > 1:  # bf16 above DENSE_MAX_ROWS: cuBLAS alone, nothing to choose
                         cases.append((model, name, kind, bucket, n, k, found))
     return cases
@@ -260,6 +265,14 @@ def _runner(kind: str, tiles):
         return lambda x, q, s, z: quant_linear._scaled_mm_w8a8(x, q, s, None)
     if tiles.backend == "int_mm":
         return lambda x, q, s, z: qk.int_mm_w8a8(x, q, s, None)
+    if tiles.backend == "gluon":  # int4 on sm_90 (kernels/int4_gluon.py)
+        import torch
+
+        from model_optimizer.runtime.kernels.int4_gluon import int4_gluon_matmul
+
+        return lambda x, q, s, z: int4_gluon_matmul(
+            x, q.view(torch.int16), s, z, tiles.block_n, tiles.block_m, tiles.num_warps, tiles.num_stages, tiles.split_k
+        )
     if tiles.backend == "torch":  # bf16 weights: cuBLAS
         return lambda x, q, s, z: x @ q.T
     if tiles.backend == "dequant":  # the engine's path: the scratch buffer, then a dense matmul
@@ -391,7 +404,7 @@ def sweep(
     from model_optimizer.runtime.kernels.quant_matmul import _device_facts
 
     gpu, num_sms = _device_facts(0)
-    cases = sweep_cases(models, num_sms, m_values, kinds)
+    cases = sweep_cases(models, num_sms, m_values, kinds, gluon=torch.cuda.get_device_capability(0) == (9, 0))
     t0 = time.time()
     errors = compile_in_parallel(cases, workers)
     print(f"sweep: compiled the candidates in {time.time() - t0:.0f} s ({len(errors)} failed)", flush=True)

@@ -217,6 +217,42 @@ def test_int4_candidates_match_the_dequantized_weight(model, n, k, m):
         assert relative_error(quant_matmul(x, q, s, z, "int4", 128, None, tiles), want) < TOLERANCE, tiles
 
 
+def _gluon_runs() -> bool:
+    from model_optimizer.runtime.kernels.int4_gluon import fits
+
+    return fits(torch.zeros(1, 128, device="cuda", dtype=torch.bfloat16), torch.zeros(64, 1, device="cuda",
+                dtype=torch.bfloat16), 128, 64)  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "n", "k"), CASES)
+@pytest.mark.parametrize("m", [17, 64, 100, 256])
+def test_gluon_int4_candidates_match_the_dequantized_weight(model, n, k, m):
+    """Every launch shape of the Gluon int4 kernel (sm_90) the sweep may pick, with a bias, against the
+    dequantized weight; split-K launches give the same bits twice and leave their counters zero; and
+    where the H200 table names Gluon, w4a16_linear takes it."""
+    from model_optimizer.runtime.kernels.int4_gluon import COUNTERS, int4_gluon_matmul
+    from model_optimizer.runtime.kernels.quant_matmul import device_tiles
+    from model_optimizer.runtime.kernels.quant_tiles import gluon_candidates
+
+    if not _gluon_runs():
+        pytest.skip("the Gluon int4 kernel needs an sm_90 GPU")
+    q, s, z, w = _weight("int4", n, k)
+    x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).bfloat16()
+    bias = torch.randn(n, device="cuda").bfloat16()
+    want = x.float() @ w.T + bias.float()
+    found = gluon_candidates(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
+    assert found
+    for t in found:
+        args = (t.block_n, t.block_m, t.num_warps, t.num_stages, t.split_k, bias)
+        out = int4_gluon_matmul(x, q.view(torch.int16), s, z, *args)
+        assert relative_error(out, want) < TOLERANCE, t
+        assert torch.equal(out, int4_gluon_matmul(x, q.view(torch.int16), s, z, *args)), t
+    torch.cuda.synchronize()
+    assert not any(c.any() for c in COUNTERS.by_device.values())
+    if device_tiles(x, n, "int4", 128).backend == "gluon":
+        assert relative_error(_linear("int4", x, q, s, z, bias), want) < TOLERANCE
+
+
 def test_group_size_without_a_kernel_falls_back_to_the_reference():
     from model_optimizer.runtime.kernels.quant_linear import w4a16_linear
 

@@ -112,8 +112,9 @@ def _gpu_matmul(
     w8a8_ok: bool = False,
 ) -> torch.Tensor:
     """(M, N) product on CUDA by the backend the tile table (or default rule) names for this shape:
-    our Triton program, `_scaled_mm` (fp8 W8A8), `_int_mm` (int8 W8A8) or the weight dequantized whole into a scratch buffer
-    and a dense matmul (prefill and large decode batches). Inside a CUDA-graph capture "dequant" runs
+    our Triton program, the Gluon int4 kernel (sm_90, bf16; elsewhere our program), `_scaled_mm` (fp8
+    W8A8), `_int_mm` (int8 W8A8) or the weight dequantized whole into a scratch buffer and a dense matmul
+    (prefill and large decode batches). Inside a CUDA-graph capture "dequant" runs
     only where the buffer already holds the weight; else the table's capture alternative (the fastest
     launch a graph can take) or the default rule's Triton tiles, never a table lookup by quant_matmul."""
     n = scales.shape[0]
@@ -127,6 +128,14 @@ def _gpu_matmul(
             )
             return F.linear(rows, weight, bias)
         tiles = device_tiles(rows, n, kind, group_size, w8a8_ok, graph_safe=True)
+    if tiles.backend == "gluon":
+        fits = triton_kernel("int4_gluon", "fits")
+        if fits is not None and fits(rows, scales, group_size, tiles.block_n):
+            return triton_kernel("int4_gluon", "int4_gluon_matmul")(
+                rows, qweight.view(torch.int16), scales, zeros, tiles.block_n, tiles.block_m, tiles.num_warps,
+                tiles.num_stages, tiles.split_k, bias,
+            )  # fmt: skip
+        tiles = device_tiles(rows, n, kind, group_size, program_only=True)  # not bf16 on sm_90: our program
     if tiles.backend == "scaled_mm":
         return _scaled_mm_w8a8(rows, qweight, scales, bias)
     if tiles.backend == "int_mm":

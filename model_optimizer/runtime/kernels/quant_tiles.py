@@ -56,9 +56,10 @@ class QuantTiles:
     num_warps: int = 4
     num_stages: int = 3
     backend: str = "triton"
-    """triton (our program), scaled_mm (fp8 W8A8 through torch._scaled_mm), int_mm (int8 W8A8 through
-    torch._int_mm, cuBLAS's int8 GEMM, then the scales in one Triton pass), dequant (the whole weight
-    widened once into a scratch buffer, then a dense matmul: prefill sizes) or torch (bf16 weights:
+    """triton (our program), gluon (int4 on sm_90: kernels/int4_gluon.py, block_m tokens by block_n weight
+    rows, num_stages its shared-memory ring), scaled_mm (fp8 W8A8 through torch._scaled_mm), int_mm (int8
+    W8A8 through torch._int_mm, cuBLAS's int8 GEMM, then the scales in one Triton pass), dequant (the whole
+    weight widened once into a scratch buffer, then a dense matmul: prefill sizes) or torch (bf16 weights:
     F.linear, i.e. cuBLAS)."""
     w8a8: bool = False
     """fp8 and int8 only: quantize the activations per token (one more launch) and multiply e4m3 by
@@ -245,6 +246,29 @@ _GEMVS = {  # one row on CUDA cores: no pipelining, so the tile of one iteration
 }
 
 
+_INT4_GLUON = [  # (block_m tokens, block_n weight rows, num_warps, stages): each compiles for sm_90 without
+    # spills (benchmarks/int4_gluon.py --compile-only); split-K only for token tiles up to 64 (with 128 or
+    # more its sum spills registers)
+    (16, 64, 4, 4), (16, 128, 8, 4), (32, 64, 4, 4), (32, 128, 4, 4), (64, 64, 4, 3), (64, 128, 4, 3),
+    (64, 128, 8, 3), (64, 256, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3),
+    (256, 64, 4, 3), (256, 128, 8, 3),
+]  # fmt: skip
+
+
+def gluon_candidates(m: int, n: int, k: int, num_sms: int) -> list[QuantTiles]:
+    """The Gluon int4 kernel's launch shapes worth timing at m rows: token tiles no larger than the rows
+    (16 at least) and at most four of them, each with one split of K and, up to 64 tokens, the split that
+    makes about two waves of the SMs. For the sweep (`candidates(..., gluon=True)`) and
+    benchmarks/int4_gluon.py."""
+    found = []
+    for block_m, block_n, warps, stages in _INT4_GLUON:
+        if block_m > max(16, m) or 4 * block_m < min(m, 256) or n % block_n:
+            continue
+        splits = {1, split_for(n, k, block_n, 128, -(-m // block_m), 2, num_sms)} if block_m <= 64 else {1}
+        found += [QuantTiles(block_m, block_n, 128, s, warps, stages, backend="gluon") for s in sorted(splits)]
+    return found
+
+
 def _specs(kind: str, bucket: int, w8a8: bool = False) -> list[tuple]:
     table = _W8A8 if w8a8 else (_INT4_MMA if kind == "int4" else _BYTES_MMA)
     return table[max(16, bucket)]
@@ -260,11 +284,13 @@ def _make(kind: str, m: int, n: int, k: int, spec: tuple, num_sms: int, w8a8: bo
                       accumulators=accumulators[0] if accumulators else 1)  # fmt: skip
 
 
-def candidates(kind: str, m: int, n: int, k: int, num_sms: int, w8a8: bool = False) -> list[QuantTiles]:
+def candidates(
+    kind: str, m: int, n: int, k: int, num_sms: int, w8a8: bool = False, gluon: bool = False
+) -> list[QuantTiles]:
     """Distinct launch shapes worth timing for this call (the sweep's search space): the tensor-core
-    program's tiles of the row bucket, at M = 1 also the CUDA-core GEMVs, and for fp8 and int8 the
+    program's tiles of the row bucket, at M = 1 also the CUDA-core GEMVs, for fp8 and int8 the
     W8A8 kinds (our e4m3 x e4m3 or int8 x int8 program; `_scaled_mm` / `_int_mm` above 16 rows) when
-    `w8a8` allows them."""
+    `w8a8` allows them, and for int4 from 17 rows up to 256 the Gluon kernel's when `gluon` (sm_90)."""
     bucket = row_bucket(m)
     if kind == "bf16" and bucket > DENSE_MAX_ROWS:
         return [TORCH]
@@ -276,6 +302,8 @@ def candidates(kind: str, m: int, n: int, k: int, num_sms: int, w8a8: bool = Fal
         found.append(TORCH)  # cuBLAS: the table keeps ours only where it measured faster
     elif bucket >= 128:
         found.append(DEQUANT)
+    if gluon and kind == "int4" and 16 < m <= 256:
+        found += gluon_candidates(m, n, k, num_sms)
     if w8a8 and kind in ANY_KINDS:
         found += [_make(kind, m, n, k, s, num_sms, w8a8=True) for s in _specs(kind, bucket, w8a8=True)]
         if m >= INT_MM_MIN_ROWS:  # cuBLAS's fp8 / int8 GEMMs

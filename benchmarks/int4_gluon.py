@@ -1,0 +1,125 @@
+"""The Gluon int4 kernel (model_optimizer/runtime/kernels/int4_gluon.py) against cuBLAS bf16 and Triton's program.
+
+For each of Llama-3.1-8B's linears (or --shapes) at each row count: cuBLAS bf16, our Triton int4 program
+with the launch the tile table would give it without Gluon (`table_us`), and every Gluon launch shape of
+`quant_tiles.gluon_candidates`, each first checked against the dequantizing reference (relative error
+<= 2e-2) and then timed from CUDA-graph replays. GPU only (Gluon has no interpreter):
+
+    python benchmarks/int4_gluon.py --output int4_gluon.json [--rows 64 256] [--shapes 28672:4096]
+    python benchmarks/int4_gluon.py --compile-only     # sm_90 facts per launch shape, no GPU needed
+
+The tile table's gluon entries come from this script's results (README, "Quantized linear kernels").
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import sys
+from pathlib import Path
+
+import triton
+
+from model_optimizer.runtime.kernels.int4_gluon import COUNTERS, GROUP, compile_sm90, int4_gluon_matmul
+from model_optimizer.runtime.kernels.quant_tiles import _INT4_GLUON, QuantTiles, gluon_candidates
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def name(tiles: QuantTiles) -> str:
+    """A launch shape as results name it: weight rows x tokens, warps, stages, K splits."""
+    return f"{tiles.block_n}x{tiles.block_m} w{tiles.num_warps} s{tiles.num_stages} k{tiles.split_k}"
+
+
+def compile_facts(block_m: int, block_n: int, warps: int, stages: int, split: bool = False) -> dict:
+    """One launch shape compiled for sm_90 (no GPU needed): registers, shared memory, the loop's MMA
+    waits and whether ptxas reports serialized MMAs."""
+    import subprocess
+    import tempfile
+
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"  # the ptxas and nvdisasm Triton ships
+    kernel = compile_sm90(block_m, block_n, warps, stages, split)
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = Path(tmp) / "k.ptx"
+        ptx.write_text(kernel.asm["ptx"])
+        cubin = Path(tmp) / "k.cubin"
+        report = subprocess.run([tools / "ptxas", "-arch=sm_90a", "-v", ptx, "-o", cubin], capture_output=True,
+                                text=True).stderr  # fmt: skip
+        sass = subprocess.run([tools / "nvdisasm", "-c", cubin], capture_output=True, text=True).stdout
+    regs = re.search(r"Used (\d+) registers", report)
+    return {
+        "registers": int(regs.group(1)) if regs else None,
+        "shared_bytes": kernel.metadata.shared,
+        "serialized": "C7515" in report,
+        "mma_waits": dict(collections.Counter(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\w+)", sass))),
+        "spills": "0 bytes spill stores, 0 bytes spill loads" not in report,
+    }
+
+
+def _row(shape: str, m: int, sets: list, dense: list) -> dict:
+    """cuBLAS bf16, our Triton program's launch (the table's, or the default rule's where the table names
+    Gluon) and every Gluon launch shape at m rows (GPU us; wrong ones left out)."""
+    import torch
+    from gpu_time import gpu_time_ms
+
+    from model_optimizer.runtime.kernels.quant_matmul import quant_matmul
+    from model_optimizer.runtime.kernels.quant_reference import w4a16_linear_ref
+
+    k = int(shape.split(":")[1])
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    planes, scales, zeros = sets[0]
+    ref = w4a16_linear_ref(x, planes, scales, zeros, GROUP, packing="planes").float()
+    row = {
+        "shape": shape,
+        "m": m,
+        "bf16_us": round(1000 * gpu_time_ms(lambda w: torch.nn.functional.linear(x, w), dense), 2),
+        "table_us": round(1000 * gpu_time_ms(lambda s: quant_matmul(x, s[0], s[1], s[2], "int4", GROUP), sets), 2),
+        "variants": {},
+        "errors": {},
+    }
+    n = int(shape.split(":")[0])
+    for tiles in gluon_candidates(m, n, k, 132):
+
+        def call(s, t=tiles):
+            return int4_gluon_matmul(x, s[0].view(torch.int16), s[1], s[2], t.block_n, t.block_m, t.num_warps,
+                                     t.num_stages, t.split_k)  # fmt: skip
+
+        try:
+            err = ((call(sets[0]).float() - ref).abs().max() / ref.abs().max()).item()
+            if err > 2e-2:
+                row["errors"][name(tiles)] = f"wrong: relative error {err:.3g}"
+                continue
+            row["variants"][name(tiles)] = round(1000 * gpu_time_ms(call, sets, stream_fallback=False), 2)
+            torch.cuda.synchronize()
+            if any(c.any() for c in COUNTERS.by_device.values()):
+                row["errors"][name(tiles)] = "split-K counters left non-zero"
+        except Exception as exc:  # out of shared memory or registers, a compile error
+            row["errors"][name(tiles)] = f"{type(exc).__name__}: {str(exc)[-300:]}"
+    best = min(row["variants"].items(), key=lambda kv: kv[1], default=(None, None))
+    row["best"] = {"tiles": best[0], "us": best[1]}
+    return row
+
+
+def main() -> None:
+    from int4_mma_variants import shape_arguments, sweep_shapes
+
+    parser = shape_arguments(__doc__.splitlines()[0], [16, 64, 128, 256], need_output=False)
+    parser.add_argument("--compile-only", action="store_true", help="sm_90 facts per launch shape, no GPU")
+    args = parser.parse_args()
+    if args.compile_only:
+        for variant in _INT4_GLUON:
+            for split in (False, True):
+                print(
+                    variant, "split-K" if split else "one split", json.dumps(compile_facts(*variant, split)), flush=True
+                )
+        return
+    if not args.output:
+        parser.error("--output is required unless --compile-only")
+    sweep_shapes(
+        args.shapes, args.rows, _row, args.output, shown=("shape", "m", "bf16_us", "table_us", "best", "errors")
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Compile the Gluon int4 kernel's launch shapes that the H200 tile table names for sm_90, without a GPU.
+
+Run by test_int4_gluon.py in a subprocess without TRITON_INTERPRET (Gluon has no interpreter). For each
+distinct (tokens, weight rows, warps, stages, one split or several) of the table's "gluon" entries it
+checks the SASS: warp-group MMAs (HGMMA) in the main loop, nothing spilled to local memory, shared
+memory within an H200 block's, and the MMAs left asynchronous (the loop waits with at most one group
+outstanding, `WARPGROUP.DEPBAR.LE gsb0, 0x1`, never only with none). Prints one line per kernel.
+"""
+
+import re
+import sys
+
+from compile_sm90 import SMEM_LIMIT, disassemble, main_loop  # same folder: the script runs with it on sys.path
+
+from model_optimizer.runtime.kernels.int4_gluon import compile_sm90
+from model_optimizer.runtime.kernels.quant_tiles import PACKAGED_TABLE, read_table
+
+
+def main() -> int:
+    table = read_table(PACKAGED_TABLE)
+    shapes = sorted(
+        {(t.block_m, t.block_n, t.num_warps, t.num_stages, t.split_k > 1) for t in table["entries"].values()
+         if t.backend == "gluon"}
+    )  # fmt: skip
+    if not shapes:
+        print("no gluon entries in the table")
+        return 1
+    failed = 0
+    for block_m, block_n, warps, stages, split in shapes:
+        kernel = compile_sm90(block_m, block_n, warps, stages, split)
+        sass, regs = disassemble(kernel.asm["cubin"])
+        loop = " ".join(main_loop(sass))
+        problems = []
+        if kernel.metadata.shared > SMEM_LIMIT:
+            problems.append("TOO MUCH SHARED MEMORY")
+        if sass.count("LDL") + sass.count("STL"):
+            problems.append("SPILLS")
+        if "HGMMA" not in loop:
+            problems.append("NO HGMMA IN THE LOOP")
+        waits = re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\w+)", sass)
+        if "0x1" not in waits:
+            problems.append(f"MMAS WAITED FOR ONE BY ONE ({waits})")
+        name = f"gluon {block_n}x{block_m} w{warps} s{stages} {'split' if split else 'one'}"
+        print(name, f"shared={kernel.metadata.shared} regs={regs}", " ".join(problems) or "ok", flush=True)
+        failed += bool(problems)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

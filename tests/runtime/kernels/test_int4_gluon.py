@@ -1,0 +1,58 @@
+"""The Gluon int4 kernel: where the tile table and the dispatch choose it, and that its table's launch
+shapes compile for sm_90 (Gluon has no interpreter: tests/gpu/test_quant_kernels_gpu.py runs it)."""
+
+import pytest
+import torch
+
+from model_optimizer.runtime.kernels import quant_tiles
+from model_optimizer.runtime.kernels.int4_gluon import fits
+from model_optimizer.runtime.kernels.quant_matmul import choose_tiles
+from tests.runtime.kernels.sm90_script import run_sm90_script
+
+H200 = "NVIDIA H200"
+
+
+def test_the_h200_table_names_gluon_where_it_measured_faster_and_our_program_otherwise():
+    tiles = choose_tiles(64, 28672, 4096, "int4", 128, 132, H200)
+    assert (tiles.backend, tiles.block_m, tiles.block_n, tiles.split_k) == ("gluon", 64, 128, 1)
+    assert tiles.graph_safe and not tiles.quantizes_activations
+    # quant_matmul (and the dispatch where Gluon cannot run) asks for our Triton program's tiles only
+    assert choose_tiles(64, 28672, 4096, "int4", 128, 132, H200, program_only=True).backend == "triton"
+    # a capture takes the gluon entry itself: no dequant scratch buffer behind it
+    assert choose_tiles(256, 6144, 4096, "int4", 128, 132, H200, graph_safe=True).backend == "gluon"
+    assert choose_tiles(16, 28672, 4096, "int4", 128, 132, H200).backend == "triton"  # it lost at 16 rows
+    assert choose_tiles(64, 28672, 4096, "int4", 128, 132, "NVIDIA H100 80GB HBM3").backend == "triton"
+
+
+def test_gluon_runs_only_on_bf16_cuda_tensors_with_groups_of_128():
+    x = torch.zeros(4, 256, dtype=torch.bfloat16)
+    scales = torch.zeros(128, 2, dtype=torch.bfloat16)
+    assert not fits(x, scales, 128, 64)  # not CUDA
+    assert not fits(torch.zeros(4, 256, dtype=torch.bfloat16, device="meta"), scales, 128, 64)
+    assert not fits(x, scales, 64, 64)
+
+
+@pytest.mark.parametrize("m", [17, 32, 64, 100, 256])
+def test_gluon_candidates_fit_the_rows_and_the_weight(m):
+    n, k = 6144, 4096
+    found = quant_tiles.gluon_candidates(m, n, k, 132)
+    assert found and all(t.backend == "gluon" and n % t.block_n == 0 and t.block_k == 128 for t in found)
+    assert all(16 <= t.block_m <= max(16, m) and 4 * t.block_m >= min(m, 256) for t in found)
+    assert all(t.split_k == 1 for t in found if t.block_m > 64)  # the split's sum spills larger tiles
+    swept = quant_tiles.candidates("int4", m, n, k, 132, gluon=True)
+    assert set(found) <= set(swept) and not any(
+        t.backend == "gluon" for t in quant_tiles.candidates("int4", m, n, k, 132)
+    )
+
+
+def test_no_gluon_candidates_outside_17_to_256_rows():
+    for m in (1, 16, 300):
+        assert not any(t.backend == "gluon" for t in quant_tiles.candidates("int4", m, 6144, 4096, 132, gluon=True))
+    assert not any(t.backend == "gluon" for t in quant_tiles.candidates("int8", 64, 6144, 4096, 132, gluon=True))
+
+
+@pytest.mark.slow  # compiles the table's Gluon launch shapes for sm_90 with ptxas
+def test_the_tables_gluon_launch_shapes_compile_for_sm90_with_asynchronous_mmas():
+    stdout = run_sm90_script("int4_gluon_compile_sm90.py", timeout=900)
+    lines = [line for line in stdout.splitlines() if line.startswith("gluon ")]
+    assert len(lines) >= 4 and all(line.endswith(" ok") for line in lines), stdout
