@@ -62,22 +62,11 @@ def _row(shape: str, m: int, sets: list, dense: list) -> dict:
     Gluon) and every Gluon launch shape at m rows (GPU us; wrong ones left out)."""
     import torch
     from gpu_time import gpu_time_ms
+    from int4_mma_variants import baseline
 
-    from model_optimizer.runtime.kernels.quant_matmul import quant_matmul
-    from model_optimizer.runtime.kernels.quant_reference import w4a16_linear_ref
-
-    k = int(shape.split(":")[1])
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    planes, scales, zeros = sets[0]
-    ref = w4a16_linear_ref(x, planes, scales, zeros, GROUP, packing="planes").float()
-    row = {
-        "shape": shape,
-        "m": m,
-        "bf16_us": round(1000 * gpu_time_ms(lambda w: torch.nn.functional.linear(x, w), dense), 2),
-        "table_us": round(1000 * gpu_time_ms(lambda s: quant_matmul(x, s[0], s[1], s[2], "int4", GROUP), sets), 2),
-        "variants": {},
-        "errors": {},
-    }
+    x, ref, row = baseline(shape, m, sets, dense, GROUP)
+    row |= {"variants": {}, "errors": {}}
+    k = x.shape[1]
     n = int(shape.split(":")[0])
     for tiles in gluon_candidates(m, n, k, 132):
 

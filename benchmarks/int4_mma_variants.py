@@ -146,18 +146,25 @@ def _time_variants(x: torch.Tensor, sets: list, group: int, ref: torch.Tensor, l
     return {mode: {"us": round(us, 2), "tiles": tiles} for mode, (us, tiles) in best.items()}
 
 
-def _row(shape: str, m: int, sets: list, dense: list, group: int = GROUP) -> dict:
+def baseline(shape: str, m: int, sets: list, dense: list, group: int = GROUP) -> tuple:
+    """(x, the reference product, a row with cuBLAS bf16's and our Triton program's GPU us) at m rows of an
+    "N:K" shape: what each int4 experiment's row starts from."""
     k = int(shape.split(":")[1])
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    planes, scales, zeros = sets[0]
+    planes, scales, zeros = sets[0][:3]
     ref = w4a16_linear_ref(x, planes, scales, zeros, group, packing="planes").float()
-    return {
+    row = {
         "shape": shape,
         "m": m,
-        "bf16_us": 1000 * gpu_time_ms(lambda w: torch.nn.functional.linear(x, w), dense),
-        "table_us": 1000 * gpu_time_ms(lambda s: quant_matmul(x, s[0], s[1], s[2], "int4", group), sets),
-        "variants": _time_variants(x, sets, group, ref, f"{shape} m{m}"),
+        "bf16_us": round(1000 * gpu_time_ms(lambda w: torch.nn.functional.linear(x, w), dense), 2),
+        "table_us": round(1000 * gpu_time_ms(lambda s: quant_matmul(x, s[0], s[1], s[2], "int4", group), sets), 2),
     }
+    return x, ref, row
+
+
+def _row(shape: str, m: int, sets: list, dense: list, group: int = GROUP) -> dict:
+    x, ref, row = baseline(shape, m, sets, dense, group)
+    return row | {"variants": _time_variants(x, sets, group, ref, f"{shape} m{m}")}
 
 
 def random_int4(n: int, k: int, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

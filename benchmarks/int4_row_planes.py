@@ -108,21 +108,10 @@ CANDIDATES = list(itertools.product((64, 128), (16, 32, 64, 128), (64, 128), (4,
 def _row(shape: str, m: int, sets: list, dense: list, group: int = 128) -> dict:
     """cuBLAS bf16, the tile table's launch and every row-planes candidate at m rows (GPU us)."""
     from gpu_time import gpu_time_ms
+    from int4_mma_variants import baseline
 
-    from model_optimizer.runtime.kernels.quant_matmul import quant_matmul
-    from model_optimizer.runtime.kernels.quant_reference import w4a16_linear_ref
-
-    k = int(shape.split(":")[1])
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    planes, scales, zeros, _ = sets[0]
-    ref = w4a16_linear_ref(x, planes, scales, zeros, group, packing="planes").float()
-    row = {
-        "shape": shape,
-        "m": m,
-        "bf16_us": round(1000 * gpu_time_ms(lambda w: torch.nn.functional.linear(x, w), dense), 2),
-        "table_us": round(1000 * gpu_time_ms(lambda s: quant_matmul(x, s[0], s[1], s[2], "int4", group), sets), 2),
-        "variants": {},
-    }
+    x, ref, row = baseline(shape, m, sets, dense, group)
+    row["variants"] = {}
     for p, bm, bk, warps, stages in CANDIDATES:
         if bm > max(16, m) or bm < min(m, 64) // 4:
             continue

@@ -151,22 +151,8 @@ def int4_mma_kernel(
     offs_xc = gl.arange(0, 32, layout=gl.SliceLayout(0, load_layout))[None, :]
 
     for i in gl.static_range(STAGES - 1):
-        _issue(
-            x_ptr,
-            w_ptr,
-            lanes_smem,
-            x_smem,
-            first,
-            i,
-            n_blocks,
-            offs_wn,
-            offs_wl,
-            offs_xm,
-            offs_xc,
-            M,
-            stride_xm,
-            STAGES,
-        )
+        _issue(x_ptr, w_ptr, lanes_smem, x_smem, first, i, n_blocks, offs_wn, offs_wl, offs_xm, offs_xc, M,
+               stride_xm, STAGES)  # fmt: skip
 
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=row_layout)
     zero_ptrs = zeros_ptr + rows.to(gl.int64) * stride_zn
@@ -204,22 +190,8 @@ def int4_mma_kernel(
             warpgroup_mma_wait(num_outstanding=1, deps=(lanes,))
             if p == 0:  # block b - 1's last MMAs are done: its stage takes block b + STAGES - 1
                 _barrier()  # in every warp group (with 8 warps, two read the same x stage)
-                _issue(
-                    x_ptr,
-                    w_ptr,
-                    lanes_smem,
-                    x_smem,
-                    first,
-                    b + STAGES - 1,
-                    n_blocks,
-                    offs_wn,
-                    offs_wl,
-                    offs_xm,
-                    offs_xc,
-                    M,
-                    stride_xm,
-                    STAGES,
-                )
+                _issue(x_ptr, w_ptr, lanes_smem, x_smem, first, b + STAGES - 1, n_blocks, offs_wn, offs_wl,
+                       offs_xm, offs_xc, M, stride_xm, STAGES)  # fmt: skip
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     cp.wait_group(0)
 
