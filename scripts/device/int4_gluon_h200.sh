@@ -19,9 +19,9 @@ decode pkg_1 pkg rtn-int4
 decode new_1 new rtn-int4
 part tests 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_quant_kernels_gpu.py \
   -k "gluon or (int4 and (graph_replays or real_shapes))"
+[ -n "${ROWS:-}" ] && part bench 90 python3 benchmarks/int4_gluon.py --rows $ROWS --output "$RES/int4_gluon.json"
 decode bf16 "" none
 decode new_2 new rtn-int4
 decode pkg_2 pkg rtn-int4
-[ -n "${ROWS:-}" ] && part bench 120 python3 benchmarks/int4_gluon.py --rows $ROWS --output "$RES/int4_gluon.json"
 decode_table "$RES" > "$RES/decode_table.txt" 2>&1
 cat "$RES/summary.txt" "$RES/decode_table.txt"
