@@ -19,6 +19,8 @@ the H200; the CPU tests check only where it is chosen.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -36,8 +38,10 @@ from model_optimizer.runtime.kernels.counters import Counters
 
 GROUP = 128
 """Columns per scale and zero point: the kernel loads one of each per 128-column block."""
-_async_load = getattr(cp, "async_load", None) or cp.async_copy_global_to_shared  # Triton 3.9's names, 3.6's
-_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+# Triton 3.9 renamed two of the calls: its async_load (3.6's async_copy_global_to_shared, which 3.9 keeps
+# only to raise) and its barrier (3.6's thread_barrier, gone in 3.9)
+_async_load = getattr(cp, "async_load", None) or cp.async_copy_global_to_shared
+_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 COUNTERS = Counters(4096)
 """Split-K's per-tile counters (Llama's gate_up at 64 weight rows and 4 token tiles: 1,792)."""
 
@@ -216,8 +220,14 @@ def int4_mma_kernel(
 
 def fits(x: torch.Tensor, scales: torch.Tensor, group_size: int, block_n: int) -> bool:
     """Whether the kernel can take this call: x and the scales bf16 on an sm_90 GPU (CUDA tensors, not the
-    ahead-of-time build's meta ones), groups of 128, N a multiple of block_n and K of 128."""
-    if not x.is_cuda or aot.building() is not None or group_size != GROUP:
+    ahead-of-time build's meta ones), groups of 128, N a multiple of block_n and K of 128; never with
+    $MOPT_INT4_GLUON=0 (our Triton program then runs every int4 shape)."""
+    if (
+        os.environ.get("MOPT_INT4_GLUON", "1") == "0"
+        or not x.is_cuda
+        or aot.building() is not None
+        or group_size != GROUP
+    ):
         return False
     if x.dtype != torch.bfloat16 or scales.dtype != torch.bfloat16:
         return False
