@@ -10,7 +10,7 @@ as quant_kernels does it (float32 partials, the last split of a tile adds them i
 tile's counter), deterministic and in one launch, so a CUDA graph can capture it.
 
 Where it runs: sm_90 (wgmma), bf16 activations, groups of 128 columns, N a multiple of BLOCK_N, and a
-real CUDA tensor (not the meta tensors of the ahead-of-time build); `fits` says so and `_gpu_matmul`
+CUDA tensor (or the meta tensors of an ahead-of-time build for sm_90); `fits` says so and `_gpu_matmul`
 (quant_linear) takes Triton's program elsewhere. The tile table (quant_tiles) names it as backend
 "gluon" per shape where the sweep measured it faster (README, "Quantized linear kernels"). Gluon has
 no interpreter: tests/gpu/test_quant_kernels_gpu.py checks it against the dequantizing reference on
@@ -219,15 +219,10 @@ def int4_mma_kernel(
 
 
 def fits(x: torch.Tensor, scales: torch.Tensor, group_size: int, block_n: int) -> bool:
-    """Whether the kernel can take this call: x and the scales bf16 on an sm_90 GPU (CUDA tensors, not the
-    ahead-of-time build's meta ones), groups of 128, N a multiple of block_n and K of 128; never with
-    $MOPT_INT4_GLUON=0 (our Triton program then runs every int4 shape)."""
-    if (
-        os.environ.get("MOPT_INT4_GLUON", "1") == "0"
-        or not x.is_cuda
-        or aot.building() is not None
-        or group_size != GROUP
-    ):
+    """Whether the kernel can take this call: x and the scales bf16 on an sm_90 GPU (or the meta tensors of
+    an ahead-of-time build for sm_90, aot.py), groups of 128, N a multiple of block_n and K of 128; never
+    with $MOPT_INT4_GLUON=0 (our Triton program then runs every int4 shape)."""
+    if os.environ.get("MOPT_INT4_GLUON", "1") == "0" or not aot.on_gpu(x) or group_size != GROUP:
         return False
     if x.dtype != torch.bfloat16 or scales.dtype != torch.bfloat16:
         return False

@@ -4,15 +4,21 @@ Run by test_int4_gluon.py in a subprocess without TRITON_INTERPRET (Gluon has no
 distinct (tokens, weight rows, warps, stages, one split or several) of the table's "gluon" entries it
 checks the SASS: warp-group MMAs (HGMMA) in the main loop, nothing spilled to local memory, shared
 memory within an H200 block's, and the MMAs left asynchronous (the loop waits with at most one group
-outstanding, `WARPGROUP.DEPBAR.LE gsb0, 0x1`, never only with none). Prints one line per kernel.
+outstanding, `WARPGROUP.DEPBAR.LE gsb0, 0x1`, never only with none). Then the dispatch as an
+ahead-of-time build walks it (aot.compile_only, meta tensors, the H200 as target): `w4a16_linear` at
+Llama-3.1-8B's gate_up launches the Gluon kernel at 64 and 256 rows, where the table names it, and
+Triton's program at 16. Prints one line per kernel and per dispatch.
 """
 
 import re
 import sys
 
+import torch
 from compile_sm90 import SMEM_LIMIT, disassemble, main_loop  # same folder: the script runs with it on sys.path
 
+from model_optimizer.runtime.kernels import aot
 from model_optimizer.runtime.kernels.int4_gluon import compile_sm90
+from model_optimizer.runtime.kernels.quant_linear import w4a16_linear
 from model_optimizer.runtime.kernels.quant_tiles import PACKAGED_TABLE, read_table
 
 
@@ -43,6 +49,16 @@ def main() -> int:
         name = f"gluon {block_n}x{block_m} w{warps} s{stages} {'split' if split else 'one'}"
         print(name, f"shared={kernel.metadata.shared} regs={regs}", " ".join(problems) or "ok", flush=True)
         failed += bool(problems)
+    n, k = 28672, 4096
+    weight = (torch.empty(n, k // 8, dtype=torch.int32, device="meta"),
+              torch.empty(n, k // 128, dtype=torch.bfloat16, device="meta"),
+              torch.empty(n, k // 128, dtype=torch.uint8, device="meta"))  # fmt: skip
+    for m, want in ((64, "int4_mma_kernel"), (256, "int4_mma_kernel"), (16, "_quant_matmul_kernel")):
+        with aot.compile_only(aot.AotTarget()) as log:
+            out = w4a16_linear(torch.empty(m, k, dtype=torch.bfloat16, device="meta"), *weight, 128, packing="planes")
+        ok = out.shape == (m, n) and list(log.calls) == [want]
+        print(f"dispatch m={m}", dict(log.calls), "ok" if ok else f"WANTED {want}", flush=True)
+        failed += not ok
     return 1 if failed else 0
 
 

@@ -52,7 +52,9 @@ def test_no_gluon_candidates_outside_17_to_256_rows():
 
 
 @pytest.mark.slow  # compiles the table's Gluon launch shapes for sm_90 with ptxas
-def test_the_tables_gluon_launch_shapes_compile_for_sm90_with_asynchronous_mmas():
+def test_the_tables_gluon_launch_shapes_compile_for_sm90_and_the_dispatch_launches_them():
     stdout = run_sm90_script("int4_gluon_compile_sm90.py", timeout=900)
     lines = [line for line in stdout.splitlines() if line.startswith("gluon ")]
     assert len(lines) >= 4 and all(line.endswith(" ok") for line in lines), stdout
+    dispatch = [line for line in stdout.splitlines() if line.startswith("dispatch ")]
+    assert len(dispatch) == 3 and all(line.endswith(" ok") for line in dispatch), stdout
