@@ -19,6 +19,7 @@ the H200; the CPU tests check only where it is chosen.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -227,10 +228,12 @@ def fits(x: torch.Tensor, scales: torch.Tensor, group_size: int, block_n: int) -
     if x.dtype != torch.bfloat16 or scales.dtype != torch.bfloat16:
         return False
     k = x.shape[-1]
-    return scales.shape[0] % block_n == 0 and k % GROUP == 0 and k > 0 and _hopper(x.device.index or 0)
+    return scales.shape[0] % block_n == 0 and k % GROUP == 0 and k > 0 and _hopper(x.device.index, aot.building())
 
 
-def _hopper(device_index: int) -> bool:
+@functools.lru_cache(maxsize=8)
+def _hopper(device_index: int | None, target: aot.AotTarget | None) -> bool:
+    """sm_90 (wgmma): the device's, or the ahead-of-time target's (asked once per pair, not per call)."""
     return aot.device_facts(device_index)[2] == (9, 0)
 
 
