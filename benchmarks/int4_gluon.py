@@ -21,7 +21,7 @@ from pathlib import Path
 
 import triton
 
-from model_optimizer.runtime.kernels.int4_gluon import COUNTERS, GROUP, compile_sm90, int4_gluon_matmul
+from model_optimizer.runtime.kernels.int4_gluon import COUNTERS, GROUP, int4_gluon_matmul
 from model_optimizer.runtime.kernels.quant_tiles import _INT4_GLUON, QuantTiles, gluon_candidates
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,8 +38,11 @@ def compile_facts(block_m: int, block_n: int, warps: int, stages: int, split: bo
     import subprocess
     import tempfile
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "runtime" / "kernels"))
+    from compile_sm90 import int4_gluon  # the tests' sm_90 compile helpers, as quant_sass.py uses them
+
     tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"  # the ptxas and nvdisasm Triton ships
-    kernel = compile_sm90(block_m, block_n, warps, stages, split)
+    kernel = int4_gluon(block_m, block_n, warps, stages, split)
     with tempfile.TemporaryDirectory() as tmp:
         ptx = Path(tmp) / "k.ptx"
         ptx.write_text(kernel.asm["ptx"])

@@ -14,7 +14,8 @@ CUDA tensor (or the meta tensors of an ahead-of-time build for sm_90); `fits` sa
 (quant_linear) takes Triton's program elsewhere. The tile table (quant_tiles) names it as backend
 "gluon" per shape where the sweep measured it faster (README, "Quantized linear kernels"). Gluon has
 no interpreter: tests/gpu/test_quant_kernels_gpu.py checks it against the dequantizing reference on
-the H200; the CPU tests check only where it is chosen.
+the H200; the CPU tests check where it is chosen, and compile it for sm_90 (its SASS, and the dispatch
+walked on meta tensors: tests/runtime/kernels/int4_gluon_compile_sm90.py).
 """
 
 from __future__ import annotations
@@ -274,21 +275,3 @@ def int4_gluon_matmul(
                                      per_split, splits, BLOCK_N=block_n, BLOCK_M=block_m, STAGES=stages,
                                      SPLIT=splits > 1, num_warps=num_warps)  # fmt: skip
     return out if bias is None else out.add_(bias)
-
-
-def compile_sm90(block_m: int, block_n: int, num_warps: int, stages: int, split: bool = False):
-    """The kernel of one launch shape compiled for sm_90 without a GPU (Triton's own compiler and ptxas): a
-    `triton.compiler.CompiledKernel` (its `asm["ptx"]`, `metadata.shared`). For the CPU tests and
-    benchmarks/int4_gluon.py --compile-only."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    names = int4_mma_kernel.arg_names
-    consts = {"BLOCK_N": block_n, "BLOCK_M": block_m, "STAGES": stages, "SPLIT": split, "num_warps": num_warps}
-    types = {"x_ptr": "*bf16", "w_ptr": "*i16", "scales_ptr": "*bf16", "zeros_ptr": "*u8", "out_ptr": "*bf16",
-             "part_ptr": "*fp32", "count_ptr": "*i32"}  # fmt: skip
-    signature = {a: "constexpr" if a in consts else types.get(a, "i32") for a in names}
-    aligned = [a for a in names if a.endswith("_ptr") or a.startswith("stride_") or a in ("N", "K")]
-    source = GluonASTSource(int4_mma_kernel, signature, constexprs={(names.index(a),): v for a, v in consts.items()},
-                            attrs={(names.index(a),): [["tt.divisibility", 16]] for a in aligned})  # fmt: skip
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})

@@ -41,13 +41,19 @@ def compile_kernel(
     num_stages: int = 2,
     num_warps: int = 4,
     quiet: bool = False,
+    gluon: bool = False,
 ):
     """`fn` compiled for sm_90, with the divisibility-by-16 facts the launcher's JIT derives for pointers
-    and strides (and for the integer arguments named in `aligned_ints`, as it does for any multiple of 16)."""
+    and strides (and for the integer arguments named in `aligned_ints`, as it does for any multiple of 16).
+    `gluon`: fn is a `@gluon.jit` kernel."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constexprs else pointer_types.get(n, "i32") for n in names}
     aligned = [n for n in names if n.endswith("_ptr") or n.startswith("stride_") or n in aligned_ints]
-    source = ASTSource(
+    if gluon:
+        from triton.experimental.gluon._runtime import GluonASTSource as source_class
+    else:
+        source_class = ASTSource
+    source = source_class(
         fn,
         signature,
         constexprs={(names.index(n),): v for n, v in constexprs.items()},
@@ -197,6 +203,16 @@ def quant_matmul(
         num_warps=num_warps,
         quiet=quiet,
     )
+
+
+def int4_gluon(block_m: int, block_n: int, num_warps: int, stages: int, split: bool = False):
+    """The Gluon int4 kernel (kernels/int4_gluon.py) of one launch shape, compiled quietly."""
+    from model_optimizer.runtime.kernels.int4_gluon import int4_mma_kernel
+
+    pointers = {"x_ptr": "*bf16", "w_ptr": "*i16", "scales_ptr": "*bf16", "zeros_ptr": "*u8", "out_ptr": "*bf16",
+                "part_ptr": "*fp32", "count_ptr": "*i32"}  # fmt: skip
+    consts = {"BLOCK_N": block_n, "BLOCK_M": block_m, "STAGES": stages, "SPLIT": split, "num_warps": num_warps}
+    return compile_kernel(int4_mma_kernel, pointers, consts, ("N", "K"), num_warps=num_warps, quiet=True, gluon=True)
 
 
 def reduce_splits(pdl: bool = False):

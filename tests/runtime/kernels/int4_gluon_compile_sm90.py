@@ -14,10 +14,9 @@ import re
 import sys
 
 import torch
-from compile_sm90 import SMEM_LIMIT, disassemble, main_loop  # same folder: the script runs with it on sys.path
+from compile_sm90 import SMEM_LIMIT, disassemble, int4_gluon, main_loop  # same folder: on sys.path when run
 
 from model_optimizer.runtime.kernels import aot
-from model_optimizer.runtime.kernels.int4_gluon import compile_sm90
 from model_optimizer.runtime.kernels.quant_linear import w4a16_linear
 from model_optimizer.runtime.kernels.quant_tiles import PACKAGED_TABLE, read_table
 
@@ -33,7 +32,7 @@ def main() -> int:
         return 1
     failed = 0
     for block_m, block_n, warps, stages, split in shapes:
-        kernel = compile_sm90(block_m, block_n, warps, stages, split)
+        kernel = int4_gluon(block_m, block_n, warps, stages, split)
         sass, regs = disassemble(kernel.asm["cubin"])
         loop = " ".join(main_loop(sass))
         problems = []
