@@ -66,9 +66,10 @@ class ChatOutput:
         """The fields of a whole (non-streamed) response's message."""
         reasoning, view = self._views(text, final=True)
         named = [c for c in view.calls if c.name is not None]
-        calls: list[dict] = []
+        ids: list[str] = []
         for i, c in enumerate(named):
-            calls.append(_call_dict(c, self._call_id(c, i, [d["id"] for d in calls])))
+            ids.append(self._call_id(c, i, ids))
+        calls = [_call_dict(c, call_id) for c, call_id in zip(named, ids, strict=True)]
         forced = self.tools is not None and self.tools.forced
         content = view.content if view.content or not (calls or reasoning or forced) else None
         return ChatMessageFields(content, (reasoning or None) if self.include_reasoning else None, calls)
