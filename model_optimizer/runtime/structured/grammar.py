@@ -14,6 +14,7 @@ from typing import Any
 
 from model_optimizer.runtime.structured.params import StructuredOutputs, structures_of
 from model_optimizer.runtime.structured.tag_format import LarkBuilder, regex_literal
+from model_optimizer.runtime.structured.token_regex import lark_of
 
 WHITESPACE_RUN = 16
 """Most whitespace characters between two JSON tokens with whitespace_flexible: enough to pretty-print
@@ -67,14 +68,28 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
             _check_integer_bounds(json.loads(schema))
             return llg.LLMatcher.grammar_from_json_schema(schema, defaults=_json_options(so))
         if so.kind == "regex":
-            return llg.LLMatcher.grammar_from_regex(so.spec)
-        if so.kind == "choice":  # one regex, one lexeme: as Lark alternatives, 2,000+ choices overflow a parser row
-            return llg.LLMatcher.grammar_from_regex("(" + "|".join(map(regex_literal, json.loads(so.spec))) + ")")
+            lark = lark_of(so.spec, lambda t: _forced(t, tokenizer))
+            return f"start: {lark}" if lark else llg.LLMatcher.grammar_from_regex(so.spec)
+        if so.kind == "choice":
+            return _choice(json.loads(so.spec), tokenizer)
         if so.kind == "structural_tag":
             return _structural_tag(so, tokenizer)
         return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
     except (ValueError, TypeError) as exc:
         raise GrammarError(f"invalid {so.kind}: {exc}") from None
+
+
+def _choice(choices: list[str], tokenizer: Any) -> str:
+    """One regex, one lexeme (as Lark alternatives, 2,000+ choices overflow a parser row); the choices
+    that spell a tag token (token_regex.py) beside it as Lark, with the token."""
+    import llguidance as llg
+
+    written = [(choice, _forced(choice, tokenizer)) for choice in choices]
+    tokened = [lark for _, lark in written if "<[" in lark]
+    plain = "(" + "|".join(regex_literal(choice) for choice, lark in written if "<[" not in lark) + ")"
+    if not tokened:
+        return llg.LLMatcher.grammar_from_regex(plain)
+    return "start: " + " | ".join(tokened if len(tokened) == len(choices) else [f"/{plain}/", *tokened])
 
 
 INT64 = (-(2**63), 2**63 - 1)

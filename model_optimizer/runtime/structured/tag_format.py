@@ -15,6 +15,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from model_optimizer.runtime.structured.token_regex import lark_of, slashes_escaped
+
 SUPPORTED = (
     "const_string",
     "json_schema",
@@ -126,7 +128,8 @@ class LarkBuilder:
             schema = {} if schema is True else schema
             return self._rule(f"%json {json.dumps({**schema, 'x-guidance': self.json_options})}")
         if kind == "regex":
-            return self._rule(self._terminal("/" + node["pattern"].replace("/", "\\/") + "/"))
+            lark = lark_of(node["pattern"], self.forced)
+            return self._rule(lark or self._terminal("/" + slashes_escaped(node["pattern"]) + "/"))
         if kind == "grammar":
             import llguidance as llg
 

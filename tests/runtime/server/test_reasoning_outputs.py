@@ -11,8 +11,10 @@ so `logit_bias` on `</think>` makes it (seeded: the same output every run).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
+import httpx
 import jsonschema
 import openai
 import pytest
@@ -305,3 +307,20 @@ def test_a_question_about_the_tag_opens_no_block(client, thinking_model):
     choice = completion.choices[0]
     assert choice.finish_reason == "stop" and getattr(choice.message, "reasoning", None) is None
     jsonschema.validate(json.loads(choice.message.content), DIGIT)
+
+
+@pytest.mark.parametrize(
+    ("constraint", "pattern"),
+    [({"regex": "ab <tool_call>[0-9]"}, r"ab <tool_call>[0-9]"), ({"choice": ["<tool_call>7", "no"]}, "<tool_call>7")],
+)
+def test_a_regex_or_choice_that_spells_a_tag_token_is_written_with_it(live, thinking_model, constraint, pattern):
+    """`<tool_call>` is one added token (text never holds it, for llguidance): a regex or choice that
+    spells it is answered with the token, as the tokenizer writes that text, not a 500 "left its grammar"."""
+    call_id = thinking_model[3]
+    body = {"model": "tiny", "messages": USER, "max_tokens": 20, "temperature": 0, "structured_outputs": constraint}
+    body |= {"chat_template_kwargs": {"enable_thinking": False}, "return_token_ids": True}
+    response = httpx.post(live.url + "/v1/chat/completions", json=body | {"logit_bias": {str(call_id): 50}}, timeout=60)
+    assert response.status_code == 200, response.text
+    choice = response.json()["choices"][0]
+    assert choice["finish_reason"] == "stop" and re.fullmatch(pattern, choice["message"]["content"])
+    assert call_id in choice["token_ids"]

@@ -1,0 +1,204 @@
+"""A regex whose literal text spells a tag-like added token (Qwen's `<tool_call>`), as Lark with the token.
+
+llguidance takes a tokenizer's added tokens that look like tags as special: no text holds them, only
+`<[id]>` in a grammar matches them. Where a grammar forces their text, though, llguidance tokenizes
+that text into the token and then refuses it, and the request failed with "the output left its
+grammar". The model, like the tokenizer, writes the text as the one token. So the literal runs of a
+regex that spell such a token become Lark items with the token in place of its text (`forced`,
+grammar._forced), and the rest of the regex stays regex: `ab <tool_call>x` is `/ab / <[1026]> "x"`.
+A regex without such a run is left to llguidance as it is (`lark_of` gives None).
+
+Literal runs are found through groups and alternations; a token's text split by a group boundary
+(`<tool_(call)>`), inside a class, or under a quantifier is not a run and stays as it was. Inline
+flags (`(?i)`) would not carry across the split, so a regex that needs one and has flags is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_GROUP = re.compile(r"\((\?:|\?P?<[A-Za-z_]\w*>)?")
+_QUANTIFIER = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})[?+]?")
+_CONTROL = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
+_BRACED = "pPxuU"  # escapes that may take {...}
+
+
+@dataclass
+class _Item:
+    source: str
+    """The item's regex text, its quantifier included."""
+    char: str | None = None
+    """The character a literal, unquantified item matches."""
+    branches: list[list[_Item]] | None = None
+    """A group's alternatives (plain, non-capturing or named)."""
+    quantifier: str = ""
+
+
+class _Parser:
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self.i = 0
+        self.flags = False
+
+    def alternatives(self) -> list[list[_Item]]:
+        branches = [self.sequence()]
+        while self._peek() == "|":
+            self.i += 1
+            branches.append(self.sequence())
+        return branches
+
+    def sequence(self) -> list[_Item]:
+        items = []
+        while self.i < len(self.pattern) and self._peek() not in "|)":
+            items.append(self.item())
+        return items
+
+    def _peek(self) -> str:
+        return self.pattern[self.i] if self.i < len(self.pattern) else ""
+
+    def item(self) -> _Item:
+        start, c = self.i, self.pattern[self.i]
+        char, branches = None, None
+        if c == "(":
+            opening = _GROUP.match(self.pattern, self.i)
+            if opening.group(1) is None and self.pattern.startswith("(?", self.i):
+                self.flags = True  # (?i), (?i:...), lookarounds: parsed through, never split
+                self.i += 2
+                self.alternatives()
+            else:
+                self.i = opening.end()
+                branches = self.alternatives()
+            if self._peek() != ")":
+                raise ValueError(f"unbalanced parenthesis at {start}")
+            self.i += 1
+        elif c == "[":
+            self._class()
+        elif c == "\\":
+            char = self._escape()
+        else:
+            self.i += 1
+            char = None if c in ".^$" else c
+        quantifier = _QUANTIFIER.match(self.pattern, self.i)
+        text = quantifier.group(0) if quantifier else ""
+        self.i += len(text)
+        return _Item(self.pattern[start : self.i], None if text else char, branches, text)
+
+    def _escape(self) -> str | None:
+        if self.i + 1 >= len(self.pattern):
+            raise ValueError("the pattern ends in a backslash")
+        e = self.pattern[self.i + 1]
+        self.i += 2
+        if e in _BRACED and self._peek() == "{":
+            end = self.pattern.find("}", self.i)
+            self.i = len(self.pattern) if end < 0 else end + 1
+        elif e in "xuU":
+            self.i += {"x": 2, "u": 4, "U": 8}[e]
+        elif e in "pP":
+            self.i += 1
+        if e.isalnum():
+            return _CONTROL.get(e)
+        return e
+
+    def _class(self) -> None:
+        depth, self.i = 1, self.i + 1
+        if self._peek() == "^":
+            self.i += 1
+        if self._peek() == "]":
+            self.i += 1
+        while depth:
+            if self.i >= len(self.pattern):
+                raise ValueError("unterminated character class")
+            c = self.pattern[self.i]
+            if c == "\\":
+                self.i += 1
+            elif c == "[":
+                depth += 1
+            elif c == "]":
+                depth -= 1
+            self.i += 1
+
+
+class _Writer:
+    def __init__(self, forced: Callable[[str], str]) -> None:
+        self.forced = forced
+        self.tokens = 0
+
+    def branches(self, branches: list[list[_Item]]) -> str:
+        return " | ".join(self.sequence(items) or '""' for items in branches)
+
+    def sequence(self, items: list[_Item]) -> str:
+        pieces: list[str] = []
+        regex: list[str] = []
+        run: list[_Item] = []
+
+        def end_regex() -> None:
+            if regex:
+                pieces.append("/" + "".join(regex) + "/")
+                regex.clear()
+
+        def end_run() -> None:
+            text = "".join(item.char for item in run)
+            lark = self.forced(text) if text else ""
+            if "<[" in lark:
+                self.tokens += 1
+                end_regex()
+                pieces.append(lark)
+            else:
+                regex.extend(slashes_escaped(item.source) for item in run)
+            run.clear()
+
+        for item in items:
+            if item.char is not None:
+                run.append(item)
+                continue
+            end_run()
+            before = self.tokens
+            inner = self.branches(item.branches) if item.branches is not None else ""
+            if self.tokens > before:
+                end_regex()
+                pieces.append(f"({inner}){_eager(item.quantifier)}")
+            else:
+                regex.append(slashes_escaped(item.source))
+        end_run()
+        end_regex()
+        return " ".join(pieces)
+
+
+def lark_of(pattern: str, forced: Callable[[str], str]) -> str | None:
+    """A Lark expression for `pattern` with the tokens its literal runs spell (`forced(text)`: Lark
+    items, `<[id]>` for each such token); None when no run spells one, or the pattern does not parse
+    (llguidance then says why). ValueError for one that would need splitting but has inline flags."""
+    body = pattern[:-1]
+    if pattern.endswith("$") and (len(body) - len(body.rstrip("\\"))) % 2 == 0:
+        pattern = body  # an anchor (not an escaped $): the grammar matches the whole output anyway
+    parser = _Parser(pattern.removeprefix("^"))
+    try:
+        branches = parser.alternatives()
+    except ValueError:
+        return None  # llguidance says what is wrong with it
+    if parser.i != len(parser.pattern):
+        return None
+    writer = _Writer(forced)
+    expression = writer.branches(branches)
+    if not writer.tokens:
+        return None
+    if parser.flags:
+        raise ValueError("a regex that spells a tag token (written as the token) cannot also hold inline flags")
+    return expression
+
+
+def _eager(quantifier: str) -> str:
+    """A quantifier without its lazy (or possessive) mark: Lark has none, and the language is the same."""
+    return quantifier[:-1] if len(quantifier) > 1 and quantifier[-1] in "?+" else quantifier
+
+
+def slashes_escaped(source: str) -> str:
+    """Regex text inside Lark's /.../: each unescaped slash escaped."""
+    out, i = [], 0
+    while i < len(source):
+        step = 2 if source[i] == "\\" else 1
+        out.append("\\/" if source[i] == "/" else source[i : i + step])
+        i += step
+    return "".join(out)

@@ -1,0 +1,92 @@
+"""Regexes and choices that spell a tag-like added token (Qwen's `<tool_call>`): written with the token."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from model_optimizer.runtime.structured.grammar import GrammarError, check
+from model_optimizer.runtime.structured.params import StructuredOutputs
+from model_optimizer.runtime.structured.token_regex import lark_of, slashes_escaped
+from tests.runtime.structured.test_grammar import _matching
+
+
+def forced(text: str) -> str:
+    """grammar._forced for a tokenizer whose only added token is `<T>` (id 9)."""
+    return " <[9]> ".join(json.dumps(part) for part in text.split("<T>")).replace('"" ', "").replace(' ""', "")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "lark"),
+    [
+        ("ab <T>x", '"ab " <[9]> "x"'),
+        ("^<T>[0-9]+$", "<[9]> /[0-9]+/"),
+        (r"\d(<T>|no)*?z", r"/\d/ (<[9]> | /no/)* /z/"),
+        (r"(?:a|<T>){1,2}", "(/a/ | <[9]>){1,2}"),
+        (r"a.b/ \<T\>", r'/a./ "b/ " <[9]>'),
+        ("x|<T>", "/x/ | <[9]>"),
+        ("[/]<T>", r"/[\/]/ <[9]>"),
+    ],
+)
+def test_runs_that_spell_the_token_become_the_token(pattern, lark):
+    assert lark_of(pattern, forced) == lark
+
+
+@pytest.mark.parametrize("pattern", ["a(b|c)*", "[<T>]+", "<T>?", "<(T)>", r"\x3cT>", "(unbalanced", "a\\"])
+def test_a_pattern_with_no_such_run_is_left_to_llguidance(pattern):
+    assert lark_of(pattern, forced) is None
+
+
+def test_inline_flags_are_refused_where_the_regex_would_be_split():
+    with pytest.raises(ValueError, match="inline flags"):
+        lark_of("(?i)ab<T>", forced)
+    assert lark_of("(?i)ab", forced) is None
+    assert slashes_escaped(r"a/[/]\/") == r"a\/[\/]\/"
+
+
+@pytest.fixture(scope="module")
+def taken(tmp_path_factory):
+    return _matching(tmp_path_factory.mktemp("tags"), ["<think>", "<tool_call>", "</tool_call>"])
+
+
+@pytest.mark.parametrize(
+    ("so", "good", "bad"),
+    [
+        (StructuredOutputs.regex("ab <tool_call>[0-9]"), ["ab <tool_call>4"], ["ab 4", "ab <tool_call>"]),
+        (
+            StructuredOutputs.regex(r'<tool_call>\n\{"n": [0-9]\}\n</tool_call>$'),
+            ['<tool_call>\n{"n": 3}\n</tool_call>'],
+            ['{"n": 3}'],
+        ),
+        (StructuredOutputs.regex("(<think>|<tool_call>)[0-9]+"), ["<think>12", "<tool_call>3"], ["<think>", "3"]),
+        (StructuredOutputs.regex("(<tool_call>x)+"), ["<tool_call>x<tool_call>x"], ["<tool_call>"]),
+        (StructuredOutputs.choice(["<tool_call>yes", "no", "a/b"]), ["<tool_call>yes", "no", "a/b"], ["yes"]),
+        (StructuredOutputs.choice(["<think>", "<tool_call>"]), ["<think>", "<tool_call>"], ["think"]),
+        (
+            StructuredOutputs.tag_format({"type": "regex", "pattern": "<tool_call>[0-9]"}),
+            ["<tool_call>5"],
+            ["5"],
+        ),
+    ],
+)
+def test_the_token_is_how_the_output_writes_that_text(taken, so, good, bad):
+    """Before, llguidance forced the text, tokenized it into the token and refused that token."""
+    assert all(taken(so, text) for text in good)
+    assert not any(taken(so, text) for text in bad)
+
+
+def test_a_regex_with_flags_that_spells_the_token_is_a_grammar_error(tmp_path):
+    import llguidance  # noqa: F401  (the check needs it)
+    from transformers import PreTrainedTokenizerFast
+
+    from model_optimizer.assets import reference_model_path
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+    from model_optimizer.runtime.structured.grammar import ll_tokenizer
+
+    hf = PreTrainedTokenizerFast.from_pretrained(str(reference_model_path()))
+    hf.add_tokens(["<tool_call>"])
+    hf.save_pretrained(str(tmp_path))
+    tokenizer = load_tokenizer(tmp_path)
+    with pytest.raises(GrammarError, match="inline flags"):
+        check(StructuredOutputs.regex("(?i)ab <tool_call>"), ll_tokenizer(tokenizer, len(tokenizer), frozenset({2})))
