@@ -249,7 +249,7 @@ class ChatFormat:
             logprobs = chat_logprobs_dict(self.texts, c.logprobs, self.num_top) if c.logprobs is not None else None
             out = self._output(c.index)
             if out.plain:
-                delta = {"content": c.text} if c.text or not c.finished else {}
+                delta = {"content": c.text} if c.text else {}
                 finish_reason = c.finish_reason
             else:
                 delta = out.feed(c.text)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Does the packaged tile table (measured on an H200) help another sm_90 GPU (an H100)? Decode steps of
+# Llama-3.1-8B, int4 and fp8, with no table (default tiles) and with the packaged one renamed to this
+# GPU, alternated, twice; then the Gluon int4 bench at ROWS with the renamed table. All results in
+# $OUT/table_elsewhere.tgz. BATCHES (default 1 16 64 256), ROWS (default 32 128).
+source scripts/device/common.sh
+: "${OUT:?set OUT}"
+start_run
+export TRITON_DEFAULT_FP_FUSION=1
+mkdir -p out/ab
+python3 - <<'PY'
+import json, torch
+from model_optimizer.runtime.kernels.quant_tiles import PACKAGED_TABLE
+table = json.loads(PACKAGED_TABLE.read_text())
+table["gpu"] = torch.cuda.get_device_name()
+open("out/ab/here.json", "w").write(json.dumps(table))
+open("out/ab/none.json", "w").write(json.dumps({"gpu": table["gpu"], "version": table["version"], "entries": {}}))
+PY
+decode() {  # decode NAME TABLE QUANT
+  part "decode_$1" 120 env MOPT_QUANT_TILES="out/ab/$2.json" python3 benchmarks/decode_latency.py \
+    --models llama-3.1-8b --quantization "$3" --batch-sizes ${BATCHES:-1 16 64 256} --output "$RES/decode_$1.json"
+}
+for round in 1 2; do
+  for quant in rtn-int4 fp8; do
+    decode "none_${quant}_$round" none "$quant"
+    decode "here_${quant}_$round" here "$quant"
+  done
+done
+part decode_bf16 90 python3 benchmarks/decode_latency.py --models llama-3.1-8b --quantization none \
+  --batch-sizes ${BATCHES:-1 16 64 256} --output "$RES/decode_bf16.json"
+part bench 120 env MOPT_QUANT_TILES=out/ab/here.json python3 benchmarks/int4_gluon.py --rows ${ROWS:-32 128} \
+  --output "$RES/int4_gluon.json"
+decode_table "$RES" > "$RES/decode_table.txt" 2>&1
+tar -czf "$OUT/table_elsewhere.tgz" -C "$RES" .
+cat "$RES/summary.txt" "$RES/decode_table.txt"
