@@ -99,12 +99,21 @@ def check_logprobs_cap(state: ServerState, field: str, value: int | None) -> Non
 
 
 def resolve_max_tokens(
-    state: ServerState, requested: int | None, num_prompt_tokens: int, field: str = "max_tokens"
+    state: ServerState, requested: int | None, num_prompt_tokens: int, field: str = "max_tokens", min_tokens: int = 0
 ) -> int:
-    """max_tokens for one prompt: the request's, checked against the context, or the remaining context.
+    """max_tokens for one prompt: the request's, checked against the context, or the remaining context;
+    a 400 where the request's `min_tokens` exceeds it.
 
     `field` is the name the client used (chat's max_completion_tokens), so errors name what was sent.
     """
+    max_tokens = _max_tokens(state, requested, num_prompt_tokens, field)
+    if min_tokens > max_tokens:
+        bound = f"{field} ({requested})" if requested is not None else f"the {max_tokens} output tokens allowed here"
+        raise APIError(400, f"min_tokens ({min_tokens}) must not exceed {bound}", "min_tokens")
+    return max_tokens
+
+
+def _max_tokens(state: ServerState, requested: int | None, num_prompt_tokens: int, field: str) -> int:
     max_model_len, limit = state.model.max_model_len, state.config.max_tokens_limit
     room = max_model_len - num_prompt_tokens
     if room < 1:

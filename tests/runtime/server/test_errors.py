@@ -34,9 +34,15 @@ def test_validation_error_is_400_in_openai_shape(client):
     assert_error(client.post("/v1/completions", json={"max_tokens": 3}), 400, "prompt")
     assert_error(client.post("/v1/chat/completions", json={"messages": []}), 400, "messages")
     assert_error(client.post("/v1/completions", json={"prompt": "x", "top_p": 0}), 400, "top_p")
-    assert_error(
+    error = assert_error(
         client.post("/v1/completions", json={"prompt": "x", "min_tokens": 9, "max_tokens": 2}), 400, "min_tokens"
     )
+    assert error["param"] == "min_tokens"
+    chat = {"messages": [{"role": "user", "content": "x"}], "min_tokens": 9, "max_completion_tokens": 2}
+    error = assert_error(client.post("/v1/chat/completions", json=chat), 400, "max_completion_tokens (2)")
+    assert error["param"] == "min_tokens"  # the field the client named, not max_tokens
+    chat = {"messages": [{"role": "user", "content": "x"}], "min_tokens": 500}  # more than max_model_len leaves
+    assert_error(client.post("/v1/chat/completions", json=chat), 400, "output tokens allowed here")
     assert_error(client.post("/v1/completions", json={"prompt": [5000]}), 400, "vocabulary")
     assert_error(client.post("/v1/completions", json={"prompt": ""}), 400, "empty")
     assert_error(client.post("/v1/completions", json=[1, 2]), 400)

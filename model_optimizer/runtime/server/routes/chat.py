@@ -77,7 +77,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         constraint = replace(constraint, reasoning_start=start, reasoning_end=end)
     thinking = _thinking_budget(state, body, reasoning)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    max_tokens = resolve_max_tokens(state, getattr(body, field), len(prompt.token_ids), field)
+    max_tokens = resolve_max_tokens(state, getattr(body, field), len(prompt.token_ids), field, body.min_tokens)
     keep_special = any(p is not None and p.needs_special_tokens for p in (plan.parser, reasoning))
     params = sampling_params(
         body,

@@ -53,7 +53,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         sampling_params(
             body,
             stop,
-            resolve_max_tokens(state, max_tokens, len(p.token_ids)),
+            resolve_max_tokens(state, max_tokens, len(p.token_ids), min_tokens=body.min_tokens),
             body.logprobs,
             state.sampling_defaults,
             constraint[0] if constraint is not None else None,
