@@ -2,7 +2,7 @@
 
 For each of Llama-3.1-8B's linears (or --shapes) at each row count: cuBLAS bf16, our Triton int4 program
 with the launch the tile table would give it without Gluon (`table_us`), and every Gluon launch shape of
-`quant_tiles.gluon_candidates`, each first checked against the dequantizing reference (relative error
+`quant_tiles.gluon_candidates` (`default`: the one `quant_tiles.gluon_default` picks without a table), each first checked against the dequantizing reference (relative error
 <= 2e-2) and then timed from CUDA-graph replays. GPU only (Gluon has no interpreter):
 
     python benchmarks/int4_gluon.py --output int4_gluon.json [--rows 64 256] [--shapes 28672:4096]
@@ -22,7 +22,7 @@ from pathlib import Path
 import triton
 
 from model_optimizer.runtime.kernels.int4_gluon import COUNTERS, GROUP, int4_gluon_matmul
-from model_optimizer.runtime.kernels.quant_tiles import _INT4_GLUON, QuantTiles, gluon_candidates
+from model_optimizer.runtime.kernels.quant_tiles import _INT4_GLUON, QuantTiles, gluon_candidates, gluon_default
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -90,6 +90,8 @@ def _row(shape: str, m: int, sets: list, dense: list) -> dict:
             row["errors"][name(tiles)] = f"{type(exc).__name__}: {str(exc)[-300:]}"
     best = min(row["variants"].items(), key=lambda kv: kv[1], default=(None, None))
     row["best"] = {"tiles": best[0], "us": best[1]}
+    rule = name(gluon_default(m, n, k, 132))  # the launch of shapes without a table entry
+    row["default"] = {"tiles": rule, "us": row["variants"].get(rule)}
     return row
 
 
@@ -109,7 +111,11 @@ def main() -> None:
     if not args.output:
         parser.error("--output is required unless --compile-only")
     sweep_shapes(
-        args.shapes, args.rows, _row, args.output, shown=("shape", "m", "bf16_us", "table_us", "best", "errors")
+        args.shapes,
+        args.rows,
+        _row,
+        args.output,
+        shown=("shape", "m", "bf16_us", "table_us", "best", "default", "errors"),
     )
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Does the packaged tile table (measured on an H200) help another sm_90 GPU (an H100)? Decode steps of
-# Llama-3.1-8B, int4 and fp8, with no table (default tiles) and with the packaged one renamed to this
-# GPU, alternated, twice; then the Gluon int4 bench at ROWS with the renamed table. All results in
-# $OUT/table_elsewhere.tgz. BATCHES (default 1 16 64 256), ROWS (default 32 128).
+# An sm_90 GPU without a tile table of its own (an H100): decode steps of Llama-3.1-8B with the default
+# rule (int4: Gluon at 17-256 rows; "old": $MOPT_INT4_GLUON=0, our Triton program's default tiles), and
+# with the packaged table (measured on an H200) renamed to this GPU, int4 and fp8, alternated, twice;
+# then the Gluon int4 bench at ROWS against the default rule. All results in $OUT/table_elsewhere.tgz.
+# BATCHES (default 1 16 64 256), ROWS (default 32 128).
 source scripts/device/common.sh
 : "${OUT:?set OUT}"
 start_run
@@ -16,19 +17,21 @@ table["gpu"] = torch.cuda.get_device_name()
 open("out/ab/here.json", "w").write(json.dumps(table))
 open("out/ab/none.json", "w").write(json.dumps({"gpu": table["gpu"], "version": table["version"], "entries": {}}))
 PY
-decode() {  # decode NAME TABLE QUANT
-  part "decode_$1" 120 env MOPT_QUANT_TILES="out/ab/$2.json" python3 benchmarks/decode_latency.py \
-    --models llama-3.1-8b --quantization "$3" --batch-sizes ${BATCHES:-1 16 64 256} --output "$RES/decode_$1.json"
+decode() {  # decode NAME TABLE QUANT [GLUON]
+  part "decode_$1" 120 env MOPT_QUANT_TILES="out/ab/$2.json" MOPT_INT4_GLUON="${4:-1}" python3 \
+    benchmarks/decode_latency.py --models llama-3.1-8b --quantization "$3" --batch-sizes ${BATCHES:-1 16 64 256} \
+    --output "$RES/decode_$1.json"
 }
 for round in 1 2; do
-  for quant in rtn-int4 fp8; do
-    decode "none_${quant}_$round" none "$quant"
-    decode "here_${quant}_$round" here "$quant"
-  done
+  decode "old_int4_$round" none rtn-int4 0
+  decode "none_int4_$round" none rtn-int4
+  decode "here_int4_$round" here rtn-int4
 done
+decode none_fp8 none fp8
+decode here_fp8 here fp8
 part decode_bf16 90 python3 benchmarks/decode_latency.py --models llama-3.1-8b --quantization none \
   --batch-sizes ${BATCHES:-1 16 64 256} --output "$RES/decode_bf16.json"
-part bench 120 env MOPT_QUANT_TILES=out/ab/here.json python3 benchmarks/int4_gluon.py --rows ${ROWS:-32 128} \
+part bench 120 env MOPT_QUANT_TILES=out/ab/none.json python3 benchmarks/int4_gluon.py --rows ${ROWS:-32 128} \
   --output "$RES/int4_gluon.json"
 decode_table "$RES" > "$RES/decode_table.txt" 2>&1
 tar -czf "$OUT/table_elsewhere.tgz" -C "$RES" .

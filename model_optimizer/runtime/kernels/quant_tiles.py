@@ -269,6 +269,30 @@ def gluon_candidates(m: int, n: int, k: int, num_sms: int) -> list[QuantTiles]:
     return found
 
 
+_GLUON_DEFAULT = {(32, 64): (4, 4), (32, 128): (4, 4), (64, 64): (4, 3), (64, 128): (8, 3), (128, 64): (4, 3),
+                  (128, 128): (8, 3)}  # fmt: skip
+"""(block_m, block_n) -> (num_warps, stages) of the default rule's Gluon launch (gluon_default)."""
+
+
+def gluon_default(m: int, n: int, k: int, num_sms: int) -> QuantTiles | None:
+    """The default rule's Gluon int4 launch for 17-256 rows (None elsewhere, or where N is no multiple
+    of 64): token tiles of 32 up to 64 rows, 64 up to 128, 128 above; weight tiles of 64 rows, or 128
+    where 64 would already make more than two waves; split-K to about two waves with 32-token tiles.
+    The sweeps' winners that it follows: on the H200 at 64 rows three of Llama-3.1-8B's four linears
+    took 32 x 64 tiles split to two waves and at 256 rows two took 128 x 64 unsplit; on an H100 three
+    of four took 32 x 64 split to two waves at 32 rows, and 64 x 64 at 128 rows, two of them unsplit
+    (benchmarks/results/kernels_h100/int4_gluon/).
+    The dispatch runs our Triton program where Gluon cannot (not sm_90 or not bf16)."""
+    if not 16 < m <= 256 or n % 64:
+        return None
+    block_m = 32 if m <= 64 else 64 if m <= 128 else 128
+    tiles_m = -(-m // block_m)
+    block_n = 128 if n % 128 == 0 and (n // 64) * tiles_m > 2 * num_sms else 64
+    warps, stages = _GLUON_DEFAULT[block_m, block_n]
+    split = split_for(n, k, block_n, 128, tiles_m, 2, num_sms) if block_m == 32 else 1
+    return QuantTiles(block_m, block_n, 128, split, warps, stages, backend="gluon")
+
+
 def _specs(kind: str, bucket: int, w8a8: bool = False) -> list[tuple]:
     table = _W8A8 if w8a8 else (_INT4_MMA if kind == "int4" else _BYTES_MMA)
     return table[max(16, bucket)]
@@ -326,8 +350,9 @@ def default_tiles(
     above 256 rows (prefill) the weight widened once and a dense matmul, whose cost is predictable: the
     dense matmul's plus one pass over the weight; with quantized activations allowed, cuBLAS's fp8 or
     int8 GEMM (`_scaled_mm`, `_int_mm`: on the H200 at 512 rows `_int_mm` beat the widened weight on
-    each of Llama-3.1-8B's linears, gate_up 187 against 250 us).
-    `graph_safe`: never "dequant" (a CUDA-graph capture without the scratch buffer): our program's tiles."""
+    each of Llama-3.1-8B's linears, gate_up 187 against 250 us); int4 at 17-256 rows: the Gluon kernel
+    (gluon_default; our program where it cannot run).
+    `graph_safe`: never "dequant" (a CUDA-graph capture without the scratch buffer): the launches above."""
     bucket = row_bucket(m)
     if kind == "bf16":
         return TORCH  # never ours without a measurement that it wins
@@ -335,7 +360,7 @@ def default_tiles(
         return SCALED_MM if kind == "fp8" else INT_MM
     if bucket > 256 and not graph_safe:
         return DEQUANT
-    return program_tiles(kind, m, n, k, num_sms)
+    return (kind == "int4" and gluon_default(m, n, k, num_sms)) or program_tiles(kind, m, n, k, num_sms)
 
 
 def table_key(kind: str, m: int, n: int, k: int) -> str:

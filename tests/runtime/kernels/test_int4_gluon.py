@@ -21,7 +21,31 @@ def test_the_h200_table_names_gluon_where_it_measured_faster_and_our_program_oth
     # a capture takes the gluon entry itself: no dequant scratch buffer behind it
     assert choose_tiles(256, 6144, 4096, "int4", 128, 132, H200, graph_safe=True).backend == "gluon"
     assert choose_tiles(16, 28672, 4096, "int4", 128, 132, H200).backend == "triton"  # it lost at 16 rows
-    assert choose_tiles(64, 28672, 4096, "int4", 128, 132, "NVIDIA H100 80GB HBM3").backend == "triton"
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "launch"),
+    [
+        (32, 6144, 4096, (32, 64, 3, 4, 4)),  # the H100's winners (block_m, block_n, split, warps, stages)
+        (32, 4096, 14336, (32, 64, 5, 4, 4)),
+        (64, 4096, 4096, (32, 64, 3, 4, 4)),  # the H200's
+        (64, 28672, 4096, (32, 128, 1, 4, 4)),
+        (128, 4096, 4096, (64, 64, 1, 4, 3)),
+        (256, 4096, 14336, (128, 64, 1, 4, 3)),
+    ],
+)
+def test_without_a_table_int4_takes_gluon_from_17_to_256_rows(m, n, k, launch):
+    """A GPU without a table (an H100) and shapes the table lacks: the default rule's Gluon launch, which
+    the dispatch replaces by our Triton program where Gluon cannot run."""
+    tiles = choose_tiles(m, n, k, "int4", 128, 132, "NVIDIA H100 80GB HBM3")
+    assert tiles.backend == "gluon" and tiles.graph_safe
+    assert (tiles.block_m, tiles.block_n, tiles.split_k, tiles.num_warps, tiles.num_stages) == launch
+    assert (tiles.block_m, tiles.block_n, tiles.num_warps, tiles.num_stages) in quant_tiles._INT4_GLUON
+    assert tiles in quant_tiles.gluon_candidates(m, n, k, 132)  # a launch shape the compile test covers
+    for rows in (1, 16, 300):
+        assert choose_tiles(rows, n, k, "int4", 128, 132, "NVIDIA H100 80GB HBM3").backend != "gluon"
+    assert choose_tiles(m, n, k, "int8", 0, 132, "NVIDIA H100 80GB HBM3").backend == "triton"
+    assert choose_tiles(m, n, k, "int4", 128, 132, "", program_only=True).backend == "triton"
 
 
 def test_gluon_runs_only_on_bf16_cuda_tensors_with_groups_of_128():

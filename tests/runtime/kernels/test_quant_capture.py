@@ -85,13 +85,15 @@ def test_graph_safe_choice_never_names_dequant(table):
 
 def test_a_table_without_capture_entries_falls_back_to_tensor_core_tiles(table):
     """Tables of before the "capture" entries are still read: a capture takes the default rule's
-    tensor-core tiles of the row bucket there (block_m 64 at 128 rows), never a GEMV-sized tile."""
+    graph-safe tiles of the row bucket there (block_m 64 at 128 rows), never a GEMV-sized tile."""
     table({table_key("int4", 128, 64, 256): DEQUANT})
     tiles = launcher.choose_tiles(128, 64, 256, "int4", 128, 132, GPU, graph_safe=True)
-    assert tiles == quant_tiles.program_tiles("int4", 128, 64, 256, 132)
-    assert tiles.kernel == "mma" and tiles.block_m == 64
-    # quant_matmul, asked no tiles, looks up our program's only
-    assert launcher.choose_tiles(128, 64, 256, "int4", 128, 132, GPU, program_only=True) == tiles
+    assert tiles == quant_tiles.gluon_default(128, 64, 256, 132)  # int4's default at 17-256 rows
+    assert tiles.graph_safe and tiles.block_m == 64
+    # quant_matmul (and the dispatch where Gluon cannot run), asked no tiles, looks up our program's only
+    program = launcher.choose_tiles(128, 64, 256, "int4", 128, 132, GPU, program_only=True)
+    assert program == quant_tiles.program_tiles("int4", 128, 64, 256, 132)
+    assert program.kernel == "mma" and program.block_m == 64
 
 
 def test_a_capture_entry_that_is_dequant_is_rejected(table):

@@ -251,8 +251,9 @@ def test_default_tiles_per_regime():
     assert decode.kernel == "mma" and decode.block_m == 16 and decode.split_k > 1  # 32 tiles: splits fill the GPU
     small = choose_tiles(8, 1024, 3072, "int4", 128, 132)
     assert small.block_m == 16 and small.block_k == 128 and 1 < small.split_k <= MAX_SPLIT_K  # planes blocks
-    batch64 = choose_tiles(64, 4096, 4096, "int4", 128, 132)
+    batch64 = choose_tiles(64, 4096, 4096, "int4", 128, 132, program_only=True)
     assert batch64.block_m == 64 and batch64.split_k > 1  # 32 weight tiles alone leave most of the GPU idle
+    assert choose_tiles(64, 4096, 4096, "int4", 128, 132).backend == "gluon"  # where it can run (sm_90, bf16)
     assert choose_tiles(256, 4096, 4096, "int8", 0, 132).kernel == "mma"  # the largest decode batches
     prefill = choose_tiles(512, 4096, 4096, "int4", 128, 132)
     assert prefill.kernel == "dequant"  # above 256 rows: widened once, a dense matmul
