@@ -3,7 +3,7 @@
 # rule (int4: Gluon at 17-256 rows; "old": $MOPT_INT4_GLUON=0, our Triton program's default tiles), and
 # with the packaged table (measured on an H200) renamed to this GPU, int4 and fp8, alternated, twice;
 # then the Gluon int4 bench at ROWS against the default rule. All results in $OUT/table_elsewhere.tgz.
-# BATCHES (default 1 16 64 256), ROWS (default 32 128).
+# BATCHES (default 1 16 64 256), ROWS (default 32 128); TESTS=1: also the int4 GPU tests.
 source scripts/device/common.sh
 : "${OUT:?set OUT}"
 start_run
@@ -33,6 +33,7 @@ part decode_bf16 90 python3 benchmarks/decode_latency.py --models llama-3.1-8b -
   --batch-sizes ${BATCHES:-1 16 64 256} --output "$RES/decode_bf16.json"
 part bench 120 env MOPT_QUANT_TILES=out/ab/none.json python3 benchmarks/int4_gluon.py --rows ${ROWS:-32 128} \
   --output "$RES/int4_gluon.json"
+[ -n "${TESTS:-}" ] && part tests 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_quant_kernels_gpu.py -k int4
 decode_table "$RES" > "$RES/decode_table.txt" 2>&1
 tar -czf "$OUT/table_elsewhere.tgz" -C "$RES" .
 cat "$RES/summary.txt" "$RES/decode_table.txt"
