@@ -3,7 +3,8 @@
 # rule (int4: Gluon at 17-256 rows; "old": $MOPT_INT4_GLUON=0, our Triton program's default tiles), and
 # with the packaged table (measured on an H200) renamed to this GPU, int4 and fp8, alternated, twice;
 # then the Gluon int4 bench at ROWS against the default rule. All results in $OUT/table_elsewhere.tgz.
-# BATCHES (default 1 16 64 256), ROWS (default 32 128); TESTS=1: also the int4 GPU tests.
+# BATCHES (default 1 16 64 256), ROWS (default 32 128), ROUNDS (default 2); TESTS=1: also the int4 GPU
+# tests; SKIP_PARTS (common.sh) leaves parts out.
 source scripts/device/common.sh
 : "${OUT:?set OUT}"
 start_run
@@ -22,7 +23,7 @@ decode() {  # decode NAME TABLE QUANT [GLUON]
     benchmarks/decode_latency.py --models llama-3.1-8b --quantization "$3" --batch-sizes ${BATCHES:-1 16 64 256} \
     --output "$RES/decode_$1.json"
 }
-for round in 1 2; do
+for round in $(seq "${ROUNDS:-2}"); do
   decode "old_int4_$round" none rtn-int4 0
   decode "none_int4_$round" none rtn-int4
   decode "here_int4_$round" here rtn-int4
