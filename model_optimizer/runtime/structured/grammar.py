@@ -68,7 +68,7 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
             _check_integer_bounds(json.loads(schema))
             return llg.LLMatcher.grammar_from_json_schema(schema, defaults=_json_options(so))
         if so.kind == "regex":
-            lark = lark_of(so.spec, lambda t: _forced(t, tokenizer))
+            lark = lark_of(so.spec, lambda t: _text_tokens(t, tokenizer))
             return f"start: {lark}" if lark else llg.LLMatcher.grammar_from_regex(so.spec)
         if so.kind == "choice":
             return _choice(json.loads(so.spec), tokenizer)
@@ -84,7 +84,7 @@ def _choice(choices: list[str], tokenizer: Any) -> str:
     that spell a tag token (token_regex.py) beside it as Lark, with the token."""
     import llguidance as llg
 
-    written = [(choice, _forced(choice, tokenizer)) for choice in choices]
+    written = [(choice, _text_tokens(choice, tokenizer)) for choice in choices]
     tokened = [lark for _, lark in written if "<[" in lark]
     plain = "(" + "|".join(regex_literal(choice) for choice, lark in written if "<[" not in lark) + ")"
     if not tokened:
@@ -185,6 +185,18 @@ def _forced(text: str, tokenizer: Any) -> str:
     if run:
         parts.append(json.dumps(tokenizer.decode_str(run)))
     return " ".join(parts)
+
+
+def _text_tokens(text: str, tokenizer: Any) -> str:
+    """_forced for the literal text of a regex or choice; ValueError where the text spells an end of
+    sequence (`<|im_end|>`): the model would stop there, short of the rest of its grammar."""
+    lark = _forced(text, tokenizer)
+    if "<[" in lark:
+        ends = {f"<[{token}]>" for token in tokenizer.eos_tokens}
+        stop = next((part for part in lark.split() if part in ends), None)
+        if stop is not None:
+            raise ValueError(f"{text!r} spells {tokenizer.decode_str([int(stop[2:-2])])!r}, which ends the output")
+    return lark
 
 
 def _json_options(so: StructuredOutputs) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import pytest
 
 from model_optimizer.runtime.structured.grammar import GrammarError, check
 from model_optimizer.runtime.structured.params import StructuredOutputs
+from model_optimizer.runtime.structured.tag_format import regex_literal
 from model_optimizer.runtime.structured.token_regex import lark_of, slashes_escaped
 from tests.runtime.structured.test_grammar import _matching
 
@@ -76,17 +77,32 @@ def test_the_token_is_how_the_output_writes_that_text(taken, so, good, bad):
     assert not any(taken(so, text) for text in bad)
 
 
-def test_a_regex_with_flags_that_spells_the_token_is_a_grammar_error(tmp_path):
-    import llguidance  # noqa: F401  (the check needs it)
+@pytest.fixture(scope="module")
+def ll(tmp_path_factory):
+    """The built-in model's llguidance tokenizer with `<tool_call>` added (not special), EOS id 2."""
     from transformers import PreTrainedTokenizerFast
 
     from model_optimizer.assets import reference_model_path
     from model_optimizer.runtime.models.tokenizer import load_tokenizer
     from model_optimizer.runtime.structured.grammar import ll_tokenizer
 
+    folder = tmp_path_factory.mktemp("tool_call")
     hf = PreTrainedTokenizerFast.from_pretrained(str(reference_model_path()))
     hf.add_tokens(["<tool_call>"])
-    hf.save_pretrained(str(tmp_path))
-    tokenizer = load_tokenizer(tmp_path)
+    hf.save_pretrained(str(folder))
+    tokenizer = load_tokenizer(folder)
+    return ll_tokenizer(tokenizer, len(tokenizer), frozenset({2}))
+
+
+def test_a_regex_with_flags_that_spells_the_token_is_a_grammar_error(ll):
     with pytest.raises(GrammarError, match="inline flags"):
-        check(StructuredOutputs.regex("(?i)ab <tool_call>"), ll_tokenizer(tokenizer, len(tokenizer), frozenset({2})))
+        check(StructuredOutputs.regex("(?i)ab <tool_call>"), ll)
+
+
+def test_text_that_spells_the_end_of_sequence_is_a_grammar_error(ll):
+    """The model would stop at that token, short of the rest: a 400, not an output cut short."""
+    end = ll.decode_str([2])
+    assert ll.tokenize_str(end) == [2]
+    for so in (StructuredOutputs.regex(f"a{regex_literal(end)}b"), StructuredOutputs.choice(["x", f"{end}!"])):
+        with pytest.raises(GrammarError, match="ends the output"):
+            check(so, ll)
