@@ -2,8 +2,9 @@
 
 For each of Llama-3.1-8B's linears (or --shapes) at each row count: cuBLAS bf16, our Triton int4 program
 with the launch the tile table would give it without Gluon (`table_us`), and every Gluon launch shape of
-`quant_tiles.gluon_candidates` (`default`: the one `quant_tiles.gluon_default` picks without a table), each first checked against the dequantizing reference (relative error
-<= 2e-2) and then timed from CUDA-graph replays. GPU only (Gluon has no interpreter):
+`quant_tiles.gluon_candidates` (`default`: the one `quant_tiles.gluon_default` picks without a table),
+each first checked against the dequantizing reference (relative error <= 2e-2) and then timed from
+CUDA-graph replays. GPU only (Gluon has no interpreter):
 
     python benchmarks/int4_gluon.py --output int4_gluon.json [--rows 64 256] [--shapes 28672:4096]
     python benchmarks/int4_gluon.py --compile-only     # sm_90 facts per launch shape, no GPU needed

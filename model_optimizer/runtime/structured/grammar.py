@@ -192,10 +192,9 @@ def _text_tokens(text: str, tokenizer: Any) -> str:
     sequence (`<|im_end|>`): the model would stop there, short of the rest of its grammar."""
     lark = _forced(text, tokenizer)
     if "<[" in lark:
-        ends = {f"<[{token}]>" for token in tokenizer.eos_tokens}
-        stop = next((part for part in lark.split() if part in ends), None)
-        if stop is not None:
-            raise ValueError(f"{text!r} spells {tokenizer.decode_str([int(stop[2:-2])])!r}, which ends the output")
+        stops = set(tokenizer.tokenize_str(text)) & set(tokenizer.eos_tokens)
+        if stops:
+            raise ValueError(f"{text!r} spells {tokenizer.decode_str([min(stops)])!r}, which ends the output")
     return lark
 
 
