@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # An sm_90 GPU without a tile table of its own (an H100): decode steps of Llama-3.1-8B with the default
 # rule (int4: Gluon at 17-256 rows; "old": $MOPT_INT4_GLUON=0, our Triton program's default tiles), and
-# with the packaged table (measured on an H200) renamed to this GPU, int4 and fp8, alternated, twice;
+# with the packaged table (measured on an H200) renamed to this GPU, int4 and $QUANTS, alternated, twice;
 # then the Gluon int4 bench at ROWS against the default rule. All results in $OUT/table_elsewhere.tgz.
-# BATCHES (default 1 16 64 256), ROWS (default 32 128), ROUNDS (default 2); TESTS=1: also the int4 GPU
-# tests; SKIP_PARTS (common.sh) leaves parts out.
+# BATCHES (default 1 16 64 256), ROWS (default 32 128), ROUNDS (default 2), QUANTS (the formats beside int4,
+# default fp8); TESTS=1: also the int4 GPU tests; SKIP_PARTS (common.sh) leaves parts out.
 source scripts/device/common.sh
 : "${OUT:?set OUT}"
 start_run
@@ -28,8 +28,10 @@ for round in $(seq "${ROUNDS:-2}"); do
   decode "none_int4_$round" none rtn-int4
   decode "here_int4_$round" here rtn-int4
 done
-decode none_fp8 none fp8
-decode here_fp8 here fp8
+for quant in ${QUANTS:-fp8}; do
+  decode "none_$quant" none "$quant"
+  decode "here_$quant" here "$quant"
+done
 part decode_bf16 90 python3 benchmarks/decode_latency.py --models llama-3.1-8b --quantization none \
   --batch-sizes ${BATCHES:-1 16 64 256} --output "$RES/decode_bf16.json"
 part bench 120 env MOPT_QUANT_TILES=out/ab/none.json python3 benchmarks/int4_gluon.py --rows ${ROWS:-32 128} \

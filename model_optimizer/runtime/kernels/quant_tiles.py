@@ -4,7 +4,9 @@ A launch shape (`QuantTiles`) is picked per call from (format, row bucket, N, K)
 benchmarks/quant_kernels.py --sweep writes (every candidate of `candidates` timed at each shape
 and row bucket on the GPU, the fastest kept) is read once per process from $MOPT_QUANT_TILES or,
 failing that, from quant_tiles.json beside this module, and only when its "gpu" names the device in
-use: tiles tuned on an H200 say nothing about another GPU. Shapes it lacks take `default_tiles`.
+use, or its "also" lists it: a GPU whose decode steps measured faster with that table than with the
+default rule (the H200's table on the H100 SXM). Another GPU, an unmeasured one, takes
+`default_tiles`, as do the shapes the table lacks.
 Where the fastest launch is "dequant" (the weight widened into a scratch buffer, which a CUDA-graph
 capture cannot grow), the table also holds the fastest launch a capture can take (its "capture"
 entries), and a capture without the buffer takes that one. Everything here is plain Python on shapes, so a lookup is free inside CUDA-graph capture (no
@@ -380,20 +382,25 @@ def _read_entries(path: str | Path, section: dict) -> dict[str, QuantTiles]:
 
 def read_table(path: str | Path) -> dict:
     """A sweep table: {"gpu": name, "version": TABLE_VERSION, "entries": {table_key: QuantTiles fields},
-    "capture": {table_key: QuantTiles fields}}; ValueError if malformed. "version" is None for tables of
+    "capture": {table_key: QuantTiles fields}, "also": [GPU names it applies to as well]}; ValueError if
+    malformed. "version" is None for tables of
     before the field (version 1); "capture" ({} when absent: tables of before it) holds, for the
     entries that are "dequant", the fastest launch a CUDA-graph capture can take."""
     data = json.loads(Path(path).read_text())
     if not isinstance(data, dict) or not isinstance(data.get("entries"), dict) or "gpu" not in data:
         raise ValueError(f"{path}: a tile table needs 'gpu' and 'entries' (written by quant_kernels.py --sweep)")
+    also = data.get("also", [])
+    if not isinstance(also, list) or not all(isinstance(name, str) for name in also):
+        raise ValueError(f"{path}: 'also' must be a list of GPU names")
     version = data.get("version")
     if version != TABLE_VERSION:
-        return {"gpu": data["gpu"], "version": version, "entries": {}, "capture": {}}
+        return {"gpu": data["gpu"], "also": also, "version": version, "entries": {}, "capture": {}}
     capture = _read_entries(path, data.get("capture") or {})
     unsafe = sorted(key for key, tiles in capture.items() if not tiles.graph_safe)
     if unsafe:
         raise ValueError(f"{path}: 'capture' entries must be launches a CUDA graph can take, got dequant at {unsafe}")
-    return {"gpu": data["gpu"], "version": version, "entries": _read_entries(path, data["entries"]), "capture": capture}
+    entries = _read_entries(path, data["entries"])
+    return {"gpu": data["gpu"], "also": also, "version": version, "entries": entries, "capture": capture}
 
 
 def table_json(
@@ -417,16 +424,20 @@ def table_json(
 @functools.cache
 def _table_for(gpu: str) -> dict[str, dict[str, QuantTiles]]:
     """{"entries": ..., "capture": ...} of the table for this GPU name, read once; empty when there is
-    none, it is for another GPU or it was measured on other kernels (another version)."""
+    none, it is for another GPU (neither its "gpu" nor in its "also") or it was measured on other kernels
+    (another version)."""
     path = os.environ.get(TABLE_ENV) or (PACKAGED_TABLE if PACKAGED_TABLE.exists() else None)
     if not path:
         return {"entries": {}, "capture": {}}
     table = read_table(path)
-    if table["version"] != TABLE_VERSION and table["gpu"] == gpu:
+    applies = gpu == table["gpu"] or gpu in table["also"]
+    if table["version"] != TABLE_VERSION and applies:
         logger.info("quantized-matmul tiles: %s is version %s, not %s; default tiles", path, table["version"],
                     TABLE_VERSION)  # fmt: skip
-    if table["gpu"] != gpu:
+    if not applies:
         return {"entries": {}, "capture": {}}
+    if gpu != table["gpu"]:
+        logger.info("quantized-matmul tiles: %s's table (measured there) on %s", table["gpu"], gpu)
     return {"entries": table["entries"], "capture": table["capture"]}
 
 

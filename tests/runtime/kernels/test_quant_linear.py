@@ -293,6 +293,15 @@ def test_tile_table_applies_to_its_gpu_only(tmp_path, monkeypatch):
         # int8: the "int8a" entry (cuBLAS's int8 GEMM) only where quantized activations are allowed
         assert choose_tiles(256, 4096, 4096, "int8", 0, 132, "NVIDIA H200", w8a8=True).backend == "int_mm"
         assert not choose_tiles(256, 4096, 4096, "int8", 0, 132, "NVIDIA H200").quantizes_activations
+        listed = quant_tiles.table_json("NVIDIA H200", entries) | {"also": ["NVIDIA H100 80GB HBM3"]}
+        path.write_text(json.dumps(listed))
+        quant_tiles._table_for.cache_clear()
+        assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H100 80GB HBM3") == gemv  # measured there too
+        assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H100 PCIe") != gemv
+        path.write_text(json.dumps(listed | {"also": "NVIDIA H100 80GB HBM3"}))
+        quant_tiles._table_for.cache_clear()
+        with pytest.raises(ValueError, match="'also' must be a list"):
+            choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H100 80GB HBM3")
         old = quant_tiles.table_json("NVIDIA H200", entries)
         del old["version"]  # a table of the kernels before the planes packing: not read
         path.write_text(json.dumps(old))
