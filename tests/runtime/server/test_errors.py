@@ -38,6 +38,8 @@ def test_validation_error_is_400_in_openai_shape(client):
         client.post("/v1/completions", json={"prompt": "x", "min_tokens": 9, "max_tokens": 2}), 400, "min_tokens"
     )
     assert error["param"] == "min_tokens"
+    echo = {"prompt": "x", "echo": True, "max_tokens": 0, "min_tokens": 1}  # the prompt alone: no output token
+    assert assert_error(client.post("/v1/completions", json=echo), 400, "max_tokens (0)")["param"] == "min_tokens"
     chat = {"messages": [{"role": "user", "content": "x"}], "min_tokens": 9, "max_completion_tokens": 2}
     error = assert_error(client.post("/v1/chat/completions", json=chat), 400, "max_completion_tokens (2)")
     assert error["param"] == "min_tokens"  # the field the client named, not max_tokens

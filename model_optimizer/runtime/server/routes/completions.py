@@ -42,6 +42,8 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         raise APIError(400, "echo needs the prompt as text, and this model has no tokenizer", "echo")
     if body.max_tokens == 0 and not body.echo:
         raise APIError(400, "max_tokens is 0; 0 is allowed only with echo (the prompt comes back alone)", "max_tokens")
+    if body.max_tokens == 0 and body.min_tokens:  # checked here: the engine runs one token for it (below)
+        raise APIError(400, f"min_tokens ({body.min_tokens}) must not exceed max_tokens (0)", "min_tokens")
     stop = check_caps(state, body, body.logprobs)
     rules = await token_rules(state, body)
     constraint = requested_constraint(body)
