@@ -435,6 +435,8 @@ def _table_for(gpu: str) -> dict[str, dict[str, QuantTiles]]:
         logger.info("quantized-matmul tiles: %s is version %s, not %s; default tiles", path, table["version"],
                     TABLE_VERSION)  # fmt: skip
     if not applies:
+        logger.info("quantized-matmul tiles: %s has no table measured on it (%s is %s's); the default rule",
+                    gpu, path, table["gpu"])  # fmt: skip
         return {"entries": {}, "capture": {}}
     if gpu != table["gpu"]:
         logger.info("quantized-matmul tiles: %s's table (measured there) on %s", table["gpu"], gpu)

@@ -6,6 +6,7 @@ on ||out - ref|| / ||ref||: the kernels accumulate in float32 and round once to 
 """
 
 import json
+import logging
 
 import pytest
 import torch
@@ -263,8 +264,8 @@ def test_default_tiles_per_regime():
     assert choose_tiles(1, 64, 32, "int8", 0, 132).split_k == 1  # never a split without columns to read
 
 
-def test_tile_table_applies_to_its_gpu_only(tmp_path, monkeypatch):
-    """A sweep table is read from $MOPT_QUANT_TILES for the GPU it names; entries that do not fit
+def test_tile_table_applies_to_its_gpu_only(tmp_path, monkeypatch, caplog):
+    """A sweep table is read from $MOPT_QUANT_TILES for the GPU it names and those its "also" lists; entries that do not fit
     the call (a one-row GEMV for 8 rows, _scaled_mm where the caller cannot take it) are skipped."""
     from model_optimizer.runtime.kernels import quant_tiles
 
@@ -297,7 +298,9 @@ def test_tile_table_applies_to_its_gpu_only(tmp_path, monkeypatch):
         path.write_text(json.dumps(listed))
         quant_tiles._table_for.cache_clear()
         assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H100 80GB HBM3") == gemv  # measured there too
-        assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H100 PCIe") != gemv
+        with caplog.at_level(logging.INFO, logger=quant_tiles.__name__):
+            assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H100 PCIe") != gemv
+        assert "NVIDIA H100 PCIe has no table measured on it" in caplog.text
         path.write_text(json.dumps(listed | {"also": "NVIDIA H100 80GB HBM3"}))
         quant_tiles._table_for.cache_clear()
         with pytest.raises(ValueError, match="'also' must be a list"):
