@@ -43,8 +43,9 @@ from model_optimizer.runtime.kernels.quant_reference import (
 )
 
 FP8_W8A8_MIN_ROWS = int(os.environ.get("MOPT_FP8_W8A8_MIN_ROWS", "17"))
-"""Rows (tokens) from which fp8 may quantize its activations (W8A8) when the table measured it faster;
-below, weight-only (exact activations). $MOPT_FP8_W8A8_MIN_ROWS=1 allows it at decode too."""
+"""Rows (tokens) from which fp8 may quantize its activations (W8A8) where the table measured it faster
+or the default rule takes it (quant_tiles.SCALED_MM_MIN_BUCKET); below, weight-only (exact
+activations). $MOPT_FP8_W8A8_MIN_ROWS=1 allows it at decode too."""
 INT8_W8A8_MIN_ROWS = int(os.environ.get("MOPT_INT8_W8A8_MIN_ROWS", "17"))
 """The same for int8 layers with dynamic activations (w8a16_linear's `dynamic_activations`)."""
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16)
@@ -258,7 +259,7 @@ def fp8_linear(
     """x @ (qweight * scales[:, None]).T (+ bias): float8_e4m3fn (N, K) weights, float32 (N,) scales.
 
     Below FP8_W8A8_MIN_ROWS rows the weights are dequantized inside the Triton program (the activations
-    stay exact); from there, on sm_89+ with a bf16 input, the tile table may pick W8A8: activations
+    stay exact); from there, on sm_89+ with a bf16 input, the tile table or the default rule may pick W8A8: activations
     quantized per token, e4m3 x e4m3 (one more rounding of x, about 2% relative error on Gaussian data).
     """
     _check(x, qweight, scales, bias, FP8_DTYPE, 1)
