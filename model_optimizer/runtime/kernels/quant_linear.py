@@ -44,7 +44,7 @@ from model_optimizer.runtime.kernels.quant_reference import (
 
 FP8_W8A8_MIN_ROWS = int(os.environ.get("MOPT_FP8_W8A8_MIN_ROWS", "17"))
 """Rows (tokens) from which fp8 may quantize its activations (W8A8) where the table measured it faster
-or the default rule takes it (quant_tiles.SCALED_MM_MIN_BUCKET); below, weight-only (exact
+or the default rule takes it (quant_tiles.W8A8_MIN_BUCKET); below, weight-only (exact
 activations). $MOPT_FP8_W8A8_MIN_ROWS=1 allows it at decode too."""
 INT8_W8A8_MIN_ROWS = int(os.environ.get("MOPT_INT8_W8A8_MIN_ROWS", "17"))
 """The same for int8 layers with dynamic activations (w8a16_linear's `dynamic_activations`)."""
@@ -194,7 +194,8 @@ def w8a16_linear(
     """x @ (qweight * scales[:, None]).T (+ bias): int8 (N, K) weights, float32 (N,) scales.
 
     `dynamic_activations` (the layer's scheme declares per-token int8 activations): from
-    INT8_W8A8_MIN_ROWS rows, where the tile table measured it faster, x is quantized per token
+    INT8_W8A8_MIN_ROWS rows, where the tile table measured it faster or the default rule takes it
+    (quant_tiles.W8A8_MIN_BUCKET), x is quantized per token
     (quant_reference.quantize_rows_int8_ref) and multiplied int8 by int8 (`int8_w8a8_linear_ref`);
     elsewhere on the GPU the activations stay exact. Without the kernels (the CPU) such layers always
     quantize them, as the checkpoint's scheme says, so an accuracy measured there includes that cost."""

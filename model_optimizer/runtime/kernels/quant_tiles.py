@@ -103,11 +103,12 @@ SCALED_MM = QuantTiles(0, 0, 0, backend="scaled_mm")
 INT_MM = QuantTiles(0, 0, 0, backend="int_mm")
 INT_MM_MIN_ROWS = 17
 """torch._int_mm needs more than 16 rows (and K, N multiples of 8)."""
-SCALED_MM_MIN_BUCKET = 128
-"""The row bucket from which fp8 takes `_scaled_mm` without a measurement where the caller accepts
-quantized activations: the H200's sweep picked it for most shapes from there, at up to 3x the
-weight-only launch, and in the decode step at 256 rows it beat the weight-only default rule on the H100
-too (README, "Quantized linear kernels")."""
+W8A8_MIN_BUCKET = 128
+"""The row bucket from which fp8 and int8 take cuBLAS's GEMM (`_scaled_mm`, `_int_mm`) without a
+measurement where the caller accepts quantized activations. From there the H200's sweeps measured it
+ahead of the fastest weight-only launch in most cases, by up to 3x on large shapes, and on the H100 the
+table's `_scaled_mm` entries beat the weight-only default rule in the fp8 decode step at 256 rows
+(README, "Quantized linear kernels")."""
 DEQUANT = QuantTiles(0, 0, 0, backend="dequant")
 TORCH = QuantTiles(0, 0, 0, backend="torch")
 DENSE_MAX_ROWS = 64
@@ -357,16 +358,14 @@ def default_tiles(
     above 256 rows (prefill) the weight widened once and a dense matmul, whose cost is predictable: the
     dense matmul's plus one pass over the weight; with quantized activations allowed, cuBLAS's fp8 or
     int8 GEMM (`_scaled_mm`, `_int_mm`: on the H200 at 512 rows `_int_mm` beat the widened weight on
-    each of Llama-3.1-8B's linears, gate_up 187 against 250 us), for fp8 from SCALED_MM_MIN_BUCKET rows;
+    each of Llama-3.1-8B's linears, gate_up 187 against 250 us), from W8A8_MIN_BUCKET rows on;
     int4 at 17-256 rows: the Gluon kernel (gluon_default; our program where it cannot run).
     `graph_safe`: never "dequant" (a CUDA-graph capture without the scratch buffer): the launches above."""
     bucket = row_bucket(m)
     if kind == "bf16":
         return TORCH  # never ours without a measurement that it wins
-    if w8a8 and kind == "fp8" and bucket >= SCALED_MM_MIN_BUCKET:
-        return SCALED_MM
-    if bucket > 256 and w8a8 and kind == "int8":
-        return INT_MM
+    if w8a8 and kind in ANY_KINDS and bucket >= W8A8_MIN_BUCKET:
+        return SCALED_MM if kind == "fp8" else INT_MM
     if bucket > 256 and not graph_safe:
         return DEQUANT
     return (kind == "int4" and gluon_default(m, n, k, num_sms)) or program_tiles(kind, m, n, k, num_sms)

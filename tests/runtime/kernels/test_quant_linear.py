@@ -261,8 +261,9 @@ def test_default_tiles_per_regime():
     assert choose_tiles(512, 4096, 4096, "fp8", 0, 132, w8a8=True).backend == "scaled_mm"
     assert choose_tiles(512, 4096, 4096, "int8", 0, 132, w8a8=True).backend == "int_mm"  # cuBLAS's int8 GEMM
     assert choose_tiles(64, 4096, 4096, "int8", 0, 132, w8a8=True).kernel == "mma"  # unmeasured: weight-only
-    # fp8 that may quantize its activations: cuBLAS's fp8 GEMM from the 128-row bucket (65 rows), in graphs too
+    # that may quantize its activations: cuBLAS's fp8 / int8 GEMM from the 128-row bucket (65 rows), in graphs too
     assert choose_tiles(65, 5120, 3584, "fp8", 0, 132, w8a8=True, graph_safe=True).backend == "scaled_mm"
+    assert choose_tiles(256, 5120, 3584, "int8", 0, 132, w8a8=True, graph_safe=True).backend == "int_mm"
     assert choose_tiles(256, 5120, 3584, "fp8", 0, 132).backend == "triton"  # exact activations asked
     assert choose_tiles(64, 5120, 3584, "fp8", 0, 132, w8a8=True).backend == "triton"
     assert choose_tiles(1, 64, 32, "int8", 0, 132).split_k == 1  # never a split without columns to read
