@@ -350,8 +350,8 @@ def merge_tables(path: Path, table: dict) -> None:
     if old["gpu"] != table["gpu"]:
         raise ValueError(f"{path} is a table for {old['gpu']}, the sweep ran on {table['gpu']}")
     merged = dict(table)
-    if old.get("also"):
-        merged["also"] = old["also"]  # the GPUs the table was measured on as well: a re-sweep keeps them
+    if old.get("also"):  # the GPUs and formats a decode A/B found the table faster on: kept, to be measured
+        merged["also"] = old["also"]  # again there after a re-sweep (scripts/device/table_elsewhere.sh)
     for part in ("entries", "us", "capture", "capture_us"):
         merged[part] = dict(sorted((old.get(part, {}) | table.get(part, {})).items()))
     for key in [k for k, entry in merged["entries"].items() if entry["backend"] != "dequant"]:

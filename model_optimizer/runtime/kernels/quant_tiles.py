@@ -4,9 +4,10 @@ A launch shape (`QuantTiles`) is picked per call from (format, row bucket, N, K)
 benchmarks/quant_kernels.py --sweep writes (every candidate of `candidates` timed at each shape
 and row bucket on the GPU, the fastest kept) is read once per process from $MOPT_QUANT_TILES or,
 failing that, from quant_tiles.json beside this module, and only when its "gpu" names the device in
-use, or its "also" lists it: a GPU whose decode steps measured faster with that table than with the
-default rule (the H200's table on the H100 SXM). Another GPU, an unmeasured one, takes
-`default_tiles`, as do the shapes the table lacks.
+use, or, for the formats its "also" lists beside another GPU's name, on that GPU: where decode steps
+measured faster with that table than with the default rule (the H200's int4, fp8 and int8 entries on
+the H100 SXM). Another GPU or format, one not measured, takes `default_tiles`, as do the shapes the
+table lacks.
 Where the fastest launch is "dequant" (the weight widened into a scratch buffer, which a CUDA-graph
 capture cannot grow), the table also holds the fastest launch a capture can take (its "capture"
 entries), and a capture without the buffer takes that one. Everything here is plain Python on shapes, so a lookup is free inside CUDA-graph capture (no
@@ -104,11 +105,12 @@ INT_MM = QuantTiles(0, 0, 0, backend="int_mm")
 INT_MM_MIN_ROWS = 17
 """torch._int_mm needs more than 16 rows (and K, N multiples of 8)."""
 W8A8_MIN_BUCKET = 128
-"""The row bucket from which fp8 and int8 take cuBLAS's GEMM (`_scaled_mm`, `_int_mm`) without a
-measurement where the caller accepts quantized activations. From there the H200's sweeps measured it
-ahead of the fastest weight-only launch in most cases, by up to 3x on large shapes, and on the H100 the
-table's `_scaled_mm` entries beat the weight-only default rule in the fp8 decode step at 256 rows
-(README, "Quantized linear kernels")."""
+"""The row bucket (above INT_MM_MIN_ROWS) from which fp8 and int8 take cuBLAS's GEMM (`_scaled_mm`,
+`_int_mm`) without a measurement, where the caller accepts quantized activations: in the H200's sweeps
+it beat the weight-only program's tiles there in most cases, by up to 3x on large shapes, and on the
+H100 the table's `_scaled_mm` entries beat the weight-only default rule in the fp8 decode step at 256
+rows (README, "Quantized linear kernels"). Our W8A8 program's measured tiles, faster still for int8,
+stay the table's."""
 DEQUANT = QuantTiles(0, 0, 0, backend="dequant")
 TORCH = QuantTiles(0, 0, 0, backend="torch")
 DENSE_MAX_ROWS = 64
@@ -388,16 +390,18 @@ def _read_entries(path: str | Path, section: dict) -> dict[str, QuantTiles]:
 
 def read_table(path: str | Path) -> dict:
     """A sweep table: {"gpu": name, "version": TABLE_VERSION, "entries": {table_key: QuantTiles fields},
-    "capture": {table_key: QuantTiles fields}, "also": [GPU names it applies to as well]}; ValueError if
-    malformed. "version" is None for tables of before the field (version 1); "capture" ({} when absent:
+    "capture": {table_key: QuantTiles fields}, "also": {GPU name: [table formats it applies to there]}};
+    ValueError if malformed. "version" is None for tables of before the field (version 1); "capture" ({} when absent:
     tables of before it) holds, for the entries that are "dequant", the fastest launch a CUDA-graph
     capture can take."""
     data = json.loads(Path(path).read_text())
     if not isinstance(data, dict) or not isinstance(data.get("entries"), dict) or "gpu" not in data:
         raise ValueError(f"{path}: a tile table needs 'gpu' and 'entries' (written by quant_kernels.py --sweep)")
-    also = data.get("also", [])
-    if not isinstance(also, list) or not all(isinstance(name, str) for name in also):
-        raise ValueError(f"{path}: 'also' must be a list of GPU names")
+    also = data.get("also", {})
+    if not isinstance(also, dict) or not all(
+        isinstance(kinds, list) and all(isinstance(kind, str) for kind in kinds) for kinds in also.values()
+    ):
+        raise ValueError(f"{path}: 'also' must map GPU names to lists of table formats (int4, fp8, fp8a, ...)")
     version = data.get("version")
     if version != TABLE_VERSION:
         return {"gpu": data["gpu"], "also": also, "version": version, "entries": {}, "capture": {}}
@@ -430,23 +434,28 @@ def table_json(
 @functools.cache
 def _table_for(gpu: str) -> dict[str, dict[str, QuantTiles]]:
     """{"entries": ..., "capture": ...} of the table for this GPU name, read once; empty when there is
-    none, it is for another GPU (neither its "gpu" nor in its "also") or it was measured on other kernels
-    (another version)."""
+    none, it is for another GPU (neither its "gpu" nor in its "also"; there only the formats listed) or it
+    was measured on other kernels (another version)."""
     path = os.environ.get(TABLE_ENV) or (PACKAGED_TABLE if PACKAGED_TABLE.exists() else None)
     if not path:
         return {"entries": {}, "capture": {}}
     table = read_table(path)
-    applies = gpu == table["gpu"] or gpu in table["also"]
-    if table["version"] != TABLE_VERSION and applies:
-        logger.info("quantized-matmul tiles: %s is version %s, not %s; default tiles", path, table["version"],
-                    TABLE_VERSION)  # fmt: skip
-    if not applies:
+    if gpu != table["gpu"] and gpu not in table["also"]:
         logger.info("quantized-matmul tiles: %s has no table measured on it (%s is %s's); the default rule",
                     gpu, path, table["gpu"])  # fmt: skip
         return {"entries": {}, "capture": {}}
-    if gpu != table["gpu"]:
-        logger.info("quantized-matmul tiles: %s's table (measured there) on %s", table["gpu"], gpu)
-    return {"entries": table["entries"], "capture": table["capture"]}
+    if table["version"] != TABLE_VERSION:
+        logger.info("quantized-matmul tiles: %s is version %s, not %s; default tiles", path, table["version"],
+                    TABLE_VERSION)  # fmt: skip
+        return {"entries": {}, "capture": {}}
+    if gpu == table["gpu"]:
+        return {"entries": table["entries"], "capture": table["capture"]}
+    kinds = set(table["also"][gpu])
+    logger.info("quantized-matmul tiles: %s's table for %s on %s", table["gpu"], ", ".join(sorted(kinds)), gpu)
+    return {
+        part: {key: tiles for key, tiles in table[part].items() if key.split(":", 1)[0] in kinds}
+        for part in ("entries", "capture")
+    }
 
 
 def lookup(gpu: str, kind: str, m: int, n: int, k: int, graph_safe: bool = False) -> QuantTiles | None:

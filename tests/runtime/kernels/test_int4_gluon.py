@@ -25,6 +25,8 @@ def test_the_h200_table_names_gluon_where_it_measured_faster_and_our_program_oth
     h100 = "NVIDIA H100 80GB HBM3"
     assert choose_tiles(64, 28672, 4096, "int4", 128, 132, h100) == tiles
     assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, h100) == choose_tiles(1, 4096, 4096, "fp8", 0, 132, H200)
+    assert choose_tiles(1, 1024, 2048, "bf16", 0, 132, h100).backend == "torch"  # bf16 was not measured there
+    assert choose_tiles(1, 1024, 2048, "bf16", 0, 132, H200).backend != "torch"
 
 
 @pytest.mark.parametrize(

@@ -269,7 +269,7 @@ def test_default_tiles_per_regime():
     assert choose_tiles(1, 64, 32, "int8", 0, 132).split_k == 1  # never a split without columns to read
 
 
-def test_tile_table_applies_to_its_gpu_only(tmp_path, monkeypatch, caplog):
+def test_tile_table_applies_to_its_gpus_only(tmp_path, monkeypatch, caplog):
     """A sweep table is read from $MOPT_QUANT_TILES for the GPU it names and those its "also" lists; entries that do not fit
     the call (a one-row GEMV for 8 rows, _scaled_mm where the caller cannot take it) are skipped."""
     from model_optimizer.runtime.kernels import quant_tiles
@@ -299,16 +299,19 @@ def test_tile_table_applies_to_its_gpu_only(tmp_path, monkeypatch, caplog):
         # int8: the "int8a" entry (cuBLAS's int8 GEMM) only where quantized activations are allowed
         assert choose_tiles(256, 4096, 4096, "int8", 0, 132, "NVIDIA H200", w8a8=True).backend == "int_mm"
         assert not choose_tiles(256, 4096, 4096, "int8", 0, 132, "NVIDIA H200").quantizes_activations
-        listed = quant_tiles.table_json("NVIDIA H200", entries) | {"also": ["NVIDIA H100 80GB HBM3"]}
+        listed = quant_tiles.table_json("NVIDIA H200", entries) | {"also": {"NVIDIA H100 80GB HBM3": ["fp8"]}}
         path.write_text(json.dumps(listed))
         quant_tiles._table_for.cache_clear()
         assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H100 80GB HBM3") == gemv  # measured there too
+        # only the formats listed: the fp8a entry (W8A8 allowed) is not, so the default rule's launch there
+        w8a8_there = choose_tiles(32, 4096, 4096, "fp8", 0, 132, "NVIDIA H100 80GB HBM3", w8a8=True)
+        assert w8a8_there != w8a8 and w8a8_there == quant_tiles.default_tiles("fp8", 32, 4096, 4096, 132, True)
         with caplog.at_level(logging.INFO, logger=quant_tiles.__name__):
             assert choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H100 PCIe") != gemv
         assert "NVIDIA H100 PCIe has no table measured on it" in caplog.text
-        path.write_text(json.dumps(listed | {"also": "NVIDIA H100 80GB HBM3"}))
+        path.write_text(json.dumps(listed | {"also": ["NVIDIA H100 80GB HBM3"]}))
         quant_tiles._table_for.cache_clear()
-        with pytest.raises(ValueError, match="'also' must be a list"):
+        with pytest.raises(ValueError, match="'also' must map GPU names to lists of table formats"):
             choose_tiles(1, 4096, 4096, "fp8", 0, 132, gpu="NVIDIA H100 80GB HBM3")
         old = quant_tiles.table_json("NVIDIA H200", entries)
         del old["version"]  # a table of the kernels before the planes packing: not read
