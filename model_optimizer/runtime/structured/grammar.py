@@ -173,8 +173,13 @@ def _forced(text: str, tokenizer: Any) -> str:
     `</tool_call>`), which llguidance would not let text spell; nothing for no text."""
     if not text or tokenizer is None:
         return json.dumps(text) if text else ""
+    return _forced_tokens(tokenizer.tokenize_str(text), tokenizer)
+
+
+def _forced_tokens(tokens: list[int], tokenizer: Any) -> str:
+    """_forced of the text these tokens spell."""
     parts, run = [], []
-    for token in tokenizer.tokenize_str(text):
+    for token in tokens:
         if tokenizer.is_special_token(token):
             if run:
                 parts.append(json.dumps(tokenizer.decode_str(run)))
@@ -190,9 +195,12 @@ def _forced(text: str, tokenizer: Any) -> str:
 def _text_tokens(text: str, tokenizer: Any) -> str:
     """_forced for the literal text of a regex or choice; ValueError where the text spells an end of
     sequence (`<|im_end|>`): the model would stop there, short of the rest of its grammar."""
-    lark = _forced(text, tokenizer)
+    if not text or tokenizer is None:
+        return _forced(text, tokenizer)
+    tokens = tokenizer.tokenize_str(text)
+    lark = _forced_tokens(tokens, tokenizer)
     if "<[" in lark:
-        stops = set(tokenizer.tokenize_str(text)) & set(tokenizer.eos_tokens)
+        stops = set(tokens) & set(tokenizer.eos_tokens)
         if stops:
             raise ValueError(f"{text!r} spells {tokenizer.decode_str([min(stops)])!r}, which ends the output")
     return lark
