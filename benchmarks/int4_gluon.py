@@ -72,7 +72,8 @@ def _row(shape: str, m: int, sets: list, dense: list) -> dict:
     row |= {"variants": {}, "errors": {}}
     k = x.shape[1]
     n = int(shape.split(":")[0])
-    for tiles in gluon_candidates(m, n, k, 132):
+    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    for tiles in gluon_candidates(m, n, k, num_sms):
 
         def call(s, t=tiles):
             return int4_gluon_matmul(x, s[0].view(torch.int16), s[1], s[2], t.block_n, t.block_m, t.num_warps,
@@ -91,7 +92,7 @@ def _row(shape: str, m: int, sets: list, dense: list) -> dict:
             row["errors"][name(tiles)] = f"{type(exc).__name__}: {str(exc)[-300:]}"
     best = min(row["variants"].items(), key=lambda kv: kv[1], default=(None, None))
     row["best"] = {"tiles": best[0], "us": best[1]}
-    rule = name(gluon_default(m, n, k, 132))  # the launch of shapes without a table entry
+    rule = name(gluon_default(m, n, k, num_sms))  # the launch of shapes without a table entry
     row["default"] = {"tiles": rule, "us": row["variants"].get(rule)}
     return row
 

@@ -260,8 +260,9 @@ def fp8_linear(
     """x @ (qweight * scales[:, None]).T (+ bias): float8_e4m3fn (N, K) weights, float32 (N,) scales.
 
     Below FP8_W8A8_MIN_ROWS rows the weights are dequantized inside the Triton program (the activations
-    stay exact); from there, on sm_89+ with a bf16 input, the tile table or the default rule may pick W8A8: activations
-    quantized per token, e4m3 x e4m3 (one more rounding of x, about 2% relative error on Gaussian data).
+    stay exact); from there, on sm_89+ with a bf16 input, the tile table or the default rule may pick
+    W8A8: activations quantized per token, e4m3 x e4m3 (one more rounding of x, about 2% relative error
+    on Gaussian data).
     """
     _check(x, qweight, scales, bias, FP8_DTYPE, 1)
     if scales.dim() != 1:

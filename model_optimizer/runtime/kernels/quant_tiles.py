@@ -391,9 +391,9 @@ def _read_entries(path: str | Path, section: dict) -> dict[str, QuantTiles]:
 def read_table(path: str | Path) -> dict:
     """A sweep table: {"gpu": name, "version": TABLE_VERSION, "entries": {table_key: QuantTiles fields},
     "capture": {table_key: QuantTiles fields}, "also": {GPU name: [table formats it applies to there]}};
-    ValueError if malformed. "version" is None for tables of before the field (version 1); "capture" ({} when absent:
-    tables of before it) holds, for the entries that are "dequant", the fastest launch a CUDA-graph
-    capture can take."""
+    ValueError if malformed. "version" is None for tables of before the field (version 1); "capture"
+    ({} when absent: tables of before it) holds, for the entries that are "dequant", the fastest launch
+    a CUDA-graph capture can take."""
     data = json.loads(Path(path).read_text())
     if not isinstance(data, dict) or not isinstance(data.get("entries"), dict) or "gpu" not in data:
         raise ValueError(f"{path}: a tile table needs 'gpu' and 'entries' (written by quant_kernels.py --sweep)")
