@@ -98,6 +98,28 @@ def _issue(
 
 
 @gluon.jit
+def _sum_splits(part_ptr, out_ptr, M, N, stride_om, n0, m0, num_splits, BLOCK_N: gl.constexpr,
+                BLOCK_M: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    """out[m0:, n0:] of one tile = the sum of its float32 partials (part_ptr: (num_splits, M, N)) in split
+    order, 32 tokens at a time in a layout of its own: the whole tile at once, in the MMA's layout, held
+    a 64-bit address per value and spilled the 128-token tiles' registers. Four weight rows a thread,
+    contiguous in memory (one 16-byte load each)."""
+    layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, num_warps], [0, 1])
+    CHUNKS: gl.constexpr = (BLOCK_M + 31) // 32
+    SUM_M: gl.constexpr = BLOCK_M // CHUNKS
+    offs_n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    for c in gl.static_range(CHUNKS):
+        offs_m = m0 + c * SUM_M + gl.arange(0, SUM_M, layout=gl.SliceLayout(0, layout))
+        mask = (offs_m[None, :] < M) & (offs_n[:, None] < N)
+        offs = offs_m[None, :].to(gl.int64) * N + offs_n[:, None]
+        total = gl.zeros([BLOCK_N, SUM_M], gl.float32, layout=layout)
+        for k in range(num_splits):
+            total += gl.load(part_ptr + k * M * N + offs, mask=mask, other=0.0, cache_modifier=".cg")
+        out_ptrs = out_ptr + offs_m[None, :].to(gl.int64) * stride_om + offs_n[:, None]
+        gl.store(out_ptrs, total.to(gl.bfloat16), mask=mask)
+
+
+@gluon.jit
 def int4_mma_kernel(
     x_ptr,
     w_ptr,
@@ -205,16 +227,14 @@ def int4_mma_kernel(
     offs_om = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, mma))
     out_ptrs = out_ptr + offs_om[None, :].to(gl.int64) * stride_om + offs_on[:, None]
     out_mask = (offs_om[None, :] < M) & (offs_on[:, None] < N)
-    if SPLIT:  # a compile of its own: the sum's registers would spill the large tiles' main loop
+    if SPLIT:  # a compile of its own: the sum would cost the one-split tiles registers
         part_offs = offs_om[None, :].to(gl.int64) * N + offs_on[:, None]
         gl.store(part_ptr + pid_k * M * N + part_offs, acc, mask=out_mask)
         _barrier()  # every thread's partial is stored before this program reports in
         counter = count_ptr + pid
         if gl.atomic_add(counter, 1, sem="acq_rel") == num_splits - 1:  # the last split sums them, in order
-            total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=mma)
-            for k in range(num_splits):
-                total += gl.load(part_ptr + k * M * N + part_offs, mask=out_mask, other=0.0, cache_modifier=".cg")
-            gl.store(out_ptrs, total.to(gl.bfloat16), mask=out_mask)
+            _sum_splits(part_ptr, out_ptr, M, N, stride_om, pid_n * BLOCK_N, pid_m * BLOCK_M, num_splits, BLOCK_N,
+                        BLOCK_M, num_warps)  # fmt: skip
             gl.atomic_xchg(counter, 0)  # ready for the next launch (graph replays included)
     else:
         gl.store(out_ptrs, acc.to(gl.bfloat16), mask=out_mask)
