@@ -257,8 +257,7 @@ _GEMVS = {  # one row on CUDA cores: no pipelining, so the tile of one iteration
 
 
 _INT4_GLUON = [  # (block_m tokens, block_n weight rows, num_warps, stages): each compiles for sm_90 without
-    # spills (benchmarks/int4_gluon.py --compile-only); split-K only for token tiles up to 64 (with 128 or
-    # more its sum spills registers)
+    # spills, with and without split-K (benchmarks/int4_gluon.py --compile-only)
     (16, 64, 4, 4), (16, 128, 8, 4), (32, 64, 4, 4), (32, 128, 4, 4), (64, 64, 4, 3), (64, 128, 4, 3),
     (64, 128, 8, 3), (64, 256, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3),
     (256, 64, 4, 3), (256, 128, 8, 3),
@@ -267,39 +266,64 @@ _INT4_GLUON = [  # (block_m tokens, block_n weight rows, num_warps, stages): eac
 
 def gluon_candidates(m: int, n: int, k: int, num_sms: int) -> list[QuantTiles]:
     """The Gluon int4 kernel's launch shapes worth timing at m rows: token tiles no larger than the rows
-    (16 at least) and at most four of them, each with one split of K and, up to 64 tokens, the split that
-    makes about two waves of the SMs. For the sweep (`candidates(..., gluon=True)`) and
-    benchmarks/int4_gluon.py."""
+    (16 at least) and at most four of them, each with one split of K and: up to 64 tokens, the split that
+    makes about two waves of the SMs; above, the largest splits that keep one and two programs an SM
+    within one wave (wide weight tiles read x fewer times, and the split gives their few programs the SMs).
+    For the sweep (`candidates(..., gluon=True)`) and benchmarks/int4_gluon.py."""
     found = []
+    most = min(k // 256, MAX_SPLIT_K)  # two 128-column blocks a split at least
     for block_m, block_n, warps, stages in _INT4_GLUON:
         if block_m > max(16, m) or 4 * block_m < min(m, 256) or n % block_n:
             continue
-        splits = {1, split_for(n, k, block_n, 128, -(-m // block_m), 2, num_sms)} if block_m <= 64 else {1}
+        tiles_m = -(-m // block_m)
+        if block_m <= 64:
+            splits = {1, split_for(n, k, block_n, 128, tiles_m, 2, num_sms)}
+        else:
+            tiles = n // block_n * tiles_m
+            splits = {1} | {max(1, min(per_sm * num_sms // tiles, most)) for per_sm in (1, 2)}
         found += [QuantTiles(block_m, block_n, 128, s, warps, stages, backend="gluon") for s in sorted(splits)]
     return found
 
 
-_GLUON_DEFAULT = {(32, 64): (4, 4), (32, 128): (4, 4), (64, 64): (4, 3), (64, 128): (8, 3), (128, 64): (4, 3),
-                  (128, 128): (8, 3)}  # fmt: skip
+_GLUON_DEFAULT = {(32, 64): (4, 4), (32, 128): (4, 4), (64, 64): (4, 3), (128, 64): (4, 3), (128, 128): (8, 3),
+                  (128, 256): (8, 3), (256, 128): (8, 3)}  # fmt: skip
 """(block_m, block_n) -> (num_warps, stages) of the default rule's Gluon launch (gluon_default)."""
+GLUON_WIDE_WAVE = 0.8
+"""Above 64 rows the default rule takes a wider tile (256 tokens, or 256 weight rows) where such tiles alone,
+unsplit, make at least this share of a wave of programs."""
 
 
 def gluon_default(m: int, n: int, k: int, num_sms: int) -> QuantTiles | None:
     """The default rule's Gluon int4 launch for 17-256 rows (None elsewhere, or where N is no multiple
-    of 64): token tiles of 32 up to 64 rows, 64 up to 128, 128 above; weight tiles of 64 rows, or 128
-    where 64 would already make more than two waves; split-K to about two waves with 32-token tiles.
+    of 64). Up to 64 rows: token tiles of 32, weight tiles of 64 rows (128 where 64 would already make
+    more than two waves), split-K to about two waves. Above: 128 x 128 tiles (8 warps), or a wider one
+    where it fills about a wave unsplit (GLUON_WIDE_WAVE: 256 tokens above 128 rows, else 256 weight
+    rows), split-K to the most splits that stay within one wave; wide weight tiles read x fewer times,
+    and the split gives their few programs the SMs (N no multiple of 128: 64 x 64 or 128 x 64, unsplit).
     The sweeps' winners that it follows: on the H200 at 64 rows three of Llama-3.1-8B's four linears
-    took 32 x 64 tiles split to two waves and at 256 rows two took 128 x 64 unsplit; on an H100 three
-    of four took 32 x 64 split to two waves at 32 rows, and 64 x 64 at 128 rows, two of them unsplit
-    (benchmarks/results/kernels_h100/int4_gluon/).
+    took 32 x 64 tiles split to two waves; on an H100 three of four took 32 x 64 split to two waves at 32
+    rows, and at 128 and 256 rows this rule's launch was the fastest or within 2% of it on six of the
+    eight (benchmarks/results/kernels_h100/).
     The dispatch runs our Triton program where Gluon cannot (not sm_90 or not bf16)."""
     if not 16 < m <= 256 or n % 64:
         return None
-    block_m = 32 if m <= 64 else 64 if m <= 128 else 128
-    tiles_m = -(-m // block_m)
-    block_n = 128 if n % 128 == 0 and (n // 64) * tiles_m > 2 * num_sms else 64
+    if m <= 64:
+        block_m, tiles_m = 32, -(-m // 32)
+        block_n = 128 if n % 128 == 0 and (n // 64) * tiles_m > 2 * num_sms else 64
+        split = split_for(n, k, block_n, 128, tiles_m, 2, num_sms)
+    elif n % 128:
+        block_m, block_n, split = (64 if m <= 128 else 128), 64, 1
+    else:
+        wave = GLUON_WIDE_WAVE * num_sms
+        if m > 128 and n // 128 >= wave:
+            block_m, block_n = 256, 128
+        elif n % 256 == 0 and (n // 256) * -(-m // 128) >= wave:
+            block_m, block_n = 128, 256
+        else:
+            block_m, block_n = 128, 128
+        tiles = (n // block_n) * -(-m // block_m)
+        split = max(1, min(num_sms // tiles, k // 256, MAX_SPLIT_K))
     warps, stages = _GLUON_DEFAULT[block_m, block_n]
-    split = split_for(n, k, block_n, 128, tiles_m, 2, num_sms) if block_m == 32 else 1
     return QuantTiles(block_m, block_n, 128, split, warps, stages, backend="gluon")
 
 

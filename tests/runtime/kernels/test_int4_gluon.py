@@ -36,8 +36,13 @@ def test_the_h200_table_names_gluon_where_it_measured_faster_and_our_program_oth
         (32, 4096, 14336, (32, 64, 5, 4, 4)),
         (64, 4096, 4096, (32, 64, 3, 4, 4)),  # the H200's
         (64, 28672, 4096, (32, 128, 1, 4, 4)),
-        (128, 4096, 4096, (64, 64, 1, 4, 3)),
-        (256, 4096, 14336, (128, 64, 1, 4, 3)),
+        (128, 4096, 4096, (128, 128, 4, 8, 3)),  # the H100's, above 64 rows: to one wave
+        (128, 4096, 14336, (128, 128, 4, 8, 3)),
+        (128, 28672, 4096, (128, 256, 1, 8, 3)),  # 112 programs of 256 weight rows
+        (256, 4096, 14336, (128, 128, 2, 8, 3)),
+        (256, 28672, 4096, (256, 128, 1, 8, 3)),  # 224 programs of 256 tokens
+        (100, 6144, 4096, (128, 128, 2, 8, 3)),
+        (256, 4096 + 64, 4096, (128, 64, 1, 4, 3)),  # N no multiple of 128
     ],
 )
 def test_without_a_table_int4_takes_gluon_from_17_to_256_rows(m, n, k, launch):
@@ -47,7 +52,8 @@ def test_without_a_table_int4_takes_gluon_from_17_to_256_rows(m, n, k, launch):
     assert tiles.backend == "gluon" and tiles.graph_safe
     assert (tiles.block_m, tiles.block_n, tiles.split_k, tiles.num_warps, tiles.num_stages) == launch
     assert (tiles.block_m, tiles.block_n, tiles.num_warps, tiles.num_stages) in quant_tiles._INT4_GLUON
-    assert tiles in quant_tiles.gluon_candidates(m, n, k, 132)  # a launch shape the compile test covers
+    # a launch shape the sweep times at the rows' bucket (and the compile test covers)
+    assert tiles in quant_tiles.gluon_candidates(quant_tiles.row_bucket(m), n, k, 132)
     for rows in (1, 16, 300):
         assert choose_tiles(rows, n, k, "int4", 128, 132, "NVIDIA GH200 480GB").backend != "gluon"
     assert choose_tiles(m, n, k, "int8", 0, 132, "NVIDIA GH200 480GB").backend == "triton"
@@ -68,7 +74,9 @@ def test_gluon_candidates_fit_the_rows_and_the_weight(m):
     found = quant_tiles.gluon_candidates(m, n, k, 132)
     assert found and all(t.backend == "gluon" and n % t.block_n == 0 and t.block_k == 128 for t in found)
     assert all(16 <= t.block_m <= max(16, m) and 4 * t.block_m >= min(m, 256) for t in found)
-    assert all(t.split_k == 1 for t in found if t.block_m > 64)  # the split's sum spills larger tiles
+    assert {t.split_k for t in found if t.block_m <= 64} > {1}  # about two waves
+    wide = [t for t in found if t.block_m > 64]
+    assert all(t.split_k == 1 or (n // t.block_n) * -(-m // t.block_m) * t.split_k <= 2 * 132 for t in wide)
     swept = quant_tiles.candidates("int4", m, n, k, 132, gluon=True)
     assert set(found) <= set(swept) and not any(
         t.backend == "gluon" for t in quant_tiles.candidates("int4", m, n, k, 132)
