@@ -119,7 +119,7 @@ def _sum_splits(part_ptr, out_ptr, M, N, stride_om, n0, m0, num_splits, BLOCK_N:
         gl.store(out_ptrs, total.to(gl.bfloat16), mask=mask)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["M"])  # one compile serves every row count: mixed steps bring odd ones
 def int4_mma_kernel(
     x_ptr,
     w_ptr,

@@ -44,7 +44,7 @@ def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, K, stride_xm, stride_qm, BLOC
         tl.store(q_ptr + row * stride_qm + offs, q.to(q_ptr.dtype.element_ty), mask=offs < K)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # every row count of prefill and mixed steps, one compile
 def _scale_int32_kernel(acc_ptr, x_scales_ptr, scales_ptr, bias_ptr, out_ptr, M, N, stride_am, stride_om,
                         HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
     """out = int32 acc (torch._int_mm's int8 x int8 sums) * token scale * channel scale (+ bias), in
