@@ -27,6 +27,16 @@ start_run() {  # the environment of a run from the repository root, and RES: a f
   git rev-parse HEAD > "$RES/commit.txt" 2>/dev/null || true
 }
 
+empty_table() {  # out/ab/none.json: a tile table for this GPU without entries (every shape on the default rule)
+  mkdir -p out/ab
+  python3 - <<'PY'
+import json, torch
+from model_optimizer.runtime.kernels.quant_tiles import TABLE_VERSION
+open("out/ab/none.json", "w").write(json.dumps({"gpu": torch.cuda.get_device_name(), "version": TABLE_VERSION,
+                                                 "entries": {}}))
+PY
+}
+
 decode_table() {  # decode_table FOLDER: each decode_*.json there as ms/step, graph ms and its decode graph's kernels
   python3 - "$1" <<'PY'
 import json, pathlib, sys

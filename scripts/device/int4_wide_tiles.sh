@@ -8,13 +8,7 @@ source scripts/device/common.sh
 : "${OUT:?set OUT}"
 start_run
 export TRITON_DEFAULT_FP_FUSION=1
-mkdir -p out/ab
-python3 - <<'PY'
-import json, torch
-from model_optimizer.runtime.kernels.quant_tiles import TABLE_VERSION
-open("out/ab/none.json", "w").write(json.dumps({"gpu": torch.cuda.get_device_name(), "version": TABLE_VERSION,
-                                                 "entries": {}}))
-PY
+empty_table
 decode() {  # decode NAME [TABLE]
   part "decode_$1" 120 env ${2:+MOPT_QUANT_TILES=$2} python3 benchmarks/decode_latency.py --models llama-3.1-8b \
     --quantization rtn-int4 --batch-sizes ${BATCHES:-128 256} --output "$RES/decode_$1.json"

@@ -9,14 +9,13 @@ source scripts/device/common.sh
 : "${OUT:?set OUT}"
 start_run
 export TRITON_DEFAULT_FP_FUSION=1
-mkdir -p out/ab
+empty_table
 python3 - <<'PY'
 import json, torch
 from model_optimizer.runtime.kernels.quant_tiles import PACKAGED_TABLE
 table = json.loads(PACKAGED_TABLE.read_text())
 table["gpu"] = torch.cuda.get_device_name()
 open("out/ab/here.json", "w").write(json.dumps(table))
-open("out/ab/none.json", "w").write(json.dumps({"gpu": table["gpu"], "version": table["version"], "entries": {}}))
 PY
 decode() {  # decode NAME TABLE QUANT [GLUON]
   part "decode_$1" 120 env MOPT_QUANT_TILES="out/ab/$2.json" MOPT_INT4_GLUON="${4:-1}" python3 \

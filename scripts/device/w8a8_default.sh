@@ -9,13 +9,7 @@ source scripts/device/common.sh
 : "${OUT:?set OUT}"
 start_run
 export TRITON_DEFAULT_FP_FUSION=1
-mkdir -p out/ab
-python3 - <<'PY'
-import json, torch
-from model_optimizer.runtime.kernels.quant_tiles import TABLE_VERSION
-open("out/ab/none.json", "w").write(json.dumps({"gpu": torch.cuda.get_device_name(), "version": TABLE_VERSION,
-                                                 "entries": {}}))
-PY
+empty_table
 KERNELS=tests/gpu/test_quant_kernels_gpu.py
 ENGINE=tests/gpu/test_quant_engine_gpu.py
 part tests_table 300 python3 -m pytest -q -p no:cacheprovider "$KERNELS" "$ENGINE"
