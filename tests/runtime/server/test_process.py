@@ -39,7 +39,8 @@ def _environment(changes: dict | None) -> dict:
     return {k: v for k, v in merged.items() if v is not None}
 
 
-def launch(model: Path, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+def _launch_once(model: Path, flags: tuple, env: dict | None) -> tuple[subprocess.Popen, str] | None:
+    """The server on a free port; None when another process took that port before the server bound it."""
     port = free_port()
     cmd = [
         sys.executable,
@@ -65,17 +66,30 @@ def launch(model: Path, *flags: str, env: dict | None = None) -> tuple[subproces
     deadline = time.monotonic() + 300  # a bound on a hang: start-up imports torch and loads the model
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited early: {proc.stdout.read()}")
+            output = proc.stdout.read()
+            if "address already in use" in output.lower():
+                return None
+            raise RuntimeError(f"server exited early: {output}")
         try:
             ready = httpx.get(url + "/ready", timeout=30)  # public: probes carry no key
-        except httpx.ConnectError:
-            pass  # the port is bound only once the model is loaded and warmed up
+        except httpx.TransportError:
+            pass  # the port is bound only once the model is loaded and warmed up; until then another
+            # process may hold it (tensor parallelism's gloo listens on ephemeral ports) and reset us
         else:
             assert ready.status_code == 200 and ready.json() == {"status": "ready"}, ready.text
             return proc, url
         time.sleep(0.2)
     proc.kill()
     raise RuntimeError("server did not become ready")
+
+
+def launch(model: Path, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """`mopt serve` in its own process, ready; a new port when the one picked was taken meanwhile."""
+    for _ in range(3):
+        started = _launch_once(model, flags, env)
+        if started is not None:
+            return started
+    raise RuntimeError("three ports were taken before the server could bind them")
 
 
 def stream_in_thread(url: str, body: dict, headers: dict, out: dict) -> threading.Thread:
