@@ -7,7 +7,7 @@ needs no GPU: for each launch shape of our program (tiles, warps, stages; split-
 sets it per shape) timed on every shape of a bucket, its GPU time against cuBLAS's, shape by shape.
 
     python benchmarks/fixed_launch_default.py SWEEP.json[.gz] --kind int8 --baseline int_mm \
-        --output results/kernels_h200/fixed_launch_default_int8.json
+        --output results/kernels_h200/fixed_launch_default/int8.json
 
 A launch that beats cuBLAS in total only on the large shapes (which a table covers anyway) and loses on the
 small ones (which the default rule is for) is no better default.
@@ -31,11 +31,15 @@ def load(path: Path) -> dict:
 
 
 def launch_name(row: dict) -> str:
-    """A launch shape as the tables spell it: kernel, tokens x weight rows x K tile, warps, stages."""
+    """A launch shape as the tables spell it: kernel, tokens x weight rows x K tile, warps, stages, and the
+    accumulators where more than one. Split-K is left out: the candidate's rule sets it per shape, so two
+    candidates that differ only in their split would merge (the faster kept per shape); none do in the
+    int8 and fp8 sweeps, int4's do (hence --kind int8 or fp8)."""
     t = row["tiles"]
     if row["kernel"] in ("int_mm", "scaled_mm", "dequant"):
         return row["kernel"]
-    return f"{row['kernel']} {t['block_m']}x{t['block_n']}x{t['block_k']} w{t['num_warps']} s{t['num_stages']}"
+    name = f"{row['kernel']} {t['block_m']}x{t['block_n']}x{t['block_k']} w{t['num_warps']} s{t['num_stages']}"
+    return name + f" a{t['accumulators']}" if t.get("accumulators", 1) > 1 else name
 
 
 def compare(sweep: list[dict], kind: str, baseline: str, bucket: int, top: int) -> dict:
@@ -78,7 +82,7 @@ def compare(sweep: list[dict], kind: str, baseline: str, bucket: int, top: int) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep", type=Path, help="a quant_kernels.py --sweep result (.json or .json.gz)")
-    parser.add_argument("--kind", required=True, help="the sweep's format: int8, fp8, int4")
+    parser.add_argument("--kind", required=True, choices=["int8", "fp8"], help="the sweep's format")
     parser.add_argument("--baseline", required=True, help="the launch the default rule takes: int_mm, scaled_mm")
     parser.add_argument("--buckets", nargs="+", type=int, default=[128, 256])
     parser.add_argument("--top", type=int, default=5, help="launches kept per bucket, fastest total first")

@@ -225,14 +225,15 @@ def _gluon_runs() -> bool:
 
 
 @pytest.mark.parametrize(("model", "n", "k"), CASES)
-@pytest.mark.parametrize("m", [17, 64, 100, 256])
+@pytest.mark.parametrize("m", [17, 64, 100, 200, 256])
 def test_gluon_int4_candidates_match_the_dequantized_weight(model, n, k, m):
-    """Every launch shape of the Gluon int4 kernel (sm_90) the sweep may pick, with a bias, against the
+    """Every launch shape of the Gluon int4 kernel (sm_90) the sweep may pick for the rows' bucket (so at
+    100 and 200 rows token tiles that run past the rows: masked chunks of the split sum), with a bias, against the
     dequantized weight; split-K launches give the same bits twice and leave their counters zero; and
     where the H200 table names Gluon, w4a16_linear takes it."""
     from model_optimizer.runtime.kernels.int4_gluon import COUNTERS, int4_gluon_matmul
     from model_optimizer.runtime.kernels.quant_matmul import device_tiles
-    from model_optimizer.runtime.kernels.quant_tiles import gluon_candidates
+    from model_optimizer.runtime.kernels.quant_tiles import gluon_candidates, row_bucket
 
     if not _gluon_runs():
         pytest.skip("the Gluon int4 kernel needs an sm_90 GPU")
@@ -240,7 +241,7 @@ def test_gluon_int4_candidates_match_the_dequantized_weight(model, n, k, m):
     x = torch.randn(m, k, device="cuda", generator=torch.Generator("cuda").manual_seed(m)).bfloat16()
     bias = torch.randn(n, device="cuda").bfloat16()
     want = x.float() @ w.T + bias.float()
-    found = gluon_candidates(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
+    found = gluon_candidates(row_bucket(m), n, k, torch.cuda.get_device_properties(0).multi_processor_count)
     assert found
     for t in found:
         args = (t.block_n, t.block_m, t.num_warps, t.num_stages, t.split_k, bias)

@@ -267,8 +267,9 @@ _INT4_GLUON = [  # (block_m tokens, block_n weight rows, num_warps, stages): eac
 def gluon_candidates(m: int, n: int, k: int, num_sms: int) -> list[QuantTiles]:
     """The Gluon int4 kernel's launch shapes worth timing at m rows: token tiles no larger than the rows
     (16 at least) and at most four of them, each with one split of K and: up to 64 tokens, the split that
-    makes about two waves of the SMs; above, the largest splits that keep one and two programs an SM
-    within one wave (wide weight tiles read x fewer times, and the split gives their few programs the SMs).
+    makes about two waves of the SMs; above, the largest splits that make at most one and two programs per
+    SM (about one wave and two: most of these tiles' shared memory fits one program an SM; wide weight
+    tiles read x fewer times, and the split gives their few programs the SMs).
     For the sweep (`candidates(..., gluon=True)`) and benchmarks/int4_gluon.py."""
     found = []
     most = min(k // 256, MAX_SPLIT_K)  # two 128-column blocks a split at least
@@ -302,8 +303,8 @@ def gluon_default(m: int, n: int, k: int, num_sms: int) -> QuantTiles | None:
     and the split gives their few programs the SMs (N no multiple of 128: 64 x 64 or 128 x 64, unsplit).
     The sweeps' winners that it follows: on the H200 at 64 rows three of Llama-3.1-8B's four linears
     took 32 x 64 tiles split to two waves; on an H100 three of four took 32 x 64 split to two waves at 32
-    rows, and at 128 and 256 rows this rule's launch was the fastest or within 2% of it on six of the
-    eight (benchmarks/results/kernels_h100/).
+    rows, and at 128 and 256 rows this rule's launch was the fastest on four of the eight and within 0.3%
+    on a fifth, 7-12% behind on the other three (benchmarks/results/kernels_h100/gluon_split/).
     The dispatch runs our Triton program where Gluon cannot (not sm_90 or not bf16)."""
     if not 16 < m <= 256 or n % 64:
         return None

@@ -1,7 +1,8 @@
-"""Compile the Gluon int4 kernel's launch shapes that the H200 tile table names for sm_90, without a GPU.
+"""Compile the Gluon int4 kernel's launch shapes that the H200 tile table names, and that the default rule
+takes for Llama-3.1-8B's linears at 17-256 rows, for sm_90, without a GPU.
 
 Run by test_int4_gluon.py in a subprocess without TRITON_INTERPRET (Gluon has no interpreter). For each
-distinct (tokens, weight rows, warps, stages, one split or several) of the table's "gluon" entries it
+distinct (tokens, weight rows, warps, stages, one split or several) of those launches it
 checks the SASS: warp-group MMAs (HGMMA) in the main loop, nothing spilled to local memory, shared
 memory within an H200 block's, and the MMAs left asynchronous (the loop waits with at most one group
 outstanding, `WARPGROUP.DEPBAR.LE gsb0, 0x1`, never only with none). Then the dispatch as an
@@ -18,18 +19,20 @@ from compile_sm90 import SMEM_LIMIT, disassemble, int4_gluon, main_loop  # same 
 
 from model_optimizer.runtime.kernels import aot
 from model_optimizer.runtime.kernels.quant_linear import w4a16_linear
-from model_optimizer.runtime.kernels.quant_tiles import PACKAGED_TABLE, read_table
+from model_optimizer.runtime.kernels.quant_tiles import PACKAGED_TABLE, gluon_default, read_table
+
+LLAMA = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
+"""Llama-3.1-8B's linears (N, K): qkv, o, gate_up, down."""
 
 
 def main() -> int:
     table = read_table(PACKAGED_TABLE)
-    shapes = sorted(
-        {(t.block_m, t.block_n, t.num_warps, t.num_stages, t.split_k > 1) for t in table["entries"].values()
-         if t.backend == "gluon"}
-    )  # fmt: skip
-    if not shapes:
+    launches = [t for t in table["entries"].values() if t.backend == "gluon"]
+    if not launches:
         print("no gluon entries in the table")
         return 1
+    launches += [gluon_default(m, n, k, 132) for n, k in LLAMA for m in (32, 64, 100, 128, 200, 256)]
+    shapes = sorted({(t.block_m, t.block_n, t.num_warps, t.num_stages, t.split_k > 1) for t in launches})
     failed = 0
     for block_m, block_n, warps, stages, split in shapes:
         kernel = int4_gluon(block_m, block_n, warps, stages, split)

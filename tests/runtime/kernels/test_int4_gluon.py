@@ -36,7 +36,7 @@ def test_the_h200_table_names_gluon_where_it_measured_faster_and_our_program_oth
         (32, 4096, 14336, (32, 64, 5, 4, 4)),
         (64, 4096, 4096, (32, 64, 3, 4, 4)),  # the H200's
         (64, 28672, 4096, (32, 128, 1, 4, 4)),
-        (128, 4096, 4096, (128, 128, 4, 8, 3)),  # the H100's, above 64 rows: to one wave
+        (128, 4096, 4096, (128, 128, 4, 8, 3)),  # above 64 rows: split to one wave
         (128, 4096, 14336, (128, 128, 4, 8, 3)),
         (128, 28672, 4096, (128, 256, 1, 8, 3)),  # 112 programs of 256 weight rows
         (256, 4096, 14336, (128, 128, 2, 8, 3)),
@@ -52,7 +52,7 @@ def test_without_a_table_int4_takes_gluon_from_17_to_256_rows(m, n, k, launch):
     assert tiles.backend == "gluon" and tiles.graph_safe
     assert (tiles.block_m, tiles.block_n, tiles.split_k, tiles.num_warps, tiles.num_stages) == launch
     assert (tiles.block_m, tiles.block_n, tiles.num_warps, tiles.num_stages) in quant_tiles._INT4_GLUON
-    # a launch shape the sweep times at the rows' bucket (and the compile test covers)
+    # a launch shape the sweep times at the rows' bucket (and int4_gluon_compile_sm90.py compiles)
     assert tiles in quant_tiles.gluon_candidates(quant_tiles.row_bucket(m), n, k, 132)
     for rows in (1, 16, 300):
         assert choose_tiles(rows, n, k, "int4", 128, 132, "NVIDIA GH200 480GB").backend != "gluon"
