@@ -264,6 +264,12 @@ _INT4_GLUON = [  # (block_m tokens, block_n weight rows, num_warps, stages): eac
 ]  # fmt: skip
 
 
+def _wave_split(tiles: int, k: int, num_sms: int, per_sm: int = 1) -> int:
+    """The most K splits of `tiles` wide Gluon tiles that make at most `per_sm` programs an SM, each split
+    keeping two 128-column blocks at least (1 when the tiles alone fill that)."""
+    return max(1, min(per_sm * num_sms // tiles, k // 256, MAX_SPLIT_K))
+
+
 def gluon_candidates(m: int, n: int, k: int, num_sms: int) -> list[QuantTiles]:
     """The Gluon int4 kernel's launch shapes worth timing at m rows: token tiles no larger than the rows
     (16 at least) and at most four of them, each with one split of K and: up to 64 tokens, the split that
@@ -272,7 +278,6 @@ def gluon_candidates(m: int, n: int, k: int, num_sms: int) -> list[QuantTiles]:
     tiles read x fewer times, and the split gives their few programs the SMs).
     For the sweep (`candidates(..., gluon=True)`) and benchmarks/int4_gluon.py."""
     found = []
-    most = min(k // 256, MAX_SPLIT_K)  # two 128-column blocks a split at least
     for block_m, block_n, warps, stages in _INT4_GLUON:
         if block_m > max(16, m) or 4 * block_m < min(m, 256) or n % block_n:
             continue
@@ -280,8 +285,7 @@ def gluon_candidates(m: int, n: int, k: int, num_sms: int) -> list[QuantTiles]:
         if block_m <= 64:
             splits = {1, split_for(n, k, block_n, 128, tiles_m, 2, num_sms)}
         else:
-            tiles = n // block_n * tiles_m
-            splits = {1} | {max(1, min(per_sm * num_sms // tiles, most)) for per_sm in (1, 2)}
+            splits = {1} | {_wave_split(n // block_n * tiles_m, k, num_sms, per_sm) for per_sm in (1, 2)}
         found += [QuantTiles(block_m, block_n, 128, s, warps, stages, backend="gluon") for s in sorted(splits)]
     return found
 
@@ -322,8 +326,7 @@ def gluon_default(m: int, n: int, k: int, num_sms: int) -> QuantTiles | None:
             block_m, block_n = 128, 256
         else:
             block_m, block_n = 128, 128
-        tiles = (n // block_n) * -(-m // block_m)
-        split = max(1, min(num_sms // tiles, k // 256, MAX_SPLIT_K))
+        split = _wave_split((n // block_n) * -(-m // block_m), k, num_sms)
     warps, stages = _GLUON_DEFAULT[block_m, block_n]
     return QuantTiles(block_m, block_n, 128, split, warps, stages, backend="gluon")
 
