@@ -79,8 +79,8 @@ def _row(shape: str, m: int, sets: list, dense: list) -> dict:
             row["errors"][name(tiles)] = f"{type(exc).__name__}: {str(exc)[-300:]}"
     best = min(row["variants"].items(), key=lambda kv: kv[1], default=(None, None))
     row["best"] = {"tiles": best[0], "us": best[1]}
-    rule = name(gluon_default(m, n, k, num_sms))  # the launch of shapes without a table entry
-    row["default"] = {"tiles": rule, "us": row["variants"].get(rule)}
+    rule = gluon_default(m, n, k, num_sms)  # the launch of shapes without a table entry (none up to 16 rows)
+    row["default"] = {"tiles": rule and name(rule), "us": rule and row["variants"].get(name(rule))}
     return row
 
 

@@ -101,12 +101,14 @@ def _issue(
 def _sum_splits(part_ptr, out_ptr, M, N, stride_om, n0, m0, num_splits, BLOCK_N: gl.constexpr,
                 BLOCK_M: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
     """out[m0:, n0:] of one tile = the sum of its float32 partials (part_ptr: (num_splits, M, N)) in split
-    order, 32 tokens at a time in a layout of its own: the whole tile at once, in the MMA's layout, held
-    a 64-bit address per value and spilled the 128-token tiles' registers. Four weight rows a thread,
-    contiguous in memory (one 16-byte load each)."""
+    order, in a layout of its own: four contiguous weight rows a thread (one 16-byte load each), up to 64
+    values a thread at a time (the whole of a 128 x 128 tile on 8 warps, half of the widest): a chunk's
+    partial of one split is one load, so a chunk waits for memory once a split (in chunks of 32 tokens: once
+    a split and chunk). The whole tile in the MMA's layout held a 64-bit address per value and spilled the
+    128-token tiles' registers."""
     layout: gl.constexpr = gl.BlockedLayout([4, 1], [16, 2], [1, num_warps], [0, 1])
-    CHUNKS: gl.constexpr = (BLOCK_M + 31) // 32
-    SUM_M: gl.constexpr = BLOCK_M // CHUNKS
+    SUM_M: gl.constexpr = min(BLOCK_M, 64 * 32 * num_warps // BLOCK_N)
+    CHUNKS: gl.constexpr = BLOCK_M // SUM_M
     offs_n = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
     for c in gl.static_range(CHUNKS):
         offs_m = m0 + c * SUM_M + gl.arange(0, SUM_M, layout=gl.SliceLayout(0, layout))
