@@ -207,11 +207,12 @@ def quant_matmul(
 
 def int4_gluon(block_m: int, block_n: int, num_warps: int, stages: int, split: bool = False):
     """The Gluon int4 kernel (kernels/int4_gluon.py) of one launch shape, compiled quietly."""
-    from model_optimizer.runtime.kernels.int4_gluon import int4_mma_kernel
+    from model_optimizer.runtime.kernels.int4_gluon import in_flight, int4_mma_kernel
 
     pointers = {"x_ptr": "*bf16", "w_ptr": "*i16", "scales_ptr": "*bf16", "zeros_ptr": "*u8", "out_ptr": "*bf16",
                 "part_ptr": "*fp32", "count_ptr": "*i32"}  # fmt: skip
-    consts = {"BLOCK_N": block_n, "BLOCK_M": block_m, "STAGES": stages, "SPLIT": split, "num_warps": num_warps}
+    consts = {"BLOCK_N": block_n, "BLOCK_M": block_m, "STAGES": stages, "SPLIT": split,
+              "IN_FLIGHT": in_flight(block_m, block_n), "num_warps": num_warps}  # fmt: skip
     return compile_kernel(int4_mma_kernel, pointers, consts, ("N", "K"), num_warps=num_warps, quiet=True, gluon=True)
 
 

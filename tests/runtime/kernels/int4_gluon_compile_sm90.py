@@ -4,8 +4,8 @@ takes for Llama-3.1-8B's linears at 17-256 rows, for sm_90, without a GPU.
 Run by test_int4_gluon.py in a subprocess without TRITON_INTERPRET (Gluon has no interpreter). For each
 distinct (tokens, weight rows, warps, stages, one split or several) of those launches it
 checks the SASS: warp-group MMAs (HGMMA) in the main loop, nothing spilled to local memory, shared
-memory within an H200 block's, and the MMAs left asynchronous (the loop waits with at most one group
-outstanding, `WARPGROUP.DEPBAR.LE gsb0, 0x1`, never only with none). Then the dispatch as an
+memory within an H200 block's, and the MMAs left asynchronous (the loop waits with the launch's
+`in_flight` groups outstanding, `WARPGROUP.DEPBAR.LE gsb0, 0x2` or `0x1`, never only with none). Then the dispatch as an
 ahead-of-time build walks it (aot.compile_only, meta tensors, the H200 as target): `w4a16_linear` at
 Llama-3.1-8B's gate_up launches the Gluon kernel at 64 and 256 rows, where the table names it, and
 Triton's program at 16. Prints one line per kernel and per dispatch.
@@ -18,6 +18,7 @@ import torch
 from compile_sm90 import SMEM_LIMIT, disassemble, int4_gluon, main_loop  # same folder: on sys.path when run
 
 from model_optimizer.runtime.kernels import aot
+from model_optimizer.runtime.kernels.int4_gluon import in_flight
 from model_optimizer.runtime.kernels.quant_linear import w4a16_linear
 from model_optimizer.runtime.kernels.quant_tiles import PACKAGED_TABLE, gluon_default, read_table
 
@@ -46,7 +47,7 @@ def main() -> int:
         if "HGMMA" not in loop:
             problems.append("NO HGMMA IN THE LOOP")
         waits = re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\w+)", sass)
-        if "0x1" not in waits:
+        if f"0x{in_flight(block_m, block_n)}" not in waits:
             problems.append(f"MMAS WAITED FOR ONE BY ONE ({waits})")
         name = f"gluon {block_n}x{block_m} w{warps} s{stages} {'split' if split else 'one'}"
         print(name, f"shared={kernel.metadata.shared} regs={regs}", " ".join(problems) or "ok", flush=True)
