@@ -96,3 +96,13 @@ def test_the_tables_gluon_launch_shapes_compile_for_sm90_and_the_dispatch_launch
     assert len(lines) >= 4 and all(line.endswith(" ok") for line in lines), stdout
     dispatch = [line for line in stdout.splitlines() if line.startswith("dispatch ")]
     assert len(dispatch) == 3 and all(line.endswith(" ok") for line in dispatch), stdout
+
+
+def test_two_planes_of_mmas_stay_in_flight_only_on_wide_token_tiles():
+    """Tiles of 128 tokens and more (up to 128 weight rows) leave two planes of MMAs running; the narrower
+    ones measured slower with two, and 128 tokens by 256 weight rows would spill (the sm_90 compile test
+    checks each launch's waits against this)."""
+    from model_optimizer.runtime.kernels.int4_gluon import in_flight
+
+    assert [in_flight(m, n) for m, n in ((256, 128), (256, 64), (128, 128), (128, 64))] == [2, 2, 2, 2]
+    assert [in_flight(m, n) for m, n in ((128, 256), (64, 128), (32, 64), (16, 128))] == [1, 1, 1, 1]
