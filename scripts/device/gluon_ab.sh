@@ -4,7 +4,8 @@
 # shape, each checked against the dequantized weight first), old then new; Llama-3.1-8B rtn-int4 decode steps
 # at BATCHES (default 64 128 256), old / new / new / old, and bf16 once (BF16=0: not); then the Gluon and int4
 # GPU tests of this tree. The tarball is rewritten after each part, so a call cut short keeps what ran.
-# Carry "out" and ".whl". Results in $OUT/gluon_ab.tgz. (Run as gluon_sum_ab.sh for kernels_h100/gluon_sum/.)
+# Carry "out" and ".whl". Results in $OUT/gluon_ab.tgz. (kernels_h100/gluon_sum/ came from its first version,
+# gluon_sum_ab.sh, with the same parts less the per-part tarball.)
 source scripts/device/common.sh
 : "${OUT:?set OUT}"
 start_run

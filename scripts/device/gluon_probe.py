@@ -3,7 +3,7 @@
     python3 scripts/device/gluon_probe.py gluon M N K BLOCK_N BLOCK_M WARPS STAGES SPLITS
     python3 scripts/device/gluon_probe.py bf16 M N K
 
-SPLITS 0 runs stream-K.
+scripts/device/gluon_ncu.sh runs it under Nsight Compute.
 """
 
 import sys
@@ -29,8 +29,7 @@ def main() -> None:
         block_n, block_m, warps, stages, splits = map(int, tiles)
         lanes, scales, zeros = make_weights("int4", n, k, 1)[0][:3]
         for _ in range(5):
-            int4_gluon_matmul(x, lanes.view(torch.int16), scales, zeros, block_n, block_m, warps, stages, max(splits, 1),
-                              stream_k=splits == 0)  # fmt: skip
+            int4_gluon_matmul(x, lanes.view(torch.int16), scales, zeros, block_n, block_m, warps, stages, splits)
     torch.cuda.synchronize()
 
 

@@ -196,6 +196,7 @@ def int4_mma_kernel(
     )  # the split's first block's; each block loads the next one's (a load's latency off the MMAs' path)
     next_scale = gl.load(scale_ptrs)
     acc = warpgroup_mma_init(gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=mma))
+    gl.static_assert((IN_FLIGHT >= 1) and (IN_FLIGHT <= 4), "the refill goes after plane IN_FLIGHT - 1 of four")
     for b in range(n_blocks):
         s = b % STAGES
         cp.wait_group(STAGES - 2)  # block b's copies have landed (this thread's)
