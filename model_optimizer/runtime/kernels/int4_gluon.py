@@ -306,8 +306,6 @@ def int4_gluon_matmul(
 def in_flight(block_m: int, block_n: int) -> int:
     """Planes of warp-group MMAs the K loop leaves running while it widens the next: two for token tiles of
     128 and more (up to 128 weight rows), so that the tensor cores keep a plane queued through a block's
-    barriers and refill; one elsewhere. On an H100 two took the 256-token tiles 6-8% faster in the median
-    (Llama-3.1-8B's gate_up at 256 rows 127.6 -> 114.2 us), the 128-token ones 0.98-1.00x, and made the 16-
-    and 32-token tiles of 128 weight rows 4-12% slower; 128 tokens by 256 weight rows would spill with two
-    (README, "Quantized linear kernels")."""
+    barriers and refill; one elsewhere, where two measured slower (the narrow token tiles) or would spill
+    (128 tokens by 256 weight rows). The measurements: README, "Quantized linear kernels"."""
     return 2 if block_m >= 128 and block_n <= 128 else 1
