@@ -146,8 +146,8 @@ _INT4_MMA = {  # block_k: one 128-column planes block per iteration. A warp grou
         (16, 128, 128, 2, 4, 4),
         (16, 128, 128, 4, 4, 4),
         (16, 128, 128, 8, 4, 3),
-        # just under two programs an SM (split 8 for N = 4096, 2 for gate_up): at one row 2-3 us faster
-        # than the splits above on Llama's down_proj (scripts/device/int4_b1_probe.py --splits)
+        # just under two programs an SM (split 8 for N = 4096, 2 for gate_up): faster than the splits
+        # above at one row on Llama's down_proj (scripts/device/int4_b1_probe.py --splits; README)
         (16, 128, 128, 1.9, 4, 3),
         (16, 128, 128, 4, 4, 5),
         (16, 256, 128, 2, 8, 4),
@@ -305,11 +305,9 @@ def gluon_default(m: int, n: int, k: int, num_sms: int) -> QuantTiles | None:
     where it fills about a wave unsplit (GLUON_WIDE_WAVE: 256 tokens above 128 rows, else 256 weight
     rows), split-K to the most splits that stay within one wave; wide weight tiles read x fewer times,
     and the split gives their few programs the SMs (N no multiple of 128: 64 x 64 or 128 x 64, unsplit).
-    The sweeps' winners that it follows: on the H200 at 64 rows three of Llama-3.1-8B's four linears
-    took 32 x 64 tiles split to two waves; on an H100 three of four took 32 x 64 split to two waves at 32
-    rows, and at 128 and 256 rows this rule's launch was the fastest on four of the eight and within 0.3%
-    on a fifth, 7-12% behind on the other three (benchmarks/results/kernels_h100/gluon_split/).
-    The dispatch runs our Triton program where Gluon cannot (not sm_90 or not bf16)."""
+    It follows the launches that won most often in the H200's and the H100's sweeps (README, "Wide tiles
+    split to one wave"; benchmarks/results/kernels_h100/gluon_split/). The dispatch runs our Triton
+    program where Gluon cannot (not sm_90 or not bf16)."""
     if not 16 < m <= 256 or n % 64:
         return None
     if m <= 64:
@@ -388,7 +386,7 @@ def default_tiles(
     above 256 rows (prefill) the weight widened once and a dense matmul, whose cost is predictable: the
     dense matmul's plus one pass over the weight; with quantized activations allowed, cuBLAS's fp8 or
     int8 GEMM (`_scaled_mm`, `_int_mm`: on the H200 at 512 rows `_int_mm` beat the widened weight on
-    each of Llama-3.1-8B's linears, gate_up 187 against 250 us), from W8A8_MIN_BUCKET rows on;
+    each of Llama-3.1-8B's linears; README), from W8A8_MIN_BUCKET rows on;
     int4 at 17-256 rows: the Gluon kernel (gluon_default; our program where it cannot run).
     `graph_safe`: never "dequant" (a CUDA-graph capture without the scratch buffer): the launches above."""
     bucket = row_bucket(m)

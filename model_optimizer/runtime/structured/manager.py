@@ -32,13 +32,13 @@ from model_optimizer.runtime.structured.params import StructuredOutputs
 
 PARALLEL_ADVANCE_ROWS = 128
 """From this many rows, matchers take their tokens on llguidance's thread pool rather than in turn on the
-loop thread. At 64 rows in turn is the faster: on the H200's host 0.14 ms of the loop per step against
-the pool's 0.19-0.25 ms (waking its threads costs more than the tokens; README "Structured outputs").
+loop thread. At 64 rows in turn measured the faster on the H200's host (waking the pool's threads costs
+more than the tokens; the figures: README "Structured outputs").
 Larger batches were not measured, and from 128 rows keep the pool."""
 MAX_FILL_THREADS = 12
-"""Most threads that fill masks: offline, 64 rows of a 151k vocabulary filled in 1.85 ms with 12 and 14
-threads alike (2.28 ms with 8); served at 64 requests on the H200's 16 cores, 12 threads gave a TPOT of
-1.41x the unconstrained one where 8 gave 2.17x (README "Structured outputs")."""
+"""Most threads that fill masks: offline, 64 rows of a 151k vocabulary filled as fast with 12 threads as
+with 14 (and faster than with 8), and served at 64 requests on the H200's 16 cores 12 gave a far lower
+TPOT than 8 (the figures: README "Structured outputs")."""
 RESERVED_CORES = 4
 """Cores left to the rest of the host's work: the step loop, the frontend, the output thread, the OS."""
 
