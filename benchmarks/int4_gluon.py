@@ -80,7 +80,8 @@ def _row(shape: str, m: int, sets: list, dense: list) -> dict:
     best = min(row["variants"].items(), key=lambda kv: kv[1], default=(None, None))
     row["best"] = {"tiles": best[0], "us": best[1]}
     rule = gluon_default(m, n, k, num_sms)  # the launch of shapes without a table entry (none up to 16 rows)
-    row["default"] = {"tiles": rule and name(rule), "us": rule and row["variants"].get(name(rule))}
+    rule_name = name(rule) if rule is not None else None
+    row["default"] = {"tiles": rule_name, "us": row["variants"].get(rule_name)}
     return row
 
 
