@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
-from model_optimizer.common.fileio import atomic_write, jsonl_values
+from model_optimizer.common.fileio import atomic_write, jsonl_values, read_input
 from model_optimizer.runtime.config import EngineConfig, field_docs
 from model_optimizer.runtime.sampling_params import SamplingParams
 
@@ -199,7 +199,7 @@ def read_prompt_lines(prompts: list[str], prompts_file: Path | None) -> list[Pro
 def _utf8_lines(path: Path) -> Iterator[str]:
     """The file's lines as text; a line that is not UTF-8 is an error naming it. (Split as bytes: a
     U+2028 inside a JSON string is not a line break.)"""
-    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+    for number, raw in enumerate(read_input(path).splitlines(), start=1):
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -87,17 +89,59 @@ def jsonl_values(lines: Iterable[str], source: str | Path) -> Iterator[tuple[int
         yield number, value
 
 
+INPUT_POLL_SECONDS = 0.1
+"""How long a read of a pipe waits before Python looks for a Ctrl-C again."""
+
+
+def input_chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
+    """The bytes of an input file in chunks. A pipe or FIFO (`/dev/stdin`, `<(...)`) is read through
+    `select` with a short timeout: a SIGINT that lands between Python's check for signals and a
+    blocking read() would leave that read waiting for the writer, so the process would ignore Ctrl-C
+    for as long as the writer stays silent."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        while True:
+            if not regular:
+                while not select.select([fd], [], [], INPUT_POLL_SECONDS)[0]:
+                    pass  # each turn of the loop runs Python's signal handlers
+            chunk = os.read(fd, size)
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+def read_input(path: Path) -> bytes:
+    """All of an input file's bytes (see `input_chunks`: a pipe's read still answers Ctrl-C)."""
+    return b"".join(input_chunks(path))
+
+
+def _byte_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Lines split after each b"\n" (which they keep) from a stream of chunks."""
+    pending: list[bytes] = []  # the current line's pieces: a long line is joined once
+    for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            yield b"".join([*pending, chunk[start : end + 1]])
+            pending, start = [], end + 1
+        if start < len(chunk):
+            pending.append(chunk[start:])
+    if pending:
+        yield b"".join(pending)
+
+
 def text_lines(path: Path) -> Iterator[str]:
     """The lines of a UTF-8 text file, read lazily; ValueError naming `path:line` for a line that is not
     UTF-8 (a reader in text mode would name neither the file nor the line)."""
-    with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                yield raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ValueError(
-                    f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start} of the line)"
-                ) from None
+    for number, raw in enumerate(_byte_lines(input_chunks(path)), start=1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start} of the line)"
+            ) from None
 
 
 def check_writable_file_path(path: Path, flag: str) -> None:

@@ -1,8 +1,11 @@
 """JSON and JSONL reading shared by `mopt generate`, `mopt bench` and `mopt embed`."""
 
+import os
+import threading
+
 import pytest
 
-from model_optimizer.common.fileio import jsonl_values, read_json
+from model_optimizer.common.fileio import input_chunks, jsonl_values, read_input, read_json, text_lines
 
 
 def test_jsonl_values_skip_blank_lines_and_name_the_bad_one():
@@ -10,6 +13,34 @@ def test_jsonl_values_skip_blank_lines_and_name_the_bad_one():
     assert list(jsonl_values(lines, "in.jsonl")) == [(1, {"a": 1}), (4, "text"), (5, [1, 2])]
     with pytest.raises(ValueError, match=r"in.jsonl:3: not JSON \(Expecting property name"):
         list(jsonl_values(['{"a": 1}', "", "{oops"], "in.jsonl"))
+
+
+def test_text_lines_joins_lines_that_cross_chunks(tmp_path, monkeypatch):
+    import model_optimizer.common.fileio as fileio
+
+    data = "a\r\nbé\n" + "x" * 50 + "\n\nlast"
+    path = tmp_path / "in.jsonl"
+    path.write_text(data, encoding="utf-8")
+    assert b"".join(input_chunks(path, size=3)) == data.encode()
+    real = fileio.input_chunks
+    monkeypatch.setattr(fileio, "input_chunks", lambda p: real(p, size=3))  # é split between two chunks
+    assert list(text_lines(path)) == ["a\r\n", "bé\n", "x" * 50 + "\n", "\n", "last"]
+
+
+def test_a_pipe_is_read_to_its_end(tmp_path):
+    fifo = tmp_path / "prompts.fifo"
+    os.mkfifo(fifo)
+    pieces = [b'{"prompt": "a"}\n', b'{"prompt": ', b'"b"}\n']
+
+    def write():
+        with open(fifo, "wb", buffering=0) as f:
+            for piece in pieces:
+                f.write(piece)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert read_input(fifo) == b"".join(pieces)
+    writer.join()
 
 
 def test_read_json_names_the_file(tmp_path):
