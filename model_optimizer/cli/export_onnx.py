@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+MIN_OPSET, MAX_OPSET = 14, 21
+"""The exporter writes scaled_dot_product_attention from opset 14 on; below it, it fails mid-export."""
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -18,7 +21,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--model", required=True, help="embedding model folder (BertModel-family encoder or decoder embedder)"
     )
     parser.add_argument("--output", required=True, help="folder to write model.onnx, tokenizer and report into")
-    parser.add_argument("--opset", type=int, default=17, help="ONNX opset version (default: 17)")
+    parser.add_argument(
+        "--opset", type=int, default=17, help=f"ONNX opset version, {MIN_OPSET} to {MAX_OPSET} (default: 17)"
+    )
     parser.add_argument(
         "--pooling",
         choices=["auto", "mean", "cls", "last", "max", "mean_sqrt_len"],
@@ -40,12 +45,15 @@ def run(args: argparse.Namespace) -> int:
     from model_optimizer.model.export.onnx import export_folder
     from model_optimizer.runtime.embed import Embedder
 
-    if not 11 <= args.opset <= 21:
-        raise ValueError(f"--opset must be between 11 and 21, got {args.opset}")
+    if not MIN_OPSET <= args.opset <= MAX_OPSET:
+        raise ValueError(
+            f"--opset must be between {MIN_OPSET} and {MAX_OPSET} (attention needs {MIN_OPSET}), got {args.opset}"
+        )
     out_dir = Path(args.output)
     check_output_folder(out_dir)
+    model = check_model_folder(args.model, out_dir)
     console = Console()
-    embedder = Embedder(args.model, device="cpu", dtype="float32", pooling=args.pooling, normalize=args.normalize)
+    embedder = Embedder(model, device="cpu", dtype="float32", pooling=args.pooling, normalize=args.normalize)
     with console.status("exporting and checking with onnxruntime"):
         report = export_folder(embedder, out_dir, args.opset)
     console.print(f"wrote {report.onnx_path}")
@@ -67,3 +75,20 @@ def check_output_folder(out_dir: Path) -> None:
                     "files, export_report.json): give a new or existing folder"
                 )
             return
+
+
+def check_model_folder(model: str, out_dir: Path) -> str:
+    """The model folder (a Hub id resolved), checked before it loads: it has tokenizer files (without them
+    transformers makes up an empty tokenizer, which would be exported beside the graph and pass the
+    check), and it is not --output (saving its tokenizer onto itself fails after model.onnx is written)."""
+    from model_optimizer.runtime.llm import TOKENIZER_FILES, resolve_model_dir
+
+    folder = resolve_model_dir(model)
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(
+            f"{folder} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); export-onnx writes the "
+            "tokenizer beside model.onnx: copy the original model's tokenizer files into the folder"
+        )
+    if out_dir.exists() and out_dir.resolve() == folder.resolve():
+        raise ValueError(f"--output {out_dir} is the model folder; give a new folder for model.onnx and its tokenizer")
+    return str(folder)

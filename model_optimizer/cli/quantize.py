@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -122,6 +123,22 @@ def options(args: argparse.Namespace):
     from model_optimizer.model.quantize.job import QuantizeOptions
     from model_optimizer.runtime.hub import resolve_model_dir
 
+    if args.eval_only is not None:  # it scores a folder that exists: what would make one is a mistake
+        given = [
+            flag
+            for flag, value in (("MODEL", args.model), ("--method", args.method), ("--output", args.output))
+            if value
+        ]
+        if given:
+            raise ValueError(
+                f"--eval-only DIR cannot be combined with {', '.join(given)}: it scores an existing quantized "
+                "folder against --reference ORIG (to quantize, leave out --eval-only)"
+            )
+    elif args.calib is not None and args.method not in (None, "awq"):
+        raise ValueError(f"--calib is calibration text for --method awq; --method {args.method} uses none")
+    for name in ("max_ppl_increase", "min_top1", "min_cosine"):
+        if getattr(args, name) is not None and math.isnan(getattr(args, name)):  # NaN would pass every comparison
+            raise ValueError(f"--{name.replace('_', '-')} must be a number, got nan")
     for name in ("num_calib_samples", "calib_seq_len", "num_eval_samples", "eval_seq_len", "group_size"):
         if getattr(args, name) is not None and getattr(args, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")

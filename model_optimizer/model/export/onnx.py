@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model_optimizer.common.fileio import current_umask
+from model_optimizer.common.fileio import current_umask, publish_dir, staging_dir
 from model_optimizer.runtime.embed import Embedder
 from model_optimizer.runtime.embed.varlen_attention import PaddedMeta
 
@@ -143,13 +144,27 @@ def check_onnx(embedder: Embedder, onnx_path: Path, texts: list[str], opset: int
 def export_folder(
     embedder: Embedder, out_dir: Path, opset: int = 17, check_texts: list[str] | None = None
 ) -> ExportReport:
-    """out_dir/model.onnx, the tokenizer files beside it, and export_report.json with the check."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    onnx_path = out_dir / "model.onnx"
-    export_onnx(embedder, onnx_path, opset)
-    embedder.tokenizer.save_pretrained(str(out_dir))
-    report = check_onnx(embedder, onnx_path, check_texts or CHECK_TEXTS, opset)
-    tmp = out_dir / "export_report.json.tmp"
-    tmp.write_text(json.dumps(asdict(report), indent=2) + "\n")
-    os.replace(tmp, out_dir / "export_report.json")
-    return report
+    """out_dir/model.onnx, the tokenizer files beside it, and export_report.json with the check.
+
+    Built in a folder beside out_dir and moved in when the check is done, so a failed or interrupted
+    export leaves nothing: a new out_dir is renamed into place whole, an existing one (files of the
+    user's may be there) gets each file by rename, the report last."""
+    staging = staging_dir(out_dir)
+    try:
+        onnx_path = staging / "model.onnx"
+        export_onnx(embedder, onnx_path, opset)
+        embedder.tokenizer.save_pretrained(str(staging))
+        report = check_onnx(embedder, onnx_path, check_texts or CHECK_TEXTS, opset)
+        report.onnx_path = str(out_dir / "model.onnx")
+        (staging / "export_report.json").write_text(json.dumps(asdict(report), indent=2) + "\n")
+        if not out_dir.exists():
+            publish_dir(staging, out_dir)
+            return report
+        umask = current_umask()
+        names = sorted(p.name for p in staging.iterdir() if p.name != "export_report.json")
+        for name in [*names, "export_report.json"]:
+            os.chmod(staging / name, 0o666 & ~umask)
+            os.replace(staging / name, out_dir / name)
+        return report
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

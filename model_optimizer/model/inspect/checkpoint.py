@@ -35,17 +35,27 @@ def read_checkpoint(folder: str | Path) -> Checkpoint:
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} not found: a checkpoint folder needs config.json (and *.safetensors)")
-    config = read_json(config_path)
-    if not isinstance(config, dict):
-        raise ValueError(f"{config_path} must hold a JSON object")
+    config = _json_object(config_path)
+    archs = config.get("architectures")
+    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) and a for a in archs)):
+        # the rules index it: a string would be read letter by letter ("architecture Q")
+        raise ValueError(f"{config_path}: 'architectures' must be a non-empty list of class names, got {archs!r}")
     generation = folder / "generation_config.json"
     adapter = folder / "adapter_config.json"
     return Checkpoint(
         folder=folder,
         config=config,
-        generation_config=read_json(generation) if generation.is_file() else None,
+        generation_config=_json_object(generation) if generation.is_file() else None,
         tokenizer=read_tokenizer(folder),
         tensors=read_tensors(folder),
-        adapter_config=read_json(adapter) if adapter.is_file() else None,
+        adapter_config=_json_object(adapter) if adapter.is_file() else None,
         other_weight_files=sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt")),
     )
+
+
+def _json_object(path: Path) -> dict:
+    """The JSON object in `path`; ValueError naming the file for any other JSON value (the rules call .get)."""
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} must hold a JSON object")
+    return value

@@ -157,7 +157,9 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
     check = LoadCheck(architecture=archs[0] if archs else None)
     try:
         model = _loading_model(config)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+        # RuntimeError: torch refusing a size from config.json (a negative max_position_embeddings'
+        # rotary table, a vocab_size whose embedding cannot be allocated even before it moves to meta)
         check.error = f"missing config key {exc}" if isinstance(exc, KeyError) else str(exc)
         return check
     check.model_class = type(model).__name__

@@ -113,6 +113,8 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
             tensors[name] = TensorInfo(name, str(entry["dtype"]), tuple(int(d) for d in entry["shape"]), path.name)
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"{path}: header entry {name!r} lacks a dtype or shape") from None
+        if any(d < 0 for d in tensors[name].shape):  # the meta tensors built from it would fail in torch
+            raise ValueError(f"{path}: header entry {name!r} has a negative dimension {list(tensors[name].shape)}")
     return tensors, metadata
 
 
@@ -121,7 +123,10 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
     model.safetensors.index.json exists, else every *.safetensors file in the folder."""
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = read_json(index).get("weight_map") or {}
+        data = read_json(index)
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(n, str) for n in weight_map.values()):
+            raise ValueError(f"{index} must hold a 'weight_map' object of tensor name -> shard file name")
         files = sorted({model_dir / name for name in weight_map.values()})
         missing = [f.name for f in files if not f.is_file()]
         if missing:

@@ -93,12 +93,12 @@ def rope(ctx: InspectContext) -> list[Finding]:
             params = rope_parameters(config)
             return [Finding("rope.supported", "ok", f"rope type {params['rope_type']}, theta {params['rope_theta']:g}")]
         rope_cfg = RopeConfig.from_hf(config, 64, int(config.get("max_position_embeddings") or 4096))
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:  # TypeError: rope_scaling or a rope field of the wrong JSON type
         return [
             Finding(
                 "rope.unsupported",
                 "error",
-                str(exc),
+                str(exc) if isinstance(exc, ValueError) else f"config.json's rope settings are malformed ({exc})",
                 "The rotary embedding would be computed differently from training: the engine refuses to load it.",
                 {"any": ["Serve with an engine that implements this rope type (vLLM does for most)"]},
                 {"rope_scaling": config.get("rope_scaling"), "rope_parameters": config.get("rope_parameters")},

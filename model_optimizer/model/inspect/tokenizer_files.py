@@ -5,6 +5,8 @@ vocabulary, the special tokens by role, and the chat template, wherever transfor
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,25 +50,40 @@ def read_tokenizer(folder: Path) -> TokenizerFacts:
     special_map = _json_if(folder / "special_tokens_map.json", facts)
     tokenizer = _json_if(folder / "tokenizer.json", facts)
     if tokenizer:
-        facts.vocab = _tokenizer_json_vocab(tokenizer)
+        with _malformed(folder / "tokenizer.json", "its model.vocab and added_tokens"):
+            facts.vocab = _tokenizer_json_vocab(tokenizer)
     elif (folder / "vocab.json").is_file():
         facts.files.append("vocab.json")
-        facts.vocab = {str(k): int(v) for k, v in read_json(folder / "vocab.json").items()}
+        with _malformed(folder / "vocab.json", "an object of token -> id"):
+            facts.vocab = {str(k): int(v) for k, v in read_json(folder / "vocab.json").items()}
     elif (folder / "vocab.txt").is_file():
         facts.files.append("vocab.txt")
-        facts.vocab = {line.rstrip("\n"): i for i, line in enumerate((folder / "vocab.txt").read_text().splitlines())}
-    for token_id, entry in (config.get("added_tokens_decoder") or {}).items():
-        facts.vocab.setdefault(str(entry.get("content")), int(token_id))
-    for role in ROLES:
-        key = f"{role}_token"
-        value = config.get(key, special_map.get(key))
-        facts.special_tokens[role] = _token_text(value)
-    extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
-    facts.extra_special_tokens = [
-        t for t in (_token_text(x) for x in (extra.values() if isinstance(extra, dict) else extra)) if t
-    ]
+        with _malformed(folder / "vocab.txt", "UTF-8 text, one token a line"):
+            lines = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()
+        facts.vocab = {line.rstrip("\n"): i for i, line in enumerate(lines)}
+    with _malformed(folder / "tokenizer_config.json", "its added_tokens_decoder and special tokens"):
+        for token_id, entry in (config.get("added_tokens_decoder") or {}).items():
+            facts.vocab.setdefault(str(entry.get("content")), int(token_id))
+        for role in ROLES:
+            key = f"{role}_token"
+            value = config.get(key, special_map.get(key))
+            facts.special_tokens[role] = _token_text(value)
+        extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
+        facts.extra_special_tokens = [
+            t for t in (_token_text(x) for x in (extra.values() if isinstance(extra, dict) else extra)) if t
+        ]
     facts.chat_template, facts.chat_template_source = _chat_template(folder, config, facts)
     return facts
+
+
+@contextmanager
+def _malformed(path: Path, expected: str) -> Iterator[None]:
+    """A file of the wrong shape (a list where an object belongs, an id that is not a number) is the
+    user's file to repair: a ValueError naming it, not a traceback from deep in the parsing."""
+    try:
+        yield
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+        raise ValueError(f"{path} is malformed: expected {expected} ({type(exc).__name__}: {exc})") from None
 
 
 def _json_if(path: Path, facts: TokenizerFacts) -> dict:
@@ -104,7 +121,8 @@ def _chat_template(folder: Path, config: dict, facts: TokenizerFacts) -> tuple[s
     jinja = folder / "chat_template.jinja"
     if jinja.is_file():
         facts.files.append(jinja.name)
-        return jinja.read_text(), jinja.name
+        with _malformed(jinja, "UTF-8 text"):
+            return jinja.read_text(encoding="utf-8"), jinja.name
     template = config.get("chat_template")
     if isinstance(template, list):
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}

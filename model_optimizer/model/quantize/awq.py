@@ -110,6 +110,7 @@ def apply_awq(
 ) -> None:
     """Rescale and clip the float weights of every decoder layer in place (model in float32)."""
     check_awq_layout(model)
+    check_awq_groups(model, group_size)
     device = next(model.parameters()).device
     token_ids, positions, meta = prefill_inputs(windows, model, device, torch.float32)
     x, residual = model.model.embed_tokens(token_ids), None
@@ -153,6 +154,24 @@ def check_awq_layout(model: nn.Module) -> None:
                 f"awq does not support {arch} yet (layer {index} is a {type(layer.mlp).__name__} "
                 f"in a {type(layer).__name__}); use --method rtn-int4, int8 or fp8"
             )
+
+
+def check_awq_groups(model: nn.Module, group_size: int) -> None:
+    """The int4 group rule rounding applies later (quantizers.check_group_size), checked before the
+    search: its reshapes into groups would otherwise fail inside the first layer with torch's error."""
+    from model_optimizer.runtime.layers.quantization.quantizers import check_group_size
+
+    for index, layer in enumerate(model.model.layers):
+        for name, linear in (
+            ("self_attn.qkv_proj", layer.self_attn.qkv_proj),
+            ("self_attn.o_proj", layer.self_attn.o_proj),
+            ("mlp.gate_up_proj", layer.mlp.gate_up_proj),
+            ("mlp.down_proj", layer.mlp.down_proj),
+        ):
+            try:
+                check_group_size(linear.weight.shape[1], group_size)
+            except ValueError as exc:
+                raise ValueError(f"model.layers.{index}.{name}: {exc}") from None
 
 
 def _fold(previous: torch.Tensor, weight: torch.Tensor, s: torch.Tensor) -> None:

@@ -159,7 +159,7 @@ def read_documents(path: str | Path | None, split: str = "calibration") -> list[
     field per line) file; None: the built-in text of `split`."""
     file = DATA_DIR / f"{split}.txt" if path is None else Path(path)
     if not file.is_file():
-        raise ValueError(f"calibration file {file} does not exist")
+        raise ValueError(f"{split} file {file} does not exist")
     content = file.read_text(encoding="utf-8")
     if file.suffix == ".jsonl":
         docs = []
@@ -176,9 +176,9 @@ def read_documents(path: str | Path | None, split: str = "calibration") -> list[
     elif file.suffix in (".txt", ".md", ""):
         docs = [d for d in content.replace("\n\n\n\n", "\f").split("\f") if d.strip()]
     else:
-        raise ValueError(f'calibration file {file} must be .txt or .jsonl (a "text" field per line)')
+        raise ValueError(f'{split} file {file} must be .txt or .jsonl (a "text" field per line)')
     if not docs:
-        raise ValueError(f"calibration file {file} holds no text")
+        raise ValueError(f"{split} file {file} holds no text")
     return docs
 
 

@@ -153,7 +153,7 @@ def evaluate_embedding_model(
 
 def embedding_gate_failures(acc: EmbeddingAccuracy, min_cosine: float | None) -> list[str]:
     """Plain-words reasons the result is refused (empty: it passes)."""
-    if min_cosine is not None and acc.mean_cosine < min_cosine:
+    if min_cosine is not None and not acc.mean_cosine >= min_cosine:  # NaN vectors fail, never pass
         return [
             f"mean cosine to the original embeddings {acc.mean_cosine:.5f} (worst text {acc.min_cosine:.5f}) "
             f"is below --min-cosine {min_cosine}"

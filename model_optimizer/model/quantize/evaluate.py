@@ -89,11 +89,12 @@ def compare(
 def gate_failures(acc: Accuracy, max_ppl_increase: float | None, min_top1: float | None) -> list[str]:
     """Plain-words reasons the result is refused (empty: it passes)."""
     failures = []
-    if max_ppl_increase is not None and acc.perplexity_increase > max_ppl_increase:
+    # `not <=` and `not >=`: a NaN figure (a model that computes NaN) breaks every limit, never passes it
+    if max_ppl_increase is not None and not acc.perplexity_increase <= max_ppl_increase:
         failures.append(
             f"perplexity rose {acc.perplexity_increase:.2%} ({acc.reference_perplexity:.3f} -> {acc.perplexity:.3f}), "
             f"above --max-ppl-increase {max_ppl_increase:g}"
         )
-    if min_top1 is not None and acc.top1_agreement < min_top1:
+    if min_top1 is not None and not acc.top1_agreement >= min_top1:
         failures.append(f"top-1 agreement {acc.top1_agreement:.4f} is below --min-top1 {min_top1:g}")
     return failures

@@ -32,14 +32,12 @@ from model_optimizer.runtime.device import pick_device
 
 def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
     """Write the quantized folder at opts.output; returns the report. GateFailed when a limit is broken."""
-    from model_optimizer.runtime.llm import load_tokenizer
-
     progress = progress or Progress()
     check_output(opts.output)
     if embed_pipeline.is_embedding_model(opts.model):
         return embed_pipeline.quantize_embedding(opts, progress)
     started = time.time()
-    tokenizer = load_tokenizer(opts.model)
+    tokenizer = model_tokenizer(opts.model)
     eval_windows = token_windows(
         tokenizer, read_documents(opts.eval_text, "evaluation"), opts.num_eval_samples, opts.eval_seq_len
     )
@@ -59,6 +57,21 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
         return build_report(opts, accuracy, calib_windows, eval_windows, time.time() - started, tmp)
 
     return publish(opts.output, build)
+
+
+def model_tokenizer(model: Path):
+    """The model folder's tokenizer; ValueError when it has no tokenizer files. transformers would
+    otherwise make up an empty one from config.json's model_type, and the evaluation text would
+    tokenize to nothing ("fewer than 2 tokens")."""
+    from model_optimizer.runtime.llm import load_tokenizer
+
+    tokenizer = load_tokenizer(model, required=False)
+    if tokenizer is None:
+        raise ValueError(
+            f"{model} has no tokenizer files (tokenizer.json, tokenizer_config.json, ...): the evaluation "
+            "text cannot be tokenized; copy the tokenizer files of the original model into it"
+        )
+    return tokenizer
 
 
 def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progress: Progress) -> torch.nn.Module:
@@ -92,14 +105,12 @@ def evaluate(
 
 def eval_only(folder: Path, reference: Path, opts: QuantizeOptions, progress: Progress | None = None) -> dict:
     """Re-evaluate any quantized folder (ours or another tool's) against its original; writes the report."""
-    from model_optimizer.runtime.llm import load_tokenizer
-
     progress = progress or Progress()
     if embed_pipeline.is_embedding_model(reference):
         return embed_pipeline.eval_only_embedding(folder, reference, opts, progress)
     started = time.time()
     windows = token_windows(
-        load_tokenizer(reference),
+        model_tokenizer(reference),
         read_documents(opts.eval_text, "evaluation"),
         opts.num_eval_samples,
         opts.eval_seq_len,

@@ -1,0 +1,77 @@
+"""`mopt export-onnx` on bad input: one line `mopt export-onnx: error: ...` and exit code 2 before the
+model loads, and no half-written output folder after a failure or Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from model_optimizer.cli.main import main
+
+pytest.importorskip("onnxruntime")
+
+
+def _error_line(argv: list[str], capsys) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "Traceback" not in err, err
+    line = err.splitlines()[-1]  # before it, only what building the session's fixture printed
+    assert line.startswith("mopt export-onnx: error: "), err
+    return line
+
+
+def test_an_opset_without_attention_is_refused_before_the_export(qwen3_dir, tmp_path, capsys):
+    """Opsets 11 to 13 passed the check, then the exporter failed on scaled_dot_product_attention
+    with a traceback and left an empty --output folder."""
+    out = tmp_path / "onnx"
+    line = _error_line(["export-onnx", "--model", str(qwen3_dir), "--output", str(out), "--opset", "13"], capsys)
+    assert "--opset must be between 14 and 21" in line
+    assert not out.exists()
+
+
+def test_output_that_is_the_model_folder(qwen3_dir, tmp_path, capsys):
+    """It failed after writing model.onnx into the model folder: '... and ... are the same file'."""
+    model = shutil.copytree(qwen3_dir, tmp_path / "model")
+    before = sorted(p.name for p in model.iterdir())
+    assert "is the model folder" in _error_line(["export-onnx", "--model", str(model), "--output", str(model)], capsys)
+    assert sorted(p.name for p in model.iterdir()) == before
+
+
+def test_a_model_without_tokenizer_files(qwen3_dir, tmp_path, capsys):
+    """transformers made up an empty tokenizer, which was exported and passed the check."""
+    model = shutil.copytree(
+        qwen3_dir, tmp_path / "model", ignore=shutil.ignore_patterns("tokenizer*", "chat_template*")
+    )
+    out = tmp_path / "onnx"
+    assert "has no tokenizer files" in _error_line(["export-onnx", "--model", str(model), "--output", str(out)], capsys)
+    assert not out.exists()
+
+
+def test_ctrl_c_during_the_export_leaves_nothing(qwen3_dir, tmp_path):
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    out = parent / "onnx"
+    command = [sys.executable, "-m", "model_optimizer.cli.main", "export-onnx", "--model", str(qwen3_dir)]
+    proc = subprocess.Popen(
+        [*command, "--output", str(out)],
+        cwd=Path(__file__).resolve().parents[3],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )
+    deadline = time.monotonic() + 120
+    while not any(parent.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)  # the export has begun once anything appears beside the output
+    assert proc.poll() is None, "the export ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert list(parent.iterdir()) == [], err
