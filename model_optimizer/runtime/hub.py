@@ -32,6 +32,10 @@ def resolve_model(model: str, revision: str | None = None) -> Path:
     path = Path(model).expanduser()
     if path.is_dir():
         return path  # one version of a folder: a revision only picks among a Hub model's
+    if path.exists():  # a file (a .safetensors, a config.json): the folder that holds it is meant
+        raise ValueError(
+            f"model {path} is a file, not a folder: give the folder that holds config.json and the weights"
+        )
     if not is_hub_id(model):
         raise FileNotFoundError(f"model folder {path} does not exist (nor is it a Hub id such as Qwen/Qwen3-0.6B)")
     return _snapshot(model, revision)

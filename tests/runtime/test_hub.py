@@ -106,3 +106,15 @@ def test_offline_api_and_tokenizer_resolve_hub_ids(hub_home, monkeypatch, tiny_m
 )
 def test_what_looks_like_a_hub_id(text, hub):
     assert is_hub_id(text) is hub
+
+
+def test_a_file_given_as_the_model_is_named_as_a_file(tmp_path, monkeypatch):
+    from model_optimizer.runtime.hub import resolve_model
+
+    weights = tmp_path / "acme" / "model.safetensors"  # a path with a Hub id's shape, too
+    weights.parent.mkdir()
+    weights.write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    for given in (str(weights), "acme/model.safetensors"):
+        with pytest.raises(ValueError, match=r"model .*model.safetensors is a file, not a folder: give the folder"):
+            resolve_model(given)

@@ -68,6 +68,26 @@ class DecoderArgs:
 
 
 REQUIRED_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+OPTIONAL_INTS = ("num_key_value_heads", "head_dim", "max_position_embeddings")
+FLOATS = ("rms_norm_eps", "layer_norm_eps", "rope_theta")
+ROPE_KEYS = ("rope_scaling", "rope_parameters")
+
+
+def check_settings(hf: dict, path: Path) -> None:
+    """ValueError naming `path` for a size, epsilon or rope setting of the wrong JSON type (a string, a
+    list, a negative size): torch or transformers would otherwise fail on it later with their own words."""
+    for key in REQUIRED_INTS + OPTIONAL_INTS:  # both encoders and decoders have these
+        value = hf.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ValueError(f"{path}: {key!r} must be a positive integer, got {value!r}")
+    for key in FLOATS:
+        value = hf.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+            raise ValueError(f"{path}: {key!r} must be a positive number, got {value!r}")
+    for key in ROPE_KEYS:
+        value = hf.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"{path}: {key!r} must be an object of rope settings (or null), got {value!r}")
 
 
 def read_config(model_dir: str | Path) -> dict:
@@ -82,10 +102,7 @@ def read_config(model_dir: str | Path) -> dict:
     hf = read_json(path)
     if not isinstance(hf, dict):
         raise ValueError(f"{path} holds a JSON {type(hf).__name__}, not an object of model settings")
-    for key in REQUIRED_INTS:  # both encoders and decoders have these; transformers would fail on them later
-        value = hf.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise ValueError(f"{path}: {key!r} must be a positive integer, got {value!r}")
+    check_settings(hf, path)
     archs = hf.get("architectures")
     if archs is None:
         model_type = hf.get("model_type")

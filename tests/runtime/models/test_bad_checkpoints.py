@@ -136,6 +136,11 @@ def test_config_with_model_type_only_still_loads(model_copy):
     (lambda c: c.update(num_hidden_layers="2"), "'num_hidden_layers' must be a positive integer, got '2'"),
     (lambda c: c.update(architectures="Qwen3ForCausalLM"), "'architectures' must be a non-empty list"),
     (lambda c: c.update(architectures=["GPT2LMHeadModel"]), "'GPT2LMHeadModel' is not supported"),
+    (lambda c: c.update(max_position_embeddings=-5), "'max_position_embeddings' must be a positive integer, got -5"),
+    (lambda c: c.update(head_dim="32"), "'head_dim' must be a positive integer, got '32'"),
+    (lambda c: c.update(rms_norm_eps="1e-6"), "'rms_norm_eps' must be a positive number, got '1e-6'"),
+    (lambda c: c.update(rope_scaling=[1]), "'rope_scaling' must be an object of rope settings (or null), got [1]"),
+    (lambda c: c.update(rope_scaling="yarn"), "'rope_scaling' must be an object of rope settings (or null)"),
 ])  # fmt: skip
 def test_config_problems_name_the_file_and_the_setting(model_copy, capsys, edit, message):
     folder = model_copy()
