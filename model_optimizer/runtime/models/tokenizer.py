@@ -50,3 +50,10 @@ def load_transformers_tokenizer(path: Path) -> Any:
         return AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError) as exc:
         raise FileNotFoundError(f"no usable tokenizer in {path}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - a malformed file fails deep inside transformers or tokenizers
+        # (a list where an object belongs, an id for a token's text, JSON tokenizers cannot parse): the
+        # user's files to repair, so one line naming the folder rather than their traceback
+        raise ValueError(
+            f"the tokenizer files in {path} are malformed ({type(exc).__name__}: {exc}); "
+            "compare them with the original model's"
+        ) from exc

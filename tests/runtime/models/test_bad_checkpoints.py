@@ -163,3 +163,17 @@ def test_export_onnx_output_that_is_a_file_is_refused_before_loading(model_copy,
     assert existing.read_text() == "keep me"
     assert main(["export-onnx", "--model", str(folder), "--output", str(existing / "inner")]) == 2
     assert f"is inside {existing}, which is a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("file,edit", [
+    ("tokenizer_config.json", lambda c: [1]),
+    ("tokenizer_config.json", lambda c: {**c, "eos_token": 5}),
+    ("tokenizer.json", lambda c: {**c, "model": [1]}),
+])  # fmt: skip
+def test_malformed_tokenizer_files_are_one_line_naming_the_folder(model_copy, capsys, file, edit):
+    folder = model_copy()
+    path = folder / file
+    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+    assert main(["generate", "--model", str(folder), "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert f"the tokenizer files in {folder} are malformed" in err and "Traceback" not in err
