@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _attach_plan(args: argparse.Namespace, report: Any) -> None:
     """The memory plan when the engine can build the model; a bad --gpu or setting is the user's error."""
+    from model_optimizer.model.inspect.consumption import is_encoder_config
     from model_optimizer.model.inspect.memory_plan import gpu_memory, plan_memory
 
     engine = EngineConfig(
@@ -126,6 +127,8 @@ def _attach_plan(args: argparse.Namespace, report: Any) -> None:
     gpu = gpu_memory(args.gpu) if args.gpu else None
     if report.raw_check.error is not None or any(f.id == "context.too_long" for f in report.findings):
         return  # the findings say why the engine would not start; no plan to make
+    if is_encoder_config(report.checkpoint.config):
+        return  # the plan is the generation engine's (weights, KV cache, activations); an encoder has no KV cache
     report.memory_plan = plan_memory(report.checkpoint.config, gpu, engine, args.seq_len)
 
 

@@ -88,11 +88,38 @@ def _loading_model(config: dict):
     from model_optimizer.runtime.layers.quantization.spec import resolve_spec
 
     spec = resolve_spec(config, None)
+    if is_encoder_config(config):
+        model = _encoder_meta_model(config)
+        if spec is not None:
+            attach_quantization(model, spec, torch.bfloat16)
+        return model
     if spec is None:
         return build_meta_model(config)
     model = _cached_meta_model.__wrapped__(json.dumps(config, sort_keys=True), "bfloat16", 1)  # attaching edits it
     attach_quantization(model, spec, torch.bfloat16)
     return model
+
+
+def is_encoder_config(config: dict) -> bool:
+    """An encoder (BERT family), which the embedding engine loads (runtime/embed), not the decoder loader."""
+    from model_optimizer.runtime.models.registry import ENCODER_ARCHITECTURES
+
+    return (config.get("architectures") or [None])[0] in ENCODER_ARCHITECTURES
+
+
+def _encoder_meta_model(config: dict):
+    """The encoder as runtime/embed/backbone.py builds it, its parameters on the meta device."""
+    import torch
+
+    from model_optimizer.runtime.models.bert import BertArgs, BertModel
+    from model_optimizer.runtime.models.loader import build_model
+
+    try:
+        args = BertArgs.from_dict(config)
+    except KeyError as exc:
+        raise ValueError(f"config.json lacks {exc.args[0]!r}, which a {config['architectures'][0]} needs") from None
+    with parameters_on_meta():
+        return build_model(lambda: BertModel(args), torch.float32, torch.device("cpu"))
 
 
 def _staged_params(model) -> set[int]:
@@ -169,12 +196,14 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
     staged = _staged_params(model)
     stacked = getattr(model, "stacked_params", {})
     tied = bool(getattr(model.args, "tie_word_embeddings", False))
+    rename = getattr(model, "checkpoint_name", None)  # an encoder maps the files' names itself (None: unused)
     loaded: set[tuple[str, str | None]] = set()
     for name, shape in tensors:
-        if skipped_on_purpose(model, name) or (tied and name == "lm_head.weight"):
+        ours = rename(name) if rename is not None else name
+        if ours is None or skipped_on_purpose(model, name) or (tied and name == "lm_head.weight"):
             check.skipped.append(name)
             continue
-        target, shard = _target_name(name, stacked)
+        target, shard = _target_name(ours, stacked)
         param = params.get(target)
         if param is None:
             check.unexpected.append(name)

@@ -26,6 +26,14 @@ class InspectContext:
     junk: list[str] = field(default_factory=list)
     """Tensors (as named in the files) no parameter takes, which `--fix` drops (cleaning.junk_names)."""
 
+    @property
+    def encoder(self) -> bool:
+        """An encoder (BERT family): served for embeddings, so the generation rules (rope, eos, chat
+        template) do not apply to it."""
+        from model_optimizer.model.inspect.consumption import is_encoder_config
+
+        return is_encoder_config(self.checkpoint.config)
+
     def fix_command(self, *options: str) -> str:
         folder = self.checkpoint.folder
         out = clean_copy_path(folder)

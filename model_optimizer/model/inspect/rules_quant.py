@@ -23,7 +23,10 @@ def quant_spec_error(ctx: InspectContext) -> str | None:
 def quantization(ctx: InspectContext) -> list[Finding]:
     """A quantized checkpoint is judged the way the loader reads it (layers/quantization/spec.py, sources.py)."""
     qc = ctx.census.quantization_config
-    non_float = sorted({t.dtype for t in ctx.checkpoint.tensors if t.dtype not in FLOAT_DTYPES})
+    skipped = set(ctx.raw_check.skipped)  # what the loader leaves unread (an encoder's int64 position_ids)
+    non_float = sorted(
+        {t.dtype for t in ctx.checkpoint.tensors if t.dtype not in FLOAT_DTYPES and t.name not in skipped}
+    )
     if not qc:
         if non_float:
             return [

@@ -68,7 +68,7 @@ def tokenizer(ctx: InspectContext) -> list[Finding]:
 
 def chat_template(ctx: InspectContext) -> list[Finding]:
     tok = ctx.checkpoint.tokenizer
-    if not tok.present:
+    if not tok.present or ctx.encoder:  # an encoder embeds text as given
         return []
     if tok.chat_template and tok.chat_template.strip():
         return [Finding("chat_template.present", "ok", f"chat template from {tok.chat_template_source}")]
@@ -91,6 +91,8 @@ def chat_template(ctx: InspectContext) -> list[Finding]:
 
 
 def eos(ctx: InspectContext) -> list[Finding]:
+    if ctx.encoder:  # nothing is generated, so nothing has to stop
+        return []
     found, engine = sources(ctx, "eos"), engine_eos(ctx)
     if not engine:
         return [

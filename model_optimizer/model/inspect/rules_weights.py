@@ -23,6 +23,8 @@ def architecture(ctx: InspectContext) -> list[Finding]:
 
     archs = ctx.checkpoint.config.get("architectures") or []
     supported = sorted(ARCHITECTURES)
+    if ctx.encoder:
+        return _encoder_architecture(archs[0])
     if not archs:
         return [
             Finding(
@@ -58,6 +60,19 @@ def architecture(ctx: InspectContext) -> list[Finding]:
     ]
 
 
+def _encoder_architecture(arch: str) -> list[Finding]:
+    """An encoder is a supported model of another kind: embeddings, not generation."""
+    return [
+        Finding(
+            "model.encoder",
+            "ok",
+            f"architecture {arch}: an encoder, served for embeddings (`mopt embed`, `mopt serve`'s "
+            "/v1/embeddings); the generation checks (rope, eos, chat template) do not apply",
+            details={"architecture": arch},
+        )
+    ]
+
+
 def truncated(ctx: InspectContext) -> list[Finding]:
     """A weights file shorter than its header's byte ranges (an interrupted download or copy): the engine's
     own check (the one generate, quantize and serve stop at), so inspect says what they would."""
@@ -83,6 +98,8 @@ def truncated(ctx: InspectContext) -> list[Finding]:
 
 
 def rope(ctx: InspectContext) -> list[Finding]:
+    if ctx.encoder:  # learned absolute positions
+        return []
     from model_optimizer.runtime.layers.rotary import RopeConfig
     from model_optimizer.runtime.layers.yarn_rotary import rope_parameters
     from model_optimizer.runtime.models.mla_args import MLA_ARCHITECTURES
@@ -286,13 +303,14 @@ def keys(ctx: InspectContext) -> list[Finding]:
 
 def linear_dtypes(ctx: InspectContext) -> Counter[str]:
     """Parameters per dtype of the weights the engine casts to one dtype at load: linear, embedding and
-    lm_head tensors, leaving out those a quantized layer keeps in their own dtype (codes, scales)."""
+    lm_head tensors, leaving out those a quantized layer keeps in their own dtype (codes, scales) and those
+    the loader skips."""
     from model_optimizer.model.inspect.census import tensor_kind
 
-    quantized = set(ctx.raw_check.quantized)
+    left_out = set(ctx.raw_check.quantized) | set(ctx.raw_check.skipped)  # skipped: buffers such as position_ids
     linear: Counter[str] = Counter()
     for info in ctx.checkpoint.tensors:
-        if info.name not in quantized and tensor_kind(info) in LINEAR_KINDS:
+        if info.name not in left_out and tensor_kind(info) in LINEAR_KINDS:
             linear[info.dtype_name] += info.numel
     return linear
 
