@@ -72,6 +72,13 @@ def resolve_spec(hf_config: dict, quantization: str | None) -> QuantSpec | None:
 def spec_from_config(qc: dict) -> QuantSpec:
     if not isinstance(qc, dict):
         raise ValueError("config.json: quantization_config must be an object")
+    try:
+        return _spec_from_config(qc)
+    except (AttributeError, TypeError, KeyError, IndexError) as exc:  # a field of the wrong JSON type
+        raise ValueError(f"config.json: quantization_config is malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _spec_from_config(qc: dict) -> QuantSpec:
     kind = str(qc.get("quant_method", "")).lower()
     if kind == "awq":
         return _awq_spec(qc)

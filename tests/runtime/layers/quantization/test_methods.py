@@ -110,3 +110,19 @@ def test_engine_generates_with_quantized_weights(quant_model, method):
     assert len(quantized_layers(llm.runner.model)) == 8
     out = llm.generate(["def main():"], SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))
     assert len(out[0].outputs[0].token_ids) == 6
+
+
+@pytest.mark.parametrize(
+    "qc",
+    [
+        {"quant_method": "compressed-tensors", "config_groups": "x"},
+        {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": [1]}}},
+        {"quant_method": "awq", "group_size": [128]},
+        {"quant_method": "fp8", "weight_block_size": [[128], 128]},
+    ],
+)
+def test_a_malformed_quantization_config_is_one_value_error(qc):
+    from model_optimizer.runtime.layers.quantization.spec import resolve_spec
+
+    with pytest.raises(ValueError, match="config.json: quantization_config"):
+        resolve_spec({"quantization_config": qc}, None)
