@@ -85,3 +85,13 @@ def test_awq_group_size_that_does_not_tile_a_layer(tiny_model, tmp_path, capsys)
     line = _error_line(argv, capsys)
     assert "model.layers.0.self_attn.qkv_proj: int4 groups of 128 inputs do not tile in_features 64" in line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_architecture_is_named_among_the_generation_models(quant_model, tmp_path, capsys):
+    import json
+
+    folder = shutil.copytree(quant_model("qwen3"), tmp_path / "foo")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["FooForCausalLM"]}))
+    line = _error_line(["quantize", str(folder), "--method", "int8", "--output", str(tmp_path / "out"), *SMALL], capsys)
+    assert "'FooForCausalLM' is not supported for generation" in line and "embeddings" not in line.split(";")[0]
