@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+MAX_INTERVAL_S = 86400.0
+"""A day between scrapes; time.sleep overflows on much longer ones."""
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -35,11 +38,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
+    from model_optimizer.optimizer.bench.client import check_base_url
     from model_optimizer.optimizer.top.render import render
     from model_optimizer.optimizer.top.view import Monitor
 
-    if args.interval <= 0:
-        raise ValueError(f"--interval must be > 0 seconds, got {args.interval}")
+    # NaN failed in time.sleep with a message naming no flag, inf or 1e10 as an OverflowError traceback
+    if not 0 < args.interval <= MAX_INTERVAL_S:
+        raise ValueError(f"--interval must be > 0 and at most {MAX_INTERVAL_S:g} seconds, got {args.interval}")
+    check_base_url(args.url, "--url")  # a URL that can never answer is an input error, not "unreachable"
     if args.json and not args.once:
         raise ValueError("--json prints one snapshot: use it with --once")
     monitor = Monitor(args.url, args.api_key or os.environ.get("MOPT_API_KEY"), gpu=args.gpu)

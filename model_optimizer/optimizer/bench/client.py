@@ -72,11 +72,25 @@ class ClientConfig:
         if self.json_schema and self.response_format:
             raise ValueError("give json_schema or response_format, not both")
         response_format_of(self)  # a missing file or bad JSON fails before any request is sent
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        check_base_url(self.base_url, "base_url")
         self.base_url = self.base_url.rstrip("/").removesuffix("/v1")
-        if self.request_timeout <= 0:
+        if not (self.request_timeout > 0):  # NaN too: it reached the first request as httpx's "deadline" error
             raise ValueError(f"request_timeout must be positive, got {self.request_timeout}")
+
+
+def check_base_url(url: str, name: str) -> None:
+    """A ValueError unless `url` is an http(s) URL with a host and a valid port: a port such as 99999 or
+    an unclosed `[` otherwise reached httpx or the socket as a traceback after the run had started."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"{name} must start with http:// or https://, got {url!r}")
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"{name} is not a valid URL ({exc}): {url!r}") from None
+    if not parsed.host:
+        raise ValueError(f"{name} has no host: {url!r}")
+    if parsed.port is not None and not 0 < parsed.port <= 65535:
+        raise ValueError(f"{name} has port {parsed.port}, outside 1-65535: {url!r}")
 
 
 @dataclass

@@ -8,10 +8,12 @@ A trace line is a JSON object with `timestamp` (seconds, or milliseconds with
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from model_optimizer.common.fileio import jsonl_values
+from model_optimizer.optimizer.bench.lengths import MAX_TOKENS
 
 
 @dataclass
@@ -47,14 +49,18 @@ def _trace_row(item: dict, where: str, scale: float) -> RawRequest:
     prompt = item.get("prompt")
     prompt_len = item.get("prompt_len", item.get("input_length"))
     output_len = item.get("output_len", item.get("output_length"))
-    if not isinstance(timestamp, (int, float)) or isinstance(timestamp, bool):
-        raise ValueError(f"{where}: needs a numeric 'timestamp'")
+    if not isinstance(timestamp, (int, float)) or isinstance(timestamp, bool) or not math.isfinite(timestamp):
+        # NaN and Infinity parse as JSON numbers: an Infinity timestamp made a trace replay wait forever
+        raise ValueError(f"{where}: needs a finite numeric 'timestamp', got {timestamp!r}")
     if prompt is None and not _positive_int(prompt_len):
         raise ValueError(f"{where}: needs 'prompt' or a positive integer 'prompt_len'")
     if prompt is not None and not (isinstance(prompt, str) or _id_list(prompt)):
         raise ValueError(f"{where}: 'prompt' must be text or a list of token ids")
     if not _positive_int(output_len):
         raise ValueError(f"{where}: needs a positive integer 'output_len'")
+    for name, value in (("prompt_len", prompt_len if prompt is None else None), ("output_len", output_len)):
+        if value is not None and value > MAX_TOKENS:  # its prompt would be built in memory before the run
+            raise ValueError(f"{where}: '{name}' {value:,} is over {MAX_TOKENS:,} tokens")
     return RawRequest(prompt, prompt_len, output_len, float(timestamp) * scale)
 
 
@@ -90,9 +96,14 @@ def _first_exchange(turns: list) -> tuple[str, str] | None:
 
 def _open(path: str) -> str:
     file = Path(path)
+    if file.is_dir():
+        raise ValueError(f"dataset file {path} is a folder; give a file")
     if not file.is_file():
         raise ValueError(f"dataset file not found: {path}")
-    return file.read_text(encoding="utf-8")
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:  # the bare message named neither the file nor the problem's place
+        raise ValueError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _positive_int(value: object) -> bool:

@@ -8,11 +8,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 KINDS = ("fixed", "uniform", "normal", "hist")
+MAX_TOKENS = 1 << 24
+"""Longest length a spec may give (16,777,216 tokens, above any model's context): longer ones are typos,
+and their prompts were allocated before the run (4e9 ids: a 30 GiB MemoryError; past int64 an OverflowError)."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,10 @@ class LengthDist:
 def parse_length(spec: str, name: str = "length") -> LengthDist:
     """Parse a length spec; raise ValueError saying which forms are allowed."""
     text = str(spec).strip()
-    help_text = f"{name} must be N, uniform:LO:HI, normal:MEAN:STD or hist:LEN=WEIGHT,...; got {spec!r}"
+    help_text = (
+        f"{name} must be N, uniform:LO:HI, normal:MEAN:STD or hist:LEN=WEIGHT,... (lengths 1 to {MAX_TOKENS:,}, "
+        f"finite weights); got {spec!r}"
+    )
     try:
         if ":" not in text:
             return _checked(LengthDist("fixed", (int(text),)), help_text)
@@ -70,14 +77,19 @@ def parse_length(spec: str, name: str = "length") -> LengthDist:
 
 
 def _checked(dist: LengthDist, help_text: str) -> LengthDist:
-    ok = bool(dist.values) and all(v > 0 for v in dist.values)
+    # finite and bounded: normal:1:inf or normal:1e300:1 drew NaN or huge lengths that failed as
+    # "negative dimensions are not allowed", and an inf weight as "Probabilities contain NaN"
+    ok = bool(dist.values) and all(0 < v <= MAX_TOKENS for v in dist.values)
     if dist.kind == "uniform":
         ok = ok and dist.values[0] <= dist.values[1]
     if dist.kind == "normal":
-        ok = dist.values[0] > 0 and dist.values[1] >= 0
+        ok = 0 < dist.values[0] <= MAX_TOKENS and 0 <= dist.values[1] <= MAX_TOKENS
     if dist.kind == "hist":
         ok = (
-            ok and len(dist.weights) == len(dist.values) and all(w >= 0 for w in dist.weights) and sum(dist.weights) > 0
+            ok
+            and len(dist.weights) == len(dist.values)
+            and all(0 <= w < math.inf for w in dist.weights)
+            and 0 < sum(dist.weights) < math.inf
         )
     if not ok:
         raise ValueError(help_text)

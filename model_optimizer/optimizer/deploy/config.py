@@ -5,6 +5,7 @@ Each field's docstring is also its CLI help (see model_optimizer/cli/args.py).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -68,6 +69,9 @@ class DeployConfig:
         if self.max_replicas < self.min_replicas:
             raise ValueError(f"max_replicas ({self.max_replicas}) must be >= min_replicas ({self.min_replicas})")
         parse_kernels_for(self.kernels_for)  # a ValueError naming the forms allowed
+        if self.driver is not None and not re.fullmatch(r"\d+(\.\d+){0,2}", self.driver):
+            # "x.y" was reported as "older than 560.28.03", and "" or "570.abc" compared as a version
+            raise ValueError(f"driver must be a version such as 570.133.20, got {self.driver!r}")
         if self.image is None:
             self.image = default_image(self.engine)
         if not self.image or any(c.isspace() for c in self.image):

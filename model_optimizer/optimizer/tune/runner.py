@@ -35,6 +35,21 @@ from model_optimizer.optimizer.tune.study import (
 )
 from model_optimizer.optimizer.tune.trial import TrialSetup
 
+STORED_KEYS = (
+    "model",
+    "space",
+    "slo",
+    "seed",
+    "client",
+    "workload",
+    "load",
+    "server_cmd",
+    "ready_path",
+    "ready_timeout",
+    "trial_timeout",
+)
+"""What `tune` reads from tune.json without a default (cli/tune.py `_fresh` writes them all)."""
+
 
 def budget_of(trials: int | None, time: str | None, sampler: str = "nsga2") -> Budget:
     if sampler == "grid" and trials is None and time is None:
@@ -46,7 +61,24 @@ def load_stored(output_dir: Path) -> dict:
     path = output_dir / "tune.json"
     if not path.is_file():
         raise ValueError(f"--resume: {path} does not exist; run without --resume to start a study there")
-    return read_json(path)
+    stored = read_json(path)
+    # a hand-edited or truncated file came out as a KeyError or AttributeError traceback
+    if not isinstance(stored, dict):
+        raise ValueError(
+            f"--resume: {path} must hold a JSON object (what mopt tune wrote), got {type(stored).__name__}"
+        )
+    missing = [key for key in STORED_KEYS if key not in stored]
+    if missing:
+        raise ValueError(f"--resume: {path} lacks {', '.join(missing)}; it is not a tune.json that mopt tune wrote")
+    for key in ("space", "client", "workload", "load"):
+        if not isinstance(stored[key], dict):
+            raise ValueError(f"--resume: {path}: {key} must be a JSON object, got {stored[key]!r}")
+    try:
+        SearchSpace.from_dict(stored["space"])
+        trial_setup(stored)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"--resume: {path} does not describe a study ({type(exc).__name__}: {exc})") from None
+    return stored
 
 
 def trial_setup(stored: dict) -> TrialSetup:

@@ -137,6 +137,7 @@ def open_study(output_dir: Path, seed: int, resume: bool, sampler: str = "nsga2"
     chosen = make_sampler(sampler, seed, space)  # a bad choice is refused before the file is touched
     db = output_dir / "study.db"
     storage = f"sqlite:///{db}"
+    check_sqlite(db)
     exists = db.is_file() and STUDY_NAME in {s.study_name for s in optuna.get_all_study_summaries(storage)}
     if resume and not exists:
         raise ValueError(f"--resume: no study in {db}; run without --resume to start one")
@@ -151,11 +152,48 @@ def open_study(output_dir: Path, seed: int, resume: bool, sampler: str = "nsga2"
         directions=[d for _, d in OBJECTIVES],
         load_if_exists=resume,
     )
+    if resume and space is not None:
+        check_trials_fit(study, space, db)  # before anything is written to the file
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([n for n, _ in OBJECTIVES])
     fail_running(study, "interrupted: the tuner stopped during this trial")
     return study
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_sqlite(db: Path) -> None:
+    """A ValueError when `db` exists but is no SQLite file (an empty file is one): sqlalchemy's
+    "file is not a database" came out as a traceback."""
+    if not db.is_file() or db.stat().st_size == 0:
+        return
+    with db.open("rb") as file:
+        if file.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+            raise ValueError(f"{db} is not a SQLite file: move it away, or give another --output-dir")
+
+
+def check_trials_fit(study, space: SearchSpace, db: Path) -> None:
+    """A ValueError when a stored trial has a knob the space does not search, or a value outside it: a
+    study.db of another study (another space beside this tune.json) was resumed without a word, its
+    trials ranked with these and the best of them written to best.yaml."""
+    knobs = {k.name: k for k in space.knobs}
+    for trial in study.get_trials(deepcopy=False):
+        for name, value in trial.params.items():
+            knob = knobs.get(name)
+            if knob is None:
+                problem = f"searches {name}, which the space in tune.json does not"
+            elif knob.choices is not None and value not in knob.choices:
+                problem = f"has {name}={value!r}, not among the space's choices {knob.choices}"
+            elif knob.choices is None and not knob.low <= value <= knob.high:
+                problem = f"has {name}={value!r}, outside the space's range [{knob.low}, {knob.high}]"
+            else:
+                continue
+            raise ValueError(
+                f"--resume: trial {trial.number} in {db} {problem}: the file holds another study than "
+                f"{db.parent / 'tune.json'} describes; give another --output-dir"
+            )
 
 
 def fail_running(study, reason: str) -> None:

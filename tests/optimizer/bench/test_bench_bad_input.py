@@ -1,0 +1,105 @@
+"""`mopt bench` answers bad input with one `mopt bench: error:` line and exit code 2, before any request:
+URLs that can never be reached, length specs that are not finite or absurdly long, trace files with
+NaN or Infinity timestamps or a binary file. Each case once failed with a traceback, a misleading
+message, or (an Infinity timestamp) a replay that never ended."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from model_optimizer.cli.main import main
+
+REPO = Path(__file__).resolve().parents[3]
+DEAD = "http://127.0.0.1:1"
+"""Nothing listens on port 1: a request sent there fails at once (the cases below must not get that far)."""
+
+
+def bench(capsys, tmp_path: Path, *flags: str) -> tuple[int, str]:
+    code = main(["bench", "--model", "m", "--num-requests", "1", "--output-dir", str(tmp_path / "out"), *flags])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://127.0.0.1:99999", "port 99999, outside 1-65535"),  # was an OverflowError from connect()
+        ("http://[::1", "is not a valid URL"),  # was httpx.InvalidURL
+        ("http://:80", "has no host"),
+    ],
+)
+def test_a_url_that_cannot_be_reached_is_refused(capsys, tmp_path, url, message):
+    code, err = bench(capsys, tmp_path, "--base-url", url, "--prompt-len", "4", "--output-len", "2")
+    assert code == 2 and err.startswith("mopt bench: error: base_url") and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "spec"),
+    [
+        ("--prompt-len", "normal:1:inf"),  # was "negative dimensions are not allowed"
+        ("--prompt-len", "normal:1e300:1"),
+        ("--output-len", "hist:4=inf"),  # was "Probabilities contain NaN"
+        ("--prompt-len", "4000000000"),  # was a 30 GiB MemoryError traceback
+        ("--output-len", "99999999999999999999"),  # was an OverflowError traceback
+    ],
+)
+def test_length_specs_must_be_finite_and_bounded(capsys, tmp_path, flag, spec):
+    other = "--output-len" if flag == "--prompt-len" else "--prompt-len"
+    code, err = bench(capsys, tmp_path, "--base-url", DEAD, flag, spec, other, "4")
+    name = flag.removeprefix("--").replace("-", "_")
+    assert code == 2 and f"mopt bench: error: {name} must be N" in err and "16,777,216" in err, err
+
+
+def test_request_timeout_nan_is_refused_before_the_run(capsys, tmp_path):
+    code, err = bench(capsys, tmp_path, "--base-url", DEAD, "--prompt-len", "4", "--request-timeout", "nan")
+    assert code == 2 and "request_timeout must be positive, got nan" in err, err  # was "deadline must not be NaN"
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def test_trace_with_an_infinite_timestamp_is_refused_not_replayed_forever(tmp_path):
+    """A real `mopt bench` process: before the check, the replay waited for the Infinity timestamp forever."""
+    trace = write(
+        tmp_path / "trace.jsonl",
+        '{"timestamp": 0, "prompt_len": 4, "output_len": 2}\n{"timestamp": Infinity, "prompt_len": 4, "output_len": 2}\n',
+    )
+    argv = ["--base-url", DEAD, "--model", "m", "--dataset", "trace", "--dataset-path", str(trace)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "model_optimizer.cli.main", "bench", *argv, "--load-mode", "trace"]
+        + ["--output-dir", str(tmp_path / "out")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"mopt bench: error: {trace}:2: needs a finite numeric 'timestamp', got inf"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"timestamp": NaN, "prompt_len": 4, "output_len": 2}\n', ":1: needs a finite numeric 'timestamp', got nan"),
+        ('{"timestamp": 0, "prompt_len": 4000000000, "output_len": 2}\n', ":1: 'prompt_len' 4,000,000,000 is over"),
+        (b"\xff\xfe\x00binary\n", " is not UTF-8 text (invalid start byte at byte 0)"),  # named no file before
+    ],
+)
+def test_bad_trace_files_are_named_errors(capsys, tmp_path, content, message):
+    trace = write(tmp_path / "trace.jsonl", content)
+    code, err = bench(capsys, tmp_path, "--base-url", DEAD, "--dataset", "trace", "--dataset-path", str(trace))
+    assert code == 2 and err.startswith(f"mopt bench: error: {trace}") and message in err, err
+
+
+def test_a_dataset_path_that_is_a_folder_says_so(capsys, tmp_path):
+    code, err = bench(capsys, tmp_path, "--base-url", DEAD, "--dataset", "trace", "--dataset-path", str(tmp_path))
+    assert code == 2 and "is a folder" in err, err  # was "dataset file not found"
