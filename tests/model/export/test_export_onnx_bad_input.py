@@ -13,25 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from model_optimizer.cli.main import main
+from tests.cli_errors import error_line
 
 pytest.importorskip("onnxruntime")
-
-
-def _error_line(argv: list[str], capsys) -> str:
-    code = main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and "Traceback" not in err, err
-    line = err.splitlines()[-1]  # before it, only what building the session's fixture printed
-    assert line.startswith("mopt export-onnx: error: "), err
-    return line
 
 
 def test_an_opset_without_attention_is_refused_before_the_export(qwen3_dir, tmp_path, capsys):
     """Opsets 11 to 13 passed the check, then the exporter failed on scaled_dot_product_attention
     with a traceback and left an empty --output folder."""
     out = tmp_path / "onnx"
-    line = _error_line(["export-onnx", "--model", str(qwen3_dir), "--output", str(out), "--opset", "13"], capsys)
+    line = error_line(["export-onnx", "--model", str(qwen3_dir), "--output", str(out), "--opset", "13"], capsys)
     assert "--opset must be between 14 and 21" in line
     assert not out.exists()
 
@@ -40,7 +31,7 @@ def test_output_that_is_the_model_folder(qwen3_dir, tmp_path, capsys):
     """It failed after writing model.onnx into the model folder: '... and ... are the same file'."""
     model = shutil.copytree(qwen3_dir, tmp_path / "model")
     before = sorted(p.name for p in model.iterdir())
-    assert "is the model folder" in _error_line(["export-onnx", "--model", str(model), "--output", str(model)], capsys)
+    assert "is the model folder" in error_line(["export-onnx", "--model", str(model), "--output", str(model)], capsys)
     assert sorted(p.name for p in model.iterdir()) == before
 
 
@@ -50,7 +41,7 @@ def test_a_model_without_tokenizer_files(qwen3_dir, tmp_path, capsys):
         qwen3_dir, tmp_path / "model", ignore=shutil.ignore_patterns("tokenizer*", "chat_template*")
     )
     out = tmp_path / "onnx"
-    assert "has no tokenizer files" in _error_line(["export-onnx", "--model", str(model), "--output", str(out)], capsys)
+    assert "has no tokenizer files" in error_line(["export-onnx", "--model", str(model), "--output", str(out)], capsys)
     assert not out.exists()
 
 

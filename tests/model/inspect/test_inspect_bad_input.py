@@ -9,16 +9,12 @@ import struct
 import pytest
 
 from model_optimizer.cli.main import main
+from tests.cli_errors import error_line
 from tests.model.inspect import broken as b
 
 
 def _error_line(folder, capsys) -> str:
-    code = main(["inspect", str(folder), "--json"])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and "Traceback" not in err, err
-    line = err.splitlines()[-1]  # before it, only what building the session's fixture printed
-    assert line.startswith("mopt inspect: error: "), err
-    return line
+    return error_line(["inspect", str(folder), "--json"], capsys)
 
 
 @pytest.mark.parametrize(

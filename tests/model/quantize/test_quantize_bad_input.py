@@ -10,17 +10,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from model_optimizer.cli.main import main
+from tests.cli_errors import error_line
 
 SMALL = ["--num-eval-samples", "2", "--eval-seq-len", "32", "--device", "cpu"]
-
-
-def _error_line(argv: list[str], capsys) -> str:
-    code = main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and "Traceback" not in err, err
-    line = err.splitlines()[-1]  # before it, only what building the session's fixture printed
-    assert line.startswith("mopt quantize: error: "), err
-    return line
 
 
 def test_a_nan_model_fails_the_gate_and_writes_nothing(quant_model, tmp_path, capsys):
@@ -39,7 +31,7 @@ def test_a_nan_model_fails_the_gate_and_writes_nothing(quant_model, tmp_path, ca
 def test_a_ppl_limit_of_nan(quant_model, tmp_path, capsys):
     """--min-top1 and --min-cosine have ranges that refuse NaN; --max-ppl-increase nan passed every result."""
     argv = ["quantize", str(quant_model("qwen3")), "--method", "int8", "--output", str(tmp_path / "q")]
-    assert "--max-ppl-increase must be a number, got nan" in _error_line([*argv, "--max-ppl-increase", "nan"], capsys)
+    assert "--max-ppl-increase must be a number, got nan" in error_line([*argv, "--max-ppl-increase", "nan"], capsys)
     assert not (tmp_path / "q").exists()
 
 
@@ -51,7 +43,7 @@ def test_eval_only_with_the_flags_of_a_quantization(quant_model, tmp_path, capsy
     model = str(quant_model("qwen3"))
     extra = [model if a == "MODEL" else str(tmp_path / "out") if a == "OUT" else a for a in extra]
     argv = ["quantize", "--eval-only", str(tmp_path), "--reference", model, *extra, *SMALL]
-    assert "--eval-only DIR cannot be combined with" in _error_line(argv, capsys)
+    assert "--eval-only DIR cannot be combined with" in error_line(argv, capsys)
     assert not (tmp_path / "out").exists() and not (tmp_path / "quantization_report.json").exists()
 
 
@@ -59,12 +51,12 @@ def test_calib_without_awq_is_refused(quant_model, tmp_path, capsys):
     calib = tmp_path / "calib.txt"
     calib.write_text("some text\n")
     argv = ["quantize", str(quant_model("qwen3")), "--method", "int8", "--output", str(tmp_path / "q")]
-    assert "--calib is calibration text for --method awq" in _error_line([*argv, "--calib", str(calib)], capsys)
+    assert "--calib is calibration text for --method awq" in error_line([*argv, "--calib", str(calib)], capsys)
 
 
 def test_a_missing_eval_text_is_named_as_evaluation_text(quant_model, tmp_path, capsys):
     argv = ["quantize", str(quant_model("qwen3")), "--method", "int8", "--output", str(tmp_path / "q")]
-    line = _error_line([*argv, "--eval-text", str(tmp_path / "nope.txt"), *SMALL], capsys)
+    line = error_line([*argv, "--eval-text", str(tmp_path / "nope.txt"), *SMALL], capsys)
     assert f"evaluation file {tmp_path / 'nope.txt'} does not exist" in line
 
 
@@ -74,7 +66,7 @@ def test_a_model_without_tokenizer_files(quant_model, tmp_path, capsys):
         quant_model("qwen3"), tmp_path / "m", ignore=shutil.ignore_patterns("tokenizer*", "chat_template*")
     )
     argv = ["quantize", str(folder), "--method", "int8", "--output", str(tmp_path / "q"), *SMALL]
-    assert "has no tokenizer files" in _error_line(argv, capsys)
+    assert "has no tokenizer files" in error_line(argv, capsys)
     assert [p.name for p in tmp_path.iterdir()] == ["m"]
 
 
@@ -82,7 +74,7 @@ def test_awq_group_size_that_does_not_tile_a_layer(tiny_model, tmp_path, capsys)
     """hidden_size 64 and groups of 128: a RuntimeError from a reshape inside the AWQ search before."""
     argv = ["quantize", str(tiny_model("qwen3")), "--method", "awq", "--output", str(tmp_path / "q")]
     argv += ["--num-calib-samples", "2", "--calib-seq-len", "32", *SMALL]
-    line = _error_line(argv, capsys)
+    line = error_line(argv, capsys)
     assert "model.layers.0.self_attn.qkv_proj: int4 groups of 128 inputs do not tile in_features 64" in line
     assert list(tmp_path.iterdir()) == []
 
@@ -93,5 +85,5 @@ def test_an_unknown_architecture_is_named_among_the_generation_models(quant_mode
     folder = shutil.copytree(quant_model("qwen3"), tmp_path / "foo")
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "architectures": ["FooForCausalLM"]}))
-    line = _error_line(["quantize", str(folder), "--method", "int8", "--output", str(tmp_path / "out"), *SMALL], capsys)
+    line = error_line(["quantize", str(folder), "--method", "int8", "--output", str(tmp_path / "out"), *SMALL], capsys)
     assert "'FooForCausalLM' is not supported for generation" in line and "embeddings" not in line.split(";")[0]
