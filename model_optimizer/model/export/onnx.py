@@ -146,10 +146,13 @@ def export_folder(
 ) -> ExportReport:
     """out_dir/model.onnx, the tokenizer files beside it, and export_report.json with the check.
 
-    Built in a folder beside out_dir and moved in when the check is done, so a failed or interrupted
-    export leaves nothing: a new out_dir is renamed into place whole, an existing one (files of the
-    user's may be there) gets each file by rename, the report last."""
-    staging = staging_dir(out_dir)
+    Built in a staging folder and moved in when the check is done, so a failed or interrupted export
+    leaves no half-written file: a new out_dir is built beside it and renamed into place whole; an
+    existing one (a mount point, files of the user's) stages inside itself, so that every rename stays
+    on its file system, and gets each file by rename, its old report removed first and the new one
+    moved last: a report is there only beside the files it checked."""
+    existing = out_dir.is_dir()
+    staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".export-tmp-")) if existing else staging_dir(out_dir)
     try:
         onnx_path = staging / "model.onnx"
         export_onnx(embedder, onnx_path, opset)
@@ -157,9 +160,10 @@ def export_folder(
         report = check_onnx(embedder, onnx_path, check_texts or CHECK_TEXTS, opset)
         report.onnx_path = str(out_dir / "model.onnx")
         (staging / "export_report.json").write_text(json.dumps(asdict(report), indent=2) + "\n")
-        if not out_dir.exists():
+        if not existing:
             publish_dir(staging, out_dir)
             return report
+        (out_dir / "export_report.json").unlink(missing_ok=True)
         umask = current_umask()
         names = sorted(p.name for p in staging.iterdir() if p.name != "export_report.json")
         for name in [*names, "export_report.json"]:

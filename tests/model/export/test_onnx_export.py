@@ -45,3 +45,20 @@ def test_decoder_embedder_exports_with_causal_mask_and_last_token(qwen3_dir, qwe
     input_ids, mask = padded_batch(qwen3, more)
     got = session.run(["sentence_embedding"], {"input_ids": input_ids.numpy(), "attention_mask": mask.numpy()})[0]
     assert np.abs(got - qwen3.encode(more).embeddings.numpy()).max() < 1e-4
+
+
+def test_export_into_an_existing_folder_stages_inside_it_and_keeps_the_user_s_files(qwen3, tmp_path):
+    """An existing --output (a mounted volume, say) is staged inside itself, so each file's rename stays
+    on its file system; the user's files stay, the old report goes before the new files come in."""
+    from model_optimizer.model.export.onnx import export_folder
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "export_report.json").write_text('{"old": true}')
+    report = export_folder(qwen3, out, check_texts=["short", "a longer text to embed"])
+    names = sorted(p.name for p in out.iterdir())
+    assert "model.onnx" in names and "notes.txt" in names and not [n for n in names if n.startswith(".")]
+    assert (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / "export_report.json").read_text())["onnx_path"] == str(out / "model.onnx")
+    assert report.onnx_path == str(out / "model.onnx")
