@@ -86,8 +86,8 @@ def check_settings(hf: dict, path: Path) -> None:
             raise ValueError(f"{path}: {key!r} must be a positive number, got {value!r}")
     for key in ROPE_KEYS:
         value = hf.get(key)
-        if value is not None and not isinstance(value, dict):
-            raise ValueError(f"{path}: {key!r} must be an object of rope settings (or null), got {value!r}")
+        if value and not isinstance(value, dict):  # false and {} mean none, as the rope code reads them
+            raise ValueError(f"{path}: {key!r} must be an object of rope settings (or null / false), got {value!r}")
 
 
 def read_config(model_dir: str | Path) -> dict:

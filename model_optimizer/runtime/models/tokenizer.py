@@ -50,6 +50,8 @@ def load_transformers_tokenizer(path: Path) -> Any:
         return AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError) as exc:
         raise FileNotFoundError(f"no usable tokenizer in {path}: {exc}") from exc
+    except ImportError as exc:  # its tokenizer class needs a package (fugashi, sentencepiece ...): the files are fine
+        raise ValueError(f"the tokenizer of {path} needs a package that is not installed: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - a malformed file fails deep inside transformers or tokenizers
         # (a list where an object belongs, an id for a token's text, JSON tokenizers cannot parse): the
         # user's files to repair, so one line naming the folder rather than their traceback

@@ -139,8 +139,8 @@ def test_config_with_model_type_only_still_loads(model_copy):
     (lambda c: c.update(max_position_embeddings=-5), "'max_position_embeddings' must be a positive integer, got -5"),
     (lambda c: c.update(head_dim="32"), "'head_dim' must be a positive integer, got '32'"),
     (lambda c: c.update(rms_norm_eps="1e-6"), "'rms_norm_eps' must be a positive number, got '1e-6'"),
-    (lambda c: c.update(rope_scaling=[1]), "'rope_scaling' must be an object of rope settings (or null), got [1]"),
-    (lambda c: c.update(rope_scaling="yarn"), "'rope_scaling' must be an object of rope settings (or null)"),
+    (lambda c: c.update(rope_scaling=[1]), "'rope_scaling' must be an object of rope settings (or null / false), got [1]"),
+    (lambda c: c.update(rope_scaling="yarn"), "'rope_scaling' must be an object of rope settings (or null / false)"),
 ])  # fmt: skip
 def test_config_problems_name_the_file_and_the_setting(model_copy, capsys, edit, message):
     folder = model_copy()
@@ -177,3 +177,27 @@ def test_malformed_tokenizer_files_are_one_line_naming_the_folder(model_copy, ca
     assert main(["generate", "--model", str(folder), "--prompt", "hi"]) == 2
     err = capsys.readouterr().err
     assert f"the tokenizer files in {folder} are malformed" in err and "Traceback" not in err
+
+
+def test_rope_scaling_false_means_none(model_copy):
+    """Some configs carry "rope_scaling": false; the rope code reads it as absent, and so does the check."""
+    folder = model_copy()
+    _edit_config(folder, lambda c: c.update(rope_scaling=False))
+    assert type(load_model(folder, "auto", torch.device("cpu"))).__name__ == "Qwen3ForCausalLM"
+
+
+def test_a_tokenizer_that_needs_a_missing_package_says_so(model_copy, capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("fugashi") is not None:
+        pytest.skip("fugashi is installed: the tokenizer would load")
+    folder = model_copy()
+    for name in ("tokenizer.json", "chat_template.jinja"):
+        (folder / name).unlink(missing_ok=True)
+    (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhi\n")
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "BertJapaneseTokenizer", "word_tokenizer_type": "mecab"})
+    )
+    assert main(["generate", "--model", str(folder), "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert f"the tokenizer of {folder} needs a package that is not installed" in err and "Traceback" not in err
