@@ -100,11 +100,19 @@ def _loading_model(config: dict):
     return model
 
 
-def is_encoder_config(config: dict) -> bool:
-    """An encoder (BERT family), which the embedding engine loads (runtime/embed), not the decoder loader."""
-    from model_optimizer.runtime.models.registry import ENCODER_ARCHITECTURES
+def encoder_architecture(config: dict) -> str | None:
+    """The encoder (BERT family) config.json names, in `architectures` or, as older BERT folders do, by
+    `model_type` alone (read_config's rule); None for anything else. Encoders are loaded by the embedding
+    engine (runtime/embed), not the decoder loader."""
+    from model_optimizer.runtime.models.registry import ENCODER_ARCHITECTURES, MODEL_TYPES
 
-    return (config.get("architectures") or [None])[0] in ENCODER_ARCHITECTURES
+    archs = config.get("architectures")
+    arch = archs[0] if archs else MODEL_TYPES.get(config.get("model_type"))
+    return arch if arch in ENCODER_ARCHITECTURES else None
+
+
+def is_encoder_config(config: dict) -> bool:
+    return encoder_architecture(config) is not None
 
 
 def _encoder_meta_model(config: dict):
@@ -114,6 +122,7 @@ def _encoder_meta_model(config: dict):
     from model_optimizer.runtime.models.bert import BertArgs, BertModel
     from model_optimizer.runtime.models.loader import build_model
 
+    config = {**config, "architectures": [encoder_architecture(config)]}
     try:
         args = BertArgs.from_dict(config)
     except KeyError as exc:

@@ -19,12 +19,13 @@ def _some(names: list[str]) -> str:
 
 
 def architecture(ctx: InspectContext) -> list[Finding]:
+    from model_optimizer.model.inspect.consumption import encoder_architecture
     from model_optimizer.runtime.models.registry import ARCHITECTURES
 
     archs = ctx.checkpoint.config.get("architectures") or []
     supported = sorted(ARCHITECTURES)
     if ctx.encoder:
-        return _encoder_architecture(archs[0])
+        return _encoder_architecture(encoder_architecture(ctx.checkpoint.config))
     if not archs:
         return [
             Finding(

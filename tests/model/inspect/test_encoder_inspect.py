@@ -3,6 +3,8 @@ embedding engine loads them, and the generation rules (rope, eos, chat template)
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from model_optimizer.cli.main import main
@@ -79,3 +81,15 @@ def test_fix_drops_what_the_encoder_does_not_take_and_the_result_embeds_the_same
     assert inspect_checkpoint(fixed).exit_code == 0
     text = ["a short text to embed"]
     assert Embedder(str(fixed), device="cpu").embed(text) == Embedder(str(encoder), device="cpu").embed(text)
+
+
+def test_an_encoder_named_by_model_type_alone_is_an_encoder(encoder, tmp_path):
+    """Older BERT folders have no 'architectures', only model_type; the engine loads them as BertModel."""
+    folder = b.copy_model(encoder, tmp_path / "bert")
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("architectures")
+    (folder / "config.json").write_text(json.dumps(config))
+    report = inspect_checkpoint(folder)
+    assert report.exit_code == 0, report.findings
+    assert "BertModel" in {f.id: f for f in report.findings}["model.encoder"].title
+    Embedder(str(folder), device="cpu")  # the engine agrees
