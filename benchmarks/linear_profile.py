@@ -60,6 +60,8 @@ def profile(table: dict, model: str, method: str, rows: int, peak_gbps: float) -
 
     cfg = json.loads((Path(__file__).parent / "configs" / model / "config.json").read_text())
     layers = cfg["num_hidden_layers"]
+    if "router" in layer_shapes(model):  # the experts run in the fused MoE kernel, which no tile table times
+        raise SystemExit(f"{model} is a mixture of experts: this profile covers dense decoders only")
     fmt = table_format(method, rows)
     linears, missing = [], []
     for name, (n, k) in layer_shapes(model).items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import selectors
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -94,22 +94,31 @@ INPUT_POLL_SECONDS = 0.1
 
 
 def input_chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
-    """The bytes of an input file in chunks. A pipe or FIFO (`/dev/stdin`, `<(...)`) is read through
-    `select` with a short timeout: a SIGINT that lands between Python's check for signals and a
+    """The bytes of an input file in chunks. A pipe or FIFO (`/dev/stdin`, `<(...)`) is waited on with a
+    short timeout (a selector) before each read: a SIGINT that lands between Python's check for signals and a
     blocking read() would leave that read waiting for the writer, so the process would ignore Ctrl-C
     for as long as the writer stays silent."""
     fd = os.open(path, os.O_RDONLY)
+    waiting = None
     try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            waiting = selectors.DefaultSelector()  # epoll on Linux: any fd number, unlike select()
+            try:
+                waiting.register(fd, selectors.EVENT_READ)
+            except OSError:  # a file that cannot be polled (/dev/null): plain reads, which never wait
+                waiting.close()
+                waiting = None
         while True:
-            if not regular:
-                while not select.select([fd], [], [], INPUT_POLL_SECONDS)[0]:
+            if waiting is not None:
+                while not waiting.select(INPUT_POLL_SECONDS):
                     pass  # each turn of the loop runs Python's signal handlers
             chunk = os.read(fd, size)
             if not chunk:
                 return
             yield chunk
     finally:
+        if waiting is not None:
+            waiting.close()
         os.close(fd)
 
 

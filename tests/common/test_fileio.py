@@ -37,7 +37,7 @@ def test_a_pipe_is_read_to_its_end(tmp_path):
             for piece in pieces:
                 f.write(piece)
 
-    writer = threading.Thread(target=write)
+    writer = threading.Thread(target=write, daemon=True)  # daemon: a failing read must not hang the run
     writer.start()
     assert read_input(fifo) == b"".join(pieces)
     writer.join()
