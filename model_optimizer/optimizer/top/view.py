@@ -97,6 +97,14 @@ def is_local(url: str) -> bool:
     return host in {"localhost", "127.0.0.1", "::1", "0.0.0.0", socket.gethostname().lower()}  # noqa: S104
 
 
+ERROR_CHARS = 160
+"""Most characters of a scrape's error the dashboard shows."""
+
+
+def clip(text: str, limit: int = ERROR_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class Monitor:
     """Polls one server's /metrics; each poll gives a View, an unreachable one when the scrape fails."""
 
@@ -112,7 +120,10 @@ class Monitor:
             response = httpx.get(f"{self.url}/metrics", headers=self.headers, timeout=self.timeout)
             if response.status_code != 200:
                 raise ValueError(f"/metrics answered {response.status_code}")
-            scrape = Scrape.parse(response.text, time.monotonic())
+            try:
+                scrape = Scrape.parse(response.text, time.monotonic())
+            except ValueError as exc:  # the parser quotes the whole offending line: an HTML page, say
+                raise ValueError(f"/metrics is not Prometheus text: {clip(str(exc))}") from None
         except (httpx.HTTPError, ValueError) as exc:
             self.previous = None  # a restarted server's counters start again: no delta across the gap
             return View(url=self.url, reachable=False, error=str(exc) or type(exc).__name__)

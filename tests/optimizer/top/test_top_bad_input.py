@@ -3,6 +3,8 @@ and exit code 2, instead of a traceback or a dashboard saying "unreachable"."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from model_optimizer.cli.main import main
@@ -31,3 +33,17 @@ def test_a_url_that_can_never_answer_is_an_input_error(capsys, url, message):
     captured = capsys.readouterr()
     assert code == 2 and captured.err.startswith("mopt top: error: --url") and message in captured.err
     assert "unreachable" not in captured.out
+
+
+def test_a_server_whose_metrics_are_no_prometheus_text_is_named_briefly(capsys):
+    """A page that is no exposition text (an HTML error page, say) was quoted whole by the parser."""
+    from tests.optimizer.top.test_top import Replay
+
+    server = Replay(["<html>" + "x" * 5000 + "</html>\n"])
+    try:
+        code = main(["top", "--url", server.url, "--once", "--json", "--no-gpu", "--interval", "0.05"])
+    finally:
+        server.stop()
+    view = json.loads(capsys.readouterr().out)
+    assert code == 1 and not view["reachable"]
+    assert view["error"].startswith("/metrics is not Prometheus text: ") and len(view["error"]) <= 200
