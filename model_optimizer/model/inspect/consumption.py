@@ -9,6 +9,7 @@ what inspect predicts is what `load_weights` will do, without reading a byte of 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -111,6 +112,15 @@ def encoder_architecture(config: dict) -> str | None:
     return arch if arch in ENCODER_ARCHITECTURES else None
 
 
+_LAYER_INDEX = re.compile(r"\.layers?\.(\d+)\.")
+
+
+def _layers_held(names: Iterable[str]) -> int:
+    """Decoder (or encoder) layers the tensor names number: the highest index plus one, 0 for none."""
+    indices = [int(m.group(1)) for name in names if (m := _LAYER_INDEX.search(name))]
+    return max(indices) + 1 if indices else 0
+
+
 def is_encoder_config(config: dict) -> bool:
     return encoder_architecture(config) is not None
 
@@ -191,6 +201,12 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
 
     archs = config.get("architectures") or []
     check = LoadCheck(architecture=archs[0] if archs else None)
+    tensors = list(tensors)
+    declared, held = config.get("num_hidden_layers"), _layers_held(name for name, _ in tensors)
+    if isinstance(declared, int) and held and declared > 2 * held + 16:
+        # a typo such as 1,000,000 would have the meta model built layer by layer for hours
+        check.error = f"config.json's num_hidden_layers is {declared:,}, but the weights hold {held} layers"
+        return check
     try:
         model = _loading_model(config)
     except (ValueError, KeyError, TypeError, RuntimeError) as exc:

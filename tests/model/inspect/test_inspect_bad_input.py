@@ -95,3 +95,15 @@ def test_rope_scaling_that_is_not_an_object_is_a_finding(fresh, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert code == 1
     assert "rope.unsupported" in {f["id"] for f in doc["findings"]}
+
+
+def test_a_layer_count_far_beyond_the_weights_is_reported_without_building_it(fresh):
+    """num_hidden_layers 1,000,000 had the meta model built layer by layer (still running after 300 s)."""
+    from model_optimizer.model.inspect.inspector import inspect_checkpoint
+
+    folder = fresh()
+    b.edit_json(folder / "config.json", num_hidden_layers=1_000_000)
+    report = inspect_checkpoint(folder)
+    finding = {f.id: f for f in report.findings}["model.config_invalid"]
+    assert "num_hidden_layers is 1,000,000, but the weights hold 2 layers" in finding.title
+    assert report.exit_code == 1
