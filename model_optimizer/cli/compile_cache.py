@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         major, minor = (int(part) for part in args.arch.split("."))
     except ValueError:
-        raise ValueError(f"--arch must be a compute capability such as 9.0, got {args.arch!r}") from None
+        major = minor = -1
+    if major < 1 or minor < 0:  # "-1.0" parsed, and named a folder sm-10
+        raise ValueError(f"--arch must be a compute capability such as 9.0, got {args.arch!r}")
     target = AotTarget((major, minor), args.num_sms, args.gpu_name)
     folder = Path(args.output) if args.output else cache_folder(f"sm{target.arch}")
     if args.action == "path":
@@ -64,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from model_optimizer.runtime.runner.aot_workers import build_parallel
 
     config = dataclass_from_args(EngineConfig, args)
+    _check_build(config, args.num_sms, folder)  # here, not as a traceback from each build worker
     folder.mkdir(parents=True, exist_ok=True)
     report = build_parallel(config, target, folder, args.jobs)
     launches = sum(report["kernel_launches"].values())
@@ -71,3 +74,20 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(shown | {"launches": launches, "jobs": report.get("jobs", 1)}))
     print(folder)
     return 0
+
+
+def _check_build(config: EngineConfig, num_sms: int, folder: Path) -> None:
+    """What the build workers would each fail on, checked once in this process: one error line, exit code 2."""
+    from model_optimizer.runtime.hub import localize
+    from model_optimizer.runtime.models.model_config import read_config
+
+    if config.model is None:
+        raise ValueError("compile-cache build needs --model (the model folder whose engine start to compile)")
+    if config.tensor_parallel_size != 1:
+        raise ValueError("compile-cache build covers one GPU per engine (tensor_parallel_size 1)")
+    if num_sms < 1:
+        raise ValueError(f"--num-sms must be a positive integer, got {num_sms}")
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--output {folder} is a file; give a folder for the Triton cache")
+    localize(config)  # a Hub id becomes its snapshot folder; a missing folder is FileNotFoundError
+    read_config(config.model)  # config.json present and readable

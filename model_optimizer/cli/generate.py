@@ -54,7 +54,9 @@ SAMPLING_FLAGS = (
     "logprobs",
 )
 PROMPT_KEYS = ("prompt", "prompt_token_ids", "messages")
-LINE_KEYS = PROMPT_KEYS + tuple(f.name for f in fields(SamplingParams))
+ENGINE_FIELDS = ("output_kind", "min_tokens_barred")
+"""SamplingParams fields the engine sets (LLM.generate asks for final outputs; min_tokens bars EOS): not line keys."""
+LINE_KEYS = PROMPT_KEYS + tuple(f.name for f in fields(SamplingParams) if f.name not in ENGINE_FIELDS)
 UNLIMITED = "None"
 """--max-tokens None: generate until EOS or the end of the context."""
 ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
@@ -161,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _log("interrupted while loading the model; nothing was generated or written")
         return 130
-    prompt_ids, prompt_texts = zip(*(_prompt_ids(llm, line) for line in lines))
+    prompt_ids, prompt_texts = zip(*(_prompt_ids(llm, line, p) for line, p in zip(lines, params)))
     finished: dict[int, Any] = {}
     start = time.perf_counter()
     try:  # the line inside the try: a Ctrl-C right after it is still answered below
@@ -178,7 +180,10 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - start
     _emit(args.output, llm, prompt_texts, params, finished)
     _print_stats(console, llm, list(finished.values()), elapsed)
-    return 0
+    failed = [i for i in sorted(finished) if finished[i].error]
+    for i in failed:  # finish_reason "error": said, and not exit code 0 as if every prompt had an answer
+        _log(f"{lines[i].source} failed: {finished[i].error}")
+    return 1 if failed else 0
 
 
 def read_prompt_lines(prompts: list[str], prompts_file: Path | None) -> list[PromptLine]:
@@ -252,17 +257,41 @@ def _messages(messages: Any) -> list[dict]:
 
 def _line_params(line: PromptLine, base: dict[str, Any]) -> SamplingParams:
     try:
-        return SamplingParams(**{**base, **line.sampling})
+        params = SamplingParams(**{**base, **_json_sampling(line.sampling)})
+        if params.structured_outputs is not None:  # a bad regex or grammar: refused now, not an empty "error" output
+            from model_optimizer.runtime.structured.grammar import check
+
+            try:
+                check(params.structured_outputs)
+            except ValueError as exc:  # llguidance's reason spans lines (the regex with a caret under it)
+                raise ValueError(" ".join(str(exc).split())) from None
+        return params
     except ValueError as exc:
         raise ValueError(f"{line.source}: {exc}") from None
 
 
-def _prompt_ids(llm: Any, line: PromptLine) -> tuple[list[int], str | None]:
+def _json_sampling(sampling: dict[str, Any]) -> dict[str, Any]:
+    """A line's sampling fields with logit_bias's keys as token ids: JSON object keys are strings, so
+    {"logit_bias": {"50256": -100}} is what a JSONL line can give (as the server reads it)."""
+    bias = sampling.get("logit_bias")
+    if not isinstance(bias, dict):
+        return sampling
+    ids = {}
+    for key, value in bias.items():
+        token = key.strip() if isinstance(key, str) else ""
+        if not token.isdigit() or len(token) > 12:  # (no int() of thousands of digits)
+            raise ValueError(f"logit_bias keys must be token ids (non-negative integers), got {key!r}")
+        ids[int(token)] = value
+    return {**sampling, "logit_bias": ids}
+
+
+def _prompt_ids(llm: Any, line: PromptLine, params: SamplingParams) -> tuple[list[int], str | None]:
     """(token ids, prompt text or None) of one line, with the engine's own checks; errors name the line."""
     from model_optimizer.runtime.engine.input_processor import check_prompt_fits, encode_prompt
 
     info = llm.engine.info
     try:
+        params.check_vocab(info.vocab_size)  # logit_bias, allowed_token_ids, ... against this model's vocabulary
         text = _chat_text(llm, line.messages) if line.messages is not None else line.prompt
         if line.messages is not None:
             ids = list(llm.tokenizer.encode(text, add_special_tokens=False))  # the template has the special tokens
@@ -345,6 +374,7 @@ def _result(index: int, prompt: str | None, output: Any, params: SamplingParams,
             }
             for c in output.outputs
         ],
+        **({"error": output.error} if output.error else {}),
         "ttft_s": output.metrics.ttft,
         "latency_s": (output.metrics.finished_time or 0) - output.metrics.arrival_time,
     }

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if server_config.api_key is None and env_key is not None:  # set but empty is refused, not "no auth"
         check_api_key(env_key, API_KEY_ENV)
         server_config.api_key = env_key
+    check_listen_address(server_config.host, server_config.port)  # before the model loads, not after
     model_id = localize(engine_config)  # a Hub id becomes its snapshot folder, downloaded or from the cache
     if model_id is not None and server_config.served_model_name is None:
         server_config.served_model_name = model_id  # clients ask for Qwen/Qwen3-0.6B, as with vLLM
@@ -58,6 +59,27 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if core_start is not None:
             core_start.abandon()  # nothing, once the server took it
+
+
+def check_listen_address(host: str, port: int) -> None:
+    """ValueError naming --host/--port when the server could not listen there (a name that does not
+    resolve, an address not on this machine, a port in use or privileged): uvicorn found out only
+    after the model had loaded, and exited with code 3 and a log line. A bind of a socket closed at
+    once, with SO_REUSEADDR as uvicorn's; a port taken between this check and the server's bind still
+    fails there."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ValueError(f"--host {host!r} is not an address or a name this machine can resolve ({exc})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            raise ValueError(f"cannot listen on {host}:{port} (--host, --port): {exc.strerror or exc}") from None
 
 
 def _spawn_core_early(server_config, engine_config):  # noqa: ANN001, ANN202

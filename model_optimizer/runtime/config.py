@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 import re
 import typing
 from dataclasses import dataclass
@@ -190,15 +191,19 @@ class EngineConfig:
             raise ValueError(
                 f"long_prefill_token_threshold must be an integer >= 0 (0: 4% of max_model_len), got {value!r}"
             )
-        if self.max_model_len is not None and self.max_model_len <= 0:
-            raise ValueError(f"max_model_len must be a positive integer, got {self.max_model_len}")
-        if self.num_kv_blocks is not None and self.num_kv_blocks <= 0:
-            raise ValueError(f"num_kv_blocks must be a positive integer, got {self.num_kv_blocks}")
-        offload = self.cpu_offload_gb
-        if isinstance(offload, bool) or not isinstance(offload, (int, float)) or offload < 0:
+        # type first, in the same check: "1.5" or 2.5 (the Python API, a config file) is a ValueError naming
+        # the field, not a TypeError or torch's error from deep in the load
+        for name in ("max_model_len", "num_kv_blocks"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        offload = self.cpu_offload_gb  # NaN and infinity passed `< 0` and failed in the loader's int()
+        if isinstance(offload, bool) or not isinstance(offload, (int, float)) or not 0 <= offload < math.inf:
             raise ValueError(f"cpu_offload_gb must be a number of GiB >= 0 (0: off), got {offload!r}")
         tier = self.kv_offloading_size
-        if isinstance(tier, bool) or not isinstance(tier, (int, float)) or tier < 0:
+        if isinstance(tier, bool) or not isinstance(tier, (int, float)) or not 0 <= tier < math.inf:
             raise ValueError(f"kv_offloading_size must be a number of GiB >= 0 (0: off), got {tier!r}")
         if tier and not self.enable_prefix_caching:
             raise ValueError("kv_offloading_size keeps prefix-cache blocks: it needs enable_prefix_caching")
@@ -207,8 +212,9 @@ class EngineConfig:
                 "preemption_mode swap copies preempted requests' KV blocks to host memory: set kv_offloading_size "
                 "to the GiB it may use (or keep preemption_mode recompute)"
             )
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        utilization = self.gpu_memory_utilization
+        if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0.0 < utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {utilization!r}")
         stall = self.max_decode_stall
         if stall is not None and (
             isinstance(stall, bool) or not isinstance(stall, (int, float)) or not (stall == 0 or stall > 1)

@@ -6,7 +6,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,7 @@ def load_runner(config: EngineConfig, model_dir: Path, tokenizer: Any) -> tuple[
     process of `mopt serve` load a model."""
     from model_optimizer.runtime.runner.model_runner import ModelRunner
 
+    check_host_memory(config)
     if config.tensor_parallel_size > 1:  # worker processes hold the model; this one drives them
         from model_optimizer.runtime.executor.executor import TensorParallelExecutor
 
@@ -89,6 +90,32 @@ def load_runner(config: EngineConfig, model_dir: Path, tokenizer: Any) -> tuple[
         num_host_kv_blocks=getattr(runner, "num_host_kv_blocks", 0),
     )
     return runner, info
+
+
+def check_host_memory(config: EngineConfig) -> None:
+    """ValueError naming the flags when the KV cache the engine would allocate in host memory (kv_cache_memory
+    per process on the CPU, and the host KV tier's kv_offloading_size GiB) exceeds what the machine has
+    available: the zero-filled tensors got the process killed by the OOM killer, or a RuntimeError out of
+    the allocator, only after the weights had loaded."""
+    import torch
+
+    from model_optimizer.environment.probes.system import available_memory_bytes
+    from model_optimizer.runtime.config import format_size
+
+    on_cpu = config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available())
+    kv = config.kv_cache_memory * config.tensor_parallel_size if on_cpu and config.num_kv_blocks is None else 0
+    tier = int(config.kv_offloading_size * 2**30) * config.tensor_parallel_size
+    available = available_memory_bytes()
+    if available is None or kv + tier <= available:
+        return
+    parts = ([f"--kv-cache-memory {format_size(config.kv_cache_memory)}"] if kv else []) + (
+        [f"--kv-offloading-size {config.kv_offloading_size:g}"] if tier else []
+    )
+    per_process = f" in each of {config.tensor_parallel_size} processes" if config.tensor_parallel_size > 1 else ""
+    raise ValueError(
+        f"{' and '.join(parts)}{per_process} would take {(kv + tier) / 2**30:.1f} GiB of host memory, but only "
+        f"{available / 2**30:.1f} GiB is available on this machine; lower {' and '.join(p.split()[0] for p in parts)}"
+    )
 
 
 def generation_defaults(model_dir: Path) -> dict[str, Any]:
@@ -173,10 +200,11 @@ class LLM:
         if self.engine is None:
             raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not generate")
         prompts = _as_prompt_list(prompts)
-        params = sampling_params or self.default_sampling_params()
-        params_list = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
-        if len(params_list) != len(prompts):
-            raise ValueError(f"got {len(params_list)} sampling params for {len(prompts)} prompts")
+        params = self.default_sampling_params() if sampling_params is None else sampling_params
+        params_list = _as_params_list(params, len(prompts))
+        vocab_size = self.engine.info.vocab_size
+        for p in {id(p): p for p in params_list}.values():  # before any is queued: a bad id fails no step
+            p.check_vocab(vocab_size)
         ids = [str(next(self._ids)) for _ in prompts]
         index_of = {request_id: index for index, request_id in enumerate(ids)}
         added = []
@@ -230,13 +258,37 @@ class LLM:
         )
 
 
+PROMPTS_HINT = "a string, a list of token ids, a {'prompt': ...} or {'prompt_token_ids': ...} dict, or a list of those"
+
+
 def _as_prompt_list(prompts: Prompt | dict | Sequence[Prompt | dict]) -> list[Prompt]:
     if isinstance(prompts, (str, dict)):
         return [_as_prompt(prompts)]
+    # bytes would pass as a list of token ids (its byte values); None or a number is no prompt at all
+    if isinstance(prompts, (bytes, bytearray)) or not isinstance(prompts, Iterable):
+        raise TypeError(f"prompts must be {PROMPTS_HINT}, got {type(prompts).__name__}")
     prompts = list(prompts)
     if prompts and all(isinstance(t, int) for t in prompts):
         return [prompts]  # one prompt given as token ids
+    for index, p in enumerate(prompts):
+        if not isinstance(p, (str, dict, list, tuple)):
+            raise TypeError(f"prompts[{index}] must be {PROMPTS_HINT}, got {type(p).__name__}")
     return [_as_prompt(p) for p in prompts]
+
+
+def _as_params_list(params: SamplingParams | Sequence[SamplingParams], num_prompts: int) -> list[SamplingParams]:
+    """One SamplingParams per prompt; TypeError naming sampling_params for anything else (a dict of
+    fields is not converted: SamplingParams(**fields) says which field is wrong)."""
+    if isinstance(params, SamplingParams):
+        return [params] * num_prompts
+    if not isinstance(params, (list, tuple)):
+        raise TypeError(f"sampling_params must be a SamplingParams or a list of them, got {type(params).__name__}")
+    for index, p in enumerate(params):
+        if not isinstance(p, SamplingParams):
+            raise TypeError(f"sampling_params[{index}] must be a SamplingParams, got {type(p).__name__}")
+    if len(params) != num_prompts:
+        raise ValueError(f"got {len(params)} sampling params for {num_prompts} prompts")
+    return list(params)
 
 
 PROMPT_KEYS = ("prompt", "prompt_token_ids")

@@ -156,6 +156,21 @@ class SamplingParams:
     def clone(self, **changes: object) -> SamplingParams:
         return replace(self, **changes)
 
+    def check_vocab(self, vocab_size: int) -> None:
+        """ValueError naming the field when a token id it gives lies outside the model's vocabulary: the
+        sampler indexes the logits with them (an IndexError mid-step otherwise). Stop token ids only end
+        the output, so one the model never samples is harmless and allowed."""
+        fields = {
+            "logit_bias": list(self.logit_bias or ()),
+            "allowed_token_ids": self.allowed_token_ids or [],
+            "bad_words_token_ids": [t for seq in self.bad_words_token_ids or [] for t in seq],
+            "thinking_end_token_ids": self.thinking_end_token_ids or [],
+            "thinking_start_token_ids": self.thinking_start_token_ids or [],
+        }
+        for name, ids in fields.items():
+            bad = next((t for t in ids if t >= vocab_size), None)
+            _require(bad is None, f"{name}: token id {bad} is outside the vocabulary [0, {vocab_size})")
+
     def _validate(self) -> None:
         # type checks come first and in the same condition as the range, so that a wrong type
         # (a JSON "hot" or true) is a ValueError with the allowed range, never a TypeError
@@ -192,6 +207,10 @@ class SamplingParams:
             ),
             "allowed_token_ids must be a list of token ids (integers >= 0)",
         )
+        _require(  # an empty list left every token allowed, the opposite of what it says (the server refuses it too)
+            self.allowed_token_ids is None or len(self.allowed_token_ids) > 0,
+            "allowed_token_ids is empty: no token could be sampled (None allows any)",
+        )
         _require(
             self.bad_words_token_ids is None
             or (
@@ -203,6 +222,12 @@ class SamplingParams:
             ),
             "bad_words_token_ids must be a list of non-empty lists of token ids",
         )
+        for name in ("thinking_end_token_ids", "thinking_start_token_ids"):  # the sampler indexes them at every step
+            value = getattr(self, name)
+            _require(
+                value is None or (isinstance(value, list) and all(_is_int(t) and t >= 0 for t in value)),
+                f"{name} must be a list of token ids (integers >= 0) or None, got {value!r}",
+            )
         _require(
             self.thinking_token_budget is None
             or (

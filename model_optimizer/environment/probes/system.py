@@ -97,6 +97,18 @@ def _memory() -> dict[str, Any]:
     }
 
 
+def available_memory_bytes() -> int | None:
+    """Bytes this process could still allocate: MemAvailable, or less under a cgroup limit (a container's);
+    None where neither can be read."""
+    memory = _memory()
+    candidates = [memory["available_bytes"]]
+    current = (read_text("/sys/fs/cgroup/memory.current") or "").strip()
+    if memory["cgroup_limit_bytes"] is not None and current.isdigit():
+        candidates.append(max(0, memory["cgroup_limit_bytes"] - int(current)))
+    known = [c for c in candidates if c is not None]
+    return min(known) if known else None
+
+
 def _disk() -> dict[str, Any]:
     hf_home = os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
     out = {}

@@ -31,6 +31,7 @@ from model_optimizer.runtime.embed.packing import pack_batch
 from model_optimizer.runtime.embed.pooling import finish, pool
 from model_optimizer.runtime.embed.st_folder import read_folder_spec
 from model_optimizer.runtime.embed.tokenizer_pool import TokenizerPool, default_num_threads
+from model_optimizer.runtime.hub import is_hub_id
 from model_optimizer.runtime.models.model_config import read_config
 
 OnBatch = Callable[[list[int], torch.Tensor, list[int]], None]
@@ -61,6 +62,10 @@ class Embedder:
             raise FileNotFoundError(
                 f"model folder {self.model_dir} does not exist (models load from local folders only)"
             )
+        tokenizer_dir = Path(self.config.tokenizer).expanduser() if self.config.tokenizer else self.model_dir
+        if not tokenizer_dir.is_dir() and not is_hub_id(str(self.config.tokenizer)):  # load_tokenizer resolves ids
+            # checked before the weights load; load_tokenizer would call it a "model folder"
+            raise FileNotFoundError(f"tokenizer folder {tokenizer_dir} does not exist (tokenizer, --tokenizer)")
         hf = read_config(self.model_dir)
         spec = read_folder_spec(self.model_dir)
         self.is_encoder = is_encoder(hf)
@@ -68,7 +73,7 @@ class Embedder:
         if backbone is None:
             backbone = load_backbone(self.model_dir, hf, self.config.dtype, self.device, self.config.load_format)
         self.backbone = backbone
-        self.tokenizer_dir = Path(self.config.tokenizer).expanduser() if self.config.tokenizer else self.model_dir
+        self.tokenizer_dir = tokenizer_dir
         self.tokenizer = load_tokenizer(self.tokenizer_dir)
         self.tokenizer.model_max_length = 1 << 30  # we check lengths ourselves, with a clearer message
         self.pooling = self._pick_pooling(spec.pooling)

@@ -27,6 +27,15 @@ _VISIBLE = re.compile(f"[^{_INVISIBLE}]")
 BLANK_HINT = "empty or blank (only whitespace or invisible characters such as zero-width spaces)"
 
 
+class InputError(ValueError):
+    """An input that cannot be embedded: "input {index}{detail}". `index` is its position in the caller's
+    list, which a caller naming its inputs otherwise (mopt embed: the JSONL row's id) replaces."""
+
+    def __init__(self, index: int, detail: str) -> None:
+        super().__init__(f"input {index}{detail}")
+        self.index, self.detail = index, detail
+
+
 def is_blank(text: str) -> bool:
     """True when `text` shows nothing: "", "   ", "\\u200b". Such an input embeds as the model's special
     tokens alone, a vector that stands for no text: the server and `mopt embed` refuse it alike."""
@@ -119,15 +128,16 @@ class InputTokenizer:
         for i, tokens in enumerate(ids):
             if i in text_of:
                 if not tokens:
-                    raise ValueError(f"input {numbers[i]} has no tokens")
+                    raise InputError(numbers[i], " has no tokens")
             else:
                 self._check_ids(tokens, numbers[i])
             if len(tokens) <= limit:
                 continue
             if truncate_to is None:
-                raise ValueError(
-                    f"input {numbers[i]} has {len(tokens)} tokens, more than the model's limit of {rules.max_seq_length}; "
-                    "pass truncate_prompt_tokens=-1 (mopt embed --truncate) to cut it"
+                raise InputError(
+                    numbers[i],
+                    f" has {len(tokens)} tokens, more than the model's limit of {rules.max_seq_length}; "
+                    "pass truncate_prompt_tokens=-1 (mopt embed --truncate) to cut it",
                 )
             if i not in text_of:
                 ids[i] = tokens[:limit]
@@ -135,7 +145,7 @@ class InputTokenizer:
             try:
                 ids[i] = _truncate_text(text_of[i], self.encoder, rules, limit)
             except ValueError as exc:
-                raise ValueError(f"input {numbers[i]}: {exc}") from None
+                raise InputError(numbers[i], f": {exc}") from None
         return ids
 
     def _check_ids(self, tokens: Sequence[int], number: int) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from model_optimizer.common.fileio import check_writable_file_path, jsonl_values, text_lines
 from model_optimizer.runtime.config import check_positive
-from model_optimizer.runtime.embed.inputs import BLANK_HINT, is_blank
+from model_optimizer.runtime.embed.inputs import BLANK_HINT, InputError, is_blank
 from model_optimizer.runtime.embed.output_meta import check_same, describe, meta_path, read_meta, write_meta
 
 
@@ -91,6 +91,12 @@ def _parse_row(row: Any, number: int, text_field: str, id_field: str, path: Path
         row_id, text = row.get(id_field, number - 1), row[text_field]
     else:
         raise ValueError(f"{path}:{number}: expected a JSON string or an object with a string field {text_field!r}")
+    try:  # NaN or Infinity (Python's json reads them) would make every output row with it invalid JSON
+        json.dumps(row_id, allow_nan=False)
+    except ValueError:
+        raise ValueError(
+            f"{path}:{number}: the id holds NaN or Infinity, which JSON cannot carry; give another id"
+        ) from None
     if is_blank(text):  # as the server refuses it: a vector of the special tokens alone stands for no text
         raise ValueError(f"{path}:{number}: the text is {BLANK_HINT}; give every row visible text")
     for what, value in (("text", text), ("id", json.dumps(row_id, ensure_ascii=False))):
@@ -213,14 +219,19 @@ class EmbedJob:
             )
             self.num_written = writer.num_written
 
-        self.embedder.encode(
-            [text for _, text in chunk],
-            dimensions=self.job.dimensions,
-            instruction=self.job.instruction,
-            truncate_prompt_tokens=-1 if self.job.truncate else None,
-            on_progress=on_progress,
-            on_batch=save,
-        )
+        try:
+            self.embedder.encode(
+                [text for _, text in chunk],
+                dimensions=self.job.dimensions,
+                instruction=self.job.instruction,
+                truncate_prompt_tokens=-1 if self.job.truncate else None,
+                on_progress=on_progress,
+                on_batch=save,
+            )
+        except InputError as exc:  # "input 3" counts within this chunk: name the row by its id instead
+            if not 0 <= exc.index < len(chunk):
+                raise
+            raise ValueError(f"{self.job.input}: the row with id {chunk[exc.index][0]!r}{exc.detail}") from None
 
     def _check_or_start(self, out: Path, state: OutputState) -> None:
         """Refuse to append vectors unlike those in `out`; record this run's settings for a file it starts."""

@@ -153,6 +153,8 @@ class ServerConfig:
             "stream_interval",
             "api_server_count",
         )
+        if not isinstance(self.host, str) or not self.host.strip():  # uvicorn took "" as every interface
+            raise ValueError(f"host must be an address such as 127.0.0.1 (0.0.0.0: every interface), got {self.host!r}")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port!r}")
         if not 0 <= self.max_logprobs <= 20:
@@ -224,17 +226,22 @@ def _json_object(value: str | dict | None, name: str) -> dict | None:
     return value or None
 
 
-def _str_list(value: str | list[str] | None) -> list[str] | None:
+def _str_list(value: str | list[str] | None, field: str) -> list[str] | None:
     """A list, a JSON list or a comma-separated string (the CLI flag) -> a list, or None when empty."""
     if isinstance(value, str):
         text = value.strip()
-        value = json.loads(text) if text.startswith("[") else [o.strip() for o in text.split(",") if o.strip()]
-    return value or None
+        try:
+            value = json.loads(text) if text.startswith("[") else [o.strip() for o in text.split(",") if o.strip()]
+        except ValueError as exc:  # json's own message names no flag
+            raise ValueError(f"{field} starts with '[' but is not a JSON list: {exc}") from None
+    if value is not None and not isinstance(value, (list, tuple)):
+        raise ValueError(f"{field} must be a list or comma-separated text, got {type(value).__name__}")
+    return list(value) if value else None
 
 
 def _names(value: str | list[str] | None, field: str, valid: Callable[[str], bool]) -> list[str] | None:
     """Header names or methods for CORS, each checked; None (CORS allows any) when empty."""
-    value = _str_list(value)
+    value = _str_list(value, field)
     for item in value or []:
         if not isinstance(item, str) or not valid(item):
             what = "'*' or header names such as Content-Type" if field == "allowed_headers" else "'*' or GET, POST, ..."
@@ -244,7 +251,7 @@ def _names(value: str | list[str] | None, field: str, valid: Callable[[str], boo
 
 def _origins(value: str | list[str] | None) -> list[str] | None:
     """Origins from a list or the CLI flag's string, or None."""
-    value = _str_list(value)
+    value = _str_list(value, "allowed_origins")
     if not value:
         return None
     for origin in value:

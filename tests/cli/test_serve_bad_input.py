@@ -1,0 +1,29 @@
+"""`mopt serve` with an address it cannot listen on: one line `mopt serve: error: ...` and exit code 2
+before the model loads (uvicorn found out after the load, and exited with code 3 and a log line)."""
+
+from __future__ import annotations
+
+import socket
+
+from tests.cli_errors import error_line
+
+
+def test_a_port_in_use_is_one_error_naming_it(capsys):
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        line = error_line(["serve", "--host", "127.0.0.1", "--port", str(port)], capsys)
+    assert line == f"mopt serve: error: cannot listen on 127.0.0.1:{port} (--host, --port): Address already in use"
+    assert "loading model" not in capsys.readouterr().err
+
+
+def test_a_host_that_does_not_resolve_is_one_error_naming_it(capsys):
+    line = error_line(["serve", "--host", "no.such.host.invalid", "--port", "0"], capsys)
+    assert line.startswith("mopt serve: error: --host 'no.such.host.invalid' is not an address or a name")
+
+
+def test_an_address_not_on_this_machine_is_one_error(capsys):
+    line = error_line(["serve", "--host", "192.0.2.1", "--port", "0"], capsys)  # TEST-NET-1: never local
+    assert line.startswith("mopt serve: error: cannot listen on 192.0.2.1:0 (--host, --port): ")

@@ -1,0 +1,75 @@
+"""LLM.generate with arguments of the wrong type or token ids outside the vocabulary: a TypeError or
+ValueError naming the argument before anything is queued (not an AttributeError, an IndexError from
+the sampler mid-step, or bytes read as token ids); a KV cache larger than the host's memory is refused
+before it is allocated. The built-in model (vocabulary 8192) on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from model_optimizer import LLM, SamplingParams
+
+GREEDY = SamplingParams(max_tokens=2, temperature=0)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM(kv_cache_memory=1 << 24)
+
+
+@pytest.mark.parametrize(
+    ("prompts", "message"),
+    [
+        (None, r"^prompts must be .*got NoneType"),
+        (5, r"^prompts must be .*got int"),
+        (b"hi", r"^prompts must be .*got bytes"),
+        ([1.5], r"^prompts\[0\] must be .*got float"),
+        (["ok", None], r"^prompts\[1\] must be .*got NoneType"),
+    ],
+)
+def test_prompts_of_the_wrong_type_are_a_type_error_naming_them(llm, prompts, message):
+    with pytest.raises(TypeError, match=message):
+        llm.generate(prompts, GREEDY)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"max_tokens": 2}, r"^sampling_params must be a SamplingParams or a list of them, got dict"),
+        ("greedy", r"^sampling_params must be a SamplingParams or a list of them, got str"),
+        ([{"max_tokens": 2}], r"^sampling_params\[0\] must be a SamplingParams, got dict"),
+    ],
+)
+def test_sampling_params_of_the_wrong_type_are_a_type_error_naming_them(llm, params, message):
+    with pytest.raises(TypeError, match=message):
+        llm.generate(["hi"], params)
+
+
+def test_an_empty_list_of_sampling_params_is_not_read_as_the_defaults(llm):
+    with pytest.raises(ValueError, match="got 0 sampling params for 1 prompts"):
+        llm.generate(["hi"], [])
+
+
+@pytest.mark.parametrize(
+    ("params", "name"),
+    [
+        (SamplingParams(max_tokens=2, allowed_token_ids=[10**9]), "allowed_token_ids"),
+        (SamplingParams(max_tokens=2, logit_bias={10**9: 1.0}), "logit_bias"),
+        (SamplingParams(max_tokens=2, bad_words_token_ids=[[10**9]]), "bad_words_token_ids"),
+        (
+            SamplingParams(max_tokens=2, thinking_token_budget=0, thinking_end_token_ids=[10**9]),
+            "thinking_end_token_ids",
+        ),
+    ],
+)
+def test_token_ids_outside_the_vocabulary_are_refused_before_any_step(llm, params, name):
+    with pytest.raises(ValueError, match=rf"^{name}: token id 1000000000 is outside the vocabulary \[0, 8192\)"):
+        llm.generate(["hi", "there"], params)
+    assert not llm.engine.has_unfinished_requests()
+    [out] = llm.generate(["hi"], GREEDY)  # and the engine goes on
+    assert out.outputs[0].finish_reason == "length"
+
+
+def test_a_kv_cache_beyond_the_hosts_memory_is_refused_before_it_is_allocated():
+    with pytest.raises(ValueError, match=r"--kv-cache-memory 1024TiB would take .* GiB of host memory, but only"):
+        LLM(kv_cache_memory="1024TiB", device="cpu")
