@@ -156,6 +156,9 @@ def test_bad_prompts_are_refused(qwen3_llm):
         qwen3_llm.generate([[1, 10**9]], GREEDY)
     with pytest.raises(ValueError, match="empty"):
         qwen3_llm.generate([[]], GREEDY)
+    for bad in (True, 1.5, "a"):  # not "outside the vocabulary": not an id at all
+        with pytest.raises(ValueError, match=f"prompt token ids must be integers, got {bad!r}"):
+            qwen3_llm.generate([[1, bad]], GREEDY)
     assert not qwen3_llm.engine.has_unfinished_requests()
 
 
