@@ -94,7 +94,7 @@ class _Sleeps:
         return (time.sleep, (3600,))
 
 
-HANGING = replace(CONFIG, seed=_Sleeps())  # the seed is no part of the walk or the marker
+HANGING = replace(CONFIG, one_shot_all_reduce=_Sleeps())  # a tensor-parallel setting: no part of the walk or marker
 
 
 def _gone(pid: int) -> bool:
