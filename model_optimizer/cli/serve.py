@@ -64,20 +64,18 @@ def run(args: argparse.Namespace) -> int:
 def check_listen_address(host: str, port: int) -> None:
     """ValueError naming --host/--port when the server could not listen there (a name that does not
     resolve, an address not on this machine, a port in use or privileged): uvicorn found out only
-    after the model had loaded, and exited with code 3 and a log line. A bind of a socket closed at
-    once, with SO_REUSEADDR as uvicorn's; a port taken between this check and the server's bind still
-    fails there."""
+    after the model had loaded, and exited with code 3 and a log line. The socket the server will open
+    (family by the host's form, SO_REUSEADDR), bound and closed at once: "localhost" is tried as IPv4, as
+    the server binds it; a port taken between this check and the server's bind still fails there."""
     import socket
 
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise ValueError(f"--host {host!r} is not an address or a name this machine can resolve ({exc})") from None
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as sock:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as runtime/server/frontends.bind opens it
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(address)
+            sock.bind((host, port))
+        except (socket.gaierror, UnicodeError) as exc:
+            raise ValueError(f"--host {host!r} is not an address or a name this machine can resolve ({exc})") from None
         except OSError as exc:
             raise ValueError(f"cannot listen on {host}:{port} (--host, --port): {exc.strerror or exc}") from None
 
