@@ -49,6 +49,8 @@ class Finished:
     late: int
     failed: int
     errors: str
+    refusal: str | None = None
+    """The first refusal a worker wrote (a ValueError or OSError of the build: the user's input), if any."""
 
 
 @dataclass
@@ -78,8 +80,9 @@ class Workers:
         failed = [i for i, p in enumerate(self.processes) if p.returncode != 0 and p not in late]
         errors = "\n".join((self.claims / f"worker-{i}.log").read_text(errors="replace")[-2000:] for i in failed)
         reports = [json.loads(p.read_text()) for p in sorted(self.claims.glob("report-*.json"))]
+        refusals = [p.read_text() for p in sorted(self.claims.glob("refused-*.txt"))]
         shutil.rmtree(self.claims, ignore_errors=True)
-        return Finished(reports, len(late), len(failed), errors)
+        return Finished(reports, len(late), len(failed), errors, refusals[0] if refusals else None)
 
     def stop(self) -> None:
         """Kill the workers still running, reap them all and remove the claims folder (a start that fails
@@ -129,7 +132,8 @@ def _source_root() -> str | None:
 
 def build_parallel(config: EngineConfig, target: AotTarget, cache_dir: Path, jobs: int | None = None) -> dict:
     """aot_build.build over `jobs` workers (default: default_jobs()); the report as `build`'s, with what
-    each worker compiled. RuntimeError with the workers' output when one fails."""
+    each worker compiled. ValueError with a worker's reason when the build refuses the model or settings;
+    RuntimeError with the workers' output when one fails otherwise."""
     from model_optimizer.runtime.runner.aot_build import MANIFEST, build, count_entries
 
     jobs = default_jobs() if jobs is None else jobs
@@ -140,6 +144,8 @@ def build_parallel(config: EngineConfig, target: AotTarget, cache_dir: Path, job
     workers = start_workers(config, target, cache_dir, jobs)
     finished = workers.wait(timeout=BUILD_TIMEOUT_S)
     reports = finished.reports
+    if finished.refusal is not None:  # every worker walks the same start: one says what is wrong with it
+        raise ValueError(finished.refusal)
     if finished.late or finished.failed or len(reports) != jobs:
         raise RuntimeError(f"{jobs - len(reports)} of {jobs} build workers failed:\n{finished.errors}")
     report = reports[0] | {
@@ -160,7 +166,12 @@ def main(job: str, index: str, parent: str) -> None:
     claims = Path(job).parent  # an engine killed mid-start: nothing else would remove it
     exit_with_parent(int(parent), before_exit=lambda: shutil.rmtree(claims, ignore_errors=True))
     config, target, cache_dir = pickle.loads(Path(job).read_bytes())
-    report = build(config, target, cache_dir, claims=Path(job).parent, manifest=False)
+    try:
+        report = build(config, target, cache_dir, claims=Path(job).parent, manifest=False)
+    except (ValueError, OSError) as exc:  # the model or settings refused: the parent says it in one line
+        (Path(job).parent / f"refused-{index}.txt").write_text(str(exc))
+        print(f"refused: {exc}", file=sys.stderr)  # the worker's log, which a compile-ahead start reports
+        sys.exit(2)
     (Path(job).parent / f"report-{index}.json").write_text(json.dumps(report))
 
 

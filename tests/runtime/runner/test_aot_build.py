@@ -152,3 +152,16 @@ def test_path_names_the_architecture_folder_and_bad_arch_is_refused():
     assert shown.returncode == 0 and "_sm90-" in shown.stdout and shown.stdout.strip().endswith("triton")
     bad = _mopt("path", "--arch", "hopper")
     assert bad.returncode == 2 and "--arch must be a compute capability" in bad.stderr
+
+
+def test_a_parallel_build_the_model_refuses_is_one_error_line(tmp_path):
+    """An architecture config.json names but the engine does not build passes the up-front checks; each
+    worker refuses it, and the build says why in one line (it was a traceback per worker)."""
+    pytest.importorskip("triton.backends.compiler")
+    model = _config(tmp_path / "model")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "architectures": ["FooForCausalLM"]}))
+    result = _mopt("build", "--model", str(model), *FLAGS, "--output", str(tmp_path / "out"), "--jobs", "2")
+    assert result.returncode == 2, result.stderr[-3000:]
+    (line,) = [ln for ln in result.stderr.splitlines() if ln.startswith("mopt compile-cache: ")]
+    assert "'FooForCausalLM' is not supported" in line and "Traceback" not in result.stderr
