@@ -82,9 +82,10 @@ def check_model_folder(model: str, out_dir: Path) -> str:
     transformers makes up an empty tokenizer, which would be exported beside the graph and pass the
     check), and it is not --output (saving its tokenizer onto itself fails after model.onnx is written)."""
     from model_optimizer.runtime.llm import TOKENIZER_FILES, resolve_model_dir
+    from model_optimizer.runtime.models.tokenizer import has_tokenizer_files
 
     folder = resolve_model_dir(model)
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+    if not has_tokenizer_files(folder):
         raise ValueError(
             f"{folder} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); export-onnx writes the "
             "tokenizer beside model.onnx: copy the original model's tokenizer files into the folder"

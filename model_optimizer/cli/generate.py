@@ -36,7 +36,7 @@ from typing import Any
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 from model_optimizer.common.fileio import atomic_write, jsonl_values, read_input
 from model_optimizer.runtime.config import EngineConfig, field_docs
-from model_optimizer.runtime.sampling_params import SamplingParams
+from model_optimizer.runtime.sampling_params import SamplingParams, logit_bias_from_json
 
 SAMPLING_FLAGS = (
     "temperature",
@@ -271,18 +271,9 @@ def _line_params(line: PromptLine, base: dict[str, Any]) -> SamplingParams:
 
 
 def _json_sampling(sampling: dict[str, Any]) -> dict[str, Any]:
-    """A line's sampling fields with logit_bias's keys as token ids: JSON object keys are strings, so
-    {"logit_bias": {"50256": -100}} is what a JSONL line can give (as the server reads it)."""
+    """A line's sampling fields with logit_bias's keys as token ids (JSON object keys are strings)."""
     bias = sampling.get("logit_bias")
-    if not isinstance(bias, dict):
-        return sampling
-    ids = {}
-    for key, value in bias.items():
-        token = key.strip() if isinstance(key, str) else ""
-        if not token.isdigit() or len(token) > 12:  # (no int() of thousands of digits)
-            raise ValueError(f"logit_bias keys must be token ids (non-negative integers), got {key!r}")
-        ids[int(token)] = value
-    return {**sampling, "logit_bias": ids}
+    return {**sampling, "logit_bias": logit_bias_from_json(bias)} if isinstance(bias, dict) else sampling
 
 
 def _prompt_ids(llm: Any, line: PromptLine, params: SamplingParams) -> tuple[list[int], str | None]:

@@ -278,6 +278,19 @@ class SamplingParams:
         )
 
 
+def logit_bias_from_json(bias: dict) -> dict:
+    """logit_bias with its keys as token ids: a JSON object's keys are strings ({"50256": -100}, as the
+    OpenAI API and a JSONL line give it). ValueError naming a key that is no token id; the values are
+    SamplingParams' to check."""
+    ids = {}
+    for key, value in bias.items():
+        token = key.strip() if isinstance(key, str) else ""
+        if not token.isdigit() or len(token) > 12:  # (no int() of thousands of digits: Python refuses those)
+            raise ValueError(f"logit_bias keys must be token ids (non-negative integers), got {key!r}")
+        ids[int(token)] = value
+    return ids
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not 1 here
 

@@ -26,9 +26,9 @@ class Tokenizer(Protocol):
 def check_token_ids(token_ids: list[int], vocab_size: int) -> list[int]:
     """The ids themselves, once each is an integer in [0, vocab_size) and there is at least one."""
     bad = next((t for t in token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size), None)
-    if bad is not None and (not isinstance(bad, int) or isinstance(bad, bool)):
-        raise ValueError(f"prompt token ids must be integers, got {bad!r}")
     if bad is not None:
+        if not isinstance(bad, int) or isinstance(bad, bool):
+            raise ValueError(f"prompt token ids must be integers, got {bad!r}")
         raise ValueError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab_size})")
     if not token_ids:
         raise ValueError("prompt is empty: give at least one token")

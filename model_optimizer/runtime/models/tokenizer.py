@@ -21,6 +21,11 @@ BACKEND_ENV = "MOPT_TOKENIZER"
 logger = logging.getLogger(__name__)
 
 
+def has_tokenizer_files(folder: Path) -> bool:
+    """Whether `folder` holds any of TOKENIZER_FILES (without them transformers makes up an empty tokenizer)."""
+    return any((folder / name).is_file() for name in TOKENIZER_FILES)
+
+
 def load_tokenizer(path: Path, required: bool = True) -> Any:
     """The folder's tokenizer (a Hugging Face Hub id resolves to its snapshot, runtime/hub.py); None when it
     has none and none is required (token-id prompts only)."""
@@ -29,7 +34,7 @@ def load_tokenizer(path: Path, required: bool = True) -> Any:
         from model_optimizer.runtime.hub import resolve_model
 
         path = resolve_model(str(path))
-    if not required and not any((path / name).is_file() for name in TOKENIZER_FILES):
+    if not required and not has_tokenizer_files(path):
         return None
     backend = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
     if backend not in ("auto", "transformers"):

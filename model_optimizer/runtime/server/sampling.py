@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
+from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams, logit_bias_from_json
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import SamplingFields
 from model_optimizer.runtime.server.state import ServerState
@@ -79,15 +79,14 @@ def _logit_bias(body: SamplingFields) -> dict[int, float] | None:
     """The request's logit_bias with token ids as integers (JSON keys are strings); 400 naming a bad one."""
     if not body.logit_bias:
         return None
-    out = {}
-    for key, value in body.logit_bias.items():
-        token = key.strip()
-        if not token.isdigit() or len(token) > 12:  # (no int() of thousands of digits: Python refuses those)
-            raise APIError(400, f"logit_bias keys must be token ids (non-negative integers), got {key!r}", "logit_bias")
+    try:
+        ids = logit_bias_from_json(body.logit_bias)
+    except ValueError as exc:
+        raise APIError(400, str(exc), "logit_bias") from None
+    for token, value in ids.items():
         if not -100 <= value <= 100:
-            raise APIError(400, f"logit_bias values must be in [-100, 100], got {value} for {key}", "logit_bias")
-        out[int(token)] = float(value)
-    return out
+            raise APIError(400, f"logit_bias values must be in [-100, 100], got {value} for {token}", "logit_bias")
+    return {token: float(value) for token, value in ids.items()}
 
 
 def check_logprobs_cap(state: ServerState, field: str, value: int | None) -> None:
