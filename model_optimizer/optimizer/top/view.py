@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 import httpx
 
+from model_optimizer.common.text import clip
 from model_optimizer.optimizer.top.metrics import Scrape, delta, quantile, window_buckets
 
 LATENCIES = {
@@ -101,10 +102,6 @@ ERROR_CHARS = 160
 """Most characters of a scrape's error the dashboard shows."""
 
 
-def clip(text: str, limit: int = ERROR_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 class Monitor:
     """Polls one server's /metrics; each poll gives a View, an unreachable one when the scrape fails."""
 
@@ -123,7 +120,7 @@ class Monitor:
             try:
                 scrape = Scrape.parse(response.text, time.monotonic())
             except ValueError as exc:  # the parser quotes the whole offending line: an HTML page, say
-                raise ValueError(f"/metrics is not Prometheus text: {clip(str(exc))}") from None
+                raise ValueError(f"/metrics is not Prometheus text: {clip(str(exc), ERROR_CHARS)}") from None
         except (httpx.HTTPError, ValueError) as exc:
             self.previous = None  # a restarted server's counters start again: no delta across the gap
             return View(url=self.url, reachable=False, error=str(exc) or type(exc).__name__)

@@ -13,6 +13,8 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from model_optimizer.common.text import clip
+
 logger = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 1000
 ERROR_TYPES = {
@@ -43,13 +45,11 @@ class APIError(StarletteHTTPException):
         return self.message
 
 
-def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def error_body(status_code: int, message: str, param: str | None = None) -> dict:
     error_type = ERROR_TYPES.get(status_code, "invalid_request_error" if status_code < 500 else "server_error")
-    return {"error": {"message": clip(message), "type": error_type, "param": param, "code": status_code}}
+    return {
+        "error": {"message": clip(message, MAX_MESSAGE_CHARS), "type": error_type, "param": param, "code": status_code}
+    }
 
 
 def error_response(

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
+from model_optimizer.common.text import clip
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.server.config import ServerConfig
-from model_optimizer.runtime.server.errors import APIError, clip
+from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.metrics import ServerMetrics
 from model_optimizer.runtime.server.token_bound import TokenBound
 

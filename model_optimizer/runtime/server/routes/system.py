@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from model_optimizer.common.text import clip
 from model_optimizer.common.version import __version__
-from model_optimizer.runtime.server.errors import APIError, clip, error_response
+from model_optimizer.runtime.server.errors import APIError, error_response
 from model_optimizer.runtime.server.protocol import ErrorResponse, ModelCard, ModelList, ReadyStatus
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.state import ServerState, get_state
