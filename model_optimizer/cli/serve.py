@@ -45,39 +45,24 @@ def run(args: argparse.Namespace) -> int:
     if server_config.api_key is None and env_key is not None:  # set but empty is refused, not "no auth"
         check_api_key(env_key, API_KEY_ENV)
         server_config.api_key = env_key
-    check_listen_address(server_config.host, server_config.port)  # before the model loads, not after
-    model_id = localize(engine_config)  # a Hub id becomes its snapshot folder, downloaded or from the cache
-    if model_id is not None and server_config.served_model_name is None:
-        server_config.served_model_name = model_id  # clients ask for Qwen/Qwen3-0.6B, as with vLLM
-    core_start = _spawn_core_early(server_config, engine_config)
+    from model_optimizer.runtime.server.frontends import reserve
+
+    sock = reserve(server_config.host, server_config.port)  # before the model loads: the port is ours
+    core_start = None
     try:
+        model_id = localize(engine_config)  # a Hub id becomes its snapshot folder, downloaded or from the cache
+        if model_id is not None and server_config.served_model_name is None:
+            server_config.served_model_name = model_id  # clients ask for Qwen/Qwen3-0.6B, as with vLLM
+        core_start = _spawn_core_early(server_config, engine_config)
         if server_config.api_server_count > 1:
-            return _serve_many(server_config, engine_config, core_start)
+            return _serve_many(server_config, engine_config, core_start, sock)
         from model_optimizer.runtime.server.launcher import serve
 
-        return serve(server_config, engine_config, core_start)
+        return serve(server_config, engine_config, core_start, sock)
     finally:
+        sock.close()
         if core_start is not None:
             core_start.abandon()  # nothing, once the server took it
-
-
-def check_listen_address(host: str, port: int) -> None:
-    """ValueError naming --host/--port when the server could not listen there (a name that does not
-    resolve, an address not on this machine, a port in use or privileged): uvicorn found out only
-    after the model had loaded, and exited with code 3 and a log line. The socket the server will open
-    (family by the host's form, SO_REUSEADDR), bound and closed at once: "localhost" is tried as IPv4, as
-    the server binds it; a port taken between this check and the server's bind still fails there."""
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as runtime/server/frontends.bind opens it
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except (socket.gaierror, UnicodeError) as exc:
-            raise ValueError(f"--host {host!r} is not an address or a name this machine can resolve ({exc})") from None
-        except OSError as exc:
-            raise ValueError(f"cannot listen on {host}:{port} (--host, --port): {exc.strerror or exc}") from None
 
 
 def _spawn_core_early(server_config, engine_config):  # noqa: ANN001, ANN202
@@ -107,7 +92,7 @@ def _spawn_core_early(server_config, engine_config):  # noqa: ANN001, ANN202
     return spawn_core(engine_config, server_config.api_server_count, level)
 
 
-def _serve_many(server_config, engine_config, core_start) -> int:  # noqa: ANN001
+def _serve_many(server_config, engine_config, core_start, sock) -> int:  # noqa: ANN001
     """Several frontends, their metrics in one prometheus_client multiprocess folder."""
     import os
     import shutil
@@ -121,7 +106,7 @@ def _serve_many(server_config, engine_config, core_start) -> int:  # noqa: ANN00
     from model_optimizer.runtime.server.launcher import serve
 
     try:
-        return serve(server_config, engine_config, core_start)
+        return serve(server_config, engine_config, core_start, sock)
     finally:
         if ours:
             shutil.rmtree(folder, ignore_errors=True)

@@ -35,6 +35,8 @@ from model_optimizer.runtime.server.config import ServerConfig
 logger = logging.getLogger(__name__)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 JOIN_TIMEOUT_S = 10.0
+BACKLOG = 2048
+"""Connections the kernel queues before a frontend accepts them (uvicorn's default)."""
 
 
 def use_multiprocess_metrics(folder: str) -> None:
@@ -47,15 +49,38 @@ def use_multiprocess_metrics(folder: str) -> None:
     values.ValueClass = values.get_value_class()
 
 
-def bind(config: ServerConfig) -> socket.socket:
-    """The listening socket every frontend accepts from."""
-    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+def reserve(host: str, port: int) -> socket.socket:
+    """The server's socket, bound to host:port but not listening: taken before the model loads, so that an
+    address the server cannot use (a name that does not resolve, an address not on this machine, a port in
+    use or privileged) is a ValueError naming --host/--port at once (uvicorn found out only after the load,
+    and exited with code 3), and the port stays ours while the model loads. `listen` opens it once the model
+    can answer: a load balancer never reaches a server without a model. The family follows the host's form
+    ("localhost" is bound as IPv4); SO_REUSEADDR, as uvicorn sets it, lets a restart bind over TIME_WAIT."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((config.host, config.port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
+    try:
+        sock.bind((host, port))
+    except (socket.gaierror, UnicodeError) as exc:
+        sock.close()
+        raise ValueError(f"--host {host!r} is not an address or a name this machine can resolve ({exc})") from None
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port} (--host, --port): {exc.strerror or exc}") from None
     return sock
+
+
+def listen(sock: socket.socket) -> None:
+    """Open the reserved socket for connections (every frontend accepts from it). A server that bound the
+    same port with SO_REUSEADDR while the model loaded and listens first is a ValueError naming the port."""
+    try:
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        host, port = sock.getsockname()[:2]
+        raise ValueError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server took the port while the model loaded)"
+        ) from None
+    sock.set_inheritable(True)
 
 
 @dataclass(frozen=True)
@@ -132,4 +157,4 @@ def run_frontend(spec: FrontendSpec) -> None:
     sys.exit(1 if state.dead else 0)
 
 
-__all__ = ["MULTIPROC_ENV", "Frontends", "bind", "run_frontend", "use_multiprocess_metrics"]
+__all__ = ["MULTIPROC_ENV", "Frontends", "listen", "reserve", "run_frontend", "use_multiprocess_metrics"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 import time
 from types import FrameType
@@ -38,11 +39,24 @@ FATAL_EXIT_DELAY_S = 1.0  # after an engine failure, /health answers 503 this lo
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, state: ServerState, peers: Peers | None = None) -> None:
+    def __init__(
+        self, config: uvicorn.Config, state: ServerState, peers: Peers | None = None, announce: bool = False
+    ) -> None:
         super().__init__(config)
         self.state = state
+        self.announce = announce
+        """Log the address it listens on (the first frontend), as uvicorn does for a socket it opened itself."""
         self.peers = peers
         """The further frontends (--api-server-count) this one started: signalled and waited for in a drain."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if sockets and self.started and self.announce:
+            host, port = sockets[0].getsockname()[:2]  # uvicorn names only the sockets it opened itself
+            address = f"[{host}]" if ":" in host else host
+            logging.getLogger("uvicorn.error").info(
+                "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", address, port
+            )
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.state.draining or self.should_exit:

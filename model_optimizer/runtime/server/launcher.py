@@ -1,12 +1,12 @@
 """Run the app under uvicorn: load first, drain on SIGTERM, exit non-zero when the engine dies.
 
-The model loads before uvicorn binds the port ("Uvicorn running" comes after "loaded model"): a
-load balancer or probe never reaches a server without a model, and a configuration error (ValueError:
-unsupported architecture, KV cache too small, bad chat template) ends the command with a clear
-message and exit code 2 (`mopt` prints it) instead of a running server that refuses everything.
-uvicorn's loggers write through the same handler and format as ours (http_server.py, which also
-holds the drain on SIGTERM). With --api-server-count N the port is bound here and N - 1 more
-frontends start beside this one (frontends.py).
+The port is bound before the model loads (by `mopt serve`, or here) and listened on after it
+("Uvicorn running" comes after "loaded model"): a load balancer or probe never reaches a server
+without a model, and a configuration error (ValueError: unsupported architecture, KV cache too
+small, bad chat template) ends the command with a clear message and exit code 2 (`mopt` prints it)
+instead of a running server that refuses everything. uvicorn's loggers write through the same
+handler and format as ours (http_server.py, which also holds the drain on SIGTERM). With
+--api-server-count N, N - 1 more frontends start beside this one on the same socket (frontends.py).
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import logging.config
+import socket
 from typing import TYPE_CHECKING
 
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.server.app import create_app
 from model_optimizer.runtime.server.config import ServerConfig
-from model_optimizer.runtime.server.frontends import Frontends, bind
+from model_optimizer.runtime.server.frontends import Frontends, listen, reserve
 from model_optimizer.runtime.server.http_server import (
     FATAL_EXIT_DELAY_S,
     FLUSH_S,
@@ -48,13 +49,20 @@ def _process_age_s() -> float | None:
         return None
 
 
-def serve(config: ServerConfig, engine_config: EngineConfig, core_start: CoreStart | None = None) -> int:
+def serve(
+    config: ServerConfig,
+    engine_config: EngineConfig,
+    core_start: CoreStart | None = None,
+    sock: socket.socket | None = None,
+) -> int:
     """Load the model, then serve until SIGTERM/SIGINT (exit code 0) or an engine failure (exit code 1).
-    `core_start`: the engine core, spawned before this module was imported (see cli/serve.py).
+    `core_start`: the engine core, spawned before this module was imported (see cli/serve.py); `sock`:
+    the socket frontends.reserve bound to config's host and port (reserved here when None).
 
     Raises ValueError (or FileNotFoundError) for a configuration the server cannot start with.
     """
     logging.config.dictConfig(log_config(config.log_level))
+    sock = reserve(config.host, config.port) if sock is None else sock
     from model_optimizer.runtime.hub import resolve_model_dir
 
     model_dir = resolve_model_dir(
@@ -66,11 +74,11 @@ def serve(config: ServerConfig, engine_config: EngineConfig, core_start: CoreSta
     except ValueError as exc:
         raise ValueError(f"cannot serve {model_dir}: {exc}") from None
     state: ServerState = app.state.server
-    peers = sock = None
-    if config.api_server_count > 1 and state.core is not None:  # bound once the model can answer
-        sock = bind(config)  # every frontend accepts from it
-        peers = Frontends(config, engine_config, state.core, sock)
-    server = DrainingServer(uvicorn_config(app, config), state, peers)
+    listen(sock)  # once the model can answer
+    peers = None
+    if config.api_server_count > 1 and state.core is not None:
+        peers = Frontends(config, engine_config, state.core, sock)  # every frontend accepts from it
+    server = DrainingServer(uvicorn_config(app, config), state, peers, announce=True)
 
     def on_fatal(exc: BaseException) -> None:
         logger.error("engine failed (%s): exiting so a supervisor can restart the server", exc)
@@ -88,7 +96,7 @@ def serve(config: ServerConfig, engine_config: EngineConfig, core_start: CoreSta
     age = _process_age_s()
     if age is not None:  # the engine's phases plus interpreter start, imports and the app's own set-up
         logging.getLogger("model_optimizer.startup").info("start-up: process before listening %.2f s", age)
-    server.run(sockets=[sock] if sock is not None else None)
+    server.run(sockets=[sock])
     if peers is not None:
         peers.join(FLUSH_S)
     if state.dead:

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.runtime.server.test_process import REPO, free_port
+from tests.runtime.server.test_process import REPO
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) (core )?[\w.]+: ")
 """One format for every line, ours and uvicorn's; the engine-core process tags its lines `core`."""
@@ -79,11 +79,9 @@ class Server:
     """`mopt serve` in a subprocess whose output is read as it comes (so the pipe never fills)."""
 
     def __init__(self, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.lines: list[str] = []
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "model_optimizer.cli.main", "serve", *args, "--port", str(self.port)],
+        self.proc = subprocess.Popen(  # port 0: the one the kernel gives before the load, logged by uvicorn
+            [sys.executable, "-m", "model_optimizer.cli.main", "serve", *args, "--port", "0"],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -95,6 +93,12 @@ class Server:
     def _read(self) -> None:
         for line in self.proc.stdout:
             self.lines.append(line.rstrip("\n"))
+
+    @property
+    def url(self) -> str:
+        """The address uvicorn says it runs on (with --port 0, the port reserved before the load)."""
+        line = self.lines[self.wait_for_line("Uvicorn running on ")]
+        return re.search(r"http://[\d.]+:(\d+)", line).group(0)
 
     def wait_for_line(self, fragment: str) -> int:
         deadline = time.monotonic() + WAIT
@@ -139,6 +143,7 @@ def test_model_loads_before_the_port_is_bound(served, tiny_model):
     line = served.lines[loaded]
     assert str(Path(tiny_model("qwen3")).resolve()) in line
     assert "float32" in line and re.search(r"[\d,]+ parameters", line) and re.search(r"in \d+\.\d s", line)
+    assert not served.url.endswith(":0")  # --port 0: the port the kernel gave, where the server listens
     assert httpx.get(served.url + "/health").status_code == 200
     assert httpx.get(served.url + "/ready").json() == {"status": "ready"}
 
