@@ -34,9 +34,13 @@ def entries() -> list[dict[str, Any]]:
 
 
 def explain(text: str) -> list[Match]:
-    """Entries whose patterns occur in `text`, best first: more patterns matched, then file order."""
+    """Entries whose patterns occur in `text`, best first: more patterns matched, then file order; or the
+    one entry whose id `text` is (the id the output names, e.g. `cuda_oom`)."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError('--explain needs the error text, e.g. mopt doctor --explain "CUDA out of memory"')
+    for entry, _ in _compiled():
+        if entry["id"] == text.strip():
+            return [Match(entry["id"], entry["title"], entry["causes"], entry["fix"], [entry["id"]])]
     scored = []
     for order, (entry, patterns) in enumerate(_compiled()):
         hits = [m.group(0) for p in patterns if (m := p.search(text))]

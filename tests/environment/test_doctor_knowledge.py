@@ -99,6 +99,15 @@ def test_cli_explain(capsys):
     assert "No knowledge-base entry" in capsys.readouterr().out
 
 
+def test_an_entry_id_the_output_names_explains_that_entry(capsys):
+    for entry in entries():
+        (match,) = explain(f" {entry['id']}\n")
+        assert match.id == entry["id"] and match.matched == [entry["id"]]
+    assert main(["--explain", "cuda_oom", "--os", "all"]) == 0
+    assert "(cuda_oom; matched: 'cuda_oom')" in capsys.readouterr().out
+    assert explain("cuda_oomx") == []  # an id only as the whole text
+
+
 def test_cli_explain_reads_stdin(monkeypatch, capsys):
     import io
 
