@@ -6,6 +6,7 @@ Validated on construction: a bad value raises ValueError saying what is allowed.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from model_optimizer.runtime.structured.params import StructuredOutputs
@@ -168,8 +169,8 @@ class SamplingParams:
             "thinking_start_token_ids": self.thinking_start_token_ids or [],
         }
         for name, ids in fields.items():
-            bad = next((t for t in ids if t >= vocab_size), None)
-            _require(bad is None, f"{name}: token id {bad} is outside the vocabulary [0, {vocab_size})")
+            error = outside_vocab(name, ids, vocab_size)
+            _require(error is None, error or "")
 
     def _validate(self) -> None:
         # type checks come first and in the same condition as the range, so that a wrong type
@@ -276,6 +277,12 @@ class SamplingParams:
             f"prompt_logprobs must be an integer in [0, {MAX_LOGPROBS}] or None (the whole vocabulary, -1, is "
             f"not offered), got {self.prompt_logprobs!r}",
         )
+
+
+def outside_vocab(name: str, ids: Iterable[int], vocab_size: int) -> str | None:
+    """The error naming field `name` for its first token id outside the vocabulary [0, vocab_size), or None."""
+    bad = next((t for t in ids if t >= vocab_size), None)
+    return None if bad is None else f"{name}: token id {bad} is outside the vocabulary [0, {vocab_size})"
 
 
 def logit_bias_from_json(bias: dict) -> dict:

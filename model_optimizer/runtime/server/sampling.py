@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams, logit_bias_from_json
+from model_optimizer.runtime.sampling_params import (
+    RequestOutputKind,
+    SamplingParams,
+    logit_bias_from_json,
+    outside_vocab,
+)
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import SamplingFields
 from model_optimizer.runtime.server.state import ServerState
@@ -49,14 +54,12 @@ async def token_rules(state: ServerState, body: SamplingFields) -> dict[str, Any
     vLLM bars them; tokenized off the event loop). 400 naming the field that is wrong."""
     config, vocab = state.config, state.model.vocab_size
     bias = _logit_bias(body)
-    if bias and vocab and max(bias) >= vocab:
-        raise APIError(400, f"logit_bias: token id {max(bias)} is outside the vocabulary (size {vocab})", "logit_bias")
     allowed = body.allowed_token_ids
-    if allowed is not None:
-        if not allowed:
-            raise APIError(400, "allowed_token_ids is empty: no token could be sampled", "allowed_token_ids")
-        if vocab and max(allowed) >= vocab:
-            raise APIError(400, f"allowed_token_ids: {max(allowed)} is outside the vocabulary", "allowed_token_ids")
+    if allowed is not None and not allowed:
+        raise APIError(400, "allowed_token_ids is empty: no token could be sampled", "allowed_token_ids")
+    for name, ids in (("logit_bias", bias or ()), ("allowed_token_ids", allowed or ())):
+        if vocab and (error := outside_vocab(name, ids, vocab)):
+            raise APIError(400, error, name)
     rules: dict[str, Any] = {"logit_bias": bias, "allowed_token_ids": list(allowed) if allowed is not None else None}
     if not body.bad_words:
         return rules

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from model_optimizer.runtime.sampling_params import outside_vocab
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.prompts import chat_prompt, encode
@@ -56,10 +57,9 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeRes
 
 def _detokenize(state: ServerState, tokens: list[int]) -> str:
     """The text of `tokens`, once each is in the vocabulary (a worker thread's job: up to 2**20 ids)."""
-    vocab_size = state.model.vocab_size
-    bad = next((t for t in tokens if t >= vocab_size), None)
-    if bad is not None:
-        raise APIError(400, f"token id {bad} is outside the vocabulary [0, {vocab_size})", "tokens")
+    error = outside_vocab("tokens", tokens, state.model.vocab_size)
+    if error is not None:
+        raise APIError(400, error, "tokens")
     return state.model.tokenizer.decode(tokens)
 
 
