@@ -46,10 +46,22 @@ def test_a_model_without_tokenizer_files(qwen3_dir, tmp_path, capsys):
 
 
 def test_ctrl_c_during_the_export_leaves_nothing(qwen3_dir, tmp_path):
-    parent = tmp_path / "parent"
-    parent.mkdir()
-    out = parent / "onnx"
-    command = [sys.executable, "-m", "model_optimizer.cli.main", "export-onnx", "--model", str(qwen3_dir)]
+    for attempt in range(3):  # an export that ends between its start and the signal is tried again
+        parent = tmp_path / f"parent{attempt}"
+        parent.mkdir()
+        proc = _export_until_it_has_begun(qwen3_dir, parent / "onnx")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        if proc.returncode == 0:
+            continue
+        assert proc.returncode == 130, err
+        assert list(parent.iterdir()) == [], err
+        return
+    pytest.fail("every export ended before it could be interrupted")
+
+
+def _export_until_it_has_begun(model: Path, out: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "model_optimizer.cli.main", "export-onnx", "--model", str(model)]
     proc = subprocess.Popen(
         [*command, "--output", str(out)],
         cwd=Path(__file__).resolve().parents[3],
@@ -59,10 +71,7 @@ def test_ctrl_c_during_the_export_leaves_nothing(qwen3_dir, tmp_path):
         env=os.environ | {"OMP_NUM_THREADS": "1"},
     )
     deadline = time.monotonic() + 120
-    while not any(parent.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+    while not any(out.parent.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)  # the export has begun once anything appears beside the output
-    assert proc.poll() is None, "the export ended before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert list(parent.iterdir()) == [], err
+    assert proc.poll() is None or proc.returncode == 0, proc.communicate()[1]
+    return proc
