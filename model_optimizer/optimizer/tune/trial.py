@@ -83,8 +83,9 @@ class TrialResult:
 def run_trial(setup: TrialSetup, settings: dict, trial_dir: Path) -> TrialResult:
     """Measure one candidate; never raises for a failing candidate (KeyboardInterrupt still propagates).
 
-    The port is free when chosen but is bound only once the model is loaded; if another process took it
-    meanwhile, the trial starts once more on a new port."""
+    The port is free when chosen but bound only when the server starts (`mopt serve`: then held through
+    the load) or once the model is loaded (vLLM); if another process took it meanwhile, the trial starts
+    once more on a new port."""
     started = time.monotonic()
     for _ in range(PORT_ATTEMPTS):
         result = _attempt(setup, settings, trial_dir)
