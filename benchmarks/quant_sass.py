@@ -15,6 +15,8 @@ can be bandwidth-bound at all. The sweep on the GPU (quant_kernels.py --sweep) m
 
 Default: the candidates of `quant_tiles.candidates` for Llama-3.1-8B's gate_up (28672 x 4096) per
 row bucket and format (`--all`: also the other Llama and Qwen3-0.6B shapes' distinct ones).
+For a split-K launch, `split_sum` reads the last split's sum of the partials (after the split counter's
+atomic): its instructions, its loads, and the most loads issued before an add (the loads in flight).
 Writes JSON (default benchmarks/results/quant_sass_sm90.json); about 2-4 s a compile on one core.
 """
 
@@ -43,7 +45,7 @@ ROWS = {1: 1, 2: 2, 4: 4, 8: 8, 16: 16, 32: 32, 64: 64, 128: 128, 256: 256, 512:
 
 def measure(kind: str, tiles) -> dict:
     """Static costs of one launch shape (tiles: quant_tiles.QuantTiles)."""
-    from compile_sm90 import disassemble, main_loop, quant_matmul
+    from compile_sm90 import disassemble, main_loop, quant_matmul, split_sum
 
     kernel = quant_matmul(
         kind,
@@ -70,6 +72,7 @@ def measure(kind: str, tiles) -> dict:
         "registers": regs,
         "shared_bytes": kernel.metadata.shared,
         "top": dict(loop.most_common(8)),
+        **({"split_sum": split_sum(sass)} if tiles.split_k > 1 else {}),
     }
 
 

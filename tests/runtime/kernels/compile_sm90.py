@@ -105,6 +105,22 @@ def main_loop(sass: str) -> list[str]:
     return best
 
 
+def split_sum(sass: str) -> dict:
+    """The split-K sum: the code from the split counter's atomic to the kernel's end (the last split adds
+    the partials there), its loads, and the most loads issued before an add (loads in flight)."""
+    ops = []
+    for line in sass.splitlines():
+        ins = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", line)
+        if ins:
+            ops.append(ins.group(1))
+    tail = ops[ops.index("ATOMG") :] if "ATOMG" in ops else []
+    run = in_flight = 0
+    for op in tail:
+        run = run + 1 if op == "LDG" else 0 if op == "FADD" else run
+        in_flight = max(in_flight, run)
+    return {"instructions": sum(op != "NOP" for op in tail), "loads": tail.count("LDG"), "loads_in_flight": in_flight}
+
+
 def attention(
     q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, decode: bool, window: bool, pdl: bool = False
 ):
