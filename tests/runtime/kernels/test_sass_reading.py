@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("triton")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compile_sm90 import split_sum  # noqa: E402  # same folder: the SASS helpers of the sm_90 scripts
+from tests.runtime.kernels.compile_sm90 import split_sum  # noqa: E402  # the SASS helpers of the sm_90 scripts
 
 SASS = """
         /*0100*/                   HGMMA.64x16x16.F32.BF16 R24, gdesc[UR4], R24 ;
