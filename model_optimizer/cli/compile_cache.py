@@ -80,11 +80,9 @@ def _check_build(config: EngineConfig, num_sms: int, folder: Path) -> None:
     """What the build workers would each fail on, checked once in this process: one error line, exit code 2."""
     from model_optimizer.runtime.hub import localize
     from model_optimizer.runtime.models.model_config import read_config
+    from model_optimizer.runtime.runner.aot_build import check_config
 
-    if config.model is None:
-        raise ValueError("compile-cache build needs --model (the model folder whose engine start to compile)")
-    if config.tensor_parallel_size != 1:
-        raise ValueError("compile-cache build covers one GPU per engine (tensor_parallel_size 1)")
+    check_config(config)
     if num_sms < 1:
         raise ValueError(f"--num-sms must be a positive integer, got {num_sms}")
     if folder.exists() and not folder.is_dir():

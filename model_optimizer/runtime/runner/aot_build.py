@@ -112,6 +112,14 @@ def walk_start(model, config: EngineConfig, max_model_len: int, kv_dtype: torch.
                 _sample(model, model(token_ids, positions, meta))
 
 
+def check_config(config: EngineConfig) -> None:
+    """ValueError for settings no build can compile for: no model, or more than one GPU per engine."""
+    if config.model is None:
+        raise ValueError("compile-cache build needs --model (the model folder whose engine start to compile)")
+    if config.tensor_parallel_size != 1:
+        raise ValueError("compile-cache build covers one GPU per engine (tensor_parallel_size 1)")
+
+
 def build(
     config: EngineConfig,
     target: aot.AotTarget,
@@ -126,10 +134,7 @@ def build(
 
     from model_optimizer.runtime.kernels.compile_cache import cache_key
 
-    if config.model is None:
-        raise ValueError("compile-cache build needs --model")
-    if config.tensor_parallel_size != 1:
-        raise ValueError("compile-cache build covers one GPU per engine (tensor_parallel_size 1)")
+    check_config(config)
     started = time.perf_counter()
     previous = os.environ.get("TRITON_CACHE_DIR")
     os.environ["TRITON_CACHE_DIR"] = str(cache_dir)
