@@ -11,6 +11,7 @@ stream that takes the group's cleanup with it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -28,6 +29,8 @@ from model_optimizer.runtime.server.errors import APIError, error_response
 from model_optimizer.runtime.server.protocol import PromptTokensDetails, StreamOptions, UsageInfo
 from model_optimizer.runtime.server.state import RETRY_AFTER_S, Admission, ServerState
 from model_optimizer.runtime.server.streaming import ClosingStreamingResponse, StreamFormat, sse_events
+
+logger = logging.getLogger(__name__)
 
 
 def new_request_id(prefix: str) -> str:
@@ -239,7 +242,8 @@ async def respond(request: Request, state: ServerState, generation: Generation, 
         except EngineDeadError as exc:
             return error_response(500, str(exc))
         error = next((o.error for o in finals if o.error), None)
-        if error:
+        if error:  # the engine failed the request (NaN logits, the grammar engine): logged, as every 500 is
+            logger.warning("request %s failed: %s", group.request_id, error)
             return error_response(500, error)
         return JSONResponse(fmt.response(finals, group.usage()).model_dump())
 

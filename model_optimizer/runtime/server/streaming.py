@@ -157,6 +157,7 @@ async def sse_events(
     try:
         async for prompt_index, output in outputs:
             if output.error:
+                logger.warning("request %s failed: %s", request_id, output.error)
                 yield sse(error_body(500, output.error))
                 break
             deltas = offsets.deltas(prompt_index, output)

@@ -42,6 +42,12 @@ class GrammarError(ValueError):
     """The grammar is invalid, unsatisfiable, too complex, or uses something llguidance does not enforce."""
 
 
+def engine_error(matcher: Any) -> str:
+    """A failed llguidance matcher's reason, without the parser state it dumps after it (a `<state>` block
+    of internal counters, hundreds of characters that tell a client nothing)."""
+    return matcher.get_error().split("\n<state>", 1)[0].strip()
+
+
 REASONING_WHITESPACE = 4
 """Most whitespace characters between a reasoning block's end tag and the constrained answer (Qwen3 and
 DeepSeek-R1 write two newlines there)."""
@@ -235,7 +241,7 @@ def matcher(so: StructuredOutputs, tokenizer: Any) -> tuple[str, Any]:
     grammar = check(so, tokenizer)
     template = llg.LLMatcher(tokenizer, grammar, log_level=0)
     if template.is_error():
-        raise GrammarError(f"invalid {so.kind}: {template.get_error()}")
+        raise GrammarError(f"invalid {so.kind}: {engine_error(template)}")
     return grammar, template
 
 

@@ -134,15 +134,28 @@ def _read(stream: Any, size: int, deadline: float) -> bytes:
 
 
 def verdict(so: StructuredOutputs, tokenizer: Any) -> str:
-    """The engine core's compile of `so`, as far as its first mask: "" or the reason it fails."""
-    from model_optimizer.runtime.structured.grammar import GrammarError, matcher
+    """The engine core's compile of `so`, as far as its first mask and one token it allows: "" or the
+    reason it fails. The token matters: llguidance meets some of its limits (a schema that can never
+    end, a regex that builds too many states, a choice of over 2,000 alternatives) only when a matcher
+    takes its first token, which in the core would fail the request after it was admitted."""
+    import numpy as np
+
+    from model_optimizer.runtime.structured.grammar import GrammarError, engine_error, matcher
 
     try:
         _, template = matcher(so, tokenizer)
     except GrammarError as exc:
         return str(exc)
-    template.compute_bitmask()
-    return f"invalid {so.kind}: {template.get_error()}" if template.is_error() else ""
+    words = np.frombuffer(template.compute_bitmask(), dtype=np.uint32)
+    if template.is_error():
+        return f"invalid {so.kind}: {engine_error(template)}"
+    allowed = np.flatnonzero(words)
+    if allowed.size:
+        word = int(words[allowed[0]])
+        first = int(allowed[0]) * 32 + (word & -word).bit_length() - 1
+        if not template.consume_token(first):
+            return f"invalid {so.kind}: the grammar engine fails on its first token ({engine_error(template)}); simplify it"
+    return ""
 
 
 def _serve() -> None:

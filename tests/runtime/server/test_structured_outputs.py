@@ -381,6 +381,24 @@ BAD = [
         "response_format",
     ),
     ({"guided_regex": "(?=a)b"}, "look-around", "guided_regex"),
+    ({"guided_regex": "(ab{1000}){1000}"}, "fails on its first token", "guided_regex"),  # was a 500 mid-request
+    (
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "tree",
+                    "schema": {
+                        "type": "object",
+                        "properties": {"children": {"type": "array", "items": {"$ref": "#"}, "minItems": 1}},
+                        "required": ["children"],
+                    },
+                },
+            }
+        },
+        "fails on its first token",
+        "response_format",
+    ),
     ({"guided_grammar": "start: undefined_rule"}, "invalid grammar", "guided_grammar"),
     ({"guided_choice": []}, "non-empty list", "guided_choice"),
     ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "exactly one", "structured_outputs"),

@@ -59,3 +59,41 @@ def test_llguidance_crashes_stay_in_the_child(sandbox):
     else:
         assert verdict == "" or "invalid json" in verdict
     assert sandbox.check(StructuredOutputs.regex("e+")) == ""
+
+
+@pytest.mark.parametrize(
+    ("so", "reason"),
+    [
+        (  # a tree whose every node needs a child: it can never end, and the first token finds that out
+            StructuredOutputs.json(
+                {
+                    "type": "object",
+                    "properties": {"children": {"type": "array", "items": {"$ref": "#"}, "minItems": 1}},
+                    "required": ["children"],
+                }
+            ),
+            "Too many items",
+        ),
+        (StructuredOutputs.regex("(ab{1000}){1000}"), "too many expressions"),
+        (
+            StructuredOutputs.json(
+                {
+                    "anyOf": [
+                        {"type": "object", "properties": {f"k{i}": {"type": "string"}}, "required": [f"k{i}"]}
+                        for i in range(2001)
+                    ]
+                }
+            ),
+            "max is 2000",
+        ),
+    ],
+    ids=["endless-tree", "regex-states", "anyof-2001"],
+)
+def test_limits_met_at_the_first_token_are_refusals(sandbox, so, reason):
+    """llguidance accepts these and gives a first mask, then fails taking any token: in the core that was a
+    500 after admission. The verdict takes one allowed token, so they are refused up front, without the
+    parser state llguidance dumps after its reason."""
+    verdict = sandbox.check(so)
+    assert reason in verdict and "fails on its first token" in verdict
+    assert "<state>" not in verdict
+    assert sandbox.restarts == 0
