@@ -5,7 +5,10 @@ Used by the output processor, after the core loop; the core itself only sees tok
 
 from __future__ import annotations
 
+import codecs
+import re
 import weakref
+from itertools import accumulate
 from typing import Any
 
 from model_optimizer.runtime.engine.input_processor import Tokenizer
@@ -92,6 +95,37 @@ class IncrementalDetokenizer:
             self.read_offset -= drop
 
 
+def _byte_level_alphabet() -> dict[str, int]:
+    """Byte-level BPE's alphabet (GPT-2, Llama 3, Qwen): the character each byte is written as in the
+    vocabulary. Printable Latin-1 bytes stand for themselves; the others, in order, take U+0100 on."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    alphabet = {chr(b): b for b in printable}
+    others = (b for b in range(256) if b not in alphabet.values())
+    alphabet.update((chr(0x100 + i), b) for i, b in enumerate(others))
+    return alphabet
+
+
+_BYTE_LEVEL = _byte_level_alphabet()
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+"""SentencePiece's byte-fallback pieces (Llama 2, Mistral, Gemma): one byte each."""
+
+
+def token_bytes(tokenizer: Any, token_id: int, text: str) -> bytes:
+    """The bytes a token stands for. A token that holds part of a character decodes alone to U+FFFD,
+    whose UTF-8 is not its bytes: those are read from its vocabulary piece (a byte-fallback piece, or
+    a byte-level one), so that the bytes of consecutive tokens join into their text, as OpenAI's
+    logprobs `bytes` promise. Any other token's bytes are its text's."""
+    if REPLACEMENT_CHAR not in text:
+        return text.encode()
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if isinstance(piece, str) and piece:
+        if match := _BYTE_PIECE.fullmatch(piece):
+            return bytes([int(match.group(1), 16)])
+        if all(c in _BYTE_LEVEL for c in piece):
+            return bytes(_BYTE_LEVEL[c] for c in piece)
+    return text.encode()
+
+
 _SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Per tokenizer: its caches (see TokenTexts), shared by every request (a token's text never changes)."""
 _NO_TOKENIZER: dict[str, dict] = {"keys": {}}
@@ -120,7 +154,7 @@ class TokenTexts:
         self.key_cache: dict[int, str] = self.cache if tokenizer is not None else caches["keys"]
         """Token id -> its top_logprobs key (see key): its text, so the text cache itself with a tokenizer."""
         self.bytes_cache: dict[int, list[int]] = caches.setdefault("bytes", {})
-        """Token id -> its text's UTF-8 bytes as ints (chat logprobs' `bytes`); shared: never change one."""
+        """Token id -> its bytes as ints (chat logprobs' `bytes`; token_bytes); shared: never change one."""
 
     def __call__(self, token_id: int) -> str | None:
         if self.tokenizer is None:
@@ -141,8 +175,25 @@ class TokenTexts:
     def bytes_of(self, token_id: int) -> list[int]:
         data = self.bytes_cache.get(token_id)
         if data is None:
-            data = self.bytes_cache[token_id] = list((self(token_id) or "").encode())
+            text = self(token_id)
+            raw = b"" if text is None else token_bytes(self.tokenizer, token_id, text)
+            data = self.bytes_cache[token_id] = list(raw)
         return data
+
+    def offsets(self, token_ids: list[int], texts: list[str | None], start: int) -> list[int]:
+        """Where each token's text starts in the completion's text (logprobs' text_offset), from `start`.
+        Tokens that hold parts of a character start where that character does, as a stream sends it
+        (held back until it is whole): their bytes are decoded in turn, not their U+FFFD texts counted."""
+        if self.tokenizer is None or not texts:
+            return [start] * len(texts)
+        if REPLACEMENT_CHAR not in "".join(texts):  # type: ignore[arg-type]
+            return list(accumulate(map(len, texts[:-1]), initial=start))  # type: ignore[arg-type]
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        out = []
+        for token_id in token_ids:
+            out.append(start)
+            start += len(decoder.decode(bytes(self.bytes_of(token_id))))
+        return out
 
     def many(self, token_ids: list[int]) -> list[str | None]:
         """The texts of these tokens (all None without a tokenizer), in one look-up."""

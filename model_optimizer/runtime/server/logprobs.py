@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from itertools import accumulate
 from operator import itemgetter
 
 from model_optimizer.runtime.engine.detokenizer import TokenTexts
@@ -47,7 +46,7 @@ def completion_logprobs_dict(texts: TokenTexts, logprobs: Sequence[Logprob], tex
     """CompletionLogprobs as the plain dict a stream chunk serializes (no model per chunk: see streaming.py)."""
     if isinstance(logprobs, LogprobList):
         return _completion_columns(texts, logprobs, text_offset, num_top)
-    tokens, token_logprobs, top_logprobs, offsets = [], [], [], []
+    tokens, token_logprobs, top_logprobs = [], [], []
     keys, key = texts.key_cache, texts.key
     for lp in logprobs:
         token = texts(lp.token_id)
@@ -60,8 +59,7 @@ def completion_logprobs_dict(texts: TokenTexts, logprobs: Sequence[Logprob], tex
         }
         top.setdefault(keys.get(lp.token_id) or key(lp.token_id), chosen)
         top_logprobs.append(top)
-        offsets.append(text_offset)
-        text_offset += len(token or "")
+    offsets = texts.offsets([lp.token_id for lp in logprobs], tokens, text_offset)
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs, "text_offset": offsets}
 
 
@@ -88,10 +86,7 @@ def _completion_columns(texts: TokenTexts, logprobs: LogprobList, text_offset: i
         tops.append(top)
         a += n
     tokens = texts.many(token_ids)
-    if texts.tokenizer is None or not tokens:
-        offsets = [text_offset] * len(tokens)
-    else:
-        offsets = list(accumulate(map(len, tokens[:-1]), initial=text_offset))  # type: ignore[arg-type]
+    offsets = texts.offsets(token_ids, tokens, text_offset)
     return {"tokens": tokens, "token_logprobs": chosen, "top_logprobs": tops, "text_offset": offsets}
 
 
@@ -99,11 +94,11 @@ def chat_logprobs(texts: TokenTexts, logprobs: Sequence[Logprob], num_top: int) 
     content = []
     for lp in logprobs:
         token = texts(lp.token_id)
-        top = [
-            TopLogprob(token=texts(t), logprob=finite(v), bytes=list(texts(t).encode())) for t, v in _top(lp, num_top)
-        ]
+        top = [TopLogprob(token=texts(t), logprob=finite(v), bytes=texts.bytes_of(t)) for t, v in _top(lp, num_top)]
         content.append(
-            ChatTokenLogprob(token=token, logprob=finite(lp.logprob), bytes=list(token.encode()), top_logprobs=top)
+            ChatTokenLogprob(
+                token=token, logprob=finite(lp.logprob), bytes=texts.bytes_of(lp.token_id), top_logprobs=top
+            )
         )
     return ChatLogprobs(content=content)
 
@@ -120,9 +115,9 @@ def chat_logprobs_dict(texts: TokenTexts, logprobs: Sequence[Logprob], num_top: 
         top = []
         for t, v in _top(lp, num_top):
             text = texts(t)
-            top.append({"token": text, "logprob": finite(v), "bytes": list(text.encode())})
+            top.append({"token": text, "logprob": finite(v), "bytes": texts.bytes_of(t)})
         content.append(
-            {"token": token, "logprob": finite(lp.logprob), "bytes": list(token.encode()), "top_logprobs": top}
+            {"token": token, "logprob": finite(lp.logprob), "bytes": texts.bytes_of(lp.token_id), "top_logprobs": top}
         )
     return {"content": content}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from model_optimizer.runtime.engine.detokenizer import IncrementalDetokenizer
+from model_optimizer.runtime.engine.detokenizer import IncrementalDetokenizer, TokenTexts
 from model_optimizer.runtime.engine.input_processor import encode_prompt
 from model_optimizer.runtime.sampling_params import SamplingParams
 
@@ -62,3 +62,39 @@ def test_encode_prompt_checks_ids(tokenizer):
         encode_prompt(tokenizer, [1, -1], 100)
     with pytest.raises(ValueError, match="empty"):
         encode_prompt(tokenizer, "", 100)
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_token_bytes_join_into_the_text_and_offsets_follow_whole_characters(tokenizer, text):
+    """Tokens holding part of a character decode alone to U+FFFD; their bytes (logprobs' `bytes`) are their
+    own, so joined they give the text, and each token's offset is where its character starts."""
+    ids = tokenizer.encode(text)
+    texts = TokenTexts(tokenizer)
+    tokens = texts.many(ids)
+    assert any("\ufffd" in t for t in tokens)  # the case in question is there
+    assert b"".join(bytes(texts.bytes_of(t)) for t in ids).decode() == text
+    offsets = texts.offsets(ids, tokens, 5)
+    for i, offset in enumerate(offsets):  # a token starts after the whole characters of those before it
+        assert offset == 5 + len(tokenizer.decode(ids[:i]).rstrip("\ufffd"))
+    ascii_ids = tokenizer.encode("plain words")
+    assert texts.offsets(ascii_ids, texts.many(ascii_ids), 0) == [
+        0,
+        *[len(tokenizer.decode(ascii_ids[: i + 1])) for i in range(len(ascii_ids) - 1)],
+    ]
+
+
+def test_byte_fallback_pieces_are_their_byte():
+    """SentencePiece-style vocabularies (Llama 2, Gemma) write a byte as a <0xNN> piece."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "a": 1, "é": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+    backend = Tokenizer(models.BPE(vocab, [], unk_token="<unk>", byte_fallback=True))
+    backend.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
+    fallback = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+    ids = fallback.encode("a😀é", add_special_tokens=False)
+    assert ids == [1, 3 + 0xF0, 3 + 0x9F, 3 + 0x98, 3 + 0x80, 2]
+    texts = TokenTexts(fallback)
+    assert [texts.bytes_of(t) for t in ids[1:5]] == [[0xF0], [0x9F], [0x98], [0x80]]
+    assert texts.bytes_of(2) == list("é".encode())
+    assert texts.offsets(ids, texts.many(ids), 0) == [0, 1, 1, 1, 1, 2]

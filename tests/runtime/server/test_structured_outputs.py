@@ -152,6 +152,29 @@ def test_logprobs_of_a_constrained_choice_list_allowed_tokens_only(live):
     assert all("alpha".startswith(t) or "beta".startswith(t) for t in first)
 
 
+def test_logprobs_of_tokens_that_split_a_character(live):
+    """A regex forces text whose emoji the tokenizer writes as byte tokens (each alone decodes to U+FFFD):
+    text_offset is where each token's character starts, the same streamed and not, and chat's `bytes` of
+    the tokens join into the content, as OpenAI documents them."""
+    text = "aé😀b"
+    body = {"prompt": "x", "max_tokens": 16, "guided_regex": text, "logprobs": 0}
+    choice = httpx.post(live.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
+    assert choice["text"] == text
+    tokens, offsets = choice["logprobs"]["tokens"], choice["logprobs"]["text_offset"]
+    assert "\ufffd" in "".join(tokens) and offsets[-1] == text.index("b") and tokens[-1] == "b"
+    assert all(0 <= offset < len(text) for offset in offsets)
+    streamed = httpx.post(live.url + "/v1/completions", json={**body, "stream": True}, timeout=60).text
+    chunks = [json.loads(line[6:]) for line in streamed.split("\n\n") if line.startswith("data: {")]
+    assert [
+        o for c in chunks for ch in c["choices"] if ch["logprobs"] for o in ch["logprobs"]["text_offset"]
+    ] == offsets
+    chat = {"messages": USER, "max_tokens": 16, "guided_regex": text, "logprobs": True, "top_logprobs": 2}
+    content = httpx.post(live.url + "/v1/chat/completions", json=chat, timeout=60).json()["choices"][0]["logprobs"]
+    assert b"".join(bytes(t["bytes"]) for t in content["content"]).decode() == text
+    for entry in content["content"]:
+        assert all(bytes(top["bytes"]).decode(errors="replace") == top["token"] for top in entry["top_logprobs"])
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_required_tool_calls_through_the_clients_helpers(client, stream):
     tools = [openai.pydantic_function_tool(Weather, name="get_weather"), openai.pydantic_function_tool(Step)]
