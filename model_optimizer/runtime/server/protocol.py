@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_serializer
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_serializer, model_validator
 
 from model_optimizer.runtime.server.body import in_slices
 from model_optimizer.runtime.server.protocol_structured import (
@@ -149,6 +149,17 @@ class ChatMessage(_Request):
     """An assistant message's thinking, sent back (vLLM's name; reasoning_content is DeepSeek's)."""
     reasoning_content: str | None = None
 
+    @model_validator(mode="after")
+    def _has_content(self) -> ChatMessage:
+        """As OpenAI: only an assistant's message (one that makes tool calls) may come without content; a
+        template would otherwise render the others' null as "None" or as nothing."""
+        if self.content is None and self.role in CONTENT_ROLES:
+            raise ValueError(f"a {self.role} message needs content")
+        return self
+
+
+CONTENT_ROLES = frozenset({"system", "developer", "user", "tool"})
+"""Roles whose messages must carry content."""
 
 ChatMessages = Annotated[list[ChatMessage], in_slices()]
 

@@ -51,6 +51,15 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
     names = [t.function.name for t in tools]
     if len(set(names)) != len(names):
         raise APIError(400, "tool names must be unique", "tools")
+    for tool in tools:  # a call's arguments are a JSON object (OpenAI refuses any other parameters type too)
+        kind = (tool.function.parameters or NO_PARAMETERS).get("type", "object")
+        if kind not in ("object", ["object"]):
+            raise APIError(
+                400,
+                f"tool {tool.function.name!r}: parameters must be a JSON Schema of type object (a call's arguments "
+                f"are a JSON object), got type {kind!r}",
+                "tools",
+            )
     template_tools = [t.model_dump(exclude_none=True, by_alias=True) for t in tools]
     if choice is None or choice == "auto":
         parser = _auto_parser(state, template_tools)

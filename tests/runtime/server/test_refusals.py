@@ -106,3 +106,30 @@ def test_disallowed_preflight_is_answered_as_json(own_llm):
         assert "origin 'https://evil.example', method 'DELETE'" in error["message"] and error["code"] == 400
     finally:
         live.stop()
+
+
+@pytest.mark.parametrize(
+    "extra, param, fragment",
+    [
+        ({"top_logprobs": 3}, "top_logprobs", "needs logprobs: true"),
+        ({"messages": [{"role": "user"}]}, "messages", "a user message needs content"),
+        ({"messages": [{"role": "system", "content": None}, {"role": "user", "content": "hi"}]}, "messages", "system"),
+        (
+            {
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}],
+                "tool_choice": "required",
+            },
+            "tools",
+            "parameters must be a JSON Schema of type object",
+        ),
+    ],
+    ids=["top-logprobs-alone", "user-without-content", "system-null-content", "string-parameters"],
+)
+def test_chat_requests_openai_refuses_are_refused(client, extra, param, fragment):
+    """Each was answered 200 (top_logprobs dropped; "None" rendered as a message; a required call with empty
+    arguments that ran to the length limit)."""
+    error = error_of(client.post("/v1/chat/completions", json={**CHAT, **extra}))
+    assert error["param"] == param and fragment in error["message"], error
+    assistant_call = {"role": "assistant", "content": None, "tool_calls": []}  # an assistant may leave it out
+    ok = client.post("/v1/chat/completions", json={**CHAT, "messages": [*CHAT["messages"], assistant_call]})
+    assert ok.status_code == 200, ok.text

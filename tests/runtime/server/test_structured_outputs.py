@@ -448,7 +448,13 @@ BAD = [
     (
         {
             "tools": [
-                {"type": "function", "function": {"name": "f", "parameters": {"type": "array", "uniqueItems": True}}}
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "f",
+                        "parameters": {"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}},
+                    },
+                }
             ],
             "tool_choice": "required",
         },

@@ -50,6 +50,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     if unsupported:
         raise APIError(400, f"{unsupported} is not supported: use tools and tool_choice", unsupported)
     num_top = body.top_logprobs or 0
+    if num_top and not body.logprobs:  # as OpenAI and vLLM: asked for alternatives, not for logprobs
+        raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
     logprobs = num_top if body.logprobs else None
     stop = check_caps(state, body, logprobs if logprobs is not None else body.top_logprobs)
     rules = await token_rules(state, body)
