@@ -127,8 +127,16 @@ class ServerState:
 
     # ----------------------------------------------------------------- admission
     def admit(self, num_requests: int) -> Admission:
-        """Reserve room for engine requests, or refuse with 503 when the queue is full."""
+        """Reserve room for engine requests, or refuse with 503 when the queue is full; 400 for more than
+        the server ever holds at once (retrying could never succeed)."""
         limit = self.engine_config.max_num_seqs + self.config.max_queued_requests
+        if num_requests > limit:
+            raise APIError(
+                400,
+                f"this request needs {num_requests} engine requests (one per prompt), more than the {limit} this "
+                "server holds running or queued (--max-num-seqs plus --max-queued-requests); send fewer prompts",
+                "prompt",
+            )
         if self.num_admitted + num_requests > limit:
             raise APIError(
                 503,

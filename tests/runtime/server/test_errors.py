@@ -216,6 +216,12 @@ def test_request_that_can_never_fit_is_refused(strict_server):
         strict_server.url + "/v1/completions", headers=headers, timeout=30, json={"prompt": [5] * 600, "max_tokens": 2}
     )
     assert_error(r, 400, "600", "512")
+    # more prompts than the server ever holds (2 running + 1 queued): a 400, where a 503 said "retry later"
+    r = httpx.post(
+        strict_server.url + "/v1/completions", headers=headers, timeout=30, json={"prompt": ["x"] * 4, "max_tokens": 2}
+    )
+    assert_error(r, 400, "needs 4 engine requests", "the 3 this server holds")
+    assert strict_server.state.num_admitted == 0
 
 
 def test_raw_garbage_request_line(server):
