@@ -33,15 +33,35 @@ def prompt_list(prompt: str | list) -> list[str | list[int]]:
     return list(prompt)
 
 
-async def tokenize_prompts(state: ServerState, prompts: list[str | list[int]]) -> list[Prompt]:
+def kept_tokens(state: ServerState, truncate_prompt_tokens: int | None) -> int | None:
+    """How many of a prompt's last tokens a request keeps (its truncate_prompt_tokens; -1: the most that
+    leave room for one output token), or None: all, a longer prompt being refused."""
+    if truncate_prompt_tokens is None:
+        return None
+    most = state.model.max_model_len - 1
+    if truncate_prompt_tokens == -1:
+        return most
+    if not 1 <= truncate_prompt_tokens <= most:
+        raise APIError(
+            400,
+            f"truncate_prompt_tokens is {truncate_prompt_tokens}; give -1 or 1 to {most} (max_model_len "
+            f"{state.model.max_model_len} less one output token)",
+            "truncate_prompt_tokens",
+        )
+    return truncate_prompt_tokens
+
+
+async def tokenize_prompts(state: ServerState, prompts: list[str | list[int]], keep: int | None = None) -> list[Prompt]:
+    """Each prompt's token ids (its text, kept for echo unless `keep` cut it); `keep`: see kept_tokens."""
     if len(prompts) > state.config.max_prompts:
         raise APIError(400, f"got {len(prompts)} prompts; at most {state.config.max_prompts} per request", "prompt")
     out = []
     for prompt in prompts:
         if isinstance(prompt, str):
-            out.append(Prompt(await encode(state, prompt, True), prompt))
+            token_ids = await encode(state, prompt, True, keep=keep)
+            out.append(Prompt(token_ids, prompt if keep is None or len(token_ids) < keep else None))
         else:
-            out.append(Prompt(await checked_token_ids(state, prompt)))
+            out.append(Prompt(await checked_token_ids(state, prompt[-keep:] if keep else prompt)))
     return out
 
 
@@ -82,19 +102,21 @@ async def encode(
     param: str = "prompt",
     allow_empty: bool = False,
     for_generation: bool = True,
+    keep: int | None = None,
 ) -> list[int]:
-    """Token ids of `text`. For generation, a text that cannot fit max_model_len is refused by its length
-    before tokenizing; /tokenize (`for_generation=False`) counts any text the body cap lets in."""
+    """Token ids of `text`, only the last `keep` when given. For generation, a text that cannot fit
+    max_model_len is refused by its length before tokenizing, unless it is to be cut; /tokenize
+    (`for_generation=False`) counts any text the body cap lets in."""
     tokenizer = state.model.tokenizer
     if tokenizer is None:
         raise APIError(400, NO_TOKENIZER, param)
     _check_utf8(text)
-    if for_generation:
+    if for_generation and keep is None:
         check_text_fits(state, text, param)
     token_ids = await state.run_blocking(lambda: list(tokenizer.encode(text, add_special_tokens=add_special_tokens)))
     if not token_ids and not allow_empty:
         raise APIError(400, "prompt is empty: give at least one token", "prompt")
-    return token_ids
+    return token_ids[-keep:] if keep else token_ids
 
 
 def check_text_fits(state: ServerState, text: str, param: str) -> None:
@@ -161,8 +183,10 @@ async def chat_prompt(
     for_generation: bool = True,
     tools: list[dict] | None = None,
     continue_final_message: bool = False,
+    keep: int | None = None,
 ) -> Prompt:
-    """Render messages (and tools) through the chat template (--chat-template or the tokenizer's) and tokenize."""
+    """Render messages (and tools) through the chat template (--chat-template or the tokenizer's) and tokenize
+    (only the last `keep` tokens when given)."""
     tokenizer = state.model.tokenizer
     if tokenizer is None:
         raise APIError(
@@ -195,4 +219,5 @@ async def chat_prompt(
         )
     except ValueError as exc:  # the template failed on the messages the client sent
         raise APIError(400, str(exc), "messages") from None
-    return Prompt(await encode(state, text, add_special_tokens, "messages", for_generation=for_generation), text)
+    token_ids = await encode(state, text, add_special_tokens, "messages", for_generation=for_generation, keep=keep)
+    return Prompt(token_ids, text)

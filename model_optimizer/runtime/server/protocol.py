@@ -101,6 +101,9 @@ class SamplingFields(_Request):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=INT64_MAX)
+    """vLLM's: keep only the prompt's last this many tokens (-1: as many as leave room for one output token)
+    instead of refusing a longer prompt."""
     prompt_logprobs: int | None = Field(default=None, ge=-1, le=INT64_MAX)
     """vLLM's: logprobs of the prompt's tokens and this many alternatives (-1: the whole vocabulary, refused
     like any value past --max-logprobs). Completions return them on each choice; chat refuses it."""

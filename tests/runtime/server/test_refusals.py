@@ -133,3 +133,24 @@ def test_chat_requests_openai_refuses_are_refused(client, extra, param, fragment
     assistant_call = {"role": "assistant", "content": None, "tool_calls": []}  # an assistant may leave it out
     ok = client.post("/v1/chat/completions", json={**CHAT, "messages": [*CHAT["messages"], assistant_call]})
     assert ok.status_code == 200, ok.text
+
+
+def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(client, server):
+    """vLLM's field on completions and chat: the prompt's last k tokens (-1: all that leave room for one output
+    token), where it was ignored; a prompt too long for the context is cut instead of refused."""
+    ids = list(range(5, 15))
+    r = client.post("/v1/completions", json={**COMPLETION, "prompt": ids, "truncate_prompt_tokens": 3, "echo": True,
+                                             "max_tokens": 0, "logprobs": 0})  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == 3
+    assert len(r.json()["choices"][0]["logprobs"]["tokens"]) == 3  # the echoed prompt is the kept tokens
+    text = "word " * 400  # past the 128-token context: refused without truncation, cut with -1
+    assert client.post("/v1/completions", json={**COMPLETION, "prompt": text}).status_code == 400
+    r = client.post("/v1/completions", json={**COMPLETION, "prompt": text, "truncate_prompt_tokens": -1})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == server.state.model.max_model_len - 1
+    chat = {**CHAT, "messages": [{"role": "user", "content": text}], "truncate_prompt_tokens": 20}
+    r = client.post("/v1/chat/completions", json=chat)
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 20
+    for bad in (0, server.state.model.max_model_len):
+        error = error_of(client.post("/v1/completions", json={**COMPLETION, "truncate_prompt_tokens": bad}))
+        assert error["param"] == "truncate_prompt_tokens"

@@ -15,7 +15,7 @@ from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.chat_output import ChatOutput
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.logprobs import TokenTexts, chat_logprobs, chat_logprobs_dict
-from model_optimizer.runtime.server.prompts import chat_prompt
+from model_optimizer.runtime.server.prompts import chat_prompt, kept_tokens
 from model_optimizer.runtime.server.protocol import (
     ChatChoice,
     ChatCompletionChunk,
@@ -71,6 +71,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         body.template_kwargs(),
         tools=plan.template_tools,
         continue_final_message=body.continue_final_message,
+        keep=kept_tokens(state, body.truncate_prompt_tokens),
     )
     name = state.config.reasoning_parser
     reasoning = REASONING_PARSERS[name].for_prompt(prompt.text, _last_turn_text(body)) if name else None

@@ -16,7 +16,7 @@ from model_optimizer.runtime.server.logprobs import (
     join_logprobs_dicts,
     prompt_logprobs_json,
 )
-from model_optimizer.runtime.server.prompts import Prompt, prompt_list, tokenize_prompts
+from model_optimizer.runtime.server.prompts import Prompt, kept_tokens, prompt_list, tokenize_prompts
 from model_optimizer.runtime.server.protocol import CompletionChoice, CompletionRequest, CompletionResponse, UsageInfo
 from model_optimizer.runtime.server.request_group import Generation, new_request_id, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
@@ -49,7 +49,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     constraint = requested_constraint(body)
     if constraint is not None:
         await check_constraint(state, *constraint)
-    prompts = await tokenize_prompts(state, prompt_list(body.prompt))
+    prompts = await tokenize_prompts(state, prompt_list(body.prompt), kept_tokens(state, body.truncate_prompt_tokens))
     max_tokens = 1 if body.max_tokens == 0 else body.max_tokens  # one token is generated, and dropped
     params = [
         sampling_params(
