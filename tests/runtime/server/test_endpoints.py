@@ -34,6 +34,9 @@ def sse_events(response: httpx.Response) -> list:
 def test_models_health_ready_version(client, server):
     assert client.get("/health").status_code == 200
     assert client.get("/ready").json() == {"status": "ready"}
+    for path in ("/health", "/ready"):  # load balancers probe with HEAD: the status, no body
+        head = client.head(path)
+        assert head.status_code == 200 and head.content == b"", path
     assert client.get("/version").json()["version"]
     models = client.get("/v1/models").json()
     assert [m["id"] for m in models["data"]] == ["tiny"]

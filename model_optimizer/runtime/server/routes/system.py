@@ -1,4 +1,4 @@
-"""GET /health, /ready, /version, /metrics, /v1/models and /v1/models/{model_id}."""
+"""GET (and HEAD) /health and /ready; GET /version, /metrics, /v1/models and /v1/models/{model_id}."""
 
 from __future__ import annotations
 
@@ -46,6 +46,10 @@ async def ready(request: Request) -> Response:
         reason = "failed" if state.dead else "draining" if state.draining else "loading"
         return JSONResponse({"status": reason}, status_code=503)
     return JSONResponse({"status": "ready"})
+
+
+for _path, _probe in (("/health", health), ("/ready", ready)):  # HEAD too: load balancers probe with it
+    router.add_api_route(_path, _probe, methods=["HEAD"], include_in_schema=False)
 
 
 @router.get("/version")
