@@ -85,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `mopt ... | head` closed stdout: stop quietly, as other Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 141  # 128 + SIGPIPE
+    except SystemExit as exc:  # rich's console meets the closed pipe itself and exits 1, which doctor and
+        if exc.code == 1 and isinstance(exc.__context__, BrokenPipeError):  # inspect document as a finding
+            return 141
+        raise
     except (ValueError, OSError) as exc:  # OSError: a path that cannot be read or written, a full disk
         if debug:
             raise

@@ -89,3 +89,30 @@ def test_errors_in_a_real_process_are_one_line_unless_debug(tmp_path):
         command + ["--prompt", "hi"], capture_output=True, text=True, env={**env, "MOPT_DEBUG": "1"}, timeout=600
     )
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "FileNotFoundError" in debug.stderr
+
+
+@pytest.mark.parametrize("command", [["doctor"], ["inspect", "{model}"]])
+def test_a_closed_pipe_exits_141_from_rich_tables_too(tiny_model, command):
+    """`mopt doctor | head -1`: rich's console handles the broken pipe itself with exit 1, which doctor and
+    inspect document as "warnings" / "an error finding"; like every other command, it is 141 (SIGPIPE)."""
+    import os
+    import subprocess
+    import sys
+
+    snapshot = os.path.join(os.path.dirname(__file__), "..", "environment", "fixtures", "h200_snapshot.json")
+    argv = [a.format(model=tiny_model("qwen3")) for a in command]
+    if command == ["doctor"]:
+        argv += ["--snapshot", snapshot]
+    env = {k: v for k, v in os.environ.items() if k != "MOPT_DEBUG"}
+    env["COLUMNS"] = "200"
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "model_optimizer.cli.main", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    cli.stdout.readline()  # the first line, as `head -1` reads it, then the reader goes away
+    cli.stdout.close()
+    stderr = cli.stderr.read().decode()
+    assert cli.wait(timeout=600) == 141, stderr
+    assert "Traceback" not in stderr
