@@ -68,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--bench measures this machine; it cannot be combined with --snapshot")
     if args.bench_device < 0:
         raise ValueError(f"--bench-device must be a GPU index >= 0, got {args.bench_device}")
+    if args.bench_device and not args.bench:
+        raise ValueError("--bench-device picks the GPU --bench measures: add --bench")
+    for flag, path in (("--snapshot", args.snapshot), ("--save-snapshot", args.save_snapshot)):
+        if path is not None and not path.strip():  # an empty path is not "unset": the user named a file
+            raise ValueError(f"{flag} is empty: give a file path")
     if args.save_snapshot:
         check_writable_file_path(Path(args.save_snapshot), "--save-snapshot")  # before minutes of probing
     progress = Console(stderr=True)

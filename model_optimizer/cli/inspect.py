@@ -124,6 +124,8 @@ def _attach_plan(args: argparse.Namespace, report: Any) -> None:
         tensor_parallel_size=args.tensor_parallel_size,
         enable_expert_parallel=args.enable_expert_parallel,
     )
+    if args.gpu is not None and not args.gpu.strip():
+        raise ValueError("--gpu is empty: give a GPU name (H200, A100 80GB, L4, ...) or 'live'")
     gpu = gpu_memory(args.gpu) if args.gpu else None
     if report.raw_check.error is not None or any(f.id == "context.too_long" for f in report.findings):
         return  # the findings say why the engine would not start; no plan to make

@@ -32,3 +32,17 @@ def test_save_snapshot_to_an_impossible_path_fails_before_probing(tmp_path, caps
     assert f"is inside {a_file}, which is a file" in capsys.readouterr().err
     assert main(["--save-snapshot", str(tmp_path)]) == 2
     assert f"--save-snapshot {tmp_path} is a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--snapshot", ""], "--snapshot is empty"),
+        (["--save-snapshot", " "], "--save-snapshot is empty"),
+        (["--bench-device", "1"], "add --bench"),
+    ],
+)
+def test_flags_that_would_be_ignored_are_refused_before_probing(capsys, argv, message):
+    """An empty --snapshot probed this machine instead; --bench-device without --bench measured nothing."""
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

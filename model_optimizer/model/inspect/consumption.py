@@ -239,6 +239,7 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
             loader(param, probe, shard) if shard else loader(param, probe)
         except (ValueError, RuntimeError) as exc:
             check.misshapen.append(f"{name}: {exc}")
+            loaded.add((target, shard))  # there, of the wrong shape: reported as such, not also as missing
             continue
         loaded.add((target, shard))
         check.consumed += 1

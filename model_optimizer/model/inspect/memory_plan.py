@@ -280,7 +280,7 @@ def plan_memory(
         raise ValueError(
             f"max_model_len {max_model_len} exceeds the model's max_position_embeddings ({shape.max_position_embeddings})"
         )
-    seq_len = seq_len or max_model_len
+    seq_len = max_model_len if seq_len is None else seq_len  # 0 is refused, not read as "unset"
     if seq_len <= 0 or seq_len > max_model_len:
         raise ValueError(f"seq_len must be in 1..max_model_len ({max_model_len}), got {seq_len}")
     profile_tokens = min(engine.max_num_batched_tokens, max_model_len)

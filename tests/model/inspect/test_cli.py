@@ -86,3 +86,13 @@ def test_fix_refuses_a_weights_file_cut_short_in_one_line(fresh, tmp_path, capsy
     err = capsys.readouterr().err
     assert "--fix cannot clean" in err and "is truncated" in err and "Traceback" not in err
     assert not out.exists() and not list(tmp_path.glob(".clean.*"))  # nothing half-written
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--seq-len", "0"], "seq_len must be in 1..max_model_len"), (["--gpu", ""], "--gpu is empty")],
+)
+def test_zero_or_empty_plan_flags_are_refused_not_read_as_unset(fresh, capsys, flags, message):
+    """--seq-len 0 planned for the default length and --gpu '' planned for no GPU, each without a word."""
+    assert main(["inspect", str(fresh("qwen3")), *flags]) == 2
+    assert message in capsys.readouterr().err

@@ -259,3 +259,16 @@ def test_the_built_in_model_passes_its_own_inspection(capsys):
     capsys.readouterr()
     # advice never writes into the installed package: a clean copy of the built-in model goes to the cwd
     assert clean_copy_path(REFERENCE_MODEL_DIR) == __import__("pathlib").Path("pydoc-qwen3-clean")
+
+
+def test_a_tensor_of_the_wrong_shape_is_not_also_missing(fresh):
+    """config.json's hidden size disagrees with the weights: each such tensor is named once, as misshapen
+    (it was also listed under weights.missing, which sent users looking for absent shards)."""
+    folder = fresh("qwen3")
+    hidden = json.loads((folder / "config.json").read_text())["hidden_size"]
+    b.edit_json(folder / "config.json", hidden_size=hidden * 2)
+    report = inspect_checkpoint(folder)
+    findings = _by_id(report)
+    assert "weights.shape" in findings and "weights.missing" not in findings, list(findings)
+    check = report.raw_check
+    assert check.misshapen and not check.missing and not check.loads
