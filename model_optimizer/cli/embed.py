@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 from model_optimizer.runtime.config import field_docs
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     from model_optimizer.runtime.embed import Embedder
     from model_optimizer.runtime.embed.config import EmbedConfig
-    from model_optimizer.runtime.embed.jsonl_job import EmbedJob, JobConfig, check_paths
+    from model_optimizer.runtime.embed.jsonl_job import EmbedJob, JobConfig, check_paths, output_lock
 
     job = dataclass_from_args(JobConfig, args)
     check_paths(job)  # before the model loads
@@ -54,23 +55,27 @@ def run(args: argparse.Namespace) -> int:
     config = dataclass_from_args(EmbedConfig, args)
     work: EmbedJob | None = None
     try:
-        embedder = Embedder(args.model, **vars(config))
-        work = EmbedJob(
-            embedder, job, on_warning=lambda text: console.print(f"warning: {text}", highlight=False, soft_wrap=True)
-        )
-        num_todo, num_done = work.prepare()
-        if num_done:
-            console.print(f"resuming: {num_done} rows already in {job.output}", highlight=False, soft_wrap=True)
-        columns = (
-            TextColumn("[bold]embed"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-        )
-        with Progress(*columns, console=console) as progress:
-            task = progress.add_task("embed", total=num_todo)
-            written = work.run(lambda n: progress.advance(task, n))
+        # held from before the model loads to the last row: a second run on this output is refused at once
+        with output_lock(Path(job.output)):
+            embedder = Embedder(args.model, **vars(config))
+            work = EmbedJob(
+                embedder,
+                job,
+                on_warning=lambda text: console.print(f"warning: {text}", highlight=False, soft_wrap=True),
+            )
+            num_todo, num_done = work.prepare()
+            if num_done:
+                console.print(f"resuming: {num_done} rows already in {job.output}", highlight=False, soft_wrap=True)
+            columns = (
+                TextColumn("[bold]embed"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+            )
+            with Progress(*columns, console=console) as progress:
+                task = progress.add_task("embed", total=num_todo)
+                written = work.run(lambda n: progress.advance(task, n))
     except KeyboardInterrupt:  # every finished row is already in the file: say so, no traceback
         num_written = work.num_written if work is not None else 0
         print(

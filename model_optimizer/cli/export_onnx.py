@@ -49,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--opset must be between {MIN_OPSET} and {MAX_OPSET} (attention needs {MIN_OPSET}), got {args.opset}"
         )
-    out_dir = Path(args.output)
-    check_output_folder(out_dir)
+    out_dir = check_output_folder(args.output)
     model = check_model_folder(args.model, out_dir)
     console = Console()
     embedder = Embedder(model, device="cpu", dtype="float32", pooling=args.pooling, normalize=args.normalize)
@@ -64,17 +63,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_output_folder(out_dir: Path) -> None:
-    """ValueError before the model loads when --output cannot become a folder (it or a parent is a file)."""
-    for path in (out_dir, *out_dir.parents):
-        if path.exists():
-            if not path.is_dir():
-                what = "is a file" if path == out_dir else f"is inside {path}, which is a file"
-                raise ValueError(
-                    f"--output {out_dir} {what}; export-onnx writes a folder (model.onnx, the tokenizer "
-                    "files, export_report.json): give a new or existing folder"
-                )
-            return
+def check_output_folder(output: str) -> Path:
+    """--output as a folder we can write in, checked before the model loads: not empty (Path("") is the
+    current folder, whose model.onnx and tokenizer files the export would overwrite), not a file or
+    inside one, and on a file system that takes new entries (else the export fails at its very end)."""
+    from model_optimizer.common.fileio import check_writable_folder_path
+
+    if not output.strip():
+        raise ValueError(
+            "--output is empty; give the folder to write model.onnx, the tokenizer and export_report.json into"
+        )
+    out_dir = Path(output)
+    check_writable_folder_path(out_dir, "--output")
+    return out_dir
 
 
 def check_model_folder(model: str, out_dir: Path) -> str:

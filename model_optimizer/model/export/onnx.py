@@ -1,8 +1,10 @@
 """Export an embedding model to ONNX (dynamic batch and sequence axes) and check it against our engine.
 
 The exported graph is the whole recipe, not just the transformer: `input_ids` and
-`attention_mask` (batch, sequence), right-padded as tokenizers pad by default, in;
-`sentence_embedding` (batch, hidden) out, pooled and normalized as the Embedder does. Users get
+`attention_mask` (batch, sequence), padded on either side, in; `sentence_embedding` (batch, hidden)
+out, pooled and normalized as the Embedder does. Positions and the first or last token are read from
+the mask, not assumed: the tokenizer is saved as the model ships it, and some pad on the left
+(Qwen3-Embedding's does), as may a user's own padding code. Users get
 one file that needs only onnxruntime and the tokenizer saved beside it. Encoders and decoder
 embedders both export; for a decoder, feed the ids the Embedder would read (its end token
 appended, which Qwen3-Embedding's own tokenizer already does).
@@ -16,6 +18,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -51,7 +54,8 @@ class ExportReport:
 
 
 class PaddedEmbedder(nn.Module):
-    """Backbone, pooling and normalization over a right-padded (batch, seq) batch, for export."""
+    """Backbone, pooling and normalization over a padded (batch, seq) batch, for export; padding on the
+    left or the right gives the same vectors."""
 
     def __init__(self, embedder: Embedder) -> None:
         super().__init__()
@@ -60,7 +64,8 @@ class PaddedEmbedder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         batch, seq = input_ids.shape
-        positions = torch.arange(seq, device=input_ids.device).unsqueeze(0).expand(batch, seq)
+        # each text's own positions from 0, wherever its padding is (pads get a harmless 0)
+        positions = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
         meta = PaddedMeta(batch, seq, attention_mask)
         hidden = self.backbone(input_ids.reshape(-1), positions.reshape(-1), meta).reshape(batch, seq, -1)
         pooled = self._pool(hidden.float(), attention_mask.to(torch.float32))
@@ -68,10 +73,12 @@ class PaddedEmbedder(nn.Module):
 
     def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         lengths = mask.sum(dim=1, keepdim=True)  # (batch, 1)
-        if self.pooling == "cls":
-            return hidden[:, 0]
-        if self.pooling == "last":
-            index = (lengths.long() - 1)[:, :, None].expand(-1, 1, hidden.shape[-1])
+        if self.pooling in ("cls", "last"):
+            if self.pooling == "cls":
+                index = mask.argmax(dim=1)  # the first real token (argmax takes the first of equal values)
+            else:  # the last real token: the largest position that the mask keeps
+                index = (mask * torch.arange(mask.shape[1], device=mask.device)).argmax(dim=1)
+            index = index[:, None, None].expand(-1, 1, hidden.shape[-1])
             return hidden.gather(1, index).squeeze(1)
         if self.pooling == "max":
             return hidden.masked_fill(mask[:, :, None] == 0, float("-inf")).amax(dim=1)
@@ -79,16 +86,17 @@ class PaddedEmbedder(nn.Module):
         return sums / (lengths.sqrt() if self.pooling == "mean_sqrt_len" else lengths)
 
 
-def padded_batch(embedder: Embedder, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """input_ids and attention_mask, right-padded, from exactly the ids the engine reads
-    (instruction, end token and truncation applied)."""
+def padded_batch(embedder: Embedder, texts: list[str], side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
+    """input_ids and attention_mask, padded on `side` ("right" or "left"), from exactly the ids the
+    engine reads (instruction, end token and truncation applied)."""
     ids = embedder.inputs.token_ids(list(texts), embedder.max_seq_length, None)
     width = max(len(t) for t in ids)
     input_ids = torch.zeros(len(ids), width, dtype=torch.int64)
     mask = torch.zeros(len(ids), width, dtype=torch.int64)
     for row, tokens in enumerate(ids):
-        input_ids[row, : len(tokens)] = torch.tensor(tokens)
-        mask[row, : len(tokens)] = 1
+        span = slice(0, len(tokens)) if side == "right" else slice(width - len(tokens), width)
+        input_ids[row, span] = torch.tensor(tokens)
+        mask[row, span] = 1
     return input_ids, mask
 
 
@@ -102,7 +110,13 @@ def export_onnx(embedder: Embedder, onnx_path: Path, opset: int = 17) -> None:
     fd, tmp = tempfile.mkstemp(dir=onnx_path.parent, suffix=".onnx.tmp")
     os.close(fd)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # The tracer warns on each Python branch on a shape, such as attention's `kv_heads != heads`.
+            # Those are head counts and sizes fixed by the model, the same for every input, so the traced
+            # branch is the right one; the warning would only alarm users on every export.
+            warnings.filterwarnings(
+                "ignore", message="Converting a tensor to a Python boolean", category=torch.jit.TracerWarning
+            )
             torch.onnx.export(
                 wrapper,
                 args,
@@ -121,23 +135,25 @@ def export_onnx(embedder: Embedder, onnx_path: Path, opset: int = 17) -> None:
 
 
 def check_onnx(embedder: Embedder, onnx_path: Path, texts: list[str], opset: int) -> ExportReport:
-    """Run the exported file in onnxruntime on `texts` (two batch shapes) and compare with the engine."""
+    """Run the exported file in onnxruntime on `texts` and compare with the engine: in two batches of
+    different batch and sequence sizes, each padded on the right and again on the left (tokenizers pad
+    either way), so a graph wrong for either padding fails the check. The report holds the worst case."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    halves = [texts[: len(texts) // 2], texts[len(texts) // 2 :]]  # different batch and sequence sizes
-    outputs = []
-    for part in halves:
-        feeds = dict(zip(INPUT_NAMES, (t.numpy() for t in padded_batch(embedder, part))))
-        outputs.append(torch.from_numpy(session.run([OUTPUT_NAME], feeds)[0]))
-    got = torch.cat(outputs).float()
+    halves = [part for part in (texts[: len(texts) // 2], texts[len(texts) // 2 :]) if part]
     expected = embedder.encode(texts, truncate_prompt_tokens=-1).embeddings
+    max_abs_diff, min_cosine = 0.0, 1.0
+    for side in ("right", "left"):
+        outputs = []
+        for part in halves:
+            feeds = dict(zip(INPUT_NAMES, (t.numpy() for t in padded_batch(embedder, part, side))))
+            outputs.append(torch.from_numpy(session.run([OUTPUT_NAME], feeds)[0]))
+        got = torch.cat(outputs).float()
+        max_abs_diff = max(max_abs_diff, float((got - expected).abs().max()))
+        min_cosine = min(min_cosine, float(F.cosine_similarity(got, expected, dim=-1).min()))
     return ExportReport(
-        onnx_path=str(onnx_path),
-        opset=opset,
-        num_texts=len(texts),
-        max_abs_diff=float((got - expected).abs().max()),
-        min_cosine=float(F.cosine_similarity(got, expected, dim=-1).min()),
+        onnx_path=str(onnx_path), opset=opset, num_texts=len(texts), max_abs_diff=max_abs_diff, min_cosine=min_cosine
     )
 
 

@@ -13,13 +13,20 @@ milliseconds per batch on small models). A write cut off by Ctrl-C is cut back t
 at once; one cut off by a kill leaves a torn last line, which the next run cuts back before it
 resumes after the last complete row, skipping every id the output already holds. (Rewriting the
 whole file per batch through a temp file would make a large job quadratic in its output size.)
+
+One run at a time per output: two appending to one file would both embed the rows missing when they
+started and write them twice, so a run holds `<output>.lock` (flock) and a second one is refused.
+A run that fails before writing a row removes the output and sidecar it created, so no empty file
+and no sidecar of refused settings is left to mislead the next run.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,12 +68,51 @@ def check_paths(job: JobConfig) -> None:
     """The input is a file and the output can be one: cheap checks, made before the model loads."""
     if not job.input or not job.output:
         raise ValueError("both --input and --output are required")
+    if job.output == "-":  # the output is appended to and read back to resume, which stdout cannot be
+        raise ValueError(
+            "--output - (stdout) is not supported: embed writes a file it can resume; give a file path "
+            "(./- for a file named '-')"
+        )
     source = Path(job.input)
     if source.is_dir():
         raise ValueError(f"--input {source} is a folder, not a JSONL file")
     if not source.is_file():
         raise FileNotFoundError(f"input file {source} does not exist")
     check_writable_file_path(Path(job.output), "--output")
+
+
+def lock_path(output: Path) -> Path:
+    return output.with_name(output.name + ".lock")
+
+
+@contextmanager
+def output_lock(output: Path) -> Iterator[None]:
+    """Hold `<output>.lock` for the block; ValueError at once when another run holds it. The file is
+    removed on the way out; a run that locked a file just removed so retries on the new one (the inode
+    check), so two runs never hold locks on different files for one output."""
+    path = lock_path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ValueError(
+                f"--output {output} is being written by another mopt embed run (it holds {path.name}); "
+                "wait for it to finish, or give another --output"
+            ) from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
 
 
 def read_rows(path: Path, text_field: str, id_field: str) -> list[tuple[Any, str]]:
@@ -182,13 +228,19 @@ class EmbedJob:
         self.embedder, self.job, self.on_warning = embedder, job, on_warning
         self.num_written = 0
         self._todo: list[tuple[Any, str]] | None = None
+        self._created: list[Path] = []
+        """The output and sidecar this run created: removed again if it fails before writing a row."""
 
     def prepare(self) -> tuple[int, int]:
         """(rows to embed, rows already in the output); ValueError when the output is not this run's to extend."""
         job, out = self.job, Path(self.job.output)
         check_paths(job)
+        hidden = self.embedder.hidden_size
+        if job.dimensions is not None and job.dimensions > hidden:  # before any file is made
+            raise ValueError(f"--dimensions {job.dimensions} is more than the model's {hidden}; give 1 to {hidden}")
         rows = read_rows(Path(job.input), job.text_field, job.id_field)
         out.parent.mkdir(parents=True, exist_ok=True)
+        self._created = [p for p in (out, meta_path(out)) if not p.exists()]
         state = recover_output(out)
         self._check_or_start(out, state)
         self._todo = [r for r in rows if json.dumps(r[0]) not in state.done]
@@ -204,6 +256,11 @@ class EmbedJob:
             for chunk in chunks(self._todo or [], self.job.chunk_size):
                 self._embed_chunk(chunk, writer, on_progress)
                 writer.sync()
+        except BaseException:
+            if writer.num_written == 0:  # nothing to resume from: leave no empty file or sidecar behind
+                for path in self._created:
+                    path.unlink(missing_ok=True)
+            raise
         finally:
             self.num_written = writer.num_written
             writer.close()

@@ -57,8 +57,10 @@ class VarlenMeta:
 
 @dataclass
 class PaddedMeta:
-    """A right-padded (batch, seq) layout flattened to batch * seq tokens: the exported ONNX graph's,
-    where shapes must stay symbolic. Same `attend` contract as VarlenMeta."""
+    """A padded (batch, seq) layout flattened to batch * seq tokens: the exported ONNX graph's, where
+    shapes must stay symbolic. Padding may be on either side (Qwen3-Embedding's tokenizer pads left):
+    a left-padded causal pad query sees no key, and scaled_dot_product_attention gives such a row zeros,
+    in torch and in the exported graph alike. Same `attend` contract as VarlenMeta."""
 
     batch: int | torch.Tensor
     seq: int | torch.Tensor

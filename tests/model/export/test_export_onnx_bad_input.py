@@ -75,3 +75,21 @@ def _export_until_it_has_begun(model: Path, out: Path) -> subprocess.Popen:
         time.sleep(0.005)  # the export has begun once anything appears beside the output
     assert proc.poll() is None or proc.returncode == 0, proc.communicate()[1]
     return proc
+
+
+def test_an_empty_output_is_refused_and_the_current_folder_is_left_alone(qwen3_dir, tmp_path, monkeypatch, capsys):
+    """--output '' wrote model.onnx, the tokenizer files and the report into the current folder,
+    overwriting any of the user's files of those names, and exited 0."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("mine")
+    assert "--output is empty" in error_line(["export-onnx", "--model", str(qwen3_dir), "--output", ""], capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.json"]
+    assert (tmp_path / "tokenizer.json").read_text() == "mine"
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_export(qwen3_dir, capsys):
+    """--output /sys/ox failed with a raw errno only after the whole export and check."""
+    if not Path("/sys").is_dir():
+        pytest.skip("no /sys on this system")
+    line = error_line(["export-onnx", "--model", str(qwen3_dir), "--output", "/sys/mopt-onnx"], capsys)
+    assert "--output /sys/mopt-onnx: nothing can be written in /sys" in line

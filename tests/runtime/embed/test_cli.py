@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from model_optimizer.cli.main import main
+from tests.cli_errors import error_line
 
 
 def _write_input(path, num_rows: int) -> None:
@@ -123,3 +124,33 @@ def test_a_blank_or_non_unicode_row_is_one_clear_error(qwen3_dir, tmp_path, caps
         err = capsys.readouterr().err
         assert f"{src}:2: {expected}" in err and "Traceback" not in err, err
         assert not out.exists() or out.read_text() == ""
+
+
+def test_too_many_dimensions_are_refused_before_any_file_is_made(qwen3_dir, tmp_path, capsys):
+    """--dimensions over the model's size failed after the model loaded and left an empty output and a
+    sidecar recording the refused length."""
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text('"a"\n')
+    args = ["embed", "--model", str(qwen3_dir), "--input", str(src), "--output", str(out), "--device", "cpu"]
+    line = error_line([*args, "--dimensions", "100000"], capsys)
+    assert line.endswith("--dimensions 100000 is more than the model's 64; give 1 to 64")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_a_run_that_fails_before_its_first_row_leaves_no_files(qwen3_dir, tmp_path, capsys):
+    """A row over the model's limit in the first batch: no empty output or sidecar is left behind."""
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text(json.dumps({"id": "LONG", "text": "word " * 5000}) + "\n")
+    args = ["embed", "--model", str(qwen3_dir), "--input", str(src), "--output", str(out), "--device", "cpu"]
+    assert "the row with id 'LONG'" in error_line(args, capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_output_dash_is_refused_not_a_file_named_dash(qwen3_dir, tmp_path, monkeypatch, capsys):
+    """`generate --output -` means stdout; `embed --output -` made a file named '-'. embed appends to its
+    output and reads it back to resume, which stdout cannot do, so '-' is refused."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.jsonl").write_text('"a"\n')
+    line = error_line(["embed", "--model", str(qwen3_dir), "--input", "in.jsonl", "--output", "-"], capsys)
+    assert "--output - (stdout) is not supported" in line and "./-" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]

@@ -200,3 +200,39 @@ def test_an_output_without_sidecar_is_checked_by_vector_length(qwen3_dir, tmp_pa
     assert "has no out.jsonl.meta.json" in capsys.readouterr().err
     assert (tmp_path / "out.jsonl.meta.json").is_file()
     assert sorted(r["id"] for r in _rows(out)) == ["r0", "r1", "r2"]
+
+
+@pytest.mark.slow
+def test_a_second_run_on_the_same_output_is_refused_while_the_first_runs(qwen3_dir, tmp_path, capsys):
+    """Two runs on one output both embedded the rows missing when they started and appended them: 36,237
+    rows for 20,000 ids, both exiting 0. The first now holds a lock for its whole run; the second is
+    refused at once, and once the first is gone (killed: the kernel drops its lock) a run resumes it."""
+    src, out, gate = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "held"
+    ids = _write_input(src, 12)
+    args = _args(qwen3_dir, src, out, "--max-num-seqs", "2")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GATED_MAIN, str(gate), "2", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300  # a guard against a hang, not a speed expectation
+        while not gate.exists():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the first embed process never reached its second batch"
+            time.sleep(0.05)
+        before = out.read_bytes()
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"mopt embed: error: --output {out} is being written by another mopt embed run" in err, err
+        assert out.read_bytes() == before  # the refused run wrote nothing
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    assert len(_rows(out)) == 2  # the first run's first batch
+    assert main(args) == 0
+    assert sorted(r["id"] for r in _rows(out)) == sorted(ids)  # each id once
+    assert not (tmp_path / "out.jsonl.lock").exists()  # a finished run takes its lock file away
