@@ -60,6 +60,9 @@ LINE_KEYS = PROMPT_KEYS + tuple(f.name for f in fields(SamplingParams) if f.name
 UNLIMITED = "None"
 """--max-tokens None: generate until EOS or the end of the context."""
 ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+SEED_RANGE = (-(2**63), 2**63 - 1)
+"""--seed also seeds the engine's sampler (torch.Generator.manual_seed), which takes a 64-bit integer;
+the same range as the server's `seed`."""
 
 
 @dataclass
@@ -149,11 +152,14 @@ def run(args: argparse.Namespace) -> int:
         check_writable_file_path(Path(args.output), "--output")
     if args.prompts_file and Path(args.prompts_file).is_dir():
         raise ValueError(f"--prompts-file {args.prompts_file} is a folder, not a JSONL file")
+    check_seed(args.seed)
     lines = read_prompt_lines(args.prompt, args.prompts_file)
     engine_config = dataclass_from_args(EngineConfig, args, seed=args.seed or 0)
     model_id = localize(engine_config)  # a Hub id becomes its snapshot folder, downloaded or from the cache
+    model_dir = resolve_model_dir(engine_config.model)
+    check_generation_model(model_dir)
     # the model's defaults are read before it loads, so that a bad line fails in a second, not after the load
-    defaults = generation_defaults(resolve_model_dir(engine_config.model))
+    defaults = generation_defaults(model_dir)
     cli = sampling_overrides(args)
     params = [_line_params(line, {**defaults, **cli}) for line in lines]
     _log(f"loading model {model_id or engine_config.model or '(built-in)'}")
@@ -184,6 +190,29 @@ def run(args: argparse.Namespace) -> int:
     for i in failed:  # finish_reason "error": said, and not exit code 0 as if every prompt had an answer
         _log(f"{lines[i].source} failed: {finished[i].error}")
     return 1 if failed else 0
+
+
+def check_seed(seed: int | None) -> None:
+    """ValueError naming --seed when it does not fit the sampler's 64-bit seed (torch's "Overflow when
+    unpacking long long" otherwise, after the load)."""
+    low, high = SEED_RANGE
+    if seed is not None and not low <= seed <= high:
+        raise ValueError(f"--seed must be an integer from {low} to {high} (64 bits), got {seed}")
+
+
+def check_generation_model(model_dir: Path) -> None:
+    """ValueError before the weights load when the folder holds an embedding model: an encoder (BERT
+    family), for which LLM builds no generation engine, or a decoder saved without its LM head
+    (Qwen3-Embedding's Qwen3Model)."""
+    from model_optimizer.runtime.models.model_config import is_encoder_folder, read_config
+    from model_optimizer.runtime.models.registry import DECODER_BASE_NAMES
+
+    arch = read_config(model_dir)["architectures"][0]
+    if is_encoder_folder(model_dir) or arch in DECODER_BASE_NAMES:
+        raise ValueError(
+            f"--model {model_dir} is an embedding model ({arch}), which cannot generate text: embed with "
+            "`mopt embed`, or serve it with `mopt serve` and use /v1/embeddings"
+        )
 
 
 def read_prompt_lines(prompts: list[str], prompts_file: Path | None) -> list[PromptLine]:
@@ -237,7 +266,23 @@ def _parse_line(row: Any, source: str) -> PromptLine:
 def _text(value: Any, name: str) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} must be a non-empty string, got {_clip(value)}")
+    _check_unicode(value, name)
     return value
+
+
+def _check_unicode(value: str, name: str) -> None:
+    """ValueError unless `value` is valid Unicode text, which the tokenizer needs (it raises a TypeError
+    otherwise). A JSON \\ud800 escape gives a lone surrogate; a command-line byte that is not UTF-8
+    reaches Python as one too (U+DC80..U+DCFF, the surrogateescape of that byte)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = value[exc.start]
+        if name.startswith("--") and "\udc80" <= char <= "\udcff":
+            reason = f"not valid UTF-8 text (byte 0x{ord(char) - 0xDC00:02x} at character {exc.start})"
+        else:
+            reason = f"not valid Unicode text (a lone surrogate {char!r} at character {exc.start})"
+        raise ValueError(f"{name} is {reason}") from None
 
 
 def _messages(messages: Any) -> list[dict]:
@@ -252,6 +297,8 @@ def _messages(messages: Any) -> list[dict]:
             and isinstance(message.get("content"), str)
         ):
             raise ValueError(f"messages[{k}] must be an object with string 'role' and 'content', got {_clip(message)}")
+        for key in ("role", "content"):
+            _check_unicode(message[key], f"messages[{k}].{key}")
     return messages
 
 

@@ -12,6 +12,10 @@ interrupted run leaves nothing behind.
 Embedding models (BERT-family encoders such as all-MiniLM-L6-v2; fp8, int8, rtn-int4) are gated on
 their vectors instead: both folders embed held-out texts through our embedding engine and the mean
 cosine per text must reach --min-cosine (default 0.99).
+
+A flag that would not be used is refused, not ignored: the other kind of model's accuracy limit,
+calibration flags without awq, --group-size without an int4 method, --reference without --eval-only.
+One run at a time per --output (a lock file, .DIR.lock, beside it while it runs).
 """
 
 from __future__ import annotations
@@ -42,8 +46,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--output", type=Path, help="folder to create (must not exist, or be empty)")
     p.add_argument("--calib", help='calibration text for awq: .txt or .jsonl with a "text" field (default: built-in)')
-    p.add_argument("--num-calib-samples", type=int, default=128, help="calibration windows (default 128)")
-    p.add_argument("--calib-seq-len", type=int, default=512, help="tokens per calibration window (default 512)")
+    # calibration, group and window defaults are None here and filled in by options(): a flag that does not
+    # apply to the method or model is refused only when the user gave it
+    p.add_argument("--num-calib-samples", type=int, help="awq: calibration windows (default 128)")
+    p.add_argument("--calib-seq-len", type=int, help="awq: tokens per calibration window (default 512)")
     p.add_argument(
         "--eval-text", help="held-out evaluation text, .txt or .jsonl (default: built-in, unseen by calibration)"
     )
@@ -55,10 +61,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--eval-seq-len",
         type=int,
-        default=512,
-        help="tokens per evaluation window (default 512); embedding texts are cut to it or the model's limit",
+        help="tokens per evaluation window (default 512, or the model's limit if lower); embedding texts are "
+        "cut to it or the model's limit",
     )
-    p.add_argument("--group-size", type=int, default=128, help="int4 group size along the input (default 128)")
+    p.add_argument(
+        "--group-size",
+        type=int,
+        help="awq / rtn-int4: int4 group size along the input, a multiple of 8 that divides every layer's "
+        "input size (default 128)",
+    )
     p.add_argument("--max-ppl-increase", type=float, help="refuse the result if perplexity rises more (0.05 = 5%%)")
     p.add_argument("--min-top1", type=float, help="refuse the result if top-1 agreement is lower (0..1)")
     p.add_argument(
@@ -117,6 +128,22 @@ def _print_verdict(args: argparse.Namespace, opts, report: dict, folder: Path | 
     print("\n".join(verdict_lines(report, folder_bytes(opts.model), folder)), flush=True)
 
 
+CALIB_FLAGS = ("calib", "num_calib_samples", "calib_seq_len")
+"""Flags of the AWQ calibration: refused with any other method (it uses no calibration data)."""
+INT4_METHODS = ("awq", "rtn-int4")
+GENERATION_GATES = ("max_ppl_increase", "min_top1")
+EMBEDDING_GATES = ("min_cosine",)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
+    """The flags among `names` that the user set (their parser default is None)."""
+    return [_flag(n) for n in names if getattr(args, n) is not None]
+
+
 def options(args: argparse.Namespace):
     from model_optimizer.common.fileio import check_writable_folder_path
     from model_optimizer.model.quantize.embed_pipeline import DEFAULT_NUM_TEXTS, is_embedding_model
@@ -128,14 +155,14 @@ def options(args: argparse.Namespace):
             flag
             for flag, value in (("MODEL", args.model), ("--method", args.method), ("--output", args.output))
             if value
-        ]
+        ] + _given(args, (*CALIB_FLAGS, "group_size"))
         if given:
             raise ValueError(
                 f"--eval-only DIR cannot be combined with {', '.join(given)}: it scores an existing quantized "
                 "folder against --reference ORIG (to quantize, leave out --eval-only)"
             )
-    elif args.calib is not None and args.method not in (None, "awq"):
-        raise ValueError(f"--calib is calibration text for --method awq; --method {args.method} uses none")
+    else:
+        _check_method_flags(args)
     for name in ("max_ppl_increase", "min_top1", "min_cosine"):
         if getattr(args, name) is not None and math.isnan(getattr(args, name)):  # NaN would pass every comparison
             raise ValueError(f"--{name.replace('_', '-')} must be a number, got nan")
@@ -152,27 +179,38 @@ def options(args: argparse.Namespace):
         if not args.eval_only.is_dir():
             raise FileNotFoundError(f"--eval-only folder {args.eval_only} does not exist")
         check_writable_folder_path(args.eval_only, "--eval-only")  # its report goes there
-        model, method, output = resolve_model_dir(str(args.reference)), "", args.eval_only
-        method = _method_of(args.eval_only)
+        model, output = resolve_model_dir(str(args.reference)), args.eval_only
+        spec = _spec_of(args.eval_only)
+        method, group_size = spec.method, spec.group_size  # the report says the folder's, not our default
     else:
         if args.method is None or args.output is None:
             raise ValueError(f"mopt quantize needs --method ({', '.join(METHODS)}) and --output DIR")
         check_writable_folder_path(args.output, "--output")  # before minutes of calibration, not after
         model, method, output = resolve_model_dir(args.model), args.method, args.output
+        group_size = args.group_size or QuantizeOptions.group_size
+    embedding = is_embedding_model(model)
+    _check_gates(args, model, embedding)
     num_eval = args.num_eval_samples
     if num_eval is None:
-        num_eval = DEFAULT_NUM_TEXTS if is_embedding_model(model) else 32
+        num_eval = DEFAULT_NUM_TEXTS if embedding else 32
+    defaults = QuantizeOptions(model=model, method=method, output=output)
+    eval_seq_len = args.eval_seq_len or defaults.eval_seq_len
+    calib_seq_len = args.calib_seq_len or defaults.calib_seq_len
+    if not embedding:  # embedding texts are cut to the model's limit; a decoder's window must fit it
+        limit = _max_positions(model)
+        eval_seq_len = _within_limit(args.eval_seq_len, eval_seq_len, limit, "--eval-seq-len", model)
+        calib_seq_len = _within_limit(args.calib_seq_len, calib_seq_len, limit, "--calib-seq-len", model)
     return QuantizeOptions(
         model=model,
         method=method,
         output=output,
         calib=args.calib,
-        num_calib_samples=args.num_calib_samples,
-        calib_seq_len=args.calib_seq_len,
+        num_calib_samples=args.num_calib_samples or defaults.num_calib_samples,
+        calib_seq_len=calib_seq_len,
         eval_text=args.eval_text,
         num_eval_samples=num_eval,
-        eval_seq_len=args.eval_seq_len,
-        group_size=args.group_size,
+        eval_seq_len=eval_seq_len,
+        group_size=group_size,
         max_ppl_increase=args.max_ppl_increase,
         min_top1=args.min_top1,
         min_cosine=args.min_cosine,
@@ -181,13 +219,65 @@ def options(args: argparse.Namespace):
     )
 
 
-def _method_of(folder: Path) -> str:
+def _check_method_flags(args: argparse.Namespace) -> None:
+    """Refuse the flags that the quantization asked for would silently ignore."""
+    if args.reference is not None:
+        raise ValueError(
+            "--reference is the original folder of --eval-only DIR; when quantizing, MODEL is the original "
+            "(leave out --reference, or add --eval-only DIR to score an existing folder)"
+        )
+    if args.method is None:
+        return  # "needs --method" is said below
+    if args.method != "awq":
+        for flag in _given(args, CALIB_FLAGS):
+            what = "calibration text" if flag == "--calib" else "a calibration setting"
+            raise ValueError(f"{flag} is {what} for --method awq; --method {args.method} uses none")
+    if args.method not in INT4_METHODS and args.group_size is not None:
+        raise ValueError(
+            f"--group-size is the int4 group size of --method {' and '.join(INT4_METHODS)}; "
+            f"--method {args.method} has one scale per output channel"
+        )
+
+
+def _check_gates(args: argparse.Namespace, model: Path, embedding: bool) -> None:
+    """A limit the model's gate does not measure would be dropped while the verdict says PASS: refused."""
+    if embedding:
+        for flag in _given(args, GENERATION_GATES):
+            raise ValueError(
+                f"{flag} gates generation models (perplexity, top-1 agreement); {model} is an embedding model, "
+                "gated on the cosine to the original vectors: use --min-cosine"
+            )
+    else:
+        for flag in _given(args, EMBEDDING_GATES):
+            raise ValueError(
+                f"{flag} gates embedding models (their vectors); {model} is a generation model, gated on "
+                "--max-ppl-increase and --min-top1"
+            )
+
+
+def _max_positions(model: Path) -> int:
+    from model_optimizer.runtime.models.model_config import DecoderArgs, read_config
+
+    return DecoderArgs.from_dict(read_config(model), source=str(model / "config.json")).max_position_embeddings
+
+
+def _within_limit(given: int | None, value: int, limit: int, flag: str, model: Path) -> int:
+    """`value` when the model takes windows that long: a default is cut to the model's limit, a value the
+    user gave is refused now, not after the rounding (when the engine that evaluates would refuse it)."""
+    if value <= limit:
+        return value
+    if given is None:
+        return limit
+    raise ValueError(f"{flag} {given} exceeds the {limit} tokens {model} takes (max_position_embeddings)")
+
+
+def _spec_of(folder: Path):
     from model_optimizer.runtime.models.loader import spec_for_folder
 
     spec = spec_for_folder(folder, None)
     if spec is None:
         raise ValueError(f"{folder} has no quantization_config in config.json: it is not a quantized folder")
-    return spec.method
+    return spec
 
 
 class _progress:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 
@@ -82,3 +83,59 @@ def test_a_prompt_the_engine_fails_is_named_and_the_exit_code_is_1(tmp_path, cap
 def test_memory_flags_the_machine_cannot_hold_are_one_error(capsys, flags, message):
     line = error_line(["generate", "--prompt", "hi", "--temperature", "0", *flags], capsys)
     assert message in line
+
+
+@pytest.mark.parametrize("kind", ["BertModel", "Qwen3Model"])
+def test_an_embedding_model_is_refused_before_its_weights_load(tiny_model, tmp_path, capsys, kind):
+    """LLM builds no generation engine for an encoder: an AttributeError traceback (exit 1) before; a
+    decoder without its LM head was refused only after the start-up. The weights are cut short here,
+    so the refusal cannot come from loading them."""
+    from tests.tiny_checkpoints import build_encoder
+
+    if kind == "BertModel":
+        model = build_encoder(tmp_path / "bert", hidden_size=64, intermediate_size=128)
+    else:  # Qwen3-Embedding's layout: the decoder saved as its base model
+        model = shutil.copytree(tiny_model("qwen3"), tmp_path / "qwen3_embedding")
+        config = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps({**config, "architectures": [kind]}))
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    line = error_line(["generate", "--model", str(model), "--prompt", "a", "--max-tokens", "4"], capsys)
+    assert f"--model {model} is an embedding model ({kind})" in line
+    assert "mopt embed" in line and "/v1/embeddings" in line
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"prompt": "\ud800"}, r"prompt is not valid Unicode text \(a lone surrogate '\\ud800' at character 0\)"),
+        (
+            {"messages": [{"role": "user", "content": "\udc00x"}]},
+            r"messages\[0\]\.content is not valid Unicode text \(a lone surrogate '\\udc00' at character 0\)",
+        ),
+    ],
+)
+def test_a_lone_surrogate_in_a_line_is_an_error_naming_it(tmp_path, capsys, row, message):
+    """JSON's \\ud800 escapes parse to a str the tokenizer refuses with a TypeError traceback."""
+    file = _lines(tmp_path, {"prompt": "ok"}, row)
+    out = tmp_path / "out.jsonl"
+    line = error_line(["generate", "--prompts-file", file, "--output", str(out), *SMALL], capsys)
+    assert re.search(f"error: {re.escape(file)}:2: {message}$", line), line
+    assert not out.exists()
+
+
+def test_a_prompt_argument_that_is_not_utf8(capsys):
+    """Python hands `--prompt $'a\\xff'` over as 'a\\udcff' (surrogateescape)."""
+    line = error_line(["generate", "--prompt", "ok", "--prompt", "a\udcff\udcfe", *SMALL], capsys)
+    assert line.endswith("error: --prompt is not valid UTF-8 text (byte 0xff at character 1)")
+
+
+@pytest.mark.parametrize("seed", [2**63, -(2**63) - 1, 10**23])
+def test_a_seed_beyond_64_bits_names_seed(capsys, seed):
+    line = error_line(["generate", "--prompt", "hi", "--seed", str(seed), *SMALL], capsys)
+    assert line.endswith(f"--seed must be an integer from {-(2**63)} to {2**63 - 1} (64 bits), got {seed}")
+
+
+def test_the_largest_seed_generates(capsys):
+    assert main(["generate", "--prompt", "hi", "--seed", str(2**63 - 1), "--max-tokens", "2", *SMALL]) == 0
+    assert "'hi' -> " in capsys.readouterr().out

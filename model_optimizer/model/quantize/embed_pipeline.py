@@ -30,6 +30,7 @@ from model_optimizer.model.quantize.job import (
     GateFailed,
     Progress,
     QuantizeOptions,
+    check_int4_groups,
     checkpoint_dtype,
     publish,
     round_in_place,
@@ -73,6 +74,7 @@ def check_encoder(model: Path, method: str) -> None:
 def quantize_embedding(opts: QuantizeOptions, progress: Progress) -> dict:
     """Write the quantized encoder at opts.output; returns the report. GateFailed when below --min-cosine."""
     check_encoder(opts.model, opts.method)
+    check_int4_groups(opts.model, opts.method, opts.group_size)
     started = time.time()
     texts = read_texts(opts)
 

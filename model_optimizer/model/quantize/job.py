@@ -4,9 +4,13 @@ report's name, the output checks, rounding a loaded model in place and publishin
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +19,26 @@ import torch
 from model_optimizer.common.fileio import atomic_write, publish_dir, staging_dir
 
 REPORT_NAME = "quantization_report.json"
+INT4_METHODS = ("awq", "rtn-int4")
+SHAPE_KEYS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "moe_intermediate_size",
+    "num_experts",
+    "num_local_experts",
+    "n_routed_experts",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "type_vocab_size",
+)
+"""config.json fields that fix a checkpoint's tensor shapes and vocabulary: a quantized folder and its
+original agree on every one that both state."""
 
 
 @dataclass
@@ -56,6 +80,64 @@ def check_output(output: Path) -> None:
         raise ValueError(f"output {output} already exists and is not an empty folder; pick a new path")
 
 
+def check_int4_groups(model: Path, method: str, group_size: int) -> None:
+    """Before any work: the int4 group rule (a multiple of 8 that divides the input size of every layer
+    rounded), checked as rounding checks it, on a copy of the model built on the meta device (no memory,
+    no weights read); for awq, the layer layout it supports too. Otherwise both are refused only after
+    the load, the calibration text's tokenization and, for a bad size, in the AWQ search."""
+    if method not in INT4_METHODS:
+        return
+    from model_optimizer.runtime.layers.quantization.attach import attach_quantization
+    from model_optimizer.runtime.layers.quantization.spec import QuantSpec
+    from model_optimizer.runtime.models.loader import build_model
+    from model_optimizer.runtime.models.model_config import DecoderArgs, is_encoder_folder, read_config
+    from model_optimizer.runtime.models.registry import resolve_model_class
+
+    config = read_config(model)
+    if is_encoder_folder(model):  # an unknown architecture is named by resolve_model_class, among decoders
+        from model_optimizer.runtime.models.bert import BertArgs, BertModel
+
+        try:
+            bert = BertArgs.from_dict(config)
+        except KeyError as exc:  # as load_backbone says it
+            raise ValueError(f"{model / 'config.json'} lacks {exc.args[0]!r}, which a BERT encoder needs") from None
+        factory: Callable[[], torch.nn.Module] = lambda: BertModel(bert)  # noqa: E731
+    else:
+        args = DecoderArgs.from_dict(config, source=str(model / "config.json"))
+        factory = lambda: resolve_model_class(args.architecture)(args)  # noqa: E731
+    skeleton = build_model(factory, torch.float32, torch.device("meta"))
+    if method == "awq":  # the layout AWQ folds its scales into comes first: a group size cannot fix that
+        from model_optimizer.model.quantize.awq import check_awq_layout
+
+        check_awq_layout(skeleton)
+    try:
+        attach_quantization(skeleton, QuantSpec(method, group_size=group_size), torch.float32, dummy=True)
+    except ValueError as exc:
+        raise ValueError(f"--group-size {group_size}: {exc}") from None
+
+
+def check_reference(folder: Path, reference: Path) -> None:
+    """ValueError unless `reference` can be the original of the quantized `folder`: the same
+    architecture, and the same shapes and vocabulary wherever both config.json files state them. An
+    unrelated model would otherwise be scored (a meaningless top-1 agreement that a loose gate passes)
+    and its name written over the folder's report."""
+    from model_optimizer.runtime.models.model_config import read_config
+
+    quantized, original = read_config(folder), read_config(reference)
+    if original.get("quantization_config"):
+        raise ValueError(f"--reference {reference} is itself quantized; give the original float folder")
+    differences = [
+        f"{key} {quantized[key]!r} vs {original[key]!r}"
+        for key in ("architectures", *SHAPE_KEYS)
+        if key in quantized and key in original and quantized[key] != original[key]
+    ]
+    if differences:
+        raise ValueError(
+            f"--reference {reference} is not the original of {folder}: their config.json differ in "
+            f"{'; '.join(differences)} (quantized vs reference); give the float folder it was made from"
+        )
+
+
 def write_json(path: Path, data: dict) -> None:
     atomic_write(path, json.dumps(data, indent=2) + "\n")
 
@@ -83,17 +165,67 @@ def round_in_place(model: torch.nn.Module, opts: QuantizeOptions, target: torch.
             param.data = param.data.to(target)
 
 
+@contextmanager
+def output_lock(output: Path) -> Iterator[None]:
+    """Hold `.<output>.lock` (flock) for the block; ValueError at once when another run holds it, so a
+    second run on one --output is refused before its work, not after it. The file is removed on the
+    way out; a run that locked a file just removed retries on the new one (the inode check), so two
+    runs never hold locks on different files for one output. (As mopt embed locks its output; hidden,
+    as the staging folder is, so that it cannot be taken for a user's file of that name.)"""
+    path = output.with_name(f".{output.name}.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ValueError(
+                f"--output {output} is being written by another mopt quantize run (it holds {path.name}); "
+                "wait for it to finish, or give another --output"
+            ) from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
 def publish(output: Path, build: Callable[[Path], dict]) -> dict:
     """Build the folder under a temporary name beside `output` (`build(tmp)` writes it and returns its
     report), then, unless the report's gate failed (GateFailed), write the report and rename the folder
-    to `output`: a failed or interrupted run leaves nothing behind."""
+    to `output`: a failed or interrupted run leaves nothing behind. One run at a time per output
+    (output_lock); the output is checked again once locked, as a run that held it may have just filled it."""
+    with output_lock(output):
+        check_output(output)
+        return _publish(output, build)
+
+
+def _publish(output: Path, build: Callable[[Path], dict]) -> dict:
     tmp = staging_dir(output)
     try:
         report = build(tmp)
         if report["gate"]["failures"]:
             raise GateFailed(report["gate"]["failures"], report)
         write_json(tmp / REPORT_NAME, report)
-        publish_dir(tmp, output)  # with the umask's modes: a server running as another user reads it
+        try:
+            publish_dir(tmp, output)  # with the umask's modes: a server running as another user reads it
+        except OSError:
+            if not output.exists():
+                raise
+            # another run (or the user) filled `output` since check_output: neither result is thrown away
+            kept = Path(tempfile.mkdtemp(dir=output.parent, prefix=f"{output.name}.kept-"))
+            tmp.replace(kept)  # a rename onto the empty folder just made: no other run can take that name
+            raise ValueError(
+                f"--output {output} appeared while quantizing (another run?) and was left as it is; this "
+                f"run's result is in {kept}"
+            ) from None
         return report
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -21,7 +21,9 @@ from model_optimizer.model.quantize.job import (
     GateFailed,
     Progress,
     QuantizeOptions,
+    check_int4_groups,
     check_output,
+    check_reference,
     checkpoint_dtype,
     publish,
     round_in_place,
@@ -36,6 +38,7 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
     check_output(opts.output)
     if embed_pipeline.is_embedding_model(opts.model):
         return embed_pipeline.quantize_embedding(opts, progress)
+    check_int4_groups(opts.model, opts.method, opts.group_size)
     started = time.time()
     tokenizer = model_tokenizer(opts.model)
     eval_windows = token_windows(
@@ -106,6 +109,7 @@ def evaluate(
 def eval_only(folder: Path, reference: Path, opts: QuantizeOptions, progress: Progress | None = None) -> dict:
     """Re-evaluate any quantized folder (ours or another tool's) against its original; writes the report."""
     progress = progress or Progress()
+    check_reference(folder, reference)  # before anything is measured or the folder's report replaced
     if embed_pipeline.is_embedding_model(reference):
         return embed_pipeline.eval_only_embedding(folder, reference, opts, progress)
     started = time.time()
