@@ -98,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         a, b = _compare_paths(args, configs)
         print_comparison(a, b, console)
         return 0
+    from model_optimizer.common.fileio import check_writable_folder_path
+
     client = dataclass_from_args(ClientConfig, args)
     if client.api_key is None and os.environ.get("OPENAI_API_KEY"):
         client.api_key = os.environ["OPENAI_API_KEY"]
@@ -107,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
         load=dataclass_from_args(LoadConfig, args),
         output=dataclass_from_args(OutputConfig, args),
     )
+    # before the server is asked anything: an empty value was the current folder, a file a raw errno
+    check_writable_folder_path(setup.output.output_dir, "--output-dir")
     try:
         results = run_benchmark(setup, console)
     except KeyboardInterrupt:

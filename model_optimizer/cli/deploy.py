@@ -29,13 +29,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from model_optimizer.optimizer.deploy.config import DeployConfig
-    from model_optimizer.optimizer.deploy.render import render, write
+    from model_optimizer.optimizer.deploy.render import check_output, render, write
     from model_optimizer.optimizer.deploy.settings import ServeSettings
     from model_optimizer.runtime.config import EngineConfig
     from model_optimizer.runtime.server.config import ServerConfig
 
     deploy = dataclass_from_args(DeployConfig, args)
     settings = ServeSettings(dataclass_from_args(EngineConfig, args), dataclass_from_args(ServerConfig, args))
+    check_output(deploy.output, settings.host_model_dir)
     files = render(settings, deploy)
     written = write(files, deploy.output, with_source=deploy.engine == "mopt")
     print(f"wrote {len(written)} files for {deploy.target} ({deploy.engine}) under {deploy.output}:")

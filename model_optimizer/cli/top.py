@@ -1,4 +1,5 @@
-"""`mopt top`: a live terminal dashboard of a server's /metrics (ours or vLLM's), or one JSON snapshot."""
+"""`mopt top`: a live terminal dashboard of a server's /metrics (ours or vLLM's), or one JSON snapshot.
+When stdout is not a terminal (a pipe, a file) it prints one plain line per scrape instead."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Poll a server's /metrics and show requests running / waiting, request and token rates, "
         "TTFT / TPOT / ITL / E2E p50 and p99 over the last interval, KV-cache usage, prefix-cache hit rate, "
         "preemptions, errors by status and (on this machine) GPU state. A server that goes away shows as "
-        "unreachable; polling goes on.",
+        "unreachable; polling goes on. When stdout is not a terminal (a pipe, a file) each scrape is one plain line.",
     )
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default: %(default)s)")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between scrapes (default: %(default)s)")
@@ -33,13 +34,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     import json
     import os
+    import sys
     import time
 
     from rich.console import Console
     from rich.live import Live
 
     from model_optimizer.optimizer.bench.client import check_base_url
-    from model_optimizer.optimizer.top.render import render
+    from model_optimizer.optimizer.top.render import plain_line, render
     from model_optimizer.optimizer.top.view import Monitor
 
     # NaN failed in time.sleep with a message naming no flag, inf or 1e10 as an OverflowError traceback
@@ -59,10 +61,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             Console().print(render(view))
         return 0 if view.reachable else 1
-    try:
-        with Live(render(monitor.poll()), auto_refresh=False) as live:
-            while True:
-                time.sleep(args.interval)
-                live.update(render(monitor.poll()), refresh=True)
-    except KeyboardInterrupt:
-        return 0
+    # Ctrl-C ends it as every command does: main's "interrupted" and exit code 130
+    if not sys.stdout.isatty():  # a pipe or file: Live would write only its last frame, at exit
+        while True:
+            print(plain_line(monitor.poll()), flush=True)  # `| head` ends it with a broken pipe
+            time.sleep(args.interval)
+    with Live(render(monitor.poll()), auto_refresh=False) as live:
+        while True:
+            time.sleep(args.interval)
+            live.update(render(monitor.poll()), refresh=True)

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 
 CLIENT_SKIP = ("base_url", "model")
+MAX_SEED = 2**32 - 1
+"""The samplers' seeds (numpy's legacy RandomState, which optuna uses) are 32-bit."""
 RESUMABLE = {"trials", "time", "prefer", "resume", "output_dir", "words", "to"}
 """Flags a --resume may give; every other setting comes from the stored study."""
 
@@ -143,8 +146,8 @@ def run(args: argparse.Namespace) -> int:
     from model_optimizer.optimizer.tune import runner
 
     console = Console()
+    check_writable_folder_path(args.output_dir, "--output-dir")  # before the first trial, not after it
     output_dir = Path(args.output_dir)
-    check_writable_folder_path(output_dir, "--output-dir")  # before the first trial, not after it
     if args.resume:
         given = sorted(
             k
@@ -176,6 +179,13 @@ def _fresh(args: argparse.Namespace) -> dict:
     from model_optimizer.optimizer.tune.steady import default_warmups
 
     seed = 0 if args.seed is None else args.seed
+    if not 0 <= seed <= MAX_SEED:  # optuna's message named no flag, after the study was made
+        raise ValueError(f"--seed must be in 0..{MAX_SEED} (the sampler's range), got {seed}")
+    for flag, value in (("--ready-timeout", args.ready_timeout), ("--trial-timeout", args.trial_timeout)):
+        if value is not None and not 0 < value < math.inf:  # NaN too: "not ready within nan s"
+            raise ValueError(f"{flag} must be a positive number of seconds, got {value}")
+    if args.server_cmd is None:  # tune serves --model itself; an external server's {model} may be any name
+        check_model(args.model)
     parse_slo(args.slo)
     space = build_space(args.space, held_settings(args))
     searched = len(space.knobs)
@@ -213,6 +223,26 @@ def _fresh(args: argparse.Namespace) -> dict:
     }
 
 
+def check_model(model: str | None) -> None:
+    """ValueError or FileNotFoundError, before the study is made, for a model `mopt serve` could not load:
+    a missing folder, no readable config.json, a truncated safetensors file (each trial would fail)."""
+    import json
+
+    from model_optimizer.runtime.hub import resolve_model_dir
+    from model_optimizer.runtime.models.loader import check_safetensors_header
+
+    folder = resolve_model_dir(model)
+    config = folder / "config.json"
+    if not config.is_file():
+        raise ValueError(f"--model {folder} has no config.json; give the folder that holds the model")
+    try:
+        json.loads(config.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--model {folder}: config.json is not valid JSON ({exc})") from None
+    for weights in sorted(folder.glob("*.safetensors")):
+        check_safetensors_header(weights)
+
+
 def held_settings(args: argparse.Namespace) -> list[str]:
     """--set values, and the deprecated --fix ones with a warning: `inspect --fix OUT` writes a cleaned
     copy, so one flag name meant two things."""
@@ -244,6 +274,7 @@ def _translate(args: argparse.Namespace) -> int:
             "`mopt tune` takes flags only, or `mopt tune translate best.yaml --to vllm`; got " + " ".join(words)
         )
     values = read_config_file(words[1], (EngineConfig, ServerConfig))
+    check_settings(words[1], values)  # as `mopt deploy --config` and `mopt serve --config` check them
     model = values.pop("model", None)
     console = Console()
     if (args.to or "vllm") == "mopt":
@@ -259,3 +290,16 @@ def _translate(args: argparse.Namespace) -> int:
         table.add_row(name, str(value), flag)
     console.print(table)
     return 0
+
+
+def check_settings(file: str, values: dict) -> None:
+    """ValueError naming `file` for settings serve would refuse (max_num_seqs: 0, ...): the configs' own checks."""
+    from model_optimizer.runtime.config import EngineConfig
+    from model_optimizer.runtime.server.config import ServerConfig
+
+    for cls in (EngineConfig, ServerConfig):
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            cls(**{k: v for k, v in values.items() if k in names})
+        except ValueError as exc:
+            raise ValueError(f"{file}: {exc}") from None

@@ -153,9 +153,10 @@ def text_lines(path: Path) -> Iterator[str]:
             ) from None
 
 
-def check_writable_file_path(path: Path, flag: str) -> None:
-    """ValueError when `path` cannot become a file: it is a folder, one of its parents is a file, or the
-    file system refuses it (permission, read-only, /sys): found out now, not after the work."""
+def check_writable_file_path(path: str | Path, flag: str) -> None:
+    """ValueError when `path` cannot become a file: it is empty, a folder, one of its parents is a file, or
+    the file system refuses it (permission, read-only, /sys): found out now, not after the work."""
+    path = _given_path(path, flag, "file")
     if path.is_dir():
         raise ValueError(f"{flag} {path} is a folder; give a file path")
     if path.exists():
@@ -165,15 +166,24 @@ def check_writable_file_path(path: Path, flag: str) -> None:
     _check_can_create(path, flag)
 
 
-def check_writable_folder_path(path: Path, flag: str) -> None:
-    """ValueError when `path` cannot be (or become) a folder we write in: it is a file, one of its parents
-    is a file, or the file system refuses new entries there (permission, read-only, /sys)."""
+def check_writable_folder_path(path: str | Path, flag: str) -> None:
+    """ValueError when `path` cannot be (or become) a folder we write in: it is empty, a file, one of its
+    parents is a file, or the file system refuses new entries there (permission, read-only, /sys)."""
+    path = _given_path(path, flag, "folder")
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {path} is a file; give a folder")
     if path.is_dir():
         _probe(path, path, flag)
     else:
         _check_can_create(path, flag)
+
+
+def _given_path(path: str | Path, flag: str, kind: str) -> Path:
+    """`path` as a Path; ValueError for an empty one. Path("") is ".", so `--output ''` (an unset shell
+    variable, say) would otherwise write into the current folder."""
+    if isinstance(path, str) and not path.strip():
+        raise ValueError(f"{flag} is empty; give a {kind}")
+    return Path(path)
 
 
 def _check_can_create(path: Path, flag: str) -> None:

@@ -51,3 +51,23 @@ def test_an_output_that_is_a_file_is_one_error(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     argv = ["compile-cache", "build", "--model", str(reference_model_path()), "--output", str(tmp_path / "file")]
     assert "is a file; give a folder" in error_line(argv, capsys)
+
+
+@pytest.mark.parametrize("action", ["build", "path"])
+def test_an_empty_output_is_refused_not_read_as_the_default_cache(tmp_path, capsys, action):
+    """`--output ''` was taken as unset: the build filled the engine's own cache."""
+    argv = ["compile-cache", action, "--model", str(reference_model_path()), "--output", ""]
+    assert "--output is empty" in error_line(argv, capsys)
+
+
+def test_an_output_under_a_file_is_named_not_a_raw_errno(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    argv = ["compile-cache", "build", "--model", str(reference_model_path()), "--output", str(tmp_path / "file" / "x")]
+    line = error_line(argv, capsys)
+    assert f"--output {tmp_path / 'file' / 'x'} is inside {tmp_path / 'file'}, which is a file" in line
+
+
+def test_jobs_below_one_names_the_flag(tmp_path, capsys):
+    argv = ["compile-cache", "build", "--model", str(reference_model_path()), "--output", str(tmp_path / "c")]
+    assert "--jobs must be at least 1, got 0" in error_line([*argv, "--jobs", "0"], capsys)
+    assert not (tmp_path / "c").exists()

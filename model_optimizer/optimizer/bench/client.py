@@ -76,6 +76,11 @@ class ClientConfig:
         self.base_url = self.base_url.rstrip("/").removesuffix("/v1")
         if not (self.request_timeout > 0):  # NaN too: it reached the first request as httpx's "deadline" error
             raise ValueError(f"request_timeout must be positive, got {self.request_timeout}")
+        # checked here: the server refuses each request with HTTP 400, so a run would only record errors
+        if self.temperature is not None and not (0 <= self.temperature < math.inf):  # NaN fails both sides
+            raise ValueError(f"--temperature must be a finite number >= 0, got {self.temperature}")
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError(f"--logprobs must be an integer >= 0, got {self.logprobs}")
 
 
 def check_base_url(url: str, name: str) -> None:

@@ -53,8 +53,9 @@ class PromptMaker:
 
     @property
     def id_range(self) -> tuple[int, int]:
-        """[low, high) of random token ids; low skips the first ids when the vocabulary has room."""
-        low = TOKEN_ID_OFFSET if self.vocab_size > 2 * TOKEN_ID_OFFSET else 0
+        """[low, high) of random token ids: from TOKEN_ID_OFFSET, as --random-vocab-size's help says (it
+        must be above it); from 0 only for a tokenizer whose whole vocabulary is smaller."""
+        low = TOKEN_ID_OFFSET if self.vocab_size > TOKEN_ID_OFFSET else 0
         return low, self.vocab_size
 
     def token_ids(self, n: int) -> list[int]:

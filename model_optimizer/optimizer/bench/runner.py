@@ -18,7 +18,13 @@ from rich.console import Console
 from model_optimizer.optimizer.bench import report, sweep
 from model_optimizer.optimizer.bench.client import ClientConfig, RequestRecord, request_body
 from model_optimizer.optimizer.bench.discover import ServerModel, discover_model, local_tokenizer
-from model_optimizer.optimizer.bench.load import DEFAULT_NUM_REQUESTS, LoadConfig, RunPlan, plan_from_config
+from model_optimizer.optimizer.bench.load import (
+    DEFAULT_NUM_REQUESTS,
+    LoadConfig,
+    RunPlan,
+    closed_concurrency,
+    plan_from_config,
+)
 from model_optimizer.optimizer.bench.metrics import SloThreshold, parse_slo, summarize
 from model_optimizer.optimizer.bench.overhead import overhead_report
 from model_optimizer.optimizer.bench.progress import RunProgress
@@ -103,6 +109,7 @@ async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
     num = load.num_requests
     if num is None and load.duration is None and load.load_mode != "trace":
         num = DEFAULT_NUM_REQUESTS
+    _say_concurrency_cap(load, num, console)
     workload, maker, prompts = _prompt_maker(setup, card)
     requests = build_workload(workload, setup.client.endpoint, num, maker)
     _check_context(requests, card, console)
@@ -130,6 +137,19 @@ async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
     for plan in sweep.rate_plans(load, rates):
         await runner.run(plan)
     return runner.results
+
+
+def _say_concurrency_cap(load: LoadConfig, num: int | None, console: Console) -> None:
+    """Say when a closed loop gets fewer slots than asked: never more than the requests it sends."""
+    asked = {
+        "closed": ("--concurrency", load.concurrency),
+        "sweep": ("--sweep-max-concurrency", load.sweep_max_concurrency),
+    }
+    if load.load_mode not in asked:
+        return
+    flag, value = asked[load.load_mode]
+    if value and closed_concurrency(value, num) < value:
+        console.print(f"{flag} {value} lowered to {num}: only {num} requests are sent", highlight=False)
 
 
 def _prompt_maker(setup: BenchSetup, card: ServerModel | None) -> tuple[WorkloadConfig, PromptMaker, dict]:

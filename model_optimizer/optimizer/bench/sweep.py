@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from model_optimizer.optimizer.bench.load import DEFAULT_NUM_REQUESTS, LoadConfig, RunPlan
+from model_optimizer.optimizer.bench.load import DEFAULT_NUM_REQUESTS, LoadConfig, RunPlan, closed_concurrency
 
 MIN_SPREAD = 0.01
 """Below this relative gap between the two ends there is nothing to sweep."""
@@ -34,8 +34,9 @@ def baseline_plan(cfg: LoadConfig) -> RunPlan:
 
 
 def saturation_plan(cfg: LoadConfig) -> RunPlan:
-    c = cfg.sweep_max_concurrency
-    return RunPlan("closed", concurrency=c, label=f"sweep: saturation (concurrency {c})", **_stop(cfg))
+    stop = _stop(cfg)
+    c = closed_concurrency(cfg.sweep_max_concurrency, stop["num_requests"])
+    return RunPlan("closed", concurrency=c, label=f"sweep: saturation (concurrency {c})", **stop)
 
 
 def rate_plans(cfg: LoadConfig, rates: list[float]) -> list[RunPlan]:

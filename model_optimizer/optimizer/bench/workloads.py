@@ -13,7 +13,7 @@ import numpy as np
 
 from model_optimizer.optimizer.bench.datasets import RawRequest, load_sharegpt, load_trace
 from model_optimizer.optimizer.bench.lengths import parse_length
-from model_optimizer.optimizer.bench.prompts import PromptMaker
+from model_optimizer.optimizer.bench.prompts import TOKEN_ID_OFFSET, PromptMaker
 from model_optimizer.runtime.config import check_choice
 
 DEFAULT_OUTPUT_LEN = "128"
@@ -42,7 +42,7 @@ class WorkloadConfig:
     """Tokenizer folder (tokenizer.json): builds text prompts of exact token length and counts ShareGPT tokens."""
 
     random_vocab_size: int | None = None
-    """Random prompt token ids are drawn from [100, N). Empty: the tokenizer's vocabulary (--tokenizer, a local --model folder, or the folder the server's /v1/models names as root), else [100, 1000), ids every vocabulary has."""
+    """Random prompt token ids are drawn from [100, N), N > 100. Empty: the tokenizer's vocabulary (--tokenizer, a local --model folder, or the folder the server's /v1/models names as root), else [100, 1000), ids every vocabulary has."""
 
     num_prefix_groups: int = 0
     """Shared-prefix groups: requests in a group start with the same prefix (0: no shared prefixes)."""
@@ -71,8 +71,14 @@ class WorkloadConfig:
             raise ValueError(f"dataset {self.dataset} needs --dataset-path")
         if self.pool_size <= 0:
             raise ValueError(f"pool_size must be a positive integer, got {self.pool_size}")
-        if self.random_vocab_size is not None and self.random_vocab_size < 2:
-            raise ValueError(f"random_vocab_size must be an integer >= 2, got {self.random_vocab_size}")
+        if self.random_vocab_size is not None and self.random_vocab_size <= TOKEN_ID_OFFSET:
+            raise ValueError(
+                f"--random-vocab-size must be an integer > {TOKEN_ID_OFFSET} (ids are drawn from "
+                f"[{TOKEN_ID_OFFSET}, N): below {TOKEN_ID_OFFSET} most vocabularies keep their special tokens), "
+                f"got {self.random_vocab_size}"
+            )
+        if self.seed < 0:  # numpy's own message ("expected non-negative integer") named no flag
+            raise ValueError(f"--seed must be an integer >= 0, got {self.seed}")
         if self.num_prefix_groups < 0 or self.prefix_len < 0:
             raise ValueError("num_prefix_groups and prefix_len must be >= 0")
         if self.num_prefix_groups > 0 and self.prefix_len == 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -24,6 +25,9 @@ from model_optimizer.optimizer.deploy.settings import (
 )
 from model_optimizer.optimizer.deploy.vllm_flags import vllm_command
 
+MANIFEST = ".mopt-deploy-files.json"
+"""The files of the folder's last render (relative paths), so the next render can remove the ones it no
+longer writes: a docker render over a compose one left a docker-compose.yml that ran the old settings."""
 SOURCE_SKIP = ("__pycache__", "*.pyc", "*.safetensors", "*.egg-info")
 """Left out of the source copied into the image: caches and weights (models are mounted, never baked in)."""
 
@@ -122,11 +126,26 @@ def project_root() -> Path:
     return root
 
 
+def check_output(output: str, model_dir: Path) -> None:
+    """ValueError for an output folder the files must not go to: empty (the current folder), a file, under
+    a file, or the model folder or inside it (README.md would replace the model card)."""
+    from model_optimizer.common.fileio import check_writable_folder_path
+
+    check_writable_folder_path(output, "--output")
+    out, model = Path(output).expanduser().resolve(), model_dir.resolve()
+    if out == model or model in out.parents:
+        where = "is the model folder" if out == model else f"is inside the model folder {model}"
+        raise ValueError(f"--output {output} {where}; give a folder of its own (README.md would replace the model's)")
+
+
 def write(files: dict[str, str], output: str | Path, with_source: bool) -> list[Path]:
     """Write each file atomically (a temporary file in its folder, then os.replace), plus the package
-    source under src/ when the image installs our server. Returns the paths written."""
+    source under src/ when the image installs our server. Returns the paths written. The files of the
+    folder's previous render that this one does not write (docker-compose.yml, grafana/ after a compose
+    render re-rendered for docker) are removed; anything else in the folder is left alone."""
     out = Path(output).expanduser()
     out.mkdir(parents=True, exist_ok=True)
+    _remove_stale(out, set(files) | ({"src"} if with_source else set()))
     written = []
     for rel, text in files.items():
         path = out / rel
@@ -139,7 +158,38 @@ def write(files: dict[str, str], output: str | Path, with_source: bool) -> list[
         written.append(path)
     if with_source:
         written.append(_copy_source(out))
+    _write_manifest(out, sorted(files) + (["src"] if with_source else []))
     return written
+
+
+def _remove_stale(out: Path, keep: set[str]) -> None:
+    """Remove what the previous render listed in MANIFEST and this one does not write, then the
+    folders that left empty; a folder without MANIFEST (never rendered, or by an older version) keeps all."""
+    manifest = out / MANIFEST
+    try:
+        previous = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return
+    for rel in previous if isinstance(previous, list) else []:
+        path = out / str(rel)
+        if rel in keep or out.resolve() not in path.resolve().parents:  # never outside the folder
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        for parent in path.parents:
+            if parent == out or not parent.is_dir() or any(parent.iterdir()):
+                break
+            parent.rmdir()
+
+
+def _write_manifest(out: Path, rel_paths: list[str]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=f"{MANIFEST}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(rel_paths, f, indent=1)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, out / MANIFEST)
 
 
 def _copy_source(out: Path) -> Path:

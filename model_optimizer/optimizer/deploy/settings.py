@@ -19,13 +19,19 @@ TOKENIZER_DIR = "/tokenizer"
 DRAFT_MODEL_DIR = "/draft_model"
 """Where a speculative-decoding draft model is mounted (read-only, as the model)."""
 CHAT_TEMPLATE = "/etc/mopt/chat_template.jinja"
-DEFAULT_PORT = 8000
 
 
 @dataclass
 class ServeSettings:
     engine: EngineConfig
     server: ServerConfig
+
+    def __post_init__(self) -> None:
+        if self.server.port == 0:  # serve's "any free port" cannot be written into a health check or Service
+            raise ValueError(
+                "--port 0 lets the OS pick a new port at each start; a deployment's health check, Service and "
+                "scrape config need a fixed one: give --port 1-65535"
+            )
 
     @property
     def host_model_dir(self) -> Path:
@@ -46,7 +52,7 @@ class ServeSettings:
 
     @property
     def port(self) -> int:
-        return self.server.port or DEFAULT_PORT
+        return self.server.port
 
     @property
     def model_name(self) -> str:

@@ -75,3 +75,26 @@ def render(view: View) -> Panel:
         subtitle=f"{stamp}  {window}",
         border_style="green",
     )
+
+
+def plain_line(view: View) -> str:
+    """One line of the view for a pipe or a log file: the time, the state, rates and p99 latencies."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(view.taken_at))
+    if not view.reachable:
+        return f"{stamp} unreachable: {view.error}"
+    parts = [
+        stamp,
+        f"running={_num(view.running)}",
+        f"waiting={_num(view.waiting)}",
+        f"requests/s={_num(view.request_rate, '{:.2f}')}",
+        f"kv_cache={_pct(view.kv_cache_usage)}",
+        f"prompt_tok/s={_num(view.prompt_tokens_per_s, '{:.1f}')}",
+        f"gen_tok/s={_num(view.generation_tokens_per_s, '{:.1f}')}",
+        f"prefix_hits={_pct(view.prefix_hit_rate)}",
+        f"preemptions={_num(view.preemptions)}",
+    ]
+    for key, row in view.latency.items():
+        parts.append(f"{key}_p99={_ms(row['p99']).replace(' ', '')}")
+    if view.errors_by_status:
+        parts.append("errors=" + ",".join(f"{s}:{c:.0f}" for s, c in sorted(view.errors_by_status.items())))
+    return " ".join(parts)

@@ -103,3 +103,34 @@ def test_bad_trace_files_are_named_errors(capsys, tmp_path, content, message):
 def test_a_dataset_path_that_is_a_folder_says_so(capsys, tmp_path):
     code, err = bench(capsys, tmp_path, "--base-url", DEAD, "--dataset", "trace", "--dataset-path", str(tmp_path))
     assert code == 2 and "is a folder" in err, err  # was "dataset file not found"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--temperature", "nan"], "--temperature must be a finite number >= 0, got nan"),
+        (["--temperature", "-1"], "--temperature must be a finite number >= 0, got -1.0"),
+        (["--temperature", "inf"], "--temperature must be a finite number >= 0, got inf"),
+        (["--logprobs", "-1"], "--logprobs must be an integer >= 0, got -1"),
+        (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),  # was numpy's "expected non-negative integer"
+        (["--random-vocab-size", "50"], "--random-vocab-size must be an integer > 100"),  # drew ids from [0, 50)
+        (["--random-vocab-size", "100"], "--random-vocab-size must be an integer > 100"),
+    ],
+)
+def test_request_values_every_server_refuses_are_refused_before_the_run(capsys, tmp_path, flags, message):
+    """Each of these reached the server, which answered every request with HTTP 400."""
+    code, err = bench(capsys, tmp_path, "--base-url", DEAD, "--prompt-len", "4", *flags)
+    assert code == 2 and err.startswith(f"mopt bench: error: {message}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_dir_that_cannot_be_a_folder_is_named(capsys, tmp_path):
+    a_file = write(tmp_path / "a_file", "x")
+    for output, message in [
+        ("", "--output-dir is empty; give a folder"),  # wrote the run files into the current folder
+        (str(a_file), f"--output-dir {a_file} is a file; give a folder"),  # was "[Errno 17] File exists"
+        (str(a_file / "x"), f"--output-dir {a_file / 'x'} is inside {a_file}, which is a file"),
+    ]:
+        code = main(["bench", "--base-url", DEAD, "--model", "m", "--num-requests", "1", "--output-dir", output])
+        err = capsys.readouterr().err
+        assert code == 2 and err.strip() == f"mopt bench: error: {message}", err

@@ -289,3 +289,14 @@ def test_compare_bad_input_gives_a_clear_error(tmp_path, capsys, args, message):
     assert main(["bench", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_closed_loop_concurrency_never_exceeds_the_requests_sent(server, tmp_path, capsys):
+    """--concurrency 1000000 for 2 requests opened a slot (and a connection pool share) per unit of
+    concurrency: 45 s and 3 GB before the first request. The run has 2 slots and says so."""
+    assert bench(server, tmp_path, "--num-requests", "2", "--concurrency", "1000000") == 0
+    (run,) = tmp_path.glob("run-*.json")
+    result = load_run(str(run))
+    assert result["plan"]["concurrency"] == 2 and result["label"].endswith("concurrency 2")
+    assert result["summary"]["num_ok"] == 2
+    assert "--concurrency 1000000 lowered to 2: only 2 requests are sent" in capsys.readouterr().out

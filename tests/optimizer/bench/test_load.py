@@ -93,3 +93,9 @@ def test_plan_from_config_defaults():
     p = plan_from_config(LoadConfig(load_mode="poisson", request_rate=5, burstiness=0.5, max_concurrency=7))
     assert (p.mode, p.rate, p.burstiness, p.max_concurrency, p.slots()) == ("poisson", 5, 0.5, 7, None)
     assert plan_from_config(LoadConfig(concurrency=9)).slots() == 9
+
+
+def test_closed_loop_slots_are_capped_at_the_requests_sent():
+    assert plan_from_config(LoadConfig(concurrency=10**6, num_requests=2)).slots() == 2
+    assert plan_from_config(LoadConfig(concurrency=500)).slots() == 100  # the default 100 requests
+    assert plan_from_config(LoadConfig(concurrency=500, duration=3.0)).slots() == 500  # requests cycle: no cap

@@ -162,6 +162,8 @@ def test_token_ids_without_a_known_vocabulary_stay_below_1000(tokenizer_dir):
     # with a tokenizer: its vocabulary without added special tokens ([UNK] here is part of the base vocab)
     maker = prompt_maker(WorkloadConfig(tokenizer=str(tokenizer_dir)))
     assert maker.id_range == (100, 400) and "tokenizer" in maker.vocab_source
-    assert prompt_maker(WorkloadConfig(tokenizer=str(tokenizer_dir), random_vocab_size=150)).id_range == (0, 150)
-    with pytest.raises(ValueError, match="random_vocab_size must be an integer >= 2"):
-        WorkloadConfig(random_vocab_size=0)
+    # [100, N) as --random-vocab-size's help says, also for an N below the tokenizer's vocabulary
+    assert prompt_maker(WorkloadConfig(tokenizer=str(tokenizer_dir), random_vocab_size=150)).id_range == (100, 150)
+    assert prompt_maker(WorkloadConfig(random_vocab_size=101)).token_ids(20) == [100] * 20
+    with pytest.raises(ValueError, match="random-vocab-size must be an integer > 100"):
+        WorkloadConfig(random_vocab_size=100)

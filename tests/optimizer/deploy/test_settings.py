@@ -174,14 +174,20 @@ def test_cuda_build_follows_the_host_driver():
 
 def test_cli_writes_every_target_with_the_package_source_but_no_weights(tmp_path, capsys):
     out = tmp_path / "deploy"
-    for target in ("docker", "compose", "k8s"):
+    own = {  # each render replaces the folder's previous one: another target's files do not stay
+        "docker": {"docker-compose.yml": False, "k8s/deployment.yaml": False},
+        "compose": {"docker-compose.yml": True, "grafana/dashboards/mopt-serving.json": True, "k8s": False},
+        "k8s": {"k8s/deployment.yaml": True, "docker-compose.yml": False, "grafana": False},
+    }
+    for target, expected in own.items():
         assert main(["deploy", "--target", target, "--output", str(out), "--driver", "570.133.20"]) == 0
+        assert (out / "Dockerfile").is_file()
+        assert {rel: (out / rel).exists() for rel in expected} == expected, target
     assert "wrote" in capsys.readouterr().out
     assert (out / "src/pyproject.toml").is_file() and (out / "src/model_optimizer/cli/serve.py").is_file()
     assert not list((out / "src").rglob("*.safetensors")) and not list((out / "src").rglob("__pycache__"))
-    for rel in ("Dockerfile", "docker-compose.yml", "k8s/deployment.yaml", "grafana/dashboards/mopt-serving.json"):
-        assert (out / rel).is_file(), rel
-    assert not [p for p in out.rglob("*") if p.name.startswith(".") and p.name != ".dockerignore"]  # no temp files
+    hidden = {p.name for p in out.rglob("*") if p.name.startswith(".")}
+    assert hidden == {".dockerignore", ".mopt-deploy-files.json"}  # no temp files
 
 
 def test_bad_deploy_options_are_clear_errors(tmp_path, capsys):

@@ -4,6 +4,9 @@ against a server that goes away."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -13,11 +16,12 @@ import pytest
 
 from model_optimizer.cli.main import main
 from model_optimizer.optimizer.top.metrics import Scrape, quantile
-from model_optimizer.optimizer.top.render import render
-from model_optimizer.optimizer.top.view import Monitor, build_view
+from model_optimizer.optimizer.top.render import plain_line, render
+from model_optimizer.optimizer.top.view import Monitor, View, build_view
 from model_optimizer.runtime.server.config import ServerConfig
 from tests.runtime.server.live import start_server
 
+REPO = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).parent / "data"
 VLLM = [(DATA / f"vllm_metrics_{i}.txt").read_text() for i in (0, 1)]
 
@@ -200,3 +204,45 @@ def _text(renderable) -> str:
     console = Console(width=100, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(renderable)
     return console.export_text()
+
+
+def _top_process(url: str) -> subprocess.Popen:
+    """A real `mopt top` whose stdout is a pipe, as under `| head` or `| tee`."""
+    argv = [sys.executable, "-m", "model_optimizer.cli.main", "top", "--url", url, "--interval", "0.05", "--no-gpu"]
+    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_pipe_gets_one_plain_line_per_scrape_and_head_ends_it(replay):
+    """rich's Live wrote only its last frame, at exit, into a pipe: `mopt top | head -3` never ended."""
+    top = _top_process(replay.url)
+    try:
+        lines = [top.stdout.readline() for _ in range(3)]
+        top.stdout.close()  # what head does once it has its lines
+        code = top.wait(timeout=60)
+    finally:
+        if top.poll() is None:
+            top.kill()
+            top.wait()
+    # the first scrape has no rates yet; the later ones are the second recording's numbers
+    assert " running=12 waiting=3 requests/s=- " in lines[0], lines
+    assert all(" running=14 waiting=5 " in line and "kv_cache=47.0%" in line for line in lines[1:]), lines
+    assert "ttft_p99=" in lines[1] and "errors=4xx:8" in lines[1]
+    assert code == 141  # 128 + SIGPIPE, as other commands end under `| head`
+
+
+def test_ctrl_c_exits_130_as_every_command_does(replay):
+    top = _top_process(replay.url)
+    try:
+        assert "running=" in top.stdout.readline()
+        top.send_signal(signal.SIGINT)
+        _, err = top.communicate(timeout=60)
+    finally:
+        if top.poll() is None:
+            top.kill()
+            top.wait()
+    assert top.returncode == 130 and err.strip() == "mopt top: interrupted", err
+
+
+def test_plain_line_of_an_unreachable_server_says_why():
+    line = plain_line(View(url="http://x", reachable=False, error="connection refused"))
+    assert line.endswith(" unreachable: connection refused")

@@ -105,3 +105,16 @@ def test_translate_refuses_unknown_settings(tmp_path, capsys):
     assert "unknown setting 'max_num_seqz'" in capsys.readouterr().err
     assert main(["tune", "translat", str(best)]) == 2
     assert "translate best.yaml --to vllm" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("to", ["vllm", "mopt"])
+def test_translate_refuses_settings_serve_and_deploy_refuse(tmp_path, capsys, to):
+    """max_num_seqs: 0 was printed as `--max-num-seqs 0`, while `mopt deploy --config` refused the file."""
+    best = tmp_path / "best.yaml"
+    best.write_text("max_num_seqs: 0\n")
+    assert main(["tune", "translate", str(best), "--to", to]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == f"mopt tune: error: {best}: max_num_seqs must be a positive integer, got 0"
+    assert captured.out == ""
+    assert main(["deploy", "--config", str(best), "--output", str(tmp_path / "d")]) == 2
+    assert "max_num_seqs must be a positive integer, got 0" in capsys.readouterr().err

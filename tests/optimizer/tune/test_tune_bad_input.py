@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import optuna
+import pytest
 
 from model_optimizer.cli.main import main
 from model_optimizer.optimizer.tune.study import STUDY_NAME
@@ -88,3 +89,48 @@ def test_resuming_the_same_study_still_works(tmp_path, capsys):
     assert main(["tune", "--resume", "--output-dir", str(out), "--trials", "2"]) == 1
     trials = optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{out / 'study.db'}").trials
     assert [t.state.name for t in trials if t.state.name != "PRUNED"] == ["FAIL", "FAIL"]
+
+
+def _truncated_model(tiny_model, tmp_path: Path) -> Path:
+    folder = tmp_path / "truncated"
+    shutil.copytree(tiny_model("qwen3"), folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model", "/nonexistent/model"], "model folder /nonexistent/model does not exist"),
+        (["--model", "TRUNCATED"], "model.safetensors is truncated"),
+        (["--ready-timeout", "nan"], "--ready-timeout must be a positive number of seconds, got nan"),
+        (["--ready-timeout", "0"], "--ready-timeout must be a positive number of seconds, got 0.0"),
+        (["--trial-timeout", "-1"], "--trial-timeout must be a positive number of seconds, got -1.0"),
+        (["--seed", "-1"], "--seed must be in 0..4294967295 (the sampler's range), got -1"),
+        (["--seed", "4294967296"], "--seed must be in 0..4294967295"),
+    ],
+)
+def test_inputs_no_trial_could_use_are_refused_before_the_study(tiny_model, tmp_path, capsys, flags, message):
+    """Each made the study and ran a trial that failed (exit 1), or was accepted ("not ready within nan s");
+    optuna's seed message named no flag. Tune serves --model itself here (no --server-cmd)."""
+    flags = [str(_truncated_model(tiny_model, tmp_path)) if f == "TRUNCATED" else f for f in flags]
+    capsys.readouterr()  # building the tiny model writes progress bars
+    out = tmp_path / "study"
+    assert main(["tune", "--output-dir", str(out), "--trials", "1", *LOAD, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mopt tune: error: ") and message in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_an_external_server_may_name_a_model_that_is_no_local_folder(tmp_path, capsys):
+    """With --server-cmd, --model is whatever the server takes (a Hub name for vLLM): not checked as a folder."""
+    out = tmp_path / "study"
+    argv = ["tune", "--output-dir", str(out), "--server-cmd", FAILING_SERVER, "--model", "org/not-a-local-folder"]
+    assert main([*argv, "--trials", "1", *LOAD]) == 1  # the study ran; its one trial's server failed
+    assert (out / "tune.json").is_file()
+
+
+def test_an_empty_output_dir_is_refused(capsys):
+    assert main(["tune", "--output-dir", "", "--trials", "1", *LOAD]) == 2  # was the current folder
+    assert capsys.readouterr().err.strip() == "mopt tune: error: --output-dir is empty; give a folder"

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,10 @@ def test_a_second_build_finds_every_kernel_in_the_cache(built):
 def test_a_parallel_build_compiles_each_variant_once_into_the_same_entries(built, tmp_path):
     """--jobs 2: two processes walk the same start and share the compiles through claims; together they
     write exactly the serial build's entries, each variant compiled by one of them."""
+    from model_optimizer.common.processes import usable_cores
+
+    if usable_cores() < 2:
+        pytest.skip("--jobs is lowered to the cores: one core builds in one process")
     model, out, manifest = built
     parallel = tmp_path / "parallel"
     result = _mopt("build", "--model", str(model), *FLAGS, "--output", str(parallel), "--jobs", "2")
@@ -165,3 +171,41 @@ def test_a_parallel_build_the_model_refuses_is_one_error_line(tmp_path):
     assert result.returncode == 2, result.stderr[-3000:]
     (line,) = [ln for ln in result.stderr.splitlines() if ln.startswith("mopt compile-cache: ")]
     assert "'FooForCausalLM' is not supported" in line and "Traceback" not in result.stderr
+
+
+def test_jobs_beyond_the_cores_start_no_more_workers_and_sigterm_cleans_up(tmp_path):
+    """--jobs 100000 started hundreds of workers (each importing torch) for a few dozen kernels; now at most
+    one per core. SIGTERM (`timeout`, `kill`) stops the build as Ctrl-C does: workers reaped, exit code 130,
+    and no claims folder left in the temp folder (the default action left it there)."""
+    pytest.importorskip("triton.backends.compiler")
+    from model_optimizer.common.processes import usable_cores
+
+    model, temp = _config(tmp_path / "model"), tmp_path / "tmp"
+    temp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(REPO)}
+    env["TMPDIR"] = str(temp)  # the claims folder is made here, where the test can see it
+    argv = ["build", "--model", str(model), *FLAGS, "--output", str(tmp_path / "cache"), "--jobs", "100000"]
+    build = subprocess.Popen(
+        [sys.executable, "-m", "model_optimizer.cli.main", "compile-cache", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not list(temp.glob("mopt-aot-claims-*/worker-*.log")) and build.poll() is None:
+            assert time.monotonic() < deadline, "no build worker started"
+            time.sleep(0.1)
+        time.sleep(1)  # every worker the build starts is started by now: they start in one loop
+        workers = subprocess.run(["pgrep", "-P", str(build.pid)], capture_output=True, text=True).stdout.split()
+        assert 1 <= len(workers) <= usable_cores()
+        build.send_signal(signal.SIGTERM)
+        _, err = build.communicate(timeout=120)
+    finally:
+        if build.poll() is None:
+            build.kill()
+            build.wait()
+    assert build.returncode == 130, err[-3000:]
+    assert f"--jobs 100000 lowered to {usable_cores()}, the cores this process may run on" in err
+    assert not list(temp.glob("mopt-aot-claims-*"))
