@@ -1,15 +1,17 @@
 """Files: written atomically (a temp file beside the target, then a rename, so a crash never
-leaves half a result where a finished one is expected), and JSON read with errors that name the
-file and line."""
+leaves half a result where a finished one is expected), one run at a time per output (run_lock), and
+JSON read with errors that name the file and line."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import selectors
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,37 @@ def publish_dir(staging: Path, target: Path) -> None:
         for name in dirs:
             os.chmod(os.path.join(root, name), 0o777 & ~umask)
     os.replace(staging, target)
+
+
+@contextmanager
+def run_lock(lock: Path, output: Path, command: str) -> Iterator[None]:
+    """Hold the file `lock` (flock) for the block, for one run writing `output`; ValueError at once when
+    another run holds it, so a second run on one output is refused before its work, not after it. The
+    file is removed on the way out; a run that locked a file just removed retries on the new one (the
+    inode check), so two runs never hold locks on different files for one output. flock excludes on
+    local file systems; some network ones do not honour it."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ValueError(
+                f"--output {output} is being written by another {command} run (it holds {lock.name}); "
+                "wait for it to finish, or give another --output"
+            ) from None
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)
 
 
 def user_cache_dir() -> Path:

@@ -4,19 +4,17 @@ report's name, the output checks, rounding a loaded model in place and publishin
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from model_optimizer.common.fileio import atomic_write, publish_dir, staging_dir
+from model_optimizer.common.fileio import atomic_write, publish_dir, run_lock, staging_dir
 
 REPORT_NAME = "quantization_report.json"
 INT4_METHODS = ("awq", "rtn-int4")
@@ -165,36 +163,10 @@ def round_in_place(model: torch.nn.Module, opts: QuantizeOptions, target: torch.
             param.data = param.data.to(target)
 
 
-@contextmanager
-def output_lock(output: Path) -> Iterator[None]:
-    """Hold `.<output>.lock` (flock) for the block; ValueError at once when another run holds it, so a
-    second run on one --output is refused before its work, not after it. The file is removed on the
-    way out; a run that locked a file just removed retries on the new one (the inode check), so two
-    runs never hold locks on different files for one output. (As mopt embed locks its output; hidden,
-    as the staging folder is, so that it cannot be taken for a user's file of that name.)"""
-    path = output.with_name(f".{output.name}.lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise ValueError(
-                f"--output {output} is being written by another mopt quantize run (it holds {path.name}); "
-                "wait for it to finish, or give another --output"
-            ) from None
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-    try:
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-        os.close(fd)
+def output_lock(output: Path) -> AbstractContextManager[None]:
+    """Hold `.<output>.lock` for the run (common.fileio.run_lock; hidden, as the staging folder is, so
+    that it cannot be taken for a user's file of that name)."""
+    return run_lock(output.with_name(f".{output.name}.lock"), output, "mopt quantize")
 
 
 def publish(output: Path, build: Callable[[Path], dict]) -> dict:

@@ -22,16 +22,15 @@ and no sidecar of refused settings is left to mislead the next run.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model_optimizer.common.fileio import check_writable_file_path, jsonl_values, text_lines
+from model_optimizer.common.fileio import check_writable_file_path, jsonl_values, run_lock, text_lines
 from model_optimizer.runtime.config import check_positive
 from model_optimizer.runtime.embed.inputs import BLANK_HINT, InputError, is_blank
 from model_optimizer.runtime.embed.output_meta import check_same, describe, meta_path, read_meta, write_meta
@@ -85,34 +84,9 @@ def lock_path(output: Path) -> Path:
     return output.with_name(output.name + ".lock")
 
 
-@contextmanager
-def output_lock(output: Path) -> Iterator[None]:
-    """Hold `<output>.lock` for the block; ValueError at once when another run holds it. The file is
-    removed on the way out; a run that locked a file just removed so retries on the new one (the inode
-    check), so two runs never hold locks on different files for one output."""
-    path = lock_path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise ValueError(
-                f"--output {output} is being written by another mopt embed run (it holds {path.name}); "
-                "wait for it to finish, or give another --output"
-            ) from None
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-    try:
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-        os.close(fd)
+def output_lock(output: Path) -> AbstractContextManager[None]:
+    """Hold `<output>.lock` for the run (common.fileio.run_lock)."""
+    return run_lock(lock_path(output), output, "mopt embed")
 
 
 def read_rows(path: Path, text_field: str, id_field: str) -> list[tuple[Any, str]]:
