@@ -146,10 +146,10 @@ def run(args: argparse.Namespace) -> int:
     from model_optimizer.runtime.llm import LLM, generation_defaults
 
     console = Console(stderr=True)
-    if args.output and args.output != "-":  # found out now, not after the generation
+    if args.output is not None and args.output != "-":  # found out now, not after the generation
         from model_optimizer.common.fileio import check_writable_file_path
 
-        check_writable_file_path(Path(args.output), "--output")
+        check_writable_file_path(args.output, "--output")  # '' is refused, not read as stdout
     if args.prompts_file and Path(args.prompts_file).is_dir():
         raise ValueError(f"--prompts-file {args.prompts_file} is a folder, not a JSONL file")
     check_seed(args.seed)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from model_optimizer.runtime.config import EngineConfig, field_docs
@@ -93,11 +94,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-model-len must be a positive integer, got {args.max_model_len}")
     args.folder = str(resolve_model_dir(args.folder))  # a Hub id: its snapshot, downloaded or from the cache
     if args.fix is not None:
-        from pathlib import Path
-
         from model_optimizer.common.fileio import check_writable_folder_path
 
-        check_writable_folder_path(Path(args.fix).expanduser(), "--fix")
+        check_writable_folder_path(os.path.expanduser(args.fix), "--fix")  # '' refused, not the current folder
     with Console(stderr=True).status("reading headers and checking keys against the engine's loader..."):
         report = inspect_checkpoint(args.folder, max_model_len=args.max_model_len)
         _attach_plan(args, report)

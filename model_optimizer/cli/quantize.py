@@ -30,6 +30,13 @@ METHODS = ("fp8", "int8", "int8-w8a8", "awq", "rtn-int4")
 GATE_EXIT = 3
 
 
+def _folder(text: str) -> Path:
+    """An --output folder; empty is refused (Path("") is the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a folder")
+    return Path(text)
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "quantize",
@@ -44,7 +51,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="fp8 / int8: per-channel weights (int8-w8a8: int8 activations per token too, "
         "llm-compressor's W8A8); awq / rtn-int4: int4 in groups",
     )
-    p.add_argument("--output", type=Path, help="folder to create (must not exist, or be empty)")
+    p.add_argument("--output", type=_folder, help="folder to create (must not exist, or be empty)")
     p.add_argument("--calib", help='calibration text for awq: .txt or .jsonl with a "text" field (default: built-in)')
     # calibration, group and window defaults are None here and filled in by options(): a flag that does not
     # apply to the method or model is refused only when the user gave it

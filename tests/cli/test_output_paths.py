@@ -64,3 +64,35 @@ def test_generate_paths_and_any_os_error_are_one_line(tiny_model, tmp_path, caps
     assert main(["generate", "--model", model, "--prompts-file", str(a_file / "prompts.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "Not a directory" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["generate", "--prompt", "hi", "--output", ""],
+        ["quantize", "{model}", "--method", "int8", "--output", ""],
+        ["inspect", "{model}", "--fix", ""],
+        ["tune", "--output-dir", "", "--trials", "1"],
+        ["bench", "--base-url", "http://127.0.0.1:9", "--output-dir", ""],
+        ["deploy", "--output", ""],
+        ["export-onnx", "--model", "{model}", "--output", ""],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_an_empty_output_path_is_refused_not_read_as_the_current_folder(tiny_model, tmp_path, capsys, argv):
+    """Path("") is "." (and generate's '' was stdout): an unset shell variable wrote into the current folder."""
+    model = str(tiny_model("qwen3"))
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        capsys.readouterr()
+        try:
+            code = main([a.format(model=model) for a in argv])
+        except SystemExit as exc:  # quantize's --output is typed: argparse's own error line, exit 2
+            code = exc.code
+        assert code == 2
+    finally:
+        os.chdir(cwd)
+    err = capsys.readouterr().err
+    assert "is empty" in err and "Traceback" not in err, err
+    assert not list(tmp_path.iterdir())  # nothing written where the user stood
