@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -93,25 +94,33 @@ def test_rows_of_finished_batches_are_on_disk_when_a_chunk_is_interrupted(qwen3_
         assert row["embedding"] == pytest.approx(fresh[int(row["id"][1:])], abs=1e-5)
 
 
-@pytest.mark.slow
-def test_ctrl_c_exits_130_with_one_line_and_keeps_finished_rows(qwen3_dir, tmp_path):
-    src, out, gate = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "held"
-    ids = _write_input(src, 12)
-    args = _args(qwen3_dir, src, out, "--max-num-seqs", "2")
+def _held_run(gate: Path, batch: int, args: list[str]) -> subprocess.Popen:
+    """`mopt embed ARGS` in a process of its own (GATED_MAIN), returned once it has reached its `batch`-th
+    batch and holds there (the gate file exists)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", GATED_MAIN, str(gate), "4", *args],
+        [sys.executable, "-c", GATED_MAIN, str(gate), str(batch), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    deadline = time.monotonic() + 300  # a guard against a hang, not a speed expectation
+    while not gate.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the embed process never reached batch {batch}: {proc.communicate()[1]}")
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.slow
+def test_ctrl_c_exits_130_with_one_line_and_keeps_finished_rows(qwen3_dir, tmp_path):
+    src, out, gate = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "held"
+    ids = _write_input(src, 12)
+    args = _args(qwen3_dir, src, out, "--max-num-seqs", "2")
+    proc = _held_run(gate, 4, args)
     try:
-        deadline = time.monotonic() + 300  # a guard against a hang, not a speed expectation
-        while not gate.exists():
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "the embed process never reached its fourth batch"
-            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=240)
     finally:
@@ -210,20 +219,8 @@ def test_a_second_run_on_the_same_output_is_refused_while_the_first_runs(qwen3_d
     src, out, gate = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "held"
     ids = _write_input(src, 12)
     args = _args(qwen3_dir, src, out, "--max-num-seqs", "2")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", GATED_MAIN, str(gate), "2", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _held_run(gate, 2, args)
     try:
-        deadline = time.monotonic() + 300  # a guard against a hang, not a speed expectation
-        while not gate.exists():
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "the first embed process never reached its second batch"
-            time.sleep(0.05)
         before = out.read_bytes()
         assert main(args) == 2
         err = capsys.readouterr().err
