@@ -35,6 +35,7 @@ from typing import Any
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 from model_optimizer.common.fileio import atomic_write, jsonl_values, read_input
+from model_optimizer.common.text import not_utf8_at
 from model_optimizer.runtime.config import EngineConfig, field_docs
 from model_optimizer.runtime.sampling_params import SamplingParams, logit_bias_from_json
 
@@ -274,15 +275,15 @@ def _check_unicode(value: str, name: str) -> None:
     """ValueError unless `value` is valid Unicode text, which the tokenizer needs (it raises a TypeError
     otherwise). A JSON \\ud800 escape gives a lone surrogate; a command-line byte that is not UTF-8
     reaches Python as one too (U+DC80..U+DCFF, the surrogateescape of that byte)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        char = value[exc.start]
-        if name.startswith("--") and "\udc80" <= char <= "\udcff":
-            reason = f"not valid UTF-8 text (byte 0x{ord(char) - 0xDC00:02x} at character {exc.start})"
-        else:
-            reason = f"not valid Unicode text (a lone surrogate {char!r} at character {exc.start})"
-        raise ValueError(f"{name} is {reason}") from None
+    at = not_utf8_at(value)
+    if at is None:
+        return
+    char = value[at]
+    if name.startswith("--") and "\udc80" <= char <= "\udcff":
+        reason = f"not valid UTF-8 text (byte 0x{ord(char) - 0xDC00:02x} at character {at})"
+    else:
+        reason = f"not valid Unicode text (a lone surrogate {char!r} at character {at})"
+    raise ValueError(f"{name} is {reason}")
 
 
 def _messages(messages: Any) -> list[dict]:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from model_optimizer.common.fileio import check_writable_file_path, jsonl_values, run_lock, text_lines
+from model_optimizer.common.text import not_utf8_at
 from model_optimizer.runtime.config import check_positive
 from model_optimizer.runtime.embed.inputs import BLANK_HINT, InputError, is_blank
 from model_optimizer.runtime.embed.output_meta import check_same, describe, meta_path, read_meta, write_meta
@@ -120,13 +121,11 @@ def _parse_row(row: Any, number: int, text_field: str, id_field: str, path: Path
     if is_blank(text):  # as the server refuses it: a vector of the special tokens alone stands for no text
         raise ValueError(f"{path}:{number}: the text is {BLANK_HINT}; give every row visible text")
     for what, value in (("text", text), ("id", json.dumps(row_id, ensure_ascii=False))):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
+        at = not_utf8_at(value)
+        if at is not None:
             raise ValueError(
-                f"{path}:{number}: the {what} is not valid Unicode (a lone surrogate such as \\ud800 at character "
-                f"{exc.start})"
-            ) from None
+                f"{path}:{number}: the {what} is not valid Unicode (a lone surrogate such as \\ud800 at character {at})"
+            )
     return row_id, text
 
 

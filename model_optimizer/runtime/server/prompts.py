@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from model_optimizer.common.text import not_utf8_at
 from model_optimizer.runtime.engine import input_processor
 from model_optimizer.runtime.engine.input_processor import chat_text
 from model_optimizer.runtime.server.errors import APIError
@@ -137,10 +138,9 @@ def check_text_fits(state: ServerState, text: str, param: str) -> None:
 
 def _check_utf8(text: str) -> None:
     """JSON may carry lone surrogates (\\ud800) that are not text; refuse them before the tokenizer does."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise APIError(400, f"input is not valid Unicode text (lone surrogate at position {exc.start})") from None
+    at = not_utf8_at(text)
+    if at is not None:
+        raise APIError(400, f"input is not valid Unicode text (lone surrogate at position {at})")
 
 
 def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from model_optimizer.common.text import not_utf8_at
 from model_optimizer.runtime.embed.inputs import BLANK_HINT, is_blank
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
@@ -45,7 +46,7 @@ async def create_embedding(body: EmbeddingRequest, request: Request) -> dict:
         raise APIError(
             400, f"got {len(inputs)} inputs; at most {state.config.max_embedding_inputs} per request", "input"
         )
-    if any(isinstance(i, str) and _has_surrogate(i) for i in inputs):
+    if any(isinstance(i, str) and not_utf8_at(i) is not None for i in inputs):
         raise APIError(400, "input is not valid Unicode text (lone surrogate)", "input")
     if body.dimensions is not None:
         check_dimensions(state.embedder, body.dimensions)
@@ -117,14 +118,6 @@ def _declared(model_dir: Path) -> dict[str, Any]:
 
 def _empty(item: str | list[int]) -> bool:
     return len(item) == 0 or (isinstance(item, str) and is_blank(item))
-
-
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def _encode(vector, encoding_format: str) -> list[float] | str:
