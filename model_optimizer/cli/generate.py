@@ -307,12 +307,9 @@ def _line_params(line: PromptLine, base: dict[str, Any]) -> SamplingParams:
     try:
         params = SamplingParams(**{**base, **_json_sampling(line.sampling)})
         if params.structured_outputs is not None:  # a bad regex or grammar: refused now, not an empty "error" output
-            from model_optimizer.runtime.structured.grammar import check
+            from model_optimizer.runtime.structured.grammar import check_offline
 
-            try:
-                check(params.structured_outputs)
-            except ValueError as exc:  # llguidance's reason spans lines (the regex with a caret under it)
-                raise ValueError(" ".join(str(exc).split())) from None
+            check_offline(params.structured_outputs)
         return params
     except ValueError as exc:
         raise ValueError(f"{line.source}: {exc}") from None

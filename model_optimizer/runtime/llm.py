@@ -205,6 +205,10 @@ class LLM:
         vocab_size = self.engine.info.vocab_size
         for p in {id(p): p for p in params_list}.values():  # before any is queued: a bad id fails no step
             p.check_vocab(vocab_size)
+            if p.structured_outputs is not None:  # a bad regex or grammar: ValueError, not an "error" output
+                from model_optimizer.runtime.structured.grammar import check_offline
+
+                check_offline(p.structured_outputs)
         ids = [str(next(self._ids)) for _ in prompts]
         index_of = {request_id: index for index, request_id in enumerate(ids)}
         added = []

@@ -73,3 +73,18 @@ def test_token_ids_outside_the_vocabulary_are_refused_before_any_step(llm, param
 def test_a_kv_cache_beyond_the_hosts_memory_is_refused_before_it_is_allocated():
     with pytest.raises(ValueError, match=r"--kv-cache-memory 1024TiB would take .* GiB of host memory, but only"):
         LLM(kv_cache_memory="1024TiB", device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("constraint", "message"),
+    [({"regex": "("}, "invalid regex"), ({"grammar": "start: undefined_rule"}, "invalid grammar")],
+)
+def test_a_bad_constraint_is_a_value_error_before_anything_is_queued(llm, constraint, message):
+    """It was accepted and came back as an output with finish reason "error" and no text, which a caller
+    who reads only .text takes for an empty answer."""
+    bad = SamplingParams(max_tokens=2, structured_outputs=constraint)
+    with pytest.raises(ValueError, match=message) as raised:
+        llm.generate(["ok", "also"], [GREEDY, bad])
+    assert "\n" not in str(raised.value)
+    assert not llm.engine.has_unfinished_requests()
+    assert llm.generate(["ok"], SamplingParams(max_tokens=2, structured_outputs={"regex": "a+"}))[0].outputs[0].text

@@ -233,6 +233,16 @@ def check(so: StructuredOutputs, tokenizer: Any = None) -> str:
     return grammar
 
 
+def check_offline(so: StructuredOutputs) -> None:
+    """`check` without a tokenizer, before a Python API or `mopt generate` request is queued (a bad regex
+    or grammar is a ValueError then, not an output with finish reason "error"); the reason on one line
+    (llguidance's spans several: the regex with a caret under it)."""
+    try:
+        check(so)
+    except ValueError as exc:
+        raise GrammarError(" ".join(str(exc).split())) from None
+
+
 def matcher(so: StructuredOutputs, tokenizer: Any) -> tuple[str, Any]:
     """(grammar, a matcher of it) as the engine core compiles a constraint; GrammarError with llguidance's
     reason when either cannot be made."""
