@@ -19,6 +19,9 @@ DType = Literal["auto", "bfloat16", "float16", "float32"]
 BYTES = "bytes"
 ByteSize = Annotated[int, BYTES]
 """A size in bytes that flags, config files and keyword arguments may also give as text: 8GiB, 512MB."""
+MAX_NUM_SEQS = 1 << 20
+"""Most sequences a batch may hold: the runner's per-sequence buffers are made at this size when it starts,
+and far larger values failed only after the load, in torch ("Maximum allowed dimension exceeded")."""
 SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 SIZE_UNITS |= {f"{u}ib": v for u, v in SIZE_UNITS.items() if u not in ("", "b")}
 SIZE_UNITS |= {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -177,6 +180,9 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         parse_size_fields(self)
+        for name in ("model", "tokenizer"):  # "" (an unset shell variable) is "not given", not the current folder
+            if isinstance(getattr(self, name), str) and not getattr(self, name).strip():
+                setattr(self, name, None)
         check_positive(
             self,
             "block_size",
@@ -186,6 +192,8 @@ class EngineConfig:
             "max_num_partial_prefills",
             "tensor_parallel_size",
         )
+        if self.max_num_seqs > MAX_NUM_SEQS:
+            raise ValueError(f"max_num_seqs must be at most {MAX_NUM_SEQS:,}, got {self.max_num_seqs:,}")
         value = self.long_prefill_token_threshold
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(

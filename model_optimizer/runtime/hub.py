@@ -26,18 +26,18 @@ def is_hub_id(model: str) -> bool:
     return bool(HUB_ID.match(model)) and ".." not in model and not model.endswith((".", "-"))
 
 
-def resolve_model(model: str, revision: str | None = None) -> Path:
+def resolve_model(model: str, revision: str | None = None, what: str = "model") -> Path:
     """The local folder for `model`: the folder itself, or the snapshot of the Hub repository it names
-    (downloaded when missing and a network is there). FileNotFoundError or ValueError say what failed."""
+    (downloaded when missing and a network is there). FileNotFoundError or ValueError say what failed,
+    naming it as `what` (the model, its tokenizer)."""
     path = Path(model).expanduser()
     if path.is_dir():
         return path  # one version of a folder: a revision only picks among a Hub model's
     if path.exists():  # a file (a .safetensors, a config.json): the folder that holds it is meant
-        raise ValueError(
-            f"model {path} is a file, not a folder: give the folder that holds config.json and the weights"
-        )
+        holds = "config.json and the weights" if what == "model" else "its files"
+        raise ValueError(f"{what} {path} is a file, not a folder: give the folder that holds {holds}")
     if not is_hub_id(model):
-        raise FileNotFoundError(f"model folder {path} does not exist (nor is it a Hub id such as Qwen/Qwen3-0.6B)")
+        raise FileNotFoundError(f"{what} folder {path} does not exist (nor is it a Hub id such as Qwen/Qwen3-0.6B)")
     return _snapshot(model, revision)
 
 
@@ -52,7 +52,7 @@ def localize(config) -> str | None:
         config.model = str(resolve_model(config.model, config.revision))
     if config.tokenizer is not None and not Path(config.tokenizer).expanduser().is_dir():
         same = config.tokenizer == model_id
-        config.tokenizer = str(resolve_model(config.tokenizer, config.revision if same else None))
+        config.tokenizer = str(resolve_model(config.tokenizer, config.revision if same else None, "tokenizer"))
     return model_id
 
 

@@ -60,3 +60,22 @@ def _help(command: str) -> str:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     return sub.choices[command].format_help()
+
+
+def test_an_empty_model_is_the_built_in_one_and_max_num_seqs_has_a_bound():
+    """--model '' loaded the current folder, while its help says "Empty: the built-in default model"; a
+    max_num_seqs of 1e20 failed only after the load, in torch, naming no flag."""
+    from model_optimizer.runtime.config import MAX_NUM_SEQS
+
+    assert EngineConfig(model="", tokenizer=" ").model is None
+    assert EngineConfig(model="", tokenizer=" ").tokenizer is None
+    with pytest.raises(ValueError, match="max_num_seqs must be at most"):
+        EngineConfig(max_num_seqs=MAX_NUM_SEQS + 1)
+    assert EngineConfig(max_num_seqs=MAX_NUM_SEQS).max_num_seqs == MAX_NUM_SEQS
+
+
+def test_a_missing_tokenizer_is_named_as_the_tokenizer(tmp_path):
+    from model_optimizer.runtime.hub import localize
+
+    with pytest.raises(FileNotFoundError, match=f"^tokenizer folder {tmp_path / 'nope'} does not exist"):
+        localize(EngineConfig(tokenizer=str(tmp_path / "nope")))
