@@ -185,6 +185,30 @@ def _frontend_tokenizer(engine_config: EngineConfig, llm: Any, model_dir: Path) 
     return engine_tokenizer(engine_config, model_dir)
 
 
+EMBEDDING_SETTINGS = (
+    "model",
+    "tokenizer",
+    "revision",
+    "dtype",
+    "load_format",
+    "device",
+    "max_model_len",
+    "quantization",
+)
+"""EngineConfig fields an embedding model served by `mopt serve` reads (quantization: to refuse it)."""
+
+
+def unused_embedding_settings(config: EngineConfig) -> list[str]:
+    """The engine settings given (not at their defaults) that an embedding model has no use for: no KV
+    cache, scheduler, sampler or speculation. Said in the log rather than refused, as vLLM takes them."""
+    defaults = EngineConfig()
+    return [
+        name
+        for name, value in vars(config).items()
+        if name not in EMBEDDING_SETTINGS and value != getattr(defaults, name, value)
+    ]
+
+
 def load_embedder(config: EngineConfig, model_dir: Path) -> Any:
     """The Embedder for an embedding model folder, loaded and warmed up; logs what and how long."""
     from model_optimizer.runtime.embed import EmbedConfig, Embedder
@@ -192,7 +216,11 @@ def load_embedder(config: EngineConfig, model_dir: Path) -> Any:
 
     start = time.perf_counter()
     refuse_load_time_quantization(config.quantization, model_dir)
-    embedder = Embedder(model_dir, **vars(EmbedConfig.from_engine(config)))
+    ignored = unused_embedding_settings(config)
+    if ignored:
+        logger.warning("settings that do not apply to an embedding model are ignored: %s", ", ".join(ignored))
+    # --max-model-len is the longest input here, as the context is for generation (checked against the positions)
+    embedder = Embedder(model_dir, **vars(EmbedConfig.from_engine(config, max_seq_length=config.max_model_len)))
     embedder.embed(["warm-up"])
     _log_loaded(model_dir, embedder.backbone.model, time.perf_counter() - start)
     return embedder

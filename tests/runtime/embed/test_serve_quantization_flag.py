@@ -18,3 +18,18 @@ def test_the_offline_api_refuses_it_too(minilm_dir):
 
     with pytest.raises(ValueError, match="quantize it ahead of time"):
         LLM(str(minilm_dir), quantization="int8", device="cpu")
+
+
+def test_max_model_len_bounds_the_inputs_and_generation_settings_are_named(minilm_dir, caplog):
+    """--max-model-len on an embedding folder was ignored (inputs of the model's own 256 tokens went on
+    being taken, and 1000, past its 512 positions, was accepted); settings for the KV cache, scheduler or
+    speculation were taken without a word."""
+    from model_optimizer.runtime.server.app import unused_embedding_settings
+
+    embedder = load_embedder(EngineConfig(model=str(minilm_dir), max_model_len=100, device="cpu"), minilm_dir)
+    assert embedder.max_seq_length == 100
+    with pytest.raises(ValueError, match="exceeds what the model's positions hold"):
+        load_embedder(EngineConfig(model=str(minilm_dir), max_model_len=1000, device="cpu"), minilm_dir)
+    config = EngineConfig(model=str(minilm_dir), device="cpu", kv_cache_dtype="fp8", enable_prefix_caching=False)
+    assert sorted(unused_embedding_settings(config)) == ["enable_prefix_caching", "kv_cache_dtype"]
+    assert unused_embedding_settings(EngineConfig(model=str(minilm_dir), device="cpu", dtype="float32")) == []
