@@ -222,7 +222,7 @@ def load_embedder(config: EngineConfig, model_dir: Path) -> Any:
     # --max-model-len is the longest input here, as the context is for generation (checked against the positions)
     embedder = Embedder(model_dir, **vars(EmbedConfig.from_engine(config, max_seq_length=config.max_model_len)))
     embedder.embed(["warm-up"])
-    _log_loaded(model_dir, embedder.backbone.model, time.perf_counter() - start)
+    _log_loaded(model_dir, embedder.backbone.model, time.perf_counter() - start, config.load_format == "dummy")
     return embedder
 
 
@@ -237,20 +237,25 @@ def start_engine_core(
     core = (spawned or spawn_core(config, num_frontends)).ready()
     where = f"on {config.tensor_parallel_size} tensor-parallel workers " if config.tensor_parallel_size > 1 else ""
     logger.info(
-        "loaded model %s %sin the engine-core process (pid %d): %s, in %.1f s",
+        "loaded model %s %sin the engine-core process (pid %d): %s%s, in %.1f s",
         model_dir.resolve(),
         where,
         core.pid,
         core.extra.get("weights", "?"),
+        DUMMY_NOTE if config.load_format == "dummy" else "",
         time.perf_counter() - start,
     )
     return core
 
 
-def _log_loaded(model_dir: Path, model: Any, seconds: float) -> None:
+DUMMY_NOTE = " (random weights: --load-format dummy, for measuring speed; the text means nothing)"
+
+
+def _log_loaded(model_dir: Path, model: Any, seconds: float, dummy: bool = False) -> None:
     from model_optimizer.runtime.layers.quantization.summary import summarize_weights
 
-    logger.info("loaded model %s: %s, in %.1f s", model_dir.resolve(), summarize_weights(model).describe(), seconds)
+    weights = summarize_weights(model).describe() + (DUMMY_NOTE if dummy else "")
+    logger.info("loaded model %s: %s, in %.1f s", model_dir.resolve(), weights, seconds)
 
 
 SAMPLE_CONVERSATION = [{"role": "user", "content": "Hello"}]

@@ -169,6 +169,8 @@ class ServerConfig:
             raise ValueError(
                 f"max_connections_per_client must be an integer >= 0 (0: no limit), got {self.max_connections_per_client}"
             )
+        if self.served_model_name is not None and not self.served_model_name.strip():  # not "unset": a name asked
+            raise ValueError("served_model_name is empty: give the name clients send as `model`, or leave it out")
         check_api_key(self.api_key, "api_key")
         if str(self.log_level).lower() not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")

@@ -1,4 +1,5 @@
-"""`--quantization` on an embedding folder (mopt serve, LLM) says what to do instead of being ignored."""
+"""Serve settings on an embedding folder (mopt serve, LLM): `--quantization` says what to do instead, and
+`--max-model-len` applies; none is ignored without a word."""
 
 from __future__ import annotations
 
@@ -33,3 +34,12 @@ def test_max_model_len_bounds_the_inputs_and_generation_settings_are_named(minil
     config = EngineConfig(model=str(minilm_dir), device="cpu", kv_cache_dtype="fp8", enable_prefix_caching=False)
     assert sorted(unused_embedding_settings(config)) == ["enable_prefix_caching", "kv_cache_dtype"]
     assert unused_embedding_settings(EngineConfig(model=str(minilm_dir), device="cpu", dtype="float32")) == []
+
+
+def test_dummy_weights_are_said_so_in_the_load_line(minilm_dir, caplog):
+    """The load line of --load-format dummy read like a real load, while every output is random."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="model_optimizer.runtime.server.app"):
+        load_embedder(EngineConfig(model=str(minilm_dir), load_format="dummy", device="cpu"), minilm_dir)
+    assert any("loaded model" in r.message and "random weights" in r.message for r in caplog.records)

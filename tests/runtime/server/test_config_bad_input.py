@@ -22,3 +22,9 @@ def test_a_json_list_that_does_not_parse_names_its_field(field):
 
 def test_a_tuple_is_a_list_here():
     assert ServerConfig(allowed_methods=("GET", "post")).allowed_methods == ["GET", "POST"]
+
+
+def test_an_empty_served_model_name_is_refused_not_the_folder_name():
+    """`--served-model-name=` served the folder's name: clients sending "" would get a 404."""
+    with pytest.raises(ValueError, match="^served_model_name is empty"):
+        ServerConfig(served_model_name=" ")
