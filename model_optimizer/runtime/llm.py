@@ -151,6 +151,7 @@ class LLM:
         configure_compile(self.config)  # Triton's kernel cache in our folder, keyed by versions and GPU
         self.model_dir = resolve_model_dir(self.config.model, self.config.revision)
         self._embedder: Any = None
+        self._closed = False
         self._generation_defaults: dict[str, Any] | None = None
         self.engine: LLMEngine | None = None
         if is_encoder_folder(self.model_dir):  # BERT-family: embeddings only, no generation engine
@@ -171,11 +172,24 @@ class LLM:
         log_phase("total", start)
 
     def close(self) -> None:
-        """Stop the tensor-parallel worker processes now (they also stop when this process exits);
-        a no-op on one device. The LLM cannot generate afterwards."""
+        """Stop the tensor-parallel worker processes now (they also stop when this process exits) and let
+        go of the model, its KV cache and embedder, so that their memory can be freed. generate and embed
+        raise ValueError afterwards. `with LLM(...) as llm:` closes it at the block's end."""
         close = getattr(self.engine.runner if self.engine is not None else None, "close", None)
         if close is not None:
             close()
+        self._closed = True
+        self.engine = self.runner = self._embedder = None
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this LLM was closed: make a new one")
 
     def default_sampling_params(self) -> SamplingParams:
         """SamplingParams with the model's own defaults from generation_config.json (temperature,
@@ -197,6 +211,7 @@ class LLM:
 
         Without sampling params, the model's defaults apply (`default_sampling_params()`), as in vLLM.
         """
+        self._check_open()
         if self.engine is None:
             raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not generate")
         prompts = _as_prompt_list(prompts)
@@ -241,6 +256,7 @@ class LLM:
         A decoder (Qwen3-Embedding style) embeds with the generation engine's own weights, in the
         engine's dtype: they are loaded once, and embedding reads no KV cache.
         """
+        self._check_open()
         if self._embedder is None:
             if self.config.tensor_parallel_size > 1 and self.engine is not None:
                 raise ValueError(

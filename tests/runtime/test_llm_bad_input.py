@@ -88,3 +88,14 @@ def test_a_bad_constraint_is_a_value_error_before_anything_is_queued(llm, constr
     assert "\n" not in str(raised.value)
     assert not llm.engine.has_unfinished_requests()
     assert llm.generate(["ok"], SamplingParams(max_tokens=2, structured_outputs={"regex": "a+"}))[0].outputs[0].text
+
+
+def test_a_closed_llm_refuses_work_and_with_closes_it():
+    """close() was a no-op on one device, and generate went on working after it, against its docstring."""
+    with LLM(kv_cache_memory=1 << 24) as llm:
+        assert llm.generate(["ok"], GREEDY)[0].outputs[0].token_ids
+    assert llm.engine is None  # the model and its KV cache are let go
+    for call in (lambda: llm.generate(["ok"], GREEDY), lambda: llm.embed(["ok"])):
+        with pytest.raises(ValueError, match="this LLM was closed"):
+            call()
+    llm.close()  # twice is fine
