@@ -303,8 +303,13 @@ def served_model(
             vocab_size=info.vocab_size,
             tokenizer=tokenizer,
         )
-    return ServedModel(
-        name=name, model_dir=Path(embedder.model_dir), max_model_len=embedder.max_seq_length, generates=False
+    return ServedModel(  # the embedder's tokenizer: /tokenize counts what an input costs, as vLLM's does
+        name=name,
+        model_dir=Path(embedder.model_dir),
+        max_model_len=embedder.max_seq_length,
+        generates=False,
+        vocab_size=len(embedder.tokenizer),
+        tokenizer=embedder.tokenizer,
     )
 
 

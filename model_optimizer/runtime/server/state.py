@@ -45,9 +45,10 @@ class ServedModel:
     generates: bool
     """True for a generation model (completions, chat); False for an embedding model."""
     vocab_size: int = 0
-    """Token ids must lie in [0, vocab_size); 0 for an embedding model."""
+    """Token ids must lie in [0, vocab_size) (an embedding model's: its tokenizer's length)."""
     tokenizer: Any = None
-    """The Hugging Face tokenizer; None for a model served without one (token-id prompts only)."""
+    """The Hugging Face tokenizer (an embedding model's: the embedder's); None for a model served without
+    one (token-id prompts only)."""
 
 
 @dataclass

@@ -81,6 +81,20 @@ def test_generation_routes_say_use_embeddings(embed_server):
     assert httpx.get(embed_server.url + "/metrics").status_code == 200
 
 
+def test_tokenize_and_detokenize_work_on_an_embedding_model(embed_server, minilm):
+    """They answered 400 "use /v1/embeddings", while vLLM serves them for every model: clients count an
+    input's tokens to choose truncate_prompt_tokens."""
+    text = "hello embedding world"
+    r = httpx.post(embed_server.url + "/tokenize", json={"prompt": text})
+    assert r.status_code == 200, r.text
+    assert r.json()["tokens"] == minilm.tokenizer.encode(text)
+    assert r.json()["max_model_len"] == minilm.max_seq_length
+    back = httpx.post(embed_server.url + "/detokenize", json={"tokens": r.json()["tokens"][1:-1]})
+    assert back.status_code == 200 and back.json()["prompt"] == text
+    bad = httpx.post(embed_server.url + "/detokenize", json={"tokens": [len(minilm.tokenizer)]})
+    assert bad.status_code == 400 and "outside the vocabulary" in bad.json()["error"]["message"]
+
+
 @pytest.mark.slow
 def test_schemathesis_on_embeddings(embed_server, tmp_path):
     from tests.runtime.server.test_schemathesis import run_schemathesis

@@ -66,8 +66,7 @@ def _detokenize(state: ServerState, tokens: list[int]) -> str:
 def _tokenizing_state(request: Request, model: str | None) -> ServerState:
     state = get_state(request)
     state.check_model(model)
-    state.check_accepting()
-    state.check_generates()
+    state.check_accepting()  # an embedding model too: clients count tokens to pick truncate_prompt_tokens
     if state.model.tokenizer is None:
         raise APIError(400, "this model has no tokenizer, so the server cannot tokenize or detokenize", "model")
     return state
