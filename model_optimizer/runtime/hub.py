@@ -11,6 +11,7 @@ that is not there is an error that says how to get it.
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -31,8 +32,10 @@ def resolve_model(model: str, revision: str | None = None, what: str = "model") 
     (downloaded when missing and a network is there). FileNotFoundError or ValueError say what failed,
     naming it as `what` (the model, its tokenizer)."""
     path = Path(model).expanduser()
-    if path.is_dir():
-        return path  # one version of a folder: a revision only picks among a Hub model's
+    if path.is_dir():  # one version of a folder: a revision only picks among a Hub model's
+        if revision is not None:
+            logging.getLogger(__name__).warning("--revision %s is ignored: %s is a local folder", revision, path)
+        return path
     if path.exists():  # a file (a .safetensors, a config.json): the folder that holds it is meant
         holds = "config.json and the weights" if what == "model" else "its files"
         raise ValueError(f"{what} {path} is a file, not a folder: give the folder that holds {holds}")

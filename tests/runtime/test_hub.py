@@ -118,3 +118,14 @@ def test_a_file_given_as_the_model_is_named_as_a_file(tmp_path, monkeypatch):
     for given in (str(weights), "acme/model.safetensors"):
         with pytest.raises(ValueError, match=r"model .*model.safetensors is a file, not a folder: give the folder"):
             resolve_model(given)
+
+
+def test_a_revision_for_a_local_folder_is_said_to_be_ignored(tmp_path, caplog):
+    """--revision xyz with a folder started without a word, as if that revision were served."""
+    import logging
+
+    from model_optimizer.runtime.hub import resolve_model
+
+    with caplog.at_level(logging.WARNING, logger="model_optimizer.runtime.hub"):
+        assert resolve_model(str(tmp_path), "xyz") == tmp_path
+    assert any("--revision xyz is ignored" in r.message for r in caplog.records)
