@@ -5,17 +5,26 @@ and reports ready, or the start-up error as the frontend's own exception (a Valu
 one-line ValueError). `spawn_core` is its first half: `mopt serve` spawns the core before it sets up
 its HTTP side and takes it with `CoreStart.ready()` once its own checks pass. Then it runs the CoreLoop (engine/core_loop.py) until a frontend sends SHUTDOWN,
 its parent dies (it polls, common/processes.py) or a step fails (it sends the error to every frontend,
-then exits non-zero). It ignores SIGINT and SIGTERM: the frontend decides when to drain and stop it,
-so a signal to the whole process group never cuts a drain short. Tensor-parallel workers are its
-children and watch it the same way.
+then exits non-zero). It ignores SIGINT: the frontend decides when to drain and stop it, so a Ctrl-C
+to the whole process group never cuts a drain short. SIGTERM ends it at once while it loads (nothing
+is in it yet); once it serves, the first SIGTERM is left to the frontend (a process group's SIGTERM
+reaches the frontend too, which drains, then stops the core) and a second one ends it. Tensor-parallel
+workers are its children and watch it the same way.
+
+The frontend stops the core whatever ends it, a Ctrl-C at any point of the start-up included: the
+exit hook that stops the core is registered before the core is spawned (a core never handed over is
+killed: it is still loading, or no one will ever talk to it), and a Ctrl-C that comes while the spawn
+itself runs is held until the core is there to be stopped.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import logging
 import multiprocessing
+import multiprocessing.util  # its exit hook (join every child) is registered before ours, so ours runs first
 import os
 import shutil
 import signal
@@ -24,6 +33,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -81,6 +91,9 @@ class CoreHandle:
     tmpdir: str = ""
     owner_pid: int = field(default_factory=os.getpid)
     """The process that started the core (a forked child inherits the exit hook, never the core)."""
+    serving: bool = False
+    """The core reported ready: it reads SHUTDOWN from its socket. Before that it is loading (or failed
+    to): nothing is in it, and it would never read a SHUTDOWN, so `stop` kills it."""
 
     @property
     def sentinel(self) -> int:
@@ -96,18 +109,22 @@ class CoreHandle:
 
     def stop(self, input_socket: Any = None, timeout: float = STOP_TIMEOUT_S) -> None:
         """Ask the core to stop (abort everything, release the GPU), then make sure it has. Without
-        `input_socket` (no frontend connected: the program is exiting) a socket of its own asks."""
-        atexit.unregister(self._stop_at_exit)
-        if self.process.is_alive():
-            self._send_shutdown(input_socket)
-        self.process.join(timeout)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(timeout)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+        `input_socket` (no frontend connected: the program is exiting) a socket of its own asks. A core
+        that is not serving yet is killed at once; so is one that has not stopped within `timeout`, or
+        whose stop a Ctrl-C interrupts."""
+        if self.process.pid is not None:  # spawned (the exit hook is registered before the spawn)
+            try:
+                if not self.serving:
+                    self.process.kill()
+                elif self.process.is_alive():
+                    self._send_shutdown(input_socket)
+                self.process.join(timeout)
+            finally:  # a KeyboardInterrupt in the wait above must not leave it running
+                if self.process.is_alive():
+                    self.process.kill()
+                    self.process.join()
         shutil.rmtree(self.tmpdir, ignore_errors=True)
+        atexit.unregister(self._stop_at_exit)  # last: a stop cut short is finished at exit
 
     def _stop_at_exit(self) -> None:
         if os.getpid() == self.owner_pid:
@@ -183,14 +200,47 @@ def spawn_core(config: EngineConfig, num_clients: int = 1, log_level: int | None
     ctx = multiprocessing.get_context("spawn")  # CUDA cannot live through a fork
     mine, theirs = ctx.Pipe()
     process = ctx.Process(target=run_core, args=(spec, theirs), name="mopt-engine-core")
-    process.start()
-    theirs.close()  # only the core holds its end now: its death is EOF here
-    from model_optimizer.runtime.engine.core import ModelInfo  # while the core starts
+    info: Any = None  # a placeholder, made below once engine.core is imported (while the core starts)
+    handle = CoreHandle(process, spec.input_address, spec.output_addresses, info, config, tmpdir=tmpdir)
+    start = CoreStart(handle, mine)
+    # The core ignores SIGINT and is not a daemon (its tensor-parallel workers are its children), so
+    # multiprocessing's own exit hook would wait for it forever: a program that started a core and never
+    # stopped it (a script that built the app and ended; `mopt serve` interrupted by a Ctrl-C before it
+    # held the CoreStart) would hang at exit. This hook, registered later, runs first and stops it; it is
+    # registered before the spawn, so no Ctrl-C can land between the two.
+    atexit.register(handle._stop_at_exit)
+    try:
+        with _sigint_held():  # a Ctrl-C inside start() could leave a core that no one knows of
+            process.start()
+        theirs.close()  # only the core holds its end now: its death is EOF here
+        from model_optimizer.runtime.engine.core import ModelInfo  # while the core starts
 
-    handle = CoreHandle(
-        process, spec.input_address, spec.output_addresses, ModelInfo(0, 0, frozenset(), 0), config, tmpdir=tmpdir
-    )
-    return CoreStart(handle, mine)
+        handle.info = ModelInfo(0, 0, frozenset(), 0)
+    except BaseException:
+        start.abandon()
+        theirs.close()
+        raise
+    return start
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """SIGINT held off (in the main thread, where Python handles it) until the block ends, then raised as
+    it would have been: the block runs whole or not at all."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # no handler of Python's to hold (None: one set from C, which could not be put back)
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, None)  # Python's own handler raises KeyboardInterrupt here
+            elif previous == signal.SIG_DFL:
+                signal.raise_signal(signal.SIGINT)
 
 
 @dataclass
@@ -210,32 +260,26 @@ class CoreStart:
         handle = self.handle
         try:
             status, value = _wait_ready(self.conn, handle.process)
-        except BaseException:
+            if status == "error":
+                handle.process.join(STOP_TIMEOUT_S)  # it exits once it has sent its error
+                raise _startup_error(*value)
+            handle.info, handle.extra = value["info"], value["extra"]
+            handle.serving = True
+        except BaseException:  # an error it reported, its death, or a Ctrl-C while it loads
             handle.stop()
             raise
         finally:
             self.conn.close()
-        if status == "error":
-            handle.stop()
-            raise _startup_error(*value)
-        handle.info, handle.extra = value["info"], value["extra"]
-        # The core ignores SIGINT and SIGTERM and is not a daemon (its tensor-parallel workers are its
-        # children), so multiprocessing's own exit hook would wait for it forever: a program that started
-        # a core and never stopped it (a script that built the app and ended) would hang at exit. This
-        # hook, registered later, runs first and stops it.
-        atexit.register(handle._stop_at_exit)
         logger.info("engine core: pid %d", handle.pid)
         return handle
 
     def abandon(self) -> None:
-        """Kill the core unless `ready()` handed it over: it is still loading (it ignores SIGTERM, and no
-        request can be in it); its tensor-parallel workers follow their parent out."""
+        """Kill the core unless `ready()` handed it over: it is still loading, or ready with no frontend
+        (no request can be in it); its tensor-parallel workers follow their parent out."""
         if not self.taken:
             self.taken = True
             self.conn.close()
-            self.handle.process.kill()
-            self.handle.process.join()
-            shutil.rmtree(self.handle.tmpdir, ignore_errors=True)
+            self.handle.stop()  # not serving: killed
 
 
 def _wait_ready(conn: Connection, process: Any) -> tuple[str, Any]:
@@ -268,7 +312,7 @@ def _startup_error(name: str, message: str, text: str) -> BaseException:
 def run_core(spec: CoreSpec, conn: Connection) -> None:
     """Entry point of the core process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the frontend drains, then stops us
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # while it loads: nothing to drain, SIGTERM ends it
     exit_with_parent(spec.parent_pid)
     _configure_logging(spec.log_levels)
     if spec.config.device != "cpu":  # rank 0 drives GPU 0; its context and Triton's key are made while
@@ -294,6 +338,7 @@ def run_core(spec: CoreSpec, conn: Connection) -> None:
     watch = getattr(core.runner, "on_worker_death", None)
     if watch is not None:  # a tensor-parallel worker that dies while no step runs fails the core at once
         watch(lambda exc: _inject_failure(context, spec.input_address, exc))
+    signal.signal(signal.SIGTERM, _on_sigterm_while_serving)
     _send_quietly(conn, ("ready", {"info": core.info, "extra": extra}))
     conn.close()
     freeze_startup_objects()
@@ -390,6 +435,13 @@ def _serve(core: EngineCore, inbox: Any, outboxes: list[Any]) -> int:
             except zmq.Again:
                 pass
         return 1
+
+
+def _on_sigterm_while_serving(signum: int, frame: Any) -> None:
+    """The first SIGTERM is left to the frontend: a process group's SIGTERM (a service manager's stop)
+    reaches it too, and it drains, then stops the core. A second one ends the core at once."""
+    logger.info("SIGTERM: the frontend drains and stops the engine core; a second SIGTERM ends it now")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _drain(inbox: Any) -> list:

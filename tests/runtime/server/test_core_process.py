@@ -199,8 +199,8 @@ def test_sigterm_drains_then_stops_the_core(tiny_model):
 
 @pytest.mark.slow
 def test_a_program_that_never_stops_its_core_still_exits_and_takes_the_core_along(tiny_model):
-    """The core ignores SIGINT/SIGTERM and is no daemon: without the exit hook, multiprocessing would wait
-    for it at interpreter exit forever."""
+    """The core ignores SIGINT (and a first SIGTERM) and is no daemon: without the exit hook,
+    multiprocessing would wait for it at interpreter exit forever."""
     probe = (
         "import os\nfrom model_optimizer.runtime.config import EngineConfig\n"
         "from model_optimizer.runtime.core_process import start_core\n"
