@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 
 from model_optimizer import LLM, SamplingParams
+from model_optimizer.runtime.sampling_params import RequestOutputKind
 from model_optimizer.runtime.structured import StructuredOutputs
 
 SCHEMAS = {
@@ -263,15 +264,23 @@ def test_logprobs_are_over_the_tokens_the_grammar_allows(model_dir):
 
 
 def test_a_grammar_the_core_cannot_compile_fails_its_request_alone(model_dir):
-    """The server refuses such a constraint with a 400 before it reaches the core; sent anyway (the
-    Python API), the request finishes with an error naming the reason, and the others run."""
+    """The server (a 400) and LLM.generate (a ValueError) refuse such a constraint before it reaches the
+    core; sent to the engine anyway, the request finishes with an error naming the reason, and the
+    others run."""
     llm = LLM(model_dir, kv_cache_memory=1 << 24)
     bad = SamplingParams(
         max_tokens=5, structured_outputs=StructuredOutputs.json({"type": "integer", "minimum": 3, "maximum": 1})
     )
-    outputs = llm.generate([PROMPTS[0], PROMPTS[1]], [bad, FREE])
-    assert outputs[0].outputs[0].finish_reason == "error" and "minimum (3)" in outputs[0].error
-    assert outputs[1].outputs[0].finish_reason == "length"
+    with pytest.raises(ValueError, match=r"minimum \(3\)"):
+        llm.generate([PROMPTS[0], PROMPTS[1]], [bad, FREE])
+    engine = llm.engine
+    engine.add_request("bad", PROMPTS[0], bad.clone(output_kind=RequestOutputKind.FINAL_ONLY))
+    engine.add_request("free", PROMPTS[1], FREE.clone(output_kind=RequestOutputKind.FINAL_ONLY))
+    finished = {}
+    while engine.has_unfinished_requests():
+        finished |= {o.request_id: o for o in engine.step() if o.finished}
+    assert finished["bad"].outputs[0].finish_reason == "error" and "minimum (3)" in finished["bad"].error
+    assert finished["free"].outputs[0].finish_reason == "length"
 
 
 def test_abort_while_the_grammar_compiles(model_dir):
