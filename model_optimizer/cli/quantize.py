@@ -137,7 +137,6 @@ def _print_verdict(args: argparse.Namespace, opts, report: dict, folder: Path | 
 
 CALIB_FLAGS = ("calib", "num_calib_samples", "calib_seq_len")
 """Flags of the AWQ calibration: refused with any other method (it uses no calibration data)."""
-INT4_METHODS = ("awq", "rtn-int4")
 GENERATION_GATES = ("max_ppl_increase", "min_top1")
 EMBEDDING_GATES = ("min_cosine",)
 
@@ -239,6 +238,8 @@ def _check_method_flags(args: argparse.Namespace) -> None:
         for flag in _given(args, CALIB_FLAGS):
             what = "calibration text" if flag == "--calib" else "a calibration setting"
             raise ValueError(f"{flag} is {what} for --method awq; --method {args.method} uses none")
+    from model_optimizer.runtime.layers.quantization.spec import INT4_METHODS
+
     if args.method not in INT4_METHODS and args.group_size is not None:
         raise ValueError(
             f"--group-size is the int4 group size of --method {' and '.join(INT4_METHODS)}; "

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 
 from model_optimizer.common.fileio import atomic_write, publish_dir, run_lock, staging_dir
+from model_optimizer.runtime.layers.quantization.spec import INT4_METHODS
 
 REPORT_NAME = "quantization_report.json"
-INT4_METHODS = ("awq", "rtn-int4")
 SHAPE_KEYS = (
     "model_type",
     "vocab_size",

@@ -30,6 +30,7 @@ from model_optimizer.model.quantize.job import (
     write_json,
 )
 from model_optimizer.runtime.device import pick_device
+from model_optimizer.runtime.layers.quantization.spec import INT4_METHODS
 
 
 def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
@@ -138,7 +139,7 @@ def build_report(
         "model": str(opts.model),
         "method": opts.method,
         "format": qc.get("quant_method"),
-        "group_size": opts.group_size if opts.method in ("awq", "rtn-int4") else None,
+        "group_size": opts.group_size if opts.method in INT4_METHODS else None,
         "calibration": {
             "text": opts.calib or "built-in (Python standard-library docs)",
             "num_samples": len(calib),

@@ -22,6 +22,7 @@ from model_optimizer.runtime.layers.quantization.quantizers import (
     quantize_int4,
     quantize_int8,
 )
+from model_optimizer.runtime.layers.quantization.spec import INT4_METHODS
 
 if TYPE_CHECKING:
     from model_optimizer.runtime.layers.linear import Linear
@@ -179,6 +180,6 @@ def make_method(
         return Fp8Method(source, act_dtype)
     if name in ("int8", "int8-w8a8"):
         return Int8Method(source, act_dtype, dynamic_activations=name == "int8-w8a8")
-    if name in ("awq", "rtn-int4"):
+    if name in INT4_METHODS:
         return Int4Method(source, act_dtype, name, group_size)
     raise ValueError(f"unknown quantization method {name!r}; expected one of {', '.join(METHODS)}")

@@ -14,6 +14,8 @@ from model_optimizer.runtime.layers.quantization.quantizers import DEFAULT_GROUP
 
 QUANTIZATION_CHOICES = ("none", "fp8", "int8", "int8-w8a8", "awq", "rtn-int4")
 ONLINE_METHODS = ("fp8", "int8", "int8-w8a8", "rtn-int4")
+INT4_METHODS = ("awq", "rtn-int4")
+"""The methods with int4 weights in groups along the input (the only ones a group size applies to)."""
 
 
 @dataclass
