@@ -89,16 +89,21 @@ def _loading_model(config: dict):
     from model_optimizer.runtime.layers.quantization.spec import resolve_spec
 
     spec = resolve_spec(config, None)
-    if is_encoder_config(config):
-        model = _encoder_meta_model(config)
-        if spec is not None:
-            attach_quantization(model, spec, torch.bfloat16)
-        return model
-    if spec is None:
+    if spec is None and not is_encoder_config(config):
         return build_meta_model(config)
-    model = _cached_meta_model.__wrapped__(json.dumps(config, sort_keys=True), "bfloat16", 1)  # attaching edits it
-    attach_quantization(model, spec, torch.bfloat16)
+    model = private_meta_model(config)
+    if spec is not None:
+        attach_quantization(model, spec, torch.bfloat16)
     return model
+
+
+def private_meta_model(config: dict):
+    """The engine's model of config.json, an encoder (BERT family) or a decoder, on the meta device, as a
+    copy of the caller's own: for one that edits it (attaches quantization), which the cached one of
+    build_meta_model must never be."""
+    if is_encoder_config(config):
+        return _encoder_meta_model(config)
+    return _cached_meta_model.__wrapped__(json.dumps(config, sort_keys=True), "bfloat16", 1)
 
 
 def encoder_architecture(config: dict) -> str | None:

@@ -85,25 +85,12 @@ def check_int4_groups(model: Path, method: str, group_size: int) -> None:
     the load, the calibration text's tokenization and, for a bad size, in the AWQ search."""
     if method not in INT4_METHODS:
         return
+    from model_optimizer.model.inspect.consumption import private_meta_model
     from model_optimizer.runtime.layers.quantization.attach import attach_quantization
     from model_optimizer.runtime.layers.quantization.spec import QuantSpec
-    from model_optimizer.runtime.models.loader import build_model
-    from model_optimizer.runtime.models.model_config import DecoderArgs, is_encoder_folder, read_config
-    from model_optimizer.runtime.models.registry import resolve_model_class
+    from model_optimizer.runtime.models.model_config import read_config
 
-    config = read_config(model)
-    if is_encoder_folder(model):  # an unknown architecture is named by resolve_model_class, among decoders
-        from model_optimizer.runtime.models.bert import BertArgs, BertModel
-
-        try:
-            bert = BertArgs.from_dict(config)
-        except KeyError as exc:  # as load_backbone says it
-            raise ValueError(f"{model / 'config.json'} lacks {exc.args[0]!r}, which a BERT encoder needs") from None
-        factory: Callable[[], torch.nn.Module] = lambda: BertModel(bert)  # noqa: E731
-    else:
-        args = DecoderArgs.from_dict(config, source=str(model / "config.json"))
-        factory = lambda: resolve_model_class(args.architecture)(args)  # noqa: E731
-    skeleton = build_model(factory, torch.float32, torch.device("meta"))
+    skeleton = private_meta_model(read_config(model))  # as inspect builds it: attaching edits its own copy
     if method == "awq":  # the layout AWQ folds its scales into comes first: a group size cannot fix that
         from model_optimizer.model.quantize.awq import check_awq_layout
 
