@@ -226,19 +226,12 @@ def _fresh(args: argparse.Namespace) -> dict:
 def check_model(model: str | None) -> None:
     """ValueError or FileNotFoundError, before the study is made, for a model `mopt serve` could not load:
     a missing folder, no readable config.json, a truncated safetensors file (each trial would fail)."""
-    import json
-
     from model_optimizer.runtime.hub import resolve_model_dir
     from model_optimizer.runtime.models.loader import check_safetensors_header
+    from model_optimizer.runtime.models.model_config import read_config
 
     folder = resolve_model_dir(model)
-    config = folder / "config.json"
-    if not config.is_file():
-        raise ValueError(f"--model {folder} has no config.json; give the folder that holds the model")
-    try:
-        json.loads(config.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"--model {folder}: config.json is not valid JSON ({exc})") from None
+    read_config(folder)  # present, JSON, naming a model: as serve reads it
     for weights in sorted(folder.glob("*.safetensors")):
         check_safetensors_header(weights)
 
