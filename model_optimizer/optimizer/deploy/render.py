@@ -185,11 +185,9 @@ def _remove_stale(out: Path, keep: set[str]) -> None:
 
 
 def _write_manifest(out: Path, rel_paths: list[str]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=f"{MANIFEST}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(rel_paths, f, indent=1)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out / MANIFEST)
+    from model_optimizer.common.fileio import atomic_write
+
+    atomic_write(out / MANIFEST, json.dumps(rel_paths, indent=1))
 
 
 def _copy_source(out: Path) -> Path:
