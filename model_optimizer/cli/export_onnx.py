@@ -69,13 +69,8 @@ def check_output_folder(output: str) -> Path:
     inside one, and on a file system that takes new entries (else the export fails at its very end)."""
     from model_optimizer.common.fileio import check_writable_folder_path
 
-    if not output.strip():
-        raise ValueError(
-            "--output is empty; give the folder to write model.onnx, the tokenizer and export_report.json into"
-        )
-    out_dir = Path(output)
-    check_writable_folder_path(out_dir, "--output")
-    return out_dir
+    check_writable_folder_path(output, "--output")  # the string: "" is refused there, not read as "."
+    return Path(output)
 
 
 def check_model_folder(model: str, out_dir: Path) -> str:
