@@ -96,9 +96,7 @@ def _check_build(config: EngineConfig, num_sms: int, folder: Path) -> None:
     check_config(config)
     if num_sms < 1:
         raise ValueError(f"--num-sms must be a positive integer, got {num_sms}")
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"--output {folder} is a file; give a folder for the Triton cache")
-    check_writable_folder_path(folder, "--output")  # under a file, read-only: not as a worker's raw errno
+    check_writable_folder_path(folder, "--output")  # a file, under one, read-only: not a worker's raw errno
     localize(config)  # a Hub id becomes its snapshot folder; a missing folder is FileNotFoundError
     read_config(config.model)  # config.json present and readable
 
