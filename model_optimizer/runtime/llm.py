@@ -244,6 +244,50 @@ class LLM:
             raise
         return [finished[i] for i in ids]
 
+    def chat(
+        self,
+        messages: Sequence[dict] | Sequence[Sequence[dict]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        tools: list[dict] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        on_progress: Callable[[int, RequestOutput], None] | None = None,
+    ) -> list[RequestOutput]:
+        """Reply to one conversation (a list of `{"role": ..., "content": ...}` messages) or to a list of
+        them, as vLLM's `LLM.chat`: each is rendered through the chat template (`chat_template`: a shipped
+        name, a file or the template itself; else the tokenizer's), tokenized without adding special
+        tokens (the template writes them), then generated as `generate` does. `tools` (OpenAI's function
+        definitions) and `chat_template_kwargs` (e.g. `{"enable_thinking": False}`) reach the template.
+        Each output's `prompt` is the rendered text. ValueError when a conversation cannot be rendered."""
+        self._check_open()
+        if self.engine is None:
+            raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not chat")
+        if self.tokenizer is None:
+            raise ValueError("this model has no tokenizer, so messages cannot be rendered: use generate with token ids")
+        from model_optimizer.runtime.engine.input_processor import chat_text
+        from model_optimizer.runtime.models.chat_templates import load_template
+
+        template = load_template(chat_template) if chat_template is not None else None
+        texts = [
+            chat_text(
+                self.tokenizer,
+                conversation,
+                template,
+                add_generation_prompt,
+                chat_template_kwargs,
+                tools,
+                continue_final_message,
+            )
+            for conversation in _as_conversations(messages)
+        ]
+        prompts = [list(self.tokenizer.encode(text, add_special_tokens=False)) for text in texts]
+        outputs = self.generate(prompts, sampling_params, on_progress)
+        for output, text in zip(outputs, texts):
+            output.prompt = text
+        return outputs
+
     def embed(
         self,
         texts: str | list[int] | Sequence[str | list[int]],
@@ -294,6 +338,18 @@ def _as_prompt_list(prompts: Prompt | dict | Sequence[Prompt | dict]) -> list[Pr
         if not isinstance(p, (str, dict, list, tuple)):
             raise TypeError(f"prompts[{index}] must be {PROMPTS_HINT}, got {type(p).__name__}")
     return [_as_prompt(p) for p in prompts]
+
+
+def _as_conversations(messages: Sequence[dict] | Sequence[Sequence[dict]]) -> list[list[dict]]:
+    """One conversation (a list of message dicts) or a list of them, as a list of conversations."""
+    if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Sequence) or not messages:
+        raise ValueError("messages must be a non-empty list of message dicts, or a list of such lists")
+    if all(isinstance(m, dict) for m in messages):
+        return [list(messages)]
+    for index, conversation in enumerate(messages):
+        if isinstance(conversation, (str, bytes, dict)) or not isinstance(conversation, Sequence) or not conversation:
+            raise ValueError(f"messages[{index}] must be a non-empty list of message dicts (one conversation)")
+    return [list(conversation) for conversation in messages]
 
 
 def _as_params_list(params: SamplingParams | Sequence[SamplingParams], num_prompts: int) -> list[SamplingParams]:

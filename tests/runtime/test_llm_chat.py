@@ -1,0 +1,129 @@
+"""LLM.chat, vLLM's offline chat: the prompt is what transformers' apply_chat_template renders and
+tokenizes, and the reply is what generate gives for those token ids."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+
+from model_optimizer import LLM, SamplingParams
+
+GREEDY = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+CONVERSATION = [
+    {"role": "system", "content": "You answer briefly."},
+    {"role": "user", "content": "What is a json module?"},
+]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+TOOLS_TEMPLATE = (
+    "{% if tools %}{% for tool in tools %}<|im_start|>tool {{ tool.function.name }}: {{ tool.function | tojson }}"
+    "<|im_end|>\n{% endfor %}{% endif %}"
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(tiny_model):
+    return AutoTokenizer.from_pretrained(str(tiny_model("qwen3")))
+
+
+def _hf_ids(hf_tokenizer, messages, **kwargs) -> list[int]:
+    rendered = hf_tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)
+    return list(rendered["input_ids"])
+
+
+def test_one_conversation_is_transformers_prompt_and_generate_reply(qwen3_llm, hf_tokenizer):
+    [out] = qwen3_llm.chat(CONVERSATION, GREEDY)
+    ids = _hf_ids(hf_tokenizer, CONVERSATION, add_generation_prompt=True)
+    assert out.prompt_token_ids == ids
+    assert out.prompt == hf_tokenizer.apply_chat_template(CONVERSATION, tokenize=False, add_generation_prompt=True)
+    assert out.outputs[0].token_ids == qwen3_llm.generate([ids], GREEDY)[0].outputs[0].token_ids
+
+
+def test_a_list_of_conversations_comes_back_in_order(qwen3_llm, hf_tokenizer):
+    second = [{"role": "user", "content": "naïve café 😀"}]
+    outs = qwen3_llm.chat([CONVERSATION, second], [GREEDY, GREEDY.clone(max_tokens=3)])
+    assert [o.prompt_token_ids for o in outs] == [
+        _hf_ids(hf_tokenizer, CONVERSATION, add_generation_prompt=True),
+        _hf_ids(hf_tokenizer, second, add_generation_prompt=True),
+    ]
+    assert [len(o.outputs[0].token_ids) for o in outs] == [6, 3]
+    seen = []
+    qwen3_llm.chat([second, CONVERSATION], GREEDY, on_progress=lambda index, _: seen.append(index))
+    assert sorted(seen) == [0, 1]
+
+
+def test_tools_template_and_its_kwargs_reach_the_template(qwen3_llm, hf_tokenizer):
+    [out] = qwen3_llm.chat(
+        CONVERSATION, GREEDY, chat_template=TOOLS_TEMPLATE, tools=TOOLS, chat_template_kwargs={"enable_thinking": False}
+    )
+    expected = hf_tokenizer.apply_chat_template(
+        CONVERSATION,
+        tools=TOOLS,
+        chat_template=TOOLS_TEMPLATE,
+        tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=False,
+    )
+    assert out.prompt == expected
+    assert "get_weather" in out.prompt and out.prompt.endswith("<think>\n\n</think>\n\n")
+
+
+def test_continue_final_message_goes_on_from_the_last_message(qwen3_llm, hf_tokenizer):
+    partial = [*CONVERSATION, {"role": "assistant", "content": "It is"}]
+    [out] = qwen3_llm.chat(partial, GREEDY, add_generation_prompt=False, continue_final_message=True)
+    assert out.prompt_token_ids == _hf_ids(hf_tokenizer, partial, continue_final_message=True)
+    assert out.prompt.endswith("It is")
+
+
+@pytest.mark.parametrize(
+    ("messages", "match"),
+    [
+        ([], "non-empty list"),
+        ("hello", "non-empty list"),
+        ([CONVERSATION, []], r"messages\[1\]"),
+        ([CONVERSATION, {"role": "user", "content": "x"}], r"messages\[1\]"),
+        (["not a message"], r"messages\[0\]"),
+        ([["not a message"]], "chat template failed"),
+    ],
+)
+def test_malformed_messages_are_a_value_error(qwen3_llm, messages, match):
+    with pytest.raises(ValueError, match=match):
+        qwen3_llm.chat(messages, GREEDY)
+
+
+def test_continue_and_generation_prompt_together_are_refused(qwen3_llm):
+    with pytest.raises(ValueError, match="continue_final_message"):
+        qwen3_llm.chat(CONVERSATION, GREEDY, continue_final_message=True)
+
+
+def test_a_model_without_a_template_needs_one_given(no_template_chat_model):
+    llm = LLM(str(no_template_chat_model), max_model_len=128, num_kv_blocks=64)
+    with pytest.raises(ValueError, match="no chat template"):
+        llm.chat(CONVERSATION, GREEDY)
+    [out] = llm.chat(CONVERSATION, GREEDY, chat_template="chatml")  # a shipped template by name
+    assert out.prompt.startswith("<|im_start|>system\nYou answer briefly.<|im_end|>\n")
+
+
+@pytest.fixture(scope="module")
+def no_template_chat_model(tiny_model, tmp_path_factory):
+    import json
+    import shutil
+
+    out = tmp_path_factory.mktemp("chat_no_template") / "qwen3"
+    shutil.copytree(tiny_model("qwen3"), out)
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    return out
