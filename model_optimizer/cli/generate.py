@@ -27,7 +27,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -35,6 +35,7 @@ from typing import Any
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 from model_optimizer.common.fileio import atomic_write, jsonl_values, read_input
+from model_optimizer.common.progress import batch_progress
 from model_optimizer.common.text import not_utf8_at
 from model_optimizer.runtime.config import EngineConfig, field_docs
 from model_optimizer.runtime.sampling_params import SamplingParams, logit_bias_from_json
@@ -175,8 +176,13 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:  # the line inside the try: a Ctrl-C right after it is still answered below
         _log(f"generating for {len(lines)} prompt{'s' if len(lines) > 1 else ''}")
-        with _progress(console, len(lines)) as advance:
-            llm.generate(list(prompt_ids), params, on_progress=lambda i, out: (finished.__setitem__(i, out), advance()))
+        with batch_progress(console, len(lines), "generating", _log) as advance:
+            llm.generate(
+                list(prompt_ids),
+                params,
+                on_progress=lambda i, out: (finished.__setitem__(i, out), advance()),
+                use_tqdm=False,
+            )
     except KeyboardInterrupt:
         if not finished:
             _log("interrupted; none had finished; nothing was written")
@@ -323,7 +329,7 @@ def _json_sampling(sampling: dict[str, Any]) -> dict[str, Any]:
 
 def _prompt_ids(llm: Any, line: PromptLine, params: SamplingParams) -> tuple[list[int], str | None]:
     """(token ids, prompt text or None) of one line, with the engine's own checks; errors name the line."""
-    from model_optimizer.runtime.engine.input_processor import check_prompt_fits, encode_prompt
+    from model_optimizer.runtime.engine.input_processor import check_prompt_fits, encode_prompt, truncated_prompt
 
     info = llm.engine.info
     try:
@@ -333,6 +339,7 @@ def _prompt_ids(llm: Any, line: PromptLine, params: SamplingParams) -> tuple[lis
             ids = list(llm.tokenizer.encode(text, add_special_tokens=False))  # the template has the special tokens
         else:
             ids = encode_prompt(llm.tokenizer, line.prompt, info.vocab_size)
+        ids = truncated_prompt(ids, params.truncate_prompt_tokens, info.max_model_len)
         check_prompt_fits(len(ids), info.max_model_len)
     except ValueError as exc:
         raise ValueError(f"{line.source}: {exc}") from None
@@ -349,31 +356,6 @@ def _chat_text(llm: Any, messages: list[dict]) -> str:
     from model_optimizer.runtime.engine.input_processor import chat_text
 
     return chat_text(tokenizer, messages)
-
-
-@contextmanager
-def _progress(console: Any, total: int) -> Iterator[Callable[[], None]]:
-    """A progress bar on a terminal; elsewhere (a log, a pipe) a plain line at the first prompt, every
-    tenth of the batch and the last."""
-    if console.is_terminal:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(
-            TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-        ) as bar:
-            task = bar.add_task("generate", total=total)
-            yield lambda: bar.advance(task)
-        return
-    every = max(1, total // 10)
-    done = 0
-
-    def advance() -> None:
-        nonlocal done
-        done += 1
-        if done == 1 or done % every == 0 or done == total:
-            _log(f"{done}/{total} prompts done")
-
-    yield advance
 
 
 def _emit(output: str | None, llm: Any, prompt_texts: tuple, params: list[SamplingParams], finished: dict) -> str:

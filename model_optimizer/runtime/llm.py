@@ -5,8 +5,10 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +193,11 @@ class LLM:
         if self._closed:
             raise ValueError("this LLM was closed: make a new one")
 
+    def get_tokenizer(self) -> Any:
+        """The tokenizer prompts are encoded with (vLLM's name); None for a model loaded with
+        skip_tokenizer_init."""
+        return self.tokenizer
+
     def default_sampling_params(self) -> SamplingParams:
         """SamplingParams with the model's own defaults from generation_config.json (temperature,
         top_p, top_k, min_p, repetition_penalty, and max_new_tokens as max_tokens); every other
@@ -204,10 +211,13 @@ class LLM:
         prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         on_progress: Callable[[int, RequestOutput], None] | None = None,
+        use_tqdm: bool = True,
     ) -> list[RequestOutput]:
         """Generate for every prompt (text or token ids); outputs come back in prompt order.
 
         `on_progress(index, output)` is called as each prompt finishes, with its position in `prompts`.
+        `use_tqdm` (vLLM's name): a progress bar on stderr when it is a terminal, else a plain line at
+        every tenth of the prompts; False: nothing.
 
         Without sampling params, the model's defaults apply (`default_sampling_params()`), as in vLLM.
         """
@@ -232,12 +242,14 @@ class LLM:
                 self.engine.add_request(request_id, prompt, p.clone(output_kind=RequestOutputKind.FINAL_ONLY))
                 added.append(request_id)
             finished: dict[str, RequestOutput] = {}
-            while self.engine.has_unfinished_requests():
-                for output in self.engine.step():
-                    if output.finished:
-                        finished[output.request_id] = output
-                        if on_progress:
-                            on_progress(index_of[output.request_id], output)
+            with _progress(len(prompts), use_tqdm) as advance:
+                while self.engine.has_unfinished_requests():
+                    for output in self.engine.step():
+                        if output.finished:
+                            finished[output.request_id] = output
+                            advance()
+                            if on_progress:
+                                on_progress(index_of[output.request_id], output)
         except BaseException:
             for request_id in added:
                 self.engine.abort(request_id)
@@ -254,6 +266,7 @@ class LLM:
         tools: list[dict] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         on_progress: Callable[[int, RequestOutput], None] | None = None,
+        use_tqdm: bool = True,
     ) -> list[RequestOutput]:
         """Reply to one conversation (a list of `{"role": ..., "content": ...}` messages) or to a list of
         them, as vLLM's `LLM.chat`: each is rendered through the chat template (`chat_template`: a shipped
@@ -283,7 +296,7 @@ class LLM:
             for conversation in _as_conversations(messages)
         ]
         prompts = [list(self.tokenizer.encode(text, add_special_tokens=False)) for text in texts]
-        outputs = self.generate(prompts, sampling_params, on_progress)
+        outputs = self.generate(prompts, sampling_params, on_progress, use_tqdm)
         for output, text in zip(outputs, texts):
             output.prompt = text
         return outputs
@@ -320,6 +333,23 @@ class LLM:
         return self._embedder.embed(
             texts, dimensions=dimensions, truncate_prompt_tokens=truncate_prompt_tokens, instruction=instruction
         )
+
+
+@contextmanager
+def _progress(total: int, shown: bool) -> Iterator[Callable[[], None]]:
+    """generate's progress display (common.progress.batch_progress on stderr), or a no-op."""
+    if not shown:
+        yield lambda: None
+        return
+    from rich.console import Console
+
+    from model_optimizer.common.progress import batch_progress
+
+    def log(line: str) -> None:
+        print(f"LLM.generate: {line}", file=sys.stderr, flush=True)
+
+    with batch_progress(Console(stderr=True), total, "generating", log) as advance:
+        yield advance
 
 
 PROMPTS_HINT = "a string, a list of token ids, a {'prompt': ...} or {'prompt_token_ids': ...} dict, or a list of those"

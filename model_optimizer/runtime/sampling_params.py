@@ -58,6 +58,9 @@ class SamplingParams:
     bad_words_token_ids: list[list[int]] | None = None
     """Token sequences the output must not contain: the last token of each is barred wherever the output
     so far ends with the rest (vLLM's bad_words, as token ids; the server tokenizes its words)."""
+    bad_words: list[str] | None = None
+    """Words the output must not contain (vLLM's): the engine tokenizes each, alone and after a space, into
+    more bad_words_token_ids when the request is queued. Needs the model's tokenizer."""
     thinking_token_budget: int | None = None
     """Most tokens of thinking (vLLM's): once the output has thought this many tokens without ending its
     block, thinking_end_token_ids are forced, one a step. None: no bound."""
@@ -89,6 +92,9 @@ class SamplingParams:
     alternatives at each prompt position, in RequestOutput.prompt_logprobs. Computed from the prefill's
     logits, once per request (n > 1 completions share it); such a request computes its whole prompt (no
     prefix-cache hit), since every position's logits are needed."""
+    truncate_prompt_tokens: int | None = None
+    """Keep only the prompt's last this many tokens (vLLM's); -1: the most that leave room for one output
+    token. None: a prompt longer than the context is refused."""
     skip_special_tokens: bool = True
     """Leave special tokens out of the text."""
     detokenize: bool = True
@@ -222,6 +228,19 @@ class SamplingParams:
                 )
             ),
             "bad_words_token_ids must be a list of non-empty lists of token ids",
+        )
+        _require(
+            self.bad_words is None
+            or (isinstance(self.bad_words, list) and all(isinstance(w, str) and w.strip() for w in self.bad_words)),
+            f"bad_words must be a list of non-blank strings, got {self.bad_words!r}",
+        )
+        _require(
+            self.truncate_prompt_tokens is None
+            or (
+                _is_int(self.truncate_prompt_tokens)
+                and (self.truncate_prompt_tokens >= 1 or self.truncate_prompt_tokens == -1)
+            ),
+            f"truncate_prompt_tokens must be -1 or an integer >= 1, got {self.truncate_prompt_tokens!r}",
         )
         for name in ("thinking_end_token_ids", "thinking_start_token_ids"):  # the sampler indexes them at every step
             value = getattr(self, name)

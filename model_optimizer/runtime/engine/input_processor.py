@@ -11,6 +11,7 @@ that ever fails).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -122,6 +123,40 @@ def _cut_after_final_message(text: str, messages: list[dict]) -> str:
     raise ValueError("continue_final_message: the chat template does not write the last message's text as given")
 
 
+def bad_words_token_ids(tokenizer: Tokenizer, words: Sequence[str]) -> list[list[int]]:
+    """vLLM's bad_words as the token sequences the sampler bars: each word alone and after a space (most
+    vocabularies spell a word that follows a space with other tokens), without special tokens, each
+    sequence once."""
+    sequences: list[list[int]] = []
+    for text in (t for word in words for t in (word, " " + word.lstrip())):
+        ids = list(tokenizer.encode(text, add_special_tokens=False))
+        if ids and ids not in sequences:
+            sequences.append(ids)
+    return sequences
+
+
+def kept_tokens(truncate_prompt_tokens: int | None, max_model_len: int) -> int | None:
+    """How many of a prompt's last tokens truncate_prompt_tokens keeps (-1: the most that leave room for one
+    output token), or None: all. ValueError for a count that leaves no room for an output token."""
+    if truncate_prompt_tokens is None:
+        return None
+    most = max_model_len - 1
+    if truncate_prompt_tokens == -1:
+        return most
+    if not 1 <= truncate_prompt_tokens <= most:
+        raise ValueError(
+            f"truncate_prompt_tokens is {truncate_prompt_tokens}; give -1 or 1 to {most} "
+            f"(max_model_len {max_model_len} less one output token)"
+        )
+    return truncate_prompt_tokens
+
+
+def truncated_prompt(token_ids: list[int], truncate_prompt_tokens: int | None, max_model_len: int) -> list[int]:
+    """The prompt's last tokens that truncate_prompt_tokens keeps (kept_tokens); all of them for None."""
+    keep = kept_tokens(truncate_prompt_tokens, max_model_len)
+    return token_ids if keep is None else token_ids[-keep:]
+
+
 def check_prompt_fits(num_prompt_tokens: int, max_model_len: int) -> None:
     """A prompt must leave room in the context for at least one output token."""
     if num_prompt_tokens >= max_model_len:
@@ -188,6 +223,12 @@ class InputProcessor:
         if self.tokenizer is None and params.stop:
             raise ValueError("stop strings need a tokenizer and this model has none: use stop_token_ids")
         prompt_token_ids = encode_prompt(self.tokenizer, prompt, self.vocab_size)
+        prompt_token_ids = truncated_prompt(prompt_token_ids, params.truncate_prompt_tokens, self.limits.max_model_len)
+        if params.bad_words:
+            if self.tokenizer is None:
+                raise ValueError("bad_words need a tokenizer and this model has none: use bad_words_token_ids")
+            barred = bad_words_token_ids(self.tokenizer, params.bad_words)
+            params = params.clone(bad_words=None, bad_words_token_ids=[*(params.bad_words_token_ids or []), *barred])
         max_tokens = resolve_max_tokens(len(prompt_token_ids), params, self.limits.max_model_len)
         self.limits.check(len(prompt_token_ids), max_tokens)
         return CoreRequest(

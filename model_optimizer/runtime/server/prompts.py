@@ -35,21 +35,12 @@ def prompt_list(prompt: str | list) -> list[str | list[int]]:
 
 
 def kept_tokens(state: ServerState, truncate_prompt_tokens: int | None) -> int | None:
-    """How many of a prompt's last tokens a request keeps (its truncate_prompt_tokens; -1: the most that
-    leave room for one output token), or None: all, a longer prompt being refused."""
-    if truncate_prompt_tokens is None:
-        return None
-    most = state.model.max_model_len - 1
-    if truncate_prompt_tokens == -1:
-        return most
-    if not 1 <= truncate_prompt_tokens <= most:
-        raise APIError(
-            400,
-            f"truncate_prompt_tokens is {truncate_prompt_tokens}; give -1 or 1 to {most} (max_model_len "
-            f"{state.model.max_model_len} less one output token)",
-            "truncate_prompt_tokens",
-        )
-    return truncate_prompt_tokens
+    """How many of a prompt's last tokens a request keeps (input_processor.kept_tokens), or None: all, a
+    longer prompt being refused."""
+    try:
+        return input_processor.kept_tokens(truncate_prompt_tokens, state.model.max_model_len)
+    except ValueError as exc:
+        raise APIError(400, str(exc), "truncate_prompt_tokens") from None
 
 
 async def tokenize_prompts(state: ServerState, prompts: list[str | list[int]], keep: int | None = None) -> list[Prompt]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from model_optimizer.runtime.engine.input_processor import bad_words_token_ids
 from model_optimizer.runtime.sampling_params import (
     RequestOutputKind,
     SamplingParams,
@@ -69,13 +70,8 @@ async def token_rules(state: ServerState, body: SamplingFields) -> dict[str, Any
         raise APIError(400, f"got {len(body.bad_words)} bad words; at most {config.max_stop_strings}", "bad_words")
     if any(len(w) > config.max_stop_string_length for w in body.bad_words):
         raise APIError(400, f"bad words may be at most {config.max_stop_string_length} characters", "bad_words")
-    encode = state.model.tokenizer.encode
-    texts = [text for word in body.bad_words for text in (word, " " + word.lstrip())]
-    sequences: list[list[int]] = []
-    for ids in await state.run_blocking(lambda: [list(encode(t, add_special_tokens=False)) for t in texts]):
-        if ids and ids not in sequences:
-            sequences.append(ids)
-    return {**rules, "bad_words_token_ids": sequences}
+    tokenizer, words = state.model.tokenizer, body.bad_words
+    return {**rules, "bad_words_token_ids": await state.run_blocking(lambda: bad_words_token_ids(tokenizer, words))}
 
 
 def _logit_bias(body: SamplingFields) -> dict[int, float] | None:
