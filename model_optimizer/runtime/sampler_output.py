@@ -6,6 +6,7 @@ never imports torch, so they live below both.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 NONFINITE_TOKEN = -1
@@ -13,14 +14,33 @@ NONFINITE_TOKEN = -1
 
 
 @dataclass(slots=True)
-class Logprob:
+class Logprob(Mapping[int, "Logprob"]):
     """The chosen token's log-probability and the top-k alternatives at one step (slots: the core makes
-    one per token of every request that asks for logprobs)."""
+    one per token of every request that asks for logprobs).
+
+    Also a read-only mapping in the shape of vLLM's per-token dict: token id -> Logprob of that token
+    (the chosen one, then the alternatives, ranked by their place in `top`), so code written for vLLM
+    (`lp[token_id].logprob`, `lp.items()`) reads it unchanged."""
 
     token_id: int
     logprob: float
     rank: int
     top: dict[int, float]
+
+    def __getitem__(self, token_id: int) -> Logprob:
+        if token_id == self.token_id:
+            return Logprob(self.token_id, self.logprob, self.rank, {}) if self.top else self
+        for rank, (top_id, value) in enumerate(self.top.items(), 1):
+            if top_id == token_id:
+                return Logprob(top_id, value, rank, {})
+        raise KeyError(token_id)
+
+    def __iter__(self) -> Iterator[int]:
+        yield self.token_id
+        yield from (t for t in self.top if t != self.token_id)
+
+    def __len__(self) -> int:
+        return 1 + sum(1 for t in self.top if t != self.token_id)
 
 
 @dataclass

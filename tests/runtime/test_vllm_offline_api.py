@@ -96,3 +96,18 @@ def test_a_jsonl_line_may_truncate_its_prompt_and_bar_words(tmp_path, capsys):
     assert main(["generate", "--prompts-file", str(path), "--output", "-", *flags]) == 0
     results = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [len(r["outputs"][0]["token_ids"]) for r in results] == [2, 3]
+
+
+def test_sample_logprobs_read_as_vllm_dicts(llm):
+    """vLLM's CompletionOutput.logprobs is one dict per token, token id -> Logprob(logprob, rank)."""
+    [out] = llm.generate(["The json module"], _greedy(logprobs=3, temperature=1.0, seed=3), use_tqdm=False)
+    completion = out.outputs[0]
+    assert len(completion.logprobs) == len(completion.token_ids) == 8
+    for token, position in zip(completion.token_ids, completion.logprobs):
+        assert position[token].logprob == position.logprob and position[token].rank == position.rank
+        assert token in position and set(position) == {token, *position.top}
+        assert len(position) == len(set(position)) in (3, 4)
+        assert [position[t].rank for t in position.top] == [1, 2, 3]  # most likely first
+        assert {t: lp.logprob for t, lp in position.items()} == {token: position.logprob, **position.top}
+        with pytest.raises(KeyError):
+            position[-5]
