@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from model_optimizer.cli.args import add_config_file_arg, add_dataclass_args, dataclass_from_args
+from model_optimizer.runtime import vllm_settings
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -25,6 +26,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_config_file_arg(parser, EngineConfig, ServerConfig)
     add_dataclass_args(parser, EngineConfig)
     add_dataclass_args(parser, ServerConfig)
+    vllm_settings.add_args(parser)
     return parser
 
 
@@ -41,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
         args.model = args.model_tag
     engine_config = dataclass_from_args(EngineConfig, args)
     server_config = dataclass_from_args(ServerConfig, args)
+    ignored = vllm_settings.ignored(vllm_settings.from_args(args))  # a refused value: before anything starts
+    notes = ["vLLM flags ignored: " + "; ".join(ignored)] if ignored else []
     env_key = os.environ.get(API_KEY_ENV)
     if server_config.api_key is None and env_key is not None:  # set but empty is refused, not "no auth"
         check_api_key(env_key, API_KEY_ENV)
@@ -55,10 +59,10 @@ def run(args: argparse.Namespace) -> int:
             server_config.served_model_name = model_id  # clients ask for Qwen/Qwen3-0.6B, as with vLLM
         core_start = _spawn_core_early(server_config, engine_config)
         if server_config.api_server_count > 1:
-            return _serve_many(server_config, engine_config, core_start, sock)
+            return _serve_many(server_config, engine_config, core_start, sock, notes)
         from model_optimizer.runtime.server.launcher import serve
 
-        return serve(server_config, engine_config, core_start, sock)
+        return serve(server_config, engine_config, core_start, sock, notes)
     finally:
         sock.close()
         if core_start is not None:
@@ -92,7 +96,7 @@ def _spawn_core_early(server_config, engine_config):  # noqa: ANN001, ANN202
     return spawn_core(engine_config, server_config.api_server_count, level)
 
 
-def _serve_many(server_config, engine_config, core_start, sock) -> int:  # noqa: ANN001
+def _serve_many(server_config, engine_config, core_start, sock, notes) -> int:  # noqa: ANN001
     """Several frontends, their metrics in one prometheus_client multiprocess folder."""
     import os
     import shutil
@@ -106,7 +110,7 @@ def _serve_many(server_config, engine_config, core_start, sock) -> int:  # noqa:
     from model_optimizer.runtime.server.launcher import serve
 
     try:
-        return serve(server_config, engine_config, core_start, sock)
+        return serve(server_config, engine_config, core_start, sock, notes)
     finally:
         if ours:
             shutil.rmtree(folder, ignore_errors=True)

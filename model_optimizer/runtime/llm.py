@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from model_optimizer.runtime import vllm_settings
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.core import ModelInfo
 from model_optimizer.runtime.engine.engine import LLMEngine
@@ -147,6 +148,9 @@ class LLM:
         import model_optimizer.runtime.runner.model_runner  # noqa: F401 - torch: the first import pays seconds
 
         phase = log_phase("imports", start)
+        engine_args, vllm_only = vllm_settings.split(engine_args)
+        if notes := vllm_settings.ignored(vllm_only):
+            logging.getLogger(__name__).warning("vLLM settings ignored: %s", "; ".join(notes))
         self.config = EngineConfig(model=model, **engine_args)
         if self.config.device != "cpu":
             hash_triton_in_background()  # beside the tokenizer and weights, not before the first kernel

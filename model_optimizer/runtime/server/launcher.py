@@ -15,6 +15,7 @@ import asyncio
 import logging
 import logging.config
 import socket
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from model_optimizer.runtime.config import EngineConfig
@@ -54,14 +55,18 @@ def serve(
     engine_config: EngineConfig,
     core_start: CoreStart | None = None,
     sock: socket.socket | None = None,
+    notes: Sequence[str] = (),
 ) -> int:
     """Load the model, then serve until SIGTERM/SIGINT (exit code 0) or an engine failure (exit code 1).
     `core_start`: the engine core, spawned before this module was imported (see cli/serve.py); `sock`:
-    the socket frontends.reserve bound to config's host and port (reserved here when None).
+    the socket frontends.reserve bound to config's host and port (reserved here when None); `notes`:
+    warnings found before the log was set up (cli/serve.py's), logged first.
 
     Raises ValueError (or FileNotFoundError) for a configuration the server cannot start with.
     """
     logging.config.dictConfig(log_config(config.log_level))
+    for note in notes:
+        logger.warning(note)
     sock = reserve(config.host, config.port) if sock is None else sock
     from model_optimizer.runtime.hub import resolve_model_dir
 
