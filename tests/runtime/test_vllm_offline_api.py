@@ -111,3 +111,13 @@ def test_sample_logprobs_read_as_vllm_dicts(llm):
         assert {t: lp.logprob for t, lp in position.items()} == {token: position.logprob, **position.top}
         with pytest.raises(KeyError):
             position[-5]
+
+
+def test_cumulative_logprob_is_the_sum_of_the_tokens_logprobs(llm):
+    params = _greedy(logprobs=0, temperature=1.0, seed=5)
+    [out] = llm.generate(["The json module"], params, use_tqdm=False)
+    completion = out.outputs[0]
+    assert completion.cumulative_logprob == pytest.approx(sum(lp.logprob for lp in completion.logprobs))
+    assert completion.cumulative_logprob < 0
+    [plain] = llm.generate(["The json module"], _greedy(), use_tqdm=False)
+    assert plain.outputs[0].cumulative_logprob is None

@@ -29,6 +29,12 @@ class CompletionOutput:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    @property
+    def cumulative_logprob(self) -> float | None:
+        """The sum of the tokens' log-probabilities (vLLM's field), when logprobs were asked for; None
+        otherwise. A DELTA output sums only the tokens it holds."""
+        return None if self.logprobs is None else sum(lp.logprob for lp in self.logprobs)
+
 
 @dataclass
 class RequestMetrics:
