@@ -122,6 +122,21 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def no_template_model(tiny_model, tmp_path_factory):
+    """A copy of the tiny Qwen3 whose tokenizer has no chat template."""
+    import json
+    import shutil
+
+    out = tmp_path_factory.mktemp("no_template") / "qwen3"
+    shutil.copytree(tiny_model("qwen3"), out)
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.fixture(scope="session")
 def qwen3_llm(tiny_model):
     """One engine on the tiny Qwen3, shared by tests that only read its outputs."""
     from model_optimizer import LLM

@@ -107,23 +107,9 @@ def test_continue_and_generation_prompt_together_are_refused(qwen3_llm):
         qwen3_llm.chat(CONVERSATION, GREEDY, continue_final_message=True)
 
 
-def test_a_model_without_a_template_needs_one_given(no_template_chat_model):
-    llm = LLM(str(no_template_chat_model), max_model_len=128, num_kv_blocks=64)
+def test_a_model_without_a_template_needs_one_given(no_template_model):
+    llm = LLM(str(no_template_model), max_model_len=128, num_kv_blocks=64)
     with pytest.raises(ValueError, match="no chat template"):
         llm.chat(CONVERSATION, GREEDY)
     [out] = llm.chat(CONVERSATION, GREEDY, chat_template="chatml")  # a shipped template by name
     assert out.prompt.startswith("<|im_start|>system\nYou answer briefly.<|im_end|>\n")
-
-
-@pytest.fixture(scope="module")
-def no_template_chat_model(tiny_model, tmp_path_factory):
-    import json
-    import shutil
-
-    out = tmp_path_factory.mktemp("chat_no_template") / "qwen3"
-    shutil.copytree(tiny_model("qwen3"), out)
-    (out / "chat_template.jinja").unlink(missing_ok=True)
-    config = json.loads((out / "tokenizer_config.json").read_text())
-    config.pop("chat_template", None)
-    (out / "tokenizer_config.json").write_text(json.dumps(config))
-    return out

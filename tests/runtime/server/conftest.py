@@ -38,21 +38,6 @@ API_KEY = "sk-test-0123456789"
 
 
 @pytest.fixture(scope="session")
-def no_template_model(tiny_model, tmp_path_factory):
-    """A copy of the tiny Qwen3 whose tokenizer has no chat template."""
-    import json
-    import shutil
-
-    out = tmp_path_factory.mktemp("no_template") / "qwen3"
-    shutil.copytree(tiny_model("qwen3"), out)
-    (out / "chat_template.jinja").unlink(missing_ok=True)
-    config = json.loads((out / "tokenizer_config.json").read_text())
-    config.pop("chat_template", None)
-    (out / "tokenizer_config.json").write_text(json.dumps(config))
-    return out
-
-
-@pytest.fixture(scope="session")
 def strict_server(no_template_model):
     """API key, no chat template, room for only 2 running + 1 queued requests, the full 512-token context
     and no max_tokens cap (so a request can run long enough to be interrupted)."""
