@@ -8,9 +8,18 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from model_optimizer.runtime.config import field_choices, field_docs, format_size, parse_size, size_fields
+from model_optimizer.runtime.config import (
+    VLLM_SPELLINGS,
+    field_choices,
+    field_docs,
+    format_size,
+    parse_size,
+    size_fields,
+)
 
 T = TypeVar("T")
+SHORT_FLAGS = {"tensor_parallel_size": "-tp", "quantization": "-q"}
+"""vLLM's short spellings of some flags."""
 
 
 def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
@@ -33,8 +42,9 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[s
             help_text = f"{docs.get(f.name, '')} (default: {format_size(default)})".replace("%", "%%")
             group.add_argument(flag, dest=f.name, type=_size, metavar="SIZE", default=None, help=help_text)
             continue
-        choices = field_choices(cls, f.name) or None
-        group.add_argument(flag, dest=f.name, type=_scalar_type(hint), choices=choices, default=None, help=help_text)
+        choices = field_choices(cls, f.name) + tuple(VLLM_SPELLINGS.get(f.name, ())) or None
+        flags = (flag, SHORT_FLAGS[f.name]) if f.name in SHORT_FLAGS else (flag,)
+        group.add_argument(*flags, dest=f.name, type=_scalar_type(hint), choices=choices, default=None, help=help_text)
 
 
 def add_config_file_arg(parser: argparse.ArgumentParser, *classes: type) -> None:

@@ -62,8 +62,19 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def dashed_flags(argv: list[str]) -> list[str]:
+    """`--max_model_len 4096` as `--max-model-len 4096`: vLLM's parser takes underscores in flag names."""
+    out = []
+    for token in argv:
+        name, sep, value = token.partition("=")
+        if name.startswith("--") and "_" in name and name[2:].replace("_", "").replace("-", "").isalnum():
+            token = name.replace("_", "-") + sep + value
+        out.append(token)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = dashed_flags(sys.argv[1:] if argv is None else list(argv))
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):

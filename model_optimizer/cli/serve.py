@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     from model_optimizer.runtime.config import EngineConfig
     from model_optimizer.runtime.hub import localize
-    from model_optimizer.runtime.server.config import API_KEY_ENV, ServerConfig, check_api_key
+    from model_optimizer.runtime.server.config import API_KEY_ENV, VLLM_API_KEY_ENV, ServerConfig, check_api_key
 
     if args.model_tag is not None:
         if args.model is not None and args.model != args.model_tag:
@@ -45,9 +45,10 @@ def run(args: argparse.Namespace) -> int:
     server_config = dataclass_from_args(ServerConfig, args)
     ignored = vllm_settings.ignored(vllm_settings.from_args(args))  # a refused value: before anything starts
     notes = ["vLLM flags ignored: " + "; ".join(ignored)] if ignored else []
-    env_key = os.environ.get(API_KEY_ENV)
+    env_name = next((n for n in (API_KEY_ENV, VLLM_API_KEY_ENV) if os.environ.get(n) is not None), API_KEY_ENV)
+    env_key = os.environ.get(env_name)
     if server_config.api_key is None and env_key is not None:  # set but empty is refused, not "no auth"
-        check_api_key(env_key, API_KEY_ENV)
+        check_api_key(env_key, env_name)
         server_config.api_key = env_key
     from model_optimizer.runtime.server.frontends import reserve
 

@@ -16,6 +16,8 @@ from functools import cache
 from typing import Annotated, Literal
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
+VLLM_SPELLINGS = {"dtype": {"half": "float16", "float": "float32"}, "kv_cache_dtype": {"fp8_e4m3": "fp8"}}
+"""vLLM's other names for some choices, taken as ours (`--dtype half` is in many vLLM guides)."""
 BYTES = "bytes"
 ByteSize = Annotated[int, BYTES]
 """A size in bytes that flags, config files and keyword arguments may also give as text: 8GiB, 512MB."""
@@ -228,6 +230,8 @@ class EngineConfig:
             isinstance(stall, bool) or not isinstance(stall, (int, float)) or not (stall == 0 or stall > 1)
         ):
             raise ValueError(f"max_decode_stall must be 0 (off) or a number above 1, got {stall!r}")
+        for name, spellings in VLLM_SPELLINGS.items():
+            setattr(self, name, spellings.get(getattr(self, name), getattr(self, name)))
         check_choice(self, "dtype", "load_format", "device", "kv_cache_dtype", "scheduling_policy", "preemption_mode")
         spec = self.speculative  # checked now, so a bad value fails at start-up
         if spec is not None and spec.is_draft_model and self.tensor_parallel_size > 1:

@@ -21,6 +21,8 @@ class VllmSetting:
     """The flag's value type for `mopt serve` (bool: a switch)."""
     refuse: Callable[[Any], str | None] | None = None
     """A reason to refuse the value given, or None to take it."""
+    short: str = ""
+    """vLLM's short flag (-pp), if it has one."""
 
 
 def _more_than_one(what: str) -> Callable[[Any], str | None]:
@@ -56,14 +58,22 @@ SETTINGS = (
         "only 1 is taken: tensor_parallel_size splits a model here",
         int,
         _more_than_one("pipeline_parallel_size > 1"),
+        "-pp",
     ),
     VllmSetting(
         "data_parallel_size",
         "only 1 is taken: run one server per replica",
         int,
         _more_than_one("data_parallel_size > 1"),
+        "-dp",
     ),
     VllmSetting("enable_lora", "only off is taken: merge adapters into the weights", bool, _lora),
+    VllmSetting("uvicorn_log_level", "uvicorn logs at --log-level, in the server's format", str),
+    VllmSetting("disable_uvicorn_access_log", "the access log follows --log-level (warning turns it off)"),
+    VllmSetting("enable_log_requests", "requests are not logged one by one"),
+    VllmSetting("max_log_len", "requests are not logged one by one", int),
+    VllmSetting("compilation_config", "kernels are Triton and CUDA graphs, set by --enforce-eager", str),
+    VllmSetting("max_cudagraph_capture_size", "decode CUDA graphs are captured up to --max-num-seqs rows", int),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -92,11 +102,11 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     """The settings as `mopt serve` flags, in a group of their own, so a `vllm serve` command line runs."""
     group = parser.add_argument_group("vLLM flags taken for compatibility (each changes nothing here; see the warning)")
     for s in SETTINGS:
-        flag = "--" + s.name.replace("_", "-")
+        flags = ("--" + s.name.replace("_", "-"), s.short) if s.short else ("--" + s.name.replace("_", "-"),)
         if s.kind is bool:
-            group.add_argument(flag, action="store_true", default=None, help=s.why)
+            group.add_argument(*flags, dest=s.name, action="store_true", default=None, help=s.why)
         else:
-            group.add_argument(flag, type=s.kind, default=None, metavar=s.name.upper(), help=s.why)
+            group.add_argument(*flags, dest=s.name, type=s.kind, default=None, metavar=s.name.upper(), help=s.why)
 
 
 def from_args(args: argparse.Namespace) -> dict[str, Any]:

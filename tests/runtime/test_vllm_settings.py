@@ -66,3 +66,62 @@ def test_a_vllm_serve_command_line_runs_and_warns_once(tiny_model):
 def test_serve_refuses_pipeline_parallelism_before_it_starts(tiny_model):
     run = run_serve(str(tiny_model("qwen3")), "--pipeline-parallel-size", "2")
     assert_config_error(run, "pipeline_parallel_size > 1 is not supported")
+
+
+@pytest.mark.parametrize(
+    ("field", "given", "taken"),
+    [("dtype", "half", "float16"), ("dtype", "float", "float32"), ("kv_cache_dtype", "fp8_e4m3", "fp8")],
+)
+def test_vllm_spellings_of_choices_are_ours(field, given, taken):
+    from model_optimizer.runtime.config import EngineConfig
+
+    assert getattr(EngineConfig(**{field: given}), field) == taken
+
+
+def test_kv_cache_fp8_e5m2_is_refused():
+    from model_optimizer.runtime.config import EngineConfig
+
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, fp8"):
+        EngineConfig(kv_cache_dtype="fp8_e5m2")
+
+
+def test_a_vllm_command_line_with_underscores_and_short_flags_parses():
+    from model_optimizer.cli.args import dataclass_from_args
+    from model_optimizer.cli.main import build_parser, dashed_flags
+    from model_optimizer.runtime.config import EngineConfig
+
+    argv = dashed_flags(
+        [
+            "serve",
+            "m",
+            "--max_model_len",
+            "64",
+            "-tp",
+            "1",
+            "-q",
+            "fp8",
+            "--dtype=half",
+            "-pp",
+            "1",
+            "--kv_cache_dtype=fp8_e4m3",
+        ]
+    )
+    args = build_parser(argv).parse_args(argv)
+    config = dataclass_from_args(EngineConfig, args)
+    assert (config.max_model_len, config.tensor_parallel_size, config.quantization) == (64, 1, "fp8")
+    assert (config.dtype, config.kv_cache_dtype, args.pipeline_parallel_size) == ("float16", "fp8", 1)
+    assert dashed_flags(["--prompt", "a_b", "--stop=x_y"]) == ["--prompt", "a_b", "--stop=x_y"]  # values untouched
+
+
+@pytest.mark.slow
+def test_serve_reads_vllms_api_key_variable(tiny_model):
+    from tests.runtime.server.test_process import launch
+
+    proc, url = launch(tiny_model("qwen3"), env={"VLLM_API_KEY": "sk-from-vllm-env", "MOPT_API_KEY": None})
+    try:
+        assert httpx.get(url + "/v1/models", timeout=30).status_code == 401
+        ok = httpx.get(url + "/v1/models", headers={"Authorization": "Bearer sk-from-vllm-env"}, timeout=30)
+        assert ok.status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(60)

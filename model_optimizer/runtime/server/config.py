@@ -15,6 +15,8 @@ from typing import Literal
 from model_optimizer.runtime.config import check_positive
 
 API_KEY_ENV = "MOPT_API_KEY"
+VLLM_API_KEY_ENV = "VLLM_API_KEY"
+"""vLLM's variable for the key, read when MOPT_API_KEY is not set."""
 LOG_LEVELS = {"critical": 50, "error": 40, "warning": 30, "info": 20, "debug": 10, "trace": 5}
 """`--log-level` names (uvicorn's) and their logging numbers: "trace" is uvicorn's level below debug, which
 the logging module knows by name only once uvicorn is imported, so the early-spawned core gets the number."""
