@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     model_dir = resolve_model_dir(engine_config.model)
     check_generation_model(model_dir)
     # the model's defaults are read before it loads, so that a bad line fails in a second, not after the load
-    defaults = generation_defaults(model_dir)
+    defaults = generation_defaults(model_dir, engine_config.generation_config, engine_config.override_generation_config)
     cli = sampling_overrides(args)
     params = [_line_params(line, {**defaults, **cli}) for line in lines]
     _log(f"loading model {model_id or engine_config.model or '(built-in)'}")

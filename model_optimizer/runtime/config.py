@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import math
 import re
 import typing
@@ -174,6 +175,14 @@ class EngineConfig:
     NCCL. The kernel alone beats NCCL at decode sizes, but whole decode steps did not get faster, so
     NCCL stays the default (figures: README "Tensor parallelism", benchmarks/results/tp_h200x2/)."""
 
+    generation_config: str = "auto"
+    """Where the sampling defaults come from (vLLM's flag): auto, the model folder's generation_config.json;
+    vllm, none (SamplingParams' own); or a folder holding a generation_config.json."""
+
+    override_generation_config: str | dict | None = None
+    """Sampling defaults set over generation_config's, as JSON (vLLM's flag), e.g. '{"temperature": 0.6}';
+    keys as in generation_config.json: temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens."""
+
     speculative_config: str | dict | None = None
     """Speculative decoding, as vLLM's JSON: {"method": "ngram", "num_speculative_tokens": 4,
     "prompt_lookup_max": 4} (prompt lookup) or {"model": DRAFT_FOLDER, "num_speculative_tokens": 4} (a
@@ -230,6 +239,9 @@ class EngineConfig:
             isinstance(stall, bool) or not isinstance(stall, (int, float)) or not (stall == 0 or stall > 1)
         ):
             raise ValueError(f"max_decode_stall must be 0 (off) or a number above 1, got {stall!r}")
+        if not isinstance(self.generation_config, str) or not self.generation_config.strip():
+            raise ValueError("generation_config must be auto, vllm or a folder with a generation_config.json")
+        self.override_generation_config = generation_overrides(self.override_generation_config)
         for name, spellings in VLLM_SPELLINGS.items():
             setattr(self, name, spellings.get(getattr(self, name), getattr(self, name)))
         check_choice(self, "dtype", "load_format", "device", "kv_cache_dtype", "scheduling_policy", "preemption_mode")
@@ -246,6 +258,37 @@ class EngineConfig:
         from model_optimizer.runtime.spec_decode.config import parse_speculative_config
 
         return parse_speculative_config(self.speculative_config)
+
+
+GENERATION_DEFAULT_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "max_new_tokens": "max_tokens",
+}
+"""generation_config.json keys the engine takes as sampling defaults -> their SamplingParams fields."""
+
+
+def generation_overrides(value: str | dict | None) -> dict | None:
+    """override_generation_config as a dict of generation_config.json keys; ValueError naming what is wrong."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"override_generation_config is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"override_generation_config must be a JSON object, got {value!r}")
+    unknown = sorted(set(value) - set(GENERATION_DEFAULT_FIELDS))
+    if unknown:
+        raise ValueError(
+            f"override_generation_config: unknown keys {', '.join(map(repr, unknown))}; "
+            f"allowed: {', '.join(GENERATION_DEFAULT_FIELDS)}"
+        )
+    return value
 
 
 def size_fields(cls: type) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from model_optimizer.runtime import vllm_settings
-from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.config import GENERATION_DEFAULT_FIELDS, EngineConfig
 from model_optimizer.runtime.engine.core import ModelInfo
 from model_optimizer.runtime.engine.engine import LLMEngine
 from model_optimizer.runtime.engine.outputs import RequestOutput
@@ -53,14 +53,6 @@ def eos_token_ids(model_dir: Path, tokenizer: Any) -> frozenset[int]:
 
 # generation_config.json key -> SamplingParams field: the sampling defaults a model's authors chose
 # (vLLM applies the same ones); other keys (do_sample, max_length, token ids) are not sampling defaults
-GENERATION_DEFAULT_FIELDS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "repetition_penalty": "repetition_penalty",
-    "max_new_tokens": "max_tokens",
-}
 
 
 def engine_tokenizer(config: EngineConfig, model_dir: Path) -> Any:
@@ -121,24 +113,32 @@ def check_host_memory(config: EngineConfig) -> None:
     )
 
 
-def generation_defaults(model_dir: Path) -> dict[str, Any]:
-    """SamplingParams fields set by the folder's generation_config.json (empty without one).
+def generation_defaults(
+    model_dir: Path, source: str = "auto", overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """SamplingParams fields set by a generation_config.json and `overrides` over it (EngineConfig's
+    generation_config and override_generation_config): `source` auto reads the model folder's file (none:
+    no defaults), vllm reads none, anything else is a folder that must hold one.
 
     Raises ValueError naming the file when it is not JSON or a value is not allowed.
     """
-    path = model_dir / "generation_config.json"
-    if not path.is_file():
-        return {}
-    from model_optimizer.common.fileio import read_json
+    folder = model_dir if source == "auto" else None if source == "vllm" else Path(source).expanduser()
+    path = folder / "generation_config.json" if folder is not None else None
+    if path is not None and not path.is_file() and source != "auto":
+        raise ValueError(f"generation_config: {folder} holds no generation_config.json (auto, vllm or such a folder)")
+    config: Any = {}
+    if path is not None and path.is_file():
+        from model_optimizer.common.fileio import read_json
 
-    config = read_json(path)
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+        config = read_json(path)
+        if not isinstance(config, dict):
+            raise ValueError(f"{path}: expected a JSON object")
+    config = {**config, **(overrides or {})}
     values = {field: config[key] for key, field in GENERATION_DEFAULT_FIELDS.items() if config.get(key) is not None}
     try:
         SamplingParams(**values)
     except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+        raise ValueError(f"{path if not overrides else 'override_generation_config'}: {exc}") from None
     return values
 
 
@@ -207,7 +207,10 @@ class LLM:
         top_p, top_k, min_p, repetition_penalty, and max_new_tokens as max_tokens); every other
         field keeps SamplingParams' default. A fresh object each call: callers may change it."""
         if self._generation_defaults is None:
-            self._generation_defaults = generation_defaults(self.model_dir)
+            config = self.config
+            self._generation_defaults = generation_defaults(
+                self.model_dir, config.generation_config, config.override_generation_config
+            )
         return SamplingParams(**self._generation_defaults)
 
     def generate(

@@ -125,3 +125,64 @@ def test_serve_reads_vllms_api_key_variable(tiny_model):
     finally:
         proc.terminate()
         proc.wait(60)
+
+
+def _with_generation_config(tiny_model, tmp_path, values: dict):
+    import json
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model("qwen3"), folder)
+    (folder / "generation_config.json").write_text(json.dumps(values))
+    return folder
+
+
+def test_generation_config_sources_and_overrides(tiny_model, tmp_path):
+    from model_optimizer.runtime.llm import generation_defaults
+
+    folder = _with_generation_config(tiny_model, tmp_path, {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 7})
+    assert generation_defaults(folder) == {"temperature": 0.6, "top_p": 0.95, "max_tokens": 7}
+    assert generation_defaults(folder, "vllm") == {}
+    assert generation_defaults(folder, "vllm", {"temperature": 0.2}) == {"temperature": 0.2}
+    assert generation_defaults(folder, "auto", {"top_p": 0.5}) == {"temperature": 0.6, "top_p": 0.5, "max_tokens": 7}
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "generation_config.json").write_text('{"top_k": 5}')
+    assert generation_defaults(folder, str(other)) == {"top_k": 5}
+    with pytest.raises(ValueError, match="holds no generation_config.json"):
+        generation_defaults(folder, str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="override_generation_config: temperature must be in"):
+        generation_defaults(folder, "auto", {"temperature": -1})
+    llm = LLM(str(folder), **SMALL, generation_config="vllm", override_generation_config='{"top_k": 3}')
+    assert (llm.default_sampling_params().temperature, llm.default_sampling_params().top_k) == (1.0, 3)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [('{"temperature": ', "is not JSON"), ("[1]", "must be a JSON object"), ('{"seed": 1}', "unknown keys 'seed'")],
+)
+def test_override_generation_config_is_checked_up_front(value, message):
+    from model_optimizer.runtime.config import EngineConfig
+
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(override_generation_config=value)
+
+
+@pytest.mark.slow
+def test_serve_generation_config_vllm_drops_the_folders_defaults(tiny_model, tmp_path):
+    from tests.runtime.server.test_process import launch
+
+    folder = _with_generation_config(tiny_model, tmp_path, {"max_new_tokens": 2})
+    body = {"model": "model", "prompt": "hi", "temperature": 0, "ignore_eos": True}
+    for flags, expected in (
+        ((), 2),
+        (("--generation-config", "vllm", "--override-generation-config", '{"max_new_tokens": 5}'), 5),
+    ):
+        proc, url = launch(folder, *flags)
+        try:
+            r = httpx.post(url + "/v1/completions", json=body, timeout=60)
+            assert r.status_code == 200, r.text
+            assert r.json()["usage"]["completion_tokens"] == expected
+        finally:
+            proc.terminate()
+            proc.wait(60)

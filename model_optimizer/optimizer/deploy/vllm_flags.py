@@ -48,6 +48,8 @@ TRANSLATED = {
     "api_server_count": "--api-server-count",
     "enable_expert_parallel": "--enable-expert-parallel",
     "speculative_config": "--speculative-config",
+    "generation_config": "--generation-config",
+    "override_generation_config": "--override-generation-config",
     "cpu_offload_gb": "--cpu-offload-gb",
     "kv_offloading_size": "--kv-offloading-size",
     "enable_auto_tool_choice": "--enable-auto-tool-choice",
@@ -58,7 +60,13 @@ TRANSLATED = {
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
 
-JSON_FLAGS = {"allowed_origins", "allowed_headers", "allowed_methods", "default_chat_template_kwargs"}
+JSON_FLAGS = {
+    "allowed_origins",
+    "allowed_headers",
+    "allowed_methods",
+    "default_chat_template_kwargs",
+    "override_generation_config",
+}
 """vLLM parses these flags as JSON (lists, an object)."""
 
 VLLM_QUANTIZATION = {"fp8"}

@@ -91,7 +91,11 @@ def _create_app(
     tokenizer = _frontend_tokenizer(engine_config, llm, model_dir) if generates else None
     if chat_template:
         check_template(chat_template, config.chat_template, tokenizer)
-    sampling_defaults = generation_defaults(model_dir) if generates else {}  # ValueError for a broken file: exit 2
+    sampling_defaults = (  # ValueError for a broken file: exit 2
+        generation_defaults(model_dir, engine_config.generation_config, engine_config.override_generation_config)
+        if generates
+        else {}
+    )
     if generates and llm is None and core is None:  # every check that needs no model is done: load it
         core = start_engine_core(engine_config, model_dir, config.api_server_count, core_start)
     elif not generates and embedder is None:
