@@ -79,11 +79,27 @@ def test_tools_template_and_its_kwargs_reach_the_template(qwen3_llm, hf_tokenize
     assert "get_weather" in out.prompt and out.prompt.endswith("<think>\n\n</think>\n\n")
 
 
-def test_continue_final_message_goes_on_from_the_last_message(qwen3_llm, hf_tokenizer):
-    partial = [*CONVERSATION, {"role": "assistant", "content": "It is"}]
+@pytest.mark.parametrize("content", ["It is", "im", "end", ">", "\n", "  padded  "])
+def test_continue_final_message_goes_on_from_the_last_message(qwen3_llm, hf_tokenizer, content):
+    """Texts that also occur in the template's own markup (`im` in <|im_end|>) end where the message does."""
+    partial = [*CONVERSATION, {"role": "assistant", "content": content}]
     [out] = qwen3_llm.chat(partial, GREEDY, add_generation_prompt=False, continue_final_message=True)
+    assert out.prompt == hf_tokenizer.apply_chat_template(partial, tokenize=False, continue_final_message=True)
     assert out.prompt_token_ids == _hf_ids(hf_tokenizer, partial, continue_final_message=True)
-    assert out.prompt.endswith("It is")
+    assert out.prompt.endswith("assistant\n" + content)
+
+
+def test_continue_final_message_with_content_parts(qwen3_llm):
+    parts = [{"type": "text", "text": "It"}, {"type": "text", "text": "is"}]
+    template = "{% for m in messages %}[{{ m.role }}]{% for p in m.content %}{{ p.text }}|{% endfor %}{% endfor %}"
+    [out] = qwen3_llm.chat(
+        [{"role": "assistant", "content": parts}],
+        GREEDY,
+        chat_template=template,
+        add_generation_prompt=False,
+        continue_final_message=True,
+    )
+    assert out.prompt == "[assistant]It|is"
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ that ever fails).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -97,6 +97,8 @@ def chat_text(
         for k, v in (template_kwargs or {}).items()
         if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool, list, dict, type(None)))
     }
+    if continue_final_message:
+        messages = _tagged_final_message(messages)
     try:
         if tools:
             extra["tools"] = tools
@@ -107,20 +109,45 @@ def chat_text(
         raise ValueError(f"the chat template failed on these messages: {str(exc)[:300]}") from None
     if not isinstance(text, str) or not text.strip():
         raise ValueError("the chat template produced no text for these messages")
-    return _cut_after_final_message(text, messages) if continue_final_message else text
+    return _cut_at_tag(text) if continue_final_message else text
 
 
-def _cut_after_final_message(text: str, messages: list[dict]) -> str:
-    """`text` up to the end of the last message's content (as written, or stripped, as templates often
-    write it); ValueError when the template does not write it."""
-    content = messages[-1].get("content") if messages else None
-    if not isinstance(content, str) or not content.strip():
+FINAL_MESSAGE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+"""Appended to the last message's text for continue_final_message, then cut with what follows it: the
+text ends exactly where the message does, whatever the template writes after it (transformers 5's way,
+so prompts match its apply_chat_template token for token)."""
+
+
+def _tagged_final_message(messages: list[dict]) -> list[dict]:
+    """A copy of `messages` whose last message's text (its content, or the last text part of a list of
+    parts) ends with FINAL_MESSAGE_TAG; ValueError when there is no text to go on from."""
+    if not messages or not isinstance(messages[-1], Mapping):
         raise ValueError("continue_final_message needs a last message with text to go on from")
-    for wanted in (content, content.strip()):
-        at = text.rfind(wanted)
-        if at != -1:
-            return text[: at + len(wanted)]
-    raise ValueError("continue_final_message: the chat template does not write the last message's text as given")
+    last = dict(messages[-1])
+    content = last.get("content")
+    if isinstance(content, str):
+        last["content"] = content + FINAL_MESSAGE_TAG
+    elif isinstance(content, (list, tuple)):
+        parts = [dict(p) if isinstance(p, Mapping) else p for p in content]
+        for part in reversed(parts):
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                part["text"] += FINAL_MESSAGE_TAG
+                break
+        else:
+            raise ValueError("continue_final_message needs a last message with text to go on from")
+        last["content"] = parts
+    else:
+        raise ValueError("continue_final_message needs a last message with text to go on from")
+    return [*messages[:-1], last]
+
+
+def _cut_at_tag(text: str) -> str:
+    """`text` up to FINAL_MESSAGE_TAG (and, where the template trimmed the space after it, without the
+    whitespace before it); ValueError when the template did not write the last message."""
+    at = text.rfind(FINAL_MESSAGE_TAG.strip())
+    if at == -1:
+        raise ValueError("continue_final_message: the chat template does not write the last message's text")
+    return text[:at] if text.startswith(FINAL_MESSAGE_TAG, at) else text[:at].rstrip()
 
 
 def bad_words_token_ids(tokenizer: Tokenizer, words: Sequence[str]) -> list[list[int]]:

@@ -76,7 +76,10 @@ def test_continue_final_message_ends_the_prompt_inside_the_last_message():
     with pytest.raises(ValueError, match="add_generation_prompt false"):
         chat_text(tokenizer, messages, QWEN_LIKE, continue_final_message=True)
     with pytest.raises(ValueError, match="text to go on from"):
-        chat_text(tokenizer, [*messages[:1], {"role": "assistant", "content": " "}], QWEN_LIKE,
+        chat_text(tokenizer, [*messages[:1], {"role": "assistant"}], QWEN_LIKE,
                   add_generation_prompt=False, continue_final_message=True)  # fmt: skip
+    blank = chat_text(tokenizer, [*messages[:1], {"role": "assistant", "content": " "}], QWEN_LIKE,
+                      add_generation_prompt=False, continue_final_message=True)  # fmt: skip
+    assert blank.endswith("<|im_start|>assistant\n ")  # whitespace is text to go on from, as in transformers 5
     kwargs = {"nested": {"a": [1, 2]}, "tokenize": True}  # JSON values reach the template; its own names never
     assert "[1, 2]" in chat_text(tokenizer, messages, "{{ nested.a }}", template_kwargs=kwargs)
