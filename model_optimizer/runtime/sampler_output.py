@@ -6,33 +6,43 @@ never imports torch, so they live below both.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 NONFINITE_TOKEN = -1
 """The token id a runner reports for a request whose logits were NaN or inf: the request fails."""
 
 
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One token's log-probability and rank (1: the most likely), as vLLM's Logprob holds them: what
+    `Logprob[token_id]` gives."""
+
+    logprob: float
+    rank: int
+
+
 @dataclass(slots=True)
-class Logprob(Mapping[int, "Logprob"]):
+class Logprob:
     """The chosen token's log-probability and the top-k alternatives at one step (slots: the core makes
     one per token of every request that asks for logprobs).
 
-    Also a read-only mapping in the shape of vLLM's per-token dict: token id -> Logprob of that token
-    (the chosen one, then the alternatives, ranked by their place in `top`), so code written for vLLM
-    (`lp[token_id].logprob`, `lp.items()`) reads it unchanged."""
+    Also reads like vLLM's per-token dict, token id -> TokenLogprob (the chosen token, then the
+    alternatives, ranked by their place in `top`): `lp[token_id].logprob`, `lp.items()`, `dict(lp)`, so
+    code written for vLLM reads it unchanged. Not a Mapping subclass, and its values are leaves, so a
+    walker that recurses into mappings stops here."""
 
     token_id: int
     logprob: float
     rank: int
     top: dict[int, float]
 
-    def __getitem__(self, token_id: int) -> Logprob:
+    def __getitem__(self, token_id: int) -> TokenLogprob:
         if token_id == self.token_id:
-            return Logprob(self.token_id, self.logprob, self.rank, {}) if self.top else self
+            return TokenLogprob(self.logprob, self.rank)
         for rank, (top_id, value) in enumerate(self.top.items(), 1):
             if top_id == token_id:
-                return Logprob(top_id, value, rank, {})
+                return TokenLogprob(value, rank)
         raise KeyError(token_id)
 
     def __iter__(self) -> Iterator[int]:
@@ -41,6 +51,21 @@ class Logprob(Mapping[int, "Logprob"]):
 
     def __len__(self) -> int:
         return 1 + sum(1 for t in self.top if t != self.token_id)
+
+    def __contains__(self, token_id: object) -> bool:
+        return token_id == self.token_id or token_id in self.top
+
+    def keys(self) -> list[int]:
+        return list(self)
+
+    def values(self) -> list[TokenLogprob]:
+        return [self[t] for t in self]
+
+    def items(self) -> list[tuple[int, TokenLogprob]]:
+        return [(t, self[t]) for t in self]
+
+    def get(self, token_id: int, default: TokenLogprob | None = None) -> TokenLogprob | None:
+        return self[token_id] if token_id in self else default
 
 
 @dataclass

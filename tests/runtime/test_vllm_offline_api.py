@@ -111,6 +111,7 @@ def test_sample_logprobs_read_as_vllm_dicts(llm):
         assert {t: lp.logprob for t, lp in position.items()} == {token: position.logprob, **position.top}
         with pytest.raises(KeyError):
             position[-5]
+        assert dict(position) == dict(position.items()) and not hasattr(position[token], "items")  # leaves
 
 
 def test_cumulative_logprob_is_the_sum_of_the_tokens_logprobs(llm):
