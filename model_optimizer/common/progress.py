@@ -9,8 +9,10 @@ from typing import Any
 
 
 @contextmanager
-def batch_progress(console: Any, total: int, label: str, log: Callable[[str], None]) -> Iterator[Callable[[], None]]:
-    """Yields `advance()`, to call once per finished item. `label` names the work on the bar ("generating");
+def batch_progress(
+    console: Any, total: int, label: str, log: Callable[[str], None], unit: str = "prompts"
+) -> Iterator[Callable[..., None]]:
+    """Yields `advance(count=1)`, to call as items finish. `label` names the work on the bar ("generating");
     `log` writes a plain line ("3/30 prompts done") where there is no terminal."""
     if console.is_terminal:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -19,15 +21,15 @@ def batch_progress(console: Any, total: int, label: str, log: Callable[[str], No
             TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
         ) as bar:
             task = bar.add_task(label, total=total)
-            yield lambda: bar.advance(task)
+            yield lambda count=1: bar.advance(task, count)
         return
     every = max(1, total // 10)
     done = 0
 
-    def advance() -> None:
+    def advance(count: int = 1) -> None:
         nonlocal done
-        done += 1
-        if done == 1 or done % every == 0 or done == total:
-            log(f"{done}/{total} prompts done")
+        before, done = done, done + count
+        if before == 0 or done // every > before // every or done == total:
+            log(f"{done}/{total} {unit} done")
 
     yield advance

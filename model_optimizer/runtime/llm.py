@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -217,8 +217,9 @@ class LLM:
         self,
         prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-        on_progress: Callable[[int, RequestOutput], None] | None = None,
         use_tqdm: bool = True,
+        *,
+        on_progress: Callable[[int, RequestOutput], None] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt (text or token ids); outputs come back in prompt order.
 
@@ -228,6 +229,16 @@ class LLM:
 
         Without sampling params, the model's defaults apply (`default_sampling_params()`), as in vLLM.
         """
+        return self._generate(prompts, sampling_params, use_tqdm, on_progress, "LLM.generate")
+
+    def _generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None,
+        use_tqdm: bool,
+        on_progress: Callable[[int, RequestOutput], None] | None,
+        label: str,
+    ) -> list[RequestOutput]:
         self._check_open()
         if self.engine is None:
             raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not generate")
@@ -249,7 +260,7 @@ class LLM:
                 self.engine.add_request(request_id, prompt, p.clone(output_kind=RequestOutputKind.FINAL_ONLY))
                 added.append(request_id)
             finished: dict[str, RequestOutput] = {}
-            with _progress(len(prompts), use_tqdm) as advance:
+            with _progress(len(prompts), use_tqdm, label) as advance:
                 while self.engine.has_unfinished_requests():
                     for output in self.engine.step():
                         if output.finished:
@@ -265,15 +276,16 @@ class LLM:
 
     def chat(
         self,
-        messages: Sequence[dict] | Sequence[Sequence[dict]],
+        messages: Sequence[Mapping] | Sequence[Sequence[Mapping]],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+        *,
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
         tools: list[dict] | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         on_progress: Callable[[int, RequestOutput], None] | None = None,
-        use_tqdm: bool = True,
     ) -> list[RequestOutput]:
         """Reply to one conversation (a list of `{"role": ..., "content": ...}` messages) or to a list of
         them, as vLLM's `LLM.chat`: each is rendered through the chat template (`chat_template`: a shipped
@@ -303,7 +315,7 @@ class LLM:
             for conversation in _as_conversations(messages)
         ]
         prompts = [list(self.tokenizer.encode(text, add_special_tokens=False)) for text in texts]
-        outputs = self.generate(prompts, sampling_params, on_progress, use_tqdm)
+        outputs = self._generate(prompts, sampling_params, use_tqdm, on_progress, "LLM.chat")
         for output, text in zip(outputs, texts):
             output.prompt = text
         return outputs
@@ -314,8 +326,11 @@ class LLM:
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
         instruction: str | None = None,
+        *,
+        use_tqdm: bool = True,
     ) -> list[list[float]]:
         """Embeddings of texts (or token-id lists), pooled and normalized as the model folder says.
+        `use_tqdm`: progress as `generate` shows it.
 
         A decoder (Qwen3-Embedding style) embeds with the generation engine's own weights, in the
         engine's dtype: they are loaded once, and embedding reads no KV cache.
@@ -337,25 +352,33 @@ class LLM:
                 device = self.runner.device.type
             config = EmbedConfig.from_engine(self.config, device=device)
             self._embedder = Embedder(self.model_dir, backbone=backbone, **vars(config))
-        return self._embedder.embed(
-            texts, dimensions=dimensions, truncate_prompt_tokens=truncate_prompt_tokens, instruction=instruction
-        )
+        one = isinstance(texts, str) or (isinstance(texts, list) and bool(texts) and isinstance(texts[0], int))
+        with _progress(1 if one else len(texts), use_tqdm, "LLM.embed") as advance:
+            out = self._embedder.encode(
+                texts,
+                dimensions=dimensions,
+                truncate_prompt_tokens=truncate_prompt_tokens,
+                instruction=instruction,
+                on_progress=advance,
+            )
+        return out.embeddings.tolist()
 
 
 @contextmanager
-def _progress(total: int, shown: bool) -> Iterator[Callable[[], None]]:
-    """generate's progress display (common.progress.batch_progress on stderr), or a no-op."""
+def _progress(total: int, shown: bool, label: str) -> Iterator[Callable[..., None]]:
+    """The offline API's progress display (common.progress.batch_progress on stderr; plain lines start
+    with `label`), or a no-op."""
     if not shown:
-        yield lambda: None
+        yield lambda count=1: None
         return
     from rich.console import Console
 
     from model_optimizer.common.progress import batch_progress
 
     def log(line: str) -> None:
-        print(f"LLM.generate: {line}", file=sys.stderr, flush=True)
+        print(f"{label}: {line}", file=sys.stderr, flush=True)
 
-    with batch_progress(Console(stderr=True), total, "generating", log) as advance:
+    with batch_progress(Console(stderr=True), total, label, log) as advance:
         yield advance
 
 
@@ -377,16 +400,31 @@ def _as_prompt_list(prompts: Prompt | dict | Sequence[Prompt | dict]) -> list[Pr
     return [_as_prompt(p) for p in prompts]
 
 
-def _as_conversations(messages: Sequence[dict] | Sequence[Sequence[dict]]) -> list[list[dict]]:
+def _as_conversations(messages: Sequence[Mapping] | Sequence[Sequence[Mapping]]) -> list[list[Any]]:
     """One conversation (a list of message dicts) or a list of them, as a list of conversations."""
-    if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Sequence) or not messages:
+    if (
+        isinstance(messages, (str, bytes))
+        or _is_message(messages)
+        or not isinstance(messages, Sequence)
+        or not messages
+    ):
         raise ValueError("messages must be a non-empty list of message dicts, or a list of such lists")
-    if all(isinstance(m, dict) for m in messages):
+    if all(_is_message(m) for m in messages):
         return [list(messages)]
     for index, conversation in enumerate(messages):
-        if isinstance(conversation, (str, bytes, dict)) or not isinstance(conversation, Sequence) or not conversation:
+        if (
+            isinstance(conversation, (str, bytes))
+            or _is_message(conversation)
+            or not isinstance(conversation, Sequence)
+            or not conversation
+        ):
             raise ValueError(f"messages[{index}] must be a non-empty list of message dicts (one conversation)")
     return [list(conversation) for conversation in messages]
+
+
+def _is_message(value: object) -> bool:
+    """A chat message: a mapping, or an object with model_dump (a pydantic message, as the openai package's)."""
+    return isinstance(value, Mapping) or hasattr(value, "model_dump")
 
 
 def _as_params_list(params: SamplingParams | Sequence[SamplingParams], num_prompts: int) -> list[SamplingParams]:

@@ -122,3 +122,48 @@ def test_cumulative_logprob_is_the_sum_of_the_tokens_logprobs(llm):
     assert completion.cumulative_logprob < 0
     [plain] = llm.generate(["The json module"], _greedy(), use_tqdm=False)
     assert plain.outputs[0].cumulative_logprob is None
+
+
+def test_use_tqdm_is_the_third_positional_as_in_vllm(llm, capsys):
+    messages = [{"role": "user", "content": "hi"}]
+    llm.chat(messages, _greedy(max_tokens=2), False)
+    llm.generate(["a"], _greedy(max_tokens=2), False)
+    assert "LLM." not in capsys.readouterr().err
+    llm.chat([messages, messages], _greedy(max_tokens=2))
+    assert "LLM.chat: 2/2 prompts done" in capsys.readouterr().err
+
+
+def test_chat_takes_any_mapping_or_pydantic_message(llm):
+    from types import MappingProxyType
+
+    from pydantic import BaseModel
+
+    class Message(BaseModel):
+        role: str
+        content: str
+
+    plain = [{"role": "user", "content": "hi"}]
+    expected = llm.chat(plain, _greedy(), use_tqdm=False)[0]
+    for messages in ([MappingProxyType(plain[0])], [Message(role="user", content="hi")]):
+        [out] = llm.chat(messages, _greedy(), use_tqdm=False)
+        assert out.prompt_token_ids == expected.prompt_token_ids
+
+
+def test_progress_lines_count_batches_of_items():
+    from model_optimizer.common.progress import batch_progress
+
+    class Pipe:
+        is_terminal = False
+
+    lines: list[str] = []
+    with batch_progress(Pipe(), 100, "embedding", lines.append, unit="texts") as advance:
+        for count in (3, 5, 10, 30, 52):
+            advance(count)
+    assert lines == ["3/100 texts done", "18/100 texts done", "48/100 texts done", "100/100 texts done"]
+
+
+def test_embed_takes_use_tqdm(llm, capsys):
+    vectors = llm.embed(["a", "b", "c"], use_tqdm=False)
+    assert len(vectors) == 3 and "LLM.embed" not in capsys.readouterr().err
+    assert llm.embed(["a", "b", "c"]) == vectors
+    assert "LLM.embed: 3/3 prompts done" in capsys.readouterr().err
