@@ -159,6 +159,7 @@ class LLM:
         self._embedder: Any = None
         self._closed = False
         self._generation_defaults: dict[str, Any] | None = None
+        self._hf_tokenizer: Any = None
         self.engine: LLMEngine | None = None
         if is_encoder_folder(self.model_dir):  # BERT-family: embeddings only, no generation engine
             from model_optimizer.runtime.embed.config import refuse_load_time_quantization
@@ -198,9 +199,20 @@ class LLM:
             raise ValueError("this LLM was closed: make a new one")
 
     def get_tokenizer(self) -> Any:
-        """The tokenizer prompts are encoded with (vLLM's name); None for a model loaded with
-        skip_tokenizer_init."""
-        return self.tokenizer
+        """transformers' tokenizer of the files prompts are encoded with (vLLM's name and type: the whole
+        PreTrainedTokenizer API), loaded at the first call; None for a model loaded with skip_tokenizer_init.
+        The engine's own (`self.tokenizer`) may be a lighter one with the same ids and text, which spares
+        start-up the transformers import."""
+        if self.tokenizer is None:
+            return None
+        if self._hf_tokenizer is None:
+            from model_optimizer.runtime.models.fast_tokenizer import FastTokenizer
+            from model_optimizer.runtime.models.tokenizer import load_transformers_tokenizer
+
+            own = self.tokenizer
+            light = isinstance(own, FastTokenizer)
+            self._hf_tokenizer = load_transformers_tokenizer(Path(own.name_or_path)) if light else own
+        return self._hf_tokenizer
 
     def default_sampling_params(self) -> SamplingParams:
         """SamplingParams with the model's own defaults from generation_config.json (temperature,

@@ -73,7 +73,14 @@ def test_truncate_prompt_tokens_of_the_wrong_kind_is_refused(bad):
 
 
 def test_get_tokenizer_and_bad_words_without_one(llm, tiny_model, tmp_path):
-    assert llm.get_tokenizer() is llm.tokenizer
+    hf = llm.get_tokenizer()
+    assert type(hf).__module__.startswith("transformers") and llm.get_tokenizer() is hf
+    assert hf("The json module").input_ids == llm.tokenizer.encode("The json module")
+    messages = [{"role": "user", "content": "hi"}]
+    assert (
+        hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        == llm.chat(messages, _greedy(max_tokens=1), use_tqdm=False)[0].prompt
+    )
     folder = tmp_path / "no-tokenizer"
     shutil.copytree(tiny_model("qwen3"), folder)
     for name in TOKENIZER_FILES:
