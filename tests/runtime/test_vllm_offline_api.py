@@ -47,6 +47,14 @@ def test_bad_words_bar_the_words_as_transformers_tokenizes_them(llm, tiny_model)
         assert not any(ids[i : i + len(seq)] == seq for i in range(len(ids) - len(seq) + 1))
 
 
+def test_a_bad_word_is_barred_without_its_leading_spaces(llm):
+    from model_optimizer.runtime.engine.input_processor import bad_words_token_ids
+
+    padded = bad_words_token_ids(llm.tokenizer, ["  padded  "])
+    assert padded == bad_words_token_ids(llm.tokenizer, ["padded  "])
+    assert padded[0] == llm.tokenizer.encode("padded  ", add_special_tokens=False)
+
+
 @pytest.mark.parametrize("bad", [[""], ["  "], "word", [3]])
 def test_bad_words_of_the_wrong_shape_are_refused(bad):
     with pytest.raises(ValueError, match="bad_words must be a list of non-blank strings"):
