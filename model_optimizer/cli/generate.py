@@ -393,6 +393,11 @@ def _result(index: int, prompt: str | None, output: Any, params: SamplingParams,
             for c in output.outputs
         ],
         **({"error": output.error} if output.error else {}),
+        **(
+            {"prompt_logprobs": _prompt_logprobs(output, params.prompt_logprobs, tokenizer)}
+            if output.prompt_logprobs is not None
+            else {}
+        ),
         "ttft_s": output.metrics.ttft,
         "latency_s": (output.metrics.finished_time or 0) - output.metrics.arrival_time,
     }
@@ -414,6 +419,30 @@ def _logprobs(logprobs: list, num_top: int | None, tokenizer: Any) -> list[dict]
                 "logprob": _finite(lp.logprob),
                 "rank": lp.rank,
                 "top": [{"token_id": t, "token": text(t), "logprob": _finite(v)} for t, v in top],
+            }
+        )
+    return rows
+
+
+def _prompt_logprobs(output: Any, num_top: int | None, tokenizer: Any) -> list[dict | None]:
+    """Each prompt token after the first with its logprob and rank given the tokens before it, and the
+    num_top most likely tokens there (rows as _logprobs'); None for the first token."""
+    from model_optimizer.runtime.engine.detokenizer import TokenTexts
+
+    text = TokenTexts(tokenizer)
+    rows: list[dict | None] = []
+    for token, entry in zip(output.prompt_token_ids, output.prompt_logprobs):
+        if entry is None:
+            rows.append(None)
+            continue
+        top = sorted(((t, lp) for t, lp in entry.items() if lp.rank <= (num_top or 0)), key=lambda kv: kv[1].rank)
+        rows.append(
+            {
+                "token_id": token,
+                "token": text(token),
+                "logprob": _finite(entry[token].logprob),
+                "rank": entry[token].rank,
+                "top": [{"token_id": t, "token": text(t), "logprob": _finite(lp.logprob)} for t, lp in top],
             }
         )
     return rows

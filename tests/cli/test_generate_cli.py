@@ -224,3 +224,20 @@ def test_speculative_config_flag_and_its_statistics(tiny_model, capsys):
 def test_bad_speculative_config_is_a_clear_error(tiny_model, capsys):
     assert _generate(tiny_model("qwen3"), "--prompt", "x", "--speculative-config", '{"method": "eagle"}') == 2
     assert "method 'eagle' is not supported" in capsys.readouterr().err
+
+
+def test_a_line_asking_prompt_logprobs_gets_them(tiny_model, tmp_path, capsys, qwen3_llm):
+    from model_optimizer import SamplingParams
+
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps({"prompt": "The json module", "max_tokens": 1, "prompt_logprobs": 2}) + "\n")
+    assert _generate(tiny_model("qwen3"), "--prompts-file", str(path), "--output", "-") == 0
+    [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rows, ids = row["prompt_logprobs"], row["prompt_token_ids"]
+    assert rows[0] is None and len(rows) == len(ids) and [r["token_id"] for r in rows[1:]] == ids[1:]
+    [engine] = qwen3_llm.generate([ids], SamplingParams(max_tokens=1, prompt_logprobs=2), use_tqdm=False)
+    for r, entry, token in zip(rows[1:], engine.prompt_logprobs[1:], ids[1:]):
+        assert r["logprob"] == pytest.approx(entry[token].logprob, abs=1e-5) and r["rank"] == entry[token].rank
+        top = [t["logprob"] for t in r["top"]]
+        assert len(top) == 2 and top == sorted(top, reverse=True)
+        assert (token in [t["token_id"] for t in r["top"]]) == (r["rank"] <= 2)
