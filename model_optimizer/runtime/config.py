@@ -244,7 +244,16 @@ class EngineConfig:
         self.override_generation_config = generation_overrides(self.override_generation_config)
         for name, spellings in VLLM_SPELLINGS.items():
             setattr(self, name, spellings.get(getattr(self, name), getattr(self, name)))
-        check_choice(self, "dtype", "load_format", "device", "kv_cache_dtype", "scheduling_policy", "preemption_mode")
+        check_choice(
+            self,
+            "dtype",
+            "load_format",
+            "device",
+            "kv_cache_dtype",
+            "scheduling_policy",
+            "preemption_mode",
+            "quantization",
+        )
         spec = self.speculative  # checked now, so a bad value fails at start-up
         if spec is not None and spec.is_draft_model and self.tensor_parallel_size > 1:
             raise ValueError(
@@ -329,14 +338,20 @@ def check_choice(obj: object, *names: str) -> None:
     for name in names:
         allowed = field_choices(type(obj), name)
         value = getattr(obj, name)
-        if allowed and value not in allowed:
+        if allowed and value is not None and value not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
 
 
 def field_choices(cls: type, name: str) -> tuple:
-    """The allowed values of a Literal-typed field, or () for free-form fields."""
+    """The allowed values of a Literal-typed field (`Literal[...] | None` too: None is "not set"), or ()
+    for free-form fields."""
     hint = typing.get_type_hints(cls)[name]
-    return typing.get_args(hint) if typing.get_origin(hint) is Literal else ()
+    if typing.get_origin(hint) is Literal:
+        return typing.get_args(hint)
+    literals = [a for a in typing.get_args(hint) if typing.get_origin(a) is Literal]
+    if len(literals) == 1 and set(typing.get_args(hint)) <= {literals[0], type(None)}:
+        return typing.get_args(literals[0])
+    return ()
 
 
 @cache

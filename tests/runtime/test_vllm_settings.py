@@ -186,3 +186,14 @@ def test_serve_generation_config_vllm_drops_the_folders_defaults(tiny_model, tmp
         finally:
             proc.terminate()
             proc.wait(60)
+
+
+def test_an_unknown_quantization_is_refused_when_the_config_is_made(capsys):
+    from model_optimizer.cli.main import main
+    from model_optimizer.runtime.config import EngineConfig
+
+    with pytest.raises(ValueError, match="quantization must be one of none, fp8, int8, int8-w8a8, awq, rtn-int4"):
+        EngineConfig(quantization="gptq")
+    with pytest.raises(SystemExit):
+        main(["serve", "--quantization", "gptq"])  # argparse: before anything starts
+    assert "invalid choice: 'gptq'" in capsys.readouterr().err
