@@ -20,6 +20,9 @@ from model_optimizer.runtime.config import (
 T = TypeVar("T")
 SHORT_FLAGS = {"tensor_parallel_size": "-tp", "quantization": "-q"}
 """vLLM's short spellings of some flags."""
+TOKEN_COUNTS = ("max_model_len", "max_num_batched_tokens")
+"""Flags that take a token count with vLLM's suffixes as well: 32k = 32,000, 32K = 32,768 (m/M, g/G alike)."""
+SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
 
 
 def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
@@ -41,6 +44,9 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[s
         if f.name in sizes:
             help_text = f"{docs.get(f.name, '')} (default: {format_size(default)})".replace("%", "%%")
             group.add_argument(flag, dest=f.name, type=_size, metavar="SIZE", default=None, help=help_text)
+            continue
+        if f.name in TOKEN_COUNTS:
+            group.add_argument(flag, dest=f.name, type=token_count, metavar="TOKENS", default=None, help=help_text)
             continue
         choices = field_choices(cls, f.name) + tuple(VLLM_SPELLINGS.get(f.name, ())) or None
         flags = (flag, SHORT_FLAGS[f.name]) if f.name in SHORT_FLAGS else (flag,)
@@ -96,6 +102,11 @@ def read_config_file(path: str | Path, classes: tuple[type, ...]) -> dict[str, A
         name = str(key).replace("-", "_")
         if name not in hints:
             raise ValueError(f"config file {file}: unknown setting {key!r}; allowed: {', '.join(sorted(hints))}")
+        if name in TOKEN_COUNTS and isinstance(value, str):
+            try:
+                value = token_count(value)
+            except argparse.ArgumentTypeError as exc:
+                raise ValueError(f"config file {file}: {name}: {exc}") from None
         if name in sizes and isinstance(value, str):
             try:
                 value = parse_size(value)
@@ -140,6 +151,18 @@ def _checked(file: Path, name: str, hint: Any, value: Any) -> Any:
     if not ok:
         raise ValueError(f"config file {file}: {name} must be a {kind.__name__}, got {value!r}")
     return value
+
+
+def token_count(text: str) -> int:
+    """argparse type of TOKEN_COUNTS flags: 4096, 32k (32,000) or 32K (32,768)."""
+    number, unit = (text[:-1], SUFFIXES[text[-1]]) if text[-1:] in SUFFIXES else (text, 1)
+    try:
+        value = float(number) * unit
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a token count (4096, 32k = 32,000, 32K = 32,768)") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens")
+    return int(value)
 
 
 def _size(text: str) -> int:

@@ -197,3 +197,38 @@ def test_an_unknown_quantization_is_refused_when_the_config_is_made(capsys):
     with pytest.raises(SystemExit):
         main(["serve", "--quantization", "gptq"])  # argparse: before anything starts
     assert "invalid choice: 'gptq'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"), [("4096", 4096), ("32k", 32000), ("32K", 32768), ("1.5k", 1500), ("1M", 2**20)]
+)
+def test_token_counts_take_vllms_suffixes(text, tokens):
+    from model_optimizer.cli.args import token_count
+    from model_optimizer.cli.main import build_parser
+
+    assert token_count(text) == tokens
+    argv = ["serve", "--max-model-len", text, "--max-num-batched-tokens", text]
+    args = build_parser(argv).parse_args(argv)
+    assert (args.max_model_len, args.max_num_batched_tokens) == (tokens, tokens)
+
+
+@pytest.mark.parametrize("text", ["32x", "k", "1.0001k", ""])
+def test_a_token_count_that_is_not_one_is_refused(text, capsys):
+    from model_optimizer.cli.main import build_parser
+
+    argv = ["serve", "--max-model-len", text]
+    with pytest.raises(SystemExit):
+        build_parser(argv).parse_args(argv)
+    assert "--max-model-len" in capsys.readouterr().err
+
+
+def test_a_config_file_takes_token_count_suffixes(tmp_path):
+    from model_optimizer.cli.args import read_config_file
+    from model_optimizer.runtime.config import EngineConfig
+
+    path = tmp_path / "c.yaml"
+    path.write_text("max-model-len: 8k\nmax_num_batched_tokens: 2K\n")
+    assert read_config_file(path, (EngineConfig,)) == {"max_model_len": 8000, "max_num_batched_tokens": 2048}
+    path.write_text("max_model_len: lots\n")
+    with pytest.raises(ValueError, match="max_model_len: 'lots' is not a token count"):
+        read_config_file(path, (EngineConfig,))
