@@ -57,6 +57,7 @@ TRANSLATED = {
     "reasoning_parser": "--reasoning-parser",
     "default_chat_template_kwargs": "--default-chat-template-kwargs",
     "enable_prompt_tokens_details": "--enable-prompt-tokens-details",
+    "disable_fastapi_docs": "--disable-fastapi-docs",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
 
@@ -82,6 +83,7 @@ ONLY_TRUE = {
     "enable_expert_parallel",
     "enable_auto_tool_choice",
     "enable_prompt_tokens_details",
+    "disable_fastapi_docs",
 }
 """vLLM flags that can only switch a feature on: our False is vLLM's default and needs no flag."""
 

@@ -148,7 +148,8 @@ def _create_app(
         if state.grammar_checker is not None:
             state.grammar_checker.close()
 
-    app = FastAPI(title="Model-Optimizer OpenAI-compatible server", version=__version__, lifespan=lifespan)
+    hidden = {"docs_url": None, "redoc_url": None, "openapi_url": None} if config.disable_fastapi_docs else {}
+    app = FastAPI(title="Model-Optimizer OpenAI-compatible server", version=__version__, lifespan=lifespan, **hidden)
     app.state.server = state
     install_error_handlers(app)
     for module in (system, completions, chat, embeddings, tokenize):

@@ -102,6 +102,9 @@ class ServerConfig:
     enable_pause: bool = False
     """Serve POST /pause, POST /resume and GET /is_paused: hold the engine between steps (running requests stay, new ones queue) and let it go on, e.g. around a weight update. They need the API key when one is set; off by default, as whoever reaches them can stop generation."""
 
+    disable_fastapi_docs: bool = False
+    """Serve no /docs, /redoc or /openapi.json (vLLM's flag): the API's description stays private."""
+
     allowed_origins: list[str] | None = None
     """Browser origins allowed to call the API (CORS), e.g. https://app.example,https://b.example or '["*"]'. Empty: no CORS headers."""
 

@@ -19,3 +19,18 @@ def test_openapi_documents_ready_503(client):
     responses = client.get("/openapi.json").json()["paths"]["/ready"]["get"]["responses"]
     assert "503" in responses
     assert responses["200"]["content"]["application/json"]["schema"] != {}
+
+
+def test_disable_fastapi_docs_serves_none_of_them(server_llm):
+    import httpx
+
+    from model_optimizer.runtime.server.config import ServerConfig
+    from tests.runtime.server.live import start_server
+
+    live = start_server(server_llm, ServerConfig(disable_fastapi_docs=True))
+    try:
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            assert httpx.get(live.url + path, timeout=30).status_code == 404
+        assert httpx.get(live.url + "/v1/models", timeout=30).status_code == 200
+    finally:
+        live.stop()
