@@ -54,7 +54,7 @@ class ServerConfig:
     """Largest n (completions per prompt) a request may ask for."""
 
     max_logprobs: int = 20
-    """Largest logprobs / top_logprobs a request may ask for (at most 20)."""
+    """Largest logprobs / top_logprobs a request may ask for (at most 20; -1, vLLM's "no cap", is 20)."""
 
     max_stop_strings: int = 16
     """Most stop strings in one request."""
@@ -162,6 +162,8 @@ class ServerConfig:
             raise ValueError(f"host must be an address such as 127.0.0.1 (0.0.0.0: every interface), got {self.host!r}")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port!r}")
+        if self.max_logprobs == -1:
+            self.max_logprobs = 20
         if not 0 <= self.max_logprobs <= 20:
             raise ValueError(f"max_logprobs must be in [0, 20], got {self.max_logprobs}")
         if self.max_tokens_limit is not None and self.max_tokens_limit <= 0:

@@ -15,6 +15,7 @@ from model_optimizer.runtime.server.config import ServerConfig
         ({"port": 70000}, "port"),
         ({"max_n": 0}, "max_n"),
         ({"max_logprobs": 21}, "max_logprobs"),
+        ({"max_logprobs": -2}, "max_logprobs"),
         ({"shutdown_timeout": -1}, "shutdown_timeout"),
         ({"shutdown_timeout": float("nan")}, "shutdown_timeout"),
         ({"shutdown_timeout": float("inf")}, "shutdown_timeout"),
@@ -31,6 +32,10 @@ from model_optimizer.runtime.server.config import ServerConfig
 def test_bad_values_are_clear_errors(changes, fragment):
     with pytest.raises(ValueError, match=fragment):
         ServerConfig(**changes)
+
+
+def test_max_logprobs_minus_one_is_vllms_no_cap_here_twenty():
+    assert ServerConfig(max_logprobs=-1).max_logprobs == 20
 
 
 def test_cli_bad_flag_exits_2_with_message(capsys):
