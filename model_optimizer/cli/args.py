@@ -53,9 +53,10 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[s
         group.add_argument(*flags, dest=f.name, type=_scalar_type(hint), choices=choices, default=None, help=help_text)
 
 
-def add_config_file_arg(parser: argparse.ArgumentParser, *classes: type) -> None:
+def add_config_file_arg(parser: argparse.ArgumentParser, *classes: type, extra: tuple[str, ...] = ()) -> None:
     """Add `--config FILE`: a YAML or JSON mapping of `classes`' field names (the flags' names with
-    underscores) to values. Flags given on the command line override the file."""
+    underscores) to values. Flags given on the command line override the file. `extra`: other names the
+    file may hold (read with read_config_file's `extra`, by the command that knows them)."""
     names = ", ".join(c.__name__ for c in classes)
     parser.add_argument(
         "--config",
@@ -65,12 +66,13 @@ def add_config_file_arg(parser: argparse.ArgumentParser, *classes: type) -> None
         help=f"YAML or JSON file of settings ({names} fields, e.g. max_num_seqs: 128); "
         "flags on the command line override it",
     )
-    parser.set_defaults(config_classes=classes)
+    parser.set_defaults(config_classes=classes, config_extra=extra)
 
 
-def read_config_file(path: str | Path, classes: tuple[type, ...]) -> dict[str, Any]:
+def read_config_file(path: str | Path, classes: tuple[type, ...], extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """The settings in a YAML or JSON file, each checked against the field of `classes` it names:
-    an unknown key or a value of the wrong type is a ValueError naming it."""
+    an unknown key or a value of the wrong type is a ValueError naming it. Names in `extra` are taken as
+    they are, for the caller to check."""
     import yaml
 
     file = Path(path).expanduser()
@@ -100,6 +102,9 @@ def read_config_file(path: str | Path, classes: tuple[type, ...]) -> dict[str, A
     values = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
+        if name in extra:
+            values[name] = value
+            continue
         if name not in hints:
             raise ValueError(f"config file {file}: unknown setting {key!r}; allowed: {', '.join(sorted(hints))}")
         if name in TOKEN_COUNTS and isinstance(value, str):
@@ -122,7 +127,9 @@ def dataclass_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any
     names = {f.name for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
     if getattr(args, "config_file", None):
-        file_values = read_config_file(args.config_file, getattr(args, "config_classes", (cls,)))
+        file_values = read_config_file(
+            args.config_file, getattr(args, "config_classes", (cls,)), getattr(args, "config_extra", ())
+        )
         values.update({k: v for k, v in file_values.items() if k in names})
     values.update({name: getattr(args, name) for name in names if getattr(args, name, None) is not None})
     values.update(overrides)

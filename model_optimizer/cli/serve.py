@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from model_optimizer.cli.args import add_config_file_arg, add_dataclass_args, dataclass_from_args
+from model_optimizer.cli.args import add_config_file_arg, add_dataclass_args, dataclass_from_args, read_config_file
 from model_optimizer.runtime import vllm_settings
 
 
@@ -23,7 +23,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "model_tag", nargs="?", metavar="MODEL", default=None, help="model folder or Hub id (the same as --model)"
     )
-    add_config_file_arg(parser, EngineConfig, ServerConfig)
+    add_config_file_arg(parser, EngineConfig, ServerConfig, extra=tuple(vllm_settings.BY_NAME))
     add_dataclass_args(parser, EngineConfig)
     add_dataclass_args(parser, ServerConfig)
     vllm_settings.add_args(parser)
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         args.model = args.model_tag
     engine_config = dataclass_from_args(EngineConfig, args)
     server_config = dataclass_from_args(ServerConfig, args)
-    ignored = vllm_settings.ignored(vllm_settings.from_args(args))  # a refused value: before anything starts
+    ignored = vllm_settings.ignored(_vllm_only(args))  # a refused value: before anything starts
     notes = ["vLLM flags ignored: " + "; ".join(ignored)] if ignored else []
     env_name = next((n for n in (API_KEY_ENV, VLLM_API_KEY_ENV) if os.environ.get(n) is not None), API_KEY_ENV)
     env_key = os.environ.get(env_name)
@@ -95,6 +95,13 @@ def _spawn_core_early(server_config, engine_config):  # noqa: ANN001, ANN202
 
     level = LOG_LEVELS[server_config.log_level.lower()]  # a number: logging has no "trace" before uvicorn's import
     return spawn_core(engine_config, server_config.api_server_count, level)
+
+
+def _vllm_only(args: argparse.Namespace) -> dict:
+    """The vLLM-only settings of the --config file and the command line, the flags winning."""
+    names = tuple(vllm_settings.BY_NAME)
+    in_file = read_config_file(args.config_file, args.config_classes, names) if args.config_file else {}
+    return {k: v for k, v in in_file.items() if k in names} | vllm_settings.from_args(args)
 
 
 def _serve_many(server_config, engine_config, core_start, sock, notes) -> int:  # noqa: ANN001

@@ -232,3 +232,27 @@ def test_a_config_file_takes_token_count_suffixes(tmp_path):
     path.write_text("max_model_len: lots\n")
     with pytest.raises(ValueError, match="max_model_len: 'lots' is not a token count"):
         read_config_file(path, (EngineConfig,))
+
+
+@pytest.mark.slow
+def test_a_vllm_config_file_with_vllm_only_keys_runs_and_warns(tiny_model, tmp_path):
+    config = tmp_path / "vllm.yaml"
+    config.write_text("max-model-len: 64\nnum-kv-blocks: 32\ntrust-remote-code: true\nswap-space: 4\n")
+    server = Server(str(tiny_model("qwen3")), "--config", str(config), "--disable-log-requests")
+    try:
+        line = server.lines[server.wait_for_line("vLLM flags ignored: ")]
+        assert "trust_remote_code (" in line and "swap_space (" in line and "disable_log_requests (" in line
+        assert httpx.get(server.url + "/ready", timeout=30).json() == {"status": "ready"}
+    finally:
+        server.stop()
+    config.write_text("pipeline-parallel-size: 2\n")
+    assert_config_error(run_serve(str(tiny_model("qwen3")), "--config", str(config)), "pipeline_parallel_size > 1")
+
+
+def test_other_commands_still_refuse_vllm_only_keys_in_a_config_file(tmp_path, capsys):
+    from model_optimizer.cli.main import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text("trust_remote_code: true\n")
+    assert main(["deploy", "--target", "docker", "--config", str(config), "--output", str(tmp_path / "out")]) == 2
+    assert "unknown setting 'trust_remote_code'" in capsys.readouterr().err
