@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import typing
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -22,7 +24,8 @@ SHORT_FLAGS = {"tensor_parallel_size": "-tp", "quantization": "-q"}
 """vLLM's short spellings of some flags."""
 TOKEN_COUNTS = ("max_model_len", "max_num_batched_tokens")
 """Flags that take a token count with vLLM's suffixes as well: 32k = 32,000, 32K = 32,768 (m/M, g/G alike)."""
-SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
+SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+TOKEN_COUNT = re.compile(r"(\d+)(?:\.(\d+))?([kmgtKMGT])?")
 
 
 def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
@@ -161,13 +164,14 @@ def _checked(file: Path, name: str, hint: Any, value: Any) -> Any:
 
 
 def token_count(text: str) -> int:
-    """argparse type of TOKEN_COUNTS flags: 4096, 32k (32,000) or 32K (32,768)."""
-    number, unit = (text[:-1], SUFFIXES[text[-1]]) if text[-1:] in SUFFIXES else (text, 1)
-    try:
-        value = float(number) * unit
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a token count (4096, 32k = 32,000, 32K = 32,768)") from None
-    if not value.is_integer():
+    """argparse type of TOKEN_COUNTS flags: 4096, 32k (32,000), 32K (32,768), 1.5k (1,500); digits only,
+    a fraction only before a decimal suffix (k, m, g, t), and a whole number of tokens."""
+    match = TOKEN_COUNT.fullmatch(text)
+    whole, fraction, suffix = match.groups() if match else (None, None, None)
+    if whole is None or (fraction is not None and (suffix is None or suffix.isupper())):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a token count (4096, 32k = 32,000, 32K = 32,768)")
+    value = Fraction(f"{whole}.{fraction or 0}") * SUFFIXES.get(suffix or "", 1)
+    if value.denominator != 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens")
     return int(value)
 

@@ -62,20 +62,36 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def dashed_flags(argv: list[str]) -> list[str]:
-    """`--max_model_len 4096` as `--max-model-len 4096`: vLLM's parser takes underscores in flag names."""
+def dashed_flags(argv: list[str], options: set[str]) -> list[str]:
+    """`--max_model_len 4096` as `--max-model-len 4096`, as vLLM's parser takes underscores in flag names:
+    only a token whose dashed name is one of `options`, never after `--`, so values stay as written."""
     out = []
-    for token in argv:
+    for i, token in enumerate(argv):
+        if token == "--":
+            return out + argv[i:]
         name, sep, value = token.partition("=")
-        if name.startswith("--") and "_" in name and name[2:].replace("_", "").replace("-", "").isalnum():
+        if name.startswith("--") and "_" in name and name.replace("_", "-") in options:
             token = name.replace("_", "-") + sep + value
         out.append(token)
     return out
 
 
+def long_options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every --option of `parser` and of the subcommand parsers it holds."""
+    found: set[str] = set()
+    for action in parser._actions:  # argparse keeps no public list of them
+        found.update(o for o in action.option_strings if o.startswith("--"))
+        for sub in (
+            (getattr(action, "choices", None) or {}).values() if isinstance(action, argparse._SubParsersAction) else ()
+        ):
+            found |= long_options(sub)
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = dashed_flags(sys.argv[1:] if argv is None else list(argv))
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
+    argv = dashed_flags(argv, long_options(parser))
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()

@@ -80,15 +80,17 @@ class EngineConfig:
     """How to get weights: from *.safetensors, or random ones built from config.json alone (dummy, for benchmarks)."""
 
     quantization: Literal["none", "fp8", "int8", "int8-w8a8", "awq", "rtn-int4"] | None = None
-    """Weight quantization (vLLM's --quantization). Empty: as config.json's quantization_config says; fp8, int8,
-    int8-w8a8 (int8 weights, activations quantized per token where that is faster) and rtn-int4 quantize a
-    float checkpoint at load time; awq needs a folder written by `mopt quantize`."""
+    """Weight quantization (vLLM's --quantization). Not given: as config.json's quantization_config says; none:
+    never quantize; fp8, int8, int8-w8a8 (int8 weights, activations quantized per token where that is faster)
+    and rtn-int4 quantize a float checkpoint at load time; awq reads an AWQ checkpoint (AutoAWQ's GEMM layout,
+    or a folder written by `mopt quantize`)."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Device to run on; auto picks CUDA when torch sees a GPU."""
 
     max_model_len: int | None = None
-    """Longest prompt plus output, in tokens. Empty: max_position_embeddings from config.json."""
+    """Longest prompt plus output, in tokens (the flag also takes 32k = 32,000, 32K = 32,768). Empty:
+    max_position_embeddings from config.json."""
 
     block_size: int = 16
     """Tokens per KV-cache block."""
@@ -97,7 +99,7 @@ class EngineConfig:
     """Most requests running at once."""
 
     max_num_batched_tokens: int = 8192
-    """Token budget of one engine step; long prompts are cut into chunks that fit it."""
+    """Token budget of one engine step; long prompts are cut into chunks that fit it (the flag takes 8k, 8K too)."""
 
     enable_chunked_prefill: bool = True
     """Split prompts longer than the step budget across several steps."""

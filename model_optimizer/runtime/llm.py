@@ -133,12 +133,13 @@ def generation_defaults(
         config = read_json(path)
         if not isinstance(config, dict):
             raise ValueError(f"{path}: expected a JSON object")
-    config = {**config, **(overrides or {})}
-    values = {field: config[key] for key, field in GENERATION_DEFAULT_FIELDS.items() if config.get(key) is not None}
-    try:
-        SamplingParams(**values)
-    except ValueError as exc:
-        raise ValueError(f"{path if not overrides else 'override_generation_config'}: {exc}") from None
+    for where, given in ((path, config), ("override_generation_config", {**config, **(overrides or {})})):
+        values = {field: given[key] for key, field in GENERATION_DEFAULT_FIELDS.items() if given.get(key) is not None}
+        try:
+            SamplingParams(**values)
+        except ValueError as exc:
+            named = " (max_new_tokens is max_tokens)" if "max_tokens" in str(exc) else ""
+            raise ValueError(f"{where}: {exc}{named}") from None
     return values
 
 
@@ -168,6 +169,9 @@ class LLM:
             self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
             return
         phase = log_phase("config", phase)
+        self._generation_defaults = generation_defaults(  # a bad file or override: ValueError before the load
+            self.model_dir, self.config.generation_config, self.config.override_generation_config
+        )
         self.tokenizer = engine_tokenizer(self.config, self.model_dir)
         log_phase("tokenizer", phase)
         runner, info = load_runner(self.config, self.model_dir, self.tokenizer)  # logs weights, KV cache, graphs
@@ -213,6 +217,10 @@ class LLM:
             light = isinstance(own, FastTokenizer)
             self._hf_tokenizer = load_transformers_tokenizer(Path(own.name_or_path)) if light else own
         return self._hf_tokenizer
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """vLLM's name for default_sampling_params."""
+        return self.default_sampling_params()
 
     def default_sampling_params(self) -> SamplingParams:
         """SamplingParams with the model's own defaults from generation_config.json (temperature,

@@ -25,9 +25,13 @@ class VllmSetting:
     """vLLM's short flag (-pp), if it has one."""
 
 
-def _more_than_one(what: str) -> Callable[[Any], str | None]:
+def _more_than_one(name: str, why: str) -> Callable[[Any], str | None]:
     def refuse(value: Any) -> str | None:
-        return None if value in (None, 1) else f"{what} is not supported (tensor_parallel_size splits a model here)"
+        if value in (None, 1):
+            return None
+        if isinstance(value, int) and value > 1:
+            return f"{name} > 1 is not supported ({why})"
+        return f"{name} must be 1 here, got {value!r}"
 
     return refuse
 
@@ -57,14 +61,14 @@ SETTINGS = (
         "pipeline_parallel_size",
         "only 1 is taken: tensor_parallel_size splits a model here",
         int,
-        _more_than_one("pipeline_parallel_size > 1"),
+        _more_than_one("pipeline_parallel_size", "tensor_parallel_size splits a model here"),
         "-pp",
     ),
     VllmSetting(
         "data_parallel_size",
         "only 1 is taken: run one server per replica",
         int,
-        _more_than_one("data_parallel_size > 1"),
+        _more_than_one("data_parallel_size", "run one server per replica"),
         "-dp",
     ),
     VllmSetting("enable_lora", "only off is taken: merge adapters into the weights", bool, _lora),

@@ -3,6 +3,7 @@ and why; a value asking for what this engine does not do is refused with the rea
 
 from __future__ import annotations
 
+import json
 import logging
 
 import httpx
@@ -30,6 +31,7 @@ def test_llm_takes_vllm_only_settings_and_names_them_in_one_warning(tiny_model, 
     [
         ({"pipeline_parallel_size": 2}, "pipeline_parallel_size > 1 is not supported"),
         ({"data_parallel_size": 4}, "data_parallel_size > 1 is not supported"),
+        ({"data_parallel_size": 0}, "data_parallel_size must be 1 here, got 0"),
         ({"enable_lora": True}, "LoRA adapters are not supported"),
         ({"tokenizer_mode": "mistral"}, "tokenizer_mode 'mistral' is not supported"),
     ],
@@ -87,9 +89,10 @@ def test_kv_cache_fp8_e5m2_is_refused():
 
 def test_a_vllm_command_line_with_underscores_and_short_flags_parses():
     from model_optimizer.cli.args import dataclass_from_args
-    from model_optimizer.cli.main import build_parser, dashed_flags
+    from model_optimizer.cli.main import build_parser, dashed_flags, long_options
     from model_optimizer.runtime.config import EngineConfig
 
+    options = long_options(build_parser(["serve"]))
     argv = dashed_flags(
         [
             "serve",
@@ -104,13 +107,22 @@ def test_a_vllm_command_line_with_underscores_and_short_flags_parses():
             "-pp",
             "1",
             "--kv_cache_dtype=fp8_e4m3",
-        ]
+        ],
+        options,
     )
     args = build_parser(argv).parse_args(argv)
     config = dataclass_from_args(EngineConfig, args)
     assert (config.max_model_len, config.tensor_parallel_size, config.quantization) == (64, 1, "fp8")
     assert (config.dtype, config.kv_cache_dtype, args.pipeline_parallel_size) == ("float16", "fp8", 1)
-    assert dashed_flags(["--prompt", "a_b", "--stop=x_y"]) == ["--prompt", "a_b", "--stop=x_y"]  # values untouched
+    values = ["--prompt", "--user_name=bob says", "--stop=x_y", "--", "--max_model_len"]  # values and after --
+    assert dashed_flags(values, long_options(build_parser(["generate"]))) == values
+
+
+def test_a_prompt_that_looks_like_a_flag_keeps_its_underscores(capsys):
+    from model_optimizer.cli.main import main
+
+    assert main(["generate", "--prompt", "--user_name=bob says", "--max-tokens", "1", "--output", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["prompt"] == "--user_name=bob says"
 
 
 @pytest.mark.slow
@@ -212,7 +224,7 @@ def test_token_counts_take_vllms_suffixes(text, tokens):
     assert (args.max_model_len, args.max_num_batched_tokens) == (tokens, tokens)
 
 
-@pytest.mark.parametrize("text", ["32x", "k", "1.0001k", ""])
+@pytest.mark.parametrize("text", ["32x", "k", "1.0001k", "", "1e3", "64.0", "1.5K", "1_000"])
 def test_a_token_count_that_is_not_one_is_refused(text, capsys):
     from model_optimizer.cli.main import build_parser
 
@@ -256,3 +268,27 @@ def test_other_commands_still_refuse_vllm_only_keys_in_a_config_file(tmp_path, c
     config.write_text("trust_remote_code: true\n")
     assert main(["deploy", "--target", "docker", "--config", str(config), "--output", str(tmp_path / "out")]) == 2
     assert "unknown setting 'trust_remote_code'" in capsys.readouterr().err
+
+
+def test_generation_settings_are_checked_before_the_load_and_blame_the_right_place(tiny_model, tmp_path):
+    folder = _with_generation_config(tiny_model, tmp_path, {"temperature": -1})
+    with pytest.raises(ValueError, match="generation_config.json: temperature must be in"):
+        LLM(str(folder), **SMALL, override_generation_config='{"top_p": 0.5}')  # the file's fault, named
+    with pytest.raises(ValueError, match=r"override_generation_config: max_tokens .* \(max_new_tokens is max_tokens\)"):
+        LLM(str(tiny_model("qwen3")), **SMALL, override_generation_config='{"max_new_tokens": 0}')
+    with pytest.raises(ValueError, match="holds no generation_config.json"):
+        LLM(str(tiny_model("qwen3")), **SMALL, generation_config=str(tmp_path / "missing"))
+    llm = LLM(str(tiny_model("qwen3")), **SMALL, override_generation_config='{"top_k": 4}')
+    assert llm.get_default_sampling_params().top_k == 4
+
+
+def test_deploy_refuses_generation_settings_the_container_cannot_use(tiny_model, tmp_path, capsys):
+    from model_optimizer.cli.main import main
+
+    base = ["deploy", "--target", "docker", "--engine", "vllm", "--model", str(tiny_model("qwen3"))]
+    out = ["--output", str(tmp_path / "out")]
+    assert main([*base, "--generation-config", str(tmp_path), *out]) == 2
+    assert "a folder on this host is not in the container" in capsys.readouterr().err
+    assert main([*base, "--override-generation-config", '{"max_new_tokens": 0}', *out]) == 2
+    assert "override_generation_config: max_tokens" in capsys.readouterr().err
+    assert main([*base, "--generation-config", "vllm", *out]) == 0

@@ -32,6 +32,15 @@ class ServeSettings:
                 "--port 0 lets the OS pick a new port at each start; a deployment's health check, Service and "
                 "scrape config need a fixed one: give --port 1-65535"
             )
+        if self.engine.generation_config not in ("auto", "vllm"):  # a host folder the container would not have
+            raise ValueError(
+                f"--generation-config {self.engine.generation_config}: a folder on this host is not in the container; "
+                "put generation_config.json in the model folder (auto), or give --override-generation-config"
+            )
+        from model_optimizer.runtime.llm import generation_defaults
+
+        engine = self.engine  # the values the server would refuse at start-up, refused now
+        generation_defaults(self.host_model_dir, engine.generation_config, engine.override_generation_config)
 
     @property
     def host_model_dir(self) -> Path:

@@ -33,7 +33,7 @@ class ServerConfig:
     """TCP port to listen on (0 lets the OS pick a free one)."""
 
     api_key: str | None = None
-    """Require `Authorization: Bearer KEY` on every route but /health, /ready (and /metrics unless --metrics-auth). Also read from MOPT_API_KEY."""
+    """Require `Authorization: Bearer KEY` on every route but /health, /ready (and /metrics unless --metrics-auth). Also read from MOPT_API_KEY, else VLLM_API_KEY."""
 
     served_model_name: str | None = None
     """Model name clients send and /v1/models lists. Empty: the model folder's name."""
