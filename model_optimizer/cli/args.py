@@ -18,6 +18,7 @@ from model_optimizer.runtime.config import (
     parse_size,
     size_fields,
 )
+from model_optimizer.runtime.server.config import SPACE_SEPARATED
 
 T = TypeVar("T")
 SHORT_FLAGS = {"tensor_parallel_size": "-tp", "quantization": "-q"}
@@ -47,6 +48,9 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[s
         if f.name in sizes:
             help_text = f"{docs.get(f.name, '')} (default: {format_size(default)})".replace("%", "%%")
             group.add_argument(flag, dest=f.name, type=_size, metavar="SIZE", default=None, help=help_text)
+            continue
+        if f.name in SPACE_SEPARATED:
+            group.add_argument(flag, dest=f.name, nargs="+", metavar="NAME", default=None, help=help_text)
             continue
         if f.name in TOKEN_COUNTS:
             group.add_argument(flag, dest=f.name, type=token_count, metavar="TOKENS", default=None, help=help_text)

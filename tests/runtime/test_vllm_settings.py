@@ -292,3 +292,44 @@ def test_deploy_refuses_generation_settings_the_container_cannot_use(tiny_model,
     assert main([*base, "--override-generation-config", '{"max_new_tokens": 0}', *out]) == 2
     assert "override_generation_config: max_tokens" in capsys.readouterr().err
     assert main([*base, "--generation-config", "vllm", *out]) == 0
+
+
+def test_several_served_names_any_is_accepted_the_first_is_reported(qwen3_llm):
+    from openai import OpenAI
+
+    from model_optimizer.runtime.server.config import ServerConfig
+    from tests.runtime.server.live import start_server
+
+    live = start_server(qwen3_llm, ServerConfig(served_model_name=["main", "alias/b"]))
+    try:
+        client = OpenAI(base_url=live.url + "/v1", api_key="none")
+        assert [m.id for m in client.models.list().data] == ["main", "alias/b"]
+        assert client.models.retrieve("alias/b").id == "alias/b"
+        done = client.completions.create(model="alias/b", prompt="hi", max_tokens=2, temperature=0)
+        assert done.model == "main" and done.usage.completion_tokens == 2
+        r = httpx.post(live.url + "/v1/completions", json={"model": "other", "prompt": "hi"}, timeout=30)
+        assert r.status_code == 404 and "this server serves `main`" in r.json()["error"]["message"]
+    finally:
+        live.stop()
+
+
+def test_served_model_name_takes_several_values_on_the_command_line(tmp_path):
+    from model_optimizer.cli.args import dataclass_from_args
+    from model_optimizer.cli.main import build_parser
+    from model_optimizer.optimizer.deploy.settings import ServeSettings, flags
+    from model_optimizer.optimizer.deploy.vllm_flags import vllm_serve
+    from model_optimizer.runtime.config import EngineConfig
+    from model_optimizer.runtime.server.config import ServerConfig
+
+    argv = ["serve", "--served-model-name", "a", "b", "a", "--port", "8000"]
+    server = dataclass_from_args(ServerConfig, build_parser(argv).parse_args(argv))
+    assert server.served_model_name == ["a", "b"] and server.model_names == ("a", "b")
+    one = ["serve", "--served-model-name", "only"]
+    assert dataclass_from_args(ServerConfig, build_parser(one).parse_args(one)).served_model_name == "only"
+    settings = ServeSettings(EngineConfig(), server)
+    assert settings.model_name == "a"
+    assert flags({"served_model_name": ["a", "b"]}) == ["--served-model-name", "a", "b"]
+    assert vllm_serve("/m", {"served_model_name": ["a", "b"]}).argv[-3:] == ["--served-model-name", "a", "b"]
+    assert settings.in_container().server.served_model_name == ["a", "b"]
+    with pytest.raises(ValueError, match="served_model_name is empty"):
+        ServerConfig(served_model_name=["a", " "])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from model_optimizer.runtime.config import EngineConfig
-from model_optimizer.runtime.server.config import ServerConfig
+from model_optimizer.runtime.server.config import SPACE_SEPARATED, ServerConfig
 
 MODEL_DIR = "/model"
 TOKENIZER_DIR = "/tokenizer"
@@ -66,7 +66,7 @@ class ServeSettings:
     @property
     def model_name(self) -> str:
         """The name clients use: as `mopt serve` would call the host folder, not the mount point."""
-        return self.server.served_model_name or self.host_model_dir.name
+        return (self.server.model_names or (self.host_model_dir.name,))[0]
 
     @property
     def num_gpus(self) -> int:
@@ -96,7 +96,7 @@ class ServeSettings:
             host="0.0.0.0",
             port=self.port,
             api_key=None,  # noqa: S104
-            served_model_name=self.model_name,
+            served_model_name=self.server.served_model_name or self.model_name,
             chat_template=CHAT_TEMPLATE if self.server.chat_template else None,
         )
         return ServeSettings(engine, server)
@@ -126,6 +126,8 @@ def flags(values: dict) -> list[str]:
             argv.append(flag if value else "--no-" + flag[2:])
         elif isinstance(value, dict):
             argv += [flag, json.dumps(value)]  # a nested setting (speculative_config) as its flag's JSON
+        elif name in SPACE_SEPARATED and isinstance(value, list):
+            argv += [flag, *map(str, value)]  # --served-model-name a b
         elif isinstance(value, list):
             argv += [flag, ",".join(map(str, value))]  # the flags' comma-separated form
         elif value is not None:

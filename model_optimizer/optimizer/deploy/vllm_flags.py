@@ -154,6 +154,8 @@ def vllm_serve(model: str | None, settings: dict) -> VllmCommand:
         elif isinstance(value, bool):
             if value or name not in ONLY_TRUE:
                 argv.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, list):  # --served-model-name a b, as vLLM takes it
+            argv += [flag, *map(str, value)]
         else:
             argv += [flag, str(value)]
     return VllmCommand(argv, translated, untranslated)

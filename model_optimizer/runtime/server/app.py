@@ -102,7 +102,7 @@ def _create_app(
         embedder = load_embedder(engine_config, model_dir)
     try:
         model = served_model(
-            config.served_model_name or model_dir.resolve().name or str(engine_config.model),
+            config.model_names or (model_dir.resolve().name or str(engine_config.model),),
             llm,
             embedder,
             core,
@@ -295,13 +295,21 @@ def is_embedding_model(model_dir: Path) -> bool:
 
 
 def served_model(
-    name: str, llm: LLM | None, embedder: Any, core: CoreHandle | CoreConnection | None, tokenizer: Any, model_dir: Path
+    names: tuple[str, ...],
+    llm: LLM | None,
+    embedder: Any,
+    core: CoreHandle | CoreConnection | None,
+    tokenizer: Any,
+    model_dir: Path,
 ) -> ServedModel:
-    """What routes need to know about the model, read once (no chains into the engine at request time)."""
+    """What routes need to know about the model, read once (no chains into the engine at request time);
+    `names`: the served names, the first the one responses carry."""
+    name, aliases = names[0], names[1:]
     if llm is not None or core is not None:
         info = llm.engine.info if llm is not None else core.info  # type: ignore[union-attr]
         return ServedModel(
             name=name,
+            aliases=aliases,
             model_dir=model_dir,
             max_model_len=info.max_model_len,
             generates=True,
@@ -310,6 +318,7 @@ def served_model(
         )
     return ServedModel(  # the embedder's tokenizer: /tokenize counts what an input costs, as vLLM's does
         name=name,
+        aliases=aliases,
         model_dir=Path(embedder.model_dir),
         max_model_len=embedder.max_seq_length,
         generates=False,

@@ -15,6 +15,8 @@ from typing import Literal
 from model_optimizer.runtime.config import check_positive
 
 API_KEY_ENV = "MOPT_API_KEY"
+SPACE_SEPARATED = ("served_model_name",)
+"""Flags that take several values one after another (`--served-model-name a b`), as vLLM's do."""
 VLLM_API_KEY_ENV = "VLLM_API_KEY"
 """vLLM's variable for the key, read when MOPT_API_KEY is not set."""
 LOG_LEVELS = {"critical": 50, "error": 40, "warning": 30, "info": 20, "debug": 10, "trace": 5}
@@ -35,8 +37,9 @@ class ServerConfig:
     api_key: str | None = None
     """Require `Authorization: Bearer KEY` on every route but /health, /ready (and /metrics unless --metrics-auth). Also read from MOPT_API_KEY, else VLLM_API_KEY."""
 
-    served_model_name: str | None = None
-    """Model name clients send and /v1/models lists. Empty: the model folder's name."""
+    served_model_name: str | list[str] | None = None
+    """Model name clients send and /v1/models lists. Several (vLLM's `--served-model-name a b`): clients may
+    send any; the first is the one responses and metrics carry. Empty: the model folder's name."""
 
     chat_template: str | None = None
     """Chat template overriding the tokenizer's own: a shipped one by name (chatml, llama3, mistral), a Jinja file, or the template itself (vLLM's flag)."""
@@ -176,7 +179,14 @@ class ServerConfig:
             raise ValueError(
                 f"max_connections_per_client must be an integer >= 0 (0: no limit), got {self.max_connections_per_client}"
             )
-        if self.served_model_name is not None and not self.served_model_name.strip():  # not "unset": a name asked
+        names = self.served_model_name
+        if isinstance(names, list):  # one name stays a string; several keep their order, each once
+            names = list(dict.fromkeys(names))
+            self.served_model_name = names[0] if len(names) == 1 else names
+        for name in [names] if isinstance(names, str) else names or []:
+            if not isinstance(name, str) or not name.strip():  # not "unset": a name asked
+                raise ValueError("served_model_name is empty: give the name clients send as `model`, or leave it out")
+        if isinstance(names, list) and not names:
             raise ValueError("served_model_name is empty: give the name clients send as `model`, or leave it out")
         check_api_key(self.api_key, "api_key")
         if str(self.log_level).lower() not in LOG_LEVELS:
@@ -205,6 +215,12 @@ class ServerConfig:
             raise ValueError(
                 f"reasoning_parser must be one of {', '.join(REASONING_PARSERS)}, got {self.reasoning_parser!r}"
             )
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """The served names, first the one responses carry; () when the folder's name is to be used."""
+        names = self.served_model_name
+        return () if names is None else (names,) if isinstance(names, str) else tuple(names)
 
 
 def check_api_key(key: str | None, source: str) -> None:

@@ -38,7 +38,7 @@ class ServedModel:
     """The facts about the served model that routes need, read once when the server is built."""
 
     name: str
-    """The name clients send and /v1/models lists."""
+    """The name clients send and /v1/models lists (first), and responses carry."""
     model_dir: Path
     max_model_len: int
     """Longest prompt plus output, in tokens (an embedding model's longest input)."""
@@ -47,6 +47,13 @@ class ServedModel:
     vocab_size: int = 0
     """Token ids must lie in [0, vocab_size) (an embedding model's: its tokenizer's length)."""
     tokenizer: Any = None
+    aliases: tuple[str, ...] = ()
+    """Other names clients may send (--served-model-name a b); /v1/models lists them after `name`."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
     """The Hugging Face tokenizer (an embedding model's: the embedder's); None for a model served without
     one (token-id prompts only)."""
 
@@ -115,7 +122,7 @@ class ServerState:
             raise APIError(400, f"the model `{self.model.name}` is an embedding model: use /v1/embeddings", "model")
 
     def check_model(self, name: str | None) -> None:
-        if name is not None and name != self.model.name:
+        if name is not None and name not in self.model.names:
             raise APIError(
                 404, f"The model `{clip(name, 100)}` does not exist; this server serves `{self.model.name}`.", "model"
             )

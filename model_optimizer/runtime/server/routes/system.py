@@ -5,9 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from model_optimizer.common.text import clip
 from model_optimizer.common.version import __version__
-from model_optimizer.runtime.server.errors import APIError, error_response
+from model_optimizer.runtime.server.errors import error_response
 from model_optimizer.runtime.server.protocol import ErrorResponse, ModelCard, ModelList, ReadyStatus
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.state import ServerState, get_state
@@ -73,20 +72,18 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES)
 async def models(request: Request) -> ModelList:
-    return ModelList(data=[_card(get_state(request))])
+    state = get_state(request)
+    return ModelList(data=[_card(state, name) for name in state.model.names])
 
 
 @router.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES)
 async def model(model_id: str, request: Request) -> ModelCard:
     """The served model's card; 404 for any other id (a served name may hold slashes, hence :path)."""
     state = get_state(request)
-    if model_id != state.model.name:
-        raise APIError(
-            404, f"The model `{clip(model_id, 100)}` does not exist; this server serves `{state.model.name}`.", "model"
-        )
-    return _card(state)
+    state.check_model(model_id)
+    return _card(state, model_id)
 
 
-def _card(state: ServerState) -> ModelCard:
+def _card(state: ServerState, name: str) -> ModelCard:
     model = state.model
-    return ModelCard(id=model.name, root=str(model.model_dir), max_model_len=model.max_model_len)
+    return ModelCard(id=name, root=str(model.model_dir), max_model_len=model.max_model_len)
