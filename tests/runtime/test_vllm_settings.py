@@ -333,3 +333,23 @@ def test_served_model_name_takes_several_values_on_the_command_line(tmp_path):
     assert settings.in_container().server.served_model_name == ["a", "b"]
     with pytest.raises(ValueError, match="served_model_name is empty"):
         ServerConfig(served_model_name=["a", " "])
+
+
+def test_several_api_keys_any_is_accepted(qwen3_llm):
+    from model_optimizer.runtime.server.config import ServerConfig
+    from tests.runtime.server.live import start_server
+
+    live = start_server(qwen3_llm, ServerConfig(api_key=["sk-one-key", "sk-two-key"]))
+    try:
+        for key, status in (("sk-one-key", 200), ("sk-two-key", 200), ("sk-three", 401), (None, 401)):
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            assert httpx.get(live.url + "/v1/models", headers=headers, timeout=30).status_code == status
+    finally:
+        live.stop()
+    argv = ["serve", "--api-key", "sk-a", "sk-b"]
+    from model_optimizer.cli.args import dataclass_from_args
+    from model_optimizer.cli.main import build_parser
+
+    assert dataclass_from_args(ServerConfig, build_parser(argv).parse_args(argv)).api_keys == ("sk-a", "sk-b")
+    with pytest.raises(ValueError, match="api_key starts or ends with whitespace"):
+        ServerConfig(api_key=["sk-a", " sk-b"])

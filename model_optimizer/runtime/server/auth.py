@@ -19,14 +19,15 @@ def is_public(path: str, config: ServerConfig) -> bool:
     return path == "/metrics" and not config.metrics_auth
 
 
-def authorized(headers: list[tuple[bytes, bytes]], api_key: str) -> bool:
-    """True when an `Authorization: Bearer <key>` header holds the key (compared in constant time)."""
-    expected = hashlib.sha256(api_key.encode()).digest()
+def authorized(headers: list[tuple[bytes, bytes]], api_keys: tuple[str, ...]) -> bool:
+    """True when an `Authorization: Bearer <key>` header holds one of the keys (each compared in constant time)."""
+    expected = [hashlib.sha256(key.encode()).digest() for key in api_keys]
     ok = False
     for name, value in headers:
         if name.lower() != b"authorization":
             continue
         scheme, _, token = value.partition(b" ")
         given = hashlib.sha256(token.strip()).digest()
-        ok |= scheme.lower() == b"bearer" and hmac.compare_digest(given, expected)
+        for digest in expected:
+            ok |= scheme.lower() == b"bearer" and hmac.compare_digest(given, digest)
     return ok

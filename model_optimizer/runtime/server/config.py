@@ -15,7 +15,7 @@ from typing import Literal
 from model_optimizer.runtime.config import check_positive
 
 API_KEY_ENV = "MOPT_API_KEY"
-SPACE_SEPARATED = ("served_model_name",)
+SPACE_SEPARATED = ("served_model_name", "api_key")
 """Flags that take several values one after another (`--served-model-name a b`), as vLLM's do."""
 VLLM_API_KEY_ENV = "VLLM_API_KEY"
 """vLLM's variable for the key, read when MOPT_API_KEY is not set."""
@@ -34,8 +34,8 @@ class ServerConfig:
     port: int = 8000
     """TCP port to listen on (0 lets the OS pick a free one)."""
 
-    api_key: str | None = None
-    """Require `Authorization: Bearer KEY` on every route but /health, /ready (and /metrics unless --metrics-auth). Also read from MOPT_API_KEY, else VLLM_API_KEY."""
+    api_key: str | list[str] | None = None
+    """Require `Authorization: Bearer KEY` on every route but /health, /ready (and /metrics unless --metrics-auth); several (`--api-key k1 k2`, as vLLM's): any of them. Also read from MOPT_API_KEY, else VLLM_API_KEY."""
 
     served_model_name: str | list[str] | None = None
     """Model name clients send and /v1/models lists. Several (vLLM's `--served-model-name a b`): clients may
@@ -188,7 +188,13 @@ class ServerConfig:
                 raise ValueError("served_model_name is empty: give the name clients send as `model`, or leave it out")
         if isinstance(names, list) and not names:
             raise ValueError("served_model_name is empty: give the name clients send as `model`, or leave it out")
-        check_api_key(self.api_key, "api_key")
+        if isinstance(self.api_key, list):
+            keys = list(dict.fromkeys(self.api_key))
+            if not keys:
+                raise ValueError("api_key is empty: give a key clients must send, or leave it out to serve without one")
+            self.api_key = keys[0] if len(keys) == 1 else keys
+        for key in self.api_keys:
+            check_api_key(key, "api_key")
         if str(self.log_level).lower() not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if not math.isfinite(self.log_interval) or self.log_interval < 0:
@@ -217,6 +223,12 @@ class ServerConfig:
             )
 
     @property
+    def api_keys(self) -> tuple[str, ...]:
+        """The keys a client may send, () when none is required."""
+        keys = self.api_key
+        return () if keys is None else (keys,) if isinstance(keys, str) else tuple(keys)
+
+    @property
     def model_names(self) -> tuple[str, ...]:
         """The served names, first the one responses carry; () when the folder's name is to be used."""
         names = self.served_model_name
@@ -225,6 +237,8 @@ class ServerConfig:
 
 def check_api_key(key: str | None, source: str) -> None:
     """An empty key would turn authentication off without a word (every request allowed): refuse it."""
+    if key is not None and not isinstance(key, str):
+        raise ValueError(f"{source} must be text, got {type(key).__name__}")
     if key is not None and not key.strip():
         raise ValueError(f"{source} is empty: give a key clients must send, or leave it out to serve without one")
     if key is not None and key != key.strip():

@@ -38,7 +38,7 @@ class GuardMiddleware:
             )
             await response(scope, receive, send)
             return
-        if config.api_key and not is_public(scope["path"], config) and not authorized(headers, config.api_key):
+        if config.api_key and not is_public(scope["path"], config) and not authorized(headers, config.api_keys):
             response = error_response(
                 401,
                 "missing or invalid API key (send Authorization: Bearer KEY)",

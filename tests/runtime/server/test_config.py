@@ -89,8 +89,10 @@ def test_public_paths_and_metrics_auth():
 
 
 def test_authorized_header_forms():
-    assert authorized([(b"authorization", b"Bearer k1")], "k1")
-    assert authorized([(b"Authorization", b"bearer k1")], "k1")
-    assert not authorized([(b"authorization", b"Bearer k2")], "k1")
-    assert not authorized([(b"x-api-key", b"k1")], "k1")
-    assert not authorized([], "k1")
+    assert authorized([(b"authorization", b"Bearer k1")], ("k1",))
+    assert authorized([(b"Authorization", b"bearer k1")], ("k1",))
+    assert not authorized([(b"authorization", b"Bearer k2")], ("k1",))
+    assert not authorized([(b"x-api-key", b"k1")], ("k1",))
+    assert not authorized([], ("k1",))
+    assert authorized([(b"authorization", b"Bearer k2")], ("k1", "k2"))  # any of several keys
+    assert not authorized([(b"authorization", b"Bearer k")], ("k1", "k2"))
