@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import typing
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from model_optimizer.runtime.config import (
+    TOKEN_COUNTS,
     VLLM_SPELLINGS,
     field_choices,
     field_docs,
     format_size,
     parse_size,
+    parse_token_count,
     size_fields,
 )
 from model_optimizer.runtime.server.config import SPACE_SEPARATED
@@ -23,10 +23,6 @@ from model_optimizer.runtime.server.config import SPACE_SEPARATED
 T = TypeVar("T")
 SHORT_FLAGS = {"tensor_parallel_size": "-tp", "quantization": "-q"}
 """vLLM's short spellings of some flags."""
-TOKEN_COUNTS = ("max_model_len", "max_num_batched_tokens")
-"""Flags that take a token count with vLLM's suffixes as well: 32k = 32,000, 32K = 32,768 (m/M, g/G alike)."""
-SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-TOKEN_COUNT = re.compile(r"(\d+)(?:\.(\d+))?([kmgtKMGT])?")
 
 
 def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
@@ -116,8 +112,8 @@ def read_config_file(path: str | Path, classes: tuple[type, ...], extra: tuple[s
             raise ValueError(f"config file {file}: unknown setting {key!r}; allowed: {', '.join(sorted(hints))}")
         if name in TOKEN_COUNTS and isinstance(value, str):
             try:
-                value = token_count(value)
-            except argparse.ArgumentTypeError as exc:
+                value = parse_token_count(value)
+            except ValueError as exc:
                 raise ValueError(f"config file {file}: {name}: {exc}") from None
         if name in sizes and isinstance(value, str):
             try:
@@ -168,16 +164,11 @@ def _checked(file: Path, name: str, hint: Any, value: Any) -> Any:
 
 
 def token_count(text: str) -> int:
-    """argparse type of TOKEN_COUNTS flags: 4096, 32k (32,000), 32K (32,768), 1.5k (1,500); digits only,
-    a fraction only before a decimal suffix (k, m, g, t), and a whole number of tokens."""
-    match = TOKEN_COUNT.fullmatch(text)
-    whole, fraction, suffix = match.groups() if match else (None, None, None)
-    if whole is None or (fraction is not None and (suffix is None or suffix.isupper())):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a token count (4096, 32k = 32,000, 32K = 32,768)")
-    value = Fraction(f"{whole}.{fraction or 0}") * SUFFIXES.get(suffix or "", 1)
-    if value.denominator != 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens")
-    return int(value)
+    """argparse type of TOKEN_COUNTS flags (config.parse_token_count; argparse names the flag in its error)."""
+    try:
+        return parse_token_count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _size(text: str) -> int:

@@ -13,6 +13,7 @@ import math
 import re
 import typing
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cache
 from typing import Annotated, Literal
 
@@ -269,6 +270,25 @@ class EngineConfig:
         from model_optimizer.runtime.spec_decode.config import parse_speculative_config
 
         return parse_speculative_config(self.speculative_config)
+
+
+TOKEN_COUNTS = ("max_model_len", "max_num_batched_tokens")
+"""Settings that take a token count with vLLM's suffixes as well, as text: 32k = 32,000, 32K = 32,768."""
+TOKEN_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+TOKEN_COUNT = re.compile(r"(\d+)(?:\.(\d+))?([kmgtKMGT])?")
+
+
+def parse_token_count(text: str) -> int:
+    """4096, 32k (32,000), 32K (32,768), 1.5k (1,500): digits only, a fraction only before a decimal suffix
+    (k, m, g, t), and a whole number of tokens; ValueError otherwise."""
+    match = TOKEN_COUNT.fullmatch(text)
+    whole, fraction, suffix = match.groups() if match else (None, None, None)
+    if whole is None or (fraction is not None and (suffix is None or suffix.isupper())):
+        raise ValueError(f"{text!r} is not a token count (4096, 32k = 32,000, 32K = 32,768)")
+    value = Fraction(f"{whole}.{fraction or 0}") * TOKEN_SUFFIXES.get(suffix or "", 1)
+    if value.denominator != 1:
+        raise ValueError(f"{text!r} is not a whole number of tokens")
+    return int(value)
 
 
 GENERATION_DEFAULT_FIELDS = {

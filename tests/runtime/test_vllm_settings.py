@@ -353,3 +353,18 @@ def test_several_api_keys_any_is_accepted(qwen3_llm):
     assert dataclass_from_args(ServerConfig, build_parser(argv).parse_args(argv)).api_keys == ("sk-a", "sk-b")
     with pytest.raises(ValueError, match="api_key starts or ends with whitespace"):
         ServerConfig(api_key=["sk-a", " sk-b"])
+
+
+@pytest.mark.parametrize(
+    ("text", "setting"),
+    [
+        ("dtype=half", ("dtype", "float16")),
+        ("kv-cache-dtype=fp8_e4m3", ("kv_cache_dtype", "fp8")),
+        ("max_model_len=4k", ("max_model_len", 4000)),
+        ("max_num_batched_tokens=8K", ("max_num_batched_tokens", 8192)),
+    ],
+)
+def test_tune_set_takes_the_same_spellings_as_serve(text, setting):
+    from model_optimizer.optimizer.tune.space import parse_fix
+
+    assert parse_fix(text) == setting

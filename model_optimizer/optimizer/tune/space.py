@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from model_optimizer.runtime.config import EngineConfig, parse_size, size_fields
+from model_optimizer.runtime.config import (
+    TOKEN_COUNTS,
+    VLLM_SPELLINGS,
+    EngineConfig,
+    field_choices,
+    parse_size,
+    parse_token_count,
+    size_fields,
+)
 from model_optimizer.runtime.server.config import ServerConfig
 
 Value = bool | int | float | str | None
@@ -184,6 +192,7 @@ def coerce(name: str, value: Any) -> Value:
         value = float(value)
     if kind is str and not isinstance(value, str):
         raise ValueError(f"{name} must be a string, got {value!r}")
+    value = VLLM_SPELLINGS.get(name, {}).get(value, value) if isinstance(value, str) else value  # half: float16
     if allowed and value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
     return value
@@ -293,11 +302,11 @@ def _scalar(name: str) -> type:
 
 def _choices(name: str) -> tuple:
     """The allowed values of a Literal field, optional ones (`Literal[...] | None`) included."""
-    hint = _hints()[name]
-    for part in (hint, *typing.get_args(hint)):
-        if typing.get_origin(part) is Literal:
-            return typing.get_args(part)
-    return ()
+    for cls in (EngineConfig, ServerConfig):
+        if name in {f.name for f in dataclasses.fields(cls)}:
+            return field_choices(cls, name)
+    hint = _hints()[name]  # a speculative knob
+    return typing.get_args(hint) if typing.get_origin(hint) is Literal else ()
 
 
 def _optional(name: str) -> bool:
@@ -316,6 +325,8 @@ def _from_text(name: str, raw: str) -> Value:
                 return False
             raise ValueError
         if kind is int:
+            if name in TOKEN_COUNTS:
+                return parse_token_count(raw)
             return parse_size(raw) if name in size_fields(EngineConfig) else int(raw)
         if kind is float:
             number = float(raw)
