@@ -18,6 +18,7 @@ from functools import cache
 from typing import Annotated, Literal
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
+Quantization = Literal["none", "fp8", "int8", "int8-w8a8", "awq", "rtn-int4"]
 VLLM_SPELLINGS = {"dtype": {"half": "float16", "float": "float32"}, "kv_cache_dtype": {"fp8_e4m3": "fp8"}}
 """vLLM's other names for some choices, taken as ours (`--dtype half` is in many vLLM guides)."""
 BYTES = "bytes"
@@ -80,7 +81,7 @@ class EngineConfig:
     load_format: Literal["auto", "safetensors", "dummy"] = "auto"
     """How to get weights: from *.safetensors, or random ones built from config.json alone (dummy, for benchmarks)."""
 
-    quantization: Literal["none", "fp8", "int8", "int8-w8a8", "awq", "rtn-int4"] | None = None
+    quantization: Quantization | None = None
     """Weight quantization (vLLM's --quantization). Not given: as config.json's quantization_config says; none:
     never quantize; fp8, int8, int8-w8a8 (int8 weights, activations quantized per token where that is faster)
     and rtn-int4 quantize a float checkpoint at load time; awq reads an AWQ checkpoint (AutoAWQ's GEMM layout,

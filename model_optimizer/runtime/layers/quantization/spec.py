@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import typing
 from dataclasses import dataclass, field
 
+from model_optimizer.runtime.config import Quantization
 from model_optimizer.runtime.layers.quantization.quantizers import DEFAULT_GROUP_SIZE
 
-QUANTIZATION_CHOICES = ("none", "fp8", "int8", "int8-w8a8", "awq", "rtn-int4")
+QUANTIZATION_CHOICES = typing.get_args(Quantization)
 ONLINE_METHODS = ("fp8", "int8", "int8-w8a8", "rtn-int4")
 INT4_METHODS = ("awq", "rtn-int4")
 """The methods with int4 weights in groups along the input (the only ones a group size applies to)."""
