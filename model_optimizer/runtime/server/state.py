@@ -47,15 +47,14 @@ class ServedModel:
     vocab_size: int = 0
     """Token ids must lie in [0, vocab_size) (an embedding model's: its tokenizer's length)."""
     tokenizer: Any = None
+    """The Hugging Face tokenizer (an embedding model's: the embedder's); None for a model served without
+    one (token-id prompts only)."""
     aliases: tuple[str, ...] = ()
     """Other names clients may send (--served-model-name a b); /v1/models lists them after `name`."""
 
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
-
-    """The Hugging Face tokenizer (an embedding model's: the embedder's); None for a model served without
-    one (token-id prompts only)."""
 
 
 @dataclass
