@@ -179,20 +179,14 @@ class ServerConfig:
             raise ValueError(
                 f"max_connections_per_client must be an integer >= 0 (0: no limit), got {self.max_connections_per_client}"
             )
-        names = self.served_model_name
-        if isinstance(names, list):  # one name stays a string; several keep their order, each once
-            names = list(dict.fromkeys(names))
-            self.served_model_name = names[0] if len(names) == 1 else names
-        for name in [names] if isinstance(names, str) else names or []:
-            if not isinstance(name, str) or not name.strip():  # not "unset": a name asked
-                raise ValueError("served_model_name is empty: give the name clients send as `model`, or leave it out")
-        if isinstance(names, list) and not names:
+        self.served_model_name = _one_or_several(self.served_model_name)
+        if self.served_model_name == [] or any(  # not "unset": a name asked
+            not isinstance(name, str) or not name.strip() for name in _several(self.served_model_name)
+        ):
             raise ValueError("served_model_name is empty: give the name clients send as `model`, or leave it out")
-        if isinstance(self.api_key, list):
-            keys = list(dict.fromkeys(self.api_key))
-            if not keys:
-                raise ValueError("api_key is empty: give a key clients must send, or leave it out to serve without one")
-            self.api_key = keys[0] if len(keys) == 1 else keys
+        self.api_key = _one_or_several(self.api_key)
+        if self.api_key == []:
+            raise ValueError("api_key is empty: give a key clients must send, or leave it out to serve without one")
         for key in self.api_keys:
             check_api_key(key, "api_key")
         if str(self.log_level).lower() not in LOG_LEVELS:
@@ -225,14 +219,26 @@ class ServerConfig:
     @property
     def api_keys(self) -> tuple[str, ...]:
         """The keys a client may send, () when none is required."""
-        keys = self.api_key
-        return () if keys is None else (keys,) if isinstance(keys, str) else tuple(keys)
+        return _several(self.api_key)
 
     @property
     def model_names(self) -> tuple[str, ...]:
         """The served names, first the one responses carry; () when the folder's name is to be used."""
-        names = self.served_model_name
-        return () if names is None else (names,) if isinstance(names, str) else tuple(names)
+        return _several(self.served_model_name)
+
+
+def _one_or_several(value: str | list[str] | None) -> str | list[str] | None:
+    """A SPACE_SEPARATED setting: a list keeps its order, each value once, and one value stays a string
+    (an empty list stays empty, for the caller to refuse)."""
+    if not isinstance(value, list):
+        return value
+    unique = list(dict.fromkeys(value))
+    return unique[0] if len(unique) == 1 else unique
+
+
+def _several(value: str | list[str] | None) -> tuple[str, ...]:
+    """A SPACE_SEPARATED setting's values: () when unset."""
+    return () if value is None else (value,) if isinstance(value, str) else tuple(value)
 
 
 def check_api_key(key: str | None, source: str) -> None:
