@@ -408,20 +408,12 @@ def _logprobs(logprobs: list, num_top: int | None, tokenizer: Any) -> list[dict]
     from model_optimizer.runtime.engine.detokenizer import TokenTexts
 
     text = TokenTexts(tokenizer)
-
-    rows = []
-    for lp in logprobs:
-        top = sorted(lp.top.items(), key=lambda kv: -kv[1])[: num_top or 0]
-        rows.append(
-            {
-                "token_id": lp.token_id,
-                "token": text(lp.token_id),
-                "logprob": _finite(lp.logprob),
-                "rank": lp.rank,
-                "top": [{"token_id": t, "token": text(t), "logprob": _finite(v)} for t, v in top],
-            }
+    return [
+        _logprob_row(
+            text, lp.token_id, lp.logprob, lp.rank, sorted(lp.top.items(), key=lambda kv: -kv[1])[: num_top or 0]
         )
-    return rows
+        for lp in logprobs
+    ]
 
 
 def _prompt_logprobs(output: Any, num_top: int | None, tokenizer: Any) -> list[dict | None]:
@@ -436,16 +428,20 @@ def _prompt_logprobs(output: Any, num_top: int | None, tokenizer: Any) -> list[d
             rows.append(None)
             continue
         top = sorted(((t, lp) for t, lp in entry.items() if lp.rank <= (num_top or 0)), key=lambda kv: kv[1].rank)
-        rows.append(
-            {
-                "token_id": token,
-                "token": text(token),
-                "logprob": _finite(entry[token].logprob),
-                "rank": entry[token].rank,
-                "top": [{"token_id": t, "token": text(t), "logprob": _finite(lp.logprob)} for t, lp in top],
-            }
-        )
+        chosen = entry[token]
+        rows.append(_logprob_row(text, token, chosen.logprob, chosen.rank, [(t, lp.logprob) for t, lp in top]))
     return rows
+
+
+def _logprob_row(text: Any, token: int, logprob: float, rank: int, top: list[tuple[int, float]]) -> dict:
+    """One token's row in a JSONL result: its text, logprob and rank, and the most likely tokens there."""
+    return {
+        "token_id": token,
+        "token": text(token),
+        "logprob": _finite(logprob),
+        "rank": rank,
+        "top": [{"token_id": t, "token": text(t), "logprob": _finite(v)} for t, v in top],
+    }
 
 
 def _print_text(result: dict) -> None:
