@@ -300,7 +300,8 @@ GENERATION_DEFAULT_FIELDS = {
     "repetition_penalty": "repetition_penalty",
     "max_new_tokens": "max_tokens",
 }
-"""generation_config.json keys the engine takes as sampling defaults -> their SamplingParams fields."""
+"""generation_config.json keys the engine takes as sampling defaults (those a model's authors chose, as vLLM
+applies them) -> their SamplingParams fields; other keys (do_sample, max_length, token ids) are not defaults."""
 
 
 def generation_overrides(value: str | dict | None) -> dict | None:

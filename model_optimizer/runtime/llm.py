@@ -51,10 +51,6 @@ def eos_token_ids(model_dir: Path, tokenizer: Any) -> frozenset[int]:
     return frozenset() if eos is None else frozenset([eos])
 
 
-# generation_config.json key -> SamplingParams field: the sampling defaults a model's authors chose
-# (vLLM applies the same ones); other keys (do_sample, max_length, token ids) are not sampling defaults
-
-
 def engine_tokenizer(config: EngineConfig, model_dir: Path) -> Any:
     """The tokenizer for `config`: None with skip_tokenizer_init, or for dummy weights without one."""
     if config.skip_tokenizer_init:
@@ -422,24 +418,21 @@ def _as_prompt_list(prompts: Prompt | dict | Sequence[Prompt | dict]) -> list[Pr
 
 def _as_conversations(messages: Sequence[Mapping] | Sequence[Sequence[Mapping]]) -> list[list[Any]]:
     """One conversation (a list of message dicts) or a list of them, as a list of conversations."""
-    if (
-        isinstance(messages, (str, bytes))
-        or _is_message(messages)
-        or not isinstance(messages, Sequence)
-        or not messages
-    ):
+    if not _is_list_of_something(messages):
         raise ValueError("messages must be a non-empty list of message dicts, or a list of such lists")
     if all(_is_message(m) for m in messages):
         return [list(messages)]
     for index, conversation in enumerate(messages):
-        if (
-            isinstance(conversation, (str, bytes))
-            or _is_message(conversation)
-            or not isinstance(conversation, Sequence)
-            or not conversation
-        ):
+        if not _is_list_of_something(conversation):
             raise ValueError(f"messages[{index}] must be a non-empty list of message dicts (one conversation)")
     return [list(conversation) for conversation in messages]
+
+
+def _is_list_of_something(value: object) -> bool:
+    """A non-empty sequence that is neither text nor a message itself."""
+    return (
+        isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and not _is_message(value) and bool(value)
+    )
 
 
 def _is_message(value: object) -> bool:
