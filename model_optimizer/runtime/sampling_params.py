@@ -59,8 +59,8 @@ class SamplingParams:
     """Token sequences the output must not contain: the last token of each is barred wherever the output
     so far ends with the rest (vLLM's bad_words, as token ids; the server tokenizes its words)."""
     bad_words: list[str] | None = None
-    """Words the output must not contain (vLLM's): the engine tokenizes each, alone and after a space, into
-    more bad_words_token_ids when the request is queued. Needs the model's tokenizer."""
+    """Words the output must not contain (vLLM's): the engine tokenizes each, without its leading spaces, alone
+    and after a space, into more bad_words_token_ids when the request is queued. Needs the model's tokenizer."""
     thinking_token_budget: int | None = None
     """Most tokens of thinking (vLLM's): once the output has thought this many tokens without ending its
     block, thinking_end_token_ids are forced, one a step. None: no bound."""

@@ -152,14 +152,17 @@ def _cut_at_tag(text: str) -> str:
 
 def bad_words_token_ids(tokenizer: Tokenizer, words: Sequence[str]) -> list[list[int]]:
     """vLLM's bad_words as the token sequences the sampler bars: each word without its leading spaces (all
-    of it when it is only spaces), and after one space (a word in mid-text, in most vocabularies); without special tokens, each sequence once.
-    vLLM bars the spelling after a space only when it is as many tokens as the bare one; barring it always
-    keeps a word out that a tokenizer spells in fewer tokens after a space."""
+    of it when it is only spaces), alone and after one space (a word in mid-text, in most vocabularies);
+    without special tokens, each sequence once. vLLM bars the spelling after a space only when it is as
+    many tokens as the bare one; barring it always keeps a word out that a tokenizer spells in fewer
+    tokens after a space."""
     sequences: list[list[int]] = []
-    for text in (t for word in words for t in (word.lstrip() or word, " " + (word.lstrip() or word))):
-        ids = list(tokenizer.encode(text, add_special_tokens=False))
-        if ids and ids not in sequences:
-            sequences.append(ids)
+    for word in words:
+        bare = word.lstrip() or word
+        for text in (bare, " " + bare):
+            ids = list(tokenizer.encode(text, add_special_tokens=False))
+            if ids and ids not in sequences:
+                sequences.append(ids)
     return sequences
 
 
