@@ -58,6 +58,7 @@ def measure(kind: str, tiles) -> dict:
         w8a8=tiles.w8a8,
         quiet=True,
         accs=tiles.accumulators,
+        max_registers=tiles.max_registers,
     )
     sass, regs = disassemble(kernel.asm["cubin"])
     loop = collections.Counter(op.split(".")[0] for op in main_loop(sass))

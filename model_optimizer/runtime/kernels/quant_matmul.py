@@ -276,6 +276,7 @@ def quant_matmul(
         ACCS=tiles.accumulators,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
+        **({"maxnreg": tiles.max_registers} if tiles.max_registers else {}),
         **pdl.options(x),
     )
     return out

@@ -72,6 +72,10 @@ class QuantTiles:
     (summed at the end), so that no dot waits for the one before and Triton issues them asynchronously:
     the widening of the next plane runs on the CUDA cores while the tensor cores multiply. With one
     accumulator every plane's dot is waited for before the next plane is widened."""
+    max_registers: int = 0
+    """Our Triton program only: registers a thread may use (ptxas's maxnreg; 0: the compiler's choice). Fewer
+    registers fit more programs on an SM, which hides more memory latency where the kernel waits on
+    loads, at the cost of spills where it runs out."""
 
     @property
     def kernel(self) -> str:
@@ -85,7 +89,10 @@ class QuantTiles:
     def compile_key(self) -> tuple:
         """The fields that make a distinct Triton compile of our program (the shape's own specializations
         aside: one split or several, even N and K, integers divisible by 16)."""
-        return (self.block_m, self.block_n, self.block_k, self.num_warps, self.num_stages, self.accumulators, self.w8a8)
+        return (
+            self.block_m, self.block_n, self.block_k, self.num_warps, self.num_stages, self.accumulators, self.w8a8,
+            self.max_registers,
+        )  # fmt: skip
 
     @property
     def quantizes_activations(self) -> bool:
@@ -131,7 +138,7 @@ def split_for(n: int, k: int, block_n: int, block_k: int, tiles_m: int, waves: f
     return max(1, min(want, k // (2 * block_k), MAX_SPLIT_K))
 
 
-# (block_m, block_n, block_k, waves, num_warps, num_stages[, accumulators]). waves x SMs is the number of programs
+# (block_m, block_n, block_k, waves, num_warps, num_stages[, accumulators[, max_registers]]). waves x SMs is the number of programs
 # split-K aims at (0: no split): at decode the tiles of one weight are few, and several programs per
 # SM hide the latency of each one's loads. Chosen from the sm_90 SASS of each shape (registers
 # without spills, benchmarks/quant_sass.py) and the sweeps: the table measures which wins.
@@ -247,6 +254,12 @@ _GEMVS = {  # one row on CUDA cores: no pipelining, so the tile of one iteration
         (1, 32, 512, 4, 4, 1),
         (1, 16, 256, 8, 4, 2),
     ],
+    "int8": [  # int8 only, beside "bytes": the 16-row tile under a cap of 72 registers (8th field,
+        # QuantTiles.max_registers), without spills on sm_90 (e4m3's widening spills there): seven programs
+        # an SM instead of five. Llama-3.1-8B's gate_up at one row on an H100: 40.6 against 42.8 us
+        # (scripts/device/register_cap_probe.py; README)
+        (1, 16, 256, 8, 4, 2, 1, 72),
+    ],
     "int4": [  # more rows a thread (larger block_n a warp) reuse each activation load more often
         (1, 64, 256, 4, 4, 1),
         (1, 64, 256, 4, 4, 2),
@@ -335,13 +348,14 @@ def _specs(kind: str, bucket: int, w8a8: bool = False) -> list[tuple]:
 
 
 def _make(kind: str, m: int, n: int, k: int, spec: tuple, num_sms: int, w8a8: bool = False) -> QuantTiles:
-    block_m, block_n, block_k, waves, num_warps, num_stages, *accumulators = spec
+    block_m, block_n, block_k, waves, num_warps, num_stages, *extra = spec
+    accumulators, max_registers = (*extra, *(1, 0)[len(extra) :])  # the fields' defaults where left out
     if kind == "int4":
         block_k = 128 if block_m > 1 else max(128, block_k)  # whole planes blocks (quant_kernels.INT4_BLOCK_K)
     tiles_m = 1 if block_m == 1 else -(-m // block_m)
     split = split_for(n, k, block_n, block_k, tiles_m, waves, num_sms)
     return QuantTiles(block_m, block_n, block_k, split, num_warps, num_stages, w8a8=w8a8,
-                      accumulators=accumulators[0] if accumulators else 1)  # fmt: skip
+                      accumulators=accumulators, max_registers=max_registers)  # fmt: skip
 
 
 def candidates(
@@ -356,7 +370,8 @@ def candidates(
         return [TORCH]
     specs = _specs(kind, bucket)
     if m == 1:
-        specs = specs + [s for s in _GEMVS["int4" if kind == "int4" else "bytes"] if k >= s[2]]
+        gemvs = _GEMVS["int4"] if kind == "int4" else _GEMVS["bytes"] + _GEMVS.get(kind, [])
+        specs = specs + [s for s in gemvs if k >= s[2]]
     found = [_make(kind, m, n, k, s, num_sms) for s in specs]
     if kind == "bf16":
         found.append(TORCH)  # cuBLAS: the table keeps ours only where it measured faster

@@ -42,10 +42,11 @@ def compile_kernel(
     num_warps: int = 4,
     quiet: bool = False,
     gluon: bool = False,
+    maxnreg: int = 0,
 ):
     """`fn` compiled for sm_90, with the divisibility-by-16 facts the launcher's JIT derives for pointers
     and strides (and for the integer arguments named in `aligned_ints`, as it does for any multiple of 16).
-    `gluon`: fn is a `@gluon.jit` kernel."""
+    `gluon`: fn is a `@gluon.jit` kernel. `maxnreg`: a register cap (0: none), as a launch passes it."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constexprs else pointer_types.get(n, "i32") for n in names}
     aligned = [n for n in names if n.endswith("_ptr") or n.startswith("stride_") or n in aligned_ints]
@@ -59,7 +60,8 @@ def compile_kernel(
         constexprs={(names.index(n),): v for n, v in constexprs.items()},
         attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned},
     )
-    kernel = triton.compile(source, target=TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
+    options = {"num_warps": num_warps, "num_stages": num_stages, **({"maxnreg": maxnreg} if maxnreg else {})}
+    kernel = triton.compile(source, target=TARGET, options=options)
     if quiet:
         return kernel
     ptx = kernel.asm["ptx"]
@@ -172,6 +174,7 @@ def quant_matmul(
     pdl: bool = False,
     gated: bool = False,
     accs: int = 1,
+    max_registers: int = 0,
 ):
     """One launch shape of the quantized matmul (CUDA-core GEMV, split-K dot, prefill tile) per weight
     format, as quant_matmul launches it on sm_90 (PTX widening); the compiled kernel
@@ -218,6 +221,7 @@ def quant_matmul(
         num_stages=num_stages,
         num_warps=num_warps,
         quiet=quiet,
+        maxnreg=max_registers,
     )
 
 

@@ -80,6 +80,35 @@ def test_split_k_sums_partials_and_resets_its_counters(kind, block_m):
     assert not launcher._counters.by_device[x.device].any()
 
 
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("block_m", [1, 16])
+def test_a_register_cap_is_a_launch_option_with_the_same_bits(kind, block_m):
+    """max_registers goes to the compiler as maxnreg (a separate build: it is in the compile key) and
+    changes nothing in what is computed."""
+    k, block_k = (256, 128) if kind == "int4" else (128, 64)
+    x, q, s, z, _, want = _case(kind, 1, 32, k, torch.bfloat16, 128, seed=5)
+    capped = QuantTiles(block_m=block_m, block_n=16, block_k=block_k, split_k=2, max_registers=64)
+    plain = QuantTiles(block_m=block_m, block_n=16, block_k=block_k, split_k=2)
+    assert capped.compile_key != plain.compile_key
+    out = quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, tiles=capped)
+    assert torch.equal(out, quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, tiles=plain))
+    assert relative_error(out, want) < TOLERANCE[torch.bfloat16]
+
+
+def test_only_int8_one_row_gemvs_are_swept_under_a_register_cap():
+    """The sweep times int8's 16-row GEMV capped at 72 registers (no spills on sm_90); e4m3's widening
+    spills under that cap, and no other format or row count is offered one."""
+    from model_optimizer.runtime.kernels.quant_tiles import candidates
+
+    capped = {
+        (kind, m): [t for t in candidates(kind, m, 28672, 4096, 132, w8a8=True) if t.max_registers]
+        for kind in ("int8", "fp8", "int4", "bf16")
+        for m in (1, 8)
+    }
+    assert [(t.kernel, t.block_n, t.max_registers) for t in capped["int8", 1]] == [("gemv", 16, 72)]
+    assert not any(found for key, found in capped.items() if key != ("int8", 1))
+
+
 @pytest.mark.parametrize("kind", ["int8", "fp8"])
 @pytest.mark.parametrize("block_m", [1, 16])
 def test_kernel_decodes_every_byte_code(kind, block_m):
