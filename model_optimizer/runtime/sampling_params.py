@@ -8,8 +8,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from model_optimizer.runtime.structured.params import StructuredOutputs
+from model_optimizer.runtime.structured.vllm_params import GuidedDecodingParams, StructuredOutputsParams
+
+__all__ = ["GuidedDecodingParams", "RequestOutputKind", "SamplingParams", "StructuredOutputsParams"]
 
 MAX_LOGPROBS = 20
 
@@ -101,10 +105,15 @@ class SamplingParams:
     """Produce text; off, outputs carry token ids only (and stop strings cannot be used)."""
     structured_outputs: StructuredOutputs | None = None
     """Constrain the output to a JSON schema, a regex, a choice or a grammar (see runtime/structured); a
-    dict in vLLM's shape ({"json": schema}, {"regex": ...}, {"choice": [...]}, ...) is converted."""
+    dict in vLLM's shape ({"json": schema}, {"regex": ...}, {"choice": [...]}, ...) or vLLM's
+    StructuredOutputsParams (runtime/structured/vllm_params.py) is converted."""
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
     """What each output holds: all so far (CUMULATIVE), only what is new (DELTA, for streaming), or one
     output when the request has finished (FINAL_ONLY)."""
+    guided_decoding: Any = None
+    """vLLM's older name for structured_outputs (a GuidedDecodingParams or a dict): moved there on
+    construction, so it is always None after it (typed Any: the engine core's decoder takes no union of
+    a dataclass and a dict)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -121,8 +130,13 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids)
         if _is_int(self.top_k) and self.top_k == -1:
             self.top_k = 0
+        if self.guided_decoding is not None:
+            _require(self.structured_outputs is None, "give structured_outputs or guided_decoding, not both")
+            self.structured_outputs, self.guided_decoding = self.guided_decoding, None  # type: ignore[assignment]
         if isinstance(self.structured_outputs, dict):
             self.structured_outputs = StructuredOutputs.from_dict(self.structured_outputs)
+        elif isinstance(self.structured_outputs, StructuredOutputsParams):
+            self.structured_outputs = self.structured_outputs.to_structured_outputs()
         self._validate()
 
     @property

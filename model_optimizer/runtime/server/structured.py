@@ -14,7 +14,6 @@ crashed server or a hung engine.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -23,6 +22,7 @@ from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import SamplingFields
 from model_optimizer.runtime.server.state import ServerState
 from model_optimizer.runtime.structured.params import StructuredOutputs
+from model_optimizer.runtime.structured.vllm_params import from_vllm_fields
 
 CHECK_TIMEOUT_S = 10.0
 """Longest the server spends validating one constraint before refusing it as too complex."""
@@ -38,12 +38,17 @@ def requested_constraint(body: SamplingFields) -> tuple[StructuredOutputs, str] 
     if body.structured_outputs is not None:
         found.append(("structured_outputs", lambda: _structured_outputs(body.structured_outputs)))
     pattern = body.guided_whitespace_pattern
-    for name, kind in (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice")):
+    for name, field in (
+        ("guided_json", "json_schema"),
+        ("guided_regex", "regex"),
+        ("guided_choice", "choice"),
+        ("guided_grammar", "grammar"),
+    ):
         value = getattr(body, name)
         if value is not None:
-            found.append((name, lambda kind=kind, value=value: _make(kind, value, pattern or "")))
-    if body.guided_grammar is not None:
-        found.append(("guided_grammar", lambda: StructuredOutputs.grammar(body.guided_grammar)))  # type: ignore[arg-type]
+            found.append(
+                (name, lambda field=field, value=value: from_vllm_fields(**{field: value}, whitespace_pattern=pattern))
+            )
     if pattern is not None and [name for name, _ in found] != ["guided_json"]:
         raise APIError(400, "guided_whitespace_pattern goes with guided_json alone", "guided_whitespace_pattern")
     if len(found) > 1:
@@ -71,76 +76,17 @@ def _response_format(rf: Any) -> StructuredOutputs:
 
 
 def _structured_outputs(so: Any) -> StructuredOutputs:
-    given = [
-        (k, v)
-        for k, v in (
-            ("json", so.json_),
-            ("regex", so.regex),
-            ("choice", so.choice),
-            ("grammar", so.grammar),
-            ("structural_tag", so.structural_tag),
-        )
-    ]
-    given = [(k, v) for k, v in given if v is not None] + ([("json_object", True)] if so.json_object else [])
-    if len(given) != 1:
-        raise ValueError("set exactly one of json, regex, choice, grammar, json_object or structural_tag")
-    kind, value = given[0]
-    flexible = so.disable_any_whitespace is False  # compact unless asked otherwise
-    pattern = so.whitespace_pattern or ""
-    if so.disable_additional_properties:
-        if kind != "json":
-            raise ValueError(f"disable_additional_properties goes with json, not with {kind}")
-        value = closed(json.loads(value) if isinstance(value, str) else value)
-    if kind == "json_object":
-        return StructuredOutputs.json_object(flexible, pattern)
-    if kind == "json":
-        return StructuredOutputs.json(value, flexible, pattern)
-    if kind == "structural_tag":  # vLLM's is the tag's JSON text; an object works too
-        tag = {"structural_tag": value, "whitespace_flexible": flexible, "whitespace_pattern": pattern}
-        return StructuredOutputs.from_dict(tag)
-    return _make(kind, value, pattern)
-
-
-SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-"""JSON schema keywords whose value maps names to schemas."""
-SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-"""Keywords whose value is a list of schemas."""
-SCHEMA_ONE = ("items", "additionalItems", "not", "if", "then", "else", "contains", "propertyNames")
-"""Keywords whose value is one schema (items: or a list of them, in older drafts)."""
-
-
-def closed(schema: Any) -> Any:
-    """vLLM's disable_additional_properties: `schema` with `additionalProperties: false` on every object
-    schema that does not say (its own copy; the keywords above are followed, nothing else is touched)."""
-    if isinstance(schema, list):
-        return [closed(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = dict(schema)
-    for key in SCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {name: closed(sub) for name, sub in out[key].items()}
-    for key in SCHEMA_LISTS + SCHEMA_ONE:
-        if key in out:
-            out[key] = closed(out[key])
-    if isinstance(out.get("additionalProperties"), dict):
-        out["additionalProperties"] = closed(out["additionalProperties"])
-    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out:
-        out["additionalProperties"] = False
-    return out
-
-
-def _make(kind: str, value: Any, whitespace_pattern: str = "") -> StructuredOutputs:
-    """A constraint of one of vLLM's guided_* kinds; `whitespace_pattern` goes with json alone."""
-    if whitespace_pattern and kind != "json":
-        raise ValueError(f"whitespace_pattern goes with json, not with {kind}")
-    if kind == "json":
-        return StructuredOutputs.json(value, whitespace_pattern=whitespace_pattern)
-    if kind == "choice":
-        return StructuredOutputs.choice(value)
-    if kind == "grammar":
-        return StructuredOutputs.grammar(value)
-    return StructuredOutputs.regex(value)
+    return from_vllm_fields(
+        so.json_,
+        so.regex,
+        so.choice,
+        so.grammar,
+        so.json_object,
+        so.structural_tag,
+        so.disable_any_whitespace,
+        so.whitespace_pattern,
+        so.disable_additional_properties,
+    )
 
 
 async def check_constraint(state: ServerState, so: StructuredOutputs, param: str) -> None:

@@ -139,6 +139,29 @@ def test_regex_choice_and_grammar_hold_at_temperature_1(builtin):
             assert c.finish_reason == "stop" and valid(c.text), (so.kind, c.text)
 
 
+def test_vllms_params_classes_constrain_the_builtin_model(builtin):
+    """Code written for vLLM (`SamplingParams(structured_outputs=StructuredOutputsParams(...))`, or the older
+    `guided_decoding=GuidedDecodingParams(...)`) runs unchanged: the outputs validate, and vLLM's flags mean
+    what they do there (disable_additional_properties closes every object)."""
+    from model_optimizer.runtime.sampling_params import GuidedDecodingParams, StructuredOutputsParams
+
+    open_schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}}
+    params = [
+        SamplingParams(
+            temperature=1.0, seed=5, max_tokens=80,
+            structured_outputs=StructuredOutputsParams(json=open_schema, disable_additional_properties=True),
+        ),
+        SamplingParams(temperature=1.0, seed=5, max_tokens=80, guided_decoding=GuidedDecodingParams(
+            choice=["yes", "no"], backend="xgrammar", disable_fallback=True)),
+    ]  # fmt: skip
+    closed_schema = {**open_schema, "additionalProperties": False}
+    assert params[0].structured_outputs == StructuredOutputs.json(closed_schema)
+    assert params[1].structured_outputs == StructuredOutputs.choice(["yes", "no"]) and params[1].guided_decoding is None
+    document, answer = builtin.generate(["x = ", "x = "], params)
+    jsonschema.validate(json.loads(document.outputs[0].text), closed_schema)
+    assert answer.outputs[0].text in ("yes", "no")
+
+
 ITEMS = {
     "type": "object",
     "properties": {"items": {"type": "array", "items": {"enum": ["a", "bb", "ccc"]}, "minItems": 3, "maxItems": 8}},

@@ -330,7 +330,7 @@ def test_a_whitespace_pattern_sets_the_whitespace_between_json_tokens(client):
 
 
 def test_closed_adds_additional_properties_false_where_a_schema_does_not_say():
-    from model_optimizer.runtime.server.structured import closed
+    from model_optimizer.runtime.structured.vllm_params import closed
 
     schema = {
         "type": "object",

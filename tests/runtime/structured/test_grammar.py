@@ -68,6 +68,45 @@ def test_a_dict_in_vllms_shape_is_converted():
         assert SamplingParams(structured_outputs={"structural_tag": value}).structured_outputs == expected
 
 
+def test_vllms_params_classes_are_converted_with_vllms_flags():
+    from model_optimizer.runtime.structured import GuidedDecodingParams, StructuredOutputsParams
+
+    schema = {"type": "object", "properties": {"a": {"type": "object"}}}
+    made = StructuredOutputsParams(json=json.dumps(schema), disable_additional_properties=True).to_structured_outputs()
+    assert json.loads(made.spec) == {
+        "type": "object",
+        "properties": {"a": {"type": "object", "additionalProperties": False}},
+        "additionalProperties": False,
+    }
+    # whitespace: compact when left out or True (the server's default), bounded runs when False
+    assert not StructuredOutputsParams(json_object=True).to_structured_outputs().whitespace_flexible
+    assert (
+        not StructuredOutputsParams(json=schema, disable_any_whitespace=True)
+        .to_structured_outputs()
+        .whitespace_flexible
+    )
+    assert (
+        StructuredOutputsParams(json=schema, disable_any_whitespace=False).to_structured_outputs().whitespace_flexible
+    )
+    pattern = StructuredOutputsParams(json=schema, whitespace_pattern="[ ]?").to_structured_outputs()
+    assert pattern.whitespace_pattern == "[ ]?"
+    assert GuidedDecodingParams(grammar='start: "a"').to_structured_outputs() == StructuredOutputs.grammar('start: "a"')
+    assert SamplingParams(guided_decoding={"regex": "a+"}).structured_outputs == StructuredOutputs.regex("a+")
+    for bad, message in [
+        (dict(structured_outputs=StructuredOutputsParams()), "exactly one of"),
+        (dict(structured_outputs=StructuredOutputsParams(regex="a", choice=["b"])), "exactly one of"),
+        (dict(structured_outputs=StructuredOutputsParams(regex="a", whitespace_pattern=" ")), "goes with json"),
+        (
+            dict(structured_outputs=StructuredOutputsParams(regex="a", disable_additional_properties=True)),
+            "goes with json",
+        ),
+        (dict(structured_outputs={"regex": "a"}, guided_decoding={"regex": "b"}), "not both"),
+        (dict(structured_outputs=StructuredOutputsParams(json="{not json")), "JSON"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            SamplingParams(**bad)
+
+
 def test_a_forged_message_is_checked_as_it_is_decoded():
     """The core decodes the frontend's messages with msgspec, which runs the same checks."""
     good = encode(CoreRequest("r", [1], SamplingParams(structured_outputs=StructuredOutputs.regex("a+")), 8))

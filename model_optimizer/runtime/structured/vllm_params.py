@@ -1,0 +1,133 @@
+"""vLLM's spelling of a constraint: its `structured_outputs` fields, for the server and the Python API.
+
+`from_vllm_fields` turns the fields of vLLM's `structured_outputs` (a request body's, or the
+`StructuredOutputsParams` below) into one StructuredOutputs, with vLLM's meaning of each flag;
+`StructuredOutputsParams` (and its older name `GuidedDecodingParams`) lets code written for vLLM's
+`SamplingParams(structured_outputs=StructuredOutputsParams(json=schema))` run unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from model_optimizer.runtime.structured.params import StructuredOutputs
+
+SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+"""JSON schema keywords whose value maps names to schemas."""
+SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+"""Keywords whose value is a list of schemas."""
+SCHEMA_ONE = ("items", "additionalItems", "not", "if", "then", "else", "contains", "propertyNames")
+"""Keywords whose value is one schema (items: or a list of them, in older drafts)."""
+
+
+def closed(schema: Any) -> Any:
+    """vLLM's disable_additional_properties: `schema` with `additionalProperties: false` on every object
+    schema that does not say (its own copy; the keywords above are followed, nothing else is touched)."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed(sub) for name, sub in out[key].items()}
+    for key in SCHEMA_LISTS + SCHEMA_ONE:
+        if key in out:
+            out[key] = closed(out[key])
+    if isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = closed(out["additionalProperties"])
+    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def from_vllm_fields(
+    json_schema: Any = None,
+    regex: str | None = None,
+    choice: list[str] | None = None,
+    grammar: str | None = None,
+    json_object: bool | None = None,
+    structural_tag: Any = None,
+    disable_any_whitespace: bool | None = None,
+    whitespace_pattern: str | None = None,
+    disable_additional_properties: bool | None = None,
+) -> StructuredOutputs:
+    """The constraint vLLM's `structured_outputs` fields describe (`json_schema` is its `json`: a schema
+    as an object or JSON text); ValueError unless exactly one kind is given. JSON stays compact unless
+    `disable_any_whitespace` is False (then bounded runs of whitespace); `whitespace_pattern` sets it
+    instead; `disable_additional_properties` closes every object schema (`closed`)."""
+    given = [
+        (kind, value)
+        for kind, value in (
+            ("json", json_schema),
+            ("regex", regex),
+            ("choice", choice),
+            ("grammar", grammar),
+            ("structural_tag", structural_tag),
+        )
+        if value is not None
+    ] + ([("json_object", True)] if json_object else [])
+    if len(given) != 1:
+        raise ValueError("set exactly one of json, regex, choice, grammar, json_object or structural_tag")
+    kind, value = given[0]
+    flexible = disable_any_whitespace is False  # compact unless asked otherwise
+    pattern = whitespace_pattern or ""
+    if disable_additional_properties:
+        if kind != "json":
+            raise ValueError(f"disable_additional_properties goes with json, not with {kind}")
+        value = closed(json.loads(value) if isinstance(value, str) else value)
+    if kind == "json_object":
+        return StructuredOutputs.json_object(flexible, pattern)
+    if kind == "json":
+        return StructuredOutputs.json(value, flexible, pattern)
+    if kind == "structural_tag":  # vLLM's is the tag's JSON text; an object works too
+        tag = {"structural_tag": value, "whitespace_flexible": flexible, "whitespace_pattern": pattern}
+        return StructuredOutputs.from_dict(tag)
+    if pattern:
+        raise ValueError(f"whitespace_pattern goes with json, not with {kind}")
+    make = {"choice": StructuredOutputs.choice, "grammar": StructuredOutputs.grammar, "regex": StructuredOutputs.regex}
+    return make[kind](value)
+
+
+@dataclass
+class StructuredOutputsParams:
+    """vLLM's `StructuredOutputsParams`: one of `json` (a schema, as a dict or JSON text), `regex`,
+    `choice`, `grammar`, `json_object`, `structural_tag`, and the flags vLLM has. Give it to
+    `SamplingParams(structured_outputs=...)` (or `guided_decoding=`, vLLM's older name), which turns it
+    into a `StructuredOutputs` at once, so a mistake is a ValueError there."""
+
+    json: Any = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    disable_fallback: bool = False
+    """Taken and ignored: there is one grammar engine, and no fallback to another."""
+    disable_any_whitespace: bool | None = None
+    """False allows whitespace between JSON tokens (runs of up to 16), True or None (left out) makes JSON
+    compact, as the server does with the field left out. (vLLM defaults to False: whitespace allowed,
+    which small models spend their budget on.)"""
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
+    structural_tag: Any = None
+    backend: str | None = None
+    """GuidedDecodingParams' field: taken and ignored (one backend, llguidance)."""
+
+    def to_structured_outputs(self) -> StructuredOutputs:
+        return from_vllm_fields(
+            self.json,
+            self.regex,
+            self.choice,
+            self.grammar,
+            self.json_object,
+            self.structural_tag,
+            self.disable_any_whitespace,
+            self.whitespace_pattern,
+            self.disable_additional_properties,
+        )
+
+
+GuidedDecodingParams = StructuredOutputsParams
+"""vLLM's name before `structured_outputs` (SamplingParams' `guided_decoding`)."""
