@@ -19,6 +19,8 @@ TOKENIZER_DIR = "/tokenizer"
 DRAFT_MODEL_DIR = "/draft_model"
 """Where a speculative-decoding draft model is mounted (read-only, as the model)."""
 CHAT_TEMPLATE = "/etc/mopt/chat_template.jinja"
+TLS_FILES = ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs")
+"""Server settings that name files on this host a deployment cannot carry (a private key among them)."""
 
 
 @dataclass
@@ -36,6 +38,13 @@ class ServeSettings:
             raise ValueError(
                 f"--generation-config {self.engine.generation_config}: a folder on this host is not in the container; "
                 "put generation_config.json in the model folder (auto), or give --override-generation-config"
+            )
+        tls = [f"--{name.replace('_', '-')}" for name in TLS_FILES if getattr(self.server, name)]
+        if tls:  # keys are secrets: never copied into an image
+            raise ValueError(
+                f"{' '.join(tls)}: files on this host are not in the container, and a private key does not belong "
+                "in an image; terminate TLS in front of the service (an ingress or load balancer), or mount "
+                "the files into your own build and pass the flags there"
             )
         from model_optimizer.runtime.llm import generation_defaults
 

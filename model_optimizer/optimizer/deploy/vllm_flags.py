@@ -58,6 +58,14 @@ TRANSLATED = {
     "default_chat_template_kwargs": "--default-chat-template-kwargs",
     "enable_prompt_tokens_details": "--enable-prompt-tokens-details",
     "disable_fastapi_docs": "--disable-fastapi-docs",
+    "response_role": "--response-role",
+    "return_tokens_as_token_ids": "--return-tokens-as-token-ids",
+    "enable_request_id_headers": "--enable-request-id-headers",
+    "root_path": "--root-path",
+    "ssl_keyfile": "--ssl-keyfile",
+    "ssl_certfile": "--ssl-certfile",
+    "ssl_ca_certs": "--ssl-ca-certs",
+    "ssl_cert_reqs": "--ssl-cert-reqs",
 }
 """Settings with the same meaning in vLLM. Booleans become --flag / --no-flag."""
 
@@ -84,6 +92,8 @@ ONLY_TRUE = {
     "enable_auto_tool_choice",
     "enable_prompt_tokens_details",
     "disable_fastapi_docs",
+    "return_tokens_as_token_ids",
+    "enable_request_id_headers",
 }
 """vLLM flags that can only switch a feature on: our False is vLLM's default and needs no flag."""
 

@@ -129,6 +129,8 @@ def token_bytes(tokenizer: Any, token_id: int, text: str) -> bytes:
 _SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Per tokenizer: its caches (see TokenTexts), shared by every request (a token's text never changes)."""
 _NO_TOKENIZER: dict[str, dict] = {"keys": {}}
+_AS_IDS: dict[str, dict] = {}
+"""The caches of "token_id:N" names: the same for every tokenizer."""
 """The caches of a model without a tokenizer: only the "token_id:N" keys."""
 
 
@@ -138,10 +140,14 @@ class TokenTexts:
     Logprobs name 1 + top-k tokens per generated token, in every chunk of every stream that asks for
     them, so the texts (and their keys and bytes) are cached for the tokenizer's lifetime, across requests."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, as_ids: bool = False) -> None:
+        """`as_ids`: name every token "token_id:N" (vLLM's return_tokens_as_token_ids), its bytes those of
+        that name, whatever the tokenizer."""
         self.tokenizer = tokenizer
         caches: dict[str, dict] = {}
-        if tokenizer is None:
+        if as_ids:
+            caches = _AS_IDS
+        elif tokenizer is None:
             caches = _NO_TOKENIZER
         else:
             try:
@@ -151,17 +157,20 @@ class TokenTexts:
         self.caches = caches
         """Name -> a cache this tokenizer's requests share."""
         self.cache: dict[int, str] = caches.setdefault("texts", {})
-        self.key_cache: dict[int, str] = self.cache if tokenizer is not None else caches["keys"]
+        self.key_cache: dict[int, str] = self.cache if tokenizer is not None or as_ids else caches["keys"]
         """Token id -> its top_logprobs key (see key): its text, so the text cache itself with a tokenizer."""
         self.bytes_cache: dict[int, list[int]] = caches.setdefault("bytes", {})
         """Token id -> its bytes as ints (chat logprobs' `bytes`; token_bytes); shared: never change one."""
 
     def __call__(self, token_id: int) -> str | None:
-        if self.tokenizer is None:
-            return None
         text = self.cache.get(token_id)
         if text is None:
-            text = self.cache[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
+            if self.caches is _AS_IDS:
+                text = self.cache[token_id] = f"token_id:{token_id}"
+            elif self.tokenizer is None:
+                return None
+            else:
+                text = self.cache[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
         return text
 
     def key(self, token_id: int) -> str:
@@ -176,7 +185,10 @@ class TokenTexts:
         data = self.bytes_cache.get(token_id)
         if data is None:
             text = self(token_id)
-            raw = b"" if text is None else token_bytes(self.tokenizer, token_id, text)
+            if self.caches is _AS_IDS:
+                raw = text.encode()  # type: ignore[union-attr]
+            else:
+                raw = b"" if text is None else token_bytes(self.tokenizer, token_id, text)
             data = self.bytes_cache[token_id] = list(raw)
         return data
 

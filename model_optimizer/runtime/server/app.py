@@ -37,6 +37,7 @@ from model_optimizer.runtime.server.cors import JSONCORSMiddleware
 from model_optimizer.runtime.server.errors import install_error_handlers
 from model_optimizer.runtime.server.guard import GuardMiddleware
 from model_optimizer.runtime.server.metrics import HTTPMetricsMiddleware
+from model_optimizer.runtime.server.request_ids import RequestIdMiddleware
 from model_optimizer.runtime.server.routes import chat, completions, embeddings, pause, system, tokenize
 from model_optimizer.runtime.server.state import ServedModel, ServerState
 from model_optimizer.runtime.server.stats_log import start_stats_logging
@@ -149,7 +150,12 @@ def _create_app(
             state.grammar_checker.close()
 
     hidden = {"docs_url": None, "redoc_url": None, "openapi_url": None} if config.disable_fastapi_docs else {}
-    app = FastAPI(title="Model-Optimizer OpenAI-compatible server", version=__version__, lifespan=lifespan, **hidden)
+    app = FastAPI(
+        title="Model-Optimizer OpenAI-compatible server",
+        version=__version__,
+        lifespan=lifespan,
+        **hidden,
+    )
     app.state.server = state
     install_error_handlers(app)
     for module in (system, completions, chat, embeddings, tokenize):
@@ -165,7 +171,9 @@ def _create_app(
             allow_headers=config.allowed_headers or ["*"],  # any by default: SDKs add their own (x-stainless-*)
             max_age=600,
         )
-    app.add_middleware(HTTPMetricsMiddleware, metrics=state.metrics)  # outermost: counts the guard's refusals
+    app.add_middleware(HTTPMetricsMiddleware, metrics=state.metrics)  # counts the guard's refusals
+    if config.enable_request_id_headers:  # outermost: every response gets the id, refusals included
+        app.add_middleware(RequestIdMiddleware)
     return app
 
 

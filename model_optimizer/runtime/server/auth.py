@@ -12,6 +12,15 @@ import hmac
 from model_optimizer.runtime.server.config import ServerConfig
 
 
+def route_path(scope: dict) -> str:
+    """The request's path as the routes see it: without --root-path, which uvicorn puts in front of it (the
+    rule Starlette's router applies, so the key check and the routing read the same path)."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root + "/"):
+        return path[len(root) :]
+    return path
+
+
 def is_public(path: str, config: ServerConfig) -> bool:
     """/health and /ready are for orchestrator probes, which carry no key; /metrics unless --metrics-auth."""
     if path in ("/health", "/ready"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -147,6 +148,30 @@ class ServerConfig:
     default_chat_template_kwargs: str | dict | None = None
     """Keyword arguments every chat template render gets unless the request's chat_template_kwargs set them, as a JSON object, e.g. '{"enable_thinking": false}' (vLLM's flag)."""
 
+    response_role: str = "assistant"
+    """The role chat completions answer with when the request adds a generation prompt (vLLM's flag); with add_generation_prompt false the answer takes the last message's role, as in vLLM."""
+
+    return_tokens_as_token_ids: bool = False
+    """Name each token in logprobs as "token_id:N" instead of its text, so tokens that are not whole UTF-8 text can be told apart (vLLM's flag; a request's own return_tokens_as_token_ids overrides it)."""
+
+    enable_request_id_headers: bool = False
+    """Answer every request with an X-Request-Id header: the client's own X-Request-Id, else a new one (vLLM's flag)."""
+
+    root_path: str | None = None
+    """The path prefix a proxy serves the API under (e.g. /llm), for the links in /docs and /openapi.json; the proxy strips it from requests (vLLM's flag)."""
+
+    ssl_keyfile: str | None = None
+    """Serve HTTPS with this private key file (PEM; with --ssl-certfile)."""
+
+    ssl_certfile: str | None = None
+    """The certificate chain file (PEM) for HTTPS (with --ssl-keyfile)."""
+
+    ssl_ca_certs: str | None = None
+    """CA certificates (PEM) to check client certificates against (with --ssl-cert-reqs 1 or 2)."""
+
+    ssl_cert_reqs: int = 0
+    """Client certificates: 0 not asked, 1 checked when sent, 2 required (Python's ssl.CERT_* values, as vLLM's flag)."""
+
     def __post_init__(self) -> None:
         check_positive(
             self,
@@ -199,9 +224,34 @@ class ServerConfig:
         if self.allowed_methods:
             self.allowed_methods = [m.upper() for m in self.allowed_methods]
         self._check_parsers()
+        self._check_http()
         self.default_chat_template_kwargs = _json_object(
             self.default_chat_template_kwargs, "default_chat_template_kwargs"
         )
+
+    def _check_http(self) -> None:
+        """The response role, the root path and the TLS files: refused here, before anything starts."""
+        if not isinstance(self.response_role, str) or not self.response_role.strip():
+            raise ValueError(f"response_role must be a role name such as assistant, got {self.response_role!r}")
+        if self.root_path is not None and not (self.root_path.startswith("/") and self.root_path != "/"):
+            raise ValueError(f"root_path must be a path such as /llm, got {self.root_path!r}")
+        if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
+            raise ValueError("HTTPS needs both ssl_keyfile and ssl_certfile")
+        for name in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(os.path.expanduser(path)):
+                raise ValueError(f"{name}: no such file: {path}")
+        if self.ssl_cert_reqs not in (0, 1, 2):
+            raise ValueError(
+                f"ssl_cert_reqs must be 0 (none), 1 (optional) or 2 (required), got {self.ssl_cert_reqs!r}"
+            )
+        if self.ssl_cert_reqs and (self.ssl_certfile is None or self.ssl_ca_certs is None):
+            raise ValueError("ssl_cert_reqs 1 or 2 checks client certificates: it needs HTTPS and ssl_ca_certs")
+
+    @property
+    def scheme(self) -> str:
+        """http, or https with TLS files."""
+        return "https" if self.ssl_certfile else "http"
 
     def _check_parsers(self) -> None:
         from model_optimizer.runtime.server.reasoning import REASONING_PARSERS

@@ -11,7 +11,7 @@ import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from model_optimizer.runtime.server.auth import authorized, is_public
+from model_optimizer.runtime.server.auth import authorized, is_public, route_path
 from model_optimizer.runtime.server.errors import error_response
 from model_optimizer.runtime.server.state import ServerState
 
@@ -38,7 +38,7 @@ class GuardMiddleware:
             )
             await response(scope, receive, send)
             return
-        if config.api_key and not is_public(scope["path"], config) and not authorized(headers, config.api_keys):
+        if config.api_key and not is_public(route_path(scope), config) and not authorized(headers, config.api_keys):
             response = error_response(
                 401,
                 "missing or invalid API key (send Authorization: Bearer KEY)",

@@ -17,11 +17,22 @@ from operator import itemgetter
 from model_optimizer.runtime.engine.detokenizer import TokenTexts
 from model_optimizer.runtime.engine.logprob_list import LogprobList
 from model_optimizer.runtime.engine.outputs import Logprob
-from model_optimizer.runtime.server.protocol import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
+from model_optimizer.runtime.server.protocol import (
+    ChatLogprobs,
+    ChatTokenLogprob,
+    CompletionLogprobs,
+    SamplingFields,
+    TopLogprob,
+)
 
 MIN_LOGPROB = -9999.0  # JSON has no -inf
 _isfinite = math.isfinite
 _by_value = itemgetter(1)
+
+
+def tokens_as_ids(body: SamplingFields, default: bool) -> bool:
+    """Whether logprobs name tokens "token_id:N": the request's return_tokens_as_token_ids, else the server's."""
+    return default if body.return_tokens_as_token_ids is None else body.return_tokens_as_token_ids
 
 
 def finite(value: float) -> float:

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from model_optimizer.runtime.engine.engine import EngineStats
 from model_optimizer.runtime.engine.outputs import RequestOutput
+from model_optimizer.runtime.server.auth import route_path
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0)
 ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
@@ -387,5 +388,5 @@ class HTTPMetricsMiddleware:
         try:
             await self.app(scope, receive, send_and_record)
         finally:
-            handler = _handler_label(scope["path"])
+            handler = _handler_label(route_path(scope))
             self.metrics.http_requests.labels(handler, scope["method"], str(status)).inc()

@@ -112,6 +112,8 @@ class SamplingFields(_Request):
     )
     """Put each choice's generated token ids on it as `token_ids` (vLLM's field); streamed, each chunk
     carries the ids new in it. Always on for a model served without a tokenizer (its text is empty)."""
+    return_tokens_as_token_ids: bool | None = None
+    """Name each token in logprobs as "token_id:N" (vLLM's field); unset: --return-tokens-as-token-ids."""
     # structured outputs (structured.py): OpenAI's response_format, vLLM's structured_outputs and guided_*
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputsField | None = None
@@ -339,7 +341,8 @@ class ChatLogprobs(BaseModel):
 
 
 class ChatResponseMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
+    role: str = "assistant"
+    """--response-role (assistant by default), or the last message's role without a generation prompt."""
     content: str | None = None
     reasoning: str | None = Field(default=None, exclude_if=lambda v: v is None)
     """The model's thinking, split from the answer by --reasoning-parser (vLLM's name for it)."""
@@ -368,7 +371,7 @@ class ChatCompletionResponse(BaseModel):
 
 
 class DeltaMessage(BaseModel):
-    role: Literal["assistant"] | None = None
+    role: str | None = None
     content: str | None = None
     reasoning: str | None = None
     reasoning_content: str | None = None

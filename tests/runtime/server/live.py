@@ -16,6 +16,7 @@ import uvicorn
 from model_optimizer.runtime.server.app import create_app
 from model_optimizer.runtime.server.config import ServerConfig
 from model_optimizer.runtime.server.http_layer import uvicorn_http_options
+from model_optimizer.runtime.server.http_server import listen_options
 from model_optimizer.runtime.server.state import ServerState
 
 
@@ -77,6 +78,7 @@ def start_server(
         log_level="warning",
         timeout_graceful_shutdown=2,
         **(http or http_options(config)),
+        **listen_options(config),
     )
     server = uvicorn.Server(uv_config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -86,7 +88,7 @@ def start_server(
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("test server did not start")
         time.sleep(0.01)
-    return LiveServer(f"http://127.0.0.1:{port}", app.state.server, server, thread)
+    return LiveServer(f"{config.scheme}://127.0.0.1:{port}", app.state.server, server, thread)
 
 
 def http_options(config: ServerConfig) -> dict:

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -62,7 +63,8 @@ def _launch_once(model: Path, flags: tuple, env: dict | None) -> tuple[subproces
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=_environment(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    url = f"http://127.0.0.1:{port}"
+    cert = flags[flags.index("--ssl-certfile") + 1] if "--ssl-certfile" in flags else None
+    url = f"{'https' if cert else 'http'}://127.0.0.1:{port}"
     deadline = time.monotonic() + 300  # a bound on a hang: start-up imports torch and loads the model
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -71,7 +73,8 @@ def _launch_once(model: Path, flags: tuple, env: dict | None) -> tuple[subproces
                 return None
             raise RuntimeError(f"server exited early: {output}")
         try:
-            ready = httpx.get(url + "/ready", timeout=30)  # public: probes carry no key
+            verify = ssl.create_default_context(cafile=cert) if cert else True
+            ready = httpx.get(url + "/ready", timeout=30, verify=verify)  # public: probes carry no key
         except httpx.TransportError:
             pass  # the port is bound only once the model is loaded and warmed up; until then another
             # process may hold it (tensor parallelism's gloo listens on ephemeral ports) and reset us

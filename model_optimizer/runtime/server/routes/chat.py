@@ -14,7 +14,7 @@ from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestOutp
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.chat_output import ChatOutput
 from model_optimizer.runtime.server.errors import APIError
-from model_optimizer.runtime.server.logprobs import TokenTexts, chat_logprobs, chat_logprobs_dict
+from model_optimizer.runtime.server.logprobs import TokenTexts, chat_logprobs, chat_logprobs_dict, tokens_as_ids
 from model_optimizer.runtime.server.prompts import chat_prompt, kept_tokens
 from model_optimizer.runtime.server.protocol import (
     ChatChoice,
@@ -100,7 +100,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         body.stream,
         body.stream_options,
     )
-    fmt = ChatFormat(body, generation.request_id, state.model.name, TokenTexts(state.model.tokenizer), plan, reasoning)
+    texts = TokenTexts(state.model.tokenizer, as_ids=tokens_as_ids(body, state.config.return_tokens_as_token_ids))
+    fmt = ChatFormat(body, generation.request_id, state.model.name, texts, plan, reasoning, state.config.response_role)
     return await respond(request, state, generation, fmt)
 
 
@@ -165,8 +166,11 @@ class ChatFormat:
         texts: TokenTexts,
         plan: ToolPlan | None = None,
         reasoning: ReasoningParser | None = None,
+        response_role: str = "assistant",
     ) -> None:
         self.body = body
+        self.role = response_role if body.add_generation_prompt else body.messages[-1].role
+        """The answer's role: --response-role after a generation prompt, else the last message's (vLLM's rule)."""
         self.texts = texts
         self.num_top = body.top_logprobs or 0
         self.with_token_ids = body.return_token_ids or texts.tokenizer is None
@@ -217,9 +221,10 @@ class ChatFormat:
             out = self._output(c.index)
             fields = out.message(c.text) if not out.plain else None
             message = (
-                ChatResponseMessage(content=c.text)
+                ChatResponseMessage(role=self.role, content=c.text)
                 if fields is None
                 else ChatResponseMessage(
+                    role=self.role,
                     content=fields.content,
                     reasoning=fields.reasoning_content,
                     reasoning_content=fields.reasoning_content,
@@ -240,7 +245,7 @@ class ChatFormat:
 
     def head(self) -> list[BaseModel]:
         """The role first, for every choice (as OpenAI sends it)."""
-        role = [ChatStreamChoice(index=i, delta=DeltaMessage(role="assistant", content="")) for i in range(self.body.n)]
+        role = [ChatStreamChoice(index=i, delta=DeltaMessage(role=self.role, content="")) for i in range(self.body.n)]
         return [self.base.model_copy(update={"choices": role})]
 
     def chunk(self, deltas: list[ChoiceDelta]) -> bytes | None:

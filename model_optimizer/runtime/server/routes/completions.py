@@ -15,6 +15,7 @@ from model_optimizer.runtime.server.logprobs import (
     echo_logprobs_dict,
     join_logprobs_dicts,
     prompt_logprobs_json,
+    tokens_as_ids,
 )
 from model_optimizer.runtime.server.prompts import Prompt, kept_tokens, prompt_list, tokenize_prompts
 from model_optimizer.runtime.server.protocol import CompletionChoice, CompletionRequest, CompletionResponse, UsageInfo
@@ -73,7 +74,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         body.stream,
         body.stream_options,
     )
-    texts = TokenTexts(state.model.tokenizer)
+    texts = TokenTexts(state.model.tokenizer, as_ids=tokens_as_ids(body, state.config.return_tokens_as_token_ids))
     fmt = CompletionFormat(body, echo, generation.request_id, state.model.name, texts, generation.token_ids)
     return await respond(request, state, generation, fmt)
 

@@ -1,0 +1,44 @@
+"""X-Request-Id on every response (`--enable-request-id-headers`, vLLM's flag).
+
+The client's own X-Request-Id comes back as it was sent, so a client or a proxy can match its logs to
+ours; a request without one (or with one longer than MAX_ID_CHARS, or not printable ASCII) gets a new
+random id. Every response carries it, refusals and streams included: the middleware sits outside all
+the others.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+HEADER = b"x-request-id"
+MAX_ID_CHARS = 256
+"""Longest client id echoed back; a longer one is replaced, not cut."""
+
+
+def request_id(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The id to answer with: the client's X-Request-Id when it is short printable ASCII, else a new one."""
+    for name, value in headers:
+        if name.lower() == HEADER and 0 < len(value) <= MAX_ID_CHARS and all(32 < c < 127 for c in value):
+            return value
+    return uuid.uuid4().hex.encode()
+
+
+class RequestIdMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        value = request_id(scope["headers"])
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != HEADER]
+                message = {**message, "headers": [*headers, (HEADER, value)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
