@@ -114,6 +114,11 @@ class SamplingParams:
     """vLLM's older name for structured_outputs (a GuidedDecodingParams or a dict): moved there on
     construction, so it is always None after it (typed Any: the engine core's decoder takes no union of
     a dataclass and a dict)."""
+    spaces_between_special_tokens: bool = True
+    """vLLM's; taken, and changes nothing here: the text is what the model's fast tokenizer (tokenizer.json)
+    decodes, which puts no spaces of its own around special tokens (skip_special_tokens off)."""
+    extra_args: dict[str, Any] | None = None
+    """vLLM's: values for custom sampling plugins, carried with the request; nothing here reads them."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -196,6 +201,14 @@ class SamplingParams:
         # type checks come first and in the same condition as the range, so that a wrong type
         # (a JSON "hot" or true) is a ValueError with the allowed range, never a TypeError
         _require(_is_int(self.n) and self.n >= 1, f"n must be an integer >= 1, got {self.n!r}")
+        _require(
+            isinstance(self.spaces_between_special_tokens, bool),
+            f"spaces_between_special_tokens must be true or false, got {self.spaces_between_special_tokens!r}",
+        )
+        _require(
+            self.extra_args is None or (isinstance(self.extra_args, dict) and all(map(_is_str, self.extra_args))),
+            f"extra_args must be a dict with string keys, got {self.extra_args!r}",
+        )
         _require(_in(self.temperature, 0.0, 100.0), f"temperature must be in [0, 100], got {self.temperature!r}")
         _require(_in(self.top_p, 0.0, 1.0) and self.top_p > 0, f"top_p must be in (0, 1], got {self.top_p!r}")
         _require(
@@ -338,6 +351,10 @@ def _is_int(value: object) -> bool:
 def _in(value: object, low: float, high: float) -> bool:
     """A real number (int or float, not bool) in [low, high]; NaN is not."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
 
 
 def _require(condition: bool, message: str) -> None:

@@ -142,8 +142,13 @@ class TokenTexts:
 
     def __init__(self, tokenizer: Any, as_ids: bool = False) -> None:
         """`as_ids`: name every token "token_id:N" (vLLM's return_tokens_as_token_ids), its bytes those of
-        that name, whatever the tokenizer."""
+        that name, whatever the tokenizer; `text` and `offsets` still read the tokens' texts."""
         self.tokenizer = tokenizer
+        self.text: TokenTexts = TokenTexts(tokenizer) if as_ids else self
+        """The same tokenizer's tokens named by their text: where a token's text is meant whatever the
+        names (prompt_logprobs' decoded_token, logprobs' text_offset into the completion's text)."""
+        self.named = tokenizer is not None or as_ids
+        """Whether tokens have names (texts, or "token_id:N"); without, logprobs' tokens are null."""
         caches: dict[str, dict] = {}
         if as_ids:
             caches = _AS_IDS
@@ -196,6 +201,8 @@ class TokenTexts:
         """Where each token's text starts in the completion's text (logprobs' text_offset), from `start`.
         Tokens that hold parts of a character start where that character does, as a stream sends it
         (held back until it is whole): their bytes are decoded in turn, not their U+FFFD texts counted."""
+        if self.text is not self:  # offsets into the completion's text, not into the names
+            return self.text.offsets(token_ids, self.text.many(token_ids), start)
         if self.tokenizer is None or not texts:
             return [start] * len(texts)
         if REPLACEMENT_CHAR not in "".join(texts):  # type: ignore[arg-type]
@@ -208,8 +215,8 @@ class TokenTexts:
         return out
 
     def many(self, token_ids: list[int]) -> list[str | None]:
-        """The texts of these tokens (all None without a tokenizer), in one look-up."""
-        if self.tokenizer is None:
+        """The names of these tokens (all None without a tokenizer, unless named by id), in one look-up."""
+        if not self.named:
             return [None] * len(token_ids)
         cache = self.cache
         try:

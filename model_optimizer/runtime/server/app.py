@@ -172,8 +172,11 @@ def _create_app(
             max_age=600,
         )
     app.add_middleware(HTTPMetricsMiddleware, metrics=state.metrics)  # counts the guard's refusals
-    if config.enable_request_id_headers:  # outermost: every response gets the id, refusals included
-        app.add_middleware(RequestIdMiddleware)
+    if config.enable_request_id_headers:  # around Starlette's whole stack, its 500 handler included
+        build = app.build_middleware_stack
+        app.build_middleware_stack = lambda: RequestIdMiddleware(build())  # type: ignore[method-assign]
+    if config.root_path:  # as vLLM sets it: FastAPI names it in its links and routes with or without it
+        app.root_path = config.root_path
     return app
 
 

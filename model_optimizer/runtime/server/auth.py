@@ -13,8 +13,9 @@ from model_optimizer.runtime.server.config import ServerConfig
 
 
 def route_path(scope: dict) -> str:
-    """The request's path as the routes see it: without --root-path, which uvicorn puts in front of it (the
-    rule Starlette's router applies, so the key check and the routing read the same path)."""
+    """The request's path as the routes see it: without --root-path where it starts with it (a proxy that
+    does not strip it), the rule Starlette's router applies, so the key check and the routing read the
+    same path."""
     path, root = scope["path"], scope.get("root_path", "")
     if root and path.startswith(root + "/"):
         return path[len(root) :]

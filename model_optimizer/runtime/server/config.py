@@ -158,7 +158,7 @@ class ServerConfig:
     """Answer every request with an X-Request-Id header: the client's own X-Request-Id, else a new one (vLLM's flag)."""
 
     root_path: str | None = None
-    """The path prefix a proxy serves the API under (e.g. /llm), for the links in /docs and /openapi.json; the proxy strips it from requests (vLLM's flag)."""
+    """The path prefix a proxy serves the API under (e.g. /llm): the links in /docs and /openapi.json name it, and requests route with or without it (vLLM's flag)."""
 
     ssl_keyfile: str | None = None
     """Serve HTTPS with this private key file (PEM; with --ssl-certfile)."""
@@ -239,8 +239,10 @@ class ServerConfig:
             raise ValueError("HTTPS needs both ssl_keyfile and ssl_certfile")
         for name in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs"):
             path = getattr(self, name)
-            if path is not None and not os.path.isfile(os.path.expanduser(path)):
-                raise ValueError(f"{name}: no such file: {path}")
+            if path is not None:
+                setattr(self, name, os.path.expanduser(path))  # "~/key.pem" as a shell would read it
+                if not os.path.isfile(getattr(self, name)):
+                    raise ValueError(f"{name}: no such file: {path}")
         if self.ssl_cert_reqs not in (0, 1, 2):
             raise ValueError(
                 f"ssl_cert_reqs must be 0 (none), 1 (optional) or 2 (required), got {self.ssl_cert_reqs!r}"

@@ -117,20 +117,18 @@ def uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:
         log_level=config.log_level,
         log_config=None,
         timeout_graceful_shutdown=5,
-        **listen_options(config),
+        **tls_options(config),
         **uvicorn_http_options(config.max_header_bytes, config.header_timeout, config.max_connections_per_client),
     )
 
 
-def listen_options(config: ServerConfig) -> dict[str, Any]:
-    """uvicorn.Config's settings from ours for TLS (none without --ssl-certfile: plain HTTP) and the root
-    path (uvicorn puts it in each request's scope: FastAPI's links and routing read it there)."""
-    options: dict[str, Any] = {"root_path": config.root_path} if config.root_path else {}
-    if config.ssl_certfile is not None:
-        options |= {
-            "ssl_keyfile": config.ssl_keyfile,
-            "ssl_certfile": config.ssl_certfile,
-            "ssl_ca_certs": config.ssl_ca_certs,
-            "ssl_cert_reqs": config.ssl_cert_reqs,
-        }
-    return options
+def tls_options(config: ServerConfig) -> dict[str, Any]:
+    """uvicorn.Config's TLS settings from ours (none without --ssl-certfile: plain HTTP)."""
+    if config.ssl_certfile is None:
+        return {}
+    return {
+        "ssl_keyfile": config.ssl_keyfile,
+        "ssl_certfile": config.ssl_certfile,
+        "ssl_ca_certs": config.ssl_ca_certs,
+        "ssl_cert_reqs": config.ssl_cert_reqs,
+    }

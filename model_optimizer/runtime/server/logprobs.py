@@ -87,7 +87,7 @@ def _completion_columns(texts: TokenTexts, logprobs: LogprobList, text_offset: i
         k = min(len(keys), num_top)
         top = dict(zip(keys[:k], values[:k]) if k < len(keys) else zip(keys, values))
         top.setdefault(own[0], chosen[0])
-        tokens = own if texts.tokenizer is not None else [None]
+        tokens = own if texts.named else [None]
         return {"tokens": tokens, "token_logprobs": chosen, "top_logprobs": [top], "text_offset": [text_offset]}
     tops = []
     a = 0
@@ -165,12 +165,13 @@ PromptLogprobsList = list["dict[int, Logprob] | None"]
 
 
 def prompt_logprobs_json(texts: TokenTexts, prompt_logprobs: PromptLogprobsList) -> list[dict | None]:
-    """vLLM's prompt_logprobs field: per position null or {"token id": {logprob, rank, decoded_token}}."""
+    """vLLM's prompt_logprobs field: per position null or {"token id": {logprob, rank, decoded_token}} (the
+    token's text, also where logprobs name tokens by id, as vLLM's)."""
     return [
         None
         if entry is None
         else {
-            str(t): {"logprob": finite(lp.logprob), "rank": lp.rank, "decoded_token": texts(t)}
+            str(t): {"logprob": finite(lp.logprob), "rank": lp.rank, "decoded_token": texts.text(t)}
             for t, lp in entry.items()
         }
         for entry in prompt_logprobs
@@ -188,7 +189,7 @@ def echo_logprobs_dict(
         for t, entry in zip(prompt_token_ids[1:], prompt_logprobs[1:])
         if entry is not None
     ]
-    rest = completion_logprobs_dict(texts, scored, len(first or ""), num_top)
+    rest = completion_logprobs_dict(texts, scored, len(texts.text(prompt_token_ids[0]) or ""), num_top)
     return {
         "tokens": [first, *rest["tokens"]],
         "token_logprobs": [None, *rest["token_logprobs"]],

@@ -2,8 +2,8 @@
 
 The client's own X-Request-Id comes back as it was sent, so a client or a proxy can match its logs to
 ours; a request without one (or with one longer than MAX_ID_CHARS, or not printable ASCII) gets a new
-random id. Every response carries it, refusals and streams included: the middleware sits outside all
-the others.
+random id. Every response carries it, refusals, errors and streams included: the middleware wraps the
+whole app, outside Starlette's error handler too (app.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ MAX_ID_CHARS = 256
 def request_id(headers: list[tuple[bytes, bytes]]) -> bytes:
     """The id to answer with: the client's X-Request-Id when it is short printable ASCII, else a new one."""
     for name, value in headers:
-        if name.lower() == HEADER and 0 < len(value) <= MAX_ID_CHARS and all(32 < c < 127 for c in value):
+        if name.lower() == HEADER and 0 < len(value) <= MAX_ID_CHARS and all(32 <= c < 127 for c in value):
             return value
     return uuid.uuid4().hex.encode()
 

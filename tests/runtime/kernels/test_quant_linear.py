@@ -82,9 +82,22 @@ def test_split_k_sums_partials_and_resets_its_counters(kind, block_m):
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize("block_m", [1, 16])
-def test_a_register_cap_is_a_launch_option_with_the_same_bits(kind, block_m):
-    """max_registers goes to the compiler as maxnreg (a separate build: it is in the compile key) and
-    changes nothing in what is computed."""
+def test_a_register_cap_is_a_launch_option_with_the_same_bits(kind, block_m, monkeypatch):
+    """max_registers goes to the compiler as maxnreg (a separate build: it is in the compile key), only when
+    set, and changes nothing in what is computed (the interpreter ignores the cap itself)."""
+    from model_optimizer.runtime.kernels import quant_matmul as launcher
+
+    kernel, launches = launcher._quant_matmul_kernel, []
+
+    class Recorded:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append(kwargs.get("maxnreg"))
+                return kernel[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(launcher, "_quant_matmul_kernel", Recorded())
     k, block_k = (256, 128) if kind == "int4" else (128, 64)
     x, q, s, z, _, want = _case(kind, 1, 32, k, torch.bfloat16, 128, seed=5)
     capped = QuantTiles(block_m=block_m, block_n=16, block_k=block_k, split_k=2, max_registers=64)
@@ -92,6 +105,7 @@ def test_a_register_cap_is_a_launch_option_with_the_same_bits(kind, block_m):
     assert capped.compile_key != plain.compile_key
     out = quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, tiles=capped)
     assert torch.equal(out, quant_matmul(x, q, s, z, kind, 128 if kind == "int4" else 0, tiles=plain))
+    assert launches == [64, None]
     assert relative_error(out, want) < TOLERANCE[torch.bfloat16]
 
 

@@ -16,7 +16,7 @@ import uvicorn
 from model_optimizer.runtime.server.app import create_app
 from model_optimizer.runtime.server.config import ServerConfig
 from model_optimizer.runtime.server.http_layer import uvicorn_http_options
-from model_optimizer.runtime.server.http_server import listen_options
+from model_optimizer.runtime.server.http_server import tls_options
 from model_optimizer.runtime.server.state import ServerState
 
 
@@ -78,7 +78,7 @@ def start_server(
         log_level="warning",
         timeout_graceful_shutdown=2,
         **(http or http_options(config)),
-        **listen_options(config),
+        **tls_options(config),
     )
     server = uvicorn.Server(uv_config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -58,6 +58,7 @@ def test_https_with_the_given_certificate(tls_server):
         (dict(ssl_keyfile=KEY, ssl_certfile=CERT, ssl_cert_reqs=2), "needs HTTPS and ssl_ca_certs"),
         (dict(ssl_keyfile=KEY, ssl_certfile=CERT, ssl_ca_certs=CERT, ssl_cert_reqs=3), "ssl_cert_reqs must be"),
         (dict(root_path="llm"), "root_path must be a path"),
+        (dict(ssl_keyfile="~/no-such-key.pem", ssl_certfile=CERT), "ssl_keyfile: no such file: ~/no-such-key.pem"),
         (dict(response_role=" "), "response_role must be a role name"),
     ],
 )
@@ -82,19 +83,21 @@ def test_client_certificates_are_required_when_asked(server_llm):
         live.stop()
 
 
-def test_root_path_is_in_the_docs_and_the_proxy_strips_it(server_llm):
-    """The proxy serves the API under /llm and strips it: the server routes, guards and counts the path
-    without it, and names it in its links."""
+def test_root_path_is_in_the_docs_and_requests_route_with_or_without_it(server_llm):
+    """The API served under /llm by a proxy that strips the prefix or one that does not: both route, the key
+    check and the metrics read the path without it, and the docs name it (as vLLM's app.root_path)."""
     live = start_server(server_llm, ServerConfig(served_model_name="tiny", root_path="/llm", api_key="k", **CAPS))
     try:
         spec = httpx.get(live.url + "/openapi.json", headers=AUTH).json()
         assert spec["servers"] == [{"url": "/llm"}]
         assert "/llm/openapi.json" in httpx.get(live.url + "/docs", headers=AUTH).text
-        assert httpx.get(live.url + "/v1/models", headers=AUTH).json()["data"][0]["id"] == "tiny"
-        assert httpx.get(live.url + "/v1/models").status_code == 401
-        assert httpx.get(live.url + "/health").status_code == 200  # still public for the probes
+        for prefix in ("", "/llm"):
+            assert httpx.get(live.url + prefix + "/v1/models", headers=AUTH).json()["data"][0]["id"] == "tiny"
+            assert httpx.get(live.url + prefix + "/v1/models").status_code == 401
+            assert httpx.get(live.url + prefix + "/health").status_code == 200  # still public for the probes
+        assert httpx.get(live.url + "/llm").status_code == 401  # the prefix alone is no public path
         metrics = httpx.get(live.url + "/metrics").text
-        assert 'handler="/v1/models"' in metrics and "/llm/" not in metrics
+        assert 'handler="/v1/models"' in metrics and 'handler="/llm' not in metrics
     finally:
         live.stop()
 
@@ -132,7 +135,24 @@ def test_request_id_headers(flags_server, server):
     assert streamed.headers["x-request-id"] == "s-1" and sse_payloads(streamed)[-1] == "[DONE]"
     too_long = httpx.get(url + "/v1/models", headers={**AUTH, "X-Request-Id": "x" * 300})
     assert len(too_long.headers["x-request-id"]) == 32  # replaced, not echoed
+    spaced = httpx.get(url + "/v1/models", headers={**AUTH, "X-Request-Id": "trace 42"})
+    assert spaced.headers["x-request-id"] == "trace 42"  # printable ASCII, spaces included
     assert "x-request-id" not in httpx.get(server.url + "/v1/models").headers  # off by default
+
+
+def test_a_server_error_carries_the_request_id_too(server_llm):
+    """A route that fails unexpectedly is answered by Starlette's outermost error handler: the id is on it."""
+    live = start_server(server_llm, ServerConfig(served_model_name="tiny", enable_request_id_headers=True, **CAPS))
+    try:
+
+        async def boom() -> None:
+            raise RuntimeError("a bug")
+
+        live.server.config.app.add_api_route("/boom", boom)
+        r = httpx.get(live.url + "/boom", headers={"X-Request-Id": "e-1"})
+        assert r.status_code == 500 and r.headers["x-request-id"] == "e-1"
+    finally:
+        live.stop()
 
 
 def test_the_response_role_follows_vllms_rule(flags_server):
@@ -206,3 +226,43 @@ def test_mopt_serve_takes_the_flags_as_vllm_spells_them(tiny_model):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 0
+
+
+def test_tls_paths_are_read_as_a_shell_would(monkeypatch):
+    """A quoted "~/key.pem" (the shell expands none) is the home folder's: the path uvicorn gets."""
+    monkeypatch.setenv("HOME", str(DATA))
+    config = ServerConfig(ssl_keyfile="~/tls_key.pem", ssl_certfile="~/tls_cert.pem")
+    assert (config.ssl_keyfile, config.ssl_certfile) == (KEY, CERT)
+
+
+def test_token_ids_keep_offsets_and_prompt_texts(flags_server):
+    """Named by id, tokens still have their offsets in the text (echoed prompt then completion), and
+    prompt_logprobs keep each token's text as decoded_token (as vLLM's)."""
+    body = {"prompt": "Hello world", "echo": True, "logprobs": 1, "prompt_logprobs": 1}
+    named = _logprob_request(flags_server.url, "/v1/completions", body)
+    plain = _logprob_request(flags_server.url, "/v1/completions", {**body, "return_tokens_as_token_ids": False})
+    assert named["logprobs"]["text_offset"] == plain["logprobs"]["text_offset"]
+    offsets = named["logprobs"]["text_offset"]
+    assert offsets == sorted(offsets) and offsets[-1] < len(named["text"])
+    assert all(t.startswith("token_id:") for t in named["logprobs"]["tokens"])
+    assert named["prompt_logprobs"] == plain["prompt_logprobs"]
+    decoded = [e["decoded_token"] for entry in named["prompt_logprobs"] if entry for e in entry.values()]
+    assert decoded and not any(d.startswith("token_id:") for d in decoded)
+
+
+def test_token_ids_name_tokens_of_a_model_without_tokenizer(tiny_model):
+    from model_optimizer import LLM
+
+    llm = LLM(str(tiny_model("qwen3")), skip_tokenizer_init=True, max_model_len=128, num_kv_blocks=64)
+    live = start_server(llm, ServerConfig(return_tokens_as_token_ids=True, **CAPS))
+    try:
+        body = {"prompt": [5, 6, 7], "max_tokens": 3, "logprobs": 1}
+        choice = httpx.post(live.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
+        assert choice["logprobs"]["tokens"] == [f"token_id:{t}" for t in choice["token_ids"]]
+        streamed = httpx.post(live.url + "/v1/completions", json={**body, "stream": True}, timeout=60)
+        chunks = [json.loads(p) for p in sse_payloads(streamed)[:-1]]
+        choices = [ch for c in chunks for ch in c["choices"] if ch.get("logprobs")]
+        tokens = [t for ch in choices for t in ch["logprobs"]["tokens"]]
+        assert tokens and tokens == [f"token_id:{t}" for ch in choices for t in ch["token_ids"]]
+    finally:
+        live.stop()
