@@ -23,6 +23,9 @@ from model_optimizer import EngineConfig, SamplingParams
         ({"stop": [""]}, "stop"),
         ({"stop_token_ids": [-1]}, "stop_token_ids"),
         ({"logprobs": 21}, "logprobs"),
+        ({"extra_args": {1: "a"}}, "extra_args must be a dict with string keys"),
+        ({"extra_args": ["a"]}, "extra_args must be a dict"),
+        ({"spaces_between_special_tokens": "no"}, "spaces_between_special_tokens must be true or false"),
     ],
 )
 def test_invalid_values_raise_clear_errors(kwargs, message):
@@ -78,3 +81,13 @@ def test_output_kind_defaults_to_cumulative_and_rejects_strings():
     assert SamplingParams(output_kind=RequestOutputKind.DELTA).output_kind is RequestOutputKind.DELTA
     with pytest.raises(ValueError, match="output_kind must be a RequestOutputKind"):
         SamplingParams(output_kind="delta")  # type: ignore[arg-type]
+
+
+def test_vllms_plugin_fields_travel_to_the_engine_core_unchanged():
+    """extra_args rides in the message the frontend sends the core (msgspec), as vLLM's plugins expect."""
+    from model_optimizer.runtime.engine import messages
+
+    params = SamplingParams(extra_args={"plugin": {"k": [1, 2]}}, spaces_between_special_tokens=False)
+    [decoded] = [messages.decode_command(messages.encode(messages.CoreRequest("r", [1, 2], params, 8)))]
+    assert decoded.params.extra_args == {"plugin": {"k": [1, 2]}}
+    assert decoded.params.spaces_between_special_tokens is False
