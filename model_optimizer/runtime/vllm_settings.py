@@ -7,6 +7,7 @@ warning line names them with why they change nothing. A value asking for what th
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,9 @@ class VllmSetting:
     """A reason to refuse the value given, or None to take it."""
     short: str = ""
     """vLLM's short flag (-pp), if it has one."""
+    server_only: bool = False
+    """A flag of vLLM's server alone: `mopt serve` takes it, `LLM(...)` does not (vLLM's LLM has no such
+    argument either, so it stays a TypeError there)."""
 
 
 def _more_than_one(name: str, why: str) -> Callable[[Any], str | None]:
@@ -38,6 +42,30 @@ def _more_than_one(name: str, why: str) -> Callable[[Any], str | None]:
 
 def _lora(value: Any) -> str | None:
     return "LoRA adapters are not supported: merge the adapter into the weights first" if value else None
+
+
+def _unless(taken: tuple, reason: str) -> Callable[[Any], str | None]:
+    """Refuse any value but None, False and those in `taken`, with `reason`."""
+
+    def refuse(value: Any) -> str | None:
+        return None if value in (None, False, *taken) else f"{reason} (got {value!r})"
+
+    return refuse
+
+
+def _empty_json(name: str, instead: str) -> Callable[[Any], str | None]:
+    """Take an empty JSON object (or list), as a default a launcher passes; refuse one that asks for something."""
+
+    def refuse(value: Any) -> str | None:
+        if value is None:
+            return None
+        try:
+            parsed = json.loads(value) if isinstance(value, str) else value
+        except ValueError:
+            return f"{name} must be JSON, got {value!r}"
+        return None if parsed in ({}, [], None) else f"{name} is not supported here: {instead}"
+
+    return refuse
 
 
 def _tokenizer_mode(value: Any) -> str | None:
@@ -78,14 +106,128 @@ SETTINGS = (
     VllmSetting("max_log_len", "requests are not logged one by one", int),
     VllmSetting("compilation_config", "kernels are Triton and CUDA graphs, set by --enforce-eager", str),
     VllmSetting("max_cudagraph_capture_size", "decode CUDA graphs are captured up to --max-num-seqs rows", int),
+    VllmSetting("tokenizer_revision", "the tokenizer comes with the model's --revision, or from --tokenizer", str),
+    VllmSetting("code_revision", "no code is run from the model's folder or the Hub", str),
+    VllmSetting("hf_token", "Hub downloads read the token from HF_TOKEN (or `hf auth login`): set it there", str),
+    VllmSetting("max_parallel_loading_workers", "weights load shard by shard in each rank", int),
+    VllmSetting(
+        "model_impl",
+        "models run on this engine's own code",
+        str,
+        _unless(("auto", "vllm"), "model_impl 'transformers' is not supported: models run on this engine's own code"),
+    ),  # fmt: skip
+    VllmSetting(
+        "config_format",
+        "config.json is read",
+        str,
+        _unless(("auto", "hf"), "config_format: only config.json (auto, hf) is read"),
+    ),  # fmt: skip
+    VllmSetting(
+        "hf_overrides",
+        "an empty override changes nothing",
+        str,
+        _empty_json("hf_overrides", "edit the model folder's config.json (a copy of the folder)"),
+    ),  # fmt: skip
+    VllmSetting(
+        "rope_scaling",
+        "an empty setting changes nothing",
+        str,
+        _empty_json("rope_scaling", "set rope_scaling in the model folder's config.json"),
+    ),  # fmt: skip
+    VllmSetting(
+        "disable_sliding_window",
+        "only off is taken",
+        bool,
+        _unless((), "disable_sliding_window is not supported: sliding windows apply as the model's config says"),
+    ),  # fmt: skip
+    VllmSetting("prefix_caching_hash_algo", "prefix-cache block keys are this engine's own", str),
+    VllmSetting("disable_cascade_attn", "there is no cascade attention to turn off"),
+    VllmSetting("calculate_kv_scales", "an fp8 KV cache takes the checkpoint's scales, else 1.0"),
+    VllmSetting(
+        "kv_transfer_config",
+        "an empty setting changes nothing",
+        str,
+        _empty_json(
+            "kv_transfer_config", "there is no disaggregated prefill: run vLLM for it (mopt deploy --engine vllm)"
+        ),
+    ),  # fmt: skip
+    VllmSetting("additional_config", "platform plugins are not loaded", str),
+    VllmSetting("limit_mm_per_prompt", "models here take text only", str),
+    VllmSetting("mm_processor_kwargs", "models here take text only", str),
+    VllmSetting("guided_decoding_backend", "structured outputs always run on llguidance", str),
+    VllmSetting("structured_outputs_config", "structured outputs always run on llguidance", str),
+    VllmSetting("enable_reasoning", "--reasoning-parser alone turns reasoning on", bool),
+    VllmSetting("enable_sleep_mode", "there is no sleep mode (/sleep, /wake_up are not served)"),
+    VllmSetting("otlp_traces_endpoint", "no OpenTelemetry traces; /metrics serves Prometheus metrics", str),
+    VllmSetting("collect_detailed_traces", "no OpenTelemetry traces", str),
+    VllmSetting(
+        "disable_frontend_multiprocessing", "the engine core always runs in a process of its own", server_only=True
+    ),  # fmt: skip
+    VllmSetting(
+        "enable_server_load_tracking", "no /load route; /metrics counts running and waiting requests", server_only=True
+    ),  # fmt: skip
+    VllmSetting("enable_log_outputs", "requests and outputs are not logged one by one", server_only=True),
+    VllmSetting("log_config_file", "logs take one format; --log-level sets the level", str, server_only=True),
+    VllmSetting("h11_max_incomplete_event_size", "--max-header-bytes bounds request heads", int, server_only=True),
+    VllmSetting("h11_max_header_count", "--max-header-bytes bounds request heads", int, server_only=True),
+    VllmSetting(
+        "chat_template_content_format",
+        "content parts are joined into text for the template (vLLM's 'string')",
+        str,
+        _unless(
+            ("auto", "string"),
+            "chat_template_content_format 'openai' is not "
+            "supported: content parts are joined into text for the template ('string')",
+        ),
+        server_only=True,
+    ),  # fmt: skip
+    VllmSetting(
+        "middleware", "", str, _unless((), "middleware: custom ASGI middleware is not loaded"), server_only=True
+    ),  # fmt: skip
+    VllmSetting(
+        "lora_modules",
+        "",
+        str,
+        _unless((), "lora_modules: LoRA adapters are not supported (merge the adapter into the weights first)"),
+        server_only=True,
+    ),  # fmt: skip
+    VllmSetting(
+        "tool_parser_plugin",
+        "",
+        str,
+        _unless((), "tool_parser_plugin: parser plugins are not loaded (--tool-call-parser names the built-in ones)"),
+        server_only=True,
+    ),  # fmt: skip
+    VllmSetting(
+        "reasoning_parser_plugin",
+        "",
+        str,
+        _unless(
+            (), "reasoning_parser_plugin: parser plugins are not loaded (--reasoning-parser names the built-in ones)"
+        ),
+        server_only=True,
+    ),  # fmt: skip
+    VllmSetting(
+        "enable_force_include_usage",
+        "",
+        bool,
+        _unless(
+            (),
+            "enable_force_include_usage is not supported: "
+            "a request asks for usage with stream_options.include_usage (non-streamed responses always "
+            "carry it)",
+        ),
+        server_only=True,
+    ),  # fmt: skip
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 
 
 def split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the settings that are not vLLM-only, the vLLM-only ones among `kwargs`)."""
-    ours = {k: v for k, v in kwargs.items() if k not in BY_NAME}
-    return ours, {k: v for k, v in kwargs.items() if k in BY_NAME}
+    """(the settings that are not vLLM-only, the vLLM-only ones among `kwargs`): `LLM(...)`'s keywords,
+    where vLLM's server-only flags are not settings (so they stay unknown keywords)."""
+    engine = {name for name, s in BY_NAME.items() if not s.server_only}
+    return {k: v for k, v in kwargs.items() if k not in engine}, {k: v for k, v in kwargs.items() if k in engine}
 
 
 def ignored(given: dict[str, Any]) -> list[str]:

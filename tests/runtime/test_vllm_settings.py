@@ -44,6 +44,56 @@ def test_llm_refuses_what_this_engine_does_not_do(tiny_model, setting, message):
 def test_an_unknown_setting_is_still_a_type_error(tiny_model):
     with pytest.raises(TypeError, match="not_a_setting"):
         LLM(str(tiny_model("qwen3")), not_a_setting=1)
+    with pytest.raises(TypeError, match="middleware"):  # vLLM's server flags are no LLM keywords, there either
+        LLM(str(tiny_model("qwen3")), middleware="x")
+
+
+VLLM_SERVE_FLAGS = [  # what vLLM launch scripts commonly pass; each taken with a warning
+    "--tokenizer-revision", "main", "--code-revision", "main", "--hf-token", "hf_x", "--max-parallel-loading-workers",
+    "2", "--model-impl", "auto", "--config-format", "hf", "--hf-overrides", "{}", "--prefix-caching-hash-algo",
+    "sha256", "--disable-cascade-attn", "--calculate-kv-scales", "--kv-transfer-config", "{}", "--additional-config",
+    "{}", "--limit-mm-per-prompt", "{}", "--guided-decoding-backend", "xgrammar", "--enable-reasoning",
+    "--enable-sleep-mode", "--otlp-traces-endpoint", "http://otel:4317", "--disable-frontend-multiprocessing",
+    "--enable-server-load-tracking", "--enable-log-outputs", "--h11-max-header-count", "256",
+    "--chat-template-content-format", "string", "--allow-credentials", "--allowed-origins", '["*"]',
+]  # fmt: skip
+
+
+def test_vllms_other_serve_flags_parse_and_are_named_in_the_warning():
+    from model_optimizer.cli.main import build_parser
+    from model_optimizer.runtime import vllm_settings
+
+    args = build_parser().parse_args(["serve", "--model", "m", *VLLM_SERVE_FLAGS])
+    notes = vllm_settings.ignored(vllm_settings.from_args(args))
+    for flag in VLLM_SERVE_FLAGS:
+        name = flag[2:].replace("-", "_")
+        if flag.startswith("--") and name in vllm_settings.BY_NAME:
+            assert any(note.startswith(name + " (") for note in notes), name
+    assert args.allow_credentials is True  # a setting of ours: it changes the CORS answer
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--chat-template-content-format", "openai"], "content parts are joined into text"),
+        (["--middleware", "my.module.Auth"], "custom ASGI middleware is not loaded"),
+        (["--lora-modules", "a=/x"], "LoRA adapters are not supported"),
+        (["--tool-parser-plugin", "p.py"], "parser plugins are not loaded"),
+        (["--enable-force-include-usage"], "stream_options.include_usage"),
+        (["--hf-overrides", '{"rope_theta": 1}'], "edit the model folder's config.json"),
+        (["--hf-overrides", "{oops"], "hf_overrides must be JSON"),
+        (["--model-impl", "transformers"], "model_impl 'transformers' is not supported"),
+        (["--disable-sliding-window"], "sliding windows apply as the model's config says"),
+        (["--kv-transfer-config", '{"kv_connector": "x"}'], "no disaggregated prefill"),
+    ],
+)
+def test_vllm_flags_asking_for_what_is_not_here_are_refused(flags, message):
+    from model_optimizer.cli.main import build_parser
+    from model_optimizer.runtime import vllm_settings
+
+    args = build_parser().parse_args(["serve", "--model", "m", *flags])
+    with pytest.raises(ValueError, match=message):
+        vllm_settings.ignored(vllm_settings.from_args(args))
 
 
 @pytest.mark.slow

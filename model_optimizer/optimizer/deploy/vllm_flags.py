@@ -41,6 +41,7 @@ TRANSLATED = {
     "allowed_origins": "--allowed-origins",
     "allowed_headers": "--allowed-headers",
     "allowed_methods": "--allowed-methods",
+    "allow_credentials": "--allow-credentials",
     "quantization": "--quantization",
     "tensor_parallel_size": "--tensor-parallel-size",
     "stream_interval": "--stream-interval",
@@ -94,6 +95,7 @@ ONLY_TRUE = {
     "disable_fastapi_docs",
     "return_tokens_as_token_ids",
     "enable_request_id_headers",
+    "allow_credentials",
 }
 """vLLM flags that can only switch a feature on: our False is vLLM's default and needs no flag."""
 

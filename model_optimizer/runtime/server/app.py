@@ -169,6 +169,7 @@ def _create_app(
             allow_origins=config.allowed_origins,
             allow_methods=config.allowed_methods or ["*"],
             allow_headers=config.allowed_headers or ["*"],  # any by default: SDKs add their own (x-stainless-*)
+            allow_credentials=config.allow_credentials,
             max_age=600,
         )
     app.add_middleware(HTTPMetricsMiddleware, metrics=state.metrics)  # counts the guard's refusals

@@ -118,6 +118,9 @@ class ServerConfig:
     allowed_methods: list[str] | None = None
     """HTTP methods a browser may use cross-origin (with --allowed-origins), e.g. GET,POST. Empty: any method, as vLLM."""
 
+    allow_credentials: bool = False
+    """Let browsers send cookies and Authorization headers cross-origin (with --allowed-origins: CORS's Access-Control-Allow-Credentials; vLLM's flag)."""
+
     enable_auto_tool_choice: bool = False
     """Let the model decide when to call tools (tool_choice "auto", the default when a request gives tools); needs --tool-call-parser. Off, such requests get a 400 (tool_choice "required", "none" and named functions work either way)."""
 

@@ -36,6 +36,24 @@ def test_cors_preflight_and_headers(own_llm):
         live.stop()
 
 
+def test_credentials_only_when_allowed(own_llm):
+    """--allow-credentials (vLLM's): the preflight and the answer say a browser may send cookies and keys;
+    with "*" as the origins, the asking origin comes back (browsers refuse "*" with credentials)."""
+    for allow in (False, True):
+        live = start_server(own_llm, ServerConfig(allowed_origins=["*"], allow_credentials=allow))
+        try:
+            headers = {"Origin": "https://app.example"}
+            preflight = httpx.options(
+                live.url + "/v1/completions", headers={**headers, "Access-Control-Request-Method": "POST"}
+            )
+            answer = httpx.get(live.url + "/v1/models", headers=headers)
+            for r in (preflight, answer):
+                assert r.headers.get("access-control-allow-credentials") == ("true" if allow else None)
+            assert answer.headers["access-control-allow-origin"] == ("https://app.example" if allow else "*")
+        finally:
+            live.stop()
+
+
 def test_no_cors_by_default(client):
     r = client.get("/v1/models", headers={"Origin": "https://app.example"})
     assert "access-control-allow-origin" not in r.headers
