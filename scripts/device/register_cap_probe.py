@@ -22,16 +22,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from gpu_time import gpu_time_ms, sets_for  # noqa: E402
 from quant_kernels import _dequantized, _runner, make_weights  # noqa: E402
+from quant_sass import QWEN_SHAPES, SHAPES  # noqa: E402  (Llama-3.1-8B's and Qwen3-0.6B's linears)
 
 from model_optimizer.runtime.kernels.quant_tiles import PACKAGED_TABLE, lookup, table_key  # noqa: E402
 
-SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
-QWEN_SHAPES = {
-    "qwen_qkv": (4096, 1024),
-    "qwen_o": (1024, 2048),
-    "qwen_gate_up": (6144, 1024),
-    "qwen_down": (1024, 3072),
-}
 MIN_GAIN = 0.03
 
 
