@@ -129,9 +129,9 @@ def token_bytes(tokenizer: Any, token_id: int, text: str) -> bytes:
 _SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Per tokenizer: its caches (see TokenTexts), shared by every request (a token's text never changes)."""
 _NO_TOKENIZER: dict[str, dict] = {"keys": {}}
-_AS_IDS: dict[str, dict] = {}
-"""The caches of "token_id:N" names: the same for every tokenizer."""
 """The caches of a model without a tokenizer: only the "token_id:N" keys."""
+_AS_IDS: dict[str, dict] = {}
+"""The caches of "token_id:N" names (TokenTexts(as_ids=True)): the same for every tokenizer."""
 
 
 class TokenTexts:

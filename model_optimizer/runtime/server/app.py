@@ -150,12 +150,7 @@ def _create_app(
             state.grammar_checker.close()
 
     hidden = {"docs_url": None, "redoc_url": None, "openapi_url": None} if config.disable_fastapi_docs else {}
-    app = FastAPI(
-        title="Model-Optimizer OpenAI-compatible server",
-        version=__version__,
-        lifespan=lifespan,
-        **hidden,
-    )
+    app = FastAPI(title="Model-Optimizer OpenAI-compatible server", version=__version__, lifespan=lifespan, **hidden)
     app.state.server = state
     install_error_handlers(app)
     for module in (system, completions, chat, embeddings, tokenize):
