@@ -43,6 +43,15 @@ router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event l
 @router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=ERROR_RESPONSES)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     state = get_state(request)
+    generation, fmt = await chat_generation(state, body, "chatcmpl")
+    return await respond(request, state, generation, fmt)
+
+
+async def chat_generation(
+    state: ServerState, body: ChatCompletionRequest, id_prefix: str
+) -> tuple[Generation, ChatFormat]:
+    """The engine request of a chat request and the format of its answer, every check done (APIError when one
+    fails); /v1/responses runs its requests through this too."""
     state.check_model(body.model)
     state.check_accepting()
     state.check_generates()
@@ -93,7 +102,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         rules={**rules, **(thinking or {})},
     )
     generation = Generation(
-        new_request_id("chatcmpl"),
+        new_request_id(id_prefix),
         [prompt.token_ids],
         [params],
         body.priority,
@@ -102,7 +111,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     )
     texts = TokenTexts(state.model.tokenizer, as_ids=tokens_as_ids(body, state.config.return_tokens_as_token_ids))
     fmt = ChatFormat(body, generation.request_id, state.model.name, texts, plan, reasoning, state.config.response_role)
-    return await respond(request, state, generation, fmt)
+    return generation, fmt
 
 
 def _last_turn_text(body: ChatCompletionRequest) -> str:
@@ -255,17 +264,7 @@ class ChatFormat:
         for d in deltas:
             c = d.completion
             logprobs = chat_logprobs_dict(self.texts, c.logprobs, self.num_top) if c.logprobs is not None else None
-            out = self._output(c.index)
-            if out.plain:
-                delta = {"content": c.text} if c.text else {}
-                finish_reason = c.finish_reason
-            else:
-                delta = out.feed(c.text)
-                if self.reasoning is not None:
-                    out.token_ids.extend(c.token_ids)
-                if c.finished:
-                    delta = _merged(delta, out.finish())
-                finish_reason = self._finish_reason(c, out.num_calls > 0) if c.finished else None
+            delta, finish_reason = self.delta(c)
             if not (delta or finish_reason or logprobs or self.with_token_ids):
                 continue
             choice = {
@@ -280,9 +279,26 @@ class ChatFormat:
             choices.append(choice)
         return self.template.event(choices) if choices else None
 
+    def delta(self, c: CompletionOutput) -> tuple[dict, str | None]:
+        """A choice's news in this DELTA output as chat's delta fields (content, reasoning and
+        reasoning_content, tool_calls) and its finish reason once it has ended; /v1/responses reads its
+        stream's events from these too."""
+        out = self._output(c.index)
+        if out.plain:
+            return ({"content": c.text} if c.text else {}), c.finish_reason
+        delta = out.feed(c.text)
+        if self.reasoning is not None:
+            out.token_ids.extend(c.token_ids)
+        if not c.finished:
+            return delta, None
+        return _merged(delta, out.finish()), self._finish_reason(c, out.num_calls > 0)
+
+    def usage(self, usage: UsageInfo) -> UsageInfo:
+        """The stream's usage with its reasoning tokens counted (under a reasoning parser)."""
+        return self._usage(usage, [(out.text, out.token_ids) for out in self.outputs.values()])
+
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
-        usage = self._usage(usage, [(out.text, out.token_ids) for out in self.outputs.values()])
-        return self.base.model_copy(update={"usage": usage})
+        return self.base.model_copy(update={"usage": self.usage(usage)})
 
 
 def _merged(first: dict, then: dict) -> dict:
