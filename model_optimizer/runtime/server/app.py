@@ -38,7 +38,7 @@ from model_optimizer.runtime.server.errors import install_error_handlers
 from model_optimizer.runtime.server.guard import GuardMiddleware
 from model_optimizer.runtime.server.metrics import HTTPMetricsMiddleware
 from model_optimizer.runtime.server.request_ids import RequestIdMiddleware
-from model_optimizer.runtime.server.routes import chat, completions, embeddings, pause, system, tokenize
+from model_optimizer.runtime.server.routes import chat, completions, embeddings, pause, responses, system, tokenize
 from model_optimizer.runtime.server.state import ServedModel, ServerState
 from model_optimizer.runtime.server.stats_log import start_stats_logging
 from model_optimizer.runtime.server.token_bound import token_bound
@@ -153,7 +153,7 @@ def _create_app(
     app = FastAPI(title="Model-Optimizer OpenAI-compatible server", version=__version__, lifespan=lifespan, **hidden)
     app.state.server = state
     install_error_handlers(app)
-    for module in (system, completions, chat, embeddings, tokenize):
+    for module in (system, completions, chat, responses, embeddings, tokenize):
         app.include_router(module.router)
     if config.enable_pause:
         app.include_router(pause.router)

@@ -43,6 +43,7 @@ HANDLERS = frozenset(
     {
         "/v1/completions",
         "/v1/chat/completions",
+        "/v1/responses",
         "/v1/embeddings",
         "/v1/models",
         "/health",

@@ -324,3 +324,26 @@ def test_a_regex_or_choice_that_spells_a_tag_token_is_written_with_it(live, thin
     choice = response.json()["choices"][0]
     assert choice["finish_reason"] == "stop" and re.fullmatch(pattern, choice["message"]["content"])
     assert call_id in choice["token_ids"]
+
+
+def test_responses_carry_the_reasoning_as_an_item_whole_and_streamed(client, ends_thinking):
+    """/v1/responses: the thinking is a reasoning item before the message, the same text chat splits off;
+    streamed, its reasoning_text deltas come before the answer's output_text deltas."""
+    extra = {"logit_bias": ends_thinking, "seed": 5}
+    chat = client.chat.completions.parse(model="tiny", messages=USER, response_format=Digit, temperature=1.0,
+                                         max_tokens=120, **extra)  # fmt: skip
+    kwargs = dict(model="tiny", input=USER[0]["content"], temperature=1.0, max_output_tokens=120, extra_body=extra)
+    response = client.responses.parse(text_format=Digit, **kwargs)
+    assert [item.type for item in response.output] == ["reasoning", "message"]
+    [part] = response.output[0].content
+    assert part.text == chat.choices[0].message.reasoning_content
+    assert response.output_parsed == chat.choices[0].message.parsed
+    assert response.usage.output_tokens_details.reasoning_tokens > 0
+    schema = {"type": "json_schema", "name": "Digit", "schema": DIGIT, "strict": True}
+    events = list(client.responses.create(stream=True, text={"format": schema}, **kwargs))
+    kinds = [e.type for e in events]
+    thinking = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    answer = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert thinking == part.text and json.loads(answer) == response.output_parsed.model_dump()
+    assert kinds.index("response.reasoning_text.done") < kinds.index("response.output_text.delta")
+    assert [item.type for item in events[-1].response.output] == ["reasoning", "message"]

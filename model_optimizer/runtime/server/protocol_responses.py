@@ -1,0 +1,236 @@
+"""OpenAI's Responses API request (POST /v1/responses), read as the chat request it amounts to.
+
+A response is one chat completion: `instructions` become a system message, `input` (a text, or items:
+messages, the model's earlier function calls and their outputs) the conversation, `text.format` the
+response_format, `tools` (flat function tools) and `tool_choice` the chat ones, `max_output_tokens` the
+token bound, `reasoning.effort` chat's reasoning_effort. `to_chat` builds that ChatCompletionRequest, so
+every check and feature of chat completions applies unchanged. Nothing is stored: `store` is taken and
+answered false, and `previous_response_id` or `background` is a 400 saying so.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from model_optimizer.runtime.server.errors import APIError
+from model_optimizer.runtime.server.protocol import ChatCompletionRequest, _Request
+
+ROLES = ("user", "assistant", "system", "developer")
+TEXT_PARTS = ("input_text", "output_text", "text")
+"""Content part types whose `text` goes into the prompt; any other part (images, files, audio) is a 400."""
+PASSED_THROUGH = (
+    "seed",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+)
+"""vLLM's sampling extras a Responses request may carry as well (vLLM takes them there too)."""
+
+
+class ReasoningConfig(_Request):
+    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    summary: str | None = None
+    """Taken; the reasoning item carries the whole text of the thinking, not a summary."""
+
+
+class TextConfig(_Request):
+    format: dict[str, Any] | None = None
+    """{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "name", "schema", "strict"}."""
+    verbosity: str | None = None
+    """Taken and not used."""
+
+
+class ResponsesRequest(_Request):
+    model: str | None = Field(default=None, max_length=512)
+    input: str | list[dict[str, Any]] = Field(max_length=4096)
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=128)
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    stream: bool = False
+    store: bool | None = None
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    user: str | None = Field(default=None, max_length=256)
+    truncation: Literal["auto", "disabled"] | None = None
+    include: list[str] | None = None
+    previous_response_id: str | None = None
+    background: bool | None = None
+    # vLLM's sampling extras (PASSED_THROUGH)
+    seed: int | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    stop: str | list[str] | None = None
+    logit_bias: dict[str, float] | None = None
+
+    def to_chat(self) -> ChatCompletionRequest:
+        """The chat completion this response is; APIError (400) naming the field for what does not translate."""
+        if self.previous_response_id is not None:
+            raise APIError(
+                400,
+                "responses are not stored here, so previous_response_id cannot be followed: send the whole "
+                "conversation as input",
+                "previous_response_id",
+            )
+        if self.background:
+            raise APIError(400, "background responses are not supported: nothing is stored to poll", "background")
+        chat: dict[str, Any] = {
+            "model": self.model,
+            "messages": self._messages(),
+            "max_tokens": self.max_output_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "parallel_tool_calls": self.parallel_tool_calls,
+        }
+        if self.top_logprobs:
+            chat |= {"logprobs": True, "top_logprobs": self.top_logprobs}
+        elif self.include and "message.output_text.logprobs" in self.include:
+            chat["logprobs"] = True
+        if self.tools:
+            chat["tools"] = [_tool(tool, i) for i, tool in enumerate(self.tools)]
+        if self.tool_choice is not None:
+            chat["tool_choice"] = _tool_choice(self.tool_choice)
+        if self.text is not None and self.text.format is not None:
+            chat["response_format"] = _response_format(self.text.format)
+        if self.reasoning is not None and self.reasoning.effort is not None:
+            chat["reasoning_effort"] = self.reasoning.effort
+        if self.truncation == "auto":  # the oldest tokens go first, as OpenAI drops the oldest items
+            chat["truncate_prompt_tokens"] = -1
+        chat |= {name: getattr(self, name) for name in PASSED_THROUGH if getattr(self, name) is not None}
+        chat = {key: value for key, value in chat.items() if value is not None}
+        try:
+            return ChatCompletionRequest.model_validate(chat)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise APIError(400, f"{where}: {first['msg']}", where) from None
+
+    def _messages(self) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        if self.instructions:
+            messages.append({"role": "system", "content": self.instructions})
+        if isinstance(self.input, str):
+            messages.append({"role": "user", "content": self.input})
+        else:
+            for i, item in enumerate(self.input):
+                _add_item(messages, item, f"input[{i}]")
+        if not messages:
+            raise APIError(400, "input is empty: give a text or at least one message", "input")
+        return messages
+
+
+def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str) -> None:
+    """One input item as chat messages: a message, a function call (joined to the assistant message before
+    it, as chat writes several calls in one message) or a function call's output (a tool message)."""
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = item.get("role")
+        if role not in ROLES:
+            raise APIError(400, f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", f"{where}.role")
+        messages.append({"role": role, "content": _text(item.get("content"), f"{where}.content")})
+    elif kind == "function_call":
+        call = {
+            "id": _string(item, "call_id", where),
+            "type": "function",
+            "function": {"name": _string(item, "name", where), "arguments": _string(item, "arguments", where)},
+        }
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+            last["tool_calls"].append(call)
+        else:
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif kind == "function_call_output":
+        output = item.get("output")
+        if not isinstance(output, str):
+            output = _text(output, f"{where}.output")
+        messages.append({"role": "tool", "tool_call_id": _string(item, "call_id", where), "content": output})
+    elif kind == "reasoning":
+        pass  # an earlier turn's thinking: chat templates drop it from past turns, and so does this
+    else:
+        raise APIError(
+            400,
+            f"{where}: input items of type {kind!r} are not supported (message, function_call, "
+            "function_call_output and reasoning are)",
+            f"{where}.type",
+        )
+
+
+def _text(content: Any, where: str) -> str:
+    """A message's content as text: a string, or text parts joined by newlines (as chat joins them)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list) or not content:
+        raise APIError(400, f"{where} must be a string or a list of text parts", where)
+    texts = []
+    for i, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS or not isinstance(part.get("text"), str):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise APIError(400, f"{where}[{i}]: only text parts are supported here, got {kind!r}", f"{where}[{i}]")
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def _string(item: dict[str, Any], key: str, where: str) -> str:
+    value = item.get(key)
+    if not isinstance(value, str):
+        raise APIError(400, f"{where}.{key} must be a string", f"{where}.{key}")
+    return value
+
+
+def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
+    """A flat Responses function tool as chat's nested one; other tool types (web_search, file_search,
+    computer use, MCP...) are a 400: they run on OpenAI's side."""
+    if tool.get("type") != "function":
+        raise APIError(
+            400,
+            f"tools[{i}]: tools of type {tool.get('type')!r} are not supported; only function tools (the client "
+            "runs them) are",
+            f"tools[{i}].type",
+        )
+    function = {key: tool[key] for key in ("name", "description", "parameters", "strict") if key in tool}
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
+    if isinstance(choice, str):
+        if choice not in ("none", "auto", "required"):
+            raise APIError(
+                400, f"tool_choice must be none, auto, required or a function, got {choice!r}", "tool_choice"
+            )
+        return choice
+    if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
+        raise APIError(400, 'tool_choice must name a function tool: {"type": "function", "name": ...}', "tool_choice")
+    return {"type": "function", "function": {"name": choice["name"]}}
+
+
+def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
+    kind = fmt.get("type")
+    if kind in ("text", "json_object"):
+        return {"type": kind}
+    if kind != "json_schema":
+        raise APIError(400, f"text.format.type must be text, json_object or json_schema, got {kind!r}", "text.format")
+    schema = fmt.get("schema")
+    if isinstance(schema, str):  # tolerated: some clients send the schema as JSON text
+        try:
+            schema = json.loads(schema)
+        except ValueError:
+            raise APIError(400, "text.format.schema is not JSON", "text.format.schema") from None
+    spec = {"name": fmt.get("name", "response"), "schema": schema, "strict": fmt.get("strict")}
+    if fmt.get("description") is not None:
+        spec["description"] = fmt["description"]
+    return {"type": "json_schema", "json_schema": spec}

@@ -1,0 +1,288 @@
+"""POST /v1/responses: OpenAI's Responses API, answered by the chat pipeline.
+
+The request becomes a chat completion (protocol_responses.py), so templates, tools and tool parsers,
+--reasoning-parser, structured outputs and every check behave as on /v1/chat/completions. The answer is
+a response object: its output items are a reasoning item (with --reasoning-parser), the message (one
+output_text part, with logprobs when asked) and a function_call item per tool call. Streamed, the
+events are OpenAI's: response.created and response.in_progress; per item output_item.added, its deltas
+(output_text, reasoning_text, function_call_arguments), their done events and output_item.done; then
+response.completed (or response.incomplete, cut by max_output_tokens) with the whole response and its
+usage. Nothing is stored (store is answered false).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict
+
+from model_optimizer.runtime.engine.outputs import RequestOutput
+from model_optimizer.runtime.server.body import ParsedBodyRoute
+from model_optimizer.runtime.server.logprobs import chat_logprobs_dict
+from model_optimizer.runtime.server.protocol import ChatCompletionResponse, StreamOptions, UsageInfo
+from model_optimizer.runtime.server.protocol_responses import ResponsesRequest
+from model_optimizer.runtime.server.request_group import respond
+from model_optimizer.runtime.server.routes import ERROR_RESPONSES
+from model_optimizer.runtime.server.routes.chat import ChatFormat, chat_generation
+from model_optimizer.runtime.server.state import get_state
+from model_optimizer.runtime.server.streaming import ChoiceDelta
+
+router = APIRouter(route_class=ParsedBodyRoute)
+
+
+class ResponseObject(BaseModel):
+    """A Responses API response (or a stream event), as the plain dict this route builds."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+@router.post("/v1/responses", response_model=ResponseObject, responses=ERROR_RESPONSES)
+async def create_response(body: ResponsesRequest, request: Request) -> Response:
+    state = get_state(request)
+    generation, chat = await chat_generation(state, body.to_chat(), "resp")
+    generation.request_id = generation.request_id.replace("resp-", "resp_", 1)  # OpenAI's spelling of ids
+    if body.stream:  # the closing event carries the usage: always asked for
+        generation.stream, generation.stream_options = True, StreamOptions(include_usage=True)
+    return await respond(request, state, generation, ResponsesFormat(body, chat, generation.request_id))
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def response_usage(usage: UsageInfo) -> dict[str, Any]:
+    """Chat's usage in the Responses API's names."""
+    cached = usage.prompt_tokens_details.cached_tokens if usage.prompt_tokens_details else 0
+    reasoning = usage.completion_tokens_details.reasoning_tokens if usage.completion_tokens_details else 0
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": usage.total_tokens,
+    }
+
+
+class ResponsesFormat:
+    """The Responses API's response and stream events (a ResponseFormat), from chat's (ChatFormat)."""
+
+    def __init__(self, body: ResponsesRequest, chat: ChatFormat, response_id: str) -> None:
+        self.body = body
+        self.chat = chat
+        self.id = response_id
+        self.created_at = int(time.time())
+        self.sequence = 0
+        self.items: list[dict[str, Any]] = []
+        """Stream: the output items so far (the open one last)."""
+        self.open: dict[str, Any] | None = None
+        """Stream: the item taking deltas (reasoning or message), closed by anything else and at the end."""
+        self.calls: dict[int, dict[str, Any]] = {}
+        """Stream: function_call items by chat's tool-call index."""
+        self.finish_reason: str | None = None
+
+    def _envelope(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
+        body = self.body
+        incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "error": None,
+            "incomplete_details": incomplete,
+            "instructions": body.instructions,
+            "max_output_tokens": body.max_output_tokens,
+            "model": self.chat.base.model,
+            "output": output,
+            "parallel_tool_calls": body.parallel_tool_calls,
+            "previous_response_id": None,
+            "reasoning": {"effort": body.reasoning.effort if body.reasoning else None, "summary": None},
+            "store": False,
+            "temperature": body.temperature,
+            "text": {"format": (body.text.format if body.text and body.text.format else {"type": "text"})},
+            "tool_choice": body.tool_choice if body.tool_choice is not None else "auto",
+            "tools": body.tools or [],
+            "top_p": body.top_p,
+            "truncation": body.truncation or "disabled",
+            "usage": usage,
+            "user": body.user,
+            "metadata": body.metadata or {},
+        }
+
+    # whole responses
+
+    def response(self, finals: list[RequestOutput], usage: UsageInfo) -> BaseModel:
+        chat: ChatCompletionResponse = self.chat.response(finals, usage)  # type: ignore[assignment]
+        [choice] = chat.choices
+        message, output = choice.message, []
+        if message.reasoning_content:
+            output.append(_reasoning_item(_id("rs"), message.reasoning_content, "completed"))
+        if message.content or not message.tool_calls:
+            logprobs = choice.logprobs.model_dump()["content"] if choice.logprobs is not None else None
+            output.append(_message_item(_id("msg"), message.content or "", "completed", logprobs))
+        for call in message.tool_calls:
+            output.append(_call_item(call.id, call.function.name, call.function.arguments, "completed"))
+        status = "incomplete" if choice.finish_reason == "length" else "completed"
+        return ResponseObject(**self._envelope(status, output, response_usage(chat.usage)))
+
+    # streams
+
+    def _event(self, kind: str, **fields: Any) -> str:
+        event = ResponseObject(type=kind, sequence_number=self.sequence, **fields)
+        self.sequence += 1
+        return f"data: {event.model_dump_json()}\n\n"  # as sse() writes the head and closing events
+
+    def head(self) -> list[BaseModel]:
+        envelope = self._envelope("in_progress", [], None)
+        return [
+            _Event(self, "response.created", response=envelope),
+            _Event(self, "response.in_progress", response=envelope),
+        ]
+
+    def chunk(self, deltas: list[ChoiceDelta]) -> bytes | None:
+        events: list[str] = []
+        for d in deltas:
+            c = d.completion
+            delta, finish_reason = self.chat.delta(c)
+            if delta.get("reasoning_content"):
+                events += self._text_delta("reasoning", delta["reasoning_content"], None)
+            if delta.get("content"):
+                logprobs = (
+                    chat_logprobs_dict(self.chat.texts, c.logprobs, self.chat.num_top)["content"]
+                    if c.logprobs is not None
+                    else []
+                )
+                events += self._text_delta("message", delta["content"], logprobs)
+            for call in delta.get("tool_calls", []):
+                events += self._call_delta(call)
+            if finish_reason is not None:
+                self.finish_reason = finish_reason
+                events += self._close_open()
+                for index in sorted(self.calls):
+                    events += self._close_call(index)
+        return "".join(events).encode() if events else None
+
+    def usage_chunk(self, usage: UsageInfo) -> BaseModel:
+        """The closing event: the whole response, its status and usage."""
+        status = "incomplete" if self.finish_reason == "length" else "completed"
+        envelope = self._envelope(status, self.items, response_usage(self.chat.usage(usage)))
+        return _Event(self, f"response.{status}", response=envelope)
+
+    def _text_delta(self, kind: str, text: str, logprobs: list | None) -> list[str]:
+        """Events of text for a reasoning or message item: the item (and its part) opened if it is not the
+        open one, then the delta."""
+        events = []
+        if self.open is None or self.open["type"] != kind:
+            events += self._close_open()
+            item_id = _id("rs" if kind == "reasoning" else "msg")
+            self.open = (
+                _reasoning_item(item_id, "", "in_progress")
+                if kind == "reasoning"
+                else _message_item(item_id, "", "in_progress", [])
+            )
+            self.items.append(self.open)
+            events.append(self._event("response.output_item.added", output_index=len(self.items) - 1,
+                                      item=_shell(self.open)))  # fmt: skip
+            if kind == "message":
+                events.append(self._event("response.content_part.added", item_id=item_id,
+                                          output_index=len(self.items) - 1, content_index=0,
+                                          part={"type": "output_text", "text": "", "annotations": []}))  # fmt: skip
+        part = self.open["content"][0]
+        part["text"] += text
+        where = {"item_id": self.open["id"], "output_index": self.items.index(self.open), "content_index": 0}
+        if kind == "reasoning":
+            events.append(self._event("response.reasoning_text.delta", delta=text, **where))
+        else:
+            part["logprobs"] += logprobs or []
+            events.append(self._event("response.output_text.delta", delta=text, logprobs=logprobs or [], **where))
+        return events
+
+    def _close_open(self) -> list[str]:
+        """The done events of the open reasoning or message item, if any."""
+        item, self.open = self.open, None
+        if item is None:
+            return []
+        item["status"] = "completed"
+        part = item["content"][0]
+        where = {"item_id": item["id"], "output_index": self.items.index(item), "content_index": 0}
+        if item["type"] == "reasoning":
+            events = [self._event("response.reasoning_text.done", text=part["text"], **where)]
+        else:
+            events = [
+                self._event("response.output_text.done", text=part["text"], logprobs=part["logprobs"], **where),
+                self._event("response.content_part.done", part=part, **where),
+            ]
+        events.append(self._event("response.output_item.done", output_index=where["output_index"], item=item))
+        return events
+
+    def _call_delta(self, call: dict[str, Any]) -> list[str]:
+        events = []
+        item = self.calls.get(call["index"])
+        if item is None:
+            events += self._close_open()
+            item = self.calls[call["index"]] = _call_item(call["id"], call["function"]["name"], "", "in_progress")
+            self.items.append(item)
+            events.append(self._event("response.output_item.added", output_index=len(self.items) - 1, item=dict(item)))
+        arguments = call.get("function", {}).get("arguments")
+        if arguments:
+            item["arguments"] += arguments
+            events.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
+                                      output_index=self.items.index(item), delta=arguments))  # fmt: skip
+        return events
+
+    def _close_call(self, index: int) -> list[str]:
+        item = self.calls.pop(index)
+        item["status"] = "completed"
+        output_index = self.items.index(item)
+        return [
+            self._event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=output_index,
+                arguments=item["arguments"],
+            ),  # fmt: skip
+            self._event("response.output_item.done", output_index=output_index, item=item),
+        ]
+
+
+class _Event(ResponseObject):
+    """An event sent through sse() (head and closing events): numbered in the stream's order."""
+
+    def __init__(self, fmt: ResponsesFormat, kind: str, **fields: Any) -> None:
+        super().__init__(type=kind, sequence_number=fmt.sequence, **fields)
+        fmt.sequence += 1
+
+
+def _shell(item: dict[str, Any]) -> dict[str, Any]:
+    """An item as output_item.added shows it: before any text."""
+    return {**item, "content": [] if item["type"] == "message" else [dict(p, text="") for p in item["content"]]}
+
+
+def _message_item(item_id: str, text: str, status: str, logprobs: list | None) -> dict[str, Any]:
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
+    return {"id": item_id, "type": "message", "status": status, "role": "assistant", "content": [part]}
+
+
+def _reasoning_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "reasoning",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+        "status": status,
+    }
+
+
+def _call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    return {
+        "id": _id("fc"),
+        "type": "function_call",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }

@@ -1,0 +1,213 @@
+"""POST /v1/responses through the openai client: a response is the chat completion it amounts to (same
+prompt, same tokens at temperature 0), in the Responses API's shapes, whole or as its stream of events;
+structured text formats and function tools as the client's helpers use them; clear 400s for what the
+API asks that is not here (stored responses, hosted tools, images)."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+from tests.runtime.server.test_structured_outputs import start_tools_server
+
+INSTRUCTIONS = "You answer in one word."
+QUESTION = "solve 8x + 7 = -23"
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 12},
+            "days": {"type": "integer", "minimum": 1, "maximum": 7},
+        },
+        "required": ["city", "days"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+
+
+@pytest.fixture(scope="module")
+def live(tiny_model, tmp_path_factory):
+    server = start_tools_server(tiny_model, tmp_path_factory, 256, 16, tool_call_parser="hermes")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(live):
+    return openai.OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_a_response_is_the_chat_completion_it_amounts_to(client):
+    messages = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": QUESTION}]
+    chat = client.chat.completions.create(model="tiny", messages=messages, max_tokens=12, temperature=0)
+    response = client.responses.create(
+        model="tiny", instructions=INSTRUCTIONS, input=QUESTION, max_output_tokens=12, temperature=0
+    )
+    assert response.id.startswith("resp_") and response.object == "response" and response.store is False
+    [item] = response.output
+    assert item.type == "message" and item.role == "assistant" and item.status == "completed"
+    assert response.output_text == chat.choices[0].message.content
+    assert response.usage.input_tokens == chat.usage.prompt_tokens
+    assert response.usage.output_tokens == chat.usage.completion_tokens
+    assert response.usage.total_tokens == chat.usage.total_tokens
+    # the same conversation as message items
+    items = [{"role": "user", "content": [{"type": "input_text", "text": QUESTION}]}]
+    again = client.responses.create(model="tiny", instructions=INSTRUCTIONS, input=items, max_output_tokens=12,
+                                    temperature=0)  # fmt: skip
+    assert again.output_text == response.output_text
+
+
+def test_cut_by_max_output_tokens_is_incomplete(client):
+    response = client.responses.create(model="tiny", input=QUESTION, max_output_tokens=3, temperature=0)
+    if response.usage.output_tokens == 3:  # the random model may end sooner: then it is complete
+        assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+    else:
+        assert response.status == "completed" and response.incomplete_details is None
+
+
+class Answer(BaseModel):  # bounded, so that even greedy decoding of the random model ends the document
+    x: int = Field(ge=-100, le=100)
+    unit: Literal["cm", "m"]
+    exact: bool
+
+
+def test_parse_with_a_pydantic_text_format(client):
+    response = client.responses.parse(model="tiny", input=QUESTION, text_format=Answer, max_output_tokens=300)
+    assert response.status == "completed"
+    assert isinstance(response.output_parsed, Answer)
+    jsonschema.validate(json.loads(response.output_text), Answer.model_json_schema())
+
+
+def test_a_required_function_call_and_its_output_sent_back(client):
+    response = client.responses.create(
+        model="tiny", input="Weather in Oslo?", tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
+        max_output_tokens=200, temperature=0,
+    )  # fmt: skip
+    assert response.status == "completed"
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    for call in calls:
+        jsonschema.validate(json.loads(call.arguments), WEATHER["parameters"])
+        assert call.call_id and call.id.startswith("fc_") and call.status == "completed"
+    # the next turn: the calls and their outputs as input items
+    follow_up = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        *[{"type": "function_call", "call_id": c.call_id, "name": c.name, "arguments": c.arguments} for c in calls],
+        *[{"type": "function_call_output", "call_id": c.call_id, "output": "sunny"} for c in calls],
+    ]
+    answer = client.responses.create(
+        model="tiny", input=follow_up, tools=[WEATHER], tool_choice="none", max_output_tokens=8
+    )
+    assert [item.type for item in answer.output] == ["message"]
+
+
+def _events(client, **kwargs) -> list:
+    return list(client.responses.create(model="tiny", stream=True, **kwargs))
+
+
+def test_a_streamed_response_sends_openais_events_in_order(client):
+    kwargs = dict(input=QUESTION, instructions=INSTRUCTIONS, max_output_tokens=12, temperature=0)
+    whole = client.responses.create(model="tiny", **kwargs)
+    events = _events(client, **kwargs)
+    kinds = [e.type for e in events]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert kinds[4 : 4 + len(deltas)] == ["response.output_text.delta"] * len(deltas)
+    assert kinds[4 + len(deltas) :] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        f"response.{whole.status}",
+    ]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    final = events[-1].response
+    assert "".join(deltas) == events[-4].text == final.output_text == whole.output_text
+    assert final.usage.output_tokens == whole.usage.output_tokens and final.id == events[0].response.id
+
+
+def test_a_streamed_function_call(client):
+    events = _events(client, input="Weather in Oslo?", tools=[WEATHER], tool_choice="required", max_output_tokens=200,
+                     parallel_tool_calls=False, temperature=0)  # fmt: skip
+    assert events[-1].type == "response.completed"
+    added = [e.item for e in events if e.type == "response.output_item.added"]
+    assert added and all(item.type == "function_call" and item.name == "get_weather" for item in added)
+    done = {e.item_id: e.arguments for e in events if e.type == "response.function_call_arguments.done"}
+    pieces: dict[str, str] = {}
+    for e in events:
+        if e.type == "response.function_call_arguments.delta":
+            pieces[e.item_id] = pieces.get(e.item_id, "") + e.delta
+    assert pieces == done and set(done) == {item.id for item in added}
+    for arguments in done.values():
+        jsonschema.validate(json.loads(arguments), WEATHER["parameters"])
+    final = events[-1].response
+    assert [item.arguments for item in final.output] == [done[item.id] for item in added]
+
+
+def test_logprobs_on_output_text(client):
+    response = client.responses.create(model="tiny", input=QUESTION, max_output_tokens=5, temperature=0,
+                                       top_logprobs=2)  # fmt: skip
+    [part] = response.output[0].content
+    assert len(part.logprobs) == response.usage.output_tokens
+    assert "".join(lp.token for lp in part.logprobs) == part.text
+    assert all(len(lp.top_logprobs) == 2 for lp in part.logprobs)
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "message"),
+    [
+        ({"previous_response_id": "resp_x"}, "previous_response_id", "not stored"),
+        ({"background": True}, "background", "nothing is stored"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "only function tools"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input[0].content[0]",
+            "only text parts",
+        ),  # fmt: skip
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type", "not supported"),
+        ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role", "must be one of"),
+        ({"text": {"format": {"type": "xml"}}}, "text.format", "text, json_object or json_schema"),
+        ({"tool_choice": {"type": "file_search"}}, "tool_choice", "name a function tool"),
+        ({"input": []}, "input", "input is empty"),
+    ],
+)
+def test_what_is_not_here_is_a_clear_400(live, body, param, message):
+    r = httpx.post(live.url + "/v1/responses", json={"model": "tiny", "input": "hi", **body}, timeout=60)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and message in error["message"]
+    assert httpx.get(live.url + "/health").status_code == 200
+
+
+def test_store_is_taken_and_answered_false(live):
+    body = {"model": "tiny", "input": "hi", "store": True, "max_output_tokens": 2, "metadata": {"k": "v"}}
+    r = httpx.post(live.url + "/v1/responses", json=body, timeout=60).json()
+    assert r["store"] is False and r["metadata"] == {"k": "v"}
+    metrics = httpx.get(live.url + "/metrics").text
+    assert 'handler="/v1/responses",method="POST",status="200"' in metrics
+
+
+def test_the_clients_stream_helper_builds_the_same_response(client):
+    """client.responses.stream() rebuilds the response from the events (it needs response.completed, so the
+    output is a schema's: the constrained document ends)."""
+    kwargs = dict(model="tiny", input=QUESTION, text_format=Answer, max_output_tokens=300, temperature=0)
+    whole = client.responses.parse(**kwargs)
+    with client.responses.stream(**kwargs) as stream:
+        texts = [event.delta for event in stream if event.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(texts) == final.output_text == whole.output_text
+    assert final.output_parsed == whole.output_parsed and isinstance(final.output_parsed, Answer)
