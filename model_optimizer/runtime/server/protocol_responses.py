@@ -35,7 +35,8 @@ PASSED_THROUGH = (
 
 
 class ReasoningConfig(_Request):
-    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    """Chat's reasoning_effort; "xhigh" and "max" (OpenAI's newest levels) go to templates as "high"."""
     summary: str | None = None
     """Taken; the reasoning item carries the whole text of the thinking, not a summary."""
 
@@ -65,6 +66,8 @@ class ResponsesRequest(_Request):
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
     user: str | None = Field(default=None, max_length=256)
     truncation: Literal["auto", "disabled"] | None = None
+    """"disabled" (a prompt too long is a 400, as OpenAI's default); "auto" is a 400: OpenAI drops whole
+    input items and keeps the instructions, which cutting tokens from the start would not."""
     include: list[str] | None = None
     previous_response_id: str | None = None
     background: bool | None = None
@@ -89,6 +92,13 @@ class ResponsesRequest(_Request):
             )
         if self.background:
             raise APIError(400, "background responses are not supported: nothing is stored to poll", "background")
+        if self.truncation == "auto":
+            raise APIError(
+                400,
+                'truncation "auto" is not supported (whole input items would have to be dropped): send a '
+                "conversation that fits, or leave truncation disabled",
+                "truncation",
+            )
         chat: dict[str, Any] = {
             "model": self.model,
             "messages": self._messages(),
@@ -108,9 +118,9 @@ class ResponsesRequest(_Request):
         if self.text is not None and self.text.format is not None:
             chat["response_format"] = _response_format(self.text.format)
         if self.reasoning is not None and self.reasoning.effort is not None:
-            chat["reasoning_effort"] = self.reasoning.effort
-        if self.truncation == "auto":  # the oldest tokens go first, as OpenAI drops the oldest items
-            chat["truncate_prompt_tokens"] = -1
+            chat["reasoning_effort"] = {"xhigh": "high", "max": "high"}.get(
+                self.reasoning.effort, self.reasoning.effort
+            )
         chat |= {name: getattr(self, name) for name in PASSED_THROUGH if getattr(self, name) is not None}
         chat = {key: value for key, value in chat.items() if value is not None}
         try:
@@ -127,17 +137,23 @@ class ResponsesRequest(_Request):
         if isinstance(self.input, str):
             messages.append({"role": "user", "content": self.input})
         else:
+            thinking: list[str] = []  # reasoning items waiting for the assistant turn they belong to
             for i, item in enumerate(self.input):
-                _add_item(messages, item, f"input[{i}]")
+                _add_item(messages, item, f"input[{i}]", thinking)
         if not messages:
             raise APIError(400, "input is empty: give a text or at least one message", "input")
         return messages
 
 
-def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str) -> None:
-    """One input item as chat messages: a message, a function call (joined to the assistant message before
-    it, as chat writes several calls in one message) or a function call's output (a tool message)."""
+def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str, thinking: list[str]) -> None:
+    """One input item as chat messages: a message; a function call, joined to the assistant message just
+    before it (chat writes a turn's text and calls as one message); a function call's output (a tool
+    message); a reasoning item, whose text becomes the next assistant turn's `reasoning` (templates that
+    show past thinking, as Qwen3's within a tool loop, see it as they would on chat)."""
     kind = item.get("type", "message")
+    if kind == "reasoning":
+        thinking.append(_reasoning_text(item, where))
+        return
     if kind == "message":
         role = item.get("role")
         if role not in ROLES:
@@ -150,8 +166,8 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str) 
             "function": {"name": _string(item, "name", where), "arguments": _string(item, "arguments", where)},
         }
         last = messages[-1] if messages else None
-        if last is not None and last["role"] == "assistant" and "tool_calls" in last:
-            last["tool_calls"].append(call)
+        if last is not None and last["role"] == "assistant" and not thinking:
+            last.setdefault("tool_calls", []).append(call)
         else:
             messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
     elif kind == "function_call_output":
@@ -159,8 +175,6 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str) 
         if not isinstance(output, str):
             output = _text(output, f"{where}.output")
         messages.append({"role": "tool", "tool_call_id": _string(item, "call_id", where), "content": output})
-    elif kind == "reasoning":
-        pass  # an earlier turn's thinking: chat templates drop it from past turns, and so does this
     else:
         raise APIError(
             400,
@@ -168,6 +182,22 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str) 
             "function_call_output and reasoning are)",
             f"{where}.type",
         )
+    if messages[-1]["role"] == "assistant" and thinking:
+        messages[-1]["reasoning"] = "\n".join(thinking)
+        thinking.clear()
+
+
+def _reasoning_text(item: dict[str, Any], where: str) -> str:
+    """A reasoning item's text: its reasoning_text parts, else its summary's texts."""
+    for key, part_type in (("content", "reasoning_text"), ("summary", "summary_text")):
+        parts = item.get(key)
+        if isinstance(parts, list) and parts:
+            texts = [p.get("text") for p in parts if isinstance(p, dict) and p.get("type") == part_type]
+            if not all(isinstance(t, str) for t in texts):
+                raise APIError(400, f"{where}.{key}: each part needs its text", f"{where}.{key}")
+            if texts:
+                return "\n".join(texts)
+    return ""
 
 
 def _text(content: Any, where: str) -> str:

@@ -347,3 +347,25 @@ def test_responses_carry_the_reasoning_as_an_item_whole_and_streamed(client, end
     assert thinking == part.text and json.loads(answer) == response.output_parsed.model_dump()
     assert kinds.index("response.reasoning_text.done") < kinds.index("response.output_text.delta")
     assert [item.type for item in events[-1].response.output] == ["reasoning", "message"]
+
+
+def test_responses_send_reasoning_items_back_as_chat_does(client, live):
+    """A reasoning item sent back (the agent loop) is the next assistant turn's reasoning, as chat takes
+    `reasoning` on a message: the same prompt tokens; and with the reasoning split off, output_text carries
+    no logprobs (chat's cover the thinking too)."""
+    thought = {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "hmm"}]}
+    items = [*USER, thought, {"role": "assistant", "content": "3"}, {"role": "user", "content": "again"}]
+    response = client.responses.create(model="tiny", input=items, max_output_tokens=1, top_logprobs=1)
+    chat_messages = [
+        *USER,
+        {"role": "assistant", "content": "3", "reasoning": "hmm"},
+        {"role": "user", "content": "again"},
+    ]
+    chat = httpx.post(live.url + "/v1/chat/completions", json={"model": "tiny", "messages": chat_messages,
+                                                               "max_tokens": 1}, timeout=60).json()  # fmt: skip
+    dropped = httpx.post(live.url + "/v1/chat/completions", json={"model": "tiny", "messages": [
+        *USER, {"role": "assistant", "content": "3"}, {"role": "user", "content": "again"}], "max_tokens": 1},
+        timeout=60).json()  # fmt: skip
+    assert response.usage.input_tokens == chat["usage"]["prompt_tokens"] != dropped["usage"]["prompt_tokens"]
+    message = [item for item in response.output if item.type == "message"]
+    assert all(part.logprobs == [] for m in message for part in m.content)

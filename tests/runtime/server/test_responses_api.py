@@ -14,6 +14,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from tests.runtime.server.live import sse_payloads
 from tests.runtime.server.test_structured_outputs import start_tools_server
 
 INSTRUCTIONS = "You answer in one word."
@@ -55,7 +56,7 @@ def test_a_response_is_the_chat_completion_it_amounts_to(client):
     )
     assert response.id.startswith("resp_") and response.object == "response" and response.store is False
     [item] = response.output
-    assert item.type == "message" and item.role == "assistant" and item.status == "completed"
+    assert item.type == "message" and item.role == "assistant" and item.status == response.status
     assert response.output_text == chat.choices[0].message.content
     assert response.usage.input_tokens == chat.usage.prompt_tokens
     assert response.usage.output_tokens == chat.usage.completion_tokens
@@ -183,6 +184,22 @@ def test_logprobs_on_output_text(client):
         ({"text": {"format": {"type": "xml"}}}, "text.format", "text, json_object or json_schema"),
         ({"tool_choice": {"type": "file_search"}}, "tool_choice", "name a function tool"),
         ({"input": []}, "input", "input is empty"),
+        ({"truncation": "auto"}, "truncation", "not supported"),
+        ({"max_output_tokens": 100_000}, "max_output_tokens", "max_output_tokens"),
+        ({"tools": [{"type": "function", "name": "bad name"}]}, "tools[0].name", "String should match"),
+        (
+            {
+                "text": {
+                    "format": {
+                        "type": "json_schema",
+                        "name": "x",
+                        "schema": {"minimum": 5, "maximum": 1, "type": "integer"},
+                    }
+                }
+            },
+            "text.format",
+            "minimum",
+        ),  # fmt: skip
     ],
 )
 def test_what_is_not_here_is_a_clear_400(live, body, param, message):
@@ -211,3 +228,66 @@ def test_the_clients_stream_helper_builds_the_same_response(client):
         final = stream.get_final_response()
     assert "".join(texts) == final.output_text == whole.output_text
     assert final.output_parsed == whole.output_parsed and isinstance(final.output_parsed, Answer)
+
+
+def test_responses_and_events_validate_against_the_openai_types(live):
+    """Every field the openai package declares required is there, with its type: the whole response, and
+    each streamed event as the stream's union of event types reads it (strictly, not the client's lenient
+    loading)."""
+    from openai.types.responses import Response, ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    bodies = [
+        {"input": QUESTION, "max_output_tokens": 4, "top_logprobs": 1},
+        {
+            "input": "Weather in Oslo?",
+            "tools": [WEATHER],
+            "tool_choice": "required",
+            "temperature": 0,
+            "max_output_tokens": 200,
+        },  # fmt: skip
+    ]
+    events = TypeAdapter(list[ResponseStreamEvent])
+    for body in bodies:
+        whole = httpx.post(live.url + "/v1/responses", json={"model": "tiny", **body}, timeout=60).json()
+        Response.model_validate(whole, strict=False)
+        streamed = httpx.post(live.url + "/v1/responses", json={"model": "tiny", "stream": True, **body}, timeout=60)
+        payloads = [json.loads(p) for p in sse_payloads(streamed) if p != "[DONE]"]
+        events.validate_python(payloads)
+        final = payloads[-1]["response"]
+        Response.model_validate(final, strict=False)
+        if body.get("temperature") == 0:  # greedy: the stream's items are the whole response's, ids aside
+            strip = [{k: v for k, v in item.items() if k not in ("id", "call_id")} for item in whole["output"]]
+            assert [{k: v for k, v in item.items() if k not in ("id", "call_id")} for item in final["output"]] == strip
+
+
+def test_an_agent_loops_output_sent_back_is_chats_conversation(client, live):
+    """The usual agent loop sends the response's output items back: the assistant's text and its calls make
+    one assistant turn, as chat writes them (same prompt tokens as chat's conversation)."""
+    call = {
+        "type": "function_call",
+        "call_id": "call_1",
+        "name": "get_weather",
+        "arguments": '{"city":"Oslo","days":1}',
+    }
+    items = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me check."}]},
+        call,
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+    ]
+    response = client.responses.create(model="tiny", input=items, tools=[WEATHER], max_output_tokens=1)
+    tool = {"type": "function", "function": {k: WEATHER[k] for k in ("name", "description", "parameters", "strict")}}
+    messages = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": "Let me check.", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": call["arguments"]}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]  # fmt: skip
+    chat = client.chat.completions.create(model="tiny", messages=messages, tools=[tool], max_tokens=1)
+    assert response.usage.input_tokens == chat.usage.prompt_tokens
+
+
+def test_newer_effort_levels_are_taken(client):
+    response = client.responses.create(model="tiny", input="hi", reasoning={"effort": "xhigh"}, max_output_tokens=1)
+    assert response.reasoning.effort == "xhigh"

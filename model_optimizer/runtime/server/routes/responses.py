@@ -12,6 +12,7 @@ usage. Nothing is stored (store is answered false).
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from model_optimizer.runtime.engine.outputs import RequestOutput
 from model_optimizer.runtime.server.body import ParsedBodyRoute
+from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.logprobs import chat_logprobs_dict
 from model_optimizer.runtime.server.protocol import ChatCompletionResponse, StreamOptions, UsageInfo
 from model_optimizer.runtime.server.protocol_responses import ResponsesRequest
@@ -40,14 +42,31 @@ class ResponseObject(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+CHAT_NAMES = (("max_completion_tokens", "max_output_tokens"), ("max_tokens", "max_output_tokens"),
+              ("response_format.json_schema.schema", "text.format.schema"), ("response_format", "text.format"),
+              ("messages", "input"))  # fmt: skip
+"""Chat's field names in errors, and the request's names for them (tools.N.function: tools[N], below)."""
+
+
 @router.post("/v1/responses", response_model=ResponseObject, responses=ERROR_RESPONSES)
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
     state = get_state(request)
-    generation, chat = await chat_generation(state, body.to_chat(), "resp")
+    try:
+        generation, chat = await chat_generation(state, body.to_chat(), "resp")
+    except APIError as exc:  # chat's checks name chat's fields: named as this request spells them
+        raise APIError(exc.status_code, _renamed(exc.message), _renamed(exc.param), exc.headers) from None
     generation.request_id = generation.request_id.replace("resp-", "resp_", 1)  # OpenAI's spelling of ids
     if body.stream:  # the closing event carries the usage: always asked for
         generation.stream, generation.stream_options = True, StreamOptions(include_usage=True)
     return await respond(request, state, generation, ResponsesFormat(body, chat, generation.request_id))
+
+
+def _renamed(text: str | None) -> str | None:
+    if text is None:
+        return None
+    for chat_name, name in CHAT_NAMES:
+        text = text.replace(chat_name, name)
+    return re.sub(r"tools[.\[](\d+)\]?\.function", r"tools[\1]", text)
 
 
 def _id(prefix: str) -> str:
@@ -60,7 +79,7 @@ def response_usage(usage: UsageInfo) -> dict[str, Any]:
     reasoning = usage.completion_tokens_details.reasoning_tokens if usage.completion_tokens_details else 0
     return {
         "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": cached},
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
         "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": usage.total_tokens,
@@ -83,6 +102,9 @@ class ResponsesFormat:
         self.calls: dict[int, dict[str, Any]] = {}
         """Stream: function_call items by chat's tool-call index."""
         self.finish_reason: str | None = None
+        self.text_only = chat.reasoning is None and chat.plan.parser is None
+        """No reasoning or tool call is parsed out of the text: its logprobs are the message's, token for token
+        (otherwise output_text carries none: chat's logprobs also cover the thinking and the calls)."""
 
     def _envelope(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
         body = self.body
@@ -119,14 +141,16 @@ class ResponsesFormat:
         chat: ChatCompletionResponse = self.chat.response(finals, usage)  # type: ignore[assignment]
         [choice] = chat.choices
         message, output = choice.message, []
+        status = "incomplete" if choice.finish_reason == "length" else "completed"  # the items' too, as OpenAI's
         if message.reasoning_content:
-            output.append(_reasoning_item(_id("rs"), message.reasoning_content, "completed"))
+            output.append(_reasoning_item(_id("rs"), message.reasoning_content, status))
         if message.content or not message.tool_calls:
-            logprobs = choice.logprobs.model_dump()["content"] if choice.logprobs is not None else None
-            output.append(_message_item(_id("msg"), message.content or "", "completed", logprobs))
+            logprobs = (
+                choice.logprobs.model_dump()["content"] if choice.logprobs is not None and self.text_only else None
+            )
+            output.append(_message_item(_id("msg"), message.content or "", status, logprobs))
         for call in message.tool_calls:
-            output.append(_call_item(call.id, call.function.name, call.function.arguments, "completed"))
-        status = "incomplete" if choice.finish_reason == "length" else "completed"
+            output.append(_call_item(call.id, call.function.name, call.function.arguments, status))
         return ResponseObject(**self._envelope(status, output, response_usage(chat.usage)))
 
     # streams
@@ -153,7 +177,7 @@ class ResponsesFormat:
             if delta.get("content"):
                 logprobs = (
                     chat_logprobs_dict(self.chat.texts, c.logprobs, self.chat.num_top)["content"]
-                    if c.logprobs is not None
+                    if c.logprobs is not None and self.text_only
                     else []
                 )
                 events += self._text_delta("message", delta["content"], logprobs)
@@ -161,6 +185,8 @@ class ResponsesFormat:
                 events += self._call_delta(call)
             if finish_reason is not None:
                 self.finish_reason = finish_reason
+                if not self.items:  # nothing was said: an empty message, as the whole response has
+                    events += self._open("message")
                 events += self._close_open()
                 for index in sorted(self.calls):
                     events += self._close_call(index)
@@ -172,26 +198,29 @@ class ResponsesFormat:
         envelope = self._envelope(status, self.items, response_usage(self.chat.usage(usage)))
         return _Event(self, f"response.{status}", response=envelope)
 
+    def _open(self, kind: str) -> list[str]:
+        """A reasoning or message item opened (and its part), after the open one is closed."""
+        events = self._close_open()
+        item_id = _id("rs" if kind == "reasoning" else "msg")
+        self.open = (
+            _reasoning_item(item_id, "", "in_progress")
+            if kind == "reasoning"
+            else _message_item(item_id, "", "in_progress", [])
+        )
+        self.items.append(self.open)
+        events.append(self._event("response.output_item.added", output_index=len(self.items) - 1,
+                                  item=_shell(self.open)))  # fmt: skip
+        if kind == "message":
+            events.append(self._event("response.content_part.added", item_id=item_id,
+                                      output_index=len(self.items) - 1, content_index=0,
+                                      part={"type": "output_text", "text": "", "annotations": [], "logprobs": []}))  # fmt: skip
+        return events
+
     def _text_delta(self, kind: str, text: str, logprobs: list | None) -> list[str]:
-        """Events of text for a reasoning or message item: the item (and its part) opened if it is not the
-        open one, then the delta."""
-        events = []
-        if self.open is None or self.open["type"] != kind:
-            events += self._close_open()
-            item_id = _id("rs" if kind == "reasoning" else "msg")
-            self.open = (
-                _reasoning_item(item_id, "", "in_progress")
-                if kind == "reasoning"
-                else _message_item(item_id, "", "in_progress", [])
-            )
-            self.items.append(self.open)
-            events.append(self._event("response.output_item.added", output_index=len(self.items) - 1,
-                                      item=_shell(self.open)))  # fmt: skip
-            if kind == "message":
-                events.append(self._event("response.content_part.added", item_id=item_id,
-                                          output_index=len(self.items) - 1, content_index=0,
-                                          part={"type": "output_text", "text": "", "annotations": []}))  # fmt: skip
-        part = self.open["content"][0]
+        """Events of text for a reasoning or message item: the item opened if it is not the open one, then
+        the delta."""
+        events = self._open(kind) if self.open is None or self.open["type"] != kind else []
+        part = self.open["content"][0]  # type: ignore[index]
         part["text"] += text
         where = {"item_id": self.open["id"], "output_index": self.items.index(self.open), "content_index": 0}
         if kind == "reasoning":
@@ -206,7 +235,7 @@ class ResponsesFormat:
         item, self.open = self.open, None
         if item is None:
             return []
-        item["status"] = "completed"
+        item["status"] = self._item_status()
         part = item["content"][0]
         where = {"item_id": item["id"], "output_index": self.items.index(item), "content_index": 0}
         if item["type"] == "reasoning":
@@ -218,6 +247,10 @@ class ResponsesFormat:
             ]
         events.append(self._event("response.output_item.done", output_index=where["output_index"], item=item))
         return events
+
+    def _item_status(self) -> str:
+        """An item closed when the response is cut by the token bound is incomplete, as OpenAI marks it."""
+        return "incomplete" if self.finish_reason == "length" else "completed"
 
     def _call_delta(self, call: dict[str, Any]) -> list[str]:
         events = []
@@ -236,7 +269,7 @@ class ResponsesFormat:
 
     def _close_call(self, index: int) -> list[str]:
         item = self.calls.pop(index)
-        item["status"] = "completed"
+        item["status"] = self._item_status()
         output_index = self.items.index(item)
         return [
             self._event(
