@@ -21,7 +21,12 @@ VLLM_ALIASES = {
     "--result-dir": "output_dir",
 }
 VLLM_DATASETS = {"random": "synthetic"}
-ENDPOINT_PATHS = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/v1/embeddings": "embeddings"}
+ENDPOINT_PATHS = {
+    "/v1/completions": "completions",
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -27,7 +27,20 @@ SHARD_SIZE = 8
 OPEN_LOOP_SHARDS = 8
 """httpx clients an open loop spreads its requests over."""
 
-PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions", "embeddings": "/v1/embeddings"}
+PATHS = {
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
+    "responses": "/v1/responses",
+    "embeddings": "/v1/embeddings",
+}
+RESPONSES_DONE = {"response.completed", "response.incomplete", "response.failed"}
+"""A Responses stream's last event (OpenAI sends no [DONE] after it)."""
+RESPONSES_TOKENS = {
+    "response.output_text.delta",
+    "response.reasoning_text.delta",
+    "response.function_call_arguments.delta",
+}
+"""Responses stream events that carry generated text."""
 
 
 @dataclass
@@ -37,8 +50,8 @@ class ClientConfig:
     base_url: str = "http://127.0.0.1:8000"
     """Server root (the part before /v1)."""
 
-    endpoint: Literal["completions", "chat", "embeddings"] = "completions"
-    """API to measure: streamed /v1/completions or /v1/chat/completions, or /v1/embeddings."""
+    endpoint: Literal["completions", "chat", "responses", "embeddings"] = "completions"
+    """API to measure: streamed /v1/completions, /v1/chat/completions or /v1/responses, or /v1/embeddings."""
 
     model: str | None = None
     """Model name sent in each request. Empty: the first model listed by GET /v1/models."""
@@ -211,6 +224,8 @@ class BenchClient:
         return rec
 
     async def _read_stream(self, resp: httpx.Response, rec: RequestRecord) -> None:
+        if self.cfg.endpoint == "responses":
+            return await self._read_events(resp, rec)
         chat = self.cfg.endpoint == "chat"
         finished = False
         pending = b""
@@ -243,6 +258,43 @@ class BenchClient:
             raise StreamError("malformed_stream", "stream ended without data: [DONE]")
         rec.chunk_tokens = chunk_token_counts(counted, chars, rec.output_tokens if rec.usage_reported else None)
         if not rec.usage_reported:  # the server's usage wins; else the chunks' counts
+            rec.output_tokens = sum(rec.chunk_tokens)
+
+    async def _read_events(self, resp: httpx.Response, rec: RequestRecord) -> None:
+        """A Responses API stream: text deltas are the token events, the last event (completed, incomplete
+        or failed) carries the usage; a [DONE] after it (as this server sends) is read and ignored."""
+        finished = False
+        pending = b""
+        counted: list[int | None] = []
+        chars: list[int] = []
+        async for data in resp.aiter_bytes():
+            arrived = time.perf_counter() - self.t0
+            *lines, pending = (pending + data).split(b"\n")
+            for line in lines:
+                if finished or not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                    continue
+                event = _parse_chunk(line[5:].strip())
+                kind = event.get("type")
+                if kind in RESPONSES_TOKENS:
+                    text = event.get("delta") or ""
+                    if text:
+                        rec.chunk_times.append(arrived)
+                        logprobs = event.get("logprobs")
+                        counted.append(len(logprobs) if isinstance(logprobs, list) and logprobs else None)
+                        chars.append(len(text))
+                elif kind in RESPONSES_DONE:
+                    finished = True
+                    if kind == "response.failed":
+                        raise StreamError("stream_error", json.dumps(event.get("response", {}).get("error"))[:300])
+                    usage = (event.get("response") or {}).get("usage")
+                    if isinstance(usage, dict) and "output_tokens" in usage:
+                        rec.output_tokens = int(usage["output_tokens"])
+                        rec.prompt_tokens = usage.get("input_tokens")
+                        rec.usage_reported = True
+        if not finished:
+            raise StreamError("malformed_stream", "stream ended before response.completed (or incomplete, failed)")
+        rec.chunk_tokens = chunk_token_counts(counted, chars, rec.output_tokens if rec.usage_reported else None)
+        if not rec.usage_reported:
             rec.output_tokens = sum(rec.chunk_tokens)
 
     def _read_embedding(self, raw: bytes, rec: RequestRecord) -> None:
@@ -311,6 +363,8 @@ def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
     if cfg.endpoint == "embeddings":
         payload["input"] = req.prompt
         return json.dumps(payload).encode()
+    if cfg.endpoint == "responses":
+        return json.dumps(_responses_body(cfg, req, payload)).encode()
     if cfg.endpoint == "chat":
         payload["messages"] = [{"role": "user", "content": req.prompt}]
     else:
@@ -330,6 +384,22 @@ def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
     if response_format is not None:  # chat's field; vLLM and mopt serve take it on completions too
         payload["response_format"] = response_format
     return json.dumps(payload).encode()
+
+
+def _responses_body(cfg: ClientConfig, req: BenchRequest, payload: dict) -> dict:
+    """A Responses API request: the prompt as input, max_output_tokens, the schema as text.format (flat)."""
+    payload.update(input=req.prompt, max_output_tokens=req.output_len, stream=True)
+    if cfg.ignore_eos:
+        payload["ignore_eos"] = True
+    if cfg.temperature is not None:
+        payload["temperature"] = cfg.temperature
+    if cfg.logprobs is not None:
+        payload["top_logprobs"] = cfg.logprobs
+    response_format = response_format_of(cfg)
+    if response_format is not None:
+        spec = response_format.get("json_schema") or {}
+        payload["text"] = {"format": {"type": response_format["type"], **spec}}
+    return payload
 
 
 def response_format_of(cfg: ClientConfig) -> dict | None:

@@ -128,13 +128,17 @@ def build_workload(
     return _from_raw(cfg, endpoint, raws, maker)
 
 
+TEXT_ENDPOINTS = ("chat", "responses")
+"""Endpoints whose prompts are text (messages, input), never token ids."""
+
+
 def resolve_format(cfg: WorkloadConfig, endpoint: str, text_source: bool = False) -> str:
     """The prompt format actually used: token_ids or text."""
     if cfg.prompt_format != "auto":
-        if endpoint == "chat" and cfg.prompt_format == "token_ids":
-            raise ValueError("the chat endpoint takes text prompts; use --prompt-format text or auto")
+        if endpoint in TEXT_ENDPOINTS and cfg.prompt_format == "token_ids":
+            raise ValueError(f"the {endpoint} endpoint takes text prompts; use --prompt-format text or auto")
         return cfg.prompt_format
-    return "text" if endpoint == "chat" or text_source else "token_ids"
+    return "text" if endpoint in TEXT_ENDPOINTS or text_source else "token_ids"
 
 
 def _synthetic(cfg: WorkloadConfig, endpoint: str, n: int, maker: PromptMaker) -> list[BenchRequest]:

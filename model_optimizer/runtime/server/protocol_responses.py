@@ -30,6 +30,8 @@ PASSED_THROUGH = (
     "presence_penalty",
     "frequency_penalty",
     "logit_bias",
+    "ignore_eos",
+    "min_tokens",
 )
 """vLLM's sampling extras a Responses request may carry as well (vLLM takes them there too)."""
 
@@ -80,6 +82,8 @@ class ResponsesRequest(_Request):
     frequency_penalty: float | None = None
     stop: str | list[str] | None = None
     logit_bias: dict[str, float] | None = None
+    ignore_eos: bool | None = None
+    min_tokens: int | None = None
 
     def to_chat(self) -> ChatCompletionRequest:
         """The chat completion this response is; APIError (400) naming the field for what does not translate."""

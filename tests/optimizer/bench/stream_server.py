@@ -2,7 +2,7 @@
 
 The model name picks the behaviour: "tiny" answers normally; "fail-500" returns HTTP 500;
 "broken" sends a chunk that is not JSON; "no-done" ends the stream without [DONE];
-"no-usage" never reports usage; "ids-only" sends no text and no usage, only `token_ids`, two per
+"no-usage" never reports usage (on /v1/responses "no-done" sends no closing event); "ids-only" sends no text and no usage, only `token_ids`, two per
 chunk (as a server streaming a model without a tokenizer). Delays come from the app's `settings`
 (seconds).
 
@@ -158,6 +158,10 @@ def create_app(ttft: float = 0.05, itl: float = 0.02) -> FastAPI:
     async def chat(request: Request):
         return await _generate(app, await request.json(), chat=True)
 
+    @app.post("/v1/responses")
+    async def responses(request: Request):
+        return await _respond_events(app, await request.json())
+
     @app.post("/v1/embeddings")
     async def embeddings(request: Request):
         body = await request.json()
@@ -228,6 +232,30 @@ async def _generate(app: FastAPI, body: dict, chat: bool):
             counters["running"] -= 1
             if not counted_out:
                 valve.done()
+
+    return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+async def _respond_events(app: FastAPI, body: dict):
+    """A Responses API stream as OpenAI sends it: `event:` lines, numbered events, no [DONE] at the end;
+    "no-done" (here: no closing event) ends the body after the text."""
+    model, settings = body.get("model"), app.state.settings
+    n = int(body.get("max_output_tokens", 16))
+    app.state.prompts.append(body["input"])
+
+    def event(kind: str, **fields) -> str:
+        return f"event: {kind}\ndata: " + json.dumps({"type": kind, **fields}) + "\n\n"
+
+    async def stream():
+        yield event("response.created", response={"id": "resp_x", "status": "in_progress"})
+        await asyncio.sleep(settings["ttft"])
+        for i in range(n):
+            if i:
+                await asyncio.sleep(settings["itl"])
+            yield event("response.output_text.delta", item_id="msg_x", output_index=0, content_index=0, delta=f" t{i}")
+        if model != "no-done":
+            usage = {"input_tokens": len(body["input"].split()), "output_tokens": n}
+            yield event("response.completed", response={"id": "resp_x", "status": "completed", "usage": usage})
 
     return StreamingResponse(stream(), media_type="text/event-stream")
 

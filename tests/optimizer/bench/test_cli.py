@@ -300,3 +300,18 @@ def test_closed_loop_concurrency_never_exceeds_the_requests_sent(server, tmp_pat
     assert result["plan"]["concurrency"] == 2 and result["label"].endswith("concurrency 2")
     assert result["summary"]["num_ok"] == 2
     assert "--concurrency 1000000 lowered to 2: only 2 requests are sent" in capsys.readouterr().out
+
+
+def test_responses_endpoint_reads_openais_event_stream(server, tmp_path):
+    """--endpoint responses: text deltas are the tokens, the closing event's usage counts them; the stream
+    needs no [DONE] (OpenAI sends none), and one that ends without its closing event is an error."""
+    assert bench(server, tmp_path / "ok", "--endpoint", "responses", "--num-requests", "4", "--concurrency", "2") == 0
+    [run] = sorted((tmp_path / "ok").glob("run-*.json"))
+    result = load_run(str(run))
+    assert result["summary"]["num_ok"] == 4 and result["summary"]["output_tokens"] == 16
+    assert all(len(r["chunk_times"]) == 4 for r in result["requests"])
+    assert result["summary"]["ttft_ms"]["p50"] >= TTFT * 1e3 - 5
+    assert isinstance(server.app.state.prompts[-1], str)  # text input, not token ids
+    bench(server, tmp_path / "cut", "--endpoint", "/v1/responses", "--model", "no-done", "--num-requests", "2")
+    [run] = sorted((tmp_path / "cut").glob("run-*.json"))
+    assert {r["error"] for r in load_run(str(run))["requests"]} == {"malformed_stream"}

@@ -109,7 +109,7 @@ def test_client_config_validation():
     with pytest.raises(ValueError, match="base_url must start with http"):
         ClientConfig(base_url="localhost:8000")
     with pytest.raises(ValueError, match="endpoint must be one of"):
-        ClientConfig(endpoint="responses")
+        ClientConfig(endpoint="assistants")
 
 
 def test_request_bodies_ask_for_streamed_usage():

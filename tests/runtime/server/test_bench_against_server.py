@@ -166,3 +166,17 @@ def test_bench_sends_a_json_schema_with_each_request(server, tmp_path):
     assert metric(exposition, "mopt:grammar_steps_total") > before
     assert metric(exposition, "mopt:grammar_wait_seconds_total") >= 0  # exported: structured.py reads it
     assert main([*args, "--json-schema", str(tmp_path / "missing.json")]) == 2
+
+
+def test_bench_drives_the_responses_api(server, tmp_path):
+    """--endpoint responses against our /v1/responses: ignore_eos (a vLLM extra) passes through, so every
+    answer has its requested length, and the server counted what the client measured."""
+    before = metric(httpx.get(f"{server.url}/metrics").text, "vllm:generation_tokens_total")
+    args = ["bench", "--base-url", server.url, "--output-dir", str(tmp_path), "--no-progress", "--prompt-len", "8"]
+    args += ["--output-len", "6", "--num-requests", "4", "--concurrency", "2", "--endpoint", "responses"]
+    assert main(args) == 0
+    [run] = sorted(tmp_path.glob("run-*.json"))
+    summary = json.loads(run.read_text())["summary"]
+    assert summary["num_ok"] == 4 and summary["output_tokens"] == 4 * 6
+    after = metric(httpx.get(f"{server.url}/metrics").text, "vllm:generation_tokens_total")
+    assert after - before == summary["output_tokens"]
