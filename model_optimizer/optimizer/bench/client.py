@@ -275,6 +275,8 @@ class BenchClient:
                     continue
                 event = _parse_chunk(line[5:].strip())
                 kind = event.get("type")
+                if kind == "error":  # OpenAI's in-band error event
+                    raise StreamError("stream_error", str(event.get("message") or event)[:300])
                 if kind in RESPONSES_TOKENS:
                     text = event.get("delta") or ""
                     if text:
@@ -284,9 +286,10 @@ class BenchClient:
                         chars.append(len(text))
                 elif kind in RESPONSES_DONE:
                     finished = True
+                    response = event.get("response") if isinstance(event.get("response"), dict) else {}
                     if kind == "response.failed":
-                        raise StreamError("stream_error", json.dumps(event.get("response", {}).get("error"))[:300])
-                    usage = (event.get("response") or {}).get("usage")
+                        raise StreamError("stream_error", json.dumps(response.get("error"))[:300])
+                    usage = response.get("usage")
                     if isinstance(usage, dict) and "output_tokens" in usage:
                         rec.output_tokens = int(usage["output_tokens"])
                         rec.prompt_tokens = usage.get("input_tokens")
@@ -393,8 +396,8 @@ def _responses_body(cfg: ClientConfig, req: BenchRequest, payload: dict) -> dict
         payload["ignore_eos"] = True
     if cfg.temperature is not None:
         payload["temperature"] = cfg.temperature
-    if cfg.logprobs is not None:
-        payload["top_logprobs"] = cfg.logprobs
+    if cfg.logprobs is not None:  # OpenAI and vLLM return them only when `include` asks
+        payload.update(top_logprobs=cfg.logprobs, include=["message.output_text.logprobs"])
     response_format = response_format_of(cfg)
     if response_format is not None:
         spec = response_format.get("json_schema") or {}

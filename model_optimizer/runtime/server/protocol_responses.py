@@ -156,7 +156,9 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str, 
     show past thinking, as Qwen3's within a tool loop, see it as they would on chat)."""
     kind = item.get("type", "message")
     if kind == "reasoning":
-        thinking.append(_reasoning_text(item, where))
+        text = _reasoning_text(item, where)
+        if text:  # an encrypted-only item has none to show
+            thinking.append(text)
         return
     if kind == "message":
         role = item.get("role")
@@ -188,7 +190,7 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str, 
         )
     if messages[-1]["role"] == "assistant" and thinking:
         messages[-1]["reasoning"] = "\n".join(thinking)
-        thinking.clear()
+    thinking.clear()  # thinking no assistant turn followed (a response cut while thinking) is dropped
 
 
 def _reasoning_text(item: dict[str, Any], where: str) -> str:
@@ -259,6 +261,10 @@ def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
     if kind != "json_schema":
         raise APIError(400, f"text.format.type must be text, json_object or json_schema, got {kind!r}", "text.format")
     schema = fmt.get("schema")
+    if schema is None:
+        raise APIError(
+            400, "text.format of type json_schema needs schema, the JSON schema of the output", "text.format"
+        )
     if isinstance(schema, str):  # tolerated: some clients send the schema as JSON text
         try:
             schema = json.loads(schema)

@@ -2,7 +2,8 @@
 
 The model name picks the behaviour: "tiny" answers normally; "fail-500" returns HTTP 500;
 "broken" sends a chunk that is not JSON; "no-done" ends the stream without [DONE];
-"no-usage" never reports usage (on /v1/responses "no-done" sends no closing event); "ids-only" sends no text and no usage, only `token_ids`, two per
+"no-usage" never reports usage (on /v1/responses "no-done" sends no closing event, "error-event" an
+error event, "failed-null" a response.failed without its response); "ids-only" sends no text and no usage, only `token_ids`, two per
 chunk (as a server streaming a model without a tokenizer). Delays come from the app's `settings`
 (seconds).
 
@@ -253,7 +254,11 @@ async def _respond_events(app: FastAPI, body: dict):
             if i:
                 await asyncio.sleep(settings["itl"])
             yield event("response.output_text.delta", item_id="msg_x", output_index=0, content_index=0, delta=f" t{i}")
-        if model != "no-done":
+        if model == "error-event":
+            yield event("error", code="server_error", message="the model fell over", param=None)
+        elif model == "failed-null":
+            yield event("response.failed", response=None)
+        elif model != "no-done":
             usage = {"input_tokens": len(body["input"].split()), "output_tokens": n}
             yield event("response.completed", response={"id": "resp_x", "status": "completed", "usage": usage})
 

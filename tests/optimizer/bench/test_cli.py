@@ -312,6 +312,14 @@ def test_responses_endpoint_reads_openais_event_stream(server, tmp_path):
     assert all(len(r["chunk_times"]) == 4 for r in result["requests"])
     assert result["summary"]["ttft_ms"]["p50"] >= TTFT * 1e3 - 5
     assert isinstance(server.app.state.prompts[-1], str)  # text input, not token ids
-    bench(server, tmp_path / "cut", "--endpoint", "/v1/responses", "--model", "no-done", "--num-requests", "2")
-    [run] = sorted((tmp_path / "cut").glob("run-*.json"))
-    assert {r["error"] for r in load_run(str(run))["requests"]} == {"malformed_stream"}
+    for model, error in (
+        ("no-done", "malformed_stream"),
+        ("error-event", "stream_error"),
+        ("failed-null", "stream_error"),
+    ):
+        bench(server, tmp_path / model, "--endpoint", "/v1/responses", "--model", model, "--num-requests", "2")
+        [run] = sorted((tmp_path / model).glob("run-*.json"))
+        records = load_run(str(run))["requests"]
+        assert {r["error"] for r in records} == {error}, model
+        if model == "error-event":
+            assert "the model fell over" in records[0]["error_detail"]

@@ -369,3 +369,15 @@ def test_responses_send_reasoning_items_back_as_chat_does(client, live):
     assert response.usage.input_tokens == chat["usage"]["prompt_tokens"] != dropped["usage"]["prompt_tokens"]
     message = [item for item in response.output if item.type == "message"]
     assert all(part.logprobs == [] for m in message for part in m.content)
+
+
+def test_a_response_cut_while_thinking_is_its_reasoning_alone(client):
+    """max_output_tokens reached inside the thinking: the output is the reasoning item alone, incomplete,
+    whole and streamed alike (no empty message after it)."""
+    kwargs = dict(model="tiny", input=USER[0]["content"], max_output_tokens=4, temperature=0)
+    whole = client.responses.create(**kwargs)
+    assert whole.status == "incomplete" and [(i.type, i.status) for i in whole.output] == [("reasoning", "incomplete")]
+    final = list(client.responses.create(stream=True, **kwargs))[-1]
+    assert final.type == "response.incomplete"
+    assert [(i.type, i.status) for i in final.response.output] == [("reasoning", "incomplete")]
+    assert final.response.output[0].content[0].text == whole.output[0].content[0].text

@@ -291,3 +291,31 @@ def test_an_agent_loops_output_sent_back_is_chats_conversation(client, live):
 def test_newer_effort_levels_are_taken(client):
     response = client.responses.create(model="tiny", input="hi", reasoning={"effort": "xhigh"}, max_output_tokens=1)
     assert response.reasoning.effort == "xhigh"
+
+
+def test_input_items_become_the_chat_turns_they_stand_for():
+    """The conversion itself (no server): thinking goes to the assistant turn right after it, never across
+    a user turn; an encrypted-only reasoning item adds nothing; calls join the assistant message before them."""
+    from model_optimizer.runtime.server.protocol_responses import ResponsesRequest
+
+    def turns(items):
+        chat = ResponsesRequest.model_validate({"input": items}).to_chat()
+        return [(m.role, m.content, m.reasoning, len(m.tool_calls or [])) for m in chat.messages]
+
+    thought = {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "r1"}]}
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    cut_while_thinking = [{"role": "user", "content": "q1"}, thought, {"role": "user", "content": "q2"},
+                          {"role": "assistant", "content": "a2"}]  # fmt: skip
+    assert turns(cut_while_thinking) == [("user", "q1", None, 0), ("user", "q2", None, 0), ("assistant", "a2", None, 0)]
+    encrypted = {"type": "reasoning", "summary": [], "encrypted_content": "xyz"}
+    loop = [{"role": "user", "content": "q"}, thought, {"role": "assistant", "content": "let me see"}, encrypted, call,
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"}]  # fmt: skip
+    assert turns(loop) == [("user", "q", None, 0), ("assistant", "let me see", "r1", 1), ("tool", "ok", None, 0)]
+    assert turns([thought, call]) == [("assistant", None, "r1", 1)]
+
+
+def test_streamed_logprobs_cover_every_token(client):
+    events = _events(client, input=QUESTION, max_output_tokens=6, temperature=0, top_logprobs=1)
+    streamed = [lp for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+    final = events[-1].response
+    assert len(streamed) == final.usage.output_tokens == len(final.output[0].content[0].logprobs)

@@ -42,10 +42,12 @@ class ResponseObject(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-CHAT_NAMES = (("max_completion_tokens", "max_output_tokens"), ("max_tokens", "max_output_tokens"),
-              ("response_format.json_schema.schema", "text.format.schema"), ("response_format", "text.format"),
-              ("messages", "input"))  # fmt: skip
-"""Chat's field names in errors, and the request's names for them (tools.N.function: tools[N], below)."""
+PARAMS = (("max_completion_tokens", "max_output_tokens"), ("max_tokens", "max_output_tokens"),
+          ("response_format.json_schema", "text.format"), ("response_format", "text.format"))  # fmt: skip
+"""Chat's field paths at the start of an error's param, and the request's names for them (a chat message's
+index is not an input item's: instructions come first and items merge, so messages.N is named input)."""
+WORDS = ((r"\bmax_(completion_)?tokens\b", "max_output_tokens"), (r"\bresponse_format\b", "text.format"))
+"""Chat's field names in an error's message, as whole words (never inside a name the client chose)."""
 
 
 @router.post("/v1/responses", response_model=ResponseObject, responses=ERROR_RESPONSES)
@@ -54,19 +56,31 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     try:
         generation, chat = await chat_generation(state, body.to_chat(), "resp")
     except APIError as exc:  # chat's checks name chat's fields: named as this request spells them
-        raise APIError(exc.status_code, _renamed(exc.message), _renamed(exc.param), exc.headers) from None
+        raise APIError(exc.status_code, _renamed(exc.message, WORDS), _param(exc.param), exc.headers) from None
     generation.request_id = generation.request_id.replace("resp-", "resp_", 1)  # OpenAI's spelling of ids
     if body.stream:  # the closing event carries the usage: always asked for
         generation.stream, generation.stream_options = True, StreamOptions(include_usage=True)
     return await respond(request, state, generation, ResponsesFormat(body, chat, generation.request_id))
 
 
-def _renamed(text: str | None) -> str | None:
-    if text is None:
+def _renamed(text: str, rules: tuple) -> str:
+    for pattern, name in rules:
+        text = re.sub(pattern, name, text)
+    return text
+
+
+def _param(param: str | None) -> str | None:
+    """A chat field path (an error's param) as this request's field."""
+    if param is None:
         return None
-    for chat_name, name in CHAT_NAMES:
-        text = text.replace(chat_name, name)
-    return re.sub(r"tools[.\[](\d+)\]?\.function", r"tools[\1]", text)
+    if match := re.fullmatch(r"tools\.(\d+)\.function(.*)", param):
+        return f"tools[{match[1]}]{match[2]}"
+    if param == "messages" or param.startswith("messages."):
+        return "input"
+    for chat_name, name in PARAMS:
+        if param == chat_name or param.startswith(chat_name + "."):
+            return name + param[len(chat_name) :]
+    return param
 
 
 def _id(prefix: str) -> str:
@@ -102,6 +116,8 @@ class ResponsesFormat:
         self.calls: dict[int, dict[str, Any]] = {}
         """Stream: function_call items by chat's tool-call index."""
         self.finish_reason: str | None = None
+        self.held_logprobs: list[dict[str, Any]] = []
+        """Stream: logprobs of tokens whose text is held back (part of a character), sent with the next text."""
         self.text_only = chat.reasoning is None and chat.plan.parser is None
         """No reasoning or tool call is parsed out of the text: its logprobs are the message's, token for token
         (otherwise output_text carries none: chat's logprobs also cover the thinking and the calls)."""
@@ -141,16 +157,18 @@ class ResponsesFormat:
         chat: ChatCompletionResponse = self.chat.response(finals, usage)  # type: ignore[assignment]
         [choice] = chat.choices
         message, output = choice.message, []
-        status = "incomplete" if choice.finish_reason == "length" else "completed"  # the items' too, as OpenAI's
         if message.reasoning_content:
-            output.append(_reasoning_item(_id("rs"), message.reasoning_content, status))
-        if message.content or not message.tool_calls:
+            output.append(_reasoning_item(_id("rs"), message.reasoning_content, "completed"))
+        if message.content or not (message.tool_calls or message.reasoning_content):  # cut while thinking: none
             logprobs = (
                 choice.logprobs.model_dump()["content"] if choice.logprobs is not None and self.text_only else None
             )
-            output.append(_message_item(_id("msg"), message.content or "", status, logprobs))
+            output.append(_message_item(_id("msg"), message.content or "", "completed", logprobs))
         for call in message.tool_calls:
-            output.append(_call_item(call.id, call.function.name, call.function.arguments, status))
+            output.append(_call_item(call.id, call.function.name, call.function.arguments, "completed"))
+        status = "incomplete" if choice.finish_reason == "length" else "completed"
+        if status == "incomplete":  # the item the token bound cut, as the stream closes it
+            output[-1]["status"] = "incomplete"
         return ResponseObject(**self._envelope(status, output, response_usage(chat.usage)))
 
     # streams
@@ -174,19 +192,20 @@ class ResponsesFormat:
             delta, finish_reason = self.chat.delta(c)
             if delta.get("reasoning_content"):
                 events += self._text_delta("reasoning", delta["reasoning_content"], None)
+            if c.logprobs is not None and self.text_only:
+                self.held_logprobs += chat_logprobs_dict(self.chat.texts, c.logprobs, self.chat.num_top)["content"]
             if delta.get("content"):
-                logprobs = (
-                    chat_logprobs_dict(self.chat.texts, c.logprobs, self.chat.num_top)["content"]
-                    if c.logprobs is not None and self.text_only
-                    else []
-                )
-                events += self._text_delta("message", delta["content"], logprobs)
+                events += self._text_delta("message", delta["content"], self.held_logprobs)
+                self.held_logprobs = []
             for call in delta.get("tool_calls", []):
                 events += self._call_delta(call)
             if finish_reason is not None:
                 self.finish_reason = finish_reason
                 if not self.items:  # nothing was said: an empty message, as the whole response has
                     events += self._open("message")
+                if self.held_logprobs and self.open is not None and self.open["type"] == "message":
+                    self.open["content"][0]["logprobs"] += self.held_logprobs  # the text they held never came
+                    self.held_logprobs = []
                 events += self._close_open()
                 for index in sorted(self.calls):
                     events += self._close_call(index)
@@ -235,7 +254,7 @@ class ResponsesFormat:
         item, self.open = self.open, None
         if item is None:
             return []
-        item["status"] = self._item_status()
+        item["status"] = self._item_status(item)
         part = item["content"][0]
         where = {"item_id": item["id"], "output_index": self.items.index(item), "content_index": 0}
         if item["type"] == "reasoning":
@@ -248,9 +267,9 @@ class ResponsesFormat:
         events.append(self._event("response.output_item.done", output_index=where["output_index"], item=item))
         return events
 
-    def _item_status(self) -> str:
-        """An item closed when the response is cut by the token bound is incomplete, as OpenAI marks it."""
-        return "incomplete" if self.finish_reason == "length" else "completed"
+    def _item_status(self, item: dict[str, Any]) -> str:
+        """The last item of a response the token bound cut is incomplete (the one it cut), the others complete."""
+        return "incomplete" if self.finish_reason == "length" and item is self.items[-1] else "completed"
 
     def _call_delta(self, call: dict[str, Any]) -> list[str]:
         events = []
@@ -269,7 +288,7 @@ class ResponsesFormat:
 
     def _close_call(self, index: int) -> list[str]:
         item = self.calls.pop(index)
-        item["status"] = self._item_status()
+        item["status"] = self._item_status(item)
         output_index = self.items.index(item)
         return [
             self._event(
