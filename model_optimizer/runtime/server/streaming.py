@@ -41,8 +41,11 @@ DONE = "data: [DONE]\n\n"
 
 
 def sse(payload: BaseModel | dict) -> str:
+    """One server-sent event; a payload with an `event_name` (the Responses API's events) also names it on
+    an `event:` line, as OpenAI's streams of typed events do."""
     data = payload.model_dump_json() if isinstance(payload, BaseModel) else json.dumps(payload)
-    return f"data: {data}\n\n"
+    name = getattr(payload, "event_name", None)
+    return f"event: {name}\ndata: {data}\n\n" if name else f"data: {data}\n\n"
 
 
 _encode = msgspec.json.Encoder().encode

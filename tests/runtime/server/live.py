@@ -115,5 +115,7 @@ def metric(text: str, name: str) -> float:
 
 
 def sse_payloads(response: httpx.Response) -> list[str]:
-    """The data of each server-sent event of a finished streaming response, `[DONE]` included."""
-    return [line[len("data: ") :] for line in response.text.split("\n\n") if line.startswith("data: ")]
+    """The data of each server-sent event of a finished streaming response, `[DONE]` included (an event's
+    `event:` line, which the Responses API's events have, is skipped)."""
+    lines = (line for block in response.text.split("\n\n") for line in block.split("\n"))
+    return [line[len("data: ") :] for line in lines if line.startswith("data: ")]

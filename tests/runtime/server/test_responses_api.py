@@ -253,7 +253,10 @@ def test_responses_and_events_validate_against_the_openai_types(live):
         Response.model_validate(whole, strict=False)
         streamed = httpx.post(live.url + "/v1/responses", json={"model": "tiny", "stream": True, **body}, timeout=60)
         payloads = [json.loads(p) for p in sse_payloads(streamed) if p != "[DONE]"]
+        assert payloads[0]["type"] == "response.created" and payloads[-1]["type"].startswith("response.")
         events.validate_python(payloads)
+        names = [block.split("\n")[0] for block in streamed.text.split("\n\n") if block.startswith("event:")]
+        assert names == [f"event: {p['type']}" for p in payloads]  # each event named, as OpenAI's streams
         final = payloads[-1]["response"]
         Response.model_validate(final, strict=False)
         if body.get("temperature") == 0:  # greedy: the stream's items are the whole response's, ids aside

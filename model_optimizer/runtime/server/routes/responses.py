@@ -4,7 +4,7 @@ The request becomes a chat completion (protocol_responses.py), so templates, too
 --reasoning-parser, structured outputs and every check behave as on /v1/chat/completions. The answer is
 a response object: its output items are a reasoning item (with --reasoning-parser), the message (one
 output_text part, with logprobs when asked) and a function_call item per tool call. Streamed, the
-events are OpenAI's: response.created and response.in_progress; per item output_item.added, its deltas
+events are OpenAI's, each named on its `event:` line: response.created and response.in_progress; per item output_item.added, its deltas
 (output_text, reasoning_text, function_call_arguments), their done events and output_item.done; then
 response.completed (or response.incomplete, cut by max_output_tokens) with the whole response and its
 usage. Nothing is stored (store is answered false).
@@ -176,7 +176,7 @@ class ResponsesFormat:
     def _event(self, kind: str, **fields: Any) -> str:
         event = ResponseObject(type=kind, sequence_number=self.sequence, **fields)
         self.sequence += 1
-        return f"data: {event.model_dump_json()}\n\n"  # as sse() writes the head and closing events
+        return f"event: {kind}\ndata: {event.model_dump_json()}\n\n"  # as sse() writes _Event
 
     def head(self) -> list[BaseModel]:
         envelope = self._envelope("in_progress", [], None)
@@ -302,11 +302,16 @@ class ResponsesFormat:
 
 
 class _Event(ResponseObject):
-    """An event sent through sse() (head and closing events): numbered in the stream's order."""
+    """An event sent through sse() (head and closing events): numbered in the stream's order, named on its
+    `event:` line."""
 
     def __init__(self, fmt: ResponsesFormat, kind: str, **fields: Any) -> None:
         super().__init__(type=kind, sequence_number=fmt.sequence, **fields)
         fmt.sequence += 1
+
+    @property
+    def event_name(self) -> str:
+        return self.type  # type: ignore[attr-defined]
 
 
 def _shell(item: dict[str, Any]) -> dict[str, Any]:
