@@ -256,9 +256,7 @@ class BenchClient:
                     rec.usage_reported = True
         if not finished:
             raise StreamError("malformed_stream", "stream ended without data: [DONE]")
-        rec.chunk_tokens = chunk_token_counts(counted, chars, rec.output_tokens if rec.usage_reported else None)
-        if not rec.usage_reported:  # the server's usage wins; else the chunks' counts
-            rec.output_tokens = sum(rec.chunk_tokens)
+        _count_tokens(rec, counted, chars)
 
     async def _read_events(self, resp: httpx.Response, rec: RequestRecord) -> None:
         """A Responses API stream: text deltas are the token events, the last event (completed, incomplete
@@ -296,9 +294,7 @@ class BenchClient:
                         rec.usage_reported = True
         if not finished:
             raise StreamError("malformed_stream", "stream ended before response.completed (or incomplete, failed)")
-        rec.chunk_tokens = chunk_token_counts(counted, chars, rec.output_tokens if rec.usage_reported else None)
-        if not rec.usage_reported:
-            rec.output_tokens = sum(rec.chunk_tokens)
+        _count_tokens(rec, counted, chars)
 
     def _read_embedding(self, raw: bytes, rec: RequestRecord) -> None:
         try:
@@ -310,6 +306,14 @@ class BenchClient:
             raise StreamError("malformed_stream", f"embeddings response is not a JSON object: {raw[:100]!r}") from None
         rec.prompt_tokens = usage.get("prompt_tokens")
         rec.usage_reported = "prompt_tokens" in usage
+
+
+def _count_tokens(rec: RequestRecord, counted: list[int | None], chars: list[int]) -> None:
+    """A finished stream's tokens per token-carrying chunk, and its output tokens: the server's usage wins,
+    else the chunks' counts."""
+    rec.chunk_tokens = chunk_token_counts(counted, chars, rec.output_tokens if rec.usage_reported else None)
+    if not rec.usage_reported:
+        rec.output_tokens = sum(rec.chunk_tokens)
 
 
 def chunk_token_counts(counted: list[int | None], chars: list[int], total: int | None) -> list[int]:

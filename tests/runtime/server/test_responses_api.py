@@ -38,6 +38,7 @@ WEATHER = {
 
 @pytest.fixture(scope="module")
 def live(tiny_model, tmp_path_factory):
+    """The tools server of test_structured_outputs (hermes parser, auto tool choice), one of this module's own."""
     server = start_tools_server(tiny_model, tmp_path_factory, 256, 16, tool_call_parser="hermes")
     yield server
     server.stop()
