@@ -56,17 +56,18 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     try:
         generation, chat = await chat_generation(state, body.to_chat(), "resp")
     except APIError as exc:  # chat's checks name chat's fields: named as this request spells them
-        raise APIError(exc.status_code, _renamed(exc.message, WORDS), _param(exc.param), exc.headers) from None
+        raise APIError(exc.status_code, _renamed(exc.message), _param(exc.param), exc.headers) from None
     generation.request_id = generation.request_id.replace("resp-", "resp_", 1)  # OpenAI's spelling of ids
     if body.stream:  # the closing event carries the usage: always asked for
         generation.stream, generation.stream_options = True, StreamOptions(include_usage=True)
     return await respond(request, state, generation, ResponsesFormat(body, chat, generation.request_id))
 
 
-def _renamed(text: str, rules: tuple) -> str:
-    for pattern, name in rules:
-        text = re.sub(pattern, name, text)
-    return text
+def _renamed(message: str) -> str:
+    """An error message with chat's field names (WORDS) as this request's."""
+    for pattern, name in WORDS:
+        message = re.sub(pattern, name, message)
+    return message
 
 
 def _param(param: str | None) -> str | None:
