@@ -27,6 +27,10 @@ class VllmSetting:
     server_only: bool = False
     """A flag of vLLM's server alone: `mopt serve` takes it, `LLM(...)` does not (vLLM's LLM has no such
     argument either, so it stays a TypeError there)."""
+    nargs: str | None = None
+    """The flag's nargs as vLLM declares it ("+": several values; "?": a value, or `const` alone)."""
+    const: Any = None
+    """With nargs "?": the value of the flag given alone (vLLM's --hf-token: the cached login)."""
 
 
 def _more_than_one(name: str, why: str) -> Callable[[Any], str | None]:
@@ -44,11 +48,20 @@ def _lora(value: Any) -> str | None:
     return "LoRA adapters are not supported: merge the adapter into the weights first" if value else None
 
 
+def _given(value: Any) -> bool:
+    """Whether a setting's value asks for something: not None, False or an empty string, list or object
+    (vLLM's defaults, as launchers and dumped configs pass them); 0 is a value."""
+    if value is None or value is False:
+        return False
+    return not (isinstance(value, (str, list, dict)) and not value)
+
+
 def _unless(taken: tuple, reason: str) -> Callable[[Any], str | None]:
-    """Refuse any value but None, False and those in `taken`, with `reason`."""
+    """Refuse any value but an empty one (None, False, "", [], {}: vLLM's own defaults, as a launcher or a
+    dumped config passes them) and those in `taken`, with `reason`."""
 
     def refuse(value: Any) -> str | None:
-        return None if value in (None, False, *taken) else f"{reason} (got {value!r})"
+        return None if not _given(value) or value in taken else f"{reason} (got {value!r})"
 
     return refuse
 
@@ -108,7 +121,13 @@ SETTINGS = (
     VllmSetting("max_cudagraph_capture_size", "decode CUDA graphs are captured up to --max-num-seqs rows", int),
     VllmSetting("tokenizer_revision", "the tokenizer comes with the model's --revision, or from --tokenizer", str),
     VllmSetting("code_revision", "no code is run from the model's folder or the Hub", str),
-    VllmSetting("hf_token", "Hub downloads read the token from HF_TOKEN (or `hf auth login`): set it there", str),
+    VllmSetting(
+        "hf_token",
+        "Hub downloads read the token from HF_TOKEN (or `hf auth login`): set it there",
+        str,
+        nargs="?",
+        const="true",
+    ),  # fmt: skip
     VllmSetting("max_parallel_loading_workers", "weights load shard by shard in each rank", int),
     VllmSetting(
         "model_impl",
@@ -140,9 +159,13 @@ SETTINGS = (
         bool,
         _unless((), "disable_sliding_window is not supported: sliding windows apply as the model's config says"),
     ),  # fmt: skip
-    VllmSetting("prefix_caching_hash_algo", "prefix-cache block keys are this engine's own", str),
+    VllmSetting(
+        "prefix_caching_hash_algo",
+        "prefix-cache block keys are 64-bit hashes of the token ids, not cryptographic ones, whatever this says",
+        str,
+    ),  # fmt: skip
     VllmSetting("disable_cascade_attn", "there is no cascade attention to turn off"),
-    VllmSetting("calculate_kv_scales", "an fp8 KV cache takes the checkpoint's scales, else 1.0"),
+    VllmSetting("calculate_kv_scales", "an fp8 KV cache's scales are always 1.0 here"),
     VllmSetting(
         "kv_transfer_config",
         "an empty setting changes nothing",
@@ -189,6 +212,7 @@ SETTINGS = (
         "",
         str,
         _unless((), "lora_modules: LoRA adapters are not supported (merge the adapter into the weights first)"),
+        nargs="+",
         server_only=True,
     ),  # fmt: skip
     VllmSetting(
@@ -239,7 +263,7 @@ def ignored(given: dict[str, Any]) -> list[str]:
         reason = setting.refuse(value) if setting.refuse is not None else None
         if reason:
             raise ValueError(reason)
-        if value is not None and value is not False:
+        if _given(value):
             notes.append(f"{name} ({setting.why})")
     return notes
 
@@ -252,7 +276,10 @@ def add_args(parser: argparse.ArgumentParser) -> None:
         if s.kind is bool:
             group.add_argument(*flags, dest=s.name, action="store_true", default=None, help=s.why)
         else:
-            group.add_argument(*flags, dest=s.name, type=s.kind, default=None, metavar=s.name.upper(), help=s.why)
+            shape = {"nargs": s.nargs, "const": s.const} if s.nargs == "?" else {"nargs": s.nargs} if s.nargs else {}
+            group.add_argument(
+                *flags, dest=s.name, type=s.kind, default=None, metavar=s.name.upper(), help=s.why, **shape
+            )
 
 
 def from_args(args: argparse.Namespace) -> dict[str, Any]:

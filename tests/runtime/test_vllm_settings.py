@@ -77,7 +77,7 @@ def test_vllms_other_serve_flags_parse_and_are_named_in_the_warning():
     [
         (["--chat-template-content-format", "openai"], "content parts are joined into text"),
         (["--middleware", "my.module.Auth"], "custom ASGI middleware is not loaded"),
-        (["--lora-modules", "a=/x"], "LoRA adapters are not supported"),
+        (["--lora-modules", "a=/x", "b=/y"], "LoRA adapters are not supported"),  # several, as vLLM's nargs
         (["--tool-parser-plugin", "p.py"], "parser plugins are not loaded"),
         (["--enable-force-include-usage"], "stream_options.include_usage"),
         (["--hf-overrides", '{"rope_theta": 1}'], "edit the model folder's config.json"),
@@ -418,3 +418,27 @@ def test_tune_set_takes_the_same_spellings_as_serve(text, setting):
     from model_optimizer.optimizer.tune.space import parse_fix
 
     assert parse_fix(text) == setting
+
+
+def test_vllms_defaults_and_bare_flags_are_taken():
+    """What a launcher passes when a variable is empty, or a config dumped with vLLM's defaults (empty lists
+    and strings), is no request for anything; `--hf-token` alone means the cached login, as in vLLM."""
+    from model_optimizer.cli.main import build_parser
+    from model_optimizer.runtime import vllm_settings
+
+    flags = ["--tool-parser-plugin", "", "--middleware", "", "--hf-token", "--enable-force-include-usage"]
+    args = build_parser().parse_args(["serve", "--model", "m", *flags[:-1]])
+    assert [n.split(" (")[0] for n in vllm_settings.ignored(vllm_settings.from_args(args))] == ["hf_token"]
+    assert vllm_settings.ignored({"middleware": [], "lora_modules": [], "kv_transfer_config": {}}) == []
+    assert vllm_settings.ignored({"max_log_len": 0}) == ["max_log_len (requests are not logged one by one)"]
+
+
+def test_allow_credentials_without_origins_says_it_does_nothing(caplog):
+    from model_optimizer.runtime.server.config import ServerConfig
+
+    with caplog.at_level(logging.WARNING, logger="model_optimizer.runtime.server.config"):
+        ServerConfig(allow_credentials=True)
+        ServerConfig(allow_credentials=True, allowed_origins=["*"])
+    assert [r.getMessage() for r in caplog.records] == [
+        "allow_credentials does nothing without allowed_origins: CORS is off unless origins are given"
+    ]

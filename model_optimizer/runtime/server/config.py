@@ -6,6 +6,7 @@ Each field's docstring is also its CLI help (see model_optimizer/cli/args.py).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from model_optimizer.runtime.config import check_positive
+
+logger = logging.getLogger(__name__)
 
 API_KEY_ENV = "MOPT_API_KEY"
 SPACE_SEPARATED = ("served_model_name", "api_key")
@@ -234,6 +237,10 @@ class ServerConfig:
 
     def _check_http(self) -> None:
         """The response role, the root path and the TLS files: refused here, before anything starts."""
+        if self.allow_credentials and not self.allowed_origins:  # vLLM's origins default to "*"; ours to none
+            logger.warning(
+                "allow_credentials does nothing without allowed_origins: CORS is off unless origins are given"
+            )
         if not isinstance(self.response_role, str) or not self.response_role.strip():
             raise ValueError(f"response_role must be a role name such as assistant, got {self.response_role!r}")
         if self.root_path is not None and not (self.root_path.startswith("/") and self.root_path != "/"):
