@@ -165,7 +165,7 @@ SETTINGS = (
         str,
     ),  # fmt: skip
     VllmSetting("disable_cascade_attn", "there is no cascade attention to turn off"),
-    VllmSetting("calculate_kv_scales", "an fp8 KV cache's scales are always 1.0 here"),
+    VllmSetting("calculate_kv_scales", "an fp8 KV cache's scales are the checkpoint's, else 1.0; none are computed"),
     VllmSetting(
         "kv_transfer_config",
         "an empty setting changes nothing",

@@ -270,6 +270,7 @@ def load_weights(
         lambda name: None if skipped_on_purpose(model, name) or (tied and name == "lm_head.weight") else name
     )
     expected_shards = _expected_shards(params, stacked)
+    buffers = dict(model.named_buffers())
     loaded: set[tuple[str, str | None]] = set()
     for path, name, tensor in iterate_lazy_checkpoint(model_dir):
         renamed = rename(name)
@@ -277,6 +278,9 @@ def load_weights(
             continue
         target, shard = _target_name(renamed, stacked)
         param = params.get(target)
+        if param is None and (scale := buffers.get(kv_scale_buffer(renamed) or "")) is not None:
+            _load_kv_scale(scale, read_lazy(path, tensor, torch.float32), path, name)
+            continue
         if param is None:
             raise ValueError(f"{path.name}: tensor {name!r} does not belong to {type(model).__name__}")
         loader = getattr(param, "weight_loader", default_weight_loader)
@@ -295,6 +299,38 @@ def load_weights(
     )
     if missing:
         raise ValueError(f"checkpoint {model_dir} lacks weights for: {', '.join(missing[:10])}")
+
+
+KV_SCALE_NAMES = (
+    (".attn.k_scale", "k_scale"),
+    (".attn.v_scale", "v_scale"),
+    (".k_proj.output_scale", "k_scale"),
+    (".v_proj.output_scale", "v_scale"),
+    (".k_scale", "k_scale"),
+    (".v_scale", "v_scale"),
+)
+"""A checkpoint's fp8 KV-cache scales as llm-compressor / compressed-tensors (`kv_cache_scheme`) and older
+exports name them, and which of the attention layer's scales each is."""
+
+
+def kv_scale_buffer(name: str) -> str | None:
+    """The attention layer's buffer (`...self_attn.attn.k_scale`) a checkpoint's KV-cache scale goes to, or
+    None for any other tensor."""
+    for suffix, scale in KV_SCALE_NAMES:
+        if name.endswith(suffix):
+            return f"{name[: -len(suffix)]}.attn.{scale}"
+    return None
+
+
+def _load_kv_scale(buffer: torch.Tensor, value: torch.Tensor, path: Path, name: str) -> None:
+    """One per-tensor scale (the cache stores x / scale); a per-head or non-positive one is refused."""
+    if value.numel() != 1 or not torch.isfinite(value).all() or value.item() <= 0:
+        raise ValueError(
+            f"{path.name}: tensor {name!r}: a KV-cache scale must be one positive number (per-tensor), "
+            f"got shape {tuple(value.shape)}"
+        )
+    with torch.no_grad():
+        buffer.copy_(value.reshape(()))
 
 
 def skipped_on_purpose(model: nn.Module, name: str) -> bool:

@@ -101,3 +101,31 @@ def test_missing_tensor_is_reported(tiny_model, tmp_path):
     save_file(tensors, str(folder / "model.safetensors"))
     with pytest.raises(ValueError, match=r"lacks weights for: model.layers.1.mlp.gate_up_proj.weight\[up\]"):
         load_model(folder, "auto", torch.device("cpu"))
+
+
+def test_kv_cache_scales_of_a_checkpoint_are_loaded_and_used(tiny_model, tmp_path):
+    """llm-compressor's fp8 KV-cache checkpoints carry per-tensor `self_attn.k_scale` / `v_scale` (older
+    exports `k_proj.output_scale`): they go to the attention layers' scales (the cache stores x / scale),
+    where an unknown tensor used to fail the load; a per-head scale is refused, naming the tensor."""
+    folder = copy_model(tiny_model("qwen3"), tmp_path / "scaled")
+    tensors = load_file(folder / "model.safetensors")
+    tensors["model.layers.0.self_attn.k_scale"] = torch.tensor(0.5)
+    tensors["model.layers.0.self_attn.v_scale"] = torch.tensor([0.25])
+    tensors["model.layers.1.self_attn.k_proj.output_scale"] = torch.tensor(2.0)
+    save_file(tensors, folder / "model.safetensors")
+    llm = LLM(str(folder), kv_cache_dtype="fp8", dtype="float32", kv_cache_memory=1 << 22)
+    layers = llm.runner.model.model.layers
+    scales = [(float(layer.self_attn.attn.k_scale), float(layer.self_attn.attn.v_scale)) for layer in layers[:2]]
+    assert scales == [(0.5, 0.25), (2.0, 1.0)]
+    plain = LLM(str(folder), kv_cache_dtype="fp8", dtype="float32", kv_cache_memory=1 << 22)
+    for layer in plain.runner.model.model.layers:  # the same model with every scale at 1.0
+        layer.self_attn.attn.k_scale.fill_(1.0)
+        layer.self_attn.attn.v_scale.fill_(1.0)
+    out = llm.generate([list(range(40, 60))], GREEDY)[0].outputs[0]
+    cache, reference = llm.runner.kv_caches[0], plain.runner.kv_caches[0]
+    plain.generate([list(range(40, 60))], GREEDY)
+    assert len(out.token_ids) == 8 and not torch.equal(cache.float(), reference.float())  # the scales were used
+    tensors["model.layers.0.self_attn.k_scale"] = torch.ones(2)
+    save_file(tensors, folder / "model.safetensors")
+    with pytest.raises(ValueError, match="model.layers.0.self_attn.k_scale.*one positive number"):
+        LLM(str(folder), kv_cache_dtype="fp8", kv_cache_memory=1 << 22)
