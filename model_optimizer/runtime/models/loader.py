@@ -271,6 +271,7 @@ def load_weights(
     )
     expected_shards = _expected_shards(params, stacked)
     buffers = dict(model.named_buffers())
+    modules = dict(model.named_modules())
     loaded: set[tuple[str, str | None]] = set()
     for path, name, tensor in iterate_lazy_checkpoint(model_dir):
         renamed = rename(name)
@@ -280,6 +281,8 @@ def load_weights(
         param = params.get(target)
         if param is None and (scale := buffers.get(kv_scale_buffer(renamed) or "")) is not None:
             _load_kv_scale(scale, read_lazy(path, tensor, torch.float32), path, name)
+            continue
+        if param is None and _static_input_scale(target, modules):
             continue
         if param is None:
             raise ValueError(f"{path.name}: tensor {name!r} does not belong to {type(model).__name__}")
@@ -320,6 +323,16 @@ def kv_scale_buffer(name: str) -> str | None:
         if name.endswith(suffix):
             return f"{name[: -len(suffix)]}.attn.{scale}"
     return None
+
+
+def _static_input_scale(target: str, modules: dict[str, nn.Module]) -> bool:
+    """Whether `target` is a quantized linear layer's static activation scale (`input_scale`, llm-compressor's
+    FP8 and static W8A8 schemes): not read, as such layers run weight-only or quantize their activations
+    per token at run time (quantization/spec.py)."""
+    if not target.endswith(".input_scale"):
+        return False
+    module = modules.get(target[: -len(".input_scale")])
+    return getattr(module, "quant_method", None) is not None
 
 
 def _load_kv_scale(buffer: torch.Tensor, value: torch.Tensor, path: Path, name: str) -> None:

@@ -244,3 +244,45 @@ def test_writer_saves_the_checkpoint_packing_of_int4_layers_packed_for_the_kerne
     a = load_file(str(tmp_path / "sequential" / "model.safetensors"))
     b = load_file(str(tmp_path / "planes" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("method", ["fp8", "int8"])
+def test_static_activation_scales_are_taken_and_the_layers_run_as_before(quant_model, tmp_path, method):
+    """llm-compressor's static schemes (FP8, static W8A8) save an `input_scale` per linear layer: the loader
+    takes them (it used to refuse them as tensors that do not belong) and the layers run as the same
+    checkpoint without them (weight-only, or activations quantized per token at run time); an input_scale
+    on a layer that is not quantized is still refused."""
+    from model_optimizer import LLM, SamplingParams
+
+    float_folder = quant_model("qwen2")
+    plain = tmp_path / "plain"
+    save_compressed_tensors(
+        load_model(float_folder, "float32", CPU, quantization=method), method, 128, float_folder, plain
+    )
+    static = tmp_path / "static"
+    shutil.copytree(plain, static)
+    [weights] = list(static.glob("*.safetensors"))
+    state = load_file(str(weights))
+    scales = {
+        n[: -len("weight_scale")] + "input_scale": torch.tensor([0.02]) for n in state if n.endswith("weight_scale")
+    }
+    assert scales
+    save_file(state | scales, str(weights))
+    config = json.loads((static / "config.json").read_text())
+    activations = {"num_bits": 8, "type": "float" if method == "fp8" else "int", "symmetric": True,
+                   "strategy": "tensor", "dynamic": False}  # fmt: skip
+    config["quantization_config"]["config_groups"]["group_0"]["input_activations"] = activations
+    (static / "config.json").write_text(json.dumps(config))
+    greedy = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    runs = [
+        LLM(str(f), dtype="float32", kv_cache_memory=1 << 22).generate([[3, 4, 5, 6]], greedy) for f in (plain, static)
+    ]
+    assert runs[0][0].outputs[0].token_ids == runs[1][0].outputs[0].token_ids
+    stray = tmp_path / "stray"
+    shutil.copytree(float_folder, stray)
+    state = load_file(str(stray / "model.safetensors"))
+    save_file(
+        state | {"model.layers.0.mlp.down_proj.input_scale": torch.tensor([0.02])}, str(stray / "model.safetensors")
+    )
+    with pytest.raises(ValueError, match="down_proj.input_scale' does not belong"):
+        load_model(stray, "float32", CPU)
