@@ -31,7 +31,7 @@ from model_optimizer.runtime.server.request_group import respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.routes.chat import ChatFormat, chat_generation
 from model_optimizer.runtime.server.state import get_state
-from model_optimizer.runtime.server.streaming import ChoiceDelta
+from model_optimizer.runtime.server.streaming import ChoiceDelta, sse
 
 router = APIRouter(route_class=ParsedBodyRoute)
 
@@ -167,7 +167,7 @@ class ResponsesFormat:
             output.append(_message_item(_id("msg"), message.content or "", "completed", logprobs))
         for call in message.tool_calls:
             output.append(_call_item(call.id, call.function.name, call.function.arguments, "completed"))
-        status = "incomplete" if choice.finish_reason == "length" else "completed"
+        status = _status(choice.finish_reason)
         if status == "incomplete":  # the item the token bound cut, as the stream closes it
             output[-1]["status"] = "incomplete"
         return ResponseObject(**self._envelope(status, output, response_usage(chat.usage)))
@@ -175,9 +175,8 @@ class ResponsesFormat:
     # streams
 
     def _event(self, kind: str, **fields: Any) -> str:
-        event = ResponseObject(type=kind, sequence_number=self.sequence, **fields)
-        self.sequence += 1
-        return f"event: {kind}\ndata: {event.model_dump_json()}\n\n"  # as sse() writes _Event
+        """One numbered event as its SSE text (chunk's events; head's and the closing one go through sse too)."""
+        return sse(_Event(self, kind, **fields))
 
     def head(self) -> list[BaseModel]:
         envelope = self._envelope("in_progress", [], None)
@@ -214,7 +213,7 @@ class ResponsesFormat:
 
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
         """The closing event: the whole response, its status and usage."""
-        status = "incomplete" if self.finish_reason == "length" else "completed"
+        status = _status(self.finish_reason)
         envelope = self._envelope(status, self.items, response_usage(self.chat.usage(usage)))
         return _Event(self, f"response.{status}", response=envelope)
 
@@ -230,10 +229,10 @@ class ResponsesFormat:
         self.items.append(self.open)
         events.append(self._event("response.output_item.added", output_index=len(self.items) - 1,
                                   item=_shell(self.open)))  # fmt: skip
-        if kind == "message":
+        if kind == "message":  # its part, still empty
             events.append(self._event("response.content_part.added", item_id=item_id,
                                       output_index=len(self.items) - 1, content_index=0,
-                                      part={"type": "output_text", "text": "", "annotations": [], "logprobs": []}))  # fmt: skip
+                                      part=self.open["content"][0]))  # fmt: skip
         return events
 
     def _text_delta(self, kind: str, text: str, logprobs: list | None) -> list[str]:
@@ -270,7 +269,7 @@ class ResponsesFormat:
 
     def _item_status(self, item: dict[str, Any]) -> str:
         """The last item of a response the token bound cut is incomplete (the one it cut), the others complete."""
-        return "incomplete" if self.finish_reason == "length" and item is self.items[-1] else "completed"
+        return _status(self.finish_reason) if item is self.items[-1] else "completed"
 
     def _call_delta(self, call: dict[str, Any]) -> list[str]:
         events = []
@@ -313,6 +312,11 @@ class _Event(ResponseObject):
     @property
     def event_name(self) -> str:
         return self.type  # type: ignore[attr-defined]
+
+
+def _status(finish_reason: str | None) -> str:
+    """A response's status from its choice's finish reason: cut by max_output_tokens, or complete."""
+    return "incomplete" if finish_reason == "length" else "completed"
 
 
 def _shell(item: dict[str, Any]) -> dict[str, Any]:
