@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from model_optimizer.runtime.server.errors import APIError
+from model_optimizer.runtime.server.errors import APIError, validation_message
 from model_optimizer.runtime.server.protocol import ChatCompletionRequest, _Request
 
 ROLES = ("user", "assistant", "system", "developer")
@@ -129,10 +129,9 @@ class ResponsesRequest(_Request):
         chat = {key: value for key, value in chat.items() if value is not None}
         try:
             return ChatCompletionRequest.model_validate(chat)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise APIError(400, f"{where}: {first['msg']}", where) from None
+        except ValidationError as exc:  # param: the first error's whole path (routes/responses.py renames it)
+            message, _ = validation_message(exc)
+            raise APIError(400, message, ".".join(map(str, exc.errors()[0]["loc"]))) from None
 
     def _messages(self) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
