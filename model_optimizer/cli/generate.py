@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from model_optimizer.runtime.hub import localize, resolve_model_dir
-    from model_optimizer.runtime.llm import LLM, generation_defaults
+    from model_optimizer.runtime.llm import LLM, config_generation_defaults
 
     console = Console(stderr=True)
     if args.output is not None and args.output != "-":  # found out now, not after the generation
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     model_dir = resolve_model_dir(engine_config.model)
     check_generation_model(model_dir)
     # the model's defaults are read before it loads, so that a bad line fails in a second, not after the load
-    defaults = generation_defaults(model_dir, engine_config.generation_config, engine_config.override_generation_config)
+    defaults = config_generation_defaults(engine_config, model_dir)
     cli = sampling_overrides(args)
     params = [_line_params(line, {**defaults, **cli}) for line in lines]
     _log(f"loading model {model_id or engine_config.model or '(built-in)'}")

@@ -109,6 +109,11 @@ def check_host_memory(config: EngineConfig) -> None:
     )
 
 
+def config_generation_defaults(config: EngineConfig, model_dir: Path) -> dict[str, Any]:
+    """generation_defaults as `config` sets them (its generation_config and override_generation_config)."""
+    return generation_defaults(model_dir, config.generation_config, config.override_generation_config)
+
+
 def generation_defaults(
     model_dir: Path, source: str = "auto", overrides: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -165,9 +170,8 @@ class LLM:
             self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
             return
         phase = log_phase("config", phase)
-        self._generation_defaults = generation_defaults(  # a bad file or override: ValueError before the load
-            self.model_dir, self.config.generation_config, self.config.override_generation_config
-        )
+        # a bad file or override: ValueError before the load
+        self._generation_defaults = config_generation_defaults(self.config, self.model_dir)
         self.tokenizer = engine_tokenizer(self.config, self.model_dir)
         log_phase("tokenizer", phase)
         runner, info = load_runner(self.config, self.model_dir, self.tokenizer)  # logs weights, KV cache, graphs
@@ -222,11 +226,8 @@ class LLM:
         """SamplingParams with the model's own defaults from generation_config.json (temperature,
         top_p, top_k, min_p, repetition_penalty, and max_new_tokens as max_tokens); every other
         field keeps SamplingParams' default. A fresh object each call: callers may change it."""
-        if self._generation_defaults is None:
-            config = self.config
-            self._generation_defaults = generation_defaults(
-                self.model_dir, config.generation_config, config.override_generation_config
-            )
+        if self._generation_defaults is None:  # an encoder folder's LLM reads them only when asked
+            self._generation_defaults = config_generation_defaults(self.config, self.model_dir)
         return SamplingParams(**self._generation_defaults)
 
     def generate(
@@ -368,10 +369,12 @@ class LLM:
                 device = self.runner.device.type
             config = EmbedConfig.from_engine(self.config, device=device)
             self._embedder = Embedder(self.model_dir, backbone=backbone, **vars(config))
-        one = isinstance(texts, str) or (isinstance(texts, list) and bool(texts) and isinstance(texts[0], int))
-        with _progress(1 if one else len(texts), use_tqdm, "LLM.embed") as advance:
+        from model_optimizer.runtime.embed.inputs import as_input_list
+
+        items = as_input_list(texts)  # one text or token-id list, or several: the count the progress shows
+        with _progress(len(items), use_tqdm, "LLM.embed") as advance:
             out = self._embedder.encode(
-                texts,
+                items,
                 dimensions=dimensions,
                 truncate_prompt_tokens=truncate_prompt_tokens,
                 instruction=instruction,

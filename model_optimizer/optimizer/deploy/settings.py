@@ -46,10 +46,9 @@ class ServeSettings:
                 "in an image; terminate TLS in front of the service (an ingress or load balancer), or mount "
                 "the files into your own build and pass the flags there"
             )
-        from model_optimizer.runtime.llm import generation_defaults
+        from model_optimizer.runtime.llm import config_generation_defaults
 
-        engine = self.engine  # the values the server would refuse at start-up, refused now
-        generation_defaults(self.host_model_dir, engine.generation_config, engine.override_generation_config)
+        config_generation_defaults(self.engine, self.host_model_dir)  # what the server would refuse at start-up
 
     @property
     def host_model_dir(self) -> Path:

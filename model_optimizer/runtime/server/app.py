@@ -83,7 +83,7 @@ def _create_app(
     engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
     chat_template = load_template(config.chat_template) if config.chat_template else None  # a typo fails at once
     from model_optimizer.runtime.hub import resolve_model_dir
-    from model_optimizer.runtime.llm import generation_defaults
+    from model_optimizer.runtime.llm import config_generation_defaults
 
     model_dir = (
         Path(llm.model_dir) if llm is not None else resolve_model_dir(engine_config.model, engine_config.revision)
@@ -93,9 +93,7 @@ def _create_app(
     if chat_template:
         check_template(chat_template, config.chat_template, tokenizer)
     sampling_defaults = (  # ValueError for a broken file: exit 2
-        generation_defaults(model_dir, engine_config.generation_config, engine_config.override_generation_config)
-        if generates
-        else {}
+        config_generation_defaults(engine_config, model_dir) if generates else {}
     )
     if generates and llm is None and core is None:  # every check that needs no model is done: load it
         core = start_engine_core(engine_config, model_dir, config.api_server_count, core_start)
