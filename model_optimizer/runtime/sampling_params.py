@@ -206,7 +206,8 @@ class SamplingParams:
             f"spaces_between_special_tokens must be true or false, got {self.spaces_between_special_tokens!r}",
         )
         _require(
-            self.extra_args is None or (isinstance(self.extra_args, dict) and all(map(_is_str, self.extra_args))),
+            self.extra_args is None
+            or (isinstance(self.extra_args, dict) and all(isinstance(k, str) for k in self.extra_args)),
             f"extra_args must be a dict with string keys, got {self.extra_args!r}",
         )
         _require(_in(self.temperature, 0.0, 100.0), f"temperature must be in [0, 100], got {self.temperature!r}")
@@ -351,10 +352,6 @@ def _is_int(value: object) -> bool:
 def _in(value: object, low: float, high: float) -> bool:
     """A real number (int or float, not bool) in [low, high]; NaN is not."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
-
-
-def _is_str(value: object) -> bool:
-    return isinstance(value, str)
 
 
 def _require(condition: bool, message: str) -> None:
