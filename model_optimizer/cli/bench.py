@@ -21,12 +21,6 @@ VLLM_ALIASES = {
     "--result-dir": "output_dir",
 }
 VLLM_DATASETS = {"random": "synthetic"}
-ENDPOINT_PATHS = {
-    "/v1/completions": "completions",
-    "/v1/chat/completions": "chat",
-    "/v1/responses": "responses",
-    "/v1/embeddings": "embeddings",
-}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -79,8 +73,10 @@ def _dataset_name(value: str) -> str:
 
 
 def _endpoint_name(value: str) -> str:
-    """Our endpoint names plus vLLM's endpoint paths (/v1/completions, ...)."""
-    return ENDPOINT_PATHS.get(value.rstrip("/"), value)
+    """Our endpoint names plus vLLM's endpoint paths (/v1/completions, ...): the client's PATHS read backwards."""
+    from model_optimizer.optimizer.bench.client import PATHS  # imported already: add_parser reads ClientConfig
+
+    return next((name for name, path in PATHS.items() if path == value.rstrip("/")), value)
 
 
 def run(args: argparse.Namespace) -> int:
