@@ -439,9 +439,10 @@ def _serve(core: EngineCore, inbox: Any, outboxes: list[Any]) -> int:
 
 def _on_sigterm_while_serving(signum: int, frame: Any) -> None:
     """The first SIGTERM is left to the frontend: a process group's SIGTERM (a service manager's stop)
-    reaches it too, and it drains, then stops the core. A second one ends the core at once."""
-    logger.info("SIGTERM: the frontend drains and stops the engine core; a second SIGTERM ends it now")
+    reaches it too, and it drains, then stops the core. A second one ends the core at once: the default
+    action is back before the line that says so, so a SIGTERM sent on reading it is never caught again."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    logger.info("SIGTERM: the frontend drains and stops the engine core; a second SIGTERM ends it now")
 
 
 def _drain(inbox: Any) -> list:
