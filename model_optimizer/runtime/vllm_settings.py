@@ -194,17 +194,6 @@ SETTINGS = (
     VllmSetting("h11_max_incomplete_event_size", "--max-header-bytes bounds request heads", int, server_only=True),
     VllmSetting("h11_max_header_count", "--max-header-bytes bounds request heads", int, server_only=True),
     VllmSetting(
-        "chat_template_content_format",
-        "content parts are joined into text for the template (vLLM's 'string')",
-        str,
-        _unless(
-            ("auto", "string"),
-            "chat_template_content_format 'openai' is not "
-            "supported: content parts are joined into text for the template ('string')",
-        ),
-        server_only=True,
-    ),  # fmt: skip
-    VllmSetting(
         "middleware", "", str, _unless((), "middleware: custom ASGI middleware is not loaded"), server_only=True
     ),  # fmt: skip
     VllmSetting(

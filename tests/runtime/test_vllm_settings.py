@@ -70,12 +70,12 @@ def test_vllms_other_serve_flags_parse_and_are_named_in_the_warning():
         if flag.startswith("--") and name in vllm_settings.BY_NAME:
             assert any(note.startswith(name + " (") for note in notes), name
     assert args.allow_credentials is True  # a setting of ours: it changes the CORS answer
+    assert args.chat_template_content_format == "string"  # ours too: how content reaches the template
 
 
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--chat-template-content-format", "openai"], "content parts are joined into text"),
         (["--middleware", "my.module.Auth"], "custom ASGI middleware is not loaded"),
         (["--lora-modules", "a=/x", "b=/y"], "LoRA adapters are not supported"),  # several, as vLLM's nargs
         (["--tool-parser-plugin", "p.py"], "parser plugins are not loaded"),

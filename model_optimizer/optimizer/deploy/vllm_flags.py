@@ -57,6 +57,7 @@ TRANSLATED = {
     "tool_call_parser": "--tool-call-parser",
     "reasoning_parser": "--reasoning-parser",
     "default_chat_template_kwargs": "--default-chat-template-kwargs",
+    "chat_template_content_format": "--chat-template-content-format",
     "enable_prompt_tokens_details": "--enable-prompt-tokens-details",
     "disable_fastapi_docs": "--disable-fastapi-docs",
     "response_role": "--response-role",

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from model_optimizer.runtime.engine import chat_content
 from model_optimizer.runtime.engine.messages import CoreRequest
 from model_optimizer.runtime.sampling_params import SamplingParams
 
@@ -78,9 +79,12 @@ def chat_text(
     template_kwargs: dict[str, Any] | None = None,
     tools: list[dict] | None = None,
     continue_final_message: bool = False,
+    content_format: str = "auto",
 ) -> str:
     """A conversation rendered through a chat template (`template`, else the tokenizer's) as prompt text;
     `tools` (OpenAI's function definitions) are the template's `tools` variable, as transformers passes them.
+    `content_format` (auto, string, openai; chat_content.py): each message's content as one text or as a
+    list of text parts, as the template reads it.
     `continue_final_message`: the text ends where the last message's content does (the template's
     end of turn cut off), so the model goes on with that message, as transformers and vLLM do it.
 
@@ -92,6 +96,7 @@ def chat_text(
         raise ValueError("the tokenizer has no chat template")
     if continue_final_message and add_generation_prompt:
         raise ValueError("continue_final_message goes on with the last message: set add_generation_prompt false")
+    messages = chat_content.shaped(messages, chat_content.resolved(content_format, template))
     extra = {
         k: v
         for k, v in (template_kwargs or {}).items()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from model_optimizer.runtime.config import check_positive
+from model_optimizer.runtime.engine.chat_content import CONTENT_FORMATS
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ class ServerConfig:
 
     chat_template: str | None = None
     """Chat template overriding the tokenizer's own: a shipped one by name (chatml, llama3, mistral), a Jinja file, or the template itself (vLLM's flag)."""
+
+    chat_template_content_format: Literal["auto", "string", "openai"] = "auto"
+    """How a message's content reaches the chat template (vLLM's flag): string joins its text parts into one text; openai gives a list of {"type": "text", "text": ...} parts (a text is one part); auto picks openai when the template loops over a message's content, else string."""
 
     max_queued_requests: int = 1024
     """Requests that may wait beyond the max_num_seqs the engine runs at once; past that, 503 with Retry-After."""
@@ -231,6 +235,11 @@ class ServerConfig:
             self.allowed_methods = [m.upper() for m in self.allowed_methods]
         self._check_parsers()
         self._check_http()
+        if self.chat_template_content_format not in CONTENT_FORMATS:
+            raise ValueError(
+                f"chat_template_content_format must be one of {', '.join(CONTENT_FORMATS)}, "
+                f"got {self.chat_template_content_format!r}"
+            )
         self.default_chat_template_kwargs = _json_object(
             self.default_chat_template_kwargs, "default_chat_template_kwargs"
         )

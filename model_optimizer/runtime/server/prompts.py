@@ -135,13 +135,16 @@ def _check_utf8(text: str) -> None:
 
 
 def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Messages as chat templates read them: text content, and the tool calls of an assistant message with
-    their arguments as objects (templates write them with tojson; OpenAI sends them as JSON text)."""
+    """Messages as chat templates read them: text content (a list of text parts stays one, for chat_text to
+    shape as the template reads it), and the tool calls of an assistant message with their arguments as
+    objects (templates write them with tojson; OpenAI sends them as JSON text)."""
     out = []
     for message in messages:
         content = message.content
+        text = content or ""
         if isinstance(content, list):
-            content = "\n".join(part.text for part in content)
+            content = [{"type": "text", "text": part.text} for part in content]
+            text = "".join(part["text"] for part in content)
         item: dict[str, Any] = {"role": message.role, "content": content or ""}
         if message.name:
             item["name"] = message.name
@@ -152,7 +155,7 @@ def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             item["reasoning"] = item["reasoning_content"] = reasoning
         if message.tool_calls:
             item["tool_calls"] = [_template_call(call) for call in message.tool_calls]
-        _check_utf8(item["role"] + item["content"] + item.get("name", "") + str(item.get("tool_calls", "")))
+        _check_utf8(item["role"] + text + item.get("name", "") + str(item.get("tool_calls", "")))
         out.append(item)
     return out
 
@@ -206,6 +209,7 @@ async def chat_prompt(
                 template_kwargs,
                 tools,
                 continue_final_message,
+                state.config.chat_template_content_format,
             )
         )
     except ValueError as exc:  # the template failed on the messages the client sent

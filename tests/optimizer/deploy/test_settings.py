@@ -224,6 +224,17 @@ def test_default_chat_template_kwargs_round_trip_as_json(tmp_path):
     assert json.loads(argv[argv.index("--default-chat-template-kwargs") + 1]) == {"enable_thinking": False}
 
 
+def test_the_content_format_reaches_both_engines(tmp_path):
+    path = _write(tmp_path, {"chat_template_content_format": "openai"})
+    _, server = _configs(["serve", "--config", str(path)])
+    settings = settings_for(tuned=False)
+    settings.server = server
+    _, in_server = _configs(mopt_command(settings)[1:])
+    assert in_server.chat_template_content_format == "openai"
+    argv = vllm_command(settings).argv
+    assert argv[argv.index("--chat-template-content-format") + 1] == "openai"
+
+
 @pytest.mark.parametrize("engine", ["mopt", "vllm"])
 def test_the_api_key_reaches_the_compose_server_from_the_host(deployments, engine):
     """Without --api-key the README still says "set MOPT_API_KEY": the server must then get it."""

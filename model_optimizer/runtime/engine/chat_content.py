@@ -1,0 +1,151 @@
+"""How a message's content reaches a chat template: one text, or OpenAI's list of parts (vLLM's
+`--chat-template-content-format`).
+
+- `string`: a message's text parts are joined with newlines into one text, which most templates print.
+- `openai`: every message's content is a list of `{"type": "text", "text": ...}` parts (a text becomes
+  one part, no content none), for templates that loop over a message's parts. A tool message's text
+  parts stay one text there too: templates print a tool's result as text.
+- `auto`: `openai` when the template loops over a message's content (found in its syntax tree, as vLLM
+  does), else `string`.
+
+Only text parts exist here: the server refuses other kinds before a message gets this far.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from typing import Any, Literal
+
+logger = logging.getLogger(__name__)
+
+CONTENT_FORMATS = ("auto", "string", "openai")
+ContentFormat = Literal["auto", "string", "openai"]
+
+
+def resolved(content_format: str, template: str | Mapping[str, str]) -> Literal["string", "openai"]:
+    """`content_format` with `auto` read from `template` (or from any of a tokenizer's named templates);
+    ValueError for a name not in CONTENT_FORMATS."""
+    if content_format not in CONTENT_FORMATS:
+        choices = ", ".join(CONTENT_FORMATS)
+        raise ValueError(f"chat_template_content_format must be one of {choices}, got {content_format!r}")
+    if content_format == "auto":
+        templates = template.values() if isinstance(template, Mapping) else [template]
+        return "openai" if any(isinstance(t, str) and loops_over_content(t) for t in templates) else "string"
+    return content_format  # type: ignore[return-value]
+
+
+def shaped(messages: list[Mapping], content_format: Literal["string", "openai"]) -> list:
+    """Copies of `messages` whose content is in `content_format` (resolved), the rest of each unchanged.
+    A content that is neither text, a list of text parts nor None is left as it is, for the template."""
+    return [_shaped(message, content_format) for message in messages]
+
+
+def _shaped(message: Any, content_format: str) -> Any:
+    if not isinstance(message, Mapping) or "content" not in message:
+        return message  # not a message, or one without content: as given, for the template
+    item = dict(message)
+    texts = _texts(item.get("content"))
+    if texts is not None:
+        openai = content_format == "openai" and item.get("role") != "tool"
+        item["content"] = [{"type": "text", "text": text} for text in texts] if openai else "\n".join(texts)
+    return item
+
+
+def _texts(content: Any) -> list[str] | None:
+    """The texts of a content (a text, text parts, or None: no text), or None when it is something else."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, (list, tuple)) and all(_text_part(p) for p in content):
+        return [p["text"] if isinstance(p, Mapping) else p for p in content]
+    return None
+
+
+def _text_part(part: Any) -> bool:
+    return isinstance(part, str) or (
+        isinstance(part, Mapping) and part.get("type", "text") == "text" and isinstance(part.get("text"), str)
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def loops_over_content(template: str) -> bool:
+    """Whether `template` has a `for` loop over a message's content (`message['content']`, `message.content`,
+    through filters and slices), a message being an item of `messages` or of a list taken from it, by loop
+    or assignment. A template that does not parse: False (the text, as most templates take it)."""
+    import jinja2
+    from jinja2 import nodes
+
+    try:
+        tree = _environment(template).parse(template)
+    except jinja2.TemplateSyntaxError as exc:
+        logger.debug("chat template not parsed for its content format (%s): message content as text", exc)
+        return False
+    lists, items = {"messages"}, set()
+    grew = True
+    while grew:  # names bound from messages, until no new one appears
+        before = len(lists) + len(items)
+        for node in tree.find_all(nodes.Assign):
+            if isinstance(node.target, nodes.Name):
+                if _names(node.node, lists, nodes):
+                    lists.add(node.target.name)
+                elif _names(node.node, items, nodes) or _indexed(node.node, lists, nodes):
+                    items.add(node.target.name)
+        for node in tree.find_all(nodes.For):
+            if isinstance(node.target, nodes.Name) and _names(node.iter, lists, nodes):
+                items.add(node.target.name)
+        grew = len(lists) + len(items) > before
+    return any(_content_of(node.iter, items, lists, nodes) for node in tree.find_all(nodes.For))
+
+
+def _environment(template: str) -> Any:
+    """transformers' own Jinja environment (its `{% generation %}` tag included) where this version has it
+    where it used to, else a plain one with the loop controls chat templates use."""
+    import jinja2
+
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+
+        return _compile_jinja_template(template).environment
+    except Exception:  # noqa: BLE001 - a private helper that moved or failed: the plain environment decides
+        return jinja2.Environment(extensions=["jinja2.ext.loopcontrols"])
+
+
+def _bare(node: Any, nodes: Any) -> Any:
+    """`node` without the filters, tests and slices around it."""
+    while True:
+        if isinstance(node, (nodes.Filter, nodes.Test)) and node.node is not None:
+            node = node.node
+        elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+            node = node.node
+        else:
+            return node
+
+
+def _names(node: Any, names: set[str], nodes: Any) -> bool:
+    node = _bare(node, nodes)
+    return isinstance(node, nodes.Name) and node.name in names
+
+
+def _indexed(node: Any, lists: set[str], nodes: Any) -> bool:
+    """`messages[0]`, `messages[-1]`: an item of a list of messages."""
+    node = _bare(node, nodes)
+    return (
+        isinstance(node, nodes.Getitem)
+        and isinstance(node.arg, (nodes.Const, nodes.Neg))
+        and _names(node.node, lists, nodes)
+    )
+
+
+def _content_of(node: Any, items: set[str], lists: set[str], nodes: Any) -> bool:
+    """`message['content']` or `message.content` of a message (a name for one, or `messages[0]`)."""
+    node = _bare(node, nodes)
+    if isinstance(node, nodes.Getattr):
+        key = node.attr
+    elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        key = node.arg.value
+    else:
+        return False
+    return key == "content" and (_names(node.node, items, nodes) or _indexed(node.node, lists, nodes))

@@ -1,0 +1,115 @@
+"""--chat-template-content-format: a message's content reaches the template as one text or as OpenAI's
+list of text parts, and `auto` reads which one the template expects, as vLLM does."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from model_optimizer.runtime.engine.chat_content import loops_over_content, resolved, shaped
+from model_optimizer.runtime.engine.input_processor import chat_text
+from model_optimizer.runtime.server.config import ServerConfig
+from tests.runtime.server.live import start_server
+
+# Gemma 3's way: a text is trimmed and printed, a list of parts printed part by part
+PARTS = (
+    "{%- for message in messages %}<{{ message.role }}>"
+    "{%- if message['content'] is string %}S[{{ message['content'] | trim }}]"
+    "{%- else %}{%- for item in message['content'] %}P[{{ item['text'] | trim }}]{%- endfor %}{%- endif %}"
+    "{%- endfor %}"
+)
+# ChatML's way: the content printed as it is
+TEXT = "{% for message in messages %}<{{ message.role }}>{{ message.content }}{% endfor %}"
+CONVERSATION = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": [{"type": "text", "text": " one "}, {"type": "text", "text": "two"}]},
+    {"role": "tool", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+]
+
+
+@pytest.mark.parametrize(
+    ("template", "loops"),
+    [
+        (PARTS, True),
+        (TEXT, False),
+        # the system message taken first, the rest from a list assigned from messages
+        (
+            "{% set system = messages[0] %}{% set rest = messages[1:] %}{% for c in system.content %}{{ c.text }}"
+            "{% endfor %}{% for m in rest %}{{ m.content }}{% endfor %}",
+            True,
+        ),
+        ("{% for m in messages[1:] | reverse %}{% for c in m['content'][1:] %}{% endfor %}{% endfor %}", True),
+        ("{% for c in messages[-1].content %}{{ c.text }}{% endfor %}", True),
+        ("{% for m in messages %}{% for call in m.tool_calls %}{{ call }}{% endfor %}{% endfor %}", False),
+        ("{% for tool in tools %}{% for c in tool.content %}{% endfor %}{% endfor %}", False),  # not a message
+        ("{% for m in messages %}{{ m['content'] }", False),  # does not parse: text, as most templates take it
+    ],
+)
+def test_auto_finds_a_loop_over_a_message_s_content(template, loops):
+    assert loops_over_content(template) is loops
+    assert resolved("auto", template) == ("openai" if loops else "string")
+    assert resolved("string", template) == "string" and resolved("openai", template) == "openai"
+
+
+def test_named_templates_are_openai_when_any_of_them_loops():
+    assert resolved("auto", {"default": TEXT, "tool_use": PARTS}) == "openai"
+    assert resolved("auto", {"default": TEXT}) == "string"
+    with pytest.raises(ValueError, match="one of auto, string, openai"):
+        resolved("parts", TEXT)
+
+
+def test_each_format_shapes_content_as_vllm_does():
+    assistant = {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]}
+    image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
+    openai = shaped([*CONVERSATION, assistant, image], "openai")
+    assert openai[0]["content"] == [{"type": "text", "text": "be brief"}]
+    assert openai[1]["content"] == CONVERSATION[1]["content"]
+    assert openai[2]["content"] == "a\nb"  # a tool's result stays one text
+    assert openai[3] == {"role": "assistant", "content": [], "tool_calls": [{"id": "c"}]}
+    assert openai[4] == image  # not text: left for the template
+    text = shaped([*CONVERSATION, assistant], "string")
+    assert [m["content"] for m in text] == ["be brief", " one \ntwo", "a\nb", ""]
+    assert CONVERSATION[1]["content"][0] == {"type": "text", "text": " one "}  # the caller's messages untouched
+
+
+@pytest.mark.parametrize(
+    ("content_format", "rendered"),
+    [
+        ("auto", "<system>P[be brief]<user>P[one]P[two]<tool>S[a\nb]"),
+        ("openai", "<system>P[be brief]<user>P[one]P[two]<tool>S[a\nb]"),
+        ("string", "<system>S[be brief]<user>S[one \ntwo]<tool>S[a\nb]"),
+    ],
+)
+def test_chat_text_renders_the_content_the_template_reads(own_llm, content_format, rendered):
+    text = chat_text(own_llm.tokenizer, CONVERSATION, PARTS, False, content_format=content_format)
+    assert text == rendered
+
+
+def test_llm_chat_and_the_server_render_alike(own_llm):
+    """LLM.chat and /tokenize (the path chat completions take) give the same prompt for each format."""
+    tokenizer = own_llm.tokenizer
+    expected = {
+        "auto": "<system>P[be brief]<user>P[one]P[two]<tool>S[a\nb]",
+        "string": "<system>S[be brief]<user>S[one \ntwo]<tool>S[a\nb]",
+    }
+    for content_format, rendered in expected.items():
+        [output] = own_llm.chat(
+            CONVERSATION,
+            chat_template=PARTS,
+            add_generation_prompt=False,
+            chat_template_content_format=content_format,
+            use_tqdm=False,
+        )
+        assert output.prompt == rendered
+        live = start_server(own_llm, ServerConfig(chat_template=PARTS, chat_template_content_format=content_format))
+        try:
+            body = {"messages": CONVERSATION, "add_generation_prompt": False}
+            tokens = httpx.post(f"{live.url}/tokenize", json=body, timeout=60).json()["tokens"]
+        finally:
+            live.stop()
+        assert tokens == tokenizer.encode(rendered, add_special_tokens=False)
+
+
+def test_an_unknown_format_is_refused_before_the_server_starts():
+    with pytest.raises(ValueError, match="chat_template_content_format"):
+        ServerConfig(chat_template_content_format="parts")
