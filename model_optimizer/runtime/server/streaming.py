@@ -1,5 +1,5 @@
-"""Server-sent events for a generation: one chunk per output with new tokens, an in-band error then [DONE]
-on failure, the usage chunk when asked for.
+"""Server-sent events for a generation: one chunk per output with new tokens, an in-band error on failure,
+the usage chunk when asked for, then [DONE] (the Responses API: its typed events, none after them).
 
 An output is one engine step's news while the reader keeps up; when it falls behind, the outputs
 that waited are merged into one (RequestStream), so a chunk may carry several tokens per choice
@@ -139,6 +139,22 @@ class StreamFormat(Protocol):
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
         """The last chunk, with no choices, when the client asked for stream_options.include_usage."""
 
+    def failure(self, message: str) -> str:
+        """The event that tells the client the generation failed after the headers went out."""
+
+    last: str
+    """The stream's last line, after everything else (DONE), or "" for none."""
+
+
+class ErrorThenDone:
+    """The end of chat's and completions' streams, as OpenAI's and vLLM's: an in-band error body when the
+    generation fails, and [DONE] last."""
+
+    last = DONE
+
+    def failure(self, message: str) -> str:
+        return sse(error_body(500, message))
+
 
 async def sse_events(
     outputs: AsyncIterator[tuple[int, RequestOutput]],
@@ -148,10 +164,12 @@ async def sse_events(
     usage_every_chunk: bool = False,
 ) -> AsyncIterator[str | bytes]:
     """The SSE lines of a generation from its DELTA outputs: head, chunks, then usage (when `usage` is
-    given) and [DONE]. `usage_every_chunk` (vLLM's continuous_usage_stats) puts `usage()` on each chunk.
+    given) and the format's last line. `usage_every_chunk` (vLLM's continuous_usage_stats) puts `usage()` on
+    each chunk.
 
-    The headers are already sent when anything fails, so a failure becomes an error event
-    (an OpenAI error body) followed by [DONE]: clients see why the stream ended early.
+    The headers are already sent when anything fails, so a failure becomes the format's failure event (an
+    OpenAI error body, or the Responses API's response.failed) and the stream ends as usual: clients see
+    why it ended early.
     """
     every = usage if usage_every_chunk else None
     for chunk in fmt.head():
@@ -161,7 +179,7 @@ async def sse_events(
         async for prompt_index, output in outputs:
             if output.error:
                 logger.warning("request %s failed: %s", request_id, output.error)
-                yield sse(error_body(500, output.error))
+                yield fmt.failure(output.error)
                 break
             deltas = offsets.deltas(prompt_index, output)
             if deltas and (event := fmt.chunk(deltas)) is not None:
@@ -170,11 +188,12 @@ async def sse_events(
             if usage is not None:
                 yield sse(fmt.usage_chunk(usage()))
     except EngineDeadError as exc:
-        yield sse(error_body(500, str(exc)))
-    except Exception as exc:  # noqa: BLE001 - headers are sent: the client learns of it in-band, then [DONE]
+        yield fmt.failure(str(exc))
+    except Exception as exc:  # noqa: BLE001 - headers are sent: the client learns of it in-band
         logger.exception("stream %s failed", request_id)
-        yield sse(error_body(500, f"internal error: {type(exc).__name__}"))
-    yield DONE
+        yield fmt.failure(f"internal error: {type(exc).__name__}")
+    if fmt.last:
+        yield fmt.last
 
 
 class ClosingStreamingResponse(StreamingResponse):

@@ -44,3 +44,23 @@ def test_nan_stream_ends_with_error_event_then_done(nan_server):
     assert all("error" not in json.loads(e) for e in events[:-2])
     # the response closes its group after the last byte is sent: the client may read [DONE] first
     wait_for(lambda: nan_server.state.num_admitted == 0, "the group was closed and its room released")
+
+
+def test_a_failed_responses_stream_ends_with_response_failed(nan_server):
+    """OpenAI's way: a response.failed event with the response so far and the reason, and no [DONE]."""
+    from openai.types.responses import ResponseFailedEvent
+
+    tokenizer = nan_server.state.model.tokenizer
+    text = tokenizer.decode([BAD_TOKEN])
+    assert BAD_TOKEN in tokenizer.encode(text, add_special_tokens=False)
+    body = {"input": text, "max_output_tokens": 4, "stream": True}
+    r = httpx.post(nan_server.url + "/v1/responses", json=body, timeout=60)
+    assert r.status_code == 200
+    events = [block for block in r.text.split("\n\n") if block.strip()]
+    assert not any(block.endswith("[DONE]") for block in events)
+    name, data = events[-1].split("\n")
+    failed = ResponseFailedEvent.model_validate_json(data[len("data: ") :])
+    assert name == "event: response.failed" and failed.response.status == "failed"
+    assert failed.response.error.code == "server_error" and NONFINITE_ERROR in failed.response.error.message
+    assert [json.loads(b.split("\n")[1][6:])["sequence_number"] for b in events] == list(range(len(events)))
+    wait_for(lambda: nan_server.state.num_admitted == 0, "the group was closed and its room released")

@@ -32,7 +32,7 @@ from model_optimizer.runtime.server.request_group import Generation, new_request
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.sampling import check_caps, resolve_max_tokens, sampling_params, token_rules
 from model_optimizer.runtime.server.state import ServerState, get_state
-from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate
+from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate, ErrorThenDone
 from model_optimizer.runtime.server.structured import check_constraint, requested_constraint
 from model_optimizer.runtime.server.tools import ToolPlan, tool_plan
 from model_optimizer.runtime.structured.params import StructuredOutputs
@@ -164,7 +164,7 @@ async def _constraint(state: ServerState, body: ChatCompletionRequest, plan: Too
     return requested[0]
 
 
-class ChatFormat:
+class ChatFormat(ErrorThenDone):
     """Chat's response and stream chunks (a ResponseFormat)."""
 
     def __init__(

@@ -23,7 +23,7 @@ from model_optimizer.runtime.server.request_group import Generation, new_request
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.sampling import check_caps, resolve_max_tokens, sampling_params, token_rules
 from model_optimizer.runtime.server.state import ServerState, get_state
-from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate
+from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate, ErrorThenDone
 from model_optimizer.runtime.server.structured import check_constraint, requested_constraint
 
 router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
@@ -92,7 +92,7 @@ async def _echo_text(state: ServerState, prompt: Prompt) -> str:
     return await state.run_blocking(state.model.tokenizer.decode, prompt.token_ids)
 
 
-class CompletionFormat:
+class CompletionFormat(ErrorThenDone):
     """Completions' response and stream chunks (a ResponseFormat). Choice i*n + j is prompt i's j-th
     completion; with echo, each choice's text starts with its prompt, and with echo and logprobs its
     logprobs start with the prompt tokens' (the first one's null). max_tokens 0 (echo only): the one token

@@ -217,6 +217,15 @@ class ResponsesFormat:
         envelope = self._envelope(status, self.items, response_usage(self.chat.usage(usage)))
         return _Event(self, f"response.{status}", response=envelope)
 
+    last = ""
+    """Nothing after the closing event: OpenAI's streams send no [DONE]."""
+
+    def failure(self, message: str) -> str:
+        """response.failed: the response so far, its error a server error with the reason."""
+        envelope = self._envelope("failed", self.items, None)
+        envelope["error"] = {"code": "server_error", "message": message}
+        return self._event("response.failed", response=envelope)
+
     def _open(self, kind: str) -> list[str]:
         """A reasoning or message item opened (and its part), after the open one is closed."""
         events = self._close_open()
