@@ -194,3 +194,10 @@ def _one_newline_off(value: str) -> str:
     """The value between the newlines Qwen3-Coder writes around it (a code value keeps its own)."""
     value = value[1:] if value.startswith("\n") else value
     return value[:-1] if value.endswith("\n") else value
+
+
+class SeedOssParser(Qwen3CoderParser):
+    """Seed-OSS: Qwen3-Coder's calls in `<seed:tool_call>` tags."""
+
+    name = "seed_oss"
+    START = "<seed:tool_call>"

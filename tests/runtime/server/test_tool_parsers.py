@@ -314,6 +314,8 @@ FRAGMENTS = [
     "<arg_value>", "</arg_value>", "<function=f>", "<parameter=a>", "</parameter>", "</function>", "é", '"', "\\",
     "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.f:0", "<|tool_call_argument_begin|>",
     "<|tool_call_end|>", "<|tool_calls_section_end|>", "<|tool_call_section_begin|>", "```json", "\n```\n",
+    "<tool_calls>", "</tool_calls>", "<|tool_call|>", "functools[", "<function_call>", "<|action_start|><|plugin|>",
+    "<|action_end|>", "<longcat_tool_call>", "<seed:tool_call>", "</seed:tool_call>",
 ]  # fmt: skip
 
 
@@ -337,8 +339,20 @@ CALL_FRAMES = {
         "<|tool_call_end|><|tool_calls_section_end|>",
     ),
     "xlam": ('```json\n[{"name":"f","arguments":', "}]\n```"),
+    "granite": ('<|tool_call|>[{"name":"f","arguments":', "}]"),
+    "granite-20b-fc": ('<function_call> {"name":"f","arguments":', "}"),
+    "jamba": ('<tool_calls>[{"name":"f","arguments":', "}]</tool_calls>"),
+    "hunyuan_a13b": ('<tool_calls>[{"name":"f","arguments":', "}]</tool_calls>"),
+    "minimax": ('<tool_calls>\n{"name":"f","arguments":', "}\n</tool_calls>"),
+    "phi4_mini_json": ('functools[{"name":"f","arguments":', "}]"),
+    "internlm": ('<|action_start|><|plugin|>{"name":"f","parameters":', "}<|action_end|>"),
+    "longcat": ('<longcat_tool_call>{"name":"f","arguments":', "}</longcat_tool_call>"),
+    "ernie45": ('<tool_call>{"name":"f","arguments":', "}</tool_call>"),
+    "seed_oss": ("<seed:tool_call>\n<function=f>\n<parameter=a>\n", "\n</parameter>\n</function>\n</seed:tool_call>"),
 }
 """Each format's call around random pieces: texts that reach deep into the parsers."""
+ALIASES = {"qwen3_xml": "qwen3_coder", "llama4_json": "llama3_json", "llama4_pythonic": "pythonic", "glm47": "glm45"}
+"""vLLM's other names for formats above."""
 
 
 def test_streamed_deltas_add_up_to_the_whole_message_for_any_text():
@@ -355,7 +369,7 @@ def test_streamed_deltas_add_up_to_the_whole_message_for_any_text():
         parser = PARSERS[name]
         text = "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, 14)))
         if rng.random() < 0.5:
-            head, tail = CALL_FRAMES["qwen3_coder" if name == "qwen3_xml" else name]
+            head, tail = CALL_FRAMES[ALIASES.get(name, name)]
             text = text[: len(text) // 3] + head + text[len(text) // 3 :] + tail
         reasoning = rng.choice([None, Qwen3ReasoningParser, DeepSeekR1ReasoningParser])
 

@@ -1,8 +1,9 @@
-"""`--tool-call-parser qwen3_coder` and `xlam` end to end: a live server on the tiny Qwen3 and the `openai` client.
+"""`--tool-call-parser qwen3_coder`, `xlam`, `minimax` and `internlm` end to end: a live server on the tiny
+Qwen3 and the `openai` client.
 
 The random model is made to write a call in each format by a regex constraint (as
-test_structured_outputs.py does for hermes): Qwen3-Coder's key/value tags, xLAM's fenced JSON list. The
-server must hand it back as a tool call whose arguments are JSON typed by the tool's schema, streamed
+test_structured_outputs.py does for hermes): Qwen3-Coder's key/value tags, xLAM's fenced JSON list,
+MiniMax-M1's JSON lines in tags, InternLM2's action block (special tokens in InternLM2). The server must hand it back as a tool call whose arguments are JSON typed by the tool's schema, streamed
 and not: `code` holds digits yet stays a string, as its schema says (for qwen3_coder the request's
 tools reach the parser), and `days` is a number; the text before the call is the content.
 """
@@ -29,6 +30,11 @@ CALLS = {
         r"<parameter=days>\n[1-7]\n</parameter>\n</function>\n</tool_call>"
     ),
     "xlam": r'Sure\.\n```json\n\[\{"name": "lookup", "arguments": \{"code": "[0-9]{2}", "days": [1-7]\}\}\]\n```',
+    "minimax": r'Sure\.\n<tool_calls>\n\{"name": "lookup", "arguments": \{"code": "[0-9]{2}", "days": [1-7]\}\}\n</tool_calls>',
+    "internlm": (
+        r'Sure\.<\|action_start\|><\|plugin\|>\n\{"name": "lookup", "parameters": '
+        r'\{"code": "[0-9]{2}", "days": [1-7]\}\}<\|action_end\|>'
+    ),
 }
 """Per parser: a regex of one call to `lookup` in its format, after the text "Sure."."""
 
