@@ -13,6 +13,11 @@ known not to be one.
 - `mistral` (Magistral): the same rule with `[THINK]` and `[/THINK]`, special tokens, kept in the text.
 - `deepseek_r1`: everything before `</think>` is reasoning, whether or not the output repeats the
   `<think>` the template put in the prompt; an output without `</think>` is reasoning alone.
+- `minimax_m2`, `step3`, `kimi_k2` and `ernie45` (whose answer may sit in `<response>` tags, left out of the
+  content): deepseek_r1's rule, as their templates open the block (Kimi-K2 may write `<think>` again).
+- `seed_oss`: qwen3's rule with `<seed:think>` and `</seed:think>`.
+- `minimax_m2_append_think`: no split; the content is `<think>` and the whole output, for clients that
+  send MiniMax-M2's thinking back in the conversation.
 
 Each parser also reads the end of the rendered prompt (`prompt_state`): a prompt that opened a block
 (Qwen3-Thinking-2507's and DeepSeek-R1's templates end with `<think>`) makes the output reasoning up to
@@ -151,6 +156,75 @@ class MistralReasoningParser(ReasoningParser):
     needs_special_tokens = True
 
 
+class MiniMaxM2ReasoningParser(ReasoningParser):
+    """MiniMax-M2: its template opens the block, the model writes only `</think>`."""
+
+    name = "minimax_m2"
+    implicit_start = True
+
+
+class Step3ReasoningParser(ReasoningParser):
+    """Step-3: its template opens the block, the model closes it with `</think>`."""
+
+    name = "step3"
+    implicit_start = True
+
+
+class KimiK2ReasoningParser(ReasoningParser):
+    """Kimi-K2 (Thinking): reasoning from the start, `<think>` written or not, up to `</think>`; a prompt that
+    closed the block (thinking off) leaves it all content."""
+
+    name = "kimi_k2"
+    implicit_start = True
+
+
+class SeedOssReasoningParser(ReasoningParser):
+    """Seed-OSS: `<seed:think>` ... `</seed:think>`, the model opening it (budget reflections stay inside)."""
+
+    name = "seed_oss"
+    START, END = "<seed:think>", "</seed:think>"
+
+
+class Ernie45ReasoningParser(ReasoningParser):
+    """ERNIE-4.5 (thinking): the template opens the block; after `</think>` the answer may sit in
+    `<response>` ... `</response>`, which the content leaves out."""
+
+    name = "ernie45"
+    implicit_start = True
+    ANSWER, ANSWER_END = "<response>", "</response>"
+
+    def split(self, text: str, final: bool) -> tuple[str, str]:
+        reasoning, content = super().split(text, final)
+        return reasoning, self._answer(content, final)
+
+    def _answer(self, content: str, final: bool) -> str:
+        """The content inside the answer tags, where it opens with them (as far as it has arrived)."""
+        head = content.lstrip()
+        if not head.startswith(self.ANSWER):
+            return "" if not final and self.ANSWER.startswith(head) else content
+        body = head[len(self.ANSWER) :].lstrip("\n")
+        end = body.find(self.ANSWER_END)
+        if end != -1:
+            return body[:end]
+        return body if final else body[: len(body) - _held_back(body, self.ANSWER_END)]
+
+
+class MiniMaxM2AppendThinkReasoningParser(ReasoningParser):
+    """MiniMax-M2 for clients that send the thinking back: nothing is split, the content is the output
+    with the `<think>` the template opened written in front, `</think>` and all."""
+
+    name = "minimax_m2_append_think"
+
+    def split(self, text: str, final: bool) -> tuple[str, str]:
+        return "", (self.START + text if text or final else "")
+
+    def constraint_tags(self) -> tuple[str, str]:
+        return "", self.END
+
+    def count_tokens(self, text: str, token_ids: Sequence[int], encode: Callable[[str], Sequence[int]]) -> int:
+        return 0
+
+
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     p.name: p
     for p in (
@@ -159,6 +233,12 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         DeepSeekV3ReasoningParser,
         Glm45ReasoningParser,
         MistralReasoningParser,
+        MiniMaxM2ReasoningParser,
+        MiniMaxM2AppendThinkReasoningParser,
+        Step3ReasoningParser,
+        KimiK2ReasoningParser,
+        SeedOssReasoningParser,
+        Ernie45ReasoningParser,
     )
 }
 """--reasoning-parser choices."""

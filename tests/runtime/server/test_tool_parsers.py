@@ -138,6 +138,21 @@ REASONING = [
     (DeepSeekR1ReasoningParser, "plan it</think>The answer.", "plan it", "The answer."),  # <think> was in the prompt
     (DeepSeekR1ReasoningParser, "<think>plan</think>ok", "plan", "ok"),
     (DeepSeekR1ReasoningParser, "still thinking <", "still thinking <", None),
+    (REASONING_PARSERS["minimax_m2"], "plan</think>\n\nok", "plan", "\n\nok"),
+    (REASONING_PARSERS["step3"], "plan</think>ok", "plan", "ok"),
+    (REASONING_PARSERS["kimi_k2"], "<think>plan</think>ok", "plan", "ok"),
+    (REASONING_PARSERS["kimi_k2"], "plan", "plan", None),
+    (
+        REASONING_PARSERS["seed_oss"],
+        "<seed:think>plan<seed:cot_budget_reflect>8</seed:cot_budget_reflect></seed:think>ok",
+        "plan<seed:cot_budget_reflect>8</seed:cot_budget_reflect>",
+        "ok",
+    ),  # fmt: skip
+    (REASONING_PARSERS["seed_oss"], "<think>not its tag</think>", None, "<think>not its tag</think>"),
+    (REASONING_PARSERS["ernie45"], "abc\n</think>\n\n<response>\ndef\n</response>\n", "abc\n", "def\n"),
+    (REASONING_PARSERS["ernie45"], "abc\n</think>\ndef", "abc\n", "\ndef"),
+    (REASONING_PARSERS["ernie45"], "abc</think>\n<resp", "abc", "\n<resp"),  # cut short: not the tag yet, text
+    (REASONING_PARSERS["minimax_m2_append_think"], "plan</think>ok", None, "<think>plan</think>ok"),
 ]
 
 
@@ -169,6 +184,38 @@ def test_reasoning_is_split_whole_and_streamed(parser, text, reasoning, content)
 )
 def test_the_prompt_says_whether_the_output_starts_in_a_block(prompt, state, after):
     assert prompt_state(prompt, after=after) == state
+
+
+def test_every_reasoning_parser_s_stream_adds_up_to_its_whole_split():
+    """Random texts of tags and text fed in random slices: the streamed reasoning and content are the whole
+    message's, for every parser and prompt state (views only grow)."""
+    import random
+
+    rng = random.Random(3)
+    pieces = ["<think>", "</think>", "<seed:think>", "</seed:think>", "[THINK]", "[/THINK]", "<response>",
+              "</response>", "\n", " ", "ab", "<", "</", "think", ">", "</think>\n", "\n<response>\n"]  # fmt: skip
+    for _ in range(3000):
+        name, state = rng.choice(sorted(REASONING_PARSERS)), rng.choice(["", OPEN, CLOSED])
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 10)))
+        whole = ChatOutput(reasoning=REASONING_PARSERS[name](state)).message(text)
+        cuts, i = [], 0
+        while i < len(text):
+            step = rng.randint(1, 4)
+            cuts.append(text[i : i + step])
+            i += step
+        content, reasoning, _ = _streamed(ChatOutput(reasoning=REASONING_PARSERS[name](state)), cuts)
+        assert (reasoning, content) == (whole.reasoning_content or "", whole.content or ""), (name, state, text)
+
+
+def test_the_flag_offers_exactly_the_reasoning_parsers_there_are():
+    import typing
+
+    from model_optimizer.runtime.server.config import ServerConfig
+
+    [choices, _] = typing.get_args(typing.get_type_hints(ServerConfig)["reasoning_parser"])
+    assert set(REASONING_PARSERS) == set(typing.get_args(choices))
+    append = REASONING_PARSERS["minimax_m2_append_think"]()
+    assert append.constraint_tags() == ("", "</think>") and append.count_tokens("a</think>b", [1, 2, 3], list) == 0
 
 
 def test_where_a_constraint_starts_follows_the_parsers_rule():
