@@ -16,11 +16,12 @@ from model_optimizer.runtime import vllm_settings
 from model_optimizer.runtime.config import GENERATION_DEFAULT_FIELDS, EngineConfig
 from model_optimizer.runtime.engine.core import ModelInfo
 from model_optimizer.runtime.engine.engine import LLMEngine
-from model_optimizer.runtime.engine.outputs import RequestOutput
+from model_optimizer.runtime.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput, RequestOutput
 from model_optimizer.runtime.hub import resolve_model_dir
 from model_optimizer.runtime.kernels.compile_cache import configure_compile, hash_triton_in_background
 from model_optimizer.runtime.models.model_config import is_encoder_folder
 from model_optimizer.runtime.models.tokenizer import TOKENIZER_FILES, load_tokenizer
+from model_optimizer.runtime.pooling_params import PoolingParams
 from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
 
 Prompt = str | list[int]
@@ -162,6 +163,8 @@ class LLM:
         self._closed = False
         self._generation_defaults: dict[str, Any] | None = None
         self._hf_tokenizer: Any = None
+        self._ids = itertools.count()
+        """Request ids of generate's and embed's outputs: "0", "1", ... as vLLM numbers them."""
         self.engine: LLMEngine | None = None
         if is_encoder_folder(self.model_dir):  # BERT-family: embeddings only, no generation engine
             from model_optimizer.runtime.embed.config import refuse_load_time_quantization
@@ -178,7 +181,6 @@ class LLM:
         phase = time.perf_counter()
         self.runner = runner
         self.engine = LLMEngine(self.config, runner, self.tokenizer, info)
-        self._ids = itertools.count()
         log_phase("engine", phase)
         log_phase("total", start)
 
@@ -342,14 +344,18 @@ class LLM:
 
     def embed(
         self,
-        texts: str | list[int] | Sequence[str | list[int]],
+        texts: str | list[int] | dict | Sequence[str | list[int] | dict],
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
         instruction: str | None = None,
         *,
         use_tqdm: bool = True,
-    ) -> list[list[float]]:
-        """Embeddings of texts (or token-id lists), pooled and normalized as the model folder says.
+        pooling_params: PoolingParams | Sequence[PoolingParams] | None = None,
+    ) -> list[EmbeddingRequestOutput]:
+        """Embeddings of texts (or token-id lists, or vLLM's prompt dicts), pooled and normalized as the model
+        folder says, as vLLM's `LLM.embed` returns them: one EmbeddingRequestOutput per input, the vector in
+        `.outputs.embedding`, the ids the model read in `.prompt_token_ids`. `dimensions` and
+        `truncate_prompt_tokens` may come in `pooling_params` (vLLM's way; one for every input).
         `use_tqdm`: progress as `generate` shows it.
 
         A decoder (Qwen3-Embedding style) embeds with the generation engine's own weights, in the
@@ -374,6 +380,12 @@ class LLM:
             self._embedder = Embedder(self.model_dir, backbone=backbone, **vars(config))
         from model_optimizer.runtime.embed.inputs import as_input_list
 
+        if pooling_params is not None:
+            dimensions, truncate_prompt_tokens = _pooling(pooling_params, dimensions, truncate_prompt_tokens)
+        if isinstance(texts, dict):
+            texts = [_as_prompt(texts)]
+        elif isinstance(texts, (list, tuple)) and any(isinstance(t, dict) for t in texts):
+            texts = [_as_prompt(t) for t in texts]
         items = as_input_list(texts)  # one text or token-id list, or several: the count the progress shows
         with _progress(len(items), use_tqdm, "LLM.embed") as advance:
             out = self._embedder.encode(
@@ -382,8 +394,12 @@ class LLM:
                 truncate_prompt_tokens=truncate_prompt_tokens,
                 instruction=instruction,
                 on_progress=advance,
+                keep_token_ids=True,
             )
-        return out.embeddings.tolist()
+        return [
+            EmbeddingRequestOutput(str(next(self._ids)), EmbeddingOutput(vector), ids)
+            for vector, ids in zip(out.embeddings.tolist(), out.token_ids or [])
+        ]
 
 
 @contextmanager
@@ -459,6 +475,27 @@ def _as_params_list(params: SamplingParams | Sequence[SamplingParams], num_promp
     if len(params) != num_prompts:
         raise ValueError(f"got {len(params)} sampling params for {num_prompts} prompts")
     return list(params)
+
+
+def _pooling(
+    params: PoolingParams | Sequence[PoolingParams], dimensions: int | None, truncate_prompt_tokens: int | None
+) -> tuple[int | None, int | None]:
+    """(dimensions, truncate_prompt_tokens) of vLLM's pooling_params, one for all inputs (a list of equal
+    ones too), the same setting given twice refused unless equal."""
+    if isinstance(params, (list, tuple)):
+        if not params or any(p != params[0] for p in params):
+            raise ValueError("pooling_params: give one PoolingParams for all inputs (embed runs them alike)")
+        params = params[0]
+    if not isinstance(params, PoolingParams):
+        raise TypeError(f"pooling_params must be a PoolingParams, got {type(params).__name__}")
+    for name, given in (("dimensions", dimensions), ("truncate_prompt_tokens", truncate_prompt_tokens)):
+        value = getattr(params, name)
+        if given is not None and value is not None and given != value:
+            raise ValueError(f"{name} is {given} but pooling_params.{name} is {value}: give it once")
+    return (
+        params.dimensions if params.dimensions is not None else dimensions,
+        params.truncate_prompt_tokens if params.truncate_prompt_tokens is not None else truncate_prompt_tokens,
+    )
 
 
 PROMPT_KEYS = ("prompt", "prompt_token_ids")

@@ -96,7 +96,7 @@ def test_llm_embed_shares_the_engine_decoder_and_generation_is_unchanged(model_d
     batch = prompts(5, count=4)
     before = tokens(llm.generate(batch, GREEDY))
     texts = ["hello world", "Paged attention keeps the KV cache in blocks.", "x" * 40]
-    ours = torch.tensor(llm.embed(texts))
+    ours = torch.tensor([o.outputs.embedding for o in llm.embed(texts)])
     assert llm._embedder.backbone.model is llm.runner.model.model
     separate = torch.tensor(Embedder(model_dir, dtype="bfloat16", device="cuda").embed(texts))
     assert torch.nn.functional.cosine_similarity(ours, separate).min() > 0.999

@@ -178,7 +178,7 @@ def test_progress_lines_count_batches_of_items():
 
 
 def test_embed_takes_use_tqdm(llm, capsys):
-    vectors = llm.embed(["a", "b", "c"], use_tqdm=False)
+    vectors = [o.outputs.embedding for o in llm.embed(["a", "b", "c"], use_tqdm=False)]
     assert len(vectors) == 3 and "LLM.embed" not in capsys.readouterr().err
-    assert llm.embed(["a", "b", "c"]) == vectors
+    assert [o.outputs.embedding for o in llm.embed(["a", "b", "c"])] == vectors
     assert "LLM.embed: 3/3 prompts done" in capsys.readouterr().err

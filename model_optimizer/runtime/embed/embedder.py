@@ -44,6 +44,8 @@ class EmbedOutput:
     """(num_inputs, dimensions) float32 on the CPU, in input order."""
     num_tokens: list[int]
     """Tokens the model read for each input (after instruction, end token and truncation): the usage count."""
+    token_ids: list[list[int]] | None = None
+    """The ids the model read for each input, when `encode` was asked to keep them (LLM.embed's outputs)."""
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -123,6 +125,7 @@ class Embedder:
         instruction: str | None = None,
         on_progress: Callable[[int], None] | None = None,
         on_batch: OnBatch | None = None,
+        keep_token_ids: bool = False,
     ) -> EmbedOutput:
         """Embeddings as one float32 tensor plus per-input token counts; `on_progress(n)` after each batch of n
         (on CUDA: once the batch is queued; the GPU may still be running it).
@@ -130,7 +133,9 @@ class Embedder:
         `on_batch(rows, embeddings, num_tokens)` gets each batch's finished vectors (truncated, normalized,
         float32 on the CPU) as soon as the batch has run, so a caller can save them before the call ends
         (`mopt embed` does, so an interruption loses no finished row). On CUDA that is one device -> host
-        copy per batch, which waits for the GPU; without `on_batch` nothing waits until the end."""
+        copy per batch, which waits for the GPU; without `on_batch` nothing waits until the end.
+        `keep_token_ids`: the output holds each input's ids too (off by default: a large job would keep
+        them all)."""
         items = as_input_list(inputs)
         self._check_dimensions(dimensions)
         truncate_to = check_truncation(truncate_prompt_tokens, self.max_seq_length)
@@ -142,12 +147,15 @@ class Embedder:
 
         with self._lock:
             lengths = [0] * len(items)
+            kept: list[list[int]] | None = [[] for _ in items] if keep_token_ids else None
             # results stay on the device until the end: one device -> host copy per call, not per batch
             pooled = torch.empty(len(items), self.hidden_size, dtype=torch.float32, device=self.device)
             batcher = Batcher(cfg.max_num_batched_tokens, cfg.max_num_seqs)
             for rows, token_ids in self.tokenizer_pool.chunks(items, prepare):
                 for row, ids in zip(rows, token_ids):
                     lengths[row] = len(ids)
+                    if kept is not None:
+                        kept[row] = list(ids)
                 for batch in batcher.add(rows, token_ids):
                     self._run_batch(batch, pooled, on_progress)
                     self._hand_out(batch, pooled, dimensions, on_batch)
@@ -155,7 +163,7 @@ class Embedder:
                 self._run_batch(batch, pooled, on_progress)
                 self._hand_out(batch, pooled, dimensions, on_batch)
             embeddings = finish(pooled, self.normalize, dimensions).cpu()
-        return EmbedOutput(embeddings, lengths)
+        return EmbedOutput(embeddings, lengths, kept)
 
     @torch.inference_mode()
     def _run_batch(self, batch: Batch, out: torch.Tensor, on_progress: Callable[[int], None] | None = None) -> None:

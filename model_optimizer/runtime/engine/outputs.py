@@ -153,3 +153,24 @@ def _join(parts: list[CompletionOutput]) -> CompletionOutput:
             finish_reason, stop_reason = part.finish_reason, part.stop_reason
     text = "".join([part.text for part in parts])
     return CompletionOutput(parts[0].index, text, token_ids, logprobs, finish_reason, stop_reason)
+
+
+@dataclass
+class EmbeddingOutput:
+    """One input's embedding (vLLM's EmbeddingOutput)."""
+
+    embedding: list[float]
+
+    @property
+    def hidden_size(self) -> int:
+        return len(self.embedding)
+
+
+@dataclass
+class EmbeddingRequestOutput:
+    """What LLM.embed returns per input, in vLLM's shape: `output.outputs.embedding`."""
+
+    request_id: str
+    outputs: EmbeddingOutput
+    prompt_token_ids: list[int]
+    finished: bool = True

@@ -5,24 +5,38 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model_optimizer import LLM
+from model_optimizer import LLM, PoolingParams
+
+
+def vectors(outputs) -> torch.Tensor:
+    return torch.tensor([o.outputs.embedding for o in outputs])
 
 
 def test_llm_embed_on_minilm_matches_sentence_transformers(minilm_dir, sentence_transformer):
     llm = LLM(str(minilm_dir))
     texts = ["A cat sits on the mat.", "Paged attention keeps the KV cache in blocks.", "¿Qué tal? 😀"]
-    ours = torch.tensor(llm.embed(texts))
+    outputs = llm.embed(texts)
     ref = torch.tensor(sentence_transformer.encode(texts))
-    assert torch.nn.functional.cosine_similarity(ours, ref).min() > 0.9999
-    assert len(llm.embed("one text", dimensions=64)) == 1 and len(llm.embed("one text", dimensions=64)[0]) == 64
+    assert torch.nn.functional.cosine_similarity(vectors(outputs), ref).min() > 0.9999
+    tokenizer = sentence_transformer.tokenizer
+    assert [o.prompt_token_ids for o in outputs] == [tokenizer(t)["input_ids"] for t in texts]
+    assert len({o.request_id for o in outputs}) == 3 and all(o.finished for o in outputs)
+    [short] = llm.embed("one text", dimensions=64)
+    assert short.outputs.hidden_size == 64
+    assert llm.embed({"prompt": "one text"}, pooling_params=PoolingParams(dimensions=64))[0].outputs == short.outputs
+    with pytest.raises(ValueError, match="give it once"):
+        llm.embed("one text", dimensions=32, pooling_params=PoolingParams(dimensions=64))
+    with pytest.raises(ValueError, match="one PoolingParams for all inputs"):
+        llm.embed(["a", "b"], pooling_params=[PoolingParams(dimensions=32), PoolingParams()])
     with pytest.raises(ValueError, match=r"encoder \(embedding\) model"):
         llm.generate(["hello"])
 
 
 def test_llm_embed_on_a_decoder(tiny_model):
     llm = LLM(str(tiny_model("qwen3")), kv_cache_memory=1 << 22)
-    [vector] = llm.embed(["hello world"])
-    assert abs(sum(v * v for v in vector) - 1.0) < 1e-4  # L2-normalised last-token embedding
+    [output] = llm.embed([{"prompt_token_ids": [5, 6, 7]}])
+    assert abs(sum(v * v for v in output.outputs.embedding) - 1.0) < 1e-4  # L2-normalised last-token embedding
+    assert output.prompt_token_ids[:3] == [5, 6, 7]  # and the end token the folder adds, if any
 
 
 def test_a_decoder_embeds_with_the_engine_weights_and_still_generates(tiny_model):
@@ -34,7 +48,7 @@ def test_a_decoder_embeds_with_the_engine_weights_and_still_generates(tiny_model
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     before = llm.generate([[5, 6, 7, 8]], greedy)[0].outputs[0].token_ids
     texts = ["hello world", "Paged attention keeps the KV cache in blocks.", "x"]
-    ours = torch.tensor(llm.embed(texts))
+    ours = vectors(llm.embed(texts))
     assert llm._embedder.backbone.model is llm.runner.model.model  # loaded once, not a second copy
     separate = torch.tensor(Embedder(folder, device="cpu").embed(texts))
     assert torch.nn.functional.cosine_similarity(ours, separate).min() > 0.99999
