@@ -192,6 +192,12 @@ def _calls(message) -> list[tuple[str, dict]]:
 
 @pytest.mark.parametrize(("parser", "text", "content", "calls"), CASES)
 def test_whole_text_and_every_prefix_give_the_same_calls(parser, text, content, calls):
+    assert_same_calls_however_fed(parser, text, content, calls)
+
+
+def assert_same_calls_however_fed(parser, text: str, content: str | None, calls: list) -> None:
+    """`text` read whole, view by growing view, and streamed whole, by character and in 3-character chunks:
+    the same content and calls each time."""
     whole = ChatOutput(tools=parser(TOOLS)).message(text)
     assert (whole.content, _calls(whole)) == (content, calls)
     final = _grown_views(parser(TOOLS), text)
@@ -215,8 +221,11 @@ def _mutations(text: str, rng: random.Random, count: int) -> list[str]:
     "parser", [DeepSeekV3Parser, KimiK2Parser, Glm45Parser, Qwen3CoderParser, PythonicParser, XlamParser]
 )
 def test_broken_and_cut_off_texts_never_raise_and_views_still_grow(parser):
-    rng = random.Random(7)
-    texts = [text for p, text, _, _ in CASES if p is parser]
+    assert_broken_texts_agree(parser, [text for p, text, _, _ in CASES if p is parser], random.Random(7))
+
+
+def assert_broken_texts_agree(parser, texts: list[str], rng: random.Random) -> None:
+    """Mutated copies of `texts` never raise, views still grow, and streamed and whole readings agree."""
     for text in texts:
         for broken in _mutations(text, rng, 25):
             final = _grown_views(parser(TOOLS), broken)

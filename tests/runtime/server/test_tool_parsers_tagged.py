@@ -26,8 +26,12 @@ from model_optimizer.runtime.server.tool_parsers_tagged import (
     MinimaxParser,
     Phi4MiniJsonParser,
 )
-from tests.runtime.server.test_tool_parsers import _streamed
-from tests.runtime.server.test_tool_parsers_more import TOOLS, _calls, _grown_views, _mutations
+from tests.runtime.server.test_tool_parsers_more import (
+    TOOLS,
+    _calls,
+    assert_broken_texts_agree,
+    assert_same_calls_however_fed,
+)
 
 WEATHER = {"city": "Oslo", "days": [1, 2], "note": "a ] and a } and <tool_calls>"}
 CALL = '{"name": "get_weather", "arguments": ' + json.dumps(WEATHER) + "}"
@@ -69,29 +73,12 @@ CASES = [
 
 @pytest.mark.parametrize(("parser", "text", "content", "calls"), CASES)
 def test_whole_text_and_every_prefix_give_the_same_calls(parser, text, content, calls):
-    whole = ChatOutput(tools=parser(TOOLS)).message(text)
-    assert (whole.content, _calls(whole)) == (content, calls)
-    final = _grown_views(parser(TOOLS), text)
-    assert [(c.name, json.loads(c.arguments)) for c in final.calls] == calls
-    for pieces in ([text], list(text), [text[i : i + 3] for i in range(0, len(text), 3)]):
-        got_content, _, got_calls = _streamed(ChatOutput(tools=parser(TOOLS)), pieces)
-        assert got_content == (content or "")
-        assert [(c["name"], json.loads(c["arguments"])) for c in got_calls] == calls
+    assert_same_calls_however_fed(parser, text, content, calls)
 
 
 @pytest.mark.parametrize("parser", sorted({case[0] for case in CASES}, key=lambda p: p.name))
 def test_broken_and_cut_off_texts_never_raise_and_views_still_grow(parser):
-    rng = random.Random(11)
-    for text in [text for p, text, _, _ in CASES if p is parser]:
-        for broken in _mutations(text, rng, 25):
-            final = _grown_views(parser(TOOLS), broken)
-            streamed = _streamed(ChatOutput(tools=parser(TOOLS)), list(broken))
-            whole = ChatOutput(tools=parser(TOOLS)).message(broken)
-            assert streamed[0] == (whole.content or "")
-            assert [(c["name"], c["arguments"]) for c in streamed[2]] == [
-                (c["function"]["name"], c["function"]["arguments"]) for c in whole.tool_calls
-            ]
-            assert len(whole.tool_calls) == len([c for c in final.calls if c.name])
+    assert_broken_texts_agree(parser, [text for p, text, _, _ in CASES if p is parser], random.Random(11))
 
 
 @pytest.mark.parametrize(
