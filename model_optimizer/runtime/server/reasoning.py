@@ -47,13 +47,40 @@ def prompt_state(prompt: str | None, start: str = START, end: str = END, after: 
     if not prompt:
         return ""
     tail = prompt.rstrip()
-    found = next((at + len(t) for t in (after, after.strip()) if t and (at := prompt.rfind(t)) != -1), None)
+    tags = _spans(prompt, (start, end))
+    found = next(
+        (at + len(t) for t in (after, after.strip()) if t and (at := _last_outside(prompt, t, tags)) != -1), None
+    )
     if found is None:
         return OPEN if tail.endswith(start) else CLOSED if tail.endswith(end) else ""
     tail = prompt[found:]
     if tail.rfind(start) > tail.rfind(end):
         return OPEN  # an assistant's prefill may go on after its tag (continue_final_message)
     return CLOSED if tail.rstrip().endswith(end) else ""
+
+
+def _spans(text: str, tags: tuple[str, ...]) -> list[tuple[int, int]]:
+    """(start, end) of every occurrence of each tag in `text`."""
+    spans = []
+    for tag in tags:
+        at = text.find(tag)
+        while at != -1:
+            spans.append((at, at + len(tag)))
+            at = text.find(tag, at + 1)
+    return spans
+
+
+def _last_outside(prompt: str, text: str, tags: list[tuple[int, int]]) -> int:
+    """Where `text` last occurs in `prompt` without cutting into a tag (`tags`: their spans), or -1: a short
+    message ("hi") also occurs inside the `<think>` the template writes after it, which is no place the
+    message ended. A text that holds a whole tag (a question about `<think>`) may stand over it."""
+    at = prompt.rfind(text)
+    while at != -1:
+        end = at + len(text)
+        if not any(a < end and at < b and not (at <= a and b <= end) for a, b in tags):
+            return at
+        at = prompt.rfind(text, 0, end - 1)
+    return -1
 
 
 class ReasoningParser:

@@ -180,6 +180,11 @@ def test_reasoning_is_split_whole_and_streamed(parser, text, reasoning, content)
         ("user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nI will", OPEN, "q"),  # a prefill in its block
         ("user\nq<|im_end|>\n<|im_start|>assistant\n<think>x</think>\n", CLOSED, "q"),
         ("user\n<think> in a template that rewrote it\n<|im_start|>assistant\n", "", "not in the prompt"),
+        # a short message also occurs inside the tags after it: that is not where it ended
+        ("user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n", OPEN, "hi"),
+        ("user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", CLOSED, "hi"),
+        ("user\nthink<|im_end|>\n<|im_start|>assistant\n<think>\n", OPEN, "think"),
+        ("user\nk>\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", CLOSED, "k>\n"),
     ],
 )
 def test_the_prompt_says_whether_the_output_starts_in_a_block(prompt, state, after):
