@@ -163,7 +163,7 @@ def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 def _template_call(call: Any) -> dict[str, Any]:
     try:
         arguments = json.loads(call.function.arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than Python's parser goes: text too
         arguments = call.function.arguments  # not JSON: the template gets the text as it came
     return {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
 

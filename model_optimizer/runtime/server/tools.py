@@ -129,9 +129,9 @@ def _calls_schema(tools: list[Any], parallel: bool) -> dict:
         parameters = tool.function.parameters or NO_PARAMETERS
         for key in ("$defs", "definitions"):
             for name, sub in (parameters.get(key) or {}).items():
-                defs[prefix + name] = _renamed_refs(sub, prefix)
+                defs[prefix + name] = _renamed_refs(_unrooted(sub), prefix)
         defs[prefix + "parameters"] = _renamed_refs(
-            {k: v for k, v in parameters.items() if k not in ("$defs", "definitions")}, prefix
+            {k: v for k, v in _unrooted(parameters).items() if k not in ("$defs", "definitions")}, prefix
         )
         options.append(
             {
@@ -149,6 +149,14 @@ def _calls_schema(tools: list[Any], parallel: bool) -> dict:
     if not parallel:
         schema["maxItems"] = 1
     return schema
+
+
+def _unrooted(schema: Any) -> Any:
+    """A schema without what made it a document of its own: under the root's $defs, an `$id` would make its
+    `#/...` references resolve against itself, not the root that now holds its definitions."""
+    if not isinstance(schema, dict):
+        return schema
+    return {k: v for k, v in schema.items() if k not in ("$id", "$schema")}
 
 
 def _renamed_refs(node: Any, prefix: str) -> Any:

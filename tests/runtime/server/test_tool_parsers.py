@@ -453,6 +453,14 @@ POINTER = {
     "required": ["a", "b"],
     "$defs": {"unused": {"type": "string"}},
 }
+IDENTIFIED = {  # a document with its own $id (JSON Schema generators write one) and old-style definitions
+    "$id": "https://example.com/p.json",
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "type": "object",
+    "properties": {"a": {"$ref": "#/definitions/A"}},
+    "definitions": {"A": {"type": "integer"}},
+    "required": ["a"],
+}
 
 
 @pytest.mark.parametrize(
@@ -460,8 +468,9 @@ POINTER = {
     [
         (TREE, {"v": 1, "kids": [{"v": 2, "kids": []}]}, {"v": 1, "kids": [{"v": "x", "kids": []}]}),
         (POINTER, {"a": 1, "b": 2}, {"a": 1, "b": 12}),
+        (IDENTIFIED, {"a": 1}, {"a": "x"}),
     ],
-    ids=["root-self-reference", "pointer-into-itself"],
+    ids=["root-self-reference", "pointer-into-itself", "own-id"],
 )
 def test_required_calls_keep_a_tools_references_into_its_own_schema(parameters, good, bad):
     """tool_choice "required" moves each tool's parameters under the root's $defs: `#` and `#/...`
