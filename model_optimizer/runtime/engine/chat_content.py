@@ -24,15 +24,19 @@ CONTENT_FORMATS = ("auto", "string", "openai")
 ContentFormat = Literal["auto", "string", "openai"]
 
 
-def resolved(content_format: str, template: str | Mapping[str, str]) -> Literal["string", "openai"]:
-    """`content_format` with `auto` read from `template` (or from any of a tokenizer's named templates);
-    ValueError for a name not in CONTENT_FORMATS."""
+def resolved(
+    content_format: str, template: str | Mapping[str, str], tools: object = None
+) -> Literal["string", "openai"]:
+    """`content_format` with `auto` read from `template` (of a tokenizer's named templates, the one
+    transformers renders: `tool_use` when there are `tools` and it exists, else `default`); ValueError for
+    a name not in CONTENT_FORMATS."""
     if content_format not in CONTENT_FORMATS:
         choices = ", ".join(CONTENT_FORMATS)
         raise ValueError(f"chat_template_content_format must be one of {choices}, got {content_format!r}")
     if content_format == "auto":
-        templates = template.values() if isinstance(template, Mapping) else [template]
-        return "openai" if any(isinstance(t, str) and loops_over_content(t) for t in templates) else "string"
+        if isinstance(template, Mapping):
+            template = template.get("tool_use" if tools and "tool_use" in template else "default", "")
+        return "openai" if isinstance(template, str) and loops_over_content(template) else "string"
     return content_format  # type: ignore[return-value]
 
 
@@ -74,13 +78,13 @@ def _text_part(part: Any) -> bool:
 def loops_over_content(template: str) -> bool:
     """Whether `template` has a `for` loop over a message's content (`message['content']`, `message.content`,
     through filters and slices), a message being an item of `messages` or of a list taken from it, by loop
-    or assignment. A template that does not parse: False (the text, as most templates take it)."""
-    import jinja2
+    or assignment (an item taken by index, `messages[0]`, is not followed, as vLLM does not). A template
+    that cannot be read: False (the text, as most templates take it)."""
     from jinja2 import nodes
 
     try:
         tree = _environment(template).parse(template)
-    except jinja2.TemplateSyntaxError as exc:
+    except Exception as exc:  # noqa: BLE001 - a syntax error, or a tree too deep: read as text, as vLLM does
         logger.debug("chat template not parsed for its content format (%s): message content as text", exc)
         return False
     lists, items = {"messages"}, set()
@@ -91,13 +95,13 @@ def loops_over_content(template: str) -> bool:
             if isinstance(node.target, nodes.Name):
                 if _names(node.node, lists, nodes):
                     lists.add(node.target.name)
-                elif _names(node.node, items, nodes) or _indexed(node.node, lists, nodes):
+                elif _names(node.node, items, nodes):
                     items.add(node.target.name)
         for node in tree.find_all(nodes.For):
             if isinstance(node.target, nodes.Name) and _names(node.iter, lists, nodes):
                 items.add(node.target.name)
         grew = len(lists) + len(items) > before
-    return any(_content_of(node.iter, items, lists, nodes) for node in tree.find_all(nodes.For))
+    return any(_content_of(node.iter, items, nodes) for node in tree.find_all(nodes.For))
 
 
 def _environment(template: str) -> Any:
@@ -129,18 +133,8 @@ def _names(node: Any, names: set[str], nodes: Any) -> bool:
     return isinstance(node, nodes.Name) and node.name in names
 
 
-def _indexed(node: Any, lists: set[str], nodes: Any) -> bool:
-    """`messages[0]`, `messages[-1]`: an item of a list of messages."""
-    node = _bare(node, nodes)
-    return (
-        isinstance(node, nodes.Getitem)
-        and isinstance(node.arg, (nodes.Const, nodes.Neg))
-        and _names(node.node, lists, nodes)
-    )
-
-
-def _content_of(node: Any, items: set[str], lists: set[str], nodes: Any) -> bool:
-    """`message['content']` or `message.content` of a message (a name for one, or `messages[0]`)."""
+def _content_of(node: Any, items: set[str], nodes: Any) -> bool:
+    """`message['content']` or `message.content` of a name for a message."""
     node = _bare(node, nodes)
     if isinstance(node, nodes.Getattr):
         key = node.attr
@@ -148,4 +142,4 @@ def _content_of(node: Any, items: set[str], lists: set[str], nodes: Any) -> bool
         key = node.arg.value
     else:
         return False
-    return key == "content" and (_names(node.node, items, nodes) or _indexed(node.node, lists, nodes))
+    return key == "content" and _names(node.node, items, nodes)

@@ -96,7 +96,7 @@ def chat_text(
         raise ValueError("the tokenizer has no chat template")
     if continue_final_message and add_generation_prompt:
         raise ValueError("continue_final_message goes on with the last message: set add_generation_prompt false")
-    messages = chat_content.shaped(messages, chat_content.resolved(content_format, template))
+    messages = chat_content.shaped(messages, chat_content.resolved(content_format, template, tools))
     extra = {
         k: v
         for k, v in (template_kwargs or {}).items()

@@ -91,7 +91,7 @@ def _create_app(
     generates = llm is not None or core is not None or (embedder is None and not is_embedding_model(model_dir))
     tokenizer = _frontend_tokenizer(engine_config, llm, model_dir) if generates else None
     if chat_template:
-        check_template(chat_template, config.chat_template, tokenizer)
+        check_template(chat_template, config.chat_template, tokenizer, config.chat_template_content_format)
     sampling_defaults = (  # ValueError for a broken file: exit 2
         config_generation_defaults(engine_config, model_dir) if generates else {}
     )
@@ -272,11 +272,12 @@ SAMPLE_CONVERSATION = [{"role": "user", "content": "Hello"}]
 """One user turn: every template must take it (some refuse a system turn, or turns out of order)."""
 
 
-def check_template(template: str, path: str | None, tokenizer: Any) -> None:
-    """Render the chat template once on a sample conversation, so a broken one stops the start-up."""
+def check_template(template: str, path: str | None, tokenizer: Any, content_format: str = "auto") -> None:
+    """Render the chat template once on a sample conversation (its content shaped as `content_format`
+    says), so a broken one, or one that cannot take that shape, stops the start-up."""
     if tokenizer is not None:
         try:
-            chat_text(tokenizer, SAMPLE_CONVERSATION, template)
+            chat_text(tokenizer, SAMPLE_CONVERSATION, template, content_format=content_format)
         except ValueError as exc:
             raise ValueError(f"chat template {path} does not render a sample conversation: {exc}") from None
         return

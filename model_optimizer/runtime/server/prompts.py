@@ -145,7 +145,7 @@ def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
         if isinstance(content, list):
             content = [{"type": "text", "text": part.text} for part in content]
             text = "".join(part["text"] for part in content)
-        item: dict[str, Any] = {"role": message.role, "content": content or ""}
+        item: dict[str, Any] = {"role": message.role, "content": content}  # None: chat_text shapes it
         if message.name:
             item["name"] = message.name
         if message.tool_call_id is not None:

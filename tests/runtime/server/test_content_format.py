@@ -32,17 +32,19 @@ CONVERSATION = [
     [
         (PARTS, True),
         (TEXT, False),
-        # the system message taken first, the rest from a list assigned from messages
-        (
-            "{% set system = messages[0] %}{% set rest = messages[1:] %}{% for c in system.content %}{{ c.text }}"
-            "{% endfor %}{% for m in rest %}{{ m.content }}{% endfor %}",
-            True,
-        ),
+        # the rest after the system message, a list assigned from messages
+        ("{% set rest = messages[1:] %}{% for m in rest %}{% for c in m.content %}{% endfor %}{% endfor %}", True),
         ("{% for m in messages[1:] | reverse %}{% for c in m['content'][1:] %}{% endfor %}{% endfor %}", True),
-        ("{% for c in messages[-1].content %}{{ c.text }}{% endfor %}", True),
+        # an item by index is not followed (vLLM's reading): the other messages' content is printed as text
+        (
+            "{% for c in messages[0].content %}{{ c.text }}{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}",
+            False,
+        ),  # fmt: skip
+        ("{% set system = messages[0] %}{% for c in system.content %}{{ c.text }}{% endfor %}", False),
         ("{% for m in messages %}{% for call in m.tool_calls %}{{ call }}{% endfor %}{% endfor %}", False),
         ("{% for tool in tools %}{% for c in tool.content %}{% endfor %}{% endfor %}", False),  # not a message
         ("{% for m in messages %}{{ m['content'] }", False),  # does not parse: text, as most templates take it
+        ("{% if x %}" * 3000 + "{% endif %}" * 3000, False),  # deeper than the parser goes: text too
     ],
 )
 def test_auto_finds_a_loop_over_a_message_s_content(template, loops):
@@ -51,9 +53,11 @@ def test_auto_finds_a_loop_over_a_message_s_content(template, loops):
     assert resolved("string", template) == "string" and resolved("openai", template) == "openai"
 
 
-def test_named_templates_are_openai_when_any_of_them_loops():
-    assert resolved("auto", {"default": TEXT, "tool_use": PARTS}) == "openai"
-    assert resolved("auto", {"default": TEXT}) == "string"
+def test_of_named_templates_the_one_rendered_decides():
+    """transformers renders `tool_use` when a request has tools and the tokenizer has one, else `default`."""
+    assert resolved("auto", {"default": TEXT, "tool_use": PARTS}) == "string"
+    assert resolved("auto", {"default": TEXT, "tool_use": PARTS}, tools=[{"type": "function"}]) == "openai"
+    assert resolved("auto", {"default": PARTS}, tools=[{"type": "function"}]) == "openai"
     with pytest.raises(ValueError, match="one of auto, string, openai"):
         resolved("parts", TEXT)
 
@@ -113,3 +117,41 @@ def test_llm_chat_and_the_server_render_alike(own_llm):
 def test_an_unknown_format_is_refused_before_the_server_starts():
     with pytest.raises(ValueError, match="chat_template_content_format"):
         ServerConfig(chat_template_content_format="parts")
+
+
+def test_a_template_that_cannot_take_the_format_stops_the_start_up(own_llm):
+    """Mistral's shipped template adds content to text: with parts (openai) it fails, at start-up, not per request."""
+    with pytest.raises(ValueError, match="does not render a sample conversation"):
+        start_server(own_llm, ServerConfig(chat_template="mistral", chat_template_content_format="openai"))
+
+
+def test_the_shipped_templates_join_parts_as_text(own_llm):
+    """chatml, llama3 and the built-in model's template join a message's parts with newlines, whichever
+    format reaches them, so `auto` gives them text, as it gives most templates."""
+    from model_optimizer.assets import reference_model_path
+    from model_optimizer.runtime.models.chat_templates import load_template
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+
+    conversation = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    built_in = load_tokenizer(reference_model_path()).chat_template
+    for template in (load_template("chatml"), load_template("llama3"), built_in):
+        assert not loops_over_content(template)
+        rendered = {
+            f: chat_text(own_llm.tokenizer, conversation, template, content_format=f) for f in ("openai", "string")
+        }
+        assert rendered["openai"] == rendered["string"] and "a\nb" in rendered["string"]
+
+
+def test_an_assistant_message_without_content_gets_no_parts(own_llm):
+    """A tool-calling assistant message sent back with content null: an empty list of parts, not one empty part
+    (templates test `if message.content`)."""
+    template = "{% for m in messages %}{% if m.content %}[{% for c in m.content %}{{ c.text }}{% endfor %}]{% endif %}{% endfor %}"
+    conversation = [{"role": "user", "content": "q"}, {"role": "assistant", "content": None}]
+    assert chat_text(own_llm.tokenizer, conversation, template, False) == "[q]"
+    live = start_server(own_llm, ServerConfig(chat_template=template))
+    try:
+        body = {"messages": conversation, "add_generation_prompt": False}
+        tokens = httpx.post(f"{live.url}/tokenize", json=body, timeout=60).json()["tokens"]
+    finally:
+        live.stop()
+    assert tokens == own_llm.tokenizer.encode("[q]", add_special_tokens=False)
