@@ -91,6 +91,8 @@ class ReasoningParser:
     """Reasoning until END even without START (the template opened the block in the prompt)."""
     needs_special_tokens = False
     """Its tags are special tokens: the text must keep them (skip_special_tokens off)."""
+    ALSO_ENDS: tuple[str, ...] = ()
+    """Markers that end the reasoning without END and begin the content (Kimi-K2's tool calls)."""
 
     def __init__(self, prompt: str = "") -> None:
         self.prompt = prompt
@@ -136,7 +138,7 @@ class ReasoningParser:
         start_ids, end_ids = list(encode(self.START)), list(encode(self.END))
         ids = list(token_ids)
         end = _find(ids, end_ids)
-        if end < 0 and self.END in text:
+        if end < 0 and (self.END in text or any(m in text for m in self.ALSO_ENDS)):
             return len(encode(reasoning))
         stop = end if end >= 0 else len(ids)
         start = _find(ids[:stop], start_ids)
@@ -144,9 +146,13 @@ class ReasoningParser:
 
     def _reasoning(self, body: str, final: bool) -> tuple[str, str]:
         end = body.find(self.END)
+        also = min((at for m in self.ALSO_ENDS if (at := body.find(m)) != -1), default=-1)
+        if also != -1 and (end == -1 or also < end):
+            return body[:also], body[also:]  # the marker is the content's start
         if end != -1:
             return body[:end], body[end + len(self.END) :]
-        return (body if final else body[: len(body) - _held_back(body, self.END)]), ""
+        held = max(_held_back(body, m) for m in (self.END, *self.ALSO_ENDS))
+        return (body if final else body[: len(body) - held]), ""
 
 
 def _find(ids: list[int], part: list[int]) -> int:
@@ -198,11 +204,13 @@ class Step3ReasoningParser(ReasoningParser):
 
 
 class KimiK2ReasoningParser(ReasoningParser):
-    """Kimi-K2 (Thinking): reasoning from the start, `<think>` written or not, up to `</think>`; a prompt that
-    closed the block (thinking off) leaves it all content."""
+    """Kimi-K2 (Thinking): reasoning from the start, `<think>` written or not, up to `</think>`, or up to its
+    tool-call section, which it may begin without closing the block (as vLLM's parser reads it); a prompt
+    that closed the block (thinking off) leaves it all content."""
 
     name = "kimi_k2"
     implicit_start = True
+    ALSO_ENDS = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
 
 
 class SeedOssReasoningParser(ReasoningParser):
@@ -214,7 +222,8 @@ class SeedOssReasoningParser(ReasoningParser):
 
 class Ernie45ReasoningParser(ReasoningParser):
     """ERNIE-4.5 (thinking): the template opens the block; after `</think>` the answer may sit in
-    `<response>` ... `</response>`, which the content leaves out."""
+    `<response>` ... `</response>`: the content is the answer without those tags, and what follows them
+    (a tool call)."""
 
     name = "ernie45"
     implicit_start = True
@@ -231,8 +240,8 @@ class Ernie45ReasoningParser(ReasoningParser):
             return "" if not final and self.ANSWER.startswith(head) else content
         body = head[len(self.ANSWER) :].lstrip("\n")
         end = body.find(self.ANSWER_END)
-        if end != -1:
-            return body[:end]
+        if end != -1:  # what follows the answer (a tool call) stays content
+            return body[:end] + body[end + len(self.ANSWER_END) :]
         return body if final else body[: len(body) - _held_back(body, self.ANSWER_END)]
 
 

@@ -12,9 +12,10 @@
 - `longcat` (LongCat-Flash) and `ernie45` (ERNIE-4.5): hermes' format, `<longcat_tool_call>` tags for the
   first, `<tool_call>` for the second.
 
-In each, the text before the first marker is content (granite: none, its output is the calls or the
-answer), and the calls are read with tool_parsers.py's JSON scanning, so nested brackets and strings holding
-markers never cut a call short. A marker with no call behind it is text: the whole output is the answer.
+In each, the text before the marker is content (granite: none, its output is the calls or the answer), and
+the calls are read with tool_parsers.py's JSON scanning, so nested brackets and strings holding markers never
+cut a call short. A marker with no call behind it is text (a later one may start the calls); so is one in
+a `<think>` block, for the formats of models that think in their output (minimax, hunyuan_a13b).
 """
 
 from __future__ import annotations
@@ -34,16 +35,19 @@ from model_optimizer.runtime.server.tool_parsers import (
 
 
 class MarkedCallsParser(ToolParser):
-    """Calls read after the first MARKER; the text before it is content."""
+    """Calls read after a MARKER (the first one with calls behind it); the text before it is content."""
 
     MARKER = ""
     LIST = False
     """The calls are a JSON list opened right after the marker (its `[`), else objects one after another."""
     CLOSE = ""
     """What ends the block, for call_frame."""
+    SKIP_THINK = False
+    """Markers inside a `<think>` block are text (the model planning a call, not making it)."""
 
     def view(self, text: str, final: bool) -> ToolView:
-        return marked_view(text, final, self.MARKER, _list_body if self.LIST else _objects_body)
+        body = _list_body if self.LIST else _objects_body
+        return marked_view(text, final, self.MARKER, body, self.SKIP_THINK)
 
     def call_frame(self, name: str) -> tuple[str, str, str]:
         opening = "[" if self.LIST else ""
@@ -52,27 +56,49 @@ class MarkedCallsParser(ToolParser):
         return self.MARKER, begin, f"}}{closing}{self.CLOSE}"
 
 
-def marked_view(text: str, final: bool, marker: str, body: Callable[[str, int], list[PartialCall]]) -> ToolView:
-    """Content before the first `marker` and the calls `body` reads from the text after it. Once the text is
-    final, calls without a name are dropped, and a marker with none behind it leaves the whole text content."""
-    first = text.find(marker)
-    calls: list[PartialCall] = []
-    if first != -1:
-        calls = body(text, skip_ws(text, first + len(marker)))
-        if final:
-            calls = [c for c in calls if c.name is not None]
-            first = first if calls else -1
+def marked_view(
+    text: str,
+    final: bool,
+    marker: str,
+    body: Callable[[str, int], list[PartialCall] | None],
+    skip_think: bool = False,
+) -> ToolView:
+    """Content before the first `marker` with calls behind it, and the calls `body` reads there. A marker
+    whose body is known not to be calls (None; once final: no call with a name) is text, and so is one
+    inside a `<think>` block when `skip_think`."""
+    first, calls = -1, []
+    at = text.find(marker)
+    while at != -1:
+        found = None if skip_think and _in_think(text, at) else body(text, skip_ws(text, at + len(marker)))
+        if found is not None and final:
+            found = [c for c in found if c.name is not None] or None
+        if found is not None:
+            first, calls = at, found
+            break
+        at = text.find(marker, at + 1)
     return ToolView(_content_before(text, first, first != -1, final, marker), calls)
 
 
-def _list_body(text: str, i: int) -> list[PartialCall]:
-    """The objects of the JSON list that opens at text[i] (none while its `[` has not arrived)."""
-    return _separated_calls(text, skip_ws(text, i + 1), ",") if text.startswith("[", i) else []
+def _in_think(text: str, at: int) -> bool:
+    """Whether text[at] lies in a `<think>` block (one closed after it, or not closed yet)."""
+    opened = text.rfind("<think>", 0, at)
+    return opened != -1 and text.find("</think>", opened, at) == -1
 
 
-def _objects_body(text: str, i: int) -> list[PartialCall]:
-    """Objects one after another from text[i], commas or whitespace between them."""
-    return _separated_calls(text, i, ",")
+def _list_body(text: str, i: int) -> list[PartialCall] | None:
+    """The objects of the JSON list that opens at text[i]: none yet while it has not arrived, None when what
+    is there is no list."""
+    if i >= len(text):
+        return []
+    return _separated_calls(text, skip_ws(text, i + 1), ",") if text[i] == "[" else None
+
+
+def _objects_body(text: str, i: int) -> list[PartialCall] | None:
+    """Objects one after another from text[i], commas or whitespace between them; None when no object
+    opens there."""
+    if i >= len(text):
+        return []
+    return _separated_calls(text, i, ",") if text[i] == "{" else None
 
 
 class GraniteParser(ToolParser):
@@ -105,11 +131,13 @@ class JambaParser(MarkedCallsParser):
 class HunyuanA13BParser(MarkedCallsParser):
     name = "hunyuan_a13b"
     MARKER, CLOSE, LIST = "<tool_calls>", "</tool_calls>", True
+    SKIP_THINK = True
 
 
 class MinimaxParser(MarkedCallsParser):
     name = "minimax"
     MARKER, CLOSE = "<tool_calls>", "</tool_calls>"
+    SKIP_THINK = True  # MiniMax-M1 always thinks, and vLLM serves it without a reasoning parser
 
     def call_frame(self, name: str) -> tuple[str, str, str]:
         """The object on a line of its own, as MiniMax-M1's template shows calls."""

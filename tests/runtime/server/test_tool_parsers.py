@@ -149,9 +149,16 @@ REASONING = [
         "ok",
     ),  # fmt: skip
     (REASONING_PARSERS["seed_oss"], "<think>not its tag</think>", None, "<think>not its tag</think>"),
-    (REASONING_PARSERS["ernie45"], "abc\n</think>\n\n<response>\ndef\n</response>\n", "abc\n", "def\n"),
+    (REASONING_PARSERS["ernie45"], "abc\n</think>\n\n<response>\ndef\n</response>\n", "abc\n", "def\n\n"),
     (REASONING_PARSERS["ernie45"], "abc\n</think>\ndef", "abc\n", "\ndef"),
     (REASONING_PARSERS["ernie45"], "abc</think>\n<resp", "abc", "\n<resp"),  # cut short: not the tag yet, text
+    (REASONING_PARSERS["ernie45"], "a</think><response>b</response>\n<tool_call>", "a", "b\n<tool_call>"),
+    (  # Kimi-K2-Thinking begins its calls without closing the block: they are the content's
+        REASONING_PARSERS["kimi_k2"],
+        "<think>plan<|tool_calls_section_begin|><|tool_call_begin|>x",
+        "plan",
+        "<|tool_calls_section_begin|><|tool_call_begin|>x",
+    ),
     (REASONING_PARSERS["minimax_m2_append_think"], "plan</think>ok", None, "<think>plan</think>ok"),
 ]
 
@@ -198,6 +205,7 @@ def test_every_reasoning_parser_s_stream_adds_up_to_its_whole_split():
 
     rng = random.Random(3)
     pieces = ["<think>", "</think>", "<seed:think>", "</seed:think>", "[THINK]", "[/THINK]", "<response>",
+              "<|tool_calls_section_begin|>", "<|tool_call_section_begin|>",
               "</response>", "\n", " ", "ab", "<", "</", "think", ">", "</think>\n", "\n<response>\n"]  # fmt: skip
     for _ in range(3000):
         name, state = rng.choice(sorted(REASONING_PARSERS)), rng.choice(["", OPEN, CLOSED])

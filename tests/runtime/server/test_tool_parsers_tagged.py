@@ -49,6 +49,24 @@ CASES = [
     (HunyuanA13BParser, f"<tool_calls>[{TIME}]</tool_calls>", None, [("time", {})]),
     (MinimaxParser, f"Looking.\n<tool_calls>\n{CALL}\n{TIME}\n</tool_calls>", "Looking.", BOTH),
     (MinimaxParser, "No <tool_calls> here", "No <tool_calls> here", []),
+    (  # a marker in prose, then the real block
+        MinimaxParser,
+        f"Use <tool_calls> tags.\n<tool_calls>\n{TIME}\n</tool_calls>",
+        "Use <tool_calls> tags.",
+        [("time", {})],
+    ),
+    (  # planned inside the thinking, made after it
+        MinimaxParser,
+        f"<think>maybe <tool_calls>\n{CALL}\n</tool_calls> no</think>Answer.<tool_calls>\n{TIME}\n</tool_calls>",
+        f"<think>maybe <tool_calls>\n{CALL}\n</tool_calls> no</think>Answer.",
+        [("time", {})],
+    ),
+    (
+        HunyuanA13BParser,
+        f"<think><tool_calls>[{TIME}]</tool_calls></think>ok",
+        f"<think><tool_calls>[{TIME}]</tool_calls></think>ok",
+        [],
+    ),
     (Phi4MiniJsonParser, f"functools[{CALL}, {TIME}]", None, BOTH),
     (Phi4MiniJsonParser, "import functools; functools.partial", "import functools; functools.partial", []),
     (
