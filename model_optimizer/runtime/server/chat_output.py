@@ -21,6 +21,8 @@ class ChatMessageFields:
     content: str | None
     reasoning_content: str | None = None
     tool_calls: list[dict] = field(default_factory=list)
+    calls_complete: bool = True
+    """Every call's arguments arrived whole (a stop string may cut one short)."""
 
 
 def _call_dict(call: PartialCall, call_id: str) -> dict:
@@ -48,6 +50,8 @@ class ChatOutput:
         self._sent_content = 0
         self._call_ids: list[str] = []
         self._sent_arguments: list[int] = []
+        self.calls_complete = True
+        """After finish(): every streamed call's arguments arrived whole."""
 
     @property
     def plain(self) -> bool:
@@ -72,7 +76,8 @@ class ChatOutput:
         calls = [_call_dict(c, call_id) for c, call_id in zip(named, ids, strict=True)]
         forced = self.tools is not None and self.tools.forced
         content = view.content if view.content or not (calls or reasoning or forced) else None
-        return ChatMessageFields(content, (reasoning or None) if self.include_reasoning else None, calls)
+        reasoning = (reasoning or None) if self.include_reasoning else None
+        return ChatMessageFields(content, reasoning, calls, all(c.complete for c in named))
 
     def _call_id(self, call: PartialCall, index: int, taken: list[str]) -> str:
         """The id the model wrote for the call (Kimi-K2 writes one), else the format's own; a fresh random
@@ -107,6 +112,8 @@ class ChatOutput:
             out["content"] = view.content[self._sent_content :]
             self._sent_content = len(view.content)
         named = [call for call in view.calls if call.name is not None]  # as message() counts them
+        if final:
+            self.calls_complete = all(call.complete for call in named)
         calls = [d for i, call in enumerate(named) if (d := self._call_delta(i, call))]
         if calls:
             out["tool_calls"] = calls

@@ -196,6 +196,17 @@ def test_required_tool_calls_through_the_clients_helpers(client, stream):
         assert model.model_validate_json(call.function.arguments) == call.function.parsed_arguments
 
 
+def test_a_stop_string_that_cuts_a_call_leaves_the_finish_reason_stop(client):
+    """finish_reason "tool_calls" says the calls are whole: a call a stop string cut short is "stop", streamed
+    and not (the openai client's parse would fail on its arguments)."""
+    tools = [openai.pydantic_function_tool(Weather, name="get_weather")]
+    kwargs = dict(model="tiny", messages=USER, tools=tools, tool_choice="required", max_tokens=100, seed=2, stop=[","])
+    whole = client.chat.completions.create(**kwargs).choices[0]
+    streamed = [c.choices[0].finish_reason for c in client.chat.completions.create(**kwargs, stream=True)]
+    assert whole.finish_reason == streamed[-1] == "stop" and whole.stop_reason == ","  # type: ignore[attr-defined]
+    assert whole.message.tool_calls  # the cut call is there, as a cut one is under max_tokens
+
+
 def test_named_tool_choice_and_one_call_without_parallel_calls(client):
     tools = [openai.pydantic_function_tool(Weather, name="get_weather")]
     named = client.chat.completions.parse(

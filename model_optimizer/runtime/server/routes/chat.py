@@ -203,9 +203,10 @@ class ChatFormat(ErrorThenDone):
             )
         return out
 
-    def _finish_reason(self, c: CompletionOutput, has_calls: bool) -> str | None:
-        """ "tool_calls" when calls came out of an output the engine stopped (not cut by length), as OpenAI."""
-        if has_calls and self.plan.finish_with_tool_calls and c.finish_reason == "stop":
+    def _finish_reason(self, c: CompletionOutput, has_calls: bool, complete: bool) -> str | None:
+        """ "tool_calls" when whole calls came out of an output the engine stopped (not cut by length, nor
+        cut inside a call by a stop string: then the engine's reason stays), as OpenAI."""
+        if has_calls and complete and self.plan.finish_with_tool_calls and c.finish_reason == "stop":
             return "tool_calls"
         return c.finish_reason
 
@@ -245,7 +246,9 @@ class ChatFormat(ErrorThenDone):
                     index=c.index,
                     message=message,
                     logprobs=logprobs,
-                    finish_reason=self._finish_reason(c, bool(fields and fields.tool_calls)),
+                    finish_reason=self._finish_reason(
+                        c, bool(fields and fields.tool_calls), fields is None or fields.calls_complete
+                    ),
                     stop_reason=c.stop_reason,
                     token_ids=list(c.token_ids) if self.with_token_ids else None,
                 )
@@ -291,7 +294,8 @@ class ChatFormat(ErrorThenDone):
             out.token_ids.extend(c.token_ids)
         if not c.finished:
             return delta, None
-        return _merged(delta, out.finish()), self._finish_reason(c, out.num_calls > 0)
+        finished = out.finish()
+        return _merged(delta, finished), self._finish_reason(c, out.num_calls > 0, out.calls_complete)
 
     def usage(self, usage: UsageInfo) -> UsageInfo:
         """The stream's usage with its reasoning tokens counted (under a reasoning parser)."""
