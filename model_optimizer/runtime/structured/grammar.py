@@ -14,7 +14,7 @@ from typing import Any
 
 from model_optimizer.runtime.structured.params import StructuredOutputs, structures_of
 from model_optimizer.runtime.structured.tag_format import LarkBuilder, regex_literal
-from model_optimizer.runtime.structured.token_regex import lark_of
+from model_optimizer.runtime.structured.token_regex import Segment, lark_items, lark_of
 
 WHITESPACE_RUN = 16
 """Most whitespace characters between two JSON tokens with whitespace_flexible: enough to pretty-print
@@ -74,7 +74,7 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
             _check_integer_bounds(json.loads(schema))
             return llg.LLMatcher.grammar_from_json_schema(schema, defaults=_json_options(so))
         if so.kind == "regex":
-            lark = lark_of(so.spec, lambda t: _text_tokens(t, tokenizer))
+            lark = lark_of(so.spec, lambda t: _text_segments(t, tokenizer))
             return f"start: {lark}" if lark else llg.LLMatcher.grammar_from_regex(so.spec)
         if so.kind == "choice":
             return _choice(json.loads(so.spec), tokenizer)
@@ -90,7 +90,7 @@ def _choice(choices: list[str], tokenizer: Any) -> str:
     that spell a tag token (token_regex.py) beside it as Lark, with the token."""
     import llguidance as llg
 
-    written = [(choice, _text_tokens(choice, tokenizer)) for choice in choices]
+    written = [(choice, lark_items(_text_segments(choice, tokenizer))) for choice in choices]
     tokened = [lark for _, lark in written if "<[" in lark]
     plain = "(" + "|".join(regex_literal(choice) for choice, lark in written if "<[" not in lark) + ")"
     if not tokened:
@@ -170,46 +170,39 @@ def _structural_tag(so: StructuredOutputs, tokenizer: Any) -> str:
                 {"type": "tag", "begin": begin, "content": {"type": "json_schema", "json_schema": schema}, "end": end}
             )
         tag_format = {"type": "triggered_tags", "triggers": json.loads(so.spec)["triggers"], "tags": tags}
-    builder = LarkBuilder(lambda t: _forced(t, tokenizer), lambda t: _tag(t, tokenizer), _json_options(so))
+    builder = LarkBuilder(lambda t: _segments(t, tokenizer), lambda t: _tag(t, tokenizer), _json_options(so))
     return builder.grammar(tag_format)
 
 
-def _forced(text: str, tokenizer: Any) -> str:
-    """`text` as Lark items to force: string literals, and `<[id]>` for each added token in it (Qwen's
-    `</tool_call>`), which llguidance would not let text spell; nothing for no text."""
-    if not text or tokenizer is None:
-        return json.dumps(text) if text else ""
-    return _forced_tokens(tokenizer.tokenize_str(text), tokenizer)
-
-
-def _forced_tokens(tokens: list[int], tokenizer: Any) -> str:
-    """_forced of the text these tokens spell."""
-    parts, run = [], []
-    for token in tokens:
+def _segments(text: str, tokenizer: Any) -> list[Segment]:
+    """`text` in pieces, each plain text or one added token (its text and id), as the tokenizer cuts it."""
+    if not text:
+        return []
+    if tokenizer is None:
+        return [(text, None)]
+    parts: list[Segment] = []
+    run: list[int] = []
+    for token in tokenizer.tokenize_str(text):
         if tokenizer.is_special_token(token):
             if run:
-                parts.append(json.dumps(tokenizer.decode_str(run)))
+                parts.append((tokenizer.decode_str(run), None))
                 run = []
-            parts.append(f"<[{token}]>")
+            parts.append((tokenizer.decode_str([token]), token))
         else:
             run.append(token)
     if run:
-        parts.append(json.dumps(tokenizer.decode_str(run)))
-    return " ".join(parts)
+        parts.append((tokenizer.decode_str(run), None))
+    return parts
 
 
-def _text_tokens(text: str, tokenizer: Any) -> str:
-    """_forced for the literal text of a regex or choice; ValueError where the text spells an end of
+def _text_segments(text: str, tokenizer: Any) -> list[Segment]:
+    """_segments for the literal text of a regex or choice; ValueError where the text spells an end of
     sequence (`<|im_end|>`): the model would stop there, short of the rest of its grammar."""
-    if not text or tokenizer is None:
-        return _forced(text, tokenizer)
-    tokens = tokenizer.tokenize_str(text)
-    lark = _forced_tokens(tokens, tokenizer)
-    if "<[" in lark:
-        stops = set(tokens) & set(tokenizer.eos_tokens)
-        if stops:
-            raise ValueError(f"{text!r} spells {tokenizer.decode_str([min(stops)])!r}, which ends the output")
-    return lark
+    parts = _segments(text, tokenizer)
+    stops = {token for _, token in parts if token is not None} & set(getattr(tokenizer, "eos_tokens", ()))
+    if stops:
+        raise ValueError(f"{text!r} spells {tokenizer.decode_str([min(stops)])!r}, which ends the output")
+    return parts
 
 
 def _json_options(so: StructuredOutputs) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from model_optimizer.runtime.structured.token_regex import lark_of, slashes_escaped
+from model_optimizer.runtime.structured.token_regex import Segments, lark_items, lark_of, slashes_escaped
 
 SUPPORTED = (
     "const_string",
@@ -80,12 +80,12 @@ def check_format(node: Any, where: str = "format") -> None:
 
 
 class LarkBuilder:
-    """One format tree's rules; `forced(text)` writes a literal (tokens where the tokenizer has them),
-    `mark(text)` a trigger (`<[id]>` where it is one added token, else a string literal), `json_options`
-    the JSON settings every schema carries."""
+    """One format tree's rules; `segments(text)` cuts a literal at the added tokens the tokenizer has in it
+    (forced as those tokens), `mark(text)` writes a trigger (`<[id]>` where it is one added token, else a
+    string literal), `json_options` the JSON settings every schema carries."""
 
-    def __init__(self, forced: Callable[[str], str], mark: Callable[[str], str], json_options: dict[str, Any]) -> None:
-        self.forced = forced
+    def __init__(self, segments: Segments, mark: Callable[[str], str], json_options: dict[str, Any]) -> None:
+        self.segments = segments
         self.mark = mark
         self.json_options = json_options
         self.rules: list[str] = []
@@ -96,6 +96,10 @@ class LarkBuilder:
         """The llguidance grammar (a list of grammars, JSON text) of the format tree `root`."""
         top = "\n".join(["%llguidance {}", f"start: {self.node(root)}", *self.rules])
         return json.dumps({"grammars": [{"lark_grammar": top}, *self.grammars]})
+
+    def forced(self, text: str) -> str:
+        """A literal as Lark items to force (tokens where the tokenizer has them); nothing for no text."""
+        return lark_items(self.segments(text))
 
     def _rule(self, body: str, attributes: str = "") -> str:
         self._count += 1
@@ -128,7 +132,7 @@ class LarkBuilder:
             schema = {} if schema is True else schema
             return self._rule(f"%json {json.dumps({**schema, 'x-guidance': self.json_options})}")
         if kind == "regex":
-            lark = lark_of(node["pattern"], self.forced)
+            lark = lark_of(node["pattern"], self.segments)
             return self._rule(lark or self._terminal("/" + slashes_escaped(node["pattern"]) + "/"))
         if kind == "grammar":
             import llguidance as llg

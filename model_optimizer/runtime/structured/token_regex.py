@@ -3,10 +3,12 @@
 llguidance takes a tokenizer's added tokens that look like tags as special: no text holds them, only
 `<[id]>` in a grammar matches them. Where a grammar forces their text, though, llguidance tokenizes
 that text into the token and then refuses it, and the request failed with "the output left its
-grammar". The model, like the tokenizer, writes the text as the one token. So the literal runs of a
-regex that spell such a token become Lark items with the token in place of its text (`forced`,
-grammar._forced), and the rest of the regex stays regex: `ab <tool_call>x` is `/ab / <[1026]> "x"`.
-A regex without such a run is left to llguidance as it is (`lark_of` gives None).
+grammar". The model, like the tokenizer, writes the text as the one token. So the regex is cut at each
+such token of its literal runs (`segments`: the run's text in pieces, each plain or one added token,
+grammar._segments), the token written as `<[id]>`, and everything between two tokens stays one regex, the
+run's other text with it: `a.*b<tool_call>x` is `/a.*b/ <[1026]> /x/`. (Literal text as lexemes of their
+own would be wrong: llguidance's lexemes are greedy, so `/.*/ "b"` never lets the `.*` stop.) A regex
+without such a run is left to llguidance as it is (`lark_of` gives None).
 
 Literal runs are found through groups and alternations; a token's text split by a group boundary
 (`<tool_(call)>`), inside a class, or under a quantifier is not a run and stays as it was. Inline
@@ -15,9 +17,20 @@ flags (`(?i)`) would not carry across the split, so a regex that needs one and h
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+Segment = tuple[str, "int | None"]
+"""A piece of literal text, and the added token it is (None: plain text)."""
+Segments = Callable[[str], list[Segment]]
+
+
+def lark_items(segments: list[Segment]) -> str:
+    """The pieces as Lark items to force: string literals, `<[id]>` for the tokens."""
+    return " ".join(f"<[{token}]>" if token is not None else json.dumps(text) for text, token in segments)
+
 
 _GROUP = re.compile(r"\((\?:|\?P?<[A-Za-z_]\w*>)?")
 _QUANTIFIER = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})[?+]?")
@@ -121,8 +134,8 @@ class _Parser:
 
 
 class _Writer:
-    def __init__(self, forced: Callable[[str], str]) -> None:
-        self.forced = forced
+    def __init__(self, segments: Segments) -> None:
+        self.segments = segments
         self.tokens = 0
 
     def branches(self, branches: list[list[_Item]]) -> str:
@@ -139,14 +152,24 @@ class _Writer:
                 regex.clear()
 
         def end_run() -> None:
-            text = "".join(item.char for item in run)
-            lark = self.forced(text) if text else ""
-            if "<[" in lark:
+            text = "".join(item.char for item in run)  # type: ignore[misc]
+            parts = self.segments(text) if text else []
+            if all(token is None for _, token in parts):
+                regex.extend(slashes_escaped(item.source) for item in run)
+            elif "".join(piece for piece, _ in parts) != text:  # pieces that do not spell the run: forced
                 self.tokens += 1
                 end_regex()
-                pieces.append(lark)
+                pieces.append(lark_items(parts))
             else:
-                regex.extend(slashes_escaped(item.source) for item in run)
+                self.tokens += 1
+                at = 0
+                for piece, token in parts:  # each piece's items, as the pattern wrote them
+                    if token is None:
+                        regex.extend(slashes_escaped(item.source) for item in run[at : at + len(piece)])
+                    else:
+                        end_regex()
+                        pieces.append(f"<[{token}]>")
+                    at += len(piece)
             run.clear()
 
         for item in items:
@@ -166,9 +189,9 @@ class _Writer:
         return " ".join(pieces)
 
 
-def lark_of(pattern: str, forced: Callable[[str], str]) -> str | None:
-    """A Lark expression for `pattern` with the tokens its literal runs spell (`forced(text)`: Lark
-    items, `<[id]>` for each such token); None when no run spells one, or the pattern does not parse
+def lark_of(pattern: str, segments: Segments) -> str | None:
+    """A Lark expression for `pattern` with the tokens its literal runs spell (`segments(text)`: the text in
+    pieces, each plain or one added token); None when no run spells one, or the pattern does not parse
     (llguidance then says why). ValueError for one that would need splitting but has inline flags."""
     body = pattern[:-1]
     if pattern.endswith("$") and (len(body) - len(body.rstrip("\\"))) % 2 == 0:
@@ -180,7 +203,7 @@ def lark_of(pattern: str, forced: Callable[[str], str]) -> str | None:
         return None  # llguidance says what is wrong with it
     if parser.i != len(parser.pattern):
         return None
-    writer = _Writer(forced)
+    writer = _Writer(segments)
     expression = writer.branches(branches)
     if not writer.tokens:
         return None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from model_optimizer.runtime.structured.grammar import GrammarError, check
@@ -13,21 +11,28 @@ from model_optimizer.runtime.structured.token_regex import lark_of, slashes_esca
 from tests.runtime.structured.test_grammar import _matching
 
 
-def forced(text: str) -> str:
-    """grammar._forced for a tokenizer whose only added token is `<T>` (id 9)."""
-    return " <[9]> ".join(json.dumps(part) for part in text.split("<T>")).replace('"" ', "").replace(' ""', "")
+def forced(text: str) -> list[tuple[str, int | None]]:
+    """grammar._segments for a tokenizer whose only added token is `<T>` (id 9)."""
+    parts: list[tuple[str, int | None]] = []
+    for i, piece in enumerate(text.split("<T>")):
+        parts += [("<T>", 9)] if i else []
+        parts += [(piece, None)] if piece else []
+    return parts
 
 
 @pytest.mark.parametrize(
     ("pattern", "lark"),
     [
-        ("ab <T>x", '"ab " <[9]> "x"'),
+        ("ab <T>x", "/ab / <[9]> /x/"),
         ("^<T>[0-9]+$", "<[9]> /[0-9]+/"),
         (r"\d(<T>|no)*?z", r"/\d/ (<[9]> | /no/)* /z/"),
         (r"(?:a|<T>){1,2}", "(/a/ | <[9]>){1,2}"),
-        (r"a.b/ \<T\>", r'/a./ "b/ " <[9]>'),
+        (r"a.b/ \<T\>", r"/a.b\/ / <[9]>"),
         ("x|<T>", "/x/ | <[9]>"),
         ("[/]<T>", r"/[\/]/ <[9]>"),
+        # the text around a token stays in the regex beside it: a greedy .* must be able to stop before it
+        (r"<T>\n\{.*\}\n<T>", r"<[9]> /\n\{.*\}\n/ <[9]>"),
+        (r"[a-z]+ing<T>", r"/[a-z]+ing/ <[9]>"),
     ],
 )
 def test_runs_that_spell_the_token_become_the_token(pattern, lark):
@@ -62,6 +67,12 @@ def taken(tmp_path_factory):
         ),
         (StructuredOutputs.regex("(<think>|<tool_call>)[0-9]+"), ["<think>12", "<tool_call>3"], ["<think>", "3"]),
         (StructuredOutputs.regex("(<tool_call>x)+"), ["<tool_call>x<tool_call>x"], ["<tool_call>"]),
+        (  # the README's example: the greedy .* must stop before the closing text and token
+            StructuredOutputs.regex(r"<tool_call>\n\{.*\}\n</tool_call>"),
+            ['<tool_call>\n{"a": 1}\n</tool_call>', "<tool_call>\n{}}\n</tool_call>"],
+            ["<tool_call>\n{}\n", "<tool_call>\n{}"],
+        ),
+        (StructuredOutputs.regex("[a-z]+ing</tool_call>"), ["sing</tool_call>"], ["sin</tool_call>"]),
         (StructuredOutputs.choice(["<tool_call>yes", "no", "a/b"]), ["<tool_call>yes", "no", "a/b"], ["yes"]),
         (StructuredOutputs.choice(["<think>", "<tool_call>"]), ["<think>", "<tool_call>"], ["think"]),
         (
