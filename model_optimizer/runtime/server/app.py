@@ -321,6 +321,7 @@ def served_model(
             generates=True,
             vocab_size=info.vocab_size,
             tokenizer=tokenizer,
+            eos_token_ids=tuple(sorted(info.eos_token_ids)),
         )
     return ServedModel(  # the embedder's tokenizer: /tokenize counts what an input costs, as vLLM's does
         name=name,

@@ -51,6 +51,8 @@ class ServedModel:
     one (token-id prompts only)."""
     aliases: tuple[str, ...] = ()
     """Other names clients may send (--served-model-name a b); /v1/models lists them after `name`."""
+    eos_token_ids: tuple[int, ...] = ()
+    """The ids that end an output (generation_config's, as the engine core has them)."""
 
     @property
     def names(self) -> tuple[str, ...]:

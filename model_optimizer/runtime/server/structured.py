@@ -22,6 +22,7 @@ from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import SamplingFields
 from model_optimizer.runtime.server.state import ServerState
 from model_optimizer.runtime.structured.params import StructuredOutputs
+from model_optimizer.runtime.structured.sandbox import SandboxUnavailable
 from model_optimizer.runtime.structured.vllm_params import from_vllm_fields
 
 CHECK_TIMEOUT_S = 10.0
@@ -134,7 +135,10 @@ class ConstraintChecker:
         if pending is None:
             pending = self._pending[so] = asyncio.get_running_loop().run_in_executor(self._thread, self._check, so)
             pending.add_done_callback(lambda _: self._pending.pop(so, None))
-        verdict = await asyncio.shield(pending)
+        try:
+            verdict = await asyncio.shield(pending)
+        except SandboxUnavailable as exc:  # no verdict on the constraint: the next request checks it again
+            return str(exc)
         self._verdicts[so] = verdict
         if len(self._verdicts) > CACHE_SIZE:
             self._verdicts.popitem(last=False)
@@ -146,7 +150,7 @@ class ConstraintChecker:
 
         if self._sandbox is None:
             model = self.state.model
-            spec = TokenizerSpec(*tokenizer_spec(model.tokenizer, model.vocab_size, []))
+            spec = TokenizerSpec(*tokenizer_spec(model.tokenizer, model.vocab_size, model.eos_token_ids))
             self._sandbox = GrammarSandbox(spec, CHECK_TIMEOUT_S)
         return self._sandbox.check(so)
 

@@ -41,6 +41,10 @@ class TokenizerSpec:
     eos_token_ids: tuple[int, ...]
 
 
+class SandboxUnavailable(RuntimeError):
+    """The child process could not start: no verdict on the constraint (callers must not keep this)."""
+
+
 class GrammarSandbox:
     """One child process that checks constraints one at a time (callers block: run it off the event loop)."""
 
@@ -53,13 +57,15 @@ class GrammarSandbox:
         """Children that crashed or were killed for their time (tests and logs read it)."""
 
     def check(self, so: StructuredOutputs) -> str:
-        """ "" when the constraint compiles and yields a first mask; otherwise why it cannot be used."""
+        """ "" when the constraint compiles and yields a first mask; otherwise why it cannot be used (a
+        verdict: running out of time counts, a constraint that takes that long being one to refuse).
+        SandboxUnavailable, with the reason for the client, when the child could not start."""
         with self._lock:
             try:
                 child = self._started()
             except (OSError, EOFError, TimeoutError) as exc:
                 self._kill()
-                return f"the grammar engine could not start ({exc}); try again"
+                raise SandboxUnavailable(f"the grammar engine could not start ({exc}); try again") from None
             try:
                 _send(child.stdin, so)
                 return _receive(child, self.timeout_s)

@@ -612,3 +612,9 @@ def test_the_newer_structural_tag_format_through_the_server(client):
     bad = {"type": "structural_tag", "format": {"type": "token_dispatch"}}
     with pytest.raises(openai.BadRequestError, match="not supported"):
         client.chat.completions.create(model="tiny", messages=USER, max_tokens=5, response_format=bad)
+
+
+def test_the_servers_checks_know_the_models_end_tokens(live, server):
+    """generation_config's EOS ids, as the engine core has them, reach the server's constraint checks."""
+    assert live.state.model.eos_token_ids == tuple(sorted(live.state.llm.engine.info.eos_token_ids))
+    assert server.state.model.eos_token_ids

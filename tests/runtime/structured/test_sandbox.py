@@ -97,3 +97,22 @@ def test_limits_met_at_the_first_token_are_refusals(sandbox, so, reason):
     assert reason in verdict and "fails on its first token" in verdict
     assert "<state>" not in verdict
     assert sandbox.restarts == 0
+
+
+def test_a_child_that_cannot_start_is_no_verdict_and_is_not_kept():
+    """A start failure says "try again" and stays out of the server's cache: the next request checks anew."""
+    import asyncio
+
+    from model_optimizer.runtime.server.structured import ConstraintChecker
+    from model_optimizer.runtime.structured.sandbox import SandboxUnavailable
+
+    broken = GrammarSandbox(TokenizerSpec("not a tokenizer.json", 10, (0,)), 30.0)
+    with pytest.raises(SandboxUnavailable, match="could not start"):
+        broken.check(StructuredOutputs.regex("a+"))
+    checker = ConstraintChecker(state=None)  # type: ignore[arg-type]
+    checker._sandbox = broken
+    so = StructuredOutputs.regex("a+")
+    for _ in range(2):
+        assert "try again" in asyncio.run(checker.verdict(so))
+    assert so not in checker._verdicts and broken.restarts == 3  # one start tried per check
+    checker.close()
