@@ -62,10 +62,20 @@ PromptInput = Annotated[
 class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, data: Any) -> Any:
+        """A field sent as null takes its default, as OpenAI's and vLLM's servers read null for an optional
+        field (`"n": null` is n 1); fields whose default is null take null as it is anyway."""
+        if isinstance(data, dict) and None in data.values():
+            fields = cls.model_fields
+            return {k: v for k, v in data.items() if v is not None or k not in fields or fields[k].default is None}
+        return data
+
 
 class StreamOptions(_Request):
-    include_usage: bool = False
-    """Send one last chunk with token usage before [DONE]."""
+    include_usage: bool = True
+    """Send one last chunk with token usage before [DONE] (on when stream_options is sent, as vLLM's default)."""
     continuous_usage_stats: bool = False
     """vLLM's: with include_usage, every chunk also carries the usage so far."""
 

@@ -230,7 +230,7 @@ async def respond(request: Request, state: ServerState, generation: Generation, 
     async with AsyncExitStack() as cleanup:
         group = await cleanup.enter_async_context(open_group(state, generation))
         if generation.stream:
-            options = generation.stream_options or StreamOptions()
+            options = generation.stream_options or StreamOptions(include_usage=False)
             usage = group.usage if options.include_usage else None
             every_chunk = usage is not None and options.continuous_usage_stats
             events = sse_events(group.outputs(), fmt, usage, group.request_id, every_chunk)

@@ -236,7 +236,7 @@ def test_continuous_usage_stats_puts_the_usage_so_far_on_every_chunk(client, pat
         body["prompt"] = "count"
     else:
         body["messages"] = [{"role": "user", "content": "count"}]
-    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    body["stream_options"] = {"continuous_usage_stats": True}  # include_usage on when left out, as vLLM's
     events = sse_events(client.post(path, json=body))
     for event in events:
         usage = event["usage"]
@@ -249,6 +249,24 @@ def test_continuous_usage_stats_puts_the_usage_so_far_on_every_chunk(client, pat
     assert all(e.get("usage") is None for e in sse_events(client.post(path, json=plain))[:-1])
     refused = client.post(path, json=dict(body, stream=False))  # stream_options without a stream
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "stream_options"
+
+
+NULLABLE = ["n", "stream", "logprobs", "presence_penalty", "frequency_penalty", "parallel_tool_calls", "min_p",
+            "repetition_penalty", "include_reasoning", "add_generation_prompt", "skip_special_tokens", "seed", "top_p"]  # fmt: skip
+
+
+def test_optional_fields_sent_as_null_take_their_defaults(client):
+    """OpenAI's clients and vLLM's server read null as not given; a 400 for `"n": null` broke such clients."""
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0, "ignore_eos": True}
+    plain = client.post("/v1/chat/completions", json=body).json()
+    nulls = client.post("/v1/chat/completions", json=body | dict.fromkeys(NULLABLE)).json()
+    assert nulls["choices"][0]["message"] == plain["choices"][0]["message"] and len(nulls["choices"]) == 1
+    assert (
+        client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "n": None, "echo": None}).status_code
+        == 200
+    )
+    missing = client.post("/v1/chat/completions", json={"messages": None})  # required: null is not a value
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "messages"
 
 
 def test_openai_client_chat(oai):
