@@ -142,9 +142,10 @@ class LarkBuilder:
             return f"@{name}"
         if kind == "any_text":
             return self._rule(self._terminal(self._text(node)))
-        if kind in ("sequence", "or"):
-            parts = [self.node(e) for e in node["elements"]]
-            return self._rule((" " if kind == "sequence" else " | ").join(parts))
+        if kind == "sequence":
+            return self._rule(" ".join(self._sequence(node["elements"])))
+        if kind == "or":
+            return self._rule(" | ".join(self.node(e) for e in node["elements"]))
         if kind in ("optional", "plus", "star"):
             return self._rule(f"({self.node(node['content'])}){ {'optional': '?', 'plus': '+', 'star': '*'}[kind] }")
         if kind == "repeat":
@@ -171,8 +172,44 @@ class LarkBuilder:
             lazy = self._rule(self._terminal(f"({self._text(content)}) /{until}/"), "[lazy]")
             return self._rule(f"{head} {lazy}".strip())
         tails = [self.forced(e) for e in ends if e]  # an empty end: nothing after the content
+        pattern = self._regex(content)
+        if pattern is not None and tails and all("<[" not in t for t in tails):
+            # a regex and the text of its end are one lexeme: llguidance's lexemes are greedy, so a `.*`
+            # lexeme of its own would eat the end too and never stop
+            until = "|".join(regex_literal(e) for e in ends)
+            return self._rule(f"{head} {self._terminal(f'/{pattern}(?:{until})/')}".strip())
         tail = f"({' | '.join(tails)}){'?' if len(tails) < len(ends) else ''}" if tails else ""
         return self._rule(f"{head} {self.node(content)} {tail}".strip())
+
+    def _regex(self, node: dict[str, Any]) -> str | None:
+        """The node as regex text for Lark's /.../ when it is plain text or a regex with no added token in
+        it (joinable with what follows it into one lexeme), else None."""
+        if node["type"] == "const_string" and "<[" not in self.forced(node["value"]):
+            return slashes_escaped(regex_literal(node["value"]))
+        if node["type"] == "regex" and lark_of(node["pattern"], self.segments) is None:
+            pattern = node["pattern"].removeprefix("^")
+            body = pattern[:-1]
+            if pattern.endswith("$") and (len(body) - len(body.rstrip("\\"))) % 2 == 0:
+                pattern = body
+            return f"(?:{slashes_escaped(pattern)})"
+        return None
+
+    def _sequence(self, elements: list[dict[str, Any]]) -> list[str]:
+        """A sequence's items, each regex with the plain text and regexes after it joined into one lexeme
+        (see _tag: a greedy lexeme must not stand before text it could eat)."""
+        items: list[str] = []
+        run: list[str] = []
+        for element in [*elements, None]:
+            pattern = self._regex(element) if element is not None else None
+            if pattern is not None and (run or element["type"] == "regex"):
+                run.append(pattern)
+                continue
+            if run:
+                items.append(self._terminal("/" + "".join(run) + "/"))
+                run = []
+            if element is not None:
+                items.append(self.node(element))
+        return items
 
     def _triggered(self, node: dict[str, Any]) -> str:
         text = self._terminal(self._text(node))

@@ -314,6 +314,20 @@ FORMATS = [
         ["<r>x</a>", "<r>x</r>"],
         [],
     ),
+    # a greedy regex before text it could take: one lexeme, so that it can stop (xgrammar takes these)
+    (
+        {"type": "tag", "begin": "<a>", "content": {"type": "regex", "pattern": ".*"}, "end": ["</a>", "</b>"]},
+        ["<a>hi there</a>", "<a></b>"],
+        ["<a>hi"],
+    ),
+    (
+        {
+            "type": "sequence",
+            "elements": [{"type": "regex", "pattern": "^[0-9]+$"}, {"type": "const_string", "value": "0!"}],
+        },
+        ["1230!", "00!"],
+        ["12!"],
+    ),  # fmt: skip
 ]
 
 
