@@ -151,6 +151,16 @@ class TextPart(_Request):
     type: Literal["text"]
     text: str
 
+    @model_validator(mode="before")
+    @classmethod
+    def _text_kinds(cls, data: Any) -> Any:
+        """The other parts that are text, as vLLM reads them: an assistant's `refusal` (its text under
+        "refusal"), and the Responses API's `input_text` / `output_text` sent in a chat message."""
+        if isinstance(data, dict) and data.get("type") in ("refusal", "input_text", "output_text"):
+            key = "refusal" if data["type"] == "refusal" else "text"
+            return {"type": "text", "text": data.get(key)}
+        return data
+
 
 class ChatMessage(_Request):
     role: str = Field(max_length=64)

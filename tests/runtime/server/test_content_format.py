@@ -155,3 +155,19 @@ def test_an_assistant_message_without_content_gets_no_parts(own_llm):
     finally:
         live.stop()
     assert tokens == own_llm.tokenizer.encode("[q]", add_special_tokens=False)
+
+
+def test_refusal_and_responses_text_parts_are_text(own_llm):
+    """An assistant's `refusal` part (OpenAI's) and `input_text`/`output_text` parts render as their text, as
+    vLLM reads them; an image part is still a 400 naming the field."""
+    live = start_server(own_llm, ServerConfig(chat_template=TEXT, chat_template_content_format="string"))
+    try:
+        parts = [{"type": "refusal", "refusal": "no"}, {"type": "output_text", "text": "x"}]
+        body = {"messages": [{"role": "assistant", "content": parts}], "add_generation_prompt": False}
+        tokens = httpx.post(f"{live.url}/tokenize", json=body, timeout=60).json()["tokens"]
+        image = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}
+        refused = httpx.post(f"{live.url}/v1/chat/completions", json=image, timeout=60)
+    finally:
+        live.stop()
+    assert tokens == own_llm.tokenizer.encode("<assistant>no\nx", add_special_tokens=False)
+    assert refused.status_code == 400 and "messages" in refused.json()["error"]["param"]
