@@ -59,3 +59,18 @@ def test_long_prompt_warning_of_transformers_is_silenced(own_llm, caplog):
         live.stop()
         tokenizer.model_max_length = saved
     assert not [rec for rec in caplog.records if "Token indices sequence length" in rec.getMessage()]
+
+
+def test_a_responses_stream_that_fails_midway_ends_with_response_failed(own_llm, swapped_tokenizer):
+    """The failure in the route's own work (the logprobs' token text): response.failed, numbered on from the
+    last event sent, and no [DONE]."""
+    swapped_tokenizer(FailingDecode)
+    live = start_server(own_llm, ServerConfig())
+    try:
+        body = {"input": "hi", "max_output_tokens": 3, "top_logprobs": 1, "stream": True, "ignore_eos": True}
+        r = httpx.post(live.url + "/v1/responses", timeout=60, json=body)
+        events = [json.loads(p) for p in sse_payloads(r)]
+    finally:
+        live.stop()
+    assert events[-1]["type"] == "response.failed" and "RuntimeError" in events[-1]["response"]["error"]["message"]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))

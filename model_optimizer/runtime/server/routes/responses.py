@@ -186,6 +186,14 @@ class ResponsesFormat:
         ]
 
     def chunk(self, deltas: list[ChoiceDelta]) -> bytes | None:
+        numbered = self.sequence
+        try:
+            return self._chunk(deltas)
+        except Exception:
+            self.sequence = numbered  # the events it numbered are never sent: response.failed follows on
+            raise
+
+    def _chunk(self, deltas: list[ChoiceDelta]) -> bytes | None:
         events: list[str] = []
         for d in deltas:
             c = d.completion
