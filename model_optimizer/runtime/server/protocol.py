@@ -198,6 +198,9 @@ class ChatCompletionRequest(SamplingFields):
     continue_final_message: bool = False
     """The model goes on with the last message (an assistant's start, a prefill) instead of starting a new
     one; needs add_generation_prompt false (vLLM's)."""
+    echo: bool = False
+    """vLLM's: the answer's content starts with the last message's when that message has the answer's role
+    (a prefill the model goes on with), whole and streamed."""
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ChatTool] | None = Field(default=None, max_length=128)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from model_optimizer.runtime.server.config import ServerConfig
 from tests.runtime.server.live import start_server
+from tests.runtime.server.test_endpoints import sse_events
 
 TOOLS_TEMPLATE = (
     "{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}"
@@ -587,6 +588,26 @@ def test_continue_final_message_through_the_server(live):
     assert r.status_code == 200, r.text
     r = httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60)  # add_generation_prompt defaults true
     assert r.status_code == 400 and "add_generation_prompt false" in r.json()["error"]["message"]
+
+
+def test_echo_starts_the_answer_with_the_prefill_it_continues(live):
+    """vLLM's chat echo: the answer's content begins with the last message's when it has the answer's role,
+    whole and streamed (after the role chunk); a user's last message is not echoed."""
+    messages = [*USER, {"role": "assistant", "content": '{"x": '}]
+    body = {"messages": messages, "max_tokens": 4, "temperature": 0, "ignore_eos": True, "echo": True}
+    body |= {"continue_final_message": True, "add_generation_prompt": False}
+    whole = httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60).json()
+    plain = httpx.post(live.url + "/v1/chat/completions", json=body | {"echo": False}, timeout=60).json()
+    content = whole["choices"][0]["message"]["content"]
+    assert content == '{"x": ' + plain["choices"][0]["message"]["content"]
+    events = sse_events(httpx.post(live.url + "/v1/chat/completions", json=body | {"stream": True}, timeout=60))
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]) == content
+    question = httpx.post(
+        live.url + "/v1/chat/completions",
+        json={**body, "messages": USER, "continue_final_message": False, "add_generation_prompt": True},
+        timeout=60,
+    ).json()
+    assert not question["choices"][0]["message"]["content"].startswith(USER[0]["content"])
 
 
 def test_the_newer_structural_tag_format_through_the_server(client):

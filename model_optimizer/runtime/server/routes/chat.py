@@ -21,6 +21,7 @@ from model_optimizer.runtime.server.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatCompletionResponse,
+    ChatMessage,
     ChatResponseMessage,
     ChatStreamChoice,
     CompletionTokensDetails,
@@ -116,11 +117,13 @@ async def chat_generation(
 
 def _last_turn_text(body: ChatCompletionRequest) -> str:
     """The text of the last message that is not the assistant's (the question, a tool's result)."""
-    for message in reversed(body.messages):
-        if message.role != "assistant":
-            content = message.content
-            return "\n".join(part.text for part in content) if isinstance(content, list) else content or ""
-    return ""
+    return next((_text_of(m) for m in reversed(body.messages) if m.role != "assistant"), "")
+
+
+def _text_of(message: ChatMessage) -> str:
+    """A message's text, its parts joined with newlines."""
+    content = message.content
+    return "\n".join(part.text for part in content) if isinstance(content, list) else content or ""
 
 
 def _thinking_budget(
@@ -180,6 +183,9 @@ class ChatFormat(ErrorThenDone):
         self.body = body
         self.role = response_role if body.add_generation_prompt else body.messages[-1].role
         """The answer's role: --response-role after a generation prompt, else the last message's (vLLM's rule)."""
+        last = body.messages[-1]
+        self.echo = _text_of(last) if body.echo and last.role == self.role else ""
+        """With echo: the last message's text, which the answer's content starts with."""
         self.texts = texts
         self.num_top = body.top_logprobs or 0
         self.with_token_ids = body.return_token_ids or texts.tokenizer is None
@@ -230,12 +236,13 @@ class ChatFormat(ErrorThenDone):
             logprobs = chat_logprobs(self.texts, c.logprobs, self.num_top) if c.logprobs is not None else None
             out = self._output(c.index)
             fields = out.message(c.text) if not out.plain else None
+            echo = self.echo
             message = (
-                ChatResponseMessage(role=self.role, content=c.text)
+                ChatResponseMessage(role=self.role, content=echo + c.text)
                 if fields is None
                 else ChatResponseMessage(
                     role=self.role,
-                    content=fields.content,
+                    content=echo + (fields.content or "") if echo else fields.content,
                     reasoning=fields.reasoning_content,
                     reasoning_content=fields.reasoning_content,
                     tool_calls=fields.tool_calls,
@@ -256,9 +263,13 @@ class ChatFormat(ErrorThenDone):
         return ChatCompletionResponse(id=self.base.id, model=self.base.model, choices=choices, usage=usage)
 
     def head(self) -> list[BaseModel]:
-        """The role first, for every choice (as OpenAI sends it)."""
+        """The role first, for every choice (as OpenAI sends it); then, with echo, the echoed text."""
         role = [ChatStreamChoice(index=i, delta=DeltaMessage(role=self.role, content="")) for i in range(self.body.n)]
-        return [self.base.model_copy(update={"choices": role})]
+        head = [self.base.model_copy(update={"choices": role})]
+        if self.echo:
+            echoed = [ChatStreamChoice(index=i, delta=DeltaMessage(content=self.echo)) for i in range(self.body.n)]
+            head.append(self.base.model_copy(update={"choices": echoed}))
+        return head
 
     def chunk(self, deltas: list[ChoiceDelta]) -> bytes | None:
         """ChatStreamChoice's fields, in its order, as plain dicts (token_ids left out when not sent). A
