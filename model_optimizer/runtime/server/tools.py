@@ -30,6 +30,15 @@ from model_optimizer.runtime.structured.params import StructuredOutputs
 NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
+def parameters_of(tool: Any) -> dict:
+    """A tool's parameters schema: none given is no arguments (OpenAI's function without parameters); the
+    empty schema `{}` is any arguments object (JSON Schema's reading of it, as vLLM takes it)."""
+    parameters = tool.function.parameters
+    if parameters is None:
+        return NO_PARAMETERS
+    return parameters or {"type": "object"}
+
+
 @dataclass
 class ToolPlan:
     template_tools: list[dict] | None = None
@@ -52,7 +61,7 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
     if len(set(names)) != len(names):
         raise APIError(400, "tool names must be unique", "tools")
     for tool in tools:  # a call's arguments are a JSON object (OpenAI refuses any other parameters type too)
-        kind = (tool.function.parameters or NO_PARAMETERS).get("type", "object")
+        kind = parameters_of(tool).get("type", "object")
         if kind not in ("object", ["object"]):
             raise APIError(
                 400,
@@ -73,7 +82,7 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
     tool = next((t for t in tools if t.function.name == choice.function.name), None)  # type: ignore[union-attr]
     if tool is None:
         raise APIError(400, f"tool_choice names {choice.function.name!r}, which is not among the tools", "tool_choice")  # type: ignore[union-attr]
-    schema = tool.function.parameters or NO_PARAMETERS
+    schema = parameters_of(tool)
     return ToolPlan(
         template_tools, _with_server_ids(state, NamedParser(tool.function.name)), StructuredOutputs.json(schema)
     )
@@ -112,7 +121,7 @@ def _strict_calls(tools: list[Any], parser: ToolParser) -> StructuredOutputs | N
         if frame is None:
             return None
         trigger, begin, end = frame
-        schema = (tool.function.parameters or NO_PARAMETERS) if tool.function.strict else {"type": "object"}
+        schema = parameters_of(tool) if tool.function.strict else {"type": "object"}
         structures.append({"begin": begin, "schema": schema, "end": end})
         triggers.append(trigger)
     return StructuredOutputs.structural_tag(structures, sorted(set(triggers)), whitespace_flexible=True)
@@ -126,7 +135,7 @@ def _calls_schema(tools: list[Any], parallel: bool) -> dict:
     options = []
     for i, tool in enumerate(tools):
         prefix = f"tool{i}_"
-        parameters = tool.function.parameters or NO_PARAMETERS
+        parameters = parameters_of(tool)
         for key in ("$defs", "definitions"):
             for name, sub in (parameters.get(key) or {}).items():
                 defs[prefix + name] = _renamed_refs(_unrooted(sub), prefix)

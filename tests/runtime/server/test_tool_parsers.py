@@ -538,3 +538,21 @@ def test_forced_calls_take_the_ids_of_the_servers_parser():
     for parser in (RequiredParser(), NamedParser("f")):
         assert re.fullmatch("[A-Za-z0-9]{9}", _with_server_ids(State(), parser).call_id("f", 0))
     assert RequiredParser().call_id("f", 0).startswith("call_")
+
+
+def test_no_parameters_is_no_arguments_and_the_empty_schema_any():
+    """A function without `parameters` takes none (OpenAI's reading); `"parameters": {}` is JSON Schema's
+    empty schema: any arguments object, as vLLM constrains it."""
+    import jsonschema
+
+    from model_optimizer.runtime.server.protocol_structured import ChatTool
+    from model_optimizer.runtime.server.tools import _calls_schema
+
+    bare = _calls_schema([ChatTool.model_validate({"function": {"name": "f"}})], parallel=True)
+    empty = _calls_schema([ChatTool.model_validate({"function": {"name": "f", "parameters": {}}})], parallel=True)
+    jsonschema.validate([{"name": "f", "parameters": {}}], bare)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate([{"name": "f", "parameters": {"a": 1}}], bare)
+    jsonschema.validate([{"name": "f", "parameters": {"a": 1}}], empty)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate([{"name": "f", "parameters": [1]}], empty)
