@@ -38,7 +38,8 @@ class Compiled:
     It starts with one lane; the second request that takes a matcher (the constraint is in use by
     more than one) has the compiler's pool build the other lanes, one at a time, in the background,
     each usable as soon as it is built: a constraint used once costs one compile, and no request
-    waits for lanes."""
+    waits for lanes. Each lane is a task of its own, so that a new constraint's first compile, queued
+    meanwhile, waits for one lane, not for all of them (dozens, at 4 lanes a fill thread)."""
 
     def __init__(self, template: Any, make: Callable[[], Any] | None = None, lanes: int = 1) -> None:
         """`make`: a new template of the constraint (a compile, run in the pool); `lanes`: how many to have."""
@@ -58,7 +59,7 @@ class Compiled:
         modulo the lanes built). `pool`: where the other lanes are built, once a second matcher is taken."""
         self._uses += 1
         if self._uses == 2 and self._want > 1 and pool is not None:
-            self._growing = pool.submit(self._grow)
+            self._growing = pool.submit(self._grow_one, pool)
         return self._templates[lane % len(self._templates)].deep_copy()
 
     @property
@@ -67,14 +68,25 @@ class Compiled:
         return self._growing is not None
 
     def grow(self) -> None:
-        """Build the lanes not built yet, now, on this thread (benchmarks and tests: steady state at once)."""
-        if self._growing is not None:
-            self._growing.result()
-        self._grow()
-
-    def _grow(self) -> None:
+        """Build the lanes not built yet, now, on this thread (benchmarks and tests: steady state at once),
+        once the pool's lane under way is built."""
+        while (task := self._growing) is not None:
+            task.result()
+            if self._growing is task:  # no next lane queued: the pool is done
+                break
         while len(self._templates) < self._want:
             self._templates.append(self._make())  # type: ignore[misc]
+
+    def _grow_one(self, pool: ThreadPoolExecutor) -> None:
+        """One more lane, then the next one queued behind whatever the pool was given meanwhile. The next
+        task is queued before this one ends, so a waiter that sees this one done sees the next."""
+        if len(self._templates) < self._want:
+            self._templates.append(self._make())  # type: ignore[misc]
+        if len(self._templates) < self._want:
+            try:
+                self._growing = pool.submit(self._grow_one, pool)
+            except RuntimeError:  # the compiler closed: the lanes built are what there is
+                pass
 
 
 class GrammarCompiler:

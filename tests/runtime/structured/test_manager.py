@@ -233,6 +233,23 @@ def test_a_constraint_builds_its_other_lanes_only_once_two_requests_use_it(token
     manager.close()
 
 
+def test_a_new_constraint_compiles_between_another_s_lanes(tokenizer):
+    """Lanes are built one task each: a constraint submitted while a popular one grows its lanes waits for
+    one lane at most, not for all of them (one pool thread here, so the order is the queue's)."""
+    compiler = GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), max_threads=1, lanes=8)
+    manager = StructuredOutputManager(compiler, 2)
+    popular = manager.submit(StructuredOutputs.regex("[0-9]+")).result(timeout=60)
+    manager.start("a", popular)
+    manager.start("b", popular)  # the lanes start growing
+    seen: list[int] = []
+    new = manager.submit(StructuredOutputs.regex("[a-z]+"))
+    new.add_done_callback(lambda _: seen.append(popular.lanes))  # runs in the pool thread, as the compile ends
+    new.result(timeout=60)
+    popular.grow()
+    assert seen and seen[0] <= 2 and popular.lanes == 8
+    manager.close()
+
+
 def test_tokens_taken_before_the_append_give_llguidances_own_masks(tokenizer, pool_from):
     """`take` feeds the runner's sampled ids before the scheduler appends them (the engine core's order, so
     that the next masks start at once): every mask must be the one llguidance computes itself for a fresh
