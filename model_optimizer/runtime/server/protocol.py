@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_serializer, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, model_serializer, model_validator
 
 from model_optimizer.runtime.server.body import in_slices
 from model_optimizer.runtime.server.protocol_structured import (
@@ -22,6 +22,7 @@ from model_optimizer.runtime.server.protocol_structured import (
     ResponseFormat,
     StructuredOutputsField,
     ToolCall,
+    _Request,
 )
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -59,23 +60,17 @@ PromptInput = Annotated[
 """OpenAI's four prompt (and embedding input) shapes."""
 
 
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
+class StreamOptions(_Request):
+    include_usage: bool | None = True
+    """Send one last chunk with token usage before [DONE]: on when left out of stream_options, off when
+    false or null (vLLM's reading)."""
 
     @model_validator(mode="before")
     @classmethod
     def _null_is_unset(cls, data: Any) -> Any:
-        """A field sent as null takes its default, as OpenAI's and vLLM's servers read null for an optional
-        field (`"n": null` is n 1); fields whose default is null take null as it is anyway."""
-        if isinstance(data, dict) and None in data.values():
-            fields = cls.model_fields
-            return {k: v for k, v in data.items() if v is not None or k not in fields or fields[k].default is None}
+        """Null stays null here: include_usage null is off, as vLLM reads it (left out, it is on)."""
         return data
 
-
-class StreamOptions(_Request):
-    include_usage: bool = True
-    """Send one last chunk with token usage before [DONE] (on when stream_options is sent, as vLLM's default)."""
     continuous_usage_stats: bool = False
     """vLLM's: with include_usage, every chunk also carries the usage so far."""
 

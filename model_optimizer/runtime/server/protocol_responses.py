@@ -19,8 +19,9 @@ from model_optimizer.runtime.server.errors import APIError, validation_message
 from model_optimizer.runtime.server.protocol import ChatCompletionRequest, _Request
 
 ROLES = ("user", "assistant", "system", "developer")
-TEXT_PARTS = ("input_text", "output_text", "text")
-"""Content part types whose `text` goes into the prompt; any other part (images, files, audio) is a 400."""
+TEXT_PARTS = {"input_text": "text", "output_text": "text", "text": "text", "refusal": "refusal"}
+"""Content part types that go into the prompt, each with the key of its text (an assistant's refusal under
+"refusal", as OpenAI returns it); any other part (images, files, audio) is a 400."""
 PASSED_THROUGH = (
     "seed",
     "top_k",
@@ -213,10 +214,11 @@ def _text(content: Any, where: str) -> str:
         raise APIError(400, f"{where} must be a string or a list of text parts", where)
     texts = []
     for i, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS or not isinstance(part.get("text"), str):
+        key = TEXT_PARTS.get(part.get("type")) if isinstance(part, dict) else None
+        if key is None or not isinstance(part.get(key), str):
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
             raise APIError(400, f"{where}[{i}]: only text parts are supported here, got {kind!r}", f"{where}[{i}]")
-        texts.append(part["text"])
+        texts.append(part[key])
     return "\n".join(texts)
 
 

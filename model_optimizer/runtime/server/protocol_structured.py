@@ -10,11 +10,28 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 
 class _Request(BaseModel):
+    """The base of every request model: unknown fields ignored, known ones strictly typed, null for an
+    optional field taken as not given."""
+
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, data: Any) -> Any:
+        return without_nulls(cls, data)
+
+
+def without_nulls(model: type[BaseModel], data: Any) -> Any:
+    """`data` without the nulls of fields that have a default other than null: a field sent as null takes
+    its default, as OpenAI's and vLLM's servers read null for an optional field (`"n": null` is n 1)."""
+    if isinstance(data, dict) and None in data.values():
+        fields = model.model_fields
+        return {k: v for k, v in data.items() if v is not None or k not in fields or fields[k].default is None}
+    return data
 
 
 class JsonSchemaFormat(_Request):
@@ -92,6 +109,12 @@ class ToolCall(BaseModel):
     id: str = Field(default="", max_length=256)
     type: Literal["function"] = "function"
     function: ToolCallFunction
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, data: Any) -> Any:
+        """A call sent back with "id": null (as some clients write it): the default."""
+        return without_nulls(cls, data)
 
 
 class DeltaFunction(BaseModel):

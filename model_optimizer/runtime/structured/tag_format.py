@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from model_optimizer.runtime.structured.token_regex import Segments, lark_items, lark_of, slashes_escaped
+from model_optimizer.runtime.structured.token_regex import Segments, joinable, lark_items, lark_of, slashes_escaped
 
 SUPPORTED = (
     "const_string",
@@ -187,11 +187,8 @@ class LarkBuilder:
         if node["type"] == "const_string" and "<[" not in self.forced(node["value"]):
             return slashes_escaped(regex_literal(node["value"]))
         if node["type"] == "regex" and lark_of(node["pattern"], self.segments) is None:
-            pattern = node["pattern"].removeprefix("^")
-            body = pattern[:-1]
-            if pattern.endswith("$") and (len(body) - len(body.rstrip("\\"))) % 2 == 0:
-                pattern = body
-            return f"(?:{slashes_escaped(pattern)})"
+            pattern = joinable(node["pattern"])
+            return f"(?:{slashes_escaped(pattern)})" if pattern is not None else None
         return None
 
     def _sequence(self, elements: list[dict[str, Any]]) -> list[str]:

@@ -212,6 +212,32 @@ def lark_of(pattern: str, segments: Segments) -> str | None:
     return expression
 
 
+def joinable(pattern: str) -> str | None:
+    """`pattern` without its edge anchors, as regex text that another regex may follow inside one lexeme;
+    None where it cannot be joined as it is: it does not parse on its own (`a)|(b` would escape its group),
+    holds inline flags (`(?x)` would read what follows as a comment) or anchors elsewhere (`^a$|^b$`)."""
+    body = pattern[:-1]
+    if pattern.endswith("$") and (len(body) - len(body.rstrip("\\"))) % 2 == 0:
+        pattern = body
+    parser = _Parser(pattern.removeprefix("^"))
+    try:
+        branches = parser.alternatives()
+    except ValueError:
+        return None
+    if parser.i != len(parser.pattern) or parser.flags or _anchored(branches):
+        return None
+    return parser.pattern
+
+
+def _anchored(branches: list[list[_Item]]) -> bool:
+    """Whether any item of these branches is an anchor (`^`, `$`)."""
+    return any(
+        item.source.rstrip("*+?{},0123456789") in ("^", "$") or (item.branches is not None and _anchored(item.branches))
+        for items in branches
+        for item in items
+    )
+
+
 def _eager(quantifier: str) -> str:
     """A quantifier without its lazy (or possessive) mark: Lark has none, and the language is the same."""
     return quantifier[:-1] if len(quantifier) > 1 and quantifier[-1] in "?+" else quantifier

@@ -327,7 +327,24 @@ FORMATS = [
         },
         ["1230!", "00!"],
         ["12!"],
-    ),  # fmt: skip
+    ),
+    # a regex that cannot be joined as it is (anchors inside, flags) keeps its own lexeme, as before
+    (
+        {
+            "type": "sequence",
+            "elements": [{"type": "regex", "pattern": "^a$|^b$"}, {"type": "const_string", "value": "c"}],
+        },
+        ["ac", "bc"],
+        ["c"],
+    ),
+    (
+        {
+            "type": "sequence",
+            "elements": [{"type": "regex", "pattern": "(?x)a # c"}, {"type": "const_string", "value": "c"}],
+        },
+        ["ac"],
+        ["a"],
+    ),
 ]
 
 

@@ -7,7 +7,7 @@ import pytest
 from model_optimizer.runtime.structured.grammar import GrammarError, check
 from model_optimizer.runtime.structured.params import StructuredOutputs
 from model_optimizer.runtime.structured.tag_format import regex_literal
-from model_optimizer.runtime.structured.token_regex import lark_of, slashes_escaped
+from model_optimizer.runtime.structured.token_regex import joinable, lark_of, slashes_escaped
 from tests.runtime.structured.test_grammar import _matching
 
 
@@ -117,3 +117,19 @@ def test_text_that_spells_the_end_of_sequence_is_a_grammar_error(ll):
     for so in (StructuredOutputs.regex(f"a{regex_literal(end)}b"), StructuredOutputs.choice(["x", f"{end}!"])):
         with pytest.raises(GrammarError, match="ends the output"):
             check(so, ll)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "joined"),
+    [
+        (".*", ".*"),
+        ("^[0-9]+$", "[0-9]+"),
+        (r"a\$", r"a\$"),
+        ("[$^]x", "[$^]x"),
+        ("^a$|^b$", None),  # anchors inside: joined with text after it, it would mean something else
+        ("(?x)a # c", None),  # a comment would swallow what follows
+        ("a)|(b", None),  # does not parse on its own: it would escape the group it is put in
+    ],
+)
+def test_a_regex_is_joined_with_what_follows_only_as_it_is(pattern, joined):
+    assert joinable(pattern) == joined
