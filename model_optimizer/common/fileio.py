@@ -229,9 +229,17 @@ def _check_can_create(path: Path, flag: str) -> None:
     _probe(parent, path, flag)
 
 
+WRITE_CHECK_PREFIX = ".mopt-write-check-"
+"""The empty folder _probe makes and removes at once."""
+
+
 def _probe(folder: Path, path: Path, flag: str) -> None:
     """Make and remove an empty folder in `folder`: the one sure test (as root, access() says yes to /sys)."""
+    probe = None
     try:
-        os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".mopt-write-check-"))
+        probe = tempfile.mkdtemp(dir=folder, prefix=WRITE_CHECK_PREFIX)
     except OSError as exc:
         raise ValueError(f"{flag} {path}: nothing can be written in {folder} ({exc.strerror or exc})") from None
+    finally:
+        if probe is not None:  # removed however the call ends (a Ctrl-C just after the mkdir, too)
+            os.rmdir(probe)
