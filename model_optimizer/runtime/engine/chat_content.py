@@ -21,7 +21,13 @@ from typing import Any, Literal
 logger = logging.getLogger(__name__)
 
 CONTENT_FORMATS = ("auto", "string", "openai")
-ContentFormat = Literal["auto", "string", "openai"]
+
+
+def check_format(content_format: object) -> None:
+    """ValueError naming the choices for a content format that is none of CONTENT_FORMATS."""
+    if content_format not in CONTENT_FORMATS:
+        choices = ", ".join(CONTENT_FORMATS)
+        raise ValueError(f"chat_template_content_format must be one of {choices}, got {content_format!r}")
 
 
 def resolved(
@@ -30,9 +36,7 @@ def resolved(
     """`content_format` with `auto` read from `template` (of a tokenizer's named templates, the one
     transformers renders: `tool_use` when there are `tools` and it exists, else `default`); ValueError for
     a name not in CONTENT_FORMATS."""
-    if content_format not in CONTENT_FORMATS:
-        choices = ", ".join(CONTENT_FORMATS)
-        raise ValueError(f"chat_template_content_format must be one of {choices}, got {content_format!r}")
+    check_format(content_format)
     if content_format == "auto":
         if isinstance(template, Mapping):
             template = template.get("tool_use" if tools and "tool_use" in template else "default", "")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from model_optimizer.runtime.config import check_positive
-from model_optimizer.runtime.engine.chat_content import CONTENT_FORMATS
+from model_optimizer.runtime.engine.chat_content import check_format
 
 logger = logging.getLogger(__name__)
 
@@ -263,11 +263,7 @@ class ServerConfig:
             self.allowed_methods = [m.upper() for m in self.allowed_methods]
         self._check_parsers()
         self._check_http()
-        if self.chat_template_content_format not in CONTENT_FORMATS:
-            raise ValueError(
-                f"chat_template_content_format must be one of {', '.join(CONTENT_FORMATS)}, "
-                f"got {self.chat_template_content_format!r}"
-            )
+        check_format(self.chat_template_content_format)
         self.default_chat_template_kwargs = _json_object(
             self.default_chat_template_kwargs, "default_chat_template_kwargs"
         )
