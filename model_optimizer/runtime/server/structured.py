@@ -20,7 +20,7 @@ from typing import Any
 
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import SamplingFields
-from model_optimizer.runtime.server.state import ServerState
+from model_optimizer.runtime.server.state import RETRY_AFTER_S, ServerState
 from model_optimizer.runtime.structured.params import StructuredOutputs
 from model_optimizer.runtime.structured.sandbox import SandboxUnavailable
 from model_optimizer.runtime.structured.vllm_params import from_vllm_fields
@@ -108,7 +108,10 @@ async def check_constraint(state: ServerState, so: StructuredOutputs, param: str
     checker = state.grammar_checker
     if checker is None:
         checker = state.grammar_checker = ConstraintChecker(state)
-    verdict = await checker.verdict(so)
+    try:
+        verdict = await checker.verdict(so)
+    except SandboxUnavailable as exc:  # no verdict: the server's trouble, not the constraint's
+        raise APIError(503, str(exc), param, headers={"Retry-After": RETRY_AFTER_S}) from None
     if verdict:
         raise APIError(400, f"{param}: {verdict}", param)
 
@@ -135,10 +138,7 @@ class ConstraintChecker:
         if pending is None:
             pending = self._pending[so] = asyncio.get_running_loop().run_in_executor(self._thread, self._check, so)
             pending.add_done_callback(lambda _: self._pending.pop(so, None))
-        try:
-            verdict = await asyncio.shield(pending)
-        except SandboxUnavailable as exc:  # no verdict on the constraint: the next request checks it again
-            return str(exc)
+        verdict = await asyncio.shield(pending)  # SandboxUnavailable: no verdict, nothing kept
         self._verdicts[so] = verdict
         if len(self._verdicts) > CACHE_SIZE:
             self._verdicts.popitem(last=False)

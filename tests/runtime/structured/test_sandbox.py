@@ -100,7 +100,8 @@ def test_limits_met_at_the_first_token_are_refusals(sandbox, so, reason):
 
 
 def test_a_child_that_cannot_start_is_no_verdict_and_is_not_kept():
-    """A start failure says "try again" and stays out of the server's cache: the next request checks anew."""
+    """A start failure is no verdict (a 503 with Retry-After, "try again") and stays out of the server's
+    cache: the next request checks anew."""
     import asyncio
 
     from model_optimizer.runtime.server.structured import ConstraintChecker
@@ -113,6 +114,7 @@ def test_a_child_that_cannot_start_is_no_verdict_and_is_not_kept():
     checker._sandbox = broken
     so = StructuredOutputs.regex("a+")
     for _ in range(2):
-        assert "try again" in asyncio.run(checker.verdict(so))
+        with pytest.raises(SandboxUnavailable, match="try again"):
+            asyncio.run(checker.verdict(so))  # the server answers it with a 503 and Retry-After
     assert so not in checker._verdicts and broken.restarts == 3  # one start tried per check
     checker.close()
