@@ -70,6 +70,13 @@ TINY_MODELS = {
     ),
     "mixtral": ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=48, sliding_window=24)),
     "glm4": ("glm4", dict(head_dim=32, num_hidden_layers=2)),  # partial rotary 0.5, q/k/v bias by default
+    # GLM-4.5: a dense first layer, then DeepSeek-V3 routing (groups, correction bias) beside a shared expert
+    "glm4_moe": (
+        "glm4_moe",
+        dict(head_dim=32, num_hidden_layers=3, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32)
+        | dict(n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1, routed_scaling_factor=2.5)
+        | dict(attention_bias=True, use_qk_norm=True, norm_topk_prob=True),
+    ),
     "gemma3": (
         "gemma3",
         dict(head_dim=16, num_hidden_layers=3, query_pre_attn_scalar=24, sliding_window=16, tie_word_embeddings=True)

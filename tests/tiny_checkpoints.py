@@ -95,7 +95,7 @@ def _spread_weights(model, seed: int) -> None:
 
 def tiny_config(kind: str, **overrides):
     """A transformers config of a tiny decoder: `kind` llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, glm4,
-    gemma3 (text), deepseek_v2 or deepseek_v3, 2 layers of width
+    glm4_moe, gemma3 (text), deepseek_v2 or deepseek_v3, 2 layers of width
     64, 4 query heads and 2 KV heads unless `overrides` say otherwise."""
     import transformers
 
@@ -120,6 +120,7 @@ def tiny_config(kind: str, **overrides):
         "qwen3_moe": transformers.Qwen3MoeConfig,
         "mixtral": transformers.MixtralConfig,
         "glm4": transformers.Glm4Config,
+        "glm4_moe": transformers.Glm4MoeConfig,
         "gemma3": transformers.Gemma3TextConfig,
         "deepseek_v2": transformers.DeepseekV2Config,
         "deepseek_v3": transformers.DeepseekV3Config,

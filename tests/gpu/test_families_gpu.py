@@ -14,6 +14,7 @@ from tests.runtime.models.test_moe_bfloat16 import MARGIN, errors_against_float3
 FAMILIES = [
     "qwen3_moe_step2",
     "glm4",
+    "glm4_moe",
     "gemma3",
     "deepseek_v2",
     "deepseek_v2_group",

@@ -9,7 +9,7 @@ in a bf16 model), under the checkpoint names `mlp.gate.weight` and, for V3, `mlp
   divided by their sum (+1e-20) when `norm_topk_prob` and k > 1, otherwise multiplied by
   `routed_scaling_factor`. (transformers 5 reads no norm_topk_prob for V2 and always scales: the same
   whenever it is false, as in every published V2 config.)
-- DeepSeek-V3 (`DeepseekV3Router`): sigmoid scores; the choice adds the loaded
+- DeepSeek-V3 (`DeepseekV3Router`, GLM-4.5's too): sigmoid scores; the choice adds the loaded
   `e_score_correction_bias` (choice only: the weights are the plain scores), keeps the `topk_group`
   of `n_group` groups whose two best biased scores sum highest, and takes the top-k within them;
   the k scores are divided by their sum (+1e-20) when `norm_topk_prob`, then always multiplied by
@@ -117,7 +117,7 @@ class DeepseekV3Router(DeepseekV2Router):
 def deepseek_moe_block(args: DecoderArgs) -> SparseMoeBlock:
     """Router, routed experts and the shared experts (if any) of a sparse layer."""
     moe = deepseek_moe_args(args.hf)
-    router_cls = DeepseekV3Router if args.architecture == "DeepseekV3ForCausalLM" else DeepseekV2Router
+    router_cls = DeepseekV2Router if args.architecture == "DeepseekV2ForCausalLM" else DeepseekV3Router
     shared = None
     if moe.num_shared_experts:
         shared = DecoderMLP(replace(args, intermediate_size=moe.intermediate_size * moe.num_shared_experts))

@@ -13,9 +13,12 @@ EXPERT_SIZE_KEYS = {
     "MixtralForCausalLM": "intermediate_size",
     "DeepseekV2ForCausalLM": "moe_intermediate_size",
     "DeepseekV3ForCausalLM": "moe_intermediate_size",
+    "Glm4MoeForCausalLM": "moe_intermediate_size",
 }
 """Architectures with experts -> the config key of each expert's intermediate size."""
-DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
+DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM")
+"""Architectures with DeepSeek's layer plan (dense first_k_dense_replace layers) and router settings
+(GLM-4.5 routes as DeepSeek-V3 does)."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "Qwen3MoeForCausalLM": ("qwen3_moe", "Qwen3MoeForCausalLM"),
     "MixtralForCausalLM": ("mixtral", "MixtralForCausalLM"),
     "Glm4ForCausalLM": ("glm4", "Glm4ForCausalLM"),
+    "Glm4MoeForCausalLM": ("glm4_moe", "Glm4MoeForCausalLM"),
     "Gemma3ForCausalLM": ("gemma3", "Gemma3ForCausalLM"),
     "DeepseekV2ForCausalLM": ("deepseek", "DeepseekV2ForCausalLM"),
     "DeepseekV3ForCausalLM": ("deepseek", "DeepseekV3ForCausalLM"),
@@ -42,6 +43,7 @@ MODEL_TYPES: dict[str, str] = {
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "mixtral": "MixtralForCausalLM",
     "glm4": "Glm4ForCausalLM",
+    "glm4_moe": "Glm4MoeForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
@@ -86,6 +88,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "Qwen3-MoE": ("Qwen3MoeForCausalLM",),
     "Mixtral": ("MixtralForCausalLM",),
     "GLM-4": ("Glm4ForCausalLM",),
+    "GLM-4.5/4.6/4.7 (MoE)": ("Glm4MoeForCausalLM",),
     "Gemma 3 (text)": ("Gemma3ForCausalLM",),
     "DeepSeek-V2/V3": ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
 }
@@ -94,7 +97,6 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 NOT_YET: dict[str, str] = {
     "Gemma3ForConditionalGeneration": "this is Gemma 3 with its vision tower; only text-only Gemma3ForCausalLM "
     "checkpoints (gemma-3-1b, or a text model saved alone) load",
-    "Glm4MoeForCausalLM": "GLM-4.5's mixture of experts is not built yet (dense GLM-4 is: Glm4ForCausalLM)",
 }
 """Architectures users try that are not supported, with why."""
 

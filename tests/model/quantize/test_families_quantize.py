@@ -20,7 +20,7 @@ from model_optimizer.runtime.models.loader import load_model
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral", "glm4", "gemma3", "deepseek_v2", "deepseek_v3"])
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral", "glm4", "glm4_moe", "gemma3", "deepseek_v2", "deepseek_v3"])
 def test_int8_folder_keeps_the_checkpoint_names_and_loads_back(tiny_model, tmp_path, name):
     from compressed_tensors.quantization import QuantizationConfig
 
@@ -40,7 +40,9 @@ def test_int8_folder_keeps_the_checkpoint_names_and_loads_back(tiny_model, tmp_p
     config = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
     QuantizationConfig.model_validate(config)  # the library accepts the block
     moe = (
-        ["re:.*\\.experts(\\..*)?$", "re:.*\\.gate$"] if name in ("qwen3_moe", "mixtral") or "deepseek" in name else []
+        ["re:.*\\.experts(\\..*)?$", "re:.*\\.gate$"]
+        if name in ("qwen3_moe", "mixtral", "glm4_moe") or "deepseek" in name
+        else []
     )
     mla = ["re:.*\\.q_a_proj$", "re:.*\\.kv_a_proj_with_mqa$", "re:.*\\.kv_b_proj$"] if "deepseek" in name else []
     assert config["ignore"] == ["lm_head"] + moe + mla

@@ -112,17 +112,18 @@ def test_the_cache_holds_one_latent_row_per_token(tiny_model):
     assert runner.bytes_per_block() == 3 * 4 * 40 * 4
 
 
-def test_multi_token_prediction_layer_is_skipped(tiny_model, tmp_path):
-    """DeepSeek-V3 checkpoints carry `model.layers.<num_hidden_layers>.*` for speculative decoding."""
-    folder = tmp_path / "v3"
-    shutil.copytree(tiny_model("deepseek_v3"), folder)
+@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_moe"])
+def test_multi_token_prediction_layer_is_skipped(tiny_model, tmp_path, name):
+    """DeepSeek-V3 and GLM-4.5 checkpoints carry `model.layers.<num_hidden_layers>.*` for speculative decoding."""
+    folder = tmp_path / name
+    shutil.copytree(tiny_model(name), folder)
     tensors = load_file(str(folder / "model.safetensors"))
     tensors |= {k.replace("layers.2.", "layers.3."): v.clone() for k, v in tensors.items() if "layers.2." in k}
     tensors["model.layers.3.eh_proj.weight"] = torch.zeros(64, 128)
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     out = LLM(str(folder), dtype="float32", kv_cache_memory=1 << 22).generate([[5, 6, 7]], GREEDY)
     assert token_ids(out) == token_ids(
-        LLM(str(tiny_model("deepseek_v3")), dtype="float32", kv_cache_memory=1 << 22).generate([[5, 6, 7]], GREEDY)
+        LLM(str(tiny_model(name)), dtype="float32", kv_cache_memory=1 << 22).generate([[5, 6, 7]], GREEDY)
     )
 
 

@@ -15,7 +15,7 @@ import torch
 
 from model_optimizer import LLM, SamplingParams
 
-FAMILIES = ["qwen3_moe", "qwen3_moe_step2", "mixtral", "glm4", "gemma3"] + [
+FAMILIES = ["qwen3_moe", "qwen3_moe_step2", "mixtral", "glm4", "glm4_moe", "gemma3"] + [
     "deepseek_v2",
     "deepseek_v2_group",
     "deepseek_v3",

@@ -91,7 +91,7 @@ def test_quantized_weights_offload_with_the_same_output(quant_model, method):
     assert greedy(llm) == expected
 
 
-@pytest.mark.parametrize("name", ["gemma3", "qwen3_moe", "mixtral", "glm4", "deepseek_v3"])
+@pytest.mark.parametrize("name", ["gemma3", "qwen3_moe", "mixtral", "glm4", "glm4_moe", "deepseek_v3"])
 def test_every_family_offloads_with_the_same_output(tiny_model, name):
     """Layers of other kinds (experts, latent attention, sliding windows) pack and stream the same way."""
     model_dir = str(tiny_model(name))
