@@ -92,8 +92,8 @@ def test_tp2_runs_in_order_without_async_scheduling(tiny_model):
 @pytest.mark.parametrize(
     ("name", "expert_parallel"),
     [("qwen3_moe", False), ("mixtral", True), ("glm4", False), ("gemma3", False)]
-    + [("deepseek_v3", False), ("deepseek_v2_group", True)],
-    ids=["qwen3-moe-tp", "mixtral-ep", "glm4-tp", "gemma3-tp", "deepseek-v3-tp", "deepseek-v2-ep"],
+    + [("deepseek_v3", False), ("deepseek_v2_group", True), ("glm4_moe", True)],
+    ids=["qwen3-moe-tp", "mixtral-ep", "glm4-tp", "gemma3-tp", "deepseek-v3-tp", "deepseek-v2-ep", "glm4-moe-ep"],
 )
 def test_new_families_split_over_two_ranks_match_one(tiny_model, name, expert_parallel):
     """Experts sliced (tensor parallel) or placed whole per rank (expert parallel), GLM-4's fused gate_up
