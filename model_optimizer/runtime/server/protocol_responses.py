@@ -118,7 +118,7 @@ class ResponsesRequest(_Request):
             chat["logprobs"] = True
         if self.tools:
             chat["tools"] = [_tool(tool, i) for i, tool in enumerate(self.tools)]
-        if self.tool_choice is not None:
+        if self.tool_choice is not None and (self.tools or self.tool_choice != "auto"):  # auto: the default here
             chat["tool_choice"] = _tool_choice(self.tool_choice)
         if self.text is not None and self.text.format is not None:
             chat["response_format"] = _response_format(self.text.format)

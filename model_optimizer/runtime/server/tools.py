@@ -54,7 +54,12 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
     tools = body.tools or []
     choice = body.tool_choice
     if not tools:
-        if choice == "required" or (choice is not None and not isinstance(choice, str)):
+        # as vLLM and OpenAI: any choice but "none" needs the tools (an empty list takes "auto": no calls)
+        if (
+            choice == "required"
+            or (choice is not None and not isinstance(choice, str))
+            or (choice == "auto" and body.tools is None)
+        ):
             raise APIError(400, "tool_choice needs tools: give the functions the model may call", "tool_choice")
         return ToolPlan()
     names = [t.function.name for t in tools]

@@ -316,6 +316,8 @@ def test_input_items_become_the_chat_turns_they_stand_for():
             {"type": "function_call_output", "call_id": "c1", "output": "ok"}]  # fmt: skip
     assert turns(loop) == [("user", "q", None, 0), ("assistant", "let me see", "r1", 1), ("tool", "ok", None, 0)]
     assert turns([thought, call]) == [("assistant", None, "r1", 1)]
+    # a client that sends back the response's own tool_choice ("auto") without tools: as OpenAI, no 400
+    assert ResponsesRequest.model_validate({"input": "q", "tool_choice": "auto"}).to_chat().tool_choice is None
     refused = {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't"}]}  # OpenAI's output shape
     assert turns([{"role": "user", "content": "q"}, refused]) == [
         ("user", "q", None, 0),

@@ -456,6 +456,7 @@ BAD = [
         "tool_choice",
     ),
     ({"tool_choice": "required"}, "needs tools", "tool_choice"),
+    ({"tool_choice": "auto"}, "needs tools", "tool_choice"),  # vLLM's and OpenAI's 400 too
     ({"tools": [{"type": "function", "function": {"name": "f"}}] * 2, "tool_choice": "required"}, "unique", "tools"),
     (
         {
