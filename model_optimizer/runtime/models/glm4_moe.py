@@ -35,8 +35,13 @@ class Glm4MoeDecoderLayer(DecoderLayer):
         return deepseek_moe_block(args) if is_sparse_layer(args.hf, layer_idx) else DecoderMLP(args)
 
 
+DEFAULTS = {"norm_topk_prob": True, "n_shared_experts": 1, "first_k_dense_replace": 1}
+"""transformers' Glm4MoeConfig values for keys a config.json leaves out (DeepSeek's differ)."""
+
+
 class Glm4MoeForCausalLM(LlamaForCausalLM):
     def __init__(self, args: DecoderArgs) -> None:
+        args = replace(args, hf=DEFAULTS | args.hf)
         moe = deepseek_moe_args(args.hf)  # a plain message for a broken config before any layer is built
         rope = RopeConfig.from_hf(args.hf, args.head_dim, args.max_position_embeddings)
         rotary = PartialRotaryEmbedding(rope, int(args.head_dim * partial_rotary_factor(args.hf)), interleaved=False)

@@ -71,8 +71,10 @@ def is_sparse_layer(hf: dict, layer_idx: int) -> bool:
     `mlp_only_layers` and `decoder_sparse_step` ((layer + 1) % step == 0); DeepSeek's layers from
     `first_k_dense_replace` on, every `moe_layer_freq`-th (DeepSeek's own code; transformers 5 reads
     no moe_layer_freq, and every published config has 1); every layer elsewhere."""
-    if (hf.get("architectures") or [""])[0] in DEEPSEEK:
-        first, freq = hf.get("first_k_dense_replace") or 0, hf.get("moe_layer_freq") or 1
+    arch = (hf.get("architectures") or [""])[0]
+    if arch in DEEPSEEK:
+        first = hf.get("first_k_dense_replace") or 0
+        freq = (hf.get("moe_layer_freq") or 1) if arch.startswith("Deepseek") else 1  # GLM's code reads none
         return layer_idx >= first and layer_idx % freq == 0
     step = hf.get("decoder_sparse_step", 1) or 1
     return layer_idx not in (hf.get("mlp_only_layers") or []) and (layer_idx + 1) % step == 0

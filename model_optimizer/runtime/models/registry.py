@@ -88,13 +88,15 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "Qwen3-MoE": ("Qwen3MoeForCausalLM",),
     "Mixtral": ("MixtralForCausalLM",),
     "GLM-4": ("Glm4ForCausalLM",),
-    "GLM-4.5/4.6/4.7 (MoE)": ("Glm4MoeForCausalLM",),
+    "GLM-4.5/4.6/4.7 (MoE, not 4.7-Flash)": ("Glm4MoeForCausalLM",),
     "Gemma 3 (text)": ("Gemma3ForCausalLM",),
     "DeepSeek-V2/V3": ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
 }
 """How people name the families of ARCHITECTURES: what an error lists."""
 
 NOT_YET: dict[str, str] = {
+    "Glm4MoeLiteForCausalLM": "GLM-4.7-Flash's latent attention is not built yet (GLM-4.5/4.6/4.7 are: "
+    "Glm4MoeForCausalLM)",
     "Gemma3ForConditionalGeneration": "this is Gemma 3 with its vision tower; only text-only Gemma3ForCausalLM "
     "checkpoints (gemma-3-1b, or a text model saved alone) load",
 }

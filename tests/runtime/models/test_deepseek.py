@@ -127,6 +127,22 @@ def test_multi_token_prediction_layer_is_skipped(tiny_model, tmp_path, name):
     )
 
 
+def test_glm45_keys_left_out_take_transformers_defaults(tiny_model, tmp_path):
+    """GLM-4.5's config class defaults norm_topk_prob, n_shared_experts and first_k_dense_replace to True,
+    1 and 1 (DeepSeek's to False, 0 and 0): a config.json without them is the same model (the tiny one sets
+    exactly those values)."""
+    folder = tmp_path / "glm"
+    shutil.copytree(tiny_model("glm4_moe"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    for key in ("norm_topk_prob", "n_shared_experts", "first_k_dense_replace"):
+        config.pop(key)
+    (folder / "config.json").write_text(json.dumps(config))
+    out = LLM(str(folder), dtype="float32", kv_cache_memory=1 << 22).generate([[5, 6, 7]], GREEDY)
+    assert token_ids(out) == token_ids(
+        LLM(str(tiny_model("glm4_moe")), dtype="float32", kv_cache_memory=1 << 22).generate([[5, 6, 7]], GREEDY)
+    )
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [

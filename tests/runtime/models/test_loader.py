@@ -53,7 +53,10 @@ def test_unknown_architecture_names_the_supported_ones(tiny_model, tmp_path):
         LLM(str(folder))
 
 
-@pytest.mark.parametrize(("arch", "why"), [("Gemma3ForConditionalGeneration", "vision tower")])
+@pytest.mark.parametrize(
+    ("arch", "why"),
+    [("Gemma3ForConditionalGeneration", "vision tower"), ("Glm4MoeLiteForCausalLM", "latent attention")],
+)
 def test_a_known_family_not_yet_built_says_why_and_lists_the_families(tiny_model, tmp_path, arch, why):
     folder = copy_model(tiny_model("qwen3"), tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())
@@ -64,7 +67,7 @@ def test_a_known_family_not_yet_built_says_why_and_lists_the_families(tiny_model
         "Qwen3-MoE (Qwen3MoeForCausalLM)",
         "Mixtral",
         "GLM-4 (Glm4ForCausalLM)",
-        "GLM-4.5/4.6/4.7 (MoE) (Glm4MoeForCausalLM)",
+        "GLM-4.5/4.6/4.7 (MoE, not 4.7-Flash) (Glm4MoeForCausalLM)",
         "Gemma 3 (text)",
         "DeepSeek-V2/V3",
     )
