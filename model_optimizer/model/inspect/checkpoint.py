@@ -10,6 +10,7 @@ from model_optimizer.common.fileio import read_json
 from model_optimizer.model.inspect.headers import TensorInfo, read_tensors
 from model_optimizer.model.inspect.leftovers import KeyClass, classify
 from model_optimizer.model.inspect.tokenizer_files import TokenizerFacts, read_tokenizer
+from model_optimizer.runtime.models.model_config import text_model_config
 
 
 @dataclass
@@ -40,6 +41,8 @@ def read_checkpoint(folder: str | Path) -> Checkpoint:
     if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) and a for a in archs)):
         # the rules index it: a string would be read letter by letter ("architecture Q")
         raise ValueError(f"{config_path}: 'architectures' must be a non-empty list of class names, got {archs!r}")
+    if archs:
+        config = text_model_config(config, config_path)  # an image-and-text checkpoint: its language model
     generation = folder / "generation_config.json"
     adapter = folder / "adapter_config.json"
     return Checkpoint(

@@ -226,11 +226,11 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
     staged = _staged_params(model)
     stacked = getattr(model, "stacked_params", {})
     tied = bool(getattr(model.args, "tie_word_embeddings", False))
-    rename = getattr(model, "checkpoint_name", None)  # an encoder maps the files' names itself (None: unused)
+    rename = getattr(model, "checkpoint_name", None)  # names the model maps itself (an encoder's, Gemma 3's)
     loaded: set[tuple[str, str | None]] = set()
     for name, shape in tensors:
         ours = rename(name) if rename is not None else name
-        if ours is None or skipped_on_purpose(model, name) or (tied and name == "lm_head.weight"):
+        if ours is None or skipped_on_purpose(model, ours) or (tied and ours == "lm_head.weight"):
             check.skipped.append(name)
             continue
         target, shard = _target_name(ours, stacked)

@@ -1,4 +1,5 @@
-"""Gemma 3, text only (`Gemma3ForCausalLM`, model_type gemma3_text).
+"""Gemma 3, text only (`Gemma3ForCausalLM`, model_type gemma3_text; also the language model of the 4B-27B
+image-and-text checkpoints, `Gemma3ForConditionalGeneration`, whose vision tower is not loaded).
 
 Differences from Llama, each as transformers' Gemma3 computes it:
 - layers alternate sliding-window and global attention (`layer_types`, or every
@@ -173,6 +174,16 @@ class Gemma3Model(nn.Module):
         return x
 
 
+MULTIMODAL_PREFIXES = (
+    ("language_model.model.", "model."),
+    ("model.language_model.", "model."),
+    ("language_model.lm_head.", "lm_head."),
+)
+"""Where an image-and-text checkpoint (Gemma3ForConditionalGeneration) keeps its language model's tensors,
+in transformers 4's layout and 5's: -> this model's names."""
+VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+
+
 class Gemma3ForCausalLM(nn.Module):
     stacked_params = LlamaForCausalLM.stacked_params
 
@@ -193,6 +204,16 @@ class Gemma3ForCausalLM(nn.Module):
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Hidden states (tokens, hidden) of the flat batch."""
         return self.model(token_ids, positions, meta)
+
+    def checkpoint_name(self, name: str) -> str | None:
+        """This model's name for a checkpoint tensor: an image-and-text checkpoint's language model tensors
+        under their text names, its vision tower and projector not loaded (None)."""
+        if not self.args.hf.get("text_of"):
+            return name
+        for old, new in MULTIMODAL_PREFIXES:
+            if name.startswith(old):
+                return new + name[len(old) :]
+        return None if name.startswith(VISION_PREFIXES) else name
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head(hidden)

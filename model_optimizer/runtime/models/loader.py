@@ -266,9 +266,14 @@ def load_weights(
     params = dict(model.named_parameters(remove_duplicate=False))
     stacked = getattr(model, "stacked_params", {}) if stacked is None else stacked
     tied = getattr(getattr(model, "args", None), "tie_word_embeddings", False)
-    rename = rename or (
-        lambda name: None if skipped_on_purpose(model, name) or (tied and name == "lm_head.weight") else name
-    )
+    own_key = getattr(model, "checkpoint_name", None)  # a model that names some tensors otherwise (Gemma 3's)
+
+    def default_rename(name: str) -> str | None:
+        if own_key is not None and (name := own_key(name)) is None:
+            return None
+        return None if skipped_on_purpose(model, name) or (tied and name == "lm_head.weight") else name
+
+    rename = rename or default_rename
     expected_shards = _expected_shards(params, stacked)
     buffers = dict(model.named_buffers())
     modules = dict(model.named_modules())

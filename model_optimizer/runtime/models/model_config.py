@@ -115,7 +115,24 @@ def read_config(model_dir: str | Path) -> dict:
         return {**hf, "architectures": [MODEL_TYPES[model_type]]}
     if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
         raise ValueError(f"{path}: 'architectures' must be a non-empty list of class names, got {archs!r}")
-    return hf
+    return text_model_config(hf, path)
+
+
+def text_model_config(hf: dict, path: Path) -> dict:
+    """The config of an image-and-text checkpoint's language model, as a text checkpoint of it would hold
+    (registry.TEXT_OF_MULTIMODAL: Gemma 3 4B-27B), its `text_of` naming the architecture it came from;
+    any other config as it is."""
+    from model_optimizer.runtime.models.registry import TEXT_OF_MULTIMODAL
+
+    arch = hf["architectures"][0]
+    if arch not in TEXT_OF_MULTIMODAL:
+        return hf
+    text_arch, model_type, defaults = TEXT_OF_MULTIMODAL[arch]
+    text = hf.get("text_config")
+    if not isinstance(text, dict):
+        raise ValueError(f"{path}: a {arch} config needs a 'text_config' object (its language model's settings)")
+    carried = {k: hf[k] for k in ("torch_dtype", "dtype", "quantization_config", "eos_token_id") if k in hf}
+    return defaults | text | carried | {"architectures": [text_arch], "model_type": model_type, "text_of": arch}
 
 
 def is_encoder_folder(model_dir: Path) -> bool:

@@ -94,11 +94,37 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 }
 """How people name the families of ARCHITECTURES: what an error lists."""
 
+GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262208,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1_000_000.0,
+    "rope_local_base_freq": 10_000.0,
+    "query_pre_attn_scalar": 256,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 6,
+    "attention_bias": False,
+    "tie_word_embeddings": True,
+}
+"""transformers' Gemma3TextConfig values for the keys a multimodal checkpoint's `text_config` leaves out
+(gemma-3-4b-it's names only five)."""
+
+TEXT_OF_MULTIMODAL: dict[str, tuple[str, str, dict]] = {
+    "Gemma3ForConditionalGeneration": ("Gemma3ForCausalLM", "gemma3_text", GEMMA3_TEXT_DEFAULTS),
+}
+"""Image-and-text architectures whose language model is served alone: -> (its text architecture, model
+type, the text config's defaults). Their vision tower is not loaded; prompts are text."""
+
 NOT_YET: dict[str, str] = {
     "Glm4MoeLiteForCausalLM": "GLM-4.7-Flash's latent attention is not built yet (GLM-4.5/4.6/4.7 are: "
     "Glm4MoeForCausalLM)",
-    "Gemma3ForConditionalGeneration": "this is Gemma 3 with its vision tower; only text-only Gemma3ForCausalLM "
-    "checkpoints (gemma-3-1b, or a text model saved alone) load",
 }
 """Architectures users try that are not supported, with why."""
 
