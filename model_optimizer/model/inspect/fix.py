@@ -70,6 +70,11 @@ def main_dtype(checkpoint: Checkpoint) -> str:
 
 def fix_checkpoint(src: str | Path, out: str | Path, options: FixOptions) -> FixResult:
     checkpoint = read_checkpoint(src)
+    if checkpoint.config.get("text_of"):
+        raise ValueError(
+            f"--fix does not rewrite a {checkpoint.config['text_of']} checkpoint (image and text): its config and "
+            "tensors keep the image-and-text layout that other tools load; the engine serves it as it is"
+        )
     out = Path(out).expanduser().resolve()
     _check_target(checkpoint.folder.resolve(), out)
     _check_complete(checkpoint)

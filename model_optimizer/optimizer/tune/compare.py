@@ -19,6 +19,7 @@ from pathlib import Path
 from model_optimizer.common.fileio import atomic_write
 from model_optimizer.optimizer.tune.noise import noise_summary
 from model_optimizer.optimizer.tune.predictor import Predictor, Workload, mape, model_cost
+from model_optimizer.runtime.models.model_config import text_model_config
 
 METRICS = (("tpot", "tpot_ms", "tpot_p99_ms"), ("throughput", "output_throughput", "output_throughput"))
 TTFT = ("ttft", "ttft_ms", "ttft_p99_ms")
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.config is not None:
         from model_optimizer.optimizer.tune.hardware import detect_hardware
 
-        config = json.loads(args.config.read_text())
+        config = text_model_config(json.loads(args.config.read_text()), args.config)
         hardware = detect_hardware(None, args.hardware)
         cost = model_cost(config)
 

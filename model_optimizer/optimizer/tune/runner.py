@@ -34,6 +34,7 @@ from model_optimizer.optimizer.tune.study import (
     save_setup,
 )
 from model_optimizer.optimizer.tune.trial import TrialSetup
+from model_optimizer.runtime.models.model_config import read_config
 
 STORED_KEYS = (
     "model",
@@ -130,7 +131,7 @@ def make_predictor(stored: dict, space: SearchSpace) -> tuple[Predictor | None, 
     if not config_path.is_file():
         return None, f"no predictor: {config_path} not found"
     dtype = space.fixed.get("dtype")
-    config = read_json(config_path)
+    config = read_config(folder)  # an image-and-text checkpoint: its language model's settings
     hardware = detect_hardware(stored.get("gpu"), stored.get("hardware"))
     if dtype in (None, "auto") and not hardware.is_gpu:
         dtype = cpu_dtype(config)

@@ -131,8 +131,11 @@ def text_model_config(hf: dict, path: Path) -> dict:
     text = hf.get("text_config")
     if not isinstance(text, dict):
         raise ValueError(f"{path}: a {arch} config needs a 'text_config' object (its language model's settings)")
-    carried = {k: hf[k] for k in ("torch_dtype", "dtype", "quantization_config", "eos_token_id") if k in hf}
-    return defaults | text | carried | {"architectures": [text_arch], "model_type": model_type, "text_of": arch}
+    carried = ("torch_dtype", "dtype", "quantization_config", "eos_token_id", "tie_word_embeddings")
+    flat = defaults | text | {k: hf[k] for k in carried if k in hf}
+    flat |= {"architectures": [text_arch], "model_type": model_type, "text_of": arch}
+    check_settings(flat, path)  # the text config's values, as a text checkpoint's are checked
+    return flat
 
 
 def is_encoder_folder(model_dir: Path) -> bool:

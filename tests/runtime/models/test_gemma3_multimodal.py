@@ -82,3 +82,23 @@ def test_inspect_reads_the_language_model_and_leaves_the_vision_tower(multimodal
     assert main(["inspect", str(multimodal)]) == 0  # warnings only (no tokenizer files)
     out = capsys.readouterr().out
     assert "Gemma3ForCausalLM" in out and "tensors map to the engine's parameters" in out
+
+
+def test_the_tools_take_it_as_its_language_model(multimodal, tmp_path):
+    """mopt quantize writes the text model it wrote tensors for (Gemma3ForCausalLM, loadable elsewhere too);
+    mopt inspect --fix refuses to rewrite it; the tuner's cost model reads its language model."""
+    from model_optimizer.model.inspect.fix import FixOptions, fix_checkpoint
+    from model_optimizer.model.quantize.writer import save_compressed_tensors
+    from model_optimizer.optimizer.tune.predictor import model_cost
+    from model_optimizer.runtime.models.loader import load_model
+
+    model = load_model(multimodal, "float32", torch.device("cpu"), quantization="int8")
+    save_compressed_tensors(model, "int8", 128, multimodal, tmp_path / "int8")
+    written = json.loads((tmp_path / "int8" / "config.json").read_text())
+    assert written["architectures"] == ["Gemma3ForCausalLM"] and "text_of" not in written
+    assert "vision_config" not in written and written["num_hidden_layers"] == 3
+    llm = LLM(str(tmp_path / "int8"), dtype="float32", kv_cache_memory=1 << 22, skip_tokenizer_init=True)
+    assert len(llm.generate([[5, 6, 7]], SamplingParams(max_tokens=3, ignore_eos=True))[0].outputs[0].token_ids) == 3
+    with pytest.raises(ValueError, match="does not rewrite a Gemma3ForConditionalGeneration"):
+        fix_checkpoint(multimodal, tmp_path / "fixed", FixOptions())
+    assert model_cost(read_config(multimodal), "float32") is not None
