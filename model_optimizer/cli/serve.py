@@ -83,8 +83,11 @@ def _spawn_core_early(server_config, engine_config):  # noqa: ANN001, ANN202
         config = json.loads((model_dir / "config.json").read_text())  # not read_config: it imports torch
     except (OSError, ValueError):
         return None
-    architectures = config.get("architectures") or [""]
-    if (model_dir / "modules.json").is_file() or not str(architectures[0]).endswith("ForCausalLM"):
+    from model_optimizer.runtime.models.registry import TEXT_OF_MULTIMODAL
+
+    architecture = str((config.get("architectures") or [""])[0])
+    generates = architecture.endswith("ForCausalLM") or architecture in TEXT_OF_MULTIMODAL  # Gemma 3 4B-27B too
+    if (model_dir / "modules.json").is_file() or not generates:
         return None
     import os
 
