@@ -182,13 +182,28 @@ class LarkBuilder:
         return self._rule(f"{head} {self.node(content)} {tail}".strip())
 
     def _regex(self, node: dict[str, Any]) -> str | None:
-        """The node as regex text for Lark's /.../ when it is plain text or a regex with no added token in
-        it (joinable with what follows it into one lexeme), else None."""
-        if node["type"] == "const_string" and "<[" not in self.forced(node["value"]):
+        """The node as regex text for Lark's /.../ when it is plain text, a regex with no added token in it,
+        or alternatives, repeats and sequences of those (joinable with what follows it into one lexeme),
+        else None."""
+        kind = node["type"]
+        if kind == "const_string" and "<[" not in self.forced(node["value"]):
             return slashes_escaped(regex_literal(node["value"]))
-        if node["type"] == "regex" and lark_of(node["pattern"], self.segments) is None:
+        if kind == "regex" and lark_of(node["pattern"], self.segments) is None:
             pattern = joinable(node["pattern"])
             return f"(?:{slashes_escaped(pattern)})" if pattern is not None else None
+        if kind in ("or", "sequence"):
+            parts = [self._regex(e) for e in node["elements"]]
+            if not parts or any(p is None for p in parts):
+                return None
+            return "(?:" + ("|" if kind == "or" else "").join(parts) + ")"  # type: ignore[arg-type]
+        if kind in ("optional", "plus", "star", "repeat"):
+            inner = self._regex(node["content"])
+            if inner is None:
+                return None
+            if kind == "repeat":
+                high = int(node["max"])
+                return f"(?:{inner}){{{int(node['min'])},{'' if high < 0 else high}}}"
+            return f"(?:{inner}){ {'optional': '?', 'plus': '+', 'star': '*'}[kind] }"
         return None
 
     def _sequence(self, elements: list[dict[str, Any]]) -> list[str]:
@@ -198,7 +213,7 @@ class LarkBuilder:
         run: list[str] = []
         for element in [*elements, None]:
             pattern = self._regex(element) if element is not None else None
-            if pattern is not None and (run or element["type"] == "regex"):
+            if pattern is not None and (run or element["type"] != "const_string"):  # from a varying part on
                 run.append(pattern)
                 continue
             if run:

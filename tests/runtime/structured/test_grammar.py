@@ -328,6 +328,33 @@ FORMATS = [
         ["1230!", "00!"],
         ["12!"],
     ),
+    # alternatives and repeats of text and regexes join too: [0-9]+ then one of "0!" / "x"
+    (
+        {
+            "type": "sequence",
+            "elements": [
+                {"type": "regex", "pattern": "[0-9]+"},
+                {
+                    "type": "or",
+                    "elements": [{"type": "const_string", "value": "0!"}, {"type": "const_string", "value": "x"}],
+                },
+            ],
+        },
+        ["10!", "12x", "00!"],
+        ["1!", "x"],
+    ),  # fmt: skip
+    (
+        {
+            "type": "sequence",
+            "elements": [
+                {"type": "star", "content": {"type": "regex", "pattern": "[a-z]"}},
+                {"type": "optional", "content": {"type": "const_string", "value": "z"}},
+                {"type": "const_string", "value": "z!"},
+            ],
+        },
+        ["abz!", "azz!", "z!"],
+        ["ab!"],
+    ),  # fmt: skip
     # a regex that cannot be joined as it is (anchors inside, flags) keeps its own lexeme, as before
     (
         {
