@@ -16,9 +16,10 @@ the last view: both give the same calls. Parsers read the text, never token ids.
 - `deepseek_v31` (DeepSeek-V3.1): the same markers, `NAME<｜tool▁sep｜>` and the bare JSON arguments.
 - `kimi_k2` (Kimi-K2): a section of `<|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>`
   calls with JSON arguments; the model's id is the call's id.
-- `glm45`, `qwen3_coder` (arguments as key/value tags, tool_parsers_kv.py) and `pythonic` (a Python list of
-  calls, tool_parsers_pythonic.py) and `xlam` (a JSON list of calls, fenced or tagged, tool_parsers_xlam.py) live
-  beside this module; tool_parser_registry.py names them all.
+- `glm45`, `qwen3_coder`, `seed_oss` (arguments as key/value tags, tool_parsers_kv.py), `pythonic` (a Python
+  list of calls, tool_parsers_pythonic.py), `xlam` (a JSON list of calls, fenced or tagged, tool_parsers_xlam.py)
+  and the JSON formats behind other markers (granite, jamba, minimax, internlm, ...: tool_parsers_tagged.py)
+  live beside this module; tool_parser_registry.py names them all.
 - `required` (tool_choice "required"): the server constrained the output to a JSON list of {"name",
   "parameters"} objects. `named` (a named tool_choice): the output is the arguments themselves.
 """
