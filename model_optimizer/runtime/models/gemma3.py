@@ -215,6 +215,14 @@ class Gemma3ForCausalLM(nn.Module):
                 return new + name[len(old) :]
         return None if name.startswith(VISION_PREFIXES) else name
 
+    def checkpoint_aliases(self, name: str) -> list[str]:
+        """The names an image-and-text checkpoint gives one of our modules (`model.layers.0.mlp.down_proj` is
+        its `language_model.model.layers.0.mlp.down_proj`): a pre-quantized release's ignore list names those."""
+        if not self.args.hf.get("text_of"):
+            return []
+        dotted = name + "."
+        return [(old + dotted[len(new) :])[:-1] for old, new in MULTIMODAL_PREFIXES if dotted.startswith(new)]
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head(hidden)
         if self.softcap is None:

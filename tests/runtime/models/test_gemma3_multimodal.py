@@ -102,3 +102,21 @@ def test_the_tools_take_it_as_its_language_model(multimodal, tmp_path):
     with pytest.raises(ValueError, match="does not rewrite a Gemma3ForConditionalGeneration"):
         fix_checkpoint(multimodal, tmp_path / "fixed", FixOptions())
     assert model_cost(read_config(multimodal), "float32") is not None
+
+
+def test_an_ignore_list_naming_the_checkpoint_s_own_paths_is_honoured(multimodal):
+    """A pre-quantized image-and-text release may ignore a layer by its full checkpoint name; our module of
+    that name stays in float."""
+    from model_optimizer.runtime.layers.quantization.attach import attach_quantization
+    from model_optimizer.runtime.layers.quantization.spec import resolve_spec
+    from model_optimizer.runtime.models.loader import build_model
+    from model_optimizer.runtime.models.model_config import DecoderArgs
+    from model_optimizer.runtime.models.registry import resolve_model_class
+
+    hf = read_config(multimodal)
+    args = DecoderArgs.from_dict(hf)
+    model = build_model(lambda: resolve_model_class(args.architecture)(args), torch.float32, torch.device("cpu"))
+    spec = resolve_spec(hf, "int8")
+    spec.ignore.append("language_model.model.layers.0.mlp.down_proj")
+    names = [name for name, _ in attach_quantization(model, spec, torch.float32, dummy=True)]
+    assert "model.layers.0.mlp.down_proj" not in names and "model.layers.1.mlp.down_proj" in names

@@ -45,6 +45,16 @@ def checkpoint_names(model: nn.Module, module_name: str) -> list[str]:
     return names or [module_name]
 
 
+def _ignored(model: nn.Module, spec: QuantSpec, module_name: str) -> bool:
+    """Whether the spec leaves this module in float: every checkpoint module behind it ignored, under any
+    name the checkpoint may give it (`checkpoint_aliases`: Gemma 3's image-and-text layout)."""
+    aliases = getattr(model, "checkpoint_aliases", None)
+    return all(
+        any(spec.ignores(alias) for alias in [name, *(aliases(name) if aliases is not None else [])])
+        for name in checkpoint_names(model, module_name)
+    )
+
+
 def quantized_layers(model: nn.Module) -> list[tuple[str, Linear]]:
     return [(name, m) for name, m in model.named_modules() if isinstance(m, Linear) and m.quant_method is not None]
 
@@ -59,7 +69,7 @@ def attach_quantization(
     source = DenseSource() if dummy else make_source(spec)
     layers = []
     for name, module in model.named_modules():
-        if not isinstance(module, Linear) or all(spec.ignores(n) for n in checkpoint_names(model, name)):
+        if not isinstance(module, Linear) or _ignored(model, spec, name):
             continue
         method: QuantMethod = make_method(spec.method, source, dtype, spec.group_size)
         try:
