@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from model_optimizer.runtime.layers.norm import rms_norm
-from model_optimizer.runtime.layers.rotary import RopeConfig, inverse_frequencies
+from model_optimizer.runtime.layers.rotary import RopeConfig, inverse_frequencies, rotate_halves
 
 
 class PartialRotaryEmbedding(nn.Module):
@@ -51,9 +51,8 @@ class PartialRotaryEmbedding(nn.Module):
 
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         rot, rest = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
-        if not self.interleaved:  # transformers' x * cos + rotate_half(x) * sin, on halves
-            x1, x2 = rot.chunk(2, dim=-1)
-            return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest), dim=-1)
+        if not self.interleaved:
+            return torch.cat((rotate_halves(rot, cos, sin), rest), dim=-1)
         even, odd = rot[..., 0::2], rot[..., 1::2]  # pair i: dimensions 2i and 2i + 1
         # transformers' x * cos + rotate_half(x) * sin on the interleaved pairs, term by term
         rotated = torch.stack((even * cos + (-odd) * sin, odd * cos + even * sin), dim=-1).flatten(-2)

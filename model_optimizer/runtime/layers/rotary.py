@@ -126,10 +126,11 @@ def norm_rotate_ref(q, k, positions, cos_table, sin_table, q_weight=None, k_weig
         q, k = rms_norm(q, q_weight, eps), rms_norm(k, k_weight, eps)
     cos = cos_table[positions].to(q.dtype)[:, None, :]  # (tokens, 1, head_dim / 2)
     sin = sin_table[positions].to(q.dtype)[:, None, :]
-    return _rotate(q, cos, sin), _rotate(k, cos, sin)
+    return rotate_halves(q, cos, sin), rotate_halves(k, cos, sin)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rotate_halves(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """`x` rotated with dimension i paired with i + width / 2 (Llama's layout): cos and sin of width / 2."""
     # same arithmetic as transformers' x * cos + rotate_half(x) * sin, on halves
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
