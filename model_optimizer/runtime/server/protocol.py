@@ -142,6 +142,12 @@ class CompletionRequest(SamplingFields):
     best_of: int | None = Field(default=None, ge=1, le=1024)
 
 
+TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
+"""Content part types that are text, as vLLM reads them, each with the key of its text: an assistant's
+`refusal` (under "refusal", as OpenAI returns it), the Responses API's `input_text` / `output_text`. Any
+other part (images, files, audio) is a 400."""
+
+
 class TextPart(_Request):
     type: Literal["text"]
     text: str
@@ -149,10 +155,9 @@ class TextPart(_Request):
     @model_validator(mode="before")
     @classmethod
     def _text_kinds(cls, data: Any) -> Any:
-        """The other parts that are text, as vLLM reads them: an assistant's `refusal` (its text under
-        "refusal"), and the Responses API's `input_text` / `output_text` sent in a chat message."""
-        if isinstance(data, dict) and data.get("type") in ("refusal", "input_text", "output_text"):
-            key = "refusal" if data["type"] == "refusal" else "text"
+        """The other parts that are text (TEXT_PARTS), as a text part."""
+        kind = data.get("type") if isinstance(data, dict) else None
+        if isinstance(kind, str) and kind != "text" and (key := TEXT_PARTS.get(kind)):
             return {"type": "text", "text": data.get(key)}
         return data
 

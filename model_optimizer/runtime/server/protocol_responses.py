@@ -16,12 +16,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from model_optimizer.runtime.server.errors import APIError, validation_message
-from model_optimizer.runtime.server.protocol import ChatCompletionRequest, _Request
+from model_optimizer.runtime.server.protocol import TEXT_PARTS, ChatCompletionRequest, _Request
 
 ROLES = ("user", "assistant", "system", "developer")
-TEXT_PARTS = {"input_text": "text", "output_text": "text", "text": "text", "refusal": "refusal"}
-"""Content part types that go into the prompt, each with the key of its text (an assistant's refusal under
-"refusal", as OpenAI returns it); any other part (images, files, audio) is a 400."""
 PASSED_THROUGH = (
     "seed",
     "top_k",
@@ -214,7 +211,8 @@ def _text(content: Any, where: str) -> str:
         raise APIError(400, f"{where} must be a string or a list of text parts", where)
     texts = []
     for i, part in enumerate(content):
-        key = TEXT_PARTS.get(part.get("type")) if isinstance(part, dict) else None
+        kind = part.get("type") if isinstance(part, dict) else None
+        key = TEXT_PARTS.get(kind) if isinstance(kind, str) else None
         if key is None or not isinstance(part.get(key), str):
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
             raise APIError(400, f"{where}[{i}]: only text parts are supported here, got {kind!r}", f"{where}[{i}]")
