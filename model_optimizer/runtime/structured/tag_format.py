@@ -186,7 +186,7 @@ class LarkBuilder:
         or alternatives, repeats and sequences of those (joinable with what follows it into one lexeme),
         else None."""
         kind = node["type"]
-        if kind == "const_string" and "<[" not in self.forced(node["value"]):
+        if kind == "const_string" and all(token is None for _, token in self.segments(node["value"])):
             return slashes_escaped(regex_literal(node["value"]))
         if kind == "regex" and lark_of(node["pattern"], self.segments) is None:
             pattern = joinable(node["pattern"])

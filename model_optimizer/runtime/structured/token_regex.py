@@ -193,16 +193,10 @@ def lark_of(pattern: str, segments: Segments) -> str | None:
     """A Lark expression for `pattern` with the tokens its literal runs spell (`segments(text)`: the text in
     pieces, each plain or one added token); None when no run spells one, or the pattern does not parse
     (llguidance then says why). ValueError for one that would need splitting but has inline flags."""
-    body = pattern[:-1]
-    if pattern.endswith("$") and (len(body) - len(body.rstrip("\\"))) % 2 == 0:
-        pattern = body  # an anchor (not an escaped $): the grammar matches the whole output anyway
-    parser = _Parser(pattern.removeprefix("^"))
-    try:
-        branches = parser.alternatives()
-    except ValueError:
+    parsed = _parsed(pattern)
+    if parsed is None:
         return None  # llguidance says what is wrong with it
-    if parser.i != len(parser.pattern):
-        return None
+    parser, branches = parsed
     writer = _Writer(segments)
     expression = writer.branches(branches)
     if not writer.tokens:
@@ -216,6 +210,15 @@ def joinable(pattern: str) -> str | None:
     """`pattern` without its edge anchors, as regex text that another regex may follow inside one lexeme;
     None where it cannot be joined as it is: it does not parse on its own (`a)|(b` would escape its group),
     holds inline flags (`(?x)` would read what follows as a comment) or anchors elsewhere (`^a$|^b$`)."""
+    parsed = _parsed(pattern)
+    if parsed is None or parsed[0].flags or _anchored(parsed[1]):
+        return None
+    return parsed[0].pattern
+
+
+def _parsed(pattern: str) -> tuple[_Parser, list[list[_Item]]] | None:
+    """The pattern without its edge anchors (the grammar matches the whole output anyway; an escaped `$`
+    stays), parsed into its branches; None when it does not parse, or not to its end."""
     body = pattern[:-1]
     if pattern.endswith("$") and (len(body) - len(body.rstrip("\\"))) % 2 == 0:
         pattern = body
@@ -224,9 +227,7 @@ def joinable(pattern: str) -> str | None:
         branches = parser.alternatives()
     except ValueError:
         return None
-    if parser.i != len(parser.pattern) or parser.flags or _anchored(branches):
-        return None
-    return parser.pattern
+    return (parser, branches) if parser.i == len(parser.pattern) else None
 
 
 def _anchored(branches: list[list[_Item]]) -> bool:
