@@ -43,6 +43,13 @@ from model_optimizer.runtime.models.moe_args import is_sparse_layer
 LAYER_INDEX = re.compile(r"^model\.layers\.(\d+)\.")
 
 
+def after_last_layer(name: str, num_layers: int) -> bool:
+    """Whether checkpoint tensor `name` belongs to a layer past the model's last (`model.layers.<n>.` with
+    n >= num_layers): the multi-token-prediction layers DeepSeek-V3 and GLM-4.5 checkpoints carry."""
+    match = LAYER_INDEX.match(name)
+    return match is not None and int(match.group(1)) >= num_layers
+
+
 def refuse_quantized_latent_projections(hf: dict, mla: MlaArgs) -> None:
     """The latent projections load in the model dtype only (layers/mla.py's LatentLinear): a pre-quantized
     checkpoint that rounded them (DeepSeek-V3's block-fp8 release, llm-compressor folders that ignore only
@@ -136,8 +143,7 @@ class DeepseekV2ForCausalLM(LlamaForCausalLM):
 
     def skips_checkpoint_key(self, name: str) -> bool:
         """DeepSeek-V3's multi-token-prediction layers follow the last decoder layer; generation does not use them."""
-        match = LAYER_INDEX.match(name)
-        return match is not None and int(match.group(1)) >= self.args.num_layers
+        return after_last_layer(name, self.args.num_layers)
 
 
 class DeepseekV3ForCausalLM(DeepseekV2ForCausalLM):

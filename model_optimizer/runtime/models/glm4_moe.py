@@ -22,7 +22,7 @@ from torch import nn
 from model_optimizer.runtime.layers.moe import expert_stacked_params
 from model_optimizer.runtime.layers.partial_rotary import PartialRotaryEmbedding
 from model_optimizer.runtime.layers.rotary import RopeConfig
-from model_optimizer.runtime.models.deepseek import LAYER_INDEX
+from model_optimizer.runtime.models.deepseek import after_last_layer
 from model_optimizer.runtime.models.deepseek_moe import deepseek_moe_args, deepseek_moe_block
 from model_optimizer.runtime.models.glm4 import partial_rotary_factor
 from model_optimizer.runtime.models.llama import DecoderLayer, DecoderMLP, LlamaForCausalLM
@@ -53,5 +53,4 @@ class Glm4MoeForCausalLM(LlamaForCausalLM):
 
     def skips_checkpoint_key(self, name: str) -> bool:
         """The multi-token-prediction layers after the last decoder layer: generation does not use them."""
-        match = LAYER_INDEX.match(name)
-        return match is not None and int(match.group(1)) >= self.args.num_layers
+        return after_last_layer(name, self.args.num_layers)
