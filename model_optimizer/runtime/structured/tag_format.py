@@ -175,9 +175,11 @@ class LarkBuilder:
         pattern = self._regex(content)
         if pattern is not None and tails and all("<[" not in t for t in tails):
             # a regex and the text of its end are one lexeme: llguidance's lexemes are greedy, so a `.*`
-            # lexeme of its own would eat the end too and never stop
+            # lexeme of its own would eat the end too and never stop; a lazy one, so that the tag ends at
+            # its first end (a greedy `.*</a>` would go on through the text after it on the same line)
             until = "|".join(regex_literal(e) for e in ends)
-            return self._rule(f"{head} {self._terminal(f'/{pattern}(?:{until})/')}".strip())
+            lazy = self._rule(self._terminal(f"/{pattern}(?:{until})/"), "[lazy]")
+            return self._rule(f"{head} {lazy}".strip())
         tail = f"({' | '.join(tails)}){'?' if len(tails) < len(ends) else ''}" if tails else ""
         return self._rule(f"{head} {self.node(content)} {tail}".strip())
 

@@ -10,9 +10,11 @@ run's other text with it: `a.*b<tool_call>x` is `/a.*b/ <[1026]> /x/`. (Literal 
 own would be wrong: llguidance's lexemes are greedy, so `/.*/ "b"` never lets the `.*` stop.) A regex
 without such a run is left to llguidance as it is (`lark_of` gives None).
 
-Literal runs are found through groups and alternations; a token's text split by a group boundary
-(`<tool_(call)>`), inside a class, or under a quantifier is not a run and stays as it was. Inline
-flags (`(?i)`) would not carry across the split, so a regex that needs one and has flags is refused.
+Literal runs are found through groups and alternations, and a group of one branch without a quantifier
+counts as its items (`<tool_(call)>` is the token; `[0-9]+\\s*(\\n<tool_call>)` joins its newline to
+the whitespace before it); a token's text inside a class, under a quantifier or across alternatives is
+not a run and stays as it was. Inline flags (`(?i)`) would not carry across the split, so a regex that
+needs one and has flags is refused.
 """
 
 from __future__ import annotations
@@ -172,7 +174,7 @@ class _Writer:
                     at += len(piece)
             run.clear()
 
-        for item in items:
+        for item in _inlined(items):
             if item.char is not None:
                 run.append(item)
                 continue
@@ -187,6 +189,19 @@ class _Writer:
         end_run()
         end_regex()
         return " ".join(pieces)
+
+
+def _inlined(items: list[_Item]) -> list[_Item]:
+    """The items with each group of one branch and no quantifier replaced by its own items (the same
+    language): the text before a token inside such a group joins the regexes before the group, so that
+    a greedy `\\s*` there cannot take the group's leading newline in a lexeme of its own."""
+    out: list[_Item] = []
+    for item in items:
+        if item.branches is not None and len(item.branches) == 1 and not item.quantifier:
+            out.extend(_inlined(item.branches[0]))
+        else:
+            out.append(item)
+    return out
 
 
 def lark_of(pattern: str, segments: Segments) -> str | None:

@@ -320,6 +320,16 @@ FORMATS = [
         ["<a>hi there</a>", "<a></b>"],
         ["<a>hi"],
     ),
+    # ... which ends at the first end, so that the text after a triggered tag may go on on its line
+    (
+        {
+            "type": "triggered_tags",
+            "triggers": ["<a>"],
+            "tags": [{"type": "tag", "begin": "<a>", "content": {"type": "regex", "pattern": ".*"}, "end": "</a>"}],
+        },
+        ["x <a>hi</a> more", "<a>hi</a>\nmore <a></a>"],
+        ["x <a>hi"],
+    ),
     (
         {
             "type": "sequence",

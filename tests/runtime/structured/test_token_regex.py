@@ -33,13 +33,16 @@ def forced(text: str) -> list[tuple[str, int | None]]:
         # the text around a token stays in the regex beside it: a greedy .* must be able to stop before it
         (r"<T>\n\{.*\}\n<T>", r"<[9]> /\n\{.*\}\n/ <[9]>"),
         (r"[a-z]+ing<T>", r"/[a-z]+ing/ <[9]>"),
+        # a group of one branch, unquantified, is its items: its text joins the regex before it
+        (r"[0-9]+\s*(\n<T>)", r"/[0-9]+\s*\n/ <[9]>"),
+        ("<(T)>", "<[9]>"),
     ],
 )
 def test_runs_that_spell_the_token_become_the_token(pattern, lark):
     assert lark_of(pattern, forced) == lark
 
 
-@pytest.mark.parametrize("pattern", ["a(b|c)*", "[<T>]+", "<T>?", "<(T)>", r"\x3cT>", "(unbalanced", "a\\"])
+@pytest.mark.parametrize("pattern", ["a(b|c)*", "[<T>]+", "<T>?", "<(T)>?", r"\x3cT>", "(unbalanced", "a\\"])
 def test_a_pattern_with_no_such_run_is_left_to_llguidance(pattern):
     assert lark_of(pattern, forced) is None
 
@@ -73,6 +76,11 @@ def taken(tmp_path_factory):
             ["<tool_call>\n{}\n", "<tool_call>\n{}"],
         ),
         (StructuredOutputs.regex("[a-z]+ing</tool_call>"), ["sing</tool_call>"], ["sin</tool_call>"]),
+        (  # a greedy \s* before a group that starts with the newline: one lexeme, so the \s* can stop
+            StructuredOutputs.regex(r"[0-9]+\s*(\n<tool_call>)"),
+            ["12 \n<tool_call>", "12\n<tool_call>"],
+            ["12 <tool_call>", "12 \n"],
+        ),
         (StructuredOutputs.choice(["<tool_call>yes", "no", "a/b"]), ["<tool_call>yes", "no", "a/b"], ["yes"]),
         (StructuredOutputs.choice(["<think>", "<tool_call>"]), ["<think>", "<tool_call>"], ["think"]),
         (
