@@ -154,13 +154,14 @@ class ServerConfig:
             "longcat",
             "ernie45",
             "seed_oss",
+            "gigachat3",
             "llama4_json",
             "llama4_pythonic",
             "glm47",
         ]
         | None
     ) = None
-    """How to read tool calls from the model's text with tool_choice "auto": hermes (Qwen2.5/3, Hermes: <tool_call> tags), llama3_json or llama4_json (Llama 3.1+ JSON calls), mistral ([TOOL_CALLS]), deepseek_v3 (DeepSeek-V3/R1-0528), deepseek_v31 (DeepSeek-V3.1), glm45 or glm47 (GLM-4.5 to 4.7), qwen3_coder or qwen3_xml (Qwen3-Coder), seed_oss (Seed-OSS), pythonic or llama4_pythonic (Llama 3.2/4: a Python list of calls), kimi_k2 (Kimi-K2: its own call ids), xlam (xLAM: a JSON list of calls, bare, fenced or tagged), granite (Granite 3.x), granite-20b-fc, jamba, hunyuan_a13b, minimax (MiniMax-M1), phi4_mini_json (Phi-4-mini), internlm (InternLM2/2.5), longcat (LongCat-Flash), ernie45 (ERNIE-4.5)."""
+    """How to read tool calls from the model's text with tool_choice "auto": hermes (Qwen2.5/3, Hermes: <tool_call> tags), llama3_json or llama4_json (Llama 3.1+ JSON calls), mistral ([TOOL_CALLS]), deepseek_v3 (DeepSeek-V3/R1-0528), deepseek_v31 (DeepSeek-V3.1), glm45 or glm47 (GLM-4.5 to 4.7), qwen3_coder or qwen3_xml (Qwen3-Coder), seed_oss (Seed-OSS), pythonic or llama4_pythonic (Llama 3.2/4: a Python list of calls), kimi_k2 (Kimi-K2: its own call ids), xlam (xLAM: a JSON list of calls, bare, fenced or tagged), granite (Granite 3.x), granite-20b-fc, jamba, hunyuan_a13b, minimax (MiniMax-M1), phi4_mini_json (Phi-4-mini), internlm (InternLM2/2.5), longcat (LongCat-Flash), ernie45 (ERNIE-4.5), gigachat3 (GigaChat3)."""
 
     reasoning_parser: (
         Literal[

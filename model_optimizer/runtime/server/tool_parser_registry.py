@@ -20,6 +20,7 @@ from model_optimizer.runtime.server.tool_parsers_kv import Glm45Parser, Qwen3Cod
 from model_optimizer.runtime.server.tool_parsers_pythonic import PythonicParser
 from model_optimizer.runtime.server.tool_parsers_tagged import (
     Ernie45Parser,
+    GigaChat3Parser,
     Granite20bFCParser,
     GraniteParser,
     HunyuanA13BParser,
@@ -54,6 +55,7 @@ PARSERS: dict[str, type[ToolParser]] = {
         LongcatParser,
         Ernie45Parser,
         SeedOssParser,
+        GigaChat3Parser,
     )
 } | {
     "qwen3_xml": Qwen3CoderParser,

@@ -11,6 +11,9 @@
 - `granite-20b-fc` (Granite-20B-FunctionCalling): `<function_call>` before each object.
 - `longcat` (LongCat-Flash) and `ernie45` (ERNIE-4.5): hermes' format, `<longcat_tool_call>` tags for the
   first, `<tool_call>` for the second.
+- `gigachat3` (GigaChat3, a DeepSeek-V3 model; special tokens): the answer, `<|message_sep|>`, then
+  `function call<|role_sep|>` and one {"name", "arguments"} object (newer templates: `<|function_call|>`
+  before the object); the content is the text before the first of those.
 
 In each, the text before the marker is content (granite: none, its output is the calls or the answer), and
 the calls are read with tool_parsers.py's JSON scanning, so nested brackets and strings holding markers never
@@ -179,3 +182,34 @@ class LongcatParser(HermesParser):
 
 class Ernie45Parser(HermesParser):
     name = "ernie45"
+
+
+class GigaChat3Parser(ToolParser):
+    name = "gigachat3"
+    needs_special_tokens = True
+    MARKERS = ("function call<|role_sep|>", "<|function_call|>")
+    SEP = "<|message_sep|>"
+    """Ends the answer: what follows is a call, or nothing the user reads."""
+
+    def view(self, text: str, final: bool) -> ToolView:
+        first, calls = -1, []
+        for marker in self.MARKERS:  # the earliest marker with a call (or, streaming, its start) behind it
+            at = text.find(marker)
+            while at != -1 and (first == -1 or at < first):
+                found = _objects_body(text, skip_ws(text, at + len(marker)))
+                if found is not None and final:
+                    found = [c for c in found if c.name is not None] or None
+                if found is not None:
+                    first, calls = at, found
+                    break
+                at = text.find(marker, at + 1)
+        end = text.find(self.SEP)
+        if first != -1:
+            return ToolView(text[: first if end == -1 else min(end, first)].rstrip(), calls)
+        if end != -1:
+            return ToolView(text[:end].rstrip())
+        return ToolView(_content_before(text, -1, False, final, (*self.MARKERS, self.SEP)))
+
+    def call_frame(self, name: str) -> tuple[str, str, str]:
+        marker = self.MARKERS[0]
+        return marker, f'{marker}\n{{"name": {json.dumps(name)}, "arguments": ', "}"

@@ -409,6 +409,7 @@ CALL_FRAMES = {
     "longcat": ('<longcat_tool_call>{"name":"f","arguments":', "}</longcat_tool_call>"),
     "ernie45": ('<tool_call>{"name":"f","arguments":', "}</tool_call>"),
     "seed_oss": ("<seed:tool_call>\n<function=f>\n<parameter=a>\n", "\n</parameter>\n</function>\n</seed:tool_call>"),
+    "gigachat3": ('<|message_sep|>function call<|role_sep|>\n{"name":"f","arguments":', "}"),
 }
 """Each format's call around random pieces: texts that reach deep into the parsers."""
 ALIASES = {"qwen3_xml": "qwen3_coder", "llama4_json": "llama3_json", "llama4_pythonic": "pythonic", "glm47": "glm45"}

@@ -1,5 +1,5 @@
-"""The granite, granite-20b-fc, jamba, hunyuan_a13b, minimax, phi4_mini_json, internlm, longcat, ernie45 and
-seed_oss tool-call parsers, and the names vLLM gives formats read by others, on texts in each model's format:
+"""The granite, granite-20b-fc, jamba, hunyuan_a13b, minimax, phi4_mini_json, internlm, longcat, ernie45,
+seed_oss and gigachat3 tool-call parsers, and the names vLLM gives formats read by others, on texts in each model's format:
 read whole, in every prefix and in small chunks, they give the same calls, views only grow, and broken or
 cut-off texts never raise (the checks of test_tool_parsers_more.py)."""
 
@@ -17,6 +17,7 @@ from model_optimizer.runtime.server.tool_parsers_kv import Glm45Parser, SeedOssP
 from model_optimizer.runtime.server.tool_parsers_pythonic import PythonicParser
 from model_optimizer.runtime.server.tool_parsers_tagged import (
     Ernie45Parser,
+    GigaChat3Parser,
     Granite20bFCParser,
     GraniteParser,
     HunyuanA13BParser,
@@ -80,6 +81,15 @@ CASES = [
     (LongcatParser, f"Hm.<longcat_tool_call>{CALL}</longcat_tool_call>", "Hm.", [("get_weather", WEATHER)]),
     (Ernie45Parser, f"\n\n<tool_call>\n{TIME}\n</tool_call>\n", None, [("time", {})]),
     (
+        GigaChat3Parser,
+        f"Checking.<|message_sep|>function call<|role_sep|>\n{CALL}",
+        "Checking.",
+        [("get_weather", WEATHER)],
+    ),
+    (GigaChat3Parser, f"<|function_call|>{TIME}", None, [("time", {})]),
+    (GigaChat3Parser, "Just an answer.<|message_sep|>", "Just an answer.", []),
+    (GigaChat3Parser, "A function call is a request.", "A function call is a request.", []),
+    (
         SeedOssParser,
         "Let me check.<seed:tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
         "<parameter=days>\n3\n</parameter>\n</function>\n</seed:tool_call>",
@@ -100,7 +110,16 @@ def test_broken_and_cut_off_texts_never_raise_and_views_still_grow(parser):
 
 
 @pytest.mark.parametrize(
-    "parser", [JambaParser, HunyuanA13BParser, MinimaxParser, Phi4MiniJsonParser, InternLMParser, Granite20bFCParser]
+    "parser",
+    [
+        JambaParser,
+        HunyuanA13BParser,
+        MinimaxParser,
+        Phi4MiniJsonParser,
+        InternLMParser,
+        Granite20bFCParser,
+        GigaChat3Parser,
+    ],
 )
 def test_a_strict_tool_s_frame_reads_back_as_its_call(parser):
     """call_frame's begin + arguments + end, the text a strict tool's structural tag makes the model write, is
@@ -121,6 +140,10 @@ def test_vllms_other_names_read_the_formats_they_name():
         ("get_weather", {"city": "Oslo"}),
         ("time", {}),
     ]
-    assert JambaParser.needs_special_tokens and InternLMParser.needs_special_tokens
+    assert (
+        JambaParser.needs_special_tokens
+        and InternLMParser.needs_special_tokens
+        and PARSERS["gigachat3"].needs_special_tokens
+    )
     assert not (HunyuanA13BParser.needs_special_tokens or MinimaxParser.needs_special_tokens)
     assert issubclass(LongcatParser, HermesParser) and PARSERS["granite-20b-fc"] is Granite20bFCParser
