@@ -16,6 +16,7 @@ from pydantic import BaseModel, Discriminator, Field, Tag, model_serializer, mod
 
 from model_optimizer.runtime.server.body import in_slices
 from model_optimizer.runtime.server.protocol_structured import (
+    AllowedToolsChoice,
     ChatTool,
     DeltaToolCall,
     NamedToolChoice,
@@ -203,7 +204,7 @@ class ChatCompletionRequest(SamplingFields):
     (a prefill the model goes on with), whole and streamed."""
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ChatTool] | None = Field(default=None, max_length=128)
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice | None = None
     parallel_tool_calls: bool = True
     """False: one call at most (with tool_choice "required" the output is constrained to one; with "auto"
     the first call the model wrote is returned, as vLLM does)."""

@@ -248,6 +248,16 @@ def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
                 400, f"tool_choice must be none, auto, required or a function, got {choice!r}", "tool_choice"
             )
         return choice
+    if choice.get("type") == "allowed_tools":  # flat here, nested in chat's shape
+        tools = choice.get("tools")
+        if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools
+        ):
+            raise APIError(
+                400, 'tool_choice.tools must be function tools: {"type": "function", "name": ...}', "tool_choice"
+            )
+        named = [{"type": "function", "function": {"name": t["name"]}} for t in tools]
+        return {"type": "allowed_tools", "allowed_tools": {"mode": choice.get("mode"), "tools": named}}
     if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
         raise APIError(400, 'tool_choice must name a function tool: {"type": "function", "name": ...}', "tool_choice")
     return {"type": "function", "function": {"name": choice["name"]}}

@@ -96,6 +96,20 @@ class NamedToolChoice(_Request):
     function: NamedFunction
 
 
+class AllowedTools(_Request):
+    mode: Literal["auto", "required"]
+    """auto: the model may call one of `tools` or answer; required: it calls one or more of them."""
+    tools: list[NamedToolChoice] = Field(min_length=1, max_length=128)
+
+
+class AllowedToolsChoice(_Request):
+    """OpenAI's tool_choice that lets the model call only some of the request's tools, all of which the
+    prompt still shows (`{"type": "allowed_tools", "allowed_tools": {"mode": ..., "tools": [...]}}`)."""
+
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+
 class ToolCallFunction(BaseModel):
     name: str
     arguments: str

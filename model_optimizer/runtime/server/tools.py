@@ -12,6 +12,10 @@
   finish_reason "tool_calls".
 - a named function: the output is constrained to that function's parameters schema and becomes its one
   call's arguments; finish_reason "stop", as OpenAI reports a forced function.
+- `allowed_tools` (OpenAI's): the prompt shows every tool, but only the listed ones may be called. Mode
+  `required` is `required` over those tools; mode `auto` is `auto` with the calls constrained (a structural
+  tag of the allowed tools, strict ones under their schemas, as for strict tools), which needs a format
+  that frames a call (else a 400). Listing every tool is plain `auto` / `required`.
 A tool without `parameters` takes none: its arguments are `{}`.
 """
 
@@ -22,6 +26,7 @@ from typing import Any
 
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import ChatCompletionRequest
+from model_optimizer.runtime.server.protocol_structured import AllowedToolsChoice
 from model_optimizer.runtime.server.state import ServerState
 from model_optimizer.runtime.server.tool_parser_registry import PARSERS
 from model_optimizer.runtime.server.tool_parsers import NamedParser, RequiredParser, ToolParser
@@ -75,6 +80,8 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
                 "tools",
             )
     template_tools = [t.model_dump(exclude_none=True, by_alias=True) for t in tools]
+    if isinstance(choice, AllowedToolsChoice):
+        return _allowed_plan(state, body, choice, template_tools)
     if choice is None or choice == "auto":
         parser = _auto_parser(state, template_tools)
         return ToolPlan(template_tools, parser, _strict_calls(tools, parser), finish_with_tool_calls=True)
@@ -91,6 +98,36 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
     return ToolPlan(
         template_tools, _with_server_ids(state, NamedParser(tool.function.name)), StructuredOutputs.json(schema)
     )
+
+
+def _allowed_plan(
+    state: ServerState, body: ChatCompletionRequest, choice: AllowedToolsChoice, template_tools: list[dict]
+) -> ToolPlan:
+    """tool_choice allowed_tools: every tool in the prompt, calls only to the listed ones."""
+    tools = body.tools or []
+    listed = {t.function.name for t in choice.allowed_tools.tools}
+    unknown = sorted(listed - {t.function.name for t in tools})
+    if unknown:
+        raise APIError(
+            400, f"tool_choice.allowed_tools names {unknown[0]!r}, which is not among the tools", "tool_choice"
+        )
+    allowed = [t for t in tools if t.function.name in listed]
+    if choice.allowed_tools.mode == "required":
+        schema = _calls_schema(allowed, body.parallel_tool_calls)
+        parser = _with_server_ids(state, RequiredParser())
+        return ToolPlan(template_tools, parser, StructuredOutputs.json(schema), finish_with_tool_calls=True)
+    parser = _auto_parser(state, template_tools)
+    if len(allowed) == len(tools):  # every tool: plain auto
+        return ToolPlan(template_tools, parser, _strict_calls(tools, parser), finish_with_tool_calls=True)
+    constraint = _framed_calls(allowed, parser)
+    if constraint is None:
+        raise APIError(
+            400,
+            f"tool_choice allowed_tools with mode auto constrains the model's calls, which the "
+            f"{state.config.tool_call_parser!r} tool-call format cannot frame; use mode required, or list every tool",
+            "tool_choice",
+        )
+    return ToolPlan(template_tools, parser, constraint, finish_with_tool_calls=True)
 
 
 def _with_server_ids(state: ServerState, parser: ToolParser) -> ToolParser:
@@ -120,6 +157,12 @@ def _strict_calls(tools: list[Any], parser: ToolParser) -> StructuredOutputs | N
     tools is strict and the parser's format frames a call; None otherwise (the calls go unconstrained)."""
     if not any(t.function.strict for t in tools):
         return None
+    return _framed_calls(tools, parser)
+
+
+def _framed_calls(tools: list[Any], parser: ToolParser) -> StructuredOutputs | None:
+    """A structural tag whose structures are calls to `tools` in the parser's format (a strict tool's
+    arguments under its schema, another's under any object); None when the format cannot frame a call."""
     structures, triggers = [], []
     for tool in tools:
         frame = parser.call_frame(tool.function.name)

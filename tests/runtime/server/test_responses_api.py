@@ -113,6 +113,18 @@ def test_a_required_function_call_and_its_output_sent_back(client):
     assert [item.type for item in answer.output] == ["message"]
 
 
+def test_allowed_tools_in_the_responses_shape(client):
+    """tool_choice {"type": "allowed_tools", "mode", "tools"} (flat, as the Responses API writes it)."""
+    other = {**WEATHER, "name": "get_time", "parameters": {"type": "object", "properties": {}}, "strict": False}
+    response = client.responses.create(
+        model="tiny", input="Weather in Oslo?", tools=[other, WEATHER], max_output_tokens=200, temperature=1.0,
+        tool_choice={"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_weather"}]},
+    )  # fmt: skip
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert calls and all(c.name == "get_weather" for c in calls)
+    assert response.tool_choice.type == "allowed_tools"  # echoed as sent
+
+
 def _events(client, **kwargs) -> list:
     return list(client.responses.create(model="tiny", stream=True, **kwargs))
 

@@ -226,6 +226,58 @@ def test_named_tool_choice_and_one_call_without_parallel_calls(client):
     assert all(len(c.message.tool_calls) == 1 for c in single.choices)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_allowed_tools_required_calls_only_the_listed_tools(client, stream):
+    """OpenAI's allowed_tools: the prompt shows both tools, the calls go to the listed one only."""
+    tools = [openai.pydantic_function_tool(Weather, name="get_weather"), openai.pydantic_function_tool(Step)]
+    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [tools[1]]}}
+    kwargs = dict(model="tiny", messages=USER, tools=tools, tool_choice=choice, max_tokens=300, temperature=1.0)
+    if stream:
+        with client.chat.completions.stream(**kwargs, seed=4) as events:
+            choices = events.get_final_completion().choices
+    else:
+        choices = client.chat.completions.parse(**kwargs, n=3, seed=4).choices
+    for c in choices:
+        assert c.finish_reason == "tool_calls" and c.message.tool_calls
+        assert all(isinstance(call.function.parsed_arguments, Step) for call in c.message.tool_calls)
+    listed = client.chat.completions.create(model="tiny", messages=USER, tools=tools, tool_choice="none", max_tokens=1)
+    shown = client.chat.completions.create(
+        model="tiny", messages=USER, tools=tools[:1], tool_choice="none", max_tokens=1
+    )
+    assert listed.usage.prompt_tokens > shown.usage.prompt_tokens  # both tools reach the template
+
+
+def test_allowed_tools_auto_constrains_calls_to_the_listed_tools(tmp_path):
+    """Mode auto with some of the tools: the model writes text, and a call it starts (hermes' <tool_call>)
+    must be to a listed tool under its schema; every tool listed is plain auto."""
+    from types import SimpleNamespace
+
+    from model_optimizer.runtime.server.protocol import ChatCompletionRequest
+    from model_optimizer.runtime.server.tools import tool_plan
+    from tests.runtime.structured.test_grammar import _matching
+
+    state = SimpleNamespace(config=ServerConfig(enable_auto_tool_choice=True, tool_call_parser="hermes"))
+    tools = [openai.pydantic_function_tool(Weather, name="get_weather"), openai.pydantic_function_tool(Step)]
+
+    def plan(*names: str):
+        listed = [{"type": "function", "function": {"name": n}} for n in names]
+        choice = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": listed}}
+        return tool_plan(
+            state, ChatCompletionRequest.model_validate({"messages": USER, "tools": tools, "tool_choice": choice})
+        )
+
+    taken = _matching(tmp_path, ["<tool_call>", "</tool_call>"])
+    only_weather = plan("get_weather")
+    assert only_weather.finish_with_tool_calls and len(only_weather.template_tools) == 2
+    call = '<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>'
+    assert taken(only_weather.constraint, "Sure. " + call % ("get_weather", '{"city":"Oslo","days":2}'))
+    assert taken(only_weather.constraint, "No call needed.")
+    assert not taken(only_weather.constraint, call % ("Step", '{"explanation":"a","output":1}'))
+    assert not taken(only_weather.constraint, call % ("get_weather", '{"city":"Rome","days":2}'))  # strict schema
+    auto = tool_plan(state, ChatCompletionRequest.model_validate({"messages": USER, "tools": tools}))
+    assert plan("get_weather", "Step").constraint == auto.constraint  # the client's tools are strict
+
+
 def test_a_conversation_with_tool_results_renders_tools_and_tool_messages(client):
     tools = [openai.pydantic_function_tool(Weather, name="get_weather")]
     messages = USER + [
@@ -453,6 +505,17 @@ BAD = [
             "tool_choice": {"type": "function", "function": {"name": "g"}},
         },
         "not among the tools",
+        "tool_choice",
+    ),
+    (
+        {
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {
+                "type": "allowed_tools",
+                "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "g"}}]},
+            },
+        },
+        "names 'g', which is not among the tools",
         "tool_choice",
     ),
     ({"tool_choice": "required"}, "needs tools", "tool_choice"),

@@ -70,3 +70,20 @@ def test_calls_come_back_typed_whole_and_streamed(parser_client):
     assert chunks and all(len(c.choices) == 1 for c in chunks)
     empty = [c for c in chunks if not (c.choices[0].delta.model_dump(exclude_none=True) or c.choices[0].finish_reason)]
     assert empty == []
+
+
+def test_allowed_tools_auto_needs_a_format_that_frames_a_call(parser_client):
+    """Mode auto with some of the tools constrains the calls: a structural tag in formats that frame a call
+    (minimax, internlm), a 400 saying so in those that cannot (qwen3_coder's key/value tags, xlam's list)."""
+    parser, client = parser_client
+    tools = [openai.pydantic_function_tool(Lookup, name="lookup"), openai.pydantic_function_tool(Lookup, name="other")]
+    choice = {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "lookup"}}]},
+    }
+    kwargs = dict(model="tiny", messages=USER, tools=tools, tool_choice=choice, max_tokens=8)
+    if parser in ("minimax", "internlm"):
+        assert client.chat.completions.create(**kwargs).choices[0].finish_reason in ("stop", "length", "tool_calls")
+    else:
+        with pytest.raises(openai.BadRequestError, match="cannot frame"):
+            client.chat.completions.create(**kwargs)
