@@ -61,6 +61,29 @@ PromptInput = Annotated[
 """OpenAI's four prompt (and embedding input) shapes."""
 
 
+def _tool_choice_kind(value: Any) -> str | None:
+    """Which tool_choice shape `value` is: a mode's name, or an object by its type (allowed_tools, else a
+    named function), so that an error speaks of that shape alone."""
+    if isinstance(value, str):
+        return "mode"
+    if isinstance(value, dict):
+        return "allowed_tools" if value.get("type") == "allowed_tools" else "function"
+    return None
+
+
+ToolChoice = Annotated[
+    Annotated[Literal["none", "auto", "required"], Tag("mode")]
+    | Annotated[NamedToolChoice, Tag("function")]
+    | Annotated[AllowedToolsChoice, Tag("allowed_tools")],
+    Discriminator(
+        _tool_choice_kind,
+        custom_error_type="tool_choice_shape",
+        custom_error_message='must be "none", "auto", "required", a named function or allowed_tools',
+    ),
+]
+"""OpenAI's tool_choice shapes."""
+
+
 class StreamOptions(_Request):
     include_usage: bool | None = True
     """Send one last chunk with token usage before [DONE]: on when left out of stream_options, off when
@@ -204,7 +227,7 @@ class ChatCompletionRequest(SamplingFields):
     (a prefill the model goes on with), whole and streamed."""
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ChatTool] | None = Field(default=None, max_length=128)
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice | None = None
+    tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool = True
     """False: one call at most (with tool_choice "required" the output is constrained to one; with "auto"
     the first call the model wrote is returned, as vLLM does)."""

@@ -249,15 +249,20 @@ def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
             )
         return choice
     if choice.get("type") == "allowed_tools":  # flat here, nested in chat's shape
-        tools = choice.get("tools")
-        if not isinstance(tools, list) or not all(
-            isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools
-        ):
+        tools, mode = choice.get("tools"), choice.get("mode")
+        if mode not in ("auto", "required"):
+            raise APIError(400, f"tool_choice.mode must be auto or required, got {mode!r}", "tool_choice.mode")
+        functions = isinstance(tools, list) and all(
+            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str) for t in tools
+        )
+        if not tools or not functions:
             raise APIError(
-                400, 'tool_choice.tools must be function tools: {"type": "function", "name": ...}', "tool_choice"
+                400,
+                'tool_choice.tools must list function tools: {"type": "function", "name": ...}',
+                "tool_choice.tools",
             )
         named = [{"type": "function", "function": {"name": t["name"]}} for t in tools]
-        return {"type": "allowed_tools", "allowed_tools": {"mode": choice.get("mode"), "tools": named}}
+        return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": named}}
     if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
         raise APIError(400, 'tool_choice must name a function tool: {"type": "function", "name": ...}', "tool_choice")
     return {"type": "function", "function": {"name": choice["name"]}}

@@ -185,6 +185,9 @@ class Ernie45Parser(HermesParser):
 
 
 class GigaChat3Parser(ToolParser):
+    """No call_frame: a call starts at text and tokens that differ between GigaChat3's templates, so strict
+    tools go unconstrained and allowed_tools' mode auto is a 400, as for the formats without JSON frames."""
+
     name = "gigachat3"
     needs_special_tokens = True
     MARKERS = ("function call<|role_sep|>", "<|function_call|>")
@@ -209,7 +212,3 @@ class GigaChat3Parser(ToolParser):
         if end != -1:
             return ToolView(text[:end].rstrip())
         return ToolView(_content_before(text, -1, False, final, (*self.MARKERS, self.SEP)))
-
-    def call_frame(self, name: str) -> tuple[str, str, str]:
-        marker = self.MARKERS[0]
-        return marker, f'{marker}\n{{"name": {json.dumps(name)}, "arguments": ', "}"

@@ -52,6 +52,9 @@ class ToolPlan:
     constraint: StructuredOutputs | None = None
     finish_with_tool_calls: bool = False
     """finish_reason "tool_calls" when the output holds calls and the engine stopped it."""
+    binding: bool = False
+    """The constraint is what tool_choice asks (required, a named function, allowed_tools): a constraint of
+    the request's own cannot replace it (a 400), as it replaces strict tools' under auto."""
 
 
 def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
@@ -90,14 +93,15 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
     if choice == "required":
         schema = _calls_schema(tools, body.parallel_tool_calls)
         parser = _with_server_ids(state, RequiredParser())
-        return ToolPlan(template_tools, parser, StructuredOutputs.json(schema), finish_with_tool_calls=True)
+        return ToolPlan(
+            template_tools, parser, StructuredOutputs.json(schema), finish_with_tool_calls=True, binding=True
+        )
     tool = next((t for t in tools if t.function.name == choice.function.name), None)  # type: ignore[union-attr]
     if tool is None:
         raise APIError(400, f"tool_choice names {choice.function.name!r}, which is not among the tools", "tool_choice")  # type: ignore[union-attr]
     schema = parameters_of(tool)
-    return ToolPlan(
-        template_tools, _with_server_ids(state, NamedParser(tool.function.name)), StructuredOutputs.json(schema)
-    )
+    parser = _with_server_ids(state, NamedParser(tool.function.name))
+    return ToolPlan(template_tools, parser, StructuredOutputs.json(schema), binding=True)
 
 
 def _allowed_plan(
@@ -115,7 +119,9 @@ def _allowed_plan(
     if choice.allowed_tools.mode == "required":
         schema = _calls_schema(allowed, body.parallel_tool_calls)
         parser = _with_server_ids(state, RequiredParser())
-        return ToolPlan(template_tools, parser, StructuredOutputs.json(schema), finish_with_tool_calls=True)
+        return ToolPlan(
+            template_tools, parser, StructuredOutputs.json(schema), finish_with_tool_calls=True, binding=True
+        )
     parser = _auto_parser(state, template_tools)
     if len(allowed) == len(tools):  # every tool: plain auto
         return ToolPlan(template_tools, parser, _strict_calls(tools, parser), finish_with_tool_calls=True)
@@ -127,7 +133,7 @@ def _allowed_plan(
             f"{state.config.tool_call_parser!r} tool-call format cannot frame; use mode required, or list every tool",
             "tool_choice",
         )
-    return ToolPlan(template_tools, parser, constraint, finish_with_tool_calls=True)
+    return ToolPlan(template_tools, parser, constraint, finish_with_tool_calls=True, binding=True)
 
 
 def _with_server_ids(state: ServerState, parser: ToolParser) -> ToolParser:

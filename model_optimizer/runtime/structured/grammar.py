@@ -144,7 +144,7 @@ def _after_reasoning(answer: str, so: StructuredOutputs, tokenizer: Any) -> str:
 
 
 def _tag(text: str, tokenizer: Any) -> str:
-    """A tag (reasoning, a structural tag's trigger) in Lark: `<[id]>` where the tokenizer has it as one added token (Qwen3's and
+    """A reasoning tag in Lark: `<[id]>` where the tokenizer has it as one added token (Qwen3's and
     DeepSeek-R1's `<think>` / `</think>`: llguidance keeps added tokens out of the text, so only the token
     itself matches), else the text as a string literal."""
     if tokenizer is not None:
@@ -170,7 +170,7 @@ def _structural_tag(so: StructuredOutputs, tokenizer: Any) -> str:
                 {"type": "tag", "begin": begin, "content": {"type": "json_schema", "json_schema": schema}, "end": end}
             )
         tag_format = {"type": "triggered_tags", "triggers": json.loads(so.spec)["triggers"], "tags": tags}
-    builder = LarkBuilder(lambda t: _segments(t, tokenizer), lambda t: _tag(t, tokenizer), _json_options(so))
+    builder = LarkBuilder(lambda t: _segments(t, tokenizer), _json_options(so))
     return builder.grammar(tag_format)
 
 

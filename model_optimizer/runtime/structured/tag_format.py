@@ -12,7 +12,6 @@ with their name (a 400), never approximated.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from model_optimizer.runtime.structured.token_regex import Segments, joinable, lark_items, lark_of, slashes_escaped
@@ -81,12 +80,10 @@ def check_format(node: Any, where: str = "format") -> None:
 
 class LarkBuilder:
     """One format tree's rules; `segments(text)` cuts a literal at the added tokens the tokenizer has in it
-    (forced as those tokens), `mark(text)` writes a trigger (`<[id]>` where it is one added token, else a
-    string literal), `json_options` the JSON settings every schema carries."""
+    (forced as those tokens), `json_options` the JSON settings every schema carries."""
 
-    def __init__(self, segments: Segments, mark: Callable[[str], str], json_options: dict[str, Any]) -> None:
+    def __init__(self, segments: Segments, json_options: dict[str, Any]) -> None:
         self.segments = segments
-        self.mark = mark
         self.json_options = json_options
         self.rules: list[str] = []
         self.grammars: list[dict[str, Any]] = []
@@ -163,7 +160,7 @@ class LarkBuilder:
         ends = [node["end"]] if isinstance(node["end"], str) else node["end"]
         content = node["content"]
         head = self.forced(begin)
-        marks = [self.mark(e) for e in ends]
+        marks = [self.forced(e) or '""' for e in ends]
         if content["type"] == "any_text" and any(m.startswith("<[") for m in marks):
             # an end that is a token (`</think>` as Qwen3 has it) ends the text before it by itself
             return self._rule(f"{head} {self._terminal(self._text(content))} ({' | '.join(marks)})".strip())
@@ -175,11 +172,14 @@ class LarkBuilder:
         pattern = self._regex(content)
         if pattern is not None and tails and all("<[" not in t for t in tails):
             # a regex and the text of its end are one lexeme: llguidance's lexemes are greedy, so a `.*`
-            # lexeme of its own would eat the end too and never stop; a lazy one, so that the tag ends at
-            # its first end (a greedy `.*</a>` would go on through the text after it on the same line)
+            # lexeme of its own would eat the end too and never stop. Lazy, so that the tag ends at its
+            # first end, as free text does (greedy, `.*</a>` went on through the text after the tag on its
+            # line), unless one end starts another (`</a>`, `</a>!`): lazy, the longer could never end it
             until = "|".join(regex_literal(e) for e in ends)
-            lazy = self._rule(self._terminal(f"/{pattern}(?:{until})/"), "[lazy]")
-            return self._rule(f"{head} {lazy}".strip())
+            lexeme = self._terminal(f"/{pattern}(?:{until})/")
+            if not any(a != b and b.startswith(a) for a in ends for b in ends):
+                lexeme = self._rule(lexeme, "[lazy]")
+            return self._rule(f"{head} {lexeme}".strip())
         tail = f"({' | '.join(tails)}){'?' if len(tails) < len(ends) else ''}" if tails else ""
         return self._rule(f"{head} {self.node(content)} {tail}".strip())
 
@@ -230,8 +230,7 @@ class LarkBuilder:
         dispatched = []
         for tag in node["tags"]:
             trigger = max((t for t in node["triggers"] if tag["begin"].startswith(t)), key=len)
-            mark = self.mark(trigger)  # a token ends the text before it by itself; text needs a lazy lexeme
-            lead = self._rule(f"{text} {mark}", "" if mark.startswith("<[") else "[lazy]")
+            lead = self._lead(text, trigger)
             dispatched.append(self._rule(f"{lead} {self._tag(tag, tag['begin'][len(trigger) :])}"))
         any_tag = self._rule(" | ".join(dispatched))
         whole = self._rule(" | ".join(self._tag(tag, tag["begin"]) for tag in node["tags"]))  # no text before it
@@ -243,6 +242,18 @@ class LarkBuilder:
         if first:
             return self._rule(f"{whole} ({any_tag})* {text}")
         return self._rule(f"({any_tag})* {text}")
+
+    def _lead(self, text: str, trigger: str) -> str:
+        """Free text (the terminal `text`) up to and with `trigger`. A token ends the text by itself; trigger
+        text needs a lazy lexeme with the text, so that the text ends at its first occurrence. A trigger of
+        text and tokens (`function call<|role_sep|>`) is its first piece so, the rest forced after it."""
+        pieces = self.segments(trigger)
+        first, token = pieces[0]
+        rest = lark_items(pieces[1:])
+        if token is not None:
+            return self._rule(f"{text} {lark_items(pieces)}")
+        lead = self._rule(f"{text} {json.dumps(first)}", "[lazy]")
+        return self._rule(f"{lead} {rest}") if rest else lead
 
     def _separated(self, node: dict[str, Any]) -> str:
         one = self._rule(" | ".join(self._tag(tag, tag["begin"]) for tag in node["tags"]))

@@ -196,6 +196,26 @@ def test_logprobs_on_output_text(client):
         ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role", "must be one of"),
         ({"text": {"format": {"type": "xml"}}}, "text.format", "text, json_object or json_schema"),
         ({"tool_choice": {"type": "file_search"}}, "tool_choice", "name a function tool"),
+        (
+            {
+                "tools": [WEATHER],
+                "tool_choice": {"type": "allowed_tools", "tools": [{"type": "function", "name": "x"}]},
+            },
+            "tool_choice.mode",
+            "auto or required",
+        ),
+        (
+            {
+                "tools": [WEATHER],
+                "tool_choice": {
+                    "type": "allowed_tools",
+                    "mode": "auto",
+                    "tools": [{"type": "mcp", "name": "get_weather"}],
+                },
+            },
+            "tool_choice.tools",
+            "function tools",
+        ),
         ({"input": []}, "input", "input is empty"),
         ({"truncation": "auto"}, "truncation", "not supported"),
         ({"max_output_tokens": 100_000}, "max_output_tokens", "max_output_tokens"),

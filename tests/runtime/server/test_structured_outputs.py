@@ -21,6 +21,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from model_optimizer.runtime.server.config import ServerConfig
+from model_optimizer.runtime.server.protocol import ChatCompletionRequest
 from tests.runtime.server.live import start_server
 from tests.runtime.server.test_endpoints import sse_events
 
@@ -518,6 +519,27 @@ BAD = [
         "names 'g', which is not among the tools",
         "tool_choice",
     ),
+    (  # allowed_tools' constraint binds, as required's does: the request's own would drop it
+        {
+            "tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "g"}}],
+            "tool_choice": {
+                "type": "allowed_tools",
+                "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "g"}}]},
+            },
+            "response_format": {"type": "json_object"},
+        },
+        "allowed_tools constrains the output",
+        "response_format",
+    ),
+    (
+        {
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {"type": "allowed_tools", "allowed_tools": {"tools": []}},
+        },
+        "allowed_tools.mode: Field required",
+        "tool_choice",
+    ),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": 3}, "allowed_tools", "tool_choice"),
     ({"tool_choice": "required"}, "needs tools", "tool_choice"),
     ({"tool_choice": "auto"}, "needs tools", "tool_choice"),  # vLLM's and OpenAI's 400 too
     ({"tools": [{"type": "function", "function": {"name": "f"}}] * 2, "tool_choice": "required"}, "unique", "tools"),
@@ -703,3 +725,28 @@ def test_the_servers_checks_know_the_models_end_tokens(live, server):
     """generation_config's EOS ids, as the engine core has them, reach the server's constraint checks."""
     assert live.state.model.eos_token_ids == tuple(sorted(live.state.llm.engine.info.eos_token_ids))
     assert server.state.model.eos_token_ids
+
+
+def _framing_parsers() -> list[str]:
+    from model_optimizer.runtime.server.tool_parser_registry import PARSERS
+
+    return sorted(name for name, parser in PARSERS.items() if parser().call_frame("f") is not None)
+
+
+@pytest.mark.parametrize("name", _framing_parsers())
+def test_a_framed_call_written_with_the_formats_tokens_is_taken(name, tmp_path):
+    """Strict tools' structural tag, for every format that frames a call, with the markers as the tokenizer's
+    added tokens (as the models have them): the call the frame describes is taken, one with arguments outside
+    the schema is not. Triggers of several tokens (internlm's) or text and tokens end the free text."""
+    from model_optimizer.runtime.server.tool_parser_registry import PARSERS
+    from model_optimizer.runtime.server.tools import _framed_calls
+    from tests.runtime.structured.test_grammar import _matching
+
+    tool = openai.pydantic_function_tool(Weather, name="get_weather")
+    request = ChatCompletionRequest.model_validate({"messages": USER, "tools": [tool]})
+    parser = PARSERS[name]([tool])
+    _, begin, end = parser.call_frame("get_weather")
+    taken = _matching(tmp_path, sorted(set(re.findall(r"<[^<>]+>", begin + end))))
+    constraint = _framed_calls(request.tools, parser)
+    assert taken(constraint, "Sure. " + begin + '{"city":"Oslo","days":2}' + end)
+    assert not taken(constraint, "Sure. " + begin + '{"city":"Rome","days":2}' + end)

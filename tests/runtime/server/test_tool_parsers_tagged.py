@@ -118,7 +118,6 @@ def test_broken_and_cut_off_texts_never_raise_and_views_still_grow(parser):
         Phi4MiniJsonParser,
         InternLMParser,
         Granite20bFCParser,
-        GigaChat3Parser,
     ],
 )
 def test_a_strict_tool_s_frame_reads_back_as_its_call(parser):

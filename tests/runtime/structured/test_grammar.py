@@ -365,6 +365,29 @@ FORMATS = [
         ["abz!", "azz!", "z!"],
         ["ab!"],
     ),  # fmt: skip
+    # ends of which one starts another: greedy, so that the longer end can be the one written
+    (
+        {"type": "tag", "begin": "<a>", "content": {"type": "regex", "pattern": "[a-z]*"}, "end": ["</a>", "</a>!"]},
+        ["<a>hi</a>!", "<a>hi</a>"],
+        ["<a>hi</a>?"],
+    ),
+    # a trigger of text and a token: the text ends the free text, the token follows forced
+    (
+        {
+            "type": "triggered_tags",
+            "triggers": ["call<tool_call>"],
+            "tags": [
+                {
+                    "type": "tag",
+                    "begin": "call<tool_call>",
+                    "content": {"type": "json_schema", "json_schema": WEATHER_SCHEMA},
+                    "end": "</tool_call>",
+                }
+            ],
+        },
+        ['so I call<tool_call>{"city":"Oslo"}</tool_call> ok', "no trigger"],
+        ['a call<tool_call>{"city":"Rome"}</tool_call>', "a call then"],
+    ),
     # a regex that cannot be joined as it is (anchors inside, flags) keeps its own lexeme, as before
     (
         {
@@ -388,7 +411,7 @@ FORMATS = [
 @pytest.mark.parametrize(("fmt", "good", "bad"), FORMATS, ids=[f"{i}-{f[0]['type']}" for i, f in enumerate(FORMATS)])
 def test_vllms_newer_structural_tag_formats(fmt, good, bad, tmp_path):
     """xgrammar's tree of formats, as vLLM takes it in response_format / structured_outputs."""
-    taken = _matching(tmp_path, [])
+    taken = _matching(tmp_path, ["<tool_call>", "</tool_call>"] if "<tool_call>" in json.dumps(fmt) else [])
     so = SamplingParams(
         structured_outputs={"structural_tag": {"type": "structural_tag", "format": fmt}}
     ).structured_outputs

@@ -153,12 +153,13 @@ async def _constraint(state: ServerState, body: ChatCompletionRequest, plan: Too
     """The output constraint: the request's own, or the one its tool_choice makes; never both. Strict tools
     under tool_choice auto give way to a constraint the request brings (it says what the whole output is)."""
     requested = requested_constraint(body)
-    # a forced choice's constraint is the output; strict tools' calls under auto are only part of it
-    forced = plan.parser is not None and plan.parser.forced
-    if plan.constraint is not None and (requested is None or forced):
+    # tool_choice's own constraint binds; strict tools' calls under auto are only part of the output
+    if plan.constraint is not None and (requested is None or plan.binding):
         if requested is not None:
             raise APIError(
-                400, f"tool_choice required or named constrains the output: leave out {requested[1]}", requested[1]
+                400,
+                f"tool_choice required, named or allowed_tools constrains the output: leave out {requested[1]}",
+                requested[1],
             )
         requested = (plan.constraint, "tools")
     if requested is None:
