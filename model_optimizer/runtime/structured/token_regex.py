@@ -12,7 +12,8 @@ without such a run is left to llguidance as it is (`lark_of` gives None).
 
 Literal runs are found through groups and alternations, and a group of one branch without a quantifier
 counts as its items (`<tool_(call)>` is the token; `[0-9]+\\s*(\\n<tool_call>)` joins its newline to
-the whitespace before it); a token's text inside a class, under a quantifier or across alternatives is
+the whitespace before it, and a regex before a group of alternatives with tokens goes into each
+alternative); a token's text inside a class, under a quantifier or across alternatives is
 not a run and stays as it was. Inline flags (`(?i)`) would not carry across the split, so a regex that
 needs one and has flags is refused.
 """
@@ -181,7 +182,14 @@ class _Writer:
             end_run()
             before = self.tokens
             inner = self.branches(item.branches) if item.branches is not None else ""
-            if self.tokens > before:
+            if self.tokens > before and regex and not item.quantifier:
+                # the regex before a group of alternatives that hold tokens goes into each alternative, so
+                # that it joins the text before each one's token (`\s*(\n<T>|\r<T>)`: apart, the greedy
+                # `\s*` took the newline); the written regex text is taken as one item, as it stands
+                before_group = _Item("".join(regex))
+                regex.clear()
+                pieces.append(f"({self.branches([[before_group, *branch] for branch in item.branches])})")
+            elif self.tokens > before:
                 end_regex()
                 pieces.append(f"({inner}){_eager(item.quantifier)}")
             else:

@@ -36,6 +36,9 @@ def forced(text: str) -> list[tuple[str, int | None]]:
         # a group of one branch, unquantified, is its items: its text joins the regex before it
         (r"[0-9]+\s*(\n<T>)", r"/[0-9]+\s*\n/ <[9]>"),
         ("<(T)>", "<[9]>"),
+        # the regex before alternatives with tokens goes into each of them
+        (r"[0-9]+\s*(\n<T>|x<T>y)", r"(/[0-9]+\s*\n/ <[9]> | /[0-9]+\s*x/ <[9]> /y/)"),
+        (r"a/(<T>|b)", r"(/a\// <[9]> | /a\/b/)"),
     ],
 )
 def test_runs_that_spell_the_token_become_the_token(pattern, lark):
@@ -76,6 +79,11 @@ def taken(tmp_path_factory):
             ["<tool_call>\n{}\n", "<tool_call>\n{}"],
         ),
         (StructuredOutputs.regex("[a-z]+ing</tool_call>"), ["sing</tool_call>"], ["sin</tool_call>"]),
+        (
+            StructuredOutputs.regex(r"[0-9]+\s*(\n<tool_call>|\r<think>)"),
+            ["12 \n<tool_call>", "1\r<think>"],
+            ["12 <tool_call>", "12\n<think>"],
+        ),
         (  # a greedy \s* before a group that starts with the newline: one lexeme, so the \s* can stop
             StructuredOutputs.regex(r"[0-9]+\s*(\n<tool_call>)"),
             ["12 \n<tool_call>", "12\n<tool_call>"],
