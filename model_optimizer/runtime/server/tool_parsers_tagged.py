@@ -69,17 +69,28 @@ def marked_view(
     """Content before the first `marker` with calls behind it, and the calls `body` reads there. A marker
     whose body is known not to be calls (None; once final: no call with a name) is text, and so is one
     inside a `<think>` block when `skip_think`."""
-    first, calls = -1, []
+    first, calls = first_calls(text, final, marker, body, skip_think)
+    return ToolView(_content_before(text, first, first != -1, final, marker), calls)
+
+
+def first_calls(
+    text: str,
+    final: bool,
+    marker: str,
+    body: Callable[[str, int], list[PartialCall] | None],
+    skip_think: bool = False,
+) -> tuple[int, list[PartialCall]]:
+    """Where the first `marker` with calls behind it stands, and those calls; (-1, []) for none (see
+    marked_view)."""
     at = text.find(marker)
     while at != -1:
         found = None if skip_think and _in_think(text, at) else body(text, skip_ws(text, at + len(marker)))
         if found is not None and final:
             found = [c for c in found if c.name is not None] or None
         if found is not None:
-            first, calls = at, found
-            break
+            return at, found
         at = text.find(marker, at + 1)
-    return ToolView(_content_before(text, first, first != -1, final, marker), calls)
+    return -1, []
 
 
 def _in_think(text: str, at: int) -> bool:
@@ -195,17 +206,8 @@ class GigaChat3Parser(ToolParser):
     """Ends the answer: what follows is a call, or nothing the user reads."""
 
     def view(self, text: str, final: bool) -> ToolView:
-        first, calls = -1, []
-        for marker in self.MARKERS:  # the earliest marker with a call (or, streaming, its start) behind it
-            at = text.find(marker)
-            while at != -1 and (first == -1 or at < first):
-                found = _objects_body(text, skip_ws(text, at + len(marker)))
-                if found is not None and final:
-                    found = [c for c in found if c.name is not None] or None
-                if found is not None:
-                    first, calls = at, found
-                    break
-                at = text.find(marker, at + 1)
+        found = [first_calls(text, final, marker, _objects_body) for marker in self.MARKERS]
+        first, calls = min((f for f in found if f[0] != -1), default=(-1, []), key=lambda f: f[0])
         end = text.find(self.SEP)
         if first != -1:
             return ToolView(text[: first if end == -1 else min(end, first)].rstrip(), calls)
