@@ -73,6 +73,9 @@ class SamplingParams:
     thinking_start_token_ids: list[int] | None = None
     """Set: the output thinks only when it opens with these tokens (`<think>`'s), and the budget counts
     after them; unset: the output starts inside the block (the prompt opened it)."""
+    thinking_other_end_token_ids: list[list[int]] | None = None
+    """Other token sequences that end a thinking block too (Kimi-K2's tool section): once the thinking holds
+    one, the budget forces nothing (its end inside a call would break the call)."""
     seed: int | None = None
     """Seed of this request's own random generator: the same seed gives the same output."""
     max_tokens: int | None = 16
@@ -192,6 +195,7 @@ class SamplingParams:
             "bad_words_token_ids": [t for seq in self.bad_words_token_ids or [] for t in seq],
             "thinking_end_token_ids": self.thinking_end_token_ids or [],
             "thinking_start_token_ids": self.thinking_start_token_ids or [],
+            "thinking_other_end_token_ids": [t for seq in self.thinking_other_end_token_ids or [] for t in seq],
         }
         for name, ids in fields.items():
             error = outside_vocab(name, ids, vocab_size)
@@ -276,6 +280,15 @@ class SamplingParams:
                 value is None or (isinstance(value, list) and all(_is_int(t) and t >= 0 for t in value)),
                 f"{name} must be a list of token ids (integers >= 0) or None, got {value!r}",
             )
+        others = self.thinking_other_end_token_ids
+        _require(
+            others is None
+            or (
+                isinstance(others, list)
+                and all(isinstance(seq, list) and seq and all(_is_int(t) and t >= 0 for t in seq) for seq in others)
+            ),
+            f"thinking_other_end_token_ids must be a list of non-empty lists of token ids or None, got {others!r}",
+        )
         _require(
             self.thinking_token_budget is None
             or (

@@ -22,9 +22,16 @@ def test_thinking_token_ids_must_be_a_list_of_token_ids(name, value):
         SamplingParams(**fields)
 
 
+@pytest.mark.parametrize("value", [[5], [[]], [[1, "a"]], [[-1]], "x"])
+def test_other_thinking_ends_must_be_lists_of_token_ids(value):
+    with pytest.raises(ValueError, match="thinking_other_end_token_ids"):
+        SamplingParams(thinking_other_end_token_ids=value)
+
+
 @pytest.mark.parametrize(
     ("fields", "name"),
     [
+        ({"thinking_other_end_token_ids": [[1, 8192]]}, "thinking_other_end_token_ids"),
         ({"logit_bias": {8192: 1.0}}, "logit_bias"),
         ({"allowed_token_ids": [1, 10**9]}, "allowed_token_ids"),
         ({"bad_words_token_ids": [[1, 8192]]}, "bad_words_token_ids"),

@@ -326,6 +326,8 @@ def _thinking_end(out: list[int], p: SamplingParams) -> int | None:
     thought = out[len(start) :]
     if len(thought) < p.thinking_token_budget or _holds(thought, end):  # type: ignore[operator]
         return None  # within the budget, or ended (by itself or forced)
+    if any(_holds(thought, other) for other in p.thinking_other_end_token_ids or ()):
+        return None  # ended another way (Kimi-K2's tool section), whose call the end would break
     done = next(j for j in range(min(len(end), len(thought)), -1, -1) if j == 0 or thought[-j:] == end[:j])
     return end[done]
 

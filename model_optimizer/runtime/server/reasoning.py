@@ -114,6 +114,13 @@ class ReasoningParser:
             return "", self.END
         return self.START, self.END
 
+    def constrained(self) -> tuple[str, str]:
+        """constraint_tags for an output constraint, whose grammar ends the reasoning at END alone: from now
+        on so does the split (Kimi-K2's tool section written while thinking stays reasoning, as the grammar
+        reads it, instead of taking the constrained answer after it for content)."""
+        self.ALSO_ENDS = ()
+        return self.constraint_tags()
+
     def split(self, text: str, final: bool) -> tuple[str, str]:
         """(reasoning, content) of the text so far."""
         if self.prompt == CLOSED:

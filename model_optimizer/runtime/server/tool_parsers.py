@@ -465,7 +465,9 @@ class NamedParser(ToolParser):
         self.function = function
 
     def view(self, text: str, final: bool) -> ToolView:
-        return ToolView("", [PartialCall(self.function, text.strip() if final else text.lstrip(), final)])
+        """Trailing whitespace is held back while streaming, as the final view drops it: the streamed
+        arguments then add up to the whole message's."""
+        return ToolView("", [PartialCall(self.function, text.strip(), final)])
 
 
 def _separated_calls(text: str, i: int, separator: str) -> list[PartialCall]:

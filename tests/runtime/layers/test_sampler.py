@@ -152,6 +152,17 @@ def test_the_thinking_budget_forces_the_end_of_the_block(out, start, forced):
     assert forced is None or token == forced
 
 
+def test_the_thinking_budget_forces_nothing_once_another_end_began_a_call():
+    """Kimi-K2 may begin its tool section (another end of the block) while thinking: the budget's end would
+    land inside the call's arguments."""
+    from model_optimizer.runtime.layers.sampler import _thinking_end
+
+    params = SamplingParams(thinking_token_budget=3, thinking_end_token_ids=[7], thinking_other_end_token_ids=[[5, 6]])
+    assert _thinking_end([1, 2, 3, 4], params) == 7
+    assert _thinking_end([1, 5, 6, 2, 3], params) is None
+    assert _thinking_end([1, 5, 2, 3], params) == 7  # only the whole sequence ends it
+
+
 def test_min_tokens_keeps_eos_and_stop_tokens_from_being_drawn():
     params = SamplingParams(temperature=0, min_tokens=2, min_tokens_barred=(0, 1))
     sampler = Sampler(torch.device("cpu"), seed=0)

@@ -279,6 +279,30 @@ def test_reasoning_tokens_of_a_tag_merged_into_its_neighbours_are_counted_from_t
     assert Qwen3ReasoningParser().count_tokens(text, chars, _tag_tokens) == 3
 
 
+def test_under_a_constraint_kimis_tool_section_inside_the_thinking_stays_reasoning():
+    """A constraint's grammar ends the thinking at </think> alone: the split follows it, so the constrained
+    answer after </think> is the content (the required calls), not the tool section before it."""
+    from model_optimizer.runtime.server.reasoning import OPEN
+    from model_optimizer.runtime.server.tool_parsers import NamedParser, RequiredParser
+
+    parser = REASONING_PARSERS["kimi_k2"](OPEN)
+    assert parser.constrained() == ("", "</think>")
+    text = 'hmm <|tool_calls_section_begin|>x<|tool_calls_section_end|></think>\n[{"name":"f","parameters":{"a":1}}]'
+    whole = ChatOutput(parser, RequiredParser()).message(text)
+    assert whole.reasoning_content.startswith("hmm <|tool_calls_section_begin|>")
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in whole.tool_calls] == [
+        ("f", {"a": 1})
+    ]
+    unconstrained = REASONING_PARSERS["kimi_k2"](OPEN)
+    assert ChatOutput(unconstrained).message(text).content.startswith("<|tool_calls_section_begin|>")
+    # a named choice streams its arguments as the whole message has them, trailing whitespace dropped
+    _, _, calls = _streamed(ChatOutput(tools=NamedParser("f")), list('{"a": 1}\n '))
+    assert (
+        ChatOutput(tools=NamedParser("f")).message('{"a": 1}\n ').tool_calls[0]["function"]["arguments"] == '{"a": 1}'
+    )
+    assert [c["arguments"] for c in calls] == ['{"a": 1}']
+
+
 def test_include_reasoning_false_sends_none():
     output = ChatOutput(Qwen3ReasoningParser(), include_reasoning=False)
     assert output.message("<think>plan</think>ok").reasoning_content is None

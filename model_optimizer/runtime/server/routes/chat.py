@@ -86,7 +86,7 @@ async def chat_generation(
     name = state.config.reasoning_parser
     reasoning = REASONING_PARSERS[name].for_prompt(prompt.text, _last_turn_text(body)) if name else None
     if constraint is not None and reasoning is not None:  # the constraint applies to the answer, after thinking
-        start, end = reasoning.constraint_tags()
+        start, end = reasoning.constrained()
         constraint = replace(constraint, reasoning_start=start, reasoning_end=end)
     thinking = _thinking_budget(state, body, reasoning)
     field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
@@ -142,10 +142,12 @@ def _thinking_budget(
     if not end:
         return None  # thinking is off for this prompt
     encode = state.model.tokenizer.encode
+    others = [list(encode(m, add_special_tokens=False)) for m in reasoning.ALSO_ENDS]
     return {
         "thinking_token_budget": body.thinking_token_budget,
         "thinking_end_token_ids": list(encode(end, add_special_tokens=False)),
         "thinking_start_token_ids": list(encode(start, add_special_tokens=False)) if start else None,
+        "thinking_other_end_token_ids": [seq for seq in others if seq] or None,
     }
 
 
