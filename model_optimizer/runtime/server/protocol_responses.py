@@ -30,8 +30,10 @@ PASSED_THROUGH = (
     "logit_bias",
     "ignore_eos",
     "min_tokens",
+    "structured_outputs",
 )
-"""vLLM's sampling extras a Responses request may carry as well (vLLM takes them there too)."""
+"""vLLM's extras a Responses request may carry as well (vLLM takes them there too): sampling fields, and
+its structured_outputs constraint (with text.format as well, a 400: one constraint)."""
 
 
 class ReasoningConfig(_Request):
@@ -82,6 +84,8 @@ class ResponsesRequest(_Request):
     logit_bias: dict[str, float] | None = None
     ignore_eos: bool | None = None
     min_tokens: int | None = None
+    structured_outputs: dict[str, Any] | None = None
+    """vLLM's, checked as chat's."""
 
     def to_chat(self) -> ChatCompletionRequest:
         """The chat completion this response is; APIError (400) naming the field for what does not translate."""
@@ -282,8 +286,8 @@ def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
     if isinstance(schema, str):  # tolerated: some clients send the schema as JSON text
         try:
             schema = json.loads(schema)
-        except ValueError:
-            raise APIError(400, "text.format.schema is not JSON", "text.format.schema") from None
+        except (ValueError, RecursionError):
+            raise APIError(400, "text.format.schema is not JSON (or nests too deeply)", "text.format.schema") from None
     spec = {"name": fmt.get("name", "response"), "schema": schema, "strict": fmt.get("strict")}
     if fmt.get("description") is not None:
         spec["description"] = fmt["description"]

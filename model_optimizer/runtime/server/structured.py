@@ -34,11 +34,11 @@ def requested_constraint(body: SamplingFields) -> tuple[StructuredOutputs, str] 
     """The constraint the request asks for and the field it came in, or None; 400 for two or a malformed one."""
     found: list[tuple[str, Any]] = []
     rf = body.response_format
+    pattern = body.guided_whitespace_pattern
     if rf is not None and rf.type != "text":
-        found.append(("response_format", lambda: _response_format(rf)))
+        found.append(("response_format", lambda: _response_format(rf, pattern or "")))
     if body.structured_outputs is not None:
         found.append(("structured_outputs", lambda: _structured_outputs(body.structured_outputs)))
-    pattern = body.guided_whitespace_pattern
     for name, field in (
         ("guided_json", "json_schema"),
         ("guided_regex", "regex"),
@@ -50,8 +50,15 @@ def requested_constraint(body: SamplingFields) -> tuple[StructuredOutputs, str] 
             found.append(
                 (name, lambda field=field, value=value: from_vllm_fields(**{field: value}, whitespace_pattern=pattern))
             )
-    if pattern is not None and [name for name, _ in found] != ["guided_json"]:
-        raise APIError(400, "guided_whitespace_pattern goes with guided_json alone", "guided_whitespace_pattern")
+    takes_pattern = [["guided_json"]]
+    if rf is not None and rf.type in ("json_object", "json_schema"):
+        takes_pattern.append(["response_format"])
+    if pattern is not None and [name for name, _ in found] not in takes_pattern:
+        raise APIError(
+            400,
+            "guided_whitespace_pattern goes with guided_json or a JSON response_format alone",
+            "guided_whitespace_pattern",
+        )
     if len(found) > 1:
         names = ", ".join(name for name, _ in found)
         raise APIError(400, f"give one output constraint, not several ({names})", found[1][0])
@@ -64,16 +71,17 @@ def requested_constraint(body: SamplingFields) -> tuple[StructuredOutputs, str] 
         raise APIError(400, f"{param}: {exc}", param) from None
 
 
-def _response_format(rf: Any) -> StructuredOutputs:
+def _response_format(rf: Any, whitespace_pattern: str) -> StructuredOutputs:
+    """The response_format's constraint; a JSON one with vLLM's guided_whitespace_pattern, when given."""
     if rf.type == "json_object":
-        return StructuredOutputs.json_object()
+        return StructuredOutputs.json_object(whitespace_pattern=whitespace_pattern)
     if rf.type == "structural_tag":
         if rf.format is not None:  # vLLM's newer form: a tree of formats
             return StructuredOutputs.tag_format(rf.format)
         return StructuredOutputs.structural_tag(rf.structures, rf.triggers)  # type: ignore[arg-type]
     if rf.json_schema is None or rf.json_schema.schema_ is None:
         raise ValueError("type json_schema needs json_schema.schema, the JSON schema of the output")
-    return StructuredOutputs.json(rf.json_schema.schema_)
+    return StructuredOutputs.json(rf.json_schema.schema_, whitespace_pattern=whitespace_pattern)
 
 
 def _structured_outputs(so: Any) -> StructuredOutputs:

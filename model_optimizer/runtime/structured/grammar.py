@@ -67,11 +67,12 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
     try:
         if so.kind in ("json", "json_object"):
             schema = so.spec if so.kind == "json" else '{"type": "object"}'
-            if schema == "false":
+            value = json.loads(schema)
+            if value is False:
                 raise GrammarError("the schema false admits no document")
-            if schema == "true":  # any JSON value; llguidance's options need an object schema
+            if value is True:  # any JSON value; llguidance's options need an object schema
                 schema = "{}"
-            _check_integer_bounds(json.loads(schema))
+            _check_integer_bounds(value)
             return llg.LLMatcher.grammar_from_json_schema(schema, defaults=_json_options(so))
         if so.kind == "regex":
             lark = lark_of(so.spec, lambda t: _text_segments(t, tokenizer))
@@ -81,8 +82,10 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
         if so.kind == "structural_tag":
             return _structural_tag(so, tokenizer)
         return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, KeyError) as exc:  # KeyError: a format node without a key it needs
         raise GrammarError(f"invalid {so.kind}: {exc}") from None
+    except RecursionError:
+        raise GrammarError(f"invalid {so.kind}: it nests too deeply") from None
 
 
 def _choice(choices: list[str], tokenizer: Any) -> str:

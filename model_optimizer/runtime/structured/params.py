@@ -64,17 +64,17 @@ class StructuredOutputs:
         if self.whitespace_pattern and self.kind not in JSON_KINDS:
             raise ValueError(f"whitespace_pattern applies to JSON ({', '.join(JSON_KINDS)}), not to {self.kind}")
         if self.kind == "json":
-            schema = _json(self.spec, "the JSON schema")
+            schema = json_text(self.spec, "the JSON schema")
             if not isinstance(schema, (dict, bool)):
                 raise ValueError("a JSON schema must be an object (or true/false)")
         elif self.kind == "choice":
-            options = _json(self.spec, "the choices")
+            options = json_text(self.spec, "the choices")
             if not isinstance(options, list) or not options or not all(isinstance(o, str) and o for o in options):
                 raise ValueError("choice must be a non-empty list of non-empty strings")
         elif self.kind in ("regex", "grammar") and not self.spec:
             raise ValueError(f"{self.kind} must not be empty")
         elif self.kind == "structural_tag":
-            tag = _json(self.spec, "structural_tag")
+            tag = json_text(self.spec, "structural_tag")
             if isinstance(tag, dict) and "format" in tag:
                 from model_optimizer.runtime.structured.tag_format import check_format
 
@@ -152,7 +152,7 @@ class StructuredOutputs:
             return cls.choice(value["choice"])
         if kind == "structural_tag":
             tag = value["structural_tag"]
-            tag = _json(tag, "structural_tag") if isinstance(tag, str) else tag
+            tag = json_text(tag, "structural_tag") if isinstance(tag, str) else tag
             if not isinstance(tag, dict):
                 raise ValueError("structural_tag must be an object with structures and triggers")
             if "format" in tag:
@@ -170,7 +170,7 @@ class StructuredOutputs:
 def structures_of(spec: str) -> list[tuple[str, dict[str, Any] | bool, str, str]]:
     """A structural tag's spec as (trigger, schema, begin, end) per structure, its trigger the longest one
     its begin starts with; ValueError naming what is malformed."""
-    tag = _json(spec, "structural_tag")
+    tag = json_text(spec, "structural_tag")
     if not isinstance(tag, dict) or set(tag) - {"structures", "triggers", "type"}:
         raise ValueError("structural_tag must be an object with structures and triggers")
     structures, triggers = tag.get("structures"), tag.get("triggers")
@@ -195,8 +195,12 @@ def structures_of(spec: str) -> list[tuple[str, dict[str, Any] | bool, str, str]
     return out
 
 
-def _json(text: str, what: str) -> Any:
+def json_text(text: str, what: str) -> Any:
+    """`text` parsed; ValueError naming `what` when it is not JSON, or nests deeper than the parser goes (a
+    RecursionError otherwise: a 500 for a schema sent as text where the same object gets a 400)."""
     try:
         return json.loads(text)
     except ValueError as exc:
         raise ValueError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{what} nests too deeply") from None

@@ -34,6 +34,24 @@ SUPPORTED = (
 )
 
 
+NEEDS = {
+    "const_string": ("value",),
+    "json_schema": ("json_schema",),
+    "regex": ("pattern",),
+    "grammar": ("grammar",),
+    "sequence": ("elements",),
+    "or": ("elements",),
+    "optional": ("content",),
+    "plus": ("content",),
+    "star": ("content",),
+    "repeat": ("content", "min", "max"),
+    "tag": ("begin", "content", "end"),
+    "triggered_tags": ("triggers", "tags"),
+    "tags_with_separator": ("tags", "separator"),
+}
+"""The keys each format must have (xgrammar's; any_text needs none)."""
+
+
 def check_format(node: Any, where: str = "format") -> None:
     """ValueError naming the first node that is malformed or not supported (no llguidance needed)."""
     if not isinstance(node, dict) or not isinstance(node.get("type"), str):
@@ -43,6 +61,14 @@ def check_format(node: Any, where: str = "format") -> None:
         raise ValueError(
             f"{where}: the structural tag format {kind!r} is not supported (supported: {', '.join(SUPPORTED)})"
         )
+    missing = [key for key in NEEDS.get(kind, ()) if key not in node]
+    if missing:
+        raise ValueError(f"{where}: a {kind} needs {' and '.join(missing)}")
+    for key in ("min", "max"):
+        if key in node and (not isinstance(node[key], int) or isinstance(node[key], bool)):
+            raise ValueError(f"{where}.{key} must be an integer")
+    if kind == "json_schema" and not isinstance(node["json_schema"], (dict, bool)):
+        raise ValueError(f"{where}.json_schema must be a JSON schema (an object, or true/false)")
     for key in ("excludes", "triggers"):
         if key in node and not (isinstance(node[key], list) and all(isinstance(s, str) and s for s in node[key])):
             raise ValueError(f"{where}.{key} must be a list of non-empty strings")

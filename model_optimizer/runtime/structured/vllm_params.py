@@ -8,11 +8,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from model_optimizer.runtime.structured.params import StructuredOutputs
+from model_optimizer.runtime.structured.params import StructuredOutputs, json_text
 
 SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 """JSON schema keywords whose value maps names to schemas."""
@@ -38,7 +37,9 @@ def closed(schema: Any) -> Any:
             out[key] = closed(out[key])
     if isinstance(out.get("additionalProperties"), dict):
         out["additionalProperties"] = closed(out["additionalProperties"])
-    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out:
+    # vLLM's rule: an object with named properties is closed; a free-form one (`{"type": "object"}`, a map)
+    # stays open, or it could only ever be {}
+    if ("properties" in out or "patternProperties" in out) and "additionalProperties" not in out:
         out["additionalProperties"] = False
     return out
 
@@ -77,7 +78,7 @@ def from_vllm_fields(
     if disable_additional_properties:
         if kind != "json":
             raise ValueError(f"disable_additional_properties goes with json, not with {kind}")
-        value = closed(json.loads(value) if isinstance(value, str) else value)
+        value = closed(json_text(value, "json") if isinstance(value, str) else value)
     if kind == "json_object":
         return StructuredOutputs.json_object(flexible, pattern)
     if kind == "json":

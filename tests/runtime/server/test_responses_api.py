@@ -125,6 +125,18 @@ def test_allowed_tools_in_the_responses_shape(client):
     assert response.tool_choice.type == "allowed_tools"  # echoed as sent
 
 
+def test_vllms_structured_outputs_constrain_a_response(live):
+    """vLLM's structured_outputs on /v1/responses, as on chat; with text.format as well, one constraint
+    too many (a 400), never one of them dropped."""
+    body = {"model": "tiny", "input": "hi", "max_output_tokens": 8, "structured_outputs": {"regex": "ab|cd"}}
+    r = httpx.post(live.url + "/v1/responses", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["output"][0]["content"][0]["text"] in ("ab", "cd")
+    both = {**body, "text": {"format": {"type": "json_object"}}}
+    r = httpx.post(live.url + "/v1/responses", json=both, timeout=60)
+    assert r.status_code == 400 and "one output constraint" in r.json()["error"]["message"], r.text
+
+
 def _events(client, **kwargs) -> list:
     return list(client.responses.create(model="tiny", stream=True, **kwargs))
 

@@ -248,6 +248,18 @@ def test_allowed_tools_required_calls_only_the_listed_tools(client, stream):
     assert listed.usage.prompt_tokens > shown.usage.prompt_tokens  # both tools reach the template
 
 
+def test_vllms_whitespace_pattern_goes_with_a_json_response_format_and_true_as_text_is_any_json(live):
+    """guided_whitespace_pattern applies to response_format's JSON as to guided_json (vLLM's reading), and a
+    schema given as the JSON text `true` (spaces around it or not) is any JSON value."""
+    body = {"model": "tiny", "messages": USER, "max_tokens": 40, "temperature": 0}
+    for extra in (
+        {"response_format": {"type": "json_object"}, "guided_whitespace_pattern": " ?"},
+        {"structured_outputs": {"json": " true\n"}},
+    ):
+        r = httpx.post(live.url + "/v1/chat/completions", json={**body, **extra}, timeout=60)
+        assert r.status_code == 200, r.text
+
+
 def test_allowed_tools_auto_constrains_calls_to_the_listed_tools(tmp_path):
     """Mode auto with some of the tools: the model writes text, and a call it starts (hermes' <tool_call>)
     must be to a listed tool under its schema; every tool listed is plain auto."""
@@ -498,7 +510,11 @@ BAD = [
         "structured_outputs",
     ),
     ({"structured_outputs": {"whitespace_pattern": "((", "json_object": True}}, "unclosed group", "structured_outputs"),
-    ({"guided_whitespace_pattern": " *", "guided_regex": "a"}, "with guided_json alone", "guided_whitespace_pattern"),
+    (
+        {"guided_whitespace_pattern": " *", "guided_regex": "a"},
+        "a JSON response_format alone",
+        "guided_whitespace_pattern",
+    ),
     ({"guided_regex": "a", "guided_choice": ["a"]}, "one output constraint", "guided_choice"),
     (
         {
@@ -540,6 +556,16 @@ BAD = [
         "tool_choice",
     ),
     ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": 3}, "allowed_tools", "tool_choice"),
+    (  # as JSON text a schema can nest past the parser's depth, which the body's own parsing refuses too
+        {"structured_outputs": {"json": '{"type": "array", "items": ' * 2000 + "{}" + "}" * 2000}},
+        "nests too deeply",
+        "structured_outputs",
+    ),
+    (
+        {"guided_whitespace_pattern": " ?", "guided_regex": "a"},
+        "or a JSON response_format alone",
+        "guided_whitespace_pattern",
+    ),
     ({"tool_choice": "required"}, "needs tools", "tool_choice"),
     ({"tool_choice": "auto"}, "needs tools", "tool_choice"),  # vLLM's and OpenAI's 400 too
     ({"tools": [{"type": "function", "function": {"name": "f"}}] * 2, "tool_choice": "required"}, "unique", "tools"),

@@ -71,11 +71,11 @@ def test_a_dict_in_vllms_shape_is_converted():
 def test_vllms_params_classes_are_converted_with_vllms_flags():
     from model_optimizer.runtime.structured import GuidedDecodingParams, StructuredOutputsParams
 
-    schema = {"type": "object", "properties": {"a": {"type": "object"}}}
+    schema = {"type": "object", "properties": {"a": {"type": "object"}, "b": {"patternProperties": {"^x": {}}}}}
     made = StructuredOutputsParams(json=json.dumps(schema), disable_additional_properties=True).to_structured_outputs()
-    assert json.loads(made.spec) == {
+    assert json.loads(made.spec) == {  # vLLM's rule: objects with named properties close, free-form ones stay open
         "type": "object",
-        "properties": {"a": {"type": "object", "additionalProperties": False}},
+        "properties": {"a": {"type": "object"}, "b": {"patternProperties": {"^x": {}}, "additionalProperties": False}},
         "additionalProperties": False,
     }
     # whitespace: compact when left out or True (the server's default), bounded runs when False
@@ -430,6 +430,11 @@ def test_vllms_newer_structural_tag_formats(fmt, good, bad, tmp_path):
         ({"type": "any_text", "max_tokens": 5}, "max_tokens is not supported"),
         ({"type": "triggered_tags", "triggers": ["<g"], "tags": [CALL]}, "starts with none of the triggers"),
         ({"type": "sequence", "elements": []}, "non-empty list"),
+        # a node without the keys of its kind: a 400 naming them, not a KeyError in the grammar's process
+        ({"type": "json_schema"}, "a json_schema needs json_schema"),
+        ({"type": "repeat", "content": {"type": "any_text"}}, "a repeat needs min and max"),
+        ({"type": "tag", "begin": "<a>", "end": "</a>"}, "a tag needs content"),
+        ({"type": "repeat", "content": {"type": "any_text"}, "min": "1", "max": 2}, "min must be an integer"),
     ],
 )
 def test_structural_tag_formats_not_taken_are_refused_by_name(fmt, reason):
