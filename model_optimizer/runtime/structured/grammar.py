@@ -14,7 +14,7 @@ from typing import Any
 
 from model_optimizer.runtime.structured.params import StructuredOutputs, structures_of
 from model_optimizer.runtime.structured.tag_format import LarkBuilder, regex_literal
-from model_optimizer.runtime.structured.token_regex import Segment, lark_items, lark_of
+from model_optimizer.runtime.structured.token_regex import Segment, angles_literal, lark_items, lark_of
 
 WHITESPACE_RUN = 16
 """Most whitespace characters between two JSON tokens with whitespace_flexible: enough to pretty-print
@@ -75,8 +75,9 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
             _check_integer_bounds(value)
             return llg.LLMatcher.grammar_from_json_schema(schema, defaults=_json_options(so))
         if so.kind == "regex":
-            lark = lark_of(so.spec, lambda t: _text_segments(t, tokenizer))
-            return f"start: {lark}" if lark else llg.LLMatcher.grammar_from_regex(so.spec)
+            pattern = angles_literal(so.spec)
+            lark = lark_of(pattern, lambda t: _text_segments(t, tokenizer))
+            return f"start: {lark}" if lark else llg.LLMatcher.grammar_from_regex(pattern)
         if so.kind == "choice":
             return _choice(json.loads(so.spec), tokenizer)
         if so.kind == "structural_tag":

@@ -14,7 +14,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from model_optimizer.runtime.structured.token_regex import Segments, joinable, lark_items, lark_of, slashes_escaped
+from model_optimizer.runtime.structured.token_regex import (
+    Segments,
+    angles_literal,
+    joinable,
+    lark_items,
+    lark_of,
+    slashes_escaped,
+)
 
 SUPPORTED = (
     "const_string",
@@ -155,8 +162,9 @@ class LarkBuilder:
             schema = {} if schema is True else schema
             return self._rule(f"%json {json.dumps({**schema, 'x-guidance': self.json_options})}")
         if kind == "regex":
-            lark = lark_of(node["pattern"], self.segments)
-            return self._rule(lark or self._terminal("/" + slashes_escaped(node["pattern"]) + "/"))
+            pattern = angles_literal(node["pattern"])
+            lark = lark_of(pattern, self.segments)
+            return self._rule(lark or self._terminal("/" + slashes_escaped(pattern) + "/"))
         if kind == "grammar":
             import llguidance as llg
 
@@ -216,8 +224,8 @@ class LarkBuilder:
         kind = node["type"]
         if kind == "const_string" and all(token is None for _, token in self.segments(node["value"])):
             return slashes_escaped(regex_literal(node["value"]))
-        if kind == "regex" and lark_of(node["pattern"], self.segments) is None:
-            pattern = joinable(node["pattern"])
+        if kind == "regex" and lark_of(angles_literal(node["pattern"]), self.segments) is None:
+            pattern = joinable(angles_literal(node["pattern"]))
             return f"(?:{slashes_escaped(pattern)})" if pattern is not None else None
         if kind in ("or", "sequence"):
             parts = [self._regex(e) for e in node["elements"]]

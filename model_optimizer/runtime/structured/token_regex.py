@@ -30,6 +30,23 @@ Segment = tuple[str, "int | None"]
 Segments = Callable[[str], list[Segment]]
 
 
+def angles_literal(pattern: str) -> str:
+    """`pattern` with `\\<` and `\\>` written as the characters: escaped angle brackets are text in Python's
+    and JavaScript's regexes (how clients write them, `\\<tool_call\\>`), word boundaries in llguidance's,
+    which it refuses; so the regex means the same whether or not the tokenizer has the tag as a token."""
+    if "\\<" not in pattern and "\\>" not in pattern:
+        return pattern
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern[i] == "\\" and i + 1 < len(pattern):
+            out.append(pattern[i + 1] if pattern[i + 1] in "<>" else pattern[i : i + 2])
+            i += 2
+        else:
+            out.append(pattern[i])
+            i += 1
+    return "".join(out)
+
+
 def lark_items(segments: list[Segment]) -> str:
     """The pieces as Lark items to force: string literals, `<[id]>` for the tokens."""
     return " ".join(f"<[{token}]>" if token is not None else json.dumps(text) for text, token in segments)

@@ -50,6 +50,14 @@ def test_a_pattern_with_no_such_run_is_left_to_llguidance(pattern):
     assert lark_of(pattern, forced) is None
 
 
+def test_escaped_angle_brackets_are_the_characters():
+    from model_optimizer.runtime.structured.token_regex import angles_literal
+
+    assert angles_literal(r"a\<b\>[\<]") == "a<b>[<]"
+    assert angles_literal(r"a\\<b") == r"a\\<b"  # an escaped backslash, then a plain <
+    assert angles_literal(r"\d\.x") == r"\d\.x"
+
+
 def test_inline_flags_are_refused_where_the_regex_would_be_split():
     with pytest.raises(ValueError, match="inline flags"):
         lark_of("(?i)ab<T>", forced)
@@ -79,6 +87,9 @@ def taken(tmp_path_factory):
             ["<tool_call>\n{}\n", "<tool_call>\n{}"],
         ),
         (StructuredOutputs.regex("[a-z]+ing</tool_call>"), ["sing</tool_call>"], ["sin</tool_call>"]),
+        # escaped angle brackets are text (Python's, JavaScript's reading), with or without a token there
+        (StructuredOutputs.regex(r"\<tool_call\>[0-9]"), ["<tool_call>5"], ["5"]),
+        (StructuredOutputs.regex(r"a\<b\>"), ["a<b>"], ["ab"]),
         (
             StructuredOutputs.regex(r"[0-9]+\s*(\n<tool_call>|\r<think>)"),
             ["12 \n<tool_call>", "1\r<think>"],
