@@ -131,9 +131,9 @@ class ResponsesRequest(_Request):
         chat = {key: value for key, value in chat.items() if value is not None}
         try:
             return ChatCompletionRequest.model_validate(chat)
-        except ValidationError as exc:  # param: the first error's whole path (routes/responses.py renames it)
+        except ValidationError as exc:  # param: the first error's field path (routes/responses.py renames it)
             message, _ = validation_message(exc)
-            raise APIError(400, message, ".".join(map(str, exc.errors()[0]["loc"]))) from None
+            raise APIError(400, message, _field_path(exc.errors()[0]["loc"])) from None
 
     def _messages(self) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
@@ -243,6 +243,20 @@ def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
         )
     function = {key: tool[key] for key in ("name", "description", "parameters", "strict") if key in tool}
     return {"type": "function", "function": function}
+
+
+_UNION_BRANCHES = frozenset(("bool", "str", "int", "float", "list", "dict", "none"))
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    """An error's location as the request's field path: up to the first label pydantic gives a union's
+    branch (`dict[str,any]`, `bool`), which names a type, not a field."""
+    parts: list[str] = []
+    for part in map(str, loc):
+        if "[" in part or part in _UNION_BRANCHES:
+            break
+        parts.append(part)
+    return ".".join(parts)
 
 
 def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:

@@ -208,6 +208,11 @@ def test_logprobs_on_output_text(client):
         ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role", "must be one of"),
         ({"text": {"format": {"type": "xml"}}}, "text.format", "text, json_object or json_schema"),
         ({"tool_choice": {"type": "file_search"}}, "tool_choice", "name a function tool"),
+        (  # the field's path, without the labels pydantic gives a union's branches
+            {"text": {"format": {"type": "json_schema", "name": "x", "schema": 5}}},
+            "text.format.schema",
+            "valid dictionary",
+        ),
         (
             {
                 "tools": [WEATHER],
