@@ -41,7 +41,9 @@ def parameters_of(tool: Any) -> dict:
     parameters = tool.function.parameters
     if parameters is None:
         return NO_PARAMETERS
-    return parameters or {"type": "object"}
+    if "type" not in parameters:  # arguments are an object: a root anyOf may not let a string through
+        return {**parameters, "type": "object"}
+    return parameters
 
 
 @dataclass
@@ -188,20 +190,21 @@ def _calls_schema(tools: list[Any], parallel: bool) -> dict:
     defs: dict[str, Any] = {}
     options = []
     for i, tool in enumerate(tools):
-        prefix = f"tool{i}_"
+        prefix = f"tool{i}"  # the parameters' name; its definitions `tool{i}_defs_NAME`, `tool{i}_definitions_NAME`
         parameters = parameters_of(tool)
-        for key in ("$defs", "definitions"):
-            for name, sub in (parameters.get(key) or {}).items():
-                defs[prefix + name] = _renamed_refs(_unrooted(sub), prefix)
-        defs[prefix + "parameters"] = _renamed_refs(
-            {k: v for k, v in _unrooted(parameters).items() if k not in ("$defs", "definitions")}, prefix
-        )
+        for key in DEFINITIONS:
+            held = parameters.get(key, {})
+            if not isinstance(held, dict):
+                raise APIError(400, f"tool {tool.function.name!r}: parameters.{key} must be an object", "tools")
+            for name, sub in held.items():
+                defs[f"{prefix}_{key.lstrip('$')}_{name}"] = _renamed_refs(_unrooted(sub), prefix)
+        defs[prefix] = _renamed_refs({k: v for k, v in _unrooted(parameters).items() if k not in DEFINITIONS}, prefix)
         options.append(
             {
                 "type": "object",
                 "properties": {
                     "name": {"const": tool.function.name},
-                    "parameters": {"$ref": f"#/$defs/{prefix}parameters"},
+                    "parameters": {"$ref": f"#/$defs/{prefix}"},
                 },
                 "required": ["name", "parameters"],
                 "additionalProperties": False,
@@ -222,19 +225,33 @@ def _unrooted(schema: Any) -> Any:
     return {k: v for k, v in schema.items() if k not in ("$id", "$schema")}
 
 
-def _renamed_refs(node: Any, prefix: str) -> Any:
-    """A copy of a schema whose local references point at its definitions' new names under the root."""
+DEFINITIONS = ("$defs", "definitions")
+"""Where a schema keeps its definitions (2019-09's name and draft 7's): each keeps its own namespace."""
+SCHEMA_MAPS = frozenset(("properties", "patternProperties", "dependentSchemas", *DEFINITIONS))
+"""Keywords whose value maps any names (`$ref` among them) to schemas."""
+DATA = frozenset(("const", "enum", "default", "examples"))
+"""Keywords whose value is data, never a schema: a `$ref` in it is text."""
+
+
+def _renamed_refs(node: Any, prefix: str, names: bool = False) -> Any:
+    """A copy of a schema whose local references point at its definitions' new names under the root (the
+    parameters as `prefix`, a definition as `prefix_defs_NAME` or `prefix_definitions_NAME`). `names`: the
+    node maps names to schemas (its keys are no keywords)."""
     if isinstance(node, list):
         return [_renamed_refs(v, prefix) for v in node]
     if not isinstance(node, dict):
         return node
+    if names:
+        return {key: _renamed_refs(value, prefix) for key, value in node.items()}
     out = {}
     for key, value in node.items():
         if key == "$ref" and isinstance(value, str):
-            local = next((lo for lo in ("#/$defs/", "#/definitions/") if value.startswith(lo)), None)
+            local = next((k for k in DEFINITIONS if value.startswith(f"#/{k}/")), None)
             if local is not None:  # a definition: beside the parameters under the root's $defs
-                value = "#/$defs/" + prefix + value[len(local) :]
+                value = f"#/$defs/{prefix}_{local.lstrip('$')}_" + value[len(local) + 3 :]
             elif value == "#" or value.startswith("#/"):  # into the parameters schema itself, now a definition
-                value = f"#/$defs/{prefix}parameters" + value[1:]
-        out[key] = _renamed_refs(value, prefix) if key != "$ref" else value
+                value = f"#/$defs/{prefix}" + value[1:]
+        elif key not in DATA:
+            value = _renamed_refs(value, prefix, key in SCHEMA_MAPS)
+        out[key] = value
     return out

@@ -496,14 +496,48 @@ IDENTIFIED = {  # a document with its own $id (JSON Schema generators write one)
 }
 
 
+NAMED_PARAMETERS = {  # a definition named like the slot the parameters take under the root
+    "type": "object",
+    "properties": {"p": {"$ref": "#/$defs/parameters"}},
+    "required": ["p"],
+    "$defs": {"parameters": {"type": "object", "properties": {"k": {"type": "integer"}}, "required": ["k"]}},
+}
+BOTH_KINDS = {  # 2019-09's $defs and draft 7's definitions, one name in each
+    "type": "object",
+    "properties": {"a": {"$ref": "#/$defs/X"}, "b": {"$ref": "#/definitions/X"}},
+    "required": ["a", "b"],
+    "$defs": {"X": {"enum": ["s"]}},
+    "definitions": {"X": {"enum": [7]}},
+}
+DATA_AND_NAMES = {  # a $ref inside data is text; a property named $ref is a schema like any other
+    "type": "object",
+    "properties": {"c": {"const": {"$ref": "#/x"}}, "$ref": {"$ref": "#/$defs/S"}},
+    "required": ["c", "$ref"],
+    "$defs": {"S": {"type": "string"}},
+}
+ANY_OF_ROOT = {"anyOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"type": "string"}]}
+
+
 @pytest.mark.parametrize(
     ("parameters", "good", "bad"),
     [
         (TREE, {"v": 1, "kids": [{"v": 2, "kids": []}]}, {"v": 1, "kids": [{"v": "x", "kids": []}]}),
         (POINTER, {"a": 1, "b": 2}, {"a": 1, "b": 12}),
         (IDENTIFIED, {"a": 1}, {"a": "x"}),
+        (NAMED_PARAMETERS, {"p": {"k": 1}}, {"p": {"p": {"k": 1}}}),
+        (BOTH_KINDS, {"a": "s", "b": 7}, {"a": 7, "b": 7}),
+        (DATA_AND_NAMES, {"c": {"$ref": "#/x"}, "$ref": "s"}, {"c": {"$ref": "#/x"}, "$ref": 1}),
+        (ANY_OF_ROOT, {"a": 1}, "a string"),  # arguments are an object, whatever the root allows
     ],
-    ids=["root-self-reference", "pointer-into-itself", "own-id"],
+    ids=[
+        "root-self-reference",
+        "pointer-into-itself",
+        "own-id",
+        "def-named-parameters",
+        "defs-and-definitions",
+        "ref-in-data-and-names",
+        "any-of-root",
+    ],  # fmt: skip
 )
 def test_required_calls_keep_a_tools_references_into_its_own_schema(parameters, good, bad):
     """tool_choice "required" moves each tool's parameters under the root's $defs: `#` and `#/...`
@@ -563,6 +597,17 @@ def test_forced_calls_take_the_ids_of_the_servers_parser():
     for parser in (RequiredParser(), NamedParser("f")):
         assert re.fullmatch("[A-Za-z0-9]{9}", _with_server_ids(State(), parser).call_id("f", 0))
     assert RequiredParser().call_id("f", 0).startswith("call_")
+
+
+def test_definitions_that_are_not_an_object_are_a_400():
+    from model_optimizer.runtime.server.errors import APIError
+    from model_optimizer.runtime.server.protocol_structured import ChatTool
+    from model_optimizer.runtime.server.tools import _calls_schema
+
+    tool = ChatTool.model_validate({"function": {"name": "f", "parameters": {"type": "object", "$defs": ["x"]}}})
+    with pytest.raises(APIError, match=r"parameters.\$defs must be an object") as raised:
+        _calls_schema([tool], parallel=True)
+    assert raised.value.status_code == 400 and raised.value.param == "tools"
 
 
 def test_no_parameters_is_no_arguments_and_the_empty_schema_any():
