@@ -134,10 +134,12 @@ def _check_utf8(text: str) -> None:
         raise APIError(400, f"input is not valid Unicode text (lone surrogate at position {at})")
 
 
-def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+def message_dicts(messages: list[ChatMessage], developer_as_system: bool = False) -> list[dict[str, Any]]:
     """Messages as chat templates read them: text content (a list of text parts stays one, for chat_text to
     shape as the template reads it), and the tool calls of an assistant message with their arguments as
-    objects (templates write them with tojson; OpenAI sends them as JSON text)."""
+    objects (templates write them with tojson; OpenAI sends them as JSON text). `developer_as_system`: a
+    `developer` message (OpenAI's newer name for the system's) goes as `system`, for a template that has
+    no branch for that role (most open models': it would drop the instruction, or refuse it)."""
     out = []
     for message in messages:
         content = message.content
@@ -145,7 +147,8 @@ def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
         if isinstance(content, list):
             content = [{"type": "text", "text": part.text} for part in content]
             text = "".join(part["text"] for part in content)
-        item: dict[str, Any] = {"role": message.role, "content": content}  # None: chat_text shapes it
+        role = "system" if developer_as_system and message.role == "developer" else message.role
+        item: dict[str, Any] = {"role": role, "content": content}  # None: chat_text shapes it
         if message.name:
             item["name"] = message.name
         if message.tool_call_id is not None:
@@ -161,10 +164,13 @@ def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 
 
 def _template_call(call: Any) -> dict[str, Any]:
-    try:
-        arguments = json.loads(call.function.arguments)
-    except (ValueError, RecursionError):  # nested deeper than Python's parser goes: text too
-        arguments = call.function.arguments  # not JSON: the template gets the text as it came
+    if not call.function.arguments.strip():  # a call with no arguments (a stream cut before them): {}, as vLLM
+        arguments: Any = {}
+    else:
+        try:
+            arguments = json.loads(call.function.arguments)
+        except (ValueError, RecursionError):  # nested deeper than Python's parser goes: text too
+            arguments = call.function.arguments  # not JSON: the template gets the text as it came
     return {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
 
 
@@ -203,7 +209,7 @@ async def chat_prompt(
         text = await state.run_blocking(
             lambda: chat_text(
                 tokenizer,
-                message_dicts(messages),
+                message_dicts(messages, developer_as_system="developer" not in str(template)),
                 template,
                 add_generation_prompt,
                 template_kwargs,

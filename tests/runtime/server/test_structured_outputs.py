@@ -291,6 +291,17 @@ def test_allowed_tools_auto_constrains_calls_to_the_listed_tools(tmp_path):
     assert plan("get_weather", "Step").constraint == auto.constraint  # the client's tools are strict
 
 
+def test_a_developer_message_renders_as_the_system_s(live):
+    """OpenAI's developer role, through a template that knows only system (as most open models' do): the
+    same prompt as a system message (the server's /tokenize renders chats as chat completions do)."""
+
+    def tokens(role: str) -> list[int]:
+        body = {"model": "tiny", "messages": [{"role": role, "content": "be terse"}, *USER]}
+        return httpx.post(live.url + "/tokenize", json=body, timeout=60).json()["tokens"]
+
+    assert tokens("developer") == tokens("system")
+
+
 def test_a_conversation_with_tool_results_renders_tools_and_tool_messages(client):
     tools = [openai.pydantic_function_tool(Weather, name="get_weather")]
     messages = USER + [

@@ -83,3 +83,27 @@ def test_continue_final_message_ends_the_prompt_inside_the_last_message():
     assert blank.endswith("<|im_start|>assistant\n ")  # whitespace is text to go on from, as in transformers 5
     kwargs = {"nested": {"a": [1, 2]}, "tokenize": True}  # JSON values reach the template; its own names never
     assert "[1, 2]" in chat_text(tokenizer, messages, "{{ nested.a }}", template_kwargs=kwargs)
+
+
+def test_a_call_without_arguments_reaches_the_template_as_an_empty_object():
+    """A stream cut before a call's arguments leaves them "": templates that loop over them need an object."""
+    body = ChatCompletionRequest.model_validate(
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": " "}}],
+                }
+            ]
+        }
+    )
+    assert message_dicts(body.messages)[0]["tool_calls"][0]["function"]["arguments"] == {}
+
+
+def test_a_developer_message_is_the_system_s_for_a_template_without_that_role():
+    body = ChatCompletionRequest.model_validate(
+        {"messages": [{"role": "developer", "content": "be terse"}, {"role": "user", "content": "q"}]}
+    )
+    assert [m["role"] for m in message_dicts(body.messages, developer_as_system=True)] == ["system", "user"]
+    assert [m["role"] for m in message_dicts(body.messages)] == ["developer", "user"]  # a template that has it
