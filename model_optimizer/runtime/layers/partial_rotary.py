@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from model_optimizer.runtime.layers.norm import rms_norm
-from model_optimizer.runtime.layers.rotary import RopeConfig, inverse_frequencies, rotate_halves
+from model_optimizer.runtime.layers.rotary import RopeConfig, angle_tables, rotate_halves
 
 
 class PartialRotaryEmbedding(nn.Module):
@@ -27,10 +27,9 @@ class PartialRotaryEmbedding(nn.Module):
             raise ValueError(f"the rotary part of a head must be a positive even width, got {rotary_dim}")
         self.rotary_dim = rotary_dim
         self.interleaved = interleaved
-        inv_freq = inverse_frequencies(replace(cfg, head_dim=rotary_dim))
-        freqs = torch.arange(cfg.max_position, dtype=torch.float32)[:, None] * inv_freq[None, :]
-        self.register_buffer("cos", freqs.cos(), persistent=False)  # (max_position, rotary_dim / 2)
-        self.register_buffer("sin", freqs.sin(), persistent=False)
+        cos, sin = angle_tables(replace(cfg, head_dim=rotary_dim))
+        self.register_buffer("cos", cos, persistent=False)  # (max_position, rotary_dim / 2)
+        self.register_buffer("sin", sin, persistent=False)
 
     def forward(
         self,

@@ -71,16 +71,20 @@ def _llama3_scale(inv_freq: torch.Tensor, cfg: RopeConfig) -> torch.Tensor:
     return torch.where(in_band, between, scaled)
 
 
+def angle_tables(cfg: RopeConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 cos and sin of every position's angles, (max_position, head_dim / 2): the rotary tables."""
+    freqs = torch.arange(cfg.max_position, dtype=torch.float32)[:, None] * inverse_frequencies(cfg)[None, :]
+    return freqs.cos(), freqs.sin()
+
+
 class RotaryEmbedding(nn.Module):
     """Llama's rotary (dimension i paired with i + head_dim / 2) from float32 cos/sin tables."""
 
     def __init__(self, cfg: RopeConfig) -> None:
         super().__init__()
-        inv_freq = inverse_frequencies(cfg)
-        positions = torch.arange(cfg.max_position, dtype=torch.float32)
-        freqs = positions[:, None] * inv_freq[None, :]  # (max_position, head_dim / 2)
-        self.register_buffer("cos", freqs.cos(), persistent=False)
-        self.register_buffer("sin", freqs.sin(), persistent=False)
+        cos, sin = angle_tables(cfg)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
 
     def forward(
         self,
