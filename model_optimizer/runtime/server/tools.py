@@ -31,6 +31,7 @@ from model_optimizer.runtime.server.state import ServerState
 from model_optimizer.runtime.server.tool_parser_registry import PARSERS
 from model_optimizer.runtime.server.tool_parsers import NamedParser, RequiredParser, ToolParser
 from model_optimizer.runtime.structured.params import StructuredOutputs
+from model_optimizer.runtime.structured.vllm_params import SCHEMA_MAPS
 
 NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
 
@@ -88,16 +89,11 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
     if isinstance(choice, AllowedToolsChoice):
         return _allowed_plan(state, body, choice, template_tools)
     if choice is None or choice == "auto":
-        parser = _auto_parser(state, template_tools)
-        return ToolPlan(template_tools, parser, _strict_calls(tools, parser), finish_with_tool_calls=True)
+        return _auto_plan(state, tools, template_tools)
     if choice == "none":
         return ToolPlan(template_tools)
     if choice == "required":
-        schema = _calls_schema(tools, body.parallel_tool_calls)
-        parser = _with_server_ids(state, RequiredParser())
-        return ToolPlan(
-            template_tools, parser, StructuredOutputs.json(schema), finish_with_tool_calls=True, binding=True
-        )
+        return _required_plan(state, tools, template_tools, body.parallel_tool_calls)
     tool = next((t for t in tools if t.function.name == choice.function.name), None)  # type: ignore[union-attr]
     if tool is None:
         raise APIError(400, f"tool_choice names {choice.function.name!r}, which is not among the tools", "tool_choice")  # type: ignore[union-attr]
@@ -119,14 +115,10 @@ def _allowed_plan(
         )
     allowed = [t for t in tools if t.function.name in listed]
     if choice.allowed_tools.mode == "required":
-        schema = _calls_schema(allowed, body.parallel_tool_calls)
-        parser = _with_server_ids(state, RequiredParser())
-        return ToolPlan(
-            template_tools, parser, StructuredOutputs.json(schema), finish_with_tool_calls=True, binding=True
-        )
-    parser = _auto_parser(state, template_tools)
+        return _required_plan(state, allowed, template_tools, body.parallel_tool_calls)
     if len(allowed) == len(tools):  # every tool: plain auto
-        return ToolPlan(template_tools, parser, _strict_calls(tools, parser), finish_with_tool_calls=True)
+        return _auto_plan(state, tools, template_tools)
+    parser = _auto_parser(state, template_tools)
     constraint = _framed_calls(allowed, parser)
     if constraint is None:
         raise APIError(
@@ -135,6 +127,19 @@ def _allowed_plan(
             f"{state.config.tool_call_parser!r} tool-call format cannot frame; use mode required, or list every tool",
             "tool_choice",
         )
+    return ToolPlan(template_tools, parser, constraint, finish_with_tool_calls=True, binding=True)
+
+
+def _auto_plan(state: ServerState, tools: list[Any], template_tools: list[dict]) -> ToolPlan:
+    """tool_choice auto: the model's own format read back, strict tools' calls framed where it can be."""
+    parser = _auto_parser(state, template_tools)
+    return ToolPlan(template_tools, parser, _strict_calls(tools, parser), finish_with_tool_calls=True)
+
+
+def _required_plan(state: ServerState, tools: list[Any], template_tools: list[dict], parallel: bool) -> ToolPlan:
+    """tool_choice required (over `tools`): the output is a JSON list of calls to them."""
+    parser = _with_server_ids(state, RequiredParser())
+    constraint = StructuredOutputs.json(_calls_schema(tools, parallel))
     return ToolPlan(template_tools, parser, constraint, finish_with_tool_calls=True, binding=True)
 
 
@@ -227,8 +232,6 @@ def _unrooted(schema: Any) -> Any:
 
 DEFINITIONS = ("$defs", "definitions")
 """Where a schema keeps its definitions (2019-09's name and draft 7's): each keeps its own namespace."""
-SCHEMA_MAPS = frozenset(("properties", "patternProperties", "dependentSchemas", *DEFINITIONS))
-"""Keywords whose value maps any names (`$ref` among them) to schemas."""
 DATA = frozenset(("const", "enum", "default", "examples"))
 """Keywords whose value is data, never a schema: a `$ref` in it is text."""
 
