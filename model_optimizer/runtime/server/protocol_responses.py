@@ -10,13 +10,13 @@ answered false, and `previous_response_id` or `background` is a 400 saying so.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
 from model_optimizer.runtime.server.errors import APIError, validation_message
 from model_optimizer.runtime.server.protocol import TEXT_PARTS, ChatCompletionRequest, _Request
+from model_optimizer.runtime.structured.params import json_text
 
 ROLES = ("user", "assistant", "system", "developer")
 PASSED_THROUGH = (
@@ -299,9 +299,9 @@ def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
         )
     if isinstance(schema, str):  # tolerated: some clients send the schema as JSON text
         try:
-            schema = json.loads(schema)
-        except (ValueError, RecursionError):
-            raise APIError(400, "text.format.schema is not JSON (or nests too deeply)", "text.format.schema") from None
+            schema = json_text(schema, "text.format.schema")
+        except ValueError as exc:
+            raise APIError(400, str(exc), "text.format.schema") from None
     spec = {"name": fmt.get("name", "response"), "schema": schema, "strict": fmt.get("strict")}
     if fmt.get("description") is not None:
         spec["description"] = fmt["description"]

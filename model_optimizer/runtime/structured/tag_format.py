@@ -224,9 +224,9 @@ class LarkBuilder:
         kind = node["type"]
         if kind == "const_string" and all(token is None for _, token in self.segments(node["value"])):
             return slashes_escaped(regex_literal(node["value"]))
-        if kind == "regex" and lark_of(angles_literal(node["pattern"]), self.segments) is None:
-            pattern = joinable(angles_literal(node["pattern"]))
-            return f"(?:{slashes_escaped(pattern)})" if pattern is not None else None
+        if kind == "regex" and lark_of(pattern := angles_literal(node["pattern"]), self.segments) is None:
+            joined = joinable(pattern)
+            return f"(?:{slashes_escaped(joined)})" if joined is not None else None
         if kind in ("or", "sequence"):
             parts = [self._regex(e) for e in node["elements"]]
             if not parts or any(p is None for p in parts):
@@ -283,11 +283,10 @@ class LarkBuilder:
         text and tokens (`function call<|role_sep|>`) is its first piece so, the rest forced after it."""
         pieces = self.segments(trigger)
         first, token = pieces[0]
-        rest = lark_items(pieces[1:])
         if token is not None:
             return self._rule(f"{text} {lark_items(pieces)}")
         lead = self._rule(f"{text} {json.dumps(first)}", "[lazy]")
-        return self._rule(f"{lead} {rest}") if rest else lead
+        return self._rule(f"{lead} {lark_items(pieces[1:])}") if len(pieces) > 1 else lead
 
     def _separated(self, node: dict[str, Any]) -> str:
         one = self._rule(" | ".join(self._tag(tag, tag["begin"]) for tag in node["tags"]))
