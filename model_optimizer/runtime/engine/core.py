@@ -158,9 +158,10 @@ class EngineCore:
     # ----------------------------------------------------------------- requests
     def add_request(self, request: CoreRequest) -> None:
         """Queue a request's n completions. ValueError when its id is in use or it could never fit."""
-        if request.request_id in self.groups:
-            raise ValueError(f"request id {request.request_id!r} is already in use")
         params, n = request.params, request.params.n
+        in_use = self._id_in_use(request.request_id, n)
+        if in_use is not None:
+            raise ValueError(f"request id {in_use!r} is already in use")
         self.limits.check(len(request.prompt_token_ids), request.max_tokens)
         if params.min_tokens:  # the sampler keeps these from being drawn until min_tokens have been
             stops = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.info.eos_token_ids))
@@ -210,6 +211,18 @@ class EngineCore:
 
     def abort_all(self) -> None:
         self.abort(list(self.groups))
+
+    def _id_in_use(self, request_id: str, n: int) -> str | None:
+        """The id of a live completion that a request of `n` completions would take again, if any: its own
+        id, or, where several completions are named `index:request_id`, one of those (a request `0:x`
+        beside the first of `x`'s two completions, or the other way round)."""
+        if request_id in self.groups:
+            return request_id
+        if n == 1:
+            siblings = self.groups.get(request_id.partition(":")[2], ())
+            return request_id if len(siblings) > 1 and any(c.request_id == request_id for c in siblings) else None
+        named = (f"{index}:{request_id}" for index in range(n))
+        return next((child for child in named if len(self.groups.get(child, ())) == 1), None)
 
     def _one_completion(self, child_id: str) -> list[Request]:
         index, _, parent = child_id.partition(":")

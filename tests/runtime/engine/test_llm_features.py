@@ -285,3 +285,24 @@ def test_abort_returns_what_the_request_had(qwen3_llm):
     assert engine.abort("to-abort") is None
     while engine.has_unfinished_requests():
         assert engine.step() == []
+
+
+def test_a_request_id_that_names_another_requests_completion_is_refused(qwen3_llm):
+    """`x` with n=2 runs its completions as `0:x` and `1:x`: a request `0:x` beside them is refused (and the
+    other way round), and both ids are free again once the first request has gone."""
+    engine = qwen3_llm.engine
+    params = GREEDY.clone(max_tokens=4)
+    engine.add_request("x", [5, 6, 7], params.clone(n=2))
+    with pytest.raises(ValueError, match="'1:x' is already in use"):
+        engine.add_request("1:x", [5, 6], params)
+    engine.add_request("2:x", [5, 6], params)  # x has no third completion
+    engine.add_request("0:y", [5, 6], params)
+    with pytest.raises(ValueError, match="'0:y' is already in use"):
+        engine.add_request("y", [5, 6], params.clone(n=3))
+    engine.add_request("y", [5, 6], params)  # one completion runs as `y`
+    finished = {}
+    while engine.has_unfinished_requests():
+        finished.update((out.request_id, out) for out in engine.step() if out.finished)
+    assert sorted(finished) == ["0:y", "2:x", "x", "y"] and len(finished["x"].outputs) == 2
+    engine.add_request("1:x", [5, 6], params)
+    engine.abort("1:x")
