@@ -344,9 +344,7 @@ def run_core(spec: CoreSpec, conn: Connection) -> None:
     freeze_startup_objects()
     code = _serve(core, inbox, outboxes)
     unfreeze_objects()
-    close = getattr(core.runner, "close", None)
-    if close is not None:
-        close()
+    core.close()
     for sock in (inbox, *outboxes):
         sock.close()
     context.term()

@@ -185,12 +185,12 @@ class LLM:
         log_phase("total", start)
 
     def close(self) -> None:
-        """Stop the tensor-parallel worker processes now (they also stop when this process exits) and let
-        go of the model, its KV cache and embedder, so that their memory can be freed. generate and embed
-        raise ValueError afterwards. `with LLM(...) as llm:` closes it at the block's end."""
-        close = getattr(self.engine.runner if self.engine is not None else None, "close", None)
-        if close is not None:
-            close()
+        """Stop the tensor-parallel worker processes and the grammar threads now (they also stop when this
+        process exits) and let go of the model, its KV cache and embedder, so that their memory can be
+        freed. generate and embed raise ValueError afterwards. `with LLM(...) as llm:` closes it at the
+        block's end."""
+        if self.engine is not None:
+            self.engine.core.close()
         self._closed = True
         self.engine = self.runner = self._embedder = None
 

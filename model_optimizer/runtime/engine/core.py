@@ -231,6 +231,15 @@ class EngineCore:
             return []
         return [children[int(index)]]
 
+    def close(self) -> None:
+        """Stop the runner's tensor-parallel workers (where it has any) and the grammar threads; the core
+        takes no more steps afterwards."""
+        close = getattr(self.runner, "close", None)
+        if close is not None:
+            close()
+        if self.constrained is not None:
+            self.constrained.close()
+
     def has_unfinished_requests(self) -> bool:
         # a step in flight for unfinished requests keeps them running
         return self.scheduler.has_unfinished() or bool(self.constrained is not None and self.constrained.compiling)

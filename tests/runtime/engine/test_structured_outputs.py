@@ -306,6 +306,19 @@ def test_a_grammar_the_core_cannot_compile_fails_its_request_alone(model_dir):
     assert finished["free"].outputs[0].finish_reason == "length"
 
 
+def test_close_stops_the_grammar_threads(model_dir):
+    llm = LLM(model_dir, kv_cache_memory=1 << 24)
+    [out] = llm.generate([PROMPTS[0]], CONSTRAINED)
+    assert json.loads(out.outputs[0].text) is not None
+    constrained = llm.engine.core.constrained
+    threads = [*constrained._filler._threads, *constrained.manager.compiler.pool._threads]
+    assert threads and all(t.is_alive() for t in threads)
+    llm.close()
+    for thread in threads:
+        thread.join(10)
+    assert not any(t.is_alive() for t in threads)
+
+
 def test_abort_while_the_grammar_compiles(model_dir):
     llm = LLM(model_dir, kv_cache_memory=1 << 24)
     engine = llm.engine
