@@ -8,9 +8,12 @@ the last view: both give the same calls. Parsers read the text, never token ids.
 
 - `hermes` (Qwen2.5, Qwen3, Hermes): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any number.
 - `llama3_json` (Llama 3.1+): the whole output is `{"name": ..., "parameters": {...}}`, calls separated by
-  `;`, optionally after `<|python_tag|>`; anything else is content.
-- `mistral`: `[TOOL_CALLS]` then a JSON list of {"name", "arguments"} objects, or (newer tokenizers)
-  `[TOOL_CALLS]name[ARGS]{...}` per call; needs special tokens in the text (skip_special_tokens off).
+  `;`, optionally after `<|python_tag|>`; anything else is content, an object without both keys included.
+- `mistral`: `[TOOL_CALLS]` then a JSON list of {"name", "arguments"} objects (or one object), or (newer
+  tokenizers) `[TOOL_CALLS]name[ARGS]{...}` per call (`[CALL_ID]id` may follow the name, `[ARGS]` may be
+  left out); needs special tokens in the text (skip_special_tokens off).
+
+In every format a marker with no call behind it is text, as vLLM has it.
 - `deepseek_v3` (DeepSeek-V3, R1-0528): `<｜tool▁calls▁begin｜>` then per call `<｜tool▁call▁begin｜>function
   <｜tool▁sep｜>NAME`, a newline, the arguments in a ```json fence and `<｜tool▁call▁end｜>`; special tokens.
 - `deepseek_v31` (DeepSeek-V3.1): the same markers, `NAME<｜tool▁sep｜>` and the bare JSON arguments.
@@ -47,6 +50,8 @@ class PartialCall:
     """The model wrote the arguments as a JSON string holding JSON: only sent once complete, decoded."""
     id: str | None = None
     """The id the model wrote for the call (Kimi-K2's), which the response keeps; None: the server makes one."""
+    keyed: bool = False
+    """Its JSON object has an arguments (or parameters) key, as far as it has arrived."""
 
 
 @dataclass
@@ -164,6 +169,7 @@ def call_object(text: str, i: int) -> tuple[PartialCall, int | None]:
             name = _loads(text[start:end]) if text[start:end].startswith('"') else None
             call.name = name if isinstance(name, str) else None
         elif key in ARGUMENT_KEYS and not seen_arguments:
+            call.keyed = True
             raw = text[start:end] if end is not None else text[start:]
             if raw.startswith('"'):  # JSON text inside a JSON string: whole or nothing
                 call.string_arguments = True
@@ -266,8 +272,8 @@ class Llama3JsonParser(ToolParser):
             return i
         if text[i] != "{":
             return ToolView(text)
-        calls = _separated_calls(text, i, ";")
-        if final and not any(c.name for c in calls):  # JSON, but no call in it: the model's answer
+        calls = keyed_calls(_separated_calls(text, i, ";"))
+        if final and not calls:  # JSON, but no call in it: the model's answer
             return ToolView(text)
         return ToolView("", calls)
 
@@ -289,20 +295,26 @@ class MistralParser(ToolParser):
             rest = skip_ws(text, first + len(self.MARKER))
             if rest < len(text) and text[rest] == "[":
                 calls = _separated_calls(text, skip_ws(text, rest + 1), ",")
+            elif rest < len(text) and text[rest] == "{":  # one object, not in a list
+                calls = _separated_calls(text, rest, ",")
             else:
                 calls = self._args_calls(text, first)
-        return ToolView(_content_before(text, first, first != -1, final, self.MARKER), calls)
+            if final:  # a marker with no call behind it is text, as vLLM has it
+                calls = [c for c in calls if c.name]
+        has_calls = first != -1 and (bool(calls) or not final)
+        return ToolView(_content_before(text, first, has_calls, final, self.MARKER), calls)
 
     def _args_calls(self, text: str, at: int) -> list[PartialCall]:
-        """`[TOOL_CALLS]name[ARGS]{...}` calls, one after another."""
+        """`[TOOL_CALLS]name[ARGS]{...}` calls (`[CALL_ID]id` may follow the name; `[ARGS]` may be left out
+        before the arguments' object), one after another."""
         calls = []
         while at != -1:
             start = at + len(self.MARKER)
-            args = text.find(self.ARGS, start)
-            if args == -1:
+            head = _MISTRAL_HEAD.match(text, start)
+            if head is None:
                 break
-            call = PartialCall(name=text[start:args].strip())
-            begin = skip_ws(text, args + len(self.ARGS))
+            call = PartialCall(name=head["name"], id=head["id"] if _MISTRAL_ID.fullmatch(head["id"] or "") else None)
+            begin = skip_ws(text, head.end())
             end = value_end(text, begin)
             call.arguments = text[begin:end] if end is not None else text[begin:]
             call.complete = end is not None
@@ -311,6 +323,11 @@ class MistralParser(ToolParser):
                 break
             at = text.find(self.MARKER, end)
         return calls
+
+
+_MISTRAL_HEAD = re.compile(r"\s*(?P<name>[^\s\[{]+?)\s*(?:\[CALL_ID\](?P<id>.*?))?(?:\[ARGS\]|(?=\{))", re.DOTALL)
+"""A Mistral call's head: its name, an id, and `[ARGS]` (or the arguments' `{` straight after the name)."""
+_MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
 
 
 class DeepSeekV3Parser(ToolParser):
@@ -342,7 +359,8 @@ class DeepSeekV3Parser(ToolParser):
                     break
                 calls.append(call)
                 at = body.find(self.CALL_BEGIN, end) if end is not None else -1
-        content = _content_before(text, first, first != -1, final, (self.CALLS_BEGIN, self.CALL_BEGIN, *self.ALSO))
+        has_calls = first != -1 and (bool(calls) or not final)  # markers with no call behind them are text
+        content = _content_before(text, first, has_calls, final, (self.CALLS_BEGIN, self.CALL_BEGIN, *self.ALSO))
         return ToolView(content, calls)
 
     def _call(self, text: str, i: int) -> tuple[PartialCall | None, int | None]:
@@ -402,7 +420,8 @@ class KimiK2Parser(DeepSeekV3Parser):
     """Kimi-K2's calls: a section of special-token markers, each call's id (`functions.NAME:INDEX`), then its
     JSON arguments: `<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0
     <|tool_call_argument_begin|>{...}<|tool_call_end|><|tool_calls_section_end|>`. The id is the call's id
-    in the response (Kimi's template writes it back so), the name its part between the dot and the colon.
+    in the response (Kimi's template writes it back so), the name its part between `functions.` and the
+    last colon.
     Some outputs spell the section markers singular (`tool_call_section`): they count the same."""
 
     name = "kimi_k2"
@@ -427,11 +446,16 @@ class KimiK2Parser(DeepSeekV3Parser):
     def _call(self, text: str, i: int) -> tuple[PartialCall | None, int | None]:
         sep = text.find(self.SEP, i)
         call_id = text[i:sep].strip() if sep != -1 else ""
-        name = call_id.rsplit(":", 1)[0].rsplit(".", 1)[-1] if ":" in call_id else call_id
+        numbered = _KIMI_ID.fullmatch(call_id)  # the name may hold dots and colons itself
+        name = numbered.group(1) if numbered else call_id
         if not name:
             return None, None  # the id goes on, or the call is not in this format
-        call = PartialCall(name=name, id=call_id if ":" in call_id else None)
+        call = PartialCall(name=name, id=call_id if numbered else None)
         return self._arguments(call, text, skip_ws(text, sep + len(self.SEP)))
+
+
+_KIMI_ID = re.compile(r"(?:functions\.)?(.+):\d+", re.DOTALL)
+"""A Kimi-K2 call id: `functions.NAME:INDEX` (the prefix sometimes left out)."""
 
 
 class _KimiK2Singular(KimiK2Parser):
@@ -468,6 +492,15 @@ class NamedParser(ToolParser):
         """Trailing whitespace is held back while streaming, as the final view drops it: the streamed
         arguments then add up to the whole message's."""
         return ToolView("", [PartialCall(self.function, text.strip(), final)])
+
+
+def keyed_calls(calls: list[PartialCall]) -> list[PartialCall]:
+    """The calls up to the first object with no name or no arguments key (so far): where no marker says that
+    calls follow, only such objects are calls, and JSON like {"name": "Ada", "born": 1815} is an answer."""
+    for k, call in enumerate(calls):
+        if call.name is None or not call.keyed:
+            return calls[:k]
+    return calls
 
 
 def _separated_calls(text: str, i: int, separator: str) -> list[PartialCall]:

@@ -10,14 +10,19 @@ once a key is whole, the value once its closing tag has arrived (a half-written 
 `}` once the call ends. A value arrives as raw text and becomes a JSON string, unless the tool's
 parameters schema types it as something else (number, boolean, object ...: then it is read as JSON,
 or as a Python literal, falling back to a string when it reads as neither), or the schema says nothing
-and it reads as a JSON object, array, number or boolean. A call that breaks the format ends the reading:
-the calls before it stand, nothing after it becomes a call.
+and it reads as a JSON object, array, number or boolean.
+
+A marker with no call behind it (no name, or one with a space: `Use <tool_call> tags ...`) is text, as in
+vLLM. Text the format does not expect between a call's arguments is skipped once the next argument or the
+call's end tag has arrived; until then, or where the next call's marker comes first, the reading of that
+call stops there and nothing after it becomes a call.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import warnings
 from dataclasses import dataclass, field
 
@@ -82,6 +87,8 @@ class KeyValueCall:
     """Keys in order, each with its raw value, or None while the value has not all arrived."""
     end: int | None = None
     """Index past the call once it has ended (the arguments are whole), else None."""
+    broken: bool = False
+    """No name, and what follows the marker cannot become one: the marker is text."""
 
 
 class KeyValueParser(ToolParser):
@@ -100,13 +107,17 @@ class KeyValueParser(ToolParser):
                 self.properties[function["name"]] = properties
 
     def view(self, text: str, final: bool) -> ToolView:
-        first = text.find(self.START)
+        first = -1
         calls: list[PartialCall] = []
-        at = first
+        at = text.find(self.START)
         while at != -1:
             call = self.read_call(text, at + len(self.START))
+            if call.name is None and (call.broken or final):  # no call behind this marker: it is text, as in vLLM
+                at = text.find(self.START, at + len(self.START))
+                continue
+            first = at if first == -1 else first
             if call.name is None:
-                break
+                break  # its name is arriving
             calls.append(PartialCall(call.name, self._arguments(call), call.end is not None))
             at = text.find(self.START, call.end) if call.end is not None else -1
         return ToolView(_content_before(text, first, first != -1, final, self.START), calls)
@@ -114,6 +125,13 @@ class KeyValueParser(ToolParser):
     def read_call(self, text: str, i: int) -> KeyValueCall:
         """The call whose body starts at text[i], as far as it has arrived and keeps to the format."""
         raise NotImplementedError
+
+    def skip_stray(self, text: str, j: int, resumes: tuple[str, ...]) -> int | None:
+        """Where reading a call's arguments goes on past text the format does not expect at text[j]: the next
+        of `resumes` (an argument's or the call's end tag), once one has arrived before any next call's
+        marker; None until then (nothing more of the call is read)."""
+        found = _first_of(text, j, (*resumes, self.START))
+        return None if found is None or text.startswith(self.START, found) else found
 
     def _arguments(self, call: KeyValueCall) -> str:
         """The arguments' JSON text so far: a prefix of the whole call's, whatever arrives next."""
@@ -125,6 +143,9 @@ class KeyValueParser(ToolParser):
                 return text
             text += value_json(raw, schemas.get(key))
         return text + "}" if call.end is not None else text
+
+
+_SPACE = re.compile(r"\s")
 
 
 def _first_of(text: str, i: int, markers: tuple[str, ...]) -> int | None:
@@ -140,18 +161,29 @@ class Glm45Parser(KeyValueParser):
 
     def read_call(self, text: str, i: int) -> KeyValueCall:
         call = KeyValueCall()
+        i = skip_ws(text, i)
         j = _first_of(text, i, ("\n", self.KEY, self.END))
-        if j is None or not text[i:j].strip():
+        name = text[i:j].strip() if j is not None else text[i:].strip()
+        if j is None or not name or _SPACE.search(name):
+            call.broken = bool(_SPACE.search(name)) or j is not None  # a name holds no space, nor is it empty
             return call
-        call.name = text[i:j].strip()
+        call.name = name
         while True:
             j = skip_ws(text, j)
             if text.startswith(self.END, j):
                 call.end = j + len(self.END)
                 return call
-            key_end = text.find(self.KEY_END, j) if text.startswith(self.KEY, j) else -1
+            if not text.startswith(self.KEY, j):
+                if any(tag.startswith(text[j:]) for tag in (self.KEY, self.END)):
+                    return call  # a tag is arriving
+                resume = self.skip_stray(text, j, (self.KEY, self.END))
+                if resume is None:
+                    return call
+                j = resume
+                continue
+            key_end = text.find(self.KEY_END, j)
             if key_end == -1:
-                return call  # still arriving, or not this format: nothing more is read either way
+                return call
             call.pairs.append((text[j + len(self.KEY) : key_end].strip(), None))
             j = skip_ws(text, key_end + len(self.KEY_END))
             value_end = text.find(self.VALUE_END, j) if text.startswith(self.VALUE, j) else -1
@@ -168,17 +200,30 @@ class Qwen3CoderParser(KeyValueParser):
     def read_call(self, text: str, i: int) -> KeyValueCall:
         call = KeyValueCall()
         j = skip_ws(text, i)
-        name_end = text.find(">", j) if text.startswith(self.FUNCTION, j) else -1
-        if name_end == -1 or not text[j + len(self.FUNCTION) : name_end].strip():
+        if not text.startswith(self.FUNCTION, j):
+            call.broken = not self.FUNCTION.startswith(text[j:])  # text, not a call arriving
             return call
-        call.name = text[j + len(self.FUNCTION) : name_end].strip()
+        name_end = text.find(">", j)
+        name = text[j + len(self.FUNCTION) : name_end if name_end != -1 else len(text)].strip()
+        if name_end == -1 or not name or _SPACE.search(name):
+            call.broken = bool(_SPACE.search(name)) or name_end != -1
+            return call
+        call.name = name
         j = name_end + 1
         while True:
             j = skip_ws(text, j)
             if text.startswith(self.FUNCTION_END, j):
                 call.end = j + len(self.FUNCTION_END)
                 return call
-            key_end = text.find(">", j) if text.startswith(self.PARAMETER, j) else -1
+            if not text.startswith(self.PARAMETER, j):
+                if any(tag.startswith(text[j:]) for tag in (self.PARAMETER, self.FUNCTION_END)):
+                    return call  # a tag is arriving
+                resume = self.skip_stray(text, j, (self.PARAMETER, self.FUNCTION_END))
+                if resume is None:
+                    return call
+                j = resume
+                continue
+            key_end = text.find(">", j)
             if key_end == -1:
                 return call
             call.pairs.append((text[j + len(self.PARAMETER) : key_end].strip(), None))

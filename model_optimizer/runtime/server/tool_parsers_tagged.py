@@ -33,6 +33,7 @@ from model_optimizer.runtime.server.tool_parsers import (
     ToolView,
     _content_before,
     _separated_calls,
+    keyed_calls,
     skip_ws,
 )
 
@@ -131,6 +132,8 @@ class GraniteParser(ToolParser):
         if text[i] != "[":
             return ToolView(text)
         calls = _separated_calls(text, skip_ws(text, i + 1), ",")
+        if tag is None:  # no marker: only objects with a name and arguments are calls
+            calls = keyed_calls(calls)
         if final and not any(c.name for c in calls):  # a list, but not of calls: the model's answer
             return ToolView(text)
         return ToolView("", calls)

@@ -24,6 +24,7 @@ from model_optimizer.runtime.server.tool_parsers import (
     NamedParser,
     RequiredParser,
 )
+from model_optimizer.runtime.server.tool_parsers_tagged import GraniteParser
 
 WEATHER = {"city": "Oslo", "unit": "c\\"}
 
@@ -55,6 +56,9 @@ CASES = [
     ),
     (Llama3JsonParser, 'The answer is {"a": 1}.', 'The answer is {"a": 1}.', []),
     (Llama3JsonParser, '{"a": 1}', '{"a": 1}', []),  # JSON without a call in it is the answer
+    (Llama3JsonParser, '{"name": "Ada", "born": 1815}', '{"name": "Ada", "born": 1815}', []),  # nor is a name alone
+    (GraniteParser, '[{"name": "Ada", "born": 1815}]', '[{"name": "Ada", "born": 1815}]', []),
+    (GraniteParser, '<|tool_call|>[{"name": "time"}]', None, [("time", {})]),  # after the marker: a call
     (
         MistralParser,
         'Sure[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c\\\\"}}, {"name": "time", "arguments": {}}]</s>',
@@ -67,6 +71,14 @@ CASES = [
         None,
         [("get_weather", WEATHER), ("time", {})],
     ),
+    (MistralParser, 'Sure[TOOL_CALLS]{"name": "time", "arguments": {}}', "Sure", [("time", {})]),  # no list
+    (  # vLLM's v11 form without [ARGS], and a [CALL_ID] after the name
+        MistralParser,
+        '[TOOL_CALLS]get_weather{"city": "Oslo", "unit": "c\\\\"}[TOOL_CALLS]time[CALL_ID]a1b2c3d4e[ARGS]{}',
+        None,
+        [("get_weather", WEATHER), ("time", {})],
+    ),
+    (MistralParser, "Write [TOOL_CALLS] first.", "Write [TOOL_CALLS] first.", []),  # no call behind the marker
     (
         RequiredParser,
         '[{"name":"get_weather","parameters":{"city":"Oslo","unit":"c\\\\"}},{"name":"time","parameters":{}}]',

@@ -158,6 +158,36 @@ CASES = [
         None,
         [("get_weather", WEATHER)],
     ),
+    # a marker with no call behind it is text, as in vLLM; a name holds no space
+    (Qwen3CoderParser, "Calls go in <tool_call> tags.", "Calls go in <tool_call> tags.", []),
+    (Glm45Parser, "Use <tool_call> to call a tool.", "Use <tool_call> to call a tool.", []),
+    (Glm45Parser, "Try <tool_call> then " + _glm("time", {}), "Try <tool_call> then", [("time", {})]),
+    (Glm45Parser, "<tool_call>\n" + _glm("time", {})[len("<tool_call>") :], None, [("time", {})]),  # newline first
+    (  # text the format does not expect inside a call is skipped once its end has arrived
+        Glm45Parser,
+        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\nnote\n</tool_call>\n"
+        + _glm("time", {}),
+        None,
+        [("get_weather", {"city": "Oslo"}), ("time", {})],
+    ),
+    (
+        Qwen3CoderParser,
+        _coder("get_weather", {"city": "Oslo"}).replace("</function>", "stray\n</function>") + _coder("time", {}),
+        None,
+        [("get_weather", {"city": "Oslo"}), ("time", {})],
+    ),
+    (  # names with dots and colons, and the id's prefix left out
+        KimiK2Parser,
+        f"{K_BEGIN}{K_CALL}functions.ns:get.weather:0{K_ARGS}{{}}{K_END_CALL}{K_CALL}time:1{K_ARGS}{{}}{K_END_CALL}{K_END}",
+        None,
+        [("ns:get.weather", {}), ("time", {})],
+    ),
+    (
+        DeepSeekV3Parser,
+        f"Hi{BEGIN}{CALL}function{SEP}time{END_CALL}{END}",
+        f"Hi{BEGIN}{CALL}function{SEP}time{END_CALL}{END}",
+        [],
+    ),
     (PythonicParser, "The answer is [1, 2].", "The answer is [1, 2].", []),
     (PythonicParser, "[1, 2]", "[1, 2]", []),  # a list, but not of calls
     (PythonicParser, "[Oslo is cold]", "[Oslo is cold]", []),
