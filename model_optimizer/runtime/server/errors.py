@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from model_optimizer.common.text import clip
+from model_optimizer.runtime.structured.grammar import OVER_LIMITS
 
 logger = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 1000
@@ -50,6 +51,12 @@ def error_body(status_code: int, message: str, param: str | None = None) -> dict
     return {
         "error": {"message": clip(message, MAX_MESSAGE_CHARS), "type": error_type, "param": param, "code": status_code}
     }
+
+
+def failure_status(message: str) -> int:
+    """The status of a request the engine failed: 400 where its constraint outgrew the grammar engine's
+    limits (the request's doing), else 500 (NaN logits, the grammar engine's own error)."""
+    return 400 if message.startswith(OVER_LIMITS) else 500
 
 
 def error_response(

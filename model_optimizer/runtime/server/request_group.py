@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from model_optimizer.runtime.engine.async_engine import EngineDeadError, RequestStream
 from model_optimizer.runtime.engine.outputs import RequestOutput, merge_outputs
 from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
-from model_optimizer.runtime.server.errors import APIError, error_response
+from model_optimizer.runtime.server.errors import APIError, error_response, failure_status
 from model_optimizer.runtime.server.protocol import PromptTokensDetails, StreamOptions, UsageInfo
 from model_optimizer.runtime.server.state import RETRY_AFTER_S, Admission, ServerState
 from model_optimizer.runtime.server.streaming import ClosingStreamingResponse, StreamFormat, sse_events
@@ -225,7 +225,8 @@ async def respond(request: Request, state: ServerState, generation: Generation, 
     Streaming, the group's cleanup moves to the response (it outlives this function); otherwise
     the whole response is awaited while watching for the client to leave (then the engine requests
     are aborted at once, and the access log shows 499, as nginx writes a client that hung up). A
-    request the engine failed (NaN logits) or a dead engine is a 500 with the engine's message.
+    request the engine failed (NaN logits) or a dead engine is a 500 with the engine's message, one whose
+    constraint outgrew the grammar engine's limits a 400 (errors.failure_status).
     """
     async with AsyncExitStack() as cleanup:
         group = await cleanup.enter_async_context(open_group(state, generation))
@@ -242,9 +243,9 @@ async def respond(request: Request, state: ServerState, generation: Generation, 
         except EngineDeadError as exc:
             return error_response(500, str(exc))
         error = next((o.error for o in finals if o.error), None)
-        if error:  # the engine failed the request (NaN logits, the grammar engine): logged, as every 500 is
+        if error:  # the engine failed the request (NaN logits, the grammar engine): logged
             logger.warning("request %s failed: %s", group.request_id, error)
-            return error_response(500, error)
+            return error_response(failure_status(error), error)
         return JSONResponse(fmt.response(finals, group.usage()).model_dump())
 
 

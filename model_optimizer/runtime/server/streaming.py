@@ -33,7 +33,7 @@ from starlette.types import Receive, Scope, Send
 
 from model_optimizer.runtime.engine.async_engine import EngineDeadError
 from model_optimizer.runtime.engine.outputs import CompletionOutput, Logprob, RequestOutput
-from model_optimizer.runtime.server.errors import error_body
+from model_optimizer.runtime.server.errors import error_body, failure_status
 from model_optimizer.runtime.server.protocol import UsageInfo
 
 logger = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class ErrorThenDone:
     last = DONE
 
     def failure(self, message: str) -> str:
-        return sse(error_body(500, message))
+        return sse(error_body(failure_status(message), message))
 
 
 async def sse_events(

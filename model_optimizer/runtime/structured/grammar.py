@@ -10,6 +10,7 @@ request.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from model_optimizer.runtime.structured.params import StructuredOutputs, structures_of
@@ -48,6 +49,19 @@ def engine_error(matcher: Any) -> str:
     return matcher.get_error().split("\n<state>", 1)[0].strip()
 
 
+OVER_LIMITS = "the constraint went past the grammar engine's limits"
+"""How the error of a request whose constraint outgrew llguidance's limits while it generated begins (a
+row of more than 2,000 items: an object of hundreds of optional properties after a first token that
+fitted): the request's doing, a 400 (server/request_group.py), which a retry would meet again."""
+_LIMIT_WORDS = re.compile(r"max is|limit|fuel|too many|too big", re.IGNORECASE)
+
+
+def output_error(matcher: Any) -> str:
+    """Why a matcher could not take a token its mask allowed: OVER_LIMITS, or the grammar engine's error."""
+    reason = engine_error(matcher)
+    return f"{OVER_LIMITS}: {reason}" if _LIMIT_WORDS.search(reason) else f"the output left its grammar: {reason}"
+
+
 REASONING_WHITESPACE = 4
 """Most whitespace characters between a reasoning block's end tag and the constrained answer (Qwen3 and
 DeepSeek-R1 write two newlines there)."""
@@ -72,7 +86,7 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
                 raise GrammarError("the schema false admits no document")
             if value is True:  # any JSON value; llguidance's options need an object schema
                 schema = "{}"
-            _check_integer_bounds(value)
+            _check_integers(value)
             return llg.LLMatcher.grammar_from_json_schema(schema, defaults=_json_options(so))
         if so.kind == "regex":
             pattern = angles_literal(so.spec)
@@ -81,6 +95,7 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
         if so.kind == "choice":
             return _choice(json.loads(so.spec), tokenizer)
         if so.kind == "structural_tag":
+            _check_integers(json.loads(so.spec))  # the tags' schemas
             return _structural_tag(so, tokenizer)
         return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
     except (ValueError, TypeError, KeyError) as exc:  # KeyError: a format node without a key it needs
@@ -106,21 +121,48 @@ INT64 = (-(2**63), 2**63 - 1)
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 
-def _check_integer_bounds(node: Any) -> None:
-    """GrammarError for an integer bound outside 64 bits: llguidance clamps such bounds to int64, so it
-    would let out numbers the schema refuses (a minimum of 10**19 gave 9223372036854775807)."""
+def _check_integers(node: Any) -> None:
+    """GrammarError for integers the grammar engine cannot keep: a bound outside 64 bits (llguidance clamps
+    it to int64, so a minimum of 10**19 gave 9223372036854775807), and a `const` or `enum` integer, or a
+    bound that is both minimum and maximum, that a double cannot hold exactly (llguidance writes it
+    rounded: a const of 2**53 + 1 gave 9007199254740992)."""
     if isinstance(node, list):
         for item in node:
-            _check_integer_bounds(item)
+            _check_integers(item)
     elif isinstance(node, dict):
         for key, value in node.items():
-            if key in BOUNDS and isinstance(value, int) and not isinstance(value, bool):
+            if key in BOUNDS and _is_int(value):
                 if not INT64[0] <= value <= INT64[1]:
                     raise GrammarError(
                         f"{key} {value} is outside 64-bit integers, which the grammar engine cannot enforce"
                     )
+            elif key in ("const", "enum"):
+                inexact = _inexact_integer(value)
+                if inexact is not None:
+                    raise GrammarError(f"{key} holds {inexact}, {_INEXACT}")
             else:
-                _check_integer_bounds(value)
+                _check_integers(value)
+        only = node.get("minimum")
+        if _is_int(only) and only == node.get("maximum") and _inexact_integer(only) is not None:
+            raise GrammarError(f"minimum and maximum are both {only}, {_INEXACT}")
+
+
+_INEXACT = "an integer that the grammar engine holds as a double and would write rounded"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _inexact_integer(data: Any) -> int | None:
+    """The first integer in JSON data (nested ones included) that a double cannot hold exactly, if any."""
+    if _is_int(data):
+        try:
+            return None if float(data) == data else data
+        except OverflowError:
+            return data
+    values = data.values() if isinstance(data, dict) else data if isinstance(data, list) else ()
+    return next((found for value in values if (found := _inexact_integer(value)) is not None), None)
 
 
 def _after_reasoning(answer: str, so: StructuredOutputs, tokenizer: Any) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from model_optimizer.runtime.structured.compiler import Compiled, GrammarCompiler
-from model_optimizer.runtime.structured.grammar import engine_error
+from model_optimizer.runtime.structured.grammar import output_error
 from model_optimizer.runtime.structured.params import StructuredOutputs
 
 PARALLEL_ADVANCE_ROWS = 128
@@ -238,7 +238,7 @@ class StructuredOutputManager:
         grammar's error, else it ends when it has stopped (error None)."""
         if failed:
             state.ended = True
-            return True, f"the output left its grammar: {engine_error(state.matcher)}"
+            return True, output_error(state.matcher)
         if state.matcher.is_stopped():
             state.ended = True
             return True, None

@@ -661,6 +661,29 @@ def test_a_constraint_that_crashes_the_grammar_engine_costs_one_request(live, co
     assert httpx.post(url, json={**body, "guided_choice": ["yes", "no"]}, timeout=60).status_code == 200
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_constraint_that_outgrows_the_grammar_engine_mid_output_is_a_400(live, stream):
+    """501 optional properties make a parser row of more than llguidance's 2,000 items: met only once the
+    output reaches that object, after the check of the first token passed. The request's doing: a 400
+    (in the stream, an error of that code), not a 500 that clients retry."""
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(501)}}
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 2}, "b": wide}}
+    schema |= {"required": ["a", "b"], "additionalProperties": False}
+    body = {"model": "tiny", "messages": USER, "max_tokens": 60, "stream": stream}
+    body["response_format"] = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    r = httpx.post(live.url + "/v1/chat/completions", json=body, timeout=120)
+    if stream:
+        errors = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith('data: {"error"')]
+        assert r.status_code == 200 and len(errors) == 1, r.text
+        error = errors[0]["error"]
+    else:
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+    assert error["code"] == 400 and error["type"] == "invalid_request_error"
+    assert error["message"].startswith("the constraint went past the grammar engine's limits: "), error
+    assert httpx.get(live.url + "/health").status_code == 200
+
+
 def test_thousands_of_choices_are_one_lexeme():
     """Choices compile to one regex: as Lark alternatives, more than 2,000 overflowed llguidance's parser
     row at the first token (a 500 mid-request)."""

@@ -130,6 +130,10 @@ def test_a_forged_message_is_checked_as_it_is_decoded():
         (StructuredOutputs.json({"type": "object"}, whitespace_pattern="(("), "unclosed group"),
         (StructuredOutputs.json({"type": "integer", "minimum": 10**19}), "outside 64-bit integers"),  # was clamped
         (StructuredOutputs.json({"items": {"exclusiveMaximum": -(2**64)}}), "outside 64-bit integers"),
+        (StructuredOutputs.json({"const": 2**53 + 1}), "const holds 9007199254740993"),  # was written rounded
+        (StructuredOutputs.json({"properties": {"id": {"enum": [1, {"a": [2**60 + 1]}]}}}), "enum holds 1152921"),
+        (StructuredOutputs.json({"type": "integer", "minimum": 2**53 + 1, "maximum": 2**53 + 1}), "both 9007"),
+        (StructuredOutputs.structural_tag([{"begin": "<f>", "schema": {"const": 2**60 + 1}}], ["<f"]), "const holds"),
         (StructuredOutputs.json(False), "admits no document"),
     ],
 )
