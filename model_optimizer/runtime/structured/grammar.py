@@ -9,10 +9,12 @@ request.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
 
+from model_optimizer.runtime.structured.json_schema import prepare
 from model_optimizer.runtime.structured.params import StructuredOutputs, structures_of
 from model_optimizer.runtime.structured.tag_format import LarkBuilder, regex_literal
 from model_optimizer.runtime.structured.token_regex import Segment, angles_literal, lark_items, lark_of
@@ -85,18 +87,16 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
             if value is False:
                 raise GrammarError("the schema false admits no document")
             if value is True:  # any JSON value; llguidance's options need an object schema
-                schema = "{}"
-            _check_integers(value)
-            return llg.LLMatcher.grammar_from_json_schema(schema, defaults=_json_options(so))
+                value = {}
+            return llg.LLMatcher.grammar_from_json_schema(json.dumps(prepare(value)), defaults=_json_options(so))
         if so.kind == "regex":
             pattern = angles_literal(so.spec)
             lark = lark_of(pattern, lambda t: _text_segments(t, tokenizer))
             return f"start: {lark}" if lark else llg.LLMatcher.grammar_from_regex(pattern)
         if so.kind == "choice":
             return _choice(json.loads(so.spec), tokenizer)
-        if so.kind == "structural_tag":
-            _check_integers(json.loads(so.spec))  # the tags' schemas
-            return _structural_tag(so, tokenizer)
+        if so.kind == "structural_tag":  # the tags' schemas as a JSON schema's
+            return _structural_tag(dataclasses.replace(so, spec=json.dumps(prepare(json.loads(so.spec)))), tokenizer)
         return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
     except (ValueError, TypeError, KeyError) as exc:  # KeyError: a format node without a key it needs
         raise GrammarError(f"invalid {so.kind}: {exc}") from None
@@ -115,54 +115,6 @@ def _choice(choices: list[str], tokenizer: Any) -> str:
     if not tokened:
         return llg.LLMatcher.grammar_from_regex(plain)
     return "start: " + " | ".join(tokened if len(tokened) == len(choices) else [f"/{plain}/", *tokened])
-
-
-INT64 = (-(2**63), 2**63 - 1)
-BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-
-
-def _check_integers(node: Any) -> None:
-    """GrammarError for integers the grammar engine cannot keep: a bound outside 64 bits (llguidance clamps
-    it to int64, so a minimum of 10**19 gave 9223372036854775807), and a `const` or `enum` integer, or a
-    bound that is both minimum and maximum, that a double cannot hold exactly (llguidance writes it
-    rounded: a const of 2**53 + 1 gave 9007199254740992)."""
-    if isinstance(node, list):
-        for item in node:
-            _check_integers(item)
-    elif isinstance(node, dict):
-        for key, value in node.items():
-            if key in BOUNDS and _is_int(value):
-                if not INT64[0] <= value <= INT64[1]:
-                    raise GrammarError(
-                        f"{key} {value} is outside 64-bit integers, which the grammar engine cannot enforce"
-                    )
-            elif key in ("const", "enum"):
-                inexact = _inexact_integer(value)
-                if inexact is not None:
-                    raise GrammarError(f"{key} holds {inexact}, {_INEXACT}")
-            else:
-                _check_integers(value)
-        only = node.get("minimum")
-        if _is_int(only) and only == node.get("maximum") and _inexact_integer(only) is not None:
-            raise GrammarError(f"minimum and maximum are both {only}, {_INEXACT}")
-
-
-_INEXACT = "an integer that the grammar engine holds as a double and would write rounded"
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _inexact_integer(data: Any) -> int | None:
-    """The first integer in JSON data (nested ones included) that a double cannot hold exactly, if any."""
-    if _is_int(data):
-        try:
-            return None if float(data) == data else data
-        except OverflowError:
-            return data
-    values = data.values() if isinstance(data, dict) else data if isinstance(data, list) else ()
-    return next((found for value in values if (found := _inexact_integer(value)) is not None), None)
 
 
 def _after_reasoning(answer: str, so: StructuredOutputs, tokenizer: Any) -> str:

@@ -10,6 +10,7 @@ random model never would.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from typing import Literal
@@ -91,6 +92,21 @@ def test_parse_with_a_pydantic_model(client, temperature):
         assert choice.finish_reason == "stop"
         assert isinstance(choice.message.parsed, Answer)
         assert Answer.model_validate_json(choice.message.content) == choice.message.parsed
+
+
+class Meeting(BaseModel):
+    at: datetime.datetime
+    day: datetime.date
+    start: datetime.time
+
+
+def test_parse_reads_every_date_and_time_the_constraint_lets_out(client):
+    """llguidance's formats follow RFC 3339, whose leap second (`23:59:60`), year 0000 and February 29th of any
+    year pydantic refuses: the server makes them patterns of what Python reads (structured/json_schema.py)."""
+    completion = client.chat.completions.parse(
+        model="tiny", messages=USER, response_format=Meeting, temperature=1.0, n=16, seed=3, max_tokens=120
+    )
+    assert all(isinstance(choice.message.parsed, Meeting) for choice in completion.choices)
 
 
 def test_json_schema_and_json_object_streamed_and_not(client):

@@ -1,0 +1,92 @@
+"""What the server refuses or tightens in a JSON schema before llguidance compiles it.
+
+- Integers llguidance cannot keep are refused (ValueError): a bound outside 64 bits (it clamps it to
+  int64, so a minimum of 10**19 gave 9223372036854775807), and a `const` or `enum` integer, or a bound
+  that is both minimum and maximum, that a double cannot hold exactly (it writes it rounded: a const of
+  2**53 + 1 gave 9007199254740992).
+- The `date-time`, `date` and `time` formats become patterns of the values Python's datetime (so pydantic,
+  and the openai client's `parse`) reads: llguidance's formats follow RFC 3339, whose leap second
+  (`23:59:60`) and year 0000 Python refuses, and its dates take February 29th in any year. Such values
+  are valid JSON Schema, so the output stays valid under the schema as the client sent it; only fewer
+  values are possible. A node that has a `pattern` of its own keeps its format.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+INT64 = (-(2**63), 2**63 - 1)
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+DATA = ("const", "enum", "default", "examples")
+"""Keys whose values are JSON data, not schemas: nothing in them is tightened."""
+
+_YEAR = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)"  # 0001-9999
+_LEAP_YEAR = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_MONTH_DAY = (
+    "(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+    "|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+)
+_DATE = f"(?:{_YEAR}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
+_TIME = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+FORMAT_PATTERNS = {"date": f"^{_DATE}$", "time": f"^{_TIME}$", "date-time": f"^{_DATE}[Tt]{_TIME}$"}
+"""The formats made patterns, anchored (JSON Schema's patterns match anywhere unless anchored)."""
+
+
+def prepare(schema: Any) -> Any:
+    """`schema` (parsed JSON) checked and with its date and time formats made patterns; ValueError for an
+    integer llguidance cannot keep. The input is not changed."""
+    _check_integers(schema)
+    return _tightened(schema)
+
+
+def _tightened(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_tightened(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: value if key in DATA else _tightened(value) for key, value in node.items()}
+    pattern = FORMAT_PATTERNS.get(out.get("format")) if isinstance(out.get("format"), str) else None
+    if pattern is not None and "pattern" not in out:
+        del out["format"]
+        out["pattern"] = pattern
+    return out
+
+
+def _check_integers(node: Any) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _check_integers(item)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key in BOUNDS and _is_int(value):
+                if not INT64[0] <= value <= INT64[1]:
+                    raise ValueError(
+                        f"{key} {value} is outside 64-bit integers, which the grammar engine cannot enforce"
+                    )
+            elif key in ("const", "enum"):
+                inexact = _inexact_integer(value)
+                if inexact is not None:
+                    raise ValueError(f"{key} holds {inexact}, {_INEXACT}")
+            elif key not in DATA:
+                _check_integers(value)
+        only = node.get("minimum")
+        if _is_int(only) and only == node.get("maximum") and _inexact_integer(only) is not None:
+            raise ValueError(f"minimum and maximum are both {only}, {_INEXACT}")
+
+
+_INEXACT = "an integer that the grammar engine holds as a double and would write rounded"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _inexact_integer(data: Any) -> int | None:
+    """The first integer in JSON data (nested ones included) that a double cannot hold exactly, if any."""
+    if _is_int(data):
+        try:
+            return None if float(data) == data else data
+        except OverflowError:
+            return data
+    values = data.values() if isinstance(data, dict) else data if isinstance(data, list) else ()
+    return next((found for value in values if (found := _inexact_integer(value)) is not None), None)
