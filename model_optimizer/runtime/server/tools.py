@@ -197,6 +197,8 @@ def _calls_schema(tools: list[Any], parallel: bool) -> dict:
     for i, tool in enumerate(tools):
         prefix = f"tool{i}"  # the parameters' name; its definitions `tool{i}_defs_NAME`, `tool{i}_definitions_NAME`
         parameters = parameters_of(tool)
+        if isinstance(parameters.get("$id"), str):  # references through its own $id are local ones
+            parameters = _local_refs(parameters, parameters["$id"])
         for key in DEFINITIONS:
             held = parameters.get(key, {})
             if not isinstance(held, dict):
@@ -228,6 +230,23 @@ def _unrooted(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     return {k: v for k, v in schema.items() if k not in ("$id", "$schema")}
+
+
+def _local_refs(node: Any, base: str) -> Any:
+    """A copy of a schema whose `$ref`s to `base` (its own `$id`), as `base#/$defs/X` or `base` alone, are
+    written as local references (`#/$defs/X`, `#`), which _renamed_refs then points at their new names."""
+    if isinstance(node, list):
+        return [_local_refs(v, base) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key == "$ref" and isinstance(value, str) and (value == base or value.startswith(base + "#")):
+            value = value[len(base) :] or "#"
+        elif key not in DATA:
+            value = _local_refs(value, base)
+        out[key] = value
+    return out
 
 
 DEFINITIONS = ("$defs", "definitions")

@@ -506,6 +506,13 @@ IDENTIFIED = {  # a document with its own $id (JSON Schema generators write one)
     "definitions": {"A": {"type": "integer"}},
     "required": ["a"],
 }
+THROUGH_OWN_ID = {  # references written through the schema's own $id
+    "$id": "https://example.com/s.json",
+    "type": "object",
+    "properties": {"x": {"$ref": "https://example.com/s.json#/$defs/X"}, "me": {"$ref": "https://example.com/s.json"}},
+    "required": ["x"],
+    "$defs": {"X": {"enum": ["z"]}},
+}
 
 
 NAMED_PARAMETERS = {  # a definition named like the slot the parameters take under the root
@@ -536,6 +543,7 @@ ANY_OF_ROOT = {"anyOf": [{"properties": {"a": {"type": "integer"}}, "required": 
         (TREE, {"v": 1, "kids": [{"v": 2, "kids": []}]}, {"v": 1, "kids": [{"v": "x", "kids": []}]}),
         (POINTER, {"a": 1, "b": 2}, {"a": 1, "b": 12}),
         (IDENTIFIED, {"a": 1}, {"a": "x"}),
+        (THROUGH_OWN_ID, {"x": "z", "me": {"x": "z"}}, {"x": "z", "me": {"x": "y"}}),
         (NAMED_PARAMETERS, {"p": {"k": 1}}, {"p": {"p": {"k": 1}}}),
         (BOTH_KINDS, {"a": "s", "b": 7}, {"a": 7, "b": 7}),
         (DATA_AND_NAMES, {"c": {"$ref": "#/x"}, "$ref": "s"}, {"c": {"$ref": "#/x"}, "$ref": 1}),
@@ -545,6 +553,7 @@ ANY_OF_ROOT = {"anyOf": [{"properties": {"a": {"type": "integer"}}, "required": 
         "root-self-reference",
         "pointer-into-itself",
         "own-id",
+        "refs-through-own-id",
         "def-named-parameters",
         "defs-and-definitions",
         "ref-in-data-and-names",
