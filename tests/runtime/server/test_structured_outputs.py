@@ -698,6 +698,14 @@ def test_a_constraint_that_outgrows_the_grammar_engine_mid_output_is_a_400(live,
     assert error["code"] == 400 and error["type"] == "invalid_request_error"
     assert error["message"].startswith("the constraint went past the grammar engine's limits: "), error
     assert httpx.get(live.url + "/health").status_code == 200
+    text = {"format": {"type": "json_schema", "name": "x", "schema": schema}}
+    body = {"model": "tiny", "input": "hi", "max_output_tokens": 60, "text": text, "stream": stream}
+    r = httpx.post(live.url + "/v1/responses", json=body, timeout=120)
+    if stream:  # response.failed, its code the Responses API's for a request's fault
+        failed = [json.loads(line[6:]) for line in r.text.splitlines() if '"response.failed"' in line]
+        assert failed and failed[0]["response"]["error"]["code"] == "invalid_prompt", r.text
+    else:
+        assert r.status_code == 400 and "went past the grammar engine's limits" in r.json()["error"]["message"]
 
 
 def test_thousands_of_choices_are_one_lexeme():

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from model_optimizer.runtime.engine.outputs import RequestOutput
 from model_optimizer.runtime.server.body import ParsedBodyRoute
-from model_optimizer.runtime.server.errors import APIError
+from model_optimizer.runtime.server.errors import APIError, failure_status
 from model_optimizer.runtime.server.logprobs import chat_logprobs_dict
 from model_optimizer.runtime.server.protocol import ChatCompletionResponse, StreamOptions, UsageInfo
 from model_optimizer.runtime.server.protocol_responses import ResponsesRequest
@@ -229,9 +229,11 @@ class ResponsesFormat:
     """Nothing after the closing event: OpenAI's streams send no [DONE]."""
 
     def failure(self, message: str) -> str:
-        """response.failed: the response so far, its error a server error with the reason."""
+        """response.failed: the response so far, its error with the reason: `invalid_prompt` where the
+        request's constraint outgrew the grammar engine (errors.failure_status's 400), else `server_error`."""
         envelope = self._envelope("failed", self.items, None)
-        envelope["error"] = {"code": "server_error", "message": message}
+        code = "invalid_prompt" if failure_status(message) == 400 else "server_error"
+        envelope["error"] = {"code": code, "message": message}
         return self._event("response.failed", response=envelope)
 
     def _open(self, kind: str) -> list[str]:
