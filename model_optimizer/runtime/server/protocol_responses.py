@@ -10,7 +10,7 @@ answered false, and `previous_response_id` or `background` is a 400 saying so.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -36,23 +36,45 @@ PASSED_THROUGH = (
 its structured_outputs constraint (with text.format as well, a 400: one constraint)."""
 
 
+INCLUDABLE = (
+    "message.output_text.logprobs",
+    "reasoning.encrypted_content",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "code_interpreter_call.outputs",
+)
+"""OpenAI's values of `include`; only the logprobs change what this server sends (it keeps no encrypted
+reasoning, and the others belong to tools it refuses)."""
+STORED = (
+    ("conversation", "a conversation's items"),
+    ("prompt", "a prompt template"),
+    ("context_management", "earlier context to compact"),
+)
+"""Fields that name state kept on OpenAI's side: a 400 each, never silently ignored."""
+SEND_ALL = "send the whole conversation as input"
+
+
 class ReasoningConfig(_Request):
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     """Chat's reasoning_effort; "xhigh" and "max" (OpenAI's newest levels) go to templates as "high"."""
-    summary: str | None = None
-    """Taken; the reasoning item carries the whole text of the thinking, not a summary."""
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    """Taken and echoed; the reasoning item carries the whole text of the thinking, not a summary."""
 
 
 class TextConfig(_Request):
     format: dict[str, Any] | None = None
     """{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "name", "schema", "strict"}."""
-    verbosity: str | None = None
-    """Taken and not used."""
+    verbosity: Literal["low", "medium", "high"] | None = None
+    """Taken and echoed, not used."""
 
 
 class ResponsesRequest(_Request):
     model: str | None = Field(default=None, max_length=512)
-    input: str | list[dict[str, Any]] = Field(max_length=4096)
+    input: str | Annotated[list[dict[str, Any]], Field(max_length=4096)]
+    """A text (bounded by the model's context only) or at most 4,096 items."""
     instructions: str | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
@@ -65,14 +87,20 @@ class ResponsesRequest(_Request):
     reasoning: ReasoningConfig | None = None
     stream: bool = False
     store: bool | None = None
-    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    metadata: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]] | None = Field(
+        default=None, max_length=16
+    )
+    """OpenAI's bounds: 16 pairs, keys of up to 64 characters, values of up to 512."""
     user: str | None = Field(default=None, max_length=256)
     truncation: Literal["auto", "disabled"] | None = None
     """"disabled" (a prompt too long is a 400, as OpenAI's default); "auto" is a 400: OpenAI drops whole
     input items and keeps the instructions, which cutting tokens from the start would not."""
-    include: list[str] | None = None
+    include: list[Literal[INCLUDABLE]] | None = None  # type: ignore[valid-type]
     previous_response_id: str | None = None
     background: bool | None = None
+    conversation: str | dict[str, Any] | None = None
+    prompt: dict[str, Any] | None = None
+    context_management: list[dict[str, Any]] | None = None
     # vLLM's sampling extras (PASSED_THROUGH)
     seed: int | None = None
     top_k: int | None = None
@@ -87,17 +115,24 @@ class ResponsesRequest(_Request):
     structured_outputs: dict[str, Any] | None = None
     """vLLM's, checked as chat's."""
 
-    def to_chat(self) -> ChatCompletionRequest:
-        """The chat completion this response is; APIError (400) naming the field for what does not translate."""
+    def refuse_state(self) -> None:
+        """APIError (400) for a field that names state kept on OpenAI's side (a stored response, conversation
+        or prompt, a background run): nothing is stored here."""
         if self.previous_response_id is not None:
             raise APIError(
                 400,
-                "responses are not stored here, so previous_response_id cannot be followed: send the whole "
-                "conversation as input",
+                f"responses are not stored here, so previous_response_id cannot be followed: {SEND_ALL}",
                 "previous_response_id",
             )
         if self.background:
             raise APIError(400, "background responses are not supported: nothing is stored to poll", "background")
+        for name, what in STORED:
+            if getattr(self, name) is not None:
+                raise APIError(400, f"{name} is not supported: {what} is not stored here; {SEND_ALL}", name)
+
+    def to_chat(self) -> ChatCompletionRequest:
+        """The chat completion this response is; APIError (400) naming the field for what does not translate
+        (refuse_state first: its fields are named as this request has them)."""
         if self.truncation == "auto":
             raise APIError(
                 400,
@@ -145,6 +180,7 @@ class ResponsesRequest(_Request):
             thinking: list[str] = []  # reasoning items waiting for the assistant turn they belong to
             for i, item in enumerate(self.input):
                 _add_item(messages, item, f"input[{i}]", thinking)
+            _check_outputs_answer_calls(messages)
         if not messages:
             raise APIError(400, "input is empty: give a text or at least one message", "input")
         return messages
@@ -192,6 +228,16 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str, 
     if messages[-1]["role"] == "assistant" and thinking:
         messages[-1]["reasoning"] = "\n".join(thinking)
     thinking.clear()  # thinking no assistant turn followed (a response cut while thinking) is dropped
+
+
+def _check_outputs_answer_calls(messages: list[dict[str, Any]]) -> None:
+    """APIError (400, as OpenAI's) for a function call's output whose call_id no earlier function_call has."""
+    called: set[str] = set()
+    for message in messages:
+        called.update(call["id"] for call in message.get("tool_calls", ()))
+        if message["role"] == "tool" and message["tool_call_id"] not in called:
+            call_id = message["tool_call_id"]
+            raise APIError(400, f"no function_call before the function_call_output with call_id {call_id!r}", "input")
 
 
 def _reasoning_text(item: dict[str, Any], where: str) -> str:
@@ -284,6 +330,15 @@ def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
     if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
         raise APIError(400, 'tool_choice must name a function tool: {"type": "function", "name": ...}', "tool_choice")
     return {"type": "function", "function": {"name": choice["name"]}}
+
+
+def echoed_format(fmt: dict[str, Any] | None) -> dict[str, Any]:
+    """`text.format` as a response carries it: the schema an object and the name given, however the request
+    sent them (the schema as JSON text, the name left out)."""
+    if fmt is None or fmt.get("type") != "json_schema":
+        return fmt or {"type": "text"}
+    spec = _response_format(fmt)["json_schema"]
+    return {"type": "json_schema", **{key: value for key, value in spec.items() if value is not None}}
 
 
 def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:

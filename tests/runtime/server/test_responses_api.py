@@ -234,6 +234,18 @@ def test_logprobs_on_output_text(client):
             "function tools",
         ),
         ({"input": []}, "input", "input is empty"),
+        ({"conversation": "conv_1"}, "conversation", "not stored here"),  # state on OpenAI's side: never ignored
+        ({"prompt": {"id": "pmpt_1"}}, "prompt", "not stored here"),
+        ({"context_management": [{"type": "compaction"}]}, "context_management", "not stored here"),
+        ({"include": ["message.output_text.logprob"]}, "include", "Input should be"),
+        ({"metadata": {"k": "v" * 513}}, "metadata", "at most 512"),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "call_1", "output": "12C"}]},
+            "input",
+            "no function_call before",
+        ),
+        ({"input": "x " * 600}, "input", "max_model_len"),  # a text bounded by the context (named as sent)
+        ({"input": "x" * 5000}, "input", "max_model_len"),  # not by the items' 4,096
         ({"truncation": "auto"}, "truncation", "not supported"),
         ({"max_output_tokens": 100_000}, "max_output_tokens", "max_output_tokens"),
         ({"tools": [{"type": "function", "name": "bad name"}]}, "tools[0].name", "String should match"),
@@ -258,6 +270,27 @@ def test_what_is_not_here_is_a_clear_400(live, body, param, message):
     error = r.json()["error"]
     assert error["param"] == param and message in error["message"]
     assert httpx.get(live.url + "/health").status_code == 200
+
+
+def test_a_format_sent_loosely_comes_back_as_the_openai_types_have_it(live):
+    """A json_schema format sent without its name or with its schema as text comes back as the openai types
+    have it, and so do the other settings a response echoes."""
+    from openai.types.responses import Response
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    text = {"format": {"type": "json_schema", "schema": json.dumps(schema)}, "verbosity": "low"}
+    body = {
+        "model": "tiny",
+        "input": "hi",
+        "max_output_tokens": 20,
+        "text": text,
+        "reasoning": {"summary": "auto"},
+    }
+    r = httpx.post(live.url + "/v1/responses", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    response = Response.model_validate(r.json(), strict=False)
+    assert response.text.format.name == "response" and response.text.format.schema_ == schema
+    assert response.text.verbosity == "low" and response.reasoning.summary == "auto"
 
 
 def test_store_is_taken_and_answered_false(live):

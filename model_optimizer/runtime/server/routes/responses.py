@@ -26,7 +26,7 @@ from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError, failure_status
 from model_optimizer.runtime.server.logprobs import chat_logprobs_dict
 from model_optimizer.runtime.server.protocol import ChatCompletionResponse, StreamOptions, UsageInfo
-from model_optimizer.runtime.server.protocol_responses import ResponsesRequest
+from model_optimizer.runtime.server.protocol_responses import ResponsesRequest, echoed_format
 from model_optimizer.runtime.server.request_group import respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.routes.chat import ChatFormat, chat_generation
@@ -43,7 +43,8 @@ class ResponseObject(BaseModel):
 
 
 PARAMS = (("max_completion_tokens", "max_output_tokens"), ("max_tokens", "max_output_tokens"),
-          ("response_format.json_schema", "text.format"), ("response_format", "text.format"))  # fmt: skip
+          ("response_format.json_schema", "text.format"), ("response_format", "text.format"),
+          ("prompt", "input"))  # fmt: skip
 """Chat's field paths at the start of an error's param, and the request's names for them (a chat message's
 index is not an input item's: instructions come first and items merge, so messages.N is named input)."""
 WORDS = ((r"\bmax_(completion_)?tokens\b", "max_output_tokens"), (r"\bresponse_format\b", "text.format"))
@@ -53,6 +54,7 @@ WORDS = ((r"\bmax_(completion_)?tokens\b", "max_output_tokens"), (r"\bresponse_f
 @router.post("/v1/responses", response_model=ResponseObject, responses=ERROR_RESPONSES)
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
     state = get_state(request)
+    body.refuse_state()
     try:
         generation, chat = await chat_generation(state, body.to_chat(), "resp")
     except APIError as exc:  # chat's checks name chat's fields: named as this request spells them
@@ -139,10 +141,17 @@ class ResponsesFormat:
             "output": output,
             "parallel_tool_calls": body.parallel_tool_calls,
             "previous_response_id": None,
-            "reasoning": {"effort": body.reasoning.effort if body.reasoning else None, "summary": None},
+            "reasoning": {
+                "effort": body.reasoning.effort if body.reasoning else None,
+                "summary": body.reasoning.summary if body.reasoning else None,
+            },
             "store": False,
             "temperature": body.temperature,
-            "text": {"format": (body.text.format if body.text and body.text.format else {"type": "text"})},
+            "text": {
+                "format": echoed_format(body.text.format if body.text else None),
+                "verbosity": body.text.verbosity if body.text else None,
+            },
+            "top_logprobs": body.top_logprobs,
             "tool_choice": body.tool_choice if body.tool_choice is not None else "auto",
             "tools": body.tools or [],
             "top_p": body.top_p,
