@@ -38,7 +38,8 @@ class ChatOutput:
         max_calls: int | None = None,
     ) -> None:
         self.reasoning = reasoning
-        self.tools = tools
+        self.tools = tools.for_stream() if tools is not None else None
+        """The tool-call parser, with scans of this choice's text of its own."""
         self.max_calls = max_calls
         """1 with parallel_tool_calls false: the first call the model wrote is the response's only one."""
         self.include_reasoning = include_reasoning

@@ -4,7 +4,8 @@ A parser turns the text generated so far into a `ToolView`: the content a client
 the calls begun so far, each with its name (once complete) and its arguments' JSON text as far as it
 has arrived. Views only grow as text arrives (content is appended to, a call's arguments extended, a
 name set once), so streaming is a diff of successive views (chat_output.py) and the whole response is
-the last view: both give the same calls. Parsers read the text, never token ids.
+the last view: both give the same calls. Parsers read the text, never token ids. A stream's views read its
+text through `TextScans`, whose searches go on where the last view's stopped: each costs about its delta.
 
 - `hermes` (Qwen2.5, Qwen3, Hermes): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any number.
 - `llama3_json` (Llama 3.1+): the whole output is `{"name": ..., "parameters": {...}}`, calls separated by
@@ -29,12 +30,15 @@ In every format a marker with no call behind it is text, as vLLM has it.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import secrets
 import string
 import uuid
 from dataclasses import dataclass, field
+
+from model_optimizer.runtime.server.text_scans import TextScans, arriving, skip_ws, string_end
 
 ARGUMENT_KEYS = ("arguments", "parameters")
 
@@ -71,6 +75,14 @@ class ToolParser:
     def __init__(self, tools: list[dict] | None = None) -> None:
         self.tools = tools or []
         """The request's tools in OpenAI's shape: formats that write arguments as text need their types."""
+        self.scans = TextScans()
+        """What the views have scanned of the stream's text so far, resumed by the next view."""
+
+    def for_stream(self) -> ToolParser:
+        """This parser with scans of its own, for one stream's views (a request's choices share its parser)."""
+        parser = copy.copy(self)
+        parser.scans = TextScans()
+        return parser
 
     def view(self, text: str, final: bool) -> ToolView:
         """The view of `text`; `final` when no more text will come (held-back content is released)."""
@@ -88,59 +100,11 @@ class ToolParser:
         return None
 
 
-# ----------------------------------------------------------------------------------- JSON scanning
-_WS = " \t\r\n"
-
-
-def skip_ws(text: str, i: int) -> int:
-    while i < len(text) and text[i] in _WS:
-        i += 1
-    return i
-
-
-def value_end(text: str, i: int) -> int | None:
-    """Index just past the JSON value starting at text[i], or None while it has not all arrived."""
-    if i >= len(text):
-        return None
-    if text[i] == '"':
-        return _string_end(text, i)
-    if text[i] in "{[":
-        depth, j = 0, i
-        while True:  # from one string or bracket to the next (the scanning in C: a stream re-reads its text)
-            found = _STRUCTURE.search(text, j)
-            if found is None:
-                return None
-            j = found.start()
-            c = text[j]
-            if c == '"':
-                end = _string_end(text, j)
-                if end is None:
-                    return None
-                j = end
-                continue
-            depth += 1 if c in "{[" else -1
-            if depth == 0:
-                return j + 1
-            j += 1
-    j = i
-    while j < len(text) and text[j] not in ",}]" + _WS:
-        j += 1
-    return j if j < len(text) else None  # a number may go on with the next characters
-
-
-_STRUCTURE = re.compile(r'["{}\[\]]')
-_STRING_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
-
-
-def _string_end(text: str, i: int) -> int | None:
-    """Index past the JSON string opening at text[i], or None while it has not ended."""
-    j = _STRING_BODY.match(text, i + 1).end()  # type: ignore[union-attr]
-    return j + 1 if j < len(text) and text[j] == '"' else None
-
-
-def call_object(text: str, i: int) -> tuple[PartialCall, int | None]:
+# ----------------------------------------------------------------------------------- JSON calls
+def call_object(scans: TextScans, i: int) -> tuple[PartialCall, int | None]:
     """The call in the JSON object at text[i] (a name key and an arguments/parameters key, any order) and
     the index past the object, or None while it is incomplete."""
+    text = scans.text
     call = PartialCall()
     seen_name = seen_arguments = False
     j = skip_ws(text, i + 1)
@@ -153,7 +117,7 @@ def call_object(text: str, i: int) -> tuple[PartialCall, int | None]:
         if text[j] == ",":
             j = skip_ws(text, j + 1)
             continue
-        key_end = _string_end(text, j) if text[j] == '"' else None
+        key_end = string_end(text, j) if text[j] == '"' else None
         if key_end is None:
             return call, None
         key = _loads(text[j:key_end])
@@ -161,7 +125,7 @@ def call_object(text: str, i: int) -> tuple[PartialCall, int | None]:
         if j >= len(text) or text[j] != ":":
             return call, None
         start = skip_ws(text, j + 1)
-        end = value_end(text, start)
+        end = scans.value_end(start)
         if key == "name" and not seen_name:  # a repeated key: the first one counts, streamed or whole
             if end is None:
                 return call, None
@@ -176,7 +140,7 @@ def call_object(text: str, i: int) -> tuple[PartialCall, int | None]:
                 if end is None:
                     call.arguments = ""
                 else:  # not a JSON string (a bad escape): its characters as written, still text
-                    inner = _loads(raw)
+                    inner = scans.cached(start, _loads, raw)
                     call.arguments = inner if isinstance(inner, str) else raw[1:-1]
             else:
                 call.arguments = raw
@@ -225,24 +189,25 @@ class HermesParser(ToolParser):
         return self.START, f'{self.START}\n{{"name": {json.dumps(name)}, "arguments": ', f"}}\n{self.END}"
 
     def view(self, text: str, final: bool) -> ToolView:
+        scans = self.scans.read(text)
         calls: list[PartialCall] = []
-        at, first = text.find(self.START), -1
+        at, first = scans.find(self.START, 0), -1
         while at != -1:
             start = skip_ws(text, at + len(self.START))
             resume = at + len(self.START)
-            if start >= len(text) or self.START.startswith(text[start:]):
+            if arriving(text, start, self.START):
                 if not final:  # what follows the marker has not arrived (or may be the next marker)
                     first = at if first == -1 else first
                     break
             elif text[start] == "{":
-                call, end = call_object(text, start)
+                call, end = call_object(scans, start)
                 if call.name is not None or end is None:
                     calls.append(call)
                     first = at if first == -1 else first
                 if end is None:
                     break
                 resume = end  # a marker inside the call's own strings starts nothing
-            at = text.find(self.START, resume)
+            at = scans.find(self.START, resume)
         # a marker with no call behind it (not a JSON object, or one without a name) is text, as vLLM has it
         calls = [c for c in calls if c.name is not None or not final]
         content = _content_before(text, first, first != -1 and (bool(calls) or not final), final, self.START)
@@ -255,7 +220,7 @@ def after_leading_tag(text: str, tag: str, final: bool) -> int | ToolView:
     i = skip_ws(text, 0)
     if text.startswith(tag, i):
         i = skip_ws(text, i + len(tag))
-    elif i < len(text) and tag.startswith(text[i:]) and not final:
+    elif i < len(text) and arriving(text, i, tag) and not final:
         return ToolView()  # may still become the tag
     if i >= len(text):
         return ToolView(text if final else "")
@@ -272,7 +237,7 @@ class Llama3JsonParser(ToolParser):
             return i
         if text[i] != "{":
             return ToolView(text)
-        calls = keyed_calls(_separated_calls(text, i, ";"))
+        calls = keyed_calls(_separated_calls(self.scans.read(text), i, ";"))
         if final and not calls:  # JSON, but no call in it: the model's answer
             return ToolView(text)
         return ToolView("", calls)
@@ -289,24 +254,26 @@ class MistralParser(ToolParser):
         return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
 
     def view(self, text: str, final: bool) -> ToolView:
-        first = text.find(self.MARKER)
+        scans = self.scans.read(text)
+        first = scans.find(self.MARKER, 0)
         calls: list[PartialCall] = []
         if first != -1:
             rest = skip_ws(text, first + len(self.MARKER))
             if rest < len(text) and text[rest] == "[":
-                calls = _separated_calls(text, skip_ws(text, rest + 1), ",")
+                calls = _separated_calls(scans, skip_ws(text, rest + 1), ",")
             elif rest < len(text) and text[rest] == "{":  # one object, not in a list
-                calls = _separated_calls(text, rest, ",")
+                calls = _separated_calls(scans, rest, ",")
             else:
-                calls = self._args_calls(text, first)
+                calls = self._args_calls(scans, first)
             if final:  # a marker with no call behind it is text, as vLLM has it
                 calls = [c for c in calls if c.name]
         has_calls = first != -1 and (bool(calls) or not final)
         return ToolView(_content_before(text, first, has_calls, final, self.MARKER), calls)
 
-    def _args_calls(self, text: str, at: int) -> list[PartialCall]:
+    def _args_calls(self, scans: TextScans, at: int) -> list[PartialCall]:
         """`[TOOL_CALLS]name[ARGS]{...}` calls (`[CALL_ID]id` may follow the name; `[ARGS]` may be left out
         before the arguments' object), one after another."""
+        text = scans.text
         calls = []
         while at != -1:
             start = at + len(self.MARKER)
@@ -315,13 +282,13 @@ class MistralParser(ToolParser):
                 break
             call = PartialCall(name=head["name"], id=head["id"] if _MISTRAL_ID.fullmatch(head["id"] or "") else None)
             begin = skip_ws(text, head.end())
-            end = value_end(text, begin)
+            end = scans.value_end(begin)
             call.arguments = text[begin:end] if end is not None else text[begin:]
             call.complete = end is not None
             calls.append(call)
             if end is None:
                 break
-            at = text.find(self.MARKER, end)
+            at = scans.find(self.MARKER, end)
         return calls
 
 
@@ -347,11 +314,13 @@ class DeepSeekV3Parser(ToolParser):
         return self.CALLS_BEGIN, begin, f"\n```{self.CALL_END}{self.CALLS_END}"
 
     def view(self, text: str, final: bool) -> ToolView:
-        first = min((i for i in (text.find(self.CALLS_BEGIN), text.find(self.CALL_BEGIN)) if i != -1), default=-1)
+        scans = self.scans.read(text)
+        starts = (scans.find(self.CALLS_BEGIN, 0), scans.find(self.CALL_BEGIN, 0))
+        first = min((i for i in starts if i != -1), default=-1)
         calls: list[PartialCall] = []
         if first != -1:
-            stop = text.find(self.CALLS_END, first)  # anything after the calls block is not a call
-            body = text if stop == -1 else text[:stop]
+            stop = scans.find(self.CALLS_END, first)  # anything after the calls block is not a call
+            body = scans if stop == -1 else TextScans(text[:stop])  # once closed, read afresh: little follows it
             at = body.find(self.CALL_BEGIN, first)
             while at != -1:
                 call, end = self._call(body, at + len(self.CALL_BEGIN))
@@ -363,11 +332,12 @@ class DeepSeekV3Parser(ToolParser):
         content = _content_before(text, first, has_calls, final, (self.CALLS_BEGIN, self.CALL_BEGIN, *self.ALSO))
         return ToolView(content, calls)
 
-    def _call(self, text: str, i: int) -> tuple[PartialCall | None, int | None]:
+    def _call(self, scans: TextScans, i: int) -> tuple[PartialCall | None, int | None]:
         """The call whose `type<｜tool▁sep｜>` starts at text[i] (None until its name has all arrived) and the
         index past it (None while it goes on)."""
-        sep = text.find(self.SEP, i)
-        close = text.find(self.CALL_END, i)
+        text = scans.text
+        sep = scans.find(self.SEP, i)
+        close = scans.find(self.CALL_END, i)
         newline = text.find("\n", sep, close if close != -1 else len(text)) if sep != -1 else -1
         name = text[sep + len(self.SEP) : newline].strip()
         if newline == -1 or not name:
@@ -375,18 +345,19 @@ class DeepSeekV3Parser(ToolParser):
         call = PartialCall(name=name)
         j = skip_ws(text, newline)
         if text.startswith("```", j):  # the fence and its language tag
-            j = text.find("\n", j) + 1
+            j = scans.find("\n", j) + 1
             if j == 0:
                 return call, None
-        elif "```".startswith(text[j:]):
+        elif arriving(text, j, "```"):
             return call, None
-        return self._arguments(call, text, skip_ws(text, j))
+        return self._arguments(call, scans, skip_ws(text, j))
 
-    def _arguments(self, call: PartialCall, text: str, j: int) -> tuple[PartialCall, int | None]:
+    def _arguments(self, call: PartialCall, scans: TextScans, j: int) -> tuple[PartialCall, int | None]:
         """`call` with its arguments from text[j]: a JSON object whole, else the raw text up to the end
         marker (never a piece of either end marker); and the index past the call (None while it goes on)."""
-        close = text.find(self.CALL_END, j)
-        end = value_end(text, j) if text.startswith("{", j) else None
+        text = scans.text
+        close = scans.find(self.CALL_END, j)
+        end = scans.value_end(j) if text.startswith("{", j) else None
         if end is not None and (close == -1 or end <= close):
             call.arguments, call.complete = text[j:end], True
             return call, end
@@ -408,12 +379,13 @@ class DeepSeekV31Parser(DeepSeekV3Parser):
             f"{self.CALL_END}{self.CALLS_END}",
         )
 
-    def _call(self, text: str, i: int) -> tuple[PartialCall | None, int | None]:
-        sep = text.find(self.SEP, i)
+    def _call(self, scans: TextScans, i: int) -> tuple[PartialCall | None, int | None]:
+        text = scans.text
+        sep = scans.find(self.SEP, i)
         name = text[i:sep].strip() if sep != -1 else ""
         if not name:
             return None, None  # the name goes on, or the call is not in this format
-        return self._arguments(PartialCall(name=name), text, skip_ws(text, sep + len(self.SEP)))
+        return self._arguments(PartialCall(name=name), scans, skip_ws(text, sep + len(self.SEP)))
 
 
 class KimiK2Parser(DeepSeekV3Parser):
@@ -438,20 +410,24 @@ class KimiK2Parser(DeepSeekV3Parser):
         return self.CALLS_BEGIN, begin, f"{self.CALL_END}{self.CALLS_END}"
 
     def view(self, text: str, final: bool) -> ToolView:
-        singular = text.find(self.ALSO[0])
-        if singular != -1 and not -1 < text.find(self.CALLS_BEGIN) < singular:
-            return _KimiK2Singular(self.tools).view(text, final)  # the section is spelled so throughout
+        scans = self.scans.read(text)
+        singular = scans.find(self.ALSO[0], 0)
+        if singular != -1 and not -1 < scans.find(self.CALLS_BEGIN, 0) < singular:  # spelled so throughout
+            spelled = _KimiK2Singular(self.tools)
+            spelled.scans = scans  # of the same text: they stand
+            return spelled.view(text, final)
         return super().view(text, final)
 
-    def _call(self, text: str, i: int) -> tuple[PartialCall | None, int | None]:
-        sep = text.find(self.SEP, i)
+    def _call(self, scans: TextScans, i: int) -> tuple[PartialCall | None, int | None]:
+        text = scans.text
+        sep = scans.find(self.SEP, i)
         call_id = text[i:sep].strip() if sep != -1 else ""
         numbered = _KIMI_ID.fullmatch(call_id)  # the name may hold dots and colons itself
         name = numbered.group(1) if numbered else call_id
         if not name:
             return None, None  # the id goes on, or the call is not in this format
         call = PartialCall(name=name, id=call_id if numbered else None)
-        return self._arguments(call, text, skip_ws(text, sep + len(self.SEP)))
+        return self._arguments(call, scans, skip_ws(text, sep + len(self.SEP)))
 
 
 _KIMI_ID = re.compile(r"(?:functions\.)?(.+):\d+", re.DOTALL)
@@ -475,7 +451,7 @@ class RequiredParser(ToolParser):
         i = skip_ws(text, 0)
         if i >= len(text) or text[i] != "[":
             return ToolView()
-        return ToolView("", _separated_calls(text, skip_ws(text, i + 1), ","))
+        return ToolView("", _separated_calls(self.scans.read(text), skip_ws(text, i + 1), ","))
 
 
 class NamedParser(ToolParser):
@@ -503,11 +479,12 @@ def keyed_calls(calls: list[PartialCall]) -> list[PartialCall]:
     return calls
 
 
-def _separated_calls(text: str, i: int, separator: str) -> list[PartialCall]:
+def _separated_calls(scans: TextScans, i: int, separator: str) -> list[PartialCall]:
     """Call objects one after another from text[i], with `separator` (and whitespace) between them."""
+    text = scans.text
     calls = []
     while i < len(text) and text[i] == "{":
-        call, end = call_object(text, i)
+        call, end = call_object(scans, i)
         calls.append(call)
         if end is None:
             break

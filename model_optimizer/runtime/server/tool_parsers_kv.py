@@ -26,7 +26,13 @@ import re
 import warnings
 from dataclasses import dataclass, field
 
-from model_optimizer.runtime.server.tool_parsers import PartialCall, ToolParser, ToolView, _content_before, skip_ws
+from model_optimizer.runtime.server.text_scans import TextScans, arriving, skip_ws
+from model_optimizer.runtime.server.tool_parsers import (
+    PartialCall,
+    ToolParser,
+    ToolView,
+    _content_before,
+)
 
 
 def json_text(value: object) -> str | None:
@@ -80,11 +86,11 @@ def value_json(raw: str, schema: object) -> str:
 
 @dataclass
 class KeyValueCall:
-    """One call as read so far: its name once whole, its arguments as (key, raw value) pairs."""
+    """One call as read so far: its name once whole, its arguments as (key, where, raw value) triples."""
 
     name: str | None = None
-    pairs: list[tuple[str, str | None]] = field(default_factory=list)
-    """Keys in order, each with its raw value, or None while the value has not all arrived."""
+    pairs: list[tuple[str, int, str | None]] = field(default_factory=list)
+    """Keys in order, each with where its tag starts and its raw value, None while it has not all arrived."""
     end: int | None = None
     """Index past the call once it has ended (the arguments are whole), else None."""
     broken: bool = False
@@ -107,50 +113,57 @@ class KeyValueParser(ToolParser):
                 self.properties[function["name"]] = properties
 
     def view(self, text: str, final: bool) -> ToolView:
+        scans = self.scans.read(text)
         first = -1
         calls: list[PartialCall] = []
-        at = text.find(self.START)
+        at = scans.find(self.START, 0)
         while at != -1:
-            call = self.read_call(text, at + len(self.START))
+            call = self.read_call(scans, at + len(self.START))
             if call.name is None and (call.broken or final):  # no call behind this marker: it is text, as in vLLM
-                at = text.find(self.START, at + len(self.START))
+                at = scans.find(self.START, at + len(self.START))
                 continue
             first = at if first == -1 else first
             if call.name is None:
                 break  # its name is arriving
-            calls.append(PartialCall(call.name, self._arguments(call), call.end is not None))
-            at = text.find(self.START, call.end) if call.end is not None else -1
+            calls.append(PartialCall(call.name, self._arguments(scans, call), call.end is not None))
+            at = scans.find(self.START, call.end) if call.end is not None else -1
         return ToolView(_content_before(text, first, first != -1, final, self.START), calls)
 
-    def read_call(self, text: str, i: int) -> KeyValueCall:
+    def read_call(self, scans: TextScans, i: int) -> KeyValueCall:
         """The call whose body starts at text[i], as far as it has arrived and keeps to the format."""
         raise NotImplementedError
 
-    def skip_stray(self, text: str, j: int, resumes: tuple[str, ...]) -> int | None:
-        """Where reading a call's arguments goes on past text the format does not expect at text[j]: the next
-        of `resumes` (an argument's or the call's end tag), once one has arrived before any next call's
-        marker; None until then (nothing more of the call is read)."""
-        found = _first_of(text, j, (*resumes, self.START))
+    def next_tag(self, scans: TextScans, j: int, tags: tuple[str, ...]) -> int | None:
+        """Where the next of `tags` (an argument's opening tag, the call's end tag) begins, reading a call's
+        arguments from text[j]: j itself, or past text the format does not expect there once one of them has
+        arrived before any next call's marker; None until then, or while one may be arriving at j (nothing
+        more of the call is read)."""
+        text = scans.text
+        if any(text.startswith(tag, j) for tag in tags):
+            return j
+        if any(arriving(text, j, tag) for tag in tags):
+            return None
+        found = _first_of(scans, j, (*tags, self.START))
         return None if found is None or text.startswith(self.START, found) else found
 
-    def _arguments(self, call: KeyValueCall) -> str:
+    def _arguments(self, scans: TextScans, call: KeyValueCall) -> str:
         """The arguments' JSON text so far: a prefix of the whole call's, whatever arrives next."""
         schemas = self.properties.get(call.name or "", {})
         text = "{"
-        for k, (key, raw) in enumerate(call.pairs):
+        for k, (key, at, raw) in enumerate(call.pairs):
             text += (", " if k else "") + json.dumps(key, ensure_ascii=False) + ": "
             if raw is None:
                 return text
-            text += value_json(raw, schemas.get(key))
+            text += scans.cached(at, value_json, raw, schemas.get(key))
         return text + "}" if call.end is not None else text
 
 
 _SPACE = re.compile(r"\s")
 
 
-def _first_of(text: str, i: int, markers: tuple[str, ...]) -> int | None:
+def _first_of(scans: TextScans, i: int, markers: tuple[str, ...]) -> int | None:
     """Where the first of `markers` starts in text[i:], or None if none has arrived."""
-    found = [at for m in markers if (at := text.find(m, i)) != -1]
+    found = [at for m in markers if (at := scans.find(m, i)) != -1]
     return min(found) if found else None
 
 
@@ -159,37 +172,33 @@ class Glm45Parser(KeyValueParser):
     END = "</tool_call>"
     KEY, KEY_END, VALUE, VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
 
-    def read_call(self, text: str, i: int) -> KeyValueCall:
+    def read_call(self, scans: TextScans, i: int) -> KeyValueCall:
+        text = scans.text
         call = KeyValueCall()
         i = skip_ws(text, i)
-        j = _first_of(text, i, ("\n", self.KEY, self.END))
+        j = _first_of(scans, i, ("\n", self.KEY, self.END))
         name = text[i:j].strip() if j is not None else text[i:].strip()
         if j is None or not name or _SPACE.search(name):
             call.broken = bool(_SPACE.search(name)) or j is not None  # a name holds no space, nor is it empty
             return call
         call.name = name
         while True:
-            j = skip_ws(text, j)
+            j = self.next_tag(scans, skip_ws(text, j), (self.KEY, self.END))
+            if j is None:
+                return call
             if text.startswith(self.END, j):
                 call.end = j + len(self.END)
                 return call
-            if not text.startswith(self.KEY, j):
-                if any(tag.startswith(text[j:]) for tag in (self.KEY, self.END)):
-                    return call  # a tag is arriving
-                resume = self.skip_stray(text, j, (self.KEY, self.END))
-                if resume is None:
-                    return call
-                j = resume
-                continue
-            key_end = text.find(self.KEY_END, j)
+            key_end = scans.find(self.KEY_END, j)
             if key_end == -1:
                 return call
-            call.pairs.append((text[j + len(self.KEY) : key_end].strip(), None))
+            key, at = text[j + len(self.KEY) : key_end].strip(), j
+            call.pairs.append((key, at, None))
             j = skip_ws(text, key_end + len(self.KEY_END))
-            value_end = text.find(self.VALUE_END, j) if text.startswith(self.VALUE, j) else -1
+            value_end = scans.find(self.VALUE_END, j) if text.startswith(self.VALUE, j) else -1
             if value_end == -1:
                 return call
-            call.pairs[-1] = (call.pairs[-1][0], text[j + len(self.VALUE) : value_end].strip())
+            call.pairs[-1] = (key, at, text[j + len(self.VALUE) : value_end].strip())
             j = value_end + len(self.VALUE_END)
 
 
@@ -197,13 +206,14 @@ class Qwen3CoderParser(KeyValueParser):
     name = "qwen3_coder"
     FUNCTION, FUNCTION_END, PARAMETER, PARAMETER_END = "<function=", "</function>", "<parameter=", "</parameter>"
 
-    def read_call(self, text: str, i: int) -> KeyValueCall:
+    def read_call(self, scans: TextScans, i: int) -> KeyValueCall:
+        text = scans.text
         call = KeyValueCall()
         j = skip_ws(text, i)
         if not text.startswith(self.FUNCTION, j):
-            call.broken = not self.FUNCTION.startswith(text[j:])  # text, not a call arriving
+            call.broken = not arriving(text, j, self.FUNCTION)  # text, not a call arriving
             return call
-        name_end = text.find(">", j)
+        name_end = scans.find(">", j)
         name = text[j + len(self.FUNCTION) : name_end if name_end != -1 else len(text)].strip()
         if name_end == -1 or not name or _SPACE.search(name):
             call.broken = bool(_SPACE.search(name)) or name_end != -1
@@ -211,27 +221,22 @@ class Qwen3CoderParser(KeyValueParser):
         call.name = name
         j = name_end + 1
         while True:
-            j = skip_ws(text, j)
+            j = self.next_tag(scans, skip_ws(text, j), (self.PARAMETER, self.FUNCTION_END))
+            if j is None:
+                return call
             if text.startswith(self.FUNCTION_END, j):
                 call.end = j + len(self.FUNCTION_END)
                 return call
-            if not text.startswith(self.PARAMETER, j):
-                if any(tag.startswith(text[j:]) for tag in (self.PARAMETER, self.FUNCTION_END)):
-                    return call  # a tag is arriving
-                resume = self.skip_stray(text, j, (self.PARAMETER, self.FUNCTION_END))
-                if resume is None:
-                    return call
-                j = resume
-                continue
-            key_end = text.find(">", j)
+            key_end = scans.find(">", j)
             if key_end == -1:
                 return call
-            call.pairs.append((text[j + len(self.PARAMETER) : key_end].strip(), None))
+            key, at = text[j + len(self.PARAMETER) : key_end].strip(), j
+            call.pairs.append((key, at, None))
             # a value ends at its closing tag, or (the tag left out) where the next parameter or the end begins
-            stop = _first_of(text, key_end + 1, (self.PARAMETER_END, self.PARAMETER, self.FUNCTION_END))
+            stop = _first_of(scans, key_end + 1, (self.PARAMETER_END, self.PARAMETER, self.FUNCTION_END))
             if stop is None:
                 return call
-            call.pairs[-1] = (call.pairs[-1][0], _one_newline_off(text[key_end + 1 : stop]))
+            call.pairs[-1] = (key, at, _one_newline_off(text[key_end + 1 : stop]))
             j = stop + len(self.PARAMETER_END) if text.startswith(self.PARAMETER_END, stop) else stop
 
 

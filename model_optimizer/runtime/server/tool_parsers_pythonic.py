@@ -13,7 +13,13 @@ from __future__ import annotations
 import json
 import re
 
-from model_optimizer.runtime.server.tool_parsers import PartialCall, ToolParser, ToolView, after_leading_tag, skip_ws
+from model_optimizer.runtime.server.text_scans import Scan, TextScans, skip_ws
+from model_optimizer.runtime.server.tool_parsers import (
+    PartialCall,
+    ToolParser,
+    ToolView,
+    after_leading_tag,
+)
 from model_optimizer.runtime.server.tool_parsers_kv import literal_json
 
 NAME = re.compile(r"[A-Za-z_][\w.]*")
@@ -32,18 +38,19 @@ class PythonicParser(ToolParser):
             return i
         if text[i] != "[":
             return ToolView(text)
-        calls, broken = _calls(text, i + 1)
+        calls, broken = _calls(self.scans.read(text), i + 1)
         if not calls and (broken or final):  # a list, but not of calls: the model's answer
             return ToolView(text)
         return ToolView("", calls)
 
 
-def _calls(text: str, i: int) -> tuple[list[PartialCall], bool]:
+def _calls(scans: TextScans, i: int) -> tuple[list[PartialCall], bool]:
     """The whole calls of the list whose `[` is just before text[i], and whether the syntax broke."""
+    text = scans.text
     calls: list[PartialCall] = []
     i = skip_ws(text, i)
     while i < len(text) and text[i] != "]":
-        call, end = _call(text, i)
+        call, end = _call(scans, i)
         if call is None:
             return calls, end == BAD
         calls.append(call)
@@ -55,8 +62,9 @@ def _calls(text: str, i: int) -> tuple[list[PartialCall], bool]:
     return calls, False
 
 
-def _call(text: str, i: int) -> tuple[PartialCall | None, int | str]:
+def _call(scans: TextScans, i: int) -> tuple[PartialCall | None, int | str]:
     """The call `name(key=value, ...)` at text[i] and the index past it; or (None, WAIT / BAD)."""
+    text = scans.text
     name = NAME.match(text, i)
     if name is None:
         return None, BAD
@@ -68,7 +76,7 @@ def _call(text: str, i: int) -> tuple[PartialCall | None, int | str]:
     arguments = []
     j = skip_ws(text, j + 1)
     while j < len(text) and text[j] != ")":
-        argument = _argument(text, j)
+        argument = _argument(scans, j)
         if isinstance(argument, str):
             return None, argument
         key, value, j = argument
@@ -83,8 +91,9 @@ def _call(text: str, i: int) -> tuple[PartialCall | None, int | str]:
     return PartialCall(name.group(), "{" + ", ".join(arguments) + "}", complete=True), j + 1
 
 
-def _argument(text: str, i: int) -> tuple[str, str, int] | str:
+def _argument(scans: TextScans, i: int) -> tuple[str, str, int] | str:
     """`key=literal` at text[i]: (key, the literal as JSON text, index past it), or WAIT / BAD."""
+    text = scans.text
     key = KEYWORD.match(text, i)
     if key is None:
         return BAD
@@ -94,36 +103,53 @@ def _argument(text: str, i: int) -> tuple[str, str, int] | str:
     if text[j] != "=":
         return BAD
     start = skip_ws(text, j + 1)
-    end = _literal_end(text, start)
+    end = scans.end(LiteralScan, start)
     if end is None:
         return WAIT
-    value = literal_json(text[start:end])
+    value = scans.cached(start, literal_json, text[start:end])
     return (key.group(), value, end) if value is not None else BAD
 
 
-def _literal_end(text: str, i: int) -> int | None:
-    """Index of the `,` or `)` (or stray closing bracket) that ends the literal at text[i], or None while it
-    has not arrived. Brackets nest; strings (quotes, triple quotes, escapes) are skipped whole."""
-    depth, j = 0, i
-    while True:  # from one quote, bracket or comma to the next (the scanning in C: a stream re-reads its text)
-        found = _STRUCTURE.search(text, j)
-        if found is None:
-            return None
-        j = found.start()
-        c = text[j]
-        if c in "'\"":
-            end = _string_end(text, j)
-            if end is None:
+class LiteralScan(Scan):
+    """The index of the `,` or `)` (or stray closing bracket) that ends the literal at text[start]. Brackets
+    nest; strings (quotes, triple quotes, escapes) are skipped whole. From one quote, bracket or comma to
+    the next, the scanning in C."""
+
+    def __init__(self, start: int) -> None:
+        super().__init__(start)
+        self.depth = 0
+        """Brackets open at `at`."""
+        self.quote: str | None = None
+        """The quote of the string `at` lies in, whose body has been read up to there."""
+
+    def go_on(self, text: str) -> int | None:
+        while True:
+            if self.quote is not None:
+                body_end = _STRING_BODIES[self.quote].match(text, self.at).end()  # type: ignore[union-attr]
+                if not text.startswith(self.quote, body_end):
+                    self.at = _body_resume(text, self.at, body_end, self.quote)
+                    return None
+                self.at, self.quote = body_end + len(self.quote), None
+                continue
+            found = _STRUCTURE.search(text, self.at)
+            if found is None:
+                self.at = len(text)
                 return None
-            j = end
-            continue
-        if c in "([{":
-            depth += 1
-        elif c in ")]}" or depth == 0:  # a closing bracket, or a comma outside brackets
-            if depth == 0:
-                return j
-            depth -= 1
-        j += 1
+            j, c = found.start(), found.group()
+            if c in "'\"":
+                if _arriving_quote(text, j):
+                    self.at = j
+                    return None
+                self.quote = c * 3 if text.startswith(c * 3, j) else c
+                self.at = j + len(self.quote)
+                continue
+            if c in "([{":
+                self.depth += 1
+            elif c in ")]}" or self.depth == 0:  # a closing bracket, or a comma outside brackets
+                if self.depth == 0:
+                    return j
+                self.depth -= 1
+            self.at = j + 1
 
 
 _STRUCTURE = re.compile(r"['\"()\[\]{},]")
@@ -137,7 +163,16 @@ _STRING_BODIES = {
 """Per opening quote: the body of such a string up to its closing quote (escapes skipped)."""
 
 
-def _string_end(text: str, i: int) -> int | None:
-    quote = text[i] * 3 if text.startswith(text[i] * 3, i) else text[i]
-    j = _STRING_BODIES[quote].match(text, i + len(quote)).end()  # type: ignore[union-attr]
-    return j + len(quote) if text.startswith(quote, j) else None
+def _arriving_quote(text: str, i: int) -> bool:
+    """Whether the quote opening at text[i] may still become a triple quote (the text ends in one or two)."""
+    opening = text[i : i + 3]
+    return opening != text[i] * 3 and (text[i] * 3).startswith(opening)
+
+
+def _body_resume(text: str, start: int, stop: int, quote: str) -> int:
+    """Where the scan of a string body, which went from text[start] to text[stop] without finding its closing
+    `quote`, goes on once more text has arrived: just past the last character that is neither a quote nor
+    a backslash (what those two mean can hang on the characters after them), else at `start`."""
+    while stop > start and text[stop - 1] in (quote[0], "\\"):
+        stop -= 1
+    return stop

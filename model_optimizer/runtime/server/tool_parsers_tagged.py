@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from model_optimizer.runtime.server.text_scans import TextScans, arriving, skip_ws
 from model_optimizer.runtime.server.tool_parsers import (
     HermesParser,
     PartialCall,
@@ -34,7 +35,6 @@ from model_optimizer.runtime.server.tool_parsers import (
     _content_before,
     _separated_calls,
     keyed_calls,
-    skip_ws,
 )
 
 
@@ -51,7 +51,7 @@ class MarkedCallsParser(ToolParser):
 
     def view(self, text: str, final: bool) -> ToolView:
         body = _list_body if self.LIST else _objects_body
-        return marked_view(text, final, self.MARKER, body, self.SKIP_THINK)
+        return marked_view(self.scans.read(text), final, self.MARKER, body, self.SKIP_THINK)
 
     def call_frame(self, name: str) -> tuple[str, str, str]:
         opening = "[" if self.LIST else ""
@@ -61,36 +61,37 @@ class MarkedCallsParser(ToolParser):
 
 
 def marked_view(
-    text: str,
+    scans: TextScans,
     final: bool,
     marker: str,
-    body: Callable[[str, int], list[PartialCall] | None],
+    body: Callable[[TextScans, int], list[PartialCall] | None],
     skip_think: bool = False,
 ) -> ToolView:
     """Content before the first `marker` with calls behind it, and the calls `body` reads there. A marker
     whose body is known not to be calls (None; once final: no call with a name) is text, and so is one
     inside a `<think>` block when `skip_think`."""
-    first, calls = first_calls(text, final, marker, body, skip_think)
-    return ToolView(_content_before(text, first, first != -1, final, marker), calls)
+    first, calls = first_calls(scans, final, marker, body, skip_think)
+    return ToolView(_content_before(scans.text, first, first != -1, final, marker), calls)
 
 
 def first_calls(
-    text: str,
+    scans: TextScans,
     final: bool,
     marker: str,
-    body: Callable[[str, int], list[PartialCall] | None],
+    body: Callable[[TextScans, int], list[PartialCall] | None],
     skip_think: bool = False,
 ) -> tuple[int, list[PartialCall]]:
     """Where the first `marker` with calls behind it stands, and those calls; (-1, []) for none (see
     marked_view)."""
-    at = text.find(marker)
+    text = scans.text
+    at = scans.find(marker, 0)
     while at != -1:
-        found = None if skip_think and _in_think(text, at) else body(text, skip_ws(text, at + len(marker)))
+        found = None if skip_think and _in_think(text, at) else body(scans, skip_ws(text, at + len(marker)))
         if found is not None and final:
             found = [c for c in found if c.name is not None] or None
         if found is not None:
             return at, found
-        at = text.find(marker, at + 1)
+        at = scans.find(marker, at + 1)
     return -1, []
 
 
@@ -100,20 +101,21 @@ def _in_think(text: str, at: int) -> bool:
     return opened != -1 and text.find("</think>", opened, at) == -1
 
 
-def _list_body(text: str, i: int) -> list[PartialCall] | None:
+def _list_body(scans: TextScans, i: int) -> list[PartialCall] | None:
     """The objects of the JSON list that opens at text[i]: none yet while it has not arrived, None when what
     is there is no list."""
+    text = scans.text
     if i >= len(text):
         return []
-    return _separated_calls(text, skip_ws(text, i + 1), ",") if text[i] == "[" else None
+    return _separated_calls(scans, skip_ws(text, i + 1), ",") if text[i] == "[" else None
 
 
-def _objects_body(text: str, i: int) -> list[PartialCall] | None:
+def _objects_body(scans: TextScans, i: int) -> list[PartialCall] | None:
     """Objects one after another from text[i], commas or whitespace between them; None when no object
     opens there."""
-    if i >= len(text):
+    if i >= len(scans.text):
         return []
-    return _separated_calls(text, i, ",") if text[i] == "{" else None
+    return _separated_calls(scans, i, ",") if scans.text[i] == "{" else None
 
 
 class GraniteParser(ToolParser):
@@ -125,13 +127,13 @@ class GraniteParser(ToolParser):
         tag = next((t for t in self.TAGS if text.startswith(t, i)), None)
         if tag is not None:
             i = skip_ws(text, i + len(tag))
-        elif not final and any(t.startswith(text[i:]) for t in self.TAGS):
+        elif not final and any(arriving(text, i, t) for t in self.TAGS):
             return ToolView()  # may still become a tag
         if i >= len(text):
             return ToolView(text if final else "")
         if text[i] != "[":
             return ToolView(text)
-        calls = _separated_calls(text, skip_ws(text, i + 1), ",")
+        calls = _separated_calls(self.scans.read(text), skip_ws(text, i + 1), ",")
         if tag is None:  # no marker: only objects with a name and arguments are calls
             calls = keyed_calls(calls)
         if final and not any(c.name for c in calls):  # a list, but not of calls: the model's answer
@@ -209,9 +211,10 @@ class GigaChat3Parser(ToolParser):
     """Ends the answer: what follows is a call, or nothing the user reads."""
 
     def view(self, text: str, final: bool) -> ToolView:
-        found = [first_calls(text, final, marker, _objects_body) for marker in self.MARKERS]
+        scans = self.scans.read(text)
+        found = [first_calls(scans, final, marker, _objects_body) for marker in self.MARKERS]
         first, calls = min((f for f in found if f[0] != -1), default=(-1, []), key=lambda f: f[0])
-        end = text.find(self.SEP)
+        end = scans.find(self.SEP, 0)
         if first != -1:
             return ToolView(text[: first if end == -1 else min(end, first)].rstrip(), calls)
         if end != -1:
