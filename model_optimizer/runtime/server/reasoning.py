@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from model_optimizer.runtime.server.tool_parsers import _held_back
+from model_optimizer.runtime.structured.grammar import REASONING_WHITESPACE
 
 START, END = "<think>", "</think>"
 
@@ -97,6 +98,9 @@ class ReasoningParser:
     def __init__(self, prompt: str = "") -> None:
         self.prompt = prompt
         """prompt_state() of the rendered prompt."""
+        self.answer_lead = 0
+        """Leading whitespace characters the content drops after the block: under a constraint, the few
+        the grammar lets the model write between its end tag and the constrained answer (constrained)."""
 
     @classmethod
     def for_prompt(cls, prompt: str | None, after: str = "") -> ReasoningParser:
@@ -119,6 +123,7 @@ class ReasoningParser:
         on so does the split (Kimi-K2's tool section written while thinking stays reasoning, as the grammar
         reads it, instead of taking the constrained answer after it for content)."""
         self.ALSO_ENDS = ()
+        self.answer_lead = REASONING_WHITESPACE  # "\n\n" before a choice's "yes" is not the answer
         return self.constraint_tags()
 
     def split(self, text: str, final: bool) -> tuple[str, str]:
@@ -148,7 +153,8 @@ class ReasoningParser:
         if end < 0 and (self.END in text or any(m in text for m in self.ALSO_ENDS)):
             return len(encode(reasoning))
         stop = end if end >= 0 else len(ids)
-        start = _find(ids[:stop], start_ids)
+        opened = text.lstrip().startswith(self.START)  # else a START inside the reasoning is reasoning too
+        start = _find(ids[:stop], start_ids) if opened else -1
         return stop - (start + len(start_ids) if start >= 0 else 0)
 
     def _reasoning(self, body: str, final: bool) -> tuple[str, str]:
@@ -157,7 +163,9 @@ class ReasoningParser:
         if also != -1 and (end == -1 or also < end):
             return body[:also], body[also:]  # the marker is the content's start
         if end != -1:
-            return body[:end], body[end + len(self.END) :]
+            content = body[end + len(self.END) :]
+            lead = len(content) - len(content.lstrip(" \t\r\n"))  # the grammar's whitespace (grammar.py)
+            return body[:end], content[min(lead, self.answer_lead) :]
         held = max(_held_back(body, m) for m in (self.END, *self.ALSO_ENDS))
         return (body if final else body[: len(body) - held]), ""
 

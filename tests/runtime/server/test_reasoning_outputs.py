@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from model_optimizer.runtime.server.config import ServerConfig
 from tests.runtime.server.live import start_server
+from tests.runtime.server.test_endpoints import sse_events
 
 TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n"
@@ -109,6 +110,28 @@ def test_a_schema_applies_after_the_reasoning_the_prompt_opened(client, ends_thi
         assert reasoning == getattr(message, "reasoning_content", None)  # both names, one text
         thoughts.append(reasoning or "")
     assert any(thoughts), "no choice thought before answering: the reasoning was not left free"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_choice_or_regex_after_the_reasoning_is_the_content_exactly(live, ends_thinking, stream):
+    """The grammar lets the model write a little whitespace between `</think>` and the answer: it is not
+    content, so the content is one of the choices, or matches the regex whole."""
+    url = live.url + "/v1/chat/completions"
+    for constraint, good in (
+        ({"choice": ["yes", "no"]}, lambda text: text in ("yes", "no")),
+        ({"regex": "[a-c]{3}"}, lambda text: re.fullmatch("[a-c]{3}", text) is not None),
+    ):
+        body = {"model": "tiny", "messages": USER, "logit_bias": ends_thinking, "temperature": 1.0, "n": 4}
+        body |= {"seed": 1, "max_tokens": 80, "structured_outputs": constraint, "stream": stream}
+        r = httpx.post(url, json=body, timeout=60)
+        if stream:
+            contents = ["", "", "", ""]
+            for chunk in sse_events(r):
+                for choice in chunk["choices"]:
+                    contents[choice["index"]] += choice["delta"].get("content") or ""
+        else:
+            contents = [c["message"]["content"] for c in r.json()["choices"]]
+        assert all(good(text) for text in contents), contents
 
 
 def test_parse_and_streaming_see_the_same_split(client, ends_thinking):

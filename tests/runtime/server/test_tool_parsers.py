@@ -277,6 +277,8 @@ def _tag_tokens(text: str) -> list[int]:
         (lambda: Qwen3ReasoningParser(OPEN), "abc</think>ok", 3),
         (DeepSeekR1ReasoningParser, "abc</think>ok", 3),
         (DeepSeekR1ReasoningParser, "<think>ab</think>ok", 2),  # the prompt's <think> written again
+        (DeepSeekR1ReasoningParser, "abc<think>de</think>ok", 6),  # a <think> inside it is reasoning too
+        (lambda: Qwen3ReasoningParser(OPEN), "abcdefghij<think><think>", 12),
     ],
 )
 def test_reasoning_tokens_are_those_between_the_tags(parser, text, count):
@@ -289,6 +291,18 @@ def test_reasoning_tokens_of_a_tag_merged_into_its_neighbours_are_counted_from_t
     text = "<think>abc</think>ok"
     chars = [ord(c) for c in text]
     assert Qwen3ReasoningParser().count_tokens(text, chars, _tag_tokens) == 3
+
+
+def test_under_a_constraint_the_whitespace_before_the_answer_is_not_content():
+    """The grammar lets the model write up to 4 whitespace characters between </think> and the constrained
+    answer (Qwen3 writes two newlines there): they are left out of the content, so a choice is the choice,
+    streamed as whole; a fifth is the answer's own."""
+    parser = Qwen3ReasoningParser()
+    parser.constrained()
+    assert parser.split("<think>hm</think>\n\nyes", final=True) == ("hm", "yes")
+    assert parser.split("<think>hm</think>\n\n", final=False) == ("hm", "")
+    assert parser.split("<think>hm</think>\n\n\r  no", final=True) == ("hm", " no")
+    assert Qwen3ReasoningParser().split("<think>hm</think>\n\nyes", final=True) == ("hm", "\n\nyes")
 
 
 def test_under_a_constraint_kimis_tool_section_inside_the_thinking_stays_reasoning():
