@@ -51,6 +51,9 @@ class Generation:
     stream_options: StreamOptions | None = None
     """Streams only: include_usage ends the stream with a usage chunk; continuous_usage_stats (with it) puts
     the usage so far on every chunk."""
+    counts_output: bool = True
+    """False for completions of the prompt alone (max_tokens 0 with echo): the token the engine makes for
+    each is neither sent nor counted in the usage."""
 
 
 class ResponseFormat(StreamFormat, Protocol):
@@ -79,6 +82,8 @@ class RequestGroup:
         """Per prompt: its tokens the prefix cache served, as its outputs report them."""
         self.admission: Admission | None = None
         self.closed = False
+        self.counts_output = True
+        """Whether the outputs' tokens count in the usage (Generation.counts_output)."""
 
     async def start(
         self, token_ids: list[list[int]], params: list[SamplingParams], priority: int, stream: bool
@@ -155,7 +160,8 @@ class RequestGroup:
         return last
 
     def usage(self) -> UsageInfo:
-        prompt_tokens, completion_tokens = sum(self.num_prompt_tokens), sum(self.num_output_tokens)
+        prompt_tokens = sum(self.num_prompt_tokens)
+        completion_tokens = sum(self.num_output_tokens) if self.counts_output else 0
         details = None
         if self.state.config.enable_prompt_tokens_details:
             details = PromptTokensDetails(cached_tokens=sum(self.num_cached_tokens))
@@ -212,6 +218,7 @@ def merge_waiting(
 async def open_group(state: ServerState, generation: Generation) -> AsyncIterator[RequestGroup]:
     """A started RequestGroup for the block; closed when the block ends, however it ends."""
     group = RequestGroup(state, generation.request_id)
+    group.counts_output = generation.counts_output
     try:
         await group.start(generation.token_ids, generation.params, generation.priority, generation.stream)
         yield group

@@ -198,3 +198,7 @@ def test_a_stream_with_max_tokens_0_sends_the_prompt_alone(live, client, hf):
     assert got["token_logprobs"][1:] == pytest.approx(whole["choices"][0]["logprobs"]["token_logprobs"][1:], abs=TOL)
     assert chunks[-1]["usage"] == {"prompt_tokens": len(PREFIX), "completion_tokens": 0, "total_tokens": len(PREFIX)}
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
+    every = stream(
+        live.url, {**body, "n": 2, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    )
+    assert {c["usage"]["completion_tokens"] for c in every} == {0}  # on every chunk, as in the last one

@@ -73,6 +73,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         body.priority,
         body.stream,
         body.stream_options,
+        counts_output=body.max_tokens != 0,
     )
     texts = TokenTexts(state.model.tokenizer, as_ids=tokens_as_ids(body, state.config.return_tokens_as_token_ids))
     fmt = CompletionFormat(body, echo, generation.request_id, state.model.name, texts, generation.token_ids)
@@ -129,7 +130,7 @@ class CompletionFormat(ErrorThenDone):
             self.prompt_logprobs[i] = output.prompt_logprobs or []
             for c in output.outputs:
                 choices.append(CompletionChoice(**self._choice(i, c, 0, True)))
-        return self.base.model_copy(update={"choices": choices, "usage": self._usage(usage)})
+        return self.base.model_copy(update={"choices": choices, "usage": usage})
 
     def head(self) -> list[BaseModel]:
         return []
@@ -174,10 +175,5 @@ class CompletionFormat(ErrorThenDone):
             "token_ids": list(token_ids) if self.with_token_ids else None,
         }
 
-    def _usage(self, usage: UsageInfo) -> UsageInfo:
-        if not self.prompt_only:
-            return usage
-        return usage.model_copy(update={"completion_tokens": 0, "total_tokens": usage.prompt_tokens})
-
     def usage_chunk(self, usage: UsageInfo) -> BaseModel:
-        return self.base.model_copy(update={"usage": self._usage(usage)})
+        return self.base.model_copy(update={"usage": usage})
