@@ -213,16 +213,17 @@ class EngineCore:
         self.abort(list(self.groups))
 
     def _id_in_use(self, request_id: str, n: int) -> str | None:
-        """The id of a live completion that a request of `n` completions would take again, if any: its own
-        id, or, where several completions are named `index:request_id`, one of those (a request `0:x`
-        beside the first of `x`'s two completions, or the other way round)."""
+        """The id in use that a request of `n` completions would clash with, if any: its own id, or, where
+        completions are named `index:request_id`, another request's name for one (a request `0:x` beside
+        `x`'s two completions `0:x` and `1:x`, or `x` with two beside a live request `0:x`: an abort of
+        `0:x` could not tell them apart)."""
         if request_id in self.groups:
             return request_id
-        if n == 1:
-            siblings = self.groups.get(request_id.partition(":")[2], ())
-            return request_id if len(siblings) > 1 and any(c.request_id == request_id for c in siblings) else None
-        named = (f"{index}:{request_id}" for index in range(n))
-        return next((child for child in named if len(self.groups.get(child, ())) == 1), None)
+        siblings = self.groups.get(request_id.partition(":")[2], ())
+        if len(siblings) > 1 and any(c.request_id == request_id for c in siblings):
+            return request_id
+        named = (f"{index}:{request_id}" for index in range(n)) if n > 1 else ()
+        return next((child for child in named if child in self.groups), None)
 
     def _one_completion(self, child_id: str) -> list[Request]:
         index, _, parent = child_id.partition(":")

@@ -198,7 +198,7 @@ def _calls_schema(tools: list[Any], parallel: bool) -> dict:
         prefix = f"tool{i}"  # the parameters' name; its definitions `tool{i}_defs_NAME`, `tool{i}_definitions_NAME`
         parameters = parameters_of(tool)
         if isinstance(parameters.get("$id"), str):  # references through its own $id are local ones
-            parameters = _local_refs(parameters, parameters["$id"])
+            parameters = _local_refs(parameters, parameters["$id"].rstrip("#"))
         for key in DEFINITIONS:
             held = parameters.get(key, {})
             if not isinstance(held, dict):
@@ -232,19 +232,22 @@ def _unrooted(schema: Any) -> Any:
     return {k: v for k, v in schema.items() if k not in ("$id", "$schema")}
 
 
-def _local_refs(node: Any, base: str) -> Any:
+def _local_refs(node: Any, base: str, names: bool = False) -> Any:
     """A copy of a schema whose `$ref`s to `base` (its own `$id`), as `base#/$defs/X` or `base` alone, are
-    written as local references (`#/$defs/X`, `#`), which _renamed_refs then points at their new names."""
+    written as local references (`#/$defs/X`, `#`), which _renamed_refs then points at their new names.
+    `names`: the node maps names to schemas (its keys are no keywords)."""
     if isinstance(node, list):
         return [_local_refs(v, base) for v in node]
     if not isinstance(node, dict):
         return node
+    if names:
+        return {key: _local_refs(value, base) for key, value in node.items()}
     out = {}
     for key, value in node.items():
         if key == "$ref" and isinstance(value, str) and (value == base or value.startswith(base + "#")):
             value = value[len(base) :] or "#"
         elif key not in DATA:
-            value = _local_refs(value, base)
+            value = _local_refs(value, base, key in SCHEMA_MAPS)
         out[key] = value
     return out
 

@@ -55,13 +55,17 @@ OVER_LIMITS = "the constraint went past the grammar engine's limits"
 """How the error of a request whose constraint outgrew llguidance's limits while it generated begins (a
 row of more than 2,000 items: an object of hundreds of optional properties after a first token that
 fitted): the request's doing, a 400 (server/request_group.py), which a retry would meet again."""
-_LIMIT_WORDS = re.compile(r"max is|limit|fuel|too many|too big", re.IGNORECASE)
+_LIMIT_WORDS = re.compile(r"max is \d|\(limit \d|limit for this grammar|fuel|too many states", re.IGNORECASE)
+"""llguidance's wording of its limits (a parser row's items, the lexer's fuel and states, a grammar's size)."""
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+"""Quoted text in an error (the token it refused: a token " limit" is no limit)."""
 
 
 def output_error(matcher: Any) -> str:
     """Why a matcher could not take a token its mask allowed: OVER_LIMITS, or the grammar engine's error."""
     reason = engine_error(matcher)
-    return f"{OVER_LIMITS}: {reason}" if _LIMIT_WORDS.search(reason) else f"the output left its grammar: {reason}"
+    over = _LIMIT_WORDS.search(_QUOTED.sub('""', reason))
+    return f"{OVER_LIMITS}: {reason}" if over else f"the output left its grammar: {reason}"
 
 
 REASONING_WHITESPACE = 4

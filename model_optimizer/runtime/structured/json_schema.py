@@ -4,16 +4,19 @@
   int64, so a minimum of 10**19 gave 9223372036854775807), and a `const` or `enum` integer, or a bound
   that is both minimum and maximum, that a double cannot hold exactly (it writes it rounded: a const of
   2**53 + 1 gave 9007199254740992).
-- The `date-time`, `date` and `time` formats become patterns of the values Python's datetime (so pydantic,
-  and the openai client's `parse`) reads: llguidance's formats follow RFC 3339, whose leap second
-  (`23:59:60`) and year 0000 Python refuses, and its dates take February 29th in any year. Such values
-  are valid JSON Schema, so the output stays valid under the schema as the client sent it; only fewer
-  values are possible. A node that has a `pattern` of its own keeps its format.
+- The `date-time`, `date` and `time` formats become patterns of the values Python reads (pydantic, so the
+  openai client's `parse`, and `datetime.fromisoformat`): llguidance's formats follow RFC 3339, whose
+  leap second (`23:59:60`) and year 0000 Python refuses, and whose lowercase `t` and `z`
+  `fromisoformat` refuses; and its dates take February 29th in any year. The output stays valid under
+  the schema as the client sent it; only fewer values are possible. A node that has a `pattern` of its
+  own keeps its format.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from model_optimizer.runtime.structured.vllm_params import SCHEMA_MAPS
 
 INT64 = (-(2**63), 2**63 - 1)
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
@@ -27,8 +30,8 @@ _MONTH_DAY = (
     "|02-(?:0[1-9]|1[0-9]|2[0-8]))"
 )
 _DATE = f"(?:{_YEAR}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
-_TIME = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-FORMAT_PATTERNS = {"date": f"^{_DATE}$", "time": f"^{_TIME}$", "date-time": f"^{_DATE}[Tt]{_TIME}$"}
+_TIME = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+FORMAT_PATTERNS = {"date": f"^{_DATE}$", "time": f"^{_TIME}$", "date-time": f"^{_DATE}T{_TIME}$"}
 """The formats made patterns, anchored (JSON Schema's patterns match anywhere unless anchored)."""
 
 
@@ -39,12 +42,15 @@ def prepare(schema: Any) -> Any:
     return _tightened(schema)
 
 
-def _tightened(node: Any) -> Any:
+def _tightened(node: Any, names: bool = False) -> Any:
+    """`names`: the node maps names to schemas (a `properties` object): its keys are no keywords."""
     if isinstance(node, list):
         return [_tightened(item) for item in node]
     if not isinstance(node, dict):
         return node
-    out = {key: value if key in DATA else _tightened(value) for key, value in node.items()}
+    if names:
+        return {key: _tightened(value) for key, value in node.items()}
+    out = {key: value if key in DATA else _tightened(value, key in SCHEMA_MAPS) for key, value in node.items()}
     pattern = FORMAT_PATTERNS.get(out.get("format")) if isinstance(out.get("format"), str) else None
     if pattern is not None and "pattern" not in out:
         del out["format"]
@@ -52,10 +58,13 @@ def _tightened(node: Any) -> Any:
     return out
 
 
-def _check_integers(node: Any) -> None:
+def _check_integers(node: Any, names: bool = False) -> None:
     if isinstance(node, list):
         for item in node:
             _check_integers(item)
+    elif isinstance(node, dict) and names:
+        for value in node.values():
+            _check_integers(value)
     elif isinstance(node, dict):
         for key, value in node.items():
             if key in BOUNDS and _is_int(value):
@@ -68,7 +77,7 @@ def _check_integers(node: Any) -> None:
                 if inexact is not None:
                     raise ValueError(f"{key} holds {inexact}, {_INEXACT}")
             elif key not in DATA:
-                _check_integers(value)
+                _check_integers(value, key in SCHEMA_MAPS)
         only = node.get("minimum")
         if _is_int(only) and only == node.get("maximum") and _inexact_integer(only) is not None:
             raise ValueError(f"minimum and maximum are both {only}, {_INEXACT}")

@@ -296,13 +296,18 @@ def test_a_request_id_that_names_another_requests_completion_is_refused(qwen3_ll
     with pytest.raises(ValueError, match="'1:x' is already in use"):
         engine.add_request("1:x", [5, 6], params)
     engine.add_request("2:x", [5, 6], params)  # x has no third completion
+    with pytest.raises(ValueError, match="'0:x' is already in use"):
+        engine.add_request("0:x", [5, 6], params.clone(n=2))  # whatever its own n
     engine.add_request("0:y", [5, 6], params)
     with pytest.raises(ValueError, match="'0:y' is already in use"):
         engine.add_request("y", [5, 6], params.clone(n=3))
+    engine.add_request("0:z", [5, 6], params.clone(n=2))
+    with pytest.raises(ValueError, match="'0:z' is already in use"):
+        engine.add_request("z", [5, 6], params.clone(n=2))  # an abort of 0:z could not tell them apart
     engine.add_request("y", [5, 6], params)  # one completion runs as `y`
     finished = {}
     while engine.has_unfinished_requests():
         finished.update((out.request_id, out) for out in engine.step() if out.finished)
-    assert sorted(finished) == ["0:y", "2:x", "x", "y"] and len(finished["x"].outputs) == 2
+    assert sorted(finished) == ["0:y", "0:z", "2:x", "x", "y"] and len(finished["x"].outputs) == 2
     engine.add_request("1:x", [5, 6], params)
     engine.abort("1:x")

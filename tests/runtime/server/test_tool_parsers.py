@@ -520,10 +520,14 @@ IDENTIFIED = {  # a document with its own $id (JSON Schema generators write one)
     "definitions": {"A": {"type": "integer"}},
     "required": ["a"],
 }
-THROUGH_OWN_ID = {  # references written through the schema's own $id
-    "$id": "https://example.com/s.json",
+THROUGH_OWN_ID = {  # references written through the schema's own $id (a draft-07 one ends in #)
+    "$id": "https://example.com/s.json#",
     "type": "object",
-    "properties": {"x": {"$ref": "https://example.com/s.json#/$defs/X"}, "me": {"$ref": "https://example.com/s.json"}},
+    "properties": {
+        "x": {"$ref": "https://example.com/s.json#/$defs/X"},
+        "me": {"$ref": "https://example.com/s.json"},
+        "default": {"$ref": "https://example.com/s.json#/$defs/X"},  # a property named as a keyword
+    },
     "required": ["x"],
     "$defs": {"X": {"enum": ["z"]}},
 }
@@ -557,7 +561,7 @@ ANY_OF_ROOT = {"anyOf": [{"properties": {"a": {"type": "integer"}}, "required": 
         (TREE, {"v": 1, "kids": [{"v": 2, "kids": []}]}, {"v": 1, "kids": [{"v": "x", "kids": []}]}),
         (POINTER, {"a": 1, "b": 2}, {"a": 1, "b": 12}),
         (IDENTIFIED, {"a": 1}, {"a": "x"}),
-        (THROUGH_OWN_ID, {"x": "z", "me": {"x": "z"}}, {"x": "z", "me": {"x": "y"}}),
+        (THROUGH_OWN_ID, {"x": "z", "me": {"x": "z"}, "default": "z"}, {"x": "z", "default": "y"}),
         (NAMED_PARAMETERS, {"p": {"k": 1}}, {"p": {"p": {"k": 1}}}),
         (BOTH_KINDS, {"a": "s", "b": 7}, {"a": 7, "b": 7}),
         (DATA_AND_NAMES, {"c": {"$ref": "#/x"}, "$ref": "s"}, {"c": {"$ref": "#/x"}, "$ref": 1}),

@@ -461,3 +461,23 @@ def test_free_text_in_a_tag_ends_at_an_end_that_is_a_token(tmp_path):
     so = StructuredOutputs.tag_format(fmt)
     assert taken(so, '<think>plan a b</think>{"city":"Oslo"}')
     assert not taken(so, '<think>plan</think>{"city":"Rome"}')
+
+
+@pytest.mark.parametrize(
+    ("error", "over"),
+    [
+        ("Parser Error: Current row has 2003 items; max is 2000", True),
+        ("Too many items (limit 500000)", True),
+        ('token " limit" doesn\'t satisfy the grammar', False),  # a token's text is no limit
+        ("rollback: too many bytes", False),  # the engine's own failure
+    ],
+)
+def test_only_the_grammar_engines_limits_are_the_constraints_fault(error, over):
+    from model_optimizer.runtime.structured.grammar import OVER_LIMITS, output_error
+
+    class Failed:  # what a failed llguidance matcher answers
+        def get_error(self) -> str:
+            return error + "\n<state>counters</state>"
+
+    message = output_error(Failed())
+    assert message.startswith(OVER_LIMITS) == over and message.endswith(error)

@@ -20,7 +20,9 @@ def test_date_and_time_formats_become_patterns_and_data_is_left_alone():
             "own": {"type": "string", "format": "time", "pattern": "^1"},  # the client's pattern stands
             "id": {"type": "string", "format": "uuid"},
             "fixed": {"const": {"format": "date"}, "default": {"format": "time"}},
-        }
+            "default": {"type": "string", "format": "date"},  # a property named as a keyword is a schema
+        },
+        "$defs": {"const": {"format": "time"}},
     }
     before = json.dumps(schema)
     out = prepare(schema)
@@ -30,6 +32,13 @@ def test_date_and_time_formats_become_patterns_and_data_is_left_alone():
     assert "format" not in props["day"]
     assert props["own"] == schema["properties"]["own"] and props["id"] == schema["properties"]["id"]
     assert props["fixed"] == schema["properties"]["fixed"]
+    assert "pattern" in props["default"] and "pattern" in out["$defs"]["const"]
+
+
+def test_properties_named_as_keywords_are_checked_as_schemas():
+    with pytest.raises(ValueError, match="outside 64-bit"):
+        prepare({"properties": {"default": {"type": "integer", "minimum": 10**19}}})
+    prepare({"properties": {"const": {"type": "integer", "maximum": 2**53 + 1}}})  # a bound, not a const
 
 
 # every value here is RFC 3339 (llguidance's formats took it), the refused ones Python's datetime refuses
@@ -52,8 +61,8 @@ def test_what_python_refuses_is_left_out(kind, value, python):
 @pytest.mark.parametrize(
     ("kind", "value"),
     [
-        ("date-time", "2024-02-29T00:00:00.123456789z"),
-        ("date-time", "9999-12-31t23:59:59-23:59"),
+        ("date-time", "2024-02-29T00:00:00.123456789Z"),
+        ("date-time", "9999-12-31T23:59:59-23:59"),
         ("date", "2000-02-29"),
         ("date", "0400-02-29"),
         ("date", "2023-04-30"),
@@ -63,4 +72,7 @@ def test_what_python_refuses_is_left_out(kind, value, python):
 def test_what_python_reads_is_kept(kind, value):
     python = {"date-time": datetime.datetime, "date": datetime.date, "time": datetime.time}[kind]
     TypeAdapter(python).validate_python(value)
+    python.fromisoformat(value)
     assert re.fullmatch(prepare({"format": kind})["pattern"][1:-1], value)
+    if kind != "date":  # RFC 3339's lowercase t and z, which fromisoformat refuses, are left out
+        assert not re.fullmatch(prepare({"format": kind})["pattern"][1:-1], value.replace("T", "t").replace("Z", "z"))
