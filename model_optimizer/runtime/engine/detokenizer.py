@@ -197,23 +197,6 @@ class TokenTexts:
             data = self.bytes_cache[token_id] = list(raw)
         return data
 
-    def offsets(self, token_ids: list[int], texts: list[str | None], start: int) -> list[int]:
-        """Where each token's text starts in the completion's text (logprobs' text_offset), from `start`.
-        Tokens that hold parts of a character start where that character does, as a stream sends it
-        (held back until it is whole): their bytes are decoded in turn, not their U+FFFD texts counted."""
-        if self.text is not self:  # offsets into the completion's text, not into the names
-            return self.text.offsets(token_ids, self.text.many(token_ids), start)
-        if self.tokenizer is None or not texts:
-            return [start] * len(texts)
-        if REPLACEMENT_CHAR not in "".join(texts):  # type: ignore[arg-type]
-            return list(accumulate(map(len, texts[:-1]), initial=start))  # type: ignore[arg-type]
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        out = []
-        for token_id in token_ids:
-            out.append(start)
-            start += len(decoder.decode(bytes(self.bytes_of(token_id))))
-        return out
-
     def many(self, token_ids: list[int]) -> list[str | None]:
         """The names of these tokens (all None without a tokenizer, unless named by id), in one look-up."""
         if not self.named:
@@ -223,3 +206,39 @@ class TokenTexts:
             return [cache[t] for t in token_ids]
         except KeyError:  # some are new: decoded once, then every request finds them
             return [self(t) for t in token_ids]
+
+
+class TokenOffsets:
+    """Where each token of a completion starts in the completion's text (logprobs' text_offset), from `start`,
+    the tokens given whole or a stream's chunk at a time: the same offsets either way. A token whose text
+    holds no U+FFFD adds its length; the bytes of one that does (part of a character, or bytes that make
+    none) go through a UTF-8 decoder, as do the tokens after it while the decoder holds part of a
+    character: tokens that hold parts of a character start where that character does, as a stream sends it
+    (held back until it is whole), and a byte that can begin no character counts as its U+FFFD at once."""
+
+    def __init__(self, texts: TokenTexts, start: int) -> None:
+        self.texts = texts.text  # offsets into the completion's text, whatever the tokens' names
+        self.at = start
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.pending = False
+        """The decoder holds the first bytes of a character."""
+
+    def take(self, token_ids: list[int]) -> list[int]:
+        """The offsets of the next tokens."""
+        texts = self.texts
+        if texts.tokenizer is None:
+            return [self.at] * len(token_ids)
+        names: list[str] = texts.many(token_ids)  # type: ignore[assignment]
+        if not self.pending and REPLACEMENT_CHAR not in "".join(names):
+            out = list(accumulate(map(len, names), initial=self.at))
+            self.at = out.pop()
+            return out
+        out = []
+        for token_id, name in zip(token_ids, names):
+            out.append(self.at)
+            if self.pending or REPLACEMENT_CHAR in name:
+                self.at += len(self.decoder.decode(bytes(texts.bytes_of(token_id))))
+                self.pending = bool(self.decoder.getstate()[0])
+            else:
+                self.at += len(name)
+        return out

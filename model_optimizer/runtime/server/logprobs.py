@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from operator import itemgetter
 
-from model_optimizer.runtime.engine.detokenizer import TokenTexts
+from model_optimizer.runtime.engine.detokenizer import TokenOffsets, TokenTexts
 from model_optimizer.runtime.engine.logprob_list import LogprobList
 from model_optimizer.runtime.engine.outputs import Logprob
 from model_optimizer.runtime.server.protocol import (
@@ -48,15 +48,18 @@ def _finite_columns(logprobs: LogprobList) -> tuple[list[float], list[float]]:
 
 
 def completion_logprobs(
-    texts: TokenTexts, logprobs: Sequence[Logprob], text_offset: int, num_top: int
+    texts: TokenTexts, logprobs: Sequence[Logprob], offsets: TokenOffsets, num_top: int
 ) -> CompletionLogprobs:
-    return CompletionLogprobs(**completion_logprobs_dict(texts, logprobs, text_offset, num_top))
+    return CompletionLogprobs(**completion_logprobs_dict(texts, logprobs, offsets, num_top))
 
 
-def completion_logprobs_dict(texts: TokenTexts, logprobs: Sequence[Logprob], text_offset: int, num_top: int) -> dict:
-    """CompletionLogprobs as the plain dict a stream chunk serializes (no model per chunk: see streaming.py)."""
+def completion_logprobs_dict(
+    texts: TokenTexts, logprobs: Sequence[Logprob], offsets: TokenOffsets, num_top: int
+) -> dict:
+    """CompletionLogprobs as the plain dict a stream chunk serializes (no model per chunk: see streaming.py);
+    `offsets` places the tokens in the completion's text (and moves on past them)."""
     if isinstance(logprobs, LogprobList):
-        return _completion_columns(texts, logprobs, text_offset, num_top)
+        return _completion_columns(texts, logprobs, offsets, num_top)
     tokens, token_logprobs, top_logprobs = [], [], []
     keys, key = texts.key_cache, texts.key
     for lp in logprobs:
@@ -70,11 +73,11 @@ def completion_logprobs_dict(texts: TokenTexts, logprobs: Sequence[Logprob], tex
         }
         top.setdefault(keys.get(lp.token_id) or key(lp.token_id), chosen)
         top_logprobs.append(top)
-    offsets = texts.offsets([lp.token_id for lp in logprobs], tokens, text_offset)
-    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs, "text_offset": offsets}
+    starts = offsets.take([lp.token_id for lp in logprobs])
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs, "text_offset": starts}
 
 
-def _completion_columns(texts: TokenTexts, logprobs: LogprobList, text_offset: int, num_top: int) -> dict:
+def _completion_columns(texts: TokenTexts, logprobs: LogprobList, offsets: TokenOffsets, num_top: int) -> dict:
     """completion_logprobs_dict of columns: a chosen token not among the num_top first is added last."""
     token_ids, top_ids = logprobs.token_ids.tolist(), logprobs.top_ids.tolist()
     chosen, values = _finite_columns(logprobs)
@@ -88,7 +91,12 @@ def _completion_columns(texts: TokenTexts, logprobs: LogprobList, text_offset: i
         top = dict(zip(keys[:k], values[:k]) if k < len(keys) else zip(keys, values))
         top.setdefault(own[0], chosen[0])
         tokens = own if texts.named else [None]
-        return {"tokens": tokens, "token_logprobs": chosen, "top_logprobs": [top], "text_offset": [text_offset]}
+        return {
+            "tokens": tokens,
+            "token_logprobs": chosen,
+            "top_logprobs": [top],
+            "text_offset": offsets.take(token_ids),
+        }
     tops = []
     a = 0
     for n, key, value in zip(logprobs.num_top, own, chosen):
@@ -97,8 +105,7 @@ def _completion_columns(texts: TokenTexts, logprobs: LogprobList, text_offset: i
         tops.append(top)
         a += n
     tokens = texts.many(token_ids)
-    offsets = texts.offsets(token_ids, tokens, text_offset)
-    return {"tokens": tokens, "token_logprobs": chosen, "top_logprobs": tops, "text_offset": offsets}
+    return {"tokens": tokens, "token_logprobs": chosen, "top_logprobs": tops, "text_offset": offsets.take(token_ids)}
 
 
 def chat_logprobs(texts: TokenTexts, logprobs: Sequence[Logprob], num_top: int) -> ChatLogprobs:
@@ -189,7 +196,8 @@ def echo_logprobs_dict(
         for t, entry in zip(prompt_token_ids[1:], prompt_logprobs[1:])
         if entry is not None
     ]
-    rest = completion_logprobs_dict(texts, scored, len(texts.text(prompt_token_ids[0]) or ""), num_top)
+    start = TokenOffsets(texts, len(texts.text(prompt_token_ids[0]) or ""))
+    rest = completion_logprobs_dict(texts, scored, start, num_top)
     return {
         "tokens": [first, *rest["tokens"]],
         "token_logprobs": [None, *rest["token_logprobs"]],

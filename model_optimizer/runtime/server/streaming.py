@@ -88,8 +88,6 @@ class ChoiceDelta:
     prompt_index: int
     completion: CompletionOutput
     """The engine's delta: new text, token ids and logprobs; finish_reason on its last one."""
-    text_offset: int
-    """Characters of this choice sent before `text`."""
     first: bool
     """This is the choice's first chunk."""
     prompt_logprobs: list | None = None
@@ -105,10 +103,10 @@ class ChoiceDelta:
 
 
 class ChoiceOffsets:
-    """Characters sent so far per (prompt, choice), for logprobs' text_offset and echo's first chunk."""
+    """The (prompt, choice) pairs that have had a chunk: the first carries echo's text."""
 
     def __init__(self) -> None:
-        self.sent: dict[tuple[int, int], int] = {}
+        self.sent: set[tuple[int, int]] = set()
 
     def deltas(self, prompt_index: int, output: RequestOutput) -> list[ChoiceDelta]:
         """The choices of a DELTA output with something to send: new tokens, or their finish. A token whose
@@ -120,9 +118,8 @@ class ChoiceOffsets:
                 continue
             key = (prompt_index, completion.index)
             first = key not in self.sent
-            offset = self.sent.get(key, 0)
-            self.sent[key] = offset + len(completion.text)
-            out.append(ChoiceDelta(prompt_index, completion, offset, first, output.prompt_logprobs))
+            self.sent.add(key)
+            out.append(ChoiceDelta(prompt_index, completion, first, output.prompt_logprobs))
         return out
 
 

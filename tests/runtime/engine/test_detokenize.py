@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from model_optimizer.runtime.engine.detokenizer import IncrementalDetokenizer, TokenTexts
+from model_optimizer.runtime.engine.detokenizer import IncrementalDetokenizer, TokenOffsets, TokenTexts
 from model_optimizer.runtime.engine.input_processor import encode_prompt
 from model_optimizer.runtime.sampling_params import SamplingParams
 
@@ -73,11 +73,11 @@ def test_token_bytes_join_into_the_text_and_offsets_follow_whole_characters(toke
     tokens = texts.many(ids)
     assert any("\ufffd" in t for t in tokens)  # the case in question is there
     assert b"".join(bytes(texts.bytes_of(t)) for t in ids).decode() == text
-    offsets = texts.offsets(ids, tokens, 5)
+    offsets = TokenOffsets(texts, 5).take(ids)
     for i, offset in enumerate(offsets):  # a token starts after the whole characters of those before it
         assert offset == 5 + len(tokenizer.decode(ids[:i]).rstrip("\ufffd"))
     ascii_ids = tokenizer.encode("plain words")
-    assert texts.offsets(ascii_ids, texts.many(ascii_ids), 0) == [
+    assert TokenOffsets(texts, 0).take(ascii_ids) == [
         0,
         *[len(tokenizer.decode(ascii_ids[: i + 1])) for i in range(len(ascii_ids) - 1)],
     ]
@@ -97,4 +97,10 @@ def test_byte_fallback_pieces_are_their_byte():
     texts = TokenTexts(fallback)
     assert [texts.bytes_of(t) for t in ids[1:5]] == [[0xF0], [0x9F], [0x98], [0x80]]
     assert texts.bytes_of(2) == list("é".encode())
-    assert texts.offsets(ids, texts.many(ids), 0) == [0, 1, 1, 1, 1, 2]
+    assert TokenOffsets(texts, 0).take(ids) == [0, 1, 1, 1, 1, 2]
+    stream = TokenOffsets(texts, 0)  # a stream's chunks, one token each, from where the last one left off
+    assert [stream.take([t])[0] for t in ids] == [0, 1, 1, 1, 1, 2]
+    lone = [3 + 0xFF, 1]  # a byte that begins no character is its U+FFFD at once, streamed or whole
+    assert TokenOffsets(texts, 0).take(lone) == [0, 1]
+    stream = TokenOffsets(texts, 0)
+    assert [stream.take([t])[0] for t in lone] == [0, 1]

@@ -310,3 +310,19 @@ def test_embeddings_on_a_generation_model_is_400(client):
     assert r.status_code == 400
     assert "does not support embeddings" in r.json()["error"]["message"]
     assert client.post("/v1/embeddings", json={"model": "other", "input": "x"}).status_code == 404
+
+
+def test_streamed_text_offsets_are_the_whole_responses_with_bytes_that_make_no_character(client):
+    """A random model writes tokens holding parts of characters, and bytes that begin none: the stream holds
+    their text back and sends it with a later chunk, yet every token's text_offset is the one the whole
+    response gives (it counted the held text at the later token before)."""
+    odd = 0
+    for seed in range(8):
+        body = {"model": "tiny", "prompt": "hello there", "temperature": 1.0, "seed": seed, "max_tokens": 10}
+        body["logprobs"] = 0
+        whole = client.post("/v1/completions", json=body).json()["choices"][0]["logprobs"]
+        chunks = sse_events(client.post("/v1/completions", json={**body, "stream": True}))
+        streamed = [o for chunk in chunks for c in chunk["choices"] for o in c["logprobs"]["text_offset"]]
+        assert streamed == whole["text_offset"], seed
+        odd += any("\ufffd" in t for t in whole["tokens"])
+    assert odd  # the case in question is there

@@ -15,6 +15,7 @@ import pytest
 from model_optimizer.runtime.engine.logprob_list import LogprobList
 from model_optimizer.runtime.engine.outputs import CompletionOutput, Logprob
 from model_optimizer.runtime.server.logprobs import (
+    TokenOffsets,
     TokenTexts,
     chat_logprobs,
     chat_logprobs_dict,
@@ -63,8 +64,8 @@ def completions(with_logprobs: bool) -> list[CompletionOutput]:
 
 def as_deltas(outputs: list[CompletionOutput]) -> list[list[ChoiceDelta]]:
     """Single-choice chunks, plus one chunk with every choice (n > 1, several prompts)."""
-    singles = [[ChoiceDelta(i % 2, c, 3 * i, i % 2 == 0)] for i, c in enumerate(outputs)]
-    return singles + [[ChoiceDelta(i % 2, c, i, i < 2) for i, c in enumerate(outputs)]]
+    singles = [[ChoiceDelta(i % 2, c, i % 2 == 0)] for i, c in enumerate(outputs)]
+    return singles + [[ChoiceDelta(i % 2, c, i < 2) for i, c in enumerate(outputs)]]
 
 
 def reference_completion_logprobs(
@@ -100,20 +101,25 @@ def test_completion_logprobs_match_the_reference():
             lp.top.update({rng.randrange(8): rng.choice([-0.5, -2.0]) for _ in range(3)})
         num_top, offset = rng.randint(0, 5), rng.randint(0, 9)
         want = reference_completion_logprobs(texts, lps, offset, num_top)
-        assert completion_logprobs(texts, lps, offset, num_top) == want
-        assert completion_logprobs(TokenTexts(None), lps, offset, num_top) == reference_completion_logprobs(
-            TokenTexts(None), lps, offset, num_top
+        assert completion_logprobs(texts, lps, TokenOffsets(texts, offset), num_top) == want
+        none = TokenTexts(None)
+        assert completion_logprobs(none, lps, TokenOffsets(none, offset), num_top) == reference_completion_logprobs(
+            none, lps, offset, num_top
         )
 
 
-def expected_completion(fmt: CompletionFormat, deltas: list[ChoiceDelta]) -> str:
-    """What the chunk was when each was a pydantic model."""
+def expected_completion(fmt: CompletionFormat, deltas: list[ChoiceDelta], at: dict) -> str:
+    """What the chunk was when each was a pydantic model; `at`: per (prompt, choice), where its next token's
+    text starts (the echo's length at first), moved on."""
     choices = []
     for d in deltas:
         c, echo = d.completion, fmt.echo[d.prompt_index]
         lp = None
+        key = (d.prompt_index, c.index)
+        start = at.setdefault(key, len(echo))
         if c.logprobs is not None:
-            lp = reference_completion_logprobs(fmt.texts, c.logprobs, len(echo) + d.text_offset, fmt.num_top)
+            lp = reference_completion_logprobs(fmt.texts, c.logprobs, start, fmt.num_top)
+            at[key] = start + sum(len(t or "") for t in lp.tokens) if fmt.texts.tokenizer is not None else start
         choices.append(
             CompletionChoice(
                 index=d.prompt_index * fmt.n + c.index,
@@ -167,8 +173,9 @@ def test_completion_chunks_match_the_models(with_logprobs, token_ids, tokenizer)
         prompt=["a", "b"], n=2, stream=True, return_token_ids=token_ids, logprobs=2 if with_logprobs else None
     )
     fmt = CompletionFormat(body, ["echo é\n", ""], "cmpl-1", ODD_NAME, TokenTexts(tokenizer))
+    at: dict = {}
     for deltas in as_deltas(completions(with_logprobs)):
-        check(fmt.chunk(deltas), expected_completion(fmt, deltas))
+        check(fmt.chunk(deltas), expected_completion(fmt, deltas, at))
 
 
 @pytest.mark.parametrize("with_logprobs", [False, True])
@@ -226,9 +233,9 @@ def test_column_logprobs_are_the_per_token_ones(tokenizer):
         lps = sampled_logprobs(rng, rng.choice([0, 1, 1, 2, 4]), k)
         columns = LogprobList.of(lps)
         num_top, offset = rng.randint(0, k), rng.randint(0, 9)
-        assert completion_logprobs_dict(texts, columns, offset, num_top) == completion_logprobs_dict(
-            texts, lps, offset, num_top
-        )
+        assert completion_logprobs_dict(
+            texts, columns, TokenOffsets(texts, offset), num_top
+        ) == completion_logprobs_dict(texts, lps, TokenOffsets(texts, offset), num_top)
         if tokenizer is not None:
             assert chat_logprobs_dict(texts, columns, num_top) == chat_logprobs_dict(texts, lps, num_top)
 
@@ -242,6 +249,7 @@ def test_chunks_of_column_logprobs_match_the_models(tokenizer):
         messages=[{"role": "user", "content": "hi"}], n=2, stream=True, logprobs=True, top_logprobs=3
     )
     chat = ChatFormat(chat_body, "chatcmpl-1", ODD_NAME, TokenTexts(Tokenizer()))
+    at: dict = {}  # one stream throughout: its choices' offsets go on
     for _ in range(20):
         outputs = []
         for c in completions(False):
@@ -249,5 +257,5 @@ def test_chunks_of_column_logprobs_match_the_models(tokenizer):
             ids = [lp.token_id for lp in lps]
             outputs.append(CompletionOutput(c.index, c.text, ids, LogprobList.of(lps), c.finish_reason, c.stop_reason))
         for deltas in as_deltas(outputs):
-            check(fmt.chunk(deltas), expected_completion(fmt, deltas))
+            check(fmt.chunk(deltas), expected_completion(fmt, deltas, at))
             check(chat.chunk(deltas), expected_chat(chat, deltas))

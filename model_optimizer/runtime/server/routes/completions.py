@@ -10,6 +10,7 @@ from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestOutp
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.logprobs import (
+    TokenOffsets,
     TokenTexts,
     completion_logprobs_dict,
     echo_logprobs_dict,
@@ -121,6 +122,8 @@ class CompletionFormat(ErrorThenDone):
         """Per prompt, its prompt logprobs as they came (a stream: with its first output that has a token)."""
         self.with_token_ids = body.return_token_ids or texts.tokenizer is None
         """Put token_ids on choices: asked for, or the only output a model without a tokenizer has."""
+        self.offsets: dict[tuple[int, int], TokenOffsets] = {}
+        """A stream: per (prompt, choice), where its next token's text starts (logprobs' text_offset)."""
         self.base = CompletionResponse(id=request_id, model=model_name, choices=[])
         self.template = ChunkTemplate(self.base)
 
@@ -129,7 +132,9 @@ class CompletionFormat(ErrorThenDone):
         for i, output in enumerate(finals):
             self.prompt_logprobs[i] = output.prompt_logprobs or []
             for c in output.outputs:
-                choices.append(CompletionChoice(**self._choice(i, c, 0, True)))
+                choices.append(
+                    CompletionChoice(**self._choice(i, c, True, TokenOffsets(self.texts, len(self.echo[i]))))
+                )
         return self.base.model_copy(update={"choices": choices, "usage": usage})
 
     def head(self) -> list[BaseModel]:
@@ -142,7 +147,11 @@ class CompletionFormat(ErrorThenDone):
         for d in deltas:
             if d.prompt_logprobs:
                 self.prompt_logprobs[d.prompt_index] = d.prompt_logprobs
-            choice = self._choice(d.prompt_index, d.completion, d.text_offset, d.first)
+            key = (d.prompt_index, d.completion.index)
+            offsets = self.offsets.get(key)
+            if offsets is None:
+                offsets = self.offsets[key] = TokenOffsets(self.texts, len(self.echo[d.prompt_index]))
+            choice = self._choice(d.prompt_index, d.completion, d.first, offsets)
             if choice["token_ids"] is None:
                 del choice["token_ids"]
             if choice["prompt_logprobs"] is None:
@@ -150,13 +159,14 @@ class CompletionFormat(ErrorThenDone):
             choices.append(choice)
         return self.template.event(choices)
 
-    def _choice(self, i: int, c: CompletionOutput, text_offset: int, first: bool) -> dict:
-        """One choice as a dict; `first`: its first chunk (or the whole response), which carries the echo."""
+    def _choice(self, i: int, c: CompletionOutput, first: bool, offsets: TokenOffsets) -> dict:
+        """One choice as a dict; `first`: its first chunk (or the whole response), which carries the echo;
+        `offsets`: where its tokens' texts start (moved on past them)."""
         echo = self.echo[i]
         text, token_ids = ("", []) if self.prompt_only else (c.text, c.token_ids)
         logprobs = None
         if c.logprobs is not None and not self.prompt_only:
-            logprobs = completion_logprobs_dict(self.texts, c.logprobs, len(echo) + text_offset, self.num_top)
+            logprobs = completion_logprobs_dict(self.texts, c.logprobs, offsets, self.num_top)
         if first and self.echo_logprobs:
             head = echo_logprobs_dict(
                 self.texts, self.prompt_token_ids[i], self.prompt_logprobs.get(i, []), self.num_top
