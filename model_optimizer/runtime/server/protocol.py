@@ -270,6 +270,8 @@ class TokenizeRequest(_Request):
     """Default: true for a prompt, false for messages (the template already writes them)."""
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[ChatTool] | None = Field(default=None, max_length=128)
+    """With messages: the tools the template writes into the prompt, as chat completions give them."""
     return_token_strs: bool = False
 
 

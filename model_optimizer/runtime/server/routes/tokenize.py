@@ -35,6 +35,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
             body.messages,
             body.add_generation_prompt,
             body.chat_template_kwargs,
+            tools=[t.model_dump(exclude_none=True, by_alias=True) for t in body.tools] if body.tools else None,
             add_special_tokens=bool(body.add_special_tokens),
             for_generation=False,
         )
