@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError
 from model_optimizer.runtime.server.errors import APIError, validation_message
 from model_optimizer.runtime.server.protocol import TEXT_PARTS, ChatCompletionRequest, _Request
 from model_optimizer.runtime.structured.params import json_text
+from model_optimizer.runtime.structured.vllm_params import closed
 
 ROLES = ("user", "assistant", "system", "developer")
 PASSED_THROUGH = (
@@ -279,7 +280,9 @@ def _string(item: dict[str, Any], key: str, where: str) -> str:
 
 def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
     """A flat Responses function tool as chat's nested one; other tool types (web_search, file_search,
-    computer use, MCP...) are a 400: they run on OpenAI's side."""
+    computer use, MCP...) are a 400: they run on OpenAI's side. Without `strict` (or with null), a tool is
+    strict, its schema normalised as OpenAI's Responses API does (objects closed, every property
+    required); `strict: false` keeps it as sent, best effort, as chat's default is."""
     if tool.get("type") != "function":
         raise APIError(
             400,
@@ -288,6 +291,10 @@ def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
             f"tools[{i}].type",
         )
     function = {key: tool[key] for key in ("name", "description", "parameters", "strict") if key in tool}
+    if tool.get("strict") is None:  # OpenAI's Responses default, unlike chat's: strict, the schema made so
+        function["strict"] = True
+        if isinstance(function.get("parameters"), dict):
+            function["parameters"] = closed(function["parameters"], require_all=True)
     return {"type": "function", "function": function}
 
 

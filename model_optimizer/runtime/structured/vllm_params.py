@@ -21,26 +21,30 @@ SCHEMA_ONE = ("items", "additionalItems", "not", "if", "then", "else", "contains
 """Keywords whose value is one schema (items: or a list of them, in older drafts)."""
 
 
-def closed(schema: Any) -> Any:
+def closed(schema: Any, require_all: bool = False) -> Any:
     """vLLM's disable_additional_properties: `schema` with `additionalProperties: false` on every object
-    schema that does not say (its own copy; the keywords above are followed, nothing else is touched)."""
+    schema that does not say (its own copy; the keywords above are followed, nothing else is touched).
+    `require_all`: OpenAI's strict-mode normalisation (the Responses API's default for function tools),
+    which also makes every named property required."""
     if isinstance(schema, list):
-        return [closed(s) for s in schema]
+        return [closed(s, require_all) for s in schema]
     if not isinstance(schema, dict):
         return schema
     out = dict(schema)
     for key in SCHEMA_MAPS:
         if isinstance(out.get(key), dict):
-            out[key] = {name: closed(sub) for name, sub in out[key].items()}
+            out[key] = {name: closed(sub, require_all) for name, sub in out[key].items()}
     for key in SCHEMA_LISTS + SCHEMA_ONE:
         if key in out:
-            out[key] = closed(out[key])
+            out[key] = closed(out[key], require_all)
     if isinstance(out.get("additionalProperties"), dict):
-        out["additionalProperties"] = closed(out["additionalProperties"])
+        out["additionalProperties"] = closed(out["additionalProperties"], require_all)
     # vLLM's rule: an object with named properties is closed; a free-form one (`{"type": "object"}`, a map)
     # stays open, or it could only ever be {}
     if ("properties" in out or "patternProperties" in out) and "additionalProperties" not in out:
         out["additionalProperties"] = False
+    if require_all and isinstance(out.get("properties"), dict):
+        out["required"] = list(out["properties"])
     return out
 
 

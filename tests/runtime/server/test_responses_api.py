@@ -379,6 +379,30 @@ def test_newer_effort_levels_are_taken(client):
     assert response.reasoning.effort == "xhigh"
 
 
+def test_function_tools_are_strict_unless_they_say_not():
+    """OpenAI's Responses API, unlike chat, makes a function tool without `strict` strict, its schema
+    normalised to strict mode: objects closed, every property required (nested ones too)."""
+    from model_optimizer.runtime.server.protocol_responses import ResponsesRequest
+
+    inner = {"type": "object", "properties": {"unit": {"type": "string"}}}
+    loose = {"type": "object", "properties": {"city": {"type": "string"}, "where": inner}, "required": ["city"]}
+    tools = [
+        {"type": "function", "name": "a", "parameters": loose},
+        {"type": "function", "name": "b", "parameters": loose, "strict": None},
+        {"type": "function", "name": "c", "parameters": loose, "strict": False},
+        {"type": "function", "name": "d", "parameters": loose, "strict": True},
+    ]
+    chat = ResponsesRequest.model_validate({"input": "q", "tools": tools}).to_chat()
+    made = {t.function.name: t.function for t in chat.tools}
+    for name in ("a", "b"):
+        assert made[name].strict is True
+        parameters = made[name].parameters
+        assert parameters["required"] == ["city", "where"] and parameters["additionalProperties"] is False
+        assert parameters["properties"]["where"]["required"] == ["unit"]
+    assert made["c"].strict is False and made["c"].parameters == loose  # best effort, as sent
+    assert made["d"].strict is True and made["d"].parameters == loose  # strict as sent: the client's schema
+
+
 def test_input_items_become_the_chat_turns_they_stand_for():
     """The conversion itself (no server): thinking goes to the assistant turn right after it, never across
     a user turn; an encrypted-only reasoning item adds nothing; calls join the assistant message before them."""
