@@ -14,20 +14,22 @@ crashed server or a hung engine.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from model_optimizer.common.lru import LruCache
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import SamplingFields
 from model_optimizer.runtime.server.state import RETRY_AFTER_S, ServerState
-from model_optimizer.runtime.structured.params import StructuredOutputs
+from model_optimizer.runtime.structured.params import StructuredOutputs, spec_chars
 from model_optimizer.runtime.structured.sandbox import SandboxUnavailable
 from model_optimizer.runtime.structured.vllm_params import from_vllm_fields
 
 CHECK_TIMEOUT_S = 10.0
 """Longest the server spends validating one constraint before refusing it as too complex."""
 CACHE_SIZE = 1024
+CACHE_CHARS = 32 << 20
+"""Most characters of constraint text the verdicts' keys may add up to (a request body may hold megabytes)."""
 
 
 def requested_constraint(body: SamplingFields) -> tuple[StructuredOutputs, str] | None:
@@ -131,7 +133,7 @@ class ConstraintChecker:
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
-        self._verdicts: OrderedDict[StructuredOutputs, str] = OrderedDict()
+        self._verdicts: LruCache[StructuredOutputs, str] = LruCache(CACHE_SIZE, CACHE_CHARS, spec_chars)
         """Constraint -> "" when valid, else why not."""
         self._pending: dict[StructuredOutputs, asyncio.Future] = {}
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="mopt-grammar-check")
@@ -140,16 +142,13 @@ class ConstraintChecker:
     async def verdict(self, so: StructuredOutputs) -> str:
         verdict = self._verdicts.get(so)
         if verdict is not None:
-            self._verdicts.move_to_end(so)
             return verdict
         pending = self._pending.get(so)
         if pending is None:
             pending = self._pending[so] = asyncio.get_running_loop().run_in_executor(self._thread, self._check, so)
             pending.add_done_callback(lambda _: self._pending.pop(so, None))
         verdict = await asyncio.shield(pending)  # SandboxUnavailable: no verdict, nothing kept
-        self._verdicts[so] = verdict
-        if len(self._verdicts) > CACHE_SIZE:
-            self._verdicts.popitem(last=False)
+        self._verdicts.put(so, verdict)
         return verdict
 
     def _check(self, so: StructuredOutputs) -> str:

@@ -19,34 +19,39 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from model_optimizer.common.lru import LruCache
 from model_optimizer.runtime.structured.grammar import SLICES, ll_tokenizer, matcher
-from model_optimizer.runtime.structured.params import StructuredOutputs
+from model_optimizer.runtime.structured.params import StructuredOutputs, spec_chars
 
 CACHE_SIZE = 512
 """Compiled constraints kept (least recently used dropped first)."""
+CACHE_CHARS = 8 << 20
+"""...and the most characters of constraint text they may add up to: a compile's memory follows its text (a
+50k-value enum, 820 KB of text, took 28 MB), so 512 of those would take 14 GB."""
 
 
 class Compiled:
     """A compiled constraint: pristine matchers (one per lane, each with a lexer of its own) that each
     request's matcher is copied from.
 
-    It starts with one lane; the second request that takes a matcher (the constraint is in use by
-    more than one) has the compiler's pool build the other lanes, one at a time, in the background,
-    each usable as soon as it is built: a constraint used once costs one compile, and no request
-    waits for lanes. Each lane is a task of its own, so that a new constraint's first compile, queued
-    meanwhile, waits for one lane, not for all of them (dozens, at 4 lanes a fill thread)."""
+    It starts with one lane and grows one lane for each live matcher beyond the lanes built, up to its
+    lanes: a constraint used once costs one compile, one used by 64 requests at once has its 48 lanes (at
+    12 fill threads). The pool builds them one task each, in the background, each usable as soon as it is
+    built, so no request waits for lanes, and a new constraint's first compile, queued meanwhile, waits
+    for one lane, not for dozens. Once its last matcher is released it keeps its first lane alone: the
+    others' lexers (megabytes each for a large schema) do not stay in the compiler's cache."""
 
     def __init__(self, template: Any, make: Callable[[], Any] | None = None, lanes: int = 1) -> None:
-        """`make`: a new template of the constraint (a compile, run in the pool); `lanes`: how many to have."""
+        """`make`: a new template of the constraint (a compile, run in the pool); `lanes`: the most to have."""
         self._templates = [template]
         self._make = make
         self._want = lanes if make is not None else 1
-        self._uses = 0
+        self._live = 0
+        """Matchers taken and not released."""
         self._growing: Future | None = None
 
     @property
@@ -56,20 +61,26 @@ class Compiled:
 
     def matcher(self, lane: int = 0, pool: ThreadPoolExecutor | None = None) -> Any:
         """A fresh matcher of the constraint; it shares its lexer with the other matchers of `lane` (taken
-        modulo the lanes built). `pool`: where the other lanes are built, once a second matcher is taken."""
-        self._uses += 1
-        if self._uses == 2 and self._want > 1 and pool is not None:
+        modulo the lanes built). `pool`: where more lanes are built while more matchers live than lanes."""
+        self._live += 1
+        if pool is not None and self._growing is None and len(self._templates) < self._wanted():
             self._growing = pool.submit(self._grow_one, pool)
         return self._templates[lane % len(self._templates)].deep_copy()
 
+    def release(self) -> None:
+        """A matcher taken from it is done; with none left, the lanes beyond the first are let go."""
+        self._live -= 1
+        if self._live == 0 and len(self._templates) > 1:
+            self._templates = self._templates[:1]
+
     @property
     def growing(self) -> bool:
-        """Whether the other lanes are being (or have been) built in the pool."""
+        """Whether a lane is being built in the pool."""
         return self._growing is not None
 
     def grow(self) -> None:
-        """Build the lanes not built yet, now, on this thread (benchmarks and tests: steady state at once),
-        once the pool's lane under way is built."""
+        """Build every lane not built yet, now, on this thread (benchmarks and tests: the steady state of a
+        constraint many requests use), once the pool's lane under way is built."""
         while (task := self._growing) is not None:
             task.result()
             if self._growing is task:  # no next lane queued: the pool is done
@@ -77,16 +88,24 @@ class Compiled:
         while len(self._templates) < self._want:
             self._templates.append(self._make())  # type: ignore[misc]
 
+    def _wanted(self) -> int:
+        return min(self._live, self._want)
+
     def _grow_one(self, pool: ThreadPoolExecutor) -> None:
-        """One more lane, then the next one queued behind whatever the pool was given meanwhile. The next
-        task is queued before this one ends, so a waiter that sees this one done sees the next."""
-        if len(self._templates) < self._want:
-            self._templates.append(self._make())  # type: ignore[misc]
-        if len(self._templates) < self._want:
+        """One more lane, then the next one queued behind whatever the pool was given meanwhile, while more
+        matchers live than lanes. The next task is queued before this one ends, so a waiter that sees this
+        one done sees the next."""
+        if len(self._templates) < self._wanted():
+            template = self._make()  # type: ignore[misc]
+            if len(self._templates) < self._wanted():  # still wanted once compiled
+                self._templates.append(template)
+        if len(self._templates) < self._wanted():
             try:
                 self._growing = pool.submit(self._grow_one, pool)
+                return
             except RuntimeError:  # the compiler closed: the lanes built are what there is
                 pass
+        self._growing = None
 
 
 class GrammarCompiler:
@@ -108,7 +127,7 @@ class GrammarCompiler:
         self._pool = ThreadPoolExecutor(max(1, min(max_threads, os.cpu_count() or 1)), "mopt-grammar")
         self._lock = threading.Lock()
         self._ll_tokenizer: Future | None = None
-        self._cache: OrderedDict[StructuredOutputs, Future[Compiled]] = OrderedDict()
+        self._cache: LruCache[StructuredOutputs, Future[Compiled]] = LruCache(CACHE_SIZE, CACHE_CHARS, spec_chars)
 
     def submit(self, so: StructuredOutputs) -> Future[Compiled]:
         """The constraint's compile (cached): a future of its Compiled, or of the GrammarError/ValueError
@@ -116,14 +135,11 @@ class GrammarCompiler:
         with self._lock:
             future = self._cache.get(so)
             if future is not None:
-                self._cache.move_to_end(so)
                 return future
             if self._ll_tokenizer is None:
                 self._ll_tokenizer = self._pool.submit(ll_tokenizer, *self._tokenizer_args)
             future = self._pool.submit(self._compile, so)
-            self._cache[so] = future
-            if len(self._cache) > CACHE_SIZE:
-                self._cache.popitem(last=False)
+            self._cache.put(so, future)
             return future
 
     def tokenizer(self) -> Any:

@@ -92,9 +92,11 @@ def numpy_buffers(num_rows: int, num_masked: int, words: int) -> HostTokenMask:
 
 
 class _Matcher:
-    __slots__ = ("ended", "lane", "matcher", "num_consumed")
+    __slots__ = ("compiled", "ended", "lane", "matcher", "num_consumed")
 
-    def __init__(self, matcher: Any, lane: int) -> None:
+    def __init__(self, compiled: Compiled, matcher: Any, lane: int) -> None:
+        self.compiled = compiled
+        """What the matcher was copied from, told when it is done (Compiled.release)."""
         self.matcher = matcher
         self.lane = lane
         self.num_consumed = 0
@@ -144,7 +146,7 @@ class StructuredOutputManager:
         lanes = min(len(self._lane_load), compiled.lanes)
         lane = min(range(lanes), key=self._lane_load.__getitem__)
         self._lane_load[lane] += 1
-        self._matchers[request_id] = _Matcher(compiled.matcher(lane, self.compiler.pool), lane)
+        self._matchers[request_id] = _Matcher(compiled, compiled.matcher(lane, self.compiler.pool), lane)
 
     def lane_of(self, request_id: str) -> int:
         """The lane of a request's matcher (KeyError without one)."""
@@ -161,6 +163,7 @@ class StructuredOutputManager:
         state = self._matchers.pop(request_id, None)
         if state is not None:
             self._lane_load[state.lane] -= 1
+            state.compiled.release()
 
     def advance(self, requests: list[Any]) -> list[tuple[Any, str | None]]:
         """Feed each constrained request's new output tokens to its matcher. Returns the requests the

@@ -204,3 +204,9 @@ def json_text(text: str, what: str) -> Any:
         raise ValueError(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:
         raise ValueError(f"{what} nests too deeply") from None
+
+
+def spec_chars(so: StructuredOutputs) -> int:
+    """A constraint's size in characters (its text and its whitespace pattern): what the caches of compiled
+    constraints and of verdicts on them are bounded by."""
+    return len(so.spec) + len(so.whitespace_pattern) + 64

@@ -3,6 +3,8 @@ masks that allow a valid text's every token and forbid others, a finished gramma
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -102,10 +104,9 @@ def test_a_pool_of_rows_in_several_lanes_reports_stops_and_failures_in_row_order
     manager = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), lanes=3), 2)
     yes = manager.submit(StructuredOutputs.choice(["yes"])).result(timeout=60)
     digits = manager.submit(StructuredOutputs.regex("[0-9]+")).result(timeout=60)
-    for compiled in (yes, digits):
-        manager.start("warm", compiled)  # a second user builds the other lanes
+    for k, compiled in enumerate((yes, digits)):
+        manager.start(f"warm{k}", compiled)  # a request that keeps the lanes live while the rows run
         compiled.grow()
-        manager.drop("warm")
     encode = {text: tokenizer.encode(text, add_special_tokens=False)[0] for text in ("yes", "no", "7")}
     plan = ["7", "yes", "no", "7", "no", "yes", "7", "7", "yes", "no", "7", "no"]  # digits take only "7"
     requests = []
@@ -231,6 +232,40 @@ def test_a_constraint_builds_its_other_lanes_only_once_two_requests_use_it(token
     manager.start("c", compiled)
     assert manager.lane_of("c") == 1
     manager.close()
+
+
+def test_lanes_follow_the_live_matchers_and_go_when_the_last_is_done(tokenizer):
+    """A constraint grows a lane for each live matcher beyond the lanes built (up to its lanes), and once no
+    request uses it keeps one: the other lanes' lexers do not stay in the cache (48 of them per schema on
+    a 16-core host took gigabytes)."""
+    manager = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), lanes=8), 2)
+    compiled = manager.submit(StructuredOutputs.regex("[0-9]+")).result(timeout=60)
+    for name in "abc":
+        manager.start(name, compiled)
+    deadline = time.monotonic() + 60
+    while compiled.growing and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert compiled.lanes == 3  # three live matchers, three lanes: not all eight
+    for name in "abc":
+        manager.drop(name)
+    assert compiled.lanes == 1
+    manager.start("d", compiled)
+    assert compiled.lanes == 1 and not compiled.growing  # one user again: one lane
+    manager.close()
+
+
+def test_the_compile_cache_is_bounded_by_the_constraints_text(tokenizer, monkeypatch):
+    from model_optimizer.runtime.structured import compiler as compiler_module
+
+    monkeypatch.setattr(compiler_module, "CACHE_CHARS", 3000)
+    compiler = GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}))
+    big = [StructuredOutputs.choice([f"{k}-{i:04d}" for i in range(100)]) for k in range(3)]  # ~1,300 characters
+    first = compiler.submit(big[0])
+    for so in big[1:]:
+        compiler.submit(so).result(timeout=60)
+    assert compiler.submit(big[0]) is not first  # dropped for the others: compiled anew
+    assert compiler.submit(big[2]) is compiler.submit(big[2])
+    compiler.close()
 
 
 def test_a_new_constraint_compiles_between_another_s_lanes(tokenizer):
