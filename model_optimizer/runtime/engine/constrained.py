@@ -49,6 +49,8 @@ class ConstrainedDecoding:
         self.manager = StructuredOutputManager(compiler, threads)
         self.compiling: dict[str, tuple[Future, list[Request]]] = {}
         """Request id -> its grammar's compile and its completions, which join the queue once it is done."""
+        self._constraint_of: dict[str, StructuredOutputs] = {}
+        """Request id -> the constraint it waits for (to forget its compile when no one waits any more)."""
         self._filler = ThreadPoolExecutor(1, "mopt-mask")
         self.wait_seconds = 0.0
         """Time the step loop waited for masks (the part of filling them that nothing hid)."""
@@ -56,6 +58,7 @@ class ConstrainedDecoding:
     # ----------------------------------------------------------------- requests
     def submit(self, request_id: str, so: StructuredOutputs, children: list[Request]) -> None:
         self.compiling[request_id] = (self.manager.submit(so), children)
+        self._constraint_of[request_id] = so
 
     def abort(self, parent: str, children: list[Request]) -> None:
         """Finish completions still waiting for their grammar (they are in no scheduler queue yet)."""
@@ -63,8 +66,12 @@ class ConstrainedDecoding:
             return
         for child in children:
             child.status = RequestStatus.FINISHED_ABORTED
-        if all(c.finished for c in self.compiling[parent][1]):
+        future, waiting = self.compiling[parent]
+        if all(c.finished for c in waiting):
             del self.compiling[parent]
+            so = self._constraint_of.pop(parent)
+            if not any(f is future for f, _ in self.compiling.values()):  # no one else waits for it
+                self.manager.compiler.forget(so, future)
 
     def admit_compiled(self, scheduler: Scheduler, idle: bool) -> list[tuple[str, list[Request]]]:
         """Queue the completions whose grammar has compiled; returns (request id, completions) per group
@@ -77,6 +84,7 @@ class ConstrainedDecoding:
             if not future.done():
                 continue
             del self.compiling[request_id]
+            del self._constraint_of[request_id]
             error = future.exception()
             for child in children:
                 if child.finished:  # aborted while compiling

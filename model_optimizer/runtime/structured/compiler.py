@@ -142,6 +142,14 @@ class GrammarCompiler:
             self._cache.put(so, future)
             return future
 
+    def forget(self, so: StructuredOutputs, future: Future) -> None:
+        """No request waits for this compile of `so` any more: it is cancelled if it has not started (a queue
+        of compiles for clients that left must not hold up the next request's), and dropped from the cache
+        unless it finished (a later request compiles anew)."""
+        with self._lock:
+            if future.cancel() and self._cache.get(so) is future:
+                self._cache.pop(so)
+
     def tokenizer(self) -> Any:
         """The llguidance tokenizer (built on first use; waits for it)."""
         with self._lock:

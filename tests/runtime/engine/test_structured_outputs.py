@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 
 import jsonschema
 import pytest
@@ -330,6 +331,44 @@ def test_abort_while_the_grammar_compiles(model_dir):
     while engine.has_unfinished_requests():
         outputs = engine.step()
     assert outputs[0].finished and json.loads(outputs[0].outputs[0].text)
+
+
+def test_an_abort_cancels_a_compile_no_one_else_waits_for(model_dir):
+    """Requests whose clients left must not keep compiles queued ahead of the next request's: an abort
+    cancels a compile that has not started and that no other request waits for, and forgets it."""
+    engine = LLM(model_dir, kv_cache_memory=1 << 24).engine
+    engine.add_request("warm", PROMPTS[0], CONSTRAINED)  # the grammar side and its tokenizer exist
+    while engine.has_unfinished_requests():
+        engine.step()
+    compiler = engine.core.constrained.manager.compiler
+    only_a = SamplingParams(max_tokens=6, structured_outputs=StructuredOutputs.regex("a{1,5}"))
+    shared_b = SamplingParams(max_tokens=6, structured_outputs=StructuredOutputs.regex("b{1,5}"))
+    gate = threading.Event()
+    blockers = [compiler.pool.submit(gate.wait) for _ in range(compiler.pool._max_workers)]
+    try:  # the compile threads held: the compiles below wait in the queue
+        for request_id, prompt, params in (
+            ("a", PROMPTS[1], only_a),
+            ("b", PROMPTS[2], shared_b),
+            ("b2", PROMPTS[3], shared_b),
+        ):
+            engine.add_request(request_id, prompt, params.clone(output_kind=RequestOutputKind.FINAL_ONLY))
+        compiling = engine.core.constrained.compiling
+        compile_a, compile_b = compiling["a"][0], compiling["b"][0]
+        engine.abort("a")
+        engine.abort("b")
+    finally:  # the compile threads go on, whatever happened
+        gate.set()
+    for blocker in blockers:
+        blocker.result(timeout=60)
+    assert compile_a.cancelled() and not compile_b.cancelled()  # b2 still waits for b's
+    finished = {}
+    while engine.has_unfinished_requests():
+        finished |= {o.request_id: o for o in engine.step() if o.finished}
+    assert list(finished) == ["b2"] and re.fullmatch("b{1,5}", finished["b2"].outputs[0].text)
+    engine.add_request("a", PROMPTS[1], only_a.clone(output_kind=RequestOutputKind.FINAL_ONLY))  # compiled anew
+    while engine.has_unfinished_requests():
+        finished |= {o.request_id: o for o in engine.step() if o.finished}
+    assert re.fullmatch("a{1,5}", finished["a"].outputs[0].text)
 
 
 def test_a_request_waiting_for_its_grammar_stalls_no_one(model_dir, monkeypatch):
