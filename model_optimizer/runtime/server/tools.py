@@ -21,6 +21,8 @@ A tool without `parameters` takes none: its arguments are `{}`.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,15 +199,16 @@ def _calls_schema(tools: list[Any], parallel: bool) -> dict:
     for i, tool in enumerate(tools):
         prefix = f"tool{i}"  # the parameters' name; its definitions `tool{i}_defs_NAME`, `tool{i}_definitions_NAME`
         parameters = parameters_of(tool)
+        renamed = functools.partial(_renamed_ref, prefix=prefix)
         if isinstance(parameters.get("$id"), str):  # references through its own $id are local ones
-            parameters = _local_refs(parameters, parameters["$id"].rstrip("#"))
+            parameters = _with_refs(parameters, functools.partial(_local_ref, base=parameters["$id"].rstrip("#")))
         for key in DEFINITIONS:
             held = parameters.get(key, {})
             if not isinstance(held, dict):
                 raise APIError(400, f"tool {tool.function.name!r}: parameters.{key} must be an object", "tools")
             for name, sub in held.items():
-                defs[f"{prefix}_{key.lstrip('$')}_{name}"] = _renamed_refs(_unrooted(sub), prefix)
-        defs[prefix] = _renamed_refs({k: v for k, v in _unrooted(parameters).items() if k not in DEFINITIONS}, prefix)
+                defs[f"{prefix}_{key.lstrip('$')}_{name}"] = _with_refs(_unrooted(sub), renamed)
+        defs[prefix] = _with_refs({k: v for k, v in _unrooted(parameters).items() if k not in DEFINITIONS}, renamed)
         options.append(
             {
                 "type": "object",
@@ -232,51 +235,42 @@ def _unrooted(schema: Any) -> Any:
     return {k: v for k, v in schema.items() if k not in ("$id", "$schema")}
 
 
-def _local_refs(node: Any, base: str, names: bool = False) -> Any:
-    """A copy of a schema whose `$ref`s to `base` (its own `$id`), as `base#/$defs/X` or `base` alone, are
-    written as local references (`#/$defs/X`, `#`), which _renamed_refs then points at their new names.
-    `names`: the node maps names to schemas (its keys are no keywords)."""
-    if isinstance(node, list):
-        return [_local_refs(v, base) for v in node]
-    if not isinstance(node, dict):
-        return node
-    if names:
-        return {key: _local_refs(value, base) for key, value in node.items()}
-    out = {}
-    for key, value in node.items():
-        if key == "$ref" and isinstance(value, str) and (value == base or value.startswith(base + "#")):
-            value = value[len(base) :] or "#"
-        elif key not in DATA:
-            value = _local_refs(value, base, key in SCHEMA_MAPS)
-        out[key] = value
-    return out
-
-
 DEFINITIONS = ("$defs", "definitions")
 """Where a schema keeps its definitions (2019-09's name and draft 7's): each keeps its own namespace."""
 DATA = frozenset(("const", "enum", "default", "examples"))
 """Keywords whose value is data, never a schema: a `$ref` in it is text."""
 
 
-def _renamed_refs(node: Any, prefix: str, names: bool = False) -> Any:
-    """A copy of a schema whose local references point at its definitions' new names under the root (the
-    parameters as `prefix`, a definition as `prefix_defs_NAME` or `prefix_definitions_NAME`). `names`: the
-    node maps names to schemas (its keys are no keywords)."""
+def _with_refs(node: Any, rewrite: Callable[[str], str], names: bool = False) -> Any:
+    """A copy of a schema with each `$ref` (never one inside data) as `rewrite` gives it. `names`: the node
+    maps names to schemas (its keys are no keywords)."""
     if isinstance(node, list):
-        return [_renamed_refs(v, prefix) for v in node]
+        return [_with_refs(v, rewrite) for v in node]
     if not isinstance(node, dict):
         return node
     if names:
-        return {key: _renamed_refs(value, prefix) for key, value in node.items()}
+        return {key: _with_refs(value, rewrite) for key, value in node.items()}
     out = {}
     for key, value in node.items():
         if key == "$ref" and isinstance(value, str):
-            local = next((k for k in DEFINITIONS if value.startswith(f"#/{k}/")), None)
-            if local is not None:  # a definition: beside the parameters under the root's $defs
-                value = f"#/$defs/{prefix}_{local.lstrip('$')}_" + value[len(local) + 3 :]
-            elif value == "#" or value.startswith("#/"):  # into the parameters schema itself, now a definition
-                value = f"#/$defs/{prefix}" + value[1:]
+            value = rewrite(value)
         elif key not in DATA:
-            value = _renamed_refs(value, prefix, key in SCHEMA_MAPS)
+            value = _with_refs(value, rewrite, key in SCHEMA_MAPS)
         out[key] = value
     return out
+
+
+def _local_ref(ref: str, base: str) -> str:
+    """A reference through the schema's own `$id` (`base#/$defs/X`, or `base` alone) as a local one."""
+    return ref[len(base) :] or "#" if ref == base or ref.startswith(base + "#") else ref
+
+
+def _renamed_ref(ref: str, prefix: str) -> str:
+    """A local reference pointed at its target's new name under the root: the parameters as `prefix`, a
+    definition as `prefix_defs_NAME` or `prefix_definitions_NAME`."""
+    local = next((k for k in DEFINITIONS if ref.startswith(f"#/{k}/")), None)
+    if local is not None:  # a definition: beside the parameters under the root's $defs
+        return f"#/$defs/{prefix}_{local.lstrip('$')}_" + ref[len(local) + 3 :]
+    if ref == "#" or ref.startswith("#/"):  # into the parameters schema itself, now a definition
+        return f"#/$defs/{prefix}" + ref[1:]
+    return ref
