@@ -81,10 +81,8 @@ class Compiled:
     def grow(self) -> None:
         """Build every lane not built yet, now, on this thread (benchmarks and tests: the steady state of a
         constraint many requests use), once the pool's lane under way is built."""
-        while (task := self._growing) is not None:
+        while (task := self._growing) is not None:  # each task queues the next before it ends, or clears it
             task.result()
-            if self._growing is task:  # no next lane queued: the pool is done
-                break
         while len(self._templates) < self._want:
             self._templates.append(self._make())  # type: ignore[misc]
 
