@@ -17,6 +17,7 @@ size) turn a pathological grammar into an error, never an endless compile.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -29,6 +30,10 @@ from model_optimizer.runtime.structured.params import StructuredOutputs, spec_ch
 
 CACHE_SIZE = 512
 """Compiled constraints kept (least recently used dropped first)."""
+LANE_TRIM_CHARS = 1 << 16
+"""Constraints of more characters than this keep one lane while no request uses them (their lexers weigh
+megabytes each); smaller ones keep their lanes, warm, for the next burst (a lane of a small schema is
+tens of kilobytes, and a cold one costs its first steps: +27% over 200 steps while 32 lexers warmed up)."""
 CACHE_CHARS = 8 << 20
 """...and the most characters of constraint text they may add up to: a compile's memory follows its text (a
 50k-value enum, 820 KB of text, took 28 MB), so 512 of those would take 14 GB."""
@@ -42,11 +47,14 @@ class Compiled:
     lanes: a constraint used once costs one compile, one used by 64 requests at once has its 48 lanes (at
     12 fill threads). The pool builds them one task each, in the background, each usable as soon as it is
     built, so no request waits for lanes, and a new constraint's first compile, queued meanwhile, waits
-    for one lane, not for dozens. Once its last matcher is released it keeps its first lane alone: the
-    others' lexers (megabytes each for a large schema) do not stay in the compiler's cache."""
+    for one lane, not for dozens. A large constraint (`trim_when_idle`) keeps its first lane alone once its
+    last matcher is released: the others' lexers (megabytes each) do not stay in the compiler's cache."""
 
-    def __init__(self, template: Any, make: Callable[[], Any] | None = None, lanes: int = 1) -> None:
+    def __init__(
+        self, template: Any, make: Callable[[], Any] | None = None, lanes: int = 1, trim_when_idle: bool = False
+    ) -> None:
         """`make`: a new template of the constraint (a compile, run in the pool); `lanes`: the most to have."""
+        self.trim_when_idle = trim_when_idle
         self._templates = [template]
         self._make = make
         self._want = lanes if make is not None else 1
@@ -68,9 +76,9 @@ class Compiled:
         return self._templates[lane % len(self._templates)].deep_copy()
 
     def release(self) -> None:
-        """A matcher taken from it is done; with none left, the lanes beyond the first are let go."""
+        """A matcher taken from it is done; with none left, a large constraint lets its other lanes go."""
         self._live -= 1
-        if self._live == 0 and len(self._templates) > 1:
+        if self._live == 0 and self.trim_when_idle and len(self._templates) > 1:
             self._templates = self._templates[:1]
 
     @property
@@ -160,7 +168,8 @@ class GrammarCompiler:
 
         tokenizer = self.tokenizer()
         grammar, template = matcher(so, tokenizer)
-        return Compiled(template, lambda: llg.LLMatcher(tokenizer, grammar, log_level=0), self.lanes)
+        make = functools.partial(llg.LLMatcher, tokenizer, grammar, log_level=0)  # a lane's compile
+        return Compiled(template, make, self.lanes, trim_when_idle=spec_chars(so) > LANE_TRIM_CHARS)
 
     @property
     def pool(self) -> ThreadPoolExecutor:
