@@ -17,9 +17,12 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from fastapi import Request
+
 from model_optimizer.common.lru import LruCache
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import SamplingFields
+from model_optimizer.runtime.server.request_group import ClientDisconnected, until_disconnect
 from model_optimizer.runtime.server.state import RETRY_AFTER_S, ServerState
 from model_optimizer.runtime.structured.params import StructuredOutputs, spec_chars
 from model_optimizer.runtime.structured.sandbox import SandboxUnavailable
@@ -100,8 +103,11 @@ def _structured_outputs(so: Any) -> StructuredOutputs:
     )
 
 
-async def check_constraint(state: ServerState, so: StructuredOutputs, param: str) -> None:
-    """400 naming `param` with llguidance's reason when the constraint cannot be enforced on this model."""
+async def check_constraint(
+    state: ServerState, so: StructuredOutputs, param: str, request: Request | None = None
+) -> None:
+    """400 naming `param` with llguidance's reason when the constraint cannot be enforced on this model.
+    `request`: the client's, watched while a new constraint is checked (ClientDisconnected when it leaves)."""
     tokenizer = state.model.tokenizer
     if tokenizer is None:
         raise APIError(
@@ -119,7 +125,7 @@ async def check_constraint(state: ServerState, so: StructuredOutputs, param: str
     if checker is None:
         checker = state.grammar_checker = ConstraintChecker(state)
     try:
-        verdict = await checker.verdict(so)
+        verdict = await checker.verdict(so, request)
     except SandboxUnavailable as exc:  # no verdict: the server's trouble, not the constraint's
         raise APIError(503, str(exc), param, headers={"Retry-After": RETRY_AFTER_S}) from None
     if verdict:
@@ -136,10 +142,15 @@ class ConstraintChecker:
         self._verdicts: LruCache[StructuredOutputs, str] = LruCache(CACHE_SIZE, CACHE_CHARS, spec_chars)
         """Constraint -> "" when valid, else why not."""
         self._pending: dict[StructuredOutputs, asyncio.Future] = {}
+        self._waiting: dict[asyncio.Future, int] = {}
+        """A pending check -> the requests awaiting it."""
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="mopt-grammar-check")
         self._sandbox: Any = None
 
-    async def verdict(self, so: StructuredOutputs) -> str:
+    async def verdict(self, so: StructuredOutputs, request: Request | None = None) -> str:
+        """ "" when the constraint is valid, else why not. `request`: its client's, watched while a new one is
+        checked: a check whose every client has left is cancelled before it starts (the one check thread
+        must not spend itself on them), and ClientDisconnected is raised."""
         verdict = self._verdicts.get(so)
         if verdict is not None:
             return verdict
@@ -147,7 +158,17 @@ class ConstraintChecker:
         if pending is None:
             pending = self._pending[so] = asyncio.get_running_loop().run_in_executor(self._thread, self._check, so)
             pending.add_done_callback(lambda _: self._pending.pop(so, None))
-        verdict = await asyncio.shield(pending)  # SandboxUnavailable: no verdict, nothing kept
+            self._waiting[pending] = 0
+            pending.add_done_callback(lambda done: self._waiting.pop(done, None))
+        shared = asyncio.shield(pending)  # SandboxUnavailable: no verdict, nothing kept
+        self._waiting[pending] += 1
+        try:
+            verdict = await (shared if request is None else until_disconnect(request, shared))
+        except ClientDisconnected:
+            self._waiting[pending] -= 1
+            if not self._waiting[pending]:
+                pending.cancel()  # its executor job, unless it has started
+            raise
         self._verdicts.put(so, verdict)
         return verdict
 

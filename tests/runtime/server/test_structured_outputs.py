@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import time
 from typing import Literal
 
 import httpx
@@ -652,6 +653,36 @@ def test_a_constraint_too_slow_to_validate_is_refused_and_nothing_hangs(live):
     assert httpx.post(url, json=slow, timeout=60).status_code == 400  # the verdict is cached
     checker._verdicts.clear()
     assert httpx.post(url, json=slow, timeout=60).status_code == 200  # a fresh process, in time
+
+
+def test_a_check_whose_client_left_before_it_began_never_runs(live):
+    """The one check thread must not spend itself on clients that hung up: a queued check whose every
+    client has left is cancelled, and the next request with that constraint has it checked anew."""
+    import threading
+
+    url = live.url + "/v1/chat/completions"
+    body = {"model": "tiny", "messages": USER, "max_tokens": 5}
+    assert httpx.post(url, json={**body, "guided_regex": "[a-z]"}, timeout=60).status_code == 200  # a checker
+    checker = live.state.grammar_checker
+    checked: list[str] = []
+    check = checker._check
+    checker._check = lambda so: checked.append(so.spec) or check(so)
+    gate = threading.Event()
+    blocker = checker._thread.submit(gate.wait)  # the check thread busy: the next check waits in its queue
+    left = {**body, "guided_regex": "[a-z]{3}left"}
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, json=left, timeout=0.5)  # gives up and hangs up while its check is queued
+        deadline = time.monotonic() + 10
+        while checker._pending and time.monotonic() < deadline:  # the server saw the hang-up
+            time.sleep(0.05)
+    finally:
+        gate.set()
+        blocker.result(timeout=60)
+        checker._check = check
+    assert "[a-z]{3}left" not in checked and not checker._pending
+    assert httpx.post(url, json=left, timeout=60).status_code == 200  # checked now
+    assert httpx.get(live.url + "/health").status_code == 200
 
 
 @pytest.mark.parametrize(

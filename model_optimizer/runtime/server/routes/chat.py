@@ -29,7 +29,7 @@ from model_optimizer.runtime.server.protocol import (
     UsageInfo,
 )
 from model_optimizer.runtime.server.reasoning import REASONING_PARSERS, ReasoningParser
-from model_optimizer.runtime.server.request_group import Generation, new_request_id, respond
+from model_optimizer.runtime.server.request_group import ClientDisconnected, Generation, new_request_id, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.sampling import check_caps, resolve_max_tokens, sampling_params, token_rules
 from model_optimizer.runtime.server.state import ServerState, get_state
@@ -44,15 +44,19 @@ router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event l
 @router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=ERROR_RESPONSES)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     state = get_state(request)
-    generation, fmt = await chat_generation(state, body, "chatcmpl")
+    try:
+        generation, fmt = await chat_generation(state, body, "chatcmpl", request)
+    except ClientDisconnected:  # while its new constraint was checked
+        return Response(status_code=499)
     return await respond(request, state, generation, fmt)
 
 
 async def chat_generation(
-    state: ServerState, body: ChatCompletionRequest, id_prefix: str
+    state: ServerState, body: ChatCompletionRequest, id_prefix: str, request: Request | None = None
 ) -> tuple[Generation, ChatFormat]:
     """The engine request of a chat request and the format of its answer, every check done (APIError when one
-    fails); /v1/responses runs its requests through this too."""
+    fails; ClientDisconnected when the client of `request` leaves while a new constraint is checked);
+    /v1/responses runs its requests through this too."""
     state.check_model(body.model)
     state.check_accepting()
     state.check_generates()
@@ -73,7 +77,7 @@ async def chat_generation(
             "prompt_logprobs",
         )
     plan = tool_plan(state, body)
-    constraint = await _constraint(state, body, plan)
+    constraint = await _constraint(state, body, plan, request)
     prompt = await chat_prompt(
         state,
         body.messages,
@@ -151,7 +155,9 @@ def _thinking_budget(
     }
 
 
-async def _constraint(state: ServerState, body: ChatCompletionRequest, plan: ToolPlan) -> StructuredOutputs | None:
+async def _constraint(
+    state: ServerState, body: ChatCompletionRequest, plan: ToolPlan, request: Request | None
+) -> StructuredOutputs | None:
     """The output constraint: the request's own, or the one its tool_choice makes; never both. Strict tools
     under tool_choice auto give way to a constraint the request brings (it says what the whole output is)."""
     requested = requested_constraint(body)
@@ -166,7 +172,7 @@ async def _constraint(state: ServerState, body: ChatCompletionRequest, plan: Too
         requested = (plan.constraint, "tools")
     if requested is None:
         return None
-    await check_constraint(state, *requested)
+    await check_constraint(state, *requested, request)
     return requested[0]
 
 

@@ -20,7 +20,7 @@ from model_optimizer.runtime.server.logprobs import (
 )
 from model_optimizer.runtime.server.prompts import Prompt, kept_tokens, prompt_list, tokenize_prompts
 from model_optimizer.runtime.server.protocol import CompletionChoice, CompletionRequest, CompletionResponse, UsageInfo
-from model_optimizer.runtime.server.request_group import Generation, new_request_id, respond
+from model_optimizer.runtime.server.request_group import ClientDisconnected, Generation, new_request_id, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.sampling import check_caps, resolve_max_tokens, sampling_params, token_rules
 from model_optimizer.runtime.server.state import ServerState, get_state
@@ -50,7 +50,10 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     rules = await token_rules(state, body)
     constraint = requested_constraint(body)
     if constraint is not None:
-        await check_constraint(state, *constraint)
+        try:
+            await check_constraint(state, *constraint, request)
+        except ClientDisconnected:  # while its new constraint was checked
+            return Response(status_code=499)
     prompts = await tokenize_prompts(state, prompt_list(body.prompt), kept_tokens(state, body.truncate_prompt_tokens))
     max_tokens = 1 if body.max_tokens == 0 else body.max_tokens  # one token is generated, and dropped
     params = [

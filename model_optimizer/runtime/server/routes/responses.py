@@ -27,7 +27,7 @@ from model_optimizer.runtime.server.errors import APIError, failure_status
 from model_optimizer.runtime.server.logprobs import chat_logprobs_dict
 from model_optimizer.runtime.server.protocol import ChatCompletionResponse, StreamOptions, UsageInfo
 from model_optimizer.runtime.server.protocol_responses import ResponsesRequest, echoed_format
-from model_optimizer.runtime.server.request_group import respond
+from model_optimizer.runtime.server.request_group import ClientDisconnected, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.routes.chat import ChatFormat, chat_generation
 from model_optimizer.runtime.server.state import get_state
@@ -56,9 +56,11 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     state = get_state(request)
     body.refuse_state()
     try:
-        generation, chat = await chat_generation(state, body.to_chat(), "resp")
+        generation, chat = await chat_generation(state, body.to_chat(), "resp", request)
     except APIError as exc:  # chat's checks name chat's fields: named as this request spells them
         raise APIError(exc.status_code, _renamed(exc.message), _param(exc.param), exc.headers) from None
+    except ClientDisconnected:  # while its new constraint was checked
+        return Response(status_code=499)
     generation.request_id = generation.request_id.replace("resp-", "resp_", 1)  # OpenAI's spelling of ids
     if body.stream:  # the closing event carries the usage: always asked for
         generation.stream, generation.stream_options = True, StreamOptions(include_usage=True)
