@@ -105,7 +105,7 @@ def run_frontend(messages: list[bytes], tokenizer: Any, k: int | None, api: str,
     from model_optimizer.runtime.engine.output_processor import OutputProcessor
     from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
     from model_optimizer.runtime.server.logprobs import TokenTexts
-    from model_optimizer.runtime.server.streaming import ChoiceOffsets
+    from model_optimizer.runtime.server.streaming import SeenChoices
 
     processor = OutputProcessor(tokenizer)
     params = SamplingParams(max_tokens=10**6, logprobs=k, ignore_eos=True, output_kind=RequestOutputKind.DELTA)
@@ -113,7 +113,7 @@ def run_frontend(messages: list[bytes], tokenizer: Any, k: int | None, api: str,
     for i in range(batch):
         request_id = f"cmpl-{i}"
         processor.add_request(request_id, None, [5, 6, 7], params, time.time())
-        streams[request_id] = (ChoiceOffsets(), _format(api, k, request_id, TokenTexts(tokenizer)))
+        streams[request_id] = (SeenChoices(), _format(api, k, request_id, TokenTexts(tokenizer)))
     process = chunk = 0.0
     events = 0
     for data in messages:
@@ -121,8 +121,8 @@ def run_frontend(messages: list[bytes], tokenizer: Any, k: int | None, api: str,
         outputs, _ = processor.process(decode_outputs(data))
         t1 = time.process_time()
         for output in outputs:
-            offsets, fmt = streams[output.request_id]
-            deltas = offsets.deltas(0, output)
+            seen, fmt = streams[output.request_id]
+            deltas = seen.deltas(0, output)
             if deltas:
                 fmt.chunk(deltas)
                 events += 1

@@ -12,7 +12,8 @@ V = TypeVar("V")
 
 class LruCache(Generic[K, V]):
     """At most `max_entries` entries whose sizes (`size_of(key)`) add up to at most `max_size`; the least
-    recently used go first. An entry larger than `max_size` alone is not kept."""
+    recently used go first. An entry larger than `max_size` alone is not kept. None stands for a missing
+    entry, so None is no value to keep."""
 
     def __init__(self, max_entries: int, max_size: int, size_of: Callable[[K], int]) -> None:
         self.max_entries = max_entries
@@ -30,6 +31,7 @@ class LruCache(Generic[K, V]):
         return value
 
     def put(self, key: K, value: V) -> None:
+        """Keep `value` under `key` (replacing what was there), the least recently used going past a bound."""
         self.pop(key)
         size = self._size_of(key)
         if size > self.max_size:
@@ -40,13 +42,18 @@ class LruCache(Generic[K, V]):
             old, _ = self._entries.popitem(last=False)
             self.size -= self._size_of(old)
 
-    def pop(self, key: K) -> V | None:
-        value = self._entries.pop(key, None)
-        if value is not None:
-            self.size -= self._size_of(key)
+    def pop(self, key: K, only: V | None = None) -> V | None:
+        """Drop `key`'s entry and give its value (None when there is none); `only`: only if its value is that
+        object."""
+        value = self._entries.get(key)
+        if value is None or (only is not None and value is not only):
+            return None
+        del self._entries[key]
+        self.size -= self._size_of(key)
         return value
 
     def clear(self) -> None:
+        """Drop every entry."""
         self._entries.clear()
         self.size = 0
 

@@ -190,7 +190,7 @@ class LLM:
         freed. generate and embed raise ValueError afterwards. `with LLM(...) as llm:` closes it at the
         block's end."""
         if self.engine is not None:
-            self.engine.core.close()
+            self.engine.close()
         self._closed = True
         self.engine = self.runner = self._embedder = None
 

@@ -18,6 +18,7 @@ def test_entries_go_least_recently_used_first_by_count_and_by_size():
     assert cache.get("x" * 11) is None and len(cache) == 3
     cache.put("a", 9)  # a key put again is replaced, counted once
     assert cache.get("a") == 9 and cache.size == 8
+    assert cache.pop("a", only=10) is None and cache.get("a") == 9  # another value: kept
     assert cache.pop("a") == 9 and cache.size == 7
     cache.clear()
     assert len(cache) == 0 and cache.size == 0

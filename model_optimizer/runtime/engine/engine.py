@@ -47,6 +47,10 @@ class LLMEngine:
     def num_generation_tokens(self) -> int:
         return self.core.num_generation_tokens
 
+    def close(self) -> None:
+        """Stop the core's runner workers and grammar threads (EngineCore.close); no steps afterwards."""
+        self.core.close()
+
     # ----------------------------------------------------------------- requests
     def add_request(
         self,

@@ -20,7 +20,6 @@ from model_optimizer.runtime.engine.outputs import Logprob
 from model_optimizer.runtime.server.protocol import (
     ChatLogprobs,
     ChatTokenLogprob,
-    CompletionLogprobs,
     SamplingFields,
     TopLogprob,
 )
@@ -45,12 +44,6 @@ def _finite_columns(logprobs: LogprobList) -> tuple[list[float], list[float]]:
     if _isfinite(sum(chosen) + sum(top)):  # logprobs are never large: only a non-finite one makes it so
         return chosen, top
     return [finite(v) for v in chosen], [finite(v) for v in top]
-
-
-def completion_logprobs(
-    texts: TokenTexts, logprobs: Sequence[Logprob], offsets: TokenOffsets, num_top: int
-) -> CompletionLogprobs:
-    return CompletionLogprobs(**completion_logprobs_dict(texts, logprobs, offsets, num_top))
 
 
 def completion_logprobs_dict(
@@ -196,8 +189,8 @@ def echo_logprobs_dict(
         for t, entry in zip(prompt_token_ids[1:], prompt_logprobs[1:])
         if entry is not None
     ]
-    start = TokenOffsets(texts, len(texts.text(prompt_token_ids[0]) or ""))
-    rest = completion_logprobs_dict(texts, scored, start, num_top)
+    offsets = TokenOffsets(texts, len(texts.text(prompt_token_ids[0]) or ""))
+    rest = completion_logprobs_dict(texts, scored, offsets, num_top)
     return {
         "tokens": [first, *rest["tokens"]],
         "token_logprobs": [None, *rest["token_logprobs"]],

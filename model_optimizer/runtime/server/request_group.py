@@ -70,7 +70,7 @@ class ClientDisconnected(Exception):
 class RequestGroup:
     """One API request's engine requests, their outputs merged, their tokens counted."""
 
-    def __init__(self, state: ServerState, request_id: str) -> None:
+    def __init__(self, state: ServerState, request_id: str, counts_output: bool = True) -> None:
         self.state = state
         self.request_id = request_id
         self.streams: list[RequestStream] = []
@@ -82,7 +82,7 @@ class RequestGroup:
         """Per prompt: its tokens the prefix cache served, as its outputs report them."""
         self.admission: Admission | None = None
         self.closed = False
-        self.counts_output = True
+        self.counts_output = counts_output
         """Whether the outputs' tokens count in the usage (Generation.counts_output)."""
 
     async def start(
@@ -217,8 +217,7 @@ def merge_waiting(
 @asynccontextmanager
 async def open_group(state: ServerState, generation: Generation) -> AsyncIterator[RequestGroup]:
     """A started RequestGroup for the block; closed when the block ends, however it ends."""
-    group = RequestGroup(state, generation.request_id)
-    group.counts_output = generation.counts_output
+    group = RequestGroup(state, generation.request_id, generation.counts_output)
     try:
         await group.start(generation.token_ids, generation.params, generation.priority, generation.stream)
         yield group

@@ -102,7 +102,7 @@ class ChoiceDelta:
         return self.completion.logprobs
 
 
-class ChoiceOffsets:
+class SeenChoices:
     """The (prompt, choice) pairs that have had a chunk: the first carries echo's text."""
 
     def __init__(self) -> None:
@@ -171,14 +171,14 @@ async def sse_events(
     every = usage if usage_every_chunk else None
     for chunk in fmt.head():
         yield sse(chunk if every is None else chunk.model_copy(update={"usage": every()}))
-    offsets = ChoiceOffsets()
+    seen = SeenChoices()
     try:
         async for prompt_index, output in outputs:
             if output.error:
                 logger.warning("request %s failed: %s", request_id, output.error)
                 yield fmt.failure(output.error)
                 break
-            deltas = offsets.deltas(prompt_index, output)
+            deltas = seen.deltas(prompt_index, output)
             if deltas and (event := fmt.chunk(deltas)) is not None:
                 yield event if every is None else with_usage(event, every())
         else:

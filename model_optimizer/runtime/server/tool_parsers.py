@@ -13,8 +13,6 @@ text through `TextScans`, whose searches go on where the last view's stopped: ea
 - `mistral`: `[TOOL_CALLS]` then a JSON list of {"name", "arguments"} objects (or one object), or (newer
   tokenizers) `[TOOL_CALLS]name[ARGS]{...}` per call (`[CALL_ID]id` may follow the name, `[ARGS]` may be
   left out); needs special tokens in the text (skip_special_tokens off).
-
-In every format a marker with no call behind it is text, as vLLM has it.
 - `deepseek_v3` (DeepSeek-V3, R1-0528): `<｜tool▁calls▁begin｜>` then per call `<｜tool▁call▁begin｜>function
   <｜tool▁sep｜>NAME`, a newline, the arguments in a ```json fence and `<｜tool▁call▁end｜>`; special tokens.
 - `deepseek_v31` (DeepSeek-V3.1): the same markers, `NAME<｜tool▁sep｜>` and the bare JSON arguments.
@@ -26,6 +24,8 @@ In every format a marker with no call behind it is text, as vLLM has it.
   live beside this module; tool_parser_registry.py names them all.
 - `required` (tool_choice "required"): the server constrained the output to a JSON list of {"name",
   "parameters"} objects. `named` (a named tool_choice): the output is the arguments themselves.
+
+In every format a marker with no call behind it is text, as vLLM has it.
 """
 
 from __future__ import annotations

@@ -262,7 +262,9 @@ def _with_refs(node: Any, rewrite: Callable[[str], str], names: bool = False) ->
 
 def _local_ref(ref: str, base: str) -> str:
     """A reference through the schema's own `$id` (`base#/$defs/X`, or `base` alone) as a local one."""
-    return ref[len(base) :] or "#" if ref == base or ref.startswith(base + "#") else ref
+    if ref != base and not ref.startswith(base + "#"):
+        return ref
+    return ref[len(base) :] or "#"
 
 
 def _renamed_ref(ref: str, prefix: str) -> str:

@@ -30,13 +30,13 @@ from model_optimizer.runtime.structured.params import StructuredOutputs, spec_ch
 
 CACHE_SIZE = 512
 """Compiled constraints kept (least recently used dropped first)."""
+CACHE_CHARS = 8 << 20
+"""The most characters of constraint text the cached ones may add up to: a compile's memory follows its
+text (a 50k-value enum, 820 KB of text, took 28 MB), so 512 of those would take 14 GB."""
 LANE_TRIM_CHARS = 1 << 16
 """Constraints of more characters than this keep one lane while no request uses them (their lexers weigh
 megabytes each); smaller ones keep their lanes, warm, for the next burst (a lane of a small schema is
 tens of kilobytes, and a cold one costs its first steps: +27% over 200 steps while 32 lexers warmed up)."""
-CACHE_CHARS = 8 << 20
-"""...and the most characters of constraint text they may add up to: a compile's memory follows its text (a
-50k-value enum, 820 KB of text, took 28 MB), so 512 of those would take 14 GB."""
 
 
 class Compiled:
@@ -61,6 +61,9 @@ class Compiled:
         self._live = 0
         """Matchers taken and not released."""
         self._growing: Future | None = None
+        """The build of the next lane, queued or running; None when none is."""
+        self._lock = threading.Lock()
+        """Held while `_growing` changes (the step loop's matcher() and the pool's builds)."""
 
     @property
     def lanes(self) -> int:
@@ -71,8 +74,8 @@ class Compiled:
         """A fresh matcher of the constraint; it shares its lexer with the other matchers of `lane` (taken
         modulo the lanes built). `pool`: where more lanes are built while more matchers live than lanes."""
         self._live += 1
-        if pool is not None and self._growing is None and len(self._templates) < self._wanted():
-            self._growing = pool.submit(self._grow_one, pool)
+        if pool is not None:
+            self._schedule(pool)
         return self._templates[lane % len(self._templates)].deep_copy()
 
     def release(self) -> None:
@@ -97,21 +100,29 @@ class Compiled:
     def _wanted(self) -> int:
         return min(self._live, self._want)
 
+    def _schedule(self, pool: ThreadPoolExecutor) -> None:
+        """Queue the next lane's build unless one is queued or no more are wanted."""
+        with self._lock:
+            if self._growing is None and len(self._templates) < self._wanted():
+                try:
+                    self._growing = pool.submit(self._grow_one, pool)
+                except RuntimeError:  # the compiler closed: the lanes built are what there is
+                    pass
+
     def _grow_one(self, pool: ThreadPoolExecutor) -> None:
-        """One more lane, then the next one queued behind whatever the pool was given meanwhile, while more
-        matchers live than lanes. The next task is queued before this one ends, so a waiter that sees this
-        one done sees the next."""
-        if len(self._templates) < self._wanted():
-            template = self._make()  # type: ignore[misc]
-            if len(self._templates) < self._wanted():  # still wanted once compiled
-                self._templates.append(template)
-        if len(self._templates) < self._wanted():
-            try:
-                self._growing = pool.submit(self._grow_one, pool)
-                return
-            except RuntimeError:  # the compiler closed: the lanes built are what there is
-                pass
-        self._growing = None
+        """One more lane, then the next one queued, behind whatever the pool was given meanwhile, while more
+        matchers live than lanes (counted again after the build). The next task is queued before this one
+        ends, so a waiter that sees this one done sees the next; a compile that fails ends the growing
+        (until the next matcher), the lanes built staying."""
+        try:
+            if len(self._templates) < self._wanted():
+                template = self._make()  # type: ignore[misc]
+                if len(self._templates) < self._wanted():  # still wanted once compiled
+                    self._templates.append(template)
+        finally:
+            with self._lock:
+                self._growing = None
+        self._schedule(pool)
 
 
 class GrammarCompiler:
@@ -153,8 +164,8 @@ class GrammarCompiler:
         of compiles for clients that left must not hold up the next request's), and dropped from the cache
         unless it finished (a later request compiles anew)."""
         with self._lock:
-            if future.cancel() and self._cache.get(so) is future:
-                self._cache.pop(so)
+            if future.cancel():
+                self._cache.pop(so, only=future)
 
     def tokenizer(self) -> Any:
         """The llguidance tokenizer (built on first use; waits for it)."""

@@ -20,6 +20,7 @@ from model_optimizer.runtime.structured.vllm_params import SCHEMA_MAPS
 
 INT64 = (-(2**63), 2**63 - 1)
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_INEXACT = "an integer that the grammar engine holds as a double and would write rounded"
 DATA = ("const", "enum", "default", "examples")
 """Keys whose values are JSON data, not schemas: nothing in them is tightened."""
 
@@ -78,12 +79,9 @@ def _check_integers(node: Any, names: bool = False) -> None:
                     raise ValueError(f"{key} holds {inexact}, {_INEXACT}")
             elif key not in DATA:
                 _check_integers(value, key in SCHEMA_MAPS)
-        only = node.get("minimum")
-        if _is_int(only) and only == node.get("maximum") and _inexact_integer(only) is not None:
-            raise ValueError(f"minimum and maximum are both {only}, {_INEXACT}")
-
-
-_INEXACT = "an integer that the grammar engine holds as a double and would write rounded"
+        pinned = node.get("minimum")
+        if _is_int(pinned) and pinned == node.get("maximum") and _inexact_integer(pinned) is not None:
+            raise ValueError(f"minimum and maximum are both {pinned}, {_INEXACT}")
 
 
 def _is_int(value: Any) -> bool:

@@ -206,7 +206,11 @@ def json_text(text: str, what: str) -> Any:
         raise ValueError(f"{what} nests too deeply") from None
 
 
+ENTRY_CHARS = 64
+"""What a cached constraint costs beyond its text, counted as characters (its other fields, the entry)."""
+
+
 def spec_chars(so: StructuredOutputs) -> int:
-    """A constraint's size in characters (its text and its whitespace pattern): what the caches of compiled
-    constraints and of verdicts on them are bounded by."""
-    return len(so.spec) + len(so.whitespace_pattern) + 64
+    """A constraint's size in characters (its text, its whitespace pattern and ENTRY_CHARS): what the caches
+    of compiled constraints and of verdicts on them are bounded by."""
+    return len(so.spec) + len(so.whitespace_pattern) + ENTRY_CHARS

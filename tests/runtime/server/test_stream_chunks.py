@@ -19,7 +19,6 @@ from model_optimizer.runtime.server.logprobs import (
     TokenTexts,
     chat_logprobs,
     chat_logprobs_dict,
-    completion_logprobs,
     completion_logprobs_dict,
     finite,
 )
@@ -101,11 +100,10 @@ def test_completion_logprobs_match_the_reference():
             lp.top.update({rng.randrange(8): rng.choice([-0.5, -2.0]) for _ in range(3)})
         num_top, offset = rng.randint(0, 5), rng.randint(0, 9)
         want = reference_completion_logprobs(texts, lps, offset, num_top)
-        assert completion_logprobs(texts, lps, TokenOffsets(texts, offset), num_top) == want
+        assert CompletionLogprobs(**completion_logprobs_dict(texts, lps, TokenOffsets(texts, offset), num_top)) == want
         none = TokenTexts(None)
-        assert completion_logprobs(none, lps, TokenOffsets(none, offset), num_top) == reference_completion_logprobs(
-            none, lps, offset, num_top
-        )
+        got = CompletionLogprobs(**completion_logprobs_dict(none, lps, TokenOffsets(none, offset), num_top))
+        assert got == reference_completion_logprobs(none, lps, offset, num_top)
 
 
 def expected_completion(fmt: CompletionFormat, deltas: list[ChoiceDelta], at: dict) -> str:
