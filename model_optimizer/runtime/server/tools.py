@@ -62,6 +62,11 @@ class ToolPlan:
     the request's own cannot replace it (a 400), as it replaces strict tools' under auto."""
 
 
+def as_template_tools(tools: list[Any]) -> list[dict]:
+    """The request's tools as the chat template gets them (OpenAI's shape, unset fields left out)."""
+    return [t.model_dump(exclude_none=True, by_alias=True) for t in tools]
+
+
 def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
     """The plan for the request's tools; 400 for a tool_choice the tools or the server cannot honour."""
     tools = body.tools or []
@@ -87,7 +92,7 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
                 f"are a JSON object), got type {kind!r}",
                 "tools",
             )
-    template_tools = [t.model_dump(exclude_none=True, by_alias=True) for t in tools]
+    template_tools = as_template_tools(tools)
     if isinstance(choice, AllowedToolsChoice):
         return _allowed_plan(state, body, choice, template_tools)
     if choice is None or choice == "auto":

@@ -16,7 +16,8 @@ import pytest
 from model_optimizer.runtime.server.chat_output import ChatOutput
 from model_optimizer.runtime.server.reasoning import Glm45ReasoningParser
 from model_optimizer.runtime.server.tool_parser_registry import PARSERS
-from model_optimizer.runtime.server.tool_parsers import DeepSeekV3Parser, DeepSeekV31Parser, KimiK2Parser, ToolView
+from model_optimizer.runtime.server.tool_parsers import ToolView
+from model_optimizer.runtime.server.tool_parsers_deepseek import DeepSeekV3Parser, DeepSeekV31Parser, KimiK2Parser
 from model_optimizer.runtime.server.tool_parsers_kv import Glm45Parser, Qwen3CoderParser, value_json
 from model_optimizer.runtime.server.tool_parsers_pythonic import PythonicParser
 from model_optimizer.runtime.server.tool_parsers_xlam import XlamParser

@@ -20,6 +20,7 @@ from model_optimizer.runtime.server.protocol import (
 )
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.state import ServerState, get_state
+from model_optimizer.runtime.server.tools import as_template_tools
 
 router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
 
@@ -35,7 +36,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
             body.messages,
             body.add_generation_prompt,
             body.chat_template_kwargs,
-            tools=[t.model_dump(exclude_none=True, by_alias=True) for t in body.tools] if body.tools else None,
+            tools=as_template_tools(body.tools) if body.tools else None,
             add_special_tokens=bool(body.add_special_tokens),
             for_generation=False,
         )
