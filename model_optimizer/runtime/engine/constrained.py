@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
 from typing import Any
 
 from model_optimizer.runtime.engine.request import Request, RequestStatus
@@ -36,6 +37,15 @@ COMPILE_WAIT_S = 0.01
 """Longest a step waits for a grammar to compile when nothing else can run (instead of spinning)."""
 
 
+@dataclass
+class Compiling:
+    """A request waiting for its grammar: the compile, its constraint, and its completions."""
+
+    future: Future
+    constraint: StructuredOutputs
+    children: list[Request]
+
+
 class ConstrainedDecoding:
     def __init__(self, runner: Any, tokenizer: Any, vocab_size: int, eos_token_ids: frozenset[int]) -> None:
         """ValueError when the model or the runner cannot constrain sampling."""
@@ -47,18 +57,15 @@ class ConstrainedDecoding:
         threads = default_fill_threads()
         compiler = GrammarCompiler(tokenizer, vocab_size, eos_token_ids, lanes=lanes_for(threads))
         self.manager = StructuredOutputManager(compiler, threads)
-        self.compiling: dict[str, tuple[Future, list[Request]]] = {}
+        self.compiling: dict[str, Compiling] = {}
         """Request id -> its grammar's compile and its completions, which join the queue once it is done."""
-        self._constraint_of: dict[str, StructuredOutputs] = {}
-        """Request id -> the constraint it waits for (to forget its compile when no one waits any more)."""
         self._filler = ThreadPoolExecutor(1, "mopt-mask")
         self.wait_seconds = 0.0
         """Time the step loop waited for masks (the part of filling them that nothing hid)."""
 
     # ----------------------------------------------------------------- requests
     def submit(self, request_id: str, so: StructuredOutputs, children: list[Request]) -> None:
-        self.compiling[request_id] = (self.manager.submit(so), children)
-        self._constraint_of[request_id] = so
+        self.compiling[request_id] = Compiling(self.manager.submit(so), so, children)
 
     def abort(self, parent: str, children: list[Request]) -> None:
         """Finish completions still waiting for their grammar (they are in no scheduler queue yet)."""
@@ -66,25 +73,24 @@ class ConstrainedDecoding:
             return
         for child in children:
             child.status = RequestStatus.FINISHED_ABORTED
-        future, waiting = self.compiling[parent]
-        if all(c.finished for c in waiting):
+        group = self.compiling[parent]
+        if all(c.finished for c in group.children):
             del self.compiling[parent]
-            so = self._constraint_of.pop(parent)
-            if not any(f is future for f, _ in self.compiling.values()):  # no one else waits for it
-                self.manager.compiler.forget(so, future)
+            if not any(other.future is group.future for other in self.compiling.values()):  # no one else waits
+                self.manager.forget(group.constraint, group.future)
 
     def admit_compiled(self, scheduler: Scheduler, idle: bool) -> list[tuple[str, list[Request]]]:
         """Queue the completions whose grammar has compiled; returns (request id, completions) per group
         done waiting, those whose compile failed finished with status error. `idle`: nothing else can run,
         so wait a little for a compile rather than spin."""
         if idle and self.compiling:
-            wait_futures([f for f, _ in self.compiling.values()], COMPILE_WAIT_S, FIRST_COMPLETED)
+            wait_futures([group.future for group in self.compiling.values()], COMPILE_WAIT_S, FIRST_COMPLETED)
         done = []
-        for request_id, (future, children) in list(self.compiling.items()):
+        for request_id, group in list(self.compiling.items()):
+            future, children = group.future, group.children
             if not future.done():
                 continue
             del self.compiling[request_id]
-            del self._constraint_of[request_id]
             error = future.exception()
             for child in children:
                 if child.finished:  # aborted while compiling

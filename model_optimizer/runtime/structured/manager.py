@@ -141,6 +141,10 @@ class StructuredOutputManager:
     def submit(self, so: StructuredOutputs) -> Future[Compiled]:
         return self.compiler.submit(so)
 
+    def forget(self, so: StructuredOutputs, future: Future[Compiled]) -> None:
+        """No request waits for this compile any more (GrammarCompiler.forget)."""
+        self.compiler.forget(so, future)
+
     def start(self, request_id: str, compiled: Compiled) -> None:
         """Give a completion its own matcher (its constraint is compiled), in the least busy lane."""
         lanes = min(len(self._lane_load), compiled.lanes)

@@ -353,7 +353,7 @@ def test_an_abort_cancels_a_compile_no_one_else_waits_for(model_dir):
         ):
             engine.add_request(request_id, prompt, params.clone(output_kind=RequestOutputKind.FINAL_ONLY))
         compiling = engine.core.constrained.compiling
-        compile_a, compile_b = compiling["a"][0], compiling["b"][0]
+        compile_a, compile_b = compiling["a"].future, compiling["b"].future
         engine.abort("a")
         engine.abort("b")
     finally:  # the compile threads go on, whatever happened
@@ -414,7 +414,7 @@ def test_a_request_id_reused_while_the_aborted_ones_step_is_in_flight_gets_a_fre
     assert engine.core._in_flight is not None and "c" in engine.core._in_flight.scheduler_output.num_scheduled_tokens
     engine.abort("c")
     engine.add_request("c", PROMPTS[1], CONSTRAINED)
-    engine.core.constrained.compiling["c"][0].result()  # compiled: it joins at the next step
+    engine.core.constrained.compiling["c"].future.result()  # compiled: it joins at the next step
     finished = {}
     while engine.has_unfinished_requests():
         finished.update({o.request_id: o for o in engine.step() if o.finished})
