@@ -96,6 +96,18 @@ class KeyValueCall:
     broken: bool = False
     """No name, and what follows the marker cannot become one: the marker is text."""
 
+    def named(self, name: str, whole: bool) -> bool:
+        """Take `name` (surrounding whitespace aside) for the call's once it is whole (`whole`: its end has
+        arrived), non-empty and free of spaces; otherwise the call is broken where it can never become one (a
+        space, or an empty whole name). Whether the call has its name."""
+        name = name.strip()
+        spaced = _SPACE.search(name) is not None
+        if whole and name and not spaced:
+            self.name = name
+            return True
+        self.broken = spaced or whole
+        return False
+
 
 class KeyValueParser(ToolParser):
     """Calls in `<tool_call>` tags whose arguments are key/value tags; subclasses read one call."""
@@ -177,11 +189,8 @@ class Glm45Parser(KeyValueParser):
         call = KeyValueCall()
         i = skip_ws(text, i)
         j = _first_of(scans, i, ("\n", self.KEY, self.END))
-        name = text[i:j].strip() if j is not None else text[i:].strip()
-        if j is None or not name or _SPACE.search(name):
-            call.broken = bool(_SPACE.search(name)) or j is not None  # a name holds no space, nor is it empty
+        if not call.named(text[i:j] if j is not None else text[i:], j is not None):
             return call
-        call.name = name
         while True:
             j = self.next_tag(scans, skip_ws(text, j), (self.KEY, self.END))
             if j is None:
@@ -214,11 +223,8 @@ class Qwen3CoderParser(KeyValueParser):
             call.broken = not arriving(text, j, self.FUNCTION)  # text, not a call arriving
             return call
         name_end = scans.find(">", j)
-        name = text[j + len(self.FUNCTION) : name_end if name_end != -1 else len(text)].strip()
-        if name_end == -1 or not name or _SPACE.search(name):
-            call.broken = bool(_SPACE.search(name)) or name_end != -1
+        if not call.named(text[j + len(self.FUNCTION) : name_end if name_end != -1 else len(text)], name_end != -1):
             return call
-        call.name = name
         j = name_end + 1
         while True:
             j = self.next_tag(scans, skip_ws(text, j), (self.PARAMETER, self.FUNCTION_END))
