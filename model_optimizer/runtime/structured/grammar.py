@@ -99,7 +99,8 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
             return f"start: {lark}" if lark else llg.LLMatcher.grammar_from_regex(pattern)
         if so.kind == "choice":
             return _choice(json.loads(so.spec), tokenizer)
-        if so.kind == "structural_tag":  # the tags' schemas as a JSON schema's
+        if so.kind == "structural_tag":  # prepare() walks the whole tag document: its schemas' integers are
+            # checked and their formats tightened as a json constraint's (tag fields use neither keyword)
             return _structural_tag(dataclasses.replace(so, spec=json.dumps(prepare(json.loads(so.spec)))), tokenizer)
         return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
     except (ValueError, TypeError, KeyError) as exc:  # KeyError: a format node without a key it needs
