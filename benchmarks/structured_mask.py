@@ -1,7 +1,8 @@
 """Structured outputs: the host time of one step's grammar masks for a full batch, per way of filling them.
 
     PYTHONPATH=. python3 benchmarks/structured_mask.py [--model DIR | --bpe-from CONFIG_DIR] [--rows 64]
-        [--steps 200] [--threads N ...] [--lanes-per-thread K ...] [--slices mopt|llguidance] [--output FILE]
+        [--steps 200] [--threads N ...] [--lanes-per-thread K ...] [--slices mopt|llguidance] [--burst]
+        [--only-burst] [--output FILE]
 
 The tokenizer and schema of benchmarks/structured.py: `--bpe-from benchmarks/configs/qwen3-0.6b` (the
 default) generates its 151k-token byte-level BPE tokenizer (bpe_tokenizer_model.py, ~30 s), `--model`
@@ -18,6 +19,11 @@ StructuredOutputManager, the engine core's code, and times every step's `fill` a
                        of one template, so all of them take one lexer lock)
     pool_lanes_tN_xK   K lanes per thread (--lanes-per-thread; the engine's: LANES_PER_THREAD), a
                        pool of N threads: the engine now
+    burst_tN           (--burst) as pool_lanes_tN, but every row starts at once on a constraint that has
+                       one lane, the others built by the compile pool meanwhile, as a burst of requests
+                       meets a server: live matchers move onto each lane once it is built (the engine)
+    burst_unspread_tN  (--burst) the same, matchers staying in the lane they started in (the engine
+                       before they moved): a burst fills in one lane's turn until its rows end
 
 `--slices llguidance` builds the tokenizer with llguidance's default slicer sets instead of ours
 (grammar.SLICES): the masks are the same, only their cost differs (compare runs by fill_cpu_ms_mean).
@@ -52,9 +58,19 @@ def load(model_dir: Path) -> tuple:
     return load_tokenizer(model_dir), config["vocab_size"], eos
 
 
-def walk(tokenizer, vocab_size: int, eos: frozenset, lanes: int, threads: int, args, bound_threads: int = 0) -> dict:  # noqa: ANN001
+def walk(  # noqa: PLR0913
+    tokenizer,  # noqa: ANN001
+    vocab_size: int,
+    eos: frozenset,
+    lanes: int,
+    threads: int,
+    args,  # noqa: ANN001
+    bound_threads: int = 0,
+    burst: str = "",
+) -> dict:
     """One variant: `args.steps` steps of `args.rows` rows; per-step times and the finished documents.
-    `threads` 0: each row filled alone, its CPU time taken, and the lane bound for `bound_threads`."""
+    `threads` 0: each row filled alone, its CPU time taken, and the lane bound for `bound_threads`.
+    `burst` "spread" / "unspread": the lanes grow while the rows run, matchers moving onto them or not."""
     from model_optimizer.runtime.engine.request import Request
     from model_optimizer.runtime.sampling_params import SamplingParams
     from model_optimizer.runtime.structured import StructuredOutputs
@@ -67,7 +83,10 @@ def walk(tokenizer, vocab_size: int, eos: frozenset, lanes: int, threads: int, a
     manager = StructuredOutputManager(compiler, max(threads, 1))
     so = StructuredOutputs.json(SCHEMA)
     compiled = manager.submit(so).result()
-    compiled.grow()  # all lanes at once: the steady state of a schema many requests use
+    if not burst:
+        compiled.grow()  # all lanes at once: the steady state of a schema many requests use
+    elif burst == "unspread":
+        manager._spread = lambda: None  # the engine before live matchers moved  # noqa: SLF001
     rng = np.random.default_rng(args.seed)
     made = iter(range(1 << 30))
 
@@ -108,6 +127,7 @@ def walk(tokenizer, vocab_size: int, eos: frozenset, lanes: int, threads: int, a
     w = args.warmup
     return {
         "lanes": lanes,
+        "lanes_built": compiled.lanes,
         "threads": threads,
         "fill_ms": _stats(fill[w:]),
         "fill_ms_warmup": _stats(fill[:w]),
@@ -184,14 +204,21 @@ def main() -> None:
     parser.add_argument("--lanes-per-thread", type=int, nargs="+", default=[LANES_PER_THREAD])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slices", choices=("mopt", "llguidance"), default="mopt", help="the slicer's sets")
+    parser.add_argument("--burst", action="store_true", help="also the burst variants (lanes built while rows run)")
+    parser.add_argument("--only-burst", action="store_true", help="the burst variants alone")
     parser.add_argument("--output", default=str(RESULTS / "structured_mask_cpu.json"))
     args = parser.parse_args()
     pools = args.threads or [default_fill_threads()]
-    shapes = {"rows_one_by_one": (lanes_for(max(pools)), 0)}
+    shapes = {} if args.only_burst else {"rows_one_by_one": (lanes_for(max(pools)), 0, "")}
     for threads in pools:
-        shapes[f"pool_shared_t{threads}"] = (1, threads)
-        for per_thread in args.lanes_per_thread:
-            shapes[f"pool_lanes_t{threads}_x{per_thread}"] = (lanes_for(threads, per_thread), threads)
+        if not args.only_burst:
+            shapes[f"pool_shared_t{threads}"] = (1, threads, "")
+            for per_thread in args.lanes_per_thread:
+                shapes[f"pool_lanes_t{threads}_x{per_thread}"] = (lanes_for(threads, per_thread), threads, "")
+        if args.burst or args.only_burst:  # alternated, so that a drifting machine favours neither
+            for burst in ("unspread", "spread", "spread", "unspread"):
+                name = f"burst_{'unspread_' if burst == 'unspread' else ''}t{threads}"
+                shapes[name + ("_again" if name in shapes else "")] = (lanes_for(threads), threads, burst)
     with tempfile.TemporaryDirectory(prefix="mopt-structured-mask-") as tmp:
         model_dir = Path(args.model) if args.model else Path(tmp) / "model"
         if not args.model:
@@ -208,8 +235,8 @@ def main() -> None:
             "environment": environment(),
             "variants": {},
         }
-        for name, (lanes, threads) in shapes.items():
-            payload["variants"][name] = walk(tokenizer, vocab_size, eos, lanes, threads, args, max(pools))
+        for name, (lanes, threads, burst) in shapes.items():
+            payload["variants"][name] = walk(tokenizer, vocab_size, eos, lanes, threads, args, max(pools), burst)
             summary = {
                 k: payload["variants"][name][k] for k in ("fill_ms", "fill_cpu_ms_mean", "advance_ms", "documents")
             }

@@ -46,9 +46,10 @@ class Compiled:
     It starts with one lane and grows one lane for each live matcher beyond the lanes built, up to its
     lanes: a constraint used once costs one compile, one used by 64 requests at once has its 48 lanes (at
     12 fill threads). The pool builds them one task each, in the background, each usable as soon as it is
-    built, so no request waits for lanes, and a new constraint's first compile, queued meanwhile, waits
-    for one lane, not for dozens. A large constraint (`trim_when_idle`) keeps its first lane alone once its
-    last matcher is released: the others' lexers (megabytes each) do not stay in the compiler's cache."""
+    built, so no request waits for lanes (the manager moves the matchers that started meanwhile onto the
+    new ones), and a new constraint's first compile, queued meanwhile, waits for one lane, not for dozens.
+    A large constraint (`trim_when_idle`) keeps its first lane alone once its last matcher is released:
+    the others' lexers (megabytes each) do not stay in the compiler's cache."""
 
     def __init__(
         self, template: Any, make: Callable[[], Any] | None = None, lanes: int = 1, trim_when_idle: bool = False
@@ -76,6 +77,11 @@ class Compiled:
         self._live += 1
         if pool is not None:
             self._schedule(pool)
+        return self.copy(lane)
+
+    def copy(self, lane: int) -> Any:
+        """A fresh matcher of lane `lane` (modulo the lanes built), not counted as live: for a live matcher
+        moving there."""
         return self._templates[lane % len(self._templates)].deep_copy()
 
     def release(self) -> None:
@@ -97,13 +103,23 @@ class Compiled:
         while len(self._templates) < self._want:
             self._templates.append(self._make())  # type: ignore[misc]
 
+    @property
+    def live(self) -> int:
+        """Matchers taken and not released."""
+        return self._live
+
+    @property
+    def short_of_lanes(self) -> bool:
+        """Whether more matchers live than lanes are built, and more lanes may be built for them."""
+        return len(self._templates) < self._wanted()
+
     def _wanted(self) -> int:
         return min(self._live, self._want)
 
     def _schedule(self, pool: ThreadPoolExecutor) -> None:
         """Queue the next lane's build unless one is queued or no more are wanted."""
         with self._lock:
-            if self._growing is None and len(self._templates) < self._wanted():
+            if self._growing is None and self.short_of_lanes:
                 try:
                     self._growing = pool.submit(self._grow_one, pool)
                 except RuntimeError:  # the compiler closed: the lanes built are what there is
@@ -115,9 +131,9 @@ class Compiled:
         ends, so a waiter that sees this one done sees the next; a compile that fails ends the growing
         (until the next matcher), the lanes built staying."""
         try:
-            if len(self._templates) < self._wanted():
+            if self.short_of_lanes:
                 template = self._make()  # type: ignore[misc]
-                if len(self._templates) < self._wanted():  # still wanted once compiled
+                if self.short_of_lanes:  # still wanted once compiled
                     self._templates.append(template)
         finally:
             with self._lock:

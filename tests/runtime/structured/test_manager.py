@@ -331,6 +331,61 @@ def test_tokens_taken_before_the_append_give_llguidances_own_masks(tokenizer, po
     manager.close()
 
 
+def test_matchers_started_before_their_lanes_move_onto_them_with_llguidances_own_masks(tokenizer):
+    """A burst of requests starts while its constraint has one lane (the pool is busy building nothing else
+    here): once the lanes are built, the next fill spreads the live matchers over them (their tokens
+    replayed), and every mask before and after the move is the one llguidance computes for a fresh matcher
+    that took the same tokens; the grammars still end their requests once each."""
+    import threading
+
+    import llguidance as llg
+
+    from model_optimizer.runtime.structured.grammar import check, ll_tokenizer
+
+    so = StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
+    texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":"q r"}', '{"a":"12"}', '{"a":"long text"}'] * 2  # 10 rows
+    streams = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    vocab = len(tokenizer) + 5
+    compiler = GrammarCompiler(tokenizer, vocab, frozenset({2}), max_threads=1, lanes=3)
+    manager = StructuredOutputManager(compiler, threads=2)
+    compiled = manager.submit(so).result(timeout=60)
+    gate = threading.Event()
+    compiler.pool.submit(gate.wait, 60)  # the lanes' builds queue behind it
+    requests = {f"r{i}": Request(f"r{i}", [1], SamplingParams(structured_outputs=so)) for i in range(len(texts))}
+    for request_id in requests:
+        manager.start(request_id, compiled)
+    assert compiled.lanes == 1 and {manager.lane_of(rid) for rid in requests} == {0}
+    ll = ll_tokenizer(tokenizer, vocab, frozenset({2}))
+    grammar = check(so, ll)
+    ended_ids, moved = [], False
+    for step in range(max(map(len, streams))):
+        if step == 2:  # two tokens taken on lane 0: now the lanes come
+            gate.set()
+            compiled.grow()
+        live = [r for r in requests.values() if manager.has(r.request_id) and not r.finished]
+        mask = manager.fill(live)
+        if step == 2:
+            lanes = [manager.lane_of(r.request_id) for r in live]
+            assert compiled.lanes == 3 and max(lanes.count(lane) for lane in range(3)) == -(-len(live) // 3)
+            moved = True
+        for k, request in enumerate(live):
+            reference = llg.LLMatcher(ll, grammar)
+            reference.consume_tokens(request.output_token_ids)
+            expected = np.frombuffer(reference.compute_bitmask(), dtype=np.int32)
+            np.testing.assert_array_equal(mask.bitmask[mask.mask_index[k]], expected[: mask.bitmask.shape[1]])
+        sampled = {r.request_id: (streams[int(r.request_id[1:])][step], None) for r in live}
+        ended = manager.take(sampled, requests.values())
+        for request in live:  # the scheduler's append, after
+            request.output_token_ids.append(sampled[request.request_id][0])
+        for request, error in ended:
+            assert error is None and len(request.output_token_ids) == len(streams[int(request.request_id[1:])])
+            manager.drop(request.request_id)
+            ended_ids.append(request.request_id)
+    assert moved and sorted(ended_ids) == sorted(requests) and manager.num_matchers == 0
+    assert manager._lane_load == [0, 0, 0] and not manager._spreading
+    manager.close()
+
+
 def test_take_skips_tokens_the_scheduler_will_not_append(manager, tokenizer):
     """A request finished meanwhile drops its token, and a non-finite row (id -1) fails: neither matcher may
     take anything; ids of requests without a grammar, or unknown to the scheduler, are ignored."""
