@@ -15,6 +15,7 @@ The tile table's gluon entries come from this script's results (README, "Quantiz
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import re
 import sys
@@ -52,20 +53,28 @@ def _row(shape: str, m: int, sets: list, dense: list) -> dict:
     """cuBLAS bf16, our Triton program's launch (the table's, or the default rule's where the table names
     Gluon) and every Gluon launch shape at m rows (GPU us; wrong ones left out)."""
     import torch
-    from gpu_time import gpu_time_ms
     from int4_mma_variants import baseline
 
     x, ref, row = baseline(shape, m, sets, dense, GROUP)
+
+    def launch(s, t: QuantTiles):  # noqa: ANN001, ANN202
+        return int4_gluon_matmul(x, s[0].view(torch.int16), s[1], s[2], t.block_n, t.block_m, t.num_warps,
+                                 t.num_stages, t.split_k)  # fmt: skip
+
+    return time_launches(row, launch, ref, sets, m, int(shape.split(":")[0]), x.shape[1])
+
+
+def time_launches(row: dict, launch, ref, sets: list, m: int, n: int, k: int) -> dict:  # noqa: ANN001
+    """`row` with every Gluon launch shape of `gluon_candidates` at m rows of an N x K shape: each
+    `launch(weight set, tiles)` checked against `ref` (relative error <= 2e-2), then timed from CUDA-graph
+    replays (GPU us; wrong ones and failures under `errors`), the fastest (`best`) and the default rule's."""
+    import torch
+    from gpu_time import gpu_time_ms
+
     row |= {"variants": {}, "errors": {}}
-    k = x.shape[1]
-    n = int(shape.split(":")[0])
-    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    num_sms = torch.cuda.get_device_properties(ref.device).multi_processor_count
     for tiles in gluon_candidates(m, n, k, num_sms):
-
-        def call(s, t=tiles):
-            return int4_gluon_matmul(x, s[0].view(torch.int16), s[1], s[2], t.block_n, t.block_m, t.num_warps,
-                                     t.num_stages, t.split_k)  # fmt: skip
-
+        call = functools.partial(launch, t=tiles)
         try:
             err = ((call(sets[0]).float() - ref).abs().max() / ref.abs().max()).item()
             if err > 2e-2:

@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
@@ -42,20 +41,20 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_time import gpu_time_ms, sets_for  # noqa: E402
-from int4_gluon import name  # noqa: E402
+from int4_gluon import time_launches  # noqa: E402
 from int4_mma_variants import shape_arguments  # noqa: E402
 
 from model_optimizer.runtime.kernels.int4_gluon import (  # noqa: E402
-    COUNTERS,
     GROUP,
     _async_load,
     _barrier,
-    _sum_splits,
     in_flight,
+    split_plan,
+    store_tile,
 )
 from model_optimizer.runtime.kernels.quant_linear import w8a16_linear  # noqa: E402
 from model_optimizer.runtime.kernels.quant_reference import w8a16_linear_ref  # noqa: E402
-from model_optimizer.runtime.kernels.quant_tiles import gluon_candidates, gluon_default  # noqa: E402
+from model_optimizer.runtime.kernels.quant_tiles import QuantTiles  # noqa: E402
 
 
 @gluon.jit
@@ -169,19 +168,8 @@ def int8_mma_kernel(
     offs_on = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
     offs_om = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, mma))
     acc = acc * gl.load(scales_ptr + offs_on, mask=offs_on < N, other=0.0).to(gl.float32)[:, None]
-    out_ptrs = out_ptr + offs_om[None, :].to(gl.int64) * stride_om + offs_on[:, None]
-    out_mask = (offs_om[None, :] < M) & (offs_on[:, None] < N)
-    if SPLIT:
-        part_offs = offs_om[None, :].to(gl.int64) * N + offs_on[:, None]
-        gl.store(part_ptr + pid_k * M * N + part_offs, acc, mask=out_mask)
-        _barrier()  # every thread's partial is stored before this program reports in
-        counter = count_ptr + pid
-        if gl.atomic_add(counter, 1, sem="acq_rel") == num_splits - 1:  # the last split sums them, in order
-            _sum_splits(part_ptr, out_ptr, M, N, stride_om, pid_n * BLOCK_N, pid_m * BLOCK_M, num_splits, BLOCK_N,
-                        BLOCK_M, num_warps)  # fmt: skip
-            gl.atomic_xchg(counter, 0)  # ready for the next launch (graph replays included)
-    else:
-        gl.store(out_ptrs, acc.to(gl.bfloat16), mask=out_mask)
+    store_tile(acc, offs_on, offs_om, pid_n * BLOCK_N, pid_m * BLOCK_M, out_ptr, part_ptr, count_ptr, pid, pid_k, M, N,
+               stride_om, num_splits, BLOCK_N, BLOCK_M, SPLIT, num_warps)  # fmt: skip
 
 
 def int8_gluon_matmul(
@@ -208,13 +196,8 @@ def int8_gluon_matmul(
     out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
     if m == 0:
         return out
-    blocks = k // GROUP
-    tiles = triton.cdiv(m, block_m) * (n // block_n)
-    counters = COUNTERS.get(x.device, tiles) if splits > 1 else None
-    per_split = triton.cdiv(blocks, splits if counters is not None else 1)
-    splits = triton.cdiv(blocks, per_split)  # no empty split
-    part = torch.empty(splits, m, n, dtype=torch.float32, device=x.device) if splits > 1 else out
-    int8_mma_kernel[(tiles, splits)](x, qweight, scales, out, part, counters if splits > 1 else out, m, n, k,
+    tiles, splits, per_split, part, counters = split_plan(out, k, block_m, block_n, splits)
+    int8_mma_kernel[(tiles, splits)](x, qweight, scales, out, part, counters, m, n, k,
                                      x.stride(0), qweight.stride(0), out.stride(0), per_split, splits,
                                      BLOCK_N=block_n, BLOCK_M=block_m, STAGES=stages, SPLIT=splits > 1,
                                      IN_FLIGHT=in_flight(block_m, block_n), num_warps=num_warps)  # fmt: skip
@@ -222,40 +205,20 @@ def int8_gluon_matmul(
 
 
 def _row(shape: str, m: int, sets: list, dense: list) -> dict:
-    n, k = map(int, shape.split(":"))
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    ref = w8a16_linear_ref(x, *sets[0]).float()
+    """cuBLAS bf16, the table's int8 launch and every Gluon launch shape at m rows (GPU us)."""
+    x = torch.randn(m, int(shape.split(":")[1]), device="cuda", dtype=torch.bfloat16)
     row = {
         "shape": shape,
         "m": m,
         "bf16_us": round(1000 * gpu_time_ms(lambda w: torch.nn.functional.linear(x, w), dense), 2),
         "table_us": round(1000 * gpu_time_ms(lambda s: w8a16_linear(x, s[0], s[1]), sets), 2),
-        "variants": {},
-        "errors": {},
     }
-    num_sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    for tiles in gluon_candidates(m, n, k, num_sms):
 
-        def call(s, t=tiles):
-            return int8_gluon_matmul(x, s[0], s[1], t.block_n, t.block_m, t.num_warps, t.num_stages, t.split_k)
+    def launch(s, t: QuantTiles):  # noqa: ANN001, ANN202
+        return int8_gluon_matmul(x, s[0], s[1], t.block_n, t.block_m, t.num_warps, t.num_stages, t.split_k)
 
-        try:
-            err = ((call(sets[0]).float() - ref).abs().max() / ref.abs().max()).item()
-            if err > 2e-2:
-                row["errors"][name(tiles)] = f"wrong: relative error {err:.3g}"
-                continue
-            row["variants"][name(tiles)] = round(1000 * gpu_time_ms(call, sets, stream_fallback=False), 2)
-            torch.cuda.synchronize()
-            if any(c.any() for c in COUNTERS.by_device.values()):
-                row["errors"][name(tiles)] = "split-K counters left non-zero"
-        except Exception as exc:  # out of shared memory or registers, a compile error
-            row["errors"][name(tiles)] = f"{type(exc).__name__}: {str(exc)[-300:]}"
-    best = min(row["variants"].items(), key=lambda kv: kv[1], default=(None, None))
-    row["best"] = {"tiles": best[0], "us": best[1]}
-    rule = gluon_default(m, n, k, num_sms)
-    rule_name = name(rule) if rule is not None else None
-    row["default"] = {"tiles": rule_name, "us": row["variants"].get(rule_name)}
-    return row
+    ref = w8a16_linear_ref(x, *sets[0]).float()
+    return time_launches(row, launch, ref, sets, m, int(shape.split(":")[0]), x.shape[1])
 
 
 def main() -> None:

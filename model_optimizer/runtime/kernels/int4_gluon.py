@@ -230,6 +230,16 @@ def int4_mma_kernel(
 
     offs_on = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
     offs_om = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, mma))
+    store_tile(acc, offs_on, offs_om, pid_n * BLOCK_N, pid_m * BLOCK_M, out_ptr, part_ptr, count_ptr, pid, pid_k, M, N,
+               stride_om, num_splits, BLOCK_N, BLOCK_M, SPLIT, num_warps)  # fmt: skip
+
+
+@gluon.jit
+def store_tile(acc, offs_on, offs_om, n0, m0, out_ptr, part_ptr, count_ptr, pid, pid_k, M, N, stride_om, num_splits,
+               BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    """A program's float32 tile (weight rows offs_on from n0 by tokens offs_om from m0) into out (M, N) as bf16; with SPLIT,
+    its split's partial, and the last split of the tile to report (count_ptr + pid) adds the partials in
+    split order, writes out and resets the counter."""
     out_ptrs = out_ptr + offs_om[None, :].to(gl.int64) * stride_om + offs_on[:, None]
     out_mask = (offs_om[None, :] < M) & (offs_on[:, None] < N)
     if SPLIT:  # a compile of its own: the sum would cost the one-split tiles registers
@@ -238,8 +248,7 @@ def int4_mma_kernel(
         _barrier()  # every thread's partial is stored before this program reports in
         counter = count_ptr + pid
         if gl.atomic_add(counter, 1, sem="acq_rel") == num_splits - 1:  # the last split sums them, in order
-            _sum_splits(part_ptr, out_ptr, M, N, stride_om, pid_n * BLOCK_N, pid_m * BLOCK_M, num_splits, BLOCK_N,
-                        BLOCK_M, num_warps)  # fmt: skip
+            _sum_splits(part_ptr, out_ptr, M, N, stride_om, n0, m0, num_splits, BLOCK_N, BLOCK_M, num_warps)
             gl.atomic_xchg(counter, 0)  # ready for the next launch (graph replays included)
     else:
         gl.store(out_ptrs, acc.to(gl.bfloat16), mask=out_mask)
@@ -289,18 +298,30 @@ def int4_gluon_matmul(
     out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
     if m == 0:
         return out
-    blocks = k // GROUP
-    tiles = triton.cdiv(m, block_m) * (n // block_n)
-    counters = COUNTERS.get(x.device, tiles) if splits > 1 else None
-    per_split = triton.cdiv(blocks, splits if counters is not None else 1)
-    splits = triton.cdiv(blocks, per_split)  # no empty split
-    part = torch.empty(splits, m, n, dtype=torch.float32, device=x.device) if splits > 1 else out
-    int4_mma_kernel[(tiles, splits)](x, lanes, scales, zeros, out, part, counters if splits > 1 else out, m, n, k,
+    tiles, splits, per_split, part, counters = split_plan(out, k, block_m, block_n, splits)
+    int4_mma_kernel[(tiles, splits)](x, lanes, scales, zeros, out, part, counters, m, n, k,
                                      x.stride(0), lanes.stride(0), scales.stride(0), zeros.stride(0), out.stride(0),
                                      per_split, splits, BLOCK_N=block_n, BLOCK_M=block_m, STAGES=stages,
                                      SPLIT=splits > 1, IN_FLIGHT=in_flight(block_m, block_n),
                                      num_warps=num_warps)  # fmt: skip
     return out if bias is None else out.add_(bias)
+
+
+def split_plan(
+    out: torch.Tensor, k: int, block_m: int, block_n: int, splits: int
+) -> tuple[int, int, int, torch.Tensor, torch.Tensor]:
+    """(output tiles, splits, 128-column blocks per split, the partials' buffer, the split-K counters) of a
+    launch writing `out` (M, N) over `splits` slices of K: one split inside a CUDA-graph capture that finds
+    too few counters (kernels/counters.py), none empty; with one split the buffers are `out` itself."""
+    m, n = out.shape
+    blocks = k // GROUP
+    tiles = triton.cdiv(m, block_m) * (n // block_n)
+    counters = COUNTERS.get(out.device, tiles) if splits > 1 else None
+    per_split = triton.cdiv(blocks, splits if counters is not None else 1)
+    splits = triton.cdiv(blocks, per_split)  # no empty split
+    if splits == 1:
+        return tiles, 1, per_split, out, out
+    return tiles, splits, per_split, torch.empty(splits, m, n, dtype=torch.float32, device=out.device), counters
 
 
 def in_flight(block_m: int, block_n: int) -> int:
