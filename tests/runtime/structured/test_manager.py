@@ -290,29 +290,31 @@ def test_a_new_constraint_compiles_between_another_s_lanes(tokenizer):
     manager.close()
 
 
-def test_tokens_taken_before_the_append_give_llguidances_own_masks(tokenizer, pool_from):
-    """`take` feeds the runner's sampled ids before the scheduler appends them (the engine core's order, so
-    that the next masks start at once): every mask must be the one llguidance computes itself for a fresh
-    matcher of the same grammar that consumed the same tokens, and the grammar's end is reported once."""
+ONE_STRING = StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
+
+
+def _walk_against_llguidance(tokenizer, manager, compiled, texts: list[str], before_fill=None) -> None:  # noqa: ANN001
+    """Requests of ONE_STRING spelling `texts` walk them through `take` (the runner's ids fed before the
+    scheduler appends them, the engine core's order): every mask must be the one llguidance computes for a
+    fresh matcher that took the same tokens, and each grammar's end is reported once, at its text's end.
+    `before_fill(step, live)` runs before each step's fill (lanes built meanwhile, checks)."""
     import llguidance as llg
 
     from model_optimizer.runtime.structured.grammar import check, ll_tokenizer
 
-    so = StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
-    texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":""}', '{"a":"q r"}', '{"a":"12"}'] * 2  # 10 rows
     streams = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
-    vocab = len(tokenizer) + 5
-    manager = StructuredOutputManager(GrammarCompiler(tokenizer, vocab, frozenset({2}), lanes=3), threads=2)
-    compiled = manager.submit(so).result(timeout=60)
-    compiled.grow()
-    requests = {f"r{i}": Request(f"r{i}", [1], SamplingParams(structured_outputs=so)) for i in range(len(texts))}
+    requests = {
+        f"r{i}": Request(f"r{i}", [1], SamplingParams(structured_outputs=ONE_STRING)) for i in range(len(texts))
+    }
     for request_id in requests:
         manager.start(request_id, compiled)
-    ll = ll_tokenizer(tokenizer, vocab, frozenset({2}))
-    grammar = check(so, ll)
+    ll = ll_tokenizer(tokenizer, len(tokenizer) + 5, frozenset({2}))
+    grammar = check(ONE_STRING, ll)
     ended_ids = []
     for step in range(max(map(len, streams))):
         live = [r for r in requests.values() if manager.has(r.request_id) and not r.finished]
+        if before_fill is not None:
+            before_fill(step, live)
         mask = manager.fill(live)
         for k, request in enumerate(live):
             reference = llg.LLMatcher(ll, grammar)
@@ -328,61 +330,47 @@ def test_tokens_taken_before_the_append_give_llguidances_own_masks(tokenizer, po
             manager.drop(request.request_id)
             ended_ids.append(request.request_id)
     assert sorted(ended_ids) == sorted(requests) and manager.num_matchers == 0
+
+
+def test_tokens_taken_before_the_append_give_llguidances_own_masks(tokenizer, pool_from):
+    """`take` feeds the runner's sampled ids before the scheduler appends them, so that the next masks start
+    at once: the masks stay llguidance's own, on the pool or in turn."""
+    manager = StructuredOutputManager(GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), lanes=3), 2)
+    compiled = manager.submit(ONE_STRING).result(timeout=60)
+    compiled.grow()
+    _walk_against_llguidance(
+        tokenizer, manager, compiled, ['{"a":"x"}', '{"a":"yy zz"}', '{"a":""}', '{"a":"q r"}', '{"a":"12"}'] * 2
+    )
     manager.close()
 
 
 def test_matchers_started_before_their_lanes_move_onto_them_with_llguidances_own_masks(tokenizer):
-    """A burst of requests starts while its constraint has one lane (the pool is busy building nothing else
-    here): once the lanes are built, the next fill spreads the live matchers over them (their tokens
-    replayed), and every mask before and after the move is the one llguidance computes for a fresh matcher
-    that took the same tokens; the grammars still end their requests once each."""
+    """A burst of requests starts while its constraint has one lane (the compile pool is held busy here):
+    once the lanes are built, the next fill spreads the live matchers over them (their tokens replayed),
+    and every mask before and after the move is still llguidance's own."""
     import threading
 
-    import llguidance as llg
-
-    from model_optimizer.runtime.structured.grammar import check, ll_tokenizer
-
-    so = StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
-    texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":"q r"}', '{"a":"12"}', '{"a":"long text"}'] * 2  # 10 rows
-    streams = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
-    vocab = len(tokenizer) + 5
-    compiler = GrammarCompiler(tokenizer, vocab, frozenset({2}), max_threads=1, lanes=3)
+    compiler = GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), max_threads=1, lanes=3)
     manager = StructuredOutputManager(compiler, threads=2)
-    compiled = manager.submit(so).result(timeout=60)
+    compiled = manager.submit(ONE_STRING).result(timeout=60)
     gate = threading.Event()
     compiler.pool.submit(gate.wait, 60)  # the lanes' builds queue behind it
-    requests = {f"r{i}": Request(f"r{i}", [1], SamplingParams(structured_outputs=so)) for i in range(len(texts))}
-    for request_id in requests:
-        manager.start(request_id, compiled)
-    assert compiled.lanes == 1 and {manager.lane_of(rid) for rid in requests} == {0}
-    ll = ll_tokenizer(tokenizer, vocab, frozenset({2}))
-    grammar = check(so, ll)
-    ended_ids, moved = [], False
-    for step in range(max(map(len, streams))):
-        if step == 2:  # two tokens taken on lane 0: now the lanes come
+    moved = []
+
+    def lanes_come(step: int, live: list) -> None:
+        if step == 0:
+            assert compiled.lanes == 1 and {manager.lane_of(r.request_id) for r in live} == {0}
+        if step == 2:  # two tokens taken on lane 0: now the lanes come, and the next fill spreads the matchers
             gate.set()
             compiled.grow()
-        live = [r for r in requests.values() if manager.has(r.request_id) and not r.finished]
-        mask = manager.fill(live)
-        if step == 2:
+            manager.fill(live)
             lanes = [manager.lane_of(r.request_id) for r in live]
             assert compiled.lanes == 3 and max(lanes.count(lane) for lane in range(3)) == -(-len(live) // 3)
-            moved = True
-        for k, request in enumerate(live):
-            reference = llg.LLMatcher(ll, grammar)
-            reference.consume_tokens(request.output_token_ids)
-            expected = np.frombuffer(reference.compute_bitmask(), dtype=np.int32)
-            np.testing.assert_array_equal(mask.bitmask[mask.mask_index[k]], expected[: mask.bitmask.shape[1]])
-        sampled = {r.request_id: (streams[int(r.request_id[1:])][step], None) for r in live}
-        ended = manager.take(sampled, requests.values())
-        for request in live:  # the scheduler's append, after
-            request.output_token_ids.append(sampled[request.request_id][0])
-        for request, error in ended:
-            assert error is None and len(request.output_token_ids) == len(streams[int(request.request_id[1:])])
-            manager.drop(request.request_id)
-            ended_ids.append(request.request_id)
-    assert moved and sorted(ended_ids) == sorted(requests) and manager.num_matchers == 0
-    assert manager._lane_load == [0, 0, 0] and not manager._spreading
+            moved.append(step)
+
+    texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":"q r"}', '{"a":"12"}', '{"a":"long text"}'] * 2
+    _walk_against_llguidance(tokenizer, manager, compiled, texts, lanes_come)
+    assert moved and manager._lane_load == [0, 0, 0] and not manager._spreading
     manager.close()
 
 
