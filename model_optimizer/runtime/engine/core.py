@@ -412,13 +412,20 @@ class EngineCore:
                 news.finished(sibling)
 
     def _forget_if_done(self, request_id: str) -> None:
+        """Forget a request whose completions have all finished; a completion that finished before its
+        siblings (a stop string, an abort of `index:request_id`) gives its grammar matcher up at once, so
+        that it neither counts as a live row of its constraint nor moves between lanes."""
         children = self.groups.get(request_id)
+        if children is None:
+            return
         compiling = self.constrained.compiling if self.constrained is not None else {}
-        if children is not None and all(c.finished for c in children) and request_id not in compiling:
+        if all(c.finished for c in children) and request_id not in compiling:
             del self.groups[request_id]
             del self.client_of[request_id]
             if self.constrained is not None:
                 self.constrained.drop(children)
+        elif self.constrained is not None and len(children) > 1:
+            self.constrained.drop([c for c in children if c.finished])
 
     # ----------------------------------------------------------------- stats
     def stats(self) -> EngineStats:

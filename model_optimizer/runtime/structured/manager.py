@@ -166,11 +166,11 @@ class StructuredOutputManager:
         """Move matchers onto the lanes built since they started (see the module's docstring); a constraint
         leaves `_spreading` once it has every lane its live matchers want, or has none live."""
         for compiled, seen in list(self._spreading.items()):
-            lanes = compiled.lanes  # the pool may build one more meanwhile: the next step sees it
+            lanes = compiled.lanes  # the pool may build more meanwhile: the next step spreads onto them
             if lanes > seen:
                 self._even_out(compiled, lanes)
                 self._spreading[compiled] = lanes
-            if not compiled.short_of_lanes:
+            if not compiled.short_of_lanes and compiled.lanes == lanes:
                 del self._spreading[compiled]
 
     def _even_out(self, compiled: Compiled, lanes: int) -> None:

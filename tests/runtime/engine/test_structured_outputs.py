@@ -419,3 +419,21 @@ def test_a_request_id_reused_while_the_aborted_ones_step_is_in_flight_gets_a_fre
     while engine.has_unfinished_requests():
         finished.update({o.request_id: o for o in engine.step() if o.finished})
     assert list(finished["c"].outputs[0].token_ids) == alone and not engine.core.groups
+
+
+def test_a_completion_that_ends_before_its_siblings_gives_its_matcher_up(model_dir):
+    """One of n completions finished on its own (an abort of `index:request_id`, as a stop string sends)
+    must not stay a live row of its constraint: its matcher goes at once, the others keep theirs, and the
+    request still finishes whole."""
+    engine = LLM(model_dir, kv_cache_memory=1 << 24).engine
+    engine.add_request("c", PROMPTS[0], CONSTRAINED.clone(n=2, temperature=1.0, seed=3))
+    manager = engine.core.constrained.manager
+    while not (manager.has("0:c") and manager.has("1:c")):
+        engine.step()
+    engine.step()
+    engine.abort("1:c")
+    assert not manager.has("1:c") and manager.has("0:c")
+    assert manager._matchers["0:c"].compiled.live == 1
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert manager.num_matchers == 0 and not engine.core.groups

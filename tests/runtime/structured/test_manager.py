@@ -3,6 +3,7 @@ masks that allow a valid text's every token and forbid others, a finished gramma
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -348,8 +349,6 @@ def test_matchers_started_before_their_lanes_move_onto_them_with_llguidances_own
     """A burst of requests starts while its constraint has one lane (the compile pool is held busy here):
     once the lanes are built, the next fill spreads the live matchers over them (their tokens replayed),
     and every mask before and after the move is still llguidance's own."""
-    import threading
-
     compiler = GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), max_threads=1, lanes=3)
     manager = StructuredOutputManager(compiler, threads=2)
     compiled = manager.submit(ONE_STRING).result(timeout=60)
@@ -371,6 +370,36 @@ def test_matchers_started_before_their_lanes_move_onto_them_with_llguidances_own
     texts = ['{"a":"x"}', '{"a":"yy zz"}', '{"a":"q r"}', '{"a":"12"}', '{"a":"long text"}'] * 2
     _walk_against_llguidance(tokenizer, manager, compiled, texts, lanes_come)
     assert moved and manager._lane_load == [0, 0, 0] and not manager._spreading
+    manager.close()
+
+
+def test_a_lane_built_while_matchers_move_is_spread_onto_at_the_next_fill(tokenizer):
+    """The pool may build the last lane while a fill moves matchers onto the one before: the constraint
+    must stay to be spread again, not be forgotten with that lane left empty."""
+    compiler = GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), max_threads=1, lanes=3)
+    manager = StructuredOutputManager(compiler, threads=1)
+    compiled = manager.submit(ONE_STRING).result(timeout=60)
+    gate = threading.Event()
+    compiler.pool.submit(gate.wait, 60)  # the lanes' builds wait: this test builds them itself
+    requests = [Request(f"r{i}", [1], SamplingParams(structured_outputs=ONE_STRING)) for i in range(6)]
+    for request in requests:
+        manager.start(request.request_id, compiled)
+    compiled._templates.append(compiled._make())  # lane 1 built before the fill
+    copy = compiled.copy
+
+    def copy_while_the_pool_builds(lane: int):  # noqa: ANN202
+        if compiled.lanes < 3:
+            compiled._templates.append(compiled._make())  # the last lane lands during the first move
+        return copy(lane)
+
+    compiled.copy = copy_while_the_pool_builds
+    manager.fill(requests)
+    compiled.copy = copy
+    manager.fill(requests)
+    lanes = [manager.lane_of(r.request_id) for r in requests]
+    assert compiled.lanes == 3 and [lanes.count(lane) for lane in range(3)] == [2, 2, 2]
+    assert not manager._spreading
+    gate.set()
     manager.close()
 
 
