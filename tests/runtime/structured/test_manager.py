@@ -403,6 +403,35 @@ def test_a_lane_built_while_matchers_move_is_spread_onto_at_the_next_fill(tokeni
     manager.close()
 
 
+def test_a_fill_moves_matchers_for_a_budget_of_replayed_tokens(tokenizer, monkeypatch):
+    """Moves replay tokens on the step loop: a fill spends at most MOVE_TOKENS_PER_FILL of them (here one
+    move a fill) and the next fills move the rest, until the matchers are even and the constraint is done."""
+    from model_optimizer.runtime.structured import manager as module
+
+    monkeypatch.setattr(module, "MOVE_TOKENS_PER_FILL", 1)
+    compiler = GrammarCompiler(tokenizer, len(tokenizer) + 5, frozenset({2}), max_threads=1, lanes=3)
+    manager = StructuredOutputManager(compiler, threads=1)
+    compiled = manager.submit(ONE_STRING).result(timeout=60)
+    gate = threading.Event()
+    compiler.pool.submit(gate.wait, 60)
+    requests = [Request(f"r{i}", [1], SamplingParams(structured_outputs=ONE_STRING)) for i in range(6)]
+    for request in requests:
+        manager.start(request.request_id, compiled)
+    tokens = tokenizer.encode('{"a":"x', add_special_tokens=False)
+    for request in requests:
+        request.output_token_ids.extend(tokens)
+    manager.advance(requests)  # several tokens at once: the catch-up path
+    gate.set()
+    compiled.grow()
+    on_lane_0 = []
+    for _ in range(5):
+        manager.fill(requests)
+        on_lane_0.append(sum(manager.lane_of(r.request_id) == 0 for r in requests))
+    assert on_lane_0 == [5, 4, 3, 2, 2] and not manager._spreading
+    assert sorted(manager.lane_of(r.request_id) for r in requests) == [0, 0, 1, 1, 2, 2]
+    manager.close()
+
+
 def test_take_skips_tokens_the_scheduler_will_not_append(manager, tokenizer):
     """A request finished meanwhile drops its token, and a non-finite row (id -1) fails: neither matcher may
     take anything; ids of requests without a grammar, or unknown to the scheduler, are ignored."""
