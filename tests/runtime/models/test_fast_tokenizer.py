@@ -90,6 +90,30 @@ def test_encode_decode_and_token_strings_match_transformers(folder):
     assert fast.decode(5) == ref.decode(5)
 
 
+def test_a_long_text_encodes_as_transformers_does_without_holding_the_gil(folder):
+    """Past GIL_FREE_CHARS the ids come from the tokenizer's batch path, which releases the GIL: the same ids
+    as transformers, and a thread beside the encode keeps running (an HTTP frontend's event loop)."""
+    import threading
+    import time
+
+    from model_optimizer.runtime.models.fast_tokenizer import GIL_FREE_CHARS
+
+    fast, ref = both(folder)
+    text = (" ".join(TEXTS) + " ") * (GIL_FREE_CHARS // len(" ".join(TEXTS)) + 1)
+    assert len(text) >= GIL_FREE_CHARS
+    for special in (True, False):
+        assert fast.encode(text, add_special_tokens=special) == ref.encode(text, add_special_tokens=special)
+    long_text = "ab " * 600_000
+    done, ticks = threading.Event(), []
+    worker = threading.Thread(target=lambda: (fast.encode(long_text), done.set()))
+    worker.start()
+    while not done.is_set():
+        time.sleep(0.001)
+        ticks.append(1)
+    worker.join()
+    assert len(ticks) > 10  # the other thread ran while the text encoded
+
+
 def test_special_tokens_vocabulary_and_call_match_transformers(folder):
     fast, ref = both(folder)
     for name in SPECIAL_ATTRS:
