@@ -85,6 +85,8 @@ def parse_body(model: type[BaseModel], body: bytes) -> BaseModel:
             raise APIError(
                 400, f"a string of the body is not text: a lone surrogate \\u escape (such as \\ud800){where}"
             ) from None
+        if "recursion limit" in reason:  # valid JSON, nested deeper than the parser goes (~128 levels)
+            raise APIError(400, "the body nests arrays and objects deeper than the server reads") from None
         raise APIError(400, f"the body is not valid JSON: {reason}") from None
     try:
         return model.model_validate(data)

@@ -68,16 +68,25 @@ def error_response(
 def validation_message(exc: RequestValidationError | ValidationError) -> tuple[str, str | None]:
     """One readable line per pydantic error (location and reason, never the input itself)."""
     parts, param = [], None
-    for error in exc.errors()[:5]:
+    errors = exc.errors()
+    own = [error for error in errors if error.get("type") == "value_error"]  # our checks' words, which say
+    for error in (own or errors)[:5]:  # more than the union branches that failed beside them
         if error.get("type") == "json_invalid":  # its loc holds a byte offset, not a field
             reason = str((error.get("ctx") or {}).get("error", "")) or "malformed"
             return f"the body is not valid JSON: {clip(reason, 200)}", None
-        loc = [str(p) for p in error.get("loc", ()) if p != "body"]
+        loc = [str(p) for p in error.get("loc", ()) if p != "body" and not _branch_tag(p)]
         if param is None and loc:
             param = loc[0]
         where = ".".join(loc) or "body"
-        parts.append(f"{clip(where, 100)}: {clip(str(error.get('msg', 'invalid value')), 200)}")
+        reason = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+        parts.append(f"{clip(where, 100)}: {clip(reason, 200)}")
     return "; ".join(parts) or "invalid request", param
+
+
+def _branch_tag(part: object) -> bool:
+    """A location part naming the union branch or validator pydantic tried (`str`, `list[TextPart]`,
+    `function-wrap[validate_in_slices()]`), not a field of the request."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool", "dict", "list") or "[" in part)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -179,11 +179,17 @@ class TextPart(_Request):
     @model_validator(mode="before")
     @classmethod
     def _text_kinds(cls, data: Any) -> Any:
-        """The other parts that are text (TEXT_PARTS), as a text part."""
+        """The other parts that are text (TEXT_PARTS), as a text part; a part of another type, or without its
+        text, says so."""
         kind = data.get("type") if isinstance(data, dict) else None
-        if isinstance(kind, str) and kind != "text" and (key := TEXT_PARTS.get(kind)):
-            return {"type": "text", "text": data.get(key)}
-        return data
+        if not isinstance(kind, str):
+            return data
+        key = TEXT_PARTS.get(kind)
+        if key is None:
+            raise ValueError(f"only text content parts are supported ({', '.join(TEXT_PARTS)}), got {kind!r}")
+        if not isinstance(data.get(key), str):
+            raise ValueError(f"the {kind!r} part needs its text, a string under {key!r}")
+        return {"type": "text", "text": data[key]} if kind != "text" else data
 
 
 class ChatMessage(_Request):
@@ -213,7 +219,36 @@ CONTENT_ROLES = frozenset({"system", "developer", "user", "tool"})
 ChatMessages = Annotated[list[ChatMessage], in_slices()]
 
 
-class ChatCompletionRequest(SamplingFields):
+RENDERED_KEYS = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
+"""Template variables the server sets from the request itself: chat_template_kwargs may not name them."""
+
+
+class ChatTemplateFields(_Request):
+    """What a request that renders chat messages may tell the chat template."""
+
+    chat_template_kwargs: dict[str, Any] | None = None
+    chat_template: str | None = None
+    """Refused (template_refusal): the server renders with its own template. vLLM takes a request's template
+    only from clients its operator trusts (--trust-request-chat-template)."""
+
+    def template_refusal(self) -> tuple[str, str] | None:
+        """(message, param) of a 400 for a template field the server does not take, else None."""
+        if self.chat_template is not None:
+            return (
+                "a chat template in the request is not accepted: the server renders with its own "
+                "(the model's, or the one it was started with: --chat-template FILE)",
+                "chat_template",
+            )
+        named = sorted(RENDERED_KEYS & set(self.chat_template_kwargs or {}))
+        if named:
+            return (
+                f"chat_template_kwargs may not set {', '.join(named)}: the server renders them from the request",
+                "chat_template_kwargs",
+            )
+        return None
+
+
+class ChatCompletionRequest(SamplingFields, ChatTemplateFields):
     messages: ChatMessages = Field(min_length=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
@@ -225,7 +260,6 @@ class ChatCompletionRequest(SamplingFields):
     echo: bool = False
     """vLLM's: the answer's content starts with the last message's when that message has the answer's role
     (a prefill the model goes on with), whole and streamed."""
-    chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ChatTool] | None = Field(default=None, max_length=128)
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool = True
@@ -260,7 +294,7 @@ class ChatCompletionRequest(SamplingFields):
         return None
 
 
-class TokenizeRequest(_Request):
+class TokenizeRequest(ChatTemplateFields):
     """vLLM's /tokenize: a prompt, or chat messages rendered through the chat template."""
 
     model: str | None = Field(default=None, max_length=512)
@@ -269,7 +303,6 @@ class TokenizeRequest(_Request):
     add_special_tokens: bool | None = None
     """Default: true for a prompt, false for messages (the template already writes them)."""
     add_generation_prompt: bool = True
-    chat_template_kwargs: dict[str, Any] | None = None
     tools: list[ChatTool] | None = Field(default=None, max_length=128)
     """With messages: the tools the template writes into the prompt, as chat completions give them."""
     return_token_strs: bool = False

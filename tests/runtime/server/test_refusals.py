@@ -154,3 +154,43 @@ def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(client, server):
     for bad in (0, server.state.model.max_model_len):
         error = error_of(client.post("/v1/completions", json={**COMPLETION, "truncate_prompt_tokens": bad}))
         assert error["param"] == "truncate_prompt_tokens"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/tokenize"])
+def test_a_request_chat_template_and_rendered_kwargs_are_refused_by_name(client, path):
+    """A template sent with the request used to be ignored without a word; kwargs that the server renders
+    from the request itself (messages, tools, ...) used to fail inside jinja2's render."""
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+    error = error_of(client.post(path, json={**body, "chat_template": "{{ 'x' }}"}))
+    assert error["param"] == "chat_template" and "--chat-template" in error["message"]
+    error = error_of(client.post(path, json={**body, "chat_template_kwargs": {"messages": [], "tools": None}}))
+    assert error["param"] == "chat_template_kwargs"
+    assert (
+        error["message"] == "chat_template_kwargs may not set messages, tools: the server renders them from the request"
+    )
+    assert client.post(path, json={**body, "chat_template_kwargs": {"enable_thinking": False}}).status_code == 200
+
+
+def test_a_content_part_that_is_not_text_or_lacks_its_text_says_so(client):
+    image = {"type": "image_url", "image_url": {"url": "http://x/y.png"}}
+    error = error_of(
+        client.post("/v1/chat/completions", json={**CHAT, "messages": [{"role": "user", "content": [image]}]})
+    )
+    assert error["message"] == (
+        "messages.0.content.0: only text content parts are supported (text, input_text, output_text, refusal), "
+        "got 'image_url'"
+    )
+    assert error["param"] == "messages"
+    error = error_of(
+        client.post(
+            "/v1/chat/completions", json={**CHAT, "messages": [{"role": "user", "content": [{"type": "input_text"}]}]}
+        )
+    )
+    assert error["message"] == "messages.0.content.0: the 'input_text' part needs its text, a string under 'text'"
+
+
+def test_a_body_nested_past_the_parser_is_named_so_not_called_invalid_json(client):
+    deep = '{"a":' * 300 + "1" + "}" * 300
+    raw = ('{"model": "tiny", "prompt": "hi", "max_tokens": 1, "x": ' + deep + "}").encode()
+    error = error_of(client.post("/v1/completions", content=raw, headers={"Content-Type": "application/json"}))
+    assert error["message"] == "the body nests arrays and objects deeper than the server reads"

@@ -63,6 +63,9 @@ async def chat_generation(
     unsupported = body.unsupported_field()
     if unsupported:
         raise APIError(400, f"{unsupported} is not supported: use tools and tool_choice", unsupported)
+    refusal = body.template_refusal()
+    if refusal is not None:
+        raise APIError(400, *refusal)
     num_top = body.top_logprobs or 0
     if num_top and not body.logprobs:  # as OpenAI and vLLM: asked for alternatives, not for logprobs
         raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")

@@ -30,6 +30,9 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
     state = _tokenizing_state(request, body.model)
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of prompt (text) or messages (a chat)", "prompt")
+    refusal = body.template_refusal()
+    if refusal is not None:
+        raise APIError(400, *refusal)
     if body.messages is not None:
         prompt = await chat_prompt(
             state,
