@@ -1,7 +1,7 @@
 """GuardMiddleware: everything checked before a route runs, as plain ASGI.
 
 Order: header size (431; uvicorn's h11 limit only covers headers that arrive in pieces), API key (401), then body size (413, from Content-Length and while reading, before any
-parsing; 408 when the body pauses longer than --header-timeout), then content type (415) and UTF-8 (400). The body read here is replayed to the app;
+parsing; the rest of a refused body, up to DRAIN_BYTES, is read and dropped first so that the answer reaches a client still sending; 408 when the body pauses longer than --header-timeout), then content type (415) and UTF-8 (400). The body read here is replayed to the app;
 later `receive()` calls go to the client, so routes can still notice a disconnect.
 """
 
@@ -17,6 +17,9 @@ from model_optimizer.runtime.server.state import ServerState
 
 BODY_METHODS = {"POST", "PUT", "PATCH"}
 CLOSE = {"Connection": "close"}
+DRAIN_BYTES = 64 << 20
+"""The most of a refused (413) body read and dropped before the answer goes: a client that sends its whole
+body before it reads met a reset instead of the 413 (the server closed with its bytes unread)."""
 
 
 class GuardMiddleware:
@@ -60,6 +63,9 @@ class GuardMiddleware:
         limit = self.state.config.max_body_bytes
         length = _header(scope, b"content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
+            waits = (_header(scope, b"expect") or "").lower() == "100-continue"  # sends nothing until answered
+            if length.isdigit() and int(length) <= DRAIN_BYTES and not waits:
+                await self._drain(receive)
             return _too_large(limit, length), b""
         chunks, size = [], 0
         while True:
@@ -73,6 +79,8 @@ class GuardMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
+                if message.get("more_body", False):
+                    await self._drain(receive)
                 return _too_large(limit, None), b""
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -86,6 +94,20 @@ class GuardMiddleware:
         except UnicodeDecodeError as exc:
             return error_response(400, f"the body is not valid UTF-8 (bad byte at offset {exc.start})"), b""
         return None, body
+
+    async def _drain(self, receive: Receive) -> None:
+        """Read and drop the rest of a refused body, up to DRAIN_BYTES, while its bytes keep coming."""
+        drained = 0
+        while drained <= DRAIN_BYTES:
+            try:
+                message = await asyncio.wait_for(receive(), self.state.config.header_timeout)
+            except asyncio.TimeoutError:
+                return
+            if message["type"] == "http.disconnect":
+                return
+            drained += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

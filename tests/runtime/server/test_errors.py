@@ -123,6 +123,32 @@ def test_body_too_large_is_413_before_parsing(server):
     assert raw_exchange(server.url, head, [chunk] * 100 + [b"0\r\n\r\n"]).startswith(b"HTTP/1.1 413")
 
 
+def send_then_read(url: str, request: bytes) -> bytes:
+    """Send a whole request before reading anything (as simple clients do), then read the reply to its end."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    return reply
+
+
+@pytest.mark.parametrize("framing", ["chunked", "content-length"])
+def test_a_client_that_sends_all_of_an_oversized_body_still_reads_its_413(server, framing):
+    """The server used to answer 413 and close while the body was still coming: the unread bytes made the
+    close a reset, and a client that sends before it reads lost the answer."""
+    body = b"a" * (CAPS["max_body_bytes"] * 3)
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    if framing == "chunked":
+        request = head + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+    else:
+        request = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    for _ in range(3):
+        reply = send_then_read(server.url, request)
+        assert reply.startswith(b"HTTP/1.1 413") and b"request body too large" in reply
+
+
 def test_oversized_headers_refused(server):
     with httpx.Client(base_url=server.url) as c:
         try:
