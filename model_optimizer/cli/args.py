@@ -45,7 +45,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[s
             help_text = f"{docs.get(f.name, '')} (default: {format_size(default)})".replace("%", "%%")
             group.add_argument(flag, dest=f.name, type=_size, metavar="SIZE", default=None, help=help_text)
             continue
-        if f.name in SPACE_SEPARATED:
+        if f.name in SPACE_SEPARATED and _takes_list(hint):  # the server's; a client's api_key is one key
             group.add_argument(flag, dest=f.name, nargs="+", metavar="NAME", default=None, help=help_text)
             continue
         if f.name in TOKEN_COUNTS:
@@ -177,6 +177,11 @@ def _size(text: str) -> int:
         return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _takes_list(hint: Any) -> bool:
+    """Whether a field's type admits a list of values (`str | list[str] | None`)."""
+    return any(typing.get_origin(arg) is list for arg in (hint, *typing.get_args(hint)))
 
 
 def _scalar_type(hint: Any) -> type:

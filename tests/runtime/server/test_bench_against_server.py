@@ -180,3 +180,16 @@ def test_bench_drives_the_responses_api(server, tmp_path):
     assert summary["num_ok"] == 4 and summary["output_tokens"] == 4 * 6
     after = metric(httpx.get(f"{server.url}/metrics").text, "vllm:generation_tokens_total")
     assert after - before == summary["output_tokens"]
+
+
+def test_bench_sends_its_api_key_as_one_bearer_token(strict_server, tmp_path):
+    """--api-key was read as a list (the server's flag of the same name takes several keys), so the header
+    said `Bearer ['KEY']` and every request got 401."""
+    from tests.runtime.server.conftest import API_KEY
+
+    args = ["bench", "--base-url", strict_server.url, "--output-dir", str(tmp_path), "--no-progress"]
+    args += ["--prompt-len", "8", "--output-len", "2", "--num-requests", "2", "--concurrency", "1"]
+    args += ["--random-vocab-size", "900", "--api-key", API_KEY]
+    assert main(args) == 0
+    [run] = sorted(tmp_path.glob("run-*.json"))
+    assert json.loads(run.read_text())["summary"]["num_ok"] == 2
