@@ -43,7 +43,7 @@ def rope_parameters(hf: dict) -> dict:
         factor = params.get("factor")
         if not isinstance(factor, (int, float)) or factor <= 0:
             raise ValueError(f"config.json: yarn rope needs a positive 'factor', got {factor!r}")
-        params.setdefault("original_max_position_embeddings", hf.get("max_position_embeddings", 4096))
+        params.setdefault("original_max_position_embeddings", hf.get("max_position_embeddings") or 4096)
     return params
 
 

@@ -58,7 +58,7 @@ class DecoderArgs:
             head_dim=hf.get("head_dim") or hidden // num_heads,
             intermediate_size=hf["intermediate_size"],
             rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
-            max_position_embeddings=hf.get("max_position_embeddings", 4096),
+            max_position_embeddings=hf.get("max_position_embeddings") or 4096,  # null as absent
             tie_word_embeddings=hf.get("tie_word_embeddings", False),
             attention_bias=hf.get("attention_bias", False),
             sliding_window=int(use_window) if use_window else None,

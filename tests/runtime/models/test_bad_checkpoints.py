@@ -186,6 +186,15 @@ def test_rope_scaling_false_means_none(model_copy):
     assert type(load_model(folder, "auto", torch.device("cpu"))).__name__ == "Qwen3ForCausalLM"
 
 
+def test_a_null_max_position_embeddings_means_absent(model_copy, capsys):
+    """ "max_position_embeddings": null used to reach torch.arange (generate, serve) and a comparison
+    (quantize) as None: it now means what leaving it out means, as a null num_key_value_heads does."""
+    folder = model_copy()
+    _edit_config(folder, lambda c: c.update(max_position_embeddings=None))
+    assert main(["generate", "--model", str(folder), "--prompt", "hi", "--max-tokens", "2"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_a_tokenizer_that_needs_a_missing_package_says_so(model_copy, capsys):
     import importlib.util
 
