@@ -11,6 +11,7 @@ the trial in progress, and `--resume` continues the same study.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -172,6 +173,15 @@ def check_sqlite(db: Path) -> None:
     with db.open("rb") as file:
         if file.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
             raise ValueError(f"{db} is not a SQLite file: move it away, or give another --output-dir")
+    import sqlite3
+
+    try:  # a damaged file (cut short, overwritten) came out as sqlalchemy's traceback too
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
+            verdict = connection.execute("PRAGMA quick_check").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        verdict = str(exc)
+    if verdict != "ok":
+        raise ValueError(f"{db} is damaged ({verdict}): restore it from a copy, or give another --output-dir")
 
 
 def check_trials_fit(study, space: SearchSpace, db: Path) -> None:

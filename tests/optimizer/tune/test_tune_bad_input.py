@@ -39,6 +39,24 @@ def test_a_study_db_that_is_not_sqlite_is_refused(tmp_path, capsys):
     assert (out / "study.db").read_text() == "not a database\n"
 
 
+def test_a_damaged_study_db_is_refused_in_one_line(tmp_path, capsys):
+    out = tmp_path / "study"
+    assert tune(out, "max_num_seqs: [1, 2]\n") == 1  # a real study.db: one failed trial
+    db = out / "study.db"
+    with db.open("r+b") as file:  # cut short, its SQLite header kept: was an 83-line sqlalchemy traceback
+        file.truncate(5000)
+    capsys.readouterr()
+    runs = (
+        lambda: tune(out, "max_num_seqs: [1, 2]\n"),
+        lambda: main(["tune", "--output-dir", str(out), "--resume", "--trials", "2"]),
+    )
+    for run in runs:
+        assert run() == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"mopt tune: error: {db} is damaged (") and "\n" not in err
+    assert db.stat().st_size == 5000  # left as it was
+
+
 def test_a_tune_json_that_tune_did_not_write_is_refused_on_resume(tmp_path, capsys):
     out = tmp_path / "study"
     assert tune(out, "max_num_seqs: [1, 2]\n") == 1  # the one trial failed: nothing to recommend
