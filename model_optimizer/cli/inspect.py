@@ -19,7 +19,8 @@ import json
 import os
 from typing import Any
 
-from model_optimizer.runtime.config import EngineConfig, field_docs
+from model_optimizer.cli.args import token_count
+from model_optimizer.runtime.config import TOKEN_COUNTS, EngineConfig, field_docs
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -34,7 +35,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     parser.add_argument(
-        "--max-model-len", type=int, default=None, help="the context you mean to serve, checked against the model"
+        "--max-model-len",
+        type=token_count,
+        default=None,
+        help="the context you mean to serve, checked against the model (32k = 32,000, 32K = 32,768, as vLLM reads them)",
     )
     plan = parser.add_argument_group("memory plan (the engine's KV-cache sizing rules)")
     plan.add_argument(
@@ -59,7 +63,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         field_help = field_docs(EngineConfig)[name]  # the dtype is config.json's, as `mopt serve --dtype auto` runs it
         plan.add_argument(
             "--" + name.replace("_", "-"),
-            type=float if name == "gpu_memory_utilization" else int,
+            type=float if name == "gpu_memory_utilization" else token_count if name in TOKEN_COUNTS else int,
             default=getattr(EngineConfig, name),
             help=f"{field_help} (default: {getattr(EngineConfig, name)})",
         )

@@ -94,3 +94,15 @@ def test_cli_plan_per_gpu_in_json(capsys):
     assert plan["fits"][0]["num_sequences"] >= 1
     main(["inspect", folder, "--gpu", "H200", "--max-model-len", "8192"])
     assert "--tensor-parallel-size 2" in capsys.readouterr().out
+
+
+def test_cli_token_counts_take_vllms_suffixes(capsys):
+    """--max-model-len and --max-num-batched-tokens read 8K and 8k as generate and serve do (they were int)."""
+    folder = str(ROOT / "benchmarks" / "configs" / "llama-3.1-70b")
+    runs = []
+    for length, batch in (("8K", "8k"), ("8192", "8000")):
+        main(
+            ["inspect", folder, "--gpu", "H200", "--max-model-len", length, "--max-num-batched-tokens", batch, "--json"]
+        )
+        runs.append(json.loads(capsys.readouterr().out)["memory_plan"])
+    assert runs[0] == runs[1]
