@@ -69,6 +69,8 @@ class WorkloadConfig:
             parse_length(self.output_len, "output_len")
         if self.dataset != "synthetic" and not self.dataset_path:
             raise ValueError(f"dataset {self.dataset} needs --dataset-path")
+        if self.dataset == "synthetic" and self.dataset_path:  # it was ignored: synthetic prompts were sent
+            raise ValueError("--dataset-path needs --dataset trace or --dataset sharegpt (the default is synthetic)")
         if self.pool_size <= 0:
             raise ValueError(f"pool_size must be a positive integer, got {self.pool_size}")
         if self.random_vocab_size is not None and self.random_vocab_size <= TOKEN_ID_OFFSET:

@@ -144,6 +144,7 @@ def test_compare_prints_ratios(server, tmp_path, capsys):
         (["--prompt-len", "many"], "prompt_len must be N"),
         (["--slo", "ttft=fast"], "slo term"),
         (["--dataset", "trace"], "needs --dataset-path"),
+        (["--dataset-path", "/tmp/trace.jsonl"], "--dataset-path needs --dataset trace or --dataset sharegpt"),
         (["--load-mode", "trace"], "give --dataset trace"),
         (["--dataset", "sharegpt", "--dataset-path", "/nonexistent.json"], "dataset file not found"),
         # flags the chosen load mode would ignore are refused, not ignored
