@@ -160,7 +160,10 @@ def read_documents(path: str | Path | None, split: str = "calibration") -> list[
     file = DATA_DIR / f"{split}.txt" if path is None else Path(path)
     if not file.is_file():
         raise ValueError(f"{split} file {file} does not exist")
-    content = file.read_text(encoding="utf-8")
+    try:
+        content = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{split} file {file} is not UTF-8 text (bad byte at offset {exc.start})") from None
     if file.suffix == ".jsonl":
         docs = []
         for number, line in enumerate(content.splitlines(), 1):

@@ -69,6 +69,14 @@ def test_a_missing_eval_text_is_named_as_evaluation_text(quant_model, tmp_path, 
     assert f"evaluation file {tmp_path / 'nope.txt'} does not exist" in line
 
 
+def test_an_eval_text_that_is_not_utf8_is_named(quant_model, tmp_path, capsys):
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"text \x97\xff more")
+    argv = ["quantize", str(quant_model("qwen3")), "--method", "int8", "--output", str(tmp_path / "q")]
+    line = error_line([*argv, "--eval-text", str(binary), *SMALL], capsys)
+    assert f"evaluation file {binary} is not UTF-8 text (bad byte at offset 5)" in line
+
+
 def test_a_model_without_tokenizer_files(quant_model, tmp_path, capsys):
     """transformers made up an empty tokenizer: 'the calibration text tokenizes to fewer than 2 tokens'."""
     folder = shutil.copytree(
