@@ -20,6 +20,9 @@ class Snapshot:
     def __init__(self, raw: dict[str, Any]) -> None:
         if not isinstance(raw, dict) or not isinstance(raw.get("probes"), dict):
             raise ValueError("not a doctor snapshot: expected a JSON object with a 'probes' object")
+        for name, result in raw["probes"].items():  # rules read each probe's data as an object
+            if result is not None and (not isinstance(result, dict) or not isinstance(result.get("data") or {}, dict)):
+                raise ValueError(f"not a doctor snapshot: probe {name!r} must be an object whose 'data' is an object")
         self.raw = raw
 
     # -- probes -------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from model_optimizer.cli.doctor import main
     (b"{", "is not valid JSON"),
     (b"\xff\xfe", "is not valid JSON: not UTF-8 text"),
     (b"[1, 2]", "not a doctor snapshot"),
+    (b'{"probes": {"torch": {"ok": true, "data": "x"}}}', "probe 'torch' must be an object whose 'data' is an object"),
+    (b'{"probes": {"system": "x"}}', "probe 'system' must be an object"),
 ])  # fmt: skip
 def test_a_snapshot_that_is_not_one_is_named(tmp_path, capsys, content, message):
     path = tmp_path / "snap.json"
