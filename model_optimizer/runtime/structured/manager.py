@@ -12,8 +12,8 @@ take whole lanes rather than wait on each other's locks. A constraint builds its
 requests run (Compiled): the matchers that started before a lane was built move onto it, the tokens
 they took replayed into a fresh copy of it (0.1 ms for 150 tokens of a 151k-token vocabulary),
 before the next step's masks (MOVE_TOKENS_PER_FILL replayed tokens a step at most), so a burst of
-requests does not fill in one lane's turn for its whole length. A preempted request keeps its matcher: its output tokens stay, and so does what the matcher
-has consumed.
+requests does not fill in one lane's turn for its whole length. A preempted request keeps its
+matcher: its output tokens stay, and so does what the matcher has consumed.
 
 A matcher that has stopped (nothing but EOS may follow) ends its request at once with finish reason
 "stop"; one that could not take a sampled token (an error in the grammar engine: the mask allows
