@@ -14,28 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from model_optimizer.common.fileio import read_json
+from model_optimizer.common.safetensors_dtypes import DTYPE_BYTES
 
 MAX_HEADER_BYTES = 100 << 20
 """A header larger than this is a corrupt length field, not a real checkpoint."""
 
-DTYPE_BYTES = {
-    "F64": 8,
-    "F32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "F8_E8M0": 1,
-    "I64": 8,
-    "I32": 4,
-    "I16": 2,
-    "I8": 1,
-    "U8": 1,
-    "U16": 2,
-    "U32": 4,
-    "U64": 8,
-    "BOOL": 1,
-}
 DTYPE_NAMES = {
     "F64": "float64",
     "F32": "float32",

@@ -8,6 +8,7 @@ LazyTensor (layers/lazy_tensor.py): under tensor parallelism a rank reads only t
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -17,6 +18,7 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from model_optimizer.common.fileio import read_json
+from model_optimizer.common.safetensors_dtypes import DTYPE_BYTES
 from model_optimizer.runtime.distributed import TensorParallel, get_tp
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor
 from model_optimizer.runtime.layers.linear import default_weight_loader
@@ -248,6 +250,27 @@ def check_safetensors_header(path: Path) -> None:
     if size < expected:
         raise ValueError(
             f"{path} is truncated: its tensors need {expected} bytes, the file has {size}; download or save it again"
+        )
+    for name, entry in header.items():
+        _check_span(path, name, entry)
+
+
+def _check_span(path: Path, name: str, entry: object) -> None:
+    """ValueError when a header entry's byte range is not what its dtype and shape take (safetensors refuses
+    such a file with "invalid shape, data type, or offset", naming neither the file nor the tensor)."""
+    if name == "__metadata__" or not isinstance(entry, dict):
+        return
+    offsets, shape, width = entry.get("data_offsets"), entry.get("shape"), DTYPE_BYTES.get(entry.get("dtype"))
+    if not (isinstance(offsets, list) and len(offsets) == 2 and isinstance(shape, list) and width is not None):
+        return  # the library's own checks name what is missing
+    if not all(isinstance(v, int) for v in (*offsets, *shape)):
+        return
+    need = width * math.prod(shape)
+    if offsets[1] - offsets[0] != need:
+        raise ValueError(
+            f"{path} is not a valid safetensors file: tensor {name!r} spans {offsets[1] - offsets[0]} bytes, "
+            f"but its dtype {entry['dtype']} and shape {shape} take {need}; the file is corrupt, download or "
+            "save it again"
         )
 
 

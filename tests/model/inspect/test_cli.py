@@ -88,6 +88,40 @@ def test_fix_refuses_a_weights_file_cut_short_in_one_line(fresh, tmp_path, capsy
     assert not out.exists() and not list(tmp_path.glob(".clean.*"))  # nothing half-written
 
 
+def _widen_first_span(folder) -> str:
+    """Move the end of the header's first byte range 4 bytes on, the header's length kept; returns the name."""
+    import re
+
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    length = int.from_bytes(data[:8], "little")
+    head = data[8 : 8 + length].decode()
+    found = re.search(r'"([^"]+)":\{[^{}]*"data_offsets":\[(\d+),(\d+)\]', head)
+    old = f"[{found.group(2)},{found.group(3)}]"
+    new = f"[{found.group(2)},{int(found.group(3)) + 4}]"
+    if len(new) != len(old):
+        new = f"[{found.group(2)},{int(found.group(3)) - 4}]"
+    data[8 : 8 + length] = head.replace(old, new, 1).encode()
+    weights.write_bytes(bytes(data))
+    return found.group(1)
+
+
+def test_a_byte_range_that_disagrees_with_its_tensor_is_an_error_as_the_engine_says(fresh, tmp_path, capsys):
+    """inspect passed it (exit 0) and --fix failed with safetensors' traceback, while generate refused the
+    folder with "invalid shape, data type, or offset": all three now name the file and the tensor."""
+    folder = fresh("qwen3")
+    name = _widen_first_span(folder)
+    assert main(["inspect", str(folder), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    [finding] = [f for f in doc["findings"] if f["id"] == "weights.truncated"]
+    assert f"tensor {name!r} spans" in finding["title"]
+    assert main(["inspect", str(folder), "--fix", str(tmp_path / "clean")]) == 2
+    err = capsys.readouterr().err
+    assert "--fix cannot clean" in err and f"tensor {name!r} spans" in err and "Traceback" not in err
+    assert main(["generate", "--model", str(folder), "--prompt", "hi", "--max-tokens", "1"]) == 2
+    assert f"tensor {name!r} spans" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [(["--seq-len", "0"], "seq_len must be in 1..max_model_len"), (["--gpu", ""], "--gpu is empty")],
