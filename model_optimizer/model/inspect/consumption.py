@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 
 @dataclass
@@ -203,9 +204,15 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
     from model_optimizer.runtime.layers.linear import default_weight_loader
     from model_optimizer.runtime.layers.quantization.summary import summarize_weights
     from model_optimizer.runtime.models.loader import _expected_shards, _target_name, skipped_on_purpose
+    from model_optimizer.runtime.models.model_config import check_settings
 
     archs = config.get("architectures") or []
     check = LoadCheck(architecture=archs[0] if archs else None)
+    try:  # the engine checks these first (read_config): a rope_theta of "x" stopped generate, not inspect
+        check_settings(config, Path("config.json"))
+    except ValueError as exc:
+        check.error = str(exc).removeprefix("config.json: ")  # the findings name the file
+        return check
     tensors = list(tensors)
     declared, held = config.get("num_hidden_layers"), _layers_held(name for name, _ in tensors)
     if isinstance(declared, int) and held and declared > 2 * held + 16:

@@ -78,7 +78,10 @@ def test_a_negative_dimension_in_a_safetensors_header(fresh, capsys):
     assert "negative" in _error_line(folder, capsys)
 
 
-@pytest.mark.parametrize("changes", [{"vocab_size": 10**12}, {"max_position_embeddings": -5}])
+@pytest.mark.parametrize(
+    "changes",
+    [{"vocab_size": 10**12}, {"max_position_embeddings": -5}, {"rope_theta": "x"}],  # rope_theta: was exit 0
+)
 def test_a_config_the_engine_cannot_build_is_a_finding(fresh, capsys, changes):
     folder = fresh("qwen3")
     b.edit_json(folder / "config.json", **changes)
