@@ -8,9 +8,10 @@ import fcntl
 import json
 import os
 import selectors
+import signal
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,16 @@ def atomic_write(path: str | Path, data: str | bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def hold_interrupts() -> Callable[[], None]:
+    """Hold SIGINT and SIGTERM back from this thread; returns the call that lets them through (one that came
+    meanwhile is delivered then). For a folder made while held and released inside the try whose finally
+    removes it: a Ctrl-C between the folder's making and the try would leave it behind."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return lambda: None
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    return lambda: signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def staging_dir(target: Path) -> Path:

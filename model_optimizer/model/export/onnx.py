@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model_optimizer.common.fileio import current_umask, publish_dir, staging_dir
+from model_optimizer.common.fileio import current_umask, hold_interrupts, publish_dir, staging_dir
 from model_optimizer.runtime.embed import Embedder
 from model_optimizer.runtime.embed.varlen_attention import PaddedMeta
 
@@ -168,8 +168,14 @@ def export_folder(
     on its file system, and gets each file by rename, its old report removed first and the new one
     moved last: a report is there only beside the files it checked."""
     existing = out_dir.is_dir()
-    staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".export-tmp-")) if existing else staging_dir(out_dir)
+    release = hold_interrupts()  # a Ctrl-C right after the folder appears lands inside the try below
     try:
+        staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".export-tmp-")) if existing else staging_dir(out_dir)
+    except BaseException:
+        release()
+        raise
+    try:
+        release()
         onnx_path = staging / "model.onnx"
         export_onnx(embedder, onnx_path, opset)
         embedder.tokenizer.save_pretrained(str(staging))

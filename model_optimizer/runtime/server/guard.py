@@ -20,6 +20,9 @@ CLOSE = {"Connection": "close"}
 DRAIN_BYTES = 64 << 20
 """The most of a refused (413) body read and dropped before the answer goes: a client that sends its whole
 body before it reads met a reset instead of the 413 (the server closed with its bytes unread)."""
+DRAIN_IDLE_S = 0.5
+"""How long the drain waits for more of such a body: a client that sent only the headers and waits for the
+answer gets it after this, not after --header-timeout."""
 
 
 class GuardMiddleware:
@@ -98,9 +101,10 @@ class GuardMiddleware:
     async def _drain(self, receive: Receive) -> None:
         """Read and drop the rest of a refused body, up to DRAIN_BYTES, while its bytes keep coming."""
         drained = 0
+        idle = min(DRAIN_IDLE_S, self.state.config.header_timeout)
         while drained <= DRAIN_BYTES:
             try:
-                message = await asyncio.wait_for(receive(), self.state.config.header_timeout)
+                message = await asyncio.wait_for(receive(), idle)
             except asyncio.TimeoutError:
                 return
             if message["type"] == "http.disconnect":
