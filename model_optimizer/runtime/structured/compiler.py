@@ -111,10 +111,7 @@ class Compiled:
     @property
     def short_of_lanes(self) -> bool:
         """Whether more matchers live than lanes are built, and more lanes may be built for them."""
-        return len(self._templates) < self._wanted()
-
-    def _wanted(self) -> int:
-        return min(self._live, self._want)
+        return len(self._templates) < min(self._live, self._want)
 
     def _schedule(self, pool: ThreadPoolExecutor) -> None:
         """Queue the next lane's build unless one is queued or no more are wanted."""
