@@ -33,7 +33,7 @@ from model_optimizer.runtime.server.state import ServerState
 from model_optimizer.runtime.server.tool_parser_registry import PARSERS
 from model_optimizer.runtime.server.tool_parsers import NamedParser, RequiredParser, ToolParser
 from model_optimizer.runtime.structured.params import StructuredOutputs
-from model_optimizer.runtime.structured.vllm_params import SCHEMA_MAPS
+from model_optimizer.runtime.structured.schema_walk import rebuilt
 
 NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
 
@@ -242,27 +242,17 @@ def _unrooted(schema: Any) -> Any:
 
 DEFINITIONS = ("$defs", "definitions")
 """Where a schema keeps its definitions (2019-09's name and draft 7's): each keeps its own namespace."""
-DATA = frozenset(("const", "enum", "default", "examples"))
-"""Keywords whose value is data, never a schema: a `$ref` in it is text."""
 
 
-def _with_refs(node: Any, rewrite: Callable[[str], str], names: bool = False) -> Any:
-    """A copy of a schema with each `$ref` (never one inside data) as `rewrite` gives it. `names`: the node
-    maps names to schemas (its keys are no keywords)."""
-    if isinstance(node, list):
-        return [_with_refs(v, rewrite) for v in node]
-    if not isinstance(node, dict):
-        return node
-    if names:
-        return {key: _with_refs(value, rewrite) for key, value in node.items()}
-    out = {}
-    for key, value in node.items():
-        if key == "$ref" and isinstance(value, str):
-            value = rewrite(value)
-        elif key not in DATA:
-            value = _with_refs(value, rewrite, key in SCHEMA_MAPS)
-        out[key] = value
-    return out
+def _with_refs(node: Any, rewrite: Callable[[str], str]) -> Any:
+    """A copy of a schema with each `$ref` (never one inside data) as `rewrite` gives it."""
+    return rebuilt(node, functools.partial(_ref_rewritten, rewrite=rewrite))
+
+
+def _ref_rewritten(node: dict, rewrite: Callable[[str], str]) -> dict:
+    if isinstance(node.get("$ref"), str):
+        node["$ref"] = rewrite(node["$ref"])
+    return node
 
 
 def _local_ref(ref: str, base: str) -> str:

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from model_optimizer.runtime.structured.vllm_params import SCHEMA_MAPS
+from model_optimizer.runtime.structured.schema_walk import rebuilt, subschemas
 
 INT64 = (-(2**63), 2**63 - 1)
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _INEXACT = "an integer that the grammar engine holds as a double and would write rounded"
-DATA = ("const", "enum", "default", "examples")
-"""Keys whose values are JSON data, not schemas: nothing in them is tightened."""
 
 _YEAR = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)"  # 0001-9999
 _LEAP_YEAR = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
@@ -39,49 +37,32 @@ FORMAT_PATTERNS = {"date": f"^{_DATE}$", "time": f"^{_TIME}$", "date-time": f"^{
 def prepare(schema: Any) -> Any:
     """`schema` (parsed JSON) checked and with its date and time formats made patterns; ValueError for an
     integer llguidance cannot keep. The input is not changed."""
-    _check_integers(schema)
-    return _tightened(schema)
+    for node in subschemas(schema):
+        _check_integers(node)
+    return rebuilt(schema, _format_as_pattern)
 
 
-def _tightened(node: Any, names: bool = False) -> Any:
-    """`names`: the node maps names to schemas (a `properties` object): its keys are no keywords."""
-    if isinstance(node, list):
-        return [_tightened(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    if names:
-        return {key: _tightened(value) for key, value in node.items()}
-    out = {key: value if key in DATA else _tightened(value, key in SCHEMA_MAPS) for key, value in node.items()}
-    pattern = FORMAT_PATTERNS.get(out.get("format")) if isinstance(out.get("format"), str) else None
-    if pattern is not None and "pattern" not in out:
-        del out["format"]
-        out["pattern"] = pattern
-    return out
+def _format_as_pattern(node: dict) -> dict:
+    pattern = FORMAT_PATTERNS.get(node.get("format")) if isinstance(node.get("format"), str) else None
+    if pattern is not None and "pattern" not in node:
+        del node["format"]
+        node["pattern"] = pattern
+    return node
 
 
-def _check_integers(node: Any, names: bool = False) -> None:
-    if isinstance(node, list):
-        for item in node:
-            _check_integers(item)
-    elif isinstance(node, dict) and names:
-        for value in node.values():
-            _check_integers(value)
-    elif isinstance(node, dict):
-        for key, value in node.items():
-            if key in BOUNDS and _is_int(value):
-                if not INT64[0] <= value <= INT64[1]:
-                    raise ValueError(
-                        f"{key} {value} is outside 64-bit integers, which the grammar engine cannot enforce"
-                    )
-            elif key in ("const", "enum"):
-                inexact = _inexact_integer(value)
-                if inexact is not None:
-                    raise ValueError(f"{key} holds {inexact}, {_INEXACT}")
-            elif key not in DATA:
-                _check_integers(value, key in SCHEMA_MAPS)
-        pinned = node.get("minimum")
-        if _is_int(pinned) and pinned == node.get("maximum") and _inexact_integer(pinned) is not None:
-            raise ValueError(f"minimum and maximum are both {pinned}, {_INEXACT}")
+def _check_integers(node: dict) -> None:
+    """ValueError for an integer of this schema object (not of its subschemas) that llguidance cannot keep."""
+    for key, value in node.items():
+        if key in BOUNDS and _is_int(value):
+            if not INT64[0] <= value <= INT64[1]:
+                raise ValueError(f"{key} {value} is outside 64-bit integers, which the grammar engine cannot enforce")
+        elif key in ("const", "enum"):
+            inexact = _inexact_integer(value)
+            if inexact is not None:
+                raise ValueError(f"{key} holds {inexact}, {_INEXACT}")
+    pinned = node.get("minimum")
+    if _is_int(pinned) and pinned == node.get("maximum") and _inexact_integer(pinned) is not None:
+        raise ValueError(f"minimum and maximum are both {pinned}, {_INEXACT}")
 
 
 def _is_int(value: Any) -> bool:

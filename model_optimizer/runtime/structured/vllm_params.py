@@ -8,44 +8,29 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 from model_optimizer.runtime.structured.params import StructuredOutputs, json_text
-
-SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-"""JSON schema keywords whose value maps names to schemas."""
-SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-"""Keywords whose value is a list of schemas."""
-SCHEMA_ONE = ("items", "additionalItems", "not", "if", "then", "else", "contains", "propertyNames")
-"""Keywords whose value is one schema (items: or a list of them, in older drafts)."""
+from model_optimizer.runtime.structured.schema_walk import rebuilt
 
 
 def closed(schema: Any, require_all: bool = False) -> Any:
     """vLLM's disable_additional_properties: `schema` with `additionalProperties: false` on every object
-    schema that does not say (its own copy; the keywords above are followed, nothing else is touched).
-    `require_all`: OpenAI's strict-mode normalisation (the Responses API's default for function tools),
-    which also makes every named property required."""
-    if isinstance(schema, list):
-        return [closed(s, require_all) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = dict(schema)
-    for key in SCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {name: closed(sub, require_all) for name, sub in out[key].items()}
-    for key in SCHEMA_LISTS + SCHEMA_ONE:
-        if key in out:
-            out[key] = closed(out[key], require_all)
-    if isinstance(out.get("additionalProperties"), dict):
-        out["additionalProperties"] = closed(out["additionalProperties"], require_all)
+    schema that does not say (its own copy). `require_all`: OpenAI's strict-mode normalisation (the
+    Responses API's default for function tools), which also makes every named property required."""
+    return rebuilt(schema, functools.partial(_close, require_all=require_all))
+
+
+def _close(node: dict, require_all: bool) -> dict:
     # vLLM's rule: an object with named properties is closed; a free-form one (`{"type": "object"}`, a map)
     # stays open, or it could only ever be {}
-    if ("properties" in out or "patternProperties" in out) and "additionalProperties" not in out:
-        out["additionalProperties"] = False
-    if require_all and isinstance(out.get("properties"), dict):
-        out["required"] = list(out["properties"])
-    return out
+    if ("properties" in node or "patternProperties" in node) and "additionalProperties" not in node:
+        node["additionalProperties"] = False
+    if require_all and isinstance(node.get("properties"), dict):
+        node["required"] = list(node["properties"])
+    return node
 
 
 def from_vllm_fields(
