@@ -8,8 +8,10 @@ views, so the concatenated deltas are the response's fields: the same calls, arg
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
+from model_optimizer.runtime.server.protocol_structured import CUSTOM_INPUT
 from model_optimizer.runtime.server.reasoning import ReasoningParser
 from model_optimizer.runtime.server.tool_parsers import PartialCall, ToolParser, ToolView
 
@@ -25,8 +27,15 @@ class ChatMessageFields:
     """Every call's arguments arrived whole (a stop string may cut one short)."""
 
 
-def _call_dict(call: PartialCall, call_id: str) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+def custom_input(arguments: str) -> str:
+    """A custom tool's input from its call's arguments, `{"input": "..."}` (protocol_structured.CUSTOM_INPUT);
+    text that is not such an object is the input as written."""
+    try:
+        held = json.loads(arguments)
+    except ValueError:
+        return arguments
+    value = held.get(CUSTOM_INPUT) if isinstance(held, dict) else None
+    return value if isinstance(value, str) else arguments
 
 
 class ChatOutput:
@@ -74,11 +83,22 @@ class ChatOutput:
         ids: list[str] = []
         for i, c in enumerate(named):
             ids.append(self._call_id(c, i, ids))
-        calls = [_call_dict(c, call_id) for c, call_id in zip(named, ids, strict=True)]
+        calls = [self._call_dict(c, call_id) for c, call_id in zip(named, ids, strict=True)]
         forced = self.tools is not None and self.tools.forced
         content = view.content if view.content or not (calls or reasoning or forced) else None
         reasoning = (reasoning or None) if self.include_reasoning else None
         return ChatMessageFields(content, reasoning, calls, all(c.complete for c in named))
+
+    def _call_dict(self, call: PartialCall, call_id: str) -> dict:
+        if self._is_custom(call):
+            return {"id": call_id, "type": "custom", "custom": {"name": call.name, "input": self._input(call)}}
+        return {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+    def _is_custom(self, call: PartialCall) -> bool:
+        return self.tools is not None and call.name in self.tools.custom
+
+    def _input(self, call: PartialCall) -> str:
+        return call.arguments if self.tools.raw_input else custom_input(call.arguments)  # type: ignore[union-attr]
 
     def _call_id(self, call: PartialCall, index: int, taken: list[str]) -> str:
         """The id the model wrote for the call (Kimi-K2 writes one), else the format's own; a fresh random
@@ -123,12 +143,19 @@ class ChatOutput:
     def _call_delta(self, index: int, call: PartialCall) -> dict | None:
         """What is new in named call `index`: its id, type and name the first time, then argument text."""
         delta: dict = {"index": index}
+        kind = "custom" if self._is_custom(call) else "function"
         if index == len(self._call_ids):
             self._call_ids.append(self._call_id(call, index, self._call_ids))
             self._sent_arguments.append(0)
-            delta.update(id=self._call_ids[index], type="function", function={"name": call.name})
+            delta.update({"id": self._call_ids[index], "type": kind, kind: {"name": call.name}})
         sent = self._sent_arguments[index]
-        if len(call.arguments) > sent:
+        if kind == "function" and len(call.arguments) > sent:
             delta.setdefault("function", {})["arguments"] = call.arguments[sent:]
             self._sent_arguments[index] = len(call.arguments)
+        elif kind == "custom" and self.tools.raw_input and len(call.arguments) > sent:  # type: ignore[union-attr]
+            delta.setdefault("custom", {})["input"] = call.arguments[sent:]
+            self._sent_arguments[index] = len(call.arguments)
+        elif kind == "custom" and call.complete and sent == 0:  # JSON holding the input: sent whole, decoded
+            delta.setdefault("custom", {})["input"] = self._input(call)
+            self._sent_arguments[index] = max(1, len(call.arguments))
         return delta if len(delta) > 1 else None

@@ -11,6 +11,7 @@ from model_optimizer.runtime.engine import input_processor
 from model_optimizer.runtime.engine.input_processor import chat_text
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import ChatMessage
+from model_optimizer.runtime.server.protocol_structured import CUSTOM_INPUT
 from model_optimizer.runtime.server.state import ServerState
 
 
@@ -164,6 +165,10 @@ def message_dicts(messages: list[ChatMessage], developer_as_system: bool = False
 
 
 def _template_call(call: Any) -> dict[str, Any]:
+    """A call as the template reads it; a custom tool's as the function of one string it is shown as."""
+    if call.type == "custom":
+        arguments = {CUSTOM_INPUT: call.custom.input}
+        return {"id": call.id, "type": "function", "function": {"name": call.custom.name, "arguments": arguments}}
     if not call.function.arguments.strip():  # a call with no arguments (a stream cut before them): {}, as vLLM
         arguments: Any = {}
     else:

@@ -19,6 +19,7 @@ from model_optimizer.runtime.server.protocol_structured import (
     AllowedToolsChoice,
     ChatTool,
     DeltaToolCall,
+    NamedCustomChoice,
     NamedToolChoice,
     ResponseFormat,
     StructuredOutputsField,
@@ -62,23 +63,24 @@ PromptInput = Annotated[
 
 
 def _tool_choice_kind(value: Any) -> str | None:
-    """Which tool_choice shape `value` is: a mode's name, or an object by its type (allowed_tools, else a
-    named function), so that an error speaks of that shape alone."""
+    """Which tool_choice shape `value` is: a mode's name, or an object by its type (allowed_tools, a named
+    custom tool, else a named function), so that an error speaks of that shape alone."""
     if isinstance(value, str):
         return "mode"
     if isinstance(value, dict):
-        return "allowed_tools" if value.get("type") == "allowed_tools" else "function"
+        return value["type"] if value.get("type") in ("allowed_tools", "custom") else "function"
     return None
 
 
 ToolChoice = Annotated[
     Annotated[Literal["none", "auto", "required"], Tag("mode")]
     | Annotated[NamedToolChoice, Tag("function")]
+    | Annotated[NamedCustomChoice, Tag("custom")]
     | Annotated[AllowedToolsChoice, Tag("allowed_tools")],
     Discriminator(
         _tool_choice_kind,
         custom_error_type="tool_choice_shape",
-        custom_error_message='must be "none", "auto", "required", a named function or allowed_tools',
+        custom_error_message='must be "none", "auto", "required", a named function or custom tool, or allowed_tools',
     ),
 ]
 """OpenAI's tool_choice shapes."""

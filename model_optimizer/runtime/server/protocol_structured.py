@@ -82,9 +82,73 @@ class FunctionDefinition(_Request):
     strict: bool | None = None
 
 
+class CustomGrammar(_Request):
+    definition: str = Field(min_length=1)
+    syntax: Literal["lark", "regex"]
+
+
+class CustomFormat(_Request):
+    """A custom tool's input: free text, or text in a grammar."""
+
+    type: Literal["text", "grammar"]
+    grammar: CustomGrammar | None = None
+
+    @model_validator(mode="after")
+    def _grammar_with_its_type(self) -> CustomFormat:
+        if (self.type == "grammar") != (self.grammar is not None):
+            raise ValueError('a format of type "grammar" holds a grammar ({"definition", "syntax"}), "text" none')
+        return self
+
+
+class CustomDefinition(_Request):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[\w.:/\-]+$")
+    description: str | None = None
+    format: CustomFormat | None = None
+    """None: free text."""
+
+
 class ChatTool(_Request):
-    type: Literal["function"] = "function"
-    function: FunctionDefinition
+    """A tool: a function (its arguments a JSON object), or OpenAI's custom tool (its input is text, free or
+    in a Lark or regex grammar), which the model sees as a function of one string parameter, `input`
+    (custom_tools.py)."""
+
+    type: Literal["function", "custom"] = "function"
+    function: FunctionDefinition = None  # type: ignore[assignment]  # a custom tool's: set from `custom`
+    custom: CustomDefinition | None = None
+
+    @model_validator(mode="after")
+    def _one_definition(self) -> ChatTool:
+        if self.type == "custom":
+            if self.custom is None:
+                raise ValueError('a tool of type "custom" needs "custom": {"name", "description", "format"}')
+            self.function = _as_function(self.custom)
+        elif self.function is None:
+            raise ValueError('a tool of type "function" needs "function": {"name", "description", "parameters"}')
+        return self
+
+
+CUSTOM_INPUT = "input"
+"""The one parameter of the function a custom tool is shown as."""
+
+
+def _as_function(custom: CustomDefinition) -> FunctionDefinition:
+    """The function a custom tool is shown as: one string parameter, its format told in the description
+    (and a regex one enforced as the string's pattern wherever calls are constrained). Strict: where the
+    tool-call format frames calls, a custom tool's call is always `{"input": "..."}`."""
+    grammar = custom.format.grammar if custom.format is not None else None
+    text: dict[str, Any] = {"type": "string"}
+    if grammar is None:
+        told = "free text"
+    elif grammar.syntax == "regex":
+        text["pattern"] = f"^(?:{grammar.definition})$"  # a JSON schema pattern matches anywhere unanchored
+        told = f"text matching the regular expression {grammar.definition}"
+    else:
+        told = f"text in this Lark grammar:\n{grammar.definition}"
+    parameters = {"type": "object", "properties": {CUSTOM_INPUT: text}, "required": [CUSTOM_INPUT]}
+    description = "\n\n".join(filter(None, [custom.description, f"Its {CUSTOM_INPUT}: {told}"]))
+    return FunctionDefinition(
+        name=custom.name, description=description, parameters={**parameters, "additionalProperties": False}, strict=True
+    )
 
 
 class NamedFunction(_Request):
@@ -94,6 +158,13 @@ class NamedFunction(_Request):
 class NamedToolChoice(_Request):
     type: Literal["function"] = "function"
     function: NamedFunction
+
+
+class NamedCustomChoice(_Request):
+    """tool_choice naming a custom tool: the output is that tool's input."""
+
+    type: Literal["custom"]
+    custom: NamedFunction
 
 
 class AllowedTools(_Request):
@@ -116,19 +187,33 @@ class ToolCallFunction(BaseModel):
     """The arguments as JSON text (the model's, as written)."""
 
 
+class ToolCallCustom(BaseModel):
+    name: str
+    input: str
+    """The custom tool's input, as the model wrote it."""
+
+
 class ToolCall(BaseModel):
-    """A tool call in a response, or in an assistant message a client sends back."""
+    """A tool call in a response, or in an assistant message a client sends back: a function's, or a custom
+    tool's (type "custom")."""
 
     model_config = ConfigDict(extra="ignore")
     id: str = Field(default="", max_length=256)
-    type: Literal["function"] = "function"
-    function: ToolCallFunction
+    type: Literal["function", "custom"] = "function"
+    function: ToolCallFunction | None = Field(default=None, exclude_if=lambda v: v is None)
+    custom: ToolCallCustom | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="before")
     @classmethod
     def _null_is_unset(cls, data: Any) -> Any:
         """A call sent back with "id": null (as some clients write it): the default."""
         return without_nulls(cls, data)
+
+    @model_validator(mode="after")
+    def _its_type_given(self) -> ToolCall:
+        if getattr(self, self.type) is None:
+            raise ValueError(f'a tool call of type "{self.type}" needs its "{self.type}" object')
+        return self
 
 
 class DeltaFunction(BaseModel):
@@ -140,13 +225,24 @@ class DeltaFunction(BaseModel):
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
+class DeltaCustom(BaseModel):
+    name: str | None = None
+    input: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> dict:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
 class DeltaToolCall(BaseModel):
-    """A tool call's news in a stream chunk: id, type and name first, then pieces of its arguments."""
+    """A tool call's news in a stream chunk: id, type and name first, then pieces of its arguments (a custom
+    tool's: of its input)."""
 
     index: int
     id: str | None = None
-    type: Literal["function"] | None = None
+    type: Literal["function", "custom"] | None = None
     function: DeltaFunction | None = None
+    custom: DeltaCustom | None = None
 
     @model_serializer(mode="wrap")
     def _drop_unset(self, handler: Any) -> dict:

@@ -19,7 +19,8 @@ text through `TextScans`, whose searches go on where the last view's stopped: ea
   and the JSON formats behind other markers (granite, jamba, minimax, internlm, ...: tool_parsers_tagged.py)
   live beside this module; tool_parser_registry.py names them all.
 - `required` (tool_choice "required"): the server constrained the output to a JSON list of {"name",
-  "parameters"} objects. `named` (a named tool_choice): the output is the arguments themselves.
+  "parameters"} objects. `named` (a named tool_choice): the output is the arguments themselves; `named_custom`
+  (a named custom tool): the output is the tool's input.
 
 In every format a marker with no call behind it is text, as vLLM has it.
 """
@@ -67,6 +68,11 @@ class ToolParser:
     """Its markers are special tokens: the text must keep them (skip_special_tokens off)."""
     forced = False
     """The output is nothing but calls (a required or named tool_choice): its content is null, cut off or not."""
+    custom: frozenset[str] = frozenset()
+    """The names of the request's custom tools (tools.py sets them): their calls' arguments are
+    `{"input": "..."}`, answered as the custom call's input."""
+    raw_input = False
+    """A call's arguments are a custom tool's input itself, not JSON holding it (a named custom tool)."""
 
     def __init__(self, tools: list[dict] | None = None) -> None:
         self.tools = tools or []
@@ -325,6 +331,16 @@ class NamedParser(ToolParser):
         """Trailing whitespace is held back while streaming, as the final view drops it: the streamed
         arguments then add up to the whole message's."""
         return ToolView("", [PartialCall(self.function, text.strip(), final)])
+
+
+class NamedCustomParser(NamedParser):
+    """A named custom tool: the whole output is its input, as written (whitespace included)."""
+
+    name = "named_custom"
+    raw_input = True
+
+    def view(self, text: str, final: bool) -> ToolView:
+        return ToolView("", [PartialCall(self.function, text, final)])
 
 
 def keyed_calls(calls: list[PartialCall]) -> list[PartialCall]:

@@ -31,7 +31,7 @@ from model_optimizer.runtime.server.protocol import ChatCompletionRequest
 from model_optimizer.runtime.server.protocol_structured import AllowedToolsChoice
 from model_optimizer.runtime.server.state import ServerState
 from model_optimizer.runtime.server.tool_parser_registry import PARSERS
-from model_optimizer.runtime.server.tool_parsers import NamedParser, RequiredParser, ToolParser
+from model_optimizer.runtime.server.tool_parsers import NamedCustomParser, NamedParser, RequiredParser, ToolParser
 from model_optimizer.runtime.structured.params import StructuredOutputs
 from model_optimizer.runtime.structured.schema_walk import rebuilt
 
@@ -63,8 +63,9 @@ class ToolPlan:
 
 
 def as_template_tools(tools: list[Any]) -> list[dict]:
-    """The request's tools as the chat template gets them (OpenAI's shape, unset fields left out)."""
-    return [t.model_dump(exclude_none=True, by_alias=True) for t in tools]
+    """The request's tools as the chat template gets them (OpenAI's function shape, unset fields left out; a
+    custom tool as the function of one string it is shown as)."""
+    return [{"type": "function", "function": t.function.model_dump(exclude_none=True, by_alias=True)} for t in tools]
 
 
 def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
@@ -92,7 +93,14 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
                 f"are a JSON object), got type {kind!r}",
                 "tools",
             )
-    template_tools = as_template_tools(tools)
+    plan = _plan(state, body, tools, as_template_tools(tools))
+    if plan.parser is not None:
+        plan.parser.custom = frozenset(t.function.name for t in tools if t.type == "custom")
+    return plan
+
+
+def _plan(state: ServerState, body: ChatCompletionRequest, tools: list[Any], template_tools: list[dict]) -> ToolPlan:
+    choice = body.tool_choice
     if isinstance(choice, AllowedToolsChoice):
         return _allowed_plan(state, body, choice, template_tools)
     if choice is None or choice == "auto":
@@ -101,12 +109,33 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
         return ToolPlan(template_tools)
     if choice == "required":
         return _required_plan(state, tools, template_tools, body.parallel_tool_calls)
-    tool = next((t for t in tools if t.function.name == choice.function.name), None)  # type: ignore[union-attr]
+    return _named_plan(state, tools, template_tools, choice)
+
+
+def _named_plan(state: ServerState, tools: list[Any], template_tools: list[dict], choice: Any) -> ToolPlan:
+    """A named tool_choice: the output is the function's arguments, or the custom tool's input."""
+    kind = choice.type
+    name = getattr(choice, kind).name
+    tool = next((t for t in tools if t.function.name == name), None)
     if tool is None:
-        raise APIError(400, f"tool_choice names {choice.function.name!r}, which is not among the tools", "tool_choice")  # type: ignore[union-attr]
-    schema = parameters_of(tool)
-    parser = _with_server_ids(state, NamedParser(tool.function.name))
-    return ToolPlan(template_tools, parser, StructuredOutputs.json(schema), binding=True)
+        raise APIError(400, f"tool_choice names {name!r}, which is not among the tools", "tool_choice")
+    if tool.type != kind:
+        raise APIError(400, f"tool_choice names {name!r} as a {kind} tool, but it is a {tool.type} tool", "tool_choice")
+    if kind == "custom":
+        parser = _with_server_ids(state, NamedCustomParser(name))
+        return ToolPlan(template_tools, parser, custom_constraint(tool.custom), binding=True)
+    parser = _with_server_ids(state, NamedParser(name))
+    return ToolPlan(template_tools, parser, StructuredOutputs.json(parameters_of(tool)), binding=True)
+
+
+def custom_constraint(custom: Any) -> StructuredOutputs | None:
+    """What a custom tool's format makes of the whole output: its Lark grammar or regex; None for free text."""
+    grammar = custom.format.grammar if custom.format is not None else None
+    if grammar is None:
+        return None
+    if grammar.syntax == "regex":
+        return StructuredOutputs.regex(grammar.definition)
+    return StructuredOutputs.grammar(grammar.definition)
 
 
 def _allowed_plan(
@@ -145,9 +174,23 @@ def _auto_plan(state: ServerState, tools: list[Any], template_tools: list[dict])
 
 def _required_plan(state: ServerState, tools: list[Any], template_tools: list[dict], parallel: bool) -> ToolPlan:
     """tool_choice required (over `tools`): the output is a JSON list of calls to them."""
+    lark = next((t.function.name for t in tools if _lark_custom(t)), None)
+    if lark is not None:
+        raise APIError(
+            400,
+            f"custom tool {lark!r} takes input in a Lark grammar, which cannot be enforced inside the JSON list "
+            f'of calls that tool_choice "required" constrains: name it in tool_choice instead '
+            '({"type": "custom", "custom": {"name": ...}})',
+            "tool_choice",
+        )
     parser = _with_server_ids(state, RequiredParser())
     constraint = StructuredOutputs.json(_calls_schema(tools, parallel))
     return ToolPlan(template_tools, parser, constraint, finish_with_tool_calls=True, binding=True)
+
+
+def _lark_custom(tool: Any) -> bool:
+    custom = tool.custom
+    return custom is not None and custom.format is not None and getattr(custom.format.grammar, "syntax", "") == "lark"
 
 
 def _with_server_ids(state: ServerState, parser: ToolParser) -> ToolParser:

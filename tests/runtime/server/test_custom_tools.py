@@ -1,0 +1,164 @@
+"""OpenAI's custom tools (`{"type": "custom", "custom": {"name", "format"}}`) through the live server.
+
+A custom tool's input is text (free, or in a Lark or regex grammar). Named in tool_choice, the whole output
+is the input, constrained by its grammar; the model sees the tool as a function of one string, `input`
+(protocol_structured._as_function), so `auto` and `required` calls carry `{"input": "..."}`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import openai
+import pytest
+
+from model_optimizer.runtime.server.chat_output import ChatOutput
+from model_optimizer.runtime.server.protocol import ChatCompletionRequest
+from model_optimizer.runtime.server.tool_parsers import HermesParser
+from model_optimizer.runtime.server.tools import as_template_tools
+from tests.runtime.server.test_structured_outputs import USER, start_tools_server
+
+ORDER_ID = "[A-Z]{3}-[0-9]{4}"
+REGEX_TOOL = {
+    "type": "custom",
+    "custom": {
+        "name": "lookup",
+        "description": "Look an order up.",
+        "format": {"type": "grammar", "grammar": {"syntax": "regex", "definition": ORDER_ID}},
+    },
+}
+SQL = 'start: "SELECT " COL " FROM t"\nCOL: /[a-z]{1,8}/'
+LARK_TOOL = {
+    "type": "custom",
+    "custom": {"name": "sql", "format": {"type": "grammar", "grammar": {"syntax": "lark", "definition": SQL}}},
+}
+TEXT_TOOL = {"type": "custom", "custom": {"name": "note", "format": {"type": "text"}}}
+FUNCTION_TOOL = {
+    "type": "function",
+    "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+}
+
+
+@pytest.fixture(scope="module")
+def live(tiny_model, tmp_path_factory):
+    server = start_tools_server(tiny_model, tmp_path_factory, 256, 16, tool_call_parser="hermes")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(live):
+    return openai.OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
+
+
+def named(tool: dict) -> dict:
+    return {"type": "custom", "custom": {"name": tool["custom"]["name"]}}
+
+
+@pytest.mark.parametrize(("tool", "shape"), [(REGEX_TOOL, ORDER_ID), (LARK_TOOL, "SELECT [a-z]{1,8} FROM t")])
+def test_a_named_custom_tool_writes_its_input_in_its_grammar(client, tool, shape):
+    completion = client.chat.completions.create(
+        model="tiny", messages=USER, tools=[tool, FUNCTION_TOOL], tool_choice=named(tool), n=3, temperature=1.0, seed=2
+    )
+    for choice in completion.choices:
+        [call] = choice.message.tool_calls
+        assert call.type == "custom" and call.custom.name == tool["custom"]["name"] and call.id
+        assert re.fullmatch(shape, call.custom.input), call.custom.input
+        assert choice.finish_reason == "stop" and choice.message.content is None  # as a forced function
+
+
+def test_a_streamed_custom_call_adds_up_to_the_whole_one(client):
+    kwargs = dict(model="tiny", messages=USER, tools=[REGEX_TOOL], tool_choice=named(REGEX_TOOL), temperature=0)
+    whole = client.chat.completions.create(**kwargs).choices[0].message.tool_calls[0]
+    pieces, kinds, ids = [], set(), set()
+    for chunk in client.chat.completions.create(**kwargs, stream=True):
+        for delta in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            kinds.add(delta.type)
+            ids.add(delta.id)
+            custom = delta.model_extra.get("custom") or {}
+            pieces.append(custom.get("input", ""))
+    assert kinds == {"custom", None} and len(ids - {None}) == 1
+    assert "".join(pieces) == whole.custom.input and re.fullmatch(ORDER_ID, whole.custom.input)
+
+
+def test_required_calls_give_custom_inputs_in_their_regex(client):
+    completion = client.chat.completions.create(
+        model="tiny", messages=USER, tools=[REGEX_TOOL, TEXT_TOOL], tool_choice="required", n=3, temperature=1.0, seed=5
+    )
+    for choice in completion.choices:
+        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+        for call in choice.message.tool_calls:
+            assert call.type == "custom" and isinstance(call.custom.input, str)
+            if call.custom.name == "lookup":
+                assert re.fullmatch(ORDER_ID, call.custom.input), call.custom.input
+
+
+def test_custom_calls_sent_back_reach_the_template(client):
+    call = {"id": "call_1", "type": "custom", "custom": {"name": "lookup", "input": "ABC-1234"}}
+    history = USER + [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "shipped"},
+    ]
+    without = client.chat.completions.create(model="tiny", messages=USER, tools=[REGEX_TOOL], max_tokens=1)
+    answered = client.chat.completions.create(model="tiny", messages=history, tools=[REGEX_TOOL], max_tokens=1)
+    assert answered.usage.prompt_tokens > without.usage.prompt_tokens + 8  # the call's name and input rendered
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"tools": [{"type": "custom"}]}, 'needs "custom"'),
+        ({"tools": [{"type": "custom", "custom": {"name": "x", "format": {"type": "grammar"}}}]}, "holds a grammar"),
+        ({"tools": [FUNCTION_TOOL], "tool_choice": named({"custom": {"name": "add"}})}, "as a custom tool"),
+        ({"tools": [REGEX_TOOL], "tool_choice": {"type": "function", "function": {"name": "lookup"}}}, "as a function"),
+        ({"tools": [LARK_TOOL], "tool_choice": "required"}, "Lark grammar"),
+        (
+            {
+                "tools": [
+                    {
+                        **LARK_TOOL,
+                        "custom": {
+                            **LARK_TOOL["custom"],
+                            "format": {"type": "grammar", "grammar": {"syntax": "regex", "definition": "(("}},
+                        },
+                    }
+                ],
+                "tool_choice": named(LARK_TOOL),
+            },
+            "regex",
+        ),
+    ],
+)
+def test_bad_custom_tools_are_400s_and_the_server_goes_on(live, extra, words):
+    body = {"model": "tiny", "messages": USER, "max_tokens": 4, **extra}
+    response = httpx.post(live.url + "/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    assert words.lower() in response.json()["error"]["message"].lower()
+    assert httpx.get(live.url + "/health", timeout=10).status_code == 200
+
+
+def test_the_template_sees_a_custom_tool_as_a_function_of_one_string():
+    body = ChatCompletionRequest.model_validate({"messages": USER, "tools": [REGEX_TOOL, TEXT_TOOL]})
+    regex, text = as_template_tools(body.tools)
+    assert regex["type"] == "function" and regex["function"]["name"] == "lookup"
+    assert regex["function"]["parameters"]["properties"]["input"] == {"type": "string", "pattern": f"^(?:{ORDER_ID})$"}
+    assert "Look an order up." in regex["function"]["description"] and ORDER_ID in regex["function"]["description"]
+    assert text["function"]["parameters"]["required"] == ["input"] and "free text" in text["function"]["description"]
+
+
+def test_an_auto_call_to_a_custom_tool_is_answered_as_one():
+    parser = HermesParser()
+    parser.custom = frozenset({"lookup"})
+    text = 'ok <tool_call>{"name": "lookup", "arguments": {"input": "AB\\"C"}}</tool_call><tool_call>' + (
+        '{"name": "add", "arguments": {"a": 1}}</tool_call>'
+    )
+    custom, function = ChatOutput(tools=parser).message(text).tool_calls
+    assert custom["type"] == "custom" and custom["custom"] == {"name": "lookup", "input": 'AB"C'}
+    assert function["type"] == "function" and function["function"]["arguments"] == '{"a": 1}'
+    stream = ChatOutput(tools=parser)
+    deltas = [stream.feed(text[i : i + 5]) for i in range(0, len(text), 5)] + [stream.finish()]
+    inputs = [
+        d["custom"]["input"] for out in deltas for d in out.get("tool_calls", []) if "input" in d.get("custom", {})
+    ]
+    assert inputs == ['AB"C']  # JSON holding the input: sent once, whole and decoded
