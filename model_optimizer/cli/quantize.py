@@ -298,7 +298,7 @@ class _progress:
 
         if not sys.stderr.isatty():
             self.lines = _ProgressLines()
-            return Callbacks(start=self.lines.start, advance=self.lines.advance)
+            return Callbacks(start=self.lines.start, advance=self.lines.advance, warn=_print_warning)
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -312,7 +312,7 @@ class _progress:
         )
         self.bar.start()
         self.tasks: dict[str, int] = {}
-        return Callbacks(start=self._start, advance=self._advance)
+        return Callbacks(start=self._start, advance=self._advance, warn=self._warn)
 
     def _start(self, name: str, total: int) -> None:
         self.tasks[name] = self.bar.add_task(name, total=total)
@@ -320,9 +320,20 @@ class _progress:
     def _advance(self, name: str) -> None:
         self.bar.advance(self.tasks[name])
 
+    def _warn(self, text: str) -> None:
+        self.bar.console.print(_warning_line(text), markup=False, highlight=False, soft_wrap=True)  # above the bar
+
     def __exit__(self, *exc) -> None:
         if hasattr(self, "bar"):
             self.bar.stop()
+
+
+def _warning_line(text: str) -> str:
+    return f"mopt quantize: warning: {text}"
+
+
+def _print_warning(text: str) -> None:
+    print(_warning_line(text), file=sys.stderr, flush=True)
 
 
 class _ProgressLines:

@@ -120,6 +120,21 @@ EVALUATION_MODULES = (
     "plistlib",
 )
 MAX_CHARS = {"calibration": 260_000, "evaluation": 90_000}
+MIN_CALIB_TOKENS = 8_192
+"""Fewest calibration tokens worth AWQ's search: 16 windows of 512, an eighth of the default 128 x 512
+(AutoAWQ's defaults too). AWQ scales each input channel by its mean activation over these
+tokens and picks the scale that best keeps each layer's output on them; from one short passage the scales
+fit that passage, not what the model will be given. Below it `mopt quantize` warns; it still runs."""
+MIN_EVAL_TOKENS = 2_048
+"""Fewest held-out tokens whose accuracy figures mean something: top-1 agreement is a share of tokens, and
+over 2,048 its standard error is at most 1.1 points (sqrt(0.25 / 2048); more in truth, as neighbouring tokens
+are not independent), against the few points a --min-top1 limit is set to catch; over a handful of tokens one
+token moves it by tens of points, and perplexity and KL are as noisy. The default is 32 x 512. Below it
+`mopt quantize` warns; it still runs."""
+_AMOUNTS = {  # per split: what its tokens are for, the fewest meaningful, and the flags that give more
+    "calibration": ("AWQ's scales", MIN_CALIB_TOKENS, ("--calib", "--num-calib-samples", "--calib-seq-len")),
+    "evaluation": ("the accuracy figures", MIN_EVAL_TOKENS, ("--eval-text", "--num-eval-samples", "--eval-seq-len")),
+}
 
 
 def module_text(name: str) -> str:
@@ -199,3 +214,20 @@ def token_windows(tokenizer, docs: list[str], num_samples: int, seq_len: int) ->
         raise ValueError("the calibration text tokenizes to fewer than 2 tokens")
     windows = [ids[i : i + seq_len] for i in range(0, min(len(ids), num_samples * seq_len), seq_len)]
     return [w for w in windows if len(w) > 1]
+
+
+def too_little_text(split: str, windows: list[list[int]], num_samples: int, seq_len: int) -> str | None:
+    """A warning when the token windows of `split` (from token_windows with `num_samples` x `seq_len`) hold
+    fewer than its minimum (MIN_CALIB_TOKENS, MIN_EVAL_TOKENS), naming what limited them: the text, or
+    the windows asked for. None when there are enough."""
+    purpose, minimum, (text_flag, samples_flag, len_flag) = _AMOUNTS[split]
+    num_tokens = sum(map(len, windows))
+    if num_tokens >= minimum:
+        return None
+    if num_tokens < num_samples * seq_len:  # token_windows ran out of text before filling the windows
+        cause = f"the {split} text ({text_flag}) is only {num_tokens:,} tokens"
+        remedy = f"give a longer {text_flag} file"
+    else:
+        cause = f"{samples_flag} {num_samples} x {len_flag} {seq_len} take only {num_tokens:,} {split} tokens"
+        remedy = f"raise {samples_flag} or {len_flag}"
+    return f"{cause}, too few for {purpose} to be meaningful: {minimum:,} or more are recommended ({remedy})"

@@ -61,10 +61,12 @@ class QuantizeOptions:
 
 @dataclass
 class Progress:
-    """Callbacks for a progress display: start(task, total) then advance(task) per unit."""
+    """Callbacks for a progress display: start(task, total) then advance(task) per unit; warn(text) for a
+    caveat the user should read beside the figures (too little calibration or evaluation text)."""
 
     start: Callable[[str, int], None] = lambda task, total: None
     advance: Callable[[str], None] = lambda task: None
+    warn: Callable[[str], None] = lambda text: None
 
 
 class GateFailed(Exception):

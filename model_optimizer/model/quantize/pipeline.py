@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from model_optimizer.model.quantize import embed_pipeline
-from model_optimizer.model.quantize.calibration import read_documents, token_windows
+from model_optimizer.model.quantize.calibration import read_documents, token_windows, too_little_text
 from model_optimizer.model.quantize.evaluate import Accuracy, compare, gate_failures, load_for_eval
 from model_optimizer.model.quantize.job import (
     REPORT_NAME,
@@ -42,14 +42,8 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
     check_int4_groups(opts.model, opts.method, opts.group_size)
     started = time.time()
     tokenizer = model_tokenizer(opts.model)
-    eval_windows = token_windows(
-        tokenizer, read_documents(opts.eval_text, "evaluation"), opts.num_eval_samples, opts.eval_seq_len
-    )
-    calib_windows = []
-    if opts.method == "awq":
-        calib_windows = token_windows(
-            tokenizer, read_documents(opts.calib, "calibration"), opts.num_calib_samples, opts.calib_seq_len
-        )
+    eval_windows = text_windows(tokenizer, opts, "evaluation", progress)
+    calib_windows = text_windows(tokenizer, opts, "calibration", progress) if opts.method == "awq" else []
 
     def build(tmp: Path) -> dict:
         model = quantized_model(opts, calib_windows, progress)
@@ -76,6 +70,20 @@ def model_tokenizer(model: Path):
             "text cannot be tokenized; copy the tokenizer files of the original model into it"
         )
     return tokenizer
+
+
+def text_windows(tokenizer, opts: QuantizeOptions, split: str, progress: Progress) -> list[list[int]]:
+    """The token windows of the "calibration" or "evaluation" text `opts` names; `progress.warn` says so
+    when they are too few tokens for the figures made from them to mean anything (too_little_text)."""
+    if split == "calibration":
+        path, num_samples, seq_len = opts.calib, opts.num_calib_samples, opts.calib_seq_len
+    else:
+        path, num_samples, seq_len = opts.eval_text, opts.num_eval_samples, opts.eval_seq_len
+    windows = token_windows(tokenizer, read_documents(path, split), num_samples, seq_len)
+    warning = too_little_text(split, windows, num_samples, seq_len)
+    if warning is not None:
+        progress.warn(warning)
+    return windows
 
 
 def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progress: Progress) -> torch.nn.Module:
@@ -114,12 +122,7 @@ def eval_only(folder: Path, reference: Path, opts: QuantizeOptions, progress: Pr
     if embed_pipeline.is_embedding_model(reference):
         return embed_pipeline.eval_only_embedding(folder, reference, opts, progress)
     started = time.time()
-    windows = token_windows(
-        model_tokenizer(reference),
-        read_documents(opts.eval_text, "evaluation"),
-        opts.num_eval_samples,
-        opts.eval_seq_len,
-    )
+    windows = text_windows(model_tokenizer(reference), opts, "evaluation", progress)
     accuracy = evaluate(reference, folder, windows, opts, progress)
     report = build_report(opts, accuracy, [], windows, time.time() - started, folder)
     failures = report["gate"]["failures"]

@@ -9,7 +9,13 @@ import torch
 
 from model_optimizer.cli.main import main
 from model_optimizer.model.quantize import awq
-from model_optimizer.model.quantize.calibration import read_documents, token_windows
+from model_optimizer.model.quantize.calibration import (
+    MIN_CALIB_TOKENS,
+    MIN_EVAL_TOKENS,
+    read_documents,
+    token_windows,
+    too_little_text,
+)
 from model_optimizer.runtime.layers.quantization.quantizers import fake_quantize_int4
 
 SMALL = ["--num-eval-samples", "2", "--eval-seq-len", "64", "--device", "cpu"]
@@ -144,6 +150,38 @@ def test_awq_end_to_end_records_calibration(quant_model, tmp_path, capsys):
     err = capsys.readouterr().err  # the long phase reports each layer as it finishes, not all at the end
     assert "mopt quantize: AWQ search: 2 steps" in err
     assert err.index("AWQ search 1/2 (") < err.index("AWQ search 2/2 (") < err.index("evaluation 2/2 (")
+
+
+def test_too_little_calibration_and_evaluation_text_is_warned_about(quant_model, tmp_path, capsys):
+    """AWQ on a one-document --calib and an --eval-text of 3 tokens passed without a word: scales fit to one
+    passage and figures over 2 scored tokens. Each is now named in a warning with the amount recommended."""
+    calib = tmp_path / "calib.jsonl"
+    calib.write_text(json.dumps({"text": read_documents(None)[0][:400]}) + "\n")
+    held_out = tmp_path / "eval.txt"
+    held_out.write_text("def f")
+    out = tmp_path / "awq"
+    argv = ["quantize", str(quant_model("qwen2")), "--method", "awq", "--output", str(out)]
+    argv += ["--calib", str(calib), "--eval-text", str(held_out), "--device", "cpu"]
+    assert main(argv) == 0
+    report = json.loads((out / "quantization_report.json").read_text())
+    num_calib, num_eval = report["calibration"]["num_tokens"], report["evaluation"]["num_tokens"]
+    assert 0 < num_calib < MIN_CALIB_TOKENS and num_eval == 3
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == [
+        f"mopt quantize: warning: the evaluation text (--eval-text) is only {num_eval} tokens, too few for the "
+        f"accuracy figures to be meaningful: {MIN_EVAL_TOKENS:,} or more are recommended (give a longer "
+        "--eval-text file)",
+        f"mopt quantize: warning: the calibration text (--calib) is only {num_calib} tokens, too few for AWQ's "
+        f"scales to be meaningful: {MIN_CALIB_TOKENS:,} or more are recommended (give a longer --calib file)",
+    ]
+
+
+def test_enough_text_is_not_warned_about_and_too_few_windows_are_named():
+    enough = [[1] * 512] * (MIN_EVAL_TOKENS // 512)
+    assert too_little_text("evaluation", enough, num_samples=32, seq_len=512) is None
+    few = too_little_text("calibration", [[1] * 64] * 4, num_samples=4, seq_len=64)
+    assert few is not None and few.startswith("--num-calib-samples 4 x --calib-seq-len 64 take only 256 ")
+    assert few.endswith("(raise --num-calib-samples or --calib-seq-len)")
 
 
 def test_awq_scales_beat_round_to_nearest_on_outlier_channels():
