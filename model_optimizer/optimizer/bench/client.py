@@ -348,20 +348,27 @@ def chunk_token_counts(counted: list[int | None], chars: list[int], total: int |
 
 def error_message(body: str) -> str:
     """The `error.message` of an OpenAI-style error body (or `detail`, or `message`), else the body itself."""
+    return json_error_message(body) or body.strip()
+
+
+def json_error_message(body: str) -> str | None:
+    """The `error.message` of an OpenAI-style error body (or `detail`, as FastAPI and vLLM send, or
+    `message`); None when the body is not such JSON."""
     try:
         data = json.loads(body)
     except json.JSONDecodeError:
-        return body.strip()
-    if isinstance(data, dict):
-        error = data.get("error")
-        for candidate in (
-            error.get("message") if isinstance(error, dict) else error,
-            data.get("detail"),
-            data.get("message"),
-        ):
-            if isinstance(candidate, str) and candidate:
-                return candidate
-    return body.strip()
+        return None
+    if not isinstance(data, dict):
+        return None
+    error = data.get("error")
+    for candidate in (
+        error.get("message") if isinstance(error, dict) else error,
+        data.get("detail"),
+        data.get("message"),
+    ):
+        if isinstance(candidate, str) and candidate:
+            return candidate
+    return None
 
 
 def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from model_optimizer.optimizer.bench.client import ClientConfig
+from model_optimizer.optimizer.bench.client import ClientConfig, json_error_message
 
 
 @dataclass
@@ -47,7 +47,7 @@ async def discover_model(cfg: ClientConfig) -> ServerModel | None:
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
         if cfg.model is not None:
             return None
-        raise ValueError(f"no --model given and GET {cfg.base_url}/v1/models did not list one ({exc})") from None
+        raise ValueError(f"no --model given and GET {cfg.base_url}/v1/models did not list one ({_why(exc)})") from None
     card = cards[0] if cfg.model is None else next((c for c in cards if c["id"] == cfg.model), None)
     if card is None:
         return None
@@ -58,6 +58,20 @@ async def discover_model(cfg: ClientConfig) -> ServerModel | None:
         root if isinstance(root, str) else None,
         max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None,
     )
+
+
+def _why(exc: Exception) -> str:
+    """One line for why the list failed. An error status is "HTTP 401 Unauthorized", then the server's
+    message where the body is an OpenAI-style error: httpx's own text adds a second line (a link to MDN's
+    page on the status) and repeats the URL the caller's sentence already names."""
+    if not isinstance(exc, httpx.HTTPStatusError):
+        return str(exc) or type(exc).__name__  # a timeout's text is empty
+    response = exc.response
+    status = f"HTTP {response.status_code} {response.reason_phrase}"
+    message = json_error_message(response.text)
+    if not message or message == response.reason_phrase:  # FastAPI's 404 says "Not Found" again
+        return status
+    return f"{status}: {' '.join(message.split())[:300]}"  # one line, however the server wrapped it
 
 
 def local_tokenizer(*candidates: str | None) -> str | None:

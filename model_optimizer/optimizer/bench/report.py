@@ -43,10 +43,12 @@ def run_files(folder: str | Path) -> list[Path]:
 
 
 def reserve_run_path(folder: str | Path, label: str) -> Path:
-    """Claim the next free run-NN-<label>.json of `folder` (created empty), so no earlier run is overwritten.
+    """Claim the next free run-NN-<label>.json of `folder` (created empty, and the folder with it), so no
+    earlier run is overwritten.
 
     Numbers continue after the highest one in the folder; the exclusive create makes two
     benchmarks writing into one folder take different numbers."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
     existing = [int(m.group(1)) for p in Path(folder).glob("run-*") if (m := re.match(r"^run-(\d+)-", p.name))]
     number = max(existing, default=0) + 1
     while True:

@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -88,9 +87,9 @@ def run_benchmark(setup: BenchSetup, console: Console | None = None) -> list[dic
     """Run every planned load of `setup`, write results, and return this invocation's run results.
 
     Runs already in the output folder are kept: new runs take the next numbers, and summary.csv
-    and report.html cover every run in the folder."""
+    and report.html cover every run in the folder. The folder is made with the first run's file
+    (report.reserve_run_path): a benchmark that fails before any run leaves no empty folder."""
     console = console or Console()
-    Path(setup.output.output_dir).mkdir(parents=True, exist_ok=True)
     try:
         return asyncio.run(_run_all(setup, console))
     finally:  # also after Ctrl-C: the report covers the runs that finished

@@ -134,3 +134,41 @@ def test_an_output_dir_that_cannot_be_a_folder_is_named(capsys, tmp_path):
         code = main(["bench", "--base-url", DEAD, "--model", "m", "--num-requests", "1", "--output-dir", output])
         err = capsys.readouterr().err
         assert code == 2 and err.strip() == f"mopt bench: error: {message}", err
+
+
+def test_a_failure_before_any_run_leaves_no_empty_output_folder(capsys, tmp_path):
+    """Without --model the bench asks the server for one before any run; when nothing answered, the folder it
+    had made for the runs (and its parents) stayed behind, empty. A folder that was there before is kept."""
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for output in (tmp_path / "new" / "out", kept):
+        code = main(["bench", "--base-url", DEAD, "--num-requests", "1", "--output-dir", str(output)])
+        err = capsys.readouterr().err
+        assert code == 2 and f"GET {DEAD}/v1/models did not list one" in err, err
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and not any(kept.iterdir())
+
+
+def test_an_http_error_is_one_line_with_the_status_url_and_the_servers_message(capsys, tmp_path):
+    """httpx's text of an error status ("Client error '401 Unauthorized' for url ...") adds a second line, a
+    link to MDN's page on the status, and dropped the server's OpenAI-style message."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from tests.optimizer.bench.stream_server import ServerThread
+
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        error = {"message": "Incorrect API key\nprovided", "type": "invalid_request_error"}
+        return JSONResponse({"error": error}, status_code=401)
+
+    with ServerThread(app) as server:
+        for base_url, why in [
+            (server.base_url, "HTTP 401 Unauthorized: Incorrect API key provided"),
+            (f"{server.base_url}/nope", "HTTP 404 Not Found"),  # FastAPI's {"detail": "Not Found"}: said once
+        ]:
+            code = main(["bench", "--base-url", base_url, "--num-requests", "1", "--output-dir", str(tmp_path)])
+            err = capsys.readouterr().err
+            assert code == 2, err
+            assert err == f"mopt bench: error: no --model given and GET {base_url}/v1/models did not list one ({why})\n"
