@@ -7,7 +7,8 @@
 `build` needs no GPU: it walks an engine start's forward passes on the meta device and compiles every
 Triton kernel they launch for the target architecture (runtime/runner/aot_build.py), into the folder
 the engine reads on such a GPU (the versions and architecture name it: kernels/compile_cache.py), or
-into --output, in --jobs processes at once (each kernel variant compiled by one of them). Copy that
+into --output, in --jobs processes at once (each kernel variant compiled by one of them), with a progress
+bar of the variants compiled (plain lines on stderr where it is no terminal). Copy that
 folder into an image at the same path (or point MOPT_COMPILE_CACHE_DIR at the root that holds it)
 and the first start compiles nothing. Another Triton, torch or
 model_optimizer version, or an edited kernel, is a miss that compiles as before: nothing stale runs.
@@ -17,16 +18,23 @@ model_optimizer version, or an edited kernel, is a miss that compiles as before:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
 import signal
 import sys
+import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 from model_optimizer.runtime.config import EngineConfig
+
+if TYPE_CHECKING:
+    from model_optimizer.runtime.kernels.aot import AotTarget
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -71,14 +79,12 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "path":
         print(folder)
         return 0
-    from model_optimizer.runtime.runner.aot_workers import build_parallel
-
     config = dataclass_from_args(EngineConfig, args)
     jobs = _jobs(args.jobs)
     _check_build(config, args.num_sms, folder)  # here, not as a traceback from each build worker
-    folder.mkdir(parents=True, exist_ok=True)
-    with _sigterm_as_interrupt():
-        report = build_parallel(config, target, folder, jobs)
+    with _removed_if_left_empty(folder), _sigterm_as_interrupt():
+        folder.mkdir(parents=True, exist_ok=True)
+        report = _build(config, target, folder, jobs)
     launches = sum(report["kernel_launches"].values())
     shown = {k: report[k] for k in ("folder_key", "entries", "compiled", "seconds") if k in report}
     print(json.dumps(shown | {"launches": launches, "jobs": report.get("jobs", 1)}))
@@ -99,6 +105,92 @@ def _check_build(config: EngineConfig, num_sms: int, folder: Path) -> None:
     check_writable_folder_path(folder, "--output")  # a file, under one, read-only: not a worker's raw errno
     localize(config)  # a Hub id becomes its snapshot folder; a missing folder is FileNotFoundError
     read_config(config.model)  # config.json present and readable
+
+
+def _build(config: EngineConfig, target: AotTarget, folder: Path, jobs: int | None) -> dict:
+    """aot_workers.build_parallel, with its progress (common.progress): one step per kernel variant compiled,
+    out of the variants a walk that compiles nothing counts first (aot.count_variants). A model the build
+    refuses is refused by that walk, before any worker starts."""
+    from rich.console import Console
+
+    from model_optimizer.common.progress import batch_progress
+    from model_optimizer.runtime.kernels.aot import PROGRESS_ENV, count_variants
+    from model_optimizer.runtime.runner.aot_build import build
+    from model_optimizer.runtime.runner.aot_workers import build_parallel
+
+    total = count_variants(lambda: build(config, target, folder, manifest=False))
+    with (
+        tempfile.NamedTemporaryFile(prefix="mopt-aot-progress-") as ticks,
+        batch_progress(Console(stderr=True), total, "compiling", _log, unit="kernel variants") as advance,
+        _following(Path(ticks.name), advance),
+        _environment(PROGRESS_ENV, ticks.name),
+    ):
+        return build_parallel(config, target, folder, jobs)
+
+
+def _log(message: str) -> None:
+    print(f"mopt compile-cache: {message}", file=sys.stderr, flush=True)
+
+
+FOLLOW_INTERVAL_S = 0.2
+"""How often the progress reads how many variants the build has compiled."""
+
+
+@contextmanager
+def _following(ticks: Path, advance: Callable[[int], None]) -> Iterator[None]:
+    """A thread that turns what the build appends to `ticks` (a byte per variant compiled, aot.PROGRESS_ENV)
+    into progress steps, until the block ends; its last look comes after the build's last byte."""
+    stop = threading.Event()
+
+    def follow() -> None:
+        seen = 0
+        while True:
+            stopped = stop.wait(FOLLOW_INTERVAL_S)
+            size = ticks.stat().st_size
+            if size > seen:
+                advance(size - seen)
+                seen = size
+            if stopped:
+                return
+
+    thread = threading.Thread(target=follow, name="mopt-aot-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """`name` set to `value` in this process's environment for the block (the build's workers inherit it)."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+@contextmanager
+def _removed_if_left_empty(folder: Path) -> Iterator[None]:
+    """When the block fails (an error, Ctrl-C), remove `folder` and the parents of it that did not exist
+    before the block, as far as they are empty: a failed build leaves no empty folder of its own making.
+    A folder that existed before, or that holds anything, is kept."""
+    made = list(itertools.takewhile(lambda path: not path.exists(), (folder, *folder.parents)))  # deepest first
+    try:
+        yield
+    except BaseException:
+        for path in made:
+            try:
+                path.rmdir()  # refuses a folder that holds anything
+            except OSError:
+                break  # then its parents hold it
+        raise
 
 
 def _jobs(requested: int | None) -> int | None:

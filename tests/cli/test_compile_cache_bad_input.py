@@ -4,6 +4,8 @@ RuntimeError, exit code 1) and before the output folder is made."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from model_optimizer.assets import reference_model_path
@@ -71,3 +73,19 @@ def test_jobs_below_one_names_the_flag(tmp_path, capsys):
     argv = ["compile-cache", "build", "--model", str(reference_model_path()), "--output", str(tmp_path / "c")]
     assert "--jobs must be at least 1, got 0" in error_line([*argv, "--jobs", "0"], capsys)
     assert not (tmp_path / "c").exists()
+
+
+def test_a_model_the_build_refuses_leaves_no_folder_it_made(tmp_path, capsys):
+    """An architecture that config.json names but the engine does not build passes the checks above and is
+    refused by the build itself: the output folder it had made by then (and that folder's parents) stayed
+    behind, empty. A folder that was there before is kept."""
+    model = tmp_path / "model"
+    model.mkdir()
+    config = json.loads((reference_model_path() / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "architectures": ["FooForCausalLM"]}))
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for output in (tmp_path / "new" / "cache", kept):
+        line = error_line(["compile-cache", "build", "--model", str(model), "--output", str(output)], capsys)
+        assert "'FooForCausalLM' is not supported" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept", "model"] and not any(kept.iterdir())

@@ -25,7 +25,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +47,11 @@ class AotTarget:
     def arch(self) -> int:
         return self.capability[0] * 10 + self.capability[1]
 
+
+PROGRESS_ENV = "MOPT_AOT_PROGRESS_FILE"
+"""A file to which `compile_only` appends one byte per kernel variant it compiles (or finds in Triton's
+cache), in whichever process compiles it: build workers inherit the variable, so `mopt compile-cache build`
+follows compiles made in other processes by the file's size."""
 
 logger = logging.getLogger(__name__)
 _state = threading.local()
@@ -150,6 +155,7 @@ def compile_only(target: AotTarget = AotTarget(), claims: Path | None = None) ->
         raise RuntimeError("compile_only blocks do not nest")
     log = CompileLog({})
     original, original_compile = JITFunction.run, JITFunction._do_compile
+    progress = os.environ.get(PROGRESS_ENV)
 
     def run(self, *args, grid, warmup, **kwargs):
         name = _name(self)
@@ -159,11 +165,13 @@ def compile_only(target: AotTarget = AotTarget(), claims: Path | None = None) ->
         return original(self, *args, grid=grid, warmup=True, **kwargs)
 
     def do_compile(self, key, *args, **kwargs):
-        if claims is not None and not _claim(claims, f"{self.module}.{_name(self)}|{key}"):
+        if claims is not None and not _claim(claims, _variant(self, key)):
             return None  # Triton's JIT treats None as "nothing to launch" and keeps no entry
         log.compiled += 1
         kernel = original_compile(self, key, *args, **kwargs)
         log.launchers += _prebuild_launcher(kernel)
+        if progress:
+            _tick(progress)
         return kernel
 
     driver.set_active(_TargetDriver(target))
@@ -175,6 +183,38 @@ def compile_only(target: AotTarget = AotTarget(), claims: Path | None = None) ->
         _state.target = None
         JITFunction.run, JITFunction._do_compile = original, original_compile
         driver.reset_active() if _has_default_driver(driver) else setattr(driver, "_active", None)
+
+
+def count_variants(build: Callable[[], object]) -> int:
+    """The kernel variants `build` (aot_build.build: a walk inside `compile_only`) compiles, counted without
+    compiling any: Triton's compile step, which compile_only calls for each variant it takes, is replaced
+    for the call by one that notes the variant and hands back nothing, as for a variant another worker
+    claimed. A walk is seconds where the compiles are tens of seconds: it gives a build's progress its total."""
+    from triton.runtime.jit import JITFunction
+
+    variants: set[str] = set()
+    original = JITFunction._do_compile
+
+    def note(self, key, *args, **kwargs):
+        variants.add(_variant(self, key))
+        return None
+
+    JITFunction._do_compile = note
+    try:
+        build()
+    finally:
+        JITFunction._do_compile = original
+    return len(variants)
+
+
+def _variant(fn, key) -> str:
+    """A kernel variant as the build's workers claim it: the kernel and Triton's key of the call."""
+    return f"{fn.module}.{_name(fn)}|{key}"
+
+
+def _tick(path: str) -> None:
+    with open(path, "ab") as file:  # one byte with O_APPEND: lands whole, whichever worker writes it
+        file.write(b".")
 
 
 def _name(fn) -> str:
