@@ -115,15 +115,26 @@ def run(args: argparse.Namespace) -> int:
     try:
         results = run_benchmark(setup, console)
     except KeyboardInterrupt:
-        console.print(f"interrupted: runs that finished are saved in {setup.output.output_dir}")
+        console.print(f"interrupted: {_saved(setup.output.output_dir)}")
         return 130
     except WorkerFailed as exc:  # a client process died or raised: the run has no result, say which and why
         if getattr(args, "debug", False) or os.environ.get("MOPT_DEBUG"):
             raise
-        print(f"mopt bench: error: {exc}; runs that finished are saved in {setup.output.output_dir}", file=sys.stderr)
+        print(f"mopt bench: error: {exc}; {_saved(setup.output.output_dir)}", file=sys.stderr)
         return 1
     console.print(f"report: {os.path.join(setup.output.output_dir, 'report.html')}")
     return 0 if all(r["summary"]["num_ok"] for r in results) else 1
+
+
+def _saved(folder: str) -> str:
+    """Where the runs that finished are, or that none did (the folder is made with the first run's file)."""
+    import os
+
+    from model_optimizer.optimizer.bench.report import run_files
+
+    if not os.path.isdir(folder) or not run_files(folder):
+        return "no run finished"
+    return f"runs that finished are saved in {folder}"
 
 
 def _compare_paths(args: argparse.Namespace, configs: tuple[type, ...]) -> tuple[str, str]:
