@@ -204,17 +204,12 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str, 
             raise APIError(400, f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", f"{where}.role")
         messages.append({"role": role, "content": _text(item.get("content"), f"{where}.content")})
     elif kind == "function_call":
-        call = {
-            "id": _string(item, "call_id", where),
-            "type": "function",
-            "function": {"name": _string(item, "name", where), "arguments": _string(item, "arguments", where)},
-        }
-        last = messages[-1] if messages else None
-        if last is not None and last["role"] == "assistant" and not thinking:
-            last.setdefault("tool_calls", []).append(call)
-        else:
-            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-    elif kind == "function_call_output":
+        function = {"name": _string(item, "name", where), "arguments": _string(item, "arguments", where)}
+        _add_call(messages, {"id": _string(item, "call_id", where), "type": "function", "function": function}, thinking)
+    elif kind == "custom_tool_call":
+        custom = {"name": _string(item, "name", where), "input": _string(item, "input", where)}
+        _add_call(messages, {"id": _string(item, "call_id", where), "type": "custom", "custom": custom}, thinking)
+    elif kind in ("function_call_output", "custom_tool_call_output"):
         output = item.get("output")
         if not isinstance(output, str):
             output = _text(output, f"{where}.output")
@@ -223,12 +218,22 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str, 
         raise APIError(
             400,
             f"{where}: input items of type {kind!r} are not supported (message, function_call, "
-            "function_call_output and reasoning are)",
+            "function_call_output, custom_tool_call, custom_tool_call_output and reasoning are)",
             f"{where}.type",
         )
     if messages[-1]["role"] == "assistant" and thinking:
         messages[-1]["reasoning"] = "\n".join(thinking)
     thinking.clear()  # thinking no assistant turn followed (a response cut while thinking) is dropped
+
+
+def _add_call(messages: list[dict[str, Any]], call: dict[str, Any], thinking: list[str]) -> None:
+    """A call joined to the assistant message just before it (chat writes a turn's text and calls as one
+    message), else in an assistant message of its own."""
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant" and not thinking:
+        last.setdefault("tool_calls", []).append(call)
+    else:
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
 def _check_outputs_answer_calls(messages: list[dict[str, Any]]) -> None:
@@ -279,15 +284,17 @@ def _string(item: dict[str, Any], key: str, where: str) -> str:
 
 
 def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
-    """A flat Responses function tool as chat's nested one; other tool types (web_search, file_search,
-    computer use, MCP...) are a 400: they run on OpenAI's side. Without `strict` (or with null), a tool is
-    strict, its schema normalised as OpenAI's Responses API does (objects closed, every property
-    required); `strict: false` keeps it as sent, best effort, as chat's default is."""
+    """A flat Responses function or custom tool as chat's nested one; other tool types (web_search,
+    file_search, computer use, MCP...) are a 400: they run on OpenAI's side. Without `strict` (or with
+    null), a function tool is strict, its schema normalised as OpenAI's Responses API does (objects
+    closed, every property required); `strict: false` keeps it as sent, best effort, as chat's default is."""
+    if tool.get("type") == "custom":
+        return {"type": "custom", "custom": _custom_tool(tool)}
     if tool.get("type") != "function":
         raise APIError(
             400,
-            f"tools[{i}]: tools of type {tool.get('type')!r} are not supported; only function tools (the client "
-            "runs them) are",
+            f"tools[{i}]: tools of type {tool.get('type')!r} are not supported; only function and custom tools "
+            "(the client runs them) are",
             f"tools[{i}].type",
         )
     function = {key: tool[key] for key in ("name", "description", "parameters", "strict") if key in tool}
@@ -296,6 +303,16 @@ def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
         if isinstance(function.get("parameters"), dict):
             function["parameters"] = closed(function["parameters"], require_all=True)
     return {"type": "function", "function": function}
+
+
+def _custom_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A Responses custom tool's fields as chat's `custom` object: its grammar format is flat here
+    (`{"type": "grammar", "syntax", "definition"}`), nested there (under `grammar`)."""
+    custom = {key: tool[key] for key in ("name", "description", "format") if key in tool}
+    fmt = custom.get("format")
+    if isinstance(fmt, dict) and fmt.get("type") == "grammar" and "grammar" not in fmt:
+        custom["format"] = {"type": "grammar", "grammar": {k: fmt[k] for k in ("syntax", "definition") if k in fmt}}
+    return custom
 
 
 _UNION_BRANCHES = frozenset(("bool", "str", "int", "float", "list", "dict", "none"))
@@ -323,20 +340,24 @@ def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
         tools, mode = choice.get("tools"), choice.get("mode")
         if mode not in ("auto", "required"):
             raise APIError(400, f"tool_choice.mode must be auto or required, got {mode!r}", "tool_choice.mode")
-        functions = isinstance(tools, list) and all(
-            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("name"), str) for t in tools
+        named = isinstance(tools, list) and all(
+            isinstance(t, dict) and t.get("type") in ("function", "custom") and isinstance(t.get("name"), str)
+            for t in tools
         )
-        if not tools or not functions:
+        if not tools or not named:
             raise APIError(
                 400,
-                'tool_choice.tools must list function tools: {"type": "function", "name": ...}',
+                'tool_choice.tools must list function or custom tools: {"type": "function", "name": ...}',
                 "tool_choice.tools",
             )
-        named = [{"type": "function", "function": {"name": t["name"]}} for t in tools]
-        return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": named}}
-    if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
-        raise APIError(400, 'tool_choice must name a function tool: {"type": "function", "name": ...}', "tool_choice")
-    return {"type": "function", "function": {"name": choice["name"]}}
+        listed = [{"type": "function", "function": {"name": t["name"]}} for t in tools]  # chat's list: by name
+        return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": listed}}
+    kind = choice.get("type")
+    if kind not in ("function", "custom") or not isinstance(choice.get("name"), str):
+        raise APIError(
+            400, 'tool_choice must name a function or custom tool: {"type": "function", "name": ...}', "tool_choice"
+        )
+    return {"type": kind, kind: {"name": choice["name"]}}
 
 
 def echoed_format(fmt: dict[str, Any] | None) -> dict[str, Any]:

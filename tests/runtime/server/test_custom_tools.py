@@ -7,6 +7,7 @@ is the input, constrained by its grammar; the model sees the tool as a function 
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -162,3 +163,48 @@ def test_an_auto_call_to_a_custom_tool_is_answered_as_one():
         d["custom"]["input"] for out in deltas for d in out.get("tool_calls", []) if "input" in d.get("custom", {})
     ]
     assert inputs == ['AB"C']  # JSON holding the input: sent once, whole and decoded
+
+
+# ----------------------------------------------------------------------------------- /v1/responses
+FLAT_REGEX_TOOL = {  # the Responses API's flat shape of REGEX_TOOL
+    "type": "custom",
+    "name": "lookup",
+    "description": "Look an order up.",
+    "format": {"type": "grammar", "syntax": "regex", "definition": ORDER_ID},
+}
+
+
+def test_a_named_custom_tool_on_the_responses_api_and_its_output_sent_back(client):
+    response = client.responses.create(
+        model="tiny", input="Find my order", tools=[FLAT_REGEX_TOOL], tool_choice={"type": "custom", "name": "lookup"},
+        max_output_tokens=40, temperature=1.0,
+    )  # fmt: skip
+    [call] = response.output
+    assert call.type == "custom_tool_call" and call.name == "lookup" and call.call_id
+    assert re.fullmatch(ORDER_ID, call.input), call.input
+    follow_up = [
+        {"role": "user", "content": "Find my order"},
+        {"type": "custom_tool_call", "call_id": call.call_id, "name": "lookup", "input": call.input},
+        {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "shipped"},
+    ]
+    answer = client.responses.create(model="tiny", input=follow_up, tools=[FLAT_REGEX_TOOL], max_output_tokens=4)
+    assert [item.type for item in answer.output] == ["message"]
+
+
+def test_a_streamed_custom_call_on_the_responses_api_validates_against_the_openai_types(live):
+    from openai.types.responses import Response, ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    from tests.runtime.server.live import sse_payloads
+
+    body = {"model": "tiny", "input": "Find my order", "tools": [FLAT_REGEX_TOOL], "max_output_tokens": 40,
+            "tool_choice": {"type": "custom", "name": "lookup"}, "temperature": 0}  # fmt: skip
+    whole = httpx.post(live.url + "/v1/responses", json=body, timeout=60).json()
+    Response.model_validate(whole, strict=False)
+    streamed = httpx.post(live.url + "/v1/responses", json={**body, "stream": True}, timeout=60)
+    payloads = [json.loads(p) for p in sse_payloads(streamed)]
+    TypeAdapter(list[ResponseStreamEvent]).validate_python(payloads)
+    deltas = "".join(p["delta"] for p in payloads if p["type"] == "response.custom_tool_call_input.delta")
+    [done] = [p for p in payloads if p["type"] == "response.custom_tool_call_input.done"]
+    assert deltas == done["input"] == whole["output"][0]["input"] and re.fullmatch(ORDER_ID, deltas)
+    assert payloads[-1]["response"]["output"][0]["type"] == "custom_tool_call"

@@ -198,7 +198,7 @@ def test_logprobs_on_output_text(client):
     [
         ({"previous_response_id": "resp_x"}, "previous_response_id", "not stored"),
         ({"background": True}, "background", "nothing is stored"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "only function tools"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "only function and custom tools"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
             "input[0].content[0]",
@@ -207,7 +207,7 @@ def test_logprobs_on_output_text(client):
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type", "not supported"),
         ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role", "must be one of"),
         ({"text": {"format": {"type": "xml"}}}, "text.format", "text, json_object or json_schema"),
-        ({"tool_choice": {"type": "file_search"}}, "tool_choice", "name a function tool"),
+        ({"tool_choice": {"type": "file_search"}}, "tool_choice", "name a function or custom tool"),
         (  # the field's path, without the labels pydantic gives a union's branches
             {"text": {"format": {"type": "json_schema", "name": "x", "schema": 5}}},
             "text.format.schema",
@@ -231,7 +231,7 @@ def test_logprobs_on_output_text(client):
                 },
             },
             "tool_choice.tools",
-            "function tools",
+            "function or custom tools",
         ),
         ({"input": []}, "input", "input is empty"),
         ({"conversation": "conv_1"}, "conversation", "not stored here"),  # state on OpenAI's side: never ignored

@@ -177,7 +177,10 @@ class ResponsesFormat:
             )
             output.append(_message_item(_id("msg"), message.content or "", "completed", logprobs))
         for call in message.tool_calls:
-            output.append(_call_item(call.id, call.function.name, call.function.arguments, "completed"))
+            if call.custom is not None:
+                output.append(_custom_call_item(call.id, call.custom.name, call.custom.input, "completed"))
+            else:
+                output.append(_call_item(call.id, call.function.name, call.function.arguments, "completed"))  # type: ignore[union-attr]
         status = _status(choice.finish_reason)
         if status == "incomplete":  # the item the token bound cut, as the stream closes it
             output[-1]["status"] = "incomplete"
@@ -302,33 +305,42 @@ class ResponsesFormat:
         return _status(self.finish_reason) if item is self.items[-1] else "completed"
 
     def _call_delta(self, call: dict[str, Any]) -> list[str]:
+        """A function call's item and its arguments' pieces; a custom tool's, and its input's."""
         events = []
         item = self.calls.get(call["index"])
         if item is None:
             events += self._close_open()
-            item = self.calls[call["index"]] = _call_item(call["id"], call["function"]["name"], "", "in_progress")
+            if call.get("type") == "custom":
+                item = _custom_call_item(call["id"], call["custom"]["name"], "", "in_progress")
+            else:
+                item = _call_item(call["id"], call["function"]["name"], "", "in_progress")
+            self.calls[call["index"]] = item
             self.items.append(item)
             events.append(self._event("response.output_item.added", output_index=len(self.items) - 1, item=dict(item)))
-        arguments = call.get("function", {}).get("arguments")
-        if arguments:
-            item["arguments"] += arguments
-            events.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
-                                      output_index=self.items.index(item), delta=arguments))  # fmt: skip
+        key, event = _CALL_TEXT[item["type"]]
+        piece = call.get("custom" if item["type"] == "custom_tool_call" else "function", {}).get(key)
+        if piece:
+            item[key] += piece
+            events.append(self._event(f"{event}.delta", item_id=item["id"], output_index=self.items.index(item),
+                                      delta=piece))  # fmt: skip
         return events
 
     def _close_call(self, index: int) -> list[str]:
         item = self.calls.pop(index)
         item["status"] = self._item_status(item)
         output_index = self.items.index(item)
+        key, event = _CALL_TEXT[item["type"]]
         return [
-            self._event(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=output_index,
-                arguments=item["arguments"],
-            ),  # fmt: skip
+            self._event(f"{event}.done", item_id=item["id"], output_index=output_index, **{key: item[key]}),
             self._event("response.output_item.done", output_index=output_index, item=item),
         ]
+
+
+_CALL_TEXT = {
+    "function_call": ("arguments", "response.function_call_arguments"),
+    "custom_tool_call": ("input", "response.custom_tool_call_input"),
+}
+"""A call item's streamed text: its key, and the events that carry it (`.delta`, then `.done`)."""
 
 
 class _Event(ResponseObject):
@@ -367,6 +379,11 @@ def _reasoning_item(item_id: str, text: str, status: str) -> dict[str, Any]:
         "content": [{"type": "reasoning_text", "text": text}],
         "status": status,
     }
+
+
+def _custom_call_item(call_id: str, name: str, text: str, status: str) -> dict[str, Any]:
+    return {"id": _id("ctc"), "type": "custom_tool_call", "call_id": call_id, "name": name, "input": text,
+            "status": status}  # fmt: skip
 
 
 def _call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
