@@ -188,8 +188,11 @@ class KVCacheManager:
             return []
         max_blocks = (request.num_tokens - 1) // self.block_size
         shared = self._sibling_blocks(request)
-        if shared is not None:
-            return shared[:max_blocks]
+        if shared is not None:  # the prompt's full blocks the sibling has computed, never past them: there
+            # they hold the sibling's own output (a preempted completion comes back with tokens of its own)
+            sibling = request.share_prompt_with
+            prompt = min(request.num_prompt_tokens, sibling.num_computed_tokens)  # type: ignore[union-attr]
+            return shared[: min(max_blocks, prompt // self.block_size)]
         if not self.enable_prefix_caching:
             return []
         self._extend_hashes(request, max_blocks * self.block_size)

@@ -311,3 +311,19 @@ def test_a_request_id_that_names_another_requests_completion_is_refused(qwen3_ll
     assert sorted(finished) == ["0:y", "0:z", "2:x", "x", "y"] and len(finished["x"].outputs) == 2
     engine.add_request("1:x", [5, 6], params)
     engine.abort("1:x")
+
+
+def test_n_completions_preempted_resume_from_their_own_tokens(model_dir):
+    """A preempted completion of n shares only its sibling's prompt blocks when it comes back: past the
+    prompt, the sibling's blocks hold the sibling's own output. Every completion's tokens and logprobs
+    equal those of a run with room for all of them."""
+    params = SamplingParams(n=3, temperature=1.0, seed=5, max_tokens=40, ignore_eos=True, logprobs=0)
+    prompt = random_prompts(1, seed=6, lo=20, hi=21)[0]
+    roomy = LLM(model_dir, kv_cache_memory=1 << 24, enable_prefix_caching=False)
+    tight = LLM(model_dir, num_kv_blocks=20, block_size=4, max_model_len=80, enable_prefix_caching=False,
+                async_scheduling=False)  # fmt: skip
+    expected, got = roomy.generate([prompt], params)[0].outputs, tight.generate([prompt], params)[0].outputs
+    assert tight.engine.stats().num_preemptions > 0
+    assert [c.token_ids for c in got] == [c.token_ids for c in expected]
+    for mine, theirs in zip(got, expected, strict=True):
+        assert mine.cumulative_logprob == pytest.approx(theirs.cumulative_logprob, abs=1e-3)
