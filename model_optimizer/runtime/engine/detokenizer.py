@@ -95,6 +95,16 @@ class IncrementalDetokenizer:
             self.read_offset -= drop
 
 
+def decoded_after(tokenizer: Tokenizer, context: list[int], token_ids: list[int], skip_special_tokens: bool) -> str:
+    """The text of `token_ids` as it reads after `context` (the prompt's last tokens), in one go: what
+    IncrementalDetokenizer gives token by token. Decoded alone, a first token's leading space is lost
+    where the tokenizer's decoder strips a sequence's first space (SentencePiece's Llama 2, Mistral)."""
+    if not context:
+        return tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
+    prefix = tokenizer.decode(context, skip_special_tokens=skip_special_tokens)
+    return tokenizer.decode(context + token_ids, skip_special_tokens=skip_special_tokens)[len(prefix) :]
+
+
 def _byte_level_alphabet() -> dict[str, int]:
     """Byte-level BPE's alphabet (GPT-2, Llama 3, Qwen): the character each byte is written as in the
     vocabulary. Printable Latin-1 bytes stand for themselves; the others, in order, take U+0100 on."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from model_optimizer.runtime.engine.detokenizer import IncrementalDetokenizer
+from model_optimizer.runtime.engine.detokenizer import DETOKENIZE_WINDOW, IncrementalDetokenizer, decoded_after
 from model_optimizer.runtime.engine.input_processor import Tokenizer
 from model_optimizer.runtime.engine.logprob_list import LogprobList
 from model_optimizer.runtime.engine.messages import CoreOutputs, read_rows
@@ -56,6 +56,8 @@ class _Completion:
     """DELTA: its finish_reason has been handed out."""
     final_text: str | None = None
     """Text decoded in one go at finish (no detokenizer)."""
+    context: list[int] = field(default_factory=list)
+    """The prompt's last tokens, that text decoded in one go reads after (no detokenizer)."""
 
     @property
     def finished(self) -> bool:
@@ -114,7 +116,8 @@ class OutputProcessor:
         for index in range(params.n):
             child = params.for_completion(index)
             detokenizer = self._detokenizer(prompt_token_ids, child) if incremental else None
-            completions.append(_Completion(index, child, detokenizer))
+            context = [] if incremental else prompt_token_ids[-DETOKENIZE_WINDOW:]
+            completions.append(_Completion(index, child, detokenizer, context=context))
         group = _Group(prompt, prompt_token_ids, params.output_kind, arrival_time, completions)
         if params.prompt_logprobs is not None:
             group.prompt_logprobs = [None]
@@ -282,9 +285,8 @@ class OutputProcessor:
         if not finished or self.tokenizer is None or not completion.params.detokenize:
             return ""
         if completion.final_text is None:
-            completion.final_text = self.tokenizer.decode(
-                completion.token_ids, skip_special_tokens=completion.params.skip_special_tokens
-            )
+            skip = completion.params.skip_special_tokens
+            completion.final_text = decoded_after(self.tokenizer, completion.context, completion.token_ids, skip)
         return completion.final_text
 
     def _detokenizer(self, prompt_token_ids: list[int], params: SamplingParams) -> IncrementalDetokenizer | None:

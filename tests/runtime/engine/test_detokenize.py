@@ -104,3 +104,39 @@ def test_byte_fallback_pieces_are_their_byte():
     assert TokenOffsets(texts, 0).take(lone) == [0, 1]
     stream = TokenOffsets(texts, 0)
     assert [stream.take([t])[0] for t in lone] == [0, 1]
+
+
+def test_text_decoded_in_one_go_keeps_the_first_spaces_as_streamed(tiny_model, tmp_path):
+    """A SentencePiece decoder (Llama 2, Mistral) strips a sequence's first space. Text decoded at the end
+    (no stop strings, not streamed) reads after the prompt's last tokens, as the incremental detokenizer's
+    does, so `prompt + text` keeps the space between them whether or not a stop string is set, as vLLM's."""
+    import shutil
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from model_optimizer import LLM
+
+    words = ["▁Hello", "▁and", "▁from", "▁block", "▁a"]
+    backend = Tokenizer(models.BPE({"<unk>": 0, "<s>": 1, "</s>": 2, **{w: 3 + i for i, w in enumerate(words)}}, []))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    sentencepiece = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    folder = tmp_path / "llama2_style"
+    shutil.copytree(tiny_model("qwen3"), folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "vocab.json", "merges.txt"):
+        (folder / name).unlink(missing_ok=True)
+    sentencepiece.save_pretrained(str(folder))
+    assert sentencepiece.decode([4, 5]) == "and from"  # alone, the first space is gone
+
+    llm = LLM(str(folder), kv_cache_memory=1 << 24)
+    greedy = SamplingParams(max_tokens=4, temperature=0, allowed_token_ids=[4, 5, 6, 7])
+    hello = {"prompt_token_ids": [3]}  # "▁Hello": this vocabulary has no merges to encode text with
+    [whole] = llm.generate([hello], greedy, use_tqdm=False)
+    [stopped] = llm.generate([hello], greedy.clone(stop=["@@"]), use_tqdm=False)
+    assert whole.outputs[0].token_ids == stopped.outputs[0].token_ids
+    assert whole.outputs[0].text == stopped.outputs[0].text
+    assert whole.outputs[0].text.startswith(" ")
+    assert whole.outputs[0].text == sentencepiece.decode([3, *whole.outputs[0].token_ids])[len("Hello") :]
