@@ -6,8 +6,9 @@ Validated on construction: a bad value raises ValueError saying what is allowed.
 from __future__ import annotations
 
 import enum
+import numbers
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from model_optimizer.runtime.structured.params import StructuredOutputs
@@ -124,8 +125,15 @@ class SamplingParams:
     """vLLM's: values for custom sampling plugins, carried with the request; nothing here reads them."""
 
     def __post_init__(self) -> None:
+        self._plain_numbers()
+        if self.stop is None:  # vLLM's types allow None for both lists
+            self.stop = []
+        if self.stop_token_ids is None:
+            self.stop_token_ids = []
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        if _is_int(self.seed) and self.seed == -1:  # vLLM's: -1 is no seed (random)
+            self.seed = None
         _require(
             isinstance(self.stop, (list, tuple)),
             f"stop must be a string or a list of non-empty strings, got {self.stop!r}",
@@ -146,6 +154,15 @@ class SamplingParams:
         elif isinstance(self.structured_outputs, StructuredOutputsParams):
             self.structured_outputs = self.structured_outputs.to_structured_outputs()
         self._validate()
+
+    def _plain_numbers(self) -> None:
+        """NumPy's (and other) integers and reals as Python's, where a field takes a number: vLLM's settings
+        take them (`seed=np.int64(3)`), and the checks below and the engine core's encoder want int and float."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (bool, int, float)) or not isinstance(value, numbers.Real):
+                continue
+            setattr(self, f.name, int(value) if isinstance(value, numbers.Integral) else float(value))
 
     @property
     def greedy(self) -> bool:

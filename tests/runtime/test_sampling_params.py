@@ -91,3 +91,14 @@ def test_vllms_plugin_fields_travel_to_the_engine_core_unchanged():
     [decoded] = [messages.decode_command(messages.encode(messages.CoreRequest("r", [1, 2], params, 8)))]
     assert decoded.params.extra_args == {"plugin": {"k": [1, 2]}}
     assert decoded.params.spaces_between_special_tokens is False
+
+
+def test_what_vllm_takes_for_optional_fields_and_numbers():
+    """None for stop and stop_token_ids is no stops, seed -1 is no seed, and NumPy numbers are numbers."""
+    import numpy as np
+
+    params = SamplingParams(stop=None, stop_token_ids=None, seed=-1)
+    assert params.stop == [] and params.stop_token_ids == [] and params.seed is None
+    params = SamplingParams(seed=np.int64(3), max_tokens=np.int32(5), temperature=np.float32(0.5), top_k=np.int8(-1))
+    assert (params.seed, params.max_tokens, params.temperature, params.top_k) == (3, 5, 0.5, 0)
+    assert type(params.seed) is int and type(params.temperature) is float
