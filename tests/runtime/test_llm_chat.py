@@ -129,3 +129,36 @@ def test_a_model_without_a_template_needs_one_given(no_template_model):
         llm.chat(CONVERSATION, GREEDY)
     [out] = llm.chat(CONVERSATION, GREEDY, chat_template="chatml")  # a shipped template by name
     assert out.prompt.startswith("<|im_start|>system\nYou answer briefly.<|im_end|>\n")
+
+
+def test_documents_reach_a_retrieval_template_as_transformers_passes_them(qwen3_llm, hf_tokenizer):
+    template = (
+        "{% for d in documents %}[doc {{ d.title }}] {{ d.text }}\n{% endfor %}"
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    )
+    documents = [{"title": "json", "text": "The json module encodes and decodes JSON."}]
+    [out] = qwen3_llm.chat(CONVERSATION, GREEDY, chat_template=template, chat_template_kwargs={"documents": documents})
+    expected = hf_tokenizer.apply_chat_template(
+        CONVERSATION, tokenize=False, add_generation_prompt=True, chat_template=template, documents=documents
+    )
+    assert out.prompt == expected and "[doc json]" in out.prompt
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"chat_template_kwargs": {"tokenize": True}}, "may not set tokenize"),
+        ({"chat_template_kwargs": {"add_generation_prompt": False}}, "may not set add_generation_prompt"),
+    ],
+)
+def test_what_the_rendering_sets_itself_is_refused_not_dropped(qwen3_llm, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        qwen3_llm.chat(CONVERSATION, GREEDY, **kwargs)
+
+
+def test_an_image_part_is_refused_not_dropped(qwen3_llm):
+    """The engine reads text only: a template that loops over content parts would render the text alone."""
+    image = {"type": "image_url", "image_url": {"url": "http://x/cat.png"}}
+    messages = [{"role": "user", "content": [image, {"type": "text", "text": "hi"}]}]
+    with pytest.raises(ValueError, match="only text content parts are supported, got 'image_url'"):
+        qwen3_llm.chat(messages, GREEDY)

@@ -62,11 +62,17 @@ def _shaped(message: Any, content_format: str) -> Any:
 
 
 def _texts(content: Any) -> list[str] | None:
-    """The texts of a content (a text, text parts, or None: no text), or None when it is something else."""
+    """The texts of a content (a text, text parts, or None: no text), or None when it is something else.
+    ValueError for a part of another type (an image, audio, a file): this engine reads text only, and a
+    template that loops over parts would drop it without a word."""
     if content is None:
         return []
     if isinstance(content, str):
         return [content]
+    for part in content if isinstance(content, (list, tuple)) else ():
+        kind = part.get("type", "text") if isinstance(part, Mapping) else "text"
+        if kind != "text":
+            raise ValueError(f"only text content parts are supported, got {kind!r}")
     if isinstance(content, (list, tuple)) and all(_text_part(p) for p in content):
         return [p["text"] if isinstance(p, Mapping) else p for p in content]
     return None

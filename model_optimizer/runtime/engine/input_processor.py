@@ -53,7 +53,6 @@ RESERVED_TEMPLATE_KWARGS = frozenset(
     {
         "conversation",
         "tools",
-        "documents",
         "chat_template",
         "add_generation_prompt",
         "continue_final_message",
@@ -68,7 +67,8 @@ RESERVED_TEMPLATE_KWARGS = frozenset(
         "processor_kwargs",
     }
 )
-"""apply_chat_template's own arguments: a caller's template kwargs may not override them."""
+"""apply_chat_template's own arguments: a caller's template kwargs may not set them (a ValueError). Its
+`documents` (a retrieval template's) pass through, as transformers and vLLM pass them."""
 
 
 def chat_text(
@@ -97,10 +97,15 @@ def chat_text(
     if continue_final_message and add_generation_prompt:
         raise ValueError("continue_final_message goes on with the last message: set add_generation_prompt false")
     messages = chat_content.shaped(messages, chat_content.resolved(content_format, template, tools))
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS & set(template_kwargs or {}))
+    if reserved:
+        raise ValueError(
+            f"chat_template_kwargs may not set {', '.join(reserved)}: they are the rendering's own arguments"
+        )
     extra = {
         k: v
         for k, v in (template_kwargs or {}).items()
-        if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool, list, dict, type(None)))
+        if isinstance(v, (str, int, float, bool, list, dict, type(None)))
     }
     if continue_final_message:
         messages = _tagged_final_message(messages)

@@ -229,6 +229,8 @@ class ChatTemplateFields(_Request):
     """What a request that renders chat messages may tell the chat template."""
 
     chat_template_kwargs: dict[str, Any] | None = None
+    documents: list[dict[str, Any]] | None = Field(default=None, max_length=1024)
+    """vLLM's: documents for a retrieval template (its `documents` variable, as transformers passes them)."""
     chat_template: str | None = None
     """Refused (template_refusal): the server renders with its own template. vLLM takes a request's template
     only from clients its operator trusts (--trust-request-chat-template)."""
@@ -248,6 +250,12 @@ class ChatTemplateFields(_Request):
                 "chat_template_kwargs",
             )
         return None
+
+    def template_variables(self) -> dict[str, Any] | None:
+        """chat_template_kwargs, with the request's documents."""
+        if self.documents is None:
+            return self.chat_template_kwargs
+        return {**(self.chat_template_kwargs or {}), "documents": self.documents}
 
 
 class ChatCompletionRequest(SamplingFields, ChatTemplateFields):
@@ -281,11 +289,11 @@ class ChatCompletionRequest(SamplingFields, ChatTemplateFields):
     def template_kwargs(self) -> dict[str, Any] | None:
         """chat_template_kwargs with reasoning_effort added as vLLM maps it (the request's own keys win)."""
         if self.reasoning_effort is None:
-            return self.chat_template_kwargs
+            return self.template_variables()
         kwargs = {"reasoning_effort": self.reasoning_effort}
         if self.reasoning_effort == "none":
             kwargs["enable_thinking"] = False
-        return {**kwargs, **(self.chat_template_kwargs or {})}
+        return {**kwargs, **(self.template_variables() or {})}
 
     def unsupported_field(self) -> str | None:
         """OpenAI's deprecated function-calling fields (use tools and tool_choice)."""

@@ -38,7 +38,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
             state,
             body.messages,
             body.add_generation_prompt,
-            body.chat_template_kwargs,
+            body.template_variables(),
             tools=as_template_tools(body.tools) if body.tools else None,
             add_special_tokens=bool(body.add_special_tokens),
             for_generation=False,
