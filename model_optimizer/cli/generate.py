@@ -47,7 +47,6 @@ SAMPLING_FLAGS = (
     "min_p",
     "max_tokens",
     "min_tokens",
-    "seed",
     "n",
     "repetition_penalty",
     "presence_penalty",
@@ -107,7 +106,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         SamplingParams,
         skip=tuple(f.name for f in fields(SamplingParams) if f.name not in SAMPLING_FLAGS or f.name == "max_tokens"),
     )
-    add_dataclass_args(parser, EngineConfig, skip=("seed",))  # --seed is the sampling seed here
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="prompt i (from 0) samples with seed SEED + i: prompts differ from one another, and each output is "
+        "the same in every run, whatever else runs beside it (a line's own seed wins); also seeds the engine",
+    )
+    add_dataclass_args(parser, EngineConfig, skip=("seed",))  # --seed above seeds both
     return parser
 
 
@@ -163,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     # the model's defaults are read before it loads, so that a bad line fails in a second, not after the load
     defaults = config_generation_defaults(engine_config, model_dir)
     cli = sampling_overrides(args)
-    params = [_line_params(line, {**defaults, **cli}) for line in lines]
+    params = [_line_params(line, {**defaults, **cli, **_seed_of(args.seed, i)}) for i, line in enumerate(lines)]
     _log(f"loading model {model_id or engine_config.model or '(built-in)'}")
     try:
         with console.status("loading model"), _startup_phases_shown(console):
@@ -307,6 +313,14 @@ def _messages(messages: Any) -> list[dict]:
         for key in ("role", "content"):
             _check_unicode(message[key], f"messages[{k}].{key}")
     return messages
+
+
+def _seed_of(seed: int | None, index: int) -> dict[str, int]:
+    """Prompt `index`'s sampling seed from --seed: seed + index, wrapped into SEED_RANGE; none without --seed."""
+    if seed is None:
+        return {}
+    low, high = SEED_RANGE
+    return {"seed": (seed + index - low) % (high - low + 1) + low}
 
 
 def _line_params(line: PromptLine, base: dict[str, Any]) -> SamplingParams:

@@ -241,3 +241,21 @@ def test_a_line_asking_prompt_logprobs_gets_them(tiny_model, tmp_path, capsys, q
         top = [t["logprob"] for t in r["top"]]
         assert len(top) == 2 and top == sorted(top, reverse=True)
         assert (token in [t["token_id"] for t in r["top"]]) == (r["rank"] <= 2)
+
+
+def test_seed_gives_each_prompt_its_own_seed_and_runs_repeat(tiny_model, tmp_path):
+    """--seed S: prompt i samples with seed S + i, so the same prompt three times gives three outputs, and a
+    second run gives the same three; a line's own seed wins."""
+    prompts = tmp_path / "in.jsonl"
+    rows = [{"prompt": "hello"}] * 3 + [{"prompt": "hello", "seed": 7}]
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    runs = []
+    for k in range(2):
+        path = tmp_path / f"out{k}.jsonl"
+        args = ["--prompts-file", str(prompts), "--temperature", "1", "--max-tokens", "8", "--output", str(path)]
+        assert _generate(tiny_model("qwen3"), *args, "--seed", "7") == 0
+        runs.append([row["outputs"][0]["token_ids"] for row in _rows(path)])
+    assert runs[0] == runs[1]
+    first, second, third, own = runs[0]
+    assert len({tuple(first), tuple(second), tuple(third)}) == 3
+    assert own == first  # seed 7, as prompt 0's
