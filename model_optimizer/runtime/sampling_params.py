@@ -35,9 +35,10 @@ class RequestOutputKind(enum.Enum):
     FINAL_ONLY = "final_only"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SamplingParams:
-    """Per-request sampling and stopping settings, named as in vLLM and the OpenAI API."""
+    """Per-request sampling and stopping settings, named as in vLLM and the OpenAI API. Keyword-only: vLLM's
+    fields come in another order (n, presence_penalty, ...), so a positional value would land elsewhere."""
 
     n: int = 1
     """Completions to return for the prompt; they share the prompt's KV-cache blocks."""

@@ -102,3 +102,9 @@ def test_what_vllm_takes_for_optional_fields_and_numbers():
     params = SamplingParams(seed=np.int64(3), max_tokens=np.int32(5), temperature=np.float32(0.5), top_k=np.int8(-1))
     assert (params.seed, params.max_tokens, params.temperature, params.top_k) == (3, 5, 0.5, 0)
     assert type(params.seed) is int and type(params.temperature) is float
+
+
+def test_fields_are_keyword_only():
+    """vLLM's SamplingParams(2, 0.5) is n=2, presence_penalty=0.5: here a positional value is refused."""
+    with pytest.raises(TypeError):
+        SamplingParams(2, 0.5)  # type: ignore[misc]
