@@ -376,7 +376,8 @@ class LLM:
 
                 backbone = DecoderBackbone(self.runner.model.model, self.runner.model.args).eval()
                 device = self.runner.device.type
-            config = EmbedConfig.from_engine(self.config, device=device)
+            # the engine's context bounds an input, as vLLM's max_model_len does its embeddings
+            config = EmbedConfig.from_engine(self.config, device=device, max_seq_length=self.config.max_model_len)
             self._embedder = Embedder(self.model_dir, backbone=backbone, **vars(config))
         from model_optimizer.runtime.embed.inputs import as_input_list
 

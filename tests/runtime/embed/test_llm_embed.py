@@ -53,3 +53,11 @@ def test_a_decoder_embeds_with_the_engine_weights_and_still_generates(tiny_model
     separate = torch.tensor(Embedder(folder, device="cpu").embed(texts))
     assert torch.nn.functional.cosine_similarity(ours, separate).min() > 0.99999
     assert llm.generate([[5, 6, 7, 8]], greedy)[0].outputs[0].token_ids == before  # its attention still pages
+
+
+def test_an_engines_max_model_len_bounds_what_it_embeds(tiny_model):
+    llm = LLM(str(tiny_model("qwen3")), kv_cache_memory=1 << 22, max_model_len=64)
+    with pytest.raises(ValueError, match="64"):
+        llm.embed([{"prompt_token_ids": list(range(5, 105))}])
+    [cut] = llm.embed([{"prompt_token_ids": list(range(5, 105))}], truncate_prompt_tokens=-1)
+    assert len(cut.prompt_token_ids) <= 64
