@@ -151,7 +151,7 @@ class LLM:
         import model_optimizer.runtime.runner.model_runner  # noqa: F401 - torch: the first import pays seconds
 
         phase = log_phase("imports", start)
-        engine_args, vllm_only = vllm_settings.split(engine_args)
+        engine_args, vllm_only = vllm_settings.split(vllm_settings.plain_values(engine_args))
         if notes := vllm_settings.ignored(vllm_only):
             logging.getLogger(__name__).warning("vLLM settings ignored: %s", "; ".join(notes))
         self.config = EngineConfig(model=model, **engine_args)

@@ -243,6 +243,18 @@ def split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return {k: v for k, v in kwargs.items() if k not in engine}, {k: v for k, v in kwargs.items() if k in engine}
 
 
+def plain_values(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`LLM(...)`'s keywords with the values vLLM code passes read as EngineConfig takes them: a torch dtype
+    (`dtype=torch.float16`) by its name, and `seed=None` as not given."""
+    out = dict(kwargs)
+    dtype = out.get("dtype")
+    if type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype":
+        out["dtype"] = str(dtype).removeprefix("torch.")
+    if "seed" in out and out["seed"] is None:
+        del out["seed"]
+    return out
+
+
 def ignored(given: dict[str, Any]) -> list[str]:
     """`name (why)` for each vLLM-only setting given (unset switches and None values skipped); ValueError
     naming the first whose value asks for what this engine does not do."""

@@ -182,3 +182,10 @@ def test_embed_takes_use_tqdm(llm, capsys):
     assert len(vectors) == 3 and "LLM.embed" not in capsys.readouterr().err
     assert [o.outputs.embedding for o in llm.embed(["a", "b", "c"])] == vectors
     assert "LLM.embed: 3/3 prompts done" in capsys.readouterr().err
+
+
+def test_a_torch_dtype_and_no_seed_are_taken_as_vllm_passes_them(tiny_model):
+    import torch
+
+    llm = LLM(str(tiny_model("qwen3")), max_model_len=MAX_MODEL_LEN, num_kv_blocks=64, dtype=torch.float32, seed=None)
+    assert llm.config.dtype == "float32" and llm.config.seed == 0
