@@ -16,19 +16,37 @@ class Scrape:
 
     time: float
     samples: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)
+    num_malformed: int = 0
+    """Lines the parser refused and `_bucket` samples without a numeric `le`: skipped, not fatal."""
 
     @classmethod
     def parse(cls, text: str, time: float) -> Scrape:
+        """A ValueError only when no line of `text` is a sample (an HTML page, say); one bad line among
+        good ones is skipped and counted, as a watch must outlive an odd exporter."""
+        try:
+            parsed, num_bad_lines = _samples(text), 0
+        except ValueError:  # the parser stops at the first bad line: take the text a line at a time
+            parsed, num_bad_lines = _samples_line_by_line(text)
         samples: dict[str, list] = defaultdict(list)
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
+        num_malformed = num_bad_lines
+        for s in parsed:
+            if s.name.endswith("_bucket") and _bound(s.labels.get("le")) is None:
+                num_malformed += 1
+            elif math.isfinite(s.value):  # NaN is valid exposition for "no value": show none, not nan%
                 samples[s.name].append((s.labels, s.value))
-        return cls(time, dict(samples))
+        return cls(time, dict(samples), num_malformed)
 
     def total(self, name: str) -> float | None:
-        """Sum over every label set (every model, engine and reason), or None when the name is absent."""
+        """Sum over every label set (every model, engine and reason), or None when the name is absent:
+        for counters and for gauges that count (requests running)."""
         values = [v for _, v in self.samples.get(name, [])]
         return sum(values) if values else None
+
+    def mean(self, name: str) -> float | None:
+        """Mean over every label set, or None when the name is absent: for gauges that are a fraction
+        (KV-cache usage), which summed over data-parallel engines read 130%."""
+        values = [v for _, v in self.samples.get(name, [])]
+        return sum(values) / len(values) if values else None
 
     def by_label(self, name: str, label: str) -> dict[str, float]:
         out: dict[str, float] = defaultdict(float)
@@ -37,11 +55,41 @@ class Scrape:
         return dict(out)
 
     def buckets(self, histogram: str) -> dict[float, float]:
-        """Upper bound -> cumulative count, summed over label sets."""
-        return {float(le): v for le, v in self.by_label(histogram + "_bucket", "le").items()}
+        """Upper bound -> cumulative count, summed over label sets (parse kept only numeric `le`)."""
+        return {_bound(le): v for le, v in self.by_label(histogram + "_bucket", "le").items()}
 
     def labels(self, name: str, label: str) -> list[str]:
         return sorted({labels[label] for labels, _ in self.samples.get(name, []) if label in labels})
+
+
+def _samples(text: str) -> list:
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def _samples_line_by_line(text: str) -> tuple[list, int]:
+    """(the samples of every line that parses alone, how many lines did not); a ValueError when none did.
+    A sample keeps its name without its # TYPE line, so nothing top reads is lost."""
+    samples, num_bad, first_error = [], 0, None
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        try:
+            samples += _samples(line + "\n")
+        except ValueError as exc:
+            num_bad += 1
+            first_error = first_error or exc
+    if first_error is not None and not samples:
+        raise first_error
+    return samples, num_bad
+
+
+def _bound(le: str | None) -> float | None:
+    """A bucket's upper bound, or None for a missing, non-numeric or NaN `le`."""
+    try:
+        bound = float(le)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(bound) else bound
 
 
 def delta(cur: Scrape, prev: Scrape | None, name: str) -> float | None:

@@ -13,6 +13,13 @@ from rich.text import Text
 from model_optimizer.optimizer.top.view import View
 
 LATENCY_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E", "queue": "queue"}
+HEADLINES = {
+    "unreachable": "unreachable",
+    "http_error": "error answer",
+    "not_metrics": "not Prometheus text",
+    "no_engine_metrics": "no engine metrics",
+}
+"""The first words of a view with no numbers, by its state: a server that answers is not "unreachable"."""
 
 
 def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
@@ -27,10 +34,13 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
 
 
-def render(view: View) -> Panel:
+def render(view: View, retry_s: float | None = None) -> Panel:
+    """The panel of `view`; `retry_s`: the seconds to the next scrape, promised on a failed one (None: no more)."""
     stamp = time.strftime("%H:%M:%S", time.localtime(view.taken_at))
-    if not view.reachable:
-        body = Text.assemble(("unreachable", "bold red"), f"  {view.error}\nretrying every interval ...")
+    if not view.ok:
+        body = Text.assemble((HEADLINES[view.state], "bold red"), f"  {view.error}")
+        if retry_s is not None:
+            body.append(f"\nretrying every {retry_s:g} s ...")
         return Panel(body, title=escape(f"mopt top  {view.url}"), subtitle=stamp, border_style="red")
     state = Table.grid(padding=(0, 2))
     for _ in range(4):
@@ -60,6 +70,8 @@ def render(view: View) -> Panel:
     if view.errors_by_status:
         errors = ", ".join(f"{status}: {count:,.0f}" for status, count in sorted(view.errors_by_status.items()))
         parts += [Text(""), Text.assemble(("errors ", "bold"), errors)]
+    if view.num_malformed_samples:
+        parts += [Text(""), Text(f"skipped {view.num_malformed_samples} malformed samples", style="yellow")]
     for gpu in view.gpus:
         parts.append(
             Text(
@@ -80,8 +92,8 @@ def render(view: View) -> Panel:
 def plain_line(view: View) -> str:
     """One line of the view for a pipe or a log file: the time, the state, rates and p99 latencies."""
     stamp = time.strftime("%H:%M:%S", time.localtime(view.taken_at))
-    if not view.reachable:
-        return f"{stamp} unreachable: {view.error}"
+    if not view.ok:
+        return f"{stamp} {HEADLINES[view.state]}: {view.error}"
     parts = [
         stamp,
         f"running={_num(view.running)}",
@@ -97,4 +109,6 @@ def plain_line(view: View) -> str:
         parts.append(f"{key}_p99={_ms(row['p99']).replace(' ', '')}")
     if view.errors_by_status:
         parts.append("errors=" + ",".join(f"{s}:{c:.0f}" for s, c in sorted(view.errors_by_status.items())))
+    if view.num_malformed_samples:
+        parts.append(f"malformed={view.num_malformed_samples}")
     return " ".join(parts)

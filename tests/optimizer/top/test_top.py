@@ -68,7 +68,7 @@ def _once(capsys, url: str, *extra: str) -> tuple[int, dict]:
 
 def test_vllm_metrics_replayed(replay, capsys):
     code, view = _once(capsys, replay.url)
-    assert code == 0 and view["reachable"]
+    assert code == 0 and view["state"] == "ok" and view["reachable"]
     assert view["models"] == ["meta-llama/Llama-3.1-8B-Instruct"]
     assert view["running"] == 14 and view["waiting"] == 5 and view["kv_cache_usage"] == pytest.approx(0.47)
     assert view["requests_finished"] == 48  # (425 + 21 + 2) - (380 + 18 + 2)
@@ -120,7 +120,7 @@ def test_metrics_auth_needs_the_key(tiny_model, capsys):
     live = start_server(llm, ServerConfig(api_key="sk-top", metrics_auth=True))
     try:
         code, view = _once(capsys, live.url)
-        assert code == 1 and view["reachable"] is False and "401" in view["error"]
+        assert code == 1 and view["state"] == "http_error" and "401" in view["error"] and "--api-key" in view["error"]
         code, view = _once(capsys, live.url, "--api-key", "sk-top")
         assert code == 0 and view["reachable"]
     finally:
@@ -133,7 +133,7 @@ def test_a_server_that_goes_away_shows_unreachable_and_polling_goes_on(capsys):
     assert monitor.poll().reachable
     server.stop()
     views = [monitor.poll() for _ in range(3)]
-    assert all(not v.reachable and v.error for v in views)
+    assert all(v.state == "unreachable" and not v.reachable and v.error for v in views)
     assert "unreachable" in _text(render(views[-1]))
     revived = Replay(VLLM[1:])
     try:
@@ -244,5 +244,5 @@ def test_ctrl_c_exits_130_as_every_command_does(replay):
 
 
 def test_plain_line_of_an_unreachable_server_says_why():
-    line = plain_line(View(url="http://x", reachable=False, error="connection refused"))
+    line = plain_line(View(url="http://x", state="unreachable", error="connection refused"))
     assert line.endswith(" unreachable: connection refused")

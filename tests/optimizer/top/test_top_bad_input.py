@@ -45,5 +45,5 @@ def test_a_server_whose_metrics_are_no_prometheus_text_is_named_briefly(capsys):
     finally:
         server.stop()
     view = json.loads(capsys.readouterr().out)
-    assert code == 1 and not view["reachable"]
+    assert code == 1 and view["state"] == "not_metrics" and view["reachable"]  # it answered, with no metrics
     assert view["error"].startswith("/metrics is not Prometheus text: ") and len(view["error"]) <= 200
