@@ -45,8 +45,16 @@ class Site:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def replaying(texts: list[str]) -> Site:
+    """A server answering /metrics with `texts` in turn (the last one repeats): recorded scrapes replayed."""
+    return Site({"/metrics": Answer(200, list(texts))})
 
 
 def _no_constant(name: str):

@@ -7,8 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -19,6 +17,7 @@ from model_optimizer.optimizer.top.metrics import Scrape, quantile
 from model_optimizer.optimizer.top.render import plain_line, render
 from model_optimizer.optimizer.top.view import Monitor, View, build_view
 from model_optimizer.runtime.server.config import ServerConfig
+from tests.optimizer.top.site import replaying
 from tests.runtime.server.live import start_server
 
 REPO = Path(__file__).resolve().parents[3]
@@ -26,37 +25,9 @@ DATA = Path(__file__).parent / "data"
 VLLM = [(DATA / f"vllm_metrics_{i}.txt").read_text() for i in (0, 1)]
 
 
-class Replay:
-    """A real HTTP server answering /metrics with the recorded texts in turn (the last one repeats)."""
-
-    def __init__(self, texts: list[str]) -> None:
-        texts = list(texts)
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                body = (texts.pop(0) if len(texts) > 1 else texts[0]).encode()
-                self.send_response(200 if self.path == "/metrics" else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def replay():
-    server = Replay(VLLM)
+    server = replaying(VLLM)
     yield server
     server.stop()
 
@@ -128,14 +99,14 @@ def test_metrics_auth_needs_the_key(tiny_model, capsys):
 
 
 def test_a_server_that_goes_away_shows_unreachable_and_polling_goes_on(capsys):
-    server = Replay(VLLM)
+    server = replaying(VLLM)
     monitor = Monitor(server.url, timeout=30, gpu=False)  # a stopped server refuses at once: no wait
     assert monitor.poll().reachable
     server.stop()
     views = [monitor.poll() for _ in range(3)]
     assert all(v.state == "unreachable" and not v.reachable and v.error for v in views)
     assert "unreachable" in _text(render(views[-1]))
-    revived = Replay(VLLM[1:])
+    revived = replaying(VLLM[1:])
     try:
         monitor.url = revived.url  # the same Monitor keeps going once a server answers again
         view = monitor.poll()

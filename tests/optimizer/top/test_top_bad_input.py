@@ -37,9 +37,9 @@ def test_a_url_that_can_never_answer_is_an_input_error(capsys, url, message):
 
 def test_a_server_whose_metrics_are_no_prometheus_text_is_named_briefly(capsys):
     """A page that is no exposition text (an HTML error page, say) was quoted whole by the parser."""
-    from tests.optimizer.top.test_top import Replay
+    from tests.optimizer.top.site import replaying
 
-    server = Replay(["<html>" + "x" * 5000 + "</html>\n"])
+    server = replaying(["<html>" + "x" * 5000 + "</html>\n"])
     try:
         code = main(["top", "--url", server.url, "--once", "--json", "--no-gpu", "--interval", "0.05"])
     finally:
