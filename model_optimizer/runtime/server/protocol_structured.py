@@ -216,25 +216,25 @@ class ToolCall(BaseModel):
         return self
 
 
-class DeltaFunction(BaseModel):
+class _Delta(BaseModel):
+    """A stream delta's object: what is not set this time is left out, not sent as null."""
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> dict:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class DeltaFunction(_Delta):
     name: str | None = None
     arguments: str | None = None
 
-    @model_serializer(mode="wrap")
-    def _drop_unset(self, handler: Any) -> dict:
-        return {k: v for k, v in handler(self).items() if v is not None}
 
-
-class DeltaCustom(BaseModel):
+class DeltaCustom(_Delta):
     name: str | None = None
     input: str | None = None
 
-    @model_serializer(mode="wrap")
-    def _drop_unset(self, handler: Any) -> dict:
-        return {k: v for k, v in handler(self).items() if v is not None}
 
-
-class DeltaToolCall(BaseModel):
+class DeltaToolCall(_Delta):
     """A tool call's news in a stream chunk: id, type and name first, then pieces of its arguments (a custom
     tool's: of its input)."""
 
@@ -243,7 +243,3 @@ class DeltaToolCall(BaseModel):
     type: Literal["function", "custom"] | None = None
     function: DeltaFunction | None = None
     custom: DeltaCustom | None = None
-
-    @model_serializer(mode="wrap")
-    def _drop_unset(self, handler: Any) -> dict:
-        return {k: v for k, v in handler(self).items() if v is not None}
