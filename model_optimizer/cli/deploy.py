@@ -18,7 +18,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Render deployment files from the settings `mopt serve` reads (--config FILE and/or serve flags): "
         "a Dockerfile (CUDA base for the host driver, non-root, model mounted read-only, health check), "
         "docker-compose.yml with Prometheus, Grafana and a GPU exporter, or Kubernetes manifests. "
-        "--engine vllm runs `vllm serve` with the settings translated.",
+        "--engine vllm runs `vllm serve` with the settings translated. "
+        "--model, --tokenizer and a draft model must be folders on this host: they are mounted into the container "
+        "(a Hugging Face Hub id is refused: download it first). --output must be new, empty, or a folder "
+        "`mopt deploy` wrote before: only the files it listed there are replaced.",
     )
     add_config_file_arg(parser, EngineConfig, ServerConfig)
     add_dataclass_args(parser, DeployConfig)
@@ -29,16 +32,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from model_optimizer.optimizer.deploy.config import DeployConfig
-    from model_optimizer.optimizer.deploy.render import check_output, render, write
+    from model_optimizer.optimizer.deploy.output import check_output, write
+    from model_optimizer.optimizer.deploy.render import render
     from model_optimizer.optimizer.deploy.settings import ServeSettings
     from model_optimizer.runtime.config import EngineConfig
     from model_optimizer.runtime.server.config import ServerConfig
 
     deploy = dataclass_from_args(DeployConfig, args)
     settings = ServeSettings(dataclass_from_args(EngineConfig, args), dataclass_from_args(ServerConfig, args))
-    check_output(deploy.output, settings.host_model_dir)
+    with_source = deploy.engine == "mopt"  # our server installs from a copy of the source; vLLM's image has its own
+    check_output(deploy.output, settings.host_model_dir, with_source)
     files = render(settings, deploy)
-    written = write(files, deploy.output, with_source=deploy.engine == "mopt")
+    written = write(files, deploy.output, with_source)
     print(f"wrote {len(written)} files for {deploy.target} ({deploy.engine}) under {deploy.output}:")
     for path in written:
         print(f"  {path}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from model_optimizer.optimizer.deploy.config import DeployConfig
-from model_optimizer.optimizer.deploy.settings import DRAFT_MODEL_DIR, MODEL_DIR, TOKENIZER_DIR, ServeSettings
+from model_optimizer.optimizer.deploy.settings import Mount, ServeSettings
 
 PROMETHEUS_IMAGE = "prom/prometheus:v3.5.0"
 GRAFANA_IMAGE = "grafana/grafana:12.1.0"
@@ -31,28 +31,29 @@ def _gpu(count: int | str) -> dict:
     return {"resources": {"reservations": {"devices": [{"driver": "nvidia", "count": count, "capabilities": ["gpu"]}]}}}
 
 
-def _mount(source: str, target: str) -> dict:
-    return {"type": "bind", "source": source, "target": target, "read_only": True}
+def _volume(mount: Mount) -> dict:
+    """A read-only bind mount of an absolute host path (Compose would resolve a relative one against the
+    deployment folder), the model's overridable with MOPT_MODEL_DIR. Compose interpolates `$` even inside
+    the default, so a `$` in a path is written `$$`."""
+    source = str(mount.host).replace("$", "$$")
+    if mount.name == "model":
+        source = f"${{MOPT_MODEL_DIR:-{source}}}"
+    return {"type": "bind", "source": source, "target": mount.target, "read_only": True}
 
 
 def compose_file(settings: ServeSettings, deploy: DeployConfig) -> dict:
     port = settings.port
-    volumes = [_mount(f"${{MOPT_MODEL_DIR:-{settings.host_model_dir}}}", MODEL_DIR)]
-    if settings.engine.tokenizer:
-        volumes.append(_mount(str(settings.engine.tokenizer), TOKENIZER_DIR))
-    if settings.host_draft_dir is not None:
-        volumes.append(_mount(str(settings.host_draft_dir), DRAFT_MODEL_DIR))
     server: dict = {
         "build": {"context": ".", "dockerfile": "Dockerfile"},
         "image": deploy.image,
         "ports": [f"{port}:{port}"],
-        "volumes": volumes,
+        "volumes": [_volume(mount) for mount in settings.mounts],
         "deploy": _gpu(settings.num_gpus),
         "stop_grace_period": f"{grace_seconds(settings)}s",
         "restart": "unless-stopped",
     }
     server["environment"] = {API_KEY_ENV[deploy.engine]: host_api_key(settings.needs_api_key)}
-    if deploy.engine == "vllm" or settings.shares_memory:
+    if settings.shares_memory(deploy.engine):
         server["ipc"] = "host"  # worker processes (vLLM's, or tensor-parallel ranks) share tensors through /dev/shm
     prometheus: dict = {
         "image": PROMETHEUS_IMAGE,

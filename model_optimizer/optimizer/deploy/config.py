@@ -24,7 +24,9 @@ class DeployConfig:
     """docker: a Dockerfile; compose: plus docker-compose.yml with Prometheus, Grafana and a GPU exporter; k8s: plus Kubernetes manifests."""
 
     output: str = "deploy"
-    """Folder to write the files into (created if missing; files already there are replaced)."""
+    """Folder to write the files into: new, empty, or one an earlier render wrote (it lists its files in
+    .mopt-deploy-files.json; those are replaced, any other file stays). A folder holding files deploy did not
+    write, or a file of the user's where a rendered one goes, is refused."""
 
     engine: Engine = "mopt"
     """Server the container runs: mopt serve, or vllm serve with the settings translated to vLLM's flags."""

@@ -14,9 +14,14 @@ from importlib import resources
 BASE_IMAGE_TAGS = {"12.6": "12.6.3", "12.8": "12.8.1", "12.9": "12.9.1", "13.0": "13.0.0"}
 """CUDA release -> the patch release of its nvidia/cuda runtime image on Ubuntu 24.04."""
 
-VLLM_IMAGE = "vllm/vllm-openai:v0.10.2"
-VLLM_IMAGE_CUDA = "12.8"
-"""The vLLM image `--engine vllm` runs, and the CUDA release it is built with."""
+VLLM_IMAGE = "vllm/vllm-openai:v0.14.1"
+VLLM_IMAGE_CUDA = "12.9"
+"""The vLLM image `--engine vllm` runs, and the CUDA release it is built with. v0.14 is the first release
+with every flag vllm_flags.TRANSLATED can emit (checked in the 0.14.1 wheel's engine/arg_utils.py and
+entrypoints/openai/cli_args.py): --default-chat-template-kwargs came in v0.14.0 (vLLM PR #31343, not in
+0.13.0), --stream-interval and --kv-offloading-size in v0.11.1 (PR #27869; not in 0.11.0). CUDA 12.9: the
+v0.14.0 release notes build the default wheel for cu129, and the v0.14.1 image asks nvidia-container-cli for
+cuda>=12.9 (microsoft/VibeVoice#352)."""
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """The Dockerfile: a CUDA runtime base chosen for the host driver, our package, a non-root user, the model
 mounted (never copied) at /model, the Triton kernels compiled for the target GPU (kernels.py), a health
-check on /health and the exact serve command."""
+check on /health, the exact serve command, and with a required API key an entrypoint that refuses to
+start the server without one."""
 
 from __future__ import annotations
 
 import json
 
 from model_optimizer.common.version import __version__
+from model_optimizer.optimizer.deploy.compose import API_KEY_ENV
 from model_optimizer.optimizer.deploy.config import DeployConfig
 from model_optimizer.optimizer.deploy.cuda import VLLM_IMAGE, VLLM_IMAGE_CUDA, CudaChoice, min_driver
 from model_optimizer.optimizer.deploy.kernels import KernelPlan, dockerfile_lines
@@ -47,10 +49,22 @@ def render_dockerfile(
         f"EXPOSE {settings.port}",
         f"HEALTHCHECK --interval=15s --timeout=5s --start-period={deploy.cold_start}s --retries=3 CMD {probe}",
         "STOPSIGNAL SIGTERM",
-        "ENTRYPOINT []",
+        f"ENTRYPOINT {json.dumps(entrypoint(settings, deploy))}",
         f"CMD {json.dumps(command)}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def entrypoint(settings: ServeSettings, deploy: DeployConfig) -> list[str]:
+    """Empty (the vLLM image's own is cleared) or, when the settings need the API key, a shell that stops with
+    a message when the key's variable is unset or empty and otherwise execs the command: `docker run -e
+    MOPT_API_KEY` passes nothing for an unset host variable, and either server would then start open.
+    Compose refuses earlier, at `up`; Kubernetes' `command` replaces this, its Secret being required."""
+    if not settings.needs_api_key:
+        return []
+    env = API_KEY_ENV[deploy.engine]
+    check = f': "${{{env}:?unset or empty: this server requires an API key (set MOPT_API_KEY on the host)}}"'
+    return ["/bin/sh", "-c", f'{check}; exec "$@"', "sh"]
 
 
 def _mopt_body(settings: ServeSettings, cuda: CudaChoice, kernels: KernelPlan) -> list[str]:

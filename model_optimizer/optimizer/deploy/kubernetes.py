@@ -1,5 +1,6 @@
-"""Kubernetes manifests: a Deployment with its GPUs (one per tensor-parallel rank) and probes sized from the cold start, a Service, the
-model volume claim, and an HPA on queue depth (through prometheus-adapter, whose rule is written too)."""
+"""Kubernetes manifests: a Deployment with its GPUs (one per tensor-parallel rank) and probes sized from the cold start, a Service,
+a volume claim and a loader pod for each mounted folder (model, tokenizer, draft model), and an HPA on queue depth
+(through prometheus-adapter, whose rule is written too)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 from model_optimizer.optimizer.deploy.compose import API_KEY_ENV, grace_seconds
 from model_optimizer.optimizer.deploy.config import DeployConfig
 from model_optimizer.optimizer.deploy.dockerfile import UID
-from model_optimizer.optimizer.deploy.settings import DRAFT_MODEL_DIR, MODEL_DIR, TOKENIZER_DIR, ServeSettings
+from model_optimizer.optimizer.deploy.settings import Mount, ServeSettings
 
 APP = "mopt-serve"
 QUEUE_METRIC = "vllm_num_requests_waiting"
@@ -24,6 +25,25 @@ def _meta(name: str) -> dict:
     return {"name": name, "labels": _labels()}
 
 
+def claim_name(mount: Mount) -> str:
+    """The volume claim that holds `mount`'s folder: mopt-serve-model, mopt-serve-tokenizer, ..."""
+    return f"{APP}-{mount.name}"
+
+
+def loader_name(mount: Mount) -> str:
+    """The pod that mounts claim_name(mount) writable for the copy."""
+    return f"{claim_name(mount)}-loader"
+
+
+def claim_file(mount: Mount) -> str:
+    return f"k8s/{mount.name}-pvc.yaml"
+
+
+def loader_file(mount: Mount) -> str:
+    """Under k8s/setup/, so `kubectl apply -f k8s/` starts no loader."""
+    return f"k8s/setup/{mount.name}-loader.yaml"
+
+
 def _probe(path: str, period: int, failures: int) -> dict:
     return {
         "httpGet": {"path": path, "port": "http"},
@@ -37,19 +57,12 @@ def deployment(settings: ServeSettings, deploy: DeployConfig, command: list[str]
     vllm = deploy.engine == "vllm"
     ready_path = "/health" if vllm else "/ready"  # vLLM has no /ready: /health answers once it serves
     startup_failures = math.ceil(deploy.cold_start * 1.5 / STARTUP_PERIOD)  # 50% headroom over the cold start
-    mounts = [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True}]
-    volumes: list[dict] = [{"name": "model", "persistentVolumeClaim": {"claimName": f"{APP}-model", "readOnly": True}}]
-    if settings.engine.tokenizer:
-        mounts.append({"name": "tokenizer", "mountPath": TOKENIZER_DIR, "readOnly": True})
-        volumes.append(
-            {"name": "tokenizer", "persistentVolumeClaim": {"claimName": f"{APP}-tokenizer", "readOnly": True}}
-        )
-    if settings.host_draft_dir is not None:
-        mounts.append({"name": "draft-model", "mountPath": DRAFT_MODEL_DIR, "readOnly": True})
-        volumes.append(
-            {"name": "draft-model", "persistentVolumeClaim": {"claimName": f"{APP}-draft-model", "readOnly": True}}
-        )
-    if vllm or settings.shares_memory:  # worker processes share tensors through /dev/shm
+    mounts = [{"name": m.name, "mountPath": m.target, "readOnly": True} for m in settings.mounts]
+    volumes = [
+        {"name": m.name, "persistentVolumeClaim": {"claimName": claim_name(m), "readOnly": True}}
+        for m in settings.mounts
+    ]
+    if settings.shares_memory(deploy.engine):  # worker processes share tensors through /dev/shm
         mounts.append({"name": "shm", "mountPath": "/dev/shm"})
         volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}})
     container = {
@@ -115,24 +128,26 @@ def claim_access_mode(deploy: DeployConfig) -> str:
     return "ReadWriteMany" if deploy.max_replicas > 1 else "ReadWriteOnce"
 
 
-def model_claim(name: str, size_bytes: int, deploy: DeployConfig) -> dict:
+def volume_claim(mount: Mount, deploy: DeployConfig) -> dict:
+    """The claim that holds `mount`'s folder, sized from the folder on this host."""
+    size_bytes = sum(f.stat().st_size for f in mount.host.rglob("*") if f.is_file())
     gib = max(1, math.ceil(size_bytes * 1.2 / 2**30))  # 20% room for a re-copy
     spec: dict = {"accessModes": [claim_access_mode(deploy)], "resources": {"requests": {"storage": f"{gib}Gi"}}}
     if deploy.storage_class:
         spec["storageClassName"] = deploy.storage_class
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(name), "spec": spec}
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(claim_name(mount)), "spec": spec}
 
 
 LOADER_IMAGE = "busybox:1.37"
 
 
-def loader_pod(name: str, claim: str, mount: str) -> dict:
-    """A pod that mounts the claim writable, as the server's uid, for `kubectl cp` to fill; deleted after.
-    The server's pods mount the same claim read-only."""
+def loader_pod(mount: Mount) -> dict:
+    """A pod that mounts `mount`'s claim writable at the server's mount point, as the server's uid, for the
+    README's `tar | kubectl exec` to fill; deleted after. The server's pods mount the same claim read-only."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _meta(name),
+        "metadata": _meta(loader_name(mount)),
         "spec": {
             "restartPolicy": "Never",
             "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID},
@@ -142,10 +157,10 @@ def loader_pod(name: str, claim: str, mount: str) -> dict:
                     "image": LOADER_IMAGE,
                     "command": ["sleep", "86400"],  # a day to copy; `kubectl delete pod` when done
                     "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                    "volumeMounts": [{"name": "model", "mountPath": mount}],
+                    "volumeMounts": [{"name": mount.name, "mountPath": mount.target}],
                 }
             ],
-            "volumes": [{"name": "model", "persistentVolumeClaim": {"claimName": claim}}],
+            "volumes": [{"name": mount.name, "persistentVolumeClaim": {"claimName": claim_name(mount)}}],
         },
     }
 

@@ -3,14 +3,24 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import shlex
 
 from model_optimizer.optimizer.deploy.config import DeployConfig
 from model_optimizer.optimizer.deploy.cuda import CudaChoice
 from model_optimizer.optimizer.deploy.dockerfile import driver_note
 from model_optimizer.optimizer.deploy.kernels import KernelPlan, readme_note
-from model_optimizer.optimizer.deploy.kubernetes import APP, QUEUE_METRIC, claim_access_mode
-from model_optimizer.optimizer.deploy.settings import MODEL_DIR, ServeSettings
+from model_optimizer.optimizer.deploy.kubernetes import (
+    APP,
+    QUEUE_METRIC,
+    claim_access_mode,
+    claim_file,
+    claim_name,
+    loader_file,
+    loader_name,
+)
+from model_optimizer.optimizer.deploy.settings import MODEL_DIR, Mount, ServeSettings
 
 
 def render_readme(
@@ -41,18 +51,7 @@ def render_readme(
         "",
     ]
     if deploy.target == "docker":
-        key = " -e MOPT_API_KEY" if deploy.engine == "mopt" else ""
-        env = 'VLLM_API_KEY="$MOPT_API_KEY"' if deploy.engine == "vllm" else ""
-        shm = " --ipc host" if settings.shares_memory else ""  # tensor-parallel ranks talk through /dev/shm
-        lines += [
-            "## Run",
-            "",
-            "```bash",
-            f"docker run --rm --gpus {settings.num_gpus}{shm} -p {port}:{port}{key}{' -e ' + env if env else ''} \\",
-            f"  --mount type=bind,source={settings.host_model_dir},target={MODEL_DIR},readonly {image}",
-            "```",
-            "",
-        ]
+        lines += ["## Run", "", "```bash", *_docker_run(settings, deploy), "```", ""]
     ready = "" if deploy.engine == "vllm" else "readiness at /ready, "  # vLLM has no /ready
     if deploy.target == "compose":
         lines += [
@@ -76,7 +75,7 @@ def render_readme(
             "## Run",
             "",
             "1. Push the image where the cluster pulls from and set `image:` in `k8s/deployment.yaml`.",
-            *_copy_model_steps(settings, deploy),
+            *_copy_folder_steps(settings, deploy),
             f'3. `kubectl create secret generic {APP}-api-key --from-literal=api-key="$MOPT_API_KEY"`'
             + (" (required)" if settings.needs_api_key else " (optional)"),
             "4. `kubectl apply -f k8s/`",
@@ -102,21 +101,53 @@ def render_readme(
     return "\n".join(lines)
 
 
-def _copy_model_steps(settings: ServeSettings, deploy: DeployConfig) -> list[str]:
-    """Step 2: the claim, a loader pod that mounts it writable, the copy, and the loader gone again."""
-    loader = f"{APP}-model-loader"
-    cls = f"`{deploy.storage_class}`" if deploy.storage_class else "the cluster's default (`--storage-class`)"
+def _docker_run(settings: ServeSettings, deploy: DeployConfig) -> list[str]:
+    """`docker run` with the GPUs, /dev/shm when the server's processes share it, the API key passed on
+    from the host, and every folder the command names mounted read-only; each word shell-quoted."""
+    port = settings.port
+    argv = ["docker", "run", "--rm", "--gpus", str(settings.num_gpus)]
+    if settings.shares_memory(deploy.engine):
+        argv += ["--ipc", "host"]
+    argv += ["-p", f"{port}:{port}"]
+    first = shlex.join(argv)
+    first += " -e MOPT_API_KEY" if deploy.engine == "mopt" else ' -e VLLM_API_KEY="$MOPT_API_KEY"'
     return [
-        f"2. Copy the model into the volume of claim `{APP}-model` (`k8s/model-pvc.yaml`, "
-        f"{claim_access_mode(deploy)}: its storage class, {cls}, must offer that mode or the claim stays "
-        "Pending). The loader pod mounts it writable as the server's uid; the servers mount it read-only:",
-        "   ```bash",
-        "   kubectl apply -f k8s/model-pvc.yaml -f k8s/setup/model-loader.yaml",
-        f"   kubectl wait --for=condition=Ready pod/{loader} --timeout=5m",
-        f"   tar -C {shlex.quote(str(settings.host_model_dir))} -cf - . | kubectl exec -i {loader} -- tar -xf - -C {MODEL_DIR}",
-        f"   kubectl delete pod {loader}",
-        "   ```",
+        f"{first} \\",
+        *(f"  --mount {shlex.quote(_bind_mount(m))} \\" for m in settings.mounts),
+        f"  {shlex.quote(deploy.image)}",
     ]
+
+
+def _bind_mount(mount: Mount) -> str:
+    """--mount's value. Docker reads it as one CSV record, so a field holding a comma or a quote is quoted
+    CSV's way; `-v HOST:TARGET:ro` instead would split a path at its colons, which it cannot escape."""
+    record = io.StringIO()
+    csv.writer(record, lineterminator="").writerow(
+        ["type=bind", f"source={mount.host}", f"target={mount.target}", "readonly"]
+    )
+    return record.getvalue()
+
+
+def _copy_folder_steps(settings: ServeSettings, deploy: DeployConfig) -> list[str]:
+    """Step 2: for each folder the pods mount, its claim, a loader pod that mounts it writable, the copy,
+    and the loader gone again."""
+    cls = f"`{deploy.storage_class}`" if deploy.storage_class else "the cluster's default (`--storage-class`)"
+    names = ", ".join(f"`{claim_name(m)}`" for m in settings.mounts)
+    lines = [
+        f"2. Copy each folder into the volume of its claim ({names}; {claim_access_mode(deploy)}: their storage "
+        f"class, {cls}, must offer that mode or a claim stays Pending). Each loader pod mounts its claim "
+        "writable as the server's uid; the servers mount them read-only:",
+        "   ```bash",
+    ]
+    for mount in settings.mounts:
+        loader = loader_name(mount)
+        lines += [
+            f"   kubectl apply -f {claim_file(mount)} -f {loader_file(mount)}",
+            f"   kubectl wait --for=condition=Ready pod/{loader} --timeout=5m",
+            f"   tar -C {shlex.quote(str(mount.host))} -cf - . | kubectl exec -i {loader} -- tar -xf - -C {mount.target}",
+            f"   kubectl delete pod {loader}",
+        ]
+    return [*lines, "   ```"]
 
 
 def _api_key_note(required: bool) -> str:

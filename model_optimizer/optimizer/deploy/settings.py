@@ -1,7 +1,9 @@
 """The serve settings as they run inside the container, and the exact `mopt serve` command for them.
 
 The model is never baked into the image: it is mounted read-only at /model, so the command always says
-`--model /model`. The API key never appears in a file: it reaches the server as MOPT_API_KEY.
+`--model /model` (the tokenizer and a draft model likewise, at their own mount points). Each is a folder on
+this host: a Hugging Face Hub id is refused, as there is no folder to mount. The API key never appears in
+a file: it reaches the server as MOPT_API_KEY.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.hub import is_hub_id
 from model_optimizer.runtime.server.config import SPACE_SEPARATED, ServerConfig
 
 MODEL_DIR = "/model"
@@ -21,6 +24,18 @@ DRAFT_MODEL_DIR = "/draft_model"
 CHAT_TEMPLATE = "/etc/mopt/chat_template.jinja"
 TLS_FILES = ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs")
 """Server settings that name files on this host a deployment cannot carry (a private key among them)."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host folder the container reads (read-only) and where it sees it."""
+
+    name: str
+    """model, tokenizer or draft-model: the volume's name, and its Kubernetes claim's and loader's."""
+    host: Path
+    """The folder on this host, absolute."""
+    target: str
+    """The mount point in the container."""
 
 
 @dataclass
@@ -50,22 +65,42 @@ class ServeSettings:
 
         config_generation_defaults(self.engine, self.host_model_dir)  # what the server would refuse at start-up
 
+    def check_host_folders(self) -> None:
+        """ValueError unless each folder the settings name (model, tokenizer, draft model) is a folder on
+        this host; not in __post_init__, as in_container() names the container's."""
+        named = [
+            ("--model", self.engine.model),
+            ("--tokenizer", self.engine.tokenizer),
+            ("--speculative-config model", self._draft_model),
+        ]
+        for flag, value in named:
+            if value:
+                _check_host_folder(flag, value)
+
+    @property
+    def _draft_model(self) -> str | None:
+        """The speculative-decoding draft model's folder as given, if the settings use one."""
+        spec = self.engine.speculative
+        return spec.model if spec is not None and spec.is_draft_model else None
+
     @property
     def host_model_dir(self) -> Path:
         """The model folder on the host (the built-in model's when none is set)."""
         if self.engine.model:
-            return Path(self.engine.model).expanduser().resolve()
+            return _host_path(self.engine.model)
         from model_optimizer.assets import REFERENCE_MODEL_DIR
 
         return REFERENCE_MODEL_DIR
 
     @property
-    def host_draft_dir(self) -> Path | None:
-        """The speculative-decoding draft model's folder on the host, if the settings use one."""
-        spec = self.engine.speculative
-        if spec is None or not spec.is_draft_model:
-            return None
-        return Path(spec.model).expanduser().resolve()
+    def mounts(self) -> list[Mount]:
+        """The folders the container mounts: the model, then the tokenizer and draft model when set."""
+        mounts = [Mount("model", self.host_model_dir, MODEL_DIR)]
+        if self.engine.tokenizer:
+            mounts.append(Mount("tokenizer", _host_path(self.engine.tokenizer), TOKENIZER_DIR))
+        if self._draft_model:
+            mounts.append(Mount("draft-model", _host_path(self._draft_model), DRAFT_MODEL_DIR))
+        return mounts
 
     @property
     def port(self) -> int:
@@ -81,11 +116,10 @@ class ServeSettings:
         """GPUs one server needs: one per tensor-parallel rank, all on one host (one pod, one container)."""
         return self.engine.tensor_parallel_size
 
-    @property
-    def shares_memory(self) -> bool:
+    def shares_memory(self, engine: str) -> bool:
         """Whether the server's processes talk through /dev/shm, which containers keep small (64 MB by
         default): vLLM's workers always, ours when tensor-parallel ranks run NCCL between processes."""
-        return self.num_gpus > 1
+        return engine == "vllm" or self.num_gpus > 1
 
     @property
     def needs_api_key(self) -> bool:
@@ -117,6 +151,25 @@ class ServeSettings:
         from model_optimizer.runtime.spec_decode.config import to_json
 
         return to_json(spec, model=DRAFT_MODEL_DIR if spec.is_draft_model else None)
+
+
+def _host_path(value: str) -> Path:
+    return Path(value).expanduser().resolve()
+
+
+def _check_host_folder(flag: str, value: str) -> None:
+    """ValueError unless `value` is a folder on this host: the container can mount nothing else."""
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return
+    if path.exists():
+        raise ValueError(f"{flag} {value} is a file; give the folder that holds it (it is mounted into the container)")
+    if is_hub_id(value):  # serve downloads one; a Hub cache snapshot is links into blobs/, no folder to mount
+        raise ValueError(
+            f"{flag} {value} is not a folder on this host: a deployment mounts folders, and a Hugging Face Hub id "
+            f"is not one; download it (hf download {value} --local-dir DIR) and give DIR"
+        )
+    raise ValueError(f"{flag} {value} does not exist; give the folder (it is mounted into the container)")
 
 
 def non_defaults(config: object) -> dict:

@@ -2,17 +2,17 @@
 
 One table, setting name -> vLLM flag (or the reason it does not translate), so a tuned configuration
 can run on vLLM unchanged where vLLM can express it. A deployment passes only what differs from our
-defaults (vLLM's own defaults apply to the rest), plus KEEP_OURS; settings without a vLLM flag are
-listed with why. `mopt tune` translates its candidates with the same function (`vllm_serve`).
+defaults, so vLLM's own defaults and heuristics (max_num_seqs, the token budget, block size, async
+scheduling where it is compatible) apply to the rest; settings without a vLLM flag are listed with why.
+`mopt tune` translates its candidates with the same function (`vllm_serve`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 
-from model_optimizer.optimizer.deploy.settings import ServeSettings, non_defaults
+from model_optimizer.optimizer.deploy.settings import MODEL_DIR, ServeSettings, non_defaults
 
 TRANSLATED = {
     "tokenizer": "--tokenizer",
@@ -89,7 +89,6 @@ ENV_ONLY = {"api_key": "VLLM_API_KEY"}
 
 ONLY_TRUE = {
     "enforce_eager",
-    "async_scheduling",
     "enable_expert_parallel",
     "enable_auto_tool_choice",
     "enable_prompt_tokens_details",
@@ -125,12 +124,6 @@ UNTRANSLATED = {
     "preemption_mode": "vLLM removed --preemption-mode with its V0 engine (v0.11); V1 always recomputes",
 }
 """Settings vLLM cannot express, with why; listed in the README written beside the files."""
-
-
-KEEP_OURS = {"async_scheduling"}
-"""Settings passed to vLLM even at our default, because vLLM's default behaves differently (it schedules
-synchronously unless told). Every other default of ours is left out, so vLLM's own defaults and
-heuristics (max_num_seqs, the token budget, block size) apply."""
 
 
 @dataclass
@@ -183,10 +176,9 @@ def _vllm_speculative_config(value: str | dict) -> str:
 
 
 def vllm_command(settings: ServeSettings) -> VllmCommand:
-    """`vllm serve /model ...` for `settings` as they run in the container: what differs from our
-    defaults, plus KEEP_OURS."""
+    """`vllm serve /model ...` for `settings` as they run in the container: what differs from our defaults.
+    Our async_scheduling default is left out too: since v0.14 vLLM schedules asynchronously wherever it can
+    and refuses an explicit --async-scheduling with ngram or draft-model speculation."""
     inside = settings.in_container()
-    values = {f.name: getattr(c, f.name) for c in (inside.engine, inside.server) for f in dataclasses.fields(c)}
     changed = {**non_defaults(inside.engine), **non_defaults(inside.server)}
-    wanted = {name: value for name, value in values.items() if name in changed or name in KEEP_OURS}
-    return vllm_serve(values["model"], wanted)
+    return vllm_serve(MODEL_DIR, changed)

@@ -7,7 +7,8 @@ import httpx
 import pytest
 
 from model_optimizer.optimizer.deploy.config import DeployConfig
-from model_optimizer.optimizer.deploy.render import render, write
+from model_optimizer.optimizer.deploy.output import write
+from model_optimizer.optimizer.deploy.render import render
 from model_optimizer.optimizer.deploy.settings import ServeSettings
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.server.config import ServerConfig

@@ -24,7 +24,8 @@ from model_optimizer.optimizer.deploy.kernels import (
     parse_kernels_for,
     plan_kernels,
 )
-from model_optimizer.optimizer.deploy.render import render, write
+from model_optimizer.optimizer.deploy.output import write
+from model_optimizer.optimizer.deploy.render import render
 from model_optimizer.optimizer.deploy.settings import ServeSettings, mopt_command
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.server.config import ServerConfig

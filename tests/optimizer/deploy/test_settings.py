@@ -123,7 +123,7 @@ def test_vllm_command_translates_and_lists_the_rest():
     assert argv[argv.index("--max-num-seqs") + 1] == "96"
     assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8"
     assert "--no-enable-prefix-caching" in argv
-    assert "--async-scheduling" in argv and "--enforce-eager" not in argv  # ours on by default, vLLM's off
+    assert "--async-scheduling" not in argv and "--enforce-eager" not in argv  # our defaults: vLLM keeps its own
     assert argv[argv.index("--block-size") + 1] == "32" and "--seed" not in argv  # our default: vLLM keeps its own
     assert set(result.untranslated) == {"max_n", "max_queued_requests", "metrics_auth", "shutdown_timeout"}
     assert "sk-never-in-a-file" not in " ".join(argv)
@@ -274,7 +274,7 @@ def test_images_are_named_for_what_they_run(deployments):
 
     for (target, engine, _), folder in deployments.items():
         readme = (folder / "README.md").read_text()
-        expected = f"mopt-serve:{__version__}" if engine == "mopt" else "vllm-serve:v0.10.2"
+        expected = f"mopt-serve:{__version__}" if engine == "mopt" else "vllm-serve:v0.14.1"
         assert f"docker build -t {expected} ." in readme and ":latest" not in readme, (target, engine)
         if target == "compose":
             compose = yaml.safe_load((folder / "docker-compose.yml").read_text())
