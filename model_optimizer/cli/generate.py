@@ -110,7 +110,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--seed",
         type=int,
         default=None,
-        help="prompt i (from 0) samples with seed SEED + i: prompts differ from one another, and each output is "
+        help="prompt i (from 0) samples with seed (SEED + i) mod 2**63: prompts differ from one another, and each output is "
         "the same in every run, whatever else runs beside it (a line's own seed wins); also seeds the engine",
     )
     add_dataclass_args(parser, EngineConfig, skip=("seed",))  # --seed above seeds both
@@ -316,11 +316,9 @@ def _messages(messages: Any) -> list[dict]:
 
 
 def _seed_of(seed: int | None, index: int) -> dict[str, int]:
-    """Prompt `index`'s sampling seed from --seed: seed + index, wrapped into SEED_RANGE; none without --seed."""
-    if seed is None:
-        return {}
-    low, high = SEED_RANGE
-    return {"seed": (seed + index - low) % (high - low + 1) + low}
+    """Prompt `index`'s sampling seed from --seed: (seed + index) mod 2**63, never negative (-1 would be
+    SamplingParams' "no seed"); none without --seed."""
+    return {} if seed is None else {"seed": (seed + index) % 2**63}
 
 
 def _line_params(line: PromptLine, base: dict[str, Any]) -> SamplingParams:

@@ -319,7 +319,11 @@ class LLM:
             raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not chat")
         if self.tokenizer is None:
             raise ValueError("this model has no tokenizer, so messages cannot be rendered: use generate with token ids")
-        from model_optimizer.runtime.engine.input_processor import chat_text
+        from model_optimizer.runtime.engine.input_processor import RESERVED_TEMPLATE_KWARGS, chat_text
+
+        reserved = sorted(RESERVED_TEMPLATE_KWARGS & set(chat_template_kwargs or {}))
+        if reserved:  # an argument of this call, or of the rendering: dropped, they would change nothing
+            raise ValueError(f"chat_template_kwargs may not set {', '.join(reserved)}: they are the rendering's own")
         from model_optimizer.runtime.models.chat_templates import load_template
 
         template = load_template(chat_template) if chat_template is not None else None

@@ -259,3 +259,11 @@ def test_seed_gives_each_prompt_its_own_seed_and_runs_repeat(tiny_model, tmp_pat
     first, second, third, own = runs[0]
     assert len({tuple(first), tuple(second), tuple(third)}) == 3
     assert own == first  # seed 7, as prompt 0's
+
+
+def test_a_negative_seed_never_gives_a_prompt_no_seed():
+    """(S + i) mod 2**63: never -1, which SamplingParams reads as no seed (vLLM's)."""
+    from model_optimizer.cli.generate import _seed_of
+
+    assert _seed_of(-1, 0) == {"seed": 2**63 - 1} and _seed_of(-5, 4) == {"seed": 2**63 - 1}
+    assert _seed_of(7, 2) == {"seed": 9} and _seed_of(None, 3) == {}

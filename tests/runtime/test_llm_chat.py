@@ -160,5 +160,23 @@ def test_an_image_part_is_refused_not_dropped(qwen3_llm):
     """The engine reads text only: a template that loops over content parts would render the text alone."""
     image = {"type": "image_url", "image_url": {"url": "http://x/cat.png"}}
     messages = [{"role": "user", "content": [image, {"type": "text", "text": "hi"}]}]
-    with pytest.raises(ValueError, match="only text content parts are supported, got 'image_url'"):
+    with pytest.raises(ValueError, match=r"only text content parts are supported \(.*\), got 'image_url'"):
         qwen3_llm.chat(messages, GREEDY)
+
+
+def test_parts_that_are_text_render_as_text(qwen3_llm):
+    """input_text and output_text (the Responses API's) and an assistant's refusal count as text, as on the
+    server; a part without a type is a text part."""
+    parts = [
+        {"role": "user", "content": [{"type": "input_text", "text": "What is"}, {"text": " json?"}]},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I cannot say."}]},
+        {"role": "user", "content": [{"type": "output_text", "text": "Please."}]},
+    ]
+    plain = [
+        {"role": "user", "content": "What is\n json?"},
+        {"role": "assistant", "content": "I cannot say."},
+        {"role": "user", "content": "Please."},
+    ]
+    [mine] = qwen3_llm.chat(parts, GREEDY)
+    [theirs] = qwen3_llm.chat(plain, GREEDY)
+    assert mine.prompt == theirs.prompt

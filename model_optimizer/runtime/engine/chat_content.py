@@ -61,27 +61,34 @@ def _shaped(message: Any, content_format: str) -> Any:
     return item
 
 
+TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
+"""Content part types that are text, as vLLM reads them, each with the key of its text: an assistant's
+`refusal` (under "refusal", as OpenAI returns it), the Responses API's `input_text` / `output_text`."""
+
+
 def _texts(content: Any) -> list[str] | None:
     """The texts of a content (a text, text parts, or None: no text), or None when it is something else.
-    ValueError for a part of another type (an image, audio, a file): this engine reads text only, and a
-    template that loops over parts would drop it without a word."""
+    ValueError for a part of a type that is no text (an image, audio, a file): this engine reads text only,
+    and a template that loops over parts would drop it without a word."""
     if content is None:
         return []
     if isinstance(content, str):
         return [content]
-    for part in content if isinstance(content, (list, tuple)) else ():
-        kind = part.get("type", "text") if isinstance(part, Mapping) else "text"
-        if kind != "text":
-            raise ValueError(f"only text content parts are supported, got {kind!r}")
-    if isinstance(content, (list, tuple)) and all(_text_part(p) for p in content):
-        return [p["text"] if isinstance(p, Mapping) else p for p in content]
-    return None
-
-
-def _text_part(part: Any) -> bool:
-    return isinstance(part, str) or (
-        isinstance(part, Mapping) and part.get("type", "text") == "text" and isinstance(part.get("text"), str)
-    )
+    if not isinstance(content, (list, tuple)):
+        return None
+    texts = []
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        kind = (part.get("type") or "text") if isinstance(part, Mapping) else None
+        if isinstance(kind, str) and kind not in TEXT_PARTS:
+            raise ValueError(f"only text content parts are supported ({', '.join(TEXT_PARTS)}), got {kind!r}")
+        text = part.get(TEXT_PARTS[kind]) if isinstance(kind, str) else None
+        if not isinstance(text, str):
+            return None  # not a part this module can read: as given, for the template
+        texts.append(text)
+    return texts
 
 
 @functools.lru_cache(maxsize=16)

@@ -67,8 +67,9 @@ RESERVED_TEMPLATE_KWARGS = frozenset(
         "processor_kwargs",
     }
 )
-"""apply_chat_template's own arguments: a caller's template kwargs may not set them (a ValueError). Its
-`documents` (a retrieval template's) pass through, as transformers and vLLM pass them."""
+"""apply_chat_template's own arguments: a caller's template kwargs do not override them (dropped, as vLLM
+drops them; LLM.chat refuses them). Its `documents` (a retrieval template's) pass through, as transformers
+and vLLM pass them."""
 
 
 def chat_text(
@@ -97,15 +98,10 @@ def chat_text(
     if continue_final_message and add_generation_prompt:
         raise ValueError("continue_final_message goes on with the last message: set add_generation_prompt false")
     messages = chat_content.shaped(messages, chat_content.resolved(content_format, template, tools))
-    reserved = sorted(RESERVED_TEMPLATE_KWARGS & set(template_kwargs or {}))
-    if reserved:
-        raise ValueError(
-            f"chat_template_kwargs may not set {', '.join(reserved)}: they are the rendering's own arguments"
-        )
     extra = {
         k: v
         for k, v in (template_kwargs or {}).items()
-        if isinstance(v, (str, int, float, bool, list, dict, type(None)))
+        if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool, list, dict, type(None)))
     }
     if continue_final_message:
         messages = _tagged_final_message(messages)

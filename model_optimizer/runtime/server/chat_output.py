@@ -9,6 +9,7 @@ views, so the concatenated deltas are the response's fields: the same calls, arg
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from model_optimizer.runtime.server.protocol_structured import CUSTOM_INPUT
@@ -27,15 +28,40 @@ class ChatMessageFields:
     """Every call's arguments arrived whole (a stop string may cut one short)."""
 
 
-def custom_input(arguments: str) -> str:
+def custom_input(arguments: str, complete: bool = True) -> str:
     """A custom tool's input from its call's arguments, `{"input": "..."}` (protocol_structured.CUSTOM_INPUT);
-    text that is not such an object is the input as written."""
+    whole text that is not such an object is the input as written. A call cut short (max_tokens, a stop)
+    gives what its input string holds so far, decoded, or "" (never the JSON around it)."""
+    if not complete:
+        return _input_so_far(arguments)
     try:
         held = json.loads(arguments)
     except ValueError:
         return arguments
     value = held.get(CUSTOM_INPUT) if isinstance(held, dict) else None
     return value if isinstance(value, str) else arguments
+
+
+_INPUT_KEY = re.compile(rf'"{CUSTOM_INPUT}"\s*:\s*"')
+_ESCAPE_CHARS = 6
+"""The longest escape a cut can split (`\\u00e9`)."""
+
+
+def _input_so_far(arguments: str) -> str:
+    found = _INPUT_KEY.search(arguments)
+    if found is None:
+        return ""
+    rest = arguments[found.end() - 1 :]  # from the string's opening quote
+    try:
+        return json.JSONDecoder().raw_decode(rest)[0]  # the string closed, the object not
+    except ValueError:
+        pass
+    for cut in range(_ESCAPE_CHARS + 1):  # unterminated: close it, less a split escape at its end
+        try:
+            return json.loads(rest[: len(rest) - cut] + '"')
+        except ValueError:
+            continue
+    return ""
 
 
 class ChatOutput:
@@ -98,7 +124,7 @@ class ChatOutput:
         return self.tools is not None and call.name in self.tools.custom
 
     def _input(self, call: PartialCall) -> str:
-        return call.arguments if self.tools.raw_input else custom_input(call.arguments)  # type: ignore[union-attr]
+        return call.arguments if self.tools.raw_input else custom_input(call.arguments, call.complete)  # type: ignore[union-attr]
 
     def _call_id(self, call: PartialCall, index: int, taken: list[str]) -> str:
         """The id the model wrote for the call (Kimi-K2 writes one), else the format's own; a fresh random
@@ -135,13 +161,15 @@ class ChatOutput:
         named = [call for call in view.calls if call.name is not None]  # as message() counts them
         if final:
             self.calls_complete = all(call.complete for call in named)
-        calls = [d for i, call in enumerate(named) if (d := self._call_delta(i, call))]
+        calls = [d for i, call in enumerate(named) if (d := self._call_delta(i, call, final))]
         if calls:
             out["tool_calls"] = calls
         return out
 
-    def _call_delta(self, index: int, call: PartialCall) -> dict | None:
-        """What is new in named call `index`: its id, type and name the first time, then argument text."""
+    def _call_delta(self, index: int, call: PartialCall, final: bool) -> dict | None:
+        """What is new in named call `index`: its id, type and name the first time, then argument text (a
+        custom tool's input: in pieces as written when it is the whole output, else once, when its call is
+        whole or the choice has ended)."""
         delta: dict = {"index": index}
         kind = "custom" if self._is_custom(call) else "function"
         if index == len(self._call_ids):
@@ -155,7 +183,7 @@ class ChatOutput:
         elif kind == "custom" and self.tools.raw_input and len(call.arguments) > sent:  # type: ignore[union-attr]
             delta.setdefault("custom", {})["input"] = call.arguments[sent:]
             self._sent_arguments[index] = len(call.arguments)
-        elif kind == "custom" and call.complete and sent == 0:  # JSON holding the input: sent whole, decoded
+        elif kind == "custom" and (call.complete or final) and sent == 0:  # JSON holding it: once, decoded
             delta.setdefault("custom", {})["input"] = self._input(call)
             self._sent_arguments[index] = max(1, len(call.arguments))
         return delta if len(delta) > 1 else None

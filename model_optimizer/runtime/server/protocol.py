@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Discriminator, Field, Tag, model_serializer, model_validator
 
+from model_optimizer.runtime.engine.chat_content import TEXT_PARTS
 from model_optimizer.runtime.server.body import in_slices
 from model_optimizer.runtime.server.protocol_structured import (
     AllowedToolsChoice,
@@ -166,12 +167,6 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = Field(default=None, ge=0, le=20)
     suffix: str | None = None
     best_of: int | None = Field(default=None, ge=1, le=1024)
-
-
-TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
-"""Content part types that are text, as vLLM reads them, each with the key of its text: an assistant's
-`refusal` (under "refusal", as OpenAI returns it), the Responses API's `input_text` / `output_text`. Any
-other part (images, files, audio) is a 400."""
 
 
 class TextPart(_Request):

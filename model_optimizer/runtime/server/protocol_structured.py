@@ -159,6 +159,10 @@ class NamedToolChoice(_Request):
     type: Literal["function"] = "function"
     function: NamedFunction
 
+    @property
+    def tool_name(self) -> str:
+        return self.function.name
+
 
 class NamedCustomChoice(_Request):
     """tool_choice naming a custom tool: the output is that tool's input."""
@@ -166,11 +170,15 @@ class NamedCustomChoice(_Request):
     type: Literal["custom"]
     custom: NamedFunction
 
+    @property
+    def tool_name(self) -> str:
+        return self.custom.name
+
 
 class AllowedTools(_Request):
     mode: Literal["auto", "required"]
     """auto: the model may call one of `tools` or answer; required: it calls one or more of them."""
-    tools: list[NamedToolChoice] = Field(min_length=1, max_length=128)
+    tools: list[NamedToolChoice | NamedCustomChoice] = Field(min_length=1, max_length=128)
 
 
 class AllowedToolsChoice(_Request):

@@ -135,7 +135,10 @@ def custom_constraint(custom: Any) -> StructuredOutputs | None:
         return None
     if grammar.syntax == "regex":
         return StructuredOutputs.regex(grammar.definition)
-    return StructuredOutputs.grammar(grammar.definition)
+    definition = grammar.definition
+    if "%llguidance" not in definition:  # says Lark: a grammar field is Lark or GBNF, guessed, and a Lark rule
+        definition = "%llguidance {}\n" + definition  # written `?start:` or `!start:` was taken for GBNF
+    return StructuredOutputs.grammar(definition)
 
 
 def _allowed_plan(
@@ -143,7 +146,7 @@ def _allowed_plan(
 ) -> ToolPlan:
     """tool_choice allowed_tools: every tool in the prompt, calls only to the listed ones."""
     tools = body.tools or []
-    listed = {t.function.name for t in choice.allowed_tools.tools}
+    listed = {t.tool_name for t in choice.allowed_tools.tools}
     unknown = sorted(listed - {t.function.name for t in tools})
     if unknown:
         raise APIError(
@@ -179,8 +182,7 @@ def _required_plan(state: ServerState, tools: list[Any], template_tools: list[di
         raise APIError(
             400,
             f"custom tool {lark!r} takes input in a Lark grammar, which cannot be enforced inside the JSON list "
-            f'of calls that tool_choice "required" constrains: name it in tool_choice instead '
-            '({"type": "custom", "custom": {"name": ...}})',
+            f'of calls that tool_choice "required" constrains: name it in tool_choice instead',
             "tool_choice",
         )
     parser = _with_server_ids(state, RequiredParser())

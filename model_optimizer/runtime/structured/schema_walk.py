@@ -20,18 +20,25 @@ DATA = frozenset(("const", "enum", "default", "examples"))
 def rebuilt(node: Any, change: Callable[[dict], dict]) -> Any:
     """A copy of `node` in which `change` has been applied to each schema object, its subschemas first;
     `change` gets that object's copy (its subschemas already rebuilt), may edit it, and returns what
-    takes its place. The input is not changed."""
-    return _rebuilt(node, change, False)
-
-
-def _rebuilt(node: Any, change: Callable[[dict], dict], names: bool) -> Any:
+    takes its place. The input is not changed. RecursionError past Python's depth (~300 levels of
+    properties: one frame per level, a map of names taken inline)."""
     if isinstance(node, list):
-        return [_rebuilt(item, change, False) for item in node]
+        items = []
+        for item in node:  # loops, not comprehensions: a comprehension is a frame of its own before 3.12
+            items.append(rebuilt(item, change))
+        return items
     if not isinstance(node, dict):
         return node
-    if names:
-        return {name: _rebuilt(value, change, False) for name, value in node.items()}
-    out = {key: value if key in DATA else _rebuilt(value, change, key in SCHEMA_MAPS) for key, value in node.items()}
+    out: dict = {}
+    for key, value in node.items():
+        if key in DATA:
+            out[key] = value
+        elif key in SCHEMA_MAPS and isinstance(value, dict):
+            held = out[key] = {}
+            for name, sub in value.items():
+                held[name] = rebuilt(sub, change)
+        else:
+            out[key] = rebuilt(value, change)
     return change(out)
 
 

@@ -67,7 +67,10 @@ def from_vllm_fields(
     if disable_additional_properties:
         if kind != "json":
             raise ValueError(f"disable_additional_properties goes with json, not with {kind}")
-        value = closed(json_text(value, "json") if isinstance(value, str) else value)
+        try:
+            value = closed(json_text(value, "json") if isinstance(value, str) else value)
+        except RecursionError:
+            raise ValueError("json: the schema nests too deeply") from None
     if kind == "json_object":
         return StructuredOutputs.json_object(flexible, pattern)
     if kind == "json":

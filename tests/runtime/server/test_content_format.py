@@ -65,12 +65,13 @@ def test_of_named_templates_the_one_rendered_decides():
 def test_each_format_shapes_content_as_vllm_does():
     assistant = {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]}
     image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
-    openai = shaped([*CONVERSATION, assistant, image], "openai")
+    openai = shaped([*CONVERSATION, assistant], "openai")
     assert openai[0]["content"] == [{"type": "text", "text": "be brief"}]
     assert openai[1]["content"] == CONVERSATION[1]["content"]
     assert openai[2]["content"] == "a\nb"  # a tool's result stays one text
     assert openai[3] == {"role": "assistant", "content": [], "tool_calls": [{"id": "c"}]}
-    assert openai[4] == image  # not text: left for the template
+    with pytest.raises(ValueError, match="got 'image_url'"):  # not text: refused, never dropped by a template
+        shaped([image], "openai")
     text = shaped([*CONVERSATION, assistant], "string")
     assert [m["content"] for m in text] == ["be brief", " one \ntwo", "a\nb", ""]
     assert CONVERSATION[1]["content"][0] == {"type": "text", "text": " one "}  # the caller's messages untouched

@@ -57,7 +57,17 @@ def named(tool: dict) -> dict:
     return {"type": "custom", "custom": {"name": tool["custom"]["name"]}}
 
 
-@pytest.mark.parametrize(("tool", "shape"), [(REGEX_TOOL, ORDER_ID), (LARK_TOOL, "SELECT [a-z]{1,8} FROM t")])
+QUESTION_LARK_TOOL = {  # a rule written `?start:` is Lark, though it reads as no GBNF either
+    "type": "custom",
+    "custom": {"name": "yes_no", "format": {"type": "grammar", "grammar": {"syntax": "lark",
+                                                                           "definition": '?start: "yes" | "no"'}}},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("tool", "shape"),
+    [(REGEX_TOOL, ORDER_ID), (LARK_TOOL, "SELECT [a-z]{1,8} FROM t"), (QUESTION_LARK_TOOL, "yes|no")],
+)
 def test_a_named_custom_tool_writes_its_input_in_its_grammar(client, tool, shape):
     completion = client.chat.completions.create(
         model="tiny", messages=USER, tools=[tool, FUNCTION_TOOL], tool_choice=named(tool), n=3, temperature=1.0, seed=2
@@ -208,3 +218,28 @@ def test_a_streamed_custom_call_on_the_responses_api_validates_against_the_opena
     [done] = [p for p in payloads if p["type"] == "response.custom_tool_call_input.done"]
     assert deltas == done["input"] == whole["output"][0]["input"] and re.fullmatch(ORDER_ID, deltas)
     assert payloads[-1]["response"]["output"][0]["type"] == "custom_tool_call"
+
+
+def test_a_custom_call_cut_short_gives_the_same_input_whole_and_streamed():
+    """max_tokens cuts a call inside its input: the input so far, decoded, both ways, never its JSON."""
+    parser = HermesParser()
+    parser.custom = frozenset({"lookup"})
+    for text, expected in [
+        ('<tool_call>{"name": "lookup", "arguments": {"input": "AB\\"C', 'AB"C'),
+        ('<tool_call>{"name": "lookup", "arguments": {"input":', ""),
+    ]:
+        [whole] = ChatOutput(tools=parser).message(text).tool_calls
+        stream = ChatOutput(tools=parser)
+        deltas = [stream.feed(text[i : i + 4]) for i in range(0, len(text), 4)] + [stream.finish()]
+        pieces = [d.get("custom", {}).get("input") for out in deltas for d in out.get("tool_calls", [])]
+        assert whole["custom"]["input"] == expected
+        assert [p for p in pieces if p is not None] == [expected]
+
+
+def test_allowed_tools_list_custom_tools_in_openais_shape(client):
+    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [named(REGEX_TOOL)]}}
+    completion = client.chat.completions.create(
+        model="tiny", messages=USER, tools=[REGEX_TOOL, FUNCTION_TOOL], tool_choice=choice, temperature=0
+    )
+    [choice_out] = completion.choices
+    assert choice_out.message.tool_calls and all(c.type == "custom" for c in choice_out.message.tool_calls)

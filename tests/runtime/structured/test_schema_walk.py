@@ -58,3 +58,15 @@ def test_passes_reach_keywords_they_do_not_name():
     assert "additionalProperties" not in out["default"]
     tightened = prepare({"contentSchema": {"type": "string", "format": "date"}})
     assert "pattern" in tightened["contentSchema"]
+
+
+def test_a_schema_hundreds_of_levels_deep_is_rebuilt():
+    """One frame per level (names maps taken inline): 400 levels of properties, past what Python's default
+    recursion limit allowed at two frames a level."""
+    node: dict = {"type": "string"}
+    for _ in range(400):
+        node = {"type": "object", "properties": {"a": node}}
+    out = closed(node)
+    for _ in range(400):
+        assert out["additionalProperties"] is False
+        out = out["properties"]["a"]
