@@ -17,6 +17,9 @@
   tag of the allowed tools, strict ones under their schemas, as for strict tools), which needs a format
   that frames a call (else a 400). Listing every tool is plain `auto` / `required`.
 A tool without `parameters` takes none: its arguments are `{}`.
+OpenAI's custom tools (input text, free or in a Lark or regex grammar) are shown to the template as functions
+of one string, `input` (protocol_structured._as_function); named in tool_choice, the whole output is the
+input under its grammar (custom_constraint); their calls are answered as custom calls (chat_output.py).
 """
 
 from __future__ import annotations
