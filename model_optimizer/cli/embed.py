@@ -36,15 +36,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
+    from model_optimizer.common.progress import batch_progress
     from model_optimizer.runtime.embed import Embedder
     from model_optimizer.runtime.embed.config import EmbedConfig
     from model_optimizer.runtime.embed.jsonl_job import EmbedJob, JobConfig, check_paths, output_lock
@@ -66,16 +59,9 @@ def run(args: argparse.Namespace) -> int:
             num_todo, num_done = work.prepare()
             if num_done:
                 console.print(f"resuming: {num_done} rows already in {job.output}", highlight=False, soft_wrap=True)
-            columns = (
-                TextColumn("[bold]embed"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-            )
-            with Progress(*columns, console=console) as progress:
-                task = progress.add_task("embed", total=num_todo)
-                written = work.run(lambda n: progress.advance(task, n))
+            # a bar on a terminal; in a log or pipe a line at every tenth of the rows
+            with batch_progress(console, num_todo, "embed", _log, unit="rows") as advance:
+                written = work.run(advance)
     except KeyboardInterrupt:  # every finished row is already in the file: say so, no traceback
         num_written = work.num_written if work is not None else 0
         print(
@@ -86,3 +72,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     console.print(f"wrote {written} rows to {job.output}", highlight=False, soft_wrap=True)
     return 0
+
+
+def _log(message: str) -> None:
+    print(f"mopt embed: {message}", file=sys.stderr, flush=True)

@@ -359,7 +359,8 @@ class LLM:
         """Embeddings of texts (or token-id lists, or vLLM's prompt dicts), pooled and normalized as the model
         folder says, as vLLM's `LLM.embed` returns them: one EmbeddingRequestOutput per input, the vector in
         `.outputs.embedding`, the ids the model read in `.prompt_token_ids`. `dimensions` and
-        `truncate_prompt_tokens` may come in `pooling_params` (vLLM's way; one for every input).
+        `truncate_prompt_tokens` may come in `pooling_params` (vLLM's way; one for every input), and so may
+        `normalize` (False: the pooled vectors as they are).
         `use_tqdm`: progress as `generate` shows it.
 
         A decoder (Qwen3-Embedding style) embeds with the generation engine's own weights, in the
@@ -385,8 +386,9 @@ class LLM:
             self._embedder = Embedder(self.model_dir, backbone=backbone, **vars(config))
         from model_optimizer.runtime.embed.inputs import as_input_list
 
+        normalize = None
         if pooling_params is not None:
-            dimensions, truncate_prompt_tokens = _pooling(pooling_params, dimensions, truncate_prompt_tokens)
+            dimensions, truncate_prompt_tokens, normalize = _pooling(pooling_params, dimensions, truncate_prompt_tokens)
         if isinstance(texts, dict):
             texts = [_as_prompt(texts)]
         elif isinstance(texts, (list, tuple)) and any(isinstance(t, dict) for t in texts):
@@ -400,6 +402,7 @@ class LLM:
                 instruction=instruction,
                 on_progress=advance,
                 keep_token_ids=True,
+                normalize=normalize,
             )
         return [
             EmbeddingRequestOutput(str(next(self._ids)), EmbeddingOutput(vector), ids)
@@ -484,9 +487,9 @@ def _as_params_list(params: SamplingParams | Sequence[SamplingParams], num_promp
 
 def _pooling(
     params: PoolingParams | Sequence[PoolingParams], dimensions: int | None, truncate_prompt_tokens: int | None
-) -> tuple[int | None, int | None]:
-    """(dimensions, truncate_prompt_tokens) of vLLM's pooling_params, one for all inputs (a list of equal
-    ones too), the same setting given twice refused unless equal."""
+) -> tuple[int | None, int | None, bool | None]:
+    """(dimensions, truncate_prompt_tokens, normalize) of vLLM's pooling_params, one for all inputs (a list of
+    equal ones too), the same setting given twice refused unless equal."""
     if isinstance(params, (list, tuple)):
         if not params or any(p != params[0] for p in params):
             raise ValueError("pooling_params: give one PoolingParams for all inputs (embed runs them alike)")
@@ -500,6 +503,7 @@ def _pooling(
     return (
         params.dimensions if params.dimensions is not None else dimensions,
         params.truncate_prompt_tokens if params.truncate_prompt_tokens is not None else truncate_prompt_tokens,
+        params.normalize,
     )
 
 

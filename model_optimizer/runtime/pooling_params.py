@@ -8,6 +8,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class PoolingParams:
     dimensions: int | None = None
-    """The first N dimensions, renormalized (models trained for it); None: all."""
+    """The first N dimensions, renormalized unless normalize is False (models trained for it); None: all."""
     truncate_prompt_tokens: int | None = None
-    """Keep each input's last k tokens (-1: as many as the model reads); None: a longer input is an error."""
+    """Cut each input to k tokens, keeping its beginning (a text keeps its closing special tokens too; -1: as
+    many as the model reads); None: a longer input is an error."""
+    normalize: bool | None = None
+    """L2-normalize the pooled vectors; False: return them as pooled; None: as the model folder says."""

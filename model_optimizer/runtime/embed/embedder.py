@@ -7,15 +7,16 @@
 One call: tokenize (instruction, end token, length limit) on worker threads, chunk by chunk, and
 pack each chunk's sequences into token-budget batches as it arrives, so the GPU runs the first
 batches while later chunks are tokenized; run the backbone on each packed batch, pool, then
-truncate to `dimensions` and L2-normalize. Nothing is cached between calls. `encode` takes a lock, so one
-Embedder may be shared by threads (the server runs `aencode` in a worker thread).
+truncate to `dimensions` and L2-normalize. Nothing is cached between calls. One Embedder may be shared by
+threads (the server runs each request's `aencode` in a worker thread): calls take turns at the model one
+batch at a time, first come first served, and a call can be cancelled between its batches (calls.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import torch
 from model_optimizer.runtime.device import pick_device
 from model_optimizer.runtime.embed.backbone import is_encoder, load_backbone
 from model_optimizer.runtime.embed.batching import Batch, Batcher
+from model_optimizer.runtime.embed.calls import Calls, EmbedCall
 from model_optimizer.runtime.embed.config import EmbedConfig
 from model_optimizer.runtime.embed.inputs import EmbedInput, InputRules, InputTokenizer, as_input_list, check_truncation
 from model_optimizer.runtime.embed.packing import pack_batch
@@ -93,7 +95,8 @@ class Embedder:
             threads = default_num_threads() if self.device.type == "cuda" else 0
         self.tokenizer_pool = TokenizerPool(threads)
         self.graphs = self._graph_runner()
-        self._lock = threading.Lock()
+        self.calls = Calls()
+        """The encode calls in flight and their turns at the model."""
 
     @property
     def hidden_size(self) -> int:
@@ -109,13 +112,23 @@ class Embedder:
         dimensions: int | None = None,
         truncate_prompt_tokens: int | None = None,
         instruction: str | None = None,
+        normalize: bool | None = None,
     ) -> list[list[float]]:
         """One embedding per input (text or token ids), as lists of floats, in input order."""
-        return self.encode(inputs, dimensions, truncate_prompt_tokens, instruction).embeddings.tolist()
+        out = self.encode(inputs, dimensions, truncate_prompt_tokens, instruction, normalize=normalize)
+        return out.embeddings.tolist()
 
-    async def aencode(self, inputs: EmbedInput | Sequence[EmbedInput], **kwargs: Any) -> EmbedOutput:
-        """`encode` in a worker thread, so an event loop keeps serving while the model runs."""
-        return await asyncio.to_thread(self.encode, inputs, **kwargs)
+    async def aencode(
+        self, inputs: EmbedInput | Sequence[EmbedInput], call: EmbedCall | None = None, **kwargs: Any
+    ) -> EmbedOutput:
+        """`encode` in a worker thread, so an event loop keeps serving while the model runs. Cancelling the
+        awaiting task cancels the call: the thread stops before its next batch (it cannot be stopped inside one)."""
+        call = call if call is not None else EmbedCall()
+        try:
+            return await asyncio.to_thread(self.encode, inputs, call=call, **kwargs)
+        except asyncio.CancelledError:
+            self.calls.cancel(call)
+            raise
 
     def encode(
         self,
@@ -126,6 +139,9 @@ class Embedder:
         on_progress: Callable[[int], None] | None = None,
         on_batch: OnBatch | None = None,
         keep_token_ids: bool = False,
+        *,
+        normalize: bool | None = None,
+        call: EmbedCall | None = None,
     ) -> EmbedOutput:
         """Embeddings as one float32 tensor plus per-input token counts; `on_progress(n)` after each batch of n
         (on CUDA: once the batch is queued; the GPU may still be running it).
@@ -135,34 +151,46 @@ class Embedder:
         (`mopt embed` does, so an interruption loses no finished row). On CUDA that is one device -> host
         copy per batch, which waits for the GPU; without `on_batch` nothing waits until the end.
         `keep_token_ids`: the output holds each input's ids too (off by default: a large job would keep
-        them all)."""
+        them all). `normalize`: False returns the pooled vectors as they are (vLLM's
+        PoolingParams.normalize); None: as the model folder says (`self.normalize`).
+        `call`: a handle from `self.calls.open()` that bounds the call's tokens and lets another thread stop
+        it before its next batch (EmbedCancelled); each batch runs in a turn (calls.py)."""
         items = as_input_list(inputs)
         self._check_dimensions(dimensions)
         truncate_to = check_truncation(truncate_prompt_tokens, self.max_seq_length)
         self.inputs.check(items, instruction)  # what needs no tokenizing fails before any batch runs
+        normalize = self._pick_normalize(normalize)
+        call = call if call is not None else EmbedCall()
         cfg = self.config
+        # token ids count before anything is tokenized; texts as their chunks are
+        num_tokens = sum(min(len(x), truncate_to or len(x)) for x in items if not isinstance(x, str))
+        call.check_num_tokens(num_tokens)
+        lengths = [0] * len(items)
+        kept: list[list[int]] | None = [[] for _ in items] if keep_token_ids else None
+        # results stay on the device until the end: one device -> host copy per call, not per batch
+        pooled = torch.empty(len(items), self.hidden_size, dtype=torch.float32, device=self.device)
+        batcher = Batcher(cfg.max_num_batched_tokens, cfg.max_num_seqs)
 
         def prepare(part: list[EmbedInput], numbers: list[int]) -> list[list[int]]:
             return self.inputs.token_ids(part, truncate_to, instruction, numbers)
 
-        with self._lock:
-            lengths = [0] * len(items)
-            kept: list[list[int]] | None = [[] for _ in items] if keep_token_ids else None
-            # results stay on the device until the end: one device -> host copy per call, not per batch
-            pooled = torch.empty(len(items), self.hidden_size, dtype=torch.float32, device=self.device)
-            batcher = Batcher(cfg.max_num_batched_tokens, cfg.max_num_seqs)
-            for rows, token_ids in self.tokenizer_pool.chunks(items, prepare):
+        def run(batches: list[Batch]) -> None:
+            for batch in batches:
+                with self.calls.turn(call):  # EmbedCancelled here once the call is cancelled
+                    self._run_batch(batch, pooled, on_progress)
+                self._hand_out(batch, pooled, normalize, dimensions, on_batch)
+
+        with closing(self.tokenizer_pool.chunks(items, prepare)) as chunks:  # closed: unstarted chunks dropped
+            for rows, token_ids in chunks:
                 for row, ids in zip(rows, token_ids):
                     lengths[row] = len(ids)
+                    num_tokens += len(ids) if isinstance(items[row], str) else 0
                     if kept is not None:
                         kept[row] = list(ids)
-                for batch in batcher.add(rows, token_ids):
-                    self._run_batch(batch, pooled, on_progress)
-                    self._hand_out(batch, pooled, dimensions, on_batch)
-            for batch in batcher.flush():
-                self._run_batch(batch, pooled, on_progress)
-                self._hand_out(batch, pooled, dimensions, on_batch)
-            embeddings = finish(pooled, self.normalize, dimensions).cpu()
+                call.check_num_tokens(num_tokens)
+                run(batcher.add(rows, token_ids))
+        run(batcher.flush())
+        embeddings = finish(pooled, normalize, dimensions).cpu()
         return EmbedOutput(embeddings, lengths, kept)
 
     @torch.inference_mode()
@@ -176,12 +204,14 @@ class Embedder:
         if on_progress:
             on_progress(len(batch.rows))
 
-    def _hand_out(self, batch: Batch, pooled: torch.Tensor, dimensions: int | None, on_batch: OnBatch | None) -> None:
+    def _hand_out(
+        self, batch: Batch, pooled: torch.Tensor, normalize: bool, dimensions: int | None, on_batch: OnBatch | None
+    ) -> None:
         """Pass a finished batch's vectors to `on_batch`, in the batch's row order."""
         if on_batch is None:
             return
         rows = torch.tensor(batch.rows, device=pooled.device)
-        vectors = finish(pooled.index_select(0, rows), self.normalize, dimensions).cpu()
+        vectors = finish(pooled.index_select(0, rows), normalize, dimensions).cpu()
         on_batch(batch.rows, vectors, [len(ids) for ids in batch.token_ids])
 
     def _graph_runner(self):
@@ -203,6 +233,13 @@ class Embedder:
         if isinstance(dimensions, bool) or not isinstance(dimensions, int) or not 1 <= dimensions <= self.hidden_size:
             raise ValueError(f"dimensions must be an integer between 1 and {self.hidden_size}, got {dimensions!r}")
 
+    def _pick_normalize(self, normalize: bool | None) -> bool:
+        if normalize is None:
+            return self.normalize
+        if not isinstance(normalize, bool):
+            raise ValueError(f"normalize must be True, False or None (as the model folder says), got {normalize!r}")
+        return normalize
+
     def _pick_pooling(self, folder_pooling: str | None) -> str:
         if self.config.pooling != "auto":
             return self.config.pooling
@@ -212,7 +249,11 @@ class Embedder:
         model_max = self.backbone.max_seq_len
         requested = self.config.max_seq_length or folder_max or model_max
         if requested > model_max:
-            raise ValueError(f"max_seq_length {requested} exceeds what the model's positions hold ({model_max})")
+            # named every way it is given: app.py and LLM.embed pass max_model_len in as max_seq_length
+            raise ValueError(
+                f"the longest input, {requested} tokens (--max-model-len of mopt serve, max_model_len of LLM, "
+                f"max_seq_length of mopt embed and Embedder), exceeds what the model's positions hold ({model_max})"
+            )
         return requested
 
     def _end_token_id(self) -> int | None:

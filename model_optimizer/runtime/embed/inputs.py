@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
+
+from model_optimizer.common.text import not_utf8_at
 
 EmbedInput = str | list[int]
 
@@ -29,11 +32,13 @@ BLANK_HINT = "empty or blank (only whitespace or invisible characters such as ze
 
 class InputError(ValueError):
     """An input that cannot be embedded: "input {index}{detail}". `index` is its position in the caller's
-    list, which a caller naming its inputs otherwise (mopt embed: the JSONL row's id) replaces."""
+    list, which a caller naming its inputs otherwise (mopt embed: the JSONL row's id) replaces. `param`: the
+    request field at fault (the server's error names it): "input", or "truncate_prompt_tokens" for an input
+    that cannot be cut to the length asked for."""
 
-    def __init__(self, index: int, detail: str) -> None:
+    def __init__(self, index: int, detail: str, param: str = "input") -> None:
         super().__init__(f"input {index}{detail}")
-        self.index, self.detail = index, detail
+        self.index, self.detail, self.param = index, detail, param
 
 
 def is_blank(text: str) -> bool:
@@ -55,19 +60,41 @@ class InputRules:
     """Token ids given by the caller must be below this."""
 
 
+INPUTS_HINT = "a string, a list of token ids, or a list of those"
+
+
 def as_input_list(inputs: EmbedInput | Sequence[EmbedInput]) -> list[EmbedInput]:
-    """One text, one token-id list, or a sequence of either -> a list of inputs."""
+    """One text, one token-id list, or a sequence of either -> a list of inputs. Token ids may be any
+    integers (NumPy's become ints; a bool is no token id). Bytes are a TypeError, as LLM.generate makes
+    them: their byte values would otherwise pass for token ids."""
     if isinstance(inputs, str):
         return [inputs]
+    if isinstance(inputs, (bytes, bytearray)) or not isinstance(inputs, Iterable):
+        raise TypeError(f"inputs must be {INPUTS_HINT}, got {type(inputs).__name__}")
     items = list(inputs)
-    if items and all(isinstance(t, int) and not isinstance(t, bool) for t in items):
-        return [items]  # one input given as token ids
+    ids = _token_ids(items) if items else None
+    if ids is not None:
+        return [ids]  # one input given as token ids
     for i, item in enumerate(items):
         if isinstance(item, str):
             continue
-        if not isinstance(item, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in item):
+        if isinstance(item, (bytes, bytearray)):
+            raise TypeError(f"input {i} must be a string or a list of token ids, got {type(item).__name__}")
+        ids = _token_ids(item) if isinstance(item, (list, tuple)) else None
+        if ids is None:
             raise ValueError(f"input {i} must be a string or a list of token ids, got {type(item).__name__}")
+        items[i] = ids
     return items
+
+
+def _token_ids(values: Sequence) -> Sequence[int] | None:
+    """`values` as they are when all are ints (no copy: a request may hold millions), as ints when some are
+    other integers (NumPy's), or None when one is no integer (a bool is none)."""
+    if all(type(t) is int for t in values):
+        return values
+    if all(isinstance(t, Integral) and not isinstance(t, bool) for t in values):
+        return [int(t) for t in values]
+    return None
 
 
 def check_truncation(truncate_prompt_tokens: int | None, max_seq_length: int) -> int | None:
@@ -98,11 +125,16 @@ class InputTokenizer:
 
     def check(self, inputs: Sequence[EmbedInput], instruction: str | None) -> None:
         """Raise for the first input, in input order, that is bad without tokenizing anything: a token-id
-        list that is empty or leaves the vocabulary, or an empty text that tokenizes to nothing."""
+        list that is empty or leaves the vocabulary, an empty text that tokenizes to nothing, or a text (or
+        instruction) that is not valid Unicode (a lone surrogate), as the server and `mopt embed` refuse it."""
+        if instruction is not None and not_utf8_at(instruction) is not None:
+            raise ValueError(f"instruction is not valid Unicode text ({_surrogate_at(instruction)})")
         for i, x in enumerate(inputs):
             if isinstance(x, str):
                 if not x and not instruction and not self._empty_text_ids:
-                    raise ValueError(f"input {i} has no tokens")
+                    raise InputError(i, " has no tokens")
+                if not_utf8_at(x) is not None:  # the tokenizer would raise a TypeError that names nothing
+                    raise InputError(i, f" is not valid Unicode text ({_surrogate_at(x)})")
             else:
                 self._check_ids(x, i)
 
@@ -145,15 +177,17 @@ class InputTokenizer:
             try:
                 ids[i] = _truncate_text(text_of[i], self.encoder, rules, limit)
             except ValueError as exc:
-                raise InputError(numbers[i], f": {exc}") from None
+                raise InputError(
+                    numbers[i], f" cannot be cut to {limit} tokens: {exc}", "truncate_prompt_tokens"
+                ) from None
         return ids
 
     def _check_ids(self, tokens: Sequence[int], number: int) -> None:
         if not tokens:
-            raise ValueError(f"input {number} has no tokens")
+            raise InputError(number, " has no tokens")
         vocab_size = self.rules.vocab_size
         if vocab_size is not None and not (min(tokens) >= 0 and max(tokens) < vocab_size):
-            raise ValueError(f"input {number} has token ids outside the vocabulary [0, {vocab_size})")
+            raise InputError(number, f" has token ids outside the vocabulary [0, {vocab_size})")
 
 
 class TextEncoder:
@@ -194,12 +228,14 @@ class TextEncoder:
                 )
         num_special = self._own.num_special_tokens_to_add(False)
         if max_length < num_special:
-            raise ValueError(
-                f"cannot truncate to {max_length} tokens: the tokenizer's special tokens alone take {num_special}"
-            )
+            raise ValueError(f"the tokenizer's special tokens alone take {num_special}")
         encoding = self._own.encode(text, add_special_tokens=False)
         encoding.truncate(max_length - num_special, direction=getattr(self.tokenizer, "truncation_side", "right"))
         return self._own.post_process(encoding).ids
+
+
+def _surrogate_at(text: str) -> str:
+    return f"a lone surrogate such as \\ud800 at character {not_utf8_at(text)}"
 
 
 def _text(text: str, rules: InputRules, instruction: str | None) -> str:
@@ -218,5 +254,5 @@ def _truncate_text(text: str, encoder: TextEncoder, rules: InputRules, limit: in
     """Cut with the tokenizer's rules, so closing special tokens ([SEP]) survive; keep room for the end token."""
     room = limit - (1 if rules.end_token_id is not None else 0)
     if room < 1:
-        raise ValueError(f"cannot truncate to {limit} tokens: the end token alone takes one")
+        raise ValueError("the end token alone takes one")
     return _with_end(encoder.truncated(text, room), rules.end_token_id)[:limit]

@@ -34,7 +34,14 @@ from model_optimizer.common.fileio import check_writable_file_path, jsonl_values
 from model_optimizer.common.text import not_utf8_at
 from model_optimizer.runtime.config import check_positive
 from model_optimizer.runtime.embed.inputs import BLANK_HINT, InputError, is_blank
-from model_optimizer.runtime.embed.output_meta import check_same, describe, meta_path, read_meta, write_meta
+from model_optimizer.runtime.embed.output_meta import (
+    adopt_truncation,
+    check_same,
+    describe,
+    meta_path,
+    read_meta,
+    write_meta,
+)
 
 
 @dataclass
@@ -94,7 +101,7 @@ def read_rows(path: Path, text_field: str, id_field: str) -> list[tuple[Any, str
     """(id, text) of every input row; ValueError naming the line of any bad row or repeated id."""
     rows: list[tuple[Any, str]] = []
     seen: set[str] = set()
-    for number, row in jsonl_values(text_lines(path), path):
+    for number, row in jsonl_values(_without_bom(text_lines(path)), path):
         row_id, text = _parse_row(row, number, text_field, id_field, path)
         key = json.dumps(row_id)
         if key in seen:
@@ -102,6 +109,15 @@ def read_rows(path: Path, text_field: str, id_field: str) -> list[tuple[Any, str
         seen.add(key)
         rows.append((row_id, text))
     return rows
+
+
+def _without_bom(lines: Iterator[str]) -> Iterator[str]:
+    """The lines, a byte order mark at the start of the first cut off: Windows tools (Notepad, PowerShell,
+    Excel's "CSV UTF-8") begin UTF-8 files with one, which Python's utf-8-sig codec skips too."""
+    first = True
+    for line in lines:
+        yield line.removeprefix("\ufeff") if first else line
+        first = False
 
 
 def _parse_row(row: Any, number: int, text_field: str, id_field: str, path: Path) -> tuple[Any, str]:
@@ -137,6 +153,8 @@ class OutputState:
     """Ids (as JSON) of the complete rows."""
     lengths: set[int]
     """Vector lengths seen in those rows."""
+    longest: int | None = 0
+    """The most tokens a row's text made (its num_tokens); None when a row does not say."""
 
 
 def recover_output(path: Path) -> OutputState:
@@ -151,6 +169,11 @@ def recover_output(path: Path) -> OutputState:
             row = json.loads(line)
             state.done.add(json.dumps(row["id"]))
             state.lengths.add(len(row["embedding"]))
+            num_tokens = row.get("num_tokens")
+            if state.longest is None or not isinstance(num_tokens, int):
+                state.longest = None
+            else:
+                state.longest = max(state.longest, num_tokens)
         except (json.JSONDecodeError, KeyError, TypeError):
             raise ValueError(f"{path}:{number} is not an embedding row; refusing to resume into it") from None
     if keep < len(data):
@@ -268,7 +291,10 @@ class EmbedJob:
         current = describe(self.embedder, self.job.dimensions, self.job.instruction, self.job.truncate)
         stored = read_meta(out) if state.done else None
         if stored is not None:
-            check_same(out, stored, current)
+            adopted = adopt_truncation(stored, current, state.longest)
+            check_same(out, adopted, current)
+            if adopted is not stored:  # from now on rows may be cut: the sidecar says so
+                write_meta(out, current)
         length = current["settings"]["dimensions"]
         if state.lengths - {length}:
             raise ValueError(

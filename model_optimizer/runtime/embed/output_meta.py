@@ -13,7 +13,8 @@ What is compared (`settings`): a fingerprint of the model (config.json, each wei
 header and samples of its data, the tokenizer files) rather than its path, so a moved model folder
 still resumes and a different checkpoint at the same path does not; the vector length, pooling,
 normalization, instruction and its template, the end token, lowercasing, and the length texts are
-cut to with --truncate. What is only recorded (`info`): the path, dtype and device. A run in float16
+cut to with --truncate (a file made without truncation takes a run with it when none of its rows is longer:
+adopt_truncation). What is only recorded (`info`): the path, dtype and device. A run in float16
 and one in float32 give vectors that agree to about 1e-3, which is no reason to refuse a resume.
 """
 
@@ -121,6 +122,20 @@ def read_meta(output: Path) -> dict[str, Any] | None:
 
 def write_meta(output: Path, meta: dict[str, Any]) -> None:
     atomic_write(meta_path(output), json.dumps(meta, indent=2) + "\n")
+
+
+def adopt_truncation(stored: dict[str, Any], current: dict[str, Any], longest_row: int | None) -> dict[str, Any]:
+    """`stored` with this run's truncation length when the file was made without truncation and no row in it
+    is longer than that length (`longest_row`: the most tokens a row read; None: unknown); else `stored`.
+
+    Those rows were embedded whole, as a run with --truncate embeds them too (it cuts only longer ones), so
+    their vectors are this run's: a run that stopped at an over-long row resumes with --truncate, as the
+    error that stopped it advises."""
+    old, new = stored["settings"], current["settings"]
+    cut_to = new.get("truncate_to")
+    if old.get("truncate_to") is not None or cut_to is None or longest_row is None or longest_row > cut_to:
+        return stored
+    return {**stored, "settings": {**old, "truncate_to": cut_to}}
 
 
 def check_same(output: Path, stored: dict[str, Any], current: dict[str, Any]) -> None:

@@ -2,8 +2,9 @@
 drain on SIGTERM.
 
 SIGTERM (or Ctrl-C) starts a drain: /ready turns 503, new requests get 503 with Retry-After,
-in-flight ones may finish for `shutdown_timeout` seconds, then whatever is left is aborted
-(finish_reason "abort") and uvicorn stops. A second signal stops at once. A first frontend with
+in-flight ones (generation and embedding requests) may finish for `shutdown_timeout` seconds, then
+whatever is left is aborted (finish_reason "abort"; an embedding request stops before its next batch
+and gets a 503 error body) and uvicorn stops. A second signal stops at once. A first frontend with
 further ones (--api-server-count) passes the signal on and waits for them before it stops.
 """
 
@@ -35,6 +36,7 @@ class Peers(Protocol):
 logger = logging.getLogger("model_optimizer.runtime.server.launcher")
 
 FLUSH_S = 1.0  # after aborting leftovers, time for their last chunks to reach the clients
+BATCH_WAIT_S = 30.0  # after a drain cancels embedding requests, the longest it waits for their batches to end
 FATAL_EXIT_DELAY_S = 1.0  # after an engine failure, /health answers 503 this long before the process exits
 
 
@@ -66,7 +68,7 @@ class DrainingServer(uvicorn.Server):
         logger.info(
             "signal %d: draining %d request(s) for up to %.0f s",
             sig,
-            self.state.num_admitted,
+            self.num_in_flight(),
             self.state.config.shutdown_timeout,
         )
         self.state.draining = True
@@ -78,17 +80,34 @@ class DrainingServer(uvicorn.Server):
             self.peers.signal_all(signal.SIGTERM)
         threading.Thread(target=self._drain, name="mopt-drain", daemon=True).start()
 
+    def num_in_flight(self) -> int:
+        """Requests the drain waits for: engine requests admitted, and embedding requests being answered."""
+        embedder = self.state.embedder
+        return self.state.num_admitted + (embedder.calls.num_in_flight if embedder is not None else 0)
+
     def _drain(self) -> None:
         deadline = time.monotonic() + self.state.config.shutdown_timeout
-        while self.state.num_admitted > 0 and time.monotonic() < deadline:
+        while self.num_in_flight() > 0 and time.monotonic() < deadline:
             time.sleep(0.05)
-        if self.state.num_admitted > 0 and self.state.engine is not None:
-            logger.warning("drain timed out: aborting %d request(s)", self.state.num_admitted)
-            self.state.engine.abort_all()
+        if self.num_in_flight() > 0:
+            logger.warning("drain timed out: aborting %d request(s)", self.num_in_flight())
+            if self.state.engine is not None:
+                self.state.engine.abort_all()
+            if self.state.embedder is not None:
+                self._cancel_embeddings()
             time.sleep(FLUSH_S)
         if self.peers is not None:  # the core stops with this process: after the others have drained
             self.peers.join(max(deadline - time.monotonic(), 0.0) + FLUSH_S + 5.0)
         self.should_exit = True
+
+    def _cancel_embeddings(self) -> None:
+        """Cancel the embedding requests in flight and wait (at most BATCH_WAIT_S) until each has its 503
+        answer: a call stops only between batches, and one cut by uvicorn instead gets a plain-text 500."""
+        calls = self.state.embedder.calls
+        calls.cancel_all()
+        deadline = time.monotonic() + BATCH_WAIT_S
+        while calls.num_in_flight > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

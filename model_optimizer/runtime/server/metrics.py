@@ -4,7 +4,8 @@ Each app has its own CollectorRegistry (tests run several apps in one process). 
 frontend processes (--api-server-count) prometheus_client runs in its multiprocess mode (values in
 files of one folder, frontends.py) and /metrics sums them, whichever frontend answers. Engine gauges and
 counters are read from the AsyncEngine's stats snapshot at scrape time; latency histograms and the
-finished-request counter are observed by the server as outputs arrive. Names, types and the
+finished-request counter are observed by the server as outputs arrive (an embedding model's, which has no
+engine, by its route: each input a finished request, as vLLM counts pooling requests). Names, types and the
 `model_name` label follow vLLM's v1 logger (tests/runtime/server/test_metrics_names.py holds the list);
 vLLM's second label, `engine`, is left out: one server runs one engine. `http_requests_total`
 (handler, method, status) is the counter vLLM's HTTP instrumentation exports, with exact status codes.
@@ -77,10 +78,16 @@ class _EngineCollector(Collector):
         self.stats = stats
         self.speculative = speculative
         """Export vLLM's spec_decode counters (as vLLM does, only when speculative decoding is configured)."""
+        self.num_pooled_prompt_tokens: int | None = None
+        """Tokens of the inputs an embedding model has embedded (None before the first): its vllm:prompt_tokens."""
 
     def collect(self) -> Iterator:
         s = self.stats()
-        if s is None:
+        if s is None:  # no engine (yet): an embedding model's prompt tokens, once it has embedded any
+            if self.num_pooled_prompt_tokens is not None:
+                c = CounterMetricFamily("vllm:prompt_tokens", "Prompt tokens computed.", labels=["model_name"])
+                c.add_metric([self.model_name], self.num_pooled_prompt_tokens)
+                yield c
             return
         label = [self.model_name]
 
@@ -295,6 +302,24 @@ class ServerMetrics:
         mp.MultiProcessCollector(registry)  # every frontend's counters and histograms, summed
         registry.register(self.engine_collector)  # the core's state, the same in every frontend
         return generate_latest(registry)
+
+    def embeddings_finished(self, num_prompt_tokens: list[int], seconds: float) -> None:
+        """An embedding request answered: each input counts as one request finished with reason "stop", as
+        vLLM counts a pooling request's prompts (its scheduler finishes a pooling request with
+        FINISHED_STOPPED as soon as the pooler has output), with its tokens and the request's latency."""
+        for num_tokens in num_prompt_tokens:
+            self.e2e.observe(seconds)
+            self.prompt_len.observe(num_tokens)
+        self.success.labels(self.model_name, "stop").inc(len(num_prompt_tokens))
+        collector = self.engine_collector
+        collector.num_pooled_prompt_tokens = (collector.num_pooled_prompt_tokens or 0) + sum(num_prompt_tokens)
+
+    def embeddings_aborted(self, num_inputs: int, seconds: float) -> None:
+        """An embedding request stopped before its end (client gone, drain timed out): each input counts as
+        one request finished with reason "abort"."""
+        for _ in range(num_inputs):
+            self.e2e.observe(seconds)
+        self.success.labels(self.model_name, "abort").inc(num_inputs)
 
     def tracker(self, num_completions: int) -> RequestTracker:
         return RequestTracker(self, num_completions)

@@ -123,6 +123,6 @@ def test_bad_inputs_fail_before_any_batch_runs(minilm):
     ):
         with pytest.raises(ValueError, match=message):
             minilm.encode(texts + [bad], on_progress=done.append)
-    with pytest.raises(ValueError, match="input 1: cannot truncate to 1 tokens"):
+    with pytest.raises(ValueError, match="input 1 cannot be cut to 1 tokens"):
         minilm.encode(["ok", "a text of several words"], truncate_prompt_tokens=1)
     assert done == []

@@ -5,6 +5,12 @@ Embedder); otherwise a clear 400. The Embedder tokenizes, applies `dimensions` (
 truncation, then renormalization) and counts tokens itself; it runs in a worker thread. `dimensions`
 is taken only from models trained for it: decoder embedders (Qwen3-Embedding family) and models whose
 config declares Matryoshka training.
+
+A request is in flight (`Embedder.calls`, which the SIGTERM drain waits for) until its response is ready.
+A client that hangs up has its call stopped before the next batch (status 499 in http_requests_total and
+finished_reason "abort"; uvicorn writes no access line for a client that has gone); a drain that runs out
+of time stops it the same way and answers 503. Each input counts in vLLM's request metrics as a
+finished request, as vLLM counts the prompts of a pooling request.
 """
 
 from __future__ import annotations
@@ -12,56 +18,71 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
 from model_optimizer.common.text import not_utf8_at
-from model_optimizer.runtime.embed.inputs import BLANK_HINT, is_blank
+from model_optimizer.runtime.embed.calls import EmbedCancelled
+from model_optimizer.runtime.embed.inputs import BLANK_HINT, InputError, is_blank
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.prompts import prompt_list
 from model_optimizer.runtime.server.protocol import EmbeddingRequest
+from model_optimizer.runtime.server.request_group import ClientDisconnected, until_disconnect
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
-from model_optimizer.runtime.server.state import get_state
+from model_optimizer.runtime.server.state import RETRY_AFTER_S, get_state
 
 router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
 
 
-@router.post("/v1/embeddings", responses=ERROR_RESPONSES)
-async def create_embedding(body: EmbeddingRequest, request: Request) -> dict:
+MAX_REQUEST_TOKENS = 300_000
+"""Most tokens one request's inputs may hold in all (after truncation): OpenAI's limit, "all embedding
+models enforce a maximum of 300,000 tokens summed across all inputs in a single request" (API reference,
+https://platform.openai.com/docs/api-reference/embeddings/create, `input`). It bounds what one request can
+make the server compute (2048 inputs of a 32k-token decoder embedder would be 67M tokens)."""
+
+
+@router.post("/v1/embeddings", response_model=dict, responses=ERROR_RESPONSES)
+async def create_embedding(body: EmbeddingRequest, request: Request) -> dict | Response:
     state = get_state(request)
     state.check_model(body.model)
     state.check_accepting()
-    if state.embedder is None:
+    embedder = state.embedder
+    if embedder is None:
         raise APIError(400, f"the model `{state.model.name}` does not support embeddings", "model")
-    if isinstance(body.input, list) and not body.input:
-        raise APIError(400, "input is empty: give a string, a list of strings or token ids", "input")
-    inputs = prompt_list(body.input)
-    empty = next((i for i, item in enumerate(inputs) if _empty(item)), None)
-    if empty is not None:
-        raise APIError(400, f"input {empty} is {BLANK_HINT}: every input needs visible text or token ids", "input")
-    if len(inputs) > state.config.max_embedding_inputs:
-        raise APIError(
-            400, f"got {len(inputs)} inputs; at most {state.config.max_embedding_inputs} per request", "input"
-        )
-    if any(isinstance(i, str) and not_utf8_at(i) is not None for i in inputs):
-        raise APIError(400, "input is not valid Unicode text (lone surrogate)", "input")
+    inputs = _checked_inputs(body, state.config.max_embedding_inputs)
     if body.dimensions is not None:
-        check_dimensions(state.embedder, body.dimensions)
-    try:
-        out = await state.embedder.aencode(
-            inputs, dimensions=body.dimensions, truncate_prompt_tokens=body.truncate_prompt_tokens
-        )
-    except ValueError as exc:
-        param = "truncate_prompt_tokens" if str(exc).startswith("truncate_prompt_tokens") else "input"
-        raise APIError(400, str(exc), param) from None
-    vectors = out.embeddings.float().contiguous()
-    data = [
-        {"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
-        for i, v in enumerate(vectors)
-    ]
+        check_dimensions(embedder, body.dimensions)
+    start = time.perf_counter()
+    # in flight from here (no await before it: a drain that starts now counts it) until the response is ready
+    with embedder.calls.open(MAX_REQUEST_TOKENS) as call:
+        try:
+            out = await until_disconnect(
+                request,
+                embedder.aencode(
+                    inputs, call=call, dimensions=body.dimensions, truncate_prompt_tokens=body.truncate_prompt_tokens
+                ),
+            )
+        except ClientDisconnected:  # the call stops before its next batch; 499 in http_requests_total
+            state.metrics.embeddings_aborted(len(inputs), time.perf_counter() - start)
+            return Response(status_code=499)
+        except EmbedCancelled:  # the drain ran out of time
+            state.metrics.embeddings_aborted(len(inputs), time.perf_counter() - start)
+            raise APIError(
+                503, "the server shut down before the request finished", headers={"Retry-After": RETRY_AFTER_S}
+            ) from None
+        except ValueError as exc:
+            raise APIError(400, str(exc), _param(exc)) from None
+        state.metrics.embeddings_finished(out.num_tokens, time.perf_counter() - start)
+        vectors = out.embeddings.float().contiguous()
+        data = [
+            {"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
+            for i, v in enumerate(vectors)
+        ]
     num_tokens = out.num_prompt_tokens
     return {
         "object": "list",
@@ -69,6 +90,30 @@ async def create_embedding(body: EmbeddingRequest, request: Request) -> dict:
         "data": data,
         "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
     }
+
+
+def _checked_inputs(body: EmbeddingRequest, max_inputs: int) -> list[str | list[int]]:
+    """The request's inputs as a list, or a 400 naming the first bad one (before any is tokenized)."""
+    if isinstance(body.input, list) and not body.input:
+        raise APIError(400, "input is empty: give a string, a list of strings or token ids", "input")
+    inputs = prompt_list(body.input)
+    for i, item in enumerate(inputs):
+        if isinstance(item, list) and not item:
+            raise APIError(400, f"input {i} is an empty list of token ids: give at least one token id", "input")
+        if isinstance(item, str) and is_blank(item):
+            raise APIError(400, f"input {i} is {BLANK_HINT}: every input needs visible text or token ids", "input")
+    if len(inputs) > max_inputs:
+        raise APIError(400, f"got {len(inputs)} inputs; at most {max_inputs} per request", "input")
+    if any(isinstance(i, str) and not_utf8_at(i) is not None for i in inputs):
+        raise APIError(400, "input is not valid Unicode text (lone surrogate)", "input")
+    return inputs
+
+
+def _param(exc: ValueError) -> str:
+    """The request field an embedder's ValueError is about."""
+    if isinstance(exc, InputError):
+        return exc.param
+    return "truncate_prompt_tokens" if str(exc).startswith("truncate_prompt_tokens") else "input"
 
 
 MATRYOSHKA_KEYS = ("matryoshka_dimensions", "matryoshka_dims", "is_matryoshka")
@@ -114,10 +159,6 @@ def _declared(model_dir: Path) -> dict[str, Any]:
         if config.get("is_matryoshka") is True:
             return {"matryoshka_dimensions": True}
     return {}
-
-
-def _empty(item: str | list[int]) -> bool:
-    return len(item) == 0 or (isinstance(item, str) and is_blank(item))
 
 
 def _encode(vector, encoding_format: str) -> list[float] | str:
