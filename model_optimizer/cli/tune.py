@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
     from model_optimizer.optimizer.tune import runner
 
     console = Console()
+    console.soft_wrap = not console.is_terminal  # piped: whole lines (a resume command cut at 80 columns ran no study)
     check_writable_folder_path(args.output_dir, "--output-dir")  # before the first trial, not after it
     output_dir = Path(args.output_dir)
     if args.resume:
@@ -165,14 +166,40 @@ def run(args: argparse.Namespace) -> int:
     else:
         stored = _fresh(args)
     budget = runner.budget_of(args.trials, args.time, stored.get("sampler", "nsga2"))
-    return runner.tune(stored, output_dir, budget, args.prefer or "goodput", bool(args.resume), console)
+    try:
+        return runner.tune(stored, output_dir, budget, args.prefer or "goodput", bool(args.resume), console)
+    except Exception as exc:
+        reason = storage_failure(exc)
+        if reason is None:
+            raise
+        raise ValueError(
+            f"{output_dir / 'study.db'}: {reason}; the study so far is kept: once the file can be written, "
+            f"continue it with mopt tune --resume --output-dir {output_dir}"
+        ) from exc
+
+
+def storage_failure(exc: BaseException) -> str | None:
+    """The SQLite error under a failure of the study's storage (a read-only study.db, a full disk: optuna's
+    StorageInternalError over sqlalchemy's over sqlite3's), or None when `exc` is none."""
+    import sqlite3
+
+    from optuna.exceptions import StorageInternalError
+    from sqlalchemy.exc import DBAPIError
+
+    if not isinstance(exc, (StorageInternalError, DBAPIError)):
+        return None
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, sqlite3.Error):
+            return str(cause)
+        cause = cause.__cause__ or cause.__context__
+    return str(exc).splitlines()[0]
 
 
 def _fresh(args: argparse.Namespace) -> dict:
     """The study's stored form, built and checked from the flags."""
     from model_optimizer.optimizer.bench.client import ClientConfig
     from model_optimizer.optimizer.bench.load import LoadConfig
-    from model_optimizer.optimizer.bench.metrics import parse_slo
     from model_optimizer.optimizer.bench.workloads import WorkloadConfig
     from model_optimizer.optimizer.tune.device_space import fit_to_cpu, trials_on_cpu
     from model_optimizer.optimizer.tune.space import build_space
@@ -186,7 +213,7 @@ def _fresh(args: argparse.Namespace) -> dict:
             raise ValueError(f"{flag} must be a positive number of seconds, got {value}")
     if args.server_cmd is None:  # tune serves --model itself; an external server's {model} may be any name
         check_model(args.model)
-    parse_slo(args.slo)
+    check_slo(args.slo)
     space = build_space(args.space, held_settings(args))
     searched = len(space.knobs)
     notes = fit_to_cpu(space) if trials_on_cpu(args.server_cmd, space.fixed) else []
@@ -200,7 +227,7 @@ def _fresh(args: argparse.Namespace) -> dict:
     if args.num_warmups is None:  # the bench's default is none; a trial's first requests are never representative
         load.num_warmups = default_warmups(load)
     return {
-        "model": args.model,
+        "model": stored_model(args.model),
         "space": space.to_dict(),
         "space_notes": notes,
         "slo": args.slo,
@@ -221,6 +248,37 @@ def _fresh(args: argparse.Namespace) -> dict:
         "skip_first_wave": not args.count_first_wave,
         "repeat_baseline": bool(args.repeat_baseline),
     }
+
+
+def stored_model(model: str | None) -> str | None:
+    """`--model` as the study stores it: a local folder as an absolute path, so a `--resume` from another
+    folder, best.yaml and commands.txt still name it; a Hub id (or any name a --server-cmd takes) as given."""
+    import os
+    from pathlib import Path
+
+    if model is None or not Path(model).expanduser().is_dir():
+        return model
+    return os.path.abspath(Path(model).expanduser())
+
+
+def check_slo(spec: str | None) -> None:
+    """ValueError naming --slo for a term bench's parser refuses, a limit that is not positive (no request
+    meets 0) or a term given twice (one of the two would be dropped without a word)."""
+    from model_optimizer.optimizer.bench.metrics import parse_slo
+
+    try:
+        terms = parse_slo(spec)
+    except ValueError as exc:
+        if "could not convert" in str(exc):  # float()'s own words, about `1.2.3`
+            raise ValueError(f"--slo {spec}: each limit must be a number with ms, s or us (e.g. 200ms)") from None
+        raise ValueError(f"--slo {spec}: {exc}") from None
+    seen = set()
+    for term in terms:
+        if not term.limit > 0:
+            raise ValueError(f"--slo {spec}: {term.key} must be a positive time, got {term.limit:g} s")
+        if term.key in seen:
+            raise ValueError(f"--slo {spec}: {term.key} is given twice; give each term once")
+        seen.add(term.key)
 
 
 def check_model(model: str | None) -> None:

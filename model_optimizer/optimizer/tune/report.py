@@ -12,6 +12,7 @@ from pathlib import Path
 
 from model_optimizer.common.fileio import atomic_write
 from model_optimizer.optimizer.tune.commands import mopt_serve_argv, vllm_serve
+from model_optimizer.optimizer.tune.folder import json_text
 from model_optimizer.optimizer.tune.noise import noise_summary, ranking
 from model_optimizer.optimizer.tune.pareto import choose, pareto_front
 from model_optimizer.optimizer.tune.predictor import mape
@@ -81,7 +82,7 @@ def build_summary(rows: list[dict], prefer: str, model: str | None, setup: dict)
 
 def write_outputs(output_dir: Path, summary: dict, study=None) -> None:
     """results.json, best.yaml, commands.txt and report.html in `output_dir`."""
-    atomic_write(output_dir / "results.json", json.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write(output_dir / "results.json", json_text(summary))
     best = summary["best"]
     if best:
         atomic_write(output_dir / "best.yaml", best_yaml(summary))

@@ -1,7 +1,8 @@
 """`mopt tune` from start to report: open the study, build the predictor, run the trials, write the outputs.
 
 The study's settings (space, workload, load, SLO, server command) are stored beside it as tune.json,
-so `--resume` continues exactly the study that was started.
+so `--resume` continues exactly the study that was started. A run holds the folder's lock (folder.py)
+from before it opens the study until its reports are written.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from model_optimizer.optimizer.bench.workloads import WorkloadConfig
 from model_optimizer.optimizer.tune import report
 from model_optimizer.optimizer.tune.commands import template_argv, template_uses
 from model_optimizer.optimizer.tune.compare import refitted_errors
+from model_optimizer.optimizer.tune.folder import check_no_earlier_outputs, identity, study_lock
 from model_optimizer.optimizer.tune.interrupts import interrupts_outside
 from model_optimizer.optimizer.tune.predictor import Predictor, model_cost
+from model_optimizer.optimizer.tune.resume import requeue_interrupted, stop_leftover_servers
 from model_optimizer.optimizer.tune.space import SearchSpace
 from model_optimizer.optimizer.tune.study import (
     Budget,
@@ -83,11 +86,14 @@ def load_stored(output_dir: Path) -> dict:
 
 
 def trial_setup(stored: dict) -> TrialSetup:
+    load = dict(stored["load"])
+    if isinstance(load.get("request_rate"), str):  # tune.json holds --request-rate inf as "inf" (folder.json_text)
+        load["request_rate"] = _number(load["request_rate"])
     return TrialSetup(
         model=stored["model"],
         client=ClientConfig(**stored["client"]),
         workload=WorkloadConfig(**stored["workload"]),
-        load=LoadConfig(**stored["load"]),
+        load=LoadConfig(**load),
         slo=stored["slo"],
         server_cmd=stored["server_cmd"],
         ready_path=stored["ready_path"],
@@ -95,6 +101,13 @@ def trial_setup(stored: dict) -> TrialSetup:
         trial_timeout=stored["trial_timeout"],
         skip_first_wave=stored.get("skip_first_wave", False),  # a study stored before it measures as it did
     )
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise TypeError(f"request_rate must be a number, got {text!r}") from None
 
 
 def check_template(stored: dict, space: SearchSpace) -> None:
@@ -151,12 +164,38 @@ def cpu_dtype(config: dict) -> str:
 
 def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bool, console: Console) -> int:
     space = SearchSpace.from_dict(stored["space"])
-    setup = trial_setup(stored)
     check_template(stored, space)
-    predictor, note = make_predictor(stored, space)
     output_dir.mkdir(parents=True, exist_ok=True)
+    with study_lock(output_dir):  # one run per folder, from before the study opens until the reports are written
+        if not resume:
+            check_no_earlier_outputs(output_dir)
+        predictor, note = make_predictor(stored, space)
+        study = _open(stored, output_dir, resume, space, budget, console)
+        console.print(f"study {output_dir / 'study.db'}: {len(study.trials)} trials so far; {note}")
+        _print_space(console, stored, space)
+        tuner = _tuner(stored, study, space, output_dir, predictor, console)
+        interrupted = _run(tuner, budget)
+        summary = _summary(stored, study, tuner, predictor, prefer)
+        report.write_outputs(output_dir, summary, study)
+    _print_summary(console, summary, output_dir, prefer)
+    if interrupted:
+        console.print(f"interrupted: the study is saved; continue it with mopt tune --resume --output-dir {output_dir}")
+        return 130
+    return 0 if summary["best"] else 1
+
+
+def _open(stored: dict, output_dir: Path, resume: bool, space: SearchSpace, budget: Budget, console: Console):
+    """The study, its interrupted trials' servers stopped and their settings queued again (resume.py), the
+    grid's points queued and its budget set, tune.json written."""
     sampler = stored.get("sampler", "nsga2")
-    study = open_study(output_dir, stored["seed"], resume, sampler, space)
+    study = open_study(output_dir, stored["seed"], resume, sampler, space, identity(stored))
+    if resume:
+        stopped = stop_leftover_servers(study, output_dir)
+        if stopped:
+            console.print(f"stopped the server(s) that interrupted trial(s) {_numbers(stopped)} left running")
+        requeued = requeue_interrupted(study)
+        if requeued:
+            console.print(f"interrupted trial(s) {_numbers(requeued)}: measuring their settings again")
     if sampler == "grid":
         if not study.trials:
             enqueue_grid(study, space)
@@ -165,7 +204,14 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
         most = grid_size(space) + repeat
         budget.trials = min(budget.trials or most, most)
     save_setup(output_dir, stored)
-    console.print(f"study {output_dir / 'study.db'}: {len(study.trials)} trials so far; {note}")
+    return study
+
+
+def _numbers(numbers: list[int]) -> str:
+    return ", ".join(map(str, numbers))
+
+
+def _print_space(console: Console, stored: dict, space: SearchSpace) -> None:
     console.print(
         "knobs: "
         + ", ".join(f"{k.name} {k.describe()}" for k in space.knobs)
@@ -173,10 +219,15 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
     )
     if stored.get("space_notes"):
         console.print("the trials run on the CPU; not searched: " + "; ".join(stored["space_notes"]))
+
+
+def _tuner(stored: dict, study, space: SearchSpace, output_dir: Path, predictor, console: Console) -> Tuner:
+    """The study's Tuner, the baseline queued for a new study (not for a grid, which queues its own)."""
+    sampler = stored.get("sampler", "nsga2")
     tuner = Tuner(
         study,
         space,
-        setup,
+        trial_setup(stored),
         output_dir,
         predictor,
         on_trial=lambda row: _print_trial(console, row),
@@ -187,13 +238,21 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
     )
     if sampler != "grid" and stored.get("baseline", True) and not study.trials and not tuner.enqueue_defaults():
         console.print("no baseline trial: a default setting lies outside the searched space")
-    interrupted = False
-    with interrupts_outside(study._storage):  # SIGTERM (`timeout`, `kill`) reaps the server as Ctrl-C does
+    return tuner
+
+
+def _run(tuner: Tuner, budget: Budget) -> bool:
+    """Run the trials; True when a signal stopped them (the trial in progress is then marked interrupted)."""
+    with interrupts_outside(tuner.study._storage):  # SIGTERM (`timeout`, `kill`) and SIGHUP reap as Ctrl-C does
         try:
             tuner.run(budget)
         except KeyboardInterrupt:
-            interrupted = True
-            fail_running(study, "interrupted (Ctrl-C or SIGTERM)")
+            fail_running(tuner.study, "interrupted (Ctrl-C, SIGTERM or SIGHUP)")
+            return True
+    return False
+
+
+def _summary(stored: dict, study, tuner: Tuner, predictor: Predictor | None, prefer: str) -> dict:
     summary = report.build_summary(report.study_rows(study), prefer, stored["model"], stored)
     if predictor is not None:
         tuner._refit()  # with every trial the study now holds
@@ -204,7 +263,10 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
             "num_fitted": predictor.num_fitted,
             "refitted_error": refitted_errors(predictor, tuner.measured_pairs()),
         }
-    report.write_outputs(output_dir, summary, study)
+    return summary
+
+
+def _print_summary(console: Console, summary: dict, output_dir: Path, prefer: str) -> None:
     if summary["best"]:
         console.print(report.pareto_table(summary))
         console.print(f"best ({prefer}): trial {summary['best']['number']} -> {output_dir / 'best.yaml'}")
@@ -214,10 +276,6 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
     if summary.get("best"):
         console.print(f"against the defaults: {summary['ranking']['note']}")
     console.print(f"report: {output_dir / 'report.html'}")
-    if interrupted:
-        console.print(f"interrupted: the study is saved; continue it with mopt tune --resume --output-dir {output_dir}")
-        return 130
-    return 0 if summary["best"] else 1
 
 
 def _print_trial(console: Console, row: dict) -> None:

@@ -2,16 +2,26 @@
 
 The server runs in a new session, so stopping it stops everything it started (a shell, a launcher, an
 engine's workers): SIGTERM to the group, then SIGKILL to the group if it lingers. `ServerProcess` is a
-context manager, so a crash, a timeout and Ctrl-C all leave through the same reaping code.
+context manager, so a crash, a timeout and Ctrl-C all leave through the same reaping code; a signal that
+arrives while the server is being stopped waits until it is (a second Ctrl-C cannot skip the SIGKILL).
+
+A tuner killed outright (SIGKILL, a crash) runs no reaping code, and its server, in a session of its own,
+goes on running. So each launch is recorded in `server.json` (pid and the kernel's start time of the
+process), and `stop_leftover` stops that server later, on `--resume`, once it has checked that the pid
+still names the process started then: a pid is reused, a pid and a start time are not.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -19,6 +29,9 @@ import httpx
 STOP_GRACE_S = 10.0
 """Seconds the group gets to exit after SIGTERM before SIGKILL."""
 POLL_S = 0.2
+RECORD_NAME = "server.json"
+"""The launch record beside the server's log: {"pid", "start_time", "argv"}."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class ServerFailed(RuntimeError):
@@ -61,6 +74,8 @@ class ServerProcess:
             self._log.close()
             raise ServerFailed(f"cannot start {self.argv[0]!r}: {exc}") from None
         (self.log_path.parent / "server.pid").write_text(f"{self.proc.pid}\n")  # to check it was reaped
+        record = {"pid": self.proc.pid, "start_time": process_start_time(self.proc.pid), "argv": self.argv}
+        (self.log_path.parent / RECORD_NAME).write_text(json.dumps(record) + "\n")  # for stop_leftover
         return self
 
     def __exit__(self, *exc) -> None:
@@ -110,16 +125,17 @@ class ServerProcess:
         """Stop the whole process group (SIGTERM, then SIGKILL) and return the server's exit code."""
         if self.proc is None:
             return None
-        try:
-            _signal_group(self.proc.pid, signal.SIGTERM)
+        with signals_held():  # a second Ctrl-C during the grace would leave a server that ignores SIGTERM
             try:
-                self.proc.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
-            _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers of the group, even if the leader left
-            self.proc.wait()
-        finally:
-            self._log.close()
+                _signal_group(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    pass
+                _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers of the group, even if the leader left
+                self.proc.wait()
+            finally:
+                self._log.close()
         return self.proc.returncode
 
     def log_tail(self, num_chars: int = 2000) -> str:
@@ -130,6 +146,76 @@ class ServerProcess:
         except OSError:
             return ""
         return " ".join(text.split())
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP noted instead of handled for the block, then raised again once it ends,
+    to whatever handlers were there (the main thread only: elsewhere the block runs as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = {}
+    for sig in STOP_SIGNALS:
+        handler = signal.getsignal(sig)
+        if handler is not None:  # None: a handler set outside Python, which could not be put back
+            previous[sig] = signal.signal(sig, lambda signum, frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(arrived):
+            signal.raise_signal(sig)
+
+
+def process_start_time(pid: int) -> int | None:
+    """When `pid` started, in clock ticks after boot (field 22 of /proc/PID/stat); None when no such
+    process is readable (gone, or no /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+    return int(fields[19])  # fields from the third on: the 22nd is at 19
+
+
+def stop_leftover(trial_dir: Path) -> bool:
+    """Stop the server recorded in `trial_dir/server.json` if it still runs: SIGTERM to its process group,
+    SIGKILL after the grace. Only a process whose pid and start time both match the record is signalled,
+    so a pid the system has since given to another process is left alone, and so is a group whose
+    leader has exited (its pid can no longer be checked). True when a server was stopped."""
+    try:
+        record = json.loads((trial_dir / RECORD_NAME).read_text())
+        pid, started = int(record["pid"]), int(record["start_time"])
+    except (OSError, ValueError, TypeError, KeyError):  # no record, or one written without /proc
+        return False
+    if process_start_time(pid) != started:
+        return False
+    with signals_held():
+        _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while _group_alive(pid) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        if _group_alive(pid):  # a live member keeps the group's id from being given to another process
+            _signal_group(pid, signal.SIGKILL)  # not our child: init reaps it
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` is still running (not a zombie), from /proc."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields[0]: state, fields[2]: process group
+            return True
+    return False
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -86,6 +86,16 @@ the guided search (guide.py) measures such a value last among equals."""
 
 NOT_KNOBS = {"model", "tokenizer", "device", "load_format", "seed"}
 
+TUNER_OWNED = {
+    "model": "give the model with --model",
+    "host": "each trial's server listens on 127.0.0.1, where the tuner loads it",
+    "port": "the tuner gives each trial's server a free port",
+    "ssl_keyfile": "the tuner loads each trial's server over plain HTTP",
+    "ssl_certfile": "the tuner loads each trial's server over plain HTTP",
+}
+"""Settings the trial command sets itself: held with --set, a template's {flags} passed --port twice and
+a held model named in best.yaml was not the one the trials served."""
+
 SPECULATIVE_KNOBS: dict[str, type] = {"speculative_method": str, "num_speculative_tokens": int}
 """Knobs that are no EngineConfig field: each trial's `speculative_config` is made of them (`with_speculation`)."""
 """Settings that pick what runs, not how fast: they may be fixed but never searched."""
@@ -140,6 +150,8 @@ def parse_fix(text: str) -> tuple[str, Value]:
         raise ValueError(f"--set takes NAME=VALUE (e.g. max_num_seqs=256), got {text!r}")
     name, raw = text.split("=", 1)
     name = name.strip().replace("-", "_")
+    if name in TUNER_OWNED:
+        raise ValueError(f"--set {name}: {TUNER_OWNED[name]}, not --set")
     return name, coerce(name, _from_text(name, raw.strip()))
 
 
@@ -253,11 +265,28 @@ def _check_knob(knob: Knob) -> None:
         raise ValueError(f"knob {knob.name}: low must be a number below high, got low={knob.low!r} high={knob.high!r}")
     if knob.log and knob.low <= 0:
         raise ValueError(f"knob {knob.name}: a log range needs low > 0, got {knob.low}")
+    _check_step(knob, kind)
     for value in (knob.low, knob.high):
         try:
             EngineConfig(**{knob.name: int(value) if kind is int else float(value)})
         except ValueError as exc:
             raise ValueError(f"knob {knob.name}: range end {value!r} is impossible: {exc}") from None
+
+
+def _check_step(knob: Knob, kind: type) -> None:
+    """A range's step as optuna takes it: positive, whole for an integer knob, none on a log scale (optuna
+    refuses a step other than 1 there, which failed every trial instead of the start)."""
+    step = knob.step
+    if step is None:
+        return
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step < math.inf:
+        raise ValueError(f"knob {knob.name}: step must be a positive number, got {step!r}")
+    if kind is int and not float(step).is_integer():
+        raise ValueError(f"knob {knob.name} takes integers: step must be a whole number, got {step!r}")
+    if knob.log and not (kind is int and step == 1):
+        raise ValueError(
+            f"knob {knob.name}: a log range takes no step (got step {step!r}): drop step, or log for even steps"
+        )
 
 
 def _check_speculative_knob(knob: Knob) -> None:

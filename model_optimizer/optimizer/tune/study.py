@@ -6,14 +6,14 @@ margin is recorded as PRUNED with the reason and never started. The others are m
 start down) with the SLOs as constraints (measured - limit <= 0 is feasible), so NSGA-II keeps
 infeasible settings off the front. A trial that fails is recorded as FAIL with its error and the
 search goes on. Every trial is committed to `study.db` as it ends, so Ctrl-C or a crash loses at most
-the trial in progress, and `--resume` continues the same study.
+the trial in progress, and `--resume` continues the same study, measuring that trial's settings again
+(resume.py): an interrupted trial is not one of the budget's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import math
 import signal
 import time
@@ -27,7 +27,9 @@ import numpy as np
 from model_optimizer.common.fileio import atomic_write
 from model_optimizer.optimizer.bench.lengths import parse_length
 from model_optimizer.optimizer.bench.metrics import parse_slo
+from model_optimizer.optimizer.tune.folder import check_identity, json_text
 from model_optimizer.optimizer.tune.predictor import Prediction, Predictor, Workload
+from model_optimizer.optimizer.tune.resume import is_interrupted
 from model_optimizer.optimizer.tune.space import SearchSpace, sample
 from model_optimizer.optimizer.tune.trial import TrialResult, TrialSetup, run_trial
 from model_optimizer.runtime.config import EngineConfig
@@ -45,12 +47,15 @@ MAX_SKIPS_IN_A_ROW = 20
 EXPLORE_EVERY = 4
 """With guidance, every EXPLORE_EVERY-th measured trial is the sampler's draw, so a wrong model cannot
 keep the study away from a region it misjudges."""
+CHOSEN_ATTRS = ("baseline", "baseline_repeat", "picked_by", "rerun_of")
+"""A trial queued with one of these is measured unless it cannot fit (never skipped for a predicted SLO miss)."""
 
 
 @dataclass
 class Budget:
     trials: int | None = None
-    """Measured trials the study should hold in all (a resumed study counts the ones it has)."""
+    """Measured trials the study should hold in all (a resumed study counts the ones it has; an interrupted
+    trial measured nothing and is not counted)."""
     time_s: float | None = None
     """Seconds this invocation may search."""
 
@@ -131,8 +136,16 @@ def enqueue_grid(study, space: SearchSpace) -> None:
         study.enqueue_trial(params, user_attrs={"baseline": True} if params == baseline else None)
 
 
-def open_study(output_dir: Path, seed: int, resume: bool, sampler: str = "nsga2", space: SearchSpace | None = None):
-    """The study in `output_dir/study.db`: new, or (with `resume`) the one already there."""
+def open_study(
+    output_dir: Path,
+    seed: int,
+    resume: bool,
+    sampler: str = "nsga2",
+    space: SearchSpace | None = None,
+    identity: dict | None = None,
+):
+    """The study in `output_dir/study.db`: new, or (with `resume`) the one already there, which must have
+    been measured with `identity` (folder.py) when it recorded one."""
     import optuna
 
     chosen = make_sampler(sampler, seed, space)  # a bad choice is refused before the file is touched
@@ -155,6 +168,8 @@ def open_study(output_dir: Path, seed: int, resume: bool, sampler: str = "nsga2"
     )
     if resume and space is not None:
         check_trials_fit(study, space, db)  # before anything is written to the file
+    if identity is not None:
+        check_identity(study, identity, db)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([n for n, _ in OBJECTIVES])
@@ -287,7 +302,9 @@ class Tuner:
         return True
 
     def _baseline_trial(self):
-        return next((t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")), None)
+        """The baseline's measurement (an interrupted one is measured again, resume.py)."""
+        trials = self.study.get_trials(deepcopy=False)
+        return next((t for t in trials if t.user_attrs.get("baseline") and not is_interrupted(t)), None)
 
     def _repeat_due(self, budget: Budget, elapsed_s: float) -> bool:
         """Time for the baseline's repeat: asked for, not done yet, the baseline measured, and this the
@@ -367,7 +384,7 @@ class Tuner:
             pred = self.predictor.predict(settings, load)
             row["ideal"], row["predicted"] = ideal.to_dict(), pred.to_dict()
             reason = self.predictor.skip_reason(pred, self.slo_ms) if self.skip else None
-            chosen = any(trial.user_attrs.get(k) for k in ("baseline", "baseline_repeat", "picked_by"))
+            chosen = any(trial.user_attrs.get(k) is not None for k in CHOSEN_ATTRS)
             if reason and not ((explore or chosen) and pred.fits):  # a chosen trial is measured unless it cannot fit
                 kind = "slo" if pred.fits else "fit"
                 return self._record(trial, row | {"state": "PRUNED", "skip_reason": reason, "skip_kind": kind})
@@ -409,7 +426,7 @@ class Tuner:
         if not self.guided:
             return self.study.ask()
         guess = self._guess()  # the slow part (a prediction per candidate) stays interruptible
-        blocked = {signal.SIGINT, signal.SIGTERM}
+        blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
         signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         try:
             if guess is not None:
@@ -428,7 +445,7 @@ class Tuner:
         trials = self.study.get_trials(deepcopy=False)
         if self.predictor is None or any(t.state == TrialState.WAITING for t in trials):
             return None
-        done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL)]
+        done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL) and not is_interrupted(t)]
         if not done or len(done) % EXPLORE_EVERY == EXPLORE_EVERY - 1:
             return None
         load = self.load or self._measured_load()
@@ -444,8 +461,11 @@ class Tuner:
     def _measured_twin(self, settings: dict) -> int | None:
         """The number of an earlier measured trial (COMPLETE, or FAIL but not interrupted) with these settings."""
         for t in self.study.get_trials(deepcopy=False):
-            interrupted = str(t.user_attrs.get("error", "")).startswith("interrupted")
-            if t.user_attrs.get("settings") == settings and t.state.name in ("COMPLETE", "FAIL") and not interrupted:
+            if (
+                t.user_attrs.get("settings") == settings
+                and t.state.name in ("COMPLETE", "FAIL")
+                and not is_interrupted(t)
+            ):
                 return t.number
         return None
 
@@ -455,9 +475,11 @@ class Tuner:
         return any(t.state == TrialState.WAITING for t in self.study.get_trials(deepcopy=False))
 
     def _measured(self) -> int:
+        """The trials of the budget: those measured, the failed among them, but not the interrupted ones."""
         from optuna.trial import TrialState
 
-        return sum(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in self.study.get_trials(deepcopy=False))
+        trials = self.study.get_trials(deepcopy=False)
+        return sum(t.state in (TrialState.COMPLETE, TrialState.FAIL) and not is_interrupted(t) for t in trials)
 
     def _measured_load(self) -> Workload | None:
         """Lengths from the first measured trial, for workloads read from files."""
@@ -492,4 +514,4 @@ def objective_values(result: TrialResult) -> list[float]:
 
 
 def save_setup(output_dir: Path, data: dict) -> None:
-    atomic_write(output_dir / "tune.json", json.dumps(data, indent=2, default=str) + "\n")
+    atomic_write(output_dir / "tune.json", json_text(data))

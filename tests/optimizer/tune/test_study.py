@@ -211,8 +211,12 @@ def test_interrupted_study_resumes(tiny_model, tmp_path, space_file, capsys):
     assert main(["tune", "--resume", "--output-dir", str(out), "--trials", "3"]) == 0
     after = optuna.load_study(study_name=STUDY_NAME, storage=f"sqlite:///{out / 'study.db'}").trials
     assert [t.state.name for t in after[: len(before)]] == before  # the stored trials are kept as they were
-    assert sum(t.state.name in ("COMPLETE", "FAIL") for t in after) == 3
-    assert all("interrupted" in t.user_attrs["error"] for t in after if t.state.name == "FAIL")
+    interrupted = [t.number for t in after if t.state.name == "FAIL"]
+    assert all("interrupted" in after[n].user_attrs["error"] for n in interrupted)
+    # an interrupted trial is not one of --trials 3, and its settings are measured again
+    assert sum(t.state.name == "COMPLETE" for t in after) == 3
+    reruns = {t.user_attrs.get("rerun_of") for t in after}
+    assert all(n in reruns for n in interrupted if after[n].params)
     assert json.loads((out / "results.json").read_text())["counts"]["COMPLETE"] >= 2
 
 
