@@ -3,13 +3,13 @@ ends its whole process group, grandchildren included."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 import pytest
 
 from model_optimizer.optimizer.tune.server_process import ServerFailed, ServerProcess, free_port
+from tests.optimizer.tune.tune_runs import running
 
 
 def test_exit_before_ready_is_reported_with_the_log(tmp_path):
@@ -32,19 +32,6 @@ def test_never_ready_is_stopped_with_its_children(tmp_path):
         time.sleep(0.05)
     assert not running(grandchild), f"grandchild {grandchild} survived the group kill"
     assert (tmp_path / "server.pid").read_text().strip() == str(server.proc.pid)
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie (a killed orphan may wait a moment for init to reap it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return not any(line.startswith("State:") and line.split()[1] == "Z" for line in status)
-    except OSError:
-        return False  # reaped meanwhile
 
 
 def test_a_missing_program_is_a_server_failure(tmp_path):
