@@ -60,6 +60,16 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")  # noqa: SIM115  # closed in stop()
         self.started_at = time.monotonic()
+        try:  # a stop signal between the launch and the record waits for both: raised inside __enter__, it
+            with signals_held():  # would skip __exit__ and leave an unrecorded server running
+                self._launch()
+        except BaseException:
+            if self.proc is not None:
+                self.stop()
+            raise
+        return self
+
+    def _launch(self) -> None:
         try:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -76,7 +86,6 @@ class ServerProcess:
         (self.log_path.parent / "server.pid").write_text(f"{self.proc.pid}\n")  # to check it was reaped
         record = {"pid": self.proc.pid, "start_time": process_start_time(self.proc.pid), "argv": self.argv}
         (self.log_path.parent / RECORD_NAME).write_text(json.dumps(record) + "\n")  # for stop_leftover
-        return self
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -51,3 +51,27 @@ def test_ready_server_reports_cold_start(tmp_path):
         assert cold > 0 and server.alive()
         assert server.peak_rss_bytes() > 0
     assert not server.alive()
+
+
+def test_a_stop_signal_between_launch_and_record_leaves_no_server(tmp_path, monkeypatch):
+    """Ctrl-C landing after the server started but before it was recorded waits for the record, then stops
+    the server: raised inside __enter__, it skipped __exit__ and left an unrecorded server running (the
+    orphan a SIGTERM test left behind in a clean-clone CI run)."""
+    import os
+    import signal
+
+    import model_optimizer.optimizer.tune.server_process as server_process
+
+    real = server_process.process_start_time
+
+    def interrupted(pid: int) -> int | None:
+        os.kill(os.getpid(), signal.SIGINT)  # the signal arrives here, between the launch and its record
+        return real(pid)
+
+    monkeypatch.setattr(server_process, "process_start_time", interrupted)
+    server = ServerProcess([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "server.log")
+    with pytest.raises(KeyboardInterrupt):
+        with server:
+            pass
+    assert server.proc is not None and server.proc.poll() is not None  # stopped and reaped
+    assert (tmp_path / "server.json").is_file()  # recorded before the signal was let through
