@@ -23,15 +23,16 @@ def current_umask() -> int:
     return umask
 
 
-def atomic_write(path: str | Path, data: str | bytes) -> None:
-    """Replace `path` with `data` in one step (creating its folder); the file gets the usual mode."""
+def atomic_write(path: str | Path, data: str | bytes, mode: int | None = None) -> None:
+    """Replace `path` with `data` in one step (creating its folder); the file gets `mode`, else the usual
+    mode (0666 less the umask). No temporary file is left on failure."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600
+        os.chmod(tmp, 0o666 & ~current_umask() if mode is None else mode)  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -136,20 +136,14 @@ def _check_conflicts(out: Path, rendered: list[str], previous: set[str]) -> None
 
 
 def _write_file(path: Path, text: str) -> Path:
-    """`text` into `path` in one step (a temporary file beside it, then os.replace), mode 0644 so the
-    image's non-root user can read what COPY brings in; no temporary file is left on failure."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """`text` into `path` in one step (fileio.atomic_write), mode 0644 so the image's non-root user can read
+    what COPY brings in."""
+    from model_optimizer.common.fileio import atomic_write
+
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):  # a write error names no file (a full disk): say which
-            raise OSError(exc.errno, f"writing {path}: {exc.strerror}") from None
-        raise
+        atomic_write(path, text, mode=0o644)
+    except OSError as exc:  # a write error names no file (a full disk): say which
+        raise OSError(exc.errno, f"writing {path}: {exc.strerror}") from None
     return path
 
 
