@@ -15,6 +15,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol
 
@@ -87,8 +88,7 @@ class DrainingServer(uvicorn.Server):
 
     def _drain(self) -> None:
         deadline = time.monotonic() + self.state.config.shutdown_timeout
-        while self.num_in_flight() > 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_until(lambda: self.num_in_flight() == 0, deadline)
         if self.num_in_flight() > 0:
             logger.warning("drain timed out: aborting %d request(s)", self.num_in_flight())
             if self.state.engine is not None:
@@ -105,9 +105,13 @@ class DrainingServer(uvicorn.Server):
         answer: a call stops only between batches, and one cut by uvicorn instead gets a plain-text 500."""
         calls = self.state.embedder.calls
         calls.cancel_all()
-        deadline = time.monotonic() + BATCH_WAIT_S
-        while calls.num_in_flight > 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_until(lambda: calls.num_in_flight == 0, time.monotonic() + BATCH_WAIT_S)
+
+
+def _wait_until(done: Callable[[], bool], deadline: float) -> None:
+    """Poll `done` until it holds or the monotonic clock reaches `deadline`."""
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
