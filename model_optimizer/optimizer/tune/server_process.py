@@ -182,12 +182,18 @@ def signals_held() -> Iterator[None]:
 def process_start_time(pid: int) -> int | None:
     """When `pid` started, in clock ticks after boot (field 22 of /proc/PID/stat); None when no such
     process is readable (gone, or no /proc)."""
+    fields = _stat_fields(Path(f"/proc/{pid}"))
+    return None if fields is None else int(fields[19])  # fields from the third on: the 22nd is at 19
+
+
+def _stat_fields(proc_dir: Path) -> list[str] | None:
+    """The fields of a process's /proc stat from the third on (state, parent, group, ...), or None when it
+    cannot be read (gone, or no /proc)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = (proc_dir / "stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
-    return int(fields[19])  # fields from the third on: the 22nd is at 19
+    return stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
 
 
 def stop_leftover(trial_dir: Path) -> bool:
@@ -215,14 +221,8 @@ def stop_leftover(trial_dir: Path) -> bool:
 def _group_alive(pgid: int) -> bool:
     """Whether a process of group `pgid` is still running (not a zombie), from /proc."""
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":  # fields[0]: state, fields[2]: process group
+        fields = _stat_fields(entry) if entry.name.isdigit() else None
+        if fields is not None and int(fields[2]) == pgid and fields[0] != "Z":  # state, process group
             return True
     return False
 
