@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import signal
 import sys
 import tempfile
@@ -113,6 +112,7 @@ def _build(config: EngineConfig, target: AotTarget, folder: Path, jobs: int | No
     refuses is refused by that walk, before any worker starts."""
     from rich.console import Console
 
+    from model_optimizer.common.processes import environment_set
     from model_optimizer.common.progress import batch_progress
     from model_optimizer.runtime.kernels.aot import PROGRESS_ENV, count_variants
     from model_optimizer.runtime.runner.aot_build import build
@@ -123,7 +123,7 @@ def _build(config: EngineConfig, target: AotTarget, folder: Path, jobs: int | No
         tempfile.NamedTemporaryFile(prefix="mopt-aot-progress-") as ticks,
         batch_progress(Console(stderr=True), total, "compiling", _log, unit="kernel variants") as advance,
         _following(Path(ticks.name), advance),
-        _environment(PROGRESS_ENV, ticks.name),
+        environment_set(PROGRESS_ENV, ticks.name),
     ):
         return build_parallel(config, target, folder, jobs)
 
@@ -160,20 +160,6 @@ def _following(ticks: Path, advance: Callable[[int], None]) -> Iterator[None]:
     finally:
         stop.set()
         thread.join()
-
-
-@contextmanager
-def _environment(name: str, value: str) -> Iterator[None]:
-    """`name` set to `value` in this process's environment for the block (the build's workers inherit it)."""
-    previous = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = previous
 
 
 @contextmanager

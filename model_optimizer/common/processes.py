@@ -13,7 +13,8 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 PARENT_POLL_S = 0.5
 
@@ -54,3 +55,18 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+@contextmanager
+def environment_set(name: str, value: str) -> Iterator[None]:
+    """`name` set to `value` in this process's environment for the block (child processes started in it
+    inherit it), then put back as it was."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous

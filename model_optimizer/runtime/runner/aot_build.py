@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
+from model_optimizer.common.processes import environment_set
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.kernels import aot
 from model_optimizer.runtime.layers.attention import (
@@ -136,19 +136,11 @@ def build(
 
     check_config(config)
     started = time.perf_counter()
-    previous = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = str(cache_dir)
-    try:
-        with aot.compile_only(target, claims) as log:
-            model = meta_model(config, config.model)
-            max_model_len = config.max_model_len or model.args.max_position_embeddings
-            kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else next(model.parameters()).dtype
-            walk_start(model, config, max_model_len, kv_dtype)
-    finally:
-        if previous is None:
-            os.environ.pop("TRITON_CACHE_DIR", None)
-        else:
-            os.environ["TRITON_CACHE_DIR"] = previous
+    with environment_set("TRITON_CACHE_DIR", str(cache_dir)), aot.compile_only(target, claims) as log:
+        model = meta_model(config, config.model)
+        max_model_len = config.max_model_len or model.args.max_position_embeddings
+        kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else next(model.parameters()).dtype
+        walk_start(model, config, max_model_len, kv_dtype)
     report = {
         "folder_key": cache_key(f"sm{target.arch}"),
         "target": asdict(target),
