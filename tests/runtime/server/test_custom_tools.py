@@ -116,6 +116,15 @@ def test_custom_calls_sent_back_reach_the_template(client):
     assert answered.usage.prompt_tokens > without.usage.prompt_tokens + 8  # the call's name and input rendered
 
 
+BAD_LARK_TOOL = {
+    "type": "custom",
+    "custom": {
+        "name": "broken",
+        "format": {"type": "grammar", "grammar": {"syntax": "lark", "definition": "start: x"}},
+    },
+}
+
+
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
@@ -139,6 +148,9 @@ def test_custom_calls_sent_back_reach_the_template(client):
             },
             "regex",
         ),
+        # a grammar that cannot compile is refused when sent, whether or not tool_choice calls it
+        ({"tools": [BAD_LARK_TOOL]}, "custom tool 'broken'"),
+        ({"tools": [BAD_LARK_TOOL], "tool_choice": "none"}, "custom tool 'broken'"),
     ],
 )
 def test_bad_custom_tools_are_400s_and_the_server_goes_on(live, extra, words):

@@ -35,7 +35,7 @@ from model_optimizer.runtime.server.sampling import check_caps, resolve_max_toke
 from model_optimizer.runtime.server.state import ServerState, get_state
 from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate, ErrorThenDone
 from model_optimizer.runtime.server.structured import check_constraint, requested_constraint
-from model_optimizer.runtime.server.tools import ToolPlan, tool_plan
+from model_optimizer.runtime.server.tools import ToolPlan, custom_constraint, tool_plan
 from model_optimizer.runtime.structured.params import StructuredOutputs
 
 router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
@@ -163,6 +163,7 @@ async def _constraint(
 ) -> StructuredOutputs | None:
     """The output constraint: the request's own, or the one its tool_choice makes; never both. Strict tools
     under tool_choice auto give way to a constraint the request brings (it says what the whole output is)."""
+    await _check_custom_grammars(state, body, request)
     requested = requested_constraint(body)
     # tool_choice's own constraint binds; strict tools' calls under auto are only part of the output
     if plan.constraint is not None and (requested is None or plan.binding):
@@ -177,6 +178,24 @@ async def _constraint(
         return None
     await check_constraint(state, *requested, request)
     return requested[0]
+
+
+async def _check_custom_grammars(state: ServerState, body: ChatCompletionRequest, request: Request | None) -> None:
+    """400 for a custom tool whose grammar or regex cannot be compiled, whatever tool_choice is (OpenAI checks
+    a tool's definition when it is sent, not when it is called). Verdicts are cached per grammar."""
+    for tool in body.tools or []:
+        if tool.type != "custom":
+            continue
+        so = custom_constraint(tool.custom)
+        if so is None:
+            continue
+        try:
+            await check_constraint(state, so, "tools", request)
+        except APIError as exc:
+            if exc.status_code != 400:
+                raise
+            reason = exc.message.removeprefix("tools: ")
+            raise APIError(400, f"custom tool {tool.function.name!r}: {reason}", "tools") from None
 
 
 class ChatFormat(ErrorThenDone):
