@@ -139,6 +139,12 @@ def test_cumulative_logprob_is_the_sum_of_the_tokens_logprobs(llm):
     assert plain.outputs[0].cumulative_logprob is None
 
 
+def test_a_completions_finished_is_a_method_and_the_requests_a_field(llm):
+    [out] = llm.generate(["The json module"], _greedy(max_tokens=3), use_tqdm=False)
+    assert out.finished is True  # vLLM: RequestOutput.finished is a bool, CompletionOutput.finished() a method
+    assert out.outputs[0].finished() is True
+
+
 def test_use_tqdm_is_the_third_positional_as_in_vllm(llm, capsys):
     messages = [{"role": "user", "content": "hi"}]
     llm.chat(messages, _greedy(max_tokens=2), False)

@@ -25,8 +25,8 @@ class CompletionOutput:
     stop_reason: int | str | None = None
     """The stop string or stop token id that ended it, if any."""
 
-    @property
     def finished(self) -> bool:
+        """Whether this completion has ended (a method, as vLLM's CompletionOutput.finished)."""
         return self.finish_reason is not None
 
     @property

@@ -114,7 +114,7 @@ class SeenChoices:
         chunk: a chunk per output is what lets a client time TTFT and ITL on any model."""
         out = []
         for completion in output.outputs:
-            if not completion.token_ids and not completion.text and not completion.finished:
+            if not completion.token_ids and not completion.text and not completion.finished():
                 continue
             key = (prompt_index, completion.index)
             first = key not in self.sent

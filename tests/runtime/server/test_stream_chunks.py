@@ -138,7 +138,7 @@ def expected_chat(fmt: ChatFormat, deltas: list[ChoiceDelta]) -> str | None:
     for d in deltas:
         c = d.completion
         lp = chat_logprobs(fmt.texts, c.logprobs, fmt.num_top) if c.logprobs is not None else None
-        if not (c.text or c.finished or lp or fmt.with_token_ids):
+        if not (c.text or c.finished() or lp or fmt.with_token_ids):
             continue
         choices.append(
             ChatStreamChoice(

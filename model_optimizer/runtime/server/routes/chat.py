@@ -334,7 +334,7 @@ class ChatFormat(ErrorThenDone):
         delta = out.feed(c.text)
         if self.reasoning is not None:
             out.token_ids.extend(c.token_ids)
-        if not c.finished:
+        if not c.finished():
             return delta, None
         finished = out.finish()
         return _merged(delta, finished), self._finish_reason(c, out.num_calls > 0, out.calls_complete)
