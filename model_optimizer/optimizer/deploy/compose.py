@@ -31,12 +31,18 @@ def _gpu(count: int | str) -> dict:
     return {"resources": {"reservations": {"devices": [{"driver": "nvidia", "count": count, "capabilities": ["gpu"]}]}}}
 
 
+def model_dir_overridable(model_dir: object) -> bool:
+    """Whether the model's mount can be `${MOPT_MODEL_DIR:-<path>}`: Compose ends the default at the first
+    `}` and has no escape for it, so a path holding one is written as it is, without the override."""
+    return "}" not in str(model_dir)
+
+
 def _volume(mount: Mount) -> dict:
     """A read-only bind mount of an absolute host path (Compose would resolve a relative one against the
-    deployment folder), the model's overridable with MOPT_MODEL_DIR. Compose interpolates `$` even inside
-    the default, so a `$` in a path is written `$$`."""
+    deployment folder), the model's overridable with MOPT_MODEL_DIR where its path allows. Compose
+    interpolates `$` even inside the default, so a `$` in a path is written `$$`."""
     source = str(mount.host).replace("$", "$$")
-    if mount.name == "model":
+    if mount.name == "model" and model_dir_overridable(mount.host):
         source = f"${{MOPT_MODEL_DIR:-{source}}}"
     return {"type": "bind", "source": source, "target": mount.target, "read_only": True}
 

@@ -7,6 +7,7 @@ import csv
 import io
 import shlex
 
+from model_optimizer.optimizer.deploy.compose import model_dir_overridable
 from model_optimizer.optimizer.deploy.config import DeployConfig
 from model_optimizer.optimizer.deploy.cuda import CudaChoice
 from model_optimizer.optimizer.deploy.dockerfile import driver_note
@@ -66,7 +67,11 @@ def render_readme(
             '- Grafana: http://localhost:3000, dashboard "Model-Optimizer serving" (admin password: '
             "`GRAFANA_ADMIN_PASSWORD`, default admin)",
             "- GPU metrics: NVIDIA's DCGM exporter",
-            "- Another model folder: `MOPT_MODEL_DIR=/path docker compose up -d`",
+            *(
+                ["- Another model folder: `MOPT_MODEL_DIR=/path docker compose up -d`"]
+                if model_dir_overridable(settings.host_model_dir)
+                else []
+            ),
             f"- Terminal view: `mopt top --url http://localhost:{port}`",
             "",
         ]

@@ -107,6 +107,20 @@ def test_compose_mounts_absolute_paths_with_dollars_escaped(tmp_path, capsys, ti
     assert sources["/tokenizer"] == str(tmp_path / "tok") and Path(sources["/draft_model"]).is_absolute()
 
 
+def test_compose_writes_a_model_path_holding_a_brace_without_the_override(tmp_path, tiny_model):
+    """Compose ends ${MOPT_MODEL_DIR:-default} at the default's first `}` (no escape exists), which mounted a
+    path cut short with a stray `}` after it."""
+    model = tmp_path / "m}odel"
+    shutil.copytree(tiny_model("qwen3"), model)
+    out = tmp_path / "out"
+    argv = ["deploy", "--target", "compose", "--engine", "mopt", "--kernels-for", "none", "--driver", "570.133.20"]
+    assert main([*argv, "--model", str(model), "--output", str(out)]) == 0
+    compose = yaml.safe_load((out / "docker-compose.yml").read_text())
+    [volume] = compose["services"]["server"]["volumes"]
+    assert volume["source"] == str(model.resolve())
+    assert "MOPT_MODEL_DIR" not in (out / "README.md").read_text()
+
+
 @pytest.mark.parametrize(
     "flag, value, message",
     [
