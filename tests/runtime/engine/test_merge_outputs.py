@@ -40,7 +40,7 @@ def test_deltas_concatenate_tokens_text_and_aligned_logprobs():
     [c] = merged.outputs
     assert (c.index, c.token_ids, c.text) == (0, [10, 11, 12, 13], "abcd")
     assert [x.token_id for x in c.logprobs] == c.token_ids  # one logprob per token, in order
-    assert (c.finish_reason, c.stop_reason, c.finished) == ("stop", "e", True)
+    assert (c.finish_reason, c.stop_reason, c.finished()) == ("stop", "e", True)
     assert merged.finished and merged.request_id == "r"
     assert merged.prompt == "prompt" and merged.prompt_token_ids == [1, 2, 3]
     assert merged.metrics is parts[-1].metrics and merged.metrics.num_preemptions == 2  # the newest
