@@ -91,7 +91,8 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     """Token ids that end the output (kept in the token ids, not in the text)."""
     include_stop_str_in_output: bool = False
-    """Keep the matched stop string at the end of the text."""
+    """Keep the matched stop string at the end of the text, and the text of the EOS or stop token id that
+    ended it (left out otherwise, as in vLLM)."""
     ignore_eos: bool = False
     """Keep generating past the end-of-sequence token."""
     logprobs: int | None = None

@@ -99,4 +99,5 @@ def _finish_of(row: int, request: Request) -> Finish:
         stop if isinstance(stop, int) else None,
         request.error,
         request.num_preemptions,
+        request.stopped_on_token,
     )

@@ -134,6 +134,10 @@ class Finish(msgspec.Struct, array_like=True, gc=False):
     error: str | None = None
     """Why it failed (reason 'error'): NaN/inf logits, say."""
     num_preemptions: int = 0
+    on_token: bool = False
+    """The row's last token ended it (EOS or a stop token id; not a finished grammar, which ends after a
+    token of the answer): as in vLLM, that token is in the ids but not in the text, unless
+    include_stop_str_in_output."""
 
 
 class Started(msgspec.Struct, array_like=True, gc=False):

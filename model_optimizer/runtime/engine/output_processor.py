@@ -54,6 +54,8 @@ class _Completion:
     """DELTA: characters of text already handed out."""
     sent_finished: bool = False
     """DELTA: its finish_reason has been handed out."""
+    num_silent: int = 0
+    """Last tokens left out of the text: 1 when the token that ended it is (Finish.on_token)."""
     final_text: str | None = None
     """Text decoded in one go at finish (no detokenizer)."""
     context: list[int] = field(default_factory=list)
@@ -156,10 +158,11 @@ class OutputProcessor:
             if completion.finish_reason is not None:  # a stop string finished it here: later news is moot
                 continue
             touched[request_id] = group
-            if token_ids and self._add_tokens(completion, token_ids, logprobs):
+            finish = finishes.get(i) if finishes else None
+            silent = finish is not None and finish.on_token and not completion.params.include_stop_str_in_output
+            if token_ids and self._add_tokens(completion, token_ids, logprobs, silent):
                 stopped.append(request_id if len(group.completions) == 1 else f"{index}:{request_id}")
                 continue
-            finish = finishes.get(i) if finishes else None
             if finish is not None:
                 completion.num_preemptions = finish.num_preemptions
                 completion.finish(finish.reason, finish.stop_reason, finish.error)
@@ -193,13 +196,18 @@ class OutputProcessor:
                 completion.finish("abort")
         return self._output(request_id, group)
 
-    def _add_tokens(self, completion: _Completion, token_ids: list[int], logprobs: LogprobList | None) -> bool:
-        """Append a row's tokens; True when a stop string ends the completion (later tokens are dropped)."""
+    def _add_tokens(
+        self, completion: _Completion, token_ids: list[int], logprobs: LogprobList | None, silent_last: bool = False
+    ) -> bool:
+        """Append a row's tokens; True when a stop string ends the completion (later tokens are dropped).
+        `silent_last`: the last token ended the completion and stays out of its text (Finish.on_token)."""
         if completion.first_token_time is None:
             completion.first_token_time = time.time()
+        if silent_last:
+            completion.num_silent = 1
         detokenizer = completion.detokenizer
         if detokenizer is not None:
-            for k, token_id in enumerate(token_ids):
+            for k, token_id in enumerate(token_ids[:-1] if silent_last else token_ids):
                 stop = detokenizer.add_token(token_id)
                 if stop is not None:
                     completion.token_ids += token_ids[: k + 1]
@@ -286,7 +294,8 @@ class OutputProcessor:
             return ""
         if completion.final_text is None:
             skip = completion.params.skip_special_tokens
-            completion.final_text = decoded_after(self.tokenizer, completion.context, completion.token_ids, skip)
+            spoken = completion.token_ids[: len(completion.token_ids) - completion.num_silent]
+            completion.final_text = decoded_after(self.tokenizer, completion.context, spoken, skip)
         return completion.final_text
 
     def _detokenizer(self, prompt_token_ids: list[int], params: SamplingParams) -> IncrementalDetokenizer | None:

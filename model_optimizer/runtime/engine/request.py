@@ -66,6 +66,8 @@ class Request:
     """Prompt tokens served from the prefix cache (or a sibling) at the first schedule."""
     status: RequestStatus = RequestStatus.WAITING
     stop_reason: int | str | None = None
+    stopped_on_token: bool = False
+    """Its last token ended it (EOS or a stop token id): that token's text is left out of the output."""
     first_token_time: float | None = None
     finished_time: float | None = None
     first_scheduled_time: float | None = None
@@ -146,9 +148,11 @@ class Request:
         last = self.output_token_ids[-1]
         if not self.params.ignore_eos and last in self.eos_token_ids:
             self.status = RequestStatus.FINISHED_STOPPED
+            self.stopped_on_token = True
             return True
         if last in self.params.stop_token_ids:
             self.status = RequestStatus.FINISHED_STOPPED
             self.stop_reason = last
+            self.stopped_on_token = True
             return True
         return False

@@ -123,6 +123,27 @@ def test_stop_token_ids_and_min_tokens(qwen3_llm):
     assert out.token_ids[4] == stop_id and stop_id not in out.token_ids[:4] and len(out.token_ids) == 5
 
 
+def test_the_stop_tokens_text_is_left_out_unless_asked_for(qwen3_llm):
+    """As vLLM: the EOS or stop token id that ends a completion stays in token_ids, not in the text, unless
+    include_stop_str_in_output; alike when the text is decoded at the end and when it is read as it grows
+    (a stop string makes it incremental)."""
+    tokenizer = qwen3_llm.get_tokenizer()
+    prompt = random_prompts(1, seed=7)[0]
+    tokens = qwen3_llm.generate([prompt], GREEDY.clone(max_tokens=20))[0].outputs[0].token_ids
+    stop_id = tokens[3]
+    params = GREEDY.clone(max_tokens=20, stop_token_ids=[stop_id], skip_special_tokens=False)
+    for extra in ({}, {"stop": ["\x00never"]}):
+        out = qwen3_llm.generate([prompt], params.clone(**extra))[0].outputs[0]
+        assert out.token_ids[-1] == stop_id and out.stop_reason == stop_id
+        assert out.text == tokenizer.decode(out.token_ids[:-1])
+        kept = qwen3_llm.generate([prompt], params.clone(include_stop_str_in_output=True, **extra))[0].outputs[0]
+        assert kept.token_ids == out.token_ids and kept.text == tokenizer.decode(kept.token_ids)
+        assert kept.text != out.text
+    deltas = _run(qwen3_llm.engine, "stop-token", prompt, params.clone(output_kind=RequestOutputKind.DELTA))
+    parts = [c for d in deltas for c in d.outputs]
+    assert sum((c.token_ids for c in parts), []) == out.token_ids and "".join(c.text for c in parts) == out.text
+
+
 def test_max_tokens_and_context_limit(model_dir):
     llm = LLM(model_dir, kv_cache_memory=1 << 24, max_model_len=40)
     out = llm.generate([list(range(3, 33))], SamplingParams(temperature=0, max_tokens=None, ignore_eos=True))[0]
