@@ -179,23 +179,28 @@ def prompt_logprobs_json(texts: TokenTexts, prompt_logprobs: PromptLogprobsList)
 
 
 def echo_logprobs_dict(
-    texts: TokenTexts, prompt_token_ids: list[int], prompt_logprobs: PromptLogprobsList, num_top: int
+    texts: TokenTexts, prompt_token_ids: list[int], prompt_logprobs: PromptLogprobsList, num_top: int, echo: str
 ) -> dict:
     """The prompt's part of an echoed choice's logprobs (completions' shape): its first token with null
-    logprob and null top_logprobs, as OpenAI writes it, then each scored token with its num_top most likely."""
+    logprob and null top_logprobs, as OpenAI writes it, then each scored token with its num_top most likely.
+    `echo`: the prompt's text as the choice echoes it; text_offset indexes it. A first token the tokenizer
+    added (a BOS, whose text the echo does not hold) takes no width, and no offset passes the echo's end,
+    where the generated tokens' offsets start."""
     first = texts(prompt_token_ids[0])
+    first_text = texts.text(prompt_token_ids[0]) or ""
     scored = [
         Logprob(t, entry[t].logprob, entry[t].rank, {u: lp.logprob for u, lp in entry.items()})
         for t, entry in zip(prompt_token_ids[1:], prompt_logprobs[1:])
         if entry is not None
     ]
-    offsets = TokenOffsets(texts, len(texts.text(prompt_token_ids[0]) or ""))
+    offsets = TokenOffsets(texts, len(first_text) if echo.startswith(first_text) else 0)
     rest = completion_logprobs_dict(texts, scored, offsets, num_top)
+    end = len(echo)
     return {
         "tokens": [first, *rest["tokens"]],
         "token_logprobs": [None, *rest["token_logprobs"]],
         "top_logprobs": [None, *rest["top_logprobs"]],
-        "text_offset": [0, *rest["text_offset"]],
+        "text_offset": [0, *(min(at, end) for at in rest["text_offset"])],
     }
 
 

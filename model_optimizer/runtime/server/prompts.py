@@ -44,14 +44,17 @@ def kept_tokens(state: ServerState, truncate_prompt_tokens: int | None) -> int |
         raise APIError(400, str(exc), "truncate_prompt_tokens") from None
 
 
-async def tokenize_prompts(state: ServerState, prompts: list[str | list[int]], keep: int | None = None) -> list[Prompt]:
-    """Each prompt's token ids (its text, kept for echo unless `keep` cut it); `keep`: see kept_tokens."""
+async def tokenize_prompts(
+    state: ServerState, prompts: list[str | list[int]], keep: int | None = None, add_special_tokens: bool = True
+) -> list[Prompt]:
+    """Each prompt's token ids (its text, kept for echo unless `keep` cut it); `keep`: see kept_tokens;
+    `add_special_tokens`: whether the tokenizer adds its own (a BOS) to a text prompt."""
     if len(prompts) > state.config.max_prompts:
         raise APIError(400, f"got {len(prompts)} prompts; at most {state.config.max_prompts} per request", "prompt")
     out = []
     for prompt in prompts:
         if isinstance(prompt, str):
-            token_ids = await encode(state, prompt, True, keep=keep)
+            token_ids = await encode(state, prompt, add_special_tokens, keep=keep)
             out.append(Prompt(token_ids, prompt if keep is None or len(token_ids) < keep else None))
         else:
             out.append(Prompt(await checked_token_ids(state, prompt[-keep:] if keep else prompt)))

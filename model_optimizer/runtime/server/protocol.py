@@ -165,6 +165,8 @@ class CompletionRequest(SamplingFields):
     """0 only with echo: the prompt comes back alone (with its logprobs when asked), nothing is generated."""
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=20)
+    add_special_tokens: bool = True
+    """vLLM's: the tokenizer adds its special tokens (a BOS) to a text prompt; false for a prompt that holds them."""
     suffix: str | None = None
     best_of: int | None = Field(default=None, ge=1, le=1024)
 
@@ -262,6 +264,9 @@ class ChatCompletionRequest(SamplingFields, ChatTemplateFields):
     continue_final_message: bool = False
     """The model goes on with the last message (an assistant's start, a prefill) instead of starting a new
     one; needs add_generation_prompt false (vLLM's)."""
+    add_special_tokens: bool = False
+    """vLLM's: the tokenizer adds its special tokens to the rendered prompt too (the template usually writes
+    them itself, so a BOS would be doubled)."""
     echo: bool = False
     """vLLM's: the answer's content starts with the last message's when that message has the answer's role
     (a prefill the model goes on with), whole and streamed."""

@@ -86,6 +86,7 @@ async def chat_generation(
         body.messages,
         body.add_generation_prompt,
         body.template_kwargs(),
+        add_special_tokens=body.add_special_tokens,
         tools=plan.template_tools,
         continue_final_message=body.continue_final_message,
         keep=kept_tokens(state, body.truncate_prompt_tokens),

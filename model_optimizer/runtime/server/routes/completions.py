@@ -54,7 +54,8 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
             await check_constraint(state, *constraint, request)
         except ClientDisconnected:  # while its new constraint was checked
             return Response(status_code=499)
-    prompts = await tokenize_prompts(state, prompt_list(body.prompt), kept_tokens(state, body.truncate_prompt_tokens))
+    keep = kept_tokens(state, body.truncate_prompt_tokens)
+    prompts = await tokenize_prompts(state, prompt_list(body.prompt), keep, body.add_special_tokens)
     max_tokens = 1 if body.max_tokens == 0 else body.max_tokens  # one token is generated, and dropped
     params = [
         sampling_params(
@@ -172,7 +173,7 @@ class CompletionFormat(ErrorThenDone):
             logprobs = completion_logprobs_dict(self.texts, c.logprobs, offsets, self.num_top)
         if first and self.echo_logprobs:
             head = echo_logprobs_dict(
-                self.texts, self.prompt_token_ids[i], self.prompt_logprobs.get(i, []), self.num_top
+                self.texts, self.prompt_token_ids[i], self.prompt_logprobs.get(i, []), self.num_top, echo
             )
             logprobs = join_logprobs_dicts(head, logprobs)
         prompt_logprobs = None
