@@ -123,6 +123,8 @@ class SamplingFields(_Request):
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
     repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
     min_tokens: int = Field(default=0, ge=0, le=INT64_MAX)
+    use_beam_search: bool = False
+    """vLLM's; refused when true (a 400, rather than sampled output the client takes for beams)."""
     stop_token_ids: list[TokenId] | None = Field(default=None, max_length=1024)
     allowed_token_ids: list[TokenId] | None = Field(default=None, max_length=1 << 20)
     """Only these tokens may be sampled."""

@@ -29,6 +29,10 @@ from model_optimizer.runtime.structured.params import StructuredOutputs
 def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -> list[str]:
     """Raise 400 past any configured cap; return the stop strings as a list."""
     config = state.config
+    if body.use_beam_search:
+        raise APIError(
+            400, "beam search is not supported: leave out use_beam_search, or sample with n", "use_beam_search"
+        )
     if body.n > config.max_n:
         raise APIError(400, f"n is {body.n}; this server allows at most {config.max_n}", "n")
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
