@@ -7,6 +7,7 @@ Times are seconds from the start of the run (time.perf_counter based).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import math
@@ -66,7 +67,7 @@ class ClientConfig:
     """Sampling temperature sent with each request (default: the server's)."""
 
     request_timeout: float = 600.0
-    """Seconds before a request counts as a timeout error."""
+    """Seconds a request may take in all, from send to its last chunk, before it counts as a timeout error."""
 
     return_token_ids: bool = False
     """Send return_token_ids (vLLM): chunks with ids but no text then count as tokens. Off: OpenAI refuses it."""
@@ -178,10 +179,11 @@ class BenchClient:
         num_shards = math.ceil(slots / SHARD_SIZE) if slots else OPEN_LOOP_SHARDS
         per_shard = math.ceil(slots / num_shards) if slots else None
         limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
-        timeout = httpx.Timeout(cfg.request_timeout, pool=None)
         verify = _ssl_context() if cfg.base_url.startswith("https://") else False  # one context, built once
+        # no httpx timeout: its read timeout restarts at every chunk, so a stream that never pauses long
+        # would never time out; send() puts one deadline on the whole request instead
         self.shards = [
-            httpx.AsyncClient(http1=True, limits=limits, timeout=timeout, headers=headers, verify=verify)
+            httpx.AsyncClient(http1=True, limits=limits, timeout=None, headers=headers, verify=verify)
             for _ in range(num_shards)
         ]
 
@@ -199,21 +201,17 @@ class BenchClient:
     async def send(
         self, index: int, req: BenchRequest, body: bytes, scheduled: float, slot: int | None = None
     ) -> RequestRecord:
-        """Send one request (from `slot` in a closed loop) and return its record; never raises for request failures."""
+        """Send one request (from `slot` in a closed loop) and return its record; never raises for request failures.
+
+        `request_timeout` bounds the whole request (send to last chunk), not each read."""
         http = self.shards[(index if slot is None else slot) % len(self.shards)]
         rec = RequestRecord(index, req.prompt_len, req.output_len, scheduled=scheduled - self.t0)
         rec.send = time.perf_counter() - self.t0
         try:
-            async with http.stream("POST", self.url, content=body) as resp:
-                if resp.status_code != 200:
-                    text = (await resp.aread()).decode(errors="replace")
-                    rec.error, rec.error_detail = f"http_{resp.status_code}", error_message(text)[:300]
-                elif self.streaming:
-                    await self._read_stream(resp, rec)
-                else:
-                    self._read_embedding(await resp.aread(), rec)
-        except httpx.TimeoutException as exc:
-            rec.error, rec.error_detail = "timeout", repr(exc)
+            await asyncio.wait_for(self._exchange(http, body, rec), self.cfg.request_timeout)
+        except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
+            rec.error = "timeout"
+            rec.error_detail = f"no complete answer within --request-timeout {self.cfg.request_timeout:g} s"
         except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
             rec.error, rec.error_detail = "connection", repr(exc)
         except StreamError as exc:
@@ -222,6 +220,17 @@ class BenchClient:
             rec.error, rec.error_detail = "other", repr(exc)
         rec.end = time.perf_counter() - self.t0
         return rec
+
+    async def _exchange(self, http: httpx.AsyncClient, body: bytes, rec: RequestRecord) -> None:
+        """POST `body` and read the whole answer into `rec`."""
+        async with http.stream("POST", self.url, content=body) as resp:
+            if resp.status_code != 200:
+                text = (await resp.aread()).decode(errors="replace")
+                rec.error, rec.error_detail = f"http_{resp.status_code}", error_message(text)[:300]
+            elif self.streaming:
+                await self._read_stream(resp, rec)
+            else:
+                self._read_embedding(await resp.aread(), rec)
 
     async def _read_stream(self, resp: httpx.Response, rec: RequestRecord) -> None:
         if self.cfg.endpoint == "responses":
@@ -249,11 +258,7 @@ class BenchClient:
                     rec.chunk_times.append(arrived)
                     counted.append(len(ids) if ids is not None else _num_logprobs(chunk, chat))
                     chars.append(len(text))
-                usage = chunk.get("usage")
-                if isinstance(usage, dict) and "completion_tokens" in usage:
-                    rec.output_tokens = int(usage["completion_tokens"])
-                    rec.prompt_tokens = usage.get("prompt_tokens")
-                    rec.usage_reported = True
+                _read_usage(chunk.get("usage"), rec, "completion_tokens", "prompt_tokens")
         if not finished:
             raise StreamError("malformed_stream", "stream ended without data: [DONE]")
         _count_tokens(rec, counted, chars)
@@ -272,11 +277,11 @@ class BenchClient:
                 if finished or not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
                     continue
                 event = _parse_chunk(line[5:].strip())
-                kind = event.get("type")
+                kind = _text(event.get("type"), "type")  # a list or object would not even hash
                 if kind == "error":  # OpenAI's in-band error event
                     raise StreamError("stream_error", str(event.get("message") or event)[:300])
                 if kind in RESPONSES_TOKENS:
-                    text = event.get("delta") or ""
+                    text = _text(event.get("delta"), "delta")
                     if text:
                         rec.chunk_times.append(arrived)
                         logprobs = event.get("logprobs")
@@ -287,11 +292,7 @@ class BenchClient:
                     response = event.get("response") if isinstance(event.get("response"), dict) else {}
                     if kind == "response.failed":
                         raise StreamError("stream_error", json.dumps(response.get("error"))[:300])
-                    usage = response.get("usage")
-                    if isinstance(usage, dict) and "output_tokens" in usage:
-                        rec.output_tokens = int(usage["output_tokens"])
-                        rec.prompt_tokens = usage.get("input_tokens")
-                        rec.usage_reported = True
+                    _read_usage(response.get("usage"), rec, "output_tokens", "input_tokens")
         if not finished:
             raise StreamError("malformed_stream", "stream ended before response.completed (or incomplete, failed)")
         _count_tokens(rec, counted, chars)
@@ -299,13 +300,35 @@ class BenchClient:
     def _read_embedding(self, raw: bytes, rec: RequestRecord) -> None:
         try:
             body = json.loads(raw)
-            usage = body.get("usage") or {}
-            if not isinstance(body.get("data"), list) or not body["data"]:
-                raise StreamError("malformed_stream", "embeddings response without data")
-        except (json.JSONDecodeError, AttributeError):
-            raise StreamError("malformed_stream", f"embeddings response is not a JSON object: {raw[:100]!r}") from None
-        rec.prompt_tokens = usage.get("prompt_tokens")
-        rec.usage_reported = "prompt_tokens" in usage
+        except json.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict):
+            raise StreamError("malformed_stream", f"embeddings response is not a JSON object: {raw[:100]!r}")
+        if not isinstance(body.get("data"), list) or not body["data"]:
+            raise StreamError("malformed_stream", "embeddings response without data")
+        usage = body.get("usage")
+        if isinstance(usage, dict) and "prompt_tokens" in usage:
+            rec.prompt_tokens = _token_count(usage, "prompt_tokens")
+            rec.usage_reported = True
+
+
+def _read_usage(usage: object, rec: RequestRecord, output_key: str, prompt_key: str) -> None:
+    """Take the output and prompt token counts of a stream's `usage` into `rec`, when it has them.
+
+    A count that is not a whole number (null, text) is the stream's fault: it must fail this request
+    as malformed_stream, not stop the whole run with a TypeError in int() or in summing prompt tokens."""
+    if not isinstance(usage, dict) or output_key not in usage:
+        return
+    rec.output_tokens = _token_count(usage, output_key)
+    rec.prompt_tokens = _token_count(usage, prompt_key) if usage.get(prompt_key) is not None else None
+    rec.usage_reported = True
+
+
+def _token_count(usage: dict, key: str) -> int:
+    value = usage.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise StreamError("malformed_stream", f"usage.{key} is not a token count: {value!r}"[:300])
+    return value
 
 
 def _count_tokens(rec: RequestRecord, counted: list[int | None], chars: list[int]) -> None:
@@ -465,7 +488,7 @@ def _parse_chunk(data: bytes) -> dict:
         raise StreamError("malformed_stream", f"chunk is not JSON: {data[:100]!r}") from None
     if not isinstance(chunk, dict):
         raise StreamError("malformed_stream", f"chunk is not a JSON object: {data[:100]!r}")
-    if "error" in chunk:
+    if chunk.get("error"):  # some servers send "error": null in every chunk
         raise StreamError("stream_error", json.dumps(chunk["error"])[:300])
     return chunk
 
@@ -475,7 +498,7 @@ def _chunk_tokens(chunk: dict, chat: bool) -> tuple[str, list | None]:
 
     A chunk carries tokens when either is non-empty: a server streaming a model without a tokenizer
     (or holding back half of a multibyte character) sends ids with empty text, and those are tokens
-    to time all the same."""
+    to time all the same. A field of the wrong type is a malformed_stream."""
     choices = chunk.get("choices")
     if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
         return "", None
@@ -483,6 +506,46 @@ def _chunk_tokens(chunk: dict, chat: bool) -> tuple[str, list | None]:
     ids = choice.get("token_ids")
     ids = ids if isinstance(ids, list) else None
     if not chat:
-        return choice.get("text") or "", ids
-    delta = choice.get("delta") or {}
-    return delta.get("content") or delta.get("reasoning_content") or "", ids
+        return _text(choice.get("text"), "text"), ids
+    return _delta_text(choice.get("delta")), ids
+
+
+def _delta_text(delta: object) -> str:
+    """Every generated text of a chat delta: the answer, the reasoning and tool calls (name and
+    arguments) are all tokens the model produced, so all of them time TTFT and ITL.
+
+    Reasoning is `reasoning` (vLLM since late 2025) or `reasoning_content` (older vLLM, DeepSeek);
+    servers in between send the same text under both names, so it is taken once."""
+    if delta is None:
+        return ""
+    if not isinstance(delta, dict):
+        raise StreamError("malformed_stream", f"delta is not a JSON object: {delta!r}"[:300])
+    reasoning = _text(delta.get("reasoning"), "delta.reasoning")
+    reasoning = reasoning or _text(delta.get("reasoning_content"), "delta.reasoning_content")
+    return _text(delta.get("content"), "delta.content") + reasoning + _tool_call_text(delta.get("tool_calls"))
+
+
+def _tool_call_text(calls: object) -> str:
+    """The function names and argument fragments of a delta's tool calls."""
+    if calls is None:
+        return ""
+    if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
+        raise StreamError("malformed_stream", f"delta.tool_calls is not a list of objects: {calls!r}"[:300])
+    text = ""
+    for call in calls:
+        function = call.get("function")
+        if function is None:
+            continue
+        if not isinstance(function, dict):
+            raise StreamError("malformed_stream", f"tool call function is not an object: {function!r}"[:300])
+        text += _text(function.get("name"), "function.name") + _text(function.get("arguments"), "function.arguments")
+    return text
+
+
+def _text(value: object, name: str) -> str:
+    """A streamed text field: a string, or nothing (absent, null); anything else is malformed."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise StreamError("malformed_stream", f"{name} is not a string: {value!r}"[:300])
+    return value

@@ -1,7 +1,8 @@
 """`mopt bench compare A B`: two runs side by side, with B/A ratios.
 
 A and B are run files or folders of runs. Two folders are compared run by run, pairing runs
-with the same load (a sweep against a sweep); a folder holding one run stands for that run.
+with the same load, and the runs of two sweeps step by step (the rate steps' labels hold the rates
+each sweep measured, which differ); a folder holding one run stands for that run.
 Comparing runs that sent different requests compares different things, so every difference
 in what was sent is printed as a warning above the table.
 """
@@ -85,19 +86,26 @@ def runs_at(path: str) -> list[dict]:
 
 
 def pair_runs(runs_a: list[dict], runs_b: list[dict]) -> list[tuple[dict, dict]]:
-    """Pairs to compare: the two runs when each side has one, else runs with the same load label."""
+    """Pairs to compare: the two runs when each side has one, else runs of the same sweep step or load label."""
     if len(runs_a) == 1 and len(runs_b) == 1:
         return [(runs_a[0], runs_b[0])]
-    by_load = {r["plan"]["label"]: r for r in runs_b}
-    pairs = [(r, by_load[r["plan"]["label"]]) for r in runs_a if r["plan"]["label"] in by_load]
+    by_load = {load_key(r): r for r in runs_b}
+    pairs = [(r, by_load[load_key(r)]) for r in runs_a if load_key(r) in by_load]
     if not pairs:
         loads_a = ", ".join(sorted({r["plan"]["label"] for r in runs_a}))
-        loads_b = ", ".join(sorted(by_load))
+        loads_b = ", ".join(sorted({r["plan"]["label"] for r in runs_b}))
         raise ValueError(
             f"no run of A has the load of a run of B (A: {loads_a}; B: {loads_b}); "
             "give two run files to compare runs of different loads"
         )
     return pairs
+
+
+def load_key(run: dict) -> str:
+    """What pairs a run with the other side's: its sweep step, else (outside a sweep, or a run file
+    written before steps were recorded) its load label."""
+    step = run["plan"].get("step")
+    return run["plan"]["label"] if step is None else f"sweep step {step}"
 
 
 def print_comparison(path_a: str, path_b: str, console: Console | None = None) -> None:
@@ -109,7 +117,9 @@ def print_comparison(path_a: str, path_b: str, console: Console | None = None) -
     for a, b in pairs:
         print_pair(a, b, console)
     if unpaired:
-        console.print(f"[yellow]{unpaired} run(s) have no run of the same load on the other side; not compared[/]")
+        console.print(
+            f"[yellow]{unpaired} run(s) have no run of the same load (or sweep step) on the other side; not compared[/]"
+        )
 
 
 def print_pair(a: dict, b: dict, console: Console) -> None:

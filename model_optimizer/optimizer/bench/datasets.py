@@ -29,7 +29,9 @@ class RawRequest:
 
 
 def load_trace(path: str, time_unit: str = "s") -> list[RawRequest]:
-    """Parse a JSONL trace; timestamps become seconds from the first request, in file order."""
+    """Parse a JSONL trace; timestamps become seconds from the first request, sorted by time (stable: ties
+    keep the file's order), so `--num-requests N` takes the N earliest requests and request indices follow
+    the order they are sent in."""
     scale = {"s": 1.0, "ms": 1e-3}[time_unit]
     rows: list[RawRequest] = []
     for number, item in jsonl_values(_open(path).splitlines(), path):
@@ -38,7 +40,8 @@ def load_trace(path: str, time_unit: str = "s") -> list[RawRequest]:
         rows.append(_trace_row(item, f"{path}:{number}", scale))
     if not rows:
         raise ValueError(f"{path}: the trace holds no requests")
-    start = min(r.timestamp for r in rows)  # type: ignore[type-var]
+    rows.sort(key=lambda r: r.timestamp)  # type: ignore[arg-type,return-value]
+    start = rows[0].timestamp
     for row in rows:
         row.timestamp = row.timestamp - start  # type: ignore[operator]
     return rows

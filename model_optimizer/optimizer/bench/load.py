@@ -22,7 +22,7 @@ import numpy as np
 
 from model_optimizer.optimizer.bench.arrivals import arrival_times, trace_times
 from model_optimizer.optimizer.bench.client import BenchClient, RequestRecord
-from model_optimizer.optimizer.bench.workloads import BenchRequest
+from model_optimizer.optimizer.bench.workloads import BenchRequest, non_default_flags
 from model_optimizer.runtime.config import check_choice
 
 DEFAULT_NUM_REQUESTS = 100
@@ -124,6 +124,23 @@ class LoadConfig:
                 f"--concurrency sets closed-loop mode's requests in flight; load mode {mode} does not use "
                 "it (--max-concurrency caps requests in flight of open-loop and trace runs)"
             )
+        self._check_shape_flags()
+
+    def _check_shape_flags(self) -> None:
+        """Refuse a burstiness, trace speed-up or sweep setting (other than its default) that the mode
+        would ignore: a run that looked bursty, faster or swept but was not."""
+        mode = self.load_mode
+        poisson = mode == "poisson" or (mode == "sweep" and self.sweep_arrival == "poisson")
+        if not poisson and non_default_flags(self, "burstiness"):
+            what = "--sweep-arrival constant" if mode == "sweep" else f"load mode {mode}"
+            raise ValueError(f"--burstiness shapes the gaps of poisson arrivals; {what} does not use it")
+        if mode != "trace" and non_default_flags(self, "trace_speedup"):
+            raise ValueError(
+                f"--trace-speedup sets the replay speed of load mode trace; load mode {mode} does not use it"
+            )
+        sweep_flags = non_default_flags(self, "sweep_num_rates", "sweep_max_concurrency", "sweep_arrival")
+        if mode != "sweep" and sweep_flags:
+            raise ValueError(f"load mode {mode} does not use {', '.join(sweep_flags)} (settings of load mode sweep)")
 
 
 def check_num_workers(value: str) -> None:
@@ -146,6 +163,9 @@ class RunPlan:
     duration: float | None = None
     trace_speedup: float = 1.0
     label: str = ""
+    step: int | None = None
+    """A sweep's step (0: one at a time, 1: saturation, 2...: the rates in between); None outside a sweep.
+    `mopt bench compare` pairs two sweeps' runs by it, since their labels hold the rates each measured."""
 
     def stop(self, index: int, elapsed: float) -> bool:
         """True once request `index`, due `elapsed` seconds into the run, should not be sent."""
@@ -183,23 +203,28 @@ def closed_concurrency(concurrency: int, num_requests: int | None) -> int:
     return min(concurrency, num_requests) if num_requests else concurrency
 
 
-def schedule(plan: RunPlan, requests: list[BenchRequest], rng: np.random.Generator) -> list[float]:
-    """Every send time (seconds from the start) of an open-loop or trace plan, up to its stop.
+def schedule(plan: RunPlan, requests: list[BenchRequest], rng: np.random.Generator) -> list[tuple[int, float]]:
+    """Every (request index, send offset in seconds from the start) of an open-loop or trace plan, in
+    send order, up to its stop.
 
-    Drawn before the clock starts, so a run split over worker processes sends at the same times."""
+    A trace is sent in the order of its timestamps (a stable sort: ties keep the file's order), so a
+    request listed after a later one is not sent late, and a duration stops at the first request due
+    after it. Drawn before the clock starts, so a run split over worker processes sends at the same times."""
     if plan.mode == "trace":
-        times = trace_times([r.timestamp or 0.0 for r in requests], plan.trace_speedup)
+        stamps = [r.timestamp or 0.0 for r in requests]
+        order = sorted(range(len(requests)), key=stamps.__getitem__)
+        arrivals: Iterable[tuple[int, float]] = zip(order, trace_times([stamps[i] for i in order], plan.trace_speedup))
     else:
         if plan.num_requests is None and (plan.duration is None or math.isinf(plan.rate or 0.0)):
             raise ValueError(
                 f"{plan.label or plan.mode}: an open loop needs num_requests (or a finite rate and a duration)"
             )
-        times = arrival_times(rng, plan.rate, plan.mode, plan.burstiness)  # type: ignore[arg-type]
-    out: list[float] = []
-    for i, offset in enumerate(times):
-        if plan.stop(i, offset) or (plan.mode == "trace" and i >= len(requests)):
+        arrivals = enumerate(arrival_times(rng, plan.rate, plan.mode, plan.burstiness))  # type: ignore[arg-type]
+    out: list[tuple[int, float]] = []
+    for sent, (i, offset) in enumerate(arrivals):
+        if plan.stop(sent, offset):
             break
-        out.append(offset)
+        out.append((i, offset))
     return out
 
 
@@ -222,7 +247,7 @@ async def run_load(
     if plan.mode == "closed":
         await run_closed(client, plan, requests, bodies, itertools.count().__next__, done)
     else:
-        await run_open(client, plan, requests, bodies, enumerate(schedule(plan, requests, rng)), done)
+        await run_open(client, plan, requests, bodies, schedule(plan, requests, rng), done)
     return sorted(records, key=lambda r: r.index)
 
 

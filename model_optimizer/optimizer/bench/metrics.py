@@ -8,12 +8,15 @@ Definitions (all latencies over successful requests; failures stay in every coun
   E2E   end minus send time
   duration  first send to last end; rates are counts divided by it
   goodput   requests meeting every SLO threshold, per second; failed requests never meet it
+  slo_checks  each threshold's statistic over all requests, failed ones counting as infinitely slow
   error_examples  the message of the first failed request of each error kind
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,19 +148,14 @@ def summarize(records: list[RequestRecord], slos: list[SloThreshold] | None = No
         "e2e_ms": distribution([r.e2e for r in ok]),
     }
     if slos:
-        summary |= slo_summary(records, slos, summary, per_s)
+        summary |= slo_summary(records, slos, per_s)
     return summary
 
 
-def slo_summary(records: list[RequestRecord], slos: list[SloThreshold], summary: dict, per_s) -> dict:
+def slo_summary(records: list[RequestRecord], slos: list[SloThreshold], per_s: Callable[[float], float]) -> dict:
     """Goodput, the share of requests meeting every threshold, and each run-level check."""
     good = sum(meets_slos(r, slos) for r in records)
-    checks = {}
-    for slo in slos:
-        measured = summary[f"{slo.metric}_ms"][slo.stat]
-        limit_ms = slo.limit * 1e3
-        met = measured is not None and measured <= limit_ms and _failures_fit(slo.stat, summary)
-        checks[slo.key] = {"limit_ms": limit_ms, "measured_ms": measured, "met": met}
+    checks = {slo.key: slo_check(records, slo) for slo in slos}
     return {
         "goodput": per_s(good),
         "num_good": good,
@@ -167,9 +165,36 @@ def slo_summary(records: list[RequestRecord], slos: list[SloThreshold], summary:
     }
 
 
-def _failures_fit(stat: str, summary: dict) -> bool:
-    """Failed requests count as infinitely slow: a pXX check allows at most (100 - XX)% of them, mean and max none."""
-    failed = summary["num_failed"] / summary["num_requests"] if summary["num_requests"] else 0.0
-    if stat.startswith("p"):
-        return failed <= 1.0 - int(stat[1:]) / 100.0
-    return failed == 0.0
+def slo_check(records: list[RequestRecord], slo: SloThreshold) -> dict:
+    """One term checked on the run: its statistic over every request, a failed one counting as
+    infinitely slow, so failures and slow answers share one budget (a p99 is met when at most 1 % of
+    the requests failed or were over the limit). Requests whose figure is undefined (TPOT of one
+    token) are left out, as goodput leaves them out.
+
+    The percentile is the smallest value that the given share of requests is within (no
+    interpolation, so it is met exactly when that share is); `measured_ms` is None when nothing was
+    measured or when failed requests make it infinite (JSON has no infinity), and `share_over_limit`
+    tells the two apart."""
+    values = [request_value(r, slo) if r.ok else math.inf for r in records]
+    judged = sorted(v for v in values if v is not None)
+    limit_ms = slo.limit * 1e3
+    if not judged:
+        return {"limit_ms": limit_ms, "measured_ms": None, "share_over_limit": None, "met": False}
+    measured = _statistic(judged, slo.stat)
+    share_over = sum(v > slo.limit for v in judged) / len(judged)
+    return {
+        "limit_ms": limit_ms,
+        "measured_ms": measured * 1e3 if math.isfinite(measured) else None,
+        "share_over_limit": share_over,
+        "met": measured <= slo.limit,
+    }
+
+
+def _statistic(ordered: list[float], stat: str) -> float:
+    """mean, max or pXX of ascending `ordered` values (pXX: the ceil(n * XX / 100)-th smallest)."""
+    if stat == "mean":
+        return math.fsum(ordered) / len(ordered)
+    if stat == "max":
+        return ordered[-1]
+    rank = -(-len(ordered) * int(stat[1:]) // 100)  # ceiling in integers: 0.99 * 200 is not exactly 198
+    return ordered[rank - 1]

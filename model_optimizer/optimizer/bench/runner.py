@@ -38,7 +38,9 @@ from model_optimizer.optimizer.bench.workloads import (
     WorkloadConfig,
     build_workload,
     prompt_maker,
+    repeated_prompts,
     resolve_format,
+    warmup_requests,
 )
 
 WARMUP_SEED_OFFSET = 1_000_003
@@ -216,20 +218,22 @@ class _Runner:
         self.warmup: dict | None = None
 
     async def warm_up(self, load: LoadConfig) -> None:
-        """Send `load.num_warmups` requests of the workload's shape, in a closed loop at the load's
-        concurrency, before the first measured run; only their count and errors are kept. Their prompts
-        come from another seed, so the measured prompts find nothing of theirs in the prefix cache."""
+        """Send `load.num_warmups` requests with the measured requests' lengths, in a closed loop at the
+        load's concurrency, before the first measured run; only their count and errors are kept. Their
+        prompts are random ones from another seed (for a trace or ShareGPT file too, whose own prompts do
+        not change with the seed), so the measured prompts find nothing of theirs in the prefix cache."""
         count = load.num_warmups
         if count <= 0:
             return
         slots = min(count, load.concurrency or load.max_concurrency or load.sweep_max_concurrency)
-        workload = dataclasses.replace(self.workload, seed=self.workload.seed + WARMUP_SEED_OFFSET)
-        requests = build_workload(workload, self.setup.client.endpoint, count)
+        seed = self.workload.seed + WARMUP_SEED_OFFSET
+        maker = prompt_maker(dataclasses.replace(self.workload, seed=seed))
+        requests = warmup_requests(self.workload, self.setup.client.endpoint, self.requests, count, maker)
         bodies = [request_body(self.setup.client, r) for r in requests]
         plan = RunPlan("closed", concurrency=slots, num_requests=count)
         num_workers = self._num_workers(plan, requests)
         records, _ = await execute_plan(
-            self.setup.client, plan, requests, bodies, np.random.default_rng(workload.seed), num_workers
+            self.setup.client, plan, requests, bodies, np.random.default_rng(seed), num_workers
         )
         errors = [r.error for r in records if r.error]
         self.warmup = {"num_requests": len(records), "num_ok": len(records) - len(errors), "concurrency": slots}
@@ -271,8 +275,18 @@ class _Runner:
         path = report.reserve_run_path(out.output_dir, plan.label)
         report.write_json(path, result)
         result["path"] = str(path)
+        self._say_repeats(result["repeated_prompts"], len(records))
         report.print_summary(self.console, result)
         return result
+
+    def _say_repeats(self, repeats: int, num_sent: int) -> None:
+        """One line when the run sent some prompt twice: the server may have answered it from its cache."""
+        if repeats:
+            self.console.print(
+                f"[yellow]warning: {repeats} of {num_sent} requests repeated a prompt sent earlier in this run "
+                f"(only {num_sent - repeats} distinct; a duration-limited run cycles --pool-size prepared "
+                "requests): a server with prefix caching answers repeats from its cache, faster[/]"
+            )
 
     def _num_workers(self, plan: RunPlan, requests: list[BenchRequest]) -> int:
         """Worker processes for `plan`, said on the console when more than one or chosen by auto."""
@@ -299,6 +313,7 @@ class _Runner:
             "warmup": self.warmup,
             "environment": report.environment(),
             "num_workers": len(loops),
+            "repeated_prompts": repeated_prompts(self.requests, [r.index for r in records]),
             "summary": summarize(records, self.slos),
             "client_overhead": overhead_report(records, loops, num_cpus()),
             "server_metrics": server,

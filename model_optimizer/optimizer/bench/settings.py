@@ -21,7 +21,7 @@ def run_settings(r: dict) -> dict[str, str | None]:
         "output length": (workload["output_len"] or "128 (default)") if generates else None,
         "shared prefixes": _prefixes(workload),
         "ignore_eos": ignore_eos_words(client["ignore_eos"]) if generates else None,
-        "temperature": str(client["temperature"] or "server default") if generates else None,
+        "temperature": _temperature(client["temperature"]) if generates else None,
         "seed": str(workload["seed"]),
         "load": _load(r["plan"]),
         "stop after": _stop(r["plan"]),
@@ -38,6 +38,11 @@ def ignore_eos_words(on: bool) -> str:
     if on:
         return "on (the default: every answer runs to its output length; --no-ignore-eos lets the model stop)"
     return "off (--no-ignore-eos: answers stop at end-of-sequence, so output lengths vary)"
+
+
+def _temperature(value: float | None) -> str:
+    """0 is greedy decoding, a setting of its own: only None (nothing sent) is the server's default."""
+    return "server default" if value is None else f"{value:g}"
 
 
 def _prompts(workload: dict, prompts: dict) -> str:

@@ -30,13 +30,13 @@ def _stop(cfg: LoadConfig) -> dict:
 
 
 def baseline_plan(cfg: LoadConfig) -> RunPlan:
-    return RunPlan("closed", concurrency=1, label="sweep: one at a time", **_stop(cfg))
+    return RunPlan("closed", concurrency=1, label="sweep: one at a time", step=0, **_stop(cfg))
 
 
 def saturation_plan(cfg: LoadConfig) -> RunPlan:
     stop = _stop(cfg)
     c = closed_concurrency(cfg.sweep_max_concurrency, stop["num_requests"])
-    return RunPlan("closed", concurrency=c, label=f"sweep: saturation (concurrency {c})", **stop)
+    return RunPlan("closed", concurrency=c, label=f"sweep: saturation (concurrency {c})", step=1, **stop)
 
 
 def rate_plans(cfg: LoadConfig, rates: list[float]) -> list[RunPlan]:
@@ -48,7 +48,8 @@ def rate_plans(cfg: LoadConfig, rates: list[float]) -> list[RunPlan]:
             max_concurrency=cfg.max_concurrency,
             label=f"sweep: {cfg.sweep_arrival} {rate:.3g} req/s"
             + (f" max {cfg.max_concurrency} in flight" if cfg.max_concurrency else ""),
+            step=2 + k,
             **_stop(cfg),
         )
-        for rate in rates
+        for k, rate in enumerate(rates)
     ]

@@ -129,7 +129,7 @@ def split_plan(
     """Each worker's share: its slots of a closed loop, or every n-th arrival of the schedule
     (n: `num_workers`, or fewer when the plan cannot keep that many busy)."""
     n = max(1, min(num_workers, worker_limit(plan, requests)))
-    arrivals = None if plan.mode == "closed" else list(enumerate(schedule(plan, requests, rng)))
+    arrivals = None if plan.mode == "closed" else schedule(plan, requests, rng)
     tasks = []
     for w in range(n):
         if plan.mode == "closed":

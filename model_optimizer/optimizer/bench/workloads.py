@@ -6,6 +6,7 @@ built, so no tokenizing or random drawing happens while the clock runs.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,7 +58,7 @@ class WorkloadConfig:
     """Unit of the trace's timestamps."""
 
     pool_size: int = 1000
-    """Distinct requests prepared when the run is limited by duration; they are sent in a cycle."""
+    """Distinct requests prepared when the run is limited by duration; they are sent in a cycle (a run that sends more repeats prompts, and says so)."""
 
     seed: int = 0
     """Seed for lengths, prompts, prefixes and arrival times."""
@@ -71,6 +72,12 @@ class WorkloadConfig:
             raise ValueError(f"dataset {self.dataset} needs --dataset-path")
         if self.dataset == "synthetic" and self.dataset_path:  # it was ignored: synthetic prompts were sent
             raise ValueError("--dataset-path needs --dataset trace or --dataset sharegpt (the default is synthetic)")
+        synthetic_only = non_default_flags(self, *SYNTHETIC_ONLY)
+        if self.dataset != "synthetic" and synthetic_only:  # the file's prompts were sent instead
+            raise ValueError(
+                f"--dataset {self.dataset} sends the file's prompts and does not use {', '.join(synthetic_only)} "
+                "(settings of synthetic prompts; --output-len does override the file's output lengths)"
+            )
         if self.pool_size <= 0:
             raise ValueError(f"pool_size must be a positive integer, got {self.pool_size}")
         if self.random_vocab_size is not None and self.random_vocab_size <= TOKEN_ID_OFFSET:
@@ -87,6 +94,20 @@ class WorkloadConfig:
             raise ValueError("num_prefix_groups needs a positive --prefix-len")
         if not 0.0 <= self.prefix_share_ratio <= 1.0:
             raise ValueError(f"prefix_share_ratio must be in [0, 1], got {self.prefix_share_ratio}")
+
+
+SYNTHETIC_ONLY = ("prompt_len", "num_prefix_groups", "prefix_len", "prefix_share_ratio")
+"""WorkloadConfig fields that only synthetic prompts use."""
+
+
+def non_default_flags(config: object, *names: str) -> list[str]:
+    """The flags (--name) among the dataclass fields `names` of `config` that differ from their default.
+
+    A flag the chosen mode would ignore is refused only when set to something else than its default:
+    the defaults must work in every mode, and a config rebuilt from a saved one (mopt tune --resume)
+    carries every default explicitly."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}  # type: ignore[arg-type]
+    return ["--" + name.replace("_", "-") for name in names if getattr(config, name) != defaults[name]]
 
 
 @dataclass
@@ -128,6 +149,35 @@ def build_workload(
         count = num_requests or min(cfg.pool_size, len(raws))
         raws = [raws[order[i % len(raws)]] for i in range(count)]
     return _from_raw(cfg, endpoint, raws, maker)
+
+
+def warmup_requests(
+    cfg: WorkloadConfig, endpoint: str, measured: list[BenchRequest], count: int, maker: PromptMaker
+) -> list[BenchRequest]:
+    """`count` warm-up requests with the lengths of the `measured` ones (cycled) and random prompts from
+    `maker` (seeded apart from the run's), never the measured prompts themselves: a trace or ShareGPT
+    file holds the same prompts whatever the seed, and sending them first would leave them in the
+    server's prefix cache for the measured run."""
+    requests = []
+    for i in range(count):
+        source = measured[i % len(measured)]
+        fmt = resolve_format(cfg, endpoint, text_source=isinstance(source.prompt, str))
+        prompt, length = _make_prompt(maker, fmt, source.prompt_len)
+        requests.append(BenchRequest(prompt, length, source.output_len))
+    return requests
+
+
+def repeated_prompts(requests: list[BenchRequest], sent: list[int]) -> int:
+    """How many of the requests sent (their indices `sent`; index i sends requests[i % len(requests)])
+    repeated a prompt sent before in the same run. A run that sends more requests than its pool holds
+    cycles it, and a server with prefix caching answers a repeat from its cache, faster than a new one."""
+    used = {i % len(requests) for i in sent}
+    distinct = {_prompt_key(requests[k].prompt) for k in used}
+    return len(sent) - len(distinct)
+
+
+def _prompt_key(prompt: str | list[int]) -> str | tuple[int, ...]:
+    return prompt if isinstance(prompt, str) else tuple(prompt)
 
 
 TEXT_ENDPOINTS = ("chat", "responses")

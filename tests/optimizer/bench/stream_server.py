@@ -4,8 +4,11 @@ The model name picks the behaviour: "tiny" answers normally; "fail-500" returns 
 "broken" sends a chunk that is not JSON; "no-done" ends the stream without [DONE];
 "no-usage" never reports usage (on /v1/responses "no-done" sends no closing event, "error-event" an
 error event, "failed-null" a response.failed without its response); "ids-only" sends no text and no usage, only `token_ids`, two per
-chunk (as a server streaming a model without a tokenizer). Delays come from the app's `settings`
-(seconds).
+chunk (as a server streaming a model without a tokenizer). "reasoning" (chat) streams its tokens as a
+reasoning model does: `delta.reasoning`, `delta.reasoning_content`, a tool call's name and argument
+fragments, then `delta.content`; "error-null" sends `"error": null` in every chunk, as some servers
+do; "null-usage", "bad-text" and "bad-delta" send one malformed field (usage.completion_tokens null, a
+number as the text, a string as the chat delta). Delays come from the app's `settings` (seconds).
 
 `app.state.valve` (a Valve) records every generation request's arrival and can hold their
 responses until the test lets them through, so load tests assert on arrivals and in-flight
@@ -192,12 +195,14 @@ async def _generate(app: FastAPI, body: dict, chat: bool):
     wants_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     include_usage = wants_usage and model not in ("no-usage", "ids-only")
 
-    def chunk(text: str | None, usage: dict | None = None) -> str:
+    def chunk(text: str | None, usage: dict | None = None, i: int = 0) -> str:
         if chat:
-            choices = [] if usage else [{"index": 0, "delta": {"content": text} if text else {"role": "assistant"}}]
+            delta = _delta(model, i, text) if text else {"role": "assistant"}
+            choices = [] if usage else [{"index": 0, "delta": delta}]
         else:
-            choices = [] if usage else [{"index": 0, "text": text}]
-        return "data: " + json.dumps({"id": "x", "choices": choices, "usage": usage}) + "\n\n"
+            choices = [] if usage else [{"index": 0, "text": 7 if model == "bad-text" and i == 1 else text}]
+        fields = {"id": "x", "choices": choices, "usage": usage}
+        return "data: " + json.dumps(fields | ({"error": None} if model == "error-null" else {})) + "\n\n"
 
     valve: Valve = app.state.valve
 
@@ -221,9 +226,14 @@ async def _generate(app: FastAPI, body: dict, chat: bool):
                     if i % 2:
                         yield _ids_chunk([1000 + i - 1, 1000 + i], chat)
                     continue
-                yield chunk(f" t{i}")
+                yield chunk(f" t{i}", i=i)
             if include_usage:
-                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+                completion = None if model == "null-usage" else n
+                usage = {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt_tokens + n,
+                }
                 yield chunk(None, usage)
             counted_out = True
             valve.done()  # before the last chunk: the client cannot react to it before this count
@@ -263,6 +273,24 @@ async def _respond_events(app: FastAPI, body: dict):
             yield event("response.completed", response={"id": "resp_x", "status": "completed", "usage": usage})
 
     return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+def _delta(model: str, i: int, text: str) -> dict | str:
+    """Token i's chat delta: the answer's text, or for "reasoning" the field a reasoning model puts it in
+    (reasoning, reasoning_content, both at once, a tool call's name, its arguments, then the answer)."""
+    if model == "bad-delta" and i == 1:
+        return text
+    if model != "reasoning":
+        return {"content": text}
+    call = {"index": 0, "id": "call_0", "type": "function", "function": {"name": "lookup", "arguments": ""}}
+    kinds = [
+        {"reasoning": text},
+        {"reasoning_content": text},
+        {"reasoning": text, "reasoning_content": text},  # a server sending both names, as vLLM did for a while
+        {"tool_calls": [call]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": text}}]},
+    ]
+    return kinds[i] if i < len(kinds) else {"content": text}
 
 
 def _ids_chunk(token_ids: list[int], chat: bool) -> str:

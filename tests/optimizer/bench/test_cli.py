@@ -1,32 +1,23 @@
 """`mopt bench` end to end: flags in, files out, against the real streaming server."""
 
+import dataclasses
 import json
 
 import pytest
 
 from model_optimizer.cli.main import main
-from model_optimizer.optimizer.bench.compare import compare_rows
+from model_optimizer.optimizer.bench import sweep
+from model_optimizer.optimizer.bench.compare import compare_rows, pair_runs
+from model_optimizer.optimizer.bench.load import LoadConfig
 from model_optimizer.optimizer.bench.report import load_run
 from tests.optimizer.bench.conftest import TTFT
 from tests.optimizer.bench.stream_server import ServerThread, create_app
 
 
 def bench(server, tmp_path, *flags):
-    return main(
-        [
-            "bench",
-            "--base-url",
-            server.base_url,
-            "--output-dir",
-            str(tmp_path),
-            "--no-progress",
-            "--prompt-len",
-            "8",
-            "--output-len",
-            "4",
-            *flags,
-        ]
-    )
+    prompt_len = [] if "--dataset" in flags else ["--prompt-len", "8"]  # a file's prompts have their own lengths
+    base = ["bench", "--base-url", server.base_url, "--output-dir", str(tmp_path), "--no-progress"]
+    return main([*base, *prompt_len, "--output-len", "4", *flags])
 
 
 @pytest.mark.slow
@@ -153,6 +144,25 @@ def test_compare_prints_ratios(server, tmp_path, capsys):
         (["--request-rate", "5", "--concurrency", "4"], "load mode poisson does not use it"),
         (["--concurrency", "2", "--max-concurrency", "4"], "give one of them"),
         (["7"], "unexpected argument '7'"),
+        # and so are shapes of arrivals, sweeps and synthetic prompts that the run would not have
+        (
+            ["--load-mode", "constant", "--request-rate", "5", "--burstiness", "0.5"],
+            "load mode constant does not use it",
+        ),
+        (["--concurrency", "2", "--burstiness", "0.5"], "poisson arrivals; load mode closed does not use it"),
+        (["--load-mode", "sweep", "--sweep-arrival", "constant", "--burstiness", "2"], "--sweep-arrival constant"),
+        (["--request-rate", "5", "--trace-speedup", "2"], "load mode trace; load mode poisson does not use it"),
+        (["--concurrency", "2", "--sweep-num-rates", "3"], "load mode closed does not use --sweep-num-rates"),
+        (["--sweep-max-concurrency", "8", "--sweep-arrival", "constant"], "--sweep-max-concurrency, --sweep-arrival"),
+        (["--dataset", "trace", "--dataset-path", "t.jsonl", "--prompt-len", "64"], "does not use --prompt-len"),
+        (
+            ["--dataset", "sharegpt", "--dataset-path", "s.json", "--random-input-len", "64"],
+            "does not use --prompt-len",
+        ),
+        (
+            ["--dataset", "trace", "--dataset-path", "t.jsonl", "--num-prefix-groups", "2", "--prefix-len", "16"],
+            "--dataset trace sends the file's prompts and does not use --num-prefix-groups, --prefix-len",
+        ),
     ],
 )
 def test_bad_input_gives_a_clear_error(server, tmp_path, capsys, flags, message):
@@ -324,3 +334,72 @@ def test_responses_endpoint_reads_openais_event_stream(server, tmp_path):
         assert {r["error"] for r in records} == {error}, model
         if model == "error-event":
             assert "the model fell over" in records[0]["error_detail"]
+
+
+def trace_file(tmp_path, stamps, prompts=None):
+    """A JSONL trace with text prompts (distinct: "request k ...") sent at `stamps`, 2 tokens each."""
+    path = tmp_path / "trace.jsonl"
+    prompts = prompts or [f"request {k} " + "word " * 6 for k in range(len(stamps))]
+    path.write_text(
+        "".join(json.dumps({"timestamp": t, "prompt": p, "output_len": 2}) + "\n" for t, p in zip(stamps, prompts))
+    )
+    return path, prompts
+
+
+def test_an_unsorted_trace_is_replayed_in_time_order(server, tmp_path):
+    """Timestamps out of file order: each request is sent at its time, and --duration stops at the first
+    one due after it (not at the first line past it, which ended this run after one request)."""
+    trace, prompts = trace_file(tmp_path, [0.0, 10.0, 0.1, 0.2])
+    server.app.state.prompts.clear()
+    flags = ("--dataset", "trace", "--dataset-path", str(trace), "--load-mode", "trace", "--duration", "1")
+    assert bench(server, tmp_path / "out", *flags) == 0
+    result = load_run(str(next((tmp_path / "out").glob("run-*.json"))))
+    assert [r["scheduled"] for r in result["requests"]] == pytest.approx([0.0, 0.1, 0.2], abs=1e-6)
+    assert sorted(server.app.state.prompts) == sorted([prompts[0], prompts[2], prompts[3]])
+
+
+def test_warmup_never_sends_the_measured_prompts(server, tmp_path):
+    """A trace holds the same prompts whatever the seed: warm-up requests are random prompts of the same
+    lengths, so the measured prompts are not in the server's prefix cache when the run starts."""
+    trace, prompts = trace_file(tmp_path, [0.0, 0.05, 0.1])
+    server.app.state.prompts.clear()
+    flags = ("--dataset", "trace", "--dataset-path", str(trace), "--load-mode", "trace", "--num-warmups", "2")
+    assert bench(server, tmp_path / "out", *flags) == 0
+    received = server.app.state.prompts
+    warmups, measured = received[:2], received[2:]
+    assert sorted(measured) == sorted(prompts) and not set(warmups) & set(prompts)
+    result = load_run(str(next((tmp_path / "out").glob("run-*.json"))))
+    assert result["warmup"]["num_ok"] == 2
+
+
+def test_a_run_that_repeats_prompts_says_so(server, tmp_path, capsys):
+    """A run that sends more requests than it has distinct prompts (a duration run past --pool-size, a file
+    shorter than --num-requests) repeats them: one warning line, and the count in the run file."""
+    trace, _ = trace_file(tmp_path, [0.0, 0.1])
+    flags = ("--dataset", "trace", "--dataset-path", str(trace), "--num-requests", "5", "--concurrency", "2")
+    assert bench(server, tmp_path / "out", *flags) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("repeated a prompt") == 1 and "3 of 5 requests repeated a prompt" in out
+    assert load_run(str(next((tmp_path / "out").glob("run-*.json"))))["repeated_prompts"] == 3
+    assert bench(server, tmp_path / "fresh", "--num-requests", "3") == 0
+    assert "repeated a prompt" not in capsys.readouterr().out
+    assert load_run(str(next((tmp_path / "fresh").glob("run-*.json"))))["repeated_prompts"] == 0
+
+
+def test_compare_pairs_two_sweeps_step_by_step():
+    """Two sweeps measure different rates, which their rate steps' labels hold: they pair by step. Run files
+    written before steps were recorded pair by label, as they did."""
+    load = LoadConfig(load_mode="sweep", num_requests=4)
+
+    def sweep_runs(rates):
+        plans = [sweep.baseline_plan(load), sweep.saturation_plan(load), *sweep.rate_plans(load, rates)]
+        return [{"plan": dataclasses.asdict(p), "label": p.label} for p in plans]
+
+    a, b = sweep_runs([10.0, 20.0]), sweep_runs([11.0, 23.0])
+    assert [(x["plan"]["step"], y["plan"]["step"]) for x, y in pair_runs(a, b)] == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    assert [y["plan"]["rate"] for _, y in pair_runs(a, b)] == [None, None, 11.0, 23.0]
+    old_a, old_b = ([{"plan": {k: v for k, v in r["plan"].items() if k != "step"}} for r in runs] for runs in (a, b))
+    assert [x["plan"]["label"] for x, _ in pair_runs(old_a, old_b)] == [
+        "sweep: one at a time",
+        "sweep: saturation (concurrency 4)",
+    ]

@@ -132,3 +132,60 @@ def test_request_bodies_ask_for_streamed_usage():
     chat = BenchClient(ClientConfig(model="m", endpoint="chat", ignore_eos=False), 1, 0.0)
     body = json.loads(chat.body(BenchRequest("hi", 1, 3)))
     assert body["messages"] == [{"role": "user", "content": "hi"}] and "ignore_eos" not in body
+
+
+def test_reasoning_and_tool_call_deltas_are_tokens(server):
+    """vLLM streams reasoning as `delta.reasoning` (`reasoning_content` before), and tool calls as name and
+    argument fragments: every one of those chunks is generated output, so each is a timed token chunk."""
+    records = run_plan(
+        server.base_url,
+        RunPlan("closed", concurrency=1, num_requests=1),
+        make_requests(1, output_len=7),
+        model="reasoning",
+        endpoint="chat",
+    )
+    [rec] = records
+    assert rec.ok and rec.output_tokens == 7
+    # 3 reasoning chunks (one with both names), the tool call's name, its arguments, 2 answer chunks
+    assert len(rec.chunk_times) == 7 and rec.chunk_tokens == [1] * 7
+
+
+@pytest.mark.parametrize(
+    ("model", "endpoint", "field"),
+    [
+        ("null-usage", "completions", "usage.completion_tokens"),
+        ("bad-text", "completions", "text"),
+        ("bad-delta", "chat", "delta"),
+    ],
+)
+def test_a_malformed_field_fails_its_request_not_the_run(server, model, endpoint, field):
+    records = run_plan(
+        server.base_url,
+        RunPlan("closed", concurrency=2, num_requests=2),
+        make_requests(2),
+        model=model,
+        endpoint=endpoint,
+    )
+    assert [r.error for r in records] == ["malformed_stream"] * 2
+    assert all(field in r.error_detail for r in records), records[0].error_detail
+
+
+def test_an_error_field_of_null_is_no_stream_error(server):
+    records = run_plan(
+        server.base_url, RunPlan("closed", concurrency=1, num_requests=2), make_requests(2), model="error-null"
+    )
+    assert all(r.ok and r.output_tokens == 4 for r in records), [r.error_detail for r in records]
+
+
+def test_request_timeout_bounds_the_whole_request(server):
+    """A stream that never pauses for long (a chunk every ITL = 20 ms, 400 of them: at least 8 s) still
+    times out at --request-timeout: it is a deadline for the whole request, not a wait between reads."""
+    records = run_plan(
+        server.base_url,
+        RunPlan("closed", concurrency=1, num_requests=1),
+        make_requests(1, output_len=400),
+        request_timeout=2.0,
+    )
+    [rec] = records
+    assert rec.error == "timeout" and "--request-timeout 2 s" in rec.error_detail
+    assert 0 < len(rec.chunk_times) < 400  # chunks kept coming until the deadline cut the stream

@@ -99,3 +99,34 @@ def test_closed_loop_slots_are_capped_at_the_requests_sent():
     assert plan_from_config(LoadConfig(concurrency=10**6, num_requests=2)).slots() == 2
     assert plan_from_config(LoadConfig(concurrency=500)).slots() == 100  # the default 100 requests
     assert plan_from_config(LoadConfig(concurrency=500, duration=3.0)).slots() == 500  # requests cycle: no cap
+
+
+def test_flags_at_their_defaults_are_accepted_in_every_mode():
+    """Only a setting the mode would ignore is refused, never its default: a config rebuilt from a saved one
+    (mopt tune --resume) names every default."""
+    import dataclasses
+
+    for cfg in (LoadConfig(), LoadConfig(request_rate=2.0, load_mode="constant"), LoadConfig(load_mode="sweep")):
+        assert LoadConfig(**dataclasses.asdict(cfg)) == cfg
+    LoadConfig(load_mode="closed", burstiness=1.0, trace_speedup=1.0, sweep_num_rates=5, sweep_arrival="poisson")
+    LoadConfig(load_mode="sweep", burstiness=0.5, sweep_num_rates=3)  # sweep's rate runs are poisson by default
+
+
+def test_an_unsorted_trace_schedule_is_in_time_order():
+    import numpy as np
+
+    from model_optimizer.optimizer.bench.load import schedule
+
+    requests = make_requests(5, timestamps=[0.0, 10.0, 0.5, 1.0, 11.0])
+    assert schedule(RunPlan("trace"), requests, np.random.default_rng(0)) == [
+        (0, 0.0),
+        (2, 0.5),
+        (3, 1.0),
+        (1, 10.0),
+        (4, 11.0),
+    ]
+    assert schedule(RunPlan("trace", duration=5.0), requests, np.random.default_rng(0)) == [
+        (0, 0.0),
+        (2, 0.5),
+        (3, 1.0),
+    ]

@@ -106,3 +106,29 @@ def test_itl_slo_uses_the_requests_own_statistic():
     rec = record(0, 0.0, [0.01, 0.02, 0.03, 0.2], 0.2)  # gaps 10, 10, 170 ms
     assert meets_slos(rec, parse_slo("itl_p50=20ms"))
     assert not meets_slos(rec, parse_slo("itl_max=100ms"))
+
+
+def test_slo_check_is_one_percentile_over_all_requests():
+    """196 fast, 2 slow and 2 failed of 200: 4 % are failed or over the limit, so a p99 check fails (the p99
+    of the successes alone was fast, and the 1 % failures alone were allowed: each looked fine)."""
+    fast = [record(i, 0.0, [0.1, 0.11], 0.4) for i in range(196)]
+    slow = [record(196 + i, 0.0, [0.3, 0.31], 0.4) for i in range(2)]
+    failed = [record(198 + i, 0.0, [], 0.4, error="timeout") for i in range(2)]
+    check = summarize(fast + slow + failed, parse_slo("ttft_p99=200ms"))["slo_checks"]["ttft_p99"]
+    assert check["met"] is False and check["share_over_limit"] == pytest.approx(0.02)
+    assert check["measured_ms"] == pytest.approx(300.0)  # the 198th of 200 smallest TTFTs
+    one_slow = fast + [record(196, 0.0, [0.3, 0.31], 0.4)] + [record(197 + i, 0.0, [0.1], 0.4) for i in range(3)]
+    check = summarize(one_slow, parse_slo("ttft_p99=200ms"))["slo_checks"]["ttft_p99"]
+    assert check["met"] is True and check["measured_ms"] == pytest.approx(100.0)
+
+
+def test_an_slo_check_made_infinite_by_failures_stays_valid_json():
+    import json
+
+    records = [record(i, 0.0, [0.01, 0.02], 0.03) for i in range(97)]
+    records += [record(97 + i, 0.0, [], 0.1, error="timeout") for i in range(3)]
+    s = summarize(records, parse_slo("ttft_p99=100ms,e2e_mean=1s"))
+    for key in ("ttft_p99", "e2e_mean"):  # failed requests are infinitely slow: p99 and mean are infinite
+        check = s["slo_checks"][key]
+        assert check["met"] is False and check["measured_ms"] is None and check["share_over_limit"] > 0
+    json.dumps(s, allow_nan=False)  # no Infinity, which is not JSON

@@ -172,3 +172,24 @@ def test_a_client_bound_run_is_flagged_in_the_page_and_the_terminal(server, tmp_
     printed = out.getvalue()
     assert "in 2 workers (busiest 0.88)" in printed and "worker 2: 1 requests, 0.70 CPU" in printed
     assert "warning: the client may be the bottleneck (event-loop lag p99 162 ms)" in printed
+
+
+def test_temperature_zero_is_shown_as_zero(server, tmp_path):
+    """--temperature 0 (greedy) is a setting of its own, not the server's default."""
+    from model_optimizer.optimizer.bench.settings import run_settings
+
+    assert bench(server, tmp_path, "--num-requests", "1", "--temperature", "0") == 0
+    [run] = load_runs(tmp_path)
+    assert run_settings(run)["temperature"] == "0"
+    assert "temperature 0 " in _Page((tmp_path / "report.html").read_text()).text
+    assert bench(server, tmp_path / "default", "--num-requests", "1") == 0
+    assert run_settings(load_runs(tmp_path / "default")[0])["temperature"] == "server default"
+
+
+def test_an_slo_missed_through_failures_reads_inf_and_the_run_file_is_json(server, tmp_path):
+    assert bench(server, tmp_path, "--model", "fail-500", "--num-requests", "2", "--slo", "ttft_p99=1s") == 1
+    [path] = tmp_path.glob("run-*.json")
+    assert "Infinity" not in path.read_text()  # json.dumps writes inf as Infinity, which is not JSON
+    check = load_runs(tmp_path)[0]["summary"]["slo_checks"]["ttft_p99"]
+    assert check == {"limit_ms": 1000.0, "measured_ms": None, "share_over_limit": 1.0, "met": False}
+    assert re.search(r"#01 concurrency 1 inf FAIL", _Page((tmp_path / "report.html").read_text()).text)

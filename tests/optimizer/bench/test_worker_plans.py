@@ -37,7 +37,7 @@ def test_open_loop_deals_out_the_one_schedule():
     tasks = split(plan, 3, seed=7)
     assert [t.plan.max_concurrency for t in tasks] == [2, 2, 1]
     owned = sorted(a for t in tasks for a in t.arrivals)
-    assert owned == list(enumerate(whole))  # every arrival once, at the time one process would send it
+    assert owned == whole  # every arrival once, at the time one process would send it
     assert [i for i, _ in tasks[1].arrivals] == [1, 4, 7, 10]
     uncapped = split(RunPlan("constant", rate=5.0, num_requests=3), 8)
     assert len(uncapped) == 3 and all(t.plan.max_concurrency is None for t in uncapped)
@@ -48,10 +48,10 @@ def test_trace_split_and_schedule_stop():
     tasks = split(RunPlan("trace", trace_speedup=2.0), 2, requests)
     assert tasks[0].arrivals == [(0, 0.0), (2, 0.5), (4, 1.0)] and tasks[1].arrivals == [(1, 0.25), (3, 0.75)]
     assert schedule(RunPlan("constant", rate=4.0, duration=1.0), make_requests(2), np.random.default_rng(0)) == [
-        0.0,
-        0.25,
-        0.5,
-        0.75,
+        (0, 0.0),
+        (1, 0.25),
+        (2, 0.5),
+        (3, 0.75),
     ]
     with pytest.raises(ValueError, match="needs num_requests"):
         schedule(RunPlan("constant", rate=math.inf, duration=1.0), make_requests(2), np.random.default_rng(0))

@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parents[3]
 
 def argv(server, out, *flags) -> list[str]:
     base = ["bench", "--base-url", server.base_url, "--output-dir", str(out), "--no-progress"]
-    return base + ["--prompt-len", "8", "--output-len", "4", *flags]
+    prompt_len = [] if "--dataset" in flags else ["--prompt-len", "8"]  # a file's prompts have their own lengths
+    return base + [*prompt_len, "--output-len", "4", *flags]
 
 
 def run(server, out, *flags) -> tuple[dict, list]:

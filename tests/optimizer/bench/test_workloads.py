@@ -8,7 +8,13 @@ import pytest
 from model_optimizer.optimizer.bench.datasets import load_sharegpt, load_trace
 from model_optimizer.optimizer.bench.lengths import parse_length
 from model_optimizer.optimizer.bench.prompts import WORDS
-from model_optimizer.optimizer.bench.workloads import WorkloadConfig, build_workload, prompt_maker
+from model_optimizer.optimizer.bench.workloads import (
+    BenchRequest,
+    WorkloadConfig,
+    build_workload,
+    prompt_maker,
+    repeated_prompts,
+)
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +127,27 @@ def test_trace_loading(tmp_path):
         load_trace(str(bad))
     with pytest.raises(ValueError, match="dataset file not found"):
         load_trace(str(tmp_path / "none.jsonl"))
+
+
+def test_trace_rows_are_sorted_by_time(tmp_path):
+    """A trace written out of order: --num-requests N takes the N earliest, and ties keep the file's order."""
+    path = tmp_path / "trace.jsonl"
+    stamps = [5.0, 1.0, 3.0, 1.0, 2.0]
+    path.write_text(
+        "".join(json.dumps({"timestamp": t, "prompt": f"p{k}", "output_len": 2}) + "\n" for k, t in enumerate(stamps))
+    )
+    rows = load_trace(str(path))
+    assert [r.prompt for r in rows] == ["p1", "p3", "p4", "p2", "p0"]
+    assert [r.timestamp for r in rows] == [0.0, 0.0, 1.0, 2.0, 4.0]
+    reqs = build_workload(WorkloadConfig(dataset="trace", dataset_path=str(path)), "completions", 2)
+    assert [r.prompt for r in reqs] == ["p1", "p3"]
+
+
+def test_repeated_prompts_count_each_prompt_sent_again():
+    pool = [BenchRequest([100 + k, 7], 2, 4) for k in range(3)] + [BenchRequest([100, 7], 2, 4)]  # a duplicate
+    assert repeated_prompts(pool, [0, 1, 2]) == 0
+    assert repeated_prompts(pool, list(range(10))) == 10 - 3  # a duration run cycling the pool
+    assert repeated_prompts(pool[:3] + [BenchRequest("text", 1, 4)], [0, 3, 4]) == 1
 
 
 def test_sharegpt_loading(tmp_path, tokenizer_dir):
