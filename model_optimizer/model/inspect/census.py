@@ -113,7 +113,7 @@ class Census:
     dtypes_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
     """kind -> dtype name -> parameters."""
     tied_embeddings: bool = False
-    """config.json ties lm_head to the embedding (a separate lm_head tensor is then ignored)."""
+    """The engine ties lm_head to the embedding (a separate lm_head tensor is then ignored)."""
     lm_head_in_checkpoint: bool = False
     quantization_config: dict[str, Any] | None = None
     experts: ExpertCensus | None = None
@@ -123,9 +123,10 @@ class Census:
         return asdict(self)
 
 
-def take_census(tensors: list[TensorInfo], config: dict) -> Census:
-    census = Census(num_files=len({t.file for t in tensors}))
-    census.tied_embeddings = bool(config.get("tie_word_embeddings", False))
+def take_census(tensors: list[TensorInfo], config: dict, tied_embeddings: bool) -> Census:
+    """The census of `tensors`; `tied_embeddings` is the engine's own flag (LoadCheck.tied_embeddings),
+    not config.json's key, which a model may leave to its class's default (Gemma 3 ties without it)."""
+    census = Census(num_files=len({t.file for t in tensors}), tied_embeddings=tied_embeddings)
     census.quantization_config = config.get("quantization_config")
     for info in tensors:
         kind = tensor_kind(info)

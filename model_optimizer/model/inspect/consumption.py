@@ -40,6 +40,9 @@ class LoadCheck:
     """The weight format as the engine will load it ('awq int4 (autoawq layout)'); None for float weights."""
     num_params: int | None = None
     """Parameters the model stands for (a quantized linear counts as its out x in weight)."""
+    tied_embeddings: bool = False
+    """The engine's model ties lm_head to the embedding (its own default where config.json says nothing:
+    Gemma 3 ties); config.json's flag when the model cannot be built."""
 
     @property
     def loads(self) -> bool:
@@ -98,13 +101,16 @@ def _loading_model(config: dict):
     return model
 
 
-def private_meta_model(config: dict):
-    """The engine's model of config.json, an encoder (BERT family) or a decoder, on the meta device, as a
-    copy of the caller's own: for one that edits it (attaches quantization), which the cached one of
-    build_meta_model must never be."""
+def private_meta_model(
+    config: dict, dtype_name: str = "bfloat16", tensor_parallel_size: int = 1, expert_parallel: bool = False
+):
+    """The engine's model of config.json, an encoder (BERT family) or a decoder (built as build_meta_model
+    builds it), on the meta device, as a copy of the caller's own: for one that edits it (attaches
+    quantization), which the cached one of build_meta_model must never be."""
     if is_encoder_config(config):
         return _encoder_meta_model(config)
-    return _cached_meta_model.__wrapped__(json.dumps(config, sort_keys=True), "bfloat16", 1)
+    config_json = json.dumps(config, sort_keys=True)
+    return _cached_meta_model.__wrapped__(config_json, dtype_name, tensor_parallel_size, expert_parallel)
 
 
 def encoder_architecture(config: dict) -> str | None:
@@ -208,6 +214,7 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
 
     archs = config.get("architectures") or []
     check = LoadCheck(architecture=archs[0] if archs else None)
+    check.tied_embeddings = bool(config.get("tie_word_embeddings", False))
     try:  # the engine checks these first (read_config): a rope_theta of "x" stopped generate, not inspect
         check_settings(config, Path("config.json"))
     except ValueError as exc:
@@ -232,7 +239,7 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
     params = dict(model.named_parameters(remove_duplicate=False))
     staged = _staged_params(model)
     stacked = getattr(model, "stacked_params", {})
-    tied = bool(getattr(model.args, "tie_word_embeddings", False))
+    tied = check.tied_embeddings = bool(getattr(model.args, "tie_word_embeddings", False))
     rename = getattr(model, "checkpoint_name", None)  # names the model maps itself (an encoder's, Gemma 3's)
     loaded: set[tuple[str, str | None]] = set()
     for name, shape in tensors:

@@ -22,8 +22,11 @@ from model_optimizer.model.inspect.rules_weights import LINEAR_KINDS, lora_scale
 from model_optimizer.model.inspect.token_alignment import aligned_ids, apply_ids
 from model_optimizer.runtime.models.chat_templates import load_template
 
-WEIGHT_FILES = {"model.safetensors.index.json", "adapter_config.json", "trainer_state.json"}
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+WEIGHT_FILES = {"adapter_config.json", "trainer_state.json"}
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".ot", ".gguf", ".onnx")
+"""The original's weights in any framework's format (and shard indexes, `*.index.json`): a copy that
+carried them would hold stale weights beside its own."""
+TRAINING_STATE_PREFIXES = ("optimizer", "scheduler", "rng_state")
 MAX_SHARD_BYTES = 4 << 30
 
 
@@ -208,14 +211,24 @@ def _write_configs(checkpoint: Checkpoint, tmp: Path, dtype: str, result: FixRes
     result.pad_token = ids.pad_token
 
 
+def carried_files(folder: Path, rewritten: set[str]) -> list[Path]:
+    """The files a derived copy of `folder` (--fix's, or `mopt quantize`'s) takes over as they are: all
+    but the weights, their shard index, training state and the `rewritten` names the copy writes itself.
+    Tokenizers come in many formats (tokenizer.model, *.tiktoken) and trust_remote_code models need
+    the .py files config.json's auto_map names, so nothing is picked by suffix: a missing one would
+    leave a copy that does not load as the original does."""
+    return [
+        path
+        for path in sorted(folder.iterdir())
+        if path.is_file()
+        and path.name not in rewritten | WEIGHT_FILES
+        and not path.name.endswith((*WEIGHT_SUFFIXES, ".index.json"))
+        and not path.name.startswith(TRAINING_STATE_PREFIXES)
+    ]
+
+
 def _copy_tokenizer_and_rest(checkpoint: Checkpoint, tmp: Path, template: str | None, result: FixResult) -> None:
-    for path in sorted(checkpoint.folder.iterdir()):
-        if not path.is_file() or path.name in WEIGHT_FILES or path.suffix in WEIGHT_SUFFIXES:
-            continue
-        if path.name in ("config.json", "generation_config.json") or path.name.startswith(
-            ("optimizer", "scheduler", "rng_state")
-        ):
-            continue
+    for path in carried_files(checkpoint.folder, {"config.json", "generation_config.json"}):
         shutil.copy2(path, tmp / path.name)
     tok_config = tmp / "tokenizer_config.json"
     data = json.loads(tok_config.read_text()) if tok_config.is_file() else None

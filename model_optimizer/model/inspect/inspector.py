@@ -83,8 +83,8 @@ def inspect_checkpoint(folder: str | Path, max_model_len: int | None = None) -> 
     start = time.perf_counter()
     checkpoint = read_checkpoint(folder)
     read_s = time.perf_counter() - start
-    census = take_census(checkpoint.tensors, checkpoint.config)
     raw_check = check_loading(checkpoint.config, [(t.name, t.shape) for t in checkpoint.tensors])
+    census = take_census(checkpoint.tensors, checkpoint.config, raw_check.tied_embeddings)
     junk: list[str] = []
     try:
         cleaning.check_lora(checkpoint)

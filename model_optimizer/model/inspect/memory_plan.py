@@ -14,17 +14,23 @@ width and KV heads split N ways, KV heads replicated when fewer than N, vocabula
 multiple of N, norms whole on every GPU). Each rank sizes its cache the same way and the engine
 keeps the smallest, which on identical GPUs is every rank's.
 
+A checkpoint that is already quantized (quantization_config: AutoAWQ, compressed-tensors, block-wise
+fp8) is planned only in the format the engine loads it as (resolve_spec, the engine's own reading of
+it), with its own int4 group size, on one GPU: the engine serves it no other way.
+
 `plan_memory(config, gpu, engine)` is what the tuner calls to skip settings that cannot fit.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from model_optimizer.model.inspect.offload_plan import advice_note, offload_rows
 from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.layers.quantization.quantizers import DEFAULT_GROUP_SIZE
+from model_optimizer.runtime.layers.quantization.spec import QuantSpec, resolve_spec
 
 MIB = 1 << 20
 ENGINE_HEADROOM_BYTES = 256 * MIB
@@ -38,12 +44,17 @@ CUDA_CONTEXT_BYTES = 600 * MIB
 gpu_memory_utilization is near 1 and free memory, not the share, limits the cache."""
 
 QUANT_FORMATS: dict[str, tuple[float, str]] = {
-    "fp8": (1.0, "row"),
-    "int8": (1.0, "row"),
-    "int4": (0.5, "group128"),
+    "fp8": (1.0, "fp8"),
+    "int8": (1.0, "int8"),
+    "int4": (0.5, "rtn-int4"),
 }
-"""Bytes per linear-layer weight and the scales beside them (one float32 per output row, or one
-bf16 per 128 inputs per row). Embedding, lm_head and norms stay in the model dtype."""
+"""Format -> (bytes per linear-layer weight, the method that rounds a float checkpoint to it at load).
+Beside the codes the engine keeps (layers/quantization/method.py) one float32 scale per output row
+(fp8, int8) or, per group of inputs of each row, a scale in the model dtype and a uint8 zero point
+(int4). Embedding, lm_head and norms stay in the model dtype."""
+METHOD_FORMATS = {"fp8": "fp8", "int8": "int8", "int8-w8a8": "int8", "awq": "int4", "rtn-int4": "int4"}
+"""The format the engine holds a pre-quantized checkpoint's method in (QuantSpec.method -> format):
+block-wise fp8 and int8 in groups are re-rounded per output row as they load."""
 SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 """The unquantized row of the plan is named for the dtype the engine runs (bf16 for most models)."""
 KV_DTYPE_BYTES = {"fp8": 1}
@@ -76,8 +87,10 @@ class ModelShape:
     max_position_embeddings: int
     num_params: int
     linear_params: int
+    """Weights of the Linear layers a quantized format rounds: all of them, or for a pre-quantized
+    checkpoint those its quantization_config does not leave out (quantized_linears)."""
     linear_out_rows: int
-    """Sum of output rows of the quantizable (Linear) layers: one scale each for row-wise formats."""
+    """Sum of output rows of those layers: one scale each for row-wise formats."""
     buffer_bytes: int
     """Non-parameter tensors the model keeps (rotary cos/sin tables), in their own dtypes."""
     tensor_parallel_size: int = 1
@@ -150,7 +163,8 @@ class MemoryPlan:
     min_tensor_parallel_size: dict[str, int | None] = field(default_factory=dict)
     """Weight format -> the smallest tensor_parallel_size (up to MAX_TENSOR_PARALLEL_SIZE) at which one
     sequence of seq_len fits each GPU with the model-dtype KV cache; None when none does. Only with
-    a GPU, for the formats that do not fit at this plan's size."""
+    a GPU, for the formats that do not fit at this plan's size; never for a pre-quantized checkpoint,
+    which the engine runs on one GPU only."""
     offload: list[Any] = field(default_factory=list)
     """OffloadAdvice (offload_plan.py) for each weight format that does not fit: --cpu-offload-gb and its
     cost per step. Only with a GPU."""
@@ -216,14 +230,79 @@ def model_shape(
     )
 
 
-def weight_bytes(shape: ModelShape, fmt: str, dtype_bytes: int) -> int:
-    """Bytes of all weights in `fmt`: a quantized format, or anything else for the model dtype."""
+def weight_bytes(shape: ModelShape, fmt: str, dtype_bytes: int, group_size: int = DEFAULT_GROUP_SIZE) -> int:
+    """Bytes of all weights in `fmt`: a quantized format (int4 in groups of `group_size` inputs), or
+    anything else for the model dtype."""
     if fmt not in QUANT_FORMATS:
         return shape.num_params * dtype_bytes
-    per_weight, scales = QUANT_FORMATS[fmt]
     other = (shape.num_params - shape.linear_params) * dtype_bytes
-    scale_bytes = shape.linear_out_rows * 4 if scales == "row" else shape.linear_params // 128 * 2
-    return other + int(shape.linear_params * per_weight) + scale_bytes
+    if fmt == "int4":  # a scale in the model dtype and a uint8 zero point per group of each row
+        side = shape.linear_params // group_size * (dtype_bytes + 1)
+    else:
+        side = shape.linear_out_rows * 4
+    return other + int(shape.linear_params * QUANT_FORMATS[fmt][0]) + side
+
+
+def checkpoint_spec(config: dict) -> QuantSpec | None:
+    """How the engine reads a pre-quantized checkpoint (its own resolve_spec, no --quantization); None
+    for float weights. ValueError for a quantization_config it cannot read."""
+    return resolve_spec(config, None)
+
+
+def format_spec(config: dict, weight_format: str) -> QuantSpec | None:
+    """How the engine builds the plan's `weight_format`: a pre-quantized checkpoint's own spec; for a
+    float one the method that rounds it at load (QUANT_FORMATS), or None for its own dtype."""
+    spec = checkpoint_spec(config)
+    if spec is not None or weight_format not in QUANT_FORMATS:
+        return spec
+    return QuantSpec(QUANT_FORMATS[weight_format][1])
+
+
+def quantized_linears(shape: ModelShape, config: dict, spec: QuantSpec) -> ModelShape:
+    """`shape` counting as linear only the layers `spec` quantizes (attach_quantization, on a copy of
+    the engine's model): a pre-quantized checkpoint's `ignore` (lm_head, a mixture's routers, latent
+    projections) keeps the others in the model dtype, among the other parameters."""
+    import torch
+
+    from model_optimizer.model.inspect.consumption import private_meta_model
+    from model_optimizer.runtime.layers.quantization.attach import attach_quantization
+
+    layers = [m for _, m in attach_quantization(private_meta_model(config), spec, torch.bfloat16, dummy=True)]
+    return replace(
+        shape,
+        linear_params=sum(m.in_features * m.out_features for m in layers),
+        linear_out_rows=sum(m.out_features for m in layers),
+    )
+
+
+def split_shape(config: dict, dtype_name: str, engine: EngineConfig, spec: QuantSpec | None) -> ModelShape:
+    """model_shape at `engine`'s tensor_parallel_size, or the engine's refusal as a ValueError the user can
+    act on: a size the model cannot split (naming the valid ones), a pre-quantized checkpoint (`spec`)
+    over several GPUs. For a pre-quantized checkpoint, only the layers it quantizes count as linear."""
+    from model_optimizer.runtime.models.loader import refuse_pre_quantized
+
+    tp_size = engine.tensor_parallel_size
+    refuse_pre_quantized(spec, "auto", tp_size)
+    try:
+        shape = model_shape(config, dtype_name, tp_size, engine.enable_expert_parallel)
+    except ValueError as exc:
+        if tp_size == 1:
+            raise
+        sizes = ", ".join(map(str, valid_tensor_parallel_sizes(config, expert_parallel=engine.enable_expert_parallel)))
+        raise ValueError(
+            f"tensor_parallel_size {tp_size} cannot split this model: {exc}; valid sizes: {sizes}"
+        ) from None
+    return shape if spec is None else quantized_linears(shape, config, spec)
+
+
+def prequantized_note(spec: QuantSpec, dtype_name: str) -> str:
+    fmt = METHOD_FORMATS[spec.method]
+    groups = f" in groups of {spec.group_size}" if fmt == "int4" else ""
+    return (
+        f"already quantized ({spec.method}, {spec.source} layout): the engine loads it as {fmt}{groups} and "
+        f"serves it no other way, so only {fmt} is planned; what its quantization_config leaves out stays in "
+        f"{dtype_name}"
+    )
 
 
 def profile_activation_bytes(
@@ -255,7 +334,8 @@ def profile_activation_bytes(
 def plan_memory(
     config: dict, gpu: GpuMemory | None = None, engine: EngineConfig | None = None, seq_len: int | None = None
 ) -> MemoryPlan:
-    """The memory plan of the model of `config.json` under `engine`'s settings, on `gpu` if given."""
+    """The memory plan of the model of `config.json` under `engine`'s settings, on `gpu` if given; of a
+    pre-quantized checkpoint, in the one format the engine loads it as."""
     import torch
 
     from model_optimizer.runtime.models.loader import resolve_dtype
@@ -266,15 +346,10 @@ def plan_memory(
     dtype = resolve_dtype(engine.dtype, args, torch.device("cuda"))
     dtype_name, dtype_bytes = str(dtype).removeprefix("torch."), torch.tensor([], dtype=dtype).element_size()
     tp_size = engine.tensor_parallel_size
-    try:
-        shape = model_shape(config, dtype_name, tp_size, engine.enable_expert_parallel)
-    except ValueError as exc:
-        if tp_size == 1:
-            raise
-        sizes = ", ".join(map(str, valid_tensor_parallel_sizes(config)))
-        raise ValueError(
-            f"tensor_parallel_size {tp_size} cannot split this model: {exc}; valid sizes: {sizes}"
-        ) from None
+    spec = checkpoint_spec(config)
+    shape = split_shape(config, dtype_name, engine, spec)
+    group_size = spec.group_size if spec is not None else DEFAULT_GROUP_SIZE
+    formats = [METHOD_FORMATS[spec.method]] if spec is not None else [SHORT_DTYPES[dtype_name], *QUANT_FORMATS]
     max_model_len = engine.max_model_len or shape.max_position_embeddings
     if max_model_len > shape.max_position_embeddings:
         raise ValueError(
@@ -297,9 +372,7 @@ def plan_memory(
         model=shape.name,
         dtype=dtype_name,
         num_params=shape.num_params,
-        weight_bytes_by_format={
-            f: weight_bytes(shape, f, dtype_bytes) for f in (SHORT_DTYPES[dtype_name], *QUANT_FORMATS)
-        },
+        weight_bytes_by_format={f: weight_bytes(shape, f, dtype_bytes, group_size) for f in formats},
         kv_bytes_per_token=per_token,
         bytes_per_block={k: v * engine.block_size for k, v in per_token.items()},
         activation_bytes=activation,
@@ -314,6 +387,8 @@ def plan_memory(
         num_active_params=shape.num_active_params,
         expert_parallel=engine.enable_expert_parallel and tp_size > 1,
     )
+    if spec is not None:
+        plan.notes.append(prequantized_note(spec, dtype_name))
     if shape.full_head_kv_values:
         plan.full_head_kv_bytes_per_token = {
             k: shape.num_layers * shape.full_head_kv_values * e for k, e in kv_elem.items()
@@ -342,66 +417,86 @@ def plan_memory(
             + f", vocabulary padded to {shape.vocab_size * tp_size:,}, norms whole on each GPU"
         )
     if gpu is not None:
-        plan.fits = [_fit(plan, shape, gpu, engine, fmt, kv) for fmt in plan.weight_bytes_by_format for kv in kv_elem]
-        plan.min_tensor_parallel_size = {
-            fmt: smallest_fitting_tensor_parallel_size(config, gpu, engine, seq_len, fmt)
-            for fmt in plan.weight_bytes_by_format
-            if plan.row(fmt).num_sequences < 1
-        }
-        for fmt, size in plan.min_tensor_parallel_size.items():
-            plan.notes.append(
-                f"{fmt} weights: no sequence of {seq_len:,} tokens fits one GPU at tensor_parallel_size {tp_size}; "
-                + (
-                    f"the smallest that fits is --tensor-parallel-size {size}"
-                    if size
-                    else f"none up to {MAX_TENSOR_PARALLEL_SIZE} GPUs does"
-                )
-            )
-        plan.offload = offload_rows(plan, config, dtype_bytes)
-        plan.notes += [advice_note(advice, seq_len) for advice in plan.offload]
-        plan.notes.append(
-            "weights in fp8/int8/int4 quantize the linear layers only; embedding, lm_head and norms stay "
-            f"in {dtype_name}"
-        )
-        if gpu.source == "datasheet":
-            plan.notes.append("datasheet capacity: the driver reports a little less; --gpu live measures it")
+        _plan_gpu(plan, shape, config, gpu, engine, spec)
     return plan
 
 
-def valid_tensor_parallel_sizes(config: dict, limit: int = MAX_TENSOR_PARALLEL_SIZE) -> list[int]:
-    """The sizes in 1..limit the engine can split this model over (heads, KV heads and MLP width)."""
-    from model_optimizer.runtime.distributed import TensorParallel
-    from model_optimizer.runtime.models.model_config import DecoderArgs
+def _plan_gpu(
+    plan: MemoryPlan, shape: ModelShape, config: dict, gpu: GpuMemory, engine: EngineConfig, spec: QuantSpec | None
+) -> None:
+    """What fits `gpu` in each format, and for those in which no sequence does, more GPUs (a float
+    checkpoint only: the engine runs a pre-quantized one on one GPU) and weight offload."""
+    plan.fits = [
+        _fit(plan, shape, gpu, engine, fmt, kv) for fmt in plan.weight_bytes_by_format for kv in plan.kv_bytes_per_token
+    ]
+    short = [fmt for fmt in plan.weight_bytes_by_format if plan.row(fmt).num_sequences < 1]
+    lacks = f"no sequence of {plan.seq_len:,} tokens fits one GPU at tensor_parallel_size {plan.tensor_parallel_size}"
+    if spec is None:
+        plan.min_tensor_parallel_size = smallest_fitting_tensor_parallel_sizes(config, gpu, engine, plan.seq_len, short)
+        plan.notes += [
+            f"{fmt} weights: {lacks}; "
+            + (
+                f"the smallest that fits is --tensor-parallel-size {size}"
+                if size
+                else f"none up to {MAX_TENSOR_PARALLEL_SIZE} GPUs does"
+            )
+            for fmt, size in plan.min_tensor_parallel_size.items()
+        ]
+    else:
+        plan.notes += [
+            f"{fmt} weights: {lacks}, the only size the engine runs a pre-quantized checkpoint at" for fmt in short
+        ]
+    plan.offload = offload_rows(plan, config)
+    plan.notes += [advice_note(advice, plan.seq_len) for advice in plan.offload]
+    if spec is None:
+        plan.notes.append(
+            "weights in fp8/int8/int4 quantize the linear layers only; embedding, lm_head and norms stay "
+            f"in {plan.dtype}"
+        )
+    if gpu.source == "datasheet":
+        plan.notes.append("datasheet capacity: the driver reports a little less; --gpu live measures it")
 
-    args = DecoderArgs.from_dict(config)
-    sizes = []
-    for n in range(1, limit + 1):
-        tp = TensorParallel(0, n)
+
+def valid_tensor_parallel_sizes(
+    config: dict, limit: int = MAX_TENSOR_PARALLEL_SIZE, expert_parallel: bool = False
+) -> list[int]:
+    """The sizes in 1..limit the engine accepts for this model: those its model builds at, as rank 0 of
+    them (heads, KV heads, MLP and expert widths: each layer checks its own split), and its loader
+    takes (a pre-quantized checkpoint: 1 only)."""
+    return [n for n in range(1, limit + 1) if _accepts(config, n, expert_parallel)]
+
+
+def _accepts(config: dict, size: int, expert_parallel: bool) -> bool:
+    from model_optimizer.model.inspect.consumption import build_meta_model
+    from model_optimizer.runtime.models.loader import refuse_pre_quantized
+
+    try:
+        refuse_pre_quantized(checkpoint_spec(config), "auto", size)
+        build_meta_model(config, "bfloat16", size, expert_parallel)
+    except ValueError:
+        return False
+    return True
+
+
+def smallest_fitting_tensor_parallel_sizes(
+    config: dict, gpu: GpuMemory, engine: EngineConfig, seq_len: int, weight_formats: list[str]
+) -> dict[str, int | None]:
+    """Weight format -> the smallest tensor_parallel_size above `engine`'s (up to MAX_TENSOR_PARALLEL_SIZE)
+    at which one sequence of seq_len tokens fits each GPU with weights in it and the model-dtype KV
+    cache; None where none does. Each size is planned once for all the formats; a size the engine
+    refuses (its ValueError: a mixture's expert width that does not divide, say) is passed over, so the
+    search never ends the plan it is part of."""
+    found: dict[str, int | None] = dict.fromkeys(weight_formats)
+    for n in range(engine.tensor_parallel_size + 1, MAX_TENSOR_PARALLEL_SIZE + 1):
         try:
-            tp.shard(args.num_heads, "num_attention_heads")
-            tp.kv_heads(args.num_kv_heads)
-            tp.shard(args.intermediate_size, "intermediate_size")
+            plan = plan_memory(config, None, replace(engine, tensor_parallel_size=n), seq_len)
         except ValueError:
             continue
-        sizes.append(n)
-    return sizes
-
-
-def smallest_fitting_tensor_parallel_size(
-    config: dict, gpu: GpuMemory, engine: EngineConfig, seq_len: int, weight_format: str
-) -> int | None:
-    """The smallest valid tensor_parallel_size above `engine`'s at which one sequence of seq_len
-    tokens fits each GPU, with weights in `weight_format` and the model-dtype KV cache."""
-    from dataclasses import replace
-
-    for n in valid_tensor_parallel_sizes(config):
-        if n <= engine.tensor_parallel_size:
-            continue
-        plan = plan_memory(config, None, replace(engine, tensor_parallel_size=n), seq_len)
         shape = model_shape(config, plan.dtype, n, engine.enable_expert_parallel)
-        if _fit(plan, shape, gpu, engine, weight_format, "auto").num_sequences >= 1:
-            return n
-    return None
+        for fmt in (f for f, size in found.items() if size is None):
+            if _fit(plan, shape, gpu, engine, fmt, "auto").num_sequences >= 1:
+                found[fmt] = n
+    return found
 
 
 def _fit(plan: MemoryPlan, shape: ModelShape, gpu: GpuMemory, engine: EngineConfig, fmt: str, kv: str) -> FitRow:

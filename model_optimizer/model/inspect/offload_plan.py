@@ -1,10 +1,13 @@
 """Offload advice for the memory plan: when no sequence fits the GPU, how many GiB `--cpu-offload-gb`
 must move to host memory, and what each step then pays to copy them back.
 
-The engine's rules (runtime/runner/weight_offload.py): whole decoder layers leave the GPU, and two
-device slots, each one layer large, come in their place (one slot when a single layer moves), so k
-offloaded layers free (k - min(k, 2)) layers' bytes for the KV cache. Every forward copies all k
+The engine's rules (runtime/runner/weight_offload.py): whole decoder layers, spread over the depth,
+leave the GPU until their bytes (as it estimates them) reach --cpu-offload-gb, and two device slots,
+each as large as the largest of them, come in their place (one slot when a single layer moves), so k
+offloaded layers free k layers' bytes less the slots for the KV cache. Every forward copies all k
 layers from host memory, so a decode step costs at least k layers' bytes / host-to-device bandwidth.
+The advice uses the engine's own functions for the layers' bytes and its choice of them, and prints a
+value at which that choice is exactly the k layers it names.
 
 The bandwidth: 80% of the PCIe link in the GPU's datasheet (pinned copies reach 85-90% of it: 54.8
 of 63 GB/s on an H200, benchmarks/results/doctor_h200.json), or DEFAULT_H2D_GBPS where the datasheet
@@ -13,6 +16,7 @@ names no link. `mopt doctor --bench` measures this machine's figure (h2d_pinned)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +32,8 @@ LINK_EFFICIENCY = 0.8
 class OffloadAdvice:
     weight_format: str
     cpu_offload_gb: float | None
-    """GiB to pass as --cpu-offload-gb (rounded up to 0.1); None: not even every layer offloaded fits."""
+    """GiB to pass as --cpu-offload-gb: the shortest value at which the engine's own choice
+    (choose_offloaded_layers) is exactly these layers; None: not even every layer offloaded fits."""
     num_layers: int
     """Decoder layers that move to host memory (of the model's num_layers)."""
     offloaded_bytes: int
@@ -47,23 +52,55 @@ def host_to_device_gbps(gpu_name: str | None) -> tuple[float, str]:
     return DEFAULT_H2D_GBPS, "default (no PCIe link in the datasheet)"
 
 
-def layer_bytes(weight_bytes: int, non_layer_params: int, dtype_bytes: int, num_layers: int) -> int:
-    """Bytes of one decoder layer in a format: the weights less embedding, lm_head and final norm (never
-    quantized), shared by the layers."""
-    return max(weight_bytes - non_layer_params * dtype_bytes, 0) // num_layers
+def engine_layer_bytes(config: dict, plan: Any, weight_format: str) -> list[int]:
+    """Each decoder layer's bytes in `weight_format` as the engine sizes them for --cpu-offload-gb
+    (loader.plan_offload: weight_offload.estimated_bytes on its model, quantized as it will be), so the
+    advice adds up the very numbers the engine's choice of layers does."""
+    import torch
+
+    from model_optimizer.model.inspect.consumption import build_meta_model, private_meta_model
+    from model_optimizer.model.inspect.memory_plan import format_spec
+    from model_optimizer.runtime.layers.quantization.attach import attach_quantization
+    from model_optimizer.runtime.runner.weight_offload import decoder_layers, estimated_bytes
+
+    spec = format_spec(config, weight_format)
+    as_planned = (config, plan.dtype, plan.tensor_parallel_size, plan.expert_parallel)
+    model = build_meta_model(*as_planned) if spec is None else private_meta_model(*as_planned)  # attaching edits it
+    attach_quantization(model, spec, getattr(torch, plan.dtype), dummy=True)
+    return [estimated_bytes(layer) for layer in decoder_layers(model)]
 
 
 def offload_advice(
-    weight_format: str, missing_bytes: int, one_layer: int, num_layers: int, h2d: tuple[float, str]
+    weight_format: str, missing_bytes: int, layer_bytes: list[int], h2d: tuple[float, str]
 ) -> OffloadAdvice:
-    """The fewest layers whose offload frees `missing_bytes` beyond the slots they need on the GPU."""
+    """The fewest layers, spread over the depth as the engine spreads them, whose offload frees
+    `missing_bytes` beyond the two slots (each as large as the largest of them) they need on the GPU;
+    `layer_bytes`: each decoder layer's, as the engine sizes it (engine_layer_bytes)."""
+    from model_optimizer.runtime.runner.weight_offload import choose_offloaded_layers
+
     gbps, source = h2d
-    for k in range(1, num_layers + 1):
-        if (k - min(k, 2)) * one_layer >= missing_bytes:
-            moved = k * one_layer
-            gib = -(-moved * 10 // 2**30) / 10  # round up to 0.1 GiB: the engine then offloads >= k layers
-            return OffloadAdvice(weight_format, max(gib, 0.1), k, moved, gbps, source, moved / (gbps * 1e9) * 1e3)
-    return OffloadAdvice(weight_format, None, num_layers, num_layers * one_layer, gbps, source, 0.0)
+    n = len(layer_bytes)
+    fewest = max(1, -(-missing_bytes // max(layer_bytes)))  # no layer frees more than the largest's bytes
+    for k in range(fewest, n + 1):
+        ids = choose_offloaded_layers([1] * n, k)  # the engine's k layers of n, for layers of equal size
+        moved = sum(layer_bytes[i] for i in ids)
+        if moved - min(k, 2) * max(layer_bytes[i] for i in ids) >= missing_bytes:
+            gib = offload_gib(layer_bytes, ids)
+            return OffloadAdvice(weight_format, gib, k, moved, gbps, source, moved / (gbps * 1e9) * 1e3)
+    return OffloadAdvice(weight_format, None, n, sum(layer_bytes), gbps, source, 0.0)
+
+
+def offload_gib(layer_bytes: list[int], ids: list[int]) -> float:
+    """The --cpu-offload-gb, with the fewest decimals, at which the engine offloads exactly the layers
+    `ids`: the engine takes layers until their bytes reach the value, so one rounded up past those
+    layers' bytes would take a layer more, and one past all layers' bytes is refused. Rounding down to
+    the ninth decimal lands within two bytes of them."""
+    from model_optimizer.runtime.runner.weight_offload import choose_offloaded_layers
+
+    moved = sum(layer_bytes[i] for i in ids)
+    values = [math.floor(moved / 2**30 * 10**digits) / 10**digits for digits in range(1, 10)]
+    exact = (v for v in values if v > 0 and choose_offloaded_layers(layer_bytes, int(v * 2**30)) == ids)
+    return next(exact, values[-1])
 
 
 def advice_note(advice: OffloadAdvice, seq_len: int) -> str:
@@ -73,30 +110,26 @@ def advice_note(advice: OffloadAdvice, seq_len: int) -> str:
             "offloaded (the embedding, lm_head, two layer slots and activations stay on the GPU)"
         )
     return (
-        f"{advice.weight_format} weights: --cpu-offload-gb {advice.cpu_offload_gb:g} keeps {advice.num_layers} "
-        f"decoder layers ({advice.offloaded_bytes / 2**30:.1f} GiB) in host memory so one sequence of {seq_len:,} "
+        f"{advice.weight_format} weights: --cpu-offload-gb {advice.cpu_offload_gb} keeps {advice.num_layers} "
+        f"decoder layers ({advice.offloaded_bytes / 2**30:.2f} GiB) in host memory so one sequence of {seq_len:,} "
         f"fits; each step then copies them at {advice.h2d_gbps:g} GB/s ({advice.h2d_source}): about "
         f"{advice.ms_per_step:,.0f} ms per token at batch 1, the same for the whole batch"
     )
 
 
-def offload_rows(plan: Any, config: dict, dtype_bytes: int, h2d_gbps: float | None = None) -> list[OffloadAdvice]:
-    """Advice for each weight format of `plan` (memory_plan.MemoryPlan, which calls this, with a GPU) in which no sequence of plan.seq_len fits,
-    with the model-dtype KV cache; `h2d_gbps` a measured figure (default: host_to_device_gbps)."""
-    from model_optimizer.model.inspect.consumption import build_meta_model
-    from model_optimizer.runtime.runner.weight_offload import decoder_layers
-
+def offload_rows(plan: Any, config: dict, h2d_gbps: float | None = None) -> list[OffloadAdvice]:
+    """Advice for each weight format of `plan` (memory_plan.MemoryPlan, which calls this, with a GPU) in
+    which no sequence of plan.seq_len fits, with the model-dtype KV cache; `h2d_gbps` a measured figure
+    (default: host_to_device_gbps)."""
     short = [r for r in plan.fits if r.kv_cache_dtype == "auto" and r.num_sequences < 1]
     if not short or plan.gpu is None:
         return []
-    model = build_meta_model(config, plan.dtype, plan.tensor_parallel_size, plan.expert_parallel)
-    layers = decoder_layers(model)
-    in_layers = sum(p.numel() for p in layers.parameters())
     h2d = (h2d_gbps, "given") if h2d_gbps else host_to_device_gbps(plan.gpu.name)
     block = plan.bytes_per_block["auto"]
     need = -(-plan.seq_len // (block // plan.kv_bytes_per_token["auto"])) * block
-    advice = []
-    for row in short:
-        one = layer_bytes(row.weight_bytes, plan.num_params - in_layers, dtype_bytes, len(layers))
-        advice.append(offload_advice(row.weight_format, need - row.kv_budget_bytes, one, len(layers), h2d))
-    return advice
+    return [
+        offload_advice(
+            row.weight_format, need - row.kv_budget_bytes, engine_layer_bytes(config, plan, row.weight_format), h2d
+        )
+        for row in short
+    ]

@@ -6,7 +6,9 @@ from __future__ import annotations
 from model_optimizer.environment.findings import Finding
 from model_optimizer.model.inspect.context import InspectContext
 from model_optimizer.model.inspect.leftovers import classify
+from model_optimizer.model.inspect.tokenizer_files import VOCABULARY_SOURCES
 from model_optimizer.runtime.models.chat_templates import family_template, shipped_templates
+from model_optimizer.runtime.models.tokenizer import has_tokenizer_files
 
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|finetune_right_pad_id|>", "<|endoftext|>", "<unk>")
 """Tokens --fix may make the pad token when pad equals eos, first present wins."""
@@ -48,22 +50,42 @@ def _describe(found: dict[str, set[int]]) -> str:
 
 def tokenizer(ctx: InspectContext) -> list[Finding]:
     tok = ctx.checkpoint.tokenizer
-    if not tok.present:
-        return [
-            Finding(
-                "tokenizer.missing",
-                "warn",
-                "no tokenizer files in the folder",
-                "Only token-id prompts work; text prompts and the chat endpoint need a tokenizer.",
-                {
-                    "any": [
-                        "Copy tokenizer.json and tokenizer_config.json from the base model",
-                        "or serve with --tokenizer DIR",
-                    ]
-                },
-            )
-        ]
-    return [Finding("tokenizer.present", "ok", f"tokenizer: {len(tok.vocab):,} tokens ({', '.join(tok.files)})")]
+    if tok.present:
+        size = f"{len(tok.vocab):,} tokens" if tok.vocab_read else f"vocabulary in {tok.vocabulary_file}"
+        return [Finding("tokenizer.present", "ok", f"tokenizer: {size} ({', '.join(tok.files)})")]
+    if has_tokenizer_files(ctx.checkpoint.folder):
+        return [no_vocabulary(ctx)]
+    only = f" (only {', '.join(tok.files)})" if tok.files else ""
+    return [
+        Finding(
+            "tokenizer.missing",
+            "warn",
+            f"no tokenizer in the folder{only}: no {tok.missing_file}",
+            f"Only token-id prompts work; text prompts and the chat endpoint need a tokenizer ({VOCABULARY_SOURCES}).",
+            {
+                "any": [
+                    "Copy tokenizer.json and tokenizer_config.json from the base model",
+                    "or serve with --tokenizer DIR",
+                ]
+            },
+        )
+    ]
+
+
+def no_vocabulary(ctx: InspectContext) -> Finding:
+    """Tokenizer files the engine tries to load (runtime/models/tokenizer.has_tokenizer_files) with no
+    vocabulary among them: its load fails, so unlike a folder with no tokenizer at all (token-id prompts
+    still work) nothing starts."""
+    tok = ctx.checkpoint.tokenizer
+    return Finding(
+        "tokenizer.no_vocabulary",
+        "error",
+        f"tokenizer files without a vocabulary: {', '.join(tok.files)}, but no {tok.missing_file}",
+        f"The engine fails to load this tokenizer (no usable tokenizer), so generate, serve and quantize stop "
+        f"before the first prompt; a tokenizer needs {VOCABULARY_SOURCES}.",
+        {"any": [f"Copy {tok.missing_file} from the base model", "or serve with --tokenizer DIR"]},
+        {"missing": tok.missing_file, "files": tok.files},
+    )
 
 
 def chat_template(ctx: InspectContext) -> list[Finding]:
@@ -248,7 +270,7 @@ def vocab(ctx: InspectContext) -> list[Finding]:
 
 def special_tokens(ctx: InspectContext) -> list[Finding]:
     tok = ctx.checkpoint.tokenizer
-    if not tok.vocab:
+    if not tok.vocab_read:  # tokenizer.model's tokens are not read: absent from `vocab` says nothing
         return []
     absent = {role: text for role, text in tok.special_tokens.items() if text is not None and text not in tok.vocab}
     absent.update({f"extra {text}": text for text in tok.extra_special_tokens if text not in tok.vocab})

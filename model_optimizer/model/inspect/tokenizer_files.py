@@ -13,6 +13,11 @@ from pathlib import Path
 from model_optimizer.common.fileio import read_json
 
 ROLES = ("bos", "eos", "pad", "unk")
+READ_VOCABULARIES = ("tokenizer.json", "vocab.json", "vocab.txt")
+"""Vocabulary files read here (token -> id); tokenizer.model and *.tiktoken are binary or need their
+tokenizer's own library: they count as a vocabulary, but their tokens are not read."""
+VOCABULARY_SOURCES = "tokenizer.json, vocab.json + merges.txt, vocab.txt, tokenizer.model or a *.tiktoken file"
+"""What a folder needs for a tokenizer to be built at all (tokenizer_config.json alone only configures one)."""
 
 
 @dataclass
@@ -21,6 +26,8 @@ class TokenizerFacts:
 
     files: list[str] = field(default_factory=list)
     """Tokenizer files found in the folder."""
+    vocabulary_file: str | None = None
+    """The file the tokenizer's vocabulary comes from; None: there is none, and no tokenizer can be built."""
     vocab: dict[str, int] = field(default_factory=dict)
     """Token -> id, the model vocabulary plus added tokens."""
     special_tokens: dict[str, str | None] = field(default_factory=dict)
@@ -32,7 +39,20 @@ class TokenizerFacts:
 
     @property
     def present(self) -> bool:
-        return bool(self.files)
+        """A tokenizer can be built: the folder has a vocabulary, not just its settings or chat template."""
+        return self.vocabulary_file is not None
+
+    @property
+    def vocab_read(self) -> bool:
+        """`vocab` holds the whole vocabulary, not only the added tokens of tokenizer_config.json."""
+        return self.vocabulary_file in READ_VOCABULARIES
+
+    @property
+    def missing_file(self) -> str | None:
+        """The file whose absence leaves the folder without a vocabulary; None when it has one."""
+        if self.present:
+            return None
+        return "merges.txt" if "vocab.json" in self.files else "tokenizer.json"
 
     @property
     def vocab_len(self) -> int:
@@ -48,19 +68,7 @@ def read_tokenizer(folder: Path) -> TokenizerFacts:
     facts = TokenizerFacts()
     config = _json_if(folder / "tokenizer_config.json", facts)
     special_map = _json_if(folder / "special_tokens_map.json", facts)
-    tokenizer = _json_if(folder / "tokenizer.json", facts)
-    if tokenizer:
-        with _malformed(folder / "tokenizer.json", "its model.vocab and added_tokens"):
-            facts.vocab = _tokenizer_json_vocab(tokenizer)
-    elif (folder / "vocab.json").is_file():
-        facts.files.append("vocab.json")
-        with _malformed(folder / "vocab.json", "an object of token -> id"):
-            facts.vocab = {str(k): int(v) for k, v in read_json(folder / "vocab.json").items()}
-    elif (folder / "vocab.txt").is_file():
-        facts.files.append("vocab.txt")
-        with _malformed(folder / "vocab.txt", "UTF-8 text, one token a line"):
-            lines = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()
-        facts.vocab = {line.rstrip("\n"): i for i, line in enumerate(lines)}
+    _read_vocabulary(folder, facts)
     with _malformed(folder / "tokenizer_config.json", "its added_tokens_decoder and special tokens"):
         for token_id, entry in (config.get("added_tokens_decoder") or {}).items():
             facts.vocab.setdefault(str(entry.get("content")), int(token_id))
@@ -74,6 +82,33 @@ def read_tokenizer(folder: Path) -> TokenizerFacts:
         ]
     facts.chat_template, facts.chat_template_source = _chat_template(folder, config, facts)
     return facts
+
+
+def _read_vocabulary(folder: Path, facts: TokenizerFacts) -> None:
+    """The first vocabulary of tokenizer.json, vocab.json (a BPE one needs merges.txt beside it), vocab.txt;
+    else tokenizer.model (sentencepiece) or a *.tiktoken file, listed but not read."""
+    tokenizer = _json_if(folder / "tokenizer.json", facts)
+    if tokenizer:
+        facts.vocabulary_file = "tokenizer.json"
+        with _malformed(folder / "tokenizer.json", "its model.vocab and added_tokens"):
+            facts.vocab = _tokenizer_json_vocab(tokenizer)
+    elif (folder / "vocab.json").is_file():
+        facts.files.append("vocab.json")
+        with _malformed(folder / "vocab.json", "an object of token -> id"):
+            facts.vocab = {str(k): int(v) for k, v in read_json(folder / "vocab.json").items()}
+        if (folder / "merges.txt").is_file():
+            facts.files.append("merges.txt")
+            facts.vocabulary_file = "vocab.json"
+    elif (folder / "vocab.txt").is_file():
+        facts.files.append("vocab.txt")
+        facts.vocabulary_file = "vocab.txt"
+        with _malformed(folder / "vocab.txt", "UTF-8 text, one token a line"):
+            lines = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()
+        facts.vocab = {line.rstrip("\n"): i for i, line in enumerate(lines)}
+    unread = [p.name for p in [folder / "tokenizer.model", *sorted(folder.glob("*.tiktoken"))] if p.is_file()]
+    facts.files.extend(unread)
+    if facts.vocabulary_file is None and unread:
+        facts.vocabulary_file = unread[0]
 
 
 @contextmanager

@@ -200,9 +200,12 @@ def read_documents(path: str | Path | None, split: str = "calibration") -> list[
     return docs
 
 
-def token_windows(tokenizer, docs: list[str], num_samples: int, seq_len: int) -> list[list[int]]:
+def token_windows(
+    tokenizer, docs: list[str], num_samples: int, seq_len: int, split: str = "calibration"
+) -> list[list[int]]:
     """Up to `num_samples` windows of `seq_len` tokens from the documents joined end to end; fewer
-    (and never empty) when the text is short."""
+    (and never empty) when the text is short. `split` ("calibration" or "evaluation", as read_documents
+    takes it) names the text, and its flag, when it is too short to make one window."""
     if num_samples <= 0 or seq_len <= 1:
         raise ValueError(f"need at least one sample of at least 2 tokens, got {num_samples} x {seq_len}")
     ids: list[int] = []
@@ -211,7 +214,8 @@ def token_windows(tokenizer, docs: list[str], num_samples: int, seq_len: int) ->
         if len(ids) >= num_samples * seq_len:
             break
     if len(ids) < 2:
-        raise ValueError("the calibration text tokenizes to fewer than 2 tokens")
+        text_flag = _AMOUNTS[split][2][0]
+        raise ValueError(f"the {split} text ({text_flag}) tokenizes to fewer than 2 tokens")
     windows = [ids[i : i + seq_len] for i in range(0, min(len(ids), num_samples * seq_len), seq_len)]
     return [w for w in windows if len(w) > 1]
 

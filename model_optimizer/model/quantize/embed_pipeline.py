@@ -113,7 +113,7 @@ def write_quantized_encoder(opts: QuantizeOptions, out: Path, progress: Progress
 
     config = read_config(opts.model)
     encoder = load_backbone(opts.model, config, "float32", pick_device(opts.device), "auto").model
-    round_in_place(encoder, opts, checkpoint_dtype(config), progress)
+    round_in_place(encoder, opts, checkpoint_dtype(opts.model, config), progress)
     save_compressed_tensors(encoder, opts.method, opts.group_size, opts.model, out)
     for sub in module_folders(opts.model):
         shutil.copytree(opts.model / sub, out / sub)

@@ -129,12 +129,17 @@ def write_json(path: Path, data: dict) -> None:
     atomic_write(path, json.dumps(data, indent=2) + "\n")
 
 
-def checkpoint_dtype(config: dict) -> torch.dtype:
-    """The dtype a checkpoint's weights are stored in (config.json's torch_dtype; float32 when unsaid)."""
+def checkpoint_dtype(model: Path, config: dict) -> torch.dtype:
+    """The dtype the checkpoint in `model` stores its weights in, which the quantized folder keeps for
+    what it does not quantize (embeddings, norms, lm_head): config.json's torch_dtype, else the float
+    dtype most linear weights have in the safetensors headers (inspect --fix's rule, main_dtype). A
+    bf16 checkpoint saved without a dtype would otherwise be written in float32, larger than it was."""
+    from model_optimizer.model.inspect.checkpoint import read_checkpoint
+    from model_optimizer.model.inspect.fix import main_dtype
     from model_optimizer.runtime.models.loader import DTYPES
 
-    name = str(config.get("torch_dtype") or config.get("dtype") or "float32").replace("torch.", "")
-    return DTYPES.get(name, torch.float32)
+    name = config.get("torch_dtype") or config.get("dtype") or main_dtype(read_checkpoint(model))
+    return DTYPES.get(str(name).replace("torch.", ""), torch.float32)
 
 
 def round_in_place(model: torch.nn.Module, opts: QuantizeOptions, target: torch.dtype, progress: Progress) -> None:

@@ -79,7 +79,7 @@ def text_windows(tokenizer, opts: QuantizeOptions, split: str, progress: Progres
         path, num_samples, seq_len = opts.calib, opts.num_calib_samples, opts.calib_seq_len
     else:
         path, num_samples, seq_len = opts.eval_text, opts.num_eval_samples, opts.eval_seq_len
-    windows = token_windows(tokenizer, read_documents(path, split), num_samples, seq_len)
+    windows = token_windows(tokenizer, read_documents(path, split), num_samples, seq_len, split)
     warning = too_little_text(split, windows, num_samples, seq_len)
     if warning is not None:
         progress.warn(warning)
@@ -95,7 +95,7 @@ def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progr
     if config.get("quantization_config"):
         raise ValueError(f"{opts.model} is already quantized; quantize the original float checkpoint")
     model = load_model(opts.model, "float32", pick_device(opts.device))
-    target = checkpoint_dtype(config)
+    target = checkpoint_dtype(opts.model, config)
     if opts.method == "awq":
         progress.start("AWQ search", len(model.model.layers))
         from model_optimizer.model.quantize.awq import apply_awq

@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from model_optimizer.model.inspect.fix import carried_files
 from model_optimizer.runtime.kernels import quant_reference as ref
 from model_optimizer.runtime.layers.linear import Linear
 from model_optimizer.runtime.models.model_config import text_model_config
@@ -32,8 +33,9 @@ FORMATS = {
     "awq": "pack-quantized",
     "rtn-int4": "pack-quantized",
 }
-COPIED_SUFFIXES = (".json", ".txt", ".model", ".jinja")  # not README.md: it describes the original
-SKIPPED_FILES = {"config.json", "model.safetensors.index.json", "quantization_report.json"}
+WRITTEN_FILES = {"config.json", "quantization_report.json"}
+"""Files the quantized folder has of its own; every other non-weight file of the source is copied
+(inspect.fix.carried_files)."""
 
 
 def compressed_tensors_config(method: str, group_size: int) -> dict:
@@ -165,7 +167,8 @@ def model_state(model: nn.Module, method: str) -> dict[str, torch.Tensor]:
 
 
 def save_compressed_tensors(model: nn.Module, method: str, group_size: int, src_dir: Path, out_dir: Path) -> None:
-    """model.safetensors, config.json with quantization_config, and the source folder's other files."""
+    """model.safetensors, config.json with quantization_config, and the source folder's other files (its
+    tokenizer in any format, the custom code of a trust_remote_code model, its licence and model card)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(model_state(model, method), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     config = json.loads((src_dir / "config.json").read_text())
@@ -178,6 +181,5 @@ def save_compressed_tensors(model: nn.Module, method: str, group_size: int, src_
     if any(type(m).__name__ == "LatentLinear" for m in model.modules()):
         config["quantization_config"]["ignore"] += MLA_IGNORE
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    for path in src_dir.iterdir():
-        if path.is_file() and path.suffix in COPIED_SUFFIXES and path.name not in SKIPPED_FILES:
-            shutil.copy2(path, out_dir / path.name)
+    for path in carried_files(src_dir, WRITTEN_FILES):
+        shutil.copy2(path, out_dir / path.name)

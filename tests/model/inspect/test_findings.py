@@ -272,3 +272,17 @@ def test_a_tensor_of_the_wrong_shape_is_not_also_missing(fresh):
     assert "weights.shape" in findings and "weights.missing" not in findings, list(findings)
     check = report.raw_check
     assert check.misshapen and not check.missing and not check.loads
+
+
+def test_gemma3_without_the_tie_key_is_tied_as_the_engine_ties_it(fresh):
+    """Gemma 3's config class ties lm_head to the embedding by default, and so does the engine's model:
+    the census read config.json's missing key as False and said 'tied embeddings: no'."""
+    from transformers import AutoConfig
+
+    folder = fresh("gemma3")
+    b.edit_json(folder / "config.json", tie_word_embeddings=None)  # the key removed, as many configs ship
+    assert AutoConfig.from_pretrained(folder).tie_word_embeddings  # transformers' reading of the same file
+    report = inspect_checkpoint(folder)
+    assert report.raw_check.tied_embeddings and report.census.tied_embeddings
+    assert report.to_dict()["census"]["tied_embeddings"] and not report.census.lm_head_in_checkpoint
+    assert report.raw_check.loads

@@ -151,3 +151,17 @@ def test_fix_refuses_an_existing_folder_and_the_input_itself(fresh, tmp_path):
     with pytest.raises(ValueError, match="outside the input"):
         fix_checkpoint(folder, folder / "sub", FixOptions())
     assert (tmp_path / "taken" / "x").read_text() == "keep me"
+
+
+def test_fix_carries_code_and_tokenizers_but_no_original_weights(fresh, tmp_path):
+    """--fix and `mopt quantize` carry the same files (fix.carried_files): custom code and any tokenizer
+    format, never the original's weights in another framework's format or their index."""
+    folder = fresh("qwen3")
+    (folder / "modeling_custom.py").write_text("# a trust_remote_code model's code\n")
+    (folder / "qwen.tiktoken").write_text("IQ== 0\n")
+    for name in ("pytorch_model.bin.index.json", "tf_model.h5"):
+        (folder / name).write_text("{}")
+    fix_checkpoint(folder, tmp_path / "clean", FixOptions())
+    names = {p.name for p in (tmp_path / "clean").iterdir()}
+    assert {"modeling_custom.py", "qwen.tiktoken", "tokenizer.json"} <= names
+    assert not names & {"pytorch_model.bin.index.json", "tf_model.h5"}

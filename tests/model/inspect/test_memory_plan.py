@@ -96,3 +96,87 @@ def test_cli_prints_the_plan_in_json(capsys):
     plan = doc["memory_plan"]
     assert plan["gpu"]["name"] == "H200 SXM" and len(plan["fits"]) == 8
     assert plan["profile_tokens"] == 4096
+
+
+def _engine_weight_bytes(model) -> int:
+    """What a loaded model holds as weights: its parameters, and its quantized linears' codes, scales and
+    zero points (buffers once loaded)."""
+    from model_optimizer.runtime.layers.linear import Linear
+
+    tensors = {id(t): t for t in model.parameters()}
+    tensors.update({id(b): b for m in model.modules() if isinstance(m, Linear) for b in m.buffers(recurse=False)})
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def _quantized_folder(src: Path, out: Path, method: str, group_size: int) -> Path:
+    """What `mopt quantize` writes for `src` (its rounding and writer, without the accuracy gate)."""
+    import torch
+
+    from model_optimizer.model.quantize.job import Progress, QuantizeOptions, round_in_place
+    from model_optimizer.model.quantize.writer import save_compressed_tensors
+    from model_optimizer.runtime.models.loader import load_model
+
+    model = load_model(src, "float32", torch.device("cpu"))
+    round_in_place(model, QuantizeOptions(src, method, out, group_size=group_size), torch.float32, Progress())
+    save_compressed_tensors(model, method, group_size, src, out)
+    return out
+
+
+@pytest.mark.parametrize("method,fmt", [("fp8", "fp8"), ("int8", "int8"), ("rtn-int4", "int4")])
+def test_quantized_weight_bytes_are_the_engines(quant_model, method, fmt):
+    """int4 keeps a uint8 zero point beside each group's scale: the plan left the zero points out."""
+    import torch
+
+    from model_optimizer.runtime.models.loader import load_model
+
+    folder = quant_model("qwen3")
+    model = load_model(folder, "float32", torch.device("cpu"), quantization=method)
+    plan = plan_memory(_config(folder), engine=EngineConfig(dtype="float32"))
+    assert plan.weight_bytes_by_format[fmt] == _engine_weight_bytes(model)
+
+
+@pytest.mark.parametrize("name,method,group_size", [("qwen3", "rtn-int4", 64), ("moe", "int8", 128)])
+def test_a_quantized_checkpoint_is_planned_only_as_the_engine_loads_it(
+    quant_model, tiny_model, tmp_path, capsys, name, method, group_size
+):
+    """An int4 folder in groups of 64 and a mixture of experts' int8 one (experts and routers left in
+    float by its `ignore`) were planned as float models, in bf16/fp8/int8/int4 with groups of 128,
+    advising formats and GPU counts the engine cannot run them in. Now one row: the format the engine
+    loads, with the folder's own groups and `ignore`, byte for byte what the engine then holds."""
+    import torch
+
+    from model_optimizer.runtime.models.loader import load_model
+
+    src = quant_model("qwen3") if name == "qwen3" else tiny_model("qwen3_moe")
+    folder = _quantized_folder(src, tmp_path / "q", method, group_size)
+    fmt = {"rtn-int4": "int4", "int8": "int8"}[method]
+    plan = plan_memory(_config(folder), gpu_memory("H200"), EngineConfig(dtype="float32"))
+    assert list(plan.weight_bytes_by_format) == [fmt] and {row.weight_format for row in plan.fits} == {fmt}
+    engine = load_model(folder, "float32", torch.device("cpu"))
+    assert plan.weight_bytes_by_format[fmt] == _engine_weight_bytes(engine)
+    groups = f" in groups of {group_size}" if fmt == "int4" else ""
+    assert any(
+        f"already quantized ({method}, compressed-tensors layout)" in n and f"as {fmt}{groups} " in n
+        for n in plan.notes
+    )
+    assert not any("fp8/int8/int4" in note for note in plan.notes)
+    with pytest.raises(ValueError, match="does not support pre-quantized checkpoints"):
+        plan_memory(_config(folder), engine=EngineConfig(dtype="float32", tensor_parallel_size=2))
+    main(["inspect", str(folder), "--gpu", "H200", "--json"])  # the command plans the same
+    assert list(json.loads(capsys.readouterr().out)["memory_plan"]["weight_bytes_by_format"]) == [fmt]
+    assert main(["inspect", str(folder), "--gpu", "H200", "--tensor-parallel-size", "2"]) == 2
+    assert "does not support pre-quantized checkpoints" in capsys.readouterr().err
+
+
+def test_a_prequantized_model_too_large_for_one_gpu_gets_offload_not_more_gpus(capsys):
+    """AWQ Llama-3.1-70B on an L4: int4 alone, in its own groups of 64 (more scales than 128's), no
+    --tensor-parallel-size (the engine refuses a pre-quantized checkpoint over several GPUs), offload."""
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": True, "version": "gemm"}
+    config = {**_config(CONFIGS / "llama-3.1-70b"), "quantization_config": awq}
+    plan = plan_memory(config, gpu_memory("L4"), EngineConfig(max_model_len=8192))
+    groups_of_128 = plan_memory({**config, "quantization_config": {**awq, "group_size": 128}})
+    assert list(plan.weight_bytes_by_format) == ["int4"]
+    assert plan.weight_bytes_by_format["int4"] > groups_of_128.weight_bytes_by_format["int4"]
+    assert plan.min_tensor_parallel_size == {} and not any("--tensor-parallel-size" in n for n in plan.notes)
+    assert [a.weight_format for a in plan.offload] == ["int4"] and plan.offload[0].cpu_offload_gb
+    assert any("the only size the engine runs a pre-quantized checkpoint at" in n for n in plan.notes)

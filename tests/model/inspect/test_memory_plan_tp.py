@@ -106,3 +106,32 @@ def test_cli_token_counts_take_vllms_suffixes(capsys):
         )
         runs.append(json.loads(capsys.readouterr().out)["memory_plan"])
     assert runs[0] == runs[1]
+
+
+QWEN3_30B_A3B = json.loads((ROOT / "benchmarks" / "configs" / "qwen3-30b-a3b" / "config.json").read_text())
+
+
+def test_valid_sizes_are_those_the_engine_builds_the_experts_at():
+    """moe_intermediate_size 1004 splits 2 and 4 ways, not 8: the sizes listed were 1, 2, 4, 8 (heads and
+    the dense width only), and the plan at 8 then failed in the engine's own split of the experts.
+    With whole experts per GPU (expert parallel) the width is not split and 8 is fine."""
+    odd = {**QWEN3_30B_A3B, "moe_intermediate_size": 1004}
+    assert valid_tensor_parallel_sizes(odd) == [1, 2, 4]
+    for n in (1, 2, 4):
+        assert plan_memory(odd, engine=EngineConfig(max_model_len=4096, tensor_parallel_size=n)).num_params > 0
+    with pytest.raises(ValueError, match=r"moe intermediate size of 1004 .*valid sizes: 1, 2, 4$"):
+        plan_memory(odd, engine=EngineConfig(max_model_len=4096, tensor_parallel_size=8))
+    assert valid_tensor_parallel_sizes(odd, expert_parallel=True) == [1, 2, 4, 8]
+
+
+def test_the_search_for_more_gpus_never_ends_the_plan():
+    """96 layers of Qwen3-30B-A3B with experts 1004 wide: on H100s 4 GPUs fit; on L4s no size does, and
+    the search met the engine's ValueError at 8, which ended the whole plan, at tensor_parallel_size 1."""
+    deep = {**QWEN3_30B_A3B, "moe_intermediate_size": 1004, "num_hidden_layers": 96}
+    engine = EngineConfig(max_model_len=4096)
+    assert plan_memory(deep, gpu_memory("H100"), engine).min_tensor_parallel_size == dict.fromkeys(
+        ["bf16", "fp8", "int8", "int4"], 4
+    )
+    plan = plan_memory(deep, gpu_memory("L4"), engine)
+    assert plan.min_tensor_parallel_size == dict.fromkeys(["bf16", "fp8", "int8", "int4"], None)
+    assert any("none up to 8 GPUs does" in note for note in plan.notes)

@@ -242,3 +242,14 @@ def test_a_second_run_on_one_output_is_refused_before_its_work(quant_model, tmp_
         )
         assert "rounding" not in err and not out.exists()
     assert main(argv) == 0 and [p.name for p in tmp_path.iterdir()] == ["q"]  # the lock file is gone with it
+
+
+def test_an_empty_eval_text_is_named_as_the_evaluation_text(quant_model, tmp_path, capsys):
+    """An --eval-text whose one record is empty was reported as 'the calibration text tokenizes to fewer
+    than 2 tokens' under --method int8, which has no calibration text."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"text": ""}\n')
+    argv = ["quantize", str(quant_model("qwen3")), "--method", "int8", "--output", str(tmp_path / "q")]
+    line = error_line([*argv, "--eval-text", str(empty), *SMALL], capsys)
+    assert "the evaluation text (--eval-text) tokenizes to fewer than 2 tokens" in line
+    assert not (tmp_path / "q").exists()

@@ -225,3 +225,29 @@ def test_calibration_files_are_checked(tmp_path):
     assert not set(CALIBRATION_MODULES) & set(EVALUATION_MODULES)
     calib_text = (DATA_DIR / "calibration.txt").read_text()
     assert not any(d.strip() in calib_text for d in read_documents(None, "evaluation") if len(d) > 200)
+
+
+def test_a_checkpoint_without_a_dtype_keeps_its_weights_dtype(quant_model, tmp_path):
+    """config.json without torch_dtype (or dtype) read as float32: a bf16 checkpoint's embedding and norms
+    were written in float32 and the "quantized" folder came out larger than the original. The dtype is
+    now the one most linear weights have in the headers, as `mopt inspect --fix` picks it."""
+    import shutil
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    src = shutil.copytree(quant_model("qwen3"), tmp_path / "bf16")
+    weights = {k: v.to(torch.bfloat16) for k, v in load_file(str(src / "model.safetensors")).items()}
+    save_file(weights, str(src / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k not in ("torch_dtype", "dtype")}))
+    out = tmp_path / "q"
+    assert main(["quantize", str(src), "--method", "int8", "--output", str(out), *SMALL]) == 0
+    with safe_open(str(out / "model.safetensors"), framework="pt") as f:
+        floats = {
+            f.get_slice(k).get_dtype()
+            for k in f.keys()
+            if not k.endswith(("weight_packed", "weight_scale", "weight_shape"))
+        }
+    assert floats == {"BF16"}  # embedding and norms as they were
+    assert (out / "model.safetensors").stat().st_size < (src / "model.safetensors").stat().st_size

@@ -49,3 +49,42 @@ def test_compressed_tensors_decompresses_what_we_write(quant_model, tmp_path, me
     assert {layer.quant_method.name for _, layer in quantized_layers(again)} == {method}
     reloaded = dequantized_shards(again)
     assert all(torch.equal(reloaded[n], w) for n, w in ours.items())
+
+
+CUSTOM_CONFIG = (
+    "from transformers import Qwen3Config\n\n\nclass CustomQwen3Config(Qwen3Config):\n    model_type = 'qwen3'\n"
+)
+ORIGINAL_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
+
+
+def test_every_file_but_the_original_weights_is_carried_over(quant_model, tmp_path):
+    """Only .json/.txt/.model/.jinja were copied: a trust_remote_code model lost the .py files its
+    auto_map names (DeepSeek's configuration_deepseek.py) and a tiktoken tokenizer its vocabulary, so the
+    folder did not load. Now every file is, as `mopt inspect --fix` carries them, but the original's
+    weights in any format and what the writer writes itself."""
+    import shutil
+
+    src = shutil.copytree(quant_model("qwen3"), tmp_path / "src")
+    config = json.loads((src / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "configuration_custom.CustomQwen3Config"}
+    (src / "config.json").write_text(json.dumps(config))
+    carried = {"configuration_custom.py": CUSTOM_CONFIG, "qwen.tiktoken": "IQ== 0\n", "LICENSE": "Apache-2.0\n"}
+    for name, text in carried.items():
+        (src / name).write_text(text)
+    (src / "quantization_report.json").write_text("{}")  # a stale report of another run: never carried
+    for name in ORIGINAL_WEIGHTS:
+        (src / name).write_bytes(b"{}")
+    model = load_model(src, "float32", CPU, quantization="int8")
+    save_compressed_tensors(model, "int8", 128, src, tmp_path / "out")
+    out = tmp_path / "out"
+    names = {p.name for p in out.iterdir()}
+    assert {
+        *carried,
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "generation_config.json",
+    } <= names
+    assert all((out / name).read_text() == text for name, text in carried.items())
+    assert not names & {*ORIGINAL_WEIGHTS, "quantization_report.json"}
+    assert json.loads((out / "config.json").read_text())["auto_map"] == config["auto_map"]
