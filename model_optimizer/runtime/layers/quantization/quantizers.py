@@ -73,7 +73,10 @@ def quantize_int4_codes(
     rounded to `scale_dtype` first, so the codes match the scales the layer will really read."""
     n, k = weight.shape
     scales, _ = int4_params(weight, group_size)
-    scales = scales.to(scale_dtype).float()
+    # a scale below scale_dtype's range (an all-zero group's 1e-10 in fp16) would round to 0 and make the
+    # zero point NaN: such a scale takes the dtype's smallest positive value instead
+    smallest = torch.nextafter(torch.zeros((), dtype=scale_dtype), torch.ones((), dtype=scale_dtype)).float()
+    scales = scales.to(scale_dtype).float().clamp(min=smallest)
     zeros = torch.round(-weight.float().reshape(n, k // group_size, group_size).amin(dim=-1).clamp(max=0.0) / scales)
     zeros = zeros.clamp(0, INT4_MAX)
     w = weight.float().reshape(n, k // group_size, group_size)

@@ -38,6 +38,17 @@ def test_quantizers_round_trip_within_half_a_step():
     assert rel.amax() <= 1 / 16
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_an_all_zero_int4_group_keeps_a_finite_scale_and_zero_point(dtype):
+    """In fp16 the scale floor of an all-zero group (1e-10) rounded to 0, and its zero point became NaN."""
+    w = torch.randn(4, 256, generator=torch.Generator().manual_seed(1)).to(dtype)
+    w[1, :128] = 0
+    q4 = quantize_int4(w, 128)
+    assert torch.all(q4.scales.float() > 0) and torch.isfinite(q4.scales.float()).all()
+    back = ref.dequantize_int4(q4.qweight, q4.scales, q4.zeros, 128)
+    assert torch.isfinite(back.float()).all() and torch.all(back[1, :128] == 0)
+
+
 @pytest.mark.parametrize("method", ["fp8", "int8", "int8-w8a8", "rtn-int4"])
 @pytest.mark.parametrize("arch", ["qwen3", "qwen2"])
 def test_on_the_fly_layers_hold_the_rounded_checkpoint(quant_model, method, arch):
