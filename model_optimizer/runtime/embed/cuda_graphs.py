@@ -23,6 +23,7 @@ from torch import nn
 from model_optimizer.runtime.embed import varlen_attention as va
 from model_optimizer.runtime.embed.packing import PackedBatch
 from model_optimizer.runtime.embed.varlen_attention import VarlenMeta
+from model_optimizer.runtime.graph_capture import capturing
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,6 @@ class GraphRunner:
             self.disabled = True
             return None
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        with capturing(graph, self.pool):
             hidden = self.backbone(token_ids, positions, meta)
         return _Graph(graph, token_ids, positions, cu_seqlens, hidden)

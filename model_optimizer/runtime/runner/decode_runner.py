@@ -38,6 +38,7 @@ import time
 import torch
 from torch import nn
 
+from model_optimizer.runtime.graph_capture import capturing
 from model_optimizer.runtime.layers.attention import AttentionMetadata, decode_num_splits
 from model_optimizer.runtime.layers.sampler import SampledTokens
 from model_optimizer.runtime.layers.token_mask import TokenMask
@@ -112,7 +113,7 @@ class DecodeRunner:
                 self._forward(size)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
+            with capturing(graph, pool):
                 self.outputs[size] = self._forward(size)
             pool = graph.pool()
             self.graphs[size] = graph
@@ -186,8 +187,7 @@ class DecodeRunner:
         sampling = self.sampling
         sampling.draw(logits, mask, advance=False)  # type: ignore[union-attr]  # compiles the masked kernel
         graph = torch.cuda.CUDAGraph()
-        # thread-local: the mask fill's threads may run on the host meanwhile (they never touch the device)
-        with torch.cuda.graph(graph, pool=self._masked_pool, capture_error_mode="thread_local"):
+        with capturing(graph, self._masked_pool):  # the mask fill's threads may run on the host meanwhile
             drawn = sampling.draw(logits, mask)  # type: ignore[union-attr]
         self._masked_pool = graph.pool()
         log.info("captured the grammar-masked draw for batch size %d", logits.shape[0])
