@@ -14,10 +14,13 @@ import httpx
 import openai
 import pytest
 
+from model_optimizer.runtime.engine.detokenizer import TokenTexts
+from model_optimizer.runtime.engine.outputs import CompletionOutput
 from model_optimizer.runtime.server.chat_output import ChatOutput
 from model_optimizer.runtime.server.protocol import ChatCompletionRequest
+from model_optimizer.runtime.server.routes.chat import ChatFormat
 from model_optimizer.runtime.server.tool_parsers import HermesParser
-from model_optimizer.runtime.server.tools import as_template_tools
+from model_optimizer.runtime.server.tools import ToolPlan, as_template_tools
 from tests.runtime.server.test_structured_outputs import USER, start_tools_server
 
 ORDER_ID = "[A-Z]{3}-[0-9]{4}"
@@ -246,6 +249,19 @@ def test_a_custom_call_cut_short_gives_the_same_input_whole_and_streamed():
         pieces = [d.get("custom", {}).get("input") for out in deltas for d in out.get("tool_calls", [])]
         assert whole["custom"]["input"] == expected
         assert [p for p in pieces if p is not None] == [expected]
+
+
+def test_a_cut_short_custom_call_arriving_in_one_last_chunk_streams_its_input():
+    """The call's start and the finish in one engine output (stream_interval, merged chunks): the finish's
+    custom.input was dropped when the two deltas were merged, where function arguments were joined."""
+    parser = HermesParser()
+    parser.custom = frozenset({"lookup"})
+    body = ChatCompletionRequest.model_validate({"model": "tiny", "messages": USER, "stream": True})
+    fmt = ChatFormat(body, "id", "tiny", TokenTexts(None), ToolPlan(parser=parser, finish_with_tool_calls=True))
+    text = '<tool_call>{"name": "lookup", "arguments": {"input": "ABC-12'
+    delta, reason = fmt.delta(CompletionOutput(0, text, [], None, finish_reason="length"))
+    [call] = delta["tool_calls"]
+    assert call["custom"] == {"name": "lookup", "input": "ABC-12"} and reason == "length"
 
 
 def test_allowed_tools_list_custom_tools_in_openais_shape(client):

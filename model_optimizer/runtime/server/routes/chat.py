@@ -349,7 +349,7 @@ class ChatFormat(ErrorThenDone):
 
 
 def _merged(first: dict, then: dict) -> dict:
-    """Two deltas of one chunk as one: texts joined, a call's argument pieces joined by index."""
+    """Two deltas of one chunk as one: texts joined, a call's argument (or custom input) pieces joined by index."""
     out = dict(first)
     for key in ("content", "reasoning", "reasoning_content"):
         if key in then:
@@ -360,10 +360,11 @@ def _merged(first: dict, then: dict) -> dict:
         if earlier is None:
             calls[call["index"]] = call
             continue
-        arguments = call.get("function", {}).get("arguments")
-        if arguments:
-            function = earlier.setdefault("function", {})
-            function["arguments"] = function.get("arguments", "") + arguments
+        for kind, field in (("function", "arguments"), ("custom", "input")):
+            piece = call.get(kind, {}).get(field)
+            if piece:
+                body = earlier.setdefault(kind, {})
+                body[field] = body.get(field, "") + piece
     if calls:
         out["tool_calls"] = [calls[i] for i in sorted(calls)]
     return out
