@@ -14,6 +14,14 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from model_optimizer.runtime.engine.detokenizer import TokenTexts
+from model_optimizer.runtime.engine.outputs import CompletionOutput
+from model_optimizer.runtime.server.protocol_responses import ResponsesRequest
+from model_optimizer.runtime.server.routes.chat import ChatFormat
+from model_optimizer.runtime.server.routes.responses import ResponsesFormat
+from model_optimizer.runtime.server.streaming import ChoiceDelta
+from model_optimizer.runtime.server.tool_parsers import HermesParser
+from model_optimizer.runtime.server.tools import ToolPlan
 from tests.runtime.server.live import sse_payloads
 from tests.runtime.server.test_structured_outputs import start_tools_server
 
@@ -436,3 +444,30 @@ def test_streamed_logprobs_cover_every_token(client):
     streamed = [lp for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
     final = events[-1].response
     assert len(streamed) == final.usage.output_tokens == len(final.output[0].content[0].logprobs)
+
+
+def test_streamed_call_items_close_one_at_a_time():
+    """Two calls in one stream: the first call's done events come before the second's output_item.added
+    (it stayed open until the stream's end, the two items' events interleaved)."""
+    body = ResponsesRequest.model_validate({"model": "tiny", "input": "hi", "stream": True})
+    plan = ToolPlan(parser=HermesParser(), finish_with_tool_calls=True)
+    fmt = ResponsesFormat(body, ChatFormat(body.to_chat(), "resp_1", "tiny", TokenTexts(None), plan), "resp_1")
+    text = (
+        '<tool_call>{"name": "a", "arguments": {"x": 1}}</tool_call>\n'
+        '<tool_call>{"name": "b", "arguments": {"y": 2}}</tool_call>'
+    )
+    pieces = [text[:48], text[48:100], text[100:]]
+    events = []
+    for i, piece in enumerate(pieces):
+        done = i == len(pieces) - 1
+        out = fmt.chunk([ChoiceDelta(0, CompletionOutput(0, piece, [], None, "stop" if done else None), i == 0)])
+        events += [json.loads(line[6:]) for line in (out or b"").decode().splitlines() if line.startswith("data: ")]
+    order = [(e["type"], e.get("output_index")) for e in events]
+    added = [index for kind, index in order if kind == "response.output_item.added"]
+    finished = [index for kind, index in order if kind == "response.output_item.done"]
+    assert added == finished == [0, 1]
+    assert order.index(("response.output_item.done", 0)) < order.index(("response.output_item.added", 1))
+    assert [e["arguments"] for e in events if e["type"] == "response.function_call_arguments.done"] == [
+        '{"x": 1}',
+        '{"y": 2}',
+    ]

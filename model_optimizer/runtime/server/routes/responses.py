@@ -309,7 +309,11 @@ class ResponsesFormat:
         events = []
         item = self.calls.get(call["index"])
         if item is None:
+            # one item at a time, as OpenAI streams them: a new call means the calls before it are whole (a
+            # parser only ever extends its last call), so their done events come before its added
             events += self._close_open()
+            for index in sorted(self.calls):
+                events += self._close_call(index)
             if call.get("type") == "custom":
                 item = _custom_call_item(call["id"], call["custom"]["name"], "", "in_progress")
             else:
