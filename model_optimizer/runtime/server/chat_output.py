@@ -98,14 +98,14 @@ class ChatOutput:
         reasoning, rest = self.reasoning.split(text, final) if self.reasoning is not None else ("", text)
         view = self.tools.view(rest, final) if self.tools is not None else ToolView(rest)
         if self.max_calls is not None:
-            named = [call for call in view.calls if call.name is not None]
+            named = [call for call in view.calls if call.name]
             view.calls = named[: self.max_calls]
         return reasoning, view
 
     def message(self, text: str) -> ChatMessageFields:
         """The fields of a whole (non-streamed) response's message."""
         reasoning, view = self._views(text, final=True)
-        named = [c for c in view.calls if c.name is not None]
+        named = [c for c in view.calls if c.name]
         ids: list[str] = []
         for i, c in enumerate(named):
             ids.append(self._call_id(c, i, ids))
@@ -158,7 +158,7 @@ class ChatOutput:
         if len(view.content) > self._sent_content:
             out["content"] = view.content[self._sent_content :]
             self._sent_content = len(view.content)
-        named = [call for call in view.calls if call.name is not None]  # as message() counts them
+        named = [call for call in view.calls if call.name]  # as message() counts them; a name "" is none yet
         if final:
             self.calls_complete = all(call.complete for call in named)
         calls = [d for i, call in enumerate(named) if (d := self._call_delta(i, call, final))]

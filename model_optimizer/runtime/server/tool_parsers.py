@@ -133,7 +133,7 @@ def call_object(scans: TextScans, i: int) -> tuple[PartialCall, int | None]:
                 return call, None
             seen_name = True
             name = _loads(text[start:end]) if text[start:end].startswith('"') else None
-            call.name = name if isinstance(name, str) else None
+            call.name = name if isinstance(name, str) and name else None  # "": no call, as no name
         elif key in ARGUMENT_KEYS and not seen_arguments:
             call.keyed = True
             raw = text[start:end] if end is not None else text[start:]

@@ -185,3 +185,22 @@ def test_xlam_finds_the_lists_and_arriving_markers_its_regular_expressions_found
         pending = XLAM_ARRIVING.search(text)
         cut = pending.start() if pending else len(text) - max(_held_back(text, m) for m in _MARKERS)
         assert _arriving_content(text) == (text[:cut].rstrip() if text[:cut].strip() else ""), text
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("mistral", '[TOOL_CALLS][{"name": "", "arguments": {"s": 1}}]'),
+        ("granite", '[{"name": "", "arguments": {"s": 1}}]'),
+        ("xlam", '[{"name": "", "arguments": {"s": 1}}]'),
+        ("hermes", '<tool_call>{"name": "", "arguments": {"s": 1}}</tool_call>'),
+    ],
+)
+def test_a_call_named_nothing_is_text_whole_and_streamed(name, text):
+    """A call whose name is "" was streamed as a call (then its text again as content) while the whole
+    message had no call; hermes returned it as a call with an empty name."""
+    whole = ChatOutput(tools=PARSERS[name]()).message(text)
+    assert whole.tool_calls == [] and whole.content == text
+    for pieces in ([text], list(text)):
+        output = ChatOutput(tools=PARSERS[name]())
+        assert _streamed(output, pieces) == (text, "", []) and output.num_calls == 0
