@@ -28,9 +28,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from model_optimizer.model.inspect.offload_plan import advice_note, offload_rows
+from model_optimizer.model.inspect.plan_formats import QUANT_FORMATS, checkpoint_spec
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.layers.quantization.quantizers import DEFAULT_GROUP_SIZE
-from model_optimizer.runtime.layers.quantization.spec import QuantSpec, resolve_spec
+from model_optimizer.runtime.layers.quantization.spec import QuantSpec
 
 MIB = 1 << 20
 ENGINE_HEADROOM_BYTES = 256 * MIB
@@ -43,15 +44,6 @@ CUDA_CONTEXT_BYTES = 600 * MIB
 """Memory the CUDA context takes outside torch's allocator; only bounds the plan when
 gpu_memory_utilization is near 1 and free memory, not the share, limits the cache."""
 
-QUANT_FORMATS: dict[str, tuple[float, str]] = {
-    "fp8": (1.0, "fp8"),
-    "int8": (1.0, "int8"),
-    "int4": (0.5, "rtn-int4"),
-}
-"""Format -> (bytes per linear-layer weight, the method that rounds a float checkpoint to it at load).
-Beside the codes the engine keeps (layers/quantization/method.py) one float32 scale per output row
-(fp8, int8) or, per group of inputs of each row, a scale in the model dtype and a uint8 zero point
-(int4). Embedding, lm_head and norms stay in the model dtype."""
 METHOD_FORMATS = {"fp8": "fp8", "int8": "int8", "int8-w8a8": "int8", "awq": "int4", "rtn-int4": "int4"}
 """The format the engine holds a pre-quantized checkpoint's method in (QuantSpec.method -> format):
 block-wise fp8 and int8 in groups are re-rounded per output row as they load."""
@@ -241,21 +233,6 @@ def weight_bytes(shape: ModelShape, fmt: str, dtype_bytes: int, group_size: int 
     else:
         side = shape.linear_out_rows * 4
     return other + int(shape.linear_params * QUANT_FORMATS[fmt][0]) + side
-
-
-def checkpoint_spec(config: dict) -> QuantSpec | None:
-    """How the engine reads a pre-quantized checkpoint (its own resolve_spec, no --quantization); None
-    for float weights. ValueError for a quantization_config it cannot read."""
-    return resolve_spec(config, None)
-
-
-def format_spec(config: dict, weight_format: str) -> QuantSpec | None:
-    """How the engine builds the plan's `weight_format`: a pre-quantized checkpoint's own spec; for a
-    float one the method that rounds it at load (QUANT_FORMATS), or None for its own dtype."""
-    spec = checkpoint_spec(config)
-    if spec is not None or weight_format not in QUANT_FORMATS:
-        return spec
-    return QuantSpec(QUANT_FORMATS[weight_format][1])
 
 
 def quantized_linears(shape: ModelShape, config: dict, spec: QuantSpec) -> ModelShape:

@@ -59,7 +59,7 @@ def engine_layer_bytes(config: dict, plan: Any, weight_format: str) -> list[int]
     import torch
 
     from model_optimizer.model.inspect.consumption import build_meta_model, private_meta_model
-    from model_optimizer.model.inspect.memory_plan import format_spec
+    from model_optimizer.model.inspect.plan_formats import format_spec  # imports torch: not at module level
     from model_optimizer.runtime.layers.quantization.attach import attach_quantization
     from model_optimizer.runtime.runner.weight_offload import decoder_layers, estimated_bytes
 
