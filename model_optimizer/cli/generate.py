@@ -2,11 +2,13 @@
 
     mopt generate --prompt "def fibonacci(n):" --max-tokens 32
     mopt generate --model DIR --prompts-file in.jsonl --output out.jsonl
+    producer | mopt generate --model DIR --prompts-file - --output -
 
 Results go to stdout (text, or JSONL with --output -) or to the --output file; progress, logs and
 the statistics table go to stderr, so `mopt generate ... > out.txt` holds only the results.
 
-Each JSONL input line is an object with exactly one of
+--prompts-file - reads the JSONL from stdin (./- is a file named '-'); a UTF-8 byte order mark at the start
+of the file is skipped. Each JSONL input line is an object with exactly one of
   "prompt": "text"    "prompt_token_ids": [1, 2, 3]    "messages": [{"role": "user", "content": "..."}]
 ("messages" goes through the tokenizer's chat template, with the assistant turn opened), plus any
 SamplingParams field ("max_tokens", "temperature", "stop", ...) for that line alone.
@@ -85,7 +87,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
-    parser.add_argument("--prompts-file", type=Path, help="JSONL file of prompts (see above)")
+    parser.add_argument("--prompts-file", help="JSONL file of prompts (see above), or stdin with '-'")
     parser.add_argument("--output", help="write results as JSONL to this file (atomically), or to stdout with '-'")
     parser.add_argument(
         "--stop",
@@ -158,7 +160,9 @@ def run(args: argparse.Namespace) -> int:
         from model_optimizer.common.fileio import check_writable_file_path
 
         check_writable_file_path(args.output, "--output")  # '' is refused, not read as stdout
-    if args.prompts_file and Path(args.prompts_file).is_dir():
+    if args.prompts_file is not None and not args.prompts_file.strip():  # Path("") would be the current folder
+        raise ValueError("--prompts-file is empty; give a JSONL file, or - for stdin")
+    if args.prompts_file and args.prompts_file != STDIN and Path(args.prompts_file).is_dir():
         raise ValueError(f"--prompts-file {args.prompts_file} is a folder, not a JSONL file")
     check_seed(args.seed)
     lines = read_prompt_lines(args.prompt, args.prompts_file)
@@ -228,12 +232,18 @@ def check_generation_model(model_dir: Path) -> None:
         )
 
 
-def read_prompt_lines(prompts: list[str], prompts_file: Path | None) -> list[PromptLine]:
-    """--prompt values and JSONL lines, each checked for its shape (ValueError naming FILE:LINE)."""
+STDIN = "-"
+"""--prompts-file's name for stdin, as --output's for stdout."""
+
+
+def read_prompt_lines(prompts: list[str], prompts_file: str | Path | None) -> list[PromptLine]:
+    """--prompt values and JSONL lines, each checked for its shape (ValueError naming FILE:LINE, <stdin>:LINE
+    for `-`)."""
     lines = [PromptLine(f"--prompt #{k}", _text(p, "--prompt")) for k, p in enumerate(prompts, start=1)]
     if prompts_file:
-        for number, row in jsonl_values(_utf8_lines(prompts_file), prompts_file):
-            source = f"{prompts_file}:{number}"
+        path, name = (Path("/dev/stdin"), "<stdin>") if prompts_file == STDIN else (Path(prompts_file), prompts_file)
+        for number, row in jsonl_values(_utf8_lines(path, name), name):
+            source = f"{name}:{number}"
             try:
                 lines.append(_parse_line(row, source))
             except ValueError as exc:
@@ -243,14 +253,14 @@ def read_prompt_lines(prompts: list[str], prompts_file: Path | None) -> list[Pro
     return lines
 
 
-def _utf8_lines(path: Path) -> Iterator[str]:
-    """The file's lines as text; a line that is not UTF-8 is an error naming it. (Split as bytes: a
+def _utf8_lines(path: Path, name: str | Path) -> Iterator[str]:
+    """The file's lines as text; a line that is not UTF-8 is an error naming it (`name`). (Split as bytes: a
     U+2028 inside a JSON string is not a line break.)"""
     for number, raw in enumerate(read_input(path).splitlines(), start=1):
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ValueError(f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            raise ValueError(f"{name}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _parse_line(row: Any, source: str) -> PromptLine:
@@ -496,13 +506,14 @@ def _print_stats(console: Any, llm: Any, outputs: list, elapsed: float) -> None:
 def _startup_phases_shown(console: Any) -> Iterator[None]:
     """Print the engine's start-up phase lines (model_optimizer.startup, INFO) while the model loads.
 
-    Through the rich console, so that on a terminal each line lands above the "loading model" spinner.
+    Through the rich console, so that on a terminal each line lands above the "loading model" spinner; soft
+    wrap, as rich wraps at 80 columns when stderr is no terminal, which would split each line of a log file.
     """
     import logging
 
     class ConsoleHandler(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            console.print(f"mopt generate: {record.getMessage()}", highlight=False, markup=False)
+            console.print(f"mopt generate: {record.getMessage()}", highlight=False, markup=False, soft_wrap=True)
 
     logger = logging.getLogger("model_optimizer.startup")
     handler, level = ConsoleHandler(logging.INFO), logger.level

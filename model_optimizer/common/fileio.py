@@ -24,20 +24,58 @@ def current_umask() -> int:
 
 
 def atomic_write(path: str | Path, data: str | bytes, mode: int | None = None) -> None:
-    """Replace `path` with `data` in one step (creating its folder); the file gets `mode`, else the usual
-    mode (0666 less the umask). No temporary file is left on failure."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Replace `path` with `data` in one step (creating its folder). A symlink's target is written, the link
+    kept (replacing the link would cut the user's file off from where it lives). The file gets `mode`, else
+    an existing file's own permission bits (a 0640 file stays 0640), else 0666 less the umask. No temporary
+    file is left on failure. A character device or FIFO (`/dev/null`, `/dev/stdout`, `>(gzip > f)`) is
+    written directly, as a shell redirection would: it cannot be renamed over (as root, a rename would make
+    /dev/null a regular file for the whole container), and a stream has no half-written state to avoid."""
+    if _stream_target(Path(path), "the output"):
+        with open(path, "wb") as f:
+            f.write(_as_bytes(data))
+        return
+    target = _link_target(Path(path))
+    if mode is None and target.is_file():
+        mode = stat.S_IMODE(target.stat().st_mode)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
+            f.write(_as_bytes(data))
         os.chmod(tmp, 0o666 & ~current_umask() if mode is None else mode)  # mkstemp makes 0600
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _link_target(path: Path) -> Path:
+    """The file a symlink at `path` leads to (through any chain of links; it may not exist yet), else `path`."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _as_bytes(data: str | bytes) -> bytes:
+    return data.encode() if isinstance(data, str) else data
+
+
+def _stream_target(path: Path, flag: str) -> bool:
+    """Whether `path` (after its symlinks) is an existing character device or FIFO, which writers open and
+    write in place; ValueError for any other existing thing that is neither that nor a regular file or
+    folder (a socket, a block device: writing a result over a disk's first bytes is never what was meant)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:  # missing, or a dangling link: a new file is made
+        return False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return True
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return False
+    kind = "socket" if stat.S_ISSOCK(mode) else "block device" if stat.S_ISBLK(mode) else "special file"
+    raise ValueError(
+        f"{flag} {path} is a {kind}, which mopt does not write; give a file path "
+        "(a FIFO or a character device such as /dev/stdout is written as a stream)"
+    )
 
 
 def hold_interrupts() -> Callable[[], None]:
@@ -123,14 +161,23 @@ def read_json(path: Path) -> Any:
 
 def jsonl_values(lines: Iterable[str], source: str | Path) -> Iterator[tuple[int, Any]]:
     """(line number from 1, parsed value) of each non-blank line of a JSONL file; ValueError naming
-    `source:line` for a line that is not JSON."""
+    `source:line` for a line that is not JSON, or JSON Python will not read: an integer past the int
+    digit limit (a ValueError that names no place) or nesting deeper than the recursion limit (a
+    RecursionError, which would otherwise be a traceback). A byte order mark before the first line is
+    skipped: Windows tools (Notepad, PowerShell, Excel's "CSV UTF-8") begin UTF-8 files with one."""
     for number, line in enumerate(lines, start=1):
+        if number == 1:
+            line = line.removeprefix("\ufeff")
         if not line.strip():
             continue
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{source}:{number}: not JSON ({exc})") from None
+        except RecursionError:
+            raise ValueError(f"{source}:{number}: JSON nested too deeply to read") from None
+        except ValueError as exc:
+            raise ValueError(f"{source}:{number}: JSON that cannot be read ({exc})") from None
         yield number, value
 
 
@@ -199,16 +246,24 @@ def text_lines(path: Path) -> Iterator[str]:
 
 
 def check_writable_file_path(path: str | Path, flag: str) -> None:
-    """ValueError when `path` cannot become a file: it is empty, a folder, one of its parents is a file, or
-    the file system refuses it (permission, read-only, /sys): found out now, not after the work."""
+    """ValueError when `path` cannot become a file: it is empty, a folder, a socket, one of its parents is a
+    file, or the file system refuses it (permission, read-only, /sys): found out now, not after the work.
+    An existing file is replaced through a temporary file in its folder (atomic_write), so that folder must
+    take a new entry too; a symlink is judged by its target, which is what gets written."""
     path = _given_path(path, flag, "file")
     if path.is_dir():
         raise ValueError(f"{flag} {path} is a folder; give a file path")
-    if path.exists():
+    if _stream_target(path, flag):
         if not os.access(path, os.W_OK):
             raise ValueError(f"{flag} {path} cannot be written: permission denied")
         return
-    _check_can_create(path, flag)
+    target = _link_target(path)
+    if target.exists():
+        if not os.access(target, os.W_OK):
+            raise ValueError(f"{flag} {path} cannot be written: permission denied")
+        _probe(target.parent, path, flag)
+        return
+    _check_can_create(target, flag)
 
 
 def check_writable_folder_path(path: str | Path, flag: str) -> None:

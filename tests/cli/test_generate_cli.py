@@ -267,3 +267,80 @@ def test_a_negative_seed_never_gives_a_prompt_no_seed():
 
     assert _seed_of(-1, 0) == {"seed": 2**63 - 1} and _seed_of(-5, 4) == {"seed": 2**63 - 1}
     assert _seed_of(7, 2) == {"seed": 9} and _seed_of(None, 3) == {}
+
+
+def test_a_prompts_file_that_begins_with_a_byte_order_mark(tiny_model, tmp_path):
+    """Notepad, PowerShell and Excel's "CSV UTF-8" begin UTF-8 files with one; it was refused as not JSON."""
+    prompts, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    prompts.write_bytes(b"\xef\xbb\xbf" + b'{"prompt": "hello"}\n{"prompt": "world"}\n')
+    assert (
+        _generate(tiny_model("qwen3"), "--prompts-file", str(prompts), "--max-tokens", "2", "--output", str(out)) == 0
+    )
+    assert [row["prompt"] for row in _rows(out)] == ["hello", "world"]
+
+
+def _as_stdin(data: bytes):
+    """Make fd 0 a pipe holding `data` (then its end); returns the call that puts the real stdin back."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, data)
+    os.close(write_end)
+    saved = os.dup(0)
+    os.dup2(read_end, 0)
+    os.close(read_end)
+
+    def restore():
+        os.dup2(saved, 0)
+        os.close(saved)
+
+    return restore
+
+
+def test_prompts_file_dash_reads_stdin_and_dot_slash_dash_is_a_file(tiny_model, tmp_path, monkeypatch):
+    model, out = tiny_model("qwen3"), tmp_path / "out.jsonl"
+    restore = _as_stdin(b'{"prompt": "from a pipe"}\n')
+    try:
+        assert _generate(model, "--prompts-file", "-", "--max-tokens", "2", "--output", str(out)) == 0
+    finally:
+        restore()
+    assert [row["prompt"] for row in _rows(out)] == ["from a pipe"]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").write_text('{"prompt": "from a file named -"}\n')
+    assert _generate(model, "--prompts-file", "./-", "--max-tokens", "2", "--output", str(out)) == 0
+    assert [row["prompt"] for row in _rows(out)] == ["from a file named -"]
+
+
+def test_a_bad_line_from_stdin_is_named_by_its_line(capsys):
+    from tests.cli_errors import error_line
+
+    restore = _as_stdin(b'{"prompt": "ok"}\n{oops\n')
+    try:
+        line = error_line(["generate", "--prompts-file", "-"], capsys)
+    finally:
+        restore()
+    assert line.startswith("mopt generate: error: <stdin>:2: not JSON")
+
+
+def test_an_empty_prompts_file_path_is_refused(capsys):
+    from tests.cli_errors import error_line
+
+    assert error_line(["generate", "--prompt", "hi", "--prompts-file", ""], capsys).endswith(
+        "--prompts-file is empty; give a JSONL file, or - for stdin"
+    )
+
+
+def test_start_up_lines_are_not_wrapped_when_stderr_is_no_terminal():
+    """rich wraps at 80 columns without a terminal: a log file got each long start-up line in pieces."""
+    import io
+    import logging
+
+    from rich.console import Console
+
+    from model_optimizer.cli.generate import _startup_phases_shown
+
+    buf = io.StringIO()
+    message = "compiled the decode graphs for batch sizes " + ", ".join(str(n) for n in range(1, 40))
+    with _startup_phases_shown(Console(file=buf, width=80)):
+        logging.getLogger("model_optimizer.startup").info(message)
+    assert buf.getvalue() == f"mopt generate: {message}\n"

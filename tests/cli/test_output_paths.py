@@ -96,3 +96,23 @@ def test_an_empty_output_path_is_refused_not_read_as_the_current_folder(tiny_mod
     err = capsys.readouterr().err
     assert "is empty" in err and "Traceback" not in err, err
     assert not list(tmp_path.iterdir())  # nothing written where the user stood
+
+
+def test_generate_output_to_a_fifo_streams_into_it_and_leaves_it_a_fifo(tiny_model, tmp_path, capsys):
+    """Like /dev/null or /dev/stdout: the rename replaced the node with a regular file (as root, /dev/null
+    for the whole container)."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "results.fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    model = str(tiny_model("qwen3"))
+    args = ["generate", "--model", model, "--prompt", "hi", "--max-tokens", "2", "--temperature", "0"]
+    assert main([*args, "--kv-cache-memory", str(1 << 22), "--output", str(fifo)]) == 0
+    reader.join(timeout=60)
+    rows = [line for line in got[0].decode().splitlines() if line]
+    assert len(rows) == 1 and '"prompt": "hi"' in rows[0]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.listdir(tmp_path) == ["results.fifo"]
