@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--opset must be between {MIN_OPSET} and {MAX_OPSET} (attention needs {MIN_OPSET}), got {args.opset}"
         )
+    check_onnx_packages()
     out_dir = check_output_folder(args.output)
     model = check_model_folder(args.model, out_dir)
     console = Console()
@@ -61,6 +62,27 @@ def run(args: argparse.Namespace) -> int:
         f"min cosine {report.min_cosine:.6f}"
     )
     return 0
+
+
+ONNX_PACKAGES = ("onnx", "onnxruntime")
+"""torch.onnx.export writes the graph through onnx; the check runs it in onnxruntime. Neither is a dependency
+of mopt (the [onnx] extra installs both)."""
+
+
+def check_onnx_packages() -> None:
+    """ValueError naming the install line when onnx or onnxruntime cannot be imported: found before the
+    model loads, not as a traceback after the whole export."""
+    missing = []
+    for name in ONNX_PACKAGES:
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ValueError(
+            f"export-onnx needs {' and '.join(missing)}, not installed here: pip install {' '.join(ONNX_PACKAGES)} "
+            "(or pip install 'model-optimizer[onnx]')"
+        )
 
 
 def check_output_folder(output: str) -> Path:

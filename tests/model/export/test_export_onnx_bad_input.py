@@ -98,3 +98,15 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_export(qwen3_dir
         pytest.skip("no /sys on this system")
     line = error_line(["export-onnx", "--model", str(qwen3_dir), "--output", "/sys/mopt-onnx"], capsys)
     assert "--output /sys/mopt-onnx: nothing can be written in /sys" in line
+
+
+@pytest.mark.parametrize("missing", [("onnxruntime",), ("onnx", "onnxruntime")])
+def test_missing_onnx_packages_are_one_line_before_the_model_loads(qwen3_dir, tmp_path, capsys, monkeypatch, missing):
+    """Without them (they come with the [onnx] extra, not with mopt) the whole export ran, then a traceback."""
+    for name in missing:
+        monkeypatch.setitem(sys.modules, name, None)  # what `import name` sees when it is not installed
+    out = tmp_path / "onnx"
+    line = error_line(["export-onnx", "--model", str(qwen3_dir), "--output", str(out)], capsys)
+    assert f"export-onnx needs {' and '.join(missing)}, not installed here: pip install onnx onnxruntime" in line
+    assert "model-optimizer[onnx]" in line
+    assert not out.exists()
