@@ -82,14 +82,51 @@ def torch_cuda_builds(torch_version: str | None) -> list[str]:
 
 
 def best_torch_build(torch_version: str | None, driver_cuda: str | None) -> str | None:
-    """Newest published cuXYZ variant of this torch that the driver can run: one no newer than the
-    driver's CUDA version, else one of the same major version (minor-version compatibility)."""
+    """The published cuXYZ variant of this torch the driver runs best (see `closest_runnable_build`)."""
+    return closest_runnable_build(torch_cuda_builds(torch_version), driver_cuda)
+
+
+def closest_runnable_build(builds: list[str], driver_cuda: str | None) -> str | None:
+    """Of `builds` (oldest first), the newest one no newer than the driver's CUDA version; else the oldest of
+    the same major version, which runs under minor-version compatibility with the smallest gap to the
+    driver (the newest would need the most PTX the driver cannot JIT, and a fix that recommends it would
+    trigger doctor's next warning)."""
     limit = version_tuple(driver_cuda)[:2]
     if not limit:
         return None
-    builds = torch_cuda_builds(torch_version)
-    fitting = [b for b in builds if _build_cuda(b) <= limit] or [b for b in builds if _build_cuda(b)[0] == limit[0]]
-    return fitting[-1] if fitting else None
+    full = [b for b in builds if _build_cuda(b) <= limit]
+    if full:
+        return full[-1]
+    same_major = [b for b in builds if _build_cuda(b)[0] == limit[0]]
+    return same_major[0] if same_major else None
+
+
+def build_has_kernels(build: str, cc: str) -> bool:
+    """Whether the wheels of CUDA variant `build` carry kernels for compute capability `cc` (data:
+    torch_build_cc); False for a variant the data does not list."""
+    span = load("version_matrix")["torch_build_cc"].get(build)
+    if not span or not version_tuple(cc):
+        return False
+    oldest, newest = (version_tuple(v) for v in span)
+    return oldest <= version_tuple(cc)[:2] and version_tuple(cc)[0] <= newest[0]
+
+
+def torch_build_for_gpu(torch_version: str | None, cc: str, driver_cuda: str | None) -> tuple[str | None, bool]:
+    """(cuXYZ variant with kernels for compute capability `cc`, whether it is one of this torch release's).
+    Of the variants with the kernels, the one the driver runs best (`closest_runnable_build`), else the
+    oldest: it needs the least driver. When this release publishes none (or is not in the data), the
+    variants of any release are searched: the index then serves its newest torch, which has them."""
+    own = torch_cuda_builds(torch_version)
+    for builds, of_this_release in ((own, True), (_all_builds(), False)):
+        fitting = [b for b in builds if build_has_kernels(b, cc)]
+        if fitting:
+            return closest_runnable_build(fitting, driver_cuda) or fitting[0], of_this_release
+    return None, False
+
+
+def _all_builds() -> list[str]:
+    """Every CUDA variant the data knows kernels for, oldest CUDA first."""
+    return sorted((b for b in load("version_matrix")["torch_build_cc"] if not b.startswith("_")), key=_build_cuda)
 
 
 def _build_cuda(build: str) -> tuple[int, ...]:

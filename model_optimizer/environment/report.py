@@ -1,10 +1,15 @@
-"""Render doctor results: the JSON document for machines and rich tables for people."""
+"""Render doctor results: the JSON document for machines and rich tables for people.
+
+Every text that comes from data (titles, why, causes, fix commands, GPU names, error strings) goes
+through `escape` before rich prints it: rich reads `[...]` as markup and drops it, which cut
+`[signed-by=...]` out of an apt fix and `[code 999]` out of an NVML error."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from model_optimizer.environment.explain import Match
@@ -54,16 +59,17 @@ def print_report(console: Console, doc: dict[str, Any], os_family: str) -> None:
     """Findings table, fixes for the OS family, recommended settings, benchmark table."""
     m = doc["machine"]
     gpus = ", ".join(filter(None, m["gpus"])) or "no NVIDIA GPU"
-    console.print(
-        f"[bold]mopt doctor[/] - {gpus} | driver {m['driver_version'] or '-'} (CUDA {m['driver_cuda'] or '-'}) | "
+    line = (
+        f"{gpus} | driver {m['driver_version'] or '-'} (CUDA {m['driver_cuda'] or '-'}) | "
         f"torch {m['torch'] or '-'} (CUDA {m['torch_cuda'] or '-'}) | {m['os'] or '?'}"
     )
+    console.print(f"[bold]mopt doctor[/] - {escape(line)}")
     table = Table(show_header=True, header_style="bold", expand=False)
     table.add_column("status", no_wrap=True)
     table.add_column("finding")
     table.add_column("id", style="dim", no_wrap=True)
     for f in doc["findings"]:
-        table.add_row(STYLE[f["severity"]][0], f["title"], f["id"])
+        table.add_row(STYLE[f["severity"]][0], escape(f["title"]), escape(f["id"]))
     console.print(table)
     _print_fixes(console, doc["findings"], os_family)
     _print_settings(console, doc["recommended_settings"])
@@ -81,18 +87,18 @@ def _print_fixes(console: Console, findings: list[dict[str, Any]], os_family: st
     todo = [f for f in findings if f["severity"] != "ok"]
     shown_os = "all" if os_family == "all" else os_family
     for f in todo:
-        console.print(f"\n[{STYLE[f['severity']][1]}]■[/] [bold]{f['title']}[/]")
+        console.print(f"\n[{STYLE[f['severity']][1]}]■[/] [bold]{escape(f['title'])}[/]")
         if f.get("why"):
-            console.print(f"  why: {f['why']}", highlight=False)
+            console.print(f"  why: {escape(f['why'])}", highlight=False)
         fix = f.get("fix") or {}
         families = ["any", "debian", "rhel", "wsl"] if shown_os in ("all", "other") else ["any", shown_os]
         for family in families:
             for cmd in fix.get(family, []):
                 tag = "" if family == "any" or shown_os not in ("all", "other") else f"[dim]({family})[/] "
-                console.print(f"  {tag}{_prompt(cmd)} {cmd}", highlight=False, soft_wrap=True)
+                console.print(f"  {tag}{_prompt(cmd)} {escape(cmd)}", highlight=False, soft_wrap=True)
     for f in findings:
         if f["severity"] == "ok" and f["id"] == "gpu.none":
-            console.print(f"\n[bold]No GPU.[/] {f['why']}", highlight=False)
+            console.print(f"\n[bold]No GPU.[/] {escape(f['why'])}", highlight=False)
 
 
 def _print_settings(console: Console, settings: dict[str, Any]) -> None:
@@ -108,30 +114,32 @@ def _print_settings(console: Console, settings: dict[str, Any]) -> None:
         "compute_capability",
     ):
         if key in settings:
-            table.add_row(key, str(settings[key]))
+            table.add_row(key, escape(str(settings[key])))
     for note in settings.get("notes", []):
-        table.add_row("note", note)
+        table.add_row("note", escape(note))
     console.print(table)
 
 
 def _print_bench(console: Console, bench: dict[str, Any]) -> None:
     if not bench.get("ok"):
-        console.print(f"[dim]bench: {bench.get('reason')}[/]")
+        console.print(f"[dim]bench: {escape(str(bench.get('reason')))}[/]")
         return
     table = Table(
-        title=f"microbenchmarks on {bench['device'].get('name')} (datasheet: {bench.get('datasheet') or 'unknown'})",
+        title=escape(
+            f"microbenchmarks on {bench['device'].get('name')} (datasheet: {bench.get('datasheet') or 'unknown'})"
+        ),
         title_justify="left",
     )
     for col in ("benchmark", "measured", "reference", "% of reference"):
         table.add_column(col, justify="right" if col != "benchmark" else "left")
     for r in bench["results"]:
         if r.get("error"):
-            table.add_row(r["label"], f"[red]{r['error']}[/]", "", "")
+            table.add_row(escape(r["label"]), f"[red]{escape(r['error'])}[/]", "", "")
             continue
         pct = "-" if r["pct_of_reference"] is None else f"{r['pct_of_reference']:.0f}%"
         pct = f"[yellow]{pct} (low)[/]" if r["flagged"] else pct
         ref = "-" if r["reference"] is None else f"{r['reference']:g} ({r['reference_kind']})"
-        table.add_row(r["label"], f"{r['value']:.1f} {r['unit']}", ref, pct)
+        table.add_row(escape(r["label"]), escape(f"{r['value']:.1f} {r['unit']}"), escape(ref), pct)
     console.print(table)
 
 
@@ -142,18 +150,19 @@ def print_explain(console: Console, text: str, matches: list[Match], os_family: 
         return
     for i, m in enumerate(matches):
         console.print(
-            f"\n[bold]{'Most likely' if i == 0 else 'Also matches'}: {m.title}[/] [dim]({m.id}; matched: {', '.join(repr(x) for x in m.matched)})[/]",
+            f"\n[bold]{'Most likely' if i == 0 else 'Also matches'}: {escape(m.title)}[/] "
+            f"[dim]({escape(m.id)}; matched: {escape(', '.join(repr(x) for x in m.matched))})[/]",
             highlight=False,
         )
         console.print("  causes:")
         for c in m.causes:
-            console.print(f"   - {c}", highlight=False)
+            console.print(f"   - {escape(c)}", highlight=False)
         console.print("  fix:")
         families = ["any", "debian", "rhel", "wsl"] if os_family in ("all", "other") else ["any", os_family]
         for family in families:
             for cmd in m.fix.get(family, []):
                 tag = f"[dim]({family})[/] " if family != "any" and os_family in ("all", "other") else ""
-                console.print(f"   {tag}{_prompt(cmd)} {cmd}", highlight=False, soft_wrap=True)
+                console.print(f"   {tag}{_prompt(cmd)} {escape(cmd)}", highlight=False, soft_wrap=True)
 
 
 def _prompt(line: str) -> str:

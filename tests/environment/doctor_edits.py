@@ -279,3 +279,59 @@ def old_gpu(snap: dict[str, Any], cc: str, name: str) -> dict[str, Any]:
         t.update({"compute_capability": cc, "name": name})
     data(snap, "torch")["bf16_supported"] = tuple(map(int, cc.split("."))) >= (8, 0)
     return snap
+
+
+def driver_not_installed_with_secure_boot(snap: dict[str, Any]) -> dict[str, Any]:
+    """Secure Boot on, and no NVIDIA driver on the host at all: modinfo finds no nvidia module, NVML's library
+    is missing, nvidia-smi too."""
+    module_missing(snap)
+    nvml_fails(snap, "NVMLError_LibraryNotFound", "NVML Shared Library Not Found")
+    data(snap, "secure_boot").update(
+        {
+            "efi": True,
+            "secure_boot": True,
+            "modinfo_found": True,
+            "nvidia_module_file": None,
+            "nvidia_module_signer": None,
+        }
+    )
+    data(snap, "libcuda").update({"loaded": None, "cuda_driver_version": None})
+    data(snap, "container_toolkit")["in_container"] = False
+    snap["probes"]["nvidia_smi"]["data"] = {"found": False}
+    return snap
+
+
+def compute_only_container(snap: dict[str, Any]) -> dict[str, Any]:
+    """A container started with NVIDIA_DRIVER_CAPABILITIES=compute: libcuda is mounted and torch runs on the
+    GPU, but libnvidia-ml and nvidia-smi (the `utility` capability) are not."""
+    nvml_fails(snap, "NVMLError_LibraryNotFound", "NVML Shared Library Not Found")
+    snap["probes"]["nvidia_smi"]["data"] = {"found": False}
+    tk = data(snap, "container_toolkit")
+    tk["in_container"] = True
+    tk.setdefault("env", {})["NVIDIA_DRIVER_CAPABILITIES"] = "compute"
+    return snap
+
+
+def driver_and_torch(
+    snap: dict[str, Any], driver: str, cuda_int: int, torch: str, torch_cuda: str | None
+) -> dict[str, Any]:
+    """A driver (version, CUDA it supports as NVML encodes it) and a torch build (version, its CUDA)."""
+    data(snap, "nvml").update({"driver_version": driver, "cuda_driver_version": cuda_int})
+    data(snap, "libcuda")["cuda_driver_version"] = cuda_int
+    data(snap, "torch").update({"version": torch, "cuda": torch_cuda})
+    return snap
+
+
+def old_gpu_without_kernels(snap: dict[str, Any], cc: str, name: str, arch_list: list[str]) -> dict[str, Any]:
+    """A GPU whose architecture the installed torch was not built for: torch refuses it at init, with the
+    warning torch prints (the range is the arch list's)."""
+    old_gpu(snap, cc, name)
+    data(snap, "torch")["arch_list"] = arch_list
+    ccs = sorted((int(a[3:-1]), int(a[-1])) for a in arch_list)
+    low, high = (f"{major}.{minor}" for major, minor in (ccs[0], ccs[-1]))
+    warning = (
+        f"Found GPU0 {name} which is of cuda capability {cc}. Minimum and Maximum cuda capability supported "
+        f"by this version of PyTorch is ({low}) - ({high})"
+    )
+    torch_without_gpu(snap, "", [warning])
+    return snap

@@ -48,3 +48,36 @@ def test_flags_that_would_be_ignored_are_refused_before_probing(capsys, argv, me
     """An empty --snapshot probed this machine instead; --bench-device without --bench measured nothing."""
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_save_snapshot_through_a_symlink_writes_its_target_and_keeps_the_link_and_mode(tmp_path, capsys):
+    """The link was replaced by a regular file (0644 whatever the old file's mode), the target left stale."""
+    import json
+    import os
+    import stat
+
+    from doctor_edits import CPU_SNAPSHOT
+
+    target = tmp_path / "kept" / "snap.json"
+    target.parent.mkdir()
+    target.write_text("{}")
+    target.chmod(0o640)
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    assert main(["--snapshot", CPU_SNAPSHOT, "--save-snapshot", str(link), "--json"]) in (0, 1)
+    capsys.readouterr()
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert json.loads(target.read_text())["probes"] and stat.S_IMODE(target.stat().st_mode) == 0o640
+
+
+def test_save_snapshot_to_a_socket_is_refused_before_probing(tmp_path, capsys):
+    import socket
+
+    path = tmp_path / "s"
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(path))
+        assert main(["--save-snapshot", str(path)]) == 2
+    finally:
+        server.close()
+    assert f"--save-snapshot {path} is a socket" in capsys.readouterr().err

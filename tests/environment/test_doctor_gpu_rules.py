@@ -202,6 +202,8 @@ EDITS = [
     E.ecc_remap_pending,
     E.power_capped,
     E.memory_in_use,
+    E.driver_not_installed_with_secure_boot,
+    E.compute_only_container,
 ]
 
 
@@ -212,3 +214,93 @@ def test_no_rule_breaks_on_any_failure_case(edit):
     assert not [f.title for f in findings if f.id.startswith("doctor.rule_failed")]
     assert exit_code(findings) >= 1
     recommended_settings(snap)  # never raises
+
+
+def test_secure_boot_is_not_blamed_when_no_driver_is_installed():
+    """modinfo finds no nvidia module: nothing for Secure Boot to refuse, so the finding is the missing driver."""
+    found = ids(evaluate(E.driver_not_installed_with_secure_boot(E.gpu_base())))
+    assert "driver.secure_boot_unsigned" not in found
+    f = found["driver.not_installed"]
+    assert f.severity == "error" and any("ubuntu-drivers install" in c for c in f.fix_for("debian"))
+
+
+def test_nvml_missing_in_a_compute_only_container_is_a_warning_when_torch_uses_the_gpu():
+    snap = E.compute_only_container(E.gpu_base())
+    findings = evaluate(snap)
+    f = ids(findings)["driver.nvml_failed"]
+    assert f.severity == "warn" and "torch uses the GPU" in f.title
+    assert "'compute'" in f.why and "utility" in f.why
+    assert f.fix_for("debian")[0].startswith("docker run --gpus all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility ")
+    assert exit_code(findings) == 1  # works, with a warning: not "GPU inference will fail"
+
+
+def test_nvml_failing_while_torch_cannot_use_the_gpu_stays_an_error():
+    snap = E.compute_only_container(E.gpu_base())
+    E.torch_without_gpu(snap, "RuntimeError: No CUDA GPUs are available")
+    assert exit_code(evaluate(snap)) == 2
+
+
+def test_upgrade_recommends_the_branch_torchs_cuda_minor_needs():
+    """CUDA 12.9 needs driver 575: the 12.x production branch (570) is what the user already has."""
+    snap = E.driver_and_torch(E.gpu_base(), "570.133.20", 12080, "2.8.0+cu129", "12.9")
+    f = ids(evaluate(snap))["cuda.minor_version_compat"]
+    assert f.fix_for("debian")[0].startswith("sudo apt update && sudo apt install -y nvidia-driver-575 ")
+    assert f.fix_for("rhel")[0] == "sudo dnf module install -y nvidia-driver:575-dkms"
+    snap = E.driver_and_torch(E.gpu_base(), "550.127.05", 12040, "2.11.0+cu128", "12.8")
+    f = ids(evaluate(snap))["cuda.minor_version_compat"]
+    assert "nvidia-driver-570 " in f.fix_for("debian")[0]  # the production branch when it is new enough
+
+
+def test_cpu_torch_fix_installs_the_build_closest_to_the_driver():
+    """torch 2.11 has cu126/cu128/cu130; a CUDA 12.4 driver runs cu126 with the smallest gap (cu128 would
+    draw doctor's minor-version warning right after its own fix)."""
+    snap = E.torch_cpu_build(E.driver_and_torch(E.gpu_base(), "550.127.05", 12040, "2.11.0+cpu", None))
+    f = ids(evaluate(snap))["torch.cpu_build"]
+    assert f.fix_for("debian") == [
+        "pip install --force-reinstall 'torch==2.11.0' --index-url https://download.pytorch.org/whl/cu126"
+    ]
+
+
+@pytest.mark.parametrize(
+    "cc, name, torch, torch_cuda, arch_list, fix",
+    [
+        (  # Pascal: torch 2.11's cu128 has sm_75+ only; its cu126 has sm_50-sm_90
+            "6.1",
+            "Tesla P40",
+            "2.11.0+cu128",
+            "12.8",
+            ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
+            "pip install --force-reinstall 'torch==2.11.0' --index-url https://download.pytorch.org/whl/cu126   # wheels with sm_61",
+        ),
+        (  # Volta on 2.11: cu128 and cu130 start at sm_75
+            "7.0",
+            "Tesla V100-SXM2-32GB",
+            "2.11.0+cu130",
+            "13.0",
+            ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
+            "pip install --force-reinstall 'torch==2.11.0' --index-url https://download.pytorch.org/whl/cu126   # wheels with sm_70",
+        ),
+        (  # Blackwell on a cu126 build (no sm_100/sm_120); the 12.8 driver runs cu128, not cu130
+            "12.0",
+            "NVIDIA GeForce RTX 5090",
+            "2.11.0+cu126",
+            "12.6",
+            ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
+            "pip install --force-reinstall 'torch==2.11.0' --index-url https://download.pytorch.org/whl/cu128   # wheels with sm_120",
+        ),
+        (  # torch 2.6 has no Blackwell build at all: the index's newest torch of a variant that has it
+            "12.0",
+            "NVIDIA GeForce RTX 5090",
+            "2.6.0+cu126",
+            "12.6",
+            ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
+            "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu128   # wheels with sm_120",
+        ),
+    ],
+    ids=["pascal", "volta", "blackwell", "blackwell-on-2.6"],
+)
+def test_no_kernel_image_fix_picks_a_build_with_the_gpus_kernels(cc, name, torch, torch_cuda, arch_list, fix):
+    snap = E.driver_and_torch(E.gpu_base(), "570.133.20", 12080, torch, torch_cuda)
+    E.old_gpu_without_kernels(snap, cc, name, arch_list)
+    f = ids(evaluate(snap))["torch.no_kernel_image"]
+    assert f.fix_for("debian") == [fix]

@@ -144,6 +144,7 @@ def test_compute_capability_features():
         ("NVIDIA H100 PCIe", "H100 PCIe"),
         ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"),
         ("NVIDIA A100-PCIE-40GB", "A100 PCIe 40GB"),
+        ("NVIDIA A100 80GB PCIe", "A100 PCIe 80GB"),
         ("NVIDIA L40S", "L40S"),
         ("NVIDIA L4", "L4"),
         ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),
@@ -163,12 +164,34 @@ def test_unknown_gpu_has_no_datasheet():
     assert K.gpu_spec("NVIDIA GeForce GTX 1080") is None and K.gpu_spec(None) is None
 
 
+@pytest.mark.parametrize("name", ["NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e", "NVIDIA GB200"])
+def test_superchips_are_not_taken_for_the_discrete_gpu_in_their_name(name):
+    """GH200 is no H200 SXM (other memory, an NVLink-C2C host link compared to PCIe): no entry until its
+    datasheet figures are added."""
+    assert K.gpu_spec(name) is None
+
+
 def test_pcie_and_torch_builds():
     assert K.pcie_gbps(5, 16) == pytest.approx(63.0, rel=0.01)
     assert K.pcie_gbps(4, 8) == pytest.approx(15.75, rel=0.01)
     assert K.pcie_gbps(None, 16) is None
     assert K.best_torch_build("2.11.0+cu130", "13.0") == "cu130"
     assert K.best_torch_build("2.11.0", "12.8") == "cu128"
-    assert K.best_torch_build("2.11.0", "12.4") == "cu128"  # same major: minor-version compatibility
+    # same major under minor-version compatibility: the closest to the driver, not the newest
+    assert K.best_torch_build("2.11.0", "12.4") == "cu126"
+    assert K.best_torch_build("2.11.0", "12.0") == "cu126"
     assert K.best_torch_build("2.11.0", "11.8") is None
     assert K.best_torch_build("2.6.0", "12.4") == "cu124"
+
+
+def test_which_torch_builds_have_kernels_for_a_gpu():
+    assert K.build_has_kernels("cu126", "6.1") and not K.build_has_kernels("cu128", "6.1")
+    assert K.build_has_kernels("cu126", "8.9") and not K.build_has_kernels("cu126", "12.0")
+    assert K.build_has_kernels("cu128", "12.1") and K.build_has_kernels("cu130", "10.3")
+    assert not K.build_has_kernels("cu130", "7.0") and not K.build_has_kernels("cu126", "3.7")
+    assert not K.build_has_kernels("cu999", "9.0")
+    assert K.torch_build_for_gpu("2.11.0+cu128", "6.1", "12.8") == ("cu126", True)
+    assert K.torch_build_for_gpu("2.11.0", "12.0", "13.0") == ("cu130", True)
+    assert K.torch_build_for_gpu("2.11.0", "12.0", "12.4") == ("cu128", True)  # minor-version compatibility
+    assert K.torch_build_for_gpu("2.5.1", "12.0", "12.8") == ("cu128", False)  # no 2.5 build has sm_120
+    assert K.torch_build_for_gpu("2.11.0", "3.7", "12.8") == (None, False)

@@ -11,6 +11,7 @@ from model_optimizer.environment.knowledge import (
     load,
     min_driver_for_cuda,
     min_driver_minor_compat,
+    torch_build_for_gpu,
     version_tuple,
 )
 from model_optimizer.environment.snapshot import Snapshot
@@ -26,12 +27,21 @@ UPGRADE_DRIVER = {
 
 
 def _torch_install(torch_version: str | None, build: str | None) -> str:
+    """The pip line that puts this torch release (any, without `torch_version`: the index's newest) of CUDA
+    variant `build` in place of the installed one: --force-reinstall, as pip counts 2.11.0+cu128 as newer
+    than 2.11.0+cu126 and would keep it."""
     build = build or "cu126"
-    return (
-        f"pip install --force-reinstall 'torch=={torch_version.split('+')[0]}' --index-url https://download.pytorch.org/whl/{build}"
-        if torch_version
-        else f"pip install torch --index-url https://download.pytorch.org/whl/{build}"
-    )
+    wanted = f"'torch=={torch_version.split('+')[0]}'" if torch_version else "torch"
+    return f"pip install --force-reinstall {wanted} --index-url https://download.pytorch.org/whl/{build}"
+
+
+def _driver_branch(torch_cuda: str, need_full: str | None) -> str:
+    """The driver branch to install for torch's CUDA: the production branch of its major version, or the
+    branch of the driver that shipped with this CUDA release when that is newer (12.9 needs 575, while the
+    12.x production branch is 570: recommending 570 to a 570 user who needs 575 fixes nothing)."""
+    production = load("version_matrix")["recommended_driver_branch"].get(str(version_tuple(torch_cuda)[0]), "580")
+    shipped = str(version_tuple(need_full)[0]) if need_full else production
+    return max(production, shipped, key=int)
 
 
 def rule_torch_build(snap: Snapshot) -> list[Finding]:
@@ -96,7 +106,7 @@ def rule_cuda_compat(snap: Snapshot) -> list[Finding]:
         return []
     driver_cuda = snap.driver_cuda
     need_full, need_any = min_driver_for_cuda(torch_cuda), min_driver_minor_compat(torch_cuda)
-    branch = load("version_matrix")["recommended_driver_branch"].get(str(version_tuple(torch_cuda)[0]), "580")
+    branch = _driver_branch(torch_cuda, need_full)
     build = best_torch_build(snap.torch.get("version"), driver_cuda)
     details = {
         "torch_cuda": torch_cuda,
@@ -201,16 +211,22 @@ def rule_arch_support(snap: Snapshot) -> list[Finding]:
                     "error",
                     f"This torch has no kernels for GPU {dev.get('index')} (compute capability {cc}, sm_{major}{minor})",
                     "Every CUDA op fails with 'no kernel image is available for execution on the device'.",
-                    {
-                        "any": [
-                            "pip install --upgrade torch --index-url https://download.pytorch.org/whl/cu128   # wheels with sm_"
-                            + f"{major}{minor}"
-                        ]
-                    },
+                    {"any": [_kernels_install(snap, cc)]},
                     {"arch_list": arch_list, "compute_capability": cc},
                 )
             )
     return findings
+
+
+def _kernels_install(snap: Snapshot, cc: str) -> str:
+    """The pip line for a torch build with kernels for compute capability `cc` that this driver runs: torch's
+    CUDA 12.8+ wheels dropped Maxwell and Pascal (and Volta in some releases), CUDA 12.6 and older lack
+    Blackwell, so the variant follows the GPU (knowledge.torch_build_for_gpu)."""
+    sm = "sm_" + cc.replace(".", "")
+    build, of_this_release = torch_build_for_gpu(snap.torch.get("version"), cc, snap.driver_cuda)
+    if build is None:
+        return f"No published torch wheel has kernels for {sm}: build torch from source with TORCH_CUDA_ARCH_LIST={cc}"
+    return _torch_install(snap.torch.get("version") if of_this_release else None, build) + f"   # wheels with {sm}"
 
 
 def _parse_arch(arch: str) -> tuple[str, int, int]:

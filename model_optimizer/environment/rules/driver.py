@@ -3,6 +3,8 @@ nvidia_uvm present, device nodes usable, persistence mode."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from model_optimizer.environment.findings import Finding
 from model_optimizer.environment.knowledge import gpu_spec
 from model_optimizer.environment.snapshot import Snapshot
@@ -48,6 +50,8 @@ def rule_driver_loaded(snap: Snapshot) -> list[Finding]:
         "nvidia_module_loaded": snap.module_loaded("nvidia"),
         "proc_driver_version": snap.data("driver_proc").get("version"),
     }
+    if snap.gpu_usable:
+        return [_nvml_missing_beside_a_working_gpu(snap, message, details)]
     if snap.is_wsl:
         return [
             Finding(
@@ -144,23 +148,57 @@ def rule_driver_loaded(snap: Snapshot) -> list[Finding]:
             "error",
             f"NVML could not start: {message}",
             WHY_NO_DRIVER,
-            {
-                "any": [
-                    "nvidia-smi",
-                    "sudo dmesg | grep -iE 'nvidia|nvrm|xid' | tail",
-                    f'mopt doctor --explain "{message}"',
-                ]
-            },
+            {"any": _nvml_diagnostics(message)},
             details,
         )
     ]
 
 
+def _nvml_diagnostics(message: str | None) -> list[str]:
+    """What to run when NVML fails for a reason no rule knows: its own view, the kernel log, the knowledge base."""
+    return ["nvidia-smi", "sudo dmesg | grep -iE 'nvidia|nvrm|xid' | tail", f'mopt doctor --explain "{message}"']
+
+
+def _nvml_missing_beside_a_working_gpu(snap: Snapshot, message: str | None, details: dict[str, Any]) -> Finding:
+    """NVML failed but torch runs on the GPU: nothing CUDA needs is missing, so a warning, not the error that
+    says inference will fail. The usual cause is a container started with NVIDIA_DRIVER_CAPABILITIES=compute,
+    which mounts libcuda but not libnvidia-ml or nvidia-smi (those come with `utility`)."""
+    capabilities = (snap.data("container_toolkit").get("env") or {}).get("NVIDIA_DRIVER_CAPABILITIES")
+    given = {c.strip() for c in (capabilities or "").split(",") if c.strip()}
+    why = (
+        "CUDA works, so inference runs; without NVML nvidia-smi does not work, this report cannot read the GPU's "
+        "memory, clocks, power or PCIe link, and tools that query the GPU through NVML fail or guess."
+    )
+    if snap.data("container_toolkit").get("in_container") and given and not given & {"utility", "all"}:
+        why += f" NVIDIA_DRIVER_CAPABILITIES is {capabilities!r}: without 'utility' the container gets no NVML."
+        fix = [
+            f"docker run --gpus all -e NVIDIA_DRIVER_CAPABILITIES={','.join(sorted(given | {'utility'}))} ...",
+            "Kubernetes or compose: add utility to the container's NVIDIA_DRIVER_CAPABILITIES",
+        ]
+    elif snap.error("nvml")[0] == "NVMLError_LibraryNotFound":
+        fix = ["ldconfig -p | grep libnvidia-ml   # NVML ships with the driver: reinstall its utils package if missing"]
+    else:
+        fix = _nvml_diagnostics(message)
+    return Finding(
+        "driver.nvml_failed",
+        "warn",
+        f"NVML could not start ({message}), but torch uses the GPU",
+        why,
+        {"any": fix},
+        {**details, "nvidia_driver_capabilities": capabilities},
+    )
+
+
 def _secure_boot_blocks(snap: Snapshot) -> bool:
+    """Secure Boot on, the module installed (modinfo found its file) but unsigned, and not loaded. Without
+    the module file there is nothing for Secure Boot to refuse: the driver is not installed."""
     sb = snap.data("secure_boot")
-    loaded = snap.module_loaded("nvidia")
     return (
-        bool(sb.get("secure_boot")) and loaded is not True and not snap.nvml_ok and not sb.get("nvidia_module_signer")
+        bool(sb.get("secure_boot"))
+        and bool(sb.get("nvidia_module_file"))
+        and not sb.get("nvidia_module_signer")
+        and snap.module_loaded("nvidia") is not True
+        and not snap.nvml_ok
     )
 
 
