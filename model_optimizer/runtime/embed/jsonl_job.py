@@ -101,7 +101,7 @@ def read_rows(path: Path, text_field: str, id_field: str) -> list[tuple[Any, str
     """(id, text) of every input row; ValueError naming the line of any bad row or repeated id."""
     rows: list[tuple[Any, str]] = []
     seen: set[str] = set()
-    for number, row in jsonl_values(_without_bom(text_lines(path)), path):
+    for number, row in jsonl_values(text_lines(path), path):
         row_id, text = _parse_row(row, number, text_field, id_field, path)
         key = json.dumps(row_id)
         if key in seen:
@@ -109,15 +109,6 @@ def read_rows(path: Path, text_field: str, id_field: str) -> list[tuple[Any, str
         seen.add(key)
         rows.append((row_id, text))
     return rows
-
-
-def _without_bom(lines: Iterator[str]) -> Iterator[str]:
-    """The lines, a byte order mark at the start of the first cut off: Windows tools (Notepad, PowerShell,
-    Excel's "CSV UTF-8") begin UTF-8 files with one, which Python's utf-8-sig codec skips too."""
-    first = True
-    for line in lines:
-        yield line.removeprefix("\ufeff") if first else line
-        first = False
 
 
 def _parse_row(row: Any, number: int, text_field: str, id_field: str, path: Path) -> tuple[Any, str]:
