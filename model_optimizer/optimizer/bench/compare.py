@@ -89,8 +89,11 @@ def pair_runs(runs_a: list[dict], runs_b: list[dict]) -> list[tuple[dict, dict]]
     """Pairs to compare: the two runs when each side has one, else runs of the same sweep step or load label."""
     if len(runs_a) == 1 and len(runs_b) == 1:
         return [(runs_a[0], runs_b[0])]
-    by_load = {load_key(r): r for r in runs_b}
-    pairs = [(r, by_load[load_key(r)]) for r in runs_a if load_key(r) in by_load]
+    # by sweep step where both sides recorded steps, else by label (a file written before steps were)
+    by_step = all(r["plan"].get("step") is not None for r in runs_a + runs_b)
+    key = load_key if by_step else _label
+    by_load = {key(r): r for r in runs_b}
+    pairs = [(r, by_load[key(r)]) for r in runs_a if key(r) in by_load]
     if not pairs:
         loads_a = ", ".join(sorted({r["plan"]["label"] for r in runs_a}))
         loads_b = ", ".join(sorted({r["plan"]["label"] for r in runs_b}))
@@ -105,7 +108,11 @@ def load_key(run: dict) -> str:
     """What pairs a run with the other side's: its sweep step, else (outside a sweep, or a run file
     written before steps were recorded) its load label."""
     step = run["plan"].get("step")
-    return run["plan"]["label"] if step is None else f"sweep step {step}"
+    return _label(run) if step is None else f"sweep step {step}"
+
+
+def _label(run: dict) -> str:
+    return run["plan"]["label"]
 
 
 def print_comparison(path_a: str, path_b: str, console: Console | None = None) -> None:

@@ -403,3 +403,8 @@ def test_compare_pairs_two_sweeps_step_by_step():
         "sweep: one at a time",
         "sweep: saturation (concurrency 4)",
     ]
+    # a sweep saved before steps were recorded against a new one: by label, as both sides can
+    assert [x["plan"]["label"] for x, _ in pair_runs(old_a, b)] == [
+        "sweep: one at a time",
+        "sweep: saturation (concurrency 4)",
+    ]
