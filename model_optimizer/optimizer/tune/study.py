@@ -407,17 +407,7 @@ class Tuner:
         return row
 
     def _constraints(self, result: TrialResult) -> list[float]:
-        out = []
-        for slo in self.slos:
-            check = result.slo_checks.get(slo.key, {})
-            measured, limit = check.get("measured_ms"), slo.limit * 1e3
-            if measured is None:
-                out.append(1e6)  # nothing measured: as far from feasible as it gets
-            elif not check.get("met", False):
-                out.append(max(measured - limit, 1.0))  # missed, if only through failed requests
-            else:
-                out.append(measured - limit)
-        return out
+        return [slo_violation(result.slo_checks.get(slo.key, {}), slo.limit * 1e3) for slo in self.slos]
 
     def _ask(self):
         """The next trial: the predictor's pick (queued first) or the sampler's. Ctrl-C and SIGTERM wait
@@ -515,3 +505,18 @@ def objective_values(result: TrialResult) -> list[float]:
 
 def save_setup(output_dir: Path, data: dict) -> None:
     atomic_write(output_dir / "tune.json", json_text(data))
+
+
+def slo_violation(check: dict, limit_ms: float) -> float:
+    """An SLO check of a bench run (metrics.slo_check) as NSGA-II's constraint: measured - limit, <= 0
+    feasible. Where failed requests made the statistic infinite (a mean or max with one failure, a p99 with
+    more than 1 % failed) it is graded by the share of requests that failed or missed, so a trial with one
+    timeout stays nearer feasible than one with none measured (1e6)."""
+    measured, share = check.get("measured_ms"), check.get("share_over_limit")
+    if measured is None and share is not None:
+        return max(limit_ms, 1.0) * (1.0 + 100.0 * share)
+    if measured is None:
+        return 1e6  # nothing measured: as far from feasible as it gets
+    if not check.get("met", False):
+        return max(measured - limit_ms, 1.0)  # missed, if only through failed requests
+    return measured - limit_ms

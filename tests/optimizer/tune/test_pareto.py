@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from model_optimizer.cli.main import main
+from model_optimizer.optimizer.bench.client import RequestRecord
+from model_optimizer.optimizer.bench.metrics import SloThreshold, slo_check
 from model_optimizer.optimizer.tune.pareto import choose, dominates, pareto_front
+from model_optimizer.optimizer.tune.study import slo_violation
 
 
 def row(number, goodput, ttft, tpot, memory, cold, constraints=(), state="COMPLETE"):
@@ -105,3 +108,24 @@ def test_num_warmups_help_names_one_default():
     help_text = text[start : text.index("--", start + 16)]
     assert "default: max(2 x the clients in flight, 32)" in help_text and "(default: 0)" not in help_text
     assert text.count("max(2 x") == 1  # said once, where the flag is
+
+
+def test_a_statistic_made_infinite_by_failures_is_graded_not_unmeasured():
+    """One timeout among 100 makes a mean infinite (metrics.slo_check: measured_ms None, share_over_limit
+    0.01): the constraint was 1e6, as for a trial with nothing measured, so NSGA-II could not tell it
+    from a dead one."""
+    records = []
+    for i in range(100):
+        r = RequestRecord(i, 8, 8)
+        r.send, r.end, r.chunk_times, r.output_tokens = 0.0, 0.1, [0.05, 0.1], 8
+        if i == 0:
+            r.error = "timeout"
+        records.append(r)
+    limit = 0.2
+    one_failed = slo_check(records, SloThreshold("ttft", "mean", limit))
+    for r in records[1:10]:
+        r.error = "timeout"
+    ten_failed = slo_check(records, SloThreshold("ttft", "mean", limit))
+    assert one_failed["measured_ms"] is None and one_failed["share_over_limit"] == 0.01
+    graded = [slo_violation(c, limit * 1e3) for c in (one_failed, ten_failed)]
+    assert 0 < graded[0] < graded[1] < slo_violation({}, limit * 1e3) == 1e6
