@@ -167,7 +167,7 @@ def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
     return ModelCost(
         params,
         linear,
-        params * elem,
+        prequantized_weight_bytes(config) or params * elem,
         {"auto": layers * kv_values * elem, "fp8": layers * kv_values},
         attn_flops,
         int(config.get("max_position_embeddings", 0)),
@@ -179,6 +179,25 @@ def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
         expert_params=sparse * experts,
         expert_fraction=moe.top_k / moe.num_experts if moe else 1.0,
     )
+
+
+def prequantized_weight_bytes(config: dict) -> int | None:
+    """A pre-quantized checkpoint's weight bytes as the engine loads them (its memory plan's one row:
+    codes, scales, zero points, the layers its `ignore` keeps in the model dtype); None for float weights
+    or a quantization_config the engine cannot read."""
+    if not config.get("quantization_config"):  # float weights: no need to import the engine (torch)
+        return None
+    from model_optimizer.model.inspect.memory_plan import GpuMemory, plan_memory
+    from model_optimizer.model.inspect.plan_formats import checkpoint_spec
+    from model_optimizer.runtime.config import EngineConfig
+
+    try:
+        if checkpoint_spec(config) is None:
+            return None
+        plan = plan_memory(config, GpuMemory("any", 1 << 50), EngineConfig())
+    except ValueError:
+        return None
+    return next(iter(plan.weight_bytes_by_format.values()))
 
 
 def mla_attention_params(mla: MlaArgs, hidden: int) -> int:
@@ -551,7 +570,9 @@ class Predictor:
 
                 engine = EngineConfig(**{n: v for n, v in zip(names, key) if v is not None})
                 gpu = GpuMemory(self.hardware.name, int(self.hardware.memory_gib * GIB))
-                cache[key] = plan_memory(self.config, gpu, engine).row("bf16", engine.kv_cache_dtype)
+                plan = plan_memory(self.config, gpu, engine)
+                own = next(iter(plan.weight_bytes_by_format))  # the model dtype's row, or a pre-quantized format's
+                cache[key] = plan.row(own, engine.kv_cache_dtype)
             except Exception:  # no plan: fall back to the share minus the weights
                 cache[key] = None
         return cache[key]

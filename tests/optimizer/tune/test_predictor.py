@@ -267,6 +267,23 @@ def test_gpu_kv_capacity_comes_from_the_memory_plan():
     assert pred.memory_gib == pytest.approx(0.5 * 141)
 
 
+def test_a_prequantized_checkpoint_is_sized_in_its_own_format():
+    """An AWQ checkpoint's plan holds only its int4 row: the predictor asked for "bf16", got nothing, and
+    sized the weights as bf16 (Llama-3.1-70B: 131 GiB, against ~37 GiB loaded), so tune pruned trials that
+    fit."""
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(__file__).parents[3] / "benchmarks/configs/llama-3.1-70b/config.json").read_text())
+    awq = config | {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}}
+    h200 = hardware_from_datasheet("H200")
+    plain, quantized = model_cost(config), model_cost(awq)
+    assert quantized.weight_bytes < 0.35 * plain.weight_bytes
+    settings = {"gpu_memory_utilization": 0.9, "max_num_seqs": 8, "max_num_batched_tokens": 1024, "max_model_len": 8192}
+    pred = Predictor(quantized, h200, config=awq).ideal(settings, LOAD)
+    assert pred.kv_capacity_tokens > 0
+
+
 def test_closed_loop_beyond_max_num_seqs_waits_for_slots():
     """8 in flight, 2 run at once: each request first waits for 8 / 2 - 1 = 3 others to finish."""
     predictor = Predictor(model_cost(CONFIG), SLOW)
