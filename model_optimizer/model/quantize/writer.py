@@ -35,7 +35,10 @@ FORMATS = {
 }
 WRITTEN_FILES = {"config.json", "quantization_report.json"}
 """Files the quantized folder has of its own; every other non-weight file of the source is copied
-(inspect.fix.carried_files)."""
+(inspect.fix.carried_files) but NOT_CARRIED."""
+NOT_CARRIED = {"README.md"}
+"""The original's model card: it describes the original's weights, and its Hub metadata would present
+the quantized copy as the original."""
 
 
 def compressed_tensors_config(method: str, group_size: int) -> dict:
@@ -181,5 +184,5 @@ def save_compressed_tensors(model: nn.Module, method: str, group_size: int, src_
     if any(type(m).__name__ == "LatentLinear" for m in model.modules()):
         config["quantization_config"]["ignore"] += MLA_IGNORE
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    for path in carried_files(src_dir, WRITTEN_FILES):
+    for path in carried_files(src_dir, WRITTEN_FILES | NOT_CARRIED):
         shutil.copy2(path, out_dir / path.name)

@@ -72,6 +72,7 @@ def test_every_file_but_the_original_weights_is_carried_over(quant_model, tmp_pa
     for name, text in carried.items():
         (src / name).write_text(text)
     (src / "quantization_report.json").write_text("{}")  # a stale report of another run: never carried
+    (src / "README.md").write_text("---\nbase_model: x\n---\nThe float model.\n")  # the original's card: not carried
     for name in ORIGINAL_WEIGHTS:
         (src / name).write_bytes(b"{}")
     model = load_model(src, "float32", CPU, quantization="int8")
@@ -86,5 +87,5 @@ def test_every_file_but_the_original_weights_is_carried_over(quant_model, tmp_pa
         "generation_config.json",
     } <= names
     assert all((out / name).read_text() == text for name, text in carried.items())
-    assert not names & {*ORIGINAL_WEIGHTS, "quantization_report.json"}
+    assert not names & {*ORIGINAL_WEIGHTS, "quantization_report.json", "README.md"}
     assert json.loads((out / "config.json").read_text())["auto_map"] == config["auto_map"]
