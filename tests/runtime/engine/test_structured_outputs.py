@@ -270,6 +270,21 @@ def test_prefix_cache_hits_and_n_completions_keep_their_own_grammar_state(model_
     assert [c.text for c in first.outputs] == [c.text for c in second.outputs]  # seeded: the cache changes nothing
 
 
+def test_a_grammar_that_ends_on_eos_under_ignore_eos_leaves_it_out_of_the_text(model_dir):
+    """The mask allows EOS where the grammar may end; under ignore_eos the EOS did not stop the request,
+    the grammar did, and the EOS stayed in the text ('699999100100656<|im_end|>' for [0-9]+)."""
+    llm = LLM(model_dir, kv_cache_memory=1 << 24)
+    eos = llm.get_tokenizer().eos_token_id
+    ended_on_eos = 0
+    for ignore_eos in (False, True):
+        params = SamplingParams(temperature=1.0, seed=1, n=4, max_tokens=20, ignore_eos=ignore_eos,
+                                skip_special_tokens=False, structured_outputs=StructuredOutputs.regex(r"[0-9]+"))  # fmt: skip
+        for c in llm.generate([[5, 17, 300, 41, 9] * 3], params)[0].outputs:
+            assert re.fullmatch(r"[0-9]+", c.text), (ignore_eos, c.text)
+            ended_on_eos += ignore_eos and c.finish_reason == "stop" and c.token_ids[-1] == eos
+    assert ended_on_eos  # the case happened
+
+
 def test_logprobs_are_over_the_tokens_the_grammar_allows(model_dir):
     llm = LLM(model_dir, kv_cache_memory=1 << 24)
     tokenizer = llm.tokenizer
