@@ -134,9 +134,8 @@ class ConstrainedDecoding:
             if error is None:
                 # a grammar that ends on EOS (drawn under ignore_eos, which kept it from stopping the request
                 # itself) ends on a token the text leaves out, as an EOS stop does
-                if not request.finished and request.output_token_ids[-1:] and (
-                    request.output_token_ids[-1] in request.eos_token_ids
-                ):
+                last = request.output_token_ids[-1:]
+                if not request.finished and last and last[0] in request.eos_token_ids:
                     request.stopped_on_token = True
                 scheduler.finish(request, RequestStatus.FINISHED_STOPPED)
             else:
