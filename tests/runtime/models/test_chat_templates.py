@@ -40,6 +40,19 @@ def test_template_renders_its_family_format(tokenizer, name):
     assert text == EXPECTED[name]
 
 
+def test_chatml_closes_an_empty_think_block_when_thinking_is_off(tokenizer):
+    """As Qwen3's own template: enable_thinking false writes an empty think block after the generation
+    prompt; left out or true, the prompt is plain ChatML."""
+
+    def render(**kwargs) -> str:
+        return tokenizer.apply_chat_template(
+            MESSAGES, chat_template=load_template("chatml"), tokenize=False, add_generation_prompt=True, **kwargs
+        )
+
+    assert render() == render(enable_thinking=True) == EXPECTED["chatml"]
+    assert render(enable_thinking=False) == EXPECTED["chatml"] + "<think>\n\n</think>\n\n"
+
+
 def test_families_and_files(tmp_path):
     assert shipped_templates() == ["chatml", "llama3", "mistral"]
     assert [family_template({"model_type": t}) for t in ("qwen3", "qwen2", "llama", "mistral", "gpt2")] == [
