@@ -307,13 +307,16 @@ class LLM:
         chat_template_content_format: str = "auto",
         on_progress: Callable[[int, RequestOutput], None] | None = None,
     ) -> list[RequestOutput]:
-        """Reply to one conversation (a list of `{"role": ..., "content": ...}` messages) or to a list of
-        them, as vLLM's `LLM.chat`: each is rendered through the chat template (`chat_template`: a shipped
-        name, a file or the template itself; else the tokenizer's), tokenized without adding special
-        tokens (the template writes them), then generated as `generate` does. `tools` (OpenAI's function
-        definitions) and `chat_template_kwargs` (e.g. `{"enable_thinking": False}`) reach the template;
+        """Reply to one conversation (a list of `{"role": ..., "content": ...}` messages: dicts or pydantic
+        messages such as the openai package's, an assistant's tool-call arguments as JSON text or objects) or
+        to a list of them, as vLLM's `LLM.chat`: each is rendered through the chat template (`chat_template`:
+        a shipped name, a file or the template itself; else the tokenizer's, of named ones the one
+        transformers picks), tokenized without adding special tokens (the template writes them), then
+        generated as `generate` does. `tools` (OpenAI's function definitions; an empty list too) and
+        `chat_template_kwargs` (e.g. `{"enable_thinking": False}`) reach the template;
         `chat_template_content_format` (auto, string, openai) shapes each message's content as the server's
-        flag of that name does. Each output's `prompt` is the rendered text. ValueError when a conversation cannot be rendered."""
+        flag of that name does. Each output's `prompt` is the rendered text. ValueError when a conversation
+        cannot be rendered."""
         self._check_open()
         if self.engine is None:
             raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not chat")

@@ -180,3 +180,107 @@ def test_parts_that_are_text_render_as_text(qwen3_llm):
     [mine] = qwen3_llm.chat(parts, GREEDY)
     [theirs] = qwen3_llm.chat(plain, GREEDY)
     assert mine.prompt == theirs.prompt
+
+
+# Llama 3.1's way with tools: an empty list of them is still a tool-calling prompt (`tools is not none`), and a
+# call's arguments are written with tojson
+CALLS_TEMPLATE = (
+    "{% if tools is not none %}[{{ tools | length }} tools]\n{% endif %}"
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{% for call in message.tool_calls or [] %}"
+    '{"name": "{{ call.function.name }}", "parameters": {{ call.function.arguments | tojson }}}'
+    "{% endfor %}{{ message.content or '' }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _history(arguments) -> list[dict]:
+    """A tool-calling conversation whose call carries `arguments`."""
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    return [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "22 C"},
+    ]
+
+
+def test_call_arguments_sent_as_json_text_reach_the_template_as_objects(qwen3_llm, hf_tokenizer):
+    """OpenAI's API carries a call's arguments as JSON text, in a dict or in the openai package's reply message
+    appended to the history: the template gets the object, as vLLM (and the server) give it, not the text,
+    which tojson would print encoded twice."""
+    from openai.types.chat import ChatCompletionMessage
+
+    history = _history('{"city": "Paris"}')
+    expected = hf_tokenizer.apply_chat_template(
+        _history({"city": "Paris"}),
+        tools=TOOLS,
+        chat_template=CALLS_TEMPLATE,
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    reply = ChatCompletionMessage.model_validate(history[1])
+    for messages in (history, [history[0], reply, history[2]]):
+        [out] = qwen3_llm.chat(messages, GREEDY, chat_template=CALLS_TEMPLATE, tools=TOOLS)
+        assert out.prompt == expected and '"parameters": {"city": "Paris"}' in out.prompt
+
+
+def test_pydantic_messages_are_continued_and_shaped_as_dicts(qwen3_llm, hf_tokenizer):
+    """A pydantic message (the openai package's ChatCompletionMessage, its unset fields None) is the dict it
+    dumps to, as transformers reads it: continue_final_message goes on from it, its text parts are one text."""
+    from openai.types.chat import ChatCompletionMessage
+    from pydantic import BaseModel
+
+    partial = [CONVERSATION[1], ChatCompletionMessage(role="assistant", content="It is")]
+    [out] = qwen3_llm.chat(partial, GREEDY, add_generation_prompt=False, continue_final_message=True)
+    assert out.prompt == hf_tokenizer.apply_chat_template(partial, tokenize=False, continue_final_message=True)
+    assert out.prompt_token_ids == _hf_ids(hf_tokenizer, partial, continue_final_message=True)
+
+    class Part(BaseModel):
+        type: str = "text"
+        text: str
+
+    class Message(BaseModel):
+        role: str
+        content: list[Part]
+
+    [out] = qwen3_llm.chat([Message(role="user", content=[Part(text="a"), Part(text="b")])], GREEDY)
+    assert out.prompt == hf_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "a\nb"}], tokenize=False, add_generation_prompt=True
+    )
+
+
+def test_an_empty_tool_list_reaches_the_template(qwen3_llm, hf_tokenizer):
+    """tools=[] is given, not absent: transformers and vLLM pass it, and `tools is not none` renders it."""
+    for tools in (None, []):
+        [out] = qwen3_llm.chat(CONVERSATION, GREEDY, chat_template=CALLS_TEMPLATE, tools=tools)
+        assert out.prompt == hf_tokenizer.apply_chat_template(
+            CONVERSATION, tools=tools, chat_template=CALLS_TEMPLATE, tokenize=False, add_generation_prompt=True
+        )
+    assert out.prompt.startswith("[0 tools]\n")
+
+
+@pytest.fixture(scope="module")
+def named_llm(tiny_model, named_templates_tokenizer):
+    """The tiny Qwen3 with a tokenizer of named chat templates (`default` and `tool_use`)."""
+    return LLM(str(tiny_model("qwen3")), tokenizer=str(named_templates_tokenizer()), kv_cache_memory=1 << 24)
+
+
+@pytest.mark.parametrize("tools", [None, [], TOOLS], ids=["no tools", "empty tools", "tools"])
+def test_of_named_templates_the_one_transformers_picks_renders(named_llm, named_templates_tokenizer, tools):
+    """`tool_use` when tools are given (an empty list too) and the tokenizer has one, else `default`."""
+    hf = AutoTokenizer.from_pretrained(str(named_templates_tokenizer()))
+    [out] = named_llm.chat(CONVERSATION, GREEDY, tools=tools)
+    assert out.prompt == hf.apply_chat_template(CONVERSATION, tools=tools, tokenize=False, add_generation_prompt=True)
+    assert out.prompt_token_ids == _hf_ids(hf, CONVERSATION, tools=tools, add_generation_prompt=True)
+    assert ("# Tools" in out.prompt) == (tools is not None)
+
+
+def test_named_templates_without_a_default_need_one_given(tiny_model, named_templates_tokenizer):
+    llm = LLM(
+        str(tiny_model("qwen3")), tokenizer=str(named_templates_tokenizer(default=False)), kv_cache_memory=1 << 24
+    )
+    with pytest.raises(ValueError, match=r"named chat templates \(tool_use\) have no 'default'"):
+        llm.chat(CONVERSATION, GREEDY)
+    assert "# Tools" in llm.chat(CONVERSATION, GREEDY, tools=TOOLS)[0].prompt
+    [out] = llm.chat(CONVERSATION, GREEDY, chat_template="chatml")
+    assert out.prompt.startswith("<|im_start|>system\nYou answer briefly.<|im_end|>\n")

@@ -30,17 +30,12 @@ def check_format(content_format: object) -> None:
         raise ValueError(f"chat_template_content_format must be one of {choices}, got {content_format!r}")
 
 
-def resolved(
-    content_format: str, template: str | Mapping[str, str], tools: object = None
-) -> Literal["string", "openai"]:
-    """`content_format` with `auto` read from `template` (of a tokenizer's named templates, the one
-    transformers renders: `tool_use` when there are `tools` and it exists, else `default`); ValueError for
-    a name not in CONTENT_FORMATS."""
+def resolved(content_format: str, template: str) -> Literal["string", "openai"]:
+    """`content_format` with `auto` read from `template` (the one rendered: of a tokenizer's named templates,
+    input_processor.chat_template_for picks it first); ValueError for a name not in CONTENT_FORMATS."""
     check_format(content_format)
     if content_format == "auto":
-        if isinstance(template, Mapping):
-            template = template.get("tool_use" if tools and "tool_use" in template else "default", "")
-        return "openai" if isinstance(template, str) and loops_over_content(template) else "string"
+        return "openai" if loops_over_content(template) else "string"
     return content_format  # type: ignore[return-value]
 
 

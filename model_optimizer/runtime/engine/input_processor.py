@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from model_optimizer.runtime.engine import chat_content
+from model_optimizer.runtime.engine import chat_content, chat_messages
 from model_optimizer.runtime.engine.messages import CoreRequest
 from model_optimizer.runtime.sampling_params import SamplingParams
 
@@ -72,9 +72,29 @@ drops them; LLM.chat refuses them). Its `documents` (a retrieval template's) pas
 and vLLM pass them."""
 
 
+def chat_template_for(tokenizer: Any, template: str | None = None, tools: list[dict] | None = None) -> str:
+    """The template a chat renders with: `template`, else the tokenizer's. Of a tokenizer's named templates
+    (additional_chat_templates/, or a list of them in tokenizer_config.json), the one transformers'
+    get_chat_template picks: `tool_use` when tools are given (an empty list too) and it has one, else
+    `default`; passing the dict on would make transformers fail every render. ValueError when there is none
+    to render with."""
+    template = template or getattr(tokenizer, "chat_template", None)
+    if isinstance(template, Mapping):
+        name = "tool_use" if tools is not None and "tool_use" in template else "default"
+        if name not in template:
+            raise ValueError(
+                f"the tokenizer's named chat templates ({', '.join(sorted(template))}) have no 'default', "
+                "the one a chat without tools renders: give a chat template (chat_template, or serve's --chat-template)"
+            )
+        template = template[name]
+    if not template:
+        raise ValueError("the tokenizer has no chat template")
+    return template
+
+
 def chat_text(
     tokenizer: Any,
-    messages: list[dict],
+    messages: Sequence[Any],
     template: str | None = None,
     add_generation_prompt: bool = True,
     template_kwargs: dict[str, Any] | None = None,
@@ -82,8 +102,11 @@ def chat_text(
     continue_final_message: bool = False,
     content_format: str = "auto",
 ) -> str:
-    """A conversation rendered through a chat template (`template`, else the tokenizer's) as prompt text;
-    `tools` (OpenAI's function definitions) are the template's `tools` variable, as transformers passes them.
+    """A conversation rendered through a chat template (chat_template_for: `template`, else the tokenizer's)
+    as prompt text. `messages` (dicts, or pydantic messages such as the openai package's) reach the template
+    as chat_messages.template_messages makes them: plain dicts, tool-call arguments as objects.
+    `tools` (OpenAI's function definitions) are the template's `tools` variable whenever given, an empty
+    list too (templates that test `tools is not none` render one), as transformers and vLLM pass them.
     `content_format` (auto, string, openai; chat_content.py): each message's content as one text or as a
     list of text parts, as the template reads it.
     `continue_final_message`: the text ends where the last message's content does (the template's
@@ -92,12 +115,12 @@ def chat_text(
     ValueError saying what is wrong when there is no template, the template fails on these messages, or
     it renders nothing. The one way every caller (LLM.chat, the server, `mopt generate`, the start-up
     check of a --chat-template) turns messages into text."""
-    template = template or getattr(tokenizer, "chat_template", None)
-    if not template:
-        raise ValueError("the tokenizer has no chat template")
+    template = chat_template_for(tokenizer, template, tools)
     if continue_final_message and add_generation_prompt:
         raise ValueError("continue_final_message goes on with the last message: set add_generation_prompt false")
-    messages = chat_content.shaped(messages, chat_content.resolved(content_format, template, tools))
+    messages = chat_content.shaped(
+        chat_messages.template_messages(messages), chat_content.resolved(content_format, template)
+    )
     extra = {
         k: v
         for k, v in (template_kwargs or {}).items()
@@ -105,9 +128,9 @@ def chat_text(
     }
     if continue_final_message:
         messages = _tagged_final_message(messages)
+    if tools is not None:
+        extra["tools"] = tools
     try:
-        if tools:
-            extra["tools"] = tools
         text = tokenizer.apply_chat_template(
             messages, chat_template=template, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
         )

@@ -30,7 +30,7 @@ from model_optimizer.common.processes import freeze_startup_objects, unfreeze_ob
 from model_optimizer.common.version import __version__
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.async_engine import AsyncEngine
-from model_optimizer.runtime.engine.input_processor import chat_text
+from model_optimizer.runtime.engine.input_processor import chat_template_for, chat_text
 from model_optimizer.runtime.models.chat_templates import load_template
 from model_optimizer.runtime.server.config import ServerConfig
 from model_optimizer.runtime.server.cors import JSONCORSMiddleware
@@ -92,6 +92,8 @@ def _create_app(
     tokenizer = _frontend_tokenizer(engine_config, llm, model_dir) if generates else None
     if chat_template:
         check_template(chat_template, config.chat_template, tokenizer, config.chat_template_content_format)
+    elif getattr(tokenizer, "chat_template", None):  # named templates without a `default`: every chat would fail
+        chat_template_for(tokenizer)
     sampling_defaults = (  # ValueError for a broken file: exit 2
         config_generation_defaults(engine_config, model_dir) if generates else {}
     )

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from model_optimizer.common.text import not_utf8_at
 from model_optimizer.runtime.engine import input_processor
-from model_optimizer.runtime.engine.input_processor import chat_text
+from model_optimizer.runtime.engine.input_processor import chat_template_for, chat_text
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import ChatMessage
 from model_optimizer.runtime.server.protocol_structured import CUSTOM_INPUT
@@ -140,8 +139,8 @@ def _check_utf8(text: str) -> None:
 
 def message_dicts(messages: list[ChatMessage], developer_as_system: bool = False) -> list[dict[str, Any]]:
     """Messages as chat templates read them: text content (a list of text parts stays one, for chat_text to
-    shape as the template reads it), and the tool calls of an assistant message with their arguments as
-    objects (templates write them with tojson; OpenAI sends them as JSON text). `developer_as_system`: a
+    shape as the template reads it), and the tool calls of an assistant message (their arguments as OpenAI
+    sends them, JSON text: chat_text makes them objects, as it does LLM.chat's). `developer_as_system`: a
     `developer` message (OpenAI's newer name for the system's) goes as `system`, for a template that has
     no branch for that role (most open models': it would drop the instruction, or refuse it)."""
     out = []
@@ -168,18 +167,13 @@ def message_dicts(messages: list[ChatMessage], developer_as_system: bool = False
 
 
 def _template_call(call: Any) -> dict[str, Any]:
-    """A call as the template reads it; a custom tool's as the function of one string it is shown as."""
+    """A call in the function shape templates read; a custom tool's as the function of one string it is
+    shown as."""
     if call.type == "custom":
-        arguments = {CUSTOM_INPUT: call.custom.input}
-        return {"id": call.id, "type": "function", "function": {"name": call.custom.name, "arguments": arguments}}
-    if not call.function.arguments.strip():  # a call with no arguments (a stream cut before them): {}, as vLLM
-        arguments: Any = {}
+        name, arguments = call.custom.name, {CUSTOM_INPUT: call.custom.input}
     else:
-        try:
-            arguments = json.loads(call.function.arguments)
-        except (ValueError, RecursionError):  # nested deeper than Python's parser goes: text too
-            arguments = call.function.arguments  # not JSON: the template gets the text as it came
-    return {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
+        name, arguments = call.function.name, call.function.arguments
+    return {"id": call.id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 async def chat_prompt(
@@ -193,8 +187,9 @@ async def chat_prompt(
     continue_final_message: bool = False,
     keep: int | None = None,
 ) -> Prompt:
-    """Render messages (and tools) through the chat template (--chat-template or the tokenizer's) and tokenize
-    (only the last `keep` tokens when given)."""
+    """Render messages (and `tools`, an empty list too: None only when the request has none, as vLLM passes
+    them) through the chat template (--chat-template or the tokenizer's) and tokenize (only the last `keep`
+    tokens when given)."""
     tokenizer = state.model.tokenizer
     if tokenizer is None:
         raise APIError(
@@ -202,22 +197,20 @@ async def chat_prompt(
             "this model has no tokenizer, so chat messages cannot be rendered: use /v1/completions with token ids",
             "messages",
         )
-    template = state.chat_template or getattr(tokenizer, "chat_template", None)
     defaults = state.config.default_chat_template_kwargs
     if defaults:
         template_kwargs = {**defaults, **(template_kwargs or {})}
-    if not template:
+    try:
+        template = chat_template_for(tokenizer, state.chat_template, tools)
+    except ValueError as exc:
         raise APIError(
-            400,
-            "this model's tokenizer has no chat template; use /v1/completions, "
-            "or start the server with --chat-template FILE",
-            "messages",
-        )
+            400, f"{exc}; use /v1/completions, or start the server with --chat-template FILE", "messages"
+        ) from None
     try:  # in a worker thread, the messages too: a chat may hold hundreds of thousands
         text = await state.run_blocking(
             lambda: chat_text(
                 tokenizer,
-                message_dicts(messages, developer_as_system="developer" not in str(template)),
+                message_dicts(messages, developer_as_system="developer" not in template),
                 template,
                 add_generation_prompt,
                 template_kwargs,

@@ -315,8 +315,12 @@ class TokenizeRequest(ChatTemplateFields):
     add_special_tokens: bool | None = None
     """Default: true for a prompt, false for messages (the template already writes them)."""
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    """With messages: the prompt ends inside the last message, as chat completions render it for a model to
+    go on with that message (vLLM's); needs add_generation_prompt false."""
     tools: list[ChatTool] | None = Field(default=None, max_length=128)
-    """With messages: the tools the template writes into the prompt, as chat completions give them."""
+    """With messages: the tools the template writes into the prompt, as chat completions give them (an empty
+    list too)."""
     return_token_strs: bool = False
 
 

@@ -83,7 +83,7 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
             or (choice == "auto" and body.tools is None)
         ):
             raise APIError(400, "tool_choice needs tools: give the functions the model may call", "tool_choice")
-        return ToolPlan()
+        return ToolPlan([] if body.tools is not None else None)  # [] reaches the template, as vLLM passes it
     names = [t.function.name for t in tools]
     if len(set(names)) != len(names):
         raise APIError(400, "tool names must be unique", "tools")

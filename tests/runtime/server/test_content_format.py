@@ -3,11 +3,13 @@ list of text parts, and `auto` reads which one the template expects, as vLLM doe
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import httpx
 import pytest
 
 from model_optimizer.runtime.engine.chat_content import loops_over_content, resolved, shaped
-from model_optimizer.runtime.engine.input_processor import chat_text
+from model_optimizer.runtime.engine.input_processor import chat_template_for, chat_text
 from model_optimizer.runtime.server.config import ServerConfig
 from tests.runtime.server.live import start_server
 
@@ -54,10 +56,15 @@ def test_auto_finds_a_loop_over_a_message_s_content(template, loops):
 
 
 def test_of_named_templates_the_one_rendered_decides():
-    """transformers renders `tool_use` when a request has tools and the tokenizer has one, else `default`."""
-    assert resolved("auto", {"default": TEXT, "tool_use": PARTS}) == "string"
-    assert resolved("auto", {"default": TEXT, "tool_use": PARTS}, tools=[{"type": "function"}]) == "openai"
-    assert resolved("auto", {"default": PARTS}, tools=[{"type": "function"}]) == "openai"
+    """transformers renders `tool_use` when a request has tools (an empty list too) and the tokenizer has one,
+    else `default`; `auto` reads the format from that one."""
+    named = SimpleNamespace(chat_template={"default": TEXT, "tool_use": PARTS})
+    assert chat_template_for(named) == TEXT and chat_template_for(named, tools=[]) == PARTS
+    assert chat_template_for(SimpleNamespace(chat_template={"default": PARTS}), tools=[{"type": "function"}]) == PARTS
+    assert chat_template_for(named, "given") == "given"
+    with pytest.raises(ValueError, match=r"named chat templates \(tool_use\) have no 'default'"):
+        chat_template_for(SimpleNamespace(chat_template={"tool_use": PARTS}))
+    assert resolved("auto", PARTS) == "openai" and resolved("auto", TEXT) == "string"
     with pytest.raises(ValueError, match="one of auto, string, openai"):
         resolved("parts", TEXT)
 

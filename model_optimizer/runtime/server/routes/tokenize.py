@@ -39,9 +39,10 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
             body.messages,
             body.add_generation_prompt,
             body.template_variables(),
-            tools=as_template_tools(body.tools) if body.tools else None,
+            tools=as_template_tools(body.tools) if body.tools is not None else None,
             add_special_tokens=bool(body.add_special_tokens),
             for_generation=False,
+            continue_final_message=body.continue_final_message,
         )
         token_ids = prompt.token_ids
     else:
