@@ -378,7 +378,7 @@ def _load(config: EngineConfig, num_clients: int) -> tuple[EngineCore, dict]:
     core.add_request(CoreRequest("warm-up", [1, 2, 3], SamplingParams(max_tokens=2, temperature=0.0), 2))
     while core.has_unfinished_requests():  # the first requests' path, so no user pays for it
         core.step()
-    core.num_prompt_tokens = core.num_generation_tokens = core.num_steps = 0
+    _reset_counters(core)
     log_phase("engine", phase)
     log_phase("total", start)
     model = getattr(runner, "model", None)
@@ -390,6 +390,17 @@ def _load(config: EngineConfig, num_clients: int) -> tuple[EngineCore, dict]:
     else:  # tensor parallel: rank 0 summarized its shard's model the same way
         extra = {"num_params": runner.info.get("num_params", 0), "weights": runner.info.get("weights", "?")}
     return core, extra
+
+
+def _reset_counters(core: EngineCore) -> None:
+    """Zero the since-start counters the warm-up moved, so /metrics counts only what clients sent: the core's
+    tokens and steps, the prefix cache's lookups and hits, speculative decoding's proposals."""
+    from model_optimizer.runtime.engine.kv_cache import PrefixCacheStats
+    from model_optimizer.runtime.spec_decode.counters import SpecCounters
+
+    core.num_prompt_tokens = core.num_generation_tokens = core.num_steps = 0
+    core.kv_cache.stats = PrefixCacheStats()
+    core.scheduler.spec_counters = SpecCounters()
 
 
 def _serve(core: EngineCore, inbox: Any, outboxes: list[Any]) -> int:

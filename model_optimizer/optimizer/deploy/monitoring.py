@@ -166,7 +166,8 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         [("running", f"sum(vllm:num_requests_running{SEL})"), ("waiting", f"sum(vllm:num_requests_waiting{SEL})")],
     ),
     _latency("Time to first token", "vllm:time_to_first_token_seconds"),
-    _latency("Time per output token", "vllm:time_per_output_token_seconds"),
+    # each request's mean decode time per token: vLLM 0.14 (the pinned image) exports no other TPOT histogram
+    _latency("Time per output token", "vllm:request_time_per_output_token_seconds"),
     _latency("Inter-token latency", "vllm:inter_token_latency_seconds"),
     _latency("End-to-end request latency", "vllm:e2e_request_latency_seconds"),
     _latency("Queue time", "vllm:request_queue_time_seconds"),

@@ -11,12 +11,14 @@ from model_optimizer.common.text import clip
 from model_optimizer.optimizer.top.metrics import Scrape, delta, quantile, window_buckets
 
 LATENCIES = {
-    "ttft": "vllm:time_to_first_token_seconds",
-    "tpot": "vllm:time_per_output_token_seconds",
-    "itl": "vllm:inter_token_latency_seconds",
-    "e2e": "vllm:e2e_request_latency_seconds",
-    "queue": "vllm:request_queue_time_seconds",
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "tpot": ("vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds"),
+    "itl": ("vllm:inter_token_latency_seconds",),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+    "queue": ("vllm:request_queue_time_seconds",),
 }
+"""Each latency's histograms, the first one a server exports read. TPOT: each request's mean time per output
+token, as vLLM 0.14 and mopt serve export it; older servers only had the old name (vLLM hid it from 0.12)."""
 
 
 ENGINE_METRICS = (
@@ -110,7 +112,8 @@ def build_view(url: str, cur: Scrape, prev: Scrape | None, gpus: list[dict]) -> 
     if not queries:
         hits, queries = cur.total("vllm:prefix_cache_hits_total"), cur.total("vllm:prefix_cache_queries_total")
     view.prefix_hit_rate = hits / queries if hits is not None and queries else None
-    for key, histogram in LATENCIES.items():
+    for key, names in LATENCIES.items():
+        histogram = next((name for name in names if name + "_bucket" in cur.samples), names[0])
         buckets, in_window = window_buckets(cur, prev, histogram)
         if buckets:
             view.latency[key] = {"p50": quantile(0.5, buckets), "p99": quantile(0.99, buckets), "window": in_window}

@@ -4,6 +4,12 @@ speculative decoding's mean acceptance length when it is on.
 Every `--log-interval` seconds the server compares two snapshots of the engine's counters
 (AsyncEngine.stats, refreshed by the engine loop) and logs one line, only when something happened:
 tokens were computed, or requests are running or waiting. An idle server stays quiet.
+
+Prompt throughput is the prompt tokens the engine computed (mopt:prompt_tokens_computed_total: prefix-cache
+hits left out, a preempted prompt's recompute counted), the work done, as vLLM's own line counts it in the
+releases after 0.14 (LoggingStatLogger adds prompt_token_stats.computed, vllm/v1/metrics/loggers.py).
+vllm:prompt_tokens_total, each completion's whole prompt cached or not, is counted by the frontends and is
+not in the engine's snapshot.
 """
 
 from __future__ import annotations

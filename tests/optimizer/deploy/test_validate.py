@@ -272,3 +272,10 @@ def test_hpa_metric_comes_from_an_exported_series(deployments, live_metrics):
     assert series in _exported(live_metrics)
     hpa = next(m for m in _manifests(folder) if m["kind"] == "HorizontalPodAutoscaler")
     assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == rule["name"]["as"]
+
+
+def test_the_tpot_panel_reads_the_per_request_histogram_vllm_0_14_exports():
+    """vLLM 0.14 exports vllm:request_time_per_output_token_seconds; the old name is hidden there (from 0.12)."""
+    used = _used_metrics_of_render()
+    assert "vllm:request_time_per_output_token_seconds_bucket" in used
+    assert "vllm:time_per_output_token_seconds_bucket" not in used

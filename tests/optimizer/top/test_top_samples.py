@@ -74,3 +74,30 @@ def test_a_malformed_sample_is_skipped_and_counted_and_the_watch_goes_on(capsys)
     assert all(v.ok and v.num_malformed_samples == 2 for v in views)
     assert "skipped 2 malformed samples" in _text(render(views[-1]))
     assert plain_line(views[-1]).endswith(" malformed=2")
+
+
+NEW_TPOT, OLD_TPOT = "vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds"
+
+
+def _histogram(name: str, le: float) -> str:
+    """A histogram `name` of 10 observations, all in the bucket up to `le` seconds."""
+    lines = [f"# TYPE {name} histogram"]
+    lines += [f'{name}_bucket{{{M},le="{b}"}} {10 if b >= le else 0}' for b in (0.025, 0.05, 1.0)]
+    lines += [f'{name}_bucket{{{M},le="+Inf"}} 10', f"{name}_count{{{M}}} 10", f"{name}_sum{{{M}}} 0.4"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    "histograms",
+    [
+        _histogram(NEW_TPOT, 0.05),  # vLLM 0.14 and mopt serve: each request's mean time per output token
+        _histogram(OLD_TPOT, 0.05),  # older servers: only the old name
+        _histogram(NEW_TPOT, 0.05) + _histogram(OLD_TPOT, 1.0),  # both: the per-request one
+    ],
+    ids=["per-request", "old-name-only", "both"],
+)
+def test_tpot_reads_the_per_request_histogram_and_the_old_name_only_without_it(capsys, histograms):
+    body = f"vllm:num_requests_running{{{M}}} 0\n" + histograms
+    with Site({"/metrics": Answer(200, [body])}) as site:
+        code, view = once_json(capsys, site.url)
+    assert code == 0 and 0.025 < view["latency"]["tpot"]["p50"] <= 0.05

@@ -36,7 +36,9 @@ def test_two_frontends_answer_alike_and_sum_their_metrics(tiny_model):
         assert len({a.json()["choices"][0]["text"] for a in answers}) == 1  # greedy: one answer, whoever served it
         for _ in range(5):  # whichever frontend answers the scrape, it counts both frontends' requests
             text = httpx.get(url + "/metrics", timeout=WAIT).text
-            assert metric(text, "vllm:request_success_total") >= 24
+            finished = [line for line in text.splitlines() if line.startswith("vllm:request_success_total{")]
+            assert sum(float(line.rsplit(" ", 1)[1]) for line in finished) >= 24  # every finish reason's series
+            assert metric(text, "vllm:prompt_tokens_total") == 24 * len(BODY["prompt"])  # each frontend's, summed
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(WAIT) == 0
         wait_for(lambda: not any(alive(p) for p in pids), WAIT)
