@@ -123,15 +123,7 @@ def test_request_phase_histograms_count_finished_requests(server):
     )
     assert r.status_code == 200
     after = httpx.get(f"{server.url}/metrics").text
-    for name in (
-        "vllm:request_queue_time_seconds",
-        "vllm:request_prefill_time_seconds",
-        "vllm:request_decode_time_seconds",
-        "vllm:request_inference_time_seconds",
-        "vllm:request_time_per_output_token_seconds",
-        "vllm:request_prompt_tokens",
-        "vllm:request_generation_tokens",
-    ):
+    for name in PER_COMPLETION:
         assert metric(after, name + "_count") - metric(before, name + "_count") >= 1, name
     generated = metric(after, "vllm:request_generation_tokens_sum") - metric(
         before, "vllm:request_generation_tokens_sum"

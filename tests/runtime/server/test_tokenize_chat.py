@@ -11,18 +11,9 @@ from transformers import AutoTokenizer
 from model_optimizer.runtime.models.tokenizer import load_tokenizer
 from model_optimizer.runtime.server.config import ServerConfig
 from tests.runtime.server.live import start_server
+from tests.runtime.test_llm_chat import TOOLS
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Oslo?"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "The weather in a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
-]
 # Llama 3.1's test: an empty list of tools still makes a tool-calling prompt
 TOOLS_TEMPLATE = (
     "{% if tools is not none %}[{{ tools | length }} tools]\n{% endif %}"
