@@ -14,6 +14,7 @@ from model_optimizer.runtime.config import (
     field_choices,
     field_docs,
     format_size,
+    parse_max_model_len,
     parse_size,
     parse_token_count,
     size_fields,
@@ -21,7 +22,12 @@ from model_optimizer.runtime.config import (
 from model_optimizer.runtime.server.config import SPACE_SEPARATED
 
 T = TypeVar("T")
-SHORT_FLAGS = {"tensor_parallel_size": "-tp", "quantization": "-q"}
+SHORT_FLAGS = {
+    "tensor_parallel_size": "-tp",
+    "quantization": "-q",
+    "enable_expert_parallel": "-ep",
+    "api_server_count": "-asc",
+}
 """vLLM's short spellings of some flags."""
 
 
@@ -38,8 +44,9 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[s
         default = None if f.default is dataclasses.MISSING else f.default
         help_text = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")  # argparse %-formats help
         hint = hints[f.name]
-        if hint is bool:
-            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        flags = (flag, SHORT_FLAGS[f.name]) if f.name in SHORT_FLAGS else (flag,)
+        if hint is bool:  # BooleanOptionalAction adds --no-X for the long flag alone, as in vLLM
+            group.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
             continue
         if f.name in sizes:
             help_text = f"{docs.get(f.name, '')} (default: {format_size(default)})".replace("%", "%%")
@@ -49,10 +56,10 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, skip: tuple[s
             group.add_argument(flag, dest=f.name, nargs="+", metavar="NAME", default=None, help=help_text)
             continue
         if f.name in TOKEN_COUNTS:
-            group.add_argument(flag, dest=f.name, type=token_count, metavar="TOKENS", default=None, help=help_text)
+            kind = _max_model_len if f.name == "max_model_len" else token_count
+            group.add_argument(flag, dest=f.name, type=kind, metavar="TOKENS", default=None, help=help_text)
             continue
         choices = field_choices(cls, f.name) + tuple(VLLM_SPELLINGS.get(f.name, ())) or None
-        flags = (flag, SHORT_FLAGS[f.name]) if f.name in SHORT_FLAGS else (flag,)
         group.add_argument(*flags, dest=f.name, type=_scalar_type(hint), choices=choices, default=None, help=help_text)
 
 
@@ -110,7 +117,12 @@ def read_config_file(path: str | Path, classes: tuple[type, ...], extra: tuple[s
             continue
         if name not in hints:
             raise ValueError(f"config file {file}: unknown setting {key!r}; allowed: {', '.join(sorted(hints))}")
-        if name in TOKEN_COUNTS and isinstance(value, str):
+        if name == "max_model_len" and (value == -1 or isinstance(value, str)):
+            try:
+                value = parse_max_model_len(value)
+            except ValueError as exc:
+                raise ValueError(f"config file {file}: {name}: {exc}") from None
+        elif name in TOKEN_COUNTS and isinstance(value, str):
             try:
                 value = parse_token_count(value)
             except ValueError as exc:
@@ -155,6 +167,11 @@ def _checked(file: Path, name: str, hint: Any, value: Any) -> Any:
     kind = _scalar_type(hint)
     if typing.get_origin(hint) is Literal or str in allowed:
         kind = str
+    if kind in (int, float) and isinstance(value, str):  # `port: "8001"`: vLLM passes it through the flag's type
+        try:
+            value = kind(value.strip())
+        except ValueError:
+            pass  # refused below, naming the type
     ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -167,6 +184,15 @@ def token_count(text: str) -> int:
     """argparse type of TOKEN_COUNTS flags (config.parse_token_count; argparse names the flag in its error)."""
     try:
         return parse_token_count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _max_model_len(text: str) -> int | str:
+    """argparse type of --max-model-len: a token count, or auto / -1 (the model's own length), kept as "auto"
+    so that it overrides a --config file's value (EngineConfig reads it as None)."""
+    try:
+        return "auto" if parse_max_model_len(text) is None else parse_token_count(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

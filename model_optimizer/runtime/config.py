@@ -7,6 +7,7 @@ config files and documentation share one definition. Names follow vLLM's flags.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import json
 import math
@@ -91,8 +92,8 @@ class EngineConfig:
     """Device to run on; auto picks CUDA when torch sees a GPU."""
 
     max_model_len: int | None = None
-    """Longest prompt plus output, in tokens (the flag also takes 32k = 32,000, 32K = 32,768). Empty:
-    max_position_embeddings from config.json."""
+    """Longest prompt plus output, in tokens (the flag also takes 32k = 32,000, 32K = 32,768). Empty, auto or
+    -1: max_position_embeddings from config.json (vLLM's auto / -1 is the longest that fits in memory)."""
 
     block_size: int = 16
     """Tokens per KV-cache block."""
@@ -101,7 +102,9 @@ class EngineConfig:
     """Most requests running at once."""
 
     max_num_batched_tokens: int = 8192
-    """Token budget of one engine step; long prompts are cut into chunks that fit it (the flag takes 8k, 8K too)."""
+    """Token budget of one engine step; long prompts are cut into chunks that fit it (the flag takes 8k, 8K too).
+    Left at 8192 with chunked prefill off and a larger max_model_len given, it is max_model_len, as vLLM's
+    default then is (a whole prompt must fit one step)."""
 
     enable_chunked_prefill: bool = True
     """Split prompts longer than the step budget across several steps."""
@@ -144,8 +147,9 @@ class EngineConfig:
     offloaded bytes / host-to-device bandwidth. Whole layers, spread evenly over the depth. 0: off."""
 
     kv_offloading_size: float = 0
-    """GiB of host memory for a second prefix cache (vLLM's --kv-offloading-size): cached KV blocks the GPU
-    evicts are saved there and copied back on a later prefix hit instead of being recomputed. 0: off."""
+    """GiB of host memory per tensor-parallel rank for a second prefix cache: cached KV blocks the GPU evicts
+    are saved there and copied back on a later prefix hit instead of being recomputed. 0: off. vLLM's
+    --kv-offloading-size is the total over all ranks (the vLLM translation multiplies by tensor_parallel_size)."""
 
     preemption_mode: Literal["recompute", "swap"] = "recompute"
     """What happens to a request preempted when the KV cache runs out of blocks: recompute drops its KV and
@@ -216,10 +220,18 @@ class EngineConfig:
             )
         # type first, in the same check: "1.5" or 2.5 (the Python API, a config file) is a ValueError naming
         # the field, not a TypeError or torch's error from deep in the load
+        if self.max_model_len == -1 or isinstance(self.max_model_len, str):
+            try:
+                self.max_model_len = parse_max_model_len(self.max_model_len)
+            except ValueError as exc:
+                raise ValueError(f"max_model_len: {exc}") from None
         for name in ("max_model_len", "num_kv_blocks"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        default_budget = next(f.default for f in dataclasses.fields(self) if f.name == "max_num_batched_tokens")
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens == default_budget and self.max_model_len:
+            self.max_num_batched_tokens = max(self.max_model_len, default_budget)  # vLLM's default, chunking off
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         offload = self.cpu_offload_gb  # NaN and infinity passed `< 0` and failed in the loader's int()
@@ -281,7 +293,8 @@ TOKEN_COUNT = re.compile(r"(\d+)(?:\.(\d+))?([kmgtKMGT])?")
 
 def parse_token_count(text: str) -> int:
     """4096, 32k (32,000), 32K (32,768), 1.5k (1,500): digits only, a fraction only before a decimal suffix
-    (k, m, g, t), and a whole number of tokens; ValueError otherwise."""
+    (k, m, g, t), and a whole number of tokens; ValueError otherwise. Whitespace around it is ignored."""
+    text = text.strip()
     match = TOKEN_COUNT.fullmatch(text)
     whole, fraction, suffix = match.groups() if match else (None, None, None)
     if whole is None or (fraction is not None and (suffix is None or suffix.isupper())):
@@ -290,6 +303,18 @@ def parse_token_count(text: str) -> int:
     if value.denominator != 1:
         raise ValueError(f"{text!r} is not a whole number of tokens")
     return int(value)
+
+
+def parse_max_model_len(value: str | int | None) -> int | None:
+    """max_model_len as vLLM's flag takes it: a token count (32k), or auto / -1, which vLLM reads as the
+    longest that fits in memory and this engine as the model's own max_position_embeddings (None)."""
+    if value is None or value == -1:
+        return None
+    if isinstance(value, str):
+        if value.strip().lower() in ("auto", "-1"):
+            return None
+        return parse_token_count(value)
+    return value
 
 
 GENERATION_DEFAULT_FIELDS = {

@@ -269,13 +269,20 @@ def ignored(given: dict[str, Any]) -> list[str]:
     return notes
 
 
+ONLY_ON = {"disable_log_stats", "enable_reasoning"}
+"""Switches without a --no- form: vLLM 0.14.1 adds --disable-log-stats with store_true and no longer has
+--enable-reasoning; every other switch here is a config dataclass's bool, which vLLM parses with
+BooleanOptionalAction (--trust-remote-code / --no-trust-remote-code)."""
+
+
 def add_args(parser: argparse.ArgumentParser) -> None:
     """The settings as `mopt serve` flags, in a group of their own, so a `vllm serve` command line runs."""
     group = parser.add_argument_group("vLLM flags taken for compatibility (each changes nothing here; see the warning)")
     for s in SETTINGS:
         flags = ("--" + s.name.replace("_", "-"), s.short) if s.short else ("--" + s.name.replace("_", "-"),)
-        if s.kind is bool:
-            group.add_argument(*flags, dest=s.name, action="store_true", default=None, help=s.why)
+        if s.kind is bool:  # --no-X too where vLLM's switch has it (argparse.BooleanOptionalAction)
+            action = "store_true" if s.name in ONLY_ON else argparse.BooleanOptionalAction
+            group.add_argument(*flags, dest=s.name, action=action, default=None, help=s.why)
         else:
             shape = {"nargs": s.nargs, "const": s.const} if s.nargs == "?" else {"nargs": s.nargs} if s.nargs else {}
             group.add_argument(

@@ -147,6 +147,11 @@ def vllm_serve(model: str | None, settings: dict) -> VllmCommand:
         if name not in TRANSLATED:
             untranslated[name] = UNTRANSLATED.get(name, "no vLLM equivalent known")
             continue
+        why = _not_for_vllm(name, value, settings)
+        if why:
+            untranslated[name] = why
+            continue
+        value = _as_vllm(name, value, settings)
         flag = TRANSLATED[name]
         if name == "quantization" and value not in VLLM_QUANTIZATION:
             if value != "none":  # "none" (never quantize) is what vLLM does without the flag
@@ -164,7 +169,54 @@ def vllm_serve(model: str | None, settings: dict) -> VllmCommand:
             argv += [flag, *map(str, value)]
         else:
             argv += [flag, str(value)]
+    if _budget_raised(settings):
+        translated.pop("max_num_batched_tokens", None)
+        untranslated["max_num_batched_tokens"] = (
+            f"raised to max_model_len ({settings['max_model_len']}): with chunked prefill off vLLM refuses "
+            "a smaller token budget"
+        )
     return VllmCommand(argv, translated, untranslated)
+
+
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+"""The block sizes vLLM's --block-size takes (vllm/config/cache.py's BlockSize)."""
+
+
+def _not_for_vllm(name: str, value, settings: dict) -> str | None:
+    """Why this translated setting's value is left out of the vLLM command, or None to pass it."""
+    if name == "async_scheduling" and value is True:
+        return (
+            "vLLM's default: it schedules asynchronously wherever it can, and refuses an explicit "
+            "--async-scheduling with ngram or draft-model speculation"
+        )
+    if name == "block_size" and value not in VLLM_BLOCK_SIZES:
+        return f"vLLM takes --block-size {', '.join(map(str, VLLM_BLOCK_SIZES))} only; it picks its own"
+    if name == "chat_template":
+        from model_optimizer.runtime.models.chat_templates import shipped_templates
+
+        if value in shipped_templates():
+            return (
+                f"a template we ship by name; vLLM takes a file or the template itself (its examples/template_"
+                f"{value}.jinja, or the chat_template.jinja `mopt deploy` writes)"
+            )
+    return None
+
+
+def _as_vllm(name: str, value, settings: dict):
+    """`value` as vLLM means the flag: its --kv-offloading-size is the total over the tensor-parallel ranks
+    (ours is per rank), and with chunked prefill off it refuses a token budget below max_model_len (the
+    budget is raised to it, so the deployment starts; a note says so)."""
+    if name == "kv_offloading_size":
+        return value * (settings.get("tensor_parallel_size") or 1)
+    if name == "max_num_batched_tokens" and _budget_raised(settings):
+        return settings["max_model_len"]
+    return value
+
+
+def _budget_raised(settings: dict) -> bool:
+    budget, limit = settings.get("max_num_batched_tokens"), settings.get("max_model_len")
+    off = settings.get("enable_chunked_prefill") is False
+    return off and isinstance(budget, int) and isinstance(limit, int) and budget < limit
 
 
 def _vllm_speculative_config(value: str | dict) -> str:
@@ -177,8 +229,13 @@ def _vllm_speculative_config(value: str | dict) -> str:
 
 def vllm_command(settings: ServeSettings) -> VllmCommand:
     """`vllm serve /model ...` for `settings` as they run in the container: what differs from our defaults.
-    Our async_scheduling default is left out too: since v0.14 vLLM schedules asynchronously wherever it can
-    and refuses an explicit --async-scheduling with ngram or draft-model speculation."""
+    Our async_scheduling default is left out too (as `vllm_serve` leaves out async_scheduling: true). CORS stays
+    off as ours without --allowed-origins (vLLM's own default allows every origin)."""
     inside = settings.in_container()
     changed = {**non_defaults(inside.engine), **non_defaults(inside.server)}
-    return vllm_serve(MODEL_DIR, changed)
+    command = vllm_serve(MODEL_DIR, changed)
+    if not inside.server.allowed_origins:
+        # ours has CORS off without --allowed-origins; vLLM's default allows every origin ("*"), and its
+        # flag is parsed with json.loads, so an empty list keeps it off there too
+        command.argv += ["--allowed-origins", "[]"]
+    return command

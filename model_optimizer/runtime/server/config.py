@@ -255,6 +255,7 @@ class ServerConfig:
             check_api_key(key, "api_key")
         if str(self.log_level).lower() not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        self.log_level = str(self.log_level).lower()  # as uvicorn and vLLM's --uvicorn-log-level take it
         if not math.isfinite(self.log_interval) or self.log_interval < 0:
             raise ValueError(f"log_interval must be >= 0 seconds (0 turns the stats line off), got {self.log_interval}")
         self.allowed_origins = _origins(self.allowed_origins)

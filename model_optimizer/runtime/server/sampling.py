@@ -104,7 +104,8 @@ def resolve_max_tokens(
     state: ServerState, requested: int | None, num_prompt_tokens: int, field: str = "max_tokens", min_tokens: int = 0
 ) -> int:
     """max_tokens for one prompt: the request's, checked against the context, or the remaining context;
-    a 400 where the request's `min_tokens` exceeds it.
+    either at most the generation config's max_new_tokens (vLLM's get_max_tokens takes the smallest); a 400
+    where the request's `min_tokens` exceeds it.
 
     `field` is the name the client used (chat's max_completion_tokens), so errors name what was sent.
     """
@@ -137,7 +138,8 @@ def _max_tokens(state: ServerState, requested: int | None, num_prompt_tokens: in
             f"{num_prompt_tokens + requested}, more than max_model_len {max_model_len}",
             field,
         )
-    return requested
+    cap = state.sampling_defaults.get("max_tokens")  # the model's max_new_tokens caps every request, as in vLLM
+    return requested if cap is None else min(requested, cap)
 
 
 MODEL_DEFAULT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")

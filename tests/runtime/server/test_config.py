@@ -34,6 +34,24 @@ def test_bad_values_are_clear_errors(changes, fragment):
         ServerConfig(**changes)
 
 
+def test_log_level_is_stored_lower_case_as_vllm_takes_it():
+    from model_optimizer.optimizer.deploy.vllm_flags import vllm_serve
+
+    config = ServerConfig(log_level="WARNING")
+    assert config.log_level == "warning"
+    assert vllm_serve("/m", {"log_level": config.log_level}).argv[-2:] == ["--uvicorn-log-level", "warning"]
+
+
+def test_budget_defaults_to_max_model_len_with_chunked_prefill_off():
+    from model_optimizer.runtime.config import EngineConfig
+
+    assert EngineConfig(enable_chunked_prefill=False, max_model_len=32768).max_num_batched_tokens == 32768
+    assert EngineConfig(enable_chunked_prefill=False, max_model_len=4096).max_num_batched_tokens == 8192
+    assert EngineConfig(max_model_len=32768).max_num_batched_tokens == 8192  # chunking on: the default
+    given = EngineConfig(enable_chunked_prefill=False, max_model_len=32768, max_num_batched_tokens=40000)
+    assert given.max_num_batched_tokens == 40000
+
+
 def test_max_logprobs_minus_one_is_vllms_no_cap_here_twenty():
     assert ServerConfig(max_logprobs=-1).max_logprobs == 20
 

@@ -266,3 +266,21 @@ def test_token_ids_name_tokens_of_a_model_without_tokenizer(tiny_model):
         assert tokens and tokens == [f"token_id:{t}" for ch in choices for t in ch["token_ids"]]
     finally:
         live.stop()
+
+
+def test_generation_config_max_new_tokens_caps_the_requests_max_tokens():
+    """vLLM's get_max_tokens takes the smallest of the room left, the request's and the default's."""
+    from types import SimpleNamespace
+
+    from model_optimizer.runtime.server.sampling import resolve_max_tokens
+
+    state = SimpleNamespace(
+        model=SimpleNamespace(max_model_len=128),
+        config=ServerConfig(),
+        sampling_defaults={"max_tokens": 5},
+    )
+    assert resolve_max_tokens(state, 7, 3) == 5  # the model's max_new_tokens caps the request's
+    assert resolve_max_tokens(state, 4, 3) == 4
+    assert resolve_max_tokens(state, None, 3) == 5
+    state.sampling_defaults = {}
+    assert resolve_max_tokens(state, 7, 3) == 7
