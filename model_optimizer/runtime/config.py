@@ -220,11 +220,9 @@ class EngineConfig:
             )
         # type first, in the same check: "1.5" or 2.5 (the Python API, a config file) is a ValueError naming
         # the field, not a TypeError or torch's error from deep in the load
-        if self.max_model_len == -1 or isinstance(self.max_model_len, str):
-            try:
-                self.max_model_len = parse_max_model_len(self.max_model_len)
-            except ValueError as exc:
-                raise ValueError(f"max_model_len: {exc}") from None
+        auto = isinstance(self.max_model_len, str) and self.max_model_len.strip().lower() == "auto"
+        if auto or (isinstance(self.max_model_len, int) and self.max_model_len == -1):
+            self.max_model_len = None  # vLLM's auto / -1; other text ("100") is refused below, as any wrong type
         for name in ("max_model_len", "num_kv_blocks"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
