@@ -440,15 +440,16 @@ def valid_tensor_parallel_sizes(
     """The sizes in 1..limit the engine accepts for this model: those its model builds at, as rank 0 of
     them (heads, KV heads, MLP and expert widths: each layer checks its own split), and its loader
     takes (a pre-quantized checkpoint: 1 only)."""
-    return [n for n in range(1, limit + 1) if _accepts(config, n, expert_parallel)]
+    spec = checkpoint_spec(config)
+    return [n for n in range(1, limit + 1) if _accepts(config, spec, n, expert_parallel)]
 
 
-def _accepts(config: dict, size: int, expert_parallel: bool) -> bool:
+def _accepts(config: dict, spec: QuantSpec | None, size: int, expert_parallel: bool) -> bool:
     from model_optimizer.model.inspect.consumption import build_meta_model
     from model_optimizer.runtime.models.loader import refuse_pre_quantized
 
     try:
-        refuse_pre_quantized(checkpoint_spec(config), "auto", size)
+        refuse_pre_quantized(spec, "auto", size)
         build_meta_model(config, "bfloat16", size, expert_parallel)
     except ValueError:
         return False

@@ -187,14 +187,13 @@ def prequantized_weight_bytes(config: dict) -> int | None:
     or a quantization_config the engine cannot read."""
     if not config.get("quantization_config"):  # float weights: no need to import the engine (torch)
         return None
-    from model_optimizer.model.inspect.memory_plan import GpuMemory, plan_memory
+    from model_optimizer.model.inspect.memory_plan import plan_memory
     from model_optimizer.model.inspect.plan_formats import checkpoint_spec
-    from model_optimizer.runtime.config import EngineConfig
 
     try:
         if checkpoint_spec(config) is None:
             return None
-        plan = plan_memory(config, GpuMemory("any", 1 << 50), EngineConfig())
+        plan = plan_memory(config)  # no GPU: the weights' bytes alone, nothing fitted
     except ValueError:
         return None
     return next(iter(plan.weight_bytes_by_format.values()))
