@@ -1,6 +1,6 @@
 """Model-Optimizer: from a Hugging Face checkpoint to a fast, correct, monitored service.
 
-Public API: `LLM`, `SamplingParams`, `PoolingParams`, `EngineConfig`. Imports are lazy, so `import model_optimizer`
+Public API: `LLM`, `SamplingParams`, `BeamSearchParams`, `PoolingParams`, `EngineConfig`. Imports are lazy, so `import model_optimizer`
 (and the torch-free engine core) stays cheap.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from model_optimizer.common.version import __version__
 
-__all__ = ["LLM", "SamplingParams", "PoolingParams", "EngineConfig", "__version__"]
+__all__ = ["LLM", "SamplingParams", "BeamSearchParams", "PoolingParams", "EngineConfig", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,6 +22,10 @@ def __getattr__(name: str) -> Any:
         from model_optimizer.runtime.sampling_params import SamplingParams
 
         return SamplingParams
+    if name == "BeamSearchParams":
+        from model_optimizer.runtime.beam_search import BeamSearchParams
+
+        return BeamSearchParams
     if name == "PoolingParams":
         from model_optimizer.runtime.pooling_params import PoolingParams
 

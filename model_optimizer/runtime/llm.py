@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from model_optimizer.runtime import vllm_settings
+from model_optimizer.runtime.beam_search import BeamSearch, BeamSearchOutput, BeamSearchParams
 from model_optimizer.runtime.config import GENERATION_DEFAULT_FIELDS, EngineConfig
 from model_optimizer.runtime.engine.core import ModelInfo
 from model_optimizer.runtime.engine.engine import LLMEngine
@@ -292,6 +293,44 @@ class LLM:
                 self.engine.abort(request_id)
             raise
         return [finished[i] for i in ids]
+
+    def beam_search(
+        self,
+        prompts: Prompt | dict | Sequence[Prompt | dict],
+        params: BeamSearchParams,
+        use_tqdm: bool = False,
+    ) -> list[BeamSearchOutput]:
+        """Beam search for every prompt (text, token ids, or vLLM's prompt dicts), as vLLM's `LLM.beam_search`:
+        one BeamSearchOutput per prompt, in prompt order, its `sequences` (at most params.beam_width, best
+        first) each with its tokens (the prompt's included), text, cum_logprob and finish_reason. Every
+        prompt's beams advance together, one engine step per token (runtime/beam_search.py).
+        `use_tqdm`: progress over the max_tokens steps, as `generate` shows it."""
+        self._check_open()
+        if self.engine is None:
+            raise ValueError(f"{self.model_dir} is an encoder (embedding) model: it has no beams to search")
+        if not isinstance(params, BeamSearchParams):
+            raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
+        prompt_ids = [self._prompt_token_ids(p) for p in _as_prompt_list(prompts)]
+        info = self.engine.info
+        searches = [BeamSearch(ids, params, info.eos_token_ids, info.max_model_len) for ids in prompt_ids]
+        step = params.step_params()
+        with _progress(params.max_tokens, use_tqdm, "LLM.beam_search") as advance:
+            while pending := [(search, ids) for search in searches for ids in search.pending()]:
+                outputs = self._generate([ids for _, ids in pending], step, False, None, "LLM.beam_search")
+                for search in searches:
+                    steps = [o.outputs[0].logprobs[0] for (s, _), o in zip(pending, outputs) if s is search]
+                    if steps:
+                        search.advance(steps)
+                advance()
+        return [search.result(self.tokenizer) for search in searches]
+
+    def _prompt_token_ids(self, prompt: Prompt) -> list[int]:
+        """A prompt's token ids, a text encoded as the engine encodes it."""
+        if not isinstance(prompt, str):
+            return list(prompt)
+        if self.tokenizer is None:
+            raise ValueError("this model has no tokenizer, so a text prompt cannot be encoded: give token ids")
+        return list(self.tokenizer.encode(prompt))
 
     def chat(
         self,

@@ -124,7 +124,9 @@ class SamplingFields(_Request):
     repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
     min_tokens: int = Field(default=0, ge=0, le=INT64_MAX)
     use_beam_search: bool = False
-    """vLLM's; refused when true (a 400, rather than sampled output the client takes for beams)."""
+    """vLLM's: answer with the n best beams of a beam search (runtime/beam_search.py) instead of n samples."""
+    length_penalty: float = Field(default=1.0, ge=-10.0, le=10.0)
+    """vLLM's, with use_beam_search: a beam's summed logprob is divided by its length to this power."""
     stop_token_ids: list[TokenId] | None = Field(default=None, max_length=1024)
     allowed_token_ids: list[TokenId] | None = Field(default=None, max_length=1 << 20)
     """Only these tokens may be sampled."""

@@ -22,9 +22,11 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
+from model_optimizer.runtime.beam_search import BeamSearchParams
 from model_optimizer.runtime.engine.async_engine import EngineDeadError, RequestStream
 from model_optimizer.runtime.engine.outputs import RequestOutput, merge_outputs
 from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
+from model_optimizer.runtime.server.beam_stream import BeamStream
 from model_optimizer.runtime.server.errors import APIError, error_response, failure_status
 from model_optimizer.runtime.server.protocol import PromptTokensDetails, StreamOptions, UsageInfo
 from model_optimizer.runtime.server.state import RETRY_AFTER_S, Admission, ServerState
@@ -54,6 +56,9 @@ class Generation:
     counts_output: bool = True
     """False for completions of the prompt alone (max_tokens 0 with echo): the token the engine makes for
     each is neither sent nor counted in the usage."""
+    beam_search: list[BeamSearchParams] | None = None
+    """use_beam_search's, one per prompt: each prompt runs a beam search (beam_stream.py) instead of its
+    params' sampling."""
 
 
 class ResponseFormat(StreamFormat, Protocol):
@@ -86,20 +91,31 @@ class RequestGroup:
         """Whether the outputs' tokens count in the usage (Generation.counts_output)."""
 
     async def start(
-        self, token_ids: list[list[int]], params: list[SamplingParams], priority: int, stream: bool
+        self,
+        token_ids: list[list[int]],
+        params: list[SamplingParams],
+        priority: int,
+        stream: bool,
+        beam_search: list[BeamSearchParams] | None = None,
     ) -> None:
-        """Admit and add one engine request per prompt; 400 if the engine refuses one, 503 if full or dead."""
+        """Admit and add one engine request (or beam search) per prompt; 400 if the engine refuses one, 503 if
+        full or dead."""
         self.admission = self.state.admit(len(token_ids))
         engine = self.state.running_engine()
         for i, (ids, p) in enumerate(zip(token_ids, params)):
+            request_id = f"{self.request_id}-{i}"
+            beams = beam_search[i] if beam_search is not None else None
             try:
-                request_stream = await engine.add_request(f"{self.request_id}-{i}", ids, p, priority, stream)
+                if beams is not None:
+                    request_stream: Any = BeamStream(engine, self.state.model, request_id, ids, beams, priority, stream)
+                else:
+                    request_stream = await engine.add_request(request_id, ids, p, priority, stream)
             except ValueError as exc:
                 raise APIError(400, str(exc)) from None
             except EngineDeadError as exc:
                 raise APIError(503, str(exc), headers={"Retry-After": RETRY_AFTER_S}) from None
             self.streams.append(request_stream)
-            self.num_completions.append(p.n)
+            self.num_completions.append(p.n if beams is None else beams.beam_width)
             self.num_prompt_tokens.append(len(ids))
             self.num_output_tokens.append(0)
             self.num_cached_tokens.append(0)
@@ -219,7 +235,9 @@ async def open_group(state: ServerState, generation: Generation) -> AsyncIterato
     """A started RequestGroup for the block; closed when the block ends, however it ends."""
     group = RequestGroup(state, generation.request_id, generation.counts_output)
     try:
-        await group.start(generation.token_ids, generation.params, generation.priority, generation.stream)
+        await group.start(
+            generation.token_ids, generation.params, generation.priority, generation.stream, generation.beam_search
+        )
         yield group
     finally:
         group.close()

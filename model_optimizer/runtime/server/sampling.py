@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from model_optimizer.runtime.beam_search import MAX_BEAM_WIDTH, BeamSearchParams
 from model_optimizer.runtime.engine.input_processor import bad_words_token_ids
 from model_optimizer.runtime.sampling_params import (
     RequestOutputKind,
@@ -29,10 +30,6 @@ from model_optimizer.runtime.structured.params import StructuredOutputs
 def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -> list[str]:
     """Raise 400 past any configured cap; return the stop strings as a list."""
     config = state.config
-    if body.use_beam_search:
-        raise APIError(
-            400, "beam search is not supported: leave out use_beam_search, or sample with n", "use_beam_search"
-        )
     if body.n > config.max_n:
         raise APIError(400, f"n is {body.n}; this server allows at most {config.max_n}", "n")
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
@@ -192,3 +189,61 @@ def sampling_params(
         )
     except ValueError as exc:
         raise APIError(400, str(exc)) from None
+
+
+BEAM_SEARCH_REFUSES = (
+    "stop_token_ids",
+    "min_tokens",
+    "bad_words",
+    "logit_bias",
+    "allowed_token_ids",
+    "prompt_logprobs",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+)
+"""Request fields use_beam_search does not apply (nor does vLLM's beam search): a 400 rather than ignored."""
+
+
+def beam_search_params(
+    state: ServerState,
+    body: SamplingFields,
+    max_tokens: int,
+    logprobs: int | None,
+    stop: list[str],
+    constraint_field: str | None,
+) -> BeamSearchParams:
+    """The BeamSearchParams of a request with use_beam_search (vLLM's: n beams of max_tokens, its ignore_eos,
+    length_penalty and include_stop_str_in_output, temperature as sampling takes it); 400 naming a field
+    beam search does not apply (`constraint_field`: the field whose constraint the output would follow)."""
+    if body.n > MAX_BEAM_WIDTH:
+        raise APIError(400, f"n is {body.n}; use_beam_search takes at most {MAX_BEAM_WIDTH} beams", "n")
+    given = [name for name in BEAM_SEARCH_REFUSES if not _leaves_sampling_alone(body, name)]
+    given += ["logprobs"] * (logprobs is not None) + ["stop"] * bool(stop)
+    given += [constraint_field] if constraint_field else []
+    if given:
+        raise APIError(400, f"{given[0]} does not apply with use_beam_search: leave it out", given[0])
+    chosen = {**OPENAI_DEFAULTS, **state.sampling_defaults}
+    temperature = body.temperature if body.temperature is not None else chosen["temperature"]
+    try:
+        return BeamSearchParams(
+            beam_width=body.n,
+            max_tokens=max_tokens,
+            ignore_eos=body.ignore_eos,
+            temperature=temperature,
+            length_penalty=body.length_penalty,
+            include_stop_str_in_output=body.include_stop_str_in_output,
+        )
+    except ValueError as exc:
+        raise APIError(400, str(exc)) from None
+
+
+def _leaves_sampling_alone(body: SamplingFields, name: str) -> bool:
+    """Whether the request's field `name` is unset or at a value that changes nothing (its default,
+    OpenAI's default, top_k -1)."""
+    value = getattr(body, name)
+    neutral = (type(body).model_fields[name].default, OPENAI_DEFAULTS.get(name), -1 if name == "top_k" else None)
+    return value is None or value in ([], {}) or value in neutral

@@ -86,7 +86,7 @@ def test_context_overflow_names_both_numbers(client, server_llm):
         ({"bad_words": ["w"] * 5}, "bad words"),
         ({"allowed_token_ids": [99999999]}, "outside the vocabulary"),
         ({"suffix": "tail"}, "suffix"),
-        ({"use_beam_search": True}, "beam search is not supported"),
+        ({"use_beam_search": True, "n": 11}, "at most 4"),
     ],
 )
 def test_caps(client, body, fragment):

@@ -31,7 +31,13 @@ from model_optimizer.runtime.server.protocol import (
 from model_optimizer.runtime.server.reasoning import REASONING_PARSERS, ReasoningParser
 from model_optimizer.runtime.server.request_group import ClientDisconnected, Generation, new_request_id, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
-from model_optimizer.runtime.server.sampling import check_caps, resolve_max_tokens, sampling_params, token_rules
+from model_optimizer.runtime.server.sampling import (
+    beam_search_params,
+    check_caps,
+    resolve_max_tokens,
+    sampling_params,
+    token_rules,
+)
 from model_optimizer.runtime.server.state import ServerState, get_state
 from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate, ErrorThenDone
 from model_optimizer.runtime.server.structured import check_constraint, requested_constraint
@@ -110,6 +116,12 @@ async def chat_generation(
         keep_special,
         rules={**rules, **(thinking or {})},
     )
+    beams = None
+    if body.use_beam_search:
+        if thinking:
+            raise APIError(400, "thinking_token_budget does not apply with use_beam_search", "thinking_token_budget")
+        field = None if constraint is None else (requested_constraint(body) or (None, "tools"))[1]
+        beams = [beam_search_params(state, body, max_tokens, logprobs, stop, field)]
     generation = Generation(
         new_request_id(id_prefix),
         [prompt.token_ids],
@@ -117,6 +129,7 @@ async def chat_generation(
         body.priority,
         body.stream,
         body.stream_options,
+        beam_search=beams,
     )
     texts = TokenTexts(state.model.tokenizer, as_ids=tokens_as_ids(body, state.config.return_tokens_as_token_ids))
     fmt = ChatFormat(body, generation.request_id, state.model.name, texts, plan, reasoning, state.config.response_role)

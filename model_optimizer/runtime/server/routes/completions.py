@@ -22,7 +22,13 @@ from model_optimizer.runtime.server.prompts import Prompt, kept_tokens, prompt_l
 from model_optimizer.runtime.server.protocol import CompletionChoice, CompletionRequest, CompletionResponse, UsageInfo
 from model_optimizer.runtime.server.request_group import ClientDisconnected, Generation, new_request_id, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
-from model_optimizer.runtime.server.sampling import check_caps, resolve_max_tokens, sampling_params, token_rules
+from model_optimizer.runtime.server.sampling import (
+    beam_search_params,
+    check_caps,
+    resolve_max_tokens,
+    sampling_params,
+    token_rules,
+)
 from model_optimizer.runtime.server.state import ServerState, get_state
 from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate, ErrorThenDone
 from model_optimizer.runtime.server.structured import check_constraint, requested_constraint
@@ -70,6 +76,12 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         )
         for p in prompts
     ]
+    beams = None
+    if body.use_beam_search:
+        if body.max_tokens == 0:
+            raise APIError(400, "max_tokens 0 (the prompt alone) does not apply with use_beam_search", "max_tokens")
+        field = constraint[1] if constraint is not None else None
+        beams = [beam_search_params(state, body, p.max_tokens or 1, body.logprobs, stop, field) for p in params]
     echo = [await _echo_text(state, p) if body.echo else "" for p in prompts]
     generation = Generation(
         new_request_id("cmpl"),
@@ -79,6 +91,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         body.stream,
         body.stream_options,
         counts_output=body.max_tokens != 0,
+        beam_search=beams,
     )
     texts = TokenTexts(state.model.tokenizer, as_ids=tokens_as_ids(body, state.config.return_tokens_as_token_ids))
     fmt = CompletionFormat(body, echo, generation.request_id, state.model.name, texts, generation.token_ids)

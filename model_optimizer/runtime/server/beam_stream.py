@@ -1,0 +1,94 @@
+"""One prompt's beam search (use_beam_search) on the async engine, read as a request's stream is read.
+
+Each step adds one engine request per live beam (a single token with its alternatives) and waits for
+them all; the search's answer comes as one final output holding the best beams as its completions, so
+the routes render it, streamed or not, as they render sampled completions. Leaving early aborts the
+step's requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from model_optimizer.runtime.beam_search import BeamSearch, BeamSearchParams
+from model_optimizer.runtime.engine.async_engine import AsyncEngine, RequestStream
+from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from model_optimizer.runtime.sampling_params import RequestOutputKind
+from model_optimizer.runtime.server.state import ServedModel
+
+
+class BeamStream:
+    """A beam search as RequestGroup reads an engine request: iterate it for its (one) output; `finished`,
+    `aborted`, `kind`, `request_id` and `engine` as a RequestStream has them."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        model: ServedModel,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: BeamSearchParams,
+        priority: int,
+        stream: bool,
+    ) -> None:
+        self.search = BeamSearch(prompt_token_ids, params, model.eos_token_ids, model.max_model_len)  # ValueError
+        self.engine = engine
+        self.request_id = request_id
+        self.prompt_token_ids = prompt_token_ids
+        self.tokenizer = model.tokenizer
+        self.priority = priority
+        self.kind = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
+        self.finished = False
+        self.aborted = False
+        self._steps: list[RequestStream] = []
+
+    async def __aiter__(self) -> AsyncIterator[RequestOutput]:
+        times = RequestMetrics(arrival_time=time.time())
+        step_params = self.search.params.step_params()
+        try:
+            while not self.aborted and (pending := self.search.pending()):
+                step = self.search.num_steps
+                self._steps = [
+                    await self.engine.add_request(
+                        f"{self.request_id}-s{step}b{i}", ids, step_params, self.priority, False
+                    )
+                    for i, ids in enumerate(pending)
+                ]
+                finals = await asyncio.gather(*(_final(s) for s in self._steps))
+                if times.first_token_time is None:
+                    times.first_scheduled_time = min(
+                        f.metrics.first_scheduled_time or times.arrival_time for f in finals
+                    )
+                    times.first_token_time = time.time()
+                if failed := next((f for f in finals if f.error), None):
+                    self.finished = True
+                    yield self._output([], times, failed.error)
+                    return
+                self.search.advance([f.outputs[0].logprobs[0] for f in finals])
+            if self.aborted:
+                return
+            self.finished = True
+            yield self._output(self.search.result(self.tokenizer).sequences, times)
+        finally:
+            self.engine.abort_streams(self._steps)
+
+    def _output(self, sequences: list, times: RequestMetrics, error: str | None = None) -> RequestOutput:
+        times.finished_time = time.time()
+        start = self.search.num_prompt_tokens
+        outputs = [
+            CompletionOutput(i, s.text or "", s.tokens[start:], None, s.finish_reason) for i, s in enumerate(sequences)
+        ]
+        if error is not None:
+            width = self.search.params.beam_width
+            outputs = [CompletionOutput(i, "", [], None, "error") for i in range(width)]
+        return RequestOutput(self.request_id, None, self.prompt_token_ids, outputs, True, metrics=times, error=error)
+
+
+async def _final(stream: RequestStream) -> RequestOutput:
+    last = None
+    async for output in stream:
+        last = output
+    assert last is not None  # a stream ends with its final output, or raises
+    return last
