@@ -42,15 +42,21 @@ def log_phase(name: str, since: float) -> float:
 
 
 def eos_token_ids(model_dir: Path, tokenizer: Any) -> frozenset[int]:
-    """EOS ids from generation_config.json, else config.json, else the tokenizer (as transformers does)."""
+    """The ids that end an output: generation_config.json's EOS ids (else config.json's, as transformers
+    reads them) and the tokenizer's EOS, as vLLM stops on both (a chat fine-tune's tokenizer may end turns
+    with <|im_end|> while its config still names </s>)."""
+    ids: set[int] = set()
     for name in ("generation_config.json", "config.json"):
         path = model_dir / name
         if path.is_file():
             value = json.loads(path.read_text()).get("eos_token_id")
             if value is not None:
-                return frozenset(value if isinstance(value, list) else [value])
+                ids.update(value if isinstance(value, list) else [value])
+                break
     eos = getattr(tokenizer, "eos_token_id", None)
-    return frozenset() if eos is None else frozenset([eos])
+    if isinstance(eos, int):
+        ids.add(eos)
+    return frozenset(ids)
 
 
 def engine_tokenizer(config: EngineConfig, model_dir: Path) -> Any:
@@ -237,7 +243,9 @@ class LLM:
         self,
         prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-        use_tqdm: bool = True,
+        use_tqdm: bool | Callable[..., Any] = True,
+        lora_request: None = None,
+        priority: Sequence[int] | None = None,
         *,
         on_progress: Callable[[int, RequestOutput], None] | None = None,
     ) -> list[RequestOutput]:
@@ -245,24 +253,33 @@ class LLM:
 
         `on_progress(index, output)` is called as each prompt finishes, with its position in `prompts`.
         `use_tqdm` (vLLM's name): a progress bar on stderr when it is a terminal, else a plain line at
-        every tenth of the prompts; False: nothing.
+        every tenth of the prompts; False: nothing; a callable: the bar factory (tqdm's signature), as vLLM
+        takes it. `priority`: one per prompt (lower runs first under --scheduling-policy priority), as in
+        vLLM. `lora_request` must be None: LoRA adapters are not supported.
 
         Without sampling params, the model's defaults apply (`default_sampling_params()`), as in vLLM.
         """
-        return self._generate(prompts, sampling_params, use_tqdm, on_progress, "LLM.generate")
+        _refuse_lora(lora_request)
+        return self._generate(prompts, sampling_params, use_tqdm, on_progress, "LLM.generate", priority)
 
     def _generate(
         self,
         prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None,
-        use_tqdm: bool,
+        use_tqdm: bool | Callable[..., Any],
         on_progress: Callable[[int, RequestOutput], None] | None,
         label: str,
+        priority: Sequence[int] | None = None,
     ) -> list[RequestOutput]:
         self._check_open()
         if self.engine is None:
             raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not generate")
         prompts = _as_prompt_list(prompts)
+        priorities = [0] * len(prompts) if priority is None else list(priority)
+        if len(priorities) != len(prompts) or not all(
+            isinstance(p, int) and not isinstance(p, bool) for p in priorities
+        ):
+            raise ValueError(f"priority must be a list of {len(prompts)} integers (one per prompt), got {priority!r}")
         params = self.default_sampling_params() if sampling_params is None else sampling_params
         params_list = _as_params_list(params, len(prompts))
         vocab_size = self.engine.info.vocab_size
@@ -276,8 +293,8 @@ class LLM:
         index_of = {request_id: index for index, request_id in enumerate(ids)}
         added = []
         try:
-            for request_id, prompt, p in zip(ids, prompts, params_list):
-                self.engine.add_request(request_id, prompt, p.clone(output_kind=RequestOutputKind.FINAL_ONLY))
+            for request_id, prompt, p, rank in zip(ids, prompts, params_list, priorities):
+                self.engine.add_request(request_id, prompt, p.clone(output_kind=RequestOutputKind.FINAL_ONLY), rank)
                 added.append(request_id)
             finished: dict[str, RequestOutput] = {}
             with _progress(len(prompts), use_tqdm, label) as advance:
@@ -298,7 +315,7 @@ class LLM:
         self,
         prompts: Prompt | dict | Sequence[Prompt | dict],
         params: BeamSearchParams,
-        use_tqdm: bool = False,
+        use_tqdm: bool | Callable[..., Any] = False,
     ) -> list[BeamSearchOutput]:
         """Beam search for every prompt (text, token ids, or vLLM's prompt dicts), as vLLM's `LLM.beam_search`:
         one BeamSearchOutput per prompt, in prompt order, its `sequences` (at most params.beam_width, best
@@ -336,7 +353,8 @@ class LLM:
         self,
         messages: Sequence[Mapping] | Sequence[Sequence[Mapping]],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-        use_tqdm: bool = True,
+        use_tqdm: bool | Callable[..., Any] = True,
+        lora_request: None = None,
         *,
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
@@ -357,6 +375,7 @@ class LLM:
         flag of that name does. Each output's `prompt` is the rendered text. ValueError when a conversation
         cannot be rendered."""
         self._check_open()
+        _refuse_lora(lora_request)
         if self.engine is None:
             raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not chat")
         if self.tokenizer is None:
@@ -453,11 +472,18 @@ class LLM:
 
 
 @contextmanager
-def _progress(total: int, shown: bool, label: str) -> Iterator[Callable[..., None]]:
+def _progress(total: int, shown: bool | Callable[..., Any], label: str) -> Iterator[Callable[..., None]]:
     """The offline API's progress display (common.progress.batch_progress on stderr; plain lines start
-    with `label`), or a no-op."""
+    with `label`), a bar from a factory with tqdm's signature (vLLM's use_tqdm may be one), or a no-op."""
     if not shown:
         yield lambda count=1: None
+        return
+    if callable(shown):
+        bar = shown(total=total, desc=label)
+        try:
+            yield lambda count=1: bar.update(count)
+        finally:
+            bar.close()
         return
     from rich.console import Console
 
@@ -468,6 +494,13 @@ def _progress(total: int, shown: bool, label: str) -> Iterator[Callable[..., Non
 
     with batch_progress(Console(stderr=True), total, label, log) as advance:
         yield advance
+
+
+def _refuse_lora(lora_request: object) -> None:
+    if lora_request is not None:
+        raise ValueError(
+            "LoRA adapters are not supported: merge the adapter into the weights, and pass lora_request=None"
+        )
 
 
 PROMPTS_HINT = "a string, a list of token ids, a {'prompt': ...} or {'prompt_token_ids': ...} dict, or a list of those"

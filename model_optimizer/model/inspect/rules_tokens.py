@@ -35,13 +35,15 @@ def sources(ctx: InspectContext, role: str) -> dict[str, set[int]]:
     return found
 
 
-def engine_eos(ctx: InspectContext) -> set[int]:
-    """The engine's rule (llm.eos_token_ids): generation_config.json, else config.json, else the tokenizer."""
+def config_eos(ctx: InspectContext) -> set[int]:
+    """The ids transformers' generate stops on: generation_config.json's, else config.json's."""
     found = sources(ctx, "eos")
-    for name in ("generation_config.json", "config.json", "tokenizer"):
-        if name in found:
-            return found[name]
-    return set()
+    return next((found[name] for name in ("generation_config.json", "config.json") if name in found), set())
+
+
+def engine_eos(ctx: InspectContext) -> set[int]:
+    """The engine's rule (llm.eos_token_ids), vLLM's: config_eos and the tokenizer's eos."""
+    return config_eos(ctx) | sources(ctx, "eos").get("tokenizer", set())
 
 
 def _describe(found: dict[str, set[int]]) -> str:
@@ -126,28 +128,30 @@ def eos(ctx: InspectContext) -> list[Finding]:
                 {"any": ["Set eos_token_id in generation_config.json"]},
             )
         ]
-    tokenizer_eos = found.get("tokenizer", set())
-    if tokenizer_eos - engine:
+    tokenizer_eos, generation_eos = found.get("tokenizer", set()), config_eos(ctx)
+    if generation_eos and tokenizer_eos - generation_eos:
         return [
             Finding(
                 "tokens.eos_disagree",
-                "error",
-                f"the tokenizer's eos {sorted(tokenizer_eos)} is not an eos id of the engine ({_describe(found)})",
-                "Chat templates end each turn with the tokenizer's eos; the engine stops on generation_config.json's ids, "
-                "so replies would run on to max_tokens.",
+                "warn",
+                f"the tokenizer's eos {sorted(tokenizer_eos)} is not an eos id of the generation config "
+                f"({_describe(found)})",
+                "Chat templates end each turn with the tokenizer's eos. This engine and vLLM stop on it too, but "
+                "transformers' generate (and tools that read generation_config.json) stop only on the config's ids, "
+                "so their replies run on to max_tokens.",
                 {"any": [ctx.fix_command()]},
                 {"sources": {k: sorted(v) for k, v in found.items()}},
             )
         ]
-    config_eos = found.get("config.json", set())
-    if config_eos - engine:
+    config_json_eos = found.get("config.json", set())
+    if config_json_eos - engine:
         # generation_config.json adding stop ids to config.json's is how most chat models ship (Qwen2.5,
         # Llama 3): only an id of config.json's the engine does not stop on is a disagreement
         return [
             Finding(
                 "tokens.eos_disagree",
                 "warn",
-                f"config.json's eos {sorted(config_eos - engine)} is not an eos id of the engine ({_describe(found)})",
+                f"config.json's eos {sorted(config_json_eos - engine)} is not an eos id of the engine ({_describe(found)})",
                 "The engine uses generation_config.json's; tools that read config.json stop elsewhere.",
                 {"any": [ctx.fix_command()]},
                 {"sources": {k: sorted(v) for k, v in found.items()}},

@@ -52,7 +52,7 @@ CASES = {
         "qwen3",
         lambda f: b.edit_json(f / "generation_config.json", eos_token_id=5),
         "tokens.eos_disagree",
-        "error",
+        "warn",
     ),
     "pad_is_eos": ("qwen3", lambda f: b.edit_json(f / "config.json", pad_token_id=2), "tokens.pad_is_eos", "warn"),
     "pad_disagree": ("qwen3", lambda f: b.edit_json(f / "config.json", pad_token_id=7), "tokens.pad_disagree", "warn"),
