@@ -6,6 +6,7 @@ Validated on construction: a bad value raises ValueError saying what is allowed.
 from __future__ import annotations
 
 import enum
+import math
 import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
@@ -57,8 +58,8 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     """Subtract, times its count, from the logit of every token already generated."""
     logit_bias: dict[int, float] | None = None
-    """Token id -> a value in [-100, 100] added to its logit before sampling (OpenAI's): -100 all but bans
-    the token, 100 all but forces it. Logprobs stay the model's own, as vLLM reports them."""
+    """Token id -> a finite value added to its logit before sampling (vLLM's; OpenAI's server takes [-100, 100]):
+    -100 all but bans the token, 100 all but forces it. Logprobs stay the model's own, as vLLM reports them."""
     allowed_token_ids: list[int] | None = None
     """Only these tokens may be sampled (vLLM's); None: any."""
     bad_words_token_ids: list[list[int]] | None = None
@@ -158,13 +159,20 @@ class SamplingParams:
         self._validate()
 
     def _plain_numbers(self) -> None:
-        """NumPy's (and other) integers and reals as Python's, where a field takes a number: vLLM's settings
-        take them (`seed=np.int64(3)`), and the checks below and the engine core's encoder want int and float."""
+        """NumPy's (and other) integers, reals and bools as Python's, where a field takes a number, also inside
+        its lists and dicts (`stop_token_ids=np.array([7, 9])`, `logit_bias={np.int64(5): np.float32(2)}`), and
+        tuples as lists: vLLM's settings take them (`seed=np.int64(3)`), and the checks below and the engine
+        core's encoder want int, float, bool and list. extra_args and the structured-output fields stay as
+        given (nothing here reads extra_args; the others convert themselves)."""
         for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, (bool, int, float)) or not isinstance(value, numbers.Real):
+            if f.name in _KEPT_AS_GIVEN:
                 continue
-            setattr(self, f.name, int(value) if isinstance(value, numbers.Integral) else float(value))
+            value = getattr(self, f.name)
+            plain = _plain(value)
+            if f.name == "min_tokens_barred" and isinstance(plain, list):
+                plain = tuple(plain)  # the engine's own field: a tuple
+            if plain is not value:
+                setattr(self, f.name, plain)
 
     @property
     def greedy(self) -> bool:
@@ -233,15 +241,18 @@ class SamplingParams:
             or (isinstance(self.extra_args, dict) and all(isinstance(k, str) for k in self.extra_args)),
             f"extra_args must be a dict with string keys, got {self.extra_args!r}",
         )
-        _require(_in(self.temperature, 0.0, 100.0), f"temperature must be in [0, 100], got {self.temperature!r}")
+        _require(  # vLLM's bound: none above (a high temperature only flattens the distribution)
+            _finite(self.temperature) and self.temperature >= 0,
+            f"temperature must be a finite number >= 0, got {self.temperature!r}",
+        )
         _require(_in(self.top_p, 0.0, 1.0) and self.top_p > 0, f"top_p must be in (0, 1], got {self.top_p!r}")
         _require(
             _is_int(self.top_k) and self.top_k >= 0, f"top_k must be -1, 0 or a positive integer, got {self.top_k!r}"
         )
         _require(_in(self.min_p, 0.0, 1.0), f"min_p must be in [0, 1], got {self.min_p!r}")
         _require(
-            _in(self.repetition_penalty, 0.0, 10.0) and self.repetition_penalty > 0,
-            f"repetition_penalty must be in (0, 10], got {self.repetition_penalty!r}",
+            _finite(self.repetition_penalty) and self.repetition_penalty > 0,
+            f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty!r}",
         )
         _require(
             _in(self.presence_penalty, -2.0, 2.0), f"presence_penalty must be in [-2, 2], got {self.presence_penalty!r}"
@@ -254,9 +265,9 @@ class SamplingParams:
             self.logit_bias is None
             or (
                 isinstance(self.logit_bias, dict)
-                and all(_is_int(t) and t >= 0 and _in(v, -100.0, 100.0) for t, v in self.logit_bias.items())
+                and all(_is_int(t) and t >= 0 and _finite(v) for t, v in self.logit_bias.items())
             ),
-            "logit_bias must map token ids (integers >= 0) to numbers in [-100, 100]",
+            "logit_bias must map token ids (integers >= 0) to finite numbers",
         )
         _require(
             self.allowed_token_ids is None
@@ -379,6 +390,44 @@ def logit_bias_from_json(bias: dict) -> dict:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not 1 here
+
+
+def _finite(value: object) -> bool:
+    """A real number (int or float, not bool) that is neither infinite nor NaN."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_KEPT_AS_GIVEN = frozenset({"extra_args", "structured_outputs", "guided_decoding", "output_kind"})
+"""SamplingParams fields that _plain_numbers leaves alone."""
+
+
+def _plain(value: Any) -> Any:
+    """`value` with NumPy's (or torch's) scalars and arrays, other Integral and Real numbers, tuples and the
+    keys and values of dicts made Python's int, float, bool, list and dict, all the way down; the same object
+    when nothing changes."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        return value
+    if kind is list or kind is tuple:
+        items = [_plain(v) for v in value]
+        if kind is list and all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (str, bytes, enum.Enum)):
+        return value
+    tolist = getattr(value, "tolist", None)  # numpy's generic and ndarray, torch's Tensor
+    if callable(tolist):
+        plain = tolist()
+        return _plain(plain) if isinstance(plain, (list, tuple, dict)) else plain
+    if isinstance(value, (list, tuple)):  # a subclass (a namedtuple, ...)
+        return [_plain(v) for v in value]
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
 
 
 def _in(value: object, low: float, high: float) -> bool:

@@ -144,7 +144,7 @@ BAD_LINES = [
     ({"prompt_token_ids": []}, "prompt_token_ids must be a non-empty list of integers"),
     ({"prompt_token_ids": [1, "x"]}, "prompt_token_ids must be a non-empty list of integers"),
     ({"prompt_token_ids": [5, 100000]}, "outside the vocabulary"),
-    ({"prompt": "hi", "temperature": "hot"}, "temperature must be in [0, 100], got 'hot'"),
+    ({"prompt": "hi", "temperature": "hot"}, "temperature must be a finite number >= 0, got 'hot'"),
     ({"prompt": "hi", "max_token": 5}, "unknown key 'max_token' (did you mean 'max_tokens'?)"),
     ({"prompt": "hi", "min_tokens": 9, "max_tokens": 2}, "min_tokens (9) must not exceed max_tokens (2)"),
     ({"prompt": "hi", "stop": 5}, "stop must be"),

@@ -66,7 +66,7 @@ def test_llm_generate_without_params_uses_the_defaults(model_with_defaults):
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"temperature": "hot"}, "temperature must be in [0, 100], got 'hot'"),
+        ({"temperature": "hot"}, "temperature must be a finite number >= 0, got 'hot'"),
         ({"max_new_tokens": 0}, "max_tokens must be an integer >= 1"),
     ],
 )

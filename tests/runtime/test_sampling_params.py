@@ -54,7 +54,7 @@ def test_engine_config_validation(kwargs, message):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"temperature": "hot"}, "temperature must be in [0, 100], got 'hot'"),
+        ({"temperature": "hot"}, "temperature must be a finite number >= 0, got 'hot'"),
         ({"top_p": None}, "top_p"),
         ({"n": True}, "n must be an integer"),
         ({"max_tokens": 2.5}, "max_tokens"),

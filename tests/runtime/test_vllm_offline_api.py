@@ -70,7 +70,9 @@ def test_truncate_prompt_tokens_keeps_the_last_tokens(llm):
     [five] = llm.generate([ids], _greedy(truncate_prompt_tokens=5), use_tqdm=False)
     assert five.prompt_token_ids == ids[-5:]
     assert five.outputs[0].token_ids == llm.generate([ids[-5:]], _greedy(), use_tqdm=False)[0].outputs[0].token_ids
-    with pytest.raises(ValueError, match=f"give -1 or 1 to {MAX_MODEL_LEN - 1}"):
+    with pytest.raises(ValueError, match=f"give -1 or 1 to {MAX_MODEL_LEN}"):  # only above max_model_len, as vLLM
+        llm.generate([ids], _greedy(truncate_prompt_tokens=MAX_MODEL_LEN + 1), use_tqdm=False)
+    with pytest.raises(ValueError, match=f"prompt has {MAX_MODEL_LEN} tokens"):  # taken; the cut prompt is too long
         llm.generate([ids], _greedy(truncate_prompt_tokens=MAX_MODEL_LEN), use_tqdm=False)
 
 

@@ -213,7 +213,7 @@ def test_generation_config_sources_and_overrides(tiny_model, tmp_path):
     assert generation_defaults(folder, str(other)) == {"top_k": 5}
     with pytest.raises(ValueError, match="holds no generation_config.json"):
         generation_defaults(folder, str(tmp_path / "missing"))
-    with pytest.raises(ValueError, match="override_generation_config: temperature must be in"):
+    with pytest.raises(ValueError, match="override_generation_config: temperature must be a finite number >= 0"):
         generation_defaults(folder, "auto", {"temperature": -1})
     llm = LLM(str(folder), **SMALL, generation_config="vllm", override_generation_config='{"top_k": 3}')
     assert (llm.default_sampling_params().temperature, llm.default_sampling_params().top_k) == (1.0, 3)
@@ -322,7 +322,7 @@ def test_other_commands_still_refuse_vllm_only_keys_in_a_config_file(tmp_path, c
 
 def test_generation_settings_are_checked_before_the_load_and_blame_the_right_place(tiny_model, tmp_path):
     folder = _with_generation_config(tiny_model, tmp_path, {"temperature": -1})
-    with pytest.raises(ValueError, match="generation_config.json: temperature must be in"):
+    with pytest.raises(ValueError, match="generation_config.json: temperature must be a finite number >= 0"):
         LLM(str(folder), **SMALL, override_generation_config='{"top_p": 0.5}')  # the file's fault, named
     with pytest.raises(ValueError, match=r"override_generation_config: max_tokens .* \(max_new_tokens is max_tokens\)"):
         LLM(str(tiny_model("qwen3")), **SMALL, override_generation_config='{"max_new_tokens": 0}')

@@ -78,6 +78,12 @@ class _InFlight:
     """Grammar masks being filled: the step's sampling is not queued yet (see the module docstring)."""
 
 
+LOGIT_BIAS_BOUND = 1e30
+"""The most a logit_bias adds or takes away: the sampler adds it to float32 logits and divides by the
+temperature (>= 1e-5), so a larger one (SamplingParams takes any finite value) could overflow into an
+infinite logit and NaN probabilities. At this size it still outweighs every logit a model gives."""
+
+
 @dataclass
 class ModelInfo:
     """What the engine needs to know of the model, without touching torch."""
@@ -165,7 +171,12 @@ class EngineCore:
         self.limits.check(len(request.prompt_token_ids), request.max_tokens)
         if params.min_tokens:  # the sampler keeps these from being drawn until min_tokens have been
             stops = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.info.eos_token_ids))
-            params = params.clone(min_tokens_barred=tuple(sorted(stops)))
+            # a stop id outside the vocabulary is never drawn (and the sampler indexes the logits with these)
+            barred = tuple(sorted(t for t in stops if t < self.info.vocab_size))
+            params = params.clone(min_tokens_barred=barred)
+        if params.logit_bias and any(abs(v) > LOGIT_BIAS_BOUND for v in params.logit_bias.values()):
+            bound = LOGIT_BIAS_BOUND  # (any finite bias is taken, as vLLM's: one past float32 made NaN logits)
+            params = params.clone(logit_bias={t: min(max(v, -bound), bound) for t, v in params.logit_bias.items()})
         children: list[Request] = []
         for index in range(n):
             child_params = params.for_completion(index)

@@ -197,16 +197,15 @@ def bad_words_token_ids(tokenizer: Tokenizer, words: Sequence[str]) -> list[list
 
 def kept_tokens(truncate_prompt_tokens: int | None, max_model_len: int) -> int | None:
     """How many of a prompt's last tokens truncate_prompt_tokens keeps (-1: the most that leave room for one
-    output token), or None: all. ValueError for a count that leaves no room for an output token."""
+    output token), or None: all. ValueError for a count above max_model_len, as vLLM's; a count of
+    max_model_len is taken (a shorter prompt is kept whole; one that long is then refused as too long)."""
     if truncate_prompt_tokens is None:
         return None
-    most = max_model_len - 1
     if truncate_prompt_tokens == -1:
-        return most
-    if not 1 <= truncate_prompt_tokens <= most:
+        return max_model_len - 1
+    if not 1 <= truncate_prompt_tokens <= max_model_len:
         raise ValueError(
-            f"truncate_prompt_tokens is {truncate_prompt_tokens}; give -1 or 1 to {most} "
-            f"(max_model_len {max_model_len} less one output token)"
+            f"truncate_prompt_tokens is {truncate_prompt_tokens}; give -1 or 1 to {max_model_len} (max_model_len)"
         )
     return truncate_prompt_tokens
 

@@ -52,7 +52,7 @@ class ServedModel:
     aliases: tuple[str, ...] = ()
     """Other names clients may send (--served-model-name a b); /v1/models lists them after `name`."""
     eos_token_ids: tuple[int, ...] = ()
-    """The ids that end an output (generation_config's, as the engine core has them)."""
+    """The ids that end an output (generation_config's and the tokenizer's EOS, as the engine core has them)."""
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -46,7 +46,7 @@ def test_constraints_travel_to_the_core_and_compare_by_value():
         (lambda: StructuredOutputs.json({}, whitespace_pattern=3), "must be a string"),
         (lambda: StructuredOutputs("regex", "a", reasoning_start="<think>"), "needs reasoning_end"),
         (lambda: SamplingParams(logit_bias={-1: 1.0}), "logit_bias must map"),
-        (lambda: SamplingParams(logit_bias={5: 101}), "logit_bias must map"),
+        (lambda: SamplingParams(logit_bias={5: float("nan")}), "logit_bias must map"),
         (lambda: SamplingParams(logit_bias={"5": 1.0}), "logit_bias must map"),
     ],
 )
