@@ -46,7 +46,15 @@ REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 2
 REQUEST_LATENCY_BUCKETS += (240.0, 480.0, 960.0, 1920.0, 7680.0)
 """End-to-end latency and the queue, prefill, decode and inference phases."""
 TOKEN_BUCKETS = tuple(m * 10**e for e in range(7) for m in (1, 2, 5))
-"""Prompt and output lengths: 1, 2, 5, 10 ... 5,000,000 tokens (vLLM's 1-2-5 series stops at max_model_len)."""
+"""Prompt and output lengths: 1, 2, 5, 10 ... 5,000,000 tokens, cut at the model's max_model_len as vLLM's
+1-2-5 series is (token_buckets)."""
+
+
+def token_buckets(max_model_len: int | None) -> tuple[int, ...]:
+    """TOKEN_BUCKETS up to max_model_len (all of them when unknown), as vLLM builds its length buckets."""
+    return TOKEN_BUCKETS if max_model_len is None else tuple(b for b in TOKEN_BUCKETS if b <= max_model_len)
+
+
 N_BUCKETS = (1, 2, 5, 10, 20)
 FINISH_REASONS = ("stop", "length", "abort", "error")
 """vLLM's FinishReason values: each has a vllm:request_success series from the start, at 0 until it happens."""
@@ -83,7 +91,13 @@ def _handler_label(path: str) -> str:
 class _EngineCollector(Collector):
     """Engine state from the latest stats snapshot (None while the model loads)."""
 
-    def __init__(self, model_name: str, stats: Callable[[], EngineStats | None], speculative: bool = False) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        stats: Callable[[], EngineStats | None],
+        speculative: bool = False,
+        max_model_len: int | None = None,
+    ) -> None:
         self.model_name = model_name
         self.stats = stats
         self.speculative = speculative
@@ -225,7 +239,13 @@ def multiprocess() -> bool:
 
 
 class ServerMetrics:
-    def __init__(self, model_name: str, stats: Callable[[], EngineStats | None], speculative: bool = False) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        stats: Callable[[], EngineStats | None],
+        speculative: bool = False,
+        max_model_len: int | None = None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.model_name = model_name
         self.engine_collector = _EngineCollector(model_name, stats, speculative)
@@ -272,10 +292,10 @@ class ServerMetrics:
             "vllm:request_inference_time_seconds", "Time from first schedule to finish.", REQUEST_LATENCY_BUCKETS
         )
         self.prompt_len = histogram(
-            "vllm:request_prompt_tokens", "Prompt tokens per finished completion.", TOKEN_BUCKETS
+            "vllm:request_prompt_tokens", "Prompt tokens per finished completion.", token_buckets(max_model_len)
         )
         self.output_len = histogram(
-            "vllm:request_generation_tokens", "Output tokens per finished completion.", TOKEN_BUCKETS
+            "vllm:request_generation_tokens", "Output tokens per finished completion.", token_buckets(max_model_len)
         )
         self.params_n = histogram("vllm:request_params_n", "Completions (n) per finished request.", N_BUCKETS)
         self.http_requests = Counter(

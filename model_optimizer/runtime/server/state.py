@@ -99,6 +99,7 @@ class ServerState:
             self.model.name,
             lambda: self.engine.stats if self.engine is not None else None,
             speculative=self.engine_config.speculative is not None,
+            max_model_len=self.model.max_model_len,
         )
 
     # ----------------------------------------------------------------- life cycle

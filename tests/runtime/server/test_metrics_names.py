@@ -179,6 +179,14 @@ def test_latency_histograms_have_vllms_buckets(server):
         assert les == [*bounds, math.inf], name
 
 
+def test_length_histograms_stop_at_max_model_len(server):
+    """vLLM's 1-2-5 token buckets end at the model's context (ENGINE_ARGS: 128), then +Inf."""
+    families = _families(server.url)
+    for name in ("vllm:request_prompt_tokens", "vllm:request_generation_tokens"):
+        les = [float(s.labels["le"]) for s in families[name].samples if s.name == name + "_bucket"]
+        assert les == [1, 2, 5, 10, 20, 50, 100, math.inf], name
+
+
 def test_prompt_tokens_count_each_completions_whole_prompt_once(server):
     """vllm:prompt_tokens_total is vLLM's: the prompt of each completion, cached or not; the tokens the engine
     computed (prefix-cache hits left out) are mopt:prompt_tokens_computed_total."""
