@@ -35,7 +35,7 @@ def _torch_install(torch_version: str | None, build: str | None) -> str:
     return f"pip install --force-reinstall {wanted} --index-url https://download.pytorch.org/whl/{build}"
 
 
-def _driver_branch(torch_cuda: str, need_full: str | None) -> str:
+def driver_branch(torch_cuda: str, need_full: str | None) -> str:
     """The driver branch to install for torch's CUDA: the production branch of its major version, or the
     branch of the driver that shipped with this CUDA release when that is newer (12.9 needs 575, while the
     12.x production branch is 570: recommending 570 to a 570 user who needs 575 fixes nothing)."""
@@ -106,7 +106,7 @@ def rule_cuda_compat(snap: Snapshot) -> list[Finding]:
         return []
     driver_cuda = snap.driver_cuda
     need_full, need_any = min_driver_for_cuda(torch_cuda), min_driver_minor_compat(torch_cuda)
-    branch = _driver_branch(torch_cuda, need_full)
+    branch = driver_branch(torch_cuda, need_full)
     build = best_torch_build(snap.torch.get("version"), driver_cuda)
     details = {
         "torch_cuda": torch_cuda,

@@ -12,14 +12,27 @@ PROMETHEUS_IMAGE = "prom/prometheus:v3.5.0"
 GRAFANA_IMAGE = "grafana/grafana:12.1.0"
 DCGM_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04"
 DCGM_PORT = 9400
+PROMETHEUS_PORT = 9090
+GRAFANA_PORT = 3000
+"""Host ports Compose publishes for Prometheus and Grafana, beside the server's own."""
 API_KEY_ENV = {"mopt": "MOPT_API_KEY", "vllm": "VLLM_API_KEY"}
 
 
 def host_api_key(required: bool) -> str:
     """The server's API key from the host's MOPT_API_KEY, as Compose interpolates it: required, `up`
-    refuses to start without it; optional, an unset variable leaves the server open (an empty key is
-    none, for our server and vLLM alike) and a set one reaches it, as the README promises."""
+    refuses to start without it; optional, an unset variable passes an empty key, which vLLM reads as
+    none (our server refuses an empty key: server_environment leaves its variable out instead)."""
     return "${MOPT_API_KEY:?set MOPT_API_KEY to the API key}" if required else "${MOPT_API_KEY:-}"
+
+
+def server_environment(engine: str, required: bool) -> dict:
+    """The server's environment: its API-key variable from the host's MOPT_API_KEY. Our server with an
+    optional key gets `MOPT_API_KEY:` with no value, which Compose fills from the shell or .env when set
+    and otherwise leaves out of the container: `mopt serve` refuses an empty key, so `${MOPT_API_KEY:-}`
+    made the default deployment restart forever."""
+    if engine == "mopt" and not required:
+        return {API_KEY_ENV[engine]: None}
+    return {API_KEY_ENV[engine]: host_api_key(required)}
 
 
 def grace_seconds(settings: ServeSettings) -> int:
@@ -47,8 +60,20 @@ def _volume(mount: Mount) -> dict:
     return {"type": "bind", "source": source, "target": mount.target, "read_only": True}
 
 
+def check_port(port: int) -> None:
+    """ValueError when the server's port is one Compose also publishes for Prometheus or Grafana: the host
+    port would be mapped twice and `up` would fail to bind it."""
+    taken = {PROMETHEUS_PORT: "Prometheus", GRAFANA_PORT: "Grafana"}
+    if port in taken:
+        raise ValueError(
+            f"--port {port}: docker-compose.yml publishes host port {port} for {taken[port]} too, so the two would "
+            f"clash; give the server another port (not {PROMETHEUS_PORT} or {GRAFANA_PORT})"
+        )
+
+
 def compose_file(settings: ServeSettings, deploy: DeployConfig) -> dict:
     port = settings.port
+    check_port(port)
     server: dict = {
         "build": {"context": ".", "dockerfile": "Dockerfile"},
         "image": deploy.image,
@@ -58,12 +83,12 @@ def compose_file(settings: ServeSettings, deploy: DeployConfig) -> dict:
         "stop_grace_period": f"{grace_seconds(settings)}s",
         "restart": "unless-stopped",
     }
-    server["environment"] = {API_KEY_ENV[deploy.engine]: host_api_key(settings.needs_api_key)}
+    server["environment"] = server_environment(deploy.engine, settings.needs_api_key)
     if settings.shares_memory(deploy.engine):
         server["ipc"] = "host"  # worker processes (vLLM's, or tensor-parallel ranks) share tensors through /dev/shm
     prometheus: dict = {
         "image": PROMETHEUS_IMAGE,
-        "ports": ["9090:9090"],
+        "ports": [f"{PROMETHEUS_PORT}:9090"],
         "depends_on": ["server"],
         "restart": "unless-stopped",
         "command": ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.retention.time=15d"],
@@ -81,7 +106,7 @@ def compose_file(settings: ServeSettings, deploy: DeployConfig) -> dict:
             "prometheus": prometheus,
             "grafana": {
                 "image": GRAFANA_IMAGE,
-                "ports": ["3000:3000"],
+                "ports": [f"{GRAFANA_PORT}:3000"],
                 "depends_on": ["prometheus"],
                 "restart": "unless-stopped",
                 "environment": {"GF_SECURITY_ADMIN_PASSWORD": "${GRAFANA_ADMIN_PASSWORD:-admin}"},

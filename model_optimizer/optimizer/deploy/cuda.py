@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 
+from model_optimizer.environment.rules.cuda import driver_branch
+
 BASE_IMAGE_TAGS = {"12.6": "12.6.3", "12.8": "12.8.1", "12.9": "12.9.1", "13.0": "13.0.0"}
 """CUDA release -> the patch release of its nvidia/cuda runtime image on Ubuntu 24.04."""
 
@@ -34,6 +36,8 @@ class CudaChoice:
     """Oldest NVIDIA driver that runs this CUDA release with every feature."""
     compat_driver: str
     """Oldest driver of the same major family (minor-version compatibility: no PTX newer than the driver)."""
+    note: str = ""
+    """Why the host driver runs this build only through minor-version compatibility, when it does."""
 
     @property
     def torch_variant(self) -> str:
@@ -71,25 +75,54 @@ def choose_cuda(driver: str | None = None, cuda: str | None = None) -> CudaChoic
     torch = max(builds, key=_key)
     variants = [f"{v[2:-1]}.{v[-1]}" for v in builds[torch]]  # "cu128" -> "12.8"
     variants = [v for v in variants if v in BASE_IMAGE_TAGS]
+    note = ""
     if cuda is not None:
         if cuda not in variants:
             raise ValueError(f"cuda must be one of {', '.join(variants)} (torch {torch} builds), got {cuda!r}")
         chosen = cuda
     elif driver is not None:
         runnable = [v for v in variants if _key(min_driver(v)) <= _key(driver)]
-        if not runnable:
-            oldest = min(variants, key=_key)
-            branch = matrix["recommended_driver_branch"].get(oldest.split(".")[0], "a newer")
-            raise ValueError(
-                f"driver {driver} is older than {min_driver(oldest)}, which CUDA {oldest} (the oldest "
-                f"torch {torch} build) needs; install driver branch {branch} or newer"
+        if runnable:
+            chosen = max(runnable, key=_key)
+        else:  # none in full: the oldest build the driver runs through minor-version compatibility, if any
+            compat = [v for v in variants if _key(_compat_driver(matrix, v)) <= _key(driver)]
+            oldest = min(compat or variants, key=_key)
+            branch = driver_branch(oldest, min_driver(oldest))
+            if not compat:
+                raise ValueError(
+                    f"driver {driver} is older than {_compat_driver(matrix, oldest)}, the oldest that runs CUDA "
+                    f"{oldest} (the oldest torch {torch} build) even through CUDA minor-version compatibility; "
+                    f"install driver branch {branch} or newer"
+                )
+            chosen = oldest
+            note = (
+                f"Driver {driver} is older than {min_driver(chosen)}, which CUDA {chosen} needs in full: it runs "
+                f"this build through CUDA minor-version compatibility (>= {_compat_driver(matrix, chosen)}), "
+                f"without PTX newer than the driver; install driver branch {branch} or newer for full support."
             )
-        chosen = max(runnable, key=_key)
     else:
         chosen = builds[torch][len(builds[torch]) // 2]
         chosen = f"{chosen[2:-1]}.{chosen[-1]}"
-    major = chosen.split(".")[0]
-    return CudaChoice(chosen, torch, min_driver(chosen), matrix["minor_version_compat"][major])
+    return CudaChoice(chosen, torch, min_driver(chosen), _compat_driver(matrix, chosen), note)
+
+
+def _compat_driver(matrix: dict, cuda: str) -> str:
+    """The oldest driver that runs `cuda` through minor-version compatibility (that of its major family)."""
+    return matrix["minor_version_compat"][cuda.split(".")[0]]
+
+
+def vllm_driver_note(driver: str | None) -> str:
+    """A warning when `driver` is older than the vLLM image's CUDA release needs (empty otherwise, and
+    for an unknown driver). The image is fixed, so there is no build to fall back to; nvidia-container-cli
+    checks the image's CUDA requirement when the container starts."""
+    if driver is None or _key(driver) >= _key(min_driver(VLLM_IMAGE_CUDA)):
+        return ""
+    branch = driver_branch(VLLM_IMAGE_CUDA, min_driver(VLLM_IMAGE_CUDA))
+    return (
+        f"Driver {driver} is older than {min_driver(VLLM_IMAGE_CUDA)}, which {VLLM_IMAGE} (CUDA {VLLM_IMAGE_CUDA}) "
+        f"needs: the container is likely refused at start on that host; install driver branch {branch} or newer "
+        "there (or give the deployment host's --driver)."
+    )
 
 
 def local_driver() -> str | None:

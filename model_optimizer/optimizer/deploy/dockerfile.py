@@ -10,7 +10,7 @@ import json
 from model_optimizer.common.version import __version__
 from model_optimizer.optimizer.deploy.compose import API_KEY_ENV
 from model_optimizer.optimizer.deploy.config import DeployConfig
-from model_optimizer.optimizer.deploy.cuda import VLLM_IMAGE, VLLM_IMAGE_CUDA, CudaChoice, min_driver
+from model_optimizer.optimizer.deploy.cuda import VLLM_IMAGE, VLLM_IMAGE_CUDA, CudaChoice, min_driver, vllm_driver_note
 from model_optimizer.optimizer.deploy.kernels import KernelPlan, dockerfile_lines
 from model_optimizer.optimizer.deploy.settings import CHAT_TEMPLATE, MODEL_DIR, ServeSettings
 
@@ -21,26 +21,36 @@ HEALTH_PROBE = (
 )
 
 
-def driver_note(deploy: DeployConfig, cuda: CudaChoice) -> str:
-    """One sentence on the driver the image needs."""
-    if deploy.engine == "vllm":
-        return f"{VLLM_IMAGE} is built with CUDA {VLLM_IMAGE_CUDA}: it needs NVIDIA driver >= {min_driver(VLLM_IMAGE_CUDA)}."
-    return (
+def driver_note(deploy: DeployConfig, cuda: CudaChoice | None, driver: str | None = None) -> str:
+    """The driver the image needs, and a warning when the host's `driver` (given or this machine's) runs it
+    only through minor-version compatibility (ours) or is older than it needs (vLLM's). `cuda` is None for
+    vLLM, whose image brings its own CUDA."""
+    if deploy.engine == "vllm" or cuda is None:
+        need = f"{VLLM_IMAGE} is built with CUDA {VLLM_IMAGE_CUDA}: it needs NVIDIA driver >= {min_driver(VLLM_IMAGE_CUDA)}."
+        return " ".join(filter(None, [need, vllm_driver_note(driver)]))
+    need = (
         f"CUDA {cuda.cuda} (torch {cuda.torch}+{cuda.torch_variant}): needs NVIDIA driver >= {cuda.min_driver} "
         f"(>= {cuda.compat_driver} runs it through CUDA minor-version compatibility, without newer PTX)."
     )
+    return " ".join(filter(None, [need, cuda.note]))
 
 
 def render_dockerfile(
-    settings: ServeSettings, deploy: DeployConfig, cuda: CudaChoice, command: list[str], kernels: KernelPlan
+    settings: ServeSettings,
+    deploy: DeployConfig,
+    cuda: CudaChoice | None,
+    command: list[str],
+    kernels: KernelPlan,
+    driver: str | None = None,
 ) -> str:
+    """The Dockerfile; `cuda` (the torch build ours installs) is None for vLLM's image."""
     lines = [
         "# syntax=docker/dockerfile:1",
         f"# Rendered by `mopt deploy` (model-optimizer {__version__}); edit the settings and render again.",
-        f"# {driver_note(deploy, cuda)}",
+        f"# {driver_note(deploy, cuda, driver)}",
         f"# The model is mounted read-only at {MODEL_DIR}; it is never part of the image.",
     ]
-    if deploy.engine == "vllm":
+    if deploy.engine == "vllm" or cuda is None:
         lines += _vllm_body(settings, deploy)
     else:
         lines += _mopt_body(settings, cuda, kernels)

@@ -98,9 +98,13 @@ def plan_kernels(settings: ServeSettings, kernels_for: str) -> KernelPlan:
 
 
 def build_command(settings: ServeSettings, target: KernelTarget) -> list[str]:
-    """`mopt compile-cache build` with exactly the engine settings of the container's serve command,
-    the model being its config.json copied into the image."""
-    engine = dataclasses.replace(settings.in_container().engine, model=MODEL_CONFIG_DIR)
+    """`mopt compile-cache build` with the engine settings of the container's serve command, the model
+    being its config.json copied into the image. The tokenizer and a speculative draft model are left out:
+    they are mounted only when the container runs, not while the image builds, and the build reads
+    neither (runtime/runner/aot_build.py walks the model's own forward passes)."""
+    engine = dataclasses.replace(
+        settings.in_container().engine, model=MODEL_CONFIG_DIR, tokenizer=None, speculative_config=None
+    )
     target_flags = ["--arch", target.capability, "--num-sms", str(target.num_sms), "--gpu-name", target.name]
     return ["mopt", "compile-cache", "build", *flags(non_defaults(engine)), *target_flags]
 

@@ -15,6 +15,12 @@ APP = "mopt-serve"
 QUEUE_METRIC = "vllm_num_requests_waiting"
 """The HPA's per-pod metric: vllm:num_requests_waiting as prometheus-adapter names it (no colon)."""
 STARTUP_PERIOD = 10
+SECRET = f"{APP}-api-key"
+"""The Secret holding the API key (key `api-key`), read by the pods and, behind --metrics-auth, by Prometheus."""
+SCRAPE_FILE = "monitoring/prometheus-scrape-config.yaml"
+"""Behind --metrics-auth: the scrape job that sends the key (monitoring.kubernetes_scrape_config)."""
+SCRAPE_KEY_FILE = f"/etc/prometheus/secrets/{SECRET}/api-key"
+"""Where the Prometheus Operator mounts a Secret listed in its Prometheus' spec.secrets."""
 
 
 def _labels() -> dict:
@@ -75,7 +81,7 @@ def deployment(settings: ServeSettings, deploy: DeployConfig, command: list[str]
             {
                 "name": API_KEY_ENV[deploy.engine],
                 "valueFrom": {
-                    "secretKeyRef": {"name": f"{APP}-api-key", "key": "api-key", "optional": not settings.needs_api_key}
+                    "secretKeyRef": {"name": SECRET, "key": "api-key", "optional": not settings.needs_api_key}
                 },
             }
         ],
@@ -88,7 +94,8 @@ def deployment(settings: ServeSettings, deploy: DeployConfig, command: list[str]
         "volumeMounts": mounts,
     }
     annotations = {
-        "prometheus.io/scrape": "true",
+        # off behind --metrics-auth: an annotation-driven scrape sends no key and gets 401 (SCRAPE_FILE does)
+        "prometheus.io/scrape": "false" if settings.server.metrics_auth else "true",
         "prometheus.io/port": str(settings.port),
         "prometheus.io/path": "/metrics",
     }

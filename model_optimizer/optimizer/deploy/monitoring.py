@@ -35,6 +35,73 @@ def prometheus_config(settings: ServeSettings, server_target: str, gpu_target: s
     }
 
 
+def kubernetes_scrape_config(app: str, key_file: str) -> dict:
+    """A scrape job for the pods when /metrics needs the API key (--metrics-auth): the pods' prometheus.io
+    annotations are then off, as an annotation-driven scrape sends no key, gets 401 and leaves the HPA and the
+    dashboard without data. It finds the pods by their app label and named port, sends the key from the
+    Secret mounted into Prometheus at `key_file`, and labels each series with its namespace and pod, as
+    prometheus-adapter and the alerts read them."""
+    return {
+        "scrape_configs": [
+            {
+                "job_name": "mopt",
+                "metrics_path": "/metrics",
+                "authorization": {"type": "Bearer", "credentials_file": key_file},
+                "kubernetes_sd_configs": [{"role": "pod"}],
+                "relabel_configs": [
+                    {
+                        "source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"],
+                        "regex": app,
+                        "action": "keep",
+                    },
+                    {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "http", "action": "keep"},
+                    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+                    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+                ],
+            }
+        ]
+    }
+
+
+def _down_rules(pod_prefix: str | None) -> list[dict]:
+    """The server cannot be scraped. Compose: its `mopt` job's target is down. Kubernetes: pods are found by
+    whatever job the cluster's Prometheus runs (the annotation-driven one is not called `mopt`, so
+    `up{job="mopt"}` never matched there), and each series carries its `pod` label (as the HPA's adapter
+    rule requires): a server pod that does not answer its scrape, or no server pod answering at all (every
+    replica gone or crash-looping out of discovery)."""
+    annotations = {"description": "The server is down or /metrics refuses the scrape."}
+    if pod_prefix is None:
+        return [
+            {
+                "alert": "MoptDown",
+                "expr": 'up{job="mopt"} == 0',
+                "for": "2m",
+                "labels": {"severity": "critical"},
+                "annotations": {"summary": "Prometheus cannot scrape {{ $labels.instance }}", **annotations},
+            }
+        ]
+    pods = f'up{{pod=~"{pod_prefix}-.*"}}'
+    return [
+        {
+            "alert": "MoptDown",
+            "expr": f"{pods} == 0",
+            "for": "2m",
+            "labels": {"severity": "critical"},
+            "annotations": {"summary": "Prometheus cannot scrape pod {{ $labels.pod }}", **annotations},
+        },
+        {
+            "alert": "MoptAllDown",
+            "expr": f"absent({pods} == 1)",
+            "for": "5m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": f"No {pod_prefix} pod answers Prometheus' scrape",
+                "description": "Every replica is down, not ready to be scraped, or gone.",
+            },
+        },
+    ]
+
+
 def _quantile(q: float, metric: str, window: str = "5m", offset: str = "") -> str:
     return (
         f"histogram_quantile({q}, sum by (le, model_name) "
@@ -56,8 +123,9 @@ def _rising(name: str, metric: str, what: str, floor: float) -> dict:
     }
 
 
-def alert_rules() -> dict:
-    """alerts.yml: a stuck queue, rising p99 latencies, a full KV cache, a server Prometheus cannot scrape."""
+def alert_rules(pod_prefix: str | None = None) -> dict:
+    """alerts.yml: a stuck queue, rising p99 latencies, a full KV cache, a server Prometheus cannot scrape
+    (Compose's `mopt` job; on Kubernetes, the pods named `pod_prefix`-...: see _down_rules)."""
     stuck = (
         "max by (model_name) (vllm:num_requests_waiting) > 0 and on (model_name) "
         "sum by (model_name) (rate(vllm:generation_tokens_total[5m])) == 0"
@@ -86,16 +154,7 @@ def alert_rules() -> dict:
                 "description": "Lower max_num_seqs or add replicas: preempted requests are recomputed.",
             },
         },
-        {
-            "alert": "MoptDown",
-            "expr": 'up{job="mopt"} == 0',
-            "for": "2m",
-            "labels": {"severity": "critical"},
-            "annotations": {
-                "summary": "Prometheus cannot scrape {{ $labels.instance }}",
-                "description": "The server is down or /metrics refuses the scrape.",
-            },
-        },
+        *_down_rules(pod_prefix),
     ]
     return {"groups": [{"name": "mopt-serving", "rules": rules}]}
 

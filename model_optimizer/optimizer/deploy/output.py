@@ -73,6 +73,8 @@ def write(files: dict[str, str], output: str | Path, with_source: bool) -> list[
         # listed before they are written: a render that fails part way leaves only files the next replaces
         _write_manifest(out, sorted(previous | set(rendered)))
         _remove_stale(out, previous - set(rendered))
+        for rel in files:
+            _make_folders(out, rel)
         written = [_write_file(out / rel, text) for rel, text in files.items()]
         if with_source:
             written.append(_copy_source(out))
@@ -110,7 +112,16 @@ def _previous_render(out: Path) -> set[str]:
 
 def _check_conflicts(out: Path, rendered: list[str], previous: set[str]) -> None:
     """ValueError naming the first path this render would have to replace that the last render did not
-    write (a file or folder of the user's where a file, or a folder of ours, goes)."""
+    write (a file or folder of the user's where a file, or a folder of ours, goes), or that is a symlink:
+    a file is written through a link (fileio.atomic_write), so a link in the folder would have a render
+    overwrite whatever file it points to, the user's own."""
+    for rel in [*rendered, MANIFEST]:
+        path = out / rel
+        if path.is_symlink():
+            raise ValueError(
+                f"--output {out}: {path} is a symlink (to {os.readlink(path)}), and mopt deploy would write "
+                f"{rel} through it into the file it points to; remove the link or give another folder"
+            )
     for rel in rendered:
         path = out / rel
         for parent in reversed(Path(rel).parents[:-1]):  # the folders `rel` goes into, outermost first
@@ -133,6 +144,17 @@ def _check_conflicts(out: Path, rendered: list[str], previous: set[str]) -> None
                 f"--output {out}: {path} is {found} where mopt deploy writes {wanted}; move it away or give "
                 "another folder"
             )
+
+
+def _make_folders(out: Path, rel: str) -> None:
+    """Create the folders `rel` goes into under `out`, each mode 0755 whatever the umask: the non-root
+    Prometheus and Grafana containers read prometheus/ and grafana/ through their bind mounts (under umask
+    027 they were drwxr-x---, unreadable to them), as the image's user reads what COPY brings in."""
+    for parent in reversed(Path(rel).parents[:-1]):  # outermost first
+        folder = out / parent
+        if not folder.is_dir():
+            folder.mkdir()
+            os.chmod(folder, 0o755)
 
 
 def _write_file(path: Path, text: str) -> Path:

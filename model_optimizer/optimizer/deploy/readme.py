@@ -13,8 +13,10 @@ from model_optimizer.optimizer.deploy.cuda import CudaChoice
 from model_optimizer.optimizer.deploy.dockerfile import driver_note
 from model_optimizer.optimizer.deploy.kernels import KernelPlan, readme_note
 from model_optimizer.optimizer.deploy.kubernetes import (
-    APP,
     QUEUE_METRIC,
+    SCRAPE_FILE,
+    SCRAPE_KEY_FILE,
+    SECRET,
     claim_access_mode,
     claim_file,
     claim_name,
@@ -27,10 +29,11 @@ from model_optimizer.optimizer.deploy.settings import MODEL_DIR, Mount, ServeSet
 def render_readme(
     settings: ServeSettings,
     deploy: DeployConfig,
-    cuda: CudaChoice,
+    cuda: CudaChoice | None,
     command: list[str],
     untranslated: dict[str, str],
     kernels: KernelPlan,
+    driver: str | None = None,
 ) -> str:
     port, image = settings.port, deploy.image
     lines = [
@@ -38,7 +41,7 @@ def render_readme(
         "",
         "Rendered by `mopt deploy` from `settings.yaml`; render again rather than editing these files.",
         "",
-        f"- Host: {_gpus_wanted(settings.num_gpus)} and driver. {driver_note(deploy, cuda)}",
+        f"- Host: {_gpus_wanted(settings.num_gpus)} and driver. {driver_note(deploy, cuda, driver)}",
         f"- Model: `{settings.host_model_dir}` on the host, mounted read-only at `{MODEL_DIR}`.",
         f"- Command: `{shlex.join(command)}`",
         f"- API key: {_api_key_note(settings.needs_api_key)}",
@@ -81,13 +84,11 @@ def render_readme(
             "",
             "1. Push the image where the cluster pulls from and set `image:` in `k8s/deployment.yaml`.",
             *_copy_folder_steps(settings, deploy),
-            f'3. `kubectl create secret generic {APP}-api-key --from-literal=api-key="$MOPT_API_KEY"`'
-            + (" (required)" if settings.needs_api_key else " (optional)"),
+            _secret_step(settings.needs_api_key),
             "4. `kubectl apply -f k8s/`",
             f"5. Autoscaling on queue depth: install prometheus-adapter with `monitoring/prometheus-adapter-values.yaml`; "
             f"it serves `{QUEUE_METRIC}` (vllm:num_requests_waiting) per pod to the HPA.",
-            "6. Pods carry `prometheus.io/scrape` annotations; load `monitoring/alerts.yml` into Prometheus and "
-            "`monitoring/mopt-serving.json` into Grafana.",
+            _monitoring_step(settings.server.metrics_auth),
             "",
             f"The startupProbe allows {deploy.cold_start} s of cold start plus 50%; termination waits for the "
             f"server's {settings.server.shutdown_timeout:g} s drain.",
@@ -153,6 +154,37 @@ def _copy_folder_steps(settings: ServeSettings, deploy: DeployConfig) -> list[st
             f"   kubectl delete pod {loader}",
         ]
     return [*lines, "   ```"]
+
+
+def _monitoring_step(metrics_auth: bool) -> str:
+    """Step 6: how Prometheus finds the pods (their series need `namespace` and `pod` labels, which the
+    adapter rule and the alerts read), and the alerts and dashboard."""
+    rest = "load `monitoring/alerts.yml` into Prometheus and `monitoring/mopt-serving.json` into Grafana."
+    if not metrics_auth:
+        return (
+            "6. Pods carry `prometheus.io/scrape` annotations (the scrape job must label series with `namespace` "
+            f"and `pod`, as the adapter and alerts read them); {rest}"
+        )
+    return (
+        "6. /metrics requires the API key (metrics_auth), so the pods' `prometheus.io/scrape` annotation is off "
+        f"(a scrape without the key gets 401 and the HPA no data): add the job in `{SCRAPE_FILE}` to Prometheus' "
+        f"scrape configs (Prometheus Operator: additionalScrapeConfigs) and mount the `{SECRET}` Secret into "
+        f"Prometheus at `{SCRAPE_KEY_FILE.rsplit('/', 1)[0]}/` (Operator: list it in the Prometheus' "
+        f"`spec.secrets`; the Secret must be in Prometheus' namespace too); {rest}"
+    )
+
+
+def _secret_step(required: bool) -> str:
+    """Step 3, the API key's Secret. The pods read it through an optional secretKeyRef when the key is
+    optional: a Secret created from an unset MOPT_API_KEY would hold an empty key, which `mopt serve`
+    refuses at start, so it is created only with a key."""
+    create = f'`kubectl create secret generic {SECRET} --from-literal=api-key="$MOPT_API_KEY"`'
+    if required:
+        return f"3. {create} (required: set MOPT_API_KEY to the key first; the pods do not start without it)"
+    return (
+        f"3. Only to require an API key: set MOPT_API_KEY to the key and run {create}. Without the Secret the "
+        "server answers without a key; do not create it with an empty value (the server refuses an empty key)."
+    )
 
 
 def _api_key_note(required: bool) -> str:

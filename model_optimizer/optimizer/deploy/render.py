@@ -22,7 +22,9 @@ def _yaml(data: dict) -> str:
 def render(settings: ServeSettings, deploy: DeployConfig) -> dict[str, str]:
     """Relative path -> text of every file the target needs (the package source is copied by output.write)."""
     settings.check_host_folders()  # the folders the files mount, and size and copy from
-    cuda = choose_cuda(deploy.driver or local_driver(), deploy.cuda)
+    driver = deploy.driver or local_driver()
+    # vLLM's image brings its own CUDA: only its driver need is checked (driver_note); ours installs a torch build
+    cuda = None if deploy.engine == "vllm" else choose_cuda(driver, deploy.cuda)
     if deploy.engine == "vllm":
         vllm = vllm_command(settings)
         command, untranslated = vllm.argv, vllm.untranslated
@@ -32,7 +34,7 @@ def render(settings: ServeSettings, deploy: DeployConfig) -> dict[str, str]:
     saved = {**non_defaults(settings.engine), **non_defaults(settings.server)}
     saved.pop("api_key", None)
     files = {
-        "Dockerfile": render_dockerfile(settings, deploy, cuda, command, kernels),
+        "Dockerfile": render_dockerfile(settings, deploy, cuda, command, kernels, driver),
         ".dockerignore": f"*\n!src/\n!chat_template.jinja\n!{CONTEXT_DIR}/\n",
         "settings.yaml": "# The settings these files run (mopt serve --config settings.yaml reads them).\n"
         + (_yaml(saved) if saved else "{}\n"),
@@ -46,7 +48,7 @@ def render(settings: ServeSettings, deploy: DeployConfig) -> dict[str, str]:
         files.update(_compose_files(settings, deploy))
     if deploy.target == "k8s":
         files.update(_k8s_files(settings, deploy, command))
-    files["README.md"] = render_readme(settings, deploy, cuda, command, untranslated, kernels)
+    files["README.md"] = render_readme(settings, deploy, cuda, command, untranslated, kernels, driver)
     return files
 
 
@@ -74,9 +76,13 @@ def _k8s_files(settings: ServeSettings, deploy: DeployConfig, command: list[str]
         "k8s/service.yaml": _yaml(kubernetes.service(settings)),
         "k8s/hpa.yaml": _yaml(kubernetes.autoscaler(deploy)),
         "monitoring/prometheus-adapter-values.yaml": _yaml(kubernetes.adapter_values()),
-        "monitoring/alerts.yml": _yaml(monitoring.alert_rules()),
+        "monitoring/alerts.yml": _yaml(monitoring.alert_rules(pod_prefix=kubernetes.APP)),
         "monitoring/mopt-serving.json": monitoring.dashboard_json(),
     }
+    if settings.server.metrics_auth:  # the pods' annotations are off: this job scrapes them with the key
+        files[kubernetes.SCRAPE_FILE] = _yaml(
+            monitoring.kubernetes_scrape_config(kubernetes.APP, kubernetes.SCRAPE_KEY_FILE)
+        )
     for mount in settings.mounts:  # each folder: its claim, and the pod the README fills it through
         files[kubernetes.claim_file(mount)] = _yaml(kubernetes.volume_claim(mount, deploy))
         files[kubernetes.loader_file(mount)] = _yaml(kubernetes.loader_pod(mount))

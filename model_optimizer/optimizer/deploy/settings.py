@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,6 +162,7 @@ def _check_host_folder(flag: str, value: str) -> None:
     """ValueError unless `value` is a folder on this host: the container can mount nothing else."""
     path = Path(value).expanduser()
     if path.is_dir():
+        _check_no_outside_links(flag, value, path)
         return
     if path.exists():
         raise ValueError(f"{flag} {value} is a file; give the folder that holds it (it is mounted into the container)")
@@ -170,6 +172,28 @@ def _check_host_folder(flag: str, value: str) -> None:
             f"is not one; download it (hf download {value} --local-dir DIR) and give DIR"
         )
     raise ValueError(f"{flag} {value} does not exist; give the folder (it is mounted into the container)")
+
+
+def _check_no_outside_links(flag: str, value: str, path: Path) -> None:
+    """ValueError when a file or folder in `path` is a symlink that leads outside it (or nowhere): the
+    container mounts the folder alone, so such a link is broken there. A Hugging Face cache snapshot is
+    such a folder, its files relative links into ../../blobs."""
+    root = path.resolve()
+    for folder, dirnames, filenames in os.walk(path):  # links to folders are listed, not followed
+        for name in [*dirnames, *filenames]:
+            entry = Path(folder) / name
+            if not entry.is_symlink():
+                continue
+            target = Path(os.path.realpath(entry))
+            if target == root or root in target.parents:
+                continue
+            shown = f"{entry.relative_to(path)} -> {os.readlink(entry)}"
+            raise ValueError(
+                f"{flag} {value} holds links that lead outside it ({shown}), which the container, mounting the "
+                "folder alone, would see broken (a Hugging Face cache snapshot links its files into ../../blobs); "
+                "download the model into a folder of its own (hf download ID --local-dir DIR) and give DIR, or "
+                "copy the folder with the links followed (cp -rL)"
+            )
 
 
 def non_defaults(config: object) -> dict:

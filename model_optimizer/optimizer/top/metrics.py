@@ -92,15 +92,31 @@ def _bound(le: str | None) -> float | None:
     return None if math.isnan(bound) else bound
 
 
+def _series(scrape: Scrape, name: str, without: str | None = None) -> dict[tuple, dict[str, float]]:
+    """The samples of `name` grouped by label set less the label `without` (a histogram's `le`):
+    label set -> {value of `without` (or "") -> value}. Duplicate samples are summed."""
+    out: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for labels, value in scrape.samples.get(name, []):
+        key = tuple(sorted((k, v) for k, v in labels.items() if k != without))
+        out[key][labels.get(without, "") if without else ""] += value
+    return out
+
+
+def _increase(now: dict[str, float], before: dict[str, float] | None) -> dict[str, float]:
+    """One series' increase since `before`, as Prometheus' rate() takes it: a series that is new, or that
+    fell (its process restarted: for a histogram, any of its buckets fell), counts from zero."""
+    if before is None or any(value < before.get(k, 0.0) for k, value in now.items()):
+        return dict(now)
+    return {k: value - before.get(k, 0.0) for k, value in now.items()}
+
+
 def delta(cur: Scrape, prev: Scrape | None, name: str) -> float | None:
-    """Counter increase since `prev` (a counter reset counts from zero)."""
-    now = cur.total(name)
-    if now is None or prev is None:
+    """Counter increase since `prev`, summed over label sets, each checked for a reset on its own: engine 0
+    restarting (100 -> 5) while engine 1 counts on (100 -> 200) is 5 + 100, not a reset of the total."""
+    if cur.total(name) is None or prev is None:
         return None
-    before = prev.total(name)
-    if before is None or now < before:
-        return now
-    return now - before
+    before = _series(prev, name)
+    return sum(sum(_increase(now, before.get(key)).values()) for key, now in _series(cur, name).items())
 
 
 def quantile(q: float, buckets: dict[float, float]) -> float | None:
@@ -123,11 +139,16 @@ def quantile(q: float, buckets: dict[float, float]) -> float | None:
 
 
 def window_buckets(cur: Scrape, prev: Scrape | None, histogram: str) -> tuple[dict[float, float], bool]:
-    """(bucket counts observed since `prev`, True) when there were any; else (all counts so far, False)."""
+    """(bucket counts observed since `prev`, True) when there were any; else (all counts so far, False).
+    Each histogram series (label set less `le`) is checked for a reset on its own, then summed by bound."""
     now = cur.buckets(histogram)
     if prev is not None:
-        before = prev.buckets(histogram)
-        diff = {le: count - before.get(le, 0.0) for le, count in now.items()}
-        if diff and all(v >= 0 for v in diff.values()) and max(diff.values()) > 0:
-            return diff, True
+        name = histogram + "_bucket"
+        before = _series(prev, name, without="le")
+        diff: dict[float, float] = defaultdict(float)
+        for key, counts in _series(cur, name, without="le").items():
+            for le, count in _increase(counts, before.get(key)).items():
+                diff[_bound(le)] += count  # type: ignore[index] - parse kept only numeric `le`
+        if diff and max(diff.values()) > 0:
+            return dict(diff), True
     return now, False

@@ -166,8 +166,10 @@ def test_cuda_build_follows_the_host_driver():
     assert choose_cuda(driver="565.57.01").cuda == "12.6"
     assert choose_cuda(driver="580.95.05").cuda == "13.0"
     assert choose_cuda().min_driver == "570.26"  # torch's default build: CUDA 12.8
+    compat = choose_cuda(driver="535.104.05")  # below every build's minimum, above 12.x's compat driver
+    assert compat.cuda == "12.6" and "minor-version compatibility" in compat.note
     with pytest.raises(ValueError, match="install driver branch"):
-        choose_cuda(driver="535.104.05")
+        choose_cuda(driver="470.129.06")
     with pytest.raises(ValueError, match="cuda must be one of"):
         choose_cuda(cuda="11.8")
 
@@ -240,7 +242,9 @@ def test_the_api_key_reaches_the_compose_server_from_the_host(deployments, engin
     """Without --api-key the README still says "set MOPT_API_KEY": the server must then get it."""
     env_name = {"mopt": "MOPT_API_KEY", "vllm": "VLLM_API_KEY"}[engine]
     optional = yaml.safe_load((deployments[("compose", engine, False)] / "docker-compose.yml").read_text())
-    assert optional["services"]["server"]["environment"] == {env_name: "${MOPT_API_KEY:-}"}
+    # ours refuses an empty key: no value, so Compose passes the host's when set and none otherwise
+    expected = None if engine == "mopt" else "${MOPT_API_KEY:-}"
+    assert optional["services"]["server"]["environment"] == {env_name: expected}
     required = yaml.safe_load((deployments[("compose", engine, True)] / "docker-compose.yml").read_text())
     assert required["services"]["server"]["environment"][env_name].startswith("${MOPT_API_KEY:?")
     docker = (deployments[("docker", engine, False)] / "README.md").read_text()
