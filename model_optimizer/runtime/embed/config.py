@@ -20,6 +20,7 @@ What it shares with EngineConfig, and why it is a config of its own:
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -28,7 +29,9 @@ from model_optimizer.runtime.config import DType, check_choice, check_non_negati
 if TYPE_CHECKING:
     from model_optimizer.runtime.config import EngineConfig
 
-DEFAULT_INSTRUCTION_TEMPLATE = "Instruct: {task}\nQuery: {text}"
+DEFAULT_INSTRUCTION_TEMPLATE = "Instruct: {task}\nQuery:{text}"
+"""Qwen3-Embedding's query format, no space after "Query:" (its model card, vLLM's example and
+sentence-transformers' `query` prompt all spell it so)."""
 
 SHARED_FIELDS = ("tokenizer", "dtype", "load_format", "device")
 """EmbedConfig fields that mean the same as EngineConfig's: `from_engine` copies them."""
@@ -79,7 +82,7 @@ class EmbedConfig:
     calling thread before the first forward pass."""
 
     instruction_template: str = DEFAULT_INSTRUCTION_TEMPLATE
-    """How an instruction is put before a text; must contain {task} and {text}."""
+    """How an instruction is put before a text; must contain {task} and {text} (a literal brace: {{ or }})."""
 
     append_eos: bool | None = None
     """Append the end token to each text unless it is already last (Qwen3-Embedding style). Empty: yes for decoders."""
@@ -98,10 +101,30 @@ class EmbedConfig:
         check_non_negative(self, "cuda_graph_max_tokens", "tokenizer_threads")
         if self.max_seq_length is not None:
             check_positive(self, "max_seq_length")
-        if "{task}" not in self.instruction_template or "{text}" not in self.instruction_template:
-            raise ValueError(
-                f"instruction_template must contain {{task}} and {{text}}, got {self.instruction_template!r}"
-            )
+        check_instruction_template(self.instruction_template)
+
+
+def check_instruction_template(template: str) -> None:
+    """ValueError naming what is wrong when `template` is no str.format template with {task} and {text}
+    as its only fields (a literal brace is written {{ or }}): checked here, so a bad one fails when the
+    config is made, not at the first embedding with a KeyError."""
+    hint = "only {task} and {text} are filled in; write a literal brace as {{ or }}"
+    if not isinstance(template, str):
+        raise ValueError(f"instruction_template must be a string, got {type(template).__name__}")
+    try:
+        fields = [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+        for field in fields:
+            if field not in ("task", "text"):
+                raise ValueError(f"instruction_template {template!r} has the placeholder {{{field}}}; {hint}")
+        template.format(task="task", text="text")  # a format spec the text cannot take ({task:d})
+    except KeyError as exc:  # a field inside a format spec: {task:{width}}
+        raise ValueError(f"instruction_template {template!r} has the placeholder {{{exc.args[0]}}}; {hint}") from None
+    except (ValueError, IndexError, AttributeError, TypeError) as exc:
+        if str(exc).startswith("instruction_template"):
+            raise
+        raise ValueError(f"instruction_template {template!r} is not a valid template ({exc}); {hint}") from None
+    if "task" not in fields or "text" not in fields:
+        raise ValueError(f"instruction_template must contain {{task}} and {{text}}, got {template!r}")
 
 
 def refuse_load_time_quantization(quantization: str | None, model_dir: Any) -> None:

@@ -28,7 +28,15 @@ from model_optimizer.runtime.embed.backbone import is_encoder, load_backbone
 from model_optimizer.runtime.embed.batching import Batch, Batcher
 from model_optimizer.runtime.embed.calls import Calls, EmbedCall
 from model_optimizer.runtime.embed.config import EmbedConfig
-from model_optimizer.runtime.embed.inputs import EmbedInput, InputRules, InputTokenizer, as_input_list, check_truncation
+from model_optimizer.runtime.embed.inputs import (
+    EmbedInput,
+    InputError,
+    InputRules,
+    InputTokenizer,
+    as_input_list,
+    check_truncation,
+)
+from model_optimizer.runtime.embed.matryoshka import check_dimensions, declared_dimensions
 from model_optimizer.runtime.embed.packing import pack_batch
 from model_optimizer.runtime.embed.pooling import finish, pool
 from model_optimizer.runtime.embed.st_folder import read_folder_spec
@@ -81,6 +89,11 @@ class Embedder:
         self.tokenizer = load_tokenizer(self.tokenizer_dir)
         self.tokenizer.model_max_length = 1 << 30  # we check lengths ourselves, with a clearer message
         self.pooling = self._pick_pooling(spec.pooling)
+        self.include_prompt = spec.include_prompt
+        """False (the folder's Pooling config says include_prompt false): an instruction's tokens are left out
+        of pooling, as sentence-transformers leaves out a prompt's."""
+        self.matryoshka_dimensions = declared_dimensions(self.model_dir)
+        """What the folder's config declares about Matryoshka training (matryoshka.py); None: nothing."""
         self.normalize = self.config.normalize if self.config.normalize is not None else spec.normalize is not False
         self.rules = InputRules(
             max_seq_length=self._pick_max_seq_length(spec.max_seq_length),
@@ -156,7 +169,7 @@ class Embedder:
         `call`: a handle from `self.calls.open()` that bounds the call's tokens and lets another thread stop
         it before its next batch (EmbedCancelled); each batch runs in a turn (calls.py)."""
         items = as_input_list(inputs)
-        self._check_dimensions(dimensions)
+        self.check_dimensions(dimensions)
         truncate_to = check_truncation(truncate_prompt_tokens, self.max_seq_length)
         self.inputs.check(items, instruction)  # what needs no tokenizing fails before any batch runs
         normalize = self._pick_normalize(normalize)
@@ -170,14 +183,19 @@ class Embedder:
         # results stay on the device until the end: one device -> host copy per call, not per batch
         pooled = torch.empty(len(items), self.hidden_size, dtype=torch.float32, device=self.device)
         batcher = Batcher(cfg.max_num_batched_tokens, cfg.max_num_seqs)
+        prompt_length = self.prompt_length(instruction)
+        skip = [prompt_length if isinstance(x, str) else 0 for x in items] if prompt_length else None
 
         def prepare(part: list[EmbedInput], numbers: list[int]) -> list[list[int]]:
-            return self.inputs.token_ids(part, truncate_to, instruction, numbers)
+            ids = self.inputs.token_ids(part, truncate_to, instruction, numbers)
+            if prompt_length:
+                self._check_prompt_room(part, ids, numbers, prompt_length)
+            return ids
 
         def run(batches: list[Batch]) -> None:
             for batch in batches:
                 with self.calls.turn(call):  # EmbedCancelled here once the call is cancelled
-                    self._run_batch(batch, pooled, on_progress)
+                    self._run_batch(batch, pooled, on_progress, skip)
                 self._hand_out(batch, pooled, normalize, dimensions, on_batch)
 
         with closing(self.tokenizer_pool.chunks(items, prepare)) as chunks:  # closed: unstarted chunks dropped
@@ -193,14 +211,60 @@ class Embedder:
         embeddings = finish(pooled, normalize, dimensions).cpu()
         return EmbedOutput(embeddings, lengths, kept)
 
+    def prompt_length(self, instruction: str | None) -> int:
+        """How many leading tokens of each text pooling leaves out for this instruction: 0 unless the folder's
+        Pooling config says include_prompt false. Counted as sentence-transformers counts a prompt's: the
+        tokens of the template's part before {text}, tokenized alone, less a closing special token ([SEP])."""
+        if self.include_prompt or not instruction:
+            return 0
+        marker = "\x00text\x00"
+        filled = self.rules.instruction_template.format(task=instruction, text=marker)
+        if marker not in filled:  # {text:.20}: where the text starts is not known
+            raise ValueError(
+                "this model leaves the instruction out of pooling (include_prompt false in its Pooling config), "
+                "which needs a plain {text} in instruction_template, without a format spec"
+            )
+        prefix = filled.split(marker)[0]
+        if self.rules.do_lower_case:
+            prefix = prefix.lower()
+        if not prefix:
+            return 0
+        ids = self.inputs.encoder.batch([prefix])[0]
+        if ids and ids[-1] in set(self.tokenizer.all_special_ids):
+            return len(ids) - 1
+        return len(ids)
+
+    @staticmethod
+    def _check_prompt_room(
+        part: Sequence[EmbedInput], ids: list[list[int]], numbers: Sequence[int], prompt_length: int
+    ) -> None:
+        """A text cut so short that only its instruction is left would pool nothing: say so."""
+        for x, tokens, number in zip(part, ids, numbers):
+            if isinstance(x, str) and len(tokens) <= prompt_length:
+                raise InputError(
+                    number,
+                    f" keeps {len(tokens)} tokens, all of them its instruction's ({prompt_length}), which this "
+                    "model leaves out of pooling (include_prompt false in its Pooling config): cut it less",
+                    "truncate_prompt_tokens",
+                )
+
     @torch.inference_mode()
-    def _run_batch(self, batch: Batch, out: torch.Tensor, on_progress: Callable[[int], None] | None = None) -> None:
-        """Pool one packed batch into out[batch.rows] (float32). On CUDA nothing here waits for the GPU."""
-        packed = pack_batch(batch.token_ids, batch.rows, self.device)
+    def _run_batch(
+        self,
+        batch: Batch,
+        out: torch.Tensor,
+        on_progress: Callable[[int], None] | None = None,
+        skip: list[int] | None = None,
+    ) -> None:
+        """Pool one packed batch into out[batch.rows] (float32). On CUDA nothing here waits for the GPU.
+        `skip`: per input of the call, its leading tokens that pooling leaves out (`prompt_length`)."""
+        packed = pack_batch(
+            batch.token_ids, batch.rows, self.device, [skip[r] for r in batch.rows] if skip is not None else None
+        )
         hidden = self.graphs.run(packed) if self.graphs is not None else None
         if hidden is None:
             hidden = self.backbone(packed.token_ids, packed.positions, packed.meta)
-        out.index_copy_(0, packed.rows, pool(hidden, packed.cu_seqlens, self.pooling))
+        out.index_copy_(0, packed.rows, pool(hidden, packed.cu_seqlens, self.pooling, packed.skip, packed.pooled))
         if on_progress:
             on_progress(len(batch.rows))
 
@@ -227,11 +291,11 @@ class Embedder:
 
         return GraphRunner(self.backbone, self.device, self.config.cuda_graph_max_tokens)
 
-    def _check_dimensions(self, dimensions: int | None) -> None:
-        if dimensions is None:
-            return
-        if isinstance(dimensions, bool) or not isinstance(dimensions, int) or not 1 <= dimensions <= self.hidden_size:
-            raise ValueError(f"dimensions must be an integer between 1 and {self.hidden_size}, got {dimensions!r}")
+    def check_dimensions(self, dimensions: int | None) -> None:
+        """ValueError unless `dimensions` is None or a length this model may be cut to: 1..hidden_size, on a
+        model trained for it (a decoder embedder, or a config declaring Matryoshka training) and among the
+        lengths its config lists, if it lists any (matryoshka.py). Every entry point goes through here."""
+        check_dimensions(dimensions, self.hidden_size, self.is_encoder, self.matryoshka_dimensions)
 
     def _pick_normalize(self, normalize: bool | None) -> bool:
         if normalize is None:

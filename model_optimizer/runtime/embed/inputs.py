@@ -121,7 +121,10 @@ class InputTokenizer:
     def __init__(self, tokenizer: Any, rules: InputRules) -> None:
         self.rules = rules
         self.encoder = TextEncoder(tokenizer)
-        self._empty_text_ids = _with_end(self.encoder.batch([""])[0], rules.end_token_id)
+        empty = self.encoder.batch([""])[0]
+        self._end_by_tokenizer = rules.end_token_id is not None and empty[-1:] == [rules.end_token_id]
+        """The tokenizer's post-processor appends the end token itself (its special tokens include it)."""
+        self._empty_text_ids = _with_end(empty, rules.end_token_id)
 
     def check(self, inputs: Sequence[EmbedInput], instruction: str | None) -> None:
         """Raise for the first input, in input order, that is bad without tokenizing anything: a token-id
@@ -175,7 +178,7 @@ class InputTokenizer:
                 ids[i] = tokens[:limit]
                 continue
             try:
-                ids[i] = _truncate_text(text_of[i], self.encoder, rules, limit)
+                ids[i] = _truncate_text(text_of[i], self.encoder, rules, limit, self._end_by_tokenizer)
             except ValueError as exc:
                 raise InputError(
                     numbers[i], f" cannot be cut to {limit} tokens: {exc}", "truncate_prompt_tokens"
@@ -250,9 +253,13 @@ def _with_end(tokens: list[int], end_token_id: int | None) -> list[int]:
     return tokens
 
 
-def _truncate_text(text: str, encoder: TextEncoder, rules: InputRules, limit: int) -> list[int]:
-    """Cut with the tokenizer's rules, so closing special tokens ([SEP]) survive; keep room for the end token."""
-    room = limit - (1 if rules.end_token_id is not None else 0)
+def _truncate_text(
+    text: str, encoder: TextEncoder, rules: InputRules, limit: int, end_by_tokenizer: bool = False
+) -> list[int]:
+    """Cut with the tokenizer's rules, so closing special tokens ([SEP]) survive; keep room for the end token,
+    unless the tokenizer appends it itself (`end_by_tokenizer`): then its special tokens, which
+    `TextEncoder.truncated` keeps room for, already hold it."""
+    room = limit - (1 if rules.end_token_id is not None and not end_by_tokenizer else 0)
     if room < 1:
         raise ValueError("the end token alone takes one")
     return _with_end(encoder.truncated(text, room), rules.end_token_id)[:limit]

@@ -225,6 +225,7 @@ class EmbedJob:
         hidden = self.embedder.hidden_size
         if job.dimensions is not None and job.dimensions > hidden:  # before any file is made
             raise ValueError(f"--dimensions {job.dimensions} is more than the model's {hidden}; give 1 to {hidden}")
+        self.embedder.check_dimensions(job.dimensions)  # a model not trained to be cut short: refused alike
         rows = read_rows(Path(job.input), job.text_field, job.id_field)
         out.parent.mkdir(parents=True, exist_ok=True)
         self._created = [p for p in (out, meta_path(out)) if not p.exists()]

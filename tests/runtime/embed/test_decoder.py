@@ -63,7 +63,7 @@ def test_end_token_is_appended_once(qwen3):
 def test_instruction_prefix(qwen3):
     task = "Given a web search query, retrieve relevant passages"
     with_instruction = qwen3.encode("what is a cat", instruction=task).embeddings
-    spelled_out = qwen3.encode(f"Instruct: {task}\nQuery: what is a cat").embeddings
+    spelled_out = qwen3.encode(f"Instruct: {task}\nQuery:what is a cat").embeddings  # Qwen3-Embedding's format
     assert torch.allclose(with_instruction, spelled_out, atol=1e-6)
     assert not torch.allclose(with_instruction, qwen3.encode("what is a cat").embeddings, atol=1e-3)
 

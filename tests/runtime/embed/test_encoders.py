@@ -64,8 +64,8 @@ def test_threads_and_asyncio_share_one_embedder(minilm):
     assert torch.allclose(torch.stack(results), expected, atol=1e-5)
 
     async def many():
-        return await asyncio.gather(*(minilm.aencode(texts[i : i + 6], dimensions=32) for i in range(0, 24, 6)))
+        return await asyncio.gather(*(minilm.aencode(texts[i : i + 6], normalize=False) for i in range(0, 24, 6)))
 
-    outs = asyncio.run(many())
-    assert torch.allclose(torch.cat([o.embeddings for o in outs]), F.normalize(expected[:, :32], dim=-1), atol=1e-5)
+    outs = asyncio.run(many())  # MiniLM takes no `dimensions` (no Matryoshka training): unnormalized vectors instead
+    assert torch.allclose(F.normalize(torch.cat([o.embeddings for o in outs]), dim=-1), expected, atol=1e-5)
     assert sum(o.num_prompt_tokens for o in outs) == sum(minilm.encode(texts).num_tokens)

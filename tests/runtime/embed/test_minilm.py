@@ -62,15 +62,28 @@ def test_truncate_to_k_tokens_keeps_the_closing_sep(minilm):
             minilm.encode(text, truncate_prompt_tokens=bad)
 
 
-def test_dimensions_truncate_then_renormalize(minilm):
+def test_dimensions_truncate_then_renormalize(minilm, minilm_dir, tmp_path):
+    """MiniLM declares no Matryoshka training, so `dimensions` is refused (as the server refuses it); a copy
+    whose config declares it is cut, then renormalized."""
+    from model_optimizer.runtime.embed import Embedder
+
     texts = ["first text", "a second, longer text about embeddings"]
-    full = minilm.encode(texts).embeddings
-    short = minilm.encode(texts, dimensions=64).embeddings
+    with pytest.raises(ValueError, match="dimensions is not supported by this model"):
+        minilm.encode(texts, dimensions=64)
+    declared = tmp_path / "minilm"
+    declared.mkdir()
+    for f in minilm_dir.iterdir():
+        if f.name != "config_sentence_transformers.json":
+            (declared / f.name).symlink_to(f)
+    (declared / "config_sentence_transformers.json").write_text('{"is_matryoshka": true}')
+    matryoshka = Embedder(declared, device="cpu")
+    full = matryoshka.encode(texts).embeddings
+    short = matryoshka.encode(texts, dimensions=64).embeddings
     assert short.shape == (2, 64)
     assert torch.allclose(short, F.normalize(full[:, :64], dim=-1), atol=1e-6)
     for bad in (0, 385, "64"):
         with pytest.raises(ValueError, match="dimensions"):
-            minilm.encode(texts, dimensions=bad)
+            matryoshka.encode(texts, dimensions=bad)
 
 
 def test_token_ids_and_text_give_the_same_vector(minilm):

@@ -16,10 +16,7 @@ finished request, as vLLM counts the prompts of a pooling request.
 from __future__ import annotations
 
 import base64
-import functools
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -28,6 +25,7 @@ from fastapi.responses import Response
 from model_optimizer.common.text import not_utf8_at
 from model_optimizer.runtime.embed.calls import EmbedCancelled
 from model_optimizer.runtime.embed.inputs import BLANK_HINT, InputError, is_blank
+from model_optimizer.runtime.embed.matryoshka import MATRYOSHKA_KEYS, supports_dimensions  # noqa: F401 - re-exported
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.prompts import prompt_list
@@ -113,52 +111,20 @@ def _param(exc: ValueError) -> str:
     """The request field an embedder's ValueError is about."""
     if isinstance(exc, InputError):
         return exc.param
-    return "truncate_prompt_tokens" if str(exc).startswith("truncate_prompt_tokens") else "input"
-
-
-MATRYOSHKA_KEYS = ("matryoshka_dimensions", "matryoshka_dims", "is_matryoshka")
-"""Keys by which config.json or config_sentence_transformers.json declare training for truncation."""
+    for name in ("truncate_prompt_tokens", "dimensions"):
+        if str(exc).startswith(name):
+            return name
+    return "input"
 
 
 def check_dimensions(embedder: Any, dimensions: int) -> None:
-    """400 naming `dimensions` when it is out of range or the model was not trained to be cut short
-    (truncating such a model's vectors silently loses quality)."""
-    if dimensions > embedder.hidden_size:
-        raise APIError(400, f"dimensions must be between 1 and {embedder.hidden_size}, got {dimensions}", "dimensions")
-    if not supports_dimensions(embedder.model_dir, embedder.is_encoder):
-        raise APIError(
-            400,
-            "dimensions is not supported by this model: its config declares no Matryoshka training "
-            f"({' / '.join(MATRYOSHKA_KEYS)}), so shortened vectors would lose quality",
-            "dimensions",
-        )
-    allowed = _declared(Path(embedder.model_dir)).get("matryoshka_dimensions")
-    if isinstance(allowed, list) and allowed and dimensions not in allowed:
-        raise APIError(400, f"dimensions must be one of {allowed} for this model, got {dimensions}", "dimensions")
-
-
-def supports_dimensions(model_dir: str | Path, is_encoder: bool) -> bool:
-    """A decoder embedder (Qwen3-Embedding family, trained for truncation) or a model whose config
-    declares Matryoshka training."""
-    return not is_encoder or bool(_declared(Path(model_dir)))
-
-
-@functools.lru_cache(maxsize=8)
-def _declared(model_dir: Path) -> dict[str, Any]:
-    """{"matryoshka_dimensions": list or True} when the folder declares Matryoshka training, else {}."""
-    for name in ("config.json", "config_sentence_transformers.json"):
-        try:
-            config = json.loads((model_dir / name).read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(config, dict):
-            continue
-        dims = config.get("matryoshka_dimensions", config.get("matryoshka_dims"))
-        if isinstance(dims, list) and dims:
-            return {"matryoshka_dimensions": dims}
-        if config.get("is_matryoshka") is True:
-            return {"matryoshka_dimensions": True}
-    return {}
+    """400 naming `dimensions` when the embedder refuses it (out of range, or a model not trained to be cut
+    short: truncating such a model's vectors silently loses quality); the Embedder's own check
+    (runtime/embed/matryoshka.py), so `Embedder.encode`, `LLM.embed` and `mopt embed` refuse alike."""
+    try:
+        embedder.check_dimensions(dimensions)
+    except ValueError as exc:
+        raise APIError(400, str(exc), "dimensions") from None
 
 
 def _encode(vector, encoding_format: str) -> list[float] | str:
