@@ -199,8 +199,14 @@ class Drafter:
         logits, states = self._forward(out, {}, None)
         if logits is None:
             return {}
-        drawn, q = draft_sample(logits, [s.sampling_input(len(s.output_token_ids)) for s in states], self.generator)
-        return {s.request_id: (drawn[i], None if q is None else q[i]) for i, s in enumerate(states)}
+        batch = [s.sampling_input(len(s.output_token_ids)) for s in states]
+        drawn, q = draft_sample(logits, batch, self.generator)
+        # q only for sampled requests: a greedy one's row is unused (all zeros), and would make its verification
+        # a rejection sampling at temperature 0 when it shares a batch with a sampled one
+        return {
+            s.request_id: (drawn[i], None if q is None or b.params.greedy else q[i])
+            for i, (s, b) in enumerate(zip(states, batch))
+        }
 
     def _forward(
         self, out: SchedulerOutput, pending: dict, previous: torch.Tensor | None

@@ -250,3 +250,16 @@ def test_every_verifying_decode_step_has_the_graphed_shape(target, reference, me
     runner.submit = recording_submit
     assert_same(llm.generate(prompts(), GREEDY), reference)
     assert len(steps) >= 3 and all(steps)
+
+
+@pytest.mark.parametrize("budget", [None, 7])
+def test_greedy_requests_beside_sampled_ones_keep_their_tokens(target, other_draft, reference, budget):
+    """A draft's q rows belong to its sampled requests only: a greedy request batched with a sampled one was
+    verified as sampled at temperature 0 (token 0), and with a small budget the proposals' q lists came out
+    shorter than their proposals (a RuntimeError)."""
+    sampled = SamplingParams(temperature=0.8, seed=7, max_tokens=24, ignore_eos=True)
+    budgeted = {} if budget is None else {"max_num_batched_tokens": budget}
+    llm = LLM(str(target), speculative_config=draft(other_draft), **budgeted, **CPU)
+    mixed = [p for pair in zip([GREEDY] * len(prompts()), [sampled] * len(prompts())) for p in pair]
+    outputs = llm.generate([p for p in prompts() for _ in range(2)], mixed, use_tqdm=False)
+    assert_same(outputs[::2], reference)
