@@ -308,7 +308,10 @@ class Scheduler(SpeculativeSteps):
             self.kv_cache.count_lookup(request, computed)
         request.status = RequestStatus.RUNNING
         request.first_scheduled_time = request.first_scheduled_time or time.time()  # end of its queue time
-        self.running.append(request)
+        if self.config.policy == "priority":  # kept in priority order, so a victim is never before its preemptor
+            bisect.insort(self.running, request, key=lambda r: self._order[r.request_id])
+        else:
+            self.running.append(request)
         out.num_scheduled_tokens[request.request_id] = num_new
         step.admitted.add(request.request_id)
         step.budget -= num_new
@@ -341,7 +344,8 @@ class Scheduler(SpeculativeSteps):
         return sibling.num_computed_tokens < request.num_prompt_tokens
 
     def _pick_victim(self, candidates: list[Request]) -> Request:
-        """Lowest priority, latest arrival among requests not yet scheduled this step."""
+        """Lowest priority, latest arrival among requests not yet scheduled this step (under the priority
+        policy `running` is in priority order, so every lower-priority request is among them)."""
         return max(candidates, key=lambda r: self._order[r.request_id])
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:

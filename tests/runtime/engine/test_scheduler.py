@@ -89,6 +89,23 @@ def test_priority_policy_orders_waiting_queue():
     assert list(out.num_scheduled_tokens) == ["high"]
 
 
+def test_priority_preemption_takes_the_lower_priority_request_that_started_first():
+    """The victim is the lowest-priority running request even when it was admitted before the one that needs
+    blocks (it used to be scheduled first in the step, out of the victims' reach: the high one preempted
+    itself)."""
+    s = make_scheduler(num_blocks=4, block_size=4, budget=64, policy="priority")
+    # 4 blocks of 4: each takes 2; high (7 tokens) needs its third at its 9th token, before low (5) does
+    low, high = request("low", 5, max_tokens=8, priority=5), request("high", 7, max_tokens=8, priority=0)
+    s.add_request(low)
+    run_step(s)
+    s.add_request(high)
+    while s.has_unfinished():
+        run_step(s)
+    assert high.num_preemptions == 0 and low.num_preemptions >= 1
+    assert low.num_output_tokens == high.num_output_tokens == 8
+    assert s.kv_cache.pool.num_free_blocks == 4
+
+
 def test_refuses_requests_that_can_never_fit():
     s = make_scheduler(num_blocks=4, block_size=4)
     with pytest.raises(ValueError, match="max_model_len"):
