@@ -75,7 +75,8 @@ def quantize_int4_codes(
     scales, _ = int4_params(weight, group_size)
     # a scale below scale_dtype's range (an all-zero group's 1e-10 in fp16) would round to 0 and make the
     # zero point NaN: such a scale takes the dtype's smallest positive value instead
-    smallest = torch.nextafter(torch.zeros((), dtype=scale_dtype), torch.ones((), dtype=scale_dtype)).float()
+    # (a Python number: a CPU tensor as clamp's bound fails on a CUDA weight)
+    smallest = torch.nextafter(torch.zeros((), dtype=scale_dtype), torch.ones((), dtype=scale_dtype)).item()
     scales = scales.to(scale_dtype).float().clamp(min=smallest)
     zeros = torch.round(-weight.float().reshape(n, k // group_size, group_size).amin(dim=-1).clamp(max=0.0) / scales)
     zeros = zeros.clamp(0, INT4_MAX)
