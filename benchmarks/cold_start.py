@@ -84,6 +84,9 @@ def cache_env(folder: Path) -> dict[str, str]:
     return {
         **os.environ,
         "TRITON_CACHE_DIR": str(folder / "triton"),
+        # the engine's manager (kernels/compile_cache.py): a shipped copy is read from the copy's own files
+        # (Triton's own manager found none of them, or read the original's while it was still there)
+        "TRITON_CACHE_MANAGER": "model_optimizer.runtime.kernels.compile_cache:RelocatableCacheManager",
         "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
         "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     }

@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -65,23 +67,18 @@ def run(args: argparse.Namespace) -> int:
     from model_optimizer.runtime.kernels.aot import AotTarget
     from model_optimizer.runtime.kernels.compile_cache import cache_folder
 
-    try:
-        major, minor = (int(part) for part in args.arch.split("."))
-    except ValueError:
-        major = minor = -1
-    if major < 1 or minor < 0:  # "-1.0" parsed, and named a folder sm-10
-        raise ValueError(f"--arch must be a compute capability such as 9.0, got {args.arch!r}")
-    target = AotTarget((major, minor), args.num_sms, args.gpu_name)
+    target = AotTarget(_capability(args.arch), args.num_sms, args.gpu_name)
     if args.output is not None and not args.output.strip():  # "" was read as unset: the default cache filled
         raise ValueError("--output is empty; give a folder, or leave --output out for the engine's own cache")
-    folder = Path(args.output) if args.output else cache_folder(f"sm{target.arch}")
+    # absolute: the folder printed and filled is the same whatever the working directory of a later start
+    folder = Path(os.path.abspath(Path(args.output).expanduser())) if args.output else cache_folder(f"sm{target.arch}")
     if args.action == "path":
         print(folder)
         return 0
     config = dataclass_from_args(EngineConfig, args)
     jobs = _jobs(args.jobs)
     _check_build(config, args.num_sms, folder)  # here, not as a traceback from each build worker
-    with _removed_if_left_empty(folder), _sigterm_as_interrupt():
+    with _removed_if_new(folder), _sigterm_as_interrupt():
         folder.mkdir(parents=True, exist_ok=True)
         report = _build(config, target, folder, jobs)
     launches = sum(report["kernel_launches"].values())
@@ -89,6 +86,27 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(shown | {"launches": launches, "jobs": report.get("jobs", 1)}))
     print(folder)
     return 0
+
+
+SUPPORTED_ARCHS = ((8, 0), (8, 6), (8, 7), (8, 9), (9, 0), (10, 0), (12, 0))
+"""Compute capabilities of NVIDIA GPUs that Triton's NVIDIA backend compiles for (8.0, Ampere, is its
+minimum: the engine's kernels need it too, environment/rules/cuda.py). Others were handed to Triton and
+ended in an LLVM abort (9.9, 1.0: exit code 134) or a ptxas traceback (5.0) with a part-filled folder."""
+
+
+def _capability(arch: str) -> tuple[int, int]:
+    """--arch as (major, minor), or ValueError (one `error:` line, exit code 2) for anything but a
+    capability in SUPPORTED_ARCHS."""
+    shown = ", ".join(f"{major}.{minor}" for major, minor in SUPPORTED_ARCHS)
+    try:
+        major, minor = (int(part) for part in arch.split("."))
+    except ValueError:
+        major = minor = -1
+    if (major, minor) not in SUPPORTED_ARCHS:
+        raise ValueError(
+            f"--arch must be a compute capability such as 9.0 that Triton compiles for ({shown}), got {arch!r}"
+        )
+    return major, minor
 
 
 def _check_build(config: EngineConfig, num_sms: int, folder: Path) -> None:
@@ -163,19 +181,17 @@ def _following(ticks: Path, advance: Callable[[int], None]) -> Iterator[None]:
 
 
 @contextmanager
-def _removed_if_left_empty(folder: Path) -> Iterator[None]:
+def _removed_if_new(folder: Path) -> Iterator[None]:
     """When the block fails (an error, Ctrl-C), remove `folder` and the parents of it that did not exist
-    before the block, as far as they are empty: a failed build leaves no empty folder of its own making.
-    A folder that existed before, or that holds anything, is kept."""
+    before the block, with what the failed build wrote in them: a failed build leaves no folder, empty or
+    part-filled, of its own making (a part-filled one looked like a cache to ship). A folder that existed
+    before is kept, with what it held and what the build added (valid entries, written atomically)."""
     made = list(itertools.takewhile(lambda path: not path.exists(), (folder, *folder.parents)))  # deepest first
     try:
         yield
     except BaseException:
-        for path in made:
-            try:
-                path.rmdir()  # refuses a folder that holds anything
-            except OSError:
-                break  # then its parents hold it
+        if made:
+            shutil.rmtree(made[-1], ignore_errors=True)
         raise
 
 

@@ -178,11 +178,30 @@ def compile_only(target: AotTarget = AotTarget(), claims: Path | None = None) ->
     JITFunction.run, JITFunction._do_compile = run, do_compile
     _state.target = target
     try:
-        yield log
+        with _our_cache_manager():
+            yield log
     finally:
         _state.target = None
         JITFunction.run, JITFunction._do_compile = original, original_compile
         driver.reset_active() if _has_default_driver(driver) else setattr(driver, "_active", None)
+
+
+@contextlib.contextmanager
+def _our_cache_manager() -> Iterator[None]:
+    """Triton's cache read through compile_cache's manager for the block (unless the user named another):
+    a build into a folder that was moved or copied, or holds a damaged entry, finds what is there by name
+    and compiles only what is missing or damaged, as the engine that reads the folder does."""
+    from model_optimizer.runtime.kernels.compile_cache import MANAGER, TRITON_MANAGER_ENV
+
+    previous = os.environ.get(TRITON_MANAGER_ENV)
+    if previous:
+        yield
+        return
+    os.environ[TRITON_MANAGER_ENV] = MANAGER
+    try:
+        yield
+    finally:
+        os.environ.pop(TRITON_MANAGER_ENV, None)
 
 
 def count_variants(build: Callable[[], object]) -> int:

@@ -22,7 +22,7 @@ from tests.runtime.server.test_process import REPO
 
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
-    for name in (*compile_cache.CACHE_VARIABLES, "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"):
+    for name in (*compile_cache.CACHE_VARIABLES, "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "TRITON_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(compile_cache.CACHE_DIR_ENV, str(tmp_path / "root"))
     return tmp_path / "root"
@@ -49,7 +49,12 @@ def test_root_follows_env_then_xdg_then_home(monkeypatch, tmp_path):
 
 def test_unset_variable_points_into_our_folder_and_the_users_wins(clean_env, monkeypatch):
     chosen = configure_compile(SimpleNamespace(device="cpu", enforce_eager=False))
-    assert chosen == {"TRITON_CACHE_DIR": str(clean_env / cache_key(None) / "triton")}
+    folder = str(clean_env / cache_key(None) / "triton")
+    assert chosen == {
+        "TRITON_CACHE_DIR": folder,
+        compile_cache.TRITON_MANAGER_ENV: compile_cache.MANAGER,  # entries found where they lie
+        compile_cache.OWNED_ENV: folder,  # ours: a later start may re-point it
+    }
     assert os.environ["TRITON_CACHE_DIR"] == chosen["TRITON_CACHE_DIR"]
     assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ  # nothing compiles through inductor any more
     monkeypatch.setenv("TRITON_CACHE_DIR", "/users/own/triton")
