@@ -17,7 +17,13 @@ from model_optimizer.runtime.beam_search import BeamSearch, BeamSearchOutput, Be
 from model_optimizer.runtime.config import GENERATION_DEFAULT_FIELDS, EngineConfig
 from model_optimizer.runtime.engine.core import ModelInfo
 from model_optimizer.runtime.engine.engine import LLMEngine
-from model_optimizer.runtime.engine.outputs import EmbeddingOutput, EmbeddingRequestOutput, RequestOutput
+from model_optimizer.runtime.engine.outputs import (
+    EmbeddingOutput,
+    EmbeddingRequestOutput,
+    RequestOutput,
+    ScoringOutput,
+    ScoringRequestOutput,
+)
 from model_optimizer.runtime.hub import resolve_model_dir
 from model_optimizer.runtime.kernels.compile_cache import configure_compile, hash_triton_in_background
 from model_optimizer.runtime.models.model_config import is_encoder_folder
@@ -468,6 +474,33 @@ class LLM:
         return [
             EmbeddingRequestOutput(str(next(self._ids)), EmbeddingOutput(vector), ids)
             for vector, ids in zip(out.embeddings.tolist(), out.token_ids or [])
+        ]
+
+    def score(
+        self,
+        data_1: str | list[int] | Sequence[str | list[int]],
+        data_2: str | list[int] | Sequence[str | list[int]],
+        /,
+        *,
+        truncate_prompt_tokens: int | None = None,
+        use_tqdm: bool | Callable[..., Any] = True,
+    ) -> list[ScoringRequestOutput]:
+        """Scores of text pairs by an embedding model, as vLLM's `LLM.score` gives them for one: the cosine
+        similarity of the two texts' embeddings (runtime/embed/scoring.py), one ScoringRequestOutput per pair
+        (`.outputs.score`). `data_1` is one text (scored against every text of `data_2`) or as many texts as
+        `data_2` holds (scored in pairs); texts may be token ids. Each distinct text is embedded once."""
+        import torch
+
+        from model_optimizer.runtime.embed.scoring import cosine_scores, distinct_inputs, score_pairs
+
+        inputs, pairs = distinct_inputs(score_pairs(data_1, data_2))
+        embedded = self.embed(inputs, truncate_prompt_tokens=truncate_prompt_tokens, use_tqdm=use_tqdm)
+        scores = cosine_scores(torch.tensor([e.outputs.embedding for e in embedded]), pairs)
+        return [
+            ScoringRequestOutput(
+                str(next(self._ids)), ScoringOutput(score), embedded[a].prompt_token_ids + embedded[b].prompt_token_ids
+            )
+            for score, (a, b) in zip(scores, pairs)
         ]
 
 

@@ -211,6 +211,8 @@ class ProcessClient:
 
     @property
     def is_paused(self) -> bool:
+        """The core's state as its latest outputs said (every frontend hears of a PAUSE or RESUME, whichever
+        frontend sent it); this frontend's own PAUSE or RESUME counts from when it was sent."""
         return self._paused
 
     async def _control(self, op: ControlOp) -> None:
@@ -247,6 +249,7 @@ class ProcessClient:
             out = decode_outputs(data)
             if out.stats is not None:
                 self.stats = out.stats
+            self._paused = out.paused
             for token in out.acks:
                 future = self._waiting_acks.pop(token, None)
                 if future is not None and not future.done():

@@ -47,6 +47,8 @@ class CoreLoop:
         self._refused: list[OutputsBuilder] = [OutputsBuilder() for _ in range(core.num_clients)]
         self._acks: list[list[int]] = [[] for _ in range(core.num_clients)]
         self._changed = False
+        self.paused = False
+        """Held by a PAUSE (from any frontend) until a RESUME: what /is_paused says (a test hook's hold is not)."""
 
     @property
     def has_work(self) -> bool:
@@ -82,8 +84,10 @@ class CoreLoop:
         op = command.op
         if op is ControlOp.PAUSE:
             self.gate.hold()
+            self.paused = True
         elif op is ControlOp.RESUME:
             self.gate.release()
+            self.paused = False
         elif op is ControlOp.ABORT_ALL:
             self.core.abort_all()
         elif op is ControlOp.FAIL:
@@ -103,11 +107,18 @@ class CoreLoop:
         if self._changed:
             self._publish(self.core.take_news())
 
+    @staticmethod
+    def _paused(out: CoreOutputs, paused: bool) -> CoreOutputs:
+        out.paused = paused
+        return out
+
     def _publish(self, outputs: list[CoreOutputs]) -> None:
         self._changed = False
+        paused = self.paused  # to every client: a PAUSE or RESUME from one frontend is news to the others
         if any(b.num_rows for b in self._refused):  # refused requests' rows go first, on their own
             refused, self._refused = self._refused, [OutputsBuilder() for _ in self._refused]
-            self.publish([b.build(outputs[0].stats) for b in refused])
+            self.publish([self._paused(b.build(outputs[0].stats), paused) for b in refused])
         for client, out in enumerate(outputs):
             out.acks, self._acks[client] = self._acks[client], []
+            out.paused = paused
         self.publish(outputs)

@@ -234,6 +234,8 @@ class CoreOutputs(msgspec.Struct, array_like=True, gc=False):
     """Tokens of the CoreControl commands applied before this output was made."""
     error: str | None = None
     """Set when the core has failed: every request is lost, and the core ends after sending this."""
+    paused: bool = False
+    """Whether the core is paused (PAUSE, from any frontend): every frontend's /is_paused reads the core's state."""
     prompt_logprobs: list[PromptLogprobsPart] = msgspec.field(default_factory=list)
     """Prompt logprobs computed this step, in prompt order per request; read before the rows (a request's
     last chunk and its first token arrive in the same outputs)."""

@@ -174,3 +174,21 @@ class EmbeddingRequestOutput:
     outputs: EmbeddingOutput
     prompt_token_ids: list[int]
     finished: bool = True
+
+
+@dataclass
+class ScoringOutput:
+    """One pair's score (vLLM's ScoringOutput): an embedding model's cosine similarity of the two texts."""
+
+    score: float
+
+
+@dataclass
+class ScoringRequestOutput:
+    """What LLM.score returns per pair, in vLLM's shape: `output.outputs.score`; `prompt_token_ids` are the
+    first text's ids, then the second's."""
+
+    request_id: str
+    outputs: ScoringOutput
+    prompt_token_ids: list[int]
+    finished: bool = True

@@ -38,8 +38,17 @@ from model_optimizer.runtime.server.errors import install_error_handlers
 from model_optimizer.runtime.server.guard import GuardMiddleware
 from model_optimizer.runtime.server.metrics import HTTPMetricsMiddleware
 from model_optimizer.runtime.server.request_ids import RequestIdMiddleware
-from model_optimizer.runtime.server.routes import chat, completions, embeddings, pause, responses, system, tokenize
-from model_optimizer.runtime.server.state import ServedModel, ServerState
+from model_optimizer.runtime.server.routes import (
+    chat,
+    completions,
+    embeddings,
+    pause,
+    responses,
+    score,
+    system,
+    tokenize,
+)
+from model_optimizer.runtime.server.state import InFlightMiddleware, ServedModel, ServerState
 from model_optimizer.runtime.server.stats_log import start_stats_logging
 from model_optimizer.runtime.server.token_bound import token_bound
 
@@ -153,10 +162,11 @@ def _create_app(
     app = FastAPI(title="Model-Optimizer OpenAI-compatible server", version=__version__, lifespan=lifespan, **hidden)
     app.state.server = state
     install_error_handlers(app)
-    for module in (system, completions, chat, responses, embeddings, tokenize):
+    for module in (system, completions, chat, responses, embeddings, score, tokenize):
         app.include_router(module.router)
     if config.enable_pause:
         app.include_router(pause.router)
+    app.add_middleware(InFlightMiddleware, state=state)  # what a drain waits for (state.num_accepted)
     app.add_middleware(GuardMiddleware, state=state)
     if config.allowed_origins:  # outside the guard: preflights are answered before the API-key check
         app.add_middleware(

@@ -1,6 +1,6 @@
 """API-key check: deny by default, constant-time comparison.
 
-Only exact public paths (/health, /ready, /metrics unless --metrics-auth) skip the key; every other path (unknown ones, `//v1/models`, `/V1/models`,
+Only exact public paths (/health, /ping, /ready, /metrics unless --metrics-auth) skip the key; every other path (unknown ones, `//v1/models`, `/V1/models`,
 `/v1/models/`, percent-encoded variants) needs it, so no spelling of a route gets around it.
 """
 
@@ -23,8 +23,9 @@ def route_path(scope: dict) -> str:
 
 
 def is_public(path: str, config: ServerConfig) -> bool:
-    """/health and /ready are for orchestrator probes, which carry no key; /metrics unless --metrics-auth."""
-    if path in ("/health", "/ready"):
+    """/health (and vLLM's name for it, /ping) and /ready are for orchestrator probes, which carry no key;
+    /metrics unless --metrics-auth."""
+    if path in ("/health", "/ping", "/ready"):
         return True
     return path == "/metrics" and not config.metrics_auth
 

@@ -197,7 +197,7 @@ class ServerConfig:
     """Answer every request with an X-Request-Id header: the client's own X-Request-Id, else a new one (vLLM's flag)."""
 
     root_path: str | None = None
-    """The path prefix a proxy serves the API under (e.g. /llm): the links in /docs and /openapi.json name it, and requests route with or without it (vLLM's flag)."""
+    """The path prefix a proxy serves the API under (e.g. /llm; /llm/ is taken as /llm): the links in /docs and /openapi.json name it, and requests route with or without it (vLLM's flag)."""
 
     ssl_keyfile: str | None = None
     """Serve HTTPS with this private key file (PEM; with --ssl-certfile)."""
@@ -278,8 +278,11 @@ class ServerConfig:
             )
         if not isinstance(self.response_role, str) or not self.response_role.strip():
             raise ValueError(f"response_role must be a role name such as assistant, got {self.response_role!r}")
-        if self.root_path is not None and not (self.root_path.startswith("/") and self.root_path != "/"):
-            raise ValueError(f"root_path must be a path such as /llm, got {self.root_path!r}")
+        if self.root_path is not None:  # /llm/ as /llm: with the slash no prefixed route would match
+            root = self.root_path.rstrip("/") if isinstance(self.root_path, str) else ""
+            if not (root and self.root_path.startswith("/")):
+                raise ValueError(f"root_path must be a path such as /llm, got {self.root_path!r}")
+            self.root_path = root
         if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
             raise ValueError("HTTPS needs both ssl_keyfile and ssl_certfile")
         for name in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs"):

@@ -1,7 +1,8 @@
 """GuardMiddleware: everything checked before a route runs, as plain ASGI.
 
 Order: header size (431; uvicorn's h11 limit only covers headers that arrive in pieces), API key (401), then body size (413, from Content-Length and while reading, before any
-parsing; the rest of a refused body, up to DRAIN_BYTES, is read and dropped first so that the answer reaches a client still sending; 408 when the body pauses longer than --header-timeout), then content type (415) and UTF-8 (400). The body read here is replayed to the app;
+parsing; the rest of a refused body, up to DRAIN_BYTES, is read and dropped first so that the answer reaches a client still sending; 408 when the body pauses longer than --header-timeout), then content encoding (415 unless none or identity), content type (415 unless none, application/json or
+application/*+json, as FastAPI reads them) and UTF-8 (400). The body read here is replayed to the app;
 later `receive()` calls go to the client, so routes can still notice a disconnect.
 """
 
@@ -59,6 +60,8 @@ class GuardMiddleware:
         if problem is not None:
             await problem(scope, receive, send)
             return
+        if body and _header(scope, b"content-type") is None:  # JSON, as vLLM reads it (FastAPI now would not)
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
         await self.app(scope, _replay(body, receive), send)
 
     async def _read_body(self, scope: Scope, receive: Receive):
@@ -89,8 +92,12 @@ class GuardMiddleware:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        content_type = (_header(scope, b"content-type") or "").split(";")[0].strip().lower()
-        if body and content_type != "application/json":
+        encoding = (_header(scope, b"content-encoding") or "").strip().lower()
+        if body and encoding not in ("", "identity"):
+            return error_response(
+                415, f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed"
+            ), b""
+        if body and not is_json_type(_header(scope, b"content-type") or ""):
             return error_response(415, "send the body as JSON with Content-Type: application/json"), b""
         try:
             body.decode("utf-8")
@@ -112,6 +119,15 @@ class GuardMiddleware:
             drained += len(message.get("body", b""))
             if not message.get("more_body", False):
                 return
+
+
+def is_json_type(content_type: str) -> bool:
+    """A body FastAPI (and vLLM) read as JSON: no Content-Type at all, application/json, or application/*+json."""
+    media = content_type.split(";")[0].strip().lower()
+    if not media:
+        return True
+    main, _, sub = media.partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -2,9 +2,10 @@
 drain on SIGTERM.
 
 SIGTERM (or Ctrl-C) starts a drain: /ready turns 503, new requests get 503 with Retry-After,
-in-flight ones (generation and embedding requests) may finish for `shutdown_timeout` seconds, then
-whatever is left is aborted (finish_reason "abort"; an embedding request stops before its next batch
-and gets a 503 error body) and uvicorn stops. A second signal stops at once. A first frontend with
+in-flight ones (generation, embedding and tokenize requests, from the moment they were accepted: still
+being parsed or tokenized too) may finish for `shutdown_timeout` seconds, then whatever is left is
+aborted (finish_reason "abort"; an embedding request stops before its next batch and gets a 503 error
+body; one not at the engine yet gets a 503 error body) and uvicorn stops. A second signal stops at once. A first frontend with
 further ones (--api-server-count) passes the signal on and waits for them before it stops.
 """
 
@@ -82,15 +83,18 @@ class DrainingServer(uvicorn.Server):
         threading.Thread(target=self._drain, name="mopt-drain", daemon=True).start()
 
     def num_in_flight(self) -> int:
-        """Requests the drain waits for: engine requests admitted, and embedding requests being answered."""
+        """Requests the drain waits for: those accepted whose response has not ended (state.num_accepted),
+        and, to be sure, at least the engine requests admitted and embedding requests being answered."""
         embedder = self.state.embedder
-        return self.state.num_admitted + (embedder.calls.num_in_flight if embedder is not None else 0)
+        held = self.state.num_admitted + (embedder.calls.num_in_flight if embedder is not None else 0)
+        return max(self.state.num_accepted, held)
 
     def _drain(self) -> None:
         deadline = time.monotonic() + self.state.config.shutdown_timeout
         _wait_until(lambda: self.num_in_flight() == 0, deadline)
         if self.num_in_flight() > 0:
             logger.warning("drain timed out: aborting %d request(s)", self.num_in_flight())
+            self.state.drain_expired = True  # one still on its way to the engine gets a 503, not a start
             if self.state.engine is not None:
                 self.state.engine.abort_all()
             if self.state.embedder is not None:

@@ -67,6 +67,7 @@ HANDLERS = frozenset(
         "/v1/models",
         "/health",
         "/ready",
+        "/ping",
         "/version",
         "/metrics",
         "/tokenize",

@@ -10,6 +10,7 @@ not guesses (pydantic's lax mode would turn true into 1 and "5" into 5).
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Discriminator, Field, Tag, model_serializer, model_validator
@@ -506,13 +507,33 @@ class ReadyStatus(BaseModel):
     status: Literal["ready", "loading", "draining", "failed"]
 
 
+class ModelPermission(BaseModel):
+    """vLLM's model permission object (its /v1/models cards carry one): fixed values, nothing is enforced."""
+
+    id: str = Field(default_factory=lambda: f"modelperm-{uuid.uuid4().hex}")
+    object: Literal["model_permission"] = "model_permission"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    allow_create_engine: bool = False
+    allow_sampling: bool = True
+    allow_logprobs: bool = True
+    allow_search_indices: bool = False
+    allow_view: bool = True
+    allow_fine_tuning: bool = False
+    organization: str = "*"
+    group: str | None = None
+    is_blocking: bool = False
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
     created: int = Field(default_factory=lambda: int(time.time()))
     owned_by: str = "model-optimizer"
     root: str | None = None
+    parent: str | None = None
+    """The base model of a LoRA adapter in vLLM; always null here (no adapters)."""
     max_model_len: int | None = None
+    permission: list[ModelPermission] = Field(default_factory=list)
 
 
 class ModelList(BaseModel):

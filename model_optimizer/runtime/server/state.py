@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,6 +87,12 @@ class ServerState:
     load_error: BaseException | None = None
     num_admitted: int = 0
     """Engine requests admitted and not yet released (running, queued, or being cleaned up)."""
+    num_accepted: int = 0
+    """HTTP requests that passed check_accepting and whose response has not ended yet (InFlightMiddleware):
+    what a drain waits for, from before their body is tokenized to their stream's last byte."""
+    drain_expired: bool = False
+    """The drain ran out of time and aborted what was left: a request still on its way to the engine is
+    refused (503) instead of starting."""
     fatal_hooks: list[Callable[[BaseException], None]] = field(default_factory=list)
     """Called on the event loop when the engine dies (the launcher stops uvicorn and exits non-zero)."""
     executor: ThreadPoolExecutor = field(
@@ -117,6 +124,10 @@ class ServerState:
             raise APIError(503, "the server is shutting down", headers={"Retry-After": RETRY_AFTER_S})
         if not self.ready:
             raise APIError(503, "the model is still loading", headers={"Retry-After": RETRY_AFTER_S})
+        slot = IN_FLIGHT.get()
+        if slot is not None and not slot.counted:  # a drain that starts from now on waits for this request
+            slot.counted = True
+            self.num_accepted += 1
 
     def check_generates(self) -> None:
         """400 on generation routes when the served model is an embedding model."""
@@ -138,7 +149,11 @@ class ServerState:
     # ----------------------------------------------------------------- admission
     def admit(self, num_requests: int) -> Admission:
         """Reserve room for engine requests, or refuse with 503 when the queue is full; 400 for more than
-        the server ever holds at once (retrying could never succeed)."""
+        the server ever holds at once (retrying could never succeed); 503 once a drain has run out of time."""
+        if self.drain_expired:
+            raise APIError(
+                503, "the server shut down before the request started", headers={"Retry-After": RETRY_AFTER_S}
+            )
         limit = self.engine_config.max_num_seqs + self.config.max_queued_requests
         if num_requests > limit:
             raise APIError(
@@ -171,6 +186,42 @@ class Admission:
     def release(self) -> None:
         self.state.num_admitted -= self.num_requests
         self.num_requests = 0
+
+
+class InFlight:
+    """One HTTP request's mark: `counted` once it passed check_accepting (ServerState.num_accepted)."""
+
+    __slots__ = ("counted",)
+
+    def __init__(self) -> None:
+        self.counted = False
+
+
+IN_FLIGHT: ContextVar[InFlight | None] = ContextVar("mopt_in_flight", default=None)
+"""The request being served in this task (and the tasks it starts), set by InFlightMiddleware."""
+
+
+class InFlightMiddleware:
+    """Counts a request in ServerState.num_accepted from its check_accepting() until its response has ended
+    (a stream's last chunk sent, or the client gone), so that a drain waits for requests still being
+    parsed, tokenized or compiled, not only those the engine holds."""
+
+    def __init__(self, app: Any, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        slot = InFlight()
+        token = IN_FLIGHT.set(slot)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            IN_FLIGHT.reset(token)
+            if slot.counted:
+                self.state.num_accepted -= 1
 
 
 def get_state(request: Request) -> ServerState:

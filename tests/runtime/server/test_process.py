@@ -123,6 +123,11 @@ def num_queued(url: str) -> float:
     return metric(httpx.get(url + "/metrics", timeout=10).text, "vllm:num_requests_waiting")
 
 
+def num_running(url: str) -> float:
+    """Sequences running in the engine, from /metrics (public: no key)."""
+    return metric(httpx.get(url + "/metrics", timeout=10).text, "vllm:num_requests_running")
+
+
 def paused(url: str, headers: dict, value: bool) -> None:
     r = httpx.post(url + ("/pause" if value else "/resume"), headers=headers, timeout=60)
     assert r.status_code == 200 and r.json() == {"is_paused": value}, r.text
@@ -141,7 +146,7 @@ def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
         "--shutdown-timeout",
         "300",  # the drain ends when the request does: a bound on a hang, never waited out
         "--enable-pause",
-        env={"MOPT_API_KEY": KEY},
+        env={"MOPT_API_KEY": KEY, "MOPT_HOLD_AFTER_STEPS": "40"},  # then the engine holds: no API pause
     )
     auth = {"Authorization": f"Bearer {KEY}"}
     try:
@@ -159,20 +164,20 @@ def test_sigterm_drains_in_flight_and_refuses_new(tiny_model, tmp_path):
 
         out: dict = {}
         body = {"prompt": "drain me", "max_tokens": 480, "ignore_eos": True, "stream": True}
-        paused(url, auth, True)  # the request is provably in flight when SIGTERM comes
         thread = stream_in_thread(url, body, auth, out)
-        wait_for(lambda: num_queued(url) == 1)
+        # the request is provably in flight when SIGTERM comes, and stays so: the engine's gate lets only the
+        # first 40 steps through (MOPT_HOLD_AFTER_STEPS), far fewer than its 480 tokens need
+        wait_for(lambda: num_running(url) == 1)
         proc.send_signal(signal.SIGTERM)
         wait_for(lambda: httpx.get(url + "/ready", headers=auth, timeout=30).status_code == 503, timeout=120)
-        # the drain resumed the paused engine (it lets running requests finish): hold it again, so that what
-        # follows sees the request in flight on any machine (it can only have run the steps of two round trips)
-        paused(url, auth, True)
         late = {"prompt": "late", "max_tokens": 2}
         refused = httpx.post(url + "/v1/completions", headers=auth, json=late, timeout=30)
         assert refused.status_code == 503 and refused.headers["retry-after"]
+        no_pause = httpx.post(url + "/pause", headers=auth, timeout=30)  # a drain lets requests finish
+        assert no_pause.status_code == 503 and no_pause.headers["retry-after"], no_pause.text
         assert httpx.get(url + "/health", timeout=30).status_code == 200  # alive while draining
         assert "events" not in out and proc.poll() is None  # the drain waits for the request
-        paused(url, auth, False)
+        paused(url, auth, False)  # /resume releases the test hook's hold too
         thread.join(120)
         assert out["events"][-1] == "[DONE]"
         finishes = [c["finish_reason"] for e in out["events"][:-1] for c in json.loads(e)["choices"]]

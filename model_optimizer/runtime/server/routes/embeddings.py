@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -32,7 +32,10 @@ from model_optimizer.runtime.server.prompts import prompt_list
 from model_optimizer.runtime.server.protocol import EmbeddingRequest
 from model_optimizer.runtime.server.request_group import ClientDisconnected, until_disconnect
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
-from model_optimizer.runtime.server.state import RETRY_AFTER_S, get_state
+from model_optimizer.runtime.server.state import RETRY_AFTER_S, ServerState, get_state
+
+if TYPE_CHECKING:  # the embedder module imports torch, which a generation frontend never loads
+    from model_optimizer.runtime.embed.embedder import EmbedOutput
 
 router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
 
@@ -52,35 +55,18 @@ async def create_embedding(body: EmbeddingRequest, request: Request) -> dict | R
     embedder = state.embedder
     if embedder is None:
         raise APIError(400, f"the model `{state.model.name}` does not support embeddings", "model")
-    inputs = _checked_inputs(body, state.config.max_embedding_inputs)
+    inputs = checked_inputs(body.input, state.config.max_embedding_inputs)
     if body.dimensions is not None:
         check_dimensions(embedder, body.dimensions)
-    start = time.perf_counter()
-    # in flight from here (no await before it: a drain that starts now counts it) until the response is ready
-    with embedder.calls.open(MAX_REQUEST_TOKENS) as call:
-        try:
-            out = await until_disconnect(
-                request,
-                embedder.aencode(
-                    inputs, call=call, dimensions=body.dimensions, truncate_prompt_tokens=body.truncate_prompt_tokens
-                ),
-            )
-        except ClientDisconnected:  # the call stops before its next batch; 499 in http_requests_total
-            state.metrics.embeddings_aborted(len(inputs), time.perf_counter() - start)
-            return Response(status_code=499)
-        except EmbedCancelled:  # the drain ran out of time
-            state.metrics.embeddings_aborted(len(inputs), time.perf_counter() - start)
-            raise APIError(
-                503, "the server shut down before the request finished", headers={"Retry-After": RETRY_AFTER_S}
-            ) from None
-        except ValueError as exc:
-            raise APIError(400, str(exc), _param(exc)) from None
-        state.metrics.embeddings_finished(out.num_tokens, time.perf_counter() - start)
-        vectors = out.embeddings.float().contiguous()
-        data = [
-            {"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
-            for i, v in enumerate(vectors)
-        ]
+    try:
+        out = await embed_inputs(state, request, inputs, body.dimensions, body.truncate_prompt_tokens)
+    except ClientDisconnected:
+        return Response(status_code=499)
+    vectors = out.embeddings.float().contiguous()
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
+        for i, v in enumerate(vectors)
+    ]
     num_tokens = out.num_prompt_tokens
     return {
         "object": "list",
@@ -90,20 +76,56 @@ async def create_embedding(body: EmbeddingRequest, request: Request) -> dict | R
     }
 
 
-def _checked_inputs(body: EmbeddingRequest, max_inputs: int) -> list[str | list[int]]:
-    """The request's inputs as a list, or a 400 naming the first bad one (before any is tokenized)."""
-    if isinstance(body.input, list) and not body.input:
-        raise APIError(400, "input is empty: give a string, a list of strings or token ids", "input")
-    inputs = prompt_list(body.input)
+async def embed_inputs(
+    state: ServerState,
+    request: Request,
+    inputs: list[str | list[int]],
+    dimensions: int | None = None,
+    truncate_prompt_tokens: int | None = None,
+) -> EmbedOutput:
+    """The embeddings of a request's checked inputs, counted in flight (the SIGTERM drain waits for them) and
+    in the metrics: ClientDisconnected when the client hangs up (the call stops before its next batch; the
+    caller answers 499), a 503 when a drain runs out of time, a 400 naming the field an input breaks."""
+    embedder = state.embedder
+    start = time.perf_counter()
+    # in flight from here (no await before it: a drain that starts now counts it) until the response is ready
+    with embedder.calls.open(MAX_REQUEST_TOKENS) as call:
+        try:
+            out = await until_disconnect(
+                request,
+                embedder.aencode(
+                    inputs, call=call, dimensions=dimensions, truncate_prompt_tokens=truncate_prompt_tokens
+                ),
+            )
+        except ClientDisconnected:  # 499 in http_requests_total
+            state.metrics.embeddings_aborted(len(inputs), time.perf_counter() - start)
+            raise
+        except EmbedCancelled:  # the drain ran out of time
+            state.metrics.embeddings_aborted(len(inputs), time.perf_counter() - start)
+            raise APIError(
+                503, "the server shut down before the request finished", headers={"Retry-After": RETRY_AFTER_S}
+            ) from None
+        except ValueError as exc:
+            raise APIError(400, str(exc), _param(exc)) from None
+        state.metrics.embeddings_finished(out.num_tokens, time.perf_counter() - start)
+        return out
+
+
+def checked_inputs(value: Any, max_inputs: int, field: str = "input") -> list[str | list[int]]:
+    """A request's inputs (`field`: a text, texts, token ids or lists of them) as a list, or a 400 naming the
+    first bad one (before any is tokenized)."""
+    if isinstance(value, list) and not value:
+        raise APIError(400, f"{field} is empty: give a string, a list of strings or token ids", field)
+    inputs = prompt_list(value)
     for i, item in enumerate(inputs):
         if isinstance(item, list) and not item:
-            raise APIError(400, f"input {i} is an empty list of token ids: give at least one token id", "input")
+            raise APIError(400, f"{field} {i} is an empty list of token ids: give at least one token id", field)
         if isinstance(item, str) and is_blank(item):
-            raise APIError(400, f"input {i} is {BLANK_HINT}: every input needs visible text or token ids", "input")
+            raise APIError(400, f"{field} {i} is {BLANK_HINT}: every input needs visible text or token ids", field)
     if len(inputs) > max_inputs:
-        raise APIError(400, f"got {len(inputs)} inputs; at most {max_inputs} per request", "input")
+        raise APIError(400, f"got {len(inputs)} inputs; at most {max_inputs} per request", field)
     if any(isinstance(i, str) and not_utf8_at(i) is not None for i in inputs):
-        raise APIError(400, "input is not valid Unicode text (lone surrogate)", "input")
+        raise APIError(400, f"{field} is not valid Unicode text (lone surrogate)", field)
     return inputs
 
 

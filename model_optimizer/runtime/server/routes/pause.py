@@ -2,8 +2,9 @@
 
 Paused, the engine runs no step; requests already running keep their KV blocks and resume where they
 stopped, new requests are admitted and queued, aborts (a client leaving, a drain timing out) still
-free their blocks, and SIGTERM still drains. /pause returns once no step is running, so whatever
-the caller does next (swap weights, inspect state) sees a still engine. Both need the API key when
+free their blocks, and SIGTERM still drains (it resumes the engine; /pause answers 503 from then on).
+/pause returns once no step is running, so whatever the caller does next (swap weights, inspect state)
+sees a still engine. Both need the API key when
 one is set. The engine core's StepGate does the holding, in its process or thread (engine/core_loop.py).
 """
 
@@ -23,8 +24,13 @@ PARK_TIMEOUT_S = 60.0
 
 @router.post("/pause", responses=ERROR_RESPONSES)
 async def pause(request: Request) -> dict:
-    """Hold the engine before its next step; returns {"is_paused": true} once no step runs."""
-    await _engine(get_state(request)).pause(PARK_TIMEOUT_S)
+    """Hold the engine before its next step; returns {"is_paused": true} once no step runs. 503 while the
+    server drains: a drain lets running requests finish, which a held engine would keep them from."""
+    state = get_state(request)
+    engine = _engine(state)
+    if state.draining:
+        raise APIError(503, "the server is shutting down", headers={"Retry-After": RETRY_AFTER_S})
+    await engine.pause(PARK_TIMEOUT_S)
     return {"is_paused": True}
 
 
