@@ -153,7 +153,7 @@ def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
 def options(args: argparse.Namespace):
     from model_optimizer.common.fileio import check_writable_folder_path
     from model_optimizer.model.quantize.embed_pipeline import DEFAULT_NUM_TEXTS, is_embedding_model
-    from model_optimizer.model.quantize.job import QuantizeOptions
+    from model_optimizer.model.quantize.job import QuantizeOptions, folder_method
     from model_optimizer.runtime.hub import resolve_model_dir
 
     if args.eval_only is not None:  # it scores a folder that exists: what would make one is a mistake
@@ -187,7 +187,9 @@ def options(args: argparse.Namespace):
         check_writable_folder_path(args.eval_only, "--eval-only")  # its report goes there
         model, output = resolve_model_dir(str(args.reference)), args.eval_only
         spec = _spec_of(args.eval_only)
-        method, group_size = spec.method, spec.group_size  # the report says the folder's, not our default
+        # the report says the folder's method and group size, not our defaults: its own report's method
+        # where it has one of ours (AWQ is not told apart from rounding by a compressed-tensors layout)
+        method, group_size = folder_method(args.eval_only, spec), spec.group_size
     else:
         if args.method is None or args.output is None:
             raise ValueError(f"mopt quantize needs --method ({', '.join(METHODS)}) and --output DIR")

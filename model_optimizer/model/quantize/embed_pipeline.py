@@ -26,6 +26,7 @@ from model_optimizer.model.quantize.embed_accuracy import (
     load_quantized_backbone,
 )
 from model_optimizer.model.quantize.job import (
+    INT4_OF_ANOTHER_TOOL,
     REPORT_NAME,
     GateFailed,
     Progress,
@@ -165,7 +166,7 @@ def build_report(opts: QuantizeOptions, acc: EmbeddingAccuracy, measured: dict, 
         "model_kind": "embedding",
         "method": opts.method,
         "format": qc.get("quant_method"),
-        "group_size": opts.group_size if opts.method == "rtn-int4" else None,
+        "group_size": opts.group_size if opts.method in ("rtn-int4", INT4_OF_ANOTHER_TOOL) else None,
         "calibration": None,
         "evaluation": {
             "text": opts.eval_text or "built-in held-out (Python standard-library docs, modules not in calibration)",

@@ -5,6 +5,7 @@ report's name, the output checks, rounding a loaded model in place and publishin
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from model_optimizer.common.fileio import atomic_write, publish_dir, run_lock, staging_dir
+from model_optimizer.common.fileio import atomic_write, current_umask, publish_dir, run_lock, staging_dir
 from model_optimizer.runtime.layers.quantization.spec import INT4_METHODS
 
 REPORT_NAME = "quantization_report.json"
@@ -37,6 +38,13 @@ SHAPE_KEYS = (
 )
 """config.json fields that fix a checkpoint's tensor shapes and vocabulary: a quantized folder and its
 original agree on every one that both state."""
+
+
+INT4_OF_ANOTHER_TOOL = "int4 (compressed-tensors)"
+"""--eval-only's method for a compressed-tensors int4 folder without a report of ours: its layout does
+not say whether the weights were rounded to nearest or searched (AWQ, GPTQ), so it claims neither."""
+INT4_REPORTED = (*INT4_METHODS, INT4_OF_ANOTHER_TOOL)
+"""Methods whose report states the int4 group size."""
 
 
 @dataclass
@@ -73,6 +81,12 @@ class GateFailed(Exception):
     def __init__(self, failures: list[str], report: dict) -> None:
         super().__init__("; ".join(failures))
         self.failures, self.report = failures, report
+
+
+def absolute_output(output: Path) -> Path:
+    """`output` made absolute and normalised: `--output .` (the current folder, which may be the empty
+    folder to fill) or `out/..` has no name to put the lock and staging folder beside."""
+    return Path(os.path.abspath(output))
 
 
 def check_output(output: Path) -> None:
@@ -125,6 +139,35 @@ def check_reference(folder: Path, reference: Path) -> None:
         )
 
 
+def folder_report(folder: Path, spec) -> dict | None:
+    """The folder's own quantization_report.json (the one `mopt quantize` wrote) when it describes the
+    weights the folder's config.json declares (`spec`, a QuantSpec): the same method, or for a
+    compressed-tensors int4 folder an int4 method with the same group size. None when absent, not JSON,
+    or about other weights."""
+    try:
+        report = json.loads((folder / REPORT_NAME).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    method = report.get("method") if isinstance(report, dict) else None
+    if spec.source == "compressed-tensors" and spec.method == "rtn-int4":
+        ok = method in INT4_REPORTED and report.get("group_size") == spec.group_size
+    else:
+        ok = method == spec.method
+    return report if ok else None
+
+
+def folder_method(folder: Path, spec) -> str:
+    """The method --eval-only reports for a quantized folder: its own report's (our AWQ folder stays awq),
+    else what config.json says, except that a compressed-tensors int4 layout names no method
+    (INT4_OF_ANOTHER_TOOL)."""
+    report = folder_report(folder, spec)
+    if report is not None:
+        return report["method"]
+    if spec.source == "compressed-tensors" and spec.method == "rtn-int4":
+        return INT4_OF_ANOTHER_TOOL
+    return spec.method
+
+
 def write_json(path: Path, data: dict) -> None:
     atomic_write(path, json.dumps(data, indent=2) + "\n")
 
@@ -166,8 +209,10 @@ def output_lock(output: Path) -> AbstractContextManager[None]:
 def publish(output: Path, build: Callable[[Path], dict]) -> dict:
     """Build the folder under a temporary name beside `output` (`build(tmp)` writes it and returns its
     report), then, unless the report's gate failed (GateFailed), write the report and rename the folder
-    to `output`: a failed or interrupted run leaves nothing behind. One run at a time per output
+    to `output` (or move its files into `output` when that is an existing empty folder:
+    fill_empty_folder): a failed or interrupted run leaves nothing behind. One run at a time per output
     (output_lock); the output is checked again once locked, as a run that held it may have just filled it."""
+    output = absolute_output(output)
     with output_lock(output):
         check_output(output)
         return _publish(output, build)
@@ -181,7 +226,10 @@ def _publish(output: Path, build: Callable[[Path], dict]) -> dict:
             raise GateFailed(report["gate"]["failures"], report)
         write_json(tmp / REPORT_NAME, report)
         try:
-            publish_dir(tmp, output)  # with the umask's modes: a server running as another user reads it
+            if output.is_dir():
+                fill_empty_folder(tmp, output)
+            else:
+                publish_dir(tmp, output)  # with the umask's modes: a server running as another user reads it
         except OSError:
             if not output.exists():
                 raise
@@ -195,3 +243,20 @@ def _publish(output: Path, build: Callable[[Path], dict]) -> dict:
         return report
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def fill_empty_folder(tmp: Path, output: Path) -> None:
+    """Move what `tmp` holds into `output`, an existing empty folder, with publish_dir's modes. Renaming
+    `tmp` over it would unlink the folder itself: a shell inside it (`--output .`) would be left in a
+    deleted folder, and a mount point (a container's volume) cannot be renamed over. OSError when
+    something has appeared in `output` meanwhile."""
+    if any(output.iterdir()):
+        raise FileExistsError(output)
+    umask = current_umask()
+    for root, dirs, files in os.walk(tmp):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o777 & ~umask)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o666 & ~umask)
+    for entry in sorted(tmp.iterdir(), key=lambda p: p.name == REPORT_NAME):  # the report last: a finished folder
+        os.replace(entry, output / entry.name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -17,26 +18,30 @@ from model_optimizer.model.quantize import embed_pipeline
 from model_optimizer.model.quantize.calibration import read_documents, token_windows, too_little_text
 from model_optimizer.model.quantize.evaluate import Accuracy, compare, gate_failures, load_for_eval
 from model_optimizer.model.quantize.job import (
+    INT4_REPORTED,
     REPORT_NAME,
     GateFailed,
     Progress,
     QuantizeOptions,
+    absolute_output,
     check_int4_groups,
     check_output,
     check_reference,
     checkpoint_dtype,
+    folder_report,
     publish,
     round_in_place,
     write_json,
 )
 from model_optimizer.runtime.device import pick_device
-from model_optimizer.runtime.layers.quantization.spec import INT4_METHODS
 
 
 def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
     """Write the quantized folder at opts.output; returns the report. GateFailed when a limit is broken."""
     progress = progress or Progress()
+    opts = replace(opts, output=absolute_output(opts.output))  # `--output .` has no name to stage beside
     check_output(opts.output)
+    check_not_quantized(opts.model)  # before the lock, the tokenizer and the text
     if embed_pipeline.is_embedding_model(opts.model):
         return embed_pipeline.quantize_embedding(opts, progress)
     check_int4_groups(opts.model, opts.method, opts.group_size)
@@ -55,6 +60,13 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
         return build_report(opts, accuracy, calib_windows, eval_windows, time.time() - started, tmp)
 
     return publish(opts.output, build)
+
+
+def check_not_quantized(model: Path) -> None:
+    from model_optimizer.runtime.models.model_config import read_config
+
+    if read_config(model).get("quantization_config"):
+        raise ValueError(f"{model} is already quantized; quantize the original float checkpoint")
 
 
 def model_tokenizer(model: Path):
@@ -92,8 +104,6 @@ def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progr
     from model_optimizer.runtime.models.model_config import read_config
 
     config = read_config(opts.model)
-    if config.get("quantization_config"):
-        raise ValueError(f"{opts.model} is already quantized; quantize the original float checkpoint")
     model = load_model(opts.model, "float32", pick_device(opts.device))
     target = checkpoint_dtype(opts.model, config)
     if opts.method == "awq":
@@ -125,6 +135,12 @@ def eval_only(folder: Path, reference: Path, opts: QuantizeOptions, progress: Pr
     windows = text_windows(model_tokenizer(reference), opts, "evaluation", progress)
     accuracy = evaluate(reference, folder, windows, opts, progress)
     report = build_report(opts, accuracy, [], windows, time.time() - started, folder)
+    from model_optimizer.runtime.models.loader import spec_for_folder
+
+    spec = spec_for_folder(folder, None)
+    previous = folder_report(folder, spec) if spec is not None else None
+    if previous is not None and previous["method"] == opts.method:
+        report["calibration"] = previous.get("calibration")  # how the folder was made, which is not re-measured
     failures = report["gate"]["failures"]
     write_json(folder / REPORT_NAME, report)
     if failures:
@@ -142,7 +158,7 @@ def build_report(
         "model": str(opts.model),
         "method": opts.method,
         "format": qc.get("quant_method"),
-        "group_size": opts.group_size if opts.method in INT4_METHODS else None,
+        "group_size": opts.group_size if opts.method in INT4_REPORTED else None,
         "calibration": {
             "text": opts.calib or "built-in (Python standard-library docs)",
             "num_samples": len(calib),

@@ -24,7 +24,7 @@ from torch import nn
 from model_optimizer.model.inspect.fix import carried_files
 from model_optimizer.runtime.kernels import quant_reference as ref
 from model_optimizer.runtime.layers.linear import Linear
-from model_optimizer.runtime.models.model_config import text_model_config
+from model_optimizer.runtime.models.model_config import read_config, text_model_config
 
 FORMATS = {
     "fp8": "float-quantized",
@@ -174,10 +174,11 @@ def save_compressed_tensors(model: nn.Module, method: str, group_size: int, src_
     tokenizer in any format, the custom code of a trust_remote_code model, its licence and model card)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(model_state(model, method), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    config = json.loads((src_dir / "config.json").read_text())
-    if "text_of" in (text := text_model_config(config, src_dir / "config.json")):
-        # the tensors are written under the language model's own names: the folder is that text model
-        config = {k: v for k, v in text.items() if k != "text_of"}
+    # the config as the loader resolved it: an `architectures` list filled in from model_type where the
+    # source has none (vLLM and transformers pick the model class from it), and an image-and-text
+    # checkpoint's language model flattened, since the tensors are written under its own names
+    config = text_model_config(read_config(src_dir), src_dir / "config.json")
+    config = {k: v for k, v in config.items() if k != "text_of"}
     config["quantization_config"] = compressed_tensors_config(method, group_size)
     if any(type(m).__name__ == "FusedExperts" for m in model.modules()):
         config["quantization_config"]["ignore"] += MOE_IGNORE

@@ -138,6 +138,12 @@ def _compressed_tensors_spec(qc: dict) -> QuantSpec:
             f"config.json: compressed-tensors with {len(weights)} weight schemes is not supported; expected one group"
         )
     w = weights[0]
+    if w.get("actorder") in ("group", True):  # GPTQ's act-order: each input column's group in weight_g_idx
+        raise ValueError(
+            f"config.json: compressed-tensors weights with actorder {w['actorder']!r} (act-order, weight_g_idx) are "
+            "not supported (the int4 kernels take groups as consecutive columns); quantize without act-order "
+            '(actorder null or "weight")'
+        )
     fmt = next((g.get("format") for g in groups.values() if g.get("format")), None) or qc.get("format")
     ignore = list(qc.get("ignore") or [])
     bits, kind, strategy = w.get("num_bits"), w.get("type"), w.get("strategy")
