@@ -92,13 +92,7 @@ def _handler_label(path: str) -> str:
 class _EngineCollector(Collector):
     """Engine state from the latest stats snapshot (None while the model loads)."""
 
-    def __init__(
-        self,
-        model_name: str,
-        stats: Callable[[], EngineStats | None],
-        speculative: bool = False,
-        max_model_len: int | None = None,
-    ) -> None:
+    def __init__(self, model_name: str, stats: Callable[[], EngineStats | None], speculative: bool = False) -> None:
         self.model_name = model_name
         self.stats = stats
         self.speculative = speculative
