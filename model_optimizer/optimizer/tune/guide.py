@@ -18,8 +18,7 @@ import math
 from dataclasses import dataclass
 
 from model_optimizer.optimizer.tune.predictor import Prediction, Predictor, Workload
-from model_optimizer.optimizer.tune.space import SearchSpace
-from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.optimizer.tune.space import SearchSpace, engine_default, with_speculation
 
 LATENCY_SPREAD = 0.1
 """Sigma of log(latency) across requests of one run (p99 / median = exp(Z99 x sigma)), set from the p99 / median
@@ -74,7 +73,12 @@ def rank(
     the space cannot be listed."""
     found = []
     for params in candidates(space) or []:
-        settings = {**space.fixed, **params}  # checked by the configs only when it comes up (below): slow
+        # as a trial records them (speculative knobs made into speculative_config), else a tried candidate came
+        # up again and again; checked by the configs only when it comes up (below): slow
+        try:
+            settings = with_speculation({**space.fixed, **params})
+        except ValueError:
+            continue  # the sampler may still draw it, and the trial records why it is impossible
         if settings in tried:
             continue
         pred = predictor.predict(settings, load)
@@ -83,12 +87,13 @@ def rank(
     if not found:
         return []
     best = max(r.score for r in found)
-    defaults = EngineConfig()
+    searched = {k.name for k in space.knobs}
+    defaults = {k.name: engine_default(k, space.fixed, searched) for k in space.knobs}
 
     def key(r: Ranked) -> tuple:
         tied = r.score >= best * (1 - SCORE_TIE)
         novelty = min((_distance(r.prediction, m) for m in measured), default=0.0)
-        departures = sum(getattr(defaults, k, None) != v for k, v in r.params.items())
+        departures = sum(defaults.get(k) != v for k, v in r.params.items())
         return (not tied, -r.score if not tied else 0.0, -novelty if novelty > 1e-9 else 0.0, departures)
 
     out = []

@@ -119,6 +119,11 @@ def _png(fig, plt) -> bytes:
     return buf.getvalue()
 
 
+def _interrupted(counts: dict) -> str:
+    n = counts.get("INTERRUPTED", 0)  # results.json written before the count had none
+    return f", {n} interrupted (measured again on --resume)" if n else ""
+
+
 def render_page(summary: dict, plots: dict[str, bytes]) -> str:
     e = html.escape
     parts = [
@@ -128,7 +133,7 @@ def render_page(summary: dict, plots: dict[str, bytes]) -> str:
     counts = summary["counts"]
     parts.append(
         f"<p>{counts['COMPLETE']} trials measured, {counts['FAIL']} failed, {counts['PRUNED']} skipped by the "
-        f"predictor. SLO: {e(str(summary['setup'].get('slo') or 'none'))}. Chosen for "
+        f"predictor{_interrupted(counts)}. SLO: {e(str(summary['setup'].get('slo') or 'none'))}. Chosen for "
         f"<b>{e(summary['prefer'])}</b>.</p>"
     )
     best = summary.get("best")

@@ -14,7 +14,7 @@ from model_optimizer.common.fileio import atomic_write
 from model_optimizer.optimizer.tune.commands import mopt_serve_argv, vllm_serve
 from model_optimizer.optimizer.tune.folder import json_text
 from model_optimizer.optimizer.tune.noise import noise_summary, ranking
-from model_optimizer.optimizer.tune.pareto import choose, pareto_front
+from model_optimizer.optimizer.tune.pareto import choose, feasible, pareto_front
 from model_optimizer.optimizer.tune.predictor import mape
 
 SCHEMA = "mopt-tune/1"
@@ -50,7 +50,11 @@ def prediction_errors(rows: list[dict]) -> dict:
 def build_summary(rows: list[dict], prefer: str, model: str | None, setup: dict) -> dict:
     front = pareto_front(rows)
     best = choose(front, prefer)
+    # an interrupted trial (FAIL in the file, resume.is_interrupted) measured nothing: not one of the failures
+    interrupted = sum(r["state"] == "FAIL" and str(r.get("error", "")).startswith("interrupted") for r in rows)
     counts = {s: sum(r["state"] == s for r in rows) for s in ("COMPLETE", "FAIL", "PRUNED")}
+    counts["FAIL"] -= interrupted
+    counts["INTERRUPTED"] = interrupted
     summary = {
         "schema": SCHEMA,
         "setup": setup,
@@ -98,9 +102,16 @@ def best_yaml(summary: dict) -> str:
 
     best = summary["best"]
     m = best["measured"]
+    slo = summary["setup"].get("slo")
+    missed = (
+        f"# no trial met the SLO ({slo}): these settings are the best of trials that all missed it\n"
+        if slo and not any(feasible(r) for r in summary["trials"])
+        else ""
+    )
     header = (
         f"# mopt tune: trial {best['number']}, chosen for {summary['prefer']} from the Pareto front\n"
-        f"# measured: goodput {_n(m['goodput'])} req/s, p99 TTFT {_n(m['ttft_p99_ms'])} ms, "
+        + missed
+        + f"# measured: goodput {_n(m['goodput'])} req/s, p99 TTFT {_n(m['ttft_p99_ms'])} ms, "
         f"p99 TPOT {_n(m['tpot_p99_ms'])} ms, memory {_n(m['memory_gib'])} GiB, cold start "
         f"{_n(m['cold_start_s'])} s\n# against the defaults: {(summary.get('ranking') or {}).get('note', '-')}\n"
         "# run it: mopt serve --config best.yaml\n"

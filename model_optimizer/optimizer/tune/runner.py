@@ -186,7 +186,21 @@ def tune(stored: dict, output_dir: Path, budget: Budget, prefer: str, resume: bo
 
 def _open(stored: dict, output_dir: Path, resume: bool, space: SearchSpace, budget: Budget, console: Console):
     """The study, its interrupted trials' servers stopped and their settings queued again (resume.py), the
-    grid's points queued and its budget set, tune.json written."""
+    grid's points queued and its budget set, tune.json written. A new study whose setup fails takes its
+    study.db with it: the folder is left as it was, not holding a study that neither --resume (no tune.json)
+    nor a new run could use."""
+    db = output_dir / "study.db"
+    created = not resume and not db.exists()
+    try:
+        return _set_up(stored, output_dir, resume, space, budget, console)
+    except BaseException:
+        if created:
+            for path in (db, db.with_name(db.name + "-journal")):
+                path.unlink(missing_ok=True)
+        raise
+
+
+def _set_up(stored: dict, output_dir: Path, resume: bool, space: SearchSpace, budget: Budget, console: Console):
     sampler = stored.get("sampler", "nsga2")
     study = open_study(output_dir, stored["seed"], resume, sampler, space, identity(stored))
     if resume:

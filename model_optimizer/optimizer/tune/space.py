@@ -202,12 +202,52 @@ def coerce(name: str, value: Any) -> Value:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{name} must be a number, got {value!r}")
         value = float(value)
+    if kind is str and isinstance(value, bool):
+        value = _yaml_word(name, value, allowed)
     if kind is str and not isinstance(value, str):
         raise ValueError(f"{name} must be a string, got {value!r}")
     value = VLLM_SPELLINGS.get(name, {}).get(value, value) if isinstance(value, str) else value  # half: float16
     if allowed and value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
     return value
+
+
+YAML_BOOLEANS = {True: ("true", "yes", "on"), False: ("false", "no", "off")}
+"""The words YAML 1.1 (PyYAML) reads as true and false when unquoted: `speculative_method: [off, ngram]` gave False."""
+
+
+def _yaml_word(name: str, value: bool, allowed: tuple) -> Value:
+    """The string a YAML boolean stood for in a string setting: the one value the setting takes that YAML reads
+    as `value` (`off` for speculative_method); otherwise a ValueError that says to quote it."""
+    words = [*allowed, *(["off"] if name == "speculative_method" else [])]
+    matches = [w for w in words if isinstance(w, str) and w.lower() in YAML_BOOLEANS[value]]
+    if len(matches) == 1:
+        return matches[0]
+    raise ValueError(
+        f"{name} must be a string, got {value!r} (YAML reads an unquoted on/off/yes/no/true/false as a "
+        "boolean: quote the value)"
+    )
+
+
+DEFAULT_SPECULATIVE_TOKENS = 4
+"""Tokens a draft proposes per step when the space gives no num_speculative_tokens."""
+
+
+def engine_default(knob: Knob, fixed: dict[str, Value], searched: set[str]) -> Value:
+    """The value a server started without `knob` runs with (the baseline's): the EngineConfig default, and for
+    the speculative knobs speculation off (`speculative_method` off). Where speculation is off
+    num_speculative_tokens changes nothing: its first choice; where a held method or speculative_config turns it
+    on, the count that config gives (DEFAULT_SPECULATIVE_TOKENS where it gives none)."""
+    if knob.name == "speculative_method":
+        return "off"
+    if knob.name == "num_speculative_tokens":
+        method = "off" if "speculative_method" in searched else fixed.get("speculative_method")
+        if method == "off" or (method is None and fixed.get("speculative_config") is None):
+            return knob.choices[0] if knob.choices else knob.low
+        config = fixed.get("speculative_config") if method is None else None
+        base = (json.loads(config) if isinstance(config, str) else dict(config)) if config else {}  # type: ignore[arg-type]
+        return base.get("num_speculative_tokens", DEFAULT_SPECULATIVE_TOKENS)
+    return getattr(EngineConfig(), knob.name)
 
 
 def with_speculation(values: dict[str, Value]) -> dict[str, Value]:
@@ -234,7 +274,9 @@ def with_speculation(values: dict[str, Value]) -> dict[str, Value]:
         base = {"model": str(method)}
     else:
         raise ValueError(f"speculative_method must be off, ngram or a draft model's folder, got {method!r}")
-    base["num_speculative_tokens"] = k if k is not None else base.get("num_speculative_tokens", 4)
+    base["num_speculative_tokens"] = (
+        k if k is not None else base.get("num_speculative_tokens", DEFAULT_SPECULATIVE_TOKENS)
+    )
     values["speculative_config"] = json.dumps(base)
     return values
 

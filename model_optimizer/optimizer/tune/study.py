@@ -30,9 +30,8 @@ from model_optimizer.optimizer.bench.metrics import parse_slo
 from model_optimizer.optimizer.tune.folder import check_identity, json_text
 from model_optimizer.optimizer.tune.predictor import Prediction, Predictor, Workload
 from model_optimizer.optimizer.tune.resume import is_interrupted
-from model_optimizer.optimizer.tune.space import SearchSpace, sample
+from model_optimizer.optimizer.tune.space import SearchSpace, engine_default, sample
 from model_optimizer.optimizer.tune.trial import TrialResult, TrialSetup, run_trial
-from model_optimizer.runtime.config import EngineConfig
 
 STUDY_NAME = "mopt-tune"
 OBJECTIVES = (
@@ -115,10 +114,10 @@ def grid_size(space: SearchSpace) -> int:
 
 def default_params(space: SearchSpace) -> dict | None:
     """The engine's default value of every searched knob, or None when one lies outside the space."""
-    defaults = EngineConfig()
     params = {}
+    searched = {k.name for k in space.knobs}
     for knob in space.knobs:
-        value = getattr(defaults, knob.name)
+        value = engine_default(knob, space.fixed, searched)  # speculative knobs are no EngineConfig field
         inside = value in knob.choices if knob.choices is not None else knob.low <= value <= knob.high
         if not inside:
             return None
@@ -153,6 +152,9 @@ def open_study(
     storage = f"sqlite:///{db}"
     check_sqlite(db)
     exists = db.is_file() and STUDY_NAME in {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    if exists and not resume and setup_cut_short(output_dir, storage):
+        optuna.delete_study(study_name=STUDY_NAME, storage=storage)  # nothing measured, nothing to continue
+        exists = False
     if resume and not exists:
         raise ValueError(f"--resume: no study in {db}; run without --resume to start one")
     if exists and not resume:
@@ -175,6 +177,19 @@ def open_study(
         study.set_metric_names([n for n, _ in OBJECTIVES])
     fail_running(study, "interrupted: the tuner stopped during this trial")
     return study
+
+
+def setup_cut_short(output_dir: Path, storage: str) -> bool:
+    """Whether the study in `storage` is one a run created but never finished setting up (killed before it
+    wrote tune.json): no tune.json beside it, and no trial but queued ones. Neither --resume (no tune.json)
+    nor a new run (a study is there) could use the folder; a new run starts the study over."""
+    import optuna
+    from optuna.trial import TrialState
+
+    if (output_dir / "tune.json").exists():
+        return False
+    study = optuna.load_study(study_name=STUDY_NAME, storage=storage)
+    return all(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -286,8 +301,11 @@ class Tuner:
     def __post_init__(self) -> None:
         slos = parse_slo(self.setup.slo)
         self.slos = slos
-        self.slo_ms = {s.metric: s.limit * 1e3 for s in slos if s.stat == "p99"}
         self.load = workload_figures(self.setup)
+        one_token = self.load is not None and self.load.output_len <= 1  # no TPOT: such a term is always met
+        self.slo_ms = {
+            s.metric: s.limit * 1e3 for s in slos if s.stat == "p99" and not (one_token and s.metric == "tpot")
+        }
         self._refit()
 
     def enqueue_defaults(self) -> bool:
@@ -509,10 +527,13 @@ def save_setup(output_dir: Path, data: dict) -> None:
 
 def slo_violation(check: dict, limit_ms: float) -> float:
     """An SLO check of a bench run (metrics.slo_check) as NSGA-II's constraint: measured - limit, <= 0
-    feasible. Where failed requests made the statistic infinite (a mean or max with one failure, a p99 with
-    more than 1 % failed) it is graded by the share of requests that failed or missed, so a trial with one
-    timeout stays nearer feasible than one with none measured (1e6)."""
+        feasible. Where failed requests made the statistic infinite (a mean or max with one failure, a p99 with
+        more than 1 % failed) it is graded by the share of requests that failed or missed, so a trial with one
+        timeout stays nearer feasible than one with none measured (1e6). A term no request had a figure for (TPOT
+    or ITL where every answer is one token: trial.judge_undefined) is met."""
     measured, share = check.get("measured_ms"), check.get("share_over_limit")
+    if check.get("undefined"):
+        return 0.0  # no request had the figure (TPOT of one-token answers): met, as goodput counts it (trial.py)
     if measured is None and share is not None:
         return max(limit_ms, 1.0) * (1.0 + 100.0 * share)
     if measured is None:

@@ -86,7 +86,7 @@ def test_three_trial_study_writes_every_output(tiny_model, tmp_path, space_file,
     assert states(out) == ["COMPLETE"] * 3
     assert_servers_reaped(out)
     results = json.loads((out / "results.json").read_text())
-    assert results["counts"] == {"COMPLETE": 3, "FAIL": 0, "PRUNED": 0}
+    assert results["counts"] == {"COMPLETE": 3, "FAIL": 0, "PRUNED": 0, "INTERRUPTED": 0}
     for trial in results["trials"]:
         m = trial["measured"]
         assert m["ok"] and m["cold_start_s"] > 0 and m["goodput"] > 0 and m["slo_met"] is True
