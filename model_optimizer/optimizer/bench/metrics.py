@@ -174,12 +174,15 @@ def slo_check(records: list[RequestRecord], slo: SloThreshold) -> dict:
     The percentile is the smallest value that the given share of requests is within (no
     interpolation, so it is met exactly when that share is); `measured_ms` is None when nothing was
     measured or when failed requests make it infinite (JSON has no infinity), and `share_over_limit`
-    tells the two apart."""
+    tells the two apart. A term no request has a figure for (every answer one token long, all of them
+    successful) is met, marked `undefined`, as goodput counts those requests; with no request at all it
+    is not."""
     values = [request_value(r, slo) if r.ok else math.inf for r in records]
     judged = sorted(v for v in values if v is not None)
     limit_ms = slo.limit * 1e3
     if not judged:
-        return {"limit_ms": limit_ms, "measured_ms": None, "share_over_limit": None, "met": False}
+        empty = {"limit_ms": limit_ms, "measured_ms": None, "share_over_limit": None}
+        return {**empty, "met": True, "undefined": True} if records else {**empty, "met": False}
     measured = _statistic(judged, slo.stat)
     share_over = sum(v > slo.limit for v in judged) / len(judged)
     return {

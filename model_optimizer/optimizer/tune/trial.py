@@ -184,8 +184,8 @@ def _fill(result: TrialResult, bench: dict, rss_bytes: int | None) -> None:
     result.tpot_p99_ms = s["tpot_ms"]["p99"]
     result.mean_prompt_len = s["prompt_tokens"] / s["num_ok"]
     result.mean_output_len = s["output_tokens"] / s["num_ok"]
-    result.slo_checks = judge_undefined(s.get("slo_checks", {}))
-    result.slo_met = all(c["met"] for c in result.slo_checks.values()) if "slo_met" in s else None
+    result.slo_checks = s.get("slo_checks", {})
+    result.slo_met = s.get("slo_met")
     result.server_metrics = {k: v for k, v in (bench.get("server_metrics") or {}).items() if not isinstance(v, list)}
     gpu = bench.get("gpu") or {}
     mine = visible_gpu_indices()
@@ -198,19 +198,6 @@ def _fill(result: TrialResult, bench: dict, rss_bytes: int | None) -> None:
         result.memory_gib, result.memory_source = max(peaks), "nvml"
     elif rss_bytes:
         result.memory_gib, result.memory_source = rss_bytes / GIB, "rss"
-
-
-def judge_undefined(checks: dict) -> dict:
-    """The bench's SLO checks, a term no successful request had a figure for (a TPOT or ITL limit where every
-    answer is one token) counted as met, as goodput counts those requests (bench metrics.meets_slos): the bench
-    calls it missed, which made every trial of such a study infeasible. Only for a run with successful requests
-    (a failed one counts as infinitely slow, so a run with failures always has a figure)."""
-    out = {}
-    for key, check in checks.items():
-        if check.get("measured_ms") is None and check.get("share_over_limit") is None:
-            check = {**check, "met": True, "undefined": True}
-        out[key] = check
-    return out
 
 
 def visible_gpu_indices() -> set[int] | None:

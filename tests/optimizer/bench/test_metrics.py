@@ -89,6 +89,16 @@ def test_slo_check_treats_failures_as_slow():
     assert summarize(two_failed, slos)["slo_met"] is False
 
 
+def test_a_tpot_slo_of_one_token_answers_is_met_as_goodput_counts_them():
+    one_token = [record(i, 0.0, [0.01], 0.01, output_tokens=1) for i in range(5)]
+    out = summarize(one_token, parse_slo("tpot_p99=50ms"))
+    check = out["slo_checks"]["tpot_p99"]
+    assert check["met"] is True and check["undefined"] is True and out["slo_met"] is True
+    assert out["goodput"] > 0
+    failed = [record(0, 0, [], 0.1, error="timeout")]
+    assert summarize(failed, parse_slo("tpot_p99=50ms"))["slo_met"] is False
+
+
 def test_parse_slo_units_and_errors():
     terms = parse_slo("ttft_p99=0.2s, tpot=30, itl_p90=500us,e2e_max=2s")
     assert [(t.metric, t.stat, t.limit) for t in terms] == [
