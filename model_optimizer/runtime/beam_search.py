@@ -86,6 +86,7 @@ class BeamSearchSequence:
     finish_reason: str | None = None
     """'stop' (it ended with EOS) or 'length' (max_tokens, or the context was full)."""
     stop_reason: int | str | None = None
+    """The EOS token id that ended it, if one did."""
 
 
 @dataclass
@@ -93,6 +94,14 @@ class BeamSearchOutput:
     """One prompt's answer: its best sequences, at most beam_width, best first."""
 
     sequences: list[BeamSearchSequence]
+
+
+def beam_max_len(config: Any, max_model_len: int) -> int:
+    """The longest a beam may grow under an EngineConfig: the context, or with chunked prefill off one token
+    past the step budget (each step sends a beam's tokens as a prompt, which must then fit one step)."""
+    if config is not None and not config.enable_chunked_prefill:
+        return min(max_model_len, config.max_num_batched_tokens + 1)
+    return max_model_len
 
 
 def beam_search_score(
@@ -119,8 +128,8 @@ class BeamSearch:
             raise ValueError("beam search needs a prompt of at least one token")
         if len(prompt_token_ids) >= max_model_len:
             raise ValueError(
-                f"the prompt has {len(prompt_token_ids)} tokens, and the model's context is {max_model_len}: "
-                "no token could follow it"
+                f"the prompt has {len(prompt_token_ids)} tokens, and a beam may hold at most {max_model_len} (the "
+                "context, or one past the step budget with chunked prefill off): no token could follow it"
             )
         self.params = params
         self.eos_token_ids = frozenset(() if params.ignore_eos else eos_token_ids)
@@ -155,7 +164,7 @@ class BeamSearch:
                     beam.tokens + [token_id], beam.logprobs + [logprobs], beam.cum_logprob + entry.logprob
                 )
                 if token_id in self.eos_token_ids:
-                    candidate.finish_reason = "stop"
+                    candidate.finish_reason, candidate.stop_reason = "stop", token_id
                     self.finished.append(candidate)
                 else:
                     candidates.append(candidate)
@@ -173,11 +182,16 @@ class BeamSearch:
             beam.finish_reason = "length"
         best = sorted(self.finished + self.beams, key=self._score, reverse=True)[: self.params.beam_width]
         for beam in best:
-            generated = beam.tokens[self.num_prompt_tokens :]
-            if beam.finish_reason == "stop" and not self.params.include_stop_str_in_output:
-                generated = generated[:-1]
-            beam.text = None if tokenizer is None else tokenizer.decode(generated)
+            beam.text = None if tokenizer is None else tokenizer.decode(self.output_ids(beam))
         return BeamSearchOutput(best)
+
+    def output_ids(self, beam: BeamSearchSequence) -> list[int]:
+        """A beam's generated tokens as an answer shows them: a final EOS left out unless
+        include_stop_str_in_output (its `tokens` keep it, as vLLM's do)."""
+        generated = beam.tokens[self.num_prompt_tokens :]
+        if beam.finish_reason == "stop" and not self.params.include_stop_str_in_output:
+            return generated[:-1]
+        return generated
 
 
 def _is_int(value: object) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from model_optimizer.runtime import vllm_settings
-from model_optimizer.runtime.beam_search import BeamSearch, BeamSearchOutput, BeamSearchParams
+from model_optimizer.runtime.beam_search import BeamSearch, BeamSearchOutput, BeamSearchParams, beam_max_len
 from model_optimizer.runtime.config import GENERATION_DEFAULT_FIELDS, EngineConfig
 from model_optimizer.runtime.engine.core import ModelInfo
 from model_optimizer.runtime.engine.engine import LLMEngine
@@ -335,7 +335,8 @@ class LLM:
             raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
         prompt_ids = [self._prompt_token_ids(p) for p in _as_prompt_list(prompts)]
         info = self.engine.info
-        searches = [BeamSearch(ids, params, info.eos_token_ids, info.max_model_len) for ids in prompt_ids]
+        max_len = beam_max_len(self.config, info.max_model_len)
+        searches = [BeamSearch(ids, params, info.eos_token_ids, max_len) for ids in prompt_ids]
         step = params.step_params()
         with _progress(params.max_tokens, use_tqdm, "LLM.beam_search") as advance:
             while pending := [(search, ids) for search in searches for ids in search.pending()]:
@@ -493,7 +494,7 @@ class LLM:
 
         from model_optimizer.runtime.embed.scoring import cosine_scores, distinct_inputs, score_pairs
 
-        inputs, pairs = distinct_inputs(score_pairs(data_1, data_2))
+        inputs, pairs, _ = distinct_inputs(score_pairs(data_1, data_2))
         embedded = self.embed(inputs, truncate_prompt_tokens=truncate_prompt_tokens, use_tqdm=use_tqdm)
         scores = cosine_scores(torch.tensor([e.outputs.embedding for e in embedded]), pairs)
         return [

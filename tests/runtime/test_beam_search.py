@@ -86,6 +86,7 @@ def test_a_beam_ending_in_eos_is_set_aside_finished(eos_first_llm):
     assert stopped and all(s.tokens.index(eos, len(PROMPTS[0])) == len(s.tokens) - 1 for s in stopped)
     # the EOS-ended candidate is the most likely first step; with length_penalty 0 it outranks every longer beam
     assert sequences[0].finish_reason == "stop" and sequences[0].tokens == PROMPTS[0] + [eos]
+    assert sequences[0].stop_reason == eos
     assert sequences[0].text == llm.tokenizer.decode([])
     assert all(eos not in s.tokens[len(PROMPTS[0]) :] for s in sequences if s.finish_reason == "length")
     kept = llm.beam_search([PROMPTS[0]], BeamSearchParams(3, 4, length_penalty=0.0, include_stop_str_in_output=True))
@@ -98,6 +99,15 @@ def test_the_search_stops_when_the_context_is_full(tiny_model):
         assert all(len(s.tokens) == 10 and s.finish_reason == "length" for s in sequences)
         with pytest.raises(ValueError, match="no token could follow"):
             llm.beam_search([list(range(1, 11))], BeamSearchParams(2, 5))
+
+
+def test_with_chunked_prefill_off_beams_stop_at_the_step_budget(tiny_model):
+    """Each step sends a beam's tokens as a prompt, which must then fit one step's budget."""
+    with LLM(
+        str(tiny_model("qwen3")), kv_cache_memory=1 << 24, enable_chunked_prefill=False, max_num_batched_tokens=12
+    ) as llm:
+        sequences = llm.beam_search([PROMPTS[0]], BeamSearchParams(2, 50, ignore_eos=True))[0].sequences
+        assert all(len(s.tokens) == 13 and s.finish_reason == "length" for s in sequences)
 
 
 @pytest.mark.parametrize(

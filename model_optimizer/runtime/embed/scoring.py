@@ -29,19 +29,26 @@ def score_pairs(first: Text | Sequence[Text], second: Text | Sequence[Text]) -> 
     return list(zip(firsts, seconds))
 
 
-def distinct_inputs(pairs: list[tuple[Text, Text]]) -> tuple[list[Text], list[tuple[int, int]]]:
-    """The distinct texts of `pairs`, to embed once each, and each pair as indices into them."""
+def distinct_inputs(
+    pairs: list[tuple[Text, Text]], names: list[tuple[str, str]] | None = None
+) -> tuple[list[Text], list[tuple[int, int]], list[str]]:
+    """The distinct texts of `pairs`, to embed once each, each pair as indices into them, and each distinct
+    text's name: the first of `names` (each pair's, as ("text_1", "text_2[3]")) it was met under, else
+    "input N"."""
     index: dict[str | tuple[int, ...], int] = {}
     inputs: list[Text] = []
+    first_names: list[str] = []
 
-    def at(text: Text) -> int:
+    def at(text: Text, name: str) -> int:
         key = text if isinstance(text, str) else tuple(text)
         if key not in index:
             index[key] = len(inputs)
             inputs.append(text)
+            first_names.append(name)
         return index[key]
 
-    return inputs, [(at(a), at(b)) for a, b in pairs]
+    named = names or [(f"input {2 * i}", f"input {2 * i + 1}") for i in range(len(pairs))]
+    return inputs, [(at(a, na), at(b, nb)) for (a, b), (na, nb) in zip(pairs, named)], first_names
 
 
 def cosine_scores(embeddings: torch.Tensor, pairs: list[tuple[int, int]]) -> list[float]:
@@ -58,9 +65,31 @@ def cosine_scores(embeddings: torch.Tensor, pairs: list[tuple[int, int]]) -> lis
     return (unit[first] * unit[second]).sum(dim=-1).tolist()
 
 
-def _as_list(texts: Text | Sequence[Text], name: str) -> list[Text]:
-    if isinstance(texts, str) or (isinstance(texts, list) and texts and all(isinstance(t, int) for t in texts)):
-        return [texts]
+def _as_list(texts: Text | dict | Sequence[Text | dict], name: str) -> list[Text]:
+    """One text, token ids (a list or tuple of ints) or vLLM's prompt dict, or a non-empty list of them."""
+    if isinstance(texts, (str, dict)) or _is_ids(texts):
+        return [_as_text(texts, name)]
     if not isinstance(texts, (list, tuple)) or not texts:
         raise ValueError(f"{name} must be a text, token ids, or a non-empty list of them")
-    return list(texts)
+    return [_as_text(t, name) for t in texts]
+
+
+def _is_ids(value: object) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(t, int) for t in value)
+
+
+def _as_text(value: object, name: str) -> Text:
+    """A text or token ids, from vLLM's {"prompt": ...} / {"prompt_token_ids": [...]} dicts too."""
+    if isinstance(value, dict):
+        if set(value) == {"prompt"} and isinstance(value["prompt"], str):
+            return value["prompt"]
+        if set(value) == {"prompt_token_ids"} and _is_ids(value["prompt_token_ids"]):
+            return list(value["prompt_token_ids"])
+        raise ValueError(
+            f"{name}: a prompt dict has one key, prompt (text) or prompt_token_ids (ids), got {sorted(value)}"
+        )
+    if isinstance(value, str):
+        return value
+    if _is_ids(value):
+        return list(value)
+    raise ValueError(f"{name} must be texts or token ids, got {type(value).__name__}")

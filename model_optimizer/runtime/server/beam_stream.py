@@ -32,8 +32,11 @@ class BeamStream:
         params: BeamSearchParams,
         priority: int,
         stream: bool,
+        max_len: int,
     ) -> None:
-        self.search = BeamSearch(prompt_token_ids, params, model.eos_token_ids, model.max_model_len)  # ValueError
+        """`max_len`: the longest a beam may grow (the context, or less where each step's prompt must fit a
+        step's token budget: chunked prefill off)."""
+        self.search = BeamSearch(prompt_token_ids, params, model.eos_token_ids, max_len)  # ValueError
         self.engine = engine
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
@@ -50,12 +53,17 @@ class BeamStream:
         try:
             while not self.aborted and (pending := self.search.pending()):
                 step = self.search.num_steps
-                self._steps = [
-                    await self.engine.add_request(
-                        f"{self.request_id}-s{step}b{i}", ids, step_params, self.priority, False
-                    )
-                    for i, ids in enumerate(pending)
-                ]
+                self._steps = []  # each one as it is added: leaving early aborts those already added
+                try:
+                    for i, ids in enumerate(pending):
+                        request_id = f"{self.request_id}-s{step}b{i}"
+                        self._steps.append(
+                            await self.engine.add_request(request_id, ids, step_params, self.priority, False)
+                        )
+                except ValueError as exc:  # the engine refuses a beam it could take at the start (never, but say so)
+                    self.finished = True
+                    yield self._output([], times, f"beam search stopped at step {step}: {exc}", "error")
+                    return
                 finals = await asyncio.gather(*(_final(s) for s in self._steps))
                 if times.first_token_time is None:
                     times.first_scheduled_time = min(
@@ -64,7 +72,11 @@ class BeamStream:
                     times.first_token_time = time.time()
                 if failed := next((f for f in finals if f.error), None):
                     self.finished = True
-                    yield self._output([], times, failed.error)
+                    yield self._output([], times, failed.error, "error")
+                    return
+                if any(not f.outputs[0].token_ids for f in finals):  # a step aborted (a drain out of time, a stop)
+                    self.finished = True
+                    yield self._output([], times, None, "abort")
                     return
                 self.search.advance([f.outputs[0].logprobs[0] for f in finals])
             if self.aborted:
@@ -74,15 +86,18 @@ class BeamStream:
         finally:
             self.engine.abort_streams(self._steps)
 
-    def _output(self, sequences: list, times: RequestMetrics, error: str | None = None) -> RequestOutput:
+    def _output(
+        self, sequences: list, times: RequestMetrics, error: str | None = None, ended: str | None = None
+    ) -> RequestOutput:
+        """The search's one output: its best beams as completions, or, when it `ended` ("error", "abort"),
+        beam_width empty completions that say so."""
         times.finished_time = time.time()
-        start = self.search.num_prompt_tokens
         outputs = [
-            CompletionOutput(i, s.text or "", s.tokens[start:], None, s.finish_reason) for i, s in enumerate(sequences)
+            CompletionOutput(i, s.text or "", self.search.output_ids(s), None, s.finish_reason, s.stop_reason)
+            for i, s in enumerate(sequences)
         ]
-        if error is not None:
-            width = self.search.params.beam_width
-            outputs = [CompletionOutput(i, "", [], None, "error") for i in range(width)]
+        if ended is not None:
+            outputs = [CompletionOutput(i, "", [], None, ended) for i in range(self.search.params.beam_width)]
         return RequestOutput(self.request_id, None, self.prompt_token_ids, outputs, True, metrics=times, error=error)
 
 

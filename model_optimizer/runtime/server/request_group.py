@@ -22,7 +22,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from model_optimizer.runtime.beam_search import BeamSearchParams
+from model_optimizer.runtime.beam_search import BeamSearchParams, beam_max_len
 from model_optimizer.runtime.engine.async_engine import EngineDeadError, RequestStream
 from model_optimizer.runtime.engine.outputs import RequestOutput, merge_outputs
 from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
@@ -107,7 +107,10 @@ class RequestGroup:
             beams = beam_search[i] if beam_search is not None else None
             try:
                 if beams is not None:
-                    request_stream: Any = BeamStream(engine, self.state.model, request_id, ids, beams, priority, stream)
+                    max_len = beam_max_len(self.state.engine_config, self.state.model.max_model_len)
+                    request_stream: Any = BeamStream(
+                        engine, self.state.model, request_id, ids, beams, priority, stream, max_len
+                    )
                 else:
                     request_stream = await engine.add_request(request_id, ids, p, priority, stream)
             except ValueError as exc:

@@ -53,5 +53,17 @@ def test_counts_that_do_not_pair_are_refused(llm):
 
 
 def test_each_distinct_text_is_embedded_once():
-    inputs, pairs = distinct_inputs(score_pairs("q", ["d1", "q", "d1"]))
-    assert inputs == ["q", "d1"] and pairs == [(0, 1), (0, 0), (0, 1)]
+    inputs, pairs, names = distinct_inputs(score_pairs("q", ["d1", "q", "d1"]))
+    assert inputs == ["q", "d1"] and pairs == [(0, 1), (0, 0), (0, 1)] and names == ["input 0", "input 1"]
+
+
+def test_vllm_prompt_dicts_and_tuples_of_ids(llm):
+    by_text = llm.score("a red car", "a crimson automobile", use_tqdm=False)[0].outputs.score
+    by_dict = llm.score({"prompt": "a red car"}, [{"prompt": "a crimson automobile"}], use_tqdm=False)[0]
+    assert by_dict.outputs.score == pytest.approx(by_text, abs=1e-6)
+    ids = tuple(llm.get_tokenizer()("a red car")["input_ids"])
+    assert len(llm.score(ids, ["x", "y"], use_tqdm=False)) == 2  # a tuple of ids is one text
+    by_ids = llm.score({"prompt_token_ids": list(ids)}, "a crimson automobile", use_tqdm=False)[0].outputs.score
+    assert by_ids == pytest.approx(by_text, abs=1e-6)
+    with pytest.raises(ValueError, match="prompt dict"):
+        llm.score({"text": "a"}, "b")

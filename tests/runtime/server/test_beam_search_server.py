@@ -4,6 +4,7 @@ leaves aborts the step's requests and frees their blocks."""
 from __future__ import annotations
 
 import json
+import threading
 
 import httpx
 import openai
@@ -109,3 +110,23 @@ def metric_free(text: str) -> bool:
     from tests.runtime.server.live import metric
 
     return metric(text, "mopt:kv_cache_free_blocks") == metric(text, "mopt:kv_cache_total_blocks")
+
+
+def test_an_engine_abort_mid_search_ends_it_as_aborted(server):
+    """What a drain out of time does (abort_all): each beam finishes "abort", not a 500."""
+    engine = server.state.engine
+    result = {}
+
+    def send() -> None:
+        body = {"prompt": PROMPT, **BEAMS, "max_tokens": 60}
+        result["response"] = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    wait_for(lambda: engine.num_in_flight > 0, "a beam step reached the engine")
+    engine.abort_all()
+    thread.join(60)
+    response = result["response"]
+    assert response.status_code == 200, response.text
+    assert [c["finish_reason"] for c in response.json()["choices"]] == ["abort"] * 3
+    wait_idle(server)

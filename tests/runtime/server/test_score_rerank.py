@@ -76,6 +76,14 @@ def test_rerank_orders_documents_best_first(score_server, st_scores, path):
         ("/rerank", {"query": "q", "documents": ["d"] * 9}, "at most 8", "documents"),
         ("/rerank", {"query": "q", "documents": ["d"], "top_n": -1}, "top_n", "top_n"),
         ("/score", {"model": "other", "text_1": "a", "text_2": "b"}, "other", "model"),
+        ("/score", {"text_1": "x", "text_2": [[5, 6], [99999999]]}, "text_2[1] has token ids outside", "text_2"),
+        ("/rerank", {"query": "q", "documents": ["d", [1] * 2]}, "documents", "documents"),
+        (
+            "/score",
+            {"text_1": [f"a{i}" for i in range(5)], "text_2": [f"b{i}" for i in range(5)]},
+            "10 distinct",
+            "text_2",
+        ),
     ],
 )
 def test_bad_requests_get_a_400_naming_the_field(score_server, path, body, fragment, param):

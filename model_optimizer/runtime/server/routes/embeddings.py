@@ -82,10 +82,12 @@ async def embed_inputs(
     inputs: list[str | list[int]],
     dimensions: int | None = None,
     truncate_prompt_tokens: int | None = None,
+    names: list[str] | None = None,
 ) -> EmbedOutput:
     """The embeddings of a request's checked inputs, counted in flight (the SIGTERM drain waits for them) and
     in the metrics: ClientDisconnected when the client hangs up (the call stops before its next batch; the
-    caller answers 499), a 503 when a drain runs out of time, a 400 naming the field an input breaks."""
+    caller answers 499), a 503 when a drain runs out of time, a 400 naming the field an input breaks
+    (`names`: each input's name in the request, as "text_2[0]", where its position in `inputs` is not)."""
     embedder = state.embedder
     start = time.perf_counter()
     # in flight from here (no await before it: a drain that starts now counts it) until the response is ready
@@ -104,6 +106,13 @@ async def embed_inputs(
             state.metrics.embeddings_aborted(len(inputs), time.perf_counter() - start)
             raise APIError(
                 503, "the server shut down before the request finished", headers={"Retry-After": RETRY_AFTER_S}
+            ) from None
+        except InputError as exc:
+            if names is None:
+                raise APIError(400, str(exc), exc.param) from None
+            name = names[exc.index]
+            raise APIError(
+                400, f"{name}{exc.detail}", name.split("[")[0] if exc.param == "input" else exc.param
             ) from None
         except ValueError as exc:
             raise APIError(400, str(exc), _param(exc)) from None

@@ -33,7 +33,9 @@ async def create_score(body: ScoreRequest, request: Request) -> dict | Response:
         pairs = score_pairs(firsts, seconds)
     except ValueError as exc:
         raise APIError(400, str(exc), "text_2") from None
-    scored = await _scores(state, request, pairs, body.truncate_prompt_tokens)
+    one = len(firsts) == 1
+    names = [("text_1" if one else f"text_1[{i}]", f"text_2[{i}]") for i in range(len(pairs))]
+    scored = await _scores(state, request, pairs, names, body.truncate_prompt_tokens)
     if scored is None:
         return Response(status_code=499)
     scores, num_tokens = scored
@@ -56,7 +58,8 @@ async def create_rerank(body: RerankRequest, request: Request) -> dict | Respons
     if not body.documents:
         raise APIError(400, "documents is empty: give at least one document to rank", "documents")
     documents = checked_inputs(body.documents, state.config.max_embedding_inputs, "documents")
-    scored = await _scores(state, request, score_pairs(body.query, documents), body.truncate_prompt_tokens)
+    names = [("query", f"documents[{i}]") for i in range(len(documents))]
+    scored = await _scores(state, request, score_pairs(body.query, documents), names, body.truncate_prompt_tokens)
     if scored is None:
         return Response(status_code=499)
     scores, num_tokens = scored
@@ -83,14 +86,18 @@ def _scoring_state(request: Request, model: str | None) -> ServerState:
 
 
 async def _scores(
-    state: ServerState, request: Request, pairs: list, truncate_prompt_tokens: int | None
+    state: ServerState, request: Request, pairs: list, names: list[tuple[str, str]], truncate_prompt_tokens: int | None
 ) -> tuple[list[float], int] | None:
-    """(each pair's cosine similarity, the tokens embedded), or None when the client hung up."""
-    inputs, index = distinct_inputs(pairs)
+    """(each pair's cosine similarity, the tokens embedded), or None when the client hung up; an error names
+    the request's field and position (`names`: each pair's, as ("text_1", "text_2[3]"))."""
+    inputs, index, input_names = distinct_inputs(pairs, names)
     if len(inputs) > state.config.max_embedding_inputs:
-        raise APIError(400, f"got {len(inputs)} distinct texts; at most {state.config.max_embedding_inputs}", "input")
+        most = state.config.max_embedding_inputs
+        raise APIError(400, f"got {len(inputs)} distinct texts; at most {most}", names[0][1].split("[")[0])
     try:
-        out = await embed_inputs(state, request, inputs, truncate_prompt_tokens=truncate_prompt_tokens)
+        out = await embed_inputs(
+            state, request, inputs, truncate_prompt_tokens=truncate_prompt_tokens, names=input_names
+        )
     except ClientDisconnected:
         return None
     return cosine_scores(out.embeddings, index), out.num_prompt_tokens
