@@ -19,10 +19,22 @@ MAX_ID_CHARS = 256
 
 def request_id(headers: list[tuple[bytes, bytes]]) -> bytes:
     """The id to answer with: the client's X-Request-Id when it is short printable ASCII, else a new one."""
-    for name, value in headers:
+    return client_id(headers) or uuid.uuid4().hex.encode()
+
+
+def client_id(headers: list[tuple[bytes, bytes]] | None) -> bytes | None:
+    """The client's X-Request-Id when it is short printable ASCII (one we echo and name responses by)."""
+    for name, value in headers or ():
         if name.lower() == HEADER and 0 < len(value) <= MAX_ID_CHARS and all(32 <= c < 127 for c in value):
             return value
-    return uuid.uuid4().hex.encode()
+    return None
+
+
+def response_id(prefix: str, headers: list[tuple[bytes, bytes]] | None, engine_id: str) -> str:
+    """A response's `id`: `prefix-<the client's X-Request-Id>` as vLLM names it, when the header is short
+    printable ASCII; else the engine request's own id. The engine's ids stay unique whatever clients send."""
+    value = client_id(headers)
+    return f"{prefix}-{value.decode()}" if value is not None else engine_id
 
 
 class RequestIdMiddleware:

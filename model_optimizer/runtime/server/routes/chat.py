@@ -30,6 +30,7 @@ from model_optimizer.runtime.server.protocol import (
 )
 from model_optimizer.runtime.server.reasoning import REASONING_PARSERS, ReasoningParser
 from model_optimizer.runtime.server.request_group import ClientDisconnected, Generation, new_request_id, respond
+from model_optimizer.runtime.server.request_ids import response_id
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.sampling import (
     beam_search_params,
@@ -132,7 +133,9 @@ async def chat_generation(
         beam_search=beams,
     )
     texts = TokenTexts(state.model.tokenizer, as_ids=tokens_as_ids(body, state.config.return_tokens_as_token_ids))
-    fmt = ChatFormat(body, generation.request_id, state.model.name, texts, plan, reasoning, state.config.response_role)
+    headers = request.scope["headers"] if request is not None and id_prefix == "chatcmpl" else None
+    name = response_id(id_prefix, headers, generation.request_id)
+    fmt = ChatFormat(body, name, state.model.name, texts, plan, reasoning, state.config.response_role)
     return generation, fmt
 
 

@@ -21,6 +21,7 @@ from model_optimizer.runtime.server.logprobs import (
 from model_optimizer.runtime.server.prompts import Prompt, kept_tokens, prompt_list, tokenize_prompts
 from model_optimizer.runtime.server.protocol import CompletionChoice, CompletionRequest, CompletionResponse, UsageInfo
 from model_optimizer.runtime.server.request_group import ClientDisconnected, Generation, new_request_id, respond
+from model_optimizer.runtime.server.request_ids import response_id
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.sampling import (
     beam_search_params,
@@ -94,7 +95,8 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         beam_search=beams,
     )
     texts = TokenTexts(state.model.tokenizer, as_ids=tokens_as_ids(body, state.config.return_tokens_as_token_ids))
-    fmt = CompletionFormat(body, echo, generation.request_id, state.model.name, texts, generation.token_ids)
+    name = response_id("cmpl", request.scope["headers"], generation.request_id)
+    fmt = CompletionFormat(body, echo, name, state.model.name, texts, generation.token_ids)
     return await respond(request, state, generation, fmt)
 
 
