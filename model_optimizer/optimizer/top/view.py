@@ -202,4 +202,5 @@ class Monitor:
         self.previous = None  # a restarted server's counters start again: no delta across the gap
         if response is not None and response.history:  # followed: say where the answer came from
             error += f" (redirected to {response.url})"
-        return View(url=self.url, state=state, error=error)
+        # a server's text (a reason phrase, a quoted line) may hold terminal escapes: shown, not obeyed
+        return View(url=self.url, state=state, error="".join(c if c.isprintable() else "?" for c in error))

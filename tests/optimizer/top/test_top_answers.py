@@ -102,3 +102,13 @@ def test_an_api_key_no_header_can_carry_is_refused_up_front(capsys, monkeypatch,
         "character 6 is not\n"
     )
     assert "clé" not in captured.err  # a secret stays out of the message
+
+
+def test_terminal_escapes_in_a_servers_text_are_shown_not_obeyed(capsys):
+    """A page quoted in the error (here a line that is no Prometheus text) may hold ESC sequences."""
+    with Site({"/metrics": Answer(200, ["\x1b[2J\x1b]0;pwned\x07 not metrics\n"])}) as site:
+        code, view = once_json(capsys, site.url)
+        text_code, text = once_text(capsys, site.url)
+    assert code == 1 and text_code == 1 and view["state"] == "not_metrics"
+    assert "\x1b" not in view["error"] and "\x07" not in view["error"] and "?[2J" in view["error"]
+    assert "\x1b" not in text
