@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import shutil
 import signal
 import sys
@@ -65,13 +64,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from model_optimizer.runtime.kernels.aot import AotTarget
-    from model_optimizer.runtime.kernels.compile_cache import cache_folder
+    from model_optimizer.runtime.kernels.compile_cache import absolute_path, cache_folder
 
     target = AotTarget(_capability(args.arch), args.num_sms, args.gpu_name)
     if args.output is not None and not args.output.strip():  # "" was read as unset: the default cache filled
         raise ValueError("--output is empty; give a folder, or leave --output out for the engine's own cache")
     # absolute: the folder printed and filled is the same whatever the working directory of a later start
-    folder = Path(os.path.abspath(Path(args.output).expanduser())) if args.output else cache_folder(f"sm{target.arch}")
+    folder = absolute_path(Path(args.output)) if args.output else cache_folder(f"sm{target.arch}")
     if args.action == "path":
         print(folder)
         return 0

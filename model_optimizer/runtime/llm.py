@@ -17,6 +17,7 @@ from model_optimizer.runtime.beam_search import BeamSearch, BeamSearchOutput, Be
 from model_optimizer.runtime.config import GENERATION_DEFAULT_FIELDS, EngineConfig
 from model_optimizer.runtime.engine.core import ModelInfo
 from model_optimizer.runtime.engine.engine import LLMEngine
+from model_optimizer.runtime.engine.input_processor import encode_prompt
 from model_optimizer.runtime.engine.outputs import (
     EmbeddingOutput,
     EmbeddingRequestOutput,
@@ -333,8 +334,8 @@ class LLM:
             raise ValueError(f"{self.model_dir} is an encoder (embedding) model: it has no beams to search")
         if not isinstance(params, BeamSearchParams):
             raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
-        prompt_ids = [self._prompt_token_ids(p) for p in _as_prompt_list(prompts)]
         info = self.engine.info
+        prompt_ids = [encode_prompt(self.tokenizer, p, info.vocab_size) for p in _as_prompt_list(prompts)]
         max_len = beam_max_len(self.config, info.max_model_len)
         searches = [BeamSearch(ids, params, info.eos_token_ids, max_len) for ids in prompt_ids]
         step = params.step_params()
@@ -347,14 +348,6 @@ class LLM:
                         search.advance(steps)
                 advance()
         return [search.result(self.tokenizer) for search in searches]
-
-    def _prompt_token_ids(self, prompt: Prompt) -> list[int]:
-        """A prompt's token ids, a text encoded as the engine encodes it."""
-        if not isinstance(prompt, str):
-            return list(prompt)
-        if self.tokenizer is None:
-            raise ValueError("this model has no tokenizer, so a text prompt cannot be encoded: give token ids")
-        return list(self.tokenizer.encode(prompt))
 
     def chat(
         self,

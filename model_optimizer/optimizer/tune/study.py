@@ -527,13 +527,13 @@ def save_setup(output_dir: Path, data: dict) -> None:
 
 def slo_violation(check: dict, limit_ms: float) -> float:
     """An SLO check of a bench run (metrics.slo_check) as NSGA-II's constraint: measured - limit, <= 0
-        feasible. Where failed requests made the statistic infinite (a mean or max with one failure, a p99 with
-        more than 1 % failed) it is graded by the share of requests that failed or missed, so a trial with one
-        timeout stays nearer feasible than one with none measured (1e6). A term no request had a figure for (TPOT
-    or ITL where every answer is one token: bench's slo_check) is met."""
+    feasible. Where failed requests made the statistic infinite (a mean or max with one failure, a p99 with
+    more than 1 % failed) it is graded by the share of requests that failed or missed, so a trial with one
+    timeout stays nearer feasible than one with none measured (1e6). A term no request had a figure for (TPOT
+    or ITL where every answer is one token: bench's slo_check marks it undefined) is met."""
     measured, share = check.get("measured_ms"), check.get("share_over_limit")
     if check.get("undefined"):
-        return 0.0  # no request had the figure (TPOT of one-token answers): met, as goodput counts it (trial.py)
+        return 0.0  # met, as goodput counts those requests
     if measured is None and share is not None:
         return max(limit_ms, 1.0) * (1.0 + 100.0 * share)
     if measured is None:

@@ -82,7 +82,7 @@ def cache_root() -> Path:
     """The root the key folders are made in, absolute (a relative variable is taken from the working
     directory now: a later chdir does not move the cache)."""
     if os.environ.get(CACHE_DIR_ENV):
-        return _absolute(Path(os.environ[CACHE_DIR_ENV]))
+        return absolute_path(Path(os.environ[CACHE_DIR_ENV]))
     return default_root()
 
 
@@ -90,10 +90,11 @@ def default_root() -> Path:
     """$XDG_CACHE_HOME/model-optimizer/compile, else ~/.cache/model-optimizer/compile (MOPT_COMPILE_CACHE_DIR
     aside): where a read-only root's misses compile."""
     base = Path(os.environ["XDG_CACHE_HOME"]) if os.environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"
-    return _absolute(base / "model-optimizer" / "compile")
+    return absolute_path(base / "model-optimizer" / "compile")
 
 
-def _absolute(path: Path) -> Path:
+def absolute_path(path: Path) -> Path:
+    """`path` with ~ expanded, made absolute from the working directory now (no symlink resolved)."""
     return Path(os.path.abspath(path.expanduser()))
 
 

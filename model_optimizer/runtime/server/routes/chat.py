@@ -122,7 +122,7 @@ async def chat_generation(
         if thinking:
             raise APIError(400, "thinking_token_budget does not apply with use_beam_search", "thinking_token_budget")
         field = None if constraint is None else (requested_constraint(body) or (None, "tools"))[1]
-        beams = [beam_search_params(state, body, max_tokens, logprobs, stop, field)]
+        beams = [beam_search_params(body, params, field)]
     generation = Generation(
         new_request_id(id_prefix),
         [prompt.token_ids],

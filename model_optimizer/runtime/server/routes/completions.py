@@ -82,7 +82,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         if body.max_tokens == 0:
             raise APIError(400, "max_tokens 0 (the prompt alone) does not apply with use_beam_search", "max_tokens")
         field = constraint[1] if constraint is not None else None
-        beams = [beam_search_params(state, body, p.max_tokens or 1, body.logprobs, stop, field) for p in params]
+        beams = [beam_search_params(body, p, field) for p in params]
     echo = [await _echo_text(state, p) if body.echo else "" for p in prompts]
     generation = Generation(
         new_request_id("cmpl"),

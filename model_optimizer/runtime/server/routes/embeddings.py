@@ -25,7 +25,6 @@ from fastapi.responses import Response
 from model_optimizer.common.text import not_utf8_at
 from model_optimizer.runtime.embed.calls import EmbedCancelled
 from model_optimizer.runtime.embed.inputs import BLANK_HINT, InputError, is_blank
-from model_optimizer.runtime.embed.matryoshka import MATRYOSHKA_KEYS, supports_dimensions  # noqa: F401 - re-exported
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.prompts import prompt_list
@@ -107,14 +106,11 @@ async def embed_inputs(
             raise APIError(
                 503, "the server shut down before the request finished", headers={"Retry-After": RETRY_AFTER_S}
             ) from None
-        except InputError as exc:
-            if names is None:
-                raise APIError(400, str(exc), exc.param) from None
-            name = names[exc.index]
-            raise APIError(
-                400, f"{name}{exc.detail}", name.split("[")[0] if exc.param == "input" else exc.param
-            ) from None
         except ValueError as exc:
+            if names is not None and isinstance(exc, InputError):  # named as the request names it
+                name = names[exc.index]
+                param = name.split("[")[0] if exc.param == "input" else exc.param
+                raise APIError(400, f"{name}{exc.detail}", param) from None
             raise APIError(400, str(exc), _param(exc)) from None
         state.metrics.embeddings_finished(out.num_tokens, time.perf_counter() - start)
         return out
