@@ -182,6 +182,10 @@ def test_pcie_and_torch_builds():
     assert K.best_torch_build("2.11.0", "12.0") == "cu126"
     assert K.best_torch_build("2.11.0", "11.8") is None
     assert K.best_torch_build("2.6.0", "12.4") == "cu124"
+    # 2.12 and 2.13 dropped cu128 and added cu132: a 12.8 driver gets cu126, a 13.1 driver cu130
+    assert K.best_torch_build("2.13.0", "12.8") == "cu126"
+    assert K.best_torch_build("2.13.0+cpu", "13.1") == "cu130"
+    assert K.best_torch_build("2.12.1", "13.2") == "cu132"
 
 
 def test_which_torch_builds_have_kernels_for_a_gpu():
@@ -195,3 +199,4 @@ def test_which_torch_builds_have_kernels_for_a_gpu():
     assert K.torch_build_for_gpu("2.11.0", "12.0", "12.4") == ("cu128", True)  # minor-version compatibility
     assert K.torch_build_for_gpu("2.5.1", "12.0", "12.8") == ("cu128", False)  # no 2.5 build has sm_120
     assert K.torch_build_for_gpu("2.11.0", "3.7", "12.8") == (None, False)
+    assert K.torch_build_for_gpu("2.13.0", "12.0", "12.8") == ("cu130", True)  # no cu128 in 2.13
