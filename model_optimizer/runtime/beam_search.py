@@ -22,6 +22,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from model_optimizer.runtime.engine.detokenizer import DETOKENIZE_WINDOW, decoded_after
 from model_optimizer.runtime.sampler_output import Logprob
 from model_optimizer.runtime.sampling_params import MAX_LOGPROBS, RequestOutputKind, SamplingParams
 
@@ -45,6 +46,8 @@ class BeamSearchParams:
     higher values favour longer sequences."""
     include_stop_str_in_output: bool = False
     """Keep a final EOS token in the text."""
+    skip_special_tokens: bool = True
+    """Leave special tokens out of the text, as SamplingParams.skip_special_tokens does for sampled text."""
 
     def __post_init__(self) -> None:
         width = self.beam_width
@@ -52,7 +55,7 @@ class BeamSearchParams:
             raise ValueError(f"beam_width must be an integer in [1, {MAX_BEAM_WIDTH}], got {width!r}")
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        for name in ("ignore_eos", "include_stop_str_in_output"):
+        for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         temperature, penalty = self.temperature, self.length_penalty
@@ -176,22 +179,28 @@ class BeamSearch:
 
     def result(self, tokenizer: Any) -> BeamSearchOutput:
         """The beam_width best of the finished candidates and the live beams, best first, with their text
-        (the generated tokens, a final EOS left out unless include_stop_str_in_output; none without a
-        tokenizer)."""
+        (none without a tokenizer)."""
         for beam in self.beams:
             beam.finish_reason = "length"
         best = sorted(self.finished + self.beams, key=self._score, reverse=True)[: self.params.beam_width]
         for beam in best:
-            beam.text = None if tokenizer is None else tokenizer.decode(self.output_ids(beam))
+            beam.text = None if tokenizer is None else self._text(tokenizer, beam)
         return BeamSearchOutput(best)
 
     def output_ids(self, beam: BeamSearchSequence) -> list[int]:
-        """A beam's generated tokens as an answer shows them: a final EOS left out unless
-        include_stop_str_in_output (its `tokens` keep it, as vLLM's do)."""
-        generated = beam.tokens[self.num_prompt_tokens :]
+        """A beam's generated tokens, a final EOS included (as a sampled completion's token_ids and vLLM's
+        beams have it, and as usage counts it)."""
+        return beam.tokens[self.num_prompt_tokens :]
+
+    def _text(self, tokenizer: Any, beam: BeamSearchSequence) -> str:
+        """The generated tokens' text as the output processor decodes a sampled completion's: after the
+        prompt's last tokens, with skip_special_tokens, a final EOS left out unless
+        include_stop_str_in_output."""
+        spoken = self.output_ids(beam)
         if beam.finish_reason == "stop" and not self.params.include_stop_str_in_output:
-            return generated[:-1]
-        return generated
+            spoken = spoken[:-1]
+        context = beam.tokens[max(self.num_prompt_tokens - DETOKENIZE_WINDOW, 0) : self.num_prompt_tokens]
+        return decoded_after(tokenizer, context, spoken, self.params.skip_special_tokens)
 
 
 def _is_int(value: object) -> bool:

@@ -4,6 +4,10 @@ Each step adds one engine request per live beam (a single token with its alterna
 them all; the search's answer comes as one final output holding the best beams as its completions, so
 the routes render it, streamed or not, as they render sampled completions. Leaving early aborts the
 step's requests.
+
+Its num_cached_tokens is what the prefix cache served of the prompt at the first step, the one request whose
+prompt is the request's: usage counts the prompt once, so its cached tokens are counted once too (every
+later step re-sends the prompt with a beam, and finds it cached as a matter of course).
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class BeamStream:
         self.kind = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
         self.finished = False
         self.aborted = False
+        self.num_cached_tokens = 0
+        """The prompt's tokens the prefix cache served (the first step's request's)."""
         self._steps: list[RequestStream] = []
 
     async def __aiter__(self) -> AsyncIterator[RequestOutput]:
@@ -66,6 +72,7 @@ class BeamStream:
                     return
                 finals = await asyncio.gather(*(_final(s) for s in self._steps))
                 if times.first_token_time is None:
+                    self.num_cached_tokens = finals[0].num_cached_tokens
                     times.first_scheduled_time = min(
                         f.metrics.first_scheduled_time or times.arrival_time for f in finals
                     )
@@ -98,7 +105,9 @@ class BeamStream:
         ]
         if ended is not None:
             outputs = [CompletionOutput(i, "", [], None, ended) for i in range(self.search.params.beam_width)]
-        return RequestOutput(self.request_id, None, self.prompt_token_ids, outputs, True, metrics=times, error=error)
+        return RequestOutput(
+            self.request_id, None, self.prompt_token_ids, outputs, True, self.num_cached_tokens, times, error
+        )
 
 
 async def _final(stream: RequestStream) -> RequestOutput:

@@ -100,7 +100,9 @@ class RequestGroup:
     ) -> None:
         """Admit and add one engine request (or beam search) per prompt; 400 if the engine refuses one, 503 if
         full or dead."""
-        self.admission = self.state.admit(len(token_ids))
+        # a beam search keeps up to beam_width engine requests in flight at each step
+        num_requests = len(token_ids) if beam_search is None else sum(b.beam_width for b in beam_search)
+        self.admission = self.state.admit(num_requests)
         engine = self.state.running_engine()
         for i, (ids, p) in enumerate(zip(token_ids, params)):
             request_id = f"{self.request_id}-{i}"

@@ -230,6 +230,7 @@ def beam_search_params(
             temperature=sampling.temperature,
             length_penalty=body.length_penalty,
             include_stop_str_in_output=body.include_stop_str_in_output,
+            skip_special_tokens=sampling.skip_special_tokens,
         )
     except ValueError as exc:
         raise APIError(400, str(exc)) from None

@@ -158,7 +158,7 @@ class ServerState:
         if num_requests > limit:
             raise APIError(
                 400,
-                f"this request needs {num_requests} engine requests (one per prompt), more than the {limit} this "
+                f"this request needs {num_requests} engine requests (one per prompt, n per beam-search prompt), more than the {limit} this "
                 "server holds running or queued (--max-num-seqs plus --max-queued-requests); send fewer prompts",
                 "prompt",
             )
