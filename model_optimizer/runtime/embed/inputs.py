@@ -3,7 +3,11 @@
 A text is tokenized with the tokenizer's special tokens ([CLS] ... [SEP] for BERT); decoders get the
 end token appended when it is not already last. Token-id lists are taken as they are.
 Too long is an error unless truncation is asked for: `truncate_prompt_tokens` -1 cuts to the
-model's limit, k > 0 cuts to k tokens. Text keeps its beginning and its closing special tokens.
+model's limit, k > 0 cuts to k tokens. Texts and token-id lists are cut on one side, the tokenizer's
+`truncation_side`: "right" (nearly every tokenizer) keeps the beginning, as sentence-transformers does
+and as vLLM does for pooling models (it loads their tokenizers with truncation_side="right"; only
+generation keeps a prompt's last tokens); "left" keeps the end. A text keeps its special tokens
+([CLS] ... [SEP], the end token) either way; a token-id list is cut as it is.
 """
 
 from __future__ import annotations
@@ -125,6 +129,8 @@ class InputTokenizer:
         self._end_by_tokenizer = rules.end_token_id is not None and empty[-1:] == [rules.end_token_id]
         """The tokenizer's post-processor appends the end token itself (its special tokens include it)."""
         self._empty_text_ids = _with_end(empty, rules.end_token_id)
+        self.keeps_end = getattr(tokenizer, "truncation_side", "right") == "left"
+        """Truncation keeps an input's last tokens (the tokenizer's truncation_side "left"), else its first."""
 
     def check(self, inputs: Sequence[EmbedInput], instruction: str | None) -> None:
         """Raise for the first input, in input order, that is bad without tokenizing anything: a token-id
@@ -175,7 +181,7 @@ class InputTokenizer:
                     "pass truncate_prompt_tokens=-1 (mopt embed --truncate) to cut it",
                 )
             if i not in text_of:
-                ids[i] = tokens[:limit]
+                ids[i] = tokens[-limit:] if self.keeps_end else tokens[:limit]  # the side a text is cut on
                 continue
             try:
                 ids[i] = _truncate_text(text_of[i], self.encoder, rules, limit, self._end_by_tokenizer)

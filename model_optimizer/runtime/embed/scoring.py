@@ -2,7 +2,8 @@
 the cosine similarity of the two texts' embeddings.
 
 Pairs follow vLLM's rule: one first text against each of the second texts, or as many first texts as
-second texts, paired in order. Each distinct text is embedded once.
+second texts, paired in order. Each distinct text is embedded once, yet usage counts every pair as vLLM
+does (`pair_num_tokens`): a text in ten pairs counts ten times.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ def distinct_inputs(
 
     named = names or [(f"input {2 * i}", f"input {2 * i + 1}") for i in range(len(pairs))]
     return inputs, [(at(a, na), at(b, nb)) for (a, b), (na, nb) in zip(pairs, named)], first_names
+
+
+def pair_num_tokens(num_tokens: Sequence[int], pairs: list[tuple[int, int]], num_separator_tokens: int) -> int:
+    """A scoring request's usage as vLLM reports it: per pair, its first text's tokens, `num_separator_tokens`
+    (1 for a tokenizer with a pad token: vLLM joins a pair's ids with it) and its second text's tokens.
+    `num_tokens`: each distinct text's; `pairs`: indices into them (`distinct_inputs`)."""
+    return sum(num_tokens[a] + num_separator_tokens + num_tokens[b] for a, b in pairs)
 
 
 def cosine_scores(embeddings: torch.Tensor, pairs: list[tuple[int, int]]) -> list[float]:

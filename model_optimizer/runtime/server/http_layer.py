@@ -19,6 +19,8 @@ httptools protocol, and h11 only where httptools is not installed. Both get the 
   there the limit is the proxy's (0 turns it off).
 - Parser errors (a malformed head, two Content-Length headers) answer 400 in the OpenAI error shape,
   as every other error of the server does, instead of uvicorn's plain text.
+- With --enable-request-id-headers these answers carry X-Request-Id as the app's do: the client's
+  when it is in the bytes that were refused, else a new one (named in the log line, to match them).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from model_optimizer.runtime.server.errors import error_body
+from model_optimizer.runtime.server.request_ids import HEADER, id_in_head, new_id
 
 logger = logging.getLogger(__name__)
 HEAD_END = b"\r\n\r\n"
@@ -81,6 +84,7 @@ class ConnectionGuard:
     transport: asyncio.Transport
     client: tuple[str, int] | None
     cycle: Any
+    config: Any
     server_state: Any
 
     def connection_made(self, transport: asyncio.Transport) -> None:
@@ -88,6 +92,7 @@ class ConnectionGuard:
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_begun = False  # a byte of the next head arrived since the timer was armed
         self._counted_host: str | None = None
+        self._last_read = b""
         host = self.client[0] if self.client else None
         cap = self.limits.max_connections_per_client
         if host is not None and cap:
@@ -112,6 +117,7 @@ class ConnectionGuard:
     def data_received(self, data: bytes) -> None:
         if self._head_timer is not None:
             self._head_begun = True
+        self._last_read = data  # where a refusal looks for the client's X-Request-Id
         super().data_received(data)  # type: ignore[misc]
 
     def on_response_complete(self) -> None:
@@ -154,11 +160,23 @@ class ConnectionGuard:
         )
 
     def _answer_and_close(self, status: int, reason: str, message: str) -> None:
-        self.transport.write(json_response_bytes(status, reason, message, self.server_state.default_headers))
+        headers = self.server_state.default_headers
+        if _request_id_headers(self.config.app):
+            value = id_in_head(self._last_read) or new_id()
+            logger.info("answered %d to %s with X-Request-Id %s", status, self._host(), value.decode())
+            headers = [*headers, (HEADER, value)]
+        self.transport.write(json_response_bytes(status, reason, message, headers))
         self.transport.close()
 
     def _host(self) -> str:
         return self.client[0] if self.client else "?"
+
+
+def _request_id_headers(app: Any) -> bool:
+    """Whether the served app answers with X-Request-Id (--enable-request-id-headers): the HTTP layer's
+    own answers then carry it too. uvicorn's config holds the app `create_app` built."""
+    server = getattr(getattr(app, "state", None), "server", None)
+    return bool(server is not None and server.config.enable_request_id_headers)
 
 
 def _guarded(protocol: type, limits: HeadLimits, name: str, extra: dict | None = None) -> type:

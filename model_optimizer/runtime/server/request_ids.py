@@ -3,7 +3,9 @@
 The client's own X-Request-Id comes back as it was sent, so a client or a proxy can match its logs to
 ours; a request without one (or with one longer than MAX_ID_CHARS, or not printable ASCII) gets a new
 random id. Every response carries it, refusals, errors and streams included: the middleware wraps the
-whole app, outside Starlette's error handler too (app.py).
+whole app, outside Starlette's error handler too (app.py), and the answers the HTTP layer writes to the
+socket before any app runs (431, 400 for invalid HTTP, 408, 429: http_layer.py) carry one as well,
+the client's when it is among the head bytes in hand (`id_in_head`), else a new one.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ MAX_ID_CHARS = 256
 
 def request_id(headers: list[tuple[bytes, bytes]]) -> bytes:
     """The id to answer with: the client's X-Request-Id when it is short printable ASCII, else a new one."""
-    return client_id(headers) or uuid.uuid4().hex.encode()
+    return client_id(headers) or new_id()
+
+
+def new_id() -> bytes:
+    """A fresh id for a response whose request sent none we can echo."""
+    return uuid.uuid4().hex.encode()
 
 
 def client_id(headers: list[tuple[bytes, bytes]] | None) -> bytes | None:
@@ -28,6 +35,13 @@ def client_id(headers: list[tuple[bytes, bytes]] | None) -> bytes | None:
         if name.lower() == HEADER and 0 < len(value) <= MAX_ID_CHARS and all(32 <= c < 127 for c in value):
             return value
     return None
+
+
+def id_in_head(head: bytes) -> bytes | None:
+    """The client's X-Request-Id in raw request-head bytes (a head refused before it was parsed), if any;
+    only a complete header line counts (one cut off at the end of the bytes could be a cut id)."""
+    fields = (line.partition(b":") for line in head.split(b"\r\n")[:-1])
+    return client_id([(name.strip(), value.strip()) for name, _, value in fields])
 
 
 def response_id(prefix: str, headers: list[tuple[bytes, bytes]] | None, engine_id: str) -> str:

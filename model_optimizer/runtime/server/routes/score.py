@@ -1,7 +1,8 @@
 """vLLM's scoring endpoints for an embedding model: POST /score, /v1/score (text pairs) and /rerank, /v1/rerank,
 /v2/rerank (documents ranked against a query). A pair's score is the cosine similarity of its texts'
 embeddings (runtime/embed/scoring.py), as vLLM scores with an embedding model; each distinct text is embedded
-once, through the same path as /v1/embeddings (in flight for the drain, counted in the metrics)."""
+once, through the same path as /v1/embeddings (in flight for the drain, counted in the metrics). The usage is
+vLLM's, counted per pair (`pair_num_tokens`): a query ranked against five documents counts five times."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import uuid
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from model_optimizer.runtime.embed.scoring import cosine_scores, distinct_inputs, score_pairs
+from model_optimizer.runtime.embed.scoring import cosine_scores, distinct_inputs, pair_num_tokens, score_pairs
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol_score import RerankRequest, ScoreRequest
@@ -67,7 +68,7 @@ async def create_rerank(body: RerankRequest, request: Request) -> dict | Respons
     return {
         "id": f"rerank-{uuid.uuid4().hex}",
         "model": state.model.name,
-        "usage": {"total_tokens": num_tokens},
+        "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
         "results": [
             {"index": i, "document": {"text": body.documents[i]}, "relevance_score": scores[i]} for i in ranked
         ],
@@ -88,8 +89,8 @@ def _scoring_state(request: Request, model: str | None) -> ServerState:
 async def _scores(
     state: ServerState, request: Request, pairs: list, names: list[tuple[str, str]], truncate_prompt_tokens: int | None
 ) -> tuple[list[float], int] | None:
-    """(each pair's cosine similarity, the tokens embedded), or None when the client hung up; an error names
-    the request's field and position (`names`: each pair's, as ("text_1", "text_2[3]"))."""
+    """(each pair's cosine similarity, the usage's tokens, counted per pair), or None when the client hung up;
+    an error names the request's field and position (`names`: each pair's, as ("text_1", "text_2[3]"))."""
     inputs, index, input_names = distinct_inputs(pairs, names)
     if len(inputs) > state.config.max_embedding_inputs:
         most = state.config.max_embedding_inputs
@@ -100,4 +101,5 @@ async def _scores(
         )
     except ClientDisconnected:
         return None
-    return cosine_scores(out.embeddings, index), out.num_prompt_tokens
+    num_separator_tokens = int(getattr(state.embedder.tokenizer, "pad_token_id", None) is not None)
+    return cosine_scores(out.embeddings, index), pair_num_tokens(out.num_tokens, index, num_separator_tokens)
