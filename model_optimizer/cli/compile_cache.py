@@ -11,7 +11,8 @@ into --output, in --jobs processes at once (each kernel variant compiled by one 
 bar of the variants compiled (plain lines on stderr where it is no terminal). Copy that
 folder into an image at the same path (or point MOPT_COMPILE_CACHE_DIR at the root that holds it)
 and the first start compiles nothing. Another Triton, torch or
-model_optimizer version, or an edited kernel, is a miss that compiles as before: nothing stale runs.
+model_optimizer version, or an edited kernel, is a miss that compiles as before: nothing stale runs;
+nor does an entry cut short by an interrupted copy (each entry's index records its files' sizes).
 `path` prints the folder for the architecture.
 """
 

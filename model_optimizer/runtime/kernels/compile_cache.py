@@ -36,7 +36,14 @@ the tensor-parallel workers hash it in a thread as their first act
 (`hash_triton_in_background`; `LLM` once its config says CUDA), beside the torch import and the
 weights' load (file reads and hashing release the GIL), and the model runner waits for it before its
 first forward (`wait_for_triton_key`), so that no start computes it twice. Started after the torch
-import instead, it measured slower (README "Start-up").
+import instead, it measured slower (README "Start-up"). Triton itself is imported by the caller, before
+the thread starts (~0.13 s): imported in the thread, it raced the main thread's first import of a Triton
+submodule (`from triton.runtime.jit import ...` while the thread was inside `triton/__init__`), which
+failed with Python's `_DeadlockError`, `KeyError: 'triton'` or hung; the thread now only reads and hashes.
+
+Each entry's index written through our manager also records its files' sizes; a lookup compares them
+(one stat per file, as the existence check already cost): a file cut short by an interrupted copy (a
+truncated `.cubin` would fail the first launch) is a miss, compiled anew, with a warning.
 
 Nothing in the engine uses torch.compile (layers/fusion.py runs our own kernels), so there is no
 inductor cache to place and enforce_eager changes nothing here: it only turns CUDA graphs off.
@@ -52,6 +59,7 @@ import os
 import re
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -192,26 +200,34 @@ def _read_dirs() -> list[str]:
 def _read_group(folder: str, filename: str) -> dict[str, str] | None:
     """The files of an entry, from its index `__grp__<filename>` in `folder`, each found by its name in
     `folder` (the index holds the paths where it was built); None, a miss, when the index or a file is
-    missing or does not load (a truncated copy): the compile then writes the entry anew."""
+    missing, empty, of another size than the index records (a truncated copy) or does not load: the
+    compile then writes the entry anew."""
     index = os.path.join(folder, f"__grp__{filename}")
     if not os.path.isfile(index):
         return None
     try:
         with open(index) as file:
-            children = json.load(file)["child_paths"]
+            recorded = json.load(file)
+        children, sizes = recorded["child_paths"], recorded.get("sizes") or {}
         group = {}
         for name, stored in children.items():
             path = os.path.join(folder, os.path.basename(stored or name))
+            size = os.path.getsize(path)  # OSError: the file is missing
+            if size == 0 or size != sizes.get(name, size):
+                raise ValueError(f"{os.path.basename(path)} has {size} bytes, {sizes.get(name, 'more')} expected")
             if path.endswith(".json"):  # Triton parses the metadata on load: a damaged one is a miss here
                 with open(path) as file:
                     json.load(file)
-            elif not os.path.isfile(path):
-                return None
             group[name] = path
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         log.warning("compile cache entry %s is damaged (%s): compiling it anew", folder, exc)
         return None
     return group if filename in group else None
+
+
+def _index_with_sizes(group: dict[str, str]) -> str:
+    """The index of an entry as Triton writes it, plus each file's size for `_read_group` to check."""
+    return json.dumps({"child_paths": group, "sizes": {name: os.path.getsize(path) for name, path in group.items()}})
 
 
 _MANAGER_CLASS: type | None = None
@@ -226,8 +242,9 @@ def _manager_class() -> type:
 
         class RelocatableCacheManager(FileCacheManager):
             """Triton's FileCacheManager (Triton 3.6 on: the same constructor and methods) with entries
-            found where they lie: an entry's files by their names in its own folder, a damaged entry a
-            miss, and the folders of MOPT_TRITON_READ_DIRS read after TRITON_CACHE_DIR (written: never)."""
+            found where they lie: an entry's files by their names in its own folder, a damaged or
+            truncated entry a miss (its index records the files' sizes), and the folders of
+            MOPT_TRITON_READ_DIRS read after TRITON_CACHE_DIR (written: never)."""
 
             def __init__(self, key, override=False, dump=False):
                 super().__init__(key, override=override, dump=dump)
@@ -246,6 +263,9 @@ def _manager_class() -> type:
                     if group is not None:
                         return group
                 return None
+
+            def put_group(self, filename, group):
+                return self.put(_index_with_sizes(group), f"__grp__{filename}", binary=False)
 
         RelocatableCacheManager.__module__ = __name__
         _MANAGER_CLASS = RelocatableCacheManager
@@ -286,13 +306,19 @@ _key_thread: threading.Thread | None = None
 
 def hash_triton_in_background(need_gpu: bool = True) -> threading.Thread | None:
     """Start Triton's installation key (`triton_key()`, cached by Triton for the process) in a daemon
-    thread; None under Triton's interpreter, which compiles nothing. With `need_gpu` the thread first
-    loads the CUDA driver's library and stops where there is none (a CPU machine compiles nothing
-    either). A failure is left for Triton to raise where it needs the key."""
+    thread; None under Triton's interpreter, which compiles nothing. With `need_gpu`, None where the CUDA
+    driver's library does not load (a CPU machine compiles nothing either). Triton is imported here, in
+    the caller's thread: the thread imports nothing, so it cannot race another thread's imports of Triton
+    (module docstring). A failure is left for Triton to raise where it needs the key."""
     global _key_thread
     if os.environ.get("TRITON_INTERPRET") == "1":
         return None
-    _key_thread = threading.Thread(target=_triton_key, args=(need_gpu,), name="mopt-triton-key", daemon=True)
+    if need_gpu and load_driver() is None:
+        return None
+    key = _import_triton_key()
+    if key is None:
+        return None
+    _key_thread = threading.Thread(target=_compute, args=(key,), name="mopt-triton-key", daemon=True)
     _key_thread.start()
     return _key_thread
 
@@ -303,18 +329,23 @@ def wait_for_triton_key(timeout: float = 60.0) -> None:
         _key_thread.join(timeout)
 
 
-def _triton_key(need_gpu: bool) -> str | None:
-    if need_gpu and load_driver() is None:
-        return None
+def _import_triton_key() -> Callable[[], str] | None:
+    """Triton's `triton_key`, with every module it imports while it runs already imported (it walks
+    Triton's compiler and backend packages: `import triton` has loaded them), or None."""
     for module in ("triton.runtime.cache", "triton.compiler.compiler"):  # where Triton 3.x keeps it
         try:
             key = getattr(importlib.import_module(module), "triton_key", None)
         except ImportError:
             continue
-        if key is None:
-            continue
-        try:
-            return key()
-        except Exception:  # noqa: BLE001 - a broken Triton: the engine reports it where it needs the key
+        except Exception:  # noqa: BLE001 - a broken Triton: the engine reports it where it imports Triton
             return None
+        if key is not None:
+            return key
     return None
+
+
+def _compute(key: Callable[[], str]) -> str | None:
+    try:
+        return key()
+    except Exception:  # noqa: BLE001 - a broken Triton: the engine reports it where it needs the key
+        return None

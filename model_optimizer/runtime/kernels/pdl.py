@@ -45,7 +45,8 @@ except ImportError:  # pragma: no cover - Triton before 3.4
 def enabled(device_index: int | None) -> bool:
     """Whether kernels on this GPU (or the ahead-of-time target) launch with PDL: compute capability
     9.0 or later, a Triton that has it, not the interpreter, and MOPT_PDL not "0". Asked at every
-    launch, so answered once per device and target (the environment as it was then)."""
+    launch, so answered once per device and target (the environment as it was then). MOPT_PDL changes
+    the kernels compiled: it is one of the compile-ahead marker's KERNEL_SWITCHES (runner/compile_ahead.py)."""
     key = (device_index or 0, aot.building())
     answer = _capable.get(key)
     if answer is None:

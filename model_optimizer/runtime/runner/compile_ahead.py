@@ -11,8 +11,9 @@ the compiles use the host's cores meanwhile instead of one core afterwards, and 
 every kernel in the cache. Whatever the workers miss or fail at, the engine compiles as before.
 
 Once a start has captured its graphs, a marker in the cache folder (named by a hash of the model's
-config.json, the settings the walk reads and the GPU) says its kernels are there: later starts of the
-same settings (a warm start) start no workers. MOPT_COMPILE_JOBS sets the number of workers; unset or 0
+config.json, the settings the walk reads, the environment switches that change the kernels compiled
+(KERNEL_SWITCHES, Triton's own) and the GPU) says its kernels are there: later starts of the same
+settings (a warm start) start no workers. MOPT_COMPILE_JOBS sets the number of workers; unset or 0
 (the default, see default_jobs) the start compiles in its own thread.
 """
 
@@ -54,6 +55,22 @@ WALK_FIELDS = (
 start never runs the decode graphs' padded batches, so its marker must not vouch for them."""
 
 
+KERNEL_SWITCHES = (
+    "MOPT_PDL",  # kernels/pdl.py: the PDL constexpr and launch option of most kernels
+    "MOPT_INT4_GLUON",  # kernels/int4_gluon.py: the Gluon kernel or our Triton program for int4 weights
+    "MOPT_DENSE_KERNELS",  # kernels/dense_linear.py: our matmul kernels or F.linear
+    "MOPT_FP8_W8A8_MIN_ROWS",  # kernels/quant_linear.py: which row counts take the W8A8 kernels
+    "MOPT_INT8_W8A8_MIN_ROWS",
+    "MOPT_ATTENTION_FP8_TILES",  # kernels/paged_attention.py: the fp8 decode kernel's tiles
+    "MOPT_NORM_ROUTE_TILES",  # kernels/moe_routing.py: the routing kernel's tiles
+    "MOPT_QUANT_TILES",  # kernels/quant_tiles.py: a tile table (its file's contents count too)
+    "MOPT_MOE_TILES",  # kernels/moe_tiles.py: a tile table (its file's contents count too)
+)
+"""The environment variables our kernels read to choose a kernel, its variant or its constexprs: each
+is part of the marker's key, so a start under another value does not take another's kernels as compiled
+(tests/runtime/runner/test_compile_ahead.py checks the kernels read no MOPT_ variable missing here)."""
+
+
 def default_jobs() -> int:
     """MOPT_COMPILE_JOBS, else 0 (off): on the H200 the workers lost to the engine's own compiles, and
     tied with them once bytecode was kept (README "Start-up"), so a cold start gains nothing from them
@@ -67,12 +84,27 @@ def default_jobs() -> int:
 
 
 def marker_path(cache_dir: Path, config: EngineConfig, model_dir: Path, target: AotTarget) -> Path:
-    """The file that says a start of these settings on this GPU has all its kernels in `cache_dir`."""
+    """The file that says a start of these settings, kernel switches and GPU has all its kernels in `cache_dir`."""
     settings = {name: getattr(config, name) for name in WALK_FIELDS}
-    blob = json.dumps([settings, asdict(target)], sort_keys=True, default=str).encode()
+    blob = json.dumps([settings, asdict(target), kernel_switches()], sort_keys=True, default=str).encode()
     config_json = Path(model_dir) / "config.json"
     digest = hashlib.sha256(blob + (config_json.read_bytes() if config_json.is_file() else b"")).hexdigest()
     return cache_dir / f"mopt-start-{digest[:24]}.done"
+
+
+def kernel_switches() -> dict[str, str]:
+    """The KERNEL_SWITCHES that are set, a tile table's file by its contents' hash beside its path, and the
+    variables Triton keys its entries by (TRITON_DEFAULT_FP_FUSION, ...: another value misses every entry)."""
+    switches = {name: os.environ[name] for name in KERNEL_SWITCHES if os.environ.get(name)}
+    for name in ("MOPT_QUANT_TILES", "MOPT_MOE_TILES"):
+        table = Path(switches.get(name, ""))
+        if table.is_file():
+            switches[name] += "@" + hashlib.sha256(table.read_bytes()).hexdigest()
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+    except ImportError:  # another Triton: the kernel switches alone
+        return switches
+    return switches | {f"triton:{name}": str(value) for name, value in get_cache_invalidating_env_vars().items()}
 
 
 @dataclass

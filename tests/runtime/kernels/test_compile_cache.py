@@ -116,11 +116,11 @@ def test_no_triton_key_thread_under_the_interpreter(monkeypatch):
 
 
 def test_no_triton_key_thread_work_without_a_cuda_driver(monkeypatch):
-    """A CPU machine (no libcuda) compiles nothing: the thread stops before it hashes."""
+    """A CPU machine (no libcuda) compiles nothing: no thread starts."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
 
     monkeypatch.setattr(cuda_context, "DRIVER_LIBRARY", "libmopt-no-such-driver.so")
-    assert compile_cache._triton_key(need_gpu=True) is None
+    assert compile_cache.hash_triton_in_background(need_gpu=True) is None
 
 
 def test_the_key_is_looked_up_in_each_module_triton_versions_keep_it_in(monkeypatch):
@@ -132,4 +132,4 @@ def test_the_key_is_looked_up_in_each_module_triton_versions_keep_it_in(monkeypa
     older = types.ModuleType("triton.compiler.compiler")
     older.triton_key = lambda: "3.0.0-key"
     monkeypatch.setitem(sys.modules, "triton.compiler.compiler", older)
-    assert compile_cache._triton_key(need_gpu=False) == "3.0.0-key"
+    assert compile_cache._import_triton_key()() == "3.0.0-key"

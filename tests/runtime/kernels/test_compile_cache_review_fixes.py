@@ -334,3 +334,15 @@ def test_a_damaged_entry_is_rebuilt_not_an_error(moved):
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     for path in (index, metadata):
         json.loads(path.read_text())  # compiled anew, whole
+
+
+def test_a_truncated_cubin_is_compiled_anew_not_launched(moved):
+    """An interrupted copy cut a binary short: the index the build wrote records its size, so the next
+    build (as a start) takes the entry as a miss and writes the binary whole again."""
+    model, folder = moved
+    cubin = next(folder.glob("*/*.cubin"))
+    whole = json.loads(next(cubin.parent.glob("__grp__*.json")).read_text())["sizes"][cubin.name]
+    cubin.write_bytes(cubin.read_bytes()[: whole // 2])
+    result = _mopt("build", "--model", str(model), *FLAGS, "--output", str(folder), "--jobs", "1")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert cubin.stat().st_size == whole

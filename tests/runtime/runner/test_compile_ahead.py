@@ -46,6 +46,77 @@ def test_the_marker_names_the_settings_the_model_and_the_gpu(tmp_path):
     assert len({marker, *others}) == 5
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MOPT_PDL", "0"),
+        ("MOPT_INT4_GLUON", "0"),
+        ("MOPT_DENSE_KERNELS", "0"),
+        ("MOPT_FP8_W8A8_MIN_ROWS", "1"),
+        ("MOPT_INT8_W8A8_MIN_ROWS", "1"),
+        ("MOPT_ATTENTION_FP8_TILES", "64,2,2"),
+        ("MOPT_NORM_ROUTE_TILES", "16,16,1"),
+        ("TRITON_DEFAULT_FP_FUSION", "0"),  # one of the variables Triton keys its own entries by
+    ],
+)
+def test_a_kernel_switch_names_another_marker(tmp_path, monkeypatch, name, value):
+    """A start with PDL off (or another kernel switch) compiles other kernels: a marker written with the
+    switch unset does not vouch for them, and a start under it starts its workers."""
+    if name.startswith("TRITON_"):
+        pytest.importorskip("triton._C.libtriton")
+    for switch in compile_ahead.KERNEL_SWITCHES:
+        monkeypatch.delenv(switch, raising=False)
+    monkeypatch.delenv(name, raising=False)
+    model = _config(tmp_path / "model")
+    compile_ahead.write_marker(compile_ahead.marker_path(tmp_path, CONFIG, model, AotTarget()))
+    monkeypatch.setenv(name, value)
+    marker = compile_ahead.marker_path(tmp_path, CONFIG, model, AotTarget())
+    assert not marker.exists()
+    compile_ahead.write_marker(marker)
+    assert compile_ahead.marker_path(tmp_path, CONFIG, model, AotTarget()).exists()  # the same value: the same marker
+
+
+def test_a_tile_table_counts_by_its_contents(tmp_path, monkeypatch):
+    """MOPT_QUANT_TILES / MOPT_MOE_TILES name a file: rewritten in place (tuned again), it is another table."""
+    model, table = _config(tmp_path / "model"), tmp_path / "tiles.json"
+    for name in ("MOPT_QUANT_TILES", "MOPT_MOE_TILES"):
+        table.write_text('{"gpu": "NVIDIA H200", "entries": {}}')
+        monkeypatch.setenv(name, str(table))
+        first = compile_ahead.marker_path(tmp_path, CONFIG, model, AotTarget())
+        table.write_text('{"gpu": "NVIDIA H200", "entries": {"x": {}}}')
+        assert compile_ahead.marker_path(tmp_path, CONFIG, model, AotTarget()) != first
+        monkeypatch.delenv(name)
+
+
+def test_a_setting_no_kernel_reads_keeps_the_marker(tmp_path, monkeypatch):
+    model = _config(tmp_path / "model")
+    marker = compile_ahead.marker_path(tmp_path, CONFIG, model, AotTarget())
+    monkeypatch.setenv("MOPT_TOKENIZER", "slow")
+    monkeypatch.setenv(compile_ahead.JOBS_ENV, "4")
+    assert compile_ahead.marker_path(tmp_path, CONFIG, model, AotTarget()) == marker
+
+
+NOT_KERNEL_SWITCHES = {
+    "MOPT_COMPILE_CACHE_DIR",  # where the cache (and the marker) lies
+    "MOPT_TRITON_READ_DIRS",
+    "MOPT_TRITON_CACHE_DIR_SET",
+    "MOPT_AOT_PROGRESS_FILE",  # the build's progress file
+}
+
+
+def test_every_switch_the_kernels_and_layers_read_is_in_the_marker():
+    """A new MOPT_ variable read under runtime/kernels or runtime/layers must join KERNEL_SWITCHES (or this
+    list, if it changes no kernel compiled)."""
+    import re
+
+    root = Path(compile_ahead.__file__).resolve().parents[1]
+    read = set()
+    for source in [*root.glob("kernels/**/*.py"), *root.glob("layers/**/*.py")]:
+        read |= set(re.findall(r"\bMOPT_[A-Z0-9_]+\b", source.read_text()))
+    assert "MOPT_PDL" in read and "MOPT_QUANT_TILES" in read  # the scan sees the modules
+    assert read - NOT_KERNEL_SWITCHES <= set(compile_ahead.KERNEL_SWITCHES), read - NOT_KERNEL_SWITCHES
+
+
 def test_a_failed_worker_is_reported_with_its_output(tmp_path):
     """A model folder whose config cannot be built: both workers fail, the start is told why."""
     model = tmp_path / "model"
