@@ -37,7 +37,9 @@ def without_nulls(model: type[BaseModel], data: Any) -> Any:
 class JsonSchemaFormat(_Request):
     """response_format.json_schema."""
 
-    name: str = Field(default="response", max_length=256)
+    name: str | None = Field(default=None, max_length=256)
+    """Required, as OpenAI's API and vLLM require it (a 400 without it, server/structured.py); the openai
+    client's `parse` sends the model class's name."""
     description: str | None = None
     schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
     strict: bool | None = None

@@ -6,7 +6,7 @@ object, or vLLM's older `guided_json` / `guided_regex` / `guided_choice` / `guid
 tool_choice of "required" or a named function brings its own (tools.py). Two at once is a 400, as is
 anything the grammar engine cannot enforce: each constraint is compiled against the model's tokenizer,
 as far as its first mask, in a process of its own (structured/sandbox.py: llguidance can crash on some
-inputs), within CHECK_TIMEOUT_S, and the verdict is cached per constraint, so a client sending the same
+inputs), within CHECK_TIMEOUT_S, up to CHECK_THREADS constraints at once, and the verdict is cached per constraint, so a client sending the same
 schema again pays nothing and a pathological one costs one bounded check, never a stuck event loop, a
 crashed server or a hung engine.
 """
@@ -14,6 +14,7 @@ crashed server or a hung engine.
 from __future__ import annotations
 
 import asyncio
+import queue
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,6 +31,10 @@ from model_optimizer.runtime.structured.vllm_params import from_vllm_fields
 
 CHECK_TIMEOUT_S = 10.0
 """Longest the server spends validating one constraint before refusing it as too complex."""
+CHECK_THREADS = 3
+"""Constraints checked at once, each in a sandbox process of its own (started on first need): a new, cheap
+constraint is not queued behind a client's slow ones (each takes up to CHECK_TIMEOUT_S), and a burst of
+heavy ones takes at most this many cores from the engine."""
 CACHE_SIZE = 1024
 CACHE_CHARS = 32 << 20
 """Most characters of constraint text the verdicts' keys may add up to (a request body may hold megabytes)."""
@@ -86,6 +91,10 @@ def _response_format(rf: Any, whitespace_pattern: str) -> StructuredOutputs:
         return StructuredOutputs.structural_tag(rf.structures, rf.triggers)  # type: ignore[arg-type]
     if rf.json_schema is None or rf.json_schema.schema_ is None:
         raise ValueError("type json_schema needs json_schema.schema, the JSON schema of the output")
+    if rf.json_schema.name is None:  # OpenAI's API and vLLM refuse a schema without its name
+        raise APIError(
+            400, "type json_schema needs json_schema.name, the name of the schema", "response_format.json_schema.name"
+        )
     return StructuredOutputs.json(rf.json_schema.schema_, whitespace_pattern=whitespace_pattern)
 
 
@@ -133,9 +142,9 @@ async def check_constraint(
 
 
 class ConstraintChecker:
-    """The server's verdicts on constraints: cached, each found once in the sandbox process, from a thread
-    of its own (never the event loop, nor the tokenizing threads); requests that bring the same new
-    constraint at once share its one check."""
+    """The server's verdicts on constraints: cached, each found once in a sandbox process, from a pool of
+    CHECK_THREADS threads of its own (never the event loop, nor the tokenizing threads), each thread with
+    its own sandbox; requests that bring the same new constraint at once share its one check."""
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
@@ -144,19 +153,22 @@ class ConstraintChecker:
         self._pending: dict[StructuredOutputs, asyncio.Future] = {}
         self._waiting: dict[asyncio.Future, int] = {}
         """A pending check -> the requests awaiting it."""
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="mopt-grammar-check")
-        self._sandbox: Any = None
+        self._threads = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="mopt-grammar-check")
+        self._idle: queue.SimpleQueue = queue.SimpleQueue()
+        """Sandboxes no check is using (at most one per thread is ever made)."""
+        self._sandboxes: list[Any] = []
+        """Every sandbox made, to close."""
 
     async def verdict(self, so: StructuredOutputs, request: Request | None = None) -> str:
         """ "" when the constraint is valid, else why not. `request`: its client's, watched while a new one is
-        checked: a check whose every client has left is cancelled before it starts (the one check thread
-        must not spend itself on them), and ClientDisconnected is raised."""
+        checked: a check whose every client has left is cancelled before it starts (the check threads must
+        not spend themselves on them), and ClientDisconnected is raised."""
         verdict = self._verdicts.get(so)
         if verdict is not None:
             return verdict
         pending = self._pending.get(so)
         if pending is None:
-            pending = self._pending[so] = asyncio.get_running_loop().run_in_executor(self._thread, self._check, so)
+            pending = self._pending[so] = asyncio.get_running_loop().run_in_executor(self._threads, self._check, so)
             pending.add_done_callback(lambda _: self._pending.pop(so, None))
             self._waiting[pending] = 0
             pending.add_done_callback(lambda done: self._waiting.pop(done, None))
@@ -173,16 +185,27 @@ class ConstraintChecker:
         return verdict
 
     def _check(self, so: StructuredOutputs) -> str:
+        """The verdict, from an idle sandbox (a new one when every one made is busy: one per thread at most)."""
+        try:
+            sandbox = self._idle.get_nowait()
+        except queue.Empty:
+            sandbox = self._new_sandbox()
+        try:
+            return sandbox.check(so)
+        finally:
+            self._idle.put(sandbox)
+
+    def _new_sandbox(self) -> Any:
         from model_optimizer.runtime.structured.grammar import tokenizer_spec
         from model_optimizer.runtime.structured.sandbox import GrammarSandbox, TokenizerSpec
 
-        if self._sandbox is None:
-            model = self.state.model
-            spec = TokenizerSpec(*tokenizer_spec(model.tokenizer, model.vocab_size, model.eos_token_ids))
-            self._sandbox = GrammarSandbox(spec, CHECK_TIMEOUT_S)
-        return self._sandbox.check(so)
+        model = self.state.model
+        spec = TokenizerSpec(*tokenizer_spec(model.tokenizer, model.vocab_size, model.eos_token_ids))
+        sandbox = GrammarSandbox(spec, CHECK_TIMEOUT_S)
+        self._sandboxes.append(sandbox)
+        return sandbox
 
     def close(self) -> None:
-        self._thread.shutdown(wait=False, cancel_futures=True)
-        if self._sandbox is not None:
-            self._sandbox.close()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        for sandbox in list(self._sandboxes):
+            sandbox.close()

@@ -2,9 +2,12 @@
 
 Compiling never runs inside an engine step: `submit` returns a future at once, a pool thread builds
 the llguidance tokenizer (once, on the first constraint: 0.1 s at an 8k vocabulary, seconds at 150k)
-and then the constraint's grammar and a first matcher; every request with the same constraint gets a
-copy of that matcher (microseconds) instead of compiling again. llguidance drops the GIL while it
-compiles, so the step loop runs on meanwhile.
+and then the constraint's grammar, a first matcher and its first mask; every request with the same
+constraint gets a copy of that matcher (microseconds) instead of compiling again, and its first step
+copies that mask (Compiled.first_mask) instead of computing it: a heavy grammar's first mask (a
+4,000-property schema with patterns: 2-4 s) would stall the whole batch inside the step, while here
+only its own requests wait for it. llguidance drops the GIL while it compiles, so the step loop runs
+on meanwhile.
 
 A copy shares its template's lexer (its lazily built automaton) behind one lock, which every mask
 and every token of every copy takes for its whole length: masks of copies of one template never
@@ -24,8 +27,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
+
 from model_optimizer.common.lru import LruCache
-from model_optimizer.runtime.structured.grammar import SLICES, ll_tokenizer, matcher
+from model_optimizer.runtime.structured.grammar import SLICES, GrammarError, engine_error, ll_tokenizer, matcher
 from model_optimizer.runtime.structured.params import StructuredOutputs, spec_chars
 
 CACHE_SIZE = 512
@@ -52,10 +57,19 @@ class Compiled:
     the others' lexers (megabytes each) do not stay in the compiler's cache."""
 
     def __init__(
-        self, template: Any, make: Callable[[], Any] | None = None, lanes: int = 1, trim_when_idle: bool = False
+        self,
+        template: Any,
+        make: Callable[[], Any] | None = None,
+        lanes: int = 1,
+        trim_when_idle: bool = False,
+        first_mask: np.ndarray | None = None,
     ) -> None:
-        """`make`: a new template of the constraint (a compile, run in the pool); `lanes`: the most to have."""
+        """`make`: a new template of the constraint (a compile, run in the pool); `lanes`: the most to have;
+        `first_mask`: the mask of a matcher that has taken no token (see the attribute)."""
         self.trim_when_idle = trim_when_idle
+        self.first_mask = first_mask
+        """(words,) int32, read-only: the mask of every matcher of the constraint that has taken no token (the
+        same in every lane), computed in the compile's thread; None: not computed (the step computes it)."""
         self._templates = [template]
         self._make = make
         self._want = lanes if make is not None else 1
@@ -192,8 +206,12 @@ class GrammarCompiler:
 
         tokenizer = self.tokenizer()
         grammar, template = matcher(so, tokenizer)
+        first_mask = np.frombuffer(template.compute_bitmask(), dtype=np.int32)  # here, not in a step
+        if template.is_error():  # a limit met on the first mask: the request fails before it is admitted
+            raise GrammarError(f"invalid {so.kind}: {engine_error(template)}")
         make = functools.partial(llg.LLMatcher, tokenizer, grammar, log_level=0)  # a lane's compile
-        return Compiled(template, make, self.lanes, trim_when_idle=spec_chars(so) > LANE_TRIM_CHARS)
+        trim = spec_chars(so) > LANE_TRIM_CHARS
+        return Compiled(template, make, self.lanes, trim_when_idle=trim, first_mask=first_mask)
 
     @property
     def pool(self) -> ThreadPoolExecutor:

@@ -17,7 +17,14 @@ from typing import Any
 from model_optimizer.runtime.structured.json_schema import prepare
 from model_optimizer.runtime.structured.params import StructuredOutputs, structures_of
 from model_optimizer.runtime.structured.tag_format import LarkBuilder, regex_literal
-from model_optimizer.runtime.structured.token_regex import Segment, angles_literal, lark_items, lark_of
+from model_optimizer.runtime.structured.token_regex import (
+    Segment,
+    angles_literal,
+    ascii_classes,
+    lark_ascii_classes,
+    lark_items,
+    lark_of,
+)
 
 WHITESPACE_RUN = 16
 """Most whitespace characters between two JSON tokens with whitespace_flexible: enough to pretty-print
@@ -94,7 +101,7 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
                 value = {}
             return llg.LLMatcher.grammar_from_json_schema(json.dumps(prepare(value)), defaults=_json_options(so))
         if so.kind == "regex":
-            pattern = angles_literal(so.spec)
+            pattern = ascii_classes(angles_literal(so.spec))
             lark = lark_of(pattern, lambda t: _text_segments(t, tokenizer))
             return f"start: {lark}" if lark else llg.LLMatcher.grammar_from_regex(pattern)
         if so.kind == "choice":
@@ -102,7 +109,7 @@ def _answer_grammar(so: StructuredOutputs, tokenizer: Any) -> str:
         if so.kind == "structural_tag":  # prepare() walks the whole tag document: its schemas' integers are
             # checked and their formats tightened as a json constraint's (tag fields use neither keyword)
             return _structural_tag(dataclasses.replace(so, spec=json.dumps(prepare(json.loads(so.spec)))), tokenizer)
-        return llg.grammar_from("grammar", so.spec)  # Lark, or GBNF converted to Lark
+        return lark_ascii_classes(llg.grammar_from("grammar", so.spec))  # Lark, or GBNF converted to Lark
     except (ValueError, TypeError, KeyError) as exc:  # KeyError: a format node without a key it needs
         raise GrammarError(f"invalid {so.kind}: {exc}") from None
     except RecursionError:

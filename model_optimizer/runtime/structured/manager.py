@@ -4,7 +4,8 @@ Each constrained completion has an llguidance matcher that has consumed exactly 
 (`advance`, after every collect). Before a step samples, `fill` writes, for the step's constrained
 rows only, a bitmask of the tokens each one may take next (bit t of a row set: token t allowed)
 into host memory the runner gives (pinned, on CUDA), with llguidance's thread pool (the GIL is
-released): the device runs the step's forward meanwhile (engine/core.py), and the runner applies
+released; a matcher that has taken no token yet gets its constraint's first mask copied, computed
+when it compiled, so a heavy grammar's first mask never stalls the batch): the device runs the step's forward meanwhile (engine/core.py), and the runner applies
 the mask inside sampling. Each request's matcher belongs to one of the compiler's lanes (the least
 busy when it starts): matchers of one lane share a lexer and its lock, so only rows of different
 lanes fill (and advance) in parallel; the rows go to the pool grouped by lane, so that its threads
@@ -150,6 +151,8 @@ class StructuredOutputManager:
         """Bitmask words per row (the vocabulary over 32), once known."""
         self._advance_seconds = 0.0
         """Time advancing matchers since the last fill (counted with the next step's masks)."""
+        self.num_first_masks = 0
+        """Rows whose mask was their constraint's first mask, copied (computed when it compiled), all steps."""
 
     def submit(self, so: StructuredOutputs) -> Future[Compiled]:
         return self.compiler.submit(so)
@@ -329,23 +332,30 @@ class StructuredOutputManager:
         if self._spreading:
             self._spread()
         matchers = self._matchers
+        mask_rows: list[int] = []  # the sampling rows that take a mask, in order
         rows: list[tuple[int, int, int, Any]] = []  # (lane, bitmask row, sampling row, matcher)
+        first: list[tuple[int, np.ndarray]] = []  # (bitmask row, mask) of the matchers that took no token yet
         for i, request in enumerate(requests):
             if request is None or request.finished:
                 continue
             state = matchers.get(request.request_id)
             if state is not None and not state.ended:
-                rows.append((state.lane, len(rows), i, state.matcher))
-        if not rows:
+                if not state.consumed and state.compiled.first_mask is not None:
+                    first.append((len(rows) + len(first), state.compiled.first_mask))
+                else:
+                    rows.append((state.lane, len(rows) + len(first), i, state.matcher))
+                mask_rows.append(i)
+        if not mask_rows:
             return None
         words = self._words or self._count_words()
-        num_masked = len(rows)
+        num_masked = len(mask_rows)
         mask = buffers(len(requests), num_masked, words)
         bitmask = mask.bitmask
         if not bitmask.flags.c_contiguous or bitmask.dtype != np.int32 or bitmask.shape != (num_masked, words):
             raise ValueError(f"mask buffer must be C-contiguous int32 of shape {(num_masked, words)}")
         mask.mask_index.fill(-1)
-        mask.mask_index[[row[2] for row in rows]] = np.arange(num_masked, dtype=np.int32)  # one numpy op, not a loop
+        mask.mask_index[mask_rows] = np.arange(num_masked, dtype=np.int32)  # one numpy op, not a loop
+        self.num_first_masks += len(first)
         rows.sort()  # whole lanes per pool thread: plain tuples (lane, then position), no key function per row
         pairs = [(row[3], row[1]) for row in rows]
         pointer = bitmask.ctypes.data  # read here: the filler thread enters llguidance at once
@@ -355,7 +365,10 @@ class StructuredOutputManager:
 
         def compute() -> HostTokenMask:
             begun = time.perf_counter()
-            executor.unsafe_compute_mask_ptr(pairs, pointer, words * 4, num_masked)
+            for row, first_mask in first:  # computed when the constraint compiled (Compiled.first_mask);
+                bitmask[row] = first_mask[:words]  # llguidance's own has a word more when 32 divides the vocabulary
+            if pairs:
+                executor.unsafe_compute_mask_ptr(pairs, pointer, words * 4, num_masked)
             computed = time.perf_counter() - begun
             self.fill_seconds += computed
             step = spent + computed

@@ -30,6 +30,11 @@ from model_optimizer.runtime.structured.params import StructuredOutputs
 
 START_TIMEOUT_S = 120.0
 """Longest a child may take to start and build the llguidance tokenizer (seconds for a 150k vocabulary)."""
+MAX_MASK_S = 0.5
+"""Longest one token mask of a constraint may take here before it is refused: the engine fills every
+step's masks before that step samples, so a constraint whose masks take seconds (thousands of properties
+with patterns) would stall every request in the batch at every token. Typical masks take well under a
+millisecond a row."""
 
 
 @dataclass(frozen=True)
@@ -140,10 +145,11 @@ def _read(stream: Any, size: int, deadline: float) -> bytes:
 
 
 def verdict(so: StructuredOutputs, tokenizer: Any) -> str:
-    """The engine core's compile of `so`, as far as its first mask and one token it allows: "" or the
-    reason it fails. The token matters: llguidance meets some of its limits (a schema that can never
-    end, a regex that builds too many states, a choice of over 2,000 alternatives) only when a matcher
-    takes its first token, which in the core would fail the request after it was admitted."""
+    """The engine core's compile of `so`, as far as its first mask, one token it allows and the mask after
+    it: "" or the reason it fails. The token matters: llguidance meets some of its limits (a schema that
+    can never end, a regex that builds too many states, a choice of over 2,000 alternatives) only when a
+    matcher takes its first token, which in the core would fail the request after it was admitted. Either
+    mask taking over MAX_MASK_S refuses the constraint too (the engine would stall on it at every step)."""
     import numpy as np
 
     from model_optimizer.runtime.structured.grammar import GrammarError, engine_error, matcher
@@ -152,15 +158,27 @@ def verdict(so: StructuredOutputs, tokenizer: Any) -> str:
         _, template = matcher(so, tokenizer)
     except GrammarError as exc:
         return str(exc)
-    words = np.frombuffer(template.compute_bitmask(), dtype=np.uint32)
-    if template.is_error():
-        return f"invalid {so.kind}: {engine_error(template)}"
-    allowed = np.flatnonzero(words)
-    if allowed.size:
-        word = int(words[allowed[0]])
-        first = int(allowed[0]) * 32 + (word & -word).bit_length() - 1
-        if not template.consume_token(first):
-            return f"invalid {so.kind}: the grammar engine fails on its first token ({engine_error(template)}); simplify it"
+    for step in ("first", "second"):
+        if template.is_stopped():  # its first token ended it (an EOS)
+            break
+        start = time.perf_counter()
+        words = np.frombuffer(template.compute_bitmask(), dtype=np.uint32)
+        took = time.perf_counter() - start
+        if template.is_error():
+            return f"invalid {so.kind}: {engine_error(template)}"
+        allowed = np.flatnonzero(words)
+        if allowed.size:  # the engine's own reason first, where it has one
+            word = int(words[allowed[0]])
+            token = int(allowed[0]) * 32 + (word & -word).bit_length() - 1
+            if not template.consume_token(token):
+                return f"invalid {so.kind}: the grammar engine fails on its {step} token ({engine_error(template)}); simplify it"
+        if took > MAX_MASK_S:
+            return (
+                f"this {so.kind}'s {step} token mask took {took:.2f} s (at most {MAX_MASK_S} s: the engine computes "
+                "one for every token of every constrained request); simplify it"
+            )
+        if not allowed.size:
+            break
     return ""
 
 

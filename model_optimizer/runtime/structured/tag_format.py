@@ -17,7 +17,9 @@ from typing import Any
 from model_optimizer.runtime.structured.token_regex import (
     Segments,
     angles_literal,
+    ascii_classes,
     joinable,
+    lark_ascii_classes,
     lark_items,
     lark_of,
     slashes_escaped,
@@ -162,14 +164,16 @@ class LarkBuilder:
             schema = {} if schema is True else schema
             return self._rule(f"%json {json.dumps({**schema, 'x-guidance': self.json_options})}")
         if kind == "regex":
-            pattern = angles_literal(node["pattern"])
+            pattern = ascii_classes(angles_literal(node["pattern"]))
             lark = lark_of(pattern, self.segments)
             return self._rule(lark or self._terminal("/" + slashes_escaped(pattern) + "/"))
         if kind == "grammar":
             import llguidance as llg
 
             name = f"g{len(self.grammars)}"
-            self.grammars.append({"name": name, "lark_grammar": llg.grammar_from("grammar", node["grammar"])})
+            self.grammars.append(
+                {"name": name, "lark_grammar": lark_ascii_classes(llg.grammar_from("grammar", node["grammar"]))}
+            )
             return f"@{name}"
         if kind == "any_text":
             return self._rule(self._terminal(self._text(node)))
@@ -224,7 +228,10 @@ class LarkBuilder:
         kind = node["type"]
         if kind == "const_string" and all(token is None for _, token in self.segments(node["value"])):
             return slashes_escaped(regex_literal(node["value"]))
-        if kind == "regex" and lark_of(pattern := angles_literal(node["pattern"]), self.segments) is None:
+        if (
+            kind == "regex"
+            and lark_of(pattern := ascii_classes(angles_literal(node["pattern"])), self.segments) is None
+        ):
             joined = joinable(pattern)
             return f"(?:{slashes_escaped(joined)})" if joined is not None else None
         if kind in ("or", "sequence"):

@@ -47,6 +47,55 @@ def angles_literal(pattern: str) -> str:
     return "".join(out)
 
 
+ASCII_CLASSES = "dw"
+"""The classes a regex constraint takes as ASCII: `\\d` is [0-9] and `\\w` [0-9a-zA-Z_] (`\\D`, `\\W` their
+complements), inside character classes too. llguidance reads a JSON schema's `pattern` so (JSON Schema's,
+ECMA-262's, semantics, where `\\s` is Unicode whitespace, as it is here), but its own regexes and Lark's
+/.../ as Rust's, Unicode throughout (`\\d` took Arabic-Indic digits): `ascii_classes` gives every regex
+the schema's reading, through llguidance's own translator."""
+
+
+def ascii_classes(pattern: str) -> str:
+    """`pattern` with ASCII_CLASSES written as their ASCII classes (`[\\d_]` is `[[0-9]_]`) and each
+    unescaped `/` escaped (the same regex; Lark's /.../ needs it)."""
+    import llguidance as llg
+
+    return llg.regex_to_lark(pattern, ASCII_CLASSES)
+
+
+def lark_ascii_classes(lark: str) -> str:
+    """A Lark grammar with `ascii_classes` applied to each of its /regex/ terminals; its strings, `//`
+    comments and `%json {...}` schemas (the schema's patterns are read so already) stay as they are."""
+    out: list[str] = []
+    i, n = 0, len(lark)
+    while i < n:
+        c = lark[i]
+        if c == '"':  # a string: to its closing quote
+            end = i + 1
+            while end < n and lark[end] not in '"\n':
+                end += 2 if lark[end] == "\\" else 1
+            out.append(lark[i : end + 1])
+            i = end + 1
+        elif lark.startswith("//", i):  # a comment: to the end of its line
+            end = lark.find("\n", i)
+            end = n if end < 0 else end
+            out.append(lark[i:end])
+            i = end
+        elif c == "/":  # a regex: to its closing slash
+            end = i + 1
+            while end < n and lark[end] not in "/\n":
+                end += 2 if lark[end] == "\\" else 1
+            if end >= n or lark[end] != "/":  # not a regex after all: llguidance says what is wrong
+                out.append(lark[i:])
+                break
+            out.append("/" + ascii_classes(lark[i + 1 : end]) + "/")
+            i = end + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
 def lark_items(segments: list[Segment]) -> str:
     """The pieces as Lark items to force: string literals, `<[id]>` for the tokens."""
     return " ".join(f"<[{token}]>" if token is not None else json.dumps(text) for text, token in segments)

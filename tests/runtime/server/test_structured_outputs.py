@@ -148,7 +148,7 @@ def test_completions_take_vllm_fields_and_response_format(live):
         ({"structured_outputs": {"grammar": 'start: "n=" /[0-9]{1,2}/'}}, lambda t: re.fullmatch(r"n=\d{1,2}", t)),
         ({"guided_json": STRICT_WEATHER}, Weather.model_validate_json),
         (
-            {"response_format": {"type": "json_schema", "json_schema": {"schema": STRICT_WEATHER}}},
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": STRICT_WEATHER}}},
             Weather.model_validate_json,
         ),
     ]
@@ -644,21 +644,25 @@ def test_a_constraint_too_slow_to_validate_is_refused_and_nothing_hangs(live):
     assert httpx.post(url, json={**body, "guided_regex": "[a-z]"}, timeout=60).status_code == 200
     checker = live.state.grammar_checker
     slow = {**body, "guided_regex": "[a-z]{1,40}@[a-z]{2,9}"}
-    checker._sandbox.timeout_s = 0.0
+    for sandbox in checker._sandboxes:  # one so far: the checks were one at a time
+        sandbox.timeout_s = 0.0
     try:
         r = httpx.post(url, json=slow, timeout=60)
         assert r.status_code == 400 and "could not validate" in r.json()["error"]["message"]
     finally:
-        checker._sandbox.timeout_s = 10.0
+        for sandbox in checker._sandboxes:
+            sandbox.timeout_s = 10.0
     assert httpx.post(url, json=slow, timeout=60).status_code == 400  # the verdict is cached
     checker._verdicts.clear()
     assert httpx.post(url, json=slow, timeout=60).status_code == 200  # a fresh process, in time
 
 
 def test_a_check_whose_client_left_before_it_began_never_runs(live):
-    """The one check thread must not spend itself on clients that hung up: a queued check whose every
+    """The check threads must not spend themselves on clients that hung up: a queued check whose every
     client has left is cancelled, and the next request with that constraint has it checked anew."""
     import threading
+
+    from model_optimizer.runtime.server.structured import CHECK_THREADS
 
     url = live.url + "/v1/chat/completions"
     body = {"model": "tiny", "messages": USER, "max_tokens": 5}
@@ -668,7 +672,8 @@ def test_a_check_whose_client_left_before_it_began_never_runs(live):
     check = checker._check
     checker._check = lambda so: checked.append(so.spec) or check(so)
     gate = threading.Event()
-    blocker = checker._thread.submit(gate.wait)  # the check thread busy: the next check waits in its queue
+    blockers = [checker._threads.submit(gate.wait) for _ in range(CHECK_THREADS)]  # every check thread busy:
+    # the next check waits in the queue
     left = {**body, "guided_regex": "[a-z]{3}left"}
     try:
         with pytest.raises(httpx.ReadTimeout):
@@ -678,7 +683,8 @@ def test_a_check_whose_client_left_before_it_began_never_runs(live):
             time.sleep(0.05)
     finally:
         gate.set()
-        blocker.result(timeout=60)
+        for blocker in blockers:
+            blocker.result(timeout=60)
         checker._check = check
     assert "[a-z]{3}left" not in checked and not checker._pending
     assert httpx.post(url, json=left, timeout=60).status_code == 200  # checked now

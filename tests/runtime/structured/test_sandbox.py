@@ -111,10 +111,29 @@ def test_a_child_that_cannot_start_is_no_verdict_and_is_not_kept():
     with pytest.raises(SandboxUnavailable, match="could not start"):
         broken.check(StructuredOutputs.regex("a+"))
     checker = ConstraintChecker(state=None)  # type: ignore[arg-type]
-    checker._sandbox = broken
+    checker._sandboxes.append(broken)
+    checker._idle.put(broken)  # the one sandbox: the checks come one at a time, each puts it back
     so = StructuredOutputs.regex("a+")
     for _ in range(2):
         with pytest.raises(SandboxUnavailable, match="try again"):
             asyncio.run(checker.verdict(so))  # the server answers it with a 503 and Retry-After
     assert checker._verdicts.get(so) is None and broken.restarts == 3  # one start tried per check
     checker.close()
+
+
+def test_a_constraint_whose_masks_are_too_slow_is_refused(monkeypatch):
+    """The verdict times the first mask and the one after a token: past MAX_MASK_S it is a refusal naming the
+    mask (the engine would stall every request in the batch on it at each step). The limit is lowered to
+    nothing here rather than a schema made slow, so that no host's speed decides the test."""
+    from model_optimizer.assets import reference_model_path
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
+    from model_optimizer.runtime.structured import sandbox as sandbox_module
+    from model_optimizer.runtime.structured.grammar import ll_tokenizer
+
+    tokenizer = load_tokenizer(reference_model_path())
+    ll = ll_tokenizer(tokenizer, len(tokenizer), [])
+    schema = StructuredOutputs.json({"type": "object", "properties": {"a": {"type": "string"}}})
+    assert sandbox_module.verdict(schema, ll) == ""
+    monkeypatch.setattr(sandbox_module, "MAX_MASK_S", 0.0)
+    reason = sandbox_module.verdict(schema, ll)
+    assert "json's first token mask took" in reason and "simplify it" in reason
