@@ -61,7 +61,8 @@ class SamplingParams:
     """Token id -> a finite value added to its logit before sampling (vLLM's; OpenAI's server takes [-100, 100]):
     -100 all but bans the token, 100 all but forces it. Logprobs stay the model's own, as vLLM reports them."""
     allowed_token_ids: list[int] | None = None
-    """Only these tokens may be sampled (vLLM's); None: any."""
+    """Only these tokens may be sampled (vLLM's); None: any. Refused when the other rules bar all of them from the
+    first token (`unsatisfiable_rules`); where they leave none mid-output, this rule alone holds that step."""
     bad_words_token_ids: list[list[int]] | None = None
     """Token sequences the output must not contain: the last token of each is barred wherever the output
     so far ends with the rest (vLLM's bad_words, as token ids; the server tokenizes its words)."""
@@ -367,6 +368,43 @@ class SamplingParams:
             f"prompt_logprobs must be an integer in [0, {MAX_LOGPROBS}] or None (the whole vocabulary, -1, is "
             f"not offered), got {self.prompt_logprobs!r}",
         )
+        conflict = unsatisfiable_rules(
+            self.allowed_token_ids,
+            self.bad_words_token_ids,
+            self.min_tokens,
+            [*self.stop_token_ids, *self.min_tokens_barred],  # the engine adds the EOS ids to min_tokens_barred
+        )
+        _require(conflict is None, conflict or "")
+
+
+def unsatisfiable_rules(
+    allowed_token_ids: list[int] | None,
+    bad_words_token_ids: list[list[int]] | None,
+    min_tokens: int,
+    end_token_ids: Iterable[int],
+) -> str | None:
+    """The error naming allowed_token_ids when the request's own rules bar every token it allows from the
+    first step on (a one-token bad word bars its token everywhere; min_tokens bars `end_token_ids`, its EOS
+    and stop ids, at the first token), else None. Sampling such a request could only break a rule; the
+    sampler's fallback (layers/sampler.py) handles what arises mid-output."""
+    if not allowed_token_ids:
+        return None
+    words = {seq[0] for seq in bad_words_token_ids or () if len(seq) == 1}
+    ends = set(end_token_ids) if min_tokens > 0 else set()
+    if not set(allowed_token_ids) <= words | ends:
+        return None
+    reasons = [
+        reason
+        for reason, ids in (
+            ("one-token bad_words", words),
+            (f"an EOS or stop token id before min_tokens ({min_tokens})", ends),
+        )
+        if ids & set(allowed_token_ids)
+    ]
+    return (
+        f"allowed_token_ids: every allowed token is barred ({' or '.join(reasons)}), so no token could be "
+        "sampled; allow another token or drop the rule that bars them"
+    )
 
 
 def outside_vocab(name: str, ids: Iterable[int], vocab_size: int) -> str | None:

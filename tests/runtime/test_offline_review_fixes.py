@@ -179,11 +179,11 @@ def test_tuples_are_taken_as_lists():
     p = SamplingParams(
         stop=("a", "b"),
         stop_token_ids=(1, 2),
-        allowed_token_ids=(3,),
+        allowed_token_ids=(3, 4),  # not (3,) alone: the bad word 3 would bar every allowed token (refused)
         bad_words_token_ids=((1, 2), (3,)),
         bad_words=("x",),
     )
-    assert p.stop == ["a", "b"] and p.stop_token_ids == [1, 2] and p.allowed_token_ids == [3]
+    assert p.stop == ["a", "b"] and p.stop_token_ids == [1, 2] and p.allowed_token_ids == [3, 4]
     assert p.bad_words_token_ids == [[1, 2], [3]] and p.bad_words == ["x"]
     assert p.clone(seed=1).bad_words_token_ids == [[1, 2], [3]]
 

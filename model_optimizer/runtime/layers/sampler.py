@@ -277,9 +277,14 @@ def plain(item: SamplingInput) -> bool:
 def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torch.Tensor:
     """Each row's logit_bias added, and the tokens it may not take (outside allowed_token_ids, ending one
     of its bad words here, or an EOS or stop token before min_tokens) set to -inf, in place. Ids past the vocabulary are the caller's to refuse.
-    Where the rules and a grammar's mask together leave no token at all, the grammar wins: the row keeps
-    its masked logits for that step (a rule that bars everything the grammar allows cannot be followed,
-    and the output must stay in its grammar). A thinking budget's forced end tag wins over the rules
+    Where the rules (and a grammar's mask) together leave no token at all, the row falls back for that step,
+    chosen on the device (no sync): to its logits with allowed_token_ids alone applied (no bias, bad word or
+    min_tokens bar), so a request never draws a token outside allowed_token_ids; where that leaves nothing
+    either (the grammar allows none of them) or the request has no allowed_token_ids, to its logits before
+    any rule (grammar-masked: the output stays in its grammar, which wins over every rule). Conflicts visible
+    from the request alone (every allowed id a one-token bad word, or an EOS or stop id before min_tokens)
+    are refused before it is queued (sampling_params.unsatisfiable_rules); this covers those that arise
+    mid-output (a multi-token bad word completing). A thinking budget's forced end tag wins over the rules
     (a bad word or a bias cannot keep the model thinking past its budget), though not over the grammar."""
     for i, item in enumerate(batch):
         p = item.params
@@ -294,8 +299,9 @@ def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torc
         if p.logit_bias:
             ids = to_device(list(p.logit_bias), logits.device, torch.int64)
             logits[i].index_add_(0, ids, to_device(list(p.logit_bias.values()), logits.device, logits.dtype))
-        if p.allowed_token_ids is not None:
-            _keep_only(logits[i], to_device(p.allowed_token_ids, logits.device, torch.int64))
+        allowed = None if p.allowed_token_ids is None else to_device(p.allowed_token_ids, logits.device, torch.int64)
+        if allowed is not None:
+            _keep_only(logits[i], allowed)
         if p.bad_words_token_ids:
             out = item.output_token_ids[: item.output_index]
             barred = [seq[-1] for seq in p.bad_words_token_ids if len(seq) == 1 or out[-(len(seq) - 1) :] == seq[:-1]]
@@ -303,9 +309,20 @@ def _apply_token_rules(logits: torch.Tensor, batch: list[SamplingInput]) -> torc
                 logits[i, to_device(barred, logits.device, torch.int64)] = float("-inf")
         if too_soon:  # min_tokens: no EOS or stop token yet
             logits[i, to_device(list(p.min_tokens_barred), logits.device, torch.int64)] = float("-inf")
-        if before is not None and not logits[i].isfinite().any():
-            logits[i] = before
+        if before is not None:
+            logits[i] = torch.where(logits[i].isfinite().any(), logits[i], _fallback(before, allowed))
     return logits
+
+
+def _fallback(before: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    """A row's logits for a step its rules leave no token: `before` (its logits before any rule) with only
+    `allowed` kept, unless that leaves none (its grammar forbids them all) or there is no `allowed`. Picked
+    with torch.where: no host sync."""
+    if allowed is None:
+        return before
+    only = before.clone()
+    _keep_only(only, allowed)
+    return torch.where(only.isfinite().any(), only, before)
 
 
 def _keep_only(row: torch.Tensor, ids: torch.Tensor | int) -> None:

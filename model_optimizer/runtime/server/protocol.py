@@ -4,13 +4,18 @@ Static bounds live here (they also shape /openapi.json); caps that depend on the
 configuration (n, logprobs, stop strings, prompts) are checked in `server.params`.
 Unknown fields are ignored, as OpenAI clients send newer fields than any server knows. Known
 fields are strict: `"max_tokens": "5"`, `"n": true` or `"stream": "yes"` are 400s naming the field,
-not guesses (pydantic's lax mode would turn true into 1 and "5" into 5).
+not guesses (pydantic's lax mode would turn true into 1 and "5" into 5). One lax reading is kept, as
+vLLM's: a whole-number float in an integer field (`"max_tokens": 5.0`, `"seed": 1e3`) is that integer
+(`WholeFloats`); 5.5 stays a 400.
 """
 
 from __future__ import annotations
 
 import time
+import types
+import typing
 import uuid
+from functools import cache
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Discriminator, Field, Tag, model_serializer, model_validator
@@ -103,12 +108,63 @@ class StreamOptions(_Request):
     """vLLM's: with include_usage, every chunk also carries the usage so far."""
 
 
-class SamplingFields(_Request):
+class WholeFloats(_Request):
+    """A request model whose integer fields (and lists of integers) take a float with no fractional part as
+    that integer, as vLLM's (pydantic's lax mode) do: `"n": 2.0` is n 2, `"seed": 1e3` is seed 1000. Any other
+    float (5.5, NaN, inf), a bool or a string stays the strict 400 naming the field."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_floats_as_ints(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        changed = {}
+        for name, is_list in _int_fields(cls).items():
+            value = data.get(name)
+            if is_list and isinstance(value, list) and any(type(v) is float for v in value):
+                changed[name] = [_whole(v) for v in value]
+            elif not is_list and type(value) is float:
+                changed[name] = _whole(value)
+        return {**data, **changed} if changed else data
+
+
+def _whole(value: Any) -> Any:
+    """A whole-number float as its int; anything else as it is (for the strict check to refuse)."""
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+@cache
+def _int_fields(model: type[BaseModel]) -> dict[str, bool]:
+    """`model`'s fields that take an integer (False) or a list of integers (True), by name. A prompt (one shape
+    of several, up to millions of ids) is left strict: scanning it would cost every request."""
+    found = {}
+    for name, info in model.model_fields.items():
+        kinds = [k for k in _members(info.annotation) if k is not type(None)]
+        if int in kinds:
+            found[name] = False
+        elif (
+            len(kinds) == 1 and typing.get_origin(kinds[0]) is list and _members(typing.get_args(kinds[0])[0]) == [int]
+        ):
+            found[name] = True
+    return found
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types an annotation admits, its unions and Annotated unwrapped (`int | None` -> [int, NoneType])."""
+    if typing.get_origin(annotation) is Annotated:
+        return _members(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(annotation) for m in _members(arg)]
+    return [annotation]
+
+
+class SamplingFields(WholeFloats):
     """Fields shared by completions and chat completions (OpenAI's plus vLLM's extras)."""
 
     model: str | None = Field(default=None, max_length=512)
     max_tokens: int | None = Field(default=None, ge=1, le=INT64_MAX)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    temperature: float | None = Field(default=None, ge=0.0)
+    """vLLM's bound: none above (a high temperature only flattens the distribution); NaN and inf are 400s."""
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     n: int = Field(default=1, ge=1, le=1024)
     stream: bool = False
@@ -122,7 +178,8 @@ class SamplingFields(_Request):
     # vLLM extras
     top_k: int | None = Field(default=None, ge=-1, le=1 << 20)
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
-    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
+    repetition_penalty: float = Field(default=1.0, gt=0.0)
+    """vLLM's bound: > 0, none above (as SamplingParams)."""
     min_tokens: int = Field(default=0, ge=0, le=INT64_MAX)
     use_beam_search: bool = False
     """vLLM's: answer with the n best beams of a beam search (runtime/beam_search.py) instead of n samples."""
@@ -137,13 +194,17 @@ class SamplingFields(_Request):
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    """vLLM's; passed to SamplingParams, where it changes nothing (the fast tokenizer's text has no spaces of its
+    own around special tokens)."""
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=INT64_MAX)
     """vLLM's: keep only the prompt's last this many tokens (-1: as many as leave room for one output token)
     instead of refusing a longer prompt."""
     prompt_logprobs: int | None = Field(default=None, ge=-1, le=INT64_MAX)
     """vLLM's: logprobs of the prompt's tokens and this many alternatives (-1: the whole vocabulary, refused
-    like any value past --max-logprobs). Completions return them on each choice; chat refuses it."""
+    like any value past --max-logprobs). Completions return them on each choice (streamed: on its first
+    chunk); chat puts them on the response, beside the choices, and (as vLLM) refuses more than 0 with stream."""
     return_token_ids: bool = Field(
         default=False, description="Put the generated token ids on each choice as token_ids (vLLM's field)."
     )
@@ -343,7 +404,7 @@ class DetokenizeResponse(BaseModel):
     prompt: str
 
 
-class EmbeddingRequest(_Request):
+class EmbeddingRequest(WholeFloats):
     model: str | None = Field(default=None, max_length=512)
     input: PromptInput
     encoding_format: Literal["float", "base64"] = "float"
@@ -469,6 +530,12 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: UsageInfo
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="vLLM's: the prompt's logprobs (as CompletionChoice.prompt_logprobs, for the rendered chat "
+        "prompt); present when the request set prompt_logprobs.",
+    )
 
 
 class DeltaMessage(BaseModel):

@@ -20,6 +20,7 @@ from model_optimizer.runtime.sampling_params import (
     SamplingParams,
     logit_bias_from_json,
     outside_vocab,
+    unsatisfiable_rules,
 )
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import SamplingFields
@@ -53,8 +54,10 @@ def check_caps(state: ServerState, body: SamplingFields, logprobs: int | None) -
 async def token_rules(state: ServerState, body: SamplingFields) -> dict[str, Any]:
     """The SamplingParams fields of the request's token rules, each checked once: logit_bias (ids as
     integers), allowed_token_ids, and bad_words as token sequences (each word alone and after a space, as
-    vLLM bars them; tokenized off the event loop). 400 naming the field that is wrong."""
-    config, vocab = state.config, state.model.vocab_size
+    vLLM bars them; tokenized off the event loop). 400 naming the field that is wrong, and naming
+    allowed_token_ids when the other rules (one-token bad words; EOS and stop ids before min_tokens) bar
+    every token it allows."""
+    vocab = state.model.vocab_size
     bias = _logit_bias(body)
     allowed = body.allowed_token_ids
     if allowed is not None and not allowed:
@@ -63,16 +66,25 @@ async def token_rules(state: ServerState, body: SamplingFields) -> dict[str, Any
         if vocab and (error := outside_vocab(name, ids, vocab)):
             raise APIError(400, error, name)
     rules: dict[str, Any] = {"logit_bias": bias, "allowed_token_ids": list(allowed) if allowed is not None else None}
-    if not body.bad_words:
-        return rules
-    if state.model.tokenizer is None:
+    if body.bad_words:
+        rules["bad_words_token_ids"] = await _bad_words(state, body.bad_words)
+    ends = [*(body.stop_token_ids or ()), *(() if body.ignore_eos else state.model.eos_token_ids)]
+    conflict = unsatisfiable_rules(allowed, rules.get("bad_words_token_ids"), body.min_tokens, ends)
+    if conflict is not None:  # every allowed token barred: refused, not sampled outside allowed_token_ids
+        raise APIError(400, conflict, "allowed_token_ids")
+    return rules
+
+
+async def _bad_words(state: ServerState, words: list[str]) -> list[list[int]]:
+    """The request's bad_words as token sequences (tokenized off the event loop); 400 past the caps."""
+    config, tokenizer = state.config, state.model.tokenizer
+    if tokenizer is None:
         raise APIError(400, "bad_words need the model's tokenizer; this model is served without one", "bad_words")
-    if len(body.bad_words) > config.max_stop_strings:  # capped as stop strings are
-        raise APIError(400, f"got {len(body.bad_words)} bad words; at most {config.max_stop_strings}", "bad_words")
-    if any(len(w) > config.max_stop_string_length for w in body.bad_words):
+    if len(words) > config.max_stop_strings:  # capped as stop strings are
+        raise APIError(400, f"got {len(words)} bad words; at most {config.max_stop_strings}", "bad_words")
+    if any(len(w) > config.max_stop_string_length for w in words):
         raise APIError(400, f"bad words may be at most {config.max_stop_string_length} characters", "bad_words")
-    tokenizer, words = state.model.tokenizer, body.bad_words
-    return {**rules, "bad_words_token_ids": await state.run_blocking(lambda: bad_words_token_ids(tokenizer, words))}
+    return await state.run_blocking(lambda: bad_words_token_ids(tokenizer, words))
 
 
 def _logit_bias(body: SamplingFields) -> dict[int, float] | None:
@@ -184,6 +196,7 @@ def sampling_params(
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
             skip_special_tokens=body.skip_special_tokens and not keep_special_tokens,
+            spaces_between_special_tokens=body.spaces_between_special_tokens,
             structured_outputs=structured_outputs,
             output_kind=RequestOutputKind.DELTA if body.stream else RequestOutputKind.FINAL_ONLY,
         )

@@ -265,7 +265,7 @@ def test_optional_fields_sent_as_null_take_their_defaults(client):
         client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "n": None, "echo": None}).status_code
         == 200
     )
-    nested = {"response_format": {"type": "json_schema", "json_schema": {"name": None, "schema": {"type": "object"}}}}
+    nested = {"response_format": {"type": "json_schema", "json_schema": {"name": "o", "strict": None, "schema": {}}}}
     assert client.post("/v1/chat/completions", json=body | nested).status_code == 200
     off = sse_events(
         client.post("/v1/chat/completions", json=body | {"stream": True, "stream_options": {"include_usage": None}})

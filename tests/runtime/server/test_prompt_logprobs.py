@@ -164,13 +164,10 @@ def test_a_stream_carries_the_same_as_the_response(live, client):
         assert got["prompt_logprobs"] == whole[index]["prompt_logprobs"]
 
 
-def test_max_tokens_0_without_echo_and_chat_prompt_logprobs_are_refused(client):
+def test_max_tokens_0_without_echo_is_refused(client):
     response = client.post("/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 0})
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "max_tokens" and "echo" in response.json()["error"]["message"]
-    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 1}
-    response = client.post("/v1/chat/completions", json=chat)
-    assert response.status_code == 400 and response.json()["error"]["param"] == "prompt_logprobs"
 
 
 def test_through_the_engine_core_process(model_dir, hf):

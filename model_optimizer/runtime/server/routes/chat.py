@@ -14,7 +14,13 @@ from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestOutp
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.chat_output import ChatOutput
 from model_optimizer.runtime.server.errors import APIError
-from model_optimizer.runtime.server.logprobs import TokenTexts, chat_logprobs, chat_logprobs_dict, tokens_as_ids
+from model_optimizer.runtime.server.logprobs import (
+    TokenTexts,
+    chat_logprobs,
+    chat_logprobs_dict,
+    prompt_logprobs_json,
+    tokens_as_ids,
+)
 from model_optimizer.runtime.server.prompts import chat_prompt, kept_tokens
 from model_optimizer.runtime.server.protocol import (
     ChatChoice,
@@ -79,13 +85,8 @@ async def chat_generation(
     logprobs = num_top if body.logprobs else None
     stop = check_caps(state, body, logprobs if logprobs is not None else body.top_logprobs)
     rules = await token_rules(state, body)
-    if body.prompt_logprobs is not None:  # vLLM answers them beside the choices; scoring text is completions' job
-        raise APIError(
-            400,
-            "prompt_logprobs is not supported on chat completions; send the rendered prompt to /v1/completions "
-            "with prompt_logprobs (or echo with logprobs) to score it",
-            "prompt_logprobs",
-        )
+    if body.stream and body.prompt_logprobs:  # vLLM's rule: answered beside the choices, so only whole
+        raise APIError(400, "prompt_logprobs are not available when stream is true", "prompt_logprobs")
     plan = tool_plan(state, body)
     constraint = await _constraint(state, body, plan, request)
     prompt = await chat_prompt(
@@ -115,6 +116,7 @@ async def chat_generation(
         state.sampling_defaults,
         constraint,
         keep_special,
+        prompt_logprobs=None if body.stream else body.prompt_logprobs,  # streamed, only 0 gets here: none shown
         rules={**rules, **(thinking or {})},
     )
     beams = None
@@ -308,7 +310,12 @@ class ChatFormat(ErrorThenDone):
                     token_ids=list(c.token_ids) if self.with_token_ids else None,
                 )
             )
-        return ChatCompletionResponse(id=self.base.id, model=self.base.model, choices=choices, usage=usage)
+        prompt_logprobs = None
+        if self.body.prompt_logprobs is not None:  # vLLM's: the response's, beside the choices (one prompt)
+            prompt_logprobs = prompt_logprobs_json(self.texts, final.prompt_logprobs or [])
+        return ChatCompletionResponse(
+            id=self.base.id, model=self.base.model, choices=choices, usage=usage, prompt_logprobs=prompt_logprobs
+        )
 
     def head(self) -> list[BaseModel]:
         """The role first, for every choice (as OpenAI sends it); then, with echo, the echoed text."""
