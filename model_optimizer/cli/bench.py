@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
+from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args, field_docs
 
 VLLM_ALIASES = {
     # vLLM's `vllm bench serve` flag -> ours (same meaning)
@@ -43,7 +43,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "side by side with B/A ratios",
     )
     for cls in (ClientConfig, WorkloadConfig, LoadConfig, OutputConfig):
-        add_dataclass_args(parser, cls)
+        add_dataclass_args(parser, cls, skip=("header",))
+    parser.add_argument(
+        "--header",
+        action="append",
+        metavar="KEY=VALUE",
+        default=None,
+        help=field_docs(ClientConfig)["header"] + " (saved in the run's config, credential-like values masked)",
+    )
     actions = {a.dest: a for a in parser._actions}
     actions["dataset"].type = _dataset_name
     actions["endpoint"].type = _endpoint_name
@@ -88,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from model_optimizer.optimizer.bench.client import ClientConfig
     from model_optimizer.optimizer.bench.load import LoadConfig
     from model_optimizer.optimizer.bench.runner import BenchSetup, OutputConfig, run_benchmark
+    from model_optimizer.optimizer.bench.stopping import Interrupted, RunAborted
     from model_optimizer.optimizer.bench.workers import WorkerFailed
     from model_optimizer.optimizer.bench.workloads import WorkloadConfig
 
@@ -114,9 +122,15 @@ def run(args: argparse.Namespace) -> int:
     check_writable_folder_path(setup.output.output_dir, "--output-dir")
     try:
         results = run_benchmark(setup, console)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the first run started (the runs handle SIGINT themselves)
         console.print(f"interrupted: {_saved(setup.output.output_dir)}")
         return 130
+    except Interrupted as exc:  # the run in progress is saved, marked interrupted
+        console.print(f"interrupted ({exc.signal_name}): {_saved(setup.output.output_dir)}")
+        return exc.exit_code
+    except RunAborted as exc:
+        print(f"mopt bench: error: {exc}; {_saved(setup.output.output_dir)}", file=sys.stderr)
+        return 1
     except WorkerFailed as exc:  # a client process died or raised: the run has no result, say which and why
         if getattr(args, "debug", False) or os.environ.get("MOPT_DEBUG"):
             raise
@@ -134,7 +148,7 @@ def _saved(folder: str) -> str:
 
     if not os.path.isdir(folder) or not run_files(folder):
         return "no run finished"
-    return f"runs that finished are saved in {folder}"
+    return f"runs are saved in {folder} (a run stopped early is marked interrupted)"
 
 
 def _compare_paths(args: argparse.Namespace, configs: tuple[type, ...]) -> tuple[str, str]:

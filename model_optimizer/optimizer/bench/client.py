@@ -20,6 +20,8 @@ from typing import Literal
 import httpx
 from pydantic_core import from_json
 
+from model_optimizer.optimizer.bench.request_options import extra_body_of, extra_headers, request_headers
+from model_optimizer.optimizer.bench.stopping import RunStop
 from model_optimizer.optimizer.bench.workloads import BenchRequest
 from model_optimizer.runtime.config import check_choice
 
@@ -81,11 +83,19 @@ class ClientConfig:
     response_format: str | None = None
     """JSON file holding a whole response_format object (json_object, json_schema ...) sent with every request. Empty: none."""
 
+    header: list[str] | None = None
+    """HTTP header sent with every request and GET /v1/models, KEY=VALUE; repeat the flag for several (a gateway's routing or auth header)."""
+
+    extra_body: str | None = None
+    """JSON object merged into every request body (fields the bench does not send itself, e.g. '{"top_k": 20}'); its keys win."""
+
     def __post_init__(self) -> None:
         check_choice(self, "endpoint")
         if self.json_schema and self.response_format:
             raise ValueError("give json_schema or response_format, not both")
         response_format_of(self)  # a missing file or bad JSON fails before any request is sent
+        extra_headers(self)
+        extra_body_of(self)
         check_base_url(self.base_url, "base_url")
         self.base_url = self.base_url.rstrip("/").removesuffix("/v1")
         if not (self.request_timeout > 0):  # NaN too: it reached the first request as httpx's "deadline" error
@@ -134,6 +144,15 @@ class RequestRecord:
     prompt_tokens: int | None = None
     """From the server's `usage`, when it reports it."""
     usage_reported: bool = False
+    token_count_source: str = ""
+    """Where output_tokens came from: usage (the server's), token_ids (ids or logprobs of every chunk),
+    tokenizer (the output text counted after the run, see token_counts.py) or chunks (one per chunk)."""
+    output_text: str | None = None
+    """The streamed text, kept only while output_tokens waits to be counted with a tokenizer (never saved)."""
+    chunk_chars: list[int] = field(default_factory=list)
+    """Text length of each token-carrying chunk, kept with output_text (never saved)."""
+    queue_wait: float = 0.0
+    """Seconds from `scheduled` until a --max-concurrency slot let the request go (open loop with a cap)."""
     error: str | None = None
     """None on success; else http_<status>, timeout, connection, malformed_stream, stream_error or other."""
     error_detail: str = ""
@@ -168,14 +187,13 @@ class BenchClient:
     uses shard k % num_shards, whose pool is sized to exactly its slots.
     """
 
-    def __init__(self, cfg: ClientConfig, slots: int | None, t0: float) -> None:
+    def __init__(self, cfg: ClientConfig, slots: int | None, t0: float, stop: RunStop | None = None) -> None:
         self.cfg = cfg
         self.t0 = t0
+        self.stop = stop or RunStop()
         self.url = cfg.base_url + PATHS[cfg.endpoint]
         self.streaming = cfg.endpoint != "embeddings"
-        headers = {"Content-Type": "application/json"}
-        if cfg.api_key:
-            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        headers = {"Content-Type": "application/json"} | request_headers(cfg)
         num_shards = math.ceil(slots / SHARD_SIZE) if slots else OPEN_LOOP_SHARDS
         per_shard = math.ceil(slots / num_shards) if slots else None
         limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
@@ -207,8 +225,16 @@ class BenchClient:
         http = self.shards[(index if slot is None else slot) % len(self.shards)]
         rec = RequestRecord(index, req.prompt_len, req.output_len, scheduled=scheduled - self.t0)
         rec.send = time.perf_counter() - self.t0
+        task = asyncio.current_task()
+        self.stop.track(task)
         try:
             await asyncio.wait_for(self._exchange(http, body, rec), self.cfg.request_timeout)
+        except asyncio.CancelledError:
+            if not self.stop.cancelling:
+                raise
+            task.uncancel()  # type: ignore[union-attr]  # ours: the request ends as a record, its task goes on
+            rec.error = "cancelled"
+            rec.error_detail = f"still in flight when the run stopped ({self.stop.reason})"
         except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
             rec.error = "timeout"
             rec.error_detail = f"no complete answer within --request-timeout {self.cfg.request_timeout:g} s"
@@ -218,7 +244,11 @@ class BenchClient:
             rec.error, rec.error_detail = exc.kind, str(exc)[:300]
         except httpx.HTTPError as exc:
             rec.error, rec.error_detail = "other", repr(exc)
+        finally:
+            self.stop.untrack(task)
         rec.end = time.perf_counter() - self.t0
+        if rec.error != "cancelled":
+            self.stop.observe(rec.error)
         return rec
 
     async def _exchange(self, http: httpx.AsyncClient, body: bytes, rec: RequestRecord) -> None:
@@ -227,6 +257,13 @@ class BenchClient:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")
                 rec.error, rec.error_detail = f"http_{resp.status_code}", error_message(text)[:300]
+            elif self.streaming and resp.headers.get("content-type", "").startswith("application/json"):
+                text = (await resp.aread()).decode(errors="replace")
+                raise StreamError(
+                    "malformed_stream",
+                    f"asked for a stream (text/event-stream), the answer has Content-Type "
+                    f"{resp.headers['content-type']}: {' '.join(text.split())[:200]}",
+                )
             elif self.streaming:
                 await self._read_stream(resp, rec)
             else:
@@ -239,7 +276,7 @@ class BenchClient:
         finished = False
         pending = b""
         counted: list[int | None] = []  # per token chunk: its tokens, when its ids or logprobs say
-        chars: list[int] = []  # per token chunk: its text's length
+        texts: list[str] = []  # per token chunk: its text
         # after [DONE], read on to the end of the body: leaving it unread would close the
         # keep-alive connection and make the next request pay for a new one
         async for data in resp.aiter_bytes():
@@ -257,11 +294,11 @@ class BenchClient:
                 if text or ids:
                     rec.chunk_times.append(arrived)
                     counted.append(len(ids) if ids is not None else _num_logprobs(chunk, chat))
-                    chars.append(len(text))
+                    texts.append(text)
                 _read_usage(chunk.get("usage"), rec, "completion_tokens", "prompt_tokens")
         if not finished:
             raise StreamError("malformed_stream", "stream ended without data: [DONE]")
-        _count_tokens(rec, counted, chars)
+        _count_tokens(rec, counted, texts)
 
     async def _read_events(self, resp: httpx.Response, rec: RequestRecord) -> None:
         """A Responses API stream: text deltas are the token events, the last event (completed, incomplete
@@ -269,7 +306,7 @@ class BenchClient:
         finished = False
         pending = b""
         counted: list[int | None] = []
-        chars: list[int] = []
+        texts: list[str] = []
         async for data in resp.aiter_bytes():
             arrived = time.perf_counter() - self.t0
             *lines, pending = (pending + data).split(b"\n")
@@ -286,7 +323,7 @@ class BenchClient:
                         rec.chunk_times.append(arrived)
                         logprobs = event.get("logprobs")
                         counted.append(len(logprobs) if isinstance(logprobs, list) and logprobs else None)
-                        chars.append(len(text))
+                        texts.append(text)
                 elif kind in RESPONSES_DONE:
                     finished = True
                     response = event.get("response") if isinstance(event.get("response"), dict) else {}
@@ -295,7 +332,7 @@ class BenchClient:
                     _read_usage(response.get("usage"), rec, "output_tokens", "input_tokens")
         if not finished:
             raise StreamError("malformed_stream", "stream ended before response.completed (or incomplete, failed)")
-        _count_tokens(rec, counted, chars)
+        _count_tokens(rec, counted, texts)
 
     def _read_embedding(self, raw: bytes, rec: RequestRecord) -> None:
         try:
@@ -310,6 +347,7 @@ class BenchClient:
         if isinstance(usage, dict) and "prompt_tokens" in usage:
             rec.prompt_tokens = _token_count(usage, "prompt_tokens")
             rec.usage_reported = True
+            rec.token_count_source = "usage"
 
 
 def _read_usage(usage: object, rec: RequestRecord, output_key: str, prompt_key: str) -> None:
@@ -331,12 +369,21 @@ def _token_count(usage: dict, key: str) -> int:
     return value
 
 
-def _count_tokens(rec: RequestRecord, counted: list[int | None], chars: list[int]) -> None:
+def _count_tokens(rec: RequestRecord, counted: list[int | None], texts: list[str]) -> None:
     """A finished stream's tokens per token-carrying chunk, and its output tokens: the server's usage wins,
-    else the chunks' counts."""
+    else the chunks' ids or logprobs when every chunk has them, else one per chunk for now, with the text
+    kept for token_counts.count_with_tokenizer to count after the run (off the event loop's hot path)."""
+    chars = [len(t) for t in texts]
     rec.chunk_tokens = chunk_token_counts(counted, chars, rec.output_tokens if rec.usage_reported else None)
-    if not rec.usage_reported:
-        rec.output_tokens = sum(rec.chunk_tokens)
+    if rec.usage_reported:
+        rec.token_count_source = "usage"
+        return
+    rec.output_tokens = sum(rec.chunk_tokens)
+    if counted and all(c is not None for c in counted):
+        rec.token_count_source = "token_ids"
+        return
+    rec.token_count_source = "chunks"
+    rec.output_text, rec.chunk_chars = "".join(texts), chars
 
 
 def chunk_token_counts(counted: list[int | None], chars: list[int], total: int | None) -> list[int]:
@@ -395,13 +442,17 @@ def json_error_message(body: str) -> str | None:
 
 
 def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
-    """The JSON body of `req` for the configured endpoint."""
+    """The JSON body of `req` for the configured endpoint, with --extra-body merged over it."""
+    return json.dumps(_body(cfg, req) | (extra_body_of(cfg) or {})).encode()
+
+
+def _body(cfg: ClientConfig, req: BenchRequest) -> dict:
     payload: dict = {"model": cfg.model}
     if cfg.endpoint == "embeddings":
         payload["input"] = req.prompt
-        return json.dumps(payload).encode()
+        return payload
     if cfg.endpoint == "responses":
-        return json.dumps(_responses_body(cfg, req, payload)).encode()
+        return _responses_body(cfg, req, payload)
     if cfg.endpoint == "chat":
         payload["messages"] = [{"role": "user", "content": req.prompt}]
     else:
@@ -420,7 +471,7 @@ def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
     response_format = response_format_of(cfg)
     if response_format is not None:  # chat's field; vLLM and mopt serve take it on completions too
         payload["response_format"] = response_format
-    return json.dumps(payload).encode()
+    return payload
 
 
 def _responses_body(cfg: ClientConfig, req: BenchRequest, payload: dict) -> dict:

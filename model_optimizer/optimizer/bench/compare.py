@@ -43,13 +43,13 @@ def compare_rows(a: dict, b: dict) -> list[tuple[str, object, object, float | No
         if key == "label":
             continue
         va, vb = fa.get(key), fb.get(key)
-        ratio = vb / va if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va else None
+        ratio = vb / va if _numeric(va) and _numeric(vb) and va else None
         rows.append((key, va, vb, ratio, _verdict(key, va, vb)))
     return rows
 
 
 def _verdict(key: str, va, vb) -> str:
-    if key in NEUTRAL or not isinstance(va, (int, float)) or not isinstance(vb, (int, float)):
+    if key in NEUTRAL or not _numeric(va) or not _numeric(vb):
         return ""
     if abs(vb - va) <= 0.02 * max(abs(va), abs(vb)):
         return "same"
@@ -146,4 +146,9 @@ def print_pair(a: dict, b: dict, console: Console) -> None:
 
 
 def _fmt(value: object) -> str:
-    return fmt.number(value) if isinstance(value, (int, float)) or value is None else str(value)
+    return fmt.number(value) if _numeric(value) or value is None else str(value)
+
+
+def _numeric(value: object) -> bool:
+    """A figure to divide: a number, not a flag (interrupted, behind_schedule) nor a text."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

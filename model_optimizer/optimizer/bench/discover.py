@@ -13,6 +13,10 @@ from pathlib import Path
 import httpx
 
 from model_optimizer.optimizer.bench.client import ClientConfig, json_error_message
+from model_optimizer.optimizer.bench.request_options import request_headers
+
+MAX_NAMES_SHOWN = 10
+"""Served model names an unknown --model's error lists."""
 
 
 @dataclass
@@ -26,8 +30,7 @@ class ServerModel:
 
 async def list_models(cfg: ClientConfig) -> list[dict]:
     """The cards of GET /v1/models; raises httpx.HTTPError or ValueError when there are none."""
-    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
-    async with httpx.AsyncClient(timeout=10.0, headers=headers) as http:
+    async with httpx.AsyncClient(timeout=10.0, headers=request_headers(cfg)) as http:
         resp = await http.get(cfg.base_url + "/v1/models")
         resp.raise_for_status()
         data = resp.json().get("data")
@@ -41,16 +44,24 @@ async def discover_model(cfg: ClientConfig) -> ServerModel | None:
     """The card of `cfg.model` (the first card when no model is given).
 
     Without --model a server that lists nothing is an error; with it, a server without
-    /v1/models is fine (not every OpenAI-compatible server has one) and gives None."""
+    /v1/models is fine (not every OpenAI-compatible server has one) and gives None. A --model the
+    list does not hold, or a list refused with 401/403, is a ValueError before any request is sent."""
     try:
         cards = await list_models(cfg)
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in (401, 403):
+            # every request would be refused the same way: say so now, not after the whole run
+            raise ValueError(
+                f"GET {cfg.base_url}/v1/models was refused ({_why(exc)}): check --api-key ($OPENAI_API_KEY) or --header"
+            ) from None
         if cfg.model is not None:
             return None
         raise ValueError(f"no --model given and GET {cfg.base_url}/v1/models did not list one ({_why(exc)})") from None
     card = cards[0] if cfg.model is None else next((c for c in cards if c["id"] == cfg.model), None)
-    if card is None:
-        return None
+    if card is None:  # every request would fail with 404: refuse before the run
+        served = ", ".join(repr(c["id"]) for c in cards[:MAX_NAMES_SHOWN])
+        more = f" and {len(cards) - MAX_NAMES_SHOWN} more" if len(cards) > MAX_NAMES_SHOWN else ""
+        raise ValueError(f"--model {cfg.model!r} is not served at {cfg.base_url}: GET /v1/models lists {served}{more}")
     max_len = card.get("max_model_len")
     root = card.get("root")
     return ServerModel(

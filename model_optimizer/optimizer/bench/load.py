@@ -263,7 +263,7 @@ async def run_closed(
     `next_index()` (a counter this process owns, or one all worker processes share)."""
 
     async def slot_loop(slot: int) -> None:
-        while True:
+        while not client.stop.is_set():
             now = time.perf_counter()
             i = next_index()
             if plan.stop(i, now - client.t0):
@@ -282,24 +282,84 @@ async def run_open(
     done: Callable[[RequestRecord], None],
 ) -> None:
     """Send request i at `client.t0 + offset` for each (i, offset) of `arrivals`, whatever the answers do
-    (at most `plan.max_concurrency` in flight when set)."""
+    (at most `plan.max_concurrency` in flight when set).
+
+    A request's `scheduled` stays its arrival time; one held back by the cap records how long it waited
+    for a slot as its `queue_wait`. Nothing is sent once `plan.duration` has passed on the clock or the run is stopped
+    (a cap or a slow client can push arrivals past it): those arrivals count in `client.stop.num_unsent`."""
     slots = asyncio.Semaphore(plan.max_concurrency) if plan.max_concurrency else None
     tasks: set[asyncio.Task] = set()
+    stop = client.stop
+
+    def too_late() -> bool:
+        return stop.is_set() or (plan.duration is not None and time.perf_counter() - client.t0 >= plan.duration)
 
     async def one(i: int, due: float) -> None:
         req, body = requests[i % len(requests)], bodies[i % len(bodies)]
         if slots is None:
             done(await client.send(i, req, body, due))
             return
+        waiting_since = time.perf_counter()
         async with slots:
-            done(await client.send(i, req, body, max(due, time.perf_counter())))
+            if too_late():
+                stop.num_unsent += 1
+                return
+            queue_wait = time.perf_counter() - waiting_since  # the client's own lateness stays send lag
+            rec = await client.send(i, req, body, due)
+            rec.queue_wait = queue_wait
+            done(rec)
 
-    for i, offset in arrivals:
+    arrivals = list(arrivals)
+    for k, (i, offset) in enumerate(arrivals):
         due = client.t0 + offset
         # sleep(0) still yields when behind schedule, so started requests make progress
-        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        await stop.sleep(due - time.perf_counter())
+        if too_late():
+            stop.num_unsent += len(arrivals) - k
+            break
         task = asyncio.create_task(one(i, due))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
     if tasks:
         await asyncio.gather(*tasks)
+
+
+RATE_TOLERANCE = 0.1
+"""An open loop whose sends came this much (10 %) slower than its schedule fell behind it..."""
+MIN_LAG_S = 0.1
+"""...and at least this much later in all: a millisecond of the client's own jitter on a short run at a
+high rate is not falling behind."""
+
+
+def schedule_check(plan: RunPlan, records: list[RequestRecord], loops: list[dict]) -> dict | None:
+    """Whether an open-loop or trace run kept its schedule; None for a closed loop.
+
+    `scheduled_rate` is the drawn schedule's own rate over the requests sent (a Poisson draw of few
+    requests is off the requested rate by chance, not by the client's fault); `attempted_rate` is the
+    rate they were actually sent at. The run fell `behind` when sending them took RATE_TOLERANCE (and
+    MIN_LAG_S) longer than their schedule (a --max-concurrency cap the server keeps full, or a client
+    too slow), or when arrivals were left unsent because --duration passed first."""
+    if plan.mode == "closed":
+        return None
+    num_unsent = sum(loop.get("num_unsent", 0) for loop in loops)
+    out = {
+        "requested_rate": plan.rate,
+        "scheduled_rate": None,
+        "attempted_rate": None,
+        "num_unsent": num_unsent,
+        "queue_wait_p99_ms": None,
+        "behind": False,
+    }
+    if records:
+        waits = sorted(r.queue_wait for r in records)
+        out["queue_wait_p99_ms"] = waits[min(len(waits) - 1, int(0.99 * len(waits)))] * 1e3
+    if len(records) >= 2:
+        sched = max(r.scheduled for r in records) - min(r.scheduled for r in records)
+        sent = max(r.send for r in records) - min(r.send for r in records)
+        if sched > 0 and sent > 0:
+            out["scheduled_rate"] = (len(records) - 1) / sched
+            out["attempted_rate"] = (len(records) - 1) / sent
+            out["behind"] = sent - sched > max(RATE_TOLERANCE * sched, MIN_LAG_S)
+    stopped = any(loop.get("stopped") for loop in loops)
+    out["behind"] = bool(out["behind"] or (num_unsent > 0 and not stopped))
+    return out

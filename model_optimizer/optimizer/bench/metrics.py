@@ -10,6 +10,7 @@ Definitions (all latencies over successful requests; failures stay in every coun
   goodput   requests meeting every SLO threshold, per second; failed requests never meet it
   slo_checks  each threshold's statistic over all requests, failed ones counting as infinitely slow
   error_examples  the message of the first failed request of each error kind
+  output_tokens_from  successful generations per source of their output token count (token_counts.py)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from model_optimizer.optimizer.bench.client import RequestRecord
+from model_optimizer.optimizer.bench.token_counts import count_sources
 
 STATS = ("mean", "p50", "p90", "p95", "p99", "max")
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
@@ -146,6 +148,7 @@ def summarize(records: list[RequestRecord], slos: list[SloThreshold] | None = No
         "tpot_ms": distribution([v for v in map(tpot, ok) if v is not None]),
         "itl_ms": distribution([gap for r in ok for gap in itls(r)]),
         "e2e_ms": distribution([r.e2e for r in ok]),
+        "output_tokens_from": count_sources(records),
     }
     if slos:
         summary |= slo_summary(records, slos, per_s)

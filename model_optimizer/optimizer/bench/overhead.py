@@ -69,7 +69,8 @@ def overhead_report(records: list[RequestRecord], loops: dict | list[dict], num_
         "wall_s": max(x.get("wall_s", MIN_WALL_S) for x in loops),
         "num_workers": len(loops),
         "workers": loops,
-        "send_lag_ms": distribution([max(0.0, r.send - r.scheduled) for r in records]),
+        # a request held back by --max-concurrency waited for the server, not for the client
+        "send_lag_ms": distribution([max(0.0, r.send - r.scheduled - r.queue_wait) for r in records]),
     }
     warnings = []
     lag, late = out["loop_lag_ms"]["p99"], out["send_lag_ms"]["p99"]

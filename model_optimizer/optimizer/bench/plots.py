@@ -77,7 +77,7 @@ def cdf_figure(results: list[dict]):
     for ax in list(axes.flat)[len(metrics) :]:
         ax.remove()
     if len(results) <= 12:
-        axes.flat[0].legend(fontsize=7)
+        _legend(axes.flat[0], 7)
     fig.tight_layout()
     return fig
 
@@ -85,8 +85,8 @@ def cdf_figure(results: list[dict]):
 def ttft_over_time_figure(results: list[dict]):
     """TTFT of each request against its send time (failures as red crosses); None without TTFT data."""
     plt = _pyplot()
-    if not any(r["ttft"] is not None for result in results for r in result["requests"]):
-        return None
+    if not any(r["ttft"] is not None and not r["error"] for result in results for r in result["requests"]):
+        return None  # every request failed (some after their first token): nothing to plot
     fig, ax = plt.subplots(figsize=(10, 4))
     for result in results:
         points = [(r["send"], r["ttft"] * 1e3) for r in result["requests"] if r["ttft"] is not None and not r["error"]]
@@ -99,7 +99,7 @@ def ttft_over_time_figure(results: list[dict]):
     ax.set(title="TTFT over the run (red x: failed request)", xlabel="send time (s from run start)", ylabel="TTFT (ms)")
     ax.grid(alpha=0.3)
     if len(results) <= 12:
-        ax.legend(fontsize=7)
+        _legend(ax, 7)
     fig.tight_layout()
     return fig
 
@@ -136,7 +136,7 @@ def sweep_figure(results: list[dict]):
         ax.set(title=f"{METRIC_NAMES[metric]} vs throughput", xlabel=unit, ylabel="ms")
         ax.margins(y=0.15)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend(ax, 8)
     fig.tight_layout()
     return fig
 
@@ -165,3 +165,9 @@ def _png(fig) -> bytes:
     fig.savefig(buf, format="png", dpi=PLOT_DPI, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
+
+
+def _legend(ax, fontsize: int) -> None:
+    """A legend when something on `ax` has a label (matplotlib warns about an empty one otherwise)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=fontsize)

@@ -1,7 +1,9 @@
-"""Live progress of one run: a rich bar updated a few times a second, never per request."""
+"""Live progress of one run: on a terminal a rich bar updated a few times a second, never per request;
+elsewhere (a log file, CI) a plain line every PLAIN_INTERVAL_S seconds."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 from rich.console import Console
@@ -10,6 +12,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from model_optimizer.optimizer.bench.client import RequestRecord
 
 REFRESH_PER_SECOND = 4
+PLAIN_INTERVAL_S = 10.0
+"""Seconds between plain progress lines when the console is not a terminal."""
 
 
 class RunProgress:
@@ -21,7 +25,12 @@ class RunProgress:
         self.tokens = 0
         self._t0 = 0.0
         self._progress = None
-        if enabled:
+        self._console = console
+        self._plain: threading.Thread | None = None
+        self._done = threading.Event()
+        if enabled and not console.is_terminal:
+            self._plain = threading.Thread(target=self._print_lines, name="mopt-bench-progress", daemon=True)
+        elif enabled:
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
@@ -34,6 +43,8 @@ class RunProgress:
 
     def __enter__(self) -> RunProgress:
         self._t0 = time.perf_counter()
+        if self._plain:
+            self._plain.start()
         if self._progress:
             self._progress.start()
             bar_total = self.duration if self.total is None else self.total
@@ -43,6 +54,9 @@ class RunProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._plain:
+            self._plain.join()
         if self._progress:
             self._progress.update(self._task, completed=self._completed())
             self._progress.stop()
@@ -57,6 +71,15 @@ class RunProgress:
         self.tokens += tokens
         if self._progress:
             self._progress.update(self._task, completed=self._completed())
+
+    def _print_lines(self) -> None:
+        """A plain line every PLAIN_INTERVAL_S until the run ends (from this thread: the loop pays nothing)."""
+        while not self._done.wait(PLAIN_INTERVAL_S):
+            elapsed = time.perf_counter() - self._t0
+            goal = f" of {self.total} requests" if self.total is not None else ""
+            goal += f" of {self.duration:g} s" if self.total is None and self.duration else ""
+            line = f"{self.label}: {_LiveStats(self)} ({elapsed:.0f} s{goal})"
+            self._console.print(line, highlight=False, markup=False)
 
     def _completed(self) -> float:
         if self.total is None:

@@ -7,6 +7,7 @@ tokenizers encode as about one token each (the server's `usage` then reports the
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,6 +21,12 @@ WORDS = (
     "side been now find any new work part take get place made live where after back little only round man year "
     "came show every good me give our under name very through just form sentence great think say help low line"
 ).split()
+
+TEXT_ROUNDS = 8
+"""Decode, re-encode, trim or pad rounds before text falls back to whole-word tokens."""
+WORD_SCAN = 20_000
+"""Vocabulary ids scanned for whole-word tokens (a few thousand are found among the first 20,000)."""
+WORD_PIECE = re.compile(r"^ [A-Za-z]{2,}$")
 
 TOKEN_ID_OFFSET = 100
 """Random ids start here, away from the special tokens most vocabularies put first."""
@@ -41,6 +48,9 @@ class PromptMaker:
     def __init__(self, rng: np.random.Generator, vocab_size: int | None, tokenizer_path: str | None = None) -> None:
         self.rng = rng
         self.tokenizer = load_tokenizer(tokenizer_path) if tokenizer_path else None
+        self.num_inexact = 0
+        """Text prompts whose token count missed the requested one (a tokenizer that cannot be matched)."""
+        self._words: list[int] | None = None
         if self.tokenizer is not None:
             base = self.tokenizer.get_vocab_size(with_added_tokens=False)
             self.vocab_size = base if vocab_size is None else min(vocab_size, base)
@@ -64,18 +74,38 @@ class PromptMaker:
         return self.rng.integers(low, high, size=n).tolist()
 
     def text(self, n: int) -> tuple[str, int]:
-        """Text of about `n` tokens, exactly `n` when a tokenizer is loaded; returns (text, token count)."""
+        """Text of about `n` tokens, exactly `n` when a tokenizer is loaded; returns (text, token count).
+
+        Random ids decoded and re-encoded change length (pieces merge across the joins, bytes of a
+        character split), so a few rounds trim or pad by token; when they do not settle, the text is
+        made of whole-word tokens (" word", which a word-splitting tokenizer never merges with its
+        neighbours). A tokenizer for which even that is not exact counts in `num_inexact`."""
         if self.tokenizer is None:
             return " ".join(self.rng.choice(WORDS, size=n).tolist()), n
         ids = self.token_ids(n)
-        for _ in range(4):  # decode/encode is not a bijection; a few rounds settle the length
+        for _ in range(TEXT_ROUNDS):
             text = self.tokenizer.decode(ids)
             ids = self.tokenizer.encode(text, add_special_tokens=False).ids
             if len(ids) == n:
                 return text, n
             ids = ids[:n] if len(ids) > n else ids + self.token_ids(n - len(ids))
-        text = self.tokenizer.decode(ids)
-        return text, len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        words = self._word_ids()
+        if words:
+            text = self.tokenizer.decode(self.rng.choice(words, size=n).tolist())
+        count = self.count_tokens(text)
+        self.num_inexact += count != n
+        return text, count
+
+    def _word_ids(self) -> list[int]:
+        """Ids of tokens that are one space-led word, and encode back to themselves alone (cached)."""
+        if self._words is None:
+            self._words = []
+            low, high = self.id_range
+            for i in range(low, min(high, low + WORD_SCAN)):
+                piece = self.tokenizer.decode([i])
+                if WORD_PIECE.match(piece) and self.tokenizer.encode(piece, add_special_tokens=False).ids == [i]:
+                    self._words.append(i)
+        return self._words
 
     def count_tokens(self, text: str) -> int:
         """Tokens in `text` with the loaded tokenizer, else an estimate (4 characters per token)."""

@@ -100,7 +100,9 @@ def record_to_dict(rec: RequestRecord) -> dict:
         "prompt_tokens": rec.prompt_tokens,
         "output_len_requested": rec.output_len_requested,
         "output_tokens": rec.output_tokens,
+        "token_count_source": rec.token_count_source,
         "scheduled": round(rec.scheduled, 6),
+        "queue_wait": round(rec.queue_wait, 6),
         "send": round(rec.send, 6),
         "end": round(rec.end, 6),
         "ttft": None if rec.ttft is None else round(rec.ttft, 6),
@@ -142,6 +144,10 @@ def flat_summary(result: dict) -> dict[str, float | int | str | None]:
     row["client_send_lag_p99_ms"] = result["client_overhead"]["send_lag_ms"]["p99"]
     row["client_loop_lag_p99_ms"] = result["client_overhead"]["loop_lag_ms"]["p99"]
     row["client_num_workers"] = result.get("num_workers", 1)
+    sources = s.get("output_tokens_from") or {}
+    row["output_tokens_from"] = " ".join(f"{k}:{v}" for k, v in sorted(sources.items()))
+    row["behind_schedule"] = bool((s.get("schedule") or {}).get("behind"))
+    row["interrupted"] = bool(result.get("interrupted"))
     return row
 
 
@@ -182,6 +188,8 @@ def print_summary(console: Console, result: dict) -> None:
             f"read p50, or measure {MIN_P99_REQUESTS} or more[/]"
         )
     title = f"{result['label']}: {s['num_ok']}/{s['num_requests']} ok in {s['duration_s']:.2f} s"
+    if result.get("interrupted"):
+        title += f" (stopped early: {result.get('stop_reason')})"
     table = Table(title=title, title_justify="left")
     table.add_column("latency (ms)")
     for stat in STATS:
@@ -204,6 +212,7 @@ def print_summary(console: Console, result: dict) -> None:
         console.print("[red]errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(s["errors"].items())) + "[/]")
         for kind, message in sorted(s.get("error_examples", {}).items()):
             console.print(f"  first {kind}: {message}", style="red", markup=False, highlight=False)
+    _print_schedule(console, s.get("schedule"))
     _print_client(console, result["client_overhead"])
     server = result["server_metrics"]
     if server.get("available"):
@@ -256,3 +265,23 @@ def _print_client(console: Console, overhead: dict) -> None:
     for warning in overhead["warnings"]:
         style = "bold yellow" if "bottleneck" in warning else "yellow"
         console.print(f"[{style}]warning: {warning}[/]")
+
+
+def _print_schedule(console: Console, check: dict | None) -> None:
+    """The warning of an open loop that fell behind its schedule (load.schedule_check)."""
+    if not check or not check["behind"]:
+        return
+    parts = []
+    if check["attempted_rate"] is not None:
+        parts.append(
+            f"requests were sent at {_num(check['attempted_rate'])} req/s, the schedule asked "
+            f"{_num(check['scheduled_rate'])} req/s"
+        )
+    if check["num_unsent"]:
+        parts.append(f"{check['num_unsent']} arrivals were never sent before --duration ended")
+    if check.get("queue_wait_p99_ms"):
+        parts.append(f"queue wait for a --max-concurrency slot p99 {_num(check['queue_wait_p99_ms'])} ms")
+    console.print(
+        f"[yellow]warning: the load fell behind its schedule: {'; '.join(parts)}: the server (or the client) "
+        "could not keep up with the requested rate[/]"
+    )

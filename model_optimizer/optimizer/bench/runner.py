@@ -23,15 +23,19 @@ from model_optimizer.optimizer.bench.load import (
     RunPlan,
     closed_concurrency,
     plan_from_config,
+    schedule_check,
 )
 from model_optimizer.optimizer.bench.metrics import SloThreshold, parse_slo, summarize
 from model_optimizer.optimizer.bench.overhead import overhead_report
 from model_optimizer.optimizer.bench.progress import RunProgress
-from model_optimizer.optimizer.bench.prompts import PromptMaker
+from model_optimizer.optimizer.bench.prompts import PromptMaker, load_tokenizer
+from model_optimizer.optimizer.bench.request_options import masked_headers, request_headers
 from model_optimizer.optimizer.bench.scrape import MetricsScraper
 from model_optimizer.optimizer.bench.settings import ignore_eos_words
 from model_optimizer.optimizer.bench.sizing import num_cpus, resolve_num_workers
+from model_optimizer.optimizer.bench.stopping import GRACE_S, Interrupted, RunAborted, RunStop, signal_handlers
 from model_optimizer.optimizer.bench.telemetry import GpuSampler, is_local
+from model_optimizer.optimizer.bench.token_counts import count_with_tokenizer, estimated_sentence
 from model_optimizer.optimizer.bench.workers import execute_plan
 from model_optimizer.optimizer.bench.workloads import (
     BenchRequest,
@@ -43,6 +47,7 @@ from model_optimizer.optimizer.bench.workloads import (
     warmup_requests,
 )
 
+GRACE_WORDS = f"{GRACE_S:g} s"
 WARMUP_SEED_OFFSET = 1_000_003
 """Added to the workload's seed for the warm-up's prompts (the measured runs use seed + run index)."""
 
@@ -114,10 +119,19 @@ async def _run_all(setup: BenchSetup, console: Console) -> list[dict]:
     workload, maker, prompts = _prompt_maker(setup, card)
     requests = build_workload(workload, setup.client.endpoint, num, maker)
     _check_context(requests, card, console)
+    if maker.num_inexact:  # the tokenizer could not be matched exactly: never claim it was
+        prompts["description"] = prompts["description"].replace(
+            "text of exact token length", f"text of about the token length ({maker.num_inexact} not exact)"
+        )
     console.print(f"prompts: {prompts['description']}")
     if setup.client.endpoint != "embeddings":
         console.print(f"ignore_eos: {ignore_eos_words(setup.client.ignore_eos)}", highlight=False)
     runner = _Runner(setup, workload, requests, num, console, prompts)
+    with signal_handlers(runner.on_signal):
+        return await _run_plans(runner, load, num, console)
+
+
+async def _run_plans(runner: _Runner, load: LoadConfig, num: int | None, console: Console) -> list[dict]:
     await runner.warm_up(load)
     if load.load_mode != "sweep":
         await runner.run(plan_from_config(load))
@@ -216,6 +230,29 @@ class _Runner:
         self.slos: list[SloThreshold] = parse_slo(setup.output.slo)
         self.results: list[dict] = []
         self.warmup: dict | None = None
+        self.signal_name: str | None = None
+        """The first SIGINT or SIGTERM received: no run starts after it."""
+        self.stop: RunStop | None = None
+        """The stop of the run (or warm-up) in progress."""
+        self.said_estimated = False
+
+    def on_signal(self, name: str) -> None:
+        """Stop the run in progress (a second signal cancels its requests in flight at once)."""
+        first = self.signal_name is None
+        self.signal_name = self.signal_name or name
+        if first:
+            self.console.print(
+                f"[yellow]{name}: stopping; requests in flight get {GRACE_WORDS} to finish, then the run so far "
+                "is saved (again to cancel them now)[/]"
+            )
+        if self.stop is not None:
+            self.stop.stop(name)
+
+    def _new_stop(self) -> RunStop:
+        if self.signal_name is not None:
+            raise Interrupted(self.signal_name)
+        self.stop = RunStop()
+        return self.stop
 
     async def warm_up(self, load: LoadConfig) -> None:
         """Send `load.num_warmups` requests with the measured requests' lengths, in a closed loop at the
@@ -232,13 +269,15 @@ class _Runner:
         bodies = [request_body(self.setup.client, r) for r in requests]
         plan = RunPlan("closed", concurrency=slots, num_requests=count)
         num_workers = self._num_workers(plan, requests)
-        records, _ = await execute_plan(
-            self.setup.client, plan, requests, bodies, np.random.default_rng(seed), num_workers
+        stop = self._new_stop()
+        records, loops = await execute_plan(
+            self.setup.client, plan, requests, bodies, np.random.default_rng(seed), num_workers, stop=stop
         )
         errors = [r.error for r in records if r.error]
         self.warmup = {"num_requests": len(records), "num_ok": len(records) - len(errors), "concurrency": slots}
         self.warmup["errors"] = {e: errors.count(e) for e in set(errors)}
         self.console.print(f"warm-up: {len(records)} requests at concurrency {slots}, {len(errors)} failed")
+        self._end_early(_stop_reason(stop, loops), records)
 
     def _fresh_prompts(self) -> None:
         """New synthetic prompts for each later run of a sweep (seed + run index): the same prompts
@@ -253,8 +292,7 @@ class _Runner:
         self._fresh_prompts()
         out = self.setup.output
         client_cfg = self.setup.client
-        headers = {"Authorization": f"Bearer {client_cfg.api_key}"} if client_cfg.api_key else None
-        scraper = MetricsScraper(client_cfg.base_url, out.metrics_interval, headers)
+        scraper = MetricsScraper(client_cfg.base_url, out.metrics_interval, request_headers(client_cfg))
         gpu = GpuSampler()
         if out.gpu_telemetry and is_local(client_cfg.base_url):
             gpu.start()
@@ -266,18 +304,41 @@ class _Runner:
         total = len(self.requests) if plan.mode == "trace" else plan.num_requests
         progress = RunProgress(plan.label, total, plan.duration, enabled=out.progress, console=self.console)
         rng = np.random.default_rng(self.setup.workload.seed + len(self.results))
+        stop = self._new_stop()
         with progress:
             records, loops = await execute_plan(
-                client_cfg, plan, self.requests, self.bodies, rng, num_workers, progress.count
+                client_cfg, plan, self.requests, self.bodies, rng, num_workers, progress.count, stop
             )
+        tokenizer = load_tokenizer(self.workload.tokenizer) if self.workload.tokenizer else None
+        count_with_tokenizer(records, tokenizer)
+        reason = _stop_reason(stop, loops)
         result = self._result(plan, records, started_at, loops, await scraper.stop(), gpu.stop())
+        result |= {"interrupted": reason is not None, "stop_reason": reason}
         self.results.append(result)
         path = report.reserve_run_path(out.output_dir, plan.label)
         report.write_json(path, result)
         result["path"] = str(path)
         self._say_repeats(result["repeated_prompts"], len(records))
+        self._say_estimated(result["summary"]["output_tokens_from"])
         report.print_summary(self.console, result)
+        self._end_early(reason, records)
         return result
+
+    def _end_early(self, reason: str | None, records: list[RequestRecord]) -> None:
+        """After a run (saved) or warm-up that stopped early: end the benchmark with the reason."""
+        if reason is None:
+            return
+        if self.signal_name is not None:
+            raise Interrupted(self.signal_name)
+        example = next((f"{r.error}: {r.error_detail}" for r in records if r.error), "")
+        raise RunAborted(f"{reason} ({example[:200]})" if example else reason)
+
+    def _say_estimated(self, sources: dict[str, int]) -> None:
+        """Once per benchmark: output token counts that are not the server's own."""
+        sentence = estimated_sentence(sources, self.workload.tokenizer)
+        if sentence and not self.said_estimated:
+            self.said_estimated = True
+            self.console.print(f"[yellow]warning: {sentence}[/]")
 
     def _say_repeats(self, repeats: int, num_sent: int) -> None:
         """One line when the run sent some prompt twice: the server may have answered it from its cache."""
@@ -297,7 +358,11 @@ class _Runner:
         return num
 
     def _result(self, plan, records: list[RequestRecord], started_at, loops: list[dict], server, gpu) -> dict:
-        client_cfg = dataclasses.asdict(self.setup.client) | {"api_key": "***" if self.setup.client.api_key else None}
+        client = self.setup.client
+        client_cfg = dataclasses.asdict(client) | {
+            "api_key": "***" if client.api_key else None,
+            "header": masked_headers(client.header),
+        }
         return {
             "schema": report.SCHEMA,
             "label": f"{self.setup.output.label or self.setup.client.endpoint} {plan.label}",
@@ -314,9 +379,14 @@ class _Runner:
             "environment": report.environment(),
             "num_workers": len(loops),
             "repeated_prompts": repeated_prompts(self.requests, [r.index for r in records]),
-            "summary": summarize(records, self.slos),
+            "summary": summarize(records, self.slos) | {"schedule": schedule_check(plan, records, loops)},
             "client_overhead": overhead_report(records, loops, num_cpus()),
             "server_metrics": server,
             "gpu": gpu,
             "requests": [report.record_to_dict(r) for r in records],
         }
+
+
+def _stop_reason(stop: RunStop, loops: list[dict]) -> str | None:
+    """Why a run ended early: this process's stop, else the first worker process's that stopped."""
+    return stop.reason or next((loop["stopped"] for loop in loops if loop.get("stopped")), None)

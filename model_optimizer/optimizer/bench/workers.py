@@ -38,6 +38,7 @@ import numpy as np
 from model_optimizer.optimizer.bench.client import BenchClient, ClientConfig, RequestRecord
 from model_optimizer.optimizer.bench.load import RunPlan, run_closed, run_load, run_open, schedule
 from model_optimizer.optimizer.bench.overhead import LoopLagMonitor, cancel_task
+from model_optimizer.optimizer.bench.stopping import RunStop
 from model_optimizer.optimizer.bench.workloads import BenchRequest
 
 START_DELAY_S = 0.05
@@ -84,30 +85,45 @@ async def execute_plan(
     rng: np.random.Generator,
     num_workers: int = 1,
     on_counts: Counts = lambda ok, failed, tokens: None,
+    stop: RunStop | None = None,
 ) -> tuple[list[RequestRecord], list[dict]]:
     """Run `plan` from `num_workers` processes; return the records in request order and, per worker,
-    its loop lag, CPU and wall time (LoopLagMonitor's figures) and its number of requests."""
+    its loop lag, CPU and wall time (LoopLagMonitor's figures), its number of requests, of arrivals it
+    never sent (`num_unsent`) and why it stopped early (`stopped`, None when it did not).
+
+    `stop` ends the run early (stopping.py); with worker processes it is passed on to each of them."""
+    stop = stop or RunStop()
     if min(num_workers, worker_limit(plan, requests)) == 1:
-        return await _run_here(cfg, plan, requests, bodies, rng, on_counts)
+        return await _run_here(cfg, plan, requests, bodies, rng, on_counts, stop)
     tasks = split_plan(cfg, plan, requests, bodies, rng, num_workers)
     group = _WorkerGroup(tasks, counter=multiprocessing.get_context("spawn").Value("q", 0))
     try:
         await group.start()
+        stop.on_stop(group.tell_stop)
+        if stop.is_set():
+            group.tell_stop(stop.reason)
         return await group.finish(on_counts)
     finally:
         group.stop()
 
 
-async def _run_here(cfg, plan, requests, bodies, rng, on_counts: Counts) -> tuple[list[RequestRecord], list[dict]]:
+async def _run_here(
+    cfg, plan, requests, bodies, rng, on_counts: Counts, stop: RunStop
+) -> tuple[list[RequestRecord], list[dict]]:
     def counted(rec: RequestRecord) -> None:
         on_counts(int(rec.ok), int(not rec.ok), rec.output_tokens if rec.ok else 0)
 
     monitor = LoopLagMonitor()
-    async with BenchClient(cfg, plan.slots(), 0.0) as client:
+    async with BenchClient(cfg, plan.slots(), 0.0, stop) as client:
         monitor.start()
         records = await run_load(client, plan, requests, bodies, rng, counted)
         loop = await monitor.stop()
-    return records, [loop | {"num_requests": len(records)}]
+    return records, [loop | _ending(records, stop)]
+
+
+def _ending(records: list[RequestRecord], stop: RunStop) -> dict:
+    """How one process's share of a run ended: its requests, arrivals never sent, why it stopped early."""
+    return {"num_requests": len(records), "num_unsent": stop.num_unsent, "stopped": stop.reason}
 
 
 def worker_limit(plan: RunPlan, requests: list[BenchRequest]) -> int:
@@ -189,6 +205,14 @@ class _WorkerGroup:
         t0 = time.perf_counter() + START_DELAY_S
         for w in range(self.n):
             self._send(w, t0)
+
+    def tell_stop(self, reason: str | None) -> None:
+        """Ask every worker to stop sending (and to cancel what is in flight after the grace)."""
+        for conn in self.conns:
+            try:
+                conn.send(("stop", reason))
+            except OSError:
+                pass  # a worker that died is reported by finish()
 
     def _send(self, w: int, message: object) -> None:
         try:
@@ -322,7 +346,8 @@ async def _work(task: WorkerTask, conn, counter) -> tuple[list[RequestRecord], d
             flush()
 
     monitor = LoopLagMonitor()
-    async with BenchClient(task.client, task.plan.slots(), 0.0) as client:
+    stop = RunStop()
+    async with BenchClient(task.client, task.plan.slots(), 0.0, stop) as client:
         # httpx imports its transport (httpcore, h11, anyio's backend) on the first request: ~0.2 s that
         # would stall the loop after the start; the parent's process did it when it asked for the model
         import anyio._backends._asyncio  # noqa: F401
@@ -331,6 +356,7 @@ async def _work(task: WorkerTask, conn, counter) -> tuple[list[RequestRecord], d
 
         conn.send(("ready", time.perf_counter(), time.time()))
         client.t0 = t0 = conn.recv()
+        asyncio.get_running_loop().add_reader(conn.fileno(), _read_stop, conn, stop)
         await asyncio.sleep(max(0.0, t0 - time.perf_counter()))
         monitor.start()
         reporter = asyncio.create_task(report())
@@ -340,8 +366,20 @@ async def _work(task: WorkerTask, conn, counter) -> tuple[list[RequestRecord], d
             await run_open(client, task.plan, task.requests, task.bodies, task.arrivals, done)
         loop = await monitor.stop()
         await cancel_task(reporter)
+        asyncio.get_running_loop().remove_reader(conn.fileno())
     flush()
-    return sorted(records, key=lambda r: r.index), loop | {"num_requests": len(records)}
+    return sorted(records, key=lambda r: r.index), loop | _ending(records, stop)
+
+
+def _read_stop(conn, stop: RunStop) -> None:
+    """The parent's ("stop", reason) message: stop this worker's share of the run."""
+    try:
+        while conn.poll():
+            message = conn.recv()
+            if message[0] == "stop":
+                stop.stop(message[1])
+    except (EOFError, OSError):  # the parent is gone: _exit_with_parent ends this process
+        asyncio.get_running_loop().remove_reader(conn.fileno())
 
 
 def _shared_next(counter) -> Callable[[], int]:

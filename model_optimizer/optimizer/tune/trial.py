@@ -130,6 +130,7 @@ def _bench(setup: TrialSetup, base_url: str, out_dir: Path, server: ServerProces
     from rich.console import Console
 
     from model_optimizer.optimizer.bench.runner import BenchSetup, OutputConfig, run_benchmark
+    from model_optimizer.optimizer.bench.stopping import RunAborted
 
     client = dataclasses.replace(setup.client, base_url=base_url)
     bench = BenchSetup(
@@ -153,6 +154,8 @@ def _bench(setup: TrialSetup, base_url: str, out_dir: Path, server: ServerProces
         server.stop()  # the requests in flight fail at once and the bench returns
         thread.join()
         raise ServerFailed(f"trial timed out: the load ran past {setup.trial_timeout:g} s")
+    if isinstance(box.get("error"), RunAborted):  # every request refused alike (a 401/403/404): a failed trial
+        raise ServerFailed(f"the server refused every request: {box['error']}")
     if "error" in box:
         raise box["error"]
     results = box["results"]

@@ -8,7 +8,7 @@ chunk (as a server streaming a model without a tokenizer). "reasoning" (chat) st
 reasoning model does: `delta.reasoning`, `delta.reasoning_content`, a tool call's name and argument
 fragments, then `delta.content`; "error-null" sends `"error": null` in every chunk, as some servers
 do; "null-usage", "bad-text" and "bad-delta" send one malformed field (usage.completion_tokens null, a
-number as the text, a string as the chat delta). Delays come from the app's `settings` (seconds).
+number as the text, a string as the chat delta); "json-stream" answers a stream with one application/json body. Delays come from the app's `settings` (seconds).
 
 `app.state.valve` (a Valve) records every generation request's arrival and can hold their
 responses until the test lets them through, so load tests assert on arrivals and in-flight
@@ -27,6 +27,12 @@ from contextlib import contextmanager
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+MODELS = (
+    "tiny", "fail-500", "broken", "no-done", "no-usage", "error-event", "failed-null", "ids-only", "reasoning",
+    "error-null", "null-usage", "bad-text", "bad-delta", "json-stream",
+)  # fmt: skip
+"""Every model name above, as GET /v1/models lists them (`mopt bench` refuses a --model not listed)."""
 
 
 class Valve:
@@ -136,7 +142,7 @@ def create_app(ttft: float = 0.05, itl: float = 0.02) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": "tiny", "object": "model"}]}
+        return {"object": "list", "data": [{"id": name, "object": "model"} for name in MODELS]}
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
@@ -186,6 +192,8 @@ async def _generate(app: FastAPI, body: dict, chat: bool):
     model = body.get("model")
     if model == "fail-500":
         return JSONResponse({"error": {"message": "internal error"}}, status_code=500)
+    if model == "json-stream":  # a server that ignores stream: true
+        return JSONResponse({"id": "x", "choices": [{"index": 0, "text": "whole answer"}]})
     settings, counters = app.state.settings, app.state.counters
     counters["requests"] += 1
     n = int(body.get("max_tokens", 16))

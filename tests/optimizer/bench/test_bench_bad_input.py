@@ -164,11 +164,16 @@ def test_an_http_error_is_one_line_with_the_status_url_and_the_servers_message(c
         return JSONResponse({"error": error}, status_code=401)
 
     with ServerThread(app) as server:
-        for base_url, why in [
-            (server.base_url, "HTTP 401 Unauthorized: Incorrect API key provided"),
-            (f"{server.base_url}/nope", "HTTP 404 Not Found"),  # FastAPI's {"detail": "Not Found"}: said once
+        refused = "was refused (HTTP 401 Unauthorized: Incorrect API key provided): check --api-key"
+        for base_url, says in [
+            (server.base_url, f"GET {server.base_url}/v1/models {refused} ($OPENAI_API_KEY) or --header"),
+            # FastAPI's {"detail": "Not Found"}: said once
+            (
+                f"{server.base_url}/nope",
+                f"no --model given and GET {server.base_url}/nope/v1/models did not list one (HTTP 404 Not Found)",
+            ),
         ]:
             code = main(["bench", "--base-url", base_url, "--num-requests", "1", "--output-dir", str(tmp_path)])
             err = capsys.readouterr().err
             assert code == 2, err
-            assert err == f"mopt bench: error: no --model given and GET {base_url}/v1/models did not list one ({why})\n"
+            assert err == f"mopt bench: error: {says}\n"

@@ -163,7 +163,7 @@ def test_a_dead_worker_fails_the_run_with_a_clear_error(server, valve, tmp_path)
     wait_idle(valve)
 
 
-def test_ctrl_c_stops_every_worker_and_keeps_finished_runs(server, valve, tmp_path):
+def test_ctrl_c_stops_every_worker_and_saves_the_run_in_progress(server, valve, tmp_path):
     flags = ("--load-mode", "sweep", "--num-requests", "2", "--sweep-max-concurrency", "4", "--num-workers", "2")
     with valve.held():
         valve.release(2)  # the one-at-a-time run goes through; the saturation run is held
@@ -174,8 +174,13 @@ def test_ctrl_c_stops_every_worker_and_keeps_finished_runs(server, valve, tmp_pa
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
     assert "interrupted" in out and "Traceback" not in err
-    assert [p.name for p in tmp_path.glob("run-*.json")] == ["run-01-sweep-one-at-a-time.json"]
+    # the finished run, then the one in progress: its held requests cancelled after the grace, marked so
+    saturation = "run-02-sweep-saturation-concurrency-2.json"
+    assert sorted(p.name for p in tmp_path.glob("run-*.json")) == ["run-01-sweep-one-at-a-time.json", saturation]
     assert load_run(str(tmp_path / "run-01-sweep-one-at-a-time.json"))["summary"]["num_ok"] == 2
+    partial = load_run(str(tmp_path / saturation))
+    assert partial["interrupted"] is True and partial["stop_reason"] == "SIGINT"
+    assert partial["summary"]["errors"] == {"cancelled": 2} and partial["num_workers"] == 2
     assert (tmp_path / "report.html").exists() and not list(tmp_path.glob(".*tmp"))
     wait_until(lambda: not group_members(proc.pid), "every worker to be stopped")
     wait_idle(valve)

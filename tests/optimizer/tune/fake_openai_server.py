@@ -5,6 +5,7 @@ Run as a --server-cmd: `{python} fake_openai_server.py --port {port} --model {mo
 accepted and ignored. `--hold FILE`: completions wait while FILE exists, and the first one writes
 FILE.reached (its pid), so a test can stop the tuner in the middle of a trial as an event, not a race. `--require-model-dir`: exit 3 at start unless --model is
 a folder (as a real server's load would fail). `--ignore-term`: a server that ignores SIGTERM.
+`--refuse STATUS`: every completion is answered with that status and an OpenAI error body (a wrong key).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ parser.add_argument("--model", default="fake")
 parser.add_argument("--hold", default=None)
 parser.add_argument("--ignore-term", action="store_true")
 parser.add_argument("--require-model-dir", action="store_true")
+parser.add_argument("--refuse", type=int, default=None)
 args, _ = parser.parse_known_args()
 if args.ignore_term:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -53,6 +55,14 @@ class Handler(BaseHTTPRequestHandler):
             os.replace(args.hold + ".tmp", args.hold + ".reached")  # whole, for the test that waits on it
         while args.hold and os.path.exists(args.hold):
             time.sleep(0.05)
+        if args.refuse:
+            body = json.dumps({"error": {"message": "refused", "type": "invalid_request_error"}}).encode()
+            self.send_response(args.refuse)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         num_tokens = int(request.get("max_tokens") or 4)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
