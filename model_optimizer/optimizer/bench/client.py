@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import math
+import re
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -509,7 +510,8 @@ def _read_response_format(schema_file: str | None, format_file: str | None) -> d
     if schema_file:
         if not isinstance(value, dict):
             raise ValueError(f"{path}: a JSON schema must be an object")
-        return {"type": "json_schema", "json_schema": {"name": Path(path).stem or "schema", "schema": value}}
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", Path(path).stem)[:64] or "schema"  # OpenAI's rule for the name
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": value}}
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         raise ValueError(f'{path}: a response_format is an object with a "type" (json_object, json_schema ...)')
     return value

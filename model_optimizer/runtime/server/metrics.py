@@ -63,6 +63,7 @@ HANDLERS = frozenset(
         "/v1/completions",
         "/v1/chat/completions",
         "/v1/responses",
+        "/v1/responses/input_tokens",
         "/v1/embeddings",
         "/v1/models",
         "/health",
@@ -86,6 +87,8 @@ def _handler_label(path: str) -> str:
         return path
     if path.startswith("/v1/models/"):
         return "/v1/models/{id}"
+    if path.startswith("/v1/responses/"):
+        return "/v1/responses/{id}"
     return "other"
 
 

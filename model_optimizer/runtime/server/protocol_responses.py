@@ -10,6 +10,7 @@ answered false, and `previous_response_id` or `background` is a 400 saying so.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
@@ -31,10 +32,23 @@ PASSED_THROUGH = (
     "logit_bias",
     "ignore_eos",
     "min_tokens",
+    "stop_token_ids",
+    "bad_words",
+    "allowed_token_ids",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "priority",
     "structured_outputs",
+    "thinking_token_budget",
+    "chat_template_kwargs",
+    "chat_template",
 )
-"""vLLM's extras a Responses request may carry as well (vLLM takes them there too): sampling fields, and
-its structured_outputs constraint (with text.format as well, a 400: one constraint)."""
+"""vLLM's extras a Responses request may carry as well (vLLM takes them there too), checked as chat's:
+sampling and detokenizing fields, the scheduling priority, its structured_outputs constraint (with
+text.format as well, a 400: one constraint), the thinking budget and the template's kwargs (Qwen3's
+`enable_thinking`); a chat_template gets chat's 400. Never dropped: a field left out here would be
+silently ignored (the request model ignores unknown fields, as vLLM's)."""
 
 
 INCLUDABLE = (
@@ -56,6 +70,8 @@ STORED = (
 )
 """Fields that name state kept on OpenAI's side: a 400 each, never silently ignored."""
 SEND_ALL = "send the whole conversation as input"
+FORMAT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""OpenAI's rule for a json_schema format's name."""
 
 
 class ReasoningConfig(_Request):
@@ -113,8 +129,18 @@ class ResponsesRequest(_Request):
     logit_bias: dict[str, float] | None = None
     ignore_eos: bool | None = None
     min_tokens: int | None = None
+    stop_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    allowed_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool | None = None
+    skip_special_tokens: bool | None = None
+    spaces_between_special_tokens: bool | None = None
+    priority: int | None = None
     structured_outputs: dict[str, Any] | None = None
-    """vLLM's, checked as chat's."""
+    thinking_token_budget: int | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    chat_template: str | None = None
+    """vLLM's (bounds and meaning: chat's fields of these names)."""
 
     def refuse_state(self) -> None:
         """APIError (400) for a field that names state kept on OpenAI's side (a stored response, conversation
@@ -361,8 +387,8 @@ def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
 
 
 def echoed_format(fmt: dict[str, Any] | None) -> dict[str, Any]:
-    """`text.format` as a response carries it: the schema an object and the name given, however the request
-    sent them (the schema as JSON text, the name left out)."""
+    """`text.format` as a response carries it: the schema an object, however the request sent it (some
+    clients send it as JSON text)."""
     if fmt is None or fmt.get("type") != "json_schema":
         return fmt or {"type": "text"}
     spec = _response_format(fmt)["json_schema"]
@@ -385,7 +411,20 @@ def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
             schema = json_text(schema, "text.format.schema")
         except ValueError as exc:
             raise APIError(400, str(exc), "text.format.schema") from None
-    spec = {"name": fmt.get("name", "response"), "schema": schema, "strict": fmt.get("strict")}
+    spec = {"name": _format_name(fmt.get("name")), "schema": schema, "strict": fmt.get("strict")}
     if fmt.get("description") is not None:
         spec["description"] = fmt["description"]
     return {"type": "json_schema", "json_schema": spec}
+
+
+def _format_name(name: Any) -> str:
+    """A json_schema format's name: required, as OpenAI's (the openai client sends a pydantic model's), with
+    OpenAI's rule for it (FORMAT_NAME)."""
+    if name is None:
+        raise APIError(400, "text.format of type json_schema needs name, the name of its schema", "text.format.name")
+    if not isinstance(name, str) or not FORMAT_NAME.fullmatch(name):
+        raise APIError(
+            400, f"text.format.name must be 1 to 64 letters, digits, underscores or dashes, got {name!r}",
+            "text.format.name",
+        )  # fmt: skip
+    return name

@@ -160,9 +160,12 @@ def test_tokenize_and_model_routes_have_their_own_handler_labels(server):
     httpx.post(f"{server.url}/tokenize", json={"prompt": "hello"})
     for model_id in ("tiny", "no-such-model"):
         httpx.get(f"{server.url}/v1/models/{model_id}")
+    for response_id in ("resp_a", "resp_b"):  # nothing is stored: 404s, under one label
+        httpx.get(f"{server.url}/v1/responses/{response_id}")
     handlers = {s.labels["handler"] for s in _families(server.url)["http_requests"].samples}
-    assert {"/tokenize", "/v1/models/{id}"} <= handlers
-    assert not any(h.startswith("/v1/models/") and h != "/v1/models/{id}" for h in handlers)
+    assert {"/tokenize", "/v1/models/{id}", "/v1/responses/{id}"} <= handlers
+    for route in ("/v1/models/", "/v1/responses/"):
+        assert not any(h.startswith(route) and h != route + "{id}" for h in handlers)
 
 
 def test_names_vllm_no_longer_exports_are_not_exported(server):

@@ -255,6 +255,19 @@ def test_logprobs_on_output_text(client):
         ({"input": "x " * 600}, "input", "max_model_len"),  # a text bounded by the context (named as sent)
         ({"input": "x" * 5000}, "input", "max_model_len"),  # not by the items' 4,096
         ({"truncation": "auto"}, "truncation", "not supported"),
+        # a json_schema format's name: required, with OpenAI's rule
+        ({"text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name", "needs name"),
+        (
+            {"text": {"format": {"type": "json_schema", "name": "my schema", "schema": {}}}},
+            "text.format.name",
+            "letters, digits",
+        ),  # fmt: skip
+        ({"text": {"format": {"type": "json_schema", "name": "x" * 65, "schema": {}}}}, "text.format.name", "1 to 64"),
+        (  # chat's path for it (response_format.json_schema.strict) is this request's
+            {"text": {"format": {"type": "json_schema", "name": "x", "schema": {}, "strict": "yes"}}},
+            "text.format.strict",
+            "text.format.strict: Input should be a valid boolean",
+        ),
         ({"max_output_tokens": 100_000}, "max_output_tokens", "max_output_tokens"),
         ({"tools": [{"type": "function", "name": "bad name"}]}, "tools[0].name", "String should match"),
         (
@@ -281,12 +294,12 @@ def test_what_is_not_here_is_a_clear_400(live, body, param, message):
 
 
 def test_a_format_sent_loosely_comes_back_as_the_openai_types_have_it(live):
-    """A json_schema format sent without its name or with its schema as text comes back as the openai types
-    have it, and so do the other settings a response echoes."""
+    """A json_schema format with its schema sent as text comes back as the openai types have it (an object),
+    and so do the other settings a response echoes."""
     from openai.types.responses import Response
 
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
-    text = {"format": {"type": "json_schema", "schema": json.dumps(schema)}, "verbosity": "low"}
+    text = {"format": {"type": "json_schema", "name": "a-1", "schema": json.dumps(schema)}, "verbosity": "low"}
     body = {
         "model": "tiny",
         "input": "hi",
@@ -297,7 +310,7 @@ def test_a_format_sent_loosely_comes_back_as_the_openai_types_have_it(live):
     r = httpx.post(live.url + "/v1/responses", json=body, timeout=60)
     assert r.status_code == 200, r.text
     response = Response.model_validate(r.json(), strict=False)
-    assert response.text.format.name == "response" and response.text.format.schema_ == schema
+    assert response.text.format.name == "a-1" and response.text.format.schema_ == schema
     assert response.text.verbosity == "low" and response.reasoning.summary == "auto"
 
 
@@ -307,6 +320,40 @@ def test_store_is_taken_and_answered_false(live):
     assert r["store"] is False and r["metadata"] == {"k": "v"}
     metrics = httpx.get(live.url + "/metrics").text
     assert 'handler="/v1/responses",method="POST",status="200"' in metrics
+
+
+def test_a_stored_responses_routes_say_nothing_is_stored(client):
+    """retrieve, delete, cancel and input_items through the openai client: a 404 that says why (none is
+    stored), not a bare Not Found that reads as a wrong base URL."""
+    calls = [
+        lambda: client.responses.retrieve("resp_1"),
+        lambda: client.responses.delete("resp_1"),
+        lambda: client.responses.cancel("resp_1"),
+        lambda: client.responses.input_items.list("resp_1"),
+    ]
+    for call in calls:
+        with pytest.raises(openai.NotFoundError) as caught:
+            call()
+        error = caught.value.body
+        assert "'resp_1'" in error["message"] and "stores none" in error["message"]
+        assert error["param"] == "response_id"
+
+
+def test_input_tokens_count_the_prompt_a_response_has(client, live):
+    """client.responses.input_tokens.count: the prompt tokens the same request's response reports (the
+    template, instructions, items and tools rendered alike); its errors name the request's fields."""
+    requests = [
+        dict(input=QUESTION),
+        dict(instructions=INSTRUCTIONS, input=[{"role": "user", "content": QUESTION}]),
+        dict(input="Weather in Oslo?", tools=[WEATHER], reasoning={"effort": "low"}),
+    ]
+    for kwargs in requests:
+        count = client.responses.input_tokens.count(model="tiny", **kwargs)
+        response = client.responses.create(model="tiny", max_output_tokens=1, **kwargs)
+        assert count.object == "response.input_tokens" and count.input_tokens == response.usage.input_tokens
+    bad = {"model": "tiny", "input": "hi", "tools": [{"type": "function", "name": "bad name"}]}
+    r = httpx.post(live.url + "/v1/responses/input_tokens", json=bad, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].name", r.text
 
 
 def test_the_clients_stream_helper_builds_the_same_response(client):

@@ -4,10 +4,13 @@ The request becomes a chat completion (protocol_responses.py), so templates, too
 --reasoning-parser, structured outputs and every check behave as on /v1/chat/completions. The answer is
 a response object: its output items are a reasoning item (with --reasoning-parser), the message (one
 output_text part, with logprobs when asked) and a function_call item per tool call. Streamed, the
-events are OpenAI's, each named on its `event:` line: response.created and response.in_progress; per item output_item.added, its deltas
-(output_text, reasoning_text, function_call_arguments), their done events and output_item.done; then
-response.completed (or response.incomplete, cut by max_output_tokens) with the whole response and its
-usage. Nothing is stored (store is answered false).
+events are OpenAI's, each named on its `event:` line: response.created and response.in_progress; per item output_item.added
+(and content_part.added: a message's output_text, a reasoning item's reasoning_text), its deltas (output_text,
+reasoning_text, function_call_arguments), their done events (content_part.done) and output_item.done; then
+response.completed (or response.incomplete, cut by max_output_tokens; response.failed, aborted by the
+server) with the whole response and its usage. Nothing is stored (store is answered false): the routes of a stored response (GET and DELETE
+/v1/responses/{id}, its cancel and input_items) are 404s that say so. POST /v1/responses/input_tokens
+counts a request's prompt tokens.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from model_optimizer.runtime.engine.outputs import RequestOutput
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError, failure_status
 from model_optimizer.runtime.server.logprobs import chat_logprobs_dict
+from model_optimizer.runtime.server.prompts import chat_prompt
 from model_optimizer.runtime.server.protocol import ChatCompletionResponse, StreamOptions, UsageInfo
 from model_optimizer.runtime.server.protocol_responses import ResponsesRequest, echoed_format
 from model_optimizer.runtime.server.request_group import ClientDisconnected, respond
@@ -32,6 +36,7 @@ from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.routes.chat import ChatFormat, chat_generation
 from model_optimizer.runtime.server.state import get_state
 from model_optimizer.runtime.server.streaming import ChoiceDelta, sse
+from model_optimizer.runtime.server.tools import tool_plan
 
 router = APIRouter(route_class=ParsedBodyRoute)
 
@@ -47,8 +52,14 @@ PARAMS = (("max_completion_tokens", "max_output_tokens"), ("max_tokens", "max_ou
           ("prompt", "input"))  # fmt: skip
 """Chat's field paths at the start of an error's param, and the request's names for them (a chat message's
 index is not an input item's: instructions come first and items merge, so messages.N is named input)."""
-WORDS = ((r"\bmax_(completion_)?tokens\b", "max_output_tokens"), (r"\bresponse_format\b", "text.format"))
+WORDS = (
+    (r"\bmax_(completion_)?tokens\b", "max_output_tokens"),
+    (r"\bresponse_format(\.json_schema)?\b", "text.format"),  # json_schema's fields sit in text.format itself
+)
 """Chat's field names in an error's message, as whole words (never inside a name the client chose)."""
+ABORTED = "the generation was aborted before it ended (the server stopped it, as a drain that ran out of time does)"
+"""The error of a response whose generation the server aborted (finish_reason "abort"): OpenAI's statuses
+have no other for it (`cancelled` is a client's cancel, and has no closing stream event)."""
 
 
 @router.post("/v1/responses", response_model=ResponseObject, responses=ERROR_RESPONSES)
@@ -65,6 +76,50 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     if body.stream:  # the closing event carries the usage: always asked for
         generation.stream, generation.stream_options = True, StreamOptions(include_usage=True)
     return await respond(request, state, generation, ResponsesFormat(body, chat, generation.request_id))
+
+
+@router.post("/v1/responses/input_tokens", responses=ERROR_RESPONSES)
+async def count_input_tokens(body: ResponsesRequest, request: Request) -> dict[str, Any]:
+    """OpenAI's count of a request's input tokens (client.responses.input_tokens.count): its prompt as
+    POST /v1/responses renders it (instructions, items, tools, reasoning effort), nothing generated."""
+    state = get_state(request)
+    body.refuse_state()
+    try:
+        chat = body.to_chat()
+        state.check_model(chat.model)
+        state.check_accepting()
+        state.check_generates()
+        if (refusal := chat.template_refusal()) is not None:
+            raise APIError(400, *refusal)
+        tools = tool_plan(state, chat).template_tools
+        kwargs = chat.template_kwargs()
+        prompt = await chat_prompt(
+            state,
+            chat.messages,
+            chat.add_generation_prompt,
+            kwargs,
+            add_special_tokens=chat.add_special_tokens,
+            for_generation=False,
+            tools=tools,
+        )
+    except APIError as exc:
+        raise APIError(exc.status_code, _renamed(exc.message), _param(exc.param), exc.headers) from None
+    return {"object": "response.input_tokens", "input_tokens": len(prompt.token_ids)}
+
+
+@router.get("/v1/responses/{response_id}", responses=ERROR_RESPONSES)
+@router.delete("/v1/responses/{response_id}", responses=ERROR_RESPONSES)
+@router.post("/v1/responses/{response_id}/cancel", responses=ERROR_RESPONSES)
+@router.get("/v1/responses/{response_id}/input_items", responses=ERROR_RESPONSES)
+async def stored_response(response_id: str) -> Response:
+    """OpenAI's routes of a stored response (retrieve, delete, cancel, its input items): 404 saying why, as
+    nothing is stored here (a bare "Not Found" would read as a wrong base URL)."""
+    raise APIError(
+        404,
+        f"no response {response_id!r} is stored: this server stores none (store is answered false), so a "
+        "response cannot be retrieved, deleted, cancelled or listed; each is whole in its reply",
+        "response_id",
+    )
 
 
 def _renamed(message: str) -> str:
@@ -130,12 +185,13 @@ class ResponsesFormat:
     def _envelope(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
         body = self.body
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+        error = {"code": "server_error", "message": ABORTED} if status == "failed" else None
         return {
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
             "status": status,
-            "error": None,
+            "error": error,
             "incomplete_details": incomplete,
             "instructions": body.instructions,
             "max_output_tokens": body.max_output_tokens,
@@ -182,7 +238,7 @@ class ResponsesFormat:
             else:
                 output.append(_call_item(call.id, call.function.name, call.function.arguments, "completed"))  # type: ignore[union-attr]
         status = _status(choice.finish_reason)
-        if status == "incomplete":  # the item the token bound cut, as the stream closes it
+        if status != "completed":  # the item the token bound (or the abort) cut, as the stream closes it
             output[-1]["status"] = "incomplete"
         return ResponseObject(**self._envelope(status, output, response_usage(chat.usage)))
 
@@ -260,12 +316,11 @@ class ResponsesFormat:
             else _message_item(item_id, "", "in_progress", [])
         )
         self.items.append(self.open)
-        events.append(self._event("response.output_item.added", output_index=len(self.items) - 1,
-                                  item=_shell(self.open)))  # fmt: skip
-        if kind == "message":  # its part, still empty
-            events.append(self._event("response.content_part.added", item_id=item_id,
-                                      output_index=len(self.items) - 1, content_index=0,
-                                      part=self.open["content"][0]))  # fmt: skip
+        where = {"output_index": len(self.items) - 1}
+        events.append(self._event("response.output_item.added", item=_shell(self.open), **where))
+        # its part, still empty, as OpenAI adds a message's output_text and a reasoning item's reasoning_text
+        part = self.open["content"][0]
+        events.append(self._event("response.content_part.added", item_id=item_id, content_index=0, part=part, **where))
         return events
 
     def _text_delta(self, kind: str, text: str, logprobs: list | None) -> list[str]:
@@ -293,16 +348,16 @@ class ResponsesFormat:
         if item["type"] == "reasoning":
             events = [self._event("response.reasoning_text.done", text=part["text"], **where)]
         else:
-            events = [
-                self._event("response.output_text.done", text=part["text"], logprobs=part["logprobs"], **where),
-                self._event("response.content_part.done", part=part, **where),
-            ]
+            events = [self._event("response.output_text.done", text=part["text"], logprobs=part["logprobs"], **where)]
+        events.append(self._event("response.content_part.done", part=part, **where))
         events.append(self._event("response.output_item.done", output_index=where["output_index"], item=item))
         return events
 
     def _item_status(self, item: dict[str, Any]) -> str:
-        """The last item of a response the token bound cut is incomplete (the one it cut), the others complete."""
-        return _status(self.finish_reason) if item is self.items[-1] else "completed"
+        """The last item of a response the token bound (or an abort) cut is incomplete (the one it cut), the
+        others complete."""
+        cut = item is self.items[-1] and _status(self.finish_reason) != "completed"
+        return "incomplete" if cut else "completed"
 
     def _call_delta(self, call: dict[str, Any]) -> list[str]:
         """A function call's item and its arguments' pieces; a custom tool's, and its input's."""
@@ -361,13 +416,15 @@ class _Event(ResponseObject):
 
 
 def _status(finish_reason: str | None) -> str:
-    """A response's status from its choice's finish reason: cut by max_output_tokens, or complete."""
-    return "incomplete" if finish_reason == "length" else "completed"
+    """A response's status from its choice's finish reason: cut by max_output_tokens, aborted by the server
+    before its end (failed, ABORTED: never "completed" for a cut text), or complete."""
+    return {"length": "incomplete", "abort": "failed"}.get(finish_reason or "", "completed")
 
 
 def _shell(item: dict[str, Any]) -> dict[str, Any]:
-    """An item as output_item.added shows it: before any text."""
-    return {**item, "content": [] if item["type"] == "message" else [dict(p, text="") for p in item["content"]]}
+    """A message or reasoning item as output_item.added shows it: no part yet (content_part.added brings it,
+    so a client that appends each added part, as OpenAI's SDKs do, holds one)."""
+    return {**item, "content": []}
 
 
 def _message_item(item_id: str, text: str, status: str, logprobs: list | None) -> dict[str, Any]:
