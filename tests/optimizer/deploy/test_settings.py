@@ -166,7 +166,7 @@ def test_cuda_build_follows_the_host_driver():
     assert choose_cuda(driver="565.57.01").cuda == "12.6"
     assert choose_cuda(driver="580.95.05").cuda == "13.0"
     assert choose_cuda().min_driver == "580.65.06"  # torch 2.13's default build: CUDA 13.0
-    assert choose_cuda(driver="570.133.20").cuda == "12.6"  # 2.12 on publish no CUDA 12.8 build
+    assert choose_cuda(driver="570.133.20").cuda == "12.6"  # from 2.12 on torch publishes no CUDA 12.8 build
     compat = choose_cuda(driver="535.104.05")  # below every build's minimum, above 12.x's compat driver
     assert compat.cuda == "12.6" and "minor-version compatibility" in compat.note
     with pytest.raises(ValueError, match="install driver branch"):
