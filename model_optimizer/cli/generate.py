@@ -10,14 +10,19 @@ the statistics table go to stderr, so `mopt generate ... > out.txt` holds only t
 --prompts-file - reads the JSONL from stdin (./- is a file named '-'); a UTF-8 byte order mark at the start
 of the file is skipped. Each JSONL input line is an object with exactly one of
   "prompt": "text"    "prompt_token_ids": [1, 2, 3]    "messages": [{"role": "user", "content": "..."}]
-("messages" goes through the tokenizer's chat template, with the assistant turn opened), plus any
-SamplingParams field ("max_tokens", "temperature", "stop", ...) for that line alone.
+("messages" goes through the tokenizer's chat template, with the assistant turn opened, as LLM.chat renders
+it: content parts, tool calls and tool results included; such a line may add "tools",
+"chat_template_kwargs", "add_generation_prompt" and "continue_final_message"), plus any SamplingParams
+field ("max_tokens", "temperature", "stop", ...) for that line alone. --chat sends each --prompt as a
+user message.
 
 Sampling values come from, last one winning: SamplingParams' defaults, the model's
 generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens),
 the command line, the JSONL line. --stop understands \\n, \\t, \\r and \\\\.
 
-Ctrl-C stops with exit code 130; the prompts that had finished are written (atomically) or printed.
+Results on stdout come out in prompt order as the prompts finish; --output FILE is written at the end.
+Ctrl-C stops with exit code 130, SIGTERM with 143; the prompts that had finished are written (atomically)
+or printed.
 """
 
 from __future__ import annotations
@@ -57,9 +62,11 @@ SAMPLING_FLAGS = (
     "logprobs",
 )
 PROMPT_KEYS = ("prompt", "prompt_token_ids", "messages")
+CHAT_KEYS = ("tools", "chat_template_kwargs", "add_generation_prompt", "continue_final_message")
+"""A "messages" line's rendering options, as LLM.chat and a chat completion request take them."""
 ENGINE_FIELDS = ("output_kind", "min_tokens_barred")
 """SamplingParams fields the engine sets (LLM.generate asks for final outputs; min_tokens bars EOS): not line keys."""
-LINE_KEYS = PROMPT_KEYS + tuple(f.name for f in fields(SamplingParams) if f.name not in ENGINE_FIELDS)
+LINE_KEYS = PROMPT_KEYS + CHAT_KEYS + tuple(f.name for f in fields(SamplingParams) if f.name not in ENGINE_FIELDS)
 UNLIMITED = "None"
 """--max-tokens None: generate until EOS or the end of the context."""
 ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
@@ -76,6 +83,8 @@ class PromptLine:
     """'FILE:LINE' or '--prompt #k'."""
     prompt: str | list[int] | None = None
     messages: list[dict] | None = None
+    chat: dict[str, Any] = field(default_factory=dict)
+    """The line's CHAT_KEYS: keyword arguments of chat_text."""
     sampling: dict[str, Any] = field(default_factory=dict)
 
 
@@ -87,6 +96,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="send each --prompt as a user message through the tokenizer's chat template (assistant turn "
+        "opened), as a JSONL 'messages' line is",
+    )
+    parser.add_argument(
+        "--chat-template-kwargs",
+        type=_json_object_arg,
+        default=None,
+        metavar="JSON",
+        help="variables for the chat template of every conversation, e.g. '{\"enable_thinking\": false}' "
+        "(a line's own chat_template_kwargs win)",
+    )
     parser.add_argument("--prompts-file", help="JSONL file of prompts (see above), or stdin with '-'")
     parser.add_argument("--output", help="write results as JSONL to this file (atomically), or to stdout with '-'")
     parser.add_argument(
@@ -123,6 +146,16 @@ def unescape(text: str) -> str:
     r"""A --stop value with \n, \t, \r and \\ turned into their characters (shells pass them literally);
     any other backslash stays as it is."""
     return re.sub(r"\\(.)", lambda m: ESCAPES.get(m.group(1), m.group(0)), text)
+
+
+def _json_object_arg(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {text!r}")
+    return value
 
 
 def _max_tokens_arg(text: str) -> int | str:
@@ -165,7 +198,12 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts_file and args.prompts_file != STDIN and Path(args.prompts_file).is_dir():
         raise ValueError(f"--prompts-file {args.prompts_file} is a folder, not a JSONL file")
     check_seed(args.seed)
-    lines = read_prompt_lines(args.prompt, args.prompts_file)
+    lines = read_prompt_lines(args.prompt, args.prompts_file, args.chat)
+    if args.chat_template_kwargs:
+        for line in lines:
+            if line.messages is not None:
+                given = line.chat.get("template_kwargs", {})
+                line.chat["template_kwargs"] = {**args.chat_template_kwargs, **given}
     engine_config = dataclass_from_args(EngineConfig, args, seed=args.seed or 0)
     model_id = localize(engine_config)  # a Hub id becomes its snapshot folder, downloaded or from the cache
     model_dir = resolve_model_dir(engine_config.model)
@@ -175,33 +213,35 @@ def run(args: argparse.Namespace) -> int:
     cli = sampling_overrides(args)
     params = [_line_params(line, {**defaults, **cli, **_seed_of(args.seed, i)}) for i, line in enumerate(lines)]
     _log(f"loading model {model_id or engine_config.model or '(built-in)'}")
-    try:
-        with console.status("loading model"), _startup_phases_shown(console):
-            llm = LLM(**asdict(engine_config))
-    except KeyboardInterrupt:
-        _log("interrupted while loading the model; nothing was generated or written")
-        return 130
-    prompt_ids, prompt_texts = zip(*(_prompt_ids(llm, line, p) for line, p in zip(lines, params)))
-    finished: dict[int, Any] = {}
-    start = time.perf_counter()
-    try:  # the line inside the try: a Ctrl-C right after it is still answered below
-        _log(f"generating for {len(lines)} prompt{'s' if len(lines) > 1 else ''}")
-        with batch_progress(console, len(lines), "generating", _log) as advance:
-            llm.generate(
-                list(prompt_ids),
-                params,
-                on_progress=lambda i, out: (finished.__setitem__(i, out), advance()),
-                use_tqdm=False,
-            )
-    except KeyboardInterrupt:
-        if not finished:
-            _log("interrupted; none had finished; nothing was written")
-            return 130
-        where = _emit(args.output, llm, prompt_texts, params, finished)
-        _log(f"interrupted; {len(finished)} of {len(lines)} prompts had finished, {where}")
-        return 130
+    with _sigterm_as_interrupt():
+        try:
+            with console.status("loading model"), _startup_phases_shown(console):
+                llm = LLM(**asdict(engine_config))
+        except KeyboardInterrupt as exc:
+            _log(f"{_interruption(exc)} while loading the model; nothing was generated or written")
+            return _exit_code(exc)
+        prompt_ids, prompt_texts = zip(*(_prompt_ids(llm, line, p) for line, p in zip(lines, params)))
+        results = Results(args.output, llm, prompt_texts, params)
+        finished = results.finished
+        start = time.perf_counter()
+        try:  # the line inside the try: a Ctrl-C right after it is still answered below
+            _log(f"generating for {len(lines)} prompt{'s' if len(lines) > 1 else ''}")
+            with batch_progress(console, len(lines), "generating", _log) as advance:
+                llm.generate(
+                    list(prompt_ids),
+                    params,
+                    on_progress=lambda i, out: (results.add(i, out), advance()),
+                    use_tqdm=False,
+                )
+        except KeyboardInterrupt as exc:
+            if not finished:
+                _log(f"{_interruption(exc)}; none had finished; nothing was written")
+                return _exit_code(exc)
+            where = results.close()
+            _log(f"{_interruption(exc)}; {len(finished)} of {len(lines)} prompts had finished, {where}")
+            return _exit_code(exc)
     elapsed = time.perf_counter() - start
-    _emit(args.output, llm, prompt_texts, params, finished)
+    results.close()
     _print_stats(console, llm, list(finished.values()), elapsed)
     failed = [i for i in sorted(finished) if finished[i].error]
     for i in failed:  # finish_reason "error": said, and not exit code 0 as if every prompt had an answer
@@ -236,10 +276,13 @@ STDIN = "-"
 """--prompts-file's name for stdin, as --output's for stdout."""
 
 
-def read_prompt_lines(prompts: list[str], prompts_file: str | Path | None) -> list[PromptLine]:
-    """--prompt values and JSONL lines, each checked for its shape (ValueError naming FILE:LINE, <stdin>:LINE
-    for `-`)."""
+def read_prompt_lines(prompts: list[str], prompts_file: str | Path | None, chat: bool = False) -> list[PromptLine]:
+    """--prompt values (with `chat`, each a user message) and JSONL lines, each checked for its shape
+    (ValueError naming FILE:LINE, <stdin>:LINE for `-`)."""
     lines = [PromptLine(f"--prompt #{k}", _text(p, "--prompt")) for k, p in enumerate(prompts, start=1)]
+    if chat:
+        for line in lines:
+            line.prompt, line.messages = None, [{"role": "user", "content": line.prompt}]
     if prompts_file:
         path, name = (Path("/dev/stdin"), "<stdin>") if prompts_file == STDIN else (Path(prompts_file), prompts_file)
         for number, row in jsonl_values(_utf8_lines(path, name), name):
@@ -275,7 +318,10 @@ def _parse_line(row: Any, source: str) -> PromptLine:
     if len(given) != 1:
         what = "give only one of" if given else "give one of"
         raise ValueError(f"{what} {_names(PROMPT_KEYS)}")
-    sampling = {k: v for k, v in row.items() if k not in PROMPT_KEYS}
+    sampling = {k: v for k, v in row.items() if k not in PROMPT_KEYS + CHAT_KEYS}
+    chat = {k: v for k, v in row.items() if k in CHAT_KEYS}
+    if chat and "messages" not in row:
+        raise ValueError(f"{', '.join(map(repr, chat))} go(es) with 'messages', not with {given[0]!r}")
     if "prompt" in row:
         return PromptLine(source, prompt=_text(row["prompt"], "prompt"), sampling=sampling)
     if "prompt_token_ids" in row:
@@ -283,7 +329,7 @@ def _parse_line(row: Any, source: str) -> PromptLine:
         if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
             raise ValueError(f"prompt_token_ids must be a non-empty list of integers, got {_clip(ids)}")
         return PromptLine(source, prompt=ids, sampling=sampling)
-    return PromptLine(source, messages=_messages(row["messages"]), sampling=sampling)
+    return PromptLine(source, messages=_messages(row["messages"]), chat=_chat_options(chat), sampling=sampling)
 
 
 def _text(value: Any, name: str) -> str:
@@ -309,20 +355,44 @@ def _check_unicode(value: str, name: str) -> None:
 
 
 def _messages(messages: Any) -> list[dict]:
+    """The shape every message needs (an object with a string role); the rest (content as text, null or a
+    list of parts, tool_calls, tool_call_id, ...) is checked as LLM.chat and the server check it, when
+    the conversation is rendered."""
     if not isinstance(messages, list) or not messages:
         raise ValueError(
             f'messages must be a non-empty list of {{"role": ..., "content": ...}} objects, got {_clip(messages)}'
         )
     for k, message in enumerate(messages):
-        if not (
-            isinstance(message, dict)
-            and isinstance(message.get("role"), str)
-            and isinstance(message.get("content"), str)
-        ):
-            raise ValueError(f"messages[{k}] must be an object with string 'role' and 'content', got {_clip(message)}")
-        for key in ("role", "content"):
-            _check_unicode(message[key], f"messages[{k}].{key}")
+        if not (isinstance(message, dict) and isinstance(message.get("role"), str)):
+            raise ValueError(f"messages[{k}] must be an object with a string 'role', got {_clip(message)}")
+        _check_unicode_within(message, f"messages[{k}]")
     return messages
+
+
+def _chat_options(chat: dict[str, Any]) -> dict[str, Any]:
+    """A line's CHAT_KEYS, checked for their JSON types, as chat_text's keyword arguments."""
+    for key, kind in (("tools", list), ("chat_template_kwargs", dict)):
+        if key in chat and not isinstance(chat[key], kind):
+            raise ValueError(f"{key} must be a JSON {'list' if kind is list else 'object'}, got {_clip(chat[key])}")
+    for key in ("add_generation_prompt", "continue_final_message"):
+        if key in chat and not isinstance(chat[key], bool):
+            raise ValueError(f"{key} must be true or false, got {_clip(chat[key])}")
+    if chat.get("continue_final_message") and "add_generation_prompt" not in chat:
+        chat = {**chat, "add_generation_prompt": False}  # continuing the last message opens no new turn
+    _check_unicode_within(chat, "the chat options")
+    return {("template_kwargs" if k == "chat_template_kwargs" else k): v for k, v in chat.items()}
+
+
+def _check_unicode_within(value: Any, name: str) -> None:
+    """_check_unicode on every string within `value` (JSON: objects, lists, strings), named by its path."""
+    if isinstance(value, str):
+        _check_unicode(value, name)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_unicode_within(item, f"{name}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_unicode_within(item, f"{name}[{index}]")
 
 
 def _seed_of(seed: int | None, index: int) -> dict[str, int]:
@@ -356,7 +426,7 @@ def _prompt_ids(llm: Any, line: PromptLine, params: SamplingParams) -> tuple[lis
     info = llm.engine.info
     try:
         params.check_vocab(info.vocab_size)  # logit_bias, allowed_token_ids, ... against this model's vocabulary
-        text = _chat_text(llm, line.messages) if line.messages is not None else line.prompt
+        text = _chat_text(llm, line.messages, line.chat) if line.messages is not None else line.prompt
         if line.messages is not None:
             ids = list(llm.tokenizer.encode(text, add_special_tokens=False))  # the template has the special tokens
         else:
@@ -368,33 +438,101 @@ def _prompt_ids(llm: Any, line: PromptLine, params: SamplingParams) -> tuple[lis
     return ids, text if isinstance(text, str) else None
 
 
-def _chat_text(llm: Any, messages: list[dict]) -> str:
+def _chat_text(llm: Any, messages: list[dict], options: dict[str, Any]) -> str:
     tokenizer = llm.tokenizer
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         raise ValueError(
             f"'messages' needs a chat template and the tokenizer of {llm.model_dir} has no chat template; "
             "give the conversation as 'prompt' text instead"
         )
-    from model_optimizer.runtime.engine.input_processor import chat_text
+    from model_optimizer.runtime.engine.input_processor import RESERVED_TEMPLATE_KWARGS, chat_text
 
-    return chat_text(tokenizer, messages)
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS & set(options.get("template_kwargs") or {}))
+    if reserved:  # as LLM.chat: refused, not dropped
+        raise ValueError(f"chat_template_kwargs may not set {', '.join(reserved)}: they are the rendering's own")
+    return chat_text(tokenizer, messages, **options)
 
 
-def _emit(output: str | None, llm: Any, prompt_texts: tuple, params: list[SamplingParams], finished: dict) -> str:
-    """Write the finished results (in prompt order) where --output says; returns where they went."""
-    results = [_result(i, prompt_texts[i], finished[i], params[i], llm.tokenizer) for i in sorted(finished)]
-    if output and output != "-":
-        if not results:
-            return f"{output} was not written"
-        atomic_write(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results))
-        return f"their results are in {output}"
-    for result in results:
-        if output == "-":
+class Results:
+    """The finished prompts' results, in prompt order, where --output says: on stdout each as soon as every
+    prompt before it has finished (a reader at the other end of a pipe gets them while the batch runs, not
+    all at its end), in a file all at once, atomically, at `close`."""
+
+    def __init__(self, output: str | None, llm: Any, prompt_texts: tuple, params: list[SamplingParams]) -> None:
+        self.output, self.llm, self.prompt_texts, self.params = output, llm, prompt_texts, params
+        self.to_file = bool(output) and output != "-"
+        self.finished: dict[int, Any] = {}
+        """Prompt index -> its RequestOutput."""
+        self.num_printed = 0
+        """Prompts 0 .. num_printed - 1 are on stdout."""
+
+    def add(self, index: int, output: Any) -> None:
+        self.finished[index] = output
+        if self.to_file:
+            return
+        while self.num_printed in self.finished:
+            self._print(self.num_printed)
+            self.num_printed += 1
+        sys.stdout.flush()
+
+    def close(self) -> str:
+        """Hand out what has not gone out yet (after an interrupt, the finished prompts past one that had
+        not); returns where the results went."""
+        if self.to_file:
+            if not self.finished:
+                return f"{self.output} was not written"
+            rows = (self._result(i) for i in sorted(self.finished))
+            atomic_write(self.output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+            return f"their results are in {self.output}"
+        for index in sorted(i for i in self.finished if i >= self.num_printed):
+            self._print(index)
+        self.num_printed = len(self.prompt_texts)
+        sys.stdout.flush()
+        return "their results were printed"
+
+    def _result(self, index: int) -> dict:
+        tokenizer = self.llm.tokenizer
+        return _result(index, self.prompt_texts[index], self.finished[index], self.params[index], tokenizer)
+
+    def _print(self, index: int) -> None:
+        result = self._result(index)
+        if self.output == "-":
             print(json.dumps(result, ensure_ascii=False))
         else:
             _print_text(result)
-    sys.stdout.flush()
-    return "their results were printed"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, `timeout`, a batch scheduler's end of job), answered as Ctrl-C is: the finished
+    results are written, and the exit code is 143 (128 + SIGTERM) instead of 130."""
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises Terminated in the main thread while the model loads and generates (its default action
+    ended the process at once, and the finished results of a long batch were lost)."""
+    import signal
+    import threading
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interruption(exc: KeyboardInterrupt) -> str:
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+
+
+def _exit_code(exc: KeyboardInterrupt) -> int:
+    return 143 if isinstance(exc, Terminated) else 130
 
 
 def _result(index: int, prompt: str | None, output: Any, params: SamplingParams, tokenizer: Any) -> dict:
@@ -410,7 +548,14 @@ def _result(index: int, prompt: str | None, output: Any, params: SamplingParams,
                 "token_ids": c.token_ids,
                 "finish_reason": c.finish_reason,
                 "stop_reason": c.stop_reason,
-                **({"logprobs": _logprobs(c.logprobs, params.logprobs, tokenizer)} if c.logprobs is not None else {}),
+                **(
+                    {
+                        "cumulative_logprob": _finite(c.cumulative_logprob),
+                        "logprobs": _logprobs(c.logprobs, params.logprobs, tokenizer),
+                    }
+                    if c.logprobs is not None
+                    else {}
+                ),
             }
             for c in output.outputs
         ],

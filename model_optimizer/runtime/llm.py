@@ -159,15 +159,31 @@ def generation_defaults(
     return values
 
 
+def check_engine_args(engine_args: Mapping[str, Any]) -> None:
+    """TypeError naming `LLM()` and the closest setting for a keyword (the vLLM-only settings already split
+    off) that is no EngineConfig field: EngineConfig's own error named a class the caller never saw, and
+    suggested nothing for `max_model_length`."""
+    import difflib
+    from dataclasses import fields
+
+    known = [f.name for f in fields(EngineConfig) if f.name != "model"]
+    for name in engine_args:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "see EngineConfig for the settings taken"
+            raise TypeError(f"LLM() got an unexpected keyword argument {name!r} ({hint})")
+
+
 class LLM:
     def __init__(self, model: str | None = None, **engine_args: Any) -> None:
         start = time.perf_counter()
+        engine_args, vllm_only = vllm_settings.split(vllm_settings.plain_values(engine_args))
+        check_engine_args(engine_args)  # a misspelt keyword: said before the seconds of the torch import
+        if notes := vllm_settings.ignored(vllm_only):
+            logging.getLogger(__name__).warning("vLLM settings ignored: %s", "; ".join(notes))
         import model_optimizer.runtime.runner.model_runner  # noqa: F401 - torch: the first import pays seconds
 
         phase = log_phase("imports", start)
-        engine_args, vllm_only = vllm_settings.split(vllm_settings.plain_values(engine_args))
-        if notes := vllm_settings.ignored(vllm_only):
-            logging.getLogger(__name__).warning("vLLM settings ignored: %s", "; ".join(notes))
         self.config = EngineConfig(model=model, **engine_args)
         if self.config.device != "cpu":
             hash_triton_in_background()  # beside the tokenizer and weights, not before the first kernel
@@ -197,6 +213,11 @@ class LLM:
         self.engine = LLMEngine(self.config, runner, self.tokenizer, info)
         log_phase("engine", phase)
         log_phase("total", start)
+
+    @property
+    def llm_engine(self) -> LLMEngine | None:
+        """vLLM's name for `engine`, the step-by-step engine (None for an encoder model)."""
+        return self.engine
 
     def close(self) -> None:
         """Stop the tensor-parallel worker processes and the grammar threads now (they also stop when this
@@ -626,6 +647,6 @@ def _as_prompt(prompt: Prompt | dict) -> Prompt:
     value = prompt[given[0]]
     if given[0] == "prompt" and not isinstance(value, str):
         raise ValueError(f"prompt must be text, got {type(value).__name__}")
-    if given[0] == "prompt_token_ids" and not isinstance(value, list):
+    if given[0] == "prompt_token_ids" and not isinstance(value, (list, tuple)):
         raise ValueError(f"prompt_token_ids must be a list of integers, got {type(value).__name__}")
-    return value
+    return list(value) if isinstance(value, tuple) else value  # a tuple as a list, as a bare prompt is taken

@@ -55,9 +55,10 @@ def test_logprobs_in_text_and_jsonl(tiny_model, capsys, tmp_path):
         assert len(lp["top"]) == 2 and lp["top"][0]["logprob"] >= lp["top"][1]["logprob"]
     # greedy: the chosen token is the most likely one
     assert all(lp["rank"] == 1 and lp["top"][0]["token_id"] == lp["token_id"] for lp in completion["logprobs"])
+    assert completion["cumulative_logprob"] == pytest.approx(sum(lp["logprob"] for lp in completion["logprobs"]))
 
     assert _generate(model, "--prompt", "hello", "--max-tokens", "2", "--output", str(path)) == 0
-    assert "logprobs" not in _rows(path)[0]["outputs"][0]  # only when asked for
+    assert not {"logprobs", "cumulative_logprob"} & set(_rows(path)[0]["outputs"][0])  # only when asked for
 
 
 def test_stop_interprets_backslash_escapes():
@@ -155,7 +156,9 @@ BAD_LINES = [
     ({"prompt": ""}, "prompt must be a non-empty string"),
     (["hi"], "expected a JSON object"),
     ({"messages": "hi"}, "messages must be a non-empty list"),
-    ({"messages": [{"role": "user"}]}, "messages[0] must be an object with string 'role' and 'content'"),
+    ({"messages": [{"content": "hi"}]}, "messages[0] must be an object with a string 'role'"),
+    ({"prompt": "hi", "tools": []}, "'tools' go(es) with 'messages', not with 'prompt'"),
+    ({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": []}, "chat_template_kwargs must be"),
     ({"prompt": "hi", "structured_outputs": {"regex": "a", "choice": ["a"]}}, "exactly one of json, regex"),
 ]
 

@@ -8,6 +8,7 @@ loop (async_engine.py); here the CoreOutputs pass by reference instead of throug
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from model_optimizer.runtime.config import EngineConfig
@@ -81,6 +82,15 @@ class LLMEngine:
         (finish_reason 'abort' on the completions still running), or None for an unknown id."""
         self.core.abort([request_id])
         return self.output_processor.abort(request_id)
+
+    def abort_request(self, request_ids: str | Iterable[str]) -> None:
+        """vLLM's LLMEngine.abort_request: `abort` each of `request_ids` (one id or several)."""
+        for request_id in [request_ids] if isinstance(request_ids, str) else list(request_ids):
+            self.abort(request_id)
+
+    def get_tokenizer(self) -> Any:
+        """The tokenizer the engine was given (vLLM's LLMEngine.get_tokenizer)."""
+        return self.tokenizer
 
     def has_unfinished_requests(self) -> bool:
         return self.core.has_unfinished_requests()
