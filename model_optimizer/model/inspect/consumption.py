@@ -78,8 +78,21 @@ def _cached_meta_model(config_json: str, dtype_name: str, tensor_parallel_size: 
 
     args = DecoderArgs.from_dict(json.loads(config_json))
     model_cls = resolve_model_class(args.architecture)
+    # long contexts: the CPU rotary tables would take GBs (10 M positions: 12.7 GB and 42 s), so pay the
+    # 2-3 s of building them on meta; their sizes, which the memory plan counts, are the same
+    where = torch.device("meta" if _rotary_table_bytes(args) > MAX_CPU_ROTARY_BYTES else "cpu")
     with parameters_on_meta(), as_tensor_parallel_rank0(tensor_parallel_size, expert_parallel):
-        return build_model(lambda: model_cls(args), getattr(torch, dtype_name), torch.device("cpu"))
+        return build_model(lambda: model_cls(args), getattr(torch, dtype_name), where)
+
+
+MAX_CPU_ROTARY_BYTES = 64 << 20
+"""Above this, build_meta_model builds the rotary tables on the meta device rather than the CPU."""
+
+
+def _rotary_table_bytes(args) -> int:
+    """float32 cos and sin of every position (angle_tables), as config.json's context and head size make them:
+    an estimate (an MLA model's rope dimension is smaller), large only where the context is."""
+    return 4 * max(int(args.max_position_embeddings), 0) * max(int(args.head_dim), 0)
 
 
 def _loading_model(config: dict):
@@ -253,8 +266,8 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
             check.unexpected.append(name)
             continue
         loader = getattr(param, "weight_loader", default_weight_loader)
-        probe = torch.empty(shape, dtype=param.dtype, device="meta")
-        try:
+        try:  # RuntimeError from torch.empty: a header shape whose size overflows (a corrupt header)
+            probe = torch.empty(shape, dtype=param.dtype, device="meta")
             loader(param, probe, shard) if shard else loader(param, probe)
         except (ValueError, RuntimeError) as exc:
             check.misshapen.append(f"{name}: {exc}")
@@ -268,4 +281,43 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
     check.missing = sorted(
         f"{p}[{s}]" if s else p for p, s in expected - loaded if not (tied and p == "lm_head.weight")
     )
+    check.misshapen += _staged_shape_errors(model)
     return check
+
+
+def _staged_shape_errors(model) -> list[str]:
+    """'layer: reason' for each quantized layer whose staged tensors the engine's converter refuses by shape
+    (scales of another group size than quantization_config's, codes of another width). The weight_loader
+    only stashes such tensors; their shapes are checked when the layer is finished after loading, so the
+    converter runs here on the meta probes. weight_shape is a value, not a shape: it is taken as right.
+    A layer missing a tensor is left to `missing`; an op meta tensors cannot run proves nothing and is
+    passed over."""
+    import torch
+
+    from model_optimizer.runtime.layers.linear import Linear
+    from model_optimizer.runtime.layers.quantization.sources import StagedSource
+
+    errors = []
+    for name, layer in model.named_modules():
+        method = getattr(layer, "quant_method", None)
+        source = getattr(method, "source", None)
+        if not (isinstance(layer, Linear) and isinstance(source, StagedSource) and layer.staged):
+            continue
+        offsets = getattr(layer, "shard_offsets", {None: (0, layer.out_features)})
+        staged = dict(layer.staged)
+        for slot, shard in staged:
+            if slot == "weight_shape":
+                rows = offsets.get(shard, (0, layer.out_features))[1]
+                staged[(slot, shard)] = torch.tensor([rows, layer.in_features])
+        saved, layer.staged = layer.staged, staged
+        try:
+            with torch.device("meta"):  # the converter's own tensors (torch.arange, torch.full) on meta too
+                source.finish(layer, method)
+        except ValueError as exc:
+            if not str(exc).startswith("checkpoint lacks"):  # reported as missing parameters
+                errors.append(f"{name}: {exc}")
+        except (RuntimeError, NotImplementedError, TypeError, IndexError):
+            pass
+        finally:
+            layer.staged = saved
+    return errors

@@ -102,7 +102,7 @@ def fix_checkpoint(src: str | Path, out: str | Path, options: FixOptions) -> Fix
 def _check_complete(checkpoint: Checkpoint) -> None:
     """ValueError, before anything is written, for a weights file cut short: copying it would fail
     half-way with safetensors' own error, which names no file."""
-    from model_optimizer.model.inspect.headers import checkpoint_files
+    from model_optimizer.model.inspect.headers import checkpoint_files, layout_error
     from model_optimizer.runtime.models.loader import check_safetensors_header
 
     for path in checkpoint_files(checkpoint.folder):
@@ -110,6 +110,9 @@ def _check_complete(checkpoint: Checkpoint) -> None:
             check_safetensors_header(path)
         except ValueError as exc:
             raise ValueError(f"--fix cannot clean {checkpoint.folder}: {exc}") from None
+        error = layout_error(path, [t for t in checkpoint.tensors if t.file == path.name])
+        if error is not None:  # safetensors' own error would name no file and come as a traceback
+            raise ValueError(f"--fix cannot clean {checkpoint.folder}: {path.name}: {error}")
 
 
 def _check_target(src: Path, out: Path) -> None:

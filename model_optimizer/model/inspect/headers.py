@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from model_optimizer.common.fileio import read_json
 from model_optimizer.common.safetensors_dtypes import DTYPE_BYTES
@@ -52,6 +52,8 @@ class TensorInfo:
     shape: tuple[int, ...]
     file: str
     """The shard's file name, relative to the checkpoint folder."""
+    data_offsets: tuple[int, int] | None = None
+    """[start, end) of its bytes after the header, as the header says; None when it says nothing usable."""
 
     @property
     def numel(self) -> int:
@@ -72,6 +74,8 @@ class TensorInfo:
 def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """(tensors by name, the __metadata__ strings) of one safetensors file; ValueError naming the
     file when its header is not a safetensors header."""
+    if not path.is_file():  # a folder named *.safetensors: IsADirectoryError would name neither fix nor rule
+        raise ValueError(f"{path} is not a safetensors file: it is not a regular file")
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(8)
@@ -90,15 +94,59 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     if not isinstance(header, dict):
         raise ValueError(f"{path}: the safetensors header is not a JSON object")
     metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):  # the quantization rules read it as a mapping
+        raise ValueError(f"{path}: the safetensors header's __metadata__ is not a JSON object")
     tensors = {}
     for name, entry in header.items():
         try:
-            tensors[name] = TensorInfo(name, str(entry["dtype"]), tuple(int(d) for d in entry["shape"]), path.name)
-        except (KeyError, TypeError, ValueError):
+            dtype, shape = entry["dtype"], entry["shape"]
+        except (KeyError, TypeError):
             raise ValueError(f"{path}: header entry {name!r} lacks a dtype or shape") from None
-        if any(d < 0 for d in tensors[name].shape):  # the meta tensors built from it would fail in torch
-            raise ValueError(f"{path}: header entry {name!r} has a negative dimension {list(tensors[name].shape)}")
+        if not isinstance(dtype, str) or not isinstance(shape, list):
+            raise ValueError(f"{path}: header entry {name!r} lacks a dtype or shape") from None
+        # int(64.7) would be 64 and int(True) 1: a shape the safetensors library refuses read as a valid one
+        if not all(_is_int(d) and d >= 0 for d in shape):
+            raise ValueError(f"{path}: header entry {name!r} has a shape that is not non-negative integers: {shape}")
+        offsets = entry.get("data_offsets")
+        valid = isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(v) for v in offsets)
+        tensors[name] = TensorInfo(name, dtype, tuple(shape), path.name, tuple(offsets) if valid else None)
     return tensors, metadata
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def layout_error(path: Path, tensors: list[TensorInfo]) -> str | None:
+    """Why the safetensors library refuses the byte ranges of `path`, whose header declares `tensors`, or
+    None: every tensor needs data_offsets; in offset order each starts where the one before ends (the
+    first at 0), none overlapping, none leaving a gap ("invalid offset"); and the last one ends the file
+    ("file not fully covered"). Spans of the wrong size and a file too short for them are the engine's own
+    check (loader.check_safetensors_header)."""
+    error = _offset_error(tensors)
+    if error is not None:
+        return error
+    with path.open("rb") as f:
+        data_start = 8 + struct.unpack("<Q", f.read(8))[0]
+    end = data_start + max((t.data_offsets[1] for t in tensors), default=0)
+    size = path.stat().st_size
+    if size > end:
+        return f"{size - end} bytes follow the last tensor (the file has {size}, its tensors end at {end})"
+    return None
+
+
+def _offset_error(tensors: list[TensorInfo]) -> str | None:
+    unplaced = [t.name for t in tensors if t.data_offsets is None]
+    if unplaced:
+        return f"tensor {unplaced[0]!r} has no data_offsets of two integers"
+    end = 0
+    for t in sorted(tensors, key=lambda t: t.data_offsets):
+        start, stop = t.data_offsets
+        if start != end or stop < start:
+            what = "overlaps the tensor before it" if start < end else "leaves a gap" if start > end else "ends first"
+            return f"tensor {t.name!r} has data_offsets {list(t.data_offsets)}: it {what} (expected to start at {end})"
+        end = stop
+    return None
 
 
 def checkpoint_files(model_dir: Path) -> list[Path]:
@@ -110,12 +158,25 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(n, str) for n in weight_map.values()):
             raise ValueError(f"{index} must hold a 'weight_map' object of tensor name -> shard file name")
+        outside = sorted({name for name in weight_map.values() if not _inside(name)})
+        if outside:  # read as given, '../x' or '/etc/passwd' would inspect a file of another folder
+            raise ValueError(
+                f"{index} names shards outside the checkpoint folder: {', '.join(outside)}; "
+                "a shard is a file name relative to the folder"
+            )
         files = sorted({model_dir / name for name in weight_map.values()})
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise FileNotFoundError(f"{index} lists shards that are missing: {', '.join(missing)}")
         return files
-    return sorted(model_dir.glob("*.safetensors"))
+    return sorted(p for p in model_dir.glob("*.safetensors") if p.is_file())
+
+
+def _inside(name: str) -> bool:
+    """The index's shard name stays inside the folder: relative, without '..' (a symlinked shard, as in a
+    Hugging Face cache snapshot, is fine: the name is what the index controls)."""
+    path = PurePosixPath(name.replace("\\", "/"))
+    return bool(path.parts) and not path.is_absolute() and ".." not in path.parts and ":" not in path.parts[0]
 
 
 def read_tensors(model_dir: Path) -> list[TensorInfo]:

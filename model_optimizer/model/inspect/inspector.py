@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from model_optimizer.environment.findings import SEVERITY_RANK, Finding
-from model_optimizer.model.inspect import cleaning, rules_tokens, rules_weights
+from model_optimizer.model.inspect import cleaning, rules_generation, rules_layout, rules_tokens, rules_weights
 from model_optimizer.model.inspect.census import Census, take_census
 from model_optimizer.model.inspect.checkpoint import Checkpoint, read_checkpoint
 from model_optimizer.model.inspect.consumption import LoadCheck, check_loading
 from model_optimizer.model.inspect.context import InspectContext
 
-RULES = rules_weights.RULES + rules_tokens.RULES
+RULES = rules_weights.RULES + rules_layout.RULES + rules_tokens.RULES + rules_generation.RULES
 
 
 @dataclass

@@ -4,6 +4,7 @@ integer tensors without one, or a quantized checkpoint that loads as it is."""
 
 from __future__ import annotations
 
+from model_optimizer.common.safetensors_dtypes import DTYPE_BYTES
 from model_optimizer.environment.findings import Finding
 from model_optimizer.model.inspect.context import InspectContext
 from model_optimizer.model.inspect.headers import FLOAT_DTYPES
@@ -25,7 +26,11 @@ def quantization(ctx: InspectContext) -> list[Finding]:
     qc = ctx.census.quantization_config
     skipped = set(ctx.raw_check.skipped)  # what the loader leaves unread (an encoder's int64 position_ids)
     non_float = sorted(
-        {t.dtype for t in ctx.checkpoint.tensors if t.dtype not in FLOAT_DTYPES and t.name not in skipped}
+        {
+            t.dtype
+            for t in ctx.checkpoint.tensors
+            if t.dtype not in FLOAT_DTYPES and t.dtype in DTYPE_BYTES and t.name not in skipped
+        }  # an unknown code is rules_layout.dtype_codes' to report
     )
     if not qc:
         if non_float:

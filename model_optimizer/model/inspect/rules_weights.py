@@ -285,7 +285,7 @@ def keys(ctx: InspectContext) -> list[Finding]:
                 "weights.shape",
                 "error",
                 f"{len(check.misshapen)} tensors have the wrong shape: {_some(check.misshapen)}",
-                "config.json and the weights disagree (hidden size, heads, vocabulary).",
+                "config.json and the weights disagree (hidden size, heads, vocabulary, quantization_config's group size).",
                 {"any": ["Fix config.json to the sizes the weights were trained with"]},
                 {"tensors": check.misshapen},
             )

@@ -30,7 +30,11 @@ def aligned_ids(ckpt: Checkpoint) -> TokenIds:
     if tok_eos is not None and tok_eos not in ordered:
         ordered.append(tok_eos)
         ids.notes.append(f"eos: added the tokenizer's {tok.special_tokens['eos']!r} ({tok_eos})")
-    ids.eos = [int(i) for i in ordered]
+    # "2", 3.5, true or null are no token ids (rules_generation.token_ids): int() made true token 1
+    wrong = [i for i in ordered if not isinstance(i, int) or isinstance(i, bool)]
+    if wrong:
+        ids.notes.append(f"eos: dropped values that are not token ids: {wrong!r}")
+    ids.eos = [i for i in ordered if i not in wrong]
     ids.bos = tok.token_id("bos") if tok.token_id("bos") is not None else _single(config.get("bos_token_id"))
     ids.pad = tok.token_id("pad") if tok.token_id("pad") is not None else _single(config.get("pad_token_id"))
     ends = [tok_eos] if tok_eos is not None else ids.eos  # the eos that ends examples (rules_tokens.pad_is_eos)
