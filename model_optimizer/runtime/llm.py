@@ -58,7 +58,8 @@ def eos_token_ids(model_dir: Path, tokenizer: Any) -> frozenset[int]:
         if path.is_file():
             value = json.loads(path.read_text()).get("eos_token_id")
             if value is not None:
-                ids.update(value if isinstance(value, list) else [value])
+                values = value if isinstance(value, list) else [value]  # true or "2" is no token id
+                ids.update(v for v in values if isinstance(v, int) and not isinstance(v, bool))
                 break
     eos = getattr(tokenizer, "eos_token_id", None)
     if isinstance(eos, int):

@@ -104,6 +104,33 @@ def test_a_broken_shard_index_is_named(model_copy):
         load_model(folder, "auto", torch.device("cpu"))
 
 
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/etc/passwd", "sub/../../x.safetensors"])
+def test_a_shard_index_naming_files_outside_the_folder_is_refused(model_copy, shard):
+    """An index may not send the loader to read files elsewhere (inspect refuses the same)."""
+    folder = model_copy()
+    weight_map = {"lm_head.weight": shard, "model.norm.weight": "model.safetensors"}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ValueError, match=r"names shards outside"):
+        load_model(folder, "auto", torch.device("cpu"))
+
+
+def test_a_folder_named_like_a_shard_is_not_a_shard(model_copy):
+    folder = model_copy()
+    (folder / "model.safetensors").rename(folder / "weights.bin.tmp")
+    (folder / "model.safetensors").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"no \*.safetensors file"):
+        load_model(folder, "auto", torch.device("cpu"))
+
+
+def test_eos_ids_that_are_not_integers_are_no_stop_tokens(model_copy):
+    """`true` is no token 1 and "2" no token 2 (inspect reports them as tokens.invalid_id)."""
+    from model_optimizer.runtime.llm import eos_token_ids
+
+    folder = model_copy()
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [True, "2", 7]}))
+    assert eos_token_ids(folder, None) == frozenset({7})
+
+
 def test_invalid_config_json_is_reported_as_such_not_as_a_tokenizer_problem(model_copy, capsys):
     folder = model_copy()
     (folder / "config.json").write_text('{"model_type": "qwen3",\n')
