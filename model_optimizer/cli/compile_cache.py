@@ -22,7 +22,6 @@ import argparse
 import itertools
 import json
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
+from model_optimizer.common.processes import sigterm_raises
 from model_optimizer.runtime.config import EngineConfig
 
 if TYPE_CHECKING:
@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     config = dataclass_from_args(EngineConfig, args)
     jobs = _jobs(args.jobs)
     _check_build(config, args.num_sms, folder)  # here, not as a traceback from each build worker
-    with _removed_if_new(folder), _sigterm_as_interrupt():
+    # SIGTERM stops the build as Ctrl-C does: the workers stopped and the claims folder removed
+    with _removed_if_new(folder), sigterm_raises(KeyboardInterrupt):
         folder.mkdir(parents=True, exist_ok=True)
         report = _build(config, target, folder, jobs)
     launches = sum(report["kernel_launches"].values())
@@ -210,21 +211,3 @@ def _jobs(requested: int | None) -> int | None:
         print(f"--jobs {requested} lowered to {cores}, the cores this process may run on", file=sys.stderr)
         return cores
     return requested
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (`timeout`, `kill`) stops the build as Ctrl-C does: the workers are stopped and the
-    claims folder removed (the default action ended this process at once and left that folder)."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

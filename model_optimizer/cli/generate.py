@@ -42,6 +42,7 @@ from typing import Any
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 from model_optimizer.common.fileio import atomic_write, jsonl_values, read_input
+from model_optimizer.common.processes import sigterm_raises
 from model_optimizer.common.progress import batch_progress
 from model_optimizer.common.text import not_utf8_at
 from model_optimizer.runtime.config import EngineConfig, field_docs
@@ -213,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
     cli = sampling_overrides(args)
     params = [_line_params(line, {**defaults, **cli, **_seed_of(args.seed, i)}) for i, line in enumerate(lines)]
     _log(f"loading model {model_id or engine_config.model or '(built-in)'}")
-    with _sigterm_as_interrupt():
+    with sigterm_raises(Terminated):
         try:
             with console.status("loading model"), _startup_phases_shown(console):
                 llm = LLM(**asdict(engine_config))
@@ -505,26 +506,6 @@ class Results:
 class Terminated(KeyboardInterrupt):
     """SIGTERM (`kill`, `timeout`, a batch scheduler's end of job), answered as Ctrl-C is: the finished
     results are written, and the exit code is 143 (128 + SIGTERM) instead of 130."""
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises Terminated in the main thread while the model loads and generates (its default action
-    ended the process at once, and the finished results of a long batch were lost)."""
-    import signal
-    import threading
-
-    def terminate(signum: int, frame: object) -> None:
-        raise Terminated
-
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _interruption(exc: KeyboardInterrupt) -> str:

@@ -70,3 +70,23 @@ def environment_set(name: str, value: str) -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = previous
+
+
+@contextmanager
+def sigterm_raises(exception: type[BaseException]) -> Iterator[None]:
+    """Inside the block, SIGTERM (`kill`, `timeout`, a batch scheduler) raises `exception` in the main thread
+    instead of ending the process at once, so the command's own clean-up and saving run; the previous
+    handler comes back after. Off the main thread (which alone may set handlers) nothing changes."""
+    import signal
+
+    def handler(signum: int, frame: object) -> None:
+        raise exception
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -14,8 +14,9 @@ import sys
 import pytest
 
 from model_optimizer import SamplingParams
-from model_optimizer.cli.generate import Results, Terminated, _sigterm_as_interrupt
+from model_optimizer.cli.generate import Results, Terminated
 from model_optimizer.cli.main import main
+from model_optimizer.common.processes import sigterm_raises
 from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestOutput
 
 SMALL = ["--temperature", "0", "--ignore-eos", "--kv-cache-memory", str(1 << 22), "--max-tokens", "2"]
@@ -142,7 +143,7 @@ def test_a_file_output_is_written_whole_at_the_end(tmp_path, capsys):
 
 def test_sigterm_is_raised_as_terminated_inside_and_restored_after():
     previous = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(Terminated), _sigterm_as_interrupt():
+    with pytest.raises(Terminated), sigterm_raises(Terminated):
         os.kill(os.getpid(), signal.SIGTERM)  # os.kill runs the handler before it returns
     assert signal.getsignal(signal.SIGTERM) is previous
 
