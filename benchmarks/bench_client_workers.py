@@ -114,10 +114,11 @@ def cpu_seconds(pids: list[int]) -> float:
 def measure(base_url: str, num_workers: int, args, server_pids: list[int]) -> dict:
     import numpy as np
 
-    from model_optimizer.optimizer.bench.client import ClientConfig, request_body
+    from model_optimizer.optimizer.bench.client import ClientConfig
     from model_optimizer.optimizer.bench.load import RunPlan
     from model_optimizer.optimizer.bench.metrics import summarize
     from model_optimizer.optimizer.bench.overhead import overhead_report
+    from model_optimizer.optimizer.bench.request_options import request_body
     from model_optimizer.optimizer.bench.workers import execute_plan
     from model_optimizer.optimizer.bench.workloads import BenchRequest
 

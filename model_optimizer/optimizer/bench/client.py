@@ -8,20 +8,23 @@ Times are seconds from the start of the run (time.perf_counter based).
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import math
-import re
 import ssl
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 import httpx
 from pydantic_core import from_json
 
-from model_optimizer.optimizer.bench.request_options import extra_body_of, extra_headers, request_headers
+from model_optimizer.optimizer.bench.request_options import (
+    extra_body_of,
+    extra_headers,
+    request_body,
+    request_headers,
+    response_format_of,
+)
 from model_optimizer.optimizer.bench.stopping import RunStop
 from model_optimizer.optimizer.bench.workloads import BenchRequest
 from model_optimizer.runtime.config import check_choice
@@ -440,81 +443,6 @@ def json_error_message(body: str) -> str | None:
         if isinstance(candidate, str) and candidate:
             return candidate
     return None
-
-
-def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
-    """The JSON body of `req` for the configured endpoint, with --extra-body merged over it."""
-    return json.dumps(_body(cfg, req) | (extra_body_of(cfg) or {})).encode()
-
-
-def _body(cfg: ClientConfig, req: BenchRequest) -> dict:
-    payload: dict = {"model": cfg.model}
-    if cfg.endpoint == "embeddings":
-        payload["input"] = req.prompt
-        return payload
-    if cfg.endpoint == "responses":
-        return _responses_body(cfg, req, payload)
-    if cfg.endpoint == "chat":
-        payload["messages"] = [{"role": "user", "content": req.prompt}]
-    else:
-        payload["prompt"] = req.prompt
-    payload.update(max_tokens=req.output_len, stream=True, stream_options={"include_usage": True})
-    if cfg.ignore_eos:
-        payload["ignore_eos"] = True
-    if cfg.temperature is not None:
-        payload["temperature"] = cfg.temperature
-    if cfg.return_token_ids:
-        payload["return_token_ids"] = True
-    if cfg.logprobs is not None:  # chat asks with a flag plus top_logprobs; completions with the count
-        payload.update(
-            {"logprobs": True, "top_logprobs": cfg.logprobs} if cfg.endpoint == "chat" else {"logprobs": cfg.logprobs}
-        )
-    response_format = response_format_of(cfg)
-    if response_format is not None:  # chat's field; vLLM and mopt serve take it on completions too
-        payload["response_format"] = response_format
-    return payload
-
-
-def _responses_body(cfg: ClientConfig, req: BenchRequest, payload: dict) -> dict:
-    """A Responses API request: the prompt as input, max_output_tokens, the schema as text.format (flat)."""
-    payload.update(input=req.prompt, max_output_tokens=req.output_len, stream=True)
-    if cfg.ignore_eos:
-        payload["ignore_eos"] = True
-    if cfg.temperature is not None:
-        payload["temperature"] = cfg.temperature
-    if cfg.logprobs is not None:  # OpenAI and vLLM return them only when `include` asks
-        payload.update(top_logprobs=cfg.logprobs, include=["message.output_text.logprobs"])
-    response_format = response_format_of(cfg)
-    if response_format is not None:
-        spec = response_format.get("json_schema") or {}
-        payload["text"] = {"format": {"type": response_format["type"], **spec}}
-    return payload
-
-
-def response_format_of(cfg: ClientConfig) -> dict | None:
-    """The response_format every request sends (from json_schema or response_format), or None."""
-    return _read_response_format(cfg.json_schema, cfg.response_format)
-
-
-@functools.lru_cache(maxsize=8)
-def _read_response_format(schema_file: str | None, format_file: str | None) -> dict | None:
-    path = schema_file or format_file
-    if not path:
-        return None
-    try:
-        value = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ValueError(f"{path} is not JSON: {exc}") from None
-    if schema_file:
-        if not isinstance(value, dict):
-            raise ValueError(f"{path}: a JSON schema must be an object")
-        name = re.sub(r"[^A-Za-z0-9_-]", "_", Path(path).stem)[:64] or "schema"  # OpenAI's rule for the name
-        return {"type": "json_schema", "json_schema": {"name": name, "schema": value}}
-    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
-        raise ValueError(f'{path}: a response_format is an object with a "type" (json_object, json_schema ...)')
-    return value
 
 
 def _num_logprobs(chunk: dict, chat: bool) -> int | None:

@@ -1,5 +1,6 @@
-"""What the user adds to every request: --header KEY=VALUE and --extra-body JSON, as `vllm bench serve`
-(`--header`, `--extra-body`) and genai-perf (`--header`, `--extra-inputs`) take them.
+"""What every request sends: its body for the endpoint (`request_body`: the prompt, lengths, sampling
+flags, the response format), and what the user adds, --header KEY=VALUE and --extra-body JSON, as
+`vllm bench serve` (`--header`, `--extra-body`) and genai-perf (`--header`, `--extra-inputs`) take them.
 
 Both are checked when the ClientConfig is built, so a typo fails before any request (exit 2); both are
 saved in the run's config, header values that look like credentials masked as the API key is.
@@ -10,6 +11,12 @@ from __future__ import annotations
 import functools
 import json
 import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from model_optimizer.optimizer.bench.client import ClientConfig
+    from model_optimizer.optimizer.bench.workloads import BenchRequest
 
 SECRET_HEADER = re.compile(r"auth|key|token|secret|password|cookie|credential|session", re.IGNORECASE)
 """Header names whose values are masked in saved runs."""
@@ -68,3 +75,78 @@ def masked_headers(items: list[str] | None) -> list[str] | None:
 
 def _pairs(items: list[str]) -> list[tuple[str, str]]:
     return [(name.strip(), value.strip()) for name, _, value in (item.partition("=") for item in items)]
+
+
+def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
+    """The JSON body of `req` for the configured endpoint, with --extra-body merged over it."""
+    return json.dumps(_body(cfg, req) | (extra_body_of(cfg) or {})).encode()
+
+
+def _body(cfg: ClientConfig, req: BenchRequest) -> dict:
+    payload: dict = {"model": cfg.model}
+    if cfg.endpoint == "embeddings":
+        payload["input"] = req.prompt
+        return payload
+    if cfg.endpoint == "responses":
+        return _responses_body(cfg, req, payload)
+    if cfg.endpoint == "chat":
+        payload["messages"] = [{"role": "user", "content": req.prompt}]
+    else:
+        payload["prompt"] = req.prompt
+    payload.update(max_tokens=req.output_len, stream=True, stream_options={"include_usage": True})
+    if cfg.ignore_eos:
+        payload["ignore_eos"] = True
+    if cfg.temperature is not None:
+        payload["temperature"] = cfg.temperature
+    if cfg.return_token_ids:
+        payload["return_token_ids"] = True
+    if cfg.logprobs is not None:  # chat asks with a flag plus top_logprobs; completions with the count
+        payload.update(
+            {"logprobs": True, "top_logprobs": cfg.logprobs} if cfg.endpoint == "chat" else {"logprobs": cfg.logprobs}
+        )
+    response_format = response_format_of(cfg)
+    if response_format is not None:  # chat's field; vLLM and mopt serve take it on completions too
+        payload["response_format"] = response_format
+    return payload
+
+
+def _responses_body(cfg: ClientConfig, req: BenchRequest, payload: dict) -> dict:
+    """A Responses API request: the prompt as input, max_output_tokens, the schema as text.format (flat)."""
+    payload.update(input=req.prompt, max_output_tokens=req.output_len, stream=True)
+    if cfg.ignore_eos:
+        payload["ignore_eos"] = True
+    if cfg.temperature is not None:
+        payload["temperature"] = cfg.temperature
+    if cfg.logprobs is not None:  # OpenAI and vLLM return them only when `include` asks
+        payload.update(top_logprobs=cfg.logprobs, include=["message.output_text.logprobs"])
+    response_format = response_format_of(cfg)
+    if response_format is not None:
+        spec = response_format.get("json_schema") or {}
+        payload["text"] = {"format": {"type": response_format["type"], **spec}}
+    return payload
+
+
+def response_format_of(cfg: ClientConfig) -> dict | None:
+    """The response_format every request sends (from json_schema or response_format), or None."""
+    return _read_response_format(cfg.json_schema, cfg.response_format)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_response_format(schema_file: str | None, format_file: str | None) -> dict | None:
+    path = schema_file or format_file
+    if not path:
+        return None
+    try:
+        value = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+    if schema_file:
+        if not isinstance(value, dict):
+            raise ValueError(f"{path}: a JSON schema must be an object")
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", Path(path).stem)[:64] or "schema"  # OpenAI's rule for the name
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": value}}
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise ValueError(f'{path}: a response_format is an object with a "type" (json_object, json_schema ...)')
+    return value

@@ -37,7 +37,8 @@ def test_serving_benchmark_writes_throughput_and_latency_percentiles(tiny_model,
 
 
 def test_bench_asks_for_logprobs_in_each_endpoints_spelling():
-    from model_optimizer.optimizer.bench.client import ClientConfig, request_body
+    from model_optimizer.optimizer.bench.client import ClientConfig
+    from model_optimizer.optimizer.bench.request_options import request_body
     from model_optimizer.optimizer.bench.workloads import BenchRequest
 
     req = BenchRequest(prompt="hi", prompt_len=1, output_len=2)
@@ -49,7 +50,8 @@ def test_bench_asks_for_logprobs_in_each_endpoints_spelling():
 
 
 def test_bench_sends_a_schema_or_a_response_format_from_a_file(tmp_path):
-    from model_optimizer.optimizer.bench.client import ClientConfig, request_body
+    from model_optimizer.optimizer.bench.client import ClientConfig
+    from model_optimizer.optimizer.bench.request_options import request_body
     from model_optimizer.optimizer.bench.workloads import BenchRequest
 
     req = BenchRequest(prompt="hi", prompt_len=1, output_len=2)

@@ -2,9 +2,10 @@
 
 import pytest
 
-from model_optimizer.optimizer.bench.client import ClientConfig, request_body
+from model_optimizer.optimizer.bench.client import ClientConfig
 from model_optimizer.optimizer.bench.load import RunPlan
 from model_optimizer.optimizer.bench.metrics import summarize
+from model_optimizer.optimizer.bench.request_options import request_body
 from tests.optimizer.bench.util import make_requests, run_plan
 
 
