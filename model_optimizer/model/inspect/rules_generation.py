@@ -44,8 +44,8 @@ def sampling_defaults(ctx: InspectContext) -> list[Finding]:
 
 def token_ids(ctx: InspectContext) -> list[Finding]:
     """Token ids that are not integers ("2", 2.0, true, null in a list). The other rules leave such values
-    out; the engine adds generation_config.json's eos ids as they are, so `true` stops on token 1 and a
-    string never stops; transformers' generate refuses them."""
+    out, and so does the engine (llm.eos_token_ids: such an EOS stops nothing); transformers' generate
+    refuses them."""
     bad: dict[str, list] = {}
     files = {"config.json": ctx.checkpoint.config, "generation_config.json": ctx.checkpoint.generation_config or {}}
     for file, data in files.items():
@@ -66,8 +66,8 @@ def token_ids(ctx: InspectContext) -> list[Finding]:
             "tokens.invalid_id",
             "error",
             f"token ids that are not integers: {listed}",
-            "The engine stops on generation_config.json's eos ids as written (true is token 1, a string never "
-            "matches) and transformers refuses them; the other token checks leave them out.",
+            "The engine leaves them out, so an EOS written this way stops nothing, and transformers refuses "
+            "them; the other token checks leave them out too.",
             {"any": fixes},
             {"values": {where: [repr(v) for v in values] for where, values in bad.items()}},
         )
