@@ -123,7 +123,7 @@ def chat_text(
     )
     extra = {
         k: v
-        for k, v in (template_kwargs or {}).items()
+        for k, v in ((k, _plain(v)) for k, v in (template_kwargs or {}).items())
         if k not in RESERVED_TEMPLATE_KWARGS and isinstance(v, (str, int, float, bool, list, dict, type(None)))
     }
     if continue_final_message:
@@ -139,6 +139,12 @@ def chat_text(
     if not isinstance(text, str) or not text.strip():
         raise ValueError("the chat template produced no text for these messages")
     return _cut_at_tag(text) if continue_final_message else text
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy scalar (np.bool_(False) from a config or a sweep) as its Python value, which the filter above
+    keeps: left as it was, it was dropped, and `enable_thinking` stayed on."""
+    return value.item() if type(value).__module__ == "numpy" and hasattr(value, "item") else value
 
 
 FINAL_MESSAGE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "

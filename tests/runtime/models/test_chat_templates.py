@@ -53,6 +53,18 @@ def test_chatml_closes_an_empty_think_block_when_thinking_is_off(tokenizer):
     assert render(enable_thinking=False) == EXPECTED["chatml"] + "<think>\n\n</think>\n\n"
 
 
+def test_numpy_template_kwargs_are_taken_as_their_python_values(tokenizer):
+    """np.bool_(False) from a config or a sweep turns thinking off as False does (it was dropped)."""
+    import numpy as np
+
+    from model_optimizer.runtime.engine.input_processor import chat_text
+
+    template = load_template("chatml")
+    off = chat_text(tokenizer, MESSAGES, template, template_kwargs={"enable_thinking": np.bool_(False)})
+    assert off == chat_text(tokenizer, MESSAGES, template, template_kwargs={"enable_thinking": False})
+    assert off.endswith("<think>\n\n</think>\n\n")
+
+
 def test_families_and_files(tmp_path):
     assert shipped_templates() == ["chatml", "llama3", "mistral"]
     assert [family_template({"model_type": t}) for t in ("qwen3", "qwen2", "llama", "mistral", "gpt2")] == [
