@@ -27,6 +27,9 @@ class VllmSetting:
     server_only: bool = False
     """A flag of vLLM's server alone: `mopt serve` takes it, `LLM(...)` does not (vLLM's LLM has no such
     argument either, so it stays a TypeError there)."""
+    llm_only: bool = False
+    """A setting of vLLM's LLM that `mopt serve` has a flag of its own for (max_logprobs: --max-logprobs): not
+    added to the server's vLLM flags."""
     nargs: str | None = None
     """The flag's nargs as vLLM declares it ("+": several values; "?": a value, or `const` alone)."""
     const: Any = None
@@ -81,6 +84,14 @@ def _empty_json(name: str, instead: str) -> Callable[[Any], str | None]:
     return refuse
 
 
+def _at_most_max_logprobs(value: Any) -> str | None:
+    from model_optimizer.runtime.sampling_params import MAX_LOGPROBS
+
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_LOGPROBS:
+        return None
+    return f"max_logprobs must be in [0, {MAX_LOGPROBS}] here (logprobs are capped at {MAX_LOGPROBS}), got {value!r}"
+
+
 def _tokenizer_mode(value: Any) -> str | None:
     if value in (None, "auto", "hf"):
         return None
@@ -113,6 +124,9 @@ SETTINGS = (
         "-dp",
     ),
     VllmSetting("enable_lora", "only off is taken: merge adapters into the weights", bool, _lora),
+    VllmSetting(
+        "max_logprobs", "logprobs are capped at 20 (SamplingParams' bound)", int, _at_most_max_logprobs, llm_only=True
+    ),
     VllmSetting("uvicorn_log_level", "uvicorn logs at --log-level, in the server's format", str),
     VllmSetting("disable_uvicorn_access_log", "the access log follows --log-level (warning turns it off)"),
     VllmSetting("enable_log_requests", "requests are not logged one by one"),
@@ -234,6 +248,8 @@ SETTINGS = (
     ),  # fmt: skip
 )
 BY_NAME = {s.name: s for s in SETTINGS}
+SERVER_FLAGS = [s for s in SETTINGS if not s.llm_only]
+"""The settings `mopt serve` takes as vLLM flags."""
 
 
 def split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -278,7 +294,7 @@ BooleanOptionalAction (--trust-remote-code / --no-trust-remote-code)."""
 def add_args(parser: argparse.ArgumentParser) -> None:
     """The settings as `mopt serve` flags, in a group of their own, so a `vllm serve` command line runs."""
     group = parser.add_argument_group("vLLM flags taken for compatibility (each changes nothing here; see the warning)")
-    for s in SETTINGS:
+    for s in SERVER_FLAGS:
         flags = ("--" + s.name.replace("_", "-"), s.short) if s.short else ("--" + s.name.replace("_", "-"),)
         if s.kind is bool:  # --no-X too where vLLM's switch has it (argparse.BooleanOptionalAction)
             action = "store_true" if s.name in ONLY_ON else argparse.BooleanOptionalAction
@@ -292,4 +308,4 @@ def add_args(parser: argparse.ArgumentParser) -> None:
 
 def from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The vLLM-only flags given on a command line made by add_args."""
-    return {s.name: getattr(args, s.name) for s in SETTINGS if getattr(args, s.name, None) is not None}
+    return {s.name: getattr(args, s.name) for s in SERVER_FLAGS if getattr(args, s.name, None) is not None}

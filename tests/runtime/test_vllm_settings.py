@@ -13,7 +13,7 @@ from model_optimizer import LLM, SamplingParams
 from tests.runtime.server.test_startup import LINE, Server, assert_config_error, run_serve
 
 SMALL = dict(max_model_len=64, num_kv_blocks=32)
-VLLM_ARGS = dict(trust_remote_code=True, disable_log_stats=True, swap_space=4, tokenizer_mode="auto")
+VLLM_ARGS = dict(trust_remote_code=True, disable_log_stats=True, swap_space=4, tokenizer_mode="auto", max_logprobs=20)
 
 
 def test_llm_takes_vllm_only_settings_and_names_them_in_one_warning(tiny_model, caplog):
@@ -21,7 +21,7 @@ def test_llm_takes_vllm_only_settings_and_names_them_in_one_warning(tiny_model, 
         llm = LLM(str(tiny_model("qwen3")), **SMALL, **VLLM_ARGS)
     [warning] = [r.getMessage() for r in caplog.records if "vLLM settings ignored" in r.getMessage()]
     assert "trust_remote_code (checkpoints run on this engine's own model code" in warning
-    assert "swap_space (" in warning and "disable_log_stats (" in warning
+    assert "swap_space (" in warning and "disable_log_stats (" in warning and "max_logprobs (" in warning
     out = llm.generate(["hi"], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True), use_tqdm=False)
     assert len(out[0].outputs[0].token_ids) == 3
 
@@ -34,6 +34,8 @@ def test_llm_takes_vllm_only_settings_and_names_them_in_one_warning(tiny_model, 
         ({"data_parallel_size": 0}, "data_parallel_size must be 1 here, got 0"),
         ({"enable_lora": True}, "LoRA adapters are not supported"),
         ({"tokenizer_mode": "mistral"}, "tokenizer_mode 'mistral' is not supported"),
+        ({"max_logprobs": -1}, r"max_logprobs must be in \[0, 20\] here"),
+        ({"max_logprobs": 64}, r"max_logprobs must be in \[0, 20\] here"),
     ],
 )
 def test_llm_refuses_what_this_engine_does_not_do(tiny_model, setting, message):
