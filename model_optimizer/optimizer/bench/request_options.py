@@ -4,6 +4,7 @@ flags, the response format), and what the user adds, --header KEY=VALUE and --ex
 
 Both are checked when the ClientConfig is built, so a typo fails before any request (exit 2); both are
 saved in the run's config, header values that look like credentials masked as the API key is.
+Each function's `cfg` is a client.ClientConfig, not imported here: client.py imports this module.
 """
 
 from __future__ import annotations
@@ -12,11 +13,8 @@ import functools
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from model_optimizer.optimizer.bench.client import ClientConfig
-    from model_optimizer.optimizer.bench.workloads import BenchRequest
+from model_optimizer.optimizer.bench.workloads import BenchRequest
 
 SECRET_HEADER = re.compile(r"auth|key|token|secret|password|cookie|credential|session", re.IGNORECASE)
 """Header names whose values are masked in saved runs."""
@@ -77,12 +75,12 @@ def _pairs(items: list[str]) -> list[tuple[str, str]]:
     return [(name.strip(), value.strip()) for name, _, value in (item.partition("=") for item in items)]
 
 
-def request_body(cfg: ClientConfig, req: BenchRequest) -> bytes:
+def request_body(cfg, req: BenchRequest) -> bytes:
     """The JSON body of `req` for the configured endpoint, with --extra-body merged over it."""
     return json.dumps(_body(cfg, req) | (extra_body_of(cfg) or {})).encode()
 
 
-def _body(cfg: ClientConfig, req: BenchRequest) -> dict:
+def _body(cfg, req: BenchRequest) -> dict:
     payload: dict = {"model": cfg.model}
     if cfg.endpoint == "embeddings":
         payload["input"] = req.prompt
@@ -110,7 +108,7 @@ def _body(cfg: ClientConfig, req: BenchRequest) -> dict:
     return payload
 
 
-def _responses_body(cfg: ClientConfig, req: BenchRequest, payload: dict) -> dict:
+def _responses_body(cfg, req: BenchRequest, payload: dict) -> dict:
     """A Responses API request: the prompt as input, max_output_tokens, the schema as text.format (flat)."""
     payload.update(input=req.prompt, max_output_tokens=req.output_len, stream=True)
     if cfg.ignore_eos:
@@ -126,7 +124,7 @@ def _responses_body(cfg: ClientConfig, req: BenchRequest, payload: dict) -> dict
     return payload
 
 
-def response_format_of(cfg: ClientConfig) -> dict | None:
+def response_format_of(cfg) -> dict | None:
     """The response_format every request sends (from json_schema or response_format), or None."""
     return _read_response_format(cfg.json_schema, cfg.response_format)
 
