@@ -21,7 +21,7 @@ from model_optimizer.runtime.server.logprobs import (
     prompt_logprobs_json,
     tokens_as_ids,
 )
-from model_optimizer.runtime.server.prompts import chat_prompt, kept_tokens
+from model_optimizer.runtime.server.prompts import Prompt, chat_prompt, kept_tokens
 from model_optimizer.runtime.server.protocol import (
     ChatChoice,
     ChatCompletionChunk,
@@ -89,16 +89,7 @@ async def chat_generation(
         raise APIError(400, "prompt_logprobs are not available when stream is true", "prompt_logprobs")
     plan = tool_plan(state, body)
     constraint = await _constraint(state, body, plan, request)
-    prompt = await chat_prompt(
-        state,
-        body.messages,
-        body.add_generation_prompt,
-        body.template_kwargs(),
-        add_special_tokens=body.add_special_tokens,
-        tools=plan.template_tools,
-        continue_final_message=body.continue_final_message,
-        keep=kept_tokens(state, body.truncate_prompt_tokens),
-    )
+    prompt = await request_prompt(state, body, plan.template_tools)
     name = state.config.reasoning_parser
     reasoning = REASONING_PARSERS[name].for_prompt(prompt.text, _last_turn_text(body)) if name else None
     if constraint is not None and reasoning is not None:  # the constraint applies to the answer, after thinking
@@ -139,6 +130,25 @@ async def chat_generation(
     name = response_id(id_prefix, headers, generation.request_id)
     fmt = ChatFormat(body, name, state.model.name, texts, plan, reasoning, state.config.response_role)
     return generation, fmt
+
+
+async def request_prompt(
+    state: ServerState, body: ChatCompletionRequest, template_tools: list[dict] | None, for_generation: bool = True
+) -> Prompt:
+    """The request's prompt as its generation reads it: its messages through the template with its tools and
+    kwargs, the last truncate_prompt_tokens kept (also /v1/responses/input_tokens' count, `for_generation`
+    False: the context bound for an answer is not checked)."""
+    return await chat_prompt(
+        state,
+        body.messages,
+        body.add_generation_prompt,
+        body.template_kwargs(),
+        add_special_tokens=body.add_special_tokens,
+        for_generation=for_generation,
+        tools=template_tools,
+        continue_final_message=body.continue_final_message,
+        keep=kept_tokens(state, body.truncate_prompt_tokens),
+    )
 
 
 def _last_turn_text(body: ChatCompletionRequest) -> str:

@@ -28,12 +28,11 @@ from model_optimizer.runtime.engine.outputs import RequestOutput
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError, failure_status
 from model_optimizer.runtime.server.logprobs import chat_logprobs_dict
-from model_optimizer.runtime.server.prompts import chat_prompt
 from model_optimizer.runtime.server.protocol import ChatCompletionResponse, StreamOptions, UsageInfo
 from model_optimizer.runtime.server.protocol_responses import ResponsesRequest, echoed_format
 from model_optimizer.runtime.server.request_group import ClientDisconnected, respond
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
-from model_optimizer.runtime.server.routes.chat import ChatFormat, chat_generation
+from model_optimizer.runtime.server.routes.chat import ChatFormat, chat_generation, request_prompt
 from model_optimizer.runtime.server.state import get_state
 from model_optimizer.runtime.server.streaming import ChoiceDelta, sse
 from model_optimizer.runtime.server.tools import tool_plan
@@ -91,17 +90,7 @@ async def count_input_tokens(body: ResponsesRequest, request: Request) -> dict[s
         state.check_generates()
         if (refusal := chat.template_refusal()) is not None:
             raise APIError(400, *refusal)
-        tools = tool_plan(state, chat).template_tools
-        kwargs = chat.template_kwargs()
-        prompt = await chat_prompt(
-            state,
-            chat.messages,
-            chat.add_generation_prompt,
-            kwargs,
-            add_special_tokens=chat.add_special_tokens,
-            for_generation=False,
-            tools=tools,
-        )
+        prompt = await request_prompt(state, chat, tool_plan(state, chat).template_tools, for_generation=False)
     except APIError as exc:
         raise APIError(exc.status_code, _renamed(exc.message), _param(exc.param), exc.headers) from None
     return {"object": "response.input_tokens", "input_tokens": len(prompt.token_ids)}
