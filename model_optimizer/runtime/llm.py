@@ -14,7 +14,7 @@ from typing import Any
 
 from model_optimizer.runtime import vllm_settings
 from model_optimizer.runtime.beam_search import BeamSearch, BeamSearchOutput, BeamSearchParams, beam_max_len
-from model_optimizer.runtime.config import GENERATION_DEFAULT_FIELDS, EngineConfig
+from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.core import ModelInfo
 from model_optimizer.runtime.engine.engine import LLMEngine
 from model_optimizer.runtime.engine.input_processor import encode_prompt
@@ -30,7 +30,7 @@ from model_optimizer.runtime.kernels.compile_cache import configure_compile, has
 from model_optimizer.runtime.models.model_config import is_encoder_folder
 from model_optimizer.runtime.models.tokenizer import TOKENIZER_FILES, load_tokenizer
 from model_optimizer.runtime.pooling_params import PoolingParams
-from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
+from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams, generation_config_defaults
 
 Prompt = str | list[int]
 
@@ -151,12 +151,10 @@ def generation_defaults(
         if not isinstance(config, dict):
             raise ValueError(f"{path}: expected a JSON object")
     for where, given in ((path, config), ("override_generation_config", {**config, **(overrides or {})})):
-        values = {field: given[key] for key, field in GENERATION_DEFAULT_FIELDS.items() if given.get(key) is not None}
         try:
-            SamplingParams(**values)
+            values = generation_config_defaults(given)
         except ValueError as exc:
-            named = " (max_new_tokens is max_tokens)" if "max_tokens" in str(exc) else ""
-            raise ValueError(f"{where}: {exc}{named}") from None
+            raise ValueError(f"{where}: {exc}") from None
     return values
 
 

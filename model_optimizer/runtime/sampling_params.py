@@ -377,6 +377,21 @@ class SamplingParams:
         _require(conflict is None, conflict or "")
 
 
+def generation_config_defaults(given: dict[str, Any]) -> dict[str, Any]:
+    """The SamplingParams fields a generation_config's keys set (config.GENERATION_DEFAULT_FIELDS: temperature,
+    max_new_tokens as max_tokens ...), checked as SamplingParams checks them: ValueError saying what is wrong.
+    The one check of llm.generation_defaults (the engine's start) and `mopt inspect`'s generation rule."""
+    from model_optimizer.runtime.config import GENERATION_DEFAULT_FIELDS
+
+    values = {field: given[key] for key, field in GENERATION_DEFAULT_FIELDS.items() if given.get(key) is not None}
+    try:
+        SamplingParams(**values)
+    except ValueError as exc:
+        named = " (max_new_tokens is max_tokens)" if "max_tokens" in str(exc) else ""
+        raise ValueError(f"{exc}{named}") from None
+    return values
+
+
 def unsatisfiable_rules(
     allowed_token_ids: list[int] | None,
     bad_words_token_ids: list[list[int]] | None,

@@ -10,26 +10,22 @@ TOKEN_ID_KEYS = ("eos_token_id", "bos_token_id", "pad_token_id", "decoder_start_
 
 
 def sampling_defaults(ctx: InspectContext) -> list[Finding]:
-    """generation_config.json's sampling defaults (temperature, top_p, max_new_tokens ...) checked as the
-    engine's reader (llm.generation_defaults, whose module takes 0.25 s to import) checks them: a value
-    SamplingParams refuses stops `mopt serve` and `generate` before loading."""
+    """generation_config.json's sampling defaults (temperature, top_p, max_new_tokens ...) checked by the
+    engine's own check (sampling_params.generation_config_defaults, as llm.generation_defaults calls it): a
+    value SamplingParams refuses stops `mopt serve` and `generate` before loading."""
     gen = ctx.checkpoint.generation_config
     if ctx.encoder or gen is None:
         return []
-    from model_optimizer.runtime.config import GENERATION_DEFAULT_FIELDS
-    from model_optimizer.runtime.sampling_params import SamplingParams
+    from model_optimizer.runtime.sampling_params import generation_config_defaults
 
     try:
-        SamplingParams(
-            **{field: gen[key] for key, field in GENERATION_DEFAULT_FIELDS.items() if gen.get(key) is not None}
-        )
+        generation_config_defaults(gen)
     except (ValueError, TypeError) as exc:  # TypeError: a value of the wrong JSON type, if SamplingParams lets one by
         return [
             Finding(
                 "generation.invalid",
                 "error",
-                f"the engine refuses generation_config.json's sampling defaults: {exc}"
-                + (" (max_new_tokens is max_tokens)" if "max_tokens" in str(exc) else ""),
+                f"the engine refuses generation_config.json's sampling defaults: {exc}",
                 "The engine takes them as every request's defaults and stops at start-up on a value it cannot use.",
                 {
                     "any": [
