@@ -13,7 +13,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 
@@ -147,6 +147,14 @@ def user_cache_dir() -> Path:
         return Path(os.environ["MOPT_CACHE_DIR"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "model-optimizer"
+
+
+def names_a_file_inside(name: str) -> bool:
+    """Whether a file name a folder's own index gives (a checkpoint's shard map) stays inside that folder:
+    relative, without '..' or a drive (a file that is a symlink, as in a Hugging Face cache snapshot, is
+    fine: the name is what the index controls)."""
+    path = PurePosixPath(name.replace("\\", "/"))
+    return bool(path.parts) and not path.is_absolute() and ".." not in path.parts and ":" not in path.parts[0]
 
 
 def read_json(path: Path) -> Any:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from model_optimizer.common.fileio import read_json
+from model_optimizer.common.fileio import names_a_file_inside, read_json
 from model_optimizer.common.safetensors_dtypes import DTYPE_BYTES
 
 MAX_HEADER_BYTES = 100 << 20
@@ -158,7 +158,7 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(n, str) for n in weight_map.values()):
             raise ValueError(f"{index} must hold a 'weight_map' object of tensor name -> shard file name")
-        outside = sorted({name for name in weight_map.values() if not _inside(name)})
+        outside = sorted({name for name in weight_map.values() if not names_a_file_inside(name)})
         if outside:  # read as given, '../x' or '/etc/passwd' would inspect a file of another folder
             raise ValueError(
                 f"{index} names shards outside the checkpoint folder: {', '.join(outside)}; "
@@ -170,13 +170,6 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
             raise FileNotFoundError(f"{index} lists shards that are missing: {', '.join(missing)}")
         return files
     return sorted(p for p in model_dir.glob("*.safetensors") if p.is_file())
-
-
-def _inside(name: str) -> bool:
-    """The index's shard name stays inside the folder: relative, without '..' (a symlinked shard, as in a
-    Hugging Face cache snapshot, is fine: the name is what the index controls)."""
-    path = PurePosixPath(name.replace("\\", "/"))
-    return bool(path.parts) and not path.is_absolute() and ".." not in path.parts and ":" not in path.parts[0]
 
 
 def read_tensors(model_dir: Path) -> list[TensorInfo]:

@@ -11,13 +11,13 @@ import json
 import math
 from collections.abc import Callable, Iterator
 from functools import partial
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from model_optimizer.common.fileio import read_json
+from model_optimizer.common.fileio import names_a_file_inside, read_json
 from model_optimizer.common.safetensors_dtypes import DTYPE_BYTES
 from model_optimizer.runtime.distributed import TensorParallel, get_tp
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor
@@ -176,7 +176,7 @@ def safetensors_files(model_dir: Path) -> list[Path]:
         weight_map = content.get("weight_map") if isinstance(content, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise ValueError(f"{index} has no 'weight_map' object of tensor name -> shard file name")
-        outside = sorted({name for name in weight_map.values() if not _names_a_file_inside(name)})
+        outside = sorted({name for name in weight_map.values() if not names_a_file_inside(name)})
         if outside:  # an index may not send the loader to read files elsewhere ("../x", "/etc/passwd")
             raise ValueError(f"{index} names shards outside {model_dir}: {', '.join(outside[:3])}")
         files = sorted({model_dir / name for name in weight_map.values()})
@@ -188,13 +188,6 @@ def safetensors_files(model_dir: Path) -> list[Path]:
     if not files:
         raise FileNotFoundError(f"no *.safetensors file in {model_dir}")
     return files
-
-
-def _names_a_file_inside(name: str) -> bool:
-    """A shard name of an index that stays in the model's folder: relative, without '..' (a shard that is a
-    symlink, as in a Hugging Face cache snapshot, is fine: the name is what the index controls)."""
-    path = PurePosixPath(name.replace("\\", "/"))
-    return bool(path.parts) and not path.is_absolute() and ".." not in path.parts and ":" not in path.parts[0]
 
 
 def iterate_lazy_checkpoint(model_dir: Path) -> Iterator[tuple[Path, str, LazyTensor]]:
