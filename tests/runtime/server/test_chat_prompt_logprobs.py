@@ -6,25 +6,14 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import openai
 import pytest
 
 from tests.runtime.server.test_errors import assert_error
+from tests.runtime.server.test_vllm_request_bounds import ok
 
 MESSAGES = [{"role": "user", "content": "Score this prompt, please"}]
 CHAT = {"model": "tiny", "messages": MESSAGES, "max_tokens": 3, "temperature": 0}
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    with httpx.Client(base_url=server.url, timeout=60) as c:
-        yield c
-
-
-def ok(response: httpx.Response) -> dict:
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def test_chat_prompt_logprobs_are_those_of_the_rendered_prompt(client):

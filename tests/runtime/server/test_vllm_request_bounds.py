@@ -14,12 +14,6 @@ CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_t
 COMPLETION = {"model": "tiny", "prompt": "hi", "max_tokens": 2}
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    with httpx.Client(base_url=server.url, timeout=60) as c:
-        yield c
-
-
 def ok(response: httpx.Response) -> dict:
     assert response.status_code == 200, response.text
     return response.json()
