@@ -95,7 +95,7 @@ def main() -> None:
     from model_optimizer.model.quantize.calibration import read_documents, token_windows
     from model_optimizer.model.quantize.job import QuantizeOptions
     from model_optimizer.model.quantize.pipeline import eval_only, quantize
-    from model_optimizer.runtime.llm import load_tokenizer
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
 
     model = reference_model_path()
     tok = load_tokenizer(model)

@@ -99,8 +99,8 @@ def check_model_folder(model: str, out_dir: Path) -> str:
     """The model folder (a Hub id resolved), checked before it loads: it has tokenizer files (without them
     transformers makes up an empty tokenizer, which would be exported beside the graph and pass the
     check), and it is not --output (saving its tokenizer onto itself fails after model.onnx is written)."""
-    from model_optimizer.runtime.llm import TOKENIZER_FILES, resolve_model_dir
-    from model_optimizer.runtime.models.tokenizer import has_tokenizer_files
+    from model_optimizer.runtime.hub import resolve_model_dir
+    from model_optimizer.runtime.models.tokenizer import TOKENIZER_FILES, has_tokenizer_files
 
     folder = resolve_model_dir(model)
     if not has_tokenizer_files(folder):

@@ -359,8 +359,8 @@ def _load(config: EngineConfig, num_clients: int) -> tuple[EngineCore, dict]:
     from model_optimizer.runtime.engine.core import EngineCore
     from model_optimizer.runtime.hub import resolve_model_dir
     from model_optimizer.runtime.kernels.compile_cache import configure_compile
-    from model_optimizer.runtime.llm import load_runner, log_phase
     from model_optimizer.runtime.models.tokenizer import load_tokenizer
+    from model_optimizer.runtime.startup import load_runner, log_phase
 
     phase = log_phase("imports", start)
     configure_compile(config)

@@ -380,7 +380,7 @@ class SamplingParams:
 def generation_config_defaults(given: dict[str, Any]) -> dict[str, Any]:
     """The SamplingParams fields a generation_config's keys set (config.GENERATION_DEFAULT_FIELDS: temperature,
     max_new_tokens as max_tokens ...), checked as SamplingParams checks them: ValueError saying what is wrong.
-    The one check of llm.generation_defaults (the engine's start) and `mopt inspect`'s generation rule."""
+    The one check of generation_defaults.generation_defaults (the engine's start) and `mopt inspect`'s generation rule."""
     from model_optimizer.runtime.config import GENERATION_DEFAULT_FIELDS
 
     values = {field: given[key] for key, field in GENERATION_DEFAULT_FIELDS.items() if given.get(key) is not None}

@@ -202,7 +202,7 @@ def _with_generation_config(tiny_model, tmp_path, values: dict):
 
 
 def test_generation_config_sources_and_overrides(tiny_model, tmp_path):
-    from model_optimizer.runtime.llm import generation_defaults
+    from model_optimizer.runtime.generation_defaults import generation_defaults
 
     folder = _with_generation_config(tiny_model, tmp_path, {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 7})
     assert generation_defaults(folder) == {"temperature": 0.6, "top_p": 0.95, "max_tokens": 7}

@@ -11,7 +11,7 @@ TOKEN_ID_KEYS = ("eos_token_id", "bos_token_id", "pad_token_id", "decoder_start_
 
 def sampling_defaults(ctx: InspectContext) -> list[Finding]:
     """generation_config.json's sampling defaults (temperature, top_p, max_new_tokens ...) checked by the
-    engine's own check (sampling_params.generation_config_defaults, as llm.generation_defaults calls it): a
+    engine's own check (sampling_params.generation_config_defaults, as generation_defaults.generation_defaults calls it): a
     value SamplingParams refuses stops `mopt serve` and `generate` before loading."""
     gen = ctx.checkpoint.generation_config
     if ctx.encoder or gen is None:

@@ -73,7 +73,7 @@ def model_tokenizer(model: Path):
     """The model folder's tokenizer; ValueError when it has no tokenizer files. transformers would
     otherwise make up an empty one from config.json's model_type, and the evaluation text would
     tokenize to nothing ("fewer than 2 tokens")."""
-    from model_optimizer.runtime.llm import load_tokenizer
+    from model_optimizer.runtime.models.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(model, required=False)
     if tokenizer is None:

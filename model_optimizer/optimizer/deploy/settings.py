@@ -62,7 +62,7 @@ class ServeSettings:
                 "in an image; terminate TLS in front of the service (an ingress or load balancer), or mount "
                 "the files into your own build and pass the flags there"
             )
-        from model_optimizer.runtime.llm import config_generation_defaults
+        from model_optimizer.runtime.generation_defaults import config_generation_defaults
 
         config_generation_defaults(self.engine, self.host_model_dir)  # what the server would refuse at start-up
 

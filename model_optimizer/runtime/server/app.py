@@ -91,8 +91,8 @@ def _create_app(
     quiet_transformers()
     engine_config = engine_config or (llm.config if llm is not None else EngineConfig())
     chat_template = load_template(config.chat_template) if config.chat_template else None  # a typo fails at once
+    from model_optimizer.runtime.generation_defaults import config_generation_defaults
     from model_optimizer.runtime.hub import resolve_model_dir
-    from model_optimizer.runtime.llm import config_generation_defaults
 
     model_dir = (
         Path(llm.model_dir) if llm is not None else resolve_model_dir(engine_config.model, engine_config.revision)
@@ -202,7 +202,7 @@ def _frontend_tokenizer(engine_config: EngineConfig, llm: Any, model_dir: Path) 
     """The tokenizer this process tokenizes and detokenizes with (None: token-id prompts only)."""
     if llm is not None:
         return llm.tokenizer
-    from model_optimizer.runtime.llm import engine_tokenizer
+    from model_optimizer.runtime.startup import engine_tokenizer
 
     return engine_tokenizer(engine_config, model_dir)
 

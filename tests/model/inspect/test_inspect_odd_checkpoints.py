@@ -128,8 +128,8 @@ def test_a_tied_config_with_its_own_lm_head_warns_that_it_is_ignored(fresh, caps
     [({"temperature": -1}, "temperature"), ({"top_p": 5}, "top_p"), ({"max_new_tokens": -3}, "max_new_tokens")],
 )
 def test_generation_defaults_the_engine_refuses_are_an_error(fresh, capsys, values, says):
-    """The engine stops at start-up on these (llm.generation_defaults); inspect said the folder loads."""
-    from model_optimizer.runtime.llm import generation_defaults
+    """The engine stops at start-up on these (generation_defaults.generation_defaults); inspect said the folder loads."""
+    from model_optimizer.runtime.generation_defaults import generation_defaults
 
     folder = fresh()
     b.edit_json(folder / "generation_config.json", **values)

@@ -124,7 +124,7 @@ def test_a_folder_named_like_a_shard_is_not_a_shard(model_copy):
 
 def test_eos_ids_that_are_not_integers_are_no_stop_tokens(model_copy):
     """`true` is no token 1 and "2" no token 2 (inspect reports them as tokens.invalid_id)."""
-    from model_optimizer.runtime.llm import eos_token_ids
+    from model_optimizer.runtime.startup import eos_token_ids
 
     folder = model_copy()
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [True, "2", 7]}))

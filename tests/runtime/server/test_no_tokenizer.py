@@ -17,7 +17,7 @@ from tests.runtime.server.test_errors import assert_error
 def bare_server(tiny_model, tmp_path_factory):
     """The tiny Qwen3 without tokenizer files, loaded with dummy weights (as `--load-format dummy` does)."""
     from model_optimizer import LLM
-    from model_optimizer.runtime.llm import TOKENIZER_FILES
+    from model_optimizer.runtime.models.tokenizer import TOKENIZER_FILES
 
     out = tmp_path_factory.mktemp("bare") / "qwen3"
     shutil.copytree(tiny_model("qwen3"), out)

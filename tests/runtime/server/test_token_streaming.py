@@ -24,7 +24,7 @@ GREEDY = {"temperature": 0.0, "ignore_eos": True}
 def bare_server(tiny_model, tmp_path_factory):
     """The tiny Qwen3 without tokenizer files, with dummy weights (as `--load-format dummy` serves it)."""
     from model_optimizer import LLM
-    from model_optimizer.runtime.llm import TOKENIZER_FILES
+    from model_optimizer.runtime.models.tokenizer import TOKENIZER_FILES
 
     out = tmp_path_factory.mktemp("bare_tokens") / "qwen3"
     shutil.copytree(tiny_model("qwen3"), out)
