@@ -137,7 +137,7 @@ def _format(api: str, k: int | None, request_id: str, texts: Any) -> Any:
 
         body = CompletionRequest(model="m", prompt="p", max_tokens=128, stream=True, logprobs=k)
         return CompletionFormat(body, [""], request_id, "m", texts)
-    from model_optimizer.runtime.server.protocol import ChatCompletionRequest
+    from model_optimizer.runtime.server.protocol_chat import ChatCompletionRequest
     from model_optimizer.runtime.server.routes.chat import ChatFormat
 
     body = ChatCompletionRequest(

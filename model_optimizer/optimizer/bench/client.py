@@ -1,8 +1,9 @@
-"""The HTTP client: one httpx.AsyncClient on one event loop, timing every streamed chunk.
+"""The HTTP client: where to send (`ClientConfig`) and `BenchClient`, timing every streamed chunk.
 
-Each request records when the load generator wanted to send it, when it was sent, when each
-token-carrying chunk arrived, when it ended, how many tokens came back and, if it failed, why.
-Times are seconds from the start of the run (time.perf_counter based).
+Each request records (record.py) when the load generator wanted to send it, when it was sent, when
+each token-carrying chunk arrived, when it ended, how many tokens came back and, if it failed, why.
+Times are seconds from the start of the run (time.perf_counter based). What the chunks carry is
+read by chunks.py; this module owns the connections and the clock.
 """
 
 from __future__ import annotations
@@ -12,12 +13,23 @@ import json
 import math
 import ssl
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import httpx
-from pydantic_core import from_json
 
+from model_optimizer.optimizer.bench.chunks import (
+    StreamError,
+    chunk_tokens,
+    count_tokens,
+    error_message,
+    num_logprobs,
+    parse_chunk,
+    read_usage,
+    text_field,
+    token_count,
+)
+from model_optimizer.optimizer.bench.record import RequestRecord
 from model_optimizer.optimizer.bench.request_options import (
     extra_body_of,
     extra_headers,
@@ -28,6 +40,9 @@ from model_optimizer.optimizer.bench.request_options import (
 from model_optimizer.optimizer.bench.stopping import RunStop
 from model_optimizer.optimizer.bench.workloads import BenchRequest
 from model_optimizer.runtime.config import check_choice
+
+# RequestRecord lived here before record.py: the tuner, tests and benchmarks still import it from here
+__all__ = ["PATHS", "BenchClient", "ClientConfig", "RequestRecord", "check_base_url"]
 
 SHARD_SIZE = 8
 """Connections per httpx client in a closed loop."""
@@ -124,62 +139,6 @@ def check_base_url(url: str, name: str) -> None:
         raise ValueError(f"{name} has no host: {url!r}")
     if parsed.port is not None and not 0 < parsed.port <= 65535:
         raise ValueError(f"{name} has port {parsed.port}, outside 1-65535: {url!r}")
-
-
-@dataclass
-class RequestRecord:
-    """What happened to one request."""
-
-    index: int
-    prompt_len: int
-    output_len_requested: int
-    scheduled: float = 0.0
-    """When the load generator wanted it sent (arrival time, or when a concurrency slot freed)."""
-    send: float = 0.0
-    """When the HTTP call started."""
-    end: float = 0.0
-    chunk_times: list[float] = field(default_factory=list)
-    """Arrival time of each chunk that carried output tokens (non-empty text or non-empty token_ids)."""
-    chunk_tokens: list[int] = field(default_factory=list)
-    """Output tokens in each of those chunks (a server merges what a slow reader left waiting, as vLLM
-    and `mopt serve` do): from token_ids or logprobs when sent, else the server's usage spread over the
-    chunks by text length (chunk_token_counts). Empty means one token per chunk."""
-    output_tokens: int = 0
-    prompt_tokens: int | None = None
-    """From the server's `usage`, when it reports it."""
-    usage_reported: bool = False
-    token_count_source: str = ""
-    """Where output_tokens came from: usage (the server's), token_ids (ids or logprobs of every chunk),
-    tokenizer (the output text counted after the run, see token_counts.py) or chunks (one per chunk)."""
-    output_text: str | None = None
-    """The streamed text, kept only while output_tokens waits to be counted with a tokenizer (never saved)."""
-    chunk_chars: list[int] = field(default_factory=list)
-    """Text length of each token-carrying chunk, kept with output_text (never saved)."""
-    queue_wait: float = 0.0
-    """Seconds from `scheduled` until a --max-concurrency slot let the request go (open loop with a cap)."""
-    error: str | None = None
-    """None on success; else http_<status>, timeout, connection, malformed_stream, stream_error or other."""
-    error_detail: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def ttft(self) -> float | None:
-        return self.chunk_times[0] - self.send if self.chunk_times else None
-
-    @property
-    def e2e(self) -> float:
-        return self.end - self.send
-
-
-class StreamError(Exception):
-    """The server's stream broke the SSE/OpenAI format or reported an error."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(detail)
-        self.kind = kind
 
 
 class BenchClient:
@@ -293,16 +252,16 @@ class BenchClient:
                 if payload == b"[DONE]":
                     finished = True
                     continue
-                chunk = _parse_chunk(payload)
-                text, ids = _chunk_tokens(chunk, chat)
+                chunk = parse_chunk(payload)
+                text, ids = chunk_tokens(chunk, chat)
                 if text or ids:
                     rec.chunk_times.append(arrived)
-                    counted.append(len(ids) if ids is not None else _num_logprobs(chunk, chat))
+                    counted.append(len(ids) if ids is not None else num_logprobs(chunk, chat))
                     texts.append(text)
-                _read_usage(chunk.get("usage"), rec, "completion_tokens", "prompt_tokens")
+                read_usage(chunk.get("usage"), rec, "completion_tokens", "prompt_tokens")
         if not finished:
             raise StreamError("malformed_stream", "stream ended without data: [DONE]")
-        _count_tokens(rec, counted, texts)
+        count_tokens(rec, counted, texts)
 
     async def _read_events(self, resp: httpx.Response, rec: RequestRecord) -> None:
         """A Responses API stream: text deltas are the token events, the last event (completed, incomplete
@@ -317,12 +276,12 @@ class BenchClient:
             for line in lines:
                 if finished or not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
                     continue
-                event = _parse_chunk(line[5:].strip())
-                kind = _text(event.get("type"), "type")  # a list or object would not even hash
+                event = parse_chunk(line[5:].strip())
+                kind = text_field(event.get("type"), "type")  # a list or object would not even hash
                 if kind == "error":  # OpenAI's in-band error event
                     raise StreamError("stream_error", str(event.get("message") or event)[:300])
                 if kind in RESPONSES_TOKENS:
-                    text = _text(event.get("delta"), "delta")
+                    text = text_field(event.get("delta"), "delta")
                     if text:
                         rec.chunk_times.append(arrived)
                         logprobs = event.get("logprobs")
@@ -333,10 +292,10 @@ class BenchClient:
                     response = event.get("response") if isinstance(event.get("response"), dict) else {}
                     if kind == "response.failed":
                         raise StreamError("stream_error", json.dumps(response.get("error"))[:300])
-                    _read_usage(response.get("usage"), rec, "output_tokens", "input_tokens")
+                    read_usage(response.get("usage"), rec, "output_tokens", "input_tokens")
         if not finished:
             raise StreamError("malformed_stream", "stream ended before response.completed (or incomplete, failed)")
-        _count_tokens(rec, counted, texts)
+        count_tokens(rec, counted, texts)
 
     def _read_embedding(self, raw: bytes, rec: RequestRecord) -> None:
         try:
@@ -349,184 +308,12 @@ class BenchClient:
             raise StreamError("malformed_stream", "embeddings response without data")
         usage = body.get("usage")
         if isinstance(usage, dict) and "prompt_tokens" in usage:
-            rec.prompt_tokens = _token_count(usage, "prompt_tokens")
+            rec.prompt_tokens = token_count(usage, "prompt_tokens")
             rec.usage_reported = True
             rec.token_count_source = "usage"
-
-
-def _read_usage(usage: object, rec: RequestRecord, output_key: str, prompt_key: str) -> None:
-    """Take the output and prompt token counts of a stream's `usage` into `rec`, when it has them.
-
-    A count that is not a whole number (null, text) is the stream's fault: it must fail this request
-    as malformed_stream, not stop the whole run with a TypeError in int() or in summing prompt tokens."""
-    if not isinstance(usage, dict) or output_key not in usage:
-        return
-    rec.output_tokens = _token_count(usage, output_key)
-    rec.prompt_tokens = _token_count(usage, prompt_key) if usage.get(prompt_key) is not None else None
-    rec.usage_reported = True
-
-
-def _token_count(usage: dict, key: str) -> int:
-    value = usage.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise StreamError("malformed_stream", f"usage.{key} is not a token count: {value!r}"[:300])
-    return value
-
-
-def _count_tokens(rec: RequestRecord, counted: list[int | None], texts: list[str]) -> None:
-    """A finished stream's tokens per token-carrying chunk, and its output tokens: the server's usage wins,
-    else the chunks' ids or logprobs when every chunk has them, else one per chunk for now, with the text
-    kept for token_counts.count_with_tokenizer to count after the run (off the event loop's hot path)."""
-    chars = [len(t) for t in texts]
-    rec.chunk_tokens = chunk_token_counts(counted, chars, rec.output_tokens if rec.usage_reported else None)
-    if rec.usage_reported:
-        rec.token_count_source = "usage"
-        return
-    rec.output_tokens = sum(rec.chunk_tokens)
-    if counted and all(c is not None for c in counted):
-        rec.token_count_source = "token_ids"
-        return
-    rec.token_count_source = "chunks"
-    rec.output_text, rec.chunk_chars = "".join(texts), chars
-
-
-def chunk_token_counts(counted: list[int | None], chars: list[int], total: int | None) -> list[int]:
-    """Output tokens per token-carrying chunk: `counted` where known (token_ids or logprobs sent).
-
-    The unknown chunks hold at least one token each and, when the server's usage `total` says they
-    held more, its tokens in proportion to their text length (a merged chunk carries more text),
-    rounded by largest remainder to sum to it: ITL is then timed per token, and TPOT (from usage)
-    is unchanged."""
-    unknown = [i for i, c in enumerate(counted) if c is None]
-    counts = [1 if c is None else c for c in counted]
-    num_left = 0 if total is None else total - sum(c for c in counted if c is not None)
-    if not unknown or num_left <= len(unknown):
-        return counts
-    weights = [chars[i] for i in unknown]
-    if sum(weights) == 0:
-        weights = [1] * len(unknown)
-    shares = [num_left * w / sum(weights) for w in weights]
-    for i, share in zip(unknown, shares):
-        counts[i] = max(1, int(share))
-    order = sorted(range(len(unknown)), key=lambda k: shares[k] - int(shares[k]), reverse=True)
-    surplus = num_left - sum(counts[i] for i in unknown)
-    for k in order[: max(surplus, 0)]:  # short: the largest remainders get one more
-        counts[unknown[k]] += 1
-    while surplus < 0:  # over (chunks raised to one): the others give back, smallest remainders first
-        for k in reversed(order):
-            if surplus < 0 and counts[unknown[k]] > 1:
-                counts[unknown[k]] -= 1
-                surplus += 1
-    return counts
-
-
-def error_message(body: str) -> str:
-    """The `error.message` of an OpenAI-style error body (or `detail`, or `message`), else the body itself."""
-    return json_error_message(body) or body.strip()
-
-
-def json_error_message(body: str) -> str | None:
-    """The `error.message` of an OpenAI-style error body (or `detail`, as FastAPI and vLLM send, or
-    `message`); None when the body is not such JSON."""
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    error = data.get("error")
-    for candidate in (
-        error.get("message") if isinstance(error, dict) else error,
-        data.get("detail"),
-        data.get("message"),
-    ):
-        if isinstance(candidate, str) and candidate:
-            return candidate
-    return None
-
-
-def _num_logprobs(chunk: dict, chat: bool) -> int | None:
-    """Logprob entries of the first choice (one per token), or None when the chunk has none."""
-    logprobs = chunk["choices"][0].get("logprobs")
-    if not isinstance(logprobs, dict):
-        return None
-    entries = logprobs.get("content" if chat else "tokens")
-    return len(entries) if isinstance(entries, list) else None
 
 
 def _ssl_context() -> ssl.SSLContext:
     import certifi  # httpx's own source of CA certificates
 
     return ssl.create_default_context(cafile=certifi.where())
-
-
-def _parse_chunk(data: bytes) -> dict:
-    """One chunk's JSON. pydantic_core's parser: a third of json.loads' time on a chunk, and a client
-    parses one chunk per token of every stream (its own CPU per chunk is in benchmarks/bench_client_overhead.py)."""
-    try:
-        chunk = from_json(data)
-    except ValueError:  # invalid JSON or UTF-8
-        raise StreamError("malformed_stream", f"chunk is not JSON: {data[:100]!r}") from None
-    if not isinstance(chunk, dict):
-        raise StreamError("malformed_stream", f"chunk is not a JSON object: {data[:100]!r}")
-    if chunk.get("error"):  # some servers send "error": null in every chunk
-        raise StreamError("stream_error", json.dumps(chunk["error"])[:300])
-    return chunk
-
-
-def _chunk_tokens(chunk: dict, chat: bool) -> tuple[str, list | None]:
-    """The first choice's new text and new token ids (None when the chunk has no `token_ids`).
-
-    A chunk carries tokens when either is non-empty: a server streaming a model without a tokenizer
-    (or holding back half of a multibyte character) sends ids with empty text, and those are tokens
-    to time all the same. A field of the wrong type is a malformed_stream."""
-    choices = chunk.get("choices")
-    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
-        return "", None
-    choice = choices[0]
-    ids = choice.get("token_ids")
-    ids = ids if isinstance(ids, list) else None
-    if not chat:
-        return _text(choice.get("text"), "text"), ids
-    return _delta_text(choice.get("delta")), ids
-
-
-def _delta_text(delta: object) -> str:
-    """Every generated text of a chat delta: the answer, the reasoning and tool calls (name and
-    arguments) are all tokens the model produced, so all of them time TTFT and ITL.
-
-    Reasoning is `reasoning` (vLLM since late 2025) or `reasoning_content` (older vLLM, DeepSeek);
-    servers in between send the same text under both names, so it is taken once."""
-    if delta is None:
-        return ""
-    if not isinstance(delta, dict):
-        raise StreamError("malformed_stream", f"delta is not a JSON object: {delta!r}"[:300])
-    reasoning = _text(delta.get("reasoning"), "delta.reasoning")
-    reasoning = reasoning or _text(delta.get("reasoning_content"), "delta.reasoning_content")
-    return _text(delta.get("content"), "delta.content") + reasoning + _tool_call_text(delta.get("tool_calls"))
-
-
-def _tool_call_text(calls: object) -> str:
-    """The function names and argument fragments of a delta's tool calls."""
-    if calls is None:
-        return ""
-    if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
-        raise StreamError("malformed_stream", f"delta.tool_calls is not a list of objects: {calls!r}"[:300])
-    text = ""
-    for call in calls:
-        function = call.get("function")
-        if function is None:
-            continue
-        if not isinstance(function, dict):
-            raise StreamError("malformed_stream", f"tool call function is not an object: {function!r}"[:300])
-        text += _text(function.get("name"), "function.name") + _text(function.get("arguments"), "function.arguments")
-    return text
-
-
-def _text(value: object, name: str) -> str:
-    """A streamed text field: a string, or nothing (absent, null); anything else is malformed."""
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise StreamError("malformed_stream", f"{name} is not a string: {value!r}"[:300])
-    return value

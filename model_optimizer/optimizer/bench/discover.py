@@ -12,7 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from model_optimizer.optimizer.bench.client import ClientConfig, json_error_message
+from model_optimizer.optimizer.bench.chunks import json_error_message
+from model_optimizer.optimizer.bench.client import ClientConfig
 from model_optimizer.optimizer.bench.request_options import request_headers
 
 MAX_NAMES_SHOWN = 10

@@ -19,7 +19,7 @@ from model_optimizer.common.fileio import atomic_write
 from model_optimizer.optimizer.bench import fmt
 from model_optimizer.optimizer.bench.metrics import STATS
 from model_optimizer.optimizer.bench.plots import METRIC_NAMES, render_plots, run_name
-from model_optimizer.optimizer.bench.settings import run_settings
+from model_optimizer.optimizer.bench.settings import run_settings, stopped_early
 
 PLOT_TITLES = {
     "latency_cdf": "Latency distributions (CDF)",
@@ -156,13 +156,20 @@ def summary_table(results: list[dict]) -> str:
     keep = [i for i in range(len(SUMMARY_COLUMNS)) if any(row[i] is not None for row in values)]
     header = ["run"] + [_e(SUMMARY_COLUMNS[i][0]) for i in keep]
     rows = [
-        [_e(run_name(r))] + [_e(_cell(SUMMARY_COLUMNS[i][2], row[i])) for i in keep] for r, row in zip(results, values)
+        [_run_cell(r)] + [_e(_cell(SUMMARY_COLUMNS[i][2], row[i])) for i in keep] for r, row in zip(results, values)
     ]
     note = (
         "<p class='note'>Latencies over successful requests; rates per second of the run's duration "
-        "(first send to last answer); failed requests stay in every count.</p>"
+        "(first send to last answer); failed requests stay in every count; an interrupted run covers "
+        "only the requests it sent.</p>"
     )
     return _scroll(_table(header, rows)) + note
+
+
+def _run_cell(r: dict) -> str:
+    """A run's name, and under it how it stopped when it ended before its plan."""
+    stopped = stopped_early(r)
+    return _e(run_name(r)) + (f"<br><span class='warn'>{_e(stopped)}</span>" if stopped else "")
 
 
 def _cell(format_value: Callable[[object], str], value: object) -> str:

@@ -21,7 +21,8 @@ from typing import Literal
 import numpy as np
 
 from model_optimizer.optimizer.bench.arrivals import arrival_times, trace_times
-from model_optimizer.optimizer.bench.client import BenchClient, RequestRecord
+from model_optimizer.optimizer.bench.client import BenchClient
+from model_optimizer.optimizer.bench.record import RequestRecord
 from model_optimizer.optimizer.bench.workloads import BenchRequest, non_default_flags
 from model_optimizer.runtime.config import check_choice
 

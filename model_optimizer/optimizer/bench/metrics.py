@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model_optimizer.optimizer.bench.client import RequestRecord
+from model_optimizer.optimizer.bench.record import RequestRecord
 from model_optimizer.optimizer.bench.token_counts import count_sources
 
 STATS = ("mean", "p50", "p90", "p95", "p99", "max")

@@ -11,8 +11,8 @@ import asyncio
 import math
 import time
 
-from model_optimizer.optimizer.bench.client import RequestRecord
 from model_optimizer.optimizer.bench.metrics import distribution
+from model_optimizer.optimizer.bench.record import RequestRecord
 
 LAG_WARN_MS = 10.0
 """Loop or send lag (p99) above which timestamps are flagged as possibly that late."""

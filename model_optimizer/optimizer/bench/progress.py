@@ -9,7 +9,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from model_optimizer.optimizer.bench.client import RequestRecord
+from model_optimizer.optimizer.bench.record import RequestRecord
 
 REFRESH_PER_SECOND = 4
 PLAIN_INTERVAL_S = 10.0

@@ -17,9 +17,9 @@ from rich.table import Table
 
 from model_optimizer.common.fileio import atomic_write
 from model_optimizer.optimizer.bench import fmt
-from model_optimizer.optimizer.bench.client import RequestRecord
 from model_optimizer.optimizer.bench.html import write_html
 from model_optimizer.optimizer.bench.metrics import LATENCIES, STATS
+from model_optimizer.optimizer.bench.record import RequestRecord
 
 SCHEMA = "mopt-bench-run/1"
 CACHED_WARN = 0.5

@@ -15,7 +15,7 @@ import numpy as np
 from rich.console import Console
 
 from model_optimizer.optimizer.bench import report, sweep
-from model_optimizer.optimizer.bench.client import ClientConfig, RequestRecord
+from model_optimizer.optimizer.bench.client import ClientConfig
 from model_optimizer.optimizer.bench.discover import ServerModel, discover_model, local_tokenizer
 from model_optimizer.optimizer.bench.load import (
     DEFAULT_NUM_REQUESTS,
@@ -29,6 +29,7 @@ from model_optimizer.optimizer.bench.metrics import SloThreshold, parse_slo, sum
 from model_optimizer.optimizer.bench.overhead import overhead_report
 from model_optimizer.optimizer.bench.progress import RunProgress
 from model_optimizer.optimizer.bench.prompts import PromptMaker, load_tokenizer
+from model_optimizer.optimizer.bench.record import RequestRecord
 from model_optimizer.optimizer.bench.request_options import masked_headers, request_body, request_headers
 from model_optimizer.optimizer.bench.scrape import MetricsScraper
 from model_optimizer.optimizer.bench.settings import ignore_eos_words

@@ -32,6 +32,23 @@ def run_settings(r: dict) -> dict[str, str | None]:
     }
 
 
+def stopped_early(r: dict) -> str | None:
+    """`interrupted after 6 of 8 requests (SIGTERM)` for a run that ended before its plan did (a signal,
+    or the fail-fast rule), None for a complete one: its figures cover only part of the load.
+
+    Requests are those sent; the total is the run's whole schedule for an open loop or trace (sent plus
+    never sent), else the plan's request count, left out when only a duration bounded the run."""
+    if not r.get("interrupted"):
+        return None
+    num_sent = r["summary"]["num_requests"]
+    schedule = r["summary"].get("schedule")
+    total = num_sent + schedule["num_unsent"] if schedule else r["plan"].get("num_requests")
+    count = fmt.number(num_sent) if total is None else f"{fmt.number(num_sent)} of {fmt.number(total)}"
+    noun = "request" if (num_sent if total is None else total) == 1 else "requests"
+    reason = r.get("stop_reason")
+    return f"interrupted after {count} {noun}" + (f" ({reason})" if reason else "")
+
+
 def ignore_eos_words(on: bool) -> str:
     """The ignore_eos setting and what it does to the figures: on by default, which a reader comparing
     with another tool's run must know."""

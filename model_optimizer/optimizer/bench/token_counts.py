@@ -1,7 +1,7 @@
 """Output tokens of answers that came without `usage`: counted with the tokenizer, as `vllm bench serve` does.
 
 A streamed answer's own `usage` is exact; so are token ids or logprobs on every chunk. Without
-either, the client kept the answer's text (client._count_tokens) and, after the run, off the event
+either, the client kept the answer's text (chunks.count_tokens) and, after the run, off the event
 loop that timed the chunks, the tokenizer (--tokenizer, or the one found from the server's model
 `root`) counts it. With no tokenizer at all the count stays one token per chunk, an estimate that is
 low whenever a server merges tokens into one chunk. Each record says which (`token_count_source`).
@@ -9,7 +9,8 @@ low whenever a server merges tokens into one chunk. Each record says which (`tok
 
 from __future__ import annotations
 
-from model_optimizer.optimizer.bench.client import RequestRecord, chunk_token_counts
+from model_optimizer.optimizer.bench.chunks import chunk_token_counts
+from model_optimizer.optimizer.bench.record import RequestRecord
 
 EXACT_SOURCES = ("usage", "token_ids")
 """Sources whose counts are the server's own."""

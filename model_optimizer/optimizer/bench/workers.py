@@ -14,9 +14,10 @@ The parent waits until every worker is ready, then sends them one start time. Se
 times are `time.perf_counter()` minus that start; perf_counter is CLOCK_MONOTONIC on Linux
 (system-wide), and each worker's clock is checked against the parent's before the start.
 Records come back to the parent, which merges them in request order; a worker that dies or
-raises fails the run with a `WorkerFailed` naming it, and stopping (the end, an error, Ctrl-C)
-terminates every worker. Workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process
-group; the parent stops them) and exit when the parent dies.
+raises fails the run with a `WorkerFailed` naming it. Workers ignore SIGINT and SIGTERM and stop
+when this process tells them (worker_process.py), so a signal to the whole process group (Ctrl-C on
+a terminal, `timeout`, `kill -TERM -PGID`) still brings back every request they finished; after an
+error the workers still running are killed, and a worker exits by itself when the parent dies.
 """
 
 from __future__ import annotations
@@ -24,21 +25,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import multiprocessing
-import multiprocessing.connection
-import os
 import signal
-import threading
 import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
-from model_optimizer.optimizer.bench.client import BenchClient, ClientConfig, RequestRecord
-from model_optimizer.optimizer.bench.load import RunPlan, run_closed, run_load, run_open, schedule
-from model_optimizer.optimizer.bench.overhead import LoopLagMonitor, cancel_task
+from model_optimizer.optimizer.bench.client import BenchClient, ClientConfig
+from model_optimizer.optimizer.bench.load import RunPlan, run_load, schedule
+from model_optimizer.optimizer.bench.overhead import LoopLagMonitor
+from model_optimizer.optimizer.bench.record import RequestRecord
 from model_optimizer.optimizer.bench.stopping import RunStop
+from model_optimizer.optimizer.bench.worker_process import WorkerTask, ending, signals_held, worker_main
 from model_optimizer.optimizer.bench.workloads import BenchRequest
 
 START_DELAY_S = 0.05
@@ -46,9 +44,8 @@ START_DELAY_S = 0.05
 CLOCK_TOLERANCE_S = 0.5
 """A worker whose perf_counter differs from the parent's by more than this (against time.time) has
 its own clock: its times could not be merged."""
-PROGRESS_INTERVAL_S = 0.25
-"""How often a worker reports its finished-request counts to the parent's progress bar."""
 STOP_TIMEOUT_S = 5.0
+"""Seconds a worker gets to exit (after its records, or a kill) before the parent kills it and moves on."""
 
 Counts = Callable[[int, int, int], None]
 """Progress callback: (num_ok, num_failed, output_tokens) finished since the last call."""
@@ -61,20 +58,6 @@ class WorkerFailed(RuntimeError):
         super().__init__(message)
         self.detail = detail
         """The worker's traceback, when it raised."""
-
-
-@dataclass
-class WorkerTask:
-    """One worker's share of a run (pickled to the spawned process)."""
-
-    index: int
-    client: ClientConfig
-    plan: RunPlan
-    """The run's plan with this worker's share of the concurrency or of the in-flight cap."""
-    requests: list[BenchRequest]
-    bodies: list[bytes]
-    arrivals: list[tuple[int, float]] | None
-    """Open loop and trace: the (request index, send offset) pairs it owns; None in a closed loop."""
 
 
 async def execute_plan(
@@ -118,12 +101,7 @@ async def _run_here(
         monitor.start()
         records = await run_load(client, plan, requests, bodies, rng, counted)
         loop = await monitor.stop()
-    return records, [loop | _ending(records, stop)]
-
-
-def _ending(records: list[RequestRecord], stop: RunStop) -> dict:
-    """How one process's share of a run ended: its requests, arrivals never sent, why it stopped early."""
-    return {"num_requests": len(records), "num_unsent": stop.num_unsent, "stopped": stop.reason}
+    return records, [loop | ending(records, stop)]
 
 
 def worker_limit(plan: RunPlan, requests: list[BenchRequest]) -> int:
@@ -172,6 +150,8 @@ class _WorkerGroup:
         self.n, self.tasks = len(tasks), tasks
         self.counter = counter  # Process.start() drops its args: this keeps the shared counter alive
         self.procs, self.conns, self._child_ends = [], [], []
+        self.finished = False
+        """True once every worker sent its records: each then exits by itself."""
         for task in tasks:
             ours, theirs = ctx.Pipe()
             self.procs.append(
@@ -187,9 +167,10 @@ class _WorkerGroup:
 
     async def start(self) -> None:
         """Spawn the workers, wait until each is ready with a clock shared with ours, and give them one start."""
-        for proc, theirs in zip(self.procs, self._child_ends):
-            proc.start()
-            theirs.close()  # only the worker holds it now: its death reads as EOF here
+        with signals_held():  # a signal while they start must not kill them (worker_process.py)
+            for proc, theirs in zip(self.procs, self._child_ends):
+                proc.start()
+                theirs.close()  # only the worker holds it now: its death reads as EOF here
         # the tasks (every prepared request) go through the pipe once all workers are starting, not as
         # Process arguments, which spawn hands over only after a child's imports: one start after the other
         for w, task in enumerate(self.tasks):
@@ -223,6 +204,7 @@ class _WorkerGroup:
     async def finish(self, on_counts: Counts) -> tuple[list[RequestRecord], list[dict]]:
         """Wait for every worker's records; merge them in request order."""
         dones = await self._until("done", on_counts)
+        self.finished = True
         records = sorted((rec for records, _ in dones for rec in records), key=lambda r: r.index)
         return records, [loop for _, loop in dones]
 
@@ -278,10 +260,11 @@ class _WorkerGroup:
         return f"exit code {code}"
 
     def stop(self) -> None:
-        """Terminate workers still running (an error, Ctrl-C) and release the pipes."""
+        """Wait for the workers to exit and release the pipes. After an error (a worker failed, the
+        parent's own) the others are killed: they ignore SIGTERM, and their records are not wanted."""
         for proc in self.procs:
-            if proc.is_alive():
-                proc.terminate()
+            if not self.finished and proc.is_alive():
+                proc.kill()
         for proc in self.procs:
             if proc.pid is None:
                 continue  # never started
@@ -291,104 +274,3 @@ class _WorkerGroup:
                 proc.join()
         for conn in self.conns + self._child_ends:
             conn.close()
-
-
-# ---- the worker process ---------------------------------------------------------------------------
-
-
-def worker_main(conn: multiprocessing.connection.Connection, counter) -> None:
-    """Entry point of a spawned worker: take its task, get ready, wait for the start, run, send the records."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; the parent stops us
-    _exit_with_parent()
-    try:
-        task: WorkerTask = conn.recv()
-        records, loop = asyncio.run(_work(task, conn, counter))
-        conn.send(("done", records, loop))
-    except (EOFError, BrokenPipeError):
-        os._exit(1)  # the parent went away: nobody to report to
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run with it
-        try:
-            conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-        finally:
-            os._exit(1)
-
-
-def _exit_with_parent() -> None:
-    """End this worker as soon as the parent process is gone (killed, crashed): never an orphan load."""
-    parent = multiprocessing.parent_process()
-    if parent is None or parent.sentinel is None:
-        return
-
-    def watch() -> None:
-        multiprocessing.connection.wait([parent.sentinel])
-        os._exit(1)
-
-    threading.Thread(target=watch, name="mopt-bench-parent-watch", daemon=True).start()
-
-
-async def _work(task: WorkerTask, conn, counter) -> tuple[list[RequestRecord], dict]:
-    records: list[RequestRecord] = []
-    counts = [0, 0, 0]  # finished ok, failed, output tokens since the last progress message
-
-    def done(rec: RequestRecord) -> None:
-        records.append(rec)
-        counts[0 if rec.ok else 1] += 1
-        counts[2] += rec.output_tokens if rec.ok else 0
-
-    def flush() -> None:
-        if any(counts):
-            conn.send(("progress", *counts))
-            counts[:] = [0, 0, 0]
-
-    async def report() -> None:
-        while True:
-            await asyncio.sleep(PROGRESS_INTERVAL_S)
-            flush()
-
-    monitor = LoopLagMonitor()
-    stop = RunStop()
-    async with BenchClient(task.client, task.plan.slots(), 0.0, stop) as client:
-        # httpx imports its transport (httpcore, h11, anyio's backend) on the first request: ~0.2 s that
-        # would stall the loop after the start; the parent's process did it when it asked for the model
-        import anyio._backends._asyncio  # noqa: F401
-        import h11  # noqa: F401
-        import httpcore  # noqa: F401
-
-        conn.send(("ready", time.perf_counter(), time.time()))
-        client.t0 = t0 = conn.recv()
-        asyncio.get_running_loop().add_reader(conn.fileno(), _read_stop, conn, stop)
-        await asyncio.sleep(max(0.0, t0 - time.perf_counter()))
-        monitor.start()
-        reporter = asyncio.create_task(report())
-        if task.arrivals is None:
-            await run_closed(client, task.plan, task.requests, task.bodies, _shared_next(counter), done)
-        else:
-            await run_open(client, task.plan, task.requests, task.bodies, task.arrivals, done)
-        loop = await monitor.stop()
-        await cancel_task(reporter)
-        asyncio.get_running_loop().remove_reader(conn.fileno())
-    flush()
-    return sorted(records, key=lambda r: r.index), loop | _ending(records, stop)
-
-
-def _read_stop(conn, stop: RunStop) -> None:
-    """The parent's ("stop", reason) message: stop this worker's share of the run."""
-    try:
-        while conn.poll():
-            message = conn.recv()
-            if message[0] == "stop":
-                stop.stop(message[1])
-    except (EOFError, OSError):  # the parent is gone: _exit_with_parent ends this process
-        asyncio.get_running_loop().remove_reader(conn.fileno())
-
-
-def _shared_next(counter) -> Callable[[], int]:
-    """The next request index from the counter every worker of a closed loop shares."""
-
-    def next_index() -> int:
-        with counter.get_lock():
-            i = counter.value
-            counter.value = i + 1
-        return i
-
-    return next_index

@@ -8,6 +8,7 @@ whose valve holds answers, so what is in flight when the signal comes is what th
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +36,14 @@ def start_bench(server, out, *flags) -> subprocess.Popen:
     )
 
 
+def summary_rows(out: Path) -> list[str]:
+    """The visible text of each run's row in report.html's summary table."""
+    page = (out / "report.html").read_text()
+    section = re.search(r"<section id='summary'>(.*?)</section>", page, re.S).group(1)
+    rows = re.findall(r"<tr>(.*?)</tr>", section, re.S)[1:]  # the header row first
+    return [" ".join(re.sub(r"<[^>]+>", " ", row).split()) for row in rows]
+
+
 def wait_idle(valve) -> None:
     valve.open()
     deadline = time.monotonic() + 60  # a bound on a hang
@@ -59,6 +68,8 @@ def test_sigint_saves_the_run_in_progress(server, valve, tmp_path):
     assert "stopped early: SIGINT" in " ".join(out.split())
     assert (tmp_path / "summary.csv").read_text().splitlines()[1].endswith(",True")  # the interrupted column
     assert (tmp_path / "report.html").exists() and not list(tmp_path.glob(".*tmp"))
+    [row] = summary_rows(tmp_path)
+    assert row.startswith("#01 concurrency 2 interrupted after 5 of 50 requests (SIGINT) 3 / 5 "), row
 
 
 def test_sigterm_stops_an_open_loop_and_counts_what_it_never_sent(server, valve, tmp_path):
@@ -75,6 +86,8 @@ def test_sigterm_stops_an_open_loop_and_counts_what_it_never_sent(server, valve,
     assert run["stop_reason"] == "SIGTERM" and run["summary"]["errors"] == {"cancelled": 2}
     schedule = run["summary"]["schedule"]
     assert schedule["num_unsent"] == 48 and schedule["behind"] is False  # stopped, not behind
+    [row] = summary_rows(tmp_path)  # of the whole schedule: the 2 sent and the 48 never sent
+    assert "interrupted after 2 of 50 requests (SIGTERM)" in row, row
 
 
 def test_a_signal_between_sweep_runs_keeps_the_finished_ones(server, valve, tmp_path):
@@ -90,6 +103,9 @@ def test_a_signal_between_sweep_runs_keeps_the_finished_ones(server, valve, tmp_
     runs = load_runs(tmp_path)
     assert [r["interrupted"] for r in runs] == [False, True]  # no rate run started after the signal
     assert runs[0]["summary"]["num_ok"] == 2 and runs[1]["summary"]["errors"] == {"cancelled": 2}
+    complete, partial = summary_rows(tmp_path)  # only the run that stopped early says so
+    assert "interrupted" not in complete and complete.startswith("#01 sweep: one at a time 2 / 2 "), complete
+    assert "interrupted after 2 of 2 requests (SIGINT) 0 / 2 " in partial, partial
 
 
 class BenchThread:

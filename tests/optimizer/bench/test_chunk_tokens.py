@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from model_optimizer.optimizer.bench.client import RequestRecord, chunk_token_counts
+from model_optimizer.optimizer.bench.chunks import chunk_token_counts
 from model_optimizer.optimizer.bench.metrics import itls, summarize, tpot
+from model_optimizer.optimizer.bench.record import RequestRecord
 
 
 def test_known_counts_are_kept():

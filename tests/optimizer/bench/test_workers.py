@@ -195,3 +195,42 @@ def test_workers_exit_when_the_bench_is_killed(server, valve, tmp_path):
         proc.communicate(timeout=30)
         wait_until(lambda: not group_members(proc.pid), "the orphaned workers to exit")
     wait_idle(valve)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
+def test_a_signal_to_the_whole_group_keeps_what_every_worker_measured(server, valve, tmp_path, sig):
+    """`kill -TERM -PGID`, `timeout` or a terminal's Ctrl-C reach the workers too: they leave the
+    stopping to the parent, so the requests each of them finished are in the saved run."""
+    with valve.held():
+        valve.release(2)  # the first two answers go through; the two requests sent after them are held
+        proc = start_bench(server, tmp_path, "--concurrency", "4", "--num-requests", "8", "--num-workers", "2")
+        valve.wait_arrivals(6, timeout=120)
+        assert len(workers_of(proc.pid)) == 2
+        os.killpg(proc.pid, sig)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == {signal.SIGTERM: 143, signal.SIGINT: 130}[sig], (out, err)
+    assert f"interrupted ({sig.name})" in out and "Traceback" not in err
+    [run] = load_runs(tmp_path)
+    assert run["interrupted"] is True and run["stop_reason"] == sig.name and run["num_workers"] == 2
+    summary = run["summary"]
+    assert (summary["num_requests"], summary["num_ok"], summary["errors"]) == (6, 2, {"cancelled": 4})
+    assert [r["index"] for r in run["requests"]] == list(range(6))
+    wait_until(lambda: not group_members(proc.pid), "every worker to be stopped")
+    wait_idle(valve)
+
+
+def test_a_signal_while_the_workers_start_stops_the_run_without_killing_them(server, valve, tmp_path):
+    """Signalled as soon as both worker processes exist (still importing, most likely): a worker
+    spawned with the signals held ignores it once started, so the run ends as interrupted, not as a
+    dead worker."""
+    with valve.held():
+        proc = start_bench(server, tmp_path, "--concurrency", "4", "--num-requests", "8", "--num-workers", "2")
+        wait_until(lambda: len(workers_of(proc.pid)) == 2, "both workers to be spawned")
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (out, err)
+    [run] = load_runs(tmp_path)
+    assert run["interrupted"] is True and run["stop_reason"] == "SIGTERM"
+    assert run["summary"]["num_ok"] == 0 and set(run["summary"]["errors"]) <= {"cancelled"}
+    wait_until(lambda: not group_members(proc.pid), "every worker to be stopped")
+    wait_idle(valve)
