@@ -17,12 +17,8 @@ from operator import itemgetter
 from model_optimizer.runtime.engine.detokenizer import TokenOffsets, TokenTexts
 from model_optimizer.runtime.engine.logprob_list import LogprobList
 from model_optimizer.runtime.engine.outputs import Logprob
-from model_optimizer.runtime.server.protocol import (
-    ChatLogprobs,
-    ChatTokenLogprob,
-    SamplingFields,
-    TopLogprob,
-)
+from model_optimizer.runtime.server.protocol import SamplingFields
+from model_optimizer.runtime.server.protocol_outputs import ChatLogprobs, ChatTokenLogprob, TopLogprob
 
 MIN_LOGPROB = -9999.0  # JSON has no -inf
 _isfinite = math.isfinite

@@ -9,7 +9,7 @@ from model_optimizer.common.text import not_utf8_at
 from model_optimizer.runtime.engine import input_processor
 from model_optimizer.runtime.engine.input_processor import chat_template_for, chat_text
 from model_optimizer.runtime.server.errors import APIError
-from model_optimizer.runtime.server.protocol import ChatMessage
+from model_optimizer.runtime.server.protocol_chat import ChatMessage
 from model_optimizer.runtime.server.protocol_structured import CUSTOM_INPUT
 from model_optimizer.runtime.server.state import ServerState
 

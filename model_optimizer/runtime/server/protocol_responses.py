@@ -1,26 +1,28 @@
 """OpenAI's Responses API request (POST /v1/responses), read as the chat request it amounts to.
 
 A response is one chat completion: `instructions` become a system message, `input` (a text, or items:
-messages, the model's earlier function calls and their outputs) the conversation, `text.format` the
+messages, the model's earlier function calls and their outputs: responses_input.py) the conversation, `text.format` the
 response_format, `tools` (flat function tools) and `tool_choice` the chat ones, `max_output_tokens` the
-token bound, `reasoning.effort` chat's reasoning_effort. `to_chat` builds that ChatCompletionRequest, so
+token bound, `reasoning.effort` chat's reasoning_effort, `include` "message.output_text.logprobs" (with
+`top_logprobs`) chat's logprobs. `to_chat` builds that ChatCompletionRequest, so
 every check and feature of chat completions applies unchanged. Nothing is stored: `store` is taken and
 answered false, and `previous_response_id` or `background` is a 400 saying so.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
 from model_optimizer.runtime.server.errors import APIError, validation_message
-from model_optimizer.runtime.server.protocol import TEXT_PARTS, ChatCompletionRequest, _Request
+from model_optimizer.runtime.server.protocol import checked_format_name
+from model_optimizer.runtime.server.protocol_chat import ChatCompletionRequest
+from model_optimizer.runtime.server.protocol_structured import _Request
+from model_optimizer.runtime.server.responses_input import input_messages
 from model_optimizer.runtime.structured.params import json_text
 from model_optimizer.runtime.structured.vllm_params import closed
 
-ROLES = ("user", "assistant", "system", "developer")
 PASSED_THROUGH = (
     "seed",
     "top_k",
@@ -51,8 +53,11 @@ text.format as well, a 400: one constraint), the thinking budget and the templat
 silently ignored (the request model ignores unknown fields, as vLLM's)."""
 
 
+LOGPROBS = "message.output_text.logprobs"
+"""The `include` value that asks for the output text's logprobs (`top_logprobs`: how many alternatives each
+token has); without it a response has none (`logprobs: []`), as OpenAI's, and none are computed."""
 INCLUDABLE = (
-    "message.output_text.logprobs",
+    LOGPROBS,
     "reasoning.encrypted_content",
     "message.input_image.image_url",
     "computer_call_output.output.image_url",
@@ -70,8 +75,6 @@ STORED = (
 )
 """Fields that name state kept on OpenAI's side: a 400 each, never silently ignored."""
 SEND_ALL = "send the whole conversation as input"
-FORMAT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-"""OpenAI's rule for a json_schema format's name."""
 
 
 class ReasoningConfig(_Request):
@@ -97,6 +100,7 @@ class ResponsesRequest(_Request):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    """With `include` LOGPROBS: the alternatives each token's logprob comes with; else only echoed."""
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=128)
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
@@ -169,16 +173,14 @@ class ResponsesRequest(_Request):
             )
         chat: dict[str, Any] = {
             "model": self.model,
-            "messages": self._messages(),
+            "messages": input_messages(self.instructions, self.input),
             "max_tokens": self.max_output_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
             "parallel_tool_calls": self.parallel_tool_calls,
         }
-        if self.top_logprobs:
+        if self.include and LOGPROBS in self.include:
             chat |= {"logprobs": True, "top_logprobs": self.top_logprobs}
-        elif self.include and "message.output_text.logprobs" in self.include:
-            chat["logprobs"] = True
         if self.tools:
             chat["tools"] = [_tool(tool, i) for i, tool in enumerate(self.tools)]
         if self.tool_choice is not None and (self.tools or self.tool_choice != "auto"):  # auto: the default here
@@ -196,117 +198,6 @@ class ResponsesRequest(_Request):
         except ValidationError as exc:  # param: the first error's field path (routes/responses.py renames it)
             message, _ = validation_message(exc)
             raise APIError(400, message, _field_path(exc.errors()[0]["loc"])) from None
-
-    def _messages(self) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = []
-        if self.instructions:
-            messages.append({"role": "system", "content": self.instructions})
-        if isinstance(self.input, str):
-            messages.append({"role": "user", "content": self.input})
-        else:
-            thinking: list[str] = []  # reasoning items waiting for the assistant turn they belong to
-            for i, item in enumerate(self.input):
-                _add_item(messages, item, f"input[{i}]", thinking)
-            _check_outputs_answer_calls(messages)
-        if not messages:
-            raise APIError(400, "input is empty: give a text or at least one message", "input")
-        return messages
-
-
-def _add_item(messages: list[dict[str, Any]], item: dict[str, Any], where: str, thinking: list[str]) -> None:
-    """One input item as chat messages: a message; a function call, joined to the assistant message just
-    before it (chat writes a turn's text and calls as one message); a function call's output (a tool
-    message); a reasoning item, whose text becomes the next assistant turn's `reasoning` (templates that
-    show past thinking, as Qwen3's within a tool loop, see it as they would on chat)."""
-    kind = item.get("type", "message")
-    if kind == "reasoning":
-        text = _reasoning_text(item, where)
-        if text:  # an encrypted-only item has none to show
-            thinking.append(text)
-        return
-    if kind == "message":
-        role = item.get("role")
-        if role not in ROLES:
-            raise APIError(400, f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", f"{where}.role")
-        messages.append({"role": role, "content": _text(item.get("content"), f"{where}.content")})
-    elif kind == "function_call":
-        function = {"name": _string(item, "name", where), "arguments": _string(item, "arguments", where)}
-        _add_call(messages, {"id": _string(item, "call_id", where), "type": "function", "function": function}, thinking)
-    elif kind == "custom_tool_call":
-        custom = {"name": _string(item, "name", where), "input": _string(item, "input", where)}
-        _add_call(messages, {"id": _string(item, "call_id", where), "type": "custom", "custom": custom}, thinking)
-    elif kind in ("function_call_output", "custom_tool_call_output"):
-        output = item.get("output")
-        if not isinstance(output, str):
-            output = _text(output, f"{where}.output")
-        messages.append({"role": "tool", "tool_call_id": _string(item, "call_id", where), "content": output})
-    else:
-        raise APIError(
-            400,
-            f"{where}: input items of type {kind!r} are not supported (message, function_call, "
-            "function_call_output, custom_tool_call, custom_tool_call_output and reasoning are)",
-            f"{where}.type",
-        )
-    if messages[-1]["role"] == "assistant" and thinking:
-        messages[-1]["reasoning"] = "\n".join(thinking)
-    thinking.clear()  # thinking no assistant turn followed (a response cut while thinking) is dropped
-
-
-def _add_call(messages: list[dict[str, Any]], call: dict[str, Any], thinking: list[str]) -> None:
-    """A call joined to the assistant message just before it (chat writes a turn's text and calls as one
-    message), else in an assistant message of its own."""
-    last = messages[-1] if messages else None
-    if last is not None and last["role"] == "assistant" and not thinking:
-        last.setdefault("tool_calls", []).append(call)
-    else:
-        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-
-
-def _check_outputs_answer_calls(messages: list[dict[str, Any]]) -> None:
-    """APIError (400, as OpenAI's) for a function call's output whose call_id no earlier function_call has."""
-    called: set[str] = set()
-    for message in messages:
-        called.update(call["id"] for call in message.get("tool_calls", ()))
-        if message["role"] == "tool" and message["tool_call_id"] not in called:
-            call_id = message["tool_call_id"]
-            raise APIError(400, f"no function_call before the function_call_output with call_id {call_id!r}", "input")
-
-
-def _reasoning_text(item: dict[str, Any], where: str) -> str:
-    """A reasoning item's text: its reasoning_text parts, else its summary's texts."""
-    for key, part_type in (("content", "reasoning_text"), ("summary", "summary_text")):
-        parts = item.get(key)
-        if isinstance(parts, list) and parts:
-            texts = [p.get("text") for p in parts if isinstance(p, dict) and p.get("type") == part_type]
-            if not all(isinstance(t, str) for t in texts):
-                raise APIError(400, f"{where}.{key}: each part needs its text", f"{where}.{key}")
-            if texts:
-                return "\n".join(texts)
-    return ""
-
-
-def _text(content: Any, where: str) -> str:
-    """A message's content as text: a string, or text parts joined by newlines (as chat joins them)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list) or not content:
-        raise APIError(400, f"{where} must be a string or a list of text parts", where)
-    texts = []
-    for i, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        key = TEXT_PARTS.get(kind) if isinstance(kind, str) else None
-        if key is None or not isinstance(part.get(key), str):
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise APIError(400, f"{where}[{i}]: only text parts are supported here, got {kind!r}", f"{where}[{i}]")
-        texts.append(part[key])
-    return "\n".join(texts)
-
-
-def _string(item: dict[str, Any], key: str, where: str) -> str:
-    value = item.get(key)
-    if not isinstance(value, str):
-        raise APIError(400, f"{where}.{key} must be a string", f"{where}.{key}")
-    return value
 
 
 def _tool(tool: dict[str, Any], i: int) -> dict[str, Any]:
@@ -419,12 +310,7 @@ def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
 
 def _format_name(name: Any) -> str:
     """A json_schema format's name: required, as OpenAI's (the openai client sends a pydantic model's), with
-    OpenAI's rule for it (FORMAT_NAME)."""
+    OpenAI's rule for it (protocol.FORMAT_NAME, chat's too)."""
     if name is None:
         raise APIError(400, "text.format of type json_schema needs name, the name of its schema", "text.format.name")
-    if not isinstance(name, str) or not FORMAT_NAME.fullmatch(name):
-        raise APIError(
-            400, f"text.format.name must be 1 to 64 letters, digits, underscores or dashes, got {name!r}",
-            "text.format.name",
-        )  # fmt: skip
-    return name
+    return checked_format_name(name, "text.format.name")

@@ -28,7 +28,8 @@ from model_optimizer.runtime.engine.outputs import RequestOutput, merge_outputs
 from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
 from model_optimizer.runtime.server.beam_stream import BeamStream
 from model_optimizer.runtime.server.errors import APIError, error_response, failure_status
-from model_optimizer.runtime.server.protocol import PromptTokensDetails, StreamOptions, UsageInfo
+from model_optimizer.runtime.server.protocol import StreamOptions
+from model_optimizer.runtime.server.protocol_outputs import PromptTokensDetails, UsageInfo
 from model_optimizer.runtime.server.state import RETRY_AFTER_S, Admission, ServerState
 from model_optimizer.runtime.server.streaming import ClosingStreamingResponse, StreamFormat, sse_events
 

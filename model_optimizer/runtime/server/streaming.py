@@ -34,7 +34,7 @@ from starlette.types import Receive, Scope, Send
 from model_optimizer.runtime.engine.async_engine import EngineDeadError
 from model_optimizer.runtime.engine.outputs import CompletionOutput, Logprob, RequestOutput
 from model_optimizer.runtime.server.errors import error_body, failure_status
-from model_optimizer.runtime.server.protocol import UsageInfo
+from model_optimizer.runtime.server.protocol_outputs import UsageInfo
 
 logger = logging.getLogger(__name__)
 DONE = "data: [DONE]\n\n"

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from model_optimizer.runtime.server.errors import APIError
-from model_optimizer.runtime.server.protocol import ChatCompletionRequest
+from model_optimizer.runtime.server.protocol_chat import ChatCompletionRequest
 from model_optimizer.runtime.server.protocol_structured import AllowedToolsChoice
 from model_optimizer.runtime.server.state import ServerState
 from model_optimizer.runtime.server.tool_parser_registry import PARSERS

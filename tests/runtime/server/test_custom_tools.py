@@ -17,7 +17,7 @@ import pytest
 from model_optimizer.runtime.engine.detokenizer import TokenTexts
 from model_optimizer.runtime.engine.outputs import CompletionOutput
 from model_optimizer.runtime.server.chat_output import ChatOutput
-from model_optimizer.runtime.server.protocol import ChatCompletionRequest
+from model_optimizer.runtime.server.protocol_chat import ChatCompletionRequest
 from model_optimizer.runtime.server.routes.chat import ChatFormat
 from model_optimizer.runtime.server.tool_parsers import HermesParser
 from model_optimizer.runtime.server.tools import ToolPlan, as_template_tools

@@ -378,7 +378,8 @@ def test_responses_send_reasoning_items_back_as_chat_does(client, live):
     no logprobs (chat's cover the thinking too)."""
     thought = {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "hmm"}]}
     items = [*USER, thought, {"role": "assistant", "content": "3"}, {"role": "user", "content": "again"}]
-    response = client.responses.create(model="tiny", input=items, max_output_tokens=1, top_logprobs=1)
+    response = client.responses.create(model="tiny", input=items, max_output_tokens=1, top_logprobs=1,
+                                       include=["message.output_text.logprobs"])  # fmt: skip
     chat_messages = [
         *USER,
         {"role": "assistant", "content": "3", "reasoning": "hmm"},

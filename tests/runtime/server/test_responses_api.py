@@ -17,14 +17,16 @@ from pydantic import BaseModel, Field
 from model_optimizer.runtime.engine.detokenizer import TokenTexts
 from model_optimizer.runtime.engine.outputs import CompletionOutput
 from model_optimizer.runtime.server.protocol_responses import ResponsesRequest
+from model_optimizer.runtime.server.responses_output import ResponsesFormat
 from model_optimizer.runtime.server.routes.chat import ChatFormat
-from model_optimizer.runtime.server.routes.responses import ResponsesFormat
 from model_optimizer.runtime.server.streaming import ChoiceDelta
 from model_optimizer.runtime.server.tool_parsers import HermesParser
 from model_optimizer.runtime.server.tools import ToolPlan
 from tests.runtime.server.live import sse_payloads
 from tests.runtime.server.test_structured_outputs import start_tools_server
 
+LOGPROBS = ["message.output_text.logprobs"]
+"""The `include` that asks for the output text's logprobs."""
 INSTRUCTIONS = "You answer in one word."
 QUESTION = "solve 8x + 7 = -23"
 WEATHER = {
@@ -192,13 +194,18 @@ def test_a_streamed_function_call(client):
     assert [item.arguments for item in final.output] == [done[item.id] for item in added]
 
 
-def test_logprobs_on_output_text(client):
-    response = client.responses.create(model="tiny", input=QUESTION, max_output_tokens=5, temperature=0,
-                                       top_logprobs=2)  # fmt: skip
+def test_logprobs_on_output_text_only_when_included(client):
+    """As OpenAI's: logprobs come when `include` asks for them (top_logprobs: how many alternatives); without
+    it the part's logprobs are an empty list, whatever top_logprobs says."""
+    kwargs = dict(model="tiny", input=QUESTION, max_output_tokens=5, temperature=0, top_logprobs=2)
+    response = client.responses.create(include=LOGPROBS, **kwargs)
     [part] = response.output[0].content
     assert len(part.logprobs) == response.usage.output_tokens
     assert "".join(lp.token for lp in part.logprobs) == part.text
     assert all(len(lp.top_logprobs) == 2 for lp in part.logprobs)
+    plain = client.responses.create(**kwargs)
+    [plain_part] = plain.output[0].content
+    assert plain_part.logprobs == [] and plain_part.text == part.text and plain.top_logprobs == 2
 
 
 @pytest.mark.parametrize(
@@ -376,7 +383,7 @@ def test_responses_and_events_validate_against_the_openai_types(live):
     from pydantic import TypeAdapter
 
     bodies = [
-        {"input": QUESTION, "max_output_tokens": 4, "top_logprobs": 1},
+        {"input": QUESTION, "max_output_tokens": 4, "top_logprobs": 1, "include": LOGPROBS},
         {
             "input": "Weather in Oslo?",
             "tools": [WEATHER],
@@ -486,11 +493,35 @@ def test_input_items_become_the_chat_turns_they_stand_for():
     ]
 
 
-def test_streamed_logprobs_cover_every_token(client):
-    events = _events(client, input=QUESTION, max_output_tokens=6, temperature=0, top_logprobs=1)
+def test_streamed_logprobs_cover_every_token_only_when_included(client):
+    kwargs = dict(input=QUESTION, max_output_tokens=6, temperature=0, top_logprobs=1)
+    events = _events(client, include=LOGPROBS, **kwargs)
     streamed = [lp for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
     final = events[-1].response
     assert len(streamed) == final.usage.output_tokens == len(final.output[0].content[0].logprobs)
+    plain = _events(client, **kwargs)
+    texts = [e for e in plain if e.type in ("response.output_text.delta", "response.output_text.done")]
+    assert texts and all(e.logprobs == [] for e in texts)
+    assert plain[-1].response.output[0].content[0].logprobs == []
+    assert plain[-1].response.output_text == final.output_text
+
+
+def test_logprobs_are_asked_of_the_engine_only_when_included(tiny_model, tmp_path_factory):
+    """A server that allows at most 1 logprob (--max-logprobs 1) serves top_logprobs 2 without the include,
+    whole and streamed: nothing is asked of the engine (OpenAI's reading); with it, the cap's 400 names the
+    field (chat's cap, named as this request spells it)."""
+    server = start_tools_server(tiny_model, tmp_path_factory, 64, 4, tool_call_parser="hermes", max_logprobs=1)
+    try:
+        body = {"model": "tiny", "input": QUESTION, "max_output_tokens": 3, "top_logprobs": 2}
+        for stream in (False, True):
+            r = httpx.post(server.url + "/v1/responses", json={**body, "stream": stream}, timeout=60)
+            assert r.status_code == 200, r.text
+        r = httpx.post(server.url + "/v1/responses", json={**body, "include": LOGPROBS}, timeout=60)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == "top_logprobs" and error["message"].startswith("top_logprobs is 2"), error
+    finally:
+        server.stop()
 
 
 def test_streamed_call_items_close_one_at_a_time():

@@ -22,13 +22,13 @@ from model_optimizer.runtime.server.logprobs import (
     completion_logprobs_dict,
     finite,
 )
-from model_optimizer.runtime.server.protocol import (
+from model_optimizer.runtime.server.protocol import CompletionRequest
+from model_optimizer.runtime.server.protocol_chat import ChatCompletionRequest
+from model_optimizer.runtime.server.protocol_outputs import (
     ChatCompletionChunk,
-    ChatCompletionRequest,
     ChatStreamChoice,
     CompletionChoice,
     CompletionLogprobs,
-    CompletionRequest,
     CompletionResponse,
     DeltaMessage,
 )

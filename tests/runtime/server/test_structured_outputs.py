@@ -23,7 +23,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from model_optimizer.runtime.server.config import ServerConfig
-from model_optimizer.runtime.server.protocol import ChatCompletionRequest
+from model_optimizer.runtime.server.protocol_chat import ChatCompletionRequest
 from tests.runtime.server.live import start_server
 from tests.runtime.server.test_endpoints import sse_events
 
@@ -282,7 +282,7 @@ def test_allowed_tools_auto_constrains_calls_to_the_listed_tools(tmp_path):
     must be to a listed tool under its schema; every tool listed is plain auto."""
     from types import SimpleNamespace
 
-    from model_optimizer.runtime.server.protocol import ChatCompletionRequest
+    from model_optimizer.runtime.server.protocol_chat import ChatCompletionRequest
     from model_optimizer.runtime.server.tools import tool_plan
     from tests.runtime.structured.test_grammar import _matching
 

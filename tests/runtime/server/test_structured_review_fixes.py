@@ -1,5 +1,6 @@
 """A live server's constraint checks and tool calls, as a review found them wanting: a cheap new constraint
-checked while slow ones are, ASCII `\\d` and `\\w` in regexes and `json_schema.name` required."""
+checked while slow ones are, ASCII `\\d` and `\\w` in regexes and `json_schema.name` required, with OpenAI's
+rule for it."""
 
 from __future__ import annotations
 
@@ -107,3 +108,23 @@ def test_a_json_schema_without_its_name_is_a_400_and_parse_still_works(live):
     client = openai.OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
     parsed = client.chat.completions.parse(model="tiny", messages=USER, response_format=Weather, max_tokens=40)
     assert isinstance(parsed.choices[0].message.parsed, Weather)
+
+
+@pytest.mark.parametrize("name", ["my schema", "x" * 65, "", "weather.v2"])
+def test_a_json_schema_name_against_openais_rule_is_a_400_naming_it(live, name):
+    """OpenAI's rule for the name (1 to 64 letters, digits, `_` or `-`; the one text.format.name follows on
+    /v1/responses): a 400 in OpenAI's error shape naming the field; the server stays healthy and a name at
+    the rule's edge is served."""
+    schema = {"enum": [1, 2]}
+    r = _chat(live, response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema}})
+    assert r.status_code == 400, r.text
+    message = f"response_format.json_schema.name must be 1 to 64 letters, digits, underscores or dashes, got {name!r}"
+    assert r.json() == {
+        "error": {"message": message, "type": "invalid_request_error", "param": "response_format.json_schema.name",
+                  "code": 400}
+    }  # fmt: skip
+    assert httpx.get(live.url + "/health").status_code == 200
+    edge = "A" * 62 + "_-"
+    ok = _chat(live, response_format={"type": "json_schema", "json_schema": {"name": edge, "schema": schema}})
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["choices"][0]["message"]["content"] in ("1", "2")

@@ -67,7 +67,8 @@ def test_a_responses_stream_that_fails_midway_ends_with_response_failed(own_llm,
     swapped_tokenizer(FailingDecode)
     live = start_server(own_llm, ServerConfig())
     try:
-        body = {"input": "hi", "max_output_tokens": 3, "top_logprobs": 1, "stream": True, "ignore_eos": True}
+        body = {"input": "hi", "max_output_tokens": 3, "top_logprobs": 1, "stream": True, "ignore_eos": True,
+                "include": ["message.output_text.logprobs"]}  # fmt: skip
         r = httpx.post(live.url + "/v1/responses", timeout=60, json=body)
         events = [json.loads(p) for p in sse_payloads(r)]
     finally:

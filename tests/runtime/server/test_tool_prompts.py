@@ -8,7 +8,7 @@ import json
 
 from model_optimizer.runtime.engine.input_processor import chat_text
 from model_optimizer.runtime.server.prompts import message_dicts
-from model_optimizer.runtime.server.protocol import ChatCompletionRequest
+from model_optimizer.runtime.server.protocol_chat import ChatCompletionRequest
 
 # the shape of Qwen2.5's template: tools as JSON in the system turn, calls in <tool_call> tags, results in
 # <tool_response> tags of a user turn

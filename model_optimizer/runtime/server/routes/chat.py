@@ -22,12 +22,11 @@ from model_optimizer.runtime.server.logprobs import (
     tokens_as_ids,
 )
 from model_optimizer.runtime.server.prompts import Prompt, chat_prompt, kept_tokens
-from model_optimizer.runtime.server.protocol import (
+from model_optimizer.runtime.server.protocol_chat import ChatCompletionRequest, ChatMessage
+from model_optimizer.runtime.server.protocol_outputs import (
     ChatChoice,
     ChatCompletionChunk,
-    ChatCompletionRequest,
     ChatCompletionResponse,
-    ChatMessage,
     ChatResponseMessage,
     ChatStreamChoice,
     CompletionTokensDetails,
@@ -79,6 +78,7 @@ async def chat_generation(
     refusal = body.template_refusal()
     if refusal is not None:
         raise APIError(400, *refusal)
+    body.check_format_name()
     num_top = body.top_logprobs or 0
     if num_top and not body.logprobs:  # as OpenAI and vLLM: asked for alternatives, not for logprobs
         raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")

@@ -19,7 +19,8 @@ from model_optimizer.runtime.server.logprobs import (
     tokens_as_ids,
 )
 from model_optimizer.runtime.server.prompts import Prompt, kept_tokens, prompt_list, tokenize_prompts
-from model_optimizer.runtime.server.protocol import CompletionChoice, CompletionRequest, CompletionResponse, UsageInfo
+from model_optimizer.runtime.server.protocol import CompletionRequest
+from model_optimizer.runtime.server.protocol_outputs import CompletionChoice, CompletionResponse, UsageInfo
 from model_optimizer.runtime.server.request_group import ClientDisconnected, Generation, new_request_id, respond
 from model_optimizer.runtime.server.request_ids import response_id
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES

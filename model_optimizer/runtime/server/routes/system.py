@@ -11,7 +11,13 @@ from starlette.types import Receive, Scope, Send
 
 from model_optimizer.common.version import __version__
 from model_optimizer.runtime.server.errors import error_response
-from model_optimizer.runtime.server.protocol import ErrorResponse, ModelCard, ModelList, ModelPermission, ReadyStatus
+from model_optimizer.runtime.server.protocol_outputs import (
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    ModelPermission,
+    ReadyStatus,
+)
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.state import ServerState, get_state
 

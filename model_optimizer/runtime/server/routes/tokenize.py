@@ -12,7 +12,7 @@ from model_optimizer.runtime.sampling_params import outside_vocab
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.prompts import chat_prompt, encode
-from model_optimizer.runtime.server.protocol import (
+from model_optimizer.runtime.server.protocol_tokenize import (
     DetokenizeRequest,
     DetokenizeResponse,
     TokenizeRequest,
