@@ -162,7 +162,7 @@ class SamplingParams:
     def _plain_numbers(self) -> None:
         """NumPy's (and other) integers, reals and bools as Python's, where a field takes a number, also inside
         its lists and dicts (`stop_token_ids=np.array([7, 9])`, `logit_bias={np.int64(5): np.float32(2)}`), and
-        tuples as lists: vLLM's settings take them (`seed=np.int64(3)`), and the checks below and the engine
+        tuples and sets as lists: vLLM's settings take them (`seed=np.int64(3)`), and the checks below and the engine
         core's encoder want int, float, bool and list. extra_args and the structured-output fields stay as
         given (nothing here reads extra_args; the others convert themselves)."""
         for f in fields(self):
@@ -455,9 +455,9 @@ _KEPT_AS_GIVEN = frozenset({"extra_args", "structured_outputs", "guided_decoding
 
 
 def _plain(value: Any) -> Any:
-    """`value` with NumPy's (or torch's) scalars and arrays, other Integral and Real numbers, tuples and the
-    keys and values of dicts made Python's int, float, bool, list and dict, all the way down; the same object
-    when nothing changes."""
+    """`value` with NumPy's (or torch's) scalars and arrays, other Integral and Real numbers, tuples, sets and
+    the keys and values of dicts made Python's int, float, bool, list and dict, all the way down; the same
+    object when nothing changes."""
     kind = type(value)
     if value is None or kind in (bool, int, float, str):
         return value
@@ -476,6 +476,9 @@ def _plain(value: Any) -> Any:
         return _plain(plain) if isinstance(plain, (list, tuple, dict)) else plain
     if isinstance(value, (list, tuple)):  # a subclass (a namedtuple, ...)
         return [_plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):  # ids given as a set ({eos, eot}): a list, in order when it has one
+        items = [_plain(v) for v in value]
+        return sorted(items) if all(type(v) is int for v in items) else items
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
