@@ -4,7 +4,7 @@ The built-in model (or --model) generates 30 tokens for 1, 4, 16 and 64 sequence
 warm-up; each step is timed in CPU time of this process (one intra-op thread, so CPU time is what a
 quiet machine would spend: a neighbour's load lengthens wall time, not CPU time) and in wall time.
 Beside them: the matmul figures environment/cpu_speed.py measured here, which the tuner's predictor
-divides by (optimizer/tune/predictor.py's CPU_STEP_MS_PER_LAYER and CPU_SEQ_MS_PER_LAYER come from
+divides by (optimizer/tune/step_fit.py's CPU_STEP_MS_PER_LAYER and CPU_SEQ_MS_PER_LAYER come from
 this file's figures).
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/cpu_engine_steps.py

@@ -25,7 +25,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     from model_optimizer.optimizer.bench.load import LoadConfig
     from model_optimizer.optimizer.bench.workloads import WorkloadConfig
     from model_optimizer.optimizer.tune.pareto import PREFER_CHOICES
-    from model_optimizer.optimizer.tune.study import SAMPLERS
+    from model_optimizer.optimizer.tune.samplers import SAMPLERS
 
     parser = subparsers.add_parser(
         "tune",

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 from model_optimizer.common.fileio import atomic_write
+from model_optimizer.optimizer.tune.model_cost import model_cost
 from model_optimizer.optimizer.tune.noise import noise_summary
-from model_optimizer.optimizer.tune.predictor import Predictor, Workload, mape, model_cost
+from model_optimizer.optimizer.tune.predictor import Predictor, Workload, mape
 from model_optimizer.runtime.models.model_config import text_model_config
 
 METRICS = (("tpot", "tpot_ms", "tpot_p99_ms"), ("throughput", "output_throughput", "output_throughput"))

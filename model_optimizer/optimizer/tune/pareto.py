@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from model_optimizer.optimizer.tune.study import OBJECTIVES
+from model_optimizer.optimizer.tune.objectives import OBJECTIVES
 
 Prefer = Literal["goodput", "latency", "memory"]
 PREFER_CHOICES = ("goodput", "latency", "memory")

@@ -18,25 +18,19 @@ from model_optimizer.optimizer.bench.client import ClientConfig
 from model_optimizer.optimizer.bench.load import LoadConfig
 from model_optimizer.optimizer.bench.workloads import WorkloadConfig
 from model_optimizer.optimizer.tune import report
+from model_optimizer.optimizer.tune.budget import Budget, parse_duration
 from model_optimizer.optimizer.tune.commands import template_argv, template_uses
 from model_optimizer.optimizer.tune.compare import refitted_errors
 from model_optimizer.optimizer.tune.folder import check_no_earlier_outputs, identity, study_lock
 from model_optimizer.optimizer.tune.interrupts import interrupts_outside
-from model_optimizer.optimizer.tune.predictor import Predictor, model_cost
+from model_optimizer.optimizer.tune.model_cost import model_cost
+from model_optimizer.optimizer.tune.predictor import Predictor
 from model_optimizer.optimizer.tune.resume import requeue_interrupted, stop_leftover_servers
+from model_optimizer.optimizer.tune.samplers import default_params, enqueue_grid, grid_size
 from model_optimizer.optimizer.tune.space import SearchSpace
-from model_optimizer.optimizer.tune.study import (
-    Budget,
-    Tuner,
-    default_params,
-    enqueue_grid,
-    fail_running,
-    grid_size,
-    open_study,
-    parse_duration,
-    save_setup,
-)
+from model_optimizer.optimizer.tune.study import fail_running, open_study, save_setup
 from model_optimizer.optimizer.tune.trial import TrialSetup
+from model_optimizer.optimizer.tune.tuner import Tuner
 from model_optimizer.runtime.models.model_config import read_config
 
 STORED_KEYS = (

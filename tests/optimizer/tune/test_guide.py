@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from model_optimizer.optimizer.tune.budget import Budget
 from model_optimizer.optimizer.tune.guide import predicted_goodput, rank
 from model_optimizer.optimizer.tune.hardware import Hardware
-from model_optimizer.optimizer.tune.predictor import Predictor, Workload, model_cost
+from model_optimizer.optimizer.tune.model_cost import model_cost
+from model_optimizer.optimizer.tune.predictor import Predictor, Workload
 from model_optimizer.optimizer.tune.space import Knob, SearchSpace
-from model_optimizer.optimizer.tune.study import Budget, Tuner, open_study
+from model_optimizer.optimizer.tune.study import open_study
+from model_optimizer.optimizer.tune.tuner import Tuner
 
 CONFIG = dict(
     num_hidden_layers=2,

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from model_optimizer.optimizer.tune.hardware import Hardware, hardware_from_doctor
-from model_optimizer.optimizer.tune.predictor import Predictor, Workload, model_cost
+from model_optimizer.optimizer.tune.model_cost import model_cost
+from model_optimizer.optimizer.tune.predictor import Predictor, Workload
 from model_optimizer.optimizer.tune.space import build_space
 
 CONFIG = dict(

@@ -7,8 +7,8 @@ import pytest
 from model_optimizer.cli.main import main
 from model_optimizer.optimizer.bench.client import RequestRecord
 from model_optimizer.optimizer.bench.metrics import SloThreshold, slo_check
+from model_optimizer.optimizer.tune.objectives import slo_violation
 from model_optimizer.optimizer.tune.pareto import choose, dominates, pareto_front
-from model_optimizer.optimizer.tune.study import slo_violation
 
 
 def row(number, goodput, ttft, tpot, memory, cold, constraints=(), state="COMPLETE"):

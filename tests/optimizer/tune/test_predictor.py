@@ -7,7 +7,9 @@ import math
 import pytest
 
 from model_optimizer.optimizer.tune.hardware import Hardware, hardware_from_datasheet, hardware_from_doctor
-from model_optimizer.optimizer.tune.predictor import Predictor, Workload, line_fit, mape, model_cost, step_ms
+from model_optimizer.optimizer.tune.model_cost import model_cost
+from model_optimizer.optimizer.tune.predictor import Predictor, Workload, mape
+from model_optimizer.optimizer.tune.step_fit import step_ms
 
 CONFIG = dict(
     num_hidden_layers=2,
@@ -217,11 +219,6 @@ def test_refitted_model_reproduces_the_recorded_h200_trials():
         assert pred.output_throughput == pytest.approx(m["output_throughput"], rel=0.15), t["number"]
 
 
-def test_line_fit_falls_back_to_a_ratio():
-    assert line_fit([2.0], [6.0]) == (3.0, 0.0)
-    assert line_fit([1.0, 2.0], [5.0, 4.0]) == (3.5, 0.0)  # a falling line: the median ratio (5 and 2)
-
-
 def test_skips_what_cannot_fit_or_misses_the_slo():
     predictor = Predictor(model_cost(CONFIG), SLOW)
     small = predictor.predict(SETTINGS | {"num_kv_blocks": 1}, LOAD)
@@ -327,8 +324,8 @@ def test_a_burst_the_trial_leaves_out_is_left_out_of_the_ttft():
     from model_optimizer.optimizer.bench.client import ClientConfig
     from model_optimizer.optimizer.bench.load import LoadConfig
     from model_optimizer.optimizer.bench.workloads import WorkloadConfig
-    from model_optimizer.optimizer.tune.study import workload_figures
     from model_optimizer.optimizer.tune.trial import TrialSetup
+    from model_optimizer.optimizer.tune.tuner import workload_figures
 
     predictor = Predictor(model_cost(CONFIG), SLOW)
     burst = predictor.ideal(SETTINGS, Workload(16, 8, concurrency=4, num_requests=100))

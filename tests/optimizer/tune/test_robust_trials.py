@@ -152,9 +152,11 @@ def test_the_repeat_is_the_last_trial_of_either_budget(tmp_path):
 
     from model_optimizer.optimizer.bench.client import ClientConfig
     from model_optimizer.optimizer.bench.workloads import WorkloadConfig
+    from model_optimizer.optimizer.tune.budget import Budget
     from model_optimizer.optimizer.tune.space import Knob, SearchSpace
-    from model_optimizer.optimizer.tune.study import Budget, Tuner, open_study
+    from model_optimizer.optimizer.tune.study import open_study
     from model_optimizer.optimizer.tune.trial import TrialSetup
+    from model_optimizer.optimizer.tune.tuner import Tuner
 
     setup = TrialSetup(None, ClientConfig(), WorkloadConfig(), LoadConfig(num_requests=1), server_cmd="false")
     study = open_study(tmp_path, seed=0, resume=False)

@@ -21,9 +21,12 @@ from model_optimizer.optimizer.bench.client import ClientConfig
 from model_optimizer.optimizer.bench.load import LoadConfig
 from model_optimizer.optimizer.bench.workloads import WorkloadConfig
 from model_optimizer.optimizer.tune import runner
+from model_optimizer.optimizer.tune.budget import Budget
+from model_optimizer.optimizer.tune.samplers import default_params
 from model_optimizer.optimizer.tune.space import Knob, SearchSpace, build_space, coerce
-from model_optimizer.optimizer.tune.study import Budget, Tuner, default_params, open_study
+from model_optimizer.optimizer.tune.study import open_study
 from model_optimizer.optimizer.tune.trial import TrialSetup
+from model_optimizer.optimizer.tune.tuner import Tuner
 from tests.optimizer.tune.test_guide import _predictor
 from tests.optimizer.tune.test_resume_interrupted import stop_in_trial_0
 from tests.optimizer.tune.tune_runs import kill_fake_server, server_cmd, space_file, trials, tune_argv

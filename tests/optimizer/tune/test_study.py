@@ -17,8 +17,10 @@ import pytest
 
 from model_optimizer.cli.args import read_config_file
 from model_optimizer.cli.main import main
+from model_optimizer.optimizer.tune.budget import Budget
 from model_optimizer.optimizer.tune.space import Knob, SearchSpace
-from model_optimizer.optimizer.tune.study import STUDY_NAME, Budget, Tuner, open_study
+from model_optimizer.optimizer.tune.study import STUDY_NAME, open_study
+from model_optimizer.optimizer.tune.tuner import Tuner
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.server.config import ServerConfig
 
@@ -265,8 +267,8 @@ def test_predicted_misfit_is_skipped_without_starting_a_server(tmp_path):
 
 @pytest.mark.slow
 def test_grid_queues_every_combination_in_order(tmp_path):
+    from model_optimizer.optimizer.tune.samplers import enqueue_grid, grid_size, make_sampler
     from model_optimizer.optimizer.tune.space import sample
-    from model_optimizer.optimizer.tune.study import enqueue_grid, grid_size, make_sampler
 
     space = SearchSpace(
         [Knob("max_num_seqs", choices=[64, 128, 256]), Knob("max_num_batched_tokens", choices=[2048, 8192])]
@@ -315,7 +317,7 @@ def test_a_grid_whose_points_all_fail_stops_without_drawing_repeats(tmp_path):
     from model_optimizer.optimizer.bench.client import ClientConfig
     from model_optimizer.optimizer.bench.load import LoadConfig
     from model_optimizer.optimizer.bench.workloads import WorkloadConfig
-    from model_optimizer.optimizer.tune.study import enqueue_grid
+    from model_optimizer.optimizer.tune.samplers import enqueue_grid
     from model_optimizer.optimizer.tune.trial import TrialSetup
 
     setup = TrialSetup(None, ClientConfig(), WorkloadConfig(), LoadConfig(num_requests=1), server_cmd="false")
@@ -348,7 +350,8 @@ def _small_model_predictor_and_setup(slo: str | None):
     from model_optimizer.optimizer.bench.load import LoadConfig
     from model_optimizer.optimizer.bench.workloads import WorkloadConfig
     from model_optimizer.optimizer.tune.hardware import Hardware
-    from model_optimizer.optimizer.tune.predictor import Predictor, model_cost
+    from model_optimizer.optimizer.tune.model_cost import model_cost
+    from model_optimizer.optimizer.tune.predictor import Predictor
     from model_optimizer.optimizer.tune.trial import TrialSetup
 
     config = dict(

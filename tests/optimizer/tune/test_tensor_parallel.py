@@ -10,7 +10,8 @@ import pytest
 
 from model_optimizer.optimizer.tune.collectives import NCCL_US, ONE_SHOT_US, collectives_per_step, visible_gpu_count
 from model_optimizer.optimizer.tune.hardware import hardware_from_datasheet
-from model_optimizer.optimizer.tune.predictor import Predictor, Workload, model_cost
+from model_optimizer.optimizer.tune.model_cost import model_cost
+from model_optimizer.optimizer.tune.predictor import Predictor, Workload
 from model_optimizer.optimizer.tune.space import build_space, read_space_file
 
 CONFIGS = Path(__file__).resolve().parents[3] / "benchmarks" / "configs"
@@ -96,7 +97,7 @@ def test_refit_learns_the_all_reduce_scale():
         for c in (1, 8, 32)
     ]
     ideals = [predictor.ideal(s, w) for s, w in cases]
-    from model_optimizer.optimizer.tune.predictor import step_ms
+    from model_optimizer.optimizer.tune.step_fit import step_ms
 
     measured = [
         {"tpot_p99_ms": step_ms(truth, p.features), "output_throughput": 1e3 * p.running / step_ms(truth, p.features)}

@@ -57,6 +57,21 @@ def test_a_damaged_study_db_is_refused_in_one_line(tmp_path, capsys):
     assert db.stat().st_size == 5000  # left as it was
 
 
+def test_a_damaged_study_db_in_a_folder_named_with_a_hash_is_refused(tmp_path, capsys):
+    """The damage check opens study.db through a SQLite URI, where a '#' starts the fragment: the path was cut
+    there, so the check opened (and created) an empty file `run` beside the folder and let the damage by."""
+    out = tmp_path / "run#1"
+    assert tune(out, "max_num_seqs: [1, 2]\n") == 1  # a real study.db: one failed trial
+    db = out / "study.db"
+    with db.open("r+b") as file:
+        file.truncate(5000)
+    capsys.readouterr()
+    assert tune(out, "max_num_seqs: [1, 2]\n") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"mopt tune: error: {db} is damaged (") and "\n" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run#1", "run#1-space.yaml"]  # no stray file
+
+
 def test_a_tune_json_that_tune_did_not_write_is_refused_on_resume(tmp_path, capsys):
     out = tmp_path / "study"
     assert tune(out, "max_num_seqs: [1, 2]\n") == 1  # the one trial failed: nothing to recommend

@@ -89,7 +89,7 @@ def test_the_tools_take_it_as_its_language_model(multimodal, tmp_path):
     mopt inspect --fix refuses to rewrite it; the tuner's cost model reads its language model."""
     from model_optimizer.model.inspect.fix import FixOptions, fix_checkpoint
     from model_optimizer.model.quantize.writer import save_compressed_tensors
-    from model_optimizer.optimizer.tune.predictor import model_cost
+    from model_optimizer.optimizer.tune.model_cost import model_cost
     from model_optimizer.runtime.models.loader import load_model
 
     model = load_model(multimodal, "float32", torch.device("cpu"), quantization="int8")
