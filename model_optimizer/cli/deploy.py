@@ -31,9 +31,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from model_optimizer.optimizer.deploy.config import DeployConfig
+    from model_optimizer.optimizer.deploy.dockerfile import driver_warning
     from model_optimizer.optimizer.deploy.output import check_output, write
-    from model_optimizer.optimizer.deploy.render import render
+    from model_optimizer.optimizer.deploy.render import host_build, render
     from model_optimizer.optimizer.deploy.settings import ServeSettings
     from model_optimizer.runtime.config import EngineConfig
     from model_optimizer.runtime.server.config import ServerConfig
@@ -47,4 +50,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {len(written)} files for {deploy.target} ({deploy.engine}) under {deploy.output}:")
     for path in written:
         print(f"  {path}")
+    driver, cuda = host_build(deploy)
+    warning = driver_warning(cuda, driver)
+    if warning:  # also in the Dockerfile and README, where it is easily missed
+        print(f"mopt deploy: warning: {warning}", file=sys.stderr)
     return 0

@@ -14,9 +14,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "top",
         help="live terminal dashboard of a running server's /metrics (mopt or vLLM)",
         description="Poll a server's /metrics and show requests running / waiting, request and token rates, "
-        "TTFT / TPOT / ITL / E2E p50 and p99 over the last interval, KV-cache usage, prefix-cache hit rate, "
-        "preemptions, errors by status and (on this machine) GPU state. A server that goes away shows as "
-        "unreachable, one that answers an error or serves no engine metrics says so; polling goes on. "
+        "TTFT / TPOT / ITL / E2E / queue p50, p99 and mean over the last interval, KV-cache usage, "
+        "prefix-cache hit rate, preemptions, errors by status and (on this machine) GPU state. "
+        "A server that goes away shows as unreachable, one that answers an error or serves no engine metrics "
+        "says so; polling goes on. "
         "When stdout is not a terminal (a pipe, a file) each scrape is one plain line.",
     )
     parser.add_argument(

@@ -5,6 +5,7 @@ Each field's docstring is also its CLI help (see model_optimizer/cli/args.py).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -14,6 +15,8 @@ from model_optimizer.runtime.config import check_choice, check_positive
 
 Target = Literal["docker", "compose", "k8s"]
 Engine = Literal["mopt", "vllm"]
+K8S_ONLY = ("min_replicas", "max_replicas", "queue_target", "storage_class")
+"""Fields only the Kubernetes manifests read: given with another target they would shape nothing."""
 
 
 @dataclass
@@ -74,10 +77,38 @@ class DeployConfig:
         if self.driver is not None and not re.fullmatch(r"\d+(\.\d+){0,2}", self.driver):
             # "x.y" was reported as "older than 560.28.03", and "" or "570.abc" compared as a version
             raise ValueError(f"driver must be a version such as 570.133.20, got {self.driver!r}")
+        self._check_used()
         if self.image is None:
             self.image = default_image(self.engine)
         if not self.image or any(c.isspace() for c in self.image):
             raise ValueError(f"image must be a non-empty image name without spaces, got {self.image!r}")
+
+    def _check_used(self) -> None:
+        """ValueError for a flag the rendered files would silently ignore: a Kubernetes-only one with another
+        target (`--target compose --min-replicas 2` still ran one server), or one that shapes our image with
+        --engine vllm (`--cuda 12.6` still got vLLM's CUDA 12.9 image, the host's old driver unchecked)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        ignored = [name for name in K8S_ONLY if getattr(self, name) != defaults[name]]
+        if ignored and self.target != "k8s":
+            flag = "--" + ignored[0].replace("_", "-")
+            raise ValueError(
+                f"{flag} shapes the Kubernetes manifests only, and --target {self.target} renders none; "
+                "add --target k8s or leave it out"
+            )
+        if self.engine != "vllm":
+            return
+        from model_optimizer.optimizer.deploy.cuda import VLLM_IMAGE, VLLM_IMAGE_CUDA
+
+        if self.cuda is not None:
+            raise ValueError(
+                f"--cuda picks the torch build of our image; --engine vllm runs {VLLM_IMAGE}, built with CUDA "
+                f"{VLLM_IMAGE_CUDA}: leave --cuda out (--driver checks the host's driver against that image)"
+            )
+        if self.kernels_for not in ("auto", "none"):
+            raise ValueError(
+                "--kernels-for compiles our engine's Triton kernels into the image; --engine vllm runs vLLM's "
+                "image, which has none of ours: leave it out"
+            )
 
 
 def default_image(engine: str) -> str:

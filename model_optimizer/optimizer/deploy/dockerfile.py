@@ -28,11 +28,16 @@ def driver_note(deploy: DeployConfig, cuda: CudaChoice | None, driver: str | Non
     if deploy.engine == "vllm" or cuda is None:
         need = f"{VLLM_IMAGE} is built with CUDA {VLLM_IMAGE_CUDA}: it needs NVIDIA driver >= {min_driver(VLLM_IMAGE_CUDA)}."
         return " ".join(filter(None, [need, vllm_driver_note(driver)]))
-    need = (
-        f"CUDA {cuda.cuda} (torch {cuda.torch}+{cuda.torch_variant}): needs NVIDIA driver >= {cuda.min_driver} "
-        f"(>= {cuda.compat_driver} runs it through CUDA minor-version compatibility, without newer PTX)."
-    )
-    return " ".join(filter(None, [need, cuda.note]))
+    need = f"CUDA {cuda.cuda} (torch {cuda.torch}+{cuda.torch_variant}): needs NVIDIA driver >= {cuda.min_driver}"
+    if cuda.compat_driver != cuda.min_driver:  # the first release of a major family (13.0) has no older driver
+        need += f" (>= {cuda.compat_driver} runs it through CUDA minor-version compatibility, without newer PTX)"
+    return " ".join(filter(None, [need + ".", cuda.note]))
+
+
+def driver_warning(cuda: CudaChoice | None, driver: str | None) -> str:
+    """The part of driver_note a user must act on, for the terminal (empty when the host driver runs the
+    image in full): ours runs only through minor-version compatibility, or vLLM's is likely refused."""
+    return cuda.note if cuda is not None else vllm_driver_note(driver)
 
 
 def render_dockerfile(

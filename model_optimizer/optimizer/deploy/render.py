@@ -6,7 +6,7 @@ import yaml
 
 from model_optimizer.optimizer.deploy import compose, kubernetes, monitoring
 from model_optimizer.optimizer.deploy.config import DeployConfig
-from model_optimizer.optimizer.deploy.cuda import choose_cuda, local_driver
+from model_optimizer.optimizer.deploy.cuda import CudaChoice, choose_cuda, local_driver
 from model_optimizer.optimizer.deploy.dockerfile import render_dockerfile
 from model_optimizer.optimizer.deploy.kernels import CONTEXT_DIR, KernelPlan, plan_kernels
 from model_optimizer.optimizer.deploy.readme import render_readme
@@ -19,12 +19,20 @@ def _yaml(data: dict) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120)
 
 
+def host_build(deploy: DeployConfig) -> tuple[str | None, CudaChoice | None]:
+    """The host driver the files are for (--driver, else this machine's; None: unknown) and the CUDA build
+    of our image chosen for it. None for vLLM: its image brings its own CUDA, whose driver need driver_note
+    checks; ours installs a torch build."""
+    driver = deploy.driver or local_driver()
+    return driver, None if deploy.engine == "vllm" else choose_cuda(driver, deploy.cuda)
+
+
 def render(settings: ServeSettings, deploy: DeployConfig) -> dict[str, str]:
     """Relative path -> text of every file the target needs (the package source is copied by output.write)."""
     settings.check_host_folders()  # the folders the files mount, and size and copy from
-    driver = deploy.driver or local_driver()
-    # vLLM's image brings its own CUDA: only its driver need is checked (driver_note); ours installs a torch build
-    cuda = None if deploy.engine == "vllm" else choose_cuda(driver, deploy.cuda)
+    if deploy.engine == "mopt":
+        settings.check_model_fits()
+    driver, cuda = host_build(deploy)
     if deploy.engine == "vllm":
         vllm = vllm_command(settings)
         command, untranslated = vllm.argv, vllm.untranslated

@@ -50,6 +50,11 @@ class ServeSettings:
                 "--port 0 lets the OS pick a new port at each start; a deployment's health check, Service and "
                 "scrape config need a fixed one: give --port 1-65535"
             )
+        if self.engine.device == "cpu":  # the files reserve GPUs and build on a CUDA image
+            raise ValueError(
+                "--device cpu: a deployment runs on NVIDIA GPUs (a CUDA image, one GPU reserved per tensor-parallel "
+                "rank); leave --device out, or run `mopt serve --device cpu` without a container"
+            )
         if self.engine.generation_config not in ("auto", "vllm"):  # a host folder the container would not have
             raise ValueError(
                 f"--generation-config {self.engine.generation_config}: a folder on this host is not in the container; "
@@ -77,6 +82,29 @@ class ServeSettings:
         for flag, value in named:
             if value:
                 _check_host_folder(flag, value)
+
+    def check_model_fits(self) -> None:
+        """ValueError for what `mopt serve` refuses from the model's config.json, only once the container
+        runs (the length after loading the weights), so that it would restart forever: max_model_len above
+        max_position_embeddings, or a tensor-parallel size the checkpoint does not split into. Our engine's
+        rules: vLLM derives a longer limit from rope scaling, so its deployments are left to it."""
+        folder = self.host_model_dir
+        if not (folder / "config.json").is_file():
+            return
+        from model_optimizer.runtime.models.loader import check_tensor_parallel
+        from model_optimizer.runtime.models.model_config import DecoderArgs, read_config
+        from model_optimizer.runtime.server.app import is_embedding_model
+
+        if is_embedding_model(folder):
+            return
+        positions = DecoderArgs.from_dict(read_config(folder)).max_position_embeddings
+        if self.engine.max_model_len is not None and self.engine.max_model_len > positions:
+            raise ValueError(
+                f"--max-model-len {self.engine.max_model_len} exceeds the model's max_position_embeddings "
+                f"({positions}), which the server refuses at start; give at most that, or leave it out to take it"
+            )
+        engine = self.engine
+        check_tensor_parallel(folder, engine.tensor_parallel_size, engine.quantization, engine.load_format)
 
     @property
     def _draft_model(self) -> str | None:

@@ -60,12 +60,13 @@ def render(view: View, retry_s: float | None = None) -> Panel:
         f"{_num(view.preemptions)} (+{_num(view.preemptions_in_window)})",
     )
     latency = Table(title="latency", title_justify="left", box=None, padding=(0, 2))
-    for column in ("", "p50", "p99", "over"):
+    for column in ("", "p50", "p99", "mean", "over"):
         latency.add_column(column, justify="right" if column else "left")
     for key, name in LATENCY_NAMES.items():
         row = view.latency.get(key)
         if row:
-            latency.add_row(name, _ms(row["p50"]), _ms(row["p99"]), "window" if row["window"] else "all time")
+            over = "window" if row["window"] else "all time"
+            latency.add_row(name, _ms(row["p50"]), _ms(row["p99"]), _ms(row.get("mean")), over)
     parts: list = [state, Text(""), latency]
     if view.errors_by_status:
         errors = ", ".join(f"{status}: {count:,.0f}" for status, count in sorted(view.errors_by_status.items()))
@@ -90,7 +91,8 @@ def render(view: View, retry_s: float | None = None) -> Panel:
 
 
 def plain_line(view: View) -> str:
-    """One line of the view for a pipe or a log file: the time, the state, rates and p99 latencies."""
+    """One line of the view for a pipe or a log file: the time, the state, rates and p99 latencies (those of
+    the window as ttft_p99=..., the all-time ones the panel marks "all time" as ttft_p99_all_time=...)."""
     stamp = time.strftime("%H:%M:%S", time.localtime(view.taken_at))
     if not view.ok:
         return f"{stamp} {HEADLINES[view.state]}: {view.error}"
@@ -105,8 +107,9 @@ def plain_line(view: View) -> str:
         f"prefix_hits={_pct(view.prefix_hit_rate)}",
         f"preemptions={_num(view.preemptions)}",
     ]
-    for key, row in view.latency.items():
-        parts.append(f"{key}_p99={_ms(row['p99']).replace(' ', '')}")
+    for key, row in view.latency.items():  # named apart when nothing finished in the window: not this scrape's
+        name = f"{key}_p99" if row["window"] else f"{key}_p99_all_time"
+        parts.append(f"{name}={_ms(row['p99']).replace(' ', '')}")
     if view.errors_by_status:
         parts.append("errors=" + ",".join(f"{s}:{c:.0f}" for s, c in sorted(view.errors_by_status.items())))
     if view.num_malformed_samples:

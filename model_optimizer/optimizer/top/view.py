@@ -20,6 +20,13 @@ LATENCIES = {
 """Each latency's histograms, the first one a server exports read. TPOT: each request's mean time per output
 token, as vLLM 0.14 and mopt serve export it; older servers only had the old name (vLLM hid it from 0.12)."""
 
+KV_CACHE_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+PREFIX_CACHE = (
+    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+    ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
+)
+"""The KV-cache usage gauge and the prefix-cache (hits, queries) counters, each the first a server exports:
+vLLM before 0.10 had only the gpu_ names (renamed in vLLM PR #18354), which showed as no value."""
 
 ENGINE_METRICS = (
     "vllm:num_requests_running",
@@ -61,7 +68,10 @@ class View:
     preemptions: float | None = None
     preemptions_in_window: float | None = None
     latency: dict[str, dict] = field(default_factory=dict)
-    """ttft / tpot / itl / e2e / queue -> {"p50", "p99" (seconds), "window" (True: since the last scrape)}."""
+    """ttft / tpot / itl / e2e / queue -> {"p50", "p99", "mean" (seconds), "window" (True: since the last
+    scrape)}. The percentiles are interpolated inside a bucket (as Prometheus' histogram_quantile), so they
+    can be far from every observation when the buckets are coarse (vLLM's first E2E and queue bucket ends at
+    0.3 s: requests all faster than that read a p50 of 150 ms); the mean, from _sum and _count, is exact."""
     errors_by_status: dict[str, float] = field(default_factory=dict)
     """HTTP responses with status >= 400 (or vLLM's "4xx"/"5xx") since the server started."""
     gpus: list[dict] = field(default_factory=list)
@@ -96,7 +106,7 @@ def build_view(url: str, cur: Scrape, prev: Scrape | None, gpus: list[dict]) -> 
         models=cur.labels("vllm:num_requests_running", "model_name"),
         running=cur.total("vllm:num_requests_running"),
         waiting=cur.total("vllm:num_requests_waiting"),
-        kv_cache_usage=cur.mean("vllm:kv_cache_usage_perc"),  # a fraction per engine: their mean, not sum
+        kv_cache_usage=cur.mean(_first(cur, KV_CACHE_USAGE)),  # a fraction per engine: their mean, not sum
         requests_finished=delta(cur, prev, "vllm:request_success_total"),
         request_rate=rate("vllm:request_success_total"),
         prompt_tokens_per_s=rate("vllm:prompt_tokens_total"),
@@ -105,22 +115,36 @@ def build_view(url: str, cur: Scrape, prev: Scrape | None, gpus: list[dict]) -> 
         preemptions_in_window=delta(cur, prev, "vllm:num_preemptions_total"),
         num_malformed_samples=cur.num_malformed,
     )
-    hits, queries = (
-        delta(cur, prev, "vllm:prefix_cache_hits_total"),
-        delta(cur, prev, "vllm:prefix_cache_queries_total"),
-    )
+    hits_name, queries_name = next((pair for pair in PREFIX_CACHE if pair[1] in cur.samples), PREFIX_CACHE[0])
+    hits, queries = delta(cur, prev, hits_name), delta(cur, prev, queries_name)
     if not queries:
-        hits, queries = cur.total("vllm:prefix_cache_hits_total"), cur.total("vllm:prefix_cache_queries_total")
+        hits, queries = cur.total(hits_name), cur.total(queries_name)
     view.prefix_hit_rate = hits / queries if hits is not None and queries else None
     for key, names in LATENCIES.items():
         histogram = next((name for name in names if name + "_bucket" in cur.samples), names[0])
         buckets, in_window = window_buckets(cur, prev, histogram)
         if buckets:
-            view.latency[key] = {"p50": quantile(0.5, buckets), "p99": quantile(0.99, buckets), "window": in_window}
+            p50, p99 = quantile(0.5, buckets), quantile(0.99, buckets)
+            mean = _mean(cur, prev if in_window else None, histogram)
+            view.latency[key] = {"p50": p50, "p99": p99, "mean": mean, "window": in_window}
     for status, count in cur.by_label("http_requests_total", "status").items():
         if status[:1] in ("4", "5") and count > 0:  # "" (no status label) is in "45"
             view.errors_by_status[status] = count
     return view
+
+
+def _mean(cur: Scrape, prev: Scrape | None, histogram: str) -> float | None:
+    """The histogram's mean over the window (`prev` given) or all time: its _sum over its _count."""
+    if prev is None:
+        total, count = cur.total(histogram + "_sum"), cur.total(histogram + "_count")
+    else:
+        total, count = delta(cur, prev, histogram + "_sum"), delta(cur, prev, histogram + "_count")
+    return total / count if total is not None and count else None
+
+
+def _first(scrape: Scrape, names: tuple[str, ...]) -> str:
+    """The first of `names` the scrape holds, else the first: one metric under its current or former name."""
+    return next((name for name in names if name in scrape.samples), names[0])
 
 
 def is_local(url: str) -> bool:

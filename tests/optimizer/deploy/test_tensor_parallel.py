@@ -62,12 +62,12 @@ def test_compose_reserves_n_gpus_and_shares_memory(tmp_path, engine):
 
 @pytest.mark.parametrize("engine", ["mopt", "vllm"])
 def test_kubernetes_asks_for_n_gpus_in_one_pod(tmp_path, engine):
-    files = _files(_settings(4), "k8s", engine, tmp_path)
+    files = _files(_settings(2), "k8s", engine, tmp_path)  # the built-in model's 2 KV heads split in 2, not 4
     deployment = yaml.safe_load(files["k8s/deployment.yaml"])
     kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 4
-    assert container["command"][container["command"].index("--tensor-parallel-size") + 1] == "4"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert container["command"][container["command"].index("--tensor-parallel-size") + 1] == "2"
     assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]
     one = yaml.safe_load(_files(_settings(1), "k8s", "mopt", tmp_path)["k8s/deployment.yaml"])
     single = one["spec"]["template"]["spec"]["containers"][0]
