@@ -137,8 +137,8 @@ def _format(api: str, k: int | None, request_id: str, texts: Any) -> Any:
 
         body = CompletionRequest(model="m", prompt="p", max_tokens=128, stream=True, logprobs=k)
         return CompletionFormat(body, [""], request_id, "m", texts)
+    from model_optimizer.runtime.server.chat_format import ChatFormat
     from model_optimizer.runtime.server.protocol_chat import ChatCompletionRequest
-    from model_optimizer.runtime.server.routes.chat import ChatFormat
 
     body = ChatCompletionRequest(
         model="m", messages=[{"role": "user", "content": "p"}], stream=True, logprobs=k is not None, top_logprobs=k

@@ -116,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
 def _attach_plan(args: argparse.Namespace, report: Any) -> None:
     """The memory plan when the engine can build the model; a bad --gpu or setting is the user's error."""
     from model_optimizer.model.inspect.consumption import is_encoder_config
-    from model_optimizer.model.inspect.memory_plan import gpu_memory, plan_memory
+    from model_optimizer.model.inspect.memory_plan import plan_memory
+    from model_optimizer.model.inspect.plan_gpu import gpu_memory
 
     engine = EngineConfig(
         max_model_len=args.max_model_len,

@@ -18,31 +18,32 @@ A checkpoint that is already quantized (quantization_config: AutoAWQ, compressed
 fp8) is planned only in the format the engine loads it as (resolve_spec, the engine's own reading of
 it), with its own int4 group size, on one GPU: the engine serves it no other way.
 
-`plan_memory(config, gpu, engine)` is what the tuner calls to skip settings that cannot fit.
+`plan_memory(config, gpu, engine)` is what the tuner calls to skip settings that cannot fit. The model's
+sizes come from plan_shape.py, the GPU's capacity from plan_gpu.py.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from model_optimizer.model.inspect.offload_plan import advice_note, offload_rows
 from model_optimizer.model.inspect.plan_formats import QUANT_FORMATS, checkpoint_spec
+from model_optimizer.model.inspect.plan_gpu import CUDA_CONTEXT_BYTES, MIB, GpuMemory
+from model_optimizer.model.inspect.plan_shape import MAX_TENSOR_PARALLEL_SIZE, ModelShape, model_shape, split_shape
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.layers.quantization.quantizers import DEFAULT_GROUP_SIZE
 from model_optimizer.runtime.layers.quantization.spec import QuantSpec
 
-MIB = 1 << 20
+if TYPE_CHECKING:
+    from model_optimizer.runtime.models.model_config import DecoderArgs
+
 ENGINE_HEADROOM_BYTES = 256 * MIB
 """The engine keeps this much free for CUDA graphs and sampler temporaries (model_runner.py)."""
 RUNTIME_BYTES = 32 * MIB
 """Allocations the forward makes besides tensors: the cuBLAS workspace (32 MiB on Hopper). Checked
 against the engine's measured peak on an H200 (benchmarks/results/throughput_h200.json; the
 comparison is in README "Inspect a checkpoint", memory plan)."""
-CUDA_CONTEXT_BYTES = 600 * MIB
-"""Memory the CUDA context takes outside torch's allocator; only bounds the plan when
-gpu_memory_utilization is near 1 and free memory, not the share, limits the cache."""
 
 METHOD_FORMATS = {"fp8": "fp8", "int8": "int8", "int8-w8a8": "int8", "awq": "int4", "rtn-int4": "int4"}
 """The format the engine holds a pre-quantized checkpoint's method in (QuantSpec.method -> format):
@@ -50,62 +51,6 @@ block-wise fp8 and int8 in groups are re-rounded per output row as they load."""
 SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 """The unquantized row of the plan is named for the dtype the engine runs (bf16 for most models)."""
 KV_DTYPE_BYTES = {"fp8": 1}
-MAX_TENSOR_PARALLEL_SIZE = 8
-"""The most GPUs one host holds (an 8-GPU server); beyond it users go to a multi-node engine."""
-
-
-@dataclass
-class GpuMemory:
-    name: str
-    total_bytes: int
-    free_bytes: int | None = None
-    """Free memory now (live GPUs); None: total minus the CUDA context is assumed."""
-    source: str = "datasheet"
-
-
-@dataclass
-class ModelShape:
-    """What the plan needs of a model, read from the engine's own model class on the meta device.
-    Under tensor parallelism the sizes are one rank's: q_size, kv_size, intermediate_size, the
-    vocabulary rows and the parameter counts are its shard."""
-
-    name: str
-    num_layers: int
-    hidden_size: int
-    intermediate_size: int
-    q_size: int
-    kv_size: int
-    vocab_size: int
-    max_position_embeddings: int
-    num_params: int
-    linear_params: int
-    """Weights of the Linear layers a quantized format rounds: all of them, or for a pre-quantized
-    checkpoint those its quantization_config does not leave out (quantized_linears)."""
-    linear_out_rows: int
-    """Sum of output rows of those layers: one scale each for row-wise formats."""
-    buffer_bytes: int
-    """Non-parameter tensors the model keeps (rotary cos/sin tables), in their own dtypes."""
-    tensor_parallel_size: int = 1
-    full_vocab_size: int = 0
-    """The model's vocabulary: the gathered logits have this many columns on every rank."""
-    expert_params: int = 0
-    """Parameters of a mixture of experts' experts (this rank's); 0 for a dense model."""
-    num_active_params: int = 0
-    """Parameters one token runs through: all but the experts, plus its top_k of them per layer."""
-    moe_top_k: int = 0
-    moe_intermediate_size: int = 0
-    """Each expert's intermediate size on this rank (its slice under tensor parallelism)."""
-    num_experts: int = 0
-    """Experts of a layer (all of them: each rank routes over every expert)."""
-    kv_values_per_token: int = 0
-    """Values one layer caches per token (the engine's kv_cache_shape): 2 x KV heads x head_dim, or a
-    DeepSeek model's latent row (kv_lora_rank + qk_rope_head_dim, whatever the heads)."""
-    full_head_kv_values: int = 0
-    """For multi-head latent attention, what a full-head cache would hold per token and layer (every
-    head's key and value); 0 for other attention."""
-    mla_attention_values: int = 0
-    """Multi-head latent attention: values per token alive at its widest point beyond the layer's
-    (tokens, hidden) tensors (queries, absorbed queries, latent outputs); 0 for other attention."""
 
 
 @dataclass
@@ -171,57 +116,6 @@ class MemoryPlan:
         return asdict(self)
 
 
-def model_shape(
-    config: dict, dtype_name: str = "bfloat16", tensor_parallel_size: int = 1, expert_parallel: bool = False
-) -> ModelShape:
-    """Parameter and buffer sizes of the engine's model for `config`, built on the meta device; one
-    GPU's shard of it under tensor parallelism, whole experts per GPU with `expert_parallel`
-    (ValueError when the model cannot be split so)."""
-    from model_optimizer.model.inspect.consumption import build_meta_model
-    from model_optimizer.runtime.distributed import TensorParallel
-    from model_optimizer.runtime.layers.attention import kv_cache_shape
-    from model_optimizer.runtime.layers.linear import Linear
-    from model_optimizer.runtime.layers.moe import FusedExperts, TopKRouter
-
-    model = build_meta_model(config, dtype_name, tensor_parallel_size, expert_parallel)
-    args = model.args
-    tp = TensorParallel(0, tensor_parallel_size)
-    linears = [m for m in model.modules() if isinstance(m, Linear)]
-    num_kv_heads = getattr(model, "local_num_kv_heads", tp.kv_heads(args.num_kv_heads)[1])
-    experts = [m for m in model.modules() if isinstance(m, FusedExperts)]
-    routers = [m for m in model.modules() if isinstance(m, TopKRouter)]
-    num_params = sum(p.numel() for p in model.parameters())
-    expert_params = sum(m.w13_weight.numel() + m.w2_weight.numel() for m in experts)
-    top_k, num_experts = (routers[0].top_k, routers[0].num_experts) if routers else (0, 0)
-    mla = getattr(model, "mla", None)
-    local_heads = tp.shard(args.num_heads, "num_attention_heads")[1]
-    q_size = local_heads * (mla.qk_head_dim if mla else args.head_dim)
-    return ModelShape(
-        name=args.architecture,
-        num_layers=args.num_layers,
-        hidden_size=args.hidden_size,
-        intermediate_size=tp.shard(args.intermediate_size, "intermediate_size")[1],
-        q_size=q_size,
-        kv_size=num_kv_heads * args.head_dim if mla is None else mla.latent_dim,
-        vocab_size=model.lm_head.weight.shape[0],
-        max_position_embeddings=args.max_position_embeddings,
-        num_params=num_params,
-        linear_params=sum(m.weight.numel() for m in linears),
-        linear_out_rows=sum(m.weight.shape[0] for m in linears),
-        buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
-        tensor_parallel_size=tensor_parallel_size,
-        full_vocab_size=args.vocab_size,
-        expert_params=expert_params,
-        num_active_params=num_params - expert_params + (expert_params * top_k // num_experts if experts else 0),
-        moe_top_k=top_k,
-        moe_intermediate_size=experts[0].intermediate_size if experts else 0,
-        num_experts=num_experts,
-        kv_values_per_token=math.prod(kv_cache_shape(model, 1, 1)),
-        full_head_kv_values=local_heads * (mla.qk_head_dim + mla.v_head_dim) if mla else 0,
-        mla_attention_values=mla.activation_values(local_heads) if mla else 0,
-    )
-
-
 def weight_bytes(shape: ModelShape, fmt: str, dtype_bytes: int, group_size: int = DEFAULT_GROUP_SIZE) -> int:
     """Bytes of all weights in `fmt`: a quantized format (int4 in groups of `group_size` inputs), or
     anything else for the model dtype."""
@@ -233,43 +127,6 @@ def weight_bytes(shape: ModelShape, fmt: str, dtype_bytes: int, group_size: int 
     else:
         side = shape.linear_out_rows * 4
     return other + int(shape.linear_params * QUANT_FORMATS[fmt][0]) + side
-
-
-def quantized_linears(shape: ModelShape, config: dict, spec: QuantSpec) -> ModelShape:
-    """`shape` counting as linear only the layers `spec` quantizes (attach_quantization, on a copy of
-    the engine's model): a pre-quantized checkpoint's `ignore` (lm_head, a mixture's routers, latent
-    projections) keeps the others in the model dtype, among the other parameters."""
-    import torch
-
-    from model_optimizer.model.inspect.consumption import private_meta_model
-    from model_optimizer.runtime.layers.quantization.attach import attach_quantization
-
-    layers = [m for _, m in attach_quantization(private_meta_model(config), spec, torch.bfloat16, dummy=True)]
-    return replace(
-        shape,
-        linear_params=sum(m.in_features * m.out_features for m in layers),
-        linear_out_rows=sum(m.out_features for m in layers),
-    )
-
-
-def split_shape(config: dict, dtype_name: str, engine: EngineConfig, spec: QuantSpec | None) -> ModelShape:
-    """model_shape at `engine`'s tensor_parallel_size, or the engine's refusal as a ValueError the user can
-    act on: a size the model cannot split (naming the valid ones), a pre-quantized checkpoint (`spec`)
-    over several GPUs. For a pre-quantized checkpoint, only the layers it quantizes count as linear."""
-    from model_optimizer.runtime.models.loader import refuse_pre_quantized
-
-    tp_size = engine.tensor_parallel_size
-    refuse_pre_quantized(spec, "auto", tp_size)
-    try:
-        shape = model_shape(config, dtype_name, tp_size, engine.enable_expert_parallel)
-    except ValueError as exc:
-        if tp_size == 1:
-            raise
-        sizes = ", ".join(map(str, valid_tensor_parallel_sizes(config, expert_parallel=engine.enable_expert_parallel)))
-        raise ValueError(
-            f"tensor_parallel_size {tp_size} cannot split this model: {exc}; valid sizes: {sizes}"
-        ) from None
-    return shape if spec is None else quantized_linears(shape, config, spec)
 
 
 def prequantized_note(spec: QuantSpec, dtype_name: str) -> str:
@@ -313,20 +170,52 @@ def plan_memory(
 ) -> MemoryPlan:
     """The memory plan of the model of `config.json` under `engine`'s settings, on `gpu` if given; of a
     pre-quantized checkpoint, in the one format the engine loads it as."""
-    import torch
-
-    from model_optimizer.runtime.models.loader import resolve_dtype
     from model_optimizer.runtime.models.model_config import DecoderArgs
 
     engine = engine or EngineConfig()
     args = DecoderArgs.from_dict(config)
-    dtype = resolve_dtype(engine.dtype, args, torch.device("cuda"))
-    dtype_name, dtype_bytes = str(dtype).removeprefix("torch."), torch.tensor([], dtype=dtype).element_size()
+    dtype_name, dtype_bytes = _model_dtype(engine, args)
     tp_size = engine.tensor_parallel_size
     spec = checkpoint_spec(config)
     shape = split_shape(config, dtype_name, engine, spec)
     group_size = spec.group_size if spec is not None else DEFAULT_GROUP_SIZE
     formats = [METHOD_FORMATS[spec.method]] if spec is not None else [SHORT_DTYPES[dtype_name], *QUANT_FORMATS]
+    max_model_len, seq_len = _lengths(engine, shape, seq_len)
+    plan = MemoryPlan(
+        model=shape.name,
+        dtype=dtype_name,
+        num_params=shape.num_params,
+        weight_bytes_by_format={f: weight_bytes(shape, f, dtype_bytes, group_size) for f in formats},
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        seq_len=seq_len,
+        max_model_len=max_model_len,
+        gpu=gpu,
+        tensor_parallel_size=tp_size,
+        num_active_params=shape.num_active_params,
+        expert_parallel=engine.enable_expert_parallel and tp_size > 1,
+        **_byte_sizes(shape, engine, dtype_bytes, max_model_len),
+    )
+    if spec is not None:
+        plan.notes.append(prequantized_note(spec, dtype_name))
+    plan.notes += _model_notes(shape, args, tp_size)
+    if gpu is not None:
+        _plan_gpu(plan, shape, config, gpu, engine, spec)
+    return plan
+
+
+def _model_dtype(engine: EngineConfig, args: DecoderArgs) -> tuple[str, int]:
+    """The dtype the engine runs the model in (--dtype, else the checkpoint's) and its bytes per element."""
+    import torch
+
+    from model_optimizer.runtime.models.loader import resolve_dtype
+
+    dtype = resolve_dtype(engine.dtype, args, torch.device("cuda"))
+    return str(dtype).removeprefix("torch."), torch.tensor([], dtype=dtype).element_size()
+
+
+def _lengths(engine: EngineConfig, shape: ModelShape, seq_len: int | None) -> tuple[int, int]:
+    """max_model_len (the engine's, else the model's) and the sequence length the plan fits (max_model_len
+    when not given), each checked against its bound."""
     max_model_len = engine.max_model_len or shape.max_position_embeddings
     if max_model_len > shape.max_position_embeddings:
         raise ValueError(
@@ -335,55 +224,49 @@ def plan_memory(
     seq_len = max_model_len if seq_len is None else seq_len  # 0 is refused, not read as "unset"
     if seq_len <= 0 or seq_len > max_model_len:
         raise ValueError(f"seq_len must be in 1..max_model_len ({max_model_len}), got {seq_len}")
+    return max_model_len, seq_len
+
+
+def _byte_sizes(shape: ModelShape, engine: EngineConfig, dtype_bytes: int, max_model_len: int) -> dict[str, Any]:
+    """MemoryPlan's fields per kv_cache_dtype (KV bytes per token and per block, the profile forward's
+    activation peak; a full-head cache's bytes for multi-head latent attention) and the decode graphs'."""
     profile_tokens = min(engine.max_num_batched_tokens, max_model_len)
     kv_elem = {"auto": dtype_bytes, "fp8": KV_DTYPE_BYTES["fp8"]}
     per_token = {k: shape.num_layers * shape.kv_values_per_token * e for k, e in kv_elem.items()}
-    activation = {
-        k: profile_activation_bytes(
-            shape, profile_tokens, min(engine.max_num_seqs, profile_tokens), dtype_bytes, e, engine.block_size
-        )
-        for k, e in kv_elem.items()
+    logit_rows, graph_tokens = min(engine.max_num_seqs, profile_tokens), min(engine.max_num_seqs, max_model_len)
+    graph_bytes = profile_activation_bytes(shape, graph_tokens, graph_tokens, dtype_bytes, 0, engine.block_size)
+    full_head = {k: shape.num_layers * shape.full_head_kv_values * e for k, e in kv_elem.items()}
+    return {
+        "kv_bytes_per_token": per_token,
+        "bytes_per_block": {k: v * engine.block_size for k, v in per_token.items()},
+        "activation_bytes": {
+            k: profile_activation_bytes(shape, profile_tokens, logit_rows, dtype_bytes, e, engine.block_size)
+            for k, e in kv_elem.items()
+        },
+        "cuda_graph_bytes": graph_bytes - RUNTIME_BYTES,
+        "profile_tokens": profile_tokens,
+        "full_head_kv_bytes_per_token": full_head if shape.full_head_kv_values else {},
     }
-    graph_tokens = min(engine.max_num_seqs, max_model_len)
-    plan = MemoryPlan(
-        model=shape.name,
-        dtype=dtype_name,
-        num_params=shape.num_params,
-        weight_bytes_by_format={f: weight_bytes(shape, f, dtype_bytes, group_size) for f in formats},
-        kv_bytes_per_token=per_token,
-        bytes_per_block={k: v * engine.block_size for k, v in per_token.items()},
-        activation_bytes=activation,
-        cuda_graph_bytes=profile_activation_bytes(shape, graph_tokens, graph_tokens, dtype_bytes, 0, engine.block_size)
-        - RUNTIME_BYTES,
-        gpu_memory_utilization=engine.gpu_memory_utilization,
-        seq_len=seq_len,
-        max_model_len=max_model_len,
-        profile_tokens=profile_tokens,
-        gpu=gpu,
-        tensor_parallel_size=tp_size,
-        num_active_params=shape.num_active_params,
-        expert_parallel=engine.enable_expert_parallel and tp_size > 1,
-    )
-    if spec is not None:
-        plan.notes.append(prequantized_note(spec, dtype_name))
+
+
+def _model_notes(shape: ModelShape, args: DecoderArgs, tp_size: int) -> list[str]:
+    """What the plan says of the model's attention, experts and split over `tp_size` GPUs."""
+    notes = []
     if shape.full_head_kv_values:
-        plan.full_head_kv_bytes_per_token = {
-            k: shape.num_layers * shape.full_head_kv_values * e for k, e in kv_elem.items()
-        }
-        plan.notes.append(
+        notes.append(
             f"multi-head latent attention: {shape.kv_values_per_token} cached values per token and layer "
             f"(compressed KV and rope key) where every head's keys and values would be {shape.full_head_kv_values}: "
             f"a {shape.full_head_kv_values / shape.kv_values_per_token:.1f}x smaller KV cache"
             + (", the same on every GPU (each holds the latent)" if tp_size > 1 else "")
         )
     if shape.expert_params:
-        plan.notes.append(
+        notes.append(
             f"mixture of experts: {shape.num_experts} experts per layer, {shape.moe_top_k} per token; a decode "
             f"step reads the experts its tokens are routed to (about {shape.num_active_params / 1e9:.2f} B of "
             f"{shape.num_params / 1e9:.2f} B parameters at batch 1), but every expert stays in memory"
         )
     if tp_size > 1:
-        plan.notes.append(
+        notes.append(
             f"per GPU of {tp_size}: layers split {tp_size} ways, "
             + (
                 "the latent cache whole on each GPU"
@@ -393,9 +276,7 @@ def plan_memory(
             )
             + f", vocabulary padded to {shape.vocab_size * tp_size:,}, norms whole on each GPU"
         )
-    if gpu is not None:
-        _plan_gpu(plan, shape, config, gpu, engine, spec)
-    return plan
+    return notes
 
 
 def _plan_gpu(
@@ -434,28 +315,6 @@ def _plan_gpu(
         plan.notes.append("datasheet capacity: the driver reports a little less; --gpu live measures it")
 
 
-def valid_tensor_parallel_sizes(
-    config: dict, limit: int = MAX_TENSOR_PARALLEL_SIZE, expert_parallel: bool = False
-) -> list[int]:
-    """The sizes in 1..limit the engine accepts for this model: those its model builds at, as rank 0 of
-    them (heads, KV heads, MLP and expert widths: each layer checks its own split), and its loader
-    takes (a pre-quantized checkpoint: 1 only)."""
-    spec = checkpoint_spec(config)
-    return [n for n in range(1, limit + 1) if _accepts(config, spec, n, expert_parallel)]
-
-
-def _accepts(config: dict, spec: QuantSpec | None, size: int, expert_parallel: bool) -> bool:
-    from model_optimizer.model.inspect.consumption import build_meta_model
-    from model_optimizer.runtime.models.loader import refuse_pre_quantized
-
-    try:
-        refuse_pre_quantized(spec, "auto", size)
-        build_meta_model(config, "bfloat16", size, expert_parallel)
-    except ValueError:
-        return False
-    return True
-
-
 def smallest_fitting_tensor_parallel_sizes(
     config: dict, gpu: GpuMemory, engine: EngineConfig, seq_len: int, weight_formats: list[str]
 ) -> dict[str, int | None]:
@@ -492,43 +351,3 @@ def _fit(plan: MemoryPlan, shape: ModelShape, gpu: GpuMemory, engine: EngineConf
     return FitRow(
         fmt, kv, weights, plan.activation_bytes[kv], budget, blocks, tokens, sequences, sequences > engine.max_num_seqs
     )
-
-
-def gpu_memory(spec: str, index: int = 0) -> GpuMemory:
-    """`live`: the GPU this process sees (torch, else NVML); otherwise a datasheet name (`H200`, `A100 80GB`)."""
-    if spec == "live":
-        return _live_gpu(index)
-    from model_optimizer.environment.knowledge import gpu_spec, load
-
-    entry = gpu_spec(spec)
-    if entry is None:
-        names = ", ".join(g["name"] for g in load("gpus")["gpus"])
-        raise ValueError(f"--gpu {spec!r} matches no datasheet; use 'live' or one of: {names}")
-    return GpuMemory(entry["name"], int(entry["memory_gib"] * (1 << 30)), None, "datasheet")
-
-
-def _live_gpu(index: int) -> GpuMemory:
-    import torch
-
-    if torch.cuda.is_available():
-        free, total = torch.cuda.mem_get_info(index)
-        return GpuMemory(
-            torch.cuda.get_device_name(index), int(total), int(free), "torch (live)"
-        )  # free already net of our context
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        name = pynvml.nvmlDeviceGetName(handle)
-        return GpuMemory(
-            name.decode() if isinstance(name, bytes) else name,
-            int(mem.total),
-            int(mem.free) - CUDA_CONTEXT_BYTES,
-            "NVML (live)",
-        )
-    except Exception as exc:  # no driver, no library: say so in words
-        raise ValueError(
-            f"--gpu live: no GPU visible to torch or NVML ({type(exc).__name__}: {exc}); name one, e.g. --gpu H200"
-        ) from None

@@ -30,7 +30,9 @@ def measure(
     """In this process: plan with the live GPU, then build the engine and compare (needs CUDA)."""
     from model_optimizer import LLM
     from model_optimizer.common.fileio import read_json
-    from model_optimizer.model.inspect.memory_plan import gpu_memory, model_shape, plan_memory
+    from model_optimizer.model.inspect.memory_plan import plan_memory
+    from model_optimizer.model.inspect.plan_gpu import gpu_memory
+    from model_optimizer.model.inspect.plan_shape import model_shape
     from model_optimizer.runtime.config import EngineConfig
 
     settings = dict(

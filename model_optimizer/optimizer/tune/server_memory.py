@@ -80,7 +80,8 @@ class ServerMemory:
         from model_optimizer.runtime.config import EngineConfig
 
         try:
-            from model_optimizer.model.inspect.memory_plan import GpuMemory, plan_memory
+            from model_optimizer.model.inspect.memory_plan import plan_memory
+            from model_optimizer.model.inspect.plan_gpu import GpuMemory
 
             engine = EngineConfig(**{n: v for n, v in zip(PLAN_SETTINGS, key) if v is not None})
             gpu = GpuMemory(self.hardware.name, int(self.hardware.memory_gib * GIB))

@@ -36,7 +36,7 @@ from model_optimizer.runtime.server.config import ServerConfig
 from model_optimizer.runtime.server.cors import JSONCORSMiddleware
 from model_optimizer.runtime.server.errors import install_error_handlers
 from model_optimizer.runtime.server.guard import GuardMiddleware
-from model_optimizer.runtime.server.metrics import HTTPMetricsMiddleware
+from model_optimizer.runtime.server.http_metrics import HTTPMetricsMiddleware
 from model_optimizer.runtime.server.request_ids import RequestIdMiddleware
 from model_optimizer.runtime.server.routes import (
     chat,

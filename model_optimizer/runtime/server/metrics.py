@@ -12,27 +12,25 @@ histograms and the success counter once per completion, as vLLM's frontend handl
 request's completions as a request of its own. vLLM's second label, `engine`, is left out: one server runs one
 engine. `http_requests_total` (handler, method, status) is the counter vLLM's HTTP instrumentation exports,
 with exact status codes.
+
+This module holds the registry (ServerMetrics), the buckets and the per-request observations (RequestTracker);
+the engine's gauges and counters are engine_collector.py's, the per-token histogram token_histogram.py's and
+the HTTP counter's middleware http_metrics.py's.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
-from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from model_optimizer.runtime.engine.engine import EngineStats
 from model_optimizer.runtime.engine.outputs import RequestMetrics, RequestOutput
-from model_optimizer.runtime.server.auth import route_path
+from model_optimizer.runtime.server.engine_collector import EngineCollector
+from model_optimizer.runtime.server.token_histogram import PerTokenHistogram, TokenHistogram
 
 # vLLM 0.14's bounds, exactly (PrometheusStatLogger in vllm/v1/metrics/loggers.py, whose lists are the same from
 # v0.8 to releases after 0.14): `sum by (le)` over a fleet of mopt and vLLM servers needs one `le` set, and a
@@ -58,177 +56,6 @@ def token_buckets(max_model_len: int | None) -> tuple[int, ...]:
 N_BUCKETS = (1, 2, 5, 10, 20)
 FINISH_REASONS = ("stop", "length", "abort", "error")
 """vLLM's FinishReason values: each has a vllm:request_success series from the start, at 0 until it happens."""
-HANDLERS = frozenset(
-    {
-        "/v1/completions",
-        "/v1/chat/completions",
-        "/v1/responses",
-        "/v1/responses/input_tokens",
-        "/v1/embeddings",
-        "/v1/models",
-        "/health",
-        "/ready",
-        "/ping",
-        "/version",
-        "/metrics",
-        "/tokenize",
-        "/detokenize",
-        "/pause",
-        "/resume",
-        "/is_paused",
-    }
-)
-"""Paths counted under their own handler label; any other path is "other" (no label per random 404 path)."""
-
-
-def _handler_label(path: str) -> str:
-    """The `handler` label of a request path: the route's template, never the raw path."""
-    if path in HANDLERS:
-        return path
-    if path.startswith("/v1/models/"):
-        return "/v1/models/{id}"
-    if path.startswith("/v1/responses/"):
-        return "/v1/responses/{id}"
-    return "other"
-
-
-class _EngineCollector(Collector):
-    """Engine state from the latest stats snapshot (None while the model loads)."""
-
-    def __init__(self, model_name: str, stats: Callable[[], EngineStats | None], speculative: bool = False) -> None:
-        self.model_name = model_name
-        self.stats = stats
-        self.speculative = speculative
-        """Export vLLM's spec_decode counters (as vLLM does, only when speculative decoding is configured)."""
-
-    def collect(self) -> Iterator:
-        s = self.stats()
-        if s is None:  # no engine (yet, or an embedding model)
-            return
-        label = [self.model_name]
-
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(name, doc, labels=["model_name"])
-            g.add_metric(label, value)
-            return g
-
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            c = CounterMetricFamily(name, doc, labels=["model_name"])
-            c.add_metric(label, value)
-            return c
-
-        yield gauge("vllm:num_requests_running", "Sequences running in the engine.", s.num_running)
-        yield gauge("vllm:num_requests_waiting", "Sequences waiting to run.", s.num_waiting)
-        yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage (1 means full).", s.kv_cache_usage)
-        yield gauge(
-            "vllm:gpu_cache_usage_perc",
-            "KV-cache usage (1 means full); vLLM's older name, kept for dashboards that still read it.",
-            s.kv_cache_usage,
-        )
-        yield gauge("mopt:kv_cache_free_blocks", "Free KV-cache blocks.", s.num_free_blocks)
-        yield gauge("mopt:kv_cache_total_blocks", "All KV-cache blocks.", s.num_blocks)
-        yield counter(
-            "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries
-        )
-        yield counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", s.prefix_cache_hits)
-        yield counter("vllm:num_preemptions", "Preempted sequences.", s.num_preemptions)
-        yield counter(
-            "mopt:host_kv_hits", "Of the prefix-cache hits, prompt tokens loaded from the host KV tier.", s.host_kv_hits
-        )
-        yield counter(
-            "mopt:swapped_out_blocks", "KV blocks copied to host memory by swap preemptions.", s.num_swapped_out_blocks
-        )
-        yield counter(
-            "mopt:swapped_in_blocks",
-            "KV blocks copied back when swapped-out requests resumed.",
-            s.num_swapped_in_blocks,
-        )
-        yield counter(
-            "mopt:prompt_tokens_computed",
-            "Prompt tokens the engine computed: prefix-cache hits left out, a preempted prompt's recompute counted "
-            "again (vllm:prompt_tokens counts each completion's whole prompt once).",
-            s.num_prompt_tokens,
-        )
-        yield counter("vllm:generation_tokens", "Tokens generated.", s.num_generation_tokens)
-        yield counter("mopt:engine_steps", "Engine steps run.", s.num_steps)
-        yield counter(
-            "mopt:grammar_steps", "Engine steps that sampled with grammar masks (structured outputs).", s.grammar_steps
-        )
-        yield counter(
-            "mopt:grammar_host_seconds",
-            "Host time advancing grammars and filling their token masks (while the forward runs).",
-            s.grammar_seconds,
-        )
-        yield counter(
-            "mopt:grammar_wait_seconds",
-            "Of that, the time the step loop waited for masks (the part the forward did not hide).",
-            s.grammar_wait_seconds,
-        )
-        yield gauge(
-            "mopt:grammar_host_seconds_max",
-            "The longest host time one step spent on grammar masks.",
-            s.grammar_max_seconds,
-        )
-        if self.speculative:
-            yield from self._spec_decode(s, counter)
-
-    def _spec_decode(self, s: EngineStats, counter: Callable) -> Iterator:
-        yield counter("vllm:spec_decode_num_drafts", "Request-steps that verified proposals.", s.spec_num_drafts)
-        yield counter("vllm:spec_decode_num_draft_tokens", "Proposed tokens verified.", s.spec_num_draft_tokens)
-        yield counter("vllm:spec_decode_num_accepted_tokens", "Proposed tokens accepted.", s.spec_num_accepted_tokens)
-        per_pos = CounterMetricFamily(
-            "vllm:spec_decode_num_accepted_tokens_per_pos",
-            "Accepted proposed tokens by position in the proposal.",
-            labels=["model_name", "position"],
-        )
-        for position, value in enumerate(s.spec_accepted_per_pos):
-            per_pos.add_metric([self.model_name, str(position)], value)
-        yield per_pos
-
-
-class TokenHistogram(Collector):
-    """A histogram observed once per streamed token (inter-token latency), on the event loop only.
-
-    prometheus_client's Histogram takes a lock and walks its buckets in Python for each observation,
-    which, at one observation per token, was the largest cost of a chunk after its serialization. Here
-    an observation is a bisect and two additions (no lock: the event loop is the only writer, and the
-    /metrics route that reads runs on it too); the exposition is the same family, samples and
-    `_created` series as a Histogram's."""
-
-    def __init__(self, name: str, doc: str, model_name: str, buckets: tuple[float, ...], registry) -> None:
-        self.name, self.doc, self.model_name = name, doc, model_name
-        self.bounds = [float(b) for b in buckets] + [math.inf]
-        self.counts = [0] * len(self.bounds)
-        self.sum = 0.0
-        self.created = time.time()
-        registry.register(self)
-
-    def observe(self, value: float, count: int = 1) -> None:
-        """Observe `value` `count` times."""
-        self.counts[bisect_left(self.bounds, value)] += count
-        self.sum += value * count
-
-    def collect(self) -> Iterator:
-        family = HistogramMetricFamily(self.name, self.doc, labels=["model_name"])
-        cumulative, buckets = 0, []
-        for bound, count in zip(self.bounds, self.counts):
-            cumulative += count
-            buckets.append((floatToGoString(bound), cumulative))
-        family.add_metric([self.model_name], buckets, self.sum)
-        family.samples.append(Sample(self.name + "_created", {"model_name": self.model_name}, self.created))
-        yield family
-
-
-class _PerTokenHistogram:
-    """TokenHistogram's interface over a prometheus_client Histogram, for the multiprocess mode (where
-    only prometheus_client's own metrics are summed over processes)."""
-
-    def __init__(self, histogram: Any) -> None:
-        self.histogram = histogram
-
-    def observe(self, value: float, count: int = 1) -> None:
-        for _ in range(count):
-            self.histogram.observe(value)
 
 
 def multiprocess() -> bool:
@@ -246,7 +73,7 @@ class ServerMetrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.model_name = model_name
-        self.engine_collector = _EngineCollector(model_name, stats, speculative)
+        self.engine_collector = EngineCollector(model_name, stats, speculative)
         self.registry.register(self.engine_collector)
         labels = ["model_name"]
 
@@ -309,7 +136,7 @@ class ServerMetrics:
         if not multiprocess():
             return TokenHistogram(name, doc, self.model_name, ITL_BUCKETS, self.registry)
         histogram = Histogram(name, doc, ["model_name"], buckets=ITL_BUCKETS, registry=self.registry)
-        return _PerTokenHistogram(histogram.labels(self.model_name))
+        return PerTokenHistogram(histogram.labels(self.model_name))
 
     def render(self) -> bytes:
         if not multiprocess():
@@ -425,30 +252,3 @@ class RequestTracker:
             m.inference_time.observe(max(end - scheduled, 0.0))
             if first_token is not None:
                 m.prefill_time.observe(max(first_token - scheduled, 0.0))
-
-
-class HTTPMetricsMiddleware:
-    """Counts every HTTP response by handler, method and status, outside every other middleware, so the
-    401s, 413s and 431s the guard sends count too."""
-
-    def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500  # an exception before any response start is a 500 to the client
-
-        async def send_and_record(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_and_record)
-        finally:
-            handler = _handler_label(route_path(scope))
-            self.metrics.http_requests.labels(handler, scope["method"], str(status)).inc()

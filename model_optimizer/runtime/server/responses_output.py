@@ -17,11 +17,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from model_optimizer.runtime.engine.outputs import RequestOutput
+from model_optimizer.runtime.server.chat_format import ChatFormat
 from model_optimizer.runtime.server.errors import failure_status
 from model_optimizer.runtime.server.logprobs import chat_logprobs_dict
 from model_optimizer.runtime.server.protocol_outputs import ChatCompletionResponse, UsageInfo
 from model_optimizer.runtime.server.protocol_responses import ResponsesRequest, echoed_format
-from model_optimizer.runtime.server.routes.chat import ChatFormat
 from model_optimizer.runtime.server.streaming import ChoiceDelta, sse
 
 

@@ -10,7 +10,9 @@ import pytest
 
 from model_optimizer import LLM
 from model_optimizer.cli.main import main
-from model_optimizer.model.inspect.memory_plan import GpuMemory, gpu_memory, model_shape, plan_memory
+from model_optimizer.model.inspect.memory_plan import plan_memory
+from model_optimizer.model.inspect.plan_gpu import GpuMemory, gpu_memory
+from model_optimizer.model.inspect.plan_shape import model_shape
 from model_optimizer.runtime.config import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from model_optimizer.cli.main import main
-from model_optimizer.model.inspect.memory_plan import gpu_memory, plan_memory, valid_tensor_parallel_sizes
+from model_optimizer.model.inspect.memory_plan import plan_memory
+from model_optimizer.model.inspect.plan_gpu import gpu_memory
+from model_optimizer.model.inspect.plan_shape import valid_tensor_parallel_sizes
 from model_optimizer.runtime.config import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -11,7 +11,8 @@ import pytest
 from model_optimizer import LLM
 from model_optimizer.cli.main import main
 from model_optimizer.model.inspect.inspector import inspect_checkpoint
-from model_optimizer.model.inspect.memory_plan import model_shape, plan_memory
+from model_optimizer.model.inspect.memory_plan import plan_memory
+from model_optimizer.model.inspect.plan_shape import model_shape
 from model_optimizer.runtime.config import EngineConfig
 from tests.model.inspect.broken import edit_tensors
 

@@ -9,13 +9,14 @@ from pathlib import Path
 import torch
 
 from model_optimizer.cli.main import main
-from model_optimizer.model.inspect.memory_plan import gpu_memory, plan_memory
+from model_optimizer.model.inspect.memory_plan import plan_memory
 from model_optimizer.model.inspect.offload_plan import (
     DEFAULT_H2D_GBPS,
     host_to_device_gbps,
     offload_advice,
     offload_rows,
 )
+from model_optimizer.model.inspect.plan_gpu import gpu_memory
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.layers.quantization.spec import QuantSpec, resolve_spec
 from model_optimizer.runtime.models.loader import plan_offload

@@ -252,7 +252,8 @@ def test_hardware_from_datasheet_and_doctor(tmp_path):
 
 def test_gpu_kv_capacity_comes_from_the_memory_plan():
     """On a GPU the predictor sizes the KV cache as modelio's memory plan does (the engine's rule)."""
-    from model_optimizer.model.inspect.memory_plan import GpuMemory, plan_memory
+    from model_optimizer.model.inspect.memory_plan import plan_memory
+    from model_optimizer.model.inspect.plan_gpu import GpuMemory
     from model_optimizer.runtime.config import EngineConfig
 
     config = CONFIG | {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "rms_norm_eps": 1e-6}

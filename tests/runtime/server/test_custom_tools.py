@@ -16,9 +16,9 @@ import pytest
 
 from model_optimizer.runtime.engine.detokenizer import TokenTexts
 from model_optimizer.runtime.engine.outputs import CompletionOutput
+from model_optimizer.runtime.server.chat_format import ChatFormat
 from model_optimizer.runtime.server.chat_output import ChatOutput
 from model_optimizer.runtime.server.protocol_chat import ChatCompletionRequest
-from model_optimizer.runtime.server.routes.chat import ChatFormat
 from model_optimizer.runtime.server.tool_parsers import HermesParser
 from model_optimizer.runtime.server.tools import ToolPlan, as_template_tools
 from tests.runtime.server.test_structured_outputs import USER, start_tools_server

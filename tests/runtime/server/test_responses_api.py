@@ -16,9 +16,9 @@ from pydantic import BaseModel, Field
 
 from model_optimizer.runtime.engine.detokenizer import TokenTexts
 from model_optimizer.runtime.engine.outputs import CompletionOutput
+from model_optimizer.runtime.server.chat_format import ChatFormat
 from model_optimizer.runtime.server.protocol_responses import ResponsesRequest
 from model_optimizer.runtime.server.responses_output import ResponsesFormat
-from model_optimizer.runtime.server.routes.chat import ChatFormat
 from model_optimizer.runtime.server.streaming import ChoiceDelta
 from model_optimizer.runtime.server.tool_parsers import HermesParser
 from model_optimizer.runtime.server.tools import ToolPlan

@@ -11,10 +11,10 @@ from pydantic import TypeAdapter
 
 from model_optimizer.runtime.engine.detokenizer import TokenTexts
 from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestOutput
+from model_optimizer.runtime.server.chat_format import ChatFormat
 from model_optimizer.runtime.server.protocol_outputs import UsageInfo
 from model_optimizer.runtime.server.protocol_responses import ResponsesRequest
 from model_optimizer.runtime.server.responses_output import ResponsesFormat
-from model_optimizer.runtime.server.routes.chat import ChatFormat
 from model_optimizer.runtime.server.streaming import ChoiceDelta
 from model_optimizer.runtime.server.tools import ToolPlan
 

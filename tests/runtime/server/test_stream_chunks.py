@@ -14,6 +14,7 @@ import pytest
 
 from model_optimizer.runtime.engine.logprob_list import LogprobList
 from model_optimizer.runtime.engine.outputs import CompletionOutput, Logprob
+from model_optimizer.runtime.server.chat_format import ChatFormat
 from model_optimizer.runtime.server.logprobs import (
     TokenOffsets,
     TokenTexts,
@@ -32,7 +33,6 @@ from model_optimizer.runtime.server.protocol_outputs import (
     CompletionResponse,
     DeltaMessage,
 )
-from model_optimizer.runtime.server.routes.chat import ChatFormat
 from model_optimizer.runtime.server.routes.completions import CompletionFormat
 from model_optimizer.runtime.server.streaming import ChoiceDelta, ChunkTemplate, sse
 

@@ -6,7 +6,8 @@ import random
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from model_optimizer.runtime.server.metrics import ITL_BUCKETS, TokenHistogram
+from model_optimizer.runtime.server.metrics import ITL_BUCKETS
+from model_optimizer.runtime.server.token_histogram import TokenHistogram
 
 
 def exposition(registry: CollectorRegistry) -> list[str]:
