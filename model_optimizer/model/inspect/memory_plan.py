@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from model_optimizer.model.inspect.offload_plan import advice_note, offload_rows
-from model_optimizer.model.inspect.plan_formats import QUANT_FORMATS, checkpoint_spec
+from model_optimizer.model.inspect.plan_formats import QUANT_FORMATS, checkpoint_spec, refused_format
 from model_optimizer.model.inspect.plan_gpu import CUDA_CONTEXT_BYTES, MIB, GpuMemory
 from model_optimizer.model.inspect.plan_shape import MAX_TENSOR_PARALLEL_SIZE, ModelShape, model_shape, split_shape
 from model_optimizer.runtime.config import EngineConfig
@@ -179,7 +179,13 @@ def plan_memory(
     spec = checkpoint_spec(config)
     shape = split_shape(config, dtype_name, engine, spec)
     group_size = spec.group_size if spec is not None else DEFAULT_GROUP_SIZE
-    formats = [METHOD_FORMATS[spec.method]] if spec is not None else [SHORT_DTYPES[dtype_name], *QUANT_FORMATS]
+    expert_parallel = engine.enable_expert_parallel and tp_size > 1
+    refused = {} if spec is not None else _refused_formats(config, dtype_name, tp_size, expert_parallel)
+    formats = (
+        [METHOD_FORMATS[spec.method]]
+        if spec is not None
+        else [SHORT_DTYPES[dtype_name], *(f for f in QUANT_FORMATS if f not in refused)]
+    )
     max_model_len, seq_len = _lengths(engine, shape, seq_len)
     plan = MemoryPlan(
         model=shape.name,
@@ -192,15 +198,22 @@ def plan_memory(
         gpu=gpu,
         tensor_parallel_size=tp_size,
         num_active_params=shape.num_active_params,
-        expert_parallel=engine.enable_expert_parallel and tp_size > 1,
+        expert_parallel=expert_parallel,
         **_byte_sizes(shape, engine, dtype_bytes, max_model_len),
     )
     if spec is not None:
         plan.notes.append(prequantized_note(spec, dtype_name))
+    plan.notes += [f"{fmt} weights: left out, as the engine refuses them: {reason}" for fmt, reason in refused.items()]
     plan.notes += _model_notes(shape, args, tp_size)
     if gpu is not None:
         _plan_gpu(plan, shape, config, gpu, engine, spec)
     return plan
+
+
+def _refused_formats(config: dict, dtype_name: str, tp_size: int, expert_parallel: bool) -> dict[str, str]:
+    """The quantized formats the engine would refuse to round this float checkpoint to, with its reasons."""
+    reasons = {fmt: refused_format(config, fmt, dtype_name, tp_size, expert_parallel) for fmt in QUANT_FORMATS}
+    return {fmt: reason for fmt, reason in reasons.items() if reason is not None}
 
 
 def _model_dtype(engine: EngineConfig, args: DecoderArgs) -> tuple[str, int]:
@@ -331,7 +344,7 @@ def smallest_fitting_tensor_parallel_sizes(
             continue
         shape = model_shape(config, plan.dtype, n, engine.enable_expert_parallel)
         for fmt in (f for f, size in found.items() if size is None):
-            if _fit(plan, shape, gpu, engine, fmt, "auto").num_sequences >= 1:
+            if fmt in plan.weight_bytes_by_format and _fit(plan, shape, gpu, engine, fmt, "auto").num_sequences >= 1:
                 found[fmt] = n
     return found
 

@@ -3,6 +3,9 @@ offload_plan.py sizes the layers --cpu-offload-gb moves in them)."""
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
+
 from model_optimizer.runtime.layers.quantization.spec import QuantSpec, resolve_spec
 
 QUANT_FORMATS: dict[str, tuple[float, str]] = {
@@ -29,3 +32,31 @@ def format_spec(config: dict, weight_format: str) -> QuantSpec | None:
     if spec is not None or weight_format not in QUANT_FORMATS:
         return spec
     return QuantSpec(QUANT_FORMATS[weight_format][1])
+
+
+def refused_format(
+    config: dict, weight_format: str, dtype_name: str, tensor_parallel_size: int = 1, expert_parallel: bool = False
+) -> str | None:
+    """Why the engine would not round a float checkpoint to `weight_format` at load, in `dtype_name` and
+    split so (attach_quantization's ValueError on a meta copy of the model: int4's groups must tile every
+    layer's inputs, which DeepSeek-V2-Lite's dense 10,944-wide MLP does not); None when it would. Cached
+    per config and settings: a tensor-parallel search plans the same model many times."""
+    config_json = json.dumps(config, sort_keys=True)
+    return _refusal(config_json, weight_format, dtype_name, tensor_parallel_size, expert_parallel)
+
+
+@lru_cache(maxsize=64)
+def _refusal(
+    config_json: str, weight_format: str, dtype_name: str, tensor_parallel_size: int, expert_parallel: bool
+) -> str | None:
+    import torch
+
+    from model_optimizer.model.inspect.consumption import private_meta_model
+    from model_optimizer.runtime.layers.quantization.attach import attach_quantization
+
+    model = private_meta_model(json.loads(config_json), dtype_name, tensor_parallel_size, expert_parallel)
+    try:
+        attach_quantization(model, QuantSpec(QUANT_FORMATS[weight_format][1]), getattr(torch, dtype_name), dummy=True)
+    except ValueError as exc:
+        return str(exc)
+    return None

@@ -182,3 +182,16 @@ def test_a_prequantized_model_too_large_for_one_gpu_gets_offload_not_more_gpus(c
     assert plan.min_tensor_parallel_size == {} and not any("--tensor-parallel-size" in n for n in plan.notes)
     assert [a.weight_format for a in plan.offload] == ["int4"] and plan.offload[0].cpu_offload_gb
     assert any("the only size the engine runs a pre-quantized checkpoint at" in n for n in plan.notes)
+
+
+def test_a_format_the_engine_refuses_is_left_out_with_its_reason(capsys):
+    """DeepSeek-V2-Lite's dense MLP takes 10,944 inputs, which int4 groups of 128 do not tile: the engine
+    refuses rtn-int4 for it, so the plan offers no int4 row (it raised building that row's offload advice)."""
+    config = _config(CONFIGS / "deepseek-v2-lite")
+    plan = plan_memory(config, gpu_memory("L4"), EngineConfig(max_model_len=32768, gpu_memory_utilization=0.95))
+    assert list(plan.weight_bytes_by_format) == ["bf16", "fp8", "int8"]
+    assert {row.weight_format for row in plan.fits} == {"bf16", "fp8", "int8"}
+    assert any("int4 weights: left out" in note and "10944" in note for note in plan.notes)
+    assert "int4" not in plan.min_tensor_parallel_size
+    code = main(["inspect", str(CONFIGS / "deepseek-v2-lite"), "--gpu", "L4", "--max-model-len", "32768", "--json"])
+    assert code in (0, 1) and "int4 weights: left out" in capsys.readouterr().out
