@@ -6,7 +6,9 @@
     mopt doctor --explain "CUDA driver version is insufficient for CUDA runtime version"
     mopt doctor --snapshot snap.json # evaluate a snapshot recorded elsewhere (--save-snapshot)
 
-Exit codes: 0 all ok, 1 warnings, 2 errors (no GPU is not an error unless --require-gpu)."""
+Exit codes: 0 all ok, 1 warnings, 2 errors (no GPU is not an error unless --require-gpu); also 2 when the
+doctor cannot run at all (a wrong flag or --snapshot file: the reason on stderr, nothing on stdout).
+With --explain: 0 when an entry matched, 1 when none did."""
 
 from __future__ import annotations
 

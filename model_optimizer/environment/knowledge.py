@@ -81,6 +81,12 @@ def torch_cuda_builds(torch_version: str | None) -> list[str]:
     return list(load("version_matrix")["torch_cuda_builds"].get(key, []))
 
 
+def newest_torch_release() -> str:
+    """The newest torch release the data lists CUDA variants for, e.g. '2.14'."""
+    releases = [k for k in load("version_matrix")["torch_cuda_builds"] if not k.startswith("_")]
+    return max(releases, key=version_tuple)
+
+
 def best_torch_build(torch_version: str | None, driver_cuda: str | None) -> str | None:
     """The published cuXYZ variant of this torch the driver runs best (see `closest_runnable_build`)."""
     return closest_runnable_build(torch_cuda_builds(torch_version), driver_cuda)

@@ -28,11 +28,9 @@ def recommended_settings(snapshot: dict[str, Any] | Snapshot) -> dict[str, Any]:
     gpus = _gpus(snap)
     ccs = [g["compute_capability"] for g in gpus if g["compute_capability"]]
     lowest_cc = min(ccs, key=version_tuple) if ccs else None
-    bf16 = (
-        bool(snap.torch.get("bf16_supported"))
-        if snap.torch.get("bf16_supported") is not None
-        else cc_at_least(lowest_cc, "8.0")
-    )
+    # the compute capability decides: torch.cuda.is_bf16_supported() also says yes on Volta and Turing, where
+    # bf16 runs emulated without tensor cores, and it asks about the current device only
+    bf16 = cc_at_least(lowest_cc, "8.0") if lowest_cc else bool(snap.torch.get("bf16_supported"))
     fp8 = (
         cc_at_least(lowest_cc, "8.9")
         and bool(snap.torch.get("has_fp8_dtypes"))
@@ -58,6 +56,7 @@ def recommended_settings(snapshot: dict[str, Any] | Snapshot) -> dict[str, Any]:
         "kv_cache_dtype": "auto",
         "fp8_available": fp8,
         "bf16_available": bf16,
+        "num_threads": None,
         "gpu_memory_utilization": utilization,
         "gpu_memory_free_gib": round(free_gib, 2) if free_gib is not None else None,
         "gpu_memory_total_gib": round(total_gib, 2) if total_gib is not None else None,
@@ -73,17 +72,21 @@ def _cpu_settings(speed: dict[str, Any] | None) -> dict[str, Any]:
     `mopt doctor` records as the snapshot's cpu_speed), and the thread count it measured fastest."""
     dtype = (speed or {}).get("dtype", "float32")
     notes = ["No usable GPU: run on the CPU (fp16 matmuls are slow or unsupported on CPUs)."]
-    settings: dict[str, Any] = {
+    settings: dict[str, Any] = {  # the GPU's keys too, None: `mopt doctor --json` has one shape
         "device": "cpu",
         "dtype": dtype,
         "kv_cache_dtype": "auto",
         "fp8_available": False,
         "bf16_available": dtype == "bfloat16",
+        "num_threads": (speed or {}).get("num_threads"),
         "gpu_memory_utilization": None,
+        "gpu_memory_free_gib": None,
+        "gpu_memory_total_gib": None,
+        "compute_capability": None,
+        "gpu_name": None,
         "num_gpus": 0,
     }
     if speed:
-        settings["num_threads"] = speed.get("num_threads")
         timings = ", ".join(f"{k} {v:.1f} ms" for k, v in (speed.get("timings_ms") or {}).items())
         notes.append(
             f"measured on this CPU ({timings}): bfloat16 checkpoints run in {dtype} with --dtype auto, on "

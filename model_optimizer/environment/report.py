@@ -113,7 +113,7 @@ def _print_settings(console: Console, settings: dict[str, Any]) -> None:
         "gpu_memory_free_gib",
         "compute_capability",
     ):
-        if key in settings:
+        if settings.get(key) is not None:
             table.add_row(key, escape(str(settings[key])))
     for note in settings.get("notes", []):
         table.add_row("note", escape(note))

@@ -335,3 +335,31 @@ def old_gpu_without_kernels(snap: dict[str, Any], cc: str, name: str, arch_list:
     )
     torch_without_gpu(snap, "", [warning])
     return snap
+
+
+def cuda_visible_devices(snap: dict[str, Any], value: str) -> dict[str, Any]:
+    """CUDA_VISIBLE_DEVICES set to `value` in the doctor's environment. With a value that names no GPU ('',
+    '7', '-1', 'GPU-bogus', '7,0'), torch on an H100 recorded exactly this: no device, no warning, and
+    torch.cuda.init() raising 'No CUDA GPUs are available'; NVML ignores the variable and lists the GPU."""
+    data(snap, "system").setdefault("env", {})["CUDA_VISIBLE_DEVICES"] = value
+    data(snap, "container_toolkit").setdefault("env", {})["CUDA_VISIBLE_DEVICES"] = value
+    torch_without_gpu(snap, "RuntimeError: No CUDA GPUs are available")
+    return snap
+
+
+def nvidia_smi_hung(snap: dict[str, Any]) -> dict[str, Any]:
+    """nvidia-smi never answers: the probe's record when a stand-in that sleeps was first on PATH on an H100
+    (killed at its 30 s timeout, inside a probe that itself succeeded)."""
+    snap["probes"]["nvidia_smi"] = {
+        "ok": True,
+        "elapsed_s": 30.034,
+        "data": {"found": True, "rc": None, "xml": "", "stderr": "", "timed_out": True, "message": ""},
+    }
+    return snap
+
+
+def torch_missing(snap: dict[str, Any]) -> dict[str, Any]:
+    """No torch in the interpreter the doctor runs under."""
+    snap["probes"]["torch"]["data"] = {"installed": False, "error": "ModuleNotFoundError: No module named 'torch'"}
+    snap["probes"]["python_packages"]["data"]["versions"]["torch"] = None
+    return snap

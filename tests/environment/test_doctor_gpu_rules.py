@@ -240,15 +240,16 @@ def test_nvml_failing_while_torch_cannot_use_the_gpu_stays_an_error():
     assert exit_code(evaluate(snap)) == 2
 
 
-def test_upgrade_recommends_the_branch_torchs_cuda_minor_needs():
-    """CUDA 12.9 needs driver 575: the 12.x production branch (570) is what the user already has."""
+def test_upgrade_recommends_a_supported_branch_that_covers_torchs_cuda():
+    """CUDA 12.9 needs driver 575 and 12.8 needs 570, both branches past their end of life: the long-term
+    branch 580 runs either. (A CUDA minor that needs more than 580, 13.2's 595, is test_doctor_gpu_checks'.)"""
     snap = E.driver_and_torch(E.gpu_base(), "570.133.20", 12080, "2.8.0+cu129", "12.9")
     f = ids(evaluate(snap))["cuda.minor_version_compat"]
-    assert f.fix_for("debian")[0].startswith("sudo apt update && sudo apt install -y nvidia-driver-575 ")
-    assert f.fix_for("rhel")[0] == "sudo dnf module install -y nvidia-driver:575-dkms"
+    assert f.fix_for("debian")[0].startswith("sudo apt update && sudo apt install -y nvidia-driver-580 ")
+    assert f.fix_for("rhel")[0] == "sudo dnf module install -y nvidia-driver:580-dkms"
     snap = E.driver_and_torch(E.gpu_base(), "550.127.05", 12040, "2.11.0+cu128", "12.8")
     f = ids(evaluate(snap))["cuda.minor_version_compat"]
-    assert "nvidia-driver-570 " in f.fix_for("debian")[0]  # the production branch when it is new enough
+    assert "nvidia-driver-580 " in f.fix_for("debian")[0]
 
 
 def test_cpu_torch_fix_installs_the_build_closest_to_the_driver():

@@ -33,6 +33,13 @@ with warnings.catch_warnings(record=True) as caught:
             out[key] = fn()
         except Exception as exc:
             out.setdefault("errors", {})[key] = f"{type(exc).__name__}: {exc}"
+    def bf16_native():
+        # native bf16 only: by default torch also counts bf16 emulated without tensor cores (Volta, Turing);
+        # torch before 2.3 has no such argument and counts native support only
+        try:
+            return torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:
+            return torch.cuda.is_bf16_supported()
     attempt("cudnn", lambda: torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None)
     attempt("nccl", lambda: ".".join(map(str, torch.cuda.nccl.version())) if torch.version.cuda else None)
     attempt("arch_list", torch.cuda.get_arch_list)
@@ -58,7 +65,7 @@ with warnings.catch_warnings(record=True) as caught:
                 dev["mem_get_info_error"] = f"{type(exc).__name__}: {exc}"
             devices.append(dev)
         out["devices"] = devices
-        attempt("bf16_supported", lambda: torch.cuda.is_bf16_supported())
+        attempt("bf16_supported", bf16_native)
         attempt("driver_cuda_version", lambda: torch._C._cuda_getDriverVersion())
 out["warnings"] = sorted({str(w.message) for w in caught})
 print(json.dumps(out))

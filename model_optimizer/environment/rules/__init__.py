@@ -26,6 +26,7 @@ RULES: list[Rule] = [
     cuda.rule_libcuda,
     cuda.rule_triton_cc,
     health.rule_unreachable_gpus,
+    health.rule_gpu_summary,
     health.rule_pcie,
     health.rule_ecc,
     health.rule_power,

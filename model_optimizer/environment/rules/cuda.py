@@ -11,6 +11,7 @@ from model_optimizer.environment.knowledge import (
     load,
     min_driver_for_cuda,
     min_driver_minor_compat,
+    newest_torch_release,
     torch_build_for_gpu,
     version_tuple,
 )
@@ -35,13 +36,32 @@ def _torch_install(torch_version: str | None, build: str | None) -> str:
     return f"pip install --force-reinstall {wanted} --index-url https://download.pytorch.org/whl/{build}"
 
 
+def _fresh_torch_install(snap: Snapshot) -> str:
+    """The pip line for a first torch: the newest release the data knows, in the CUDA variant the driver runs
+    best; the CPU wheels where there is no NVIDIA GPU (PyPI's default Linux wheel brings gigabytes of CUDA
+    libraries that would never run)."""
+    if not snap.gpu_hardware_seen:
+        return "pip install torch --index-url https://download.pytorch.org/whl/cpu   # no NVIDIA GPU: the CPU build"
+    build = best_torch_build(newest_torch_release(), snap.driver_cuda)
+    if build is None:
+        return "pip install torch   # after the driver is fixed or upgraded; mopt doctor then names the CUDA variant"
+    return f"pip install torch --index-url https://download.pytorch.org/whl/{build}"
+
+
 def driver_branch(torch_cuda: str, need_full: str | None) -> str:
-    """The driver branch to install for torch's CUDA: the production branch of its major version, or the
-    branch of the driver that shipped with this CUDA release when that is newer (12.9 needs 575, while the
-    12.x production branch is 570: recommending 570 to a 570 user who needs 575 fixes nothing)."""
+    """The driver branch torch's CUDA needs: the production branch of its major version, or the branch of the
+    driver that shipped with this CUDA release when that is newer (12.9 needs 575, while the 12.x production
+    branch is 570: recommending 570 to a 570 user who needs 575 fixes nothing)."""
     production = load("version_matrix")["recommended_driver_branch"].get(str(version_tuple(torch_cuda)[0]), "580")
     shipped = str(version_tuple(need_full)[0]) if need_full else production
     return max(production, shipped, key=int)
+
+
+def install_branch(torch_cuda: str, need_full: str | None) -> str:
+    """The driver branch doctor's fix installs: the one torch's CUDA needs (`driver_branch`), at least the
+    long-term-support branch, as the production branches before it get no more fixes."""
+    lts = load("version_matrix")["lts_driver_branch"]["branch"]
+    return max(driver_branch(torch_cuda, need_full), lts, key=int)
 
 
 def rule_torch_build(snap: Snapshot) -> list[Finding]:
@@ -64,11 +84,7 @@ def rule_torch_build(snap: Snapshot) -> list[Finding]:
                 "error",
                 "torch is not installed in this Python",
                 "mopt runs every model through torch.",
-                {
-                    "any": [
-                        "pip install torch   # with a GPU: add --index-url https://download.pytorch.org/whl/cu128 (mopt doctor picks the variant)"
-                    ]
-                },
+                {"any": [_fresh_torch_install(snap)]},
                 {"error": torch.get("error")},
             )
         ]
@@ -106,7 +122,7 @@ def rule_cuda_compat(snap: Snapshot) -> list[Finding]:
         return []
     driver_cuda = snap.driver_cuda
     need_full, need_any = min_driver_for_cuda(torch_cuda), min_driver_minor_compat(torch_cuda)
-    branch = driver_branch(torch_cuda, need_full)
+    branch = install_branch(torch_cuda, need_full)
     build = best_torch_build(snap.torch.get("version"), driver_cuda)
     details = {
         "torch_cuda": torch_cuda,
@@ -156,11 +172,15 @@ def rule_cuda_compat(snap: Snapshot) -> list[Finding]:
 
 
 def rule_torch_sees_gpu(snap: Snapshot) -> list[Finding]:
-    """NVML sees GPUs but torch does not: explain torch's own error through the knowledge base."""
+    """NVML sees GPUs but torch does not: CUDA_VISIBLE_DEVICES hiding them all, else torch's own error
+    explained through the knowledge base."""
     torch = snap.torch
     if not (snap.nvml_ok and snap.devices and torch.get("installed") and torch.get("cuda")) or snap.gpu_usable:
         return []
     text = "\n".join(filter(None, [torch.get("init_error"), *torch.get("warnings", [])]))
+    hidden = _hidden_by_cuda_visible_devices(snap, text)
+    if hidden:
+        return [hidden]
     matches = explain(text) if text.strip() else []
     fix = matches[0].fix if matches else {"any": ["python -c 'import torch; torch.cuda.init()'   # shows the error"]}
     return [
@@ -174,6 +194,40 @@ def rule_torch_sees_gpu(snap: Snapshot) -> list[Finding]:
             {"torch_error": text, "knowledge_base": [m.id for m in matches]},
         )
     ]
+
+
+def _hidden_by_cuda_visible_devices(snap: Snapshot, torch_error: str) -> Finding | None:
+    """CUDA reads CUDA_VISIBLE_DEVICES up to its first entry that names no GPU: an empty value, -1, or an index
+    or UUID that does not exist there leaves torch no device at all (recorded on an H100: torch then says only
+    'No CUDA GPUs are available'). None when the variable is unset or its first entry names an NVML GPU."""
+    env = snap.data("system").get("env") or {}
+    if "CUDA_VISIBLE_DEVICES" not in env:
+        return None
+    value = env["CUDA_VISIBLE_DEVICES"]
+    first = value.split(",")[0].strip()
+    gpus = [d for d in snap.devices if not d.get("error")]
+    indices = [str(d["index"]) for d in gpus]
+    uuids = [str(d.get("uuid") or "") for d in gpus]
+    if (
+        first in indices
+        or first.startswith("MIG-")
+        or (first.startswith("GPU-") and any(u.startswith(first) for u in uuids))
+    ):
+        return None
+    return Finding(
+        "torch.hidden_by_cuda_visible_devices",
+        "error",
+        f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU from torch; NVML sees GPU {', '.join(indices)}",
+        "CUDA stops reading the list at its first entry that names no GPU here (an empty value, -1, an index or "
+        "UUID that does not exist), so torch finds no device and every model runs on the CPU.",
+        {
+            "any": [
+                "unset CUDA_VISIBLE_DEVICES   # every GPU",
+                f"export CUDA_VISIBLE_DEVICES={','.join(indices)}   # or some of these indices; nvidia-smi -L lists their UUIDs",
+            ]
+        },
+        {"cuda_visible_devices": value, "nvml_indices": indices, "torch_error": torch_error},
+    )
 
 
 def rule_arch_support(snap: Snapshot) -> list[Finding]:

@@ -59,8 +59,12 @@ def _cpu_commands() -> str:
 
 
 def rule_probe_timeouts(snap: Snapshot) -> list[Finding]:
-    """A probe that hung is itself a symptom (a driver call that never returns)."""
-    hung = {name: r.get("error") for name, r in snap.raw["probes"].items() if r.get("error_type") == "Timeout"}
+    """A probe that hung is itself a symptom (a driver call that never returns). nvidia-smi is killed at its
+    own timeout inside a probe that then succeeds, so its `timed_out` counts too."""
+    probes = snap.raw["probes"]
+    hung = {name: r.get("error") for name, r in probes.items() if (r or {}).get("error_type") == "Timeout"}
+    if snap.data("nvidia_smi").get("timed_out"):
+        hung["nvidia_smi"] = f"nvidia-smi -q -x killed after {probes['nvidia_smi'].get('elapsed_s') or 0:.0f} s"
     if not hung:
         return []
     return [
@@ -68,8 +72,15 @@ def rule_probe_timeouts(snap: Snapshot) -> list[Finding]:
             "doctor.probe_timeout",
             "warn",
             f"Probe(s) did not answer in time: {', '.join(hung)}",
-            "NVML or CUDA calls that hang usually mean a GPU in a bad state (look for Xid errors) or a stuck driver.",
-            {"any": ["sudo dmesg -T | grep -iE 'xid|nvrm' | tail", "nvidia-smi   # does it hang too?"]},
+            "NVML, nvidia-smi or CUDA calls that hang usually mean a GPU in a bad state (an Xid error) or a stuck "
+            "driver; programs that touch that GPU can hang the same way.",
+            {
+                "any": [
+                    "sudo dmesg -T | grep -iE 'xid|nvrm' | tail   # Xid errors name the failing GPU",
+                    "ps -eo pid,stat,wchan:32,args | grep -E '[n]vidia-smi|[p]ython'   # state D: stuck in the driver",
+                    "sudo nvidia-smi -r -i <index>   # reset that GPU once nothing uses it; otherwise reboot",
+                ]
+            },
             {"timeouts": hung},
         )
     ]
