@@ -175,6 +175,14 @@ def test_cuda_build_follows_the_host_driver():
         choose_cuda(cuda="11.8")
 
 
+def test_the_image_installs_the_newest_torch_the_package_is_tested_on():
+    """doctor's matrix knows torch 2.14; an image pins the newest release the test suite runs (2.13)."""
+    from model_optimizer.optimizer.deploy.cuda import NEWEST_TESTED_TORCH, version_matrix
+
+    assert "2.14" in version_matrix()["torch_cuda_builds"]
+    assert choose_cuda().torch == choose_cuda(driver="595.45.04").torch == NEWEST_TESTED_TORCH == "2.13"
+
+
 def test_cli_writes_every_target_with_the_package_source_but_no_weights(tmp_path, capsys):
     out = tmp_path / "deploy"
     own = {  # each render replaces the folder's previous one: another target's files do not stay
