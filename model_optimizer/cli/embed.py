@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 from model_optimizer.runtime.config import field_docs
+
+if TYPE_CHECKING:
+    from model_optimizer.runtime.embed.jsonl_job import JobConfig
 
 TRI_STATE = ("normalize", "append_eos")
 
@@ -43,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from model_optimizer.runtime.embed.jsonl_job import EmbedJob, JobConfig, check_paths, output_lock
 
     job = dataclass_from_args(JobConfig, args)
+    check_not_streams(job)
     check_paths(job)  # before the model loads
     console = Console(stderr=True)
     config = dataclass_from_args(EmbedConfig, args)
@@ -72,6 +78,21 @@ def run(args: argparse.Namespace) -> int:
         return 130
     console.print(f"wrote {written} rows to {job.output}", highlight=False, soft_wrap=True)
     return 0
+
+
+def check_not_streams(job: JobConfig) -> None:
+    """Refuse, by name, an --input or --output that is a pipe, FIFO or device (/dev/stdin, /dev/stdout,
+    `<(...)`, `-` for stdin). The input is checked as a file and the output is appended to and read back
+    to resume: a stream output waited forever on that read (with a lock file made beside it, in /dev for
+    /dev/stdout), and a piped input was said not to exist."""
+    if job.input == "-":
+        raise ValueError("--input - (stdin) is not supported: give a JSONL file (./- for a file named '-')")
+    for flag, path in (("--input", job.input), ("--output", job.output)):
+        if path and os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
+            raise ValueError(
+                f"{flag} {path} is a pipe or device, not a file: mopt embed reads its input as a file and "
+                "appends to its output, reading it back to resume; give file paths"
+            )
 
 
 def _log(message: str) -> None:

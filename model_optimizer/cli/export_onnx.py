@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from model_optimizer.model.export.onnx import ExportReport
 
 MIN_OPSET, MAX_OPSET = 14, 21
 """The exporter writes scaled_dot_product_attention from opset 14 on; below it, it fails mid-export."""
@@ -42,8 +49,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from model_optimizer.model.export.onnx import export_folder
-    from model_optimizer.runtime.embed import Embedder
+    from model_optimizer.cli._interrupts import Terminated, report_stop
+    from model_optimizer.common.processes import sigterm_raises
 
     if not MIN_OPSET <= args.opset <= MAX_OPSET:
         raise ValueError(
@@ -53,15 +60,33 @@ def run(args: argparse.Namespace) -> int:
     out_dir = check_output_folder(args.output)
     model = check_model_folder(args.model, out_dir)
     console = Console()
-    embedder = Embedder(model, device="cpu", dtype="float32", pooling=args.pooling, normalize=args.normalize)
-    with console.status("exporting and checking with onnxruntime"):
-        report = export_folder(embedder, out_dir, args.opset)
+    try:
+        with sigterm_raises(Terminated):  # the staging folder is removed on the way out, as on Ctrl-C
+            report = _export(model, out_dir, args, console)
+    except KeyboardInterrupt as exc:
+        return report_stop("export-onnx", exc, f"no new file was written to {out_dir}")
     console.print(f"wrote {report.onnx_path}")
     console.print(
         f"onnxruntime vs engine on {report.num_texts} texts: max abs diff {report.max_abs_diff:.3g}, "
         f"min cosine {report.min_cosine:.6f}"
     )
     return 0
+
+
+def _export(model: str, out_dir: Path, args: argparse.Namespace, console: Console) -> ExportReport:
+    """Load the model, export it into `out_dir` and check the graph (model.export.onnx.export_folder). What
+    it is doing shows as a spinner on a terminal, and as one line in a log or pipe, where a spinner
+    draws nothing: without it a large model's minutes of export would show no sign of life."""
+    from model_optimizer.model.export.onnx import export_folder
+    from model_optimizer.runtime.embed import Embedder
+
+    embedder = Embedder(model, device="cpu", dtype="float32", pooling=args.pooling, normalize=args.normalize)
+    doing = "exporting and checking with onnxruntime"
+    if not console.is_terminal:
+        print(f"mopt export-onnx: {doing}", file=sys.stderr, flush=True)
+        return export_folder(embedder, out_dir, args.opset)
+    with console.status(doing):
+        return export_folder(embedder, out_dir, args.opset)
 
 
 ONNX_PACKAGES = ("onnx", "onnxruntime")

@@ -102,16 +102,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from model_optimizer.cli._interrupts import Terminated, report_stop
+    from model_optimizer.common.processes import sigterm_raises
     from model_optimizer.model.quantize.job import GateFailed
     from model_optimizer.model.quantize.pipeline import eval_only, quantize
 
     opts = options(args)
     with _progress() as progress:
         try:
+            with sigterm_raises(Terminated):  # the staging folder is removed on the way out, as on Ctrl-C
+                if args.eval_only is not None:
+                    report = eval_only(args.eval_only, args.reference, opts, progress)
+                else:
+                    report = quantize(opts, progress)
+        except KeyboardInterrupt as exc:
             if args.eval_only is not None:
-                report = eval_only(args.eval_only, args.reference, opts, progress)
-            else:
-                report = quantize(opts, progress)
+                return report_stop("quantize", exc, f"the report in {args.eval_only} was left as it was")
+            return report_stop("quantize", exc, f"nothing was written to {args.output}")
         except GateFailed as exc:
             _print_verdict(args, opts, exc.report, None)
             for failure in exc.failures:

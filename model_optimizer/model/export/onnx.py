@@ -134,6 +134,21 @@ def export_onnx(embedder: Embedder, onnx_path: Path, opset: int = 17) -> None:
             os.unlink(tmp)
 
 
+def save_tokenizer(embedder: Embedder, folder: Path) -> None:
+    """The model's tokenizer files, told the graph's inputs and the engine's length limit in
+    tokenizer_config.json: `tokenizer(texts, truncation=True)` then cuts where the engine (and
+    sentence-transformers) do, not at the tokenizer's own model_max_length (512 for all-MiniLM-L6-v2,
+    whose vectors are made from at most 256 tokens), and returns only the inputs the graph takes (a BERT
+    tokenizer's token_type_ids is an input onnxruntime refuses)."""
+    embedder.tokenizer.save_pretrained(str(folder))
+    path = folder / "tokenizer_config.json"
+    if not path.is_file():  # transformers writes one for every tokenizer it saves; no other is invented
+        return
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config.update(model_max_length=embedder.max_seq_length, model_input_names=INPUT_NAMES)
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def check_onnx(embedder: Embedder, onnx_path: Path, texts: list[str], opset: int) -> ExportReport:
     """Run the exported file in onnxruntime on `texts` and compare with the engine: in two batches of
     different batch and sequence sizes, each padded on the right and again on the left (tokenizers pad
@@ -178,7 +193,7 @@ def export_folder(
         release()
         onnx_path = staging / "model.onnx"
         export_onnx(embedder, onnx_path, opset)
-        embedder.tokenizer.save_pretrained(str(staging))
+        save_tokenizer(embedder, staging)
         report = check_onnx(embedder, onnx_path, check_texts or CHECK_TEXTS, opset)
         report.onnx_path = str(out_dir / "model.onnx")
         (staging / "export_report.json").write_text(json.dumps(asdict(report), indent=2) + "\n")

@@ -84,7 +84,7 @@ def quantize_embedding(opts: QuantizeOptions, progress: Progress) -> dict:
         accuracy, measured = evaluate(opts.model, tmp, texts, opts, progress)
         return build_report(opts, accuracy, measured, time.time() - started, tmp)
 
-    return publish(opts.output, build)
+    return publish(opts.output, build, progress.warn)
 
 
 def eval_only_embedding(folder: Path, reference: Path, opts: QuantizeOptions, progress: Progress) -> dict:

@@ -206,16 +206,29 @@ def output_lock(output: Path) -> AbstractContextManager[None]:
     return run_lock(output.with_name(f".{output.name}.lock"), output, "mopt quantize")
 
 
-def publish(output: Path, build: Callable[[Path], dict]) -> dict:
+def publish(output: Path, build: Callable[[Path], dict], warn: Callable[[str], None] = lambda text: None) -> dict:
     """Build the folder under a temporary name beside `output` (`build(tmp)` writes it and returns its
     report), then, unless the report's gate failed (GateFailed), write the report and rename the folder
     to `output` (or move its files into `output` when that is an existing empty folder:
     fill_empty_folder): a failed or interrupted run leaves nothing behind. One run at a time per output
-    (output_lock); the output is checked again once locked, as a run that held it may have just filled it."""
+    (output_lock); the output is checked again once locked, as a run that held it may have just filled it,
+    and what a killed run left is removed (remove_stale_staging, said through `warn`)."""
     output = absolute_output(output)
     with output_lock(output):
         check_output(output)
+        for stale in remove_stale_staging(output):
+            warn(f"removed {stale}, the unfinished folder of an earlier run on this --output that was killed")
         return _publish(output, build)
+
+
+def remove_stale_staging(output: Path) -> list[Path]:
+    """Remove the staging folders (`.<output>.tmp-*`) of runs on `output` that were killed outright (kill -9,
+    the out-of-memory killer), which no clean-up could follow: each is a hidden, possibly whole, copy of
+    the model. Called with the output's lock held, so no live run is building one of them. Returns them."""
+    stale = sorted(p for p in output.parent.glob(f".{output.name}.tmp-*") if p.is_dir() and not p.is_symlink())
+    for path in stale:
+        shutil.rmtree(path)
+    return stale
 
 
 def _publish(output: Path, build: Callable[[Path], dict]) -> dict:

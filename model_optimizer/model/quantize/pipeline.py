@@ -59,7 +59,7 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
         accuracy = evaluate(opts.model, tmp, eval_windows, opts, progress)
         return build_report(opts, accuracy, calib_windows, eval_windows, time.time() - started, tmp)
 
-    return publish(opts.output, build)
+    return publish(opts.output, build, progress.warn)
 
 
 def check_not_quantized(model: Path) -> None:

@@ -46,17 +46,23 @@ def test_a_model_without_tokenizer_files(qwen3_dir, tmp_path, capsys):
     assert not out.exists()
 
 
-def test_ctrl_c_during_the_export_leaves_nothing(qwen3_dir, tmp_path):
+@pytest.mark.parametrize(
+    ("sig", "code", "what"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")]
+)
+def test_ctrl_c_or_sigterm_during_the_export_leaves_nothing(qwen3_dir, tmp_path, sig, code, what):
+    """SIGTERM (`kill`, `timeout`) ended the process at once and left the staging folder with a partial
+    model.onnx beside --output; now it is cleaned up as on Ctrl-C."""
     for attempt in range(3):  # an export that ends between its start and the signal is tried again
         parent = tmp_path / f"parent{attempt}"
         parent.mkdir()
         proc = _export_until_it_has_begun(qwen3_dir, parent / "onnx")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
         if proc.returncode == 0:
             continue
-        assert proc.returncode == 130, err
+        assert proc.returncode == code, err
         assert list(parent.iterdir()) == [], err
+        assert err.strip().splitlines()[-1] == f"mopt export-onnx: {what}; no new file was written to {parent / 'onnx'}"
         return
     pytest.fail("every export ended before it could be interrupted")
 

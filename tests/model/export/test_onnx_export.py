@@ -17,7 +17,9 @@ pytestmark = pytest.mark.slow  # each test exports and checks a model in onnxrun
 def test_export_onnx_cli_writes_a_checked_model(minilm_dir, minilm, tmp_path, capsys):
     out = tmp_path / "onnx"
     assert main(["export-onnx", "--model", str(minilm_dir), "--output", str(out)]) == 0
-    assert "max abs diff" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "max abs diff" in captured.out
+    assert "mopt export-onnx: exporting and checking with onnxruntime" in captured.err  # no terminal: a line
     report = json.loads((out / "export_report.json").read_text())
     assert report["max_abs_diff"] < 1e-4 and report["min_cosine"] > 0.99999
 
@@ -31,6 +33,25 @@ def test_export_onnx_cli_writes_a_checked_model(minilm_dir, minilm, tmp_path, ca
     got = session.run(["sentence_embedding"], {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask")})[0]
     expected = minilm.encode(texts).embeddings.numpy()
     assert got.shape == (5, 384)
+    assert np.abs(got - expected).max() < 1e-4
+
+
+def test_the_saved_tokenizer_feeds_the_graph_as_it_is_and_cuts_where_the_engine_does(minilm_dir, minilm, tmp_path):
+    """The tokenizer beside model.onnx gave token_type_ids, which onnxruntime refuses as an unknown input,
+    and cut at its own 512 tokens where the engine and sentence-transformers cut MiniLM at 256: a long
+    text's vector came out different (by 0.06) with no error."""
+    from transformers import AutoTokenizer
+
+    from model_optimizer.model.export.onnx import export_folder
+
+    export_folder(minilm, tmp_path / "onnx", check_texts=["a", "two texts"])
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "onnx"))
+    texts = ["a short one", "hello world " * 300, "naïve café"]
+    enc = tok(texts, padding=True, truncation=True, return_tensors="np")
+    assert sorted(enc) == ["attention_mask", "input_ids"] and enc["input_ids"].shape[1] == minilm.max_seq_length
+    session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, dict(enc))[0]
+    expected = minilm.encode(texts, truncate_prompt_tokens=-1).embeddings.numpy()
     assert np.abs(got - expected).max() < 1e-4
 
 

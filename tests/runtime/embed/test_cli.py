@@ -154,3 +154,23 @@ def test_output_dash_is_refused_not_a_file_named_dash(qwen3_dir, tmp_path, monke
     line = error_line(["embed", "--model", str(qwen3_dir), "--input", "in.jsonl", "--output", "-"], capsys)
     assert "--output - (stdout) is not supported" in line and "./-" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+@pytest.mark.timeout(60)  # were the check gone, reading the FIFO back would wait forever
+def test_a_stream_output_or_input_is_refused_before_anything_is_made(qwen3_dir, tmp_path, monkeypatch, capsys):
+    """`--output /dev/stdout` (or a FIFO) waited forever reading the output back to resume, after making a
+    lock file beside it (in /dev, for /dev/stdout); a piped --input was said not to exist."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.jsonl").write_text('"a"\n')
+    os.mkfifo(tmp_path / "fifo")
+    args = ["embed", "--model", str(qwen3_dir), "--device", "cpu"]
+    line = error_line([*args, "--input", "in.jsonl", "--output", "fifo"], capsys)
+    assert line.endswith(
+        "--output fifo is a pipe or device, not a file: mopt embed reads its input as a file and "
+        "appends to its output, reading it back to resume; give file paths"
+    )
+    assert "--input fifo is a pipe or device" in error_line([*args, "--input", "fifo", "--output", "o.jsonl"], capsys)
+    assert "--input - (stdin) is not supported" in error_line([*args, "--input", "-", "--output", "o.jsonl"], capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "in.jsonl"]
