@@ -1,5 +1,5 @@
-"""SIGTERM answered as Ctrl-C by the commands that build their output in a staging folder (`quantize`,
-`export-onnx`): inside `sigterm_raises(Terminated)` the clean-up that removes the half-built folder
+"""SIGTERM answered as Ctrl-C: `generate` writes the results that finished, and the commands that build
+their output in a staging folder (`quantize`, `export-onnx`): inside `sigterm_raises(Terminated)` the clean-up that removes the half-built folder
 runs, instead of the process ending at once and leaving a hidden copy of the model (gigabytes, for
 a large one) beside the output."""
 
@@ -12,9 +12,17 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (`kill`, `timeout`, a batch scheduler's end of job), raised where Ctrl-C would be."""
 
 
-def report_stop(command: str, exc: KeyboardInterrupt, outcome: str) -> int:
-    """Say on stderr what stopped `mopt COMMAND` and what it left (`outcome`); return the exit code a
-    shell reports for that signal: 143 for SIGTERM, 130 for Ctrl-C."""
-    what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-    print(f"mopt {command}: {what}; {outcome}", file=sys.stderr, flush=True)
+def stop_word(exc: KeyboardInterrupt) -> str:
+    """What stopped the command, as its last line says it."""
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+
+
+def stop_code(exc: KeyboardInterrupt) -> int:
+    """The exit code a shell reports for the signal: 143 (128 + SIGTERM) for SIGTERM, 130 for Ctrl-C."""
     return 143 if isinstance(exc, Terminated) else 130
+
+
+def report_stop(command: str, exc: KeyboardInterrupt, outcome: str) -> int:
+    """Say on stderr what stopped `mopt COMMAND` and what it left (`outcome`); return stop_code."""
+    print(f"mopt {command}: {stop_word(exc)}; {outcome}", file=sys.stderr, flush=True)
+    return stop_code(exc)

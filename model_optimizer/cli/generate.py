@@ -40,6 +40,7 @@ from typing import Any
 
 from model_optimizer.cli._generate_prompts import STDIN, PromptLine, read_prompt_lines
 from model_optimizer.cli._generate_results import Results, print_stats
+from model_optimizer.cli._interrupts import Terminated, stop_code, stop_word
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 from model_optimizer.common.processes import sigterm_raises
 from model_optimizer.common.progress import batch_progress
@@ -199,8 +200,8 @@ def run(args: argparse.Namespace) -> int:
             with console.status("loading model"), _startup_phases_shown(console):
                 llm = LLM(**asdict(engine_config))
         except KeyboardInterrupt as exc:
-            _log(f"{_interruption(exc)} while loading the model; nothing was generated or written")
-            return _exit_code(exc)
+            _log(f"{stop_word(exc)} while loading the model; nothing was generated or written")
+            return stop_code(exc)
         prompt_ids, prompt_texts = zip(*(_prompt_ids(llm, line, p) for line, p in zip(lines, params)))
         results = Results(args.output, llm, prompt_texts, params)
         start = time.perf_counter()
@@ -253,11 +254,11 @@ def _generate(
     except KeyboardInterrupt as exc:
         finished = results.finished
         if not finished:
-            _log(f"{_interruption(exc)}; none had finished; nothing was written")
-            return _exit_code(exc)
+            _log(f"{stop_word(exc)}; none had finished; nothing was written")
+            return stop_code(exc)
         where = results.close()
-        _log(f"{_interruption(exc)}; {len(finished)} of {num_prompts} prompts had finished, {where}")
-        return _exit_code(exc)
+        _log(f"{stop_word(exc)}; {len(finished)} of {num_prompts} prompts had finished, {where}")
+        return stop_code(exc)
     return None
 
 
@@ -349,19 +350,6 @@ def _chat_text(llm: Any, messages: list[dict], options: dict[str, Any]) -> str:
 
     check_template_kwargs(options.get("template_kwargs"))  # as LLM.chat: refused, not dropped
     return chat_text(tokenizer, messages, **options)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (`kill`, `timeout`, a batch scheduler's end of job), answered as Ctrl-C is: the finished
-    results are written, and the exit code is 143 (128 + SIGTERM) instead of 130."""
-
-
-def _interruption(exc: KeyboardInterrupt) -> str:
-    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-
-
-def _exit_code(exc: KeyboardInterrupt) -> int:
-    return 143 if isinstance(exc, Terminated) else 130
 
 
 @contextmanager
