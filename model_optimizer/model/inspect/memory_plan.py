@@ -1,6 +1,6 @@
 """Memory plan: weight bytes per format, KV bytes per token, and what fits on a GPU, by the engine's rules.
 
-The engine (runtime/runner/model_runner.py) sizes its KV cache by profiling: it runs one forward of
+The engine (runtime/runner/kv_sizing.py) sizes its KV cache by profiling: it runs one forward of
 min(max_num_batched_tokens, max_model_len) tokens plus the logits of max_num_seqs rows, takes the
 allocator's peak (weights, buffers, activations) as its own, and gives the KV cache
 `int(total * gpu_memory_utilization) - peak`, never more than free memory minus 256 MiB, in whole
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from model_optimizer.runtime.models.model_config import DecoderArgs
 
 ENGINE_HEADROOM_BYTES = 256 * MIB
-"""The engine keeps this much free for CUDA graphs and sampler temporaries (model_runner.py)."""
+"""The engine keeps this much free for CUDA graphs and sampler temporaries (runner/kv_sizing.py)."""
 RUNTIME_BYTES = 32 * MIB
 """Allocations the forward makes besides tensors: the cuBLAS workspace (32 MiB on Hopper). Checked
 against the engine's measured peak on an H200 (benchmarks/results/throughput_h200.json; the

@@ -40,42 +40,13 @@ from dataclasses import dataclass, field
 from model_optimizer.runtime.engine.input_processor import FitLimits
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager
 from model_optimizer.runtime.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN, Request, RequestStatus
+from model_optimizer.runtime.engine.scheduler_config import SchedulerConfig
 from model_optimizer.runtime.engine.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
+from model_optimizer.runtime.engine.scheduler_queues import RequestQueues
 from model_optimizer.runtime.engine.scheduler_spec import SpeculativeSteps
 from model_optimizer.runtime.spec_decode.counters import SpecCounters
 
-__all__ = ["CachedRequestData", "NewRequestData", "Scheduler", "SchedulerConfig", "SchedulerOutput"]
-
-
-@dataclass
-class SchedulerConfig:
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    max_model_len: int
-    enable_chunked_prefill: bool = True
-    policy: str = "fcfs"
-    max_num_partial_prefills: int = 1
-    """Long prefills that take a first chunk ahead of shorter requests each step (see the module docstring)."""
-    long_prefill_token_threshold: int = 0
-    """Tokens left to compute above which a prefill is long; 0: 4% of max_model_len."""
-    preemption_mode: str = "recompute"
-    """What a preempted request's KV becomes: dropped and recomputed, or swapped to the host KV tier."""
-
-    def __post_init__(self) -> None:
-        if self.max_num_partial_prefills < 1:
-            raise ValueError(f"max_num_partial_prefills must be at least 1, got {self.max_num_partial_prefills}")
-        if self.long_prefill_token_threshold < 0:
-            raise ValueError(
-                f"long_prefill_token_threshold must be >= 0 (0: 4% of max_model_len), "
-                f"got {self.long_prefill_token_threshold}"
-            )
-
-    @property
-    def long_prefill_threshold(self) -> int:
-        """The threshold in tokens; no prefill is long without chunked prefill (it could not be split)."""
-        if not self.enable_chunked_prefill:
-            return self.max_model_len
-        return self.long_prefill_token_threshold or max(1, self.max_model_len * 4 // 100)
+__all__ = ["CachedRequestData", "NewRequestData", "Scheduler", "SchedulerOutput"]
 
 
 @dataclass
@@ -95,7 +66,7 @@ class _StepBudget:
     """A waiting request found no blocks: no later one is admitted this step (queue order)."""
 
 
-class Scheduler(SpeculativeSteps):
+class Scheduler(SpeculativeSteps, RequestQueues):
     def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager) -> None:
         self.config = config
         self.kv_cache = kv_cache
@@ -139,16 +110,6 @@ class Scheduler(SpeculativeSteps):
             self.config.max_num_batched_tokens,
             self.config.enable_chunked_prefill,
         ).check(num_prompt_tokens, max_tokens)
-
-    def abort(self, request_id: str) -> Request | None:
-        """Finish a request now and free its blocks; unknown or finished ids are ignored."""
-        request = self.requests.get(request_id)
-        if request is None or request.finished:
-            return None
-        self._remove(request)
-        request.status = RequestStatus.FINISHED_ABORTED
-        self._finish(request)
-        return request
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -343,34 +304,6 @@ class Scheduler(SpeculativeSteps):
             return False
         return sibling.num_computed_tokens < request.num_prompt_tokens
 
-    def _pick_victim(self, candidates: list[Request]) -> Request:
-        """Lowest priority, latest arrival among requests not yet scheduled this step (under the priority
-        policy `running` is in priority order, so every lower-priority request is among them)."""
-        return max(candidates, key=lambda r: self._order[r.request_id])
-
-    def _preempt(self, request: Request, out: SchedulerOutput) -> None:
-        self.running.remove(request)
-        if self.config.preemption_mode == "swap" and not request.needs_prompt_logprobs:
-            request.num_swapped_tokens = request.num_computed_tokens if self.kv_cache.swap_out(request) else 0
-        self.kv_cache.free(request)
-        self._num_sent_blocks.pop(request.request_id, None)
-        self._trimmed.discard(request.request_id)
-        request.status = RequestStatus.PREEMPTED
-        request.num_computed_tokens = 0
-        request.num_preemptions += 1
-        self.num_preemptions += 1
-        out.finished_request_ids.add(request.request_id)
-        self._enqueue(request)
-
-    def _enqueue(self, request: Request) -> None:
-        bisect.insort(self.waiting, request, key=lambda r: self._order[r.request_id])
-        if request.num_tokens - request.num_swapped_tokens <= self._long_threshold:  # while it waits, only swapped KV
-            self._short_waiting.add(request.request_id)
-
-    def _dequeue(self, request: Request) -> None:
-        self.waiting.remove(request)
-        self._short_waiting.discard(request.request_id)
-
     def _new_data(self, request: Request) -> NewRequestData:
         block_ids = self.kv_cache.block_ids(request.request_id)
         self._num_sent_blocks[request.request_id] = len(block_ids)
@@ -442,48 +375,6 @@ class Scheduler(SpeculativeSteps):
         `update_from_output` hands them their tokens: the objects, so that a request finished since (and a
         new one under its id) is told apart. A copy: the caller may keep it."""
         return list(self._sampling.get(out.step_id, ()))
-
-    def finish(self, request: Request, status: RequestStatus, stop_reason: str | None = None) -> None:
-        """Finish a running request for a reason found outside the core (a stop string)."""
-        if request.finished:
-            return
-        self._remove(request)
-        request.status = status
-        request.stop_reason = stop_reason
-        self._finish(request)
-
-    def fail(self, request: Request, error: str) -> None:
-        """Finish a request that cannot go on (its logits were NaN/inf) with status FINISHED_ERROR.
-
-        Its blocks are freed and every prefix-cache entry of its tokens is dropped: the NaN may sit in
-        any of them, and a later request sharing the prefix must compute its own.
-        """
-        if request.finished:
-            return
-        self._remove(request)
-        request.status = RequestStatus.FINISHED_ERROR
-        request.error = error
-        self.kv_cache.forget(request)
-        self._finish(request)
-
-    def _remove(self, request: Request) -> None:
-        """Take a request out of the running list, or out of the waiting queue if it was preempted."""
-        if request in self.running:
-            self.running.remove(request)
-        else:
-            self._dequeue(request)
-
-    def _finish(self, request: Request) -> None:
-        self.kv_cache.free(request)
-        if request.num_swapped_tokens:  # finished (aborted) while swapped out
-            self.kv_cache.drop_swapped(request)
-            request.num_swapped_tokens = 0
-        self._num_sent_blocks.pop(request.request_id, None)
-        self._trimmed.discard(request.request_id)
-        self._order.pop(request.request_id, None)
-        self.requests.pop(request.request_id, None)
-        self.finished_ids.add(request.request_id)
-        request.finished_time = request.finished_time or time.time()
 
     # ----------------------------------------------------------------- stats
     @property

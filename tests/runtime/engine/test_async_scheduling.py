@@ -8,7 +8,8 @@ import pytest
 from model_optimizer import LLM, SamplingParams
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager
 from model_optimizer.runtime.engine.request import Request
-from model_optimizer.runtime.engine.scheduler import Scheduler, SchedulerConfig
+from model_optimizer.runtime.engine.scheduler import Scheduler
+from model_optimizer.runtime.engine.scheduler_config import SchedulerConfig
 
 from .test_llm_features import random_prompts, token_ids
 

@@ -6,7 +6,8 @@ import pytest
 
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager
 from model_optimizer.runtime.engine.request import Request, RequestStatus
-from model_optimizer.runtime.engine.scheduler import Scheduler, SchedulerConfig
+from model_optimizer.runtime.engine.scheduler import Scheduler
+from model_optimizer.runtime.engine.scheduler_config import SchedulerConfig
 from model_optimizer.runtime.sampling_params import SamplingParams
 
 

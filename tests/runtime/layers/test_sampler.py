@@ -143,7 +143,7 @@ def test_allowed_tokens_and_bad_words():
     ],
 )
 def test_the_thinking_budget_forces_the_end_of_the_block(out, start, forced):
-    from model_optimizer.runtime.layers.sampler import _thinking_end
+    from model_optimizer.runtime.layers.logits_rules import _thinking_end
 
     params = SamplingParams(thinking_token_budget=3, thinking_end_token_ids=[7, 8], thinking_start_token_ids=start)
     assert _thinking_end(out, params) == forced
@@ -155,7 +155,7 @@ def test_the_thinking_budget_forces_the_end_of_the_block(out, start, forced):
 def test_the_thinking_budget_forces_nothing_once_another_end_began_a_call():
     """Kimi-K2 may begin its tool section (another end of the block) while thinking: the budget's end would
     land inside the call's arguments."""
-    from model_optimizer.runtime.layers.sampler import _thinking_end
+    from model_optimizer.runtime.layers.logits_rules import _thinking_end
 
     params = SamplingParams(thinking_token_budget=3, thinking_end_token_ids=[7], thinking_other_end_token_ids=[[5, 6]])
     assert _thinking_end([1, 2, 3, 4], params) == 7

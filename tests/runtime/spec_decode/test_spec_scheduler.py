@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager
 from model_optimizer.runtime.engine.request import NONFINITE_TOKEN, Request, RequestStatus
-from model_optimizer.runtime.engine.scheduler import Scheduler, SchedulerConfig
+from model_optimizer.runtime.engine.scheduler import Scheduler
+from model_optimizer.runtime.engine.scheduler_config import SchedulerConfig
 from model_optimizer.runtime.sampling_params import SamplingParams
 
 
