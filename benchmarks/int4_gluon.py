@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 
 from model_optimizer.runtime.kernels.int4_gluon import COUNTERS, GROUP, int4_gluon_matmul
-from model_optimizer.runtime.kernels.quant_tiles import _INT4_GLUON, QuantTiles, gluon_candidates, gluon_default
+from model_optimizer.runtime.kernels.quant_tile_specs import INT4_GLUON
+from model_optimizer.runtime.kernels.quant_tiles import QuantTiles, gluon_candidates, gluon_default
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -101,7 +102,7 @@ def main() -> None:
     parser.add_argument("--compile-only", action="store_true", help="sm_90 facts per launch shape, no GPU")
     args = parser.parse_args()
     if args.compile_only:
-        for variant in _INT4_GLUON:
+        for variant in INT4_GLUON:
             for split in (False, True):
                 print(
                     variant, "split-K" if split else "one split", json.dumps(compile_facts(*variant, split)), flush=True

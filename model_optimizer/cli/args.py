@@ -8,18 +8,16 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from model_optimizer.runtime.config import (
+from model_optimizer.runtime.config import VLLM_SPELLINGS, field_choices, field_docs
+from model_optimizer.runtime.server.config import SPACE_SEPARATED
+from model_optimizer.runtime.units import (
     TOKEN_COUNTS,
-    VLLM_SPELLINGS,
-    field_choices,
-    field_docs,
     format_size,
     parse_max_model_len,
     parse_size,
     parse_token_count,
     size_fields,
 )
-from model_optimizer.runtime.server.config import SPACE_SEPARATED
 
 T = TypeVar("T")
 SHORT_FLAGS = {
@@ -181,7 +179,7 @@ def _checked(file: Path, name: str, hint: Any, value: Any) -> Any:
 
 
 def token_count(text: str) -> int:
-    """argparse type of TOKEN_COUNTS flags (config.parse_token_count; argparse names the flag in its error)."""
+    """argparse type of TOKEN_COUNTS flags (units.parse_token_count; argparse names the flag in its error)."""
     try:
         return parse_token_count(text)
     except ValueError as exc:

@@ -20,7 +20,8 @@ import os
 from typing import Any
 
 from model_optimizer.cli.args import token_count
-from model_optimizer.runtime.config import TOKEN_COUNTS, EngineConfig, field_docs
+from model_optimizer.runtime.config import EngineConfig, field_docs
+from model_optimizer.runtime.units import TOKEN_COUNTS
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

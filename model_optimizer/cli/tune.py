@@ -285,7 +285,7 @@ def check_model(model: str | None) -> None:
     """ValueError or FileNotFoundError, before the study is made, for a model `mopt serve` could not load:
     a missing folder, no readable config.json, a truncated safetensors file (each trial would fail)."""
     from model_optimizer.runtime.hub import resolve_model_dir
-    from model_optimizer.runtime.models.loader import check_safetensors_header
+    from model_optimizer.runtime.models.checkpoint_reader import check_safetensors_header
     from model_optimizer.runtime.models.model_config import read_config
 
     folder = resolve_model_dir(model)

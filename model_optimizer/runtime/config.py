@@ -11,50 +11,20 @@ import dataclasses
 import inspect
 import json
 import math
-import re
 import typing
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import cache
-from typing import Annotated, Literal
+from typing import Literal
+
+from model_optimizer.runtime.units import ByteSize, parse_size_fields
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
 Quantization = Literal["none", "fp8", "int8", "int8-w8a8", "awq", "rtn-int4"]
 VLLM_SPELLINGS = {"dtype": {"half": "float16", "float": "float32"}, "kv_cache_dtype": {"fp8_e4m3": "fp8"}}
 """vLLM's other names for some choices, taken as ours (`--dtype half` is in many vLLM guides)."""
-BYTES = "bytes"
-ByteSize = Annotated[int, BYTES]
-"""A size in bytes that flags, config files and keyword arguments may also give as text: 8GiB, 512MB."""
 MAX_NUM_SEQS = 1 << 20
 """Most sequences a batch may hold: the runner's per-sequence buffers are made at this size when it starts,
 and far larger values failed only after the load, in torch ("Maximum allowed dimension exceeded")."""
-SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-SIZE_UNITS |= {f"{u}ib": v for u, v in SIZE_UNITS.items() if u not in ("", "b")}
-SIZE_UNITS |= {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-
-
-def parse_size(value: int | str) -> int:
-    """Bytes from an integer or text: 1073741824, 8GiB, 512MiB, 1.5G (K/M/G/T and KiB... are powers of
-    1024, KB/MB/GB/TB powers of 1000, case-insensitive). ValueError says what is allowed."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in SIZE_UNITS:
-        raise ValueError(
-            f"{value!r} is not a size: give bytes or a number with a unit, e.g. 8GiB, 512MiB, 2GB "
-            "(KiB/MiB/GiB/TiB and K/M/G/T are powers of 1024, KB/MB/GB/TB powers of 1000)"
-        )
-    return int(float(match.group(1)) * SIZE_UNITS[unit])
-
-
-def format_size(n: int) -> str:
-    """8589934592 -> '8GiB' (exact binary units where they fit, else bytes)."""
-    for unit in ("TiB", "GiB", "MiB", "KiB"):
-        size = SIZE_UNITS[unit.lower()]
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return str(n)
 
 
 @dataclass
@@ -202,6 +172,13 @@ class EngineConfig:
         for name in ("model", "tokenizer"):  # "" (an unset shell variable) is "not given", not the current folder
             if isinstance(getattr(self, name), str) and not getattr(self, name).strip():
                 setattr(self, name, None)
+        self._check_counts()
+        self._check_memory()
+        self._check_choices()
+
+    def _check_counts(self) -> None:
+        """The sizes of a batch and of the context, the step budget (max_model_len's where chunked prefill
+        is off and it was left at its default), and the seed."""
         check_positive(
             self,
             "block_size",
@@ -232,6 +209,10 @@ class EngineConfig:
             self.max_num_batched_tokens = max(self.max_model_len, default_budget)  # vLLM's default, chunking off
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+    def _check_memory(self) -> None:
+        """Host offload of weights and KV blocks (and swap preemption, which needs the latter), the GPU
+        memory share and the decode-stall cap."""
         offload = self.cpu_offload_gb  # NaN and infinity passed `< 0` and failed in the loader's int()
         if isinstance(offload, bool) or not isinstance(offload, (int, float)) or not 0 <= offload < math.inf:
             raise ValueError(f"cpu_offload_gb must be a number of GiB >= 0 (0: off), got {offload!r}")
@@ -253,6 +234,10 @@ class EngineConfig:
             isinstance(stall, bool) or not isinstance(stall, (int, float)) or not (stall == 0 or stall > 1)
         ):
             raise ValueError(f"max_decode_stall must be 0 (off) or a number above 1, got {stall!r}")
+
+    def _check_choices(self) -> None:
+        """The sampling defaults' source and overrides, the Literal-typed choices (vLLM's spellings taken),
+        and the speculative config, read now so that a bad value fails at start-up."""
         if not isinstance(self.generation_config, str) or not self.generation_config.strip():
             raise ValueError("generation_config must be auto, vllm or a folder with a generation_config.json")
         self.override_generation_config = generation_overrides(self.override_generation_config)
@@ -268,7 +253,7 @@ class EngineConfig:
             "preemption_mode",
             "quantization",
         )
-        spec = self.speculative  # checked now, so a bad value fails at start-up
+        spec = self.speculative
         if spec is not None and spec.is_draft_model and self.tensor_parallel_size > 1:
             raise ValueError(
                 "speculative_config: a draft model runs with tensor_parallel_size 1 only; with tensor parallelism "
@@ -281,38 +266,6 @@ class EngineConfig:
         from model_optimizer.runtime.spec_decode.config import parse_speculative_config
 
         return parse_speculative_config(self.speculative_config)
-
-
-TOKEN_COUNTS = ("max_model_len", "max_num_batched_tokens")
-"""Settings that take a token count with vLLM's suffixes as well, as text: 32k = 32,000, 32K = 32,768."""
-TOKEN_SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-TOKEN_COUNT = re.compile(r"(\d+)(?:\.(\d+))?([kmgtKMGT])?")
-
-
-def parse_token_count(text: str) -> int:
-    """4096, 32k (32,000), 32K (32,768), 1.5k (1,500): digits only, a fraction only before a decimal suffix
-    (k, m, g, t), and a whole number of tokens; ValueError otherwise. Whitespace around it is ignored."""
-    text = text.strip()
-    match = TOKEN_COUNT.fullmatch(text)
-    whole, fraction, suffix = match.groups() if match else (None, None, None)
-    if whole is None or (fraction is not None and (suffix is None or suffix.isupper())):
-        raise ValueError(f"{text!r} is not a token count (4096, 32k = 32,000, 32K = 32,768)")
-    value = Fraction(f"{whole}.{fraction or 0}") * TOKEN_SUFFIXES.get(suffix or "", 1)
-    if value.denominator != 1:
-        raise ValueError(f"{text!r} is not a whole number of tokens")
-    return int(value)
-
-
-def parse_max_model_len(value: str | int | None) -> int | None:
-    """max_model_len as vLLM's flag takes it: a token count (32k), or auto / -1, which vLLM reads as the
-    longest that fits in memory and this engine as the model's own max_position_embeddings (None)."""
-    if value is None or value == -1:
-        return None
-    if isinstance(value, str):
-        if value.strip().lower() in ("auto", "-1"):
-            return None
-        return parse_token_count(value)
-    return value
 
 
 GENERATION_DEFAULT_FIELDS = {
@@ -345,23 +298,6 @@ def generation_overrides(value: str | dict | None) -> dict | None:
             f"allowed: {', '.join(GENERATION_DEFAULT_FIELDS)}"
         )
     return value
-
-
-def size_fields(cls: type) -> tuple[str, ...]:
-    """The fields of a config dataclass typed ByteSize."""
-    hints = typing.get_type_hints(cls, include_extras=True)
-    return tuple(name for name, hint in hints.items() if BYTES in getattr(hint, "__metadata__", ()))
-
-
-def parse_size_fields(obj: object) -> None:
-    """Turn sizes given as text (8GiB) into bytes, naming the field when one is not a size."""
-    for name in size_fields(type(obj)):
-        value = getattr(obj, name)
-        if isinstance(value, str):
-            try:
-                setattr(obj, name, parse_size(value))
-            except ValueError as exc:
-                raise ValueError(f"{name}: {exc}") from None
 
 
 def check_positive(obj: object, *names: str) -> None:

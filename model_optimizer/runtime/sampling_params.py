@@ -6,12 +6,20 @@ Validated on construction: a bad value raises ValueError saying what is allowed.
 from __future__ import annotations
 
 import enum
-import math
-import numbers
-from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from model_optimizer.runtime.sampling_checks import (
+    check_lengths_and_stops,
+    check_sampling,
+    check_thinking,
+    check_token_rules,
+    is_int,
+    outside_vocab,
+    plain,
+    require,
+    unsatisfiable_rules,
+)
 from model_optimizer.runtime.structured.params import StructuredOutputs
 from model_optimizer.runtime.structured.vllm_params import GuidedDecodingParams, StructuredOutputsParams
 
@@ -136,22 +144,22 @@ class SamplingParams:
             self.stop_token_ids = []
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        if _is_int(self.seed) and self.seed == -1:  # vLLM's: -1 is no seed (random)
+        if is_int(self.seed) and self.seed == -1:  # vLLM's: -1 is no seed (random)
             self.seed = None
-        _require(
+        require(
             isinstance(self.stop, (list, tuple)),
             f"stop must be a string or a list of non-empty strings, got {self.stop!r}",
         )
-        _require(
+        require(
             isinstance(self.stop_token_ids, (list, tuple)),
             f"stop_token_ids must be a list of non-negative integers, got {self.stop_token_ids!r}",
         )
         self.stop = list(self.stop)
         self.stop_token_ids = list(self.stop_token_ids)
-        if _is_int(self.top_k) and self.top_k == -1:
+        if is_int(self.top_k) and self.top_k == -1:
             self.top_k = 0
         if self.guided_decoding is not None:
-            _require(self.structured_outputs is None, "give structured_outputs or guided_decoding, not both")
+            require(self.structured_outputs is None, "give structured_outputs or guided_decoding, not both")
             self.structured_outputs, self.guided_decoding = self.guided_decoding, None  # type: ignore[assignment]
         if isinstance(self.structured_outputs, dict):
             self.structured_outputs = StructuredOutputs.from_dict(self.structured_outputs)
@@ -169,11 +177,11 @@ class SamplingParams:
             if f.name in _KEPT_AS_GIVEN:
                 continue
             value = getattr(self, f.name)
-            plain = _plain(value)
-            if f.name == "min_tokens_barred" and isinstance(plain, list):
-                plain = tuple(plain)  # the engine's own field: a tuple
-            if plain is not value:
-                setattr(self, f.name, plain)
+            converted = plain(value)
+            if f.name == "min_tokens_barred" and isinstance(converted, list):
+                converted = tuple(converted)  # the engine's own field: a tuple
+            if converted is not value:
+                setattr(self, f.name, converted)
 
     @property
     def greedy(self) -> bool:
@@ -217,7 +225,7 @@ class SamplingParams:
         """ValueError naming the field when a token id it gives lies outside the model's vocabulary: the
         sampler indexes the logits with them (an IndexError mid-step otherwise). Stop token ids only end
         the output, so one the model never samples is harmless and allowed."""
-        fields = {
+        ids_by_field = {
             "logit_bias": list(self.logit_bias or ()),
             "allowed_token_ids": self.allowed_token_ids or [],
             "bad_words_token_ids": [t for seq in self.bad_words_token_ids or [] for t in seq],
@@ -225,146 +233,38 @@ class SamplingParams:
             "thinking_start_token_ids": self.thinking_start_token_ids or [],
             "thinking_other_end_token_ids": [t for seq in self.thinking_other_end_token_ids or [] for t in seq],
         }
-        for name, ids in fields.items():
+        for name, ids in ids_by_field.items():
             error = outside_vocab(name, ids, vocab_size)
-            _require(error is None, error or "")
+            require(error is None, error or "")
 
     def _validate(self) -> None:
         # type checks come first and in the same condition as the range, so that a wrong type
         # (a JSON "hot" or true) is a ValueError with the allowed range, never a TypeError
-        _require(_is_int(self.n) and self.n >= 1, f"n must be an integer >= 1, got {self.n!r}")
-        _require(
-            isinstance(self.spaces_between_special_tokens, bool),
-            f"spaces_between_special_tokens must be true or false, got {self.spaces_between_special_tokens!r}",
-        )
-        _require(
-            self.extra_args is None
-            or (isinstance(self.extra_args, dict) and all(isinstance(k, str) for k in self.extra_args)),
-            f"extra_args must be a dict with string keys, got {self.extra_args!r}",
-        )
-        _require(  # vLLM's bound: none above (a high temperature only flattens the distribution)
-            _finite(self.temperature) and self.temperature >= 0,
-            f"temperature must be a finite number >= 0, got {self.temperature!r}",
-        )
-        _require(_in(self.top_p, 0.0, 1.0) and self.top_p > 0, f"top_p must be in (0, 1], got {self.top_p!r}")
-        _require(
-            _is_int(self.top_k) and self.top_k >= 0, f"top_k must be -1, 0 or a positive integer, got {self.top_k!r}"
-        )
-        _require(_in(self.min_p, 0.0, 1.0), f"min_p must be in [0, 1], got {self.min_p!r}")
-        _require(
-            _finite(self.repetition_penalty) and self.repetition_penalty > 0,
-            f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty!r}",
-        )
-        _require(
-            _in(self.presence_penalty, -2.0, 2.0), f"presence_penalty must be in [-2, 2], got {self.presence_penalty!r}"
-        )
-        _require(
-            _in(self.frequency_penalty, -2.0, 2.0),
-            f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty!r}",
-        )
-        _require(
-            self.logit_bias is None
-            or (
-                isinstance(self.logit_bias, dict)
-                and all(_is_int(t) and t >= 0 and _finite(v) for t, v in self.logit_bias.items())
-            ),
-            "logit_bias must map token ids (integers >= 0) to finite numbers",
-        )
-        _require(
-            self.allowed_token_ids is None
-            or (
-                isinstance(self.allowed_token_ids, list) and all(_is_int(t) and t >= 0 for t in self.allowed_token_ids)
-            ),
-            "allowed_token_ids must be a list of token ids (integers >= 0)",
-        )
-        _require(  # an empty list left every token allowed, the opposite of what it says (the server refuses it too)
-            self.allowed_token_ids is None or len(self.allowed_token_ids) > 0,
-            "allowed_token_ids is empty: no token could be sampled (None allows any)",
-        )
-        _require(
-            self.bad_words_token_ids is None
-            or (
-                isinstance(self.bad_words_token_ids, list)
-                and all(
-                    isinstance(seq, list) and seq and all(_is_int(t) and t >= 0 for t in seq)
-                    for seq in self.bad_words_token_ids
-                )
-            ),
-            "bad_words_token_ids must be a list of non-empty lists of token ids",
-        )
-        _require(
-            self.bad_words is None
-            or (isinstance(self.bad_words, list) and all(isinstance(w, str) and w.strip() for w in self.bad_words)),
-            f"bad_words must be a list of non-blank strings, got {self.bad_words!r}",
-        )
-        _require(
-            self.truncate_prompt_tokens is None
-            or (
-                _is_int(self.truncate_prompt_tokens)
-                and (self.truncate_prompt_tokens >= 1 or self.truncate_prompt_tokens == -1)
-            ),
-            f"truncate_prompt_tokens must be -1 or an integer >= 1, got {self.truncate_prompt_tokens!r}",
-        )
-        for name in ("thinking_end_token_ids", "thinking_start_token_ids"):  # the sampler indexes them at every step
-            value = getattr(self, name)
-            _require(
-                value is None or (isinstance(value, list) and all(_is_int(t) and t >= 0 for t in value)),
-                f"{name} must be a list of token ids (integers >= 0) or None, got {value!r}",
-            )
-        others = self.thinking_other_end_token_ids
-        _require(
-            others is None
-            or (
-                isinstance(others, list)
-                and all(isinstance(seq, list) and seq and all(_is_int(t) and t >= 0 for t in seq) for seq in others)
-            ),
-            f"thinking_other_end_token_ids must be a list of non-empty lists of token ids or None, got {others!r}",
-        )
-        _require(
-            self.thinking_token_budget is None
-            or (
-                _is_int(self.thinking_token_budget) and self.thinking_token_budget >= 0 and self.thinking_end_token_ids
-            ),
-            "thinking_token_budget must be an integer >= 0, with thinking_end_token_ids (the tokens it forces)",
-        )
-        _require(self.seed is None or _is_int(self.seed), f"seed must be an integer or None, got {self.seed!r}")
-        _require(
-            self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1),
-            f"max_tokens must be an integer >= 1 or None, got {self.max_tokens!r}",
-        )
-        _require(
-            _is_int(self.min_tokens) and self.min_tokens >= 0,
-            f"min_tokens must be an integer >= 0, got {self.min_tokens!r}",
-        )
-        for name in ("include_stop_str_in_output", "ignore_eos", "skip_special_tokens", "detokenize"):
-            _require(
-                isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}"
-            )
-        _require(
-            self.max_tokens is None or self.min_tokens <= self.max_tokens,
-            f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})",
-        )
-        _require(all(isinstance(s, str) and s for s in self.stop), "stop must be a list of non-empty strings")
-        _require(
-            all(_is_int(t) and t >= 0 for t in self.stop_token_ids),
-            "stop_token_ids must be a list of non-negative integers",
-        )
-        _require(
-            self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS),
+        check_sampling(self)
+        check_token_rules(self)
+        check_thinking(self)
+        check_lengths_and_stops(self)
+        self._check_outputs()
+
+    def _check_outputs(self) -> None:
+        """Logprobs, the output kind, stop strings' need of text, the structured output, and last whether
+        the token rules leave any token to sample."""
+        require(
+            self.logprobs is None or (is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS),
             f"logprobs must be an integer in [0, {MAX_LOGPROBS}] or None, got {self.logprobs!r}",
         )
-        _require(
+        require(
             isinstance(self.output_kind, RequestOutputKind),
             f"output_kind must be a RequestOutputKind (cumulative, delta, final_only), got {self.output_kind!r}",
         )
-        _require(self.detokenize or not self.stop, "stop strings need detokenize=True")
-        _require(
+        require(self.detokenize or not self.stop, "stop strings need detokenize=True")
+        require(
             self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputs),
             f"structured_outputs must be a StructuredOutputs, got {type(self.structured_outputs).__name__}",
         )
-        _require(
+        require(
             self.prompt_logprobs is None
-            or (_is_int(self.prompt_logprobs) and 0 <= self.prompt_logprobs <= MAX_LOGPROBS),
+            or (is_int(self.prompt_logprobs) and 0 <= self.prompt_logprobs <= MAX_LOGPROBS),
             f"prompt_logprobs must be an integer in [0, {MAX_LOGPROBS}] or None (the whole vocabulary, -1, is "
             f"not offered), got {self.prompt_logprobs!r}",
         )
@@ -374,7 +274,7 @@ class SamplingParams:
             self.min_tokens,
             [*self.stop_token_ids, *self.min_tokens_barred],  # the engine adds the EOS ids to min_tokens_barred
         )
-        _require(conflict is None, conflict or "")
+        require(conflict is None, conflict or "")
 
 
 def generation_config_defaults(given: dict[str, Any]) -> dict[str, Any]:
@@ -392,42 +292,6 @@ def generation_config_defaults(given: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def unsatisfiable_rules(
-    allowed_token_ids: list[int] | None,
-    bad_words_token_ids: list[list[int]] | None,
-    min_tokens: int,
-    end_token_ids: Iterable[int],
-) -> str | None:
-    """The error naming allowed_token_ids when the request's own rules bar every token it allows from the
-    first step on (a one-token bad word bars its token everywhere; min_tokens bars `end_token_ids`, its EOS
-    and stop ids, at the first token), else None. Sampling such a request could only break a rule; the
-    sampler's fallback (layers/sampler.py) handles what arises mid-output."""
-    if not allowed_token_ids:
-        return None
-    words = {seq[0] for seq in bad_words_token_ids or () if len(seq) == 1}
-    ends = set(end_token_ids) if min_tokens > 0 else set()
-    if not set(allowed_token_ids) <= words | ends:
-        return None
-    reasons = [
-        reason
-        for reason, ids in (
-            ("one-token bad_words", words),
-            (f"an EOS or stop token id before min_tokens ({min_tokens})", ends),
-        )
-        if ids & set(allowed_token_ids)
-    ]
-    return (
-        f"allowed_token_ids: every allowed token is barred ({' or '.join(reasons)}), so no token could be "
-        "sampled; allow another token or drop the rule that bars them"
-    )
-
-
-def outside_vocab(name: str, ids: Iterable[int], vocab_size: int) -> str | None:
-    """The error naming field `name` for its first token id outside the vocabulary [0, vocab_size), or None."""
-    bad = next((t for t in ids if t >= vocab_size), None)
-    return None if bad is None else f"{name}: token id {bad} is outside the vocabulary [0, {vocab_size})"
-
-
 def logit_bias_from_json(bias: dict) -> dict:
     """logit_bias with its keys as token ids: a JSON object's keys are strings ({"50256": -100}, as the
     OpenAI API and a JSONL line give it). ValueError naming a key that is no token id; the values are
@@ -441,56 +305,5 @@ def logit_bias_from_json(bias: dict) -> dict:
     return ids
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not 1 here
-
-
-def _finite(value: object) -> bool:
-    """A real number (int or float, not bool) that is neither infinite nor NaN."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 _KEPT_AS_GIVEN = frozenset({"extra_args", "structured_outputs", "guided_decoding", "output_kind"})
 """SamplingParams fields that _plain_numbers leaves alone."""
-
-
-def _plain(value: Any) -> Any:
-    """`value` with NumPy's (or torch's) scalars and arrays, other Integral and Real numbers, tuples, sets and
-    the keys and values of dicts made Python's int, float, bool, list and dict, all the way down; the same
-    object when nothing changes."""
-    kind = type(value)
-    if value is None or kind in (bool, int, float, str):
-        return value
-    if kind is list or kind is tuple:
-        items = [_plain(v) for v in value]
-        if kind is list and all(a is b for a, b in zip(items, value, strict=True)):
-            return value
-        return items
-    if isinstance(value, dict):
-        return {_plain(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (str, bytes, enum.Enum)):
-        return value
-    tolist = getattr(value, "tolist", None)  # numpy's generic and ndarray, torch's Tensor
-    if callable(tolist):
-        plain = tolist()
-        return _plain(plain) if isinstance(plain, (list, tuple, dict)) else plain
-    if isinstance(value, (list, tuple)):  # a subclass (a namedtuple, ...)
-        return [_plain(v) for v in value]
-    if isinstance(value, (set, frozenset)):  # ids given as a set ({eos, eot}): a list, in order when it has one
-        items = [_plain(v) for v in value]
-        return sorted(items) if all(type(v) is int for v in items) else items
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    return value
-
-
-def _in(value: object, low: float, high: float) -> bool:
-    """A real number (int or float, not bool) in [low, high]; NaN is not."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)

@@ -86,7 +86,7 @@ def check_host_memory(config: EngineConfig) -> None:
     import torch
 
     from model_optimizer.environment.probes.system import available_memory_bytes
-    from model_optimizer.runtime.config import format_size
+    from model_optimizer.runtime.units import format_size
 
     on_cpu = config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available())
     kv = config.kv_cache_memory * config.tensor_parallel_size if on_cpu and config.num_kv_blocks is None else 0

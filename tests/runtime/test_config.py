@@ -7,7 +7,8 @@ import pytest
 
 from model_optimizer.cli.args import dataclass_from_args, read_config_file
 from model_optimizer.cli.main import build_parser
-from model_optimizer.runtime.config import EngineConfig, format_size, parse_size
+from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.units import format_size, parse_size
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from model_optimizer.runtime.sampling_params import SamplingParams, unsatisfiable_rules
+from model_optimizer.runtime.sampling_checks import unsatisfiable_rules
+from model_optimizer.runtime.sampling_params import SamplingParams
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,7 @@ def _check_complete(checkpoint: Checkpoint) -> None:
     """ValueError, before anything is written, for a weights file cut short: copying it would fail
     half-way with safetensors' own error, which names no file."""
     from model_optimizer.model.inspect.headers import checkpoint_files, layout_error
-    from model_optimizer.runtime.models.loader import check_safetensors_header
+    from model_optimizer.runtime.models.checkpoint_reader import check_safetensors_header
 
     for path in checkpoint_files(checkpoint.folder):
         try:

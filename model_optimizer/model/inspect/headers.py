@@ -122,7 +122,7 @@ def layout_error(path: Path, tensors: list[TensorInfo]) -> str | None:
     None: every tensor needs data_offsets; in offset order each starts where the one before ends (the
     first at 0), none overlapping, none leaving a gap ("invalid offset"); and the last one ends the file
     ("file not fully covered"). Spans of the wrong size and a file too short for them are the engine's own
-    check (loader.check_safetensors_header)."""
+    check (checkpoint_reader.check_safetensors_header)."""
     error = _offset_error(tensors)
     if error is not None:
         return error

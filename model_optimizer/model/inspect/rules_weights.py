@@ -78,7 +78,7 @@ def truncated(ctx: InspectContext) -> list[Finding]:
     """A weights file shorter than its header's byte ranges (an interrupted download or copy): the engine's
     own check (the one generate, quantize and serve stop at), so inspect says what they would."""
     from model_optimizer.model.inspect.headers import checkpoint_files
-    from model_optimizer.runtime.models.loader import check_safetensors_header
+    from model_optimizer.runtime.models.checkpoint_reader import check_safetensors_header
 
     findings = []
     for path in checkpoint_files(ctx.checkpoint.folder):

@@ -28,16 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from model_optimizer.runtime.config import (
-    TOKEN_COUNTS,
-    VLLM_SPELLINGS,
-    EngineConfig,
-    field_choices,
-    parse_size,
-    parse_token_count,
-    size_fields,
-)
+from model_optimizer.runtime.config import VLLM_SPELLINGS, EngineConfig, field_choices
 from model_optimizer.runtime.server.config import ServerConfig
+from model_optimizer.runtime.units import TOKEN_COUNTS, parse_size, parse_token_count, size_fields
 
 Value = bool | int | float | str | None
 

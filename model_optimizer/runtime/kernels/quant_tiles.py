@@ -1,4 +1,5 @@
-"""Launch shapes of the quantized matmul: the candidates, a default rule, and a measured table per GPU.
+"""Launch shapes of the quantized matmul: the candidates (their specs: quant_tile_specs), a default rule, and
+a measured table per GPU.
 
 A launch shape (`QuantTiles`) is picked per call from (format, row bucket, N, K). The table that
 benchmarks/quant_kernels.py --sweep writes (every candidate of `candidates` timed at each shape
@@ -10,8 +11,8 @@ the H100 SXM). Another GPU or format, one not measured, takes `default_tiles`, a
 table lacks.
 Where the fastest launch is "dequant" (the weight widened into a scratch buffer, which a CUDA-graph
 capture cannot grow), the table also holds the fastest launch a capture can take (its "capture"
-entries), and a capture without the buffer takes that one. Everything here is plain Python on shapes, so a lookup is free inside CUDA-graph capture (no
-autotuning, no host sync).
+entries), and a capture without the buffer takes that one. Everything here is plain Python on shapes, so a
+lookup is free inside CUDA-graph capture (no autotuning, no host sync).
 """
 
 from __future__ import annotations
@@ -23,6 +24,15 @@ import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from model_optimizer.runtime.kernels.quant_tile_specs import (
+    BYTES_MMA,
+    GEMVS,
+    GLUON_DEFAULT,
+    INT4_GLUON,
+    INT4_MMA,
+    W8A8_MMA,
+)
 
 MAX_SPLIT_K = 16
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -138,145 +148,6 @@ def split_for(n: int, k: int, block_n: int, block_k: int, tiles_m: int, waves: f
     return max(1, min(want, k // (2 * block_k), MAX_SPLIT_K))
 
 
-# (block_m, block_n, block_k, waves, num_warps, num_stages[, accumulators[, max_registers]]). waves x SMs is the number of programs
-# split-K aims at (0: no split): at decode the tiles of one weight are few, and several programs per
-# SM hide the latency of each one's loads. Chosen from the sm_90 SASS of each shape (registers
-# without spills, benchmarks/quant_sass.py) and the sweeps: the table measures which wins.
-_ASYNC_32_TOKENS = [(32, 128, 128, 2, 4, 3, 4), (32, 128, 128, 4, 4, 3, 4), (32, 256, 128, 2, 8, 3, 4)]
-"""Tiles of 32 tokens with an accumulator per plane, aiming at two or four programs an SM: candidates at
-32 rows and, as two row tiles, at 64."""
-_INT4_MMA = {  # block_k: one 128-column planes block per iteration. A warp group must own 128 weight
-    # rows (block_n 128 at 4 warps, 256 at 8): with 64 the compiler sends each plane through shared memory.
-    # A 7th field of 4: an accumulator per plane (QuantTiles.accumulators); they cost registers, so only
-    # block_m <= 32 compiles on sm_90 without spills and with the MMAs left asynchronous by ptxas
-    16: [
-        (16, 128, 128, 2, 4, 4),
-        (16, 128, 128, 4, 4, 4),
-        (16, 128, 128, 8, 4, 3),
-        # just under two programs an SM (split 8 for N = 4096, 2 for gate_up): faster than the splits
-        # above at one row on Llama's down_proj (scripts/device/int4_b1_probe.py --splits; README)
-        (16, 128, 128, 1.9, 4, 3),
-        (16, 128, 128, 4, 4, 5),
-        (16, 256, 128, 2, 8, 4),
-        (16, 256, 128, 4, 8, 3),
-        (16, 128, 128, 1.9, 4, 3, 4),
-        (16, 128, 128, 4, 4, 3, 4),
-        (16, 256, 128, 2, 8, 3, 4),
-        # 2 warps (1: a warp alone): Ampere's mma.sync from registers, no warp group, so no barrier
-        # between a plane's MMAs and the next plane's widening; at block_n 64 ~96 registers a thread,
-        # up to ten programs an SM to hide each one's loads (the warp-group tiles above fit four)
-        (16, 64, 128, 1.9, 2, 3),
-        (16, 64, 128, 4, 2, 3),
-        (16, 64, 128, 8, 2, 4),
-        (16, 128, 128, 2, 2, 3),
-        (16, 128, 128, 4, 2, 3),
-        (16, 64, 128, 4, 1, 3),
-    ],
-    32: [
-        (32, 128, 128, 2, 4, 4),
-        (32, 128, 128, 4, 4, 3),
-        (32, 256, 128, 2, 8, 3),
-        (16, 128, 128, 4, 4, 4),
-        *_ASYNC_32_TOKENS,
-        (16, 64, 128, 4, 2, 3),
-        (16, 128, 128, 4, 2, 3),
-    ],
-    64: [
-        (64, 128, 128, 2, 4, 3),
-        (64, 128, 128, 4, 4, 2),
-        (64, 256, 128, 2, 8, 3),
-        (32, 128, 128, 4, 4, 3),
-        *_ASYNC_32_TOKENS,
-    ],
-    128: [
-        (64, 128, 128, 2, 4, 3),
-        (64, 256, 128, 1, 8, 3),
-        (128, 256, 128, 1, 8, 3),
-        (32, 128, 128, 2, 4, 3),
-        (32, 128, 128, 1, 4, 3, 4),
-        (32, 128, 128, 2, 4, 3, 4),
-        (32, 256, 128, 1, 8, 3, 4),
-    ],
-    256: [
-        (64, 256, 128, 1, 8, 3),
-        (128, 256, 128, 1, 8, 3),
-        (64, 128, 128, 1, 4, 3),
-        (32, 128, 128, 1, 4, 3, 4),
-        (32, 256, 128, 1, 8, 3, 4),
-        (32, 256, 128, 0, 8, 4, 4),
-    ],
-    512: [(64, 256, 128, 0, 8, 3), (128, 256, 128, 0, 8, 3), (32, 256, 128, 0, 8, 3, 4)],
-}
-_BYTES_MMA = {  # int8 / e4m3 widened in registers: block_n x block_k bytes a warp group without spills
-    16: [
-        (16, 128, 128, 2, 4, 4),
-        (16, 128, 128, 4, 4, 3),
-        (16, 64, 256, 4, 4, 4),
-        (16, 256, 128, 2, 8, 3),
-        (16, 64, 128, 8, 4, 4),
-        (16, 64, 256, 2, 4, 3),
-    ],
-    32: [(32, 128, 128, 2, 4, 3), (32, 128, 128, 4, 4, 3), (32, 64, 256, 4, 4, 3), (16, 128, 128, 4, 4, 3)],
-    64: [(64, 128, 128, 2, 4, 3), (64, 64, 256, 4, 4, 3), (32, 128, 128, 2, 4, 3)],
-    128: [(64, 128, 128, 2, 4, 3), (128, 128, 128, 1, 8, 3), (32, 128, 128, 2, 4, 3)],
-    256: [(128, 128, 128, 1, 8, 3), (64, 128, 128, 1, 4, 3), (128, 256, 64, 0, 8, 3)],
-    512: [(128, 128, 128, 0, 8, 3), (128, 256, 64, 0, 8, 3)],
-}
-_W8A8 = {  # e4m3 x e4m3 or int8 x int8: nothing widened, larger K tiles
-    16: [(16, 128, 256, 2, 4, 4), (16, 64, 256, 4, 4, 4), (16, 128, 128, 4, 4, 5), (16, 256, 128, 2, 8, 4)],
-    32: [(32, 128, 256, 2, 4, 4), (32, 64, 256, 4, 4, 4)],
-    64: [(64, 128, 256, 2, 4, 3), (64, 128, 128, 2, 4, 4), (64, 64, 256, 1, 4, 4)],
-    # from 128 rows also 64 weight rows a program and every token in it: more programs for the skinny N
-    # of qkv / o / down, and split K to just under one wave of the SMs (0.9: Llama's N = 4096 splits in
-    # two), not two as for decode, where the partials of M x N would cost more than idle SMs
-    128: [
-        (128, 128, 128, 1, 8, 4),
-        (128, 128, 256, 1, 8, 3),
-        (128, 64, 128, 0, 4, 4),
-        (128, 64, 256, 0, 4, 3),
-        (128, 64, 256, 0.9, 8, 3),
-    ],
-    256: [
-        (128, 256, 128, 0, 8, 3),
-        (128, 128, 128, 1, 8, 4),
-        (256, 64, 128, 0, 8, 3),
-        (256, 64, 128, 0, 4, 3),
-        (256, 128, 128, 0, 8, 3),
-        (256, 64, 128, 0.9, 8, 4),
-        (256, 64, 256, 0.9, 8, 2),
-    ],
-    512: [(128, 256, 128, 0, 8, 3), (128, 128, 256, 0, 8, 3)],
-}
-_GEMVS = {  # one row on CUDA cores: no pipelining, so the tile of one iteration is what is in flight
-    "bytes": [  # stages 2: the next tile prefetched into registers (quant_matmul.prefetches), 1: not
-        (1, 32, 256, 4, 4, 2),
-        (1, 64, 256, 4, 8, 1),
-        (1, 32, 512, 4, 4, 1),
-        (1, 16, 256, 8, 4, 2),
-    ],
-    "int8": [  # int8 only, beside "bytes": the 16-row tile under a cap of 72 registers (8th field,
-        # QuantTiles.max_registers), without spills on sm_90 (e4m3's widening spills there): seven programs
-        # an SM instead of five. Llama-3.1-8B's gate_up at one row on an H100: 40.6 against 42.8 us
-        # (scripts/device/register_cap_probe.py; README)
-        (1, 16, 256, 8, 4, 2, 1, 72),
-    ],
-    "int4": [  # more rows a thread (larger block_n a warp) reuse each activation load more often
-        (1, 64, 256, 4, 4, 1),
-        (1, 64, 256, 4, 4, 2),
-        (1, 128, 256, 2, 4, 2),
-        (1, 32, 1024, 4, 8, 1),
-    ],
-}
-
-
-_INT4_GLUON = [  # (block_m tokens, block_n weight rows, num_warps, stages): each compiles for sm_90 without
-    # spills, with and without split-K (benchmarks/int4_gluon.py --compile-only)
-    (16, 64, 4, 4), (16, 128, 8, 4), (32, 64, 4, 4), (32, 128, 4, 4), (64, 64, 4, 3), (64, 128, 4, 3),
-    (64, 128, 8, 3), (64, 256, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3),
-    (256, 64, 4, 3), (256, 128, 8, 3),
-]  # fmt: skip
-
-
 def _wave_split(tiles: int, k: int, num_sms: int, per_sm: int = 1) -> int:
     """The most K splits of `tiles` wide Gluon tiles that make at most `per_sm` programs an SM, each split
     keeping two 128-column blocks at least (1 when the tiles alone fill that)."""
@@ -291,7 +162,7 @@ def gluon_candidates(m: int, n: int, k: int, num_sms: int) -> list[QuantTiles]:
     tiles read x fewer times, and the split gives their few programs the SMs).
     For the sweep (`candidates(..., gluon=True)`) and benchmarks/int4_gluon.py."""
     found = []
-    for block_m, block_n, warps, stages in _INT4_GLUON:
+    for block_m, block_n, warps, stages in INT4_GLUON:
         if block_m > max(16, m) or 4 * block_m < min(m, 256) or n % block_n:
             continue
         tiles_m = -(-m // block_m)
@@ -303,9 +174,6 @@ def gluon_candidates(m: int, n: int, k: int, num_sms: int) -> list[QuantTiles]:
     return found
 
 
-_GLUON_DEFAULT = {(32, 64): (4, 4), (32, 128): (4, 4), (64, 64): (4, 3), (128, 64): (4, 3), (128, 128): (8, 3),
-                  (128, 256): (8, 3), (256, 128): (8, 3)}  # fmt: skip
-"""(block_m, block_n) -> (num_warps, stages) of the default rule's Gluon launch (gluon_default)."""
 GLUON_WIDE_WAVE = 0.8
 """Above 64 rows the default rule takes a wider tile (256 tokens, or 256 weight rows) where such tiles alone,
 unsplit, make at least this share of a wave of programs."""
@@ -338,12 +206,12 @@ def gluon_default(m: int, n: int, k: int, num_sms: int) -> QuantTiles | None:
         else:
             block_m, block_n = 128, 128
         split = _wave_split((n // block_n) * -(-m // block_m), k, num_sms)
-    warps, stages = _GLUON_DEFAULT[block_m, block_n]
+    warps, stages = GLUON_DEFAULT[block_m, block_n]
     return QuantTiles(block_m, block_n, 128, split, warps, stages, backend="gluon")
 
 
 def _specs(kind: str, bucket: int, w8a8: bool = False) -> list[tuple]:
-    table = _W8A8 if w8a8 else (_INT4_MMA if kind == "int4" else _BYTES_MMA)
+    table = W8A8_MMA if w8a8 else (INT4_MMA if kind == "int4" else BYTES_MMA)
     return table[max(16, bucket)]
 
 
@@ -370,7 +238,7 @@ def candidates(
         return [TORCH]
     specs = _specs(kind, bucket)
     if m == 1:
-        gemvs = _GEMVS["int4"] if kind == "int4" else _GEMVS["bytes"] + _GEMVS.get(kind, [])
+        gemvs = GEMVS["int4"] if kind == "int4" else GEMVS["bytes"] + GEMVS.get(kind, [])
         specs = specs + [s for s in gemvs if k >= s[2]]
     found = [_make(kind, m, n, k, s, num_sms) for s in specs]
     if kind == "bf16":

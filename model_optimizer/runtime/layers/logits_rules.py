@@ -51,7 +51,7 @@ def apply_token_rules(logits: torch.Tensor, batch: list[SamplingRow]) -> torch.T
     either (the grammar allows none of them) or the request has no allowed_token_ids, to its logits before
     any rule (grammar-masked: the output stays in its grammar, which wins over every rule). Conflicts visible
     from the request alone (every allowed id a one-token bad word, or an EOS or stop id before min_tokens)
-    are refused before it is queued (sampling_params.unsatisfiable_rules); this covers those that arise
+    are refused before it is queued (sampling_checks.unsatisfiable_rules); this covers those that arise
     mid-output (a multi-token bad word completing). A thinking budget's forced end tag wins over the rules
     (a bad word or a bias cannot keep the model thinking past its budget), though not over the grammar."""
     for i, item in enumerate(batch):

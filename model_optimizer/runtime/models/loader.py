@@ -7,22 +7,18 @@ LazyTensor (layers/lazy_tensor.py): under tensor parallelism a rank reads only t
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable, Iterator
-from functools import partial
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from torch import nn
 
-from model_optimizer.common.fileio import names_a_file_inside, read_json
-from model_optimizer.common.safetensors_dtypes import DTYPE_BYTES
 from model_optimizer.runtime.distributed import TensorParallel, get_tp
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor
 from model_optimizer.runtime.layers.linear import default_weight_loader
 from model_optimizer.runtime.layers.quantization.spec import QuantSpec, resolve_spec
+from model_optimizer.runtime.models.checkpoint_reader import iterate_lazy_checkpoint, read_lazy, unreadable
 from model_optimizer.runtime.models.model_config import DecoderArgs, read_config
 from model_optimizer.runtime.models.registry import resolve_model_class
 from model_optimizer.runtime.runner.weight_offload import (
@@ -169,114 +165,6 @@ def init_dummy_weights(model: nn.Module, seed: int = 0, device: torch.device | N
                 param.copy_(torch.empty_like(param, device=where).uniform_(-1e-2, 1e-2, generator=generator))
 
 
-def safetensors_files(model_dir: Path) -> list[Path]:
-    index = model_dir / "model.safetensors.index.json"
-    if index.is_file():
-        content = read_json(index)
-        weight_map = content.get("weight_map") if isinstance(content, dict) else None
-        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise ValueError(f"{index} has no 'weight_map' object of tensor name -> shard file name")
-        outside = sorted({name for name in weight_map.values() if not names_a_file_inside(name)})
-        if outside:  # an index may not send the loader to read files elsewhere ("../x", "/etc/passwd")
-            raise ValueError(f"{index} names shards outside {model_dir}: {', '.join(outside[:3])}")
-        files = sorted({model_dir / name for name in weight_map.values()})
-        missing = [str(f) for f in files if not f.is_file()]
-        if missing:
-            raise FileNotFoundError(f"{index} lists shards that are missing: {', '.join(missing)}")
-        return files
-    files = sorted(p for p in model_dir.glob("*.safetensors") if p.is_file())
-    if not files:
-        raise FileNotFoundError(f"no *.safetensors file in {model_dir}")
-    return files
-
-
-def iterate_lazy_checkpoint(model_dir: Path) -> Iterator[tuple[Path, str, LazyTensor]]:
-    """(file, tensor name, unread tensor) of every checkpoint tensor: nothing is read until the
-    consumer loads (a slice of) it, which it must do before asking for the next tensor."""
-    for path in safetensors_files(model_dir):
-        check_safetensors_header(path)
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                for name in f.keys():
-                    yield path, name, LazyTensor(f.get_slice(name), partial(f.get_tensor, name))
-        except SafetensorError as exc:
-            raise _unreadable(path, exc) from None
-
-
-def read_lazy(path: Path, lazy: LazyTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    try:
-        return lazy.load(dtype)
-    except SafetensorError as exc:
-        raise _unreadable(path, exc) from None
-
-
-def _unreadable(path: Path, exc: Exception) -> ValueError:
-    return ValueError(f"{path} is not a readable safetensors file ({exc}); download or save it again")
-
-
-def check_safetensors_header(path: Path) -> None:
-    """ValueError saying what is wrong with the file's framing: an 8-byte little-endian header length,
-    that many bytes of JSON header, then the tensor data the header's offsets cover exactly. Checked
-    here, in plain words, because the safetensors library's own message names neither the file nor a fix."""
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise ValueError(
-                f"{path} is not a safetensors file: {size} bytes, too short for a header; "
-                "it is empty or truncated, download or save it again"
-            )
-        header_len = int.from_bytes(head, "little")
-        if header_len > size - 8:
-            raise ValueError(
-                f"{path} is not a valid safetensors file: its header claims {header_len} bytes but the "
-                f"file has {size}; it is truncated or not a safetensors file, download or save it again"
-            )
-        try:
-            header = json.loads(f.read(header_len))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(
-                f"{path} is not a valid safetensors file: its header is not JSON ({exc}); "
-                "the file is corrupt, download or save it again"
-            ) from None
-    if not isinstance(header, dict):
-        raise ValueError(f"{path} is not a valid safetensors file: its header is not a JSON object")
-    ends = [
-        e["data_offsets"][1]
-        for k, e in header.items()
-        if k != "__metadata__"
-        and isinstance(e, dict)
-        and isinstance(e.get("data_offsets"), list)
-        and len(e["data_offsets"]) == 2
-    ]
-    expected = 8 + header_len + max(ends, default=0)
-    if size < expected:
-        raise ValueError(
-            f"{path} is truncated: its tensors need {expected} bytes, the file has {size}; download or save it again"
-        )
-    for name, entry in header.items():
-        _check_span(path, name, entry)
-
-
-def _check_span(path: Path, name: str, entry: object) -> None:
-    """ValueError when a header entry's byte range is not what its dtype and shape take (safetensors refuses
-    such a file with "invalid shape, data type, or offset", naming neither the file nor the tensor)."""
-    if name == "__metadata__" or not isinstance(entry, dict):
-        return
-    offsets, shape, width = entry.get("data_offsets"), entry.get("shape"), DTYPE_BYTES.get(entry.get("dtype"))
-    if not (isinstance(offsets, list) and len(offsets) == 2 and isinstance(shape, list) and width is not None):
-        return  # the library's own checks name what is missing
-    if not all(isinstance(v, int) for v in (*offsets, *shape)):
-        return
-    need = width * math.prod(shape)
-    if offsets[1] - offsets[0] != need:
-        raise ValueError(
-            f"{path} is not a valid safetensors file: tensor {name!r} spans {offsets[1] - offsets[0]} bytes, "
-            f"but its dtype {entry['dtype']} and shape {shape} take {need}; the file is corrupt, download or "
-            "save it again"
-        )
-
-
 def load_weights(
     model: nn.Module,
     model_dir: Path,
@@ -292,14 +180,7 @@ def load_weights(
     params = dict(model.named_parameters(remove_duplicate=False))
     stacked = getattr(model, "stacked_params", {}) if stacked is None else stacked
     tied = getattr(getattr(model, "args", None), "tie_word_embeddings", False)
-    own_key = getattr(model, "checkpoint_name", None)  # a model that names some tensors otherwise (Gemma 3's)
-
-    def default_rename(name: str) -> str | None:
-        if own_key is not None and (name := own_key(name)) is None:
-            return None
-        return None if skipped_on_purpose(model, name) or (tied and name == "lm_head.weight") else name
-
-    rename = rename or default_rename
+    rename = rename or _default_rename(model, tied)
     expected_shards = _expected_shards(params, stacked)
     buffers = dict(model.named_buffers())
     modules = dict(model.named_modules())
@@ -317,22 +198,41 @@ def load_weights(
             continue
         if param is None:
             raise ValueError(f"{path.name}: tensor {name!r} does not belong to {type(model).__name__}")
-        loader = getattr(param, "weight_loader", default_weight_loader)
-        # a loader that slices for itself gets the unread tensor; any other the whole one, in its dtype
-        value = tensor if getattr(loader, "reads_lazily", False) else read_lazy(path, tensor, param.dtype)
-        try:
-            with torch.no_grad():
-                loader(param, value, shard) if shard else loader(param, value)
-        except SafetensorError as exc:
-            raise _unreadable(path, exc) from None
-        except ValueError as exc:
-            raise ValueError(f"{path.name}: tensor {name!r}: {exc}") from None
+        _load_tensor(param, shard, tensor, path, name)
         loaded.add((target, shard))
     missing = sorted(
         f"{p}[{s}]" if s else p for p, s in expected_shards - loaded if not (tied and p == "lm_head.weight")
     )
     if missing:
         raise ValueError(f"checkpoint {model_dir} lacks weights for: {', '.join(missing[:10])}")
+
+
+def _default_rename(model: nn.Module, tied: bool) -> Callable[[str], str | None]:
+    """load_weights' default `rename`: the model's own names for some tensors (`checkpoint_name`, Gemma 3's),
+    and None for the tensors skipped on purpose and for a tied lm_head."""
+    own_key = getattr(model, "checkpoint_name", None)
+
+    def rename(name: str) -> str | None:
+        if own_key is not None and (name := own_key(name)) is None:
+            return None
+        return None if skipped_on_purpose(model, name) or (tied and name == "lm_head.weight") else name
+
+    return rename
+
+
+def _load_tensor(param: nn.Parameter, shard: str | None, tensor: LazyTensor, path: Path, name: str) -> None:
+    """Hand checkpoint tensor `name` to its parameter's weight_loader (`shard` of a fused projection), its
+    errors naming the file and the tensor."""
+    loader = getattr(param, "weight_loader", default_weight_loader)
+    # a loader that slices for itself gets the unread tensor; any other the whole one, in its dtype
+    value = tensor if getattr(loader, "reads_lazily", False) else read_lazy(path, tensor, param.dtype)
+    try:
+        with torch.no_grad():
+            loader(param, value, shard) if shard else loader(param, value)
+    except SafetensorError as exc:
+        raise unreadable(path, exc) from None
+    except ValueError as exc:
+        raise ValueError(f"{path.name}: tensor {name!r}: {exc}") from None
 
 
 KV_SCALE_NAMES = (

@@ -9,13 +9,12 @@ import json
 import logging
 import math
 import os
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from model_optimizer.runtime.config import check_positive
 from model_optimizer.runtime.engine.chat_content import check_format
+from model_optimizer.runtime.server import cors_settings
 
 logger = logging.getLogger(__name__)
 
@@ -212,6 +211,25 @@ class ServerConfig:
     """Client certificates: 0 not asked, 1 checked when sent, 2 required (Python's ssl.CERT_* values, as vLLM's flag)."""
 
     def __post_init__(self) -> None:
+        self._check_limits()
+        self._check_names_and_keys()
+        if str(self.log_level).lower() not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        self.log_level = str(self.log_level).lower()  # as uvicorn and vLLM's --uvicorn-log-level take it
+        if not math.isfinite(self.log_interval) or self.log_interval < 0:
+            raise ValueError(f"log_interval must be >= 0 seconds (0 turns the stats line off), got {self.log_interval}")
+        self.allowed_origins = cors_settings.origins(self.allowed_origins)
+        self.allowed_headers = cors_settings.header_names(self.allowed_headers)
+        self.allowed_methods = cors_settings.methods(self.allowed_methods)
+        self._check_parsers()
+        self._check_http()
+        check_format(self.chat_template_content_format)
+        self.default_chat_template_kwargs = _json_object(
+            self.default_chat_template_kwargs, "default_chat_template_kwargs"
+        )
+
+    def _check_limits(self) -> None:
+        """The address, the per-request and per-connection limits, and the timeouts."""
         check_positive(
             self,
             "max_queued_requests",
@@ -243,6 +261,9 @@ class ServerConfig:
             raise ValueError(
                 f"max_connections_per_client must be an integer >= 0 (0: no limit), got {self.max_connections_per_client}"
             )
+
+    def _check_names_and_keys(self) -> None:
+        """The served model names and the API keys: one value or several, none of them empty."""
         self.served_model_name = _one_or_several(self.served_model_name)
         if self.served_model_name == [] or any(  # not "unset": a name asked
             not isinstance(name, str) or not name.strip() for name in _several(self.served_model_name)
@@ -253,22 +274,6 @@ class ServerConfig:
             raise ValueError("api_key is empty: give a key clients must send, or leave it out to serve without one")
         for key in self.api_keys:
             check_api_key(key, "api_key")
-        if str(self.log_level).lower() not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
-        self.log_level = str(self.log_level).lower()  # as uvicorn and vLLM's --uvicorn-log-level take it
-        if not math.isfinite(self.log_interval) or self.log_interval < 0:
-            raise ValueError(f"log_interval must be >= 0 seconds (0 turns the stats line off), got {self.log_interval}")
-        self.allowed_origins = _origins(self.allowed_origins)
-        self.allowed_headers = _names(self.allowed_headers, "allowed_headers", _is_header_name)
-        self.allowed_methods = _names(self.allowed_methods, "allowed_methods", lambda m: m.upper() in HTTP_METHODS)
-        if self.allowed_methods:
-            self.allowed_methods = [m.upper() for m in self.allowed_methods]
-        self._check_parsers()
-        self._check_http()
-        check_format(self.chat_template_content_format)
-        self.default_chat_template_kwargs = _json_object(
-            self.default_chat_template_kwargs, "default_chat_template_kwargs"
-        )
 
     def _check_http(self) -> None:
         """The response role, the root path and the TLS files: refused here, before anything starts."""
@@ -351,14 +356,6 @@ def check_api_key(key: str | None, source: str) -> None:
         raise ValueError(f"{source} starts or ends with whitespace, which no Authorization header can carry")
 
 
-HTTP_METHODS = {"*", "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-
-
-def _is_header_name(name: str) -> bool:
-    return bool(_HEADER_NAME.fullmatch(name))
-
-
 def _json_object(value: str | dict | None, name: str) -> dict | None:
     """A JSON object given as text (the CLI flag) or as a mapping (a config file) -> a dict, or None when empty."""
     if isinstance(value, str):
@@ -369,37 +366,3 @@ def _json_object(value: str | dict | None, name: str) -> dict | None:
     if value is not None and not isinstance(value, dict):
         raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
     return value or None
-
-
-def _str_list(value: str | list[str] | None, field: str) -> list[str] | None:
-    """A list, a JSON list or a comma-separated string (the CLI flag) -> a list, or None when empty."""
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = json.loads(text) if text.startswith("[") else [o.strip() for o in text.split(",") if o.strip()]
-        except ValueError as exc:  # json's own message names no flag
-            raise ValueError(f"{field} starts with '[' but is not a JSON list: {exc}") from None
-    if value is not None and not isinstance(value, (list, tuple)):
-        raise ValueError(f"{field} must be a list or comma-separated text, got {type(value).__name__}")
-    return list(value) if value else None
-
-
-def _names(value: str | list[str] | None, field: str, valid: Callable[[str], bool]) -> list[str] | None:
-    """Header names or methods for CORS, each checked; None (CORS allows any) when empty."""
-    value = _str_list(value, field)
-    for item in value or []:
-        if not isinstance(item, str) or not valid(item):
-            what = "'*' or header names such as Content-Type" if field == "allowed_headers" else "'*' or GET, POST, ..."
-            raise ValueError(f"{field} must be {what}, got {item!r}")
-    return value
-
-
-def _origins(value: str | list[str] | None) -> list[str] | None:
-    """Origins from a list or the CLI flag's string, or None."""
-    value = _str_list(value, "allowed_origins")
-    if not value:
-        return None
-    for origin in value:
-        if not isinstance(origin, str) or not (origin == "*" or origin.startswith(("http://", "https://"))):
-            raise ValueError(f"allowed_origins must be '*' or origins such as https://app.example, got {origin!r}")
-    return [origin.rstrip("/") for origin in value]

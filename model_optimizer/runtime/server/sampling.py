@@ -15,13 +15,8 @@ from typing import Any
 
 from model_optimizer.runtime.beam_search import MAX_BEAM_WIDTH, BeamSearchParams
 from model_optimizer.runtime.engine.input_processor import bad_words_token_ids
-from model_optimizer.runtime.sampling_params import (
-    RequestOutputKind,
-    SamplingParams,
-    logit_bias_from_json,
-    outside_vocab,
-    unsatisfiable_rules,
-)
+from model_optimizer.runtime.sampling_checks import outside_vocab, unsatisfiable_rules
+from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams, logit_bias_from_json
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol import SamplingFields
 from model_optimizer.runtime.server.state import ServerState

@@ -4,7 +4,7 @@ shapes compile for sm_90 (Gluon has no interpreter: tests/gpu/test_quant_kernels
 import pytest
 import torch
 
-from model_optimizer.runtime.kernels import quant_tiles
+from model_optimizer.runtime.kernels import quant_tile_specs, quant_tiles
 from model_optimizer.runtime.kernels.int4_gluon import fits
 from model_optimizer.runtime.kernels.quant_matmul import choose_tiles
 from tests.runtime.kernels.sm90_script import run_sm90_script
@@ -51,7 +51,7 @@ def test_without_a_table_int4_takes_gluon_from_17_to_256_rows(m, n, k, launch):
     tiles = choose_tiles(m, n, k, "int4", 128, 132, "NVIDIA GH200 480GB")
     assert tiles.backend == "gluon" and tiles.graph_safe
     assert (tiles.block_m, tiles.block_n, tiles.split_k, tiles.num_warps, tiles.num_stages) == launch
-    assert (tiles.block_m, tiles.block_n, tiles.num_warps, tiles.num_stages) in quant_tiles._INT4_GLUON
+    assert (tiles.block_m, tiles.block_n, tiles.num_warps, tiles.num_stages) in quant_tile_specs.INT4_GLUON
     # a launch shape the sweep times at the rows' bucket (and int4_gluon_compile_sm90.py compiles)
     assert tiles in quant_tiles.gluon_candidates(quant_tiles.row_bucket(m), n, k, 132)
     for rows in (1, 16, 300):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from model_optimizer.runtime.sampling_params import outside_vocab
+from model_optimizer.runtime.sampling_checks import outside_vocab
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.prompts import chat_prompt, encode
