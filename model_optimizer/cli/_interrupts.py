@@ -1,7 +1,7 @@
-"""SIGTERM answered as Ctrl-C: `generate` writes the results that finished, and the commands that build
-their output in a staging folder (`quantize`, `export-onnx`): inside `sigterm_raises(Terminated)` the clean-up that removes the half-built folder
-runs, instead of the process ending at once and leaving a hidden copy of the model (gigabytes, for
-a large one) beside the output."""
+"""SIGTERM answered as Ctrl-C: inside `sigterm_raises(Terminated)` `generate` writes the results that
+finished, and the commands that build their output in a staging folder (`quantize`, `export-onnx`) run
+the clean-up that removes the half-built folder, instead of the process ending at once and leaving a
+hidden copy of the model (gigabytes, for a large one) beside the output."""
 
 from __future__ import annotations
 

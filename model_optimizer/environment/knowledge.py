@@ -81,10 +81,10 @@ def torch_cuda_builds(torch_version: str | None) -> list[str]:
     return list(load("version_matrix")["torch_cuda_builds"].get(key, []))
 
 
-def newest_torch_release() -> str:
-    """The newest torch release the data lists CUDA variants for, e.g. '2.14'."""
-    releases = [k for k in load("version_matrix")["torch_cuda_builds"] if not k.startswith("_")]
-    return max(releases, key=version_tuple)
+def newest_tested_torch() -> str:
+    """The newest torch release this package is tested on (e.g. '2.13'): what a fresh install gets, though the
+    data lists CUDA variants for newer ones."""
+    return load("version_matrix")["newest_tested_torch"]["release"]
 
 
 def best_torch_build(torch_version: str | None, driver_cuda: str | None) -> str | None:

@@ -72,7 +72,8 @@ def plain(value: Any) -> Any:
         return [plain(v) for v in value]
     if isinstance(value, (set, frozenset)):  # ids given as a set ({eos, eot}): a list, in order when it has one
         items = [plain(v) for v in value]
-        return sorted(items) if all(type(v) is int for v in items) else items
+        kinds = {type(v) for v in items}  # ints or strings in order: the same list in every process
+        return sorted(items) if kinds == {int} or kinds == {str} else items
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):

@@ -167,10 +167,10 @@ def test_torch_variants_of_recent_releases(torch, driver_cuda, build):
 @pytest.mark.parametrize(
     "base, line",
     [
-        (E.gpu_base, "pip install torch --index-url https://download.pytorch.org/whl/cu130"),
+        (E.gpu_base, "pip install 'torch==2.13.*' --index-url https://download.pytorch.org/whl/cu130"),
         (
             lambda: copy.deepcopy(E.load(E.CPU_SNAPSHOT)),
-            "pip install torch --index-url https://download.pytorch.org/whl/cpu",
+            "pip install 'torch==2.13.*' --index-url https://download.pytorch.org/whl/cpu",
         ),
     ],
     ids=["h200", "cpu"],

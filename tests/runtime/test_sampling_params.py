@@ -102,8 +102,8 @@ def test_what_vllm_takes_for_optional_fields_and_numbers():
     params = SamplingParams(seed=np.int64(3), max_tokens=np.int32(5), temperature=np.float32(0.5), top_k=np.int8(-1))
     assert (params.seed, params.max_tokens, params.temperature, params.top_k) == (3, 5, 0.5, 0)
     assert type(params.seed) is int and type(params.temperature) is float
-    params = SamplingParams(stop_token_ids={np.int64(9), 2, 7}, allowed_token_ids=frozenset({5, 3}), stop={"a"})
-    assert (params.stop_token_ids, params.allowed_token_ids, params.stop) == ([2, 7, 9], [3, 5], ["a"])
+    params = SamplingParams(stop_token_ids={np.int64(9), 2, 7}, allowed_token_ids=frozenset({5, 3}), stop={"b", "ab"})
+    assert (params.stop_token_ids, params.allowed_token_ids, params.stop) == ([2, 7, 9], [3, 5], ["ab", "b"])
     assert all(type(t) is int for t in params.stop_token_ids)
     with pytest.raises(ValueError, match="stop_token_ids"):
         SamplingParams(stop_token_ids={-1, 4})

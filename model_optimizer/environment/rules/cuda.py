@@ -11,7 +11,7 @@ from model_optimizer.environment.knowledge import (
     load,
     min_driver_for_cuda,
     min_driver_minor_compat,
-    newest_torch_release,
+    newest_tested_torch,
     torch_build_for_gpu,
     version_tuple,
 )
@@ -37,15 +37,19 @@ def _torch_install(torch_version: str | None, build: str | None) -> str:
 
 
 def _fresh_torch_install(snap: Snapshot) -> str:
-    """The pip line for a first torch: the newest release the data knows, in the CUDA variant the driver runs
-    best; the CPU wheels where there is no NVIDIA GPU (PyPI's default Linux wheel brings gigabytes of CUDA
-    libraries that would never run)."""
+    """The pip line for a first torch: the newest release this package is tested on, in the CUDA variant the
+    driver runs best; the CPU wheels where there is no NVIDIA GPU (PyPI's default Linux wheel brings gigabytes
+    of CUDA libraries that would never run)."""
+    release = newest_tested_torch()
+    wanted = f"'torch=={release}.*'"
     if not snap.gpu_hardware_seen:
-        return "pip install torch --index-url https://download.pytorch.org/whl/cpu   # no NVIDIA GPU: the CPU build"
-    build = best_torch_build(newest_torch_release(), snap.driver_cuda)
+        return f"pip install {wanted} --index-url https://download.pytorch.org/whl/cpu   # no NVIDIA GPU: the CPU build"
+    build = best_torch_build(release, snap.driver_cuda)
     if build is None:
-        return "pip install torch   # after the driver is fixed or upgraded; mopt doctor then names the CUDA variant"
-    return f"pip install torch --index-url https://download.pytorch.org/whl/{build}"
+        return (
+            f"pip install {wanted}   # after the driver is fixed or upgraded; mopt doctor then names the CUDA variant"
+        )
+    return f"pip install {wanted} --index-url https://download.pytorch.org/whl/{build}"
 
 
 def driver_branch(torch_cuda: str, need_full: str | None) -> str:

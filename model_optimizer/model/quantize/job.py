@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -221,11 +222,26 @@ def publish(output: Path, build: Callable[[Path], dict], warn: Callable[[str], N
         return _publish(output, build)
 
 
+STAGING_RANDOM_PART = re.compile(r"[a-z0-9_]{8}")
+"""What tempfile.mkdtemp adds to staging_dir's prefix (`.<output>.tmp-`): eight of a-z, 0-9 and `_`."""
+
+
 def remove_stale_staging(output: Path) -> list[Path]:
-    """Remove the staging folders (`.<output>.tmp-*`) of runs on `output` that were killed outright (kill -9,
-    the out-of-memory killer), which no clean-up could follow: each is a hidden, possibly whole, copy of
-    the model. Called with the output's lock held, so no live run is building one of them. Returns them."""
-    stale = sorted(p for p in output.parent.glob(f".{output.name}.tmp-*") if p.is_dir() and not p.is_symlink())
+    """Remove the staging folders (`.<output>.tmp-XXXXXXXX`) of runs on `output` that were killed outright
+    (kill -9, the out-of-memory killer), which no clean-up could follow: each is a hidden, possibly whole,
+    copy of the model. Called with the output's lock held, so no live run is building one of them. Only
+    names staging_dir makes for `output` itself, matched as text (not a glob: `[` in a name would match
+    another output's folder): another output's live staging (`.<output>.tmp-x.tmp-XXXXXXXX` is that of
+    `<output>.tmp-x`) and a user's `.<output>.tmp-old` stay. Returns them."""
+    prefix = f".{output.name}.tmp-"
+    stale = sorted(
+        path
+        for path in output.parent.iterdir()
+        if path.name.startswith(prefix)
+        and STAGING_RANDOM_PART.fullmatch(path.name[len(prefix) :])
+        and path.is_dir()
+        and not path.is_symlink()
+    )
     for path in stale:
         shutil.rmtree(path)
     return stale

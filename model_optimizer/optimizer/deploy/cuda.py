@@ -2,7 +2,8 @@
 
 torch wheels carry their own CUDA libraries, so what the host must provide is a driver new enough for
 the CUDA release the wheel was built with. We take the newest torch release in the matrix that this
-package is tested on (NEWEST_TESTED_TORCH: doctor knows newer ones, an image does not install them), and
+package is tested on (the matrix's newest_tested_torch: doctor knows newer ones, an image does not install
+them), and
 of its CUDA builds the newest one the host driver runs (the middle build when the driver is unknown).
 """
 
@@ -13,9 +14,6 @@ from dataclasses import dataclass
 from importlib import resources
 
 from model_optimizer.environment.rules.cuda import driver_branch
-
-NEWEST_TESTED_TORCH = "2.13"
-"""The newest torch release the test suite runs this package on (CI installs it; the GPU machine has 2.11)."""
 
 BASE_IMAGE_TAGS = {"12.6": "12.6.3", "12.8": "12.8.1", "12.9": "12.9.1", "13.0": "13.0.0"}
 """CUDA release -> the patch release of its nvidia/cuda runtime image on Ubuntu 24.04."""
@@ -76,7 +74,8 @@ def choose_cuda(driver: str | None = None, cuda: str | None = None) -> CudaChoic
     """The CUDA build to install: `cuda` if given, else the newest one `driver` runs, else torch's default."""
     matrix = version_matrix()
     builds = {k: v for k, v in matrix["torch_cuda_builds"].items() if not k.startswith("_")}
-    torch = max((release for release in builds if _key(release) <= _key(NEWEST_TESTED_TORCH)), key=_key)
+    tested = matrix["newest_tested_torch"]["release"]
+    torch = max((release for release in builds if _key(release) <= _key(tested)), key=_key)
     variants = [f"{v[2:-1]}.{v[-1]}" for v in builds[torch]]  # "cu128" -> "12.8"
     variants = [v for v in variants if v in BASE_IMAGE_TAGS]
     note = ""

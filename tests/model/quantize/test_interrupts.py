@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from model_optimizer.cli.main import main
+from model_optimizer.common.fileio import staging_dir
+from model_optimizer.model.quantize.job import remove_stale_staging
 
 REPO = Path(__file__).resolve().parents[3]
 EVAL = ["--num-eval-samples", "64", "--eval-seq-len", "256", "--device", "cpu"]
@@ -83,8 +85,7 @@ def test_the_next_run_removes_what_a_killed_run_left(quant_model, tmp_path, caps
     """kill -9 or the out-of-memory killer leaves the staging folder (a hidden, possibly whole copy of the
     model) that no clean-up could remove; every later run left it there and made another. The next run on
     that --output removes it, holding the lock that every run building one holds, and says so."""
-    stale = tmp_path / ".q.tmp-killed"
-    stale.mkdir()
+    stale = staging_dir(tmp_path / "q")  # as the killed run made it
     (stale / "model.safetensors").write_bytes(b"half a model")
     others = [tmp_path / ".q2.tmp-x", tmp_path / "q.tmp-not-hidden"]  # another output's, and a user's folder
     for path in others:
@@ -96,3 +97,16 @@ def test_the_next_run_removes_what_a_killed_run_left(quant_model, tmp_path, caps
     err = capsys.readouterr().err
     assert f"mopt quantize: warning: removed {stale}, the unfinished folder of an earlier run" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["q", *(p.name for p in others)])
+
+
+def test_only_this_output_s_own_staging_folders_are_taken_for_stale(tmp_path):
+    """The folders were found with a glob of the output's name: `--output 'q[1]'` removed the staging folder
+    of a live run on q1, and `--output q` that of a live run on q.tmp-x and a user's `.q.tmp-backup`. Only
+    the names staging_dir makes for the output itself are removed."""
+    live = [staging_dir(tmp_path / "q1"), staging_dir(tmp_path / "q.tmp-x")]  # other outputs' runs, still going
+    user = tmp_path / ".q.tmp-backup"
+    user.mkdir()
+    mine = [staging_dir(tmp_path / "q[1]"), staging_dir(tmp_path / "q")]
+    assert remove_stale_staging(tmp_path / "q[1]") == [mine[0]]
+    assert remove_stale_staging(tmp_path / "q") == [mine[1]]
+    assert sorted(tmp_path.iterdir()) == sorted([*live, user])

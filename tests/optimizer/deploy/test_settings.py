@@ -177,10 +177,10 @@ def test_cuda_build_follows_the_host_driver():
 
 def test_the_image_installs_the_newest_torch_the_package_is_tested_on():
     """doctor's matrix knows torch 2.14; an image pins the newest release the test suite runs (2.13)."""
-    from model_optimizer.optimizer.deploy.cuda import NEWEST_TESTED_TORCH, version_matrix
+    from model_optimizer.optimizer.deploy.cuda import version_matrix
 
     assert "2.14" in version_matrix()["torch_cuda_builds"]
-    assert choose_cuda().torch == choose_cuda(driver="595.45.04").torch == NEWEST_TESTED_TORCH == "2.13"
+    assert choose_cuda().torch == choose_cuda(driver="595.45.04").torch == "2.13"
 
 
 def test_cli_writes_every_target_with_the_package_source_but_no_weights(tmp_path, capsys):
@@ -306,3 +306,14 @@ def test_preemption_mode_is_not_translated_for_vllm():
     cmd = vllm_command(ServeSettings(EngineConfig(preemption_mode="swap", kv_offloading_size=8), ServerConfig()))
     assert "--preemption-mode" not in cmd.argv and "removed" in cmd.untranslated["preemption_mode"]
     assert cmd.argv[cmd.argv.index("--kv-offloading-size") + 1] == "8"
+
+
+def test_the_newest_tested_torch_is_the_one_ci_installs():
+    """version_matrix's newest_tested_torch is what the Makefile pins: images and doctor's fix stay on it."""
+    from pathlib import Path
+
+    from model_optimizer.optimizer.deploy.cuda import version_matrix
+
+    release = version_matrix()["newest_tested_torch"]["release"]
+    makefile = (Path(__file__).parents[3] / "Makefile").read_text()
+    assert f"torch=={release}." in makefile
