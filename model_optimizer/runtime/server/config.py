@@ -249,14 +249,14 @@ class ServerConfig:
             raise ValueError(f"port must be in [0, 65535], got {self.port!r}")
         if self.max_logprobs == -1:
             self.max_logprobs = 20
-        if not 0 <= self.max_logprobs <= 20:
-            raise ValueError(f"max_logprobs must be in [0, 20], got {self.max_logprobs}")
-        if self.max_tokens_limit is not None and self.max_tokens_limit <= 0:
-            raise ValueError(f"max_tokens_limit must be a positive integer, got {self.max_tokens_limit}")
-        if not math.isfinite(self.shutdown_timeout) or self.shutdown_timeout < 0:
-            raise ValueError(f"shutdown_timeout must be a number of seconds >= 0, got {self.shutdown_timeout}")
-        if not math.isfinite(self.header_timeout) or self.header_timeout <= 0:
-            raise ValueError(f"header_timeout must be a number of seconds > 0, got {self.header_timeout}")
+        if not _whole(self.max_logprobs) or not 0 <= self.max_logprobs <= 20:
+            raise ValueError(f"max_logprobs must be an integer in [0, 20], got {self.max_logprobs!r}")
+        if self.max_tokens_limit is not None and (not _whole(self.max_tokens_limit) or self.max_tokens_limit <= 0):
+            raise ValueError(f"max_tokens_limit must be a positive integer, got {self.max_tokens_limit!r}")
+        if not _seconds(self.shutdown_timeout) or self.shutdown_timeout < 0:
+            raise ValueError(f"shutdown_timeout must be a number of seconds >= 0, got {self.shutdown_timeout!r}")
+        if not _seconds(self.header_timeout) or self.header_timeout <= 0:
+            raise ValueError(f"header_timeout must be a number of seconds > 0, got {self.header_timeout!r}")
         if not isinstance(self.max_connections_per_client, int) or self.max_connections_per_client < 0:
             raise ValueError(
                 f"max_connections_per_client must be an integer >= 0 (0: no limit), got {self.max_connections_per_client}"
@@ -366,3 +366,13 @@ def _json_object(value: str | dict | None, name: str) -> dict | None:
     if value is not None and not isinstance(value, dict):
         raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
     return value or None
+
+
+def _whole(value: object) -> bool:
+    """An int, not a bool (JSON's true is not 1 here) and not a string ("5" from Python code)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _seconds(value: object) -> bool:
+    """A finite int or float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

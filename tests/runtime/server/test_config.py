@@ -24,6 +24,10 @@ from model_optimizer.runtime.server.config import ServerConfig
         ({"api_key": "   "}, "api_key is empty"),
         ({"api_key": " sk-1"}, "whitespace"),
         ({"max_tokens_limit": 0}, "max_tokens_limit"),
+        ({"max_logprobs": "5"}, "max_logprobs must be an integer"),  # from Python code: not a TypeError
+        ({"max_tokens_limit": "64"}, "max_tokens_limit"),
+        ({"header_timeout": "5"}, "header_timeout"),
+        ({"shutdown_timeout": True}, "shutdown_timeout"),
         ({"log_level": "verbose"}, "log_level must be one of critical, error, warning, info, debug, trace"),
         ({"default_chat_template_kwargs": "{nope"}, "default_chat_template_kwargs must be a JSON object"),
         ({"default_chat_template_kwargs": "[1]"}, "default_chat_template_kwargs must be a JSON object, got list"),
