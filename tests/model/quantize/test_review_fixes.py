@@ -108,7 +108,8 @@ def test_eval_only_refuses_act_order_groups(quant_model, tmp_path, capsys):
 def test_transformers_loads_the_folders(quant_model, tmp_path):
     """fp8, int8 and int8-w8a8 load with plain from_pretrained; int4 needs CompressedTensorsConfig(run_compressed=False)
     (compressed-tensors packs the zero points, which transformers' compressed int4 model does not expect)
-    and then gives our engine's logits."""
+    and then gives our engine's logits. fp8 as compressed-tensors runs it (activations quantized per token,
+    as the scheme says) gives our CPU engine's logits too: ours round the activations as it does."""
     from transformers import AutoModelForCausalLM, CompressedTensorsConfig
 
     from model_optimizer.model.quantize.evaluate import load_for_eval
@@ -121,9 +122,14 @@ def test_transformers_loads_the_folders(quant_model, tmp_path):
         folders[method] = tmp_path / method
         assert main(["quantize", model, "--method", method, "--output", str(folders[method]), *SMALL]) == 0
     for method in ("fp8", "int8", "int8-w8a8"):
-        hf = AutoModelForCausalLM.from_pretrained(str(folders[method]))
+        hf = AutoModelForCausalLM.from_pretrained(str(folders[method]), dtype=torch.float32)
         with torch.no_grad():
-            assert torch.isfinite(hf(torch.tensor([window])).logits).all()
+            logits = hf(torch.tensor([window])).logits[0].float()
+        assert torch.isfinite(logits).all()
+        if method == "fp8":
+            llm = load_for_eval(folders[method], "cpu", "float32", len(window))
+            ours = window_logits(llm.runner.model, window, llm.runner.device)
+            torch.testing.assert_close(ours, logits, atol=2e-3, rtol=1e-3)
     hf = AutoModelForCausalLM.from_pretrained(
         str(folders["rtn-int4"]),
         dtype=torch.float32,

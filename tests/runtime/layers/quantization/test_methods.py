@@ -65,8 +65,9 @@ def test_on_the_fly_layers_hold_the_rounded_checkpoint(quant_model, method, arch
         bound = original.abs().amax(dim=1, keepdim=True) * TOLERANCE[method]
         assert torch.all((w - original).abs() <= bound + 1e-6), name
         x = torch.randn(5, layer.in_features)
-        if method == "int8-w8a8":  # the CPU quantizes the activations per token too, as the scheme says
-            want = ref.int8_w8a8_linear_ref(x, layer.qweight, layer.scales, dense_modules[name].bias)
+        if method in ("int8-w8a8", "fp8"):  # the CPU quantizes the activations per token too, as a GPU batch
+            w8a8 = ref.int8_w8a8_linear_ref if method == "int8-w8a8" else ref.fp8_w8a8_linear_ref
+            want = w8a8(x, layer.qweight, layer.scales, dense_modules[name].bias)
             assert torch.allclose(layer(x), want, atol=1e-5)
             assert not torch.allclose(layer(x), F.linear(x, w, dense_modules[name].bias), atol=1e-5)
         else:
