@@ -23,16 +23,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from model_optimizer.runtime.config import VLLM_SPELLINGS, EngineConfig, field_choices
+from model_optimizer.optimizer.tune.setting_types import (
+    SPECULATIVE_KNOBS,
+    Value,
+    coerce,
+    from_text,
+    setting_type,
+)
+from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.server.config import ServerConfig
-from model_optimizer.runtime.units import TOKEN_COUNTS, parse_size, parse_token_count, size_fields
-
-Value = bool | int | float | str | None
 
 
 @dataclass
@@ -51,7 +54,7 @@ class Knob:
 
     @property
     def is_int(self) -> bool:
-        return _scalar(self.name) is int
+        return setting_type(self.name) is int
 
     def describe(self) -> str:
         if self.choices is not None:
@@ -89,8 +92,6 @@ TUNER_OWNED = {
 """Settings the trial command sets itself: held with --set, a template's {flags} passed --port twice and
 a held model named in best.yaml was not the one the trials served."""
 
-SPECULATIVE_KNOBS: dict[str, type] = {"speculative_method": str, "num_speculative_tokens": int}
-"""Knobs that are no EngineConfig field: each trial's `speculative_config` is made of them (`with_speculation`)."""
 """Settings that pick what runs, not how fast: they may be fixed but never searched."""
 
 
@@ -145,7 +146,7 @@ def parse_fix(text: str) -> tuple[str, Value]:
     name = name.strip().replace("-", "_")
     if name in TUNER_OWNED:
         raise ValueError(f"--set {name}: {TUNER_OWNED[name]}, not --set")
-    return name, coerce(name, _from_text(name, raw.strip()))
+    return name, coerce(name, from_text(name, raw.strip()))
 
 
 def read_space_file(path: str | Path) -> list[Knob]:
@@ -176,50 +177,6 @@ def read_space_file(path: str | Path) -> list[Knob]:
                 f"(optional log, step), got {spec!r}"
             )
     return knobs
-
-
-def coerce(name: str, value: Any) -> Value:
-    """`value` as the type of setting `name`; an unknown name or a wrong type is a ValueError."""
-    kind = _scalar(name)
-    allowed = _choices(name)
-    if value is None and _optional(name):
-        return None  # the field's "empty" (e.g. quantization: as config.json says)
-    if kind is bool and not isinstance(value, bool):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ValueError(f"{name} must be an integer, got {value!r}")
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{name} must be a number, got {value!r}")
-        value = float(value)
-    if kind is str and isinstance(value, bool):
-        value = _yaml_word(name, value, allowed)
-    if kind is str and not isinstance(value, str):
-        raise ValueError(f"{name} must be a string, got {value!r}")
-    value = VLLM_SPELLINGS.get(name, {}).get(value, value) if isinstance(value, str) else value  # half: float16
-    if allowed and value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
-    return value
-
-
-YAML_BOOLEANS = {True: ("true", "yes", "on"), False: ("false", "no", "off")}
-"""The words YAML 1.1 (PyYAML) reads as true and false when unquoted: `speculative_method: [off, ngram]` gave False."""
-
-
-def _yaml_word(name: str, value: bool, allowed: tuple) -> Value:
-    """The string a YAML boolean stood for in a string setting: the one value the setting takes that YAML reads
-    as `value` (`off` for speculative_method); otherwise a ValueError that says to quote it."""
-    words = [*allowed, *(["off"] if name == "speculative_method" else [])]
-    matches = [w for w in words if isinstance(w, str) and w.lower() in YAML_BOOLEANS[value]]
-    if len(matches) == 1:
-        return matches[0]
-    raise ValueError(
-        f"{name} must be a string, got {value!r} (YAML reads an unquoted on/off/yes/no/true/false as a "
-        "boolean: quote the value)"
-    )
 
 
 DEFAULT_SPECULATIVE_TOKENS = 4
@@ -293,7 +250,7 @@ def _check_knob(knob: Knob) -> None:
             except ValueError as exc:
                 raise ValueError(f"knob {knob.name}: value {value!r} is impossible: {exc}") from None
         return
-    kind = _scalar(knob.name)
+    kind = setting_type(knob.name)
     if kind not in (int, float):
         raise ValueError(f"knob {knob.name} is {kind.__name__}: give a list of choices, not a range")
     if not (isinstance(knob.low, (int, float)) and isinstance(knob.high, (int, float)) and knob.low < knob.high):
@@ -337,69 +294,6 @@ def _check_speculative_knob(knob: Knob) -> None:
             EngineConfig(speculative_config=with_speculation(probe).get("speculative_config"))
         except ValueError as exc:
             raise ValueError(f"knob {knob.name}: value {value!r} is impossible: {exc}") from None
-
-
-def _hints() -> dict[str, Any]:
-    hints: dict[str, Any] = dict(SPECULATIVE_KNOBS)
-    for cls in (EngineConfig, ServerConfig):
-        names = {f.name for f in dataclasses.fields(cls)}
-        hints.update({k: v for k, v in typing.get_type_hints(cls).items() if k in names})
-    return hints
-
-
-def _scalar(name: str) -> type:
-    hints = _hints()
-    if name not in hints:
-        raise ValueError(
-            f"unknown setting {name!r}; settings are `mopt serve` flag names "
-            f"(EngineConfig / ServerConfig fields): {', '.join(sorted(hints))}"
-        )
-    hint = hints[name]
-    if typing.get_origin(hint) is Literal:
-        return str
-    args = typing.get_args(hint) or (hint,)
-    for kind in (bool, int, float, str):
-        if kind in args:
-            return kind
-    return str
-
-
-def _choices(name: str) -> tuple:
-    """The allowed values of a Literal field, optional ones (`Literal[...] | None`) included."""
-    for cls in (EngineConfig, ServerConfig):
-        if name in {f.name for f in dataclasses.fields(cls)}:
-            return field_choices(cls, name)
-    hint = _hints()[name]  # a speculative knob
-    return typing.get_args(hint) if typing.get_origin(hint) is Literal else ()
-
-
-def _optional(name: str) -> bool:
-    return type(None) in typing.get_args(_hints()[name])
-
-
-def _from_text(name: str, raw: str) -> Value:
-    """A --set value typed by its field: true/false, integers, numbers, or the text."""
-    kind = _scalar(name)
-    try:
-        if kind is bool:
-            lowered = raw.lower()
-            if lowered in ("true", "1", "yes", "on"):
-                return True
-            if lowered in ("false", "0", "no", "off"):
-                return False
-            raise ValueError
-        if kind is int:
-            if name in TOKEN_COUNTS:
-                return parse_token_count(raw)
-            return parse_size(raw) if name in size_fields(EngineConfig) else int(raw)
-        if kind is float:
-            number = float(raw)
-            if not math.isfinite(number):
-                raise ValueError
-            return number
-    except ValueError:
-        raise ValueError(f"--set {name}={raw}: {name} must be a {kind.__name__}") from None
-    return raw
 
 
 def sample(knobs: list[Knob], trial: Any) -> dict[str, Value]:

@@ -23,7 +23,8 @@ from model_optimizer.optimizer.bench.workloads import WorkloadConfig
 from model_optimizer.optimizer.tune import runner
 from model_optimizer.optimizer.tune.budget import Budget
 from model_optimizer.optimizer.tune.samplers import default_params
-from model_optimizer.optimizer.tune.space import Knob, SearchSpace, build_space, coerce
+from model_optimizer.optimizer.tune.setting_types import coerce
+from model_optimizer.optimizer.tune.space import Knob, SearchSpace, build_space
 from model_optimizer.optimizer.tune.study import open_study
 from model_optimizer.optimizer.tune.trial import TrialSetup
 from model_optimizer.optimizer.tune.tuner import Tuner
