@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,10 +61,14 @@ def run(args: argparse.Namespace) -> int:
     out_dir = check_output_folder(args.output)
     model = check_model_folder(args.model, out_dir)
     console = Console()
+    started = int(time.time())  # whole seconds: some file systems keep mtimes no finer
     try:
         with sigterm_raises(Terminated):  # the staging folder is removed on the way out, as on Ctrl-C
             report = _export(model, out_dir, args, console)
     except KeyboardInterrupt as exc:
+        written = out_dir / "export_report.json"  # moved in last: came the signal as the files moved, all are in
+        if written.is_file() and written.stat().st_mtime >= started:
+            return report_stop("export-onnx", exc, f"{out_dir} had been written in full before that")
         return report_stop("export-onnx", exc, f"no new file was written to {out_dir}")
     console.print(f"wrote {report.onnx_path}")
     console.print(

@@ -104,7 +104,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from model_optimizer.cli._interrupts import Terminated, report_stop
     from model_optimizer.common.processes import sigterm_raises
-    from model_optimizer.model.quantize.job import GateFailed
+    from model_optimizer.model.quantize.job import REPORT_NAME, GateFailed
     from model_optimizer.model.quantize.pipeline import eval_only, quantize
 
     opts = options(args)
@@ -118,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt as exc:
             if args.eval_only is not None:
                 return report_stop("quantize", exc, f"the report in {args.eval_only} was left as it was")
+            if (Path(args.output) / REPORT_NAME).is_file():  # it came as the folder was published: it is whole
+                return report_stop("quantize", exc, f"{args.output} had been written in full before that")
             return report_stop("quantize", exc, f"nothing was written to {args.output}")
         except GateFailed as exc:
             _print_verdict(args, opts, exc.report, None)

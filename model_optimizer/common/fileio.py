@@ -8,10 +8,9 @@ import fcntl
 import json
 import os
 import selectors
-import signal
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -76,16 +75,6 @@ def _stream_target(path: Path, flag: str) -> bool:
         f"{flag} {path} is a {kind}, which mopt does not write; give a file path "
         "(a FIFO or a character device such as /dev/stdout is written as a stream)"
     )
-
-
-def hold_interrupts() -> Callable[[], None]:
-    """Hold SIGINT and SIGTERM back from this thread; returns the call that lets them through (one that came
-    meanwhile is delivered then). For a folder made while held and released inside the try whose finally
-    removes it: a Ctrl-C between the folder's making and the try would leave it behind."""
-    if not hasattr(signal, "pthread_sigmask"):
-        return lambda: None
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    return lambda: signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def staging_dir(target: Path) -> Path:

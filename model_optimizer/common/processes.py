@@ -90,3 +90,32 @@ def sigterm_raises(exception: type[BaseException]) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM that come inside the block are acted on at its end, by the handlers they had before
+    it, so a short step that must not stop halfway (the renames that publish a result) finishes first. A
+    Python-level deferral: blocking the signals in this thread would not hold them, as another thread
+    may take a process's signal and Python then runs the handler here anyway. Off the main thread
+    (which alone may set handlers) nothing changes."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if pending:
+            handler = previous[pending[0]]
+            if callable(handler):
+                handler(pending[0], None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), pending[0])  # the default action, now that it is back

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model_optimizer.common.fileio import current_umask, hold_interrupts, publish_dir, staging_dir
+from model_optimizer.common.fileio import current_umask, publish_dir, staging_dir
+from model_optimizer.common.processes import interrupts_deferred
 from model_optimizer.runtime.embed import Embedder
 from model_optimizer.runtime.embed.varlen_attention import PaddedMeta
 
@@ -183,29 +184,27 @@ def export_folder(
     on its file system, and gets each file by rename, its old report removed first and the new one
     moved last: a report is there only beside the files it checked."""
     existing = out_dir.is_dir()
-    release = hold_interrupts()  # a Ctrl-C right after the folder appears lands inside the try below
+    staging: Path | None = None
     try:
-        staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".export-tmp-")) if existing else staging_dir(out_dir)
-    except BaseException:
-        release()
-        raise
-    try:
-        release()
+        with interrupts_deferred():  # a Ctrl-C as the folder appears finds `staging` set: it is removed
+            staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=".export-tmp-")) if existing else staging_dir(out_dir)
         onnx_path = staging / "model.onnx"
         export_onnx(embedder, onnx_path, opset)
         save_tokenizer(embedder, staging)
         report = check_onnx(embedder, onnx_path, check_texts or CHECK_TEXTS, opset)
         report.onnx_path = str(out_dir / "model.onnx")
         (staging / "export_report.json").write_text(json.dumps(asdict(report), indent=2) + "\n")
-        if not existing:
-            publish_dir(staging, out_dir)
-            return report
-        (out_dir / "export_report.json").unlink(missing_ok=True)
-        umask = current_umask()
-        names = sorted(p.name for p in staging.iterdir() if p.name != "export_report.json")
-        for name in [*names, "export_report.json"]:
-            os.chmod(staging / name, 0o666 & ~umask)
-            os.replace(staging / name, out_dir / name)
+        with interrupts_deferred():  # the moves finish: never a folder half of the old files and half new
+            if not existing:
+                publish_dir(staging, out_dir)
+                return report
+            (out_dir / "export_report.json").unlink(missing_ok=True)
+            umask = current_umask()
+            names = sorted(p.name for p in staging.iterdir() if p.name != "export_report.json")
+            for name in [*names, "export_report.json"]:
+                os.chmod(staging / name, 0o666 & ~umask)
+                os.replace(staging / name, out_dir / name)
         return report
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)

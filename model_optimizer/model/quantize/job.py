@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from model_optimizer.common.fileio import atomic_write, current_umask, publish_dir, run_lock, staging_dir
+from model_optimizer.common.processes import interrupts_deferred
 from model_optimizer.runtime.layers.quantization.spec import INT4_METHODS
 
 REPORT_NAME = "quantization_report.json"
@@ -255,10 +256,11 @@ def _publish(output: Path, build: Callable[[Path], dict]) -> dict:
             raise GateFailed(report["gate"]["failures"], report)
         write_json(tmp / REPORT_NAME, report)
         try:
-            if output.is_dir():
-                fill_empty_folder(tmp, output)
-            else:
-                publish_dir(tmp, output)  # with the umask's modes: a server running as another user reads it
+            with interrupts_deferred():  # the moves into `output` finish: never a half-filled folder
+                if output.is_dir():
+                    fill_empty_folder(tmp, output)
+                else:
+                    publish_dir(tmp, output)  # with the umask's modes: a server running as another user reads it
         except OSError:
             if not output.exists():
                 raise
