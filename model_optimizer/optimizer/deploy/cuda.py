@@ -124,7 +124,7 @@ def vllm_driver_note(driver: str | None) -> str:
     return (
         f"Driver {driver} is older than {min_driver(VLLM_IMAGE_CUDA)}, which {VLLM_IMAGE} (CUDA {VLLM_IMAGE_CUDA}) "
         f"needs: the container is likely refused at start on that host; install driver branch {branch} or newer "
-        "there (or give the deployment host's --driver)."
+        "there (without --driver, the driver checked is this machine's: give the deployment host's)."
     )
 
 
