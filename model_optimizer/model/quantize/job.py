@@ -218,8 +218,11 @@ def publish(output: Path, build: Callable[[Path], dict], warn: Callable[[str], N
     output = absolute_output(output)
     with output_lock(output):
         check_output(output)
-        for stale in remove_stale_staging(output):
-            warn(f"removed {stale}, the unfinished folder of an earlier run on this --output that was killed")
+        for stale, error in remove_stale_staging(output):
+            if error is None:
+                warn(f"removed {stale}, the unfinished folder of an earlier run on this --output that was killed")
+            else:  # someone else's (another user's run under sudo): this run needs it gone no more than before
+                warn(f"could not remove {stale}, the unfinished folder of an earlier run on this --output: {error}")
         return _publish(output, build)
 
 
@@ -227,13 +230,14 @@ STAGING_RANDOM_PART = re.compile(r"[a-z0-9_]{8}")
 """What tempfile.mkdtemp adds to staging_dir's prefix (`.<output>.tmp-`): eight of a-z, 0-9 and `_`."""
 
 
-def remove_stale_staging(output: Path) -> list[Path]:
+def remove_stale_staging(output: Path) -> list[tuple[Path, str | None]]:
     """Remove the staging folders (`.<output>.tmp-XXXXXXXX`) of runs on `output` that were killed outright
     (kill -9, the out-of-memory killer), which no clean-up could follow: each is a hidden, possibly whole,
     copy of the model. Called with the output's lock held, so no live run is building one of them. Only
     names staging_dir makes for `output` itself, matched as text (not a glob: `[` in a name would match
     another output's folder): another output's live staging (`.<output>.tmp-x.tmp-XXXXXXXX` is that of
-    `<output>.tmp-x`) and a user's `.<output>.tmp-old` stay. Returns them."""
+    `<output>.tmp-x`) and a user's `.<output>.tmp-old` stay. Returns each with None, or with why it could
+    not be removed (it stays; the run goes on)."""
     prefix = f".{output.name}.tmp-"
     stale = sorted(
         path
@@ -243,9 +247,14 @@ def remove_stale_staging(output: Path) -> list[Path]:
         and path.is_dir()
         and not path.is_symlink()
     )
+    removed: list[tuple[Path, str | None]] = []
     for path in stale:
-        shutil.rmtree(path)
-    return stale
+        try:
+            shutil.rmtree(path)
+            removed.append((path, None))
+        except OSError as exc:
+            removed.append((path, exc.strerror or str(exc)))
+    return removed
 
 
 def _publish(output: Path, build: Callable[[Path], dict]) -> dict:

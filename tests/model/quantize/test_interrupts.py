@@ -107,6 +107,6 @@ def test_only_this_output_s_own_staging_folders_are_taken_for_stale(tmp_path):
     user = tmp_path / ".q.tmp-backup"
     user.mkdir()
     mine = [staging_dir(tmp_path / "q[1]"), staging_dir(tmp_path / "q")]
-    assert remove_stale_staging(tmp_path / "q[1]") == [mine[0]]
-    assert remove_stale_staging(tmp_path / "q") == [mine[1]]
+    assert remove_stale_staging(tmp_path / "q[1]") == [(mine[0], None)]
+    assert remove_stale_staging(tmp_path / "q") == [(mine[1], None)]
     assert sorted(tmp_path.iterdir()) == sorted([*live, user])
