@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from model_optimizer.common.fileio import names_a_file_inside, read_json
+from model_optimizer.common.checkpoint_files import safetensors_files
 from model_optimizer.common.safetensors_dtypes import DTYPE_BYTES
 
 MAX_HEADER_BYTES = 100 << 20
@@ -150,26 +150,15 @@ def _offset_error(tensors: list[TensorInfo]) -> str | None:
 
 
 def checkpoint_files(model_dir: Path) -> list[Path]:
-    """The safetensors files the engine would load, by the loader's rule: the index's shards when
-    model.safetensors.index.json exists, else every *.safetensors file in the folder."""
-    index = model_dir / "model.safetensors.index.json"
-    if index.is_file():
-        data = read_json(index)
-        weight_map = data.get("weight_map") if isinstance(data, dict) else None
-        if not isinstance(weight_map, dict) or not all(isinstance(n, str) for n in weight_map.values()):
-            raise ValueError(f"{index} must hold a 'weight_map' object of tensor name -> shard file name")
-        outside = sorted({name for name in weight_map.values() if not names_a_file_inside(name)})
-        if outside:  # read as given, '../x' or '/etc/passwd' would inspect a file of another folder
-            raise ValueError(
-                f"{index} names shards outside the checkpoint folder: {', '.join(outside)}; "
-                "a shard is a file name relative to the folder"
-            )
-        files = sorted({model_dir / name for name in weight_map.values()})
-        missing = [f.name for f in files if not f.is_file()]
-        if missing:
-            raise FileNotFoundError(f"{index} lists shards that are missing: {', '.join(missing)}")
-        return files
-    return sorted(p for p in model_dir.glob("*.safetensors") if p.is_file())
+    """The safetensors files the engine would load, by the loader's own rule (checkpoint_reader): the
+    index's shards when model.safetensors.index.json exists, else every *.safetensors file in the folder;
+    [] for a folder without any, which inspect reports as a finding rather than an error."""
+    if not (model_dir / "model.safetensors.index.json").is_file() and not any(
+        p.is_file()
+        for p in model_dir.glob("*.safetensors")  # a folder named like a shard is none
+    ):
+        return []
+    return safetensors_files(model_dir)
 
 
 def read_tensors(model_dir: Path) -> list[TensorInfo]:

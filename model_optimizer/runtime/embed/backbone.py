@@ -104,8 +104,10 @@ def embed_dtype(requested: str, args: BertArgs | DecoderArgs, device: torch.devi
     dtype = resolve_dtype(requested, args, device)  # type: ignore[arg-type]
     if requested != "auto" or device.type != "cuda" or dtype != torch.float32:
         return dtype
-    native_bf16 = torch.cuda.get_device_capability(device) >= (8, 0)  # this GPU's; Volta and Turing emulate it
-    half = torch.float16 if isinstance(args, BertArgs) or not native_bf16 else torch.bfloat16
+    if isinstance(args, BertArgs):
+        half = torch.float16
+    else:  # this GPU's own bf16: Volta and Turing (below compute capability 8.0) only emulate it
+        half = torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float16
     log.info("dtype auto: the float32 checkpoint runs in %s on CUDA (dtype=float32 keeps float32)", half)
     return half
 

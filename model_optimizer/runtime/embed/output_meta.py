@@ -84,7 +84,7 @@ def describe(embedder: Any, dimensions: int | None, instruction: str | None, tru
 def model_fingerprint(model_dir: Path, tokenizer_dir: Path, load_format: str) -> str:
     """sha256 over config.json, the tokenizer files and, unless the weights are dummy ones (drawn from a
     fixed seed), each weights file's name, size, header and three samples of its data."""
-    from model_optimizer.runtime.models.checkpoint_reader import safetensors_files
+    from model_optimizer.common.checkpoint_files import safetensors_files
 
     digest = hashlib.sha256()
     digest.update((model_dir / "config.json").read_bytes())
