@@ -24,6 +24,7 @@ from typing import Any
 
 from model_optimizer.runtime.engine.detokenizer import DETOKENIZE_WINDOW, decoded_after
 from model_optimizer.runtime.sampler_output import Logprob
+from model_optimizer.runtime.sampling_checks import is_finite, is_int
 from model_optimizer.runtime.sampling_params import MAX_LOGPROBS, RequestOutputKind, SamplingParams
 
 MAX_BEAM_WIDTH = MAX_LOGPROBS // 2
@@ -51,17 +52,17 @@ class BeamSearchParams:
 
     def __post_init__(self) -> None:
         width = self.beam_width
-        if not _is_int(width) or not 1 <= width <= MAX_BEAM_WIDTH:
+        if not is_int(width) or not 1 <= width <= MAX_BEAM_WIDTH:
             raise ValueError(f"beam_width must be an integer in [1, {MAX_BEAM_WIDTH}], got {width!r}")
-        if not _is_int(self.max_tokens) or self.max_tokens < 1:
+        if not is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
         for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         temperature, penalty = self.temperature, self.length_penalty
-        if not _is_number(temperature) or not 0 <= temperature < math.inf:
+        if not is_finite(temperature) or temperature < 0:
             raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-        if not _is_number(penalty) or not math.isfinite(penalty):
+        if not is_finite(penalty):
             raise ValueError(f"length_penalty must be a finite number, got {penalty!r}")
 
     def step_params(self) -> SamplingParams:
@@ -201,11 +202,3 @@ class BeamSearch:
             spoken = spoken[:-1]
         context = beam.tokens[max(self.num_prompt_tokens - DETOKENIZE_WINDOW, 0) : self.num_prompt_tokens]
         return decoded_after(tokenizer, context, spoken, self.params.skip_special_tokens)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

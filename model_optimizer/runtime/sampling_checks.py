@@ -28,7 +28,7 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_finite(value: object) -> bool:
+def is_finite(value: object) -> bool:
     """A real number (int or float, not bool) that is neither infinite nor NaN."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -94,7 +94,7 @@ def check_sampling(params: Any) -> None:
         f"extra_args must be a dict with string keys, got {params.extra_args!r}",
     )
     require(  # vLLM's bound: none above (a high temperature only flattens the distribution)
-        _is_finite(params.temperature) and params.temperature >= 0,
+        is_finite(params.temperature) and params.temperature >= 0,
         f"temperature must be a finite number >= 0, got {params.temperature!r}",
     )
     require(_in_range(params.top_p, 0.0, 1.0) and params.top_p > 0, f"top_p must be in (0, 1], got {params.top_p!r}")
@@ -103,7 +103,7 @@ def check_sampling(params: Any) -> None:
     )
     require(_in_range(params.min_p, 0.0, 1.0), f"min_p must be in [0, 1], got {params.min_p!r}")
     require(
-        _is_finite(params.repetition_penalty) and params.repetition_penalty > 0,
+        is_finite(params.repetition_penalty) and params.repetition_penalty > 0,
         f"repetition_penalty must be a finite number > 0, got {params.repetition_penalty!r}",
     )
     require(
@@ -122,7 +122,7 @@ def check_token_rules(params: Any) -> None:
         params.logit_bias is None
         or (
             isinstance(params.logit_bias, dict)
-            and all(is_int(t) and t >= 0 and _is_finite(v) for t, v in params.logit_bias.items())
+            and all(is_int(t) and t >= 0 and is_finite(v) for t, v in params.logit_bias.items())
         ),
         "logit_bias must map token ids (integers >= 0) to finite numbers",
     )

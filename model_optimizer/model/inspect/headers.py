@@ -15,6 +15,7 @@ from pathlib import Path
 
 from model_optimizer.common.checkpoint_files import safetensors_files
 from model_optimizer.common.safetensors_dtypes import DTYPE_BYTES
+from model_optimizer.runtime.sampling_checks import is_int
 
 MAX_HEADER_BYTES = 100 << 20
 """A header larger than this is a corrupt length field, not a real checkpoint."""
@@ -105,16 +106,12 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
         if not isinstance(dtype, str) or not isinstance(shape, list):
             raise ValueError(f"{path}: header entry {name!r} lacks a dtype or shape") from None
         # int(64.7) would be 64 and int(True) 1: a shape the safetensors library refuses read as a valid one
-        if not all(_is_int(d) and d >= 0 for d in shape):
+        if not all(is_int(d) and d >= 0 for d in shape):
             raise ValueError(f"{path}: header entry {name!r} has a shape that is not non-negative integers: {shape}")
         offsets = entry.get("data_offsets")
-        valid = isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(v) for v in offsets)
+        valid = isinstance(offsets, list) and len(offsets) == 2 and all(is_int(v) for v in offsets)
         tensors[name] = TensorInfo(name, dtype, tuple(shape), path.name, tuple(offsets) if valid else None)
     return tensors, metadata
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def layout_error(path: Path, tensors: list[TensorInfo]) -> str | None:

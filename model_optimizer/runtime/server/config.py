@@ -14,6 +14,7 @@ from typing import Literal
 
 from model_optimizer.runtime.config import check_positive
 from model_optimizer.runtime.engine.chat_content import check_format
+from model_optimizer.runtime.sampling_checks import is_finite, is_int
 from model_optimizer.runtime.server import cors_settings
 
 logger = logging.getLogger(__name__)
@@ -249,13 +250,13 @@ class ServerConfig:
             raise ValueError(f"port must be in [0, 65535], got {self.port!r}")
         if self.max_logprobs == -1:
             self.max_logprobs = 20
-        if not _whole(self.max_logprobs) or not 0 <= self.max_logprobs <= 20:
+        if not is_int(self.max_logprobs) or not 0 <= self.max_logprobs <= 20:
             raise ValueError(f"max_logprobs must be an integer in [0, 20], got {self.max_logprobs!r}")
-        if self.max_tokens_limit is not None and (not _whole(self.max_tokens_limit) or self.max_tokens_limit <= 0):
+        if self.max_tokens_limit is not None and (not is_int(self.max_tokens_limit) or self.max_tokens_limit <= 0):
             raise ValueError(f"max_tokens_limit must be a positive integer, got {self.max_tokens_limit!r}")
-        if not _seconds(self.shutdown_timeout) or self.shutdown_timeout < 0:
+        if not is_finite(self.shutdown_timeout) or self.shutdown_timeout < 0:
             raise ValueError(f"shutdown_timeout must be a number of seconds >= 0, got {self.shutdown_timeout!r}")
-        if not _seconds(self.header_timeout) or self.header_timeout <= 0:
+        if not is_finite(self.header_timeout) or self.header_timeout <= 0:
             raise ValueError(f"header_timeout must be a number of seconds > 0, got {self.header_timeout!r}")
         if not isinstance(self.max_connections_per_client, int) or self.max_connections_per_client < 0:
             raise ValueError(
@@ -366,13 +367,3 @@ def _json_object(value: str | dict | None, name: str) -> dict | None:
     if value is not None and not isinstance(value, dict):
         raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
     return value or None
-
-
-def _whole(value: object) -> bool:
-    """An int, not a bool (JSON's true is not 1 here) and not a string ("5" from Python code)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _seconds(value: object) -> bool:
-    """A finite int or float, not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
