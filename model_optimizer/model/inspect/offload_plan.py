@@ -56,17 +56,10 @@ def engine_layer_bytes(config: dict, plan: Any, weight_format: str) -> list[int]
     """Each decoder layer's bytes in `weight_format` as the engine sizes them for --cpu-offload-gb
     (loader.plan_offload: weight_offload.estimated_bytes on its model, quantized as it will be), so the
     advice adds up the very numbers the engine's choice of layers does."""
-    import torch
-
-    from model_optimizer.model.inspect.consumption import build_meta_model, private_meta_model
-    from model_optimizer.model.inspect.plan_formats import format_spec  # imports torch: not at module level
-    from model_optimizer.runtime.layers.quantization.attach import attach_quantization
+    from model_optimizer.model.inspect.plan_formats import quantized_meta_model  # imports torch: not at module level
     from model_optimizer.runtime.runner.weight_offload import decoder_layers, estimated_bytes
 
-    spec = format_spec(config, weight_format)
-    as_planned = (config, plan.dtype, plan.tensor_parallel_size, plan.expert_parallel)
-    model = build_meta_model(*as_planned) if spec is None else private_meta_model(*as_planned)  # attaching edits it
-    attach_quantization(model, spec, getattr(torch, plan.dtype), dummy=True)
+    model = quantized_meta_model(config, weight_format, plan.dtype, plan.tensor_parallel_size, plan.expert_parallel)
     return [estimated_bytes(layer) for layer in decoder_layers(model)]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from typing import Any
 
 from model_optimizer.runtime.layers.quantization.spec import QuantSpec, resolve_spec
 
@@ -49,14 +50,26 @@ def refused_format(
 def _refusal(
     config_json: str, weight_format: str, dtype_name: str, tensor_parallel_size: int, expert_parallel: bool
 ) -> str | None:
-    import torch
-
-    from model_optimizer.model.inspect.consumption import private_meta_model
-    from model_optimizer.runtime.layers.quantization.attach import attach_quantization
-
-    model = private_meta_model(json.loads(config_json), dtype_name, tensor_parallel_size, expert_parallel)
     try:
-        attach_quantization(model, QuantSpec(QUANT_FORMATS[weight_format][1]), getattr(torch, dtype_name), dummy=True)
+        quantized_meta_model(json.loads(config_json), weight_format, dtype_name, tensor_parallel_size, expert_parallel)
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def quantized_meta_model(
+    config: dict, weight_format: str, dtype_name: str, tensor_parallel_size: int = 1, expert_parallel: bool = False
+) -> Any:
+    """The engine's model of `config` on the meta device, in `weight_format` as the engine builds it
+    (format_spec, then the engine's own attach_quantization); ValueError where the engine refuses it.
+    Float weights are the shared cached model, quantized ones a copy (attaching edits it)."""
+    import torch
+
+    from model_optimizer.model.inspect.consumption import build_meta_model, private_meta_model
+    from model_optimizer.runtime.layers.quantization.attach import attach_quantization
+
+    spec = format_spec(config, weight_format)
+    as_planned = (config, dtype_name, tensor_parallel_size, expert_parallel)
+    model = build_meta_model(*as_planned) if spec is None else private_meta_model(*as_planned)
+    attach_quantization(model, spec, getattr(torch, dtype_name), dummy=True)
+    return model
