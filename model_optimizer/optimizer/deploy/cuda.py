@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 
+from model_optimizer.environment.knowledge import newest_tested_torch
 from model_optimizer.environment.rules.cuda import driver_branch
 
 BASE_IMAGE_TAGS = {"12.6": "12.6.3", "12.8": "12.8.1", "12.9": "12.9.1", "13.0": "13.0.0"}
@@ -74,8 +75,8 @@ def choose_cuda(driver: str | None = None, cuda: str | None = None) -> CudaChoic
     """The CUDA build to install: `cuda` if given, else the newest one `driver` runs, else torch's default."""
     matrix = version_matrix()
     builds = {k: v for k, v in matrix["torch_cuda_builds"].items() if not k.startswith("_")}
-    tested = matrix["newest_tested_torch"]["release"]
-    torch = max((release for release in builds if _key(release) <= _key(tested)), key=_key)
+    tested = _key(newest_tested_torch())
+    torch = max((release for release in builds if _key(release) <= tested), key=_key)
     variants = [f"{v[2:-1]}.{v[-1]}" for v in builds[torch]]  # "cu128" -> "12.8"
     variants = [v for v in variants if v in BASE_IMAGE_TAGS]
     note = ""
