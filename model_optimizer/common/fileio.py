@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import selectors
 import stat
 import tempfile
@@ -80,7 +81,23 @@ def _stream_target(path: Path, flag: str) -> bool:
 def staging_dir(target: Path) -> Path:
     """A new empty folder beside `target` to build it in, then rename into place (see `publish_dir`)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    return Path(tempfile.mkdtemp(dir=target.parent, prefix=_staging_prefix(target)))
+
+
+def _staging_prefix(target: Path) -> str:
+    return f".{target.name}.tmp-"
+
+
+_MKDTEMP_PART = re.compile(r"[a-z0-9_]{8}")
+"""What tempfile.mkdtemp adds to staging_dir's prefix: eight of a-z, 0-9 and `_`."""
+
+
+def is_staging_dir_of(path: Path, target: Path) -> bool:
+    """Whether `path`'s name is one staging_dir makes for `target` (`.<target>.tmp-XXXXXXXX`), matched as
+    text: not another target's (`.<target>.tmp-x.tmp-XXXXXXXX` is that of `<target>.tmp-x`), nor a user's
+    `.<target>.tmp-old`."""
+    prefix = _staging_prefix(target)
+    return path.name.startswith(prefix) and _MKDTEMP_PART.fullmatch(path.name[len(prefix) :]) is not None
 
 
 def publish_dir(staging: Path, target: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -16,7 +15,14 @@ from pathlib import Path
 
 import torch
 
-from model_optimizer.common.fileio import atomic_write, current_umask, publish_dir, run_lock, staging_dir
+from model_optimizer.common.fileio import (
+    atomic_write,
+    current_umask,
+    is_staging_dir_of,
+    publish_dir,
+    run_lock,
+    staging_dir,
+)
 from model_optimizer.common.processes import interrupts_deferred
 from model_optimizer.runtime.layers.quantization.spec import INT4_METHODS
 
@@ -226,26 +232,17 @@ def publish(output: Path, build: Callable[[Path], dict], warn: Callable[[str], N
         return _publish(output, build)
 
 
-STAGING_RANDOM_PART = re.compile(r"[a-z0-9_]{8}")
-"""What tempfile.mkdtemp adds to staging_dir's prefix (`.<output>.tmp-`): eight of a-z, 0-9 and `_`."""
-
-
 def remove_stale_staging(output: Path) -> list[tuple[Path, str | None]]:
     """Remove the staging folders (`.<output>.tmp-XXXXXXXX`) of runs on `output` that were killed outright
     (kill -9, the out-of-memory killer), which no clean-up could follow: each is a hidden, possibly whole,
     copy of the model. Called with the output's lock held, so no live run is building one of them. Only
-    names staging_dir makes for `output` itself, matched as text (not a glob: `[` in a name would match
-    another output's folder): another output's live staging (`.<output>.tmp-x.tmp-XXXXXXXX` is that of
-    `<output>.tmp-x`) and a user's `.<output>.tmp-old` stay. Returns each with None, or with why it could
+    names staging_dir makes for `output` itself (fileio.is_staging_dir_of, as text: a glob with `[` in the
+    name would match another output's folder). Returns each with None, or with why it could
     not be removed (it stays; the run goes on)."""
-    prefix = f".{output.name}.tmp-"
     stale = sorted(
         path
         for path in output.parent.iterdir()
-        if path.name.startswith(prefix)
-        and STAGING_RANDOM_PART.fullmatch(path.name[len(prefix) :])
-        and path.is_dir()
-        and not path.is_symlink()
+        if is_staging_dir_of(path, output) and path.is_dir() and not path.is_symlink()
     )
     removed: list[tuple[Path, str | None]] = []
     for path in stale:
