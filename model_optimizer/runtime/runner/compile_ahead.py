@@ -29,11 +29,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.kernels.aot import AotTarget
 from model_optimizer.runtime.runner.aot_build import count_entries
 from model_optimizer.runtime.runner.aot_workers import Finished, Workers, start_workers
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -187,3 +191,24 @@ def target_of(device_index: int) -> AotTarget:
 
     props = torch.cuda.get_device_properties(device_index)
     return AotTarget((props.major, props.minor), props.multi_processor_count, props.name)
+
+
+_GPU_STARTS = [0]
+"""Engines this process has started on a GPU."""
+
+
+def for_engine_start(config: EngineConfig, model_dir: Path, device: torch.device) -> CompileAhead | None:
+    """`start` for this GPU and Triton's cache folder, or None: the CPU, no folder set, no
+    workers asked for (the default), or not this process's first GPU start (Triton's in-memory kernels
+    of the earlier ones serve the next: a test session or a notebook building several engines would pay
+    for workers it does not need). Off, it costs a start nothing: no GPU query, no hash of the config."""
+    cache_dir = os.environ.get("TRITON_CACHE_DIR")
+    if device.type != "cuda" or not cache_dir or not (model_dir / "config.json").is_file():
+        return None
+    jobs = default_jobs()
+    if jobs < 1:
+        return None
+    _GPU_STARTS[0] += 1
+    if _GPU_STARTS[0] > 1:
+        return None
+    return start(config, model_dir, target_of(device.index or 0), Path(cache_dir), jobs)

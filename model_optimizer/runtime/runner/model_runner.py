@@ -37,30 +37,6 @@ log = logging.getLogger(__name__)
 startup_log = logging.getLogger("model_optimizer.startup")  # the phase lines llm.py starts and ends
 
 
-_GPU_STARTS = [0]
-"""Engines this process has started on a GPU."""
-
-
-def _compile_ahead(config: EngineConfig, model_dir: Path, device: torch.device):  # noqa: ANN202
-    """compile_ahead.start for this GPU and Triton's cache folder, or None: the CPU, no folder set, no
-    workers asked for (the default), or not this process's first GPU start (Triton's in-memory kernels
-    of the earlier ones serve the next: a test session or a notebook building several engines would pay
-    for workers it does not need). Off, it costs a start nothing: no GPU query, no hash of the config."""
-    import os
-
-    cache_dir = os.environ.get("TRITON_CACHE_DIR")
-    if device.type != "cuda" or not cache_dir or not (model_dir / "config.json").is_file():
-        return None
-    jobs = compile_ahead.default_jobs()
-    if jobs < 1:
-        return None
-    _GPU_STARTS[0] += 1
-    if _GPU_STARTS[0] > 1:
-        return None
-    target = compile_ahead.target_of(device.index or 0)
-    return compile_ahead.start(config, model_dir, target, Path(cache_dir), jobs)
-
-
 def _log_phase(name: str, since: float) -> float:
     now = time.perf_counter()
     startup_log.info("start-up: %s %.2f s", name, now - since)
@@ -112,45 +88,77 @@ class PreparedStep:
 
 class ModelRunner(KVSizing):
     def __init__(self, config: EngineConfig, model_dir: str | Path) -> None:
+        """Start-up in its logged phases: weights (and the draft model's), KV sizing and allocation, then on
+        CUDA the kernels' warm-up and the decode graphs."""
         self.config = config
         phase = time.perf_counter()
         self.device = pick_device(config.device)
         if self.device.type == "cpu":
             _log_cpu_choice()
         self.memory_before_load = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else 0
-        ahead = _compile_ahead(config, Path(model_dir), self.device)  # while the weights load
+        ahead = compile_ahead.for_engine_start(config, Path(model_dir), self.device)  # while the weights load
         with compile_ahead.stopped_on_error(ahead):  # no worker outlives a start that fails before its join
-            self.model = load_model(
-                model_dir, config.dtype, self.device, config.load_format, config.quantization, config.cpu_offload_gb
-            )
-            args = self.model.args
-            self.args = args
-            self.drafter = _load_drafter(
-                config, self.device, args.vocab_size
-            )  # before sizing: its weights and KV count
-            self.dtype = next(self.model.parameters()).dtype
-            self.max_model_len = config.max_model_len or args.max_position_embeddings
-            if self.max_model_len > args.max_position_embeddings:
-                raise ValueError(
-                    f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings ({args.max_position_embeddings})"
-                )
-            phase = _log_phase("weights", phase)
-            self.kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else self.dtype
-            self.tp = get_tp()
-            if self.tp.size > 1 and config.one_shot_all_reduce:  # decode-sized messages; prefill keeps NCCL
-                enable_one_shot_all_reduce(config.max_num_seqs * args.hidden_size, self.dtype, self.device)
-            self.num_kv_heads = self.model.local_num_kv_heads  # this rank's share under tensor parallelism
+            phase = self._load(Path(model_dir), phase)
             if ahead is not None:  # before the first forward: it finds the workers' kernels in the cache
                 ahead.join()
                 phase = _log_phase("compile ahead", phase)
         wait_for_triton_key()  # hashed in a thread since the imports (kernels/compile_cache.py)
         self.sampler = Sampler(self.device, config.seed)  # before sizing: whether graphs hold logits
+        phase = self._allocate_kv(phase)
+        self.batch = InputBatch(
+            config.max_num_seqs, self.max_model_len, config.block_size, self.device, config.max_num_batched_tokens
+        )
+        self.verifier = Verifier()
+        self.masks = MaskStaging(self.device, config.max_num_seqs)
+        """Host buffers the engine core fills with grammar masks, and their copy to the device."""
+        self.decode_runner = None
+        if self.device.type == "cuda":
+            phase = self._prepare_cuda(phase)
+            if ahead is not None:  # every kernel of such a start is in the cache now
+                ahead.done()
+        self.verify_runner = _verify_runner(config, self.model, self.batch, self.kv_caches[0].shape[3], self.device)
+        if self.verify_runner is None and config.speculative is not None:  # no padding here, but the step
+            # buffer's views of verifying steps (1 + k tokens each) are kept, as the verify runner's are
+            self.batch.pad_query_lens = (*self.batch.pad_query_lens, config.speculative.num_speculative_tokens + 1)
+        if self.drafter is not None:  # its KV cache (as many blocks), and its graphs on the same input batch
+            self.drafter.start(self.batch, self.num_kv_blocks, self.max_model_len)
+            _log_phase("draft model", phase)
+
+    def _load(self, model_dir: Path, phase: float) -> float:
+        """The model's weights and the draft model's (before sizing: its weights and KV count), the context
+        length, the KV dtype and this rank's share of tensor parallelism."""
+        config = self.config
+        self.model = load_model(
+            model_dir, config.dtype, self.device, config.load_format, config.quantization, config.cpu_offload_gb
+        )
+        args = self.args = self.model.args
+        self.drafter = _load_drafter(config, self.device, args.vocab_size)
+        self.dtype = next(self.model.parameters()).dtype
+        self.max_model_len = config.max_model_len or args.max_position_embeddings
+        if self.max_model_len > args.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings ({args.max_position_embeddings})"
+            )
+        phase = _log_phase("weights", phase)
+        self.kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else self.dtype
+        self.tp = get_tp()
+        if self.tp.size > 1 and config.one_shot_all_reduce:  # decode-sized messages; prefill keeps NCCL
+            enable_one_shot_all_reduce(config.max_num_seqs * args.hidden_size, self.dtype, self.device)
+        self.num_kv_heads = self.model.local_num_kv_heads  # this rank's share under tensor parallelism
+        return phase
+
+    def _allocate_kv(self, phase: float) -> float:
+        """Size the KV cache (on CUDA a profiling forward at the full token budget), allocate it and the host
+        tier, and bind it to the layers."""
+        config = self.config
         # every rank must hold every block the driver's one block pool hands out
         self.num_kv_blocks = min_over_ranks(config.num_kv_blocks or self._num_blocks_for_budget())
         check_kv_capacity(self.num_kv_blocks, config.block_size, self.max_model_len)  # before allocating it
-        phase = _log_phase("kv sizing", phase)  # on CUDA a profiling forward at the full token budget
+        phase = _log_phase("kv sizing", phase)
         shape = kv_cache_shape(self.model, self.num_kv_blocks, config.block_size)
-        self.kv_caches = [torch.zeros(shape, dtype=self.kv_dtype, device=self.device) for _ in range(args.num_layers)]
+        self.kv_caches = [
+            torch.zeros(shape, dtype=self.kv_dtype, device=self.device) for _ in range(self.args.num_layers)
+        ]
         log.info(
             "KV cache: %d blocks of %d tokens (%d tokens) on %s",
             self.num_kv_blocks,
@@ -162,39 +170,28 @@ class ModelRunner(KVSizing):
         bind_kv_caches(self.model, self.kv_caches)  # once: the caches are no part of any step's metadata
         self.host_kv = self._host_kv_cache()
         self.num_host_kv_blocks = self.host_kv.num_blocks if self.host_kv is not None else 0
-        self.batch = InputBatch(
-            config.max_num_seqs, self.max_model_len, config.block_size, self.device, config.max_num_batched_tokens
+        return phase
+
+    def _prepare_cuda(self, phase: float) -> float:
+        """Triton kernels compiled for each prefill tile, then the decode runner and its graphs."""
+        config = self.config
+        self._warm_up_kernels()
+        phase = _log_phase("warm-up", phase)
+        in_graph = graph_sampling.available(self.sampler, self.tp.size)
+        self.decode_runner = DecodeRunner(
+            self.model,
+            self.batch,
+            config.max_num_seqs,
+            self.kv_caches[0].shape[3],
+            use_graphs=not config.enforce_eager,
+            sampling=graph_sampling.GraphSampling(self.model, self.sampler, config.max_num_seqs, self.device)
+            if in_graph
+            else None,
         )
-        self.verifier = Verifier()
-        self.masks = MaskStaging(self.device, config.max_num_seqs)
-        """Host buffers the engine core fills with grammar masks, and their copy to the device."""
-        self.decode_runner = None
-        if self.device.type == "cuda":
-            self._warm_up_kernels()
-            phase = _log_phase("warm-up", phase)  # Triton kernels for each prefill tile
-            in_graph = graph_sampling.available(self.sampler, self.tp.size)
-            self.decode_runner = DecodeRunner(
-                self.model,
-                self.batch,
-                config.max_num_seqs,
-                self.kv_caches[0].shape[3],
-                use_graphs=not config.enforce_eager,
-                sampling=graph_sampling.GraphSampling(self.model, self.sampler, config.max_num_seqs, self.device)
-                if in_graph
-                else None,
-            )
-            if not config.enforce_eager:
-                self.decode_runner.capture()
-                phase = _log_phase("graph capture", phase)
-            if ahead is not None:  # every kernel of such a start is in the cache now
-                ahead.done()
-        self.verify_runner = _verify_runner(config, self.model, self.batch, self.kv_caches[0].shape[3], self.device)
-        if self.verify_runner is None and config.speculative is not None:  # no padding here, but the step
-            # buffer's views of verifying steps (1 + k tokens each) are kept, as the verify runner's are
-            self.batch.pad_query_lens = (*self.batch.pad_query_lens, config.speculative.num_speculative_tokens + 1)
-        if self.drafter is not None:  # its KV cache (as many blocks), and its graphs on the same input batch
-            self.drafter.start(self.batch, self.num_kv_blocks, self.max_model_len)
-            _log_phase("draft model", phase)
+        if not config.enforce_eager:
+            self.decode_runner.capture()
+            phase = _log_phase("graph capture", phase)
+        return phase
 
     @property
     def device_type(self) -> str:
