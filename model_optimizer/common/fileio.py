@@ -116,7 +116,7 @@ def publish_dir(staging: Path, target: Path) -> None:
 
 
 @contextmanager
-def run_lock(lock: Path, output: Path, command: str) -> Iterator[None]:
+def run_lock(lock: Path, output: Path, command: str, flag: str = "--output") -> Iterator[None]:
     """Hold the file `lock` (flock) for the block, for one run writing `output`; ValueError at once when
     another run holds it, so a second run on one output is refused before its work, not after it. The
     file is removed on the way out; a run that locked a file just removed retries on the new one (the
@@ -130,8 +130,8 @@ def run_lock(lock: Path, output: Path, command: str) -> Iterator[None]:
         except BlockingIOError:
             os.close(fd)
             raise ValueError(
-                f"--output {output} is being written by another {command} run (it holds {lock.name}); "
-                "wait for it to finish, or give another --output"
+                f"{flag} {output} is being written by another {command} run (it holds {lock.name}); "
+                f"wait for it to finish, or give another {flag}"
             ) from None
         try:
             if os.stat(lock).st_ino == os.fstat(fd).st_ino:

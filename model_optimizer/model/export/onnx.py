@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model_optimizer.common.fileio import current_umask, publish_dir, staging_dir
+from model_optimizer.common.fileio import current_umask, publish_dir, run_lock, staging_dir
 from model_optimizer.common.processes import interrupts_deferred
 from model_optimizer.runtime.embed import Embedder
 from model_optimizer.runtime.embed.varlen_attention import PaddedMeta
@@ -182,8 +182,23 @@ def export_folder(
     leaves no half-written file: a new out_dir is built beside it and renamed into place whole; an
     existing one (a mount point, files of the user's) stages inside itself, so that every rename stays
     on its file system, and gets each file by rename, its old report removed first and the new one
-    moved last: a report is there only beside the files it checked."""
+    moved last: a report is there only beside the files it checked. One export at a time per out_dir: two
+    moving their files into one folder would leave it half of each."""
     existing = out_dir.is_dir()
+    with run_lock(_lock_path(out_dir, existing), out_dir, "mopt export-onnx"):
+        return _export_folder(embedder, out_dir, existing, opset, check_texts)
+
+
+def _lock_path(out_dir: Path, existing: bool) -> Path:
+    """Where an export's lock is: inside an existing folder (its parent may be a mount's, not ours to write),
+    else beside the new one, where its staging folder goes (a run that finds the folder made by one that
+    finished takes the other lock, with nothing left to race)."""
+    return out_dir / ".mopt-export.lock" if existing else out_dir.with_name(f".{out_dir.name}.lock")
+
+
+def _export_folder(
+    embedder: Embedder, out_dir: Path, existing: bool, opset: int, check_texts: list[str] | None
+) -> ExportReport:
     staging: Path | None = None
     try:
         with interrupts_deferred():  # a Ctrl-C as the folder appears finds `staging` set: it is removed

@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from model_optimizer.common.fileio import publish_dir, staging_dir
+from model_optimizer.common.fileio import publish_dir, run_lock, staging_dir
 from model_optimizer.model.inspect import cleaning
 from model_optimizer.model.inspect.checkpoint import Checkpoint, read_checkpoint
 from model_optimizer.model.inspect.headers import CAST_DTYPES as DTYPES
@@ -86,6 +86,13 @@ def fix_checkpoint(src: str | Path, out: str | Path, options: FixOptions) -> Fix
     template = load_template(options.chat_template) if options.chat_template else None
     cleaning.check_lora(checkpoint)
     dtype = options.dtype or main_dtype(checkpoint)
+    with run_lock(out.with_name(f".{out.name}.lock"), out, "mopt inspect --fix", "--fix"):  # one run at a time per OUT
+        _check_target(checkpoint.folder.resolve(), out)  # again: a run that held the lock may have filled it
+        return _write_copy(checkpoint, out, dtype, template)
+
+
+def _write_copy(checkpoint: Checkpoint, out: Path, dtype: str, template: str | None) -> FixResult:
+    """Build the cleaned copy in a staging folder beside `out` and move it in whole."""
     tmp = staging_dir(out)
     try:
         result = FixResult(out, dtype, 0)

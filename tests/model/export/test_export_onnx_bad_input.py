@@ -116,3 +116,22 @@ def test_missing_onnx_packages_are_one_line_before_the_model_loads(qwen3_dir, tm
     assert f"export-onnx needs {' and '.join(missing)}, not installed here: pip install onnx onnxruntime" in line
     assert "model-optimizer[onnx]" in line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new folder", "existing folder"])
+def test_a_second_export_into_one_folder_is_refused_while_the_first_runs(qwen3, tmp_path, existing):
+    """Two exports moving their files into one folder would leave it half of each: the second is refused
+    before it writes anything (the lock beside a new folder, inside an existing one)."""
+    from model_optimizer.common.fileio import run_lock
+    from model_optimizer.model.export.onnx import export_folder
+
+    out = tmp_path / "out"
+    if existing:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    lock = out / ".mopt-export.lock" if existing else tmp_path / ".out.lock"
+    with run_lock(lock, out, "mopt export-onnx"):  # the first run, holding it
+        with pytest.raises(ValueError, match="being written by another mopt export-onnx run"):
+            export_folder(qwen3, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["out"] if existing else [])
+    assert not existing or sorted(p.name for p in out.iterdir()) == ["notes.txt"]

@@ -153,6 +153,19 @@ def test_fix_refuses_an_existing_folder_and_the_input_itself(fresh, tmp_path):
     assert (tmp_path / "taken" / "x").read_text() == "keep me"
 
 
+def test_a_second_fix_into_one_folder_is_refused_while_the_first_runs(fresh, tmp_path):
+    from model_optimizer.common.fileio import run_lock
+
+    folder = fresh("qwen3")
+    out = tmp_path / "clean"
+    with run_lock(tmp_path / ".clean.lock", out, "mopt inspect --fix"):  # the first run, holding it
+        with pytest.raises(ValueError, match="--fix .*clean is being written by another mopt inspect --fix run"):
+            fix_checkpoint(folder, out, FixOptions())
+    assert not out.exists() and not list(tmp_path.glob(".clean*"))
+    fix_checkpoint(folder, out, FixOptions())  # once it is done, the folder is free
+    assert (out / "config.json").is_file() and not list(tmp_path.glob(".clean*"))
+
+
 def test_fix_carries_code_and_tokenizers_but_no_original_weights(fresh, tmp_path):
     """--fix and `mopt quantize` carry the same files (fix.carried_files): custom code and any tokenizer
     format, never the original's weights in another framework's format or their index."""
