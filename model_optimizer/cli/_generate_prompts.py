@@ -1,5 +1,6 @@
 """`mopt generate`'s prompts as the user gave them: --prompt values and JSONL lines, each checked for its
-shape before the model loads, so that a bad line fails in a second and names its FILE:LINE.
+shape before the model loads, and each line's SamplingParams (`line_params`), so that a bad line fails in a
+second and names its FILE:LINE.
 
 (The leading underscore keeps this module out of `mopt`'s subcommands: cli/main.py registers every other
 module of this package as one.)
@@ -15,7 +16,7 @@ from typing import Any
 
 from model_optimizer.common.fileio import jsonl_values, read_input
 from model_optimizer.common.text import not_utf8_at
-from model_optimizer.runtime.sampling_params import SamplingParams
+from model_optimizer.runtime.sampling_params import SamplingParams, logit_bias_from_json
 
 PROMPT_KEYS = ("prompt", "prompt_token_ids", "messages")
 CHAT_KEYS = ("tools", "chat_template_kwargs", "add_generation_prompt", "continue_final_message")
@@ -55,6 +56,8 @@ def read_prompt_lines(prompts: list[str], prompts_file: str | Path | None, chat:
                 lines.append(_parse_line(row, source))
             except ValueError as exc:
                 raise ValueError(f"{source}: {exc}") from None
+    if not lines and prompts_file:
+        raise ValueError(f"{name} holds no prompts (no JSON lines)")
     if not lines:
         raise ValueError("no prompts: give --prompt TEXT or --prompts-file FILE")
     return lines
@@ -86,6 +89,37 @@ def _parse_line(row: Any, source: str) -> PromptLine:
             raise ValueError(f"prompt_token_ids must be a non-empty list of integers, got {clip(ids)}")
         return PromptLine(source, prompt=ids, sampling=sampling)
     return PromptLine(source, messages=_messages(row["messages"]), chat=_chat_options(chat), sampling=sampling)
+
+
+def line_params(line: PromptLine, base: dict[str, Any], flags: dict[str, Any]) -> SamplingParams:
+    """A line's SamplingParams: its own fields over the sampling `flags` over `base` (the model's defaults and
+    the line's seed). ValueError naming the flags when they are refused without the line (a line may set what
+    makes them valid: its own max_tokens over --min-tokens), else naming the line."""
+    try:
+        params = SamplingParams(**{**base, **flags, **_json_sampling(line.sampling)})
+        if params.structured_outputs is not None:  # a bad regex or grammar: refused now, not an empty "error" output
+            from model_optimizer.runtime.structured.grammar import check_offline
+
+            check_offline(params.structured_outputs)
+        return params
+    except ValueError as exc:
+        raise ValueError(_flags_error(base, flags) or f"{line.source}: {exc}") from None
+
+
+def _flags_error(base: dict[str, Any], flags: dict[str, Any]) -> str | None:
+    """The error naming the sampling flags given when SamplingParams refuses them over `base`, else None."""
+    try:
+        SamplingParams(**{**base, **flags})
+    except ValueError as exc:
+        named = ", ".join("--" + name.replace("_", "-") for name in sorted(flags))
+        return f"the sampling flags ({named}): {exc}"
+    return None
+
+
+def _json_sampling(sampling: dict[str, Any]) -> dict[str, Any]:
+    """A line's sampling fields with logit_bias's keys as token ids (JSON object keys are strings)."""
+    bias = sampling.get("logit_bias")
+    return {**sampling, "logit_bias": logit_bias_from_json(bias)} if isinstance(bias, dict) else sampling
 
 
 def _prompt_key(row: Any) -> str:

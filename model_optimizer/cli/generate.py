@@ -38,14 +38,14 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from model_optimizer.cli._generate_prompts import STDIN, PromptLine, read_prompt_lines
+from model_optimizer.cli._generate_prompts import STDIN, PromptLine, line_params, read_prompt_lines
 from model_optimizer.cli._generate_results import Results, print_stats
 from model_optimizer.cli._interrupts import Terminated, stop_code, stop_word
 from model_optimizer.cli.args import add_dataclass_args, dataclass_from_args
 from model_optimizer.common.processes import sigterm_raises
 from model_optimizer.common.progress import batch_progress
 from model_optimizer.runtime.config import EngineConfig, field_docs
-from model_optimizer.runtime.sampling_params import SamplingParams, logit_bias_from_json
+from model_optimizer.runtime.sampling_params import SamplingParams
 
 SAMPLING_FLAGS = (
     "temperature",
@@ -98,6 +98,13 @@ def _add_input_args(parser: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="variables for the chat template of every conversation, e.g. '{\"enable_thinking\": false}' "
         "(a line's own chat_template_kwargs win)",
+    )
+    parser.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="TEMPLATE",
+        help="the chat template of every conversation instead of the tokenizer's: a shipped one by name "
+        "(chatml, llama3, mistral), a file, or the Jinja template itself (as serve's --chat-template)",
     )
     parser.add_argument("--prompts-file", help="JSONL file of prompts (see above), or stdin with '-'")
     parser.add_argument("--output", help="write results as JSONL to this file (atomically), or to stdout with '-'")
@@ -193,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     # the model's defaults are read before it loads, so that a bad line fails in a second, not after the load
     defaults = config_generation_defaults(engine_config, model_dir)
     cli = sampling_overrides(args)
-    params = [_line_params(line, {**defaults, **cli, **_seed_of(args.seed, i)}) for i, line in enumerate(lines)]
+    params = [line_params(line, {**defaults, **_seed_of(args.seed, i)}, cli) for i, line in enumerate(lines)]
     _log(f"loading model {model_id or engine_config.model or '(built-in)'}")
     with sigterm_raises(Terminated):
         try:
@@ -226,13 +233,17 @@ def _check_paths(args: argparse.Namespace) -> None:
 
 
 def _prompt_lines(args: argparse.Namespace) -> list[PromptLine]:
-    """The prompts of --prompt and --prompts-file, --chat-template-kwargs under each conversation's own."""
+    """The prompts of --prompt and --prompts-file; each conversation with --chat-template (loaded now: a bad
+    one fails before the model loads) and --chat-template-kwargs under its own."""
+    from model_optimizer.runtime.models.chat_templates import load_template
+
     lines = read_prompt_lines(args.prompt, args.prompts_file, args.chat)
-    if args.chat_template_kwargs:
-        for line in lines:
-            if line.messages is not None:
-                given = line.chat.get("template_kwargs", {})
-                line.chat["template_kwargs"] = {**args.chat_template_kwargs, **given}
+    template = load_template(args.chat_template) if args.chat_template is not None else None
+    for line in (line for line in lines if line.messages is not None):
+        if template is not None:
+            line.chat["template"] = template
+        if args.chat_template_kwargs:
+            line.chat["template_kwargs"] = {**args.chat_template_kwargs, **line.chat.get("template_kwargs", {})}
     return lines
 
 
@@ -300,27 +311,10 @@ def _seed_of(seed: int | None, index: int) -> dict[str, int]:
     return {} if seed is None else {"seed": (seed + index) % 2**63}
 
 
-def _line_params(line: PromptLine, base: dict[str, Any]) -> SamplingParams:
-    try:
-        params = SamplingParams(**{**base, **_json_sampling(line.sampling)})
-        if params.structured_outputs is not None:  # a bad regex or grammar: refused now, not an empty "error" output
-            from model_optimizer.runtime.structured.grammar import check_offline
-
-            check_offline(params.structured_outputs)
-        return params
-    except ValueError as exc:
-        raise ValueError(f"{line.source}: {exc}") from None
-
-
-def _json_sampling(sampling: dict[str, Any]) -> dict[str, Any]:
-    """A line's sampling fields with logit_bias's keys as token ids (JSON object keys are strings)."""
-    bias = sampling.get("logit_bias")
-    return {**sampling, "logit_bias": logit_bias_from_json(bias)} if isinstance(bias, dict) else sampling
-
-
 def _prompt_ids(llm: Any, line: PromptLine, params: SamplingParams) -> tuple[list[int], str | None]:
-    """(token ids, prompt text or None) of one line, with the engine's own checks; errors name the line."""
-    from model_optimizer.runtime.engine.input_processor import check_prompt_fits, encode_prompt, truncated_prompt
+    """(token ids, prompt text or None) of one line, with the engine's own checks (those it makes as it queues
+    a request included: a prompt that fits no step with chunked prefill off, say); errors name the line."""
+    from model_optimizer.runtime.engine.input_processor import encode_prompt
 
     info = llm.engine.info
     try:
@@ -330,20 +324,20 @@ def _prompt_ids(llm: Any, line: PromptLine, params: SamplingParams) -> tuple[lis
             ids = list(llm.tokenizer.encode(text, add_special_tokens=False))  # the template has the special tokens
         else:
             ids = encode_prompt(llm.tokenizer, line.prompt, info.vocab_size)
-        ids = truncated_prompt(ids, params.truncate_prompt_tokens, info.max_model_len)
-        check_prompt_fits(len(ids), info.max_model_len)
+        ids = llm.engine.inputs.request(line.source, ids, params).prompt_token_ids  # truncated, and checked
     except ValueError as exc:
         raise ValueError(f"{line.source}: {exc}") from None
     return ids, text if isinstance(text, str) else None
 
 
 def _chat_text(llm: Any, messages: list[dict], options: dict[str, Any]) -> str:
-    """A "messages" line rendered through the tokenizer's chat template with the line's options."""
+    """A "messages" line rendered through its chat template (--chat-template's, else the tokenizer's) with the
+    line's options."""
     tokenizer = llm.tokenizer
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+    if tokenizer is None or not (options.get("template") or getattr(tokenizer, "chat_template", None)):
         raise ValueError(
             f"'messages' needs a chat template and the tokenizer of {llm.model_dir} has no chat template; "
-            "give the conversation as 'prompt' text instead"
+            "give one with --chat-template, or the conversation as 'prompt' text"
         )
     from model_optimizer.runtime.engine.input_processor import chat_text
     from model_optimizer.runtime.llm_inputs import check_template_kwargs

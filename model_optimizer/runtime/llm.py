@@ -2,7 +2,8 @@
 
 Its arguments are checked and brought to one shape by llm_inputs.py (embed's by llm_embed.py, which
 also builds the embedder); the model loads through startup.py, as the engine-core process of `mopt serve`
-loads it; progress shows through llm_progress.py.
+loads it; each call's requests run to completion through llm_requests.py, with progress through
+llm_progress.py.
 """
 
 from __future__ import annotations
@@ -35,18 +36,25 @@ from model_optimizer.runtime.llm_inputs import (
     as_conversations,
     as_params_list,
     as_priorities,
+    as_prompt,
     as_prompt_list,
+    check_concurrency_limit,
     check_engine_args,
     check_params,
     check_template_kwargs,
+    given_text,
+    prompt_items,
     refuse_lora,
 )
 from model_optimizer.runtime.llm_progress import offline_progress
+from model_optimizer.runtime.llm_requests import run_requests
 from model_optimizer.runtime.models.model_config import is_encoder_folder
 from model_optimizer.runtime.models.tokenizer import load_tokenizer
 from model_optimizer.runtime.pooling_params import PoolingParams
-from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
+from model_optimizer.runtime.sampling_params import SamplingParams
 from model_optimizer.runtime.startup import engine_tokenizer, load_runner, log_phase
+
+logger = logging.getLogger(__name__)
 
 
 class LLM:
@@ -59,7 +67,7 @@ class LLM:
         engine_args, vllm_only = vllm_settings.split(vllm_settings.plain_values(engine_args))
         check_engine_args(engine_args)  # a misspelt keyword: said before the seconds of the torch import
         if notes := vllm_settings.ignored(vllm_only):
-            logging.getLogger(__name__).warning("vLLM settings ignored: %s", "; ".join(notes))
+            logger.warning("vLLM settings ignored: %s", "; ".join(notes))
         import model_optimizer.runtime.runner.model_runner  # noqa: F401 - torch: the first import pays seconds
 
         phase = log_phase("imports", start)
@@ -173,85 +181,76 @@ class LLM:
 
     def _generate(
         self,
-        prompts: Prompt | Sequence[Prompt],
+        prompts: Prompt | dict | Sequence[Prompt | dict],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None,
         use_tqdm: bool | Callable[..., Any],
         on_progress: Callable[[int, RequestOutput], None] | None,
         label: str,
         priority: Sequence[int] | None = None,
     ) -> list[RequestOutput]:
+        """generate's work for generate, chat and beam_search (`label`: the caller, as progress and errors name
+        it). A TokensPrompt dict's text is its output's prompt, as vLLM reports it."""
         self._check_open()
         if self.engine is None:
             raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not generate")
-        prompts = as_prompt_list(prompts)
-        priorities = as_priorities(priority, len(prompts))
+        items = prompt_items(prompts)
+        priorities = as_priorities(priority, len(items))
+        if any(priorities) and self.config.scheduling_policy != "priority":
+            logger.warning(
+                "priority given, but scheduling_policy is %r: it orders nothing", self.config.scheduling_policy
+            )
         params = self.default_sampling_params() if sampling_params is None else sampling_params
-        params_list = as_params_list(params, len(prompts))
+        params_list = as_params_list(params, len(items))
         check_params(params_list, self.engine.info.vocab_size)  # before any is queued: a bad one fails no step
-        ids = [str(next(self._ids)) for _ in prompts]
-        return self._run_requests(list(zip(ids, prompts, params_list, priorities)), use_tqdm, on_progress, label)
-
-    def _run_requests(
-        self,
-        requests: list[tuple[str, Prompt, SamplingParams, int]],
-        use_tqdm: bool | Callable[..., Any],
-        on_progress: Callable[[int, RequestOutput], None] | None,
-        label: str,
-    ) -> list[RequestOutput]:
-        """Queue `requests` (request id, prompt, params, priority), step the engine until every one has
-        finished, and return their final outputs in order. Any exception (Ctrl-C too) aborts the queued ones,
-        so that the engine is left with nothing of this call."""
-        index_of = {request[0]: index for index, request in enumerate(requests)}
-        added = []
-        try:
-            for request_id, prompt, p, rank in requests:
-                self.engine.add_request(request_id, prompt, p.clone(output_kind=RequestOutputKind.FINAL_ONLY), rank)
-                added.append(request_id)
-            finished: dict[str, RequestOutput] = {}
-            with offline_progress(len(requests), use_tqdm, label) as advance:
-                while self.engine.has_unfinished_requests():
-                    for output in self.engine.step():
-                        if output.finished:
-                            finished[output.request_id] = output
-                            advance()
-                            if on_progress:
-                                on_progress(index_of[output.request_id], output)
-        except BaseException:
-            for request_id in added:
-                self.engine.abort(request_id)
-            raise
-        return [finished[request_id] for request_id, *_ in requests]
+        ids = [str(next(self._ids)) for _ in items]
+        requests = list(zip(ids, [as_prompt(p) for p in items], params_list, priorities))
+        outputs = run_requests(self.engine, requests, use_tqdm, on_progress, label)
+        for output, item in zip(outputs, items):
+            if (text := given_text(item)) is not None:
+                output.prompt = text
+        return outputs
 
     def beam_search(
         self,
         prompts: Prompt | dict | Sequence[Prompt | dict],
         params: BeamSearchParams,
+        lora_request: None = None,
         use_tqdm: bool | Callable[..., Any] = False,
+        concurrency_limit: int | None = None,
     ) -> list[BeamSearchOutput]:
-        """Beam search for every prompt (text, token ids, or vLLM's prompt dicts), as vLLM's `LLM.beam_search`:
-        one BeamSearchOutput per prompt, in prompt order, its `sequences` (at most params.beam_width, best
-        first) each with its tokens (the prompt's included), text, cum_logprob and finish_reason. Every
-        prompt's beams advance together, one engine step per token (runtime/beam_search.py).
-        `use_tqdm`: progress over the max_tokens steps, as `generate` shows it."""
+        """Beam search for every prompt (text, token ids, or vLLM's prompt dicts), as vLLM's `LLM.beam_search`
+        (its arguments in its order): one BeamSearchOutput per prompt, in prompt order, its `sequences` (at most
+        params.beam_width, best first) each with its tokens (the prompt's included), text, cum_logprob and
+        finish_reason. The beams of `concurrency_limit` prompts at a time (None: all of them) advance together,
+        one engine step per token (runtime/beam_search.py). `use_tqdm`: progress over the max_tokens steps of
+        each such group, as `generate` shows it. `lora_request` must be None."""
         self._check_open()
+        refuse_lora(lora_request)
         if self.engine is None:
             raise ValueError(f"{self.model_dir} is an encoder (embedding) model: it has no beams to search")
         if not isinstance(params, BeamSearchParams):
             raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
+        check_concurrency_limit(concurrency_limit)
         info = self.engine.info
         prompt_ids = [encode_prompt(self.tokenizer, p, info.vocab_size) for p in as_prompt_list(prompts)]
         max_len = beam_max_len(self.config, info.max_model_len)
         searches = [BeamSearch(ids, params, info.eos_token_ids, max_len) for ids in prompt_ids]
-        step = params.step_params()
-        with offline_progress(params.max_tokens, use_tqdm, "LLM.beam_search") as advance:
-            while pending := [(search, ids) for search in searches for ids in search.pending()]:
-                outputs = self._generate([ids for _, ids in pending], step, False, None, "LLM.beam_search")
-                for search in searches:
-                    steps = [o.outputs[0].logprobs[0] for (s, _), o in zip(pending, outputs) if s is search]
-                    if steps:
-                        search.advance(steps)
-                advance()
+        size = concurrency_limit or max(len(searches), 1)
+        groups = [searches[start : start + size] for start in range(0, len(searches), size)]
+        with offline_progress(params.max_tokens * len(groups), use_tqdm, "LLM.beam_search") as advance:
+            for group in groups:
+                self._search(group, params.step_params(), advance)
         return [search.result(self.tokenizer) for search in searches]
+
+    def _search(self, searches: list[BeamSearch], step: SamplingParams, advance: Callable[[], None]) -> None:
+        """Run `searches` to their end: each step, one engine call for every live beam of them all."""
+        while pending := [(search, ids) for search in searches for ids in search.pending()]:
+            outputs = self._generate([ids for _, ids in pending], step, False, None, "LLM.beam_search")
+            for search in searches:
+                steps = [o.outputs[0].logprobs[0] for (s, _), o in zip(pending, outputs) if s is search]
+                if steps:
+                    search.advance(steps)
+            advance()
 
     def chat(
         self,
@@ -302,11 +301,11 @@ class LLM:
             )
             for conversation in as_conversations(messages)
         ]
-        prompts = [list(self.tokenizer.encode(text, add_special_tokens=False)) for text in texts]
-        outputs = self._generate(prompts, sampling_params, use_tqdm, on_progress, "LLM.chat")
-        for output, text in zip(outputs, texts):
-            output.prompt = text
-        return outputs
+        prompts = [
+            {"prompt_token_ids": list(self.tokenizer.encode(text, add_special_tokens=False)), "prompt": text}
+            for text in texts
+        ]  # the template writes the special tokens; each output's prompt is the rendered text
+        return self._generate(prompts, sampling_params, use_tqdm, on_progress, "LLM.chat")
 
     def embed(
         self,

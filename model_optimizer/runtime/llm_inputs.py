@@ -9,13 +9,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.sampling_checks import is_int, plain
 from model_optimizer.runtime.sampling_params import SamplingParams
 
 Prompt = str | list[int]
 
 PROMPTS_HINT = "a string, a list of token ids, a {'prompt': ...} or {'prompt_token_ids': ...} dict, or a list of those"
 PROMPT_KEYS = ("prompt", "prompt_token_ids")
-"""vLLM's TextPrompt and TokensPrompt dicts: {"prompt": text} or {"prompt_token_ids": ids}."""
+"""vLLM's TextPrompt and TokensPrompt dicts: {"prompt": text} or {"prompt_token_ids": ids} (and its text)."""
+EMPTY_KEYS = ("multi_modal_data", "mm_processor_kwargs", "multi_modal_uuids")
+"""vLLM's prompt-dict keys for images and audio: taken when empty (None, {}), as code written for vLLM passes them."""
 
 
 def check_engine_args(engine_args: Mapping[str, Any]) -> None:
@@ -42,39 +45,64 @@ def refuse_lora(lora_request: object) -> None:
 
 
 def as_prompt(prompt: Prompt | dict) -> Prompt:
-    """A prompt as text or token ids, a vLLM prompt dict unpacked (ValueError for a malformed one)."""
+    """A prompt as text or token ids (NumPy's or torch's too), a vLLM prompt dict unpacked (ValueError for a
+    malformed one, or one that needs more than text: check_prompt_dict)."""
     if not isinstance(prompt, dict):
-        return prompt
-    given = [k for k in PROMPT_KEYS if k in prompt]
-    unknown = sorted(set(prompt) - set(PROMPT_KEYS))
-    if unknown or len(given) != 1:
+        return prompt if isinstance(prompt, str) else plain(prompt)
+    check_prompt_dict(prompt)
+    if "prompt_token_ids" in prompt:
+        value = plain(prompt["prompt_token_ids"])  # a tuple or an array as a list, as a bare prompt is taken
+        if not isinstance(value, list):
+            raise ValueError(f"prompt_token_ids must be a list of integers, got {type(value).__name__}")
+        return value
+    return prompt["prompt"]
+
+
+def check_prompt_dict(prompt: dict) -> None:
+    """ValueError unless `prompt` is vLLM's TextPrompt ({"prompt": text}) or TokensPrompt ({"prompt_token_ids":
+    ids}, with the ids' text under "prompt" if the caller has it), its multimodal keys empty: this engine reads
+    text only, and its prefix cache is one for all requests (no cache_salt)."""
+    unknown = sorted(set(prompt) - set(PROMPT_KEYS) - set(EMPTY_KEYS) - {"cache_salt"})
+    if unknown or not set(PROMPT_KEYS) & set(prompt):
         raise ValueError(
-            f"a prompt dict has exactly one of {', '.join(PROMPT_KEYS)} (vLLM's TextPrompt / TokensPrompt), "
-            f"got keys {sorted(prompt)}"
+            f"a prompt dict is vLLM's TextPrompt {{'prompt': text}} or TokensPrompt {{'prompt_token_ids': ids}} "
+            f"(its text under 'prompt' if you have it), got keys {sorted(prompt)}"
+            + (f" (unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))})" if unknown else "")
         )
-    value = prompt[given[0]]
-    if given[0] == "prompt" and not isinstance(value, str):
-        raise ValueError(f"prompt must be text, got {type(value).__name__}")
-    if given[0] == "prompt_token_ids" and not isinstance(value, (list, tuple)):
-        raise ValueError(f"prompt_token_ids must be a list of integers, got {type(value).__name__}")
-    return list(value) if isinstance(value, tuple) else value  # a tuple as a list, as a bare prompt is taken
+    if not isinstance(prompt.get("prompt", ""), str):
+        raise ValueError(f"prompt must be text, got {type(prompt['prompt']).__name__}")
+    if given := [key for key in EMPTY_KEYS if prompt.get(key)]:
+        raise ValueError(f"{', '.join(given)} given, but this engine reads text only: give the prompt's text or ids")
+    if prompt.get("cache_salt") is not None:
+        raise ValueError("cache_salt is not supported: the prefix cache is shared by every request")
 
 
-def as_prompt_list(prompts: Prompt | dict | Sequence[Prompt | dict]) -> list[Prompt]:
-    """One prompt or a list of them (a flat list of ints is one prompt's token ids) as a list of prompts;
-    TypeError for anything that is no prompt."""
+def prompt_items(prompts: Prompt | dict | Sequence[Prompt | dict]) -> list[Prompt | dict]:
+    """One prompt or a list of them (a flat list of ints, or a 1-D array, is one prompt's token ids) as a
+    list, each a text, token ids or vLLM prompt dict; TypeError for anything that is no prompt."""
     if isinstance(prompts, (str, dict)):
-        return [as_prompt(prompts)]
+        return [prompts]
+    prompts = plain(prompts) if callable(getattr(prompts, "tolist", None)) else prompts  # NumPy's, torch's
     # bytes would pass as a list of token ids (its byte values); None or a number is no prompt at all
     if isinstance(prompts, (bytes, bytearray)) or not isinstance(prompts, Iterable):
         raise TypeError(f"prompts must be {PROMPTS_HINT}, got {type(prompts).__name__}")
-    prompts = list(prompts)
-    if prompts and all(isinstance(t, int) for t in prompts):
+    prompts = [p if isinstance(p, (str, dict)) else plain(p) for p in prompts]
+    if prompts and all(isinstance(t, int) for t in prompts):  # bools too: check_token_ids names them
         return [prompts]  # one prompt given as token ids
     for index, p in enumerate(prompts):
-        if not isinstance(p, (str, dict, list, tuple)):
+        if not isinstance(p, (str, dict, list)):
             raise TypeError(f"prompts[{index}] must be {PROMPTS_HINT}, got {type(p).__name__}")
-    return [as_prompt(p) for p in prompts]
+    return prompts
+
+
+def as_prompt_list(prompts: Prompt | dict | Sequence[Prompt | dict]) -> list[Prompt]:
+    """prompt_items, each as text or token ids."""
+    return [as_prompt(p) for p in prompt_items(prompts)]
+
+
+def given_text(item: Prompt | dict) -> str | None:
+    """The text a TokensPrompt dict gives for its ids, which its output reports as its prompt; else None."""
+    return item.get("prompt") if isinstance(item, dict) and "prompt_token_ids" in item else None
 
 
 def as_conversations(messages: Sequence[Mapping] | Sequence[Sequence[Mapping]]) -> list[list[Any]]:
@@ -140,7 +168,13 @@ def check_params(params_list: list[SamplingParams], vocab_size: int) -> None:
 def as_priorities(priority: Sequence[int] | None, num_prompts: int) -> list[int]:
     """One scheduling priority per prompt (0 each when none is given); ValueError for another count or a
     value that is no integer."""
-    priorities = [0] * num_prompts if priority is None else list(priority)
-    if len(priorities) != num_prompts or not all(isinstance(p, int) and not isinstance(p, bool) for p in priorities):
+    priorities = [0] * num_prompts if priority is None else plain(list(priority))
+    if len(priorities) != num_prompts or not all(is_int(p) for p in priorities):
         raise ValueError(f"priority must be a list of {num_prompts} integers (one per prompt), got {priority!r}")
     return priorities
+
+
+def check_concurrency_limit(concurrency_limit: int | None) -> None:
+    """ValueError unless beam_search's concurrency_limit is None (every prompt at once) or an integer >= 1."""
+    if concurrency_limit is not None and not (is_int(concurrency_limit) and concurrency_limit >= 1):
+        raise ValueError(f"concurrency_limit must be an integer >= 1 or None (all prompts), got {concurrency_limit!r}")

@@ -164,6 +164,13 @@ def test_an_image_part_is_refused_not_dropped(qwen3_llm):
         qwen3_llm.chat(messages, GREEDY)
 
 
+@pytest.mark.parametrize("part", [{"type": "text"}, {"type": "text", "text": 5}, {"type": "refusal", "text": "no"}])
+def test_a_text_part_without_its_text_is_refused(qwen3_llm, part):
+    """Else the parts' Python repr would have been the prompt."""
+    with pytest.raises(ValueError, match="content part needs a string"):
+        qwen3_llm.chat([{"role": "user", "content": [part]}], GREEDY)
+
+
 def test_parts_that_are_text_render_as_text(qwen3_llm):
     """input_text and output_text (the Responses API's) and an assistant's refusal count as text, as on the
     server; a part without a type is a text part."""

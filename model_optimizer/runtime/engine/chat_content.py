@@ -80,6 +80,8 @@ def _texts(content: Any) -> list[str] | None:
         if isinstance(kind, str) and kind not in TEXT_PARTS:
             raise ValueError(f"only text content parts are supported ({', '.join(TEXT_PARTS)}), got {kind!r}")
         text = part.get(TEXT_PARTS[kind]) if isinstance(kind, str) else None
+        if isinstance(kind, str) and not isinstance(text, str):  # {"type": "text"}: its repr would be the prompt
+            raise ValueError(f"a {kind!r} content part needs a string {TEXT_PARTS[kind]!r}, got {part!r}")
         if not isinstance(text, str):
             return None  # not a part this module can read: as given, for the template
         texts.append(text)

@@ -99,6 +99,8 @@ class StructuredOutputs:
 
     @classmethod
     def choice(cls, options: list[str]) -> StructuredOutputs:
+        if isinstance(options, str):  # list("abc") would be the choices a, b and c
+            raise ValueError(f"choice takes a list of strings, got the string {options!r}")
         return cls("choice", json.dumps(list(options)))
 
     @classmethod

@@ -32,6 +32,8 @@ def test_constraints_travel_to_the_core_and_compare_by_value():
         (lambda: StructuredOutputs.json("[1]"), "must be an object"),
         (lambda: StructuredOutputs.choice([]), "non-empty list"),
         (lambda: StructuredOutputs.choice(["a", ""]), "non-empty list"),
+        (lambda: StructuredOutputs.choice("abc"), "list of strings, got the string 'abc'"),
+        (lambda: SamplingParams(structured_outputs={"choice": "abc"}), "list of strings"),
         (lambda: StructuredOutputs.regex(""), "must not be empty"),
         (lambda: SamplingParams(structured_outputs="json"), "must be a StructuredOutputs"),
         (lambda: SamplingParams(structured_outputs={"regex": "a", "choice": ["a"]}), "exactly one"),
