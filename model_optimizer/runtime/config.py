@@ -163,8 +163,8 @@ class EngineConfig:
 
     speculative_config: str | dict | None = None
     """Speculative decoding, as vLLM's JSON: {"method": "ngram", "num_speculative_tokens": 4,
-    "prompt_lookup_max": 4} (prompt lookup) or {"model": DRAFT_FOLDER, "num_speculative_tokens": 4} (a
-    smaller model with the same vocabulary). Greedy output is unchanged and sampling keeps the model's
+    "prompt_lookup_max": 4} (prompt lookup) or {"model": DRAFT, "num_speculative_tokens": 4} (a
+    smaller model with the same vocabulary: a folder or a Hub id). Greedy output is unchanged and sampling keeps the model's
     distribution; speculation turns itself off for batch sizes where it measures slower. Empty: off."""
 
     def __post_init__(self) -> None:

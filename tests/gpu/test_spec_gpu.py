@@ -1,7 +1,7 @@
 """Speculative decoding on a real GPU, CUDA graphs on: greedy tokens identical to the engine without it
 (float32, so no bf16 tie can flip an argmax between the decode and verify kernels), the uniform verify and
-draft catch-up graphs actually replayed, and seeded sampling through the fused sampler reproducible (with
-n-gram proposals, the very tokens sampled without speculation)."""
+draft catch-up graphs actually replayed (a latent-attention draft's too), and seeded sampling through the
+fused sampler the very tokens sampled without speculation, with n-gram proposals and with a draft model."""
 
 from __future__ import annotations
 
@@ -43,15 +43,15 @@ def _count_replays(runner) -> list:
     return replays
 
 
-@pytest.mark.parametrize("method", ["ngram", "self_draft", "other_draft"])
+DRAFTS = {"self_draft": "qwen3", "other_draft": "qwen3_hd64", "latent_draft": "deepseek_v2"}
+"""The draft of each method but n-gram; deepseek_v2's cache holds one latent row per token."""
+
+
+@pytest.mark.parametrize("method", ["ngram", *DRAFTS])
 def test_greedy_tokens_identical_with_graphs(tiny_model, reference, method):
     target = str(tiny_model("qwen3"))
     spec = {"num_speculative_tokens": K, "adaptive": False}
-    spec |= (
-        {"method": "ngram"}
-        if method == "ngram"
-        else {"model": target if method == "self_draft" else str(tiny_model("qwen3_hd64"))}
-    )
+    spec |= {"method": "ngram"} if method == "ngram" else {"model": str(tiny_model(DRAFTS[method]))}
     llm = LLM(target, speculative_config=spec, **ENGINE)
     verify = _count_replays(llm.runner.verify_runner)
     drafts = [_count_replays(r) for r in llm.runner.drafter.padded_runners] if llm.runner.drafter else []
@@ -73,12 +73,15 @@ def test_graphed_and_eager_speculation_agree(tiny_model):
 
 
 def test_seeded_sampling_is_reproducible(tiny_model):
+    """Point-mass proposals (n-gram, and a draft's for a seeded request, drawn with the fused sampler's noise
+    for that position) keep each position's plain draw: the very tokens sampled without speculation."""
     target = str(tiny_model("qwen3"))
     params = SamplingParams(temperature=0.8, seed=3, max_tokens=24, ignore_eos=True, n=2)
     plain = [[c.token_ids for c in o.outputs] for o in LLM(target, **ENGINE).generate(prompts(), params)]
     for spec in ({"method": "ngram", "num_speculative_tokens": K}, {"model": target, "num_speculative_tokens": K}):
         llm = LLM(target, speculative_config={**spec, "adaptive": False}, **ENGINE)
         first = [[c.token_ids for c in o.outputs] for o in llm.generate(prompts(), params)]
-        assert first == [[c.token_ids for c in o.outputs] for o in llm.generate(prompts(), params)]
-        if "method" in spec:  # point-mass proposals draw each position as a plain step would: the same tokens
-            assert first == plain
+        assert first == [[c.token_ids for c in o.outputs] for o in llm.generate(prompts(), params)] == plain
+        stats = llm.engine.stats()
+        if "model" in spec:  # the target as its own draft, drawing with the target's noise: all kept
+            assert stats.spec_num_accepted_tokens == stats.spec_num_draft_tokens > 0

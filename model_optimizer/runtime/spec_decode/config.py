@@ -34,7 +34,8 @@ class SpeculativeConfig:
     num_speculative_tokens: int
     """Proposals verified per step and request (k): a step yields 1 to k + 1 tokens."""
     model: str | None = None
-    """Draft checkpoint folder (draft_model): same vocabulary as the target, any smaller size."""
+    """Draft checkpoint (draft_model): a folder or a Hugging Face Hub id, as the target's --model; same vocabulary
+    as the target, any smaller size."""
     prompt_lookup_min: int = 1
     """ngram: shortest suffix of the request's tokens looked up."""
     prompt_lookup_max: int = 4

@@ -18,20 +18,21 @@ draft ever computed those is not known. Nothing waits for the device.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.scheduler_output import SchedulerOutput
-from model_optimizer.runtime.layers.attention import AttentionMetadata, bind_kv_caches
-from model_optimizer.runtime.layers.sampler import SampledTokens, reduce_logprobs
+from model_optimizer.runtime.hub import resolve_model
+from model_optimizer.runtime.layers.attention import AttentionMetadata, bind_kv_caches, kv_cache_shape
+from model_optimizer.runtime.layers.sampler import SampledTokens, Sampler, reduce_logprobs
 from model_optimizer.runtime.models.loader import load_model
 from model_optimizer.runtime.runner.decode_runner import DecodeRunner
 from model_optimizer.runtime.runner.input_batch import CachedRequestState, InputBatch
 from model_optimizer.runtime.spec_decode.config import SpeculativeConfig
-from model_optimizer.runtime.spec_decode.rejection import apply_rejection, draft_sample
+from model_optimizer.runtime.spec_decode.rejection import apply_rejection, draft_sample, verified_by_rejection
 from model_optimizer.runtime.spec_decode.verify import VerifyRows, proposal_rows, rejection_batch
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class Proposal:
 
 class Drafter:
     def __init__(self, spec: SpeculativeConfig, config: EngineConfig, device: torch.device, vocab_size: int) -> None:
-        folder = Path(spec.model or "").expanduser()
+        folder = resolve_model(spec.model or "", what="draft model")  # a folder, or a Hub id as the target takes
         if not (folder / "config.json").is_file():
             raise ValueError(f"speculative_config: draft model folder {folder} has no config.json")
         load_format = "dummy" if config.load_format == "dummy" else "auto"  # benchmarks: dummy target, dummy draft
@@ -72,7 +73,9 @@ class Drafter:
             )
         self.config, self.device = config, device
         self.dtype = next(self.model.parameters()).dtype
-        self.generator = torch.Generator(device=device).manual_seed(config.seed + 1)
+        self.sampler = Sampler(device, config.seed + 1)
+        """Draws the proposals: a seeded request's as the target's sampler draws them (rejection.py), the others'
+        from its generator, which also draws the rejection rule's noise."""
         self.computed: dict[str, int] = {}
         """Request id -> tokens whose KV the draft has (see the module docstring)."""
         self.batch: InputBatch | None = None
@@ -82,9 +85,10 @@ class Drafter:
         self.kv_caches: list[torch.Tensor] = []
 
     def bytes_per_block(self) -> int:
-        a = self.args
+        """The draft's KV-cache bytes of one block over all its layers, in its own cache layout (kv_cache_shape:
+        K and V planes, or a latent-attention model's one row per token)."""
         element = torch.tensor([], dtype=self.dtype).element_size()
-        return 2 * a.num_layers * self.config.block_size * self.model.local_num_kv_heads * a.head_dim * element
+        return self.args.num_layers * math.prod(kv_cache_shape(self.model, 1, self.config.block_size)) * element
 
     def start(self, batch: InputBatch, num_blocks: int, max_model_len: int) -> None:
         """Allocate the draft's KV cache (as many blocks as the target's) and, on CUDA, capture its decode graphs
@@ -94,9 +98,8 @@ class Drafter:
                 f"speculative_config: the draft model handles {self.args.max_position_embeddings} positions, fewer "
                 f"than max_model_len {max_model_len}; lower --max-model-len"
             )
-        a, bs = self.args, self.config.block_size
-        shape = (2, num_blocks, bs, self.model.local_num_kv_heads, a.head_dim)
-        self.kv_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(a.num_layers)]
+        shape = kv_cache_shape(self.model, num_blocks, self.config.block_size)  # the draft's own layout
+        self.kv_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.args.num_layers)]
         bind_kv_caches(self.model, self.kv_caches)
         self.batch = batch
         if self.device.type == "cuda":
@@ -137,7 +140,7 @@ class Drafter:
         batch = rejection_batch(rows, proposal.draft_ids, proposal.draft_probs)
         if batch is None:
             return sampled
-        token_ids = apply_rejection(sampled.token_ids, logits, batch, self.generator)
+        token_ids = apply_rejection(sampled.token_ids, logits, batch, self.sampler.generator)
         logprobs = sampled.logprobs
         if logprobs is not None:
             k = max(b.params.logprobs for b in rows.batch if b.params.logprobs is not None)
@@ -200,11 +203,11 @@ class Drafter:
         if logits is None:
             return {}
         batch = [s.sampling_input(len(s.output_token_ids)) for s in states]
-        drawn, q = draft_sample(logits, batch, self.generator)
-        # q only for sampled requests: a greedy one's row is unused (all zeros), and would make its verification
-        # a rejection sampling at temperature 0 when it shares a batch with a sampled one
+        drawn, q = draft_sample(logits, batch, self.sampler)
+        # q only for requests verified by rejection: a greedy or seeded one's row is unused (all zeros), and would
+        # make its verification a rejection sampling against nothing when it shares a batch with such a request
         return {
-            s.request_id: (drawn[i], None if q is None or b.params.greedy else q[i])
+            s.request_id: (drawn[i], q[i] if q is not None and verified_by_rejection(b.params) else None)
             for i, (s, b) in enumerate(zip(states, batch))
         }
 
@@ -242,7 +245,7 @@ class Drafter:
             )
             logits, sampled_states = self._forward(out, {ids[i]: (states[i], i) for i in active}, draft_ids[:, j - 1])
             batch = [s.sampling_input(len(s.output_token_ids) + 1) for s in sampled_states]
-            drawn, q = draft_sample(logits, batch, self.generator)  # type: ignore[arg-type]
+            drawn, q = draft_sample(logits, batch, self.sampler)  # type: ignore[arg-type]
             row_of = {s.request_id: r for r, s in enumerate(sampled_states)}
             rows = [row_of[ids[i]] for i in active]
             draft_ids[torch.tensor(active, device=self.device), j] = drawn[torch.tensor(rows, device=self.device)]

@@ -1,19 +1,23 @@
 """Rejection sampling for proposals drawn from a draft model's distribution q.
 
-Greedy requests, and any proposal that is a single token, need none of this: verify.py keeps a
-proposal while it equals the target's own draw. A draft model that samples (temperature > 0)
-proposes d ~ q, and keeping the target's distribution p then takes the standard rule, applied
-position by position: accept d with probability min(1, p(d) / q(d)); at the first rejection emit a
-token drawn from the residual max(0, p - q) (normalized) and stop; when every proposal is accepted
-the target's own draw at the next position is the bonus token. Each emitted token is then distributed
-exactly as p given the tokens before it (tests/runtime/spec_decode/test_rejection.py checks this on a
-small vocabulary against the exact distribution).
+Greedy requests, seeded ones, and any proposal that is a single token (n-gram) need none of this:
+verify.py keeps a proposal while it equals the target's own draw. A draft model draws a seeded request's
+proposals with the noise the target's sampler draws those output positions with (`draft_sample`): the
+proposal is the target's own draw wherever the two distributions lead that noise to the same token (every
+time for a draft equal to the target), and the request yields exactly the tokens of a run without
+speculation, whichever steps speculate (the policy decides that from measured times, which differ run to
+run). An unseeded request that samples (temperature > 0) proposes d ~ q, and keeping the target's
+distribution p then takes the standard rule, applied position by position: accept d with probability
+min(1, p(d) / q(d)); at the first rejection emit a token drawn from the residual max(0, p - q)
+(normalized) and stop; when every proposal is accepted the target's own draw at the next position is the
+bonus token. Each emitted token is then distributed exactly as p given the tokens before it
+(tests/runtime/spec_decode/test_rejection.py checks this on a small vocabulary against the exact
+distribution).
 
 `apply_rejection` rewrites a verifying step's sampled rows so that verify.py's prefix rule (keep
 proposals while the row's token equals them, then the row's token) yields exactly this: accepted rows
 hold their proposal, the first rejected row holds the residual draw (never the rejected proposal, whose
-residual is 0), and a fully accepted request keeps its last row's draw. Randomness is per request:
-seeded requests draw from generators keyed by (seed, output position, purpose), so they reproduce.
+residual is 0), and a fully accepted request keeps its last row's draw.
 """
 
 from __future__ import annotations
@@ -22,59 +26,37 @@ from dataclasses import dataclass
 
 import torch
 
-from model_optimizer.runtime.layers.sampler import SamplingInput, _filtered_probs
+from model_optimizer.runtime.device import to_device
+from model_optimizer.runtime.layers.sampler import Sampler, SamplingInput, _filtered_probs
 from model_optimizer.runtime.sampling_params import SamplingParams
 
-_DRAFT, _ACCEPT, _RESIDUAL = 1, 2, 3
-"""Purposes of seeded noise, so a seeded request's draws for different uses never coincide."""
 
-
-def _generator(seed: int, position: int, purpose: int, device: torch.device) -> torch.Generator:
-    return torch.Generator(device=device).manual_seed(hash((seed, position, purpose)) & (2**63 - 1))
-
-
-def _noise(
-    shape: tuple[int, ...],
-    seeds: list[tuple[int | None, int]],
-    purpose: int,
-    generator: torch.Generator,
-    exponential: bool,
-) -> torch.Tensor:
-    """Per-row noise (rows first), Exp(1) or U(0, 1): rows with a (seed, output position) from their own
-    generators, the others from `generator`."""
-    device = generator.device
-    noise = torch.empty(shape, dtype=torch.float32, device=device)
-
-    def draw(tensor: torch.Tensor, g: torch.Generator) -> None:
-        tensor.exponential_(generator=g) if exponential else tensor.uniform_(generator=g)
-
-    draw(noise, generator)
-    for i, (seed, position) in enumerate(seeds):
-        if seed is not None:
-            draw(noise[i], _generator(seed, position, purpose, device))
-    return noise
-
-
-def _seeds(params: list[SamplingParams], positions: list[int]) -> list[tuple[int | None, int]]:
-    return [(p.seed, position) for p, position in zip(params, positions)]
+def verified_by_rejection(params: SamplingParams) -> bool:
+    """Whether a request's draft proposals go through the rejection rule: it samples, without a seed."""
+    return not params.greedy and params.seed is None
 
 
 def draft_sample(
-    logits: torch.Tensor, batch: list[SamplingInput], generator: torch.Generator
+    logits: torch.Tensor, batch: list[SamplingInput], sampler: Sampler
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A draft model's proposals: (ids (rows,) int64, q (rows, vocab) float32 or None when every row is greedy).
+    """A draft model's proposals: (ids (rows,) int64, q (rows, vocab) float32, or None when no row is verified
+    by rejection).
 
-    Greedy rows take the argmax (a point mass: their q row is unused); the others draw from their
-    filtered distribution (temperature, top-k, top-p, min-p), which is q."""
+    Greedy rows take the argmax. Seeded rows draw as the target's sampler draws their output position
+    (`sampler`, the draft's own Sampler: the same rule, and noise keyed by seed and position alone). Both are
+    verified as point masses; their q rows are unused. The other rows draw from their filtered distribution
+    (temperature, top-k, top-p, min-p), which is q, with the sampler's generator."""
     ids = logits.argmax(dim=-1)
-    sampled = [i for i, b in enumerate(batch) if not b.params.greedy]
+    seeded = [i for i, b in enumerate(batch) if not b.params.greedy and b.params.seed is not None]
+    if seeded:
+        rows = to_device(seeded, logits.device, torch.int64)
+        ids[rows] = sampler.sample(logits[rows], [batch[i] for i in seeded]).token_ids
+    sampled = [i for i, b in enumerate(batch) if verified_by_rejection(b.params)]
     if not sampled:
         return ids, None
-    rows = torch.tensor(sampled, device=logits.device)
-    params = [batch[i].params for i in sampled]
-    probs = _filtered_probs(logits[rows].float(), params)
-    seeds = _seeds(params, [batch[i].output_index for i in sampled])
-    noise = _noise(probs.shape, seeds, _DRAFT, generator, exponential=True)
+    rows = to_device(sampled, logits.device, torch.int64)
+    probs = _filtered_probs(logits[rows].float(), [batch[i].params for i in sampled])
+    noise = torch.empty_like(probs).exponential_(generator=sampler.generator)
     ids[rows] = (probs / noise).argmax(dim=-1)  # the exponential race: a draw from probs
     q = torch.zeros(logits.shape, dtype=torch.float32, device=logits.device)
     q[rows] = probs
@@ -94,8 +76,6 @@ class RejectionBatch:
     draft_probs: torch.Tensor
     """(R, K, vocab) float32: q at each proposal."""
     params: list[SamplingParams]
-    positions: list[list[int]]
-    """Per request, its first row's output position (first item; seeds its acceptance and residual draws)."""
 
 
 def rejection_tokens(target_probs: torch.Tensor, batch: RejectionBatch, generator: torch.Generator) -> torch.Tensor:
@@ -107,8 +87,7 @@ def rejection_tokens(target_probs: torch.Tensor, batch: RejectionBatch, generato
     ids = batch.draft_ids
     p_d = target_probs[:, :K].gather(-1, ids[..., None])[..., 0]  # (R, K)
     q_d = batch.draft_probs.gather(-1, ids[..., None])[..., 0]
-    seeds = _seeds(batch.params, [pos[0] for pos in batch.positions])
-    uniform = _noise((R, K), seeds, _ACCEPT, generator, exponential=False)
+    uniform = torch.rand((R, K), generator=generator, device=device)
     valid = torch.arange(K, device=device)[None, :] < batch.num_draft[:, None]
     accept = (uniform * q_d < p_d) & valid  # u < p / q, without dividing by a q of 0
     num_accepted = accept.long().cumprod(dim=1).sum(dim=1)  # (R,)
@@ -117,7 +96,7 @@ def rejection_tokens(target_probs: torch.Tensor, batch: RejectionBatch, generato
     residual = (p_at - batch.draft_probs[torch.arange(R, device=device), at]).clamp(min=0)
     empty = residual.sum(dim=-1, keepdim=True) <= 0  # p <= q nowhere: only float rounding gets here
     residual = torch.where(empty, p_at, residual)
-    noise = _noise(residual.shape, seeds, _RESIDUAL, generator, exponential=True)
+    noise = torch.empty_like(residual).exponential_(generator=generator)
     recovered = (residual / noise).argmax(dim=-1)  # a draw from the normalized residual
     tokens = torch.full((R, K + 1), -1, dtype=torch.int64, device=device)
     tokens[:, :K] = torch.where(valid, ids, -1)

@@ -8,9 +8,11 @@ they equal its own draw, then its draw at the first mismatch, or at the end (the
 proposal that is one token (n-gram, and any greedy request) that is rejection sampling with the
 proposal as a point mass, accepted with probability p(token), otherwise a draw from p without it, and
 it keeps more than the distribution: a greedy or seeded request yields exactly the tokens it would
-without speculation. A draft model that samples (temperature > 0) has a proposal distribution q of its
-own; rejection.py rewrites those requests' rows so that the same prefix rule applies (accept with
-probability min(1, p/q), else a draw from the residual).
+without speculation. So does a seeded request's proposal from a draft model, drawn with the noise the
+target draws that position with (rejection.py). A draft model's proposals for an unseeded request that
+samples (temperature > 0) come from a distribution q of its own; rejection.py rewrites those requests'
+rows so that the same prefix rule applies (accept with probability min(1, p/q), else a draw from the
+residual).
 
 The draw happens on the device; the prefix rule runs on the host in `collect`, on ids that came back
 anyway, so verification adds no device work but the extra rows' logits and draws.
@@ -98,8 +100,9 @@ def proposal_rows(out: SchedulerOutput) -> tuple[list[int], list[tuple[int, int]
 def rejection_batch(
     rows: VerifyRows, draft_ids: torch.Tensor, draft_probs: dict[int, torch.Tensor]
 ) -> RejectionBatch | None:
-    """The requests whose proposals a draft model sampled from q (not greedy), for rejection.apply_rejection;
-    None when there are none. `draft_probs`: index among the verifying requests -> q (k, vocab)."""
+    """The requests whose proposals a draft model sampled from q (unseeded, not greedy), for
+    rejection.apply_rejection; None when there are none. `draft_probs`: index among the verifying requests ->
+    q (k, vocab)."""
     if not draft_probs:
         return None
     K = draft_ids.shape[1]
@@ -116,14 +119,12 @@ def rejection_batch(
     probs = torch.zeros(len(picked), K, vocab, dtype=torch.float32, device=device)
     for r, (i, _, _, k) in enumerate(picked):
         probs[r, :k] = draft_probs[i][:k]
-    first = [rows.batch[at].output_index for _, _, at, _ in picked]
     return RejectionBatch(
         target_rows=target_rows,
         num_draft=torch.tensor([k for *_, k in picked], device=device),
         draft_ids=draft_ids[torch.tensor([i for i, *_ in picked], device=device)],
         draft_probs=probs,
         params=[state.params for _, state, _, _ in picked],
-        positions=[[p] for p in first],
     )
 
 

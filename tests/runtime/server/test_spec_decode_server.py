@@ -1,6 +1,7 @@
 """Speculative decoding through the real server: greedy completions (and their logprobs) identical to a
 server without it, in-process and in an engine-core process of its own, and vLLM's spec_decode counters
-on /metrics, consistent with each other; the periodic stats line reports the mean acceptance length."""
+on /metrics, consistent with each other; a client that hangs up mid-speculation leaves nothing behind; the
+periodic stats line reports the mean acceptance length."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.server.config import ServerConfig
 from model_optimizer.runtime.server.stats_log import stats_line
 from tests.runtime.server.conftest import CAPS, ENGINE_ARGS
-from tests.runtime.server.live import start_server
+from tests.runtime.server.live import metric, start_server, wait_for
 
 SPEC = {"method": "ngram", "num_speculative_tokens": 3, "adaptive": False}
 PROMPTS = ["one two three one two three one two", "the cat sat on the mat. the cat", "zq"]
@@ -85,6 +86,43 @@ def test_engine_core_process_gives_the_same_completions(server, tiny_model):
     try:
         same(completions(live.url), completions(server.url))
         assert "vllm:spec_decode_num_drafts_total" in httpx.get(f"{live.url}/metrics").text
+    finally:
+        live.stop()
+
+
+def test_a_client_dropped_mid_speculation_leaves_nothing_behind(tiny_model):
+    """A draft-model server, held by its step gate so the drop provably comes between verifying steps: the
+    aborted completions free every KV block, the counters stay consistent, and once the next request has
+    run, neither the runner nor the draft holds anything of them."""
+    from model_optimizer import LLM
+
+    target = str(tiny_model("qwen3"))
+    spec = {"model": target, "num_speculative_tokens": 3, "adaptive": False}
+    llm = LLM(target, speculative_config=spec, **ENGINE_ARGS)
+    live = start_server(llm, ServerConfig(served_model_name="tiny", **CAPS))
+    engine = live.state.engine
+    body = {"prompt": PROMPTS[0], "max_tokens": 60, "ignore_eos": True, "stream": True, "n": 2, "temperature": 0.8}
+    try:
+        with engine.gate.held() as gate:
+            with httpx.stream("POST", f"{live.url}/v1/completions", json=body, timeout=WAIT) as r:
+                assert r.status_code == 200 and gate.wait_parked(WAIT)
+                assert gate.run_until(lambda: engine.stats.spec_num_drafts >= 4, WAIT)  # both, twice each
+                lines = r.iter_lines()  # kept referenced: a dropped iterator closes the response (a disconnect)
+                next(line for line in lines if line.startswith("data: {"))
+                assert engine.stats.num_free_blocks < engine.stats.num_blocks
+                dropped = set(llm.runner.drafter.computed)  # both completions, as the engine names them
+                assert len(dropped) == 2 and dropped <= set(llm.runner.batch.requests)
+            wait_for(lambda: live.state.num_admitted == 0, "the server saw the client leave")
+            assert gate.wait_parked(WAIT)  # the aborts are applied, the engine still held
+            stats = engine.stats
+            assert stats.num_free_blocks == stats.num_blocks and stats.num_running == stats.num_waiting == 0
+        assert stats.spec_num_accepted_tokens == stats.spec_num_draft_tokens == 3 * stats.spec_num_drafts
+        assert sum(stats.spec_accepted_per_pos) == stats.spec_num_accepted_tokens
+        scraped = httpx.get(f"{live.url}/metrics").text
+        assert metric(scraped, "vllm:spec_decode_num_draft_tokens_total") == stats.spec_num_draft_tokens
+        after = httpx.post(f"{live.url}/v1/completions", json={**body, "stream": False, "n": 1}, timeout=WAIT)
+        assert after.status_code == 200
+        assert not dropped & (set(llm.runner.drafter.computed) | set(llm.runner.batch.requests))
     finally:
         live.stop()
 

@@ -35,7 +35,6 @@ def _emit(p: torch.Tensor, q: torch.Tensor, seed: int) -> tuple[torch.Tensor, to
         draft_ids=drafts,
         draft_probs=q.expand(TRIALS, K, VOCAB),
         params=[SamplingParams(temperature=1.0)] * TRIALS,
-        positions=[[0] * (K + 1)] * TRIALS,
     )
     tokens = rejection_tokens(p.expand(TRIALS, K + 1, VOCAB), batch, g)
     # the host's prefix rule (verify.accepted_prefix), vectorized: keep proposals while the row equals them

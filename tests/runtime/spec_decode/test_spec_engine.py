@@ -100,15 +100,16 @@ def test_preemption(target, reference, method):
 
 @pytest.mark.parametrize("async_scheduling", [True, False])
 def test_n_completions_and_seeded_sampling(target, async_scheduling):
-    """n = 3 seeded samples: with n-gram proposals exactly the tokens sampled without speculation (each
-    position draws with the same seeded noise); with a sampling draft model, reproducible run to run."""
+    """n = 3 seeded samples: exactly the tokens sampled without speculation, run to run, with n-gram proposals
+    (each position draws with the same seeded noise) and with a sampling draft model (whose proposals for a
+    seeded request are drawn with that noise too)."""
     params = SamplingParams(n=3, temperature=0.9, top_p=0.95, seed=11, max_tokens=20, ignore_eos=True)
     plain = LLM(str(target), async_scheduling=async_scheduling, **CPU).generate(prompts(), params)
     with_ngram = LLM(str(target), async_scheduling=async_scheduling, speculative_config=ngram(), **CPU)
     assert tokens(with_ngram.generate(prompts(), params)) == tokens(plain)
     with_draft = LLM(str(target), async_scheduling=async_scheduling, speculative_config=draft(target), **CPU)
     first, second = with_draft.generate(prompts(), params), with_draft.generate(prompts(), params)
-    assert tokens(first) == tokens(second)
+    assert tokens(first) == tokens(second) == tokens(plain)
     assert all(len(c.token_ids) == 20 for o in first for c in o.outputs)
 
 
@@ -171,8 +172,10 @@ def test_draft_with_another_vocabulary_is_refused(target, tiny_model):
 
 
 def test_missing_draft_folder_is_refused(target, tmp_path):
-    with pytest.raises(ValueError, match="no config.json"):
+    with pytest.raises(FileNotFoundError, match="draft model folder .* does not exist"):
         LLM(str(target), speculative_config=draft(tmp_path / "nowhere"), **CPU)
+    with pytest.raises(ValueError, match="no config.json"):
+        LLM(str(target), speculative_config=draft(tmp_path), **CPU)
 
 
 def test_padded_uniform_steps_give_the_same_tokens(target, reference):
@@ -253,13 +256,18 @@ def test_every_verifying_decode_step_has_the_graphed_shape(target, reference, me
 
 
 @pytest.mark.parametrize("budget", [None, 7])
-def test_greedy_requests_beside_sampled_ones_keep_their_tokens(target, other_draft, reference, budget):
-    """A draft's q rows belong to its sampled requests only: a greedy request batched with a sampled one was
-    verified as sampled at temperature 0 (token 0), and with a small budget the proposals' q lists came out
-    shorter than their proposals (a RuntimeError)."""
-    sampled = SamplingParams(temperature=0.8, seed=7, max_tokens=24, ignore_eos=True)
+def test_greedy_and_seeded_requests_beside_sampled_ones_keep_their_tokens(target, other_draft, reference, budget):
+    """A draft's q rows belong to its unseeded sampled requests only (the rejection rule's): a greedy request
+    batched with a sampled one was verified as sampled at temperature 0 (token 0), and with a small budget the
+    proposals' q lists came out shorter than their proposals (a RuntimeError). Greedy and seeded requests in
+    such a batch yield the tokens of a run without speculation."""
+    sampled = SamplingParams(temperature=0.8, max_tokens=24, ignore_eos=True)
+    seeded = SamplingParams(temperature=0.8, seed=7, max_tokens=24, ignore_eos=True)
     budgeted = {} if budget is None else {"max_num_batched_tokens": budget}
     llm = LLM(str(target), speculative_config=draft(other_draft), **budgeted, **CPU)
-    mixed = [p for pair in zip([GREEDY] * len(prompts()), [sampled] * len(prompts())) for p in pair]
-    outputs = llm.generate([p for p in prompts() for _ in range(2)], mixed, use_tqdm=False)
-    assert_same(outputs[::2], reference)
+    mixed = [p for _ in prompts() for p in (GREEDY, sampled, seeded)]
+    outputs = llm.generate([p for p in prompts() for _ in range(3)], mixed, use_tqdm=False)
+    assert_same(outputs[::3], reference)
+    assert tokens(outputs[2::3]) == tokens(LLM(str(target), **CPU).generate(prompts(), seeded, use_tqdm=False))
+    assert all(len(o.outputs[0].token_ids) == 24 for o in outputs[1::3])
+    assert llm.engine.stats().spec_num_drafts > 0

@@ -4,6 +4,8 @@ tokens, proposals never causing a preemption, and the counters."""
 
 from __future__ import annotations
 
+import pytest
+
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager
 from model_optimizer.runtime.engine.request import NONFINITE_TOKEN, Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler import Scheduler
@@ -105,3 +107,21 @@ def test_nonfinite_among_the_kept_tokens_fails_the_request():
     out = s.schedule({"a": [51, 52]})
     s.update_from_output(out, {"a": ([51, NONFINITE_TOKEN], None)})
     assert req.status is RequestStatus.FINISHED_ERROR and req.output_token_ids == [50]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="scheduler.py _schedule_running: a request's proposals take blocks before the requests after it have "
+    "their decode token's, so those are preempted (README: proposals never preempt anyone)",
+)
+def test_proposals_never_preempt_another_request():
+    """One free block: 'a' decodes inside its blocks, 'b' needs the free block for its next token. Proposals
+    for 'a' (positions past its blocks) must not take that block and cost 'b' a preemption."""
+    s = make(num_blocks=5)
+    for rid, prompt in (("a", 6), ("b", 8)):
+        s.add_request(Request(rid, list(range(100, 100 + prompt)), SamplingParams(max_tokens=6), max_tokens=6))
+    out = s.schedule()  # a in 2 blocks (positions 0..7), b in 2 (0..7)
+    s.update_from_output(out, {rid: (50, None) for rid in out.sampling_request_ids})
+    s.kv_cache.pool.allocate(s.kv_cache.pool.num_free_blocks - 1)  # someone else's: one block stays free
+    out = s.schedule({"a": [1, 2, 3]})  # a: positions 6..9 would need a third block; b: position 8 needs one
+    assert s.num_preemptions == 0 and out.num_scheduled_tokens == {"a": 1, "b": 1}
