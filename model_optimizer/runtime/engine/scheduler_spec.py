@@ -42,6 +42,25 @@ class SpeculativeSteps:
         room = min(budget - 1, self.config.max_model_len - request.num_tokens)
         return spec[: max(room, 0)]
 
+    def _spare_for_proposals(self, request: Request, spec: list[int], later: list[Request]) -> list[int]:
+        """`spec`, or none of it when the blocks it adds beyond the request's own token would leave fewer free
+        blocks than the running requests after it need for their own next token: proposals only take what no
+        one else needs this step, so they never cost another request a preemption."""
+        if not spec:
+            return spec
+        kv = self.kv_cache
+        own = request.num_computed_tokens + 1
+        held = len(kv.block_tables.get(request.request_id, ()))
+        extra = kv.blocks_needed(own + len(spec)) - max(kv.blocks_needed(own), held)
+        if extra <= 0:
+            return spec
+        reserve = sum(
+            1
+            for r in later
+            if kv.blocks_needed(r.num_computed_tokens + 1) > len(kv.block_tables.get(r.request_id, ()))
+        )
+        return spec if kv.pool.num_free_blocks - extra >= reserve else []
+
     def _append_verified(
         self, request: Request, out: SchedulerOutput, token_ids: list[int], logprobs: list | None
     ) -> None:

@@ -4,8 +4,6 @@ tokens, proposals never causing a preemption, and the counters."""
 
 from __future__ import annotations
 
-import pytest
-
 from model_optimizer.runtime.engine.kv_cache import KVCacheManager
 from model_optimizer.runtime.engine.request import NONFINITE_TOKEN, Request, RequestStatus
 from model_optimizer.runtime.engine.scheduler import Scheduler
@@ -109,11 +107,6 @@ def test_nonfinite_among_the_kept_tokens_fails_the_request():
     assert req.status is RequestStatus.FINISHED_ERROR and req.output_token_ids == [50]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="scheduler.py _schedule_running: a request's proposals take blocks before the requests after it have "
-    "their decode token's, so those are preempted (README: proposals never preempt anyone)",
-)
 def test_proposals_never_preempt_another_request():
     """One free block: 'a' decodes inside its blocks, 'b' needs the free block for its next token. Proposals
     for 'a' (positions past its blocks) must not take that block and cost 'b' a preemption."""
