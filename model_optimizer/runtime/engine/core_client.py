@@ -262,8 +262,9 @@ class ProcessClient:
 
     def _process_ended(self) -> None:
         self._drain()  # what it sent before it ended (its own error, say) comes first
-        code = self.handle.exitcode()
-        self._fail(EngineDeadError(f"the engine core process exited (exit code {code})"))
+        code = self.handle.exitcode()  # None in a frontend that did not start it: only its parent can read it
+        how = "" if code is None else f" (exit code {code})"
+        self._fail(EngineDeadError(f"the engine core process exited{how}"))
 
     def _fail(self, exc: BaseException) -> None:
         if self._failed or self._closed:

@@ -11,7 +11,9 @@ does it).
 Faults: a frontend that dies makes the first one exit non-zero (a supervisor restarts the lot); the
 others watch the first one (and end with it) and the core (its process ending fails their streams).
 SIGTERM to the first frontend is passed on: each frontend drains its own requests, the first one
-waits for the others, then stops the core.
+waits for the others, then stops the core; a second signal to it is passed on as http_server's
+STOP_SIGNAL (each aborts what it has left). A further frontend's own SIGINT or SIGTERM (a Ctrl-C reaches the
+whole process group) only starts its drain, so the first frontend's SIGTERM is never a second signal to it.
 """
 
 from __future__ import annotations
@@ -151,7 +153,7 @@ def run_frontend(spec: FrontendSpec) -> None:
 
     app = create_app(spec.config, spec.engine_config, core=spec.core, frontend=spec.index)
     state = app.state.server
-    server = DrainingServer(uvicorn_config(app, spec.config), state)
+    server = DrainingServer(uvicorn_config(app, spec.config), state, follower=True)
     state.fatal_hooks.append(lambda exc: setattr(server, "should_exit", True))
     server.run(sockets=[spec.sock])
     sys.exit(1 if state.dead else 0)

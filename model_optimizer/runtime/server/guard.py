@@ -2,7 +2,8 @@
 
 Order: header size (431; uvicorn's h11 limit only covers headers that arrive in pieces), API key (401), then body size (413, from Content-Length and while reading, before any
 parsing; the rest of a refused body, up to DRAIN_BYTES, is read and dropped first so that the answer reaches a client still sending; 408 when the body pauses longer than --header-timeout), then content encoding (415 unless none or identity), content type (415 unless none, application/json or
-application/*+json, as FastAPI reads them) and UTF-8 (400). The body read here is replayed to the app;
+application/*+json, as FastAPI reads them) and UTF-8 (400), checked only where a route takes the method at
+the path (elsewhere the router's 404 or 405 is the answer, whatever the body). The body read here is replayed to the app;
 later `receive()` calls go to the client, so routes can still notice a disconnect.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
+from fastapi.responses import JSONResponse
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from model_optimizer.runtime.server.auth import authorized, is_public, route_path
@@ -57,6 +60,10 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         problem, body = await self._read_body(scope, receive)
+        if problem is None and body:
+            problem = _content_problem(scope, body)
+            if problem is not None and not _routed(scope):
+                problem = None  # the router answers 404 or 405, whatever the body: the checks are a route's
         if problem is not None:
             await problem(scope, receive, send)
             return
@@ -91,19 +98,7 @@ class GuardMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        encoding = (_header(scope, b"content-encoding") or "").strip().lower()
-        if body and encoding not in ("", "identity"):
-            return error_response(
-                415, f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed"
-            ), b""
-        if body and not is_json_type(_header(scope, b"content-type") or ""):
-            return error_response(415, "send the body as JSON with Content-Type: application/json"), b""
-        try:
-            body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return error_response(400, f"the body is not valid UTF-8 (bad byte at offset {exc.start})"), b""
-        return None, body
+        return None, b"".join(chunks)
 
     async def _drain(self, receive: Receive) -> None:
         """Read and drop the rest of a refused body, up to DRAIN_BYTES, while its bytes keep coming."""
@@ -119,6 +114,27 @@ class GuardMiddleware:
             drained += len(message.get("body", b""))
             if not message.get("more_body", False):
                 return
+
+
+def _content_problem(scope: Scope, body: bytes) -> JSONResponse | None:
+    """The error response for a body the routes cannot read (compressed, not JSON, not UTF-8), or None."""
+    encoding = (_header(scope, b"content-encoding") or "").strip().lower()
+    if encoding not in ("", "identity"):
+        return error_response(415, f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed")
+    if not is_json_type(_header(scope, b"content-type") or ""):
+        return error_response(415, "send the body as JSON with Content-Type: application/json")
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return error_response(400, f"the body is not valid UTF-8 (bad byte at offset {exc.start})")
+    return None
+
+
+def _routed(scope: Scope) -> bool:
+    """Whether a route of the app takes this method at this path (Starlette sets scope["app"] before any
+    middleware runs). Asked only for a body refused above, so a served request never pays for it."""
+    router = getattr(scope.get("app"), "router", None)
+    return router is None or any(route.matches(scope)[0] is Match.FULL for route in router.routes)
 
 
 def is_json_type(content_type: str) -> bool:
