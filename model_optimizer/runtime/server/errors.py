@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from model_optimizer.common.text import clip
+from model_optimizer.runtime.engine.core_client import EngineDeadError
 from model_optimizer.runtime.structured.grammar import OVER_LIMITS
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(EngineDeadError)
+    async def engine_dead(_: Request, exc: EngineDeadError) -> JSONResponse:  # any route that asked the core
+        return error_response(500, str(exc))  # no traceback: the engine's failure is logged where it is seen
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -14,6 +14,7 @@ import pytest
 from tests.runtime.server.live import metric
 from tests.runtime.server.test_core_process import alive, children
 from tests.runtime.server.test_process import launch, wait_for
+from tests.runtime.server.test_shutdown_signals import frontends_and_core as listening_frontends_and_core
 
 WAIT = 60.0
 BODY = {"prompt": [5, 6, 7, 8], "max_tokens": 8, "temperature": 0.0, "ignore_eos": True}
@@ -50,9 +51,7 @@ def test_two_frontends_answer_alike_and_sum_their_metrics(tiny_model):
 def test_a_dead_frontend_brings_the_server_down(tiny_model):
     proc, url = launch(tiny_model("qwen3"), "--api-server-count", "2")
     try:
-        pids = frontends_and_core(proc)
-        frontend = next(p for p in pids if b"engine" not in open(f"/proc/{p}/cmdline", "rb").read())
-        core = next(p for p in pids if p != frontend)
+        [frontend], core = listening_frontends_and_core(proc, url)  # both children run `spawn_main`: by the socket
         os.kill(frontend, signal.SIGKILL)
         assert proc.wait(WAIT) != 0
         wait_for(lambda: not alive(core), WAIT)
