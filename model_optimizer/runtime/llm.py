@@ -46,6 +46,7 @@ from model_optimizer.runtime.llm_inputs import (
     prompt_items,
     refuse_lora,
 )
+from model_optimizer.runtime.llm_metrics import Metric, engine_metrics
 from model_optimizer.runtime.llm_progress import offline_progress
 from model_optimizer.runtime.llm_requests import run_requests
 from model_optimizer.runtime.models.model_config import is_encoder_folder
@@ -143,6 +144,15 @@ class LLM:
             light = isinstance(own, FastTokenizer)
             self._hf_tokenizer = load_transformers_tokenizer(Path(own.name_or_path)) if light else own
         return self._hf_tokenizer
+
+    def get_metrics(self) -> list[Metric]:
+        """The engine's gauges and counters now, as vLLM's `LLM.get_metrics` lists them (Counter, Gauge, and
+        a Vector for vllm:spec_decode_num_accepted_tokens_per_pos: from model_optimizer.runtime.llm_metrics),
+        under the names the server's /metrics gives them. The server's per-request histograms and counters
+        (latencies, vllm:prompt_tokens, vllm:request_success) are not kept offline; an encoder model, which
+        has no engine, has none."""
+        self._check_open()
+        return engine_metrics(self.config.model or self.model_dir.name, self.config.speculative, self.engine)
 
     def get_default_sampling_params(self) -> SamplingParams:
         """vLLM's name for default_sampling_params."""

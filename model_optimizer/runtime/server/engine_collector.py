@@ -1,5 +1,7 @@
 """The engine's gauges and counters for /metrics, read from the AsyncEngine's latest stats snapshot at scrape
-time (metrics.py registers it): vLLM's names where vLLM has the figure, `mopt:` for the rest."""
+time (metrics.py registers it): vLLM's names where vLLM has the figure, `mopt:` for the rest. The offline
+`LLM.get_metrics()` reads the same collector over its engine's stats (runtime/llm_metrics.py), so both give
+one list of names."""
 
 from __future__ import annotations
 
@@ -9,16 +11,23 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from model_optimizer.runtime.engine.engine import EngineStats
+from model_optimizer.runtime.spec_decode.config import SpeculativeConfig
 
 
 class EngineCollector(Collector):
     """Engine state from the latest stats snapshot (None while the model loads)."""
 
-    def __init__(self, model_name: str, stats: Callable[[], EngineStats | None], speculative: bool = False) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        stats: Callable[[], EngineStats | None],
+        speculative: SpeculativeConfig | None = None,
+    ) -> None:
         self.model_name = model_name
         self.stats = stats
         self.speculative = speculative
-        """Export vLLM's spec_decode counters (as vLLM does, only when speculative decoding is configured)."""
+        """The engine's speculative decoding: vLLM's spec_decode counters are exported (as vLLM does) only when
+        it is configured, the per-position one for each of its num_speculative_tokens positions."""
 
     def collect(self) -> Iterator:
         s = self.stats()
@@ -88,10 +97,10 @@ class EngineCollector(Collector):
             "The longest host time one step spent on grammar masks.",
             s.grammar_max_seconds,
         )
-        if self.speculative:
-            yield from self._spec_decode(s, counter)
+        if self.speculative is not None:
+            yield from self._spec_decode(s, counter, self.speculative.num_speculative_tokens)
 
-    def _spec_decode(self, s: EngineStats, counter: Callable) -> Iterator:
+    def _spec_decode(self, s: EngineStats, counter: Callable, num_positions: int) -> Iterator:
         yield counter("vllm:spec_decode_num_drafts", "Request-steps that verified proposals.", s.spec_num_drafts)
         yield counter("vllm:spec_decode_num_draft_tokens", "Proposed tokens verified.", s.spec_num_draft_tokens)
         yield counter("vllm:spec_decode_num_accepted_tokens", "Proposed tokens accepted.", s.spec_num_accepted_tokens)
@@ -100,6 +109,7 @@ class EngineCollector(Collector):
             "Accepted proposed tokens by position in the proposal.",
             labels=["model_name", "position"],
         )
-        for position, value in enumerate(s.spec_accepted_per_pos):
+        seen = s.spec_accepted_per_pos  # grows to a position once a proposal reached it
+        for position, value in enumerate(seen + [0] * (num_positions - len(seen))):  # every position from the start
             per_pos.add_metric([self.model_name, str(position)], value)
         yield per_pos

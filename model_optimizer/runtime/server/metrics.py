@@ -31,6 +31,7 @@ from model_optimizer.runtime.engine.engine import EngineStats
 from model_optimizer.runtime.engine.outputs import RequestMetrics, RequestOutput
 from model_optimizer.runtime.server.engine_collector import EngineCollector
 from model_optimizer.runtime.server.token_histogram import PerTokenHistogram, TokenHistogram
+from model_optimizer.runtime.spec_decode.config import SpeculativeConfig
 
 # vLLM 0.14's bounds, exactly (PrometheusStatLogger in vllm/v1/metrics/loggers.py, whose lists are the same from
 # v0.8 to releases after 0.14): `sum by (le)` over a fleet of mopt and vLLM servers needs one `le` set, and a
@@ -68,7 +69,7 @@ class ServerMetrics:
         self,
         model_name: str,
         stats: Callable[[], EngineStats | None],
-        speculative: bool = False,
+        speculative: SpeculativeConfig | None = None,
         max_model_len: int | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)

@@ -105,7 +105,7 @@ class ServerState:
         self.metrics = ServerMetrics(
             self.model.name,
             lambda: self.engine.stats if self.engine is not None else None,
-            speculative=self.engine_config.speculative is not None,
+            speculative=self.engine_config.speculative,
             max_model_len=self.model.max_model_len,
         )
 
