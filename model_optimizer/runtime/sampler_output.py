@@ -6,20 +6,32 @@ never imports torch, so they live below both.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 NONFINITE_TOKEN = -1
 """The token id a runner reports for a request whose logits were NaN or inf: the request fails."""
 
+TokenText = Callable[[int], "str | None"]
+"""A token id's text as vLLM's `decoded_token` has it: the id decoded alone, special tokens included
+(the frontend's TokenTexts, engine/detokenizer.py: the rule the server names logprobs' tokens by)."""
+
+
+def texts_of(texts: TokenText, token_ids: Iterable[int]) -> TokenText:
+    """`texts` narrowed to these ids, as a plain dict's look-up: what a pickle keeps of it (the tokenizer
+    behind it is heavy to pickle, and these ids are all it will be asked for)."""
+    return {t: texts(t) for t in token_ids}.get
+
 
 @dataclass(frozen=True, slots=True)
 class TokenLogprob:
-    """One token's log-probability and rank (1: the most likely), as vLLM's Logprob holds them: what
-    `Logprob[token_id]` gives."""
+    """One token's log-probability, rank (1: the most likely) and text, as vLLM's Logprob holds them:
+    what `Logprob[token_id]` gives."""
 
     logprob: float
     rank: int
+    decoded_token: str | None = None
+    """The token decoded alone (see TokenText); None when the request does not detokenize."""
 
 
 @dataclass(slots=True)
@@ -30,20 +42,35 @@ class Logprob:
     Also reads like vLLM's per-token dict, token id -> TokenLogprob (the chosen token, then the
     alternatives, ranked by their place in `top`): `lp[token_id].logprob`, `lp.items()`, `dict(lp)`, so
     code written for vLLM reads it unchanged. Not a Mapping subclass, and its values are leaves, so a
-    walker that recurses into mappings stops here."""
+    walker that recurses into mappings stops here. A prompt_logprobs entry maps ids to Logprob objects
+    themselves, so they answer `decoded_token` too."""
 
     token_id: int
     logprob: float
     rank: int
     top: dict[int, float]
+    texts: TokenText | None = field(default=None, compare=False, repr=False)
+    """Names the ids (decoded_token): set by the frontend when it hands logprobs to a request that
+    detokenizes, so text is decoded only for the entries a caller reads; None: no text (the core's)."""
+
+    @property
+    def decoded_token(self) -> str | None:
+        """The chosen token's text (vLLM's Logprob.decoded_token); None when the request does not detokenize."""
+        return None if self.texts is None else self.texts(self.token_id)
 
     def __getitem__(self, token_id: int) -> TokenLogprob:
         if token_id == self.token_id:
-            return TokenLogprob(self.logprob, self.rank)
+            return TokenLogprob(self.logprob, self.rank, self.decoded_token)
         for rank, (top_id, value) in enumerate(self.top.items(), 1):
             if top_id == token_id:
-                return TokenLogprob(value, rank)
+                return TokenLogprob(value, rank, None if self.texts is None else self.texts(token_id))
         raise KeyError(token_id)
+
+    def __reduce__(self) -> tuple:
+        """Pickled with its ids' texts, never the tokenizer; and quicker than the slots default (under
+        tensor parallel, rank 0 sends the core one per token)."""
+        texts = None if self.texts is None else texts_of(self.texts, [self.token_id, *self.top])
+        return Logprob, (self.token_id, self.logprob, self.rank, self.top, texts)
 
     def __iter__(self) -> Iterator[int]:
         yield self.token_id

@@ -147,6 +147,10 @@ _AS_IDS: dict[str, dict] = {}
 class TokenTexts:
     """Text of single tokens, cached (logprobs name each token by its text); None without a tokenizer.
 
+    A token's text is its id decoded alone, special tokens kept whatever the request's skip_special_tokens:
+    vLLM's rule for decoded_token, and the one rule for the server's logprobs and the offline API's
+    (sampler_output.TokenText).
+
     Logprobs name 1 + top-k tokens per generated token, in every chunk of every stream that asks for
     them, so the texts (and their keys and bytes) are cached for the tokenizer's lifetime, across requests."""
 

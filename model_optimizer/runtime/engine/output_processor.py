@@ -12,7 +12,8 @@ RequestOutput, and shaping that output by the request's RequestOutputKind:
 - FINAL_ONLY builds one output, when all n completions have finished.
 
 Text is decoded as tokens arrive only when someone reads it before the end (DELTA, a streaming
-CUMULATIVE request, or stop strings to look for); otherwise once, at finish.
+CUMULATIVE request, or stop strings to look for); otherwise once, at finish. Logprobs of a request that
+detokenizes are handed out able to name their tokens (vLLM's decoded_token), decoded when read.
 """
 
 from __future__ import annotations
@@ -20,12 +21,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from model_optimizer.runtime.engine.detokenizer import DETOKENIZE_WINDOW, IncrementalDetokenizer, decoded_after
+from model_optimizer.runtime.engine.detokenizer import (
+    DETOKENIZE_WINDOW,
+    IncrementalDetokenizer,
+    TokenTexts,
+    decoded_after,
+)
 from model_optimizer.runtime.engine.input_processor import Tokenizer
 from model_optimizer.runtime.engine.logprob_list import LogprobList
 from model_optimizer.runtime.engine.messages import CoreOutputs, read_rows
 from model_optimizer.runtime.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from model_optimizer.runtime.sampler_output import Logprob
+from model_optimizer.runtime.sampler_output import Logprob, TokenText
 from model_optimizer.runtime.sampling_params import RequestOutputKind, SamplingParams
 
 
@@ -37,6 +43,8 @@ class _Completion:
     params: SamplingParams
     detokenizer: IncrementalDetokenizer | None
     """Incremental text, kept only when text is read before the end (see the module docstring)."""
+    texts: TokenText | None = None
+    """Names its logprobs' tokens (decoded_token) when it detokenizes and there is a tokenizer."""
     token_ids: list[int] = field(default_factory=list)
     logprobs: LogprobList = field(default_factory=LogprobList)
     """Logprobs of its tokens (when asked for), as columns: all of them, or (DELTA) those not handed out yet."""
@@ -99,6 +107,8 @@ class OutputProcessor:
         self.stream_interval = stream_interval
         """DELTA outputs wait until a completion has this many new tokens (its first token and its finish
         go at once): fewer, larger outputs for a streaming server (vLLM's --stream-interval)."""
+        self.texts = None if tokenizer is None else TokenTexts(tokenizer)
+        """Token texts of logprobs, cached across requests (the rule and cache the server's logprobs use)."""
         self._groups: dict[str, _Group] = {}
 
     def add_request(
@@ -119,7 +129,8 @@ class OutputProcessor:
             child = params.for_completion(index)
             detokenizer = self._detokenizer(prompt_token_ids, child) if incremental else None
             context = [] if incremental else prompt_token_ids[-DETOKENIZE_WINDOW:]
-            completions.append(_Completion(index, child, detokenizer, context=context))
+            texts = self.texts if child.detokenize else None
+            completions.append(_Completion(index, child, detokenizer, texts, context=context))
         group = _Group(prompt, prompt_token_ids, params.output_kind, arrival_time, completions)
         if params.prompt_logprobs is not None:
             group.prompt_logprobs = [None]
@@ -140,7 +151,7 @@ class OutputProcessor:
         for part in out.prompt_logprobs:  # no output of their own: they go out with the request's next one
             group = groups.get(part.request_id)
             if group is not None and group.prompt_logprobs is not None:
-                group.prompt_logprobs += part.positions()
+                group.prompt_logprobs += _named(part.positions(), group.completions[0].texts)
         for s in out.started:
             request_id, index = rows[s.row][0], rows[s.row][1]
             group = groups.get(request_id)
@@ -311,11 +322,22 @@ nor handed out."""
 
 def _add_logprobs(completion: _Completion, logprobs: LogprobList) -> None:
     """Append a row's logprobs. A completion holding none takes the row's columns as they are (they are
-    the row's own: read_rows slices them), so a stream of one token per step copies nothing."""
+    the row's own: read_rows slices them), so a stream of one token per step copies nothing, and names
+    their tokens as the completion does."""
     if len(completion.logprobs):
         completion.logprobs.extend(logprobs)
     else:
+        logprobs.texts = completion.texts
         completion.logprobs = logprobs
+
+
+def _named(positions: list[dict[int, Logprob]], texts: TokenText | None) -> list[dict[int, Logprob]]:
+    """Prompt logprobs that answer decoded_token, for a request that detokenizes (n completions share it)."""
+    if texts is not None:
+        for entry in positions:
+            for lp in entry.values():
+                lp.texts = texts
+    return positions
 
 
 def _first_error(completions: list[_Completion]) -> str | None:
