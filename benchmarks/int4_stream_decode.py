@@ -20,17 +20,15 @@ Weights in the planes packing (quant_reference.repack_int4), groups of a multipl
 block's arithmetic is quant_kernels' (`int4_plane`, `_x_cols`, `_int4_group`, `dot`): swap AB, the
 weight tile the MMA's register operand, four 32-column plane dots a block.
 
-    PYTHONPATH=. python3 benchmarks/int4_stream_decode.py --compile-only        # sm_90, no GPU needed
-    PYTHONPATH=. python3 benchmarks/int4_stream_decode.py --output int4_stream.json   # GPU: time every variant
-    PYTHONPATH=. python3 benchmarks/int4_stream_decode.py --check --output check.json  # GPU: correctness only
+    PYTHONPATH=. python3 benchmarks/int4_stream_timing.py --compile-only        # sm_90, no GPU needed
+    PYTHONPATH=. python3 benchmarks/int4_stream_timing.py --output int4_stream.json   # GPU: time every variant
+    PYTHONPATH=. python3 benchmarks/int4_stream_timing.py --check --output check.json  # GPU: correctness only
 
 Not used by the engine; scripts/device/int4_stream_h200.sh runs all three on an H100/H200.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,30 +342,3 @@ def table_facts(tiles: object) -> dict:
         "loop_instructions": facts["loop_instructions"],
         "loop_mma": facts["tensor_core"],
     }
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--compile-only", action="store_true", help="compile every variant for sm_90 (no GPU)")
-    parser.add_argument("--check", action="store_true", help="GPU: correctness of every variant, no timing")
-    parser.add_argument("--output", help="the JSON of the GPU run (required then)")
-    parser.add_argument("--rows", type=int, nargs="+", help="row counts (default 1 8 16 timed, 1 3 16 checked)")
-    args = parser.parse_args()
-    if args.compile_only:
-        for variant in VARIANTS:
-            print(f"{variant.name:12s} {json.dumps(compile_facts(variant))}", flush=True)
-        for tiles in table_tiles():  # what the balanced variants are up against
-            facts = table_facts(tiles)
-            print(f"table {tiles.block_n}x{tiles.block_m} w{tiles.num_warps} a{tiles.accumulators} "
-                  f"s{tiles.num_stages} {json.dumps(facts)}", flush=True)  # fmt: skip
-        return
-    if not args.output:
-        parser.error("--output is required unless --compile-only")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from int4_stream_timing import check_all, time_all
-
-    (check_all if args.check else time_all)(args.output, args.rows)
-
-
-if __name__ == "__main__":
-    main()

@@ -15,13 +15,24 @@ CUDA graph (the same bits again), with the per-tile counters zero after each.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from collections.abc import Callable
 
 import torch
 from gpu_time import gpu_time_ms, sets_for
-from int4_stream_decode import PROGRAMS_PER_SM, VARIANTS, StreamVariant, _counters, launch, programs_that_fit
+from int4_stream_decode import (
+    PROGRAMS_PER_SM,
+    VARIANTS,
+    StreamVariant,
+    _counters,
+    compile_facts,
+    launch,
+    programs_that_fit,
+    table_facts,
+    table_tiles,
+)
 
 from model_optimizer.common.fileio import atomic_write
 from model_optimizer.runtime.kernels.quant_linear import w4a16_linear
@@ -224,3 +235,27 @@ def check_all(output: str, rows: list[int] | None = None) -> None:
     print(f"{checked} launches checked, {len(failures)} failures")
     if failures:
         raise SystemExit(1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--compile-only", action="store_true", help="compile every variant for sm_90 (no GPU)")
+    parser.add_argument("--check", action="store_true", help="GPU: correctness of every variant, no timing")
+    parser.add_argument("--output", help="the JSON of the GPU run (required then)")
+    parser.add_argument("--rows", type=int, nargs="+", help="row counts (default 1 8 16 timed, 1 3 16 checked)")
+    args = parser.parse_args()
+    if args.compile_only:
+        for variant in VARIANTS:
+            print(f"{variant.name:12s} {json.dumps(compile_facts(variant))}", flush=True)
+        for tiles in table_tiles():  # what the balanced variants are up against
+            facts = table_facts(tiles)
+            print(f"table {tiles.block_n}x{tiles.block_m} w{tiles.num_warps} a{tiles.accumulators} "
+                  f"s{tiles.num_stages} {json.dumps(facts)}", flush=True)  # fmt: skip
+        return
+    if not args.output:
+        parser.error("--output is required unless --compile-only")
+    (check_all if args.check else time_all)(args.output, args.rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -16,10 +16,10 @@ source scripts/device/common.sh
 start_run
 export TRITON_DEFAULT_FP_FUSION=1
 pack() { tar -czf "$OUT/int4_stream.tgz" -C "$RES" .; }
-part compile 60 python3 benchmarks/int4_stream_decode.py --compile-only
+part compile 60 python3 benchmarks/int4_stream_timing.py --compile-only
 pack
-part time 200 python3 benchmarks/int4_stream_decode.py --output "$RES/int4_stream.json"
+part time 200 python3 benchmarks/int4_stream_timing.py --output "$RES/int4_stream.json"
 pack
-part check 80 python3 benchmarks/int4_stream_decode.py --check --output "$RES/int4_stream_check.json"
+part check 80 python3 benchmarks/int4_stream_timing.py --check --output "$RES/int4_stream_check.json"
 pack
 cat "$RES/summary.txt"
