@@ -22,7 +22,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from model_optimizer.runtime.engine.detokenizer import DETOKENIZE_WINDOW, decoded_after
+from model_optimizer.runtime.engine.detokenizer import DETOKENIZE_WINDOW, TokenTexts, decoded_after
 from model_optimizer.runtime.sampler_output import Logprob
 from model_optimizer.runtime.sampling_checks import is_finite, is_int
 from model_optimizer.runtime.sampling_params import MAX_LOGPROBS, RequestOutputKind, SamplingParams
@@ -179,13 +179,16 @@ class BeamSearch:
             self.num_steps = self.params.max_tokens  # the context is full: nothing can grow
 
     def result(self, tokenizer: Any) -> BeamSearchOutput:
-        """The beam_width best of the finished candidates and the live beams, best first, with their text
-        (none without a tokenizer)."""
+        """The beam_width best of the finished candidates and the live beams, best first, with their text and
+        their logprobs' decoded_token (none without a tokenizer)."""
         for beam in self.beams:
             beam.finish_reason = "length"
         best = sorted(self.finished + self.beams, key=self._score, reverse=True)[: self.params.beam_width]
+        texts = None if tokenizer is None else TokenTexts(tokenizer)
         for beam in best:
             beam.text = None if tokenizer is None else self._text(tokenizer, beam)
+            for logprob in beam.logprobs:  # decoded_token, as a sampled completion's logprobs answer it
+                logprob.texts = texts
         return BeamSearchOutput(best)
 
     def output_ids(self, beam: BeamSearchSequence) -> list[int]:

@@ -114,3 +114,13 @@ def test_async_deltas_are_named(llm, hf):
     assert len(deltas) > 1
     for output in deltas:
         assert_sample_named(hf, output.outputs[0])
+
+
+def test_beam_search_logprobs_are_named(llm, hf):
+    from model_optimizer import BeamSearchParams
+
+    [output] = llm.beam_search(["import json"], BeamSearchParams(beam_width=2, max_tokens=4))
+    for beam in output.sequences:
+        for step in beam.logprobs:
+            names = texts(hf, list(step.keys()))
+            assert {t: lp.decoded_token for t, lp in step.items()} == names
