@@ -41,6 +41,9 @@ from model_optimizer.runtime.models.model_config import DecoderArgs
 from model_optimizer.runtime.models.moe_args import is_sparse_layer
 
 LAYER_INDEX = re.compile(r"^model\.layers\.(\d+)\.")
+LATENT_NORM_EPS = 1e-6
+"""Epsilon of q_a_layernorm and kv_a_layernorm: DeepSeek's own code and transformers build them with their
+RMSNorm's default, not `rms_norm_eps` (the same number in every published config, 1e-6)."""
 
 
 def after_last_layer(name: str, num_layers: int) -> bool:
@@ -48,6 +51,12 @@ def after_last_layer(name: str, num_layers: int) -> bool:
     n >= num_layers): the multi-token-prediction layers DeepSeek-V3 and GLM-4.5 checkpoints carry."""
     match = LAYER_INDEX.match(name)
     return match is not None and int(match.group(1)) >= num_layers
+
+
+def unused_checkpoint_key(name: str, num_layers: int, num_shared_experts: int) -> bool:
+    """Whether checkpoint tensor `name` is one generation does not use: a layer past the last (`after_last_layer`),
+    or a shared expert of no width (with n_shared_experts 0 transformers saves empty shared-expert tensors)."""
+    return after_last_layer(name, num_layers) or (num_shared_experts == 0 and ".mlp.shared_experts." in name)
 
 
 def refuse_quantized_latent_projections(hf: dict, mla: MlaArgs) -> None:
@@ -81,10 +90,10 @@ class MlaSelfAttention(nn.Module):
             self.q_proj = MergedLinear(args.hidden_size, {"q": mla.num_heads * mla.qk_head_dim})
         else:
             self.q_a_proj = LatentLinear(args.hidden_size, mla.q_lora_rank, bias=bias)
-            self.q_a_layernorm = RMSNorm(mla.q_lora_rank, args.rms_norm_eps)
+            self.q_a_layernorm = RMSNorm(mla.q_lora_rank, LATENT_NORM_EPS)
             self.q_b_proj = MergedLinear(mla.q_lora_rank, {"q": mla.num_heads * mla.qk_head_dim})
         self.kv_a_proj_with_mqa = LatentLinear(args.hidden_size, mla.latent_dim, bias=bias)
-        self.kv_a_layernorm = RMSNorm(mla.kv_lora_rank, args.rms_norm_eps)
+        self.kv_a_layernorm = RMSNorm(mla.kv_lora_rank, LATENT_NORM_EPS)
         per_head = mla.qk_nope_head_dim + mla.v_head_dim
         self.kv_b_proj = LatentLinear(
             mla.kv_lora_rank, mla.num_heads * per_head, rows=(first_head * per_head, self.num_heads * per_head)
@@ -126,7 +135,7 @@ class DeepseekV2ForCausalLM(LlamaForCausalLM):
         refuse_quantized_latent_projections(args.hf, mla)
         rotary = LatentRotary(args.hf, mla.qk_rope_head_dim, args.max_position_embeddings)
         super().__init__(args, DeepseekDecoderLayer, rotary)
-        self.mla = mla
+        self.mla, self.num_shared_experts = mla, moe.num_shared_experts
         self.local_num_kv_heads = 1  # one latent row per token, whatever the heads (kv_cache_shape)
         self.stacked_params = {
             **expert_stacked_params(moe.num_experts),
@@ -142,8 +151,8 @@ class DeepseekV2ForCausalLM(LlamaForCausalLM):
         return (1, num_blocks, block_size, 1, self.mla.latent_dim)
 
     def skips_checkpoint_key(self, name: str) -> bool:
-        """DeepSeek-V3's multi-token-prediction layers follow the last decoder layer; generation does not use them."""
-        return after_last_layer(name, self.args.num_layers)
+        """DeepSeek-V3's multi-token-prediction layers (after the last decoder layer) and empty shared experts."""
+        return unused_checkpoint_key(name, self.args.num_layers, self.num_shared_experts)
 
 
 class DeepseekV3ForCausalLM(DeepseekV2ForCausalLM):

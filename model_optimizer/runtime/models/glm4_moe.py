@@ -22,7 +22,7 @@ from torch import nn
 from model_optimizer.runtime.layers.moe import expert_stacked_params
 from model_optimizer.runtime.layers.partial_rotary import PartialRotaryEmbedding
 from model_optimizer.runtime.layers.rotary import RopeConfig
-from model_optimizer.runtime.models.deepseek import after_last_layer
+from model_optimizer.runtime.models.deepseek import unused_checkpoint_key
 from model_optimizer.runtime.models.deepseek_moe import deepseek_moe_args, deepseek_moe_block
 from model_optimizer.runtime.models.glm4 import partial_rotary_factor
 from model_optimizer.runtime.models.llama import DecoderLayer, DecoderMLP, LlamaForCausalLM
@@ -50,7 +50,9 @@ class Glm4MoeForCausalLM(LlamaForCausalLM):
         )
         super().__init__(args, Glm4MoeDecoderLayer, rotary)
         self.stacked_params = {**expert_stacked_params(moe.num_experts), **LlamaForCausalLM.stacked_params}
+        self.num_shared_experts = moe.num_shared_experts
 
     def skips_checkpoint_key(self, name: str) -> bool:
-        """The multi-token-prediction layers after the last decoder layer: generation does not use them."""
-        return after_last_layer(name, self.args.num_layers)
+        """The multi-token-prediction layers after the last decoder layer, and empty shared experts: generation
+        does not use them."""
+        return unused_checkpoint_key(name, self.args.num_layers, self.num_shared_experts)

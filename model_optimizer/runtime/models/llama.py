@@ -46,7 +46,8 @@ class DecoderAttention(nn.Module):
             self.q_norm = RMSNorm(self.head_dim, args.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, args.rms_norm_eps)
         self.rotary = rotary
-        self.attn = Attention(layer_idx, self.num_heads, self.num_kv_heads, self.head_dim, args.sliding_window)
+        window = args.layer_windows[layer_idx]
+        self.attn = Attention(layer_idx, self.num_heads, self.num_kv_heads, self.head_dim, window)
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
@@ -66,8 +67,8 @@ class DecoderMLP(nn.Module):
     def __init__(self, args: DecoderArgs) -> None:
         super().__init__()
         size = args.intermediate_size
-        self.gate_up_proj = MergedLinear(args.hidden_size, {"gate": size, "up": size})
-        self.down_proj = RowParallelLinear(size, args.hidden_size)
+        self.gate_up_proj = MergedLinear(args.hidden_size, {"gate": size, "up": size}, bias=args.mlp_bias)
+        self.down_proj = RowParallelLinear(size, args.hidden_size, bias=args.mlp_bias)
         self.act = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -96,6 +97,18 @@ class DecoderLayer(nn.Module):
     def build_mlp(self, args: DecoderArgs, layer_idx: int) -> nn.Module:
         """The layer's feed-forward block: a subclass returns a mixture of experts (models/qwen3_moe.py)."""
         return DecoderMLP(args)
+
+
+SILU_NAMES = ("silu", "swish")
+"""transformers' names of SiLU (ACT2FN): the one activation of the Llama-family MLP (as in vLLM)."""
+
+
+def refuse_activation(args: DecoderArgs) -> None:
+    """ValueError naming `hidden_act` when it is not SiLU, which every MLP of this family computes (a gelu
+    config would otherwise run as SiLU: wrong logits, no error)."""
+    act = args.hf.get("hidden_act", "silu")
+    if act not in SILU_NAMES:
+        raise ValueError(f"config.json: hidden_act {act!r} is not supported for {args.architecture}; supported: silu")
 
 
 def build_layer(args: DecoderArgs, layer_idx: int, make: Callable[[], nn.Module]) -> nn.Module:
@@ -145,6 +158,7 @@ class LlamaForCausalLM(nn.Module):
     ) -> None:
         """`layer_cls` and `rotary`: see DecoderModel (variants of the Llama layer, models/glm4.py say)."""
         super().__init__()
+        refuse_activation(args)
         self.args = args
         tp = get_tp()
         tp.shard(args.num_heads, "num_attention_heads")  # before any layer is built: a plain message

@@ -22,7 +22,8 @@ class DecoderArgs:
     max_position_embeddings: int
     tie_word_embeddings: bool
     attention_bias: bool
-    sliding_window: int | None
+    layer_windows: tuple[int | None, ...]
+    """Each decoder layer's sliding window, None where it attends to the whole context (`layer_windows`)."""
     torch_dtype: str
     hf: dict
     """The raw config.json, for model-specific keys (rope parameters and the like)."""
@@ -30,6 +31,8 @@ class DecoderArgs:
     """A bias on the q, k and v projections even without attention_bias (Qwen2)."""
     qk_norm: bool = False
     """RMSNorm on each head's queries and keys before rotary (Qwen3)."""
+    mlp_bias: bool = False
+    """A bias on the MLP's gate, up and down projections (Llama's `mlp_bias`)."""
     host_layer_ids: frozenset[int] = frozenset()
     """Decoder layers to build in host memory: those cpu_offload_gb keeps there (runner/weight_offload.py)."""
 
@@ -47,9 +50,9 @@ class DecoderArgs:
                 raise ValueError(f"{source}: {key!r} must be a positive integer, got {value!r}")
         num_heads = hf["num_attention_heads"]
         hidden = hf["hidden_size"]
-        use_window = hf.get("use_sliding_window", True) and hf.get("sliding_window")
+        arch = archs[0]
         return cls(
-            architecture=archs[0],
+            architecture=arch,
             vocab_size=hf["vocab_size"],
             hidden_size=hidden,
             num_layers=hf["num_hidden_layers"],
@@ -60,11 +63,56 @@ class DecoderArgs:
             rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
             max_position_embeddings=hf.get("max_position_embeddings") or 4096,  # null as absent
             tie_word_embeddings=hf.get("tie_word_embeddings", False),
-            attention_bias=hf.get("attention_bias", False),
-            sliding_window=int(use_window) if use_window else None,
+            attention_bias=bool(hf.get("attention_bias", False)) and arch not in NO_ATTENTION_BIAS,
+            layer_windows=layer_windows(hf, arch, hf["num_hidden_layers"], source),
             torch_dtype=str(hf.get("torch_dtype") or hf.get("dtype") or "float32"),
             hf=hf,
+            mlp_bias=bool(hf.get("mlp_bias", False)) and arch in MLP_BIAS,
         )
+
+
+NO_ATTENTION_BIAS = ("MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM")
+"""Architectures whose transformers class reads no `attention_bias` (Qwen2's q/k/v bias is always on:
+models/qwen2.py), so the key is ignored as transformers ignores it."""
+MLP_BIAS = ("LlamaForCausalLM",)
+"""Architectures whose transformers class reads `mlp_bias` (DeepSeek-V2's is refused: models/deepseek.py)."""
+WINDOW_SWITCH = {
+    "MistralForCausalLM": None,
+    "MixtralForCausalLM": None,
+    "Qwen3MoeForCausalLM": False,
+    "Qwen2ForCausalLM": False,
+    "Qwen3ForCausalLM": False,
+}
+"""Architectures whose transformers class applies `sliding_window` -> the default of their `use_sliding_window`
+switch (None: no switch, the window applies whenever set). Others have no window, whatever their config.json
+says (Llama, GLM, DeepSeek), or place their own (Gemma 3: models/gemma3.py)."""
+LAYERED_WINDOWS = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
+"""Of those, the ones whose window covers only the layers `layer_types` calls "sliding_attention", or without
+that list the layers from `max_window_layers` on (MAX_WINDOW_LAYERS by default), as transformers places it."""
+MAX_WINDOW_LAYERS = 28
+"""transformers' Qwen2Config and Qwen3Config default."""
+
+
+def layer_windows(hf: dict, arch: str, num_layers: int, source: str = "config.json") -> tuple[int | None, ...]:
+    """Each layer's sliding window (None: full attention) as transformers' class for `arch` places it; ValueError
+    naming `source` for a window that is not a positive integer or a `layer_types` list that does not fit."""
+    window, switch = hf.get("sliding_window"), WINDOW_SWITCH.get(arch)
+    if arch not in WINDOW_SWITCH or not window or (switch is not None and not hf.get("use_sliding_window", switch)):
+        return (None,) * num_layers
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        raise ValueError(f"{source}: 'sliding_window' must be a positive integer or null, got {window!r}")
+    if arch not in LAYERED_WINDOWS:
+        return (window,) * num_layers
+    types = hf.get("layer_types")
+    if types is None:
+        first = hf.get("max_window_layers", MAX_WINDOW_LAYERS)
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise ValueError(f"{source}: 'max_window_layers' must be a non-negative integer, got {first!r}")
+        return tuple(window if i >= first else None for i in range(num_layers))
+    kinds = ("sliding_attention", "full_attention")
+    if not isinstance(types, list) or len(types) != num_layers or any(t not in kinds for t in types):
+        raise ValueError(f"{source}: 'layer_types' must list {num_layers} of {', '.join(kinds)}, got {types!r}")
+    return tuple(window if t == "sliding_attention" else None for t in types)
 
 
 REQUIRED_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
