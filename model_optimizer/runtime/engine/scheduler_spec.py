@@ -55,9 +55,7 @@ class SpeculativeSteps:
         if extra <= 0:
             return spec
         reserve = sum(
-            1
-            for r in later
-            if kv.blocks_needed(r.num_computed_tokens + 1) > len(kv.block_tables.get(r.request_id, ()))
+            1 for r in later if kv.blocks_needed(r.num_computed_tokens + 1) > len(kv.block_tables.get(r.request_id, ()))
         )
         return spec if kv.pool.num_free_blocks - extra >= reserve else []
 
