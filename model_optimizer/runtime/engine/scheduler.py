@@ -5,7 +5,8 @@ and each step hands out at most `max_num_batched_tokens` tokens of work, running
 then waiting ones in queue order. A prompt longer than what is left of the budget is cut into
 chunks (chunked prefill); a prefix-cache hit just starts a request with tokens already computed.
 When the KV cache runs out of blocks, the lowest-priority, latest-arrived running request is
-preempted: its blocks are freed and it goes back to the waiting queue to be recomputed. With
+preempted: its blocks are freed and it goes back to the waiting queue to be recomputed (in chunks
+when its prompt and outputs no longer fit one step, even with chunked prefill off). With
 `preemption_mode` swap its computed tokens' blocks are first copied to the host KV tier, and when it is
 admitted again they are loaded into fresh blocks: it resumes where it stopped, as after a prefix hit
 (a request the tier has no room for, or one that still owes prompt logprobs, is recomputed).
@@ -122,11 +123,13 @@ class Scheduler(SpeculativeSteps, RequestQueues):
         nothing pending (speculative decoding; see the module docstring). `max_prefill_tokens` bounds
         the prefill chunks' tokens while some request decodes (the engine core derives it from
         measured step times, so a long prompt cannot stall running streams); the budget still bounds
-        the whole step."""
+        the whole step. It bounds by cutting chunks: without chunked prefill a prompt comes whole."""
         out = SchedulerOutput(step_id=next(self._step_ids), finished_request_ids=self.finished_ids)
         self.finished_ids = set()
         budget = self.config.max_num_batched_tokens
-        prefill = budget if max_prefill_tokens is None or not self._any_decoding() else max_prefill_tokens
+        prefill = budget
+        if max_prefill_tokens is not None and self.config.enable_chunked_prefill and self._any_decoding():
+            prefill = max_prefill_tokens
         step = _StepBudget(budget, prefill)
         preempted = self._schedule_running(out, step, proposals or {})
         if not preempted:  # after a preemption, no waiting request is admitted
@@ -244,7 +247,7 @@ class Scheduler(SpeculativeSteps, RequestQueues):
                 continue
             computed = [] if request.num_swapped_tokens else self.kv_cache.computed_blocks(request)
             num_left = request.num_tokens - (request.num_swapped_tokens or len(computed) * self.kv_cache.block_size)
-            if num_left > step.budget and not self.config.enable_chunked_prefill:
+            if num_left > step.budget and not self._may_split(num_left):
                 step.stalled = True
             else:
                 num_new = min(num_left, step.budget) if long_ones else self._first_share(request, num_left, step)
@@ -253,6 +256,12 @@ class Scheduler(SpeculativeSteps, RequestQueues):
                     i += 1
                     continue
                 step.stalled = not self._admit(request, computed, num_new, out, step)  # else it left the queue
+
+    def _may_split(self, num_left: int) -> bool:
+        """Whether a waiting request may compute part of its tokens this step: always with chunked prefill.
+        Without it only one no step could hold, a preempted request recomputing its prompt and outputs past
+        the budget its prompt had to fit: it would otherwise wait for ever, and the queue behind it."""
+        return self.config.enable_chunked_prefill or num_left > self.config.max_num_batched_tokens
 
     def _admit(self, request: Request, computed: list, num_new: int, out: SchedulerOutput, step: _StepBudget) -> bool:
         """Move a waiting request to running with `num_new` tokens this step; False if blocks are short."""
