@@ -94,7 +94,8 @@ class EngineConfig:
     """While requests decode, a step may take at most this many times as long as a decode-only step: the
     engine times its steps and caps the prefill tokens of each, so a long prompt proceeds in smaller
     chunks and running streams keep their pace. Empty: 2 on the CPU, where a step's time grows fastest
-    with its tokens, off on GPUs (there max_num_batched_tokens bounds a step); 0: off."""
+    with its tokens, off on GPUs (there max_num_batched_tokens bounds a step); 0: off. It works by cutting
+    chunks, so it needs chunked prefill (without it a prompt comes whole)."""
 
     enable_prefix_caching: bool = True
     """Reuse the KV cache of full blocks shared with earlier prompts."""

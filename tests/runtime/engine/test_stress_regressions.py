@@ -15,7 +15,7 @@ from model_optimizer.runtime.engine.scheduler_config import SchedulerConfig
 from model_optimizer.runtime.sampling_params import SamplingParams
 
 from .stress_harness import Reference, run_workload
-from .stress_workloads import Arrival, Workload
+from .stress_workloads import Arrival, Workload, random_workload
 
 GREEDY_40 = {"max_tokens": 40, "temperature": 0.0, "ignore_eos": True}
 
@@ -52,3 +52,22 @@ def test_without_chunked_prefill_the_decode_stall_bound_never_splits_a_prompt():
     scheduler.update_from_output(scheduler.schedule(), {"a": (5, None)})
     scheduler.add_request(Request("b", list(range(10, 60)), SamplingParams(max_tokens=10), max_tokens=10))
     assert scheduler.schedule(max_prefill_tokens=16).num_scheduled_tokens == {"a": 1, "b": 50}
+
+
+SEARCH_SEEDS = [26, 28, 53, 55, 61, 89, 108, 109, 115, 149, 151, 176]
+"""Seeds of scripts/engine_stress.py's search (all on the tiny Qwen3) that together chunk prompts, preempt
+(recompute and swap), hit the prefix cache on the GPU and in the host tier, speculate, and abort mid-prefill
+and right after a preemption, under async and sync steps, priority order, chunked prefill off, and every
+output kind. A change to the workload generator changes what they draw: pick them again then."""
+
+
+@pytest.mark.slow
+def test_a_fixed_sample_of_the_random_search_runs_exactly(model_dir, reference):
+    coverage: Counter = Counter()
+    for seed in SEARCH_SEEDS:
+        workload = random_workload(seed)
+        assert workload.model == "qwen3"
+        findings = [f for f in run_workload(model_dir, workload, reference, coverage) if f.kind != "near_tie"]
+        assert findings == [], f"seed {seed}"
+    exercised = ("partial_prefills", "preemptions", "swapped_out_blocks", "host_hit_tokens", "spec_accepted_tokens")
+    assert all(coverage[name] for name in exercised + ("aborted_prefill", "aborted_preempted")), coverage
