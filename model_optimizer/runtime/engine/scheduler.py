@@ -173,7 +173,7 @@ class Scheduler(SpeculativeSteps, RequestQueues):
                 i += 1
                 continue
             spec = self._fit_proposals(request, proposals, num_left, step.budget)
-            spec = self._spare_for_proposals(request, spec, self.running[i + 1 :])
+            spec = self._spare_for_proposals(request, spec, i + 1)
             num_new += len(spec)
             while not self.kv_cache.allocate_slots(request, num_new):
                 if spec:  # proposals never cost a preemption

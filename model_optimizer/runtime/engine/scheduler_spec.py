@@ -3,6 +3,7 @@ proposals a decoding request verifies, and applying a step that verified them.""
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Protocol
 
 from model_optimizer.runtime.engine.request import NONFINITE_ERROR, NONFINITE_TOKEN, Request, RequestStatus
@@ -24,6 +25,7 @@ class SpeculativeSteps:
 
     config: _Limits
     kv_cache: KVCacheManager
+    running: list[Request]
     spec_counters: SpecCounters
     _num_sent_blocks: dict[str, int]
     _trimmed: set[str]
@@ -42,22 +44,26 @@ class SpeculativeSteps:
         room = min(budget - 1, self.config.max_model_len - request.num_tokens)
         return spec[: max(room, 0)]
 
-    def _spare_for_proposals(self, request: Request, spec: list[int], later: list[Request]) -> list[int]:
+    def _spare_for_proposals(self, request: Request, spec: list[int], position: int) -> list[int]:
         """`spec`, or none of it when the blocks it adds beyond the request's own token would leave fewer free
-        blocks than the running requests after it need for their own next token: proposals only take what no
-        one else needs this step, so they never cost another request a preemption."""
+        blocks than the running requests after it (from `position` on) need for their own next token:
+        proposals only take what no one else needs this step, so they never cost another request a
+        preemption. Called for every running request each step: the later ones are counted only when the
+        free blocks could fall short of one each."""
         if not spec:
             return spec
         kv = self.kv_cache
         own = request.num_computed_tokens + 1
         held = len(kv.block_tables.get(request.request_id, ()))
         extra = kv.blocks_needed(own + len(spec)) - max(kv.blocks_needed(own), held)
-        if extra <= 0:
+        spare = kv.pool.num_free_blocks - extra
+        if extra <= 0 or spare >= len(self.running) - position:  # each later request needs one block at most
             return spec
+        later = itertools.islice(self.running, position, None)
         reserve = sum(
             1 for r in later if kv.blocks_needed(r.num_computed_tokens + 1) > len(kv.block_tables.get(r.request_id, ()))
         )
-        return spec if kv.pool.num_free_blocks - extra >= reserve else []
+        return spec if spare >= reserve else []
 
     def _append_verified(
         self, request: Request, out: SchedulerOutput, token_ids: list[int], logprobs: list | None
