@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from model_optimizer.runtime import vllm_settings
 from model_optimizer.runtime.beam_search import BeamSearch, BeamSearchOutput, BeamSearchParams, beam_max_len
@@ -46,7 +46,6 @@ from model_optimizer.runtime.llm_inputs import (
     prompt_items,
     refuse_lora,
 )
-from model_optimizer.runtime.llm_metrics import Metric, engine_metrics
 from model_optimizer.runtime.llm_progress import offline_progress
 from model_optimizer.runtime.llm_requests import run_requests
 from model_optimizer.runtime.models.model_config import is_encoder_folder
@@ -54,6 +53,9 @@ from model_optimizer.runtime.models.tokenizer import load_tokenizer
 from model_optimizer.runtime.pooling_params import PoolingParams
 from model_optimizer.runtime.sampling_params import SamplingParams
 from model_optimizer.runtime.startup import engine_tokenizer, load_runner, log_phase
+
+if TYPE_CHECKING:
+    from model_optimizer.runtime import llm_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -145,12 +147,14 @@ class LLM:
             self._hf_tokenizer = load_transformers_tokenizer(Path(own.name_or_path)) if light else own
         return self._hf_tokenizer
 
-    def get_metrics(self) -> list[Metric]:
+    def get_metrics(self) -> list[llm_metrics.Metric]:
         """The engine's gauges and counters now, as vLLM's `LLM.get_metrics` lists them (Counter, Gauge, and
         a Vector for vllm:spec_decode_num_accepted_tokens_per_pos: from model_optimizer.runtime.llm_metrics),
         under the names the server's /metrics gives them. The server's per-request histograms and counters
         (latencies, vllm:prompt_tokens, vllm:request_success) are not kept offline; an encoder model, which
         has no engine, has none."""
+        from model_optimizer.runtime.llm_metrics import engine_metrics  # prometheus_client: 50 ms, on demand
+
         self._check_open()
         return engine_metrics(self.config.model or self.model_dir.name, self.config.speculative, self.engine)
 
