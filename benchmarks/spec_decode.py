@@ -94,7 +94,11 @@ class Modes:
         if mode == "off":
             core.speculator = None
         elif mode == "ngram":
-            core.speculator = Speculator(SpeculativeConfig("ngram", K, adaptive=adaptive), max_model_len=max_len)
+            # lookup bounds 1-4: the ones the README figures were measured at (the default is now 5-5)
+            core.speculator = Speculator(
+                SpeculativeConfig("ngram", K, adaptive=adaptive, prompt_lookup_min=1, prompt_lookup_max=4),
+                max_model_len=max_len,
+            )
         else:
             config = SpeculativeConfig("draft_model", K, model=self.draft, adaptive=adaptive)
             core.speculator = Speculator(config, max_model_len=max_len)

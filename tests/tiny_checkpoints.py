@@ -78,15 +78,21 @@ def build_checkpoint(
 
 def _spread_weights(model, seed: int) -> None:
     """transformers initialises with std 0.02, which makes every logit nearly equal (and greedy
-    decoding a coin toss at ties); wider weights give decisive, testable distributions."""
+    decoding a coin toss at ties); wider weights give decisive, testable distributions.
+
+    Norm scales become 1 + small noise; other tensors get std 1/sqrt(last dimension). An empty tensor
+    has nothing to fill (and no width to scale by), and a scalar that is not a norm scale (a gate, a
+    learned multiplier) keeps transformers' own value, which is what that model means it to start at."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
+            if param.numel() == 0:
+                continue
             if "norm" in name:
                 param.copy_(1.0 + 0.1 * torch.randn(param.shape, generator=generator))
-            else:
+            elif param.dim() > 0:
                 param.copy_(torch.randn(param.shape, generator=generator) * (1.0 / param.shape[-1] ** 0.5))
         for name, buffer in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # DeepSeek-V3's routing bias: zero would test nothing

@@ -5,10 +5,11 @@ in a bf16 model), under the checkpoint names `mlp.gate.weight` and, for V3, `mlp
 
 - DeepSeek-V2 (`DeepseekV2Router`): softmax over all experts; `topk_method` "greedy" takes the top-k,
   "group_limited_greedy" first keeps the `topk_group` of `n_group` expert groups with the best
-  single score and takes the top-k within them. Then, as DeepSeek's own code does, the k weights are
-  divided by their sum (+1e-20) when `norm_topk_prob` and k > 1, otherwise multiplied by
-  `routed_scaling_factor`. (transformers 5 reads no norm_topk_prob for V2 and always scales: the same
-  whenever it is false, as in every published V2 config.)
+  single score and takes the top-k within them; the k weights are always multiplied by
+  `routed_scaling_factor` and never renormalized, as in transformers 5 (our reference), which reads no
+  `norm_topk_prob` for V2. DeepSeek's own code instead divides by the sum (and skips the scaling) when
+  norm_topk_prob and k > 1; every published V2 config (V2, V2-Lite, V2.5) has norm_topk_prob false,
+  where both give the same weights.
 - DeepSeek-V3 (`DeepseekV3Router`, GLM-4.5's too): sigmoid scores; the choice adds the loaded
   `e_score_correction_bias` (choice only: the weights are the plain scores), keeps the `topk_group`
   of `n_group` groups whose two best biased scores sum highest, and takes the top-k within them;
@@ -30,13 +31,17 @@ from torch import nn
 from model_optimizer.runtime.layers.moe import FusedExperts, SparseMoeBlock, TopKRouter
 from model_optimizer.runtime.models.llama import DecoderMLP
 from model_optimizer.runtime.models.model_config import DecoderArgs
-from model_optimizer.runtime.models.moe_args import MoeArgs
+from model_optimizer.runtime.models.moe_args import MoeArgs, moe_args_for
 
 V2_TOPK_METHODS = ("greedy", "group_limited_greedy")
 
 
 def deepseek_moe_args(hf: dict) -> MoeArgs:
-    return MoeArgs.from_hf(hf, "moe_intermediate_size", bool(hf.get("norm_topk_prob", False)))
+    """The experts of a DeepSeek-V2/V3 or GLM-4.5 config (moe_args_for's rule: V2 ignores norm_topk_prob)."""
+    moe = moe_args_for(hf)
+    if moe is None:
+        raise ValueError(f"not a DeepSeek-V2/V3 or GLM-4.5 config: architectures {hf.get('architectures')}")
+    return moe
 
 
 def _groups(hf: dict, num_experts: int, top_k: int) -> tuple[int, int]:
@@ -87,8 +92,6 @@ class DeepseekV2Router(TopKRouter):
             group_best = scores.view(-1, self.n_group, self.num_experts // self.n_group).amax(dim=-1)
             scores = keep_best_groups(scores, group_best, self.topk_group, 0.0)
         weights, ids = torch.topk(scores, k=self.top_k, dim=-1, sorted=False)
-        if self.renormalize and self.top_k > 1:
-            return weights / (weights.sum(dim=-1, keepdim=True) + 1e-20), ids
         return weights * self.routed_scaling_factor, ids
 
 

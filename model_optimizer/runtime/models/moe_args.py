@@ -62,8 +62,9 @@ def moe_args_for(hf: dict) -> MoeArgs | None:
     arch = (hf.get("architectures") or [""])[0]
     if arch not in EXPERT_SIZE_KEYS:
         return None
-    renormalize = arch == "MixtralForCausalLM" or bool(hf.get("norm_topk_prob", False))
-    return MoeArgs.from_hf(hf, EXPERT_SIZE_KEYS[arch], renormalize)
+    # DeepSeek-V2's router ignores norm_topk_prob, as transformers 5's does (models/deepseek_moe.py)
+    reads_norm = arch != "DeepseekV2ForCausalLM" and bool(hf.get("norm_topk_prob", False))
+    return MoeArgs.from_hf(hf, EXPERT_SIZE_KEYS[arch], arch == "MixtralForCausalLM" or reads_norm)
 
 
 def is_sparse_layer(hf: dict, layer_idx: int) -> bool:

@@ -36,9 +36,10 @@ class SpeculativeConfig:
     model: str | None = None
     """Draft checkpoint (draft_model): a folder or a Hugging Face Hub id, as the target's --model; same vocabulary
     as the target, any smaller size."""
-    prompt_lookup_min: int = 1
-    """ngram: shortest suffix of the request's tokens looked up."""
-    prompt_lookup_max: int = 4
+    prompt_lookup_min: int = 5
+    """ngram: shortest suffix of the request's tokens looked up. Both bounds default to 5, vLLM's values
+    (untuned there; we have measured none better); one given alone sets both, as in vLLM."""
+    prompt_lookup_max: int = 5
     """ngram: longest suffix looked up (tried first)."""
     disable_by_batch_size: int | None = None
     """Do not speculate in steps with this many running requests or more (vLLM's knob)."""
@@ -138,13 +139,15 @@ def _draft_model(data: dict) -> str:
 
 
 def _lookup_bounds(data: dict) -> dict[str, int]:
-    """prompt_lookup_min defaults to 1, prompt_lookup_max to 4 (or to the min, when that is larger)."""
+    """vLLM's rule: neither bound given, the fields' defaults; one given, both take its value; both, as given."""
     low, high = data.get("prompt_lookup_min"), data.get("prompt_lookup_max")
     for key, value in (("prompt_lookup_min", low), ("prompt_lookup_max", high)):
         if value is not None and (not _is_int(value) or value < 1):
             raise ValueError(f"speculative_config: {key} must be an integer >= 1, got {value!r}")
-    low = 1 if low is None else low
-    high = max(4, low) if high is None else high
+    if low is None and high is None:
+        return {}
+    low = high if low is None else low
+    high = low if high is None else high
     if low > high:
         raise ValueError(f"speculative_config: prompt_lookup_min ({low}) must not exceed prompt_lookup_max ({high})")
     return {"prompt_lookup_min": low, "prompt_lookup_max": high}

@@ -25,8 +25,8 @@ def test_ngram_config_goes_to_both_engines_with_every_setting_explicit():
     assert ours == {
         "method": "ngram",
         "num_speculative_tokens": 3,
-        "prompt_lookup_min": 1,
-        "prompt_lookup_max": 4,
+        "prompt_lookup_min": 5,
+        "prompt_lookup_max": 5,
         "adaptive": False,
     }
     result = vllm_command(settings)

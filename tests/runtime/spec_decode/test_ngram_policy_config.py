@@ -201,7 +201,8 @@ def test_ngram_proposals_are_filled_to_k_so_every_row_verifies_k():
     """A verifying step's rows all propose k tokens (short proposals filled with their last token, rows
     without a match with theirs, rows near max_tokens too): one shape per batch size, which the verify
     graphs run. A row that cannot verify k makes the step plain; a prefill row is left out."""
-    speculator = Speculator(parse_speculative_config({**NGRAM, "adaptive": False}), max_model_len=9)
+    bounds = {"prompt_lookup_min": 1, "prompt_lookup_max": 4}
+    speculator = Speculator(parse_speculative_config({**NGRAM, **bounds, "adaptive": False}), max_model_len=9)
     matched = _decoding("a", [5, 6, 7, 5, 6])  # ... 5, 6 -> 7, 5, 6: three of four
     unmatched = _decoding("b", [1, 2, 3, 4])
     near_end = _decoding("c", [5, 6, 7, 5, 6], max_tokens=5)  # one token left: still k
@@ -252,7 +253,7 @@ def test_bad_configs_are_refused_with_what_is_allowed(value, message):
 
 def test_config_defaults_and_inference():
     ngram = EngineConfig(speculative_config='{"method": "ngram", "num_speculative_tokens": 3}').speculative
-    assert (ngram.prompt_lookup_min, ngram.prompt_lookup_max, ngram.adaptive) == (1, 4, True)
+    assert (ngram.prompt_lookup_min, ngram.prompt_lookup_max, ngram.adaptive) == (5, 5, True)
     draft = EngineConfig(speculative_config={"model": "/m", "num_speculative_tokens": 2}).speculative
     assert draft.is_draft_model and draft.model == "/m"
     assert EngineConfig().speculative is None
