@@ -127,10 +127,12 @@ class ChatOutput:
         return call.arguments if self.tools.raw_input else custom_input(call.arguments, call.complete)  # type: ignore[union-attr]
 
     def _call_id(self, call: PartialCall, index: int, taken: list[str]) -> str:
-        """The id the model wrote for the call (Kimi-K2 writes one), else the format's own; a fresh random
-        one where an earlier call of the response has it already: a tool result names its call by id."""
-        for candidate in (call.id, self.tools.call_id(call.name, index)):  # type: ignore[union-attr, arg-type]
-            if candidate and candidate not in taken:
+        """The id the model wrote for the call (Kimi-K2 writes one), else the format's own, numbered on from
+        the conversation's earlier calls; a fresh random one where an earlier call of the response or of the
+        conversation has it already: a tool result names its call by id."""
+        history = self.tools.history_ids  # type: ignore[union-attr]
+        for candidate in (call.id, self.tools.call_id(call.name, len(history) + index)):  # type: ignore[union-attr, arg-type]
+            if candidate and candidate not in taken and candidate not in history:
                 return candidate
         return ToolParser.call_id(call.name, index)  # type: ignore[arg-type]
 

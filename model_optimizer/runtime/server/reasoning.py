@@ -6,7 +6,8 @@ holds the last split (chat_output.py). A possible start of a tag at the end is h
 known not to be one.
 
 - `qwen3`: reasoning only when the output opens with `<think>` (Qwen3 writes it in thinking mode; with
-  thinking off its template closes an empty block in the prompt), up to `</think>`; otherwise all content.
+  thinking off its template closes an empty block in the prompt), up to `</think>` or a Qwen3.5 tool call
+  begun while thinking; otherwise all content.
 - `glm45` (GLM-4.5/4.6): the same rule, as its template does the same.
 - `deepseek_v3` (DeepSeek-V3.1, thinking or not by the `thinking` template keyword): the same rule too,
   since its template opens the block in the prompt when thinking and closes it when not.
@@ -93,7 +94,7 @@ class ReasoningParser:
     needs_special_tokens = False
     """Its tags are special tokens: the text must keep them (skip_special_tokens off)."""
     ALSO_ENDS: tuple[str, ...] = ()
-    """Markers that end the reasoning without END and begin the content (Kimi-K2's tool calls)."""
+    """Markers that end the reasoning without END and begin the content (Kimi-K2's and Qwen3.5's tool calls)."""
 
     def __init__(self, prompt: str = "") -> None:
         self.prompt = prompt
@@ -182,7 +183,12 @@ def _find(ids: list[int], part: list[int]) -> int:
 
 
 class Qwen3ReasoningParser(ReasoningParser):
+    """Qwen3 and Qwen3.5. Qwen3.5 may begin a call (Qwen3-Coder's format, `<tool_call>` then `<function=NAME>`)
+    inside its thinking without closing the block: the call ends the reasoning and begins the content, as
+    vLLM reads it; a `<tool_call>` only mentioned while thinking stays reasoning."""
+
     name = "qwen3"
+    ALSO_ENDS = ("<tool_call>\n<function=",)
 
 
 class Glm45ReasoningParser(ReasoningParser):

@@ -7,7 +7,8 @@ name set once), so streaming is a diff of successive views (chat_output.py) and 
 the last view: both give the same calls. Parsers read the text, never token ids. A stream's views read its
 text through `TextScans`, whose searches go on where the last view's stopped: each costs about its delta.
 
-- `hermes` (Qwen2.5, Qwen3, Hermes): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any number.
+- `hermes` (Qwen2.5, Qwen3, Hermes): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any number;
+  the tags may be special tokens (skip_special_tokens off).
 - `llama3_json` (Llama 3.1+): the whole output is `{"name": ..., "parameters": {...}}`, calls separated by
   `;`, optionally after `<|python_tag|>`; anything else is content, an object without both keys included.
 - `mistral`: `[TOOL_CALLS]` then a JSON list of {"name", "arguments"} objects (or one object), or (newer
@@ -73,6 +74,10 @@ class ToolParser:
     `{"input": "..."}`, answered as the custom call's input."""
     raw_input = False
     """A call's arguments are a custom tool's input itself, not JSON holding it (a named custom tool)."""
+    history_ids: tuple[str, ...] = ()
+    """The ids of the calls the conversation's earlier assistant messages made (tools.py sets them): a tool
+    result names its call by id, so the response's calls take others, and ids that count calls (Kimi-K2's
+    `functions.NAME:INDEX`) count on from them, as vLLM numbers them."""
 
     def __init__(self, tools: list[dict] | None = None) -> None:
         self.tools = tools or []
@@ -190,6 +195,8 @@ def _content_before(text: str, at: int, has_calls: bool, final: bool, marker: st
 # ----------------------------------------------------------------------------------- parsers
 class HermesParser(ToolParser):
     name = "hermes"
+    needs_special_tokens = True
+    """Some models' tokenizers make `<tool_call>` special: skipped, no call would be seen (as vLLM keeps them)."""
     START, END = "<tool_call>", "</tool_call>"
 
     def call_frame(self, name: str) -> tuple[str, str, str]:
@@ -328,19 +335,23 @@ class NamedParser(ToolParser):
         self.function = function
 
     def view(self, text: str, final: bool) -> ToolView:
-        """Trailing whitespace is held back while streaming, as the final view drops it: the streamed
-        arguments then add up to the whole message's."""
-        return ToolView("", [PartialCall(self.function, text.strip(), final)])
+        """The call begins with its arguments' first character: none before (a stream sends its id and name
+        with that character, after any reasoning), and none at all when the output ended first (cut while
+        thinking, or at once), as vLLM has it. Trailing whitespace is held back while streaming, as the final
+        view drops it: the streamed arguments then add up to the whole message's."""
+        arguments = text.strip()
+        return ToolView("", [PartialCall(self.function, arguments, final)] if arguments else [])
 
 
 class NamedCustomParser(NamedParser):
-    """A named custom tool: the whole output is its input, as written (whitespace included)."""
+    """A named custom tool: the whole output is its input, as written (whitespace included); as for a
+    function, no call before its first character."""
 
     name = "named_custom"
     raw_input = True
 
     def view(self, text: str, final: bool) -> ToolView:
-        return ToolView("", [PartialCall(self.function, text, final)])
+        return ToolView("", [PartialCall(self.function, text, final)] if text else [])
 
 
 def keyed_calls(calls: list[PartialCall]) -> list[PartialCall]:

@@ -185,6 +185,7 @@ class Granite20bFCParser(HermesParser):
     """`<function_call> {...}` per call, nothing closing it."""
 
     name = "granite-20b-fc"
+    needs_special_tokens = False  # its marker is text, as vLLM's parser of that name reads it
     START = "<function_call>"
 
     def call_frame(self, name: str) -> tuple[str, str, str]:

@@ -11,7 +11,8 @@
   valid against its tool's parameters schema (one call only with parallel_tool_calls false);
   finish_reason "tool_calls".
 - a named function: the output is constrained to that function's parameters schema and becomes its one
-  call's arguments; finish_reason "stop", as OpenAI reports a forced function.
+  call's arguments (no call when the output ended before them, as in vLLM); finish_reason "stop", as OpenAI
+  reports a forced function.
 - `allowed_tools` (OpenAI's): the prompt shows every tool, but only the listed ones may be called. Mode
   `required` is `required` over those tools; mode `auto` is `auto` with the calls constrained (a structural
   tag of the allowed tools, strict ones under their schemas, as for strict tools), which needs a format
@@ -99,6 +100,7 @@ def tool_plan(state: ServerState, body: ChatCompletionRequest) -> ToolPlan:
     plan = _plan(state, body, tools, as_template_tools(tools))
     if plan.parser is not None:
         plan.parser.custom = frozenset(t.function.name for t in tools if t.type == "custom")
+        plan.parser.history_ids = tuple(call.id for m in body.messages for call in m.tool_calls or [])
     return plan
 
 
