@@ -63,7 +63,10 @@ class ToolPlan:
     """finish_reason "tool_calls" when the output holds calls and the engine stopped it."""
     binding: bool = False
     """The constraint is what tool_choice asks (required, a named function, allowed_tools): a constraint of
-    the request's own cannot replace it (a 400), as it replaces strict tools' under auto."""
+    the request's own cannot replace it, as it replaces strict tools' under auto."""
+    forces_call: bool = False
+    """The output is nothing but calls (required, a named function): a response_format or guided field of the
+    request would shape content there is none of, so it is ignored, as vLLM does and OpenAI accepts both."""
 
 
 def as_template_tools(tools: list[Any]) -> list[dict]:
@@ -128,9 +131,9 @@ def _named_plan(state: ServerState, tools: list[Any], template_tools: list[dict]
         raise APIError(400, f"tool_choice names {name!r} as a {kind} tool, but it is a {tool.type} tool", "tool_choice")
     if kind == "custom":
         parser = _with_server_ids(state, NamedCustomParser(name))
-        return ToolPlan(template_tools, parser, custom_constraint(tool.custom), binding=True)
+        return ToolPlan(template_tools, parser, custom_constraint(tool.custom), binding=True, forces_call=True)
     parser = _with_server_ids(state, NamedParser(name))
-    return ToolPlan(template_tools, parser, StructuredOutputs.json(parameters_of(tool)), binding=True)
+    return ToolPlan(template_tools, parser, StructuredOutputs.json(parameters_of(tool)), binding=True, forces_call=True)
 
 
 def custom_constraint(custom: Any) -> StructuredOutputs | None:
@@ -192,7 +195,7 @@ def _required_plan(state: ServerState, tools: list[Any], template_tools: list[di
         )
     parser = _with_server_ids(state, RequiredParser())
     constraint = StructuredOutputs.json(_calls_schema(tools, parallel))
-    return ToolPlan(template_tools, parser, constraint, finish_with_tool_calls=True, binding=True)
+    return ToolPlan(template_tools, parser, constraint, finish_with_tool_calls=True, binding=True, forces_call=True)
 
 
 def _lark_custom(tool: Any) -> bool:

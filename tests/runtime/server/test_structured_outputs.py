@@ -244,6 +244,25 @@ def test_named_tool_choice_and_one_call_without_parallel_calls(client):
     assert all(len(c.message.tool_calls) == 1 for c in single.choices)
 
 
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "function": {"name": "get_weather"}}], ids=["required", "named"]
+)
+def test_a_forced_call_ignores_the_requests_response_format(client, choice):
+    """An agent framework that always sends a response_format still gets its forced call: the output is only
+    calls, which the format would not shape (vLLM ignores it; OpenAI accepts both)."""
+    tools = [openai.pydantic_function_tool(Weather, name="get_weather")]
+    forced = client.chat.completions.parse(
+        model="tiny",
+        messages=USER,
+        tools=tools,
+        tool_choice=choice,
+        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "integer"}}},
+        max_tokens=200,
+    )
+    [call] = forced.choices[0].message.tool_calls[:1]
+    assert call.function.name == "get_weather" and isinstance(call.function.parsed_arguments, Weather)
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_allowed_tools_required_calls_only_the_listed_tools(client, stream):
     """OpenAI's allowed_tools: the prompt shows both tools, the calls go to the listed one only."""
@@ -612,15 +631,6 @@ BAD = [
         },
         "uniqueItems",
         "tools",
-    ),
-    (
-        {
-            "tools": [{"type": "function", "function": {"name": "f"}}],
-            "tool_choice": "required",
-            "response_format": {"type": "json_object"},
-        },
-        "leave out response_format",
-        "response_format",
     ),
     ({"functions": [{"name": "f"}]}, "use tools", "functions"),
 ]

@@ -168,11 +168,14 @@ async def _constraint(
     state: ServerState, body: ChatCompletionRequest, plan: ToolPlan, request: Request | None
 ) -> StructuredOutputs | None:
     """The output constraint: the request's own, or the one its tool_choice makes; never both. Strict tools
-    under tool_choice auto give way to a constraint the request brings (it says what the whole output is)."""
+    under tool_choice auto give way to a constraint the request brings (it says what the whole output is);
+    under required or a named function, whose output is only calls, the request's own is checked and ignored."""
     await _check_custom_grammars(state, body, request)
     requested = requested_constraint(body)
     # tool_choice's own constraint binds; strict tools' calls under auto are only part of the output
-    if plan.constraint is not None and (requested is None or plan.binding):
+    if plan.forces_call:
+        requested = None if plan.constraint is None else (plan.constraint, "tools")
+    elif plan.constraint is not None and (requested is None or plan.binding):
         if requested is not None:
             raise APIError(
                 400,
