@@ -70,7 +70,7 @@ def refuse_quantized_latent_projections(hf: dict, mla: MlaArgs) -> None:
 
     spec = spec_from_config(qc)
     names = ["kv_a_proj_with_mqa", "kv_b_proj"] + (["q_a_proj"] if mla.q_lora_rank else [])
-    rounded = [n for n in names if not spec.ignores(f"model.layers.0.self_attn.{n}")]
+    rounded = [n for n in names if spec.quantizes([f"model.layers.0.self_attn.{n}"])]
     if rounded:
         raise ValueError(
             f"this checkpoint's quantization ({spec.method}, {spec.source} layout) covers the latent-attention "

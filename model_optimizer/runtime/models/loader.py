@@ -197,7 +197,7 @@ def load_weights(
         if param is None and _static_input_scale(target, modules):
             continue
         if param is None:
-            raise ValueError(f"{path.name}: tensor {name!r} does not belong to {type(model).__name__}")
+            raise _foreign_tensor(path, name, model)
         _load_tensor(param, shard, tensor, path, name)
         loaded.add((target, shard))
     missing = sorted(
@@ -233,6 +233,28 @@ def _load_tensor(param: nn.Parameter, shard: str | None, tensor: LazyTensor, pat
         raise unreadable(path, exc) from None
     except ValueError as exc:
         raise ValueError(f"{path.name}: tensor {name!r}: {exc}") from None
+
+
+QUANTIZED_SUFFIXES = (
+    ".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx",
+    ".weight_global_scale", ".weight_scale_inv", ".qweight", ".qzeros", ".scales",
+)  # fmt: skip
+"""The tensors a quantized weight is stored as (compressed-tensors, block-wise fp8, AutoAWQ)."""
+
+
+def _foreign_tensor(path: Path, name: str, model: nn.Module) -> ValueError:
+    """The error for checkpoint tensor `name` that no parameter of `model` takes: in words where it is part of
+    a quantized weight of a module that loads unquantized (experts, lm_head), rather than a bare name."""
+    suffix = next((s for s in QUANTIZED_SUFFIXES if name.endswith(s)), None)
+    if suffix is None:
+        return ValueError(f"{path.name}: tensor {name!r} does not belong to {type(model).__name__}")
+    return ValueError(
+        f"{path.name}: tensor {name!r}: {name.removesuffix(suffix)!r} is quantized in the checkpoint, but "
+        f"{type(model).__name__} loads it unquantized: linear layers are quantized as quantization_config's "
+        "targets and ignore say, while mixture-of-experts experts, the output head (lm_head) and embeddings always "
+        "stay in the model dtype; use a checkpoint that leaves it unquantized (llm-compressor: list it in "
+        "`ignore`), or the float checkpoint with --quantization"
+    )
 
 
 KV_SCALE_NAMES = (

@@ -45,14 +45,24 @@ def checkpoint_names(model: nn.Module, module_name: str) -> list[str]:
     return names or [module_name]
 
 
-def _ignored(model: nn.Module, spec: QuantSpec, module_name: str) -> bool:
-    """Whether the spec leaves this module in float: every checkpoint module behind it ignored, under any
-    name the checkpoint may give it (`checkpoint_aliases`: Gemma 3's image-and-text layout)."""
+def _quantized(model: nn.Module, spec: QuantSpec, module_name: str) -> bool:
+    """Whether the checkpoint quantizes this module: every checkpoint module behind it (q, k and v for
+    qkv_proj) targeted and not ignored under any name the checkpoint may give it (`checkpoint_aliases`:
+    Gemma 3's image-and-text layout), or none of them; ValueError when only some are, as one layer here
+    cannot be part quantized."""
     aliases = getattr(model, "checkpoint_aliases", None)
-    return all(
-        any(spec.ignores(alias) for alias in [name, *(aliases(name) if aliases is not None else [])])
+    quantized = {
+        name: spec.quantizes([name, *(aliases(name) if aliases is not None else [])])
         for name in checkpoint_names(model, module_name)
-    )
+    }
+    if len(set(quantized.values())) > 1:
+        plain = ", ".join(n for n, q in quantized.items() if not q)
+        rounded = ", ".join(n for n, q in quantized.items() if q)
+        raise ValueError(
+            f"{module_name}: the checkpoint leaves {plain} unquantized but quantizes {rounded}, which are one layer "
+            "here; quantize them alike (all of them or none in quantization_config's `ignore`)"
+        )
+    return all(quantized.values())
 
 
 def quantized_layers(model: nn.Module) -> list[tuple[str, Linear]]:
@@ -69,7 +79,7 @@ def attach_quantization(
     source = DenseSource() if dummy else make_source(spec)
     layers = []
     for name, module in model.named_modules():
-        if not isinstance(module, Linear) or _ignored(model, spec, name):
+        if not isinstance(module, Linear) or not _quantized(model, spec, name):
             continue
         method: QuantMethod = make_method(spec.method, source, dtype, spec.group_size)
         try:

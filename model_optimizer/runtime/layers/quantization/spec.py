@@ -7,6 +7,7 @@ holds); `resolve_spec` reads the formats we support and says plainly which ones 
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 import typing
 from dataclasses import dataclass, field
@@ -36,6 +37,23 @@ class QuantSpec:
     """Block-wise fp8 scales: (rows, columns) per block."""
     ignore: list[str] = field(default_factory=list)
     """Checkpoint module names (or re:patterns / globs) left unquantized."""
+    targets: list[str] = field(default_factory=lambda: ["Linear"])
+    """What the quantization covers (compressed-tensors' `targets`): the class name Linear (every linear
+    layer), checkpoint module names or re:patterns; a layer outside them stays in float."""
+
+    def quantizes(self, names: list[str]) -> bool:
+        """Whether the checkpoint quantizes the module it calls by any of `names` (its name and aliases):
+        one of them is targeted and none is ignored, as compressed-tensors matches them."""
+        return any(self.targets_module(n) for n in names) and not any(self.ignores(n) for n in names)
+
+    def targets_module(self, module_name: str) -> bool:
+        """Whether `targets` name this checkpoint module (Linear: every linear layer, as the class name)."""
+        return any(
+            target == "Linear"
+            or target == module_name
+            or (target.startswith("re:") and re.match(target[3:], module_name))
+            for target in self.targets
+        )
 
     def ignores(self, module_name: str) -> bool:
         for pattern in self.ignore:
@@ -132,20 +150,69 @@ def _dynamic_int8_tokens(groups: dict) -> bool:
 
 def _compressed_tensors_spec(qc: dict) -> QuantSpec:
     groups = qc.get("config_groups") or {}
-    weights = [g.get("weights") for g in groups.values() if isinstance(g, dict) and g.get("weights")]
-    if len(weights) != 1:
-        raise ValueError(
-            f"config.json: compressed-tensors with {len(weights)} weight schemes is not supported; expected one group"
-        )
-    w = weights[0]
-    if w.get("actorder") in ("group", True):  # GPTQ's act-order: each input column's group in weight_g_idx
+    w, fmt, targets = _weight_scheme(groups)
+    fmt = fmt or qc.get("format")
+    _refuse_what_changes_the_weights(qc, w, fmt)
+    ignore = list(qc.get("ignore") or [])
+    spec = _compressed_weights_spec(groups, w, fmt, ignore)
+    spec.targets = targets
+    return spec
+
+
+def _weight_scheme(groups: dict) -> tuple[dict, str | None, list[str]]:
+    """(weights, format, targets) of config_groups' one weight scheme. llm-compressor writes one group per
+    distinct `targets`, so groups alike but for their targets are one scheme over all of them; groups of
+    different schemes (format "mixed-precision") are refused."""
+    schemes = [g for g in groups.values() if isinstance(g, dict) and g.get("weights")]
+    kinds = {json.dumps([g.get(key) for key in ("weights", "input_activations", "format")]) for g in schemes}
+    if len(kinds) != 1:
+        found = f"{len(kinds)} different weight schemes (mixed precision)" if kinds else "no weight scheme"
+        raise ValueError(f"config.json: compressed-tensors with {found} is not supported; expected one scheme")
+    targets = [t for g in schemes for t in (g.get("targets") or ["Linear"])]
+    return schemes[0]["weights"], schemes[0].get("format"), targets
+
+
+def _refuse_what_changes_the_weights(qc: dict, w: dict, fmt: str | None) -> None:
+    """ValueError for the fields that change what the tensors mean, which plain loading would ignore:
+    act-order groups, weights stored uncompressed, sparse storage, rotations applied at run time."""
+    if w.get("actorder") is True or str(w.get("actorder")).lower() in ("group", "dynamic"):
         raise ValueError(
             f"config.json: compressed-tensors weights with actorder {w['actorder']!r} (act-order, weight_g_idx) are "
             "not supported (the int4 kernels take groups as consecutive columns); quantize without act-order "
             '(actorder null or "weight")'
         )
-    fmt = next((g.get("format") for g in groups.values() if g.get("format")), None) or qc.get("format")
-    ignore = list(qc.get("ignore") or [])
+    if fmt == "dense":
+        raise ValueError(
+            f"config.json: compressed-tensors format 'dense' (quantization_status {qc.get('quantization_status')!r}): "
+            "the weights are stored in float beside their scales, not compressed (llm-compressor's "
+            "save_compressed=False); save the model compressed, or serve a float checkpoint with --quantization"
+        )
+    sparsity = qc.get("sparsity_config") or {}
+    if sparsity.get("format") not in (None, "dense"):
+        raise ValueError(
+            f"config.json: compressed-tensors sparsity_config in format {sparsity['format']!r} stores the weights "
+            "sparse-compressed, which the engine does not read; supported: sparsity_config absent or format 'dense'"
+        )
+    online = _online_transforms(qc.get("transform_config") or {})
+    if online:
+        raise ValueError(
+            f"config.json: compressed-tensors transform_config rotates {', '.join(online)} at run time (QuIP / "
+            "SpinQuant-style online transforms), which the engine does not apply; supported: transforms fused "
+            "into the weights (weight_input, weight_output) only"
+        )
+
+
+def _online_transforms(transform_config: dict) -> list[str]:
+    """'hadamard at the input of re:.*down_proj$' for each transform applied to activations at run time."""
+    return [
+        f"{scheme.get('type')} at the {args.get('location')} of {', '.join(args.get('targets') or [])}"
+        for scheme in (transform_config.get("config_groups") or {}).values()
+        for args in scheme.get("apply") or []
+        if args.get("location") not in ("weight_input", "weight_output")
+    ]
+
+
+def _compressed_weights_spec(groups: dict, w: dict, fmt: str | None, ignore: list[str]) -> QuantSpec:
     bits, kind, strategy = w.get("num_bits"), w.get("type"), w.get("strategy")
     if kind == "float" and bits == 8:
         block = w.get("block_structure") if strategy == "block" else None
