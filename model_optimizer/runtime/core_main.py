@@ -1,7 +1,7 @@
 """Inside the engine core process (core_process.py spawns it, and its docstring tells the whole life):
 `run_core` loads the model behind an EngineCore, binds the ZeroMQ sockets, reports ready over the pipe,
 then runs the CoreLoop (engine/core_loop.py) over the sockets until a frontend sends SHUTDOWN, its parent
-dies or a step fails; and the signal handling that leaves draining to the frontend."""
+dies or a step fails; and the signal handling that leaves stopping to the frontend."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def run_core(spec: CoreSpec, conn: Connection) -> None:
     watch = getattr(core.runner, "on_worker_death", None)
     if watch is not None:  # a tensor-parallel worker that dies while no step runs fails the core at once
         watch(lambda exc: _inject_failure(context, spec.input_address, exc))
-    signal.signal(signal.SIGTERM, _on_sigterm_while_serving)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # serving: only its frontend stops it (core_process.py)
     _send_quietly(conn, ("ready", {"info": core.info, "extra": extra}))
     conn.close()
     freeze_startup_objects()
@@ -184,14 +184,6 @@ def _serve(core: EngineCore, inbox: Any, outboxes: list[Any]) -> int:
             except zmq.Again:
                 pass
         return 1
-
-
-def _on_sigterm_while_serving(signum: int, frame: Any) -> None:
-    """The first SIGTERM is left to the frontend: a process group's SIGTERM (a service manager's stop)
-    reaches it too, and it drains, then stops the core. A second one ends the core at once: the default
-    action is back before the line that says so, so a SIGTERM sent on reading it is never caught again."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    logger.info("SIGTERM: the frontend drains and stops the engine core; a second SIGTERM ends it now")
 
 
 def _drain(inbox: Any) -> list:

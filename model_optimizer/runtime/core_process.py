@@ -5,11 +5,15 @@ and reports ready (core_main.py runs in it), or the start-up error as the fronte
 one-line ValueError). `spawn_core` is its first half: `mopt serve` spawns the core before it sets up
 its HTTP side and takes it with `CoreStart.ready()` once its own checks pass. Then it runs the CoreLoop (engine/core_loop.py) until a frontend sends SHUTDOWN,
 its parent dies (it polls, common/processes.py) or a step fails (it sends the error to every frontend,
-then exits non-zero). It ignores SIGINT: the frontend decides when to drain and stop it, so a Ctrl-C
-to the whole process group never cuts a drain short. SIGTERM ends it at once while it loads (nothing
-is in it yet); once it serves, the first SIGTERM is left to the frontend (a process group's SIGTERM
-reaches the frontend too, which drains, then stops the core) and a second one ends it. Tensor-parallel
-workers are its children and watch it the same way.
+then exits non-zero). The frontend alone decides when to drain and stop it: a terminal's Ctrl-C and
+`kill -TERM -PGID` reach every process of the group, as many times as they are sent, and the frontend's
+second signal aborts and answers its requests (finish_reason "abort"), which a core that had died of the
+same signal would have failed with an error instead. So it ignores
+SIGINT, and SIGTERM once it serves (while it loads, SIGTERM ends it: nothing is in it yet). A signal
+cannot say whether it was sent to the group or to the core alone, so a SIGTERM to the core's own pid is
+ignored too; SIGKILL ends it alone (its frontend then fails the requests it held and exits non-zero).
+Tensor-parallel workers are its children and watch it the same way. A core that stops answering (it
+hangs) is caught by its frontends' HangWatch (engine/hang_watch.py).
 
 The frontend stops the core whatever ends it, a Ctrl-C at any point of the start-up included: the
 exit hook that stops the core is registered before the core is spawned (a core never handed over is

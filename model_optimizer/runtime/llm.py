@@ -1,9 +1,9 @@
 """LLM: the offline API, shaped like vLLM's (`LLM(model).generate(prompts, params)`).
 
-Its arguments are checked and brought to one shape by llm_inputs.py (embed's by llm_embed.py, which
-also builds the embedder); the model loads through startup.py, as the engine-core process of `mopt serve`
-loads it; each call's requests run to completion through llm_requests.py, with progress through
-llm_progress.py.
+Its arguments are checked and brought to one shape by llm_inputs.py; its pooling methods (embed, score,
+encode), their arguments and the embedder are llm_embed.py's. The model loads through startup.py, as the
+engine-core process of `mopt serve` loads it; each call's requests run to completion through
+llm_requests.py, with progress through llm_progress.py.
 """
 
 from __future__ import annotations
@@ -20,17 +20,11 @@ from model_optimizer.runtime.beam_search import BeamSearch, BeamSearchOutput, Be
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.engine import LLMEngine
 from model_optimizer.runtime.engine.input_processor import encode_prompt
-from model_optimizer.runtime.engine.outputs import (
-    EmbeddingOutput,
-    EmbeddingRequestOutput,
-    RequestOutput,
-    ScoringOutput,
-    ScoringRequestOutput,
-)
+from model_optimizer.runtime.engine.outputs import RequestOutput
 from model_optimizer.runtime.generation_defaults import config_generation_defaults
 from model_optimizer.runtime.hub import resolve_model_dir
 from model_optimizer.runtime.kernels.compile_cache import configure_compile, hash_triton_in_background
-from model_optimizer.runtime.llm_embed import as_embed_inputs, load_embedder, pooling_settings
+from model_optimizer.runtime.llm_embed import LLMPooling
 from model_optimizer.runtime.llm_inputs import (
     Prompt,
     as_conversations,
@@ -50,7 +44,6 @@ from model_optimizer.runtime.llm_progress import offline_progress
 from model_optimizer.runtime.llm_requests import run_requests
 from model_optimizer.runtime.models.model_config import is_encoder_folder
 from model_optimizer.runtime.models.tokenizer import load_tokenizer
-from model_optimizer.runtime.pooling_params import PoolingParams
 from model_optimizer.runtime.sampling_params import SamplingParams
 from model_optimizer.runtime.startup import engine_tokenizer, load_runner, log_phase
 
@@ -60,10 +53,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class LLM:
+class LLM(LLMPooling):
     """A model loaded in this process with its engine, run to completion call by call: generate, chat,
-    beam_search, embed and score, as vLLM's `LLM` offers them. An encoder folder (BERT family) gets no
-    generation engine, only embed and score."""
+    beam_search, embed, score and encode, as vLLM's `LLM` offers them. An encoder folder (BERT family) gets no
+    generation engine, only embed, score and encode."""
 
     def __init__(self, model: str | None = None, **engine_args: Any) -> None:
         start = time.perf_counter()
@@ -157,6 +150,23 @@ class LLM:
 
         self._check_open()
         return engine_metrics(self.config.model or self.model_dir.name, self.config.speculative, self.engine)
+
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """Forget every cached prompt prefix, as vLLM's `LLM.reset_prefix_cache`: the next prompt computes its
+        prefix again (a benchmark's cold runs, new weights); the prefix-cache counters of `get_metrics` go on.
+        True when nothing is left cached, as always between calls here (no request runs then); False only
+        while requests added to `llm_engine` by hand still hold cached blocks. An encoder model caches
+        nothing: True. `reset_running_requests=True` (vLLM: preempt the running requests first) is taken only
+        when none runs: ValueError otherwise."""
+        self._check_open()
+        if self.engine is None:
+            return True
+        if reset_running_requests and self.engine.has_unfinished_requests():
+            raise ValueError(
+                "reset_running_requests=True is not supported while requests run (they are not preempted): "
+                "finish or abort them first, or reset without it"
+            )
+        return self.engine.reset_prefix_cache()
 
     def get_default_sampling_params(self) -> SamplingParams:
         """vLLM's name for default_sampling_params."""
@@ -320,77 +330,3 @@ class LLM:
             for text in texts
         ]  # the template writes the special tokens; each output's prompt is the rendered text
         return self._generate(prompts, sampling_params, use_tqdm, on_progress, "LLM.chat")
-
-    def embed(
-        self,
-        texts: str | list[int] | dict | Sequence[str | list[int] | dict],
-        dimensions: int | None = None,
-        truncate_prompt_tokens: int | None = None,
-        instruction: str | None = None,
-        *,
-        use_tqdm: bool = True,
-        pooling_params: PoolingParams | Sequence[PoolingParams] | None = None,
-    ) -> list[EmbeddingRequestOutput]:
-        """Embeddings of texts (or token-id lists, or vLLM's prompt dicts), pooled and normalized as the model
-        folder says, as vLLM's `LLM.embed` returns them: one EmbeddingRequestOutput per input, the vector in
-        `.outputs.embedding`, the ids the model read in `.prompt_token_ids`. `dimensions` and
-        `truncate_prompt_tokens` may come in `pooling_params` (vLLM's way; one for every input), and so may
-        `normalize` (False: the pooled vectors as they are).
-        `use_tqdm`: progress as `generate` shows it.
-
-        A decoder (Qwen3-Embedding style) embeds with the generation engine's own weights, in the
-        engine's dtype: they are loaded once, and embedding reads no KV cache.
-        """
-        self._check_open()
-        if self._embedder is None:
-            self._embedder = load_embedder(self.config, self.model_dir, self.runner)
-        from model_optimizer.runtime.embed.inputs import as_input_list
-
-        normalize = None
-        if pooling_params is not None:
-            dimensions, truncate_prompt_tokens, normalize = pooling_settings(
-                pooling_params, dimensions, truncate_prompt_tokens
-            )
-        texts = as_embed_inputs(texts)
-        items = as_input_list(texts)  # one text or token-id list, or several: the count the progress shows
-        with offline_progress(len(items), use_tqdm, "LLM.embed") as advance:
-            out = self._embedder.encode(
-                items,
-                dimensions=dimensions,
-                truncate_prompt_tokens=truncate_prompt_tokens,
-                instruction=instruction,
-                on_progress=advance,
-                keep_token_ids=True,
-                normalize=normalize,
-            )
-        return [
-            EmbeddingRequestOutput(str(next(self._ids)), EmbeddingOutput(vector), ids)
-            for vector, ids in zip(out.embeddings.tolist(), out.token_ids or [])
-        ]
-
-    def score(
-        self,
-        data_1: str | list[int] | Sequence[str | list[int]],
-        data_2: str | list[int] | Sequence[str | list[int]],
-        /,
-        *,
-        truncate_prompt_tokens: int | None = None,
-        use_tqdm: bool | Callable[..., Any] = True,
-    ) -> list[ScoringRequestOutput]:
-        """Scores of text pairs by an embedding model, as vLLM's `LLM.score` gives them for one: the cosine
-        similarity of the two texts' embeddings (runtime/embed/scoring.py), one ScoringRequestOutput per pair
-        (`.outputs.score`). `data_1` is one text (scored against every text of `data_2`) or as many texts as
-        `data_2` holds (scored in pairs); texts may be token ids. Each distinct text is embedded once."""
-        import torch
-
-        from model_optimizer.runtime.embed.scoring import cosine_scores, distinct_inputs, score_pairs
-
-        inputs, pairs, _ = distinct_inputs(score_pairs(data_1, data_2))
-        embedded = self.embed(inputs, truncate_prompt_tokens=truncate_prompt_tokens, use_tqdm=use_tqdm)
-        scores = cosine_scores(torch.tensor([e.outputs.embedding for e in embedded]), pairs)
-        return [
-            ScoringRequestOutput(
-                str(next(self._ids)), ScoringOutput(score), embedded[a].prompt_token_ids + embedded[b].prompt_token_ids
-            )
-            for score, (a, b) in zip(scores, pairs)
-        ]

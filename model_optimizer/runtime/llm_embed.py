@@ -1,16 +1,176 @@
-"""The embedding side of `LLM`: the embedder behind `LLM.embed` and `LLM.score`, and embed's arguments
-(vLLM's prompt dicts and pooling_params) brought to the embedder's shape.
+"""The embedding side of `LLM`: its pooling methods (`embed`, `score`, `encode`, mixed into LLM as
+`LLMPooling`), the embedder behind them, and embed's arguments (vLLM's prompt dicts and pooling_params)
+brought to the embedder's shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from model_optimizer.runtime.config import EngineConfig
-from model_optimizer.runtime.llm_inputs import as_prompt
+from model_optimizer.runtime.engine.outputs import (
+    EmbeddingOutput,
+    EmbeddingRequestOutput,
+    ScoringOutput,
+    ScoringRequestOutput,
+)
+from model_optimizer.runtime.llm_inputs import as_prompt, refuse_lora
+from model_optimizer.runtime.llm_progress import offline_progress
 from model_optimizer.runtime.pooling_params import PoolingParams
+
+POOLING_TASKS = ("embed",)
+"""The pooling tasks of vLLM's `LLM.encode` served here; vLLM's others (classify, score, token_embed,
+token_classify) need heads or per-token outputs the embedder does not have."""
+
+
+@dataclass
+class PoolingOutput:
+    """One input's pooled output (vLLM's PoolingOutput): `data`, a 1-D float32 torch tensor (an embedding)."""
+
+    data: Any
+
+
+@dataclass
+class PoolingRequestOutput:
+    """What LLM.encode returns per input, in vLLM's shape: `output.outputs.data`."""
+
+    request_id: str
+    outputs: PoolingOutput
+    prompt_token_ids: list[int]
+    finished: bool = True
+
+
+class LLMPooling:
+    """Mixed into LLM: the methods that pool with the embedder rather than generate with the engine."""
+
+    config: EngineConfig
+    model_dir: Path
+    runner: Any
+    _embedder: Any
+    _ids: Iterator[int]
+    _check_open: Callable[[], None]
+
+    def embed(
+        self,
+        prompts: str | list[int] | dict | Sequence[str | list[int] | dict],
+        dimensions: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+        instruction: str | None = None,
+        *,
+        use_tqdm: bool = True,
+        pooling_params: PoolingParams | Sequence[PoolingParams] | None = None,
+        lora_request: None = None,
+    ) -> list[EmbeddingRequestOutput]:
+        """Embeddings of texts (or token-id lists, or vLLM's prompt dicts), pooled and normalized as the model
+        folder says, as vLLM's `LLM.embed` returns them: one EmbeddingRequestOutput per input, the vector in
+        `.outputs.embedding`, the ids the model read in `.prompt_token_ids`. `dimensions` and
+        `truncate_prompt_tokens` may come in `pooling_params` (vLLM's way; one for every input), and so may
+        `normalize` (False: the pooled vectors as they are).
+        `use_tqdm`: progress as `generate` shows it. `lora_request` must be None (vLLM's keyword; no adapters).
+
+        A decoder (Qwen3-Embedding style) embeds with the generation engine's own weights, in the
+        engine's dtype: they are loaded once, and embedding reads no KV cache.
+        """
+        self._check_open()
+        refuse_lora(lora_request)
+        if self._embedder is None:
+            self._embedder = load_embedder(self.config, self.model_dir, self.runner)
+        from model_optimizer.runtime.embed.inputs import as_input_list
+
+        normalize = None
+        if pooling_params is not None:
+            dimensions, truncate_prompt_tokens, normalize = pooling_settings(
+                pooling_params, dimensions, truncate_prompt_tokens
+            )
+        items = as_input_list(
+            as_embed_inputs(prompts)
+        )  # one text or token-id list, or several: the count the progress shows
+        with offline_progress(len(items), use_tqdm, "LLM.embed") as advance:
+            out = self._embedder.encode(
+                items,
+                dimensions=dimensions,
+                truncate_prompt_tokens=truncate_prompt_tokens,
+                instruction=instruction,
+                on_progress=advance,
+                keep_token_ids=True,
+                normalize=normalize,
+            )
+        return [
+            EmbeddingRequestOutput(str(next(self._ids)), EmbeddingOutput(vector), ids)
+            for vector, ids in zip(out.embeddings.tolist(), out.token_ids or [])
+        ]
+
+    def score(
+        self,
+        data_1: str | list[int] | Sequence[str | list[int]],
+        data_2: str | list[int] | Sequence[str | list[int]],
+        /,
+        *,
+        truncate_prompt_tokens: int | None = None,
+        use_tqdm: bool | Callable[..., Any] = True,
+        pooling_params: PoolingParams | None = None,
+        lora_request: None = None,
+    ) -> list[ScoringRequestOutput]:
+        """Scores of text pairs by an embedding model, as vLLM's `LLM.score` gives them for one: the cosine
+        similarity of the two texts' embeddings (runtime/embed/scoring.py), one ScoringRequestOutput per pair
+        (`.outputs.score`; `.prompt_token_ids` the first text's ids, the tokenizer's pad token, then the
+        second's, as vLLM's). `data_1` is one text (scored against every text of `data_2`) or as many texts as
+        `data_2` holds (scored in pairs); texts may be token ids. Each distinct text is embedded once.
+        `pooling_params` applies to every text, as in `embed`; `lora_request` must be None."""
+        import torch
+
+        from model_optimizer.runtime.embed.scoring import cosine_scores, distinct_inputs, pair_separator, score_pairs
+
+        refuse_lora(lora_request)
+        inputs, pairs, _ = distinct_inputs(score_pairs(data_1, data_2))
+        embedded = self.embed(
+            inputs, truncate_prompt_tokens=truncate_prompt_tokens, use_tqdm=use_tqdm, pooling_params=pooling_params
+        )
+        scores = cosine_scores(torch.tensor([e.outputs.embedding for e in embedded]), pairs)
+        separator = pair_separator(self._embedder.tokenizer)
+        return [
+            ScoringRequestOutput(
+                str(next(self._ids)),
+                ScoringOutput(score),
+                embedded[a].prompt_token_ids + separator + embedded[b].prompt_token_ids,
+            )
+            for score, (a, b) in zip(scores, pairs)
+        ]
+
+    def encode(
+        self,
+        prompts: str | list[int] | dict | Sequence[str | list[int] | dict],
+        pooling_params: PoolingParams | Sequence[PoolingParams] | None = None,
+        *,
+        truncate_prompt_tokens: int | None = None,
+        use_tqdm: bool = True,
+        lora_request: None = None,
+        pooling_task: str | None = None,
+    ) -> list[PoolingRequestOutput]:
+        """vLLM's generic pooling entry, for the tasks served here (POOLING_TASKS): "embed" (None means it)
+        pools as `embed` does, one PoolingRequestOutput per input with its vector in `.outputs.data` (a 1-D
+        float32 torch tensor, as vLLM gives it). Another task is a ValueError naming the served ones;
+        `lora_request` must be None."""
+        refuse_lora(lora_request)
+        if pooling_task is not None and pooling_task not in POOLING_TASKS:
+            raise ValueError(
+                f"pooling_task {pooling_task!r} is not supported: LLM.encode serves {', '.join(POOLING_TASKS)} "
+                "(for similarity scores of an embedding model, use LLM.score)"
+            )
+        import torch
+
+        embedded = self.embed(
+            prompts, truncate_prompt_tokens=truncate_prompt_tokens, use_tqdm=use_tqdm, pooling_params=pooling_params
+        )
+        return [
+            PoolingRequestOutput(
+                e.request_id, PoolingOutput(torch.tensor(e.outputs.embedding, dtype=torch.float32)), e.prompt_token_ids
+            )
+            for e in embedded
+        ]
 
 
 def load_embedder(config: EngineConfig, model_dir: Path, runner: Any) -> Any:

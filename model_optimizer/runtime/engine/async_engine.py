@@ -227,6 +227,14 @@ class AsyncEngine:
     def is_paused(self) -> bool:
         return self.client.is_paused
 
+    async def reset_prefix_cache(self, timeout: float) -> bool:
+        """Have the core forget every cached prefix no running request holds, before its next step; False when
+        running requests still hold cached blocks (they stay cached). EngineDeadError once the engine has failed,
+        TimeoutError when no answer came within `timeout` seconds (a bound on a hang)."""
+        if self.error is not None:
+            raise EngineDeadError(f"engine core failed: {self.error}")
+        return await asyncio.wait_for(self.client.reset_prefix_cache(), timeout)
+
     # ----------------------------------------------------------------- outputs (event loop)
     def _on_outputs(self, out: CoreOutputs) -> None:
         outputs, stopped = self.output_processor.process(out)

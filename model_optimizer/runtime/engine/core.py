@@ -45,6 +45,7 @@ have to check each proposed token and mask each verified position).
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ from model_optimizer.runtime.engine.stall_bound import DecodeStallBound
 from model_optimizer.runtime.engine.step_runner import StepRunner
 from model_optimizer.runtime.sampler_output import StepResults
 from model_optimizer.runtime.spec_decode.speculator import Speculator
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_CPU_STALL = 2.0
 """max_decode_stall when unset and the model runs on the CPU."""
@@ -167,6 +170,16 @@ class EngineCore(CoreRequests):
             close()
         if self.constrained is not None:
             self.constrained.close()
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget the cached prefixes no running request holds, between steps (vLLM's reset_prefix_cache, for a
+        benchmark's cold runs or after new weights); True when nothing is left cached, False (and a warning)
+        when running requests still hold cached blocks."""
+        if self.kv_cache.reset_prefix_cache():
+            return True
+        num_held = len(self.kv_cache.pool.cached)
+        logger.warning("prefix cache reset in part: %d cached blocks are held by running requests", num_held)
+        return False
 
     def has_unfinished_requests(self) -> bool:
         # a step in flight for unfinished requests keeps them running

@@ -10,7 +10,8 @@ its event loop, so the frontend (async_engine.py) is the same code either way:
   and outputs travel as msgpack (engine/messages.py) over ZeroMQ IPC sockets: one PULL socket at
   the core for every frontend's commands, one PUSH socket per frontend for its outputs. The event
   loop reads outputs without a thread (a reader on the socket's descriptor, drained each time), and
-  watches the process itself: ZeroMQ never says that a peer died, the process sentinel does.
+  watches the process itself: ZeroMQ never says that a peer died, the process sentinel does; nor
+  that it stopped answering: a HangWatch (hang_watch.py) pings a silent core.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from model_optimizer.runtime.engine.core_loop import CoreLoop, CoreStopped
+from model_optimizer.runtime.engine.hang_watch import HangWatch, hang_timeout_s
 from model_optimizer.runtime.engine.messages import (
     ControlOp,
     CoreCommand,
@@ -44,6 +46,36 @@ class EngineDeadError(RuntimeError):
     """The engine core has failed (or its process has gone); no request can be served any more."""
 
 
+class _Answers:
+    """CoreControl commands waiting for the core's answer, on the event loop: each carries a token that comes
+    back in CoreOutputs.acks once the core has applied it (and in `declined` when its answer is False)."""
+
+    def __init__(self) -> None:
+        self._tokens = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future] = {}
+
+    async def call(self, send: Callable[[CoreCommand], None], op: ControlOp, client: int = 0) -> bool:
+        """Send `op` and wait for the core's answer: False when it did only part of it (CoreOutputs.declined)."""
+        token = next(self._tokens)
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[token] = future
+        send(CoreControl(op, token, client=client))
+        return await future
+
+    def answer(self, out: CoreOutputs) -> None:
+        for token in out.acks:
+            future = self._waiting.pop(token, None)
+            if future is not None and not future.done():
+                future.set_result(token not in out.declined)
+
+    def fail(self, exc: BaseException) -> None:
+        """The core is gone: no answer will come."""
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(exc)
+        self._waiting.clear()
+
+
 class CoreClient(Protocol):
     stats: EngineStats | None
     """The core's latest stats, as of the last outputs delivered (the in-process client: the last step)."""
@@ -62,8 +94,16 @@ class CoreClient(Protocol):
     @property
     def is_paused(self) -> bool: ...
 
+    async def reset_prefix_cache(self) -> bool:
+        """Have the core forget the cached prefixes no running request holds (between steps); False when
+        running requests still hold cached blocks."""
+
     def stop(self, timeout: float = 10.0) -> None:
         """Abort everything and end the core (thread or process); from any thread, once started or not."""
+
+    def hung_s(self) -> float:
+        """Seconds the core has left a ping unanswered, once past its hang timeout (hang_watch.py); 0.0 while
+        it answers."""
 
 
 class InprocClient:
@@ -82,6 +122,7 @@ class InprocClient:
         self._on_outputs: OnOutputs | None = None
         self._core_loop = CoreLoop(core, self.gate, self._publish)
         self._num_steps = 0
+        self._answers = _Answers()
 
     def start(self, loop: asyncio.AbstractEventLoop, on_outputs: OnOutputs, on_failure: OnFailure) -> None:
         self._loop, self._on_outputs, self._on_failure = loop, on_outputs, on_failure
@@ -103,6 +144,12 @@ class InprocClient:
     @property
     def is_paused(self) -> bool:
         return self.gate.is_held
+
+    async def reset_prefix_cache(self) -> bool:
+        return await self._answers.call(self.send, ControlOp.RESET_PREFIX_CACHE)
+
+    def hung_s(self) -> float:
+        return 0.0  # not watched: a thread of a Python program's own server, or of a test
 
     def stop(self, timeout: float = 10.0) -> None:
         with self._cv:
@@ -130,6 +177,7 @@ class InprocClient:
             pass
         except BaseException as exc:  # noqa: BLE001 - any failure kills the core, and every request must hear of it
             logger.exception("engine core failed")
+            self._deliver(self._answers.fail, EngineDeadError(f"engine core failed: {exc}"))
             self._deliver(self._on_failure, exc)
         else:
             self.core.abort_all()
@@ -152,6 +200,8 @@ class InprocClient:
     def _publish(self, outputs: list[CoreOutputs]) -> None:
         out = outputs[0]
         self.stats = out.stats  # before delivering: a client that saw a token sees its blocks
+        if out.acks:
+            self._deliver(self._answers.answer, out)
         self._deliver(self._on_outputs, out)
 
     def _deliver(self, callback: Callable | None, item: Any) -> None:
@@ -183,18 +233,26 @@ class ProcessClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_outputs: OnOutputs | None = None
         self._on_failure: OnFailure | None = None
-        self._tokens = itertools.count(1)
-        self._waiting_acks: dict[int, asyncio.Future] = {}
+        self._answers = _Answers()
         self._paused = False
         self._failed = False
         self._closed = False
+        self._watch = HangWatch(hang_timeout_s(), self._ping)
 
     def start(self, loop: asyncio.AbstractEventLoop, on_outputs: OnOutputs, on_failure: OnFailure) -> None:
         self._loop, self._on_outputs, self._on_failure = loop, on_outputs, on_failure
         loop.add_reader(self._output.getsockopt(self._zmq.FD), self._drain)
         loop.add_reader(self.handle.sentinel, self._process_ended)
         self._drain()  # the descriptor only signals new arrivals: read what came before the reader
+        self._ping()
+        self._watch.start(loop)
+
+    def _ping(self) -> None:
+        """Ask for the core's stats: it answers between two steps, so the answer also says it still runs."""
         self.send(CoreControl(ControlOp.STATS, client=self.client))
+
+    def hung_s(self) -> float:
+        return self._watch.hung_s()
 
     def send(self, command: CoreCommand) -> None:
         if self._closed or self._failed:
@@ -215,17 +273,17 @@ class ProcessClient:
         frontend sent it); this frontend's own PAUSE or RESUME counts from when it was sent."""
         return self._paused
 
-    async def _control(self, op: ControlOp) -> None:
-        token = next(self._tokens)
-        future = asyncio.get_running_loop().create_future()
-        self._waiting_acks[token] = future
-        self.send(CoreControl(op, token, client=self.client))
-        await future
+    async def reset_prefix_cache(self) -> bool:
+        return await self._control(ControlOp.RESET_PREFIX_CACHE)
+
+    async def _control(self, op: ControlOp) -> bool:
+        return await self._answers.call(self.send, op, self.client)
 
     def stop(self, timeout: float = 10.0) -> None:
         if self._closed:
             return
         self._closed = True
+        self._watch.stop()
         loop = self._loop
         if loop is not None and not loop.is_closed():
             for fd in (self._output.getsockopt(self._zmq.FD), self.handle.sentinel):
@@ -233,6 +291,8 @@ class ProcessClient:
                     loop.remove_reader(fd)
                 except (ValueError, OSError, RuntimeError):  # a loop of another thread, or closed
                     pass
+        if self._watch.hung_s():  # it would not read its SHUTDOWN: killed at once, not after `timeout`
+            timeout = 0.0
         self.handle.stop(self._input, timeout)  # a no-op for a frontend that did not start the core
         self._input.close(0)
         self._output.close(0)
@@ -246,14 +306,12 @@ class ProcessClient:
                 data = self._output.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            self._watch.heard()
             out = decode_outputs(data)
             if out.stats is not None:
                 self.stats = out.stats
             self._paused = out.paused
-            for token in out.acks:
-                future = self._waiting_acks.pop(token, None)
-                if future is not None and not future.done():
-                    future.set_result(None)
+            self._answers.answer(out)
             if out.error is not None:
                 self._fail(EngineDeadError(f"engine core failed: {out.error}"))
                 return
@@ -270,10 +328,8 @@ class ProcessClient:
         if self._failed or self._closed:
             return
         self._failed = True
-        for future in self._waiting_acks.values():
-            if not future.done():
-                future.set_exception(exc)
-        self._waiting_acks.clear()
+        self._watch.stop()
+        self._answers.fail(exc)
         if self._loop is not None:
             try:
                 self._loop.remove_reader(self.handle.sentinel)

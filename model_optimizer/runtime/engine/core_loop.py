@@ -46,6 +46,8 @@ class CoreLoop:
                 gate.allow(hooks.hold_after_steps)
         self._refused: list[OutputsBuilder] = [OutputsBuilder() for _ in range(core.num_clients)]
         self._acks: list[list[int]] = [[] for _ in range(core.num_clients)]
+        self._declined: list[list[int]] = [[] for _ in range(core.num_clients)]
+        """Per client, tokens of its acks whose answer is False (CoreOutputs.declined)."""
         self._changed = False
         self.paused = False
         """Held by a PAUSE (from any frontend) until a RESUME: what /is_paused says (a test hook's hold is not)."""
@@ -90,6 +92,9 @@ class CoreLoop:
             self.paused = False
         elif op is ControlOp.ABORT_ALL:
             self.core.abort_all()
+        elif op is ControlOp.RESET_PREFIX_CACHE:
+            if not self.core.reset_prefix_cache() and 0 <= command.client < len(self._declined):
+                self._declined[command.client].append(command.token)
         elif op is ControlOp.FAIL:
             raise RuntimeError(command.arg or "engine failed on request")
         if 0 <= command.client < len(self._acks):
@@ -120,5 +125,6 @@ class CoreLoop:
             self.publish([self._paused(b.build(outputs[0].stats), paused) for b in refused])
         for client, out in enumerate(outputs):
             out.acks, self._acks[client] = self._acks[client], []
+            out.declined, self._declined[client] = self._declined[client], []
             out.paused = paused
         self.publish(outputs)

@@ -95,6 +95,10 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return self.core.has_unfinished_requests()
 
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's LLMEngine.reset_prefix_cache: the core's (EngineCore.reset_prefix_cache), between steps."""
+        return self.core.reset_prefix_cache()
+
     # ----------------------------------------------------------------- step
     def step(self) -> list[RequestOutput]:
         """Run one batch; return an output for every request with something to report."""

@@ -127,6 +127,17 @@ class BlockPool:
         if self.host_tier is not None:
             self.host_tier.forget(block_hashes)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block no request holds (it stays free, now plain) and the whole host tier, so the
+        next prompt misses; the hit counters go on. A held block keeps its hash: its request is still reading
+        it, and a prompt that shares it may still hit it. Returns False when such blocks remain cached (requests
+        are running); vLLM's returns False then too, having dropped nothing."""
+        for block in [b for b in self.cached.values() if b.ref_cnt == 0]:
+            self._uncache(block)
+        if self.host_tier is not None:
+            self.host_tier.forget(list(self.host_tier.slots))
+        return not self.cached
+
     def cache(self, block: Block, block_hash: int) -> None:
         """Register a full block under its hash; a twin computed concurrently stays uncached."""
         if block.block_hash is None and block_hash not in self.cached:
@@ -306,6 +317,11 @@ class KVCacheManager:
             del table[keep:]
             self.pool.free(reversed(extra))
         return len(table)
+
+    def reset_prefix_cache(self) -> bool:
+        """Empty the prefix cache of what no running request holds (BlockPool.reset_prefix_cache); True when
+        nothing is left cached."""
+        return self.pool.reset_prefix_cache()
 
     def forget(self, request: Request) -> None:
         """Take every full block of this request's tokens out of the prefix cache (its KV is not to be

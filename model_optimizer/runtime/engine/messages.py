@@ -2,10 +2,11 @@
 
 Frontend -> core: `CoreRequest` (a request to run, prompt already token ids, n completions),
 `CoreAbort` (request ids to drop now) and `CoreControl` (pause, resume, abort everything, stop,
-stats). Core -> frontend: `CoreOutputs`, once per engine step (and after commands while idle), with
-every row that has news: new token ids and their logprobs, a finish (reason, stop token, error,
-preemptions), the first schedule (prompt tokens served from the prefix cache), and the core's stats;
-besides the rows, the prompt logprobs a prefill chunk computed (rare: only requests that ask).
+stats, reset the prefix cache). Core -> frontend: `CoreOutputs`, once per engine step (and after
+commands while idle), with every row that has news: new token ids and their logprobs, a finish
+(reason, stop token, error, preemptions), the first schedule (prompt tokens served from the prefix
+cache), and the core's stats; besides the rows, the prompt logprobs a prefill chunk computed (rare:
+only requests that ask), and which control commands were applied (acks) with their answers.
 
 The core never sees text: tokenizing happens before it, detokenizing and stop strings after it
 (engine/output_processor.py), in whichever process serves HTTP. The same objects travel in-process
@@ -64,6 +65,9 @@ class ControlOp(enum.Enum):
     """Abort everything, answer, and end the core."""
     FAIL = "fail"
     """Tests and the TP watchdog: fail the core as a failed step would (`arg` is the message)."""
+    RESET_PREFIX_CACHE = "reset_prefix_cache"
+    """Forget the cached prefixes no running request holds (EngineCore.reset_prefix_cache); answered with the
+    token in `declined` too when running requests still hold cached blocks."""
 
 
 class CoreControl(msgspec.Struct, tag="control", array_like=True, gc=False):
@@ -232,6 +236,9 @@ class CoreOutputs(msgspec.Struct, array_like=True, gc=False):
     stats: EngineStats | None = None
     acks: list[int] = msgspec.field(default_factory=list)
     """Tokens of the CoreControl commands applied before this output was made."""
+    declined: list[int] = msgspec.field(default_factory=list)
+    """Of `acks`, the commands that could do only part of what they were asked (their answer is False): a
+    RESET_PREFIX_CACHE while running requests hold cached blocks."""
     error: str | None = None
     """Set when the core has failed: every request is lost, and the core ends after sending this."""
     paused: bool = False

@@ -91,7 +91,10 @@ def _device(config: EngineConfig, rank: int) -> Any:
 
 def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     """Entry point of a spawned worker; returns (exit code 0) after a close message or the driver's EOF."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the driver decides
+    # Ctrl-C and a group's SIGTERM (a service manager's stop) reach every process: the driver decides, and a
+    # worker ends with it (exit_with_parent) or on its close message
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exit_with_parent(spec.parent_pid)  # even while the main thread waits in a collective
     _configure_logging(spec.rank, spec.log_levels)
     rank, config = spec.rank, spec.config

@@ -111,7 +111,7 @@ class ServerConfig:
     chunk always go at once; a reader that falls behind gets what waited as one chunk either way."""
 
     enable_pause: bool = False
-    """Serve POST /pause, POST /resume and GET /is_paused: hold the engine between steps (running requests stay, new ones queue) and let it go on, e.g. around a weight update. They need the API key when one is set; off by default, as whoever reaches them can stop generation."""
+    """Serve POST /pause, POST /resume and GET /is_paused: hold the engine between steps (running requests stay, new ones queue) and let it go on, e.g. around a weight update; and POST /reset_prefix_cache: forget the cached prompt prefixes (a benchmark's cold runs). They need the API key when one is set; off by default (vLLM serves them only in dev mode), as whoever reaches them can stop generation or slow it."""
 
     disable_fastapi_docs: bool = False
     """Serve no /docs, /redoc or /openapi.json (vLLM's flag): the API's description stays private."""

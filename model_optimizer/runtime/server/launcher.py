@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from model_optimizer.runtime.config import EngineConfig
+from model_optimizer.runtime.engine.hang_watch import hang_timeout_s
 from model_optimizer.runtime.server.app import create_app
 from model_optimizer.runtime.server.config import ServerConfig
 from model_optimizer.runtime.server.frontends import Frontends, listen, reserve
@@ -67,6 +68,7 @@ def serve(
     logging.config.dictConfig(log_config(config.log_level))
     for note in notes:
         logger.warning(note)
+    hang_timeout_s()  # a bad MOPT_ENGINE_HANG_TIMEOUT_S is a clear error now, not a failed start-up later
     sock = reserve(config.host, config.port) if sock is None else sock
     from model_optimizer.runtime.hub import resolve_model_dir
 

@@ -168,7 +168,9 @@ class ChatCompletionChunk(BaseModel):
 
 
 class ReadyStatus(BaseModel):
-    status: Literal["ready", "loading", "draining", "failed"]
+    status: Literal["ready", "loading", "draining", "failed", "unresponsive"]
+    """unresponsive: the engine core has left a ping unanswered past MOPT_ENGINE_HANG_TIMEOUT_S (it may answer
+    again); failed: the engine has failed and the server is exiting."""
 
 
 class ModelPermission(BaseModel):

@@ -1,5 +1,5 @@
 """ServerState: what every route needs, typed, and the server's life cycle flags: loading -> ready ->
-draining, or dead once the engine loop has failed.
+draining, or dead once the engine loop has failed (and hung while its core leaves a ping unanswered).
 
 Routes read the served model through `ServedModel` (name, folder, context length, vocabulary,
 tokenizer), filled once at start-up, instead of reaching into the LLM and its engine: the
@@ -114,6 +114,17 @@ class ServerState:
     def dead(self) -> bool:
         return self.load_error is not None or (self.engine is not None and self.engine.dead)
 
+    @property
+    def hung_s(self) -> float:
+        """Seconds the engine core has left a ping unanswered, once past MOPT_ENGINE_HANG_TIMEOUT_S
+        (engine/hang_watch.py); 0.0 while it answers. Not dead: running requests wait for it, and it serves
+        on once it answers; meanwhile /health and /ready say 503 and new requests are refused."""
+        return self.engine.client.hung_s() if self.engine is not None else 0.0
+
+    def hung_message(self) -> str:
+        """What /health and a refused request say while the core does not answer."""
+        return f"the engine has not answered for {self.hung_s:.0f} s; retry later"
+
     def check_accepting(self) -> None:
         """Raise 503 (with Retry-After) unless new requests can be served now."""
         if self.dead:
@@ -122,6 +133,8 @@ class ServerState:
             )
         if self.draining:
             raise APIError(503, "the server is shutting down", headers={"Retry-After": RETRY_AFTER_S})
+        if self.hung_s:
+            raise APIError(503, self.hung_message(), headers={"Retry-After": RETRY_AFTER_S})
         if not self.ready:
             raise APIError(503, "the model is still loading", headers={"Retry-After": RETRY_AFTER_S})
         slot = IN_FLIGHT.get()

@@ -20,6 +20,7 @@ import pytest
 from model_optimizer import LLM, SamplingParams
 from model_optimizer.runtime.config import EngineConfig
 from tests.runtime.executor.processes import alive, spawned_children, wait_gone
+from tests.runtime.server.test_group_signals import kill_group, launch_in_own_group
 from tests.runtime.server.test_process import REPO, launch, wait_for
 
 SMALL = dict(dtype="float32", max_model_len=128, num_kv_blocks=16)
@@ -138,3 +139,20 @@ def test_serve_tp2_sigterm_exits_cleanly_and_stops_its_workers(tiny_model):
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.slow
+def test_serve_tp2_group_sigterm_drains_with_its_workers_alive_until_told(tiny_model):
+    """A service manager's stop signals the whole group, workers included: they leave it to the driver, so
+    the drain ends with exit 0 (not a dead worker's failure) and every process is gone."""
+    proc, url = launch_in_own_group(tiny_model("qwen3"), "--tensor-parallel-size", "2", "--dtype", "float32")
+    try:
+        (core,) = spawned_children(proc.pid)
+        pids = spawned_children(core)
+        assert len(pids) == 2
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(60) == 0, proc.stdout.read()
+        assert "died" not in proc.stdout.read()
+        assert not wait_gone([core, *pids])
+    finally:
+        kill_group(proc)

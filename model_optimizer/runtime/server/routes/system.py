@@ -39,23 +39,32 @@ def allowing(*methods: str) -> type[APIRoute]:
 
 HEALTH_RESPONSES: dict = {
     200: {"description": "The engine is alive: an empty body."},
-    503: {"model": ErrorResponse, "description": "The engine has failed; the server is exiting."},
+    503: {
+        "model": ErrorResponse,
+        "description": "The engine has failed (the server is exiting), or has not answered for longer than"
+        " MOPT_ENGINE_HANG_TIMEOUT_S.",
+    },
 }
 
 
 async def health(request: Request) -> Response:
-    """200 while the engine loop lives (loading included), 503 once it has failed."""
+    """200 while the engine loop lives (loading included); 503 once it has failed, and while its core leaves
+    a ping unanswered past the hang timeout, so that a liveness probe restarts a server whose engine hangs."""
     state = get_state(request)
     if state.dead:
         return error_response(503, "the engine has failed")
+    if state.hung_s:
+        return error_response(503, state.hung_message())
     return Response(status_code=200)
 
 
 async def ready(request: Request) -> Response:
-    """200 once weights are loaded and warm-up is done, until shutdown starts."""
+    """200 once weights are loaded and warm-up is done, until shutdown starts; "unresponsive" while the
+    engine core does not answer (it may come back: then 200 again)."""
     state = get_state(request)
-    if state.dead or state.draining or not state.ready:
-        reason = "failed" if state.dead else "draining" if state.draining else "loading"
+    hung = state.hung_s > 0
+    if state.dead or hung or state.draining or not state.ready:
+        reason = "failed" if state.dead else "unresponsive" if hung else "draining" if state.draining else "loading"
         return JSONResponse({"status": reason}, status_code=503)
     return JSONResponse({"status": "ready"})
 
