@@ -1,37 +1,40 @@
 """Model-Optimizer: from a Hugging Face checkpoint to a fast, correct, monitored service.
 
-Public API: `LLM`, `SamplingParams`, `BeamSearchParams`, `PoolingParams`, `EngineConfig`. Imports are lazy, so `import model_optimizer`
-(and the torch-free engine core) stays cheap.
+Public API, named as vLLM's top level names it (code written for vLLM changes only its import line): `LLM`,
+`SamplingParams`, `BeamSearchParams`, `PoolingParams`, `EngineConfig`, the prompt dicts `TextPrompt` and
+`TokensPrompt`, and the outputs `RequestOutput`, `CompletionOutput`, `EmbeddingRequestOutput`,
+`PoolingRequestOutput` and `ScoringRequestOutput`. Imports are lazy, so `import model_optimizer` (and the
+torch-free engine core) stays cheap.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from model_optimizer.common.version import __version__
 
-__all__ = ["LLM", "SamplingParams", "BeamSearchParams", "PoolingParams", "EngineConfig", "__version__"]
+_PUBLIC = {
+    "LLM": "model_optimizer.runtime.llm",
+    "SamplingParams": "model_optimizer.runtime.sampling_params",
+    "BeamSearchParams": "model_optimizer.runtime.beam_search",
+    "PoolingParams": "model_optimizer.runtime.pooling_params",
+    "EngineConfig": "model_optimizer.runtime.config",
+    "TextPrompt": "model_optimizer.runtime.llm_inputs",
+    "TokensPrompt": "model_optimizer.runtime.llm_inputs",
+    "RequestOutput": "model_optimizer.runtime.engine.outputs",
+    "CompletionOutput": "model_optimizer.runtime.engine.outputs",
+    "EmbeddingRequestOutput": "model_optimizer.runtime.engine.outputs",
+    "ScoringRequestOutput": "model_optimizer.runtime.engine.outputs",
+    "PoolingRequestOutput": "model_optimizer.runtime.llm_embed",
+}
+"""Each public name -> the module that defines it, imported when the name is first read."""
+
+__all__ = [*_PUBLIC, "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "LLM":
-        from model_optimizer.runtime.llm import LLM
-
-        return LLM
-    if name == "SamplingParams":
-        from model_optimizer.runtime.sampling_params import SamplingParams
-
-        return SamplingParams
-    if name == "BeamSearchParams":
-        from model_optimizer.runtime.beam_search import BeamSearchParams
-
-        return BeamSearchParams
-    if name == "PoolingParams":
-        from model_optimizer.runtime.pooling_params import PoolingParams
-
-        return PoolingParams
-    if name == "EngineConfig":
-        from model_optimizer.runtime.config import EngineConfig
-
-        return EngineConfig
-    raise AttributeError(f"module 'model_optimizer' has no attribute {name!r}")
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'model_optimizer' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

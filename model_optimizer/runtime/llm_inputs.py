@@ -6,7 +6,7 @@ Errors name the argument as the caller wrote it (`prompts[2]`, `sampling_params`
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.sampling_checks import is_int, plain
@@ -17,6 +17,21 @@ Prompt = str | list[int]
 PROMPTS_HINT = "a string, a list of token ids, a {'prompt': ...} or {'prompt_token_ids': ...} dict, or a list of those"
 PROMPT_KEYS = ("prompt", "prompt_token_ids")
 """vLLM's TextPrompt and TokensPrompt dicts: {"prompt": text} or {"prompt_token_ids": ids} (and its text)."""
+
+
+class TextPrompt(TypedDict):
+    """vLLM's TextPrompt, for code written against `from vllm import TextPrompt`: a plain dict at run time."""
+
+    prompt: str
+
+
+class TokensPrompt(TypedDict, total=False):
+    """vLLM's TokensPrompt: the ids run; `prompt`, when given, is the text the output reports."""
+
+    prompt_token_ids: Required[list[int]]
+    prompt: str
+
+
 EMPTY_KEYS = ("multi_modal_data", "mm_processor_kwargs", "multi_modal_uuids")
 """vLLM's prompt-dict keys for images and audio: taken when empty (None, {}), as code written for vLLM passes them."""
 
