@@ -154,6 +154,7 @@ class Embedder:
         keep_token_ids: bool = False,
         *,
         normalize: bool | None = None,
+        add_special_tokens: bool = True,
         call: EmbedCall | None = None,
     ) -> EmbedOutput:
         """Embeddings as one float32 tensor plus per-input token counts; `on_progress(n)` after each batch of n
@@ -165,7 +166,9 @@ class Embedder:
         copy per batch, which waits for the GPU; without `on_batch` nothing waits until the end.
         `keep_token_ids`: the output holds each input's ids too (off by default: a large job would keep
         them all). `normalize`: False returns the pooled vectors as they are (vLLM's
-        PoolingParams.normalize); None: as the model folder says (`self.normalize`).
+        PoolingParams.normalize); None: as the model folder says (`self.normalize`). `add_special_tokens`
+        False: each text is read as its own tokens alone, without [CLS] / [SEP] or the end token (vLLM's
+        field of that name); token-id inputs are read as given either way.
         `call`: a handle from `self.calls.open()` that bounds the call's tokens and lets another thread stop
         it before its next batch (EmbedCancelled); each batch runs in a turn (calls.py)."""
         items = as_input_list(inputs)
@@ -183,11 +186,11 @@ class Embedder:
         # results stay on the device until the end: one device -> host copy per call, not per batch
         pooled = torch.empty(len(items), self.hidden_size, dtype=torch.float32, device=self.device)
         batcher = Batcher(cfg.max_num_batched_tokens, cfg.max_num_seqs)
-        prompt_length = self.prompt_length(instruction)
+        prompt_length = self.prompt_length(instruction, add_special_tokens)
         skip = [prompt_length if isinstance(x, str) else 0 for x in items] if prompt_length else None
 
         def prepare(part: list[EmbedInput], numbers: list[int]) -> list[list[int]]:
-            ids = self.inputs.token_ids(part, truncate_to, instruction, numbers)
+            ids = self.inputs.token_ids(part, truncate_to, instruction, numbers, add_special_tokens)
             if prompt_length:
                 self._check_prompt_room(part, ids, numbers, prompt_length)
             return ids
@@ -211,10 +214,11 @@ class Embedder:
         embeddings = finish(pooled, normalize, dimensions).cpu()
         return EmbedOutput(embeddings, lengths, kept)
 
-    def prompt_length(self, instruction: str | None) -> int:
+    def prompt_length(self, instruction: str | None, add_special_tokens: bool = True) -> int:
         """How many leading tokens of each text pooling leaves out for this instruction: 0 unless the folder's
         Pooling config says include_prompt false. Counted as sentence-transformers counts a prompt's: the
-        tokens of the template's part before {text}, tokenized alone, less a closing special token ([SEP])."""
+        tokens of the template's part before {text}, tokenized alone, less a closing special token ([SEP]);
+        without special tokens (`add_special_tokens` False), the part's own tokens."""
         if self.include_prompt or not instruction:
             return 0
         marker = "\x00text\x00"
@@ -229,8 +233,8 @@ class Embedder:
             prefix = prefix.lower()
         if not prefix:
             return 0
-        ids = self.inputs.encoder.batch([prefix])[0]
-        if ids and ids[-1] in set(self.tokenizer.all_special_ids):
+        ids = self.inputs.encoder.batch([prefix], add_special_tokens)[0]
+        if add_special_tokens and ids and ids[-1] in set(self.tokenizer.all_special_ids):
             return len(ids) - 1
         return len(ids)
 

@@ -1,7 +1,9 @@
 """Turn texts or token-id lists into the token ids the model reads: instruction, end token, length limit.
 
 A text is tokenized with the tokenizer's special tokens ([CLS] ... [SEP] for BERT); decoders get the
-end token appended when it is not already last. Token-id lists are taken as they are.
+end token appended when it is not already last. Token-id lists are taken as they are, and so are a text's
+tokens when special tokens are left off (`add_special_tokens=False`, vLLM's field): no [CLS], [SEP] or end
+token, as `tokenizer(text, add_special_tokens=False)` gives them.
 Too long is an error unless truncation is asked for: `truncate_prompt_tokens` -1 cuts to the
 model's limit, k > 0 cuts to k tokens. Texts and token-id lists are cut on one side, the tokenizer's
 `truncation_side`: "right" (nearly every tokenizer) keeps the beginning, as sentence-transformers does
@@ -153,21 +155,25 @@ class InputTokenizer:
         truncate_to: int | None,
         instruction: str | None,
         numbers: Sequence[int] | None = None,
+        add_special_tokens: bool = True,
     ) -> list[list[int]]:
         """Token ids of every input, within the length limit (or an error naming an input over it).
-        `numbers` are the inputs' positions in the caller's list, for error messages (default 0, 1, ...)."""
+        `numbers` are the inputs' positions in the caller's list, for error messages (default 0, 1, ...).
+        `add_special_tokens` False: a text's tokens alone, cut as a token-id list is."""
         numbers = range(len(inputs)) if numbers is None else numbers
         rules = self.rules
         text_rows = [i for i, x in enumerate(inputs) if isinstance(x, str)]
         texts = [_text(inputs[i], rules, instruction) for i in text_rows]  # type: ignore[arg-type]
-        encoded = self.encoder.batch(texts) if texts else []
+        encoded = self.encoder.batch(texts, add_special_tokens) if texts else []
         ids: list[list[int]] = [list(x) if not isinstance(x, str) else [] for x in inputs]
+        end_token_id = rules.end_token_id if add_special_tokens else None
         for row, tokens in zip(text_rows, encoded):
-            ids[row] = _with_end(tokens, rules.end_token_id)
-        text_of = dict(zip(text_rows, texts))
+            ids[row] = _with_end(tokens, end_token_id)
+        # texts cut with their special tokens kept; without special tokens a text is cut as its ids
+        text_of = dict(zip(text_rows, texts)) if add_special_tokens else {}
         limit = truncate_to or rules.max_seq_length
         for i, tokens in enumerate(ids):
-            if i in text_of:
+            if isinstance(inputs[i], str):
                 if not tokens:
                     raise InputError(numbers[i], " has no tokens")
             else:
@@ -222,11 +228,11 @@ class TextEncoder:
             self._own.no_padding()
         self._lock = threading.Lock()  # the wrapper (slow tokenizers) is not known to be thread-safe
 
-    def batch(self, texts: list[str]) -> list[list[int]]:
+    def batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
         if self._own is not None:
-            return [e.ids for e in self._own.encode_batch_fast(texts, add_special_tokens=True)]
+            return [e.ids for e in self._own.encode_batch_fast(texts, add_special_tokens=add_special_tokens)]
         with self._lock:
-            return [list(t) for t in self.tokenizer(texts, add_special_tokens=True)["input_ids"]]
+            return [list(t) for t in self.tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]]
 
     def truncated(self, text: str, max_length: int) -> list[int]:
         """The text's ids cut to `max_length` with its special tokens ([CLS] ... [SEP]) kept."""

@@ -9,7 +9,7 @@ does (`pair_num_tokens`): a text in ten pairs counts ten times.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch is imported where vectors are scored: a generation server's frontend never loads it
     import torch
@@ -52,9 +52,16 @@ def distinct_inputs(
     return inputs, [(at(a, na), at(b, nb)) for (a, b), (na, nb) in zip(pairs, named)], first_names
 
 
+def pair_separator(tokenizer: Any) -> list[int]:
+    """The ids vLLM puts between a pair's two texts' ids in its token count and `prompt_token_ids`: the
+    tokenizer's pad token, or none for a tokenizer without one."""
+    pad_token_id = getattr(tokenizer, "pad_token_id", None)
+    return [] if pad_token_id is None else [pad_token_id]
+
+
 def pair_num_tokens(num_tokens: Sequence[int], pairs: list[tuple[int, int]], num_separator_tokens: int) -> int:
     """A scoring request's usage as vLLM reports it: per pair, its first text's tokens, `num_separator_tokens`
-    (1 for a tokenizer with a pad token: vLLM joins a pair's ids with it) and its second text's tokens.
+    (`pair_separator`'s: vLLM joins a pair's ids with the pad token) and its second text's tokens.
     `num_tokens`: each distinct text's; `pairs`: indices into them (`distinct_inputs`)."""
     return sum(num_tokens[a] + num_separator_tokens + num_tokens[b] for a, b in pairs)
 

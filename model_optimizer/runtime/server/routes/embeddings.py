@@ -1,10 +1,13 @@
-"""POST /v1/embeddings: input as text, texts, token ids or lists of token ids; float or base64 vectors.
+"""POST /v1/embeddings: input as text, texts, token ids or lists of token ids, or a chat (vLLM's `messages`);
+float or base64 vectors (base64 in vLLM's `embed_dtype` and `endianness`, float32 little-endian by default).
 
 Served when the model is an embedding model (`ServerState.embedder`, a model_optimizer.runtime.embed
 Embedder); otherwise a clear 400. The Embedder tokenizes, applies `dimensions` (Matryoshka
 truncation, then renormalization) and counts tokens itself; it runs in a worker thread. `dimensions`
 is taken only from models trained for it: decoder embedders (Qwen3-Embedding family) and models whose
-config declares Matryoshka training.
+config declares Matryoshka training. vLLM's `normalize` / `use_activation` and `add_special_tokens` go to
+the Embedder as they are; a chat is rendered through the chat template as /tokenize renders it and embedded
+as those token ids, so /tokenize shows what was read.
 
 A request is in flight (`Embedder.calls`, which the SIGTERM drain waits for) until its response is ready.
 A client that hangs up has its call stopped before the next batch (status 499 in http_requests_total and
@@ -15,8 +18,9 @@ finished request, as vLLM counts the prompts of a pooling request.
 
 from __future__ import annotations
 
-import base64
 import time
+import uuid
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
@@ -25,11 +29,13 @@ from fastapi.responses import Response
 from model_optimizer.common.text import not_utf8_at
 from model_optimizer.runtime.embed.calls import EmbedCancelled
 from model_optimizer.runtime.embed.inputs import BLANK_HINT, InputError, is_blank
+from model_optimizer.runtime.engine.input_processor import chat_template_for
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
-from model_optimizer.runtime.server.prompts import prompt_list
-from model_optimizer.runtime.server.protocol import EmbeddingRequest
+from model_optimizer.runtime.server.prompts import chat_prompt, prompt_list
+from model_optimizer.runtime.server.protocol_embeddings import EmbeddingsBody
 from model_optimizer.runtime.server.request_group import ClientDisconnected, until_disconnect
+from model_optimizer.runtime.server.request_ids import response_id
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
 from model_optimizer.runtime.server.state import RETRY_AFTER_S, ServerState, get_state
 
@@ -46,41 +52,83 @@ https://platform.openai.com/docs/api-reference/embeddings/create, `input`). It b
 make the server compute (2048 inputs of a 32k-token decoder embedder would be 67M tokens)."""
 
 
+@dataclass(frozen=True)
+class EmbedOptions:
+    """A request's settings for `Embedder.encode`, by its keyword names."""
+
+    dimensions: int | None = None
+    truncate_prompt_tokens: int | None = None
+    normalize: bool | None = None
+    """None: as the model folder says."""
+    add_special_tokens: bool = True
+
+
 @router.post("/v1/embeddings", response_model=dict, responses=ERROR_RESPONSES)
-async def create_embedding(body: EmbeddingRequest, request: Request) -> dict | Response:
+async def create_embedding(body: EmbeddingsBody, request: Request) -> dict | Response:
     state = get_state(request)
     state.check_model(body.model)
     state.check_accepting()
     embedder = state.embedder
     if embedder is None:
         raise APIError(400, f"the model `{state.model.name}` does not support embeddings", "model")
-    inputs = checked_inputs(body.input, state.config.max_embedding_inputs)
+    body.check_one_input()
+    normalize = body.checked_normalize()
+    chat = body.messages is not None
+    inputs = [await _chat_ids(state, body)] if chat else checked_inputs(body.input, state.config.max_embedding_inputs)
     if body.dimensions is not None:
         check_dimensions(embedder, body.dimensions)
+    # a chat's ids are read as rendered; add_special_tokens was applied when they were made
+    options = EmbedOptions(
+        body.dimensions, body.truncate_prompt_tokens, normalize, body.add_special_tokens is not False
+    )
     try:
-        out = await embed_inputs(state, request, inputs, body.dimensions, body.truncate_prompt_tokens)
+        out = await embed_inputs(state, request, inputs, options, ["messages"] if chat else None)
     except ClientDisconnected:
         return Response(status_code=499)
-    vectors = out.embeddings.float().contiguous()
-    data = [
-        {"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
-        for i, v in enumerate(vectors)
-    ]
+    vectors = out.embeddings.float()
+    if body.encoding_format == "base64":
+        from model_optimizer.runtime.embed.vector_bytes import base64_vectors
+
+        encoded: list = base64_vectors(vectors, body.embed_dtype, body.endianness)
+    else:
+        encoded = vectors.tolist()
     num_tokens = out.num_prompt_tokens
     return {
+        "id": response_id("embd", request.scope["headers"], f"embd-{uuid.uuid4().hex}"),
         "object": "list",
+        "created": int(time.time()),
         "model": state.model.name,
-        "data": data,
+        "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(encoded)],
         "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
     }
+
+
+async def _chat_ids(state: ServerState, body: EmbeddingsBody) -> list[int]:
+    """The token ids of the request's chat, rendered through the chat template as /tokenize renders it
+    (special tokens added on top only when add_special_tokens is true)."""
+    try:
+        chat_template_for(state.model.tokenizer, state.chat_template)
+    except ValueError as exc:  # chat_prompt's advice is for generation
+        raise APIError(
+            400, f"{exc}: embed the text as input, or start the server with --chat-template FILE", "messages"
+        ) from None
+    prompt = await chat_prompt(
+        state,
+        body.messages or [],
+        body.add_generation_prompt,
+        body.template_variables(),
+        add_special_tokens=bool(body.add_special_tokens),
+        for_generation=False,
+        continue_final_message=body.continue_final_message,
+    )
+    return prompt.token_ids
 
 
 async def embed_inputs(
     state: ServerState,
     request: Request,
     inputs: list[str | list[int]],
-    dimensions: int | None = None,
-    truncate_prompt_tokens: int | None = None,
+    options: EmbedOptions | None = None,
     names: list[str] | None = None,
 ) -> EmbedOutput:
     """The embeddings of a request's checked inputs, counted in flight (the SIGTERM drain waits for them) and
@@ -88,16 +136,12 @@ async def embed_inputs(
     caller answers 499), a 503 when a drain runs out of time, a 400 naming the field an input breaks
     (`names`: each input's name in the request, as "text_2[0]", where its position in `inputs` is not)."""
     embedder = state.embedder
+    settings = asdict(options or EmbedOptions())
     start = time.perf_counter()
     # in flight from here (no await before it: a drain that starts now counts it) until the response is ready
     with embedder.calls.open(MAX_REQUEST_TOKENS) as call:
         try:
-            out = await until_disconnect(
-                request,
-                embedder.aencode(
-                    inputs, call=call, dimensions=dimensions, truncate_prompt_tokens=truncate_prompt_tokens
-                ),
-            )
+            out = await until_disconnect(request, embedder.aencode(inputs, call=call, **settings))
         except ClientDisconnected:  # 499 in http_requests_total
             state.metrics.embeddings_aborted(len(inputs), time.perf_counter() - start)
             raise
@@ -152,10 +196,3 @@ def check_dimensions(embedder: Any, dimensions: int) -> None:
         embedder.check_dimensions(dimensions)
     except ValueError as exc:
         raise APIError(400, str(exc), "dimensions") from None
-
-
-def _encode(vector, encoding_format: str) -> list[float] | str:
-    """float: a JSON list; base64: little-endian float32 bytes, as OpenAI sends them."""
-    if encoding_format == "base64":
-        return base64.b64encode(vector.numpy().astype("<f4").tobytes()).decode()
-    return vector.tolist()

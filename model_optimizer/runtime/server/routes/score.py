@@ -1,4 +1,5 @@
-"""vLLM's scoring endpoints for an embedding model: POST /score, /v1/score (text pairs) and /rerank, /v1/rerank,
+"""vLLM's scoring endpoints for an embedding model: POST /score, /v1/score (text pairs: text_1 and text_2, or
+vLLM's other names for them, data_1 and data_2 or queries and documents) and /rerank, /v1/rerank,
 /v2/rerank (documents ranked against a query). A pair's score is the cosine similarity of its texts'
 embeddings (runtime/embed/scoring.py), as vLLM scores with an embedding model; each distinct text is embedded
 once, through the same path as /v1/embeddings (in flight for the drain, counted in the metrics). The usage is
@@ -12,13 +13,19 @@ import uuid
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from model_optimizer.runtime.embed.scoring import cosine_scores, distinct_inputs, pair_num_tokens, score_pairs
+from model_optimizer.runtime.embed.scoring import (
+    cosine_scores,
+    distinct_inputs,
+    pair_num_tokens,
+    pair_separator,
+    score_pairs,
+)
 from model_optimizer.runtime.server.body import ParsedBodyRoute
 from model_optimizer.runtime.server.errors import APIError
 from model_optimizer.runtime.server.protocol_score import RerankRequest, ScoreRequest
 from model_optimizer.runtime.server.request_group import ClientDisconnected
 from model_optimizer.runtime.server.routes import ERROR_RESPONSES
-from model_optimizer.runtime.server.routes.embeddings import checked_inputs, embed_inputs
+from model_optimizer.runtime.server.routes.embeddings import EmbedOptions, checked_inputs, embed_inputs
 from model_optimizer.runtime.server.state import ServerState, get_state
 
 router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event loop (body.py)
@@ -28,14 +35,15 @@ router = APIRouter(route_class=ParsedBodyRoute)  # bodies parsed off the event l
 @router.post("/v1/score", response_model=dict, responses=ERROR_RESPONSES)
 async def create_score(body: ScoreRequest, request: Request) -> dict | Response:
     state = _scoring_state(request, body.model)
-    firsts = checked_inputs(body.text_1, state.config.max_embedding_inputs, "text_1")
-    seconds = checked_inputs(body.text_2, state.config.max_embedding_inputs, "text_2")
+    (first, value_1), (second, value_2) = body.sides()
+    firsts = checked_inputs(value_1, state.config.max_embedding_inputs, first)
+    seconds = checked_inputs(value_2, state.config.max_embedding_inputs, second)
     try:
         pairs = score_pairs(firsts, seconds)
     except ValueError as exc:
-        raise APIError(400, str(exc), "text_2") from None
+        raise APIError(400, str(exc), second) from None
     one = len(firsts) == 1
-    names = [("text_1" if one else f"text_1[{i}]", f"text_2[{i}]") for i in range(len(pairs))]
+    names = [(first if one else f"{first}[{i}]", f"{second}[{i}]") for i in range(len(pairs))]
     scored = await _scores(state, request, pairs, names, body.truncate_prompt_tokens)
     if scored is None:
         return Response(status_code=499)
@@ -96,10 +104,9 @@ async def _scores(
         most = state.config.max_embedding_inputs
         raise APIError(400, f"got {len(inputs)} distinct texts; at most {most}", names[0][1].split("[")[0])
     try:
-        out = await embed_inputs(
-            state, request, inputs, truncate_prompt_tokens=truncate_prompt_tokens, names=input_names
-        )
+        options = EmbedOptions(truncate_prompt_tokens=truncate_prompt_tokens)
+        out = await embed_inputs(state, request, inputs, options, input_names)
     except ClientDisconnected:
         return None
-    num_separator_tokens = int(getattr(state.embedder.tokenizer, "pad_token_id", None) is not None)
+    num_separator_tokens = len(pair_separator(state.embedder.tokenizer))
     return cosine_scores(out.embeddings, index), pair_num_tokens(out.num_tokens, index, num_separator_tokens)
