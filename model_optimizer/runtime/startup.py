@@ -79,8 +79,9 @@ def load_runner(config: EngineConfig, model_dir: Path, tokenizer: Any) -> tuple[
 
 
 def check_host_memory(config: EngineConfig) -> None:
-    """ValueError naming the flags when the KV cache the engine would allocate in host memory (kv_cache_memory
-    per process on the CPU, and the host KV tier's kv_offloading_size GiB) exceeds what the machine has
+    """ValueError naming the flags when what the engine would allocate in host memory (the KV cache's
+    kv_cache_memory per process on the CPU, the host KV tier's kv_offloading_size GiB, and on a GPU the
+    offloaded layers' cpu_offload_gb GiB) exceeds what the machine has
     available: the zero-filled tensors got the process killed by the OOM killer, or a RuntimeError out of
     the allocator, only after the weights had loaded."""
     import torch
@@ -91,14 +92,18 @@ def check_host_memory(config: EngineConfig) -> None:
     on_cpu = config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available())
     kv = config.kv_cache_memory * config.tensor_parallel_size if on_cpu and config.num_kv_blocks is None else 0
     tier = int(config.kv_offloading_size * 2**30) * config.tensor_parallel_size
+    # offloaded layers live in host memory on a GPU (on the CPU they are where they would be anyway)
+    offload = 0 if on_cpu else int(config.cpu_offload_gb * 2**30) * config.tensor_parallel_size
     available = available_memory_bytes()
-    if available is None or kv + tier <= available:
+    if available is None or kv + tier + offload <= available:
         return
-    parts = ([f"--kv-cache-memory {format_size(config.kv_cache_memory)}"] if kv else []) + (
-        [f"--kv-offloading-size {config.kv_offloading_size:g}"] if tier else []
+    parts = (
+        ([f"--kv-cache-memory {format_size(config.kv_cache_memory)}"] if kv else [])
+        + ([f"--kv-offloading-size {config.kv_offloading_size:g}"] if tier else [])
+        + ([f"--cpu-offload-gb {config.cpu_offload_gb:g}"] if offload else [])
     )
     per_process = f" in each of {config.tensor_parallel_size} processes" if config.tensor_parallel_size > 1 else ""
     raise ValueError(
-        f"{' and '.join(parts)}{per_process} would take {(kv + tier) / 2**30:.1f} GiB of host memory, but only "
+        f"{' and '.join(parts)}{per_process} would take {(kv + tier + offload) / 2**30:.1f} GiB of host memory, but only "
         f"{available / 2**30:.1f} GiB is available on this machine; lower {' and '.join(p.split()[0] for p in parts)}"
     )

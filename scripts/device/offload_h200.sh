@@ -3,7 +3,8 @@
 # under its own limit (<= ~300 s in all):
 #   1. tests/gpu/test_offload_gpu.py: greedy identical with and without offload, CUDA graphs on (bf16,
 #      int8, rtn-int4 on a 6-layer tiny Qwen3; Qwen3-0.6B-shaped dummy), the KV room, the host KV tier,
-#      --preemption-mode swap                                                              <= 90 s
+#      --preemption-mode swap; test_offload_interactions_gpu.py: quantized offloaded layers with graphs,
+#      seeded n + logprobs, a host slot filled twice in a step, fp8 KV through the tier, page-lock failure <= 150 s
 #   2. benchmarks/offload.py: Llama-3.1-8B dummy bf16, 8 GiB offloaded, decode ms/step at batch 1 and 32
 #      against the bound (on-GPU step + offloaded bytes / measured host-to-device GB/s); JSON
 #      rewritten after each engine, so a timeout keeps what finished                       <= what is left of 165 s
@@ -19,7 +20,7 @@ set -uo pipefail
 source "$(dirname "$0")/common.sh"
 start_run
 
-part gpu_tests 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_offload_gpu.py
+part gpu_tests 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_offload_gpu.py tests/gpu/test_offload_interactions_gpu.py
 LEFT=$((165 - SECONDS))
 cd benchmarks || exit 2
 part offload_bench "$LEFT" python3 offload.py --output "$RES/offload_h200.json"

@@ -75,6 +75,17 @@ def test_a_kv_cache_beyond_the_hosts_memory_is_refused_before_it_is_allocated():
         LLM(kv_cache_memory="1024TiB", device="cpu")
 
 
+def test_offloaded_layers_beyond_the_hosts_memory_are_refused_on_a_gpu():
+    """On a GPU the offloaded layers live in host memory: an offload no host holds is named before loading
+    (the load was OOM-killed without a word). The check reads only the settings, so it runs here too."""
+    from model_optimizer.runtime.config import EngineConfig
+    from model_optimizer.runtime.startup import check_host_memory
+
+    with pytest.raises(ValueError, match=r"--cpu-offload-gb 1e\+06 would take .* GiB of host memory, but only"):
+        check_host_memory(EngineConfig(device="cuda", cpu_offload_gb=1e6))
+    check_host_memory(EngineConfig(device="cpu", cpu_offload_gb=1e6))  # on the CPU the layers stay where they are
+
+
 @pytest.mark.parametrize(
     ("constraint", "message"),
     [({"regex": "("}, "invalid regex"), ({"grammar": "start: undefined_rule"}, "invalid grammar")],

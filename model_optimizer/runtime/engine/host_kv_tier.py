@@ -8,7 +8,9 @@ tokens as computed, as a GPU hit would. Block hashes are the pool's (chained, so
 This is bookkeeping only (no torch): each step's copies leave with its SchedulerOutput as `kv_saves`
 (GPU block -> host slot) and `kv_loads` (host slot -> GPU block), and the runner performs them before
 the step's forward, saves first: a block evicted and reloaded in one step is saved before it is overwritten.
-Slots are reused least recently used first, never one a load of the same step still reads.
+Slots are reused least recently used first, never one a load of the same step still reads; one saved
+earlier in the same step may be, so a step's saves can name a slot twice, and the later save is what the
+slot holds (the runner copies only that one: runner/host_kv_cache.py).
 
 Swap preemption (`preemption_mode` swap) borrows slots from the same memory: a preempted request's blocks
 are saved to slots held under its id (out of the LRU order, so no prefix save takes them) and loaded

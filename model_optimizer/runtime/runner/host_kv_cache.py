@@ -62,7 +62,7 @@ class HostKVCache:
             for i in range(len(kv_caches))
         ]
         if device.type == "cuda":
-            page_lock(self, self.buffer)
+            page_lock(self, self.buffer, "kv_offloading_size")
         log.info("host KV tier: %d blocks (%.2f GiB) in host memory", num_blocks, self.buffer.numel() / 2**30)
 
     @torch.inference_mode()
@@ -70,8 +70,11 @@ class HostKVCache:
         """Run one step's copies: saves, then loads (engine/host_kv_tier.py decides them)."""
         step = max(1, STAGING_BYTES // self.block_bytes) if self.batched else max(len(saves), len(loads), 1)
         # in slot order: consecutive slots move as one copy per layer and plane (the tier hands slots out in
-        # ascending order, but the GPU pool evicts by recency: a prefix's blocks are saved in any order)
-        saves, loads = sorted(saves, key=lambda pair: pair[1]), sorted(loads)
+        # ascending order, but the GPU pool evicts by recency: a prefix's blocks are saved in any order).
+        # A slot the tier filled twice this step keeps only its last save (the one its hash names): the CPU
+        # copies a step's saves in one index_copy_, whose duplicate destinations race across threads
+        last = {slot: (block, slot) for block, slot in saves}
+        saves, loads = sorted(last.values(), key=lambda pair: pair[1]), sorted(loads)
         for i in range(0, len(saves), step):
             self._save([b for b, _ in saves[i : i + step]], [s for _, s in saves[i : i + step]])
         for i in range(0, len(loads), step):

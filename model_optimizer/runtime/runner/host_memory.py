@@ -40,7 +40,7 @@ def _cudart() -> ctypes.CDLL:
             ]
             lib.cudaMemcpyAsync.restype = ctypes.c_int
             return lib
-    raise RuntimeError("weight offload needs the CUDA runtime library torch loaded (libcudart), found none mapped")
+    raise RuntimeError("host offload needs the CUDA runtime library torch loaded (libcudart), found none mapped")
 
 
 def copy_host_to_device(dst: torch.Tensor, src: torch.Tensor, stream: torch.cuda.Stream) -> None:
@@ -70,13 +70,15 @@ def host_buffer(nbytes: int) -> torch.Tensor:
     return raw[start : start + nbytes]
 
 
-def page_lock(owner: object, buffer: torch.Tensor) -> None:
-    """cudaHostRegister the host buffer for the owner's lifetime (async, capturable copies)."""
-    err = torch.cuda.cudart().cudaHostRegister(buffer.data_ptr(), buffer.numel(), 0)
-    if int(err) != 0:
-        raise RuntimeError(
-            f"cudaHostRegister of {buffer.numel() / 2**30:.2f} GiB failed ({err}): the host cannot lock that much "
-            "memory (ulimit -l, or too little RAM); offload less"
+def page_lock(owner: object, buffer: torch.Tensor, setting: str) -> None:
+    """cudaHostRegister the host buffer for the owner's lifetime (async, capturable copies). A host that cannot
+    lock it is a ValueError naming `setting`, the engine setting that asked for the memory."""
+    err = int(torch.cuda.cudart().cudaHostRegister(buffer.data_ptr(), buffer.numel(), 0))
+    if err != 0:
+        _cudart().cudaGetLastError()  # the failure is also CUDA's last error: the next kernel launch would raise it
+        raise ValueError(
+            f"{setting}: cudaHostRegister of {buffer.numel() / 2**30:.2f} GiB of host memory failed (CUDA error "
+            f"{err}): the host cannot lock that much (ulimit -l, or too little RAM); lower {setting}"
         )
     weakref.finalize(owner, _unlock, buffer)  # the finalizer holds the buffer: unregistered, then freed
 

@@ -29,6 +29,7 @@ one a GPU runs, which is what the CPU tests check against unoffloaded output.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -79,10 +80,9 @@ def choose_offloaded_layers(layer_bytes: list[int], budget: int) -> list[int]:
     """Indices of the fewest evenly spread layers whose bytes reach `budget` (module docstring: why spread)."""
     total = sum(layer_bytes)
     if budget > total:
-        most = int(total / 2**30 * 100) / 100  # rounded down: a value the engine accepts
         raise ValueError(
-            f"cpu_offload_gb asks for {budget / 2**30:.2f} GiB but the decoder layers hold {total / 2**30:.2f} GiB "
-            f"on this device; offload at most {most:g} GiB (0: off)"
+            f"cpu_offload_gb asks for {budget / 2**30:.3g} GiB but the decoder layers hold {total / 2**30:.3g} GiB "
+            f"on this device; offload at most {_gib_rounded_down(total)} GiB (0: off)"
         )
     n = len(layer_bytes)
     for k in range(1, n + 1):
@@ -90,6 +90,14 @@ def choose_offloaded_layers(layer_bytes: list[int], budget: int) -> list[int]:
         if sum(layer_bytes[i] for i in ids) >= budget:
             return ids
     return list(range(n))
+
+
+def _gib_rounded_down(nbytes: int) -> str:
+    """`nbytes` (> 0) in GiB, rounded down (a value the engine accepts) to two decimals, or to the first
+    significant digit below that: a small model's layers hold a few MiB, and "at most 0 GiB" would mean off."""
+    gib = nbytes / 2**30
+    digits = max(2, 1 - math.floor(math.log10(gib)))
+    return f"{math.floor(gib * 10**digits) / 10**digits:g}"
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -160,7 +168,7 @@ class WeightOffloader:
             layout.point_into(self.slots[k % 2])
             _move_other_buffers(layers[i], device)
         if cuda:
-            page_lock(self, self.buffer)
+            page_lock(self, self.buffer, "cpu_offload_gb")
             torch.cuda.empty_cache()  # layers built on the device (and moved) leave cached blocks behind
         self.stream = torch.cuda.Stream(device) if cuda else None
         self.copied = [torch.cuda.Event() for _ in layouts] if cuda else []
