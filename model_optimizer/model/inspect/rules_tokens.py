@@ -8,6 +8,7 @@ from model_optimizer.model.inspect.context import InspectContext
 from model_optimizer.model.inspect.leftovers import classify
 from model_optimizer.model.inspect.tokenizer_files import VOCABULARY_SOURCES
 from model_optimizer.runtime.models.chat_templates import family_template, shipped_templates
+from model_optimizer.runtime.models.model_config import context_length as served_length
 from model_optimizer.runtime.models.tokenizer import has_tokenizer_files
 
 PAD_CANDIDATES = ("<pad>", "<|pad|>", "[PAD]", "<|finetune_right_pad_id|>", "<|endoftext|>", "<unk>")
@@ -299,9 +300,10 @@ def special_tokens(ctx: InspectContext) -> list[Finding]:
 
 
 def context_length(ctx: InspectContext) -> list[Finding]:
-    max_pos = ctx.checkpoint.config.get("max_position_embeddings")
-    if not isinstance(max_pos, int):
+    config = ctx.checkpoint.config
+    if not isinstance(config.get("max_position_embeddings"), int):
         return []
+    max_pos = served_length(config)  # the engine's rule: YaRN stretches it
     if ctx.max_model_len is not None and ctx.max_model_len > max_pos:
         return [
             Finding(

@@ -1,4 +1,4 @@
-"""Rotary position embedding with a precomputed cos/sin table, including Llama 3 frequency scaling.
+"""Rotary position embedding with a precomputed cos/sin table, including linear, Llama 3 and YaRN scaling.
 
 A decoder layer hands its unrotated q and k to attention with a `Rotation` (what rotating them takes)
 rather than rotating them itself: for this module's layout attention then rotates q and k and stores
@@ -8,13 +8,18 @@ K and V in the paged cache in one kernel (layers/attention.py, kernels/rotary.py
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from model_optimizer.runtime.kernels import aot, triton_kernel
 from model_optimizer.runtime.layers.norm import rms_norm
+from model_optimizer.runtime.layers.yarn_rotary import check_yarn_factor, pretraining_length, yarn_frequencies
+
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+YARN_KEYS = ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")
+"""YaRN's settings besides theta, factor and the pretraining length, as config.json names them."""
 
 
 @dataclass
@@ -26,7 +31,10 @@ class RopeConfig:
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
-    original_max_position: int = 8192
+    original_max_position: int | None = None
+    """The pretraining context llama3 and YaRN scale from; None: max_position, as transformers takes it."""
+    yarn: dict = field(default_factory=dict)
+    """YaRN's other settings (YARN_KEYS) as config.json gives them: what yarn_rotary.yarn_frequencies reads."""
 
     @classmethod
     def from_hf(cls, hf: dict, head_dim: int, max_position: int) -> RopeConfig:
@@ -35,8 +43,10 @@ class RopeConfig:
         params.update(hf.get("rope_scaling") or {})
         theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
         rope_type = params.get("rope_type", params.get("type", "default"))
-        if rope_type not in ("default", "linear", "llama3"):
-            raise ValueError(f"rope_type {rope_type!r} is not supported; supported: default, linear, llama3")
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(f"rope_type {rope_type!r} is not supported; supported: {', '.join(ROPE_TYPES)}")
+        if rope_type == "yarn":
+            check_yarn_factor(params)
         return cls(
             head_dim=head_dim,
             max_position=max_position,
@@ -45,36 +55,49 @@ class RopeConfig:
             factor=float(params.get("factor", 1.0)),
             low_freq_factor=float(params.get("low_freq_factor", 1.0)),
             high_freq_factor=float(params.get("high_freq_factor", 4.0)),
-            original_max_position=int(params.get("original_max_position_embeddings", 8192)),
+            original_max_position=pretraining_length(hf, params, max_position),
+            yarn={key: params[key] for key in YARN_KEYS if key in params},
         )
 
 
-def inverse_frequencies(cfg: RopeConfig) -> torch.Tensor:
+def inverse_frequencies(cfg: RopeConfig) -> tuple[torch.Tensor, float]:
+    """(inverse frequencies (head_dim / 2,) float32, the factor cos and sin are multiplied by: YaRN's, else 1)."""
+    original = cfg.original_max_position or cfg.max_position
+    if cfg.rope_type == "yarn":
+        params = cfg.yarn | {
+            "rope_theta": cfg.theta,
+            "factor": cfg.factor,
+            "original_max_position_embeddings": original,
+        }
+        return yarn_frequencies(params, cfg.head_dim)
     exponents = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim
     inv_freq = 1.0 / (cfg.theta**exponents)
     if cfg.rope_type == "linear":
-        return inv_freq / cfg.factor
+        return inv_freq / cfg.factor, 1.0
     if cfg.rope_type == "llama3":
-        return _llama3_scale(inv_freq, cfg)
-    return inv_freq
+        return _llama3_scale(inv_freq, cfg, original), 1.0
+    return inv_freq, 1.0
 
 
-def _llama3_scale(inv_freq: torch.Tensor, cfg: RopeConfig) -> torch.Tensor:
-    """Long wavelengths are slowed by `factor`, short ones kept, the band between interpolated."""
+def _llama3_scale(inv_freq: torch.Tensor, cfg: RopeConfig, original: int) -> torch.Tensor:
+    """Long wavelengths are slowed by `factor`, short ones kept, the band between interpolated; `original` is
+    the pretraining context the wavelengths are measured against."""
     wavelen = 2 * math.pi / inv_freq
-    low_freq_wavelen = cfg.original_max_position / cfg.low_freq_factor
-    high_freq_wavelen = cfg.original_max_position / cfg.high_freq_factor
+    low_freq_wavelen = original / cfg.low_freq_factor
+    high_freq_wavelen = original / cfg.high_freq_factor
     scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / cfg.factor, inv_freq)
-    smooth = (cfg.original_max_position / wavelen - cfg.low_freq_factor) / (cfg.high_freq_factor - cfg.low_freq_factor)
+    smooth = (original / wavelen - cfg.low_freq_factor) / (cfg.high_freq_factor - cfg.low_freq_factor)
     between = (1 - smooth) * scaled / cfg.factor + smooth * scaled
     in_band = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
     return torch.where(in_band, between, scaled)
 
 
 def angle_tables(cfg: RopeConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """float32 cos and sin of every position's angles, (max_position, head_dim / 2): the rotary tables."""
-    freqs = torch.arange(cfg.max_position, dtype=torch.float32)[:, None] * inverse_frequencies(cfg)[None, :]
-    return freqs.cos(), freqs.sin()
+    """float32 cos and sin of every position's angles, (max_position, head_dim / 2): the rotary tables, times
+    YaRN's attention factor as transformers scales them (so every path that reads the tables applies it)."""
+    inv_freq, attention_factor = inverse_frequencies(cfg)
+    freqs = torch.arange(cfg.max_position, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    return freqs.cos() * attention_factor, freqs.sin() * attention_factor
 
 
 class RotaryEmbedding(nn.Module):

@@ -6,7 +6,8 @@ Their checkpoints hold those values as interleaved pairs (x0, x1), (x2, x3), ...
 two halves [x_even rotated | x_odd rotated]: a fixed permutation of the pair layout, applied to queries
 and keys alike, so their dot products, and what the cache holds for the keys, are consistent.
 
-YaRN (`rope_type` / `type` "yarn"), as transformers and DeepSeek compute it:
+YaRN (`rope_type` / `type` "yarn"), as transformers and DeepSeek compute it (layers/rotary.py takes the same
+frequencies and attention factor for the Llama-family layers: Qwen2/Qwen3's long-context setting):
 - frequencies between a fast and a slow band (`beta_fast`, `beta_slow`, in rotations over
   `original_max_position_embeddings`) are blended from extrapolated (1 / theta^(2i/d)) and interpolated
   (that / factor) ones by a linear ramp over the dimension index, its ends rounded outwards;
@@ -40,11 +41,26 @@ def rope_parameters(hf: dict) -> dict:
             f"supported: {', '.join(ROPE_TYPES)}"
         )
     if params["rope_type"] == "yarn":
-        factor = params.get("factor")
-        if not isinstance(factor, (int, float)) or factor <= 0:
-            raise ValueError(f"config.json: yarn rope needs a positive 'factor', got {factor!r}")
-        params.setdefault("original_max_position_embeddings", hf.get("max_position_embeddings") or 4096)
+        check_yarn_factor(params)
+        params["original_max_position_embeddings"] = pretraining_length(
+            hf, params, hf.get("max_position_embeddings") or 4096
+        )
     return params
+
+
+def check_yarn_factor(params: dict) -> None:
+    """ValueError unless YaRN's `factor` is a positive number."""
+    factor = params.get("factor")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
+        raise ValueError(f"config.json: yarn rope needs a positive 'factor', got {factor!r}")
+
+
+def pretraining_length(hf: dict, params: dict, max_position: int) -> int:
+    """The context length llama3 and YaRN scale from, where transformers looks for it: a top-level
+    `original_max_position_embeddings` (Phi-3's place) before the rope settings' own, else `max_position`."""
+    return int(
+        hf.get("original_max_position_embeddings") or params.get("original_max_position_embeddings") or max_position
+    )
 
 
 def yarn_mscale(scale: float, mscale: float = 1.0) -> float:

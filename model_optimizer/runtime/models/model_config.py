@@ -20,6 +20,8 @@ class DecoderArgs:
     intermediate_size: int
     rms_norm_eps: float
     max_position_embeddings: int
+    """The longest context the model serves (`context_length`): what max_model_len defaults to and is capped by,
+    and what the rotary tables cover."""
     tie_word_embeddings: bool
     attention_bias: bool
     layer_windows: tuple[int | None, ...]
@@ -61,7 +63,7 @@ class DecoderArgs:
             head_dim=hf.get("head_dim") or hidden // num_heads,
             intermediate_size=hf["intermediate_size"],
             rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
-            max_position_embeddings=hf.get("max_position_embeddings") or 4096,  # null as absent
+            max_position_embeddings=context_length(hf),
             tie_word_embeddings=hf.get("tie_word_embeddings", False),
             attention_bias=bool(hf.get("attention_bias", False)) and arch not in NO_ATTENTION_BIAS,
             layer_windows=layer_windows(hf, arch, hf["num_hidden_layers"], source),
@@ -113,6 +115,23 @@ def layer_windows(hf: dict, arch: str, num_layers: int, source: str = "config.js
     if not isinstance(types, list) or len(types) != num_layers or any(t not in kinds for t in types):
         raise ValueError(f"{source}: 'layer_types' must list {num_layers} of {', '.join(kinds)}, got {types!r}")
     return tuple(window if t == "sliding_attention" else None for t in types)
+
+
+def context_length(hf: dict) -> int:
+    """config.json's `max_position_embeddings` (4096 when absent or null), or where YaRN rope scaling says
+    how far it stretches its pretraining length, `original_max_position_embeddings` x `factor` when that is
+    longer: vLLM's rule, so Qwen2.5's 32,768 with YaRN factor 4 serves 131,072 tokens. Other scalings keep
+    max_position_embeddings (Llama 3.1's and Gemma 3's already say their scaled length)."""
+    base = hf.get("max_position_embeddings") or 4096
+    rope = {
+        k: v for key in ("rope_parameters", "rope_scaling") if isinstance(hf.get(key), dict) for k, v in hf[key].items()
+    }
+    original = hf.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings")
+    factor = rope.get("factor")
+    numbers = all(isinstance(x, (int, float)) and x > 0 for x in (original, factor))
+    if rope.get("rope_type", rope.get("type")) != "yarn" or not numbers:
+        return base  # malformed settings are the rope's own error (RopeConfig, inspect's findings)
+    return max(base, int(original * factor))
 
 
 REQUIRED_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")

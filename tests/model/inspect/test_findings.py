@@ -69,9 +69,9 @@ CASES = {
         "tokens.special_absent",
         "error",
     ),
-    "rope_yarn": (
+    "rope_dynamic": (
         "qwen3",
-        lambda f: b.edit_json(f / "config.json", rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+        lambda f: b.edit_json(f / "config.json", rope_scaling={"rope_type": "dynamic", "factor": 4.0}),
         "rope.unsupported",
         "error",
     ),
@@ -126,7 +126,7 @@ def test_broken_checkpoint_is_reported_with_a_fix(fresh, case):
         "ema",
         "lora",
         "config_vocab",
-        "rope_yarn",
+        "rope_dynamic",
         "architecture",
         "missing_weight",
         "fp32_linear",
