@@ -19,6 +19,7 @@ from model_optimizer import LLM, SamplingParams
 from model_optimizer.runtime.runner.host_memory import PAGE, host_buffer, page_lock
 from model_optimizer.runtime.runner.weight_offload import decoder_layers, layer_weights
 from tests import tiny_checkpoints as tiny
+from tests.runtime.runner.test_host_kv_cache_threads import wide_kv_checkpoint
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 PROMPTS = [[5, 17, 300, 41, 9, 77], [900, 3, 3, 250, 12, 64, 8, 199, 4, 31, 600], [42], list(range(3, 140))]
@@ -32,17 +33,7 @@ def six_layers(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def wide_kv(tmp_path_factory):
-    """8 KV heads of 128 per layer: blocks of 16 tokens as large as a real model's."""
-    config = tiny.tiny_config(
-        "qwen3",
-        num_hidden_layers=2,
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=8,
-        num_key_value_heads=8,
-        head_dim=128,
-    )
-    return str(tiny.build_checkpoint(tmp_path_factory.mktemp("wide_kv_gpu") / "qwen3", config, seed=5))
+    return str(wide_kv_checkpoint(tmp_path_factory.mktemp("wide_kv_gpu")))
 
 
 def greedy(llm: LLM, prompts: list[list[int]] = PROMPTS) -> list[list[int]]:

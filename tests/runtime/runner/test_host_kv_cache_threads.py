@@ -6,6 +6,8 @@ across threads, and a later prefix hit loaded another block's keys and values (s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -37,9 +39,9 @@ def test_a_slot_saved_twice_in_one_step_holds_the_last_block(threads):
             assert torch.equal(host[:, 0], cache[:, 0]) and torch.equal(host[:, 1], cache[:, 1])
 
 
-@pytest.fixture(scope="module")
-def wide_kv(tmp_path_factory):
-    """Two layers of 8 KV heads of 128: a block is large enough for torch to copy it on several threads."""
+def wide_kv_checkpoint(folder: Path) -> Path:
+    """Two layers of 8 KV heads of 128: blocks of 16 tokens as large as a real model's, large enough for torch
+    to copy one on several threads."""
     config = tiny.tiny_config(
         "qwen3",
         num_hidden_layers=2,
@@ -49,7 +51,12 @@ def wide_kv(tmp_path_factory):
         num_key_value_heads=8,
         head_dim=128,
     )
-    return tiny.build_checkpoint(tmp_path_factory.mktemp("wide_kv") / "qwen3", config, seed=5)
+    return tiny.build_checkpoint(folder / "qwen3", config, seed=5)
+
+
+@pytest.fixture(scope="module")
+def wide_kv(tmp_path_factory):
+    return wide_kv_checkpoint(tmp_path_factory.mktemp("wide_kv"))
 
 
 def test_a_prefix_loaded_from_a_slot_reused_in_one_step_gives_the_recomputed_tokens(wide_kv, threads):
