@@ -22,7 +22,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from model_optimizer.runtime.engine.detokenizer import DETOKENIZE_WINDOW, TokenTexts, decoded_after
+from model_optimizer.runtime.engine.detokenizer import TokenTexts, decoded_after, prompt_context
 from model_optimizer.runtime.sampler_output import Logprob
 from model_optimizer.runtime.sampling_checks import is_finite, is_int
 from model_optimizer.runtime.sampling_params import MAX_LOGPROBS, RequestOutputKind, SamplingParams
@@ -203,5 +203,5 @@ class BeamSearch:
         spoken = self.output_ids(beam)
         if beam.finish_reason == "stop" and not self.params.include_stop_str_in_output:
             spoken = spoken[:-1]
-        context = beam.tokens[max(self.num_prompt_tokens - DETOKENIZE_WINDOW, 0) : self.num_prompt_tokens]
+        context = prompt_context(tokenizer, beam.tokens[: self.num_prompt_tokens], self.params.skip_special_tokens)
         return decoded_after(tokenizer, context, spoken, self.params.skip_special_tokens)

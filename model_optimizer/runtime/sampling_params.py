@@ -132,7 +132,8 @@ class SamplingParams:
     a dataclass and a dict)."""
     spaces_between_special_tokens: bool = True
     """vLLM's; taken, and changes nothing here: the text is what the model's fast tokenizer (tokenizer.json)
-    decodes, which puts no spaces of its own around special tokens (skip_special_tokens off)."""
+    decodes around special tokens (skip_special_tokens off), as transformers' decode gives it: no spaces of
+    its own for byte-level BPE, WordPiece's own spacing ("[CLS] hello [SEP]")."""
     extra_args: dict[str, Any] | None = None
     """vLLM's: values for custom sampling plugins, carried with the request; nothing here reads them."""
 

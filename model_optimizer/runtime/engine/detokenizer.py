@@ -31,21 +31,21 @@ class IncrementalDetokenizer:
     def __init__(self, tokenizer: Tokenizer, prompt_token_ids: list[int], params: SamplingParams) -> None:
         self.tokenizer = tokenizer
         self.params = params
-        self.token_ids = list(prompt_token_ids[-DETOKENIZE_WINDOW:])
+        self.token_ids = prompt_context(tokenizer, prompt_token_ids, params.skip_special_tokens)
         self.prefix_offset = 0
         self.read_offset = len(self.token_ids)
         self.text = ""
         self.num_tokens = 0
-        self.stop_search_from = 0
+        self.num_checked_chars = 0
+        """Text already searched for stop strings (or exempt from it, min_tokens' own): a stop string is
+        looked for only where it ends past this, as vLLM looks for it only in each step's new text."""
         self.max_stop_len = max((len(s) for s in params.stop), default=0)
 
     def add_token(self, token_id: int) -> str | None:
         """Append one token; return the matched stop string if it ends the completion."""
         self.token_ids.append(token_id)
         self.num_tokens += 1
-        skip = self.params.skip_special_tokens
-        prefix = self.tokenizer.decode(self.token_ids[self.prefix_offset : self.read_offset], skip_special_tokens=skip)
-        full = self.tokenizer.decode(self.token_ids[self.prefix_offset :], skip_special_tokens=skip)
+        prefix, full = self._decode_window()
         if len(full) > len(prefix) and not full.endswith(REPLACEMENT_CHAR):
             self.text += full[len(prefix) :]
             self.prefix_offset = self.read_offset
@@ -59,28 +59,32 @@ class IncrementalDetokenizer:
             return self.text
         return self.text[: max(len(self.text) - self.max_stop_len + 1, 0)]
 
-    def flush(self) -> None:
-        """At finish, add whatever is still held back as an incomplete character."""
+    def flush(self) -> str | None:
+        """At finish, add whatever is still held back as an incomplete character; return the stop string
+        found in it, cut like any other (the text ends there, so it is the completion's stop)."""
         if self.read_offset < len(self.token_ids):
-            skip = self.params.skip_special_tokens
-            prefix = self.tokenizer.decode(
-                self.token_ids[self.prefix_offset : self.read_offset], skip_special_tokens=skip
-            )
-            full = self.tokenizer.decode(self.token_ids[self.prefix_offset :], skip_special_tokens=skip)
+            prefix, full = self._decode_window()
             self.text += full[len(prefix) :]
             self.read_offset = len(self.token_ids)
+        return self._find_stop()
+
+    def _decode_window(self) -> tuple[str, str]:
+        """The window's text before the tokens not yet read, and with them."""
+        skip, window = self.params.skip_special_tokens, self.token_ids[self.prefix_offset :]
+        prefix = self.tokenizer.decode(window[: self.read_offset - self.prefix_offset], skip_special_tokens=skip)
+        return prefix, self.tokenizer.decode(window, skip_special_tokens=skip)
 
     def _find_stop(self) -> str | None:
-        if not self.params.stop or self.num_tokens <= self.params.min_tokens:
-            self.stop_search_from = max(len(self.text) - self.max_stop_len + 1, 0)
+        """The earliest stop string that ends in the text not searched yet, cut from the text; None if none."""
+        checked, self.num_checked_chars = self.num_checked_chars, len(self.text)
+        if not self.params.stop or self.num_tokens <= self.params.min_tokens or len(self.text) == checked:
             return None
         best: tuple[int, str] | None = None
         for stop in self.params.stop:
-            at = self.text.find(stop, self.stop_search_from)
+            at = self.text.find(stop, max(checked - len(stop) + 1, 0))
             if at != -1 and (best is None or at < best[0]):
                 best = (at, stop)
         if best is None:
-            self.stop_search_from = max(len(self.text) - self.max_stop_len + 1, 0)
             return None
         at, stop = best
         self.text = self.text[: at + len(stop)] if self.params.include_stop_str_in_output else self.text[:at]
@@ -93,6 +97,27 @@ class IncrementalDetokenizer:
             del self.token_ids[:drop]
             self.prefix_offset -= drop
             self.read_offset -= drop
+
+
+def prompt_context(tokenizer: Tokenizer, prompt_token_ids: list[int], skip_special_tokens: bool) -> list[int]:
+    """The prompt's last tokens that a completion's text is decoded after, so that it reads as the slice of
+    the whole decode past the prompt's text (vLLM's rule): DETOKENIZE_WINDOW of them, more (doubling) while
+    they decode to nothing (special tokens skipped: a decoder that treats a sequence's first token apart,
+    WordPiece or SentencePiece, would drop the completion's first space), and up to 3 more while they start
+    inside a character (one the prompt ends in and the completion completes would read as U+FFFD; a
+    character is at most 4 bytes, so its first byte is at most 3 tokens back)."""
+    size, num_prompt = DETOKENIZE_WINDOW, len(prompt_token_ids)
+
+    def text(size: int) -> str:
+        return tokenizer.decode(prompt_token_ids[-size:], skip_special_tokens=skip_special_tokens)
+
+    while size < num_prompt and not text(size):
+        size *= 2
+    for _ in range(3):
+        if size >= num_prompt or not text(size).startswith(REPLACEMENT_CHAR):
+            break
+        size += 1
+    return list(prompt_token_ids[-size:])
 
 
 def decoded_after(tokenizer: Tokenizer, context: list[int], token_ids: list[int], skip_special_tokens: bool) -> str:

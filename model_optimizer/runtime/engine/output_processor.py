@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass, field
 
 from model_optimizer.runtime.engine.detokenizer import (
-    DETOKENIZE_WINDOW,
     IncrementalDetokenizer,
     TokenTexts,
     decoded_after,
+    prompt_context,
 )
 from model_optimizer.runtime.engine.input_processor import Tokenizer
 from model_optimizer.runtime.engine.logprob_list import LogprobList
@@ -75,11 +75,14 @@ class _Completion:
 
     def finish(self, reason: str, stop_reason: int | str | None = None, error: str | None = None) -> None:
         """End it. Text held back as an incomplete character is added, unless a stop string (`reason`
-        'stop' with a str stop_reason) ended it: the text was cut there."""
+        'stop' with a str stop_reason) ended it: the text was cut there. A stop string in the text added
+        is cut too, and is then what ended it."""
+        if self.detokenizer is not None and not isinstance(stop_reason, str):
+            stop = self.detokenizer.flush()
+            if stop is not None and reason != "error":
+                reason, stop_reason = "stop", stop
         self.finish_reason, self.stop_reason, self.error = reason, stop_reason, error
         self.finished_time = time.time()
-        if self.detokenizer is not None and not isinstance(stop_reason, str):
-            self.detokenizer.flush()
 
 
 @dataclass(eq=False)
@@ -128,7 +131,7 @@ class OutputProcessor:
         for index in range(params.n):
             child = params.for_completion(index)
             detokenizer = self._detokenizer(prompt_token_ids, child) if incremental else None
-            context = [] if incremental else prompt_token_ids[-DETOKENIZE_WINDOW:]
+            context = [] if incremental or self.tokenizer is None else self._context(prompt_token_ids, child)
             texts = self.texts if child.detokenize else None
             completions.append(_Completion(index, child, detokenizer, texts, context=context))
         group = _Group(prompt, prompt_token_ids, params.output_kind, arrival_time, completions)
@@ -308,6 +311,12 @@ class OutputProcessor:
             spoken = completion.token_ids[: len(completion.token_ids) - completion.num_silent]
             completion.final_text = decoded_after(self.tokenizer, completion.context, spoken, skip)
         return completion.final_text
+
+    def _context(self, prompt_token_ids: list[int], params: SamplingParams) -> list[int]:
+        """The prompt's last tokens that text decoded at finish reads after (none when there is no text)."""
+        if not params.detokenize:
+            return []
+        return prompt_context(self.tokenizer, prompt_token_ids, params.skip_special_tokens)  # type: ignore[arg-type]
 
     def _detokenizer(self, prompt_token_ids: list[int], params: SamplingParams) -> IncrementalDetokenizer | None:
         if self.tokenizer is None or not params.detokenize:
