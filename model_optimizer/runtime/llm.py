@@ -24,7 +24,7 @@ from model_optimizer.runtime.engine.outputs import RequestOutput
 from model_optimizer.runtime.generation_defaults import config_generation_defaults
 from model_optimizer.runtime.hub import resolve_model_dir
 from model_optimizer.runtime.kernels.compile_cache import configure_compile, hash_triton_in_background
-from model_optimizer.runtime.llm_embed import LLMPooling
+from model_optimizer.runtime.llm_embed import LLMPooling, warn_unused_embedding_settings
 from model_optimizer.runtime.llm_inputs import (
     Prompt,
     as_conversations,
@@ -85,6 +85,7 @@ class LLM(LLMPooling):
             from model_optimizer.runtime.embed.config import refuse_load_time_quantization
 
             refuse_load_time_quantization(self.config.quantization, self.model_dir)
+            warn_unused_embedding_settings(self.config, logger)  # as `mopt serve` of the folder warns
             self.tokenizer = load_tokenizer(Path(self.config.tokenizer) if self.config.tokenizer else self.model_dir)
             return
         phase = log_phase("config", phase)

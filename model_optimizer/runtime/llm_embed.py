@@ -5,6 +5,7 @@ brought to the embedder's shape.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,6 +172,39 @@ class LLMPooling:
             )
             for e in embedded
         ]
+
+
+EMBEDDING_SETTINGS = (
+    "model",
+    "tokenizer",
+    "revision",
+    "dtype",
+    "load_format",
+    "device",
+    "max_model_len",
+    "quantization",
+)
+"""EngineConfig fields an encoder (embedding) model reads, served by `mopt serve` or loaded by LLM
+(quantization: to refuse it)."""
+
+
+def unused_embedding_settings(config: EngineConfig) -> list[str]:
+    """The engine settings given (not at their defaults) that an embedding model has no use for: no KV
+    cache, scheduler, sampler, speculation or weight offload."""
+    defaults = EngineConfig()
+    return [
+        name
+        for name, value in vars(config).items()
+        if name not in EMBEDDING_SETTINGS and value != getattr(defaults, name, value)
+    ]
+
+
+def warn_unused_embedding_settings(config: EngineConfig, log: logging.Logger) -> None:
+    """Name the settings an embedding model ignores (unused_embedding_settings) in a warning on `log`, the
+    same from `mopt serve` and from LLM; said rather than refused, as vLLM takes them."""
+    ignored = unused_embedding_settings(config)
+    if ignored:
+        log.warning("settings that do not apply to an embedding model are ignored: %s", ", ".join(ignored))
 
 
 def load_embedder(config: EngineConfig, model_dir: Path, runner: Any) -> Any:

@@ -45,6 +45,8 @@ class ModelCost:
     """Parameters of the experts of a mixture of experts (all layers); 0 for a dense model."""
     expert_fraction: float = 1.0
     """Experts each token runs, over the experts a layer has (top_k / num_experts)."""
+    layer_params: int = 0
+    """Parameters of the decoder layers (all of them): what weight offload can move to host memory."""
 
     @property
     def active_linear_params(self) -> float:
@@ -106,6 +108,7 @@ def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
         inter,
         expert_params=sparse * experts,
         expert_fraction=moe.top_k / moe.num_experts if moe else 1.0,
+        layer_params=blocks,
     )
 
 

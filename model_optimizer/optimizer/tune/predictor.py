@@ -34,7 +34,8 @@ KV heads (one replicated head when fewer than N) and 1/N of the FLOPs; the step 
 prior 1. Memory figures are per GPU (server_memory.py). A size needing more GPUs than are
 visible, or one the model's heads do not divide by, does not fit (the candidate is skipped with why).
 
-Weight offload (`cpu_offload_gb` G) adds the copy of G GiB from host memory to every step's roofline, at
+Weight offload (`cpu_offload_gb` G) adds the copy of the layers the engine offloads for G (server_memory.py:
+at least G GiB, whole layers; a G the engine refuses does not fit) to every step's roofline, at
 the host-to-device bandwidth of model/inspect/offload_plan.py or as `mopt doctor --bench` measured it
 (added, not overlapped: the bound the benchmarks compare with); server_memory.py gives the KV cache the
 room it frees. Less memory, more latency: the Pareto front shows the trade.
@@ -160,7 +161,7 @@ class Predictor:
             0.0, 0.0, 0.0, memory / GIB, running, int(capacity), o, self._rate_cap(load), features=features
         )
         pred = self._apply(pred, self.fit_prior())
-        reason = problem or self._misfit(settings, capacity, seq_tokens, tp)
+        reason = problem or self.memory.offload_problem(settings) or self._misfit(settings, capacity, seq_tokens, tp)
         if reason:
             pred.fits, pred.reason = False, reason
         return pred
@@ -228,7 +229,7 @@ class Predictor:
             return (
                 f"KV cache holds {int(capacity)} tokens, fewer than one request's {int(seq_tokens)} (prompt + output)"
             )
-        if self.cost.weight_bytes / tp - self.memory.offload_freed(settings, tp) > self.memory.budget_bytes(settings):
+        if self.cost.weight_bytes / tp - self.memory.offload_freed(settings) > self.memory.budget_bytes(settings):
             return "the weights alone exceed the memory budget"
         return None
 
@@ -243,7 +244,7 @@ class Predictor:
         mixed = 1.0 - math.exp(-arrivals * chunks)  # steps that carry a prefill chunk (Poisson arrivals)
         prefill_per_mixed = min(arrivals * p / mixed, budget) if mixed > 0 else 0.0
         tp = int(settings.get("tensor_parallel_size", 1))
-        copy_s = self._offload_copy_s(settings, tp)
+        copy_s = self._offload_copy_s(settings)
         roof_mixed = self._roof(b, prefill_per_mixed, p + o / 2, k_bytes, p, tp) + copy_s
         roof_decode = self._roof(b, 0.0, p + o / 2, k_bytes, p, tp) + copy_s
         eager = bool(settings.get("enforce_eager", False)) or not self.hardware.is_gpu
@@ -268,10 +269,10 @@ class Predictor:
             features["allreduce_ms"] = self._allreduce_ms(settings, b, prefill_per_mixed, mixed)
         return features | flag_features(settings)
 
-    def _offload_copy_s(self, settings: dict, tp: int) -> float:
+    def _offload_copy_s(self, settings: dict) -> float:
         """Seconds a step spends copying the offloaded weights in from host memory."""
         h2d = self.hardware.h2d_gbps or host_to_device_gbps(self.hardware.name)[0]
-        return self.memory.offload_bytes(settings, tp) / (h2d * 1e9)
+        return self.memory.offload_bytes(settings) / (h2d * 1e9)
 
     def _allreduce_ms(self, settings: dict, b: float, prefill_per_mixed: float, mixed: float) -> float:
         """The mean step's collectives: a share `mixed` of steps carries the prefill tokens too."""

@@ -4,9 +4,13 @@ takes, as the engine sizes them.
 On a GPU the engine takes gpu_memory_utilization of the card and the memory plan (model/inspect/
 memory_plan.py, the engine's own rule) says how many KV blocks remain after the weights and the
 activation peak; on a CPU the server holds its weights, the kv_cache_memory it is given and its runtime.
-Weight offload (`cpu_offload_gb` G, a knob for space files: `cpu_offload_gb: [0, 8, 16]`) keeps G GiB of
-weights in host memory and gives the KV cache G GiB less two layers (the device slots they are copied
-into); predictor.py charges every step the copy.
+Weight offload (`cpu_offload_gb` G, a knob for space files: `cpu_offload_gb: [0, 8, 16]`) follows the
+engine's own rule (runtime/runner/offload_rule.py) on the engine's own sizes of each decoder layer (its
+model built on the meta device, in the trial's dtype, quantization and tensor-parallel shard): whole
+layers, the fewest evenly spread ones whose bytes reach G, leave the GPU, and one or two slots as large
+as the largest of them come in their place; the KV cache gains the difference. A G above the decoder
+layers' bytes is refused with the engine's message (offload_problem). predictor.py charges every step
+the copy of the offloaded layers. Without config.json the layers are equal shares of the decoder's bytes.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ from typing import Any
 
 from model_optimizer.optimizer.tune.hardware import Hardware
 from model_optimizer.optimizer.tune.model_cost import ModelCost
+from model_optimizer.runtime.runner.offload_rule import LayerSize, OffloadChoice, choose_offload
 
 GIB = float(1 << 30)
 CPU_RUNTIME_GIB = 0.5
 """A CPU server's resident memory beyond weights and KV cache (Python, torch): the refit corrects it."""
+LAYER_SETTINGS = ("dtype", "quantization", "tensor_parallel_size", "enable_expert_parallel")
+"""The settings the decoder layers' sizes (what weight offload moves) depend on."""
 PLAN_SETTINGS = (
     "gpu_memory_utilization",
     "max_num_batched_tokens",
@@ -43,12 +50,14 @@ class ServerMemory:
     """config.json: on a GPU the KV cache is sized by modelio's memory plan, the engine's own rule."""
     plans: dict[tuple, Any] = field(default_factory=dict, repr=False)
     """The memory plan's row by PLAN_SETTINGS values (None where no plan could be made)."""
+    layers: dict[tuple, list[LayerSize]] = field(default_factory=dict, repr=False)
+    """The engine's sizes of the decoder layers on one GPU, by LAYER_SETTINGS values."""
 
     def kv_capacity(self, settings: dict, k_bytes: int) -> tuple[float, float]:
         """KV-cache tokens and the memory the server will hold (bytes), as the engine sizes them."""
         block = int(settings.get("block_size", 16))
         tp = int(settings.get("tensor_parallel_size", 1))
-        freed = self.offload_freed(settings, tp)
+        freed = self.offload_freed(settings)
         if settings.get("num_kv_blocks"):
             kv_bytes = settings["num_kv_blocks"] * block * k_bytes
         elif self.hardware.is_gpu:
@@ -64,7 +73,9 @@ class ServerMemory:
         tokens = kv_bytes // (block * k_bytes) * block
         if self.hardware.is_gpu:
             return tokens, self.budget_bytes(settings)  # the engine takes its whole share
-        return tokens, self.cost.weight_bytes + kv_bytes + CPU_RUNTIME_GIB * GIB
+        offload = self.offload(settings)  # on the CPU the slots come on top: host and device are one memory
+        slots = offload.device_bytes if offload is not None else 0
+        return tokens, self.cost.weight_bytes + slots + kv_bytes + CPU_RUNTIME_GIB * GIB
 
     def planned_row(self, settings: dict) -> Any:
         """The memory plan's FitRow (weights, the profile forward's activation peak, headroom: its KV budget
@@ -91,15 +102,80 @@ class ServerMemory:
         except Exception:  # no plan: fall back to the share minus the weights
             return None
 
-    def offload_bytes(self, settings: dict, tp: int) -> float:
-        """Weight bytes per GPU that cpu_offload_gb keeps in host memory: every step copies them back."""
-        return min(float(settings.get("cpu_offload_gb") or 0) * GIB, self.cost.weight_bytes / tp)
+    def offload(self, settings: dict) -> OffloadChoice | None:
+        """What cpu_offload_gb does to one GPU's memory, as the engine does it; None when it is off or the
+        engine would refuse it (offload_problem)."""
+        try:
+            return self._offload(settings)
+        except ValueError:
+            return None
 
-    def offload_freed(self, settings: dict, tp: int) -> float:
-        """GPU bytes offload frees: the offloaded layers less the two layer slots that take their place."""
-        moved = self.offload_bytes(settings, tp)
-        one_layer = self.cost.weight_bytes / tp / max(self.cost.num_layers, 1)
-        return max(moved - 2 * one_layer, 0.0) if self.hardware.is_gpu else 0.0
+    def offload_problem(self, settings: dict) -> str | None:
+        """The engine's refusal of the settings' cpu_offload_gb (more than the decoder layers hold), or None."""
+        try:
+            self._offload(settings)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def _offload(self, settings: dict) -> OffloadChoice | None:
+        gib = float(settings.get("cpu_offload_gb") or 0)
+        if not gib:
+            return None
+        return choose_offload(self.layer_sizes(settings), int(gib * 2**30))  # the loader's bytes, as it rounds
+
+    def offload_bytes(self, settings: dict) -> float:
+        """Bytes per GPU every step copies back from host memory: the offloaded layers' packed buffers."""
+        offload = self.offload(settings)
+        return float(offload.host_bytes) if offload is not None else 0.0
+
+    def offload_freed(self, settings: dict) -> float:
+        """GPU bytes offload leaves to the KV cache: the offloaded layers less the slots that take their
+        place (negative when a small layer is moved beside a large one); 0 on a CPU, which has one memory."""
+        offload = self.offload(settings)
+        return float(offload.freed_bytes) if offload is not None and self.hardware.is_gpu else 0.0
+
+    def layer_sizes(self, settings: dict) -> list[LayerSize]:
+        """The decoder layers' sizes on one GPU as the engine gives them (model/inspect/offload_plan.py:
+        its model on the meta device, in the dtype and quantization the trial runs); equal shares of the
+        decoder's bytes when that model cannot be built (no config.json, an architecture it does not know)."""
+        key = tuple(settings.get(n) for n in LAYER_SETTINGS)
+        if key not in self.layers:
+            self.layers[key] = self._engine_layer_sizes(settings) or self._equal_layer_sizes(settings)
+        return self.layers[key]
+
+    def _engine_layer_sizes(self, settings: dict) -> list[LayerSize] | None:
+        if self.config is None:
+            return None
+        try:
+            from model_optimizer.model.inspect.memory_plan import METHOD_FORMATS, SHORT_DTYPES
+            from model_optimizer.model.inspect.offload_plan import engine_layer_sizes
+
+            dtype = self._dtype_name(settings)
+            fmt = METHOD_FORMATS.get(settings.get("quantization") or "", SHORT_DTYPES[dtype])
+            tp = int(settings.get("tensor_parallel_size", 1))
+            expert_parallel = bool(settings.get("enable_expert_parallel")) and tp > 1
+            return engine_layer_sizes(self.config, fmt, dtype, tp, expert_parallel)
+        except Exception:  # as _plan_row: a model the engine cannot build here is sized by equal shares
+            return None
+
+    def _dtype_name(self, settings: dict) -> str:
+        """The dtype the engine runs the trial in (the loader's one rule for `auto`, on this device)."""
+        import torch
+
+        from model_optimizer.runtime.models.loader import resolve_dtype
+        from model_optimizer.runtime.models.model_config import DecoderArgs
+
+        device = torch.device("cuda" if self.hardware.is_gpu else "cpu")
+        dtype = resolve_dtype(settings.get("dtype") or "auto", DecoderArgs.from_dict(self.config), device)
+        return str(dtype).removeprefix("torch.")
+
+    def _equal_layer_sizes(self, settings: dict) -> list[LayerSize]:
+        tp = int(settings.get("tensor_parallel_size", 1))
+        n = max(self.cost.num_layers, 1)
+        share = self.cost.layer_params / max(self.cost.num_params, 1)
+        one = int(self.cost.weight_bytes * share / tp / n)
+        return [LayerSize(one, one)] * n
 
     def budget_bytes(self, settings: dict) -> float:
         """The memory the server may take: its gpu_memory_utilization share of the GPU, or the CPU's memory."""

@@ -1,7 +1,8 @@
 """Weight offload (`cpu_offload_gb`): decoder layers whose weights live in host memory and are copied to
 the device just ahead of the forward that needs them, so a model larger than the GPU still runs.
 
-Which layers: whole decoder layers, spread evenly over the depth (with k of n offloaded, layer
+Which layers (the rule itself is torch-free, offload_rule.py, so the tuner and `mopt inspect` apply the
+very same one): whole decoder layers, spread evenly over the depth (with k of n offloaded, layer
 (j + 1) * n // k - 1 for j < k), not taken from the end. Each copy then has the compute of the on-device
 layers before it to hide behind; offloading the last k layers would leave every copy but the first two
 with a single layer's compute to overlap. Layers are chosen until their bytes reach the asked amount,
@@ -10,8 +11,8 @@ so at least that much moves (the whole layer is the unit: a partial layer would 
 How: each offloaded layer's weights (parameters, and a quantized linear layer's qweight / scales /
 zeros buffers: so int4 moves a quarter of bf16's bytes) are packed into one flat host buffer per layer,
 all of them one allocation page-locked with cudaHostRegister (not torch's pinned allocator, which rounds
-every allocation up to a power of two). Two device slots, each the size of the largest offloaded
-layer, take turns: offloaded layer k's tensors are views into slot k % 2 for good, so the modules never change and the copy is one memcpy.
+every allocation up to a power of two). Two device slots (one when a single layer is offloaded), each the size of the
+largest offloaded layer, take turns: offloaded layer k's tensors are views into slot k % 2 for good, so the modules never change and the copy is one memcpy.
 On a side stream, copy k + 2 waits for an event recorded after layer k's forward (its slot is free),
 and layer k's forward waits for the event of its own copy. The first two copies start with layer 0,
 after the side stream has waited for everything queued before this forward.
@@ -29,7 +30,6 @@ one a GPU runs, which is what the CPU tests check against unoffloaded output.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -38,11 +38,17 @@ from torch import nn
 
 from model_optimizer.runtime.layers.linear import Linear
 from model_optimizer.runtime.runner.host_memory import PAGE, copy_host_to_device, host_buffer, page_lock
+from model_optimizer.runtime.runner.offload_rule import (
+    LayerSize,
+    aligned,
+    num_slots,
+    packed_bytes,
+)
+from model_optimizer.runtime.runner.offload_rule import (  # the loader and tests import it from here
+    choose_offloaded_layers as choose_offloaded_layers,
+)
 
 log = logging.getLogger(__name__)
-
-ALIGN = 256
-"""Byte alignment of every tensor in a packed layer (what CUDA allocations give, so kernels see the same)."""
 
 
 def layer_weights(layer: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor]]:
@@ -63,41 +69,27 @@ def layer_weights(layer: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor]]
 def estimated_bytes(layer: nn.Module) -> int:
     """Bytes a layer's weights will hold once loaded: a quantized linear layer counts its method's bits per
     weight plus its scales, whatever float placeholder it holds before the weights are rounded."""
-    total = 0
+    return sum(_loaded_tensor_bytes(layer))
+
+
+def layer_sizes(layers: nn.ModuleList) -> list[LayerSize]:
+    """Each layer's sizes for the offload rule (offload_rule.py): estimated_bytes, and the flat buffer its
+    tensors will pack into (exact for float weights; a quantized layer's codes and scales as estimated)."""
+    return [LayerSize(sum(sizes), packed_bytes(sizes)) for sizes in map(_loaded_tensor_bytes, layers)]
+
+
+def _loaded_tensor_bytes(layer: nn.Module) -> list[int]:
+    """The bytes of each tensor offloading would move once the weights are loaded (estimated_bytes)."""
+    sizes = []
     for module, _, tensor in layer_weights(layer):
-        method = getattr(module, "quant_method", None)
-        if method is None:
-            total += tensor.numel() * tensor.element_size()
+        if getattr(module, "quant_method", None) is None:
+            sizes.append(tensor.numel() * tensor.element_size())
     for module in layer.modules():
         method = getattr(module, "quant_method", None)
         if isinstance(module, Linear) and method is not None:
             weights = module.in_features * module.out_features
-            total += weights * method.bits // 8 + weights // getattr(method, "group_size", module.in_features) * 4
-    return total
-
-
-def choose_offloaded_layers(layer_bytes: list[int], budget: int) -> list[int]:
-    """Indices of the fewest evenly spread layers whose bytes reach `budget` (module docstring: why spread)."""
-    total = sum(layer_bytes)
-    if budget > total:
-        raise ValueError(
-            f"cpu_offload_gb asks for {budget / 2**30:.3g} GiB but the decoder layers hold {total / 2**30:.3g} GiB "
-            f"on this device; offload at most {_gib_rounded_down(total)} GiB (0: off)"
-        )
-    n = len(layer_bytes)
-    for k in range(1, n + 1):
-        ids = [(j + 1) * n // k - 1 for j in range(k)]
-        if sum(layer_bytes[i] for i in ids) >= budget:
-            return ids
-    return list(range(n))
-
-
-def _gib_rounded_down(nbytes: int) -> str:
-    """`nbytes` (> 0) in GiB, rounded down (a value the engine accepts) to two decimals, or to the first
-    significant digit below that: a small model's layers hold a few MiB, and "at most 0 GiB" would mean off."""
-    gib = nbytes / 2**30
-    digits = max(2, 1 - math.floor(math.log10(gib)))
-    return f"{math.floor(gib * 10**digits) / 10**digits:g}"
+            sizes += [weights * method.bits // 8, weights // getattr(method, "group_size", module.in_features) * 4]
+    return sizes
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -113,16 +105,17 @@ class LayerLayout:
     """Where each weight of one offloaded layer sits in its flat buffer (host and slot alike)."""
 
     entries: list[tuple[nn.Module, str, int, torch.dtype, torch.Size]]
-    """(module, name, byte offset, dtype, shape) of each tensor, offsets ALIGN-byte aligned."""
+    """(module, name, byte offset, dtype, shape) of each tensor, offsets ALIGN-byte aligned (offload_rule.py)."""
     nbytes: int
 
     @classmethod
     def of(cls, layer: nn.Module) -> LayerLayout:
-        entries, offset = [], 0
+        entries, offset, sizes = [], 0, []
         for module, name, tensor in layer_weights(layer):
             entries.append((module, name, offset, tensor.dtype, tensor.shape))
-            offset += -(-tensor.numel() * tensor.element_size() // ALIGN) * ALIGN
-        return cls(entries, max(offset, ALIGN))
+            sizes.append(tensor.numel() * tensor.element_size())
+            offset += aligned(sizes[-1])
+        return cls(entries, packed_bytes(sizes))
 
     @torch.no_grad()
     def fill(self, host: torch.Tensor) -> None:
@@ -162,7 +155,7 @@ class WeightOffloader:
         """All offloaded weights, one page-locked allocation (one cudaHostRegister)."""
         self.hosts = [self.buffer[s : s + layout.nbytes] for s, layout in zip(starts, layouts)]
         slot_bytes = max(layout.nbytes for layout in layouts)
-        self.slots = [torch.empty(slot_bytes, dtype=torch.uint8, device=device) for _ in range(min(2, len(layouts)))]
+        self.slots = [torch.empty(slot_bytes, dtype=torch.uint8, device=device) for _ in range(num_slots(len(layouts)))]
         for k, (i, layout) in enumerate(zip(layer_ids, layouts)):  # one layer at a time: host memory peaks
             layout.fill(self.hosts[k])  # at the offloaded bytes plus one layer
             layout.point_into(self.slots[k % 2])

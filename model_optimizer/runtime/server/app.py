@@ -31,6 +31,7 @@ from model_optimizer.common.version import __version__
 from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.engine.async_engine import AsyncEngine
 from model_optimizer.runtime.engine.input_processor import chat_template_for, chat_text
+from model_optimizer.runtime.llm_embed import warn_unused_embedding_settings
 from model_optimizer.runtime.models.chat_templates import load_template
 from model_optimizer.runtime.server.config import ServerConfig
 from model_optimizer.runtime.server.cors import JSONCORSMiddleware
@@ -207,30 +208,6 @@ def _frontend_tokenizer(engine_config: EngineConfig, llm: Any, model_dir: Path) 
     return engine_tokenizer(engine_config, model_dir)
 
 
-EMBEDDING_SETTINGS = (
-    "model",
-    "tokenizer",
-    "revision",
-    "dtype",
-    "load_format",
-    "device",
-    "max_model_len",
-    "quantization",
-)
-"""EngineConfig fields an embedding model served by `mopt serve` reads (quantization: to refuse it)."""
-
-
-def unused_embedding_settings(config: EngineConfig) -> list[str]:
-    """The engine settings given (not at their defaults) that an embedding model has no use for: no KV
-    cache, scheduler, sampler or speculation. Said in the log rather than refused, as vLLM takes them."""
-    defaults = EngineConfig()
-    return [
-        name
-        for name, value in vars(config).items()
-        if name not in EMBEDDING_SETTINGS and value != getattr(defaults, name, value)
-    ]
-
-
 def load_embedder(config: EngineConfig, model_dir: Path) -> Any:
     """The Embedder for an embedding model folder, loaded and warmed up; logs what and how long."""
     from model_optimizer.runtime.embed import EmbedConfig, Embedder
@@ -238,9 +215,7 @@ def load_embedder(config: EngineConfig, model_dir: Path) -> Any:
 
     start = time.perf_counter()
     refuse_load_time_quantization(config.quantization, model_dir)
-    ignored = unused_embedding_settings(config)
-    if ignored:
-        logger.warning("settings that do not apply to an embedding model are ignored: %s", ", ".join(ignored))
+    warn_unused_embedding_settings(config, logger)
     # --max-model-len is the longest input here, as the context is for generation (checked against the positions)
     embedder = Embedder(model_dir, **vars(EmbedConfig.from_engine(config, max_seq_length=config.max_model_len)))
     embedder.embed(["warm-up"])

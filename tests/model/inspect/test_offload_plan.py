@@ -22,6 +22,7 @@ from model_optimizer.runtime.layers.quantization.spec import QuantSpec, resolve_
 from model_optimizer.runtime.models.loader import plan_offload
 from model_optimizer.runtime.models.model_config import DecoderArgs
 from model_optimizer.runtime.models.registry import resolve_model_class
+from model_optimizer.runtime.runner.offload_rule import LayerSize
 from model_optimizer.runtime.runner.weight_offload import choose_offloaded_layers
 
 CONFIGS = Path(__file__).resolve().parents[3] / "benchmarks" / "configs"
@@ -40,18 +41,19 @@ def test_link_bandwidth_from_the_datasheet_or_a_conservative_default():
 
 
 def test_fewest_layers_that_free_the_missing_bytes_beyond_two_slots():
-    advice = offload_advice("bf16", missing_bytes=25, layer_bytes=[10] * 8, h2d=(20.0, "given"))
+    advice = offload_advice("bf16", missing_bytes=25, sizes=[LayerSize(10, 10)] * 8, h2d=(20.0, "given"))
     assert advice.num_layers == 5  # 5 layers leave, 2 slots come: 30 >= 25 bytes freed; 4 free only 20
     assert advice.offloaded_bytes == 50 and advice.ms_per_step == 50 / 20e9 * 1e3
     assert len(choose_offloaded_layers([10] * 8, int(advice.cpu_offload_gb * 2**30))) == 5
-    assert offload_advice("bf16", 1000, [10] * 8, (20.0, "given")).cpu_offload_gb is None  # not even all layers
+    never = offload_advice("bf16", 1000, [LayerSize(10, 10)] * 8, (20.0, "given"))
+    assert never.cpu_offload_gb is None  # not even all layers
 
 
 def test_uneven_layers_count_the_slots_as_large_as_the_largest_layer_moved():
     """A dense first layer four times the others (a mixture of experts' first_k_dense_replace): once it is
     among the layers moved, both slots are its size, and only every layer frees 25 bytes."""
     sizes = [40] + [10] * 7
-    advice = offload_advice("bf16", missing_bytes=25, layer_bytes=sizes, h2d=(20.0, "given"))
+    advice = offload_advice("bf16", missing_bytes=25, sizes=[LayerSize(b, b) for b in sizes], h2d=(20.0, "given"))
     assert advice.num_layers == 8 and advice.offloaded_bytes == 110
     budget = int(advice.cpu_offload_gb * 2**30)
     assert budget <= sum(sizes) and len(choose_offloaded_layers(sizes, budget)) == 8  # the engine accepts it

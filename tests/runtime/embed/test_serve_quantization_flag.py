@@ -25,7 +25,7 @@ def test_max_model_len_bounds_the_inputs_and_generation_settings_are_named(minil
     """--max-model-len on an embedding folder was ignored (inputs of the model's own 256 tokens went on
     being taken, and 1000, past its 512 positions, was accepted); settings for the KV cache, scheduler or
     speculation were taken without a word."""
-    from model_optimizer.runtime.server.app import unused_embedding_settings
+    from model_optimizer.runtime.llm_embed import unused_embedding_settings
 
     embedder = load_embedder(EngineConfig(model=str(minilm_dir), max_model_len=100, device="cpu"), minilm_dir)
     assert embedder.max_seq_length == 100
