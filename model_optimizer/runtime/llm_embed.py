@@ -75,8 +75,25 @@ class LLMPooling:
         A decoder (Qwen3-Embedding style) embeds with the generation engine's own weights, in the
         engine's dtype: they are loaded once, and embedding reads no KV cache.
         """
-        self._check_open()
         refuse_lora(lora_request)
+        out = self._pooled(prompts, dimensions, truncate_prompt_tokens, instruction, use_tqdm, pooling_params)
+        return [
+            EmbeddingRequestOutput(str(next(self._ids)), EmbeddingOutput(vector), ids)
+            for vector, ids in zip(out.embeddings.tolist(), out.token_ids or [])
+        ]
+
+    def _pooled(
+        self,
+        prompts: str | list[int] | dict | Sequence[str | list[int] | dict],
+        dimensions: int | None,
+        truncate_prompt_tokens: int | None,
+        instruction: str | None,
+        use_tqdm: bool | Callable[..., Any],
+        pooling_params: PoolingParams | Sequence[PoolingParams] | None,
+    ) -> Any:
+        """The Embedder's EmbedOutput for embed, score and encode: the vectors as one float32 tensor (each
+        caller shapes its own outputs from it) and the ids each input was read as."""
+        self._check_open()
         if self._embedder is None:
             self._embedder = load_embedder(self.config, self.model_dir, self.runner)
         from model_optimizer.runtime.embed.inputs import as_input_list
@@ -90,7 +107,7 @@ class LLMPooling:
             as_embed_inputs(prompts)
         )  # one text or token-id list, or several: the count the progress shows
         with offline_progress(len(items), use_tqdm, "LLM.embed") as advance:
-            out = self._embedder.encode(
+            return self._embedder.encode(
                 items,
                 dimensions=dimensions,
                 truncate_prompt_tokens=truncate_prompt_tokens,
@@ -99,10 +116,6 @@ class LLMPooling:
                 keep_token_ids=True,
                 normalize=normalize,
             )
-        return [
-            EmbeddingRequestOutput(str(next(self._ids)), EmbeddingOutput(vector), ids)
-            for vector, ids in zip(out.embeddings.tolist(), out.token_ids or [])
-        ]
 
     def score(
         self,
@@ -121,23 +134,15 @@ class LLMPooling:
         second's, as vLLM's). `data_1` is one text (scored against every text of `data_2`) or as many texts as
         `data_2` holds (scored in pairs); texts may be token ids. Each distinct text is embedded once.
         `pooling_params` applies to every text, as in `embed`; `lora_request` must be None."""
-        import torch
-
         from model_optimizer.runtime.embed.scoring import cosine_scores, distinct_inputs, pair_separator, score_pairs
 
         refuse_lora(lora_request)
         inputs, pairs, _ = distinct_inputs(score_pairs(data_1, data_2))
-        embedded = self.embed(
-            inputs, truncate_prompt_tokens=truncate_prompt_tokens, use_tqdm=use_tqdm, pooling_params=pooling_params
-        )
-        scores = cosine_scores(torch.tensor([e.outputs.embedding for e in embedded]), pairs)
-        separator = pair_separator(self._embedder.tokenizer)
+        out = self._pooled(inputs, None, truncate_prompt_tokens, None, use_tqdm, pooling_params)
+        scores = cosine_scores(out.embeddings, pairs)
+        separator, ids = pair_separator(self._embedder.tokenizer), out.token_ids or []
         return [
-            ScoringRequestOutput(
-                str(next(self._ids)),
-                ScoringOutput(score),
-                embedded[a].prompt_token_ids + separator + embedded[b].prompt_token_ids,
-            )
+            ScoringRequestOutput(str(next(self._ids)), ScoringOutput(score), ids[a] + separator + ids[b])
             for score, (a, b) in zip(scores, pairs)
         ]
 
@@ -161,16 +166,10 @@ class LLMPooling:
                 f"pooling_task {pooling_task!r} is not supported: LLM.encode serves {', '.join(POOLING_TASKS)} "
                 "(for similarity scores of an embedding model, use LLM.score)"
             )
-        import torch
-
-        embedded = self.embed(
-            prompts, truncate_prompt_tokens=truncate_prompt_tokens, use_tqdm=use_tqdm, pooling_params=pooling_params
-        )
+        out = self._pooled(prompts, None, truncate_prompt_tokens, None, use_tqdm, pooling_params)
         return [
-            PoolingRequestOutput(
-                e.request_id, PoolingOutput(torch.tensor(e.outputs.embedding, dtype=torch.float32)), e.prompt_token_ids
-            )
-            for e in embedded
+            PoolingRequestOutput(str(next(self._ids)), PoolingOutput(vector.clone()), ids)  # its own storage
+            for vector, ids in zip(out.embeddings, out.token_ids or [])
         ]
 
 
