@@ -21,7 +21,7 @@ import pytest
 
 from model_optimizer.runtime.server.config import ServerConfig
 from tests.runtime.server.live import start_server
-from tests.runtime.server.test_reasoning_outputs import DIGIT, USER, thinking_model  # noqa: F401 - a fixture
+from tests.runtime.server.test_reasoning_outputs import DIGIT, USER, live, thinking_model  # noqa: F401 - fixtures
 from tests.runtime.server.test_structured_outputs import start_tools_server
 
 PICK = [{"type": "function", "function": {"name": "pick", "parameters": DIGIT}}]
@@ -29,22 +29,9 @@ NAMED = {"type": "function", "function": {"name": "pick"}}
 
 
 @pytest.fixture(scope="module")
-def thinking_client(thinking_model):  # noqa: F811 - the imported fixture
-    """The thinking model behind `--reasoning-parser qwen3` (its template opens the block in the prompt)."""
-    from model_optimizer import LLM
-
-    folder, *_ = thinking_model
-    llm = LLM(str(folder), max_model_len=512, num_kv_blocks=64, max_num_seqs=4)
-    config = ServerConfig(
-        served_model_name="tiny",
-        reasoning_parser="qwen3",
-        default_chat_template_kwargs='{"think_in_prompt": true}',
-        enable_auto_tool_choice=True,
-        tool_call_parser="hermes",
-    )
-    server = start_server(llm, config)
-    yield openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
-    server.stop()
+def thinking_client(live):  # noqa: F811 - the imported fixture
+    """The thinking model behind `--reasoning-parser qwen3` and hermes: test_reasoning_outputs' server."""
+    return openai.OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
 
 
 def _named_kwargs(max_tokens: int) -> dict:
