@@ -229,7 +229,9 @@ class Predictor:
             return (
                 f"KV cache holds {int(capacity)} tokens, fewer than one request's {int(seq_tokens)} (prompt + output)"
             )
-        if self.cost.weight_bytes / tp - self.memory.offload_freed(settings) > self.memory.budget_bytes(settings):
+        if self.memory.weight_bytes(settings) / tp - self.memory.offload_freed(settings) > self.memory.budget_bytes(
+            settings
+        ):
             return "the weights alone exceed the memory budget"
         return None
 
@@ -245,8 +247,9 @@ class Predictor:
         prefill_per_mixed = min(arrivals * p / mixed, budget) if mixed > 0 else 0.0
         tp = int(settings.get("tensor_parallel_size", 1))
         copy_s = self._offload_copy_s(settings)
-        roof_mixed = self._roof(b, prefill_per_mixed, p + o / 2, k_bytes, p, tp) + copy_s
-        roof_decode = self._roof(b, 0.0, p + o / 2, k_bytes, p, tp) + copy_s
+        scale = self.memory.weight_bytes(settings) / max(self.cost.weight_bytes, 1)  # a load-time quantization's
+        roof_mixed = self._roof(b, prefill_per_mixed, p + o / 2, k_bytes, p, tp, scale) + copy_s
+        roof_decode = self._roof(b, 0.0, p + o / 2, k_bytes, p, tp, scale) + copy_s
         eager = bool(settings.get("enforce_eager", False)) or not self.hardware.is_gpu
         first = min(load.concurrency, b) if load.concurrency is not None else 0.0  # prompts sent at once
         burst_tokens = first * p
@@ -258,7 +261,7 @@ class Predictor:
             "g": 1.0 if eager else mixed,
             "roof_ms": 1e3 * (mixed * roof_mixed + (1 - mixed) * roof_decode),
             "burst_steps": float(burst_steps),
-            "burst_roof_ms": 1e3 * (self._roof(0.0, min(budget, burst_tokens), p / 2, k_bytes, p, tp) + copy_s),
+            "burst_roof_ms": 1e3 * (self._roof(0.0, min(budget, burst_tokens), p / 2, k_bytes, p, tp, scale) + copy_s),
             "burst_counts": 1.0 if counts else 0.0,
             "chunks": float(chunks),
             "chunk_roof_ms": 1e3 * roof_mixed,
@@ -280,14 +283,18 @@ class Predictor:
         with_prefill = step_collectives_ms(settings, b + prefill_per_mixed, *ar)
         return mixed * with_prefill + (1 - mixed) * step_collectives_ms(settings, b, *ar)
 
-    def _roof(self, decodes: float, prefill: float, ctx: float, k_bytes: int, prompt: float, tp: int = 1) -> float:
+    def _roof(
+        self, decodes: float, prefill: float, ctx: float, k_bytes: int, prompt: float, tp: int = 1, scale: float = 1.0
+    ) -> float:
         """Roofline seconds of one step on one GPU of `tp`: its share of the weights and the decodes' KV
         (`k_bytes` is per GPU) read once, its share of all tokens' FLOPs (a decode attends to `ctx` tokens,
-        a prompt's token to half its prompt on average)."""
+        a prompt's token to half its prompt on average). `scale`: the weights' bytes as loaded over the
+        checkpoint's (a load-time quantization; a mixture of experts' unrounded experts count at that
+        mean too)."""
         bw, peak = self.hardware.bandwidth_gbps * 1e9, self.hardware.tflops * 1e12
         linear = 2 * self.cost.active_linear_params * (decodes + prefill)
         attention = self.cost.attn_flops_per_ctx_token * (decodes * ctx + prefill * prompt / 2)
-        weights = self.cost.weight_bytes_read(decodes + prefill)  # a mixture of experts: those routed to
+        weights = scale * self.cost.weight_bytes_read(decodes + prefill)  # a mixture of experts: those routed to
         return (weights / tp + decodes * ctx * k_bytes) / bw + (linear + attention) / (peak * tp)
 
     def _ttft_model(self, pred: Prediction, fit: dict) -> float:

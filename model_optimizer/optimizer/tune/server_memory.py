@@ -52,6 +52,30 @@ class ServerMemory:
     """The memory plan's row by PLAN_SETTINGS values (None where no plan could be made)."""
     layers: dict[tuple, list[LayerSize]] = field(default_factory=dict, repr=False)
     """The engine's sizes of the decoder layers on one GPU, by LAYER_SETTINGS values."""
+    quantized: dict[tuple, float] = field(default_factory=dict, repr=False)
+    """The whole model's weight bytes in a load-time quantization's format, by (format, dtype)."""
+
+    def weight_bytes(self, settings: dict) -> float:
+        """The whole model's weight bytes as the trial loads them: in the format its `quantization` rounds
+        float weights to at load (the memory plan's row of that format: codes, scales, what stays in the model
+        dtype), else as the checkpoint holds them (cost.weight_bytes)."""
+        fmt = _load_format(settings)
+        if fmt is None or self.config is None:
+            return float(self.cost.weight_bytes)
+        key = (fmt, settings.get("dtype"))
+        if key not in self.quantized:
+            self.quantized[key] = self._format_bytes(fmt, settings.get("dtype"))
+        return self.quantized[key]
+
+    def _format_bytes(self, fmt: str, dtype: str | None) -> float:
+        from model_optimizer.model.inspect.memory_plan import plan_memory
+        from model_optimizer.runtime.config import EngineConfig
+
+        try:
+            plan = plan_memory(self.config, None, EngineConfig(**({"dtype": dtype} if dtype else {})))
+        except Exception:  # as _plan_row: a model the plan cannot size keeps the checkpoint's bytes
+            return float(self.cost.weight_bytes)
+        return float(plan.weight_bytes_by_format.get(fmt, self.cost.weight_bytes))  # refused: the engine says so
 
     def kv_capacity(self, settings: dict, k_bytes: int) -> tuple[float, float]:
         """KV-cache tokens and the memory the server will hold (bytes), as the engine sizes them."""
@@ -67,7 +91,7 @@ class ServerMemory:
             if planned is not None:  # offloaded layers leave room: the plan's budget (maybe negative) grows
                 tokens = max(planned.kv_budget_bytes + freed, 0) // (block * k_bytes) * block
                 return tokens, self.budget_bytes(settings)
-            kv_bytes = max(self.budget_bytes(settings) - self.cost.weight_bytes / tp + freed, 0)
+            kv_bytes = max(self.budget_bytes(settings) - self.weight_bytes(settings) / tp + freed, 0)
         else:
             kv_bytes = int(settings.get("kv_cache_memory", 1 << 30))
         tokens = kv_bytes // (block * k_bytes) * block
@@ -75,14 +99,14 @@ class ServerMemory:
             return tokens, self.budget_bytes(settings)  # the engine takes its whole share
         offload = self.offload(settings)  # on the CPU the slots come on top: host and device are one memory
         slots = offload.device_bytes if offload is not None else 0
-        return tokens, self.cost.weight_bytes + slots + kv_bytes + CPU_RUNTIME_GIB * GIB
+        return tokens, self.weight_bytes(settings) + slots + kv_bytes + CPU_RUNTIME_GIB * GIB
 
     def planned_row(self, settings: dict) -> Any:
-        """The memory plan's FitRow (weights, the profile forward's activation peak, headroom: its KV budget
-        and blocks), or None when the plan cannot be made (no config, or a model the registry does not know)."""
+        """The memory plan's FitRow (weights in the trial's load-time quantization, the profile forward's
+        activation peak, headroom: its KV budget and blocks), or None when the plan cannot be made (no config, or a model the registry does not know)."""
         if self.config is None:
             return None
-        key = tuple(settings.get(n) for n in PLAN_SETTINGS)
+        key = (*(settings.get(n) for n in PLAN_SETTINGS), _load_format(settings))
         if key not in self.plans:
             self.plans[key] = self._plan_row(key)
         return self.plans[key]
@@ -90,15 +114,16 @@ class ServerMemory:
     def _plan_row(self, key: tuple) -> Any:
         from model_optimizer.runtime.config import EngineConfig
 
+        *values, fmt = key
         try:
             from model_optimizer.model.inspect.memory_plan import plan_memory
             from model_optimizer.model.inspect.plan_gpu import GpuMemory
 
-            engine = EngineConfig(**{n: v for n, v in zip(PLAN_SETTINGS, key) if v is not None})
+            engine = EngineConfig(**{n: v for n, v in zip(PLAN_SETTINGS, values) if v is not None})
             gpu = GpuMemory(self.hardware.name, int(self.hardware.memory_gib * GIB))
             plan = plan_memory(self.config, gpu, engine)
             own = next(iter(plan.weight_bytes_by_format))  # the model dtype's row, or a pre-quantized format's
-            return plan.row(own, engine.kv_cache_dtype)
+            return plan.row(fmt if fmt in plan.weight_bytes_by_format else own, engine.kv_cache_dtype)
         except Exception:  # no plan: fall back to the share minus the weights
             return None
 
@@ -148,11 +173,11 @@ class ServerMemory:
         if self.config is None:
             return None
         try:
-            from model_optimizer.model.inspect.memory_plan import METHOD_FORMATS, SHORT_DTYPES
+            from model_optimizer.model.inspect.memory_plan import SHORT_DTYPES
             from model_optimizer.model.inspect.offload_plan import engine_layer_sizes
 
             dtype = self._dtype_name(settings)
-            fmt = METHOD_FORMATS.get(settings.get("quantization") or "", SHORT_DTYPES[dtype])
+            fmt = _load_format(settings) or SHORT_DTYPES[dtype]
             tp = int(settings.get("tensor_parallel_size", 1))
             expert_parallel = bool(settings.get("enable_expert_parallel")) and tp > 1
             return engine_layer_sizes(self.config, fmt, dtype, tp, expert_parallel)
@@ -182,3 +207,10 @@ class ServerMemory:
         if not self.hardware.is_gpu:
             return self.hardware.memory_gib * GIB
         return float(settings.get("gpu_memory_utilization", 0.9)) * self.hardware.memory_gib * GIB
+
+
+def _load_format(settings: dict) -> str | None:
+    """The weight format of the trial's `quantization` (fp8, int8, int4), or None when it quantizes nothing."""
+    from model_optimizer.model.inspect.memory_plan import METHOD_FORMATS
+
+    return METHOD_FORMATS.get(settings.get("quantization") or "")

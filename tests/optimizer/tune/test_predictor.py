@@ -381,3 +381,30 @@ def test_a_cpu_is_known_by_its_measured_matmuls(tmp_path, monkeypatch):
     hardware = detect_hardware()
     assert (hardware.bandwidth_gbps, hardware.tflops, hardware.is_gpu) == (12.5, 0.055, False)
     assert "measured on this CPU" in hardware.source and "2 threads, float32" in hardware.name
+
+
+def test_a_trial_that_quantizes_at_load_is_sized_and_read_in_its_format():
+    """`quantization: rtn-int4` in a trial's settings loads ~4x smaller weights: the predictor sized and read
+    them in bf16, so Llama-3.1-70B (131 GiB bf16) was pruned on an H200 as "the weights alone exceed the
+    memory budget" or as holding no KV cache although its int4 weights (~37 GiB) fit, and int4's decode was predicted as slow as bf16's."""
+    import json
+    from pathlib import Path
+
+    from model_optimizer.model.inspect.memory_plan import plan_memory
+    from model_optimizer.model.inspect.plan_gpu import GpuMemory
+    from model_optimizer.runtime.config import EngineConfig
+
+    config = json.loads((Path(__file__).parents[3] / "benchmarks/configs/llama-3.1-70b/config.json").read_text())
+    h200 = hardware_from_datasheet("H200")
+    predictor = Predictor(model_cost(config), h200, config=config)
+    settings = {"gpu_memory_utilization": 0.9, "max_num_seqs": 8, "max_num_batched_tokens": 1024, "max_model_len": 8192}
+    plain = predictor.ideal(settings, LOAD)
+    assert not plain.fits
+    int4 = predictor.ideal(settings | {"quantization": "rtn-int4"}, LOAD)
+    assert int4.fits, int4.reason
+    gpu = GpuMemory(h200.name, int(h200.memory_gib * 2**30))
+    plan = plan_memory(config, gpu, EngineConfig(**settings))
+    assert int4.kv_capacity_tokens == plan.row("int4", "auto").num_kv_blocks * 16 > 0
+    fp8 = predictor.ideal(settings | {"quantization": "fp8"}, LOAD)
+    assert fp8.fits and fp8.kv_capacity_tokens == plan.row("fp8", "auto").num_kv_blocks * 16
+    assert int4.features["roof_ms"] < fp8.features["roof_ms"] < 0.6 * plain.features["roof_ms"]
