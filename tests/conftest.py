@@ -77,6 +77,13 @@ TINY_MODELS = {
         | dict(n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1, routed_scaling_factor=2.5)
         | dict(attention_bias=True, use_qk_norm=True, norm_topk_prob=True),
     ),
+    # Phi-3 / Phi-4: fused qkv and gate_up tensors; Phi-3-mini-4k's sliding window on every layer (scaled down),
+    # and Phi-4-mini's rotary on the first 0.75 of each head with tied embeddings (longrope: test_phi3.py)
+    "phi3": ("phi3", dict(sliding_window=24, rope_theta=5_000.0)),
+    "phi3_partial": (
+        "phi3",
+        dict(num_key_value_heads=1, head_dim=32, partial_rotary_factor=0.75, tie_word_embeddings=True),
+    ),
     "gemma3": (
         "gemma3",
         dict(head_dim=16, num_hidden_layers=3, query_pre_attn_scalar=24, sliding_window=16, tie_word_embeddings=True)
@@ -87,6 +94,13 @@ TINY_MODELS = {
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
             }
         ),
+    ),
+    # Gemma 2: alternating layers by default, one RoPE; attention scores capped at 5 (50 in the releases),
+    # low enough that the cap changes the greedy tokens
+    "gemma2": (
+        "gemma2",
+        dict(head_dim=16, num_hidden_layers=3, query_pre_attn_scalar=24, sliding_window=16, rope_theta=5_000.0)
+        | dict(attn_logit_softcapping=5.0, final_logit_softcapping=30.0, tie_word_embeddings=True),
     ),
     # multi-head latent attention: V2-Lite's layout (no q_lora_rank, greedy top-k, DeepSeek's YaRN mscale),
     # V2's (q_lora_rank, group-limited greedy, attention bias), V3's (sigmoid, correction bias, groups)

@@ -101,7 +101,7 @@ def _spread_weights(model, seed: int) -> None:
 
 def tiny_config(kind: str, **overrides):
     """A transformers config of a tiny decoder: `kind` llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, glm4,
-    glm4_moe, gemma3 (text), deepseek_v2 or deepseek_v3, 2 layers of width
+    glm4_moe, phi3, gemma3 (text), gemma2, deepseek_v2 or deepseek_v3, 2 layers of width
     64, 4 query heads and 2 KV heads unless `overrides` say otherwise."""
     import transformers
 
@@ -127,7 +127,9 @@ def tiny_config(kind: str, **overrides):
         "mixtral": transformers.MixtralConfig,
         "glm4": transformers.Glm4Config,
         "glm4_moe": transformers.Glm4MoeConfig,
+        "phi3": transformers.Phi3Config,
         "gemma3": transformers.Gemma3TextConfig,
+        "gemma2": transformers.Gemma2Config,
         "deepseek_v2": transformers.DeepseekV2Config,
         "deepseek_v3": transformers.DeepseekV3Config,
     }[kind]

@@ -1,5 +1,6 @@
-"""The mixture-of-experts, GLM-4, Gemma 3 and DeepSeek families on a real GPU: bf16 agrees with transformers,
-CUDA graphs change nothing, and the fused MoE kernel (and its routing) equals the torch ops at real shapes."""
+"""The mixture-of-experts, GLM-4, Phi-3, Gemma 3, Gemma 2 and DeepSeek families on a real GPU: bf16 agrees
+with transformers, CUDA graphs change nothing, and the fused MoE kernel (and its routing) equals the torch
+ops at real shapes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ FAMILIES = [
     "qwen3_moe_step2",
     "glm4",
     "glm4_moe",
+    "phi3",
+    "phi3_partial",
     "gemma3",
+    "gemma2",
     "deepseek_v2",
     "deepseek_v2_group",
     "deepseek_v3",
@@ -43,8 +47,14 @@ def test_bf16_agrees_with_transformers(tiny_model, name):
     ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
     llm = LLM(model_dir, dtype="bfloat16", gpu_memory_utilization=0.2, max_num_seqs=32)
     batch = prompts(len(name), 6)
+    assert agreed_steps(ref, batch, llm.generate(batch, GREEDY)) >= 24 * 6 // 4  # mostly identical, not near-ties
+
+
+def agreed_steps(ref, batch: list[list[int]], outputs) -> int:
+    """Greedy steps where our tokens equal transformers' `ref`, each prompt up to its first difference, where
+    each side's token must be in the other's top-k (a bf16 near-tie, not an error)."""
     agreed = 0
-    for prompt, out in zip(batch, llm.generate(batch, GREEDY)):
+    for prompt, out in zip(batch, outputs):
         hf = ref.generate(
             torch.tensor([prompt], device="cuda"),
             max_new_tokens=24,
@@ -60,7 +70,7 @@ def test_bf16_agrees_with_transformers(tiny_model, name):
                 assert a in torch.log_softmax(hf.logits[step][0].float(), -1).topk(TOP_K).indices.tolist()
                 break
             agreed += 1
-    assert agreed >= 24 * 6 // 4  # mostly identical, not a string of near-ties
+    return agreed
 
 
 @pytest.mark.parametrize("name", ["qwen3_moe", "mixtral"])
@@ -75,7 +85,7 @@ def test_moe_bf16_error_is_transformers_own(tiny_model, name):
     assert ours_error <= MARGIN * their_error, (ours_error, their_error)
 
 
-@pytest.mark.parametrize("name", ["qwen3_moe", "gemma3"])
+@pytest.mark.parametrize("name", ["qwen3_moe", "gemma3", "gemma2"])
 def test_cuda_graphs_give_the_same_tokens_as_eager(tiny_model, name):
     batch = prompts(1, 12)
     model_dir = str(tiny_model(name))
@@ -83,6 +93,26 @@ def test_cuda_graphs_give_the_same_tokens_as_eager(tiny_model, name):
     graphed = LLM(model_dir, dtype="bfloat16", gpu_memory_utilization=0.2, max_num_seqs=32)
     assert graphed.runner.decode_runner is not None
     assert tokens(eager.generate(batch, GREEDY)) == tokens(graphed.generate(batch, GREEDY))
+
+
+@pytest.mark.parametrize("name", ["phi3_longrope", "phi4_mini_longrope"])
+def test_phi3_longrope_agrees_with_transformers_in_bf16_and_graphs_change_nothing(tiny_model, tmp_path, name):
+    """Longrope's short factors and attention factor (max_model_len within the original length) through the
+    fused rotary kernel (whole heads: Phi-3.5-mini) and the partial rotary (Phi-4-mini), CUDA graphs on."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.runtime.models.test_phi3 import ORIGINAL, build_longrope
+
+    model_dir = str(build_longrope(tmp_path, name, tiny_model("phi3")))
+    ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
+    engine = dict(dtype="bfloat16", gpu_memory_utilization=0.2, max_num_seqs=32, max_model_len=ORIGINAL)
+    graphed = LLM(model_dir, **engine)
+    assert graphed.runner.decode_runner is not None
+    batch = [prompt[: ORIGINAL - 32] for prompt in prompts(len(name), 6)]  # with 24 new tokens: within 128
+    outputs = graphed.generate(batch, GREEDY)
+    assert agreed_steps(ref, batch, outputs) >= 24 * 6 // 4
+    eager = LLM(model_dir, enforce_eager=True, **engine)
+    assert tokens(eager.generate(batch, GREEDY)) == tokens(outputs)
 
 
 @pytest.mark.parametrize("num_tokens", [1, 7, 64, 300])

@@ -22,7 +22,7 @@ FP8_VS_EXACT = 6e-2
 MIXED = [(3000, 1), (0, 512), (1000, 300), (57, 1), (4000, 1), (0, 1), (2047, 65)] + [(700, 1)] * 20
 
 
-def _attention(batch, num_splits=None, sliding_window=None):
+def _attention(batch, num_splits=None, sliding_window=None, softcap=None):
     from model_optimizer.runtime.kernels.paged_attention import paged_attention
 
     out = torch.full_like(batch.query, float("nan"))
@@ -40,11 +40,12 @@ def _attention(batch, num_splits=None, sliding_window=None):
         v_scale=batch.v_scale,
         num_splits=num_splits,
         out=out,
+        softcap=softcap,
     )
     return out
 
 
-def _reference(batch, sliding_window=None):
+def _reference(batch, sliding_window=None, softcap=None):
     return paged_attention_ref(
         batch.query,
         batch.kv_cache,
@@ -55,6 +56,7 @@ def _reference(batch, sliding_window=None):
         sliding_window,
         k_scale=batch.k_scale,
         v_scale=batch.v_scale,
+        softcap=softcap,
     )
 
 
@@ -82,6 +84,17 @@ def test_sliding_window(num_splits):
     batch = make_paged_batch(MIXED, 16, 8, 128, 16, torch.bfloat16, device="cuda", seed=3)
     out = _attention(batch, num_splits=num_splits, sliding_window=1024)
     assert relative_error(out, _reference(batch, 1024)) < TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.parametrize("num_splits", [None, 1, 8])
+@pytest.mark.parametrize("sliding_window", [None, 1024])
+def test_softcap_at_gemma2_head_dim(num_splits, sliding_window):
+    """Gemma 2's attention soft-capping on head_dim 256, prefill and decode, split-KV and window; a cap of 1
+    (the releases' is 50) so that it bites on unit-variance scores."""
+    batch = make_paged_batch(MIXED[:8], 16, 8, 256, 16, torch.bfloat16, device="cuda", seed=9)
+    out = _attention(batch, num_splits=num_splits, sliding_window=sliding_window, softcap=1.0)
+    assert relative_error(out, _reference(batch, sliding_window, softcap=1.0)) < TOLERANCE[torch.bfloat16]
+    assert relative_error(out, _reference(batch, sliding_window)) > 0.05
 
 
 def test_head_dim_64_and_256():

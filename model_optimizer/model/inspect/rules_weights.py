@@ -101,16 +101,20 @@ def truncated(ctx: InspectContext) -> list[Finding]:
 def rope(ctx: InspectContext) -> list[Finding]:
     if ctx.encoder:  # learned absolute positions
         return []
-    from model_optimizer.runtime.layers.rotary import RopeConfig
+    from model_optimizer.runtime.layers.rotary import ROPE_TYPES, RopeConfig
     from model_optimizer.runtime.layers.yarn_rotary import rope_parameters
     from model_optimizer.runtime.models.mla_args import MLA_ARCHITECTURES
+    from model_optimizer.runtime.models.phi3 import PHI3_ROPE_TYPES, phi3_config
 
-    config = ctx.checkpoint.config
+    config, rope_types = ctx.checkpoint.config, ROPE_TYPES
     try:
+        if (config.get("architectures") or [""])[0] == "Phi3ForCausalLM":  # its own types and names ("su")
+            config, rope_types = phi3_config(config), PHI3_ROPE_TYPES
         if (config.get("architectures") or [""])[0] in MLA_ARCHITECTURES:  # DeepSeek's rotary: YaRN too
             params = rope_parameters(config)
             return [Finding("rope.supported", "ok", f"rope type {params['rope_type']}, theta {params['rope_theta']:g}")]
-        rope_cfg = RopeConfig.from_hf(config, 64, int(config.get("max_position_embeddings") or 4096))
+        max_position = int(config.get("max_position_embeddings") or 4096)
+        rope_cfg = RopeConfig.from_hf(config, 64, max_position, rope_types=rope_types)
     except (ValueError, TypeError) as exc:  # TypeError: rope_scaling or a rope field of the wrong JSON type
         return [
             Finding(

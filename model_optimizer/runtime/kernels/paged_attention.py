@@ -120,6 +120,7 @@ def paged_attention(
     num_splits: int | None = None,
     out: torch.Tensor | None = None,
     tiles: Tiles | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Causal attention of a mixed batch (prefill chunks and decode tokens) over the paged cache.
 
@@ -130,6 +131,8 @@ def paged_attention(
     flash-decoding path (> 1) or the single pass (1); None lets `choose_num_splits` decide.
     out: optional preallocated result (num_tokens, num_heads, head_dim), e.g. a CUDA-graph buffer.
     tiles: launch shape override (benchmarks); None takes the defaults of `Tiles`.
+    softcap: attention logit soft-capping (Gemma 2), as in `paged_attention_ref`; a compile-time constant
+    of the kernel, so a model without it runs the kernel it always ran.
     """
     _check_inputs(query, kv_cache, query_start_loc, seq_lens, block_tables)
     num_tokens, num_heads = query.shape[:2]
@@ -140,6 +143,8 @@ def paged_attention(
         raise ValueError(f"out must be {tuple(query.shape)} and contiguous in head_dim, got {tuple(out.shape)}")
     if sliding_window is not None and sliding_window <= 0:
         raise ValueError(f"sliding_window must be a positive number of tokens, got {sliding_window}")
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"softcap must be a positive number, got {softcap}")
     is_fp8 = kv_cache.dtype == FP8_DTYPE
     if not is_fp8 and kv_cache.dtype != query.dtype:
         raise ValueError(f"kv_cache dtype {kv_cache.dtype} must match the query's {query.dtype} (or be fp8)")
@@ -159,7 +164,13 @@ def paged_attention(
         block_tables,
         out,
         _Launch(
-            scale, sliding_window, max_query_len, num_splits, scales, tiles or default_tiles(is_fp8, max_query_len)
+            scale,
+            sliding_window,
+            max_query_len,
+            num_splits,
+            scales,
+            tiles or default_tiles(is_fp8, max_query_len),
+            float(softcap or 0.0),
         ),
     )
     return out
@@ -202,6 +213,7 @@ class _Launch:
     num_splits: int
     scales: tuple[torch.Tensor, torch.Tensor] | None  # (k_scale, v_scale) of an fp8 cache
     tiles: Tiles
+    softcap: float  # 0.0: no capping
 
 
 def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: _Launch) -> None:
@@ -264,6 +276,7 @@ def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: 
         DOT_DTYPE=_dot_dtype(query.dtype, is_fp8),
         PRESCALE_Q=is_fp8,
         DECODE_ONLY=decode_only,
+        SOFTCAP=cfg.softcap,
         num_warps=cfg.tiles.num_warps,
         num_stages=cfg.tiles.num_stages,
         **pdl.options(out),

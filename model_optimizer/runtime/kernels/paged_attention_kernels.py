@@ -12,6 +12,10 @@ on shapes only; a program finds its sequence by binary search and spare programs
 A decode-only batch (DECODE_ONLY, every sequence has at most one new token) skips the search:
 grid num_seqs, program i serves sequence i.
 
+With SOFTCAP > 0 (Gemma 2's attn_logit_softcapping) each scaled score s becomes SOFTCAP * tanh(s / SOFTCAP)
+before the mask: the true score is capped, then taken to base-2 units, so the log2(e) factor is not folded
+into the scale there. SOFTCAP 0.0 compiles the kernel every other model runs, unchanged.
+
 With NUM_SPLITS > 1 (flash decoding) each program covers one slice of the key range and writes
 its unnormalised output with its running max and sum; `_reduce_splits_kernel` merges them.
 """
@@ -56,6 +60,16 @@ def _drop_nonfinite_values(v, s, visible):
     key_bad = tl.max(tl.where(v_ok, 0, 1), axis=1)  # (TILE_N,)
     s = tl.where(visible & (key_bad[None, :] > 0), float("nan"), s)
     return tl.where(v_ok, v, tl.zeros_like(v)), s
+
+
+@triton.jit
+def _softcap_log2(s, CAP: tl.constexpr):
+    """CAP * tanh(s / CAP) times log2(e): a score capped as Gemma 2 caps it, in the base-2 units the online
+    softmax works in. tanh is taken from exp2 of -2|s| / CAP, never positive, so no score overflows it;
+    NaN stays NaN (a poisoned key reaches only the rows that see it, as without capping)."""
+    t = tl.exp2(tl.abs(s) * (-2.0 * _LOG2E / CAP))
+    capped = (1.0 - t) / (1.0 + t)
+    return tl.where(s < 0.0, -capped, capped) * (CAP * _LOG2E)
 
 
 @triton.jit
@@ -106,6 +120,7 @@ def _paged_attention_kernel(
     DOT_DTYPE: tl.constexpr,
     DECODE_ONLY: tl.constexpr,
     PRESCALE_Q: tl.constexpr,
+    SOFTCAP: tl.constexpr = 0.0,
     PDL: tl.constexpr = False,
 ):
     pdl.wait_then_release(PDL)
@@ -160,7 +175,10 @@ def _paged_attention_kernel(
         kv_lo = kv_lo + split * part
         kv_hi = tl.minimum(kv_lo + part, kv_hi)
 
-    qk_scale = scale * _LOG2E
+    if SOFTCAP > 0.0:
+        qk_scale = scale  # true scores: capped first, then taken to base 2 (_softcap_log2)
+    else:
+        qk_scale = scale * _LOG2E
     if HAS_SCALES:
         qk_scale = qk_scale * tl.load(k_scale_ptr)
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + _NEG_BIG
@@ -180,6 +198,8 @@ def _paged_attention_kernel(
             # read with K (both need only the block ids), one memory round trip per tile, not two
             v = _load_values(cache_ptr + stride_plane, slot_off, dims, pos_ok, dim_ok)
         s = dot(q, k.to(DOT_DTYPE), None, DOT_DTYPE) * qk_scale  # (BLOCK_M, TILE_N), log2 units
+        if SOFTCAP > 0.0:  # the true scores, capped and taken to log2 units
+            s = _softcap_log2(s, SOFTCAP)
         visible = (pos[None, :] <= q_pos[:, None]) & pos_ok[None, :]
         if USE_WINDOW:
             visible = visible & (pos[None, :] > q_pos[:, None] - sliding_window)

@@ -85,6 +85,7 @@ def paged_attention_ref(
     sliding_window: int | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new tokens over its whole cached context.
 
@@ -94,6 +95,8 @@ def paged_attention_ref(
     block_tables: (num_seqs, max_blocks) block ids of each sequence.
     A sliding window w lets a query at position p see keys at positions > p - w.
     k_scale / v_scale dequantize an fp8 cache (see the module docstring).
+    softcap c (Gemma 2's attn_logit_softcapping) bounds each scaled score s to c * tanh(s / c) before
+    the mask and the softmax; None leaves the scores as they are.
     Returns (num_tokens, num_heads, head_dim) in the query dtype.
     """
     block_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
@@ -112,6 +115,8 @@ def paged_attention_ref(
         k = _cache_plane(kv[0], k_scale).repeat_interleave(group, dim=1)
         v = _cache_plane(kv[1], v_scale).repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale  # (heads, q_len, seq_len)
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
         q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)[:, None]
         k_pos = torch.arange(seq_len, device=query.device)[None, :]
         visible = k_pos <= q_pos

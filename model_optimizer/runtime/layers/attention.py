@@ -77,13 +77,16 @@ class Attention(nn.Module):
         head_dim: int,
         sliding_window: int | None,
         scale: float | None = None,
+        softcap: float | None = None,
     ) -> None:
-        """`scale` multiplies q.k: head_dim ** -0.5 unless given (Gemma's query_pre_attn_scalar)."""
+        """`scale` multiplies q.k: head_dim ** -0.5 unless given (Gemma's query_pre_attn_scalar). `softcap`
+        c caps each scaled score s to c * tanh(s / c) before the mask (Gemma 2's attn_logit_softcapping)."""
         super().__init__()
         self.layer_idx = layer_idx
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.scale = head_dim**-0.5 if scale is None else scale
         self.sliding_window = sliding_window
+        self.softcap = softcap
         # fp8 KV-cache scales (cache = x / scale); 1.0 keeps bf16-range activations inside e4m3's +-448
         self.register_buffer("k_scale", torch.ones((), dtype=torch.float32), persistent=False)
         self.register_buffer("v_scale", torch.ones((), dtype=torch.float32), persistent=False)
@@ -105,8 +108,12 @@ class Attention(nn.Module):
         Any other `meta` is a packed batch without a KV cache (embeddings, embed/varlen_attention.py): it
         attends causally itself and nothing is stored, so one decoder serves generation and embeddings."""
         if not isinstance(meta, AttentionMetadata):
+            if self.softcap is not None:
+                raise ValueError("attention logit soft-capping is not supported without a KV cache (embeddings)")
             if rotation is not None:
                 q, k = rotation.apply(q, k)
+            if self.scale != self.head_dim**-0.5:  # the packed paths scale by head_dim ** -0.5 (Gemma's differs)
+                q = q * (self.scale * self.head_dim**0.5)
             return meta.attend(q, k, v, causal=True, window=self.sliding_window).flatten(1)
         kv_cache = self.kv_cache if meta.kv_caches is None else meta.kv_caches[self.layer_idx]
         if kv_cache is None:
@@ -117,7 +124,7 @@ class Attention(nn.Module):
         if kernels is None:
             out = paged_attention_ref(
                 q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, self.scale, self.sliding_window,
-                self.k_scale, self.v_scale,
+                self.k_scale, self.v_scale, self.softcap,
             )  # fmt: skip
             return out.flatten(1)
         out = kernels.paged_attention(
@@ -133,6 +140,7 @@ class Attention(nn.Module):
             k_scale=self.k_scale,
             v_scale=self.v_scale,
             num_splits=meta.num_splits,
+            softcap=self.softcap,
         )
         return out.flatten(1)
 

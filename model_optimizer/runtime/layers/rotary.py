@@ -1,4 +1,4 @@
-"""Rotary position embedding with a precomputed cos/sin table, including linear, Llama 3 and YaRN scaling.
+"""Rotary position embedding with a precomputed cos/sin table, including linear, Llama 3, YaRN and LongRoPE scaling.
 
 A decoder layer hands its unrotated q and k to attention with a `Rotation` (what rotating them takes)
 rather than rotating them itself: for this module's layout attention then rotates q and k and stores
@@ -14,10 +14,12 @@ import torch
 from torch import nn
 
 from model_optimizer.runtime.kernels import aot, triton_kernel
+from model_optimizer.runtime.layers.longrope_rotary import longrope_frequencies, longrope_settings
 from model_optimizer.runtime.layers.norm import rms_norm
 from model_optimizer.runtime.layers.yarn_rotary import check_yarn_factor, pretraining_length, yarn_frequencies
 
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+"""The rope types the Llama-family layers read; Phi-3 reads its own (models/phi3.py: default and longrope)."""
 YARN_KEYS = ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate")
 """YaRN's settings besides theta, factor and the pretraining length, as config.json names them."""
 
@@ -32,21 +34,34 @@ class RopeConfig:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position: int | None = None
-    """The pretraining context llama3 and YaRN scale from; None: max_position, as transformers takes it."""
+    """The pretraining context llama3, YaRN and LongRoPE scale from; None: max_position, as transformers takes it."""
     yarn: dict = field(default_factory=dict)
     """YaRN's other settings (YARN_KEYS) as config.json gives them: what yarn_rotary.yarn_frequencies reads."""
+    longrope: dict = field(default_factory=dict)
+    """LongRoPE's chosen factor list and attention factor (longrope_rotary.longrope_settings)."""
 
     @classmethod
-    def from_hf(cls, hf: dict, head_dim: int, max_position: int) -> RopeConfig:
-        """Read both the transformers 4 keys (rope_theta, rope_scaling) and 5 (rope_parameters)."""
+    def from_hf(
+        cls,
+        hf: dict,
+        head_dim: int,
+        max_position: int,
+        serve_len: int | None = None,
+        rope_types: tuple[str, ...] = ROPE_TYPES,
+    ) -> RopeConfig:
+        """Read both the transformers 4 keys (rope_theta, rope_scaling) and 5 (rope_parameters). `serve_len`:
+        the engine's max_model_len, which picks longrope's factor list (None: `max_position`, its default);
+        `rope_types`: those the caller's model reads (ValueError for any other)."""
         params = dict(hf.get("rope_parameters") or {})
         params.update(hf.get("rope_scaling") or {})
         theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
         rope_type = params.get("rope_type", params.get("type", "default"))
-        if rope_type not in ROPE_TYPES:
-            raise ValueError(f"rope_type {rope_type!r} is not supported; supported: {', '.join(ROPE_TYPES)}")
+        if rope_type not in rope_types:
+            raise ValueError(f"rope_type {rope_type!r} is not supported; supported: {', '.join(rope_types)}")
         if rope_type == "yarn":
             check_yarn_factor(params)
+        original = pretraining_length(hf, params, max_position)
+        longrope = longrope_settings(params, original, max_position, serve_len) if rope_type == "longrope" else {}
         return cls(
             head_dim=head_dim,
             max_position=max_position,
@@ -55,13 +70,15 @@ class RopeConfig:
             factor=float(params.get("factor", 1.0)),
             low_freq_factor=float(params.get("low_freq_factor", 1.0)),
             high_freq_factor=float(params.get("high_freq_factor", 4.0)),
-            original_max_position=pretraining_length(hf, params, max_position),
+            original_max_position=original,
             yarn={key: params[key] for key in YARN_KEYS if key in params},
+            longrope=longrope,
         )
 
 
 def inverse_frequencies(cfg: RopeConfig) -> tuple[torch.Tensor, float]:
-    """(inverse frequencies (head_dim / 2,) float32, the factor cos and sin are multiplied by: YaRN's, else 1)."""
+    """(inverse frequencies (head_dim / 2,) float32, the factor cos and sin are multiplied by: YaRN's or
+    LongRoPE's, else 1)."""
     original = cfg.original_max_position or cfg.max_position
     if cfg.rope_type == "yarn":
         params = cfg.yarn | {
@@ -70,6 +87,8 @@ def inverse_frequencies(cfg: RopeConfig) -> tuple[torch.Tensor, float]:
             "original_max_position_embeddings": original,
         }
         return yarn_frequencies(params, cfg.head_dim)
+    if cfg.rope_type == "longrope":
+        return longrope_frequencies(cfg.longrope, cfg.theta, cfg.head_dim)
     exponents = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim
     inv_freq = 1.0 / (cfg.theta**exponents)
     if cfg.rope_type == "linear":
@@ -94,7 +113,7 @@ def _llama3_scale(inv_freq: torch.Tensor, cfg: RopeConfig, original: int) -> tor
 
 def angle_tables(cfg: RopeConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 cos and sin of every position's angles, (max_position, head_dim / 2): the rotary tables, times
-    YaRN's attention factor as transformers scales them (so every path that reads the tables applies it)."""
+    YaRN's or LongRoPE's attention factor as transformers scales them (so every path that reads the tables applies it)."""
     inv_freq, attention_factor = inverse_frequencies(cfg)
     freqs = torch.arange(cfg.max_position, dtype=torch.float32)[:, None] * inv_freq[None, :]
     return freqs.cos() * attention_factor, freqs.sin() * attention_factor

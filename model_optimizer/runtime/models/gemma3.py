@@ -11,13 +11,17 @@ Differences from Llama, each as transformers' Gemma3 computes it:
   head's queries and keys; four norms a layer, around attention and around the MLP;
 - embeddings are multiplied by sqrt(hidden_size) rounded to the model dtype; lm_head is tied;
 - the MLP activation is gelu with the tanh approximation; logits are soft-capped when
-  `final_logit_softcapping` is set.
+  `final_logit_softcapping` is set. `attn_logit_softcapping` is refused: transformers' Gemma3 reads it
+  but never applies it (its checkpoints set it null), so a value has no reference meaning.
 Norms and the q/k norms run as torch ops on every device (the fused kernels compute Llama's norm).
+Gemma 2 (models/gemma2.py) is this model without the q/k norms, with one RoPE for both layer types
+and its attention scores soft-capped (by the attention kernels, layers/attention.py): `GemmaLayout`
+holds what differs.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -34,10 +38,10 @@ from model_optimizer.runtime.models.model_config import DecoderArgs
 LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
-def layer_types(hf: dict, num_layers: int) -> list[str]:
+def layer_types(hf: dict, num_layers: int, pattern: int) -> list[str]:
+    """Each layer's type: config.json's `layer_types`, else every `pattern`-th layer global, the rest sliding."""
     types = hf.get("layer_types")
     if types is None:
-        pattern = hf.get("sliding_window_pattern", 6)
         types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(num_layers)]
     if len(types) != num_layers or any(t not in LAYER_TYPES for t in types):
         raise ValueError(f"config.json: layer_types must list {num_layers} of {', '.join(LAYER_TYPES)}, got {types!r}")
@@ -55,14 +59,33 @@ def rope_configs(hf: dict, head_dim: int, max_position: int) -> dict[str, RopeCo
     return {t: RopeConfig.from_hf({"rope_parameters": params[t]}, head_dim, max_position) for t in LAYER_TYPES}
 
 
-def check_supported(hf: dict) -> None:
+@dataclass(frozen=True)
+class GemmaLayout:
+    """What tells the Gemma generations apart here: each layer's type, each type's RoPE, whether each
+    head's queries and keys are normed (Gemma 3) or not (Gemma 2), and the attention scores' soft cap."""
+
+    types: list[str]
+    ropes: dict[str, RopeConfig]
+    qk_norm: bool
+    softcap: float | None = None
+    """c in c * tanh(score / c) (Gemma 2's attn_logit_softcapping); None: scores as they are."""
+
+
+def check_supported(hf: dict, family: str, caps_attention: bool) -> None:
     act = hf.get("hidden_activation") or hf.get("hidden_act") or "gelu_pytorch_tanh"
     if act not in ("gelu_pytorch_tanh", "gelu_tanh"):
         raise ValueError(
-            f"config.json: hidden_activation {act!r} is not supported for Gemma 3; supported: gelu_pytorch_tanh"
+            f"config.json: hidden_activation {act!r} is not supported for {family}; supported: gelu_pytorch_tanh"
         )
-    if hf.get("attn_logit_softcapping") is not None:
-        raise ValueError("config.json: attn_logit_softcapping is not supported (Gemma 3 checkpoints set it to null)")
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        cap = hf.get(key)
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
+            raise ValueError(f"config.json: {key} must be a positive number or null, got {cap!r}")
+    if not caps_attention and hf.get("attn_logit_softcapping") is not None:
+        raise ValueError(
+            f"config.json: attn_logit_softcapping is not supported for {family}: transformers' class does not "
+            "apply it (its checkpoints set it to null)"
+        )
     if hf.get("use_bidirectional_attention"):
         raise ValueError(
             "config.json: use_bidirectional_attention (embedding variants) is not supported for generation"
@@ -89,7 +112,9 @@ class GemmaRMSNorm(nn.Module):
 
 
 class Gemma3Attention(nn.Module):
-    def __init__(self, args: DecoderArgs, layer_idx: int, window: int | None, rotary: RotaryEmbedding) -> None:
+    def __init__(
+        self, args: DecoderArgs, layer_idx: int, window: int | None, rotary: RotaryEmbedding, layout: GemmaLayout
+    ) -> None:
         super().__init__()
         tp = get_tp()
         first_head, self.num_heads = tp.shard(args.num_heads, "num_attention_heads")
@@ -100,18 +125,25 @@ class Gemma3Attention(nn.Module):
         full = {"q": args.num_heads * hd, "k": args.num_kv_heads * hd, "v": args.num_kv_heads * hd}
         self.qkv_proj = MergedLinear(args.hidden_size, full, bias=args.attention_bias, rows=rows)
         self.o_proj = RowParallelLinear(full["q"], args.hidden_size, bias=args.attention_bias)
-        self.q_norm = GemmaRMSNorm(hd, args.rms_norm_eps)
-        self.k_norm = GemmaRMSNorm(hd, args.rms_norm_eps)
+        self.qk_norm = layout.qk_norm
+        if self.qk_norm:
+            self.q_norm = GemmaRMSNorm(hd, args.rms_norm_eps)
+            self.k_norm = GemmaRMSNorm(hd, args.rms_norm_eps)
         self.rotary = rotary
         scale = float(args.hf.get("query_pre_attn_scalar", 256)) ** -0.5
-        self.attn = Attention(layer_idx, self.num_heads, self.num_kv_heads, hd, window, scale=scale)
+        self.attn = Attention(
+            layer_idx, self.num_heads, self.num_kv_heads, hd, window, scale=scale, softcap=layout.softcap
+        )
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)
-        q, _ = self.q_norm(q.view(-1, self.num_heads, self.head_dim))  # (tokens, heads, head_dim)
-        k, _ = self.k_norm(k.view(-1, self.num_kv_heads, self.head_dim))
+        q = q.view(-1, self.num_heads, self.head_dim)  # (tokens, heads, head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, _ = self.q_norm(q)
+            k, _ = self.k_norm(k)
         # Gemma's q/k norm (scaled by 1 + weight) is applied above: attention rotates, and stores K and V
         return self.o_proj(self.attn(q, k, v, meta, Rotation(self.rotary, positions)))
 
@@ -129,10 +161,12 @@ class Gemma3MLP(nn.Module):
 
 
 class Gemma3DecoderLayer(nn.Module):
-    def __init__(self, args: DecoderArgs, layer_idx: int, layer_type: str, rotary: RotaryEmbedding) -> None:
+    def __init__(
+        self, args: DecoderArgs, layer_idx: int, layer_type: str, rotary: RotaryEmbedding, layout: GemmaLayout
+    ) -> None:
         super().__init__()
         window = args.hf.get("sliding_window") if layer_type == "sliding_attention" else None
-        self.self_attn = Gemma3Attention(args, layer_idx, window, rotary)
+        self.self_attn = Gemma3Attention(args, layer_idx, window, rotary, layout)
         self.mlp = Gemma3MLP(args)
         h, eps = args.hidden_size, args.rms_norm_eps
         self.input_layernorm = GemmaRMSNorm(h, eps)
@@ -151,16 +185,14 @@ class Gemma3DecoderLayer(nn.Module):
 
 
 class Gemma3Model(nn.Module):
-    def __init__(self, args: DecoderArgs) -> None:
+    def __init__(self, args: DecoderArgs, layout: GemmaLayout) -> None:
         super().__init__()
-        types = layer_types(args.hf, args.num_layers)
-        ropes = rope_configs(args.hf, args.head_dim, args.max_position_embeddings)
-        rotary = nn.ModuleDict({t: RotaryEmbedding(ropes[t]) for t in sorted(set(types))})
+        rotary = rotary_modules(layout)
         self.embed_tokens = VocabEmbedding(args.vocab_size, args.hidden_size)
         self.embed_scale = args.hidden_size**0.5
         self.layers = nn.ModuleList(
-            build_layer(args, i, lambda i=i, t=t: Gemma3DecoderLayer(args, i, t, rotary[t]))
-            for i, t in enumerate(types)
+            build_layer(args, i, lambda i=i, t=t: Gemma3DecoderLayer(args, i, t, rotary[t], layout))
+            for i, t in enumerate(layout.types)
         )
         self.norm = GemmaRMSNorm(args.hidden_size, args.rms_norm_eps)
 
@@ -172,6 +204,16 @@ class Gemma3Model(nn.Module):
             x, residual = layer(positions, x, residual, meta)
         x, _ = self.norm(x, residual)
         return x
+
+
+def rotary_modules(layout: GemmaLayout) -> dict[str, RotaryEmbedding]:
+    """One rotary module per distinct RoPE, shared by the layer types that use it (Gemma 2's two types
+    rotate alike: one table of cos and sin, not two)."""
+    modules: dict[str, RotaryEmbedding] = {}
+    for t in sorted(set(layout.types)):
+        same = [m for u, m in modules.items() if layout.ropes[u] == layout.ropes[t]]
+        modules[t] = same[0] if same else RotaryEmbedding(layout.ropes[t])
+    return modules
 
 
 MULTIMODAL_PREFIXES = (
@@ -186,20 +228,30 @@ VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_towe
 
 class Gemma3ForCausalLM(nn.Module):
     stacked_params = LlamaForCausalLM.stacked_params
+    family = "Gemma 3"
+    caps_attention = False
+    """Whether transformers' class applies attn_logit_softcapping (a value is refused where it does not)."""
 
     def __init__(self, args: DecoderArgs) -> None:
         super().__init__()
-        check_supported(args.hf)
+        check_supported(args.hf, self.family, self.caps_attention)
         self.args = args = replace(args, tie_word_embeddings=args.hf.get("tie_word_embeddings", True))
         tp = get_tp()
         tp.shard(args.num_heads, "num_attention_heads")  # before any layer is built: a plain message
         self.local_num_kv_heads = tp.kv_heads(args.num_kv_heads)[1]
         """KV heads each attention layer of this rank stores (runner/model_runner.py sizes the cache by it)."""
         self.softcap = args.hf.get("final_logit_softcapping")
-        self.model = Gemma3Model(args)
+        self.model = Gemma3Model(args, self.layout(args))
         self.lm_head = LMHead(args.vocab_size, args.hidden_size)
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    @staticmethod
+    def layout(args: DecoderArgs) -> GemmaLayout:
+        """Gemma 3's layers: every `sliding_window_pattern`-th global (6) unless `layer_types` lists them, a
+        RoPE per type, q/k norms."""
+        types = layer_types(args.hf, args.num_layers, args.hf.get("sliding_window_pattern", 6))
+        return GemmaLayout(types, rope_configs(args.hf, args.head_dim, args.max_position_embeddings), qk_norm=True)
 
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Hidden states (tokens, hidden) of the flat batch."""

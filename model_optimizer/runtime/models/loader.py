@@ -56,13 +56,16 @@ def load_model(
     load_format: str = "auto",
     quantization: str | None = None,
     cpu_offload_gb: float = 0.0,
+    max_model_len: int | None = None,
 ) -> nn.Module:
     """Instantiate the model named by config.json and fill its weights (quantized as config.json's
     quantization_config or `quantization` says). With `cpu_offload_gb`, the layers chosen to hold that
-    many GiB are built in host memory and stream in at each forward (`model.weight_offload`)."""
+    many GiB are built in host memory and stream in at each forward (`model.weight_offload`).
+    `max_model_len`: the engine's, when given (DecoderArgs.max_model_len: longrope's factors depend on it)."""
     from model_optimizer.runtime.layers.quantization.attach import attach_quantization, process_quantized_weights
 
     args = DecoderArgs.from_dict(read_config(model_dir), source=str(Path(model_dir) / "config.json"))
+    args.max_model_len = max_model_len
     model_cls = resolve_model_class(args.architecture)
     spec = spec_for_folder(model_dir, quantization)
     refuse_pre_quantized(spec, load_format, get_tp().size)

@@ -37,6 +37,9 @@ class DecoderArgs:
     """A bias on the MLP's gate, up and down projections (Llama's `mlp_bias`)."""
     host_layer_ids: frozenset[int] = frozenset()
     """Decoder layers to build in host memory: those cpu_offload_gb keeps there (runner/weight_offload.py)."""
+    max_model_len: int | None = None
+    """The engine's max_model_len when it was given one (None: max_position_embeddings): what longrope picks
+    its factors by (layers/longrope_rotary.py)."""
 
     @classmethod
     def from_dict(cls, hf: dict, source: str = "config.json") -> DecoderArgs:
@@ -73,9 +76,10 @@ class DecoderArgs:
         )
 
 
-NO_ATTENTION_BIAS = ("MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM")
+NO_ATTENTION_BIAS = ("MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM", "Phi3ForCausalLM")
 """Architectures whose transformers class reads no `attention_bias` (Qwen2's q/k/v bias is always on:
-models/qwen2.py), so the key is ignored as transformers ignores it."""
+models/qwen2.py; Phi-3 has none, though Phi-4-mini's config.json says `attention_bias`), so the key is ignored
+as transformers ignores it."""
 MLP_BIAS = ("LlamaForCausalLM",)
 """Architectures whose transformers class reads `mlp_bias` (DeepSeek-V2's is refused: models/deepseek.py)."""
 WINDOW_SWITCH = {
@@ -84,6 +88,7 @@ WINDOW_SWITCH = {
     "Qwen3MoeForCausalLM": False,
     "Qwen2ForCausalLM": False,
     "Qwen3ForCausalLM": False,
+    "Phi3ForCausalLM": None,
 }
 """Architectures whose transformers class applies `sliding_window` -> the default of their `use_sliding_window`
 switch (None: no switch, the window applies whenever set). Others have no window, whatever their config.json
@@ -121,7 +126,7 @@ def context_length(hf: dict) -> int:
     """config.json's `max_position_embeddings` (4096 when absent or null), or where YaRN rope scaling says
     how far it stretches its pretraining length, `original_max_position_embeddings` x `factor` when that is
     longer: vLLM's rule, so Qwen2.5's 32,768 with YaRN factor 4 serves 131,072 tokens. Other scalings keep
-    max_position_embeddings (Llama 3.1's and Gemma 3's already say their scaled length)."""
+    max_position_embeddings (Llama 3.1's, Gemma 3's and Phi-3's longrope already say their scaled length)."""
     base = hf.get("max_position_embeddings") or 4096
     rope = {
         k: v for key in ("rope_parameters", "rope_scaling") if isinstance(hf.get(key), dict) for k, v in hf[key].items()

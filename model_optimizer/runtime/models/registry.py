@@ -17,7 +17,9 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "MixtralForCausalLM": ("mixtral", "MixtralForCausalLM"),
     "Glm4ForCausalLM": ("glm4", "Glm4ForCausalLM"),
     "Glm4MoeForCausalLM": ("glm4_moe", "Glm4MoeForCausalLM"),
+    "Phi3ForCausalLM": ("phi3", "Phi3ForCausalLM"),
     "Gemma3ForCausalLM": ("gemma3", "Gemma3ForCausalLM"),
+    "Gemma2ForCausalLM": ("gemma2", "Gemma2ForCausalLM"),
     "DeepseekV2ForCausalLM": ("deepseek", "DeepseekV2ForCausalLM"),
     "DeepseekV3ForCausalLM": ("deepseek", "DeepseekV3ForCausalLM"),
 }
@@ -44,7 +46,9 @@ MODEL_TYPES: dict[str, str] = {
     "mixtral": "MixtralForCausalLM",
     "glm4": "Glm4ForCausalLM",
     "glm4_moe": "Glm4MoeForCausalLM",
+    "phi3": "Phi3ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
     "bert": "BertModel",
@@ -89,7 +93,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "Mixtral": ("MixtralForCausalLM",),
     "GLM-4": ("Glm4ForCausalLM",),
     "GLM-4.5/4.6/4.7 (MoE, not 4.7-Flash)": ("Glm4MoeForCausalLM",),
+    "Phi-3 / Phi-4": ("Phi3ForCausalLM",),
     "Gemma 3 (text)": ("Gemma3ForCausalLM",),
+    "Gemma 2": ("Gemma2ForCausalLM",),
     "DeepSeek-V2/V3": ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
 }
 """How people name the families of ARCHITECTURES: what an error lists."""

@@ -129,7 +129,13 @@ class ModelRunner(KVSizing):
         length, the KV dtype and this rank's share of tensor parallelism."""
         config = self.config
         self.model = load_model(
-            model_dir, config.dtype, self.device, config.load_format, config.quantization, config.cpu_offload_gb
+            model_dir,
+            config.dtype,
+            self.device,
+            config.load_format,
+            config.quantization,
+            config.cpu_offload_gb,
+            config.max_model_len,
         )
         args = self.args = self.model.args
         self.drafter = _load_drafter(config, self.device, args.vocab_size)

@@ -1,5 +1,6 @@
-"""`mopt quantize`'s writer on the mixture-of-experts, GLM-4, Gemma 3 and DeepSeek families: the folder
-keeps the original tensor names (per-expert tensors, Mixtral's router, GLM-4's fused gate_up), experts,
+"""`mopt quantize`'s writer on the mixture-of-experts, GLM-4, Phi-3, Gemma 3, Gemma 2 and DeepSeek families: the folder
+keeps the original tensor names (per-expert tensors, Mixtral's router, GLM-4's fused gate_up, Phi-3's fused qkv
+and gate_up), experts,
 routers and DeepSeek's latent projections stay in float, compressed-tensors accepts the config, and
 the engine reads it back."""
 
@@ -20,7 +21,9 @@ from model_optimizer.runtime.models.loader import load_model
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral", "glm4", "glm4_moe", "gemma3", "deepseek_v2", "deepseek_v3"])
+@pytest.mark.parametrize(
+    "name", ["qwen3_moe", "mixtral", "glm4", "glm4_moe", "phi3", "gemma3", "gemma2", "deepseek_v2", "deepseek_v3"]
+)
 def test_int8_folder_keeps_the_checkpoint_names_and_loads_back(tiny_model, tmp_path, name):
     from compressed_tensors.quantization import QuantizationConfig
 

@@ -98,3 +98,22 @@ def test_max_seq_length_beyond_positions_is_refused(qwen3_dir):
 
     with pytest.raises(ValueError, match="exceeds what the model's positions hold"):
         Embedder(qwen3_dir, device="cpu", max_seq_length=100_000)
+
+
+def test_a_gemma3_decoder_embeds_with_its_own_attention_scale(tmp_path):
+    """Gemma scales q.k by query_pre_attn_scalar ** -0.5: the packed (no KV cache) path scaled by head_dim ** -0.5,
+    so LLM.embed on a Gemma 3 whose scalar differs from head_dim (the 27B: 168 against 128) was off
+    (cosine 0.95 against transformers on this tiny model)."""
+    from transformers import AutoModel
+
+    from model_optimizer import LLM
+    from tests import tiny_checkpoints as tiny
+
+    config = tiny.tiny_config("gemma3", num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=7, sliding_window=8)
+    folder = tiny.build_checkpoint(tmp_path / "gemma3", config, seed=1)
+    llm = LLM(str(folder), kv_cache_memory=1 << 22, dtype="float32")
+    [out] = llm.embed([{"prompt_token_ids": list(range(5, 16))}])
+    model = AutoModel.from_pretrained(str(folder), dtype=torch.float32).eval()
+    with torch.no_grad():
+        hidden = model(input_ids=torch.tensor([out.prompt_token_ids])).last_hidden_state[0, -1]
+    assert F.cosine_similarity(torch.tensor(out.outputs.embedding), hidden, dim=0) > 0.99999

@@ -91,14 +91,18 @@ def test_tp2_runs_in_order_without_async_scheduling(tiny_model):
 
 @pytest.mark.parametrize(
     ("name", "expert_parallel"),
-    [("qwen3_moe", False), ("mixtral", True), ("glm4", False), ("gemma3", False)]
-    + [("deepseek_v3", False), ("deepseek_v2_group", True), ("glm4_moe", True)],
-    ids=["qwen3-moe-tp", "mixtral-ep", "glm4-tp", "gemma3-tp", "deepseek-v3-tp", "deepseek-v2-ep", "glm4-moe-ep"],
+    [("qwen3_moe", False), ("mixtral", True), ("glm4", False), ("gemma3", False), ("gemma2", False)]
+    + [("deepseek_v3", False), ("deepseek_v2_group", True), ("glm4_moe", True)]
+    + [("phi3", False), ("phi3_partial", False)],
+    ids=["qwen3-moe-tp", "mixtral-ep", "glm4-tp", "gemma3-tp", "gemma2-tp"]
+    + ["deepseek-v3-tp", "deepseek-v2-ep", "glm4-moe-ep"]
+    + ["phi3-tp", "phi3-partial-tp"],
 )
 def test_new_families_split_over_two_ranks_match_one(tiny_model, name, expert_parallel):
     """Experts sliced (tensor parallel) or placed whole per rank (expert parallel), GLM-4's fused gate_up
-    split per rank, Gemma 3's layers of two kinds, DeepSeek's latent attention heads split (its latent
-    rows replicated) and shared experts sliced: the same greedy tokens as one process."""
+    split per rank, Gemma 3's and Gemma 2's layers of two kinds (Gemma 2's scores capped in each rank's
+    heads), DeepSeek's latent attention heads split (its latent rows replicated) and shared experts
+    sliced, Phi-3's fused q/k/v split within each shard: the same greedy tokens as one process."""
     folder = str(tiny_model(name))
     expected = [o.outputs[0].token_ids for o in LLM(folder, **ENGINE).generate(PROMPTS, GREEDY)]
     llm = LLM(folder, tensor_parallel_size=2, enable_expert_parallel=expert_parallel, **ENGINE)

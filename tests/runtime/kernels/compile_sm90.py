@@ -124,7 +124,16 @@ def split_sum(sass: str) -> dict:
 
 
 def attention(
-    q: str, kv: str, dot, splits: int, block_q: int, group_pad: int, decode: bool, window: bool, pdl: bool = False
+    q: str,
+    kv: str,
+    dot,
+    splits: int,
+    block_q: int,
+    group_pad: int,
+    decode: bool,
+    window: bool,
+    pdl: bool = False,
+    softcap: float = 0.0,
 ):
     pointers = dict(
         out_ptr=f"*{q}",
@@ -155,6 +164,7 @@ def attention(
         DOT_DTYPE=dot,
         DECODE_ONLY=decode,
         PRESCALE_Q=kv == "fp8e4nv",
+        SOFTCAP=softcap,
         PDL=pdl,
     )
     return compile_kernel(_paged_attention_kernel, pointers, constexprs, quiet=pdl)
@@ -285,14 +295,14 @@ def rotate_store(kv: str, quantize: bool, norm: bool, pdl: bool = False):
 
 def main() -> int:
     # one configuration per feature, each feature in some decode and some prefill shape
-    for q, dot, kv, splits, decode in (
-        ("bf16", tl.bfloat16, "bf16", 1, True),
-        ("fp16", tl.float16, "fp16", 8, False),
-        ("bf16", tl.float16, "fp8e4nv", 8, True),  # fp8 caches: fp16 dots (paged_attention._dot_dtype)
-        ("bf16", tl.float16, "fp8e4nv", 1, False),
+    for q, dot, kv, splits, decode, softcap in (
+        ("bf16", tl.bfloat16, "bf16", 1, True, 0.0),
+        ("fp16", tl.float16, "fp16", 8, False, 50.0),  # Gemma 2's attention soft-capping
+        ("bf16", tl.float16, "fp8e4nv", 8, True, 0.0),  # fp8 caches: fp16 dots (paged_attention._dot_dtype)
+        ("bf16", tl.float16, "fp8e4nv", 1, False, 0.0),
     ):
         block_q, group_pad = (1, 16) if decode else (32, 2)
-        attention(q, kv, dot, splits, block_q, group_pad, decode, window=not decode)
+        attention(q, kv, dot, splits, block_q, group_pad, decode, window=not decode, softcap=softcap)
     reduce_splits()
     for kv, quantize in (("bf16", False), ("fp8e4nv", True)):
         compile_kernel(

@@ -15,7 +15,7 @@ TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 MIXED = [(70, 1), (0, 23), (40, 9), (150, 1), (0, 1), (17, 1)]  # (cached tokens, new tokens) per sequence
 
 
-def _run(batch, sliding_window=None, num_splits=None, max_query_len=None, tiles=None):
+def _run(batch, sliding_window=None, num_splits=None, max_query_len=None, tiles=None, softcap=None):
     out = torch.full_like(batch.query, float("nan"))
     paged_attention(
         batch.query,
@@ -32,6 +32,7 @@ def _run(batch, sliding_window=None, num_splits=None, max_query_len=None, tiles=
         num_splits=num_splits,
         out=out,
         tiles=tiles,
+        softcap=softcap,
     )
     ref = paged_attention_ref(
         batch.query,
@@ -43,6 +44,7 @@ def _run(batch, sliding_window=None, num_splits=None, max_query_len=None, tiles=
         sliding_window,
         k_scale=batch.k_scale,
         v_scale=batch.v_scale,
+        softcap=softcap,
     )
     return out, ref
 
@@ -149,6 +151,33 @@ def test_fp8_scales_are_applied():
     assert relative_error(doubled, 2 * out) < 1e-5
 
 
+@pytest.mark.parametrize(
+    ("seqs", "sliding_window", "num_splits"),
+    [
+        (MIXED, None, 1),  # prefill chunks and decode tokens in one batch
+        (MIXED, 24, 1),  # with a window
+        ([(200, 1), (5, 1), (90, 1)], None, 3),  # decode only, split-KV
+        ([(200, 1), (70, 1)], 33, 4),  # decode only, split-KV inside a window
+    ],
+    ids=["mixed", "mixed-window", "decode-split", "decode-split-window"],
+)
+def test_softcap_matches_reference(seqs, sliding_window, num_splits):
+    """Gemma 2's attention soft-capping: the kernel caps the true scaled scores, not its base-2 ones."""
+    batch = make_paged_batch(seqs, 4, 2, 32, 16, torch.float32, seed=12)
+    out, ref = _run(batch, sliding_window=sliding_window, num_splits=num_splits, softcap=1.5)
+    assert relative_error(out, ref) < TOLERANCE[torch.float32]
+    _, uncapped = _run(batch, sliding_window=sliding_window, num_splits=num_splits)
+    assert relative_error(out, uncapped) > 0.05  # a cap this low changes the result: it was applied
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8_DTYPE])
+def test_softcap_in_half_precision_and_over_an_fp8_cache(kv_dtype):
+    """bf16 dots, and the fp8 path, which puts the scale into q before the dot and k_scale after it."""
+    batch = make_paged_batch(MIXED, 4, 2, 64, 16, torch.bfloat16, kv_dtype=kv_dtype, seed=13)
+    out, ref = _run(batch, num_splits=2 if kv_dtype == FP8_DTYPE else 1, softcap=2.0)
+    assert relative_error(out, ref) < TOLERANCE[torch.bfloat16]
+
+
 def test_choose_num_splits():
     assert choose_num_splits(1, 8, 1, 8192, 132) > 1  # batch 1, long context: split
     assert choose_num_splits(1, 8, 1, 200, 132) == 1  # short context: one pass
@@ -169,6 +198,8 @@ def test_bad_inputs_raise_value_error():
         paged_attention(batch.query, batch.kv_cache, batch.query_start_loc[:1], *args[1:])
     with pytest.raises(ValueError, match="sliding_window"):
         paged_attention(batch.query, batch.kv_cache, *args, sliding_window=0)
+    with pytest.raises(ValueError, match="softcap"):
+        paged_attention(batch.query, batch.kv_cache, *args, softcap=0.0)
     with pytest.raises(ValueError, match="dtype"):
         paged_attention(batch.query.half(), batch.kv_cache, *args)
     with pytest.raises(ValueError, match="seq_lens must be int32"):

@@ -1,6 +1,7 @@
 """The GPU's path of the Llama-family decoders run on the CPU through the interpreter: rotary and the KV
 store in one kernel (`norm_rotate_store`), then the Triton paged attention, give transformers' greedy
-tokens over prefill chunks and decode steps. GLM-4's partial rotary keeps its own rotation and `store_kv`."""
+tokens over prefill chunks and decode steps (Gemma 2's attention soft-capping in the kernel too). GLM-4's
+partial rotary keeps its own rotation and `store_kv`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.runtime.models.test_families_engine import reference, token_ids
 
 @pytest.mark.parametrize(
     ("name", "fused"),
-    [("llama3", True), ("qwen3", True), ("mistral", True), ("gemma3", True), ("glm4", False)],
+    [("llama3", True), ("qwen3", True), ("mistral", True), ("gemma3", True), ("gemma2", True), ("glm4", False)],
 )
 def test_triton_path_gives_transformers_tokens(tiny_model, monkeypatch, name, fused):
     calls = {"norm_rotate_store": [], "store_kv": []}

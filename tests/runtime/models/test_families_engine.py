@@ -1,4 +1,5 @@
-"""The mixture-of-experts, GLM-4 and Gemma 3 families through the engine's hard paths, against transformers.
+"""The mixture-of-experts, GLM-4, Phi-3, Gemma 3 and Gemma 2 families through the engine's hard paths,
+against transformers.
 
 test_matches_transformers.py covers each family with roomy settings; here the same greedy outputs
 must come back when prompts share a cached prefix, and when a tiny token budget cuts every prompt
@@ -15,7 +16,9 @@ import torch
 
 from model_optimizer import LLM, SamplingParams
 
-FAMILIES = ["qwen3_moe", "qwen3_moe_step2", "mixtral", "glm4", "glm4_moe", "gemma3"] + [
+FAMILIES = ["qwen3_moe", "qwen3_moe_step2", "mixtral", "glm4", "glm4_moe", "gemma3", "gemma2"] + [
+    "phi3",
+    "phi3_partial",
     "deepseek_v2",
     "deepseek_v2_group",
     "deepseek_v3",
