@@ -223,11 +223,11 @@ def check_loading(config: dict, tensors: Iterable[tuple[str, tuple[int, ...]]]) 
     from model_optimizer.runtime.layers.linear import default_weight_loader
     from model_optimizer.runtime.layers.quantization.summary import summarize_weights
     from model_optimizer.runtime.models.loader import _expected_shards, _target_name, skipped_on_purpose
-    from model_optimizer.runtime.models.model_config import check_settings
+    from model_optimizer.runtime.models.model_config import check_settings, tied_embeddings
 
     archs = config.get("architectures") or []
     check = LoadCheck(architecture=archs[0] if archs else None)
-    check.tied_embeddings = bool(config.get("tie_word_embeddings", False))
+    check.tied_embeddings = tied_embeddings(config)
     try:  # the engine checks these first (read_config): a rope_theta of "x" stopped generate, not inspect
         check_settings(config, Path("config.json"))
     except ValueError as exc:

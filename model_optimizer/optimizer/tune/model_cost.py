@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from model_optimizer.optimizer.tune.collectives import local_kv_heads
 from model_optimizer.runtime.models.mla_args import MlaArgs, mla_args_for
+from model_optimizer.runtime.models.model_config import tied_embeddings
 from model_optimizer.runtime.models.moe_args import moe_args_for, sparse_layers
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -90,7 +91,7 @@ def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
         kv_values, attn_flops, kv_heads = mla.latent_dim, 2 * layers * heads * (mla.latent_dim + mla.kv_lora_rank), 1
     blocks = layers * attention
     blocks += (layers - sparse) * 3 * hidden * inter + sparse * (experts + router + shared)
-    tied = bool(config.get("tie_word_embeddings", False))
+    tied = tied_embeddings(config)
     linear = blocks + vocab * hidden  # the lm_head is a matmul whether or not it is tied
     params = blocks + vocab * hidden * (1 if tied else 2)
     elem = dtype_bytes(config, dtype)

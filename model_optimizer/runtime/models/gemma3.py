@@ -21,7 +21,7 @@ holds what differs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -235,7 +235,7 @@ class Gemma3ForCausalLM(nn.Module):
     def __init__(self, args: DecoderArgs) -> None:
         super().__init__()
         check_supported(args.hf, self.family, self.caps_attention)
-        self.args = args = replace(args, tie_word_embeddings=args.hf.get("tie_word_embeddings", True))
+        self.args = args  # tied unless config.json says otherwise: model_config.tied_embeddings
         tp = get_tp()
         tp.shard(args.num_heads, "num_attention_heads")  # before any layer is built: a plain message
         self.local_num_kv_heads = tp.kv_heads(args.num_kv_heads)[1]

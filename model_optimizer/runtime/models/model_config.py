@@ -67,7 +67,7 @@ class DecoderArgs:
             intermediate_size=hf["intermediate_size"],
             rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
             max_position_embeddings=context_length(hf),
-            tie_word_embeddings=hf.get("tie_word_embeddings", False),
+            tie_word_embeddings=tied_embeddings(hf),
             attention_bias=bool(hf.get("attention_bias", False)) and arch not in NO_ATTENTION_BIAS,
             layer_windows=layer_windows(hf, arch, hf["num_hidden_layers"], source),
             torch_dtype=str(hf.get("torch_dtype") or hf.get("dtype") or "float32"),
@@ -81,6 +81,9 @@ NO_ATTENTION_BIAS = ("MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausal
 models/qwen2.py; Phi-3 has none, though Phi-4-mini's config.json says `attention_bias`), so the key is ignored
 as transformers ignores it."""
 MLP_BIAS = ("LlamaForCausalLM",)
+TIED_BY_DEFAULT = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "gemma2", "gemma3_text")
+"""Classes (or model types) whose transformers config ties lm_head to the embedding when config.json says
+nothing; every other family the engine loads defaults to untied."""
 """Architectures whose transformers class reads `mlp_bias` (DeepSeek-V2's is refused: models/deepseek.py)."""
 WINDOW_SWITCH = {
     "MistralForCausalLM": None,
@@ -98,6 +101,15 @@ LAYERED_WINDOWS = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
 that list the layers from `max_window_layers` on (MAX_WINDOW_LAYERS by default), as transformers places it."""
 MAX_WINDOW_LAYERS = 28
 """transformers' Qwen2Config and Qwen3Config default."""
+
+
+def tied_embeddings(hf: dict) -> bool:
+    """Whether lm_head is the token embedding: config.json's tie_word_embeddings, else its class's default in
+    transformers (TIED_BY_DEFAULT). The one rule for the engine, inspect and the tuner's cost model."""
+    if hf.get("tie_word_embeddings") is not None:
+        return bool(hf["tie_word_embeddings"])
+    arch = (hf.get("architectures") or [None])[0]
+    return arch in TIED_BY_DEFAULT or hf.get("model_type") in TIED_BY_DEFAULT
 
 
 def layer_windows(hf: dict, arch: str, num_layers: int, source: str = "config.json") -> tuple[int | None, ...]:

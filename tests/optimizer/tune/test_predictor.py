@@ -38,6 +38,10 @@ def test_model_cost_by_hand():
     assert cost.kv_bytes_per_token == {"auto": 2 * 2 * 32 * 2, "fp8": 2 * 2 * 32}
     assert cost.attn_flops_per_ctx_token == 4 * 2 * 64
     assert model_cost(CONFIG | {"tie_word_embeddings": True}).num_params == 2 * 36864 + 100 * 64
+    # Gemma's classes tie by default: a config without the key holds one embedding, as the engine loads it
+    gemma = {k: v for k, v in CONFIG.items() if k != "tie_word_embeddings"} | {"architectures": ["Gemma2ForCausalLM"]}
+    assert model_cost(gemma).num_params == 2 * 36864 + 100 * 64
+    assert model_cost(gemma | {"architectures": ["LlamaForCausalLM"]}).num_params == 2 * 36864 + 2 * 100 * 64
 
 
 def test_model_cost_of_a_mixture_of_experts_by_hand():
