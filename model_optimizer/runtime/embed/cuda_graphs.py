@@ -10,7 +10,8 @@ positions fill the first num_tokens rows (rows after them keep earlier, valid id
 sequence); `cu_seqlens` is padded with the batch's token count, i.e. zero-length sequences, which
 flash varlen skips. Every op outside attention works row by row, so the padding rows never touch
 the real ones; the caller pools from the first num_tokens rows only. Only the flash varlen path
-(fp16 / bf16 on CUDA) runs in a graph: the padded-SDPA fallback reads sequence lengths on the host.
+(fp16 / bf16 on CUDA) runs in a graph: the padded-SDPA fallback, and the soft-capped attention of a
+Gemma 2, read sequence lengths on the host.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class GraphRunner:
         with torch.cuda.stream(stream):  # warm-up outside the capture: compiles, autotuning, cuBLAS workspaces
             self.backbone(token_ids, positions, meta)
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        if not va._flash_varlen_ok():  # the warm-up fell back to padded SDPA, which cannot be captured
+        if not va._flash_varlen_ok() or not meta.graphable:  # the warm-up read lengths on the host
             self.disabled = True
             return None
         graph = torch.cuda.CUDAGraph()

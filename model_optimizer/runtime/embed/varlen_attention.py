@@ -1,7 +1,8 @@
 """Attention over a packed batch of whole sequences (no KV cache): the encoder's and the decoder embedder's.
 
 A packed batch is the tokens of several sequences laid end to end, described by `cu_seqlens`
-(num_seqs + 1 offsets). Three paths compute the same thing:
+(num_seqs + 1 offsets). Scores are q.k * head_dim ** -0.5 (a layer with another scale, Gemma's, scales
+q to match first). Three paths compute the same thing:
 
 - `varlen_attention_ref`: one plain softmax per sequence in float32; the yardstick.
 - flash varlen (FlashAttention-2 through `torch.ops.aten._flash_attention_forward`) on CUDA in
@@ -10,6 +11,9 @@ A packed batch is the tokens of several sequences laid end to end, described by 
   embedder packs each chunk of inputs longest first, and runs of similar lengths are padded
   separately, so the padding here is small; when every sequence has the same length there is no
   mask and no padding at all.
+
+Soft-capped scores (Gemma 2's c * tanh(s / c)) have no fused path: neither SDPA nor flash varlen caps
+them, so `_capped_attention` computes them explicitly, in float32, per sequence and in chunks of queries.
 """
 
 from __future__ import annotations
@@ -37,15 +41,26 @@ class VarlenMeta:
     """Length of each sequence (host copy, so no layer needs a device sync to read it)."""
     _padding: dict = field(default_factory=dict, repr=False, compare=False)
     """Padded-layout indices per run of sequences, built by the first layer and reused by the others."""
+    graphable: bool = field(default=True, compare=False)
+    """False once a layer attended on a path that loops over `lengths` on the host (capped scores): a CUDA
+    graph of that forward would replay the lengths it was captured with (embed/cuda_graphs.py)."""
 
     @functools.cached_property
     def max_len(self) -> int:
         return max(self.lengths)  # read by every layer: computed once per forward
 
     def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: int | None = None
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool,
+        window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
-        return varlen_attention(q, k, v, self, causal, window)
+        """Attention of each sequence over itself; `softcap` c caps each scaled score s to c * tanh(s / c)
+        before the mask."""
+        return varlen_attention(q, k, v, self, causal, window, softcap)
 
     @classmethod
     def from_lengths(cls, lengths: list[int], device: torch.device) -> VarlenMeta:
@@ -68,8 +83,16 @@ class PaddedMeta:
     """(batch, seq) 1 for real tokens, 0 for padding."""
 
     def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: int | None = None
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool,
+        window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
+        if softcap is not None:
+            raise ValueError("attention logit soft-capping is not supported in the padded (export) layout")
         if window is not None:
             raise ValueError("sliding-window attention is not supported in the padded (export) layout")
         heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[2]
@@ -86,7 +109,13 @@ class PaddedMeta:
 
 
 def varlen_attention_ref(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: VarlenMeta, causal: bool, window: int | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    meta: VarlenMeta,
+    causal: bool,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """q (tokens, heads, head_dim), k and v (tokens, kv_heads, head_dim) -> (tokens, heads, head_dim)."""
     group = q.shape[1] // k.shape[1]
@@ -96,6 +125,8 @@ def varlen_attention_ref(
         qs, ks, vs = (t[start : start + n].float() for t in (q, k, v))
         ks, vs = ks.repeat_interleave(group, dim=1), vs.repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", qs, ks) * q.shape[-1] ** -0.5  # (heads, n, n)
+        if softcap is not None:
+            scores = softcap * torch.tanh(scores / softcap)
         visible = _visible(n, causal, window, q.device)
         if visible is not None:
             scores = scores.masked_fill(~visible, float("-inf"))
@@ -105,11 +136,19 @@ def varlen_attention_ref(
 
 
 def varlen_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: VarlenMeta, causal: bool, window: int | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    meta: VarlenMeta,
+    causal: bool,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Same contract as `varlen_attention_ref`, on the fastest path available for these tensors."""
     if window is not None and window >= meta.max_len:
         window = None  # the window covers every sequence: plain (causal) attention
+    if softcap is not None:
+        return _capped_attention(q, k, v, meta, causal, window, softcap)
     if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and _flash_varlen_ok():
         try:
             return _flash_varlen(q, k, v, meta, causal, window)
@@ -153,17 +192,69 @@ def _similar_length_groups(lengths: list[int], slack: float = 1.15) -> list[tupl
     return groups
 
 
-def _visible(n: int, causal: bool, window: int | None, device: torch.device) -> torch.Tensor | None:
-    """(n, n) bool: which keys each query may see; None when it sees all of them."""
+def _visible(
+    n: int,
+    causal: bool,
+    window: int | None,
+    device: torch.device,
+    queries: range | None = None,
+    keys: range | None = None,
+) -> torch.Tensor | None:
+    """(queries, keys) bool, positions in a sequence of n (all n unless given): which keys each query may
+    see; None when it sees all of them."""
     if not causal and window is None:
         return None
-    pos = torch.arange(n, device=device)
-    visible = torch.ones(n, n, dtype=torch.bool, device=device)
+    queries = range(n) if queries is None else queries
+    keys = range(n) if keys is None else keys
+    rows = torch.arange(queries.start, queries.stop, device=device)[:, None]
+    cols = torch.arange(keys.start, keys.stop, device=device)[None, :]
+    visible = torch.ones(len(queries), len(keys), dtype=torch.bool, device=device)
     if causal:
-        visible &= pos[None, :] <= pos[:, None]
+        visible &= cols <= rows
     if window is not None:
-        visible &= pos[None, :] > pos[:, None] - window
+        visible &= cols > rows - window
     return visible
+
+
+SCORES_BYTES = 256 << 20
+"""The most float32 scores `_capped_attention` holds at once (one chunk of queries of one sequence)."""
+
+
+def _capped_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    meta: VarlenMeta,
+    causal: bool,
+    window: int | None,
+    softcap: float,
+    budget: int = SCORES_BYTES,
+) -> torch.Tensor:
+    """Explicit-score attention with each scaled score s capped to softcap * tanh(s / softcap) before the
+    mask. Per sequence, a chunk of queries at a time so that a long one holds at most `budget` bytes of
+    scores; each chunk reads only the keys its mask can leave visible (up to its last query when causal,
+    from its first query's window on). GQA by grouping query heads, not by copying K and V."""
+    meta.graphable = False
+    heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[2]
+    scale = head_dim**-0.5
+    out = torch.empty_like(q)
+    start = 0
+    for n in meta.lengths:
+        rows = max(1, budget // (4 * heads * max(n, 1)))  # a CUDA graph's warm-up passes empty sequences
+        for first in range(0, n, rows):
+            queries = range(first, min(first + rows, n))
+            low = max(0, first - window + 1) if window is not None else 0
+            keys = range(low, queries.stop if causal else n)
+            qs = q[start + queries.start : start + queries.stop].float().view(len(queries), kv_heads, -1, head_dim)
+            ks, vs = (t[start + keys.start : start + keys.stop].float() for t in (k, v))
+            scores = torch.einsum("qhgd,khd->hgqk", qs, ks).mul_(scale / softcap).tanh_().mul_(softcap)
+            visible = _visible(n, causal, window, q.device, queries, keys)
+            if visible is not None:
+                scores.masked_fill_(~visible, float("-inf"))
+            attended = torch.einsum("hgqk,khd->qhgd", scores.softmax(-1), vs)
+            out[start + queries.start : start + queries.stop] = attended.reshape(len(queries), heads, head_dim)
+        start += n
+    return out
 
 
 def _padded_sdpa(q, k, v, meta: VarlenMeta, causal: bool, window: int | None) -> torch.Tensor:

@@ -108,13 +108,13 @@ class Attention(nn.Module):
         Any other `meta` is a packed batch without a KV cache (embeddings, embed/varlen_attention.py): it
         attends causally itself and nothing is stored, so one decoder serves generation and embeddings."""
         if not isinstance(meta, AttentionMetadata):
-            if self.softcap is not None:
-                raise ValueError("attention logit soft-capping is not supported without a KV cache (embeddings)")
             if rotation is not None:
                 q, k = rotation.apply(q, k)
-            if self.scale != self.head_dim**-0.5:  # the packed paths scale by head_dim ** -0.5 (Gemma's differs)
+            # the packed paths scale by head_dim ** -0.5 (Gemma's differs): q takes the rest, so the score
+            # they scale, and cap when softcap is set, is q.k * self.scale
+            if self.scale != self.head_dim**-0.5:
                 q = q * (self.scale * self.head_dim**0.5)
-            return meta.attend(q, k, v, causal=True, window=self.sliding_window).flatten(1)
+            return meta.attend(q, k, v, causal=True, window=self.sliding_window, softcap=self.softcap).flatten(1)
         kv_cache = self.kv_cache if meta.kv_caches is None else meta.kv_caches[self.layer_idx]
         if kv_cache is None:
             raise RuntimeError(f"attention layer {self.layer_idx} has no KV cache: bind_kv_caches was not called")

@@ -62,6 +62,7 @@ DECODER_BASE_NAMES = {
     "MistralModel": "MistralForCausalLM",
     "Qwen2Model": "Qwen2ForCausalLM",
     "Qwen3Model": "Qwen3ForCausalLM",
+    "Gemma2Model": "Gemma2ForCausalLM",
 }
 """Decoders saved without their LM head (embedding checkpoints) -> the class whose body they load into."""
 

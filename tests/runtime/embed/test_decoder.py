@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -117,3 +121,86 @@ def test_a_gemma3_decoder_embeds_with_its_own_attention_scale(tmp_path):
     with torch.no_grad():
         hidden = model(input_ids=torch.tensor([out.prompt_token_ids])).last_hidden_state[0, -1]
     assert F.cosine_similarity(torch.tensor(out.outputs.embedding), hidden, dim=0) > 0.99999
+
+
+@pytest.fixture(scope="module")
+def gemma2_dirs(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny Gemma 2 (Gemma2ForCausalLM) whose settings each change the vectors: scores capped at 5 (most
+    exceed it), a sliding window shorter than the inputs, query_pre_attn_scalar 7 against head_dim 32;
+    and the same weights saved as transformers' Gemma2Model, without the LM head (bge-multilingual-gemma2's
+    layout)."""
+    from transformers import AutoModel
+
+    from tests import tiny_checkpoints as tiny
+
+    root = tmp_path_factory.mktemp("gemma2_embed")
+    config = tiny.tiny_config(
+        "gemma2",
+        num_key_value_heads=1,
+        head_dim=32,
+        query_pre_attn_scalar=7,
+        sliding_window=6,
+        attn_logit_softcapping=5.0,
+    )
+    full = tiny.build_checkpoint(root / "full", config, seed=2)
+    base = root / "base"
+    AutoModel.from_pretrained(str(full), dtype=torch.float32).save_pretrained(str(base), safe_serialization=True)
+    for f in full.glob("tokenizer*"):
+        shutil.copy(f, base / f.name)
+    return full, base
+
+
+def gemma2_reference(model_dir: Path, token_ids: list[list[int]]) -> torch.Tensor:
+    """transformers' Gemma2Model, eager attention (its SDPA path does not cap), one input at a time: the
+    last token's final hidden state, L2-normalized."""
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        hidden = [model(input_ids=torch.tensor([ids])).last_hidden_state[0, -1] for ids in token_ids]
+    return F.normalize(torch.stack(hidden), dim=-1)
+
+
+def assert_same_vectors(ours: torch.Tensor, ref: torch.Tensor) -> None:
+    ours = F.normalize(ours, dim=-1)
+    cos = F.cosine_similarity(ours, ref, dim=-1)
+    assert cos.min() >= 0.99999, cos
+    assert torch.allclose(ours, ref, atol=1e-5)
+
+
+GEMMA2_TOKEN_LISTS = [list(range(5, 36)), [7, 3, 9], list(range(40, 52)), [11]]
+"""Token-id inputs of different lengths, around the sliding window of 6, packed together."""
+
+
+def gemma2_inputs(texts: list[str]) -> list:
+    """Six texts, the two shortest of `texts` (empty, one letter) and its four longest, then the token lists."""
+    return texts[:2] + sorted(texts, key=len)[-4:] + GEMMA2_TOKEN_LISTS
+
+
+def test_a_gemma2_decoder_embeds_with_capped_scores_through_llm(gemma2_dirs, texts):
+    from model_optimizer import LLM
+
+    full, _ = gemma2_dirs
+    llm = LLM(str(full), kv_cache_memory=1 << 22, dtype="float32")
+    inputs = [x if isinstance(x, str) else {"prompt_token_ids": x} for x in gemma2_inputs(texts)]
+    outputs = llm.embed(inputs)
+    token_ids = [out.prompt_token_ids for out in outputs]
+    assert token_ids[6:] == GEMMA2_TOKEN_LISTS and len({len(ids) for ids in token_ids}) > 6
+    assert sum(len(ids) > 6 for ids in token_ids) >= 6  # past the window: both layer types differ
+    ours = torch.tensor([out.outputs.embedding for out in outputs])
+    assert_same_vectors(ours, gemma2_reference(full, token_ids))
+
+
+def test_a_gemma2_base_model_folder_loads_as_an_embedder(gemma2_dirs, texts):
+    from safetensors import safe_open
+
+    from model_optimizer.runtime.embed import Embedder
+
+    _, base = gemma2_dirs
+    assert json.loads((base / "config.json").read_text())["architectures"] == ["Gemma2Model"]
+    with safe_open(str(base / "model.safetensors"), "pt") as f:
+        assert not any(name.startswith(("lm_head", "model.")) for name in f.keys())
+    embedder = Embedder(base, device="cpu", dtype="float32")
+    out = embedder.encode(gemma2_inputs(texts), keep_token_ids=True)
+    assert embedder.pooling == "last" and out.token_ids[6:] == GEMMA2_TOKEN_LISTS
+    assert_same_vectors(out.embeddings, gemma2_reference(base, out.token_ids))

@@ -102,13 +102,6 @@ def test_settings_it_cannot_serve_are_refused_by_name(tiny_model, tmp_path, chan
         LLM(str(folder), dtype="float32", kv_cache_memory=1 << 22)
 
 
-def test_embeddings_refuse_capped_scores_rather_than_ignore_them(tiny_model):
-    """The packed path of embeddings (embed/varlen_attention.py) has no soft-capping: a clear error."""
-    llm = LLM(str(tiny_model("gemma2")), dtype="float32", kv_cache_memory=1 << 22)
-    with pytest.raises(ValueError, match="soft-capping is not supported without a KV cache"):
-        llm.embed(["a short text"])
-
-
 def test_inspect_and_the_memory_plan_read_it_as_the_engine_builds_it(tiny_model, tmp_path):
     """mopt inspect loads it with nothing missing and sees the tied embeddings (tied by the class's default
     where config.json has no key); the memory plan (mopt tune's cost model on a GPU) sizes its KV blocks
