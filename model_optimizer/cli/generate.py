@@ -294,11 +294,10 @@ def check_generation_model(model_dir: Path) -> None:
     """ValueError before the weights load when the folder holds an embedding model: an encoder (BERT
     family), for which LLM builds no generation engine, or a decoder saved without its LM head
     (Qwen3-Embedding's Qwen3Model)."""
-    from model_optimizer.runtime.models.model_config import is_encoder_folder, read_config
-    from model_optimizer.runtime.models.registry import DECODER_BASE_NAMES
+    from model_optimizer.runtime.models.model_config import is_embedding_folder, read_config
 
-    arch = read_config(model_dir)["architectures"][0]
-    if is_encoder_folder(model_dir) or arch in DECODER_BASE_NAMES:
+    if is_embedding_folder(model_dir):
+        arch = read_config(model_dir)["architectures"][0]
         raise ValueError(
             f"--model {model_dir} is an embedding model ({arch}), which cannot generate text: embed with "
             "`mopt embed`, or serve it with `mopt serve` and use /v1/embeddings"

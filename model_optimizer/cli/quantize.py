@@ -161,9 +161,10 @@ def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
 
 def options(args: argparse.Namespace):
     from model_optimizer.common.fileio import check_writable_folder_path
-    from model_optimizer.model.quantize.embed_pipeline import DEFAULT_NUM_TEXTS, is_embedding_model
+    from model_optimizer.model.quantize.embed_pipeline import DEFAULT_NUM_TEXTS
     from model_optimizer.model.quantize.job import QuantizeOptions, folder_method
     from model_optimizer.runtime.hub import resolve_model_dir
+    from model_optimizer.runtime.models.model_config import is_embedding_folder
 
     if args.eval_only is not None:  # it scores a folder that exists: what would make one is a mistake
         given = [
@@ -205,7 +206,7 @@ def options(args: argparse.Namespace):
         check_writable_folder_path(args.output, "--output")  # before minutes of calibration, not after
         model, method, output = resolve_model_dir(args.model), args.method, args.output
         group_size = args.group_size or QuantizeOptions.group_size
-    embedding = is_embedding_model(model)
+    embedding = is_embedding_folder(model)
     _check_gates(args, model, embedding)
     num_eval = args.num_eval_samples
     if num_eval is None:

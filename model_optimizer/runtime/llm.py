@@ -42,7 +42,7 @@ from model_optimizer.runtime.llm_inputs import (
 )
 from model_optimizer.runtime.llm_progress import offline_progress
 from model_optimizer.runtime.llm_requests import run_requests
-from model_optimizer.runtime.models.model_config import is_encoder_folder
+from model_optimizer.runtime.models.model_config import is_embedding_folder
 from model_optimizer.runtime.models.tokenizer import load_tokenizer
 from model_optimizer.runtime.sampling_params import SamplingParams
 from model_optimizer.runtime.startup import engine_tokenizer, load_runner, log_phase
@@ -81,7 +81,7 @@ class LLM(LLMPooling):
         self.engine: LLMEngine | None = None
         self.runner: Any = None
         """The model runner behind `engine` (None for an encoder model, which has no engine)."""
-        if is_encoder_folder(self.model_dir):  # BERT-family: embeddings only, no generation engine
+        if is_embedding_folder(self.model_dir):  # an encoder or a decoder without its LM head: no engine
             from model_optimizer.runtime.embed.config import refuse_load_time_quantization
 
             refuse_load_time_quantization(self.config.quantization, self.model_dir)
@@ -217,7 +217,7 @@ class LLM(LLMPooling):
         it). A TokensPrompt dict's text is its output's prompt, as vLLM reports it."""
         self._check_open()
         if self.engine is None:
-            raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not generate")
+            raise ValueError(f"{self.model_dir} is an embedding model: use LLM.embed, not generate")
         items = prompt_items(prompts)
         priorities = as_priorities(priority, len(items))
         if any(priorities) and self.config.scheduling_policy != "priority":
@@ -252,7 +252,7 @@ class LLM(LLMPooling):
         self._check_open()
         refuse_lora(lora_request)
         if self.engine is None:
-            raise ValueError(f"{self.model_dir} is an encoder (embedding) model: it has no beams to search")
+            raise ValueError(f"{self.model_dir} is an embedding model: it has no beams to search")
         if not isinstance(params, BeamSearchParams):
             raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
         check_concurrency_limit(concurrency_limit)
@@ -305,7 +305,7 @@ class LLM(LLMPooling):
         self._check_open()
         refuse_lora(lora_request)
         if self.engine is None:
-            raise ValueError(f"{self.model_dir} is an encoder (embedding) model: use LLM.embed, not chat")
+            raise ValueError(f"{self.model_dir} is an embedding model: use LLM.embed, not chat")
         if self.tokenizer is None:
             raise ValueError("this model has no tokenizer, so messages cannot be rendered: use generate with token ids")
         check_template_kwargs(chat_template_kwargs)

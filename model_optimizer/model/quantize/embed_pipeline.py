@@ -47,15 +47,6 @@ this model."""
 DEFAULT_NUM_TEXTS = 256
 
 
-def is_embedding_model(model: Path) -> bool:
-    """An encoder (BERT family) or a decoder saved without its LM head (Qwen3-Embedding)."""
-    from model_optimizer.runtime.models.model_config import is_encoder_folder, read_config
-    from model_optimizer.runtime.models.registry import DECODER_BASE_NAMES
-
-    # an unknown architecture counts as a decoder, whose loader names it among the generation models
-    return is_encoder_folder(model) or read_config(model)["architectures"][0] in DECODER_BASE_NAMES
-
-
 def check_encoder(model: Path, method: str) -> None:
     """Say before any work what cannot be done: decoder embedders, and methods other than EMBED_METHODS."""
     from model_optimizer.runtime.models.model_config import read_config

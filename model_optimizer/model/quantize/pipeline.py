@@ -34,6 +34,7 @@ from model_optimizer.model.quantize.job import (
     write_json,
 )
 from model_optimizer.runtime.device import pick_device
+from model_optimizer.runtime.models.model_config import is_embedding_folder
 
 
 def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
@@ -42,7 +43,7 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
     opts = replace(opts, output=absolute_output(opts.output))  # `--output .` has no name to stage beside
     check_output(opts.output)
     check_not_quantized(opts.model)  # before the lock, the tokenizer and the text
-    if embed_pipeline.is_embedding_model(opts.model):
+    if is_embedding_folder(opts.model):
         return embed_pipeline.quantize_embedding(opts, progress)
     check_int4_groups(opts.model, opts.method, opts.group_size)
     started = time.time()
@@ -129,7 +130,7 @@ def eval_only(folder: Path, reference: Path, opts: QuantizeOptions, progress: Pr
     """Re-evaluate any quantized folder (ours or another tool's) against its original; writes the report."""
     progress = progress or Progress()
     check_reference(folder, reference)  # before anything is measured or the folder's report replaced
-    if embed_pipeline.is_embedding_model(reference):
+    if is_embedding_folder(reference):
         return embed_pipeline.eval_only_embedding(folder, reference, opts, progress)
     started = time.time()
     windows = text_windows(model_tokenizer(reference), opts, "evaluation", progress)

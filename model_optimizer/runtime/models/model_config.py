@@ -222,6 +222,17 @@ def text_model_config(hf: dict, path: Path) -> dict:
     return flat
 
 
+def is_embedding_folder(model_dir: Path) -> bool:
+    """A folder that only embeds: an encoder (BERT family) or a decoder saved without its LM head
+    (registry.DECODER_BASE_NAMES: Qwen3-Embedding's Qwen3Model, bge-multilingual-gemma2's Gemma2Model). The
+    one rule for LLM, `mopt serve`, `mopt generate` and `mopt quantize`."""
+    from model_optimizer.runtime.models.registry import DECODER_BASE_NAMES
+
+    if is_encoder_folder(model_dir):
+        return True
+    return (read_config(model_dir).get("architectures") or [None])[0] in DECODER_BASE_NAMES
+
+
 def is_encoder_folder(model_dir: Path) -> bool:
     """registry.is_encoder for a model folder; an unknown architecture counts as a decoder, whose loader
     names it. It lives here, beside the config reader, so that the registry reads no files."""

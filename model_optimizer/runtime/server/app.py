@@ -281,10 +281,11 @@ def check_template(template: str, path: str | None, tokenizer: Any, content_form
 
 
 def is_embedding_model(model_dir: Path) -> bool:
-    """A sentence-transformers folder (modules.json) or an encoder architecture such as BERT."""
-    from model_optimizer.runtime.models.model_config import is_encoder_folder
+    """A sentence-transformers folder (modules.json), an encoder architecture such as BERT, or a decoder saved
+    without its LM head (model_config.is_embedding_folder)."""
+    from model_optimizer.runtime.models.model_config import is_embedding_folder
 
-    return (model_dir / "modules.json").is_file() or is_encoder_folder(model_dir)
+    return (model_dir / "modules.json").is_file() or is_embedding_folder(model_dir)
 
 
 def served_model(

@@ -30,7 +30,7 @@ def test_llm_embed_on_minilm_matches_sentence_transformers(minilm_dir, sentence_
         llm.embed("one text", dimensions=32, pooling_params=PoolingParams(dimensions=64))
     with pytest.raises(ValueError, match="one PoolingParams for all inputs"):
         llm.embed(["a", "b"], pooling_params=[PoolingParams(dimensions=32), PoolingParams()])
-    with pytest.raises(ValueError, match=r"encoder \(embedding\) model"):
+    with pytest.raises(ValueError, match="is an embedding model"):
         llm.generate(["hello"])
 
 
@@ -63,3 +63,13 @@ def test_an_engines_max_model_len_bounds_what_it_embeds(tiny_model):
         llm.embed([{"prompt_token_ids": list(range(5, 105))}])
     [cut] = llm.embed([{"prompt_token_ids": list(range(5, 105))}], truncate_prompt_tokens=-1)
     assert len(cut.prompt_token_ids) <= 64
+
+
+def test_llm_on_a_decoder_saved_without_its_lm_head_embeds(qwen3_base_dir, qwen3):
+    """A Qwen3Model folder (Qwen3-Embedding's layout: no lm_head) is an embedding model: LLM embeds with it,
+    as vLLM's LLM does, and generate says why it cannot (it raised "not supported for generation")."""
+    llm = LLM(str(qwen3_base_dir), dtype="float32")
+    texts = ["hello world", "Paged attention keeps the KV cache in blocks."]
+    assert torch.allclose(vectors(llm.embed(texts)), qwen3.encode(texts).embeddings, atol=1e-5)
+    with pytest.raises(ValueError, match="embedding model: use LLM.embed"):
+        llm.generate(["hello"])
