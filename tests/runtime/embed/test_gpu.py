@@ -182,3 +182,18 @@ def test_cuda_graphs_match_eager(tiny_model, tiny_bert, model, pooling):
         assert F.cosine_similarity(got, expected, dim=-1).min() >= 0.999
     assert graphed.graphs is not None and len(graphed.graphs.graphs) >= 3
     assert torch.equal(graphed.encode(texts[:7]).embeddings, got)  # a replay is deterministic
+
+
+def test_gemma2_capped_embeddings_on_gpu_match_cpu(tiny_model):
+    """Gemma 2's soft-capped packed attention (explicit scores) on CUDA, with CUDA graphs asked for: the graph
+    runner must fall back to eager (the capped path reads lengths on the host) and give the CPU's vectors."""
+    from model_optimizer.runtime.embed import Embedder
+
+    folder = tiny_model("gemma2")
+    texts = [t for t in varied_texts(48, seed=7) if t]
+    cpu = Embedder(folder, device="cpu", dtype="float32").encode(texts).embeddings
+    for dtype, floor in (("float32", 0.99999), ("bfloat16", 0.99)):
+        emb = Embedder(folder, device="cuda", dtype=dtype, max_num_batched_tokens=512, cuda_graph_max_tokens=512)
+        for _ in range(2):  # the second pass would replay a captured graph
+            gpu = emb.encode(texts).embeddings
+            assert F.cosine_similarity(gpu, cpu, dim=-1).min() >= floor, dtype
