@@ -58,9 +58,12 @@ def _log_cpu_choice() -> None:
     )
 
 
-def _load_drafter(config: EngineConfig, device: torch.device, vocab_size: int) -> Drafter | None:
+def _load_drafter(config: EngineConfig, device: torch.device, vocab_size: int, max_model_len: int) -> Drafter | None:
+    """The draft model, when speculative_config names one; `max_model_len`: the length this engine serves."""
     spec = config.speculative
-    return Drafter(spec, config, device, vocab_size) if spec is not None and spec.is_draft_model else None
+    if spec is None or not spec.is_draft_model:
+        return None
+    return Drafter(spec, config, device, vocab_size, max_model_len)
 
 
 def _verify_runner(
@@ -138,13 +141,13 @@ class ModelRunner(KVSizing):
             config.max_model_len,
         )
         args = self.args = self.model.args
-        self.drafter = _load_drafter(config, self.device, args.vocab_size)
         self.dtype = next(self.model.parameters()).dtype
         self.max_model_len = config.max_model_len or args.max_position_embeddings
         if self.max_model_len > args.max_position_embeddings:
             raise ValueError(
                 f"max_model_len {self.max_model_len} exceeds the model's max_position_embeddings ({args.max_position_embeddings})"
             )
+        self.drafter = _load_drafter(config, self.device, args.vocab_size, self.max_model_len)
         phase = _log_phase("weights", phase)
         self.kv_dtype = torch.float8_e4m3fn if config.kv_cache_dtype == "fp8" else self.dtype
         self.tp = get_tp()

@@ -59,12 +59,16 @@ class Proposal:
 
 
 class Drafter:
-    def __init__(self, spec: SpeculativeConfig, config: EngineConfig, device: torch.device, vocab_size: int) -> None:
+    def __init__(
+        self, spec: SpeculativeConfig, config: EngineConfig, device: torch.device, vocab_size: int, max_model_len: int
+    ) -> None:
+        """`max_model_len`: the length the engine serves (the target's), by which a longrope draft picks its factor
+        list as the target does (layers/longrope_rotary.py), not by its own context."""
         folder = resolve_model(spec.model or "", what="draft model")  # a folder, or a Hub id as the target takes
         if not (folder / "config.json").is_file():
             raise ValueError(f"speculative_config: draft model folder {folder} has no config.json")
         load_format = "dummy" if config.load_format == "dummy" else "auto"  # benchmarks: dummy target, dummy draft
-        self.model = load_model(folder, config.dtype, device, load_format)
+        self.model = load_model(folder, config.dtype, device, load_format, max_model_len=max_model_len)
         self.args = self.model.args
         if self.args.vocab_size != vocab_size:
             raise ValueError(
