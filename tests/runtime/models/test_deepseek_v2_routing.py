@@ -11,10 +11,9 @@ import json
 import shutil
 
 import pytest
-import torch
 
 from model_optimizer import LLM, SamplingParams
-from tests.runtime.models.test_matches_transformers import NUM_NEW, TOP_K, hf_generate, hf_model, prompts
+from tests.runtime.models.test_matches_transformers import NUM_NEW, TOP_K, assert_matches_transformers, prompts
 
 
 def _variant(tiny_model, tmp_path, **settings):
@@ -40,10 +39,4 @@ def test_v2_routing_settings_match_transformers(tiny_model, tmp_path, settings):
     llm = LLM(str(folder), dtype="float32", kv_cache_memory=1 << 24, block_size=16)
     batch = prompts(llm.runner.vocab_size, seed=11)[:3]
     ours = llm.generate(batch, SamplingParams(temperature=0, max_tokens=NUM_NEW, logprobs=TOP_K))
-    reference = hf_model(folder, torch.float32)
-    for prompt, out in zip(batch, ours):
-        ref_tokens, ref_logprobs = hf_generate(reference, prompt)
-        assert out.outputs[0].token_ids == ref_tokens
-        for step, lp in enumerate(out.outputs[0].logprobs):
-            for token_id, value in lp.top.items():
-                assert value == pytest.approx(ref_logprobs[step][token_id].item(), abs=1e-4)
+    assert_matches_transformers(folder, batch, ours)

@@ -34,6 +34,18 @@ def hf_generate(model, prompt: list[int]):
     return tokens, logprobs
 
 
+def assert_matches_transformers(model_dir, batch: list[list[int]], outputs) -> None:
+    """Each output's greedy tokens equal transformers' float32 generate on `model_dir` from its prompt in
+    `batch`, and every top logprob is within 1e-4 of transformers' log-softmax."""
+    reference = hf_model(model_dir, torch.float32)
+    for prompt, out in zip(batch, outputs, strict=True):
+        ref_tokens, ref_logprobs = hf_generate(reference, prompt)
+        assert out.outputs[0].token_ids == ref_tokens
+        for step, lp in enumerate(out.outputs[0].logprobs):
+            for token_id, value in lp.top.items():
+                assert value == pytest.approx(ref_logprobs[step][token_id].item(), abs=1e-4)
+
+
 def prompts(vocab: int, seed: int) -> list[list[int]]:
     rng = random.Random(seed)
     return [[rng.randrange(3, vocab) for _ in range(n)] for n in (1, 5, 17, 33, 60)]

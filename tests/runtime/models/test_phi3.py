@@ -18,7 +18,14 @@ from model_optimizer.runtime.models.loader import load_model
 from model_optimizer.runtime.models.phi3 import phi3_config
 from tests import tiny_checkpoints as tiny
 from tests.runtime.models.test_families_engine import shared_prefix_prompts
-from tests.runtime.models.test_matches_transformers import NUM_NEW, TOP_K, hf_generate, hf_model, prompts
+from tests.runtime.models.test_matches_transformers import (
+    NUM_NEW,
+    TOP_K,
+    assert_matches_transformers,
+    hf_generate,
+    hf_model,
+    prompts,
+)
 from tests.runtime.spawn import run_ranks
 
 ORIGINAL = 128
@@ -77,13 +84,7 @@ def test_longrope_within_the_original_length_matches_transformers(longrope_model
     llm = LLM(str(model_dir), dtype="float32", kv_cache_memory=1 << 24, block_size=16, max_model_len=ORIGINAL)
     batch = prompts(llm.runner.vocab_size, seed=len(name))  # up to 60 + 24 tokens: within 128
     outputs = llm.generate(batch, SamplingParams(temperature=0, max_tokens=NUM_NEW, logprobs=TOP_K))
-    reference = hf_model(model_dir, torch.float32)
-    for prompt, out in zip(batch, outputs):
-        ref_tokens, ref_logprobs = hf_generate(reference, prompt)
-        assert out.outputs[0].token_ids == ref_tokens
-        for step, lp in enumerate(out.outputs[0].logprobs):
-            for token_id, value in lp.top.items():
-                assert value == pytest.approx(ref_logprobs[step][token_id].item(), abs=1e-4)
+    assert_matches_transformers(model_dir, batch, outputs)
 
 
 @pytest.mark.parametrize("name", sorted(LONGROPE_MODELS))

@@ -14,7 +14,6 @@ import zlib
 from pathlib import Path
 
 import pytest
-import torch
 
 from model_optimizer import LLM, SamplingParams
 from model_optimizer.model.inspect.consumption import build_meta_model
@@ -35,7 +34,7 @@ from tests.runtime.models.real_configs import (
     checkpoint_tensors,
     write_release,
 )
-from tests.runtime.models.test_matches_transformers import hf_generate, hf_model, prompts
+from tests.runtime.models.test_matches_transformers import assert_matches_transformers, prompts
 
 REPO = Path(__file__).resolve().parents[3]
 BENCHMARK_CONFIGS = {"gemma-2-9b": "gemma-2-9b-it", "phi-4-mini": "Phi-4-mini-instruct"}
@@ -104,13 +103,7 @@ def test_greedy_matches_transformers_at_the_real_attention_widths(name, tmp_path
     batch = prompts(llm.runner.vocab_size, seed=3)
     params = SamplingParams(temperature=0, max_tokens=24, logprobs=5)
     ours = llm.generate([{"prompt_token_ids": p} for p in batch], params, use_tqdm=False)
-    reference = hf_model(folder, torch.float32)
-    for prompt, out in zip(batch, ours):
-        ref_tokens, ref_logprobs = hf_generate(reference, prompt)
-        assert out.outputs[0].token_ids == ref_tokens
-        for step, top in enumerate(out.outputs[0].logprobs):
-            for token_id, value in top.top.items():
-                assert value == pytest.approx(ref_logprobs[step][token_id].item(), abs=1e-4)
+    assert_matches_transformers(folder, batch, ours)
 
 
 INSPECT_WARNINGS = {"tokenizer.missing", "tokens.pad_is_eos", "chat_template.missing"}
