@@ -103,7 +103,8 @@ class ServerMemory:
 
     def planned_row(self, settings: dict) -> Any:
         """The memory plan's FitRow (weights in the trial's load-time quantization, the profile forward's
-        activation peak, headroom: its KV budget and blocks), or None when the plan cannot be made (no config, or a model the registry does not know)."""
+        activation peak, headroom: its KV budget and blocks), or None when the plan cannot be made (no config,
+        or a model the registry does not know)."""
         if self.config is None:
             return None
         key = (*(settings.get(n) for n in PLAN_SETTINGS), _load_format(settings))

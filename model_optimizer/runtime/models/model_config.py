@@ -81,10 +81,10 @@ NO_ATTENTION_BIAS = ("MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausal
 models/qwen2.py; Phi-3 has none, though Phi-4-mini's config.json says `attention_bias`), so the key is ignored
 as transformers ignores it."""
 MLP_BIAS = ("LlamaForCausalLM",)
+"""Architectures whose transformers class reads `mlp_bias` (DeepSeek-V2's is refused: models/deepseek.py)."""
 TIED_BY_DEFAULT = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "gemma2", "gemma3_text")
 """Classes (or model types) whose transformers config ties lm_head to the embedding when config.json says
 nothing; every other family the engine loads defaults to untied."""
-"""Architectures whose transformers class reads `mlp_bias` (DeepSeek-V2's is refused: models/deepseek.py)."""
 WINDOW_SWITCH = {
     "MistralForCausalLM": None,
     "MixtralForCausalLM": None,
@@ -223,22 +223,16 @@ def text_model_config(hf: dict, path: Path) -> dict:
 
 
 def is_embedding_folder(model_dir: Path) -> bool:
-    """A folder that only embeds: an encoder (BERT family) or a decoder saved without its LM head
-    (registry.DECODER_BASE_NAMES: Qwen3-Embedding's Qwen3Model, bge-multilingual-gemma2's Gemma2Model). The
-    one rule for LLM, `mopt serve`, `mopt generate` and `mopt quantize`."""
-    from model_optimizer.runtime.models.registry import DECODER_BASE_NAMES
-
-    if is_encoder_folder(model_dir):
-        return True
-    return (read_config(model_dir).get("architectures") or [None])[0] in DECODER_BASE_NAMES
-
-
-def is_encoder_folder(model_dir: Path) -> bool:
-    """registry.is_encoder for a model folder; an unknown architecture counts as a decoder, whose loader
-    names it. It lives here, beside the config reader, so that the registry reads no files."""
-    from model_optimizer.runtime.models.registry import is_encoder
+    """A folder that only embeds: an encoder (registry.is_encoder: the BERT family) or a decoder saved without
+    its LM head (registry.DECODER_BASE_NAMES: Qwen3-Embedding's Qwen3Model, bge-multilingual-gemma2's
+    Gemma2Model). An unknown architecture counts as a decoder, whose loader names it. The one rule for LLM,
+    `mopt serve`, `mopt generate` and `mopt quantize`; it lives here, beside the config reader, so that the
+    registry reads no files."""
+    from model_optimizer.runtime.models.registry import DECODER_BASE_NAMES, is_encoder
 
     hf = read_config(model_dir)  # a broken config.json is reported as itself
+    if (hf.get("architectures") or [None])[0] in DECODER_BASE_NAMES:
+        return True
     try:
         return is_encoder(hf)
     except ValueError:
