@@ -102,6 +102,9 @@ class AsyncEngine:
         self.error: BaseException | None = None
         self._streams: dict[str, _Stream] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.aborts_all = 0
+        """How often everything in flight was aborted: work of several engine requests in turn (a beam search)
+        that started before one ends with it, though none of its requests was in flight at that moment."""
 
     @classmethod
     def in_process(
@@ -250,6 +253,7 @@ class AsyncEngine:
                 del streams[output.request_id]
 
     def _abort_everything(self) -> None:
+        self.aborts_all += 1
         streams, self._streams = self._streams, {}
         for request_id, stream in streams.items():
             output = self.output_processor.abort(request_id)

@@ -56,8 +56,13 @@ class BeamStream:
     async def __aiter__(self) -> AsyncIterator[RequestOutput]:
         times = RequestMetrics(arrival_time=time.time())
         step_params = self.search.params.step_params()
+        aborts_all = self.engine.aborts_all
         try:
             while not self.aborted and (pending := self.search.pending()):
+                if self.engine.aborts_all != aborts_all:  # a drain out of time, between two steps
+                    self.finished = True
+                    yield self._output([], times, None, "abort")
+                    return
                 step = self.search.num_steps
                 self._steps = []  # each one as it is added: leaving early aborts those already added
                 try:

@@ -113,7 +113,8 @@ def metric_free(text: str) -> bool:
 
 
 def test_an_engine_abort_mid_search_ends_it_as_aborted(server):
-    """What a drain out of time does (abort_all): each beam finishes "abort", not a 500."""
+    """What a drain out of time does (abort_all): each beam finishes "abort", not a 500, whether the abort
+    finds a step's requests in flight or lands between two steps (none in flight)."""
     engine = server.state.engine
     result = {}
 
