@@ -158,10 +158,11 @@ class ServerConfig:
             "llama4_json",
             "llama4_pythonic",
             "glm47",
+            "openai",
         ]
         | None
     ) = None
-    """How to read tool calls from the model's text with tool_choice "auto": hermes (Qwen2.5/3, Hermes: <tool_call> tags), llama3_json or llama4_json (Llama 3.1+ JSON calls), mistral ([TOOL_CALLS]), deepseek_v3 (DeepSeek-V3/R1-0528), deepseek_v31 (DeepSeek-V3.1), glm45 or glm47 (GLM-4.5 to 4.7), qwen3_coder or qwen3_xml (Qwen3-Coder), seed_oss (Seed-OSS), pythonic or llama4_pythonic (Llama 3.2/4: a Python list of calls), kimi_k2 (Kimi-K2: its own call ids), xlam (xLAM: a JSON list of calls, bare, fenced or tagged), granite (Granite 3.x), granite-20b-fc, jamba, hunyuan_a13b, minimax (MiniMax-M1), phi4_mini_json (Phi-4-mini), internlm (InternLM2/2.5), longcat (LongCat-Flash), ernie45 (ERNIE-4.5), gigachat3 (GigaChat3)."""
+    """How to read tool calls from the model's text with tool_choice "auto": hermes (Qwen2.5/3, Hermes: <tool_call> tags), llama3_json or llama4_json (Llama 3.1+ JSON calls), mistral ([TOOL_CALLS]), deepseek_v3 (DeepSeek-V3/R1-0528), deepseek_v31 (DeepSeek-V3.1), glm45 or glm47 (GLM-4.5 to 4.7), qwen3_coder or qwen3_xml (Qwen3-Coder), seed_oss (Seed-OSS), pythonic or llama4_pythonic (Llama 3.2/4: a Python list of calls), kimi_k2 (Kimi-K2: its own call ids), xlam (xLAM: a JSON list of calls, bare, fenced or tagged), granite (Granite 3.x), granite-20b-fc, jamba, hunyuan_a13b, minimax (MiniMax-M1), phi4_mini_json (Phi-4-mini), internlm (InternLM2/2.5), longcat (LongCat-Flash), ernie45 (ERNIE-4.5), gigachat3 (GigaChat3), openai (gpt-oss: harmony messages to functions.NAME)."""
 
     reasoning_parser: (
         Literal[
@@ -176,10 +177,11 @@ class ServerConfig:
             "kimi_k2",
             "seed_oss",
             "ernie45",
+            "openai_gptoss",
         ]
         | None
     ) = None
-    """Split the model's <think>...</think> reasoning from its answer into reasoning (chat completions): qwen3, glm45 and deepseek_v3 (DeepSeek-V3.1: only when the output opens with <think> or the prompt opened the block), deepseek_r1, minimax_m2, step3, kimi_k2 and ernie45 (everything before </think>; ernie45 also unwraps <response>), seed_oss (<seed:think>...</seed:think>), mistral (Magistral: [THINK]...[/THINK]), minimax_m2_append_think (no split: <think> put back in front of the content); an output constraint then applies after the thinking."""
+    """Split the model's <think>...</think> reasoning from its answer into reasoning (chat completions): qwen3, glm45 and deepseek_v3 (DeepSeek-V3.1: only when the output opens with <think> or the prompt opened the block), deepseek_r1, minimax_m2, step3, kimi_k2 and ernie45 (everything before </think>; ernie45 also unwraps <response>), seed_oss (<seed:think>...</seed:think>), mistral (Magistral: [THINK]...[/THINK]), minimax_m2_append_think (no split: <think> put back in front of the content), openai_gptoss (gpt-oss: the harmony analysis channel); an output constraint then applies after the thinking."""
 
     enable_prompt_tokens_details: bool = False
     """Add usage.prompt_tokens_details.cached_tokens, the prompt tokens the prefix cache served (vLLM's flag)."""

@@ -17,6 +17,7 @@ known not to be one.
 - `minimax_m2`, `step3`, `kimi_k2` and `ernie45` (whose answer may sit in `<response>` tags, left out of the
   content): deepseek_r1's rule, as their templates open the block (Kimi-K2 may write `<think>` again).
 - `seed_oss`: qwen3's rule with `<seed:think>` and `</seed:think>`.
+- `openai_gptoss` (gpt-oss): OpenAI's harmony messages (harmony.py), the analysis channel the reasoning.
 - `minimax_m2_append_think`: no split; the content is `<think>` and the whole output, for clients that
   send MiniMax-M2's thinking back in the conversation.
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from model_optimizer.runtime.server import harmony
 from model_optimizer.runtime.server.tool_parsers import _held_back
 from model_optimizer.runtime.structured.grammar import REASONING_WHITESPACE
 
@@ -282,6 +284,53 @@ class MiniMaxM2AppendThinkReasoningParser(ReasoningParser):
         return 0
 
 
+class GptOssReasoningParser(ReasoningParser):
+    """gpt-oss (OpenAI's harmony format, harmony.py): the analysis messages' bodies are the reasoning; the content
+    is the final and commentary messages' bodies, and each call to a tool as written, for `--tool-call-parser
+    openai`. A prompt that ends inside a message's header and `<|message|>` (a prefilled answer) makes the
+    output that message's body."""
+
+    name = "openai_gptoss"
+    needs_special_tokens = True
+    START, END = harmony.CHANNEL + harmony.ANALYSIS + harmony.MESSAGE, harmony.CHANNEL + "final" + harmony.MESSAGE
+    """How a reasoning message opens; where the answer starts (an output constraint applies after it)."""
+
+    def __init__(self, prompt: str = "", lead: str = "") -> None:
+        super().__init__(prompt)
+        self.lead = lead
+        """The header the prompt ended with, when it ended inside a message: the output goes on in it."""
+
+    @classmethod
+    def for_prompt(cls, prompt: str | None, after: str = "") -> ReasoningParser:
+        tail = (prompt or "").rstrip()
+        if not tail.endswith(harmony.MESSAGE):
+            return cls()
+        opener = max(tail.rfind(harmony.START), tail.rfind(harmony.CHANNEL))
+        return cls(lead=tail[opener:] if opener != -1 else "")
+
+    def constraint_tags(self) -> tuple[str, str]:
+        """The constraint applies to the final message: free messages first, up to its header; from the first
+        token where the prompt opened a message other than the analysis."""
+        answering = bool(self.lead) and harmony.read_messages(self.lead, final=False)[0].channel != harmony.ANALYSIS
+        return "", "" if answering else self.END
+
+    def split(self, text: str, final: bool) -> tuple[str, str]:
+        reasoning, content = [], ""
+        for message in harmony.read_messages(self.lead + text, final):
+            if message.recipient is not None:
+                content += message.raw  # a call, for the tool parser
+            elif message.channel == harmony.ANALYSIS:
+                reasoning.append(message.body)
+            else:
+                content += message.body
+        return "\n".join(reasoning), content
+
+    def count_tokens(self, text: str, token_ids: Sequence[int], encode: Callable[[str], Sequence[int]]) -> int:
+        """The reasoning's tokens, encoded again (its headers are not counted)."""
+        reasoning, _ = self.split(text, final=True)
+        return len(encode(reasoning)) if reasoning else 0
+
+
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     p.name: p
     for p in (
@@ -296,6 +345,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         KimiK2ReasoningParser,
         SeedOssReasoningParser,
         Ernie45ReasoningParser,
+        GptOssReasoningParser,
     )
 }
 """--reasoning-parser choices."""

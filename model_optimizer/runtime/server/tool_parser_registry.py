@@ -1,13 +1,14 @@
 """The `--tool-call-parser` choices: each model family's format by the name vLLM gives it.
 
-A module of its own because the parsers live in six (tool_parsers.py for JSON formats,
+A module of its own because the parsers live in seven (tool_parsers.py for JSON formats,
 tool_parsers_deepseek.py for DeepSeek's and Kimi-K2's special-token markers, tool_parsers_tagged.py for
 more JSON formats behind markers, tool_parsers_kv.py for key/value tags, tool_parsers_pythonic.py,
-tool_parsers_xlam.py), which build on the first.
+tool_parsers_xlam.py, harmony.py), which build on the first.
 """
 
 from __future__ import annotations
 
+from model_optimizer.runtime.server.harmony import HarmonyToolParser
 from model_optimizer.runtime.server.tool_parsers import HermesParser, Llama3JsonParser, MistralParser, ToolParser
 from model_optimizer.runtime.server.tool_parsers_deepseek import DeepSeekV3Parser, DeepSeekV31Parser, KimiK2Parser
 from model_optimizer.runtime.server.tool_parsers_kv import Glm45Parser, Qwen3CoderParser, SeedOssParser
@@ -50,6 +51,7 @@ PARSERS: dict[str, type[ToolParser]] = {
         Ernie45Parser,
         SeedOssParser,
         GigaChat3Parser,
+        HarmonyToolParser,
     )
 } | {
     "qwen3_xml": Qwen3CoderParser,

@@ -14,6 +14,7 @@ from model_optimizer.runtime.server.reasoning import (
     OPEN,
     REASONING_PARSERS,
     DeepSeekR1ReasoningParser,
+    GptOssReasoningParser,
     Qwen3ReasoningParser,
     prompt_state,
 )
@@ -217,6 +218,7 @@ def test_every_reasoning_parser_s_stream_adds_up_to_its_whole_split():
 
     rng = random.Random(3)
     pieces = ["<think>", "</think>", "<seed:think>", "</seed:think>", "[THINK]", "[/THINK]", "<response>",
+              "<|channel|>analysis<|message|>", "<|end|>", "<|start|>assistant<|channel|>final<|message|>",
               "<|tool_calls_section_begin|>", "<|tool_call_section_begin|>",
               "</response>", "\n", " ", "ab", "<", "</", "think", ">", "</think>\n", "\n<response>\n"]  # fmt: skip
     for _ in range(3000):
@@ -425,7 +427,8 @@ FRAGMENTS = [
     "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.f:0", "<|tool_call_argument_begin|>",
     "<|tool_call_end|>", "<|tool_calls_section_end|>", "<|tool_call_section_begin|>", "```json", "\n```\n",
     "<tool_calls>", "</tool_calls>", "<|tool_call|>", "functools[", "<function_call>", "<|action_start|><|plugin|>",
-    "<|action_end|>", "<longcat_tool_call>", "<seed:tool_call>", "</seed:tool_call>",
+    "<|action_end|>", "<longcat_tool_call>", "<seed:tool_call>", "</seed:tool_call>", "<|start|>assistant",
+    "<|channel|>analysis", "<|channel|>final", " to=functions.f", "<|message|>", "<|end|>", "<|call|>",
 ]  # fmt: skip
 
 
@@ -460,6 +463,7 @@ CALL_FRAMES = {
     "ernie45": ('<tool_call>{"name":"f","arguments":', "}</tool_call>"),
     "seed_oss": ("<seed:tool_call>\n<function=f>\n<parameter=a>\n", "\n</parameter>\n</function>\n</seed:tool_call>"),
     "gigachat3": ('<|message_sep|>function call<|role_sep|>\n{"name":"f","arguments":', "}"),
+    "openai": ("<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>", "<|call|>"),
 }
 """Each format's call around random pieces: texts that reach deep into the parsers."""
 ALIASES = {"qwen3_xml": "qwen3_coder", "llama4_json": "llama3_json", "llama4_pythonic": "pythonic", "glm47": "glm45"}
@@ -482,7 +486,7 @@ def test_streamed_deltas_add_up_to_the_whole_message_for_any_text():
         if rng.random() < 0.5:
             head, tail = CALL_FRAMES[ALIASES.get(name, name)]
             text = text[: len(text) // 3] + head + text[len(text) // 3 :] + tail
-        reasoning = rng.choice([None, Qwen3ReasoningParser, DeepSeekR1ReasoningParser])
+        reasoning = rng.choice([None, Qwen3ReasoningParser, DeepSeekR1ReasoningParser, GptOssReasoningParser])
 
         def output(parser=parser, reasoning=reasoning):
             return ChatOutput(reasoning() if reasoning else None, parser(tools))

@@ -1,9 +1,10 @@
-"""`--tool-call-parser qwen3_coder`, `xlam`, `minimax` and `internlm` end to end: a live server on the tiny
+"""`--tool-call-parser qwen3_coder`, `xlam`, `minimax`, `internlm` and `openai` end to end: a live server on the tiny
 Qwen3 and the `openai` client.
 
 The random model is made to write a call in each format by a regex constraint (as
 test_structured_outputs.py does for hermes): Qwen3-Coder's key/value tags, xLAM's fenced JSON list,
-MiniMax-M1's JSON lines in tags, InternLM2's action block (special tokens in InternLM2). The server must hand it back as a tool call whose arguments are JSON typed by the tool's schema, streamed
+MiniMax-M1's JSON lines in tags, InternLM2's action block (special tokens in InternLM2), gpt-oss's harmony
+commentary message to `functions.lookup`. The server must hand it back as a tool call whose arguments are JSON typed by the tool's schema, streamed
 and not: `code` holds digits yet stays a string, as its schema says (for qwen3_coder the request's
 tools reach the parser), and `days` is a number; the text before the call is the content.
 """
@@ -34,6 +35,10 @@ CALLS = {
     "internlm": (
         r'Sure\.<\|action_start\|><\|plugin\|>\n\{"name": "lookup", "parameters": '
         r'\{"code": "[0-9]{2}", "days": [1-7]\}\}<\|action_end\|>'
+    ),
+    "openai": (
+        r"Sure\.<\|start\|>assistant<\|channel\|>commentary to=functions\.lookup <\|constrain\|>json<\|message\|>"
+        r'\{"code": "[0-9]{2}", "days": [1-7]\}<\|call\|>'
     ),
 }
 """Per parser: a regex of one call to `lookup` in its format, after the text "Sure."."""
@@ -74,7 +79,7 @@ def test_calls_come_back_typed_whole_and_streamed(parser_client):
 
 def test_allowed_tools_auto_needs_a_format_that_frames_a_call(parser_client):
     """Mode auto with some of the tools constrains the calls: a structural tag in formats that frame a call
-    (minimax, internlm), a 400 saying so in those that cannot (qwen3_coder's key/value tags, xlam's list)."""
+    (minimax, internlm, openai), a 400 saying so in those that cannot (qwen3_coder's key/value tags, xlam's list)."""
     parser, client = parser_client
     tools = [openai.pydantic_function_tool(Lookup, name="lookup"), openai.pydantic_function_tool(Lookup, name="other")]
     choice = {
@@ -82,7 +87,7 @@ def test_allowed_tools_auto_needs_a_format_that_frames_a_call(parser_client):
         "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "lookup"}}]},
     }
     kwargs = dict(model="tiny", messages=USER, tools=tools, tool_choice=choice, max_tokens=8)
-    if parser in ("minimax", "internlm"):
+    if parser in ("minimax", "internlm", "openai"):
         assert client.chat.completions.create(**kwargs).choices[0].finish_reason in ("stop", "length", "tool_calls")
     else:
         with pytest.raises(openai.BadRequestError, match="cannot frame"):

@@ -1,0 +1,122 @@
+"""OpenAI's harmony format (gpt-oss): the messages of an output, and `--tool-call-parser openai`.
+
+A gpt-oss turn is a run of messages after the prompt's `<|start|>assistant`. Each has a header, then
+`<|message|>`, then its body up to `<|end|>`, `<|call|>` or `<|return|>` (the last two stop generation, so
+they rarely reach the text); every message after the first opens with `<|start|>assistant`. The header
+names the channel (`<|channel|>analysis`: the reasoning; `final`: the answer; `commentary`: tool calls and
+preambles) and, for a call, its recipient (` to=functions.NAME`, after the channel or after the role)
+and the arguments' format (` <|constrain|>json`). The markers are special tokens: the text must keep
+them (skip_special_tokens off).
+
+`read_messages` reads a text, possibly still arriving, into messages. Text before the first header (an
+output that is not in the format at all, or what a reasoning parser left of one) is a message of no
+channel. A header counts once its `<|message|>` has arrived, and a body's end is held back while it may
+be the start of a marker, so messages, read again as text arrives, only grow: streamed and whole
+readings agree.
+
+The reasoning parser `openai_gptoss` (reasoning.py) takes the analysis bodies for reasoning and leaves
+the rest as content: the bodies of final and commentary messages, and each call, as written, for this
+module's tool parser. `openai` reads the calls (recipient `functions.NAME`, the body its arguments) and
+takes every other body for content; alone, without the reasoning parser, that includes the analysis.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from model_optimizer.runtime.server.tool_parsers import PartialCall, ToolParser, ToolView, _held_back
+
+START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
+ENDS = ("<|end|>", "<|call|>", "<|return|>")
+OPENERS = (START, CHANNEL)
+"""Markers that begin a message's header."""
+ANALYSIS = "analysis"
+FUNCTIONS = "functions."
+"""The namespace of the request's tools among recipients (others, `browser.search` or `python`, are the
+model's built-in tools, which this server does not run)."""
+_CHANNEL_NAME = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]+)")
+_RECIPIENT = re.compile(r"\bto=([^\s<]+)")
+
+
+@dataclass
+class HarmonyMessage:
+    channel: str
+    """"analysis", "final", "commentary", ...; "" for text outside any header."""
+    recipient: str | None
+    body: str
+    """As far as it has arrived (a possible start of an end marker held back)."""
+    raw: str
+    """The message as written, header and end marker included (as far as it has arrived)."""
+    complete: bool
+
+
+def read_messages(text: str, final: bool) -> list[HarmonyMessage]:
+    """The messages of `text`, the last one possibly still arriving; `final`: no more text comes (nothing
+    is held back, and a header cut short is dropped)."""
+    messages = []
+    first = _first(text, OPENERS, 0)
+    if first != 0:  # text before any header
+        end = len(text) if first == -1 else first
+        held = 0 if final or first != -1 else max(_held_back(text, m) for m in OPENERS)
+        plain = text[: end - held]
+        if plain:
+            messages.append(HarmonyMessage("", None, plain, plain, first != -1 or final))
+        if first == -1:
+            return messages
+    at = first
+    while at < len(text):
+        opened = text.find(MESSAGE, at)
+        if opened == -1:
+            break  # the header is still arriving
+        header = text[at:opened]
+        body_at = opened + len(MESSAGE)
+        end = _first(text, (*ENDS, START), body_at)
+        channel = match.group(1) if (match := _CHANNEL_NAME.search(header)) else ""
+        recipient = match.group(1) if (match := _RECIPIENT.search(header)) else None
+        if end == -1:
+            held = 0 if final else max(_held_back(text, m) for m in (*ENDS, START))
+            stop = max(len(text) - held, body_at)
+            messages.append(HarmonyMessage(channel, recipient, text[body_at:stop], text[at:stop], final))
+            break
+        marker = next(m for m in ENDS if text.startswith(m, end)) if not text.startswith(START, end) else ""
+        after = end + len(marker)
+        messages.append(HarmonyMessage(channel, recipient, text[body_at:end], text[at:after], True))
+        at = after
+    return messages
+
+
+def _first(text: str, markers: tuple[str, ...], at: int) -> int:
+    """Where the first of `markers` occurs in text[at:], or -1."""
+    return min((i for m in markers if (i := text.find(m, at)) != -1), default=-1)
+
+
+def function_name(recipient: str | None) -> str | None:
+    """The request's tool a message is addressed to (`functions.NAME`), or None."""
+    if recipient is None or not recipient.startswith(FUNCTIONS):
+        return None
+    return recipient[len(FUNCTIONS) :] or None
+
+
+class HarmonyToolParser(ToolParser):
+    """`openai` (gpt-oss): a message to `functions.NAME` is a call, its body the arguments' JSON; every other
+    message's body is content."""
+
+    name = "openai"
+    needs_special_tokens = True
+
+    def call_frame(self, name: str) -> tuple[str, str, str]:
+        """A commentary message to the tool, its arguments JSON (the header gpt-oss writes for a call)."""
+        trigger = CHANNEL + "commentary to=" + FUNCTIONS
+        return trigger, f"{trigger}{name} <|constrain|>json{MESSAGE}", "<|call|>"
+
+    def view(self, text: str, final: bool) -> ToolView:
+        content, calls = "", []
+        for message in read_messages(text, final):
+            name = function_name(message.recipient)
+            if name is None:
+                content += message.body
+            else:
+                arguments = message.body.lstrip() or ("{}" if message.complete else "")  # none written: none taken
+                calls.append(PartialCall(name=name, arguments=arguments, complete=message.complete))
+        return ToolView(content, calls)
