@@ -97,6 +97,30 @@ def test_softcap_at_gemma2_head_dim(num_splits, sliding_window):
     assert relative_error(out, _reference(batch, sliding_window)) > 0.05
 
 
+@pytest.mark.parametrize("num_splits", [None, 1, 8])
+@pytest.mark.parametrize("sliding_window", [None, 128])
+def test_attention_sinks_at_gpt_oss_shapes(num_splits, sliding_window):
+    """gpt-oss's attention sinks on head_dim 64, 64 query heads over 8 KV heads, prefill and decode, split-KV
+    and its 128-token window; bf16 sinks as the model holds them, large enough to matter."""
+    from model_optimizer.runtime.kernels.paged_attention import paged_attention
+
+    batch = make_paged_batch(MIXED[:8], 64, 8, 64, 16, torch.bfloat16, device="cuda", seed=11)
+    sinks = (torch.randn(64, generator=torch.Generator().manual_seed(3)) * 2 + 2).to("cuda", torch.bfloat16)
+
+    def run(s):
+        out = torch.full_like(batch.query, float("nan"))
+        args = (batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables)
+        paged_attention(*args, batch.query.shape[-1] ** -0.5, sliding_window, max_query_len=batch.max_query_len,
+                        max_seq_len=batch.max_seq_len, num_splits=num_splits, out=out, sinks=s)  # fmt: skip
+        return out
+
+    ref = paged_attention_ref(batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens,
+                              batch.block_tables, batch.query.shape[-1] ** -0.5, sliding_window, sinks=sinks)  # fmt: skip
+    out = run(sinks)
+    assert relative_error(out, ref) < TOLERANCE[torch.bfloat16]
+    assert relative_error(run(None), ref) > 0.05
+
+
 def test_head_dim_64_and_256():
     for head_dim in (64, 256):
         batch = make_paged_batch(MIXED[:8], 8, 2, head_dim, 16, torch.bfloat16, device="cuda", seed=head_dim)

@@ -20,6 +20,12 @@ Here one step is:
 
 Programs of blocks past the last expert's run return at once: the grid is sized for the worst
 case (every pair its own expert), which a decode batch never reaches.
+
+gpt-oss's experts (models/gpt_oss.py) add two things, each a constexpr of the GEMM kernel that is off for
+every other model (the kernel they run compiles unchanged): per-expert biases (`w13_bias` (experts,
+2 * intermediate), gate then up like w13's rows, and `w2_bias` (experts, hidden)), added to the float32
+accumulator before the activation and before the routing weight; and the clamped SwiGLU
+(`moe_reference.ClampedSwiglu`) in place of silu(gate) * up.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from model_optimizer.runtime.kernels import aot
 from model_optimizer.runtime.kernels.dots import dot
 from model_optimizer.runtime.kernels.fused_ops import round_to
 from model_optimizer.runtime.kernels.moe_align import align_pairs_parallel, max_padded_pairs
+from model_optimizer.runtime.kernels.moe_reference import ClampedSwiglu
 from model_optimizer.runtime.kernels.moe_tiles import MoeTiles, choose_tiles
 
 
@@ -204,10 +211,17 @@ def _moe_gemm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    bias_ptr=None,
+    HAS_BIAS: tl.constexpr = False,
+    SWIGLU_ALPHA: tl.constexpr = 0.0,
+    SWIGLU_LIMIT: tl.constexpr = 0.0,
 ):
     """out[pair, cols] = a[pair // PAIRS_PER_A_ROW] @ w[expert, cols].T for one block of pairs, one
     expert; GATED: w holds N gate rows then N up rows and out is silu(gate) * up; WEIGHTED: each row
-    times its routing weight. Padding rows (pair == num_pairs) are neither read nor written."""
+    times its routing weight. Padding rows (pair == num_pairs) are neither read nor written.
+    HAS_BIAS: plus bias[expert] ((2N,) gate then up when GATED, else (N,)), contiguous, before the activation
+    and the weight. SWIGLU_LIMIT > 0: the activation is gpt-oss's clamped SwiGLU, (clamp(up, -L, L) + 1) *
+    g * sigmoid(SWIGLU_ALPHA * g) with g = min(gate, L). Both off: the kernel every other model runs."""
     pid = tl.program_id(0)
     num_n = tl.cdiv(N, BLOCK_N)
     pid_m = pid // num_n
@@ -237,8 +251,20 @@ def _moe_gemm_kernel(
         if GATED:
             w_up = tl.load(w_cols + N * stride_wn + ks[:, None], mask=w_mask, other=0.0)
             up = dot(a.to(DOT_DTYPE), w_up.to(DOT_DTYPE), up, DOT_DTYPE)
+    if HAS_BIAS:
+        if GATED:
+            bias_row = bias_ptr + expert.to(tl.int64) * (2 * N) + cols
+            up += tl.load(bias_row + N, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        else:
+            bias_row = bias_ptr + expert.to(tl.int64) * N + cols
+        acc += tl.load(bias_row, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     if GATED:
-        acc = acc * tl.sigmoid(acc) * up  # silu(gate) * up
+        if SWIGLU_LIMIT > 0.0:  # gpt-oss: gate clamped above, up on both sides, up + 1
+            gate = tl.minimum(acc, SWIGLU_LIMIT)
+            up = tl.minimum(tl.maximum(up, -SWIGLU_LIMIT), SWIGLU_LIMIT)
+            acc = (up + 1.0) * (gate * tl.sigmoid(gate * SWIGLU_ALPHA))
+        else:
+            acc = acc * tl.sigmoid(acc) * up  # silu(gate) * up
     if WEIGHTED:
         acc = acc * tl.load(route_w_ptr + pair, mask=row_ok, other=0.0)[:, None]
     out = out_ptr + pair.to(tl.int64)[:, None] * stride_om + cols[None, :]
@@ -277,8 +303,15 @@ def _dot_dtype(dtype: torch.dtype):
     return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[dtype]
 
 
-def _gemm(a, w, out, sorted_ids, block_expert, route_w, pairs_per_a_row, gated, tiles, block_m) -> None:
+def _gemm(
+    a, w, out, sorted_ids, block_expert, route_w, pairs_per_a_row, gated, tiles, block_m, bias=None, activation=None
+) -> None:
     n, k = out.shape[1], w.shape[2]
+    extra = {}  # only when set: without them the launch, and the kernel, are every other model's
+    if bias is not None:
+        extra.update(bias_ptr=bias, HAS_BIAS=True)
+    if activation is not None and gated:
+        extra.update(SWIGLU_ALPHA=float(activation.alpha), SWIGLU_LIMIT=float(activation.limit))
     grid = (block_expert.numel() * triton.cdiv(n, tiles.block_n),)
     _moe_gemm_kernel[grid](
         a,
@@ -305,6 +338,7 @@ def _gemm(a, w, out, sorted_ids, block_expert, route_w, pairs_per_a_row, gated, 
         BLOCK_K=tiles.block_k,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
+        **extra,
     )
 
 
@@ -317,13 +351,18 @@ def fused_moe(
     tiles: MoeTiles | None = None,
     all_ids_local: bool = False,
     summed: bool = True,
+    w13_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
+    activation: ClampedSwiglu | None = None,
 ) -> torch.Tensor:
     """`moe_reference.fused_moe_ref` in two Triton launches (plus the sort): (tokens, hidden) in x.dtype;
     with `summed` False the weighted rows before their sum, (tokens * top_k, hidden) (layers/expert_rows.py).
 
     Inputs are trusted (the MoE layer builds them); `tiles` overrides the table (tests, benchmarks).
     `all_ids_local` promises every id is one of these experts (no expert parallelism): every row of
-    the down GEMM's output is then written, and it needs no zeroing first."""
+    the down GEMM's output is then written, and it needs no zeroing first.
+    `w13_bias`, `w2_bias`, `activation`: gpt-oss's expert biases and clamped SwiGLU, as in `fused_moe_ref`
+    (None: none, silu(gate) * up)."""
     num_tokens, hidden = x.shape
     num_experts, intermediate = w13.shape[0], w13.shape[1] // 2
     top_k = topk_ids.shape[1]
@@ -342,8 +381,12 @@ def fused_moe(
     num_pairs = num_tokens * top_k
     weights = topk_weights.float().reshape(-1).contiguous()  # (pairs,) in pair order
     h = torch.empty(num_pairs, intermediate, dtype=x.dtype, device=x.device)  # read only where written
-    _gemm(x, w13, h, sorted_ids, block_expert, weights, top_k, True, tiles.gate_up, tiles.block_m)
+    if activation is not None and activation.limit <= 0:
+        raise ValueError(f"the clamped SwiGLU needs a positive limit, got {activation.limit}")
+    b13 = None if w13_bias is None else w13_bias.contiguous()
+    b2 = None if w2_bias is None else w2_bias.contiguous()
+    _gemm(x, w13, h, sorted_ids, block_expert, weights, top_k, True, tiles.gate_up, tiles.block_m, b13, activation)
     # the rows of pairs no block computes (experts of another rank) must add nothing
     out = (torch.empty if all_ids_local else torch.zeros)(num_pairs, hidden, dtype=x.dtype, device=x.device)
-    _gemm(h, w2, out, sorted_ids, block_expert, weights, 1, False, tiles.down, tiles.block_m)
+    _gemm(h, w2, out, sorted_ids, block_expert, weights, 1, False, tiles.down, tiles.block_m, b2)
     return sum_over_k(out, num_tokens, top_k) if summed else out

@@ -121,6 +121,7 @@ def paged_attention(
     out: torch.Tensor | None = None,
     tiles: Tiles | None = None,
     softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention of a mixed batch (prefill chunks and decode tokens) over the paged cache.
 
@@ -133,6 +134,8 @@ def paged_attention(
     tiles: launch shape override (benchmarks); None takes the defaults of `Tiles`.
     softcap: attention logit soft-capping (Gemma 2), as in `paged_attention_ref`; a compile-time constant
     of the kernel, so a model without it runs the kernel it always ran.
+    sinks: (num_heads,) per-head attention-sink logits (gpt-oss), as in `paged_attention_ref`; None (a
+    constexpr of the kernel) runs the kernel every other model runs.
     """
     _check_inputs(query, kv_cache, query_start_loc, seq_lens, block_tables)
     num_tokens, num_heads = query.shape[:2]
@@ -145,6 +148,8 @@ def paged_attention(
         raise ValueError(f"sliding_window must be a positive number of tokens, got {sliding_window}")
     if softcap is not None and not softcap > 0:
         raise ValueError(f"softcap must be a positive number, got {softcap}")
+    if sinks is not None and (sinks.shape != (num_heads,) or sinks.stride(0) != 1 or not sinks.is_floating_point()):
+        raise ValueError(f"sinks must be a contiguous float tensor ({num_heads},), got {tuple(sinks.shape)}")
     is_fp8 = kv_cache.dtype == FP8_DTYPE
     if not is_fp8 and kv_cache.dtype != query.dtype:
         raise ValueError(f"kv_cache dtype {kv_cache.dtype} must match the query's {query.dtype} (or be fp8)")
@@ -171,6 +176,7 @@ def paged_attention(
             scales,
             tiles or default_tiles(is_fp8, max_query_len),
             float(softcap or 0.0),
+            sinks,
         ),
     )
     return out
@@ -214,6 +220,7 @@ class _Launch:
     scales: tuple[torch.Tensor, torch.Tensor] | None  # (k_scale, v_scale) of an fp8 cache
     tiles: Tiles
     softcap: float  # 0.0: no capping
+    sinks: torch.Tensor | None = None  # (num_heads,) sink logits; None: none (the kernel without them)
 
 
 def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: _Launch) -> None:
@@ -277,6 +284,8 @@ def _launch(query, kv_cache, query_start_loc, seq_lens, block_tables, out, cfg: 
         PRESCALE_Q=is_fp8,
         DECODE_ONLY=decode_only,
         SOFTCAP=cfg.softcap,
+        sinks_ptr=cfg.sinks,  # None: a constexpr, no kernel parameter
+        HAS_SINKS=cfg.sinks is not None,
         num_warps=cfg.tiles.num_warps,
         num_stages=cfg.tiles.num_stages,
         **pdl.options(out),

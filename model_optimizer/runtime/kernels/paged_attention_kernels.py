@@ -16,6 +16,12 @@ With SOFTCAP > 0 (Gemma 2's attn_logit_softcapping) each scaled score s becomes 
 before the mask: the true score is capped, then taken to base-2 units, so the log2(e) factor is not folded
 into the scale there. SOFTCAP 0.0 compiles the kernel every other model runs, unchanged.
 
+With HAS_SINKS (gpt-oss's learned attention sinks) each query head h has one more logit, sinks[h], in its
+softmax denominator and no value: the running max starts at the sink (in base-2 units) and the running sum
+at exp2(0) = 1, so the sink joins the denominator once, rescaled with the max like any key. With split-KV
+only split 0 starts from the sink (the reduction then counts it once). Off (the default, and sinks_ptr
+None at the launch, a constexpr) it compiles the kernel every other model runs, unchanged.
+
 With NUM_SPLITS > 1 (flash decoding) each program covers one slice of the key range and writes
 its unnormalised output with its running max and sum; `_reduce_splits_kernel` merges them.
 """
@@ -121,6 +127,8 @@ def _paged_attention_kernel(
     DECODE_ONLY: tl.constexpr,
     PRESCALE_Q: tl.constexpr,
     SOFTCAP: tl.constexpr = 0.0,
+    sinks_ptr=None,
+    HAS_SINKS: tl.constexpr = False,
     PDL: tl.constexpr = False,
 ):
     pdl.wait_then_release(PDL)
@@ -183,6 +191,14 @@ def _paged_attention_kernel(
         qk_scale = qk_scale * tl.load(k_scale_ptr)
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) + _NEG_BIG
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if HAS_SINKS:  # the sink's logit is the first "key" each row sees: max = sink, sum = exp2(0)
+        sink = tl.load(sinks_ptr + head, mask=row_ok, other=0.0).to(tl.float32) * _LOG2E
+        if NUM_SPLITS > 1:  # once per row: in split 0 only
+            m_i = tl.where(split == 0, sink, m_i)
+            l_i = tl.where(split == 0, 1.0, l_i)
+        else:
+            m_i = sink
+            l_i = l_i + 1.0
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
     cols = tl.arange(0, TILE_N)
     table = block_tables_ptr + seq.to(tl.int64) * stride_bt

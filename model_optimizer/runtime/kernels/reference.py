@@ -86,6 +86,7 @@ def paged_attention_ref(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention of each sequence's new tokens over its whole cached context.
 
@@ -97,6 +98,8 @@ def paged_attention_ref(
     k_scale / v_scale dequantize an fp8 cache (see the module docstring).
     softcap c (Gemma 2's attn_logit_softcapping) bounds each scaled score s to c * tanh(s / c) before
     the mask and the softmax; None leaves the scores as they are.
+    sinks (num_heads,) (gpt-oss's attention sinks): head h's softmax has one more logit, sinks[h], in its
+    denominator, whose weight is dropped (transformers' eager GptOss attention); None: no sink.
     Returns (num_tokens, num_heads, head_dim) in the query dtype.
     """
     block_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
@@ -123,7 +126,11 @@ def paged_attention_ref(
         if sliding_window is not None:
             visible &= k_pos > q_pos - sliding_window
         scores.masked_fill_(~visible, float("-inf"))
-        probs = scores.softmax(dim=-1)
+        if sinks is not None:  # one more logit per head in the denominator, its weight dropped
+            sink = sinks.float()[:, None, None].expand(-1, q_len, 1)
+            probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
+        else:
+            probs = scores.softmax(dim=-1)
         out[starts[i] : starts[i + 1]] = _weighted_values(probs, v, visible).to(query.dtype)
     return out
 

@@ -101,13 +101,18 @@ class Attention(nn.Module):
         v: torch.Tensor,
         meta: AttentionMetadata,
         rotation: Rotation | None = None,
+        sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """q (tokens, heads, head_dim), k and v (tokens, kv_heads, head_dim) -> (tokens, heads * head_dim).
-        With `rotation`, q and k come unrotated and are rotated here (see the module docstring).
+        With `rotation`, q and k come unrotated and are rotated here (see the module docstring). `sinks`
+        (heads,): gpt-oss's learned attention sinks, one more logit per head in each softmax denominator
+        whose weight is dropped (kernels/reference.py); the model's own parameter, passed at each call.
 
         Any other `meta` is a packed batch without a KV cache (embeddings, embed/varlen_attention.py): it
         attends causally itself and nothing is stored, so one decoder serves generation and embeddings."""
         if not isinstance(meta, AttentionMetadata):
+            if sinks is not None:
+                raise ValueError("attention sinks (gpt-oss) are not supported without a KV cache (embeddings)")
             if rotation is not None:
                 q, k = rotation.apply(q, k)
             # the packed paths scale by head_dim ** -0.5 (Gemma's differs): q takes the rest, so the score
@@ -124,7 +129,7 @@ class Attention(nn.Module):
         if kernels is None:
             out = paged_attention_ref(
                 q, kv_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, self.scale, self.sliding_window,
-                self.k_scale, self.v_scale, self.softcap,
+                self.k_scale, self.v_scale, self.softcap, sinks,
             )  # fmt: skip
             return out.flatten(1)
         out = kernels.paged_attention(
@@ -141,6 +146,7 @@ class Attention(nn.Module):
             v_scale=self.v_scale,
             num_splits=meta.num_splits,
             softcap=self.softcap,
+            **({} if sinks is None else {"sinks": sinks}),  # without: the call every other model makes
         )
         return out.flatten(1)
 

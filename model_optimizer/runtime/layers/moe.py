@@ -18,6 +18,10 @@ Pieces, each usable alone (a new family composes them; DeepSeek's routers: model
   and DeepSeek: `experts.<e>.gate_proj/up_proj/down_proj`; Mixtral: `experts.<e>.w1/w3/w2`) to the
   loader, exactly as fused q/k/v are declared. forward(x, weights, ids) runs the fused Triton
   kernel on CUDA (kernels/fused_moe.py) and the per-expert loop elsewhere (kernels/moe_reference.py).
+  With `bias` it also holds `w13_bias` (experts, 2 * intermediate) and `w2_bias` (experts, hidden), and
+  `activation` (a `ClampedSwiglu`) replaces silu(gate) * up: gpt-oss's experts (models/gpt_oss.py, which
+  fills them from its stacked checkpoint tensors). Under tensor parallelism only the rank holding the
+  first intermediate slice keeps w2_bias (the others hold zeros), so the all_reduce adds it once.
 - `SparseMoeBlock`: router, experts, and optional `shared_experts` (any module of x, added to the
   routed sum, as DeepSeek's shared experts or Qwen2-MoE's shared expert). A decoder layer calls
   `forward_after_norm(h, residual, norm)` (its post-attention norm and the block): at a decode step
@@ -43,7 +47,7 @@ from torch import nn
 from model_optimizer.runtime.distributed import all_reduce, get_tp
 from model_optimizer.runtime.kernels import aot, triton_kernel
 from model_optimizer.runtime.kernels.dense_linear import dense_linear
-from model_optimizer.runtime.kernels.moe_reference import fused_moe_ref
+from model_optimizer.runtime.kernels.moe_reference import ClampedSwiglu, fused_moe_ref
 from model_optimizer.runtime.layers.expert_rows import ExpertRows
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor, materialize, reads_lazily
 from model_optimizer.runtime.layers.norm import RMSNorm
@@ -114,7 +118,14 @@ class TopKRouter(nn.Module):
 class FusedExperts(nn.Module):
     """All experts' weights stacked, computed in one fused kernel on the GPU; see the module docstring."""
 
-    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int) -> None:
+    def __init__(
+        self,
+        num_experts: int,
+        hidden_size: int,
+        intermediate_size: int,
+        bias: bool = False,
+        activation: ClampedSwiglu | None = None,
+    ) -> None:
         super().__init__()
         tp = get_tp()
         self.num_experts, self.hidden_size = num_experts, hidden_size
@@ -131,6 +142,13 @@ class FusedExperts(nn.Module):
         self.w2_weight = nn.Parameter(torch.empty(local, hidden_size, inter))
         self.w13_weight.weight_loader = self._load_expert  # type: ignore[attr-defined]
         self.w2_weight.weight_loader = self._load_expert  # type: ignore[attr-defined]
+        self.activation = activation
+        """None: silu(gate) * up; else gpt-oss's clamped SwiGLU (kernels/moe_reference.py)."""
+        if bias:
+            self.w13_bias = nn.Parameter(torch.empty(local, 2 * inter))
+            self.w2_bias = nn.Parameter(torch.empty(local, hidden_size))
+        else:
+            self.w13_bias = self.w2_bias = None
 
     @reads_lazily
     def _load_expert(self, param: nn.Parameter, loaded: torch.Tensor | LazyTensor, shard_id: str | None = None) -> None:
@@ -170,7 +188,14 @@ class FusedExperts(nn.Module):
             topk_ids = topk_ids - self.first_expert
         kernel = triton_kernel("fused_moe", "fused_moe") if aot.on_gpu(x) else None
         if kernel is None:
-            return fused_moe_ref(x, self.w13_weight, self.w2_weight, topk_weights, topk_ids)
+            return fused_moe_ref(
+                x, self.w13_weight, self.w2_weight, topk_weights, topk_ids, self.w13_bias, self.w2_bias, self.activation
+            )
+        extra = {}  # gpt-oss's biases and activation; none: the call (and kernel) of every other model
+        if self.w13_bias is not None:
+            extra.update(w13_bias=self.w13_bias, w2_bias=self.w2_bias)
+        if self.activation is not None:
+            extra.update(activation=self.activation)
         out = kernel(
             x,
             self.w13_weight,
@@ -179,6 +204,7 @@ class FusedExperts(nn.Module):
             topk_ids,
             all_ids_local=not self.expert_parallel,
             summed=summed,
+            **extra,
         )
         return out if summed or topk_ids.shape[1] == 1 else ExpertRows(out, topk_ids.shape[1])
 

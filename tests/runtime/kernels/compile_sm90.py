@@ -49,7 +49,9 @@ def compile_kernel(
     `gluon`: fn is a `@gluon.jit` kernel. `maxnreg`: a register cap (0: none), as a launch passes it."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constexprs else pointer_types.get(n, "i32") for n in names}
-    aligned = [n for n in names if n.endswith("_ptr") or n.startswith("stride_") or n in aligned_ints]
+    aligned = [
+        n for n in names if n not in constexprs and (n.endswith("_ptr") or n.startswith("stride_") or n in aligned_ints)
+    ]  # a pointer passed as None is a constexpr (gpt-oss's sinks_ptr off): no alignment fact
     if gluon:
         from triton.experimental.gluon._runtime import GluonASTSource as source_class
     else:
@@ -165,6 +167,8 @@ def attention(
         DECODE_ONLY=decode,
         PRESCALE_Q=kv == "fp8e4nv",
         SOFTCAP=softcap,
+        sinks_ptr=None,  # gpt-oss's attention sinks off: a constexpr, as the launcher passes None
+        HAS_SINKS=False,
         PDL=pdl,
     )
     return compile_kernel(_paged_attention_kernel, pointers, constexprs, quiet=pdl)

@@ -49,6 +49,10 @@ def moe_gemm(dtype: str, block_m: int, tiles, gated: bool, block_expert: str = "
         BLOCK_M=block_m,
         BLOCK_N=tiles.block_n,
         BLOCK_K=tiles.block_k,
+        bias_ptr=None,  # gpt-oss's expert biases and clamped SwiGLU off: the kernel every other model runs
+        HAS_BIAS=False,
+        SWIGLU_ALPHA=0.0,
+        SWIGLU_LIMIT=0.0,
     )
     kernel = compile_kernel(
         _moe_gemm_kernel,
