@@ -117,6 +117,25 @@ TINY_MODELS = {
         | dict(q_lora_rank=24, n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5)
         | dict(rope_parameters=YARN | {"mscale": 1.0, "mscale_all_dim": 1.0}),
     ),
+    # GLM-4.7-Flash: V3's latent attention and routing at GLM's defaults (one group, interleaved rope, a dense
+    # first layer by default mlp_layer_types), values wider than the no-rope key part, as the release's 256 / 192
+    "glm4_moe_lite": (
+        "glm4_moe_lite",
+        DEEPSEEK
+        | dict(num_hidden_layers=4, q_lora_rank=24, qk_nope_head_dim=24, v_head_dim=32, rope_theta=50_000.0)
+        | dict(routed_scaling_factor=1.8, norm_topk_prob=True),
+    ),
+    # gpt-oss: sinks, alternating sliding (8) and full layers, YaRN (truncate false), router bias, expert biases,
+    # interleaved gate/up and a clamped SwiGLU whose limit (1.5; 7 in the releases) bites at these widths
+    "gpt_oss": (
+        "gpt_oss",
+        dict(head_dim=16, num_hidden_layers=3, num_local_experts=4, num_experts_per_tok=2, intermediate_size=64)
+        | dict(sliding_window=8, swiglu_limit=1.5)
+        | dict(
+            rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}
+            | dict(beta_fast=32.0, beta_slow=1.0, truncate=False, rope_theta=150_000.0)
+        ),
+    ),
 }
 
 

@@ -101,7 +101,7 @@ def _spread_weights(model, seed: int) -> None:
 
 def tiny_config(kind: str, **overrides):
     """A transformers config of a tiny decoder: `kind` llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, glm4,
-    glm4_moe, phi3, gemma3 (text), gemma2, deepseek_v2 or deepseek_v3, 2 layers of width
+    glm4_moe, glm4_moe_lite, phi3, gemma3 (text), gemma2, deepseek_v2 or deepseek_v3, 2 layers of width
     64, 4 query heads and 2 KV heads unless `overrides` say otherwise."""
     import transformers
 
@@ -127,13 +127,62 @@ def tiny_config(kind: str, **overrides):
         "mixtral": transformers.MixtralConfig,
         "glm4": transformers.Glm4Config,
         "glm4_moe": transformers.Glm4MoeConfig,
+        "glm4_moe_lite": transformers.Glm4MoeLiteConfig,
         "phi3": transformers.Phi3Config,
         "gemma3": transformers.Gemma3TextConfig,
         "gemma2": transformers.Gemma2Config,
+        "gpt_oss": transformers.GptOssConfig,
         "deepseek_v2": transformers.DeepseekV2Config,
         "deepseek_v3": transformers.DeepseekV3Config,
     }[kind]
     return cls(**values)
+
+
+def build_mxfp4_checkpoint(float_dir: str | Path, out_dir: str | Path, reference_dir: str | Path | None = None) -> Path:
+    """gpt-oss's released layout from a float gpt-oss checkpoint: each expert weight as MXFP4 `<proj>_blocks` and
+    `<proj>_scales` in nn.Linear's (out, in) order (models/gpt_oss.py `quantize_mxfp4`), quantization_config
+    {quant_method: mxfp4}, everything else as it was. With `reference_dir`, also the float checkpoint of the
+    values those blocks mean, dequantized by transformers' own `convert_moe_packed_tensors`: what transformers
+    computes on the MXFP4 folder, in a folder it loads without its MXFP4 kernels."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    from model_optimizer.runtime.models.gpt_oss import quantize_mxfp4
+
+    float_dir, out_dir = Path(float_dir), Path(out_dir)
+    shutil.copytree(float_dir, out_dir)
+    tensors = load_file(str(float_dir / "model.safetensors"))
+    packed, dequantized = {}, {}
+    for name, tensor in tensors.items():
+        if name.endswith((".experts.gate_up_proj", ".experts.down_proj")):
+            blocks, scales = quantize_mxfp4(tensor.float().transpose(1, 2).contiguous())  # (experts, out, in)
+            packed[f"{name}_blocks"], packed[f"{name}_scales"] = blocks, scales
+            dequantized[name] = convert_moe_packed_tensors(blocks, scales, dtype=torch_dtype_of(tensor)).contiguous()
+        else:
+            packed[name] = dequantized[name] = tensor
+    save_file(packed, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((out_dir / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": [
+            "model.layers.*.self_attn",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "lm_head",
+        ],
+    }
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    if reference_dir is not None:
+        shutil.copytree(float_dir, reference_dir)
+        save_file(dequantized, str(Path(reference_dir) / "model.safetensors"), metadata={"format": "pt"})
+    return out_dir
+
+
+def torch_dtype_of(tensor):
+    return tensor.dtype
 
 
 def build_encoder(

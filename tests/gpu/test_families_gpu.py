@@ -1,4 +1,4 @@
-"""The mixture-of-experts, GLM-4, Phi-3, Gemma 3, Gemma 2 and DeepSeek families on a real GPU: bf16 agrees
+"""The mixture-of-experts, GLM-4, Phi-3, Gemma 3, Gemma 2, DeepSeek and GLM-4.7-Flash families on a real GPU: bf16 agrees
 with transformers, CUDA graphs change nothing, and the fused MoE kernel (and its routing) equals the torch
 ops at real shapes."""
 
@@ -20,9 +20,11 @@ FAMILIES = [
     "phi3_partial",
     "gemma3",
     "gemma2",
+    "gpt_oss",
     "deepseek_v2",
     "deepseek_v2_group",
     "deepseek_v3",
+    "glm4_moe_lite",
 ]
 TOP_K = 5
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=TOP_K)
@@ -85,7 +87,7 @@ def test_moe_bf16_error_is_transformers_own(tiny_model, name):
     assert ours_error <= MARGIN * their_error, (ours_error, their_error)
 
 
-@pytest.mark.parametrize("name", ["qwen3_moe", "gemma3", "gemma2"])
+@pytest.mark.parametrize("name", ["qwen3_moe", "gemma3", "gemma2", "gpt_oss"])
 def test_cuda_graphs_give_the_same_tokens_as_eager(tiny_model, name):
     batch = prompts(1, 12)
     model_dir = str(tiny_model(name))

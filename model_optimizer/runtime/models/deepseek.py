@@ -1,5 +1,6 @@
 """DeepSeek-V2 and DeepSeek-V3 (V2-Lite, V2.5, V3, R1 and their shapes): multi-head latent attention
-and a mixture of shared and routed experts.
+and a mixture of shared and routed experts. GLM-4.7-Flash is V3's model under GLM's defaults and layer plan
+(models/glm4_moe_lite.py).
 
 A layer is the Llama layer's pre-norm residual block with two other parts:
 - attention (`MlaSelfAttention`, checkpoint `self_attn`): queries from `q_proj`, or from the low-rank
@@ -48,7 +49,7 @@ RMSNorm's default, not `rms_norm_eps` (the same number in every published config
 
 def after_last_layer(name: str, num_layers: int) -> bool:
     """Whether checkpoint tensor `name` belongs to a layer past the model's last (`model.layers.<n>.` with
-    n >= num_layers): the multi-token-prediction layers DeepSeek-V3 and GLM-4.5 checkpoints carry."""
+    n >= num_layers): the multi-token-prediction layers DeepSeek-V3 and GLM-4.5 / 4.7-Flash checkpoints carry."""
     match = LAYER_INDEX.match(name)
     return match is not None and int(match.group(1)) >= num_layers
 

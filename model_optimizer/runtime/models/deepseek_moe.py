@@ -10,7 +10,7 @@ in a bf16 model), under the checkpoint names `mlp.gate.weight` and, for V3, `mlp
   `norm_topk_prob` for V2. DeepSeek's own code instead divides by the sum (and skips the scaling) when
   norm_topk_prob and k > 1; every published V2 config (V2, V2-Lite, V2.5) has norm_topk_prob false,
   where both give the same weights.
-- DeepSeek-V3 (`DeepseekV3Router`, GLM-4.5's too): sigmoid scores; the choice adds the loaded
+- DeepSeek-V3 (`DeepseekV3Router`, GLM-4.5's and GLM-4.7-Flash's too): sigmoid scores; the choice adds the loaded
   `e_score_correction_bias` (choice only: the weights are the plain scores), keeps the `topk_group`
   of `n_group` groups whose two best biased scores sum highest, and takes the top-k within them;
   the k scores are divided by their sum (+1e-20) when `norm_topk_prob`, then always multiplied by
@@ -37,7 +37,8 @@ V2_TOPK_METHODS = ("greedy", "group_limited_greedy")
 
 
 def deepseek_moe_args(hf: dict) -> MoeArgs:
-    """The experts of a DeepSeek-V2/V3 or GLM-4.5 config (moe_args_for's rule: V2 ignores norm_topk_prob)."""
+    """The experts of a DeepSeek-V2/V3, GLM-4.5 or GLM-4.7-Flash config (moe_args_for's rule: V2 ignores
+    norm_topk_prob)."""
     moe = moe_args_for(hf)
     if moe is None:
         raise ValueError(f"not a DeepSeek-V2/V3 or GLM-4.5 config: architectures {hf.get('architectures')}")

@@ -1,4 +1,4 @@
-"""The multi-head latent attention (MLA) settings of a DeepSeek-V2/V3 config.json.
+"""The multi-head latent attention (MLA) settings of a DeepSeek-V2/V3 or GLM-4.7-Flash config.json.
 
 Plain Python on the config dict (no torch): the model builds its attention from it, and `mopt inspect`
 and the tuner's cost model size the KV cache from it without building anything.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
+MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeLiteForCausalLM")
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,14 @@ EXPERT_SIZE_KEYS = {
     "DeepseekV2ForCausalLM": "moe_intermediate_size",
     "DeepseekV3ForCausalLM": "moe_intermediate_size",
     "Glm4MoeForCausalLM": "moe_intermediate_size",
+    "GptOssForCausalLM": "intermediate_size",
+    "Glm4MoeLiteForCausalLM": "moe_intermediate_size",
 }
 """Architectures with experts -> the config key of each expert's intermediate size."""
-DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM")
-"""Architectures with DeepSeek's layer plan (dense first_k_dense_replace layers) and router settings
-(GLM-4.5 routes as DeepSeek-V3 does)."""
+DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM")
+"""Architectures with DeepSeek's router settings (GLM-4.5 and GLM-4.7-Flash route as DeepSeek-V3 does) and,
+but for GLM-4.7-Flash (`mlp_layer_types`), its layer plan (dense first_k_dense_replace layers)."""
+MLP_LAYER_TYPES = ("dense", "sparse")
 
 
 @dataclass(frozen=True)
@@ -67,12 +70,30 @@ def moe_args_for(hf: dict) -> MoeArgs | None:
     return MoeArgs.from_hf(hf, EXPERT_SIZE_KEYS[arch], arch == "MixtralForCausalLM" or reads_norm)
 
 
+def mlp_layer_types(hf: dict) -> list[str]:
+    """GLM-4.7-Flash's plan, as transformers' Glm4MoeLiteConfig reads it: `mlp_layer_types`, one "dense" or
+    "sparse" per layer, else a dense first layer and sparse ones after it (first_k_dense_replace is not read)."""
+    num_layers = hf["num_hidden_layers"]
+    types = hf.get("mlp_layer_types")
+    if types is None:
+        return ["dense"] + ["sparse"] * (num_layers - 1)
+    if not isinstance(types, list) or len(types) != num_layers or any(t not in MLP_LAYER_TYPES for t in types):
+        raise ValueError(
+            f"config.json: 'mlp_layer_types' must list 'dense' or 'sparse' for each of the {num_layers} layers, "
+            f"got {types!r}"
+        )
+    return types
+
+
 def is_sparse_layer(hf: dict, layer_idx: int) -> bool:
     """Whether transformers gives this layer experts rather than a dense MLP: Qwen-MoE's
-    `mlp_only_layers` and `decoder_sparse_step` ((layer + 1) % step == 0); DeepSeek's layers from
-    `first_k_dense_replace` on, every `moe_layer_freq`-th (DeepSeek's own code; transformers 5 reads
-    no moe_layer_freq, and every published config has 1); every layer elsewhere."""
+    `mlp_only_layers` and `decoder_sparse_step` ((layer + 1) % step == 0); GLM-4.7-Flash's
+    `mlp_layer_types`; DeepSeek's layers from `first_k_dense_replace` on, every `moe_layer_freq`-th
+    (DeepSeek's own code; transformers 5 reads no moe_layer_freq, and every published config has 1);
+    every layer elsewhere."""
     arch = (hf.get("architectures") or [""])[0]
+    if arch == "Glm4MoeLiteForCausalLM":
+        return mlp_layer_types(hf)[layer_idx] == "sparse"
     if arch in DEEPSEEK:
         first = hf.get("first_k_dense_replace") or 0
         freq = (hf.get("moe_layer_freq") or 1) if arch.startswith("Deepseek") else 1  # GLM's code reads none

@@ -17,9 +17,11 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "MixtralForCausalLM": ("mixtral", "MixtralForCausalLM"),
     "Glm4ForCausalLM": ("glm4", "Glm4ForCausalLM"),
     "Glm4MoeForCausalLM": ("glm4_moe", "Glm4MoeForCausalLM"),
+    "Glm4MoeLiteForCausalLM": ("glm4_moe_lite", "Glm4MoeLiteForCausalLM"),
     "Phi3ForCausalLM": ("phi3", "Phi3ForCausalLM"),
     "Gemma3ForCausalLM": ("gemma3", "Gemma3ForCausalLM"),
     "Gemma2ForCausalLM": ("gemma2", "Gemma2ForCausalLM"),
+    "GptOssForCausalLM": ("gpt_oss", "GptOssForCausalLM"),
     "DeepseekV2ForCausalLM": ("deepseek", "DeepseekV2ForCausalLM"),
     "DeepseekV3ForCausalLM": ("deepseek", "DeepseekV3ForCausalLM"),
 }
@@ -46,9 +48,11 @@ MODEL_TYPES: dict[str, str] = {
     "mixtral": "MixtralForCausalLM",
     "glm4": "Glm4ForCausalLM",
     "glm4_moe": "Glm4MoeForCausalLM",
+    "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
     "phi3": "Phi3ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
     "bert": "BertModel",
@@ -93,10 +97,12 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "Qwen3-MoE": ("Qwen3MoeForCausalLM",),
     "Mixtral": ("MixtralForCausalLM",),
     "GLM-4": ("Glm4ForCausalLM",),
-    "GLM-4.5/4.6/4.7 (MoE, not 4.7-Flash)": ("Glm4MoeForCausalLM",),
+    "GLM-4.5/4.6/4.7 (MoE)": ("Glm4MoeForCausalLM",),
+    "GLM-4.7-Flash": ("Glm4MoeLiteForCausalLM",),
     "Phi-3 / Phi-4": ("Phi3ForCausalLM",),
     "Gemma 3 (text)": ("Gemma3ForCausalLM",),
     "Gemma 2": ("Gemma2ForCausalLM",),
+    "gpt-oss": ("GptOssForCausalLM",),
     "DeepSeek-V2/V3": ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
 }
 """How people name the families of ARCHITECTURES: what an error lists."""
@@ -129,10 +135,7 @@ TEXT_OF_MULTIMODAL: dict[str, tuple[str, str, dict]] = {
 """Image-and-text architectures whose language model is served alone: -> (its text architecture, model
 type, the text config's defaults). Their vision tower is not loaded; prompts are text."""
 
-NOT_YET: dict[str, str] = {
-    "Glm4MoeLiteForCausalLM": "GLM-4.7-Flash's latent attention is not built yet (GLM-4.5/4.6/4.7 are: "
-    "Glm4MoeForCausalLM)",
-}
+NOT_YET: dict[str, str] = {}
 """Architectures users try that are not supported, with why."""
 
 

@@ -71,6 +71,8 @@ def resolve_spec(hf_config: dict, quantization: str | None) -> QuantSpec | None:
     if quantization is not None and quantization not in QUANTIZATION_CHOICES:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATION_CHOICES)}; got {quantization!r}")
     qc = hf_config.get("quantization_config")
+    if qc and dequantized_at_load(hf_config):
+        qc = None  # a float checkpoint to everything here: the model dequantizes its own tensors
     if qc:
         spec = spec_from_config(qc)
         if quantization == "int8" and spec.method == "int8-w8a8":
@@ -89,6 +91,20 @@ def resolve_spec(hf_config: dict, quantization: str | None) -> QuantSpec | None:
             f"--output DIR` and serve DIR; on the fly we can quantize with {', '.join(ONLINE_METHODS)}"
         )
     return QuantSpec(method=quantization)
+
+
+DEQUANTIZED_AT_LOAD = {"GptOssForCausalLM": "mxfp4"}
+"""Architectures whose model reads a quantization_config format itself, dequantizing to the model dtype at load
+(gpt-oss's MXFP4 experts: models/gpt_oss.py): quantization_config then means nothing here, and the model's
+other weights are plain floats (`--quantization` may still round its linear layers at load)."""
+
+
+def dequantized_at_load(hf_config: dict) -> bool:
+    """Whether config.json's quantization_config is one its architecture's model dequantizes itself."""
+    qc = hf_config.get("quantization_config")
+    arch = (hf_config.get("architectures") or [""])[0]
+    method = str(qc.get("quant_method", "")).lower() if isinstance(qc, dict) else None
+    return method is not None and DEQUANTIZED_AT_LOAD.get(arch) == method
 
 
 def spec_from_config(qc: dict) -> QuantSpec:
