@@ -137,6 +137,29 @@ def test_fused_moe_matches_the_loop_at_real_shapes(num_tokens, num_experts, hidd
         assert (got - want).abs().max() <= 0.02 * want.abs().max() + 1e-3
 
 
+@pytest.mark.parametrize("num_tokens", [1, 64, 300])
+def test_fused_moe_with_gpt_oss_biases_and_clamp_at_its_shape(num_tokens):
+    """gpt-oss-20b's experts (32, hidden 2880 = intermediate, top-4; 2880 is no power of two): bf16 kernel with
+    both biases and the clamped SwiGLU against the float32 loop on the same bf16 weights; the clamp bites."""
+    from model_optimizer.runtime.kernels.fused_moe import fused_moe
+    from model_optimizer.runtime.kernels.moe_reference import ClampedSwiglu, fused_moe_ref
+    from model_optimizer.runtime.layers.moe import softmax_topk
+
+    experts, hidden, top_k = 32, 2880, 4
+    gen = torch.Generator(device="cuda").manual_seed(num_tokens)
+    x = (torch.randn(num_tokens, hidden, device="cuda", generator=gen) * 4).bfloat16()
+    w13 = (torch.randn(experts, 2 * hidden, hidden, device="cuda", generator=gen) / hidden**0.5).bfloat16()
+    w2 = (torch.randn(experts, hidden, hidden, device="cuda", generator=gen) / hidden**0.5).bfloat16()
+    b13 = torch.randn(experts, 2 * hidden, device="cuda", generator=gen).bfloat16()
+    b2 = torch.randn(experts, hidden, device="cuda", generator=gen).bfloat16()
+    weights, ids = softmax_topk(torch.randn(num_tokens, experts, device="cuda", generator=gen), top_k, renormalize=True)
+    act = ClampedSwiglu()
+    assert (x.float() @ w13[0].float().T).abs().max() > act.limit  # the clamp is reached
+    want = fused_moe_ref(x.float(), w13.float(), w2.float(), weights, ids, b13.float(), b2.float(), act)
+    got = fused_moe(x, w13, w2, weights, ids, w13_bias=b13, w2_bias=b2, activation=act, all_ids_local=True).float()
+    assert (got - want).abs().max() <= 0.02 * want.abs().max() + 1e-3
+
+
 def test_one_token_moe_in_a_cuda_graph_follows_new_ids():
     """Batch-1 decode as the graphs run it: fused_moe as the layer calls it (all ids local) at one token,
     captured, then replayed on new inputs and routes: the loop's answer each time. Captured first with
