@@ -61,7 +61,20 @@ def quantization(ctx: InspectContext) -> list[Finding]:
                 {"quantization_config": qc},
             )
         ]
+    from model_optimizer.runtime.layers.quantization.spec import dequantized_at_load
+
     check = ctx.raw_check
+    if dequantized_at_load(ctx.checkpoint.config):
+        method = str(qc.get("quant_method"))
+        return [
+            Finding(
+                "quant.config",
+                "ok",
+                f"{method} tensors are dequantized to the model dtype at load (its model reads them; they are "
+                "not run in that format)",
+                details={"quantization_config": qc},
+            )
+        ]
     if check.loads:
         return [
             Finding(

@@ -160,6 +160,8 @@ def test_inspect_and_the_memory_plan_read_it_as_the_engine_builds_it(tiny_model,
     for folder in (tiny_model("gpt_oss"), mxfp4[0]):
         report = inspect_checkpoint(folder)
         assert report.raw_check.loads, folder
+        said = [f.title for f in report.findings if f.id == "quant.config"]
+        assert said == ([] if folder != mxfp4[0] else [next(m for m in said if "dequantized" in m)])
         llm = LLM(str(folder), dtype="float32", kv_cache_memory=1 << 22)
         config = json.loads((folder / "config.json").read_text())
         plan = plan_memory(config, engine=EngineConfig(dtype="float32", block_size=llm.runner.config.block_size))
