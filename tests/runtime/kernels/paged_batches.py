@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from model_optimizer.runtime.kernels.reference import FP8_DTYPE, quantize_fp8
+from model_optimizer.runtime.kernels.reference import FP8_DTYPE, paged_attention_ref, quantize_fp8
 
 
 @dataclass
@@ -89,3 +89,10 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """||actual - expected|| / ||expected|| in float64 (NaN if actual holds NaN)."""
     diff = (actual.double() - expected.double()).norm()
     return (diff / expected.double().norm().clamp_min(1e-30)).item()
+
+
+def batch_reference(batch: PagedBatch, sliding_window: int | None = None, **options) -> torch.Tensor:
+    """paged_attention_ref on `batch` at head_dim ** -0.5 (`options`: softcap, sinks)."""
+    args = (batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables)
+    scale = batch.query.shape[-1] ** -0.5
+    return paged_attention_ref(*args, scale, sliding_window, k_scale=batch.k_scale, v_scale=batch.v_scale, **options)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from model_optimizer.runtime.kernels.paged_attention import paged_attention
-from model_optimizer.runtime.kernels.reference import FP8_DTYPE, paged_attention_ref
-from tests.runtime.kernels.paged_batches import make_paged_batch, relative_error
+from model_optimizer.runtime.kernels.reference import FP8_DTYPE
+from tests.runtime.kernels.paged_batches import batch_reference, make_paged_batch, relative_error
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1.5e-2}
 MIXED = [(70, 1), (0, 23), (40, 9), (150, 1), (0, 1), (17, 1)]  # (cached tokens, new tokens) per sequence
@@ -77,18 +77,7 @@ def _kernel(batch, sinks, sliding_window=None, num_splits=None):
 
 
 def _torch_path(batch, sinks, sliding_window=None):
-    return paged_attention_ref(
-        batch.query,
-        batch.kv_cache,
-        batch.query_start_loc,
-        batch.seq_lens,
-        batch.block_tables,
-        batch.query.shape[-1] ** -0.5,
-        sliding_window,
-        k_scale=batch.k_scale,
-        v_scale=batch.v_scale,
-        sinks=sinks,
-    )
+    return batch_reference(batch, sliding_window, sinks=sinks)
 
 
 CASES = [

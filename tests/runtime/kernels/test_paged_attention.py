@@ -9,7 +9,7 @@ import torch
 
 from model_optimizer.runtime.kernels.paged_attention import Tiles, choose_num_splits, paged_attention
 from model_optimizer.runtime.kernels.reference import FP8_DTYPE, paged_attention_ref
-from tests.runtime.kernels.paged_batches import make_paged_batch, relative_error
+from tests.runtime.kernels.paged_batches import batch_reference, make_paged_batch, relative_error
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 MIXED = [(70, 1), (0, 23), (40, 9), (150, 1), (0, 1), (17, 1)]  # (cached tokens, new tokens) per sequence
@@ -34,19 +34,7 @@ def _run(batch, sliding_window=None, num_splits=None, max_query_len=None, tiles=
         tiles=tiles,
         softcap=softcap,
     )
-    ref = paged_attention_ref(
-        batch.query,
-        batch.kv_cache,
-        batch.query_start_loc,
-        batch.seq_lens,
-        batch.block_tables,
-        batch.query.shape[-1] ** -0.5,
-        sliding_window,
-        k_scale=batch.k_scale,
-        v_scale=batch.v_scale,
-        softcap=softcap,
-    )
-    return out, ref
+    return out, batch_reference(batch, sliding_window, softcap=softcap)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import zlib
 from pathlib import Path
 
 import pytest
@@ -23,17 +22,7 @@ GREEDY = SamplingParams(temperature=0, max_tokens=24)
 
 def _checkpoint(tiny_model, folder: Path, kind: str, **overrides) -> Path:
     """A tiny checkpoint saved by transformers from its own `kind` config class, with the shared tokenizer."""
-    config = tiny.tiny_config(kind, **overrides)
-    tiny.build_checkpoint(folder, config, seed=zlib.crc32(folder.name.encode()) % 1000, with_tokenizer=False)
-    for f in tiny_model("gemma2").glob("tok*"):
-        shutil.copy(f, folder / f.name)
-    return folder
-
-
-def _edit_config(folder: Path, drop: tuple[str, ...] = (), **changes) -> None:
-    path = folder / "config.json"
-    config = {k: v for k, v in json.loads(path.read_text()).items() if k not in drop}
-    path.write_text(json.dumps(config | changes))
+    return tiny.checkpoint_variant(folder, kind, tiny_model("gemma2"), **overrides)
 
 
 def _assert_greedy_matches_transformers(folder: Path) -> LLM:
@@ -54,7 +43,7 @@ def test_a_release_style_config_alternates_layers_and_shares_one_rope(tiny_model
     folder = _checkpoint(
         tiny_model, tmp_path / "release", "gemma2", head_dim=16, num_hidden_layers=4, query_pre_attn_scalar=16
     )
-    _edit_config(
+    tiny.edit_config(
         folder,
         drop=("layer_types", "rope_parameters"),
         rope_theta=20_000.0,
@@ -79,7 +68,7 @@ def test_gemma3_still_refuses_attention_soft_capping_which_transformers_ignores(
     folder = shutil.copytree(tiny_model("gemma3"), tmp_path / "gemma3")
     ids = torch.tensor([[5, 17, 99, 3, 250, 8]])
     plain = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    _edit_config(folder, attn_logit_softcapping=1.0)
+    tiny.edit_config(folder, attn_logit_softcapping=1.0)
     capped = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     with torch.no_grad():  # should transformers start applying it, this fails: then serve it as Gemma 2's
         assert torch.equal(plain(ids).logits, capped(ids).logits)
@@ -97,7 +86,7 @@ def test_gemma3_still_refuses_attention_soft_capping_which_transformers_ignores(
 )
 def test_settings_it_cannot_serve_are_refused_by_name(tiny_model, tmp_path, changes, message):
     folder = shutil.copytree(tiny_model("gemma2"), tmp_path / "gemma2")
-    _edit_config(folder, **changes)
+    tiny.edit_config(folder, **changes)
     with pytest.raises(ValueError, match=message):
         LLM(str(folder), dtype="float32", kv_cache_memory=1 << 22)
 
@@ -108,7 +97,7 @@ def test_inspect_and_the_memory_plan_read_it_as_the_engine_builds_it(tiny_model,
     and weights as the engine allocated them."""
     folder = tiny_model("gemma2")
     no_tie_key = shutil.copytree(folder, tmp_path / "no_tie_key")
-    _edit_config(no_tie_key, drop=("tie_word_embeddings",))
+    tiny.edit_config(no_tie_key, drop=("tie_word_embeddings",))
     for checkpoint in (folder, no_tie_key):
         report = inspect_checkpoint(checkpoint)
         assert report.raw_check.loads and report.raw_check.tied_embeddings and report.census.tied_embeddings

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import zlib
 from pathlib import Path
 
 import pytest
@@ -42,17 +41,7 @@ CPU = torch.device("cpu")
 def _checkpoint(tiny_model, folder: Path, **overrides) -> Path:
     """The tiny GLM-4.7-Flash's config with `overrides`, saved by transformers, with the shared tokenizer."""
     kind, settings = TINY_MODELS[NAME]
-    config = tiny.tiny_config(kind, **(settings | overrides))
-    tiny.build_checkpoint(folder, config, seed=zlib.crc32(folder.name.encode()) % 1000, with_tokenizer=False)
-    for f in tiny_model(NAME).glob("tok*"):
-        shutil.copy(f, folder / f.name)
-    return folder
-
-
-def _edit_config(folder: Path, drop: tuple[str, ...] = (), **changes) -> None:
-    path = folder / "config.json"
-    config = {k: v for k, v in json.loads(path.read_text()).items() if k not in drop}
-    path.write_text(json.dumps(config | changes))
+    return tiny.checkpoint_variant(folder, kind, tiny_model(NAME), **(settings | overrides))
 
 
 def _assert_matches(folder: Path, seed: int = 3) -> LLM:
@@ -117,7 +106,7 @@ def test_a_release_style_config_takes_glms_defaults(tiny_model, tmp_path):
     GLM's defaults left out: transformers' Glm4MoeLiteConfig fills them in, and so do we."""
     folder = tmp_path / "release_style"
     shutil.copytree(tiny_model(NAME), folder)
-    _edit_config(
+    tiny.edit_config(
         folder,
         drop=("rope_parameters", "mlp_layer_types", "n_shared_experts", "n_group", "topk_group", "norm_topk_prob")
         + ("routed_scaling_factor", "rope_interleave", "rms_norm_eps"),
@@ -212,7 +201,7 @@ def test_multi_token_prediction_layer_is_skipped(tiny_model, tmp_path):
     tensors |= {f"model.layers.4.{n}.weight": torch.ones(64) for n in ("enorm", "hnorm", "shared_head.norm")}
     tensors["model.layers.4.eh_proj.weight"] = torch.zeros(64, 128)
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    _edit_config(folder, num_nextn_predict_layers=1)
+    tiny.edit_config(folder, num_nextn_predict_layers=1)
     prompt = [[5, 6, 7, 8, 9]]
     out = LLM(str(folder), dtype="float32", kv_cache_memory=1 << 22).generate(prompt, GREEDY)
     plain = LLM(str(tiny_model(NAME)), dtype="float32", kv_cache_memory=1 << 22).generate(prompt, GREEDY)
@@ -222,7 +211,7 @@ def test_multi_token_prediction_layer_is_skipped(tiny_model, tmp_path):
 def test_a_config_without_architectures_is_read_by_its_model_type(tiny_model, tmp_path):
     folder = tmp_path / "model_type"
     shutil.copytree(tiny_model(NAME), folder)
-    _edit_config(folder, drop=("architectures",))
+    tiny.edit_config(folder, drop=("architectures",))
     out = LLM(str(folder), dtype="float32", kv_cache_memory=1 << 22).generate([[5, 6, 7]], GREEDY)
     plain = LLM(str(tiny_model(NAME)), dtype="float32", kv_cache_memory=1 << 22).generate([[5, 6, 7]], GREEDY)
     assert token_ids(out) == token_ids(plain)
@@ -240,7 +229,7 @@ def test_a_config_without_architectures_is_read_by_its_model_type(tiny_model, tm
 def test_config_errors_say_what_is_wrong(tiny_model, tmp_path, changes, message):
     folder = tmp_path / "bad"
     shutil.copytree(tiny_model(NAME), folder)
-    _edit_config(folder, **changes)
+    tiny.edit_config(folder, **changes)
     with pytest.raises(ValueError, match=message):
         LLM(str(folder), dtype="float32", kv_cache_memory=1 << 22)
 
@@ -343,7 +332,7 @@ def test_inspect_of_the_release_folder_finds_nothing_wrong(tmp_path, monkeypatch
 def test_load_model_applies_glms_epsilon_where_config_json_has_none(tiny_model, tmp_path):
     folder = tmp_path / "no_eps"
     shutil.copytree(tiny_model(NAME), folder)
-    _edit_config(folder, drop=("rms_norm_eps",))
+    tiny.edit_config(folder, drop=("rms_norm_eps",))
     model = load_model(folder, "float32", CPU)
     assert model.args.rms_norm_eps == 1e-5
     assert model.model.layers[0].input_layernorm.eps == 1e-5
