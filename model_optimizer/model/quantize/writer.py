@@ -4,10 +4,14 @@ activations (FP8_DYNAMIC), int8-w8a8 `int-quantized` with dynamic per-token int8
 (llm-compressor's W8A8 preset, which vLLM serves on int8 tensor cores).
 
 Fused layers are split back into the checkpoint's q/k/v and gate/up tensors (or kept whole where the
-checkpoint keeps them fused, as GLM-4's gate_up), and stacked experts back into one tensor per
-expert, so the folder has the original architecture's names. A mixture of experts' experts and
-routers stay in the model dtype (only linear layers are quantized), and the config's `ignore` says
-so, as llm-compressor's references keep the router in float; so do DeepSeek's latent-attention
+checkpoint keeps them fused, as GLM-4's gate_up), and stacked experts back into the checkpoint's layout
+(the experts module's `checkpoint_tensor`: one tensor per expert, or gpt-oss's stacked, transposed,
+gate/up-interleaved tensors and their biases), so the folder has the original architecture's names. A
+model whose source stores some weights in a format it dequantizes at load (gpt-oss's MXFP4 experts) names
+its float layout in `float_stacked_params`, which the writer then uses: those weights are written
+dequantized, in the model dtype, and the source's quantization_config is replaced. A mixture of experts'
+experts and routers stay in the model dtype (only linear layers are quantized), and the config's `ignore`
+says so, as llm-compressor's references keep the router in float; so do DeepSeek's latent-attention
 projections (q_a_proj, kv_a_proj_with_mqa, kv_b_proj).
 """
 
@@ -24,6 +28,7 @@ from torch import nn
 from model_optimizer.model.inspect.fix import carried_files
 from model_optimizer.runtime.kernels import quant_reference as ref
 from model_optimizer.runtime.layers.linear import Linear
+from model_optimizer.runtime.layers.moe import FusedExperts, TopKRouter
 from model_optimizer.runtime.models.model_config import read_config, text_model_config
 
 FORMATS = {
@@ -112,8 +117,9 @@ class _Slice:
         self.zeros = stored.zeros[start : start + size] if stored.zeros is not None else None
 
 
-MOE_IGNORE = ["re:.*\\.experts(\\..*)?$", "re:.*\\.gate$"]
-"""Experts and routers of a mixture of experts, left in the model dtype (compressed-tensors' regex form)."""
+EXPERTS_IGNORE = "re:.*\\.experts(\\..*)?$"
+"""A mixture of experts' experts, left in the model dtype (compressed-tensors' regex form); its routers are
+ignored under their checkpoint name (moe_ignore)."""
 MLA_IGNORE = ["re:.*\\.q_a_proj$", "re:.*\\.kv_a_proj_with_mqa$", "re:.*\\.kv_b_proj$"]
 """Multi-head latent attention's compressing projections (llm-compressor's DeepSeek references keep
 q_a_proj and kv_a_proj_with_mqa in float) and kv_b_proj, whose rows the absorbed attention uses as
@@ -133,9 +139,36 @@ def checkpoint_slices(name: str, module: Linear, unstack: dict) -> list[tuple[st
     return [(dotted.replace(fused[whole], unstack[(fused[whole], whole)])[:-1], 0, module.out_features)]
 
 
+def checkpoint_name(name: str, unstack: dict) -> str:
+    """The checkpoint's name of our module `name` (Mixtral's `mlp.gate` is `block_sparse_moe.gate`)."""
+    dotted = name + "."
+    renamed = next((dotted.replace(o, theirs) for (o, _), theirs in unstack.items() if o in dotted), dotted)
+    return renamed[:-1]
+
+
+def moe_ignore(model: nn.Module, unstack: dict) -> list[str]:
+    """The `ignore` entries of a mixture of experts' experts and routers (the routers' last name: `gate`,
+    gpt-oss's `router`); none for a model without experts."""
+    if not any(isinstance(m, FusedExperts) for m in model.modules()):
+        return []
+    routers = {
+        checkpoint_name(name, unstack).rsplit(".", 1)[-1]
+        for name, module in model.named_modules()
+        if isinstance(module, TopKRouter)
+    }
+    return [EXPERTS_IGNORE] + [f"re:.*\\.{router}$" for router in sorted(routers)]
+
+
+def writer_unstack(model: nn.Module) -> dict[tuple[str, str], str]:
+    """(our parameter fragment, shard) -> the checkpoint's name fragment, of the float layout the writer
+    writes (`float_stacked_params` where the model has one, else its loader's `stacked_params`)."""
+    stacked = getattr(model, "float_stacked_params", getattr(model, "stacked_params", {}))
+    return {(ours, shard): theirs for theirs, (ours, shard) in stacked.items()}
+
+
 def unstacked(model: nn.Module, name: str, param: torch.Tensor, unstack: dict) -> dict[str, torch.Tensor]:
-    """A parameter that is no linear layer's under its checkpoint name(s): stacked experts one tensor per
-    expert (the module's `checkpoint_tensor`), a renamed one (Mixtral's router) whole."""
+    """A parameter that is no linear layer's under its checkpoint name(s): stacked experts in the checkpoint's
+    layout (the module's `checkpoint_tensor`), a renamed one (Mixtral's router) whole."""
     matches = [(o, s) for (o, s) in unstack if o in name]
     if not matches:
         return {name: param.data}
@@ -145,9 +178,8 @@ def unstacked(model: nn.Module, name: str, param: torch.Tensor, unstack: dict) -
 
 
 def model_state(model: nn.Module, method: str) -> dict[str, torch.Tensor]:
-    """Checkpoint tensors of the whole model, names as in the original checkpoint."""
-    stacked = getattr(model, "stacked_params", {})
-    unstack = {(ours, shard): theirs for theirs, (ours, shard) in stacked.items()}
+    """Checkpoint tensors of the whole model, names as in the original (float) checkpoint."""
+    unstack = writer_unstack(model)
     state: dict[str, torch.Tensor] = {}
     handled: set[str] = set()
     for name, module in model.named_modules():
@@ -180,8 +212,7 @@ def save_compressed_tensors(model: nn.Module, method: str, group_size: int, src_
     config = text_model_config(read_config(src_dir), src_dir / "config.json")
     config = {k: v for k, v in config.items() if k != "text_of"}
     config["quantization_config"] = compressed_tensors_config(method, group_size)
-    if any(type(m).__name__ == "FusedExperts" for m in model.modules()):
-        config["quantization_config"]["ignore"] += MOE_IGNORE
+    config["quantization_config"]["ignore"] += moe_ignore(model, writer_unstack(model))
     if any(type(m).__name__ == "LatentLinear" for m in model.modules()):
         config["quantization_config"]["ignore"] += MLA_IGNORE
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -170,14 +170,19 @@ class FusedExperts(nn.Module):
 
     def checkpoint_tensor(self, param: nn.Parameter, shard_id: str) -> torch.Tensor:
         """The per-expert checkpoint tensor `shard_id` (gate|up|down:<e>) of a whole model (writers of
-        checkpoints: model/quantize/writer.py); the inverse of the weight_loader on one device."""
-        if self.num_local_experts != self.num_experts or self.intermediate_size != self.full_intermediate_size:
-            raise ValueError("a checkpoint is written from the whole model, not a tensor-parallel shard")
+        checkpoints: model/quantize/writer.py); the inverse of the weight_loader on one device. A subclass
+        filled from another layout (gpt-oss's stacked tensors) overrides it with the inverse of its own."""
+        self.require_whole()
         kind, _, index = shard_id.partition(":")
         expert, size = int(index), self.intermediate_size
         if kind == "down":
             return self.w2_weight.data[expert]
         return self.w13_weight.data[expert].narrow(0, 0 if kind == "gate" else size, size)
+
+    def require_whole(self) -> None:
+        """ValueError unless this rank holds every expert whole: a checkpoint is written from the whole model."""
+        if self.num_local_experts != self.num_experts or self.intermediate_size != self.full_intermediate_size:
+            raise ValueError("a checkpoint is written from the whole model, not a tensor-parallel shard")
 
     def forward(
         self, x: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor, summed: bool = True

@@ -26,7 +26,9 @@ nn.Linear's (out, in) order. MXFP4 is DEQUANTIZED to the model dtype at load (`d
 not run natively: gpt-oss-20b (21B parameters, 24 layers, 32 experts) then holds about 39 GiB of bf16
 weights, which fits one H100 (80 GB) or H200 with room for the KV cache; gpt-oss-120b (117B, 36 layers,
 128 experts) holds about 218 GiB in bf16 and needs `--cpu-offload-gb` or several GPUs (tensor or expert
-parallelism). Attention, router, embeddings and lm_head are bf16 in both formats.
+parallelism). Attention, router, embeddings and lm_head are bf16 in both formats. A checkpoint writer (`mopt
+quantize`, model/quantize/writer.py) writes the float layout back (`GptOssExperts.checkpoint_tensor`, the
+model's `float_stacked_params`): an MXFP4 source comes out dequantized, in the model dtype.
 
 Not here: the harmony chat format's tool and reasoning parsers (the chat template itself comes with the
 checkpoint's tokenizer), and LLM.embed (the packed path refuses the sinks).
@@ -215,6 +217,22 @@ class GptOssExperts(FusedExperts):
             else:
                 self._put_down(rows, first=e)
 
+    def checkpoint_tensor(self, param: nn.Parameter, shard_id: str) -> torch.Tensor:
+        """The stacked checkpoint tensor `shard_id` (gate_up, down, gate_up_bias, down_bias) in transformers'
+        GptOss layout, whole model only: the inverse of `_load_stacked` (model/quantize/writer.py writes it)."""
+        self.require_whole()
+        if shard_id in ("gate_up", "gate_up_bias"):
+            stacked = (self.w13_weight if shard_id == "gate_up" else self.w13_bias).data
+            gate, up = stacked.chunk(2, dim=1)  # [gate; up] rows -> rows alternating gate, up
+            interleaved = torch.stack([gate, up], dim=2).flatten(1, 2)
+            return interleaved.transpose(1, 2) if shard_id == "gate_up" else interleaved
+        if shard_id == "down":
+            return self.w2_weight.data.transpose(1, 2)
+        if shard_id == "down_bias":
+            return self.w2_bias.data
+        expected = ", ".join(shard for _, shard in FLOAT_EXPERTS.values())
+        raise ValueError(f"unknown gpt-oss expert shard {shard_id!r} to write; expected {expected}")
+
     def _put_rows(self, target: torch.Tensor, interleaved: torch.Tensor) -> None:
         """target (local experts, 2 * local I, ...) <- [gate; up] of this rank's slice of (n, 2I, ...) rows
         that alternate gate, up."""
@@ -310,9 +328,11 @@ class GptOssForCausalLM(LlamaForCausalLM):
         windows = tuple(window if t == "sliding_attention" else None for t in types)
         args = replace(args, layer_windows=windows, attention_bias=bool(args.hf.get("attention_bias", True)))
         super().__init__(args, GptOssDecoderLayer)
-        self.stacked_params = {
-            **(MXFP4_EXPERTS if is_mxfp4(args.hf) else FLOAT_EXPERTS),
-            # the router is one whole tensor; the shard id only carries the rename through the loader
-            ".mlp.router.": (".mlp.gate.", "router"),
-            **ATTENTION_PARAMS,
-        }
+        # the router is one whole tensor; the shard id only carries the rename through the loader
+        router = {".mlp.router.": (".mlp.gate.", "router")}
+        self.float_stacked_params = {**FLOAT_EXPERTS, **router, **ATTENTION_PARAMS}
+        """The float layout's names, which a checkpoint writer uses (model/quantize/writer.py): an MXFP4 source is
+        written dequantized, in the model dtype."""
+        self.stacked_params = (
+            {**MXFP4_EXPERTS, **router, **ATTENTION_PARAMS} if is_mxfp4(args.hf) else self.float_stacked_params
+        )

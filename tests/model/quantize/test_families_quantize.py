@@ -1,8 +1,8 @@
 """`mopt quantize`'s writer on the mixture-of-experts, GLM-4, Phi-3, Gemma 3, Gemma 2 and DeepSeek families: the folder
 keeps the original tensor names (per-expert tensors, Mixtral's router, GLM-4's fused gate_up, Phi-3's fused qkv
-and gate_up), experts,
+and gate_up, gpt-oss's stacked experts with their biases, its router and sinks), experts,
 routers and DeepSeek's latent projections stay in float, compressed-tensors accepts the config, and
-the engine reads it back."""
+the engine reads it back. gpt-oss's MXFP4 layout: test_gpt_oss_quantize.py."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ CPU = torch.device("cpu")
 
 
 @pytest.mark.parametrize(
-    "name", ["qwen3_moe", "mixtral", "glm4", "glm4_moe", "phi3", "gemma3", "gemma2", "deepseek_v2", "deepseek_v3"]
+    "name",
+    ["qwen3_moe", "mixtral", "glm4", "glm4_moe", "phi3", "gemma3", "gemma2", "deepseek_v2", "deepseek_v3", "gpt_oss"],
 )
 def test_int8_folder_keeps_the_checkpoint_names_and_loads_back(tiny_model, tmp_path, name):
     from compressed_tensors.quantization import QuantizationConfig
@@ -42,9 +43,10 @@ def test_int8_folder_keeps_the_checkpoint_names_and_loads_back(tiny_model, tmp_p
     assert not any("w13_weight" in n or "w2_weight" in n for n in written)
     config = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
     QuantizationConfig.model_validate(config)  # the library accepts the block
+    router = "router" if name == "gpt_oss" else "gate"  # its checkpoint's name
     moe = (
-        ["re:.*\\.experts(\\..*)?$", "re:.*\\.gate$"]
-        if name in ("qwen3_moe", "mixtral", "glm4_moe") or "deepseek" in name
+        ["re:.*\\.experts(\\..*)?$", f"re:.*\\.{router}$"]
+        if name in ("qwen3_moe", "mixtral", "glm4_moe", "gpt_oss") or "deepseek" in name
         else []
     )
     mla = ["re:.*\\.q_a_proj$", "re:.*\\.kv_a_proj_with_mqa$", "re:.*\\.kv_b_proj$"] if "deepseek" in name else []
@@ -61,12 +63,13 @@ def test_int8_folder_keeps_the_checkpoint_names_and_loads_back(tiny_model, tmp_p
     assert len(llm.generate([[5, 6, 7]], SamplingParams(max_tokens=4, ignore_eos=True))[0].outputs[0].token_ids) == 4
 
 
-def test_awq_refuses_a_mixture_of_experts_with_a_clear_message(tiny_model, tmp_path, capsys):
+@pytest.mark.parametrize(("name", "arch"), [("qwen3_moe", "Qwen3MoeForCausalLM"), ("gpt_oss", "GptOssForCausalLM")])
+def test_awq_refuses_a_mixture_of_experts_with_a_clear_message(tiny_model, tmp_path, capsys, name, arch):
     code = main(
-        ["quantize", str(tiny_model("qwen3_moe")), "--method", "awq", "--output", str(tmp_path / "q")]
+        ["quantize", str(tiny_model(name)), "--method", "awq", "--output", str(tmp_path / "q")]
         + ["--num-calib-samples", "2", "--calib-seq-len", "32", "--num-eval-samples", "2", "--eval-seq-len", "32"]
     )
     assert code != 0
     err = capsys.readouterr().err
-    assert "awq does not support Qwen3MoeForCausalLM yet" in err and "rtn-int4, int8 or fp8" in err
+    assert f"awq does not support {arch} yet" in err and "rtn-int4, int8 or fp8" in err
     assert not (tmp_path / "q").exists()

@@ -93,17 +93,34 @@ def test_tp2_runs_in_order_without_async_scheduling(tiny_model):
     ("name", "expert_parallel"),
     [("qwen3_moe", False), ("mixtral", True), ("glm4", False), ("gemma3", False), ("gemma2", False)]
     + [("deepseek_v3", False), ("deepseek_v2_group", True), ("glm4_moe", True)]
-    + [("phi3", False), ("phi3_partial", False)],
+    + [("phi3", False), ("phi3_partial", False), ("gpt_oss", False), ("gpt_oss", True)],
     ids=["qwen3-moe-tp", "mixtral-ep", "glm4-tp", "gemma3-tp", "gemma2-tp"]
     + ["deepseek-v3-tp", "deepseek-v2-ep", "glm4-moe-ep"]
-    + ["phi3-tp", "phi3-partial-tp"],
+    + ["phi3-tp", "phi3-partial-tp", "gpt-oss-tp", "gpt-oss-ep"],
 )
 def test_new_families_split_over_two_ranks_match_one(tiny_model, name, expert_parallel):
     """Experts sliced (tensor parallel) or placed whole per rank (expert parallel), GLM-4's fused gate_up
     split per rank, Gemma 3's and Gemma 2's layers of two kinds (Gemma 2's scores capped in each rank's
     heads), DeepSeek's latent attention heads split (its latent rows replicated) and shared experts
-    sliced, Phi-3's fused q/k/v split within each shard: the same greedy tokens as one process."""
+    sliced, Phi-3's fused q/k/v split within each shard, gpt-oss's sinks split with its heads, its router bias
+    replicated and its experts' down bias added once (one rank under slicing, each expert's own rank under
+    expert parallelism): the same greedy tokens as one process."""
     folder = str(tiny_model(name))
+    expected = [o.outputs[0].token_ids for o in LLM(folder, **ENGINE).generate(PROMPTS, GREEDY)]
+    llm = LLM(folder, tensor_parallel_size=2, enable_expert_parallel=expert_parallel, **ENGINE)
+    try:
+        assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
+    finally:
+        llm.close()
+
+
+@pytest.mark.parametrize("expert_parallel", [False, True], ids=["tp", "ep"])
+def test_gpt_oss_mxfp4_split_over_two_ranks_matches_one(tiny_model, tmp_path, expert_parallel):
+    """gpt-oss's MXFP4 experts, dequantized at load by each rank for its own experts or intermediate slice, give
+    one process's greedy tokens."""
+    from tests import tiny_checkpoints as tiny
+
+    folder = str(tiny.build_mxfp4_checkpoint(tiny_model("gpt_oss"), tmp_path / "mxfp4"))
     expected = [o.outputs[0].token_ids for o in LLM(folder, **ENGINE).generate(PROMPTS, GREEDY)]
     llm = LLM(folder, tensor_parallel_size=2, enable_expert_parallel=expert_parallel, **ENGINE)
     try:
