@@ -1,4 +1,4 @@
-"""The mixture-of-experts, GLM-4, Phi-3, Gemma 3 and Gemma 2 families through the engine's hard paths,
+"""The mixture-of-experts, GLM-4, Phi-3, Gemma 3, Gemma 2, DeepSeek and gpt-oss families through the engine's hard paths,
 against transformers.
 
 test_matches_transformers.py covers each family with roomy settings; here the same greedy outputs
@@ -22,6 +22,7 @@ FAMILIES = ["qwen3_moe", "qwen3_moe_step2", "mixtral", "glm4", "glm4_moe", "gemm
     "deepseek_v2",
     "deepseek_v2_group",
     "deepseek_v3",
+    "gpt_oss",
 ]
 NUM_NEW = 16
 GREEDY = SamplingParams(temperature=0, max_tokens=NUM_NEW)
@@ -41,7 +42,8 @@ def reference(tiny_model, name: str) -> tuple[list[list[int]], list[list[int]]]:
         from transformers import AutoModelForCausalLM
 
         model_dir = tiny_model(name)
-        kwargs = {"experts_implementation": "eager"} if "moe" in name or name == "mixtral" or "deepseek" in name else {}
+        moe = "moe" in name or name in ("mixtral", "gpt_oss") or "deepseek" in name
+        kwargs = {"experts_implementation": "eager"} if moe else {}
         model = AutoModelForCausalLM.from_pretrained(
             str(model_dir), dtype=torch.float32, attn_implementation="eager", **kwargs
         ).eval()

@@ -1,7 +1,7 @@
-"""gpt-oss (models/gpt_oss.py) beyond test_matches_transformers.py's default settings: greedy tokens and
-logprobs equal transformers' GptOssForCausalLM (float32, CPU) with prefix-cache hits, with chunked prefill
-and preemption, on an MXFP4 checkpoint (dequantized at load, against transformers on the same values), and on
-a release-style config.json; the MXFP4 decoding against transformers' own; the tools that read a checkpoint."""
+"""gpt-oss (models/gpt_oss.py) beyond test_matches_transformers.py's default settings and
+test_families_engine.py's prefix hits, chunks and preemption: greedy tokens and logprobs equal
+transformers' GptOssForCausalLM (float32, CPU) on an MXFP4 checkpoint (dequantized at load, against
+transformers on the same values) and on a release-style config.json; the MXFP4 decoding against transformers' own; the tools that read a checkpoint."""
 
 from __future__ import annotations
 
@@ -15,26 +15,10 @@ import torch
 from model_optimizer import LLM, SamplingParams
 from model_optimizer.runtime.models.gpt_oss import dequantize_mxfp4, quantize_mxfp4
 from tests import tiny_checkpoints as tiny
-from tests.runtime.models.test_families_engine import shared_prefix_prompts, token_ids
 from tests.runtime.models.test_matches_transformers import NUM_NEW as HF_NEW
 from tests.runtime.models.test_matches_transformers import assert_matches_transformers, prompts
 
-NUM_NEW = 16
-GREEDY = SamplingParams(temperature=0, max_tokens=NUM_NEW)
 LOGPROBS = SamplingParams(temperature=0, max_tokens=HF_NEW, logprobs=5)  # as many tokens as hf_generate's
-
-
-def _reference(model_dir: Path, batch: list[list[int]]) -> list[list[int]]:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=torch.float32, attn_implementation="eager", experts_implementation="eager"
-    ).eval()
-    outputs = []
-    for prompt in batch:
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=NUM_NEW, do_sample=False, pad_token_id=0)
-        outputs.append(out[0, len(prompt) :].tolist())
-    return outputs
 
 
 @pytest.fixture(scope="module")
@@ -43,34 +27,6 @@ def mxfp4(tiny_model, tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("gpt_oss_mxfp4")
     out = tiny.build_mxfp4_checkpoint(tiny_model("gpt_oss"), root / "mxfp4", reference_dir=root / "dequantized")
     return out, root / "dequantized"
-
-
-def test_prefix_cache_hits_give_transformers_outputs(tiny_model):
-    folder = tiny_model("gpt_oss")
-    batch = shared_prefix_prompts(seed=11)
-    llm = LLM(str(folder), dtype="float32", kv_cache_memory=1 << 24, block_size=4, max_num_seqs=1)
-    outputs = llm.generate(batch, GREEDY)
-    assert token_ids(outputs) == _reference(folder, batch)
-    assert all(o.num_cached_tokens >= 20 for o in outputs[1:])
-    assert llm.engine.stats().prefix_cache_hits >= 5 * 20
-
-
-def test_chunked_prefill_and_preemption_give_transformers_outputs(tiny_model):
-    folder = tiny_model("gpt_oss")
-    batch = shared_prefix_prompts(seed=12)
-    llm = LLM(
-        str(folder),
-        dtype="float32",
-        num_kv_blocks=36,
-        block_size=4,
-        max_model_len=128,
-        max_num_batched_tokens=7,
-        enable_prefix_caching=False,
-    )
-    assert token_ids(llm.generate(batch, GREEDY)) == _reference(folder, batch)
-    stats = llm.engine.stats()
-    assert stats.num_preemptions > 0
-    assert stats.num_free_blocks == 36
 
 
 def test_mxfp4_checkpoint_is_dequantized_at_load_and_matches_transformers(mxfp4):
