@@ -195,6 +195,17 @@ def checkpoint_dtype(model: Path, config: dict) -> torch.dtype:
     return DTYPES.get(str(name).replace("torch.", ""), torch.float32)
 
 
+def exact_load_dtype(model: Path) -> str:
+    """The dtype that holds every float tensor of the checkpoint in `model` as it is stored: its one float
+    dtype, else float32 (bfloat16 beside float16 or float32). The quantizers compute in float32 from it, so a
+    bf16 checkpoint loaded in bf16 rounds exactly as loaded in float32, in half the memory."""
+    from model_optimizer.model.inspect.checkpoint import read_checkpoint
+    from model_optimizer.runtime.models.loader import DTYPES
+
+    floats = {info.dtype_name for info in read_checkpoint(model).tensors if info.dtype_name in DTYPES}
+    return floats.pop() if len(floats) == 1 else "float32"
+
+
 def round_in_place(model: torch.nn.Module, opts: QuantizeOptions, target: torch.dtype, progress: Progress) -> None:
     """Give every linear the method's weights, rounded from the float ones, and cast the rest to `target`."""
     from model_optimizer.runtime.layers.quantization.attach import attach_quantization

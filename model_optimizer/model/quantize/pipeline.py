@@ -28,6 +28,7 @@ from model_optimizer.model.quantize.job import (
     check_output,
     check_reference,
     checkpoint_dtype,
+    exact_load_dtype,
     folder_report,
     publish,
     round_in_place,
@@ -104,12 +105,14 @@ def text_windows(tokenizer, opts: QuantizeOptions, split: str, progress: Progres
 
 
 def quantized_model(opts: QuantizeOptions, calib_windows: list[list[int]], progress: Progress) -> torch.nn.Module:
-    """The original loaded in float32, AWQ-adjusted if asked, rounded in the checkpoint's dtype."""
+    """The original loaded as stored (float32 for AWQ, whose search runs the model), AWQ-adjusted if asked,
+    rounded in the checkpoint's dtype."""
     from model_optimizer.runtime.models.loader import load_model
     from model_optimizer.runtime.models.model_config import read_config
 
     config = read_config(opts.model)
-    model = load_model(opts.model, "float32", pick_device(opts.device))
+    load_dtype = "float32" if opts.method == "awq" else exact_load_dtype(opts.model)
+    model = load_model(opts.model, load_dtype, pick_device(opts.device))
     target = checkpoint_dtype(opts.model, config)
     if opts.method == "awq":
         progress.start("AWQ search", len(model.model.layers))

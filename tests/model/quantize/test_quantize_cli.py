@@ -252,3 +252,33 @@ def test_a_checkpoint_without_a_dtype_keeps_its_weights_dtype(quant_model, tmp_p
         }
     assert floats == {"BF16"}  # embedding and norms as they were
     assert (out / "model.safetensors").stat().st_size < (src / "model.safetensors").stat().st_size
+
+
+def test_a_bf16_checkpoint_is_loaded_as_stored_and_rounds_as_from_float32(quant_model, tmp_path):
+    """Non-AWQ methods load the source in the dtype it stores (half a float32 load's memory); the quantizers
+    compute in float32, so the folder written from a bf16 checkpoint is tensor for tensor the one written from
+    the same values stored in float32 (loaded in float32)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from model_optimizer.model.quantize.job import exact_load_dtype
+
+    wide = shutil.copytree(quant_model("qwen3"), tmp_path / "fp32")
+    weights = {k: v.to(torch.bfloat16) for k, v in load_file(str(wide / "model.safetensors")).items()}
+    save_file({k: v.float() for k, v in weights.items()}, str(wide / "model.safetensors"), metadata={"format": "pt"})
+    narrow = shutil.copytree(wide, tmp_path / "bf16")
+    save_file(weights, str(narrow / "model.safetensors"), metadata={"format": "pt"})
+    for folder in (wide, narrow):  # both are a bf16 model: the folders keep bf16 where they do not quantize
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps(config | {"torch_dtype": "bfloat16"}))
+    assert (exact_load_dtype(wide), exact_load_dtype(narrow)) == ("float32", "bfloat16")
+    for method in ("int8", "fp8", "rtn-int4"):
+        outs = [tmp_path / f"{method}-{folder.name}" for folder in (wide, narrow)]
+        for folder, out in zip((wide, narrow), outs, strict=True):
+            assert main(["quantize", str(folder), "--method", method, "--output", str(out), *SMALL]) == 0
+        a, b = (load_file(str(out / "model.safetensors")) for out in outs)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), method
+    weights["model.norm.weight"] = weights["model.norm.weight"].half()  # two float dtypes: float32 holds both
+    save_file(weights, str(narrow / "model.safetensors"), metadata={"format": "pt"})
+    assert exact_load_dtype(narrow) == "float32"
