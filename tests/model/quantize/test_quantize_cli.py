@@ -273,7 +273,7 @@ def test_a_bf16_checkpoint_is_loaded_as_stored_and_rounds_as_from_float32(quant_
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps(config | {"torch_dtype": "bfloat16"}))
     assert (exact_load_dtype(wide), exact_load_dtype(narrow)) == ("float32", "bfloat16")
-    for method in ("int8", "fp8", "rtn-int4"):
+    for method in ("int8", "fp8", "rtn-int4", "int8-w8a8"):
         outs = [tmp_path / f"{method}-{folder.name}" for folder in (wide, narrow)]
         for folder, out in zip((wide, narrow), outs, strict=True):
             assert main(["quantize", str(folder), "--method", method, "--output", str(out), *SMALL]) == 0
