@@ -2,7 +2,9 @@
 
 A gpt-oss turn is a run of messages after the prompt's `<|start|>assistant`. Each has a header, then
 `<|message|>`, then its body up to `<|end|>`, `<|call|>` or `<|return|>` (the last two stop generation, so
-they rarely reach the text); every message after the first opens with `<|start|>assistant`. The header
+they rarely reach the text), or up to the next header: every message after the first opens with
+`<|start|>assistant`, and a forced answer header (a thinking budget's `<|channel|>final<|message|>`) may
+follow a body directly. The header
 names the channel (`<|channel|>analysis`: the reasoning; `final`: the answer; `commentary`: tool calls and
 preambles) and, for a call, its recipient (` to=functions.NAME`, after the channel or after the role)
 and the arguments' format (` <|constrain|>json`). The markers are special tokens: the text must keep
@@ -32,6 +34,9 @@ ENDS = ("<|end|>", "<|call|>", "<|return|>")
 OPENERS = (START, CHANNEL)
 """Markers that begin a message's header."""
 ANALYSIS = "analysis"
+ANSWER_HEADER = "<|end|>" + START + "assistant" + CHANNEL + "final" + MESSAGE
+"""What ends the analysis and opens the answer, as gpt-oss writes it: an output constraint applies after it,
+and a thinking budget forces it."""
 FUNCTIONS = "functions."
 """The namespace of the request's tools among recipients (others, `browser.search` or `python`, are the
 model's built-in tools, which this server does not run)."""
@@ -71,15 +76,15 @@ def read_messages(text: str, final: bool) -> list[HarmonyMessage]:
             break  # the header is still arriving
         header = text[at:opened]
         body_at = opened + len(MESSAGE)
-        end = _first(text, (*ENDS, START), body_at)
+        end = _first(text, (*ENDS, *OPENERS), body_at)
         channel = match.group(1) if (match := _CHANNEL_NAME.search(header)) else ""
         recipient = match.group(1) if (match := _RECIPIENT.search(header)) else None
         if end == -1:
-            held = 0 if final else max(_held_back(text, m) for m in (*ENDS, START))
+            held = 0 if final else max(_held_back(text, m) for m in (*ENDS, *OPENERS))
             stop = max(len(text) - held, body_at)
             messages.append(HarmonyMessage(channel, recipient, text[body_at:stop], text[at:stop], final))
             break
-        marker = next(m for m in ENDS if text.startswith(m, end)) if not text.startswith(START, end) else ""
+        marker = next((m for m in ENDS if text.startswith(m, end)), "")  # none before a header
         after = end + len(marker)
         messages.append(HarmonyMessage(channel, recipient, text[body_at:end], text[at:after], True))
         at = after

@@ -292,8 +292,10 @@ class GptOssReasoningParser(ReasoningParser):
 
     name = "openai_gptoss"
     needs_special_tokens = True
-    START, END = harmony.CHANNEL + harmony.ANALYSIS + harmony.MESSAGE, harmony.CHANNEL + "final" + harmony.MESSAGE
-    """How a reasoning message opens; where the answer starts (an output constraint applies after it)."""
+    START, END = harmony.CHANNEL + harmony.ANALYSIS + harmony.MESSAGE, harmony.ANSWER_HEADER
+    """How a reasoning message opens; where the answer starts (an output constraint applies after it, a thinking
+    budget forces it). Its markers are special tokens, which free text never holds: under a constraint the
+    reasoning is one analysis message, then this header."""
 
     def __init__(self, prompt: str = "", lead: str = "") -> None:
         super().__init__(prompt)
@@ -315,12 +317,16 @@ class GptOssReasoningParser(ReasoningParser):
         return "", "" if answering else self.END
 
     def split(self, text: str, final: bool) -> tuple[str, str]:
-        reasoning, content = [], ""
+        reasoning, content, answered = [], "", False
         for message in harmony.read_messages(self.lead + text, final):
             if message.recipient is not None:
                 content += message.raw  # a call, for the tool parser
             elif message.channel == harmony.ANALYSIS:
                 reasoning.append(message.body)
+            elif message.channel == "final" and not answered:  # the grammar's whitespace before a constrained answer
+                answered, body = True, message.body
+                lead = len(body) - len(body.lstrip(" \t\r\n"))
+                content += body[min(lead, self.answer_lead) :]
             else:
                 content += message.body
         return "\n".join(reasoning), content

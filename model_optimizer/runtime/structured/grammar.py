@@ -142,7 +142,7 @@ def _after_reasoning(answer: str, so: StructuredOutputs, tokenizer: Any) -> str:
     grammars[0] = {**grammars[0], "name": name}
     end = _tag(so.reasoning_end, tokenizer)
     lark = [f"WS: /[ \\t\\r\\n]{{1,{REASONING_WHITESPACE}}}/"]
-    if end.startswith("<["):  # a token: text never holds it, so the text before it needs no laziness
+    if end.startswith("<["):  # a token first: text never holds it, so the text before it needs no laziness
         lark.append(f"reasoning: /(?s:.*)/ {end}")
     else:
         lark += [f"REASONING: /(?s:.*)/ {end}", "reasoning[lazy]: REASONING"]
@@ -154,14 +154,14 @@ def _after_reasoning(answer: str, so: StructuredOutputs, tokenizer: Any) -> str:
 
 
 def _tag(text: str, tokenizer: Any) -> str:
-    """A reasoning tag in Lark: `<[id]>` where the tokenizer has it as one added token (Qwen3's and
-    DeepSeek-R1's `<think>` / `</think>`: llguidance keeps added tokens out of the text, so only the token
-    itself matches), else the text as a string literal."""
-    if tokenizer is not None:
-        ids = tokenizer.tokenize_str(text)
-        if len(ids) == 1 and tokenizer.is_special_token(ids[0]):
-            return f"<[{ids[0]}]>"
-    return json.dumps(text)
+    """A reasoning tag in Lark: each added token in it as `<[id]>` (Qwen3's and DeepSeek-R1's `<think>` /
+    `</think>`, gpt-oss's `<|end|><|start|>assistant<|channel|>final<|message|>` around its text: llguidance
+    keeps added tokens out of the text, so only the token itself matches), the text between as string
+    literals."""
+    parts = _segments(text, tokenizer)
+    if all(token is None for _, token in parts):
+        return json.dumps(text)  # as written: no token in it
+    return " ".join(f"<[{token}]>" if token is not None else json.dumps(piece) for piece, token in parts)
 
 
 def _structural_tag(so: StructuredOutputs, tokenizer: Any) -> str:

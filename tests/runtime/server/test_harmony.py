@@ -32,6 +32,7 @@ CASES = [  # (text, reasoning, content, calls) with both parsers
     ("<|channel|>analysis<|message|>cut while thinking", "cut while thinking", None, []),
     ("Plain text, not harmony <|", None, "Plain text, not harmony <|", []),
     ("<|channel|>analysis<|message|>a <|start|>assistant<|channel|>fin", "a ", None, []),  # cut in a header
+    ("<|channel|>analysis<|message|>plan<|channel|>final<|message|>ok", "plan", "ok", []),  # a header, no end
 ]
 
 
@@ -84,9 +85,9 @@ def test_a_prompt_ending_inside_a_message_makes_the_output_its_body():
     assert final.split("Hi there", True) == ("", "Hi there") and final.constraint_tags() == ("", "")
     thinking = GptOssReasoningParser.for_prompt("<|start|>assistant<|channel|>analysis<|message|>")
     assert thinking.split("hmm<|end|><|start|>assistant<|channel|>final<|message|>ok", True) == ("hmm", "ok")
-    assert thinking.constraint_tags() == ("", "<|channel|>final<|message|>")
+    assert thinking.constraint_tags() == ("", "<|end|><|start|>assistant<|channel|>final<|message|>")
     fresh = GptOssReasoningParser.for_prompt("<|start|>user<|message|>q<|end|><|start|>assistant")
-    assert fresh.constraint_tags() == ("", "<|channel|>final<|message|>")
+    assert fresh.constraint_tags() == ("", "<|end|><|start|>assistant<|channel|>final<|message|>")
 
 
 def test_messages_carry_channel_recipient_and_completeness():
@@ -112,3 +113,77 @@ def test_the_flags_name_them_as_vllm_does():
     trigger, begin, end = HarmonyToolParser().call_frame("lookup")
     assert begin.startswith(trigger) and end == "<|call|>"
     assert _output().message(begin + '{"a": 1}').tool_calls[0]["function"]["name"] == "lookup"
+
+
+# ---------------------------------------------------------------------------------- through the server
+MARKERS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"]
+HARMONY_TEMPLATE = (
+    "{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant<|channel|>analysis<|message|>{% endif %}"
+)
+"""gpt-oss's turn shape, opening the analysis message in the prompt (a prefill), so the random model's first
+tokens are reasoning."""
+DIGIT = {
+    "type": "object",
+    "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["n"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def harmony_client(tiny_model, tmp_path_factory):
+    """The tiny Qwen3 with harmony's markers as special tokens (gpt-oss's tokenizer has them so) behind a live
+    server with both harmony parsers."""
+    import shutil
+
+    import openai
+    from transformers import PreTrainedTokenizerFast
+
+    from model_optimizer import LLM
+    from model_optimizer.runtime.server.config import ServerConfig
+    from tests.runtime.server.live import start_server
+
+    folder = tmp_path_factory.mktemp("harmony") / "qwen3"
+    shutil.copytree(tiny_model("qwen3"), folder)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    tokenizer.add_special_tokens({"additional_special_tokens": MARKERS})  # within the vocabulary (+ 8)
+    tokenizer.chat_template = HARMONY_TEMPLATE
+    tokenizer.save_pretrained(str(folder))
+    llm = LLM(str(folder), max_model_len=256, num_kv_blocks=64, max_num_seqs=4)
+    config = ServerConfig(
+        served_model_name="tiny",
+        reasoning_parser="openai_gptoss",
+        tool_call_parser="openai",
+        enable_auto_tool_choice=True,
+    )
+    server = start_server(llm, config)
+    yield openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    server.stop()
+
+
+def test_a_thinking_budget_forces_the_final_header_and_the_answer_follows_the_schema(harmony_client):
+    """The markers are special tokens, kept in the text for the parsers; after 3 tokens of analysis the budget
+    forces `<|end|><|start|>assistant<|channel|>final<|message|>` (special tokens and text: the grammar of the
+    constraint after it spells them as tokens) and the answer is constrained; streamed, the same split."""
+    import jsonschema
+
+    kwargs = dict(
+        model="tiny",
+        messages=[{"role": "user", "content": "pick a digit"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "digit", "schema": DIGIT}},
+        temperature=0,
+        max_tokens=40,
+        extra_body={"thinking_token_budget": 3},
+    )
+    choice = harmony_client.chat.completions.create(**kwargs).choices[0]
+    reasoning = getattr(choice.message, "reasoning_content", None)
+    assert reasoning and "<|" not in reasoning and choice.finish_reason == "stop"
+    jsonschema.validate(json.loads(choice.message.content), DIGIT)
+    assert choice.message.content == choice.message.content.strip()  # the grammar's whitespace is no answer
+    content, thought = "", ""
+    for chunk in harmony_client.chat.completions.create(**kwargs, stream=True):
+        if chunk.choices:
+            content += chunk.choices[0].delta.content or ""
+            thought += getattr(chunk.choices[0].delta, "reasoning_content", None) or ""
+    assert (thought, content) == (reasoning, choice.message.content)
