@@ -47,6 +47,7 @@ from model_optimizer.runtime.kernels.moe_reference import ClampedSwiglu
 from model_optimizer.runtime.layers.attention import AttentionMetadata
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor, materialize, reads_lazily
 from model_optimizer.runtime.layers.moe import FusedExperts, SparseMoeBlock, TopKRouter
+from model_optimizer.runtime.layers.norm import RMSNorm
 from model_optimizer.runtime.layers.rotary import RotaryEmbedding, Rotation
 from model_optimizer.runtime.models.llama import DecoderAttention, DecoderLayer, LlamaForCausalLM
 from model_optimizer.runtime.models.model_config import DecoderArgs
@@ -283,8 +284,6 @@ class GptOssAttention(DecoderAttention):
 class GptOssDecoderLayer(DecoderLayer):
     def __init__(self, args: DecoderArgs, layer_idx: int, rotary: RotaryEmbedding) -> None:
         nn.Module.__init__(self)
-        from model_optimizer.runtime.layers.norm import RMSNorm
-
         self.self_attn = GptOssAttention(args, layer_idx, rotary)
         self.mlp = self.build_mlp(args, layer_idx)
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
