@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from model_optimizer.runtime.kernels.reference import FP8_DTYPE, paged_attention_ref, store_kv_ref
-from tests.runtime.kernels.paged_batches import batch_reference, make_paged_batch, relative_error
+from tests.runtime.kernels.paged_batches import batch_kernel, batch_reference, make_paged_batch, relative_error
 
 pytestmark = [
     pytest.mark.gpu,
@@ -23,26 +23,7 @@ MIXED = [(3000, 1), (0, 512), (1000, 300), (57, 1), (4000, 1), (0, 1), (2047, 65
 
 
 def _attention(batch, num_splits=None, sliding_window=None, softcap=None):
-    from model_optimizer.runtime.kernels.paged_attention import paged_attention
-
-    out = torch.full_like(batch.query, float("nan"))
-    paged_attention(
-        batch.query,
-        batch.kv_cache,
-        batch.query_start_loc,
-        batch.seq_lens,
-        batch.block_tables,
-        batch.query.shape[-1] ** -0.5,
-        sliding_window,
-        max_query_len=batch.max_query_len,
-        max_seq_len=batch.max_seq_len,
-        k_scale=batch.k_scale,
-        v_scale=batch.v_scale,
-        num_splits=num_splits,
-        out=out,
-        softcap=softcap,
-    )
-    return out
+    return batch_kernel(batch, sliding_window, num_splits=num_splits, softcap=softcap)
 
 
 def _reference(batch, sliding_window=None, softcap=None):

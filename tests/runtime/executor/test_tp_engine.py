@@ -105,7 +105,11 @@ def test_new_families_split_over_two_ranks_match_one(tiny_model, name, expert_pa
     sliced, Phi-3's fused q/k/v split within each shard, gpt-oss's sinks split with its heads, its router bias
     replicated and its experts' down bias added once (one rank under slicing, each expert's own rank under
     expert parallelism): the same greedy tokens as one process."""
-    folder = str(tiny_model(name))
+    assert_two_ranks_match_one(str(tiny_model(name)), expert_parallel)
+
+
+def assert_two_ranks_match_one(folder: str, expert_parallel: bool) -> None:
+    """Two ranks (sliced, or experts whole with `expert_parallel`) give one process's greedy tokens."""
     expected = [o.outputs[0].token_ids for o in LLM(folder, **ENGINE).generate(PROMPTS, GREEDY)]
     llm = LLM(folder, tensor_parallel_size=2, enable_expert_parallel=expert_parallel, **ENGINE)
     try:
@@ -120,13 +124,9 @@ def test_gpt_oss_mxfp4_split_over_two_ranks_matches_one(tiny_model, tmp_path, ex
     one process's greedy tokens."""
     from tests import tiny_checkpoints as tiny
 
-    folder = str(tiny.build_mxfp4_checkpoint(tiny_model("gpt_oss"), tmp_path / "mxfp4"))
-    expected = [o.outputs[0].token_ids for o in LLM(folder, **ENGINE).generate(PROMPTS, GREEDY)]
-    llm = LLM(folder, tensor_parallel_size=2, enable_expert_parallel=expert_parallel, **ENGINE)
-    try:
-        assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY)] == expected
-    finally:
-        llm.close()
+    assert_two_ranks_match_one(
+        str(tiny.build_mxfp4_checkpoint(tiny_model("gpt_oss"), tmp_path / "mxfp4")), expert_parallel
+    )
 
 
 def test_expert_parallelism_reaches_the_workers(tiny_model, tmp_path):

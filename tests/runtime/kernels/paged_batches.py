@@ -96,3 +96,19 @@ def batch_reference(batch: PagedBatch, sliding_window: int | None = None, **opti
     args = (batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables)
     scale = batch.query.shape[-1] ** -0.5
     return paged_attention_ref(*args, scale, sliding_window, k_scale=batch.k_scale, v_scale=batch.v_scale, **options)
+
+
+def batch_kernel(batch: PagedBatch, sliding_window: int | None = None, **options) -> torch.Tensor:
+    """The Triton paged_attention on `batch` at head_dim ** -0.5, into a NaN-filled output (a row it skips
+    shows); `options`: num_splits, max_query_len, tiles, softcap, sinks."""
+    from model_optimizer.runtime.kernels.paged_attention import paged_attention
+
+    options.setdefault("max_query_len", batch.max_query_len)
+    out = torch.full_like(batch.query, float("nan"))
+    args = (batch.query, batch.kv_cache, batch.query_start_loc, batch.seq_lens, batch.block_tables)
+    scale = batch.query.shape[-1] ** -0.5
+    paged_attention(
+        *args, scale, sliding_window, max_seq_len=batch.max_seq_len, k_scale=batch.k_scale, v_scale=batch.v_scale,
+        out=out, **options,
+    )  # fmt: skip
+    return out

@@ -6,9 +6,8 @@ shares no code with either)."""
 import pytest
 import torch
 
-from model_optimizer.runtime.kernels.paged_attention import paged_attention
 from model_optimizer.runtime.kernels.reference import FP8_DTYPE
-from tests.runtime.kernels.paged_batches import batch_reference, make_paged_batch, relative_error
+from tests.runtime.kernels.paged_batches import batch_kernel, batch_reference, make_paged_batch, relative_error
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1.5e-2}
 MIXED = [(70, 1), (0, 23), (40, 9), (150, 1), (0, 1), (17, 1)]  # (cached tokens, new tokens) per sequence
@@ -56,24 +55,7 @@ def _sinks_reference(batch, sinks, sliding_window=None) -> torch.Tensor:
 
 
 def _kernel(batch, sinks, sliding_window=None, num_splits=None):
-    out = torch.full_like(batch.query, float("nan"))
-    paged_attention(
-        batch.query,
-        batch.kv_cache,
-        batch.query_start_loc,
-        batch.seq_lens,
-        batch.block_tables,
-        scale=batch.query.shape[-1] ** -0.5,
-        sliding_window=sliding_window,
-        max_query_len=batch.max_query_len,
-        max_seq_len=batch.max_seq_len,
-        k_scale=batch.k_scale,
-        v_scale=batch.v_scale,
-        num_splits=num_splits,
-        out=out,
-        sinks=sinks,
-    )
-    return out
+    return batch_kernel(batch, sliding_window, num_splits=num_splits, sinks=sinks)
 
 
 def _torch_path(batch, sinks, sliding_window=None):

@@ -9,30 +9,16 @@ import torch
 
 from model_optimizer.runtime.kernels.paged_attention import Tiles, choose_num_splits, paged_attention
 from model_optimizer.runtime.kernels.reference import FP8_DTYPE, paged_attention_ref
-from tests.runtime.kernels.paged_batches import batch_reference, make_paged_batch, relative_error
+from tests.runtime.kernels.paged_batches import batch_kernel, batch_reference, make_paged_batch, relative_error
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 MIXED = [(70, 1), (0, 23), (40, 9), (150, 1), (0, 1), (17, 1)]  # (cached tokens, new tokens) per sequence
 
 
 def _run(batch, sliding_window=None, num_splits=None, max_query_len=None, tiles=None, softcap=None):
-    out = torch.full_like(batch.query, float("nan"))
-    paged_attention(
-        batch.query,
-        batch.kv_cache,
-        batch.query_start_loc,
-        batch.seq_lens,
-        batch.block_tables,
-        scale=batch.query.shape[-1] ** -0.5,
-        sliding_window=sliding_window,
-        max_query_len=batch.max_query_len if max_query_len is None else max_query_len,
-        max_seq_len=batch.max_seq_len,
-        k_scale=batch.k_scale,
-        v_scale=batch.v_scale,
-        num_splits=num_splits,
-        out=out,
-        tiles=tiles,
-        softcap=softcap,
+    query_len = batch.max_query_len if max_query_len is None else max_query_len
+    out = batch_kernel(
+        batch, sliding_window, num_splits=num_splits, max_query_len=query_len, tiles=tiles, softcap=softcap
     )
     return out, batch_reference(batch, sliding_window, softcap=softcap)
 
