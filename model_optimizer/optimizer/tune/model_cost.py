@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from model_optimizer.optimizer.tune.collectives import local_kv_heads
+from model_optimizer.runtime.models.family_defaults import with_family_defaults
 from model_optimizer.runtime.models.mla_args import MlaArgs, mla_args_for
 from model_optimizer.runtime.models.model_config import tied_embeddings
 from model_optimizer.runtime.models.moe_args import moe_args_for, sparse_layers
@@ -72,7 +73,9 @@ class ModelCost:
 
 
 def model_cost(config: dict, dtype: str | None = None) -> ModelCost:
-    """Parameter, byte and FLOP counts of a decoder from its config.json (norms are ignored: under 0.1%)."""
+    """Parameter, byte and FLOP counts of a decoder from its config.json (norms are ignored: under 0.1%), with
+    the keys it leaves out read as transformers reads them (family_defaults)."""
+    config = with_family_defaults(config)
     layers, hidden = int(config["num_hidden_layers"]), int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
     kv_heads = int(config.get("num_key_value_heads") or heads)

@@ -24,6 +24,7 @@ from model_optimizer.runtime.layers.partial_rotary import PartialRotaryEmbedding
 from model_optimizer.runtime.layers.rotary import RopeConfig
 from model_optimizer.runtime.models.deepseek import unused_checkpoint_key
 from model_optimizer.runtime.models.deepseek_moe import deepseek_moe_args, deepseek_moe_block
+from model_optimizer.runtime.models.family_defaults import with_family_defaults
 from model_optimizer.runtime.models.glm4 import partial_rotary_factor
 from model_optimizer.runtime.models.llama import DecoderLayer, DecoderMLP, LlamaForCausalLM
 from model_optimizer.runtime.models.model_config import DecoderArgs
@@ -35,13 +36,9 @@ class Glm4MoeDecoderLayer(DecoderLayer):
         return deepseek_moe_block(args) if is_sparse_layer(args.hf, layer_idx) else DecoderMLP(args)
 
 
-DEFAULTS = {"norm_topk_prob": True, "n_shared_experts": 1, "first_k_dense_replace": 1}
-"""transformers' Glm4MoeConfig values for keys a config.json leaves out (DeepSeek's differ)."""
-
-
 class Glm4MoeForCausalLM(LlamaForCausalLM):
     def __init__(self, args: DecoderArgs) -> None:
-        args = replace(args, hf=DEFAULTS | args.hf)
+        args = replace(args, hf=with_family_defaults(args.hf, "Glm4MoeForCausalLM"))
         moe = deepseek_moe_args(args.hf)  # a plain message for a broken config before any layer is built
         rope = RopeConfig.from_hf(args.hf, args.head_dim, args.max_position_embeddings)
         rotary = PartialRotaryEmbedding(rope, int(args.head_dim * partial_rotary_factor(args.hf)), interleaved=False)

@@ -4,8 +4,8 @@ transformers builds it from DeepseekV3Attention and GLM-4.5's experts, and so do
 (models/deepseek.py with models/deepseek_moe.py's V3 router). What differs from DeepSeek-V3:
 - which layers are dense: `mlp_layer_types` ("dense" / "sparse" per layer), by default a dense first
   layer and sparse ones after it; `first_k_dense_replace` is not read (models/moe_args.py);
-- the defaults of keys a config.json leaves out (DEFAULTS: transformers' Glm4MoeLiteConfig's, GLM-4.7-Flash's
-  own shapes); `rope_interleave` defaults to true as for V3 (layers/yarn_rotary.py);
+- the defaults of keys a config.json leaves out (models/family_defaults.py: transformers' Glm4MoeLiteConfig's,
+  GLM-4.7-Flash's own shapes); `rope_interleave` defaults to true as for V3 (layers/yarn_rotary.py);
 - the rotary embedding reads `partial_rotary_factor`, where transformers' attention cannot run anything but
   whole rope parts: another factor is refused.
 The attention (q_lora_rank pair or q_proj, latent cache, YaRN softmax correction under a yarn rope),
@@ -18,35 +18,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from model_optimizer.runtime.models.deepseek import DeepseekV3ForCausalLM
+from model_optimizer.runtime.models.family_defaults import with_family_defaults
 from model_optimizer.runtime.models.model_config import DecoderArgs, context_length
 from model_optimizer.runtime.models.moe_args import mlp_layer_types
 from model_optimizer.runtime.models.phi3 import partial_rotary_factor
 
-DEFAULTS = {
-    "q_lora_rank": 768,
-    "kv_lora_rank": 512,
-    "qk_nope_head_dim": 192,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 256,
-    "n_routed_experts": 64,
-    "num_experts_per_tok": 4,
-    "moe_intermediate_size": 1536,
-    "n_shared_experts": 1,
-    "routed_scaling_factor": 1.8,
-    "n_group": 1,
-    "topk_group": 1,
-    "norm_topk_prob": True,
-    "rms_norm_eps": 1e-5,
-    "max_position_embeddings": 202752,
-}
-"""transformers' Glm4MoeLiteConfig values for keys a config.json leaves out (DeepSeek's and DecoderArgs' differ).
-Filled only where the key is absent: a null q_lora_rank means a full q_proj, as in transformers."""
-
 
 def glm4_moe_lite_config(hf: dict) -> dict:
-    """config.json as transformers' Glm4MoeLiteConfig reads it: DEFAULTS filled in; ValueError for a
+    """config.json as transformers' Glm4MoeLiteConfig reads it: family_defaults.GLM4_MOE_LITE filled in; ValueError for a
     `partial_rotary_factor` other than 1 or a malformed `mlp_layer_types`."""
-    out = {key: value for key, value in DEFAULTS.items() if key not in hf} | hf
+    out = with_family_defaults(hf, "Glm4MoeLiteForCausalLM")
     factor = partial_rotary_factor(out)
     if factor != 1.0:
         raise ValueError(

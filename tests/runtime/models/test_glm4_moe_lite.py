@@ -8,6 +8,7 @@ memory plan and the tuner's cost model at the release's shapes (benchmarks/confi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -26,7 +27,8 @@ from model_optimizer.runtime.config import EngineConfig
 from model_optimizer.runtime.layers.mla import MlaAttention
 from model_optimizer.runtime.layers.moe import SparseMoeBlock
 from model_optimizer.runtime.models.deepseek_moe import DeepseekV3Router
-from model_optimizer.runtime.models.glm4_moe_lite import DEFAULTS, glm4_moe_lite_config
+from model_optimizer.runtime.models.family_defaults import GLM4_MOE_LITE as DEFAULTS
+from model_optimizer.runtime.models.glm4_moe_lite import glm4_moe_lite_config
 from model_optimizer.runtime.models.loader import load_model
 from tests import tiny_checkpoints as tiny
 from tests.conftest import TINY_MODELS, YARN
@@ -288,6 +290,9 @@ def test_the_release_config_builds_at_its_published_size():
     assert plan.kv_bytes_per_token == cost.kv_bytes_per_token == {"auto": 47 * 576 * 2, "fp8": 47 * 576}
     assert model.args.max_position_embeddings == plan.max_model_len == 202752
     assert [isinstance(layer.mlp, SparseMoeBlock) for layer in model.model.layers] == [False] + [True] * 46
+    bare = {k: v for k, v in config.items() if k not in DEFAULTS}  # the keys transformers defaults, left out
+    assert dataclasses.astuple(model_cost(bare)) == dataclasses.astuple(cost)
+    assert plan_memory(bare).num_params == plan.num_params
 
 
 def _release_tensors(config: dict, checkpoint_tensors) -> dict[str, tuple[int, ...]]:
