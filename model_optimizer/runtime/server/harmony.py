@@ -105,15 +105,11 @@ def function_name(recipient: str | None) -> str | None:
 
 class HarmonyToolParser(ToolParser):
     """`openai` (gpt-oss): a message to `functions.NAME` is a call, its body the arguments' JSON; every other
-    message's body is content."""
+    message's body is content. It frames no call for strict tools: a structural tag's free text holds no special
+    token, so gpt-oss could not write its own messages around the call."""
 
     name = "openai"
     needs_special_tokens = True
-
-    def call_frame(self, name: str) -> tuple[str, str, str]:
-        """A commentary message to the tool, its arguments JSON (the header gpt-oss writes for a call)."""
-        trigger = CHANNEL + "commentary to=" + FUNCTIONS
-        return trigger, f"{trigger}{name} <|constrain|>json{MESSAGE}", "<|call|>"
 
     def view(self, text: str, final: bool) -> ToolView:
         content, calls = "", []

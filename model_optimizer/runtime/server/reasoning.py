@@ -311,10 +311,14 @@ class GptOssReasoningParser(ReasoningParser):
         return cls(lead=tail[opener:] if opener != -1 else "")
 
     def constraint_tags(self) -> tuple[str, str]:
-        """The constraint applies to the final message: free messages first, up to its header; from the first
-        token where the prompt opened a message other than the analysis."""
-        answering = bool(self.lead) and harmony.read_messages(self.lead, final=False)[0].channel != harmony.ANALYSIS
-        return "", "" if answering else self.END
+        """The constraint applies to the final message, after the answer header; the analysis message before it
+        opens with its header (START: free text holds no special token), or was opened by the prompt; from the
+        first token where the prompt opened a message other than the analysis."""
+        if not self.lead:
+            return self.START, self.END
+        if harmony.read_messages(self.lead, final=False)[0].channel != harmony.ANALYSIS:
+            return "", ""
+        return "", self.END
 
     def split(self, text: str, final: bool) -> tuple[str, str]:
         reasoning, content, answered = [], "", False

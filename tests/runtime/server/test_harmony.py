@@ -87,7 +87,10 @@ def test_a_prompt_ending_inside_a_message_makes_the_output_its_body():
     assert thinking.split("hmm<|end|><|start|>assistant<|channel|>final<|message|>ok", True) == ("hmm", "ok")
     assert thinking.constraint_tags() == ("", "<|end|><|start|>assistant<|channel|>final<|message|>")
     fresh = GptOssReasoningParser.for_prompt("<|start|>user<|message|>q<|end|><|start|>assistant")
-    assert fresh.constraint_tags() == ("", "<|end|><|start|>assistant<|channel|>final<|message|>")
+    assert fresh.constraint_tags() == (
+        "<|channel|>analysis<|message|>",
+        "<|end|><|start|>assistant<|channel|>final<|message|>",
+    )
 
 
 def test_messages_carry_channel_recipient_and_completeness():
@@ -110,19 +113,18 @@ def test_reasoning_tokens_are_the_reasoning_encoded():
 
 def test_the_flags_name_them_as_vllm_does():
     assert REASONING_PARSERS["openai_gptoss"] is GptOssReasoningParser and PARSERS["openai"] is HarmonyToolParser
-    trigger, begin, end = HarmonyToolParser().call_frame("lookup")
-    assert begin.startswith(trigger) and end == "<|call|>"
-    assert _output().message(begin + '{"a": 1}').tool_calls[0]["function"]["name"] == "lookup"
+    assert HarmonyToolParser().call_frame("lookup") is None  # strict tools stay unconstrained
 
 
 # ---------------------------------------------------------------------------------- through the server
 MARKERS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"]
 HARMONY_TEMPLATE = (
     "{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}"
-    "{% if add_generation_prompt %}<|start|>assistant<|channel|>analysis<|message|>{% endif %}"
+    "{% if add_generation_prompt %}<|start|>assistant{% if not fresh %}<|channel|>analysis<|message|>{% endif %}"
+    "{% endif %}"
 )
 """gpt-oss's turn shape, opening the analysis message in the prompt (a prefill), so the random model's first
-tokens are reasoning."""
+tokens are reasoning; with `fresh`, as gpt-oss's own template ends, at `<|start|>assistant`."""
 DIGIT = {
     "type": "object",
     "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
@@ -187,3 +189,22 @@ def test_a_thinking_budget_forces_the_final_header_and_the_answer_follows_the_sc
             content += chunk.choices[0].delta.content or ""
             thought += getattr(chunk.choices[0].delta, "reasoning_content", None) or ""
     assert (thought, content) == (reasoning, choice.message.content)
+
+
+def test_a_turn_the_prompt_left_open_opens_its_analysis_with_the_header(harmony_client):
+    """The prompt ends at `<|start|>assistant`, as gpt-oss's own template does: the grammar lets the model open
+    the analysis with its header (special tokens, spelled as tokens) or answer at once; this model opens it, the
+    budget counts from after the header and forces the answer header, and the answer follows the schema."""
+    import jsonschema
+
+    choice = harmony_client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "pick a digit"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "digit", "schema": DIGIT}},
+        temperature=0,
+        max_tokens=40,
+        extra_body={"chat_template_kwargs": {"fresh": True}, "thinking_token_budget": 3},
+    ).choices[0]
+    reasoning = getattr(choice.message, "reasoning_content", None)
+    assert choice.finish_reason == "stop" and reasoning and "<|" not in reasoning
+    jsonschema.validate(json.loads(choice.message.content), DIGIT)
