@@ -48,6 +48,7 @@ from model_optimizer.runtime.layers.attention import AttentionMetadata
 from model_optimizer.runtime.layers.lazy_tensor import LazyTensor, materialize, reads_lazily
 from model_optimizer.runtime.layers.moe import FusedExperts, SparseMoeBlock, TopKRouter
 from model_optimizer.runtime.layers.norm import RMSNorm
+from model_optimizer.runtime.layers.quantization.spec import dequantized_at_load
 from model_optimizer.runtime.layers.rotary import RotaryEmbedding, Rotation
 from model_optimizer.runtime.models.llama import DecoderAttention, DecoderLayer, LlamaForCausalLM
 from model_optimizer.runtime.models.model_config import DecoderArgs
@@ -106,12 +107,6 @@ def gpt_oss_layer_types(hf: dict, num_layers: int) -> list[str]:
     if not isinstance(types, list) or len(types) != num_layers or any(t not in LAYER_TYPES for t in types):
         raise ValueError(f"config.json: layer_types must list {num_layers} of {', '.join(LAYER_TYPES)}, got {types!r}")
     return types
-
-
-def is_mxfp4(hf: dict) -> bool:
-    """Whether config.json says the experts are stored as MXFP4 blocks and scales."""
-    qc = hf.get("quantization_config") or {}
-    return isinstance(qc, dict) and str(qc.get("quant_method", "")).lower() == "mxfp4"
 
 
 def moe_args(args: DecoderArgs) -> MoeArgs:
@@ -333,5 +328,7 @@ class GptOssForCausalLM(LlamaForCausalLM):
         """The float layout's names, which a checkpoint writer uses (model/quantize/writer.py): an MXFP4 source is
         written dequantized, in the model dtype."""
         self.stacked_params = (
-            {**MXFP4_EXPERTS, **router, **ATTENTION_PARAMS} if is_mxfp4(args.hf) else self.float_stacked_params
+            {**MXFP4_EXPERTS, **router, **ATTENTION_PARAMS}
+            if dequantized_at_load(args.hf)
+            else self.float_stacked_params
         )
