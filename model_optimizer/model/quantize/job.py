@@ -131,11 +131,11 @@ def check_reference(folder: Path, reference: Path) -> None:
     unrelated model would otherwise be scored (a meaningless top-1 agreement that a loose gate passes)
     and its name written over the folder's report. A reference in a format its model dequantizes at load
     (gpt-oss's MXFP4 experts) is an original: `mopt quantize` takes it as one."""
-    from model_optimizer.runtime.layers.quantization.spec import dequantized_at_load
+    from model_optimizer.runtime.layers.quantization.spec import stored_quantization
     from model_optimizer.runtime.models.model_config import read_config
 
     quantized, original = read_config(folder), read_config(reference)
-    if original.get("quantization_config") and not dequantized_at_load(original):
+    if stored_quantization(original):
         raise ValueError(f"--reference {reference} is itself quantized; give the original float folder")
     differences = [
         f"{key} {quantized[key]!r} vs {original[key]!r}"

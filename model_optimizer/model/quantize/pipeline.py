@@ -67,11 +67,10 @@ def quantize(opts: QuantizeOptions, progress: Progress | None = None) -> dict:
 def check_not_quantized(model: Path) -> None:
     """ValueError for a quantized source, but one whose model dequantizes its format at load (gpt-oss's MXFP4
     experts: its float values are the original the folder is rounded from, and written)."""
-    from model_optimizer.runtime.layers.quantization.spec import dequantized_at_load
+    from model_optimizer.runtime.layers.quantization.spec import stored_quantization
     from model_optimizer.runtime.models.model_config import read_config
 
-    config = read_config(model)
-    if config.get("quantization_config") and not dequantized_at_load(config):
+    if stored_quantization(read_config(model)):
         raise ValueError(f"{model} is already quantized; quantize the original float checkpoint")
 
 

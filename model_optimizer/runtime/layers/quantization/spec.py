@@ -70,9 +70,7 @@ def resolve_spec(hf_config: dict, quantization: str | None) -> QuantSpec | None:
     checkpoint says). ValueError for unsupported layouts and for requests the checkpoint contradicts."""
     if quantization is not None and quantization not in QUANTIZATION_CHOICES:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATION_CHOICES)}; got {quantization!r}")
-    qc = hf_config.get("quantization_config")
-    if qc and dequantized_at_load(hf_config):
-        qc = None  # a float checkpoint to everything here: the model dequantizes its own tensors
+    qc = stored_quantization(hf_config)
     if qc:
         spec = spec_from_config(qc)
         if quantization == "int8" and spec.method == "int8-w8a8":
@@ -97,6 +95,13 @@ DEQUANTIZED_AT_LOAD = {"GptOssForCausalLM": "mxfp4"}
 """Architectures whose model reads a quantization_config format itself, dequantizing to the model dtype at load
 (gpt-oss's MXFP4 experts: models/gpt_oss.py): quantization_config then means nothing here, and the model's
 other weights are plain floats (`--quantization` may still round its linear layers at load)."""
+
+
+def stored_quantization(hf_config: dict) -> typing.Any:
+    """config.json's quantization_config as the checkpoint is read: None without one, or for one its model
+    dequantizes at load (a float checkpoint to everything else: loader, `mopt quantize`'s source and reference)."""
+    qc = hf_config.get("quantization_config")
+    return None if not qc or dequantized_at_load(hf_config) else qc
 
 
 def dequantized_at_load(hf_config: dict) -> bool:
