@@ -7,21 +7,20 @@ checkpoint that sets it gives transformers' logprobs, with either `topk_method`.
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
 
 from model_optimizer import LLM, SamplingParams
 from tests.runtime.models.test_matches_transformers import NUM_NEW, TOP_K, assert_matches_transformers, prompts
+from tests.tiny_checkpoints import edit_config
 
 
 def _variant(tiny_model, tmp_path, **settings):
     """A copy of the tiny DeepSeek-V2 (8 experts, top 2, routed_scaling_factor 1.5) with `settings` in config.json."""
     folder = tmp_path / "deepseek_v2"
     shutil.copytree(tiny_model("deepseek_v2"), folder)
-    config = json.loads((folder / "config.json").read_text()) | settings
-    (folder / "config.json").write_text(json.dumps(config))
+    edit_config(folder, **settings)
     return folder
 
 
